@@ -1,0 +1,174 @@
+// Caching allocator: exact-size free lists (sizes rounded up to 256 bytes), accounting under one mutex.
+#include "engine/core/allocator.hpp"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+
+#include "engine/core/error.hpp"
+
+namespace cleave {
+namespace {
+
+constexpr std::size_t kBlockRound = 256;
+
+std::size_t round_block(std::size_t bytes) {
+  return bytes == 0 ? kBlockRound : (bytes + kBlockRound - 1) / kBlockRound * kBlockRound;
+}
+
+class CpuAllocator final : public Allocator {
+ public:
+  CpuAllocator() : Allocator(Device::cpu()) {}
+  ~CpuAllocator() override { release_cache(); }
+
+ protected:
+  void* system_allocate(std::size_t bytes) override { return std::aligned_alloc(64, bytes); }
+  void system_free(void* ptr, std::size_t) override { std::free(ptr); }
+};
+
+}  // namespace
+
+std::string_view memory_category_name(MemoryCategory category) {
+  switch (category) {
+    case MemoryCategory::kParameters: return "parameters";
+    case MemoryCategory::kGradients: return "gradients";
+    case MemoryCategory::kOptimizerState: return "optimizer_state";
+    case MemoryCategory::kActivations: return "activations";
+    case MemoryCategory::kCommunication: return "communication";
+    case MemoryCategory::kWorkspace: return "workspace";
+    case MemoryCategory::kCount: break;
+  }
+  CLEAVE_ASSERT(false, "bad memory category {}", static_cast<int>(category));
+}
+
+std::string MemoryStats::breakdown() const {
+  std::string out;
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    if (!out.empty()) out += ", ";
+    out += fmt::format("{} {}", memory_category_name(static_cast<MemoryCategory>(c)), format_bytes(current[c]));
+  }
+  return out;
+}
+
+Storage::~Storage() { owner_->release(data_, bytes_, block_bytes_, category_); }
+Device Storage::device() const { return owner_->device(); }
+
+Allocator::~Allocator() = default;
+
+std::shared_ptr<Storage> Allocator::allocate(std::size_t bytes, MemoryCategory category) {
+  const std::size_t block = round_block(bytes);
+  const int c = static_cast<int>(category);
+  void* data = nullptr;
+  {
+    std::lock_guard lock(mutex_);
+    ++stats_.requests;
+    const auto request = static_cast<std::int64_t>(bytes);
+    if (stats_.limit > 0 && stats_.current_total + request > stats_.limit) {
+      throw OutOfMemoryError(fmt::format(
+          "out of memory on {}: cannot allocate {} for {} with device.memory_limit {} "
+          "({} in use: {}). Lower the batch or model size, or split the model over more ranks "
+          "(parallel.pipeline_model_parallel_size / tensor_model_parallel_size)",
+          device_.str(), format_bytes(request), memory_category_name(category), format_bytes(stats_.limit),
+          format_bytes(stats_.current_total), stats_.breakdown()));
+    }
+    if (auto it = cache_.find(block); it != cache_.end()) {
+      data = it->second;
+      cache_.erase(it);
+    }
+    stats_.current[c] += request;
+    stats_.peak[c] = std::max(stats_.peak[c], stats_.current[c]);
+    stats_.current_total += request;
+    stats_.peak_total = std::max(stats_.peak_total, stats_.current_total);
+  }
+  if (data == nullptr) {
+    data = system_allocate(block);
+    std::lock_guard lock(mutex_);
+    if (data == nullptr) {
+      stats_.current[c] -= static_cast<std::int64_t>(bytes);
+      stats_.current_total -= static_cast<std::int64_t>(bytes);
+      throw OutOfMemoryError(fmt::format("out of memory on {}: the system refused {} for {}", device_.str(),
+                                         format_bytes(static_cast<std::int64_t>(block)),
+                                         memory_category_name(category)));
+    }
+    ++stats_.system_allocations;
+    stats_.reserved += static_cast<std::int64_t>(block);
+  }
+  return std::make_shared<Storage>(data, bytes, block, category, this);
+}
+
+void Allocator::release(void* data, std::size_t bytes, std::size_t block_bytes, MemoryCategory category) {
+  std::lock_guard lock(mutex_);
+  stats_.current[static_cast<int>(category)] -= static_cast<std::int64_t>(bytes);
+  stats_.current_total -= static_cast<std::int64_t>(bytes);
+  cache_.emplace(block_bytes, data);
+}
+
+void Allocator::set_limit(std::int64_t bytes) {
+  CLEAVE_CHECK(bytes >= 0, "memory limit must be >= 0, got {}", bytes);
+  std::lock_guard lock(mutex_);
+  stats_.limit = bytes;
+}
+
+std::int64_t Allocator::limit() const {
+  std::lock_guard lock(mutex_);
+  return stats_.limit;
+}
+
+MemoryStats Allocator::stats() const {
+  std::lock_guard lock(mutex_);
+  return stats_;
+}
+
+void Allocator::reset_peak() {
+  std::lock_guard lock(mutex_);
+  stats_.peak = stats_.current;
+  stats_.peak_total = stats_.current_total;
+}
+
+void Allocator::release_cache() {
+  std::lock_guard lock(mutex_);
+  for (auto& [block, ptr] : cache_) {
+    system_free(ptr, block);
+    stats_.reserved -= static_cast<std::int64_t>(block);
+  }
+  cache_.clear();
+}
+
+Allocator& cpu_allocator() {
+  static CpuAllocator allocator;
+  return allocator;
+}
+
+std::int64_t parse_bytes(std::string_view text, std::string_view what) {
+  std::string_view s = text;
+  while (!s.empty() && s.back() == ' ') s.remove_suffix(1);
+  double value = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  CLEAVE_CHECK(ec == std::errc() && value >= 0, "{}: cannot read '{}' as a size; expected e.g. 512MiB, 2GB, 1048576",
+               what, text);
+  std::string_view unit(ptr, static_cast<std::size_t>(s.data() + s.size() - ptr));
+  while (!unit.empty() && unit.front() == ' ') unit.remove_prefix(1);
+  double scale = 0;
+  if (unit.empty() || unit == "B") scale = 1;
+  else if (unit == "KiB") scale = 1024.0;
+  else if (unit == "MiB") scale = 1024.0 * 1024;
+  else if (unit == "GiB") scale = 1024.0 * 1024 * 1024;
+  else if (unit == "TiB") scale = 1024.0 * 1024 * 1024 * 1024;
+  else if (unit == "KB" || unit == "kB") scale = 1e3;
+  else if (unit == "MB") scale = 1e6;
+  else if (unit == "GB") scale = 1e9;
+  else if (unit == "TB") scale = 1e12;
+  CLEAVE_CHECK(scale > 0, "{}: unknown unit '{}' in '{}'; expected B, KiB, MiB, GiB, TiB, KB, MB, GB or TB", what,
+               unit, text);
+  return static_cast<std::int64_t>(std::llround(value * scale));
+}
+
+std::string format_bytes(std::int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (std::llabs(bytes) >= (1LL << 30)) return fmt::format("{:.2f} GiB", b / (1LL << 30));
+  if (std::llabs(bytes) >= (1LL << 20)) return fmt::format("{:.2f} MiB", b / (1LL << 20));
+  if (std::llabs(bytes) >= (1LL << 10)) return fmt::format("{:.2f} KiB", b / (1LL << 10));
+  return fmt::format("{} B", bytes);
+}
+
+}  // namespace cleave

@@ -1,0 +1,25 @@
+// Device: where a tensor lives. CPU is always available; cuda:N only in CUDA builds with a GPU.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace cleave {
+
+enum class DeviceType { kCpu, kCuda };
+
+struct Device {
+  DeviceType type = DeviceType::kCpu;
+  int index = 0;
+
+  static Device cpu() { return {DeviceType::kCpu, 0}; }
+  static Device cuda(int index) { return {DeviceType::kCuda, index}; }
+  bool is_cpu() const { return type == DeviceType::kCpu; }
+  bool is_cuda() const { return type == DeviceType::kCuda; }
+  std::string str() const;  // "cpu", "cuda:1"
+  friend bool operator==(const Device&, const Device&) = default;
+};
+
+Device parse_device(std::string_view text);  // "cpu" | "cuda" | "cuda:N"
+
+}  // namespace cleave

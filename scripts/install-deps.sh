@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs Cleave's build and test dependencies from Debian packages (run as root or with sudo).
+# Also fetches the handwritten-digits data set from Debian's python3-sklearn package into data/ (the
+# package is downloaded and unpacked locally, not installed; nothing comes from outside Debian's archive).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+packages=(
+  build-essential cmake pkg-config
+  libfmt-dev nlohmann-json3-dev libopenblas-dev
+  libopenmpi-dev openmpi-bin
+  libgtest-dev libgmock-dev libbenchmark-dev
+  fortunes
+)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Handwritten digits (8x8, 1797 samples) as shipped by Debian's python3-sklearn.
+if [ ! -f data/digits.csv.gz ]; then
+  mkdir -p data
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download python3-sklearn >/dev/null && dpkg-deb -x python3-sklearn_*.deb unpacked)
+  cp "$(find "$tmp/unpacked" -name digits.csv.gz | head -n 1)" data/digits.csv.gz
+  rm -rf "$tmp"
+fi
+echo "dependencies ready"

@@ -1,0 +1,11 @@
+// The `cleave` subcommands. Each lives in its own file under engine/cli/ and is listed in main.cpp's
+// table; argv[0] is the subcommand's name. A command returns the process exit code and throws
+// cleave::Error for bad input (main prints it and aborts the MPI job so no peer hangs).
+#pragma once
+
+namespace cleave::cli {
+
+int run_train(int argc, char** argv);
+int run_simulate(int argc, char** argv);
+
+}  // namespace cleave::cli

@@ -1,0 +1,73 @@
+// `cleave` entry point: dispatches to a subcommand and is the only place that turns an exception into an
+// exit code. Under MPI a failing rank prints "[rank r/N] error: ..." and aborts the whole job, so no peer
+// waits forever on a collective the failed rank will never join.
+#include <mpi.h>
+
+#include <cstdio>
+#include <cstring>
+#include <exception>
+#include <string_view>
+
+#include "cleave/config.hpp"
+#include "engine/cli/commands.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+
+namespace {
+
+struct Command {
+  std::string_view name;
+  std::string_view summary;
+  int (*run)(int argc, char** argv);
+};
+
+int run_version(int, char**) {
+  std::printf("cleave %s (BLAS: %s, CUDA backend: %s)\n", CLEAVE_VERSION, CLEAVE_BLAS_NAME,
+              CLEAVE_WITH_CUDA ? "compiled" : "not compiled");
+  return 0;
+}
+
+constexpr Command kCommands[] = {
+    {"train", "train a model from a JSON config (default: a tiny GPT on a synthetic task)", cleave::cli::run_train},
+    {"simulate", "simulate a pipeline schedule: bubble, memory, Chrome trace and SVG timeline",
+     cleave::cli::run_simulate},
+    {"version", "print the version and the compiled backends", run_version},
+};
+
+void print_usage(std::FILE* out) {
+  std::fprintf(out, "usage: cleave <command> [options]   (cleave <command> --help for details)\n\ncommands:\n");
+  for (const auto& c : kCommands) {
+    std::fprintf(out, "  %-10.*s %.*s\n", static_cast<int>(c.name.size()), c.name.data(),
+                 static_cast<int>(c.summary.size()), c.summary.data());
+  }
+  std::fprintf(out, "\nmulti-rank: mpirun -np N cleave train CONFIG\n");
+}
+
+bool launched_by_mpi() {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  return initialized != 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
+    print_usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  if (std::strcmp(argv[1], "--version") == 0) return run_version(0, nullptr);
+  for (const auto& command : kCommands) {
+    if (command.name != argv[1]) continue;
+    try {
+      return command.run(argc - 1, argv + 1);
+    } catch (const std::exception& e) {
+      cleave::log::error("{}", e.what());
+      if (launched_by_mpi() && cleave::log::world_size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
+      return 1;
+    }
+  }
+  std::fprintf(stderr, "cleave: unknown command '%s'\n\n", argv[1]);
+  print_usage(stderr);
+  return 2;
+}

@@ -1,0 +1,17 @@
+// AdamW update, PyTorch torch.optim.AdamW semantics (decoupled weight decay, bias correction).
+//
+// For each element, with step >= 1 (the 1-based count of updates including this one):
+//   param -= lr * weight_decay * param
+//   m = beta1 m + (1 - beta1) g;   v = beta2 v + (1 - beta2) g^2
+//   param -= lr * (m / (1 - beta1^step)) / (sqrt(v / (1 - beta2^step)) + eps)
+// Invariant: m and v are the caller's optimizer state (zero-initialised before step 1), updated in place.
+#pragma once
+
+#include <cstdint>
+
+namespace cleave::kernels::cpu {
+
+void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
+                  float beta2, float eps, float weight_decay, int64_t step);
+
+}  // namespace cleave::kernels::cpu

@@ -1,0 +1,19 @@
+// Causal multi-head self-attention core (llm.c layout), built on batched GEMMs.
+//
+// qkv is [B, T, 3C] with C = H * hd: q = columns [0, C), k = [C, 2C), v = [2C, 3C); head h uses columns
+// h*hd .. (h+1)*hd inside each third. out is [B, T, C] (heads concatenated, same column layout as q).
+// probs is [B, H, T, T]: the saved softmax of (q k^T) / sqrt(hd) with the causal mask; entries above
+// the diagonal are written as 0. Invariant: forward writes out and probs completely; backward overwrites
+// dqkv completely and uses dprobs_workspace ([B, H, T, T], caller-provided) as scratch.
+#pragma once
+
+#include <cstdint>
+
+namespace cleave::kernels::cpu {
+
+void attention_forward(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t H, int64_t hd);
+
+void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv,
+                        float* dprobs_workspace, int64_t B, int64_t T, int64_t H, int64_t hd);
+
+}  // namespace cleave::kernels::cpu

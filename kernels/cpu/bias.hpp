@@ -1,0 +1,17 @@
+// Bias add for a [rows, cols] activation and its gradient.
+//
+// Invariant (llm.c convention): activations are written (=) or updated in place, parameter gradients are
+// accumulated (+=), so several micro-batches can add into one gradient buffer.
+#pragma once
+
+#include <cstdint>
+
+namespace cleave::kernels::cpu {
+
+// y[r, c] += bias[c], in place.
+void bias_add_forward(float* y, const float* bias, int64_t rows, int64_t cols);
+
+// dbias[c] += sum_r dy[r, c].
+void bias_backward(const float* dy, float* dbias, int64_t rows, int64_t cols);
+
+}  // namespace cleave::kernels::cpu

@@ -1,0 +1,13 @@
+// GELU, tanh approximation as in GPT-2: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+//
+// Invariant: forward writes y (may alias x); backward overwrites dx with dy * gelu'(x) (dx may alias dy).
+#pragma once
+
+#include <cstdint>
+
+namespace cleave::kernels::cpu {
+
+void gelu_forward(const float* x, float* y, int64_t n);
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
+
+}  // namespace cleave::kernels::cpu

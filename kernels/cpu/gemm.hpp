@@ -1,0 +1,23 @@
+// Row-major single-precision GEMM on the CPU, backed by OpenBLAS (cblas_sgemm).
+//
+// Invariant: C[m,n] = alpha * op(A) * op(B) + beta * C, op(A) is m x k, op(B) is k x n, all row-major with
+// explicit leading dimensions (lda is the row stride of A as stored, i.e. >= k when !trans_a, >= m when
+// trans_a). Degenerate sizes are legal: m == 0 or n == 0 touches nothing; k == 0 still scales C by beta
+// (beta == 0 writes zeros, never reads C, so a NaN-poisoned C becomes 0 as BLAS specifies).
+// Synchronous; the caller owns every buffer.
+#pragma once
+
+#include <cstdint>
+
+namespace cleave::kernels::cpu {
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+
+// `batch` independent GEMMs; matrix i of A starts at a + i*stride_a (likewise B, C). Strides are in
+// floats; a stride of 0 broadcasts one A or B to every batch entry (C strides must not overlap).
+void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                          const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
+                          int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch);
+
+}  // namespace cleave::kernels::cpu

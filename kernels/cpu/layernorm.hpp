@@ -1,0 +1,20 @@
+// LayerNorm over the last dimension of a [rows, cols] tensor, with saved statistics.
+//
+// Invariant: forward writes y, mean[rows] and rstd[rows] = 1/sqrt(var + eps) (biased variance, as PyTorch);
+// backward_input overwrites dx; backward_weight ACCUMULATES (+=) into dgamma and dbeta.
+#pragma once
+
+#include <cstdint>
+
+namespace cleave::kernels::cpu {
+
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                       float* rstd, int64_t rows, int64_t cols, float eps);
+
+void layernorm_backward_input(const float* dy, const float* x, const float* gamma, const float* mean,
+                              const float* rstd, float* dx, int64_t rows, int64_t cols);
+
+void layernorm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd,
+                               float* dgamma, float* dbeta, int64_t rows, int64_t cols);
+
+}  // namespace cleave::kernels::cpu

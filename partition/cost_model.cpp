@@ -1,0 +1,201 @@
+// Per-block cost model (formulas and counting rules in cost_model.hpp).
+//
+// Composite blocks are the sum of their parts, built from the same small helpers the layer structure
+// mirrors (linear, layernorm, gelu, attention), so a change to one layer's stash is one change here.
+#include "partition/cost_model.hpp"
+
+#include "engine/core/error.hpp"
+
+namespace cleave::partition {
+namespace {
+
+constexpr std::int64_t kStatBytes = 4;  // f32 statistics, i32 ids / targets / argmax
+
+struct Parts {
+  double fwd = 0, in = 0, wt = 0;
+  std::int64_t params = 0;
+  std::int64_t act_float = 0;  // float elements stashed (× b)
+  std::int64_t act_fixed = 0;  // bytes of f32 / i32 stashed
+
+  Parts& operator+=(const Parts& o) {
+    fwd += o.fwd;
+    in += o.in;
+    wt += o.wt;
+    params += o.params;
+    act_float += o.act_float;
+    act_fixed += o.act_fixed;
+    return *this;
+  }
+};
+
+// y[rows, out] = x[rows, in] · Wᵀ (+ bias); stashes x.
+Parts linear(std::int64_t rows, std::int64_t in, std::int64_t out, bool bias) {
+  const double gemm = 2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out);
+  Parts p;
+  p.fwd = gemm + (bias ? static_cast<double>(rows * out) : 0.0);
+  p.in = gemm;
+  p.wt = gemm + (bias ? static_cast<double>(rows * out) : 0.0);
+  p.params = in * out + (bias ? out : 0);
+  p.act_float = rows * in;
+  return p;
+}
+
+// Stashes x, mean and rstd.
+Parts layernorm(std::int64_t rows, std::int64_t cols) {
+  const double n = static_cast<double>(rows * cols);
+  Parts p;
+  p.fwd = 8 * n;
+  p.in = 10 * n;
+  p.wt = 5 * n;
+  p.params = 2 * cols;
+  p.act_float = rows * cols;
+  p.act_fixed = 2 * rows * kStatBytes;
+  return p;
+}
+
+// Stashes its input.
+Parts gelu(std::int64_t n) {
+  Parts p;
+  p.fwd = 8.0 * static_cast<double>(n);
+  p.in = 12.0 * static_cast<double>(n);
+  p.act_float = n;
+  return p;
+}
+
+Parts relu(std::int64_t n) {
+  Parts p;
+  p.fwd = static_cast<double>(n);
+  p.in = static_cast<double>(n);
+  p.act_float = n;
+  return p;
+}
+
+// Core attention on qkv [T, 3D] -> [T, D]; stashes qkv and the probabilities [H, T, T].
+Parts attention(std::int64_t t, std::int64_t d, std::int64_t heads) {
+  const double td = static_cast<double>(t) * static_cast<double>(t) * static_cast<double>(d);
+  const double scores = static_cast<double>(heads) * static_cast<double>(t) * static_cast<double>(t);
+  Parts p;
+  p.fwd = 2 * (2 * td) + 5 * scores;  // Q·Kᵀ, P·V, softmax
+  p.in = 4 * (2 * td) + 5 * scores;   // dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q, softmax backward
+  p.act_float = 3 * t * d + heads * t * t;
+  return p;
+}
+
+Parts residual_add(std::int64_t n) {
+  Parts p;
+  p.fwd = static_cast<double>(n);
+  p.in = static_cast<double>(n);  // the residual gradient is summed into the branch gradient
+  return p;
+}
+
+Parts transformer(const BlockSpec& b) {
+  const std::int64_t t = b.seq_len, d = b.in_features, f = b.d_ff, h = b.n_heads;
+  CLEAVE_ASSERT(t > 0 && d > 0 && f > 0 && h > 0, "transformer block {} has unset sizes", b.name);
+  Parts p = layernorm(t, d);
+  p += linear(t, d, 3 * d, true);
+  p += attention(t, d, h);
+  p += linear(t, d, d, true);
+  p += residual_add(t * d);
+  p += layernorm(t, d);
+  p += linear(t, d, f, true);
+  p += gelu(t * f);
+  p += linear(t, f, d, true);
+  p += residual_add(t * d);
+  return p;
+}
+
+Parts parts_of(const BlockSpec& b) {
+  switch (b.kind) {
+    case BlockKind::kEmbedding: {
+      const std::int64_t t = b.seq_len, d = b.out_features;
+      Parts p;
+      p.fwd = static_cast<double>(t * d);
+      p.wt = 2.0 * static_cast<double>(t * d);
+      p.params = b.vocab_size * d + t * d;
+      p.act_fixed = t * kStatBytes;
+      return p;
+    }
+    case BlockKind::kTransformerBlock: return transformer(b);
+    case BlockKind::kLayerNorm: return layernorm(b.input.rows(), b.input.last());
+    case BlockKind::kLmHead: return linear(b.input.rows(), b.in_features, b.out_features, false);
+    case BlockKind::kLinear: return linear(b.input.numel() / b.in_features, b.in_features, b.out_features, true);
+    case BlockKind::kRelu: return relu(b.input.numel());
+    case BlockKind::kGelu: return gelu(b.input.numel());
+    case BlockKind::kConv2d: {
+      const std::int64_t c = b.input[0], hw = b.input[1] * b.input[2], co = b.out_features, k = b.kernel;
+      const double gemm = 2.0 * static_cast<double>(co) * static_cast<double>(hw) * static_cast<double>(c * k * k);
+      Parts p;
+      p.fwd = gemm + static_cast<double>(co * hw);
+      p.in = gemm;
+      p.wt = gemm + static_cast<double>(co * hw);
+      p.params = co * c * k * k + co;
+      p.act_float = c * hw;
+      return p;
+    }
+    case BlockKind::kMaxPool: {
+      const std::int64_t outputs = b.output.numel(), window = b.kernel * b.kernel;
+      Parts p;
+      p.fwd = static_cast<double>(outputs * window);
+      p.in = static_cast<double>(outputs);
+      p.act_fixed = outputs * kStatBytes;
+      return p;
+    }
+    case BlockKind::kFlatten: return Parts{};
+    case BlockKind::kSoftmaxCrossEntropy: {
+      const std::int64_t rows = b.input.rows(), classes = b.input.last();
+      Parts p;
+      p.fwd = 4.0 * static_cast<double>(rows * classes);
+      p.in = 3.0 * static_cast<double>(rows * classes);
+      p.act_float = rows * classes;
+      p.act_fixed = 2 * rows * kStatBytes;
+      return p;
+    }
+  }
+  CLEAVE_ASSERT(false, "unknown BlockKind {}", static_cast<int>(b.kind));
+}
+
+}  // namespace
+
+BlockCost block_cost(const BlockSpec& block, DType dtype) {
+  const auto b = static_cast<std::int64_t>(dtype_size(dtype));
+  const Parts p = parts_of(block);
+  BlockCost cost;
+  cost.forward_flops = p.fwd;
+  cost.input_grad_flops = p.in;
+  cost.weight_grad_flops = p.wt;
+  cost.param_count = p.params;
+  cost.param_bytes = p.params * b;
+  cost.activation_bytes = p.act_float * b + p.act_fixed;
+  cost.output_bytes = block.kind == BlockKind::kSoftmaxCrossEntropy ? 0 : block.output.numel() * b;
+  return cost;
+}
+
+std::vector<BlockCost> model_costs(const ModelSpec& spec, DType dtype) {
+  std::vector<BlockCost> costs;
+  costs.reserve(spec.blocks.size());
+  for (const BlockSpec& block : spec.blocks) costs.push_back(block_cost(block, dtype));
+  return costs;
+}
+
+std::int64_t unique_param_count(const ModelSpec& spec, std::size_t first_block, std::size_t last_block) {
+  CLEAVE_CHECK(first_block < last_block && last_block <= spec.blocks.size(),
+               "block range [{}, {}) is empty or outside the model's {} blocks", first_block, last_block,
+               spec.blocks.size());
+  std::int64_t count = 0;
+  bool has_embedding = false;
+  bool has_tied_head = false;
+  std::int64_t table = 0;
+  for (std::size_t i = first_block; i < last_block; ++i) {
+    const BlockSpec& b = spec.blocks[i];
+    count += parts_of(b).params;
+    if (b.kind == BlockKind::kEmbedding) has_embedding = true;
+    if (b.kind == BlockKind::kLmHead && b.tied) {
+      has_tied_head = true;
+      table = b.in_features * b.out_features;
+    }
+  }
+  if (has_embedding && has_tied_head) count -= table;
+  return count;
+}
+
+}  // namespace cleave::partition

@@ -1,0 +1,79 @@
+// Per-block cost model: FLOPs, parameter bytes and memory of each block of a ModelSpec, per sample.
+//
+// Everything here is computed from the BlockSpec alone (no layers are built), so the partitioner and the
+// schedule simulator can plan without devices. Figures are PER SAMPLE (one row of the batch: T tokens for
+// gpt, one example for mlp / cnn); multiply by the micro-batch size.
+//
+// Invariant kept with layers/: activation_bytes is exactly what the CPU layer's forward() leaves in its
+// Stash for one sample (tests/unit/layers checks the bytes held by a real stash against this number), so
+// pipeline memory estimates are honest. A block's stash includes its own input when backward needs it and
+// never its output, so summing activation_bytes over a stage's blocks counts each tensor once.
+//
+// Counting rules (b = dtype_size(dtype) for float tensors; statistics (LayerNorm mean / rstd, loss
+// log-sum-exp) are always f32, ids and targets always i32, max-pool argmax i32):
+//  - GEMM [m,k]x[k,n]: 2·m·n·k. Attention scores Q·Kᵀ and P·V are GEMMs; the causal mask is NOT exploited
+//    in the count (full T×T), matching the attention kernel, which computes every score.
+//  - forward: all forward GEMMs + elementwise work. input_grad: the GEMMs that produce input gradients
+//    (same size as the forward weight GEMMs; attention backward has four T×T GEMMs, twice its forward) +
+//    elementwise backward. weight_grad: the weight-gradient GEMMs + bias and norm-weight reductions.
+//  - elementwise, per element: bias add 1 (its gradient 1, in weight_grad); residual add 1; ReLU 1 / 1;
+//    GELU (tanh form) 8 forward / 12 backward; LayerNorm 8 forward, 10 input-grad, 5 weight-grad;
+//    softmax over attention scores 5 forward (scale, max, exp, sum, divide), 5 backward; cross-entropy
+//    4 per logit forward (max, subtract, exp, sum), 3 backward (exp, subtract one-hot, scale);
+//    max-pool window² comparisons per output forward, 1 per output backward; embedding: position add 1 per
+//    element forward, token + position scatter-add 2 per element weight-grad, no input gradient.
+//
+// Per block, with T = seq_len, D = d_model, F = d_ff, H = n_heads, V = vocab:
+//  embedding        params V·D + T·D; activation T·4 (ids)
+//  transformer      forward   8TD² + 4TDF + 4T²D GEMM (+ elementwise); input_grad 8TD² + 4TDF + 8T²D;
+//                   weight_grad 8TD² + 4TDF; params 4D² + 2DF + 9D + F;
+//                   activation (8TD + 2TF + H·T²)·b + 4T·4: ln1 input, ln1 output, qkv [T,3D], attention
+//                   probabilities [H,T,T], attention output, ln2 input, ln2 output, fc output [T,F],
+//                   gelu output [T,F], and mean + rstd of both norms
+//  final layernorm  params 2D; activation T·D·b + 2T·4
+//  lm head          2TDV each for forward / input_grad / weight_grad; params V·D (the tied table too: the
+//                   head owns or shares it; use unique_param_count() for a range); activation T·D·b
+//  loss             activation T·V·b (logits) + T·4 (log-sum-exp) + T·4 (targets); output_bytes 0 (the
+//                   scalar loss never crosses a stage boundary)
+//  linear [F]->[O]  2FO (+O bias) / 2FO / 2FO (+O); params FO + O; activation F·b (its input)
+//  relu, gelu       activation n·b (their input)
+//  conv2d           2·C'·H·W·C·k² each (+C'HW bias forward and weight-grad); params C'·C·k² + C';
+//                   activation C·H·W·b (its input; the im2col workspace is transient)
+//  maxpool          activation C·H'·W'·4 (argmax)
+//  flatten          zero (a view)
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "engine/core/dtype.hpp"
+#include "partition/model_spec.hpp"
+
+namespace cleave::partition {
+
+struct BlockCost {
+  double forward_flops = 0;      // per sample
+  double input_grad_flops = 0;   // per sample: backward_input
+  double weight_grad_flops = 0;  // per sample: backward_weight
+  std::int64_t param_bytes = 0;       // parameter values held by the block (param_count · b)
+  std::int64_t activation_bytes = 0;  // saved for backward by forward(), per sample
+  std::int64_t output_bytes = 0;      // boundary tensor sent to the next block / stage, per sample
+  std::int64_t param_count = 0;       // parameters held by the block (a tied head counts the table)
+
+  double backward_flops() const { return input_grad_flops + weight_grad_flops; }
+  double total_flops() const { return forward_flops + input_grad_flops + weight_grad_flops; }
+};
+
+// Cost of one block for element type `dtype` (activations and parameters; see the counting rules above).
+BlockCost block_cost(const BlockSpec& block, DType dtype = DType::kF32);
+
+// block_cost() of every block of `spec`, in block order.
+std::vector<BlockCost> model_costs(const ModelSpec& spec, DType dtype = DType::kF32);
+
+// Parameters held by blocks [first_block, last_block), counting a tied embedding table once when both the
+// embedding and the tied head are in the range (they share one Param then; in different ranges each holds
+// its own copy). Throws Error if the range is empty or out of bounds.
+std::int64_t unique_param_count(const ModelSpec& spec, std::size_t first_block, std::size_t last_block);
+
+}  // namespace cleave::partition

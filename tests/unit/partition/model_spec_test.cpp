@@ -1,0 +1,188 @@
+// ModelSpec builders: block order, names, per-sample boundary shapes, and errors naming the config key.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "engine/core/error.hpp"
+#include "partition/model_spec.hpp"
+
+namespace cleave::partition {
+namespace {
+
+std::string error_of(auto&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+void expect_chained(const ModelSpec& spec) {
+  for (std::size_t i = 1; i < spec.blocks.size(); ++i) {
+    EXPECT_EQ(spec.blocks[i - 1].output, spec.blocks[i].input) << "between blocks " << i - 1 << " and " << i;
+  }
+}
+
+TEST(ModelSpec, GptBlocksShapesAndNames) {
+  GptConfig c;
+  c.vocab_size = 65;
+  c.d_model = 32;
+  c.n_layers = 3;
+  c.n_heads = 4;
+  c.seq_len = 16;
+  const ModelSpec spec = make_gpt_spec(c);
+  ASSERT_EQ(spec.blocks.size(), 7u);
+  EXPECT_EQ(spec.type, "gpt");
+  EXPECT_EQ(spec.gpt.d_ff, 128);  // 0 resolves to 4 * d_model
+  EXPECT_EQ(spec.sample_input(), Shape({16}));
+  EXPECT_EQ(spec.input_dtype(), DType::kI32);
+  EXPECT_EQ(spec.items_per_sample(), 16);
+
+  const auto& e = spec.blocks[0];
+  EXPECT_EQ(e.kind, BlockKind::kEmbedding);
+  EXPECT_EQ(e.name, "embed");
+  EXPECT_EQ(e.output, Shape({16, 32}));
+  EXPECT_EQ(e.vocab_size, 65);
+  EXPECT_EQ(e.seq_len, 16);
+  EXPECT_EQ(e.out_features, 32);
+  for (int i = 0; i < 3; ++i) {
+    const auto& b = spec.blocks[1 + i];
+    EXPECT_EQ(b.kind, BlockKind::kTransformerBlock);
+    EXPECT_EQ(b.name, "blocks." + std::to_string(i));
+    EXPECT_EQ(b.input, Shape({16, 32}));
+    EXPECT_EQ(b.output, Shape({16, 32}));
+    EXPECT_EQ(b.n_heads, 4);
+    EXPECT_EQ(b.d_ff, 128);
+    EXPECT_EQ(b.input_dtype, DType::kF32);
+  }
+  EXPECT_EQ(spec.blocks[4].kind, BlockKind::kLayerNorm);
+  EXPECT_EQ(spec.blocks[4].name, "final_norm");
+  const auto& head = spec.blocks[5];
+  EXPECT_EQ(head.kind, BlockKind::kLmHead);
+  EXPECT_EQ(head.name, "head");
+  EXPECT_EQ(head.output, Shape({16, 65}));
+  EXPECT_TRUE(head.tied);
+  const auto& loss = spec.blocks[6];
+  EXPECT_EQ(loss.kind, BlockKind::kSoftmaxCrossEntropy);
+  EXPECT_EQ(loss.name, "loss");
+  EXPECT_EQ(loss.output.rank(), 0);
+  EXPECT_EQ(loss.output.numel(), 1);
+  expect_chained(spec);
+
+  c.tie_embeddings = false;
+  c.d_ff = 48;
+  const ModelSpec untied = make_gpt_spec(c);
+  EXPECT_FALSE(untied.blocks[5].tied);
+  EXPECT_EQ(untied.blocks[1].d_ff, 48);
+}
+
+TEST(ModelSpec, GptErrorsNameKeyAndNumbers) {
+  GptConfig c;
+  c.d_model = 100;
+  c.n_heads = 3;
+  EXPECT_EQ(error_of([&] { make_gpt_spec(c); }).find("model.d_model (100) must be divisible by model.n_heads (3)"),
+            0u);
+  c = GptConfig{};
+  c.vocab_size = 0;
+  EXPECT_NE(error_of([&] { make_gpt_spec(c); }).find("model.vocab_size must be > 0, got 0"), std::string::npos);
+  c = GptConfig{};
+  c.seq_len = -2;
+  EXPECT_NE(error_of([&] { make_gpt_spec(c); }).find("model.seq_len must be > 0, got -2"), std::string::npos);
+  c = GptConfig{};
+  c.d_ff = -1;
+  EXPECT_NE(error_of([&] { make_gpt_spec(c); }).find("model.d_ff"), std::string::npos);
+}
+
+TEST(ModelSpec, MlpBlocksFollowSequentialNumbering) {
+  MlpConfig c;
+  c.in_features = 20;
+  c.hidden = {30, 40};
+  c.num_classes = 7;
+  c.activation = "gelu";
+  const ModelSpec spec = make_mlp_spec(c);
+  ASSERT_EQ(spec.blocks.size(), 6u);
+  const BlockKind kinds[] = {BlockKind::kLinear, BlockKind::kGelu, BlockKind::kLinear,
+                             BlockKind::kGelu,   BlockKind::kLinear, BlockKind::kSoftmaxCrossEntropy};
+  for (std::size_t i = 0; i < 6; ++i) EXPECT_EQ(spec.blocks[i].kind, kinds[i]) << i;
+  EXPECT_EQ(spec.blocks[0].name, "layers.0");
+  EXPECT_EQ(spec.blocks[2].name, "layers.2");
+  EXPECT_EQ(spec.blocks[4].name, "layers.4");
+  EXPECT_EQ(spec.blocks[5].name, "loss");
+  EXPECT_EQ(spec.blocks[0].input, Shape({20}));
+  EXPECT_EQ(spec.blocks[2].in_features, 30);
+  EXPECT_EQ(spec.blocks[2].out_features, 40);
+  EXPECT_EQ(spec.blocks[4].output, Shape({7}));
+  EXPECT_EQ(spec.items_per_sample(), 1);
+  expect_chained(spec);
+
+  c.hidden = {};
+  EXPECT_EQ(make_mlp_spec(c).blocks.size(), 2u);  // a linear classifier is allowed
+  c.activation = "tanh";
+  EXPECT_NE(error_of([&] { make_mlp_spec(c); }).find("model.activation"), std::string::npos);
+  c.activation = "relu";
+  c.hidden = {8, 0};
+  EXPECT_NE(error_of([&] { make_mlp_spec(c); }).find("model.hidden[1] must be > 0, got 0"), std::string::npos);
+}
+
+TEST(ModelSpec, CnnShapesThroughConvPoolFlatten) {
+  CnnConfig c;
+  c.in_channels = 3;
+  c.height = 9;
+  c.width = 12;
+  c.channels = {5, 6};
+  c.kernel = 3;
+  c.pool = 2;
+  c.num_classes = 4;
+  const ModelSpec spec = make_cnn_spec(c);
+  ASSERT_EQ(spec.blocks.size(), 3u * 2 + 3);
+  EXPECT_EQ(spec.blocks[0].kind, BlockKind::kConv2d);
+  EXPECT_EQ(spec.blocks[0].input, Shape({3, 9, 12}));
+  EXPECT_EQ(spec.blocks[0].output, Shape({5, 9, 12}));
+  EXPECT_EQ(spec.blocks[0].kernel, 3);
+  EXPECT_EQ(spec.blocks[1].kind, BlockKind::kRelu);
+  EXPECT_EQ(spec.blocks[2].kind, BlockKind::kMaxPool);
+  EXPECT_EQ(spec.blocks[2].output, Shape({5, 4, 6}));
+  EXPECT_EQ(spec.blocks[3].output, Shape({6, 4, 6}));
+  EXPECT_EQ(spec.blocks[5].output, Shape({6, 2, 3}));
+  EXPECT_EQ(spec.blocks[6].kind, BlockKind::kFlatten);
+  EXPECT_EQ(spec.blocks[6].output, Shape({36}));
+  EXPECT_EQ(spec.blocks[7].kind, BlockKind::kLinear);
+  EXPECT_EQ(spec.blocks[7].name, "layers.7");
+  EXPECT_EQ(spec.blocks[7].in_features, 36);
+  EXPECT_EQ(spec.blocks[8].kind, BlockKind::kSoftmaxCrossEntropy);
+  EXPECT_EQ(spec.sample_input(), Shape({3, 9, 12}));
+  EXPECT_EQ(spec.input_dtype(), DType::kF32);
+  expect_chained(spec);
+}
+
+TEST(ModelSpec, CnnErrors) {
+  CnnConfig c;
+  c.height = 8;
+  c.width = 8;
+  c.channels = {4, 4, 4, 4};
+  c.pool = 2;
+  const std::string msg = error_of([&] { make_cnn_spec(c); });
+  EXPECT_NE(msg.find("model.height x model.width (8x8) does not survive 4 max-pools of model.pool (2)"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("8x8 -> 4x4 -> 2x2 -> 1x1 -> 0x0"), std::string::npos) << msg;
+  c = CnnConfig{};
+  c.kernel = 4;
+  EXPECT_NE(error_of([&] { make_cnn_spec(c); }).find("model.kernel (4) must be odd"), std::string::npos);
+  c = CnnConfig{};
+  c.channels = {};
+  EXPECT_NE(error_of([&] { make_cnn_spec(c); }).find("model.channels"), std::string::npos);
+  c = CnnConfig{};
+  c.in_channels = 0;
+  EXPECT_NE(error_of([&] { make_cnn_spec(c); }).find("model.in_channels must be > 0"), std::string::npos);
+}
+
+TEST(ModelSpec, BlockKindNames) {
+  EXPECT_EQ(block_kind_name(BlockKind::kTransformerBlock), "transformer_block");
+  EXPECT_EQ(block_kind_name(BlockKind::kSoftmaxCrossEntropy), "softmax_cross_entropy");
+  EXPECT_EQ(block_kind_name(BlockKind::kMaxPool), "maxpool");
+}
+
+}  // namespace
+}  // namespace cleave::partition

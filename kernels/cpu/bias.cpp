@@ -1,0 +1,40 @@
+// Bias forward (in place) and backward (column sums, accumulated). See bias.hpp.
+#include "kernels/cpu/bias.hpp"
+
+#include <algorithm>
+
+#include "engine/core/error.hpp"
+#include "kernels/cpu/parallel.hpp"
+
+namespace cleave::kernels::cpu {
+
+void bias_add_forward(float* y, const float* bias, int64_t rows, int64_t cols) {
+  CLEAVE_ASSERT(rows >= 0 && cols >= 0, "bias_add_forward: negative shape [{}, {}]", rows, cols);
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * cols))
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = y + r * cols;
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
+  }
+}
+
+void bias_backward(const float* dy, float* dbias, int64_t rows, int64_t cols) {
+  CLEAVE_ASSERT(rows >= 0 && cols >= 0, "bias_backward: negative shape [{}, {}]", rows, cols);
+  // Each thread owns a block of columns and sums every row of it in order: deterministic, no atomics.
+  constexpr int64_t kBlock = 256;
+  const int64_t blocks = (cols + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (blocks > 1 && detail::worth_parallel(rows * cols))
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t c0 = blk * kBlock;
+    const int64_t width = std::min(kBlock, cols - c0);
+    float acc[kBlock] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* row = dy + r * cols + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < width; ++c) acc[c] += row[c];
+    }
+    for (int64_t c = 0; c < width; ++c) dbias[c0 + c] += acc[c];
+  }
+}
+
+}  // namespace cleave::kernels::cpu

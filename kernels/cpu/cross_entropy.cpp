@@ -1,0 +1,74 @@
+// Fused softmax cross-entropy. See cross_entropy.hpp. Each row is read once for the max and once for the
+// sum of exponentials (forward) and once more for the gradient (backward); no softmax is stored. Per-row
+// losses are summed in row order, so the total does not depend on the thread count.
+#include "kernels/cpu/cross_entropy.hpp"
+
+#include <cmath>
+#include <vector>
+
+#include "engine/core/error.hpp"
+#include "kernels/cpu/parallel.hpp"
+#include "kernels/cpu/vec_math.hpp"
+
+namespace cleave::kernels::cpu {
+namespace {
+
+void check_targets(const char* op, const int32_t* targets, int64_t rows, int64_t classes) {
+  for (int64_t r = 0; r < rows; ++r) {
+    CLEAVE_CHECK(targets[r] >= -1 && targets[r] < classes,
+                 "{}: target {} at row {} is out of range [0, {}) (number of classes {}; -1 marks an ignored row)",
+                 op, targets[r], r, classes, classes);
+  }
+}
+
+}  // namespace
+
+int64_t count_valid_targets(const int32_t* targets, int64_t rows) {
+  CLEAVE_ASSERT(rows >= 0, "count_valid_targets: negative rows {}", rows);
+  int64_t count = 0;
+  for (int64_t r = 0; r < rows; ++r) count += targets[r] >= 0 ? 1 : 0;
+  return count;
+}
+
+double softmax_cross_entropy_forward(const float* logits, const int32_t* targets, float* lse, int64_t rows,
+                                     int64_t classes) {
+  CLEAVE_ASSERT(rows >= 0 && classes > 0, "softmax_cross_entropy_forward: bad shape [{}, {}]", rows, classes);
+  check_targets("softmax_cross_entropy_forward", targets, rows, classes);
+  std::vector<double> loss(static_cast<size_t>(rows), 0.0);
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * classes))
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits + r * classes;
+    const float mx = detail::max_of(x, classes);
+    const float sum = detail::exp_sum(x, mx, classes);
+    const float row_lse = mx + std::log(sum);
+    lse[r] = row_lse;
+    const int32_t t = targets[r];
+    loss[static_cast<size_t>(r)] = t >= 0 ? static_cast<double>(row_lse) - static_cast<double>(x[t]) : 0.0;
+  }
+  double total = 0.0;
+  for (double l : loss) total += l;
+  return total;
+}
+
+void softmax_cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, float scale,
+                                    float* dlogits, int64_t rows, int64_t classes) {
+  CLEAVE_ASSERT(rows >= 0 && classes > 0, "softmax_cross_entropy_backward: bad shape [{}, {}]", rows, classes);
+  check_targets("softmax_cross_entropy_backward", targets, rows, classes);
+  // dlogits may alias logits: every element is read before it is written, at the same index.
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * classes))
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits + r * classes;
+    float* dx = dlogits + r * classes;
+    const int32_t t = targets[r];
+    if (t < 0) {
+      for (int64_t c = 0; c < classes; ++c) dx[c] = 0.0f;
+      continue;
+    }
+    const float row_lse = lse[r];
+    const float x_t = x[t];
+    detail::exp_scale_store(x, row_lse, scale, dx, classes);
+    dx[t] = scale * (detail::exp_scalar(x_t - row_lse) - 1.0f);
+  }
+}
+
+}  // namespace cleave::kernels::cpu

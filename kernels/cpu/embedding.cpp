@@ -1,0 +1,74 @@
+// Token and position embeddings. See embedding.hpp. Ids are validated in a serial pass first (an
+// exception cannot leave an OpenMP region); gradients are accumulated in token order by column blocks,
+// so repeated ids give the same bits whatever the thread count.
+#include "kernels/cpu/embedding.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/core/error.hpp"
+#include "kernels/cpu/parallel.hpp"
+
+namespace cleave::kernels::cpu {
+
+void embedding_forward(const int32_t* ids, const float* table, float* out, int64_t n_tokens, int64_t dim,
+                       int64_t vocab) {
+  CLEAVE_ASSERT(n_tokens >= 0 && dim > 0 && vocab > 0, "embedding_forward: bad shape n_tokens={} dim={} vocab={}",
+                n_tokens, dim, vocab);
+  for (int64_t i = 0; i < n_tokens; ++i) {
+    CLEAVE_CHECK(ids[i] >= 0 && ids[i] < vocab,
+                 "embedding: token id {} at position {} is out of range [0, {}) (vocab_size {}); check that the "
+                 "data was tokenized with this model's vocabulary",
+                 ids[i], i, vocab, vocab);
+  }
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(n_tokens * dim))
+  for (int64_t i = 0; i < n_tokens; ++i) {
+    std::memcpy(out + i * dim, table + static_cast<int64_t>(ids[i]) * dim, static_cast<size_t>(dim) * sizeof(float));
+  }
+}
+
+void embedding_backward(const int32_t* ids, const float* dout, float* dtable, int64_t n_tokens, int64_t dim) {
+  CLEAVE_ASSERT(n_tokens >= 0 && dim > 0, "embedding_backward: bad shape n_tokens={} dim={}", n_tokens, dim);
+  for (int64_t i = 0; i < n_tokens; ++i) {
+    CLEAVE_ASSERT(ids[i] >= 0, "embedding_backward: negative id {} at position {} (forward validates ids)", ids[i], i);
+  }
+  constexpr int64_t kBlock = 256;
+  const int64_t blocks = (dim + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (blocks > 1 && detail::worth_parallel(n_tokens * dim))
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t c0 = blk * kBlock;
+    const int64_t width = std::min(kBlock, dim - c0);
+    for (int64_t i = 0; i < n_tokens; ++i) {
+      float* dst = dtable + static_cast<int64_t>(ids[i]) * dim + c0;
+      const float* src = dout + i * dim + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < width; ++c) dst[c] += src[c];
+    }
+  }
+}
+
+void position_embedding_forward(float* x, const float* pos, int64_t B, int64_t T, int64_t D) {
+  CLEAVE_ASSERT(B >= 0 && T >= 0 && D > 0, "position_embedding_forward: bad shape B={} T={} D={}", B, T, D);
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(B * T * D))
+  for (int64_t bt = 0; bt < B * T; ++bt) {
+    float* xr = x + bt * D;
+    const float* pr = pos + (bt % T) * D;
+#pragma omp simd
+    for (int64_t c = 0; c < D; ++c) xr[c] += pr[c];
+  }
+}
+
+void position_embedding_backward(const float* dx, float* dpos, int64_t B, int64_t T, int64_t D) {
+  CLEAVE_ASSERT(B >= 0 && T >= 0 && D > 0, "position_embedding_backward: bad shape B={} T={} D={}", B, T, D);
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(B * T * D))
+  for (int64_t t = 0; t < T; ++t) {
+    float* dst = dpos + t * D;
+    for (int64_t b = 0; b < B; ++b) {
+      const float* src = dx + (b * T + t) * D;
+#pragma omp simd
+      for (int64_t c = 0; c < D; ++c) dst[c] += src[c];
+    }
+  }
+}
+
+}  // namespace cleave::kernels::cpu

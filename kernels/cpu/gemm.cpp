@@ -1,0 +1,86 @@
+// Row-major GEMM over cblas_sgemm. See gemm.hpp for the contract.
+#include "kernels/cpu/gemm.hpp"
+
+#include <cblas.h>
+
+#include <limits>
+
+#include "engine/core/error.hpp"
+
+namespace cleave::kernels::cpu {
+namespace {
+
+// OpenBLAS runs a GEMM on the calling thread alone when m*n*k is at most 65536 * 4 (interface/gemm.c,
+// SMP_THRESHOLD_MIN * GEMM_MULTITHREAD_THRESHOLD). Batches of such small GEMMs are spread over OpenMP
+// threads instead; larger ones run one after another, each using OpenBLAS's own threads (never both, so
+// the two thread pools do not fight over the cores).
+constexpr double kOpenBlasSingleThreadMnk = 65536.0 * 4.0;
+
+void check_gemm(const char* op, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda,
+                int64_t ldb, int64_t ldc) {
+  constexpr int64_t kMax = std::numeric_limits<int>::max();
+  CLEAVE_ASSERT(m >= 0 && n >= 0 && k >= 0, "{}: negative size m={} n={} k={}", op, m, n, k);
+  CLEAVE_ASSERT(m <= kMax && n <= kMax && k <= kMax && lda <= kMax && ldb <= kMax && ldc <= kMax,
+                "{}: size exceeds the 32-bit BLAS interface (m={} n={} k={} lda={} ldb={} ldc={})", op, m, n,
+                k, lda, ldb, ldc);
+  const int64_t min_lda = trans_a ? m : k;  // columns of A as stored
+  const int64_t min_ldb = trans_b ? k : n;
+  CLEAVE_ASSERT(lda >= 1 && lda >= min_lda, "{}: lda={} < {} (trans_a={}, m={}, k={})", op, lda, min_lda,
+                trans_a, m, k);
+  CLEAVE_ASSERT(ldb >= 1 && ldb >= min_ldb, "{}: ldb={} < {} (trans_b={}, k={}, n={})", op, ldb, min_ldb,
+                trans_b, k, n);
+  CLEAVE_ASSERT(ldc >= 1 && ldc >= n, "{}: ldc={} < n={}", op, ldc, n);
+}
+
+// C = beta * C over an m x n block (BLAS semantics: beta == 0 writes zeros without reading C).
+void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
+  if (beta == 1.0f) return;
+  for (int64_t i = 0; i < m; ++i) {
+    float* row = c + i * ldc;
+    if (beta == 0.0f) {
+      for (int64_t j = 0; j < n; ++j) row[j] = 0.0f;
+    } else {
+      for (int64_t j = 0; j < n; ++j) row[j] *= beta;
+    }
+  }
+}
+
+void gemm_unchecked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    scale_c(m, n, beta, c, ldc);
+    return;
+  }
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
+              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+}  // namespace
+
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  check_gemm("gemm", trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  CLEAVE_ASSERT(m == 0 || n == 0 || c != nullptr, "gemm: null C for a {}x{} result", m, n);
+  CLEAVE_ASSERT(m == 0 || n == 0 || k == 0 || (a != nullptr && b != nullptr), "gemm: null A or B");
+  gemm_unchecked(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                          const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
+                          int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch) {
+  check_gemm("gemm_strided_batched", trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  CLEAVE_ASSERT(batch >= 0, "gemm_strided_batched: negative batch {}", batch);
+  if (m == 0 || n == 0 || batch == 0) return;
+  CLEAVE_ASSERT(c != nullptr && (k == 0 || (a != nullptr && b != nullptr)), "gemm_strided_batched: null pointer");
+  const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const bool spread = batch > 1 && mnk <= kOpenBlasSingleThreadMnk;
+#pragma omp parallel for schedule(static) if (spread)
+  for (int64_t i = 0; i < batch; ++i) {
+    gemm_unchecked(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
+                   c + i * stride_c, ldc);
+  }
+}
+
+}  // namespace cleave::kernels::cpu

@@ -1,0 +1,97 @@
+// LayerNorm forward / backward. See layernorm.hpp. Rows are independent (parallel over rows); the weight
+// gradient is a column reduction done by column blocks, each summing its rows in order (deterministic).
+#include "kernels/cpu/layernorm.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/core/error.hpp"
+#include "kernels/cpu/parallel.hpp"
+
+namespace cleave::kernels::cpu {
+
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                       float* rstd, int64_t rows, int64_t cols, float eps) {
+  CLEAVE_ASSERT(rows >= 0 && cols > 0, "layernorm_forward: bad shape [{}, {}]", rows, cols);
+  CLEAVE_ASSERT(eps >= 0.0f, "layernorm_forward: negative eps {}", eps);
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * cols))
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* xr = x + r * cols;
+    float* yr = y + r * cols;
+    float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+    for (int64_t c = 0; c < cols; ++c) sum += xr[c];
+    const float mu = sum / static_cast<float>(cols);
+    float sq = 0.0f;  // two-pass variance: no cancellation for rows with a large mean
+#pragma omp simd reduction(+ : sq)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float d = xr[c] - mu;
+      sq += d * d;
+    }
+    const float rs = 1.0f / std::sqrt(sq / static_cast<float>(cols) + eps);
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
+    mean[r] = mu;
+    rstd[r] = rs;
+  }
+}
+
+void layernorm_backward_input(const float* dy, const float* x, const float* gamma, const float* mean,
+                              const float* rstd, float* dx, int64_t rows, int64_t cols) {
+  CLEAVE_ASSERT(rows >= 0 && cols > 0, "layernorm_backward_input: bad shape [{}, {}]", rows, cols);
+  // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma.
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * cols))
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* dyr = dy + r * cols;
+    const float* xr = x + r * cols;
+    float* dxr = dx + r * cols;
+    const float mu = mean[r];
+    const float rs = rstd[r];
+    float sum_g = 0.0f;
+    float sum_gx = 0.0f;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+    for (int64_t c = 0; c < cols; ++c) {
+      const float g = dyr[c] * gamma[c];
+      sum_g += g;
+      sum_gx += g * (xr[c] - mu) * rs;
+    }
+    const float mean_g = sum_g / static_cast<float>(cols);
+    const float mean_gx = sum_gx / static_cast<float>(cols);
+#pragma omp simd
+    for (int64_t c = 0; c < cols; ++c) {
+      const float xhat = (xr[c] - mu) * rs;
+      dxr[c] = rs * (dyr[c] * gamma[c] - mean_g - xhat * mean_gx);
+    }
+  }
+}
+
+void layernorm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd,
+                               float* dgamma, float* dbeta, int64_t rows, int64_t cols) {
+  CLEAVE_ASSERT(rows >= 0 && cols > 0, "layernorm_backward_weight: bad shape [{}, {}]", rows, cols);
+  constexpr int64_t kBlock = 128;
+  const int64_t blocks = (cols + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (blocks > 1 && detail::worth_parallel(rows * cols))
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t c0 = blk * kBlock;
+    const int64_t width = std::min(kBlock, cols - c0);
+    float acc_gamma[kBlock] = {};
+    float acc_beta[kBlock] = {};
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* dyr = dy + r * cols + c0;
+      const float* xr = x + r * cols + c0;
+      const float mu = mean[r];
+      const float rs = rstd[r];
+#pragma omp simd
+      for (int64_t c = 0; c < width; ++c) {
+        acc_gamma[c] += dyr[c] * (xr[c] - mu) * rs;
+        acc_beta[c] += dyr[c];
+      }
+    }
+    for (int64_t c = 0; c < width; ++c) {
+      dgamma[c0 + c] += acc_gamma[c];
+      dbeta[c0 + c] += acc_beta[c];
+    }
+  }
+}
+
+}  // namespace cleave::kernels::cpu

@@ -1,0 +1,147 @@
+// RunConfig: the strict JSON run configuration (DESIGN §5) as plain structs with defaults.
+//
+// Invariants:
+//  - An empty config `{}` is valid: it trains the default tiny GPT on the synthetic task on one CPU rank.
+//  - A RunConfig returned by load_config() / parse_config() has passed every check that needs no world size:
+//    unknown, duplicate and mistyped keys, non-positive sizes, d_model % n_heads, enum values, and
+//    model/data compatibility. Every error is a cleave::Error whose one-line message names the key path and
+//    the numbers. resolve() adds what needs the world size (data_parallel_size, the batch triple).
+//  - to_json() writes every field, so parse_config(to_json(c)) == c (operator== below).
+//
+// Extending: add the field to its struct with a default, then read it in config.cpp's read_<section>() and
+// write it in write_<section>(); the round-trip test catches a field written but not read.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "partition/model_spec.hpp"
+
+namespace cleave::config {
+
+struct ModelConfig {
+  std::string type = "gpt";  // gpt | mlp | cnn; only the matching struct below is read and written
+  partition::GptConfig gpt;  // d_ff is resolved (4 * d_model when not given)
+  partition::MlpConfig mlp;
+  partition::CnnConfig cnn;
+  friend bool operator==(const ModelConfig&, const ModelConfig&);
+};
+
+struct PartitionConfig {
+  std::string method = "cost";                // cost | uniform | parameters | manual
+  std::vector<std::int64_t> blocks_per_stage;  // manual only: one entry per stage (pp × virtual stages)
+  friend bool operator==(const PartitionConfig&, const PartitionConfig&) = default;
+};
+
+struct ParallelConfig {
+  int tensor_model_parallel_size = 1;
+  int pipeline_model_parallel_size = 1;
+  int data_parallel_size = -1;  // -1: world size / (tp × pp), filled in by RunConfig::resolve
+  int virtual_pipeline_stages = 1;
+  std::string schedule = "1f1b";  // a name from known_schedules() or the path of a schedule file
+  PartitionConfig partition;
+  double dp_bucket_mb = 25.0;  // gradient all-reduce bucket size
+  friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
+};
+
+// Any two of the three imply the third (with dp): global = micro × accumulation × dp. Unset = nullopt.
+struct BatchConfig {
+  std::optional<std::int64_t> global_batch_size;
+  std::optional<std::int64_t> micro_batch_size;
+  std::optional<std::int64_t> gradient_accumulation_steps;
+  friend bool operator==(const BatchConfig&, const BatchConfig&) = default;
+};
+
+// All three batch numbers, consistent with dp_size.
+struct ResolvedBatch {
+  std::int64_t global_batch_size = 0;
+  std::int64_t micro_batch_size = 0;
+  std::int64_t gradient_accumulation_steps = 0;
+  std::int64_t per_rank() const { return micro_batch_size * gradient_accumulation_steps; }
+};
+
+// Fills in the missing batch numbers for `dp_size` data-parallel replicas. Throws Error naming all three
+// numbers and dp when they contradict, or when global is not divisible by micro × dp. With none given:
+// micro 8, accumulation 1; with one given the other of (micro, accumulation) defaults to 8 / 1.
+ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size);
+
+struct OptimizerConfig {
+  std::string type = "adamw";  // adamw | sgd
+  double lr = 1e-3;
+  double weight_decay = 0.01;  // decoupled (AdamW) / L2 added to the gradient (SGD); biases and norms exempt
+  std::array<double, 2> betas = {0.9, 0.999};  // adamw
+  double eps = 1e-8;                           // adamw
+  double momentum = 0.9;                       // sgd
+  bool nesterov = false;                       // sgd
+  double grad_clip = 1.0;                      // max global gradient norm; 0 = off
+  std::int64_t warmup_steps = 0;               // linear warm-up from 0 to lr
+  std::string schedule = "cosine";             // cosine | constant | linear (decay to min_lr at train.steps)
+  double min_lr = 0.0;
+  int zero_stage = 0;  // 0 | 1 (shard optimizer state across dp)
+  friend bool operator==(const OptimizerConfig&, const OptimizerConfig&) = default;
+};
+
+struct TrainConfig {
+  std::int64_t steps = 300;
+  std::uint64_t seed = 1234;
+  std::int64_t log_interval = 10;
+  bool deterministic = false;     // fixed-order reductions: bit-identical results across runs and layouts
+  std::string out_dir = "runs/default";
+  double comm_timeout_s = 300.0;  // watchdog: abort a collective or transfer that takes longer
+  bool trace = false;             // write per-rank trace.json timelines
+  std::int64_t eval_interval = 0;  // evaluate every N steps (0 = only at the end)
+  std::int64_t eval_batches = 8;   // global batches per evaluation (0 = no evaluation)
+  friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
+};
+
+struct DataConfig {
+  std::string type = "synthetic";  // text | tokens | digits | synthetic
+  std::string path;                // text, tokens: required; digits: defaults to data/digits.csv.gz
+  std::string val_path;            // text, tokens: evaluation file (else the last val_fraction of path)
+  double val_fraction = 0.1;       // held-out tail of the file (digits: default 0.2, its test split)
+  std::string format = "llmc";     // tokens: llmc (llm.c shard with header) | uint16 (headerless)
+  friend bool operator==(const DataConfig&, const DataConfig&) = default;
+};
+
+struct DeviceConfig {
+  std::string type = "cpu";      // cpu | cuda
+  std::int64_t memory_limit = 0;  // bytes per device, 0 = no cap (JSON: bytes or a string like "512MiB")
+  std::string precision = "fp32";  // fp32 | bf16
+  friend bool operator==(const DeviceConfig&, const DeviceConfig&) = default;
+};
+
+struct RunConfig {
+  ModelConfig model;
+  ParallelConfig parallel;
+  BatchConfig batch;
+  OptimizerConfig optimizer;
+  TrainConfig train;
+  DataConfig data;
+  DeviceConfig device;
+
+  // Fills parallel.data_parallel_size (when -1) from the world size and all three batch numbers. Throws
+  // Error when world_size is not tp × pp × dp or the batch numbers contradict. Idempotent.
+  void resolve(int world_size);
+  // The batch numbers after resolve() (asserts that it ran).
+  ResolvedBatch resolved_batch() const;
+
+  friend bool operator==(const RunConfig&, const RunConfig&) = default;
+};
+
+// Parses a config file (empty path: the defaults) and applies `overrides` ("key.path=value", value parsed
+// as JSON when it parses, else taken as a string). Validates everything that needs no world size.
+RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+// Same from JSON text; `origin` names it in messages (a file name, "--set", "<string>").
+RunConfig parse_config(std::string_view json_text, std::string_view origin = "<string>",
+                       const std::vector<std::string>& overrides = {});
+// The fully resolved config as pretty-printed JSON text (every key, defaults included).
+std::string to_json(const RunConfig& config);
+
+// Schedule names parallel.schedule accepts besides a file path.
+const std::vector<std::string>& known_schedules();
+
+}  // namespace cleave::config

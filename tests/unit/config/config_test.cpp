@@ -1,0 +1,327 @@
+// Config: defaults, every strictness error (message names the key path and the numbers), --set overrides,
+// batch resolution and the to_json -> parse round trip.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/config/config.hpp"
+#include "engine/core/error.hpp"
+
+namespace cleave::config {
+namespace {
+
+// Parses `text` with `overrides`, expects cleave::Error, and checks that the message contains each needle.
+void expect_error(const std::string& text, const std::vector<std::string>& needles,
+                  const std::vector<std::string>& overrides = {}) {
+  try {
+    (void)parse_config(text, "run.json", overrides);
+    ADD_FAILURE() << "no error for: " << text;
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.find('\n'), std::string::npos) << "message is not one line: " << message;
+    for (const auto& needle : needles) {
+      EXPECT_NE(message.find(needle), std::string::npos) << "message lacks '" << needle << "': " << message;
+    }
+  }
+}
+
+TEST(Config, EmptyConfigIsTheSyntheticTinyGpt) {
+  const RunConfig c = parse_config("{}");
+  EXPECT_EQ(c.model.type, "gpt");
+  EXPECT_EQ(c.data.type, "synthetic");
+  EXPECT_EQ(c.model.gpt.d_ff, 4 * c.model.gpt.d_model);
+  EXPECT_EQ(c.parallel.data_parallel_size, -1);
+  EXPECT_FALSE(c.batch.global_batch_size.has_value());
+  EXPECT_EQ(load_config(""), c);
+  EXPECT_EQ(parse_config(""), c);
+}
+
+TEST(Config, ReadsEverySection) {
+  const RunConfig c = parse_config(R"({
+    "model": {"type": "gpt", "vocab_size": 300, "d_model": 96, "n_layers": 3, "n_heads": 6, "seq_len": 17,
+              "tie_embeddings": false},
+    "parallel": {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 3, "data_parallel_size": 2,
+                 "virtual_pipeline_stages": 2, "schedule": "interleaved_1f1b",
+                 "partition": {"method": "manual", "blocks_per_stage": [2, 1, 1, 1, 1, 1]}, "dp_bucket_mb": 4.5},
+    "batch": {"global_batch_size": 48, "micro_batch_size": 4},
+    "optimizer": {"type": "sgd", "lr": 0.05, "weight_decay": 0.001, "betas": [0.8, 0.95], "eps": 1e-6,
+                  "momentum": 0.85, "nesterov": true, "grad_clip": 0.5, "warmup_steps": 7, "schedule": "linear",
+                  "min_lr": 0.001, "zero_stage": 1},
+    "train": {"steps": 11, "seed": 18446744073709551615, "log_interval": 3, "deterministic": true,
+              "out_dir": "runs/x", "comm_timeout_s": 12.5, "trace": true, "eval_interval": 5, "eval_batches": 2},
+    "data": {"type": "tokens", "path": "a.bin", "val_path": "b.bin", "val_fraction": 0.25, "format": "uint16"},
+    "device": {"type": "cuda", "memory_limit": "1.5GiB", "precision": "bf16"}
+  })");
+  EXPECT_EQ(c.model.gpt.vocab_size, 300);
+  EXPECT_EQ(c.model.gpt.d_ff, 384);
+  EXPECT_FALSE(c.model.gpt.tie_embeddings);
+  EXPECT_EQ(c.parallel.pipeline_model_parallel_size, 3);
+  EXPECT_EQ(c.parallel.partition.blocks_per_stage, (std::vector<std::int64_t>{2, 1, 1, 1, 1, 1}));
+  EXPECT_DOUBLE_EQ(c.parallel.dp_bucket_mb, 4.5);
+  EXPECT_EQ(*c.batch.global_batch_size, 48);
+  EXPECT_EQ(c.optimizer.type, "sgd");
+  EXPECT_DOUBLE_EQ(c.optimizer.betas[1], 0.95);
+  EXPECT_TRUE(c.optimizer.nesterov);
+  EXPECT_EQ(c.optimizer.zero_stage, 1);
+  EXPECT_EQ(c.train.seed, 18446744073709551615ull);
+  EXPECT_EQ(c.train.out_dir, "runs/x");
+  EXPECT_EQ(c.data.format, "uint16");
+  EXPECT_EQ(c.device.memory_limit, 1610612736);
+  EXPECT_EQ(c.device.precision, "bf16");
+}
+
+TEST(Config, MlpAndCnnModels) {
+  const RunConfig m = parse_config(
+      R"({"model": {"type": "mlp", "in_features": 64, "hidden": [33, 17], "num_classes": 10, "activation": "gelu"},
+          "data": {"type": "digits"}})");
+  EXPECT_EQ(m.model.mlp.hidden, (std::vector<std::int64_t>{33, 17}));
+  EXPECT_EQ(m.data.path, "data/digits.csv.gz");
+  EXPECT_DOUBLE_EQ(m.data.val_fraction, 0.2);
+  const RunConfig c = parse_config(
+      R"({"model": {"type": "cnn", "in_channels": 3, "height": 12, "width": 9, "channels": [5], "kernel": 5,
+                    "pool": 3, "num_classes": 4}})");
+  EXPECT_EQ(c.model.cnn.width, 9);
+  EXPECT_EQ(c.model.cnn.kernel, 5);
+}
+
+TEST(Config, MalformedJsonNamesLineAndColumn) {
+  expect_error("{\n  \"train\": {\"steps\": 10,\n  }\n}", {"run.json", "malformed JSON", "line 3, column 3"});
+  expect_error("{\"train\": ", {"run.json", "malformed JSON", "line 1"});
+  expect_error("[1, 2]", {"run.json", "expected a JSON object", "[1,2]"});
+}
+
+TEST(Config, DuplicateKeysNameThePath) {
+  expect_error(R"({"optimizer": {"lr": 0.1, "type": "sgd", "lr": 0.2}})", {"run.json", "duplicate key optimizer.lr"});
+  expect_error(R"({"train": {}, "train": {}})", {"duplicate key train"});
+  expect_error(R"({"model": {"type": "mlp", "hidden": [1, 2]}, "x": [{"a": 1}, {"b": 1, "b": 2}]})",
+               {"duplicate key x[1].b"});
+}
+
+TEST(Config, UnknownKeysSuggestTheClosest) {
+  expect_error(R"({"optimizer": {"lrr": 0.1}})", {"run.json", "unknown key optimizer.lrr", "did you mean optimizer.lr?"});
+  expect_error(R"({"train": {"lr": 0.1}})", {"unknown key train.lr", "did you mean optimizer.lr?"});
+  expect_error(R"({"optimiser": {}})", {"unknown key optimiser", "did you mean optimizer?"});
+  expect_error(R"({"model": {"hidden": [4]}})", {"unknown key model.hidden", "mlp", "model.type is \"gpt\""});
+  expect_error(R"({"data": {"zzzzzz": 1}})", {"unknown key data.zzzzzz", "known keys in data", "val_fraction"});
+  // All unknown keys in one message.
+  expect_error(R"({"train": {"stepz": 1}, "device": {"typo": 1}})", {"train.stepz", "device.typo"});
+}
+
+TEST(Config, WrongTypesNameKeyAndValue) {
+  expect_error(R"({"optimizer": {"lr": "abc"}})", {"optimizer.lr: expected a number, got \"abc\""});
+  expect_error(R"({"train": {"steps": 2.5}})", {"train.steps: expected an integer, got 2.5"});
+  expect_error(R"({"train": {"deterministic": 1}})", {"train.deterministic: expected true or false, got 1"});
+  expect_error(R"({"train": {"out_dir": 7}})", {"train.out_dir: expected a string, got 7"});
+  expect_error(R"({"model": {"type": "mlp", "hidden": [8, "x"]}})", {"model.hidden[1]: expected an integer"});
+  expect_error(R"({"optimizer": {"betas": [0.9]}})", {"optimizer.betas: expected an array of 2 numbers"});
+  expect_error(R"({"parallel": 3})", {"parallel: expected an object, got 3"});
+  expect_error(R"({"model": {"type": "rnn"}})", {"model.type", "\"rnn\" is not one of", "\"gpt\""});
+  expect_error(R"({"optimizer": {"type": "adam"}})", {"optimizer.type", "did you mean \"adamw\"?"});
+  expect_error(R"({"device": {"memory_limit": "12 parsecs"}})", {"device.memory_limit", "parsecs"});
+  expect_error(R"({"device": {"memory_limit": true}})", {"device.memory_limit", "expected a size"});
+  // 10.0 is an integer written as a float: accepted.
+  EXPECT_EQ(parse_config(R"({"train": {"steps": 10.0}})").train.steps, 10);
+}
+
+TEST(Config, NonPositiveSizesNameKeyAndValue) {
+  expect_error(R"({"model": {"d_model": 0}})", {"model.d_model: must be positive, got 0"});
+  expect_error(R"({"model": {"n_layers": -3}})", {"model.n_layers: must be positive, got -3"});
+  expect_error(R"({"model": {"type": "mlp", "hidden": [8, 0]}})", {"model.hidden[1]: must be positive, got 0"});
+  expect_error(R"({"batch": {"micro_batch_size": 0}})", {"batch.micro_batch_size: must be positive, got 0"});
+  expect_error(R"({"parallel": {"pipeline_model_parallel_size": -2}})",
+               {"parallel.pipeline_model_parallel_size: must be positive, got -2"});
+  expect_error(R"({"parallel": {"data_parallel_size": 0}})", {"parallel.data_parallel_size", "got 0"});
+  expect_error(R"({"train": {"seed": -1}})", {"train.seed", "-1"});
+  expect_error(R"({"optimizer": {"lr": -0.5}})", {"optimizer.lr", "-0.5"});
+  expect_error(R"({"optimizer": {"betas": [0.9, 1.0]}})", {"optimizer.betas[1]", "1 is outside [0, 1)"});
+  expect_error(R"({"optimizer": {"eps": 0}})", {"optimizer.eps", "0 is outside (0"});
+  expect_error(R"({"data": {"val_fraction": 1.0}})", {"data.val_fraction", "outside [0, 1)"});
+  expect_error(R"({"optimizer": {"zero_stage": 3}})", {"optimizer.zero_stage", "0 or 1, got 3"});
+}
+
+TEST(Config, CrossKeyChecksNameBothKeys) {
+  expect_error(R"({"model": {"d_model": 100, "n_heads": 3}})", {"model.d_model", "100", "model.n_heads 3"});
+  expect_error(R"({"model": {"n_heads": 4}, "parallel": {"tensor_model_parallel_size": 3}})",
+               {"model.n_heads", "4", "tensor_model_parallel_size 3"});
+  expect_error(R"({"model": {"type": "cnn", "kernel": 4}})", {"model.kernel", "odd", "4"});
+  expect_error(R"({"model": {"type": "cnn", "channels": [4, 4, 4, 4]}})", {"model.channels", "8×8", "stage 4"});
+  expect_error(R"({"optimizer": {"lr": 0.001, "min_lr": 0.01}})", {"optimizer.min_lr", "0.01", "0.001"});
+  expect_error(R"({"optimizer": {"type": "sgd", "momentum": 0, "nesterov": true}})", {"optimizer.nesterov"});
+  expect_error(R"({"parallel": {"pipeline_model_parallel_size": 2, "partition": {"method": "manual",
+                  "blocks_per_stage": [1, 2, 3]}}})",
+               {"blocks_per_stage", "has 3 entries", "pipeline_model_parallel_size 2", "= 2"});
+  expect_error(R"({"parallel": {"partition": {"blocks_per_stage": [3]}}})", {"blocks_per_stage", "manual"});
+  expect_error(R"({"parallel": {"partition": {"method": "manual"}}})", {"blocks_per_stage", "required"});
+  expect_error(R"({"parallel": {"schedule": "1fb1"}})", {"parallel.schedule", "\"1fb1\"", "did you mean \"1f1b\"?"});
+  expect_error(R"({"data": {"type": "text"}})", {"data.path", "required", "text"});
+  expect_error(R"({"data": {"type": "text", "path": "x.txt"}, "model": {"vocab_size": 100}})",
+               {"model.vocab_size", "100", "256"});
+  expect_error(R"({"data": {"type": "digits"}})", {"data.type", "digits", "mlp"});
+  expect_error(R"({"data": {"type": "digits"}, "model": {"type": "mlp", "in_features": 32}})",
+               {"model.in_features", "32", "64"});
+  expect_error(R"({"data": {"type": "digits"}, "model": {"type": "cnn", "height": 9}})", {"height 9", "1 × 8 × 8"});
+  expect_error(R"({"data": {"type": "tokens", "path": "t.bin", "val_fraction": 0}})",
+               {"train.eval_batches", "8", "val_fraction"});
+  expect_error(R"({"train": {"out_dir": ""}})", {"train.out_dir", "empty"});
+}
+
+TEST(Config, SetOverrides) {
+  const RunConfig c = parse_config(R"({"optimizer": {"lr": 0.1}})", "run.json",
+                                   {"optimizer.lr=3e-4", "parallel.pipeline_model_parallel_size=4",
+                                    "train.out_dir=runs/exp 1", "optimizer.betas=[0.5,0.6]", "data.path=123",
+                                    "model.type=mlp", "device.memory_limit=512MiB", "train.deterministic=true"});
+  EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
+  EXPECT_EQ(c.parallel.pipeline_model_parallel_size, 4);
+  EXPECT_EQ(c.train.out_dir, "runs/exp 1");
+  EXPECT_DOUBLE_EQ(c.optimizer.betas[0], 0.5);
+  EXPECT_EQ(c.data.path, "123");  // a string key keeps the typed text even when it parses as a number
+  EXPECT_EQ(c.model.type, "mlp");
+  EXPECT_EQ(c.device.memory_limit, 512 << 20);
+  EXPECT_TRUE(c.train.deterministic);
+  // Creates sections that the file does not have.
+  EXPECT_EQ(parse_config("{}", "x", {"batch.global_batch_size=32"}).batch.global_batch_size, 32);
+}
+
+TEST(Config, SetErrorsNameTheAssignment) {
+  expect_error("{}", {"--set optimizer.lrr=0.1", "unknown key optimizer.lrr", "did you mean optimizer.lr?"},
+               {"optimizer.lrr=0.1"});
+  expect_error("{}", {"--set optimizer.lr=abc", "optimizer.lr: expected a number, got \"abc\""}, {"optimizer.lr=abc"});
+  expect_error("{}", {"--set lr", "expected key.path=value"}, {"lr"});
+  expect_error("{}", {"--set optimizer..lr=1", "empty component"}, {"optimizer..lr=1"});
+  expect_error("{}", {"--set optimizer.lr.x=1", "optimizer.lr is not a section"}, {"optimizer.lr=0.1", "optimizer.lr.x=1"});
+  expect_error("{}", {"--set foo.bar=1", "unknown key foo"}, {"foo.bar=1"});
+  expect_error(R"({"model": {"vocab_size": 64}})", {"unknown key model.vocab_size", "gpt"}, {"model.type=mlp"});
+}
+
+TEST(Config, LoadConfigFileErrors) {
+  const auto dir = std::filesystem::temp_directory_path() / "cleave_config_test";
+  std::filesystem::create_directories(dir);
+  const auto missing = (dir / "missing.json").string();
+  EXPECT_THROW((void)load_config(missing), Error);
+  try {
+    (void)load_config(missing);
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(missing), std::string::npos);
+  }
+  const auto empty = (dir / "empty.json").string();
+  std::ofstream(empty) << "  \n";
+  try {
+    (void)load_config(empty);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("empty"), std::string::npos) << e.what();
+  }
+  const auto good = (dir / "good.json").string();
+  std::ofstream(good) << R"({"train": {"steps": 42}})";
+  EXPECT_EQ(load_config(good, {"train.seed=9"}).train.steps, 42);
+  EXPECT_EQ(load_config(good, {"train.seed=9"}).train.seed, 9u);
+  const auto bad = (dir / "bad.json").string();
+  std::ofstream(bad) << "{\"train\": {\"steps\": 42,}}";
+  try {
+    (void)load_config(bad);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(bad), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("line 1, column"), std::string::npos) << e.what();
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST(Config, ScheduleFilePathIsAccepted) {
+  const auto file = std::filesystem::temp_directory_path() / "cleave_config_schedule.txt";
+  std::ofstream(file) << "0F0 0B0\n";
+  EXPECT_EQ(parse_config("{}", "x", {"parallel.schedule=" + file.string()}).parallel.schedule, file.string());
+  std::filesystem::remove(file);
+}
+
+TEST(Config, ResolveBatch) {
+  auto batch = [](std::optional<std::int64_t> g, std::optional<std::int64_t> m, std::optional<std::int64_t> a) {
+    return BatchConfig{g, m, a};
+  };
+  auto same = [](const ResolvedBatch& r, std::int64_t g, std::int64_t m, std::int64_t a) {
+    EXPECT_EQ(r.global_batch_size, g);
+    EXPECT_EQ(r.micro_batch_size, m);
+    EXPECT_EQ(r.gradient_accumulation_steps, a);
+  };
+  same(resolve_batch(batch(96, 4, std::nullopt), 3), 96, 4, 8);
+  same(resolve_batch(batch(96, std::nullopt, 4), 3), 96, 8, 4);
+  same(resolve_batch(batch(std::nullopt, 5, 3), 2), 30, 5, 3);
+  same(resolve_batch(batch(96, 4, 8), 3), 96, 4, 8);
+  same(resolve_batch(batch(12, std::nullopt, std::nullopt), 3), 12, 4, 1);
+  same(resolve_batch(batch(std::nullopt, std::nullopt, std::nullopt), 2), 16, 8, 1);
+  same(resolve_batch(batch(std::nullopt, 3, std::nullopt), 1), 3, 3, 1);
+  same(resolve_batch(batch(std::nullopt, std::nullopt, 5), 1), 40, 8, 5);
+
+  auto expect_batch_error = [](const BatchConfig& b, int dp, const std::vector<std::string>& needles) {
+    try {
+      (void)resolve_batch(b, dp);
+      ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+      for (const auto& n : needles) EXPECT_NE(std::string(e.what()).find(n), std::string::npos) << e.what();
+    }
+  };
+  expect_batch_error(batch(64, 8, 2), 2,
+                     {"global_batch_size 64", "micro_batch_size 8", "gradient_accumulation_steps 2", "size 2", "= 32"});
+  expect_batch_error(batch(60, 8, std::nullopt), 2, {"global_batch_size 60", "micro_batch_size 8", "size 2", "16"});
+  expect_batch_error(batch(60, std::nullopt, 7), 1, {"global_batch_size 60", "gradient_accumulation_steps 7"});
+  expect_batch_error(batch(10, std::nullopt, std::nullopt), 4, {"global_batch_size 10", "data-parallel size 4"});
+}
+
+TEST(Config, ResolveWorldSize) {
+  RunConfig c = parse_config(R"({"parallel": {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 2},
+                                 "batch": {"global_batch_size": 24, "micro_batch_size": 2}})");
+  c.resolve(12);
+  EXPECT_EQ(c.parallel.data_parallel_size, 3);
+  EXPECT_EQ(c.resolved_batch().gradient_accumulation_steps, 4);
+  EXPECT_EQ(c.resolved_batch().per_rank(), 8);
+  RunConfig again = c;
+  again.resolve(12);  // idempotent
+  EXPECT_EQ(again, c);
+  try {
+    RunConfig d = parse_config(R"({"parallel": {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 4}})");
+    d.resolve(12);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("world size 12 is not divisible by tp(2) × pp(4) = 8"), std::string::npos)
+        << e.what();
+  }
+  try {
+    RunConfig d = parse_config(R"({"parallel": {"data_parallel_size": 3}})");
+    d.resolve(4);
+    ADD_FAILURE();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("data_parallel_size is 3"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("world size 4"), std::string::npos) << e.what();
+  }
+}
+
+TEST(Config, RoundTripIsIdentity) {
+  const std::vector<std::string> configs = {
+      "{}",
+      R"({"model": {"type": "mlp", "in_features": 64, "hidden": [31], "num_classes": 10}, "data": {"type": "digits"},
+          "optimizer": {"type": "sgd", "lr": 0.0123456789, "betas": [0.81, 0.997]}, "device": {"memory_limit": "3MiB"}})",
+      R"({"model": {"type": "cnn", "channels": [3, 5], "kernel": 3, "pool": 2},
+          "parallel": {"pipeline_model_parallel_size": 2, "partition": {"method": "manual", "blocks_per_stage": [4, 5]}},
+          "train": {"seed": 12345678901234, "out_dir": "runs/ü"}, "batch": {"micro_batch_size": 3}})",
+  };
+  for (const auto& text : configs) {
+    const RunConfig first = parse_config(text);
+    const RunConfig second = parse_config(to_json(first), "to_json");
+    EXPECT_EQ(first, second) << to_json(first);
+    EXPECT_EQ(to_json(first), to_json(second));
+    RunConfig resolved = first;
+    resolved.resolve(2 * first.parallel.pipeline_model_parallel_size);
+    EXPECT_EQ(parse_config(to_json(resolved), "to_json"), resolved) << to_json(resolved);
+  }
+  // A changed field changes the comparison (the equality itself can fail).
+  RunConfig a = parse_config("{}");
+  RunConfig b = a;
+  b.model.gpt.n_layers += 1;
+  EXPECT_NE(a, b);
+}
+
+}  // namespace
+}  // namespace cleave::config

@@ -1,0 +1,35 @@
+// Global gradient norm and clipping.
+//
+// The norm is the true global norm: sqrt of the sum of squares of every logical gradient element, each
+// counted once. Locally, repeated Param objects (a tied head) are counted once; across ranks the caller
+// supplies `all_reduce_sum` (sums a double over the ranks that hold different parameters: tp and pp; dp
+// replicas hold identical reduced grads) and `counted` (false for copies another rank already counts: a
+// tp-replicated LayerNorm on tp rank > 0, the tied embedding's copy on the last pipeline stage). This file
+// knows nothing of communicators: the hook is a plain std::function.
+// The local sum is accumulated in double over fixed chunks in a fixed order, so it is bit-identical for
+// any thread count.
+#pragma once
+
+#include <functional>
+
+#include "engine/optim/optimizer.hpp"
+
+namespace cleave::optim {
+
+using SumReducer = std::function<double(double)>;
+using ParamFilter = std::function<bool(const layers::Param&)>;
+
+// Sum over this rank's gradients of g², each Param once, only those `counted` accepts (all when empty).
+double local_grad_sum_of_squares(const ParamList& params, const ParamFilter& counted = {});
+
+// sqrt(all_reduce_sum(local sum of squares)); all_reduce_sum empty = single rank. May be inf or NaN when a
+// gradient is: the caller decides whether to skip the step.
+double global_grad_norm(const ParamList& params, const SumReducer& all_reduce_sum = {},
+                        const ParamFilter& counted = {});
+
+// Scales every grad by max_norm / (norm + 1e-6) when norm > max_norm (torch.nn.utils.clip_grad_norm_).
+// Returns the factor applied: 1 when max_norm <= 0 (off), norm <= max_norm, or norm is not finite (grads
+// are then left untouched).
+double clip_grads(const ParamList& params, double max_norm, double norm);
+
+}  // namespace cleave::optim

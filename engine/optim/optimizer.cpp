@@ -1,0 +1,103 @@
+// Optimizer bookkeeping (parameter checks, state allocation) and the AdamW / SGD per-parameter updates.
+#include "engine/optim/optimizer.hpp"
+
+#include <unordered_set>
+
+#include "engine/core/error.hpp"
+#include "kernels/cpu/adamw.hpp"
+#include "kernels/cpu/sgd.hpp"
+
+namespace cleave::optim {
+
+ParamList unique_params(const ParamList& params) {
+  ParamList out;
+  std::unordered_set<const layers::Param*> seen;
+  for (const auto& p : params) {
+    CLEAVE_ASSERT(p != nullptr, "null Param in a parameter list");
+    if (seen.insert(p.get()).second) out.push_back(p);
+  }
+  return out;
+}
+
+Optimizer::Optimizer(const ParamList& params) : params_(unique_params(params)) {
+  for (const auto& p : params_) {
+    CLEAVE_ASSERT(p->value.defined() && p->grad.defined(), "parameter {} has no value or no grad", p->name);
+    CLEAVE_ASSERT(p->value.shape() == p->grad.shape(), "parameter {}: value {} and grad {} differ in shape", p->name,
+                  p->value.shape().str(), p->grad.shape().str());
+    CLEAVE_CHECK(p->value.dtype() == DType::kF32 && p->grad.dtype() == DType::kF32,
+                 "optimizer: parameter {} is {} with {} grad; the optimizer updates f32 (master) weights", p->name,
+                 dtype_name(p->value.dtype()), dtype_name(p->grad.dtype()));
+    CLEAVE_CHECK(p->value.device().is_cpu() && p->grad.device().is_cpu(),
+                 "optimizer: parameter {} is on {}; this optimizer updates CPU tensors", p->name,
+                 p->value.device().str());
+  }
+}
+
+void Optimizer::add_state(const std::string& name, Allocator& allocator) {
+  state_names_.push_back(name);
+  auto& tensors = state_.emplace_back();
+  tensors.reserve(params_.size());
+  for (const auto& p : params_) {
+    tensors.push_back(Tensor::zeros(p->value.shape(), DType::kF32, MemoryCategory::kOptimizerState, allocator));
+  }
+}
+
+void Optimizer::step(double lr) {
+  ++steps_;
+  for (std::size_t i = 0; i < params_.size(); ++i) update(i, static_cast<float>(lr), steps_);
+}
+
+void Optimizer::zero_grad() {
+  for (const auto& p : params_) p->grad.zero_();
+}
+
+std::int64_t Optimizer::state_bytes() const {
+  std::int64_t bytes = 0;
+  for (const auto& tensors : state_) {
+    for (const auto& t : tensors) bytes += static_cast<std::int64_t>(t.nbytes());
+  }
+  return bytes;
+}
+
+std::vector<std::pair<std::string, Tensor>> Optimizer::state() const {
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (std::size_t k = 0; k < state_.size(); ++k) {
+    for (std::size_t i = 0; i < params_.size(); ++i) {
+      out.emplace_back(params_[i]->name + "." + state_names_[k], state_[k][i]);
+    }
+  }
+  return out;
+}
+
+AdamW::AdamW(const ParamList& params, const AdamWOptions& options, Allocator& allocator)
+    : Optimizer(params), options_(options) {
+  add_state("exp_avg", allocator);
+  add_state("exp_avg_sq", allocator);
+}
+
+void AdamW::update(std::size_t i, float lr, std::int64_t step) {
+  layers::Param& p = *params_[i];
+  const float wd = p.weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
+  kernels::cpu::adamw_update(p.value.data<float>(), p.grad.data<float>(), state_[0][i].data<float>(),
+                             state_[1][i].data<float>(), p.value.numel(), lr, static_cast<float>(options_.beta1),
+                             static_cast<float>(options_.beta2), static_cast<float>(options_.eps), wd, step);
+}
+
+Sgd::Sgd(const ParamList& params, const SgdOptions& options, Allocator& allocator)
+    : Optimizer(params), options_(options) {
+  CLEAVE_CHECK(options.momentum >= 0.0 && options.momentum < 1.0, "sgd: momentum must be in [0, 1), got {}",
+               options.momentum);
+  CLEAVE_CHECK(!options.nesterov || options.momentum > 0.0, "sgd: nesterov needs momentum > 0, got {}",
+               options.momentum);
+  if (options_.momentum > 0.0) add_state("momentum_buffer", allocator);
+}
+
+void Sgd::update(std::size_t i, float lr, std::int64_t step) {
+  layers::Param& p = *params_[i];
+  const float wd = p.weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
+  float* buffer = state_.empty() ? nullptr : state_[0][i].data<float>();
+  kernels::cpu::sgd_update(p.value.data<float>(), p.grad.data<float>(), buffer, p.value.numel(), lr,
+                           static_cast<float>(options_.momentum), wd, options_.nesterov, step == 1);
+}
+
+}  // namespace cleave::optim

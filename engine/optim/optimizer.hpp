@@ -1,0 +1,96 @@
+// Optimizer interface and the two optimizers (AdamW, SGD with momentum) over a rank's Params.
+//
+// Invariants:
+//  - Each Param is updated once per step even when a model lists it twice (a tied LM head returns the
+//    embedding table again): the constructor keeps the first occurrence of each Param object.
+//  - Optimizer state (AdamW m and v, SGD momentum buffers) is allocated once, at construction, zeroed, in
+//    MemoryCategory::kOptimizerState; step() allocates nothing.
+//  - step(lr) reads each grad and leaves it as it was; zero_grad() clears grads for the next accumulation.
+//  - Params with weight_decay == false (biases, norms, position tables) get no decay.
+// The math is kernels/cpu/adamw.hpp and sgd.hpp (PyTorch semantics). Parameters, grads and state are f32
+// CPU tensors here; the CUDA update and the ZeRO-1 sharded wrapper are separate.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/core/allocator.hpp"
+#include "engine/core/tensor.hpp"
+#include "layers/layer.hpp"
+
+namespace cleave::optim {
+
+using ParamList = std::vector<std::shared_ptr<layers::Param>>;
+
+// `params` without repeated Param objects, first occurrence order kept.
+ParamList unique_params(const ParamList& params);
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  // One update of every parameter from its current grad with learning rate `lr`. Synchronous.
+  void step(double lr);
+  // grad := 0 for every parameter.
+  void zero_grad();
+  // Bytes of optimizer state held (what the allocator counts under kOptimizerState for this optimizer).
+  std::int64_t state_bytes() const;
+  // Updates done so far (the next step() is update number steps_done() + 1).
+  std::int64_t steps_done() const { return steps_; }
+  const ParamList& params() const { return params_; }
+  // State tensors named "<param name>.<state name>" (exp_avg, exp_avg_sq, momentum_buffer), for
+  // checkpoints and tests.
+  std::vector<std::pair<std::string, Tensor>> state() const;
+
+ protected:
+  explicit Optimizer(const ParamList& params);
+  // Adds one state tensor per parameter, zeroed, named `name`.
+  void add_state(const std::string& name, Allocator& allocator);
+  // Updates params_[i] for update number `step` (1-based); state_[k][i] is its k-th state tensor.
+  virtual void update(std::size_t i, float lr, std::int64_t step) = 0;
+
+  ParamList params_;
+  std::vector<std::string> state_names_;
+  std::vector<std::vector<Tensor>> state_;  // [state kind][param]
+
+ private:
+  std::int64_t steps_ = 0;
+};
+
+struct AdamWOptions {
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+  double weight_decay = 0.01;  // decoupled: p -= lr * wd * p
+};
+
+class AdamW final : public Optimizer {
+ public:
+  AdamW(const ParamList& params, const AdamWOptions& options, Allocator& allocator = cpu_allocator());
+
+ private:
+  void update(std::size_t i, float lr, std::int64_t step) override;
+  AdamWOptions options_;
+};
+
+struct SgdOptions {
+  double momentum = 0.0;  // 0: plain SGD, no buffer allocated
+  double weight_decay = 0.0;  // coupled L2: g += wd * p
+  bool nesterov = false;
+};
+
+class Sgd final : public Optimizer {
+ public:
+  Sgd(const ParamList& params, const SgdOptions& options, Allocator& allocator = cpu_allocator());
+
+ private:
+  void update(std::size_t i, float lr, std::int64_t step) override;
+  SgdOptions options_;
+};
+
+}  // namespace cleave::optim

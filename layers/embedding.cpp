@@ -1,0 +1,63 @@
+// Token + position embedding layer on the CPU (kernels/cpu/embedding.hpp).
+#include "layers/embedding.hpp"
+
+#include "kernels/cpu/embedding.hpp"
+#include "layers/layer_util.hpp"
+
+namespace cleave::layers {
+
+namespace kc = kernels::cpu;
+
+std::shared_ptr<Param> make_token_table(const std::string& prefix, std::int64_t vocab_size, std::int64_t dim,
+                                        const ParamInit& init) {
+  auto token = make_param(prefix + ".token", Shape{vocab_size, dim}, true, init.alloc());
+  init_normal(*token, init.seed, 0.02f);
+  return token;
+}
+
+Embedding::Embedding(std::string prefix, std::int64_t vocab_size, std::int64_t seq_len, std::int64_t dim,
+                     const ParamInit& init)
+    : prefix_(std::move(prefix)), vocab_(vocab_size), seq_len_(seq_len), dim_(dim) {
+  CLEAVE_CHECK(vocab_size > 0 && seq_len > 0 && dim > 0,
+               "embedding {}: vocab_size ({}), seq_len ({}) and dim ({}) must be > 0", prefix_, vocab_size, seq_len,
+               dim);
+  token_ = make_token_table(prefix_, vocab_size, dim, init);
+  position_ = make_param(prefix_ + ".position", Shape{seq_len, dim}, false, init.alloc());
+  init_normal(*position_, init.seed, 0.02f);
+}
+
+Tensor Embedding::forward(const Tensor& ids, Stash& stash, Context& ctx) {
+  const std::string who = "embedding " + prefix_;
+  check_input(ids, DType::kI32, -1, 2, who);
+  CLEAVE_CHECK(ids.rank() == 2, "{}: expected token ids [batch, seq], got {}", who, ids.shape().str());
+  const std::int64_t b = ids.dim(0), t = ids.dim(1);
+  CLEAVE_CHECK(t <= seq_len_, "{}: sequence of {} tokens exceeds the {} learned positions (model.seq_len)", who, t,
+               seq_len_);
+  Tensor y = new_activation(ctx, Shape{b, t, dim_});
+  kc::embedding_forward(ids.data<std::int32_t>(), token_->value.data<float>(), y.data<float>(), b * t, dim_, vocab_);
+  kc::position_embedding_forward(y.data<float>(), position_->value.data<float>(), b, t, dim_);
+  stash.tensors = {ids};
+  return y;
+}
+
+Tensor Embedding::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
+  (void)ctx;
+  const Tensor& ids = stash_at(stash, 0, "embedding " + prefix_);
+  check_input(dy, DType::kF32, dim_, 1, "embedding " + prefix_ + " (dy)");
+  CLEAVE_ASSERT(dy.numel() == ids.numel() * dim_, "embedding {}: dy {} vs ids {}", prefix_, dy.shape().str(),
+                ids.shape().str());
+  stash.tensors.push_back(dy);
+  return Tensor{};
+}
+
+void Embedding::backward_weight(Stash& stash, Context& ctx) {
+  (void)ctx;
+  const Tensor& ids = stash_at(stash, 0, "embedding " + prefix_);
+  const Tensor& dy = stash_at(stash, 1, "embedding " + prefix_);
+  const std::int64_t b = ids.dim(0), t = ids.dim(1);
+  kc::embedding_backward(ids.data<std::int32_t>(), dy.data<float>(), token_->grad.data<float>(), b * t, dim_);
+  kc::position_embedding_backward(dy.data<float>(), position_->grad.data<float>(), b, t, dim_);
+  stash.clear();
+}
+
+}  // namespace cleave::layers

@@ -1,0 +1,37 @@
+// Helpers shared by the CPU layers (see layer_util.hpp).
+#include "layers/layer_util.hpp"
+
+#include "engine/core/error.hpp"
+
+namespace cleave::layers {
+
+Tensor new_activation(const Context& ctx, const Shape& shape, DType dtype) {
+  return Tensor::empty(shape, dtype, MemoryCategory::kActivations, *ctx.allocator);
+}
+
+Tensor new_workspace(const Context& ctx, const Shape& shape, DType dtype) {
+  return Tensor::empty(shape, dtype, MemoryCategory::kWorkspace, *ctx.allocator);
+}
+
+void check_input(const Tensor& x, DType dtype, std::int64_t last, int min_rank, std::string_view who) {
+  CLEAVE_CHECK(x.defined(), "{}: input tensor is undefined", who);
+  CLEAVE_CHECK(x.device().is_cpu(), "{}: input is on {}, but this layer runs on the cpu", who, x.device().str());
+  CLEAVE_CHECK(x.dtype() == dtype, "{}: expected a {} input, got {} {}", who, dtype_name(dtype), x.shape().str(),
+               dtype_name(x.dtype()));
+  CLEAVE_CHECK(x.rank() >= min_rank, "{}: expected an input of rank >= {}, got {}", who, min_rank, x.shape().str());
+  CLEAVE_CHECK(last < 0 || x.shape().last() == last, "{}: expected input [..., {}], got {}", who, last,
+               x.shape().str());
+}
+
+Shape with_last(const Shape& shape, std::int64_t last) {
+  CLEAVE_ASSERT(shape.rank() >= 1, "with_last on a scalar shape");
+  return shape.with_dim(shape.rank() - 1, last);
+}
+
+const Tensor& stash_at(const Stash& stash, std::size_t i, std::string_view who) {
+  CLEAVE_ASSERT(i < stash.tensors.size(), "{}: stash holds {} tensors, slot {} requested (backward without "
+                "forward, or a stash reused?)", who, stash.tensors.size(), i);
+  return stash.tensors[i];
+}
+
+}  // namespace cleave::layers

@@ -1,0 +1,31 @@
+// Small helpers shared by the CPU layers: allocating outputs and scratch from the context's allocator,
+// checking a layer's input, and reading a stash slot.
+//
+// Invariant: every tensor a layer creates during forward / backward goes through new_activation()
+// (category kActivations) or new_workspace() (kWorkspace) on ctx.allocator, so the allocator's counters
+// show exactly what the schedule keeps alive.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string_view>
+
+#include "engine/core/tensor.hpp"
+#include "layers/layer.hpp"
+
+namespace cleave::layers {
+
+Tensor new_activation(const Context& ctx, const Shape& shape, DType dtype = DType::kF32);
+Tensor new_workspace(const Context& ctx, const Shape& shape, DType dtype = DType::kF32);
+
+// Throws Error unless x is a defined CPU tensor of `dtype` whose last dimension is `last` (any last when
+// last < 0) and whose rank is at least `min_rank`. `who` names the layer ("linear blocks.0.attn.qkv").
+void check_input(const Tensor& x, DType dtype, std::int64_t last, int min_rank, std::string_view who);
+
+// `shape` with its last dimension replaced by `last`.
+Shape with_last(const Shape& shape, std::int64_t last);
+
+// stash.tensors[i], asserting the slot exists (a missing slot means backward ran without forward).
+const Tensor& stash_at(const Stash& stash, std::size_t i, std::string_view who);
+
+}  // namespace cleave::layers

@@ -1,0 +1,40 @@
+// Layer builders: turn a contiguous range of a ModelSpec's blocks into CPU layers, one Layer per BlockSpec.
+//
+// Invariants:
+//  - build_blocks(spec, a, b) builds exactly blocks [a, b), in order; layer i consumes block a+i's input
+//    shape (with a leading batch dimension) and produces its output shape.
+//  - Parameter names and initial values depend only on (seed, logical name): any split of the same spec
+//    into ranges (pipeline stages) yields the same set of named tensors with identical values.
+//  - Tied embeddings: when the embedding block and the tied head are in the same range, the head shares
+//    the embedding's token Param. When they are in different ranges the head creates its own Param named
+//    "embed.token" with the same initial values; the two copies must then have their gradients summed
+//    (all-reduced over the embedding group) before every optimizer step so they stay equal — that is the
+//    trainer's job, not the builder's.
+//  - Initialisation: gpt uses GPT-2 style (normal 0.02, residual projections 0.02 / sqrt(2·n_layers),
+//    biases 0, norms 1 / 0); mlp and cnn use PyTorch's defaults (uniform ±1/sqrt(fan_in)).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/core/allocator.hpp"
+#include "layers/layer.hpp"
+#include "partition/model_spec.hpp"
+
+namespace cleave::layers {
+
+struct BuildOptions {
+  std::uint64_t seed = 1234;
+  Allocator* allocator = nullptr;  // where parameters and gradients live; null = cpu_allocator()
+};
+
+// One Layer per block in [first_block, last_block). Throws Error for an empty or out-of-range block range.
+std::vector<LayerPtr> build_blocks(const partition::ModelSpec& spec, std::size_t first_block,
+                                   std::size_t last_block, const BuildOptions& options = {});
+
+// The Params of `layers`, in layer order, each shared Param (a tied table) listed once.
+std::vector<std::shared_ptr<Param>> collect_params(const std::vector<LayerPtr>& layers);
+
+}  // namespace cleave::layers

@@ -1,0 +1,144 @@
+// Argument checks shared by every backend (communicator.hpp), so a backend sees only well-formed calls and
+// every backend rejects a bad call with the same message.
+#include "engine/comm/communicator.hpp"
+
+#include <algorithm>
+
+namespace cleave::comm {
+
+std::string_view reduce_op_name(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum: return "sum";
+    case ReduceOp::kMax: return "max";
+  }
+  return "?";
+}
+
+std::string Communicator::where(std::string_view op) const {
+  return fmt::format("{} on {} comm '{}' (rank {} of {})", op, backend(), name(), rank(), size());
+}
+
+bool tensors_overlap(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined() || a.storage() != b.storage() || a.nbytes() == 0 || b.nbytes() == 0) {
+    return false;
+  }
+  const auto* pa = static_cast<const char*>(a.raw_data());
+  const auto* pb = static_cast<const char*>(b.raw_data());
+  return pa < pb + b.nbytes() && pb < pa + a.nbytes();
+}
+
+bool is_block_of(const Tensor& part, const Tensor& whole, int index, int blocks) {
+  if (!part.defined() || !whole.defined() || part.storage() != whole.storage() || part.dtype() != whole.dtype() ||
+      part.numel() * blocks != whole.numel()) {
+    return false;
+  }
+  const auto* base = static_cast<const char*>(whole.raw_data());
+  return static_cast<const char*>(part.raw_data()) == base + static_cast<std::size_t>(index) * part.nbytes();
+}
+
+std::string format_ranks(const std::vector<int>& ranks) {
+  std::string out = "[";
+  for (std::size_t i = 0; i < ranks.size();) {
+    std::size_t j = i;
+    while (j + 1 < ranks.size() && ranks[j + 1] == ranks[j] + 1) ++j;
+    if (i > 0) out += ",";
+    if (j >= i + 2) {
+      out += fmt::format("{}..{}", ranks[i], ranks[j]);
+    } else {
+      out += fmt::format("{}", ranks[i]);
+      if (j == i + 1) out += fmt::format(",{}", ranks[j]);
+    }
+    i = j + 1;
+  }
+  return out + "]";
+}
+
+namespace {
+void check_defined(const Tensor& t, const std::string& where, std::string_view what) {
+  CLEAVE_CHECK(t.defined(), "{}: {} tensor is undefined", where, what);
+}
+}  // namespace
+
+std::unique_ptr<Communicator> Communicator::split(int color, int key, std::string_view name) {
+  std::string label = name.empty() ? fmt::format("split(color={})", color) : std::string(name);
+  return split_impl(color, key, this->name() + "/" + label);
+}
+
+WorkPtr Communicator::all_reduce(const Tensor& tensor, ReduceOp op, const Stream& stream) {
+  const std::string at = where("all_reduce");
+  check_defined(tensor, at, "the");
+  if (tensor.numel() == 0) return std::make_unique<CompletedWork>();
+  return all_reduce_impl(tensor, op, stream);
+}
+
+WorkPtr Communicator::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op, const Stream& stream) {
+  const std::string at = where("reduce_scatter");
+  check_defined(input, at, "input");
+  check_defined(output, at, "output");
+  CLEAVE_CHECK(input.dtype() == output.dtype(), "{}: input is {} but output is {}", at, dtype_name(input.dtype()),
+               dtype_name(output.dtype()));
+  CLEAVE_CHECK(input.device() == output.device(), "{}: input on {} but output on {}", at, input.device().str(),
+               output.device().str());
+  CLEAVE_CHECK(output.numel() * size() == input.numel(),
+               "{}: input {} has {} elements, expected output {} elements × {} ranks = {}", at, input.shape().str(),
+               input.numel(), output.numel(), size(), output.numel() * size());
+  CLEAVE_CHECK(!tensors_overlap(input, output) || is_block_of(output, input, rank(), size()),
+               "{}: output overlaps the input other than as the input's block {} (the only in-place form)", at,
+               rank());
+  if (output.numel() == 0) return std::make_unique<CompletedWork>();
+  return reduce_scatter_impl(input, output, op, stream);
+}
+
+WorkPtr Communicator::all_gather(const Tensor& input, const Tensor& output, const Stream& stream) {
+  const std::string at = where("all_gather");
+  check_defined(input, at, "input");
+  check_defined(output, at, "output");
+  CLEAVE_CHECK(input.dtype() == output.dtype(), "{}: input is {} but output is {}", at, dtype_name(input.dtype()),
+               dtype_name(output.dtype()));
+  CLEAVE_CHECK(input.device() == output.device(), "{}: input on {} but output on {}", at, input.device().str(),
+               output.device().str());
+  CLEAVE_CHECK(input.numel() * size() == output.numel(),
+               "{}: output {} has {} elements, expected input {} elements × {} ranks = {}", at, output.shape().str(),
+               output.numel(), input.numel(), size(), input.numel() * size());
+  CLEAVE_CHECK(!tensors_overlap(input, output) || is_block_of(input, output, rank(), size()),
+               "{}: input overlaps the output other than as the output's block {} (the only in-place form)", at,
+               rank());
+  if (input.numel() == 0) return std::make_unique<CompletedWork>();
+  return all_gather_impl(input, output, stream);
+}
+
+WorkPtr Communicator::broadcast(const Tensor& tensor, int root, const Stream& stream) {
+  const std::string at = where("broadcast");
+  check_defined(tensor, at, "the");
+  CLEAVE_CHECK(root >= 0 && root < size(), "{}: root {} is not a rank of this communicator (0..{})", at, root,
+               size() - 1);
+  if (tensor.numel() == 0) return std::make_unique<CompletedWork>();
+  return broadcast_impl(tensor, root, stream);
+}
+
+WorkPtr Communicator::barrier(const Stream& stream) { return barrier_impl(stream); }
+
+WorkPtr Communicator::batch_p2p(std::vector<P2POp> ops, const Stream& stream) {
+  const std::string at = where("batch_p2p");
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const P2POp& op = ops[i];
+    const char* kind = op.kind == P2PKind::kSend ? "send" : "recv";
+    CLEAVE_CHECK(op.tensor.defined(), "{}: op {} ({} peer {}) has an undefined tensor", at, i, kind, op.peer);
+    CLEAVE_CHECK(op.peer >= 0 && op.peer < size(), "{}: op {} ({}) names peer {}, not a rank of this communicator "
+                 "(0..{})", at, i, kind, op.peer, size() - 1);
+    CLEAVE_CHECK(op.tag >= 0, "{}: op {} ({} peer {}) has negative tag {}", at, i, kind, op.peer, op.tag);
+    if (op.kind == P2PKind::kRecv) {
+      for (std::size_t j = 0; j < ops.size(); ++j) {
+        CLEAVE_CHECK(j == i || !tensors_overlap(op.tensor, ops[j].tensor),
+                     "{}: op {} (recv from peer {}) overlaps the tensor of op {}", at, i, op.peer, j);
+      }
+    }
+  }
+  // Receives first: a self-send then finds its receive already posted, and big exchanges start sooner.
+  std::stable_partition(ops.begin(), ops.end(), [](const P2POp& op) { return op.kind == P2PKind::kRecv; });
+  std::erase_if(ops, [](const P2POp& op) { return op.tensor.numel() == 0; });
+  if (ops.empty()) return std::make_unique<CompletedWork>();
+  return batch_p2p_impl(std::move(ops), stream);
+}
+
+}  // namespace cleave::comm

@@ -1,0 +1,155 @@
+// Communicator: the small asynchronous interface every backend implements (DESIGN §3).
+//
+//   rank size split | all_reduce reduce_scatter all_gather broadcast barrier | batch_p2p | abort
+//
+// Invariants every backend keeps:
+//  - Ops return at once with a Work handle; the tensors must not be read or written by the caller until
+//    Work::wait() returned or Work::test() returned true. The Work holds a reference to every tensor's
+//    storage, so the memory itself stays valid even if the caller drops its Tensor objects.
+//  - Collectives are matched by call order: every member of a communicator issues the same collectives in
+//    the same order with the same element counts and dtype (as in MPI and NCCL). Several Works may be in
+//    flight at once and may be completed in any order.
+//  - Work::wait() never blocks forever: after CommOptions::timeout_s it logs
+//    `[rank r/N] comm timeout after Xs in <op> (...)` naming the group, the pending peers and the ranks that
+//    do not answer, and aborts the whole job (MPI_Abort) so no peer hangs. It does not return then.
+//  - Deterministic mode: floating-point reductions combine the ranks' contributions in rank order
+//    0, 1, ..., n-1 (bf16/f16 accumulate in f32 and round once), so results are bit-identical whatever
+//    algorithm or topology the library would pick. Integer reductions are exact in both modes.
+//  - Not thread-safe: one thread at a time drives all communicators of a process (MPI_THREAD_SERIALIZED).
+//
+// Streams: every op takes the stream whose earlier work produced the inputs. The MPI backend carries CPU
+// tensors; its stream is the (synchronous) CPU stream and ops start on the host at once. The NCCL backend
+// enqueues the op on the communicator's own CUDA stream after all work already queued on `stream`; a CPU
+// stream (or a null native handle) means the device's legacy default stream. In both backends wait()
+// blocks the host until the op has completed, so anything issued after wait() sees the result.
+//
+// Adding a backend: derive from Communicator, implement the *_impl hooks (argument checks common to all
+// backends are done here before they are called) and construct it explicitly; there is no registry.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/core/stream.hpp"
+#include "engine/core/tensor.hpp"
+
+namespace cleave::comm {
+
+enum class ReduceOp { kSum, kMax };
+std::string_view reduce_op_name(ReduceOp op);  // "sum", "max"
+
+enum class P2PKind { kSend, kRecv };
+
+// One send or receive of a batch_p2p call. `peer` is a rank of the communicator the batch is posted on.
+// A receive's tensor must have exactly the size of the matching send (same dtype, same element count).
+struct P2POp {
+  P2PKind kind = P2PKind::kSend;
+  Tensor tensor;
+  int peer = 0;
+  int tag = 0;
+
+  static P2POp send(Tensor tensor, int peer, int tag = 0) { return {P2PKind::kSend, std::move(tensor), peer, tag}; }
+  static P2POp recv(Tensor tensor, int peer, int tag = 0) { return {P2PKind::kRecv, std::move(tensor), peer, tag}; }
+};
+
+// Options shared by all backends. Both come from the config: train.comm_timeout_s, train.deterministic.
+struct CommOptions {
+  double timeout_s = 300.0;    // watchdog: a Work not complete after this long aborts the job
+  bool deterministic = false;  // reductions in fixed rank order (see the file comment)
+};
+
+// Handle to one in-flight operation. Destroying an incomplete Work waits for it (an in-flight transfer's
+// buffers cannot be released safely), with the same watchdog as wait().
+class Work {
+ public:
+  virtual ~Work() = default;
+  Work() = default;
+  Work(const Work&) = delete;
+  Work& operator=(const Work&) = delete;
+
+  // Non-blocking: drives progress and returns true once the op is complete (then the outputs are valid).
+  // Throws BackendError if the backend reports a failure.
+  virtual bool test() = 0;
+  // Blocks until the op is complete, or aborts the job after the communicator's timeout.
+  virtual void wait() = 0;
+};
+using WorkPtr = std::unique_ptr<Work>;
+
+// A Work that is complete from the start (empty tensors, single-rank no-ops).
+class CompletedWork final : public Work {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::string_view backend() const = 0;  // "mpi", "nccl"
+  // Label used in messages: "world", "world/tp", ...
+  virtual const std::string& name() const = 0;
+  // Global (MPI_COMM_WORLD) rank of every member, indexed by rank in this communicator.
+  virtual const std::vector<int>& world_ranks() const = 0;
+  virtual const CommOptions& options() const = 0;
+
+  // Collective and blocking over all members (bounded by the watchdog). Members passing the same color form
+  // one new communicator, ranked by (key, rank here). color < 0: this rank joins none and gets nullptr.
+  // `name` is appended to this communicator's name in messages (default "split(color=c)").
+  std::unique_ptr<Communicator> split(int color, int key, std::string_view name = {});
+
+  // In place: every rank ends with op over all ranks' tensors. Same shape and dtype on every rank.
+  WorkPtr all_reduce(const Tensor& tensor, ReduceOp op, const Stream& stream = cpu_stream());
+  // input holds size() equal blocks; rank r's output = op over all ranks of block r.
+  // output.numel() * size() == input.numel(). output may be input's own block r (in place), nothing else
+  // may overlap.
+  WorkPtr reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op = ReduceOp::kSum,
+                         const Stream& stream = cpu_stream());
+  // output = concatenation of every rank's input in rank order. output.numel() == input.numel() * size().
+  // input may be output's own block r (in place), nothing else may overlap.
+  WorkPtr all_gather(const Tensor& input, const Tensor& output, const Stream& stream = cpu_stream());
+  // Every rank's tensor becomes root's tensor.
+  WorkPtr broadcast(const Tensor& tensor, int root, const Stream& stream = cpu_stream());
+  // Completes once every member has entered the barrier.
+  WorkPtr barrier(const Stream& stream = cpu_stream());
+  // All sends and receives are posted together (one ncclGroupStart/End on NCCL), so a ring or any
+  // exchange pattern cannot deadlock on ordering. Messages between one pair with one tag match in order.
+  WorkPtr batch_p2p(std::vector<P2POp> ops, const Stream& stream = cpu_stream());
+
+  // Tears the job down: logs `[rank r/N] reason`, aborts the backend's in-flight operations
+  // (ncclCommAbort on NCCL) and calls MPI_Abort so every rank ends. For fatal errors only.
+  [[noreturn]] virtual void abort(const std::string& reason) = 0;
+
+ protected:
+  // Hooks called after the common argument checks. Zero-element collectives never reach them.
+  virtual std::unique_ptr<Communicator> split_impl(int color, int key, std::string name) = 0;
+  virtual WorkPtr all_reduce_impl(const Tensor& tensor, ReduceOp op, const Stream& stream) = 0;
+  virtual WorkPtr reduce_scatter_impl(const Tensor& input, const Tensor& output, ReduceOp op,
+                                      const Stream& stream) = 0;
+  virtual WorkPtr all_gather_impl(const Tensor& input, const Tensor& output, const Stream& stream) = 0;
+  virtual WorkPtr broadcast_impl(const Tensor& tensor, int root, const Stream& stream) = 0;
+  virtual WorkPtr barrier_impl(const Stream& stream) = 0;
+  // Receives all precede sends in `ops` (sorted by the caller, stable otherwise).
+  virtual WorkPtr batch_p2p_impl(std::vector<P2POp> ops, const Stream& stream) = 0;
+
+  // "all_reduce on comm 'world/dp' (rank 1 of 4)": prefix for argument errors.
+  std::string where(std::string_view op) const;
+};
+
+// True when the byte ranges of a and b intersect (same storage only).
+bool tensors_overlap(const Tensor& a, const Tensor& b);
+// True when `part` is exactly block `index` of `whole` split into `blocks` equal parts.
+bool is_block_of(const Tensor& part, const Tensor& whole, int index, int blocks);
+
+// "[0,1,2,3]" or "[0..7]" for runs.
+std::string format_ranks(const std::vector<int>& ranks);
+
+}  // namespace cleave::comm

@@ -1,0 +1,546 @@
+// MPI backend (mpi_communicator.hpp). Each op posts non-blocking MPI calls into an MpiWork; a Work may have
+// a continuation that runs when its current requests are complete and may post more (the deterministic
+// protocol's second phase, the narrowing of f32 staging buffers).
+//
+// Why point-to-point for the deterministic protocol: continuations run whenever the caller tests or waits,
+// which can differ between ranks. A second-phase *collective* could then be posted in different orders on
+// different ranks when several Works are in flight, which MPI forbids; tagged point-to-point messages on a
+// private duplicate communicator match regardless of posting order.
+#include "engine/comm/mpi/mpi_communicator.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+
+#include "engine/comm/host_reduce.hpp"
+#include "engine/comm/mpi/mpi_check.hpp"
+#include "engine/comm/mpi/watchdog.hpp"
+#include "engine/core/log.hpp"
+
+namespace cleave::comm {
+
+std::string mpi_error_string(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  if (MPI_Error_string(code, text, &length) != MPI_SUCCESS) return fmt::format("unknown MPI error {}", code);
+  int error_class = 0;
+  MPI_Error_class(code, &error_class);
+  return fmt::format("{} (class {})", std::string(text, static_cast<std::size_t>(length)), error_class);
+}
+
+namespace detail {
+
+struct MpiCommState {
+  MPI_Comm comm = MPI_COMM_NULL;      // user traffic (collectives, batch_p2p)
+  MPI_Comm internal = MPI_COMM_NULL;  // deterministic protocol
+  int rank = 0;
+  int size = 1;
+  int tag_ub = 32767;
+  std::string name;
+  MpiOptions options;
+  std::vector<int> world_ranks;
+  std::vector<int> probe_ranks;
+  std::shared_ptr<LivenessProbe> probe;
+  std::uint64_t next_seq = 0;  // advanced by every deterministic op, identically on every member
+
+  ~MpiCommState() {
+    int finalized = 0;
+    MPI_Finalized(&finalized);
+    if (finalized) return;
+    if (internal != MPI_COMM_NULL) MPI_Comm_free(&internal);
+    if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  }
+
+  // Tag of phase `phase` (0 or 1) of deterministic op `seq`; wraps long before two live ops could collide.
+  int tag(std::uint64_t seq, int phase) const {
+    const auto window = static_cast<std::uint64_t>(tag_ub / 2);
+    return static_cast<int>((seq % window) * 2 + static_cast<std::uint64_t>(phase));
+  }
+};
+
+namespace {
+
+std::vector<int> translate_ranks(MPI_Comm from, MPI_Comm to) {
+  int size = 0;
+  CLEAVE_MPI_CHECK(MPI_Comm_size(from, &size));
+  std::vector<int> mine(static_cast<std::size_t>(size));
+  std::vector<int> theirs(static_cast<std::size_t>(size));
+  for (int i = 0; i < size; ++i) mine[static_cast<std::size_t>(i)] = i;
+  MPI_Group a = MPI_GROUP_NULL;
+  MPI_Group b = MPI_GROUP_NULL;
+  CLEAVE_MPI_CHECK(MPI_Comm_group(from, &a));
+  CLEAVE_MPI_CHECK(MPI_Comm_group(to, &b));
+  CLEAVE_MPI_CHECK(MPI_Group_translate_ranks(a, size, mine.data(), b, theirs.data()));
+  MPI_Group_free(&a);
+  MPI_Group_free(&b);
+  return theirs;
+}
+
+// Takes ownership of `owned` (already a private handle).
+std::shared_ptr<MpiCommState> make_state(MPI_Comm owned, const MpiOptions& options, std::string name,
+                                         std::shared_ptr<LivenessProbe> probe) {
+  auto state = std::make_shared<MpiCommState>();
+  state->comm = owned;
+  CLEAVE_MPI_CHECK(MPI_Comm_set_errhandler(state->comm, MPI_ERRORS_RETURN));
+  CLEAVE_MPI_CHECK(MPI_Comm_dup(state->comm, &state->internal));
+  CLEAVE_MPI_CHECK(MPI_Comm_set_errhandler(state->internal, MPI_ERRORS_RETURN));
+  CLEAVE_MPI_CHECK(MPI_Comm_rank(state->comm, &state->rank));
+  CLEAVE_MPI_CHECK(MPI_Comm_size(state->comm, &state->size));
+  int* tag_ub = nullptr;
+  int found = 0;
+  CLEAVE_MPI_CHECK(MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &found));
+  if (found && tag_ub != nullptr) state->tag_ub = *tag_ub;
+  state->name = std::move(name);
+  state->options = options;
+  CLEAVE_CHECK(options.timeout_s > 0, "comm '{}': timeout {}s must be positive (train.comm_timeout_s)", state->name,
+               options.timeout_s);
+  CLEAVE_CHECK(options.max_message_elements >= 1 && options.max_message_elements <= INT_MAX,
+               "comm '{}': max_message_elements {} must be in 1..{}", state->name, options.max_message_elements,
+               INT_MAX);
+  state->world_ranks = translate_ranks(state->comm, MPI_COMM_WORLD);
+  state->probe = std::move(probe);
+  state->probe_ranks = translate_ranks(state->comm, state->probe->comm());
+  return state;
+}
+
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::kF32: return MPI_FLOAT;
+    case DType::kBF16: return MPI_UINT16_T;  // moved as raw bits; reduced through f32 staging
+    case DType::kF16: return MPI_UINT16_T;
+    case DType::kI32: return MPI_INT32_T;
+    case DType::kI64: return MPI_INT64_T;
+    case DType::kU16: return MPI_UINT16_T;
+  }
+  return MPI_DATATYPE_NULL;
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }
+
+bool needs_f32_staging(DType dtype) { return dtype == DType::kBF16 || dtype == DType::kF16; }
+
+char* bytes(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
+
+// One in-flight op: current requests (with a label each for the timeout report), tensors kept alive, and an
+// optional continuation run once the current requests are complete.
+class MpiWork final : public Work {
+ public:
+  MpiWork(std::shared_ptr<MpiCommState> state, std::string op, std::string details)
+      : state_(std::move(state)), op_(std::move(op)), details_(std::move(details)) {}
+
+  ~MpiWork() override {
+    if (done_ || failed_) return;
+    try {
+      wait();
+    } catch (const std::exception& e) {
+      log::error("{} on comm '{}' failed while its Work was destroyed: {}", op_, state_->name, e.what());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+  }
+
+  void add(MPI_Request request, std::string label = {}) {
+    requests_.push_back(request);
+    labels_.push_back(std::move(label));
+  }
+  void keep(const Tensor& t) { keep_.push_back(t); }
+  void then(std::function<void(MpiWork&)> next) { next_ = std::move(next); }
+
+  // Posts `count` elements starting at `data` as pieces of at most max_message_elements, all with one tag
+  // (MPI keeps messages of one (source, tag, comm) in order, so the pieces match up).
+  void post_p2p(bool send, char* data, std::int64_t count, DType dtype, int peer, int tag, MPI_Comm comm,
+                const std::string& label) {
+    const std::int64_t piece = state_->options.max_message_elements;
+    const std::size_t elem = dtype_size(dtype);
+    for (std::int64_t begin = 0; begin < count; begin += piece) {
+      const int n = static_cast<int>(std::min(piece, count - begin));
+      MPI_Request request = MPI_REQUEST_NULL;
+      char* p = data + static_cast<std::size_t>(begin) * elem;
+      if (send) {
+        CLEAVE_MPI_CHECK(MPI_Isend(p, n, mpi_type(dtype), peer, tag, comm, &request));
+      } else {
+        CLEAVE_MPI_CHECK(MPI_Irecv(p, n, mpi_type(dtype), peer, tag, comm, &request));
+      }
+      add(request, label);
+    }
+  }
+
+  bool test() override {
+    if (done_) return true;
+    try {
+      for (;;) {
+        bool complete = true;
+        for (MPI_Request& request : requests_) {
+          if (request == MPI_REQUEST_NULL) continue;
+          int flag = 0;
+          CLEAVE_MPI_CHECK(MPI_Test(&request, &flag, MPI_STATUS_IGNORE));
+          if (!flag) complete = false;
+        }
+        if (!complete) return false;
+        requests_.clear();
+        labels_.clear();
+        if (!next_) break;
+        auto next = std::move(next_);
+        next_ = nullptr;
+        next(*this);
+      }
+    } catch (...) {
+      failed_ = true;
+      throw;
+    }
+    done_ = true;
+    keep_.clear();
+    return true;
+  }
+
+  void wait() override {
+    PollBackoff backoff;
+    while (!test()) {
+      if (backoff.slow_tick()) {
+        state_->probe->serve();
+        if (backoff.elapsed_s() > state_->options.timeout_s) expire(backoff.elapsed_s());
+      }
+      backoff.pause();
+    }
+  }
+
+ private:
+  [[noreturn]] void expire(double elapsed_s) {
+    std::vector<std::string> pending;
+    for (std::size_t i = 0; i < requests_.size(); ++i) {
+      if (requests_[i] != MPI_REQUEST_NULL && !labels_[i].empty() &&
+          std::find(pending.begin(), pending.end(), labels_[i]) == pending.end()) {
+        pending.push_back(labels_[i]);
+      }
+    }
+    std::string details = details_;
+    if (!pending.empty()) {
+      details += "; pending:";
+      for (const auto& p : pending) details += " " + p + ",";
+      details.pop_back();
+    }
+    TimeoutContext context{op_, state_->name, state_->world_ranks, state_->probe_ranks, details,
+                           state_->options.timeout_s};
+    watchdog_expire(*state_->probe, context, elapsed_s);
+  }
+
+  std::shared_ptr<MpiCommState> state_;
+  std::string op_;
+  std::string details_;
+  std::vector<MPI_Request> requests_;
+  std::vector<std::string> labels_;
+  std::vector<Tensor> keep_;
+  std::function<void(MpiWork&)> next_;
+  bool done_ = false;
+  bool failed_ = false;
+};
+
+std::string describe(const Tensor& t) { return fmt::format("{} {}", t.numel(), dtype_name(t.dtype())); }
+
+std::string peer_label(const MpiCommState& s, bool send, int peer, int tag) {
+  return fmt::format("{} {} rank {} (world {}) tag {}", send ? "send" : "recv", send ? "to" : "from", peer,
+                     s.world_ranks[static_cast<std::size_t>(peer)], tag);
+}
+
+// Label of a message of the deterministic protocol (phase 0: contributions in, phase 1: results out).
+std::string phase_label(const MpiCommState& s, bool send, int peer, int phase) {
+  return fmt::format("{} {} rank {} (world {}) in phase {} of the rank-ordered reduction", send ? "send" : "recv",
+                     send ? "to" : "from", peer, s.world_ranks[static_cast<std::size_t>(peer)], phase);
+}
+
+// Block b of `count` elements cut into `n` near-equal blocks: [begin, end).
+std::int64_t block_begin(std::int64_t count, int n, int b) { return count * b / n; }
+
+}  // namespace
+}  // namespace detail
+
+using detail::MpiCommState;
+using detail::MpiWork;
+
+MpiCommunicator::MpiCommunicator(MPI_Comm comm, const MpiOptions& options, std::string name) {
+  MPI_Comm owned = MPI_COMM_NULL;
+  CLEAVE_MPI_CHECK(MPI_Comm_dup(comm, &owned));
+  auto probe = std::make_shared<LivenessProbe>(comm);
+  state_ = detail::make_state(owned, options, std::move(name), std::move(probe));
+}
+
+MpiCommunicator::MpiCommunicator(std::shared_ptr<MpiCommState> state) : state_(std::move(state)) {}
+
+MpiCommunicator::~MpiCommunicator() = default;
+
+int MpiCommunicator::rank() const { return state_->rank; }
+int MpiCommunicator::size() const { return state_->size; }
+const std::string& MpiCommunicator::name() const { return state_->name; }
+const std::vector<int>& MpiCommunicator::world_ranks() const { return state_->world_ranks; }
+const CommOptions& MpiCommunicator::options() const { return state_->options; }
+const MpiOptions& MpiCommunicator::mpi_options() const { return state_->options; }
+MPI_Comm MpiCommunicator::native() const { return state_->comm; }
+int MpiCommunicator::max_tag() const { return state_->tag_ub; }
+const std::shared_ptr<LivenessProbe>& MpiCommunicator::probe() const { return state_->probe; }
+const std::vector<int>& MpiCommunicator::probe_ranks() const { return state_->probe_ranks; }
+
+void MpiCommunicator::check_cpu(const Tensor& t, std::string_view op) const {
+  CLEAVE_CHECK(t.device().is_cpu(),
+               "{}: tensor is on {}; the MPI backend carries CPU tensors only (CUDA-aware MPI is not assumed), "
+               "use the nccl backend for GPU tensors",
+               where(op), t.device().str());
+}
+
+void MpiCommunicator::guarded_barrier(std::string_view op) const {
+  auto work = std::make_unique<MpiWork>(state_, std::string(op), "barrier before a blocking MPI call");
+  MPI_Request request = MPI_REQUEST_NULL;
+  CLEAVE_MPI_CHECK(MPI_Ibarrier(state_->comm, &request));
+  work->add(request);
+  work->wait();
+}
+
+void MpiCommunicator::abort(const std::string& reason) {
+  int rank = 0;
+  int size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  std::string line = fmt::format("[rank {}/{}] {} (comm '{}')\n", rank, size, reason, state_->name);
+  std::fwrite(line.data(), 1, line.size(), stderr);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 1);
+  std::abort();
+}
+
+std::unique_ptr<Communicator> MpiCommunicator::split_impl(int color, int key, std::string name) {
+  guarded_barrier("split");
+  MPI_Comm child = MPI_COMM_NULL;
+  CLEAVE_MPI_CHECK(MPI_Comm_split(state_->comm, color < 0 ? MPI_UNDEFINED : color, key, &child));
+  if (child == MPI_COMM_NULL) return nullptr;
+  return std::unique_ptr<Communicator>(
+      new MpiCommunicator(detail::make_state(child, state_->options, std::move(name), state_->probe)));
+}
+
+WorkPtr MpiCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, const Stream& stream) {
+  (void)stream;
+  check_cpu(tensor, "all_reduce");
+  MpiCommState& s = *state_;
+  const DType dtype = tensor.dtype();
+  const std::int64_t count = tensor.numel();
+  auto work = std::make_unique<MpiWork>(state_, "all_reduce",
+                                        fmt::format("{}, {}", detail::describe(tensor), reduce_op_name(op)));
+  work->keep(tensor);
+  const std::int64_t piece = s.options.max_message_elements;
+
+  if (s.options.deterministic && is_floating(dtype) && s.size > 1) {
+    // Phase 0: block q of every rank goes to rank q. Phase 1: rank q's ordered result goes to everyone.
+    const int n = s.size;
+    const int r = s.rank;
+    const std::int64_t mine_begin = detail::block_begin(count, n, r);
+    const std::int64_t mine = detail::block_begin(count, n, r + 1) - mine_begin;
+    const std::size_t elem = dtype_size(dtype);
+    Tensor staging = Tensor::empty({static_cast<std::int64_t>(n) * mine}, dtype, MemoryCategory::kCommunication);
+    work->keep(staging);
+    const std::uint64_t seq = s.next_seq++;
+    char* data = detail::bytes(tensor);
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      work->post_p2p(false, detail::bytes(staging) + static_cast<std::size_t>(q * mine) * elem, mine, dtype, q,
+                     s.tag(seq, 0), s.internal, detail::phase_label(s, false, q, 0));
+    }
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      const std::int64_t b = detail::block_begin(count, n, q);
+      work->post_p2p(true, data + static_cast<std::size_t>(b) * elem, detail::block_begin(count, n, q + 1) - b, dtype,
+                     q, s.tag(seq, 0), s.internal, detail::phase_label(s, true, q, 0));
+    }
+    work->then([state = state_, staging, data, dtype, op, count, mine, mine_begin, seq, elem](MpiWork& w) {
+      const MpiCommState& st = *state;
+      std::vector<const void*> slots(static_cast<std::size_t>(st.size));
+      char* own = data + static_cast<std::size_t>(mine_begin) * elem;
+      for (int q = 0; q < st.size; ++q) {
+        slots[static_cast<std::size_t>(q)] =
+            q == st.rank ? own : detail::bytes(staging) + static_cast<std::size_t>(q * mine) * elem;
+      }
+      ordered_reduce(dtype, op, slots, own, mine);
+      for (int q = 0; q < st.size; ++q) {
+        if (q == st.rank) continue;
+        const std::int64_t b = detail::block_begin(count, st.size, q);
+        w.post_p2p(false, data + static_cast<std::size_t>(b) * elem, detail::block_begin(count, st.size, q + 1) - b,
+                   dtype, q, st.tag(seq, 1), st.internal, detail::phase_label(st, false, q, 1));
+      }
+      for (int q = 0; q < st.size; ++q) {
+        if (q == st.rank) continue;
+        w.post_p2p(true, own, mine, dtype, q, st.tag(seq, 1), st.internal, detail::phase_label(st, true, q, 1));
+      }
+    });
+    return work;
+  }
+
+  if (detail::needs_f32_staging(dtype)) {
+    Tensor staging = Tensor::empty({count}, DType::kF32, MemoryCategory::kCommunication);
+    work->keep(staging);
+    widen_to_f32(tensor.raw_data(), dtype, staging.data<float>(), count);
+    for (std::int64_t begin = 0; begin < count; begin += piece) {
+      MPI_Request request = MPI_REQUEST_NULL;
+      CLEAVE_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, staging.data<float>() + begin,
+                                      static_cast<int>(std::min(piece, count - begin)), MPI_FLOAT, detail::mpi_op(op),
+                                      s.comm, &request));
+      work->add(request);
+    }
+    work->then([staging, tensor](MpiWork&) {
+      narrow_from_f32(staging.data<float>(), tensor.dtype(), tensor.raw_data(), tensor.numel());
+    });
+    return work;
+  }
+
+  const std::size_t elem = dtype_size(dtype);
+  for (std::int64_t begin = 0; begin < count; begin += piece) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    CLEAVE_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, detail::bytes(tensor) + static_cast<std::size_t>(begin) * elem,
+                                    static_cast<int>(std::min(piece, count - begin)), detail::mpi_type(dtype),
+                                    detail::mpi_op(op), s.comm, &request));
+    work->add(request);
+  }
+  return work;
+}
+
+WorkPtr MpiCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor& output, ReduceOp op,
+                                             const Stream& stream) {
+  (void)stream;
+  check_cpu(input, "reduce_scatter");
+  check_cpu(output, "reduce_scatter");
+  MpiCommState& s = *state_;
+  const DType dtype = input.dtype();
+  const std::int64_t count = output.numel();  // per rank
+  const std::size_t elem = dtype_size(dtype);
+  auto work = std::make_unique<MpiWork>(
+      state_, "reduce_scatter", fmt::format("{} per rank, {}", detail::describe(output), reduce_op_name(op)));
+  work->keep(input);
+  work->keep(output);
+
+  if (s.options.deterministic && is_floating(dtype) && s.size > 1) {
+    const int n = s.size;
+    const int r = s.rank;
+    Tensor staging = Tensor::empty({static_cast<std::int64_t>(n) * count}, dtype, MemoryCategory::kCommunication);
+    work->keep(staging);
+    const std::uint64_t seq = s.next_seq++;
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      work->post_p2p(false, detail::bytes(staging) + static_cast<std::size_t>(q * count) * elem, count, dtype, q,
+                     s.tag(seq, 0), s.internal, detail::phase_label(s, false, q, 0));
+    }
+    for (int q = 0; q < n; ++q) {
+      if (q == r) continue;
+      work->post_p2p(true, detail::bytes(input) + static_cast<std::size_t>(q * count) * elem, count, dtype, q,
+                     s.tag(seq, 0), s.internal, detail::phase_label(s, true, q, 0));
+    }
+    work->then([state = state_, input, output, staging, dtype, op, count, elem](MpiWork&) {
+      std::vector<const void*> slots(static_cast<std::size_t>(state->size));
+      for (int q = 0; q < state->size; ++q) {
+        const Tensor& from = q == state->rank ? input : staging;
+        slots[static_cast<std::size_t>(q)] = detail::bytes(from) + static_cast<std::size_t>(q * count) * elem;
+      }
+      ordered_reduce(dtype, op, slots, output.raw_data(), count);
+    });
+    return work;
+  }
+
+  CLEAVE_CHECK(count <= s.options.max_message_elements,
+               "{}: {} elements per rank exceed the {} an MPI call can carry; split the tensor into smaller "
+               "reduce_scatter calls",
+               where("reduce_scatter"), count, s.options.max_message_elements);
+  if (detail::needs_f32_staging(dtype)) {
+    Tensor in32 = Tensor::empty({input.numel()}, DType::kF32, MemoryCategory::kCommunication);
+    Tensor out32 = Tensor::empty({count}, DType::kF32, MemoryCategory::kCommunication);
+    work->keep(in32);
+    work->keep(out32);
+    widen_to_f32(input.raw_data(), dtype, in32.data<float>(), input.numel());
+    MPI_Request request = MPI_REQUEST_NULL;
+    CLEAVE_MPI_CHECK(MPI_Ireduce_scatter_block(in32.data<float>(), out32.data<float>(), static_cast<int>(count),
+                                               MPI_FLOAT, detail::mpi_op(op), s.comm, &request));
+    work->add(request);
+    work->then([out32, output](MpiWork&) {
+      narrow_from_f32(out32.data<float>(), output.dtype(), output.raw_data(), output.numel());
+    });
+    return work;
+  }
+  // In place (output is the input's own block): MPI's MPI_IN_PLACE puts the result at the buffer's start,
+  // not at block r, so receive into a temporary and copy.
+  const bool in_place = tensors_overlap(input, output);
+  Tensor target = in_place ? Tensor::empty({count}, dtype, MemoryCategory::kCommunication) : output;
+  work->keep(target);
+  MPI_Request request = MPI_REQUEST_NULL;
+  CLEAVE_MPI_CHECK(MPI_Ireduce_scatter_block(input.raw_data(), target.raw_data(), static_cast<int>(count),
+                                             detail::mpi_type(dtype), detail::mpi_op(op), s.comm, &request));
+  work->add(request);
+  if (in_place) {
+    work->then([target, output](MpiWork&) { std::memcpy(output.raw_data(), target.raw_data(), output.nbytes()); });
+  }
+  return work;
+}
+
+WorkPtr MpiCommunicator::all_gather_impl(const Tensor& input, const Tensor& output, const Stream& stream) {
+  (void)stream;
+  check_cpu(input, "all_gather");
+  check_cpu(output, "all_gather");
+  MpiCommState& s = *state_;
+  const std::int64_t count = input.numel();
+  CLEAVE_CHECK(count <= s.options.max_message_elements,
+               "{}: {} elements per rank exceed the {} an MPI call can carry; split the tensor into smaller "
+               "all_gather calls",
+               where("all_gather"), count, s.options.max_message_elements);
+  auto work = std::make_unique<MpiWork>(state_, "all_gather", fmt::format("{} per rank", detail::describe(input)));
+  work->keep(input);
+  work->keep(output);
+  const MPI_Datatype type = detail::mpi_type(input.dtype());
+  const bool in_place = tensors_overlap(input, output);
+  MPI_Request request = MPI_REQUEST_NULL;
+  CLEAVE_MPI_CHECK(MPI_Iallgather(in_place ? MPI_IN_PLACE : input.raw_data(), static_cast<int>(count), type,
+                                  output.raw_data(), static_cast<int>(count), type, s.comm, &request));
+  work->add(request);
+  return work;
+}
+
+WorkPtr MpiCommunicator::broadcast_impl(const Tensor& tensor, int root, const Stream& stream) {
+  (void)stream;
+  check_cpu(tensor, "broadcast");
+  MpiCommState& s = *state_;
+  auto work = std::make_unique<MpiWork>(state_, "broadcast",
+                                        fmt::format("{}, root rank {}", detail::describe(tensor), root));
+  work->keep(tensor);
+  const std::int64_t count = tensor.numel();
+  const std::int64_t piece = s.options.max_message_elements;
+  const std::size_t elem = dtype_size(tensor.dtype());
+  for (std::int64_t begin = 0; begin < count; begin += piece) {
+    MPI_Request request = MPI_REQUEST_NULL;
+    CLEAVE_MPI_CHECK(MPI_Ibcast(detail::bytes(tensor) + static_cast<std::size_t>(begin) * elem,
+                                static_cast<int>(std::min(piece, count - begin)), detail::mpi_type(tensor.dtype()),
+                                root, s.comm, &request));
+    work->add(request);
+  }
+  return work;
+}
+
+WorkPtr MpiCommunicator::barrier_impl(const Stream& stream) {
+  (void)stream;
+  auto work = std::make_unique<MpiWork>(state_, "barrier", "");
+  MPI_Request request = MPI_REQUEST_NULL;
+  CLEAVE_MPI_CHECK(MPI_Ibarrier(state_->comm, &request));
+  work->add(request);
+  return work;
+}
+
+WorkPtr MpiCommunicator::batch_p2p_impl(std::vector<P2POp> ops, const Stream& stream) {
+  (void)stream;
+  MpiCommState& s = *state_;
+  std::string details;
+  for (const P2POp& op : ops) {
+    check_cpu(op.tensor, "batch_p2p");
+    CLEAVE_CHECK(op.tag <= s.tag_ub, "{}: tag {} exceeds MPI_TAG_UB {}", where("batch_p2p"), op.tag, s.tag_ub);
+  }
+  auto work = std::make_unique<MpiWork>(state_, "batch_p2p", fmt::format("{} ops", ops.size()));
+  for (const P2POp& op : ops) {
+    const bool send = op.kind == P2PKind::kSend;
+    work->keep(op.tensor);
+    work->post_p2p(send, detail::bytes(op.tensor), op.tensor.numel(), op.tensor.dtype(), op.peer, op.tag, s.comm,
+                   detail::peer_label(s, send, op.peer, op.tag) + " (" + detail::describe(op.tensor) + ")");
+  }
+  return work;
+}
+
+}  // namespace cleave::comm

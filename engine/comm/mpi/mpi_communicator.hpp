@@ -1,0 +1,92 @@
+// MpiCommunicator: the MPI backend of Communicator, for CPU tensors of every dtype.
+//
+// Every op is non-blocking underneath (MPI_Iallreduce, MPI_Ireduce_scatter_block, MPI_Iallgather,
+// MPI_Ibcast, MPI_Ibarrier, MPI_Isend/Irecv) and Work::wait polls MPI_Test with short sleeps, so the
+// watchdog (watchdog.hpp) can end the job when a peer never arrives.
+//
+// Dtypes: f32, i32, i64, u16 reduce natively. bf16 and f16 reduce in f32: the input is widened into a
+// staging buffer (category kCommunication), reduced, and rounded once on completion. Copy-only ops
+// (all_gather, broadcast, p2p) move the raw 16-bit values.
+// Large tensors: MPI counts are int. all_reduce, broadcast and p2p messages are cut into pieces of at most
+// MpiOptions::max_message_elements elements; reduce_scatter and all_gather whose per-rank block exceeds it
+// are refused with an error naming the sizes.
+// Deterministic mode (CommOptions::deterministic) for f32/bf16/f16: the tensor is cut into size() blocks;
+// block q of every rank is sent to rank q (point-to-point, tagged with the op's sequence number), rank q
+// combines the n contributions in rank order 0..n-1 and sends the result back to everyone. Same traffic as
+// a ring all-reduce (2(n-1)/n of the data per rank), memory one extra tensor. Integer ops are exact and take
+// the native path in both modes.
+//
+// Handles: the communicator duplicates the MPI communicator it is built from (user traffic) and once more for
+// its own point-to-point protocol; both use MPI_ERRORS_RETURN so failures surface as BackendError.
+#pragma once
+
+#include <mpi.h>
+
+#include <climits>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/comm/communicator.hpp"
+
+namespace cleave::comm {
+
+class LivenessProbe;
+
+struct MpiOptions : CommOptions {
+  // Largest element count passed to a single MPI call. Lower it only to exercise the piecewise path in tests.
+  std::int64_t max_message_elements = INT_MAX;
+};
+
+namespace detail {
+struct MpiCommState;
+}
+
+class MpiCommunicator final : public Communicator {
+ public:
+  // Collective over `comm` (which stays the caller's; this object works on duplicates).
+  MpiCommunicator(MPI_Comm comm, const MpiOptions& options, std::string name = "world");
+  ~MpiCommunicator() override;
+
+  int rank() const override;
+  int size() const override;
+  std::string_view backend() const override { return "mpi"; }
+  const std::string& name() const override;
+  const std::vector<int>& world_ranks() const override;
+  const CommOptions& options() const override;
+  const MpiOptions& mpi_options() const;
+
+  // The duplicate that carries user traffic (for MPI code that must join this group, e.g. NCCL bootstrap).
+  MPI_Comm native() const;
+  // Largest tag a batch_p2p op may use (MPI_TAG_UB).
+  int max_tag() const;
+  // The probe shared by every communicator split from the same root; the NCCL backend reuses it.
+  const std::shared_ptr<LivenessProbe>& probe() const;
+  // Members' ranks in the probe's communicator.
+  const std::vector<int>& probe_ranks() const;
+
+  // Blocking, with the watchdog: MPI_Ibarrier polled to completion. Used before blocking MPI calls
+  // (MPI_Comm_split, MPI_Comm_dup) so a missing peer ends in a timeout, not a hang.
+  void guarded_barrier(std::string_view op) const;
+
+  [[noreturn]] void abort(const std::string& reason) override;
+
+ protected:
+  std::unique_ptr<Communicator> split_impl(int color, int key, std::string name) override;
+  WorkPtr all_reduce_impl(const Tensor& tensor, ReduceOp op, const Stream& stream) override;
+  WorkPtr reduce_scatter_impl(const Tensor& input, const Tensor& output, ReduceOp op,
+                              const Stream& stream) override;
+  WorkPtr all_gather_impl(const Tensor& input, const Tensor& output, const Stream& stream) override;
+  WorkPtr broadcast_impl(const Tensor& tensor, int root, const Stream& stream) override;
+  WorkPtr barrier_impl(const Stream& stream) override;
+  WorkPtr batch_p2p_impl(std::vector<P2POp> ops, const Stream& stream) override;
+
+ private:
+  explicit MpiCommunicator(std::shared_ptr<detail::MpiCommState> state);
+  void check_cpu(const Tensor& t, std::string_view op) const;
+
+  std::shared_ptr<detail::MpiCommState> state_;
+};
+
+}  // namespace cleave::comm

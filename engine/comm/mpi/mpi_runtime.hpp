@@ -1,0 +1,52 @@
+// MpiRuntime: RAII owner of MPI_Init_thread / MPI_Finalize for one process, and the world communicator.
+//
+// Thread level: Cleave needs MPI_THREAD_SERIALIZED. All MPI calls of a process are made by one thread at a
+// time (communicators are not thread-safe, and the watchdog polls inside Work::wait rather than on a thread
+// of its own), but that thread need not be the one that called MPI_Init (the trainer may drive
+// communication from a worker), which MPI_THREAD_FUNNELED would forbid. A library providing less is
+// refused with an error naming both levels.
+//
+// Invariants: at most one MpiRuntime per process; it finalizes MPI only if it initialized it (a host
+// program may have done so itself); every communicator must be destroyed before it (their destructors
+// skip MPI_Comm_free once MPI is finalized, so a wrong order leaks handles but does not crash).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "engine/comm/mpi/mpi_communicator.hpp"
+
+namespace cleave::comm {
+
+enum class MpiThreadLevel { kSingle, kFunneled, kSerialized, kMultiple };
+std::string_view mpi_thread_level_name(MpiThreadLevel level);  // "MPI_THREAD_SERIALIZED", ...
+
+class MpiRuntime {
+ public:
+  // Initializes MPI (or adopts an existing initialization), sets the log prefix to the world rank.
+  // Throws Error if the provided thread level is below `required`.
+  MpiRuntime(int* argc, char*** argv, MpiThreadLevel required = MpiThreadLevel::kSerialized);
+  ~MpiRuntime();
+  MpiRuntime(const MpiRuntime&) = delete;
+  MpiRuntime& operator=(const MpiRuntime&) = delete;
+
+  int world_rank() const { return world_rank_; }
+  int world_size() const { return world_size_; }
+  MpiThreadLevel provided() const { return provided_; }
+
+  // A communicator over all ranks (a duplicate of MPI_COMM_WORLD; collective, call on every rank).
+  std::unique_ptr<MpiCommunicator> world(const MpiOptions& options) const;
+
+ private:
+  bool owns_init_ = false;
+  int world_rank_ = 0;
+  int world_size_ = 1;
+  MpiThreadLevel provided_ = MpiThreadLevel::kSingle;
+};
+
+// For main(): prints "[rank r/N] message" to stderr and ends the job with `exit_code`: MPI_Abort when MPI is
+// initialized and not finalized (so no peer hangs), std::exit otherwise.
+[[noreturn]] void abort_job(const std::string& message, int exit_code = 1);
+
+}  // namespace cleave::comm

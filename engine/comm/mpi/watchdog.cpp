@@ -28,9 +28,10 @@ std::string world_prefix() {
   return fmt::format("[rank {}/{}] ", rank, size);
 }
 
-void print_line(const std::string& line) {
+// One write per line, so lines of ranks that share the launcher's stderr do not interleave.
+void print_line(std::string line) {
+  line += '\n';
   std::fwrite(line.data(), 1, line.size(), stderr);
-  std::fputc('\n', stderr);
   std::fflush(stderr);
 }
 

@@ -1,0 +1,208 @@
+// Schedule text form: writer and parser (format in schedule_text.hpp).
+#include "pipeline/schedule_text.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <charconv>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <vector>
+
+#include "engine/core/error.hpp"
+
+namespace cleave::pipeline {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  const auto first = s.find_first_not_of(" \t\r");
+  if (first == std::string_view::npos) return {};
+  const auto last = s.find_last_not_of(" \t\r");
+  return s.substr(first, last - first + 1);
+}
+
+std::vector<std::string_view> split_words(std::string_view s) {
+  std::vector<std::string_view> words;
+  std::size_t pos = 0;
+  while (pos < s.size()) {
+    while (pos < s.size() && (s[pos] == ' ' || s[pos] == '\t' || s[pos] == '\r')) ++pos;
+    const std::size_t begin = pos;
+    while (pos < s.size() && s[pos] != ' ' && s[pos] != '\t' && s[pos] != '\r') ++pos;
+    if (pos > begin) words.push_back(s.substr(begin, pos - begin));
+  }
+  return words;
+}
+
+std::optional<int> to_int(std::string_view s) {
+  int value = 0;
+  if (s.empty()) return std::nullopt;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc() || ptr != s.data() + s.size()) return std::nullopt;
+  return value;
+}
+
+constexpr std::string_view kKeys[] = {"name", "pp_size", "num_stages", "num_microbatches", "virtual_stages",
+                                      "placement"};
+
+}  // namespace
+
+std::string format_schedule(const Schedule& s) {
+  std::string out = "# cleave pipeline schedule: one line per pp rank, one action per token (docs/schedules.md)\n";
+  if (!s.name.empty()) out += fmt::format("name: {}\n", s.name);
+  out += fmt::format("pp_size: {}\nnum_stages: {}\nnum_microbatches: {}\nvirtual_stages: {}\nplacement: {}\n", s.pp_size,
+                     s.num_stages, s.num_microbatches, s.virtual_stages, fmt::join(s.stage_to_rank, " "));
+  for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r) {
+    out += fmt::format("rank {}:", r);
+    for (const auto& a : s.ranks[r]) out += " " + format_action(a);
+    out += '\n';
+  }
+  return out;
+}
+
+Schedule parse_schedule(std::string_view text, std::string_view source) {
+  std::map<std::string, std::pair<std::string, int>> header;  // key -> (value, line)
+  std::map<int, std::pair<std::vector<Action>, int>> rank_lines;  // rank -> (actions, line)
+  int line_number = 0;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t eol = std::min(text.find('\n', pos), text.size());
+    std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++line_number;
+    if (const auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    line = trim(line);
+    if (line.empty()) continue;
+    const auto colon = line.find(':');
+    CLEAVE_CHECK(colon != std::string_view::npos,
+                 "schedule file '{}' line {}: expected 'rank N: actions...' or 'key: value', got '{}'", source,
+                 line_number, line);
+    const std::string_view key = trim(line.substr(0, colon));
+    const std::string_view value = trim(line.substr(colon + 1));
+    if (key.rfind("rank", 0) == 0) {
+      const auto number = to_int(trim(key.substr(4)));
+      CLEAVE_CHECK(number.has_value() && *number >= 0,
+                   "schedule file '{}' line {}: '{}' is not 'rank N' with N a rank number >= 0", source, line_number,
+                   key);
+      CLEAVE_CHECK(!rank_lines.count(*number), "schedule file '{}' line {}: rank {} already has a line (line {})",
+                   source, line_number, *number, rank_lines[*number].second);
+      std::vector<Action> actions;
+      const auto words = split_words(value);
+      for (std::size_t t = 0; t < words.size(); ++t) {
+        Action action;
+        std::string why;
+        CLEAVE_CHECK(try_parse_action(words[t], action, why), "schedule file '{}' line {}, token {} ('{}'): {}",
+                     source, line_number, t + 1, words[t], why);
+        actions.push_back(action);
+      }
+      rank_lines[*number] = {std::move(actions), line_number};
+      continue;
+    }
+    CLEAVE_CHECK(std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys),
+                 "schedule file '{}' line {}: unknown key '{}' (known: {}, or 'rank N')", source, line_number, key,
+                 fmt::join(kKeys, ", "));
+    CLEAVE_CHECK(!header.count(std::string(key)), "schedule file '{}' line {}: '{}' is given twice (first on line {})",
+                 source, line_number, key, header[std::string(key)].second);
+    header[std::string(key)] = {std::string(value), line_number};
+  }
+
+  CLEAVE_CHECK(!rank_lines.empty(), "schedule file '{}' has no 'rank N: ...' lines", source);
+  auto header_int = [&](const std::string& key) -> std::optional<int> {
+    auto it = header.find(key);
+    if (it == header.end()) return std::nullopt;
+    const auto value = to_int(it->second.first);
+    CLEAVE_CHECK(value.has_value() && *value >= 1, "schedule file '{}' line {}: {} must be an integer >= 1, got '{}'",
+                 source, it->second.second, key, it->second.first);
+    return value;
+  };
+
+  Schedule s;
+  s.name = header.count("name") ? header["name"].first : std::string(source);
+  const int rank_count = static_cast<int>(rank_lines.size());
+  s.pp_size = header_int("pp_size").value_or(rank_count);
+  CLEAVE_CHECK(rank_count == s.pp_size, "schedule file '{}': pp_size is {} but there are {} rank lines", source,
+               s.pp_size, rank_count);
+  s.ranks.resize(s.pp_size);
+  for (auto& [rank, entry] : rank_lines) {
+    CLEAVE_CHECK(rank < s.pp_size, "schedule file '{}' line {}: rank {} is out of range for pp_size {} (ranks 0..{})",
+                 source, entry.second, rank, s.pp_size, s.pp_size - 1);
+    s.ranks[rank] = std::move(entry.first);
+  }
+
+  int max_stage = -1, max_mb = -1;
+  for (const auto& actions : s.ranks) {
+    for (const auto& a : actions) {
+      max_stage = std::max(max_stage, a.stage);
+      max_mb = std::max(max_mb, a.microbatch);
+    }
+  }
+  s.num_stages = header_int("num_stages").value_or(max_stage + 1);
+  s.num_microbatches = header_int("num_microbatches").value_or(max_mb + 1);
+  CLEAVE_CHECK(s.num_stages >= 1, "schedule file '{}' names no stage; add compute actions or num_stages", source);
+  CLEAVE_CHECK(s.num_microbatches >= 1, "schedule file '{}' names no micro-batch; add compute actions or "
+               "num_microbatches", source);
+
+  if (header.count("placement")) {
+    const auto& [value, line] = header["placement"];
+    for (auto word : split_words(value)) {
+      const auto rank = to_int(word);
+      CLEAVE_CHECK(rank.has_value(), "schedule file '{}' line {}: placement entry '{}' is not a rank number", source,
+                   line, word);
+      s.stage_to_rank.push_back(*rank);
+    }
+  } else {
+    s.stage_to_rank.assign(s.num_stages, -1);
+    for (int r = 0; r < s.pp_size; ++r) {
+      for (const auto& a : s.ranks[r]) {
+        if (!has_stage(a.kind) || a.stage < 0 || a.stage >= s.num_stages) continue;
+        int& placed = s.stage_to_rank[a.stage];
+        CLEAVE_CHECK(placed < 0 || placed == r,
+                     "schedule file '{}': stage {} appears on rank {} (line {}) and rank {} (line {}); a stage runs on "
+                     "one rank (add a 'placement:' line to say which)",
+                     source, a.stage, placed, rank_lines[placed].second, r, rank_lines[r].second);
+        placed = r;
+      }
+    }
+    for (int stage = 0; stage < s.num_stages; ++stage) {
+      CLEAVE_CHECK(s.stage_to_rank[stage] >= 0,
+                   "schedule file '{}': stage {} appears on no rank, so its placement is unknown (add a 'placement:' "
+                   "line)",
+                   source, stage);
+    }
+  }
+  if (const auto v = header_int("virtual_stages")) {
+    s.virtual_stages = *v;
+  } else {
+    CLEAVE_CHECK(s.num_stages % s.pp_size == 0,
+                 "schedule file '{}': {} stages cannot be spread evenly over {} ranks (every rank holds the same "
+                 "number of stages)",
+                 source, s.num_stages, s.pp_size);
+    s.virtual_stages = s.num_stages / s.pp_size;
+  }
+  try {
+    check_schedule_shape(s);
+  } catch (const Error& e) {
+    CLEAVE_THROW("schedule file '{}': {}", source, e.what());
+  }
+  return s;
+}
+
+void save_schedule(const Schedule& schedule, const std::string& path) {
+  std::ofstream out(path);
+  CLEAVE_CHECK(out.good(), "cannot open schedule file '{}' for writing", path);
+  out << format_schedule(schedule);
+  out.close();
+  CLEAVE_CHECK(out.good(), "failed writing schedule file '{}'", path);
+}
+
+Schedule load_schedule(const std::string& path) {
+  std::ifstream in(path);
+  CLEAVE_CHECK(in.good(), "cannot open schedule file '{}'", path);
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  return parse_schedule(buffer.str(), path);
+}
+
+}  // namespace cleave::pipeline

@@ -1,0 +1,46 @@
+// Schedule generators (one file each in this folder) and the registry that picks one by name.
+//
+// Every generator is a pure function of (pp_size, micro-batches[, virtual stages]) returning a compute
+// schedule (F / I / W / B only; lowering.hpp adds communication). Each file opens with its ordering
+// rule, warm-up count and memory bound; docs/schedules.md has the bubble formulas. Micro-batches run in
+// increasing order on every stage. Bad arguments throw Error naming the numbers and what is allowed.
+//
+// To add a schedule: a new file here with its generator, a declaration below, an entry in registry.cpp,
+// and a row in docs/schedules.md.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "pipeline/schedule.hpp"
+
+namespace cleave::pipeline {
+
+// GPipe: all forwards, then all backwards (B). One stage per rank.
+Schedule gpipe_schedule(int pp_size, int num_microbatches);
+// 1F1B (PipeDream-flush): warm-up forwards, then alternate one F and one B. One stage per rank.
+Schedule one_f_one_b_schedule(int pp_size, int num_microbatches);
+// Interleaved 1F1B (Megatron): v ≥ 2 looped chunks per rank; any number of micro-batches.
+Schedule interleaved_1f1b_schedule(int pp_size, int num_microbatches, int virtual_stages);
+// ZB-H1 (Qi et al. 2023): 1F1B with B split into I and W, W deferred into the bubbles. One stage per rank.
+Schedule zb_h1_schedule(int pp_size, int num_microbatches);
+// ZB-V (Qi et al. 2023, §6): two chunks per rank in V-shaped placement, split I / W.
+Schedule zb_v_schedule(int pp_size, int num_microbatches);
+
+// "gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zb_v".
+std::vector<std::string_view> schedule_names();
+bool is_schedule_name(std::string_view name);
+// Virtual stages a schedule uses when none is given: 2 for interleaved_1f1b and zb_v, else 1.
+int default_virtual_stages(std::string_view name);
+
+// Builds the named schedule. Throws Error for an unknown name (listing the known ones) or an impossible
+// combination (e.g. `schedule 1f1b runs one stage per rank, got virtual_stages 2 ...`).
+Schedule make_schedule(std::string_view name, int pp_size, int num_microbatches, int virtual_stages);
+
+namespace detail {
+// Shared argument checks of the generators.
+void check_generator_args(std::string_view name, int pp_size, int num_microbatches);
+}  // namespace detail
+
+}  // namespace cleave::pipeline

@@ -1,0 +1,55 @@
+// Schedule simulator: predicts the timeline of one training step from per-action costs (DESIGN §4).
+//
+// Model. The schedule is lowered first if it is not (lowering.hpp) and validated. Each rank runs its list
+// in order; an action starts when the rank is free and its inputs are there:
+//   F / I / W / B     duration from the stage's cost (B = I + W); a cross-rank input is there when the
+//                     matching SEND's data arrives: send time + p2p_latency + bytes / p2p_bandwidth
+//   SEND_*            asynchronous: takes no rank time, leaves when reached (right after its producer)
+//   RECV_*            posted ahead: takes no rank time; its timeline entry spans [posted, data arrival]
+//   REDUCE_GRAD       the stage's reduce_grad cost;  OPTIMIZER_STEP  the optimizer_step cost
+// Event-driven: ranks are advanced in order of the time they become free; a rank whose next compute
+// waits for a SEND not yet simulated is parked until that SEND is. Start times are max(rank free, inputs
+// ready), so the result does not depend on processing order. With zero latency the timing is exactly
+// the compute schedule's dependency graph, which is what the published bubble formulas assume.
+//
+// Costs are a plain per-stage table in any time unit (the CLI uses milliseconds); fill it from
+// partition/cost_model.hpp, from measurements, or uniformly.
+#pragma once
+
+#include <vector>
+
+#include "pipeline/schedule.hpp"
+#include "pipeline/timeline.hpp"
+
+namespace cleave::pipeline {
+
+struct StageCost {
+  double forward = 1.0;          // F
+  double backward_input = 1.0;   // I
+  double backward_weight = 1.0;  // W   (B costs backward_input + backward_weight)
+  double reduce_grad = 0.0;      // REDUCE_GRAD
+  double output_bytes = 0.0;     // activation sent to stage + 1 per micro-batch (= gradient sent back)
+};
+
+struct SimulationCosts {
+  std::vector<StageCost> stages;  // one per stage
+  double optimizer_step = 0.0;
+  double p2p_latency = 0.0;       // per message, in the time unit
+  double p2p_bandwidth = 0.0;     // bytes per time unit; 0 = infinite
+
+  // Every stage costs F, I, W; no communication or reduction cost.
+  static SimulationCosts uniform(int num_stages, double forward = 1.0, double backward_input = 1.0,
+                                 double backward_weight = 1.0);
+};
+
+struct SimulationResult {
+  Schedule lowered;    // the schedule that was timed
+  Timeline timeline;   // every action of `lowered`, per rank in list order
+  TimelineStats stats;
+};
+
+// Throws Error for an invalid schedule (the validator's message) or a cost table of the wrong size or
+// with negative / non-finite entries.
+SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs);
+
+}  // namespace cleave::pipeline

@@ -75,7 +75,8 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   if (m == 0 || n == 0 || batch == 0) return;
   CLEAVE_ASSERT(c != nullptr && (k == 0 || (a != nullptr && b != nullptr)), "gemm_strided_batched: null pointer");
   const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const bool spread = batch > 1 && mnk <= kOpenBlasSingleThreadMnk;
+  // Tiny batches are not worth an OpenMP fork/join (a few microseconds).
+  const bool spread = batch > 1 && mnk <= kOpenBlasSingleThreadMnk && mnk * static_cast<double>(batch) >= 32768.0;
 #pragma omp parallel for schedule(static) if (spread)
   for (int64_t i = 0; i < batch; ++i) {
     gemm_unchecked(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,

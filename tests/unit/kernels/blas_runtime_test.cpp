@@ -1,0 +1,28 @@
+// BLAS runtime knobs: the thread count round-trips, a bad count is a user error, and OpenBLAS describes
+// its build and the core it selected.
+#include "kernels/cpu/blas_runtime.hpp"
+
+#include <gtest/gtest.h>
+
+#include "engine/core/error.hpp"
+
+namespace cleave::kernels::cpu {
+namespace {
+
+TEST(KernelBlasRuntime, ThreadsRoundTrip) {
+  const int saved = blas_threads();
+  configure_blas_threads(1);
+  EXPECT_EQ(blas_threads(), 1);
+  configure_blas_threads(saved);
+  EXPECT_EQ(blas_threads(), saved);
+  EXPECT_THROW(configure_blas_threads(0), Error);
+}
+
+TEST(KernelBlasRuntime, DescribesItself) {
+  EXPECT_NE(blas_config().find("OpenBLAS"), std::string::npos) << blas_config();
+  EXPECT_FALSE(blas_core_name().empty());
+  EXPECT_NE(blas_core_name(), "unknown");
+}
+
+}  // namespace
+}  // namespace cleave::kernels::cpu

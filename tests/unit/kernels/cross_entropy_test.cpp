@@ -1,0 +1,111 @@
+// Fused softmax cross-entropy against a double reference: the summed loss over non-ignored rows, every
+// row's logsumexp, the gradient scale*(softmax - onehot) with zero rows for ignored targets, finite
+// differences of the forward, in-place (dlogits aliasing logits) giving the same bits, stability for
+// huge logits, and out-of-range targets raising cleave::Error with the row, target and class count.
+#include "kernels/cpu/cross_entropy.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernel_test_util.hpp"
+
+namespace cleave::kernels::cpu {
+namespace {
+
+std::vector<int32_t> make_targets(int64_t rows, int64_t classes, uint64_t seed) {
+  std::vector<int32_t> t(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) t[r] = static_cast<int32_t>((r * 7919 + seed) % classes);
+  if (rows > 2) t[1] = -1;  // an ignored (padding) row
+  return t;
+}
+
+TEST(KernelCrossEntropy, ForwardBackwardMatchReference) {
+  for (auto [rows, classes] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {13, 65}, {7, 1001}, {37, 4099}}) {
+    auto logits = test::random_floats(static_cast<size_t>(rows * classes), 50, 4.0f);
+    const auto targets = make_targets(rows, classes, 3);
+    auto lse = test::poisoned(static_cast<size_t>(rows));
+    const double loss = softmax_cross_entropy_forward(logits.data(), targets.data(), lse.data(), rows, classes);
+
+    std::vector<double> want_lse(static_cast<size_t>(rows)), want_grad(logits.size());
+    double want_loss = 0.0;
+    const float scale = 0.37f;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* x = &logits[r * classes];
+      double mx = x[0];
+      for (int64_t c = 1; c < classes; ++c) mx = std::max(mx, double(x[c]));
+      double s = 0.0;
+      for (int64_t c = 0; c < classes; ++c) s += std::exp(x[c] - mx);
+      want_lse[r] = mx + std::log(s);
+      if (targets[r] >= 0) want_loss += want_lse[r] - x[targets[r]];
+      for (int64_t c = 0; c < classes; ++c) {
+        want_grad[r * classes + c] =
+            targets[r] < 0 ? 0.0 : scale * (std::exp(x[c] - want_lse[r]) - (c == targets[r] ? 1.0 : 0.0));
+      }
+    }
+    EXPECT_NEAR(loss, want_loss, 1e-5 * (1.0 + std::fabs(want_loss)));
+    test::expect_close(lse, want_lse, 1e-5, 1e-6, "lse");
+    if (classes > 1) {
+      EXPECT_GT(loss, 0.0);
+    }
+
+    auto grad = test::poisoned(logits.size());
+    softmax_cross_entropy_backward(logits.data(), targets.data(), lse.data(), scale, grad.data(), rows, classes);
+    test::expect_close(grad, want_grad, 1e-7, 1e-4, "dlogits");
+    if (classes > 1) {
+      EXPECT_GT(test::l2_norm(grad), 0.0);
+    }
+
+    // In place: dlogits aliasing logits gives the same bits.
+    auto inplace = logits;
+    softmax_cross_entropy_backward(inplace.data(), targets.data(), lse.data(), scale, inplace.data(), rows, classes);
+    EXPECT_EQ(inplace, grad);
+
+    // Finite differences of scale * loss (a sample of logits).
+    std::vector<float> lse_fd(static_cast<size_t>(rows));
+    auto f = [&] {
+      return scale * softmax_cross_entropy_forward(logits.data(), targets.data(), lse_fd.data(), rows, classes);
+    };
+    for (size_t i = 0; i < logits.size(); i += 1 + logits.size() / 10) {
+      const double fd = test::finite_difference(logits, i, 1e-2f, f);
+      EXPECT_NEAR(grad[i], fd, 1e-3 * (1.0 + std::fabs(fd))) << "logit " << i;
+    }
+  }
+}
+
+TEST(KernelCrossEntropy, HugeLogitsAreStable) {
+  std::vector<float> logits = {1000.0f, 999.0f, -1000.0f, 0.0f};
+  const std::vector<int32_t> targets = {1};
+  float lse = 0.0f;
+  const double loss = softmax_cross_entropy_forward(logits.data(), targets.data(), &lse, 1, 4);
+  EXPECT_NEAR(loss, 1.0 + std::log1p(std::exp(-1.0)), 1e-4);
+  EXPECT_TRUE(std::isfinite(lse));
+}
+
+TEST(KernelCrossEntropy, CountValidTargets) {
+  const std::vector<int32_t> targets = {3, -1, 0, -1, 7};
+  EXPECT_EQ(count_valid_targets(targets.data(), 5), 3);
+  EXPECT_EQ(count_valid_targets(targets.data(), 0), 0);
+}
+
+TEST(KernelCrossEntropy, OutOfRangeTargetsThrowWithDetails) {
+  const auto logits = test::random_floats(3 * 5, 51);
+  std::vector<float> lse(3), grad(15);
+  for (int32_t bad : {5, 6, -2}) {
+    const std::vector<int32_t> targets = {0, bad, 1};
+    try {
+      softmax_cross_entropy_forward(logits.data(), targets.data(), lse.data(), 3, 5);
+      ADD_FAILURE() << "target " << bad << " was accepted";
+    } catch (const Error& e) {
+      const std::string msg = e.what();
+      EXPECT_NE(msg.find("target " + std::to_string(bad)), std::string::npos) << msg;
+      EXPECT_NE(msg.find("row 1"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("5"), std::string::npos) << msg;
+    }
+    EXPECT_THROW(softmax_cross_entropy_backward(logits.data(), targets.data(), lse.data(), 1.0f, grad.data(), 3, 5),
+                 Error);
+  }
+}
+
+}  // namespace
+}  // namespace cleave::kernels::cpu

@@ -1,0 +1,138 @@
+// ProcessGrid arithmetic and the split-based communicator factory (grid.hpp).
+#include "engine/comm/grid.hpp"
+
+#include "engine/core/error.hpp"
+
+namespace cleave::comm {
+
+ProcessGrid ProcessGrid::create(int world_size, int tp, int pp, int dp) {
+  CLEAVE_CHECK(world_size >= 1, "process grid: world size must be at least 1, got {}", world_size);
+  CLEAVE_CHECK(tp >= 1, "parallel.tensor_model_parallel_size must be at least 1, got {}", tp);
+  CLEAVE_CHECK(pp >= 1, "parallel.pipeline_model_parallel_size must be at least 1, got {}", pp);
+  CLEAVE_CHECK(dp == -1 || dp >= 1, "parallel.data_parallel_size must be -1 (inferred) or at least 1, got {}", dp);
+  const long long model = static_cast<long long>(tp) * pp;
+  if (dp == -1) {
+    CLEAVE_CHECK(world_size >= model,
+                 "world size {} is smaller than tp({}) × pp({}) = {}: data_parallel_size would be inferred as 0; "
+                 "launch at least {} ranks or lower parallel.tensor_model_parallel_size / "
+                 "parallel.pipeline_model_parallel_size",
+                 world_size, tp, pp, model, model);
+    CLEAVE_CHECK(world_size % model == 0,
+                 "world size {} is not divisible by tp({}) × pp({}) = {}, so data_parallel_size cannot be inferred",
+                 world_size, tp, pp, model);
+    dp = static_cast<int>(world_size / model);
+  } else {
+    CLEAVE_CHECK(model * dp == world_size,
+                 "world size {} does not match tp({}) × dp({}) × pp({}) = {} (parallel.data_parallel_size = {}; set "
+                 "it to -1 to infer it from the world size)",
+                 world_size, tp, dp, pp, model * dp, dp);
+  }
+  return ProcessGrid(tp, dp, pp);
+}
+
+int ProcessGrid::rank_of(const GridCoords& c) const {
+  CLEAVE_CHECK(c.tp_rank >= 0 && c.tp_rank < tp_ && c.dp_rank >= 0 && c.dp_rank < dp_ && c.pp_rank >= 0 &&
+                   c.pp_rank < pp_,
+               "process grid {}: coordinates (tp {}, dp {}, pp {}) out of range", str(), c.tp_rank, c.dp_rank,
+               c.pp_rank);
+  return c.tp_rank + tp_ * (c.dp_rank + dp_ * c.pp_rank);
+}
+
+GridCoords ProcessGrid::coords_of(int rank) const {
+  CLEAVE_CHECK(rank >= 0 && rank < world_size(), "process grid {}: rank {} is not in 0..{}", str(), rank,
+               world_size() - 1);
+  return {rank % tp_, (rank / tp_) % dp_, rank / (tp_ * dp_)};
+}
+
+std::vector<int> ProcessGrid::tp_group(int rank) const {
+  GridCoords c = coords_of(rank);
+  std::vector<int> out;
+  for (c.tp_rank = 0; c.tp_rank < tp_; ++c.tp_rank) out.push_back(rank_of(c));
+  return out;
+}
+
+std::vector<int> ProcessGrid::dp_group(int rank) const {
+  GridCoords c = coords_of(rank);
+  std::vector<int> out;
+  for (c.dp_rank = 0; c.dp_rank < dp_; ++c.dp_rank) out.push_back(rank_of(c));
+  return out;
+}
+
+std::vector<int> ProcessGrid::pp_group(int rank) const {
+  GridCoords c = coords_of(rank);
+  std::vector<int> out;
+  for (c.pp_rank = 0; c.pp_rank < pp_; ++c.pp_rank) out.push_back(rank_of(c));
+  return out;
+}
+
+bool ProcessGrid::in_embedding_group(int rank) const {
+  const GridCoords c = coords_of(rank);
+  return c.pp_rank == 0 || c.pp_rank == pp_ - 1;
+}
+
+std::vector<int> ProcessGrid::embedding_group(int rank) const {
+  if (!in_embedding_group(rank)) return {};
+  GridCoords c = coords_of(rank);
+  c.pp_rank = 0;
+  std::vector<int> out{rank_of(c)};
+  if (pp_ > 1) {
+    c.pp_rank = pp_ - 1;
+    out.push_back(rank_of(c));
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> ProcessGrid::tp_groups() const {
+  std::vector<std::vector<int>> out;
+  for (int pp = 0; pp < pp_; ++pp) {
+    for (int dp = 0; dp < dp_; ++dp) out.push_back(tp_group(rank_of({0, dp, pp})));
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> ProcessGrid::dp_groups() const {
+  std::vector<std::vector<int>> out;
+  for (int pp = 0; pp < pp_; ++pp) {
+    for (int tp = 0; tp < tp_; ++tp) out.push_back(dp_group(rank_of({tp, 0, pp})));
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> ProcessGrid::pp_groups() const {
+  std::vector<std::vector<int>> out;
+  for (int dp = 0; dp < dp_; ++dp) {
+    for (int tp = 0; tp < tp_; ++tp) out.push_back(pp_group(rank_of({tp, dp, 0})));
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> ProcessGrid::embedding_groups() const {
+  std::vector<std::vector<int>> out;
+  for (int dp = 0; dp < dp_; ++dp) {
+    for (int tp = 0; tp < tp_; ++tp) out.push_back(embedding_group(rank_of({tp, dp, 0})));
+  }
+  return out;
+}
+
+std::string ProcessGrid::str() const {
+  return fmt::format("tp={} dp={} pp={} (world {})", tp_, dp_, pp_, world_size());
+}
+
+GridCommunicators build_grid_communicators(Communicator& world, const ProcessGrid& grid) {
+  CLEAVE_CHECK(world.size() == grid.world_size(), "process grid {} built on comm '{}' of {} ranks", grid.str(),
+               world.name(), world.size());
+  const int rank = world.rank();
+  const GridCoords c = grid.coords_of(rank);
+  const int tp = grid.tp_size();
+  const int dp = grid.dp_size();
+  GridCommunicators out;
+  // Colors are the group's index in tp_groups() / dp_groups() / ...; keys are the rank within the group.
+  out.tp = world.split(c.dp_rank + dp * c.pp_rank, c.tp_rank, "tp");
+  out.dp = world.split(c.tp_rank + tp * c.pp_rank, c.dp_rank, "dp");
+  out.pp = world.split(c.tp_rank + tp * c.dp_rank, c.pp_rank, "pp");
+  out.embedding = world.split(grid.in_embedding_group(rank) ? c.tp_rank + tp * c.dp_rank : -1, c.pp_rank,
+                              "embedding");
+  return out;
+}
+
+}  // namespace cleave::comm

@@ -1,0 +1,99 @@
+// Launcher environment parsing and local-rank / device resolution (launch_env.hpp).
+#include "engine/comm/launch_env.hpp"
+
+#include <charconv>
+#include <cstdlib>
+#include <set>
+#include <utility>
+
+#include "engine/core/error.hpp"
+
+namespace cleave::comm {
+namespace {
+
+struct Source {
+  const char* rank_var;
+  const char* size_var;
+};
+constexpr Source kSources[] = {
+    {"OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"},
+    {"MPI_LOCALRANKID", "MPI_LOCALNRANKS"},
+    {"SLURM_LOCALID", "SLURM_NTASKS_PER_NODE"},
+};
+
+std::optional<int> parse_count(const EnvLookup& env, const char* name) {
+  std::optional<std::string> text = env(name);
+  if (!text) return std::nullopt;
+  int value = -1;
+  const char* end = text->data() + text->size();
+  auto [ptr, ec] = std::from_chars(text->data(), end, value);
+  CLEAVE_CHECK(ec == std::errc() && ptr == end && value >= 0,
+               "environment variable {}='{}' is not a non-negative integer", name, *text);
+  return value;
+}
+
+}  // namespace
+
+EnvLookup process_env() {
+  return [](std::string_view name) -> std::optional<std::string> {
+    const char* value = std::getenv(std::string(name).c_str());
+    if (value == nullptr) return std::nullopt;
+    return std::string(value);
+  };
+}
+
+std::optional<LocalRank> local_rank_from_env(const EnvLookup& env) {
+  for (const Source& source : kSources) {
+    std::optional<int> rank = parse_count(env, source.rank_var);
+    if (!rank) continue;
+    LocalRank out;
+    out.local_rank = *rank;
+    out.source = source.rank_var;
+    // SLURM_NTASKS_PER_NODE may read "4(x2)" on heterogeneous allocations; only a plain count is used.
+    std::optional<std::string> size_text = env(source.size_var);
+    int size = 0;
+    if (size_text) {
+      const char* end = size_text->data() + size_text->size();
+      auto [ptr, ec] = std::from_chars(size_text->data(), end, size);
+      if (ec != std::errc() || ptr != end) size = 0;
+    }
+    out.local_size = size;
+    return out;
+  }
+  return std::nullopt;
+}
+
+LocalRank resolve_local_rank(std::span<const std::string> hostnames, std::span<const int> claimed, int rank,
+                             std::string_view claim_source) {
+  CLEAVE_ASSERT(hostnames.size() == claimed.size() && rank >= 0 && static_cast<std::size_t>(rank) < hostnames.size(),
+                "resolve_local_rank: {} host names, {} claims, rank {}", hostnames.size(), claimed.size(), rank);
+  const std::string& host = hostnames[static_cast<std::size_t>(rank)];
+  int position = 0;
+  int on_host = 0;
+  for (std::size_t q = 0; q < hostnames.size(); ++q) {
+    if (hostnames[q] != host) continue;
+    if (static_cast<int>(q) < rank) ++position;
+    ++on_host;
+  }
+  bool claims_usable = true;
+  std::set<std::pair<std::string, int>> seen;
+  for (std::size_t q = 0; q < hostnames.size() && claims_usable; ++q) {
+    claims_usable = claimed[q] >= 0 && seen.emplace(hostnames[q], claimed[q]).second;
+  }
+  if (claims_usable) return {claimed[static_cast<std::size_t>(rank)], on_host, std::string(claim_source)};
+  return {position, on_host, "hostname"};
+}
+
+int select_device(const LocalRank& local, int device_count, std::string_view hostname,
+                  std::string_view visible_devices) {
+  CLEAVE_CHECK(device_count >= 1, "host {}: no CUDA device is visible (CUDA_VISIBLE_DEVICES='{}')", hostname,
+               visible_devices);
+  if (device_count == 1) return 0;
+  CLEAVE_CHECK(local.local_rank < device_count,
+               "host {}: local rank {} (from {}) has no GPU of its own: {} devices visible (CUDA_VISIBLE_DEVICES='{}'); "
+               "launch at most {} ranks per node",
+               hostname, local.local_rank, local.source, device_count, visible_devices, device_count);
+  return local.local_rank;
+}
+
+}  // namespace cleave::comm

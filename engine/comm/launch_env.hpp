@@ -1,0 +1,48 @@
+// Local rank and device selection from the launcher's environment (CPU code, no MPI, unit-tested).
+//
+// Which variable says "this process's index on its node", by launcher:
+//   Open MPI mpirun/mpiexec (also Azure ML's "Mpi" distribution)  OMPI_COMM_WORLD_LOCAL_RANK / _LOCAL_SIZE
+//   MPICH / Intel MPI (Hydra)                                    MPI_LOCALRANKID / MPI_LOCALNRANKS
+//   SLURM srun (srun --mpi=pmix)                                 SLURM_LOCALID / SLURM_NTASKS_PER_NODE
+// They are read in that order: under `mpirun` inside an sbatch allocation SLURM_LOCALID belongs to the batch
+// step and is the same (0) in every rank, so the MPI launcher's own variable must win. When no variable is
+// set, or the values are inconsistent (two ranks on one host claim the same local rank), the local rank is
+// the position of the rank among the ranks with the same host name (an allgather of host names, done by the
+// MPI code that calls resolve_local_rank).
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+
+namespace cleave::comm {
+
+// Looks a variable up; std::getenv by default, a map in tests.
+using EnvLookup = std::function<std::optional<std::string>(std::string_view name)>;
+EnvLookup process_env();
+
+struct LocalRank {
+  int local_rank = 0;
+  int local_size = 1;     // ranks on this node, 0 when the launcher does not say
+  std::string source;     // "OMPI_COMM_WORLD_LOCAL_RANK", "hostname", ...
+};
+
+// The launcher's claim, if any variable is set. Throws Error for a value that is not a non-negative integer,
+// naming the variable.
+std::optional<LocalRank> local_rank_from_env(const EnvLookup& env);
+
+// The local rank of `rank` given every rank's host name and every rank's launcher claim (-1 = none): the
+// claim when every rank has one and the claims on each host are distinct, else the position among the ranks
+// on the same host (ranks ordered by global rank).
+LocalRank resolve_local_rank(std::span<const std::string> hostnames, std::span<const int> claimed, int rank,
+                             std::string_view claim_source);
+
+// The CUDA device of a rank: its local rank when the node has that many visible devices; device 0 when exactly
+// one device is visible (the launcher bound one GPU per rank, e.g. srun --gpus-per-task=1). Otherwise an
+// Error naming the host, the local rank, the device count and CUDA_VISIBLE_DEVICES.
+int select_device(const LocalRank& local, int device_count, std::string_view hostname,
+                  std::string_view visible_devices);
+
+}  // namespace cleave::comm

@@ -1,0 +1,122 @@
+// Host element loops of the comm backends: ordered reduction order and NaN/zero rules, 16-bit conversions,
+// scaling; and the communicator helpers that classify tensor aliasing.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "engine/comm/communicator.hpp"
+#include "engine/comm/host_reduce.hpp"
+
+namespace cleave::comm {
+namespace {
+
+TEST(HostReduce, OrderedSumCombinesSlotsInOrder) {
+  // 1e8 + 1 - 1e8 = 0 in f32 (1 is absorbed), while 1e8 - 1e8 + 1 = 1: order shows in the result.
+  std::vector<float> a{1e8f, 1e8f}, b{1.0f, -1e8f}, c{-1e8f, 1.0f};
+  const void* slots[] = {a.data(), b.data(), c.data()};
+  std::vector<float> out(2);
+  ordered_reduce(DType::kF32, ReduceOp::kSum, slots, out.data(), 2);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], 1.0f);
+}
+
+TEST(HostReduce, OrderedSumMatchesSequentialLoopOnRandomInputsAndAliasing) {
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> dist(-100.0f, 100.0f);
+  const std::int64_t count = 2500;  // more than one tile
+  std::vector<std::vector<float>> in(5, std::vector<float>(count));
+  for (auto& v : in) for (auto& x : v) x = dist(gen) * std::pow(10.0f, static_cast<float>(gen() % 7) - 3.0f);
+  std::vector<const void*> slots;
+  for (auto& v : in) slots.push_back(v.data());
+  std::vector<float> expected(count);
+  for (std::int64_t i = 0; i < count; ++i) {
+    float acc = in[0][i];
+    for (std::size_t s = 1; s < in.size(); ++s) acc += in[s][i];
+    expected[i] = acc;
+  }
+  ordered_reduce(DType::kF32, ReduceOp::kSum, slots, in[2].data(), count);  // out aliases slot 2
+  EXPECT_EQ(std::memcmp(in[2].data(), expected.data(), count * sizeof(float)), 0);
+}
+
+TEST(HostReduce, Bf16AccumulatesInF32AndRoundsOnce) {
+  // 256 + 1 + 1 in bf16 steps would stay 256 (1 is below half an ulp); in f32 it is 258, exact in bf16.
+  std::vector<std::uint16_t> a{float_to_bf16(256.0f)}, b{float_to_bf16(1.0f)}, c{float_to_bf16(1.0f)};
+  const void* slots[] = {a.data(), b.data(), c.data()};
+  std::uint16_t out = 0;
+  ordered_reduce(DType::kBF16, ReduceOp::kSum, slots, &out, 1);
+  EXPECT_EQ(bf16_to_float(out), 258.0f);
+}
+
+TEST(HostReduce, MaxPropagatesNaNAndKeepsTheFirstOfEqualZeros) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::vector<float> a{1.0f, -0.0f, nan}, b{nan, 0.0f, 5.0f};
+  const void* slots[] = {a.data(), b.data()};
+  std::vector<float> out(3);
+  ordered_reduce(DType::kF32, ReduceOp::kMax, slots, out.data(), 3);
+  EXPECT_TRUE(std::isnan(out[0]));
+  EXPECT_TRUE(std::signbit(out[1]));
+  EXPECT_TRUE(std::isnan(out[2]));
+}
+
+TEST(HostReduce, IntegerSumWrapsAndMaxIsExact) {
+  std::vector<std::int32_t> a{2147483647, -5}, b{1, 7};
+  const void* slots[] = {a.data(), b.data()};
+  std::vector<std::int32_t> out(2);
+  ordered_reduce(DType::kI32, ReduceOp::kSum, slots, out.data(), 2);
+  EXPECT_EQ(out[0], -2147483647 - 1);
+  EXPECT_EQ(out[1], 2);
+  std::vector<std::uint16_t> ua{65535, 3}, ub{1, 9};
+  const void* uslots[] = {ua.data(), ub.data()};
+  std::vector<std::uint16_t> uout(2);
+  ordered_reduce(DType::kU16, ReduceOp::kMax, uslots, uout.data(), 2);
+  EXPECT_EQ(uout[0], 65535);
+  EXPECT_EQ(uout[1], 9);
+}
+
+TEST(HostReduce, F16ConversionRoundsToNearestEven) {
+  EXPECT_EQ(f16_to_float(float_to_f16(1.0f)), 1.0f);
+  EXPECT_EQ(float_to_f16(1.0f), 0x3c00);
+  EXPECT_EQ(f16_to_float(float_to_f16(65504.0f)), 65504.0f);
+  EXPECT_TRUE(std::isinf(f16_to_float(float_to_f16(70000.0f))));
+  // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: ties to even gives 1.
+  EXPECT_EQ(f16_to_float(float_to_f16(1.0f + 0x1p-11f)), 1.0f);
+  EXPECT_EQ(f16_to_float(float_to_f16(1.0f + 3 * 0x1p-11f)), 1.0f + 0x1p-9f);
+  std::vector<float> src{0.1f, -3.75f, 2e-3f};  // normal f16 values (subnormals below 6.1e-5)
+  std::vector<std::uint16_t> half(3);
+  std::vector<float> back(3);
+  narrow_from_f32(src.data(), DType::kF16, half.data(), 3);
+  widen_to_f32(half.data(), DType::kF16, back.data(), 3);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(back[i], src[i], std::abs(src[i]) * 0x1p-10f) << i;
+}
+
+TEST(HostReduce, ScaleInPlace) {
+  std::vector<float> f{2.0f, -6.0f};
+  scale_in_place(f.data(), DType::kF32, 0.25f, 2);
+  EXPECT_EQ(f, (std::vector<float>{0.5f, -1.5f}));
+  std::vector<std::uint16_t> h{float_to_bf16(3.0f)};
+  scale_in_place(h.data(), DType::kBF16, 0.5f, 1);
+  EXPECT_EQ(bf16_to_float(h[0]), 1.5f);
+  std::vector<std::int32_t> i{4};
+  EXPECT_THROW(scale_in_place(i.data(), DType::kI32, 0.5f, 1), Error);
+}
+
+TEST(CommHelpers, AliasingClassification) {
+  Tensor whole = Tensor::empty({12}, DType::kF32, MemoryCategory::kActivations);
+  Tensor other = Tensor::empty({3}, DType::kF32, MemoryCategory::kActivations);
+  EXPECT_TRUE(is_block_of(whole.slice(6, 9), whole, 2, 4));
+  EXPECT_FALSE(is_block_of(whole.slice(6, 9), whole, 1, 4));
+  EXPECT_FALSE(is_block_of(whole.slice(5, 8), whole, 2, 4));
+  EXPECT_FALSE(is_block_of(other, whole, 0, 4));
+  EXPECT_TRUE(tensors_overlap(whole.slice(0, 4), whole.slice(3, 6)));
+  EXPECT_FALSE(tensors_overlap(whole.slice(0, 3), whole.slice(3, 6)));
+  EXPECT_FALSE(tensors_overlap(whole, other));
+  EXPECT_EQ(format_ranks({0, 1, 2, 3, 5, 7, 8}), "[0..3,5,7,8]");
+  EXPECT_EQ(format_ranks({4}), "[4]");
+}
+
+}  // namespace
+}  // namespace cleave::comm

@@ -1,0 +1,91 @@
+// config -> DataSource (see make_data_source.hpp).
+#include "engine/train/data/make_data_source.hpp"
+
+#include <cmath>
+
+#include "engine/core/error.hpp"
+#include "engine/train/data/digits.hpp"
+#include "engine/train/data/synthetic.hpp"
+#include "engine/train/data/token_source.hpp"
+
+namespace cleave::train {
+namespace {
+
+std::string percent(double fraction) { return fmt::format("{:.4g}%", 100.0 * fraction); }
+
+std::unique_ptr<DataSource> make_token_source(const config::RunConfig& c, Split split) {
+  const auto& d = c.data;
+  const TokenFormat format =
+      d.type == "text" ? TokenFormat::kText : (d.format == "uint16" ? TokenFormat::kUint16 : TokenFormat::kLlmc);
+  const bool separate_eval = !d.val_path.empty();
+  const std::string& path = split == Split::kEval && separate_eval ? d.val_path : d.path;
+  auto file = std::make_shared<const TokenFile>(path, format);
+  const std::int64_t n = file->size();
+  std::int64_t begin = 0, end = n;
+  std::string region = "whole file";
+  if (!separate_eval) {
+    const auto held_out = static_cast<std::int64_t>(std::floor(static_cast<double>(n) * d.val_fraction));
+    if (split == Split::kTrain) {
+      end = n - held_out;
+      if (held_out > 0) region = fmt::format("first {} of {} tokens", percent(1.0 - d.val_fraction), n);
+    } else {
+      CLEAVE_CHECK(d.val_fraction > 0.0, "data: no evaluation split (data.val_fraction is 0 and data.val_path is empty)");
+      begin = n - held_out;
+      region = fmt::format("last {} = data.val_fraction of {} tokens", percent(d.val_fraction), n);
+    }
+  }
+  const std::int64_t vocab = c.model.gpt.vocab_size;
+  if (end - begin > 0) {
+    const auto [max_token, position] = file->max_token(begin, end);
+    CLEAVE_CHECK(max_token < vocab,
+                 "data file {}: token {} at position {} is ≥ model.vocab_size {} (the file needs a vocabulary of at "
+                 "least {})",
+                 path, max_token, position, vocab, max_token + 1);
+  }
+  return std::make_unique<TokenWindowSource>(std::move(file), begin, end, c.model.gpt.seq_len, c.train.seed, split,
+                                             region);
+}
+
+std::unique_ptr<DataSource> make_digits_source(const config::RunConfig& c, Split split) {
+  auto data = std::make_shared<const DigitsData>(read_digits(c.data.path));
+  const std::int64_t rows = data->rows();
+  const auto test_rows = static_cast<std::int64_t>(std::floor(static_cast<double>(rows) * c.data.val_fraction));
+  CLEAVE_CHECK(split == Split::kTrain || test_rows > 0,
+               "data file {}: the test split (last {} of {} rows) is empty; raise data.val_fraction", c.data.path,
+               percent(c.data.val_fraction), rows);
+  const std::int64_t begin = split == Split::kTrain ? 0 : rows - test_rows;
+  const std::int64_t end = split == Split::kTrain ? rows - test_rows : rows;
+  return std::make_unique<DigitsSource>(std::move(data), begin, end, c.model.type == "cnn", c.train.seed, split);
+}
+
+}  // namespace
+
+std::unique_ptr<DataSource> make_data_source(const config::RunConfig& c, Split split) {
+  const std::string& type = c.data.type;
+  if (type == "synthetic") {
+    if (c.model.type == "gpt") {
+      return std::make_unique<SyntheticTokenSource>(c.model.gpt.vocab_size, c.model.gpt.seq_len, c.train.seed, split);
+    }
+    if (c.model.type == "mlp") {
+      return std::make_unique<SyntheticClassSource>(Shape{c.model.mlp.in_features}, c.model.mlp.num_classes,
+                                                    c.train.seed, split);
+    }
+    const auto& n = c.model.cnn;
+    return std::make_unique<SyntheticClassSource>(Shape{n.in_channels, n.height, n.width}, n.num_classes, c.train.seed,
+                                                  split);
+  }
+  if (type == "text" || type == "tokens") {
+    CLEAVE_CHECK(c.model.type == "gpt", "data.type \"{}\" needs model.type \"gpt\" (model.type is \"{}\")", type,
+                 c.model.type);
+    CLEAVE_CHECK(!c.data.path.empty(), "data.path: missing; required for data.type \"{}\"", type);
+    return make_token_source(c, split);
+  }
+  if (type == "digits") {
+    CLEAVE_CHECK(c.model.type == "mlp" || c.model.type == "cnn",
+                 "data.type \"digits\" needs model.type \"mlp\" or \"cnn\" (model.type is \"{}\")", c.model.type);
+    return make_digits_source(c, split);
+  }
+  CLEAVE_THROW("data.type: \"{}\" is not one of \"text\", \"tokens\", \"digits\", \"synthetic\"", type);
+}
+
+}  // namespace cleave::train

@@ -1,0 +1,22 @@
+// Builds the training or evaluation DataSource that a RunConfig's `data` section describes.
+//
+//   synthetic  gpt: SyntheticTokenSource (model.vocab_size, model.seq_len); mlp/cnn: SyntheticClassSource
+//   text       bytes of data.path as tokens 0..255
+//   tokens     data.format llmc (llm.c shard) or uint16 (headerless)
+//   digits     data.path (default data/digits.csv.gz); inputs [64] for mlp, [1, 8, 8] for cnn
+// Evaluation data is data.val_path when given, else the last data.val_fraction of data.path (digits: the
+// last val_fraction of the rows, its test split). Samples are drawn with train.seed.
+// Errors (one line, naming the file and the numbers): missing, empty, truncated, wrong magic, odd size,
+// a split too short for seq_len + 1 tokens, a token id ≥ model.vocab_size, malformed digits rows.
+#pragma once
+
+#include <memory>
+
+#include "engine/config/config.hpp"
+#include "engine/train/data/data_source.hpp"
+
+namespace cleave::train {
+
+std::unique_ptr<DataSource> make_data_source(const config::RunConfig& config, Split split);
+
+}  // namespace cleave::train

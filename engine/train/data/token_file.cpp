@@ -1,0 +1,112 @@
+// Opening and checking token files (see token_file.hpp). POSIX mmap keeps large shards out of the heap.
+#include "engine/train/data/token_file.hpp"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "engine/core/error.hpp"
+
+namespace cleave::train {
+
+std::string_view token_format_name(TokenFormat format) {
+  switch (format) {
+    case TokenFormat::kText: return "text file";
+    case TokenFormat::kLlmc: return "llm.c token shard";
+    case TokenFormat::kUint16: return "uint16 token file";
+  }
+  return "?";
+}
+
+TokenFile::TokenFile(std::string path, TokenFormat format) : path_(std::move(path)), format_(format) {
+  const std::string what = fmt::format("data file {}", path_);
+  std::error_code ec;
+  CLEAVE_CHECK(std::filesystem::exists(path_, ec), "{}: no such file", what);
+  CLEAVE_CHECK(std::filesystem::is_regular_file(path_, ec), "{}: not a regular file", what);
+  const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  CLEAVE_CHECK(fd >= 0, "{}: cannot open ({})", what, std::strerror(errno));
+  struct stat info {};
+  if (::fstat(fd, &info) != 0) {
+    const int err = errno;
+    ::close(fd);
+    CLEAVE_THROW("{}: cannot stat ({})", what, std::strerror(err));
+  }
+  const auto file_bytes = static_cast<std::int64_t>(info.st_size);
+  if (file_bytes == 0) {
+    ::close(fd);
+    CLEAVE_THROW("{}: the file is empty (0 bytes)", what);
+  }
+  map_bytes_ = static_cast<std::size_t>(file_bytes);
+  map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);
+  const int map_errno = errno;
+  ::close(fd);
+  if (map_ == MAP_FAILED) {
+    map_ = nullptr;
+    CLEAVE_THROW("{}: cannot map {} bytes ({})", what, file_bytes, std::strerror(map_errno));
+  }
+  const auto* base = static_cast<const std::uint8_t*>(map_);
+  try {
+    switch (format_) {
+      case TokenFormat::kText:
+        bytes_ = base;
+        count_ = file_bytes;
+        break;
+      case TokenFormat::kUint16:
+        CLEAVE_CHECK(file_bytes % 2 == 0,
+                     "{}: {} bytes is not a whole number of uint16 tokens (odd size: truncated or not uint16 tokens)",
+                     what, file_bytes);
+        tokens_ = reinterpret_cast<const std::uint16_t*>(base);
+        count_ = file_bytes / 2;
+        break;
+      case TokenFormat::kLlmc: {
+        CLEAVE_CHECK(file_bytes >= kLlmcHeaderBytes,
+                     "{}: {} bytes is shorter than the {}-byte llm.c header (truncated; for headerless tokens set "
+                     "data.format=uint16)",
+                     what, file_bytes, kLlmcHeaderBytes);
+        std::int32_t header[3];
+        std::memcpy(header, base, sizeof header);
+        CLEAVE_CHECK(header[0] == kLlmcMagic,
+                     "{}: wrong magic number {} (expected {}): not an llm.c token shard (for headerless uint16 "
+                     "tokens set data.format=uint16)",
+                     what, header[0], kLlmcMagic);
+        CLEAVE_CHECK(header[1] == kLlmcVersion, "{}: llm.c shard version {}, expected {} (uint16 tokens)", what,
+                     header[1], kLlmcVersion);
+        CLEAVE_CHECK(header[2] > 0, "{}: the header says {} tokens (empty shard)", what, header[2]);
+        const std::int64_t expected = kLlmcHeaderBytes + 2 * static_cast<std::int64_t>(header[2]);
+        CLEAVE_CHECK(file_bytes == expected,
+                     "{}: the header says {} tokens ({} + 2 × {} = {} bytes) but the file has {} bytes ({})", what,
+                     header[2], kLlmcHeaderBytes, header[2], expected, file_bytes,
+                     file_bytes < expected ? "truncated" : fmt::format("{} extra bytes", file_bytes - expected));
+        tokens_ = reinterpret_cast<const std::uint16_t*>(base + kLlmcHeaderBytes);
+        count_ = header[2];
+        break;
+      }
+    }
+  } catch (...) {
+    ::munmap(map_, map_bytes_);
+    map_ = nullptr;
+    throw;
+  }
+}
+
+TokenFile::~TokenFile() {
+  if (map_ != nullptr) ::munmap(map_, map_bytes_);
+}
+
+std::pair<std::int32_t, std::int64_t> TokenFile::max_token(std::int64_t begin, std::int64_t end) const {
+  CLEAVE_ASSERT(0 <= begin && begin <= end && end <= count_, "max_token [{}, {}) of {}", begin, end, count_);
+  std::int32_t best = -1;
+  std::int64_t where = begin;
+  for (std::int64_t i = begin; i < end; ++i) {
+    const std::int32_t t = at(i);
+    if (t > best) best = t, where = i;
+  }
+  return {best, where};
+}
+
+}  // namespace cleave::train

@@ -1,0 +1,51 @@
+// Token files, memory-mapped read-only: byte-level text, llm.c shards and headerless uint16 tokens.
+//
+// Invariant: a TokenFile that was constructed is valid: every check (exists, non-empty, header magic,
+// version and token count against the file size, even size for uint16) has passed, and every error is one
+// line naming the file and the numbers. Tokens are read little-endian.
+//
+// llm.c shard layout (dev/data/data_common.py): 256 × int32 header {20240520, 1, token count, 0...}, then
+// the tokens as uint16.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+namespace cleave::train {
+
+enum class TokenFormat { kText, kLlmc, kUint16 };
+std::string_view token_format_name(TokenFormat format);  // "text file", "llm.c token shard", "uint16 token file"
+
+inline constexpr std::int32_t kLlmcMagic = 20240520;
+inline constexpr std::int32_t kLlmcVersion = 1;
+inline constexpr std::int64_t kLlmcHeaderBytes = 256 * 4;
+
+class TokenFile {
+ public:
+  TokenFile(std::string path, TokenFormat format);
+  ~TokenFile();
+  TokenFile(const TokenFile&) = delete;
+  TokenFile& operator=(const TokenFile&) = delete;
+
+  const std::string& path() const { return path_; }
+  TokenFormat format() const { return format_; }
+  std::int64_t size() const { return count_; }  // tokens
+  std::int32_t at(std::int64_t i) const {
+    return format_ == TokenFormat::kText ? static_cast<std::int32_t>(bytes_[i])
+                                         : static_cast<std::int32_t>(tokens_[i]);
+  }
+  // Largest token id in [begin, end) and its position (for the vocab-size check).
+  std::pair<std::int32_t, std::int64_t> max_token(std::int64_t begin, std::int64_t end) const;
+
+ private:
+  std::string path_;
+  TokenFormat format_;
+  void* map_ = nullptr;
+  std::size_t map_bytes_ = 0;
+  const std::uint8_t* bytes_ = nullptr;    // text
+  const std::uint16_t* tokens_ = nullptr;  // llmc, uint16
+  std::int64_t count_ = 0;
+};
+
+}  // namespace cleave::train

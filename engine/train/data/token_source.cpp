@@ -1,0 +1,39 @@
+// Token windows (see token_source.hpp).
+#include "engine/train/data/token_source.hpp"
+
+#include "engine/core/error.hpp"
+
+namespace cleave::train {
+
+TokenWindowSource::TokenWindowSource(std::shared_ptr<const TokenFile> file, std::int64_t begin, std::int64_t end,
+                                     std::int64_t seq_len, std::uint64_t seed, Split split, std::string region)
+    : DataSource(seed, split_name(split)),
+      file_(std::move(file)),
+      begin_(begin),
+      end_(end),
+      seq_len_(seq_len),
+      split_(split),
+      region_(std::move(region)) {
+  CLEAVE_ASSERT(0 <= begin && begin <= end && end <= file_->size() && seq_len >= 1, "token region [{}, {}) of {}",
+                begin, end, file_->size());
+  CLEAVE_CHECK(end - begin >= seq_len + 1,
+               "data file {}: the {} split ({}) has {} tokens, but model.seq_len {} needs at least {} (seq_len + 1)",
+               file_->path(), split_name(split), region_, end - begin, seq_len, seq_len + 1);
+}
+
+std::string TokenWindowSource::describe() const {
+  return fmt::format("{} {}: {} split, tokens [{}, {}) of {} ({})", token_format_name(file_->format()), file_->path(),
+                     split_name(split_), begin_, end_, file_->size(), region_);
+}
+
+void TokenWindowSource::write_sample(std::uint64_t id, void* input, std::int32_t* target) const {
+  const auto windows = static_cast<std::uint64_t>(end_ - begin_ - seq_len_);  // start offsets in the region
+  const std::int64_t offset = begin_ + static_cast<std::int64_t>(id % windows);
+  auto* tokens = static_cast<std::int32_t*>(input);
+  for (std::int64_t t = 0; t < seq_len_; ++t) {
+    tokens[t] = file_->at(offset + t);
+    target[t] = file_->at(offset + t + 1);
+  }
+}
+
+}  // namespace cleave::train

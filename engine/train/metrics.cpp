@@ -1,0 +1,137 @@
+// metrics.jsonl writer, progress printer and output-directory guard (see metrics.hpp).
+#include "engine/train/metrics.hpp"
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+
+#include "engine/core/error.hpp"
+
+namespace cleave::train {
+namespace fs = std::filesystem;
+
+void prepare_out_dir(const std::string& path) {
+  CLEAVE_CHECK(!path.empty(), "train.out_dir is empty; set it with --set train.out_dir=runs/<name>");
+  std::error_code ec;
+  if (fs::exists(path, ec)) {
+    CLEAVE_CHECK(fs::is_directory(path, ec), "train.out_dir {} exists and is not a directory", path);
+    for (const char* marker : {"metrics.jsonl", "config.json"}) {
+      if (fs::exists(fs::path(path) / marker, ec)) {
+        std::string free_name;
+        for (int i = 2; free_name.empty(); ++i) {
+          const std::string candidate = fmt::format("{}-{}", path, i);
+          if (!fs::exists(candidate, ec)) free_name = candidate;
+        }
+        CLEAVE_THROW("train.out_dir {} already holds a run ({} exists); nothing was written. Choose a new directory "
+                     "with --set train.out_dir={} (or remove the old run)",
+                     path, marker, free_name);
+      }
+    }
+    return;
+  }
+  fs::create_directories(path, ec);
+  CLEAVE_CHECK(!ec, "train.out_dir {}: cannot create the directory ({})", path, ec.message());
+}
+
+MetricsWriter::MetricsWriter(std::string path) : path_(std::move(path)) {
+  file_ = std::fopen(path_.c_str(), "w");
+  CLEAVE_CHECK(file_ != nullptr, "metrics file {}: cannot open for writing ({})", path_, std::strerror(errno));
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (file_ != nullptr) std::fclose(file_);
+}
+
+void MetricsWriter::write(const StepMetrics& m) {
+  auto number = [](double x) { return std::isfinite(x) ? nlohmann::ordered_json(x) : nlohmann::ordered_json(); };
+  nlohmann::ordered_json j;
+  j["step"] = m.step;
+  j["loss"] = number(m.loss);
+  j["lr"] = number(m.lr);
+  j["grad_norm"] = number(m.grad_norm);
+  j["tokens_per_s"] = number(m.tokens_per_s);
+  j["step_ms"] = number(m.step_ms);
+  j["peak_bytes"] = m.peak_bytes;
+  for (const auto& [key, value] : m.extra) j[key] = number(value);
+  const std::string line = j.dump() + "\n";
+  const bool ok = std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;
+  CLEAVE_CHECK(ok, "metrics file {}: write failed ({})", path_, std::strerror(errno));
+}
+
+std::string format_rate(double per_second) {
+  if (!std::isfinite(per_second)) return "-";
+  if (per_second >= 1e6) return fmt::format("{:.2f}M", per_second / 1e6);
+  if (per_second >= 1e3) return fmt::format("{:.1f}k", per_second / 1e3);
+  return fmt::format("{:.1f}", per_second);
+}
+
+std::string format_memory(std::int64_t bytes) {
+  const double b = static_cast<double>(bytes);
+  if (bytes >= (std::int64_t{1} << 30)) return fmt::format("{:.2f} GiB", b / static_cast<double>(1 << 30));
+  if (bytes >= (std::int64_t{1} << 20)) return fmt::format("{:.1f} MiB", b / static_cast<double>(1 << 20));
+  return fmt::format("{:.1f} KiB", b / 1024.0);
+}
+
+ProgressPrinter::ProgressPrinter(std::int64_t total_steps, std::int64_t log_interval, std::string unit,
+                                 std::FILE* out, std::optional<bool> live)
+    : total_steps_(total_steps),
+      log_interval_(std::max<std::int64_t>(1, log_interval)),
+      unit_(std::move(unit)),
+      out_(out),
+      live_(live.value_or(::isatty(::fileno(out)) == 1)) {}
+
+std::string ProgressPrinter::format_line(const StepMetrics& m) const {
+  const int width = static_cast<int>(fmt::format("{}", total_steps_).size());
+  return fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.1e} | {} {}/s | {:.1f} ms/step | peak {}", m.step, width,
+                     total_steps_, m.loss, m.lr, format_rate(m.tokens_per_s), unit_, m.step_ms,
+                     format_memory(m.peak_bytes));
+}
+
+void ProgressPrinter::emit(const std::string& line, bool keep) {
+  if (live_) {
+    std::fprintf(out_, "\r%s\x1b[K%s", line.c_str(), keep ? "\n" : "");
+    live_line_open_ = !keep;
+  } else if (keep) {
+    std::fprintf(out_, "%s\n", line.c_str());
+  }
+  std::fflush(out_);
+}
+
+void ProgressPrinter::update(const StepMetrics& m) {
+  if (steps_seen_ == 0) first_loss_ = min_loss_ = m.loss;
+  ++steps_seen_;
+  last_step_ = m.step;
+  last_loss_ = m.loss;
+  if (std::isfinite(m.loss)) min_loss_ = std::min(min_loss_, m.loss);
+  total_ms_ += m.step_ms;
+  total_items_ += m.tokens_per_s * m.step_ms / 1000.0;
+  peak_bytes_ = std::max(peak_bytes_, m.peak_bytes);
+  const bool keep = m.step == 1 || m.step % log_interval_ == 0 || m.step == total_steps_;
+  if (keep || live_) emit(format_line(m), keep);
+}
+
+void ProgressPrinter::eval(std::int64_t step, double loss, std::optional<double> accuracy) {
+  std::string line = fmt::format("eval step {}/{} | loss {:.4f}", step, total_steps_, loss);
+  if (accuracy) line += fmt::format(" | accuracy {:.1f}%", 100.0 * *accuracy);
+  emit(line, true);
+}
+
+void ProgressPrinter::summary(std::string_view outputs) {
+  const double seconds = total_ms_ / 1000.0;
+  std::string line = fmt::format("done: {} steps in {:.1f} s", last_step_, seconds);
+  if (steps_seen_ > 0) {
+    line += fmt::format(" | loss {:.4f} -> {:.4f} (min {:.4f}) | {} {}/s | peak {}", first_loss_, last_loss_,
+                        min_loss_, format_rate(seconds > 0 ? total_items_ / seconds : 0.0), unit_,
+                        format_memory(peak_bytes_));
+  }
+  if (!outputs.empty()) line += fmt::format(" | {}", outputs);
+  emit(line, true);
+}
+
+}  // namespace cleave::train

@@ -1,0 +1,99 @@
+// Run outputs: metrics.jsonl (one JSON object per step), the progress line, the final summary, and the
+// output directory guard.
+//
+// Invariants:
+//  - metrics.jsonl gets exactly one line per write(), flushed before write() returns, so a crashed or
+//    killed run keeps every completed step.
+//  - prepare_out_dir() never touches a directory that already holds a run (metrics.jsonl or config.json):
+//    it throws before creating or writing anything.
+//  - ProgressPrinter prints plain lines when its stream is not a terminal (logs, CI); on a terminal it also
+//    redraws a live line every step. Lines look like
+//      step 120/500 | loss 2.3412 | lr 3.0e-04 | 12.3k tok/s | 84.1 ms/step | peak 123.4 MiB
+// Only rank 0 should create these (the caller decides); nothing here knows about ranks.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace cleave::train {
+
+struct StepMetrics {
+  std::int64_t step = 0;      // 1-based: optimizer steps completed, this one included
+  double loss = 0.0;          // mean training loss of the step's global batch
+  double lr = 0.0;            // learning rate used by this step
+  double grad_norm = 0.0;     // global gradient norm before clipping
+  double tokens_per_s = 0.0;  // items per second over all ranks (tokens for gpt, samples for mlp / cnn)
+  double step_ms = 0.0;       // wall time of the step
+  std::int64_t peak_bytes = 0;  // peak device memory (allocator) so far on this rank
+  std::vector<std::pair<std::string, double>> extra;  // more fields: eval_loss, eval_accuracy, clip_scale, ...
+};
+
+// Creates `path` (with parents) for a new run. Throws cleave::Error naming the path when it already holds
+// a run (metrics.jsonl or config.json; the message suggests --set train.out_dir=<a free name>), when it
+// exists as a file, or when it cannot be created.
+void prepare_out_dir(const std::string& path);
+
+class MetricsWriter {
+ public:
+  // Creates (truncates) the file; throws Error naming it when it cannot be opened.
+  explicit MetricsWriter(std::string path);
+  ~MetricsWriter();
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  // {"step": .., "loss": .., "lr": .., "grad_norm": .., "tokens_per_s": .., "step_ms": .., "peak_bytes": ..,
+  //  <extra>...}; non-finite numbers are written as null (JSON has no NaN).
+  void write(const StepMetrics& metrics);
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  std::FILE* file_ = nullptr;
+};
+
+class ProgressPrinter {
+ public:
+  // `unit` is what tokens_per_s counts ("tok", "samples"); live defaults to isatty(out).
+  ProgressPrinter(std::int64_t total_steps, std::int64_t log_interval, std::string unit = "tok",
+                  std::FILE* out = stdout, std::optional<bool> live = std::nullopt);
+
+  // Records the step; prints a line at step 1, every log_interval steps and the last step.
+  void update(const StepMetrics& metrics);
+  // "eval step 200/500 | loss 1.4123 | accuracy 93.1%" (accuracy omitted when not given).
+  void eval(std::int64_t step, double loss, std::optional<double> accuracy = std::nullopt);
+  // "done: 500 steps in 42.1 s | loss 5.5412 -> 1.4023 (min 1.3871) | 12.3k tok/s | peak 123.4 MiB | <where>"
+  void summary(std::string_view outputs = {});
+
+  // The progress line for one step (no newline).
+  std::string format_line(const StepMetrics& metrics) const;
+
+ private:
+  void emit(const std::string& line, bool keep);
+
+  std::int64_t total_steps_;
+  std::int64_t log_interval_;
+  std::string unit_;
+  std::FILE* out_;
+  bool live_;
+  bool live_line_open_ = false;
+  // Accumulated for the summary.
+  std::int64_t steps_seen_ = 0;
+  std::int64_t last_step_ = 0;
+  double total_ms_ = 0.0;
+  double total_items_ = 0.0;
+  double first_loss_ = 0.0;
+  double last_loss_ = 0.0;
+  double min_loss_ = 0.0;
+  std::int64_t peak_bytes_ = 0;
+};
+
+// Formatting helpers shared with the CLI: "12.3k", "1.25M"; "123.4 MiB".
+std::string format_rate(double per_second);
+std::string format_memory(std::int64_t bytes);
+
+}  // namespace cleave::train

@@ -1,0 +1,168 @@
+// metrics.jsonl lines, the progress line format (plain and live), the summary, and the output-directory
+// guard (an existing run is refused and left untouched).
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "engine/core/error.hpp"
+#include "engine/train/metrics.hpp"
+
+namespace cleave::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / ("cleave_metrics_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  return p;
+}
+
+std::string read_file(const fs::path& p) {
+  std::ifstream in(p);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string read_stream(std::FILE* f) {
+  std::fflush(f);
+  std::rewind(f);
+  std::string out;
+  char buffer[4096];
+  for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, f)) > 0;) out.append(buffer, n);
+  return out;
+}
+
+StepMetrics sample_metrics(std::int64_t step) {
+  StepMetrics m;
+  m.step = step;
+  m.loss = 2.3412 + 0.01 * step;
+  m.lr = 3e-4;
+  m.grad_norm = 0.75;
+  m.tokens_per_s = 12345;
+  m.step_ms = 84.12;
+  m.peak_bytes = static_cast<std::int64_t>(123.4 * 1024 * 1024);
+  return m;
+}
+
+TEST(OutDir, CreatesAndRefusesAnExistingRun) {
+  const fs::path root = temp_dir("outdir");
+  const std::string run = (root / "a" / "b").string();
+  prepare_out_dir(run);
+  EXPECT_TRUE(fs::is_directory(run));
+  prepare_out_dir(run);  // an empty directory is fine
+  for (const char* marker : {"metrics.jsonl", "config.json"}) {
+    fs::remove_all(run);
+    fs::create_directories(run);
+    std::ofstream(fs::path(run) / marker) << "old run";
+    try {
+      prepare_out_dir(run);
+      ADD_FAILURE() << "no error for " << marker;
+    } catch (const Error& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find(run), std::string::npos) << message;
+      EXPECT_NE(message.find(marker), std::string::npos) << message;
+      EXPECT_NE(message.find("--set train.out_dir=" + run + "-2"), std::string::npos) << message;
+    }
+    EXPECT_EQ(read_file(fs::path(run) / marker), "old run");
+    EXPECT_EQ(std::distance(fs::directory_iterator(run), fs::directory_iterator()), 1);
+  }
+  const std::string file = (root / "file").string();
+  std::ofstream(file) << "x";
+  EXPECT_THROW(prepare_out_dir(file), Error);
+  fs::remove_all(root);
+}
+
+TEST(MetricsWriter, OneFlushedJsonObjectPerStep) {
+  const fs::path root = temp_dir("writer");
+  fs::create_directories(root);
+  const fs::path path = root / "metrics.jsonl";
+  MetricsWriter writer(path.string());
+  StepMetrics m = sample_metrics(1);
+  m.extra = {{"eval_loss", 1.25}, {"clip_scale", 0.5}};
+  writer.write(m);
+  // Flushed: visible while the writer is alive.
+  auto lines = read_file(path);
+  EXPECT_EQ(std::count(lines.begin(), lines.end(), '\n'), 1);
+  StepMetrics bad = sample_metrics(2);
+  bad.loss = std::nan("");
+  bad.grad_norm = INFINITY;
+  writer.write(bad);
+  lines = read_file(path);
+  std::istringstream in(lines);
+  std::string line;
+  std::getline(in, line);
+  const auto first = nlohmann::json::parse(line);
+  EXPECT_EQ(first["step"], 1);
+  EXPECT_DOUBLE_EQ(first["loss"].get<double>(), m.loss);
+  EXPECT_DOUBLE_EQ(first["lr"].get<double>(), 3e-4);
+  EXPECT_DOUBLE_EQ(first["grad_norm"].get<double>(), 0.75);
+  EXPECT_DOUBLE_EQ(first["tokens_per_s"].get<double>(), 12345);
+  EXPECT_DOUBLE_EQ(first["step_ms"].get<double>(), 84.12);
+  EXPECT_EQ(first["peak_bytes"], m.peak_bytes);
+  EXPECT_DOUBLE_EQ(first["eval_loss"].get<double>(), 1.25);
+  std::getline(in, line);
+  const auto second = nlohmann::json::parse(line);
+  EXPECT_TRUE(second["loss"].is_null());
+  EXPECT_TRUE(second["grad_norm"].is_null());
+  EXPECT_EQ(second["step"], 2);
+  fs::remove_all(root);
+  EXPECT_THROW(MetricsWriter((root / "no" / "such" / "dir" / "m.jsonl").string()), Error);
+}
+
+TEST(Progress, LineFormat) {
+  ProgressPrinter printer(500, 10, "tok", stdout, false);
+  StepMetrics m = sample_metrics(120);
+  m.loss = 2.3412;
+  EXPECT_EQ(printer.format_line(m), "step 120/500 | loss 2.3412 | lr 3.0e-04 | 12.3k tok/s | 84.1 ms/step | peak 123.4 MiB");
+  m.step = 7;
+  m.tokens_per_s = 2.5e6;
+  m.peak_bytes = 3LL << 30;
+  EXPECT_EQ(printer.format_line(m), "step   7/500 | loss 2.3412 | lr 3.0e-04 | 2.50M tok/s | 84.1 ms/step | peak 3.00 GiB");
+  EXPECT_EQ(format_rate(950), "950.0");
+  EXPECT_EQ(format_memory(2048), "2.0 KiB");
+}
+
+TEST(Progress, PlainLinesAtIntervalsAndSummary) {
+  std::FILE* out = std::tmpfile();
+  ProgressPrinter printer(25, 10, "samples", out, false);
+  for (int step = 1; step <= 25; ++step) printer.update(sample_metrics(step));
+  printer.eval(25, 1.5, 0.931);
+  printer.summary("outputs in runs/x");
+  const std::string text = read_stream(out);
+  std::fclose(out);
+  EXPECT_EQ(text.find('\r'), std::string::npos);
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 6u) << text;
+  EXPECT_TRUE(lines[0].starts_with("step  1/25 |")) << lines[0];
+  EXPECT_TRUE(lines[1].starts_with("step 10/25 |")) << lines[1];
+  EXPECT_TRUE(lines[2].starts_with("step 20/25 |")) << lines[2];
+  EXPECT_TRUE(lines[3].starts_with("step 25/25 |")) << lines[3];
+  EXPECT_NE(lines[0].find("samples/s"), std::string::npos);
+  EXPECT_EQ(lines[4], "eval step 25/25 | loss 1.5000 | accuracy 93.1%");
+  // 25 steps of 84.12 ms = 2.1 s; loss 2.3512 -> 2.5912, min = first; 12.3k samples/s.
+  EXPECT_EQ(lines[5], "done: 25 steps in 2.1 s | loss 2.3512 -> 2.5912 (min 2.3512) | 12.3k samples/s | peak 123.4 MiB "
+                      "| outputs in runs/x");
+}
+
+TEST(Progress, LiveLineOnTerminals) {
+  std::FILE* out = std::tmpfile();
+  ProgressPrinter printer(4, 2, "tok", out, true);
+  for (int step = 1; step <= 4; ++step) printer.update(sample_metrics(step));
+  const std::string text = read_stream(out);
+  std::fclose(out);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\r'), 4);   // every step redraws
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 3);   // steps 1, 2 and 4 stay
+}
+
+}  // namespace
+}  // namespace cleave::train

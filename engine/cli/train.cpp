@@ -1,0 +1,70 @@
+// `cleave train [CONFIG] [--set key=value ...]`: loads and resolves the config, starts the MPI runtime
+// (a plain run is a world of one), builds the trainer for this rank and runs it.
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/cli/commands.hpp"
+#include "engine/comm/mpi/mpi_communicator.hpp"
+#include "engine/comm/mpi/mpi_runtime.hpp"
+#include "engine/config/config.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+#include "engine/train/trainer.hpp"
+
+namespace cleave::cli {
+namespace {
+
+constexpr const char* kUsage = R"(usage: cleave train [CONFIG.json] [--set key.path=value ...]
+
+Trains the model described by CONFIG (JSON, DESIGN §5; no file = a tiny GPT on a synthetic task).
+Writes config.json (fully resolved), metrics.jsonl and a summary into train.out_dir; refuses an output
+directory that already holds a run.
+
+options:
+  --set key.path=value   override one config key, e.g. --set optimizer.lr=3e-4 --set train.steps=100
+                         (value parsed as JSON when it parses, else as a string)
+  --help                 this text
+
+multi-rank:  mpirun -np 8 cleave train CONFIG --set parallel.pipeline_model_parallel_size=4
+examples:    cleave train examples/gpt_fortunes.json
+             cleave train examples/cnn_digits.json --set train.steps=200 --set train.out_dir=runs/cnn
+)";
+
+}  // namespace
+
+int run_train(int argc, char** argv) {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (arg == "--set") {
+      CLEAVE_CHECK(i + 1 < argc, "train: --set needs a key.path=value argument");
+      overrides.emplace_back(argv[++i]);
+    } else if (arg.starts_with("--set=")) {
+      overrides.emplace_back(arg.substr(6));
+    } else if (arg.starts_with("-")) {
+      CLEAVE_THROW("train: unknown option '{}' (see cleave train --help)", arg);
+    } else {
+      CLEAVE_CHECK(config_path.empty(), "train: more than one config file given ('{}' and '{}')", config_path, arg);
+      config_path = arg;
+    }
+  }
+  comm::MpiRuntime runtime(&argc, &argv);
+  log::set_rank(runtime.world_rank(), runtime.world_size());
+  const config::RunConfig config = config::load_config(config_path, overrides);
+  comm::MpiOptions options;
+  options.timeout_s = config.train.comm_timeout_s;
+  options.deterministic = config.train.deterministic;
+  std::unique_ptr<comm::MpiCommunicator> world = runtime.world(options);
+  train::Trainer trainer(config, *world);
+  const train::TrainSummary summary = trainer.train();
+  return summary.completed ? 0 : 1;
+}
+
+}  // namespace cleave::cli

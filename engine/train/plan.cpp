@@ -1,0 +1,109 @@
+// Plan construction: schedule first (it fixes the stage → rank placement and how many micro-batches each
+// rank keeps in flight), then the stage partition balanced by the cost model under that in-flight count.
+#include "engine/train/plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "engine/core/error.hpp"
+#include "partition/cost_model.hpp"
+#include "pipeline/lowering.hpp"
+#include "pipeline/schedule_text.hpp"
+#include "pipeline/schedules/schedules.hpp"
+#include "pipeline/timeline.hpp"
+#include "pipeline/validator.hpp"
+
+namespace cleave::train {
+namespace {
+
+partition::ModelSpec make_spec(const config::ModelConfig& model) {
+  if (model.type == "gpt") return partition::make_gpt_spec(model.gpt);
+  if (model.type == "mlp") return partition::make_mlp_spec(model.mlp);
+  if (model.type == "cnn") return partition::make_cnn_spec(model.cnn);
+  CLEAVE_THROW("model.type '{}' is unknown: expected gpt, mlp or cnn", model.type);
+}
+
+pipeline::Schedule make_compute_schedule(const config::RunConfig& config, int num_microbatches) {
+  const int pp = config.parallel.pipeline_model_parallel_size;
+  const std::string& name = config.parallel.schedule;
+  if (pipeline::is_schedule_name(name)) {
+    return pipeline::make_schedule(name, pp, num_microbatches, effective_virtual_stages(config));
+  }
+  pipeline::Schedule schedule = pipeline::load_schedule(name);
+  CLEAVE_CHECK(schedule.pp_size == pp,
+               "parallel.schedule file '{}' is written for {} pp ranks but parallel.pipeline_model_parallel_size "
+               "is {}",
+               name, schedule.pp_size, pp);
+  CLEAVE_CHECK(schedule.num_microbatches == num_microbatches,
+               "parallel.schedule file '{}' runs {} micro-batches but the batch config gives {} per step "
+               "(batch.gradient_accumulation_steps)",
+               name, schedule.num_microbatches, num_microbatches);
+  return schedule;
+}
+
+}  // namespace
+
+int effective_virtual_stages(const config::RunConfig& config) {
+  const int v = config.parallel.virtual_pipeline_stages;
+  const std::string& name = config.parallel.schedule;
+  if (v == 1 && pipeline::is_schedule_name(name)) return pipeline::default_virtual_stages(name);
+  return v;
+}
+
+double training_bytes_per_param_byte(const config::OptimizerConfig& optimizer) {
+  if (optimizer.type == "adamw") return 3.0;
+  return optimizer.momentum != 0.0 ? 2.0 : 1.0;
+}
+
+Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank) {
+  Plan plan;
+  plan.spec = make_spec(config.model);
+  const pipeline::Schedule compute = make_compute_schedule(config, num_microbatches);
+  pipeline::check_schedule(compute);
+  plan.schedule = pipeline::ensure_lowered(compute);
+
+  const auto costs = partition::model_costs(plan.spec);
+  const int num_stages = plan.schedule.num_stages;
+  CLEAVE_CHECK(static_cast<std::size_t>(num_stages) <= costs.size(),
+               "parallel: {} pipeline stages (pipeline_model_parallel_size {} x virtual stages {}) but the model "
+               "has only {} blocks; use fewer stages or a deeper model",
+               num_stages, plan.schedule.pp_size, plan.schedule.virtual_stages, costs.size());
+  const std::int64_t micro = config.resolved_batch().micro_batch_size;
+  const double per_param_byte = 1.0 + training_bytes_per_param_byte(config.optimizer);
+  std::vector<partition::BlockProfile> blocks;
+  for (const auto& c : costs) {
+    blocks.push_back({c.total_flops(), static_cast<std::int64_t>(static_cast<double>(c.param_bytes) * per_param_byte),
+                      c.activation_bytes * micro});
+  }
+  partition::PartitionOptions options;
+  options.method = partition::parse_partition_method(config.parallel.partition.method);
+  for (auto n : config.parallel.partition.blocks_per_stage) options.blocks_per_stage.push_back(static_cast<int>(n));
+  options.memory_cap_bytes = config.device.memory_limit;
+  for (int stage = 0; stage < num_stages; ++stage) {
+    const auto& actions = compute.ranks[static_cast<std::size_t>(compute.rank_of(stage))];
+    options.inflight_microbatches.push_back(static_cast<double>(pipeline::peak_activations(actions)));
+  }
+  plan.partition = partition::partition_stages(blocks, num_stages, options);
+  for (int stage = 0; stage < num_stages; ++stage) {
+    if (plan.schedule.rank_of(stage) == pp_rank) plan.local_stages.push_back(stage);
+  }
+  return plan;
+}
+
+Shape Plan::boundary_shape(int stage, std::int64_t micro_batch) const {
+  const auto& block = spec.blocks[static_cast<std::size_t>(partition.stages[static_cast<std::size_t>(stage)].begin)];
+  std::vector<std::int64_t> dims = {micro_batch};
+  for (auto d : block.input.dims()) dims.push_back(d);
+  return Shape(std::span<const std::int64_t>(dims));
+}
+
+bool Plan::tied_table_split() const {
+  return spec.type == "gpt" && spec.gpt.tie_embeddings && stage_to_rank(0) != stage_to_rank(num_stages() - 1);
+}
+
+std::string Plan::describe_partition() const {
+  return fmt::format("blocks per stage [{}]", fmt::join(partition.blocks_per_stage(), ","));
+}
+
+}  // namespace cleave::train

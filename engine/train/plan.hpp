@@ -1,0 +1,41 @@
+// Plan: what every rank agrees on before training — the ModelSpec, the stage partition, the schedule and
+// which stages this pp rank holds. Pure function of (config, micro-batches, pp rank): every rank computes
+// the same plan without talking to the others.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "engine/config/config.hpp"
+#include "partition/model_spec.hpp"
+#include "partition/stage_partitioner.hpp"
+#include "pipeline/schedule.hpp"
+
+namespace cleave::train {
+
+struct Plan {
+  partition::ModelSpec spec;
+  partition::StagePartition partition;  // one block range per stage (pp × virtual stages)
+  pipeline::Schedule schedule;          // lowered: the executor's input
+  std::vector<int> local_stages;        // stages this pp rank holds, ascending
+
+  int num_stages() const { return partition.num_stages(); }
+  int stage_to_rank(int stage) const { return schedule.rank_of(stage); }
+  // Shape of the activation entering `stage` (> 0) for one micro-batch, e.g. [micro, T, D].
+  Shape boundary_shape(int stage, std::int64_t micro_batch) const;
+  // True when a tied embedding table exists twice (embedding and head on different pp ranks).
+  bool tied_table_split() const;
+  std::string describe_partition() const;  // "blocks per stage [3,2,2]"
+};
+
+// Virtual stages used for a schedule: the config's value, except that interleaved_1f1b and zb_v use
+// their default (2) when the config leaves it at 1.
+int effective_virtual_stages(const config::RunConfig& config);
+
+Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank);
+
+// Bytes one parameter costs in training besides its value: gradient plus optimizer state, per byte of
+// value (adamw: 1 + 2, sgd with momentum: 1 + 1, plain sgd: 1).
+double training_bytes_per_param_byte(const config::OptimizerConfig& optimizer);
+
+}  // namespace cleave::train

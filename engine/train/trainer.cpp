@@ -1,0 +1,456 @@
+// Trainer: builds this rank's plan (grid coordinates, stage partition, schedule, stages) and runs steps.
+// The order of work inside a step is the schedule's (pipeline/executor.cpp); this file only wires the
+// pieces and does what happens between steps: gradient reduction, clipping, the optimizer, metrics.
+#include "engine/train/trainer.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <numeric>
+
+#include "engine/comm/grid.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+#include "engine/optim/grad_clip.hpp"
+#include "engine/optim/lr_schedule.hpp"
+#include "engine/optim/optimizer_factory.hpp"
+#include "engine/train/data/make_data_source.hpp"
+#include "engine/train/metrics.hpp"
+#include "engine/train/plan.hpp"
+#include "kernels/cpu/cross_entropy.hpp"
+#include "layers/models/builder.hpp"
+#include "pipeline/executor.hpp"
+#include "pipeline/trace.hpp"
+
+namespace cleave::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr const char* kTiedTableName = "embed.token";
+
+double elapsed_ms(Clock::time_point since) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
+}
+
+// Sum (or max) of a few doubles over a communicator, in one collective.
+std::vector<double> reduce_doubles(comm::Communicator& comm, std::vector<double> values, comm::ReduceOp op) {
+  // Tensors carry no f64: each value travels as two floats (hi, lo), which keeps ~48 bits of a sum.
+  Tensor hi_lo = Tensor::empty({static_cast<std::int64_t>(values.size() * 2)}, DType::kF32,
+                               MemoryCategory::kCommunication);
+  if (op == comm::ReduceOp::kMax) {
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      hi_lo.data<float>()[2 * i] = static_cast<float>(values[i]);
+      hi_lo.data<float>()[2 * i + 1] = 0.0f;
+    }
+    comm.all_reduce(hi_lo, op)->wait();
+    for (std::size_t i = 0; i < values.size(); ++i) values[i] = hi_lo.data<float>()[2 * i];
+    return values;
+  }
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const float hi = static_cast<float>(values[i]);
+    hi_lo.data<float>()[2 * i] = hi;
+    hi_lo.data<float>()[2 * i + 1] = static_cast<float>(values[i] - static_cast<double>(hi));
+  }
+  comm.all_reduce(hi_lo, op)->wait();
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    values[i] = static_cast<double>(hi_lo.data<float>()[2 * i]) + static_cast<double>(hi_lo.data<float>()[2 * i + 1]);
+  }
+  return values;
+}
+
+}  // namespace
+
+struct Trainer::State {
+  config::RunConfig config;
+  comm::Communicator& world;
+  comm::ProcessGrid grid;
+  comm::GridCoords coords;
+  comm::GridCommunicators groups;
+  std::unique_ptr<comm::Communicator> model_parallel;  // tp × pp ranks of this replica (norms, losses)
+  Plan plan;
+  config::ResolvedBatch batch;
+
+  std::vector<std::unique_ptr<pipeline::StageModule>> stages;
+  std::map<int, pipeline::StageModule*> stage_by_index;
+  optim::ParamList params;
+  std::shared_ptr<layers::Param> tied_table;  // this rank's copy of the tied table when it is split
+  bool counts_tied_table = true;              // false on the last stage's copy (counted once in norms)
+  std::unique_ptr<optim::Optimizer> optimizer;
+  optim::LrSchedule lr_schedule;
+  std::unique_ptr<DataSource> train_data;
+  std::unique_ptr<DataSource> eval_data;
+  BatchLayout layout;
+  layers::Context context;
+  std::unique_ptr<pipeline::Executor> executor;
+  std::int64_t current_step = 0;
+  std::vector<pipeline::TimedAction> last_timeline;
+
+  State(config::RunConfig c, comm::Communicator& w)
+      : config(std::move(c)),
+        world(w),
+        grid(make_grid(config, w.size())),
+        coords(grid.coords_of(w.rank())) {}
+
+  static comm::ProcessGrid make_grid(config::RunConfig& config, int world_size) {
+    config.resolve(world_size);
+    return comm::ProcessGrid::create(world_size, config.parallel.tensor_model_parallel_size,
+                                     config.parallel.pipeline_model_parallel_size,
+                                     config.parallel.data_parallel_size);
+  }
+
+  bool is_last_pp_rank() const { return coords.pp_rank == grid.pp_size() - 1; }
+  bool holds_stage(int stage) const { return stage_by_index.count(stage) != 0; }
+  bool reports() const { return world.rank() == 0; }
+};
+
+Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
+    : state_(std::make_unique<State>(std::move(config), world)) {
+  State& s = *state_;
+  const auto& cfg = s.config;
+  CLEAVE_CHECK(cfg.parallel.tensor_model_parallel_size == 1,
+               "parallel.tensor_model_parallel_size {} is not supported by this build yet; use 1 (pipeline and "
+               "data parallelism are)",
+               cfg.parallel.tensor_model_parallel_size);
+  CLEAVE_CHECK(cfg.device.type == "cpu",
+               "device.type '{}' is not available: this build trains on the CPU backend (device.type \"cpu\")",
+               cfg.device.type);
+  CLEAVE_CHECK(cfg.optimizer.zero_stage == 0 || s.grid.dp_size() >= 1, "optimizer.zero_stage must be 0 or 1");
+  if (cfg.device.memory_limit > 0) cpu_allocator().set_limit(cfg.device.memory_limit);
+
+  s.batch = cfg.resolved_batch();
+  s.groups = comm::build_grid_communicators(world, s.grid);
+  s.model_parallel = world.split(s.coords.dp_rank, world.rank(), "model_parallel");
+  s.plan = make_plan(cfg, static_cast<int>(s.batch.gradient_accumulation_steps), s.coords.pp_rank);
+
+  // This rank's stages, built from (seed, logical name) so any layout starts from the same weights.
+  layers::BuildOptions build;
+  build.seed = cfg.train.seed;
+  for (int stage : s.plan.local_stages) {
+    const auto& range = s.plan.partition.stages[static_cast<std::size_t>(stage)];
+    auto blocks = layers::build_blocks(s.plan.spec, static_cast<std::size_t>(range.begin),
+                                       static_cast<std::size_t>(range.end), build);
+    auto module = std::make_unique<pipeline::StageModule>(std::move(blocks), stage == 0,
+                                                          stage == s.plan.num_stages() - 1);
+    s.stage_by_index[stage] = module.get();
+    s.stages.push_back(std::move(module));
+  }
+  for (const auto& stage : s.stages) {
+    for (const auto& p : stage->params()) {
+      if (std::find(s.params.begin(), s.params.end(), p) == s.params.end()) s.params.push_back(p);
+    }
+  }
+  // A tied table whose embedding and head live on different pp ranks exists twice; the embedding group
+  // keeps the copies equal by summing their gradients every step.
+  if (s.plan.tied_table_split()) {
+    for (const auto& p : s.params) {
+      if (p->name == kTiedTableName) s.tied_table = p;
+    }
+    s.counts_tied_table = s.holds_stage(0);
+  }
+  s.optimizer = optim::make_optimizer(cfg.optimizer, s.params);
+  s.lr_schedule = optim::LrSchedule::from_config(cfg.optimizer, cfg.train.steps);
+
+  s.train_data = make_data_source(cfg, Split::kTrain);
+  if (cfg.train.eval_batches > 0) s.eval_data = make_data_source(cfg, Split::kEval);
+  s.layout.global_batch_size = s.batch.global_batch_size;
+  s.layout.micro_batch_size = s.batch.micro_batch_size;
+  s.layout.dp_rank = s.coords.dp_rank;
+  s.layout.dp_size = s.grid.dp_size();
+  s.layout.check();
+
+  pipeline::ExecutorOptions options;
+  options.schedule = &s.plan.schedule;
+  options.pp_rank = s.coords.pp_rank;
+  options.pp_comm = s.grid.pp_size() > 1 ? s.groups.pp.get() : nullptr;
+  options.stages = s.stage_by_index;
+  const std::int64_t micro = s.batch.micro_batch_size;
+  options.boundary_shape = [&plan = s.plan, micro](int stage) { return plan.boundary_shape(stage, micro); };
+  options.data = [&s](int microbatch) {
+    Batch b = s.train_data->next_batch(s.current_step, microbatch, s.layout, *s.context.allocator);
+    return pipeline::MicrobatchData{b.inputs, b.targets};
+  };
+  options.loss_scale = 1.0f / static_cast<float>(s.batch.gradient_accumulation_steps);
+  options.context = &s.context;
+  options.record_timeline = cfg.train.trace;
+  s.executor = std::make_unique<pipeline::Executor>(std::move(options));
+}
+
+Trainer::~Trainer() = default;
+
+const config::RunConfig& Trainer::config() const { return state_->config; }
+
+StepStats Trainer::step(std::int64_t step) {
+  State& s = *state_;
+  const auto start = Clock::now();
+  s.current_step = step;
+  s.optimizer->zero_grad();
+  pipeline::StepOutcome outcome = s.executor->run_step();
+  if (s.config.train.trace) s.last_timeline = std::move(outcome.timeline);
+
+  // Data parallel: every replica ends with the sum of all replicas' gradients, scaled to the mean.
+  if (s.grid.dp_size() > 1) {
+    std::vector<comm::WorkPtr> works;
+    works.reserve(s.params.size());
+    for (const auto& p : s.params) works.push_back(s.groups.dp->all_reduce(p->grad, comm::ReduceOp::kSum));
+    const float scale = 1.0f / static_cast<float>(s.grid.dp_size());
+    for (std::size_t i = 0; i < s.params.size(); ++i) {
+      works[i]->wait();
+      auto g = s.params[i]->grad.span<float>();
+      for (float& x : g) x *= scale;
+    }
+  }
+  if (s.tied_table) s.groups.embedding->all_reduce(s.tied_table->grad, comm::ReduceOp::kSum)->wait();
+
+  // Global norm over the replica's model-parallel ranks, each parameter counted once.
+  const optim::ParamFilter counted = [&s](const layers::Param& p) {
+    return s.counts_tied_table || p.name != kTiedTableName;
+  };
+  const optim::SumReducer across_stages = [&s](double local) {
+    return reduce_doubles(*s.model_parallel, {local}, comm::ReduceOp::kSum)[0];
+  };
+  const double grad_norm = optim::global_grad_norm(s.params, across_stages, counted);
+  if (s.config.optimizer.grad_clip > 0) optim::clip_grads(s.params, s.config.optimizer.grad_clip, grad_norm);
+  const double lr = s.lr_schedule.lr_at(step);
+  s.optimizer->step(lr);
+
+  // The loss lives on the last stage: one contribution per replica, averaged over replicas.
+  const bool contributes = s.is_last_pp_rank() && s.coords.tp_rank == 0;
+  const double local_loss = contributes ? outcome.loss_sum / std::max(outcome.losses, 1) : 0.0;
+  const auto sums = reduce_doubles(s.world, {local_loss}, comm::ReduceOp::kSum);
+  const auto peaks = reduce_doubles(
+      s.world, {static_cast<double>(cpu_allocator().stats().peak_total)}, comm::ReduceOp::kMax);
+
+  StepStats stats;
+  stats.step = step;
+  stats.loss = sums[0] / s.grid.dp_size();
+  stats.lr = lr;
+  stats.grad_norm = grad_norm;
+  stats.step_ms = elapsed_ms(start);
+  const double items = static_cast<double>(s.batch.global_batch_size * s.plan.spec.items_per_sample());
+  stats.tokens_per_s = items / (stats.step_ms * 1e-3);
+  stats.peak_bytes = static_cast<std::int64_t>(peaks[0]);
+  return stats;
+}
+
+EvalResult Trainer::evaluate(std::int64_t batches) {
+  State& s = *state_;
+  CLEAVE_ASSERT(s.eval_data != nullptr, "evaluate() without an evaluation data source");
+  const int last = s.plan.num_stages() - 1;
+  double loss_sum = 0, correct = 0, items = 0;
+  for (std::int64_t b = 0; b < batches; ++b) {
+    for (std::int64_t mb = 0; mb < s.layout.microbatches(); ++mb) {
+      Batch batch;
+      if (s.holds_stage(0) || s.holds_stage(last)) batch = s.eval_data->next_batch(b, mb, s.layout);
+      Tensor h;
+      for (int stage = 0; stage <= last; ++stage) {
+        if (!s.holds_stage(stage)) continue;
+        if (stage == 0) {
+          h = batch.inputs;
+        } else if (!s.holds_stage(stage - 1)) {
+          h = Tensor::empty(s.plan.boundary_shape(stage, s.layout.micro_batch_size), DType::kF32,
+                            MemoryCategory::kActivations);
+          s.groups.pp->batch_p2p({comm::P2POp::recv(h, s.plan.stage_to_rank(stage - 1))})->wait();
+        }
+        h = s.stage_by_index[stage]->infer(h, s.context, /*skip_loss=*/stage == last);
+        if (stage < last && !s.holds_stage(stage + 1)) {
+          s.groups.pp->batch_p2p({comm::P2POp::send(h, s.plan.stage_to_rank(stage + 1))})->wait();
+        }
+      }
+      if (s.holds_stage(last) && s.coords.tp_rank == 0) {
+        const std::int64_t classes = h.shape().last();
+        const std::int64_t rows = h.numel() / classes;
+        Tensor lse = Tensor::empty({rows}, DType::kF32, MemoryCategory::kWorkspace);
+        const std::int32_t* targets = batch.targets.data<std::int32_t>();
+        loss_sum += kernels::cpu::softmax_cross_entropy_forward(h.data<float>(), targets, lse.data<float>(), rows,
+                                                               classes);
+        const float* logits = h.data<float>();
+        for (std::int64_t r = 0; r < rows; ++r) {
+          if (targets[r] < 0) continue;
+          const float* row = logits + r * classes;
+          correct += (std::max_element(row, row + classes) - row) == targets[r] ? 1 : 0;
+          items += 1;
+        }
+      }
+    }
+  }
+  const auto sums = reduce_doubles(s.world, {loss_sum, correct, items}, comm::ReduceOp::kSum);
+  EvalResult result;
+  result.items = static_cast<std::int64_t>(std::llround(sums[2]));
+  result.loss = result.items > 0 ? sums[0] / sums[2] : 0.0;
+  result.accuracy = result.items > 0 ? sums[1] / sums[2] : 0.0;
+  return result;
+}
+
+std::map<std::string, std::vector<float>> Trainer::gather_parameters() {
+  State& s = *state_;
+  // Which rank owns which name: every rank publishes "name\n" lines; the lowest world rank holding a
+  // name broadcasts it. Names travel as bytes in an i32 tensor (one byte per element, simple and rare).
+  std::string mine;
+  for (const auto& p : s.params) mine += p->name + "\n";
+  Tensor length = Tensor::empty({1}, DType::kI64, MemoryCategory::kCommunication);
+  length.data<std::int64_t>()[0] = static_cast<std::int64_t>(mine.size());
+  Tensor lengths = Tensor::empty({s.world.size()}, DType::kI64, MemoryCategory::kCommunication);
+  s.world.all_gather(length, lengths)->wait();
+  std::int64_t longest = 1;
+  for (std::int64_t v : lengths.span<std::int64_t>()) longest = std::max(longest, v);
+  Tensor text = Tensor::zeros({longest}, DType::kI32, MemoryCategory::kCommunication);
+  for (std::size_t i = 0; i < mine.size(); ++i) text.data<std::int32_t>()[i] = static_cast<unsigned char>(mine[i]);
+  Tensor texts = Tensor::empty({longest * s.world.size()}, DType::kI32, MemoryCategory::kCommunication);
+  s.world.all_gather(text, texts)->wait();
+
+  std::map<std::string, int> owner;
+  for (int r = 0; r < s.world.size(); ++r) {
+    std::string line;
+    const std::int32_t* chars = texts.data<std::int32_t>() + r * longest;
+    for (std::int64_t i = 0; i < lengths.data<std::int64_t>()[r]; ++i) {
+      if (chars[i] == '\n') {
+        owner.try_emplace(line, r);
+        line.clear();
+      } else {
+        line += static_cast<char>(chars[i]);
+      }
+    }
+  }
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, rank] : owner) {
+    Tensor numel = Tensor::empty({1}, DType::kI64, MemoryCategory::kCommunication);
+    std::shared_ptr<layers::Param> local;
+    for (const auto& p : s.params) {
+      if (p->name == name) local = p;
+    }
+    numel.data<std::int64_t>()[0] = local ? local->value.numel() : 0;
+    s.world.broadcast(numel, rank)->wait();
+    Tensor values = rank == s.world.rank() ? local->value.view({local->value.numel()})
+                                           : Tensor::empty({numel.data<std::int64_t>()[0]}, DType::kF32,
+                                                           MemoryCategory::kCommunication);
+    s.world.broadcast(values, rank)->wait();
+    out[name] = values.to_floats();
+  }
+  return out;
+}
+
+namespace {
+
+// Measured timelines of every pp rank of replica 0 (dp 0, tp 0), merged on world rank 0 into one Chrome
+// trace and one SVG. Each action travels as 5 i64: kind, stage, micro-batch, start and end in ns.
+void write_measured_trace(Trainer::State& s, const std::string& directory) {
+  if (s.coords.dp_rank != 0 || s.coords.tp_rank != 0) return;
+  comm::Communicator* pp = s.groups.pp.get();
+  const int pp_size = s.grid.pp_size();
+  const auto n = static_cast<std::int64_t>(s.last_timeline.size());
+  Tensor counts = Tensor::empty({pp_size}, DType::kI64, MemoryCategory::kCommunication);
+  Tensor count = Tensor::empty({1}, DType::kI64, MemoryCategory::kCommunication);
+  count.data<std::int64_t>()[0] = n;
+  if (pp != nullptr && pp_size > 1) pp->all_gather(count, counts)->wait();
+  else counts.copy_from(count);
+  std::int64_t longest = 1;
+  for (auto c : counts.span<std::int64_t>()) longest = std::max(longest, c);
+  Tensor mine = Tensor::zeros({longest * 5}, DType::kI64, MemoryCategory::kCommunication);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto& t = s.last_timeline[static_cast<std::size_t>(i)];
+    std::int64_t* row = mine.data<std::int64_t>() + i * 5;
+    row[0] = static_cast<std::int64_t>(t.action.kind);
+    row[1] = t.action.stage;
+    row[2] = t.action.microbatch;
+    row[3] = static_cast<std::int64_t>(t.start * 1e3);
+    row[4] = static_cast<std::int64_t>(t.end * 1e3);
+  }
+  Tensor all = Tensor::empty({longest * 5 * pp_size}, DType::kI64, MemoryCategory::kCommunication);
+  if (pp != nullptr && pp_size > 1) pp->all_gather(mine, all)->wait();
+  else all.copy_from(mine);
+  if (!s.reports()) return;
+
+  pipeline::Timeline timeline;
+  timeline.ranks.resize(static_cast<std::size_t>(pp_size));
+  std::int64_t origin = std::numeric_limits<std::int64_t>::max();
+  for (int r = 0; r < pp_size; ++r) {
+    for (std::int64_t i = 0; i < counts.data<std::int64_t>()[r]; ++i) {
+      origin = std::min(origin, all.data<std::int64_t>()[(r * longest + i) * 5 + 3]);
+    }
+  }
+  for (int r = 0; r < pp_size; ++r) {
+    for (std::int64_t i = 0; i < counts.data<std::int64_t>()[r]; ++i) {
+      const std::int64_t* row = all.data<std::int64_t>() + (r * longest + i) * 5;
+      pipeline::TimedAction t;
+      t.action = {static_cast<pipeline::ActionKind>(row[0]), static_cast<int>(row[1]), static_cast<int>(row[2])};
+      t.start = static_cast<double>(row[3] - origin) * 1e-6;  // ms
+      t.end = static_cast<double>(row[4] - origin) * 1e-6;
+      timeline.ranks[static_cast<std::size_t>(r)].push_back(t);
+    }
+  }
+  const auto stats = pipeline::timeline_stats(timeline);
+  pipeline::TraceOptions options;
+  options.title = fmt::format("measured: {} on {} pp ranks, {} micro-batches (last step)", s.plan.schedule.name,
+                              pp_size, s.plan.schedule.num_microbatches);
+  options.subtitle = fmt::format("makespan {:.2f} ms | bubble_fraction {:.3f} | stage_bubble_fraction {:.3f}",
+                                 stats.makespan, stats.bubble_fraction, stats.stage_bubble_fraction);
+  options.unit = "ms";
+  options.microseconds_per_unit = 1000.0;
+  pipeline::write_chrome_trace(timeline, directory + "/trace.json", options);
+  pipeline::write_timeline_svg(s.plan.schedule, timeline, directory + "/trace.svg", options);
+}
+
+}  // namespace
+
+TrainSummary Trainer::train() {
+  State& s = *state_;
+  const auto& cfg = s.config;
+  const std::string unit = s.plan.spec.type == "gpt" ? "tok" : "samples";
+  std::unique_ptr<MetricsWriter> metrics;
+  std::unique_ptr<ProgressPrinter> progress;
+  if (s.reports()) {
+    prepare_out_dir(cfg.train.out_dir);
+    std::ofstream(cfg.train.out_dir + "/config.json") << config::to_json(cfg) << "\n";
+    metrics = std::make_unique<MetricsWriter>(cfg.train.out_dir + "/metrics.jsonl");
+    progress = std::make_unique<ProgressPrinter>(cfg.train.steps, cfg.train.log_interval, unit, stderr);
+    log::info("cleave: {} | {} | model {} ({} blocks in {} stages: {}) | batch {} = micro {} x accum {} x dp {} | "
+              "data {}",
+              s.grid.str(), cfg.parallel.pipeline_model_parallel_size > 1 ? "schedule " + s.plan.schedule.name
+                                                                          : std::string("single stage"),
+              s.plan.spec.type, s.plan.spec.blocks.size(), s.plan.num_stages(), s.plan.describe_partition(),
+              s.batch.global_batch_size, s.batch.micro_batch_size, s.batch.gradient_accumulation_steps,
+              s.grid.dp_size(), s.train_data->describe());
+  }
+  // Peak memory counts the model, not whatever earlier runs in this process left behind.
+  cpu_allocator().reset_peak();
+
+  TrainSummary summary;
+  for (std::int64_t step = 0; step < cfg.train.steps; ++step) {
+    StepStats stats = this->step(step);
+    summary.steps.push_back(stats);
+    StepMetrics m;
+    m.step = step + 1;
+    m.loss = stats.loss;
+    m.lr = stats.lr;
+    m.grad_norm = stats.grad_norm;
+    m.tokens_per_s = stats.tokens_per_s;
+    m.step_ms = stats.step_ms;
+    m.peak_bytes = stats.peak_bytes;
+    const bool eval_now = s.eval_data && cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0 &&
+                          step + 1 < cfg.train.steps;
+    if (eval_now) {
+      const EvalResult eval = evaluate(cfg.train.eval_batches);
+      m.extra.emplace_back("eval_loss", eval.loss);
+      m.extra.emplace_back("eval_accuracy", eval.accuracy);
+      if (progress) progress->eval(step + 1, eval.loss, eval.accuracy);
+    }
+    if (metrics) metrics->write(m);
+    if (progress) progress->update(m);
+    CLEAVE_CHECK(std::isfinite(stats.loss), "training diverged at step {}: loss is {} (lower optimizer.lr?)",
+                 step + 1, stats.loss);
+  }
+  if (s.eval_data) {
+    summary.eval = evaluate(cfg.train.eval_batches);
+    if (progress) progress->eval(cfg.train.steps, summary.eval.loss, summary.eval.accuracy);
+  }
+  if (cfg.train.trace) write_measured_trace(s, cfg.train.out_dir);
+  summary.peak_bytes = summary.steps.empty() ? 0 : summary.steps.back().peak_bytes;
+  if (progress) progress->summary(cfg.train.out_dir);
+  summary.completed = true;
+  return summary;
+}
+
+}  // namespace cleave::train

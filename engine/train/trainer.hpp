@@ -1,0 +1,72 @@
+// Trainer: one process's share of a training run — dp × pp (× tp) layout, model stages, optimizer, data.
+//
+// One step = run this rank's lowered pipeline schedule through the Executor (which, with pp = 1, is plain
+// gradient accumulation), reduce gradients over data-parallel replicas and across the tied embedding's two
+// copies, clip by the true global norm (each parameter counted once), and step the optimizer.
+//
+// Invariants: every rank builds the same plan from the same config (no runtime negotiation); parameters
+// are initialised from (seed, logical name), so every layout starts from the same logical weights and a
+// layout can be compared with a single rank step by step (tests/mpi/train_equivalence_test.cpp).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/comm/communicator.hpp"
+#include "engine/config/config.hpp"
+
+namespace cleave::train {
+
+struct StepStats {
+  std::int64_t step = 0;
+  double loss = 0;       // mean over the global batch
+  double lr = 0;
+  double grad_norm = 0;  // before clipping
+  double step_ms = 0;
+  double tokens_per_s = 0;       // items (tokens, or samples for mlp/cnn) per second, global
+  std::int64_t peak_bytes = 0;   // max over ranks of the allocator's peak so far
+};
+
+struct EvalResult {
+  double loss = 0;
+  double accuracy = 0;  // next-token or class accuracy over every evaluated item
+  std::int64_t items = 0;
+};
+
+struct TrainSummary {
+  bool completed = false;
+  std::vector<StepStats> steps;
+  EvalResult eval;  // items == 0 when no evaluation ran
+  std::int64_t peak_bytes = 0;
+};
+
+class Trainer {
+ public:
+  // `world` must outlive the trainer. Resolves the config against world.size() and builds this rank's
+  // stages, optimizer and data sources. Throws Error for layouts or configs that cannot work.
+  Trainer(config::RunConfig config, comm::Communicator& world);
+  ~Trainer();
+  Trainer(const Trainer&) = delete;
+  Trainer& operator=(const Trainer&) = delete;
+
+  // The whole run: output directory, metrics, progress, evaluation, summary. Collective.
+  TrainSummary train();
+  // One optimizer step (0-based). Collective.
+  StepStats step(std::int64_t step);
+  // Mean loss and accuracy over `batches` global evaluation batches. Collective.
+  EvalResult evaluate(std::int64_t batches);
+  // Every logical parameter by name, gathered onto every rank (for equivalence checks). Collective.
+  std::map<std::string, std::vector<float>> gather_parameters();
+
+  const config::RunConfig& config() const;
+
+  struct State;  // implementation detail (trainer.cpp)
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace cleave::train

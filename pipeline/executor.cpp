@@ -1,0 +1,189 @@
+// Executor: see executor.hpp. The only decisions here are where a tensor comes from (data, a local
+// neighbour stage, or a posted receive); the order of everything is the schedule's.
+#include "pipeline/executor.hpp"
+
+#include "engine/core/error.hpp"
+
+namespace cleave::pipeline {
+namespace {
+
+double now_us() {
+  using namespace std::chrono;
+  return static_cast<double>(duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count()) * 1e-3;
+}
+
+}  // namespace
+
+Executor::Executor(ExecutorOptions options) : options_(std::move(options)) {
+  CLEAVE_ASSERT(options_.schedule != nullptr && options_.context != nullptr, "executor needs a schedule and a context");
+  CLEAVE_ASSERT(options_.schedule->is_lowered() || options_.schedule->pp_size == 1,
+                "the executor runs lowered schedules");
+  last_stage_ = options_.schedule->num_stages - 1;
+  loss_scale_tensor_ = Tensor::empty({1}, DType::kF32, MemoryCategory::kWorkspace);
+  loss_scale_tensor_.data<float>()[0] = options_.loss_scale;
+}
+
+int Executor::tag(ActionKind direction, int stage, int microbatch) const {
+  const int backward = (direction == ActionKind::kSendB || direction == ActionKind::kRecvB) ? 1 : 0;
+  return (microbatch * options_.schedule->num_stages + stage) * 2 + backward;
+}
+
+const MicrobatchData& Executor::microbatch_data(int microbatch) {
+  auto it = data_.find(microbatch);
+  if (it == data_.end()) it = data_.emplace(microbatch, options_.data(microbatch)).first;
+  return it->second;
+}
+
+void Executor::post_communication(std::size_t& index, const std::vector<Action>& actions) {
+  std::vector<comm::P2POp> ops;
+  std::vector<std::pair<std::map<Key, std::pair<Tensor, comm::Work*>>*, Key>> receives;
+  const Schedule& schedule = *options_.schedule;
+  for (; index < actions.size() && is_communication(actions[index].kind); ++index) {
+    const Action& a = actions[index];
+    const Key key{a.stage, a.microbatch};
+    switch (a.kind) {
+      case ActionKind::kSendF: {
+        auto it = forward_out_.find(key);
+        CLEAVE_ASSERT(it != forward_out_.end(), "{}: nothing to send (forward not run)", format_action(a));
+        const int peer = schedule.rank_of(a.stage + 1);
+        ops.push_back(comm::P2POp::send(it->second, peer, tag(a.kind, a.stage + 1, a.microbatch)));
+        sent_.push_back(it->second);
+        forward_out_.erase(it);
+        break;
+      }
+      case ActionKind::kSendB: {
+        auto it = backward_out_.find(key);
+        CLEAVE_ASSERT(it != backward_out_.end(), "{}: nothing to send (backward not run)", format_action(a));
+        const int peer = schedule.rank_of(a.stage - 1);
+        ops.push_back(comm::P2POp::send(it->second, peer, tag(a.kind, a.stage - 1, a.microbatch)));
+        sent_.push_back(it->second);
+        backward_out_.erase(it);
+        break;
+      }
+      case ActionKind::kRecvF: {
+        Tensor buffer = Tensor::empty(options_.boundary_shape(a.stage), DType::kF32, MemoryCategory::kActivations,
+                                      *options_.context->allocator);
+        ops.push_back(comm::P2POp::recv(buffer, schedule.rank_of(a.stage - 1), tag(a.kind, a.stage, a.microbatch)));
+        forward_in_[key] = {buffer, nullptr};
+        receives.emplace_back(&forward_in_, key);
+        break;
+      }
+      case ActionKind::kRecvB: {
+        Tensor buffer = Tensor::empty(options_.boundary_shape(a.stage + 1), DType::kF32,
+                                      MemoryCategory::kActivations, *options_.context->allocator);
+        ops.push_back(comm::P2POp::recv(buffer, schedule.rank_of(a.stage + 1), tag(a.kind, a.stage, a.microbatch)));
+        backward_in_[key] = {buffer, nullptr};
+        receives.emplace_back(&backward_in_, key);
+        break;
+      }
+      default:
+        CLEAVE_ASSERT(false, "not a communication action: {}", format_action(a));
+    }
+  }
+  CLEAVE_ASSERT(options_.pp_comm != nullptr, "schedule communicates but there is no pp communicator");
+  works_.push_back(options_.pp_comm->batch_p2p(std::move(ops), *options_.context->stream));
+  for (auto& [slots, key] : receives) (*slots)[key].second = works_.back().get();
+}
+
+Tensor Executor::take_received(std::map<Key, std::pair<Tensor, comm::Work*>>& slots, const Key& key) {
+  auto it = slots.find(key);
+  if (it == slots.end()) return Tensor();
+  it->second.second->wait();
+  Tensor t = it->second.first;
+  slots.erase(it);
+  return t;
+}
+
+Tensor Executor::forward_input(int stage, int microbatch) {
+  if (stage == 0) return microbatch_data(microbatch).inputs;
+  if (Tensor received = take_received(forward_in_, {stage, microbatch}); received.defined()) return received;
+  auto it = forward_out_.find({stage - 1, microbatch});
+  CLEAVE_ASSERT(it != forward_out_.end(), "stage {} micro-batch {}: input neither received nor local", stage,
+                microbatch);
+  Tensor x = it->second;
+  forward_out_.erase(it);
+  return x;
+}
+
+Tensor Executor::backward_dy(int stage, int microbatch) {
+  if (stage == last_stage_) return loss_scale_tensor_;
+  if (Tensor received = take_received(backward_in_, {stage, microbatch}); received.defined()) return received;
+  auto it = backward_out_.find({stage + 1, microbatch});
+  CLEAVE_ASSERT(it != backward_out_.end(), "stage {} micro-batch {}: output gradient neither received nor local",
+                stage, microbatch);
+  Tensor dy = it->second;
+  backward_out_.erase(it);
+  return dy;
+}
+
+StepOutcome Executor::run_step() {
+  StepOutcome outcome;
+  const auto& actions = options_.schedule->ranks.at(static_cast<std::size_t>(options_.pp_rank));
+  layers::Context& ctx = *options_.context;
+  auto stage_module = [&](const Action& a) -> StageModule& {
+    auto it = options_.stages.find(a.stage);
+    CLEAVE_ASSERT(it != options_.stages.end(), "rank {} has no stage {} for {}", options_.pp_rank, a.stage,
+                  format_action(a));
+    return *it->second;
+  };
+
+  for (std::size_t i = 0; i < actions.size();) {
+    const Action& a = actions[i];
+    const double start = options_.record_timeline ? now_us() : 0.0;
+    if (is_communication(a.kind)) {
+      const std::size_t first = i;
+      post_communication(i, actions);
+      if (options_.record_timeline) {
+        for (std::size_t j = first; j < i; ++j) outcome.timeline.push_back({actions[j], start, now_us()});
+      }
+      continue;
+    }
+    switch (a.kind) {
+      case ActionKind::kForward: {
+        StageModule& stage = stage_module(a);
+        Tensor x = forward_input(a.stage, a.microbatch);
+        if (a.stage == last_stage_) ctx.targets = microbatch_data(a.microbatch).targets;
+        Tensor y = stage.forward(a.microbatch, x, ctx);
+        if (a.stage == last_stage_) {
+          outcome.loss_sum += static_cast<double>(y.data<float>()[0]);
+          ++outcome.losses;
+        } else {
+          forward_out_[{a.stage, a.microbatch}] = y;
+        }
+        break;
+      }
+      case ActionKind::kBackwardInput:
+      case ActionKind::kBackward: {
+        StageModule& stage = stage_module(a);
+        Tensor dy = backward_dy(a.stage, a.microbatch);
+        Tensor dx = a.kind == ActionKind::kBackward ? stage.backward(a.microbatch, dy, ctx)
+                                                    : stage.backward_input(a.microbatch, dy, ctx);
+        if (a.stage > 0) backward_out_[{a.stage, a.microbatch}] = dx;
+        break;
+      }
+      case ActionKind::kBackwardWeight:
+        stage_module(a).backward_weight(a.microbatch, ctx);
+        break;
+      case ActionKind::kReduceGrad:
+        if (options_.reduce_grads) options_.reduce_grads(a.stage);
+        break;
+      case ActionKind::kOptimizerStep:
+        if (options_.optimizer_step) options_.optimizer_step();
+        break;
+      default:
+        CLEAVE_ASSERT(false, "unexpected action {}", format_action(a));
+    }
+    if (options_.record_timeline) outcome.timeline.push_back({a, start, now_us()});
+    ++i;
+  }
+  for (auto& work : works_) work->wait();
+  CLEAVE_ASSERT(forward_in_.empty() && backward_in_.empty() && forward_out_.empty() && backward_out_.empty(),
+                "rank {}: tensors left in flight at the end of the step (the schedule is not closed)",
+                options_.pp_rank);
+  works_.clear();
+  sent_.clear();
+  data_.clear();
+  return outcome;
+}
+
+}  // namespace cleave::pipeline

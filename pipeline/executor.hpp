@@ -1,0 +1,80 @@
+// Executor: a plain interpreter of one pp rank's lowered action list (DESIGN §4) — a switch, no policy.
+//
+// Invariants:
+//  - Consecutive SEND/RECV actions are posted together as one batch_p2p; a receive is waited for only by
+//    the compute action that consumes it, and sends complete in the background (all are waited for at the
+//    end of the step), so the executor never blocks earlier than the validated blocking dry run would.
+//  - Shapes and dtypes of received tensors come from the plan (`boundary_shape`), never from a handshake.
+//  - A stage's stash is released by its W (or B) action, so live activations follow the schedule.
+//  - Stages that sit on the same rank (ZB-V's turn) hand tensors over directly, without communication.
+#pragma once
+
+#include <chrono>
+#include <functional>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "engine/comm/communicator.hpp"
+#include "pipeline/schedule.hpp"
+#include "pipeline/stage_module.hpp"
+#include "pipeline/timeline.hpp"
+
+namespace cleave::pipeline {
+
+// What the first and last stage read for one micro-batch.
+struct MicrobatchData {
+  Tensor inputs;   // token ids / features for stage 0
+  Tensor targets;  // i32 targets for the loss
+};
+
+struct ExecutorOptions {
+  const Schedule* schedule = nullptr;      // lowered; only this rank's list is read
+  int pp_rank = 0;
+  comm::Communicator* pp_comm = nullptr;   // null when pp = 1; peers are pp ranks
+  std::map<int, StageModule*> stages;      // the stages this rank holds, by stage index
+  // Micro-batch boundary shape entering `stage` (stage > 0) — e.g. [micro_batch, T, D].
+  std::function<Shape(int stage)> boundary_shape;
+  std::function<MicrobatchData(int microbatch)> data;  // called on the ranks of the first and last stage
+  float loss_scale = 1.0f;                 // dy of each micro-batch's mean loss (1 / micro-batches)
+  std::function<void(int stage)> reduce_grads;  // REDUCE_GRAD: the stage's gradients are final
+  std::function<void()> optimizer_step;         // OPTIMIZER_STEP
+  layers::Context* context = nullptr;
+  bool record_timeline = false;
+};
+
+struct StepOutcome {
+  double loss_sum = 0;  // sum of the micro-batch mean losses computed on this rank (last stage only)
+  int losses = 0;       // how many micro-batches contributed
+  std::vector<TimedAction> timeline;  // measured, in µs of a steady clock (same format as the simulator)
+};
+
+class Executor {
+ public:
+  explicit Executor(ExecutorOptions options);
+  StepOutcome run_step();
+
+ private:
+  using Key = std::pair<int, int>;  // (stage, micro-batch)
+
+  void post_communication(std::size_t& index, const std::vector<Action>& actions);
+  Tensor forward_input(int stage, int microbatch);
+  Tensor backward_dy(int stage, int microbatch);
+  Tensor take_received(std::map<Key, std::pair<Tensor, comm::Work*>>& slots, const Key& key);
+  const MicrobatchData& microbatch_data(int microbatch);
+  int tag(ActionKind direction, int stage, int microbatch) const;
+
+  ExecutorOptions options_;
+  int last_stage_;
+  Tensor loss_scale_tensor_;
+  // Tensors in flight within one step.
+  std::map<Key, Tensor> forward_out_;   // stage output, until sent or consumed by a local next stage
+  std::map<Key, Tensor> backward_out_;  // stage input gradient, until sent or consumed locally
+  std::map<Key, std::pair<Tensor, comm::Work*>> forward_in_;   // received activations
+  std::map<Key, std::pair<Tensor, comm::Work*>> backward_in_;  // received gradients
+  std::map<int, MicrobatchData> data_;
+  std::vector<comm::WorkPtr> works_;  // every batch posted this step (waited for at the end)
+  std::vector<Tensor> sent_;          // keeps sent tensors alive until their batch completes
+};
+
+}  // namespace cleave::pipeline

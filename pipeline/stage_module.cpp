@@ -1,0 +1,53 @@
+// StageModule: runs its blocks in order forward and in reverse for the two halves of the backward.
+#include "pipeline/stage_module.hpp"
+
+#include <algorithm>
+
+namespace cleave::pipeline {
+
+StageModule::StageModule(std::vector<layers::LayerPtr> blocks, bool is_first, bool is_last)
+    : blocks_(std::move(blocks)), is_first_(is_first), is_last_(is_last) {
+  CLEAVE_ASSERT(!blocks_.empty(), "a stage needs at least one block");
+  for (const auto& block : blocks_) {
+    for (auto& p : block->params()) {
+      if (std::find(params_.begin(), params_.end(), p) == params_.end()) params_.push_back(p);
+    }
+  }
+}
+
+Tensor StageModule::forward(int microbatch, const Tensor& x, layers::Context& ctx) {
+  auto [it, inserted] = stashes_.try_emplace(microbatch);
+  CLEAVE_ASSERT(inserted, "forward of micro-batch {} while its previous stash is still alive", microbatch);
+  it->second.resize(blocks_.size());
+  Tensor h = x;
+  for (std::size_t i = 0; i < blocks_.size(); ++i) h = blocks_[i]->forward(h, it->second[i], ctx);
+  return h;
+}
+
+Tensor StageModule::infer(const Tensor& x, layers::Context& ctx, bool skip_loss) {
+  const std::size_t end = is_last_ && skip_loss ? blocks_.size() - 1 : blocks_.size();
+  Tensor h = x;
+  for (std::size_t i = 0; i < end; ++i) {
+    layers::Stash scratch;
+    h = blocks_[i]->forward(h, scratch, ctx);
+  }
+  return h;
+}
+
+Tensor StageModule::backward_input(int microbatch, const Tensor& dy, layers::Context& ctx) {
+  auto it = stashes_.find(microbatch);
+  CLEAVE_ASSERT(it != stashes_.end(), "backward of micro-batch {} before its forward", microbatch);
+  Tensor g = dy;
+  for (std::size_t i = blocks_.size(); i-- > 0;) g = blocks_[i]->backward_input(g, it->second[i], ctx);
+  // The first stage consumes data (token ids or features): nothing upstream needs its input gradient.
+  return is_first_ ? Tensor() : g;
+}
+
+void StageModule::backward_weight(int microbatch, layers::Context& ctx) {
+  auto it = stashes_.find(microbatch);
+  CLEAVE_ASSERT(it != stashes_.end(), "weight gradient of micro-batch {} before its forward", microbatch);
+  for (std::size_t i = blocks_.size(); i-- > 0;) blocks_[i]->backward_weight(it->second[i], ctx);
+  stashes_.erase(it);
+}
+
+}  // namespace cleave::pipeline

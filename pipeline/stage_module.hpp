@@ -1,0 +1,51 @@
+// StageModule: a contiguous range of model blocks (one pipeline stage, or the whole model) with one set of
+// stashes per in-flight micro-batch.
+//
+// Invariants: forward(mb) must precede backward_input(mb), which must precede backward_weight(mb); the
+// micro-batch's stashes are released by backward_weight, so the number of live stashes (and the
+// activation memory the allocator shows) is exactly what the schedule keeps in flight. The last stage's
+// output is the 1-element mean loss of the micro-batch; its backward takes the loss scale as dy.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "layers/layer.hpp"
+
+namespace cleave::pipeline {
+
+class StageModule {
+ public:
+  StageModule(std::vector<layers::LayerPtr> blocks, bool is_first, bool is_last);
+
+  // x: the stage input (token ids / features on the first stage, the boundary activation otherwise).
+  Tensor forward(int microbatch, const Tensor& x, layers::Context& ctx);
+  // dy: boundary gradient (or, on the last stage, a 1-element tensor holding the loss scale).
+  // Returns the gradient for the previous stage (undefined on the first stage).
+  Tensor backward_input(int microbatch, const Tensor& dy, layers::Context& ctx);
+  void backward_weight(int microbatch, layers::Context& ctx);
+  Tensor backward(int microbatch, const Tensor& dy, layers::Context& ctx) {
+    Tensor dx = backward_input(microbatch, dy, ctx);
+    backward_weight(microbatch, ctx);
+    return dx;
+  }
+
+  // Forward without keeping anything for a backward (evaluation). On the last stage `skip_loss` stops
+  // before the loss block and returns the logits.
+  Tensor infer(const Tensor& x, layers::Context& ctx, bool skip_loss);
+
+  const std::vector<std::shared_ptr<layers::Param>>& params() const { return params_; }
+  bool is_first() const { return is_first_; }
+  bool is_last() const { return is_last_; }
+  std::size_t live_microbatches() const { return stashes_.size(); }
+
+ private:
+  std::vector<layers::LayerPtr> blocks_;
+  std::vector<std::shared_ptr<layers::Param>> params_;  // de-duplicated (tied tables appear once)
+  bool is_first_;
+  bool is_last_;
+  std::map<int, std::vector<layers::Stash>> stashes_;  // micro-batch -> one stash per block
+};
+
+}  // namespace cleave::pipeline

@@ -8,8 +8,8 @@
 
 namespace cleave::kernels::cpu {
 
-void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int64_t step) {
+void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int64_t step) {
   CLEAVE_ASSERT(n >= 0, "adamw_update: negative size {}", n);
   CLEAVE_ASSERT(step >= 1, "adamw_update: step is the 1-based update count, got {}", step);
   CLEAVE_CHECK(beta1 >= 0.0f && beta1 < 1.0f && beta2 >= 0.0f && beta2 < 1.0f,

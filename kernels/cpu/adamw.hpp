@@ -11,7 +11,7 @@
 
 namespace cleave::kernels::cpu {
 
-void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1,
-                  float beta2, float eps, float weight_decay, int64_t step);
+void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n, float lr, float beta1, float beta2,
+                  float eps, float weight_decay, int64_t step);
 
 }  // namespace cleave::kernels::cpu

@@ -31,8 +31,8 @@ void attention_forward(const float* qkv, float* out, float* probs, int64_t B, in
   for (int64_t b = 0; b < B; ++b) {
     const float* q = qkv + b * T * ld_qkv;
     // S[h] = scale * Q_h K_h^T, batched over heads (head h is a column offset h*hd).
-    gemm_strided_batched(false, true, T, T, hd, scale, q, ld_qkv, hd, q + C, ld_qkv, hd, 0.0f,
-                         probs + b * H * T * T, T, T * T, H);
+    gemm_strided_batched(false, true, T, T, hd, scale, q, ld_qkv, hd, q + C, ld_qkv, hd, 0.0f, probs + b * H * T * T, T,
+                         T * T, H);
   }
   // Causal softmax of each row t over columns [0, t]; the masked columns are written as exact zeros.
   const int64_t n_rows = B * H * T;
@@ -49,13 +49,13 @@ void attention_forward(const float* qkv, float* out, float* probs, int64_t B, in
   }
   for (int64_t b = 0; b < B; ++b) {
     // O_h = P_h V_h, written straight into the head's column block of out.
-    gemm_strided_batched(false, false, T, hd, T, 1.0f, probs + b * H * T * T, T, T * T,
-                         qkv + b * T * ld_qkv + 2 * C, ld_qkv, hd, 0.0f, out + b * T * C, C, hd, H);
+    gemm_strided_batched(false, false, T, hd, T, 1.0f, probs + b * H * T * T, T, T * T, qkv + b * T * ld_qkv + 2 * C,
+                         ld_qkv, hd, 0.0f, out + b * T * C, C, hd, H);
   }
 }
 
-void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv,
-                        float* dprobs_workspace, int64_t B, int64_t T, int64_t H, int64_t hd) {
+void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv, float* dprobs_workspace,
+                        int64_t B, int64_t T, int64_t H, int64_t hd) {
   check_attention("attention_backward", B, T, H, hd);
   const int64_t C = H * hd;
   const int64_t ld_qkv = 3 * C;

@@ -13,7 +13,7 @@ namespace cleave::kernels::cpu {
 
 void attention_forward(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t H, int64_t hd);
 
-void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv,
-                        float* dprobs_workspace, int64_t B, int64_t T, int64_t H, int64_t hd);
+void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv, float* dprobs_workspace,
+                        int64_t B, int64_t T, int64_t H, int64_t hd);
 
 }  // namespace cleave::kernels::cpu

@@ -12,8 +12,7 @@
 namespace cleave::kernels::cpu {
 
 struct Conv2dShape {
-  int64_t batch = 0, in_channels = 0, height = 0, width = 0, out_channels = 0, kernel = 1, stride = 1,
-          padding = 0;
+  int64_t batch = 0, in_channels = 0, height = 0, width = 0, out_channels = 0, kernel = 1, stride = 1, padding = 0;
   int64_t out_height() const;  // (height + 2*padding - kernel) / stride + 1
   int64_t out_width() const;
 };

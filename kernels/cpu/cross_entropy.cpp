@@ -16,8 +16,8 @@ namespace {
 void check_targets(const char* op, const int32_t* targets, int64_t rows, int64_t classes) {
   for (int64_t r = 0; r < rows; ++r) {
     CLEAVE_CHECK(targets[r] >= -1 && targets[r] < classes,
-                 "{}: target {} at row {} is out of range [0, {}) (number of classes {}; -1 marks an ignored row)",
-                 op, targets[r], r, classes, classes);
+                 "{}: target {} at row {} is out of range [0, {}) (number of classes {}; -1 marks an ignored row)", op,
+                 targets[r], r, classes, classes);
   }
 }
 

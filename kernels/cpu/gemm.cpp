@@ -16,19 +16,19 @@ namespace {
 // the two thread pools do not fight over the cores).
 constexpr double kOpenBlasSingleThreadMnk = 65536.0 * 4.0;
 
-void check_gemm(const char* op, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda,
-                int64_t ldb, int64_t ldc) {
+void check_gemm(const char* op, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
+                int64_t ldc) {
   constexpr int64_t kMax = std::numeric_limits<int>::max();
   CLEAVE_ASSERT(m >= 0 && n >= 0 && k >= 0, "{}: negative size m={} n={} k={}", op, m, n, k);
   CLEAVE_ASSERT(m <= kMax && n <= kMax && k <= kMax && lda <= kMax && ldb <= kMax && ldc <= kMax,
-                "{}: size exceeds the 32-bit BLAS interface (m={} n={} k={} lda={} ldb={} ldc={})", op, m, n,
-                k, lda, ldb, ldc);
+                "{}: size exceeds the 32-bit BLAS interface (m={} n={} k={} lda={} ldb={} ldc={})", op, m, n, k, lda,
+                ldb, ldc);
   const int64_t min_lda = trans_a ? m : k;  // columns of A as stored
   const int64_t min_ldb = trans_b ? k : n;
-  CLEAVE_ASSERT(lda >= 1 && lda >= min_lda, "{}: lda={} < {} (trans_a={}, m={}, k={})", op, lda, min_lda,
-                trans_a, m, k);
-  CLEAVE_ASSERT(ldb >= 1 && ldb >= min_ldb, "{}: ldb={} < {} (trans_b={}, k={}, n={})", op, ldb, min_ldb,
-                trans_b, k, n);
+  CLEAVE_ASSERT(lda >= 1 && lda >= min_lda, "{}: lda={} < {} (trans_a={}, m={}, k={})", op, lda, min_lda, trans_a, m,
+                k);
+  CLEAVE_ASSERT(ldb >= 1 && ldb >= min_ldb, "{}: ldb={} < {} (trans_b={}, k={}, n={})", op, ldb, min_ldb, trans_b, k,
+                n);
   CLEAVE_ASSERT(ldc >= 1 && ldc >= n, "{}: ldc={} < n={}", op, ldc, n);
 }
 
@@ -59,17 +59,17 @@ void gemm_unchecked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
 
 }  // namespace
 
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
   check_gemm("gemm", trans_a, trans_b, m, n, k, lda, ldb, ldc);
   CLEAVE_ASSERT(m == 0 || n == 0 || c != nullptr, "gemm: null C for a {}x{} result", m, n);
   CLEAVE_ASSERT(m == 0 || n == 0 || k == 0 || (a != nullptr && b != nullptr), "gemm: null A or B");
   gemm_unchecked(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                          const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
-                          int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch) {
+void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                          int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
+                          float* c, int64_t ldc, int64_t stride_c, int64_t batch) {
   check_gemm("gemm_strided_batched", trans_a, trans_b, m, n, k, lda, ldb, ldc);
   CLEAVE_ASSERT(batch >= 0, "gemm_strided_batched: negative batch {}", batch);
   if (m == 0 || n == 0 || batch == 0) return;

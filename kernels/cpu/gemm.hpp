@@ -11,14 +11,14 @@
 
 namespace cleave::kernels::cpu {
 
-void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-          int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
 
 // `batch` independent GEMMs; matrix i of A starts at a + i*stride_a (likewise B, C). Strides are in
 // floats; a stride of 0 broadcasts one A or B to every batch entry. The C matrices must not share an
 // element (interleaved layouts such as per-head column blocks, stride_c = head_dim < ldc, are fine).
-void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                          const float* a, int64_t lda, int64_t stride_a, const float* b, int64_t ldb,
-                          int64_t stride_b, float beta, float* c, int64_t ldc, int64_t stride_c, int64_t batch);
+void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                          int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
+                          float* c, int64_t ldc, int64_t stride_c, int64_t batch);
 
 }  // namespace cleave::kernels::cpu

@@ -10,8 +10,8 @@
 
 namespace cleave::kernels::cpu {
 
-void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                       float* rstd, int64_t rows, int64_t cols, float eps) {
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                       int64_t rows, int64_t cols, float eps) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "layernorm_forward: bad shape [{}, {}]", rows, cols);
   CLEAVE_ASSERT(eps >= 0.0f, "layernorm_forward: negative eps {}", eps);
 #pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * cols))
@@ -36,8 +36,8 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
   }
 }
 
-void layernorm_backward_input(const float* dy, const float* x, const float* gamma, const float* mean,
-                              const float* rstd, float* dx, int64_t rows, int64_t cols) {
+void layernorm_backward_input(const float* dy, const float* x, const float* gamma, const float* mean, const float* rstd,
+                              float* dx, int64_t rows, int64_t cols) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "layernorm_backward_input: bad shape [{}, {}]", rows, cols);
   // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma.
 #pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * cols))
@@ -65,8 +65,8 @@ void layernorm_backward_input(const float* dy, const float* x, const float* gamm
   }
 }
 
-void layernorm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd,
-                               float* dgamma, float* dbeta, int64_t rows, int64_t cols) {
+void layernorm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd, float* dgamma,
+                               float* dbeta, int64_t rows, int64_t cols) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "layernorm_backward_weight: bad shape [{}, {}]", rows, cols);
   constexpr int64_t kBlock = 128;
   const int64_t blocks = (cols + kBlock - 1) / kBlock;

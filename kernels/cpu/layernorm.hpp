@@ -8,13 +8,13 @@
 
 namespace cleave::kernels::cpu {
 
-void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
-                       float* rstd, int64_t rows, int64_t cols, float eps);
+void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+                       int64_t rows, int64_t cols, float eps);
 
-void layernorm_backward_input(const float* dy, const float* x, const float* gamma, const float* mean,
-                              const float* rstd, float* dx, int64_t rows, int64_t cols);
+void layernorm_backward_input(const float* dy, const float* x, const float* gamma, const float* mean, const float* rstd,
+                              float* dx, int64_t rows, int64_t cols);
 
-void layernorm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd,
-                               float* dgamma, float* dbeta, int64_t rows, int64_t cols);
+void layernorm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd, float* dgamma,
+                               float* dbeta, int64_t rows, int64_t cols);
 
 }  // namespace cleave::kernels::cpu

@@ -12,8 +12,8 @@ namespace {
 
 void check_pool(const char* op, int64_t N, int64_t C, int64_t H, int64_t W, int64_t window, int64_t stride) {
   CLEAVE_CHECK(N >= 0 && C > 0 && H > 0 && W > 0 && window > 0 && stride > 0,
-               "{}: sizes must be positive (N {} >= 0, C {}, H {}, W {}, window {}, stride {})", op, N, C, H, W,
-               window, stride);
+               "{}: sizes must be positive (N {} >= 0, C {}, H {}, W {}, window {}, stride {})", op, N, C, H, W, window,
+               stride);
   CLEAVE_CHECK(window <= H && window <= W, "{}: window {} is larger than the input {}x{}", op, window, H, W);
   CLEAVE_ASSERT(H * W <= std::numeric_limits<int32_t>::max(), "{}: plane {}x{} exceeds int32 argmax", op, H, W);
 }
@@ -49,14 +49,16 @@ void maxpool2d_forward(const float* x, float* y, int32_t* argmax, int64_t N, int
   }
 }
 
-void maxpool2d_backward(const float* dy, const int32_t* argmax, float* dx, int64_t N, int64_t C, int64_t H,
-                        int64_t W, int64_t window, int64_t stride) {
+void maxpool2d_backward(const float* dy, const int32_t* argmax, float* dx, int64_t N, int64_t C, int64_t H, int64_t W,
+                        int64_t window, int64_t stride) {
   check_pool("maxpool2d_backward", N, C, H, W, window, stride);
   const int64_t oh = (H - window) / stride + 1, ow = (W - window) / stride + 1;
   // Validated serially: an exception must not leave an OpenMP region.
   for (int64_t i = 0; i < N * C * oh * ow; ++i) {
-    CLEAVE_ASSERT(argmax[i] >= 0 && argmax[i] < H * W, "maxpool2d_backward: argmax {} at output {} is outside the "
-                  "{}x{} plane (not produced by maxpool2d_forward with this shape)", argmax[i], i, H, W);
+    CLEAVE_ASSERT(argmax[i] >= 0 && argmax[i] < H * W,
+                  "maxpool2d_backward: argmax {} at output {} is outside the "
+                  "{}x{} plane (not produced by maxpool2d_forward with this shape)",
+                  argmax[i], i, H, W);
   }
 #pragma omp parallel for schedule(static) if (detail::worth_parallel(N * C * H * W))
   for (int64_t plane = 0; plane < N * C; ++plane) {

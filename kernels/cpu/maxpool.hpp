@@ -11,7 +11,7 @@ namespace cleave::kernels::cpu {
 
 void maxpool2d_forward(const float* x, float* y, int32_t* argmax, int64_t N, int64_t C, int64_t H, int64_t W,
                        int64_t window, int64_t stride);
-void maxpool2d_backward(const float* dy, const int32_t* argmax, float* dx, int64_t N, int64_t C, int64_t H,
-                        int64_t W, int64_t window, int64_t stride);
+void maxpool2d_backward(const float* dy, const int32_t* argmax, float* dx, int64_t N, int64_t C, int64_t H, int64_t W,
+                        int64_t window, int64_t stride);
 
 }  // namespace cleave::kernels::cpu

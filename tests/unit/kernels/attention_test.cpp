@@ -59,7 +59,8 @@ Ref reference(const std::vector<float>& qkv, const std::vector<float>& dout, Sha
         double rowdot = 0.0;
         for (int64_t j = 0; j <= t; ++j) {
           double v = 0.0;
-          for (int64_t d = 0; d < s.hd; ++d) v += double(dout[(b * s.T + t) * C + h * s.hd + d]) * qkv[at(b, j, 2, h, d)];
+          for (int64_t d = 0; d < s.hd; ++d)
+            v += double(dout[(b * s.T + t) * C + h * s.hd + d]) * qkv[at(b, j, 2, h, d)];
           dp[j] = v;
           rowdot += v * P[t * s.T + j];
         }

@@ -92,7 +92,8 @@ TEST_P(KernelConv2d, MatchesDirectConvolution) {
   auto dw_only = test::random_floats(w.size(), 96);
   const auto dw_only0 = dw_only;
   conv2d_backward_weight(s, x.data(), dy.data(), dw_only.data(), nullptr, ws.data());  // dbias may be null
-  for (size_t i = 0; i < dw_only.size(); ++i) ASSERT_NEAR(dw_only[i], dw_only0[i] + ref.dw[i], 1e-4 * (1 + std::fabs(ref.dw[i])));
+  for (size_t i = 0; i < dw_only.size(); ++i)
+    ASSERT_NEAR(dw_only[i], dw_only0[i] + ref.dw[i], 1e-4 * (1 + std::fabs(ref.dw[i])));
 
   // Finite differences of L = sum(dy * conv(x, w)) in x and w (a sample of elements).
   std::vector<float> y_fd(y_size);

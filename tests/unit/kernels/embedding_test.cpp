@@ -11,7 +11,8 @@ namespace cleave::kernels::cpu {
 namespace {
 
 TEST(KernelEmbedding, ForwardGathersRows) {
-  for (auto [n, dim, vocab] : {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {7, 13, 5}, {65, 37, 101}, {300, 300, 50}}) {
+  for (auto [n, dim, vocab] :
+       {std::tuple<int64_t, int64_t, int64_t>{1, 1, 1}, {7, 13, 5}, {65, 37, 101}, {300, 300, 50}}) {
     const auto table = test::random_floats(static_cast<size_t>(vocab * dim), 60);
     std::vector<int32_t> ids(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) ids[i] = static_cast<int32_t>((i * 31 + 7) % vocab);

@@ -49,7 +49,8 @@ TEST_P(GemmAllTransposes, MatchesDoubleReferenceWithPaddedLeadingDims) {
   const auto a = random_floats(static_cast<size_t>((ta ? k : m) * lda), 11 + shape);
   const auto b = random_floats(static_cast<size_t>((tb ? n : k) * ldb), 23 + shape);
   for (const float beta : {0.0f, 0.5f}) {
-    auto c = beta == 0.0f ? test::poisoned(static_cast<size_t>(m * ldc)) : random_floats(static_cast<size_t>(m * ldc), 37);
+    auto c =
+        beta == 0.0f ? test::poisoned(static_cast<size_t>(m * ldc)) : random_floats(static_cast<size_t>(m * ldc), 37);
     const float sentinel = 123.25f;
     for (int64_t i = 0; i < m; ++i)
       for (int64_t j = n; j < ldc; ++j) c[i * ldc + j] = sentinel;

@@ -55,7 +55,8 @@ TEST(KernelVecMath, LoopHelpersOnEveryTail) {
 
 TEST(KernelVecMath, TanhAbsoluteError) {
   double worst = 0.0;
-  for (float x = -12.0f; x <= 12.0f; x += 0.00193f) worst = std::max(worst, std::fabs(tanh_scalar(x) - std::tanh(double(x))));
+  for (float x = -12.0f; x <= 12.0f; x += 0.00193f)
+    worst = std::max(worst, std::fabs(tanh_scalar(x) - std::tanh(double(x))));
   EXPECT_LT(worst, 3e-7);
   EXPECT_EQ(tanh_scalar(100.0f), 1.0f);
   EXPECT_EQ(tanh_scalar(-100.0f), -1.0f);

@@ -17,7 +17,7 @@ demo: deps build
 	./$(BUILD)/bin/cleave train examples/gpt_fortunes.json --set train.out_dir=runs/demo-$$(date +%Y%m%d-%H%M%S)
 
 test: deps build
-	cd $(BUILD) && ctest --output-on-failure -j$(JOBS) --timeout 600
+	cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -j$(JOBS) --timeout 600
 
 bench: build
 	./scripts/run-benchmarks.sh $(BUILD)

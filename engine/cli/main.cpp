@@ -10,6 +10,7 @@
 
 #include "cleave/config.hpp"
 #include "engine/cli/commands.hpp"
+#include "engine/cli/runtime_env.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 
@@ -52,6 +53,7 @@ bool launched_by_mpi() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  cleave::cli::apply_runtime_env(argv);
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     print_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -1,0 +1,165 @@
+// Gradient buckets for data parallelism (gradient_bucketer.hpp).
+#include "engine/comm/gradient_bucketer.hpp"
+
+#include <cmath>
+
+#include "engine/comm/host_reduce.hpp"
+#include "engine/core/error.hpp"
+
+namespace cleave::comm {
+namespace {
+
+constexpr std::size_t kAlignBytes = 64;
+
+std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+}  // namespace
+
+GradientBucketer::GradientBucketer(std::vector<GradientSpec> grads, Communicator& dp, const BucketerOptions& options,
+                                   Allocator& allocator, const Stream& stream)
+    : specs_(std::move(grads)), dp_(dp), options_(options), stream_(stream) {
+  CLEAVE_CHECK(options.bucket_mib > 0 && std::isfinite(options.bucket_mib),
+               "gradient bucketer: bucket size {} MiB must be positive (parallel.dp_bucket_mb)", options.bucket_mib);
+  CLEAVE_CHECK(allocator.device().is_cpu(),
+               "gradient bucketer: buffers on {} are not supported (zeroing and scaling are host loops); use a CPU "
+               "allocator",
+               allocator.device().str());
+  const auto cap_bytes = static_cast<std::int64_t>(options.bucket_mib * 1024.0 * 1024.0);
+  const int dp_size = dp.size();
+  for (int i = 0; i < num_grads(); ++i) {
+    const GradientSpec& g = specs_[static_cast<std::size_t>(i)];
+    CLEAVE_CHECK(is_floating(g.dtype), "gradient bucketer: gradient {} ('{}') is {}; gradients must be f32, bf16 or f16",
+                 i, g.name, dtype_name(g.dtype));
+    const auto elem = static_cast<std::int64_t>(dtype_size(g.dtype));
+    const std::int64_t align = static_cast<std::int64_t>(kAlignBytes) / elem;
+    const std::int64_t numel = g.shape.numel();
+    bool open_new = buckets_.empty() || buckets_.back().dtype != g.dtype;
+    if (!open_new) {
+      const Bucket& cur = buckets_.back();
+      const std::int64_t end = round_up(cur.numel, align) + numel;
+      open_new = cur.end_grad > cur.first_grad && end * elem > cap_bytes;
+    }
+    if (open_new) buckets_.push_back(Bucket{g.dtype, 0, i, i});
+    Bucket& cur = buckets_.back();
+    const std::int64_t offset = round_up(cur.numel, align);
+    slots_.push_back(Slot{num_buckets() - 1, offset, numel});
+    cur.numel = offset + numel;
+    cur.end_grad = i + 1;
+  }
+  for (Bucket& b : buckets_) {
+    const auto elem = static_cast<std::int64_t>(dtype_size(b.dtype));
+    std::int64_t numel = round_up(b.numel, static_cast<std::int64_t>(kAlignBytes) / elem);
+    if (options.reduction == BucketReduction::kReduceScatter) numel = round_up(numel, dp_size);
+    b.numel = numel;
+    buffers_.push_back(Tensor::zeros({numel}, b.dtype, MemoryCategory::kGradients, allocator));
+    unready_in_bucket_.push_back(b.end_grad - b.first_grad);
+  }
+  ready_.assign(specs_.size(), 0);
+  works_.resize(buckets_.size());
+}
+
+GradientBucketer::~GradientBucketer() {
+  for (WorkPtr& w : works_) w.reset();  // each Work's destructor waits (with the watchdog)
+}
+
+const GradientSpec& GradientBucketer::spec(int index) const {
+  CLEAVE_CHECK(index >= 0 && index < num_grads(), "gradient bucketer: gradient {} is not in 0..{}", index,
+               num_grads() - 1);
+  return specs_[static_cast<std::size_t>(index)];
+}
+
+const GradientBucketer::Slot& GradientBucketer::slot(int index) const {
+  spec(index);
+  return slots_[static_cast<std::size_t>(index)];
+}
+
+const GradientBucketer::Bucket& GradientBucketer::bucket(int b) const {
+  CLEAVE_CHECK(b >= 0 && b < num_buckets(), "gradient bucketer: bucket {} is not in 0..{}", b, num_buckets() - 1);
+  return buckets_[static_cast<std::size_t>(b)];
+}
+
+Tensor GradientBucketer::grad(int index) const {
+  const Slot& s = slot(index);
+  return buffers_[static_cast<std::size_t>(s.bucket)].slice(s.offset, s.offset + s.numel).view(spec(index).shape);
+}
+
+Tensor GradientBucketer::bucket_buffer(int b) const {
+  bucket(b);
+  return buffers_[static_cast<std::size_t>(b)];
+}
+
+std::int64_t GradientBucketer::shard_begin(int b) const {
+  CLEAVE_CHECK(options_.reduction == BucketReduction::kReduceScatter,
+               "gradient bucketer: shards exist only with BucketReduction::kReduceScatter (ZeRO-1)");
+  return bucket(b).numel / dp_.size() * dp_.rank();
+}
+
+Tensor GradientBucketer::shard(int b) const {
+  const std::int64_t begin = shard_begin(b);
+  return buffers_[static_cast<std::size_t>(b)].slice(begin, begin + bucket(b).numel / dp_.size());
+}
+
+void GradientBucketer::zero_grads() {
+  CLEAVE_CHECK(next_launch_ == 0, "gradient bucketer: zero_grads() while {} bucket(s) are in flight; call finish() "
+               "first", next_launch_);
+  for (const Tensor& t : buffers_) t.zero_();
+}
+
+void GradientBucketer::mark_ready(int index) {
+  spec(index);
+  auto& flag = ready_[static_cast<std::size_t>(index)];
+  CLEAVE_CHECK(!flag, "gradient bucketer: gradient {} ('{}') marked ready twice in one step", index,
+               specs_[static_cast<std::size_t>(index)].name);
+  flag = 1;
+  const int b = slots_[static_cast<std::size_t>(index)].bucket;
+  CLEAVE_CHECK(b >= next_launch_, "gradient bucketer: gradient {} ('{}') marked ready after its bucket {} was launched",
+               index, specs_[static_cast<std::size_t>(index)].name, b);
+  --unready_in_bucket_[static_cast<std::size_t>(b)];
+  const int before = next_launch_;
+  launch_ready_buckets();
+  launched_early_ += next_launch_ - before;
+  poll();
+}
+
+void GradientBucketer::poll() {
+  for (int b = 0; b < next_launch_; ++b) {
+    if (works_[static_cast<std::size_t>(b)]) works_[static_cast<std::size_t>(b)]->test();
+  }
+}
+
+void GradientBucketer::launch_ready_buckets() {
+  while (next_launch_ < num_buckets() && unready_in_bucket_[static_cast<std::size_t>(next_launch_)] == 0) {
+    launch(next_launch_++);
+  }
+}
+
+void GradientBucketer::launch(int b) {
+  const Tensor& buffer = buffers_[static_cast<std::size_t>(b)];
+  works_[static_cast<std::size_t>(b)] = options_.reduction == BucketReduction::kAllReduce
+                                            ? dp_.all_reduce(buffer, ReduceOp::kSum, stream_)
+                                            : dp_.reduce_scatter(buffer, shard(b), ReduceOp::kSum, stream_);
+}
+
+int GradientBucketer::finish() {
+  while (next_launch_ < num_buckets()) launch(next_launch_++);
+  for (int b = 0; b < num_buckets(); ++b) {
+    works_[static_cast<std::size_t>(b)]->wait();
+    works_[static_cast<std::size_t>(b)].reset();
+    if (options_.scale != 1.0f) {
+      const Tensor target = options_.reduction == BucketReduction::kAllReduce ? buffers_[static_cast<std::size_t>(b)]
+                                                                              : shard(b);
+      scale_in_place(target.raw_data(), target.dtype(), options_.scale, target.numel());
+    }
+  }
+  std::fill(ready_.begin(), ready_.end(), 0);
+  for (int b = 0; b < num_buckets(); ++b) {
+    const Bucket& bk = buckets_[static_cast<std::size_t>(b)];
+    unready_in_bucket_[static_cast<std::size_t>(b)] = bk.end_grad - bk.first_grad;
+  }
+  next_launch_ = 0;
+  const int early = launched_early_;
+  launched_early_ = 0;
+  return early;
+}
+
+}  // namespace cleave::comm

@@ -1,0 +1,110 @@
+// GradientBucketer: data-parallel gradient reduction in buckets that start as soon as they are final
+// (DESIGN §3, "Data parallel"), overlapping the rest of the backward pass.
+//
+// The bucketer owns the gradients' memory: one flat buffer per bucket (category kGradients, since the buffers
+// ARE the gradients), and grad(i) is a view into it that the caller adopts as Param::grad. Nothing is copied
+// before or after the reduction.
+//
+// Buckets follow the order in which gradients become final during backward (reverse layer order): the
+// caller lists the gradients in that order. A bucket closes when the next gradient would take it past
+// bucket_mib or has another dtype; a gradient larger than bucket_mib gets a bucket of its own. Each gradient
+// starts on a 64-byte boundary; the padding is zero and reduced along (harmless).
+//
+// Per step:  zero_grads() (before the first micro-batch)  →  backward, calling mark_ready(i) when gradient i
+// is final (last micro-batch only)  →  finish().
+// A bucket is launched (an asynchronous all_reduce sum, or reduce_scatter for ZeRO-1) when all its gradients
+// are marked and all earlier buckets are launched: launches happen in bucket order on every rank, so the
+// collectives match even if ranks mark gradients in different orders. finish() launches whatever is left
+// (gradients never marked count as final), waits for everything and multiplies the result by `scale`
+// (1/dp for an average). Call poll() between layers to let MPI progress in-flight buckets.
+//
+// ZeRO-1 (BucketReduction::kReduceScatter): each bucket is padded to a multiple of the dp size and reduced
+// in place with reduce_scatter; after finish() shard(b) (= this rank's block of bucket b) holds the reduced,
+// scaled gradient, and the rest of the buffer holds this rank's unreduced gradients. A sharded optimizer maps
+// shard elements to parameters with slot(i) and shard_begin(b), updates its shard and all-gathers parameters.
+//
+// Zeroing and scaling are host loops: the bucketer works on CPU buffers (the allocator must be a CPU one).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/comm/communicator.hpp"
+
+namespace cleave::comm {
+
+struct GradientSpec {
+  std::string name;  // for messages: "blocks.3.mlp.fc1.weight"
+  Shape shape;
+  DType dtype = DType::kF32;
+};
+
+enum class BucketReduction { kAllReduce, kReduceScatter };
+
+struct BucketerOptions {
+  double bucket_mib = 25.0;  // parallel.dp_bucket_mb
+  float scale = 1.0f;        // multiplies the reduced gradients (e.g. 1/dp)
+  BucketReduction reduction = BucketReduction::kAllReduce;
+};
+
+class GradientBucketer {
+ public:
+  struct Slot {
+    int bucket = 0;
+    std::int64_t offset = 0;  // elements from the bucket buffer's start
+    std::int64_t numel = 0;
+  };
+  struct Bucket {
+    DType dtype = DType::kF32;
+    std::int64_t numel = 0;  // including alignment (and, for kReduceScatter, dp) padding
+    int first_grad = 0;      // gradients [first_grad, end_grad) in ready order
+    int end_grad = 0;
+  };
+
+  // `dp` must outlive the bucketer; it is used for every bucket's collective.
+  GradientBucketer(std::vector<GradientSpec> grads_in_ready_order, Communicator& dp, const BucketerOptions& options,
+                   Allocator& allocator = cpu_allocator(), const Stream& stream = cpu_stream());
+  ~GradientBucketer();  // waits for buckets still in flight
+  GradientBucketer(const GradientBucketer&) = delete;
+  GradientBucketer& operator=(const GradientBucketer&) = delete;
+
+  int num_grads() const { return static_cast<int>(specs_.size()); }
+  int num_buckets() const { return static_cast<int>(buckets_.size()); }
+  const GradientSpec& spec(int index) const;
+  const Slot& slot(int index) const;
+  const Bucket& bucket(int b) const;
+
+  // Gradient `index` (in ready order) as a view of its bucket, with the spec's shape.
+  Tensor grad(int index) const;
+  // The flat buffer of bucket b.
+  Tensor bucket_buffer(int b) const;
+  // kReduceScatter: this rank's shard of bucket b, and where it starts in the bucket.
+  Tensor shard(int b) const;
+  std::int64_t shard_begin(int b) const;
+
+  void zero_grads();
+  void mark_ready(int index);
+  void poll();
+  // Returns how many buckets mark_ready() had launched before finish() was called (the overlapped ones).
+  int finish();
+
+ private:
+  void launch_ready_buckets();
+  void launch(int b);
+
+  std::vector<GradientSpec> specs_;
+  std::vector<Slot> slots_;
+  std::vector<Bucket> buckets_;
+  std::vector<Tensor> buffers_;
+  Communicator& dp_;
+  BucketerOptions options_;
+  Stream stream_;
+  std::vector<char> ready_;
+  std::vector<int> unready_in_bucket_;
+  std::vector<WorkPtr> works_;
+  int next_launch_ = 0;
+  int launched_early_ = 0;
+};
+
+}  // namespace cleave::comm

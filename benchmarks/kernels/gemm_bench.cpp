@@ -14,7 +14,6 @@
 // OpenBLAS is loaded and reports whether the selected core changed (it does not: OpenBLAS reads the
 // variable in its load-time constructor, so the variable has to come from the launcher).
 #include <benchmark/benchmark.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -211,8 +210,7 @@ class TableReporter : public benchmark::ConsoleReporter {
 };
 
 void bench_gemm(benchmark::State& state, GemmCase g, int threads) {
-  cpu::configure_blas_threads(threads);
-  omp_set_num_threads(threads);
+  cpu::configure_kernel_threads(threads);  // OpenBLAS and OpenMP (the batched path spreads over OpenMP)
   Operands o = make_operands(g, 3);
   for (auto _ : state) {
     run_gemm(g, o);

@@ -1,9 +1,10 @@
 // OpenBLAS runtime knobs. OPENBLAS_CORETYPE is deliberately not set here: OpenBLAS reads it in its load-time
 // constructor, before main() runs, so a setenv() from the library has no effect (measured by
-// benchmarks/kernels/gemm_bench.cpp --probe-coretype); a launcher must export it instead.
+// benchmarks/kernels/gemm_bench.cpp --probe_coretype); a launcher must export it instead.
 #include "kernels/cpu/blas_runtime.hpp"
 
 #include <cblas.h>
+#include <omp.h>
 
 #include "engine/core/error.hpp"
 
@@ -15,6 +16,12 @@ void configure_blas_threads(int threads) {
 }
 
 int blas_threads() { return openblas_get_num_threads(); }
+
+void configure_kernel_threads(int threads) {
+  CLEAVE_CHECK(threads >= 1, "configure_kernel_threads: thread count must be >= 1, got {}", threads);
+  openblas_set_num_threads(threads);
+  omp_set_num_threads(threads);
+}
 
 std::string blas_config() {
   const char* config = openblas_get_config();

@@ -1,7 +1,16 @@
-// Process-wide BLAS runtime settings (OpenBLAS thread count and a description of the loaded core).
+// Process-wide threading settings of the CPU kernels (OpenBLAS's thread pool, OpenMP's team size) and a
+// description of the loaded BLAS core.
 //
 // Invariant: these are the only functions in Cleave that touch OpenBLAS's global state; call them from
 // the main thread before or between kernels, never concurrently with a running GEMM.
+//
+// Threads must not oversubscribe the cores: with R ranks on a machine of N cores give each rank N/R
+// threads. Measured on 2 cores with other work running, 2-thread OpenMP loops were 10x slower than
+// 1 thread (spinning barriers wait for a descheduled sibling).
+//
+// OPENBLAS_CORETYPE (forcing a kernel family) cannot be set from here: OpenBLAS reads it in its
+// load-time constructor, before main() runs. Export it from the launcher (scripts/run-benchmarks.sh shows
+// the measurement).
 #pragma once
 
 #include <string>
@@ -13,6 +22,10 @@ void configure_blas_threads(int threads);
 
 // Threads OpenBLAS currently uses.
 int blas_threads();
+
+// Threads for every CPU kernel: OpenBLAS's pool and the OpenMP team of parallel regions started from the
+// calling thread (omp_set_num_threads). threads >= 1.
+void configure_kernel_threads(int threads);
 
 // OpenBLAS's self-description, e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64",
 // and the core type it selected ("Haswell", "Zen", "SkylakeX", ...).

@@ -9,13 +9,19 @@
 // Invariants: exp_vec has a relative error below 3e-7 on [-87, 88] (Cephes' expf polynomial after a
 // Cody-Waite reduction); inputs above 88 give exp(88), inputs below -87 (and -inf) give about 1.6e-38, not 0: callers
 // that need an exact zero, like a causal mask, write it themselves. NaN propagates. tanh_vec has an absolute
-// error below 3e-7. The scalar forms run the same arithmetic on lane 0, and loops reduce in a fixed order,
+// error below 3e-7; sqrt_vec is exact (IEEE). The scalar forms run the same arithmetic on lane 0, and loops reduce in a fixed order,
 // so results never depend on alignment or thread count.
 #pragma once
 
 #include <bit>
 #include <cstdint>
 #include <cstring>
+
+#if defined(__SSE__)
+#include <immintrin.h>
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+#include <arm_neon.h>
+#endif
 
 namespace cleave::kernels::cpu::detail {
 
@@ -65,6 +71,21 @@ inline f32xN exp_vec(f32xN x) {
   p = p * r * r + r + 1.0f;
   const u32xN bits = ((std::bit_cast<u32xN>(biased) - 0x4B400000u) + 127u) << 23;
   return p * std::bit_cast<f32xN>(bits);
+}
+
+// Lane-wise IEEE square root (correctly rounded, like std::sqrt). A plain std::sqrt loop stays scalar
+// because of its errno branch (GCC's default -fmath-errno), so this uses the ISA's vector instruction.
+inline f32xN sqrt_vec(f32xN x) {
+#if defined(__AVX__)
+  return reinterpret_cast<f32xN>(_mm256_sqrt_ps(reinterpret_cast<__m256>(x)));
+#elif defined(__SSE__)
+  return reinterpret_cast<f32xN>(_mm_sqrt_ps(reinterpret_cast<__m128>(x)));
+#elif defined(__ARM_NEON) && defined(__aarch64__)
+  return vsqrtq_f32(x);
+#else
+  for (int i = 0; i < kLanes; ++i) x[i] = __builtin_sqrtf(x[i]);
+  return x;
+#endif
 }
 
 inline f32xN tanh_vec(f32xN x) {

@@ -3,6 +3,7 @@
 #include "kernels/cpu/blas_runtime.hpp"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include "engine/core/error.hpp"
 
@@ -16,6 +17,20 @@ TEST(KernelBlasRuntime, ThreadsRoundTrip) {
   configure_blas_threads(saved);
   EXPECT_EQ(blas_threads(), saved);
   EXPECT_THROW(configure_blas_threads(0), Error);
+}
+
+TEST(KernelBlasRuntime, KernelThreadsSetBothPools) {
+  const int saved_blas = blas_threads();
+  const int saved_omp = omp_get_max_threads();
+  configure_kernel_threads(1);
+  EXPECT_EQ(blas_threads(), 1);
+  EXPECT_EQ(omp_get_max_threads(), 1);
+  configure_kernel_threads(2);
+  EXPECT_EQ(blas_threads(), 2);
+  EXPECT_EQ(omp_get_max_threads(), 2);
+  EXPECT_THROW(configure_kernel_threads(-1), Error);
+  configure_blas_threads(saved_blas);
+  omp_set_num_threads(saved_omp);
 }
 
 TEST(KernelBlasRuntime, DescribesItself) {

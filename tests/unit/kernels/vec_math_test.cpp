@@ -1,6 +1,6 @@
 // The internal vectorised exp / tanh (kernels/cpu/vec_math.hpp) against libm in double: relative error of
 // exp over its whole range, the documented behaviour outside it (-inf, NaN, overflow), the loop helpers on
-// every tail length, and tanh's absolute error.
+// every tail length, sqrt's exactness and tanh's absolute error.
 #include "kernels/cpu/vec_math.hpp"
 
 #include <gtest/gtest.h>
@@ -51,6 +51,17 @@ TEST(KernelVecMath, LoopHelpersOnEveryTail) {
       ASSERT_NEAR(z[i], -2.0 * e, 6e-7 * e) << n << " " << i;
     }
   }
+}
+
+TEST(KernelVecMath, SqrtIsExact) {
+  const auto x = test::random_floats(64, 130, 100.0f);
+  for (size_t i = 0; i + kLanes <= x.size(); i += kLanes) {
+    f32xN v = load_vec(x.data() + i);
+    v = v * v;  // non-negative inputs
+    const f32xN r = sqrt_vec(v);
+    for (int64_t l = 0; l < kLanes; ++l) ASSERT_EQ(r[l], std::sqrt(v[l]));
+  }
+  EXPECT_TRUE(std::isnan(sqrt_vec(splat(-1.0f))[0]));
 }
 
 TEST(KernelVecMath, TanhAbsoluteError) {

@@ -61,6 +61,7 @@ std::string format_grid(const Schedule& schedule, const DryRun& run, const GridO
 
   std::string out = fmt::format("{:>6} ", "step");
   for (int r = 0; r < p; ++r) out += fmt::format(" {:<{}}", fmt::format("rank {}", r), width);
+  while (!out.empty() && out.back() == ' ') out.pop_back();
   out += '\n';
   int skipped = 0;
   auto flush_skipped = [&] {

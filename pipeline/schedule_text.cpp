@@ -10,6 +10,7 @@
 #include <map>
 #include <optional>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "engine/core/error.hpp"
@@ -56,7 +57,10 @@ std::string format_schedule(const Schedule& s) {
                      s.num_stages, s.num_microbatches, s.virtual_stages, fmt::join(s.stage_to_rank, " "));
   for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r) {
     out += fmt::format("rank {}:", r);
-    for (const auto& a : s.ranks[r]) out += " " + format_action(a);
+    for (const auto& a : s.ranks[r]) {
+      out += ' ';
+      out += format_action(a);
+    }
     out += '\n';
   }
   return out;
@@ -181,11 +185,10 @@ Schedule parse_schedule(std::string_view text, std::string_view source) {
                  source, s.num_stages, s.pp_size);
     s.virtual_stages = s.num_stages / s.pp_size;
   }
-  try {
-    check_schedule_shape(s);
-  } catch (const Error& e) {
-    CLEAVE_THROW("schedule file '{}': {}", source, e.what());
-  }
+  // Shape errors name the source, not the schedule's own name.
+  const std::string name = std::exchange(s.name, std::string(source));
+  check_schedule_shape(s);
+  s.name = name;
   return s;
 }
 

@@ -253,8 +253,8 @@ ValidationResult validate_schedule(const Schedule& schedule) {
         marks.push_back({r, result.run.stuck_at[r]});
       }
     }
-    failure = fail(fmt::format("deadlock in the dry run after step {}: {}", result.run.num_steps,
-                               result.run.stuck_reason),
+    failure = fail(fmt::format("deadlock in the dry run after {} step{}: {}", result.run.num_steps,
+                               result.run.num_steps == 1 ? "" : "s", result.run.stuck_reason),
                    marks);
   }
   if (!failure) return result;

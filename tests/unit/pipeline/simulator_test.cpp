@@ -1,0 +1,157 @@
+// Simulator and timeline statistics on cases small enough to time by hand (P2P latency and bandwidth,
+// per-stage costs, reduction and optimizer costs), the DESIGN §4 bubble definitions on a hand-made
+// timeline, and bad cost tables. The published bubble formulas over the whole grid are in
+// generators_test.cpp.
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "engine/core/error.hpp"
+#include "pipeline/lowering.hpp"
+#include "pipeline/schedules/schedules.hpp"
+#include "pipeline/simulator.hpp"
+
+namespace cleave::pipeline {
+namespace {
+
+const TimedAction& find(const SimulationResult& sim, int rank, const std::string& token) {
+  for (const auto& t : sim.timeline.ranks[rank]) {
+    if (format_action(t.action) == token) return t;
+  }
+  ADD_FAILURE() << token << " not on rank " << rank;
+  static const TimedAction none{};
+  return none;
+}
+
+void expect_span(const SimulationResult& sim, int rank, const std::string& token, double start, double end) {
+  const TimedAction& t = find(sim, rank, token);
+  EXPECT_DOUBLE_EQ(t.start, start) << token;
+  EXPECT_DOUBLE_EQ(t.end, end) << token;
+}
+
+TEST(Simulator, OneFOneBWithLatencyAndBandwidthByHand) {
+  // F = 1, B = I + W = 2; every transfer: 0.5 latency + 100 bytes / 200 bytes per unit = 1.
+  SimulationCosts costs = SimulationCosts::uniform(2);
+  for (auto& stage : costs.stages) stage.output_bytes = 100;
+  costs.p2p_latency = 0.5;
+  costs.p2p_bandwidth = 200;
+  const SimulationResult sim = simulate(one_f_one_b_schedule(2, 2), costs);
+  expect_span(sim, 0, "0F0", 0, 1);
+  expect_span(sim, 0, "0SEND_F0", 1, 1);
+  expect_span(sim, 0, "0F1", 1, 2);
+  expect_span(sim, 1, "1RECV_F0", 0, 2);  // posted at once, data arrives at 1 + 1
+  expect_span(sim, 1, "1F0", 2, 3);
+  expect_span(sim, 1, "1B0", 3, 5);
+  expect_span(sim, 1, "1F1", 5, 6);      // its input arrived at 3 already
+  expect_span(sim, 1, "1B1", 6, 8);
+  expect_span(sim, 0, "0RECV_B0", 2, 6);
+  expect_span(sim, 0, "0B0", 6, 8);
+  expect_span(sim, 0, "0B1", 9, 11);     // 1B1's gradient leaves at 8, arrives at 9
+  expect_span(sim, 0, "OPTIMIZER_STEP", 11, 11);
+  EXPECT_DOUBLE_EQ(sim.stats.makespan, 11);
+  EXPECT_DOUBLE_EQ(sim.stats.ranks[0].busy, 6);
+  EXPECT_DOUBLE_EQ(sim.stats.ranks[1].busy, 6);
+  EXPECT_DOUBLE_EQ(sim.stats.bubble_fraction, 10.0 / 22.0);
+  EXPECT_DOUBLE_EQ(sim.stats.ranks[0].stage_bubble_fraction, 5.0 / 11.0);
+  EXPECT_DOUBLE_EQ(sim.stats.ranks[1].stage_bubble_fraction, 0.0);  // busy from 2 to 8 without a gap
+  EXPECT_DOUBLE_EQ(sim.stats.stage_bubble_fraction, 5.0 / 17.0);
+  EXPECT_EQ(sim.stats.ranks[0].peak_activations, 2);
+  EXPECT_EQ(sim.stats.ranks[1].peak_activations, 1);
+}
+
+TEST(Simulator, PerStageCostsReductionAndOptimizerStep) {
+  SimulationCosts costs;
+  costs.stages = {StageCost{2, 1, 1, 0.5, 0}, StageCost{3, 2, 2, 0.25, 0}};
+  costs.optimizer_step = 1;
+  const SimulationResult sim = simulate(gpipe_schedule(2, 1), costs);
+  expect_span(sim, 0, "0F0", 0, 2);
+  expect_span(sim, 1, "1F0", 2, 5);
+  expect_span(sim, 1, "1B0", 5, 9);
+  expect_span(sim, 1, "1REDUCE_GRAD", 9, 9.25);
+  expect_span(sim, 1, "OPTIMIZER_STEP", 9.25, 10.25);
+  expect_span(sim, 0, "0B0", 9, 11);
+  expect_span(sim, 0, "0REDUCE_GRAD", 11, 11.5);
+  expect_span(sim, 0, "OPTIMIZER_STEP", 11.5, 12.5);
+  EXPECT_DOUBLE_EQ(sim.stats.makespan, 12.5);
+  EXPECT_DOUBLE_EQ(sim.stats.ranks[0].busy, 2 + 2 + 0.5 + 1);
+  EXPECT_DOUBLE_EQ(sim.stats.ranks[1].bubble_fraction, (12.5 - (3 + 4 + 0.25 + 1)) / 12.5);
+}
+
+TEST(Simulator, LoweredAndComputeInputGiveTheSameTimeline) {
+  for (auto name : schedule_names()) {
+    const Schedule compute = make_schedule(name, 3, 5, default_virtual_stages(name));
+    SimulationCosts costs = SimulationCosts::uniform(compute.num_stages, 1.3, 0.7, 1.1);
+    costs.p2p_latency = 0.2;
+    const SimulationResult a = simulate(compute, costs);
+    const SimulationResult b = simulate(lower_schedule(compute), costs);
+    EXPECT_EQ(a.lowered.ranks, b.lowered.ranks) << name;
+    EXPECT_DOUBLE_EQ(a.stats.makespan, b.stats.makespan) << name;
+    EXPECT_GT(a.stats.makespan, 0.0);
+  }
+}
+
+TEST(Simulator, LatencyOnlyEverDelaysTheStep) {
+  for (auto name : schedule_names()) {
+    const Schedule s = make_schedule(name, 4, 8, default_virtual_stages(name));
+    SimulationCosts costs = SimulationCosts::uniform(s.num_stages);
+    const double base = simulate(s, costs).stats.makespan;
+    costs.p2p_latency = 0.25;
+    const double slow = simulate(s, costs).stats.makespan;
+    // The critical path crosses the rank boundaries at least 2(p − 1) times (down and back up).
+    EXPECT_GE(slow, base + 2 * 3 * 0.25 - 1e-12) << name;
+  }
+}
+
+TEST(TimelineStats, DefinitionsOnAHandMadeTimeline) {
+  // Times as an executor would record them: not starting at zero.
+  Timeline t;
+  t.ranks.resize(3);
+  t.ranks[0] = {{{ActionKind::kForward, 0, 0}, 100, 102}, {{ActionKind::kSendF, 0, 0}, 102, 102},
+                {{ActionKind::kBackward, 0, 0}, 106, 110}};
+  t.ranks[1] = {{{ActionKind::kRecvF, 1, 0}, 100, 103}, {{ActionKind::kForward, 1, 0}, 103, 104},
+                {{ActionKind::kBackward, 1, 0}, 104, 106}};
+  // Rank 2 holds no work at all: idle for the whole step.
+  const TimelineStats s = timeline_stats(t);
+  EXPECT_DOUBLE_EQ(s.start, 100);
+  EXPECT_DOUBLE_EQ(s.makespan, 10);
+  EXPECT_DOUBLE_EQ(s.ranks[0].busy, 6);
+  EXPECT_DOUBLE_EQ(s.ranks[0].bubble_fraction, 0.4);
+  EXPECT_DOUBLE_EQ(s.ranks[0].stage_bubble_fraction, 0.4);  // gap 102..106 inside 100..110
+  EXPECT_DOUBLE_EQ(s.ranks[1].busy, 3);                     // the RECV's wait is not work
+  EXPECT_DOUBLE_EQ(s.ranks[1].first_start, 103);
+  EXPECT_DOUBLE_EQ(s.ranks[1].stage_bubble_fraction, 0.0);
+  EXPECT_DOUBLE_EQ(s.ranks[2].bubble_fraction, 1.0);
+  EXPECT_DOUBLE_EQ(s.bubble_fraction, (4.0 + 7.0 + 10.0) / 30.0);
+  EXPECT_DOUBLE_EQ(s.stage_bubble_fraction, 4.0 / 13.0);
+  EXPECT_EQ(s.ranks[0].peak_activations, 1);
+  EXPECT_EQ(peak_activations({{ActionKind::kForward, 0, 0}, {ActionKind::kForward, 0, 1},
+                              {ActionKind::kBackwardInput, 0, 0}, {ActionKind::kForward, 0, 2},
+                              {ActionKind::kBackwardWeight, 0, 0}}),
+            3);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(Simulator, RejectsBadCostTables) {
+  const Schedule s = one_f_one_b_schedule(2, 2);
+  EXPECT_NE(error_of([&] { simulate(s, SimulationCosts::uniform(3)); })
+                .find("the cost table has 3 stages but schedule '1f1b' has 2"),
+            std::string::npos);
+  SimulationCosts negative = SimulationCosts::uniform(2);
+  negative.stages[1].backward_weight = -1;
+  EXPECT_NE(error_of([&] { simulate(s, negative); }).find("backward-weight cost of stage 1 is -1"), std::string::npos);
+  SimulationCosts latency = SimulationCosts::uniform(2);
+  latency.p2p_latency = std::numeric_limits<double>::infinity();
+  EXPECT_NE(error_of([&] { simulate(s, latency); }).find("p2p latency is inf"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cleave::pipeline

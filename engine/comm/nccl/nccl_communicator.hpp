@@ -1,0 +1,85 @@
+// NcclCommunicator: the NCCL backend of Communicator, for tensors on the rank's CUDA device.
+//
+// Bootstrap: rank 0 of an MPI communicator creates the ncclUniqueId and broadcasts it over MPI; sub-groups
+// come from ncclCommSplit (mirrored by an MPI split, which the watchdog uses). Communicators are created
+// non-blocking (ncclConfig_t::blocking = 0), so no NCCL call can hang the host: every call that returns
+// ncclInProgress is polled with ncclCommGetAsyncError under the watchdog.
+//
+// Streams: each communicator owns a CUDA stream. An op first makes that stream wait for an event recorded on
+// the caller's `stream` (a CPU stream means the legacy default stream), then enqueues the NCCL call and a
+// completion event. Work::test() queries the event and ncclCommGetAsyncError; wait() polls them with the
+// watchdog. On an asynchronous NCCL error the communicator is aborted (ncclCommAbort, never a destroy that
+// can block) and the Work throws BackendError; on timeout the watchdog reports, aborts the communicator and
+// ends the job with MPI_Abort.
+//
+// Semantics that differ from MPI:
+//  - batch_p2p: NCCL does not transmit tags; sends and receives between a pair of ranks match in posting
+//    order (tags are checked for range only). All ops of a batch go into one ncclGroupStart/End.
+//  - u16 (no NCCL type) is moved as bytes by copy ops; reductions on u16 are refused.
+//  - Deterministic mode (floating types): a grouped send/recv exchange brings block q of every rank to rank
+//    q, a kernel sums the n contributions in rank order in f32 (ordered_reduce.hpp), and a second exchange
+//    spreads the results; bit-identical to the MPI backend's deterministic mode for the same inputs.
+#pragma once
+
+#include <cuda_runtime_api.h>
+#include <nccl.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/comm/communicator.hpp"
+#include "engine/comm/mpi/mpi_communicator.hpp"
+
+namespace cleave::comm {
+
+struct NcclOptions : CommOptions {
+  // CUDA device of this rank; -1 picks it from the launcher's local rank (launch_env.hpp).
+  int device = -1;
+};
+
+namespace detail {
+struct NcclCommState;
+}
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Collective over `bootstrap`: every member builds its NcclCommunicator together. The NCCL communicator has
+  // the same members and ranks as `bootstrap`, which may be destroyed afterwards.
+  NcclCommunicator(const MpiCommunicator& bootstrap, const NcclOptions& options);
+  ~NcclCommunicator() override;  // finalizes under the watchdog, aborts if that fails
+
+  int rank() const override;
+  int size() const override;
+  std::string_view backend() const override { return "nccl"; }
+  const std::string& name() const override;
+  const std::vector<int>& world_ranks() const override;
+  const CommOptions& options() const override;
+
+  int device() const;
+  cudaStream_t stream() const;  // the communicator's own stream
+  ncclComm_t native() const;
+
+  [[noreturn]] void abort(const std::string& reason) override;
+
+ protected:
+  std::unique_ptr<Communicator> split_impl(int color, int key, std::string name) override;
+  WorkPtr all_reduce_impl(const Tensor& tensor, ReduceOp op, const Stream& stream) override;
+  WorkPtr reduce_scatter_impl(const Tensor& input, const Tensor& output, ReduceOp op,
+                              const Stream& stream) override;
+  WorkPtr all_gather_impl(const Tensor& input, const Tensor& output, const Stream& stream) override;
+  WorkPtr broadcast_impl(const Tensor& tensor, int root, const Stream& stream) override;
+  WorkPtr barrier_impl(const Stream& stream) override;
+  WorkPtr batch_p2p_impl(std::vector<P2POp> ops, const Stream& stream) override;
+
+ private:
+  explicit NcclCommunicator(std::shared_ptr<detail::NcclCommState> state);
+  void check_device(const Tensor& t, std::string_view op) const;
+
+  std::shared_ptr<detail::NcclCommState> state_;
+};
+
+// NCCL's version as "2.28.3" (for the configure/bench banners).
+std::string nccl_version_string();
+
+}  // namespace cleave::comm

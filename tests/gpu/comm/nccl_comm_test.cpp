@@ -1,0 +1,265 @@
+// NCCL backend on real GPUs (label `gpu`; every test skips with the reason when no CUDA device is visible).
+// Run directly (world of 1) by ctest for each test, and under mpiexec -n 2 when two devices are visible.
+// Checks: collectives of every NCCL dtype against closed forms (#wrong = 0), in-place forms, self and ring
+// batch_p2p, split, ordering after work on a user stream, the deterministic kernel bit-for-bit against the
+// host ordered reduction, and argument errors.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+
+#include "engine/comm/host_reduce.hpp"
+#include "engine/comm/nccl/device_allocator.hpp"
+#include "engine/comm/nccl/nccl_communicator.hpp"
+#include "engine/comm/nccl/ordered_reduce.hpp"
+#include "tests/gpu/comm/gpu_comm_env.hpp"
+#include "tests/mpi/mpi_test_env.hpp"
+#include "tests/mpi/tensor_values.hpp"
+
+namespace cleave::testing {
+namespace {
+
+using comm::P2POp;
+using comm::ReduceOp;
+
+constexpr DType kNcclReduceTypes[] = {DType::kF32, DType::kBF16, DType::kF16, DType::kI32, DType::kI64};
+const std::int64_t kSizes[] = {1, 2, 13, 1021, 100003};
+
+class Nccl : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    int devices = 0;
+    const cudaError_t status = cudaGetDeviceCount(&devices);
+    if (status != cudaSuccess || devices == 0) {
+      GTEST_SKIP() << "no CUDA device visible (" << (status == cudaSuccess ? "0 devices" : cudaGetErrorString(status))
+                   << "): the NCCL backend needs a GPU";
+    }
+    comm::MpiOptions mpi_options;
+    mpi_options.timeout_s = kTestTimeoutS;
+    mpi_ = std::make_unique<comm::MpiCommunicator>(MPI_COMM_WORLD, mpi_options, "world");
+    if (devices < mpi_->size()) {
+      GTEST_SKIP() << mpi_->size() << " ranks but " << devices << " CUDA device(s) on this node";
+    }
+    comm::NcclOptions options;
+    options.timeout_s = kTestTimeoutS;
+    options.device = -1;  // from the launcher's local rank, as in production
+    nccl_ = std::make_unique<comm::NcclCommunicator>(*mpi_, options);
+    comm::NcclOptions det_options = options;
+    det_options.deterministic = true;
+    det_ = std::make_unique<comm::NcclCommunicator>(*mpi_, det_options);
+    allocator_ = std::make_unique<comm::CudaDeviceAllocator>(nccl_->device());
+  }
+  void TearDown() override {
+    det_.reset();
+    nccl_.reset();
+    allocator_.reset();
+    mpi_.reset();
+  }
+
+  Tensor device(std::int64_t count, DType dtype) {
+    return Tensor::empty({count}, dtype, MemoryCategory::kCommunication, *allocator_);
+  }
+  Tensor host(std::int64_t count, DType dtype) {
+    return Tensor::empty({count}, dtype, MemoryCategory::kActivations);
+  }
+  static void to_device(const Tensor& dev, const Tensor& h) {
+    CLEAVE_CUDA_CHECK(cudaMemcpy(dev.raw_data(), h.raw_data(), h.nbytes(), cudaMemcpyHostToDevice));
+  }
+  static void to_host(const Tensor& h, const Tensor& dev) {
+    CLEAVE_CUDA_CHECK(cudaMemcpy(h.raw_data(), dev.raw_data(), h.nbytes(), cudaMemcpyDeviceToHost));
+  }
+  int n() const { return nccl_->size(); }
+  int r() const { return nccl_->rank(); }
+
+  std::unique_ptr<comm::MpiCommunicator> mpi_;
+  std::unique_ptr<comm::NcclCommunicator> nccl_;
+  std::unique_ptr<comm::NcclCommunicator> det_;
+  std::unique_ptr<comm::CudaDeviceAllocator> allocator_;
+};
+
+TEST_F(Nccl, AllReduceEveryDtypeSumAndMaxBothModes) {
+  for (auto* comm : {nccl_.get(), det_.get()}) {
+    for (DType dtype : kNcclReduceTypes) {
+      for (std::int64_t count : kSizes) {
+        for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+          Tensor h = host(count, dtype);
+          for (std::int64_t i = 0; i < count; ++i) set_value(h, i, small_value(r(), i, 1));
+          Tensor d = device(count, dtype);
+          to_device(d, h);
+          comm->all_reduce(d, op)->wait();
+          to_host(h, d);
+          std::int64_t wrong = 0;
+          for (std::int64_t i = 0; i < count; ++i) {
+            double expected = op == ReduceOp::kSum ? 0 : small_value(0, i, 1);
+            for (int q = 0; q < n(); ++q) {
+              expected = op == ReduceOp::kSum ? expected + small_value(q, i, 1)
+                                              : std::max<double>(expected, small_value(q, i, 1));
+            }
+            wrong += get_value(h, i) != expected;
+          }
+          EXPECT_EQ(wrong, 0) << dtype_name(dtype) << " x" << count << " " << comm::reduce_op_name(op)
+                              << (comm == det_.get() ? " deterministic" : "");
+        }
+      }
+    }
+  }
+}
+
+TEST_F(Nccl, ReduceScatterAllGatherBroadcastInAndOutOfPlace) {
+  for (auto* comm : {nccl_.get(), det_.get()}) {
+    for (DType dtype : kNcclReduceTypes) {
+      const std::int64_t count = 1031;
+      for (bool in_place : {false, true}) {
+        Tensor hin = host(count * n(), dtype);
+        for (std::int64_t i = 0; i < count * n(); ++i) set_value(hin, i, small_value(r(), i, 2));
+        Tensor din = device(count * n(), dtype);
+        to_device(din, hin);
+        Tensor dout = in_place ? din.slice(r() * count, (r() + 1) * count) : device(count, dtype);
+        comm->reduce_scatter(din, dout)->wait();
+        Tensor hout = host(count, dtype);
+        to_host(hout, dout);
+        std::int64_t wrong = 0;
+        for (std::int64_t i = 0; i < count; ++i) {
+          double expected = 0;
+          for (int q = 0; q < n(); ++q) expected += small_value(q, r() * count + i, 2);
+          wrong += get_value(hout, i) != expected;
+        }
+        EXPECT_EQ(wrong, 0) << "reduce_scatter " << dtype_name(dtype) << (in_place ? " in place" : "");
+
+        Tensor gathered = device(count * n(), dtype);
+        Tensor mine = in_place ? gathered.slice(r() * count, (r() + 1) * count) : device(count, dtype);
+        Tensor hmine = host(count, dtype);
+        for (std::int64_t i = 0; i < count; ++i) set_value(hmine, i, small_value(r(), i, 3));
+        to_device(mine, hmine);
+        comm->all_gather(mine, gathered)->wait();
+        Tensor hg = host(count * n(), dtype);
+        to_host(hg, gathered);
+        wrong = 0;
+        for (int q = 0; q < n(); ++q) {
+          for (std::int64_t i = 0; i < count; ++i) wrong += get_value(hg, q * count + i) != small_value(q, i, 3);
+        }
+        EXPECT_EQ(wrong, 0) << "all_gather " << dtype_name(dtype) << (in_place ? " in place" : "");
+      }
+    }
+  }
+  for (DType dtype : kAllDTypes) {  // broadcast moves bytes: u16 too
+    const int root = n() - 1;
+    Tensor h = host(777, dtype);
+    for (std::int64_t i = 0; i < 777; ++i) set_value(h, i, small_value(r(), i, 4));
+    Tensor d = device(777, dtype);
+    to_device(d, h);
+    nccl_->broadcast(d, root)->wait();
+    to_host(h, d);
+    std::int64_t wrong = 0;
+    for (std::int64_t i = 0; i < 777; ++i) wrong += get_value(h, i) != small_value(root, i, 4);
+    EXPECT_EQ(wrong, 0) << "broadcast " << dtype_name(dtype);
+  }
+  nccl_->barrier()->wait();
+}
+
+TEST_F(Nccl, SelfAndRingBatchP2PInOrder) {
+  const int right = (r() + 1) % n();
+  const int left = (r() + n() - 1) % n();
+  for (DType dtype : kAllDTypes) {
+    Tensor h1 = host(4099, dtype);
+    Tensor h2 = host(33, dtype);
+    for (std::int64_t i = 0; i < 4099; ++i) set_value(h1, i, small_value(r(), i, 5));
+    for (std::int64_t i = 0; i < 33; ++i) set_value(h2, i, small_value(r(), i, 6));
+    Tensor s1 = device(4099, dtype), s2 = device(33, dtype), s3 = device(33, dtype);
+    Tensor g1 = device(4099, dtype), g2 = device(33, dtype), g3 = device(33, dtype);
+    to_device(s1, h1);
+    to_device(s2, h2);
+    to_device(s3, h2);
+    // Ring to the right, plus a message to self; two messages to the same peer match in posting order.
+    nccl_->batch_p2p({P2POp::send(s1, right), P2POp::send(s2, r()), P2POp::recv(g1, left), P2POp::recv(g2, r()),
+                      P2POp::send(s3, right), P2POp::recv(g3, left)})
+        ->wait();
+    Tensor b1 = host(4099, dtype), b2 = host(33, dtype), b3 = host(33, dtype);
+    to_host(b1, g1);
+    to_host(b2, g2);
+    to_host(b3, g3);
+    std::int64_t wrong = 0;
+    for (std::int64_t i = 0; i < 4099; ++i) wrong += get_value(b1, i) != small_value(left, i, 5);
+    for (std::int64_t i = 0; i < 33; ++i) wrong += get_value(b2, i) != small_value(r(), i, 6);
+    for (std::int64_t i = 0; i < 33; ++i) wrong += get_value(b3, i) != small_value(left, i, 6);
+    EXPECT_EQ(wrong, 0) << dtype_name(dtype);
+  }
+}
+
+TEST_F(Nccl, SplitAndLeaveOut) {
+  auto self = nccl_->split(r(), 0, "self");
+  ASSERT_NE(self, nullptr);
+  EXPECT_EQ(self->size(), 1);
+  EXPECT_EQ(self->backend(), "nccl");
+  Tensor h = host(100, DType::kF32);
+  for (std::int64_t i = 0; i < 100; ++i) set_value(h, i, small_value(r(), i));
+  Tensor d = device(100, DType::kF32);
+  to_device(d, h);
+  self->all_reduce(d, ReduceOp::kSum)->wait();
+  to_host(h, d);
+  std::int64_t wrong = 0;
+  for (std::int64_t i = 0; i < 100; ++i) wrong += get_value(h, i) != small_value(r(), i);
+  EXPECT_EQ(wrong, 0);
+  auto none = nccl_->split(-1, 0);
+  EXPECT_EQ(none, nullptr);
+}
+
+// The op must see data produced on the caller's stream just before (stream-ordered, no host sync).
+TEST_F(Nccl, WaitsForTheCallersStream) {
+  cudaStream_t user = nullptr;
+  CLEAVE_CUDA_CHECK(cudaStreamCreateWithFlags(&user, cudaStreamNonBlocking));
+  const std::int64_t count = 1 << 22;
+  std::vector<float> ones(static_cast<std::size_t>(count), 1.0f);
+  Tensor d = device(count, DType::kF32);
+  CLEAVE_CUDA_CHECK(cudaMemsetAsync(d.raw_data(), 0, d.nbytes(), user));
+  CLEAVE_CUDA_CHECK(cudaMemcpyAsync(d.raw_data(), ones.data(), d.nbytes(), cudaMemcpyHostToDevice, user));
+  auto work = nccl_->all_reduce(d, ReduceOp::kSum, Stream(Device::cuda(nccl_->device()), user));
+  while (!work->test()) {
+  }
+  std::vector<float> back = download<float>(d);
+  std::int64_t wrong = 0;
+  for (float v : back) wrong += v != static_cast<float>(n());
+  EXPECT_EQ(wrong, 0);
+  CLEAVE_CUDA_CHECK(cudaStreamDestroy(user));
+}
+
+TEST_F(Nccl, OrderedReduceKernelMatchesHostBitForBit) {
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> mantissa(-1.0f, 1.0f);
+  const int slots = 5;
+  const std::int64_t count = 70001;
+  for (DType dtype : {DType::kF32, DType::kBF16, DType::kF16}) {
+    for (ReduceOp op : {ReduceOp::kSum, ReduceOp::kMax}) {
+      Tensor staged = host(slots * count, dtype);
+      for (std::int64_t i = 0; i < slots * count; ++i) {
+        set_value(staged, i, mantissa(gen) * std::pow(10.0f, static_cast<float>(gen() % 5) - 2.0f));
+      }
+      Tensor expected = host(count, dtype);
+      std::vector<const void*> ptrs;
+      for (int s = 0; s < slots; ++s) ptrs.push_back(static_cast<char*>(staged.raw_data()) + s * count * dtype_size(dtype));
+      comm::ordered_reduce(dtype, op, ptrs, expected.raw_data(), count);
+      Tensor dstaged = device(slots * count, dtype);
+      Tensor dout = device(count, dtype);
+      to_device(dstaged, staged);
+      CLEAVE_CUDA_CHECK(comm::ordered_reduce_on_device(dtype, op == ReduceOp::kMax, dstaged.raw_data(), slots, count,
+                                                       dout.raw_data(), count, nullptr));
+      CLEAVE_CUDA_CHECK(cudaDeviceSynchronize());
+      Tensor got = host(count, dtype);
+      to_host(got, dout);
+      EXPECT_EQ(std::memcmp(got.raw_data(), expected.raw_data(), got.nbytes()), 0)
+          << dtype_name(dtype) << " " << comm::reduce_op_name(op);
+    }
+  }
+}
+
+TEST_F(Nccl, ArgumentErrors) {
+  Tensor cpu = host(10, DType::kF32);
+  EXPECT_THROW(nccl_->all_reduce(cpu, ReduceOp::kSum), Error);
+  Tensor u16 = device(10, DType::kU16);
+  EXPECT_THROW(nccl_->all_reduce(u16, ReduceOp::kSum), Error);
+  nccl_->barrier()->wait();
+}
+
+}  // namespace
+}  // namespace cleave::testing

@@ -6,9 +6,12 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <optional>
 #include <thread>
 
 #include "engine/comm/communicator.hpp"
+#include "engine/comm/launch_env.hpp"
 #include "engine/comm/mpi/mpi_check.hpp"
 
 namespace cleave::comm {
@@ -37,10 +40,28 @@ void print_line(std::string line) {
 
 }  // namespace
 
+bool yield_when_polling() {
+  static const bool yield = [] {
+    auto flag = [](const char* name) -> std::optional<bool> {
+      const char* v = std::getenv(name);
+      if (v == nullptr) return std::nullopt;
+      return std::strcmp(v, "1") == 0 || std::strcmp(v, "true") == 0;
+    };
+    if (auto forced = flag("CLEAVE_COMM_YIELD")) return *forced;
+    if (flag("OMPI_MCA_mpi_yield_when_idle").value_or(false) || flag("OMPI_MCA_mpi_oversubscribe").value_or(false)) {
+      return true;
+    }
+    const std::optional<LocalRank> local = local_rank_from_env(process_env());
+    const unsigned cores = std::thread::hardware_concurrency();
+    return local && cores > 0 && local->local_size > static_cast<int>(cores);
+  }();
+  return yield;
+}
+
 void PollBackoff::pause() {
   const auto now = std::chrono::steady_clock::now();
   if (now - start_ < kSpinWindow) {
-    std::this_thread::yield();
+    if (yield_when_polling()) std::this_thread::yield();
     return;
   }
   std::this_thread::sleep_for(sleep_);

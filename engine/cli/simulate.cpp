@@ -1,0 +1,276 @@
+// `cleave simulate`: builds (or loads) a pipeline schedule, validates and lowers it, times one training
+// step with the event-driven simulator and reports makespan, both bubble fractions and peak activations
+// per rank; optionally writes a Chrome trace, an SVG timeline and the schedule's text form.
+//
+// Bad flags and values throw Error with a one-line message (main prints it and exits non-zero). Times
+// are in milliseconds throughout; the bubble definitions are DESIGN §4's (pipeline/timeline.hpp).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/cli/commands.hpp"
+#include "engine/core/error.hpp"
+#include "pipeline/grid.hpp"
+#include "pipeline/schedule_text.hpp"
+#include "pipeline/schedules/schedules.hpp"
+#include "pipeline/simulator.hpp"
+#include "pipeline/trace.hpp"
+#include "pipeline/validator.hpp"
+
+namespace cleave::cli {
+namespace {
+
+constexpr const char* kUsage = R"(usage: cleave simulate --schedule S --stages P --microbatches M [options]
+
+Simulates one training step of a pipeline schedule with per-action costs and prints the makespan, the
+bubble fractions and the peak live activations per rank, followed by the schedule grid.
+
+options:
+  --schedule S          gpipe | 1f1b | interleaved_1f1b | zb_h1 | zb_v, or a schedule file in the text
+                        form (docs/schedules.md); with a file, P / M / V come from the file
+  --stages P            pipeline ranks (pp_size)
+  --microbatches M      micro-batches per step
+  --virtual V           stages (model chunks) per rank; default 2 for interleaved_1f1b and zb_v, else 1
+  --costs F,I,W         ms for one stage's forward, input-gradient and weight-gradient pass
+                        (default 1,1,1; a fused backward B costs I + W)
+  --p2p-latency X       ms per point-to-point message (default 0)
+  --p2p-bandwidth G     GB/s per link (default: infinite); used with --message-bytes
+  --message-bytes N     bytes of one activation / gradient message (default 0)
+  --trace FILE          write a Chrome trace JSON (open in https://ui.perfetto.dev)
+  --svg FILE            write an SVG timeline (ranks as rows, one box per action)
+  --save FILE           write the schedule in the text form (edit it, then pass it to --schedule)
+  --lowered             print the lowered grid (with SEND/RECV, REDUCE_GRAD, OPTIMIZER_STEP)
+  --json                print one JSON object instead of the summary
+  --help                this text
+
+bubble_fraction is idle time over ranks × makespan (what a synchronised optimizer step pays);
+stage_bubble_fraction is idle time between each rank's own first and last action (DESIGN §4).
+
+examples:  cleave simulate --schedule 1f1b --stages 4 --microbatches 8
+           cleave simulate --schedule zb_v --stages 4 --microbatches 8 --svg zbv.svg --trace zbv.json
+           cleave simulate --schedule my_schedule.txt --costs 1,1,2 --json
+)";
+
+struct Options {
+  std::string schedule;
+  std::optional<int> stages, microbatches, virtual_stages;
+  double forward = 1.0, backward_input = 1.0, backward_weight = 1.0;
+  double latency_ms = 0.0, bandwidth_gbps = 0.0, message_bytes = 0.0;
+  std::string trace_path, svg_path, save_path;
+  bool lowered = false, json = false, help = false;
+};
+
+int parse_count(std::string_view flag, std::string_view text) {
+  int value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  CLEAVE_CHECK(ec == std::errc() && ptr == text.data() + text.size() && value >= 1,
+               "simulate: {} expects an integer >= 1, got '{}'", flag, text);
+  return value;
+}
+
+double parse_amount(std::string_view flag, std::string_view text) {
+  double value = 0;
+  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+  CLEAVE_CHECK(ec == std::errc() && ptr == text.data() + text.size() && std::isfinite(value) && value >= 0,
+               "simulate: {} expects a number >= 0, got '{}'", flag, text);
+  return value;
+}
+
+void parse_costs(std::string_view text, Options& options) {
+  std::vector<double> values;
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', pos);
+    const std::string_view part = text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    double value = 0;
+    auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    CLEAVE_CHECK(!part.empty() && ec == std::errc() && ptr == part.data() + part.size() && std::isfinite(value) &&
+                     value >= 0,
+                 "simulate: --costs expects F,I,W (three numbers >= 0, in ms), got '{}'", text);
+    values.push_back(value);
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  CLEAVE_CHECK(values.size() == 3, "simulate: --costs expects F,I,W (three numbers >= 0, in ms), got '{}'", text);
+  options.forward = values[0];
+  options.backward_input = values[1];
+  options.backward_weight = values[2];
+}
+
+Options parse_options(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    std::string flag = argv[i];
+    std::optional<std::string> inline_value;
+    if (const auto eq = flag.find('='); flag.starts_with("--") && eq != std::string::npos) {
+      inline_value = flag.substr(eq + 1);
+      flag = flag.substr(0, eq);
+    }
+    auto value = [&]() -> std::string {
+      if (inline_value) return *inline_value;
+      CLEAVE_CHECK(i + 1 < argc, "simulate: {} needs a value (see cleave simulate --help)", flag);
+      return argv[++i];
+    };
+    auto no_value = [&] {
+      CLEAVE_CHECK(!inline_value, "simulate: {} takes no value, got '{}'", flag, inline_value.value_or(""));
+    };
+    if (flag == "--help" || flag == "-h") {
+      options.help = true;
+    } else if (flag == "--schedule") {
+      options.schedule = value();
+    } else if (flag == "--stages") {
+      options.stages = parse_count(flag, value());
+    } else if (flag == "--microbatches") {
+      options.microbatches = parse_count(flag, value());
+    } else if (flag == "--virtual") {
+      options.virtual_stages = parse_count(flag, value());
+    } else if (flag == "--costs") {
+      parse_costs(value(), options);
+    } else if (flag == "--p2p-latency") {
+      options.latency_ms = parse_amount(flag, value());
+    } else if (flag == "--p2p-bandwidth") {
+      options.bandwidth_gbps = parse_amount(flag, value());
+    } else if (flag == "--message-bytes") {
+      options.message_bytes = parse_amount(flag, value());
+    } else if (flag == "--trace") {
+      options.trace_path = value();
+    } else if (flag == "--svg") {
+      options.svg_path = value();
+    } else if (flag == "--save") {
+      options.save_path = value();
+    } else if (flag == "--lowered") {
+      no_value();
+      options.lowered = true;
+    } else if (flag == "--json") {
+      no_value();
+      options.json = true;
+    } else {
+      CLEAVE_THROW("simulate: unknown option '{}' (see cleave simulate --help)", argv[i]);
+    }
+  }
+  return options;
+}
+
+pipeline::Schedule build_schedule(const Options& options) {
+  CLEAVE_CHECK(!options.schedule.empty(),
+               "simulate: --schedule is required (one of {}, or a schedule file; see cleave simulate --help)",
+               fmt::join(pipeline::schedule_names(), ", "));
+  if (pipeline::is_schedule_name(options.schedule)) {
+    CLEAVE_CHECK(options.stages.has_value(), "simulate: --stages P is required with schedule {}", options.schedule);
+    CLEAVE_CHECK(options.microbatches.has_value(), "simulate: --microbatches M is required with schedule {}",
+                 options.schedule);
+    return pipeline::make_schedule(options.schedule, *options.stages, *options.microbatches,
+                                   options.virtual_stages.value_or(pipeline::default_virtual_stages(options.schedule)));
+  }
+  CLEAVE_CHECK(std::filesystem::exists(options.schedule),
+               "simulate: unknown schedule '{}' (known: {}; or the path of a schedule file, but no such file exists)",
+               options.schedule, fmt::join(pipeline::schedule_names(), ", "));
+  pipeline::Schedule schedule = pipeline::load_schedule(options.schedule);
+  auto agree = [&](const char* flag, const std::optional<int>& given, int in_file) {
+    CLEAVE_CHECK(!given || *given == in_file, "simulate: {} {} disagrees with schedule file '{}', which has {}", flag,
+                 given.value_or(0), options.schedule, in_file);
+  };
+  agree("--stages", options.stages, schedule.pp_size);
+  agree("--microbatches", options.microbatches, schedule.num_microbatches);
+  agree("--virtual", options.virtual_stages, schedule.virtual_stages);
+  return schedule;
+}
+
+std::string fraction(double f) { return fmt::format("{:.4f}", f); }
+
+}  // namespace
+
+int run_simulate(int argc, char** argv) {
+  const Options options = parse_options(argc, argv);
+  if (options.help) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  const pipeline::Schedule schedule = build_schedule(options);
+  pipeline::check_schedule(schedule);
+
+  pipeline::SimulationCosts costs = pipeline::SimulationCosts::uniform(schedule.num_stages, options.forward,
+                                                                       options.backward_input, options.backward_weight);
+  costs.p2p_latency = options.latency_ms;
+  costs.p2p_bandwidth = options.bandwidth_gbps * 1e6;  // GB/s = 1e9 bytes / 1e3 ms
+  for (auto& stage : costs.stages) stage.output_bytes = options.message_bytes;
+  const pipeline::SimulationResult sim = pipeline::simulate(schedule, costs);
+  const pipeline::TimelineStats& stats = sim.stats;
+
+  const std::string title = fmt::format("{}: pp_size {}, {} stage{} per rank, {} micro-batches", schedule.name,
+                                        schedule.pp_size, schedule.virtual_stages,
+                                        schedule.virtual_stages == 1 ? "" : "s", schedule.num_microbatches);
+  const std::string subtitle =
+      fmt::format("makespan {:.6g} ms, bubble_fraction {}, stage_bubble_fraction {} (costs F {:.6g}, I {:.6g}, W {:.6g} ms)",
+                  stats.makespan, fraction(stats.bubble_fraction), fraction(stats.stage_bubble_fraction),
+                  options.forward, options.backward_input, options.backward_weight);
+  const pipeline::TraceOptions trace_options{title, subtitle, "ms", 1000.0};
+  if (!options.trace_path.empty()) pipeline::write_chrome_trace(sim.timeline, options.trace_path, trace_options);
+  if (!options.svg_path.empty()) pipeline::write_timeline_svg(schedule, sim.timeline, options.svg_path, trace_options);
+  if (!options.save_path.empty()) pipeline::save_schedule(schedule, options.save_path);
+
+  if (options.json) {
+    nlohmann::json out = {{"schedule", schedule.name},
+                          {"pp_size", schedule.pp_size},
+                          {"num_stages", schedule.num_stages},
+                          {"virtual_stages", schedule.virtual_stages},
+                          {"num_microbatches", schedule.num_microbatches},
+                          {"costs_ms", {{"forward", options.forward},
+                                        {"backward_input", options.backward_input},
+                                        {"backward_weight", options.backward_weight},
+                                        {"p2p_latency", options.latency_ms}}},
+                          {"makespan", stats.makespan},
+                          {"bubble_fraction", stats.bubble_fraction},
+                          {"stage_bubble_fraction", stats.stage_bubble_fraction}};
+    nlohmann::json ranks = nlohmann::json::array();
+    for (const auto& r : stats.ranks) {
+      ranks.push_back({{"rank", r.rank},
+                       {"busy", r.busy},
+                       {"bubble_fraction", r.bubble_fraction},
+                       {"stage_bubble_fraction", r.stage_bubble_fraction},
+                       {"peak_activations", r.peak_activations}});
+    }
+    out["per_rank"] = ranks;
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+
+  std::string text = fmt::format("schedule {}\n", title);
+  text += fmt::format("costs per stage: F {:.6g} ms, I {:.6g} ms, W {:.6g} ms (B = I + W); p2p latency {:.6g} ms",
+                      options.forward, options.backward_input, options.backward_weight, options.latency_ms);
+  if (options.bandwidth_gbps > 0) {
+    text += fmt::format(", {:.6g} GB/s, {:.6g} bytes per message", options.bandwidth_gbps, options.message_bytes);
+  }
+  text += fmt::format("\n\nmakespan               {:.6g} ms\n", stats.makespan);
+  text += fmt::format("bubble_fraction        {}   idle / (ranks × makespan)\n", fraction(stats.bubble_fraction));
+  text += fmt::format("stage_bubble_fraction  {}   idle between each rank's own first and last action\n\n",
+                      fraction(stats.stage_bubble_fraction));
+  text += fmt::format("{:>4}  {:>10}  {:>15}  {:>21}  {:>16}\n", "rank", "busy (ms)", "bubble_fraction",
+                      "stage_bubble_fraction", "peak_activations");
+  for (const auto& r : stats.ranks) {
+    text += fmt::format("{:>4}  {:>10.6g}  {:>15}  {:>21}  {:>16}\n", r.rank, r.busy, fraction(r.bubble_fraction),
+                        fraction(r.stage_bubble_fraction), r.peak_activations);
+  }
+  const pipeline::Schedule& shown = options.lowered ? sim.lowered : pipeline::strip_to_compute(sim.lowered);
+  text += fmt::format("\n{} grid, one row per step of a unit-cost dry run (F forward, I input grad, W weight grad, "
+                      "B backward = I + W; sFj = stage s, micro-batch j):\n",
+                      options.lowered ? "lowered" : "compute");
+  text += pipeline::format_grid(shown);
+  for (const auto& [path, what] : {std::pair{options.trace_path, "Chrome trace"}, std::pair{options.svg_path, "SVG"},
+                                   std::pair{options.save_path, "schedule"}}) {
+    if (!path.empty()) text += fmt::format("wrote {} to {}\n", what, path);
+  }
+  std::fputs(text.c_str(), stdout);
+  return 0;
+}
+
+}  // namespace cleave::cli

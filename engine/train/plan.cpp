@@ -98,8 +98,21 @@ Shape Plan::boundary_shape(int stage, std::int64_t micro_batch) const {
   return Shape(std::span<const std::int64_t>(dims));
 }
 
+int Plan::stage_of_block(partition::BlockKind kind) const {
+  for (std::size_t b = 0; b < spec.blocks.size(); ++b) {
+    if (spec.blocks[b].kind != kind) continue;
+    for (int stage = 0; stage < num_stages(); ++stage) {
+      const auto& range = partition.stages[static_cast<std::size_t>(stage)];
+      if (range.begin <= static_cast<int>(b) && static_cast<int>(b) < range.end) return stage;
+    }
+  }
+  return -1;
+}
+
 bool Plan::tied_table_split() const {
-  return spec.type == "gpt" && spec.gpt.tie_embeddings && stage_to_rank(0) != stage_to_rank(num_stages() - 1);
+  if (spec.type != "gpt" || !spec.gpt.tie_embeddings) return false;
+  return stage_to_rank(stage_of_block(partition::BlockKind::kEmbedding)) !=
+         stage_to_rank(stage_of_block(partition::BlockKind::kLmHead));
 }
 
 std::string Plan::describe_partition() const {

@@ -23,7 +23,10 @@ struct Plan {
   int stage_to_rank(int stage) const { return schedule.rank_of(stage); }
   // Shape of the activation entering `stage` (> 0) for one micro-batch, e.g. [micro, T, D].
   Shape boundary_shape(int stage, std::int64_t micro_batch) const;
-  // True when a tied embedding table exists twice (embedding and head on different pp ranks).
+  // The stage holding the first block of `kind` (-1 if the model has none).
+  int stage_of_block(partition::BlockKind kind) const;
+  // True when a tied embedding table exists twice: the embedding and the head on different pp ranks
+  // (with ZB-V's V placement the head need not be on the last pp rank).
   bool tied_table_split() const;
   std::string describe_partition() const;  // "blocks per stage [3,2,2]"
 };

@@ -70,6 +70,7 @@ struct Trainer::State {
   comm::GridCoords coords;
   comm::GridCommunicators groups;
   std::unique_ptr<comm::Communicator> model_parallel;  // tp × pp ranks of this replica (norms, losses)
+  std::unique_ptr<comm::Communicator> tied_group;      // the two ranks holding the tied table's copies
   Plan plan;
   config::ResolvedBatch batch;
 
@@ -101,7 +102,6 @@ struct Trainer::State {
                                      config.parallel.data_parallel_size);
   }
 
-  bool is_last_pp_rank() const { return coords.pp_rank == grid.pp_size() - 1; }
   bool holds_stage(int stage) const { return stage_by_index.count(stage) != 0; }
   bool reports() const { return world.rank() == 0; }
 };
@@ -134,6 +134,9 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
                                        static_cast<std::size_t>(range.end), build);
     auto module = std::make_unique<pipeline::StageModule>(std::move(blocks), stage == 0,
                                                           stage == s.plan.num_stages() - 1);
+    for (const auto& p : module->params()) {
+      if (p->name == kTiedTableName) build.tied_table = p;  // a later local head shares it
+    }
     s.stage_by_index[stage] = module.get();
     s.stages.push_back(std::move(module));
   }
@@ -144,11 +147,18 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
   }
   // A tied table whose embedding and head live on different pp ranks exists twice; the embedding group
   // keeps the copies equal by summing their gradients every step.
+  // The group is built here rather than taken from the grid's embedding group (first and last pp rank):
+  // under ZB-V's V placement the head's stage sits on another rank than the last stage.
   if (s.plan.tied_table_split()) {
+    const int embedding_stage = s.plan.stage_of_block(partition::BlockKind::kEmbedding);
+    const int head_stage = s.plan.stage_of_block(partition::BlockKind::kLmHead);
+    const bool member = s.holds_stage(embedding_stage) || s.holds_stage(head_stage);
+    const int replica = s.coords.tp_rank + s.grid.tp_size() * s.coords.dp_rank;
+    s.tied_group = world.split(member ? replica : -1, s.coords.pp_rank, "tied_embedding");
     for (const auto& p : s.params) {
       if (p->name == kTiedTableName) s.tied_table = p;
     }
-    s.counts_tied_table = s.holds_stage(0);
+    s.counts_tied_table = s.holds_stage(embedding_stage);
   }
   s.optimizer = optim::make_optimizer(cfg.optimizer, s.params);
   s.lr_schedule = optim::LrSchedule::from_config(cfg.optimizer, cfg.train.steps);
@@ -202,7 +212,7 @@ StepStats Trainer::step(std::int64_t step) {
       for (float& x : g) x *= scale;
     }
   }
-  if (s.tied_table) s.groups.embedding->all_reduce(s.tied_table->grad, comm::ReduceOp::kSum)->wait();
+  if (s.tied_table) s.tied_group->all_reduce(s.tied_table->grad, comm::ReduceOp::kSum)->wait();
 
   // Global norm over the replica's model-parallel ranks, each parameter counted once.
   const optim::ParamFilter counted = [&s](const layers::Param& p) {
@@ -217,7 +227,7 @@ StepStats Trainer::step(std::int64_t step) {
   s.optimizer->step(lr);
 
   // The loss lives on the last stage: one contribution per replica, averaged over replicas.
-  const bool contributes = s.is_last_pp_rank() && s.coords.tp_rank == 0;
+  const bool contributes = s.holds_stage(s.plan.num_stages() - 1) && s.coords.tp_rank == 0;
   const double local_loss = contributes ? outcome.loss_sum / std::max(outcome.losses, 1) : 0.0;
   const auto sums = reduce_doubles(s.world, {local_loss}, comm::ReduceOp::kSum);
   const auto peaks = reduce_doubles(

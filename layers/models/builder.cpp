@@ -68,6 +68,8 @@ std::vector<LayerPtr> build_blocks(const ModelSpec& spec, std::size_t first_bloc
         std::shared_ptr<Param> weight;
         if (b.tied && embedding != nullptr) {
           weight = embedding->token_table();
+        } else if (b.tied && options.tied_table) {
+          weight = options.tied_table;
         } else if (b.tied) {
           weight = make_token_table(embedding_prefix(spec), b.vocab_size, b.in_features, init);
         } else {

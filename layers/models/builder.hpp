@@ -28,6 +28,10 @@ namespace cleave::layers {
 struct BuildOptions {
   std::uint64_t seed = 1234;
   Allocator* allocator = nullptr;  // where parameters and gradients live; null = cpu_allocator()
+  // A tied head whose embedding is outside the range uses this table when set: the embedding was built
+  // in another range held by the same rank (ZB-V puts the first and last stage on rank 0), so both must
+  // share one Param. Unset: the head creates its own copy (to be kept equal by the embedding group).
+  std::shared_ptr<Param> tied_table;
 };
 
 // One Layer per block in [first_block, last_block). Throws Error for an empty or out-of-range block range.

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# The CLI on bad input: each case must exit non-zero with a one-line error that names the key or file and
+# the numbers, and must not create or modify the output directory. Usage: cli_bad_input.sh CLEAVE SRC_DIR
+set -u
+cleave=$1
+src=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+failures=0
+
+# expect_error NAME REGEX ARGS...
+expect_error() {
+  local name=$1 pattern=$2
+  shift 2
+  local out status
+  out=$("$cleave" train "$@" 2>&1)
+  status=$?
+  if [ $status -eq 0 ]; then
+    echo "FAIL $name: exit 0, expected an error"; failures=$((failures + 1)); return
+  fi
+  if ! grep -Eq -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: message does not match /$pattern/:"; echo "$out" | sed 's/^/    /'
+    failures=$((failures + 1)); return
+  fi
+  if [ -e out ]; then
+    echo "FAIL $name: wrote the output directory"; failures=$((failures + 1)); rm -rf out; return
+  fi
+  echo "ok   $name: $(grep -E -- "$pattern" <<<"$out" | head -n 1)"
+}
+
+printf '{"model": {"type": "gpt",}}' > malformed.json
+printf '{"train": {"steps": 5, "steps": 6}}' > duplicate.json
+printf '{"optimzer": {"lr": 0.1}}' > unknown.json
+printf '{"optimizer": {"lr": "fast"}}' > wrongtype.json
+printf 'not a shard' > bad.bin
+head -c 4096 /dev/zero > zeros.bin
+
+set_out=(--set train.out_dir=out --set train.steps=2)
+expect_error malformed-json 'malformed.json.*line 1'                  malformed.json "${set_out[@]}"
+expect_error duplicate-key  'train\.steps.*duplicate|duplicate.*train\.steps' duplicate.json "${set_out[@]}"
+expect_error unknown-key    'optimzer.*optimizer'                      unknown.json "${set_out[@]}"
+expect_error wrong-type     'optimizer\.lr.*number'                     wrongtype.json "${set_out[@]}"
+expect_error missing-config 'nope\.json'                                nope.json "${set_out[@]}"
+expect_error unknown-set    'train\.stepz'                              "${set_out[@]}" --set train.stepz=3
+expect_error zero-size      'model\.d_model'                            "${set_out[@]}" --set model.d_model=0
+expect_error negative-steps 'train\.steps'                              --set train.out_dir=out --set train.steps=-4
+expect_error heads-divide   'model\.d_model.*100.*model\.n_heads.*3' "${set_out[@]}" --set model.d_model=100 --set model.n_heads=3
+expect_error batch-contradiction 'global_batch_size.*10.*micro_batch_size.*4' "${set_out[@]}" --set batch.global_batch_size=10 --set batch.micro_batch_size=4
+expect_error batch-triple   'batch.*16.*4.*3'                           "${set_out[@]}" --set batch.global_batch_size=16 --set batch.micro_batch_size=4 --set batch.gradient_accumulation_steps=3
+expect_error world-layout   'pipeline_model_parallel_size|not divisible|world size' "${set_out[@]}" --set parallel.pipeline_model_parallel_size=2
+expect_error missing-data   'no/such/file\.txt'                         "${set_out[@]}" --set data.type=text --set data.path=no/such/file.txt
+expect_error wrong-magic    'bad\.bin.*(magic|size|header)'            "${set_out[@]}" --set data.type=tokens --set data.path=bad.bin
+expect_error zero-magic     'zeros\.bin.*magic'                         "${set_out[@]}" --set data.type=tokens --set data.path=zeros.bin
+expect_error unknown-option 'unknown option'                            "${set_out[@]}" --frobnicate
+
+# An output directory that already holds a run is refused and left untouched.
+mkdir -p prev && echo '{"step": 1}' > prev/metrics.jsonl && cp prev/metrics.jsonl before.jsonl
+out=$("$cleave" train --set train.out_dir=prev --set train.steps=2 2>&1); status=$?
+if [ $status -eq 0 ] || ! grep -q "prev" <<<"$out" || ! cmp -s prev/metrics.jsonl before.jsonl; then
+  echo "FAIL existing-run: status $status, output: $out"; failures=$((failures + 1))
+else
+  echo "ok   existing-run: $(head -n 1 <<<"$out")"
+fi
+
+# And a good run writes what README promises.
+if "$cleave" train --set train.out_dir=good --set train.steps=3 --set train.log_interval=1 >/dev/null 2>&1 &&
+   [ -s good/config.json ] && [ "$(wc -l < good/metrics.jsonl)" -eq 3 ] &&
+   grep -q '"grad_norm"' good/metrics.jsonl && grep -q '"peak_bytes"' good/metrics.jsonl; then
+  echo "ok   good-run: config.json and 3 metrics lines"
+else
+  echo "FAIL good-run"; failures=$((failures + 1))
+fi
+
+[ $failures -eq 0 ] || { echo "$failures failure(s)"; exit 1; }

@@ -1,0 +1,68 @@
+// Shared pieces of the training tests: a tiny model config, a run that records per-step losses and the
+// final logical parameters, and comparisons that report the worst element.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/comm/communicator.hpp"
+#include "engine/config/config.hpp"
+#include "engine/train/trainer.hpp"
+
+namespace cleave::testing {
+
+struct RunRecord {
+  std::vector<double> losses;
+  std::vector<double> grad_norms;
+  std::map<std::string, std::vector<float>> params;
+};
+
+inline RunRecord train_steps(const config::RunConfig& config, comm::Communicator& world) {
+  train::Trainer trainer(config, world);
+  RunRecord record;
+  for (std::int64_t s = 0; s < config.train.steps; ++s) {
+    const auto stats = trainer.step(s);
+    record.losses.push_back(stats.loss);
+    record.grad_norms.push_back(stats.grad_norm);
+  }
+  record.params = trainer.gather_parameters();
+  return record;
+}
+
+// Max relative difference |a-b| / max(|a|, |b|, floor) over all parameters; names must match.
+inline double max_param_rel_diff(const RunRecord& a, const RunRecord& b, std::string* worst = nullptr) {
+  double max_rel = 0;
+  EXPECT_EQ(a.params.size(), b.params.size());
+  for (const auto& [name, values] : a.params) {
+    auto it = b.params.find(name);
+    if (it == b.params.end()) {
+      ADD_FAILURE() << "parameter " << name << " missing in the second run";
+      continue;
+    }
+    EXPECT_EQ(values.size(), it->second.size()) << name;
+    for (std::size_t i = 0; i < std::min(values.size(), it->second.size()); ++i) {
+      const double x = values[i], y = it->second[i];
+      const double rel = std::abs(x - y) / std::max({std::abs(x), std::abs(y), 1e-3});
+      if (rel > max_rel) {
+        max_rel = rel;
+        if (worst) *worst = name + "[" + std::to_string(i) + "]";
+      }
+    }
+  }
+  return max_rel;
+}
+
+inline double max_loss_rel_diff(const RunRecord& a, const RunRecord& b) {
+  double max_rel = 0;
+  EXPECT_EQ(a.losses.size(), b.losses.size());
+  for (std::size_t i = 0; i < std::min(a.losses.size(), b.losses.size()); ++i) {
+    max_rel = std::max(max_rel, std::abs(a.losses[i] - b.losses[i]) / std::abs(b.losses[i]));
+  }
+  return max_rel;
+}
+
+}  // namespace cleave::testing

@@ -8,12 +8,6 @@
 #include "engine/core/error.hpp"
 
 namespace cleave::pipeline {
-namespace {
-
-constexpr int kNumKinds = static_cast<int>(ActionKind::kOptimizerStep) + 1;
-
-}  // namespace
-
 std::vector<Need> compute_needs(const Action& action, int num_stages) {
   const int s = action.stage, j = action.microbatch;
   std::vector<Need> needs;
@@ -66,35 +60,26 @@ Action comm_partner(const Action& action) {
 
 ActionIndex::ActionIndex(const Schedule& schedule)
     : num_stages_(schedule.num_stages), num_microbatches_(schedule.num_microbatches) {
-  slots_.assign(static_cast<std::size_t>(kNumKinds) * std::max(num_stages_, 0) * std::max(num_microbatches_, 0), {});
   for (int r = 0; r < static_cast<int>(schedule.ranks.size()); ++r) {
     const auto& actions = schedule.ranks[r];
     for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
-      const int at = slot(actions[i]);
-      if (at < 0) continue;
-      if (slots_[at].found()) {
-        duplicates_.push_back({slots_[at], Location{r, i}});
-      } else {
-        slots_[at] = Location{r, i};
-      }
+      if (!indexed(actions[i])) continue;
+      const auto [it, inserted] = where_.try_emplace(actions[i], Location{r, i});
+      if (!inserted) duplicates_.push_back({it->second, Location{r, i}});
     }
   }
 }
 
-int ActionIndex::slot(const Action& action) const {
-  if (action.kind == ActionKind::kOptimizerStep) return -1;
-  if (action.stage < 0 || action.stage >= num_stages_) return -1;
-  int mb = 0;
-  if (has_microbatch(action.kind)) {
-    if (action.microbatch < 0 || action.microbatch >= num_microbatches_) return -1;
-    mb = action.microbatch;
-  }
-  return (static_cast<int>(action.kind) * num_stages_ + action.stage) * num_microbatches_ + mb;
+bool ActionIndex::indexed(const Action& action) const {
+  if (action.kind == ActionKind::kOptimizerStep) return false;
+  if (action.stage < 0 || action.stage >= num_stages_) return false;
+  return !has_microbatch(action.kind) || (action.microbatch >= 0 && action.microbatch < num_microbatches_);
 }
 
 Location ActionIndex::find(const Action& action) const {
-  const int at = slot(action);
-  return at < 0 ? Location{} : slots_[at];
+  if (!indexed(action)) return {};
+  const auto it = where_.find(action);
+  return it == where_.end() ? Location{} : it->second;
 }
 
 Location ActionIndex::find(const Need& need) const {

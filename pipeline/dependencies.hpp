@@ -19,6 +19,7 @@
 // For a compute schedule with unit costs the step of each action is its start time.
 #pragma once
 
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -63,11 +64,12 @@ class ActionIndex {
   const std::vector<std::pair<Location, Location>>& duplicates() const { return duplicates_; }
 
  private:
-  int slot(const Action& action) const;  // -1 when out of range
+  // False for OPTIMIZER_STEP (one per rank, not indexed) and for out-of-range stages / micro-batches.
+  bool indexed(const Action& action) const;
 
   int num_stages_ = 0;
   int num_microbatches_ = 0;
-  std::vector<Location> slots_;
+  std::map<Action, Location> where_;
   std::vector<std::pair<Location, Location>> duplicates_;
 };
 

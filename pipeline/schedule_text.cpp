@@ -157,6 +157,10 @@ Schedule parse_schedule(std::string_view text, std::string_view source) {
       s.stage_to_rank.push_back(*rank);
     }
   } else {
+    CLEAVE_CHECK(s.num_stages <= max_stage + 1,
+                 "schedule file '{}': stage {} appears on no rank, so its placement is unknown (add a 'placement:' "
+                 "line)",
+                 source, max_stage + 1);
     s.stage_to_rank.assign(s.num_stages, -1);
     for (int r = 0; r < s.pp_size; ++r) {
       for (const auto& a : s.ranks[r]) {

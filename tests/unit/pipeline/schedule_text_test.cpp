@@ -111,6 +111,8 @@ TEST(ScheduleText, ErrorsNameSourceLineAndToken) {
   EXPECT_NE(parse("rank 0: 0F0 2F0\nrank 1: 3F0\n").find("stage 1 appears on no rank"), std::string::npos);
   EXPECT_NE(parse("rank 0: 0F0 1F0 2F0\nrank 1:\n").find("3 stages cannot be spread evenly over 2 ranks"),
             std::string::npos);
+  // A header that promises more stages than the file places does not allocate a billion of them.
+  EXPECT_NE(parse("num_stages: 1000000000\nrank 0: 0F0 0B0\n").find("stage 1 appears on no rank"), std::string::npos);
   EXPECT_NE(parse("num_microbatches: zero\nrank 0: 0F0\n").find("line 1: num_microbatches must be an integer >= 1"),
             std::string::npos);
   EXPECT_NE(parse("just words\n").find("line 1: expected 'rank N: actions...' or 'key: value'"), std::string::npos);

@@ -45,9 +45,10 @@ class Collectives : public ::testing::TestWithParam<Mode> {
   int n() const { return comm_->size(); }
   int r() const { return comm_->rank(); }
   // Per-rank block sizes beyond the piece limit are refused by reduce_scatter / all_gather, except where the
-  // deterministic protocol (point-to-point, cut into pieces) carries them.
+  // rank-ordered protocol (point-to-point, cut into pieces) carries them: floats in deterministic mode and
+  // 16-bit floats always.
   bool refused(std::int64_t per_rank, DType dtype, bool reduction) const {
-    const bool p2p = reduction && GetParam().deterministic && comm::is_floating(dtype) && n() > 1;
+    const bool p2p = reduction && comm::is_floating(dtype) && (GetParam().deterministic || dtype != DType::kF32);
     return per_rank > GetParam().max_message_elements && !p2p;
   }
   std::unique_ptr<comm::MpiCommunicator> comm_;

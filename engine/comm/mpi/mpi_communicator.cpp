@@ -118,7 +118,12 @@ MPI_Datatype mpi_type(DType dtype) {
 
 MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_MAX; }
 
-bool needs_f32_staging(DType dtype) { return dtype == DType::kBF16 || dtype == DType::kF16; }
+// Reductions that take the rank-ordered point-to-point protocol: floating types in deterministic mode, and
+// 16-bit floats always (MPI has no bf16/f16 arithmetic; the protocol moves 16-bit values and accumulates in
+// f32 with one rounding, which beats widening to f32 on the wire).
+bool rank_ordered(const MpiCommState& s, DType dtype) {
+  return is_floating(dtype) && (s.options.deterministic || dtype != DType::kF32);
+}
 
 char* bytes(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
 
@@ -324,9 +329,8 @@ WorkPtr MpiCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, cons
   auto work = std::make_unique<MpiWork>(state_, "all_reduce",
                                         fmt::format("{}, {}", detail::describe(tensor), reduce_op_name(op)));
   work->keep(tensor);
-  const std::int64_t piece = s.options.max_message_elements;
 
-  if (s.options.deterministic && is_floating(dtype) && s.size > 1) {
+  if (detail::rank_ordered(s, dtype)) {
     // Phase 0: block q of every rank goes to rank q. Phase 1: rank q's ordered result goes to everyone.
     const int n = s.size;
     const int r = s.rank;
@@ -371,23 +375,7 @@ WorkPtr MpiCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, cons
     return work;
   }
 
-  if (detail::needs_f32_staging(dtype)) {
-    Tensor staging = Tensor::empty({count}, DType::kF32, MemoryCategory::kCommunication);
-    work->keep(staging);
-    widen_to_f32(tensor.raw_data(), dtype, staging.data<float>(), count);
-    for (std::int64_t begin = 0; begin < count; begin += piece) {
-      MPI_Request request = MPI_REQUEST_NULL;
-      CLEAVE_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, staging.data<float>() + begin,
-                                      static_cast<int>(std::min(piece, count - begin)), MPI_FLOAT, detail::mpi_op(op),
-                                      s.comm, &request));
-      work->add(request);
-    }
-    work->then([staging, tensor](MpiWork&) {
-      narrow_from_f32(staging.data<float>(), tensor.dtype(), tensor.raw_data(), tensor.numel());
-    });
-    return work;
-  }
-
+  const std::int64_t piece = s.options.max_message_elements;
   const std::size_t elem = dtype_size(dtype);
   for (std::int64_t begin = 0; begin < count; begin += piece) {
     MPI_Request request = MPI_REQUEST_NULL;
@@ -413,7 +401,7 @@ WorkPtr MpiCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor& 
   work->keep(input);
   work->keep(output);
 
-  if (s.options.deterministic && is_floating(dtype) && s.size > 1) {
+  if (detail::rank_ordered(s, dtype)) {
     const int n = s.size;
     const int r = s.rank;
     Tensor staging = Tensor::empty({static_cast<std::int64_t>(n) * count}, dtype, MemoryCategory::kCommunication);
@@ -444,21 +432,6 @@ WorkPtr MpiCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor& 
                "{}: {} elements per rank exceed the {} an MPI call can carry; split the tensor into smaller "
                "reduce_scatter calls",
                where("reduce_scatter"), count, s.options.max_message_elements);
-  if (detail::needs_f32_staging(dtype)) {
-    Tensor in32 = Tensor::empty({input.numel()}, DType::kF32, MemoryCategory::kCommunication);
-    Tensor out32 = Tensor::empty({count}, DType::kF32, MemoryCategory::kCommunication);
-    work->keep(in32);
-    work->keep(out32);
-    widen_to_f32(input.raw_data(), dtype, in32.data<float>(), input.numel());
-    MPI_Request request = MPI_REQUEST_NULL;
-    CLEAVE_MPI_CHECK(MPI_Ireduce_scatter_block(in32.data<float>(), out32.data<float>(), static_cast<int>(count),
-                                               MPI_FLOAT, detail::mpi_op(op), s.comm, &request));
-    work->add(request);
-    work->then([out32, output](MpiWork&) {
-      narrow_from_f32(out32.data<float>(), output.dtype(), output.raw_data(), output.numel());
-    });
-    return work;
-  }
   // In place (output is the input's own block): MPI's MPI_IN_PLACE puts the result at the buffer's start,
   // not at block r, so receive into a temporary and copy.
   const bool in_place = tensors_overlap(input, output);

@@ -4,17 +4,17 @@
 // MPI_Ibcast, MPI_Ibarrier, MPI_Isend/Irecv) and Work::wait polls MPI_Test with short sleeps, so the
 // watchdog (watchdog.hpp) can end the job when a peer never arrives.
 //
-// Dtypes: f32, i32, i64, u16 reduce natively. bf16 and f16 reduce in f32: the input is widened into a
-// staging buffer (category kCommunication), reduced, and rounded once on completion. Copy-only ops
-// (all_gather, broadcast, p2p) move the raw 16-bit values.
-// Large tensors: MPI counts are int. all_reduce, broadcast and p2p messages are cut into pieces of at most
-// MpiOptions::max_message_elements elements; reduce_scatter and all_gather whose per-rank block exceeds it
-// are refused with an error naming the sizes.
-// Deterministic mode (CommOptions::deterministic) for f32/bf16/f16: the tensor is cut into size() blocks;
-// block q of every rank is sent to rank q (point-to-point, tagged with the op's sequence number), rank q
-// combines the n contributions in rank order 0..n-1 and sends the result back to everyone. Same traffic as
-// a ring all-reduce (2(n-1)/n of the data per rank), memory one extra tensor. Integer ops are exact and take
-// the native path in both modes.
+// Dtypes: f32, i32, i64, u16 reduce natively (MPI_SUM / MPI_MAX). Copy-only ops (all_gather, broadcast, p2p)
+// move every dtype's raw values.
+// Rank-ordered protocol, used by f32 in deterministic mode and by bf16/f16 always (MPI has no 16-bit float
+// arithmetic): the tensor is cut into size() blocks; block q of every rank is sent to rank q (point-to-point,
+// tagged with the op's sequence number), rank q combines the n contributions in rank order 0..n-1,
+// accumulating in f32 and rounding once, and sends the result back to everyone. Same traffic as a ring
+// all-reduce (2(n-1)/n of the data per rank), 16-bit values on the wire, memory one extra tensor. So bf16/f16
+// reductions are deterministic in both modes, and integer reductions are exact in both.
+// Large tensors: MPI counts are int. all_reduce, broadcast, p2p and the rank-ordered protocol cut messages
+// into pieces of at most MpiOptions::max_message_elements elements; a native reduce_scatter or all_gather
+// whose per-rank block exceeds it is refused with an error naming the sizes.
 //
 // Handles: the communicator duplicates the MPI communicator it is built from (user traffic) and once more for
 // its own point-to-point protocol; both use MPI_ERRORS_RETURN so failures surface as BackendError.

@@ -1,7 +1,7 @@
 // comm_bench: an nccl-tests-style sweep of the Communicator backends.
 //
 //   mpiexec -n N comm_bench [--backend mpi|nccl] [--ops all_reduce,reduce_scatter,all_gather,broadcast,sendrecv]
-//                           [--min-bytes 8B] [--max-bytes 64MiB] [--factor 4] [--warmup 5] [--iters 20]
+//                           [--min-bytes 8B] [--max-bytes 64MiB] [--factor 2] [--warmup 5] [--iters 20]
 //                           [--dtype f32] [--deterministic]
 //
 // For every op and size: one validation run against a closed form (every rank's input is a small integer
@@ -43,7 +43,7 @@ struct Args {
   std::vector<std::string> ops{"all_reduce", "reduce_scatter", "all_gather", "broadcast", "sendrecv"};
   std::int64_t min_bytes = 8;
   std::int64_t max_bytes = 64ll << 20;
-  int factor = 4;
+  int factor = 2;
   int warmup = 5;
   int iters = 20;
   DType dtype = DType::kF32;

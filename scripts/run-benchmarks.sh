@@ -25,8 +25,9 @@ if [[ ! -x $bench ]]; then
 fi
 
 status=0
-one_thread_1024() {  # GFLOP/s of the 1-thread square_1024 row in a saved output
-  grep '^{"bench":"gemm","case":"square_1024",' "$1" | grep '"threads":1,' | sed 's/.*"gflops":\([0-9.]*\).*/\1/'
+one_thread_1024() {  # median / best GFLOP/s and cpu/real of the 1-thread square_1024 row in a saved output
+  grep '^{"bench":"gemm","case":"square_1024",' "$1" | grep '"threads":1,' |
+    sed 's/.*"gflops":\([0-9.]*\),"best_gflops":\([0-9.]*\),"cpu_over_real":\([0-9.]*\).*/median \1, best \2, cpu\/real \3/'
 }
 
 tmp=$(mktemp -d)
@@ -55,7 +56,7 @@ else
 fi
 
 echo
-echo "=== 1-thread sgemm 1024^3 (GFLOP/s, median)"
+echo "=== 1-thread sgemm 1024^3 (GFLOP/s)"
 echo "OPENBLAS_CORETYPE unset : $(one_thread_1024 "$tmp/default.txt")  (core $(sed -n 's/^blas: .*| core \([^ ]*\) .*/\1/p' "$tmp/default.txt"))"
 if [[ -s $tmp/$alt.txt ]]; then
   echo "OPENBLAS_CORETYPE=$alt_label : $(one_thread_1024 "$tmp/$alt.txt")"

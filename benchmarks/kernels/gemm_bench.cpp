@@ -2,7 +2,7 @@
 //
 // What it asserts before timing: every shape's result matches a naive double-precision dot product on a
 // sample of output entries (all entries for the smallest), or the binary exits non-zero without timing.
-// What it reports: the median over repetitions (Google Benchmark, real time, after a warm-up) as a
+// What it reports: the median over 5 repetitions (Google Benchmark, real time, after a warm-up) as a
 // table and as one JSON line per row, with GFLOP/s = 2*m*n*k*batch / time and the ratio to the
 // theoretical fp32 peak of `threads` cores:
 //   peak = flops/cycle/core x GHz, flops/cycle = FMA units x SIMD lanes x 2 (multiply + add), where the
@@ -180,7 +180,9 @@ Machine detect_machine() {
 struct Row {
   GemmCase g;
   int threads = 1;
-  double median_ms = 0.0, gflops = 0.0;
+  double median_ms = 0.0, gflops = 0.0, cpu_over_real = 0.0, min_ms = 0.0;
+  double flops() const { return 2.0 * g.m * g.n * g.k * g.batch; }
+  double best_gflops() const { return min_ms > 0 ? flops() / (min_ms * 1e6) : 0.0; }
 };
 
 std::map<std::string, std::pair<GemmCase, int>>& registry() {
@@ -194,18 +196,25 @@ class TableReporter : public benchmark::ConsoleReporter {
   std::vector<Row> rows;
   void ReportRuns(const std::vector<Run>& reports) override {
     ConsoleReporter::ReportRuns(reports);
+    Row row;
+    bool found = false;
     for (const auto& run : reports) {
-      if (run.run_type != Run::RT_Aggregate || run.aggregate_name != "median") continue;
+      if (run.run_type != Run::RT_Aggregate) continue;
       const auto it = registry().find(run.run_name.function_name);
       if (it == registry().end()) continue;
-      Row row;
+      found = true;
       row.g = it->second.first;
       row.threads = it->second.second;
-      row.median_ms = run.GetAdjustedRealTime();
-      const auto counter = run.counters.find("GFLOP/s");
-      row.gflops = counter != run.counters.end() ? counter->second.value : 0.0;
-      rows.push_back(row);
+      if (run.aggregate_name == "median") {
+        row.median_ms = run.GetAdjustedRealTime();
+        row.cpu_over_real = run.GetAdjustedCPUTime() / run.GetAdjustedRealTime();
+        const auto counter = run.counters.find("GFLOP/s");
+        row.gflops = counter != run.counters.end() ? counter->second.value : 0.0;
+      } else if (run.aggregate_name == "min") {
+        row.min_ms = run.GetAdjustedRealTime();
+      }
     }
+    if (found) rows.push_back(row);
   }
 };
 
@@ -265,6 +274,7 @@ int main(int argc, char** argv) {
           ->MinWarmUpTime(0.05)
           ->MinTime(0.1)
           ->Repetitions(5)
+          ->ComputeStatistics("min", [](const std::vector<double>& v) { return *std::min_element(v.begin(), v.end()); })
           ->ReportAggregatesOnly(true);
     }
   }
@@ -275,26 +285,30 @@ int main(int argc, char** argv) {
   std::map<std::string, double> one_thread;
   for (const auto& r : reporter.rows)
     if (r.threads == 1) one_thread[r.g.name] = r.gflops;
-  std::printf("\n%-32s %4s %5s %5s %5s %5s %3s %10s %9s %8s %9s\n", "case", "op", "m", "n", "k", "batch", "thr",
-              "median_ms", "GFLOP/s", "%peak", "vs_1thr");
+  std::printf(
+      "\nGFLOP/s = median of 5 repetitions; best_GF = fastest repetition; cpu/real = CPU time of the calling thread\n"
+      "over wall time (about 1.00 when no other process took the core; lower means the row was disturbed)\n");
+  std::printf("%-30s %2s %5s %5s %5s %5s %3s %9s %8s %6s %7s %8s %8s\n", "case", "op", "m", "n", "k", "batch", "thr",
+              "median_ms", "GFLOP/s", "%peak", "vs_1thr", "best_GF", "cpu/real");
   for (const auto& r : reporter.rows) {
     const double peak = mc.peak_gflops_per_core() * r.threads;
     const double vs1 = one_thread.count(r.g.name) && one_thread[r.g.name] > 0 ? r.gflops / one_thread[r.g.name] : 0.0;
-    std::printf("%-32s %c%c   %5ld %5ld %5ld %5ld %3d %10.3f %9.1f %7.1f%% %8.2fx\n", r.g.name.c_str(),
+    std::printf("%-30s %c%c %5ld %5ld %5ld %5ld %3d %9.3f %8.1f %5.0f%% %6.2fx %8.1f %8.2f\n", r.g.name.c_str(),
                 r.g.trans_a ? 'T' : 'N', r.g.trans_b ? 'T' : 'N', (long)r.g.m, (long)r.g.n, (long)r.g.k,
-                (long)r.g.batch, r.threads, r.median_ms, r.gflops, peak > 0 ? 100.0 * r.gflops / peak : 0.0, vs1);
+                (long)r.g.batch, r.threads, r.median_ms, r.gflops, peak > 0 ? 100.0 * r.gflops / peak : 0.0, vs1,
+                r.best_gflops(), r.cpu_over_real);
   }
   for (const auto& r : reporter.rows) {
     const double peak = mc.peak_gflops_per_core() * r.threads;
     std::printf(
         "{\"bench\":\"gemm\",\"case\":\"%s\",\"trans_a\":%s,\"trans_b\":%s,\"m\":%ld,\"n\":%ld,\"k\":%ld,"
-        "\"batch\":%ld,\"threads\":%d,\"median_ms\":%.4f,\"gflops\":%.2f,\"peak_gflops\":%.2f,"
-        "\"ratio_to_peak\":%.3f,\"peak_assumption\":\"%s at %.3f GHz (%s)\",\"cpu\":\"%s\","
+        "\"batch\":%ld,\"threads\":%d,\"median_ms\":%.4f,\"gflops\":%.2f,\"best_gflops\":%.2f,\"cpu_over_real\":%.3f,"
+        "\"peak_gflops\":%.2f,\"ratio_to_peak\":%.3f,\"peak_assumption\":\"%s at %.3f GHz (%s)\",\"cpu\":\"%s\","
         "\"blas_core\":\"%s\",\"openblas_coretype\":\"%s\"}\n",
         r.g.name.c_str(), r.g.trans_a ? "true" : "false", r.g.trans_b ? "true" : "false", (long)r.g.m, (long)r.g.n,
-        (long)r.g.k, (long)r.g.batch, r.threads, r.median_ms, r.gflops, peak, peak > 0 ? r.gflops / peak : 0.0,
-        mc.isa.c_str(), mc.ghz, mc.clock_source.c_str(), mc.cpu_model.c_str(), cpu::blas_core_name().c_str(),
-        coretype_env != nullptr ? coretype_env : "");
+        (long)r.g.k, (long)r.g.batch, r.threads, r.median_ms, r.gflops, r.best_gflops(), r.cpu_over_real, peak,
+        peak > 0 ? r.gflops / peak : 0.0, mc.isa.c_str(), mc.ghz, mc.clock_source.c_str(), mc.cpu_model.c_str(),
+        cpu::blas_core_name().c_str(), coretype_env != nullptr ? coretype_env : "");
   }
   return 0;
 }

@@ -139,6 +139,12 @@ TEST(KernelGemm, StridedBatchedSmallMatricesAllTransposes) {
     for (bool tb : {false, true}) check_batched(ta, tb, 7, 13, 5, 9, false, 0.0f);
 }
 
+TEST(KernelGemm, StridedBatchedOpenMpPath) {
+  // Each GEMM small enough for OpenBLAS to run single-threaded, the batch large enough to spread.
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) check_batched(ta, tb, 32, 33, 31, 16, false, ta ? 0.5f : 0.0f);
+}
+
 TEST(KernelGemm, StridedBatchedLargeMatricesSequentialPath) {
   check_batched(false, true, 65, 70, 67, 3, false, 0.5f);  // m*n*k above OpenBLAS's single-thread threshold
   check_batched(true, false, 71, 65, 66, 2, false, 0.0f);

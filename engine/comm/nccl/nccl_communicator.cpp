@@ -285,13 +285,12 @@ void deterministic_reduce(NcclCommState& s, const std::string& op_name, DType dt
 using detail::NcclCommState;
 using detail::NcclWork;
 
-NcclCommunicator::NcclCommunicator(const MpiCommunicator& bootstrap, const NcclOptions& options) {
+NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap, const NcclOptions& options) {
   auto state = std::make_shared<NcclCommState>();
   state->options = options;
   state->name = bootstrap.name();
   // A private MPI group with the same members, sharing the bootstrap's liveness probe.
-  auto& mutable_bootstrap = const_cast<MpiCommunicator&>(bootstrap);
-  std::unique_ptr<Communicator> mirror = mutable_bootstrap.split(0, bootstrap.rank(), "nccl");
+  std::unique_ptr<Communicator> mirror = bootstrap.split(0, bootstrap.rank(), "nccl");
   state->mpi.reset(static_cast<MpiCommunicator*>(mirror.release()));
   int device_count = 0;
   const cudaError_t count_status = cudaGetDeviceCount(&device_count);

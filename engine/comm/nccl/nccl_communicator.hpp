@@ -44,9 +44,10 @@ struct NcclCommState;
 
 class NcclCommunicator final : public Communicator {
  public:
-  // Collective over `bootstrap`: every member builds its NcclCommunicator together. The NCCL communicator has
-  // the same members and ranks as `bootstrap`, which may be destroyed afterwards.
-  NcclCommunicator(const MpiCommunicator& bootstrap, const NcclOptions& options);
+  // Collective over `bootstrap`: every member builds its NcclCommunicator together (it splits `bootstrap` into
+  // a private MPI mirror, then broadcasts the NCCL id over it). The NCCL communicator has the same members and
+  // ranks as `bootstrap`, which may be destroyed afterwards.
+  NcclCommunicator(MpiCommunicator& bootstrap, const NcclOptions& options);
   ~NcclCommunicator() override;  // finalizes under the watchdog, aborts if that fails
 
   int rank() const override;

@@ -5,6 +5,7 @@
 // host ordered reduction, and argument errors.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <memory>
 #include <random>

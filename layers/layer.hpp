@@ -26,10 +26,20 @@ class Communicator;
 namespace cleave::layers {
 
 // How a parameter is split across tensor-parallel ranks. dim = -1: replicated.
+//
+// The split dimension (extent E = logical[dim]) is made of `groups` equal blocks of G = E / groups rows
+// (groups must divide E); each block is cut into `parts` pieces of P = ceil(G / parts) rows and the shard
+// holds piece `index` of every block, blocks in order. So the shard's shape is `logical` with dim replaced
+// by groups * P. Examples: a column-parallel weight [out, in] is {dim 0, groups 1}; the fused attention
+// QKV weight [3D, D] with rows q|k|v is {dim 0, groups 3}: tp rank r holds rows of its heads from q, then
+// from k, then from v. When parts does not divide G (a vocabulary table split over tp), the last pieces
+// run past the block's end: those rows are padding, zero-initialised, never part of the logical tensor,
+// and their gradient stays zero. layers/parallel/shard.hpp maps between shards and logical tensors.
 struct ShardSpec {
   int dim = -1;               // dimension of the logical tensor that is split
   int parts = 1;              // tp size
   int index = 0;              // tp rank
+  int groups = 1;             // equal blocks along dim, each split into `parts` (3 for a fused QKV weight)
   Shape logical;              // shape of the unsharded tensor (== value's shape when replicated)
 };
 

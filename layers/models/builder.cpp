@@ -13,6 +13,12 @@
 #include "layers/lm_head.hpp"
 #include "layers/maxpool.hpp"
 #include "layers/param_init.hpp"
+#include "layers/parallel/parallel_transformer_block.hpp"
+#include "layers/parallel/tp_layout.hpp"
+#include "layers/parallel/tp_util.hpp"
+#include "layers/parallel/vocab_parallel_cross_entropy.hpp"
+#include "layers/parallel/vocab_parallel_embedding.hpp"
+#include "layers/parallel/vocab_parallel_lm_head.hpp"
 #include "layers/relu.hpp"
 #include "layers/softmax_cross_entropy.hpp"
 #include "layers/transformer_block.hpp"
@@ -33,6 +39,60 @@ std::string embedding_prefix(const ModelSpec& spec) {
   CLEAVE_THROW("model spec '{}' has a tied lm head but no embedding block", spec.type);
 }
 
+// build_blocks for tp_size > 1 (a gpt, checked by the caller): this tp rank's shards of every block.
+std::vector<LayerPtr> build_tensor_parallel_blocks(const ModelSpec& spec, std::size_t first_block,
+                                                   std::size_t last_block, const BuildOptions& options,
+                                                   const ParamInit& init) {
+  const int tp = options.tp_size, rank = options.tp_rank;
+  std::vector<LayerPtr> layers;
+  const VocabParallelEmbedding* embedding = nullptr;  // in this range
+  for (std::size_t i = first_block; i < last_block; ++i) {
+    const BlockSpec& b = spec.blocks[i];
+    switch (b.kind) {
+      case BlockKind::kEmbedding: {
+        auto layer =
+            std::make_unique<VocabParallelEmbedding>(b.name, b.vocab_size, b.seq_len, b.out_features, init, tp, rank);
+        embedding = layer.get();
+        layers.push_back(std::move(layer));
+        break;
+      }
+      case BlockKind::kTransformerBlock:
+        layers.push_back(std::make_unique<ParallelTransformerBlock>(b.name, b.in_features, b.n_heads, b.d_ff,
+                                                                    spec.gpt.n_layers, init, tp, rank));
+        break;
+      case BlockKind::kLayerNorm:
+        layers.push_back(std::make_unique<LayerNorm>(b.name, b.in_features, init));
+        break;
+      case BlockKind::kLmHead: {
+        std::shared_ptr<Param> weight;
+        if (b.tied && embedding != nullptr) {
+          weight = embedding->token_table();
+        } else if (b.tied && options.tied_table) {
+          const ShardSpec& s = options.tied_table->shard;
+          CLEAVE_CHECK(s.dim == 0 && s.parts == tp && s.index == rank,
+                       "build_blocks: the tied table '{}' passed in BuildOptions::tied_table is not vocabulary shard "
+                       "{} of {} (dim {}, index {} of {})",
+                       options.tied_table->name, rank, tp, s.dim, s.index, s.parts);
+          weight = options.tied_table;
+        } else if (b.tied) {
+          weight = make_vocab_parallel_token_table(embedding_prefix(spec), b.vocab_size, b.in_features, init, tp, rank);
+        } else {
+          weight = make_vocab_parallel_table(b.name + ".weight", b.vocab_size, b.in_features, init.std, init, tp, rank);
+        }
+        layers.push_back(std::make_unique<VocabParallelLmHead>(b.name, std::move(weight), b.tied, tp, rank));
+        break;
+      }
+      case BlockKind::kSoftmaxCrossEntropy:
+        layers.push_back(std::make_unique<VocabParallelCrossEntropy>(b.vocab_size, tp, rank));
+        break;
+      default:
+        CLEAVE_ASSERT(false, "build_blocks: block '{}' ({}) has no tensor-parallel version (check_tensor_parallel "
+                      "admits gpt only)", b.name, partition::block_kind_name(b.kind));
+    }
+  }
+  return layers;
+}
+
 }  // namespace
 
 std::vector<LayerPtr> build_blocks(const ModelSpec& spec, std::size_t first_block, std::size_t last_block,
@@ -45,6 +105,9 @@ std::vector<LayerPtr> build_blocks(const ModelSpec& spec, std::size_t first_bloc
   init.allocator = options.allocator;
   init.scheme = spec.type == "gpt" ? InitScheme::kGpt2 : InitScheme::kTorchDefault;
   init.std = 0.02f;
+  check_tensor_parallel(spec, options.tp_size);
+  check_tp_coordinates(options.tp_size, options.tp_rank, "build_blocks");
+  if (options.tp_size > 1) return build_tensor_parallel_blocks(spec, first_block, last_block, options, init);
 
   std::vector<LayerPtr> layers;
   const Embedding* embedding = nullptr;  // in this range

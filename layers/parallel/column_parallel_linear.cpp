@@ -1,0 +1,67 @@
+// Column-parallel linear layer on the CPU: Linear's GEMMs on the shard plus the tp all-reduce of dx.
+#include "layers/parallel/column_parallel_linear.hpp"
+
+#include "engine/core/error.hpp"
+#include "layers/parallel/shard.hpp"
+#include "layers/parallel/sharded_param.hpp"
+#include "layers/parallel/tp_util.hpp"
+
+namespace cleave::layers {
+
+namespace {
+
+std::shared_ptr<Param> column_weight(const std::string& prefix, std::int64_t in, std::int64_t out,
+                                     const ParamInit& init, int tp_size, int tp_rank, int groups) {
+  const std::string who = "column_parallel_linear " + prefix;
+  check_tp_coordinates(tp_size, tp_rank, who);
+  CLEAVE_CHECK(in > 0 && out > 0, "{}: sizes must be > 0, got in {} out {}", who, in, out);
+  CLEAVE_CHECK(groups >= 1 && out % (static_cast<std::int64_t>(groups) * tp_size) == 0,
+               "{}: {} output features do not split into {} group(s) x {} tensor-parallel ranks", who, out, groups,
+               tp_size);
+  auto w = make_sharded_param(prefix + ".weight", make_shard_spec(Shape{out, in}, 0, tp_size, tp_rank, groups), true,
+                              init.alloc());
+  init_shard_weight(*w, in, init);
+  return w;
+}
+
+std::shared_ptr<Param> column_bias(const std::string& prefix, std::int64_t in, std::int64_t out, bool bias,
+                                   const ParamInit& init, int tp_size, int tp_rank, int groups) {
+  if (!bias) return nullptr;
+  auto b = make_sharded_param(prefix + ".bias", make_shard_spec(Shape{out}, 0, tp_size, tp_rank, groups), false,
+                              init.alloc());
+  init_shard_bias(*b, in, init);
+  return b;
+}
+
+}  // namespace
+
+ColumnParallelLinear::ColumnParallelLinear(std::string prefix, std::int64_t in_features, std::int64_t out_features,
+                                           bool bias, const ParamInit& init, int tp_size, int tp_rank, int groups)
+    : prefix_(std::move(prefix)),
+      tp_size_(tp_size),
+      tp_rank_(tp_rank),
+      local_(prefix_, column_weight(prefix_, in_features, out_features, init, tp_size, tp_rank, groups),
+             column_bias(prefix_, in_features, out_features, bias, init, tp_size, tp_rank, groups)) {}
+
+ColumnParallelLinear::ColumnParallelLinear(std::string prefix, std::shared_ptr<Param> weight,
+                                           std::shared_ptr<Param> bias, int tp_size, int tp_rank)
+    : prefix_(std::move(prefix)), tp_size_(tp_size), tp_rank_(tp_rank), local_(prefix_, weight, bias) {
+  check_tp_coordinates(tp_size, tp_rank, who());
+  const ShardSpec& s = weight->shard;
+  CLEAVE_ASSERT(tp_size == 1 ? s.dim <= 0 : (s.dim == 0 && s.parts == tp_size && s.index == tp_rank),
+                "{}: weight '{}' is not row shard {} of {} (dim {}, index {} of {})", who(), weight->name, tp_rank,
+                tp_size, s.dim, s.index, s.parts);
+}
+
+Tensor ColumnParallelLinear::forward(const Tensor& x, Stash& stash, Context& ctx) {
+  tp_group(ctx, tp_size_, tp_rank_, who());  // a wrong context fails here, before any collective
+  return local_.forward(x, stash, ctx);
+}
+
+Tensor ColumnParallelLinear::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
+  Tensor dx = local_.backward_input(dy, stash, ctx);
+  tp_all_reduce(dx, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
+  return dx;
+}
+
+}  // namespace cleave::layers

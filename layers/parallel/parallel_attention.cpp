@@ -1,0 +1,74 @@
+// Head-parallel causal self-attention on the CPU: the attention kernel runs on the local heads only.
+#include "layers/parallel/parallel_attention.hpp"
+
+#include "kernels/cpu/attention.hpp"
+#include "layers/layer_util.hpp"
+#include "layers/parallel/tp_layout.hpp"
+
+namespace cleave::layers {
+
+namespace {
+std::int64_t checked_local_heads(const std::string& prefix, std::int64_t d_model, std::int64_t n_heads,
+                                 int tp_size) {
+  CLEAVE_CHECK(n_heads > 0 && d_model % n_heads == 0,
+               "attention {}: d_model ({}) must be divisible by n_heads ({})", prefix, d_model, n_heads);
+  check_tp_heads(n_heads, tp_size);
+  return n_heads / tp_size;
+}
+}  // namespace
+
+ParallelCausalSelfAttention::ParallelCausalSelfAttention(std::string prefix, std::int64_t d_model,
+                                                         std::int64_t n_heads, const ParamInit& init,
+                                                         const ParamInit& proj_init, int tp_size, int tp_rank)
+    : prefix_(std::move(prefix)),
+      d_model_(d_model),
+      n_heads_(n_heads),
+      local_heads_(checked_local_heads(prefix_, d_model, n_heads, tp_size)),
+      qkv_(prefix_ + ".qkv", d_model, 3 * d_model, true, init, tp_size, tp_rank, /*groups=*/3),
+      proj_(prefix_ + ".proj", d_model, d_model, true, proj_init, tp_size, tp_rank) {}
+
+Tensor ParallelCausalSelfAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
+  const std::string who = "parallel attention " + prefix_;
+  check_input(x, DType::kF32, d_model_, 3, who);
+  CLEAVE_CHECK(x.rank() == 3, "{}: expected [batch, seq, {}], got {}", who, d_model_, x.shape().str());
+  const std::int64_t b = x.dim(0), t = x.dim(1), hd = d_model_ / n_heads_;
+  stash.clear();
+  stash.children.resize(2);
+  Tensor qkv = qkv_.forward(x, stash.children[0], ctx);
+  Tensor out = new_activation(ctx, Shape{b, t, local_heads_ * hd});
+  Tensor probs = new_activation(ctx, Shape{b, local_heads_, t, t});
+  kernels::cpu::attention_forward(qkv.data<float>(), out.data<float>(), probs.data<float>(), b, t, local_heads_, hd);
+  stash.tensors = {qkv, probs};
+  return proj_.forward(out, stash.children[1], ctx);
+}
+
+Tensor ParallelCausalSelfAttention::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
+  const std::string who = "parallel attention " + prefix_;
+  const Tensor qkv = stash_at(stash, 0, who);
+  const Tensor probs = stash_at(stash, 1, who);
+  const std::int64_t b = qkv.dim(0), t = qkv.dim(1), hd = d_model_ / n_heads_;
+  Tensor dout = proj_.backward_input(dy, stash.children[1], ctx);
+  Tensor dqkv = new_activation(ctx, qkv.shape());
+  {
+    Tensor dprobs = new_workspace(ctx, probs.shape());
+    kernels::cpu::attention_backward(dout.data<float>(), qkv.data<float>(), probs.data<float>(), dqkv.data<float>(),
+                                     dprobs.data<float>(), b, t, local_heads_, hd);
+  }
+  stash.tensors.clear();
+  return qkv_.backward_input(dqkv, stash.children[0], ctx);
+}
+
+void ParallelCausalSelfAttention::backward_weight(Stash& stash, Context& ctx) {
+  CLEAVE_ASSERT(stash.children.size() == 2, "parallel attention {}: backward_weight without forward", prefix_);
+  qkv_.backward_weight(stash.children[0], ctx);
+  proj_.backward_weight(stash.children[1], ctx);
+  stash.clear();
+}
+
+std::vector<std::shared_ptr<Param>> ParallelCausalSelfAttention::params() const {
+  auto out = qkv_.params();
+  for (auto& p : proj_.params()) out.push_back(p);
+  return out;
+}
+
+}  // namespace cleave::layers

@@ -1,0 +1,70 @@
+// Row-parallel linear layer on the CPU: Linear's GEMMs on the shard, the tp all-reduce of the output, then
+// the replicated bias.
+#include "layers/parallel/row_parallel_linear.hpp"
+
+#include "engine/core/error.hpp"
+#include "kernels/cpu/bias.hpp"
+#include "layers/layer_util.hpp"
+#include "layers/parallel/shard.hpp"
+#include "layers/parallel/sharded_param.hpp"
+#include "layers/parallel/tp_util.hpp"
+
+namespace cleave::layers {
+
+namespace {
+
+std::shared_ptr<Param> row_weight(const std::string& prefix, std::int64_t in, std::int64_t out, const ParamInit& init,
+                                  int tp_size, int tp_rank) {
+  const std::string who = "row_parallel_linear " + prefix;
+  check_tp_coordinates(tp_size, tp_rank, who);
+  CLEAVE_CHECK(in > 0 && out > 0, "{}: sizes must be > 0, got in {} out {}", who, in, out);
+  CLEAVE_CHECK(in % tp_size == 0, "{}: {} input features do not split over {} tensor-parallel ranks", who, in,
+               tp_size);
+  auto w = make_sharded_param(prefix + ".weight", make_shard_spec(Shape{out, in}, 1, tp_size, tp_rank), true,
+                              init.alloc());
+  init_shard_weight(*w, in, init);
+  return w;
+}
+
+}  // namespace
+
+RowParallelLinear::RowParallelLinear(std::string prefix, std::int64_t in_features, std::int64_t out_features,
+                                     bool bias, const ParamInit& init, int tp_size, int tp_rank)
+    : prefix_(std::move(prefix)),
+      tp_size_(tp_size),
+      tp_rank_(tp_rank),
+      local_(prefix_, row_weight(prefix_, in_features, out_features, init, tp_size, tp_rank), nullptr) {
+  if (bias) {
+    bias_ = make_param(prefix_ + ".bias", Shape{out_features}, false, init.alloc());
+    init_bias(*bias_, in_features, init);
+  }
+}
+
+Tensor RowParallelLinear::forward(const Tensor& x, Stash& stash, Context& ctx) {
+  tp_group(ctx, tp_size_, tp_rank_, who());
+  Tensor y = local_.forward(x, stash, ctx);
+  tp_all_reduce(y, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
+  if (bias_) {
+    kernels::cpu::bias_add_forward(y.data<float>(), bias_->value.data<float>(), y.shape().rows(), out_features());
+  }
+  return y;
+}
+
+Tensor RowParallelLinear::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
+  return local_.backward_input(dy, stash, ctx);
+}
+
+void RowParallelLinear::backward_weight(Stash& stash, Context& ctx) {
+  if (bias_) {
+    const Tensor& dy = stash_at(stash, 1, who());
+    kernels::cpu::bias_backward(dy.data<float>(), bias_->grad.data<float>(), dy.shape().rows(), out_features());
+  }
+  local_.backward_weight(stash, ctx);
+}
+
+std::vector<std::shared_ptr<Param>> RowParallelLinear::params() const {
+  if (bias_) return {local_.weight(), bias_};
+  return {local_.weight()};
+}
+
+}  // namespace cleave::layers

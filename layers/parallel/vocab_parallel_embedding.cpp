@@ -1,0 +1,110 @@
+// Vocab-parallel token embedding on the CPU: masked local lookup, tp all-reduce, replicated positions.
+#include "layers/parallel/vocab_parallel_embedding.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "engine/core/error.hpp"
+#include "kernels/cpu/embedding.hpp"
+#include "layers/layer_util.hpp"
+#include "layers/parallel/shard.hpp"
+#include "layers/parallel/sharded_param.hpp"
+#include "layers/parallel/tp_util.hpp"
+
+namespace cleave::layers {
+
+namespace kc = kernels::cpu;
+
+std::shared_ptr<Param> make_vocab_parallel_table(const std::string& name, std::int64_t vocab_size, std::int64_t dim,
+                                                 float std, const ParamInit& init, int tp_size, int tp_rank) {
+  check_tp_coordinates(tp_size, tp_rank, "vocab-parallel table " + name);
+  CLEAVE_CHECK(vocab_size > 0 && dim > 0, "vocab-parallel table {}: vocab_size ({}) and dim ({}) must be > 0", name,
+               vocab_size, dim);
+  auto table = make_sharded_param(name, make_shard_spec(Shape{vocab_size, dim}, 0, tp_size, tp_rank), true,
+                                  init.alloc());
+  init_shard_normal(*table, init.seed, std);
+  return table;
+}
+
+std::shared_ptr<Param> make_vocab_parallel_token_table(const std::string& prefix, std::int64_t vocab_size,
+                                                       std::int64_t dim, const ParamInit& init, int tp_size,
+                                                       int tp_rank) {
+  return make_vocab_parallel_table(prefix + ".token", vocab_size, dim, 0.02f, init, tp_size, tp_rank);
+}
+
+VocabParallelEmbedding::VocabParallelEmbedding(std::string prefix, std::int64_t vocab_size, std::int64_t seq_len,
+                                               std::int64_t dim, const ParamInit& init, int tp_size, int tp_rank)
+    : prefix_(std::move(prefix)), vocab_(vocab_size), seq_len_(seq_len), dim_(dim), tp_size_(tp_size),
+      tp_rank_(tp_rank) {
+  CLEAVE_CHECK(vocab_size > 0 && seq_len > 0 && dim > 0,
+               "{}: vocab_size ({}), seq_len ({}) and dim ({}) must be > 0", who(), vocab_size, seq_len, dim);
+  token_ = make_vocab_parallel_token_table(prefix_, vocab_size, dim, init, tp_size, tp_rank);
+  position_ = make_param(prefix_ + ".position", Shape{seq_len, dim}, false, init.alloc());
+  init_normal(*position_, init.seed, 0.02f);
+  const std::int64_t rows = shard_rows(token_->shard);
+  first_ = rows * tp_rank;
+  valid_ = std::clamp<std::int64_t>(vocab_size - first_, 0, rows);
+}
+
+Tensor VocabParallelEmbedding::forward(const Tensor& ids, Stash& stash, Context& ctx) {
+  check_input(ids, DType::kI32, -1, 2, who());
+  CLEAVE_CHECK(ids.rank() == 2, "{}: expected token ids [batch, seq], got {}", who(), ids.shape().str());
+  const std::int64_t b = ids.dim(0), t = ids.dim(1), n = b * t;
+  CLEAVE_CHECK(t <= seq_len_, "{}: sequence of {} tokens exceeds the {} learned positions (model.seq_len)", who(), t,
+               seq_len_);
+  tp_group(ctx, tp_size_, tp_rank_, who());
+  const std::int32_t* id = ids.data<std::int32_t>();
+  for (std::int64_t i = 0; i < n; ++i) {
+    CLEAVE_CHECK(id[i] >= 0 && id[i] < vocab_,
+                 "embedding: token id {} at position {} is out of range [0, {}) (vocab_size {}); check that the "
+                 "data was tokenized with this model's vocabulary",
+                 id[i], i, vocab_, vocab_);
+  }
+  Tensor y = new_activation(ctx, Shape{b, t, dim_});
+  float* out = y.data<float>();
+  const float* table = token_->value.data<float>();
+  const auto row_bytes = static_cast<std::size_t>(dim_) * sizeof(float);
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t local = id[i] - first_;
+    if (local >= 0 && local < valid_) {
+      std::memcpy(out + i * dim_, table + local * dim_, row_bytes);
+    } else {
+      std::memset(out + i * dim_, 0, row_bytes);
+    }
+  }
+  tp_all_reduce(y, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
+  kc::position_embedding_forward(out, position_->value.data<float>(), b, t, dim_);
+  stash.tensors = {ids};
+  return y;
+}
+
+Tensor VocabParallelEmbedding::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
+  (void)ctx;
+  const Tensor& ids = stash_at(stash, 0, who());
+  check_input(dy, DType::kF32, dim_, 1, who() + " (dy)");
+  CLEAVE_ASSERT(dy.numel() == ids.numel() * dim_, "{}: dy {} vs ids {}", who(), dy.shape().str(), ids.shape().str());
+  stash.tensors.push_back(dy);
+  return Tensor{};
+}
+
+void VocabParallelEmbedding::backward_weight(Stash& stash, Context& ctx) {
+  (void)ctx;
+  const Tensor& ids = stash_at(stash, 0, who());
+  const Tensor& dy = stash_at(stash, 1, who());
+  const std::int64_t b = ids.dim(0), t = ids.dim(1), n = b * t;
+  const std::int32_t* id = ids.data<std::int32_t>();
+  const float* d = dy.data<float>();
+  float* dtable = token_->grad.data<float>();
+  // Token order, like kernels/cpu/embedding_backward: the local rows get bit-identical sums.
+  for (std::int64_t i = 0; i < n; ++i) {
+    const std::int64_t local = id[i] - first_;
+    if (local < 0 || local >= valid_) continue;
+    float* dst = dtable + local * dim_;
+    const float* src = d + i * dim_;
+    for (std::int64_t c = 0; c < dim_; ++c) dst[c] += src[c];
+  }
+  kc::position_embedding_backward(d, position_->grad.data<float>(), b, t, dim_);
+  stash.clear();
+}
+
+}  // namespace cleave::layers

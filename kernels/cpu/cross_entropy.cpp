@@ -52,8 +52,41 @@ double softmax_cross_entropy_forward(const float* logits, const int32_t* targets
 
 void softmax_cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, float scale,
                                     float* dlogits, int64_t rows, int64_t classes) {
-  CLEAVE_ASSERT(rows >= 0 && classes > 0, "softmax_cross_entropy_backward: bad shape [{}, {}]", rows, classes);
-  check_targets("softmax_cross_entropy_backward", targets, rows, classes);
+  softmax_cross_entropy_backward_shard(logits, targets, 0, lse, scale, dlogits, rows, classes, classes);
+}
+
+void cross_entropy_shard_max(const float* logits, float* row_max, int64_t rows, int64_t classes) {
+  CLEAVE_ASSERT(rows >= 0 && classes > 0, "cross_entropy_shard_max: bad shape [{}, {}]", rows, classes);
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * classes))
+  for (int64_t r = 0; r < rows; ++r) row_max[r] = detail::max_of(logits + r * classes, classes);
+}
+
+void cross_entropy_shard_sum_exp(const float* logits, const float* row_max, float* sum_exp, int64_t rows,
+                                 int64_t classes) {
+  CLEAVE_ASSERT(rows >= 0 && classes > 0, "cross_entropy_shard_sum_exp: bad shape [{}, {}]", rows, classes);
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * classes))
+  for (int64_t r = 0; r < rows; ++r) sum_exp[r] = detail::exp_sum(logits + r * classes, row_max[r], classes);
+}
+
+void cross_entropy_shard_target_logit(const float* logits, const int32_t* targets, int64_t class_offset,
+                                      float* target_logit, int64_t rows, int64_t classes, int64_t total_classes) {
+  CLEAVE_ASSERT(rows >= 0 && classes > 0 && class_offset >= 0 && class_offset + classes <= total_classes,
+                "cross_entropy_shard_target_logit: shard [{}, {}) outside {} classes", class_offset,
+                class_offset + classes, total_classes);
+  check_targets("cross_entropy_shard_target_logit", targets, rows, total_classes);
+  for (int64_t r = 0; r < rows; ++r) {
+    const int64_t local = static_cast<int64_t>(targets[r]) - class_offset;
+    target_logit[r] = (targets[r] >= 0 && local >= 0 && local < classes) ? logits[r * classes + local] : 0.0f;
+  }
+}
+
+void softmax_cross_entropy_backward_shard(const float* logits, const int32_t* targets, int64_t class_offset,
+                                          const float* lse, float scale, float* dlogits, int64_t rows, int64_t classes,
+                                          int64_t total_classes) {
+  CLEAVE_ASSERT(rows >= 0 && classes > 0 && class_offset >= 0 && class_offset + classes <= total_classes,
+                "softmax_cross_entropy_backward: shard [{}, {}) outside {} classes (rows {})", class_offset,
+                class_offset + classes, total_classes, rows);
+  check_targets("softmax_cross_entropy_backward", targets, rows, total_classes);
   // dlogits may alias logits: every element is read before it is written, at the same index.
 #pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * classes))
   for (int64_t r = 0; r < rows; ++r) {
@@ -64,10 +97,12 @@ void softmax_cross_entropy_backward(const float* logits, const int32_t* targets,
       for (int64_t c = 0; c < classes; ++c) dx[c] = 0.0f;
       continue;
     }
+    const int64_t local = static_cast<int64_t>(t) - class_offset;
+    const bool here = local >= 0 && local < classes;
     const float row_lse = lse[r];
-    const float x_t = x[t];
+    const float x_t = here ? x[local] : 0.0f;
     detail::exp_scale_store(x, row_lse, scale, dx, classes);
-    dx[t] = scale * (detail::exp_scalar(x_t - row_lse) - 1.0f);
+    if (here) dx[local] = scale * (detail::exp_scalar(x_t - row_lse) - 1.0f);
   }
 }
 

@@ -20,4 +20,24 @@ void softmax_cross_entropy_backward(const float* logits, const int32_t* targets,
 // Rows whose target is not ignored (target >= 0): the usual denominator of a mean loss.
 int64_t count_valid_targets(const int32_t* targets, int64_t rows);
 
+// Vocab-parallel pieces (Megatron style). A tensor-parallel rank holds the logit columns
+// [class_offset, class_offset + classes) of total_classes; targets are global class ids (-1 ignored). The
+// layer combines the per-shard pieces across its tp group:
+//   row_max  = all_reduce_max(shard_max)          sum_exp = all_reduce_sum(shard_sum_exp(row_max))
+//   lse      = row_max + log(sum_exp)             loss_r  = lse - all_reduce_sum(shard_target_logit)
+// and then calls softmax_cross_entropy_backward_shard with that lse. With one shard (offset 0,
+// classes == total_classes) these reproduce the fused kernels above.
+void cross_entropy_shard_max(const float* logits, float* row_max, int64_t rows, int64_t classes);
+void cross_entropy_shard_sum_exp(const float* logits, const float* row_max, float* sum_exp, int64_t rows,
+                                 int64_t classes);
+// target_logit[r] = logits[r, targets[r] - class_offset] when the target lies in this shard, else 0.
+// CLEAVE_CHECKs every target against [-1, total_classes).
+void cross_entropy_shard_target_logit(const float* logits, const int32_t* targets, int64_t class_offset,
+                                      float* target_logit, int64_t rows, int64_t classes, int64_t total_classes);
+// dlogits = scale * (softmax - onehot), the onehot only where the target lies in this shard; ignored rows
+// are zero. dlogits may alias logits.
+void softmax_cross_entropy_backward_shard(const float* logits, const int32_t* targets, int64_t class_offset,
+                                          const float* lse, float scale, float* dlogits, int64_t rows, int64_t classes,
+                                          int64_t total_classes);
+
 }  // namespace cleave::kernels::cpu

@@ -1,11 +1,13 @@
 // Fused softmax cross-entropy against a double reference: the summed loss over non-ignored rows, every
 // row's logsumexp, the gradient scale*(softmax - onehot) with zero rows for ignored targets, finite
 // differences of the forward, in-place (dlogits aliasing logits) giving the same bits, stability for
-// huge logits, and out-of-range targets raising cleave::Error with the row, target and class count.
+// huge logits, vocab-parallel shard pieces combining to the fused result, and out-of-range targets
+// raising cleave::Error with the row, target and class count.
 #include "kernels/cpu/cross_entropy.hpp"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "kernel_test_util.hpp"
@@ -71,6 +73,54 @@ TEST(KernelCrossEntropy, ForwardBackwardMatchReference) {
       EXPECT_NEAR(grad[i], fd, 1e-3 * (1.0 + std::fabs(fd))) << "logit " << i;
     }
   }
+}
+
+TEST(KernelCrossEntropy, VocabShardsCombineToTheFusedKernel) {
+  const int64_t rows = 13, shard = 37, shards = 3, classes = shard * shards;
+  const auto logits = test::random_floats(static_cast<size_t>(rows * classes), 52, 4.0f);
+  const auto targets = make_targets(rows, classes, 5);
+  std::vector<float> lse(static_cast<size_t>(rows));
+  const double fused = softmax_cross_entropy_forward(logits.data(), targets.data(), lse.data(), rows, classes);
+  std::vector<float> grad(logits.size());
+  softmax_cross_entropy_backward(logits.data(), targets.data(), lse.data(), 0.5f, grad.data(), rows, classes);
+
+  // Each shard holds columns [s*shard, (s+1)*shard) as its own contiguous [rows, shard] tensor.
+  std::vector<std::vector<float>> local(shards);
+  for (int64_t s = 0; s < shards; ++s)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < shard; ++c) local[s].push_back(logits[r * classes + s * shard + c]);
+  std::vector<float> row_max(static_cast<size_t>(rows), -1e30f), sum_exp(static_cast<size_t>(rows), 0.0f),
+      target_logit(static_cast<size_t>(rows), 0.0f), piece(static_cast<size_t>(rows));
+  for (int64_t s = 0; s < shards; ++s) {  // "all-reduce max"
+    cross_entropy_shard_max(local[s].data(), piece.data(), rows, shard);
+    for (int64_t r = 0; r < rows; ++r) row_max[r] = std::max(row_max[r], piece[r]);
+  }
+  for (int64_t s = 0; s < shards; ++s) {  // "all-reduce sum" of exp sums and target logits
+    cross_entropy_shard_sum_exp(local[s].data(), row_max.data(), piece.data(), rows, shard);
+    for (int64_t r = 0; r < rows; ++r) sum_exp[r] += piece[r];
+    cross_entropy_shard_target_logit(local[s].data(), targets.data(), s * shard, piece.data(), rows, shard, classes);
+    for (int64_t r = 0; r < rows; ++r) target_logit[r] += piece[r];
+  }
+  std::vector<float> shard_lse(static_cast<size_t>(rows));
+  double loss = 0.0;
+  for (int64_t r = 0; r < rows; ++r) {
+    shard_lse[r] = row_max[r] + std::log(sum_exp[r]);
+    if (targets[r] >= 0) loss += double(shard_lse[r]) - target_logit[r];
+  }
+  EXPECT_NEAR(loss, fused, 1e-5 * std::fabs(fused));
+  test::expect_close(shard_lse, lse, 1e-6, 1e-6, "lse from shards");
+  for (int64_t s = 0; s < shards; ++s) {
+    auto g = test::poisoned(local[s].size());
+    softmax_cross_entropy_backward_shard(local[s].data(), targets.data(), s * shard, shard_lse.data(), 0.5f, g.data(),
+                                         rows, shard, classes);
+    for (int64_t r = 0; r < rows; ++r)
+      test::expect_close(&g[r * shard], &grad[r * classes + s * shard], static_cast<size_t>(shard), 1e-7, 1e-5,
+                         "shard " + std::to_string(s) + " row " + std::to_string(r));
+    EXPECT_GT(test::l2_norm(g), 0.0);
+  }
+  const std::vector<int32_t> bad = {static_cast<int32_t>(classes)};
+  EXPECT_THROW(cross_entropy_shard_target_logit(local[0].data(), bad.data(), 0, piece.data(), 1, shard, classes),
+               Error);
 }
 
 TEST(KernelCrossEntropy, HugeLogitsAreStable) {

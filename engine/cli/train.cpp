@@ -11,6 +11,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/train/threads.hpp"
 #include "engine/train/trainer.hpp"
 
 namespace cleave::cli {
@@ -57,6 +58,7 @@ int run_train(int argc, char** argv) {
   }
   comm::MpiRuntime runtime(&argc, &argv);
   log::set_rank(runtime.world_rank(), runtime.world_size());
+  train::configure_threads_for_node();
   const config::RunConfig config = config::load_config(config_path, overrides);
   comm::MpiOptions options;
   options.timeout_s = config.train.comm_timeout_s;

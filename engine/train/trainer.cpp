@@ -344,10 +344,11 @@ std::map<std::string, std::vector<float>> Trainer::gather_parameters() {
 
 namespace {
 
-// Measured timelines of every pp rank of replica 0 (dp 0, tp 0), merged on world rank 0 into one Chrome
-// trace and one SVG. Each action travels as 5 i64: kind, stage, micro-batch, start and end in ns.
-void write_measured_trace(Trainer::State& s, const std::string& directory) {
-  if (s.coords.dp_rank != 0 || s.coords.tp_rank != 0) return;
+// Measured timelines of every pp rank of replica 0 (dp 0, tp 0), merged on world rank 0. Each action
+// travels as 5 i64: kind, stage, micro-batch, start and end in ns.
+pipeline::Timeline gather_timeline(Trainer::State& s) {
+  pipeline::Timeline timeline;
+  if (s.coords.dp_rank != 0 || s.coords.tp_rank != 0) return timeline;
   comm::Communicator* pp = s.groups.pp.get();
   const int pp_size = s.grid.pp_size();
   const auto n = static_cast<std::int64_t>(s.last_timeline.size());
@@ -371,9 +372,8 @@ void write_measured_trace(Trainer::State& s, const std::string& directory) {
   Tensor all = Tensor::empty({longest * 5 * pp_size}, DType::kI64, MemoryCategory::kCommunication);
   if (pp != nullptr && pp_size > 1) pp->all_gather(mine, all)->wait();
   else all.copy_from(mine);
-  if (!s.reports()) return;
+  if (!s.reports()) return timeline;
 
-  pipeline::Timeline timeline;
   timeline.ranks.resize(static_cast<std::size_t>(pp_size));
   std::int64_t origin = std::numeric_limits<std::int64_t>::max();
   for (int r = 0; r < pp_size; ++r) {
@@ -391,6 +391,14 @@ void write_measured_trace(Trainer::State& s, const std::string& directory) {
       timeline.ranks[static_cast<std::size_t>(r)].push_back(t);
     }
   }
+  return timeline;
+}
+
+// The merged measured timeline as a Chrome trace and an SVG (world rank 0 writes).
+void write_measured_trace(Trainer::State& s, const std::string& directory) {
+  const pipeline::Timeline timeline = gather_timeline(s);
+  if (!s.reports()) return;
+  const int pp_size = s.grid.pp_size();
   const auto stats = pipeline::timeline_stats(timeline);
   pipeline::TraceOptions options;
   options.title = fmt::format("measured: {} on {} pp ranks, {} micro-batches (last step)", s.plan.schedule.name,
@@ -404,6 +412,13 @@ void write_measured_trace(Trainer::State& s, const std::string& directory) {
 }
 
 }  // namespace
+
+pipeline::Timeline Trainer::measured_timeline() {
+  CLEAVE_CHECK(state_->config.train.trace, "measured_timeline() needs train.trace = true");
+  return gather_timeline(*state_);
+}
+
+const Plan& Trainer::plan() const { return state_->plan; }
 
 TrainSummary Trainer::train() {
   State& s = *state_;

@@ -17,6 +17,8 @@
 
 #include "engine/comm/communicator.hpp"
 #include "engine/config/config.hpp"
+#include "engine/train/plan.hpp"
+#include "pipeline/timeline.hpp"
 
 namespace cleave::train {
 
@@ -61,7 +63,12 @@ class Trainer {
   // Every logical parameter by name, gathered onto every rank (for equivalence checks). Collective.
   std::map<std::string, std::vector<float>> gather_parameters();
 
+  // The last step's measured timeline of every pp rank of replica 0, merged on world rank 0 (times in ms
+  // from the earliest action; empty on other ranks). Needs train.trace. Collective.
+  pipeline::Timeline measured_timeline();
+
   const config::RunConfig& config() const;
+  const Plan& plan() const;
 
   struct State;  // implementation detail (trainer.cpp)
 

@@ -11,6 +11,7 @@
 
 #include "engine/comm/communicator.hpp"
 #include "engine/config/config.hpp"
+#include "engine/train/threads.hpp"
 #include "engine/train/trainer.hpp"
 
 namespace cleave::testing {
@@ -20,6 +21,13 @@ struct RunRecord {
   std::vector<double> grad_norms;
   std::map<std::string, std::vector<float>> params;
 };
+
+// Sizes the kernels' thread pools for the ranks sharing this node (once per process, like the CLI).
+class ThreadsEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override { train::configure_threads_for_node(); }
+};
+inline const auto* const kThreadsEnvironment = ::testing::AddGlobalTestEnvironment(new ThreadsEnvironment);
 
 inline RunRecord train_steps(const config::RunConfig& config, comm::Communicator& world) {
   train::Trainer trainer(config, world);

@@ -21,6 +21,10 @@ Executor::Executor(ExecutorOptions options) : options_(std::move(options)) {
   last_stage_ = options_.schedule->num_stages - 1;
   loss_scale_tensor_ = Tensor::empty({1}, DType::kF32, MemoryCategory::kWorkspace);
   loss_scale_tensor_.data<float>()[0] = options_.loss_scale;
+  const auto& actions = options_.schedule->ranks.at(static_cast<std::size_t>(options_.pp_rank));
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    if (frees_stash(actions[i].kind)) final_weight_action_[actions[i].stage] = i;
+  }
 }
 
 int Executor::tag(ActionKind direction, int stage, int microbatch) const {
@@ -156,13 +160,14 @@ StepOutcome Executor::run_step() {
       case ActionKind::kBackward: {
         StageModule& stage = stage_module(a);
         Tensor dy = backward_dy(a.stage, a.microbatch);
-        Tensor dx = a.kind == ActionKind::kBackward ? stage.backward(a.microbatch, dy, ctx)
-                                                    : stage.backward_input(a.microbatch, dy, ctx);
+        Tensor dx = a.kind == ActionKind::kBackward
+                        ? stage.backward(a.microbatch, dy, ctx, final_weight_action_[a.stage] == i)
+                        : stage.backward_input(a.microbatch, dy, ctx);
         if (a.stage > 0) backward_out_[{a.stage, a.microbatch}] = dx;
         break;
       }
       case ActionKind::kBackwardWeight:
-        stage_module(a).backward_weight(a.microbatch, ctx);
+        stage_module(a).backward_weight(a.microbatch, ctx, final_weight_action_[a.stage] == i);
         break;
       case ActionKind::kReduceGrad:
         if (options_.reduce_grads) options_.reduce_grads(a.stage);

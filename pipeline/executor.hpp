@@ -66,6 +66,7 @@ class Executor {
 
   ExecutorOptions options_;
   int last_stage_;
+  std::map<int, std::size_t> final_weight_action_;  // stage -> index of its last W/B in this rank's list
   Tensor loss_scale_tensor_;
   // Tensors in flight within one step.
   std::map<Key, Tensor> forward_out_;   // stage output, until sent or consumed by a local next stage

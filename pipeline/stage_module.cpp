@@ -43,10 +43,15 @@ Tensor StageModule::backward_input(int microbatch, const Tensor& dy, layers::Con
   return is_first_ ? Tensor() : g;
 }
 
-void StageModule::backward_weight(int microbatch, layers::Context& ctx) {
+void StageModule::backward_weight(int microbatch, layers::Context& ctx, bool final) {
   auto it = stashes_.find(microbatch);
   CLEAVE_ASSERT(it != stashes_.end(), "weight gradient of micro-batch {} before its forward", microbatch);
-  for (std::size_t i = blocks_.size(); i-- > 0;) blocks_[i]->backward_weight(it->second[i], ctx);
+  for (std::size_t i = blocks_.size(); i-- > 0;) {
+    blocks_[i]->backward_weight(it->second[i], ctx);
+    if (final && on_grad_final_) {
+      for (const auto& p : blocks_[i]->params()) on_grad_final_(*p);
+    }
+  }
   stashes_.erase(it);
 }
 

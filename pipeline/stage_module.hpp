@@ -7,6 +7,7 @@
 // output is the 1-element mean loss of the micro-batch; its backward takes the loss scale as dy.
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -24,10 +25,16 @@ class StageModule {
   // dy: boundary gradient (or, on the last stage, a 1-element tensor holding the loss scale).
   // Returns the gradient for the previous stage (undefined on the first stage).
   Tensor backward_input(int microbatch, const Tensor& dy, layers::Context& ctx);
-  void backward_weight(int microbatch, layers::Context& ctx);
-  Tensor backward(int microbatch, const Tensor& dy, layers::Context& ctx) {
+  // `final`: this is the stage's last weight-gradient pass of the step; each block's parameters are then
+  // reported to the grad-final callback as soon as the block is done (in reverse block order), so
+  // data-parallel reduction can start while earlier blocks are still computing.
+  void backward_weight(int microbatch, layers::Context& ctx, bool final = false);
+  void set_grad_final_callback(std::function<void(const layers::Param&)> callback) {
+    on_grad_final_ = std::move(callback);
+  }
+  Tensor backward(int microbatch, const Tensor& dy, layers::Context& ctx, bool final = false) {
     Tensor dx = backward_input(microbatch, dy, ctx);
-    backward_weight(microbatch, ctx);
+    backward_weight(microbatch, ctx, final);
     return dx;
   }
 
@@ -46,6 +53,7 @@ class StageModule {
   bool is_first_;
   bool is_last_;
   std::map<int, std::vector<layers::Stash>> stashes_;  // micro-batch -> one stash per block
+  std::function<void(const layers::Param&)> on_grad_final_;
 };
 
 }  // namespace cleave::pipeline

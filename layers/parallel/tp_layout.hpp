@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "engine/core/shape.hpp"
 #include "partition/model_spec.hpp"
 
 namespace cleave::layers {
@@ -24,5 +25,12 @@ void check_tp_d_ff(std::int64_t d_ff, int tp_size, std::int64_t n_heads = 0);
 
 // The whole model: tp_size >= 1; tp_size > 1 needs model.type gpt and the two rules above.
 void check_tensor_parallel(const partition::ModelSpec& spec, int tp_size);
+
+// Per-sample (no batch dimension) shapes of the tensors one tp rank's layer for `block` consumes and
+// produces. Every boundary tensor of a tensor-parallel gpt is replicated (block.input / block.output)
+// except the vocab-parallel logits between the lm head and the loss: [T, ceil(V / tp)] on each rank. A
+// pipeline boundary between those two blocks carries that local shape (tp rank r to tp rank r).
+Shape tp_block_input(const partition::BlockSpec& block, int tp_size);
+Shape tp_block_output(const partition::BlockSpec& block, int tp_size);
 
 }  // namespace cleave::layers

@@ -368,7 +368,9 @@ TEST(TensorParallel, VocabParallelCrossEntropy) {
   const ShardSpec split = last_dim_split(logits_shape, tp, r);
   Tensor local = slice_of(logits[0], split);
   std::vector<char> real(static_cast<std::size_t>(local.numel()), 0);
-  for_each_shard_run(split, [&](std::int64_t, std::int64_t to, std::int64_t n) { std::fill_n(real.begin() + to, n, 1); });
+  for_each_shard_run(split, [&](std::int64_t, std::int64_t to, std::int64_t n) {
+    std::fill_n(real.begin() + to, n, 1);
+  });
   for (std::int64_t i = 0; i < local.numel(); ++i) {
     if (!real[static_cast<std::size_t>(i)]) local.data<float>()[i] = 50.0f;
   }

@@ -261,5 +261,18 @@ TEST(TpLayout, ErrorsSayWhichSizesWork) {
   EXPECT_EQ(allowed_tp_sizes(6, 0), (std::vector<std::int64_t>{1, 2, 3, 6}));
 }
 
+TEST(TpLayout, BoundaryShapesOnOneTpRank) {
+  const auto spec = tiny_gpt(true);  // vocab 37, seq 9, d_model 24
+  for (const auto& block : spec.blocks) {
+    EXPECT_EQ(tp_block_input(block, 1), block.input);
+    EXPECT_EQ(tp_block_output(block, 1), block.output);
+  }
+  EXPECT_EQ(tp_block_output(spec.blocks[4], 4), (Shape{9, 10}));  // lm head: ceil(37 / 4) local logits
+  EXPECT_EQ(tp_block_input(spec.blocks[5], 4), (Shape{9, 10}));   // loss
+  EXPECT_EQ(tp_block_input(spec.blocks[4], 4), (Shape{9, 24}));
+  EXPECT_EQ(tp_block_output(spec.blocks[1], 4), (Shape{9, 24}));
+  EXPECT_EQ(tp_block_input(spec.blocks[0], 2), (Shape{9}));
+}
+
 }  // namespace
 }  // namespace cleave::layers

@@ -58,15 +58,22 @@ int run_train(int argc, char** argv) {
   }
   comm::MpiRuntime runtime(&argc, &argv);
   log::set_rank(runtime.world_rank(), runtime.world_size());
-  train::configure_threads_for_node();
-  const config::RunConfig config = config::load_config(config_path, overrides);
-  comm::MpiOptions options;
-  options.timeout_s = config.train.comm_timeout_s;
-  options.deterministic = config.train.deterministic;
-  std::unique_ptr<comm::MpiCommunicator> world = runtime.world(options);
-  train::Trainer trainer(config, *world);
-  const train::TrainSummary summary = trainer.train();
-  return summary.completed ? 0 : 1;
+  try {
+    train::configure_threads_for_node();
+    const config::RunConfig config = config::load_config(config_path, overrides);
+    comm::MpiOptions options;
+    options.timeout_s = config.train.comm_timeout_s;
+    options.deterministic = config.train.deterministic;
+    std::unique_ptr<comm::MpiCommunicator> world = runtime.world(options);
+    train::Trainer trainer(config, *world);
+    const train::TrainSummary summary = trainer.train();
+    return summary.completed ? 0 : 1;
+  } catch (const std::exception& e) {
+    // With peers, abort before MPI_Finalize (a collective the others may never join): a failure on one
+    // rank (say rank 0's output-directory check) must end the job now, not after the watchdog.
+    if (runtime.world_size() > 1) comm::abort_job(fmt::format("error: {}", e.what()));
+    throw;
+  }
 }
 
 }  // namespace cleave::cli

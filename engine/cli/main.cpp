@@ -32,6 +32,8 @@ constexpr Command kCommands[] = {
     {"train", "train a model from a JSON config (default: a tiny GPT on a synthetic task)", cleave::cli::run_train},
     {"simulate", "simulate a pipeline schedule: bubble, memory, Chrome trace and SVG timeline",
      cleave::cli::run_simulate},
+    {"verify", "train a layout and a single-rank reference; compare losses and weights (under mpirun)",
+     cleave::cli::run_verify},
     {"version", "print the version and the compiled backends", run_version},
 };
 

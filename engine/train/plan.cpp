@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "engine/core/error.hpp"
+#include "layers/parallel/tp_layout.hpp"
 #include "partition/cost_model.hpp"
 #include "pipeline/lowering.hpp"
 #include "pipeline/schedule_text.hpp"
@@ -88,13 +89,15 @@ Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_ran
   for (int stage = 0; stage < num_stages; ++stage) {
     if (plan.schedule.rank_of(stage) == pp_rank) plan.local_stages.push_back(stage);
   }
+  plan.tp_size = config.parallel.tensor_model_parallel_size;
+  if (plan.tp_size > 1) layers::check_tensor_parallel(plan.spec, plan.tp_size);
   return plan;
 }
 
 Shape Plan::boundary_shape(int stage, std::int64_t micro_batch) const {
   const auto& block = spec.blocks[static_cast<std::size_t>(partition.stages[static_cast<std::size_t>(stage)].begin)];
   std::vector<std::int64_t> dims = {micro_batch};
-  for (auto d : block.input.dims()) dims.push_back(d);
+  for (auto d : layers::tp_block_input(block, tp_size).dims()) dims.push_back(d);
   return Shape(std::span<const std::int64_t>(dims));
 }
 

@@ -1,0 +1,112 @@
+// See verify.hpp.
+#include "engine/train/verify.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/core/error.hpp"
+#include "engine/train/trainer.hpp"
+
+namespace cleave::train {
+namespace {
+
+struct Run {
+  std::vector<double> losses;
+  std::map<std::string, std::vector<float>> params;
+};
+
+Run run(const config::RunConfig& config, comm::Communicator& comm) {
+  Trainer trainer(config, comm);
+  Run r;
+  for (std::int64_t s = 0; s < config.train.steps; ++s) r.losses.push_back(trainer.step(s).loss);
+  r.params = trainer.gather_parameters();
+  return r;
+}
+
+}  // namespace
+
+config::RunConfig single_rank_reference(const config::RunConfig& config) {
+  CLEAVE_ASSERT(config.parallel.data_parallel_size > 0, "single_rank_reference needs a resolved config");
+  const config::ResolvedBatch batch = config.resolved_batch();
+  config::RunConfig single = config;
+  single.parallel.tensor_model_parallel_size = 1;
+  single.parallel.pipeline_model_parallel_size = 1;
+  single.parallel.data_parallel_size = -1;
+  single.parallel.virtual_pipeline_stages = 1;
+  single.parallel.schedule = "1f1b";
+  single.parallel.partition = {};
+  single.optimizer.zero_stage = 0;
+  // Same global and micro batch: the reference accumulates what the replicas computed in parallel.
+  single.batch.global_batch_size = batch.global_batch_size;
+  single.batch.micro_batch_size = batch.micro_batch_size;
+  single.batch.gradient_accumulation_steps.reset();
+  return single;
+}
+
+VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& world,
+                           const VerifyOptions& options) {
+  VerifyReport report;
+  config::RunConfig resolved = config;
+  resolved.resolve(world.size());
+  const Run layout = run(resolved, world);
+  report.layout_losses = layout.losses;
+  auto self = world.split(world.rank(), 0, "verify_reference");
+  if (world.rank() != 0) return report;
+  const Run reference = run(single_rank_reference(resolved), *self);
+  report.reference_losses = reference.losses;
+  for (std::size_t i = 0; i < layout.losses.size() && i < reference.losses.size(); ++i) {
+    const double rel = std::abs(layout.losses[i] - reference.losses[i]) / std::max(std::abs(reference.losses[i]), 1e-12);
+    report.max_loss_difference = std::max(report.max_loss_difference, rel);
+  }
+  bool same_names = layout.params.size() == reference.params.size();
+  for (const auto& [name, ref] : reference.params) {
+    auto it = layout.params.find(name);
+    ParamDifference d;
+    d.name = name;
+    d.numel = static_cast<std::int64_t>(ref.size());
+    if (it == layout.params.end() || it->second.size() != ref.size()) {
+      same_names = false;
+      d.normalised = std::numeric_limits<double>::infinity();
+    } else {
+      double max_ref = 0;
+      for (std::size_t i = 0; i < ref.size(); ++i) {
+        d.max_abs = std::max(d.max_abs, std::abs(static_cast<double>(it->second[i]) - ref[i]));
+        max_ref = std::max(max_ref, std::abs(static_cast<double>(ref[i])));
+      }
+      d.normalised = d.max_abs == 0 ? 0.0 : d.max_abs / std::max(max_ref, 1e-30);
+    }
+    report.max_param_difference = std::max(report.max_param_difference, d.normalised);
+    report.params.push_back(d);
+  }
+  report.passed = same_names && report.layout_losses.size() == report.reference_losses.size() &&
+                  report.max_loss_difference <= options.loss_tolerance &&
+                  report.max_param_difference <= options.param_tolerance;
+  return report;
+}
+
+std::string format_report(const VerifyReport& report, const VerifyOptions& options, std::size_t max_rows) {
+  std::string out = fmt::format("{:>5}  {:>14}  {:>14}  {:>10}\n", "step", "layout loss", "reference", "rel diff");
+  for (std::size_t i = 0; i < report.layout_losses.size() && i < report.reference_losses.size(); ++i) {
+    const double a = report.layout_losses[i], b = report.reference_losses[i];
+    out += fmt::format("{:>5}  {:>14.8f}  {:>14.8f}  {:>10.3g}\n", i + 1, a, b, std::abs(a - b) / std::abs(b));
+  }
+  auto params = report.params;
+  std::sort(params.begin(), params.end(),
+            [](const ParamDifference& a, const ParamDifference& b) { return a.normalised > b.normalised; });
+  out += fmt::format("\n{:<40} {:>10} {:>12} {:>12}\n", "parameter (worst first)", "elements", "max |diff|",
+                     "normalised");
+  for (std::size_t i = 0; i < params.size() && i < max_rows; ++i) {
+    out += fmt::format("{:<40} {:>10} {:>12.3g} {:>12.3g}\n", params[i].name, params[i].numel, params[i].max_abs,
+                       params[i].normalised);
+  }
+  if (params.size() > max_rows) out += fmt::format("... {} more parameters\n", params.size() - max_rows);
+  out += fmt::format("\nmax loss difference {:.3g} (tolerance {:.3g}), max parameter difference {:.3g} (tolerance "
+                     "{:.3g}): {}\n",
+                     report.max_loss_difference, options.loss_tolerance, report.max_param_difference,
+                     options.param_tolerance, report.passed ? "PASS" : "FAIL");
+  return out;
+}
+
+}  // namespace cleave::train

@@ -1,0 +1,49 @@
+// Layout verification: train a configured layout and a single-rank reference from the same seed and
+// compare per-step losses and the final logical parameters (`cleave verify`, and the equivalence tests).
+//
+// The reference runs inside world rank 0 on a communicator of its own, after the layout's run, so both
+// use the same build, data and seed. Parameters are compared per tensor: max |layout - reference| over
+// max |reference| of that tensor, which stays meaningful for tensors that start at zero (biases).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/comm/communicator.hpp"
+#include "engine/config/config.hpp"
+
+namespace cleave::train {
+
+struct VerifyOptions {
+  double loss_tolerance = 1e-5;   // max relative difference of any step's loss
+  double param_tolerance = 1e-3;  // max per-tensor normalised difference of the final parameters (AdamW: see --help)
+};
+
+struct ParamDifference {
+  std::string name;
+  std::int64_t numel = 0;
+  double max_abs = 0;         // max |layout - reference|
+  double normalised = 0;      // max_abs / max |reference| (0 when both are exactly equal)
+};
+
+struct VerifyReport {
+  std::vector<double> layout_losses;
+  std::vector<double> reference_losses;
+  std::vector<ParamDifference> params;  // sorted by name
+  double max_loss_difference = 0;       // relative
+  double max_param_difference = 0;      // normalised
+  bool passed = false;                  // both within tolerance (meaningful on world rank 0)
+};
+
+// The single-rank configuration equivalent to a resolved `config` (same model, data, seed, global and
+// micro batch).
+config::RunConfig single_rank_reference(const config::RunConfig& config);
+
+// Collective over `world`; the report is complete on world rank 0 (other ranks get the layout's losses).
+VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& world, const VerifyOptions& options);
+
+// Human-readable table of a report.
+std::string format_report(const VerifyReport& report, const VerifyOptions& options, std::size_t max_rows = 20);
+
+}  // namespace cleave::train

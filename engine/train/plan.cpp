@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "engine/core/error.hpp"
+#include "engine/train/memory_plan.hpp"
 #include "layers/parallel/tp_layout.hpp"
 #include "partition/cost_model.hpp"
 #include "pipeline/lowering.hpp"
@@ -80,17 +81,33 @@ Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_ran
   partition::PartitionOptions options;
   options.method = partition::parse_partition_method(config.parallel.partition.method);
   for (auto n : config.parallel.partition.blocks_per_stage) options.blocks_per_stage.push_back(static_cast<int>(n));
-  options.memory_cap_bytes = config.device.memory_limit;
   for (int stage = 0; stage < num_stages; ++stage) {
     const auto& actions = compute.ranks[static_cast<std::size_t>(compute.rank_of(stage))];
     options.inflight_microbatches.push_back(static_cast<double>(pipeline::peak_activations(actions)));
   }
+  plan.tp_size = config.parallel.tensor_model_parallel_size;
+  if (plan.tp_size > 1) layers::check_tensor_parallel(plan.spec, plan.tp_size);
+  // Balance time first; only when that split exceeds the memory cap ask the partitioner for one that
+  // respects it. The message that reaches the user is the per-category estimate of the balanced split.
   plan.partition = partition::partition_stages(blocks, num_stages, options);
+  std::string violation = memory_plan_violation(plan, config);
+  if (!violation.empty() && options.method == partition::PartitionMethod::kCost && num_stages > 1) {
+    options.memory_cap_bytes = config.device.memory_limit;
+    try {
+      Plan capped = plan;
+      capped.partition = partition::partition_stages(blocks, num_stages, options);
+      if (memory_plan_violation(capped, config).empty()) {
+        plan.partition = capped.partition;
+        violation.clear();
+      }
+    } catch (const Error&) {
+      // No split fits the partitioner's estimate either: report the balanced split's numbers below.
+    }
+  }
+  CLEAVE_CHECK(violation.empty(), "{}", violation);
   for (int stage = 0; stage < num_stages; ++stage) {
     if (plan.schedule.rank_of(stage) == pp_rank) plan.local_stages.push_back(stage);
   }
-  plan.tp_size = config.parallel.tensor_model_parallel_size;
-  if (plan.tp_size > 1) layers::check_tensor_parallel(plan.spec, plan.tp_size);
   return plan;
 }
 

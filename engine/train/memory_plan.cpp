@@ -1,0 +1,86 @@
+// See memory_plan.hpp.
+#include "engine/train/memory_plan.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "engine/core/error.hpp"
+#include "partition/cost_model.hpp"
+#include "pipeline/timeline.hpp"
+
+namespace cleave::train {
+
+std::int64_t MemoryPlan::total() const {
+  std::int64_t sum = 0;
+  for (auto b : bytes) sum += b;
+  return sum;
+}
+
+std::string MemoryPlan::breakdown() const {
+  std::string out;
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    if (bytes[static_cast<std::size_t>(c)] == 0) continue;
+    out += fmt::format("{} {}, ", memory_category_name(static_cast<MemoryCategory>(c)),
+                       format_bytes(bytes[static_cast<std::size_t>(c)]));
+  }
+  return out + "total " + format_bytes(total());
+}
+
+MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank) {
+  const auto costs = partition::model_costs(plan.spec);
+  const std::int64_t micro = config.resolved_batch().micro_batch_size;
+  const int tp = config.parallel.tensor_model_parallel_size;
+  const int dp = std::max(1, config.parallel.data_parallel_size);
+  std::int64_t param_bytes = 0, largest_stash = 0, largest_output = 0, boundary = 0;
+  // With tied embeddings the token table appears in the embedding's and the head's cost; a rank holding
+  // both (ZB-V) shares one Param, so the second occurrence adds only what is not the table.
+  const bool tied = plan.spec.type == "gpt" && plan.spec.gpt.tie_embeddings;
+  const std::int64_t table_bytes = plan.spec.gpt.vocab_size * plan.spec.gpt.d_model * 4;
+  bool table_seen = false;
+  for (int stage = 0; stage < plan.num_stages(); ++stage) {
+    if (plan.stage_to_rank(stage) != pp_rank) continue;
+    const auto& range = plan.partition.stages[static_cast<std::size_t>(stage)];
+    std::int64_t stash = 0;
+    for (int b = range.begin; b < range.end; ++b) {
+      const auto& block = plan.spec.blocks[static_cast<std::size_t>(b)];
+      const auto& c = costs[static_cast<std::size_t>(b)];
+      const bool holds_table = tied && (block.kind == partition::BlockKind::kEmbedding ||
+                                        block.kind == partition::BlockKind::kLmHead);
+      param_bytes += holds_table && table_seen ? c.param_bytes - table_bytes : c.param_bytes;
+      table_seen = table_seen || holds_table;
+      stash += c.activation_bytes;
+      largest_output = std::max(largest_output, c.output_bytes);
+    }
+    largest_stash = std::max(largest_stash, stash);
+    if (stage > 0) boundary = std::max(boundary, costs[static_cast<std::size_t>(range.begin - 1)].output_bytes);
+  }
+  const auto& actions = plan.schedule.ranks[static_cast<std::size_t>(pp_rank)];
+  const int live = std::max(1, pipeline::peak_activations(actions));
+  MemoryPlan m;
+  auto at = [&m](MemoryCategory c) -> std::int64_t& { return m.bytes[static_cast<std::size_t>(c)]; };
+  at(MemoryCategory::kParameters) = param_bytes / tp;
+  at(MemoryCategory::kGradients) = param_bytes / tp;
+  const double state = training_bytes_per_param_byte(config.optimizer) - 1.0;
+  at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
+      state * static_cast<double>(param_bytes / tp) / (config.optimizer.zero_stage == 1 ? dp : 1));
+  at(MemoryCategory::kActivations) = (live * largest_stash / tp + 2 * live * boundary) * micro;
+  at(MemoryCategory::kWorkspace) = 2 * largest_output * micro;
+  return m;
+}
+
+std::string memory_plan_violation(const Plan& plan, const config::RunConfig& config) {
+  const std::int64_t cap = config.device.memory_limit;
+  if (cap <= 0) return {};
+  for (int r = 0; r < plan.schedule.pp_size; ++r) {
+    const MemoryPlan m = estimate_rank_memory(plan, config, r);
+    if (m.total() <= cap) continue;
+    return fmt::format("memory: pp rank {} needs about {} ({}) but device.memory_limit is {}; split the model over "
+                       "more ranks (parallel.pipeline_model_parallel_size / tensor_model_parallel_size), use "
+                       "optimizer.zero_stage 1 with data parallelism, or lower batch.micro_batch_size",
+                       r, format_bytes(m.total()), m.breakdown(), format_bytes(cap));
+  }
+  return {};
+}
+
+}  // namespace cleave::train

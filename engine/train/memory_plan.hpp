@@ -1,0 +1,38 @@
+// Memory plan: what one rank will hold, by allocator category, before anything is allocated — so a model
+// that does not fit under device.memory_limit is refused with the numbers instead of failing mid-step.
+//
+// Estimate per pp rank (tp shards divide the sharded parts by tp; ZeRO-1 divides optimizer state by dp):
+//   parameters       Σ param bytes of the rank's stages (a tied table counted once per rank)
+//   gradients        = parameters
+//   optimizer_state  adamw 2x, sgd with momentum 1x, plain sgd 0x of parameters (÷ dp with ZeRO-1)
+//   activations      peak live stashes of the rank's schedule × micro-batch × the largest stash of a
+//                    local stage (cost model: exactly what forward() keeps), plus boundary tensors in flight
+//   workspace        2 × the largest block output of a micro-batch (transient outputs and gradients)
+// It is an estimate; the allocator's cap still enforces the real limit at run time, and the measured peaks
+// (metrics.jsonl peak_bytes) show how close it was.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "engine/config/config.hpp"
+#include "engine/core/allocator.hpp"
+#include "engine/train/plan.hpp"
+
+namespace cleave::train {
+
+struct MemoryPlan {
+  std::array<std::int64_t, kNumMemoryCategories> bytes{};
+  std::int64_t total() const;
+  std::string breakdown() const;  // "parameters 1.2 MiB, gradients ..., total ..."
+};
+
+MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank);
+
+// The message for the first pp rank whose estimate exceeds device.memory_limit (naming the rank, the
+// bytes by category, the cap and what to change), or an empty string when every rank fits or no cap is set.
+std::string memory_plan_violation(const Plan& plan, const config::RunConfig& config);
+
+}  // namespace cleave::train

@@ -18,6 +18,7 @@
 #include "engine/optim/lr_schedule.hpp"
 #include "engine/optim/optimizer_factory.hpp"
 #include "engine/train/data/make_data_source.hpp"
+#include "engine/train/data_parallel.hpp"
 #include "engine/train/metrics.hpp"
 #include "engine/train/plan.hpp"
 #include "kernels/cpu/cross_entropy.hpp"
@@ -79,7 +80,8 @@ struct Trainer::State {
   optim::ParamList params;
   std::shared_ptr<layers::Param> tied_table;  // this rank's copy of the tied table when it is split
   bool counts_tied_table = true;              // false on the last stage's copy (counted once in norms)
-  std::unique_ptr<optim::Optimizer> optimizer;
+  std::unique_ptr<optim::Optimizer> optimizer;  // null under ZeRO-1 (data_parallel holds the sharded one)
+  std::unique_ptr<DataParallel> data_parallel;  // dp > 1: bucketed, overlapped reduction; ZeRO-1
   optim::LrSchedule lr_schedule;
   std::unique_ptr<DataSource> train_data;
   std::unique_ptr<DataSource> eval_data;
@@ -160,7 +162,18 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
     }
     s.counts_tied_table = s.holds_stage(embedding_stage);
   }
-  s.optimizer = optim::make_optimizer(cfg.optimizer, s.params);
+  // Data parallel: grads (and, under ZeRO-1, values) become views into flat bucket buffers before any
+  // optimizer sees them; the tied table's copies are summed inside the reduction, before dp.
+  if (s.grid.dp_size() > 1) {
+    DataParallelOptions dp_options;
+    dp_options.bucket_mib = cfg.parallel.dp_bucket_mb;
+    dp_options.zero_stage = cfg.optimizer.zero_stage;
+    dp_options.optimizer = cfg.optimizer;
+    dp_options.tied_table_name = kTiedTableName;
+    s.data_parallel = std::make_unique<DataParallel>(s.plan, s.coords.pp_rank, s.stage_by_index, s.params,
+                                                     *s.groups.dp, s.tied_group.get(), dp_options);
+  }
+  if (!s.data_parallel || !s.data_parallel->zero1()) s.optimizer = optim::make_optimizer(cfg.optimizer, s.params);
   s.lr_schedule = optim::LrSchedule::from_config(cfg.optimizer, cfg.train.steps);
 
   s.train_data = make_data_source(cfg, Split::kTrain);
@@ -196,35 +209,36 @@ StepStats Trainer::step(std::int64_t step) {
   State& s = *state_;
   const auto start = Clock::now();
   s.current_step = step;
-  s.optimizer->zero_grad();
+  if (s.data_parallel) s.data_parallel->begin_step();
+  else s.optimizer->zero_grad();
   pipeline::StepOutcome outcome = s.executor->run_step();
   if (s.config.train.trace) s.last_timeline = std::move(outcome.timeline);
 
-  // Data parallel: every replica ends with the sum of all replicas' gradients, scaled to the mean.
-  if (s.grid.dp_size() > 1) {
-    std::vector<comm::WorkPtr> works;
-    works.reserve(s.params.size());
-    for (const auto& p : s.params) works.push_back(s.groups.dp->all_reduce(p->grad, comm::ReduceOp::kSum));
-    const float scale = 1.0f / static_cast<float>(s.grid.dp_size());
-    for (std::size_t i = 0; i < s.params.size(); ++i) {
-      works[i]->wait();
-      auto g = s.params[i]->grad.span<float>();
-      for (float& x : g) x *= scale;
-    }
-  }
-  if (s.tied_table) s.tied_group->all_reduce(s.tied_table->grad, comm::ReduceOp::kSum)->wait();
+  // Data parallel: buckets were reduced during the backward (the tied table's copies summed first);
+  // finish them. Every replica then holds the mean gradient (ZeRO-1: its shard of it).
+  if (s.data_parallel) s.data_parallel->end_step();
+  else if (s.tied_table) s.tied_group->all_reduce(s.tied_table->grad, comm::ReduceOp::kSum)->wait();
 
   // Global norm over the replica's model-parallel ranks, each parameter counted once.
   const optim::ParamFilter counted = [&s](const layers::Param& p) {
+    if (p.shard.dim < 0 && s.coords.tp_rank != 0) return false;  // replicated over tp: tp rank 0 counts it
     return s.counts_tied_table || p.name != kTiedTableName;
   };
   const optim::SumReducer across_stages = [&s](double local) {
     return reduce_doubles(*s.model_parallel, {local}, comm::ReduceOp::kSum)[0];
   };
-  const double grad_norm = optim::global_grad_norm(s.params, across_stages, counted);
-  if (s.config.optimizer.grad_clip > 0) optim::clip_grads(s.params, s.config.optimizer.grad_clip, grad_norm);
+  // With dp > 1 each rank counts its dp shard of every gradient and the sum runs over the whole world.
+  const double grad_norm =
+      s.data_parallel ? std::sqrt(reduce_doubles(s.world, {s.data_parallel->local_grad_sum_of_squares(counted)},
+                                                 comm::ReduceOp::kSum)[0])
+                      : optim::global_grad_norm(s.params, across_stages, counted);
+  if (s.config.optimizer.grad_clip > 0) {
+    if (s.data_parallel) s.data_parallel->clip(s.config.optimizer.grad_clip, grad_norm);
+    else optim::clip_grads(s.params, s.config.optimizer.grad_clip, grad_norm);
+  }
   const double lr = s.lr_schedule.lr_at(step);
-  s.optimizer->step(lr);
+  if (s.optimizer) s.optimizer->step(lr);
+  else s.data_parallel->sharded_step(lr);
 
   // The loss lives on the last stage: one contribution per replica, averaged over replicas.
   const bool contributes = s.holds_stage(s.plan.num_stages() - 1) && s.coords.tp_rank == 0;

@@ -1,0 +1,156 @@
+// ZeRO-1 optimizers over flat-buffer shards (sharded_optimizer.hpp): segment bookkeeping, shard-sized
+// state, and the same AdamW / SGD kernels as the per-parameter optimizers.
+#include "engine/optim/sharded_optimizer.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "engine/core/error.hpp"
+#include "kernels/cpu/adamw.hpp"
+#include "kernels/cpu/sgd.hpp"
+
+namespace cleave::optim {
+namespace {
+
+constexpr std::int64_t kChunk = std::int64_t{1} << 16;
+
+// The same chunking as grad_clip.cpp: double partial sums over fixed 64 Ki-element chunks, added in order.
+double sum_of_squares(const float* g, std::int64_t n) {
+  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> partial(static_cast<std::size_t>(chunks), 0.0);
+#pragma omp parallel for schedule(static) if (chunks > 1)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const std::int64_t end = std::min(n, (c + 1) * kChunk);
+    double s = 0.0;
+    for (std::int64_t i = c * kChunk; i < end; ++i) s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
+    partial[static_cast<std::size_t>(c)] = s;
+  }
+  double total = 0.0;
+  for (double s : partial) total += s;
+  return total;
+}
+
+void check_shard(const FlatShard& shard, std::size_t index) {
+  CLEAVE_ASSERT(shard.value.defined() && shard.grad.defined(), "sharded optimizer: shard {} has no value or grad",
+                index);
+  CLEAVE_ASSERT(shard.value.numel() == shard.grad.numel(), "sharded optimizer: shard {} value {} and grad {} elements",
+                index, shard.value.numel(), shard.grad.numel());
+  CLEAVE_CHECK(shard.value.dtype() == DType::kF32 && shard.grad.dtype() == DType::kF32 &&
+                   shard.value.device().is_cpu() && shard.grad.device().is_cpu(),
+               "sharded optimizer: shard {} is {} on {}; the sharded optimizer updates f32 (master) weights on the cpu",
+               index, dtype_name(shard.value.dtype()), shard.value.device().str());
+  std::int64_t end = 0;
+  for (const ShardSegment& s : shard.segments) {
+    CLEAVE_ASSERT(s.param != nullptr && s.numel > 0 && s.begin >= end && s.begin + s.numel <= shard.value.numel(),
+                  "sharded optimizer: shard {} has a segment [{}, {}) that is empty, overlaps or leaves the shard "
+                  "({} elements)",
+                  index, s.begin, s.begin + s.numel, shard.value.numel());
+    end = s.begin + s.numel;
+  }
+}
+
+}  // namespace
+
+ShardedOptimizer::ShardedOptimizer(std::vector<FlatShard> shards) : shards_(std::move(shards)) {
+  for (std::size_t i = 0; i < shards_.size(); ++i) check_shard(shards_[i], i);
+}
+
+void ShardedOptimizer::add_state(Allocator& allocator) {
+  auto& tensors = state_.emplace_back();
+  tensors.reserve(shards_.size());
+  for (const FlatShard& shard : shards_) {
+    tensors.push_back(Tensor::zeros({shard.value.numel()}, DType::kF32, MemoryCategory::kOptimizerState, allocator));
+  }
+}
+
+void ShardedOptimizer::step(double lr) {
+  ++steps_;
+  for (std::size_t s = 0; s < shards_.size(); ++s) {
+    for (const ShardSegment& segment : shards_[s].segments) update(s, segment, static_cast<float>(lr), steps_);
+  }
+}
+
+std::int64_t ShardedOptimizer::state_bytes() const {
+  std::int64_t bytes = 0;
+  for (const auto& tensors : state_) {
+    for (const auto& t : tensors) bytes += static_cast<std::int64_t>(t.nbytes());
+  }
+  return bytes;
+}
+
+ShardedAdamW::ShardedAdamW(std::vector<FlatShard> shards, const AdamWOptions& options, Allocator& allocator)
+    : ShardedOptimizer(std::move(shards)), options_(options) {
+  add_state(allocator);  // exp_avg
+  add_state(allocator);  // exp_avg_sq
+}
+
+void ShardedAdamW::update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) {
+  const FlatShard& shard = shards_[s];
+  const float wd = segment.param->weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
+  kernels::cpu::adamw_update(shard.value.data<float>() + segment.begin, shard.grad.data<float>() + segment.begin,
+                             state_[0][s].data<float>() + segment.begin, state_[1][s].data<float>() + segment.begin,
+                             segment.numel, lr, static_cast<float>(options_.beta1), static_cast<float>(options_.beta2),
+                             static_cast<float>(options_.eps), wd, step);
+}
+
+ShardedSgd::ShardedSgd(std::vector<FlatShard> shards, const SgdOptions& options, Allocator& allocator)
+    : ShardedOptimizer(std::move(shards)), options_(options) {
+  CLEAVE_CHECK(options.momentum >= 0.0 && options.momentum < 1.0, "sgd: momentum must be in [0, 1), got {}",
+               options.momentum);
+  CLEAVE_CHECK(!options.nesterov || options.momentum > 0.0, "sgd: nesterov needs momentum > 0, got {}",
+               options.momentum);
+  if (options_.momentum > 0.0) add_state(allocator);  // momentum_buffer
+}
+
+void ShardedSgd::update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) {
+  const FlatShard& shard = shards_[s];
+  const float wd = segment.param->weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
+  float* buffer = state_.empty() ? nullptr : state_[0][s].data<float>() + segment.begin;
+  kernels::cpu::sgd_update(shard.value.data<float>() + segment.begin, shard.grad.data<float>() + segment.begin, buffer,
+                           segment.numel, lr, static_cast<float>(options_.momentum), wd, options_.nesterov,
+                           step == 1);
+}
+
+std::unique_ptr<ShardedOptimizer> make_sharded_optimizer(const config::OptimizerConfig& config,
+                                                         std::vector<FlatShard> shards, Allocator& allocator) {
+  if (config.type == "adamw") {
+    return std::make_unique<ShardedAdamW>(
+        std::move(shards), AdamWOptions{config.betas[0], config.betas[1], config.eps, config.weight_decay}, allocator);
+  }
+  if (config.type == "sgd") {
+    return std::make_unique<ShardedSgd>(std::move(shards),
+                                        SgdOptions{config.momentum, config.weight_decay, config.nesterov}, allocator);
+  }
+  CLEAVE_THROW("optimizer.type: \"{}\" is not one of \"adamw\", \"sgd\"", config.type);
+}
+
+double shard_grad_sum_of_squares(const std::vector<FlatShard>& shards, const ParamFilter& counted) {
+  double total = 0.0;
+  for (const FlatShard& shard : shards) {
+    CLEAVE_CHECK(shard.grad.dtype() == DType::kF32 && shard.grad.device().is_cpu(),
+                 "grad norm: a shard holds {} gradients on {}; expected f32 on cpu", dtype_name(shard.grad.dtype()),
+                 shard.grad.device().str());
+    for (const ShardSegment& s : shard.segments) {
+      if (counted && !counted(*s.param)) continue;
+      total += sum_of_squares(shard.grad.data<float>() + s.begin, s.numel);
+    }
+  }
+  return total;
+}
+
+double clip_shard_grads(const std::vector<FlatShard>& shards, double max_norm, double norm) {
+  if (max_norm <= 0.0 || !std::isfinite(norm) || norm <= max_norm) return 1.0;
+  const double scale = max_norm / (norm + 1e-6);
+  const float factor = static_cast<float>(scale);
+  for (const FlatShard& shard : shards) {
+    for (const ShardSegment& s : shard.segments) {
+      float* g = shard.grad.data<float>() + s.begin;
+      const std::int64_t n = s.numel;
+#pragma omp parallel for simd schedule(static) if (n >= (std::int64_t{1} << 15))
+      for (std::int64_t i = 0; i < n; ++i) g[i] *= factor;
+    }
+  }
+  return scale;
+}
+
+}  // namespace cleave::optim

@@ -1,0 +1,107 @@
+// ShardedOptimizer: the ZeRO-1 optimizer — AdamW or SGD over this data-parallel rank's shard of flat
+// parameter and gradient buffers, with optimizer state only for that shard.
+//
+// The caller (engine/train/data_parallel.hpp) keeps parameters and gradients in flat buffers, one per
+// gradient bucket, cut into dp equal shards. A FlatShard is this rank's piece of one buffer pair; its
+// segments say which elements belong to which parameter (alignment and dp padding belong to none and are
+// never updated). The update of an element depends only on that element, so updating shard by shard is the
+// same arithmetic as the per-parameter Optimizer (bit for bit: the same kernels run on the same values).
+// Gathering the updated shards back to every rank is the caller's job: this file knows no communicator.
+//
+// Invariants:
+//  - State (exp_avg and exp_avg_sq, or momentum_buffer) is one tensor per shard per kind, shard-sized,
+//    zeroed, in MemoryCategory::kOptimizerState, allocated at construction; step() allocates nothing. So
+//    state bytes are ~1/dp of the unsharded optimizer's.
+//  - Weight decay per segment: only segments whose Param has weight_decay == true are decayed.
+//  - step(lr) reads the shard grads and leaves them as they were.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "engine/config/config.hpp"
+#include "engine/core/allocator.hpp"
+#include "engine/core/tensor.hpp"
+#include "engine/optim/grad_clip.hpp"
+#include "engine/optim/optimizer.hpp"
+#include "layers/layer.hpp"
+
+namespace cleave::optim {
+
+// Elements [begin, begin + numel) of a shard belong to `param`, starting at its element `param_offset`.
+struct ShardSegment {
+  std::int64_t begin = 0;
+  std::int64_t numel = 0;
+  std::int64_t param_offset = 0;
+  const layers::Param* param = nullptr;
+};
+
+// This rank's shard of one flat buffer pair. value may be undefined where only gradients are flat (norms
+// and clipping under plain data parallelism).
+struct FlatShard {
+  Tensor value;  // f32, shard-sized view into the flat parameter buffer
+  Tensor grad;   // f32, shard-sized view into the flat gradient buffer
+  std::vector<ShardSegment> segments;  // ascending, non-overlapping
+};
+
+class ShardedOptimizer {
+ public:
+  virtual ~ShardedOptimizer() = default;
+  ShardedOptimizer(const ShardedOptimizer&) = delete;
+  ShardedOptimizer& operator=(const ShardedOptimizer&) = delete;
+
+  // One update of every segment of every shard. Synchronous.
+  void step(double lr);
+  // Bytes of optimizer state held (what the allocator counts under kOptimizerState for this optimizer).
+  std::int64_t state_bytes() const;
+  std::int64_t steps_done() const { return steps_; }
+  const std::vector<FlatShard>& shards() const { return shards_; }
+
+ protected:
+  explicit ShardedOptimizer(std::vector<FlatShard> shards);
+  // Adds one zeroed shard-sized state tensor per shard.
+  void add_state(Allocator& allocator);
+  // Updates one segment of shard s for update number `step` (1-based); state_[k][s] is the shard's k-th
+  // state tensor (index it with segment.begin).
+  virtual void update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) = 0;
+
+  std::vector<FlatShard> shards_;
+  std::vector<std::vector<Tensor>> state_;  // [state kind][shard]
+
+ private:
+  std::int64_t steps_ = 0;
+};
+
+class ShardedAdamW final : public ShardedOptimizer {
+ public:
+  ShardedAdamW(std::vector<FlatShard> shards, const AdamWOptions& options, Allocator& allocator = cpu_allocator());
+
+ private:
+  void update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) override;
+  AdamWOptions options_;
+};
+
+class ShardedSgd final : public ShardedOptimizer {
+ public:
+  ShardedSgd(std::vector<FlatShard> shards, const SgdOptions& options, Allocator& allocator = cpu_allocator());
+
+ private:
+  void update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) override;
+  SgdOptions options_;
+};
+
+// optimizer.type -> ShardedAdamW or ShardedSgd with the section's hyper-parameters.
+std::unique_ptr<ShardedOptimizer> make_sharded_optimizer(const config::OptimizerConfig& config,
+                                                         std::vector<FlatShard> shards,
+                                                         Allocator& allocator = cpu_allocator());
+
+// Sum of g² over the segments of `shards` whose Param `counted` accepts (all when empty), accumulated in
+// double over fixed chunks in a fixed order (bit-identical for any thread count), like grad_clip.hpp.
+double shard_grad_sum_of_squares(const std::vector<FlatShard>& shards, const ParamFilter& counted = {});
+
+// clip_grads (grad_clip.hpp) on shard grads: scales every shard grad by max_norm / (norm + 1e-6) when
+// norm > max_norm, with the same float factor clip_grads would use. Returns the factor (1 when off).
+double clip_shard_grads(const std::vector<FlatShard>& shards, double max_norm, double norm);
+
+}  // namespace cleave::optim

@@ -1,0 +1,284 @@
+// Data-parallel gradient reduction and ZeRO-1 (data_parallel.hpp): ready order, bucket views, callbacks,
+// the tied table's sum before its reduction, shard bookkeeping and the parameter all-gather.
+#include "engine/train/data_parallel.hpp"
+
+#include <algorithm>
+
+#include "engine/core/error.hpp"
+#include "pipeline/action.hpp"
+
+namespace cleave::train {
+namespace {
+
+using ParamPtr = std::shared_ptr<layers::Param>;
+
+std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// Local stages in the order their last weight-gradient pass runs (the executor marks a stage's last W or B
+// action of the step as final).
+std::vector<int> stages_by_final_weight_pass(const Plan& plan, int pp_rank,
+                                             const std::map<int, pipeline::StageModule*>& stages) {
+  std::map<int, std::size_t> last;
+  const auto& actions = plan.schedule.ranks.at(static_cast<std::size_t>(pp_rank));
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    if (pipeline::frees_stash(actions[i].kind)) last[actions[i].stage] = i;
+  }
+  std::vector<int> order;
+  for (const auto& [stage, module] : stages) {
+    (void)module;
+    CLEAVE_ASSERT(last.count(stage) != 0, "data parallel: stage {} has no weight-gradient action on pp rank {}", stage,
+                  pp_rank);
+    order.push_back(stage);
+  }
+  std::sort(order.begin(), order.end(), [&last](int a, int b) { return last[a] < last[b]; });
+  return order;
+}
+
+std::vector<comm::GradientSpec> specs_of(const std::vector<ParamPtr>& params) {
+  std::vector<comm::GradientSpec> specs;
+  for (const auto& p : params) {
+    CLEAVE_ASSERT(p->grad.defined() && p->grad.shape() == p->value.shape(),
+                  "data parallel: parameter {} has no grad of its value's shape", p->name);
+    specs.push_back({p->name, p->grad.shape(), p->grad.dtype()});
+  }
+  return specs;
+}
+
+}  // namespace
+
+DataParallel::DataParallel(const Plan& plan, int pp_rank, const std::map<int, pipeline::StageModule*>& stages,
+                           const optim::ParamList& params, comm::Communicator& dp, comm::Communicator* tied_group,
+                           const DataParallelOptions& options)
+    : options_(options), dp_(dp), tied_group_(tied_group) {
+  CLEAVE_CHECK(options.zero_stage == 0 || options.zero_stage == 1, "optimizer.zero_stage must be 0 or 1, got {}",
+               options.zero_stage);
+
+  // How often each parameter is reported per step: once per local stage listing it, plus once more for a
+  // tied table whose embedding and head sit in the same stage (the stage lists it once, both blocks report).
+  std::unordered_map<const layers::Param*, int> reports;
+  for (const auto& [stage, module] : stages) {
+    for (const auto& p : module->params()) ++reports[p.get()];
+  }
+  const bool tied = plan.spec.type == "gpt" && plan.spec.gpt.tie_embeddings;
+  const int embedding_stage = plan.stage_of_block(partition::BlockKind::kEmbedding);
+  if (tied && embedding_stage >= 0 && embedding_stage == plan.stage_of_block(partition::BlockKind::kLmHead) &&
+      stages.count(embedding_stage) != 0) {
+    for (const auto& p : stages.at(embedding_stage)->params()) {
+      if (p->name == options.tied_table_name) ++reports[p.get()];
+    }
+  }
+
+  // Ready order: stages by their last W pass, each in reverse forward order; a shared parameter at its
+  // last occurrence.
+  std::vector<ParamPtr> sequence;
+  for (int stage : stages_by_final_weight_pass(plan, pp_rank, stages)) {
+    const auto& local = stages.at(stage)->params();
+    for (auto it = local.rbegin(); it != local.rend(); ++it) {
+      sequence.erase(std::remove(sequence.begin(), sequence.end(), *it), sequence.end());
+      sequence.push_back(*it);
+    }
+  }
+  CLEAVE_ASSERT(sequence.size() == optim::unique_params(params).size(),
+                "data parallel: the stages list {} parameters, the trainer {}", sequence.size(),
+                optim::unique_params(params).size());
+  if (tied_group_ != nullptr) {
+    CLEAVE_ASSERT(plan.tied_table_split(), "data parallel: a tied group without a split tied table");
+    for (const auto& p : sequence) {
+      if (p->name == options.tied_table_name) split_table_ = p;
+    }
+    CLEAVE_ASSERT(split_table_ != nullptr, "data parallel: a tied group but no parameter '{}' on this rank",
+                  options.tied_table_name);
+    CLEAVE_ASSERT(reports[split_table_.get()] == 1, "data parallel: the split tied table is reported {} times",
+                  reports[split_table_.get()]);
+  }
+  for (const auto& p : sequence) {
+    if (p != split_table_) order_.push_back(p);
+  }
+
+  comm::BucketerOptions bucket_options;
+  bucket_options.bucket_mib = options.bucket_mib;
+  bucket_options.scale = 1.0f / static_cast<float>(dp.size());
+  bucket_options.reduction = zero1() ? comm::BucketReduction::kReduceScatter : comm::BucketReduction::kAllReduce;
+  bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(order_), dp, bucket_options);
+  for (int i = 0; i < bucketer_->num_grads(); ++i) {
+    layers::Param* p = order_[static_cast<std::size_t>(i)].get();
+    p->grad = bucketer_->grad(i);
+    entries_[p] = Entry{p, bucketer_.get(), i, reports[p], 0};
+  }
+  std::vector<ParamPtr> table_order;
+  if (split_table_) {
+    table_order.push_back(split_table_);
+    table_bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(table_order), dp, bucket_options);
+    split_table_->grad = table_bucketer_->grad(0);
+    entries_[split_table_.get()] = Entry{split_table_.get(), table_bucketer_.get(), 0, 1, 0};
+  }
+  for (int b = 0; b < bucketer_->num_buckets(); ++b) {
+    const auto& bucket = bucketer_->bucket(b);
+    unready_in_bucket_.push_back(bucket.end_grad - bucket.first_grad);
+  }
+
+  if (zero1()) {
+    values_ = flatten_values(*bucketer_, order_);
+    if (table_bucketer_) table_values_ = flatten_values(*table_bucketer_, table_order);
+  }
+  shards_ = make_shards(*bucketer_, order_, values_);
+  if (table_bucketer_) {
+    for (auto& shard : make_shards(*table_bucketer_, table_order, table_values_)) shards_.push_back(std::move(shard));
+  }
+  if (zero1()) sharded_optimizer_ = optim::make_sharded_optimizer(options.optimizer, shards_);
+
+  for (const auto& [stage, module] : stages) {
+    module->set_grad_final_callback([this](const layers::Param& p) { on_grad_final(p); });
+    stages_.push_back(module);
+  }
+}
+
+DataParallel::~DataParallel() {
+  for (pipeline::StageModule* stage : stages_) stage->set_grad_final_callback({});
+}
+
+std::vector<Tensor> DataParallel::flatten_values(const comm::GradientBucketer& bucketer,
+                                                 const std::vector<ParamPtr>& order) const {
+  std::vector<Tensor> values;
+  for (int b = 0; b < bucketer.num_buckets(); ++b) {
+    values.push_back(Tensor::zeros({bucketer.bucket(b).numel}, DType::kF32, MemoryCategory::kParameters));
+  }
+  for (int i = 0; i < bucketer.num_grads(); ++i) {
+    layers::Param& p = *order[static_cast<std::size_t>(i)];
+    CLEAVE_CHECK(p.value.dtype() == DType::kF32, "optimizer.zero_stage 1: parameter {} is {}; ZeRO-1 keeps f32 values",
+                 p.name, dtype_name(p.value.dtype()));
+    const auto& slot = bucketer.slot(i);
+    Tensor view = values[static_cast<std::size_t>(slot.bucket)].slice(slot.offset, slot.offset + slot.numel)
+                      .view(p.value.shape());
+    view.copy_from(p.value);
+    p.value = view;
+  }
+  return values;
+}
+
+std::vector<optim::FlatShard> DataParallel::make_shards(const comm::GradientBucketer& bucketer,
+                                                        const std::vector<ParamPtr>& order,
+                                                        const std::vector<Tensor>& values) const {
+  // Shard b of a bucket of n elements: [r·s, (r+1)·s) ∩ [0, n) with s = ceil(n / dp), the bucketer's
+  // ZeRO-1 shards (which pad n to a multiple of dp) whichever the mode.
+  std::vector<optim::FlatShard> shards;
+  const int dp_size = dp_.size();
+  for (int b = 0; b < bucketer.num_buckets(); ++b) {
+    const auto& bucket = bucketer.bucket(b);
+    const std::int64_t length = round_up(bucket.numel, dp_size) / dp_size;
+    const std::int64_t begin = std::min(bucket.numel, length * dp_.rank());
+    const std::int64_t end = std::min(bucket.numel, begin + length);
+    if (zero1()) CLEAVE_ASSERT(begin == bucketer.shard_begin(b) && end - begin == bucketer.shard(b).numel(),
+                               "data parallel: shard {} of bucket {} differs from the bucketer's", dp_.rank(), b);
+    optim::FlatShard shard;
+    shard.grad = bucketer.bucket_buffer(b).slice(begin, end);
+    if (!values.empty()) shard.value = values[static_cast<std::size_t>(b)].slice(begin, end);
+    for (int i = bucket.first_grad; i < bucket.end_grad; ++i) {
+      const auto& slot = bucketer.slot(i);
+      const std::int64_t lo = std::max(begin, slot.offset);
+      const std::int64_t hi = std::min(end, slot.offset + slot.numel);
+      if (lo >= hi) continue;
+      shard.segments.push_back({lo - begin, hi - lo, lo - slot.offset, order[static_cast<std::size_t>(i)].get()});
+    }
+    shards.push_back(std::move(shard));
+  }
+  return shards;
+}
+
+void DataParallel::begin_step() {
+  CLEAVE_ASSERT(!tied_work_, "data parallel: begin_step() with the tied sum of the previous step in flight");
+  bucketer_->zero_grads();
+  if (table_bucketer_) table_bucketer_->zero_grads();
+  for (auto& [param, entry] : entries_) entry.reports = 0;
+  for (int b = 0; b < bucketer_->num_buckets(); ++b) {
+    const auto& bucket = bucketer_->bucket(b);
+    unready_in_bucket_[static_cast<std::size_t>(b)] = bucket.end_grad - bucket.first_grad;
+  }
+  launched_ = 0;
+  launched_at_last_report_ = 0;
+}
+
+void DataParallel::on_grad_final(const layers::Param& param) {
+  auto it = entries_.find(&param);
+  CLEAVE_ASSERT(it != entries_.end(), "data parallel: parameter {} reported final but not bucketed", param.name);
+  Entry& e = it->second;
+  ++e.reports;
+  CLEAVE_ASSERT(e.reports <= e.expected_reports, "data parallel: parameter {} reported final {} times (expected {})",
+                param.name, e.reports, e.expected_reports);
+  launched_at_last_report_ = launched_;
+  if (tied_work_) tied_work_->test();  // progress the tied sum
+  if (e.reports < e.expected_reports) return;
+  if (e.param == split_table_.get()) {
+    // Both copies' gradients are summed before either is reduced over dp (end_step launches that).
+    tied_work_ = tied_group_->all_reduce(split_table_->grad, comm::ReduceOp::kSum);
+    return;
+  }
+  e.bucketer->mark_ready(e.index);
+  const int b = bucketer_->slot(e.index).bucket;
+  --unready_in_bucket_[static_cast<std::size_t>(b)];
+  while (launched_ < bucketer_->num_buckets() && unready_in_bucket_[static_cast<std::size_t>(launched_)] == 0) {
+    ++launched_;
+  }
+}
+
+DataParallelStepReport DataParallel::end_step() {
+  for (const auto& [param, entry] : entries_) {
+    CLEAVE_ASSERT(entry.reports == entry.expected_reports,
+                  "data parallel: parameter {} was reported final {} times this step, expected {} (grad-final "
+                  "callbacks and the derived ready order disagree)",
+                  entry.param->name, entry.reports, entry.expected_reports);
+  }
+  DataParallelStepReport report;
+  report.buckets = bucketer_->num_buckets();
+  report.launched_before_last_report = launched_at_last_report_;
+  // Every main bucket has started (all gradients were reported); the table's goes after them on every rank.
+  if (table_bucketer_) {
+    CLEAVE_ASSERT(tied_work_ != nullptr, "data parallel: the split tied table was never summed");
+    tied_work_->wait();
+    tied_work_.reset();
+    table_bucketer_->mark_ready(0);
+  }
+  report.launched_before_finish = bucketer_->finish();
+  if (table_bucketer_) table_bucketer_->finish();
+  return report;
+}
+
+double DataParallel::local_grad_sum_of_squares(const optim::ParamFilter& counted) const {
+  return optim::shard_grad_sum_of_squares(shards_, counted);
+}
+
+double DataParallel::clip(double max_norm, double norm) {
+  if (zero1()) return optim::clip_shard_grads(shards_, max_norm, norm);
+  optim::ParamList all(order_.begin(), order_.end());
+  if (split_table_) all.push_back(split_table_);
+  return optim::clip_grads(all, max_norm, norm);
+}
+
+void DataParallel::all_gather_values(const comm::GradientBucketer& bucketer, const std::vector<Tensor>& values,
+                                     std::vector<comm::WorkPtr>& works) const {
+  for (int b = 0; b < bucketer.num_buckets(); ++b) {
+    const Tensor& flat = values[static_cast<std::size_t>(b)];
+    const std::int64_t begin = bucketer.shard_begin(b);
+    works.push_back(dp_.all_gather(flat.slice(begin, begin + bucketer.shard(b).numel()), flat));
+  }
+}
+
+void DataParallel::sharded_step(double lr) {
+  CLEAVE_ASSERT(zero1(), "data parallel: sharded_step() without optimizer.zero_stage 1");
+  sharded_optimizer_->step(lr);
+  std::vector<comm::WorkPtr> works;
+  all_gather_values(*bucketer_, values_, works);
+  if (table_bucketer_) all_gather_values(*table_bucketer_, table_values_, works);
+  for (auto& w : works) w->wait();
+}
+
+std::vector<std::string> DataParallel::ready_order() const {
+  std::vector<std::string> names;
+  for (const auto& p : order_) names.push_back(p->name);
+  if (split_table_) names.push_back(split_table_->name);
+  return names;
+}
+
+int DataParallel::num_buckets() const { return bucketer_->num_buckets(); }
+
+}  // namespace cleave::train

@@ -1,0 +1,135 @@
+// DataParallel: this rank's gradient reduction over its data-parallel replicas (DESIGN §3), overlapped with
+// the backward pass, and ZeRO-1 (optimizer.zero_stage = 1) on top of it.
+//
+// Gradients live in the flat buffers of a GradientBucketer (engine/comm/gradient_bucketer.hpp) and each
+// Param::grad is a view into them, adopted at construction — before any optimizer exists, since optimizers
+// may keep the grad tensors. The buckets follow the order in which gradients become final: the stages'
+// grad-final callbacks (pipeline/stage_module.hpp) fire during each stage's last weight-gradient pass, block
+// by block in reverse, and stages finish in the order of their last W/B action in this rank's schedule. So
+// the ready order is: local stages by the position of their last W/B, each stage's parameters in reverse
+// forward order, a parameter that several local blocks share (a tied table with embedding and head on this
+// rank) at its last report. Within a block the order does not matter: a block reports all its parameters
+// at once. A bucket's collective starts as soon as its last gradient is reported and all earlier buckets
+// have started; the reduction is a sum, then scaled by 1/dp.
+//
+// Tied embedding table split over two pp ranks: its two copies' gradients must be summed over the tied
+// group BEFORE the data-parallel reduction (with ZeRO-1 a reduce-scatter of an un-summed copy would leave
+// each shard with half the gradient; Megatron issue #844). The table therefore has a bucket of its own (its
+// own bucketer, launched last): when its gradient is final the tied all-reduce starts asynchronously, and
+// end_step() waits for it, then starts the table's data-parallel reduction.
+//
+// ZeRO-1: buckets are reduce-scattered; each rank's shard of every bucket holds the reduced gradient. The
+// parameter values are also views into flat buffers laid out like the gradient buckets (copied in once at
+// construction), so this rank updates its shard in place (optim::ShardedOptimizer, state for the shard
+// only) and an in-place all_gather per bucket gives every rank all updated values.
+//
+// Gradient norm: every rank sums the squares of its shard of each bucket (the same dp shards in both
+// modes, so plain data parallel and ZeRO-1 compute the same norm bit for bit), the caller reduces the sum
+// over the whole world (dp × tp × pp) and filters parameters another rank counts.
+//
+// Per step: begin_step() (zero grads) → executor step (callbacks mark gradients) → end_step() →
+// local_grad_sum_of_squares() → clip() → optimizer step (sharded_step() under ZeRO-1). Not thread-safe; all
+// members of the dp group must call the collective members in the same order (they run the same plan).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "engine/comm/communicator.hpp"
+#include "engine/comm/gradient_bucketer.hpp"
+#include "engine/config/config.hpp"
+#include "engine/optim/sharded_optimizer.hpp"
+#include "engine/train/plan.hpp"
+#include "pipeline/stage_module.hpp"
+
+namespace cleave::train {
+
+struct DataParallelOptions {
+  double bucket_mib = 25.0;            // parallel.dp_bucket_mb
+  int zero_stage = 0;                  // optimizer.zero_stage: 0 plain, 1 sharded optimizer
+  config::OptimizerConfig optimizer;   // hyper-parameters of the ZeRO-1 optimizer
+  std::string tied_table_name = "embed.token";
+};
+
+// What one step's reduction did (for tests and benchmarks).
+struct DataParallelStepReport {
+  int buckets = 0;                      // main buckets (the split tied table's own bucket not counted)
+  int launched_before_finish = 0;       // main buckets started by the grad-final callbacks
+  int launched_before_last_report = 0;  // main buckets started while backward work was still to come
+};
+
+class DataParallel {
+ public:
+  // `stages`: this rank's stages by stage index; `params`: their parameters, each Param once. `dp` (and
+  // `tied_group`, non-null when this rank holds one copy of a tied table split over pp ranks) must outlive
+  // this object, as must the stages. Adopts grad views (and, ZeRO-1, value views) into every Param and
+  // installs the grad-final callback on every stage. Collective over nothing; cheap to construct.
+  DataParallel(const Plan& plan, int pp_rank, const std::map<int, pipeline::StageModule*>& stages,
+               const optim::ParamList& params, comm::Communicator& dp, comm::Communicator* tied_group,
+               const DataParallelOptions& options);
+  ~DataParallel();
+  DataParallel(const DataParallel&) = delete;
+  DataParallel& operator=(const DataParallel&) = delete;
+
+  // Zeroes every gradient (before the first micro-batch).
+  void begin_step();
+  // After the executor's step: finishes the tied sum and every bucket. Afterwards (plain) every grad holds
+  // the replicas' mean, or (ZeRO-1) this rank's shard of every bucket does. Collective over dp.
+  DataParallelStepReport end_step();
+  // Sum of squares of this rank's shard of every gradient that `counted` accepts (all when empty).
+  double local_grad_sum_of_squares(const optim::ParamFilter& counted = {}) const;
+  // Clips by the global norm (optim::clip_grads semantics): every grad (plain) or this rank's shard (ZeRO-1).
+  double clip(double max_norm, double norm);
+  // ZeRO-1: updates this rank's shard with the sharded optimizer, then all-gathers the parameters.
+  // Collective over dp.
+  void sharded_step(double lr);
+
+  bool zero1() const { return options_.zero_stage == 1; }
+  // ZeRO-1 only (null otherwise).
+  const optim::ShardedOptimizer* sharded_optimizer() const { return sharded_optimizer_.get(); }
+  // Parameter names in ready (bucket) order, the split tied table last.
+  std::vector<std::string> ready_order() const;
+  int num_buckets() const;
+
+ private:
+  struct Entry {
+    layers::Param* param = nullptr;
+    comm::GradientBucketer* bucketer = nullptr;
+    int index = 0;          // in that bucketer's ready order
+    int expected_reports = 1;
+    int reports = 0;
+  };
+
+  void on_grad_final(const layers::Param& param);
+  std::vector<optim::FlatShard> make_shards(const comm::GradientBucketer& bucketer,
+                                            const std::vector<std::shared_ptr<layers::Param>>& order,
+                                            const std::vector<Tensor>& values) const;
+  std::vector<Tensor> flatten_values(const comm::GradientBucketer& bucketer,
+                                     const std::vector<std::shared_ptr<layers::Param>>& order) const;
+  void all_gather_values(const comm::GradientBucketer& bucketer, const std::vector<Tensor>& values,
+                         std::vector<comm::WorkPtr>& works) const;
+
+  DataParallelOptions options_;
+  comm::Communicator& dp_;
+  comm::Communicator* tied_group_;
+  std::vector<pipeline::StageModule*> stages_;
+  std::vector<std::shared_ptr<layers::Param>> order_;  // main bucketer's ready order
+  std::shared_ptr<layers::Param> split_table_;          // null unless the tied table is split over pp ranks
+  std::unique_ptr<comm::GradientBucketer> bucketer_;
+  std::unique_ptr<comm::GradientBucketer> table_bucketer_;
+  std::vector<Tensor> values_;        // ZeRO-1: flat parameter buffers, one per bucket of bucketer_
+  std::vector<Tensor> table_values_;  // ZeRO-1: the same for table_bucketer_
+  std::vector<optim::FlatShard> shards_;  // this rank's shard of every bucket (both bucketers)
+  std::unique_ptr<optim::ShardedOptimizer> sharded_optimizer_;
+  std::unordered_map<const layers::Param*, Entry> entries_;
+  std::vector<int> unready_in_bucket_;  // mirror of the main bucketer's launch rule, for the report
+  int launched_ = 0;
+  int launched_at_last_report_ = 0;
+  comm::WorkPtr tied_work_;
+};
+
+}  // namespace cleave::train

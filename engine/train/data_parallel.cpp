@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
 #include "pipeline/action.hpp"
 
 namespace cleave::train {
@@ -125,7 +126,27 @@ DataParallel::DataParallel(const Plan& plan, int pp_rank, const std::map<int, pi
   if (table_bucketer_) {
     for (auto& shard : make_shards(*table_bucketer_, table_order, table_values_)) shards_.push_back(std::move(shard));
   }
+  const std::int64_t state_before = cpu_allocator().stats().current_of(MemoryCategory::kOptimizerState);
   if (zero1()) sharded_optimizer_ = optim::make_sharded_optimizer(options.optimizer, shards_);
+  const std::int64_t state_bytes = cpu_allocator().stats().current_of(MemoryCategory::kOptimizerState) - state_before;
+
+  // What an unsharded optimizer holds: one f32 tensor per parameter per state kind.
+  std::int64_t elements = 0;
+  for (const auto& p : sequence) elements += p->value.numel();
+  const int kinds = options.optimizer.type == "adamw" ? 2 : (options.optimizer.momentum > 0.0 ? 1 : 0);
+  if (dp.rank() == 0) {
+    if (zero1()) {
+      log::info("data parallel: dp {}, {} bucket(s) of <= {} MiB, {} parameter elements on this rank | ZeRO-1 "
+                "optimizer state {} B (allocator kOptimizerState), unsharded {} B",
+                dp.size(), num_buckets() + (table_bucketer_ ? 1 : 0), options.bucket_mib, elements, state_bytes,
+                elements * kinds * 4);
+    } else {
+      log::info("data parallel: dp {}, {} bucket(s) of <= {} MiB, {} parameter elements on this rank | optimizer "
+                "state unsharded {} B",
+                dp.size(), num_buckets() + (table_bucketer_ ? 1 : 0), options.bucket_mib, elements,
+                elements * kinds * 4);
+    }
+  }
 
   for (const auto& [stage, module] : stages) {
     module->set_grad_final_callback([this](const layers::Param& p) { on_grad_final(p); });

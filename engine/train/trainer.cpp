@@ -23,6 +23,7 @@
 #include "engine/train/plan.hpp"
 #include "kernels/cpu/cross_entropy.hpp"
 #include "layers/models/builder.hpp"
+#include "layers/parallel/shard.hpp"
 #include "pipeline/executor.hpp"
 #include "pipeline/trace.hpp"
 
@@ -112,10 +113,6 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
     : state_(std::make_unique<State>(std::move(config), world)) {
   State& s = *state_;
   const auto& cfg = s.config;
-  CLEAVE_CHECK(cfg.parallel.tensor_model_parallel_size == 1,
-               "parallel.tensor_model_parallel_size {} is not supported by this build yet; use 1 (pipeline and "
-               "data parallelism are)",
-               cfg.parallel.tensor_model_parallel_size);
   CLEAVE_CHECK(cfg.device.type == "cpu",
                "device.type '{}' is not available: this build trains on the CPU backend (device.type \"cpu\")",
                cfg.device.type);
@@ -130,6 +127,9 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
   // This rank's stages, built from (seed, logical name) so any layout starts from the same weights.
   layers::BuildOptions build;
   build.seed = cfg.train.seed;
+  build.tp_size = s.grid.tp_size();
+  build.tp_rank = s.coords.tp_rank;
+  if (s.grid.tp_size() > 1) s.context.tp_comm = s.groups.tp.get();
   for (int stage : s.plan.local_stages) {
     const auto& range = s.plan.partition.stages[static_cast<std::size_t>(stage)];
     auto blocks = layers::build_blocks(s.plan.spec, static_cast<std::size_t>(range.begin),
@@ -310,8 +310,9 @@ EvalResult Trainer::evaluate(std::int64_t batches) {
 
 std::map<std::string, std::vector<float>> Trainer::gather_parameters() {
   State& s = *state_;
-  // Which rank owns which name: every rank publishes "name\n" lines; the lowest world rank holding a
-  // name broadcasts it. Names travel as bytes in an i32 tensor (one byte per element, simple and rare).
+  // Which rank holds which name: every rank publishes "name\n" lines. For each name, replica 0 (dp 0)
+  // supplies it: per tp rank the lowest world rank holding it broadcasts its shard and its ShardSpec, and
+  // every rank places the shards into the logical tensor. Names travel as bytes in an i32 tensor.
   std::string mine;
   for (const auto& p : s.params) mine += p->name + "\n";
   Tensor length = Tensor::empty({1}, DType::kI64, MemoryCategory::kCommunication);
@@ -325,33 +326,63 @@ std::map<std::string, std::vector<float>> Trainer::gather_parameters() {
   Tensor texts = Tensor::empty({longest * s.world.size()}, DType::kI32, MemoryCategory::kCommunication);
   s.world.all_gather(text, texts)->wait();
 
-  std::map<std::string, int> owner;
+  std::map<std::string, std::map<int, int>> holders;  // name -> tp rank -> lowest world rank in replica 0
   for (int r = 0; r < s.world.size(); ++r) {
+    const comm::GridCoords c = s.grid.coords_of(r);
+    if (c.dp_rank != 0) continue;
     std::string line;
     const std::int32_t* chars = texts.data<std::int32_t>() + r * longest;
     for (std::int64_t i = 0; i < lengths.data<std::int64_t>()[r]; ++i) {
       if (chars[i] == '\n') {
-        owner.try_emplace(line, r);
+        holders[line].try_emplace(c.tp_rank, r);
         line.clear();
       } else {
         line += static_cast<char>(chars[i]);
       }
     }
   }
+  constexpr int kMeta = 4 + Shape::kMaxDims + 2;  // numel, dim, parts, index, groups, rank, logical dims
   std::map<std::string, std::vector<float>> out;
-  for (const auto& [name, rank] : owner) {
-    Tensor numel = Tensor::empty({1}, DType::kI64, MemoryCategory::kCommunication);
-    std::shared_ptr<layers::Param> local;
-    for (const auto& p : s.params) {
-      if (p->name == name) local = p;
+  for (const auto& [name, by_tp] : holders) {
+    std::vector<float> logical;
+    for (const auto& [tp_rank, rank] : by_tp) {
+      std::shared_ptr<layers::Param> local;
+      if (rank == s.world.rank()) {
+        for (const auto& p : s.params) {
+          if (p->name == name) local = p;
+        }
+      }
+      Tensor meta = Tensor::zeros({kMeta}, DType::kI64, MemoryCategory::kCommunication);
+      if (local) {
+        std::int64_t* m = meta.data<std::int64_t>();
+        const layers::ShardSpec& spec = local->shard;
+        m[0] = local->value.numel();
+        m[1] = spec.dim;
+        m[2] = spec.parts;
+        m[3] = spec.index;
+        m[4] = spec.groups;
+        m[5] = spec.logical.rank();
+        for (int d = 0; d < spec.logical.rank(); ++d) m[6 + d] = spec.logical[d];
+      }
+      s.world.broadcast(meta, rank)->wait();
+      const std::int64_t* m = meta.data<std::int64_t>();
+      if (m[1] < 0 && tp_rank != 0) continue;  // replicated: tp rank 0's copy is the logical tensor
+      Tensor values = local ? local->value.view({local->value.numel()})
+                            : Tensor::empty({m[0]}, DType::kF32, MemoryCategory::kCommunication);
+      s.world.broadcast(values, rank)->wait();
+      if (m[1] < 0) {
+        logical = values.to_floats();
+        continue;
+      }
+      layers::ShardSpec spec;
+      spec.dim = static_cast<int>(m[1]);
+      spec.parts = static_cast<int>(m[2]);
+      spec.index = static_cast<int>(m[3]);
+      spec.groups = static_cast<int>(m[4]);
+      spec.logical = Shape(std::span<const std::int64_t>(m + 6, static_cast<std::size_t>(m[5])));
+      layers::place_shard(logical, values.to_floats(), spec);
     }
-    numel.data<std::int64_t>()[0] = local ? local->value.numel() : 0;
-    s.world.broadcast(numel, rank)->wait();
-    Tensor values = rank == s.world.rank() ? local->value.view({local->value.numel()})
-                                           : Tensor::empty({numel.data<std::int64_t>()[0]}, DType::kF32,
-                                                           MemoryCategory::kCommunication);
-    s.world.broadcast(values, rank)->wait();
-    out[name] = values.to_floats();
+    out[name] = std::move(logical);
   }
   return out;
 }

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The oversized demo (examples/oversized): one rank is refused before training with the bytes it needs by
+# category against device.memory_limit; the same config on pp 4 x tp 2 = 8 ranks trains, and the largest
+# per-rank peak the allocator measured stays under the cap. Usage: oversized.sh CLEAVE SRC_DIR MPIEXEC [FLAGS...]
+set -u
+cleave=$1; src=$2; shift 2
+mpiexec=("$@")
+config=$src/examples/oversized/gpt_oversized.json
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+
+out=$("$cleave" train "$config" --set parallel.tensor_model_parallel_size=1 \
+      --set parallel.pipeline_model_parallel_size=1 --set train.out_dir=single 2>&1)
+status=$?
+if [ $status -eq 0 ] || ! grep -Eq "memory: pp rank 0 needs about .*parameters .*optimizer_state .*activations .*device.memory_limit is 96.00 MiB" <<<"$out" || [ -e single ]; then
+  echo "FAIL one rank: status $status, output: $out"; exit 1
+fi
+echo "ok   one rank refused: $out"
+
+"${mpiexec[@]}" -n 8 "$cleave" train "$config" --set train.steps=3 --set train.eval_batches=0 \
+    --set train.out_dir=eight > log.txt 2>&1 || { echo "FAIL 8 ranks:"; cat log.txt; exit 1; }
+peak=$(tail -n 1 eight/metrics.jsonl | sed 's/.*"peak_bytes": *\([0-9]*\).*/\1/')
+cap=$((96 * 1024 * 1024))
+if [ -z "$peak" ] || [ "$peak" -ge "$cap" ] || [ "$peak" -le 0 ]; then
+  echo "FAIL 8 ranks: peak '$peak' not under the cap $cap"; cat log.txt; exit 1
+fi
+echo "ok   pp4 x tp2 trained 3 steps; largest per-rank peak $peak B < cap $cap B"

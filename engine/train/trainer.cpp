@@ -518,6 +518,19 @@ TrainSummary Trainer::train() {
   }
   if (cfg.train.trace) write_measured_trace(s, cfg.train.out_dir);
   summary.peak_bytes = summary.steps.empty() ? 0 : summary.steps.back().peak_bytes;
+  // Every rank's own peak (the memory a layout needs per device), on one line.
+  Tensor mine = Tensor::empty({1}, DType::kI64, MemoryCategory::kWorkspace);
+  mine.data<std::int64_t>()[0] = cpu_allocator().stats().peak_total;
+  Tensor peaks = Tensor::empty({s.world.size()}, DType::kI64, MemoryCategory::kWorkspace);
+  s.world.all_gather(mine, peaks)->wait();
+  if (s.reports() && s.world.size() > 1) {
+    std::string line;
+    for (int r = 0; r < s.world.size(); ++r) {
+      line += fmt::format("{}r{} {}", r ? ", " : "", r, format_bytes(peaks.data<std::int64_t>()[r]));
+    }
+    log::info("peak memory per rank: {}{}", line,
+              cfg.device.memory_limit > 0 ? fmt::format(" (cap {})", format_bytes(cfg.device.memory_limit)) : "");
+  }
   if (progress) progress->summary(cfg.train.out_dir);
   summary.completed = true;
   return summary;

@@ -1,4 +1,6 @@
-// GEMM throughput of kernels::cpu::gemm (OpenBLAS sgemm) on square and training shapes, 1 and 2 threads.
+// GEMM throughput of kernels::cpu::gemm (OpenBLAS sgemm) on square and training shapes: 1 thread, and 2
+// threads both ways (OpenBLAS's own pool, and the library's configure_kernel_threads: OpenMP slices of
+// single-threaded sgemm), plus an MLP GEMM followed by an OpenMP GELU to show the two pools interfering.
 //
 // What it asserts before timing: every shape's result matches a naive double-precision dot product on a
 // sample of output entries (all entries for the smallest), or the binary exits non-zero without timing.
@@ -14,6 +16,7 @@
 // OpenBLAS is loaded and reports whether the selected core changed (it does not: OpenBLAS reads the
 // variable in its load-time constructor, so the variable has to come from the launcher).
 #include <benchmark/benchmark.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -28,6 +31,7 @@
 #include <vector>
 
 #include "kernels/cpu/blas_runtime.hpp"
+#include "kernels/cpu/gelu.hpp"
 #include "kernels/cpu/gemm.hpp"
 
 namespace {
@@ -38,7 +42,13 @@ struct GemmCase {
   std::string name;
   bool trans_a, trans_b;
   int64_t m, n, k, batch;
+  bool then_gelu = false;  // time the GEMM followed by an OpenMP GELU over C, as in an MLP (GFLOP/s counts the GEMM)
 };
+
+// How the 2-thread rows are threaded: OpenBLAS's own pthread pool (configure_blas_threads(2), OpenMP 2) or
+// the library's setting, configure_kernel_threads(2): OpenBLAS 1 thread, GEMMs sliced over the OpenMP team.
+enum class Threading { kOpenBlas, kOpenMp };
+const char* threading_name(Threading t) { return t == Threading::kOpenBlas ? "openblas" : "openmp"; }
 
 // Training shapes: a GPT block with 8 x 64 tokens, d_model 256, MLP width 1024, 4 heads of 64, vocab 8192.
 const std::vector<GemmCase>& cases() {
@@ -52,6 +62,7 @@ const std::vector<GemmCase>& cases() {
       {"mlp_fc_wgrad_1024x256x512_tn", true, false, 1024, 256, 512, 1},
       {"attn_scores_32x(64x64x64)_nt", false, true, 64, 64, 64, 32},
       {"lm_head_512x8192x256_nt", false, true, 512, 8192, 256, 1},
+      {"mlp_fc_fwd_then_gelu", false, true, 512, 1024, 256, 1, true},
   };
   return all;
 }
@@ -180,13 +191,19 @@ Machine detect_machine() {
 struct Row {
   GemmCase g;
   int threads = 1;
+  Threading threading = Threading::kOpenMp;
   double median_ms = 0.0, gflops = 0.0, cpu_over_real = 0.0, min_ms = 0.0;
   double flops() const { return 2.0 * g.m * g.n * g.k * g.batch; }
   double best_gflops() const { return min_ms > 0 ? flops() / (min_ms * 1e6) : 0.0; }
 };
 
-std::map<std::string, std::pair<GemmCase, int>>& registry() {
-  static std::map<std::string, std::pair<GemmCase, int>> r;
+struct Registered {
+  GemmCase g;
+  int threads;
+  Threading threading;
+};
+std::map<std::string, Registered>& registry() {
+  static std::map<std::string, Registered> r;
   return r;
 }
 
@@ -203,8 +220,9 @@ class TableReporter : public benchmark::ConsoleReporter {
       const auto it = registry().find(run.run_name.function_name);
       if (it == registry().end()) continue;
       found = true;
-      row.g = it->second.first;
-      row.threads = it->second.second;
+      row.g = it->second.g;
+      row.threads = it->second.threads;
+      row.threading = it->second.threading;
       if (run.aggregate_name == "median") {
         row.median_ms = run.GetAdjustedRealTime();
         row.cpu_over_real = run.GetAdjustedCPUTime() / run.GetAdjustedRealTime();
@@ -218,11 +236,18 @@ class TableReporter : public benchmark::ConsoleReporter {
   }
 };
 
-void bench_gemm(benchmark::State& state, GemmCase g, int threads) {
-  cpu::configure_kernel_threads(threads);  // OpenBLAS and OpenMP (the batched path spreads over OpenMP)
+void bench_gemm(benchmark::State& state, GemmCase g, int threads, Threading threading) {
+  if (threading == Threading::kOpenBlas) {
+    cpu::configure_blas_threads(threads);
+    omp_set_num_threads(threads);
+  } else {
+    cpu::configure_kernel_threads(threads);
+  }
   Operands o = make_operands(g, 3);
+  std::vector<float> activated(g.then_gelu ? o.c.size() : 0);
   for (auto _ : state) {
     run_gemm(g, o);
+    if (g.then_gelu) cpu::gelu_forward(o.c.data(), activated.data(), static_cast<int64_t>(o.c.size()));
     benchmark::ClobberMemory();
   }
   state.counters["GFLOP/s"] =
@@ -265,10 +290,12 @@ int main(int argc, char** argv) {
   std::printf("validation: all %zu shapes match the double reference\n", cases().size());
 
   for (const auto& g : cases()) {
-    for (int threads : {1, 2}) {
-      const std::string name = "gemm/" + g.name + "/threads:" + std::to_string(threads);
-      registry()[name] = {g, threads};
-      benchmark::RegisterBenchmark(name.c_str(), bench_gemm, g, threads)
+    for (const auto& [threads, threading] :
+         {std::pair{1, Threading::kOpenMp}, std::pair{2, Threading::kOpenBlas}, std::pair{2, Threading::kOpenMp}}) {
+      const std::string name = "gemm/" + g.name + "/threads:" + std::to_string(threads) +
+                               (threads > 1 ? std::string("/") + threading_name(threading) : std::string());
+      registry()[name] = {g, threads, threading};
+      benchmark::RegisterBenchmark(name.c_str(), bench_gemm, g, threads, threading)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond)
           ->MinWarmUpTime(0.05)
@@ -287,28 +314,32 @@ int main(int argc, char** argv) {
     if (r.threads == 1) one_thread[r.g.name] = r.gflops;
   std::printf(
       "\nGFLOP/s = median of 5 repetitions; best_GF = fastest repetition; cpu/real = CPU time of the calling thread\n"
-      "over wall time (about 1.00 when no other process took the core; lower means the row was disturbed)\n");
-  std::printf("%-30s %2s %5s %5s %5s %5s %3s %9s %8s %6s %7s %8s %8s\n", "case", "op", "m", "n", "k", "batch", "thr",
-              "median_ms", "GFLOP/s", "%peak", "vs_1thr", "best_GF", "cpu/real");
+      "over wall time (about 1.00 when no other process took the core; lower means the row was disturbed).\n"
+      "threading: openblas = OpenBLAS's own pool (configure_blas_threads); openmp = configure_kernel_threads\n"
+      "(OpenBLAS 1 thread, GEMM sliced over the OpenMP team). *_then_gelu also runs an OpenMP GELU over C.\n");
+  std::printf("%-28s %2s %5s %5s %5s %5s %3s %-8s %9s %8s %6s %7s %8s %8s\n", "case", "op", "m", "n", "k", "batch",
+              "thr", "threads", "median_ms", "GFLOP/s", "%peak", "vs_1thr", "best_GF", "cpu/real");
   for (const auto& r : reporter.rows) {
     const double peak = mc.peak_gflops_per_core() * r.threads;
     const double vs1 = one_thread.count(r.g.name) && one_thread[r.g.name] > 0 ? r.gflops / one_thread[r.g.name] : 0.0;
-    std::printf("%-30s %c%c %5ld %5ld %5ld %5ld %3d %9.3f %8.1f %5.0f%% %6.2fx %8.1f %8.2f\n", r.g.name.c_str(),
+    std::printf("%-28s %c%c %5ld %5ld %5ld %5ld %3d %-8s %9.3f %8.1f %5.0f%% %6.2fx %8.1f %8.2f\n", r.g.name.c_str(),
                 r.g.trans_a ? 'T' : 'N', r.g.trans_b ? 'T' : 'N', (long)r.g.m, (long)r.g.n, (long)r.g.k,
-                (long)r.g.batch, r.threads, r.median_ms, r.gflops, peak > 0 ? 100.0 * r.gflops / peak : 0.0, vs1,
-                r.best_gflops(), r.cpu_over_real);
+                (long)r.g.batch, r.threads, r.threads > 1 ? threading_name(r.threading) : "-", r.median_ms, r.gflops,
+                peak > 0 ? 100.0 * r.gflops / peak : 0.0, vs1, r.best_gflops(), r.cpu_over_real);
   }
   for (const auto& r : reporter.rows) {
     const double peak = mc.peak_gflops_per_core() * r.threads;
     std::printf(
         "{\"bench\":\"gemm\",\"case\":\"%s\",\"trans_a\":%s,\"trans_b\":%s,\"m\":%ld,\"n\":%ld,\"k\":%ld,"
-        "\"batch\":%ld,\"threads\":%d,\"median_ms\":%.4f,\"gflops\":%.2f,\"best_gflops\":%.2f,\"cpu_over_real\":%.3f,"
-        "\"peak_gflops\":%.2f,\"ratio_to_peak\":%.3f,\"peak_assumption\":\"%s at %.3f GHz (%s)\",\"cpu\":\"%s\","
-        "\"blas_core\":\"%s\",\"openblas_coretype\":\"%s\"}\n",
+        "\"batch\":%ld,\"then_gelu\":%s,\"threads\":%d,\"threading\":\"%s\",\"median_ms\":%.4f,\"gflops\":%.2f,"
+        "\"best_gflops\":%.2f,\"cpu_over_real\":%.3f,\"peak_gflops\":%.2f,\"ratio_to_peak\":%.3f,"
+        "\"peak_assumption\":\"%s at %.3f GHz "
+        "(%s)\",\"cpu\":\"%s\",\"blas_core\":\"%s\",\"openblas_coretype\":\"%s\"}\n",
         r.g.name.c_str(), r.g.trans_a ? "true" : "false", r.g.trans_b ? "true" : "false", (long)r.g.m, (long)r.g.n,
-        (long)r.g.k, (long)r.g.batch, r.threads, r.median_ms, r.gflops, r.best_gflops(), r.cpu_over_real, peak,
-        peak > 0 ? r.gflops / peak : 0.0, mc.isa.c_str(), mc.ghz, mc.clock_source.c_str(), mc.cpu_model.c_str(),
-        cpu::blas_core_name().c_str(), coretype_env != nullptr ? coretype_env : "");
+        (long)r.g.k, (long)r.g.batch, r.g.then_gelu ? "true" : "false", r.threads, threading_name(r.threading),
+        r.median_ms, r.gflops, r.best_gflops(), r.cpu_over_real, peak, peak > 0 ? r.gflops / peak : 0.0, mc.isa.c_str(),
+        mc.ghz, mc.clock_source.c_str(), mc.cpu_model.c_str(), cpu::blas_core_name().c_str(),
+        coretype_env != nullptr ? coretype_env : "");
   }
   return 0;
 }

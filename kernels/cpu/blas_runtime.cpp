@@ -19,7 +19,7 @@ int blas_threads() { return openblas_get_num_threads(); }
 
 void configure_kernel_threads(int threads) {
   CLEAVE_CHECK(threads >= 1, "configure_kernel_threads: thread count must be >= 1, got {}", threads);
-  openblas_set_num_threads(threads);
+  openblas_set_num_threads(1);
   omp_set_num_threads(threads);
 }
 

@@ -17,14 +17,18 @@
 
 namespace cleave::kernels::cpu {
 
-// Threads OpenBLAS may use for one GEMM (>= 1). Does not change OpenMP's thread count.
+// Threads OpenBLAS may use for one GEMM (>= 1), threading GEMMs inside OpenBLAS's own pthread pool. Does
+// not change OpenMP's thread count. Prefer configure_kernel_threads (the two pools thrash when GEMMs
+// alternate with OpenMP kernels); this is the raw knob, used by the benchmark to compare the two.
 void configure_blas_threads(int threads);
 
 // Threads OpenBLAS currently uses.
 int blas_threads();
 
-// Threads for every CPU kernel: OpenBLAS's pool and the OpenMP team of parallel regions started from the
-// calling thread (omp_set_num_threads). threads >= 1.
+// The recommended setting: every CPU kernel, GEMM included, runs on `threads` OpenMP threads (parallel
+// regions started from the calling thread, omp_set_num_threads) and OpenBLAS is set to one thread; a
+// large GEMM is then sliced over the OpenMP team (gemm.cpp), so only one thread pool is ever active.
+// Call it once at startup, before the first kernel. threads >= 1.
 void configure_kernel_threads(int threads);
 
 // OpenBLAS's self-description, e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64",

@@ -1,15 +1,18 @@
 // gemm / gemm_strided_batched against a naive double reference: every transpose combination, odd shapes,
 // padded leading dimensions (padding must stay untouched), beta = 0 over NaN-poisoned C, beta != 0,
 // degenerate sizes, both batched code paths (OpenMP over small GEMMs, sequential over large ones),
-// stride-0 broadcast and the interleaved per-head layout attention uses. One test is exact (small integers).
+// stride-0 broadcast, the interleaved per-head layout attention uses, and the OpenMP-sliced path of
+// configure_kernel_threads. One test is exact (small integers).
 #include "kernels/cpu/gemm.hpp"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
 #include <tuple>
 
 #include "kernel_test_util.hpp"
+#include "kernels/cpu/blas_runtime.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -33,11 +36,7 @@ void gemm_reference(bool ta, bool tb, int64_t m, int64_t n, int64_t k, double al
   }
 }
 
-struct Case {
-  bool ta, tb;
-  int64_t m, n, k;
-  float beta;
-};
+void check_batched(bool ta, bool tb, int64_t m, int64_t n, int64_t k, int64_t batch, bool broadcast_b, float beta);
 
 class GemmAllTransposes : public ::testing::TestWithParam<std::tuple<bool, bool, int>> {};
 
@@ -72,6 +71,38 @@ TEST_P(GemmAllTransposes, MatchesDoubleReferenceWithPaddedLeadingDims) {
 
 INSTANTIATE_TEST_SUITE_P(Kernels, GemmAllTransposes,
                          ::testing::Combine(::testing::Bool(), ::testing::Bool(), ::testing::Range(0, 5)));
+
+// With configure_kernel_threads(2) a large GEMM is sliced over OpenMP threads (along n when n >= m, else
+// along m); every transpose, padded leading dimensions, both directions, and the batched sequential path.
+TEST(KernelGemm, SlicedOverOpenMpThreads) {
+  const int saved_blas = blas_threads();
+  const int saved_omp = omp_get_max_threads();
+  configure_kernel_threads(2);
+  const int64_t shapes[][3] = {{37, 200, 150}, {201, 45, 130}, {64, 4099, 5}};
+  for (const auto& shape : shapes) {
+    const int64_t m = shape[0], n = shape[1], k = shape[2];
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const int64_t lda = (ta ? m : k) + 1, ldb = (tb ? k : n) + 2, ldc = n + 3;
+        const auto a = random_floats(static_cast<size_t>((ta ? k : m) * lda), 3);
+        const auto b = random_floats(static_cast<size_t>((tb ? n : k) * ldb), 4);
+        auto c = random_floats(static_cast<size_t>(m * ldc), 5);
+        const auto c_in = c;
+        std::vector<double> want(c.size());
+        gemm_reference(ta, tb, m, n, k, -0.5, a.data(), lda, b.data(), ldb, 0.25, c_in.data(), want.data(), ldc);
+        gemm(ta, tb, m, n, k, -0.5f, a.data(), lda, b.data(), ldb, 0.25f, c.data(), ldc);
+        for (int64_t i = 0; i < m; ++i) {
+          expect_close(c.data() + i * ldc, want.data() + i * ldc, static_cast<size_t>(n), 1e-4, 1e-5,
+                       "sliced row " + std::to_string(i));
+          for (int64_t j = n; j < ldc; ++j) ASSERT_EQ(c[i * ldc + j], c_in[i * ldc + j]) << "padding written";
+        }
+      }
+    }
+  }
+  check_batched(true, false, 40, 190, 140, 2, false, 0.5f);
+  configure_blas_threads(saved_blas);
+  omp_set_num_threads(saved_omp);
+}
 
 TEST(KernelGemm, SmallIntegerInputsAreExact) {
   const int64_t m = 33, n = 47, k = 65;

@@ -54,6 +54,32 @@ expect_error wrong-magic    'bad\.bin.*(magic|size|header)'            "${set_ou
 expect_error zero-magic     'zeros\.bin.*magic'                         "${set_out[@]}" --set data.type=tokens --set data.path=zeros.bin
 expect_error unknown-option 'unknown option'                            "${set_out[@]}" --frobnicate
 
+# Pipeline plans that cannot work are refused before any rank computes (2 ranks, pp = 2).
+if [ $# -ge 3 ]; then
+  shift 2
+  mpiexec=("$@")
+  pp_error() {  # NAME REGEX ARGS...
+    local name=$1 pattern=$2; shift 2
+    local out status
+    out=$("${mpiexec[@]}" -n 2 "$cleave" train --set train.out_dir=out --set train.steps=2 \
+          --set parallel.pipeline_model_parallel_size=2 "$@" 2>&1)
+    status=$?
+    if [ $status -eq 0 ] || ! grep -Eq -- "$pattern" <<<"$out" || [ -e out ]; then
+      echo "FAIL $name: status $status"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1)); rm -rf out; return
+    fi
+    echo "ok   $name: $(grep -E -- "$pattern" <<<"$out" | head -n 1)"
+  }
+  pp_error fewer-blocks-than-stages 'only 5 blocks' --set model.n_layers=1 --set parallel.virtual_pipeline_stages=4 \
+      --set parallel.schedule=interleaved_1f1b
+  pp_error blocks-per-stage-sum 'sum 7 != 6' --set parallel.partition.method=manual \
+      --set 'parallel.partition.blocks_per_stage=[3,4]'
+  printf 'rank 0: 0F0 0Z0\nrank 1: 1F0\n' > unknown.sched
+  pp_error schedule-unknown-action "unknown action kind 'Z'" --set parallel.schedule=unknown.sched
+  printf 'rank 0: 0F0 0B0\nrank 1: 1B0 1F0\n' > swapped.sched
+  pp_error schedule-swapped '1B0 on rank 1 comes before 1F0' --set parallel.schedule=swapped.sched \
+      --set batch.global_batch_size=8 --set batch.micro_batch_size=8
+fi
+
 # An output directory that already holds a run is refused and left untouched.
 mkdir -p prev && echo '{"step": 1}' > prev/metrics.jsonl && cp prev/metrics.jsonl before.jsonl
 out=$("$cleave" train --set train.out_dir=prev --set train.steps=2 2>&1); status=$?

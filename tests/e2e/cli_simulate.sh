@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# `cleave simulate` end to end: the JSON summary reproduces the 1F1B bubble (p-1)/(m+p-1) = 3/11 for p=4,
+# m=8 with per-rank peaks p-r; --svg and --trace write files of the right kind; --save round-trips through
+# --schedule FILE; bad input exits 1 with a one-line error. Usage: cli_simulate.sh CLEAVE
+set -u
+cleave=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+fail() { echo "FAIL $*"; exit 1; }
+
+json=$("$cleave" simulate --schedule 1f1b --stages 4 --microbatches 8 --json) || fail "1f1b json exit $?"
+grep -q '"bubble_fraction":0.2727272727272727' <<<"$json" || fail "1f1b bubble: $json"
+grep -q '"peak_activations":4,"rank":0' <<<"$json" || fail "rank 0 peak: $json"
+grep -q '"peak_activations":1,"rank":3' <<<"$json" || fail "rank 3 peak: $json"
+echo "ok   1f1b p=4 m=8 bubble 3/11, peaks 4..1"
+
+"$cleave" simulate --schedule zb_v --stages 4 --microbatches 8 --svg zbv.svg --trace zbv.json --save zbv.sched \
+    > summary.txt || fail "zb_v exit $?"
+grep -q '<svg' zbv.svg && grep -q '</svg>' zbv.svg || fail "svg"
+grep -q '"traceEvents"' zbv.json && grep -q '"ph": "X"' zbv.json || fail "chrome trace"
+again=$("$cleave" simulate --schedule zbv.sched --json) || fail "reload exit $?"
+grep -q '"makespan":51.0' <<<"$again" || fail "reloaded zb_v makespan: $again"
+echo "ok   zb_v svg, chrome trace, save/load (makespan 51)"
+
+printf 'rank 0: 0F0 0B0\nrank 1: 1B0 1F0\n' > broken.sched
+out=$("$cleave" simulate --schedule broken.sched 2>&1); status=$?
+[ $status -ne 0 ] && grep -q '1B0 on rank 1 comes before 1F0' <<<"$out" || fail "broken schedule: $status $out"
+out=$("$cleave" simulate --schedule 1f1b --stages 4 2>&1); status=$?
+[ $status -ne 0 ] && grep -q -- '--microbatches' <<<"$out" || fail "missing flag: $status $out"
+out=$("$cleave" simulate --schedule 1f1b --stages 4 --microbatches 8 --frobnicate 2>&1); status=$?
+[ $status -ne 0 ] && grep -q 'frobnicate' <<<"$out" || fail "unknown flag: $status $out"
+echo "ok   bad input rejected with one-line errors"

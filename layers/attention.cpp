@@ -3,66 +3,83 @@
 
 #include "kernels/cpu/attention.hpp"
 #include "layers/layer_util.hpp"
+#include "layers/linear.hpp"
 
 namespace cleave::layers {
 
-namespace {
-std::int64_t checked_heads(const std::string& prefix, std::int64_t d_model, std::int64_t n_heads) {
+void check_attention_heads(const std::string& prefix, std::int64_t d_model, std::int64_t n_heads) {
   CLEAVE_CHECK(n_heads > 0 && d_model % n_heads == 0,
                "attention {}: d_model ({}) must be divisible by n_heads ({})", prefix, d_model, n_heads);
-  return n_heads;
 }
-}  // namespace
 
 CausalSelfAttention::CausalSelfAttention(std::string prefix, std::int64_t d_model, std::int64_t n_heads,
                                          const ParamInit& init, const ParamInit& proj_init)
+    : prefix_(std::move(prefix)), d_model_(d_model), n_heads_(n_heads), local_heads_(n_heads) {
+  check_attention_heads(prefix_, d_model, n_heads);  // before the projections allocate anything
+  qkv_ = std::make_unique<Linear>(prefix_ + ".qkv", d_model, 3 * d_model, true, init);
+  proj_ = std::make_unique<Linear>(prefix_ + ".proj", d_model, d_model, true, proj_init);
+}
+
+CausalSelfAttention::CausalSelfAttention(std::string prefix, std::int64_t d_model, std::int64_t n_heads,
+                                         std::int64_t local_heads, LayerPtr qkv, LayerPtr proj, bool tensor_parallel)
     : prefix_(std::move(prefix)),
       d_model_(d_model),
-      n_heads_(checked_heads(prefix_, d_model, n_heads)),
-      qkv_(prefix_ + ".qkv", d_model, 3 * d_model, true, init),
-      proj_(prefix_ + ".proj", d_model, d_model, true, proj_init) {}
+      n_heads_(n_heads),
+      local_heads_(local_heads),
+      tensor_parallel_(tensor_parallel),
+      qkv_(std::move(qkv)),
+      proj_(std::move(proj)) {
+  check_attention_heads(prefix_, d_model, n_heads);
+  CLEAVE_ASSERT(local_heads > 0 && n_heads % local_heads == 0 && qkv_ && proj_,
+                "{}: needs qkv and proj parts and a whole share of the {} heads, got {} local heads", who(), n_heads,
+                local_heads);
+}
+
+std::string CausalSelfAttention::who() const {
+  return (tensor_parallel_ ? "parallel attention " : "attention ") + prefix_;
+}
 
 Tensor CausalSelfAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
-  const std::string who = "attention " + prefix_;
+  const std::string who = this->who();
   check_input(x, DType::kF32, d_model_, 3, who);
   CLEAVE_CHECK(x.rank() == 3, "{}: expected [batch, seq, {}], got {}", who, d_model_, x.shape().str());
   const std::int64_t b = x.dim(0), t = x.dim(1), hd = d_model_ / n_heads_;
   stash.clear();
   stash.children.resize(2);
-  Tensor qkv = qkv_.forward(x, stash.children[0], ctx);
-  Tensor out = new_activation(ctx, Shape{b, t, d_model_});
-  Tensor probs = new_activation(ctx, Shape{b, n_heads_, t, t});
-  kernels::cpu::attention_forward(qkv.data<float>(), out.data<float>(), probs.data<float>(), b, t, n_heads_, hd);
+  Tensor qkv = qkv_->forward(x, stash.children[0], ctx);
+  Tensor out = new_activation(ctx, Shape{b, t, local_heads_ * hd});
+  Tensor probs = new_activation(ctx, Shape{b, local_heads_, t, t});
+  kernels::cpu::attention_forward(qkv.data<float>(), out.data<float>(), probs.data<float>(), b, t, local_heads_, hd);
   stash.tensors = {qkv, probs};
-  return proj_.forward(out, stash.children[1], ctx);
+  return proj_->forward(out, stash.children[1], ctx);
 }
 
 Tensor CausalSelfAttention::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
-  const std::string who = "attention " + prefix_;
+  const std::string who = this->who();
   const Tensor qkv = stash_at(stash, 0, who);
   const Tensor probs = stash_at(stash, 1, who);
   const std::int64_t b = qkv.dim(0), t = qkv.dim(1), hd = d_model_ / n_heads_;
-  Tensor dout = proj_.backward_input(dy, stash.children[1], ctx);
+  Tensor dout = proj_->backward_input(dy, stash.children[1], ctx);
   Tensor dqkv = new_activation(ctx, qkv.shape());
   {
     Tensor dprobs = new_workspace(ctx, probs.shape());
     kernels::cpu::attention_backward(dout.data<float>(), qkv.data<float>(), probs.data<float>(), dqkv.data<float>(),
-                                     dprobs.data<float>(), b, t, n_heads_, hd);
+                                     dprobs.data<float>(), b, t, local_heads_, hd);
   }
   stash.tensors.clear();
-  return qkv_.backward_input(dqkv, stash.children[0], ctx);
+  return qkv_->backward_input(dqkv, stash.children[0], ctx);
 }
 
 void CausalSelfAttention::backward_weight(Stash& stash, Context& ctx) {
-  CLEAVE_ASSERT(stash.children.size() == 2, "attention {}: backward_weight without forward", prefix_);
-  qkv_.backward_weight(stash.children[0], ctx);
-  proj_.backward_weight(stash.children[1], ctx);
+  CLEAVE_ASSERT(stash.children.size() == 2, "{}: backward_weight without forward", who());
+  qkv_->backward_weight(stash.children[0], ctx);
+  proj_->backward_weight(stash.children[1], ctx);
   stash.clear();
 }
 
 std::vector<std::shared_ptr<Param>> CausalSelfAttention::params() const {
-  auto out = qkv_.params();
-  for (auto& p : proj_.params()) out.push_back(p);
+  auto out = qkv_->params();
+  for (auto& p : proj_->params()) out.push_back(p);
   return out;
 }
 

@@ -1,37 +1,56 @@
-// CausalSelfAttention: x [B, T, D] -> qkv Linear ("<prefix>.qkv", D -> 3D) -> causal multi-head attention
-// (kernels/cpu/attention.hpp) -> output projection Linear ("<prefix>.proj", D -> D).
+// CausalSelfAttention: x [B, T, D] -> qkv projection -> causal multi-head attention over the heads this
+// layer computes (kernels/cpu/attention.hpp) -> output projection -> y [B, T, D].
 //
-// Stash layout: tensors {qkv, probs [B, H, T, T]}, children {qkv linear, proj linear}. backward_input
-// releases qkv and probs (only the input gradient needs them); the children keep what their weight
-// gradients need. The attention-probability gradient is scratch (kWorkspace), freed on return.
+// One implementation serves every layout; only the two projections and the number of local heads differ:
+//  - one rank: qkv Linear ("<prefix>.qkv", D -> 3D) and proj Linear ("<prefix>.proj", D -> D) over all H
+//    heads (the first constructor builds them);
+//  - tensor parallel (make_parallel_attention, layers/parallel/parallel_transformer_block.hpp):
+//    ColumnParallelLinear qkv (q|k|v blocks split by heads), RowParallelLinear proj, H / tp local heads.
+// With hd = D / H and L local heads, the qkv part maps [B, T, D] to [B, T, 3·L·hd] (q, k, v of the local
+// heads) and the proj part maps [B, T, L·hd] to [B, T, D].
+//
+// Stash layout: tensors {qkv, probs [B, L, T, T]}, children {qkv, proj}. backward_input releases qkv and
+// probs (only the input gradient needs them); the children keep what their weight gradients need. The
+// attention-probability gradient is scratch (kWorkspace), freed on return.
 #pragma once
 
 #include <memory>
 #include <string>
 
 #include "layers/layer.hpp"
-#include "layers/linear.hpp"
 #include "layers/param_init.hpp"
 
 namespace cleave::layers {
 
 class CausalSelfAttention final : public Layer {
  public:
-  // `init` for qkv; `proj_init` for the output projection (GPT-2 scales its std by 1/sqrt(2·n_layers)).
+  // One rank. `init` for qkv; `proj_init` for the output projection (GPT-2 scales its std by 1/sqrt(2·n_layers)).
   CausalSelfAttention(std::string prefix, std::int64_t d_model, std::int64_t n_heads, const ParamInit& init,
                       const ParamInit& proj_init);
+  // From parts computing `local_heads` of the n_heads heads (shapes above). `tensor_parallel` only names
+  // the layer: kind "parallel_causal_self_attention", messages "parallel attention <prefix>".
+  CausalSelfAttention(std::string prefix, std::int64_t d_model, std::int64_t n_heads, std::int64_t local_heads,
+                      LayerPtr qkv, LayerPtr proj, bool tensor_parallel);
 
-  std::string_view kind() const override { return "causal_self_attention"; }
+  std::string_view kind() const override {
+    return tensor_parallel_ ? "parallel_causal_self_attention" : "causal_self_attention";
+  }
   Tensor forward(const Tensor& x, Stash& stash, Context& ctx) override;
   Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override;
   void backward_weight(Stash& stash, Context& ctx) override;
   std::vector<std::shared_ptr<Param>> params() const override;
 
  private:
+  std::string who() const;
+
   std::string prefix_;
-  std::int64_t d_model_, n_heads_;
-  Linear qkv_;
-  Linear proj_;
+  std::int64_t d_model_, n_heads_, local_heads_;
+  bool tensor_parallel_ = false;
+  LayerPtr qkv_;
+  LayerPtr proj_;
 };
+
+// Throws Error unless n_heads > 0 divides d_model (the message names the layer `prefix`).
+void check_attention_heads(const std::string& prefix, std::int64_t d_model, std::int64_t n_heads);
 
 }  // namespace cleave::layers

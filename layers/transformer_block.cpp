@@ -1,67 +1,83 @@
-// Pre-LN transformer block on the CPU: composition of LayerNorm, CausalSelfAttention, LayerNorm, Mlp.
+// Pre-LN transformer block on the CPU: the residual stream around ln1, attn, ln2, mlp.
 #include "layers/transformer_block.hpp"
 
 #include <cmath>
 
 #include "kernels/cpu/elementwise.hpp"
+#include "layers/attention.hpp"
 #include "layers/layer_util.hpp"
+#include "layers/layernorm.hpp"
+#include "layers/mlp.hpp"
 
 namespace cleave::layers {
 
 namespace kc = kernels::cpu;
 
-namespace {
-ParamInit residual_init(const ParamInit& init, std::int64_t n_layers) {
+ParamInit residual_proj_init(const ParamInit& init, std::int64_t n_layers) {
   CLEAVE_CHECK(n_layers > 0, "transformer block: n_layers must be > 0, got {}", n_layers);
   return init.with_std(init.std / std::sqrt(2.0f * static_cast<float>(n_layers)));
 }
-}  // namespace
 
 TransformerBlock::TransformerBlock(std::string prefix, std::int64_t d_model, std::int64_t n_heads,
                                    std::int64_t d_ff, std::int64_t n_layers, const ParamInit& init)
     : prefix_(std::move(prefix)),
-      ln1_(prefix_ + ".ln1", d_model, init),
-      attn_(prefix_ + ".attn", d_model, n_heads, init, residual_init(init, n_layers)),
-      ln2_(prefix_ + ".ln2", d_model, init),
-      mlp_(prefix_ + ".mlp", d_model, d_ff, init, residual_init(init, n_layers)) {}
+      ln1_(std::make_unique<LayerNorm>(prefix_ + ".ln1", d_model, init)),
+      attn_(std::make_unique<CausalSelfAttention>(prefix_ + ".attn", d_model, n_heads, init,
+                                                  residual_proj_init(init, n_layers))),
+      ln2_(std::make_unique<LayerNorm>(prefix_ + ".ln2", d_model, init)),
+      mlp_(std::make_unique<Mlp>(prefix_ + ".mlp", d_model, d_ff, init, residual_proj_init(init, n_layers))) {}
+
+TransformerBlock::TransformerBlock(std::string prefix, LayerPtr ln1, LayerPtr attn, LayerPtr ln2, LayerPtr mlp,
+                                   bool tensor_parallel)
+    : prefix_(std::move(prefix)),
+      tensor_parallel_(tensor_parallel),
+      ln1_(std::move(ln1)),
+      attn_(std::move(attn)),
+      ln2_(std::move(ln2)),
+      mlp_(std::move(mlp)) {
+  CLEAVE_ASSERT(ln1_ && attn_ && ln2_ && mlp_, "{}: needs ln1, attn, ln2 and mlp parts", who());
+}
+
+std::string TransformerBlock::who() const {
+  return (tensor_parallel_ ? "parallel transformer block " : "transformer block ") + prefix_;
+}
 
 Tensor TransformerBlock::forward(const Tensor& x, Stash& stash, Context& ctx) {
   stash.clear();
   stash.children.resize(4);
-  Tensor a = ln1_.forward(x, stash.children[0], ctx);
-  Tensor x1 = attn_.forward(a, stash.children[1], ctx);
+  Tensor a = ln1_->forward(x, stash.children[0], ctx);
+  Tensor x1 = attn_->forward(a, stash.children[1], ctx);
   kc::add_inplace(x1.data<float>(), x.data<float>(), x.numel());  // x1 = x + attn(ln1(x))
-  Tensor m = ln2_.forward(x1, stash.children[2], ctx);
-  Tensor y = mlp_.forward(m, stash.children[3], ctx);
+  Tensor m = ln2_->forward(x1, stash.children[2], ctx);
+  Tensor y = mlp_->forward(m, stash.children[3], ctx);
   kc::add_inplace(y.data<float>(), x1.data<float>(), x1.numel());  // y = x1 + mlp(ln2(x1))
   return y;
 }
 
 Tensor TransformerBlock::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
-  CLEAVE_ASSERT(stash.children.size() == 4, "transformer block {}: backward_input without forward", prefix_);
+  CLEAVE_ASSERT(stash.children.size() == 4, "{}: backward_input without forward", who());
   // dy is kept by mlp.proj for its weight gradient and belongs to the caller: never written here.
-  Tensor dm = mlp_.backward_input(dy, stash.children[3], ctx);
-  Tensor dx1 = ln2_.backward_input(dm, stash.children[2], ctx);
+  Tensor dm = mlp_->backward_input(dy, stash.children[3], ctx);
+  Tensor dx1 = ln2_->backward_input(dm, stash.children[2], ctx);
   kc::add_inplace(dx1.data<float>(), dy.data<float>(), dy.numel());  // residual path
-  Tensor da = attn_.backward_input(dx1, stash.children[1], ctx);
-  Tensor dx = ln1_.backward_input(da, stash.children[0], ctx);
+  Tensor da = attn_->backward_input(dx1, stash.children[1], ctx);
+  Tensor dx = ln1_->backward_input(da, stash.children[0], ctx);
   kc::add_inplace(dx.data<float>(), dx1.data<float>(), dx1.numel());
   return dx;
 }
 
 void TransformerBlock::backward_weight(Stash& stash, Context& ctx) {
-  CLEAVE_ASSERT(stash.children.size() == 4, "transformer block {}: backward_weight without forward", prefix_);
-  ln1_.backward_weight(stash.children[0], ctx);
-  attn_.backward_weight(stash.children[1], ctx);
-  ln2_.backward_weight(stash.children[2], ctx);
-  mlp_.backward_weight(stash.children[3], ctx);
+  CLEAVE_ASSERT(stash.children.size() == 4, "{}: backward_weight without forward", who());
+  ln1_->backward_weight(stash.children[0], ctx);
+  attn_->backward_weight(stash.children[1], ctx);
+  ln2_->backward_weight(stash.children[2], ctx);
+  mlp_->backward_weight(stash.children[3], ctx);
   stash.clear();
 }
 
 std::vector<std::shared_ptr<Param>> TransformerBlock::params() const {
   std::vector<std::shared_ptr<Param>> out;
-  for (const Layer* layer : {static_cast<const Layer*>(&ln1_), static_cast<const Layer*>(&attn_),
-                             static_cast<const Layer*>(&ln2_), static_cast<const Layer*>(&mlp_)}) {
+  for (const Layer* layer : {ln1_.get(), attn_.get(), ln2_.get(), mlp_.get()}) {
     for (auto& p : layer->params()) out.push_back(p);
   }
   return out;

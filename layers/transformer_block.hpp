@@ -1,7 +1,12 @@
 // TransformerBlock (GPT-2, pre-LN): x1 = x + attn(ln1(x)); y = x1 + mlp(ln2(x1)).
 // Parameters: "<prefix>.ln1.*", "<prefix>.attn.qkv.*", "<prefix>.attn.proj.*", "<prefix>.ln2.*",
 // "<prefix>.mlp.fc.*", "<prefix>.mlp.proj.*". Residual output projections (attn.proj, mlp.proj) start with
-// std init.std / sqrt(2 · n_layers), everything else per `init`.
+// std init.std / sqrt(2 · n_layers) (residual_proj_init), everything else per `init`.
+//
+// One implementation serves every layout: the four parts each map [B, T, D] to [B, T, D]. The first
+// constructor builds the one-rank parts (LayerNorms, CausalSelfAttention, Mlp);
+// make_parallel_transformer_block (layers/parallel/parallel_transformer_block.hpp) passes this tp rank's
+// head-parallel attention and column/row-parallel MLP around replicated LayerNorms.
 //
 // Stash layout: children {ln1, attn, ln2, mlp}; no tensors of its own (the residual sums are written in
 // place into the branch outputs, which nothing stashes). What stays alive per sample is documented in
@@ -11,31 +16,42 @@
 #include <memory>
 #include <string>
 
-#include "layers/attention.hpp"
 #include "layers/layer.hpp"
-#include "layers/layernorm.hpp"
-#include "layers/mlp.hpp"
 #include "layers/param_init.hpp"
 
 namespace cleave::layers {
 
 class TransformerBlock final : public Layer {
  public:
+  // One rank.
   TransformerBlock(std::string prefix, std::int64_t d_model, std::int64_t n_heads, std::int64_t d_ff,
                    std::int64_t n_layers, const ParamInit& init);
+  // From parts. `tensor_parallel` only names the layer: kind "parallel_transformer_block", messages
+  // "parallel transformer block <prefix>".
+  TransformerBlock(std::string prefix, LayerPtr ln1, LayerPtr attn, LayerPtr ln2, LayerPtr mlp,
+                   bool tensor_parallel);
 
-  std::string_view kind() const override { return "transformer_block"; }
+  std::string_view kind() const override {
+    return tensor_parallel_ ? "parallel_transformer_block" : "transformer_block";
+  }
   Tensor forward(const Tensor& x, Stash& stash, Context& ctx) override;
   Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override;
   void backward_weight(Stash& stash, Context& ctx) override;
   std::vector<std::shared_ptr<Param>> params() const override;
 
  private:
+  std::string who() const;
+
   std::string prefix_;
-  LayerNorm ln1_;
-  CausalSelfAttention attn_;
-  LayerNorm ln2_;
-  Mlp mlp_;
+  bool tensor_parallel_ = false;
+  LayerPtr ln1_;
+  LayerPtr attn_;
+  LayerPtr ln2_;
+  LayerPtr mlp_;
 };
+
+// `init` with std init.std / sqrt(2 · n_layers), for the residual output projections. Throws Error unless
+// n_layers > 0.
+ParamInit residual_proj_init(const ParamInit& init, std::int64_t n_layers);
 
 }  // namespace cleave::layers

@@ -57,8 +57,8 @@ std::vector<LayerPtr> build_tensor_parallel_blocks(const ModelSpec& spec, std::s
         break;
       }
       case BlockKind::kTransformerBlock:
-        layers.push_back(std::make_unique<ParallelTransformerBlock>(b.name, b.in_features, b.n_heads, b.d_ff,
-                                                                    spec.gpt.n_layers, init, tp, rank));
+        layers.push_back(make_parallel_transformer_block(b.name, b.in_features, b.n_heads, b.d_ff, spec.gpt.n_layers,
+                                                         init, tp, rank));
         break;
       case BlockKind::kLayerNorm:
         layers.push_back(std::make_unique<LayerNorm>(b.name, b.in_features, init));

@@ -33,13 +33,14 @@ struct BuildOptions {
   // share one Param. Unset: the head creates its own copy (to be kept equal by the embedding group).
   std::shared_ptr<Param> tied_table;
   // Tensor parallelism (Megatron style, layers/parallel/). tp_size > 1 builds this tp rank's shards of a gpt:
-  // embedding -> VocabParallelEmbedding, transformer block -> ParallelTransformerBlock, lm head ->
-  // VocabParallelLmHead (tied: shares the vocab-parallel embedding's token shard, or tied_table, or makes
-  // its own copy of that shard, by the rules above), loss -> VocabParallelCrossEntropy; the final layernorm
-  // stays replicated. Every Param keeps its logical name and describes its slice in Param::shard; its
-  // values are that slice of the tp_size = 1 build. The layers read the tp communicator from
-  // Context::tp_comm. Layouts the model cannot split (mlp, cnn, n_heads or d_ff not divisible by tp) are
-  // refused before anything is built (layers/parallel/tp_layout.hpp).
+  // embedding -> VocabParallelEmbedding, transformer block -> TransformerBlock with head-parallel attention
+  // and a column/row-parallel MLP (make_parallel_transformer_block), lm head -> VocabParallelLmHead (tied:
+  // shares the vocab-parallel embedding's token shard, or tied_table, or makes its own copy of that shard,
+  // by the rules above), loss -> VocabParallelCrossEntropy; the final layernorm stays replicated. Every
+  // Param keeps its logical name and describes its slice in Param::shard; its values are that slice of the
+  // tp_size = 1 build. The layers read the tp communicator from Context::tp_comm. Layouts the model cannot
+  // split (mlp, cnn, n_heads or d_ff not divisible by tp) are refused before anything is built
+  // (layers/parallel/tp_layout.hpp).
   int tp_size = 1;
   int tp_rank = 0;
 };

@@ -1,45 +1,48 @@
-// ParallelTransformerBlock (GPT-2, pre-LN, Megatron tensor parallelism):
-//   x1 = x + attn(ln1(x)); y = x1 + mlp(ln2(x1))
-// with ParallelCausalSelfAttention and ParallelMlp. x, x1, y and both LayerNorms are replicated on every
-// tp rank; because the row-parallel outputs are all-reduced in forward and the column-parallel input
-// gradients in backward, every replicated tensor (activations, dy of the LayerNorms, hence their
-// gradients and the row-parallel biases' gradients) is the same on every tp rank: no extra all-reduce is
-// needed to keep the replicated parameters in step. Four all-reduces per block per micro-batch, two in
-// forward and two in backward_input; backward_weight communicates nothing.
+// The transformer block split across the tp group (Megatron): this tp rank's parts of CausalSelfAttention,
+// Mlp and TransformerBlock. The composites themselves are the one-rank classes; only their parts differ.
 //
-// Parameter names, shapes of the logical tensors and initial values equal TransformerBlock's (residual
-// projections start at std init.std / sqrt(2·n_layers)). Stash layout: as TransformerBlock.
+//  - attention: qkv ColumnParallelLinear ("<prefix>.qkv", D -> 3D, groups 3) -> causal attention over this
+//    rank's H / tp heads -> proj RowParallelLinear ("<prefix>.proj", D -> D). tp rank r holds heads
+//    [r·H/tp, (r+1)·H/tp): rows of those heads from each of the q, k and v blocks of the logical [3D, D]
+//    QKV weight (ShardSpec{dim 0, groups 3}), and the matching input columns of the output projection.
+//  - mlp: fc ColumnParallelLinear ("<prefix>.fc", D -> F, output features split) -> GELU on the local
+//    F / tp columns -> proj RowParallelLinear ("<prefix>.proj", F -> D, all-reduced output).
+//  - block: replicated LayerNorms and residuals around the two. x, x1, y and both LayerNorms are
+//    replicated on every tp rank; because the row-parallel outputs are all-reduced in forward and the
+//    column-parallel input gradients in backward, every replicated tensor (activations, dy of the
+//    LayerNorms, hence their gradients and the row-parallel biases' gradients) is the same on every tp
+//    rank: no extra all-reduce is needed to keep the replicated parameters in step.
+// Communication: attention and mlp all-reduce once in forward (proj output) and once in backward_input
+// (dx of qkv / fc), so four all-reduces per block per micro-batch; backward_weight communicates nothing.
+//
+// Parameter names, shapes of the logical tensors and initial values equal the one-rank layers' (residual
+// projections start at std init.std / sqrt(2·n_layers)); stash layouts are theirs, with H / tp heads.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 
-#include "layers/layer.hpp"
-#include "layers/layernorm.hpp"
+#include "layers/attention.hpp"
+#include "layers/mlp.hpp"
 #include "layers/param_init.hpp"
-#include "layers/parallel/parallel_attention.hpp"
-#include "layers/parallel/parallel_mlp.hpp"
+#include "layers/transformer_block.hpp"
 
 namespace cleave::layers {
 
-class ParallelTransformerBlock final : public Layer {
- public:
-  // n_heads and d_ff must be divisible by tp_size (tp_layout.hpp).
-  ParallelTransformerBlock(std::string prefix, std::int64_t d_model, std::int64_t n_heads, std::int64_t d_ff,
-                           std::int64_t n_layers, const ParamInit& init, int tp_size, int tp_rank);
+// n_heads must be divisible by tp_size (tp_layout.hpp says which tp sizes are allowed).
+std::unique_ptr<CausalSelfAttention> make_parallel_attention(const std::string& prefix, std::int64_t d_model,
+                                                             std::int64_t n_heads, const ParamInit& init,
+                                                             const ParamInit& proj_init, int tp_size, int tp_rank);
 
-  std::string_view kind() const override { return "parallel_transformer_block"; }
-  Tensor forward(const Tensor& x, Stash& stash, Context& ctx) override;
-  Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override;
-  void backward_weight(Stash& stash, Context& ctx) override;
-  std::vector<std::shared_ptr<Param>> params() const override;
+// d_ff must be divisible by tp_size.
+std::unique_ptr<Mlp> make_parallel_mlp(const std::string& prefix, std::int64_t d_model, std::int64_t d_ff,
+                                       const ParamInit& init, const ParamInit& proj_init, int tp_size, int tp_rank);
 
- private:
-  std::string prefix_;
-  LayerNorm ln1_;
-  ParallelCausalSelfAttention attn_;
-  LayerNorm ln2_;
-  ParallelMlp mlp_;
-};
+// n_heads and d_ff must be divisible by tp_size (tp_layout.hpp).
+std::unique_ptr<TransformerBlock> make_parallel_transformer_block(const std::string& prefix, std::int64_t d_model,
+                                                                  std::int64_t n_heads, std::int64_t d_ff,
+                                                                  std::int64_t n_layers, const ParamInit& init,
+                                                                  int tp_size, int tp_rank);
 
 }  // namespace cleave::layers

@@ -31,8 +31,6 @@
 #include "layers/mlp.hpp"
 #include "layers/models/builder.hpp"
 #include "layers/parallel/column_parallel_linear.hpp"
-#include "layers/parallel/parallel_attention.hpp"
-#include "layers/parallel/parallel_mlp.hpp"
 #include "layers/parallel/parallel_transformer_block.hpp"
 #include "layers/parallel/row_parallel_linear.hpp"
 #include "layers/parallel/shard.hpp"
@@ -276,16 +274,24 @@ TEST(TensorParallel, RowParallelLinear) {
                            two_inputs(Shape{kBatch, kSeq, 8}, 3), {}, *world, "row_parallel_linear", random_dy);
 }
 
+// A composite (attention, mlp, block: [B, T, D] in and out, replicated) against its one-rank reference:
+// the initial slices, then the same random weights and inputs.
+void compare_composite(Layer& reference, Layer& parallel, std::int64_t d_model, std::uint64_t weight_seed,
+                       std::uint64_t input_seed, comm::Communicator& tp, const std::string& what) {
+  expect_initial_slices(parallel.params(), reference.params());
+  randomize_both(parallel.params(), reference.params(), weight_seed);
+  compare_two_microbatches({reference, parallel, nullptr, nullptr},
+                           two_inputs(Shape{kBatch, kSeq, d_model}, input_seed), {}, tp, what, random_dy);
+}
+
 TEST(TensorParallel, AttentionWithHeadsSplit) {
   auto world = testing::make_world();
   const int tp = world->size(), r = world->rank();
   const ParamInit init = gpt_init(13), proj_init = gpt_init(13).with_std(0.01f);
   CausalSelfAttention reference("blocks.0.attn", 16, 4, init, proj_init);
-  ParallelCausalSelfAttention parallel("blocks.0.attn", 16, 4, init, proj_init, tp, r);
-  expect_initial_slices(parallel.params(), reference.params());
-  randomize_both(parallel.params(), reference.params(), 21);
-  compare_two_microbatches({reference, parallel, nullptr, nullptr}, two_inputs(Shape{kBatch, kSeq, 16}, 5), {},
-                           *world, "parallel attention", random_dy);
+  auto parallel = make_parallel_attention("blocks.0.attn", 16, 4, init, proj_init, tp, r);
+  EXPECT_EQ(parallel->kind(), "parallel_causal_self_attention");
+  compare_composite(reference, *parallel, 16, 21, 5, *world, "parallel attention");
 }
 
 TEST(TensorParallel, Mlp) {
@@ -293,22 +299,18 @@ TEST(TensorParallel, Mlp) {
   const int tp = world->size(), r = world->rank();
   const ParamInit init = gpt_init(14), proj_init = gpt_init(14).with_std(0.01f);
   Mlp reference("blocks.0.mlp", 12, 20, init, proj_init);
-  ParallelMlp parallel("blocks.0.mlp", 12, 20, init, proj_init, tp, r);
-  expect_initial_slices(parallel.params(), reference.params());
-  randomize_both(parallel.params(), reference.params(), 22);
-  compare_two_microbatches({reference, parallel, nullptr, nullptr}, two_inputs(Shape{kBatch, kSeq, 12}, 7), {},
-                           *world, "parallel mlp", random_dy);
+  auto parallel = make_parallel_mlp("blocks.0.mlp", 12, 20, init, proj_init, tp, r);
+  EXPECT_EQ(parallel->kind(), "parallel_mlp");
+  compare_composite(reference, *parallel, 12, 22, 7, *world, "parallel mlp");
 }
 
 TEST(TensorParallel, TransformerBlock) {
   auto world = testing::make_world();
   const int tp = world->size(), r = world->rank();
   TransformerBlock reference("blocks.1", 16, 4, 24, 2, gpt_init(15));
-  ParallelTransformerBlock parallel("blocks.1", 16, 4, 24, 2, gpt_init(15), tp, r);
-  expect_initial_slices(parallel.params(), reference.params());
-  randomize_both(parallel.params(), reference.params(), 23);
-  compare_two_microbatches({reference, parallel, nullptr, nullptr}, two_inputs(Shape{kBatch, kSeq, 16}, 9), {},
-                           *world, "parallel transformer block", random_dy);
+  auto parallel = make_parallel_transformer_block("blocks.1", 16, 4, 24, 2, gpt_init(15), tp, r);
+  EXPECT_EQ(parallel->kind(), "parallel_transformer_block");
+  compare_composite(reference, *parallel, 16, 23, 9, *world, "parallel transformer block");
 }
 
 TEST(TensorParallel, VocabParallelEmbedding) {

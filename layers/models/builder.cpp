@@ -39,20 +39,42 @@ std::string embedding_prefix(const ModelSpec& spec) {
   CLEAVE_THROW("model spec '{}' has a tied lm head but no embedding block", spec.type);
 }
 
+// The table a tied lm head uses (builder.hpp): the token table of the embedding in this range when there
+// is one (`in_range`), else BuildOptions::tied_table, else its own copy. With tp > 1 every choice is this
+// tp rank's vocabulary shard.
+std::shared_ptr<Param> tied_head_table(const ModelSpec& spec, const BlockSpec& head,
+                                       const std::shared_ptr<Param>& in_range, const BuildOptions& options,
+                                       const ParamInit& init) {
+  const int tp = options.tp_size, rank = options.tp_rank;
+  if (in_range) return in_range;
+  if (options.tied_table) {
+    const ShardSpec& s = options.tied_table->shard;
+    CLEAVE_CHECK(tp == 1 || (s.dim == 0 && s.parts == tp && s.index == rank),
+                 "build_blocks: the tied table '{}' passed in BuildOptions::tied_table is not vocabulary shard "
+                 "{} of {} (dim {}, index {} of {})",
+                 options.tied_table->name, rank, tp, s.dim, s.index, s.parts);
+    return options.tied_table;
+  }
+  if (tp > 1) {
+    return make_vocab_parallel_token_table(embedding_prefix(spec), head.vocab_size, head.in_features, init, tp, rank);
+  }
+  return make_token_table(embedding_prefix(spec), head.vocab_size, head.in_features, init);
+}
+
 // build_blocks for tp_size > 1 (a gpt, checked by the caller): this tp rank's shards of every block.
 std::vector<LayerPtr> build_tensor_parallel_blocks(const ModelSpec& spec, std::size_t first_block,
                                                    std::size_t last_block, const BuildOptions& options,
                                                    const ParamInit& init) {
   const int tp = options.tp_size, rank = options.tp_rank;
   std::vector<LayerPtr> layers;
-  const VocabParallelEmbedding* embedding = nullptr;  // in this range
+  std::shared_ptr<Param> token_table;  // of the embedding in this range
   for (std::size_t i = first_block; i < last_block; ++i) {
     const BlockSpec& b = spec.blocks[i];
     switch (b.kind) {
       case BlockKind::kEmbedding: {
         auto layer =
             std::make_unique<VocabParallelEmbedding>(b.name, b.vocab_size, b.seq_len, b.out_features, init, tp, rank);
-        embedding = layer.get();
+        token_table = layer->token_table();
         layers.push_back(std::move(layer));
         break;
       }
@@ -64,21 +86,9 @@ std::vector<LayerPtr> build_tensor_parallel_blocks(const ModelSpec& spec, std::s
         layers.push_back(std::make_unique<LayerNorm>(b.name, b.in_features, init));
         break;
       case BlockKind::kLmHead: {
-        std::shared_ptr<Param> weight;
-        if (b.tied && embedding != nullptr) {
-          weight = embedding->token_table();
-        } else if (b.tied && options.tied_table) {
-          const ShardSpec& s = options.tied_table->shard;
-          CLEAVE_CHECK(s.dim == 0 && s.parts == tp && s.index == rank,
-                       "build_blocks: the tied table '{}' passed in BuildOptions::tied_table is not vocabulary shard "
-                       "{} of {} (dim {}, index {} of {})",
-                       options.tied_table->name, rank, tp, s.dim, s.index, s.parts);
-          weight = options.tied_table;
-        } else if (b.tied) {
-          weight = make_vocab_parallel_token_table(embedding_prefix(spec), b.vocab_size, b.in_features, init, tp, rank);
-        } else {
-          weight = make_vocab_parallel_table(b.name + ".weight", b.vocab_size, b.in_features, init.std, init, tp, rank);
-        }
+        auto weight = b.tied ? tied_head_table(spec, b, token_table, options, init)
+                             : make_vocab_parallel_table(b.name + ".weight", b.vocab_size, b.in_features, init.std,
+                                                         init, tp, rank);
         layers.push_back(std::make_unique<VocabParallelLmHead>(b.name, std::move(weight), b.tied, tp, rank));
         break;
       }
@@ -110,13 +120,13 @@ std::vector<LayerPtr> build_blocks(const ModelSpec& spec, std::size_t first_bloc
   if (options.tp_size > 1) return build_tensor_parallel_blocks(spec, first_block, last_block, options, init);
 
   std::vector<LayerPtr> layers;
-  const Embedding* embedding = nullptr;  // in this range
+  std::shared_ptr<Param> token_table;  // of the embedding in this range
   for (std::size_t i = first_block; i < last_block; ++i) {
     const BlockSpec& b = spec.blocks[i];
     switch (b.kind) {
       case BlockKind::kEmbedding: {
         auto layer = std::make_unique<Embedding>(b.name, b.vocab_size, b.seq_len, b.out_features, init);
-        embedding = layer.get();
+        token_table = layer->token_table();
         layers.push_back(std::move(layer));
         break;
       }
@@ -129,12 +139,8 @@ std::vector<LayerPtr> build_blocks(const ModelSpec& spec, std::size_t first_bloc
         break;
       case BlockKind::kLmHead: {
         std::shared_ptr<Param> weight;
-        if (b.tied && embedding != nullptr) {
-          weight = embedding->token_table();
-        } else if (b.tied && options.tied_table) {
-          weight = options.tied_table;
-        } else if (b.tied) {
-          weight = make_token_table(embedding_prefix(spec), b.vocab_size, b.in_features, init);
+        if (b.tied) {
+          weight = tied_head_table(spec, b, token_table, options, init);
         } else {
           weight = make_param(b.name + ".weight", Shape{b.out_features, b.in_features}, true, init.alloc());
           init_normal(*weight, init.seed, init.std);

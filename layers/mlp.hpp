@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "layers/gelu.hpp"
+#include "layers/activation.hpp"
 #include "layers/layer.hpp"
 #include "layers/param_init.hpp"
 

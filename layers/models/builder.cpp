@@ -1,4 +1,5 @@
 // Layer builders from a ModelSpec (see builder.hpp).
+#include "layers/activation.hpp"
 #include "layers/models/builder.hpp"
 
 #include <unordered_set>
@@ -7,7 +8,6 @@
 #include "layers/conv2d.hpp"
 #include "layers/embedding.hpp"
 #include "layers/flatten.hpp"
-#include "layers/gelu.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
 #include "layers/lm_head.hpp"
@@ -19,7 +19,6 @@
 #include "layers/parallel/vocab_parallel_cross_entropy.hpp"
 #include "layers/parallel/vocab_parallel_embedding.hpp"
 #include "layers/parallel/vocab_parallel_lm_head.hpp"
-#include "layers/relu.hpp"
 #include "layers/softmax_cross_entropy.hpp"
 #include "layers/transformer_block.hpp"
 

@@ -7,17 +7,16 @@
 #include <numeric>
 
 #include "engine/core/error.hpp"
+#include "layers/activation.hpp"
 #include "layers/attention.hpp"
 #include "layers/conv2d.hpp"
 #include "layers/embedding.hpp"
 #include "layers/flatten.hpp"
-#include "layers/gelu.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
 #include "layers/lm_head.hpp"
 #include "layers/maxpool.hpp"
 #include "layers/mlp.hpp"
-#include "layers/relu.hpp"
 #include "layers/softmax_cross_entropy.hpp"
 #include "layers/transformer_block.hpp"
 #include "layer_test_util.hpp"

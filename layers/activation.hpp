@@ -1,0 +1,48 @@
+// Element-wise activations, any shape: Gelu (tanh approximation, as GPT-2) and Relu (gradient 0 at exactly
+// 0, as PyTorch). One implementation, Activation, runs the kernels/cpu pair `<op>_forward(x, y, n)` /
+// `<op>_backward(x, dy, dx, n)` it is given; a new activation is a subclass naming its pair.
+//
+// Stash after forward: {x} (the derivative needs the input). backward_input releases it: no weights.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "layers/layer.hpp"
+
+namespace cleave::layers {
+
+class Activation : public Layer {
+ public:
+  using ForwardFn = void (*)(const float* x, float* y, std::int64_t n);
+  using BackwardFn = void (*)(const float* x, const float* dy, float* dx, std::int64_t n);
+
+  std::string_view kind() const override { return kind_; }
+  Tensor forward(const Tensor& x, Stash& stash, Context& ctx) override;
+  Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override;
+
+ protected:
+  // `kind` must outlive the layer (a string literal); messages name the layer "<kind> <name>".
+  Activation(std::string_view kind, std::string name, ForwardFn forward, BackwardFn backward);
+
+ private:
+  std::string who() const;
+
+  std::string_view kind_;
+  std::string name_;
+  ForwardFn forward_;
+  BackwardFn backward_;
+};
+
+class Gelu final : public Activation {
+ public:
+  explicit Gelu(std::string name = "gelu");
+};
+
+class Relu final : public Activation {
+ public:
+  explicit Relu(std::string name = "relu");
+};
+
+}  // namespace cleave::layers

@@ -36,14 +36,22 @@ void check_positive(std::int64_t value, std::string_view key) {
   CLEAVE_CHECK(value > 0, "model.{} must be > 0, got {}", key, value);
 }
 
+// The fields every block has: what it is, its name, its per-sample boundary shapes and (0 where unused)
+// its feature sizes; the kind-specific fields are set by the caller.
+BlockSpec make_block(BlockKind kind, std::string name, const Shape& input, const Shape& output,
+                     std::int64_t in_features = 0, std::int64_t out_features = 0) {
+  BlockSpec block;
+  block.kind = kind;
+  block.name = std::move(name);
+  block.input = input;
+  block.output = output;
+  block.in_features = in_features;
+  block.out_features = out_features;
+  return block;
+}
+
 BlockSpec make_loss_block(const Shape& logits, std::int64_t classes) {
-  BlockSpec loss;
-  loss.kind = BlockKind::kSoftmaxCrossEntropy;
-  loss.name = "loss";
-  loss.input = logits;
-  loss.output = Shape{};
-  loss.in_features = classes;
-  return loss;
+  return make_block(BlockKind::kSoftmaxCrossEntropy, "loss", logits, Shape{}, classes);
 }
 
 }  // namespace
@@ -66,47 +74,24 @@ ModelSpec make_gpt_spec(const GptConfig& config) {
   if (spec.gpt.d_ff == 0) spec.gpt.d_ff = 4 * config.d_model;
   const std::int64_t t = config.seq_len, d = config.d_model, v = config.vocab_size;
 
-  BlockSpec embed;
-  embed.kind = BlockKind::kEmbedding;
-  embed.name = "embed";
-  embed.input = Shape{t};
+  BlockSpec embed = make_block(BlockKind::kEmbedding, "embed", Shape{t}, Shape{t, d}, 0, d);
   embed.input_dtype = DType::kI32;
-  embed.output = Shape{t, d};
-  embed.out_features = d;
   embed.vocab_size = v;
   embed.seq_len = t;
   spec.blocks.push_back(embed);
 
   for (std::int64_t i = 0; i < config.n_layers; ++i) {
-    BlockSpec block;
-    block.kind = BlockKind::kTransformerBlock;
-    block.name = fmt::format("blocks.{}", i);
-    block.input = Shape{t, d};
-    block.output = Shape{t, d};
-    block.in_features = d;
-    block.out_features = d;
+    BlockSpec block =
+        make_block(BlockKind::kTransformerBlock, fmt::format("blocks.{}", i), Shape{t, d}, Shape{t, d}, d, d);
     block.seq_len = t;
     block.n_heads = config.n_heads;
     block.d_ff = spec.gpt.d_ff;
     spec.blocks.push_back(block);
   }
 
-  BlockSpec norm;
-  norm.kind = BlockKind::kLayerNorm;
-  norm.name = "final_norm";
-  norm.input = Shape{t, d};
-  norm.output = Shape{t, d};
-  norm.in_features = d;
-  norm.out_features = d;
-  spec.blocks.push_back(norm);
+  spec.blocks.push_back(make_block(BlockKind::kLayerNorm, "final_norm", Shape{t, d}, Shape{t, d}, d, d));
 
-  BlockSpec head;
-  head.kind = BlockKind::kLmHead;
-  head.name = "head";
-  head.input = Shape{t, d};
-  head.output = Shape{t, v};
-  head.in_features = d;
-  head.out_features = v;
+  BlockSpec head = make_block(BlockKind::kLmHead, "head", Shape{t, d}, Shape{t, v}, d, v);
   head.vocab_size = v;
   head.tied = config.tie_embeddings;
   spec.blocks.push_back(head);
@@ -132,26 +117,15 @@ ModelSpec make_mlp_spec(const MlpConfig& config) {
   int index = 0;
   std::int64_t features = config.in_features;
   auto add_linear = [&](std::int64_t out) {
-    BlockSpec linear;
-    linear.kind = BlockKind::kLinear;
-    linear.name = fmt::format("layers.{}", index++);
-    linear.input = Shape{features};
-    linear.output = Shape{out};
-    linear.in_features = features;
-    linear.out_features = out;
-    spec.blocks.push_back(linear);
+    spec.blocks.push_back(
+        make_block(BlockKind::kLinear, fmt::format("layers.{}", index++), Shape{features}, Shape{out}, features, out));
     features = out;
   };
   for (std::int64_t width : config.hidden) {
     add_linear(width);
-    BlockSpec act;
-    act.kind = config.activation == "relu" ? BlockKind::kRelu : BlockKind::kGelu;
-    act.name = fmt::format("layers.{}", index++);
-    act.input = Shape{features};
-    act.output = Shape{features};
-    act.in_features = features;
-    act.out_features = features;
-    spec.blocks.push_back(act);
+    const BlockKind act = config.activation == "relu" ? BlockKind::kRelu : BlockKind::kGelu;
+    spec.blocks.push_back(
+        make_block(act, fmt::format("layers.{}", index++), Shape{features}, Shape{features}, features, features));
   }
   add_linear(config.num_classes);
   spec.blocks.push_back(make_loss_block(Shape{config.num_classes}, config.num_classes));
@@ -193,49 +167,23 @@ ModelSpec make_cnn_spec(const CnnConfig& config) {
   std::int64_t c = config.in_channels, h = config.height, w = config.width;
   auto next_name = [&] { return fmt::format("layers.{}", index++); };
   for (std::int64_t out : config.channels) {
-    BlockSpec conv;
-    conv.kind = BlockKind::kConv2d;
-    conv.name = next_name();
-    conv.input = Shape{c, h, w};
-    conv.output = Shape{out, h, w};
-    conv.in_features = c;
-    conv.out_features = out;
+    BlockSpec conv = make_block(BlockKind::kConv2d, next_name(), Shape{c, h, w}, Shape{out, h, w}, c, out);
     conv.kernel = config.kernel;
     spec.blocks.push_back(conv);
     c = out;
 
-    BlockSpec relu;
-    relu.kind = BlockKind::kRelu;
-    relu.name = next_name();
-    relu.input = Shape{c, h, w};
-    relu.output = Shape{c, h, w};
-    spec.blocks.push_back(relu);
+    spec.blocks.push_back(make_block(BlockKind::kRelu, next_name(), Shape{c, h, w}, Shape{c, h, w}));
 
-    BlockSpec pool;
-    pool.kind = BlockKind::kMaxPool;
-    pool.name = next_name();
-    pool.input = Shape{c, h, w};
-    h /= config.pool;
-    w /= config.pool;
-    pool.output = Shape{c, h, w};
+    BlockSpec pool = make_block(BlockKind::kMaxPool, next_name(), Shape{c, h, w},
+                                Shape{c, h / config.pool, w / config.pool});
     pool.kernel = config.pool;
     spec.blocks.push_back(pool);
+    h /= config.pool;
+    w /= config.pool;
   }
-  BlockSpec flatten;
-  flatten.kind = BlockKind::kFlatten;
-  flatten.name = next_name();
-  flatten.input = Shape{c, h, w};
-  flatten.output = Shape{c * h * w};
-  spec.blocks.push_back(flatten);
-
-  BlockSpec linear;
-  linear.kind = BlockKind::kLinear;
-  linear.name = next_name();
-  linear.input = Shape{c * h * w};
-  linear.output = Shape{config.num_classes};
-  linear.in_features = c * h * w;
-  linear.out_features = config.num_classes;
-  spec.blocks.push_back(linear);
+  spec.blocks.push_back(make_block(BlockKind::kFlatten, next_name(), Shape{c, h, w}, Shape{c * h * w}));
+  spec.blocks.push_back(make_block(BlockKind::kLinear, next_name(), Shape{c * h * w}, Shape{config.num_classes},
+                                   c * h * w, config.num_classes));
 
   spec.blocks.push_back(make_loss_block(Shape{config.num_classes}, config.num_classes));
   return spec;

@@ -18,3 +18,21 @@ target_link_libraries(cleave_nccl PUBLIC cleave_comm CUDA::cudart ${CLEAVE_NCCL_
 set_target_properties(cleave_nccl PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
                                              POSITION_INDEPENDENT_CODE ON)
 message(STATUS "  cleave_nccl  : NCCL backend (${CLEAVE_NCCL_LIB})")
+
+# ---- CUDA backend: devices, streams, allocators, copies (engine/cuda) and kernels (kernels/cuda) -------------
+# cleave_cuda: host code in .cpp (compiled by the C++ compiler), kernels in .cu (nvcc, for every
+# CMAKE_CUDA_ARCHITECTURES entry). The .cu files include only CUDA headers and their own kernels/cuda/*.hpp,
+# never fmt (nvcc cannot compile its compile-time format strings) or C++20 engine headers (CMake 3.25 has no
+# C++20 dialect flag for nvcc 13), so they build as C++17 and stay cheap to compile.
+file(GLOB CLEAVE_CUDA_SOURCES CONFIGURE_DEPENDS
+     ${CMAKE_SOURCE_DIR}/engine/cuda/*.cpp
+     ${CMAKE_SOURCE_DIR}/engine/cuda/*.cu
+     ${CMAKE_SOURCE_DIR}/kernels/cuda/*.cpp
+     ${CMAKE_SOURCE_DIR}/kernels/cuda/*.cu)
+add_library(cleave_cuda STATIC ${CLEAVE_CUDA_SOURCES})
+target_include_directories(cleave_cuda PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/generated
+                                              ${CLEAVE_CUDNN_INCLUDE})
+target_link_libraries(cleave_cuda PUBLIC cleave_core CUDA::cudart CUDA::cublasLt CUDA::cublas ${CLEAVE_CUDNN_LIB})
+set_target_properties(cleave_cuda PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
+                                             POSITION_INDEPENDENT_CODE ON)
+message(STATUS "  cleave_cuda  : CUDA backend for sm ${CMAKE_CUDA_ARCHITECTURES} (cuBLASLt, ${CLEAVE_CUDNN_LIB})")

@@ -1,0 +1,54 @@
+// CUDA devices: how many there are (or why there are none), selecting one, a scoped guard, properties, and the
+// versions of the libraries this build runs against.
+//
+// Invariant: probing never throws (a machine without a driver or a GPU has 0 devices and a reason), so CPU-only
+// hosts can ask; everything that needs a device checks the index first and names the device count on error.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <string>
+
+namespace cleave::cuda {
+
+struct DeviceProbe {
+  int count = 0;        // visible CUDA devices; 0 when the runtime reports an error
+  std::string reason;   // why count is 0 ("no CUDA device", the runtime's error text); empty when count > 0
+};
+DeviceProbe probe_devices();
+int device_count();  // probe_devices().count
+
+int current_device();
+void set_device(int index);  // CLEAVE_CHECK: 0 <= index < device_count(), the message names the count
+
+// Makes `index` current for a scope and restores the previous device afterwards. Setting the device is
+// checked; restoring is not (a destructor must not throw).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int index);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int index_;
+  int previous_ = 0;
+};
+
+struct DeviceInfo {
+  int index = 0;
+  std::string name;
+  int major = 0;  // compute capability
+  int minor = 0;
+  int multiprocessors = 0;
+  std::int64_t total_memory = 0;  // bytes
+  std::string str() const;        // "cuda:0 NVIDIA H100 80GB HBM3 (sm_90, 132 SMs, 79.1 GiB)"
+};
+DeviceInfo device_info(int index);
+
+// "CUDA runtime 13.0 (driver 13.0), cuBLASLt 13.0.2, cuDNN 9.19.0 (built against 9.19.0)". Needs no device;
+// the driver part reads "no driver" on hosts without one.
+std::string library_versions();
+
+}  // namespace cleave::cuda

@@ -1,0 +1,54 @@
+// Internal to kernels/cuda/*.cu: launch geometry and deterministic warp/block reductions.
+//
+// Invariant: every reduction here combines values in an order fixed by the launch shape alone (butterfly
+// shuffles, fixed shared-memory trees), never by timing, so a kernel built on them gives the same bits on
+// every run with the same shapes. Device code only; no engine headers (nvcc does not compile fmt).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace cleave::kernels::cuda::detail {
+
+constexpr int kThreads = 256;
+constexpr int kWarp = 32;
+
+// Blocks for a grid-stride loop over n items: enough to fill any current GPU, capped so the grid stays legal.
+inline unsigned int grid_for(int64_t n, int threads = kThreads) {
+  const int64_t blocks = (n + threads - 1) / threads;
+  constexpr int64_t kMaxBlocks = int64_t{1} << 16;
+  return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
+}
+
+__device__ __forceinline__ int64_t global_thread() {
+  return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+}
+__device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+// Every lane gets the same sum / max (butterfly: the same pairing on every lane).
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int offset = kWarp / 2; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, offset));
+  return v;
+}
+
+// Sum over a block of kThreads threads through `scratch` (kThreads entries); the result is returned to every
+// thread. Callers reuse scratch only after the call returns (it ends with a barrier).
+template <typename T>
+__device__ __forceinline__ T block_sum(T v, T* scratch) {
+  scratch[threadIdx.x] = v;
+  __syncthreads();
+  for (int stride = kThreads / 2; stride > 0; stride /= 2) {
+    if (static_cast<int>(threadIdx.x) < stride) scratch[threadIdx.x] += scratch[threadIdx.x + stride];
+    __syncthreads();
+  }
+  const T total = scratch[0];
+  __syncthreads();
+  return total;
+}
+
+}  // namespace cleave::kernels::cuda::detail

@@ -1,0 +1,119 @@
+// Element-wise kernels, the sum-of-squares reduction and casts (elementwise.hpp). Grid-stride loops over int64
+// indices; the reduction is two fixed-shape passes (per-block partials, then one block), so its bits depend
+// on n only.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/elementwise.hpp"
+
+namespace cleave::kernels::cuda::detail {
+namespace {
+
+__global__ void elementwise_kernel(BinaryOp op, const float* a, const float* b, float* out, float alpha, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    switch (op) {
+      case BinaryOp::kAdd: out[i] = a[i] + b[i]; break;
+      case BinaryOp::kAxpy: out[i] = b[i] + alpha * a[i]; break;
+      case BinaryOp::kScale: out[i] = a[i] * alpha; break;
+    }
+  }
+}
+
+constexpr int64_t kSumSquaresPerThread = 8;
+constexpr unsigned int kSumSquaresMaxBlocks = 1024;  // = kThreads * 4: the second pass is one block
+
+__global__ void sum_squares_partial_kernel(const float* x, int64_t n, double* partials) {
+  __shared__ double scratch[kThreads];
+  double acc = 0.0;
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
+    const double v = x[i];
+    acc += v * v;
+  }
+  const double total = block_sum(acc, scratch);
+  if (threadIdx.x == 0) partials[blockIdx.x] = total;
+}
+
+__global__ void sum_squares_final_kernel(const double* partials, unsigned int count, double* out) {
+  __shared__ double scratch[kThreads];
+  double acc = 0.0;
+  for (unsigned int i = threadIdx.x; i < count; i += kThreads) acc += partials[i];
+  const double total = block_sum(acc, scratch);
+  if (threadIdx.x == 0) *out = total;
+}
+
+__global__ void cast_f32_to_bf16_kernel(const float* x, __nv_bfloat16* y, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = __float2bfloat16_rn(x[i]);
+}
+
+__global__ void cast_bf16_to_f32_kernel(const __nv_bfloat16* x, float* y, int64_t n) {
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] = __bfloat162float(x[i]);
+}
+
+template <typename T>
+__device__ __forceinline__ T scaled(T v, float beta);
+template <>
+__device__ __forceinline__ float scaled(float v, float beta) { return v * beta; }
+template <>
+__device__ __forceinline__ __nv_bfloat16 scaled(__nv_bfloat16 v, float beta) {
+  return __float2bfloat16_rn(__bfloat162float(v) * beta);
+}
+
+template <typename T>
+__global__ void scale_matrix_kernel(T* c, int64_t rows, int64_t cols, int64_t ld, int64_t stride, int64_t batch,
+                                    float beta) {
+  const int64_t per_matrix = rows * cols;
+  for (int64_t i = global_thread(); i < per_matrix * batch; i += grid_threads()) {
+    const int64_t b = i / per_matrix;
+    const int64_t r = (i % per_matrix) / cols;
+    const int64_t col = i % cols;
+    T* p = c + b * stride + r * ld + col;
+    *p = beta == 0.0f ? T(0.0f) : scaled(*p, beta);
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_elementwise(BinaryOp op, const float* a, const float* b, float* out, float alpha, int64_t n,
+                               cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  elementwise_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, a, b, out, alpha, n);
+  return cudaGetLastError();
+}
+
+unsigned int sum_squares_blocks(int64_t n) {
+  const int64_t blocks = (n + kThreads * kSumSquaresPerThread - 1) / (kThreads * kSumSquaresPerThread);
+  return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > kSumSquaresMaxBlocks ? kSumSquaresMaxBlocks : blocks));
+}
+
+cudaError_t launch_sum_squares(const float* x, int64_t n, double* out, double* partials, cudaStream_t stream) {
+  const unsigned int blocks = sum_squares_blocks(n);
+  sum_squares_partial_kernel<<<blocks, kThreads, 0, stream>>>(x, n, partials);
+  sum_squares_final_kernel<<<1, kThreads, 0, stream>>>(partials, blocks, out);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_cast_f32_to_bf16(const float* x, __nv_bfloat16* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  cast_f32_to_bf16_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_cast_bf16_to_f32(const __nv_bfloat16* x, float* y, int64_t n, cudaStream_t stream) {
+  if (n == 0) return cudaSuccess;
+  cast_bf16_to_f32_kernel<<<grid_for(n), kThreads, 0, stream>>>(x, y, n);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_scale_matrix(void* c, bool bf16, int64_t rows, int64_t cols, int64_t ld, int64_t stride,
+                                int64_t batch, float beta, cudaStream_t stream) {
+  const int64_t total = rows * cols * batch;
+  if (total == 0) return cudaSuccess;
+  if (bf16) {
+    scale_matrix_kernel<<<grid_for(total), kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(c), rows, cols, ld,
+                                                                  stride, batch, beta);
+  } else {
+    scale_matrix_kernel<<<grid_for(total), kThreads, 0, stream>>>(static_cast<float*>(c), rows, cols, ld, stride,
+                                                                  batch, beta);
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace cleave::kernels::cuda::detail

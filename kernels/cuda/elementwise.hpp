@@ -1,0 +1,46 @@
+// Element-wise vector helpers on the GPU, the CUDA twins of kernels/cpu/elementwise.hpp, plus f32 <-> bf16
+// casts for the mixed-precision path.
+//
+// Invariant: every function touches exactly n elements; outputs may alias inputs element for element.
+// sum_squares reduces in an order fixed by n alone (deterministic) and accumulates in double, as on the CPU.
+// All launch on `stream` and return without waiting; pointers are device pointers owned by the caller.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cleave::kernels::cuda {
+
+void add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);  // out = a + b
+void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream);            // y += x
+void scale_inplace(float* y, float alpha, int64_t n, cudaStream_t stream);             // y *= alpha
+void axpy(float alpha, const float* x, float* y, int64_t n, cudaStream_t stream);      // y += alpha * x
+
+// *out = sum x^2 (double, written, on the device). workspace: sum_squares_workspace_size(n) bytes.
+std::size_t sum_squares_workspace_size(int64_t n);
+void sum_squares(const float* x, int64_t n, double* out, void* workspace, std::size_t workspace_bytes,
+                 cudaStream_t stream);
+
+// Round to nearest even (as cleave::float_to_bf16), and the exact widening back.
+void cast_f32_to_bf16(const float* x, __nv_bfloat16* y, int64_t n, cudaStream_t stream);
+void cast_bf16_to_f32(const __nv_bfloat16* x, float* y, int64_t n, cudaStream_t stream);
+
+namespace detail {
+// Launchers (elementwise.cu) return the launch status; the functions above check it.
+enum class BinaryOp { kAdd, kAxpy, kScale };
+cudaError_t launch_elementwise(BinaryOp op, const float* a, const float* b, float* out, float alpha, int64_t n,
+                               cudaStream_t stream);
+unsigned int sum_squares_blocks(int64_t n);
+cudaError_t launch_sum_squares(const float* x, int64_t n, double* out, double* partials, cudaStream_t stream);
+cudaError_t launch_cast_f32_to_bf16(const float* x, __nv_bfloat16* y, int64_t n, cudaStream_t stream);
+cudaError_t launch_cast_bf16_to_f32(const __nv_bfloat16* x, float* y, int64_t n, cudaStream_t stream);
+// C = beta * C for `batch` row-major [rows, cols] matrices (leading dimension ld, batch stride `stride`), f32
+// or bf16; beta == 0 writes zeros without reading C (BLAS semantics). Used by gemm when k == 0.
+cudaError_t launch_scale_matrix(void* c, bool bf16, int64_t rows, int64_t cols, int64_t ld, int64_t stride,
+                                int64_t batch, float beta, cudaStream_t stream);
+}  // namespace detail
+
+}  // namespace cleave::kernels::cuda

@@ -1,0 +1,18 @@
+// Checked entry points for the GELU kernels (gelu.hpp); the kernels are in gelu.cu.
+#include "kernels/cuda/gelu.hpp"
+
+#include "engine/cuda/cuda_check.hpp"
+
+namespace cleave::kernels::cuda {
+
+void gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream) {
+  CLEAVE_ASSERT(n >= 0, "cuda gelu_forward: negative size {}", n);
+  CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_gelu_forward(x, y, n, stream), "gelu_forward_kernel");
+}
+
+void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, cudaStream_t stream) {
+  CLEAVE_ASSERT(n >= 0, "cuda gelu_backward: negative size {}", n);
+  CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_gelu_backward(x, dy, dx, n, stream), "gelu_backward_kernel");
+}
+
+}  // namespace cleave::kernels::cuda

@@ -1,0 +1,289 @@
+// cuBLASLt GEMM (gemm.hpp). Row-major problems run as the column-major product C^T = op(B)^T op(A)^T: the
+// operands swap places, and each row-major matrix is read as its column-major transpose with the same leading
+// dimension. Plans (descriptors + algorithm) are cached per problem key in the GemmContext.
+#include "kernels/cuda/gemm.hpp"
+
+#include <algorithm>
+#include <array>
+#include <limits>
+#include <map>
+
+#include "engine/cuda/cuda_check.hpp"
+#include "kernels/cuda/elementwise.hpp"
+
+namespace cleave::kernels::cuda {
+namespace {
+
+constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
+
+bool has_bias(GemmEpilogue e) {
+  return e == GemmEpilogue::kBias || e == GemmEpilogue::kBiasGelu || e == GemmEpilogue::kBiasGeluAux;
+}
+bool has_aux(GemmEpilogue e) {
+  return e == GemmEpilogue::kGeluAux || e == GemmEpilogue::kBiasGeluAux || e == GemmEpilogue::kGeluBackward;
+}
+
+cublasLtEpilogue_t lt_epilogue(GemmEpilogue e) {
+  switch (e) {
+    case GemmEpilogue::kNone: return CUBLASLT_EPILOGUE_DEFAULT;
+    case GemmEpilogue::kBias: return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::kGelu: return CUBLASLT_EPILOGUE_GELU;
+    case GemmEpilogue::kBiasGelu: return CUBLASLT_EPILOGUE_GELU_BIAS;
+    case GemmEpilogue::kGeluAux: return CUBLASLT_EPILOGUE_GELU_AUX;
+    case GemmEpilogue::kBiasGeluAux: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case GemmEpilogue::kGeluBackward: return CUBLASLT_EPILOGUE_DGELU;
+  }
+  CLEAVE_ASSERT(false, "bad gemm epilogue {}", static_cast<int>(e));
+}
+
+cudaDataType_t lt_type(DType t) { return t == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+// Largest power of two (<= 256) dividing the address: what cuBLASLt may assume about the pointer.
+int64_t alignment_of(const void* p) {
+  const auto address = reinterpret_cast<std::uintptr_t>(p);
+  int64_t align = 256;
+  while (align > 1 && address % static_cast<std::uintptr_t>(align) != 0) align /= 2;
+  return align;
+}
+
+using PlanKey = std::array<int64_t, 24>;
+
+PlanKey plan_key(const GemmArgs& args, std::size_t workspace_bytes) {
+  return {args.trans_a,
+          args.trans_b,
+          args.m,
+          args.n,
+          args.k,
+          args.lda,
+          args.ldb,
+          args.ldc,
+          args.stride_a,
+          args.stride_b,
+          args.stride_c,
+          args.batch,
+          static_cast<int64_t>(args.input_type),
+          static_cast<int64_t>(args.output_type),
+          static_cast<int64_t>(args.epilogue),
+          args.ld_aux,
+          static_cast<int64_t>(args.math),
+          alignment_of(args.a),
+          alignment_of(args.b),
+          alignment_of(args.c),
+          has_bias(args.epilogue) ? alignment_of(args.bias) : 0,
+          has_aux(args.epilogue) ? alignment_of(args.aux) : 0,
+          static_cast<int64_t>(workspace_bytes),
+          0};
+}
+
+struct Plan {
+  cublasLtMatmulDesc_t desc = nullptr;
+  cublasLtMatrixLayout_t layout_a = nullptr;  // cuBLASLt's A: our B
+  cublasLtMatrixLayout_t layout_b = nullptr;  // cuBLASLt's B: our A
+  cublasLtMatrixLayout_t layout_c = nullptr;  // C and D
+  cublasLtMatmulAlgo_t algo{};
+
+  Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+  ~Plan() {
+    if (layout_c != nullptr) cublasLtMatrixLayoutDestroy(layout_c);
+    if (layout_b != nullptr) cublasLtMatrixLayoutDestroy(layout_b);
+    if (layout_a != nullptr) cublasLtMatrixLayoutDestroy(layout_a);
+    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
+  }
+};
+
+template <typename T>
+void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
+  CLEAVE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value));
+}
+
+cublasLtMatrixLayout_t make_layout(DType type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
+                                   int64_t stride) {
+  cublasLtMatrixLayout_t layout = nullptr;
+  CLEAVE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, lt_type(type), static_cast<uint64_t>(rows),
+                                                 static_cast<uint64_t>(cols), ld));
+  if (batch > 1) {
+    const auto count = static_cast<int32_t>(batch);
+    CLEAVE_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
+    CLEAVE_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                         &stride, sizeof stride));
+  }
+  return layout;
+}
+
+void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const GemmArgs& args) {
+  if (has_bias(args.epilogue)) set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, args.bias);
+  if (has_aux(args.epilogue)) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, args.aux);
+}
+
+std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& args, std::size_t workspace_bytes) {
+  auto plan = std::make_unique<Plan>();
+  const cublasComputeType_t compute =
+      args.math == GemmMath::kTF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  CLEAVE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
+  set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, args.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
+  set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, args.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
+  set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt_epilogue(args.epilogue));
+  if (has_aux(args.epilogue)) set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, args.ld_aux);
+  set_epilogue_pointers(plan->desc, args);  // the heuristic reads their alignment
+
+  plan->layout_a = make_layout(args.input_type, args.trans_b ? args.k : args.n, args.trans_b ? args.n : args.k,
+                               args.ldb, args.batch, args.stride_b);
+  plan->layout_b = make_layout(args.input_type, args.trans_a ? args.m : args.k, args.trans_a ? args.k : args.m,
+                               args.lda, args.batch, args.stride_a);
+  plan->layout_c = make_layout(args.output_type, args.n, args.m, args.ldc, args.batch, args.stride_c);
+
+  cublasLtMatmulPreference_t preference = nullptr;
+  CLEAVE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
+  struct PreferenceGuard {
+    cublasLtMatmulPreference_t p;
+    ~PreferenceGuard() { cublasLtMatmulPreferenceDestroy(p); }
+  } preference_guard{preference};
+  const auto max_workspace = static_cast<uint64_t>(workspace_bytes);
+  CLEAVE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                           &max_workspace, sizeof max_workspace));
+  const std::array<std::pair<cublasLtMatmulPreferenceAttributes_t, const void*>, 4> alignments = {{
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, args.b},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, args.a},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, args.c},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, args.c},
+  }};
+  for (const auto& [attribute, pointer] : alignments) {
+    const auto align = static_cast<uint32_t>(alignment_of(pointer));
+    CLEAVE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &align, sizeof align));
+  }
+
+  cublasLtMatmulHeuristicResult_t result{};
+  int found = 0;
+  CLEAVE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->layout_a, plan->layout_b,
+                                                     plan->layout_c, plan->layout_c, preference, 1, &result, &found));
+  if (found == 0) {
+    throw BackendError(fmt::format(
+        "cuBLASLt has no algorithm for {} (pointer alignments A {} B {} C {}, workspace {} bytes); try aligned "
+        "leading dimensions (multiples of 8 elements), another epilogue, or a larger workspace",
+        args.str(), alignment_of(args.a), alignment_of(args.b), alignment_of(args.c), workspace_bytes));
+  }
+  plan->algo = result.algo;
+  return plan;
+}
+
+}  // namespace
+
+struct GemmContext::Impl {
+  cublasLtHandle_t handle = nullptr;
+  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+};
+
+GemmContext::GemmContext() : impl_(std::make_unique<Impl>()) {
+  CLEAVE_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
+}
+
+GemmContext::~GemmContext() {
+  impl_->plans.clear();
+  if (impl_->handle != nullptr) cublasLtDestroy(impl_->handle);
+}
+
+std::size_t GemmContext::plans_cached() const { return impl_->plans.size(); }
+cublasLtHandle_t GemmContext::handle() const { return impl_->handle; }
+
+std::string_view gemm_epilogue_name(GemmEpilogue epilogue) {
+  switch (epilogue) {
+    case GemmEpilogue::kNone: return "none";
+    case GemmEpilogue::kBias: return "bias";
+    case GemmEpilogue::kGelu: return "gelu";
+    case GemmEpilogue::kBiasGelu: return "bias_gelu";
+    case GemmEpilogue::kGeluAux: return "gelu_aux";
+    case GemmEpilogue::kBiasGeluAux: return "bias_gelu_aux";
+    case GemmEpilogue::kGeluBackward: return "gelu_backward";
+  }
+  return "?";
+}
+
+std::string GemmArgs::str() const {
+  return fmt::format("gemm m={} n={} k={} {}->{} {}{} lda={} ldb={} ldc={} batch {} epilogue {}{}", m, n, k,
+                     dtype_name(input_type), dtype_name(output_type), trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', lda,
+                     ldb, ldc, batch, gemm_epilogue_name(epilogue),
+                     math == GemmMath::kTF32 ? " (tf32)" : "");
+}
+
+std::size_t gemm_workspace_size(const GemmArgs& args) {
+  return (args.m == 0 || args.n == 0 || args.k == 0) ? 0 : kWorkspaceBytes;
+}
+
+std::string gemm_can_implement(const GemmArgs& args) {
+  if (args.m < 0 || args.n < 0 || args.k < 0 || args.batch < 1) {
+    return fmt::format("sizes must be m, n, k >= 0 and batch >= 1, got m={} n={} k={} batch={}", args.m, args.n,
+                       args.k, args.batch);
+  }
+  const bool f32_in = args.input_type == DType::kF32;
+  const bool bf16_in = args.input_type == DType::kBF16;
+  if (!(f32_in && args.output_type == DType::kF32) &&
+      !(bf16_in && (args.output_type == DType::kBF16 || args.output_type == DType::kF32))) {
+    return fmt::format("types {} -> {} are not supported; use f32 -> f32, bf16 -> bf16 or bf16 -> f32",
+                       dtype_name(args.input_type), dtype_name(args.output_type));
+  }
+  if (args.math == GemmMath::kTF32 && !f32_in) return "TF32 math applies to f32 inputs only";
+  const int64_t rows_a = args.trans_a ? args.k : args.m;
+  const int64_t cols_a = args.trans_a ? args.m : args.k;
+  const int64_t rows_b = args.trans_b ? args.n : args.k;
+  const int64_t cols_b = args.trans_b ? args.k : args.n;
+  if (args.lda < std::max<int64_t>(1, cols_a)) {
+    return fmt::format("lda {} < {} (A is stored [{}, {}]{})", args.lda, cols_a, rows_a, cols_a,
+                       args.trans_a ? ", transposed" : "");
+  }
+  if (args.ldb < std::max<int64_t>(1, cols_b)) {
+    return fmt::format("ldb {} < {} (B is stored [{}, {}]{})", args.ldb, cols_b, rows_b, cols_b,
+                       args.trans_b ? ", transposed" : "");
+  }
+  if (args.ldc < std::max<int64_t>(1, args.n)) return fmt::format("ldc {} < n {}", args.ldc, args.n);
+  if (args.batch > 1 && (args.stride_a < 0 || args.stride_b < 0 || args.stride_c < 0)) {
+    return fmt::format("negative batch strides a={} b={} c={}", args.stride_a, args.stride_b, args.stride_c);
+  }
+  if (args.batch > std::numeric_limits<int32_t>::max()) return fmt::format("batch {} exceeds int32", args.batch);
+  if (args.m > 0 && args.n > 0 && args.c == nullptr) return "c is null";
+  if (args.m > 0 && args.n > 0 && args.k > 0 && (args.a == nullptr || args.b == nullptr)) return "a or b is null";
+  if (args.epilogue != GemmEpilogue::kNone) {
+    if (args.k == 0) return fmt::format("k == 0 with epilogue {}", gemm_epilogue_name(args.epilogue));
+    if (has_bias(args.epilogue) && args.bias == nullptr) {
+      return fmt::format("epilogue {} needs a bias pointer", gemm_epilogue_name(args.epilogue));
+    }
+    if (has_aux(args.epilogue)) {
+      if (args.aux == nullptr) return fmt::format("epilogue {} needs an aux pointer", gemm_epilogue_name(args.epilogue));
+      if (args.ld_aux < args.n || args.ld_aux % 8 != 0) {
+        return fmt::format("ld_aux {} must be >= n {} and a multiple of 8 (cuBLASLt GELU aux)", args.ld_aux, args.n);
+      }
+      if (args.batch > 1) return fmt::format("epilogue {} with batch {} > 1", gemm_epilogue_name(args.epilogue),
+                                             args.batch);
+    }
+  }
+  return {};
+}
+
+void gemm(GemmContext& context, const GemmArgs& args, void* workspace, std::size_t workspace_bytes,
+          cudaStream_t stream) {
+  const std::string refusal = gemm_can_implement(args);
+  CLEAVE_CHECK(refusal.empty(), "{}: {}", args.str(), refusal);
+  CLEAVE_CHECK(workspace_bytes == 0 || (workspace != nullptr && alignment_of(workspace) == 256),
+               "{}: the workspace must be 256-byte aligned device memory", args.str());
+  if (args.m == 0 || args.n == 0) return;
+  if (args.k == 0) {
+    CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_scale_matrix(args.c, args.output_type == DType::kBF16, args.m, args.n,
+                                                         args.ldc, args.stride_c, args.batch, args.beta, stream),
+                             "scale_matrix_kernel (gemm with k == 0)");
+    return;
+  }
+  auto& plans = context.impl_->plans;
+  const PlanKey key = plan_key(args, workspace_bytes);
+  auto it = plans.find(key);
+  if (it == plans.end()) it = plans.emplace(key, make_plan(context.impl_->handle, args, workspace_bytes)).first;
+  const Plan& plan = *it->second;
+  set_epilogue_pointers(plan.desc, args);
+  // cuBLASLt's A is our B and its B is our A (see the top of this file).
+  CLEAVE_CUBLAS_CHECK(cublasLtMatmul(context.impl_->handle, plan.desc, &args.alpha, args.b, plan.layout_a, args.a,
+                                     plan.layout_b, &args.beta, args.c, plan.layout_c, args.c, plan.layout_c,
+                                     &plan.algo, workspace, workspace_bytes, stream));
+}
+
+}  // namespace cleave::kernels::cuda

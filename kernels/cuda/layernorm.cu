@@ -1,0 +1,155 @@
+// LayerNorm kernels (layernorm.hpp). Forward and backward_input: one warp per row, lanes stride the columns
+// (coalesced), butterfly sums give every lane the row statistics. backward_weight: the bias_backward scheme
+// (bias.cu) with two accumulators per column.
+#include "kernels/cuda/bias.hpp"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/layernorm.hpp"
+
+namespace cleave::kernels::cuda::detail {
+namespace {
+
+constexpr int kRowsPerBlock = kThreads / kWarp;
+constexpr int kTileCols = 32;
+constexpr int kTileRows = 8;
+
+unsigned int row_blocks(int64_t rows) {
+  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  constexpr int64_t kMaxBlocks = int64_t{1} << 16;
+  return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
+}
+
+__global__ void layernorm_forward_kernel(const float* x, const float* gamma, const float* beta, float* y,
+                                         float* mean, float* rstd, int64_t rows, int64_t cols, float eps) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  for (int64_t r = first; r < rows; r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const float* xr = x + r * cols;
+    float sum = 0.0f;
+    for (int64_t c = lane; c < cols; c += kWarp) sum += xr[c];
+    const float mu = warp_sum(sum) / static_cast<float>(cols);
+    float sq = 0.0f;
+    for (int64_t c = lane; c < cols; c += kWarp) {
+      const float d = xr[c] - mu;
+      sq += d * d;
+    }
+    const float rs = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(cols) + eps);
+    float* yr = y + r * cols;
+    for (int64_t c = lane; c < cols; c += kWarp) yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
+    if (lane == 0) {
+      mean[r] = mu;
+      rstd[r] = rs;
+    }
+  }
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma.
+__global__ void layernorm_backward_input_kernel(const float* dy, const float* x, const float* gamma,
+                                                const float* mean, const float* rstd, float* dx, int64_t rows,
+                                                int64_t cols) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  for (int64_t r = first; r < rows; r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const float* dyr = dy + r * cols;
+    const float* xr = x + r * cols;
+    const float mu = mean[r];
+    const float rs = rstd[r];
+    float sum_g = 0.0f;
+    float sum_gx = 0.0f;
+    for (int64_t c = lane; c < cols; c += kWarp) {
+      const float g = dyr[c] * gamma[c];
+      sum_g += g;
+      sum_gx += g * (xr[c] - mu) * rs;
+    }
+    const float mean_g = warp_sum(sum_g) / static_cast<float>(cols);
+    const float mean_gx = warp_sum(sum_gx) / static_cast<float>(cols);
+    float* dxr = dx + r * cols;
+    for (int64_t c = lane; c < cols; c += kWarp) {
+      const float xhat = (xr[c] - mu) * rs;
+      dxr[c] = rs * (dyr[c] * gamma[c] - mean_g - xhat * mean_gx);
+    }
+  }
+}
+
+__global__ void layernorm_weight_partial_kernel(const float* dy, const float* x, const float* mean,
+                                                const float* rstd, int64_t rows, int64_t cols,
+                                                int64_t rows_per_chunk, float* partials_gamma,
+                                                float* partials_beta) {
+  __shared__ float tile_gamma[kTileRows][kTileCols];
+  __shared__ float tile_beta[kTileRows][kTileCols];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kTileCols + threadIdx.x;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  float acc_gamma = 0.0f;
+  float acc_beta = 0.0f;
+  if (c < cols) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows) {
+      const float d = dy[r * cols + c];
+      acc_gamma += d * (x[r * cols + c] - mean[r]) * rstd[r];
+      acc_beta += d;
+    }
+  }
+  tile_gamma[threadIdx.y][threadIdx.x] = acc_gamma;
+  tile_beta[threadIdx.y][threadIdx.x] = acc_beta;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float g = tile_gamma[0][threadIdx.x];
+    float b = tile_beta[0][threadIdx.x];
+    for (int k = 1; k < kTileRows; ++k) {
+      g += tile_gamma[k][threadIdx.x];
+      b += tile_beta[k][threadIdx.x];
+    }
+    partials_gamma[static_cast<int64_t>(blockIdx.y) * cols + c] = g;
+    partials_beta[static_cast<int64_t>(blockIdx.y) * cols + c] = b;
+  }
+}
+
+__global__ void layernorm_weight_final_kernel(const float* partials_gamma, const float* partials_beta,
+                                              int64_t chunks, int64_t cols, float* dgamma, float* dbeta) {
+  for (int64_t c = global_thread(); c < cols; c += grid_threads()) {
+    float g = 0.0f;
+    float b = 0.0f;
+    for (int64_t k = 0; k < chunks; ++k) {
+      g += partials_gamma[k * cols + c];
+      b += partials_beta[k * cols + c];
+    }
+    dgamma[c] += g;
+    dbeta[c] += b;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                                     float* rstd, int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  layernorm_forward_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(x, gamma, beta, y, mean, rstd, rows, cols,
+                                                                       eps);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_layernorm_backward_input(const float* dy, const float* x, const float* gamma, const float* mean,
+                                            const float* rstd, float* dx, int64_t rows, int64_t cols,
+                                            cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  layernorm_backward_input_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(dy, x, gamma, mean, rstd, dx, rows,
+                                                                              cols);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_layernorm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd,
+                                             float* dgamma, float* dbeta, int64_t rows, int64_t cols,
+                                             float* partials, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  const int64_t chunks = column_reduction_chunks(rows);
+  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+  float* partials_gamma = partials;
+  float* partials_beta = partials + chunks * cols;
+  const dim3 grid(static_cast<unsigned int>((cols + kTileCols - 1) / kTileCols), static_cast<unsigned int>(chunks));
+  layernorm_weight_partial_kernel<<<grid, dim3(kTileCols, kTileRows), 0, stream>>>(
+      dy, x, mean, rstd, rows, cols, rows_per_chunk, partials_gamma, partials_beta);
+  layernorm_weight_final_kernel<<<grid_for(cols), kThreads, 0, stream>>>(partials_gamma, partials_beta, chunks, cols,
+                                                                         dgamma, dbeta);
+  return cudaGetLastError();
+}
+
+}  // namespace cleave::kernels::cuda::detail

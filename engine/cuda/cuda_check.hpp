@@ -12,11 +12,11 @@
 
 #include "engine/core/error.hpp"
 
-#define CLEAVE_CUDA_CHECK(stmt)                                                                         \
-  do {                                                                                                  \
-    const cudaError_t cleave_cuda_status_ = (stmt);                                                     \
-    CLEAVE_VENDOR_CHECK("CUDA", cleave_cuda_status_, cleave_cuda_status_ == cudaSuccess,                \
-                        ::cudaGetErrorString(cleave_cuda_status_), #stmt);                              \
+#define CLEAVE_CUDA_CHECK(stmt)                                                          \
+  do {                                                                                   \
+    const cudaError_t cleave_cuda_status_ = (stmt);                                      \
+    CLEAVE_VENDOR_CHECK("CUDA", cleave_cuda_status_, cleave_cuda_status_ == cudaSuccess, \
+                        ::cudaGetErrorString(cleave_cuda_status_), #stmt);               \
   } while (0)
 
 // For a launcher's returned status (cudaGetLastError right after the launch): the message names the kernel.
@@ -29,9 +29,9 @@
                         "launch of " kernel_name " (or an earlier asynchronous error on this device)"); \
   } while (0)
 
-#define CLEAVE_CUBLAS_CHECK(stmt)                                                                       \
-  do {                                                                                                  \
-    const cublasStatus_t cleave_cublas_status_ = (stmt);                                                \
+#define CLEAVE_CUBLAS_CHECK(stmt)                                                                        \
+  do {                                                                                                   \
+    const cublasStatus_t cleave_cublas_status_ = (stmt);                                                 \
     CLEAVE_VENDOR_CHECK("cuBLAS", cleave_cublas_status_, cleave_cublas_status_ == CUBLAS_STATUS_SUCCESS, \
-                        ::cublasLtGetStatusString(cleave_cublas_status_), #stmt);                       \
+                        ::cublasLtGetStatusString(cleave_cublas_status_), #stmt);                        \
   } while (0)

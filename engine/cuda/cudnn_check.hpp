@@ -7,9 +7,9 @@
 
 #include "engine/core/error.hpp"
 
-#define CLEAVE_CUDNN_CHECK(stmt)                                                                        \
-  do {                                                                                                  \
-    const cudnnStatus_t cleave_cudnn_status_ = (stmt);                                                  \
-    CLEAVE_VENDOR_CHECK("cuDNN", cleave_cudnn_status_, cleave_cudnn_status_ == CUDNN_STATUS_SUCCESS,    \
-                        ::cudnnGetErrorString(cleave_cudnn_status_), #stmt);                            \
+#define CLEAVE_CUDNN_CHECK(stmt)                                                                     \
+  do {                                                                                               \
+    const cudnnStatus_t cleave_cudnn_status_ = (stmt);                                               \
+    CLEAVE_VENDOR_CHECK("cuDNN", cleave_cudnn_status_, cleave_cudnn_status_ == CUDNN_STATUS_SUCCESS, \
+                        ::cudnnGetErrorString(cleave_cudnn_status_), #stmt);                         \
   } while (0)

@@ -14,8 +14,8 @@ DeviceProbe probe_devices() {
   const cudaError_t status = cudaGetDeviceCount(&count);
   if (status != cudaSuccess) {
     cudaGetLastError();  // leave no error behind for the next checked call
-    probe.reason = fmt::format("cudaGetDeviceCount failed: {} ({})", cudaGetErrorString(status),
-                               cudaGetErrorName(status));
+    probe.reason =
+        fmt::format("cudaGetDeviceCount failed: {} ({})", cudaGetErrorString(status), cudaGetErrorName(status));
     return probe;
   }
   probe.count = count;

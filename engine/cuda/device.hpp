@@ -13,8 +13,8 @@
 namespace cleave::cuda {
 
 struct DeviceProbe {
-  int count = 0;        // visible CUDA devices; 0 when the runtime reports an error
-  std::string reason;   // why count is 0 ("no CUDA device", the runtime's error text); empty when count > 0
+  int count = 0;       // visible CUDA devices; 0 when the runtime reports an error
+  std::string reason;  // why count is 0 ("no CUDA device", the runtime's error text); empty when count > 0
 };
 DeviceProbe probe_devices();
 int device_count();  // probe_devices().count

@@ -24,8 +24,8 @@ namespace detail {
 struct AdamWConstants {
   float decay, one_minus_beta1, beta2, one_minus_beta2, step_size, inv_bc2_sqrt, eps;
 };
-cudaError_t launch_adamw_update(const AdamWConstants& k, float* param, const float* grad, float* m, float* v,
-                                int64_t n, __nv_bfloat16* param_bf16, cudaStream_t stream);
+cudaError_t launch_adamw_update(const AdamWConstants& k, float* param, const float* grad, float* m, float* v, int64_t n,
+                                __nv_bfloat16* param_bf16, cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace cleave::kernels::cuda

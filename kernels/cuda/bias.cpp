@@ -21,9 +21,8 @@ void bias_backward(const float* dy, float* dbias, int64_t rows, int64_t cols, vo
   CLEAVE_ASSERT(workspace_bytes >= needed && (needed == 0 || workspace != nullptr),
                 "cuda bias_backward: workspace of {} bytes, {} needed for [{}, {}]", workspace_bytes, needed, rows,
                 cols);
-  CLEAVE_CUDA_CHECK_LAUNCH(
-      detail::launch_bias_backward(dy, dbias, rows, cols, static_cast<float*>(workspace), stream),
-      "bias_partial_kernel/bias_final_kernel");
+  CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_bias_backward(dy, dbias, rows, cols, static_cast<float*>(workspace), stream),
+                           "bias_partial_kernel/bias_final_kernel");
 }
 
 }  // namespace cleave::kernels::cuda

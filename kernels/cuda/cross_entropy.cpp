@@ -22,10 +22,10 @@ void softmax_cross_entropy_forward(const float* logits, const int32_t* targets, 
   CLEAVE_ASSERT(workspace_bytes >= needed && (needed == 0 || workspace != nullptr),
                 "cuda softmax_cross_entropy_forward: workspace of {} bytes, {} needed for {} rows", workspace_bytes,
                 needed, rows);
-  CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_softmax_cross_entropy_forward(logits, targets, lse, loss_sum, bad_row, rows,
-                                                                        classes, static_cast<double*>(workspace),
-                                                                        stream),
-                           "cross_entropy_forward_kernel/sum_rows_kernel");
+  CLEAVE_CUDA_CHECK_LAUNCH(
+      detail::launch_softmax_cross_entropy_forward(logits, targets, lse, loss_sum, bad_row, rows, classes,
+                                                   static_cast<double*>(workspace), stream),
+      "cross_entropy_forward_kernel/sum_rows_kernel");
 }
 
 void softmax_cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, float scale,
@@ -34,8 +34,8 @@ void softmax_cross_entropy_backward(const float* logits, const int32_t* targets,
   CLEAVE_ASSERT(rows >= 0 && classes > 0, "cuda softmax_cross_entropy_backward: bad shape [{}, {}]", rows, classes);
   CLEAVE_ASSERT(rows < std::numeric_limits<uint32_t>::max() && classes <= std::numeric_limits<int32_t>::max(),
                 "cuda softmax_cross_entropy_backward: shape [{}, {}] exceeds 32-bit rows or classes", rows, classes);
-  CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_softmax_cross_entropy_backward(logits, targets, lse, scale, dlogits,
-                                                                         bad_row, rows, classes, stream),
+  CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_softmax_cross_entropy_backward(logits, targets, lse, scale, dlogits, bad_row,
+                                                                         rows, classes, stream),
                            "cross_entropy_backward_kernel");
 }
 

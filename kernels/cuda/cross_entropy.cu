@@ -24,9 +24,8 @@ __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
   m = mx;
 }
 
-__global__ void cross_entropy_forward_kernel(const float* logits, const int32_t* targets, float* lse,
-                                             uint32_t* bad_row, int64_t rows, int64_t classes,
-                                             double* row_losses) {
+__global__ void cross_entropy_forward_kernel(const float* logits, const int32_t* targets, float* lse, uint32_t* bad_row,
+                                             int64_t rows, int64_t classes, double* row_losses) {
   __shared__ float shared_m[kThreads];
   __shared__ float shared_s[kThreads];
   for (int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
@@ -106,8 +105,8 @@ cudaError_t launch_softmax_cross_entropy_forward(const float* logits, const int3
                                                  double* loss_sum, uint32_t* bad_row, int64_t rows, int64_t classes,
                                                  double* row_losses, cudaStream_t stream) {
   if (rows > 0) {
-    cross_entropy_forward_kernel<<<row_grid(rows), kThreads, 0, stream>>>(logits, targets, lse, bad_row, rows,
-                                                                          classes, row_losses);
+    cross_entropy_forward_kernel<<<row_grid(rows), kThreads, 0, stream>>>(logits, targets, lse, bad_row, rows, classes,
+                                                                          row_losses);
   }
   sum_rows_kernel<<<1, kThreads, 0, stream>>>(row_losses, rows, loss_sum);
   return cudaGetLastError();
@@ -117,8 +116,8 @@ cudaError_t launch_softmax_cross_entropy_backward(const float* logits, const int
                                                   float scale, float* dlogits, uint32_t* bad_row, int64_t rows,
                                                   int64_t classes, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  cross_entropy_backward_kernel<<<row_grid(rows), kThreads, 0, stream>>>(logits, targets, lse, scale, dlogits,
-                                                                         bad_row, rows, classes);
+  cross_entropy_backward_kernel<<<row_grid(rows), kThreads, 0, stream>>>(logits, targets, lse, scale, dlogits, bad_row,
+                                                                         rows, classes);
   return cudaGetLastError();
 }
 

@@ -10,9 +10,15 @@ namespace {
 __global__ void elementwise_kernel(BinaryOp op, const float* a, const float* b, float* out, float alpha, int64_t n) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     switch (op) {
-      case BinaryOp::kAdd: out[i] = a[i] + b[i]; break;
-      case BinaryOp::kAxpy: out[i] = b[i] + alpha * a[i]; break;
-      case BinaryOp::kScale: out[i] = a[i] * alpha; break;
+      case BinaryOp::kAdd:
+        out[i] = a[i] + b[i];
+        break;
+      case BinaryOp::kAxpy:
+        out[i] = b[i] + alpha * a[i];
+        break;
+      case BinaryOp::kScale:
+        out[i] = a[i] * alpha;
+        break;
     }
   }
 }
@@ -50,7 +56,9 @@ __global__ void cast_bf16_to_f32_kernel(const __nv_bfloat16* x, float* y, int64_
 template <typename T>
 __device__ __forceinline__ T scaled(T v, float beta);
 template <>
-__device__ __forceinline__ float scaled(float v, float beta) { return v * beta; }
+__device__ __forceinline__ float scaled(float v, float beta) {
+  return v * beta;
+}
 template <>
 __device__ __forceinline__ __nv_bfloat16 scaled(__nv_bfloat16 v, float beta) {
   return __float2bfloat16_rn(__bfloat162float(v) * beta);
@@ -110,8 +118,8 @@ cudaError_t launch_scale_matrix(void* c, bool bf16, int64_t rows, int64_t cols, 
     scale_matrix_kernel<<<grid_for(total), kThreads, 0, stream>>>(static_cast<__nv_bfloat16*>(c), rows, cols, ld,
                                                                   stride, batch, beta);
   } else {
-    scale_matrix_kernel<<<grid_for(total), kThreads, 0, stream>>>(static_cast<float*>(c), rows, cols, ld, stride,
-                                                                  batch, beta);
+    scale_matrix_kernel<<<grid_for(total), kThreads, 0, stream>>>(static_cast<float*>(c), rows, cols, ld, stride, batch,
+                                                                  beta);
   }
   return cudaGetLastError();
 }

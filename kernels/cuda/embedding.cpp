@@ -10,8 +10,8 @@ namespace cleave::kernels::cuda {
 
 void embedding_forward(const int32_t* ids, const float* table, float* out, uint32_t* bad_position, int64_t n_tokens,
                        int64_t dim, int64_t vocab, cudaStream_t stream) {
-  CLEAVE_ASSERT(n_tokens >= 0 && dim > 0 && vocab > 0,
-                "cuda embedding_forward: bad shape n_tokens={} dim={} vocab={}", n_tokens, dim, vocab);
+  CLEAVE_ASSERT(n_tokens >= 0 && dim > 0 && vocab > 0, "cuda embedding_forward: bad shape n_tokens={} dim={} vocab={}",
+                n_tokens, dim, vocab);
   CLEAVE_ASSERT(n_tokens < std::numeric_limits<uint32_t>::max(), "cuda embedding_forward: {} tokens exceed 32 bits",
                 n_tokens);
   CLEAVE_CUDA_CHECK_LAUNCH(
@@ -25,8 +25,8 @@ std::size_t embedding_backward_workspace_size(int64_t n_tokens, int64_t vocab) {
 
 void embedding_backward(const int32_t* ids, const float* dout, float* dtable, int64_t n_tokens, int64_t dim,
                         int64_t vocab, void* workspace, std::size_t workspace_bytes, cudaStream_t stream) {
-  CLEAVE_ASSERT(n_tokens >= 0 && dim > 0 && vocab > 0,
-                "cuda embedding_backward: bad shape n_tokens={} dim={} vocab={}", n_tokens, dim, vocab);
+  CLEAVE_ASSERT(n_tokens >= 0 && dim > 0 && vocab > 0, "cuda embedding_backward: bad shape n_tokens={} dim={} vocab={}",
+                n_tokens, dim, vocab);
   CLEAVE_ASSERT(n_tokens < std::numeric_limits<int32_t>::max() && vocab < std::numeric_limits<int32_t>::max(),
                 "cuda embedding_backward: {} tokens or vocabulary {} exceed 31 bits", n_tokens, vocab);
   const std::size_t needed = embedding_backward_workspace_size(n_tokens, vocab);

@@ -144,8 +144,7 @@ cudaError_t launch_embedding_backward(const int32_t* ids, const float* dout, flo
   scan_kernel<<<1, kScanThreads, 0, stream>>>(counts, vocab, offsets);
   scatter_kernel<<<grid_for(n_tokens), kThreads, 0, stream>>>(ids, n_tokens, vocab, offsets, cursor, positions);
   rank_kernel<<<grid_for(n_tokens), kThreads, 0, stream>>>(ids, n_tokens, vocab, offsets, positions, sorted);
-  bucket_sum_kernel<<<token_grid(n_tokens), kRowThreads, 0, stream>>>(ids, dout, dtable, dim, offsets, sorted,
-                                                                      vocab);
+  bucket_sum_kernel<<<token_grid(n_tokens), kRowThreads, 0, stream>>>(ids, dout, dtable, dim, offsets, sorted, vocab);
   return cudaGetLastError();
 }
 

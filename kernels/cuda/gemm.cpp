@@ -25,13 +25,20 @@ bool has_aux(GemmEpilogue e) {
 
 cublasLtEpilogue_t lt_epilogue(GemmEpilogue e) {
   switch (e) {
-    case GemmEpilogue::kNone: return CUBLASLT_EPILOGUE_DEFAULT;
-    case GemmEpilogue::kBias: return CUBLASLT_EPILOGUE_BIAS;
-    case GemmEpilogue::kGelu: return CUBLASLT_EPILOGUE_GELU;
-    case GemmEpilogue::kBiasGelu: return CUBLASLT_EPILOGUE_GELU_BIAS;
-    case GemmEpilogue::kGeluAux: return CUBLASLT_EPILOGUE_GELU_AUX;
-    case GemmEpilogue::kBiasGeluAux: return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    case GemmEpilogue::kGeluBackward: return CUBLASLT_EPILOGUE_DGELU;
+    case GemmEpilogue::kNone:
+      return CUBLASLT_EPILOGUE_DEFAULT;
+    case GemmEpilogue::kBias:
+      return CUBLASLT_EPILOGUE_BIAS;
+    case GemmEpilogue::kGelu:
+      return CUBLASLT_EPILOGUE_GELU;
+    case GemmEpilogue::kBiasGelu:
+      return CUBLASLT_EPILOGUE_GELU_BIAS;
+    case GemmEpilogue::kGeluAux:
+      return CUBLASLT_EPILOGUE_GELU_AUX;
+    case GemmEpilogue::kBiasGeluAux:
+      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
+    case GemmEpilogue::kGeluBackward:
+      return CUBLASLT_EPILOGUE_DGELU;
   }
   CLEAVE_ASSERT(false, "bad gemm epilogue {}", static_cast<int>(e));
 }
@@ -98,17 +105,16 @@ void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribut
   CLEAVE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value));
 }
 
-cublasLtMatrixLayout_t make_layout(DType type, int64_t rows, int64_t cols, int64_t ld, int64_t batch,
-                                   int64_t stride) {
+cublasLtMatrixLayout_t make_layout(DType type, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
   cublasLtMatrixLayout_t layout = nullptr;
-  CLEAVE_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&layout, lt_type(type), static_cast<uint64_t>(rows),
-                                                 static_cast<uint64_t>(cols), ld));
+  CLEAVE_CUBLAS_CHECK(
+      cublasLtMatrixLayoutCreate(&layout, lt_type(type), static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
   if (batch > 1) {
     const auto count = static_cast<int32_t>(batch);
     CLEAVE_CUBLAS_CHECK(
         cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
-    CLEAVE_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                                         &stride, sizeof stride));
+    CLEAVE_CUBLAS_CHECK(
+        cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
   }
   return layout;
 }
@@ -120,8 +126,7 @@ void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const GemmArgs& args) {
 
 std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& args, std::size_t workspace_bytes) {
   auto plan = std::make_unique<Plan>();
-  const cublasComputeType_t compute =
-      args.math == GemmMath::kTF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  const cublasComputeType_t compute = args.math == GemmMath::kTF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   CLEAVE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
   set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, args.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
   set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, args.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
@@ -157,8 +162,8 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& args, s
 
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  CLEAVE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->layout_a, plan->layout_b,
-                                                     plan->layout_c, plan->layout_c, preference, 1, &result, &found));
+  CLEAVE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->layout_a, plan->layout_b, plan->layout_c,
+                                                     plan->layout_c, preference, 1, &result, &found));
   if (found == 0) {
     throw BackendError(fmt::format(
         "cuBLASLt has no algorithm for {} (pointer alignments A {} B {} C {}, workspace {} bytes); try aligned "
@@ -176,9 +181,7 @@ struct GemmContext::Impl {
   std::map<PlanKey, std::unique_ptr<Plan>> plans;
 };
 
-GemmContext::GemmContext() : impl_(std::make_unique<Impl>()) {
-  CLEAVE_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
-}
+GemmContext::GemmContext() : impl_(std::make_unique<Impl>()) { CLEAVE_CUBLAS_CHECK(cublasLtCreate(&impl_->handle)); }
 
 GemmContext::~GemmContext() {
   impl_->plans.clear();
@@ -190,13 +193,20 @@ cublasLtHandle_t GemmContext::handle() const { return impl_->handle; }
 
 std::string_view gemm_epilogue_name(GemmEpilogue epilogue) {
   switch (epilogue) {
-    case GemmEpilogue::kNone: return "none";
-    case GemmEpilogue::kBias: return "bias";
-    case GemmEpilogue::kGelu: return "gelu";
-    case GemmEpilogue::kBiasGelu: return "bias_gelu";
-    case GemmEpilogue::kGeluAux: return "gelu_aux";
-    case GemmEpilogue::kBiasGeluAux: return "bias_gelu_aux";
-    case GemmEpilogue::kGeluBackward: return "gelu_backward";
+    case GemmEpilogue::kNone:
+      return "none";
+    case GemmEpilogue::kBias:
+      return "bias";
+    case GemmEpilogue::kGelu:
+      return "gelu";
+    case GemmEpilogue::kBiasGelu:
+      return "bias_gelu";
+    case GemmEpilogue::kGeluAux:
+      return "gelu_aux";
+    case GemmEpilogue::kBiasGeluAux:
+      return "bias_gelu_aux";
+    case GemmEpilogue::kGeluBackward:
+      return "gelu_backward";
   }
   return "?";
 }
@@ -204,8 +214,7 @@ std::string_view gemm_epilogue_name(GemmEpilogue epilogue) {
 std::string GemmArgs::str() const {
   return fmt::format("gemm m={} n={} k={} {}->{} {}{} lda={} ldb={} ldc={} batch {} epilogue {}{}", m, n, k,
                      dtype_name(input_type), dtype_name(output_type), trans_a ? 'T' : 'N', trans_b ? 'T' : 'N', lda,
-                     ldb, ldc, batch, gemm_epilogue_name(epilogue),
-                     math == GemmMath::kTF32 ? " (tf32)" : "");
+                     ldb, ldc, batch, gemm_epilogue_name(epilogue), math == GemmMath::kTF32 ? " (tf32)" : "");
 }
 
 std::size_t gemm_workspace_size(const GemmArgs& args) {
@@ -214,8 +223,8 @@ std::size_t gemm_workspace_size(const GemmArgs& args) {
 
 std::string gemm_can_implement(const GemmArgs& args) {
   if (args.m < 0 || args.n < 0 || args.k < 0 || args.batch < 1) {
-    return fmt::format("sizes must be m, n, k >= 0 and batch >= 1, got m={} n={} k={} batch={}", args.m, args.n,
-                       args.k, args.batch);
+    return fmt::format("sizes must be m, n, k >= 0 and batch >= 1, got m={} n={} k={} batch={}", args.m, args.n, args.k,
+                       args.batch);
   }
   const bool f32_in = args.input_type == DType::kF32;
   const bool bf16_in = args.input_type == DType::kBF16;
@@ -250,12 +259,13 @@ std::string gemm_can_implement(const GemmArgs& args) {
       return fmt::format("epilogue {} needs a bias pointer", gemm_epilogue_name(args.epilogue));
     }
     if (has_aux(args.epilogue)) {
-      if (args.aux == nullptr) return fmt::format("epilogue {} needs an aux pointer", gemm_epilogue_name(args.epilogue));
+      if (args.aux == nullptr)
+        return fmt::format("epilogue {} needs an aux pointer", gemm_epilogue_name(args.epilogue));
       if (args.ld_aux < args.n || args.ld_aux % 8 != 0) {
         return fmt::format("ld_aux {} must be >= n {} and a multiple of 8 (cuBLASLt GELU aux)", args.ld_aux, args.n);
       }
-      if (args.batch > 1) return fmt::format("epilogue {} with batch {} > 1", gemm_epilogue_name(args.epilogue),
-                                             args.batch);
+      if (args.batch > 1)
+        return fmt::format("epilogue {} with batch {} > 1", gemm_epilogue_name(args.epilogue), args.batch);
     }
   }
   return {};

@@ -14,12 +14,11 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
                            "layernorm_forward_kernel");
 }
 
-void layernorm_backward_input(const float* dy, const float* x, const float* gamma, const float* mean,
-                              const float* rstd, float* dx, int64_t rows, int64_t cols, cudaStream_t stream) {
+void layernorm_backward_input(const float* dy, const float* x, const float* gamma, const float* mean, const float* rstd,
+                              float* dx, int64_t rows, int64_t cols, cudaStream_t stream) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "cuda layernorm_backward_input: bad shape [{}, {}]", rows, cols);
-  CLEAVE_CUDA_CHECK_LAUNCH(
-      detail::launch_layernorm_backward_input(dy, x, gamma, mean, rstd, dx, rows, cols, stream),
-      "layernorm_backward_input_kernel");
+  CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_layernorm_backward_input(dy, x, gamma, mean, rstd, dx, rows, cols, stream),
+                           "layernorm_backward_input_kernel");
 }
 
 std::size_t layernorm_backward_weight_workspace_size(int64_t rows, int64_t cols) {

@@ -18,8 +18,8 @@ unsigned int row_blocks(int64_t rows) {
   return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
 }
 
-__global__ void layernorm_forward_kernel(const float* x, const float* gamma, const float* beta, float* y,
-                                         float* mean, float* rstd, int64_t rows, int64_t cols, float eps) {
+__global__ void layernorm_forward_kernel(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+                                         float* rstd, int64_t rows, int64_t cols, float eps) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   for (int64_t r = first; r < rows; r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
@@ -43,9 +43,8 @@ __global__ void layernorm_forward_kernel(const float* x, const float* gamma, con
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma.
-__global__ void layernorm_backward_input_kernel(const float* dy, const float* x, const float* gamma,
-                                                const float* mean, const float* rstd, float* dx, int64_t rows,
-                                                int64_t cols) {
+__global__ void layernorm_backward_input_kernel(const float* dy, const float* x, const float* gamma, const float* mean,
+                                                const float* rstd, float* dx, int64_t rows, int64_t cols) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   for (int64_t r = first; r < rows; r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
@@ -70,10 +69,9 @@ __global__ void layernorm_backward_input_kernel(const float* dy, const float* x,
   }
 }
 
-__global__ void layernorm_weight_partial_kernel(const float* dy, const float* x, const float* mean,
-                                                const float* rstd, int64_t rows, int64_t cols,
-                                                int64_t rows_per_chunk, float* partials_gamma,
-                                                float* partials_beta) {
+__global__ void layernorm_weight_partial_kernel(const float* dy, const float* x, const float* mean, const float* rstd,
+                                                int64_t rows, int64_t cols, int64_t rows_per_chunk,
+                                                float* partials_gamma, float* partials_beta) {
   __shared__ float tile_gamma[kTileRows][kTileCols];
   __shared__ float tile_beta[kTileRows][kTileCols];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kTileCols + threadIdx.x;
@@ -103,8 +101,8 @@ __global__ void layernorm_weight_partial_kernel(const float* dy, const float* x,
   }
 }
 
-__global__ void layernorm_weight_final_kernel(const float* partials_gamma, const float* partials_beta,
-                                              int64_t chunks, int64_t cols, float* dgamma, float* dbeta) {
+__global__ void layernorm_weight_final_kernel(const float* partials_gamma, const float* partials_beta, int64_t chunks,
+                                              int64_t cols, float* dgamma, float* dbeta) {
   for (int64_t c = global_thread(); c < cols; c += grid_threads()) {
     float g = 0.0f;
     float b = 0.0f;
@@ -122,8 +120,7 @@ __global__ void layernorm_weight_final_kernel(const float* partials_gamma, const
 cudaError_t launch_layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
                                      float* rstd, int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  layernorm_forward_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(x, gamma, beta, y, mean, rstd, rows, cols,
-                                                                       eps);
+  layernorm_forward_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(x, gamma, beta, y, mean, rstd, rows, cols, eps);
   return cudaGetLastError();
 }
 
@@ -131,14 +128,13 @@ cudaError_t launch_layernorm_backward_input(const float* dy, const float* x, con
                                             const float* rstd, float* dx, int64_t rows, int64_t cols,
                                             cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
-  layernorm_backward_input_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(dy, x, gamma, mean, rstd, dx, rows,
-                                                                              cols);
+  layernorm_backward_input_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(dy, x, gamma, mean, rstd, dx, rows, cols);
   return cudaGetLastError();
 }
 
 cudaError_t launch_layernorm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd,
-                                             float* dgamma, float* dbeta, int64_t rows, int64_t cols,
-                                             float* partials, cudaStream_t stream) {
+                                             float* dgamma, float* dbeta, int64_t rows, int64_t cols, float* partials,
+                                             cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   const int64_t chunks = column_reduction_chunks(rows);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;

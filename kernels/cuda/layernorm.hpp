@@ -16,8 +16,8 @@ namespace cleave::kernels::cuda {
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
                        int64_t rows, int64_t cols, float eps, cudaStream_t stream);
 
-void layernorm_backward_input(const float* dy, const float* x, const float* gamma, const float* mean,
-                              const float* rstd, float* dx, int64_t rows, int64_t cols, cudaStream_t stream);
+void layernorm_backward_input(const float* dy, const float* x, const float* gamma, const float* mean, const float* rstd,
+                              float* dx, int64_t rows, int64_t cols, cudaStream_t stream);
 
 // workspace: layernorm_backward_weight_workspace_size(rows, cols) bytes.
 std::size_t layernorm_backward_weight_workspace_size(int64_t rows, int64_t cols);
@@ -32,8 +32,8 @@ cudaError_t launch_layernorm_backward_input(const float* dy, const float* x, con
                                             const float* rstd, float* dx, int64_t rows, int64_t cols,
                                             cudaStream_t stream);
 cudaError_t launch_layernorm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd,
-                                             float* dgamma, float* dbeta, int64_t rows, int64_t cols,
-                                             float* partials, cudaStream_t stream);
+                                             float* dgamma, float* dbeta, int64_t rows, int64_t cols, float* partials,
+                                             cudaStream_t stream);
 }  // namespace detail
 
 }  // namespace cleave::kernels::cuda

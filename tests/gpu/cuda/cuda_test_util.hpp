@@ -73,8 +73,7 @@ class CudaTest : public ::testing::Test {
   template <typename T>
   Tensor upload(const std::vector<T>& host, DType dtype, MemoryCategory category = MemoryCategory::kActivations) {
     Tensor t = Tensor::empty(Shape{static_cast<int64_t>(host.size())}, dtype, category, *allocator_);
-    CLEAVE_ASSERT(t.nbytes() == host.size() * sizeof(T), "upload of {} elements as {}", host.size(),
-                  dtype_name(dtype));
+    CLEAVE_ASSERT(t.nbytes() == host.size() * sizeof(T), "upload of {} elements as {}", host.size(), dtype_name(dtype));
     if (!host.empty()) {
       CLEAVE_CUDA_CHECK(cudaMemcpyAsync(t.raw_data(), host.data(), t.nbytes(), cudaMemcpyHostToDevice, stream()));
     }
@@ -152,12 +151,13 @@ inline void expect_close(const std::vector<float>& got, const std::vector<float>
     const double w = want[i];
     const double tol = rtol * (std::fabs(w) + scale);
     if (!(std::fabs(g - w) <= tol)) {
-      if (wrong < 5) first += " [" + std::to_string(i) + "] got " + std::to_string(g) + " want " + std::to_string(w) + ";";
+      if (wrong < 5)
+        first += " [" + std::to_string(i) + "] got " + std::to_string(g) + " want " + std::to_string(w) + ";";
       ++wrong;
     }
   }
-  EXPECT_EQ(wrong, 0) << what << ": " << wrong << " of " << got.size() << " elements off by more than rtol "
-                      << rtol << " (scale " << scale << "):" << first;
+  EXPECT_EQ(wrong, 0) << what << ": " << wrong << " of " << got.size() << " elements off by more than rtol " << rtol
+                      << " (scale " << scale << "):" << first;
 }
 
 inline void expect_bitwise_equal(const std::vector<float>& got, const std::vector<float>& want,
@@ -167,7 +167,9 @@ inline void expect_bitwise_equal(const std::vector<float>& got, const std::vecto
   std::string first;
   for (std::size_t i = 0; i < got.size(); ++i) {
     if (std::memcmp(&got[i], &want[i], sizeof(float)) != 0) {
-      if (wrong < 5) first += " [" + std::to_string(i) + "] got " + std::to_string(got[i]) + " want " + std::to_string(want[i]) + ";";
+      if (wrong < 5)
+        first +=
+            " [" + std::to_string(i) + "] got " + std::to_string(got[i]) + " want " + std::to_string(want[i]) + ";";
       ++wrong;
     }
   }

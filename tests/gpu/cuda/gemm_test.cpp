@@ -71,9 +71,9 @@ class CudaGemm : public CudaTest {
 
   // Runs one problem and compares the valid region with the CPU; padding columns must still be poison.
   void check(const Problem& p, DType in, DType out, double rtol) {
-    SCOPED_TRACE(::testing::Message() << "m=" << p.m << " n=" << p.n << " k=" << p.k << " ta=" << p.ta
-                                      << " tb=" << p.tb << " pad=" << p.pad << " beta=" << p.beta << " "
-                                      << dtype_name(in) << "->" << dtype_name(out));
+    SCOPED_TRACE(::testing::Message() << "m=" << p.m << " n=" << p.n << " k=" << p.k << " ta=" << p.ta << " tb=" << p.tb
+                                      << " pad=" << p.pad << " beta=" << p.beta << " " << dtype_name(in) << "->"
+                                      << dtype_name(out));
     Host h = make_host(p, in == DType::kBF16);
     if (out == DType::kBF16) h.c = round_to_bf16(h.c);
     std::vector<float> want = h.c;
@@ -132,8 +132,9 @@ class CudaGemm : public CudaTest {
   std::unique_ptr<kc::GemmContext> context_;
 };
 
-class CudaGemmShapes : public CudaGemm,
-                       public ::testing::WithParamInterface<std::tuple<int, int, std::tuple<int64_t, int64_t, int64_t>>> {
+class CudaGemmShapes
+    : public CudaGemm,
+      public ::testing::WithParamInterface<std::tuple<int, int, std::tuple<int64_t, int64_t, int64_t>>> {
  protected:
   Problem problem() const {
     const auto [trans, pad, mnk] = GetParam();
@@ -176,17 +177,16 @@ std::string shape_name(const ::testing::TestParamInfo<CudaGemmShapes::ParamType>
          std::to_string(std::get<1>(mnk)) + "x" + std::to_string(std::get<2>(mnk));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, CudaGemmShapes,
-    ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Values(0, 3),
-                       ::testing::Values(std::make_tuple(int64_t{1}, int64_t{1}, int64_t{1}),
-                                         std::make_tuple(int64_t{7}, int64_t{13}, int64_t{5}),
-                                         std::make_tuple(int64_t{33}, int64_t{65}, int64_t{17}),
-                                         std::make_tuple(int64_t{128}, int64_t{96}, int64_t{64}),
-                                         std::make_tuple(int64_t{257}, int64_t{129}, int64_t{200}),
-                                         std::make_tuple(int64_t{64}, int64_t{3}, int64_t{1000}),
-                                         std::make_tuple(int64_t{1}, int64_t{513}, int64_t{31}))),
-    shape_name);
+INSTANTIATE_TEST_SUITE_P(Shapes, CudaGemmShapes,
+                         ::testing::Combine(::testing::Values(0, 1, 2, 3), ::testing::Values(0, 3),
+                                            ::testing::Values(std::make_tuple(int64_t{1}, int64_t{1}, int64_t{1}),
+                                                              std::make_tuple(int64_t{7}, int64_t{13}, int64_t{5}),
+                                                              std::make_tuple(int64_t{33}, int64_t{65}, int64_t{17}),
+                                                              std::make_tuple(int64_t{128}, int64_t{96}, int64_t{64}),
+                                                              std::make_tuple(int64_t{257}, int64_t{129}, int64_t{200}),
+                                                              std::make_tuple(int64_t{64}, int64_t{3}, int64_t{1000}),
+                                                              std::make_tuple(int64_t{1}, int64_t{513}, int64_t{31}))),
+                         shape_name);
 
 TEST_F(CudaGemm, ZeroKScalesCByBeta) {
   Problem p;
@@ -233,8 +233,8 @@ TEST_F(CudaGemm, StridedBatchedWithBroadcastAndInterleavedOutput) {
   const auto a = random_floats(static_cast<size_t>(batch * m * k));
   const auto b = random_floats(static_cast<size_t>(k * n));
   std::vector<float> want(static_cast<size_t>(m * ldc));
-  kernels::cpu::gemm_strided_batched(false, false, m, n, k, 1.0f, a.data(), k, m * k, b.data(), n, 0, 0.0f,
-                                     want.data(), ldc, n, batch);
+  kernels::cpu::gemm_strided_batched(false, false, m, n, k, 1.0f, a.data(), k, m * k, b.data(), n, 0, 0.0f, want.data(),
+                                     ldc, n, batch);
   Tensor da = upload_f32(a);
   Tensor db = upload_f32(b);
   Tensor dc = poisoned(m * ldc);
@@ -284,7 +284,8 @@ TEST_P(CudaGemmEpilogue, MatchesCpuBiasAndGelu) {
       epilogue == GemmEpilogue::kBiasGeluAux) {
     kernels::cpu::gelu_forward(pre.data(), want.data(), m * n);
   }
-  if (epilogue == GemmEpilogue::kGeluBackward) kernels::cpu::gelu_backward(aux_in.data(), pre.data(), want.data(), m * n);
+  if (epilogue == GemmEpilogue::kGeluBackward)
+    kernels::cpu::gelu_backward(aux_in.data(), pre.data(), want.data(), m * n);
 
   auto put = [&](const std::vector<float>& v) { return bf16 ? upload(to_bf16_bits(v), type) : upload_f32(v); };
   Tensor da = put(a);

@@ -1,19 +1,12 @@
-// CLEAVE_CUDA_CHECK / CLEAVE_NCCL_CHECK: CUDA runtime and NCCL status codes turned into BackendError naming
-// the statement and the library's own error text (built on CLEAVE_VENDOR_CHECK, engine/core/error.hpp).
+// CLEAVE_NCCL_CHECK: NCCL status codes turned into BackendError naming the statement and the library's own error
+// text (built on CLEAVE_VENDOR_CHECK, engine/core/error.hpp). CLEAVE_CUDA_CHECK comes from the CUDA backend's
+// engine/cuda/cuda_check.hpp, included here so existing users keep one include.
 // CUDA headers: only code under nccl/ (and cuda/) folders includes this file.
 #pragma once
 
-#include <cuda_runtime_api.h>
 #include <nccl.h>
 
-#include "engine/core/error.hpp"
-
-#define CLEAVE_CUDA_CHECK(stmt)                                                                         \
-  do {                                                                                                  \
-    const cudaError_t cleave_cuda_status_ = (stmt);                                                     \
-    CLEAVE_VENDOR_CHECK("CUDA", cleave_cuda_status_, cleave_cuda_status_ == cudaSuccess,                \
-                        ::cudaGetErrorString(cleave_cuda_status_), #stmt);                              \
-  } while (0)
+#include "engine/cuda/cuda_check.hpp"
 
 // ncclInProgress is not a failure: it is how calls on a non-blocking communicator say "started".
 #define CLEAVE_NCCL_CHECK(stmt)                                                                         \

@@ -1,7 +1,8 @@
 // engine/cuda devices, streams, events and copies on a real device: properties and library versions, device
 // errors that name the count, the device guard, event ordering between two streams (the second stream's copy
 // sees the first stream's writes only through the event), event queries and timing, host <-> device copies
-// of whole tensors, slices and pinned buffers, and the assertions that catch CPU streams and mismatched copies.
+// of whole tensors, slices and pinned buffers, and the assertions that catch CPU streams given to CUDA work,
+// CUDA streams given to the engine/core CPU stream and event, and mismatched copies.
 #include "engine/cuda/device.hpp"
 
 #include <gtest/gtest.h>
@@ -123,6 +124,10 @@ TEST_F(CudaDevice, MisuseIsCaught) {
   EXPECT_THROW(cuda::copy_async(a, c, engine_stream()), InternalError);
   cuda::CudaEvent event(0);
   EXPECT_THROW(event.record(cpu_stream()), InternalError);
+  // The engine/core CPU no-ops refuse a CUDA stream rather than silently not waiting for it.
+  EXPECT_THROW(engine_stream().synchronize(), InternalError);
+  Event cpu_event;
+  EXPECT_THROW(cpu_event.record(engine_stream()), InternalError);
 }
 
 }  // namespace

@@ -20,7 +20,8 @@ __device__ __forceinline__ bool target_ok(int32_t t, int64_t classes) { return t
 __device__ __forceinline__ void merge(float& m, float& s, float m2, float s2) {
   const float mx = fmaxf(m, m2);
   if (mx == -INFINITY) return;
-  s = (m == -INFINITY ? 0.0f : s * expf(m - mx)) + (m2 == -INFINITY ? 0.0f : s2 * expf(m2 - mx));
+  // s * 0 rather than 0 for an empty side: a NaN already in s must survive.
+  s = (m == -INFINITY ? s * 0.0f : s * expf(m - mx)) + (m2 == -INFINITY ? s2 * 0.0f : s2 * expf(m2 - mx));
   m = mx;
 }
 
@@ -35,7 +36,7 @@ __global__ void cross_entropy_forward_kernel(const float* logits, const int32_t*
     for (int64_t c = threadIdx.x; c < classes; c += kThreads) {
       const float v = x[c];
       if (v > m) {
-        s = (m == -INFINITY ? 0.0f : s * expf(m - v)) + 1.0f;
+        s = (m == -INFINITY ? s * 0.0f : s * expf(m - v)) + 1.0f;  // keeps a NaN seen before the first max
         m = v;
       } else if (v != -INFINITY) {
         s += expf(v - m);  // a NaN v propagates through s; -inf adds nothing (and -inf - -inf is NaN)

@@ -162,9 +162,15 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& args, s
 
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  CLEAVE_CUBLAS_CHECK(cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->layout_a, plan->layout_b, plan->layout_c,
-                                                     plan->layout_c, preference, 1, &result, &found));
-  if (found == 0) {
+  // "Not supported" is how cuBLASLt may say "no algorithm": report it with the problem, not as a bare status.
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->layout_a, plan->layout_b, plan->layout_c, plan->layout_c,
+                                     preference, 1, &result, &found);
+  if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
+    CLEAVE_VENDOR_CHECK("cuBLAS", status, status == CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString(status),
+                        "cublasLtMatmulAlgoGetHeuristic");
+  }
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
     throw BackendError(fmt::format(
         "cuBLASLt has no algorithm for {} (pointer alignments A {} B {} C {}, workspace {} bytes); try aligned "
         "leading dimensions (multiples of 8 elements), another epilogue, or a larger workspace",

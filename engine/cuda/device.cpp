@@ -83,10 +83,11 @@ std::string library_versions() {
   const bool have_runtime = cudaRuntimeGetVersion(&runtime) == cudaSuccess;
   const bool have_driver = cudaDriverGetVersion(&driver) == cudaSuccess && driver > 0;
   cudaGetLastError();
-  return fmt::format("CUDA runtime {} (driver {}), cuBLASLt {}, cuDNN {} (built against {}.{}.{})",
+  return fmt::format("CUDA runtime {} ({}), cuBLASLt {}, cuDNN {} (built against {}.{}.{})",
                      have_runtime ? cuda_version_text(runtime) : "unknown",
-                     have_driver ? cuda_version_text(driver) : "no driver", library_version_text(cublasLtGetVersion()),
-                     library_version_text(cudnnGetVersion()), CUDNN_MAJOR, CUDNN_MINOR, CUDNN_PATCHLEVEL);
+                     have_driver ? "driver " + cuda_version_text(driver) : std::string("no driver"),
+                     library_version_text(cublasLtGetVersion()), library_version_text(cudnnGetVersion()), CUDNN_MAJOR,
+                     CUDNN_MINOR, CUDNN_PATCHLEVEL);
 }
 
 }  // namespace cleave::cuda

@@ -245,14 +245,16 @@ std::string gemm_can_implement(const GemmArgs& args) {
   const int64_t rows_b = args.trans_b ? args.n : args.k;
   const int64_t cols_b = args.trans_b ? args.k : args.n;
   if (args.lda < std::max<int64_t>(1, cols_a)) {
-    return fmt::format("lda {} < {} (A is stored [{}, {}]{})", args.lda, cols_a, rows_a, cols_a,
+    return fmt::format("lda {} < {} (A is stored [{}, {}]{})", args.lda, std::max<int64_t>(1, cols_a), rows_a, cols_a,
                        args.trans_a ? ", transposed" : "");
   }
   if (args.ldb < std::max<int64_t>(1, cols_b)) {
-    return fmt::format("ldb {} < {} (B is stored [{}, {}]{})", args.ldb, cols_b, rows_b, cols_b,
+    return fmt::format("ldb {} < {} (B is stored [{}, {}]{})", args.ldb, std::max<int64_t>(1, cols_b), rows_b, cols_b,
                        args.trans_b ? ", transposed" : "");
   }
-  if (args.ldc < std::max<int64_t>(1, args.n)) return fmt::format("ldc {} < n {}", args.ldc, args.n);
+  if (args.ldc < std::max<int64_t>(1, args.n)) {
+    return fmt::format("ldc {} < {} (n = {})", args.ldc, std::max<int64_t>(1, args.n), args.n);
+  }
   if (args.batch > 1 && (args.stride_a < 0 || args.stride_b < 0 || args.stride_c < 0)) {
     return fmt::format("negative batch strides a={} b={} c={}", args.stride_a, args.stride_b, args.stride_c);
   }

@@ -56,9 +56,9 @@ class CudaGemm : public CudaTest {
   };
   Host make_host(const Problem& p, bool bf16_inputs) {
     Host h;
-    h.lda = (p.ta ? p.m : p.k) + p.pad;
-    h.ldb = (p.tb ? p.k : p.n) + p.pad;
-    h.ldc = p.n + p.pad;
+    h.lda = std::max<int64_t>(1, p.ta ? p.m : p.k) + p.pad;  // >= 1 even when k == 0, as BLAS requires
+    h.ldb = std::max<int64_t>(1, p.tb ? p.k : p.n) + p.pad;
+    h.ldc = std::max<int64_t>(1, p.n) + p.pad;
     h.a = random_floats(static_cast<size_t>(std::max<int64_t>(1, (p.ta ? p.k : p.m) * h.lda)));
     h.b = random_floats(static_cast<size_t>(std::max<int64_t>(1, (p.tb ? p.n : p.k) * h.ldb)));
     h.c = random_floats(static_cast<size_t>(std::max<int64_t>(1, p.m * h.ldc)));

@@ -8,8 +8,6 @@
 #include "engine/core/error.hpp"
 
 namespace cleave::optim {
-namespace {
-
 constexpr std::int64_t kChunk = std::int64_t{1} << 16;
 
 double sum_of_squares(const float* g, std::int64_t n) {
@@ -27,7 +25,6 @@ double sum_of_squares(const float* g, std::int64_t n) {
   return total;
 }
 
-}  // namespace
 
 double local_grad_sum_of_squares(const ParamList& params, const ParamFilter& counted) {
   double total = 0.0;

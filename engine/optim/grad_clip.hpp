@@ -16,6 +16,9 @@
 
 namespace cleave::optim {
 
+// Σ g² in double over fixed 64 Ki-element chunks added in order: the same bits for any thread count.
+double sum_of_squares(const float* g, std::int64_t n);
+
 using SumReducer = std::function<double(double)>;
 using ParamFilter = std::function<bool(const layers::Param&)>;
 

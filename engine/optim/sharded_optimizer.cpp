@@ -6,29 +6,12 @@
 #include <cmath>
 
 #include "engine/core/error.hpp"
+#include "engine/optim/grad_clip.hpp"
 #include "kernels/cpu/adamw.hpp"
 #include "kernels/cpu/sgd.hpp"
 
 namespace cleave::optim {
 namespace {
-
-constexpr std::int64_t kChunk = std::int64_t{1} << 16;
-
-// The same chunking as grad_clip.cpp: double partial sums over fixed 64 Ki-element chunks, added in order.
-double sum_of_squares(const float* g, std::int64_t n) {
-  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
-  std::vector<double> partial(static_cast<std::size_t>(chunks), 0.0);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (std::int64_t c = 0; c < chunks; ++c) {
-    const std::int64_t end = std::min(n, (c + 1) * kChunk);
-    double s = 0.0;
-    for (std::int64_t i = c * kChunk; i < end; ++i) s += static_cast<double>(g[i]) * static_cast<double>(g[i]);
-    partial[static_cast<std::size_t>(c)] = s;
-  }
-  double total = 0.0;
-  for (double s : partial) total += s;
-  return total;
-}
 
 void check_shard(const FlatShard& shard, std::size_t index) {
   CLEAVE_ASSERT(shard.value.defined() && shard.grad.defined(), "sharded optimizer: shard {} has no value or grad",

@@ -71,38 +71,36 @@ WorkPtr Communicator::all_reduce(const Tensor& tensor, ReduceOp op, const Stream
   return all_reduce_impl(tensor, op, stream);
 }
 
+namespace {
+
+// The shared checks of reduce_scatter and all_gather: `whole` holds size() blocks of `block`'s size, same
+// dtype and device; the two may overlap only as block `index` of `whole` (the in-place form).
+void check_block_pair(const std::string& at, const Tensor& whole, const char* whole_name, const Tensor& block,
+                      const char* block_name, int index, int blocks) {
+  check_defined(whole, at, whole_name);
+  check_defined(block, at, block_name);
+  CLEAVE_CHECK(whole.dtype() == block.dtype(), "{}: {} is {} but {} is {}", at, whole_name,
+               dtype_name(whole.dtype()), block_name, dtype_name(block.dtype()));
+  CLEAVE_CHECK(whole.device() == block.device(), "{}: {} on {} but {} on {}", at, whole_name, whole.device().str(),
+               block_name, block.device().str());
+  CLEAVE_CHECK(block.numel() * blocks == whole.numel(), "{}: {} {} has {} elements, expected {} {} elements × {} ranks = {}",
+               at, whole_name, whole.shape().str(), whole.numel(), block_name, block.numel(), blocks,
+               block.numel() * blocks);
+  CLEAVE_CHECK(!tensors_overlap(whole, block) || is_block_of(block, whole, index, blocks),
+               "{}: {} overlaps the {} other than as the {}'s block {} (the only in-place form)", at, block_name,
+               whole_name, whole_name, index);
+}
+
+}  // namespace
+
 WorkPtr Communicator::reduce_scatter(const Tensor& input, const Tensor& output, ReduceOp op, const Stream& stream) {
-  const std::string at = where("reduce_scatter");
-  check_defined(input, at, "input");
-  check_defined(output, at, "output");
-  CLEAVE_CHECK(input.dtype() == output.dtype(), "{}: input is {} but output is {}", at, dtype_name(input.dtype()),
-               dtype_name(output.dtype()));
-  CLEAVE_CHECK(input.device() == output.device(), "{}: input on {} but output on {}", at, input.device().str(),
-               output.device().str());
-  CLEAVE_CHECK(output.numel() * size() == input.numel(),
-               "{}: input {} has {} elements, expected output {} elements × {} ranks = {}", at, input.shape().str(),
-               input.numel(), output.numel(), size(), output.numel() * size());
-  CLEAVE_CHECK(!tensors_overlap(input, output) || is_block_of(output, input, rank(), size()),
-               "{}: output overlaps the input other than as the input's block {} (the only in-place form)", at,
-               rank());
+  check_block_pair(where("reduce_scatter"), input, "input", output, "output", rank(), size());
   if (output.numel() == 0) return std::make_unique<CompletedWork>();
   return reduce_scatter_impl(input, output, op, stream);
 }
 
 WorkPtr Communicator::all_gather(const Tensor& input, const Tensor& output, const Stream& stream) {
-  const std::string at = where("all_gather");
-  check_defined(input, at, "input");
-  check_defined(output, at, "output");
-  CLEAVE_CHECK(input.dtype() == output.dtype(), "{}: input is {} but output is {}", at, dtype_name(input.dtype()),
-               dtype_name(output.dtype()));
-  CLEAVE_CHECK(input.device() == output.device(), "{}: input on {} but output on {}", at, input.device().str(),
-               output.device().str());
-  CLEAVE_CHECK(input.numel() * size() == output.numel(),
-               "{}: output {} has {} elements, expected input {} elements × {} ranks = {}", at, output.shape().str(),
-               output.numel(), input.numel(), size(), input.numel() * size());
-  CLEAVE_CHECK(!tensors_overlap(input, output) || is_block_of(input, output, rank(), size()),
-               "{}: input overlaps the output other than as the output's block {} (the only in-place form)", at,
-               rank());
+  check_block_pair(where("all_gather"), output, "output", input, "input", rank(), size());
   if (input.numel() == 0) return std::make_unique<CompletedWork>();
   return all_gather_impl(input, output, stream);
 }

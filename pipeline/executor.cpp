@@ -122,6 +122,7 @@ Tensor Executor::backward_dy(int stage, int microbatch) {
 
 StepOutcome Executor::run_step() {
   StepOutcome outcome;
+  outcome.losses.reserve(static_cast<std::size_t>(options_.schedule->num_microbatches));
   const auto& actions = options_.schedule->ranks.at(static_cast<std::size_t>(options_.pp_rank));
   layers::Context& ctx = *options_.context;
   auto stage_module = [&](const Action& a) -> StageModule& {
@@ -149,8 +150,7 @@ StepOutcome Executor::run_step() {
         if (a.stage == last_stage_) ctx.targets = microbatch_data(a.microbatch).targets;
         Tensor y = stage.forward(a.microbatch, x, ctx);
         if (a.stage == last_stage_) {
-          outcome.loss_sum += static_cast<double>(y.data<float>()[0]);
-          ++outcome.losses;
+          outcome.losses.emplace_back(a.microbatch, y.data<float>()[0]);
         } else {
           forward_out_[{a.stage, a.microbatch}] = y;
         }

@@ -44,8 +44,9 @@ struct ExecutorOptions {
 };
 
 struct StepOutcome {
-  double loss_sum = 0;  // sum of the micro-batch mean losses computed on this rank (last stage only)
-  int losses = 0;       // how many micro-batches contributed
+  // The mean loss of each micro-batch this rank computed, as (micro-batch, loss) in the order computed
+  // (last stage only; empty elsewhere).
+  std::vector<std::pair<int, float>> losses;
   std::vector<TimedAction> timeline;  // measured, in µs of a steady clock (same format as the simulator)
 };
 

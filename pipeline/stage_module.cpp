@@ -13,6 +13,30 @@ StageModule::StageModule(std::vector<layers::LayerPtr> blocks, bool is_first, bo
       if (std::find(params_.begin(), params_.end(), p) == params_.end()) params_.push_back(p);
     }
   }
+  // The backward visits blocks in reverse: a parameter shared by several blocks (a tied table) has received
+  // all of a micro-batch's contributions after its lowest block.
+  finishes_.resize(blocks_.size());
+  for (const auto& p : params_) {
+    for (std::size_t i = 0; i < blocks_.size(); ++i) {
+      const auto held = blocks_[i]->params();
+      if (std::find(held.begin(), held.end(), p) != held.end()) {
+        finishes_[i].push_back(p.get());
+        break;
+      }
+    }
+  }
+}
+
+void StageModule::enable_ordered_accumulation(int microbatches, const std::vector<const layers::Param*>& in_place) {
+  auto skipped = [&in_place](const layers::Param* p) {
+    return std::find(in_place.begin(), in_place.end(), p) != in_place.end();
+  };
+  std::vector<std::shared_ptr<layers::Param>> ordered;
+  for (const auto& p : params_) {
+    if (!skipped(p.get())) ordered.push_back(p);
+  }
+  for (auto& block_params : finishes_) std::erase_if(block_params, skipped);
+  ordered_ = std::make_unique<OrderedGradAccumulator>(std::move(ordered), microbatches);
 }
 
 Tensor StageModule::forward(int microbatch, const Tensor& x, layers::Context& ctx) {
@@ -46,8 +70,17 @@ Tensor StageModule::backward_input(int microbatch, const Tensor& dy, layers::Con
 void StageModule::backward_weight(int microbatch, layers::Context& ctx, bool final) {
   auto it = stashes_.find(microbatch);
   CLEAVE_ASSERT(it != stashes_.end(), "weight gradient of micro-batch {} before its forward", microbatch);
+  if (ordered_) {
+    CLEAVE_ASSERT(final == (microbatch == ordered_->microbatches() - 1),
+                  "ordered accumulation: micro-batch {} of {} called with final = {}", microbatch,
+                  ordered_->microbatches(), final);
+    ordered_->begin_microbatch(microbatch);
+  }
   for (std::size_t i = blocks_.size(); i-- > 0;) {
     blocks_[i]->backward_weight(it->second[i], ctx);
+    if (ordered_) {
+      for (layers::Param* p : finishes_[i]) ordered_->param_done(*p);
+    }
     if (final && on_grad_final_) {
       for (const auto& p : blocks_[i]->params()) on_grad_final_(*p);
     }

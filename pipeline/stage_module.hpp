@@ -5,6 +5,9 @@
 // micro-batch's stashes are released by backward_weight, so the number of live stashes (and the
 // activation memory the allocator shows) is exactly what the schedule keeps in flight. The last stage's
 // output is the 1-element mean loss of the micro-batch; its backward takes the loss scale as dy.
+// In deterministic mode (enable_ordered_accumulation) the micro-batches' weight gradients are summed in the
+// canonical order of engine/core/sum_tree.hpp, so the total does not depend on how many micro-batches of the
+// global batch this replica holds.
 #pragma once
 
 #include <functional>
@@ -13,6 +16,7 @@
 #include <vector>
 
 #include "layers/layer.hpp"
+#include "pipeline/ordered_grad_accumulator.hpp"
 
 namespace cleave::pipeline {
 
@@ -29,6 +33,12 @@ class StageModule {
   // reported to the grad-final callback as soon as the block is done (in reverse block order), so
   // data-parallel reduction can start while earlier blocks are still computing.
   void backward_weight(int microbatch, layers::Context& ctx, bool final = false);
+  // Deterministic mode: `microbatches` weight-gradient passes per step, combined in the canonical order
+  // (ordered_grad_accumulator.hpp). The gradients must have their final storage already (data-parallel
+  // buckets adopt them before this is called); passes must come in micro-batch order. Parameters listed in
+  // `in_place` keep accumulating in place: a tied table shared with another stage on this rank (ZB-V), whose
+  // two stages' passes interleave across micro-batches.
+  void enable_ordered_accumulation(int microbatches, const std::vector<const layers::Param*>& in_place = {});
   void set_grad_final_callback(std::function<void(const layers::Param&)> callback) {
     on_grad_final_ = std::move(callback);
   }
@@ -54,6 +64,8 @@ class StageModule {
   bool is_last_;
   std::map<int, std::vector<layers::Stash>> stashes_;  // micro-batch -> one stash per block
   std::function<void(const layers::Param&)> on_grad_final_;
+  std::vector<std::vector<layers::Param*>> finishes_;  // block -> params whose lowest block it is
+  std::unique_ptr<OrderedGradAccumulator> ordered_;
 };
 
 }  // namespace cleave::pipeline

@@ -12,8 +12,9 @@
 //  - Work::wait() never blocks forever: after CommOptions::timeout_s it logs
 //    `[rank r/N] comm timeout after Xs in <op> (...)` naming the group, the pending peers and the ranks that
 //    do not answer, and aborts the whole job (MPI_Abort) so no peer hangs. It does not return then.
-//  - Deterministic mode: floating-point reductions combine the ranks' contributions in rank order
-//    0, 1, ..., n-1 (bf16/f16 accumulate in f32 and round once), so results are bit-identical whatever
+//  - Deterministic mode: floating-point reductions combine the ranks' contributions in the canonical order
+//    of engine/core/sum_tree.hpp over ranks 0..n-1 (left to right for n <= 3; ((r0+r1)+(r2+r3)) for 4;
+//    bf16/f16 accumulate in f32 and round once), so results are bit-identical whatever
 //    algorithm or topology the library would pick. Integer reductions are exact in both modes.
 //  - Not thread-safe: one thread at a time drives all communicators of a process (MPI_THREAD_SERIALIZED).
 //

@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "engine/core/error.hpp"
+#include "engine/core/sum_tree.hpp"
 
 namespace cleave::comm {
 namespace {
@@ -46,15 +47,32 @@ Acc combine(ReduceOp op, Acc acc, Acc v) {
   }
 }
 
+// acc[0..n) = canonical (sum_tree.hpp) combination of slots' elements [begin, begin + n). One tile of
+// temporaries per tree level (depth <= log2 of the slot count).
+template <typename Codec, typename Acc>
+void tree_reduce_tile(ReduceOp op, std::span<const void* const> slots, std::int64_t begin, std::int64_t n, Acc* acc) {
+  if (slots.size() == 1) {
+    for (std::int64_t i = 0; i < n; ++i) acc[i] = Codec::load(slots[0], begin + i);
+    return;
+  }
+  const auto left = static_cast<std::size_t>(sum_tree_left(static_cast<std::int64_t>(slots.size())));
+  tree_reduce_tile<Codec, Acc>(op, slots.first(left), begin, n, acc);
+  const auto right = slots.subspan(left);
+  if (right.size() == 1) {
+    for (std::int64_t i = 0; i < n; ++i) acc[i] = combine(op, acc[i], Codec::load(right[0], begin + i));
+    return;
+  }
+  Acc partial[kTile];
+  tree_reduce_tile<Codec, Acc>(op, right, begin, n, partial);
+  for (std::int64_t i = 0; i < n; ++i) acc[i] = combine(op, acc[i], partial[i]);
+}
+
 template <typename Codec, typename Acc>
 void ordered_reduce_typed(ReduceOp op, std::span<const void* const> slots, void* out, std::int64_t count) {
   Acc acc[kTile];
   for (std::int64_t begin = 0; begin < count; begin += kTile) {
     const std::int64_t n = std::min(kTile, count - begin);
-    for (std::int64_t i = 0; i < n; ++i) acc[i] = Codec::load(slots[0], begin + i);
-    for (std::size_t s = 1; s < slots.size(); ++s) {
-      for (std::int64_t i = 0; i < n; ++i) acc[i] = combine(op, acc[i], Codec::load(slots[s], begin + i));
-    }
+    tree_reduce_tile<Codec, Acc>(op, slots, begin, n, acc);  // reads every slot's tile before `out` is written
     for (std::int64_t i = 0; i < n; ++i) Codec::store(out, begin + i, acc[i]);
   }
 }

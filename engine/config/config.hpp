@@ -89,7 +89,8 @@ struct TrainConfig {
   std::int64_t steps = 300;
   std::uint64_t seed = 1234;
   std::int64_t log_interval = 10;
-  bool deterministic = false;     // fixed-order reductions: bit-identical results across runs and layouts
+  bool deterministic = false;     // canonical-order sums, thread-invariant GEMMs: bit-identical across runs
+                                  // and data-parallel layouts (README "deterministic")
   std::string out_dir = "runs/default";
   double comm_timeout_s = 300.0;  // watchdog: abort a collective or transfer that takes longer
   bool trace = false;             // write per-rank trace.json timelines

@@ -98,7 +98,7 @@ DataParallel::DataParallel(const Plan& plan, int pp_rank, const std::map<int, pi
 
   comm::BucketerOptions bucket_options;
   bucket_options.bucket_mib = options.bucket_mib;
-  bucket_options.scale = 1.0f / static_cast<float>(dp.size());
+  bucket_options.scale = options.average ? 1.0f / static_cast<float>(dp.size()) : 1.0f;
   bucket_options.reduction = zero1() ? comm::BucketReduction::kReduceScatter : comm::BucketReduction::kAllReduce;
   bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(order_), dp, bucket_options);
   for (int i = 0; i < bucketer_->num_grads(); ++i) {

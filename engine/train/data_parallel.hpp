@@ -53,6 +53,9 @@ struct DataParallelOptions {
   int zero_stage = 0;                  // optimizer.zero_stage: 0 plain, 1 sharded optimizer
   config::OptimizerConfig optimizer;   // hyper-parameters of the ZeRO-1 optimizer
   std::string tied_table_name = "embed.token";
+  // Multiply the summed gradients by 1/dp. The trainer turns it off: its loss scale already divides by dp,
+  // so every micro-batch gradient carries the same factor 1/(global micro-batches) on one rank and on many.
+  bool average = true;
 };
 
 // What one step's reduction did (for tests and benchmarks).

@@ -21,6 +21,7 @@
 #include "engine/train/data_parallel.hpp"
 #include "engine/train/metrics.hpp"
 #include "engine/train/plan.hpp"
+#include "kernels/cpu/blas_runtime.hpp"
 #include "kernels/cpu/cross_entropy.hpp"
 #include "layers/models/builder.hpp"
 #include "layers/parallel/shard.hpp"
@@ -37,28 +38,28 @@ double elapsed_ms(Clock::time_point since) {
   return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
 }
 
-// Sum (or max) of a few doubles over a communicator, in one collective.
+// Sum (or max) of a few doubles over a communicator, in one collective. Tensors carry no f64, so each value
+// travels as its 64-bit pattern in an i64 (exact); every rank then combines the gathered values in rank
+// order, so all ranks get the same double and a sum over one rank is the value itself.
 std::vector<double> reduce_doubles(comm::Communicator& comm, std::vector<double> values, comm::ReduceOp op) {
-  // Tensors carry no f64: each value travels as two floats (hi, lo), which keeps ~48 bits of a sum.
-  Tensor hi_lo = Tensor::empty({static_cast<std::int64_t>(values.size() * 2)}, DType::kF32,
-                               MemoryCategory::kCommunication);
-  if (op == comm::ReduceOp::kMax) {
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      hi_lo.data<float>()[2 * i] = static_cast<float>(values[i]);
-      hi_lo.data<float>()[2 * i + 1] = 0.0f;
+  const auto count = static_cast<std::int64_t>(values.size());
+  Tensor mine = Tensor::empty({count}, DType::kI64, MemoryCategory::kCommunication);
+  std::memcpy(mine.raw_data(), values.data(), values.size() * sizeof(double));
+  Tensor all = Tensor::empty({count * comm.size()}, DType::kI64, MemoryCategory::kCommunication);
+  comm.all_gather(mine, all)->wait();
+  const auto* bytes = static_cast<const char*>(all.raw_data());
+  auto gathered = [bytes](std::int64_t index) {
+    double v;
+    std::memcpy(&v, bytes + index * static_cast<std::int64_t>(sizeof v), sizeof v);
+    return v;
+  };
+  for (std::int64_t i = 0; i < count; ++i) {
+    double acc = gathered(i);
+    for (int r = 1; r < comm.size(); ++r) {
+      const double v = gathered(r * count + i);
+      acc = op == comm::ReduceOp::kMax ? std::max(acc, v) : acc + v;
     }
-    comm.all_reduce(hi_lo, op)->wait();
-    for (std::size_t i = 0; i < values.size(); ++i) values[i] = hi_lo.data<float>()[2 * i];
-    return values;
-  }
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const float hi = static_cast<float>(values[i]);
-    hi_lo.data<float>()[2 * i] = hi;
-    hi_lo.data<float>()[2 * i + 1] = static_cast<float>(values[i] - static_cast<double>(hi));
-  }
-  comm.all_reduce(hi_lo, op)->wait();
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    values[i] = static_cast<double>(hi_lo.data<float>()[2 * i]) + static_cast<double>(hi_lo.data<float>()[2 * i + 1]);
+    values[static_cast<std::size_t>(i)] = acc;
   }
   return values;
 }
@@ -91,6 +92,7 @@ struct Trainer::State {
   std::unique_ptr<pipeline::Executor> executor;
   std::int64_t current_step = 0;
   std::vector<pipeline::TimedAction> last_timeline;
+  Tensor microbatch_losses;  // [dp * micro-batches] f32: the step's loss of every global micro-batch
 
   State(config::RunConfig c, comm::Communicator& w)
       : config(std::move(c)),
@@ -118,6 +120,8 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
                cfg.device.type);
   CLEAVE_CHECK(cfg.optimizer.zero_stage == 0 || s.grid.dp_size() >= 1, "optimizer.zero_stage must be 0 or 1");
   if (cfg.device.memory_limit > 0) cpu_allocator().set_limit(cfg.device.memory_limit);
+  // Deterministic mode: GEMM bits independent of the thread count, so a rank's threads do not matter.
+  kernels::cpu::configure_deterministic_gemm(cfg.train.deterministic);
 
   s.batch = cfg.resolved_batch();
   s.groups = comm::build_grid_communicators(world, s.grid);
@@ -170,8 +174,24 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
     dp_options.zero_stage = cfg.optimizer.zero_stage;
     dp_options.optimizer = cfg.optimizer;
     dp_options.tied_table_name = kTiedTableName;
+    dp_options.average = false;  // the loss scale below divides by dp
     s.data_parallel = std::make_unique<DataParallel>(s.plan, s.coords.pp_rank, s.stage_by_index, s.params,
                                                      *s.groups.dp, s.tied_group.get(), dp_options);
+  }
+  // Deterministic mode: micro-batch gradients summed in the canonical order, so that n micro-batches on one
+  // rank and the same n spread over dp replicas add the same floats in the same order (sum_tree.hpp).
+  // After DataParallel: the accumulator's "home" is each gradient's final storage (a bucket view).
+  if (cfg.train.deterministic) {
+    std::vector<const layers::Param*> shared;  // held by two local stages (ZB-V's tied table): stays in place
+    std::map<const layers::Param*, int> holders;
+    for (const auto& stage : s.stages) {
+      for (const auto& p : stage->params()) {
+        if (++holders[p.get()] == 2) shared.push_back(p.get());
+      }
+    }
+    for (const auto& stage : s.stages) {
+      stage->enable_ordered_accumulation(static_cast<int>(s.batch.gradient_accumulation_steps), shared);
+    }
   }
   if (!s.data_parallel || !s.data_parallel->zero1()) s.optimizer = optim::make_optimizer(cfg.optimizer, s.params);
   s.lr_schedule = optim::LrSchedule::from_config(cfg.optimizer, cfg.train.steps);
@@ -195,13 +215,45 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
     Batch b = s.train_data->next_batch(s.current_step, microbatch, s.layout, *s.context.allocator);
     return pipeline::MicrobatchData{b.inputs, b.targets};
   };
-  options.loss_scale = 1.0f / static_cast<float>(s.batch.gradient_accumulation_steps);
+  // dy of each micro-batch's mean loss: 1 / (micro-batches of the global batch), the same factor on one rank
+  // and on every replica, so the summed gradient is the global mean without a division after the reduction.
+  options.loss_scale =
+      1.0f / static_cast<float>(s.batch.gradient_accumulation_steps * static_cast<std::int64_t>(s.grid.dp_size()));
   options.context = &s.context;
   options.record_timeline = cfg.train.trace;
   s.executor = std::make_unique<pipeline::Executor>(std::move(options));
 }
 
 Trainer::~Trainer() = default;
+
+namespace {
+
+// The step's loss: the mean over the global batch's micro-batches, each micro-batch's loss placed at its
+// global index (replica-major, as the data is sharded) and summed in that order on every rank, so one rank
+// and any data-parallel layout report the same double. The last stage's tp rank 0 of each replica fills its
+// slots and every other slot is zero; x + 0 is exact, so the all_reduce moves values without rounding.
+double global_mean_loss(Trainer::State& s, const pipeline::StepOutcome& outcome) {
+  const std::int64_t per_replica = s.batch.gradient_accumulation_steps;
+  Tensor& all = s.microbatch_losses;
+  if (!all.defined()) {
+    all = Tensor::empty({per_replica * s.grid.dp_size()}, DType::kF32, MemoryCategory::kCommunication);
+  }
+  all.fill_(0.0f);
+  const bool contributes = s.holds_stage(s.plan.num_stages() - 1) && s.coords.tp_rank == 0;
+  if (contributes) {
+    CLEAVE_ASSERT(static_cast<std::int64_t>(outcome.losses.size()) == per_replica,
+                  "the last stage computed {} micro-batch losses, expected {}", outcome.losses.size(), per_replica);
+    for (const auto& [microbatch, loss] : outcome.losses) {
+      all.data<float>()[s.coords.dp_rank * per_replica + microbatch] = loss;
+    }
+  }
+  s.world.all_reduce(all, comm::ReduceOp::kSum)->wait();
+  double sum = 0;
+  for (float loss : all.span<float>()) sum += static_cast<double>(loss);
+  return sum / static_cast<double>(all.numel());
+}
+
+}  // namespace
 
 const config::RunConfig& Trainer::config() const { return state_->config; }
 
@@ -240,16 +292,13 @@ StepStats Trainer::step(std::int64_t step) {
   if (s.optimizer) s.optimizer->step(lr);
   else s.data_parallel->sharded_step(lr);
 
-  // The loss lives on the last stage: one contribution per replica, averaged over replicas.
-  const bool contributes = s.holds_stage(s.plan.num_stages() - 1) && s.coords.tp_rank == 0;
-  const double local_loss = contributes ? outcome.loss_sum / std::max(outcome.losses, 1) : 0.0;
-  const auto sums = reduce_doubles(s.world, {local_loss}, comm::ReduceOp::kSum);
+  const double loss = global_mean_loss(s, outcome);
   const auto peaks = reduce_doubles(
       s.world, {static_cast<double>(cpu_allocator().stats().peak_total)}, comm::ReduceOp::kMax);
 
   StepStats stats;
   stats.step = step;
-  stats.loss = sums[0] / s.grid.dp_size();
+  stats.loss = loss;
   stats.lr = lr;
   stats.grad_norm = grad_norm;
   stats.step_ms = elapsed_ms(start);

@@ -4,6 +4,8 @@
 #include "kernels/cpu/blas_runtime.hpp"
 
 #include <cblas.h>
+
+#include <atomic>
 #include <omp.h>
 
 #include "engine/core/error.hpp"
@@ -22,6 +24,17 @@ void configure_kernel_threads(int threads) {
   openblas_set_num_threads(1);
   omp_set_num_threads(threads);
 }
+
+namespace {
+std::atomic<bool> g_deterministic_gemm{false};
+}  // namespace
+
+void configure_deterministic_gemm(bool on) {
+  if (on) openblas_set_num_threads(1);
+  g_deterministic_gemm.store(on, std::memory_order_relaxed);
+}
+
+bool deterministic_gemm() { return g_deterministic_gemm.load(std::memory_order_relaxed); }
 
 std::string blas_config() {
   const char* config = openblas_get_config();

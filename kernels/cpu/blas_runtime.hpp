@@ -31,6 +31,14 @@ int blas_threads();
 // Call it once at startup, before the first kernel. threads >= 1.
 void configure_kernel_threads(int threads);
 
+// Deterministic mode (train.deterministic): GEMM results must not depend on the thread count, so that one
+// rank with N threads and N ranks with one thread each compute the same bits. OpenBLAS's results change
+// with how C is sliced (measured: thousands of differing elements between 1 and 2 slices of a 512x384x128
+// product), so when on, a large GEMM is always cut into the same slices — fixed by its shape alone — and
+// the threads share them out; OpenBLAS is set to one thread. Off (the default) slices per thread.
+void configure_deterministic_gemm(bool on);
+bool deterministic_gemm();
+
 // OpenBLAS's self-description, e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64",
 // and the core type it selected ("Haswell", "Zen", "SkylakeX", ...).
 std::string blas_config();

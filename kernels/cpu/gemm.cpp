@@ -6,6 +6,8 @@
 // over the cores (measured on 2 cores: a GEMM followed by an OpenMP GELU took 1.8-4.3 ms longer than the
 // two apart with both pools active; 137-158 GFLOP/s sliced against 58-98 for OpenBLAS threads on the MLP
 // shapes in that alternation). Otherwise OpenBLAS threads the call itself.
+// Deterministic mode (configure_deterministic_gemm): slices of a fixed width, whatever the thread count,
+// because OpenBLAS's bits depend on the slice shapes.
 #include "kernels/cpu/gemm.hpp"
 
 #include <cblas.h>
@@ -15,6 +17,7 @@
 #include <limits>
 
 #include "engine/core/error.hpp"
+#include "kernels/cpu/blas_runtime.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -27,6 +30,8 @@ constexpr double kOpenBlasSingleThreadMnk = 65536.0 * 4.0;
 constexpr double kSliceMinMnk = 1048576.0;
 // Slices of C start on multiples of this many columns (one 64-byte line of floats) or rows.
 constexpr int64_t kSliceAlign = 16;
+// Deterministic mode: slice width (columns or rows), a multiple of kSliceAlign.
+constexpr int64_t kInvariantSlice = 64;
 
 void check_gemm(const char* op, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
                 int64_t ldc) {
@@ -69,10 +74,41 @@ void gemm_unchecked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
               static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
+// C sliced into kInvariantSlice-wide pieces along its longer side (by shape only), the pieces shared out over
+// the OpenMP team when there is one: the same sgemm calls for any thread count.
+void gemm_invariant(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const bool split_n = n >= m;
+  const int64_t extent = split_n ? n : m;
+  if (k == 0 || mnk < kSliceMinMnk || extent < 2 * kInvariantSlice) {
+    gemm_unchecked(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
+  const int64_t slices = (extent + kInvariantSlice - 1) / kInvariantSlice;
+  const bool team = omp_get_max_threads() > 1 && !omp_in_parallel();
+#pragma omp parallel for schedule(static) if (team)
+  for (int64_t s = 0; s < slices; ++s) {
+    const int64_t lo = s * kInvariantSlice;
+    const int64_t hi = std::min(extent, lo + kInvariantSlice);
+    if (split_n) {
+      const float* b_slice = trans_b ? b + lo * ldb : b + lo;
+      gemm_unchecked(trans_a, trans_b, m, hi - lo, k, alpha, a, lda, b_slice, ldb, beta, c + lo, ldc);
+    } else {
+      const float* a_slice = trans_a ? a + lo : a + lo * lda;
+      gemm_unchecked(trans_a, trans_b, hi - lo, n, k, alpha, a_slice, lda, b, ldb, beta, c + lo * ldc, ldc);
+    }
+  }
+}
+
 // One GEMM, sliced over the OpenMP team when OpenBLAS is single-threaded (see the file comment). Must not
 // be called from inside a parallel region (the batched path calls gemm_unchecked there).
 void gemm_threaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (deterministic_gemm()) {
+    gemm_invariant(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
+  }
   const int threads = omp_get_max_threads();
   const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   const bool split_n = n >= m;

@@ -40,9 +40,18 @@ float grad_value(int rank, int g, std::int64_t i, int step, DType dtype) {
   return dtype == DType::kBF16 ? bf16_to_float(float_to_bf16(v)) : v;
 }
 
+// Ranks [lo, hi)'s values of element i summed in the canonical order (engine/core/sum_tree.hpp), written
+// from its definition: split at the largest power of two below the count, left part first.
+float canonical_sum(int lo, int hi, int g, std::int64_t i, int step, DType dtype) {
+  if (hi - lo == 1) return grad_value(lo, g, i, step, dtype);
+  int left = 1;
+  while (2 * left < hi - lo) left *= 2;
+  const float a = canonical_sum(lo, lo + left, g, i, step, dtype);
+  return a + canonical_sum(lo + left, hi, g, i, step, dtype);
+}
+
 float expected_value(int n, int g, std::int64_t i, int step, DType dtype, float scale) {
-  float acc = 0;
-  for (int q = 0; q < n; ++q) acc = q == 0 ? grad_value(q, g, i, step, dtype) : acc + grad_value(q, g, i, step, dtype);
+  float acc = canonical_sum(0, n, g, i, step, dtype);
   if (dtype == DType::kBF16) acc = bf16_to_float(float_to_bf16(acc));
   acc *= scale;
   return dtype == DType::kBF16 ? bf16_to_float(float_to_bf16(acc)) : acc;
@@ -65,7 +74,9 @@ TEST(GradientBucketer, LayoutFollowsReadyOrderCapDtypeAndAlignment) {
     EXPECT_EQ(bk.first_grad, expected_first);
     expected_first = bk.end_grad;
     const auto bytes = bk.numel * static_cast<std::int64_t>(dtype_size(bk.dtype));
-    if (bk.end_grad - bk.first_grad > 1) EXPECT_LE(bytes, 16 * 1024 + 64) << "bucket " << k;
+    if (bk.end_grad - bk.first_grad > 1) {
+      EXPECT_LE(bytes, 16 * 1024 + 64) << "bucket " << k;
+    }
     EXPECT_EQ(b.bucket_buffer(k).category(), MemoryCategory::kGradients);
   }
   EXPECT_EQ(expected_first, b.num_grads());

@@ -1,6 +1,7 @@
-// Deterministic mode: floating-point all_reduce / reduce_scatter results are bit-identical to an ordered
-// sum (rank 0 + rank 1 + ... in f32, 16-bit types rounded once), identical across repetitions and across
-// message cuts; plain mode agrees with a double-precision reference within rounding.
+// Deterministic mode: floating-point all_reduce / reduce_scatter results are bit-identical to the canonical
+// sum over ranks (engine/core/sum_tree.hpp: split at the largest power of two below n, left part first; in
+// f32, 16-bit types rounded once), identical across repetitions and across message cuts; plain mode agrees
+// with a double-precision reference within rounding.
 //
 // Inputs span eight orders of magnitude so that summation order changes the bits: the test also checks
 // that the reverse-order sum differs somewhere, i.e. that it could detect a wrong order.
@@ -44,17 +45,32 @@ Tensor tensor_of(const std::vector<float>& v, DType dtype) {
   return t;
 }
 
-// Ordered (or reversed) f32 sum over ranks of element i, rounded once into dtype.
+// The canonical f32 sum of terms[lo, hi), written out from its definition (not from the library's code).
+float canonical_sum(const std::vector<float>& terms, std::size_t lo, std::size_t hi) {
+  if (hi - lo == 1) return terms[lo];
+  std::size_t left = 1;
+  while (2 * left < hi - lo) left *= 2;
+  const float a = canonical_sum(terms, lo, lo + left);
+  const float b = canonical_sum(terms, lo + left, hi);
+  return a + b;
+}
+
+// Canonical (or, to show order matters, reversed left-to-right) f32 sum over ranks of element i, rounded
+// once into dtype.
 std::vector<float> ordered_sum(int n, std::int64_t count, int salt, DType dtype, bool reversed) {
   std::vector<std::vector<float>> inputs;
   for (int q = 0; q < n; ++q) inputs.push_back(input_of(q, count, salt, dtype));
   std::vector<float> out(static_cast<std::size_t>(count));
+  std::vector<float> terms(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < count; ++i) {
+    for (int q = 0; q < n; ++q) {
+      terms[static_cast<std::size_t>(q)] = quantize(inputs[static_cast<std::size_t>(q)][static_cast<std::size_t>(i)], dtype);
+    }
     float acc = 0;
-    for (int k = 0; k < n; ++k) {
-      const int q = reversed ? n - 1 - k : k;
-      const float x = quantize(inputs[static_cast<std::size_t>(q)][static_cast<std::size_t>(i)], dtype);
-      acc = k == 0 ? x : acc + x;
+    if (reversed) {
+      for (int k = n - 1; k >= 0; --k) acc = k == n - 1 ? terms[static_cast<std::size_t>(k)] : acc + terms[static_cast<std::size_t>(k)];
+    } else {
+      acc = canonical_sum(terms, 0, terms.size());
     }
     out[static_cast<std::size_t>(i)] = quantize(acc, dtype);
   }
@@ -114,6 +130,40 @@ TEST_P(Deterministic, ReduceScatterEqualsOrderedSumBitForBit) {
                              : Tensor::empty({per_rank}, dtype, MemoryCategory::kActivations);
     det->reduce_scatter(input, output)->wait();
     EXPECT_EQ(bit_mismatches(output, expected), 0) << dtype_name(dtype) << (in_place ? " in place" : "");
+  }
+}
+
+// The property data parallelism relies on: every rank sums its own block of 2^j terms canonically, the
+// deterministic all_reduce sums the block sums; the result equals one rank's canonical sum of all the terms.
+TEST(DeterministicBlocks, RanksSummingTheirBlocksEqualOneRankSummingEverything) {
+  auto det = make_world(true);
+  const int n = det->size();
+  const int r = det->rank();
+  const std::int64_t count = 3001;
+  for (std::size_t per_rank : {1u, 2u, 4u}) {
+    // Term t of element i: rank t / per_rank's input, salted by the term's position in its block.
+    std::vector<std::vector<float>> terms(static_cast<std::size_t>(n) * per_rank);
+    for (std::size_t t = 0; t < terms.size(); ++t) {
+      terms[t] = input_of(static_cast<int>(t / per_rank), count, 10 + static_cast<int>(t % per_rank), DType::kF32);
+    }
+    std::vector<float> column(terms.size());
+    std::vector<float> expected(static_cast<std::size_t>(count));
+    std::vector<float> left_to_right(static_cast<std::size_t>(count));
+    Tensor mine = Tensor::empty({count}, DType::kF32, MemoryCategory::kActivations);
+    for (std::int64_t i = 0; i < count; ++i) {
+      const auto e = static_cast<std::size_t>(i);
+      for (std::size_t t = 0; t < terms.size(); ++t) column[t] = terms[t][e];
+      expected[e] = canonical_sum(column, 0, column.size());
+      left_to_right[e] = column[0];
+      for (std::size_t t = 1; t < column.size(); ++t) left_to_right[e] += column[t];
+      const std::size_t first = static_cast<std::size_t>(r) * per_rank;
+      mine.data<float>()[i] = canonical_sum(column, first, first + per_rank);
+    }
+    det->all_reduce(mine, ReduceOp::kSum)->wait();
+    EXPECT_EQ(bit_mismatches(mine, expected), 0) << n << " ranks x " << per_rank << " terms";
+    if (n * per_rank >= 4) {  // the tree and the plain left-to-right sum differ: the check has teeth
+      EXPECT_GT(bit_mismatches(tensor_of(left_to_right, DType::kF32), expected), 0);
+    }
   }
 }
 

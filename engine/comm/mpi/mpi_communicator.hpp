@@ -8,10 +8,11 @@
 // move every dtype's raw values.
 // Rank-ordered protocol, used by f32 in deterministic mode and by bf16/f16 always (MPI has no 16-bit float
 // arithmetic): the tensor is cut into size() blocks; block q of every rank is sent to rank q (point-to-point,
-// tagged with the op's sequence number), rank q combines the n contributions in rank order 0..n-1,
-// accumulating in f32 and rounding once, and sends the result back to everyone. Same traffic as a ring
-// all-reduce (2(n-1)/n of the data per rank), 16-bit values on the wire, memory one extra tensor. So bf16/f16
-// reductions are deterministic in both modes, and integer reductions are exact in both.
+// tagged with the op's sequence number), rank q combines the n contributions of ranks 0..n-1 in the
+// canonical order of engine/core/sum_tree.hpp, accumulating in f32 and rounding once, and sends the result
+// back to everyone. Same traffic as a ring all-reduce (2(n-1)/n of the data per rank), 16-bit values on the
+// wire, memory one extra tensor. So bf16/f16 reductions are deterministic in both modes, and integer
+// reductions are exact in both.
 // Large tensors: MPI counts are int. all_reduce, broadcast, p2p and the rank-ordered protocol cut messages
 // into pieces of at most MpiOptions::max_message_elements elements; a native reduce_scatter or all_gather
 // whose per-rank block exceeds it is refused with an error naming the sizes.

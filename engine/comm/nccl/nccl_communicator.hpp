@@ -17,8 +17,8 @@
 //    order (tags are checked for range only). All ops of a batch go into one ncclGroupStart/End.
 //  - u16 (no NCCL type) is moved as bytes by copy ops; reductions on u16 are refused.
 //  - Deterministic mode (floating types): a grouped send/recv exchange brings block q of every rank to rank
-//    q, a kernel sums the n contributions in rank order in f32 (ordered_reduce.hpp), and a second exchange
-//    spreads the results; bit-identical to the MPI backend's deterministic mode for the same inputs.
+//    q, a kernel sums the n contributions in the canonical rank order of engine/core/sum_tree.hpp in f32
+//    (ordered_reduce.hpp), and a second exchange spreads the results; bit-identical to the MPI backend's deterministic mode for the same inputs.
 #pragma once
 
 #include <cuda_runtime_api.h>

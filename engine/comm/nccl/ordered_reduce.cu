@@ -1,4 +1,7 @@
-// Rank-ordered reduction kernel for the NCCL backend's deterministic mode (ordered_reduce.hpp).
+// Rank-ordered reduction kernel for the NCCL backend's deterministic mode (ordered_reduce.hpp). Each thread
+// combines its element's slots in the canonical tree order of engine/core/sum_tree.hpp, in the streaming form
+// described there (a stack of power-of-two partial sums, folded from the right at the end), which is the
+// order the host's recursive ordered_reduce uses.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -20,16 +23,34 @@ __device__ __forceinline__ float combine_max(float acc, float v) {
   return (v > acc || isnan(v)) ? v : acc;
 }
 
+__device__ __forceinline__ float combine(float left, float right, bool is_max) {
+  return is_max ? combine_max(left, right) : __fadd_rn(left, right);
+}
+
+constexpr int kMaxDepth = 32;  // floor(log2(INT_MAX)) + 1 partial sums at most
+
 template <typename T>
 __global__ void ordered_reduce_kernel(const T* staged, int slots, std::int64_t stride, T* out, std::int64_t count,
                                       bool is_max) {
   const std::int64_t step = static_cast<std::int64_t>(gridDim.x) * blockDim.x;
   for (std::int64_t i = static_cast<std::int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count; i += step) {
-    float acc = load(staged, i);
-    for (int q = 1; q < slots; ++q) {
-      const float v = load(staged + q * stride, i);
-      acc = is_max ? combine_max(acc, v) : __fadd_rn(acc, v);
+    float partial[kMaxDepth];  // partial sums over 2^size[d] slots, sizes strictly decreasing
+    int size[kMaxDepth];
+    int depth = 0;
+    for (int q = 0; q < slots; ++q) {
+      float v = load(staged + q * stride, i);
+      int n = 0;
+      while (depth > 0 && size[depth - 1] == n) {  // equal halves merge, the earlier one on the left
+        v = combine(partial[depth - 1], v, is_max);
+        --depth;
+        ++n;
+      }
+      partial[depth] = v;
+      size[depth] = n;
+      ++depth;
     }
+    float acc = partial[depth - 1];
+    for (int d = depth - 2; d >= 0; --d) acc = combine(partial[d], acc, is_max);
     store(out, i, acc);
   }
 }

@@ -1,4 +1,4 @@
-// Host element loops of the comm backends: ordered reduction order and NaN/zero rules, 16-bit conversions,
+// Host element loops of the comm backends: the canonical reduction order (sum_tree.hpp) and NaN/zero rules, 16-bit conversions,
 // scaling; and the communicator helpers that classify tensor aliasing.
 #include <gtest/gtest.h>
 
@@ -24,22 +24,70 @@ TEST(HostReduce, OrderedSumCombinesSlotsInOrder) {
   EXPECT_EQ(out[1], 1.0f);
 }
 
-TEST(HostReduce, OrderedSumMatchesSequentialLoopOnRandomInputsAndAliasing) {
+TEST(HostReduce, FourSlotsSumAsTwoPairs) {
+  // Canonical order for 4: (a + b) + (c + d). With 1e8, 1, -1e8, 1: (1e8) + (-1e8) = 0, while the
+  // left-to-right sum gives ((1e8 + 1) - 1e8) + 1 = 1.
+  std::vector<float> a{1e8f}, b{1.0f}, c{-1e8f}, d{1.0f};
+  const void* slots[] = {a.data(), b.data(), c.data(), d.data()};
+  float out = -1;
+  ordered_reduce(DType::kF32, ReduceOp::kSum, slots, &out, 1);
+  EXPECT_EQ(out, 0.0f);
+}
+
+// The canonical sum of v[lo, hi), written from its definition.
+float canonical_sum(const std::vector<float>& v, std::size_t lo, std::size_t hi) {
+  if (hi - lo == 1) return v[lo];
+  std::size_t left = 1;
+  while (2 * left < hi - lo) left *= 2;
+  const float a = canonical_sum(v, lo, lo + left);
+  return a + canonical_sum(v, lo + left, hi);
+}
+
+TEST(HostReduce, OrderedSumMatchesTheCanonicalTreeForEverySlotCountAndAliasing) {
   std::mt19937 gen(7);
   std::uniform_real_distribution<float> dist(-100.0f, 100.0f);
   const std::int64_t count = 2500;  // more than one tile
-  std::vector<std::vector<float>> in(5, std::vector<float>(count));
-  for (auto& v : in) for (auto& x : v) x = dist(gen) * std::pow(10.0f, static_cast<float>(gen() % 7) - 3.0f);
-  std::vector<const void*> slots;
-  for (auto& v : in) slots.push_back(v.data());
-  std::vector<float> expected(count);
-  for (std::int64_t i = 0; i < count; ++i) {
-    float acc = in[0][i];
-    for (std::size_t s = 1; s < in.size(); ++s) acc += in[s][i];
-    expected[i] = acc;
+  for (std::size_t n : {1u, 2u, 3u, 5u, 6u, 7u, 8u, 12u, 13u}) {
+    std::vector<std::vector<float>> in(n, std::vector<float>(count));
+    for (auto& v : in) for (auto& x : v) x = dist(gen) * std::pow(10.0f, static_cast<float>(gen() % 7) - 3.0f);
+    std::vector<const void*> slots;
+    for (auto& v : in) slots.push_back(v.data());
+    std::vector<float> expected(count), column(n);
+    std::int64_t differs_from_left_to_right = 0;
+    for (std::int64_t i = 0; i < count; ++i) {
+      for (std::size_t s = 0; s < n; ++s) column[s] = in[s][i];
+      expected[i] = canonical_sum(column, 0, n);
+      float plain = column[0];
+      for (std::size_t s = 1; s < n; ++s) plain += column[s];
+      differs_from_left_to_right += plain != expected[i];
+    }
+    if (n >= 5) {
+      EXPECT_GT(differs_from_left_to_right, 0) << n << " slots: inputs too tame to show the order";
+    }
+    ordered_reduce(DType::kF32, ReduceOp::kSum, slots, in[n / 2].data(), count);  // out aliases a slot
+    EXPECT_EQ(std::memcmp(in[n / 2].data(), expected.data(), count * sizeof(float)), 0) << n << " slots";
   }
-  ordered_reduce(DType::kF32, ReduceOp::kSum, slots, in[2].data(), count);  // out aliases slot 2
-  EXPECT_EQ(std::memcmp(in[2].data(), expected.data(), count * sizeof(float)), 0);
+}
+
+TEST(HostReduce, AlignedBlockSumsReduceToTheWholeSum) {
+  // n = m * 2^j terms: summing each aligned block of 2^j canonically, then the m block sums canonically,
+  // gives the canonical sum of all n (what lets dp ranks match one rank).
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (std::size_t block : {1u, 2u, 4u, 8u}) {
+    for (std::size_t m : {1u, 2u, 3u, 5u, 6u}) {
+      std::vector<float> terms(block * m);
+      for (auto& x : terms) x = dist(gen) * std::pow(10.0f, static_cast<float>(gen() % 9) - 4.0f);
+      std::vector<float> sums(m);
+      for (std::size_t b = 0; b < m; ++b) sums[b] = canonical_sum(terms, b * block, (b + 1) * block);
+      std::vector<const void*> slots;
+      for (auto& x : sums) slots.push_back(&x);
+      float out = 0;
+      ordered_reduce(DType::kF32, ReduceOp::kSum, slots, &out, 1);
+      const float whole = canonical_sum(terms, 0, terms.size());
+      EXPECT_EQ(std::memcmp(&out, &whole, sizeof out), 0) << m << " blocks of " << block;
+    }
+  }
 }
 
 TEST(HostReduce, Bf16AccumulatesInF32AndRoundsOnce) {

@@ -9,6 +9,7 @@
 #include <omp.h>
 
 #include <cmath>
+#include <cstring>
 #include <tuple>
 
 #include "kernel_test_util.hpp"
@@ -100,6 +101,50 @@ TEST(KernelGemm, SlicedOverOpenMpThreads) {
     }
   }
   check_batched(true, false, 40, 190, 140, 2, false, 0.5f);
+  configure_blas_threads(saved_blas);
+  omp_set_num_threads(saved_omp);
+}
+
+// Deterministic mode: the same bits with 1, 2 and 3 OpenMP threads (slices fixed by the shape), still
+// matching the double reference; and a contrast showing the per-thread slicing of the default mode does
+// change bits on these shapes (so the equality above is not an accident of OpenBLAS).
+TEST(KernelGemm, DeterministicModeIsIndependentOfTheThreadCount) {
+  const int saved_blas = blas_threads();
+  const int saved_omp = omp_get_max_threads();
+  const int64_t shapes[][3] = {{512, 384, 128}, {130, 500, 77}, {300, 129, 260}};
+  std::int64_t default_mode_differs = 0;
+  for (const auto& shape : shapes) {
+    const int64_t m = shape[0], n = shape[1], k = shape[2];
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        const int64_t lda = ta ? m : k, ldb = tb ? k : n, ldc = n;
+        const auto a = random_floats(static_cast<size_t>((ta ? k : m) * lda), 6);
+        const auto b = random_floats(static_cast<size_t>((tb ? n : k) * ldb), 7);
+        const auto c_in = random_floats(static_cast<size_t>(m * ldc), 8);
+        auto run = [&](bool deterministic, int threads) {
+          configure_kernel_threads(threads);
+          configure_deterministic_gemm(deterministic);
+          auto c = c_in;
+          gemm(ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 1.0f, c.data(), ldc);
+          configure_deterministic_gemm(false);
+          return c;
+        };
+        const auto one = run(true, 1);
+        for (int threads : {2, 3}) {
+          const auto many = run(true, threads);
+          ASSERT_EQ(std::memcmp(one.data(), many.data(), one.size() * sizeof(float)), 0)
+              << m << "x" << n << "x" << k << " ta " << ta << " tb " << tb << ", " << threads << " threads";
+        }
+        std::vector<double> want(one.size());
+        gemm_reference(ta, tb, m, n, k, 1.0, a.data(), lda, b.data(), ldb, 1.0, c_in.data(), want.data(), ldc);
+        expect_close(one.data(), want.data(), one.size(), 1e-4, 1e-5, "deterministic gemm");
+        const auto plain_one = run(false, 1);
+        const auto plain_two = run(false, 2);
+        default_mode_differs += std::memcmp(plain_one.data(), plain_two.data(), one.size() * sizeof(float)) != 0;
+      }
+    }
+  }
+  EXPECT_GT(default_mode_differs, 0) << "slicing never changed a bit: the deterministic check could not fail";
   configure_blas_threads(saved_blas);
   omp_set_num_threads(saved_omp);
 }

@@ -1,0 +1,81 @@
+// OrderedGradAccumulator: the streaming canonical sum of engine/core/sum_tree.hpp applied to gradients.
+#include "pipeline/ordered_grad_accumulator.hpp"
+
+#include "engine/core/error.hpp"
+#include "kernels/cpu/elementwise.hpp"
+
+namespace cleave::pipeline {
+namespace {
+
+// left <- left + right, element by element (the tree's combine; left holds the earlier micro-batches).
+void combine_into(const Tensor& left, const Tensor& right) {
+  kernels::cpu::add_inplace(left.data<float>(), right.data<float>(), left.numel());
+}
+
+}  // namespace
+
+OrderedGradAccumulator::OrderedGradAccumulator(std::vector<std::shared_ptr<layers::Param>> params,
+                                               int microbatches, Allocator& allocator)
+    : params_(std::move(params)), microbatches_(microbatches), allocator_(allocator) {
+  CLEAVE_ASSERT(microbatches_ >= 1, "ordered accumulation over {} micro-batches", microbatches_);
+  for (const auto& p : params_) {
+    CLEAVE_ASSERT(p->grad.dtype() == DType::kF32 && p->grad.device().is_cpu(),
+                  "ordered accumulation supports f32 CPU gradients ({} is {} on {})", p->name,
+                  dtype_name(p->grad.dtype()), p->grad.device().str());
+    entries_[p.get()];
+  }
+}
+
+void OrderedGradAccumulator::begin_microbatch(int microbatch) {
+  const bool new_step = microbatch == 0 && (current_ == -1 || current_ == microbatches_ - 1);
+  CLEAVE_ASSERT(new_step || (microbatch == current_ + 1 && microbatch < microbatches_),
+                "ordered accumulation expects micro-batches in order: got {} after {} (of {})", microbatch,
+                current_, microbatches_);
+  if (current_ != -1) {
+    for (const auto& p : params_) {
+      CLEAVE_ASSERT(entries_.at(p.get()).done_this_microbatch,
+                    "{}: micro-batch {} began before micro-batch {} reported it", p->name, microbatch, current_);
+    }
+  }
+  current_ = microbatch;
+  for (const auto& p : params_) {
+    Entry& e = entries_.at(p.get());
+    e.done_this_microbatch = false;
+    if (microbatch == 0) {
+      e.home = p->grad;  // the caller's tensor (a view into a data-parallel bucket, or the param's own)
+      e.stack.clear();
+    } else {
+      p->grad = Tensor::zeros(e.home.shape(), DType::kF32, MemoryCategory::kGradients, allocator_);
+    }
+  }
+}
+
+void OrderedGradAccumulator::param_done(layers::Param& param) {
+  auto it = entries_.find(&param);
+  CLEAVE_ASSERT(it != entries_.end(), "{} is not a parameter of this stage", param.name);
+  Entry& e = it->second;
+  CLEAVE_ASSERT(!e.done_this_microbatch, "{} reported twice in micro-batch {}", param.name, current_);
+  e.done_this_microbatch = true;
+
+  // Push this micro-batch's gradient; equal-sized partial sums merge, the earlier one on the left.
+  Partial leaf{param.grad, 0};
+  while (!e.stack.empty() && e.stack.back().log2_size == leaf.log2_size) {
+    Partial left = std::move(e.stack.back());
+    e.stack.pop_back();
+    combine_into(left.sum, leaf.sum);
+    leaf = Partial{std::move(left.sum), leaf.log2_size + 1};
+  }
+  e.stack.push_back(std::move(leaf));
+
+  if (current_ == microbatches_ - 1) {
+    // Fold from the right: s[0] + (s[1] + (... + s[k])). s[0] is home (micro-batch 0 started there and
+    // every merge keeps the left operand), so the total lands in home.
+    for (std::size_t d = e.stack.size() - 1; d-- > 0;) combine_into(e.stack[d].sum, e.stack[d + 1].sum);
+    CLEAVE_ASSERT(e.stack.front().sum.raw_data() == e.home.raw_data(), "{}: the canonical sum left home",
+                  param.name);
+    e.stack.clear();
+    param.grad = e.home;
+  }
+}
+
+}  // namespace cleave::pipeline

@@ -36,3 +36,13 @@ target_link_libraries(cleave_cuda PUBLIC cleave_core CUDA::cudart CUDA::cublasLt
 set_target_properties(cleave_cuda PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
                                              POSITION_INDEPENDENT_CODE ON)
 message(STATUS "  cleave_cuda  : CUDA backend for sm ${CMAKE_CUDA_ARCHITECTURES} (cuBLASLt, ${CLEAVE_CUDNN_LIB})")
+
+# ---- Communication: GPU tensors over the MPI backend, staged through pinned host memory (engine/comm/cuda) ----
+# cleave_comm_cuda: StagedCommunicator. Host code only (.cpp, no kernels); the CPU library cleave_comm excludes
+# engine/comm/cuda by its folder name, so a CPU-only build stays free of CUDA.
+file(GLOB CLEAVE_COMM_CUDA_SOURCES CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/engine/comm/cuda/*.cpp)
+add_library(cleave_comm_cuda STATIC ${CLEAVE_COMM_CUDA_SOURCES})
+target_include_directories(cleave_comm_cuda PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/generated)
+target_link_libraries(cleave_comm_cuda PUBLIC cleave_comm cleave_cuda MPI::MPI_CXX)
+set_target_properties(cleave_comm_cuda PROPERTIES POSITION_INDEPENDENT_CODE ON)
+message(STATUS "  cleave_comm_cuda: GPU tensors over MPI through pinned host memory (StagedCommunicator)")

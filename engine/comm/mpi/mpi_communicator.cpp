@@ -286,8 +286,9 @@ const std::vector<int>& MpiCommunicator::probe_ranks() const { return state_->pr
 
 void MpiCommunicator::check_cpu(const Tensor& t, std::string_view op) const {
   CLEAVE_CHECK(t.device().is_cpu(),
-               "{}: tensor is on {}; the MPI backend carries CPU tensors only (CUDA-aware MPI is not assumed), "
-               "use the nccl backend for GPU tensors",
+               "{}: tensor is on {}; the MPI backend carries CPU tensors only (CUDA-aware MPI is not assumed): for GPU "
+               "tensors wrap it in comm::StagedCommunicator (engine/comm/cuda, stages through pinned host memory) "
+               "or use the nccl backend",
                where(op), t.device().str());
 }
 

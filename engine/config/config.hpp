@@ -142,7 +142,8 @@ RunConfig parse_config(std::string_view json_text, std::string_view origin = "<s
 // The fully resolved config as pretty-printed JSON text (every key, defaults included).
 std::string to_json(const RunConfig& config);
 
-// Schedule names parallel.schedule accepts besides a file path.
+// Schedule names parallel.schedule accepts besides a file path: the registry's names
+// (pipeline/schedules/registry.cpp; tests/unit/train/schedule_names_test.cpp keeps the two lists equal).
 const std::vector<std::string>& known_schedules();
 
 }  // namespace cleave::config

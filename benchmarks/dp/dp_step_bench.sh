@@ -9,6 +9,8 @@
 #   dp2         mpirun -np 2, default parallel.dp_bucket_mb
 #   dp2_b1      mpirun -np 2, 1 MiB buckets (several buckets started during the backward)
 #   dp2_zero1   mpirun -np 2, optimizer.zero_stage=1
+#   dp1_det     dp1 with train.deterministic=true (canonical-order sums, shape-sliced GEMMs)
+#   dp2_det     dp2 with train.deterministic=true; its per-step losses must equal dp1_det's bit for bit
 # interleaved REPEATS times (so machine load drifts hit every variant alike). Each run's figure is the
 # median step_ms of metrics.jsonl without the first 3 (warm-up) steps; the table shows the median, min and
 # max of those over the repeats, and the ratio of medians to dp1. Both layouts run on the same cores: the
@@ -56,20 +58,23 @@ for rep in $(seq 1 "$repeats"); do
   run dp2 2 "$rep"
   run dp2_b1 2 "$rep" --set parallel.dp_bucket_mb=1
   run dp2_zero1 2 "$rep" --set optimizer.zero_stage=1
+  run dp1_det 1 "$rep" --set train.deterministic=true
+  run dp2_det 2 "$rep" --set train.deterministic=true
   echo "repeat $rep/$repeats done" >&2
 done
 
 python3 - "$tmp" "$repeats" "$config" <<'EOF'
 import json, re, statistics, sys
 tmp, repeats, config = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-names = ["dp1", "dp2", "dp2_b1", "dp2_zero1"]
-medians, states, losses = {}, {}, {}
+names = ["dp1", "dp2", "dp2_b1", "dp2_zero1", "dp1_det", "dp2_det"]
+medians, states, losses, curves = {}, {}, {}, {}
 for n in names:
     medians[n] = []
     for rep in range(1, repeats + 1):
         rows = [json.loads(line) for line in open(f"{tmp}/{n}.{rep}/metrics.jsonl")]
         medians[n].append(statistics.median(r["step_ms"] for r in rows[3:] or rows))
         losses[n] = rows[-1]["loss"]
+        curves.setdefault(n, []).append([r["loss"] for r in rows])
     log = open(f"{tmp}/{n}.1.log").read()
     m = re.search(r"data parallel: .*?(\d+) bucket\(s\).*?(ZeRO-1 optimizer state (\d+) B.*?unsharded (\d+) B|"
                   r"optimizer state unsharded (\d+) B)", log)
@@ -85,4 +90,11 @@ for n in names:
           f" {state:>17} {losses[n]:>11.4f}")
     print(json.dumps({"bench": "dp_step", "layout": n, "median_step_ms": med, "runs": medians[n],
                       "opt_state_bytes_per_rank": state, "final_loss": losses[n]}))
+same = all(c == curves["dp1_det"][0] for c in curves["dp1_det"] + curves["dp2_det"])
+print(f"deterministic: dp2_det per-step losses {'==' if same else '!='} dp1_det's over {len(curves['dp1_det'][0])}"
+      f" steps and {repeats} repeats (bit for bit); cost of the mode: dp1 x"
+      f"{statistics.median(medians['dp1_det']) / base:.2f}, dp2 x"
+      f"{statistics.median(medians['dp2_det']) / statistics.median(medians['dp2']):.2f}")
+if not same:
+    sys.exit(1)
 EOF

@@ -60,7 +60,13 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   MemoryPlan m;
   auto at = [&m](MemoryCategory c) -> std::int64_t& { return m.bytes[static_cast<std::size_t>(c)]; };
   at(MemoryCategory::kParameters) = param_bytes / tp;
-  at(MemoryCategory::kGradients) = param_bytes / tp;
+  // Deterministic mode sums micro-batch gradients in the canonical tree (pipeline/ordered_grad_accumulator.hpp):
+  // up to floor(log2(micro-batches)) partial sums besides the gradient itself.
+  int partial_sums = 0;
+  if (config.train.deterministic) {
+    for (int k = plan.schedule.num_microbatches; k > 1; k /= 2) ++partial_sums;
+  }
+  at(MemoryCategory::kGradients) = (1 + partial_sums) * (param_bytes / tp);
   const double state = training_bytes_per_param_byte(config.optimizer) - 1.0;
   at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
       state * static_cast<double>(param_bytes / tp) / (config.optimizer.zero_stage == 1 ? dp : 1));

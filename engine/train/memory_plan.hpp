@@ -3,7 +3,7 @@
 //
 // Estimate per pp rank (tp shards divide the sharded parts by tp; ZeRO-1 divides optimizer state by dp):
 //   parameters       Σ param bytes of the rank's stages (a tied table counted once per rank)
-//   gradients        = parameters
+//   gradients        = parameters (train.deterministic: x (1 + floor(log2 micro-batches)), the partial sums)
 //   optimizer_state  adamw 2x, sgd with momentum 1x, plain sgd 0x of parameters (÷ dp with ZeRO-1)
 //   activations      peak live stashes of the rank's schedule × micro-batch × the largest stash of a
 //                    local stage (cost model: exactly what forward() keeps), plus boundary tensors in flight

@@ -4,9 +4,11 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "engine/core/allocator.hpp"
+#include "engine/train/memory_plan.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "train_harness.hpp"
 
@@ -60,6 +62,39 @@ TEST(TrainE2E, SteadyStateStepDoesNotAllocate) {
   const auto after = cpu_allocator().stats();
   EXPECT_EQ(after.system_allocations, before.system_allocations);
   EXPECT_GT(after.requests, before.requests);  // the step did allocate from the cache
+}
+
+// Deterministic mode with 4 micro-batches keeps up to 2 partial gradient sums besides the gradient: the memory
+// plan says so, the allocator's measured gradient peak shows them, and the steady state still allocates
+// nothing from the system.
+TEST(TrainE2E, DeterministicAccumulationMemoryIsPlannedAndReused) {
+  auto world = make_world();
+  auto config = tiny_gpt(8);
+  config.train.deterministic = true;
+  config.batch.micro_batch_size = 4;  // 16 / 4 = 4 micro-batches
+  train::Trainer trainer(config, *world);
+  const train::MemoryPlan planned = train::estimate_rank_memory(trainer.plan(), trainer.config(), 0);
+  const std::int64_t param_bytes = planned.bytes[static_cast<std::size_t>(MemoryCategory::kParameters)];
+  EXPECT_EQ(planned.bytes[static_cast<std::size_t>(MemoryCategory::kGradients)], 3 * param_bytes);
+
+  for (int s = 0; s < 3; ++s) trainer.step(s);
+  cpu_allocator().reset_peak();
+  const auto before = cpu_allocator().stats();
+  for (int s = 3; s < 8; ++s) trainer.step(s);
+  const auto after = cpu_allocator().stats();
+  EXPECT_EQ(after.system_allocations, before.system_allocations);
+  const std::int64_t grads_peak = after.peak_of(MemoryCategory::kGradients);
+  // Measured: the gradients themselves plus two partial sums (allocator blocks round sizes up a little).
+  EXPECT_GT(grads_peak, 2.5 * static_cast<double>(param_bytes));
+  EXPECT_LE(grads_peak, 3.1 * static_cast<double>(param_bytes));
+  std::printf("[ memory ] deterministic, 4 micro-batches: parameters %lld B, gradients planned %lld B, measured peak "
+              "%lld B\n", static_cast<long long>(param_bytes),
+              static_cast<long long>(planned.bytes[static_cast<std::size_t>(MemoryCategory::kGradients)]),
+              static_cast<long long>(grads_peak));
+  auto plain = trainer.config();  // resolved
+  plain.train.deterministic = false;
+  EXPECT_EQ(train::estimate_rank_memory(trainer.plan(), plain, 0).bytes[static_cast<std::size_t>(MemoryCategory::kGradients)],
+            param_bytes);
 }
 
 TEST(TrainE2E, DigitsCnnReachesTestAccuracy) {

@@ -21,6 +21,7 @@
 #include <set>
 #include <sstream>
 
+#include "cleave/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 
@@ -429,6 +430,7 @@ void read_parallel(Reader r, ParallelConfig& p) {
   partition.integer_list("blocks_per_stage", p.partition.blocks_per_stage, 1);
   partition.finish();
   r.number("dp_bucket_mb", p.dp_bucket_mb, 0.0, std::numeric_limits<double>::infinity(), /*min_open=*/true);
+  r.choice("comm_backend", p.comm_backend, {"auto", "mpi", "nccl"});
   r.finish();
 }
 
@@ -591,6 +593,16 @@ void validate(const RunConfig& c, const ParseState& state) {
          fmt::join(names, ", "), best <= 3 ? fmt::format(" (did you mean \"{}\"?)", closest) : std::string());
   }
 
+  if (p.comm_backend == "nccl") {
+    if (!CLEAVE_WITH_CUDA) {
+      fail(state, "parallel.comm_backend", "\"nccl\" needs a build with CUDA and NCCL, and this cleave was built "
+           "without them (`cleave version` and CMake's dependency table say why); use \"mpi\" or \"auto\"");
+    } else if (c.device.type != "cuda") {
+      fail(state, "parallel.comm_backend", "\"nccl\" carries GPU tensors, but device.type is \"{}\"; use \"mpi\" "
+           "or \"auto\" to train on the CPU, or set device.type \"cuda\"", c.device.type);
+    }
+  }
+
   const auto& o = c.optimizer;
   if (o.min_lr > o.lr) fail(state, "optimizer.min_lr", "{} is larger than optimizer.lr {}", o.min_lr, o.lr);
   if (o.zero_stage > 1) fail(state, "optimizer.zero_stage", "must be 0 or 1, got {}", o.zero_stage);
@@ -669,7 +681,8 @@ ordered_json to_json_tree(const RunConfig& c) {
                    {"virtual_pipeline_stages", p.virtual_pipeline_stages},
                    {"schedule", p.schedule},
                    {"partition", {{"method", p.partition.method}, {"blocks_per_stage", p.partition.blocks_per_stage}}},
-                   {"dp_bucket_mb", p.dp_bucket_mb}};
+                   {"dp_bucket_mb", p.dp_bucket_mb},
+                   {"comm_backend", p.comm_backend}};
   ordered_json batch = ordered_json::object();
   if (c.batch.global_batch_size) batch["global_batch_size"] = *c.batch.global_batch_size;
   if (c.batch.micro_batch_size) batch["micro_batch_size"] = *c.batch.micro_batch_size;

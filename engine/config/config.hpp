@@ -45,6 +45,10 @@ struct ParallelConfig {
   std::string schedule = "1f1b";  // a name from known_schedules() or the path of a schedule file
   PartitionConfig partition;
   double dp_bucket_mb = 25.0;  // gradient all-reduce bucket size
+  // Which communicator carries tensors: "mpi" (CPU tensors; GPU tensors staged through pinned host memory),
+  // "nccl" (GPU tensors, one GPU per rank; needs a CUDA build and device.type "cuda"), "auto" (nccl for
+  // GPU training with a GPU per rank, mpi otherwise).
+  std::string comm_backend = "auto";
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 

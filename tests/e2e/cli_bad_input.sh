@@ -53,6 +53,8 @@ expect_error missing-data   'no/such/file\.txt'                         "${set_o
 expect_error wrong-magic    'bad\.bin.*(magic|size|header)'            "${set_out[@]}" --set data.type=tokens --set data.path=bad.bin
 expect_error zero-magic     'zeros\.bin.*magic'                         "${set_out[@]}" --set data.type=tokens --set data.path=zeros.bin
 expect_error unknown-option 'unknown option'                            "${set_out[@]}" --frobnicate
+# NCCL asked for where it cannot work: a CPU run (CUDA build) or a build without CUDA.
+expect_error nccl-on-cpu    'parallel\.comm_backend.*nccl.*(device\.type is "cpu"|without)' "${set_out[@]}" --set parallel.comm_backend=nccl
 
 # Pipeline plans that cannot work are refused before any rank computes (2 ranks, pp = 2).
 if [ $# -ge 3 ]; then

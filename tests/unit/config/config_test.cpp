@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "cleave/config.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 
@@ -321,6 +322,30 @@ TEST(Config, RoundTripIsIdentity) {
   RunConfig b = a;
   b.model.gpt.n_layers += 1;
   EXPECT_NE(a, b);
+}
+
+}  // namespace
+}  // namespace cleave::config
+
+namespace cleave::config {
+namespace {
+
+TEST(ConfigCommBackend, ChoicesAndNcclNeedsCudaAndAGpuDevice) {
+  EXPECT_EQ(parse_config("{}", "run.json").parallel.comm_backend, "auto");
+  EXPECT_EQ(parse_config(R"({"parallel": {"comm_backend": "mpi"}})", "run.json").parallel.comm_backend, "mpi");
+  expect_error(R"({"parallel": {"comm_backend": "gloo"}})", {"parallel.comm_backend", "gloo", "auto", "mpi", "nccl"});
+  if (CLEAVE_WITH_CUDA) {
+    expect_error(R"({"parallel": {"comm_backend": "nccl"}})",
+                 {"parallel.comm_backend", "\"nccl\" carries GPU tensors", "device.type is \"cpu\"", "\"mpi\""});
+    const auto gpu = parse_config(R"({"parallel": {"comm_backend": "nccl"}, "device": {"type": "cuda"}})", "run.json");
+    EXPECT_EQ(gpu.parallel.comm_backend, "nccl");
+  } else {
+    expect_error(R"({"parallel": {"comm_backend": "nccl"}, "device": {"type": "cuda"}})",
+                 {"parallel.comm_backend", "needs a build with CUDA and NCCL", "\"mpi\""});
+  }
+  // The resolved config written next to a run keeps the key.
+  EXPECT_NE(to_json(parse_config(R"({"parallel": {"comm_backend": "mpi"}})", "run.json")).find("\"comm_backend\": \"mpi\""),
+            std::string::npos);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "engine/comm/gradient_bucketer.hpp"
 #include "tests/mpi/mpi_test_env.hpp"
 #include "tests/mpi/tensor_values.hpp"
+#include "tests/reference/sum_tree_reference.hpp"
 
 namespace cleave::testing {
 namespace {
@@ -40,18 +41,11 @@ float grad_value(int rank, int g, std::int64_t i, int step, DType dtype) {
   return dtype == DType::kBF16 ? bf16_to_float(float_to_bf16(v)) : v;
 }
 
-// Ranks [lo, hi)'s values of element i summed in the canonical order (engine/core/sum_tree.hpp), written
-// from its definition: split at the largest power of two below the count, left part first.
-float canonical_sum(int lo, int hi, int g, std::int64_t i, int step, DType dtype) {
-  if (hi - lo == 1) return grad_value(lo, g, i, step, dtype);
-  int left = 1;
-  while (2 * left < hi - lo) left *= 2;
-  const float a = canonical_sum(lo, lo + left, g, i, step, dtype);
-  return a + canonical_sum(lo + left, hi, g, i, step, dtype);
-}
 
 float expected_value(int n, int g, std::int64_t i, int step, DType dtype, float scale) {
-  float acc = canonical_sum(0, n, g, i, step, dtype);
+  float acc = canonical_sum_reference(0, static_cast<std::size_t>(n), [&](std::size_t q) {
+    return grad_value(static_cast<int>(q), g, i, step, dtype);
+  });
   if (dtype == DType::kBF16) acc = bf16_to_float(float_to_bf16(acc));
   acc *= scale;
   return dtype == DType::kBF16 ? bf16_to_float(float_to_bf16(acc)) : acc;

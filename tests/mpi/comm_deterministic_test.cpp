@@ -14,6 +14,7 @@
 
 #include "tests/mpi/mpi_test_env.hpp"
 #include "tests/mpi/tensor_values.hpp"
+#include "tests/reference/sum_tree_reference.hpp"
 
 namespace cleave::testing {
 namespace {
@@ -45,15 +46,6 @@ Tensor tensor_of(const std::vector<float>& v, DType dtype) {
   return t;
 }
 
-// The canonical f32 sum of terms[lo, hi), written out from its definition (not from the library's code).
-float canonical_sum(const std::vector<float>& terms, std::size_t lo, std::size_t hi) {
-  if (hi - lo == 1) return terms[lo];
-  std::size_t left = 1;
-  while (2 * left < hi - lo) left *= 2;
-  const float a = canonical_sum(terms, lo, lo + left);
-  const float b = canonical_sum(terms, lo + left, hi);
-  return a + b;
-}
 
 // Canonical (or, to show order matters, reversed left-to-right) f32 sum over ranks of element i, rounded
 // once into dtype.
@@ -70,7 +62,7 @@ std::vector<float> ordered_sum(int n, std::int64_t count, int salt, DType dtype,
     if (reversed) {
       for (int k = n - 1; k >= 0; --k) acc = k == n - 1 ? terms[static_cast<std::size_t>(k)] : acc + terms[static_cast<std::size_t>(k)];
     } else {
-      acc = canonical_sum(terms, 0, terms.size());
+      acc = canonical_sum_reference(terms, 0, terms.size());
     }
     out[static_cast<std::size_t>(i)] = quantize(acc, dtype);
   }
@@ -153,11 +145,11 @@ TEST(DeterministicBlocks, RanksSummingTheirBlocksEqualOneRankSummingEverything) 
     for (std::int64_t i = 0; i < count; ++i) {
       const auto e = static_cast<std::size_t>(i);
       for (std::size_t t = 0; t < terms.size(); ++t) column[t] = terms[t][e];
-      expected[e] = canonical_sum(column, 0, column.size());
+      expected[e] = canonical_sum_reference(column, 0, column.size());
       left_to_right[e] = column[0];
       for (std::size_t t = 1; t < column.size(); ++t) left_to_right[e] += column[t];
       const std::size_t first = static_cast<std::size_t>(r) * per_rank;
-      mine.data<float>()[i] = canonical_sum(column, first, first + per_rank);
+      mine.data<float>()[i] = canonical_sum_reference(column, first, first + per_rank);
     }
     det->all_reduce(mine, ReduceOp::kSum)->wait();
     EXPECT_EQ(bit_mismatches(mine, expected), 0) << n << " ranks x " << per_rank << " terms";

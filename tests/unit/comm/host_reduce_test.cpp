@@ -1,5 +1,5 @@
-// Host element loops of the comm backends: the canonical reduction order (sum_tree.hpp) and NaN/zero rules, 16-bit conversions,
-// scaling; and the communicator helpers that classify tensor aliasing.
+// Host element loops of the comm backends: the canonical reduction order (sum_tree.hpp) and NaN/zero
+// rules, 16-bit conversions, scaling; and the communicator helpers that classify tensor aliasing.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,6 +10,7 @@
 
 #include "engine/comm/communicator.hpp"
 #include "engine/comm/host_reduce.hpp"
+#include "tests/reference/sum_tree_reference.hpp"
 
 namespace cleave::comm {
 namespace {
@@ -34,14 +35,6 @@ TEST(HostReduce, FourSlotsSumAsTwoPairs) {
   EXPECT_EQ(out, 0.0f);
 }
 
-// The canonical sum of v[lo, hi), written from its definition.
-float canonical_sum(const std::vector<float>& v, std::size_t lo, std::size_t hi) {
-  if (hi - lo == 1) return v[lo];
-  std::size_t left = 1;
-  while (2 * left < hi - lo) left *= 2;
-  const float a = canonical_sum(v, lo, lo + left);
-  return a + canonical_sum(v, lo + left, hi);
-}
 
 TEST(HostReduce, OrderedSumMatchesTheCanonicalTreeForEverySlotCountAndAliasing) {
   std::mt19937 gen(7);
@@ -56,7 +49,7 @@ TEST(HostReduce, OrderedSumMatchesTheCanonicalTreeForEverySlotCountAndAliasing) 
     std::int64_t differs_from_left_to_right = 0;
     for (std::int64_t i = 0; i < count; ++i) {
       for (std::size_t s = 0; s < n; ++s) column[s] = in[s][i];
-      expected[i] = canonical_sum(column, 0, n);
+      expected[i] = testing::canonical_sum_reference(column, 0, n);
       float plain = column[0];
       for (std::size_t s = 1; s < n; ++s) plain += column[s];
       differs_from_left_to_right += plain != expected[i];
@@ -79,12 +72,12 @@ TEST(HostReduce, AlignedBlockSumsReduceToTheWholeSum) {
       std::vector<float> terms(block * m);
       for (auto& x : terms) x = dist(gen) * std::pow(10.0f, static_cast<float>(gen() % 9) - 4.0f);
       std::vector<float> sums(m);
-      for (std::size_t b = 0; b < m; ++b) sums[b] = canonical_sum(terms, b * block, (b + 1) * block);
+      for (std::size_t b = 0; b < m; ++b) sums[b] = testing::canonical_sum_reference(terms, b * block, (b + 1) * block);
       std::vector<const void*> slots;
       for (auto& x : sums) slots.push_back(&x);
       float out = 0;
       ordered_reduce(DType::kF32, ReduceOp::kSum, slots, &out, 1);
-      const float whole = canonical_sum(terms, 0, terms.size());
+      const float whole = testing::canonical_sum_reference(terms, 0, terms.size());
       EXPECT_EQ(std::memcmp(&out, &whole, sizeof out), 0) << m << " blocks of " << block;
     }
   }

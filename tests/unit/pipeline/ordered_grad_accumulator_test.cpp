@@ -11,18 +11,11 @@
 
 #include "engine/core/error.hpp"
 #include "pipeline/stage_module.hpp"
+#include "tests/reference/sum_tree_reference.hpp"
 
 namespace cleave::pipeline {
 namespace {
 
-// The canonical sum of v[lo, hi), written from its definition.
-float canonical_sum(const std::vector<float>& v, std::size_t lo, std::size_t hi) {
-  if (hi - lo == 1) return v[lo];
-  std::size_t left = 1;
-  while (2 * left < hi - lo) left *= 2;
-  const float a = canonical_sum(v, lo, lo + left);
-  return a + canonical_sum(v, lo + left, hi);
-}
 
 std::shared_ptr<layers::Param> make_param(const std::string& name, std::int64_t n) {
   auto p = std::make_shared<layers::Param>();
@@ -74,7 +67,7 @@ TEST(OrderedGradAccumulator, EveryMicrobatchCountGivesTheCanonicalSumInHome) {
           column[static_cast<std::size_t>(mb)] = terms[static_cast<std::size_t>(mb)][static_cast<std::size_t>(i)];
           in_place += column[static_cast<std::size_t>(mb)];
         }
-        const float want = canonical_sum(column, 0, column.size());
+        const float want = testing::canonical_sum_reference(column, 0, column.size());
         const float got = home.data<float>()[i];
         wrong += std::memcmp(&want, &got, sizeof got) != 0;
         differs_from_in_place += in_place != want;

@@ -74,6 +74,19 @@ void gemm_unchecked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
               static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
+// Columns [lo, hi) of op(B) and C (split_n), or rows [lo, hi) of op(A) and C, as one sgemm.
+void gemm_slice(bool split_n, int64_t lo, int64_t hi, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+                int64_t ldc) {
+  if (split_n) {
+    const float* b_slice = trans_b ? b + lo * ldb : b + lo;
+    gemm_unchecked(trans_a, trans_b, m, hi - lo, k, alpha, a, lda, b_slice, ldb, beta, c + lo, ldc);
+  } else {
+    const float* a_slice = trans_a ? a + lo : a + lo * lda;
+    gemm_unchecked(trans_a, trans_b, hi - lo, n, k, alpha, a_slice, lda, b, ldb, beta, c + lo * ldc, ldc);
+  }
+}
+
 // C sliced into kInvariantSlice-wide pieces along its longer side (by shape only), the pieces shared out over
 // the OpenMP team when there is one: the same sgemm calls for any thread count.
 void gemm_invariant(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -91,13 +104,7 @@ void gemm_invariant(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
   for (int64_t s = 0; s < slices; ++s) {
     const int64_t lo = s * kInvariantSlice;
     const int64_t hi = std::min(extent, lo + kInvariantSlice);
-    if (split_n) {
-      const float* b_slice = trans_b ? b + lo * ldb : b + lo;
-      gemm_unchecked(trans_a, trans_b, m, hi - lo, k, alpha, a, lda, b_slice, ldb, beta, c + lo, ldc);
-    } else {
-      const float* a_slice = trans_a ? a + lo : a + lo * lda;
-      gemm_unchecked(trans_a, trans_b, hi - lo, n, k, alpha, a_slice, lda, b, ldb, beta, c + lo * ldc, ldc);
-    }
+    gemm_slice(split_n, lo, hi, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
 }
 
@@ -125,13 +132,7 @@ void gemm_threaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
     const int64_t lo = s * chunk;
     const int64_t hi = std::min(extent, lo + chunk);
     if (lo >= hi) continue;
-    if (split_n) {  // columns [lo, hi) of op(B) and C
-      const float* b_slice = trans_b ? b + lo * ldb : b + lo;
-      gemm_unchecked(trans_a, trans_b, m, hi - lo, k, alpha, a, lda, b_slice, ldb, beta, c + lo, ldc);
-    } else {  // rows [lo, hi) of op(A) and C
-      const float* a_slice = trans_a ? a + lo : a + lo * lda;
-      gemm_unchecked(trans_a, trans_b, hi - lo, n, k, alpha, a_slice, lda, b, ldb, beta, c + lo * ldc, ldc);
-    }
+    gemm_slice(split_n, lo, hi, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   }
 }
 

@@ -1,9 +1,8 @@
-// Element-wise activation layers on the CPU (kernels/cpu/gelu.hpp, kernels/cpu/relu.hpp).
+// Element-wise activation layers (GELU, ReLU) over the op seam.
 #include "layers/activation.hpp"
 
 #include "engine/core/error.hpp"
-#include "kernels/cpu/gelu.hpp"
-#include "kernels/cpu/relu.hpp"
+#include "kernels/ops/ops.hpp"
 #include "layers/layer_util.hpp"
 
 namespace cleave::layers {
@@ -14,9 +13,9 @@ Activation::Activation(std::string_view kind, std::string name, ForwardFn forwar
 std::string Activation::who() const { return std::string(kind_) + " " + name_; }
 
 Tensor Activation::forward(const Tensor& x, Stash& stash, Context& ctx) {
-  check_input(x, DType::kF32, -1, 0, who());
+  check_input(ctx, x, DType::kF32, -1, 0, who());
   Tensor y = new_activation(ctx, x.shape());
-  forward_(x.data<float>(), y.data<float>(), x.numel());
+  forward_(ctx, x, y);
   stash.tensors = {x};
   return y;
 }
@@ -26,15 +25,15 @@ Tensor Activation::backward_input(const Tensor& dy, Stash& stash, Context& ctx) 
   CLEAVE_CHECK(dy.numel() == x.numel(), "{}: dy {} does not match the input {}", who(), dy.shape().str(),
                x.shape().str());
   Tensor dx = new_activation(ctx, x.shape());
-  backward_(x.data<float>(), dy.data<float>(), dx.data<float>(), x.numel());
+  backward_(ctx, x, dy, dx);
   stash.clear();
   return dx;
 }
 
 Gelu::Gelu(std::string name)
-    : Activation("gelu", std::move(name), kernels::cpu::gelu_forward, kernels::cpu::gelu_backward) {}
+    : Activation("gelu", std::move(name), ops::gelu_forward, ops::gelu_backward) {}
 
 Relu::Relu(std::string name)
-    : Activation("relu", std::move(name), kernels::cpu::relu_forward, kernels::cpu::relu_backward) {}
+    : Activation("relu", std::move(name), ops::relu_forward, ops::relu_backward) {}
 
 }  // namespace cleave::layers

@@ -15,8 +15,8 @@ namespace cleave::layers {
 
 class Activation : public Layer {
  public:
-  using ForwardFn = void (*)(const float* x, float* y, std::int64_t n);
-  using BackwardFn = void (*)(const float* x, const float* dy, float* dx, std::int64_t n);
+  using ForwardFn = void (*)(const ops::Context&, const Tensor& x, const Tensor& y);  // an op of the seam
+  using BackwardFn = void (*)(const ops::Context&, const Tensor& x, const Tensor& dy, const Tensor& dx);
 
   std::string_view kind() const override { return kind_; }
   Tensor forward(const Tensor& x, Stash& stash, Context& ctx) override;

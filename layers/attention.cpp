@@ -1,7 +1,7 @@
-// Causal self-attention layer on the CPU.
+// Causal self-attention layer: qkv projection, the attention op of the seam, output projection.
 #include "layers/attention.hpp"
 
-#include "kernels/cpu/attention.hpp"
+#include "kernels/ops/ops.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/linear.hpp"
 
@@ -41,7 +41,7 @@ std::string CausalSelfAttention::who() const {
 
 Tensor CausalSelfAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
   const std::string who = this->who();
-  check_input(x, DType::kF32, d_model_, 3, who);
+  check_input(ctx, x, DType::kF32, d_model_, 3, who);
   CLEAVE_CHECK(x.rank() == 3, "{}: expected [batch, seq, {}], got {}", who, d_model_, x.shape().str());
   const std::int64_t b = x.dim(0), t = x.dim(1), hd = d_model_ / n_heads_;
   stash.clear();
@@ -49,7 +49,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, Stash& stash, Context& ctx)
   Tensor qkv = qkv_->forward(x, stash.children[0], ctx);
   Tensor out = new_activation(ctx, Shape{b, t, local_heads_ * hd});
   Tensor probs = new_activation(ctx, Shape{b, local_heads_, t, t});
-  kernels::cpu::attention_forward(qkv.data<float>(), out.data<float>(), probs.data<float>(), b, t, local_heads_, hd);
+  ops::attention_forward(ctx, qkv, out, probs, local_heads_);
   stash.tensors = {qkv, probs};
   return proj_->forward(out, stash.children[1], ctx);
 }
@@ -58,14 +58,9 @@ Tensor CausalSelfAttention::backward_input(const Tensor& dy, Stash& stash, Conte
   const std::string who = this->who();
   const Tensor qkv = stash_at(stash, 0, who);
   const Tensor probs = stash_at(stash, 1, who);
-  const std::int64_t b = qkv.dim(0), t = qkv.dim(1), hd = d_model_ / n_heads_;
   Tensor dout = proj_->backward_input(dy, stash.children[1], ctx);
   Tensor dqkv = new_activation(ctx, qkv.shape());
-  {
-    Tensor dprobs = new_workspace(ctx, probs.shape());
-    kernels::cpu::attention_backward(dout.data<float>(), qkv.data<float>(), probs.data<float>(), dqkv.data<float>(),
-                                     dprobs.data<float>(), b, t, local_heads_, hd);
-  }
+  ops::attention_backward(ctx, dout, qkv, probs, dqkv, local_heads_);
   stash.tensors.clear();
   return qkv_->backward_input(dqkv, stash.children[0], ctx);
 }

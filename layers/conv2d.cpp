@@ -1,11 +1,9 @@
-// Conv2d layer on the CPU: im2col + GEMM per image (kernels/cpu/conv2d.hpp).
+// Conv2d layer over the op seam.
 #include "layers/conv2d.hpp"
 
 #include "layers/layer_util.hpp"
 
 namespace cleave::layers {
-
-namespace kc = kernels::cpu;
 
 Conv2d::Conv2d(std::string prefix, std::int64_t in_channels, std::int64_t out_channels, std::int64_t kernel,
                const ParamInit& init, std::int64_t stride, std::int64_t padding)
@@ -25,30 +23,18 @@ Conv2d::Conv2d(std::string prefix, std::int64_t in_channels, std::int64_t out_ch
   init_bias(*bias_, fan_in, init);
 }
 
-kc::Conv2dShape Conv2d::shape_for(const Tensor& x) const {
-  kc::Conv2dShape s;
-  s.batch = x.dim(0);
-  s.in_channels = in_channels_;
-  s.height = x.dim(2);
-  s.width = x.dim(3);
-  s.out_channels = out_channels_;
-  s.kernel = kernel_;
-  s.stride = stride_;
-  s.padding = padding_;
-  return s;
-}
-
 Tensor Conv2d::forward(const Tensor& x, Stash& stash, Context& ctx) {
   const std::string who = "conv2d " + prefix_;
-  check_input(x, DType::kF32, -1, 4, who);
+  check_input(ctx, x, DType::kF32, -1, 4, who);
   CLEAVE_CHECK(x.rank() == 4 && x.dim(1) == in_channels_, "{}: expected [batch, {}, height, width], got {}", who,
                in_channels_, x.shape().str());
-  const kc::Conv2dShape s = shape_for(x);
-  kc::conv2d_check_shape(s);
-  Tensor y = new_activation(ctx, Shape{s.batch, out_channels_, s.out_height(), s.out_width()});
-  Tensor ws = new_workspace(ctx, Shape{kc::conv2d_workspace_floats(s)});
-  kc::conv2d_forward(s, x.data<float>(), weight_->value.data<float>(), bias_->value.data<float>(), y.data<float>(),
-                     ws.data<float>());
+  const std::int64_t out_h = (x.dim(2) + 2 * padding_ - kernel_) / stride_ + 1;
+  const std::int64_t out_w = (x.dim(3) + 2 * padding_ - kernel_) / stride_ + 1;
+  CLEAVE_CHECK(x.dim(2) + 2 * padding_ >= kernel_ && x.dim(3) + 2 * padding_ >= kernel_,
+               "{}: the {}x{} kernel does not fit the input {} padded by {}", who, kernel_, kernel_, x.shape().str(),
+               padding_);
+  Tensor y = new_activation(ctx, Shape{x.dim(0), out_channels_, out_h, out_w});
+  ops::conv2d_forward(ctx, x, weight_->value, bias_->value, y, conv_params());
   stash.tensors = {x};
   return y;
 }
@@ -56,12 +42,8 @@ Tensor Conv2d::forward(const Tensor& x, Stash& stash, Context& ctx) {
 Tensor Conv2d::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const std::string who = "conv2d " + prefix_;
   const Tensor& x = stash_at(stash, 0, who);
-  const kc::Conv2dShape s = shape_for(x);
-  CLEAVE_ASSERT(dy.numel() == s.batch * out_channels_ * s.out_height() * s.out_width(), "{}: dy {} for x {}", who,
-                dy.shape().str(), x.shape().str());
   Tensor dx = new_activation(ctx, x.shape());
-  Tensor ws = new_workspace(ctx, Shape{kc::conv2d_workspace_floats(s)});
-  kc::conv2d_backward_input(s, dy.data<float>(), weight_->value.data<float>(), dx.data<float>(), ws.data<float>());
+  ops::conv2d_backward_input(ctx, dy, weight_->value, dx, conv_params());
   stash.tensors.push_back(dy);
   return dx;
 }
@@ -70,10 +52,7 @@ void Conv2d::backward_weight(Stash& stash, Context& ctx) {
   const std::string who = "conv2d " + prefix_;
   const Tensor& x = stash_at(stash, 0, who);
   const Tensor& dy = stash_at(stash, 1, who);
-  const kc::Conv2dShape s = shape_for(x);
-  Tensor ws = new_workspace(ctx, Shape{kc::conv2d_workspace_floats(s)});
-  kc::conv2d_backward_weight(s, x.data<float>(), dy.data<float>(), weight_->grad.data<float>(),
-                             bias_->grad.data<float>(), ws.data<float>());
+  ops::conv2d_backward_weight(ctx, x, dy, weight_->grad, bias_->grad, conv_params());
   stash.clear();
 }
 

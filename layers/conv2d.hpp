@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "kernels/cpu/conv2d.hpp"
+#include "kernels/ops/ops.hpp"
 #include "layers/layer.hpp"
 #include "layers/param_init.hpp"
 
@@ -26,7 +26,7 @@ class Conv2d final : public Layer {
   std::vector<std::shared_ptr<Param>> params() const override { return {weight_, bias_}; }
 
  private:
-  kernels::cpu::Conv2dShape shape_for(const Tensor& x) const;
+  ops::Conv2dParams conv_params() const { return {stride_, padding_}; }
 
   std::string prefix_;
   std::int64_t in_channels_, out_channels_, kernel_, stride_, padding_;

@@ -1,12 +1,10 @@
-// Token + position embedding layer on the CPU (kernels/cpu/embedding.hpp).
+// Token + position embedding layer over the op seam.
 #include "layers/embedding.hpp"
 
-#include "kernels/cpu/embedding.hpp"
+#include "kernels/ops/ops.hpp"
 #include "layers/layer_util.hpp"
 
 namespace cleave::layers {
-
-namespace kc = kernels::cpu;
 
 std::shared_ptr<Param> make_token_table(const std::string& prefix, std::int64_t vocab_size, std::int64_t dim,
                                         const ParamInit& init) {
@@ -28,14 +26,14 @@ Embedding::Embedding(std::string prefix, std::int64_t vocab_size, std::int64_t s
 
 Tensor Embedding::forward(const Tensor& ids, Stash& stash, Context& ctx) {
   const std::string who = "embedding " + prefix_;
-  check_input(ids, DType::kI32, -1, 2, who);
+  check_input(ctx, ids, DType::kI32, -1, 2, who);
   CLEAVE_CHECK(ids.rank() == 2, "{}: expected token ids [batch, seq], got {}", who, ids.shape().str());
   const std::int64_t b = ids.dim(0), t = ids.dim(1);
   CLEAVE_CHECK(t <= seq_len_, "{}: sequence of {} tokens exceeds the {} learned positions (model.seq_len)", who, t,
                seq_len_);
   Tensor y = new_activation(ctx, Shape{b, t, dim_});
-  kc::embedding_forward(ids.data<std::int32_t>(), token_->value.data<float>(), y.data<float>(), b * t, dim_, vocab_);
-  kc::position_embedding_forward(y.data<float>(), position_->value.data<float>(), b, t, dim_);
+  ops::embedding_forward(ctx, ids, token_->value, y, {0, vocab_, vocab_});
+  ops::position_embedding_forward(ctx, y, position_->value);
   stash.tensors = {ids};
   return y;
 }
@@ -43,7 +41,7 @@ Tensor Embedding::forward(const Tensor& ids, Stash& stash, Context& ctx) {
 Tensor Embedding::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   (void)ctx;
   const Tensor& ids = stash_at(stash, 0, "embedding " + prefix_);
-  check_input(dy, DType::kF32, dim_, 1, "embedding " + prefix_ + " (dy)");
+  check_input(ctx, dy, DType::kF32, dim_, 1, "embedding " + prefix_ + " (dy)");
   CLEAVE_ASSERT(dy.numel() == ids.numel() * dim_, "embedding {}: dy {} vs ids {}", prefix_, dy.shape().str(),
                 ids.shape().str());
   stash.tensors.push_back(dy);
@@ -51,12 +49,10 @@ Tensor Embedding::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
 }
 
 void Embedding::backward_weight(Stash& stash, Context& ctx) {
-  (void)ctx;
   const Tensor& ids = stash_at(stash, 0, "embedding " + prefix_);
   const Tensor& dy = stash_at(stash, 1, "embedding " + prefix_);
-  const std::int64_t b = ids.dim(0), t = ids.dim(1);
-  kc::embedding_backward(ids.data<std::int32_t>(), dy.data<float>(), token_->grad.data<float>(), b * t, dim_);
-  kc::position_embedding_backward(dy.data<float>(), position_->grad.data<float>(), b, t, dim_);
+  ops::embedding_backward(ctx, ids, dy, token_->grad, {0, vocab_, vocab_});
+  ops::position_embedding_backward(ctx, dy.view(Shape{ids.dim(0), ids.dim(1), dim_}), position_->grad);
   stash.clear();
 }
 

@@ -18,6 +18,7 @@
 #include "engine/core/allocator.hpp"
 #include "engine/core/stream.hpp"
 #include "engine/core/tensor.hpp"
+#include "kernels/ops/context.hpp"
 
 namespace cleave::comm {
 class Communicator;
@@ -62,9 +63,9 @@ struct Stash {
   bool empty() const { return tensors.empty() && children.empty(); }
 };
 
-struct Context {
-  const Stream* stream = &cpu_stream();
-  Allocator* allocator = &cpu_allocator();
+// What a layer runs in: the op context (device, allocator, stream, GEMM mode, precision; kernels/ops) plus
+// what only layers need.
+struct Context : ops::Context {
   Tensor targets;                       // integer class / next-token targets for loss layers (i32)
   comm::Communicator* tp_comm = nullptr;  // tensor-parallel group (null when tp = 1)
 };
@@ -87,5 +88,21 @@ class Layer {
 };
 
 using LayerPtr = std::unique_ptr<Layer>;
+
+// Evaluation counts of one micro-batch: the loss summed over its non-ignored rows, how many of them the
+// model's arg-max predicts correctly, and how many there are.
+struct EvalCounts {
+  double loss_sum = 0;
+  std::int64_t correct = 0;
+  std::int64_t rows = 0;
+};
+
+// A loss block (the last block of a model). evaluate() scores logits against ctx.targets without keeping
+// anything for a backward; under tensor parallelism it combines the vocabulary shards over ctx.tp_comm, and
+// every rank of the tp group gets the same counts.
+class LossLayer : public Layer {
+ public:
+  virtual EvalCounts evaluate(const Tensor& logits, Context& ctx) = 0;
+};
 
 }  // namespace cleave::layers

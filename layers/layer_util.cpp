@@ -13,9 +13,10 @@ Tensor new_workspace(const Context& ctx, const Shape& shape, DType dtype) {
   return Tensor::empty(shape, dtype, MemoryCategory::kWorkspace, *ctx.allocator);
 }
 
-void check_input(const Tensor& x, DType dtype, std::int64_t last, int min_rank, std::string_view who) {
+void check_input(const Context& ctx, const Tensor& x, DType dtype, std::int64_t last, int min_rank, std::string_view who) {
   CLEAVE_CHECK(x.defined(), "{}: input tensor is undefined", who);
-  CLEAVE_CHECK(x.device().is_cpu(), "{}: input is on {}, but this layer runs on the cpu", who, x.device().str());
+  CLEAVE_CHECK(x.device() == ctx.device, "{}: input is on {}, but this layer runs on {}", who, x.device().str(),
+               ctx.device.str());
   CLEAVE_CHECK(x.dtype() == dtype, "{}: expected a {} input, got {} {}", who, dtype_name(dtype), x.shape().str(),
                dtype_name(x.dtype()));
   CLEAVE_CHECK(x.rank() >= min_rank, "{}: expected an input of rank >= {}, got {}", who, min_rank, x.shape().str());

@@ -1,4 +1,4 @@
-// Small helpers shared by the CPU layers: allocating outputs and scratch from the context's allocator,
+// Small helpers shared by the layers: allocating outputs and scratch from the context's allocator,
 // checking a layer's input, and reading a stash slot.
 //
 // Invariant: every tensor a layer creates during forward / backward goes through new_activation()
@@ -18,9 +18,9 @@ namespace cleave::layers {
 Tensor new_activation(const Context& ctx, const Shape& shape, DType dtype = DType::kF32);
 Tensor new_workspace(const Context& ctx, const Shape& shape, DType dtype = DType::kF32);
 
-// Throws Error unless x is a defined CPU tensor of `dtype` whose last dimension is `last` (any last when
+// Throws Error unless x is a defined tensor on ctx.device of `dtype` whose last dimension is `last` (any last when
 // last < 0) and whose rank is at least `min_rank`. `who` names the layer ("linear blocks.0.attn.qkv").
-void check_input(const Tensor& x, DType dtype, std::int64_t last, int min_rank, std::string_view who);
+void check_input(const Context& ctx, const Tensor& x, DType dtype, std::int64_t last, int min_rank, std::string_view who);
 
 // `shape` with its last dimension replaced by `last`.
 Shape with_last(const Shape& shape, std::int64_t last);

@@ -1,12 +1,10 @@
-// LayerNorm layer on the CPU (kernels/cpu/layernorm.hpp).
+// LayerNorm layer over the op seam (statistics mean and rstd kept in f32).
 #include "layers/layernorm.hpp"
 
-#include "kernels/cpu/layernorm.hpp"
+#include "kernels/ops/ops.hpp"
 #include "layers/layer_util.hpp"
 
 namespace cleave::layers {
-
-namespace kc = kernels::cpu;
 
 LayerNorm::LayerNorm(std::string prefix, std::int64_t dim, const ParamInit& init, float eps)
     : prefix_(std::move(prefix)), dim_(dim), eps_(eps) {
@@ -18,13 +16,12 @@ LayerNorm::LayerNorm(std::string prefix, std::int64_t dim, const ParamInit& init
 }
 
 Tensor LayerNorm::forward(const Tensor& x, Stash& stash, Context& ctx) {
-  check_input(x, DType::kF32, dim_, 1, "layernorm " + prefix_);
+  check_input(ctx, x, DType::kF32, dim_, 1, "layernorm " + prefix_);
   const std::int64_t rows = x.shape().rows();
   Tensor y = new_activation(ctx, x.shape());
-  Tensor mean = new_activation(ctx, Shape{rows});
-  Tensor rstd = new_activation(ctx, Shape{rows});
-  kc::layernorm_forward(x.data<float>(), gamma_->value.data<float>(), beta_->value.data<float>(), y.data<float>(),
-                        mean.data<float>(), rstd.data<float>(), rows, dim_, eps_);
+  Tensor mean = new_activation(ctx, Shape{rows}, DType::kF32);
+  Tensor rstd = new_activation(ctx, Shape{rows}, DType::kF32);
+  ops::layernorm_forward(ctx, x, gamma_->value, beta_->value, y, mean, rstd, eps_);
   stash.tensors = {x, mean, rstd};
   return y;
 }
@@ -34,24 +31,20 @@ Tensor LayerNorm::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const Tensor& x = stash_at(stash, 0, who);
   const Tensor& mean = stash_at(stash, 1, who);
   const Tensor& rstd = stash_at(stash, 2, who);
-  check_input(dy, DType::kF32, dim_, 1, who + " (dy)");
+  check_input(ctx, dy, DType::kF32, dim_, 1, who + " (dy)");
   CLEAVE_ASSERT(dy.numel() == x.numel(), "{}: dy {} vs x {}", who, dy.shape().str(), x.shape().str());
-  const std::int64_t rows = x.shape().rows();
   Tensor dx = new_activation(ctx, x.shape());
-  kc::layernorm_backward_input(dy.data<float>(), x.data<float>(), gamma_->value.data<float>(), mean.data<float>(),
-                               rstd.data<float>(), dx.data<float>(), rows, dim_);
+  ops::layernorm_backward_input(ctx, dy, x, gamma_->value, mean, rstd, dx);
   stash.tensors.push_back(dy);
   return dx;
 }
 
 void LayerNorm::backward_weight(Stash& stash, Context& ctx) {
-  (void)ctx;
   const std::string who = "layernorm " + prefix_;
   const Tensor& x = stash_at(stash, 0, who);
   const Tensor& dy = stash_at(stash, 3, who);
-  kc::layernorm_backward_weight(dy.data<float>(), x.data<float>(), stash_at(stash, 1, who).data<float>(),
-                                stash_at(stash, 2, who).data<float>(), gamma_->grad.data<float>(),
-                                beta_->grad.data<float>(), x.shape().rows(), dim_);
+  ops::layernorm_backward_weight(ctx, dy, x, stash_at(stash, 1, who), stash_at(stash, 2, who), gamma_->grad,
+                                 beta_->grad);
   stash.clear();
 }
 

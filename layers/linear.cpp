@@ -1,14 +1,11 @@
-// Linear layer on the CPU: three row-major GEMMs (forward, input gradient, weight gradient).
+// Linear layer: three GEMMs through the op seam (forward with the bias epilogue, input gradient, weight gradient).
 #include "layers/linear.hpp"
 
 #include "engine/core/error.hpp"
-#include "kernels/cpu/bias.hpp"
-#include "kernels/cpu/gemm.hpp"
+#include "kernels/ops/ops.hpp"
 #include "layers/layer_util.hpp"
 
 namespace cleave::layers {
-
-namespace kc = kernels::cpu;
 
 Linear::Linear(std::string prefix, std::int64_t in_features, std::int64_t out_features, bool bias,
                const ParamInit& init)
@@ -35,37 +32,34 @@ Linear::Linear(std::string prefix, std::shared_ptr<Param> weight, std::shared_pt
 std::string Linear::who() const { return "linear " + prefix_; }
 
 Tensor Linear::forward(const Tensor& x, Stash& stash, Context& ctx) {
-  check_input(x, DType::kF32, in_, 1, who());
-  const std::int64_t rows = x.shape().rows();
+  check_input(ctx, x, DType::kF32, in_, 1, who());
   Tensor y = new_activation(ctx, with_last(x.shape(), out_));
-  kc::gemm(false, true, rows, out_, in_, 1.0f, x.data<float>(), in_, weight_->value.data<float>(), in_, 0.0f,
-           y.data<float>(), out_);
-  if (bias_) kc::bias_add_forward(y.data<float>(), bias_->value.data<float>(), rows, out_);
+  ops::GemmOptions gemm{.trans_b = true};
+  if (bias_) {
+    gemm.epilogue = ops::GemmEpilogue::kBias;
+    gemm.bias = bias_->value;
+  }
+  ops::gemm(ctx, x, weight_->value, y, gemm);  // y = x W^T (+ b)
   stash.tensors = {x};
   return y;
 }
 
 Tensor Linear::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const Tensor& x = stash_at(stash, 0, who());
-  check_input(dy, DType::kF32, out_, 1, who() + " (dy)");
+  check_input(ctx, dy, DType::kF32, out_, 1, who() + " (dy)");
   CLEAVE_ASSERT(dy.shape().rows() == x.shape().rows(), "{}: dy {} does not match x {}", who(), dy.shape().str(),
                 x.shape().str());
-  const std::int64_t rows = x.shape().rows();
   Tensor dx = new_activation(ctx, x.shape());
-  kc::gemm(false, false, rows, in_, out_, 1.0f, dy.data<float>(), out_, weight_->value.data<float>(), in_, 0.0f,
-           dx.data<float>(), in_);
+  ops::gemm(ctx, dy, weight_->value, dx);  // dx = dy W
   stash.tensors.push_back(dy);
   return dx;
 }
 
 void Linear::backward_weight(Stash& stash, Context& ctx) {
-  (void)ctx;
   const Tensor& x = stash_at(stash, 0, who());
   const Tensor& dy = stash_at(stash, 1, who());
-  const std::int64_t rows = x.shape().rows();
-  kc::gemm(true, false, out_, in_, rows, 1.0f, dy.data<float>(), out_, x.data<float>(), in_, 1.0f,
-           weight_->grad.data<float>(), in_);
-  if (bias_) kc::bias_backward(dy.data<float>(), bias_->grad.data<float>(), rows, out_);
+  ops::gemm(ctx, dy, x, weight_->grad, {.trans_a = true, .beta = 1.0f});  // dW += dy^T x
+  if (bias_) ops::bias_backward(ctx, dy, bias_->grad);
   stash.clear();
 }
 

@@ -1,7 +1,7 @@
-// MaxPool layer on the CPU (kernels/cpu/maxpool.hpp).
+// MaxPool layer over the op seam.
 #include "layers/maxpool.hpp"
 
-#include "kernels/cpu/maxpool.hpp"
+#include "kernels/ops/ops.hpp"
 #include "layers/layer_util.hpp"
 
 namespace cleave::layers {
@@ -14,15 +14,14 @@ MaxPool::MaxPool(std::string name, std::int64_t height, std::int64_t width, std:
 
 Tensor MaxPool::forward(const Tensor& x, Stash& stash, Context& ctx) {
   const std::string who = "maxpool " + name_;
-  check_input(x, DType::kF32, width_, 4, who);
+  check_input(ctx, x, DType::kF32, width_, 4, who);
   CLEAVE_CHECK(x.rank() == 4 && x.dim(2) == height_, "{}: expected [batch, channels, {}, {}], got {}", who, height_,
                width_, x.shape().str());
   const std::int64_t n = x.dim(0), c = x.dim(1);
   const Shape out{n, c, out_height(), out_width()};
   Tensor y = new_activation(ctx, out);
   Tensor argmax = new_activation(ctx, out, DType::kI32);
-  kernels::cpu::maxpool2d_forward(x.data<float>(), y.data<float>(), argmax.data<std::int32_t>(), n, c, height_,
-                                  width_, window_, stride_);
+  ops::maxpool2d_forward(ctx, x, y, argmax, window_, stride_);
   stash.tensors = {argmax};
   return y;
 }
@@ -33,8 +32,7 @@ Tensor MaxPool::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
                 argmax.shape().str());
   const std::int64_t n = argmax.dim(0), c = argmax.dim(1);
   Tensor dx = new_activation(ctx, Shape{n, c, height_, width_});
-  kernels::cpu::maxpool2d_backward(dy.data<float>(), argmax.data<std::int32_t>(), dx.data<float>(), n, c, height_,
-                                   width_, window_, stride_);
+  ops::maxpool2d_backward(ctx, dy, argmax, dx, window_, stride_);
   stash.clear();
   return dx;
 }

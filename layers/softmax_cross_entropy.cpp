@@ -1,26 +1,21 @@
-// Softmax cross-entropy loss layer on the CPU (kernels/cpu/cross_entropy.hpp).
+// Softmax cross-entropy loss layer over the op seam (fused forward and backward; statistics in f32).
 #include "layers/softmax_cross_entropy.hpp"
 
-#include "kernels/cpu/cross_entropy.hpp"
+#include "kernels/ops/ops.hpp"
 #include "layers/layer_util.hpp"
 
 namespace cleave::layers {
 
-namespace kc = kernels::cpu;
-
 Tensor SoftmaxCrossEntropy::forward(const Tensor& logits, Stash& stash, Context& ctx) {
-  check_input(logits, DType::kF32, -1, 1, "softmax_cross_entropy");
-  const std::int64_t rows = logits.shape().rows(), classes = logits.shape().last();
+  check_input(ctx, logits, DType::kF32, -1, 1, "softmax_cross_entropy");
+  const std::int64_t rows = logits.shape().rows();
   CLEAVE_CHECK(ctx.targets.defined(), "softmax_cross_entropy: no targets in the context (Context::targets)");
   CLEAVE_CHECK(ctx.targets.dtype() == DType::kI32 && ctx.targets.numel() == rows,
                "softmax_cross_entropy: expected {} i32 targets for logits {}, got {} {}", rows, logits.shape().str(),
                ctx.targets.shape().str(), dtype_name(ctx.targets.dtype()));
-  Tensor lse = new_activation(ctx, Shape{rows});
-  const double sum = kc::softmax_cross_entropy_forward(logits.data<float>(), ctx.targets.data<std::int32_t>(),
-                                                       lse.data<float>(), rows, classes);
-  const std::int64_t valid = kc::count_valid_targets(ctx.targets.data<std::int32_t>(), rows);
-  Tensor loss = new_activation(ctx, Shape{});
-  loss.data<float>()[0] = valid > 0 ? static_cast<float>(sum / static_cast<double>(valid)) : 0.0f;
+  Tensor lse = new_activation(ctx, Shape{rows}, DType::kF32);
+  Tensor loss = new_activation(ctx, Shape{}, DType::kF32);
+  ops::cross_entropy_forward(ctx, logits, ctx.targets, lse, loss);
   stash.tensors = {logits, ctx.targets, lse};
   return loss;
 }
@@ -31,14 +26,28 @@ Tensor SoftmaxCrossEntropy::backward_input(const Tensor& dy, Stash& stash, Conte
   const Tensor lse = stash_at(stash, 2, "softmax_cross_entropy");
   CLEAVE_CHECK(dy.defined() && dy.numel() == 1 && dy.dtype() == DType::kF32,
                "softmax_cross_entropy: dy must be one f32 element (the loss scale)");
-  const std::int64_t rows = logits.shape().rows(), classes = logits.shape().last();
-  const std::int64_t valid = kc::count_valid_targets(targets.data<std::int32_t>(), rows);
-  const float scale = valid > 0 ? dy.data<float>()[0] / static_cast<float>(valid) : 0.0f;
+  const std::int64_t classes = logits.shape().last();
   Tensor dlogits = new_activation(ctx, logits.shape());
-  kc::softmax_cross_entropy_backward(logits.data<float>(), targets.data<std::int32_t>(), lse.data<float>(), scale,
-                                     dlogits.data<float>(), rows, classes);
+  ops::cross_entropy_backward(ctx, logits, targets, lse, dy, dlogits, {0, classes, classes});
   stash.clear();
   return dlogits;
+}
+
+EvalCounts SoftmaxCrossEntropy::evaluate(const Tensor& logits, Context& ctx) {
+  Stash scratch;
+  const Tensor loss = forward(logits, scratch, ctx);
+  const std::int64_t rows = logits.shape().rows(), classes = logits.shape().last();
+  const ops::VocabRange all{0, classes, classes};
+  Tensor row_max = new_workspace(ctx, Shape{rows});
+  Tensor neg_index = new_workspace(ctx, Shape{rows});
+  ops::cross_entropy_shard_max(ctx, logits, all, row_max);
+  ops::cross_entropy_shard_argmax(ctx, logits, all, row_max, neg_index);
+  const ops::CorrectCount count = ops::count_correct(ctx, neg_index, ctx.targets);
+  EvalCounts out;
+  out.rows = count.rows;
+  out.correct = count.correct;
+  out.loss_sum = static_cast<double>(loss.to_floats()[0]) * static_cast<double>(count.rows);
+  return out;
 }
 
 }  // namespace cleave::layers

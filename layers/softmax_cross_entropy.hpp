@@ -12,13 +12,14 @@
 
 namespace cleave::layers {
 
-class SoftmaxCrossEntropy final : public Layer {
+class SoftmaxCrossEntropy final : public LossLayer {
  public:
   SoftmaxCrossEntropy() = default;
 
   std::string_view kind() const override { return "softmax_cross_entropy"; }
   Tensor forward(const Tensor& logits, Stash& stash, Context& ctx) override;
   Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override;
+  EvalCounts evaluate(const Tensor& logits, Context& ctx) override;
 };
 
 }  // namespace cleave::layers

@@ -1,17 +1,15 @@
-// Pre-LN transformer block on the CPU: the residual stream around ln1, attn, ln2, mlp.
+// Pre-LN transformer block: the residual stream around ln1, attn, ln2, mlp.
 #include "layers/transformer_block.hpp"
 
 #include <cmath>
 
-#include "kernels/cpu/elementwise.hpp"
+#include "kernels/ops/ops.hpp"
 #include "layers/attention.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/mlp.hpp"
 
 namespace cleave::layers {
-
-namespace kc = kernels::cpu;
 
 ParamInit residual_proj_init(const ParamInit& init, std::int64_t n_layers) {
   CLEAVE_CHECK(n_layers > 0, "transformer block: n_layers must be > 0, got {}", n_layers);
@@ -47,10 +45,10 @@ Tensor TransformerBlock::forward(const Tensor& x, Stash& stash, Context& ctx) {
   stash.children.resize(4);
   Tensor a = ln1_->forward(x, stash.children[0], ctx);
   Tensor x1 = attn_->forward(a, stash.children[1], ctx);
-  kc::add_inplace(x1.data<float>(), x.data<float>(), x.numel());  // x1 = x + attn(ln1(x))
+  ops::add_inplace(ctx, x1, x);  // x1 = x + attn(ln1(x))
   Tensor m = ln2_->forward(x1, stash.children[2], ctx);
   Tensor y = mlp_->forward(m, stash.children[3], ctx);
-  kc::add_inplace(y.data<float>(), x1.data<float>(), x1.numel());  // y = x1 + mlp(ln2(x1))
+  ops::add_inplace(ctx, y, x1);  // y = x1 + mlp(ln2(x1))
   return y;
 }
 
@@ -59,10 +57,10 @@ Tensor TransformerBlock::backward_input(const Tensor& dy, Stash& stash, Context&
   // dy is kept by mlp.proj for its weight gradient and belongs to the caller: never written here.
   Tensor dm = mlp_->backward_input(dy, stash.children[3], ctx);
   Tensor dx1 = ln2_->backward_input(dm, stash.children[2], ctx);
-  kc::add_inplace(dx1.data<float>(), dy.data<float>(), dy.numel());  // residual path
+  ops::add_inplace(ctx, dx1, dy);  // residual path
   Tensor da = attn_->backward_input(dx1, stash.children[1], ctx);
   Tensor dx = ln1_->backward_input(da, stash.children[0], ctx);
-  kc::add_inplace(dx.data<float>(), dx1.data<float>(), dx1.numel());
+  ops::add_inplace(ctx, dx, dx1);
   return dx;
 }
 

@@ -99,6 +99,7 @@ ModelSpec make_gpt_spec(const GptConfig& config) {
   BlockSpec loss = make_loss_block(Shape{t, v}, v);
   loss.vocab_size = v;
   spec.blocks.push_back(loss);
+  if (config.tie_embeddings) spec.tied_parameters = {spec.blocks.front().name + ".token"};
   return spec;
 }
 

@@ -86,6 +86,12 @@ struct ModelSpec {
   MlpConfig mlp;
   CnnConfig cnn;
   std::vector<BlockSpec> blocks;
+  // Logical names of parameters that two blocks share (a tied LM head reads the embedding's token table,
+  // "embed.token"). Layouts that split such a parameter's users over pp ranks keep two copies and sum their
+  // gradients; norms count it once. Empty when nothing is tied.
+  std::vector<std::string> tied_parameters;
+  // Unit of throughput figures: "tok" when a sample is a token sequence, "samples" otherwise.
+  std::string_view throughput_unit() const { return type == "gpt" ? "tok" : "samples"; }
 
   Shape sample_input() const { return blocks.front().input; }  // per-sample input shape
   DType input_dtype() const { return blocks.front().input_dtype; }

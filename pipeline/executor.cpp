@@ -19,7 +19,7 @@ Executor::Executor(ExecutorOptions options) : options_(std::move(options)) {
   CLEAVE_ASSERT(options_.schedule->is_lowered() || options_.schedule->pp_size == 1,
                 "the executor runs lowered schedules");
   last_stage_ = options_.schedule->num_stages - 1;
-  loss_scale_tensor_ = Tensor::empty({1}, DType::kF32, MemoryCategory::kWorkspace);
+  loss_scale_tensor_ = Tensor::empty({1}, DType::kF32, MemoryCategory::kWorkspace, *options_.context->allocator);
   loss_scale_tensor_.data<float>()[0] = options_.loss_scale;
   const auto& actions = options_.schedule->ranks.at(static_cast<std::size_t>(options_.pp_rank));
   for (std::size_t i = 0; i < actions.size(); ++i) {
@@ -148,6 +148,14 @@ StepOutcome Executor::run_step() {
         StageModule& stage = stage_module(a);
         Tensor x = forward_input(a.stage, a.microbatch);
         if (a.stage == last_stage_) ctx.targets = microbatch_data(a.microbatch).targets;
+        if (options_.mode == ExecutorMode::kEvaluate) {
+          if (a.stage == last_stage_) {
+            outcome.evaluations.emplace_back(a.microbatch, stage.evaluate(x, ctx));
+          } else {
+            forward_out_[{a.stage, a.microbatch}] = stage.infer(x, ctx, /*skip_loss=*/false);
+          }
+          break;
+        }
         Tensor y = stage.forward(a.microbatch, x, ctx);
         if (a.stage == last_stage_) {
           outcome.losses.emplace_back(a.microbatch, y.data<float>()[0]);

@@ -7,6 +7,10 @@
 //  - Shapes and dtypes of received tensors come from the plan (`boundary_shape`), never from a handshake.
 //  - A stage's stash is released by its W (or B) action, so live activations follow the schedule.
 //  - Stages that sit on the same rank (ZB-V's turn) hand tensors over directly, without communication.
+//  - REDUCE_GRAD and OPTIMIZER_STEP run the caller's hooks in schedule order, so the step's tail is part of
+//    the step (and of its measured timeline), not a second piece of code after it.
+//  - kEvaluate runs a forward-only schedule (forward_only.hpp): nothing is stashed, and the last stage scores
+//    its logits with the loss block's evaluate() (vocab-parallel under tp) instead of returning a loss.
 #pragma once
 
 #include <chrono>
@@ -28,7 +32,10 @@ struct MicrobatchData {
   Tensor targets;  // i32 targets for the loss
 };
 
+enum class ExecutorMode { kTrain, kEvaluate };
+
 struct ExecutorOptions {
+  ExecutorMode mode = ExecutorMode::kTrain;
   const Schedule* schedule = nullptr;      // lowered; only this rank's list is read
   int pp_rank = 0;
   comm::Communicator* pp_comm = nullptr;   // null when pp = 1; peers are pp ranks
@@ -37,8 +44,8 @@ struct ExecutorOptions {
   std::function<Shape(int stage)> boundary_shape;
   std::function<MicrobatchData(int microbatch)> data;  // called on the ranks of the first and last stage
   float loss_scale = 1.0f;                 // dy of each micro-batch's mean loss (1 / micro-batches)
-  std::function<void(int stage)> reduce_grads;  // REDUCE_GRAD: the stage's gradients are final
-  std::function<void()> optimizer_step;         // OPTIMIZER_STEP
+  std::function<void(int stage)> reduce_grads;  // REDUCE_GRAD: the stage's gradients are final (may be empty)
+  std::function<void()> optimizer_step;         // OPTIMIZER_STEP: reduce, clip, update (may be empty)
   layers::Context* context = nullptr;
   bool record_timeline = false;
 };
@@ -48,6 +55,8 @@ struct StepOutcome {
   // (last stage only; empty elsewhere).
   std::vector<std::pair<int, float>> losses;
   std::vector<TimedAction> timeline;  // measured, in µs of a steady clock (same format as the simulator)
+  // kEvaluate: the counts of each micro-batch this rank scored (last stage only), in the order computed.
+  std::vector<std::pair<int, layers::EvalCounts>> evaluations;
 };
 
 class Executor {

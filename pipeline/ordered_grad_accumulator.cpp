@@ -2,25 +2,16 @@
 #include "pipeline/ordered_grad_accumulator.hpp"
 
 #include "engine/core/error.hpp"
-#include "kernels/cpu/elementwise.hpp"
+#include "kernels/ops/ops.hpp"
 
 namespace cleave::pipeline {
-namespace {
-
-// left <- left + right, element by element (the tree's combine; left holds the earlier micro-batches).
-void combine_into(const Tensor& left, const Tensor& right) {
-  kernels::cpu::add_inplace(left.data<float>(), right.data<float>(), left.numel());
-}
-
-}  // namespace
-
 OrderedGradAccumulator::OrderedGradAccumulator(std::vector<std::shared_ptr<layers::Param>> params,
-                                               int microbatches, Allocator& allocator)
-    : params_(std::move(params)), microbatches_(microbatches), allocator_(allocator) {
+                                               int microbatches, const ops::Context& ctx)
+    : params_(std::move(params)), microbatches_(microbatches), ctx_(ctx) {
   CLEAVE_ASSERT(microbatches_ >= 1, "ordered accumulation over {} micro-batches", microbatches_);
   for (const auto& p : params_) {
-    CLEAVE_ASSERT(p->grad.dtype() == DType::kF32 && p->grad.device().is_cpu(),
-                  "ordered accumulation supports f32 CPU gradients ({} is {} on {})", p->name,
+    CLEAVE_ASSERT(p->grad.dtype() == DType::kF32 && p->grad.device() == ctx_.device,
+                  "ordered accumulation supports f32 gradients on {} ({} is {} on {})", ctx_.device.str(), p->name,
                   dtype_name(p->grad.dtype()), p->grad.device().str());
     entries_[p.get()];
   }
@@ -45,7 +36,8 @@ void OrderedGradAccumulator::begin_microbatch(int microbatch) {
       e.home = p->grad;  // the caller's tensor (a view into a data-parallel bucket, or the param's own)
       e.stack.clear();
     } else {
-      p->grad = Tensor::zeros(e.home.shape(), DType::kF32, MemoryCategory::kGradients, allocator_);
+      p->grad = Tensor::empty(e.home.shape(), DType::kF32, MemoryCategory::kGradients, *ctx_.allocator);
+      ops::fill(ctx_, p->grad, 0.0f);
     }
   }
 }
@@ -62,7 +54,7 @@ void OrderedGradAccumulator::param_done(layers::Param& param) {
   while (!e.stack.empty() && e.stack.back().log2_size == leaf.log2_size) {
     Partial left = std::move(e.stack.back());
     e.stack.pop_back();
-    combine_into(left.sum, leaf.sum);
+    ops::add_inplace(ctx_, left.sum, leaf.sum);  // the earlier micro-batches stay on the left
     leaf = Partial{std::move(left.sum), leaf.log2_size + 1};
   }
   e.stack.push_back(std::move(leaf));
@@ -70,7 +62,7 @@ void OrderedGradAccumulator::param_done(layers::Param& param) {
   if (current_ == microbatches_ - 1) {
     // Fold from the right: s[0] + (s[1] + (... + s[k])). s[0] is home (micro-batch 0 started there and
     // every merge keeps the left operand), so the total lands in home.
-    for (std::size_t d = e.stack.size() - 1; d-- > 0;) combine_into(e.stack[d].sum, e.stack[d + 1].sum);
+    for (std::size_t d = e.stack.size() - 1; d-- > 0;) ops::add_inplace(ctx_, e.stack[d].sum, e.stack[d + 1].sum);
     CLEAVE_ASSERT(e.stack.front().sum.raw_data() == e.home.raw_data(), "{}: the canonical sum left home",
                   param.name);
     e.stack.clear();

@@ -21,6 +21,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "kernels/ops/context.hpp"
 #include "layers/layer.hpp"
 
 namespace cleave::pipeline {
@@ -28,8 +29,9 @@ namespace cleave::pipeline {
 class OrderedGradAccumulator {
  public:
   // `params`: the stage's de-duplicated parameters. `microbatches`: weight-gradient passes per step (>= 1).
+  // `ctx`: where the gradients live; partial sums come from its allocator and are added by its ops.
   OrderedGradAccumulator(std::vector<std::shared_ptr<layers::Param>> params, int microbatches,
-                         Allocator& allocator = cpu_allocator());
+                         const ops::Context& ctx = {});
 
   int microbatches() const { return microbatches_; }
 
@@ -55,7 +57,7 @@ class OrderedGradAccumulator {
   std::vector<std::shared_ptr<layers::Param>> params_;
   int microbatches_;
   int current_ = -1;
-  Allocator& allocator_;
+  ops::Context ctx_;
 };
 
 }  // namespace cleave::pipeline

@@ -27,7 +27,8 @@ StageModule::StageModule(std::vector<layers::LayerPtr> blocks, bool is_first, bo
   }
 }
 
-void StageModule::enable_ordered_accumulation(int microbatches, const std::vector<const layers::Param*>& in_place) {
+void StageModule::enable_ordered_accumulation(int microbatches, const std::vector<const layers::Param*>& in_place,
+                                              const ops::Context& ctx) {
   auto skipped = [&in_place](const layers::Param* p) {
     return std::find(in_place.begin(), in_place.end(), p) != in_place.end();
   };
@@ -36,7 +37,7 @@ void StageModule::enable_ordered_accumulation(int microbatches, const std::vecto
     if (!skipped(p.get())) ordered.push_back(p);
   }
   for (auto& block_params : finishes_) std::erase_if(block_params, skipped);
-  ordered_ = std::make_unique<OrderedGradAccumulator>(std::move(ordered), microbatches);
+  ordered_ = std::make_unique<OrderedGradAccumulator>(std::move(ordered), microbatches, ctx);
 }
 
 Tensor StageModule::forward(int microbatch, const Tensor& x, layers::Context& ctx) {
@@ -56,6 +57,13 @@ Tensor StageModule::infer(const Tensor& x, layers::Context& ctx, bool skip_loss)
     h = blocks_[i]->forward(h, scratch, ctx);
   }
   return h;
+}
+
+layers::EvalCounts StageModule::evaluate(const Tensor& x, layers::Context& ctx) {
+  CLEAVE_ASSERT(is_last_, "evaluate() on a stage that is not the last");
+  auto* loss = dynamic_cast<layers::LossLayer*>(blocks_.back().get());
+  CLEAVE_ASSERT(loss != nullptr, "the last block ({}) is not a loss layer", blocks_.back()->kind());
+  return loss->evaluate(infer(x, ctx, /*skip_loss=*/true), ctx);
 }
 
 Tensor StageModule::backward_input(int microbatch, const Tensor& dy, layers::Context& ctx) {

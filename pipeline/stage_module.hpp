@@ -38,7 +38,9 @@ class StageModule {
   // buckets adopt them before this is called); passes must come in micro-batch order. Parameters listed in
   // `in_place` keep accumulating in place: a tied table shared with another stage on this rank (ZB-V), whose
   // two stages' passes interleave across micro-batches.
-  void enable_ordered_accumulation(int microbatches, const std::vector<const layers::Param*>& in_place = {});
+  // `ctx`: the run's op context (the partial sums' allocator and device).
+  void enable_ordered_accumulation(int microbatches, const std::vector<const layers::Param*>& in_place = {},
+                                   const ops::Context& ctx = {});
   void set_grad_final_callback(std::function<void(const layers::Param&)> callback) {
     on_grad_final_ = std::move(callback);
   }
@@ -51,6 +53,8 @@ class StageModule {
   // Forward without keeping anything for a backward (evaluation). On the last stage `skip_loss` stops
   // before the loss block and returns the logits.
   Tensor infer(const Tensor& x, layers::Context& ctx, bool skip_loss);
+  // Last stage only: the loss block's evaluation counts of x against ctx.targets, keeping nothing.
+  layers::EvalCounts evaluate(const Tensor& x, layers::Context& ctx);
 
   const std::vector<std::shared_ptr<layers::Param>>& params() const { return params_; }
   bool is_first() const { return is_first_; }

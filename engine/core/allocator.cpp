@@ -134,6 +134,8 @@ void Allocator::release_cache() {
   cache_.clear();
 }
 
+std::unique_ptr<Allocator> make_cpu_allocator() { return std::make_unique<CpuAllocator>(); }
+
 Allocator& cpu_allocator() {
   static CpuAllocator allocator;
   return allocator;

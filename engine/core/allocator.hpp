@@ -102,7 +102,11 @@ class Allocator {
   std::multimap<std::size_t, void*> cache_;  // block size -> free block
 };
 
-// The process's CPU allocator (64-byte aligned blocks).
+// A new CPU allocator (64-byte aligned blocks) with its own cap and counters: one per run, so two runs in one
+// process (cleave verify) account and cap their memory separately.
+std::unique_ptr<Allocator> make_cpu_allocator();
+// The process's default CPU allocator, for tensors outside any run (tests, tools, small host buffers). A run
+// never caps or resets it.
 Allocator& cpu_allocator();
 
 // "512MiB", "2GB", "1.5GiB", "1048576" -> bytes. Throws Error naming `what` (e.g. the config key).

@@ -13,26 +13,28 @@
 #include <functional>
 
 #include "engine/optim/optimizer.hpp"
+#include "kernels/ops/context.hpp"
 
 namespace cleave::optim {
 
-// Σ g² in double over fixed 64 Ki-element chunks added in order: the same bits for any thread count.
-double sum_of_squares(const float* g, std::int64_t n);
+// Σ g² comes from ops::sum_squares: double over fixed chunks added in order, the same bits for any thread count.
 
 using SumReducer = std::function<double(double)>;
 using ParamFilter = std::function<bool(const layers::Param&)>;
 
 // Sum over this rank's gradients of g², each Param once, only those `counted` accepts (all when empty).
-double local_grad_sum_of_squares(const ParamList& params, const ParamFilter& counted = {});
+// ctx: where the gradients live and the ops run (default: the CPU).
+double local_grad_sum_of_squares(const ParamList& params, const ParamFilter& counted = {},
+                                 const ops::Context& ctx = {});
 
 // sqrt(all_reduce_sum(local sum of squares)); all_reduce_sum empty = single rank. May be inf or NaN when a
 // gradient is: the caller decides whether to skip the step.
 double global_grad_norm(const ParamList& params, const SumReducer& all_reduce_sum = {},
-                        const ParamFilter& counted = {});
+                        const ParamFilter& counted = {}, const ops::Context& ctx = {});
 
 // Scales every grad by max_norm / (norm + 1e-6) when norm > max_norm (torch.nn.utils.clip_grad_norm_).
 // Returns the factor applied: 1 when max_norm <= 0 (off), norm <= max_norm, or norm is not finite (grads
 // are then left untouched).
-double clip_grads(const ParamList& params, double max_norm, double norm);
+double clip_grads(const ParamList& params, double max_norm, double norm, const ops::Context& ctx = {});
 
 }  // namespace cleave::optim

@@ -4,8 +4,7 @@
 #include <unordered_set>
 
 #include "engine/core/error.hpp"
-#include "kernels/cpu/adamw.hpp"
-#include "kernels/cpu/sgd.hpp"
+#include "kernels/ops/ops.hpp"
 
 namespace cleave::optim {
 
@@ -34,6 +33,8 @@ Optimizer::Optimizer(const ParamList& params) : params_(unique_params(params)) {
 }
 
 void Optimizer::add_state(const std::string& name, Allocator& allocator) {
+  ctx_.device = allocator.device();
+  ctx_.allocator = &allocator;
   state_names_.push_back(name);
   auto& tensors = state_.emplace_back();
   tensors.reserve(params_.size());
@@ -78,9 +79,9 @@ AdamW::AdamW(const ParamList& params, const AdamWOptions& options, Allocator& al
 void AdamW::update(std::size_t i, float lr, std::int64_t step) {
   layers::Param& p = *params_[i];
   const float wd = p.weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
-  kernels::cpu::adamw_update(p.value.data<float>(), p.grad.data<float>(), state_[0][i].data<float>(),
-                             state_[1][i].data<float>(), p.value.numel(), lr, static_cast<float>(options_.beta1),
-                             static_cast<float>(options_.beta2), static_cast<float>(options_.eps), wd, step);
+  ops::adamw_update(ctx_, p.value, p.grad, state_[0][i], state_[1][i],
+                    {lr, static_cast<float>(options_.beta1), static_cast<float>(options_.beta2),
+                     static_cast<float>(options_.eps), wd, step});
 }
 
 Sgd::Sgd(const ParamList& params, const SgdOptions& options, Allocator& allocator)
@@ -95,9 +96,9 @@ Sgd::Sgd(const ParamList& params, const SgdOptions& options, Allocator& allocato
 void Sgd::update(std::size_t i, float lr, std::int64_t step) {
   layers::Param& p = *params_[i];
   const float wd = p.weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
-  float* buffer = state_.empty() ? nullptr : state_[0][i].data<float>();
-  kernels::cpu::sgd_update(p.value.data<float>(), p.grad.data<float>(), buffer, p.value.numel(), lr,
-                           static_cast<float>(options_.momentum), wd, options_.nesterov, step == 1);
+  const Tensor buffer = state_.empty() ? Tensor() : state_[0][i];
+  ops::sgd_update(ctx_, p.value, p.grad, buffer,
+                  {lr, static_cast<float>(options_.momentum), wd, options_.nesterov, step == 1});
 }
 
 }  // namespace cleave::optim

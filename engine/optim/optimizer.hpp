@@ -19,6 +19,7 @@
 
 #include "engine/core/allocator.hpp"
 #include "engine/core/tensor.hpp"
+#include "kernels/ops/context.hpp"
 #include "layers/layer.hpp"
 
 namespace cleave::optim {
@@ -51,6 +52,7 @@ class Optimizer {
   explicit Optimizer(const ParamList& params);
   // Adds one state tensor per parameter, zeroed, named `name`.
   void add_state(const std::string& name, Allocator& allocator);
+  ops::Context ctx_;  // where the updates run: the state's allocator and device (set by add_state; cpu otherwise)
   // Updates params_[i] for update number `step` (1-based); state_[k][i] is its k-th state tensor.
   virtual void update(std::size_t i, float lr, std::int64_t step) = 0;
 

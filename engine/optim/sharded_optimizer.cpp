@@ -7,8 +7,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/optim/grad_clip.hpp"
-#include "kernels/cpu/adamw.hpp"
-#include "kernels/cpu/sgd.hpp"
+#include "kernels/ops/ops.hpp"
 
 namespace cleave::optim {
 namespace {
@@ -39,6 +38,8 @@ ShardedOptimizer::ShardedOptimizer(std::vector<FlatShard> shards) : shards_(std:
 }
 
 void ShardedOptimizer::add_state(Allocator& allocator) {
+  ctx_.device = allocator.device();
+  ctx_.allocator = &allocator;
   auto& tensors = state_.emplace_back();
   tensors.reserve(shards_.size());
   for (const FlatShard& shard : shards_) {
@@ -70,10 +71,11 @@ ShardedAdamW::ShardedAdamW(std::vector<FlatShard> shards, const AdamWOptions& op
 void ShardedAdamW::update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) {
   const FlatShard& shard = shards_[s];
   const float wd = segment.param->weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
-  kernels::cpu::adamw_update(shard.value.data<float>() + segment.begin, shard.grad.data<float>() + segment.begin,
-                             state_[0][s].data<float>() + segment.begin, state_[1][s].data<float>() + segment.begin,
-                             segment.numel, lr, static_cast<float>(options_.beta1), static_cast<float>(options_.beta2),
-                             static_cast<float>(options_.eps), wd, step);
+  const std::int64_t end = segment.begin + segment.numel;
+  ops::AdamWHyper hyper{lr, static_cast<float>(options_.beta1), static_cast<float>(options_.beta2),
+                        static_cast<float>(options_.eps), wd, step};
+  ops::adamw_update(ctx_, shard.value.slice(segment.begin, end), shard.grad.slice(segment.begin, end),
+                    state_[0][s].slice(segment.begin, end), state_[1][s].slice(segment.begin, end), hyper);
 }
 
 ShardedSgd::ShardedSgd(std::vector<FlatShard> shards, const SgdOptions& options, Allocator& allocator)
@@ -88,10 +90,10 @@ ShardedSgd::ShardedSgd(std::vector<FlatShard> shards, const SgdOptions& options,
 void ShardedSgd::update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) {
   const FlatShard& shard = shards_[s];
   const float wd = segment.param->weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
-  float* buffer = state_.empty() ? nullptr : state_[0][s].data<float>() + segment.begin;
-  kernels::cpu::sgd_update(shard.value.data<float>() + segment.begin, shard.grad.data<float>() + segment.begin, buffer,
-                           segment.numel, lr, static_cast<float>(options_.momentum), wd, options_.nesterov,
-                           step == 1);
+  const std::int64_t end = segment.begin + segment.numel;
+  const Tensor buffer = state_.empty() ? Tensor() : state_[0][s].slice(segment.begin, end);
+  ops::sgd_update(ctx_, shard.value.slice(segment.begin, end), shard.grad.slice(segment.begin, end), buffer,
+                  {lr, static_cast<float>(options_.momentum), wd, options_.nesterov, step == 1});
 }
 
 std::unique_ptr<ShardedOptimizer> make_sharded_optimizer(const config::OptimizerConfig& config,
@@ -107,31 +109,26 @@ std::unique_ptr<ShardedOptimizer> make_sharded_optimizer(const config::Optimizer
   CLEAVE_THROW("optimizer.type: \"{}\" is not one of \"adamw\", \"sgd\"", config.type);
 }
 
-double shard_grad_sum_of_squares(const std::vector<FlatShard>& shards, const ParamFilter& counted) {
+double shard_grad_sum_of_squares(const std::vector<FlatShard>& shards, const ParamFilter& counted,
+                                 const ops::Context& ctx) {
   double total = 0.0;
   for (const FlatShard& shard : shards) {
-    CLEAVE_CHECK(shard.grad.dtype() == DType::kF32 && shard.grad.device().is_cpu(),
-                 "grad norm: a shard holds {} gradients on {}; expected f32 on cpu", dtype_name(shard.grad.dtype()),
-                 shard.grad.device().str());
+    CLEAVE_CHECK(shard.grad.dtype() == DType::kF32, "grad norm: a shard holds {} gradients; expected f32",
+                 dtype_name(shard.grad.dtype()));
     for (const ShardSegment& s : shard.segments) {
       if (counted && !counted(*s.param)) continue;
-      total += sum_of_squares(shard.grad.data<float>() + s.begin, s.numel);
+      total += ops::sum_squares(ctx, shard.grad.slice(s.begin, s.begin + s.numel));
     }
   }
   return total;
 }
 
-double clip_shard_grads(const std::vector<FlatShard>& shards, double max_norm, double norm) {
+double clip_shard_grads(const std::vector<FlatShard>& shards, double max_norm, double norm, const ops::Context& ctx) {
   if (max_norm <= 0.0 || !std::isfinite(norm) || norm <= max_norm) return 1.0;
   const double scale = max_norm / (norm + 1e-6);
   const float factor = static_cast<float>(scale);
   for (const FlatShard& shard : shards) {
-    for (const ShardSegment& s : shard.segments) {
-      float* g = shard.grad.data<float>() + s.begin;
-      const std::int64_t n = s.numel;
-#pragma omp parallel for simd schedule(static) if (n >= (std::int64_t{1} << 15))
-      for (std::int64_t i = 0; i < n; ++i) g[i] *= factor;
-    }
+    for (const ShardSegment& s : shard.segments) ops::scale_inplace(ctx, shard.grad.slice(s.begin, s.begin + s.numel), factor);
   }
   return scale;
 }

@@ -23,6 +23,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/tensor.hpp"
+#include "kernels/ops/context.hpp"
 #include "engine/optim/grad_clip.hpp"
 #include "engine/optim/optimizer.hpp"
 #include "layers/layer.hpp"
@@ -62,6 +63,7 @@ class ShardedOptimizer {
   explicit ShardedOptimizer(std::vector<FlatShard> shards);
   // Adds one zeroed shard-sized state tensor per shard.
   void add_state(Allocator& allocator);
+  ops::Context ctx_;  // where the updates run: the state's allocator and device (set by add_state; cpu otherwise)
   // Updates one segment of shard s for update number `step` (1-based); state_[k][s] is the shard's k-th
   // state tensor (index it with segment.begin).
   virtual void update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) = 0;
@@ -98,10 +100,12 @@ std::unique_ptr<ShardedOptimizer> make_sharded_optimizer(const config::Optimizer
 
 // Sum of g² over the segments of `shards` whose Param `counted` accepts (all when empty), accumulated in
 // double over fixed chunks in a fixed order (bit-identical for any thread count), like grad_clip.hpp.
-double shard_grad_sum_of_squares(const std::vector<FlatShard>& shards, const ParamFilter& counted = {});
+double shard_grad_sum_of_squares(const std::vector<FlatShard>& shards, const ParamFilter& counted = {},
+                                 const ops::Context& ctx = {});
 
 // clip_grads (grad_clip.hpp) on shard grads: scales every shard grad by max_norm / (norm + 1e-6) when
 // norm > max_norm, with the same float factor clip_grads would use. Returns the factor (1 when off).
-double clip_shard_grads(const std::vector<FlatShard>& shards, double max_norm, double norm);
+double clip_shard_grads(const std::vector<FlatShard>& shards, double max_norm, double norm,
+                        const ops::Context& ctx = {});
 
 }  // namespace cleave::optim

@@ -60,12 +60,13 @@ DataParallel::DataParallel(const Plan& plan, int pp_rank, const std::map<int, pi
   for (const auto& [stage, module] : stages) {
     for (const auto& p : module->params()) ++reports[p.get()];
   }
-  const bool tied = plan.spec.type == "gpt" && plan.spec.gpt.tie_embeddings;
+  const bool tied = !plan.spec.tied_parameters.empty();
+  const std::string tied_name = tied ? plan.spec.tied_parameters.front() : std::string();
   const int embedding_stage = plan.stage_of_block(partition::BlockKind::kEmbedding);
   if (tied && embedding_stage >= 0 && embedding_stage == plan.stage_of_block(partition::BlockKind::kLmHead) &&
       stages.count(embedding_stage) != 0) {
     for (const auto& p : stages.at(embedding_stage)->params()) {
-      if (p->name == options.tied_table_name) ++reports[p.get()];
+      if (p->name == tied_name) ++reports[p.get()];
     }
   }
 
@@ -85,10 +86,10 @@ DataParallel::DataParallel(const Plan& plan, int pp_rank, const std::map<int, pi
   if (tied_group_ != nullptr) {
     CLEAVE_ASSERT(plan.tied_table_split(), "data parallel: a tied group without a split tied table");
     for (const auto& p : sequence) {
-      if (p->name == options.tied_table_name) split_table_ = p;
+      if (p->name == tied_name) split_table_ = p;
     }
     CLEAVE_ASSERT(split_table_ != nullptr, "data parallel: a tied group but no parameter '{}' on this rank",
-                  options.tied_table_name);
+                  tied_name);
     CLEAVE_ASSERT(reports[split_table_.get()] == 1, "data parallel: the split tied table is reported {} times",
                   reports[split_table_.get()]);
   }
@@ -100,7 +101,8 @@ DataParallel::DataParallel(const Plan& plan, int pp_rank, const std::map<int, pi
   bucket_options.bucket_mib = options.bucket_mib;
   bucket_options.scale = options.average ? 1.0f / static_cast<float>(dp.size()) : 1.0f;
   bucket_options.reduction = zero1() ? comm::BucketReduction::kReduceScatter : comm::BucketReduction::kAllReduce;
-  bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(order_), dp, bucket_options);
+  bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(order_), dp, bucket_options,
+                                                      *options.context.allocator);
   for (int i = 0; i < bucketer_->num_grads(); ++i) {
     layers::Param* p = order_[static_cast<std::size_t>(i)].get();
     p->grad = bucketer_->grad(i);
@@ -109,7 +111,8 @@ DataParallel::DataParallel(const Plan& plan, int pp_rank, const std::map<int, pi
   std::vector<ParamPtr> table_order;
   if (split_table_) {
     table_order.push_back(split_table_);
-    table_bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(table_order), dp, bucket_options);
+    table_bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(table_order), dp, bucket_options,
+                                                             *options.context.allocator);
     split_table_->grad = table_bucketer_->grad(0);
     entries_[split_table_.get()] = Entry{split_table_.get(), table_bucketer_.get(), 0, 1, 0};
   }
@@ -126,9 +129,10 @@ DataParallel::DataParallel(const Plan& plan, int pp_rank, const std::map<int, pi
   if (table_bucketer_) {
     for (auto& shard : make_shards(*table_bucketer_, table_order, table_values_)) shards_.push_back(std::move(shard));
   }
-  const std::int64_t state_before = cpu_allocator().stats().current_of(MemoryCategory::kOptimizerState);
-  if (zero1()) sharded_optimizer_ = optim::make_sharded_optimizer(options.optimizer, shards_);
-  const std::int64_t state_bytes = cpu_allocator().stats().current_of(MemoryCategory::kOptimizerState) - state_before;
+  Allocator& allocator = *options.context.allocator;
+  const std::int64_t state_before = allocator.stats().current_of(MemoryCategory::kOptimizerState);
+  if (zero1()) sharded_optimizer_ = optim::make_sharded_optimizer(options.optimizer, shards_, allocator);
+  const std::int64_t state_bytes = allocator.stats().current_of(MemoryCategory::kOptimizerState) - state_before;
 
   // What an unsharded optimizer holds: one f32 tensor per parameter per state kind.
   std::int64_t elements = 0;
@@ -162,7 +166,8 @@ std::vector<Tensor> DataParallel::flatten_values(const comm::GradientBucketer& b
                                                  const std::vector<ParamPtr>& order) const {
   std::vector<Tensor> values;
   for (int b = 0; b < bucketer.num_buckets(); ++b) {
-    values.push_back(Tensor::zeros({bucketer.bucket(b).numel}, DType::kF32, MemoryCategory::kParameters));
+    values.push_back(Tensor::zeros({bucketer.bucket(b).numel}, DType::kF32, MemoryCategory::kParameters,
+                                  *options_.context.allocator));
   }
   for (int i = 0; i < bucketer.num_grads(); ++i) {
     layers::Param& p = *order[static_cast<std::size_t>(i)];
@@ -265,14 +270,14 @@ DataParallelStepReport DataParallel::end_step() {
 }
 
 double DataParallel::local_grad_sum_of_squares(const optim::ParamFilter& counted) const {
-  return optim::shard_grad_sum_of_squares(shards_, counted);
+  return optim::shard_grad_sum_of_squares(shards_, counted, options_.context);
 }
 
 double DataParallel::clip(double max_norm, double norm) {
-  if (zero1()) return optim::clip_shard_grads(shards_, max_norm, norm);
+  if (zero1()) return optim::clip_shard_grads(shards_, max_norm, norm, options_.context);
   optim::ParamList all(order_.begin(), order_.end());
   if (split_table_) all.push_back(split_table_);
-  return optim::clip_grads(all, max_norm, norm);
+  return optim::clip_grads(all, max_norm, norm, options_.context);
 }
 
 void DataParallel::all_gather_values(const comm::GradientBucketer& bucketer, const std::vector<Tensor>& values,

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
+#include "kernels/ops/context.hpp"
 #include "engine/comm/gradient_bucketer.hpp"
 #include "engine/config/config.hpp"
 #include "engine/optim/sharded_optimizer.hpp"
@@ -52,10 +53,10 @@ struct DataParallelOptions {
   double bucket_mib = 25.0;            // parallel.dp_bucket_mb
   int zero_stage = 0;                  // optimizer.zero_stage: 0 plain, 1 sharded optimizer
   config::OptimizerConfig optimizer;   // hyper-parameters of the ZeRO-1 optimizer
-  std::string tied_table_name = "embed.token";
   // Multiply the summed gradients by 1/dp. The trainer turns it off: its loss scale already divides by dp,
   // so every micro-batch gradient carries the same factor 1/(global micro-batches) on one rank and on many.
   bool average = true;
+  ops::Context context;                // the run's op context: buckets, shards and state use its allocator
 };
 
 // What one step's reduction did (for tests and benchmarks).

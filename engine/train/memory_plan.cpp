@@ -35,7 +35,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   std::int64_t param_bytes = 0, largest_stash = 0, largest_output = 0, boundary = 0;
   // With tied embeddings the token table appears in the embedding's and the head's cost; a rank holding
   // both (ZB-V) shares one Param, so the second occurrence adds only what is not the table.
-  const bool tied = plan.spec.type == "gpt" && plan.spec.gpt.tie_embeddings;
+  const bool tied = !plan.spec.tied_parameters.empty();
   const std::int64_t table_bytes = plan.spec.gpt.vocab_size * plan.spec.gpt.d_model * 4;
   bool table_seen = false;
   for (int stage = 0; stage < plan.num_stages(); ++stage) {

@@ -9,7 +9,7 @@
 #include <thread>
 
 #include "engine/comm/launch_env.hpp"
-#include "kernels/cpu/blas_runtime.hpp"
+#include "kernels/ops/ops.hpp"
 
 namespace cleave::train {
 
@@ -27,7 +27,7 @@ int configure_threads_for_node() {
     // Unbound: share the node's cores among its ranks.
     threads = usable < node ? usable : std::max(1, node / ranks_here);
   }
-  kernels::cpu::configure_kernel_threads(threads);
+  ops::configure_cpu_threads(threads);
   return threads;
 }
 

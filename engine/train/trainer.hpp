@@ -1,8 +1,9 @@
 // Trainer: one process's share of a training run — dp × pp (× tp) layout, model stages, optimizer, data.
 //
 // One step = run this rank's lowered pipeline schedule through the Executor (which, with pp = 1, is plain
-// gradient accumulation), reduce gradients over data-parallel replicas and across the tied embedding's two
-// copies, clip by the true global norm (each parameter counted once), and step the optimizer.
+// gradient accumulation); its REDUCE_GRAD and OPTIMIZER_STEP actions reduce gradients over data-parallel
+// replicas and across the tied embedding's two copies, clip by the true global norm (each parameter counted
+// once), and step the optimizer. Evaluation runs a forward-only schedule through the same executor.
 //
 // Invariants: every rank builds the same plan from the same config (no runtime negotiation); parameters
 // are initialised from (seed, logical name), so every layout starts from the same logical weights and a
@@ -69,6 +70,9 @@ class Trainer {
 
   const config::RunConfig& config() const;
   const Plan& plan() const;
+  // This run's memory (its own allocator: every parameter, gradient, state and activation of the run).
+  MemoryStats memory_stats() const;
+  void reset_peak_memory();
 
   struct State;  // implementation detail (trainer.cpp)
 

@@ -23,7 +23,8 @@ void check_attention(const char* op, int64_t B, int64_t T, int64_t H, int64_t hd
 
 }  // namespace
 
-void attention_forward(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t H, int64_t hd) {
+void attention_forward(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t H, int64_t hd,
+                       GemmSlicing slicing) {
   check_attention("attention_forward", B, T, H, hd);
   const int64_t C = H * hd;
   const int64_t ld_qkv = 3 * C;
@@ -32,7 +33,7 @@ void attention_forward(const float* qkv, float* out, float* probs, int64_t B, in
     const float* q = qkv + b * T * ld_qkv;
     // S[h] = scale * Q_h K_h^T, batched over heads (head h is a column offset h*hd).
     gemm_strided_batched(false, true, T, T, hd, scale, q, ld_qkv, hd, q + C, ld_qkv, hd, 0.0f, probs + b * H * T * T, T,
-                         T * T, H);
+                         T * T, H, slicing);
   }
   // Causal softmax of each row t over columns [0, t]; the masked columns are written as exact zeros.
   const int64_t n_rows = B * H * T;
@@ -50,12 +51,12 @@ void attention_forward(const float* qkv, float* out, float* probs, int64_t B, in
   for (int64_t b = 0; b < B; ++b) {
     // O_h = P_h V_h, written straight into the head's column block of out.
     gemm_strided_batched(false, false, T, hd, T, 1.0f, probs + b * H * T * T, T, T * T, qkv + b * T * ld_qkv + 2 * C,
-                         ld_qkv, hd, 0.0f, out + b * T * C, C, hd, H);
+                         ld_qkv, hd, 0.0f, out + b * T * C, C, hd, H, slicing);
   }
 }
 
 void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv, float* dprobs_workspace,
-                        int64_t B, int64_t T, int64_t H, int64_t hd) {
+                        int64_t B, int64_t T, int64_t H, int64_t hd, GemmSlicing slicing) {
   check_attention("attention_backward", B, T, H, hd);
   const int64_t C = H * hd;
   const int64_t ld_qkv = 3 * C;
@@ -67,9 +68,9 @@ void attention_backward(const float* dout, const float* qkv, const float* probs,
     float* dq = dqkv + b * T * ld_qkv;
     float* dp = dprobs_workspace + b * H * T * T;
     // dP_h = dO_h V_h^T
-    gemm_strided_batched(false, true, T, T, hd, 1.0f, dout_b, C, hd, q + 2 * C, ld_qkv, hd, 0.0f, dp, T, T * T, H);
+    gemm_strided_batched(false, true, T, T, hd, 1.0f, dout_b, C, hd, q + 2 * C, ld_qkv, hd, 0.0f, dp, T, T * T, H, slicing);
     // dV_h = P_h^T dO_h
-    gemm_strided_batched(true, false, T, hd, T, 1.0f, p, T, T * T, dout_b, C, hd, 0.0f, dq + 2 * C, ld_qkv, hd, H);
+    gemm_strided_batched(true, false, T, hd, T, 1.0f, p, T, T * T, dout_b, C, hd, 0.0f, dq + 2 * C, ld_qkv, hd, H, slicing);
   }
   // dS = P * (dP - rowsum(P * dP)) * scale, in place in the workspace (exact zeros above the diagonal).
   const int64_t n_rows = B * H * T;
@@ -90,8 +91,8 @@ void attention_backward(const float* dout, const float* qkv, const float* probs,
     const float* ds = dprobs_workspace + b * H * T * T;
     float* dq = dqkv + b * T * ld_qkv;
     // dQ_h = dS_h K_h; dK_h = dS_h^T Q_h
-    gemm_strided_batched(false, false, T, hd, T, 1.0f, ds, T, T * T, q + C, ld_qkv, hd, 0.0f, dq, ld_qkv, hd, H);
-    gemm_strided_batched(true, false, T, hd, T, 1.0f, ds, T, T * T, q, ld_qkv, hd, 0.0f, dq + C, ld_qkv, hd, H);
+    gemm_strided_batched(false, false, T, hd, T, 1.0f, ds, T, T * T, q + C, ld_qkv, hd, 0.0f, dq, ld_qkv, hd, H, slicing);
+    gemm_strided_batched(true, false, T, hd, T, 1.0f, ds, T, T * T, q, ld_qkv, hd, 0.0f, dq + C, ld_qkv, hd, H, slicing);
   }
 }
 

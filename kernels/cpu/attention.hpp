@@ -9,11 +9,15 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/gemm.hpp"
+
 namespace cleave::kernels::cpu {
 
-void attention_forward(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t H, int64_t hd);
+// slicing: how the batched GEMMs inside are cut over threads (gemm.hpp; kShapeFixed in deterministic mode).
+void attention_forward(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t H, int64_t hd,
+                       GemmSlicing slicing = GemmSlicing::kPerThread);
 
 void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv, float* dprobs_workspace,
-                        int64_t B, int64_t T, int64_t H, int64_t hd);
+                        int64_t B, int64_t T, int64_t H, int64_t hd, GemmSlicing slicing = GemmSlicing::kPerThread);
 
 }  // namespace cleave::kernels::cpu

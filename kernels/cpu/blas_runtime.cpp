@@ -5,7 +5,6 @@
 
 #include <cblas.h>
 
-#include <atomic>
 #include <omp.h>
 
 #include "engine/core/error.hpp"
@@ -25,16 +24,7 @@ void configure_kernel_threads(int threads) {
   omp_set_num_threads(threads);
 }
 
-namespace {
-std::atomic<bool> g_deterministic_gemm{false};
-}  // namespace
-
-void configure_deterministic_gemm(bool on) {
-  if (on) openblas_set_num_threads(1);
-  g_deterministic_gemm.store(on, std::memory_order_relaxed);
-}
-
-bool deterministic_gemm() { return g_deterministic_gemm.load(std::memory_order_relaxed); }
+int kernel_threads() { return omp_get_max_threads(); }
 
 std::string blas_config() {
   const char* config = openblas_get_config();

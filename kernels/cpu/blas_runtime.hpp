@@ -30,14 +30,10 @@ int blas_threads();
 // large GEMM is then sliced over the OpenMP team (gemm.cpp), so only one thread pool is ever active.
 // Call it once at startup, before the first kernel. threads >= 1.
 void configure_kernel_threads(int threads);
+// OpenMP threads the CPU kernels use now.
+int kernel_threads();
 
-// Deterministic mode (train.deterministic): GEMM results must not depend on the thread count, so that one
-// rank with N threads and N ranks with one thread each compute the same bits. OpenBLAS's results change
-// with how C is sliced (measured: thousands of differing elements between 1 and 2 slices of a 512x384x128
-// product), so when on, a large GEMM is always cut into the same slices — fixed by its shape alone — and
-// the threads share them out; OpenBLAS is set to one thread. Off (the default) slices per thread.
-void configure_deterministic_gemm(bool on);
-bool deterministic_gemm();
+// Deterministic GEMM slicing is a per-call argument (gemm.hpp, GemmSlicing), not process state.
 
 // OpenBLAS's self-description, e.g. "OpenBLAS 0.3.21 DYNAMIC_ARCH NO_AFFINITY Haswell MAX_THREADS=64",
 // and the core type it selected ("Haswell", "Zen", "SkylakeX", ...).

@@ -83,14 +83,14 @@ int64_t conv2d_workspace_floats(const Conv2dShape& s) {
 }
 
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
-                    float* workspace) {
+                    float* workspace, GemmSlicing slicing) {
   conv2d_check_shape(s);
   const int64_t ckk = s.in_channels * s.kernel * s.kernel;
   const int64_t spatial = s.out_height() * s.out_width();
   for (int64_t n = 0; n < s.batch; ++n) {
     im2col(s, x + n * s.in_channels * s.height * s.width, workspace);
     float* yn = y + n * s.out_channels * spatial;
-    gemm(false, false, s.out_channels, spatial, ckk, 1.0f, w, ckk, workspace, spatial, 0.0f, yn, spatial);
+    gemm(false, false, s.out_channels, spatial, ckk, 1.0f, w, ckk, workspace, spatial, 0.0f, yn, spatial, slicing);
     if (bias != nullptr) {
       for (int64_t k = 0; k < s.out_channels; ++k) {
         float* row = yn + k * spatial;
@@ -102,14 +102,15 @@ void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const 
   }
 }
 
-void conv2d_backward_input(const Conv2dShape& s, const float* dy, const float* w, float* dx, float* workspace) {
+void conv2d_backward_input(const Conv2dShape& s, const float* dy, const float* w, float* dx, float* workspace,
+                           GemmSlicing slicing) {
   conv2d_check_shape(s);
   const int64_t ckk = s.in_channels * s.kernel * s.kernel;
   const int64_t spatial = s.out_height() * s.out_width();
   const int64_t image = s.in_channels * s.height * s.width;
   for (int64_t n = 0; n < s.batch; ++n) {
     gemm(true, false, ckk, spatial, s.out_channels, 1.0f, w, ckk, dy + n * s.out_channels * spatial, spatial, 0.0f,
-         workspace, spatial);
+         workspace, spatial, slicing);
     float* dxn = dx + n * image;
     for (int64_t i = 0; i < image; ++i) dxn[i] = 0.0f;
     col2im_add(s, workspace, dxn);
@@ -117,14 +118,14 @@ void conv2d_backward_input(const Conv2dShape& s, const float* dy, const float* w
 }
 
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* dbias,
-                            float* workspace) {
+                            float* workspace, GemmSlicing slicing) {
   conv2d_check_shape(s);
   const int64_t ckk = s.in_channels * s.kernel * s.kernel;
   const int64_t spatial = s.out_height() * s.out_width();
   for (int64_t n = 0; n < s.batch; ++n) {
     const float* dyn = dy + n * s.out_channels * spatial;
     im2col(s, x + n * s.in_channels * s.height * s.width, workspace);
-    gemm(false, true, s.out_channels, ckk, spatial, 1.0f, dyn, spatial, workspace, spatial, 1.0f, dw, ckk);
+    gemm(false, true, s.out_channels, ckk, spatial, 1.0f, dyn, spatial, workspace, spatial, 1.0f, dw, ckk, slicing);
     if (dbias != nullptr) {
       for (int64_t k = 0; k < s.out_channels; ++k) {
         const float* row = dyn + k * spatial;

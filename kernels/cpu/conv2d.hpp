@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/gemm.hpp"
+
 namespace cleave::kernels::cpu {
 
 struct Conv2dShape {
@@ -24,9 +26,10 @@ void conv2d_check_shape(const Conv2dShape& s);
 int64_t conv2d_workspace_floats(const Conv2dShape& s);
 
 void conv2d_forward(const Conv2dShape& s, const float* x, const float* w, const float* bias, float* y,
-                    float* workspace);
-void conv2d_backward_input(const Conv2dShape& s, const float* dy, const float* w, float* dx, float* workspace);
+                    float* workspace, GemmSlicing slicing = GemmSlicing::kPerThread);
+void conv2d_backward_input(const Conv2dShape& s, const float* dy, const float* w, float* dx, float* workspace,
+                           GemmSlicing slicing = GemmSlicing::kPerThread);
 void conv2d_backward_weight(const Conv2dShape& s, const float* x, const float* dy, float* dw, float* dbias,
-                            float* workspace);
+                            float* workspace, GemmSlicing slicing = GemmSlicing::kPerThread);
 
 }  // namespace cleave::kernels::cpu

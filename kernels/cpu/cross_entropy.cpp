@@ -4,6 +4,7 @@
 #include "kernels/cpu/cross_entropy.hpp"
 
 #include <cmath>
+#include <limits>
 #include <vector>
 
 #include "engine/core/error.hpp"
@@ -55,37 +56,71 @@ void softmax_cross_entropy_backward(const float* logits, const int32_t* targets,
   softmax_cross_entropy_backward_shard(logits, targets, 0, lse, scale, dlogits, rows, classes, classes);
 }
 
-void cross_entropy_shard_max(const float* logits, float* row_max, int64_t rows, int64_t classes) {
-  CLEAVE_ASSERT(rows >= 0 && classes > 0, "cross_entropy_shard_max: bad shape [{}, {}]", rows, classes);
+namespace {
+int64_t valid_columns(int64_t valid, int64_t classes) { return valid < 0 ? classes : valid; }
+}  // namespace
+
+void cross_entropy_shard_max(const float* logits, float* row_max, int64_t rows, int64_t classes, int64_t valid) {
+  valid = valid_columns(valid, classes);
+  CLEAVE_ASSERT(rows >= 0 && classes > 0 && valid <= classes, "cross_entropy_shard_max: bad shape [{}, {}] valid {}",
+                rows, classes, valid);
 #pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * classes))
-  for (int64_t r = 0; r < rows; ++r) row_max[r] = detail::max_of(logits + r * classes, classes);
+  for (int64_t r = 0; r < rows; ++r) {
+    row_max[r] = valid > 0 ? detail::max_of(logits + r * classes, valid) : -std::numeric_limits<float>::infinity();
+  }
 }
 
 void cross_entropy_shard_sum_exp(const float* logits, const float* row_max, float* sum_exp, int64_t rows,
-                                 int64_t classes) {
-  CLEAVE_ASSERT(rows >= 0 && classes > 0, "cross_entropy_shard_sum_exp: bad shape [{}, {}]", rows, classes);
+                                 int64_t classes, int64_t valid) {
+  valid = valid_columns(valid, classes);
+  CLEAVE_ASSERT(rows >= 0 && classes > 0 && valid <= classes,
+                "cross_entropy_shard_sum_exp: bad shape [{}, {}] valid {}", rows, classes, valid);
 #pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * classes))
-  for (int64_t r = 0; r < rows; ++r) sum_exp[r] = detail::exp_sum(logits + r * classes, row_max[r], classes);
+  for (int64_t r = 0; r < rows; ++r) {
+    sum_exp[r] = valid > 0 ? detail::exp_sum(logits + r * classes, row_max[r], valid) : 0.0f;
+  }
 }
 
 void cross_entropy_shard_target_logit(const float* logits, const int32_t* targets, int64_t class_offset,
-                                      float* target_logit, int64_t rows, int64_t classes, int64_t total_classes) {
-  CLEAVE_ASSERT(rows >= 0 && classes > 0 && class_offset >= 0 && class_offset + classes <= total_classes,
+                                      float* target_logit, int64_t rows, int64_t classes, int64_t total_classes,
+                                      int64_t valid) {
+  valid = valid_columns(valid, classes);
+  CLEAVE_ASSERT(rows >= 0 && classes > 0 && valid <= classes && class_offset >= 0 &&
+                    class_offset + valid <= total_classes,
                 "cross_entropy_shard_target_logit: shard [{}, {}) outside {} classes", class_offset,
-                class_offset + classes, total_classes);
+                class_offset + valid, total_classes);
   check_targets("cross_entropy_shard_target_logit", targets, rows, total_classes);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t local = static_cast<int64_t>(targets[r]) - class_offset;
-    target_logit[r] = (targets[r] >= 0 && local >= 0 && local < classes) ? logits[r * classes + local] : 0.0f;
+    target_logit[r] = (targets[r] >= 0 && local >= 0 && local < valid) ? logits[r * classes + local] : 0.0f;
+  }
+}
+
+void cross_entropy_shard_argmax(const float* logits, const float* row_max, int64_t class_offset, float* neg_index,
+                                int64_t rows, int64_t classes, int64_t valid) {
+  valid = valid_columns(valid, classes);
+  CLEAVE_ASSERT(rows >= 0 && classes > 0 && valid <= classes && class_offset >= 0,
+                "cross_entropy_shard_argmax: bad shape [{}, {}] valid {}", rows, classes, valid);
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* x = logits + r * classes;
+    neg_index[r] = -std::numeric_limits<float>::infinity();
+    for (int64_t c = 0; c < valid; ++c) {
+      if (x[c] == row_max[r]) {
+        neg_index[r] = -static_cast<float>(class_offset + c);
+        break;
+      }
+    }
   }
 }
 
 void softmax_cross_entropy_backward_shard(const float* logits, const int32_t* targets, int64_t class_offset,
                                           const float* lse, float scale, float* dlogits, int64_t rows, int64_t classes,
-                                          int64_t total_classes) {
-  CLEAVE_ASSERT(rows >= 0 && classes > 0 && class_offset >= 0 && class_offset + classes <= total_classes,
+                                          int64_t total_classes, int64_t valid) {
+  valid = valid_columns(valid, classes);
+  CLEAVE_ASSERT(rows >= 0 && classes > 0 && valid <= classes && class_offset >= 0 &&
+                    class_offset + valid <= total_classes,
                 "softmax_cross_entropy_backward: shard [{}, {}) outside {} classes (rows {})", class_offset,
-                class_offset + classes, total_classes, rows);
+                class_offset + valid, total_classes, rows);
   check_targets("softmax_cross_entropy_backward", targets, rows, total_classes);
   // dlogits may alias logits: every element is read before it is written, at the same index.
 #pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * classes))
@@ -93,15 +128,13 @@ void softmax_cross_entropy_backward_shard(const float* logits, const int32_t* ta
     const float* x = logits + r * classes;
     float* dx = dlogits + r * classes;
     const int32_t t = targets[r];
-    if (t < 0) {
-      for (int64_t c = 0; c < classes; ++c) dx[c] = 0.0f;
-      continue;
-    }
+    for (int64_t c = t < 0 ? 0 : valid; c < classes; ++c) dx[c] = 0.0f;  // padding columns and ignored rows
+    if (t < 0) continue;
     const int64_t local = static_cast<int64_t>(t) - class_offset;
-    const bool here = local >= 0 && local < classes;
+    const bool here = local >= 0 && local < valid;
     const float row_lse = lse[r];
     const float x_t = here ? x[local] : 0.0f;
-    detail::exp_scale_store(x, row_lse, scale, dx, classes);
+    detail::exp_scale_store(x, row_lse, scale, dx, valid);
     if (here) dx[local] = scale * (detail::exp_scalar(x_t - row_lse) - 1.0f);
   }
 }

@@ -27,17 +27,25 @@ int64_t count_valid_targets(const int32_t* targets, int64_t rows);
 //   lse      = row_max + log(sum_exp)             loss_r  = lse - all_reduce_sum(shard_target_logit)
 // and then calls softmax_cross_entropy_backward_shard with that lse. With one shard (offset 0,
 // classes == total_classes) these reproduce the fused kernels above.
-void cross_entropy_shard_max(const float* logits, float* row_max, int64_t rows, int64_t classes);
+// Padding: a shard's rows are `classes` wide but only columns [0, valid) are real classes (valid < 0 means
+// all); the vocabulary padding columns [valid, classes) take no part in max, sum or target, and get a zero
+// gradient. valid may be 0 (a shard made only of padding): its max is -inf and its sum 0.
+void cross_entropy_shard_max(const float* logits, float* row_max, int64_t rows, int64_t classes, int64_t valid = -1);
 void cross_entropy_shard_sum_exp(const float* logits, const float* row_max, float* sum_exp, int64_t rows,
-                                 int64_t classes);
+                                 int64_t classes, int64_t valid = -1);
 // target_logit[r] = logits[r, targets[r] - class_offset] when the target lies in this shard, else 0.
 // CLEAVE_CHECKs every target against [-1, total_classes).
 void cross_entropy_shard_target_logit(const float* logits, const int32_t* targets, int64_t class_offset,
-                                      float* target_logit, int64_t rows, int64_t classes, int64_t total_classes);
+                                      float* target_logit, int64_t rows, int64_t classes, int64_t total_classes,
+                                      int64_t valid = -1);
+// neg_index[r] = -(global index of the first column equal to row_max[r]), or -inf when none is: the max over
+// the tp group (an all-reduce max) is minus the first arg-max of the whole row, as std::max_element picks it.
+void cross_entropy_shard_argmax(const float* logits, const float* row_max, int64_t class_offset, float* neg_index,
+                                int64_t rows, int64_t classes, int64_t valid = -1);
 // dlogits = scale * (softmax - onehot), the onehot only where the target lies in this shard; ignored rows
-// are zero. dlogits may alias logits.
+// and padding columns are zero. dlogits may alias logits.
 void softmax_cross_entropy_backward_shard(const float* logits, const int32_t* targets, int64_t class_offset,
                                           const float* lse, float scale, float* dlogits, int64_t rows, int64_t classes,
-                                          int64_t total_classes);
+                                          int64_t total_classes, int64_t valid = -1);
 
 }  // namespace cleave::kernels::cpu

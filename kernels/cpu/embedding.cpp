@@ -13,17 +13,29 @@ namespace cleave::kernels::cpu {
 
 void embedding_forward(const int32_t* ids, const float* table, float* out, int64_t n_tokens, int64_t dim,
                        int64_t vocab) {
-  CLEAVE_ASSERT(n_tokens >= 0 && dim > 0 && vocab > 0, "embedding_forward: bad shape n_tokens={} dim={} vocab={}",
-                n_tokens, dim, vocab);
+  embedding_forward_shard(ids, table, out, n_tokens, dim, vocab, 0, vocab);
+}
+
+void embedding_forward_shard(const int32_t* ids, const float* table, float* out, int64_t n_tokens, int64_t dim,
+                             int64_t vocab, int64_t first, int64_t valid) {
+  CLEAVE_ASSERT(n_tokens >= 0 && dim > 0 && vocab > 0 && first >= 0 && valid >= 0 && first + valid <= vocab,
+                "embedding_forward: bad shape n_tokens={} dim={} vocab={} shard [{}, {})", n_tokens, dim, vocab,
+                first, first + valid);
   for (int64_t i = 0; i < n_tokens; ++i) {
     CLEAVE_CHECK(ids[i] >= 0 && ids[i] < vocab,
                  "embedding: token id {} at position {} is out of range [0, {}) (vocab_size {}); check that the "
                  "data was tokenized with this model's vocabulary",
                  ids[i], i, vocab, vocab);
   }
+  const auto row_bytes = static_cast<size_t>(dim) * sizeof(float);
 #pragma omp parallel for schedule(static) if (detail::worth_parallel(n_tokens * dim))
   for (int64_t i = 0; i < n_tokens; ++i) {
-    std::memcpy(out + i * dim, table + static_cast<int64_t>(ids[i]) * dim, static_cast<size_t>(dim) * sizeof(float));
+    const int64_t local = static_cast<int64_t>(ids[i]) - first;
+    if (local >= 0 && local < valid) {
+      std::memcpy(out + i * dim, table + local * dim, row_bytes);
+    } else {
+      std::memset(out + i * dim, 0, row_bytes);
+    }
   }
 }
 
@@ -40,6 +52,27 @@ void embedding_backward(const int32_t* ids, const float* dout, float* dtable, in
     const int64_t width = std::min(kBlock, dim - c0);
     for (int64_t i = 0; i < n_tokens; ++i) {
       float* dst = dtable + static_cast<int64_t>(ids[i]) * dim + c0;
+      const float* src = dout + i * dim + c0;
+#pragma omp simd
+      for (int64_t c = 0; c < width; ++c) dst[c] += src[c];
+    }
+  }
+}
+
+void embedding_backward_shard(const int32_t* ids, const float* dout, float* dtable, int64_t n_tokens, int64_t dim,
+                              int64_t first, int64_t valid) {
+  CLEAVE_ASSERT(n_tokens >= 0 && dim > 0 && first >= 0 && valid >= 0,
+                "embedding_backward: bad shape n_tokens={} dim={} shard [{}, {})", n_tokens, dim, first, first + valid);
+  constexpr int64_t kBlock = 256;
+  const int64_t blocks = (dim + kBlock - 1) / kBlock;
+#pragma omp parallel for schedule(static) if (blocks > 1 && detail::worth_parallel(n_tokens * dim))
+  for (int64_t blk = 0; blk < blocks; ++blk) {
+    const int64_t c0 = blk * kBlock;
+    const int64_t width = std::min(kBlock, dim - c0);
+    for (int64_t i = 0; i < n_tokens; ++i) {
+      const int64_t local = static_cast<int64_t>(ids[i]) - first;
+      if (local < 0 || local >= valid) continue;
+      float* dst = dtable + local * dim + c0;
       const float* src = dout + i * dim + c0;
 #pragma omp simd
       for (int64_t c = 0; c < width; ++c) dst[c] += src[c];

@@ -6,7 +6,7 @@
 // over the cores (measured on 2 cores: a GEMM followed by an OpenMP GELU took 1.8-4.3 ms longer than the
 // two apart with both pools active; 137-158 GFLOP/s sliced against 58-98 for OpenBLAS threads on the MLP
 // shapes in that alternation). Otherwise OpenBLAS threads the call itself.
-// Deterministic mode (configure_deterministic_gemm): slices of a fixed width, whatever the thread count,
+// Deterministic mode (GemmSlicing::kShapeFixed): slices of a fixed width, whatever the thread count,
 // because OpenBLAS's bits depend on the slice shapes.
 #include "kernels/cpu/gemm.hpp"
 
@@ -17,7 +17,6 @@
 #include <limits>
 
 #include "engine/core/error.hpp"
-#include "kernels/cpu/blas_runtime.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -111,8 +110,8 @@ void gemm_invariant(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
 // One GEMM, sliced over the OpenMP team when OpenBLAS is single-threaded (see the file comment). Must not
 // be called from inside a parallel region (the batched path calls gemm_unchecked there).
 void gemm_threaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  if (deterministic_gemm()) {
+                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing) {
+  if (slicing == GemmSlicing::kShapeFixed) {
     gemm_invariant(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
@@ -139,16 +138,16 @@ void gemm_threaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, 
 }  // namespace
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing) {
   check_gemm("gemm", trans_a, trans_b, m, n, k, lda, ldb, ldc);
   CLEAVE_ASSERT(m == 0 || n == 0 || c != nullptr, "gemm: null C for a {}x{} result", m, n);
   CLEAVE_ASSERT(m == 0 || n == 0 || k == 0 || (a != nullptr && b != nullptr), "gemm: null A or B");
-  gemm_threaded(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  gemm_threaded(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, slicing);
 }
 
 void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                           int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
-                          float* c, int64_t ldc, int64_t stride_c, int64_t batch) {
+                          float* c, int64_t ldc, int64_t stride_c, int64_t batch, GemmSlicing slicing) {
   check_gemm("gemm_strided_batched", trans_a, trans_b, m, n, k, lda, ldb, ldc);
   CLEAVE_ASSERT(batch >= 0, "gemm_strided_batched: negative batch {}", batch);
   if (m == 0 || n == 0 || batch == 0) return;
@@ -166,7 +165,7 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   }
   for (int64_t i = 0; i < batch; ++i) {
     gemm_threaded(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
-                  c + i * stride_c, ldc);
+                  c + i * stride_c, ldc, slicing);
   }
 }
 

@@ -11,14 +11,23 @@
 
 namespace cleave::kernels::cpu {
 
+// How a large GEMM is cut over the OpenMP team. OpenBLAS's bits depend on the slice shapes (measured:
+// thousands of differing elements between 1 and 2 slices of a 512x384x128 product), so deterministic mode
+// (train.deterministic) asks for kShapeFixed: slices of a fixed width chosen by the shape alone, shared out
+// over however many threads there are, so one rank with N threads and N ranks of one thread compute the same
+// bits. kPerThread (the default) cuts one slice per thread. Slicing needs OpenBLAS at one thread
+// (configure_kernel_threads); otherwise OpenBLAS threads the call itself.
+enum class GemmSlicing { kPerThread, kShapeFixed };
+
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc);
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing = GemmSlicing::kPerThread);
 
 // `batch` independent GEMMs; matrix i of A starts at a + i*stride_a (likewise B, C). Strides are in
 // floats; a stride of 0 broadcasts one A or B to every batch entry. The C matrices must not share an
 // element (interleaved layouts such as per-head column blocks, stride_c = head_dim < ldc, are fine).
 void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                           int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
-                          float* c, int64_t ldc, int64_t stride_c, int64_t batch);
+                          float* c, int64_t ldc, int64_t stride_c, int64_t batch,
+                          GemmSlicing slicing = GemmSlicing::kPerThread);
 
 }  // namespace cleave::kernels::cpu

@@ -1,9 +1,9 @@
-// Row-parallel linear layer on the CPU: Linear's GEMMs on the shard, the tp all-reduce of the output, then
+// Row-parallel linear layer: Linear's GEMMs on the shard, the tp all-reduce of the output, then
 // the replicated bias.
 #include "layers/parallel/row_parallel_linear.hpp"
 
 #include "engine/core/error.hpp"
-#include "kernels/cpu/bias.hpp"
+#include "kernels/ops/ops.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/parallel/shard.hpp"
 #include "layers/parallel/sharded_param.hpp"
@@ -44,9 +44,7 @@ Tensor RowParallelLinear::forward(const Tensor& x, Stash& stash, Context& ctx) {
   tp_group(ctx, tp_size_, tp_rank_, who());
   Tensor y = local_.forward(x, stash, ctx);
   tp_all_reduce(y, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
-  if (bias_) {
-    kernels::cpu::bias_add_forward(y.data<float>(), bias_->value.data<float>(), y.shape().rows(), out_features());
-  }
+  if (bias_) ops::bias_add_forward(ctx, y, bias_->value);
   return y;
 }
 
@@ -57,7 +55,7 @@ Tensor RowParallelLinear::backward_input(const Tensor& dy, Stash& stash, Context
 void RowParallelLinear::backward_weight(Stash& stash, Context& ctx) {
   if (bias_) {
     const Tensor& dy = stash_at(stash, 1, who());
-    kernels::cpu::bias_backward(dy.data<float>(), bias_->grad.data<float>(), dy.shape().rows(), out_features());
+    ops::bias_backward(ctx, dy, bias_->grad);
   }
   local_.backward_weight(stash, ctx);
 }

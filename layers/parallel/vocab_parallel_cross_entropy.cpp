@@ -1,23 +1,16 @@
-// Vocab-parallel softmax cross-entropy on the CPU. The row loops use the same vectorised exp as
-// kernels/cpu/cross_entropy.cpp, so a tp run differs from the single-rank loss only by summation order.
-// Two all-reduces per forward (max, then sum-exp and target logit together); none in backward.
+// Vocab-parallel softmax cross-entropy over the seam's shard pieces (kernels/ops/ops.hpp), so a tp run
+// differs from the single-rank loss only by summation order. Two all-reduces per forward (max, then sum-exp
+// and target logit together); none in backward. evaluate() adds one more for the arg-max.
 #include "layers/parallel/vocab_parallel_cross_entropy.hpp"
 
+
 #include <algorithm>
-#include <cmath>
-#include <limits>
-#include <vector>
 
 #include "engine/core/error.hpp"
-#include "kernels/cpu/cross_entropy.hpp"
-#include "kernels/cpu/parallel.hpp"
-#include "kernels/cpu/vec_math.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/parallel/tp_util.hpp"
 
 namespace cleave::layers {
-
-namespace kd = kernels::cpu::detail;
 
 namespace {
 constexpr const char* kWho = "vocab_parallel_cross_entropy";
@@ -32,52 +25,33 @@ VocabParallelCrossEntropy::VocabParallelCrossEntropy(std::int64_t vocab_size, in
   valid_ = std::clamp<std::int64_t>(vocab_size - first_, 0, local_);
 }
 
-Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, Stash& stash, Context& ctx) {
-  check_input(logits, DType::kF32, local_, 1, kWho);
+std::int64_t VocabParallelCrossEntropy::check(const Tensor& logits, const Context& ctx) const {
+  check_input(ctx, logits, DType::kF32, local_, 1, kWho);
   const std::int64_t rows = logits.shape().rows();
   CLEAVE_CHECK(ctx.targets.defined(), "{}: no targets in the context (Context::targets)", kWho);
   CLEAVE_CHECK(ctx.targets.dtype() == DType::kI32 && ctx.targets.numel() == rows,
                "{}: expected {} i32 targets for logits {}, got {} {}", kWho, rows, logits.shape().str(),
                ctx.targets.shape().str(), dtype_name(ctx.targets.dtype()));
   tp_group(ctx, tp_size_, tp_rank_, kWho);
-  const std::int32_t* targets = ctx.targets.data<std::int32_t>();
-  for (std::int64_t r = 0; r < rows; ++r) {
-    CLEAVE_CHECK(targets[r] >= -1 && targets[r] < vocab_,
-                 "{}: target {} at row {} is out of range [0, {}) (vocab_size {}; -1 marks an ignored row)", kWho,
-                 targets[r], r, vocab_, vocab_);
-  }
-  const float* x = logits.data<float>();
-  const std::int64_t cols = local_, valid = valid_, first = first_;
+  return rows;
+}
 
-  Tensor row_max = new_workspace(ctx, Shape{rows});
-  float* mx = row_max.data<float>();
-  for (std::int64_t r = 0; r < rows; ++r) {
-    mx[r] = valid > 0 ? kd::max_of(x + r * cols, valid) : -std::numeric_limits<float>::infinity();
-  }
-  tp_all_reduce(row_max, comm::ReduceOp::kMax, ctx, tp_size_, tp_rank_, kWho);
+Tensor VocabParallelCrossEntropy::row_max(const Tensor& logits, Context& ctx) const {
+  Tensor mx = new_workspace(ctx, Shape{logits.shape().rows()});
+  ops::cross_entropy_shard_max(ctx, logits, range(), mx);
+  tp_all_reduce(mx, comm::ReduceOp::kMax, ctx, tp_size_, tp_rank_, kWho);
+  return mx;
+}
 
-  Tensor sums = new_workspace(ctx, Shape{2, rows});  // row 0: Σ exp(x - max); row 1: the target logit
-  float* sum_exp = sums.data<float>();
-  float* target_logit = sum_exp + rows;
-#pragma omp parallel for schedule(static) if (kd::worth_parallel(rows * cols))
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    sum_exp[r] = valid > 0 ? kd::exp_sum(xr, mx[r], valid) : 0.0f;
-    const std::int64_t local = static_cast<std::int64_t>(targets[r]) - first;
-    target_logit[r] = targets[r] >= 0 && local >= 0 && local < valid ? xr[local] : 0.0f;
-  }
+Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, Stash& stash, Context& ctx) {
+  const std::int64_t rows = check(logits, ctx);
+  const Tensor mx = row_max(logits, ctx);
+  Tensor sums = new_workspace(ctx, Shape{2, rows});  // row 0: sum exp(x - max); row 1: the target logit
+  ops::cross_entropy_shard_sum_exp_and_target(ctx, logits, ctx.targets, range(), mx, sums);
   tp_all_reduce(sums, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, kWho);
-
-  Tensor lse = new_activation(ctx, Shape{rows});
-  double total = 0.0;  // row order, as the single-rank kernel
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float row_lse = mx[r] + std::log(sum_exp[r]);
-    lse.data<float>()[r] = row_lse;
-    if (targets[r] >= 0) total += static_cast<double>(row_lse) - static_cast<double>(target_logit[r]);
-  }
-  const std::int64_t n_valid = kernels::cpu::count_valid_targets(targets, rows);
-  Tensor loss = new_activation(ctx, Shape{});
-  loss.data<float>()[0] = n_valid > 0 ? static_cast<float>(total / static_cast<double>(n_valid)) : 0.0f;
+  Tensor lse = new_activation(ctx, Shape{rows}, DType::kF32);
+  Tensor loss = new_activation(ctx, Shape{}, DType::kF32);
+  ops::cross_entropy_loss(ctx, mx, sums, ctx.targets, lse, loss);
   stash.tensors = {logits, ctx.targets, lse};
   return loss;
 }
@@ -88,26 +62,25 @@ Tensor VocabParallelCrossEntropy::backward_input(const Tensor& dy, Stash& stash,
   const Tensor lse = stash_at(stash, 2, kWho);
   CLEAVE_CHECK(dy.defined() && dy.numel() == 1 && dy.dtype() == DType::kF32,
                "{}: dy must be one f32 element (the loss scale)", kWho);
-  const std::int64_t rows = logits.shape().rows(), cols = local_, valid = valid_, first = first_;
-  const std::int32_t* t = targets.data<std::int32_t>();
-  const std::int64_t n_valid = kernels::cpu::count_valid_targets(t, rows);
-  const float scale = n_valid > 0 ? dy.data<float>()[0] / static_cast<float>(n_valid) : 0.0f;
   Tensor dlogits = new_activation(ctx, logits.shape());
-  const float* x = logits.data<float>();
-  const float* row_lse = lse.data<float>();
-  float* dx = dlogits.data<float>();
-#pragma omp parallel for schedule(static) if (kd::worth_parallel(rows * cols))
-  for (std::int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    float* dr = dx + r * cols;
-    std::fill(dr + (t[r] >= 0 ? valid : 0), dr + cols, 0.0f);  // padding columns and ignored rows
-    if (t[r] < 0) continue;
-    kd::exp_scale_store(xr, row_lse[r], scale, dr, valid);
-    const std::int64_t local = static_cast<std::int64_t>(t[r]) - first;
-    if (local >= 0 && local < valid) dr[local] = scale * (kd::exp_scalar(xr[local] - row_lse[r]) - 1.0f);
-  }
+  ops::cross_entropy_backward(ctx, logits, targets, lse, dy, dlogits, range());
   stash.clear();
   return dlogits;
+}
+
+EvalCounts VocabParallelCrossEntropy::evaluate(const Tensor& logits, Context& ctx) {
+  Stash scratch;
+  const Tensor loss = forward(logits, scratch, ctx);
+  const Tensor mx = row_max(logits, ctx);
+  Tensor neg_index = new_workspace(ctx, Shape{logits.shape().rows()});
+  ops::cross_entropy_shard_argmax(ctx, logits, range(), mx, neg_index);
+  tp_all_reduce(neg_index, comm::ReduceOp::kMax, ctx, tp_size_, tp_rank_, kWho);  // the first arg-max of the row
+  const ops::CorrectCount count = ops::count_correct(ctx, neg_index, ctx.targets);
+  EvalCounts out;
+  out.rows = count.rows;
+  out.correct = count.correct;
+  out.loss_sum = static_cast<double>(loss.to_floats()[0]) * static_cast<double>(count.rows);
+  return out;
 }
 
 }  // namespace cleave::layers

@@ -14,21 +14,29 @@
 
 #include <cstdint>
 
+#include "kernels/ops/ops.hpp"
 #include "layers/layer.hpp"
 
 namespace cleave::layers {
 
-class VocabParallelCrossEntropy final : public Layer {
+class VocabParallelCrossEntropy final : public LossLayer {
  public:
   VocabParallelCrossEntropy(std::int64_t vocab_size, int tp_size, int tp_rank);
 
   std::string_view kind() const override { return "vocab_parallel_cross_entropy"; }
   Tensor forward(const Tensor& logits, Stash& stash, Context& ctx) override;
   Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override;
+  EvalCounts evaluate(const Tensor& logits, Context& ctx) override;
 
   std::int64_t local_vocab() const { return local_; }
 
  private:
+  ops::VocabRange range() const { return {first_, valid_, vocab_}; }
+  // Checks logits and targets; returns the rows.
+  std::int64_t check(const Tensor& logits, const Context& ctx) const;
+  // The all-reduced row max of the shards.
+  Tensor row_max(const Tensor& logits, Context& ctx) const;
+
   std::int64_t vocab_;
   int tp_size_, tp_rank_;
   std::int64_t local_ = 0;  // P: logits columns per rank, padding included

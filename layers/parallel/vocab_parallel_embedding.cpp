@@ -1,19 +1,16 @@
-// Vocab-parallel token embedding on the CPU: masked local lookup, tp all-reduce, replicated positions.
+// Vocab-parallel token embedding: masked local lookup, tp all-reduce, replicated positions.
 #include "layers/parallel/vocab_parallel_embedding.hpp"
 
 #include <algorithm>
-#include <cstring>
 
 #include "engine/core/error.hpp"
-#include "kernels/cpu/embedding.hpp"
+#include "kernels/ops/ops.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/parallel/shard.hpp"
 #include "layers/parallel/sharded_param.hpp"
 #include "layers/parallel/tp_util.hpp"
 
 namespace cleave::layers {
-
-namespace kc = kernels::cpu;
 
 std::shared_ptr<Param> make_vocab_parallel_table(const std::string& name, std::int64_t vocab_size, std::int64_t dim,
                                                  float std, const ParamInit& init, int tp_size, int tp_rank) {
@@ -47,63 +44,34 @@ VocabParallelEmbedding::VocabParallelEmbedding(std::string prefix, std::int64_t 
 }
 
 Tensor VocabParallelEmbedding::forward(const Tensor& ids, Stash& stash, Context& ctx) {
-  check_input(ids, DType::kI32, -1, 2, who());
+  check_input(ctx, ids, DType::kI32, -1, 2, who());
   CLEAVE_CHECK(ids.rank() == 2, "{}: expected token ids [batch, seq], got {}", who(), ids.shape().str());
-  const std::int64_t b = ids.dim(0), t = ids.dim(1), n = b * t;
+  const std::int64_t b = ids.dim(0), t = ids.dim(1);
   CLEAVE_CHECK(t <= seq_len_, "{}: sequence of {} tokens exceeds the {} learned positions (model.seq_len)", who(), t,
                seq_len_);
   tp_group(ctx, tp_size_, tp_rank_, who());
-  const std::int32_t* id = ids.data<std::int32_t>();
-  for (std::int64_t i = 0; i < n; ++i) {
-    CLEAVE_CHECK(id[i] >= 0 && id[i] < vocab_,
-                 "embedding: token id {} at position {} is out of range [0, {}) (vocab_size {}); check that the "
-                 "data was tokenized with this model's vocabulary",
-                 id[i], i, vocab_, vocab_);
-  }
   Tensor y = new_activation(ctx, Shape{b, t, dim_});
-  float* out = y.data<float>();
-  const float* table = token_->value.data<float>();
-  const auto row_bytes = static_cast<std::size_t>(dim_) * sizeof(float);
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t local = id[i] - first_;
-    if (local >= 0 && local < valid_) {
-      std::memcpy(out + i * dim_, table + local * dim_, row_bytes);
-    } else {
-      std::memset(out + i * dim_, 0, row_bytes);
-    }
-  }
+  ops::embedding_forward(ctx, ids, token_->value, y, {first_, valid_, vocab_});  // zeros outside this shard
   tp_all_reduce(y, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
-  kc::position_embedding_forward(out, position_->value.data<float>(), b, t, dim_);
+  ops::position_embedding_forward(ctx, y, position_->value);
   stash.tensors = {ids};
   return y;
 }
 
 Tensor VocabParallelEmbedding::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
-  (void)ctx;
   const Tensor& ids = stash_at(stash, 0, who());
-  check_input(dy, DType::kF32, dim_, 1, who() + " (dy)");
+  check_input(ctx, dy, DType::kF32, dim_, 1, who() + " (dy)");
   CLEAVE_ASSERT(dy.numel() == ids.numel() * dim_, "{}: dy {} vs ids {}", who(), dy.shape().str(), ids.shape().str());
   stash.tensors.push_back(dy);
   return Tensor{};
 }
 
 void VocabParallelEmbedding::backward_weight(Stash& stash, Context& ctx) {
-  (void)ctx;
   const Tensor& ids = stash_at(stash, 0, who());
   const Tensor& dy = stash_at(stash, 1, who());
-  const std::int64_t b = ids.dim(0), t = ids.dim(1), n = b * t;
-  const std::int32_t* id = ids.data<std::int32_t>();
-  const float* d = dy.data<float>();
-  float* dtable = token_->grad.data<float>();
-  // Token order, like kernels/cpu/embedding_backward: the local rows get bit-identical sums.
-  for (std::int64_t i = 0; i < n; ++i) {
-    const std::int64_t local = id[i] - first_;
-    if (local < 0 || local >= valid_) continue;
-    float* dst = dtable + local * dim_;
-    const float* src = d + i * dim_;
-    for (std::int64_t c = 0; c < dim_; ++c) dst[c] += src[c];
-  }
-  kc::position_embedding_backward(d, position_->grad.data<float>(), b, t, dim_);
+  // Token order, like the whole-table embedding: the local rows get bit-identical sums.
+  ops::embedding_backward(ctx, ids, dy, token_->grad, {first_, valid_, vocab_});
+  ops::position_embedding_backward(ctx, dy.view(Shape{ids.dim(0), ids.dim(1), dim_}), position_->grad);
   stash.clear();
 }
 

@@ -191,9 +191,8 @@ TEST(ZeroOne, MatchesPlainDataParallelBitForBit) {
 
 // kOptimizerState bytes the trainer allocates at construction (AdamW: exp_avg and exp_avg_sq).
 std::int64_t optimizer_state_bytes(const config::RunConfig& config, comm::Communicator& world) {
-  const std::int64_t before = cpu_allocator().stats().current_of(MemoryCategory::kOptimizerState);
-  train::Trainer trainer(config, world);
-  return cpu_allocator().stats().current_of(MemoryCategory::kOptimizerState) - before;
+  train::Trainer trainer(config, world);  // its own allocator: everything in it belongs to this run
+  return trainer.memory_stats().current_of(MemoryCategory::kOptimizerState);
 }
 
 TEST(ZeroOne, OptimizerStateIsOneOverDp) {

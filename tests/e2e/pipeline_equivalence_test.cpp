@@ -159,9 +159,9 @@ TEST(PipelineMemory, OneFOneBHoldsAtMostPMicrobatchesOnTheFirstRank) {
     })", "memory", {std::string("parallel.schedule=") + schedule});
     train::Trainer trainer(config, *world);
     trainer.step(0);
-    cpu_allocator().reset_peak();
+    trainer.reset_peak_memory();
     trainer.step(1);
-    peak.push_back(cpu_allocator().stats().peak_of(MemoryCategory::kActivations));
+    peak.push_back(trainer.memory_stats().peak_of(MemoryCategory::kActivations));
   }
   if (world->rank() == 0) {
     const double ratio = static_cast<double>(peak[0]) / static_cast<double>(peak[1]);

@@ -53,13 +53,36 @@ TEST(TrainE2E, SameSeedGivesBitIdenticalRuns) {
   EXPECT_NE(a.losses.front(), a.losses.back());
 }
 
+// Each trainer owns its allocator and op context: a second trainer in the same process (as cleave verify builds)
+// neither shows up in the first one's memory nor changes its cap.
+TEST(TrainE2E, TwoTrainersKeepTheirOwnMemory) {
+  auto world = make_world();
+  auto capped = tiny_gpt(4);
+  capped.device.memory_limit = 64ll << 20;
+  train::Trainer first(capped, *world);
+  first.step(0);
+  const auto before = first.memory_stats();
+  EXPECT_EQ(before.limit, 64ll << 20);
+  {
+    auto other = tiny_gpt(4);
+    other.train.deterministic = true;
+    train::Trainer second(other, *world);
+    second.step(0);
+    EXPECT_GT(second.memory_stats().current_total, 0);
+    EXPECT_EQ(second.memory_stats().limit, 0);
+    EXPECT_EQ(first.memory_stats().current_total, before.current_total);
+  }
+  EXPECT_EQ(first.memory_stats().limit, 64ll << 20);
+  first.step(1);
+}
+
 TEST(TrainE2E, SteadyStateStepDoesNotAllocate) {
   auto world = make_world();
   train::Trainer trainer(tiny_gpt(10), *world);
   for (int s = 0; s < 3; ++s) trainer.step(s);
-  const auto before = cpu_allocator().stats();
+  const auto before = trainer.memory_stats();
   for (int s = 3; s < 8; ++s) trainer.step(s);
-  const auto after = cpu_allocator().stats();
+  const auto after = trainer.memory_stats();
   EXPECT_EQ(after.system_allocations, before.system_allocations);
   EXPECT_GT(after.requests, before.requests);  // the step did allocate from the cache
 }
@@ -78,10 +101,10 @@ TEST(TrainE2E, DeterministicAccumulationMemoryIsPlannedAndReused) {
   EXPECT_EQ(planned.bytes[static_cast<std::size_t>(MemoryCategory::kGradients)], 3 * param_bytes);
 
   for (int s = 0; s < 3; ++s) trainer.step(s);
-  cpu_allocator().reset_peak();
-  const auto before = cpu_allocator().stats();
+  trainer.reset_peak_memory();
+  const auto before = trainer.memory_stats();
   for (int s = 3; s < 8; ++s) trainer.step(s);
-  const auto after = cpu_allocator().stats();
+  const auto after = trainer.memory_stats();
   EXPECT_EQ(after.system_allocations, before.system_allocations);
   const std::int64_t grads_peak = after.peak_of(MemoryCategory::kGradients);
   // Measured: the gradients themselves plus two partial sums (allocator blocks round sizes up a little).

@@ -123,10 +123,9 @@ TEST(KernelGemm, DeterministicModeIsIndependentOfTheThreadCount) {
         const auto c_in = random_floats(static_cast<size_t>(m * ldc), 8);
         auto run = [&](bool deterministic, int threads) {
           configure_kernel_threads(threads);
-          configure_deterministic_gemm(deterministic);
           auto c = c_in;
-          gemm(ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 1.0f, c.data(), ldc);
-          configure_deterministic_gemm(false);
+          gemm(ta, tb, m, n, k, 1.0f, a.data(), lda, b.data(), ldb, 1.0f, c.data(), ldc,
+               deterministic ? GemmSlicing::kShapeFixed : GemmSlicing::kPerThread);
           return c;
         };
         const auto one = run(true, 1);

@@ -1,0 +1,36 @@
+// Trainer::evaluate: forward-only passes over the evaluation set through the same Executor as training (a
+// forward-only schedule, pipeline/forward_only.hpp), scored by the model's loss block — vocab-parallel under
+// tensor parallelism, so every tp rank's vocabulary shard takes part.
+//
+// Invariant: each evaluated row is counted once: by tp rank 0 of the rank holding the last stage, in every
+// replica (replicas read disjoint shards of each evaluation batch).
+#include "engine/core/error.hpp"
+#include "engine/train/collectives.hpp"
+#include "engine/train/trainer_state.hpp"
+
+namespace cleave::train {
+
+EvalResult Trainer::evaluate(std::int64_t batches) {
+  State& s = *state_;
+  CLEAVE_ASSERT(s.eval_executor != nullptr, "evaluate() without an evaluation data source (train.eval_batches 0)");
+  const bool counts = s.holds_stage(s.plan.num_stages() - 1) && s.coords.tp_rank == 0;
+  double loss_sum = 0, correct = 0, items = 0;
+  for (std::int64_t b = 0; b < batches; ++b) {
+    s.eval_batch = b;
+    const pipeline::StepOutcome outcome = s.eval_executor->run_step();
+    if (!counts) continue;
+    for (const auto& [microbatch, c] : outcome.evaluations) {
+      loss_sum += c.loss_sum;
+      correct += static_cast<double>(c.correct);
+      items += static_cast<double>(c.rows);
+    }
+  }
+  const auto sums = reduce_doubles(s.world, {loss_sum, correct, items}, comm::ReduceOp::kSum);
+  EvalResult result;
+  result.items = static_cast<std::int64_t>(std::llround(sums[2]));
+  result.loss = result.items > 0 ? sums[0] / sums[2] : 0.0;
+  result.accuracy = result.items > 0 ? sums[1] / sums[2] : 0.0;
+  return result;
+}
+
+}  // namespace cleave::train

@@ -1,0 +1,77 @@
+// Trainer::gather_parameters: every logical parameter by name, assembled from its tp shards, on every rank
+// (for equivalence checks and cleave verify).
+#include "engine/train/collectives.hpp"
+#include "engine/train/trainer_state.hpp"
+#include "layers/parallel/shard.hpp"
+
+namespace cleave::train {
+
+std::map<std::string, std::vector<float>> Trainer::gather_parameters() {
+  State& s = *state_;
+  // Which rank holds which name: every rank publishes its names. For each name, replica 0 (dp 0) supplies it:
+  // per tp rank the lowest world rank holding it broadcasts its shard and its ShardSpec, and every rank places
+  // the shards into the logical tensor.
+  std::string mine;
+  for (const auto& p : s.params) mine += p->name + "\n";
+  const auto texts = all_gather_values<char>(s.world, std::span<const char>(mine.data(), mine.size()));
+  std::map<std::string, std::map<int, int>> holders;  // name -> tp rank -> lowest world rank in replica 0
+  for (int r = 0; r < s.world.size(); ++r) {
+    const comm::GridCoords c = s.grid.coords_of(r);
+    if (c.dp_rank != 0) continue;
+    std::string line;
+    for (char ch : texts[static_cast<std::size_t>(r)]) {
+      if (ch == '\n') {
+        holders[line].try_emplace(c.tp_rank, r);
+        line.clear();
+      } else {
+        line += ch;
+      }
+    }
+  }
+  constexpr int kMeta = 4 + Shape::kMaxDims + 2;  // numel, dim, parts, index, groups, rank, logical dims
+  std::map<std::string, std::vector<float>> out;
+  for (const auto& [name, by_tp] : holders) {
+    std::vector<float> logical;
+    for (const auto& [tp_rank, rank] : by_tp) {
+      std::shared_ptr<layers::Param> local;
+      if (rank == s.world.rank()) {
+        for (const auto& p : s.params) {
+          if (p->name == name) local = p;
+        }
+      }
+      Tensor meta = Tensor::zeros({kMeta}, DType::kI64, MemoryCategory::kCommunication);
+      if (local) {
+        std::int64_t* m = meta.data<std::int64_t>();
+        const layers::ShardSpec& spec = local->shard;
+        m[0] = local->value.numel();
+        m[1] = spec.dim;
+        m[2] = spec.parts;
+        m[3] = spec.index;
+        m[4] = spec.groups;
+        m[5] = spec.logical.rank();
+        for (int d = 0; d < spec.logical.rank(); ++d) m[6 + d] = spec.logical[d];
+      }
+      s.world.broadcast(meta, rank)->wait();
+      const std::int64_t* m = meta.data<std::int64_t>();
+      if (m[1] < 0 && tp_rank != 0) continue;  // replicated: tp rank 0's copy is the logical tensor
+      Tensor values = local ? local->value.view({local->value.numel()})
+                            : Tensor::empty({m[0]}, DType::kF32, MemoryCategory::kCommunication);
+      s.world.broadcast(values, rank)->wait();
+      if (m[1] < 0) {
+        logical = values.to_floats();
+        continue;
+      }
+      layers::ShardSpec spec;
+      spec.dim = static_cast<int>(m[1]);
+      spec.parts = static_cast<int>(m[2]);
+      spec.index = static_cast<int>(m[3]);
+      spec.groups = static_cast<int>(m[4]);
+      spec.logical = Shape(std::span<const std::int64_t>(m + 6, static_cast<std::size_t>(m[5])));
+      layers::place_shard(logical, values.to_floats(), spec);
+    }
+    out[name] = std::move(logical);
+  }
+  return out;
+}
+
+}  // namespace cleave::train

@@ -1,0 +1,108 @@
+// A compute backend: one function-pointer slot per op of the seam (ops.hpp), registered explicitly.
+//
+// Invariants:
+//  - Slots are called only after the public op in ops.hpp has checked every argument (devices, dtypes,
+//    shapes), so a slot converts and launches, nothing more. Sizes a slot needs come resolved (GemmProblem).
+//  - A null slot means "this backend has no kernel for the op": the public op throws
+//    "<op> is not implemented on <device>", never falls back to another device.
+//  - Registration is explicit (backend_for's switch, `#if CLEAVE_WITH_CUDA`), never static
+//    self-registration, which linkers silently drop from static libraries.
+//
+// Adding a backend: a Backend table with its slots (kernels/ops/<name>/), an Allocator and a Stream type for
+// its device, a case in backend_for, and make_device_resources for its per-device handles.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "cleave/config.hpp"
+#include "kernels/ops/ops.hpp"
+
+namespace cleave::ops {
+
+// A checked GEMM with its sizes resolved: batch entries of A start stride_a elements apart (0 = broadcast);
+// leading dimensions are the stored row strides (contiguous tensors: lda = columns of A as stored).
+struct GemmProblem {
+  Tensor a, b, c, bias;
+  bool trans_a = false, trans_b = false;
+  std::int64_t m = 0, n = 0, k = 0, lda = 0, ldb = 0, ldc = 0;
+  std::int64_t stride_a = 0, stride_b = 0, stride_c = 0, batch = 1;
+  float alpha = 1.0f, beta = 0.0f;
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+};
+
+struct Backend {
+  const char* name;
+  void (*gemm)(const Context&, const GemmProblem&);
+  void (*fill)(const Context&, const Tensor&, float);
+  void (*copy)(const Context&, const Tensor& src, const Tensor& dst);
+  void (*add)(const Context&, const Tensor& a, const Tensor& b, const Tensor& out);
+  void (*add_inplace)(const Context&, const Tensor& y, const Tensor& x);
+  void (*scale_inplace)(const Context&, const Tensor& y, float alpha);
+  void (*axpy)(const Context&, float alpha, const Tensor& x, const Tensor& y);
+  double (*sum_squares)(const Context&, const Tensor& x);
+  void (*bias_add_forward)(const Context&, const Tensor& y, const Tensor& bias);
+  void (*bias_backward)(const Context&, const Tensor& dy, const Tensor& dbias);
+  void (*gelu_forward)(const Context&, const Tensor& x, const Tensor& y);
+  void (*gelu_backward)(const Context&, const Tensor& x, const Tensor& dy, const Tensor& dx);
+  void (*relu_forward)(const Context&, const Tensor& x, const Tensor& y);
+  void (*relu_backward)(const Context&, const Tensor& x, const Tensor& dy, const Tensor& dx);
+  void (*softmax_forward)(const Context&, const Tensor& x, const Tensor& y);
+  void (*softmax_backward)(const Context&, const Tensor& y, const Tensor& dy, const Tensor& dx);
+  void (*layernorm_forward)(const Context&, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                            const Tensor& mean, const Tensor& rstd, float eps);
+  void (*layernorm_backward_input)(const Context&, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                                   const Tensor& mean, const Tensor& rstd, const Tensor& dx);
+  void (*layernorm_backward_weight)(const Context&, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                                    const Tensor& rstd, const Tensor& dgamma, const Tensor& dbeta);
+  void (*attention_forward)(const Context&, const Tensor& qkv, const Tensor& out, const Tensor& probs,
+                            std::int64_t heads);
+  void (*attention_backward)(const Context&, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+                             const Tensor& dqkv, std::int64_t heads);
+  void (*embedding_forward)(const Context&, const Tensor& ids, const Tensor& table, const Tensor& out,
+                            const VocabRange& range);
+  void (*embedding_backward)(const Context&, const Tensor& ids, const Tensor& dout, const Tensor& dtable,
+                             const VocabRange& range);
+  void (*position_embedding_forward)(const Context&, const Tensor& x, const Tensor& pos);
+  void (*position_embedding_backward)(const Context&, const Tensor& dx, const Tensor& dpos);
+  void (*cross_entropy_forward)(const Context&, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                const Tensor& loss);
+  void (*cross_entropy_backward)(const Context&, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                                 const Tensor& dloss, const Tensor& dlogits, const VocabRange& range);
+  void (*cross_entropy_shard_max)(const Context&, const Tensor& logits, const VocabRange& range,
+                                  const Tensor& row_max);
+  void (*cross_entropy_shard_sum_exp_and_target)(const Context&, const Tensor& logits, const Tensor& targets,
+                                                 const VocabRange& range, const Tensor& row_max, const Tensor& sums);
+  void (*cross_entropy_loss)(const Context&, const Tensor& row_max, const Tensor& sums, const Tensor& targets,
+                             const Tensor& lse, const Tensor& loss);
+  void (*cross_entropy_shard_argmax)(const Context&, const Tensor& logits, const VocabRange& range,
+                                     const Tensor& row_max, const Tensor& neg_index);
+  CorrectCount (*count_correct)(const Context&, const Tensor& neg_index, const Tensor& targets);
+  void (*conv2d_forward)(const Context&, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
+                         const Conv2dParams& params);
+  void (*conv2d_backward_input)(const Context&, const Tensor& dy, const Tensor& weight, const Tensor& dx,
+                                const Conv2dParams& params);
+  void (*conv2d_backward_weight)(const Context&, const Tensor& x, const Tensor& dy, const Tensor& dweight,
+                                 const Tensor& dbias, const Conv2dParams& params);
+  void (*maxpool2d_forward)(const Context&, const Tensor& x, const Tensor& y, const Tensor& argmax,
+                            std::int64_t window, std::int64_t stride);
+  void (*maxpool2d_backward)(const Context&, const Tensor& dy, const Tensor& argmax, const Tensor& dx,
+                             std::int64_t window, std::int64_t stride);
+  void (*adamw_update)(const Context&, const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                       const AdamWHyper& hyper);
+  void (*sgd_update)(const Context&, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                     const SgdHyper& hyper);
+};
+
+// The backend serving `device` in this build; throws Error when the build has none (a cuda device in a
+// build without CUDA names the reason).
+const Backend& backend_for(Device device);
+
+// The backends, for tests that list their slots.
+const Backend& cpu_backend();
+#if CLEAVE_WITH_CUDA
+const Backend& cuda_backend();
+std::unique_ptr<DeviceResources> make_cuda_resources(Device device);  // kernels/ops/cuda/cuda_backend.cpp
+#endif
+
+}  // namespace cleave::ops

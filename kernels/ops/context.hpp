@@ -1,0 +1,48 @@
+// The execution context every op runs in: which device, whose memory, which stream, how GEMMs are sliced and
+// which precision the working tensors use. One per run (a trainer owns its own), passed explicitly: nothing
+// here is process state, so two runs in one process (as `cleave verify` builds) cannot disturb each other.
+//
+// Invariants: `allocator` serves `device`; every tensor an op touches lives on `device`; scratch an op needs
+// comes from `allocator` under MemoryCategory::kWorkspace and is returned before the op does (the caching
+// allocator reuses it, so a steady-state step makes no system allocation).
+#pragma once
+
+#include <string_view>
+
+#include "engine/core/allocator.hpp"
+#include "engine/core/device.hpp"
+#include "engine/core/dtype.hpp"
+#include "engine/core/stream.hpp"
+
+namespace cleave::ops {
+
+// kDeterministic: results do not depend on the thread count or launch configuration (train.deterministic).
+enum class GemmMode { kFast, kDeterministic };
+
+// fp32: every tensor f32. bf16 (mixed precision): activations, working copies of weights, stage-boundary
+// tensors and gradient communication in bf16; master weights, optimizer state, loss and softmax statistics
+// in f32; every GEMM and reduction accumulates in f32.
+enum class Precision { kFp32, kBf16 };
+std::string_view precision_name(Precision precision);  // "fp32", "bf16"
+Precision parse_precision(std::string_view name);      // throws Error naming the allowed values
+
+// Per-device handles a backend keeps between ops (the CUDA backend's cuBLASLt context and status words).
+// Opaque here; created by the backend (make_device_resources in backend.hpp), owned by the run.
+class DeviceResources {
+ public:
+  virtual ~DeviceResources() = default;
+};
+
+struct Context {
+  Device device = Device::cpu();
+  Allocator* allocator = &cpu_allocator();
+  const Stream* stream = &cpu_stream();
+  GemmMode gemm_mode = GemmMode::kFast;
+  Precision precision = Precision::kFp32;
+  DeviceResources* resources = nullptr;  // null on the CPU
+
+  // dtype of activations and of the weights' working copies under `precision`.
+  DType compute_dtype() const { return precision == Precision::kBf16 ? DType::kBF16 : DType::kF32; }
+};
+
+}  // namespace cleave::ops

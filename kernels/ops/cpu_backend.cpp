@@ -1,0 +1,415 @@
+// The CPU backend: every slot of the seam over the f32 kernels of kernels/cpu. bf16 tensors are widened and
+// narrowed at the kernel edges (cpu_f32_view.hpp), so arithmetic is f32 and results match the f32 kernels
+// on the same (rounded) inputs. Deterministic mode (GemmMode::kDeterministic) slices GEMMs by shape.
+#include "kernels/cpu/adamw.hpp"
+#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/bias.hpp"
+#include "kernels/cpu/blas_runtime.hpp"
+#include "kernels/cpu/conv2d.hpp"
+#include "kernels/cpu/cross_entropy.hpp"
+#include "kernels/cpu/elementwise.hpp"
+#include "kernels/cpu/embedding.hpp"
+#include "kernels/cpu/gelu.hpp"
+#include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/layernorm.hpp"
+#include "kernels/cpu/maxpool.hpp"
+#include "kernels/cpu/relu.hpp"
+#include "kernels/cpu/sgd.hpp"
+#include "kernels/cpu/softmax.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "kernels/ops/backend.hpp"
+#include "kernels/ops/cpu_f32_view.hpp"
+
+namespace cleave::ops {
+namespace {
+
+namespace kc = kernels::cpu;
+using cpu_detail::F32In;
+using cpu_detail::F32Out;
+
+kc::GemmSlicing slicing(const Context& ctx) {
+  return ctx.gemm_mode == GemmMode::kDeterministic ? kc::GemmSlicing::kShapeFixed : kc::GemmSlicing::kPerThread;
+}
+
+void gemm(const Context& ctx, const GemmProblem& p) {
+  F32In a(ctx, p.a), b(ctx, p.b);
+  F32Out c(ctx, p.c, p.beta != 0.0f);
+  if (p.batch == 1) {
+    kc::gemm(p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, a.get(), p.lda, b.get(), p.ldb, p.beta, c.get(), p.ldc,
+             slicing(ctx));
+  } else {
+    kc::gemm_strided_batched(p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, a.get(), p.lda, p.stride_a, b.get(), p.ldb,
+                             p.stride_b, p.beta, c.get(), p.ldc, p.stride_c, p.batch, slicing(ctx));
+  }
+  if (p.epilogue == GemmEpilogue::kBias) {
+    F32In bias(ctx, p.bias);
+    kc::bias_add_forward(c.get(), bias.get(), p.batch * p.m, p.n);
+  }
+}
+
+void fill(const Context& ctx, const Tensor& t, float value) {
+  F32Out out(ctx, t, false);
+  float* d = out.get();
+  for (std::int64_t i = 0; i < t.numel(); ++i) d[i] = value;
+}
+
+void copy(const Context& ctx, const Tensor& src, const Tensor& dst) {
+  if (src.dtype() == dst.dtype()) {
+    if (src.raw_data() != dst.raw_data()) std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+    return;
+  }
+  if (dst.dtype() == DType::kBF16) {
+    kc::cast_f32_to_bf16(src.data<float>(), cpu_detail::bf16_data(dst), src.numel());
+  } else {
+    kc::cast_bf16_to_f32(cpu_detail::bf16_data(src), dst.data<float>(), src.numel());
+  }
+  (void)ctx;
+}
+
+void add(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out) {
+  F32In x(ctx, a), y(ctx, b);
+  F32Out o(ctx, out, false);
+  kc::add(x.get(), y.get(), o.get(), a.numel());
+}
+
+void add_inplace(const Context& ctx, const Tensor& y, const Tensor& x) {
+  F32In in(ctx, x);
+  F32Out out(ctx, y, true);
+  kc::add_inplace(out.get(), in.get(), y.numel());
+}
+
+void scale_inplace(const Context& ctx, const Tensor& y, float alpha) {
+  F32Out out(ctx, y, true);
+  kc::scale_inplace(out.get(), alpha, y.numel());
+}
+
+void axpy(const Context& ctx, float alpha, const Tensor& x, const Tensor& y) {
+  F32In in(ctx, x);
+  F32Out out(ctx, y, true);
+  kc::axpy(alpha, in.get(), out.get(), y.numel());
+}
+
+double sum_squares(const Context& ctx, const Tensor& x) {
+  F32In in(ctx, x);
+  return kc::sum_squares(in.get(), x.numel());
+}
+
+void bias_add_forward(const Context& ctx, const Tensor& y, const Tensor& bias) {
+  F32In b(ctx, bias);
+  F32Out out(ctx, y, true);
+  kc::bias_add_forward(out.get(), b.get(), y.shape().rows(), y.shape().last());
+}
+
+void bias_backward(const Context& ctx, const Tensor& dy, const Tensor& dbias) {
+  F32In d(ctx, dy);
+  kc::bias_backward(d.get(), dbias.data<float>(), dy.shape().rows(), dy.shape().last());
+}
+
+template <void (*Kernel)(const float*, float*, int64_t)>
+void unary(const Context& ctx, const Tensor& x, const Tensor& y) {
+  F32In in(ctx, x);
+  F32Out out(ctx, y, false);
+  Kernel(in.get(), out.get(), x.numel());
+}
+
+template <void (*Kernel)(const float*, const float*, float*, int64_t)>
+void unary_backward(const Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  F32In in(ctx, x), d(ctx, dy);
+  F32Out out(ctx, dx, false);
+  Kernel(in.get(), d.get(), out.get(), x.numel());
+}
+
+void softmax_forward(const Context& ctx, const Tensor& x, const Tensor& y) {
+  F32In in(ctx, x);
+  F32Out out(ctx, y, false);
+  kc::softmax_forward(in.get(), out.get(), x.shape().rows(), x.shape().last());
+}
+
+void softmax_backward(const Context& ctx, const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  F32In in(ctx, y), d(ctx, dy);
+  F32Out out(ctx, dx, false);
+  kc::softmax_backward(in.get(), d.get(), out.get(), y.shape().rows(), y.shape().last());
+}
+
+void layernorm_forward(const Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                       const Tensor& mean, const Tensor& rstd, float eps) {
+  F32In in(ctx, x), g(ctx, gamma), b(ctx, beta);
+  F32Out out(ctx, y, false);
+  kc::layernorm_forward(in.get(), g.get(), b.get(), out.get(), mean.data<float>(), rstd.data<float>(),
+                        x.shape().rows(), x.shape().last(), eps);
+}
+
+void layernorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                              const Tensor& mean, const Tensor& rstd, const Tensor& dx) {
+  F32In d(ctx, dy), in(ctx, x), g(ctx, gamma);
+  F32Out out(ctx, dx, false);
+  kc::layernorm_backward_input(d.get(), in.get(), g.get(), mean.data<float>(), rstd.data<float>(), out.get(),
+                               x.shape().rows(), x.shape().last());
+}
+
+void layernorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                               const Tensor& rstd, const Tensor& dgamma, const Tensor& dbeta) {
+  F32In d(ctx, dy), in(ctx, x);
+  kc::layernorm_backward_weight(d.get(), in.get(), mean.data<float>(), rstd.data<float>(), dgamma.data<float>(),
+                                dbeta.data<float>(), x.shape().rows(), x.shape().last());
+}
+
+void attention_forward(const Context& ctx, const Tensor& qkv, const Tensor& out, const Tensor& probs,
+                       std::int64_t heads) {
+  F32In in(ctx, qkv);
+  F32Out o(ctx, out, false);
+  const std::int64_t b = qkv.dim(0), t = qkv.dim(1), hd = qkv.dim(2) / 3 / heads;
+  kc::attention_forward(in.get(), o.get(), probs.data<float>(), b, t, heads, hd, slicing(ctx));
+}
+
+void attention_backward(const Context& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+                        const Tensor& dqkv, std::int64_t heads) {
+  F32In d(ctx, dout), in(ctx, qkv);
+  F32Out out(ctx, dqkv, false);
+  Tensor dprobs = Tensor::empty(probs.shape(), DType::kF32, MemoryCategory::kWorkspace, *ctx.allocator);
+  const std::int64_t b = qkv.dim(0), t = qkv.dim(1), hd = qkv.dim(2) / 3 / heads;
+  kc::attention_backward(d.get(), in.get(), probs.data<float>(), out.get(), dprobs.data<float>(), b, t, heads, hd,
+                         slicing(ctx));
+}
+
+void embedding_forward(const Context& ctx, const Tensor& ids, const Tensor& table, const Tensor& out,
+                       const VocabRange& range) {
+  F32In tab(ctx, table);
+  F32Out o(ctx, out, false);
+  kc::embedding_forward_shard(ids.data<std::int32_t>(), tab.get(), o.get(), ids.numel(), table.dim(1), range.vocab,
+                              range.first, range.valid);
+}
+
+void embedding_backward(const Context& ctx, const Tensor& ids, const Tensor& dout, const Tensor& dtable,
+                        const VocabRange& range) {
+  F32In d(ctx, dout);
+  kc::embedding_backward_shard(ids.data<std::int32_t>(), d.get(), dtable.data<float>(), ids.numel(), dtable.dim(1),
+                               range.first, range.valid);
+}
+
+void position_embedding_forward(const Context& ctx, const Tensor& x, const Tensor& pos) {
+  F32In p(ctx, pos);
+  F32Out out(ctx, x, true);
+  kc::position_embedding_forward(out.get(), p.get(), x.dim(0), x.dim(1), x.dim(2));
+}
+
+void position_embedding_backward(const Context& ctx, const Tensor& dx, const Tensor& dpos) {
+  F32In d(ctx, dx);
+  kc::position_embedding_backward(d.get(), dpos.data<float>(), dx.dim(0), dx.dim(1), dx.dim(2));
+}
+
+// loss[0] = sum / valid rows (0 when none), as float.
+void write_mean_loss(const Tensor& loss, double sum, const Tensor& targets) {
+  const std::int64_t valid = kc::count_valid_targets(targets.data<std::int32_t>(), targets.numel());
+  loss.data<float>()[0] = valid > 0 ? static_cast<float>(sum / static_cast<double>(valid)) : 0.0f;
+}
+
+void cross_entropy_forward(const Context& ctx, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                           const Tensor& loss) {
+  F32In in(ctx, logits);
+  const double sum = kc::softmax_cross_entropy_forward(in.get(), targets.data<std::int32_t>(), lse.data<float>(),
+                                                       logits.shape().rows(), logits.shape().last());
+  write_mean_loss(loss, sum, targets);
+}
+
+void cross_entropy_backward(const Context& ctx, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                            const Tensor& dloss, const Tensor& dlogits, const VocabRange& range) {
+  const std::int64_t rows = logits.shape().rows();
+  const std::int64_t valid_rows = kc::count_valid_targets(targets.data<std::int32_t>(), rows);
+  const float scale = valid_rows > 0 ? dloss.data<float>()[0] / static_cast<float>(valid_rows) : 0.0f;
+  F32In in(ctx, logits);
+  F32Out out(ctx, dlogits, false);
+  kc::softmax_cross_entropy_backward_shard(in.get(), targets.data<std::int32_t>(), range.first, lse.data<float>(),
+                                           scale, out.get(), rows, logits.shape().last(), range.vocab, range.valid);
+}
+
+void cross_entropy_shard_max(const Context& ctx, const Tensor& logits, const VocabRange& range,
+                             const Tensor& row_max) {
+  F32In in(ctx, logits);
+  kc::cross_entropy_shard_max(in.get(), row_max.data<float>(), logits.shape().rows(), logits.shape().last(),
+                              range.valid);
+}
+
+void cross_entropy_shard_sum_exp_and_target(const Context& ctx, const Tensor& logits, const Tensor& targets,
+                                            const VocabRange& range, const Tensor& row_max, const Tensor& sums) {
+  F32In in(ctx, logits);
+  const std::int64_t rows = logits.shape().rows(), width = logits.shape().last();
+  float* sum_exp = sums.data<float>();
+  kc::cross_entropy_shard_sum_exp(in.get(), row_max.data<float>(), sum_exp, rows, width, range.valid);
+  kc::cross_entropy_shard_target_logit(in.get(), targets.data<std::int32_t>(), range.first, sum_exp + rows, rows,
+                                       width, range.vocab, range.valid);
+}
+
+void cross_entropy_loss(const Context& ctx, const Tensor& row_max, const Tensor& sums, const Tensor& targets,
+                        const Tensor& lse, const Tensor& loss) {
+  (void)ctx;
+  const std::int64_t rows = row_max.numel();
+  const float* mx = row_max.data<float>();
+  const float* sum_exp = sums.data<float>();
+  const float* target_logit = sum_exp + rows;
+  const std::int32_t* t = targets.data<std::int32_t>();
+  float* out = lse.data<float>();
+  double total = 0.0;  // row order, as the fused forward
+  for (std::int64_t r = 0; r < rows; ++r) {
+    out[r] = mx[r] + std::log(sum_exp[r]);
+    if (t[r] >= 0) total += static_cast<double>(out[r]) - static_cast<double>(target_logit[r]);
+  }
+  write_mean_loss(loss, total, targets);
+}
+
+void cross_entropy_shard_argmax(const Context& ctx, const Tensor& logits, const VocabRange& range,
+                                const Tensor& row_max, const Tensor& neg_index) {
+  F32In in(ctx, logits);
+  kc::cross_entropy_shard_argmax(in.get(), row_max.data<float>(), range.first, neg_index.data<float>(),
+                                 logits.shape().rows(), logits.shape().last(), range.valid);
+}
+
+CorrectCount count_correct(const Context& ctx, const Tensor& neg_index, const Tensor& targets) {
+  (void)ctx;
+  CorrectCount count;
+  const float* index = neg_index.data<float>();
+  const std::int32_t* t = targets.data<std::int32_t>();
+  for (std::int64_t r = 0; r < targets.numel(); ++r) {
+    if (t[r] < 0) continue;
+    ++count.rows;
+    if (-index[r] == static_cast<float>(t[r])) ++count.correct;
+  }
+  return count;
+}
+
+kc::Conv2dShape conv_shape(const Tensor& x, const Tensor& weight, const Conv2dParams& params) {
+  kc::Conv2dShape s;
+  s.batch = x.dim(0);
+  s.in_channels = x.dim(1);
+  s.height = x.dim(2);
+  s.width = x.dim(3);
+  s.out_channels = weight.dim(0);
+  s.kernel = weight.dim(2);
+  s.stride = params.stride;
+  s.padding = params.padding;
+  kc::conv2d_check_shape(s);
+  return s;
+}
+
+Tensor conv_workspace(const Context& ctx, const kc::Conv2dShape& s) {
+  return Tensor::empty(Shape{kc::conv2d_workspace_floats(s)}, DType::kF32, MemoryCategory::kWorkspace,
+                       *ctx.allocator);
+}
+
+void conv2d_forward(const Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
+                    const Conv2dParams& params) {
+  const kc::Conv2dShape s = conv_shape(x, weight, params);
+  CLEAVE_CHECK(y.numel() == s.batch * s.out_channels * s.out_height() * s.out_width(),
+               "conv2d_forward: y {} should be [{}, {}, {}, {}]", y.shape().str(), s.batch, s.out_channels,
+               s.out_height(), s.out_width());
+  F32In in(ctx, x), w(ctx, weight), b(ctx, bias);
+  F32Out out(ctx, y, false);
+  Tensor ws = conv_workspace(ctx, s);
+  kc::conv2d_forward(s, in.get(), w.get(), b.get(), out.get(), ws.data<float>(), slicing(ctx));
+}
+
+void conv2d_backward_input(const Context& ctx, const Tensor& dy, const Tensor& weight, const Tensor& dx,
+                           const Conv2dParams& params) {
+  const kc::Conv2dShape s = conv_shape(dx, weight, params);
+  F32In d(ctx, dy), w(ctx, weight);
+  F32Out out(ctx, dx, false);
+  Tensor ws = conv_workspace(ctx, s);
+  kc::conv2d_backward_input(s, d.get(), w.get(), out.get(), ws.data<float>(), slicing(ctx));
+}
+
+void conv2d_backward_weight(const Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dweight,
+                            const Tensor& dbias, const Conv2dParams& params) {
+  const kc::Conv2dShape s = conv_shape(x, dweight, params);
+  F32In in(ctx, x), d(ctx, dy);
+  Tensor ws = conv_workspace(ctx, s);
+  kc::conv2d_backward_weight(s, in.get(), d.get(), dweight.data<float>(),
+                             dbias.defined() ? dbias.data<float>() : nullptr, ws.data<float>(), slicing(ctx));
+}
+
+void maxpool2d_forward(const Context& ctx, const Tensor& x, const Tensor& y, const Tensor& argmax,
+                       std::int64_t window, std::int64_t stride) {
+  F32In in(ctx, x);
+  F32Out out(ctx, y, false);
+  kc::maxpool2d_forward(in.get(), out.get(), argmax.data<std::int32_t>(), x.dim(0), x.dim(1), x.dim(2), x.dim(3),
+                        window, stride);
+}
+
+void maxpool2d_backward(const Context& ctx, const Tensor& dy, const Tensor& argmax, const Tensor& dx,
+                        std::int64_t window, std::int64_t stride) {
+  F32In d(ctx, dy);
+  F32Out out(ctx, dx, false);
+  kc::maxpool2d_backward(d.get(), argmax.data<std::int32_t>(), out.get(), dx.dim(0), dx.dim(1), dx.dim(2), dx.dim(3),
+                         window, stride);
+}
+
+void adamw_update(const Context& ctx, const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                  const AdamWHyper& h) {
+  F32In g(ctx, grad);
+  kc::adamw_update(param.data<float>(), g.get(), m.data<float>(), v.data<float>(), param.numel(), h.lr, h.beta1,
+                   h.beta2, h.eps, h.weight_decay, h.step);
+}
+
+void sgd_update(const Context& ctx, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                const SgdHyper& h) {
+  F32In g(ctx, grad);
+  kc::sgd_update(param.data<float>(), g.get(), momentum_buf.defined() ? momentum_buf.data<float>() : nullptr,
+                 param.numel(), h.lr, h.momentum, h.weight_decay, h.nesterov, h.first_step);
+}
+
+constexpr Backend kCpuBackend{
+    .name = "cpu",
+    .gemm = gemm,
+    .fill = fill,
+    .copy = copy,
+    .add = add,
+    .add_inplace = add_inplace,
+    .scale_inplace = scale_inplace,
+    .axpy = axpy,
+    .sum_squares = sum_squares,
+    .bias_add_forward = bias_add_forward,
+    .bias_backward = bias_backward,
+    .gelu_forward = unary<kc::gelu_forward>,
+    .gelu_backward = unary_backward<kc::gelu_backward>,
+    .relu_forward = unary<kc::relu_forward>,
+    .relu_backward = unary_backward<kc::relu_backward>,
+    .softmax_forward = softmax_forward,
+    .softmax_backward = softmax_backward,
+    .layernorm_forward = layernorm_forward,
+    .layernorm_backward_input = layernorm_backward_input,
+    .layernorm_backward_weight = layernorm_backward_weight,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
+    .embedding_forward = embedding_forward,
+    .embedding_backward = embedding_backward,
+    .position_embedding_forward = position_embedding_forward,
+    .position_embedding_backward = position_embedding_backward,
+    .cross_entropy_forward = cross_entropy_forward,
+    .cross_entropy_backward = cross_entropy_backward,
+    .cross_entropy_shard_max = cross_entropy_shard_max,
+    .cross_entropy_shard_sum_exp_and_target = cross_entropy_shard_sum_exp_and_target,
+    .cross_entropy_loss = cross_entropy_loss,
+    .cross_entropy_shard_argmax = cross_entropy_shard_argmax,
+    .count_correct = count_correct,
+    .conv2d_forward = conv2d_forward,
+    .conv2d_backward_input = conv2d_backward_input,
+    .conv2d_backward_weight = conv2d_backward_weight,
+    .maxpool2d_forward = maxpool2d_forward,
+    .maxpool2d_backward = maxpool2d_backward,
+    .adamw_update = adamw_update,
+    .sgd_update = sgd_update,
+};
+
+}  // namespace
+
+const Backend& cpu_backend() { return kCpuBackend; }
+
+void configure_cpu_threads(int threads) { kc::configure_kernel_threads(threads); }
+
+int cpu_threads() { return kc::kernel_threads(); }
+
+std::string cpu_blas_description() { return kc::blas_config() + " (core " + kc::blas_core_name() + ")"; }
+
+}  // namespace cleave::ops

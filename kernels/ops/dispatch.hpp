@@ -1,0 +1,31 @@
+// Internal to the seam: the argument checks every public op shares, and the lookup of an op's slot in the
+// backend of the context's device (a null slot is the "not implemented on <device>" error).
+#pragma once
+
+#include <string_view>
+
+#include "engine/core/error.hpp"
+#include "kernels/ops/backend.hpp"
+
+namespace cleave::ops::detail {
+
+// Defined and on ctx.device.
+void check_on(const Context& ctx, std::string_view op, std::string_view name, const Tensor& t);
+// check_on, and f32 or bf16.
+void check_float(const Context& ctx, std::string_view op, std::string_view name, const Tensor& t);
+// check_on, and exactly `dtype`.
+void check_dtype(const Context& ctx, std::string_view op, std::string_view name, const Tensor& t, DType dtype);
+void check_same_numel(std::string_view op, std::string_view a_name, const Tensor& a, std::string_view b_name,
+                      const Tensor& b);
+void check_numel(std::string_view op, std::string_view name, const Tensor& t, std::int64_t numel);
+[[noreturn]] void throw_not_implemented(std::string_view op, Device device, const char* backend);
+
+template <typename Slot>
+Slot slot_of(const Context& ctx, Slot Backend::*member, std::string_view op) {
+  const Backend& backend = backend_for(ctx.device);
+  Slot slot = backend.*member;
+  if (slot == nullptr) throw_not_implemented(op, ctx.device, backend.name);
+  return slot;
+}
+
+}  // namespace cleave::ops::detail

@@ -1,0 +1,194 @@
+// THE SEAM (DESIGN §2): device-generic ops over Tensors. Layers, optimizers, gradient clipping and
+// accumulation, data parallel, the executor and the trainer reach compute only through these functions;
+// none of them includes kernels/cpu or kernels/cuda.
+//
+// Every op:
+//  - checks its arguments once, here, for every backend (defined tensors, one device = ctx.device, dtypes,
+//    matching shapes), naming the op and the tensors in the message;
+//  - then calls its slot in the backend of ctx.device (backend.hpp). A backend without the op throws
+//    "<op> is not implemented on cuda:N" (never a silent CPU fallback);
+//  - is enqueued on ctx.stream: on the CPU it has finished when it returns; on a GPU it has not, and the
+//    caller synchronises through the stream or an event. Ops marked "(host value)" return a number to the
+//    host and so wait for the stream: keep them out of steady-state step code except where the value is
+//    needed anyway (the gradient norm for clipping);
+//  - takes scratch from ctx.allocator (kWorkspace) and returns it before it returns.
+// Convention (llm.c): activations are written (=), parameter gradients accumulated (+=), as each op says.
+// Floating tensors are f32 or bf16 (mixed precision; kernels accumulate in f32) unless an op says f32;
+// integer tensors (token ids, targets, arg-max) are i32.
+//
+// Adding an op: declare it here, add its slot to Backend (backend.hpp), write the checks and the dispatch in
+// the ops_*.cpp of its family, a CPU slot in cpu_backend*.cpp, a CUDA slot where a kernel exists, and a test
+// against the CPU twin (tests/unit/ops). docs/ops.md walks through it.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "engine/core/tensor.hpp"
+#include "kernels/ops/context.hpp"
+
+namespace cleave::ops {
+
+// Per-device handles for `device` (null for the CPU); the run owns them and puts them in Context::resources.
+// Throws when this build cannot serve the device.
+std::unique_ptr<DeviceResources> make_device_resources(Device device);
+
+// ---- GEMM ------------------------------------------------------------------------------------------------
+// C = alpha * op(A) * op(B) + beta * C, then the epilogue. Each operand is a stack of `batch` row-major
+// matrices: with batch 1, a tensor of shape [..., cols] is the matrix [numel / cols, cols]; with batch > 1, a
+// tensor of rank >= 3 is [batch, rows..., cols] and a rank-2 tensor is one matrix broadcast to every entry.
+// op(A) is m x k, op(B) is k x n, C is m x n. beta == 0 never reads C. kBias adds bias[n] (C's dtype or f32)
+// to every row after the product. A and B share a dtype (f32 or bf16); C may be f32 or bf16.
+enum class GemmEpilogue { kNone, kBias };
+struct GemmOptions {
+  bool trans_a = false;
+  bool trans_b = false;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+  std::int64_t batch = 1;
+  GemmEpilogue epilogue = GemmEpilogue::kNone;
+  Tensor bias;  // kBias only
+};
+void gemm(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& options = {});
+
+// ---- Element-wise and bias -------------------------------------------------------------------------------
+void fill(const Context& ctx, const Tensor& t, float value);            // every element := value (float dtypes)
+void copy(const Context& ctx, const Tensor& src, const Tensor& dst);    // same numel; f32 <-> bf16 converts
+void add(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out);  // out = a + b
+void add_inplace(const Context& ctx, const Tensor& y, const Tensor& x);             // y += x
+void scale_inplace(const Context& ctx, const Tensor& y, float alpha);              // y *= alpha
+void axpy(const Context& ctx, float alpha, const Tensor& x, const Tensor& y);      // y += alpha * x
+double sum_squares(const Context& ctx, const Tensor& x);  // sum x^2 in double (host value)
+// y[r, :] += bias for every row r of y [..., cols]; dbias += sum over rows of dy (dbias f32).
+void bias_add_forward(const Context& ctx, const Tensor& y, const Tensor& bias);
+void bias_backward(const Context& ctx, const Tensor& dy, const Tensor& dbias);
+
+// ---- Activations and normalisation -----------------------------------------------------------------------
+// y = gelu(x) (tanh approximation) / relu(x); backward: dx = dy * f'(x). Outputs may alias inputs.
+void gelu_forward(const Context& ctx, const Tensor& x, const Tensor& y);
+void gelu_backward(const Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx);
+void relu_forward(const Context& ctx, const Tensor& x, const Tensor& y);
+void relu_backward(const Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx);
+// Row-wise softmax over the last dimension; backward dx = y * (dy - sum(dy * y)).
+void softmax_forward(const Context& ctx, const Tensor& x, const Tensor& y);
+void softmax_backward(const Context& ctx, const Tensor& y, const Tensor& dy, const Tensor& dx);
+// LayerNorm over the last dimension (cols): y, mean[rows] and rstd[rows] (f32 statistics) are written;
+// backward_input overwrites dx; backward_weight ACCUMULATES into dgamma and dbeta (f32).
+void layernorm_forward(const Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
+                       const Tensor& mean, const Tensor& rstd, float eps);
+void layernorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& gamma,
+                              const Tensor& mean, const Tensor& rstd, const Tensor& dx);
+void layernorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& mean,
+                               const Tensor& rstd, const Tensor& dgamma, const Tensor& dbeta);
+
+// ---- Attention -------------------------------------------------------------------------------------------
+// Causal multi-head self-attention core: qkv [B, T, 3C] (q | k | v, head h at columns h*hd of each third),
+// out [B, T, C], probs [B, H, T, T] (the saved causal softmax, zeros above the diagonal; f32). Backward
+// overwrites dqkv [B, T, 3C].
+void attention_forward(const Context& ctx, const Tensor& qkv, const Tensor& out, const Tensor& probs,
+                       std::int64_t heads);
+void attention_backward(const Context& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+                        const Tensor& dqkv, std::int64_t heads);
+
+// ---- Embeddings ------------------------------------------------------------------------------------------
+// A vocabulary range: `table` holds rows [first, first + valid) of a vocabulary of `vocab` ids as its rows
+// [0, valid) (a tensor-parallel shard; padding rows beyond valid are never read). The whole table is
+// {0, vocab, vocab}.
+struct VocabRange {
+  std::int64_t first = 0;
+  std::int64_t valid = 0;
+  std::int64_t vocab = 0;
+};
+// out[i, :] = table row of ids[i] when it lies in the range, else zeros; every id is checked against
+// [0, vocab) (the message names the id, its position and the vocabulary). ids [B, T] i32, out [B, T, D].
+void embedding_forward(const Context& ctx, const Tensor& ids, const Tensor& table, const Tensor& out,
+                       const VocabRange& range);
+// dtable (f32) += dout rows of the ids in the range, in token order (deterministic).
+void embedding_backward(const Context& ctx, const Tensor& ids, const Tensor& dout, const Tensor& dtable,
+                        const VocabRange& range);
+// x [B, T, D] += pos[t, :]; dpos (f32) [T', D] += sum over b of dx[b, t, :].
+void position_embedding_forward(const Context& ctx, const Tensor& x, const Tensor& pos);
+void position_embedding_backward(const Context& ctx, const Tensor& dx, const Tensor& dpos);
+
+// ---- Softmax cross-entropy -------------------------------------------------------------------------------
+// logits [rows, width] hold the classes of `range` in columns [0, range.valid) (width >= valid: vocabulary
+// padding columns are ignored and get zero gradient); targets [rows] i32 are global class ids, -1 = ignored
+// row; any other target outside [0, range.vocab) is an error naming the row. Statistics are f32 [rows].
+//
+// One shard (range = all classes): the fused forms. loss (f32, 1 element) = mean over the non-ignored rows
+// (0 when none); lse[rows] is saved for backward; dlogits = dloss / valid_rows * (softmax - onehot), where
+// dloss is a 1-element f32 tensor (the loss scale). dlogits may alias logits.
+void cross_entropy_forward(const Context& ctx, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                           const Tensor& loss);
+void cross_entropy_backward(const Context& ctx, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                            const Tensor& dloss, const Tensor& dlogits, const VocabRange& range);
+// Vocab-parallel pieces (Megatron style), combined by the caller over its tp group:
+//   row_max = all_reduce_max(shard_max)
+//   [sum_exp; target_logit] = all_reduce_sum(shard_sum_exp_and_target)      (one [2, rows] tensor)
+//   lse, loss = cross_entropy_loss(row_max, sums, targets)
+// then cross_entropy_backward(..., range) on each shard.
+void cross_entropy_shard_max(const Context& ctx, const Tensor& logits, const VocabRange& range,
+                             const Tensor& row_max);
+void cross_entropy_shard_sum_exp_and_target(const Context& ctx, const Tensor& logits, const Tensor& targets,
+                                            const VocabRange& range, const Tensor& row_max, const Tensor& sums);
+// lse = row_max + log(sum_exp); loss = mean over non-ignored rows of lse - target_logit (summed in row
+// order in double, as the fused forward).
+void cross_entropy_loss(const Context& ctx, const Tensor& row_max, const Tensor& sums, const Tensor& targets,
+                        const Tensor& lse, const Tensor& loss);
+// Accuracy pieces: neg_index[r] = -(global index of this shard's first column equal to row_max[r]), -inf if
+// none; all_reduce_max over the group gives minus the row's first arg-max. count_correct: the number of
+// non-ignored rows whose arg-max (-neg_index) equals the target, and the number of non-ignored rows.
+void cross_entropy_shard_argmax(const Context& ctx, const Tensor& logits, const VocabRange& range,
+                                const Tensor& row_max, const Tensor& neg_index);
+struct CorrectCount {
+  std::int64_t correct = 0;
+  std::int64_t rows = 0;
+};
+CorrectCount count_correct(const Context& ctx, const Tensor& neg_index, const Tensor& targets);  // (host value)
+
+// ---- Convolution and pooling (NCHW) ----------------------------------------------------------------------
+// x [N, C, H, W], weight [C', C, k, k], bias [C'], y [N, C', H', W'] with H' = (H + 2p - k) / stride + 1.
+// backward_input overwrites dx; backward_weight ACCUMULATES into dweight and dbias (f32).
+struct Conv2dParams {
+  std::int64_t stride = 1;
+  std::int64_t padding = 0;
+};
+void conv2d_forward(const Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,
+                    const Conv2dParams& params);
+void conv2d_backward_input(const Context& ctx, const Tensor& dy, const Tensor& weight, const Tensor& dx,
+                           const Conv2dParams& params);
+void conv2d_backward_weight(const Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dweight,
+                            const Tensor& dbias, const Conv2dParams& params);
+// Max pooling, square window, no padding. argmax [N, C, H', W'] i32 (flat h*W + w in its plane, first of
+// ties). backward overwrites dx [N, C, H, W].
+void maxpool2d_forward(const Context& ctx, const Tensor& x, const Tensor& y, const Tensor& argmax,
+                       std::int64_t window, std::int64_t stride);
+void maxpool2d_backward(const Context& ctx, const Tensor& dy, const Tensor& argmax, const Tensor& dx,
+                        std::int64_t window, std::int64_t stride);
+
+// ---- Optimizer updates (f32 master weights and state) ----------------------------------------------------
+// torch.optim.AdamW / SGD semantics (kernels/cpu/adamw.hpp, sgd.hpp). step >= 1 counts updates including this
+// one; sgd's momentum_buf may be undefined when momentum == 0. grad is f32 or bf16 (read widened).
+struct AdamWHyper {
+  float lr = 0, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0;
+  std::int64_t step = 1;
+};
+void adamw_update(const Context& ctx, const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
+                  const AdamWHyper& hyper);
+struct SgdHyper {
+  float lr = 0, momentum = 0, weight_decay = 0;
+  bool nesterov = false;
+  bool first_step = false;
+};
+void sgd_update(const Context& ctx, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                const SgdHyper& hyper);
+
+// ---- Process-wide CPU runtime (the only knobs that are not per run) ----------------------------------------
+// OpenMP/OpenBLAS threads for every CPU kernel (kernels/cpu/blas_runtime.hpp): set once at start-up, from
+// the main thread. cpu_blas_description(): the loaded BLAS and its core type, for logs.
+void configure_cpu_threads(int threads);
+int cpu_threads();  // OpenMP threads the CPU kernels use now
+std::string cpu_blas_description();
+
+}  // namespace cleave::ops

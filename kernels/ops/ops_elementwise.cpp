@@ -1,0 +1,115 @@
+// Element-wise ops, bias and activations: checks and dispatch (see ops.hpp for each contract).
+#include "kernels/ops/dispatch.hpp"
+
+namespace cleave::ops {
+
+using namespace detail;
+
+void fill(const Context& ctx, const Tensor& t, float value) {
+  check_float(ctx, "fill", "tensor", t);
+  slot_of(ctx, &Backend::fill, "fill")(ctx, t, value);
+}
+
+void copy(const Context& ctx, const Tensor& src, const Tensor& dst) {
+  check_on(ctx, "copy", "src", src);
+  check_on(ctx, "copy", "dst", dst);
+  check_same_numel("copy", "src", src, "dst", dst);
+  const bool floats = (src.dtype() == DType::kF32 || src.dtype() == DType::kBF16) &&
+                      (dst.dtype() == DType::kF32 || dst.dtype() == DType::kBF16);
+  CLEAVE_CHECK(src.dtype() == dst.dtype() || floats, "copy: cannot convert {} to {}", dtype_name(src.dtype()),
+               dtype_name(dst.dtype()));
+  slot_of(ctx, &Backend::copy, "copy")(ctx, src, dst);
+}
+
+void add(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out) {
+  check_float(ctx, "add", "a", a);
+  check_float(ctx, "add", "b", b);
+  check_float(ctx, "add", "out", out);
+  check_same_numel("add", "a", a, "b", b);
+  check_same_numel("add", "a", a, "out", out);
+  slot_of(ctx, &Backend::add, "add")(ctx, a, b, out);
+}
+
+void add_inplace(const Context& ctx, const Tensor& y, const Tensor& x) {
+  check_float(ctx, "add_inplace", "y", y);
+  check_float(ctx, "add_inplace", "x", x);
+  check_same_numel("add_inplace", "y", y, "x", x);
+  slot_of(ctx, &Backend::add_inplace, "add_inplace")(ctx, y, x);
+}
+
+void scale_inplace(const Context& ctx, const Tensor& y, float alpha) {
+  check_float(ctx, "scale_inplace", "y", y);
+  slot_of(ctx, &Backend::scale_inplace, "scale_inplace")(ctx, y, alpha);
+}
+
+void axpy(const Context& ctx, float alpha, const Tensor& x, const Tensor& y) {
+  check_float(ctx, "axpy", "x", x);
+  check_float(ctx, "axpy", "y", y);
+  check_same_numel("axpy", "x", x, "y", y);
+  slot_of(ctx, &Backend::axpy, "axpy")(ctx, alpha, x, y);
+}
+
+double sum_squares(const Context& ctx, const Tensor& x) {
+  check_float(ctx, "sum_squares", "x", x);
+  return slot_of(ctx, &Backend::sum_squares, "sum_squares")(ctx, x);
+}
+
+void bias_add_forward(const Context& ctx, const Tensor& y, const Tensor& bias) {
+  check_float(ctx, "bias_add_forward", "y", y);
+  check_float(ctx, "bias_add_forward", "bias", bias);
+  check_numel("bias_add_forward", "bias", bias, y.shape().last());
+  slot_of(ctx, &Backend::bias_add_forward, "bias_add_forward")(ctx, y, bias);
+}
+
+void bias_backward(const Context& ctx, const Tensor& dy, const Tensor& dbias) {
+  check_float(ctx, "bias_backward", "dy", dy);
+  check_dtype(ctx, "bias_backward", "dbias", dbias, DType::kF32);
+  check_numel("bias_backward", "dbias", dbias, dy.shape().last());
+  slot_of(ctx, &Backend::bias_backward, "bias_backward")(ctx, dy, dbias);
+}
+
+namespace {
+void check_unary(const Context& ctx, std::string_view op, const Tensor& x, const Tensor& y) {
+  check_float(ctx, op, "x", x);
+  check_float(ctx, op, "y", y);
+  check_same_numel(op, "x", x, "y", y);
+}
+void check_unary_backward(const Context& ctx, std::string_view op, const Tensor& x, const Tensor& dy,
+                          const Tensor& dx) {
+  check_unary(ctx, op, x, dy);
+  check_float(ctx, op, "dx", dx);
+  check_same_numel(op, "x", x, "dx", dx);
+}
+}  // namespace
+
+void gelu_forward(const Context& ctx, const Tensor& x, const Tensor& y) {
+  check_unary(ctx, "gelu_forward", x, y);
+  slot_of(ctx, &Backend::gelu_forward, "gelu_forward")(ctx, x, y);
+}
+
+void gelu_backward(const Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  check_unary_backward(ctx, "gelu_backward", x, dy, dx);
+  slot_of(ctx, &Backend::gelu_backward, "gelu_backward")(ctx, x, dy, dx);
+}
+
+void relu_forward(const Context& ctx, const Tensor& x, const Tensor& y) {
+  check_unary(ctx, "relu_forward", x, y);
+  slot_of(ctx, &Backend::relu_forward, "relu_forward")(ctx, x, y);
+}
+
+void relu_backward(const Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  check_unary_backward(ctx, "relu_backward", x, dy, dx);
+  slot_of(ctx, &Backend::relu_backward, "relu_backward")(ctx, x, dy, dx);
+}
+
+void softmax_forward(const Context& ctx, const Tensor& x, const Tensor& y) {
+  check_unary(ctx, "softmax_forward", x, y);
+  slot_of(ctx, &Backend::softmax_forward, "softmax_forward")(ctx, x, y);
+}
+
+void softmax_backward(const Context& ctx, const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  check_unary_backward(ctx, "softmax_backward", y, dy, dx);
+  slot_of(ctx, &Backend::softmax_backward, "softmax_backward")(ctx, y, dy, dx);
+}
+
+}  // namespace cleave::ops

@@ -1,0 +1,138 @@
+// The seam's CPU backend against its references: vocab-parallel pieces over padded shards combine to the fused
+// loss, gradient and arg-max of the whole vocabulary (what tensor-parallel evaluation relies on), and bf16
+// tensors are widened and narrowed at the kernel edges (the GEMM of bf16 operands equals the f32 GEMM of the
+// rounded operands, rounded once).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "kernels/ops/ops.hpp"
+#include "unit/kernels/kernel_test_util.hpp"
+
+namespace cleave::ops {
+namespace {
+
+using cleave::kernels::test::random_floats;
+
+Tensor f32(const std::vector<float>& v, const Shape& shape) { return Tensor::from_floats(v, shape); }
+
+TEST(OpsCrossEntropy, PaddedVocabShardsCombineToTheFusedLossGradientAndArgmax) {
+  const Context ctx;
+  const std::int64_t rows = 7, vocab = 23, tp = 3, width = (vocab + tp - 1) / tp;  // 8 wide, last shard 7 valid
+  const auto logits = random_floats(static_cast<size_t>(rows * vocab), 11, 3.0f);
+  std::vector<std::int32_t> target_values{0, 22, 5, -1, 16, 8, 15};
+  Tensor targets = Tensor::empty({rows}, DType::kI32, MemoryCategory::kActivations);
+  std::copy(target_values.begin(), target_values.end(), targets.data<std::int32_t>());
+
+  // Reference: the fused ops on the whole vocabulary.
+  const Tensor whole = f32(logits, {rows, vocab});
+  Tensor lse = Tensor::empty({rows}, DType::kF32, MemoryCategory::kActivations);
+  Tensor loss = Tensor::empty({1}, DType::kF32, MemoryCategory::kActivations);
+  cross_entropy_forward(ctx, whole, targets, lse, loss);
+  Tensor dloss = f32({0.5f}, {1});
+  Tensor dwhole = Tensor::empty({rows, vocab}, DType::kF32, MemoryCategory::kActivations);
+  cross_entropy_backward(ctx, whole, targets, lse, dloss, dwhole, {0, vocab, vocab});
+  EXPECT_GT(loss.to_floats()[0], 0.0f);
+
+  // Shards: columns [r*width, r*width + valid) of each row, padding columns poisoned with huge logits.
+  std::vector<Tensor> shards;
+  std::vector<VocabRange> ranges;
+  for (std::int64_t r = 0; r < tp; ++r) {
+    const std::int64_t first = r * width, valid = std::min(width, vocab - first);
+    std::vector<float> v(static_cast<size_t>(rows * width), 1e30f);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      for (std::int64_t c = 0; c < valid; ++c) v[static_cast<size_t>(i * width + c)] = logits[static_cast<size_t>(i * vocab + first + c)];
+    }
+    shards.push_back(f32(v, {rows, width}));
+    ranges.push_back({first, valid, vocab});
+  }
+  // "all-reduce" by hand: max, then sums.
+  Tensor row_max = Tensor::empty({rows}, DType::kF32, MemoryCategory::kActivations);
+  std::vector<float> mx(static_cast<size_t>(rows), -INFINITY);
+  for (std::int64_t r = 0; r < tp; ++r) {
+    cross_entropy_shard_max(ctx, shards[static_cast<size_t>(r)], ranges[static_cast<size_t>(r)], row_max);
+    for (std::int64_t i = 0; i < rows; ++i) mx[static_cast<size_t>(i)] = std::max(mx[static_cast<size_t>(i)], row_max.data<float>()[i]);
+  }
+  const Tensor reduced_max = f32(mx, {rows});
+  std::vector<float> sums(static_cast<size_t>(2 * rows), 0.0f), neg_index(static_cast<size_t>(rows), -INFINITY);
+  Tensor piece = Tensor::empty({2, rows}, DType::kF32, MemoryCategory::kActivations);
+  Tensor index_piece = Tensor::empty({rows}, DType::kF32, MemoryCategory::kActivations);
+  for (std::int64_t r = 0; r < tp; ++r) {
+    cross_entropy_shard_sum_exp_and_target(ctx, shards[static_cast<size_t>(r)], targets, ranges[static_cast<size_t>(r)], reduced_max, piece);
+    for (std::int64_t i = 0; i < 2 * rows; ++i) sums[static_cast<size_t>(i)] += piece.data<float>()[i];
+    cross_entropy_shard_argmax(ctx, shards[static_cast<size_t>(r)], ranges[static_cast<size_t>(r)], reduced_max, index_piece);
+    for (std::int64_t i = 0; i < rows; ++i) neg_index[static_cast<size_t>(i)] = std::max(neg_index[static_cast<size_t>(i)], index_piece.data<float>()[i]);
+  }
+  Tensor shard_lse = Tensor::empty({rows}, DType::kF32, MemoryCategory::kActivations);
+  Tensor shard_loss = Tensor::empty({1}, DType::kF32, MemoryCategory::kActivations);
+  cross_entropy_loss(ctx, reduced_max, f32(sums, {2, rows}), targets, shard_lse, shard_loss);
+  EXPECT_NEAR(shard_loss.to_floats()[0], loss.to_floats()[0], 1e-5f * loss.to_floats()[0]);
+
+  // Arg-max: the first maximum of each row over the whole vocabulary.
+  const CorrectCount count = count_correct(ctx, f32(neg_index, {rows}), targets);
+  std::int64_t expected_correct = 0;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const float* row = logits.data() + i * vocab;
+    const auto best = std::max_element(row, row + vocab) - row;
+    EXPECT_EQ(-neg_index[static_cast<size_t>(i)], static_cast<float>(best)) << "row " << i;
+    if (target_values[static_cast<size_t>(i)] >= 0 && best == target_values[static_cast<size_t>(i)]) ++expected_correct;
+  }
+  EXPECT_EQ(count.rows, rows - 1);  // one ignored row
+  EXPECT_EQ(count.correct, expected_correct);
+
+  // Gradients: each shard's valid columns match the fused gradient; padding columns are exactly zero.
+  for (std::int64_t r = 0; r < tp; ++r) {
+    const VocabRange& range = ranges[static_cast<size_t>(r)];
+    Tensor d = Tensor::empty({rows, width}, DType::kF32, MemoryCategory::kActivations);
+    cross_entropy_backward(ctx, shards[static_cast<size_t>(r)], targets, shard_lse, dloss, d, range);
+    for (std::int64_t i = 0; i < rows; ++i) {
+      for (std::int64_t c = 0; c < width; ++c) {
+        const float got = d.data<float>()[i * width + c];
+        if (c >= range.valid) {
+          EXPECT_EQ(got, 0.0f);
+        } else {
+          EXPECT_NEAR(got, dwhole.data<float>()[i * vocab + range.first + c], 1e-6f);
+        }
+      }
+    }
+  }
+}
+
+Tensor to_bf16(const Context& ctx, const Tensor& t) {
+  Tensor out = Tensor::empty(t.shape(), DType::kBF16, MemoryCategory::kActivations);
+  copy(ctx, t, out);
+  return out;
+}
+
+TEST(OpsBf16, GemmWidensAtTheEdgesAndAccumulatesInF32) {
+  const Context ctx;
+  const std::int64_t m = 37, n = 29, k = 53;
+  const Tensor a = f32(random_floats(static_cast<size_t>(m * k), 1), {m, k});
+  const Tensor b = f32(random_floats(static_cast<size_t>(n * k), 2), {n, k});
+  const Tensor a16 = to_bf16(ctx, a), b16 = to_bf16(ctx, b);
+  // Reference: the f32 GEMM of the bf16-rounded operands.
+  Tensor a_rounded = Tensor::empty({m, k}, DType::kF32, MemoryCategory::kActivations);
+  Tensor b_rounded = Tensor::empty({n, k}, DType::kF32, MemoryCategory::kActivations);
+  copy(ctx, a16, a_rounded);
+  copy(ctx, b16, b_rounded);
+  Tensor want = Tensor::empty({m, n}, DType::kF32, MemoryCategory::kActivations);
+  gemm(ctx, a_rounded, b_rounded, want, {.trans_b = true});
+  // f32 output from bf16 operands: bit for bit the reference.
+  Tensor got = Tensor::empty({m, n}, DType::kF32, MemoryCategory::kActivations);
+  gemm(ctx, a16, b16, got, {.trans_b = true});
+  EXPECT_EQ(got.to_floats(), want.to_floats());
+  // bf16 output: the reference rounded once.
+  Tensor got16 = Tensor::empty({m, n}, DType::kBF16, MemoryCategory::kActivations);
+  gemm(ctx, a16, b16, got16, {.trans_b = true});
+  const auto narrowed = to_bf16(ctx, want).to_floats();
+  EXPECT_EQ(got16.to_floats(), narrowed);
+  double norm = 0;
+  for (float v : narrowed) norm += static_cast<double>(v) * v;
+  EXPECT_GT(norm, 0.0);
+  // The rounding is real: bf16 operands differ from the f32 ones.
+  EXPECT_NE(a_rounded.to_floats(), a.to_floats());
+}
+
+}  // namespace
+}  // namespace cleave::ops

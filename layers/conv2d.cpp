@@ -34,7 +34,7 @@ Tensor Conv2d::forward(const Tensor& x, Stash& stash, Context& ctx) {
                "{}: the {}x{} kernel does not fit the input {} padded by {}", who, kernel_, kernel_, x.shape().str(),
                padding_);
   Tensor y = new_activation(ctx, Shape{x.dim(0), out_channels_, out_h, out_w});
-  ops::conv2d_forward(ctx, x, weight_->value, bias_->value, y, conv_params());
+  ops::conv2d_forward(ctx, x, weight_->compute(), bias_->compute(), y, conv_params());
   stash.tensors = {x};
   return y;
 }
@@ -43,7 +43,7 @@ Tensor Conv2d::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const std::string who = "conv2d " + prefix_;
   const Tensor& x = stash_at(stash, 0, who);
   Tensor dx = new_activation(ctx, x.shape());
-  ops::conv2d_backward_input(ctx, dy, weight_->value, dx, conv_params());
+  ops::conv2d_backward_input(ctx, dy, weight_->compute(), dx, conv_params());
   stash.tensors.push_back(dy);
   return dx;
 }

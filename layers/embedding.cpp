@@ -32,8 +32,8 @@ Tensor Embedding::forward(const Tensor& ids, Stash& stash, Context& ctx) {
   CLEAVE_CHECK(t <= seq_len_, "{}: sequence of {} tokens exceeds the {} learned positions (model.seq_len)", who, t,
                seq_len_);
   Tensor y = new_activation(ctx, Shape{b, t, dim_});
-  ops::embedding_forward(ctx, ids, token_->value, y, {0, vocab_, vocab_});
-  ops::position_embedding_forward(ctx, y, position_->value);
+  ops::embedding_forward(ctx, ids, token_->compute(), y, {0, vocab_, vocab_});
+  ops::position_embedding_forward(ctx, y, position_->compute());
   stash.tensors = {ids};
   return y;
 }

@@ -46,10 +46,16 @@ struct ShardSpec {
 
 struct Param {
   std::string name;  // logical name, identical in every layout: "blocks.3.attn.qkv.weight"
-  Tensor value;      // kParameters
-  Tensor grad;       // kGradients, same shape; accumulated by backward_weight
+  Tensor value;      // kParameters, f32: the master weights the optimizer updates
+  Tensor grad;       // kGradients, f32, same shape; accumulated by backward_weight
+  // Mixed precision (ops::Precision::kBf16): the bf16 copy of `value` the forward and backward read, refreshed
+  // after every optimizer step (kParameters). Undefined in fp32 runs.
+  Tensor working;
   ShardSpec shard;
   bool weight_decay = true;  // false for biases, norms and position tables
+
+  // What compute reads: the working copy when there is one, else the master value.
+  const Tensor& compute() const { return working.defined() ? working : value; }
 };
 
 // What one micro-batch's forward leaves behind for its backward.

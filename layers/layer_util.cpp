@@ -5,6 +5,10 @@
 
 namespace cleave::layers {
 
+Tensor new_activation(const Context& ctx, const Shape& shape) {
+  return new_activation(ctx, shape, ctx.compute_dtype());
+}
+
 Tensor new_activation(const Context& ctx, const Shape& shape, DType dtype) {
   return Tensor::empty(shape, dtype, MemoryCategory::kActivations, *ctx.allocator);
 }
@@ -17,7 +21,9 @@ void check_input(const Context& ctx, const Tensor& x, DType dtype, std::int64_t 
   CLEAVE_CHECK(x.defined(), "{}: input tensor is undefined", who);
   CLEAVE_CHECK(x.device() == ctx.device, "{}: input is on {}, but this layer runs on {}", who, x.device().str(),
                ctx.device.str());
-  CLEAVE_CHECK(x.dtype() == dtype, "{}: expected a {} input, got {} {}", who, dtype_name(dtype), x.shape().str(),
+  const bool floating = dtype == DType::kF32 && (x.dtype() == DType::kF32 || x.dtype() == DType::kBF16);
+  CLEAVE_CHECK(x.dtype() == dtype || floating, "{}: expected a {} input, got {} {}", who,
+               dtype == DType::kF32 ? "floating (f32 or bf16)" : dtype_name(dtype), x.shape().str(),
                dtype_name(x.dtype()));
   CLEAVE_CHECK(x.rank() >= min_rank, "{}: expected an input of rank >= {}, got {}", who, min_rank, x.shape().str());
   CLEAVE_CHECK(last < 0 || x.shape().last() == last, "{}: expected input [..., {}], got {}", who, last,

@@ -15,9 +15,13 @@
 
 namespace cleave::layers {
 
-Tensor new_activation(const Context& ctx, const Shape& shape, DType dtype = DType::kF32);
+// Activations default to the context's compute dtype (bf16 under mixed precision); pass DType::kF32 for
+// statistics that stay f32 (LayerNorm mean/rstd, log-sum-exp, the loss).
+Tensor new_activation(const Context& ctx, const Shape& shape);
+Tensor new_activation(const Context& ctx, const Shape& shape, DType dtype);
 Tensor new_workspace(const Context& ctx, const Shape& shape, DType dtype = DType::kF32);
 
+// `dtype` kF32 means any floating input (f32 or bf16).
 // Throws Error unless x is a defined tensor on ctx.device of `dtype` whose last dimension is `last` (any last when
 // last < 0) and whose rank is at least `min_rank`. `who` names the layer ("linear blocks.0.attn.qkv").
 void check_input(const Context& ctx, const Tensor& x, DType dtype, std::int64_t last, int min_rank, std::string_view who);

@@ -21,7 +21,7 @@ Tensor LayerNorm::forward(const Tensor& x, Stash& stash, Context& ctx) {
   Tensor y = new_activation(ctx, x.shape());
   Tensor mean = new_activation(ctx, Shape{rows}, DType::kF32);
   Tensor rstd = new_activation(ctx, Shape{rows}, DType::kF32);
-  ops::layernorm_forward(ctx, x, gamma_->value, beta_->value, y, mean, rstd, eps_);
+  ops::layernorm_forward(ctx, x, gamma_->compute(), beta_->compute(), y, mean, rstd, eps_);
   stash.tensors = {x, mean, rstd};
   return y;
 }
@@ -34,7 +34,7 @@ Tensor LayerNorm::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   check_input(ctx, dy, DType::kF32, dim_, 1, who + " (dy)");
   CLEAVE_ASSERT(dy.numel() == x.numel(), "{}: dy {} vs x {}", who, dy.shape().str(), x.shape().str());
   Tensor dx = new_activation(ctx, x.shape());
-  ops::layernorm_backward_input(ctx, dy, x, gamma_->value, mean, rstd, dx);
+  ops::layernorm_backward_input(ctx, dy, x, gamma_->compute(), mean, rstd, dx);
   stash.tensors.push_back(dy);
   return dx;
 }

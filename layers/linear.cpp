@@ -37,9 +37,9 @@ Tensor Linear::forward(const Tensor& x, Stash& stash, Context& ctx) {
   ops::GemmOptions gemm{.trans_b = true};
   if (bias_) {
     gemm.epilogue = ops::GemmEpilogue::kBias;
-    gemm.bias = bias_->value;
+    gemm.bias = bias_->compute();
   }
-  ops::gemm(ctx, x, weight_->value, y, gemm);  // y = x W^T (+ b)
+  ops::gemm(ctx, x, weight_->compute(), y, gemm);  // y = x W^T (+ b)
   stash.tensors = {x};
   return y;
 }
@@ -50,7 +50,7 @@ Tensor Linear::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   CLEAVE_ASSERT(dy.shape().rows() == x.shape().rows(), "{}: dy {} does not match x {}", who(), dy.shape().str(),
                 x.shape().str());
   Tensor dx = new_activation(ctx, x.shape());
-  ops::gemm(ctx, dy, weight_->value, dx);  // dx = dy W
+  ops::gemm(ctx, dy, weight_->compute(), dx);  // dx = dy W
   stash.tensors.push_back(dy);
   return dx;
 }

@@ -38,7 +38,7 @@ const MicrobatchData& Executor::microbatch_data(int microbatch) {
   return it->second;
 }
 
-void Executor::post_communication(std::size_t& index, const std::vector<Action>& actions) {
+void Executor::post_communication(std::size_t& index, const std::vector<Action>& actions, StepOutcome& outcome) {
   std::vector<comm::P2POp> ops;
   std::vector<std::pair<std::map<Key, std::pair<Tensor, comm::Work*>>*, Key>> receives;
   const Schedule& schedule = *options_.schedule;
@@ -51,6 +51,7 @@ void Executor::post_communication(std::size_t& index, const std::vector<Action>&
         CLEAVE_ASSERT(it != forward_out_.end(), "{}: nothing to send (forward not run)", format_action(a));
         const int peer = schedule.rank_of(a.stage + 1);
         ops.push_back(comm::P2POp::send(it->second, peer, tag(a.kind, a.stage + 1, a.microbatch)));
+        outcome.p2p_bytes_sent += static_cast<std::int64_t>(it->second.nbytes());
         sent_.push_back(it->second);
         forward_out_.erase(it);
         break;
@@ -60,20 +61,21 @@ void Executor::post_communication(std::size_t& index, const std::vector<Action>&
         CLEAVE_ASSERT(it != backward_out_.end(), "{}: nothing to send (backward not run)", format_action(a));
         const int peer = schedule.rank_of(a.stage - 1);
         ops.push_back(comm::P2POp::send(it->second, peer, tag(a.kind, a.stage - 1, a.microbatch)));
+        outcome.p2p_bytes_sent += static_cast<std::int64_t>(it->second.nbytes());
         sent_.push_back(it->second);
         backward_out_.erase(it);
         break;
       }
       case ActionKind::kRecvF: {
-        Tensor buffer = Tensor::empty(options_.boundary_shape(a.stage), DType::kF32, MemoryCategory::kActivations,
-                                      *options_.context->allocator);
+        Tensor buffer = Tensor::empty(options_.boundary_shape(a.stage), options_.context->compute_dtype(),
+                                      MemoryCategory::kActivations, *options_.context->allocator);
         ops.push_back(comm::P2POp::recv(buffer, schedule.rank_of(a.stage - 1), tag(a.kind, a.stage, a.microbatch)));
         forward_in_[key] = {buffer, nullptr};
         receives.emplace_back(&forward_in_, key);
         break;
       }
       case ActionKind::kRecvB: {
-        Tensor buffer = Tensor::empty(options_.boundary_shape(a.stage + 1), DType::kF32,
+        Tensor buffer = Tensor::empty(options_.boundary_shape(a.stage + 1), options_.context->compute_dtype(),
                                       MemoryCategory::kActivations, *options_.context->allocator);
         ops.push_back(comm::P2POp::recv(buffer, schedule.rank_of(a.stage + 1), tag(a.kind, a.stage, a.microbatch)));
         backward_in_[key] = {buffer, nullptr};
@@ -137,7 +139,7 @@ StepOutcome Executor::run_step() {
     const double start = options_.record_timeline ? now_us() : 0.0;
     if (is_communication(a.kind)) {
       const std::size_t first = i;
-      post_communication(i, actions);
+      post_communication(i, actions, outcome);
       if (options_.record_timeline) {
         for (std::size_t j = first; j < i; ++j) outcome.timeline.push_back({actions[j], start, now_us()});
       }

@@ -4,7 +4,8 @@
 //  - Consecutive SEND/RECV actions are posted together as one batch_p2p; a receive is waited for only by
 //    the compute action that consumes it, and sends complete in the background (all are waited for at the
 //    end of the step), so the executor never blocks earlier than the validated blocking dry run would.
-//  - Shapes and dtypes of received tensors come from the plan (`boundary_shape`), never from a handshake.
+//  - Shapes of received tensors come from the plan (`boundary_shape`) and their dtype from the context's
+//    precision (bf16 boundary tensors under mixed precision), never from a handshake.
 //  - A stage's stash is released by its W (or B) action, so live activations follow the schedule.
 //  - Stages that sit on the same rank (ZB-V's turn) hand tensors over directly, without communication.
 //  - REDUCE_GRAD and OPTIMIZER_STEP run the caller's hooks in schedule order, so the step's tail is part of
@@ -55,6 +56,7 @@ struct StepOutcome {
   // (last stage only; empty elsewhere).
   std::vector<std::pair<int, float>> losses;
   std::vector<TimedAction> timeline;  // measured, in µs of a steady clock (same format as the simulator)
+  std::int64_t p2p_bytes_sent = 0;    // bytes of the boundary tensors this rank sent (activations and gradients)
   // kEvaluate: the counts of each micro-batch this rank scored (last stage only), in the order computed.
   std::vector<std::pair<int, layers::EvalCounts>> evaluations;
 };
@@ -67,7 +69,7 @@ class Executor {
  private:
   using Key = std::pair<int, int>;  // (stage, micro-batch)
 
-  void post_communication(std::size_t& index, const std::vector<Action>& actions);
+  void post_communication(std::size_t& index, const std::vector<Action>& actions, StepOutcome& outcome);
   Tensor forward_input(int stage, int microbatch);
   Tensor backward_dy(int stage, int microbatch);
   Tensor take_received(std::map<Key, std::pair<Tensor, comm::Work*>>& slots, const Key& key);

@@ -121,7 +121,7 @@ int run(int argc, char** argv) {
     overrides.push_back("train.eval_batches=0");
     const config::RunConfig config = config::load_config(options.config_path, overrides);
     train::Trainer trainer(config, *world);
-    cpu_allocator().reset_peak();
+    trainer.reset_peak_memory();
     std::vector<double> step_ms;
     for (int s = 0; s < options.steps + options.warmup; ++s) {
       const auto stats = trainer.step(s);
@@ -135,7 +135,7 @@ int run(int argc, char** argv) {
     }
     // Peak activation bytes of every rank, gathered on all.
     Tensor mine = Tensor::empty({1}, DType::kI64, MemoryCategory::kWorkspace);
-    mine.data<std::int64_t>()[0] = cpu_allocator().stats().peak_of(MemoryCategory::kActivations);
+    mine.data<std::int64_t>()[0] = trainer.memory_stats().peak_of(MemoryCategory::kActivations);
     Tensor peaks = Tensor::empty({world->size()}, DType::kI64, MemoryCategory::kWorkspace);
     world->all_gather(mine, peaks)->wait();
     const pipeline::Timeline measured = trainer.measured_timeline();

@@ -33,14 +33,21 @@ std::vector<std::vector<std::byte>> all_gather_bytes(comm::Communicator& comm, s
 }
 
 std::vector<double> reduce_doubles(comm::Communicator& comm, const std::vector<double>& values, comm::ReduceOp op) {
-  const auto gathered = all_gather_values<double>(comm, values);
-  std::vector<double> out = gathered.front();
-  for (std::size_t r = 1; r < gathered.size(); ++r) {
-    CLEAVE_ASSERT(gathered[r].size() == out.size(), "reduce_doubles: rank {} sent {} values, rank 0 sent {}", r,
-                  gathered[r].size(), out.size());
-    for (std::size_t i = 0; i < out.size(); ++i) {
-      out[i] = op == comm::ReduceOp::kMax ? std::max(out[i], gathered[r][i]) : out[i] + gathered[r][i];
+  // Every rank sends the same count (the contract), so one all_gather of the exact bit patterns suffices.
+  const auto count = static_cast<std::int64_t>(values.size());
+  Tensor mine = Tensor::empty({count}, DType::kI64, MemoryCategory::kCommunication);
+  std::memcpy(mine.raw_data(), values.data(), values.size() * sizeof(double));
+  Tensor all = Tensor::empty({count * comm.size()}, DType::kI64, MemoryCategory::kCommunication);
+  comm.all_gather(mine, all)->wait();
+  const auto* gathered = static_cast<const double*>(all.raw_data());
+  std::vector<double> out(values.size());
+  for (std::int64_t i = 0; i < count; ++i) {
+    double acc = gathered[i];
+    for (int r = 1; r < comm.size(); ++r) {
+      const double v = gathered[static_cast<std::int64_t>(r) * count + i];
+      acc = op == comm::ReduceOp::kMax ? std::max(acc, v) : acc + v;
     }
+    out[static_cast<std::size_t>(i)] = acc;
   }
   return out;
 }

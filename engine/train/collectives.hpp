@@ -33,7 +33,8 @@ std::vector<std::vector<T>> all_gather_values(comm::Communicator& comm, std::spa
   return out;
 }
 
-// Element-wise sum (or max) of `values` over the ranks, combined in rank order. Collective.
+// Element-wise sum (or max) of `values` over the ranks, combined in rank order; every rank passes the same
+// number of values. Collective.
 std::vector<double> reduce_doubles(comm::Communicator& comm, const std::vector<double>& values, comm::ReduceOp op);
 
 }  // namespace cleave::train

@@ -59,7 +59,10 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   const int live = std::max(1, pipeline::peak_activations(actions));
   MemoryPlan m;
   auto at = [&m](MemoryCategory c) -> std::int64_t& { return m.bytes[static_cast<std::size_t>(c)]; };
-  at(MemoryCategory::kParameters) = param_bytes / tp;
+  // Mixed precision: bf16 working copies of the parameters besides the f32 masters; bf16 activations and
+  // boundary tensors (statistics kept in f32 are a few bytes per row, not counted).
+  const bool bf16 = config.device.precision == "bf16";
+  at(MemoryCategory::kParameters) = param_bytes / tp + (bf16 ? param_bytes / tp / 2 : 0);
   // Deterministic mode sums micro-batch gradients in the canonical tree (pipeline/ordered_grad_accumulator.hpp):
   // up to floor(log2(micro-batches)) partial sums besides the gradient itself.
   int partial_sums = 0;
@@ -70,7 +73,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   const double state = training_bytes_per_param_byte(config.optimizer) - 1.0;
   at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
       state * static_cast<double>(param_bytes / tp) / (config.optimizer.zero_stage == 1 ? dp : 1));
-  at(MemoryCategory::kActivations) = (live * largest_stash / tp + 2 * live * boundary) * micro;
+  at(MemoryCategory::kActivations) = (live * largest_stash / tp + 2 * live * boundary) * micro / (bf16 ? 2 : 1);
   at(MemoryCategory::kWorkspace) = 2 * largest_output * micro;
   return m;
 }

@@ -37,6 +37,26 @@ comm::ProcessGrid make_grid(config::RunConfig& config, int world_size) {
                                    config.parallel.pipeline_model_parallel_size, config.parallel.data_parallel_size);
 }
 
+// Mixed precision: every parameter's bf16 working copy (Param::working) := its f32 master value, rounded to
+// nearest even. Allocated once (kParameters); a no-op in fp32 runs.
+void refresh_working_copies(Trainer::State& s) {
+  if (s.context.precision != ops::Precision::kBf16) return;
+  for (const auto& p : s.params) {
+    if (!p->working.defined()) {
+      p->working = Tensor::empty(p->value.shape(), DType::kBF16, MemoryCategory::kParameters, *s.allocator);
+    }
+    ops::copy(s.context, p->value, p->working);
+  }
+}
+
+// Floating model inputs (mlp / cnn features) in the compute dtype; token ids pass unchanged.
+Tensor in_compute_dtype(Trainer::State& s, const Tensor& inputs) {
+  if (inputs.dtype() != DType::kF32 || s.context.compute_dtype() == DType::kF32) return inputs;
+  Tensor out = Tensor::empty(inputs.shape(), s.context.compute_dtype(), MemoryCategory::kActivations, *s.allocator);
+  ops::copy(s.context, inputs, out);
+  return out;
+}
+
 // REDUCE_GRAD of this rank's last stage: data parallel finishes its buckets (the tied table's copies summed
 // first; every replica then holds the mean gradient, or under ZeRO-1 its shard of it); without dp the tied
 // table's two copies are summed.
@@ -68,6 +88,7 @@ void clip_and_update(Trainer::State& s) {
   s.step_lr = s.lr_schedule.lr_at(s.current_step);
   if (s.optimizer) s.optimizer->step(s.step_lr);
   else s.data_parallel->sharded_step(s.step_lr);
+  refresh_working_copies(s);
 }
 
 // The step's loss: the mean over the global batch's micro-batches, each micro-batch's loss placed at its
@@ -109,10 +130,6 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
                "device.type '{}' is not available yet: the trainer runs on the CPU backend (device.type \"cpu\"); "
                "the CUDA backend is reachable through the op seam but not yet brought up for training",
                cfg.device.type);
-  CLEAVE_CHECK(cfg.device.precision == "fp32",
-               "device.precision \"{}\" is not supported yet: this cleave trains in fp32 only (bf16 mixed precision "
-               "is not implemented); set device.precision \"fp32\"",
-               cfg.device.precision);
   CLEAVE_CHECK(cfg.optimizer.zero_stage == 0 || s.grid.dp_size() >= 1, "optimizer.zero_stage must be 0 or 1");
   // The run's own memory and op context: nothing is shared with another trainer in this process.
   s.allocator = make_cpu_allocator();
@@ -121,6 +138,7 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
   s.context.device = Device::cpu();
   s.context.allocator = s.allocator.get();
   s.context.resources = s.resources.get();
+  s.context.precision = ops::parse_precision(cfg.device.precision);  // bf16: mixed precision (ops/context.hpp)
   // Deterministic mode: GEMM bits independent of the thread count (shape-fixed slices, OpenBLAS at one
   // thread), so one rank with N threads and N ranks of one thread compute the same bits.
   s.context.gemm_mode = cfg.train.deterministic ? ops::GemmMode::kDeterministic : ops::GemmMode::kFast;
@@ -202,6 +220,7 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
     s.optimizer = optim::make_optimizer(cfg.optimizer, s.params, *s.allocator);
   }
   s.lr_schedule = optim::LrSchedule::from_config(cfg.optimizer, cfg.train.steps);
+  refresh_working_copies(s);  // after DataParallel: under ZeRO-1 the values are bucket views by now
 
   s.train_data = make_data_source(cfg, Split::kTrain);
   if (cfg.train.eval_batches > 0) s.eval_data = make_data_source(cfg, Split::kEval);
@@ -220,7 +239,7 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
   options.boundary_shape = [&plan = s.plan, micro](int stage) { return plan.boundary_shape(stage, micro); };
   options.data = [&s](int microbatch) {
     Batch b = s.train_data->next_batch(s.current_step, microbatch, s.layout, *s.context.allocator);
-    return pipeline::MicrobatchData{b.inputs, b.targets};
+    return pipeline::MicrobatchData{in_compute_dtype(s, b.inputs), b.targets};
   };
   // dy of each micro-batch's mean loss: 1 / (micro-batches of the global batch), the same factor on one rank
   // and on every replica, so the summed gradient is the global mean without a division after the reduction.
@@ -247,7 +266,7 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
     eval_options.optimizer_step = {};
     eval_options.data = [&s](int microbatch) {
       Batch b = s.eval_data->next_batch(s.eval_batch, microbatch, s.layout, *s.context.allocator);
-      return pipeline::MicrobatchData{b.inputs, b.targets};
+      return pipeline::MicrobatchData{in_compute_dtype(s, b.inputs), b.targets};
     };
     s.eval_executor = std::make_unique<pipeline::Executor>(std::move(eval_options));
   }
@@ -285,6 +304,7 @@ StepStats Trainer::step(std::int64_t step) {
   const double items = static_cast<double>(s.batch.global_batch_size * s.plan.spec.items_per_sample());
   stats.tokens_per_s = items / (stats.step_ms * 1e-3);
   stats.peak_bytes = static_cast<std::int64_t>(peaks[0]);
+  stats.p2p_bytes = outcome.p2p_bytes_sent;
   return stats;
 }
 

@@ -160,19 +160,18 @@ void layernorm_backward_weight(const Context& ctx, const Tensor& dy, const Tenso
 void attention_forward(const Context& ctx, const Tensor& qkv, const Tensor& out, const Tensor& probs,
                        std::int64_t heads) {
   F32In in(ctx, qkv);
-  F32Out o(ctx, out, false);
+  F32Out o(ctx, out, false), p(ctx, probs, false);
   const std::int64_t b = qkv.dim(0), t = qkv.dim(1), hd = qkv.dim(2) / 3 / heads;
-  kc::attention_forward(in.get(), o.get(), probs.data<float>(), b, t, heads, hd, slicing(ctx));
+  kc::attention_forward(in.get(), o.get(), p.get(), b, t, heads, hd, slicing(ctx));
 }
 
 void attention_backward(const Context& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                         const Tensor& dqkv, std::int64_t heads) {
-  F32In d(ctx, dout), in(ctx, qkv);
+  F32In d(ctx, dout), in(ctx, qkv), p(ctx, probs);
   F32Out out(ctx, dqkv, false);
   Tensor dprobs = Tensor::empty(probs.shape(), DType::kF32, MemoryCategory::kWorkspace, *ctx.allocator);
   const std::int64_t b = qkv.dim(0), t = qkv.dim(1), hd = qkv.dim(2) / 3 / heads;
-  kc::attention_backward(d.get(), in.get(), probs.data<float>(), out.get(), dprobs.data<float>(), b, t, heads, hd,
-                         slicing(ctx));
+  kc::attention_backward(d.get(), in.get(), p.get(), out.get(), dprobs.data<float>(), b, t, heads, hd, slicing(ctx));
 }
 
 void embedding_forward(const Context& ctx, const Tensor& ids, const Tensor& table, const Tensor& out,

@@ -84,7 +84,7 @@ void layernorm_backward_weight(const Context& ctx, const Tensor& dy, const Tenso
 
 // ---- Attention -------------------------------------------------------------------------------------------
 // Causal multi-head self-attention core: qkv [B, T, 3C] (q | k | v, head h at columns h*hd of each third),
-// out [B, T, C], probs [B, H, T, T] (the saved causal softmax, zeros above the diagonal; f32). Backward
+// out [B, T, C], probs [B, H, T, T] (the saved causal softmax, zeros above the diagonal). Backward
 // overwrites dqkv [B, T, 3C].
 void attention_forward(const Context& ctx, const Tensor& qkv, const Tensor& out, const Tensor& probs,
                        std::int64_t heads);

@@ -70,7 +70,7 @@ void attention_forward(const Context& ctx, const Tensor& qkv, const Tensor& out,
   constexpr std::string_view op = "attention_forward";
   check_float(ctx, op, "qkv", qkv);
   check_float(ctx, op, "out", out);
-  check_dtype(ctx, op, "probs", probs, DType::kF32);
+  check_float(ctx, op, "probs", probs);
   check_attention_shapes(op, qkv, out, probs, heads);
   slot_of(ctx, &Backend::attention_forward, op)(ctx, qkv, out, probs, heads);
 }
@@ -81,7 +81,7 @@ void attention_backward(const Context& ctx, const Tensor& dout, const Tensor& qk
   check_float(ctx, op, "dout", dout);
   check_float(ctx, op, "qkv", qkv);
   check_float(ctx, op, "dqkv", dqkv);
-  check_dtype(ctx, op, "probs", probs, DType::kF32);
+  check_float(ctx, op, "probs", probs);
   check_attention_shapes(op, qkv, dout, probs, heads);
   check_same_numel(op, "dqkv", dqkv, "qkv", qkv);
   slot_of(ctx, &Backend::attention_backward, op)(ctx, dout, qkv, probs, dqkv, heads);

@@ -44,7 +44,7 @@ Tensor RowParallelLinear::forward(const Tensor& x, Stash& stash, Context& ctx) {
   tp_group(ctx, tp_size_, tp_rank_, who());
   Tensor y = local_.forward(x, stash, ctx);
   tp_all_reduce(y, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
-  if (bias_) ops::bias_add_forward(ctx, y, bias_->value);
+  if (bias_) ops::bias_add_forward(ctx, y, bias_->compute());
   return y;
 }
 

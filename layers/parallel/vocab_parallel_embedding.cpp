@@ -51,9 +51,9 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids, Stash& stash, Context&
                seq_len_);
   tp_group(ctx, tp_size_, tp_rank_, who());
   Tensor y = new_activation(ctx, Shape{b, t, dim_});
-  ops::embedding_forward(ctx, ids, token_->value, y, {first_, valid_, vocab_});  // zeros outside this shard
+  ops::embedding_forward(ctx, ids, token_->compute(), y, {first_, valid_, vocab_});  // zeros outside this shard
   tp_all_reduce(y, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
-  ops::position_embedding_forward(ctx, y, position_->value);
+  ops::position_embedding_forward(ctx, y, position_->compute());
   stash.tensors = {ids};
   return y;
 }

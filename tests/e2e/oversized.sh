@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The oversized demo (examples/oversized): one rank is refused before training with the bytes it needs by
-# category against device.memory_limit; the same config on pp 4 x tp 2 = 8 ranks trains, and the largest
-# per-rank peak the allocator measured stays under the cap. Usage: oversized.sh CLEAVE SRC_DIR MPIEXEC [FLAGS...]
+# category against device.memory_limit; the same config on pp 4 x tp 2 = 8 ranks trains and evaluates, and
+# the largest per-rank peak the allocator measured stays under the cap. Usage: oversized.sh CLEAVE SRC_DIR MPIEXEC [FLAGS...]
 set -u
 cleave=$1; src=$2; shift 2
 mpiexec=("$@")
@@ -18,11 +18,14 @@ if [ $status -eq 0 ] || ! grep -Eq "memory: pp rank 0 needs about .*parameters .
 fi
 echo "ok   one rank refused: $out"
 
-"${mpiexec[@]}" -n 8 "$cleave" train "$config" --set train.steps=3 --set train.eval_batches=0 \
+"${mpiexec[@]}" -n 8 "$cleave" train "$config" --set train.steps=3 --set train.eval_batches=2 \
     --set train.out_dir=eight > log.txt 2>&1 || { echo "FAIL 8 ranks:"; cat log.txt; exit 1; }
+# Evaluation runs too (vocab-parallel loss through the forward-only schedule), under the same cap.
+grep -q '"eval_loss"' <(tail -n 1 eight/metrics.jsonl) || { echo "FAIL 8 ranks: no eval_loss on the last row"; \
+  tail -n 1 eight/metrics.jsonl; exit 1; }
 peak=$(tail -n 1 eight/metrics.jsonl | sed 's/.*"peak_bytes": *\([0-9]*\).*/\1/')
 cap=$((96 * 1024 * 1024))
 if [ -z "$peak" ] || [ "$peak" -ge "$cap" ] || [ "$peak" -le 0 ]; then
   echo "FAIL 8 ranks: peak '$peak' not under the cap $cap"; cat log.txt; exit 1
 fi
-echo "ok   pp4 x tp2 trained 3 steps; largest per-rank peak $peak B < cap $cap B"
+echo "ok   pp4 x tp2 trained 3 steps and evaluated; largest per-rank peak $peak B < cap $cap B"

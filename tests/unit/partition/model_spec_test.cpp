@@ -77,6 +77,19 @@ TEST(ModelSpec, GptBlocksShapesAndNames) {
   EXPECT_EQ(untied.blocks[1].d_ff, 48);
 }
 
+// Ties are described by the spec (the trainer, data parallel and the memory plan read them from here instead
+// of matching a hard-coded name): a tied GPT names its embedding's token table, untied GPTs and other models
+// name nothing.
+TEST(ModelSpec, TiedParametersAreDescribedByTheSpec) {
+  GptConfig c;
+  EXPECT_EQ(make_gpt_spec(c).tied_parameters, std::vector<std::string>{"embed.token"});
+  EXPECT_EQ(make_gpt_spec(c).throughput_unit(), "tok");
+  c.tie_embeddings = false;
+  EXPECT_TRUE(make_gpt_spec(c).tied_parameters.empty());
+  EXPECT_TRUE(make_mlp_spec(MlpConfig{}).tied_parameters.empty());
+  EXPECT_EQ(make_mlp_spec(MlpConfig{}).throughput_unit(), "samples");
+}
+
 TEST(ModelSpec, GptErrorsNameKeyAndNumbers) {
   GptConfig c;
   c.d_model = 100;

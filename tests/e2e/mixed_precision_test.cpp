@@ -1,0 +1,175 @@
+// bf16 mixed precision (device.precision "bf16"), run under mpiexec:
+//  - every layout trains to the losses and final (f32 master) parameters of ONE bf16 rank from the same seed
+//    (the reference runs inside rank 0 on a communicator of its own);
+//  - the bf16 loss curve stays within a stated bound of the fp32 curve;
+//  - the measured activation peak and the pipeline boundary bytes per step are half of fp32's within 5%.
+//
+// Tolerances. Pipeline and data-parallel splits move bf16 tensors unchanged and reduce f32 gradients in the
+// canonical order (deterministic mode), so they are bit-identical to one bf16 rank, as in fp32. Tensor
+// parallelism rounds each rank's partial sum of a row-parallel GEMM (and each vocab-shard logit block) to
+// bf16 before the all-reduce adds them, where one rank rounds the whole sum once: activations then differ
+// by about one bf16 unit (2^-8 relative), which SGD carries into the weights; bound kBf16TensorParallel.
+// Against fp32 the whole network runs on 8-bit mantissas: the bound on the loss curve is kBf16VsFp32.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "mpi/mpi_test_env.hpp"
+#include "train_harness.hpp"
+
+namespace cleave::testing {
+namespace {
+
+// Parameters: max |difference| over the tensor's largest magnitude, <= 3e-2 (about 8 bf16 units of 2^-8;
+// observed 9.6e-3 after 6 steps). Losses: <= 1e-3 relative (observed 2.2e-5).
+constexpr double kBf16TensorParallel = 3e-2;
+constexpr double kBf16TensorParallelLoss = 1e-3;
+// bf16 against fp32, per step over 12 steps: <= 1e-3 relative, a quarter of one bf16 unit on the loss
+// (observed 2.6e-5: the loss and softmax statistics are f32, only their inputs are rounded).
+constexpr double kBf16VsFp32 = 1e-3;
+
+config::RunConfig tiny_gpt(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"train.steps=6", "device.precision=bf16"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return config::parse_config(R"({
+    "model": {"type": "gpt", "vocab_size": 96, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
+    "batch": {"global_batch_size": 8, "micro_batch_size": 1},
+    "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "grad_clip": 0.0, "warmup_steps": 0},
+    "train": {"seed": 5, "deterministic": true, "eval_batches": 0},
+    "data": {"type": "synthetic"}
+  })", "tiny_gpt_bf16", all);
+}
+
+struct Layout {
+  std::string name;
+  std::vector<std::string> overrides;
+  double tolerance;  // 0 = bit-identical
+};
+
+std::vector<Layout> layouts_for(int world) {
+  auto pp = [](int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); };
+  auto tp = [](int t) { return "parallel.tensor_model_parallel_size=" + std::to_string(t); };
+  const std::string untied = "model.tie_embeddings=false";
+  if (world == 2) {
+    return {{"bf16_pp2_1f1b_untied", {pp(2), untied}, 0},
+            {"bf16_dp2_untied", {"batch.micro_batch_size=4", untied}, 0},
+            {"bf16_tp2_tied", {tp(2)}, kBf16TensorParallel}};
+  }
+  if (world == 4) {
+    return {{"bf16_pp4_zb_v_untied", {pp(4), "parallel.schedule=zb_v", untied}, 0},
+            {"bf16_dp2_pp2_untied", {pp(2), "batch.micro_batch_size=1", untied}, 0},
+            {"bf16_tp2_pp2_1f1b", {tp(2), pp(2)}, kBf16TensorParallel}};
+  }
+  return {};
+}
+
+// Max over tensors of max|a - b| / max|b|: differences measured against each tensor's own scale. Under tensor
+// parallelism at bf16 the element-wise relative difference is dominated by elements near zero (a bias whose
+// value is a few bf16 rounding steps), which says nothing about whether the layout trains the same model.
+double max_scaled_param_diff(const RunRecord& a, const RunRecord& b, std::string* worst) {
+  double out = 0;
+  for (const auto& [name, values] : a.params) {
+    const auto& other = b.params.at(name);
+    double diff = 0, scale = 0;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::abs(values[i] - other[i])));
+      scale = std::max(scale, static_cast<double>(std::abs(other[i])));
+    }
+    const double scaled = diff / std::max(scale, 1e-30);
+    if (scaled > out) out = scaled, *worst = name;
+  }
+  return out;
+}
+
+config::RunConfig single_rank(config::RunConfig config) {
+  config.parallel.pipeline_model_parallel_size = 1;
+  config.parallel.tensor_model_parallel_size = 1;
+  config.optimizer.zero_stage = 0;
+  config.parallel.data_parallel_size = -1;
+  config.parallel.schedule = "1f1b";
+  config.parallel.virtual_pipeline_stages = 1;
+  config.batch.gradient_accumulation_steps.reset();
+  return config;
+}
+
+TEST(MixedPrecision, EveryLayoutMatchesOneBf16Rank) {
+  auto world = make_world(/*deterministic=*/true);
+  auto self = world->split(world->rank(), 0, "self");
+  const auto layouts = layouts_for(world->size());
+  if (layouts.empty()) GTEST_SKIP() << "no layouts for world size " << world->size();
+  for (const auto& layout : layouts) {
+    SCOPED_TRACE(layout.name);
+    const auto config = tiny_gpt(layout.overrides);
+    const RunRecord parallel = train_steps(config, *world);
+    if (world->rank() != 0) continue;
+    const RunRecord reference = train_steps(single_rank(config), *self);
+    ASSERT_EQ(parallel.losses.size(), reference.losses.size());
+    EXPECT_LT(reference.losses.back(), reference.losses.front());  // it trained
+    std::string worst;
+    const double param_diff = max_param_rel_diff(parallel, reference, &worst);
+    const double loss_diff = max_loss_rel_diff(parallel, reference);
+    if (layout.tolerance == 0) {
+      for (std::size_t i = 0; i < parallel.losses.size(); ++i) {
+        EXPECT_EQ(parallel.losses[i], reference.losses[i]) << "step " << i;
+      }
+      EXPECT_EQ(param_diff, 0.0) << "worst " << worst;
+      std::printf("[ bf16 ] %-22s bit-identical to one bf16 rank over %zu steps\n", layout.name.c_str(),
+                  parallel.losses.size());
+    } else {
+      std::string worst_tensor;
+      const double scaled = max_scaled_param_diff(parallel, reference, &worst_tensor);
+      EXPECT_LE(loss_diff, kBf16TensorParallelLoss);
+      EXPECT_LE(scaled, layout.tolerance) << "worst tensor " << worst_tensor;
+      std::printf("[ bf16 ] %-22s max loss rel diff %.3g, max param diff / tensor scale %.3g (%s); element-wise "
+                  "rel diff %.3g (%s)\n", layout.name.c_str(), loss_diff, scaled, worst_tensor.c_str(), param_diff,
+                  worst.c_str());
+    }
+  }
+}
+
+TEST(MixedPrecision, LossCurveStaysNearFp32) {
+  auto world = make_world(/*deterministic=*/true);
+  auto self = world->split(world->rank(), 0, "self");
+  if (world->rank() != 0) return;
+  auto bf16 = single_rank(tiny_gpt({"train.steps=12"}));
+  auto fp32 = bf16;
+  fp32.device.precision = "fp32";
+  const RunRecord a = train_steps(bf16, *self);
+  const RunRecord b = train_steps(fp32, *self);
+  const double diff = max_loss_rel_diff(a, b);
+  std::printf("[ bf16 ] tiny GPT 12 steps: loss %.4f -> %.4f (fp32 %.4f -> %.4f), max rel diff %.3g\n",
+              a.losses.front(), a.losses.back(), b.losses.front(), b.losses.back(), diff);
+  EXPECT_LE(diff, kBf16VsFp32);
+  EXPECT_GT(diff, 0.0);  // the runs really differ in precision
+  EXPECT_LT(a.losses.back(), a.losses.front());
+}
+
+// Activations and stage-boundary tensors are stored in bf16: rank 0's activation peak and the bytes it sends
+// per step on pp2 are half of fp32's (within 5%; LayerNorm and loss statistics stay f32, a few bytes a row).
+TEST(MixedPrecision, ActivationPeakAndBoundaryBytesHalve) {
+  auto world = make_world();
+  if (world->size() != 2) GTEST_SKIP() << "needs 2 ranks";
+  std::vector<double> peak, sent;
+  for (const char* precision : {"fp32", "bf16"}) {
+    auto config = tiny_gpt({"parallel.pipeline_model_parallel_size=2", "batch.micro_batch_size=2",
+                            std::string("device.precision=") + precision});
+    train::Trainer trainer(config, *world);
+    trainer.step(0);
+    trainer.reset_peak_memory();
+    const auto stats = trainer.step(1);
+    peak.push_back(static_cast<double>(trainer.memory_stats().peak_of(MemoryCategory::kActivations)));
+    sent.push_back(static_cast<double>(stats.p2p_bytes));
+  }
+  const double peak_ratio = peak[1] / peak[0], sent_ratio = sent[1] / sent[0];
+  std::printf("[ bf16 ] rank %d: activation peak %.0f -> %.0f B (x%.3f), p2p sent %.0f -> %.0f B (x%.3f)\n",
+              world->rank(), peak[0], peak[1], peak_ratio, sent[0], sent[1], sent_ratio);
+  EXPECT_GT(sent[0], 0.0);
+  EXPECT_NEAR(peak_ratio, 0.5, 0.025);
+  EXPECT_NEAR(sent_ratio, 0.5, 0.025);
+}
+
+}  // namespace
+}  // namespace cleave::testing

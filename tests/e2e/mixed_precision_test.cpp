@@ -84,17 +84,6 @@ double max_scaled_param_diff(const RunRecord& a, const RunRecord& b, std::string
   return out;
 }
 
-config::RunConfig single_rank(config::RunConfig config) {
-  config.parallel.pipeline_model_parallel_size = 1;
-  config.parallel.tensor_model_parallel_size = 1;
-  config.optimizer.zero_stage = 0;
-  config.parallel.data_parallel_size = -1;
-  config.parallel.schedule = "1f1b";
-  config.parallel.virtual_pipeline_stages = 1;
-  config.batch.gradient_accumulation_steps.reset();
-  return config;
-}
-
 TEST(MixedPrecision, EveryLayoutMatchesOneBf16Rank) {
   auto world = make_world(/*deterministic=*/true);
   auto self = world->split(world->rank(), 0, "self");
@@ -105,7 +94,7 @@ TEST(MixedPrecision, EveryLayoutMatchesOneBf16Rank) {
     const auto config = tiny_gpt(layout.overrides);
     const RunRecord parallel = train_steps(config, *world);
     if (world->rank() != 0) continue;
-    const RunRecord reference = train_steps(single_rank(config), *self);
+    const RunRecord reference = train_steps(single_rank_config(config), *self);
     ASSERT_EQ(parallel.losses.size(), reference.losses.size());
     EXPECT_LT(reference.losses.back(), reference.losses.front());  // it trained
     std::string worst;
@@ -134,7 +123,7 @@ TEST(MixedPrecision, LossCurveStaysNearFp32) {
   auto world = make_world(/*deterministic=*/true);
   auto self = world->split(world->rank(), 0, "self");
   if (world->rank() != 0) return;
-  auto bf16 = single_rank(tiny_gpt({"train.steps=12"}));
+  auto bf16 = single_rank_config(tiny_gpt({"train.steps=12"}));
   auto fp32 = bf16;
   fp32.device.precision = "fp32";
   const RunRecord a = train_steps(bf16, *self);

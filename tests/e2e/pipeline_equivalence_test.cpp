@@ -104,18 +104,7 @@ TEST(PipelineEquivalence, EveryLayoutMatchesOneRank) {
     const auto config = tiny_gpt(layout.overrides);
     const RunRecord parallel = train_steps(config, *world);
     if (world->rank() != 0) continue;
-    RunRecord reference;
-    {
-      auto single = config;
-      single.parallel.pipeline_model_parallel_size = 1;
-      single.parallel.tensor_model_parallel_size = 1;
-      single.optimizer.zero_stage = 0;
-      single.parallel.data_parallel_size = -1;
-      single.parallel.schedule = "1f1b";
-      single.parallel.virtual_pipeline_stages = 1;
-      single.batch.gradient_accumulation_steps.reset();
-      reference = train_steps(single, *self);
-    }
+    const RunRecord reference = train_steps(single_rank_config(config), *self);
     ASSERT_EQ(parallel.losses.size(), reference.losses.size());
     EXPECT_LT(reference.losses.back(), reference.losses.front());  // it trained
     std::string worst;

@@ -41,6 +41,19 @@ inline RunRecord train_steps(const config::RunConfig& config, comm::Communicator
   return record;
 }
 
+// The same run on one rank: no pipeline, tensor or data parallelism, plain 1F1B, no ZeRO; the global batch
+// (and so the losses) unchanged, gradient accumulation re-derived from it.
+inline config::RunConfig single_rank_config(config::RunConfig config) {
+  config.parallel.pipeline_model_parallel_size = 1;
+  config.parallel.tensor_model_parallel_size = 1;
+  config.optimizer.zero_stage = 0;
+  config.parallel.data_parallel_size = -1;
+  config.parallel.schedule = "1f1b";
+  config.parallel.virtual_pipeline_stages = 1;
+  config.batch.gradient_accumulation_steps.reset();
+  return config;
+}
+
 // Max relative difference |a-b| / max(|a|, |b|, floor) over all parameters; names must match.
 inline double max_param_rel_diff(const RunRecord& a, const RunRecord& b, std::string* worst = nullptr) {
   double max_rel = 0;

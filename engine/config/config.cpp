@@ -24,6 +24,7 @@
 #include "cleave/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "pipeline/schedules/schedules.hpp"
 
 namespace cleave::config {
 namespace {
@@ -582,11 +583,11 @@ void validate(const RunConfig& c, const ParseState& state) {
   } else if (p.partition.method == "manual") {
     fail(state, "parallel.partition.blocks_per_stage", "missing; required with method \"manual\" (one block count per stage)");
   }
-  const auto& names = known_schedules();
-  if (std::find(names.begin(), names.end(), p.schedule) == names.end() && !std::filesystem::is_regular_file(p.schedule)) {
-    std::string closest;
+  if (!pipeline::is_schedule_name(p.schedule) && !std::filesystem::is_regular_file(p.schedule)) {
+    const std::vector<std::string_view> names = pipeline::schedule_names();
+    std::string_view closest;
     std::size_t best = std::numeric_limits<std::size_t>::max();
-    for (const auto& name : names) {
+    for (std::string_view name : names) {
       if (const std::size_t d = edit_distance(p.schedule, name); d < best) best = d, closest = name;
     }
     fail(state, "parallel.schedule", "\"{}\" is neither a schedule ({}) nor an existing schedule file{}", p.schedule,
@@ -724,11 +725,6 @@ bool operator==(const ModelConfig& a, const ModelConfig& b) {
                    ca.channels == cb.channels && ca.kernel == cb.kernel && ca.pool == cb.pool &&
                    ca.num_classes == cb.num_classes;
   return a.type == b.type && gpt && mlp && cnn;
-}
-
-const std::vector<std::string>& known_schedules() {
-  static const std::vector<std::string> names = {"1f1b", "gpipe", "interleaved_1f1b", "zb_h1", "zb_v"};
-  return names;
 }
 
 ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size) {

@@ -42,7 +42,7 @@ struct ParallelConfig {
   int pipeline_model_parallel_size = 1;
   int data_parallel_size = -1;  // -1: world size / (tp × pp), filled in by RunConfig::resolve
   int virtual_pipeline_stages = 1;
-  std::string schedule = "1f1b";  // a name from known_schedules() or the path of a schedule file
+  std::string schedule = "1f1b";  // a schedule registry name (pipeline/schedules) or a schedule file path
   PartitionConfig partition;
   double dp_bucket_mb = 25.0;  // gradient all-reduce bucket size
   // Which communicator carries tensors: "mpi" (CPU tensors; GPU tensors staged through pinned host memory),
@@ -145,9 +145,5 @@ RunConfig parse_config(std::string_view json_text, std::string_view origin = "<s
                        const std::vector<std::string>& overrides = {});
 // The fully resolved config as pretty-printed JSON text (every key, defaults included).
 std::string to_json(const RunConfig& config);
-
-// Schedule names parallel.schedule accepts besides a file path: the registry's names
-// (pipeline/schedules/registry.cpp; tests/unit/train/schedule_names_test.cpp keeps the two lists equal).
-const std::vector<std::string>& known_schedules();
 
 }  // namespace cleave::config

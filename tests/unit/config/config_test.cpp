@@ -1,5 +1,6 @@
 // Config: defaults, every strictness error (message names the key path and the numbers), --set overrides,
 // batch resolution and the to_json -> parse round trip.
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -10,6 +11,7 @@
 #include "cleave/config.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "pipeline/schedules/schedules.hpp"
 
 namespace cleave::config {
 namespace {
@@ -236,6 +238,18 @@ TEST(Config, ScheduleFilePathIsAccepted) {
   std::ofstream(file) << "0F0 0B0\n";
   EXPECT_EQ(parse_config("{}", "x", {"parallel.schedule=" + file.string()}).parallel.schedule, file.string());
   std::filesystem::remove(file);
+}
+
+// parallel.schedule accepts exactly the schedule registry's names (pipeline/schedules/registry.cpp), and its
+// error lists them in the registry's order: config keeps no list of its own.
+TEST(Config, ScheduleNamesComeFromTheRegistry) {
+  const std::vector<std::string_view> names = pipeline::schedule_names();
+  ASSERT_GE(names.size(), 5u);
+  for (std::string_view name : names) {
+    EXPECT_EQ(parse_config("{}", "x", {"parallel.schedule=" + std::string(name)}).parallel.schedule, name);
+  }
+  expect_error(R"({"parallel": {"schedule": "2f2b"}})",
+               {"parallel.schedule", "\"2f2b\" is neither a schedule", fmt::format("({})", fmt::join(names, ", "))});
 }
 
 TEST(Config, ResolveBatch) {

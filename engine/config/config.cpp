@@ -5,7 +5,9 @@
 //   2. --set overrides applied to the JSON tree;
 //   3. each section read: wrong types and out-of-range values, named by key path;
 //   4. unknown keys, all of them in one line, each with the closest known key;
-//   5. cross-key checks (d_model % n_heads, model/data compatibility, partition lengths).
+//   5. cross-key checks: the model's own rules (partition's spec builders and tensor-parallel rules, run
+//      here rather than rewritten), model/data compatibility, partition lengths, schedule names (the
+//      schedule registry's).
 #include "engine/config/config.hpp"
 
 #include <fmt/ranges.h>
@@ -24,6 +26,7 @@
 #include "cleave/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "partition/tp_rules.hpp"
 #include "pipeline/schedules/schedules.hpp"
 
 namespace cleave::config {
@@ -536,37 +539,27 @@ void report_unknown(const ParseState& state) {
   throw Error(message);
 }
 
+// The model's own rules (partition/model_spec.hpp, partition/tp_rules.hpp): the spec builder and the
+// tensor-parallel check throw ConfigKeyError naming the key, reported here under the key's origin. Config
+// keeps no copy of these rules.
+void check_model_rules(const RunConfig& c, const ParseState& state) {
+  try {
+    const auto& m = c.model;
+    const partition::ModelSpec spec = m.type == "gpt"   ? partition::make_gpt_spec(m.gpt)
+                                      : m.type == "mlp" ? partition::make_mlp_spec(m.mlp)
+                                                        : partition::make_cnn_spec(m.cnn);
+    partition::check_tensor_parallel(spec, c.parallel.tensor_model_parallel_size);
+  } catch (const ConfigKeyError& e) {
+    fail(state, e.key(), "{}", e.detail());
+  }
+}
+
 void validate(const RunConfig& c, const ParseState& state) {
   const auto& p = c.parallel;
-  const int tp = p.tensor_model_parallel_size;
   if (p.data_parallel_size == 0) {
     fail(state, "parallel.data_parallel_size", "must be -1 (inferred from the world size) or positive, got 0");
   }
-  if (c.model.type == "gpt") {
-    const auto& g = c.model.gpt;
-    if (g.d_model % g.n_heads != 0) {
-      fail(state, "model.d_model", "{} is not divisible by model.n_heads {} (head size would be {:.3g})", g.d_model,
-           g.n_heads, static_cast<double>(g.d_model) / static_cast<double>(g.n_heads));
-    }
-    if (g.n_heads % tp != 0) {
-      fail(state, "model.n_heads", "{} is not divisible by parallel.tensor_model_parallel_size {}", g.n_heads, tp);
-    }
-    if (g.d_ff % tp != 0) {
-      fail(state, "model.d_ff", "{} is not divisible by parallel.tensor_model_parallel_size {}", g.d_ff, tp);
-    }
-  } else if (c.model.type == "cnn") {
-    const auto& n = c.model.cnn;
-    if (n.kernel % 2 == 0) fail(state, "model.kernel", "must be odd for \"same\" padding, got {}", n.kernel);
-    std::int64_t h = n.height, w = n.width;
-    for (std::size_t i = 0; i < n.channels.size(); ++i) {
-      h /= n.pool;
-      w /= n.pool;
-      if (h == 0 || w == 0) {
-        fail(state, "model.channels", "{} conv stages with model.pool {} shrink {}×{} (model.height × model.width) to "
-             "nothing at stage {}", n.channels.size(), n.pool, n.height, n.width, i + 1);
-      }
-    }
-  }
+  check_model_rules(c, state);
 
   if (!p.partition.blocks_per_stage.empty()) {
     if (p.partition.method != "manual") {

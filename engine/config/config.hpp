@@ -3,9 +3,11 @@
 // Invariants:
 //  - An empty config `{}` is valid: it trains the default tiny GPT on the synthetic task on one CPU rank.
 //  - A RunConfig returned by load_config() / parse_config() has passed every check that needs no world size:
-//    unknown, duplicate and mistyped keys, non-positive sizes, d_model % n_heads, enum values, and
-//    model/data compatibility. Every error is a cleave::Error whose one-line message names the key path and
-//    the numbers. resolve() adds what needs the world size (data_parallel_size, the batch triple).
+//    unknown, duplicate and mistyped keys, non-positive sizes, enum values, the model's own rules (the
+//    checks of partition/model_spec.hpp and partition/tp_rules.hpp, run rather than rewritten: d_model %
+//    n_heads, tp dividing n_heads and d_ff, ...), and model/data compatibility. Every error is a
+//    cleave::Error whose one-line message names the key path and the numbers. resolve() adds what needs
+//    the world size (data_parallel_size, the batch triple).
 //  - to_json() writes every field, so parse_config(to_json(c)) == c (operator== below).
 //
 // Extending: add the field to its struct with a default, then read it in config.cpp's read_<section>() and

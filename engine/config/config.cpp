@@ -24,6 +24,7 @@
 #include <sstream>
 
 #include "cleave/config.hpp"
+#include "engine/config/comm_backend.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "partition/tp_rules.hpp"
@@ -587,14 +588,14 @@ void validate(const RunConfig& c, const ParseState& state) {
          fmt::join(names, ", "), best <= 3 ? fmt::format(" (did you mean \"{}\"?)", closest) : std::string());
   }
 
-  if (p.comm_backend == "nccl") {
-    if (!CLEAVE_WITH_CUDA) {
-      fail(state, "parallel.comm_backend", "\"nccl\" needs a build with CUDA and NCCL, and this cleave was built "
-           "without them (`cleave version` and CMake's dependency table say why); use \"mpi\" or \"auto\"");
-    } else if (c.device.type != "cuda") {
-      fail(state, "parallel.comm_backend", "\"nccl\" carries GPU tensors, but device.type is \"{}\"; use \"mpi\" "
-           "or \"auto\" to train on the CPU, or set device.type \"cuda\"", c.device.type);
-    }
+  // What is known before launch (build, device type); the factory adds the per-rank GPU probe.
+  try {
+    CommBackendFacts facts;
+    facts.cuda_build = CLEAVE_WITH_CUDA != 0;
+    facts.device_type = c.device.type;
+    (void)choose_comm_backend(p.comm_backend, facts);
+  } catch (const ConfigKeyError& e) {
+    fail(state, e.key(), "{}", e.detail());
   }
 
   const auto& o = c.optimizer;

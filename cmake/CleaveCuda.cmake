@@ -46,3 +46,9 @@ target_include_directories(cleave_comm_cuda PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_B
 target_link_libraries(cleave_comm_cuda PUBLIC cleave_comm cleave_cuda MPI::MPI_CXX)
 set_target_properties(cleave_comm_cuda PROPERTIES POSITION_INDEPENDENT_CODE ON)
 message(STATUS "  cleave_comm_cuda: GPU tensors over MPI through pinned host memory (StagedCommunicator)")
+
+# ---- Communication: the world communicator factory's GPU backends (engine/comm/make_communicator.cpp) ---------
+# cleave_comm_world calls make_nccl_world / probe_gpu_per_rank (engine/comm/nccl/nccl_world.cpp, in cleave_nccl)
+# and make_staged_world (engine/comm/cuda/staged_world.cpp, in cleave_comm_cuda) under #if CLEAVE_WITH_CUDA.
+target_link_libraries(cleave_comm_world PUBLIC cleave_nccl cleave_comm_cuda)
+message(STATUS "  cleave_comm_world: parallel.comm_backend auto | mpi | nccl (NCCL and staged MPI worlds linked)")

@@ -1,14 +1,26 @@
 # Helpers that turn a source folder into a library and a test folder into a test binary, so adding a file
 # never needs a CMake edit. Files under any `cuda/` folder are left to the CUDA build.
 
-# cleave_add_library(<target> DIRS <dir>... DEPS <target>...)
+# cleave_add_library(<target> [DIRS <dir>...] [FILES <file>...] [EXCLUDE <file>...] DEPS <target>...)
+# DIRS are globbed recursively for .cpp files; FILES are added as listed; EXCLUDE removes listed files from
+# what DIRS found (paths relative to the source root). Use FILES / EXCLUDE only where one folder holds two
+# libraries (pipeline/: the non-executing cleave_schedule and the executing cleave_pipeline).
 function(cleave_add_library target)
-  cmake_parse_arguments(ARG "" "" "DIRS;DEPS" ${ARGN})
+  cmake_parse_arguments(ARG "" "" "DIRS;FILES;EXCLUDE;DEPS" ${ARGN})
   set(sources)
   foreach(dir IN LISTS ARG_DIRS)
     file(GLOB_RECURSE found CONFIGURE_DEPENDS ${CMAKE_SOURCE_DIR}/${dir}/*.cpp)
     list(FILTER found EXCLUDE REGEX "/cuda/|/nccl/")
     list(APPEND sources ${found})
+  endforeach()
+  foreach(file IN LISTS ARG_EXCLUDE)
+    list(REMOVE_ITEM sources ${CMAKE_SOURCE_DIR}/${file})
+  endforeach()
+  foreach(file IN LISTS ARG_FILES)
+    if(NOT EXISTS ${CMAKE_SOURCE_DIR}/${file})
+      message(FATAL_ERROR "cleave_add_library(${target}): FILES entry ${file} does not exist")
+    endif()
+    list(APPEND sources ${CMAKE_SOURCE_DIR}/${file})
   endforeach()
   if(sources)
     add_library(${target} STATIC ${sources})

@@ -1,8 +1,9 @@
 // ModelSpec builders: turn a model config into the ordered block list documented in model_spec.hpp.
 //
 // Invariants: every block's input shape equals the previous block's output shape; every size is > 0;
-// each bad size is refused with an Error that names the model.* config key and the numbers. Block names
-// follow PyTorch habits so parameter names line up with a reference model: gpt uses "embed",
+// each bad size is refused with a ConfigKeyError ("model.<key>: ...") that names the numbers. These checks
+// are the only copy of the model's rules: the config layer runs them too (engine/config/config.cpp).
+// Block names follow PyTorch habits so parameter names line up with a reference model: gpt uses "embed",
 // "blocks.<i>", "final_norm", "head", "loss"; mlp and cnn number their blocks like nn.Sequential
 // ("layers.0" linear, "layers.1" relu, ...), so the weights are "layers.0.weight", "layers.2.weight", ...
 #include "partition/model_spec.hpp"
@@ -33,7 +34,7 @@ std::string_view block_kind_name(BlockKind kind) {
 namespace {
 
 void check_positive(std::int64_t value, std::string_view key) {
-  CLEAVE_CHECK(value > 0, "model.{} must be > 0, got {}", key, value);
+  CLEAVE_CHECK_KEY(value > 0, fmt::format("model.{}", key), "must be > 0, got {}", value);
 }
 
 // The fields every block has: what it is, its name, its per-sample boundary shapes and (0 where unused)
@@ -62,11 +63,12 @@ ModelSpec make_gpt_spec(const GptConfig& config) {
   check_positive(config.n_layers, "n_layers");
   check_positive(config.n_heads, "n_heads");
   check_positive(config.seq_len, "seq_len");
-  CLEAVE_CHECK(config.d_ff >= 0, "model.d_ff must be >= 0 (0 means 4 * d_model), got {}", config.d_ff);
-  CLEAVE_CHECK(config.d_model % config.n_heads == 0,
-               "model.d_model ({}) must be divisible by model.n_heads ({}): each head gets d_model / n_heads "
-               "columns",
-               config.d_model, config.n_heads);
+  CLEAVE_CHECK_KEY(config.d_ff >= 0, "model.d_ff", "must be >= 0 (0 means 4 * d_model), got {}", config.d_ff);
+  CLEAVE_CHECK_KEY(config.d_model % config.n_heads == 0, "model.d_model",
+                   "{} is not divisible by model.n_heads {} (head size would be {:.3g}): each head gets d_model / "
+                   "n_heads columns",
+                   config.d_model, config.n_heads,
+                   static_cast<double>(config.d_model) / static_cast<double>(config.n_heads));
 
   ModelSpec spec;
   spec.type = "gpt";
@@ -107,10 +109,10 @@ ModelSpec make_mlp_spec(const MlpConfig& config) {
   check_positive(config.in_features, "in_features");
   check_positive(config.num_classes, "num_classes");
   for (std::size_t i = 0; i < config.hidden.size(); ++i) {
-    CLEAVE_CHECK(config.hidden[i] > 0, "model.hidden[{}] must be > 0, got {}", i, config.hidden[i]);
+    CLEAVE_CHECK_KEY(config.hidden[i] > 0, fmt::format("model.hidden[{}]", i), "must be > 0, got {}", config.hidden[i]);
   }
-  CLEAVE_CHECK(config.activation == "relu" || config.activation == "gelu",
-               "model.activation must be \"relu\" or \"gelu\", got \"{}\"", config.activation);
+  CLEAVE_CHECK_KEY(config.activation == "relu" || config.activation == "gelu", "model.activation",
+                   "must be \"relu\" or \"gelu\", got \"{}\"", config.activation);
 
   ModelSpec spec;
   spec.type = "mlp";
@@ -140,24 +142,25 @@ ModelSpec make_cnn_spec(const CnnConfig& config) {
   check_positive(config.kernel, "kernel");
   check_positive(config.pool, "pool");
   check_positive(config.num_classes, "num_classes");
-  CLEAVE_CHECK(!config.channels.empty(), "model.channels must list at least one conv layer's output channels");
+  CLEAVE_CHECK_KEY(!config.channels.empty(), "model.channels", "must list at least one conv layer's output channels");
   for (std::size_t i = 0; i < config.channels.size(); ++i) {
-    CLEAVE_CHECK(config.channels[i] > 0, "model.channels[{}] must be > 0, got {}", i, config.channels[i]);
+    CLEAVE_CHECK_KEY(config.channels[i] > 0, fmt::format("model.channels[{}]", i), "must be > 0, got {}",
+                     config.channels[i]);
   }
-  CLEAVE_CHECK(config.kernel % 2 == 1,
-               "model.kernel ({}) must be odd: convolutions use stride 1 and \"same\" padding kernel / 2", config.kernel);
+  CLEAVE_CHECK_KEY(config.kernel % 2 == 1, "model.kernel",
+                   "{} must be odd: convolutions use stride 1 and \"same\" padding kernel / 2", config.kernel);
   {
     // Each stage divides both spatial sizes by the pool (floor); all must stay >= 1.
     std::int64_t h = config.height, w = config.width;
-    std::string trail = fmt::format("{}x{}", h, w);
+    std::string trail = fmt::format("{}×{}", h, w);
     for (std::size_t i = 0; i < config.channels.size(); ++i) {
       h /= config.pool;
       w /= config.pool;
-      trail += fmt::format(" -> {}x{}", h, w);
-      CLEAVE_CHECK(h >= 1 && w >= 1,
-                   "model.height x model.width ({}x{}) does not survive {} max-pools of model.pool ({}): {}; use "
-                   "a larger input, fewer model.channels or a smaller pool",
-                   config.height, config.width, config.channels.size(), config.pool, trail);
+      trail += fmt::format(" -> {}×{}", h, w);
+      CLEAVE_CHECK_KEY(h >= 1 && w >= 1, "model.channels",
+                       "{} conv stages with model.pool {} shrink model.height × model.width {}×{} to nothing at stage "
+                       "{} ({}); use a larger input, fewer model.channels or a smaller pool",
+                       config.channels.size(), config.pool, config.height, config.width, i + 1, trail);
     }
   }
 

@@ -99,7 +99,8 @@ struct ModelSpec {
   std::int64_t items_per_sample() const { return type == "gpt" ? gpt.seq_len : 1; }
 };
 
-// Builders check their sizes and throw Error naming the model.* key and the numbers.
+// Builders check their sizes and throw ConfigKeyError (engine/core/error.hpp) naming the model.* key and
+// the numbers; config validation calls them, so a rule is written once.
 ModelSpec make_gpt_spec(const GptConfig& config);
 ModelSpec make_mlp_spec(const MlpConfig& config);
 ModelSpec make_cnn_spec(const CnnConfig& config);

@@ -1,12 +1,14 @@
 // `cleave train [CONFIG] [--set key=value ...]`: loads and resolves the config, starts the MPI runtime
-// (a plain run is a world of one), builds the trainer for this rank and runs it.
+// (a plain run is a world of one), builds the world communicator parallel.comm_backend asks for
+// (engine/comm/make_communicator.hpp; logged, and recorded in the resolved config.json), builds the trainer
+// for this rank and runs it.
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "engine/cli/commands.hpp"
-#include "engine/comm/mpi/mpi_communicator.hpp"
+#include "engine/comm/make_communicator.hpp"
 #include "engine/comm/mpi/mpi_runtime.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
@@ -60,12 +62,13 @@ int run_train(int argc, char** argv) {
   log::set_rank(runtime.world_rank(), runtime.world_size());
   try {
     train::configure_threads_for_node();
-    const config::RunConfig config = config::load_config(config_path, overrides);
-    comm::MpiOptions options;
-    options.timeout_s = config.train.comm_timeout_s;
-    options.deterministic = config.train.deterministic;
-    std::unique_ptr<comm::MpiCommunicator> world = runtime.world(options);
-    train::Trainer trainer(config, *world);
+    config::RunConfig config = config::load_config(config_path, overrides);
+    comm::World world = comm::make_world_communicator(
+        runtime, config.parallel.comm_backend, config.device.type,
+        comm::CommOptions{.timeout_s = config.train.comm_timeout_s, .deterministic = config.train.deterministic});
+    if (runtime.world_rank() == 0) log::info("comm backend {} ({})", world.comm->backend(), world.choice.reason);
+    config.parallel.comm_backend = world.choice.backend;  // the resolved config.json records what ran
+    train::Trainer trainer(config, *world.comm);
     const train::TrainSummary summary = trainer.train();
     return summary.completed ? 0 : 1;
   } catch (const std::exception& e) {

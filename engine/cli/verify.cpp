@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "engine/cli/commands.hpp"
-#include "engine/comm/mpi/mpi_communicator.hpp"
+#include "engine/comm/make_communicator.hpp"
 #include "engine/comm/mpi/mpi_runtime.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
@@ -87,18 +87,20 @@ int run_verify(int argc, char** argv) {
   log::set_rank(runtime.world_rank(), runtime.world_size());
   try {
     train::configure_threads_for_node();
-    const config::RunConfig config = config::load_config(config_path, overrides);
-    comm::MpiOptions mpi_options;
-    mpi_options.timeout_s = config.train.comm_timeout_s;
-    mpi_options.deterministic = config.train.deterministic;
-    auto world = runtime.world(mpi_options);
-    const train::VerifyReport report = train::verify_layout(config, *world, options);
-    if (world->rank() != 0) return 0;
-    std::printf("verify: tp=%d pp=%d dp=%d (world %d), schedule %s, %lld steps, against one rank\n\n",
+    config::RunConfig config = config::load_config(config_path, overrides);
+    comm::World world = comm::make_world_communicator(
+        runtime, config.parallel.comm_backend, config.device.type,
+        comm::CommOptions{.timeout_s = config.train.comm_timeout_s, .deterministic = config.train.deterministic});
+    config.parallel.comm_backend = world.choice.backend;
+    const train::VerifyReport report = train::verify_layout(config, *world.comm, options);
+    if (world.comm->rank() != 0) return 0;
+    const int size = world.comm->size();
+    std::printf("verify: tp=%d pp=%d dp=%d (world %d), schedule %s, comm backend %s (%s), %lld steps, against one "
+                "rank\n\n",
                 config.parallel.tensor_model_parallel_size, config.parallel.pipeline_model_parallel_size,
-                world->size() / (config.parallel.tensor_model_parallel_size *
-                                 config.parallel.pipeline_model_parallel_size),
-                world->size(), config.parallel.schedule.c_str(), static_cast<long long>(steps));
+                size / (config.parallel.tensor_model_parallel_size * config.parallel.pipeline_model_parallel_size),
+                size, config.parallel.schedule.c_str(), std::string(world.comm->backend()).c_str(),
+                world.choice.reason.c_str(), static_cast<long long>(steps));
     std::fputs(train::format_report(report, options).c_str(), stdout);
     return report.passed ? 0 : 1;
   } catch (const std::exception& e) {

@@ -5,7 +5,9 @@
 //   2. --set overrides applied to the JSON tree;
 //   3. each section read: wrong types and out-of-range values, named by key path;
 //   4. unknown keys, all of them in one line, each with the closest known key;
-//   5. cross-key checks (d_model % n_heads, model/data compatibility, partition lengths).
+//   5. cross-key checks: the model's own rules (partition's spec builders and tensor-parallel rules, run
+//      here rather than rewritten), model/data compatibility, partition lengths, schedule names (the
+//      schedule registry's).
 #include "engine/config/config.hpp"
 
 #include <fmt/ranges.h>
@@ -22,8 +24,11 @@
 #include <sstream>
 
 #include "cleave/config.hpp"
+#include "engine/config/comm_backend.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "partition/tp_rules.hpp"
+#include "pipeline/schedules/schedules.hpp"
 
 namespace cleave::config {
 namespace {
@@ -535,37 +540,27 @@ void report_unknown(const ParseState& state) {
   throw Error(message);
 }
 
+// The model's own rules (partition/model_spec.hpp, partition/tp_rules.hpp): the spec builder and the
+// tensor-parallel check throw ConfigKeyError naming the key, reported here under the key's origin. Config
+// keeps no copy of these rules.
+void check_model_rules(const RunConfig& c, const ParseState& state) {
+  try {
+    const auto& m = c.model;
+    const partition::ModelSpec spec = m.type == "gpt"   ? partition::make_gpt_spec(m.gpt)
+                                      : m.type == "mlp" ? partition::make_mlp_spec(m.mlp)
+                                                        : partition::make_cnn_spec(m.cnn);
+    partition::check_tensor_parallel(spec, c.parallel.tensor_model_parallel_size);
+  } catch (const ConfigKeyError& e) {
+    fail(state, e.key(), "{}", e.detail());
+  }
+}
+
 void validate(const RunConfig& c, const ParseState& state) {
   const auto& p = c.parallel;
-  const int tp = p.tensor_model_parallel_size;
   if (p.data_parallel_size == 0) {
     fail(state, "parallel.data_parallel_size", "must be -1 (inferred from the world size) or positive, got 0");
   }
-  if (c.model.type == "gpt") {
-    const auto& g = c.model.gpt;
-    if (g.d_model % g.n_heads != 0) {
-      fail(state, "model.d_model", "{} is not divisible by model.n_heads {} (head size would be {:.3g})", g.d_model,
-           g.n_heads, static_cast<double>(g.d_model) / static_cast<double>(g.n_heads));
-    }
-    if (g.n_heads % tp != 0) {
-      fail(state, "model.n_heads", "{} is not divisible by parallel.tensor_model_parallel_size {}", g.n_heads, tp);
-    }
-    if (g.d_ff % tp != 0) {
-      fail(state, "model.d_ff", "{} is not divisible by parallel.tensor_model_parallel_size {}", g.d_ff, tp);
-    }
-  } else if (c.model.type == "cnn") {
-    const auto& n = c.model.cnn;
-    if (n.kernel % 2 == 0) fail(state, "model.kernel", "must be odd for \"same\" padding, got {}", n.kernel);
-    std::int64_t h = n.height, w = n.width;
-    for (std::size_t i = 0; i < n.channels.size(); ++i) {
-      h /= n.pool;
-      w /= n.pool;
-      if (h == 0 || w == 0) {
-        fail(state, "model.channels", "{} conv stages with model.pool {} shrink {}×{} (model.height × model.width) to "
-             "nothing at stage {}", n.channels.size(), n.pool, n.height, n.width, i + 1);
-      }
-    }
-  }
+  check_model_rules(c, state);
 
   if (!p.partition.blocks_per_stage.empty()) {
     if (p.partition.method != "manual") {
@@ -582,25 +577,25 @@ void validate(const RunConfig& c, const ParseState& state) {
   } else if (p.partition.method == "manual") {
     fail(state, "parallel.partition.blocks_per_stage", "missing; required with method \"manual\" (one block count per stage)");
   }
-  const auto& names = known_schedules();
-  if (std::find(names.begin(), names.end(), p.schedule) == names.end() && !std::filesystem::is_regular_file(p.schedule)) {
-    std::string closest;
+  if (!pipeline::is_schedule_name(p.schedule) && !std::filesystem::is_regular_file(p.schedule)) {
+    const std::vector<std::string_view> names = pipeline::schedule_names();
+    std::string_view closest;
     std::size_t best = std::numeric_limits<std::size_t>::max();
-    for (const auto& name : names) {
+    for (std::string_view name : names) {
       if (const std::size_t d = edit_distance(p.schedule, name); d < best) best = d, closest = name;
     }
     fail(state, "parallel.schedule", "\"{}\" is neither a schedule ({}) nor an existing schedule file{}", p.schedule,
          fmt::join(names, ", "), best <= 3 ? fmt::format(" (did you mean \"{}\"?)", closest) : std::string());
   }
 
-  if (p.comm_backend == "nccl") {
-    if (!CLEAVE_WITH_CUDA) {
-      fail(state, "parallel.comm_backend", "\"nccl\" needs a build with CUDA and NCCL, and this cleave was built "
-           "without them (`cleave version` and CMake's dependency table say why); use \"mpi\" or \"auto\"");
-    } else if (c.device.type != "cuda") {
-      fail(state, "parallel.comm_backend", "\"nccl\" carries GPU tensors, but device.type is \"{}\"; use \"mpi\" "
-           "or \"auto\" to train on the CPU, or set device.type \"cuda\"", c.device.type);
-    }
+  // What is known before launch (build, device type); the factory adds the per-rank GPU probe.
+  try {
+    CommBackendFacts facts;
+    facts.cuda_build = CLEAVE_WITH_CUDA != 0;
+    facts.device_type = c.device.type;
+    (void)choose_comm_backend(p.comm_backend, facts);
+  } catch (const ConfigKeyError& e) {
+    fail(state, e.key(), "{}", e.detail());
   }
 
   const auto& o = c.optimizer;
@@ -724,11 +719,6 @@ bool operator==(const ModelConfig& a, const ModelConfig& b) {
                    ca.channels == cb.channels && ca.kernel == cb.kernel && ca.pool == cb.pool &&
                    ca.num_classes == cb.num_classes;
   return a.type == b.type && gpt && mlp && cnn;
-}
-
-const std::vector<std::string>& known_schedules() {
-  static const std::vector<std::string> names = {"1f1b", "gpipe", "interleaved_1f1b", "zb_h1", "zb_v"};
-  return names;
 }
 
 ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size) {

@@ -3,9 +3,11 @@
 // Invariants:
 //  - An empty config `{}` is valid: it trains the default tiny GPT on the synthetic task on one CPU rank.
 //  - A RunConfig returned by load_config() / parse_config() has passed every check that needs no world size:
-//    unknown, duplicate and mistyped keys, non-positive sizes, d_model % n_heads, enum values, and
-//    model/data compatibility. Every error is a cleave::Error whose one-line message names the key path and
-//    the numbers. resolve() adds what needs the world size (data_parallel_size, the batch triple).
+//    unknown, duplicate and mistyped keys, non-positive sizes, enum values, the model's own rules (the
+//    checks of partition/model_spec.hpp and partition/tp_rules.hpp, run rather than rewritten: d_model %
+//    n_heads, tp dividing n_heads and d_ff, ...), and model/data compatibility. Every error is a
+//    cleave::Error whose one-line message names the key path and the numbers. resolve() adds what needs
+//    the world size (data_parallel_size, the batch triple).
 //  - to_json() writes every field, so parse_config(to_json(c)) == c (operator== below).
 //
 // Extending: add the field to its struct with a default, then read it in config.cpp's read_<section>() and
@@ -42,7 +44,7 @@ struct ParallelConfig {
   int pipeline_model_parallel_size = 1;
   int data_parallel_size = -1;  // -1: world size / (tp × pp), filled in by RunConfig::resolve
   int virtual_pipeline_stages = 1;
-  std::string schedule = "1f1b";  // a name from known_schedules() or the path of a schedule file
+  std::string schedule = "1f1b";  // a schedule registry name (pipeline/schedules) or a schedule file path
   PartitionConfig partition;
   double dp_bucket_mb = 25.0;  // gradient all-reduce bucket size
   // Which communicator carries tensors: "mpi" (CPU tensors; GPU tensors staged through pinned host memory),
@@ -145,9 +147,5 @@ RunConfig parse_config(std::string_view json_text, std::string_view origin = "<s
                        const std::vector<std::string>& overrides = {});
 // The fully resolved config as pretty-printed JSON text (every key, defaults included).
 std::string to_json(const RunConfig& config);
-
-// Schedule names parallel.schedule accepts besides a file path: the registry's names
-// (pipeline/schedules/registry.cpp; tests/unit/train/schedule_names_test.cpp keeps the two lists equal).
-const std::vector<std::string>& known_schedules();
 
 }  // namespace cleave::config

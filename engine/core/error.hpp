@@ -9,6 +9,7 @@
 
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace cleave {
 
@@ -16,6 +17,22 @@ namespace cleave {
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+// A user error caused by the value of one config key. what() is "<key>: <detail>", e.g.
+// "model.d_model: 100 is not divisible by model.n_heads 3 ...". Checks that libraries run on config values
+// (partition's model and tensor-parallel rules) throw it, so the config layer can report the same check
+// under the file or --set the key came from instead of writing the rule a second time.
+class ConfigKeyError : public Error {
+ public:
+  ConfigKeyError(std::string key, std::string detail)
+      : Error(key + ": " + detail), key_(std::move(key)), detail_(std::move(detail)) {}
+  const std::string& key() const { return key_; }        // "model.d_model"
+  const std::string& detail() const { return detail_; }  // the message after "<key>: "
+
+ private:
+  std::string key_;
+  std::string detail_;
 };
 
 // A violated internal invariant; always a bug in Cleave.
@@ -50,6 +67,14 @@ namespace detail {
   } while (0)
 
 #define CLEAVE_THROW(...) throw ::cleave::Error(::fmt::format(__VA_ARGS__))
+
+// CLEAVE_CHECK for a rule on one config key: throws ConfigKeyError(key, formatted detail).
+#define CLEAVE_CHECK_KEY(cond, key, ...)                                            \
+  do {                                                                            \
+    if (!(cond)) [[unlikely]] {                                                   \
+      throw ::cleave::ConfigKeyError(key, ::fmt::format(__VA_ARGS__));            \
+    }                                                                             \
+  } while (0)
 
 #define CLEAVE_ASSERT(cond, ...)                                                                         \
   do {                                                                                                   \

@@ -1,70 +1,17 @@
-// Tensor-parallel layout checks (see tp_layout.hpp).
+// Per-rank boundary shapes of a tensor-parallel model (see tp_layout.hpp).
 #include "layers/parallel/tp_layout.hpp"
 
-#include <fmt/format.h>
-
-#include <numeric>
-
-#include "engine/core/error.hpp"
-
 namespace cleave::layers {
-
 namespace {
 
-constexpr const char* kTpKey = "parallel.tensor_model_parallel_size";
+using partition::check_tp_size;
 
-std::string allowed_list(std::int64_t n_heads, std::int64_t d_ff) {
-  return fmt::format("{{{}}}", fmt::join(allowed_tp_sizes(n_heads, d_ff), ", "));
-}
-
-void check_tp_size(int tp_size) {
-  CLEAVE_CHECK(tp_size >= 1, "{} must be >= 1, got {}", kTpKey, tp_size);
-}
-
-}  // namespace
-
-std::vector<std::int64_t> allowed_tp_sizes(std::int64_t n_heads, std::int64_t d_ff) {
-  const std::int64_t g = std::gcd(std::max<std::int64_t>(n_heads, 0), std::max<std::int64_t>(d_ff, 0));
-  std::vector<std::int64_t> out;
-  for (std::int64_t t = 1; t <= g; ++t) {
-    if (g % t == 0) out.push_back(t);
-  }
-  return out;
-}
-
-void check_tp_heads(std::int64_t n_heads, int tp_size, std::int64_t d_ff) {
-  check_tp_size(tp_size);
-  CLEAVE_CHECK(tp_size <= n_heads,
-               "{} ({}) is larger than model.n_heads ({}): each tp rank needs at least one attention head; use tp "
-               "in {}",
-               kTpKey, tp_size, n_heads, allowed_list(n_heads, d_ff));
-  CLEAVE_CHECK(n_heads % tp_size == 0, "model.n_heads ({}) must be divisible by {} ({}): use tp in {}", n_heads,
-               kTpKey, tp_size, allowed_list(n_heads, d_ff));
-}
-
-void check_tp_d_ff(std::int64_t d_ff, int tp_size, std::int64_t n_heads) {
-  check_tp_size(tp_size);
-  CLEAVE_CHECK(d_ff % tp_size == 0,
-               "model.d_ff ({}) must be divisible by {} ({}): each tp rank holds d_ff / tp MLP columns; use tp in {}",
-               d_ff, kTpKey, tp_size, allowed_list(n_heads, d_ff));
-}
-
-void check_tensor_parallel(const partition::ModelSpec& spec, int tp_size) {
-  check_tp_size(tp_size);
-  if (tp_size == 1) return;
-  CLEAVE_CHECK(spec.type == "gpt",
-               "{} is {}, but tensor parallelism supports model.type gpt only (got model.type {}); use {} 1", kTpKey,
-               tp_size, spec.type, kTpKey);
-  check_tp_heads(spec.gpt.n_heads, tp_size, spec.gpt.d_ff);
-  check_tp_d_ff(spec.gpt.d_ff, tp_size, spec.gpt.n_heads);
-}
-
-namespace {
 // [T, V] logits -> [T, ceil(V / tp)].
 Shape local_logits(const Shape& logits, int tp_size) {
   const std::int64_t vocab = logits.last();
   return logits.with_dim(logits.rank() - 1, (vocab + tp_size - 1) / tp_size);
 }
+
 }  // namespace
 
 Shape tp_block_input(const partition::BlockSpec& block, int tp_size) {

@@ -1,30 +1,19 @@
-// Which tensor-parallel sizes a model allows. The checks run before anything is built (build_blocks calls
-// check_tensor_parallel first) and their Errors name the config keys, the numbers and the sizes that work:
-//   model.n_heads (6) must be divisible by parallel.tensor_model_parallel_size (4): use tp in {1, 2, 3, 6}
-//
-// Rules: only model.type gpt can be split; every tp rank needs whole attention heads (tp divides n_heads,
-// so tp <= n_heads) and an equal share of the MLP width (tp divides d_ff). The vocabulary needs nothing:
-// it is padded up to a multiple of tp (ShardSpec padding) and the padding is excluded from the loss.
+// Tensor-parallel layout of the layers: the per-rank boundary shapes, and (re-exported from
+// partition/tp_rules.hpp, their one home) the checks of which tensor-parallel sizes a model allows. The
+// checks run before anything is built (build_blocks calls check_tensor_parallel first); their errors name
+// the config key, the numbers and the sizes that work.
 #pragma once
-
-#include <cstdint>
-#include <vector>
 
 #include "engine/core/shape.hpp"
 #include "partition/model_spec.hpp"
+#include "partition/tp_rules.hpp"
 
 namespace cleave::layers {
 
-// Every tp size that divides both n_heads and d_ff, ascending (a size given as 0 imposes nothing).
-std::vector<std::int64_t> allowed_tp_sizes(std::int64_t n_heads, std::int64_t d_ff);
-
-// Throw Error unless tp_size (>= 1) divides n_heads / d_ff; `d_ff` / `n_heads` only sharpen the list of
-// sizes the message suggests (0 = unknown).
-void check_tp_heads(std::int64_t n_heads, int tp_size, std::int64_t d_ff = 0);
-void check_tp_d_ff(std::int64_t d_ff, int tp_size, std::int64_t n_heads = 0);
-
-// The whole model: tp_size >= 1; tp_size > 1 needs model.type gpt and the two rules above.
-void check_tensor_parallel(const partition::ModelSpec& spec, int tp_size);
+using partition::allowed_tp_sizes;
+using partition::check_tensor_parallel;
+using partition::check_tp_d_ff;
+using partition::check_tp_heads;
 
 // Per-sample (no batch dimension) shapes of the tensors one tp rank's layer for `block` consumes and
 // produces. Every boundary tensor of a tensor-parallel gpt is replicated (block.input / block.output)

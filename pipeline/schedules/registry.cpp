@@ -1,5 +1,8 @@
 // Schedule registry: name → generator, with the checks that make impossible combinations clear errors.
-// Registration is an explicit table (no static self-registration, which static libraries drop).
+// Registration is an explicit table (no static self-registration, which static libraries drop). Each entry
+// carries its own generator, so a name is either in the table with the function that builds it or unknown:
+// there is no if-chain to forget a case in, and no default branch for a name to fall through to. The config
+// layer asks this table for the names it accepts (engine/config), so there is one list.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -9,19 +12,29 @@
 namespace cleave::pipeline {
 namespace {
 
+// Every generator behind one signature; those with one stage (or a fixed two) per rank ignore `v`, which
+// make_schedule has already checked against the entry's range.
+using Generator = Schedule (*)(int pp_size, int num_microbatches, int virtual_stages);
+
 struct Entry {
   std::string_view name;
+  Generator generate;
   int min_virtual;  // allowed virtual stages per rank: [min_virtual, max_virtual], max 0 = unbounded
   int max_virtual;
   std::string_view virtual_hint;
 };
 
 constexpr Entry kSchedules[] = {
-    {"gpipe", 1, 1, "one stage per rank; use interleaved_1f1b for virtual stages"},
-    {"1f1b", 1, 1, "one stage per rank; use interleaved_1f1b for virtual stages"},
-    {"interleaved_1f1b", 2, 0, "at least 2 virtual stages per rank; use 1f1b for one"},
-    {"zb_h1", 1, 1, "one stage per rank; use zb_v for two chunks per rank"},
-    {"zb_v", 2, 2, "exactly 2 chunks per rank (V-shaped placement)"},
+    {"gpipe", [](int p, int m, int) { return gpipe_schedule(p, m); }, 1, 1,
+     "one stage per rank; use interleaved_1f1b for virtual stages"},
+    {"1f1b", [](int p, int m, int) { return one_f_one_b_schedule(p, m); }, 1, 1,
+     "one stage per rank; use interleaved_1f1b for virtual stages"},
+    {"interleaved_1f1b", [](int p, int m, int v) { return interleaved_1f1b_schedule(p, m, v); }, 2, 0,
+     "at least 2 virtual stages per rank; use 1f1b for one"},
+    {"zb_h1", [](int p, int m, int) { return zb_h1_schedule(p, m); }, 1, 1,
+     "one stage per rank; use zb_v for two chunks per rank"},
+    {"zb_v", [](int p, int m, int) { return zb_v_schedule(p, m); }, 2, 2,
+     "exactly 2 chunks per rank (V-shaped placement)"},
 };
 
 const Entry* find(std::string_view name) {
@@ -63,11 +76,7 @@ Schedule make_schedule(std::string_view name, int pp_size, int num_microbatches,
   const bool too_many = entry->max_virtual > 0 && virtual_stages > entry->max_virtual;
   CLEAVE_CHECK(!too_few && !too_many, "schedule {} runs {}, got virtual_stages {}", name, entry->virtual_hint,
                virtual_stages);
-  if (name == "gpipe") return gpipe_schedule(pp_size, num_microbatches);
-  if (name == "1f1b") return one_f_one_b_schedule(pp_size, num_microbatches);
-  if (name == "interleaved_1f1b") return interleaved_1f1b_schedule(pp_size, num_microbatches, virtual_stages);
-  if (name == "zb_h1") return zb_h1_schedule(pp_size, num_microbatches);
-  return zb_v_schedule(pp_size, num_microbatches);
+  return entry->generate(pp_size, num_microbatches, virtual_stages);
 }
 
 }  // namespace cleave::pipeline

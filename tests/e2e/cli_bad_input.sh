@@ -88,16 +88,19 @@ out=$("$cleave" train --set train.out_dir=prev --set train.steps=2 2>&1); status
 if [ $status -eq 0 ] || ! grep -q "prev" <<<"$out" || ! cmp -s prev/metrics.jsonl before.jsonl; then
   echo "FAIL existing-run: status $status, output: $out"; failures=$((failures + 1))
 else
-  echo "ok   existing-run: $(head -n 1 <<<"$out")"
+  echo "ok   existing-run: $(grep -m 1 prev <<<"$out")"
 fi
 
-# And a good run writes what README promises.
-if "$cleave" train --set train.out_dir=good --set train.steps=3 --set train.log_interval=1 >/dev/null 2>&1 &&
+# And a good run writes what README promises, and says which communicator carried it: parallel.comm_backend
+# "auto" resolves to "mpi" on the CPU, in the log and in the resolved config.json.
+if "$cleave" train --set train.out_dir=good --set train.steps=3 --set train.log_interval=1 >good.log 2>&1 &&
    [ -s good/config.json ] && [ "$(wc -l < good/metrics.jsonl)" -eq 3 ] &&
-   grep -q '"grad_norm"' good/metrics.jsonl && grep -q '"peak_bytes"' good/metrics.jsonl; then
-  echo "ok   good-run: config.json and 3 metrics lines"
+   grep -q '"grad_norm"' good/metrics.jsonl && grep -q '"peak_bytes"' good/metrics.jsonl &&
+   grep -q 'comm backend mpi (auto: device.type is "cpu")' good.log &&
+   grep -q '"comm_backend": "mpi"' good/config.json; then
+  echo "ok   good-run: config.json (comm_backend mpi), 3 metrics lines, $(grep 'comm backend' good.log)"
 else
-  echo "FAIL good-run"; failures=$((failures + 1))
+  echo "FAIL good-run"; sed 's/^/    /' good.log; grep comm_backend good/config.json; failures=$((failures + 1))
 fi
 
 [ $failures -eq 0 ] || { echo "$failures failure(s)"; exit 1; }

@@ -1,5 +1,6 @@
 // Config: defaults, every strictness error (message names the key path and the numbers), --set overrides,
 // batch resolution and the to_json -> parse round trip.
+#include <fmt/ranges.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -10,6 +11,8 @@
 #include "cleave/config.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "partition/tp_rules.hpp"
+#include "pipeline/schedules/schedules.hpp"
 
 namespace cleave::config {
 namespace {
@@ -236,6 +239,57 @@ TEST(Config, ScheduleFilePathIsAccepted) {
   std::ofstream(file) << "0F0 0B0\n";
   EXPECT_EQ(parse_config("{}", "x", {"parallel.schedule=" + file.string()}).parallel.schedule, file.string());
   std::filesystem::remove(file);
+}
+
+// The model's rules have one home (partition's spec builders and tensor-parallel rules); config runs them and
+// reports their message under the key's origin, word for word.
+TEST(Config, ModelRulesAreThePartitionsOwn) {
+  auto message = [](auto&& fn) -> std::string {
+    try {
+      fn();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+  auto config_message = [&](const std::string& text, const std::vector<std::string>& overrides = {}) {
+    return message([&] { (void)parse_config(text, "run.json", overrides); });
+  };
+  partition::GptConfig gpt;
+  gpt.d_model = 100;
+  gpt.n_heads = 3;
+  EXPECT_EQ(config_message(R"({"model": {"d_model": 100, "n_heads": 3}})"),
+            "config run.json: " + message([&] { partition::make_gpt_spec(gpt); }));
+  EXPECT_EQ(config_message("{}", {"model.d_model=100", "model.n_heads=3"}),
+            "--set model.d_model=100: " + message([&] { partition::make_gpt_spec(gpt); }));
+  partition::CnnConfig cnn;
+  cnn.channels = {4, 4, 4, 4};
+  EXPECT_EQ(config_message(R"({"model": {"type": "cnn", "channels": [4, 4, 4, 4]}})"),
+            "config run.json: " + message([&] { partition::make_cnn_spec(cnn); }));
+  // Tensor-parallel rules: the ones config used to lack are there too (tp larger than the head count, tp on a
+  // model that cannot be split).
+  partition::GptConfig heads4;
+  heads4.n_heads = 4;
+  heads4.d_ff = 256;
+  EXPECT_EQ(config_message(R"({"model": {"n_heads": 4}, "parallel": {"tensor_model_parallel_size": 8}})"),
+            "config run.json: " +
+                message([&] { partition::check_tensor_parallel(partition::make_gpt_spec(heads4), 8); }));
+  expect_error(R"({"model": {"n_heads": 4}, "parallel": {"tensor_model_parallel_size": 8}})",
+               {"parallel.tensor_model_parallel_size: 8 is larger than model.n_heads 4", "use tp in {1, 2, 4}"});
+  expect_error(R"({"model": {"type": "mlp"}, "parallel": {"tensor_model_parallel_size": 2}})",
+               {"parallel.tensor_model_parallel_size: 2", "model.type gpt only", "mlp"});
+}
+
+// parallel.schedule accepts exactly the schedule registry's names (pipeline/schedules/registry.cpp), and its
+// error lists them in the registry's order: config keeps no list of its own.
+TEST(Config, ScheduleNamesComeFromTheRegistry) {
+  const std::vector<std::string_view> names = pipeline::schedule_names();
+  ASSERT_GE(names.size(), 5u);
+  for (std::string_view name : names) {
+    EXPECT_EQ(parse_config("{}", "x", {"parallel.schedule=" + std::string(name)}).parallel.schedule, name);
+  }
+  expect_error(R"({"parallel": {"schedule": "2f2b"}})",
+               {"parallel.schedule", "\"2f2b\" is neither a schedule", fmt::format("({})", fmt::join(names, ", "))});
 }
 
 TEST(Config, ResolveBatch) {

@@ -236,16 +236,17 @@ std::string build_error(const partition::ModelSpec& spec, int tp) {
 
 TEST(TpLayout, ErrorsSayWhichSizesWork) {
   EXPECT_EQ(build_error(tiny_gpt(true, 37, 6), 4),
-            "model.n_heads (6) must be divisible by parallel.tensor_model_parallel_size (4): use tp in {1, 2, 3, 6}");
+            "model.n_heads: 6 is not divisible by parallel.tensor_model_parallel_size 4: each tp rank needs whole "
+            "attention heads; use tp in {1, 2, 3, 6}");
   EXPECT_EQ(build_error(tiny_gpt(true, 37, 4), 8),
-            "parallel.tensor_model_parallel_size (8) is larger than model.n_heads (4): each tp rank needs at least "
+            "parallel.tensor_model_parallel_size: 8 is larger than model.n_heads 4: each tp rank needs at least "
             "one attention head; use tp in {1, 2, 4}");
   partition::GptConfig c;
   c.d_model = 24;
   c.n_heads = 4;
   c.d_ff = 30;
   EXPECT_EQ(build_error(partition::make_gpt_spec(c), 4),
-            "model.d_ff (30) must be divisible by parallel.tensor_model_parallel_size (4): each tp rank holds d_ff / "
+            "model.d_ff: 30 is not divisible by parallel.tensor_model_parallel_size 4: each tp rank holds d_ff / "
             "tp MLP columns; use tp in {1, 2}");
   const std::string mlp = build_error(partition::make_mlp_spec({}), 2);
   EXPECT_NE(mlp.find("tensor parallelism supports model.type gpt"), std::string::npos) << mlp;

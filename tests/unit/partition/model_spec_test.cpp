@@ -18,6 +18,16 @@ std::string error_of(auto&& fn) {
   return "(no error)";
 }
 
+// The config key a builder's error names (the config layer reports it under the key's origin).
+std::string key_of(auto&& fn) {
+  try {
+    fn();
+  } catch (const ConfigKeyError& e) {
+    return e.key();
+  }
+  return "(no ConfigKeyError)";
+}
+
 void expect_chained(const ModelSpec& spec) {
   for (std::size_t i = 1; i < spec.blocks.size(); ++i) {
     EXPECT_EQ(spec.blocks[i - 1].output, spec.blocks[i].input) << "between blocks " << i - 1 << " and " << i;
@@ -94,14 +104,14 @@ TEST(ModelSpec, GptErrorsNameKeyAndNumbers) {
   GptConfig c;
   c.d_model = 100;
   c.n_heads = 3;
-  EXPECT_EQ(error_of([&] { make_gpt_spec(c); }).find("model.d_model (100) must be divisible by model.n_heads (3)"),
-            0u);
+  EXPECT_EQ(error_of([&] { make_gpt_spec(c); }).find("model.d_model: 100 is not divisible by model.n_heads 3"), 0u);
+  EXPECT_EQ(key_of([&] { make_gpt_spec(c); }), "model.d_model");
   c = GptConfig{};
   c.vocab_size = 0;
-  EXPECT_NE(error_of([&] { make_gpt_spec(c); }).find("model.vocab_size must be > 0, got 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { make_gpt_spec(c); }).find("model.vocab_size: must be > 0, got 0"), std::string::npos);
   c = GptConfig{};
   c.seq_len = -2;
-  EXPECT_NE(error_of([&] { make_gpt_spec(c); }).find("model.seq_len must be > 0, got -2"), std::string::npos);
+  EXPECT_NE(error_of([&] { make_gpt_spec(c); }).find("model.seq_len: must be > 0, got -2"), std::string::npos);
   c = GptConfig{};
   c.d_ff = -1;
   EXPECT_NE(error_of([&] { make_gpt_spec(c); }).find("model.d_ff"), std::string::npos);
@@ -135,7 +145,7 @@ TEST(ModelSpec, MlpBlocksFollowSequentialNumbering) {
   EXPECT_NE(error_of([&] { make_mlp_spec(c); }).find("model.activation"), std::string::npos);
   c.activation = "relu";
   c.hidden = {8, 0};
-  EXPECT_NE(error_of([&] { make_mlp_spec(c); }).find("model.hidden[1] must be > 0, got 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { make_mlp_spec(c); }).find("model.hidden[1]: must be > 0, got 0"), std::string::npos);
 }
 
 TEST(ModelSpec, CnnShapesThroughConvPoolFlatten) {
@@ -176,19 +186,21 @@ TEST(ModelSpec, CnnErrors) {
   c.channels = {4, 4, 4, 4};
   c.pool = 2;
   const std::string msg = error_of([&] { make_cnn_spec(c); });
-  EXPECT_NE(msg.find("model.height x model.width (8x8) does not survive 4 max-pools of model.pool (2)"),
+  EXPECT_NE(msg.find("model.channels: 4 conv stages with model.pool 2 shrink model.height × model.width 8×8 to "
+                     "nothing at stage 4"),
             std::string::npos)
       << msg;
-  EXPECT_NE(msg.find("8x8 -> 4x4 -> 2x2 -> 1x1 -> 0x0"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("8×8 -> 4×4 -> 2×2 -> 1×1 -> 0×0"), std::string::npos) << msg;
+  EXPECT_EQ(key_of([&] { make_cnn_spec(c); }), "model.channels");
   c = CnnConfig{};
   c.kernel = 4;
-  EXPECT_NE(error_of([&] { make_cnn_spec(c); }).find("model.kernel (4) must be odd"), std::string::npos);
+  EXPECT_NE(error_of([&] { make_cnn_spec(c); }).find("model.kernel: 4 must be odd"), std::string::npos);
   c = CnnConfig{};
   c.channels = {};
   EXPECT_NE(error_of([&] { make_cnn_spec(c); }).find("model.channels"), std::string::npos);
   c = CnnConfig{};
   c.in_channels = 0;
-  EXPECT_NE(error_of([&] { make_cnn_spec(c); }).find("model.in_channels must be > 0"), std::string::npos);
+  EXPECT_NE(error_of([&] { make_cnn_spec(c); }).find("model.in_channels: must be > 0"), std::string::npos);
 }
 
 TEST(ModelSpec, BlockKindNames) {

@@ -223,6 +223,19 @@ TEST(Generators, RegistryBuildsEveryScheduleByName) {
     EXPECT_TRUE(validate_schedule(s).ok);
   }
   EXPECT_EQ(make_schedule("interleaved_1f1b", 2, 4, 3).num_stages, 6);
+  // Every entry builds its own schedule at every virtual-stage count it accepts (each entry carries its
+  // generator; nothing falls through to another one).
+  for (auto name : schedule_names()) {
+    for (int v = 1; v <= 3; ++v) {
+      try {
+        const Schedule s = make_schedule(name, 2, 4, v);
+        EXPECT_EQ(s.name, name) << "v " << v;
+        EXPECT_EQ(s.virtual_stages, v) << name;
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("got virtual_stages " + std::to_string(v)), std::string::npos) << e.what();
+      }
+    }
+  }
   EXPECT_EQ(default_virtual_stages("1f1b"), 1);
   EXPECT_EQ(default_virtual_stages("zb_v"), 2);
 }

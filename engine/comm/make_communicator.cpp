@@ -1,0 +1,54 @@
+// World communicator factory (see make_communicator.hpp). CPU file: the GPU backends are reached through
+// headers without CUDA includes, under #if CLEAVE_WITH_CUDA.
+#include "engine/comm/make_communicator.hpp"
+
+#include <utility>
+
+#include "cleave/config.hpp"
+#include "engine/core/error.hpp"
+
+#if CLEAVE_WITH_CUDA
+#include "engine/comm/cuda/staged_world.hpp"
+#include "engine/comm/nccl/nccl_world.hpp"
+#endif
+
+namespace cleave::comm {
+
+World make_world_communicator(const MpiRuntime& runtime, std::string_view requested, std::string_view device_type,
+                              const CommOptions& options) {
+  MpiOptions mpi_options;
+  static_cast<CommOptions&>(mpi_options) = options;
+  std::unique_ptr<MpiCommunicator> mpi = runtime.world(mpi_options);
+
+  config::CommBackendFacts facts;
+  facts.cuda_build = CLEAVE_WITH_CUDA != 0;
+  facts.device_type = std::string(device_type);
+#if CLEAVE_WITH_CUDA
+  // Same condition on every rank (same config), so the collective probe runs everywhere or nowhere.
+  if (requested != "mpi" && device_type == "cuda") {
+    const GpuPerRank gpus = probe_gpu_per_rank(*mpi);
+    facts.gpu_per_rank = gpus.own;
+    facts.gpu_sharing = gpus.detail;
+  }
+#endif
+  World world;
+  world.choice = config::choose_comm_backend(requested, facts);
+  if (world.choice.backend == "nccl") {
+#if CLEAVE_WITH_CUDA
+    world.comm = make_nccl_world(*mpi, options);  // bootstraps over `mpi`, which may go afterwards
+    return world;
+#else
+    CLEAVE_ASSERT(false, "choose_comm_backend picked nccl in a build without CUDA");
+#endif
+  }
+#if CLEAVE_WITH_CUDA
+  if (device_type == "cuda") {
+    world.comm = make_staged_world(std::move(mpi));
+    return world;
+  }
+#endif
+  world.comm = std::move(mpi);
+  return world;
+}
+
+}  // namespace cleave::comm

@@ -1,0 +1,33 @@
+// parallel.comm_backend resolved against what the build and the ranks offer: the one statement of the rule,
+// used by config validation (what is known before launch) and by the world communicator factory
+// (engine/comm/make_communicator.hpp, which probes the GPUs first). Pure: no MPI, no CUDA.
+//
+//   "mpi"   always mpi (CPU tensors; GPU tensors staged through pinned host memory).
+//   "nccl"  nccl; refused when the build has no CUDA, device.type is not "cuda", or two ranks share a GPU.
+//   "auto"  nccl when the build has CUDA, device.type is "cuda" and every rank has its own GPU; else mpi.
+// A refusal is a ConfigKeyError on parallel.comm_backend that says why and what to use instead.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace cleave::config {
+
+struct CommBackendFacts {
+  bool cuda_build = false;         // CLEAVE_WITH_CUDA
+  std::string device_type = "cpu";  // device.type
+  // Every rank has a GPU that no other rank on its host uses. Before launch this is unknown: leave it true
+  // and only the build and device rules apply.
+  bool gpu_per_rank = true;
+  std::string gpu_sharing;  // why not, when gpu_per_rank is false (names the ranks, host and device)
+};
+
+struct CommBackendChoice {
+  std::string backend;  // "mpi" | "nccl"
+  std::string reason;   // for the log: "auto: device.type is \"cpu\""
+};
+
+// Throws ConfigKeyError("parallel.comm_backend", ...) for an unknown name or nccl where it cannot work.
+CommBackendChoice choose_comm_backend(std::string_view requested, const CommBackendFacts& facts);
+
+}  // namespace cleave::config

@@ -1,0 +1,61 @@
+// Tensor-parallel size rules (see tp_rules.hpp).
+#include "partition/tp_rules.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <numeric>
+
+#include "engine/core/error.hpp"
+
+namespace cleave::partition {
+namespace {
+
+constexpr const char* kTpKey = "parallel.tensor_model_parallel_size";
+
+std::string allowed_list(std::int64_t n_heads, std::int64_t d_ff) {
+  return fmt::format("{{{}}}", fmt::join(allowed_tp_sizes(n_heads, d_ff), ", "));
+}
+
+}  // namespace
+
+void check_tp_size(int tp_size) { CLEAVE_CHECK_KEY(tp_size >= 1, kTpKey, "must be >= 1, got {}", tp_size); }
+
+std::vector<std::int64_t> allowed_tp_sizes(std::int64_t n_heads, std::int64_t d_ff) {
+  const std::int64_t g = std::gcd(std::max<std::int64_t>(n_heads, 0), std::max<std::int64_t>(d_ff, 0));
+  std::vector<std::int64_t> out;
+  for (std::int64_t t = 1; t <= g; ++t) {
+    if (g % t == 0) out.push_back(t);
+  }
+  return out;
+}
+
+void check_tp_heads(std::int64_t n_heads, int tp_size, std::int64_t d_ff) {
+  check_tp_size(tp_size);
+  CLEAVE_CHECK_KEY(tp_size <= n_heads, kTpKey,
+                   "{} is larger than model.n_heads {}: each tp rank needs at least one attention head; use tp in {}",
+                   tp_size, n_heads, allowed_list(n_heads, d_ff));
+  CLEAVE_CHECK_KEY(n_heads % tp_size == 0, "model.n_heads",
+                   "{} is not divisible by {} {}: each tp rank needs whole attention heads; use tp in {}", n_heads,
+                   kTpKey, tp_size, allowed_list(n_heads, d_ff));
+}
+
+void check_tp_d_ff(std::int64_t d_ff, int tp_size, std::int64_t n_heads) {
+  check_tp_size(tp_size);
+  CLEAVE_CHECK_KEY(d_ff % tp_size == 0, "model.d_ff",
+                   "{} is not divisible by {} {}: each tp rank holds d_ff / tp MLP columns; use tp in {}", d_ff, kTpKey,
+                   tp_size, allowed_list(n_heads, d_ff));
+}
+
+void check_tensor_parallel(const ModelSpec& spec, int tp_size) {
+  check_tp_size(tp_size);
+  if (tp_size == 1) return;
+  CLEAVE_CHECK_KEY(spec.type == "gpt", kTpKey,
+                   "{} needs a gpt model: tensor parallelism supports model.type gpt only (got model.type {}); use 1",
+                   tp_size, spec.type);
+  check_tp_heads(spec.gpt.n_heads, tp_size, spec.gpt.d_ff);
+  check_tp_d_ff(spec.gpt.d_ff, tp_size, spec.gpt.n_heads);
+}
+
+}  // namespace cleave::partition

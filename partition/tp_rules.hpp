@@ -1,0 +1,33 @@
+// Which tensor-parallel sizes a model allows: pure rules over the model config, no layers, no devices. The
+// layer builders (layers/models/builder.cpp, through layers/parallel/tp_layout.hpp), the plan and the config
+// layer all run these same checks, so the rule is written once. Errors are ConfigKeyError naming the key at
+// fault, the numbers and the sizes that work:
+//   model.n_heads: 6 is not divisible by parallel.tensor_model_parallel_size 4: ...; use tp in {1, 2, 3, 6}
+//
+// Rules: only model.type gpt can be split; every tp rank needs whole attention heads (tp divides n_heads,
+// so tp <= n_heads) and an equal share of the MLP width (tp divides d_ff). The vocabulary needs nothing:
+// it is padded up to a multiple of tp (ShardSpec padding) and the padding is excluded from the loss.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "partition/model_spec.hpp"
+
+namespace cleave::partition {
+
+// Throw ConfigKeyError unless tp_size >= 1.
+void check_tp_size(int tp_size);
+
+// Every tp size that divides both n_heads and d_ff, ascending (a size given as 0 imposes nothing).
+std::vector<std::int64_t> allowed_tp_sizes(std::int64_t n_heads, std::int64_t d_ff);
+
+// Throw ConfigKeyError unless tp_size (>= 1) divides n_heads / d_ff; `d_ff` / `n_heads` only sharpen the
+// list of sizes the message suggests (0 = unknown).
+void check_tp_heads(std::int64_t n_heads, int tp_size, std::int64_t d_ff = 0);
+void check_tp_d_ff(std::int64_t d_ff, int tp_size, std::int64_t n_heads = 0);
+
+// The whole model: tp_size >= 1; tp_size > 1 needs model.type gpt and the two rules above.
+void check_tensor_parallel(const ModelSpec& spec, int tp_size);
+
+}  // namespace cleave::partition

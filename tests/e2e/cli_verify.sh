@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# `cleave verify` through the CLI under mpiexec (engine/cli/verify.cpp, engine/train/verify.cpp):
+#  - dp 2 against the single-rank reference passes: exit 0, PASS, the comm backend it used is printed;
+#  - tp 2 with --param-tolerance 0 fails: exit 1 with the report ending in FAIL and a parameter difference
+#    above 0 (tensor parallelism sums partial products, so parameters differ from one rank in the last bits);
+#    an error exit would have no report, so the exit code alone cannot pass this case;
+#  - a bad option value is refused before MPI starts.
+# Usage: cli_verify.sh CLEAVE MPIEXEC [FLAGS...]
+set -u
+cleave=$1; shift
+mpiexec=("$@")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+failures=0
+cat > tiny.json <<'JSON'
+{
+  "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 4, "seq_len": 16},
+  "batch": {"global_batch_size": 8, "micro_batch_size": 4},
+  "optimizer": {"type": "sgd", "lr": 0.05},
+  "data": {"type": "synthetic"}
+}
+JSON
+
+fail() { echo "FAIL $1"; sed 's/^/    /' "$2"; failures=$((failures + 1)); }
+
+"${mpiexec[@]}" -n 2 "$cleave" verify tiny.json --steps 3 > dp2.log 2>&1
+status=$?
+if [ $status -ne 0 ] || ! grep -q ': PASS$' dp2.log || ! grep -q 'tp=1 pp=1 dp=2 (world 2)' dp2.log ||
+   ! grep -q 'comm backend mpi (auto: device.type is "cpu")' dp2.log; then
+  fail "dp2-passes: status $status" dp2.log
+else
+  echo "ok   dp2-passes: $(grep -E ': PASS$' dp2.log)"
+fi
+
+"${mpiexec[@]}" -n 2 "$cleave" verify tiny.json --steps 3 --set parallel.tensor_model_parallel_size=2 \
+    --param-tolerance 0 > tp2.log 2>&1
+status=$?
+summary=$(grep -E '^max loss difference .*max parameter difference .* \(tolerance 0\): FAIL$' tp2.log)
+difference=$(sed -n 's/.*max parameter difference \([^ ]*\) (tolerance 0).*/\1/p' tp2.log)
+if [ $status -ne 1 ] || [ -z "$summary" ] || ! awk -v d="$difference" 'BEGIN { exit !(d > 0) }'; then
+  fail "tp2-exact-fails: status $status, parameter difference '$difference'" tp2.log
+else
+  echo "ok   tp2-exact-fails: $summary"
+fi
+
+out=$("$cleave" verify tiny.json --param-tolerance fast 2>&1); status=$?
+if [ $status -eq 0 ] || ! grep -q -- "--param-tolerance expects a non-negative number, got 'fast'" <<<"$out"; then
+  echo "FAIL bad-tolerance: status $status: $out"; failures=$((failures + 1))
+else
+  echo "ok   bad-tolerance: $out"
+fi
+
+[ $failures -eq 0 ] || { echo "$failures failure(s)"; exit 1; }

@@ -1,0 +1,58 @@
+// The world communicator factory (engine/comm/make_communicator.hpp) honours parallel.comm_backend: "auto"
+// and "mpi" with device.type "cpu" give an MPI world over every rank that carries a collective (checked
+// against the closed-form sum); "nccl" with device.type "cpu" (or in a build without CUDA) is refused on every
+// rank with the reason, keyed parallel.comm_backend, and no rank is left waiting.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "engine/comm/make_communicator.hpp"
+#include "engine/core/error.hpp"
+#include "tests/mpi/mpi_test_env.hpp"
+
+namespace cleave::testing {
+namespace {
+
+comm::CommOptions test_options() { return comm::CommOptions{.timeout_s = kTestTimeoutS, .deterministic = false}; }
+
+TEST(CommWorld, AutoAndMpiOnTheCpuGiveAnMpiWorld) {
+  for (const char* requested : {"auto", "mpi"}) {
+    SCOPED_TRACE(requested);
+    const comm::World world = comm::make_world_communicator(mpi_runtime(), requested, "cpu", test_options());
+    ASSERT_NE(world.comm, nullptr);
+    EXPECT_EQ(world.comm->backend(), "mpi");
+    EXPECT_EQ(world.choice.backend, "mpi");
+    EXPECT_FALSE(world.choice.reason.empty());
+    const int n = world.comm->size();
+    EXPECT_EQ(n, mpi_runtime().world_size());
+    EXPECT_EQ(world.comm->rank(), mpi_runtime().world_rank());
+    Tensor t = Tensor::empty({3}, DType::kF32, MemoryCategory::kActivations);
+    for (int i = 0; i < 3; ++i) t.data<float>()[i] = static_cast<float>(small_value(world.comm->rank(), i));
+    world.comm->all_reduce(t, comm::ReduceOp::kSum)->wait();
+    for (int i = 0; i < 3; ++i) {
+      float expected = 0;
+      for (int q = 0; q < n; ++q) expected += static_cast<float>(small_value(q, i));
+      EXPECT_EQ(t.data<float>()[i], expected) << "element " << i;
+    }
+  }
+  EXPECT_NE(comm::make_world_communicator(mpi_runtime(), "auto", "cpu", test_options()).choice.reason.find(
+                "device.type is \"cpu\""),
+            std::string::npos);
+}
+
+TEST(CommWorld, NcclOnTheCpuIsRefusedWithTheReason) {
+  try {
+    (void)comm::make_world_communicator(mpi_runtime(), "nccl", "cpu", test_options());
+    ADD_FAILURE() << "nccl on device.type cpu was accepted";
+  } catch (const ConfigKeyError& e) {
+    EXPECT_EQ(e.key(), "parallel.comm_backend");
+    const std::string message = e.what();
+    const bool reason = message.find("device.type is \"cpu\"") != std::string::npos ||
+                        message.find("built without them") != std::string::npos;
+    EXPECT_TRUE(reason) << message;
+    EXPECT_NE(message.find("use \"mpi\" or \"auto\""), std::string::npos) << message;
+  }
+}
+
+}  // namespace
+}  // namespace cleave::testing

@@ -1,6 +1,7 @@
 // Gradient buckets for data parallelism (gradient_bucketer.hpp).
 #include "engine/comm/gradient_bucketer.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/comm/host_reduce.hpp"
@@ -12,6 +13,17 @@ namespace {
 constexpr std::size_t kAlignBytes = 64;
 
 std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+// dst := src element by element between floating dtypes (f32 in between: exact widening, nearest-even rounding).
+void convert(const Tensor& src, const Tensor& dst) {
+  if (src.dtype() == DType::kF32) {
+    narrow_from_f32(static_cast<const float*>(src.raw_data()), dst.dtype(), dst.raw_data(), src.numel());
+  } else {
+    CLEAVE_ASSERT(dst.dtype() == DType::kF32, "gradient bucketer: converting {} to {}", dtype_name(src.dtype()),
+                  dtype_name(dst.dtype()));
+    widen_to_f32(src.raw_data(), src.dtype(), static_cast<float*>(dst.raw_data()), src.numel());
+  }
+}
 
 }  // namespace
 
@@ -53,6 +65,15 @@ GradientBucketer::GradientBucketer(std::vector<GradientSpec> grads, Communicator
     b.numel = numel;
     buffers_.push_back(Tensor::zeros({numel}, b.dtype, MemoryCategory::kGradients, allocator));
     unready_in_bucket_.push_back(b.end_grad - b.first_grad);
+  }
+  if (std::any_of(buckets_.begin(), buckets_.end(), [&](const Bucket& b) { return b.dtype != options.wire_dtype; })) {
+    CLEAVE_CHECK(is_floating(options.wire_dtype), "gradient bucketer: wire dtype {} is not a floating type",
+                 dtype_name(options.wire_dtype));
+    for (const Bucket& b : buckets_) {
+      CLEAVE_CHECK(b.dtype == DType::kF32, "gradient bucketer: a {} wire needs f32 gradients, got {}",
+                   dtype_name(options.wire_dtype), dtype_name(b.dtype));
+      staging_.push_back(Tensor::zeros({b.numel}, options.wire_dtype, MemoryCategory::kCommunication, allocator));
+    }
   }
   ready_.assign(specs_.size(), 0);
   works_.resize(buckets_.size());
@@ -134,10 +155,24 @@ void GradientBucketer::launch_ready_buckets() {
 }
 
 void GradientBucketer::launch(int b) {
-  const Tensor& buffer = buffers_[static_cast<std::size_t>(b)];
+  Tensor buffer = buffers_[static_cast<std::size_t>(b)];
+  Tensor out = options_.reduction == BucketReduction::kAllReduce ? buffer : shard(b);
+  if (!staging_.empty()) {  // round the bucket into the wire dtype and reduce that
+    const Tensor& wire = staging_[static_cast<std::size_t>(b)];
+    convert(buffer, wire);
+    buffer = wire;
+    const std::int64_t begin = options_.reduction == BucketReduction::kAllReduce ? 0 : shard_begin(b);
+    out = wire.slice(begin, begin + out.numel());
+  }
   works_[static_cast<std::size_t>(b)] = options_.reduction == BucketReduction::kAllReduce
                                             ? dp_.all_reduce(buffer, ReduceOp::kSum, stream_)
-                                            : dp_.reduce_scatter(buffer, shard(b), ReduceOp::kSum, stream_);
+                                            : dp_.reduce_scatter(buffer, out, ReduceOp::kSum, stream_);
+}
+
+std::int64_t GradientBucketer::wire_bytes_per_step() const {
+  std::int64_t bytes = 0;
+  for (const Bucket& b : buckets_) bytes += b.numel * static_cast<std::int64_t>(dtype_size(options_.wire_dtype));
+  return bytes;
 }
 
 int GradientBucketer::finish() {
@@ -145,9 +180,13 @@ int GradientBucketer::finish() {
   for (int b = 0; b < num_buckets(); ++b) {
     works_[static_cast<std::size_t>(b)]->wait();
     works_[static_cast<std::size_t>(b)].reset();
+    const Tensor target = options_.reduction == BucketReduction::kAllReduce ? buffers_[static_cast<std::size_t>(b)]
+                                                                            : shard(b);
+    if (!staging_.empty()) {  // widen the reduced wire values back into the gradients
+      const std::int64_t begin = options_.reduction == BucketReduction::kAllReduce ? 0 : shard_begin(b);
+      convert(staging_[static_cast<std::size_t>(b)].slice(begin, begin + target.numel()), target);
+    }
     if (options_.scale != 1.0f) {
-      const Tensor target = options_.reduction == BucketReduction::kAllReduce ? buffers_[static_cast<std::size_t>(b)]
-                                                                              : shard(b);
       scale_in_place(target.raw_data(), target.dtype(), options_.scale, target.numel());
     }
   }

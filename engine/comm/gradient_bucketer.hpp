@@ -23,7 +23,8 @@
 // scaled gradient, and the rest of the buffer holds this rank's unreduced gradients. A sharded optimizer maps
 // shard elements to parameters with slot(i) and shard_begin(b), updates its shard and all-gathers parameters.
 //
-// Zeroing and scaling are host loops: the bucketer works on CPU buffers (the allocator must be a CPU one).
+// Zeroing, scaling and the wire-dtype conversions are host loops: the bucketer works on CPU buffers (the
+// allocator must be a CPU one).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +47,10 @@ struct BucketerOptions {
   double bucket_mib = 25.0;  // parallel.dp_bucket_mb
   float scale = 1.0f;        // multiplies the reduced gradients (e.g. 1/dp)
   BucketReduction reduction = BucketReduction::kAllReduce;
+  // The dtype the collectives carry. Equal to the gradients' dtype: the buffers themselves are reduced. kBF16
+  // with f32 gradients: each bucket is rounded into a bf16 staging buffer (kCommunication) when it launches,
+  // reduced there (the MPI backend accumulates in f32) and widened back into the gradients by finish().
+  DType wire_dtype = DType::kF32;
 };
 
 class GradientBucketer {
@@ -88,6 +93,8 @@ class GradientBucketer {
   void poll();
   // Returns how many buckets mark_ready() had launched before finish() was called (the overlapped ones).
   int finish();
+  // Bytes one step's collectives carry from this rank: every bucket in the wire dtype.
+  std::int64_t wire_bytes_per_step() const;
 
  private:
   void launch_ready_buckets();
@@ -97,6 +104,7 @@ class GradientBucketer {
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
   std::vector<Tensor> buffers_;
+  std::vector<Tensor> staging_;  // wire_dtype != gradient dtype: one buffer per bucket in the wire dtype
   Communicator& dp_;
   BucketerOptions options_;
   Stream stream_;

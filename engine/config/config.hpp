@@ -47,6 +47,10 @@ struct ParallelConfig {
   std::string schedule = "1f1b";  // a schedule registry name (pipeline/schedules) or a schedule file path
   PartitionConfig partition;
   double dp_bucket_mb = 25.0;  // gradient all-reduce bucket size
+  // dtype data-parallel gradient buckets travel in: "fp32" (the f32 gradients themselves; what Megatron does
+  // for bf16 training) or "bf16" (half the bytes: each bucket is rounded to bf16, reduced with f32 accumulation
+  // and widened back).
+  std::string grad_reduce_dtype = "fp32";
   // Which communicator carries tensors: "mpi" (CPU tensors; GPU tensors staged through pinned host memory),
   // "nccl" (GPU tensors, one GPU per rank; needs a CUDA build and device.type "cuda"), "auto" (nccl for
   // GPU training with a GPU per rank, mpi otherwise).

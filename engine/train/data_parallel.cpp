@@ -101,6 +101,7 @@ DataParallel::DataParallel(const Plan& plan, int pp_rank, const std::map<int, pi
   bucket_options.bucket_mib = options.bucket_mib;
   bucket_options.scale = options.average ? 1.0f / static_cast<float>(dp.size()) : 1.0f;
   bucket_options.reduction = zero1() ? comm::BucketReduction::kReduceScatter : comm::BucketReduction::kAllReduce;
+  bucket_options.wire_dtype = options.grad_wire_dtype;
   bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(order_), dp, bucket_options,
                                                       *options.context.allocator);
   for (int i = 0; i < bucketer_->num_grads(); ++i) {
@@ -266,6 +267,7 @@ DataParallelStepReport DataParallel::end_step() {
   }
   report.launched_before_finish = bucketer_->finish();
   if (table_bucketer_) table_bucketer_->finish();
+  report.wire_bytes = bucketer_->wire_bytes_per_step() + (table_bucketer_ ? table_bucketer_->wire_bytes_per_step() : 0);
   return report;
 }
 

@@ -56,6 +56,7 @@ struct DataParallelOptions {
   // Multiply the summed gradients by 1/dp. The trainer turns it off: its loss scale already divides by dp,
   // so every micro-batch gradient carries the same factor 1/(global micro-batches) on one rank and on many.
   bool average = true;
+  DType grad_wire_dtype = DType::kF32;  // parallel.grad_reduce_dtype: the dtype buckets travel in
   ops::Context context;                // the run's op context: buckets, shards and state use its allocator
 };
 
@@ -64,6 +65,7 @@ struct DataParallelStepReport {
   int buckets = 0;                      // main buckets (the split tied table's own bucket not counted)
   int launched_before_finish = 0;       // main buckets started by the grad-final callbacks
   int launched_before_last_report = 0;  // main buckets started while backward work was still to come
+  std::int64_t wire_bytes = 0;          // bytes the step's bucket collectives carried from this rank
 };
 
 class DataParallel {

@@ -75,6 +75,8 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       state * static_cast<double>(param_bytes / tp) / (config.optimizer.zero_stage == 1 ? dp : 1));
   at(MemoryCategory::kActivations) = (live * largest_stash / tp + 2 * live * boundary) * micro / (bf16 ? 2 : 1);
   at(MemoryCategory::kWorkspace) = 2 * largest_output * micro;
+  // parallel.grad_reduce_dtype bf16: every gradient bucket has a bf16 twin the collective carries.
+  if (dp > 1 && config.parallel.grad_reduce_dtype == "bf16") at(MemoryCategory::kCommunication) = param_bytes / tp / 2;
   return m;
 }
 

@@ -61,7 +61,7 @@ Tensor in_compute_dtype(Trainer::State& s, const Tensor& inputs) {
 // first; every replica then holds the mean gradient, or under ZeRO-1 its shard of it); without dp the tied
 // table's two copies are summed.
 void finish_gradient_reduction(Trainer::State& s) {
-  if (s.data_parallel) s.data_parallel->end_step();
+  if (s.data_parallel) s.step_dp_bytes = s.data_parallel->end_step().wire_bytes;
   else if (s.tied_table) s.tied_group->all_reduce(s.tied_table->grad, comm::ReduceOp::kSum)->wait();
 }
 
@@ -194,6 +194,7 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
   if (s.grid.dp_size() > 1) {
     DataParallelOptions dp_options;
     dp_options.bucket_mib = cfg.parallel.dp_bucket_mb;
+    dp_options.grad_wire_dtype = cfg.parallel.grad_reduce_dtype == "bf16" ? DType::kBF16 : DType::kF32;
     dp_options.zero_stage = cfg.optimizer.zero_stage;
     dp_options.optimizer = cfg.optimizer;
     dp_options.context = s.context;
@@ -305,6 +306,7 @@ StepStats Trainer::step(std::int64_t step) {
   stats.tokens_per_s = items / (stats.step_ms * 1e-3);
   stats.peak_bytes = static_cast<std::int64_t>(peaks[0]);
   stats.p2p_bytes = outcome.p2p_bytes_sent;
+  stats.dp_grad_bytes = s.step_dp_bytes;
   return stats;
 }
 

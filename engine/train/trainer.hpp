@@ -32,6 +32,7 @@ struct StepStats {
   double tokens_per_s = 0;       // items (tokens, or samples for mlp/cnn) per second, global
   std::int64_t peak_bytes = 0;   // max over ranks of the allocator's peak so far
   std::int64_t p2p_bytes = 0;    // boundary bytes (activations, gradients) this rank sent to other pp ranks
+  std::int64_t dp_grad_bytes = 0;  // bytes this rank's data-parallel gradient collectives carried (0 without dp)
 };
 
 struct EvalResult {

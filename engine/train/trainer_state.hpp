@@ -57,6 +57,7 @@ struct Trainer::State {
   int stages_reduced = 0;
   double step_grad_norm = 0;
   double step_lr = 0;
+  std::int64_t step_dp_bytes = 0;  // bytes the data-parallel gradient collectives carried from this rank
 
   State(config::RunConfig c, comm::Communicator& w);
 

@@ -160,5 +160,35 @@ TEST(MixedPrecision, ActivationPeakAndBoundaryBytesHalve) {
   EXPECT_NEAR(sent_ratio, 0.5, 0.025);
 }
 
+// parallel.grad_reduce_dtype bf16: data-parallel gradient buckets travel as bf16 (each replica's partial sum
+// rounded once, accumulated in f32, widened back). Half the bytes of the f32 wire, measured by the bucketer;
+// the run stays within the tensor-parallel bounds of one bf16 rank (the same one-unit rounding, of gradients
+// instead of activations), and it is not bit-identical (the rounding is real).
+TEST(MixedPrecision, Bf16GradientReductionHalvesTheBytesAndStaysClose) {
+  auto world = make_world(/*deterministic=*/true);
+  if (world->size() != 2) GTEST_SKIP() << "needs 2 ranks";
+  auto self = world->split(world->rank(), 0, "self");
+  std::vector<double> bytes;
+  for (const char* wire : {"fp32", "bf16"}) {
+    train::Trainer trainer(tiny_gpt({"batch.micro_batch_size=4", std::string("parallel.grad_reduce_dtype=") + wire}),
+                           *world);
+    bytes.push_back(static_cast<double>(trainer.step(0).dp_grad_bytes));
+  }
+  EXPECT_GT(bytes[0], 0.0);
+  EXPECT_EQ(bytes[1] * 2, bytes[0]);
+  const auto config = tiny_gpt({"batch.micro_batch_size=4", "parallel.grad_reduce_dtype=bf16"});
+  const RunRecord parallel = train_steps(config, *world);
+  if (world->rank() != 0) return;
+  const RunRecord reference = train_steps(single_rank_config(config), *self);
+  std::string worst;
+  const double scaled = max_scaled_param_diff(parallel, reference, &worst);
+  const double loss_diff = max_loss_rel_diff(parallel, reference);
+  std::printf("[ bf16 ] dp2 bf16 gradient wire: %.0f -> %.0f B per step; max loss rel diff %.3g, max param diff / "
+              "tensor scale %.3g (%s)\n", bytes[0], bytes[1], loss_diff, scaled, worst.c_str());
+  EXPECT_LE(loss_diff, kBf16TensorParallelLoss);
+  EXPECT_LE(scaled, kBf16TensorParallel) << "worst tensor " << worst;
+  EXPECT_GT(scaled, 0.0);
+}
+
 }  // namespace
 }  // namespace cleave::testing

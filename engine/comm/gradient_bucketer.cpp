@@ -66,13 +66,14 @@ GradientBucketer::GradientBucketer(std::vector<GradientSpec> grads, Communicator
     buffers_.push_back(Tensor::zeros({numel}, b.dtype, MemoryCategory::kGradients, allocator));
     unready_in_bucket_.push_back(b.end_grad - b.first_grad);
   }
-  if (std::any_of(buckets_.begin(), buckets_.end(), [&](const Bucket& b) { return b.dtype != options.wire_dtype; })) {
-    CLEAVE_CHECK(is_floating(options.wire_dtype), "gradient bucketer: wire dtype {} is not a floating type",
-                 dtype_name(options.wire_dtype));
+  const auto differs = [&](const Bucket& b) { return options.wire_dtype && b.dtype != *options.wire_dtype; };
+  if (std::any_of(buckets_.begin(), buckets_.end(), differs)) {
+    const DType wire = *options.wire_dtype;
+    CLEAVE_CHECK(is_floating(wire), "gradient bucketer: wire dtype {} is not a floating type", dtype_name(wire));
     for (const Bucket& b : buckets_) {
       CLEAVE_CHECK(b.dtype == DType::kF32, "gradient bucketer: a {} wire needs f32 gradients, got {}",
-                   dtype_name(options.wire_dtype), dtype_name(b.dtype));
-      staging_.push_back(Tensor::zeros({b.numel}, options.wire_dtype, MemoryCategory::kCommunication, allocator));
+                   dtype_name(wire), dtype_name(b.dtype));
+      staging_.push_back(Tensor::zeros({b.numel}, wire, MemoryCategory::kCommunication, allocator));
     }
   }
   ready_.assign(specs_.size(), 0);
@@ -171,7 +172,9 @@ void GradientBucketer::launch(int b) {
 
 std::int64_t GradientBucketer::wire_bytes_per_step() const {
   std::int64_t bytes = 0;
-  for (const Bucket& b : buckets_) bytes += b.numel * static_cast<std::int64_t>(dtype_size(options_.wire_dtype));
+  for (const Bucket& b : buckets_) {
+    bytes += b.numel * static_cast<std::int64_t>(dtype_size(options_.wire_dtype.value_or(b.dtype)));
+  }
   return bytes;
 }
 

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,10 +48,10 @@ struct BucketerOptions {
   double bucket_mib = 25.0;  // parallel.dp_bucket_mb
   float scale = 1.0f;        // multiplies the reduced gradients (e.g. 1/dp)
   BucketReduction reduction = BucketReduction::kAllReduce;
-  // The dtype the collectives carry. Equal to the gradients' dtype: the buffers themselves are reduced. kBF16
+  // The dtype the collectives carry. Empty (or the gradients' dtype): the buffers themselves are reduced. kBF16
   // with f32 gradients: each bucket is rounded into a bf16 staging buffer (kCommunication) when it launches,
   // reduced there (the MPI backend accumulates in f32) and widened back into the gradients by finish().
-  DType wire_dtype = DType::kF32;
+  std::optional<DType> wire_dtype;
 };
 
 class GradientBucketer {

@@ -136,12 +136,13 @@ StepOutcome Executor::run_step() {
 
   for (std::size_t i = 0; i < actions.size();) {
     const Action& a = actions[i];
-    const double start = options_.record_timeline ? now_us() : 0.0;
+    double start = options_.record_timeline ? now_us() : 0.0;
     if (is_communication(a.kind)) {
       const std::size_t first = i;
       post_communication(i, actions, outcome);
-      if (options_.record_timeline) {
-        for (std::size_t j = first; j < i; ++j) outcome.timeline.push_back({actions[j], start, now_us()});
+      if (options_.record_timeline) {  // one post for the whole batch: its time is booked on the first action
+        const double end = now_us();
+        for (std::size_t j = first; j < i; ++j) outcome.timeline.push_back({actions[j], j == first ? start : end, end});
       }
       continue;
     }
@@ -149,6 +150,7 @@ StepOutcome Executor::run_step() {
       case ActionKind::kForward: {
         StageModule& stage = stage_module(a);
         Tensor x = forward_input(a.stage, a.microbatch);
+        if (options_.record_timeline) start = now_us();  // waiting for a peer's tensor is idle, not compute
         if (a.stage == last_stage_) ctx.targets = microbatch_data(a.microbatch).targets;
         if (options_.mode == ExecutorMode::kEvaluate) {
           if (a.stage == last_stage_) {
@@ -170,6 +172,7 @@ StepOutcome Executor::run_step() {
       case ActionKind::kBackward: {
         StageModule& stage = stage_module(a);
         Tensor dy = backward_dy(a.stage, a.microbatch);
+        if (options_.record_timeline) start = now_us();  // waiting for a peer's tensor is idle, not compute
         Tensor dx = a.kind == ActionKind::kBackward
                         ? stage.backward(a.microbatch, dy, ctx, final_weight_action_[a.stage] == i)
                         : stage.backward_input(a.microbatch, dy, ctx);

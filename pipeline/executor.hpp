@@ -8,6 +8,8 @@
 //    precision (bf16 boundary tensors under mixed precision), never from a handshake.
 //  - A stage's stash is released by its W (or B) action, so live activations follow the schedule.
 //  - Stages that sit on the same rank (ZB-V's turn) hand tensors over directly, without communication.
+//  - The measured timeline books the wait for a received tensor as idle: a compute action's span starts when
+//    its input is there, so gaps on a rank's timeline are its bubble.
 //  - REDUCE_GRAD and OPTIMIZER_STEP run the caller's hooks in schedule order, so the step's tail is part of
 //    the step (and of its measured timeline), not a second piece of code after it.
 //  - kEvaluate runs a forward-only schedule (forward_only.hpp): nothing is stashed, and the last stage scores

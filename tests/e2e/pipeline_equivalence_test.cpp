@@ -27,6 +27,8 @@
 
 #include "engine/core/allocator.hpp"
 #include "mpi/mpi_test_env.hpp"
+#include "pipeline/action.hpp"
+#include "pipeline/timeline.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
@@ -158,6 +160,49 @@ TEST(PipelineMemory, OneFOneBHoldsAtMostPMicrobatchesOnTheFirstRank) {
                 static_cast<long long>(peak[0]), static_cast<long long>(peak[1]), ratio);
     EXPECT_GT(ratio, 1.6);
     EXPECT_LT(ratio, 2.2);
+  }
+}
+
+}  // namespace
+}  // namespace cleave::testing
+
+namespace cleave::testing {
+namespace {
+
+// The measured timeline (train.trace) holds every action of each rank's lowered schedule, in schedule order,
+// REDUCE_GRAD and OPTIMIZER_STEP included, with spans that never overlap on a rank: a compute action's span
+// starts only once its input has arrived (the wait is idle, not compute), so the spans' sum is the rank's busy
+// time and the gaps are its bubble.
+TEST(PipelineTrace, MeasuredTimelineHoldsEveryActionInScheduleOrder) {
+  auto world = make_world();
+  if (world->size() != 2 && world->size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+  for (const char* schedule : {"gpipe", "1f1b", "zb_v"}) {
+    SCOPED_TRACE(schedule);
+    auto config = tiny_gpt({"parallel.pipeline_model_parallel_size=" + std::to_string(world->size()),
+                            std::string("parallel.schedule=") + schedule, "train.trace=true", "train.steps=2"});
+    train::Trainer trainer(config, *world);
+    trainer.step(0);
+    trainer.step(1);
+    const pipeline::Timeline timeline = trainer.measured_timeline();
+    if (world->rank() != 0) continue;
+    const auto& plan = trainer.plan();
+    ASSERT_EQ(timeline.ranks.size(), static_cast<std::size_t>(plan.schedule.pp_size));
+    for (int r = 0; r < plan.schedule.pp_size; ++r) {
+      const auto& actions = plan.schedule.ranks[static_cast<std::size_t>(r)];
+      const auto& measured = timeline.ranks[static_cast<std::size_t>(r)];
+      ASSERT_EQ(measured.size(), actions.size()) << "rank " << r;
+      double previous_end = -1e300, busy = 0;
+      for (std::size_t i = 0; i < actions.size(); ++i) {
+        EXPECT_EQ(pipeline::format_action(measured[i].action), pipeline::format_action(actions[i]))
+            << "rank " << r << " action " << i;
+        EXPECT_LE(measured[i].start, measured[i].end);
+        EXPECT_GE(measured[i].start, previous_end) << "rank " << r << " action " << i << " overlaps the previous one";
+        previous_end = measured[i].end;
+        busy += measured[i].end - measured[i].start;
+      }
+      EXPECT_GT(busy, 0.0);
+      EXPECT_LE(busy, measured.back().end - measured.front().start + 1e-9);
+    }
   }
 }
 

@@ -347,6 +347,12 @@ json parse_json_strict(std::string_view text, const std::string& what) {
     if (auto at = detail.find(" at line "); at != std::string::npos) detail = detail.substr(at + 1);
     else if (auto colon = detail.find("] "); colon != std::string::npos) detail = detail.substr(colon + 2);
     throw Error(fmt::format("{}: malformed JSON {}", what, detail));
+  } catch (const json::exception& e) {
+    // Anything else the library raises on text (a number beyond a double, 406) is bad input too: one line,
+    // without the library's "[json.exception...]" prefix.
+    std::string detail = e.what();
+    if (auto colon = detail.find("] "); colon != std::string::npos) detail = detail.substr(colon + 2);
+    throw Error(fmt::format("{}: {} (numbers must fit a double: |x| < 1.8e308)", what, detail));
   }
 }
 

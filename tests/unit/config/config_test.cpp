@@ -97,6 +97,13 @@ TEST(Config, MalformedJsonNamesLineAndColumn) {
   expect_error("[1, 2]", {"run.json", "expected a JSON object", "[1,2]"});
 }
 
+// A number beyond a double is bad input with a one-line cleave::Error naming the file (or the --set) and the
+// text; the JSON library's own exception used to escape (printed as "[json.exception.out_of_range.406] ...").
+TEST(Config, NumbersBeyondADoubleAreRefusedByName) {
+  expect_error(R"({"train": {"steps": 1e400}})", {"run.json", "number overflow parsing '1e400'", "fit a double"});
+  expect_error("{}", {"optimizer.lr", "expected a number", "1e309"}, {"optimizer.lr=1e309"});
+}
+
 TEST(Config, DuplicateKeysNameThePath) {
   expect_error(R"({"optimizer": {"lr": 0.1, "type": "sgd", "lr": 0.2}})", {"run.json", "duplicate key optimizer.lr"});
   expect_error(R"({"train": {}, "train": {}})", {"duplicate key train"});

@@ -34,6 +34,8 @@ constexpr Command kCommands[] = {
      cleave::cli::run_simulate},
     {"verify", "train a layout and a single-rank reference; compare losses and weights (under mpirun)",
      cleave::cli::run_verify},
+    {"export", "consolidate a checkpoint (any layout) into one safetensors file of logical parameters",
+     cleave::cli::run_export},
     {"version", "print the version and the compiled backends", run_version},
 };
 

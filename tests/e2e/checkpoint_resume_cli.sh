@@ -90,3 +90,42 @@ grep -q "rank_00000.safetensors: checksum" broken.log || { cat broken.log; fail 
 [ -z "$(ls broken/checkpoints | grep -v step_0000004)" ] || fail "a failed resume wrote a checkpoint"
 echo "ok   corrupt checkpoint refused before any step: $(grep -o 'checkpoint file.*' broken.log | head -n 1)"
 
+# Export: the one-rank final checkpoint and the tp2 x pp2 one, each consolidated into one file; parsed here
+# by an independent reader (python: length, JSON header, packed offsets). The one-rank export's tensors are
+# byte-identical to the rank file's; the tp2 x pp2 export has the same names and shapes (its shards placed).
+"$cleave" export one/checkpoints --out one.safetensors > export1.log 2>&1 || { cat export1.log; fail "export one"; }
+"$cleave" export tp2pp2/checkpoints/step_0000012 --out tp.safetensors > export2.log 2>&1 || { cat export2.log; fail "export tp2pp2"; }
+"$cleave" export one/checkpoints --out one.safetensors > export3.log 2>&1 && fail "export overwrote an existing file"
+"$cleave" export one/checkpoints --out one16.safetensors --dtype bf16 > export4.log 2>&1 || { cat export4.log; fail "export bf16"; }
+python3 - one.safetensors tp.safetensors one/checkpoints/step_0000012/rank_00000.safetensors one16.safetensors <<'PY' || fail "export check"
+import json, struct, sys
+def parse(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    body = data[8 + n:]
+    ranges = sorted((v["data_offsets"][0], v["data_offsets"][1], k) for k, v in header.items())
+    pos = 0
+    for b, e, k in ranges:
+        assert b == pos, f"{path}: {k} starts at {b}, expected {pos}"
+        size = {"F32": 4, "BF16": 2}[header[k]["dtype"]]
+        numel = 1
+        for d in header[k]["shape"]: numel *= d
+        assert e - b == numel * size, f"{path}: {k} spans {e - b} bytes for shape {header[k]['shape']}"
+        pos = e
+    assert pos == len(body), f"{path}: data {len(body)} bytes, covered {pos}"
+    return header, meta, {k: body[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in header.items()}
+one, meta, one_bytes = parse(sys.argv[1])
+tp, _, _ = parse(sys.argv[2])
+rank, _, rank_bytes = parse(sys.argv[3])
+half, meta16, _ = parse(sys.argv[4])
+assert meta["format"] == "cleave-export" and meta["step"] == "12", meta
+assert json.loads(meta["model"])["d_model"] == 32, meta["model"]
+assert "embed.token" in one and one["embed.token"]["shape"] == [64, 32], one.get("embed.token")
+assert {k: v["shape"] for k, v in one.items()} == {k: v["shape"] for k, v in tp.items()}, "names or shapes differ"
+assert all(v["dtype"] == "BF16" for v in half.values()) and meta16["dtype"] == "bf16"
+for k, v in one_bytes.items():
+    assert rank_bytes[k] == v, f"{k}: exported bytes differ from the checkpoint's"
+print(f"ok   export: {len(one)} parameters; one-rank export equals the checkpoint bytes; tp2 x pp2 export has the same names and shapes; bf16 export parses")
+PY

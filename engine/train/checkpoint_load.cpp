@@ -4,12 +4,14 @@
 // and takes this rank's part of it (layers/parallel/shard.hpp). So a checkpoint saved under one (tp, pp, dp,
 // ZeRO) layout loads under any other. Everything is read and checked before anything is assigned; an error on any rank is thrown on all.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <filesystem>
 #include <map>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/train/checkpoint_pieces.hpp"
@@ -39,8 +41,10 @@ std::string model_differences(const json& saved, const json& current) {
 
 std::int64_t Trainer::load_checkpoint(const std::string& step_dir) {
   State& s = *state_;
+  const auto start = std::chrono::steady_clock::now();
   std::string error;
   std::int64_t step = 0;
+  std::int64_t bytes_read = 0;
   std::int64_t steps_done = 0;
   std::vector<LocalPiece> pieces = local_pieces(s);
   std::vector<std::vector<float>> values(pieces.size());
@@ -75,6 +79,7 @@ std::int64_t Trainer::load_checkpoint(const std::string& step_dir) {
                     "checkpoint piece of {} beyond its shard", piece.tensor);
       values[i].assign(it->second.begin() + piece.offset, it->second.begin() + piece.offset + piece.data.numel());
     }
+    bytes_read = reader.bytes_read();
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -85,7 +90,11 @@ std::int64_t Trainer::load_checkpoint(const std::string& step_dir) {
   if (s.optimizer) s.optimizer->set_steps_done(steps_done);
   else s.data_parallel->sharded_optimizer()->set_steps_done(steps_done);
   refresh_working_copies(s);
-  if (s.reports()) log::info("checkpoint: resumed from {} (step {})", step_dir, step);
+  if (s.reports()) {
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    log::info("checkpoint: resumed from {} (step {}; rank 0 read {} in {:.1f} ms, {:.1f} MB/s)", step_dir, step,
+              format_bytes(bytes_read), ms, static_cast<double>(bytes_read) / 1e6 / std::max(ms * 1e-3, 1e-9));
+  }
   return step;
 }
 

@@ -138,6 +138,7 @@ const checkpoint::SafetensorsFile& CheckpointReader::open(const std::string& fil
                "checkpoint file {}: checksum {} does not match {} recorded in index.json (corrupt; it holds "
                "tensor {})",
                path, checksum, recorded, tensor);
+  bytes_read_ += size;
   return files_.emplace(file, checkpoint::read_safetensors(path)).first->second;
 }
 

@@ -35,6 +35,8 @@ class CheckpointReader {
   // The logical tensor `name` (f32, row-major), assembled from its pieces. `expected_shape`, when given, must
   // equal the recorded shape (a different model otherwise).
   std::vector<float> logical(const std::string& name, const std::vector<std::int64_t>* expected_shape = nullptr);
+  // Bytes of the files opened so far (each read once, checksummed once).
+  std::int64_t bytes_read() const { return bytes_read_; }
 
  private:
   std::string path_of(const std::string& file) const;
@@ -43,6 +45,7 @@ class CheckpointReader {
   std::string dir_;
   nlohmann::json index_;
   std::map<std::string, checkpoint::SafetensorsFile> files_;
+  std::int64_t bytes_read_ = 0;
 };
 
 }  // namespace cleave::train

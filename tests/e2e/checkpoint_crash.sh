@@ -46,11 +46,11 @@ echo "     killed rank pid $victim at checkpoint $(cat run/checkpoints/latest); 
 
 "${mpiexec[@]}" -n 2 "$cleave" train tiny.json --set train.out_dir=run --resume auto > resume.log 2>&1 \
   || { cat resume.log; fail "resume after the crash"; }
-resumed=$(grep -o 'resumed from .*(step [0-9]*)' resume.log) || { cat resume.log; fail "did not resume"; }
+resumed=$(grep -o 'resumed from .*(step [0-9]*' resume.log) || { cat resume.log; fail "did not resume"; }
 [ "$(sed 's/.*"step":\([0-9]*\),.*/\1/' run/metrics.jsonl | tr '\n' ' ')" = "$(seq 1 60 | tr '\n' ' ')" ] \
   || fail "metrics.jsonl steps are not 1..60 exactly once"
 diff <(losses ref) <(losses run) > /dev/null || { paste <(losses ref) <(losses run); fail "losses differ"; }
 for f in ref/checkpoints/step_0000060/*.safetensors; do
   cmp -s "$f" "run/checkpoints/step_0000060/$(basename "$f")" || fail "final $(basename "$f") differs"
 done
-echo "ok   crash: $resumed; 60 losses and the final checkpoint bit-identical to the uninterrupted run"
+echo "ok   crash: $resumed); 60 losses and the final checkpoint bit-identical to the uninterrupted run"

@@ -51,7 +51,7 @@ check_layout() {  # check_layout NAME RANKS SETS...
   rm -rf "$name-cut/checkpoints/step_0000008" "$name-cut/checkpoints/step_0000012" "$name-cut/checkpoints/latest"
   train "$ranks" "$name-cut.log" --set train.out_dir="$name-cut" --resume auto "$@" \
     || { cat "$name-cut.log"; fail "$name: resume failed"; }
-  grep -q "resumed from .*step_0000004 (step 4)" "$name-cut.log" || { cat "$name-cut.log"; fail "$name: did not resume at step 4"; }
+  grep -q "resumed from .*step_0000004 (step 4;" "$name-cut.log" || { cat "$name-cut.log"; fail "$name: did not resume at step 4"; }
   [ "$(wc -l < "$name-cut/metrics.jsonl")" -eq 12 ] || fail "$name: resumed metrics.jsonl has $(wc -l < "$name-cut/metrics.jsonl") rows, expected 12"
   [ "$(sed 's/.*"step":\([0-9]*\),.*/\1/' "$name-cut/metrics.jsonl" | tr '\n' ' ')" = "1 2 3 4 5 6 7 8 9 10 11 12 " ] \
     || fail "$name: resumed metrics steps are not 1..12"

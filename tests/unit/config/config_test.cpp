@@ -337,6 +337,7 @@ TEST(Config, ResolveWorldSize) {
   EXPECT_EQ(c.parallel.data_parallel_size, 3);
   EXPECT_EQ(c.resolved_batch().gradient_accumulation_steps, 4);
   EXPECT_EQ(c.resolved_batch().per_rank(), 8);
+  EXPECT_EQ(c.checkpoint.dir, "runs/default/checkpoints");  // resolved under train.out_dir
   RunConfig again = c;
   again.resolve(12);  // idempotent
   EXPECT_EQ(again, c);

@@ -36,6 +36,7 @@ constexpr Command kCommands[] = {
      cleave::cli::run_verify},
     {"export", "consolidate a checkpoint (any layout) into one safetensors file of logical parameters",
      cleave::cli::run_export},
+    {"generate", "sample text from a byte-level GPT checkpoint on one CPU rank", cleave::cli::run_generate},
     {"version", "print the version and the compiled backends", run_version},
 };
 

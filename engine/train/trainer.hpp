@@ -93,6 +93,9 @@ class Trainer {
   // same model; returns the steps it holds (the next step to run). Every check (model, shapes, files,
   // sizes, checksums) happens before anything is assigned; on any error every rank throws. Collective.
   std::int64_t load_checkpoint(const std::string& step_dir);
+  // Generation (generation.cpp; one rank, one stage, no tensor parallelism): the logits of the token after
+  // `tokens` (1 <= size <= model.seq_len), model.vocab_size values. Keeps nothing for a backward.
+  std::vector<float> next_token_logits(const std::vector<std::int32_t>& tokens);
   // checkpoint.dir, or <train.out_dir>/checkpoints when empty.
   std::string checkpoint_root() const;
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `cleave generate` from a checkpoint: a small byte-level GPT trained for 40 steps on the fortunes file and
 # saved under pp2 (2 ranks) is sampled on one rank; the same seed gives the same text, the text starts with
-# the prompt and holds exactly N more bytes, greedy decoding repeats itself, and a checkpoint whose model is
+# the prompt and holds at most N more bytes, greedy decoding repeats itself, and a checkpoint whose model is
 # not byte-level (vocab 64) is refused with a message naming it.
 # Usage: checkpoint_generate.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u

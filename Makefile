@@ -1,5 +1,5 @@
 # Thin wrapper over CMake for the two README commands.
-#   make demo   install dependencies, build, train a small GPT on fortune text on the CPU
+#   make demo   install dependencies, build, train a small GPT on fortune text on the CPU, print a sample
 #   make test   build and run the whole test suite (what .ci/run calls)
 BUILD ?= build
 JOBS  ?= $(shell nproc)
@@ -14,7 +14,10 @@ build:
 	cmake --build $(BUILD) -j$(JOBS)
 
 demo: deps build
-	./$(BUILD)/bin/cleave train examples/gpt_fortunes.json --set train.out_dir=runs/demo-$$(date +%Y%m%d-%H%M%S)
+	run=runs/demo-$$(date +%Y%m%d-%H%M%S) && \
+	./$(BUILD)/bin/cleave train examples/gpt_fortunes.json --set train.out_dir=$$run && \
+	echo "--- a sample from the model it trained (cleave generate $$run/checkpoints):" && \
+	./$(BUILD)/bin/cleave generate $$run/checkpoints --prompt "A " --tokens 200 --temperature 0.8 --top-k 40 --seed 1
 
 test: deps build
 	cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -j$(JOBS) --timeout 600

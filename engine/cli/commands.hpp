@@ -8,5 +8,7 @@ namespace cleave::cli {
 int run_train(int argc, char** argv);
 int run_simulate(int argc, char** argv);
 int run_verify(int argc, char** argv);
+int run_export(int argc, char** argv);
+int run_generate(int argc, char** argv);
 
 }  // namespace cleave::cli

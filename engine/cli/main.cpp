@@ -34,6 +34,9 @@ constexpr Command kCommands[] = {
      cleave::cli::run_simulate},
     {"verify", "train a layout and a single-rank reference; compare losses and weights (under mpirun)",
      cleave::cli::run_verify},
+    {"export", "consolidate a checkpoint (any layout) into one safetensors file of logical parameters",
+     cleave::cli::run_export},
+    {"generate", "sample text from a byte-level GPT checkpoint on one CPU rank", cleave::cli::run_generate},
     {"version", "print the version and the compiled backends", run_version},
 };
 

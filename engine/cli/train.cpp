@@ -19,7 +19,7 @@
 namespace cleave::cli {
 namespace {
 
-constexpr const char* kUsage = R"(usage: cleave train [CONFIG.json] [--set key.path=value ...]
+constexpr const char* kUsage = R"(usage: cleave train [CONFIG.json] [--set key.path=value ...] [--resume auto|PATH]
 
 Trains the model described by CONFIG (JSON, DESIGN §5; no file = a tiny GPT on a synthetic task).
 Writes config.json (fully resolved), metrics.jsonl and a summary into train.out_dir; refuses an output
@@ -28,7 +28,15 @@ directory that already holds a run.
 options:
   --set key.path=value   override one config key, e.g. --set optimizer.lr=3e-4 --set train.steps=100
                          (value parsed as JSON when it parses, else as a string)
+  --resume auto|PATH     continue a run from a checkpoint: auto = the latest complete one under
+                         checkpoint.dir (default <train.out_dir>/checkpoints; a fresh start when there is
+                         none), or PATH = a step_NNNNNNN directory (or a directory holding them). The layout
+                         may differ from the one it was saved under. metrics.jsonl keeps rows up to the
+                         checkpoint's step and continues after it.
   --help                 this text
+
+checkpoints: checkpoint.interval N saves every N steps (0 = only the final one, checkpoint.save_final),
+             checkpoint.keep_last K keeps the newest K.
 
 multi-rank:  mpirun -np 8 cleave train CONFIG --set parallel.pipeline_model_parallel_size=4
 examples:    cleave train examples/gpt_fortunes.json
@@ -40,6 +48,7 @@ examples:    cleave train examples/gpt_fortunes.json
 int run_train(int argc, char** argv) {
   std::string config_path;
   std::vector<std::string> overrides;
+  train::TrainOptions options;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -49,6 +58,11 @@ int run_train(int argc, char** argv) {
     if (arg == "--set") {
       CLEAVE_CHECK(i + 1 < argc, "train: --set needs a key.path=value argument");
       overrides.emplace_back(argv[++i]);
+    } else if (arg == "--resume") {
+      CLEAVE_CHECK(i + 1 < argc, "train: --resume needs 'auto' or a checkpoint directory");
+      options.resume = argv[++i];
+    } else if (arg.starts_with("--resume=")) {
+      options.resume = arg.substr(9);
     } else if (arg.starts_with("--set=")) {
       overrides.emplace_back(arg.substr(6));
     } else if (arg.starts_with("-")) {
@@ -69,7 +83,7 @@ int run_train(int argc, char** argv) {
     if (runtime.world_rank() == 0) log::info("comm backend {} ({})", world.comm->backend(), world.choice.reason);
     config.parallel.comm_backend = world.choice.backend;  // the resolved config.json records what ran
     train::Trainer trainer(config, *world.comm);
-    const train::TrainSummary summary = trainer.train();
+    const train::TrainSummary summary = trainer.train(options);
     return summary.completed ? 0 : 1;
   } catch (const std::exception& e) {
     // With peers, abort before MPI_Finalize (a collective the others may never join): a failure on one

@@ -486,6 +486,14 @@ void read_train(Reader r, TrainConfig& t) {
   r.finish();
 }
 
+void read_checkpoint(Reader r, CheckpointConfig& c) {
+  r.string("dir", c.dir);
+  r.integer("interval", c.interval, 0);
+  r.integer("keep_last", c.keep_last, 0);
+  r.boolean("save_final", c.save_final);
+  r.finish();
+}
+
 void read_data(Reader r, DataConfig& d) {
   r.choice("type", d.type, {"text", "tokens", "digits", "synthetic"});
   r.string("path", d.path);
@@ -704,6 +712,10 @@ ordered_json to_json_tree(const RunConfig& c) {
                 {"out_dir", t.out_dir},     {"comm_timeout_s", t.comm_timeout_s},
                 {"trace", t.trace},         {"eval_interval", t.eval_interval},
                 {"eval_batches", t.eval_batches}};
+  j["checkpoint"] = {{"dir", c.checkpoint.dir},
+                     {"interval", c.checkpoint.interval},
+                     {"keep_last", c.checkpoint.keep_last},
+                     {"save_final", c.checkpoint.save_final}};
   const auto& d = c.data;
   j["data"] = {{"type", d.type}, {"path", d.path}, {"val_path", d.val_path}, {"val_fraction", d.val_fraction},
                {"format", d.format}};
@@ -783,6 +795,7 @@ void RunConfig::resolve(int world_size) {
                  parallel.data_parallel_size, world_size, tp, pp, dp, tp * pp * parallel.data_parallel_size);
   }
   parallel.data_parallel_size = dp;
+  if (checkpoint.dir.empty()) checkpoint.dir = (std::filesystem::path(train.out_dir) / "checkpoints").string();
   const ResolvedBatch r = resolve_batch(batch, dp);
   batch = {r.global_batch_size, r.micro_batch_size, r.gradient_accumulation_steps};
 }
@@ -810,6 +823,7 @@ RunConfig parse_config(std::string_view json_text, std::string_view origin, cons
   read_batch(top.section("batch"), c.batch);
   read_optimizer(top.section("optimizer"), c.optimizer);
   read_train(top.section("train"), c.train);
+  read_checkpoint(top.section("checkpoint"), c.checkpoint);
   read_data(top.section("data"), c.data);
   read_device(top.section("device"), c.device);
   top.finish();

@@ -109,6 +109,14 @@ struct TrainConfig {
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
 };
 
+struct CheckpointConfig {
+  std::string dir;              // "" = <train.out_dir>/checkpoints (filled in by resolve())
+  std::int64_t interval = 0;    // save every N steps (0 = only the final checkpoint)
+  std::int64_t keep_last = 0;   // complete checkpoints kept after a save (0 = all)
+  bool save_final = true;       // a checkpoint after the last step
+  friend bool operator==(const CheckpointConfig&, const CheckpointConfig&) = default;
+};
+
 struct DataConfig {
   std::string type = "synthetic";  // text | tokens | digits | synthetic
   std::string path;                // text, tokens: required; digits: defaults to data/digits.csv.gz
@@ -131,10 +139,12 @@ struct RunConfig {
   BatchConfig batch;
   OptimizerConfig optimizer;
   TrainConfig train;
+  CheckpointConfig checkpoint;
   DataConfig data;
   DeviceConfig device;
 
-  // Fills parallel.data_parallel_size (when -1) from the world size and all three batch numbers. Throws
+  // Fills parallel.data_parallel_size (when -1) from the world size, all three batch numbers and an empty
+  // checkpoint.dir (<train.out_dir>/checkpoints). Throws
   // Error when world_size is not tp × pp × dp or the batch numbers contradict. Idempotent.
   void resolve(int world_size);
   // The batch numbers after resolve() (asserts that it ran).

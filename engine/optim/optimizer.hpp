@@ -43,6 +43,8 @@ class Optimizer {
   std::int64_t state_bytes() const;
   // Updates done so far (the next step() is update number steps_done() + 1).
   std::int64_t steps_done() const { return steps_; }
+  // Restores the update count from a checkpoint (the next step() is update number n + 1).
+  void set_steps_done(std::int64_t n) { steps_ = n; }
   const ParamList& params() const { return params_; }
   // State tensors named "<param name>.<state name>" (exp_avg, exp_avg_sq, momentum_buffer), for
   // checkpoints and tests.

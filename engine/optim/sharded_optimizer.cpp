@@ -37,7 +37,8 @@ ShardedOptimizer::ShardedOptimizer(std::vector<FlatShard> shards) : shards_(std:
   for (std::size_t i = 0; i < shards_.size(); ++i) check_shard(shards_[i], i);
 }
 
-void ShardedOptimizer::add_state(Allocator& allocator) {
+void ShardedOptimizer::add_state(const std::string& name, Allocator& allocator) {
+  state_names_.push_back(name);
   ctx_.device = allocator.device();
   ctx_.allocator = &allocator;
   auto& tensors = state_.emplace_back();
@@ -64,8 +65,8 @@ std::int64_t ShardedOptimizer::state_bytes() const {
 
 ShardedAdamW::ShardedAdamW(std::vector<FlatShard> shards, const AdamWOptions& options, Allocator& allocator)
     : ShardedOptimizer(std::move(shards)), options_(options) {
-  add_state(allocator);  // exp_avg
-  add_state(allocator);  // exp_avg_sq
+  add_state("exp_avg", allocator);
+  add_state("exp_avg_sq", allocator);
 }
 
 void ShardedAdamW::update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) {
@@ -84,7 +85,7 @@ ShardedSgd::ShardedSgd(std::vector<FlatShard> shards, const SgdOptions& options,
                options.momentum);
   CLEAVE_CHECK(!options.nesterov || options.momentum > 0.0, "sgd: nesterov needs momentum > 0, got {}",
                options.momentum);
-  if (options_.momentum > 0.0) add_state(allocator);  // momentum_buffer
+  if (options_.momentum > 0.0) add_state("momentum_buffer", allocator);
 }
 
 void ShardedSgd::update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) {

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "engine/config/config.hpp"
@@ -57,18 +58,25 @@ class ShardedOptimizer {
   // Bytes of optimizer state held (what the allocator counts under kOptimizerState for this optimizer).
   std::int64_t state_bytes() const;
   std::int64_t steps_done() const { return steps_; }
+  // Restores the update count from a checkpoint (the next step() is update number n + 1).
+  void set_steps_done(std::int64_t n) { steps_ = n; }
   const std::vector<FlatShard>& shards() const { return shards_; }
+  // The state kinds ("exp_avg", "exp_avg_sq" | "momentum_buffer" | none) and state_tensor(k, s): kind k's
+  // shard-sized tensor of shard s (index it with ShardSegment::begin). For checkpoints.
+  const std::vector<std::string>& state_names() const { return state_names_; }
+  const Tensor& state_tensor(std::size_t k, std::size_t s) const { return state_[k][s]; }
 
  protected:
   explicit ShardedOptimizer(std::vector<FlatShard> shards);
-  // Adds one zeroed shard-sized state tensor per shard.
-  void add_state(Allocator& allocator);
+  // Adds one zeroed shard-sized state tensor per shard, of kind `name`.
+  void add_state(const std::string& name, Allocator& allocator);
   ops::Context ctx_;  // where the updates run: the state's allocator and device (set by add_state; cpu otherwise)
   // Updates one segment of shard s for update number `step` (1-based); state_[k][s] is the shard's k-th
   // state tensor (index it with segment.begin).
   virtual void update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) = 0;
 
   std::vector<FlatShard> shards_;
+  std::vector<std::string> state_names_;
   std::vector<std::vector<Tensor>> state_;  // [state kind][shard]
 
  private:

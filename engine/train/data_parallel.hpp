@@ -97,6 +97,7 @@ class DataParallel {
   bool zero1() const { return options_.zero_stage == 1; }
   // ZeRO-1 only (null otherwise).
   const optim::ShardedOptimizer* sharded_optimizer() const { return sharded_optimizer_.get(); }
+  optim::ShardedOptimizer* sharded_optimizer() { return sharded_optimizer_.get(); }
   // Parameter names in ready (bucket) order, the split tied table last.
   std::vector<std::string> ready_order() const;
   int num_buckets() const;

@@ -1,6 +1,8 @@
 // metrics.jsonl writer, progress printer and output-directory guard (see metrics.hpp).
 #include "engine/train/metrics.hpp"
 
+#include <fstream>
+
 #include <unistd.h>
 
 #include <nlohmann/json.hpp>
@@ -39,8 +41,29 @@ void prepare_out_dir(const std::string& path) {
   CLEAVE_CHECK(!ec, "train.out_dir {}: cannot create the directory ({})", path, ec.message());
 }
 
-MetricsWriter::MetricsWriter(std::string path) : path_(std::move(path)) {
-  file_ = std::fopen(path_.c_str(), "w");
+void keep_metrics_through(const std::string& path, std::int64_t step) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return;
+  std::ifstream in(path);
+  CLEAVE_CHECK(in.good(), "metrics file {}: cannot open for reading", path);
+  std::string kept;
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    if (line.empty()) continue;
+    nlohmann::json row;
+    try {
+      row = nlohmann::json::parse(line);
+    } catch (const std::exception& e) {
+      CLEAVE_THROW("metrics file {}: line {} does not parse ({}); cannot resume into it", path, number, e.what());
+    }
+    if (row.value("step", std::int64_t{0}) <= step) kept += line + "\n";
+  }
+  in.close();
+  std::ofstream(path, std::ios::trunc) << kept;
+}
+
+MetricsWriter::MetricsWriter(std::string path, bool append) : path_(std::move(path)) {
+  file_ = std::fopen(path_.c_str(), append ? "a" : "w");
   CLEAVE_CHECK(file_ != nullptr, "metrics file {}: cannot open for writing ({})", path_, std::strerror(errno));
 }
 

@@ -38,10 +38,16 @@ struct StepMetrics {
 // exists as a file, or when it cannot be created.
 void prepare_out_dir(const std::string& path);
 
+// A resumed run at step k: keeps the rows of `path` whose "step" is <= k (in order) and drops the rest, so
+// appending from step k + 1 duplicates no step. A missing file is left missing. Throws Error naming the file
+// and line when a row does not parse.
+void keep_metrics_through(const std::string& path, std::int64_t step);
+
 class MetricsWriter {
  public:
-  // Creates (truncates) the file; throws Error naming it when it cannot be opened.
-  explicit MetricsWriter(std::string path);
+  // Creates (truncates) the file, or with `append` adds to its end (a resumed run); throws Error naming it
+  // when it cannot be opened.
+  explicit MetricsWriter(std::string path, bool append = false);
   ~MetricsWriter();
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;

@@ -8,8 +8,11 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
+#include <optional>
 
+#include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/optim/grad_clip.hpp"
@@ -35,18 +38,6 @@ comm::ProcessGrid make_grid(config::RunConfig& config, int world_size) {
   config.resolve(world_size);
   return comm::ProcessGrid::create(world_size, config.parallel.tensor_model_parallel_size,
                                    config.parallel.pipeline_model_parallel_size, config.parallel.data_parallel_size);
-}
-
-// Mixed precision: every parameter's bf16 working copy (Param::working) := its f32 master value, rounded to
-// nearest even. Allocated once (kParameters); a no-op in fp32 runs.
-void refresh_working_copies(Trainer::State& s) {
-  if (s.context.precision != ops::Precision::kBf16) return;
-  for (const auto& p : s.params) {
-    if (!p->working.defined()) {
-      p->working = Tensor::empty(p->value.shape(), DType::kBF16, MemoryCategory::kParameters, *s.allocator);
-    }
-    ops::copy(s.context, p->value, p->working);
-  }
 }
 
 // Floating model inputs (mlp / cnn features) in the compute dtype; token ids pass unchanged.
@@ -118,6 +109,18 @@ double global_mean_loss(Trainer::State& s, const pipeline::StepOutcome& outcome)
 }
 
 }  // namespace
+
+// Mixed precision: every parameter's bf16 working copy (Param::working) := its f32 master value, rounded to
+// nearest even. Allocated once (kParameters); a no-op in fp32 runs.
+void refresh_working_copies(Trainer::State& s) {
+  if (s.context.precision != ops::Precision::kBf16) return;
+  for (const auto& p : s.params) {
+    if (!p->working.defined()) {
+      p->working = Tensor::empty(p->value.shape(), DType::kBF16, MemoryCategory::kParameters, *s.allocator);
+    }
+    ops::copy(s.context, p->value, p->working);
+  }
+}
 
 Trainer::State::State(config::RunConfig c, comm::Communicator& w)
     : config(std::move(c)), world(w), grid(make_grid(config, w.size())), coords(grid.coords_of(w.rank())) {}
@@ -310,16 +313,39 @@ StepStats Trainer::step(std::int64_t step) {
   return stats;
 }
 
-TrainSummary Trainer::train() {
+TrainSummary Trainer::train(const TrainOptions& options) {
   State& s = *state_;
   const auto& cfg = s.config;
   const std::string unit(s.plan.spec.throughput_unit());
+  // Resume first: a checkpoint that cannot be loaded fails before anything is written.
+  const std::string checkpoints = checkpoint_root();
+  std::int64_t start_step = 0;
+  if (!options.resume.empty()) {
+    std::optional<std::string> dir;
+    if (options.resume == "auto") {
+      dir = checkpoint::latest_step_dir(checkpoints);
+      if (!dir && s.reports()) log::info("checkpoint: --resume auto found no checkpoint under {}; starting fresh", checkpoints);
+    } else {
+      CLEAVE_CHECK(std::filesystem::is_directory(options.resume), "--resume {}: no such checkpoint directory",
+                   options.resume);
+      dir = std::filesystem::exists(std::filesystem::path(options.resume) / "index.json")
+                ? std::optional<std::string>(options.resume)
+                : checkpoint::latest_step_dir(options.resume);
+      CLEAVE_CHECK(dir.has_value(), "--resume {}: holds no complete checkpoint (no index.json, no step_NNNNNNN/)",
+                   options.resume);
+    }
+    if (dir) start_step = load_checkpoint(*dir);
+  }
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<ProgressPrinter> progress;
   if (s.reports()) {
-    prepare_out_dir(cfg.train.out_dir);
+    // A resumed run continues in its own directory: metrics rows after the checkpoint's step are dropped.
+    if (options.resume.empty()) prepare_out_dir(cfg.train.out_dir);
+    else std::filesystem::create_directories(cfg.train.out_dir);
     std::ofstream(cfg.train.out_dir + "/config.json") << config::to_json(cfg) << "\n";
-    metrics = std::make_unique<MetricsWriter>(cfg.train.out_dir + "/metrics.jsonl");
+    const std::string metrics_path = cfg.train.out_dir + "/metrics.jsonl";
+    if (!options.resume.empty()) keep_metrics_through(metrics_path, start_step);
+    metrics = std::make_unique<MetricsWriter>(metrics_path, !options.resume.empty());
     progress = std::make_unique<ProgressPrinter>(cfg.train.steps, cfg.train.log_interval, unit, stderr);
     log::info("cleave: {} | {} | model {} ({} blocks in {} stages: {}) | batch {} = micro {} x accum {} x dp {} | "
               "data {}",
@@ -333,7 +359,7 @@ TrainSummary Trainer::train() {
   s.allocator->reset_peak();
 
   TrainSummary summary;
-  for (std::int64_t step = 0; step < cfg.train.steps; ++step) {
+  for (std::int64_t step = start_step; step < cfg.train.steps; ++step) {
     StepStats stats = this->step(step);
     summary.steps.push_back(stats);
     StepMetrics m;
@@ -359,6 +385,8 @@ TrainSummary Trainer::train() {
     if (progress) progress->update(m);
     CLEAVE_CHECK(std::isfinite(stats.loss), "training diverged at step {}: loss is {} (lower optimizer.lr?)",
                  step + 1, stats.loss);
+    const bool periodic = cfg.checkpoint.interval > 0 && (step + 1) % cfg.checkpoint.interval == 0;
+    if (periodic || (last && cfg.checkpoint.save_final)) save_checkpoint(checkpoints, step + 1);
   }
   if (cfg.train.trace) write_measured_trace(s, cfg.train.out_dir);
   summary.peak_bytes = summary.steps.empty() ? 0 : summary.steps.back().peak_bytes;

@@ -48,6 +48,20 @@ struct TrainSummary {
   std::int64_t peak_bytes = 0;
 };
 
+// How train() starts. resume: "" = a fresh run; "auto" = the latest complete checkpoint under
+// checkpoint.dir, or a fresh start when there is none; otherwise a checkpoint directory (step_NNNNNNN) or a
+// checkpoint.dir-style root (its latest complete checkpoint).
+struct TrainOptions {
+  std::string resume;
+};
+
+struct CheckpointSaveStats {
+  std::string path;        // the committed step_NNNNNNN directory
+  std::int64_t bytes = 0;  // all files of the checkpoint (every rank's shards and index.json)
+  int files = 0;
+  double ms = 0;           // from the first write to the commit, as rank 0 sees it
+};
+
 class Trainer {
  public:
   // `world` must outlive the trainer. Resolves the config against world.size() and builds this rank's
@@ -57,8 +71,9 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // The whole run: output directory, metrics, progress, evaluation, summary. Collective.
-  TrainSummary train();
+  // The whole run: output directory, metrics, progress, evaluation, checkpoints, summary. Collective.
+  // Resuming at step k keeps metrics.jsonl rows 1..k and appends from k + 1.
+  TrainSummary train(const TrainOptions& options = {});
   // One optimizer step (0-based). Collective.
   StepStats step(std::int64_t step);
   // Mean loss and accuracy over `batches` global evaluation batches. Collective.
@@ -69,6 +84,20 @@ class Trainer {
   // The last step's measured timeline of every pp rank of replica 0, merged on world rank 0 (times in ms
   // from the earliest action; empty on other ranks). Needs train.trace. Collective.
   pipeline::Timeline measured_timeline();
+
+  // Checkpoints (checkpoint_save.cpp, checkpoint_load.cpp; format in checkpoint_pieces.hpp and README).
+  // Saves the state after `steps_done` steps as `root`/step_NNNNNNN (atomic: engine/checkpoint/
+  // checkpoint_dir.hpp), then prunes to checkpoint.keep_last. Collective; every rank returns the same stats.
+  CheckpointSaveStats save_checkpoint(const std::string& root, std::int64_t steps_done);
+  // Loads parameters, optimizer state and step count from a step directory saved under any layout of the
+  // same model; returns the steps it holds (the next step to run). Every check (model, shapes, files,
+  // sizes, checksums) happens before anything is assigned; on any error every rank throws. Collective.
+  std::int64_t load_checkpoint(const std::string& step_dir);
+  // Generation (generation.cpp; one rank, one stage, no tensor parallelism): the logits of the token after
+  // `tokens` (1 <= size <= model.seq_len), model.vocab_size values. Keeps nothing for a backward.
+  std::vector<float> next_token_logits(const std::vector<std::int32_t>& tokens);
+  // checkpoint.dir, or <train.out_dir>/checkpoints when empty.
+  std::string checkpoint_root() const;
 
   const config::RunConfig& config() const;
   const Plan& plan() const;

@@ -65,6 +65,10 @@ struct Trainer::State {
   bool reports() const { return world.rank() == 0; }
 };
 
+// Mixed precision: every parameter's bf16 working copy := its f32 master value (a no-op in fp32 runs).
+// trainer.cpp; called after every optimizer step and after a checkpoint is loaded.
+void refresh_working_copies(Trainer::State& s);
+
 // Gathers the last step's measured timeline of replica 0's pp ranks onto world rank 0; writes trace.json and
 // trace.svg into `directory` there (measured_trace.cpp).
 pipeline::Timeline gather_timeline(Trainer::State& s);

@@ -56,6 +56,7 @@ TEST(Config, ReadsEverySection) {
                   "min_lr": 0.001, "zero_stage": 1},
     "train": {"steps": 11, "seed": 18446744073709551615, "log_interval": 3, "deterministic": true,
               "out_dir": "runs/x", "comm_timeout_s": 12.5, "trace": true, "eval_interval": 5, "eval_batches": 2},
+    "checkpoint": {"dir": "ck", "interval": 4, "keep_last": 2, "save_final": false},
     "data": {"type": "tokens", "path": "a.bin", "val_path": "b.bin", "val_fraction": 0.25, "format": "uint16"},
     "device": {"type": "cuda", "memory_limit": "1.5GiB", "precision": "bf16"}
   })");
@@ -72,6 +73,10 @@ TEST(Config, ReadsEverySection) {
   EXPECT_EQ(c.optimizer.zero_stage, 1);
   EXPECT_EQ(c.train.seed, 18446744073709551615ull);
   EXPECT_EQ(c.train.out_dir, "runs/x");
+  EXPECT_EQ(c.checkpoint.dir, "ck");
+  EXPECT_EQ(c.checkpoint.interval, 4);
+  EXPECT_EQ(c.checkpoint.keep_last, 2);
+  EXPECT_FALSE(c.checkpoint.save_final);
   EXPECT_EQ(c.data.format, "uint16");
   EXPECT_EQ(c.device.memory_limit, 1610612736);
   EXPECT_EQ(c.device.precision, "bf16");
@@ -339,6 +344,7 @@ TEST(Config, ResolveWorldSize) {
   EXPECT_EQ(c.parallel.data_parallel_size, 3);
   EXPECT_EQ(c.resolved_batch().gradient_accumulation_steps, 4);
   EXPECT_EQ(c.resolved_batch().per_rank(), 8);
+  EXPECT_EQ(c.checkpoint.dir, "runs/default/checkpoints");  // resolved under train.out_dir
   RunConfig again = c;
   again.resolve(12);  // idempotent
   EXPECT_EQ(again, c);

@@ -80,6 +80,29 @@ TEST(OutDir, CreatesAndRefusesAnExistingRun) {
   fs::remove_all(root);
 }
 
+// A resumed run at step 2: rows after step 2 are dropped, then the writer appends step 3 after them.
+TEST(MetricsWriter, ResumeKeepsRowsThroughTheStepAndAppends) {
+  const fs::path root = temp_dir("resume");
+  fs::create_directories(root);
+  const fs::path path = root / "metrics.jsonl";
+  {
+    MetricsWriter writer(path.string());
+    for (int step = 1; step <= 4; ++step) writer.write(sample_metrics(step));
+  }
+  keep_metrics_through(path.string(), 2);
+  {
+    MetricsWriter writer(path.string(), /*append=*/true);
+    writer.write(sample_metrics(3));
+  }
+  std::istringstream in(read_file(path));
+  std::vector<int> steps;
+  for (std::string line; std::getline(in, line);) steps.push_back(nlohmann::json::parse(line)["step"].get<int>());
+  EXPECT_EQ(steps, (std::vector<int>{1, 2, 3}));
+  keep_metrics_through((root / "absent.jsonl").string(), 2);  // nothing to keep: nothing created
+  EXPECT_FALSE(fs::exists(root / "absent.jsonl"));
+  fs::remove_all(root);
+}
+
 TEST(MetricsWriter, OneFlushedJsonObjectPerStep) {
   const fs::path root = temp_dir("writer");
   fs::create_directories(root);

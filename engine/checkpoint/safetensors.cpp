@@ -1,0 +1,195 @@
+// safetensors writer and strict reader (safetensors.hpp).
+#include "engine/checkpoint/safetensors.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <set>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/checkpoint/checksum.hpp"
+#include "engine/core/error.hpp"
+
+namespace cleave::checkpoint {
+namespace {
+
+using nlohmann::json;
+
+std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
+  std::int64_t n = 1;
+  for (std::int64_t d : shape) n *= d;
+  return n;
+}
+
+std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ",")); }
+
+void write_all(int fd, const std::string& path, const std::byte* data, std::size_t n) {
+  while (n > 0) {
+    const ssize_t w = ::write(fd, data, n);
+    if (w < 0 && errno == EINTR) continue;
+    CLEAVE_CHECK(w > 0, "checkpoint file {}: write failed ({})", path, std::strerror(errno));
+    data += w;
+    n -= static_cast<std::size_t>(w);
+  }
+}
+
+}  // namespace
+
+std::size_t safetensors_dtype_size(const std::string& dtype) {
+  if (dtype == "F32") return 4;
+  if (dtype == "BF16") return 2;
+  if (dtype == "I64") return 8;
+  CLEAVE_THROW("safetensors dtype '{}' is not supported (expected F32, BF16 or I64)", dtype);
+}
+
+WrittenFile write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
+                              const std::map<std::string, std::string>& metadata) {
+  json header = json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::int64_t offset = 0;
+  std::set<std::string> names;
+  for (const auto& t : tensors) {
+    CLEAVE_CHECK(t.name != "__metadata__" && names.insert(t.name).second,
+                 "checkpoint file {}: tensor name '{}' is repeated or reserved", path, t.name);
+    const std::int64_t expected = numel_of(t.shape) * static_cast<std::int64_t>(safetensors_dtype_size(t.dtype));
+    CLEAVE_CHECK(static_cast<std::int64_t>(t.bytes.size()) == expected,
+                 "checkpoint file {}: tensor {} has {} bytes, but shape {} of {} needs {}", path, t.name,
+                 t.bytes.size(), shape_text(t.shape), t.dtype, expected);
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + expected}}};
+    offset += expected;
+  }
+  std::string text = header.dump();
+  text.append((8 - (text.size() % 8)) % 8, ' ');  // the data section starts 8-byte aligned
+  std::byte length[8];
+  const std::uint64_t n = text.size();
+  for (int i = 0; i < 8; ++i) length[i] = static_cast<std::byte>((n >> (8 * i)) & 0xff);
+
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  CLEAVE_CHECK(fd >= 0, "checkpoint file {}: cannot create ({})", path, std::strerror(errno));
+  std::uint64_t hash = kFnv1a64Offset;
+  try {
+    const auto put = [&](const std::byte* data, std::size_t size) {
+      write_all(fd, path, data, size);
+      hash = fnv1a64_update(hash, std::span(data, size));
+    };
+    put(length, 8);
+    put(reinterpret_cast<const std::byte*>(text.data()), text.size());
+    for (const auto& t : tensors) put(t.bytes.data(), t.bytes.size());
+    CLEAVE_CHECK(::fsync(fd) == 0, "checkpoint file {}: fsync failed ({})", path, std::strerror(errno));
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  CLEAVE_CHECK(::close(fd) == 0, "checkpoint file {}: close failed ({})", path, std::strerror(errno));
+  return WrittenFile{static_cast<std::int64_t>(8 + text.size()) + offset, hash};
+}
+
+const TensorRecord& SafetensorsFile::record(const std::string& name) const {
+  auto it = tensors.find(name);
+  CLEAVE_CHECK(it != tensors.end(), "checkpoint file {}: tensor {} is missing (the file holds {} tensors)", path,
+               name, tensors.size());
+  return it->second;
+}
+
+std::span<const std::byte> SafetensorsFile::bytes(const std::string& name) const {
+  const TensorRecord& r = record(name);
+  return std::span(data.data() + r.begin, static_cast<std::size_t>(r.end - r.begin));
+}
+
+SafetensorsFile read_safetensors(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  CLEAVE_CHECK(f != nullptr, "checkpoint file {}: cannot open ({})", path, std::strerror(errno));
+  std::vector<std::byte> all;
+  {
+    std::byte buffer[1 << 16];
+    for (;;) {
+      const std::size_t n = std::fread(buffer, 1, sizeof buffer, f);
+      all.insert(all.end(), buffer, buffer + n);
+      if (n < sizeof buffer) break;
+    }
+  }
+  const bool failed = std::ferror(f) != 0;
+  std::fclose(f);
+  CLEAVE_CHECK(!failed, "checkpoint file {}: read error", path);
+  const auto size = static_cast<std::uint64_t>(all.size());
+  CLEAVE_CHECK(size >= 8, "checkpoint file {}: {} bytes is shorter than the 8-byte header length (truncated?)", path,
+               size);
+  std::uint64_t header_len = 0;
+  for (int i = 0; i < 8; ++i) header_len |= static_cast<std::uint64_t>(all[static_cast<std::size_t>(i)]) << (8 * i);
+  CLEAVE_CHECK(header_len <= size - 8,
+               "checkpoint file {}: header length {} exceeds the {} bytes after the length field (truncated or "
+               "corrupt)",
+               path, header_len, size - 8);
+  json header;
+  try {
+    header = json::parse(reinterpret_cast<const char*>(all.data()) + 8,
+                         reinterpret_cast<const char*>(all.data()) + 8 + header_len);
+  } catch (const std::exception& e) {
+    CLEAVE_THROW("checkpoint file {}: the {}-byte JSON header does not parse ({})", path, header_len, e.what());
+  }
+  CLEAVE_CHECK(header.is_object(), "checkpoint file {}: the JSON header is not an object", path);
+
+  SafetensorsFile out;
+  out.path = path;
+  const std::int64_t data_size = static_cast<std::int64_t>(size - 8 - header_len);
+  std::vector<std::pair<std::int64_t, std::string>> by_begin;
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      CLEAVE_CHECK(entry.is_object(), "checkpoint file {}: __metadata__ is not an object", path);
+      for (const auto& [k, v] : entry.items()) {
+        CLEAVE_CHECK(v.is_string(), "checkpoint file {}: __metadata__.{} is not a string", path, k);
+        out.metadata[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    TensorRecord r;
+    try {
+      r.dtype = entry.at("dtype").get<std::string>();
+      r.shape = entry.at("shape").get<std::vector<std::int64_t>>();
+      const auto offsets = entry.at("data_offsets").get<std::vector<std::int64_t>>();
+      CLEAVE_CHECK(offsets.size() == 2, "data_offsets has {} values, expected 2", offsets.size());
+      r.begin = offsets[0];
+      r.end = offsets[1];
+    } catch (const std::exception& e) {
+      CLEAVE_THROW("checkpoint file {}: tensor {}: malformed header entry ({})", path, name, e.what());
+    }
+    const std::size_t dsize = safetensors_dtype_size(r.dtype);
+    for (std::int64_t d : r.shape) {
+      CLEAVE_CHECK(d >= 0, "checkpoint file {}: tensor {} has a negative extent in shape {}", path, name,
+                   shape_text(r.shape));
+    }
+    CLEAVE_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= data_size,
+                 "checkpoint file {}: tensor {} has data_offsets [{}, {}] outside the {}-byte data section", path,
+                 name, r.begin, r.end, data_size);
+    const std::int64_t expected = numel_of(r.shape) * static_cast<std::int64_t>(dsize);
+    CLEAVE_CHECK(r.end - r.begin == expected,
+                 "checkpoint file {}: tensor {} spans {} bytes but shape {} of {} needs {}", path, name,
+                 r.end - r.begin, shape_text(r.shape), r.dtype, expected);
+    by_begin.emplace_back(r.begin, name);
+    out.tensors.emplace(name, std::move(r));
+  }
+  std::sort(by_begin.begin(), by_begin.end());
+  std::int64_t covered = 0;
+  for (const auto& [begin, name] : by_begin) {
+    const TensorRecord& r = out.tensors.at(name);
+    CLEAVE_CHECK(begin == covered,
+                 "checkpoint file {}: tensor {} starts at byte {} but the previous data ends at {} ({}; offsets must "
+                 "cover the data exactly)",
+                 path, name, begin, covered, begin > covered ? "a gap" : "an overlap");
+    covered = r.end;
+  }
+  CLEAVE_CHECK(covered == data_size,
+               "checkpoint file {}: the tensors cover {} bytes but the data section holds {} (truncated, or bytes "
+               "after the last tensor)",
+               path, covered, data_size);
+  out.data.assign(all.begin() + static_cast<std::ptrdiff_t>(8 + header_len), all.end());
+  return out;
+}
+
+}  // namespace cleave::checkpoint

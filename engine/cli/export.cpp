@@ -1,0 +1,105 @@
+// `cleave export CHECKPOINT --out model.safetensors [--dtype f32|bf16]`: one consolidated safetensors file
+// of every logical parameter of a checkpoint saved under any layout (tp shards placed, ZeRO-1 and pp
+// splits irrelevant), without optimizer state. No MPI: it reads files only.
+//
+// Name mapping: tensors keep Cleave's logical parameter names (the names in index.json, e.g.
+// "embed.token", "blocks.0.attn.qkv.weight", "final_norm.weight"), with their logical shapes. A tied LM head
+// is stored once, as the embedding table. "__metadata__" holds format "cleave-export", the step, the dtype
+// and the model section (JSON text).
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/checkpoint/safetensors.hpp"
+#include "engine/cli/commands.hpp"
+#include "engine/core/allocator.hpp"
+#include "engine/core/dtype.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+#include "engine/train/checkpoint_reader.hpp"
+
+namespace cleave::cli {
+namespace {
+
+constexpr const char* kUsage = R"(usage: cleave export CHECKPOINT --out FILE.safetensors [--dtype f32|bf16]
+
+Writes every parameter of CHECKPOINT (a step_NNNNNNN directory, or a checkpoint.dir holding them: its
+latest complete one) into one safetensors file, consolidated from whatever layout it was saved under.
+Names are Cleave's logical parameter names (as in index.json); a tied LM head is the embedding table.
+
+options:
+  --out FILE     the file to write (required; an existing file is refused)
+  --dtype T      f32 (default) or bf16 (rounded to nearest even)
+  --help         this text
+)";
+
+}  // namespace
+
+int run_export(int argc, char** argv) {
+  std::string source;
+  std::string out;
+  std::string dtype = "f32";
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    if (arg == "--out" || arg == "--dtype") {
+      CLEAVE_CHECK(i + 1 < argc, "export: {} needs a value (see cleave export --help)", arg);
+      (arg == "--out" ? out : dtype) = argv[++i];
+    } else if (arg.starts_with("-")) {
+      CLEAVE_THROW("export: unknown option '{}' (see cleave export --help)", arg);
+    } else {
+      CLEAVE_CHECK(source.empty(), "export: more than one checkpoint given ('{}' and '{}')", source, arg);
+      source = arg;
+    }
+  }
+  CLEAVE_CHECK(!source.empty(), "export: no CHECKPOINT given (see cleave export --help)");
+  CLEAVE_CHECK(!out.empty(), "export: --out FILE.safetensors is required");
+  CLEAVE_CHECK(dtype == "f32" || dtype == "bf16", "export: --dtype must be f32 or bf16, got '{}'", dtype);
+  CLEAVE_CHECK(!std::filesystem::exists(out), "export: {} already exists; nothing was written (remove it or choose "
+               "another --out)", out);
+  std::string dir = source;
+  if (!std::filesystem::exists(std::filesystem::path(source) / "index.json")) {
+    const auto latest = checkpoint::latest_step_dir(source);
+    CLEAVE_CHECK(latest.has_value(), "export: {} is not a checkpoint (no index.json, no complete step_NNNNNNN/)",
+                 source);
+    dir = *latest;
+  }
+
+  train::CheckpointReader reader(dir);
+  const auto names = reader.parameter_names();
+  CLEAVE_CHECK(!names.empty(), "export: checkpoint {} holds no parameters", dir);
+  std::vector<std::vector<float>> f32(names.size());
+  std::vector<std::vector<std::uint16_t>> bf16(names.size());
+  std::vector<checkpoint::TensorToWrite> tensors;
+  std::int64_t elements = 0;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    f32[i] = reader.logical(names[i]);
+    elements += static_cast<std::int64_t>(f32[i].size());
+    std::span<const std::byte> bytes = std::as_bytes(std::span<const float>(f32[i]));
+    if (dtype == "bf16") {
+      bf16[i].reserve(f32[i].size());
+      for (float v : f32[i]) bf16[i].push_back(float_to_bf16(v));
+      bytes = std::as_bytes(std::span<const std::uint16_t>(bf16[i]));
+    }
+    tensors.push_back({names[i], dtype == "bf16" ? "BF16" : "F32", reader.shape_of(names[i]), bytes});
+  }
+  const auto& index = reader.index();
+  const auto written = checkpoint::write_safetensors(
+      out, tensors,
+      {{"format", "cleave-export"},
+       {"step", std::to_string(index.at("step").get<std::int64_t>())},
+       {"dtype", dtype},
+       {"model", index.at("model").dump()}});
+  log::info("export: {} parameters ({} elements) of {} -> {} ({})", names.size(), elements, dir, out,
+            format_bytes(written.bytes));
+  return 0;
+}
+
+}  // namespace cleave::cli

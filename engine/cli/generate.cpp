@@ -1,0 +1,152 @@
+// `cleave generate CHECKPOINT --prompt TEXT [--tokens N --temperature T --top-k K --seed S]`: samples from a
+// GPT checkpoint (any layout it was saved under) on one CPU rank, byte-level: the prompt's bytes are the
+// tokens and sampled tokens are printed as bytes. Invariant: the same checkpoint, prompt and options give
+// the same text (a seeded 64-bit Mersenne Twister; temperature 0 is greedy).
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/cli/commands.hpp"
+#include "engine/comm/make_communicator.hpp"
+#include "engine/comm/mpi/mpi_runtime.hpp"
+#include "engine/config/config.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+#include "engine/train/checkpoint_reader.hpp"
+#include "engine/train/threads.hpp"
+#include "engine/train/trainer.hpp"
+
+namespace cleave::cli {
+namespace {
+
+constexpr const char* kUsage = R"(usage: cleave generate CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
+
+Samples N tokens (default 200) from a byte-level GPT checkpoint (model.vocab_size >= 256; a step_NNNNNNN
+directory or a checkpoint.dir holding them) on one CPU rank and prints the prompt and the continuation.
+
+options:
+  --prompt TEXT      the context (bytes are tokens; the last model.seq_len are seen)
+  --tokens N         tokens to sample (default 200)
+  --temperature T    softmax temperature (default 0.8; 0 = greedy)
+  --top-k K          sample among the K most likely tokens (default 0 = all)
+  --seed S           sampling seed (default 1)
+  --help             this text
+)";
+
+// Samples an index from logits with temperature and top-k.
+int sample(std::vector<float> logits, double temperature, int top_k, std::mt19937_64& rng) {
+  if (temperature <= 0) return static_cast<int>(std::max_element(logits.begin(), logits.end()) - logits.begin());
+  std::vector<int> order(logits.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int>(i);
+  std::sort(order.begin(), order.end(), [&](int a, int b) { return logits[a] > logits[b] || (logits[a] == logits[b] && a < b); });
+  const std::size_t keep = top_k > 0 ? std::min<std::size_t>(static_cast<std::size_t>(top_k), order.size()) : order.size();
+  std::vector<double> weights(keep);
+  const double top = logits[order[0]];
+  double total = 0;
+  for (std::size_t i = 0; i < keep; ++i) total += weights[i] = std::exp((logits[order[i]] - top) / temperature);
+  double u = std::uniform_real_distribution<double>(0.0, total)(rng);
+  for (std::size_t i = 0; i < keep; ++i) {
+    if ((u -= weights[i]) <= 0) return order[i];
+  }
+  return order[keep - 1];
+}
+
+}  // namespace
+
+int run_generate(int argc, char** argv) {
+  std::string source;
+  std::string prompt;
+  bool have_prompt = false;
+  std::int64_t tokens = 200;
+  double temperature = 0.8;
+  int top_k = 0;
+  std::uint64_t seed = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    const auto value = [&]() -> std::string {
+      CLEAVE_CHECK(i + 1 < argc, "generate: {} needs a value (see cleave generate --help)", arg);
+      return argv[++i];
+    };
+    try {
+      if (arg == "--prompt") {
+        prompt = value();
+        have_prompt = true;
+      } else if (arg == "--tokens") {
+        tokens = std::stoll(value());
+      } else if (arg == "--temperature") {
+        temperature = std::stod(value());
+      } else if (arg == "--top-k") {
+        top_k = std::stoi(value());
+      } else if (arg == "--seed") {
+        seed = std::stoull(value());
+      } else if (arg.starts_with("-")) {
+        CLEAVE_THROW("generate: unknown option '{}' (see cleave generate --help)", arg);
+      } else {
+        CLEAVE_CHECK(source.empty(), "generate: more than one checkpoint given ('{}' and '{}')", source, arg);
+        source = arg;
+      }
+    } catch (const std::invalid_argument&) {
+      CLEAVE_THROW("generate: {} expects a number, got '{}'", arg, argv[i]);
+    }
+  }
+  CLEAVE_CHECK(!source.empty(), "generate: no CHECKPOINT given (see cleave generate --help)");
+  CLEAVE_CHECK(have_prompt && !prompt.empty(), "generate: --prompt TEXT is required (a non-empty context)");
+  CLEAVE_CHECK(tokens >= 0 && temperature >= 0 && top_k >= 0,
+               "generate: --tokens, --temperature and --top-k must be >= 0 (got {}, {}, {})", tokens, temperature, top_k);
+  std::string dir = source;
+  if (!std::filesystem::exists(std::filesystem::path(source) / "index.json")) {
+    const auto latest = checkpoint::latest_step_dir(source);
+    CLEAVE_CHECK(latest.has_value(), "generate: {} is not a checkpoint (no index.json, no complete step_NNNNNNN/)",
+                 source);
+    dir = *latest;
+  }
+  const nlohmann::json index = train::CheckpointReader(dir).index();
+  const nlohmann::json& model = index.at("model");
+  CLEAVE_CHECK(model.value("type", "") == "gpt" && model.value("vocab_size", 0) >= 256,
+               "generate: checkpoint {} holds a {} model with vocab_size {}; generation needs a byte-level gpt "
+               "(vocab_size >= 256)",
+               dir, model.value("type", "?"), model.value("vocab_size", 0));
+  const std::int64_t seq_len = model.at("seq_len").get<std::int64_t>();
+
+  comm::MpiRuntime runtime(&argc, &argv);
+  log::set_rank(runtime.world_rank(), runtime.world_size());
+  CLEAVE_CHECK(runtime.world_size() == 1, "generate: runs on one rank (launched with {})", runtime.world_size());
+  train::configure_threads_for_node();
+  const nlohmann::json run = {
+      {"model", model},
+      {"optimizer", {{"type", index.at("optimizer").at("type")}}},
+      {"train", {{"steps", std::max<std::int64_t>(1, index.at("step").get<std::int64_t>())}, {"eval_batches", 0}}},
+      {"data", {{"type", "synthetic"}}}};
+  const config::RunConfig config = config::parse_config(run.dump(), "checkpoint " + dir);
+  comm::World world = comm::make_world_communicator(runtime, "mpi", "cpu", comm::CommOptions{});
+  train::Trainer trainer(config, *world.comm);
+  trainer.load_checkpoint(dir);
+
+  std::vector<std::int32_t> context;
+  for (unsigned char c : prompt) context.push_back(c);
+  std::mt19937_64 rng(seed);
+  std::string out = prompt;
+  for (std::int64_t t = 0; t < tokens; ++t) {
+    const std::size_t start = context.size() > static_cast<std::size_t>(seq_len) ? context.size() - seq_len : 0;
+    const std::vector<std::int32_t> window(context.begin() + static_cast<std::ptrdiff_t>(start), context.end());
+    const int next = sample(trainer.next_token_logits(window), temperature, top_k, rng);
+    context.push_back(next);
+    out += static_cast<char>(next < 256 ? next : '?');
+  }
+  std::fwrite(out.data(), 1, out.size(), stdout);
+  std::fputc('\n', stdout);
+  return 0;
+}
+
+}  // namespace cleave::cli

@@ -1,0 +1,101 @@
+// Trainer::load_checkpoint: reads index.json, checks it against this run (model, optimizer type, every
+// tensor's logical shape), assembles each logical tensor this rank holds from its pieces
+// (checkpoint_reader.hpp: sizes and checksums first, every tp shard of the saved layout, every element once)
+// and takes this rank's part of it (layers/parallel/shard.hpp). So a checkpoint saved under one (tp, pp, dp,
+// ZeRO) layout loads under any other. Everything is read and checked before anything is assigned; an error on any rank is thrown on all.
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <map>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/allocator.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+#include "engine/train/checkpoint_pieces.hpp"
+#include "engine/train/checkpoint_reader.hpp"
+#include "layers/parallel/shard.hpp"
+
+namespace cleave::train {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+// "model.d_model: 64 in the checkpoint, 32 in the config" for every differing key.
+std::string model_differences(const json& saved, const json& current) {
+  std::string out;
+  for (const auto& [key, value] : current.items()) {
+    const json other = saved.contains(key) ? saved.at(key) : json();
+    if (other != value) {
+      out += fmt::format("{}model.{}: {} in the checkpoint, {} in the config", out.empty() ? "" : "; ", key,
+                         other.is_null() ? "absent" : other.dump(), value.dump());
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::int64_t Trainer::load_checkpoint(const std::string& step_dir) {
+  State& s = *state_;
+  const auto start = std::chrono::steady_clock::now();
+  std::string error;
+  std::int64_t step = 0;
+  std::int64_t bytes_read = 0;
+  std::int64_t steps_done = 0;
+  std::vector<LocalPiece> pieces = local_pieces(s);
+  std::vector<std::vector<float>> values(pieces.size());
+  try {
+    CheckpointReader reader(step_dir);
+    const json& index = reader.index();
+    const json model = json::parse(config::to_json(s.config)).at("model");
+    const std::string differences = model_differences(index.at("model"), model);
+    CLEAVE_CHECK(differences.empty(), "checkpoint {} was saved from a different model: {}", step_dir, differences);
+    const std::string saved_optimizer = index.at("optimizer").at("type").get<std::string>();
+    CLEAVE_CHECK(saved_optimizer == s.config.optimizer.type,
+                 "checkpoint {} holds {} optimizer state, but optimizer.type is {}", step_dir, saved_optimizer,
+                 s.config.optimizer.type);
+    step = index.at("step").get<std::int64_t>();
+    steps_done = index.at("optimizer").at("steps_done").get<std::int64_t>();
+    CLEAVE_CHECK(step <= s.config.train.steps,
+                 "checkpoint {} holds step {}, beyond train.steps {}; raise train.steps to continue it", step_dir, step,
+                 s.config.train.steps);
+    std::map<std::string, std::vector<float>> shards;  // this rank's tp shard of each logical tensor
+    for (std::size_t i = 0; i < pieces.size(); ++i) {
+      const LocalPiece& piece = pieces[i];
+      auto it = shards.find(piece.tensor);
+      if (it == shards.end()) {
+        const Shape shape = logical_shape(*piece.param);
+        const std::vector<std::int64_t> dims(shape.dims().begin(), shape.dims().end());
+        std::vector<float> logical = reader.logical(piece.tensor, &dims);
+        it = shards.emplace(piece.tensor, piece.param->shard.dim < 0 ? std::move(logical)
+                                                                     : layers::shard_of(logical, piece.param->shard))
+                 .first;
+      }
+      CLEAVE_ASSERT(piece.offset + piece.data.numel() <= static_cast<std::int64_t>(it->second.size()),
+                    "checkpoint piece of {} beyond its shard", piece.tensor);
+      values[i].assign(it->second.begin() + piece.offset, it->second.begin() + piece.offset + piece.data.numel());
+    }
+    bytes_read = reader.bytes_read();
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  throw_if_any_rank_failed(s, error);
+  for (std::size_t i = 0; i < pieces.size(); ++i) {
+    std::memcpy(pieces[i].data.data<float>(), values[i].data(), values[i].size() * sizeof(float));
+  }
+  if (s.optimizer) s.optimizer->set_steps_done(steps_done);
+  else s.data_parallel->sharded_optimizer()->set_steps_done(steps_done);
+  refresh_working_copies(s);
+  if (s.reports()) {
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    log::info("checkpoint: resumed from {} (step {}; rank 0 read {} in {:.1f} ms, {:.1f} MB/s)", step_dir, step,
+              format_bytes(bytes_read), ms, static_cast<double>(bytes_read) / 1e6 / std::max(ms * 1e-3, 1e-9));
+  }
+  return step;
+}
+
+}  // namespace cleave::train

@@ -1,0 +1,44 @@
+// Internal to engine/train: what one rank holds of every logical tensor a checkpoint stores, and which of
+// those pieces it owns (writes). Shared by checkpoint_save.cpp and checkpoint_load.cpp.
+//
+// A logical tensor is a parameter ("<param name>") or one kind of its optimizer state
+// ("<param name>.exp_avg" | ".exp_avg_sq" | ".momentum_buffer"), all f32 of the parameter's logical shape.
+// A piece is a contiguous element range [offset, offset + numel) of one tensor-parallel shard of it (the
+// parameter's ShardSpec), flattened: the whole shard for parameters and unsharded optimizer state, a ZeRO-1
+// segment for sharded state. Ownership (each logical element written once): parameters and unsharded state
+// by dp rank 0, ZeRO-1 state by every dp rank (its own segments); replicated-over-tp tensors by tp rank 0
+// only; a tied table split over two pp ranks by the embedding side only (the copies are equal).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/core/shape.hpp"
+#include "engine/train/trainer_state.hpp"
+
+namespace cleave::train {
+
+struct LocalPiece {
+  std::string tensor;                    // logical name
+  const layers::Param* param = nullptr;  // whose ShardSpec places the piece
+  Tensor data;                           // f32, numel elements: this rank's storage (a view)
+  std::int64_t offset = 0;               // first element within the flattened tp shard
+  bool owned = false;                    // this rank writes it
+};
+
+// Every piece this rank holds: parameters first, then optimizer state.
+std::vector<LocalPiece> local_pieces(Trainer::State& s);
+
+// The logical shape of `p` (its value's shape when replicated).
+Shape logical_shape(const layers::Param& p);
+
+}  // namespace cleave::train
+
+namespace cleave::train {
+
+// Collective over the world: when any rank's `error` is non-empty, every rank throws Error with the lowest
+// failing rank's message (so no rank walks on into a collective its peers never join).
+void throw_if_any_rank_failed(Trainer::State& s, const std::string& error);
+
+}  // namespace cleave::train

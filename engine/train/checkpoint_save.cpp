@@ -1,0 +1,178 @@
+// Trainer::save_checkpoint: every rank writes the pieces it owns (checkpoint_pieces.hpp) into one
+// safetensors file of the temporary step directory; rank 0 gathers the pieces' placements and the files'
+// sizes and checksums, writes index.json, commits the directory and prunes (engine/checkpoint/).
+//
+// index.json: {"format": "cleave-checkpoint", "version", "step", "consumed_samples", "next_lr", "seed",
+//   "model": <the config's model section>, "layout": {tp, pp, dp, virtual_pipeline_stages, zero_stage,
+//   world_size, schedule}, "optimizer": {"type", "steps_done"},
+//   "files": {file: {"bytes", "checksum"}},
+//   "tensors": {logical name: {"kind": "parameter" | "optimizer_state", "shape", "dtype": "F32", "pieces": [{"file", "name", "dim", "parts",
+//   "index", "groups", "begin", "end"}]}}}
+// A piece holds elements [begin, end) of tp shard `index` of `parts` along `dim` (in `groups` blocks;
+// dim -1: the whole tensor), flattened; layers/parallel/shard.hpp places it.
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/checkpoint/checksum.hpp"
+#include "engine/checkpoint/safetensors.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+#include "engine/train/checkpoint_pieces.hpp"
+#include "engine/train/checkpoint_reader.hpp"
+#include "engine/train/collectives.hpp"
+#include "engine/core/allocator.hpp"
+
+namespace cleave::train {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+std::vector<std::int64_t> dims_of(const Shape& shape) { return {shape.dims().begin(), shape.dims().end()}; }
+
+// This rank's file and the placement of every piece in it (a JSON text rank 0 gathers).
+json write_rank_file(Trainer::State& s, const std::string& tmp_dir) {
+  const std::vector<LocalPiece> pieces = local_pieces(s);
+  const std::string file = fmt::format("rank_{:05d}.safetensors", s.world.rank());
+  std::vector<checkpoint::TensorToWrite> tensors;
+  json placements = json::array();
+  for (const LocalPiece& piece : pieces) {
+    if (!piece.owned) continue;
+    const std::string name = piece.offset == 0 && piece.data.numel() == piece.param->value.numel()
+                                 ? piece.tensor
+                                 : fmt::format("{}@{}", piece.tensor, piece.offset);
+    tensors.push_back({name, "F32", {piece.data.numel()},
+                       std::as_bytes(std::span<const float>(piece.data.data<float>(),
+                                                            static_cast<std::size_t>(piece.data.numel())))});
+    const layers::ShardSpec& spec = piece.param->shard;
+    placements.push_back({{"tensor", piece.tensor},
+                          {"kind", piece.tensor == piece.param->name ? "parameter" : "optimizer_state"},
+                          {"shape", dims_of(logical_shape(*piece.param))},
+                          {"file", file},
+                          {"name", name},
+                          {"dim", spec.dim},
+                          {"parts", spec.dim < 0 ? 1 : spec.parts},
+                          {"index", spec.dim < 0 ? 0 : spec.index},
+                          {"groups", spec.dim < 0 ? 1 : spec.groups},
+                          {"begin", piece.offset},
+                          {"end", piece.offset + piece.data.numel()}});
+  }
+  json out = {{"pieces", placements}};
+  if (tensors.empty()) return out;
+  const checkpoint::WrittenFile written = checkpoint::write_safetensors(
+      (fs::path(tmp_dir) / file).string(), tensors, {{"format", "cleave-checkpoint"}, {"rank", std::to_string(s.world.rank())}});
+  out["file"] = {{"name", file}, {"bytes", written.bytes}, {"checksum", checkpoint::checksum_text(written.checksum)}};
+  return out;
+}
+
+json layout_json(const Trainer::State& s) {
+  const auto& p = s.config.parallel;
+  return {{"tensor_model_parallel_size", s.grid.tp_size()},
+          {"pipeline_model_parallel_size", s.grid.pp_size()},
+          {"data_parallel_size", s.grid.dp_size()},
+          {"virtual_pipeline_stages", p.virtual_pipeline_stages},
+          {"zero_stage", s.config.optimizer.zero_stage},
+          {"world_size", s.world.size()},
+          {"schedule", s.plan.schedule.name}};
+}
+
+}  // namespace
+
+std::string Trainer::checkpoint_root() const {
+  const auto& cfg = state_->config;
+  return cfg.checkpoint.dir.empty() ? (fs::path(cfg.train.out_dir) / "checkpoints").string() : cfg.checkpoint.dir;
+}
+
+CheckpointSaveStats Trainer::save_checkpoint(const std::string& root, std::int64_t steps_done) {
+  State& s = *state_;
+  const auto start = std::chrono::steady_clock::now();
+  std::string tmp_dir;
+  std::string error;
+  if (s.reports()) {
+    try {
+      tmp_dir = checkpoint::begin_step_dir(root, steps_done);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  throw_if_any_rank_failed(s, error);  // also orders every write after the directory exists
+  tmp_dir = (fs::path(root) / (".tmp-" + checkpoint::step_dir_name(steps_done))).string();
+  json mine;
+  try {
+    mine = write_rank_file(s, tmp_dir);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  throw_if_any_rank_failed(s, error);
+  const std::string text = mine.dump();
+  const auto gathered = all_gather_values<char>(s.world, std::span<const char>(text.data(), text.size()));
+
+  CheckpointSaveStats stats;
+  if (s.reports()) {
+    try {
+      json index = {{"format", "cleave-checkpoint"},
+                    {"version", kCheckpointFormatVersion},
+                    {"step", steps_done},
+                    {"consumed_samples", steps_done * s.batch.global_batch_size},
+                    {"next_lr", s.lr_schedule.lr_at(steps_done)},
+                    {"seed", s.config.train.seed},
+                    {"model", json::parse(config::to_json(s.config)).at("model")},
+                    {"layout", layout_json(s)},
+                    {"optimizer",
+                     {{"type", s.config.optimizer.type},
+                      {"steps_done", s.optimizer ? s.optimizer->steps_done()
+                                                 : s.data_parallel->sharded_optimizer()->steps_done()}}}};
+      json files = json::object();
+      json tensors = json::object();
+      for (const auto& bytes : gathered) {
+        const json rank = json::parse(std::string(bytes.begin(), bytes.end()));
+        if (rank.contains("file")) {
+          files[rank["file"]["name"].get<std::string>()] = {{"bytes", rank["file"]["bytes"]},
+                                                            {"checksum", rank["file"]["checksum"]}};
+          stats.bytes += rank["file"]["bytes"].get<std::int64_t>();
+          ++stats.files;
+        }
+        for (const json& piece : rank["pieces"]) {
+          json& entry = tensors[piece["tensor"].get<std::string>()];
+          if (entry.is_null()) {
+            entry = {{"kind", piece["kind"]}, {"shape", piece["shape"]}, {"dtype", "F32"}, {"pieces", json::array()}};
+          }
+          json placed = piece;
+          placed.erase("tensor");
+          placed.erase("shape");
+          placed.erase("kind");
+          entry["pieces"].push_back(placed);
+        }
+      }
+      index["files"] = files;
+      index["tensors"] = tensors;
+      const std::string index_text = index.dump(1) + "\n";
+      checkpoint::write_file_durable((fs::path(tmp_dir) / "index.json").string(), index_text);
+      stats.bytes += static_cast<std::int64_t>(index_text.size());
+      ++stats.files;
+      stats.path = checkpoint::commit_step_dir(root, steps_done);
+      checkpoint::prune_step_dirs(root, static_cast<int>(s.config.checkpoint.keep_last));
+      stats.ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      log::info("checkpoint: step {} saved to {} ({} in {} files, {:.1f} ms, {:.1f} MB/s)", steps_done, stats.path,
+                format_bytes(stats.bytes), stats.files, stats.ms,
+                static_cast<double>(stats.bytes) / 1e6 / std::max(stats.ms * 1e-3, 1e-9));
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+  }
+  throw_if_any_rank_failed(s, error);  // nobody continues before the commit (or its failure) is known
+  const std::vector<double> shared =
+      reduce_doubles(s.world, {static_cast<double>(stats.bytes), static_cast<double>(stats.files), stats.ms},
+                     comm::ReduceOp::kSum);
+  stats.bytes = static_cast<std::int64_t>(shared[0]);
+  stats.files = static_cast<int>(shared[1]);
+  stats.ms = shared[2];
+  stats.path = (fs::path(root) / checkpoint::step_dir_name(steps_done)).string();
+  return stats;
+}
+
+}  // namespace cleave::train

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# `cleave generate` from a checkpoint: a small byte-level GPT trained for 40 steps on the fortunes file and
+# saved under pp2 (2 ranks) is sampled on one rank; the same seed gives the same text, the text starts with
+# the prompt and holds at most N more bytes, greedy decoding repeats itself, and a checkpoint whose model is
+# not byte-level (vocab 64) is refused with a message naming it.
+# Usage: checkpoint_generate.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
+set -u
+cleave=$1; src=$2; shift 2
+mpiexec=("$@")
+text=/usr/share/games/fortunes/cookie
+[ -f "$text" ] || { echo "skip: $text not installed (apt-get install fortunes-min)"; exit 0; }
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+fail() { echo "FAIL $*"; exit 1; }
+"${mpiexec[@]}" -n 2 "$cleave" train "$src/examples/gpt_fortunes.json" --set model.d_model=32 --set model.n_layers=2 \
+  --set train.steps=40 --set train.eval_batches=0 --set parallel.pipeline_model_parallel_size=2 \
+  --set train.out_dir=run > train.log 2>&1 || { cat train.log; fail "training"; }
+gen() { "$cleave" generate run/checkpoints --prompt "Love is " "$@" 2> gen.log; }
+a=$(gen --tokens 50 --seed 5) || { cat gen.log; fail "generate"; }
+b=$(gen --tokens 50 --seed 5) || fail "generate again"
+[ "$a" = "$b" ] || fail "the same seed gave different text: '$a' vs '$b'"
+[ "${a:0:8}" = "Love is " ] || fail "the output does not start with the prompt: '$a'"
+[ "$(printf '%s' "$a" | wc -c)" -le 58 ] || fail "more than 50 bytes were generated: '$a'"
+g1=$(gen --tokens 30 --temperature 0) && g2=$(gen --tokens 30 --temperature 0) && [ "$g1" = "$g2" ] || fail "greedy"
+k=$(gen --tokens 30 --top-k 1 --seed 9) || fail "top-k 1"
+[ "$k" = "$g1" ] || fail "top-k 1 differs from greedy: '$k' vs '$g1'"
+echo "ok   generate: '$a'"
+
+"$cleave" train --set train.steps=2 --set model.vocab_size=64 --set train.out_dir=small > small.log 2>&1 || { cat small.log; fail "small run"; }
+"$cleave" generate small/checkpoints --prompt "x" > refuse.log 2>&1 && fail "a vocab-64 model was sampled"
+grep -q "needs a byte-level gpt" refuse.log || { cat refuse.log; fail "refusal message"; }
+echo "ok   generate refuses a non byte-level model: $(grep -o 'generate: .*' refuse.log)"

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# Checkpoints through the CLI (deterministic mode, AdamW, clipping, tied embeddings):
+#  1. `cleave train` with checkpoint.interval 4 over 12 steps writes step_0000004, step_0000008 and the
+#     final step_0000012 (keep_last 3), a `latest` pointer and index.json with checksums.
+#  2. A copy of that run cut back to step 4 (later checkpoints removed, as after a crash) resumed with
+#     `--resume auto` writes the same 12 metrics rows (no duplicated step) with bit-identical losses, and a
+#     final checkpoint whose parameter and optimizer files are byte-identical to the uninterrupted run's.
+#     Done on one rank and on tp2 x pp2 (4 ranks); the 4-rank checkpoint at step 4 also resumes on one rank
+#     with the uninterrupted losses within 1e-5 relative (resharding through the CLI).
+#  3. The out_dir refusal still holds without --resume; a corrupt checkpoint is refused before any step,
+#     naming the file, and writes nothing (metrics.jsonl unchanged, no new checkpoint).
+# Usage: checkpoint_resume_cli.sh CLEAVE MPIEXEC [FLAGS...]
+set -u
+cleave=$1; shift
+mpiexec=("$@")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+cat > tiny.json <<'JSON'
+{
+  "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
+  "batch": {"global_batch_size": 8, "micro_batch_size": 2},
+  "optimizer": {"type": "adamw", "lr": 0.003, "grad_clip": 0.5, "warmup_steps": 2},
+  "train": {"steps": 12, "seed": 7, "deterministic": true, "eval_batches": 0, "log_interval": 100},
+  "checkpoint": {"interval": 4, "keep_last": 3},
+  "data": {"type": "synthetic"}
+}
+JSON
+
+fail() { echo "FAIL $*"; exit 1; }
+losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1/metrics.jsonl"; }
+train() {  # train RANKS LOG ARGS...
+  local ranks=$1 log=$2; shift 2
+  if [ "$ranks" -eq 1 ]; then "$cleave" train tiny.json "$@" > "$log" 2>&1
+  else "${mpiexec[@]}" -n "$ranks" "$cleave" train tiny.json "$@" > "$log" 2>&1; fi
+}
+
+check_layout() {  # check_layout NAME RANKS SETS...
+  local name=$1 ranks=$2; shift 2
+  train "$ranks" "$name.log" --set train.out_dir="$name" "$@" || { cat "$name.log"; fail "$name: training failed"; }
+  for s in 0000004 0000008 0000012; do
+    [ -f "$name/checkpoints/step_$s/index.json" ] || fail "$name: no complete checkpoint step_$s"
+  done
+  [ "$(cat "$name/checkpoints/latest")" = "step_0000012" ] || fail "$name: latest is $(cat "$name/checkpoints/latest")"
+  grep -q '"checksum": "fnv1a64:' "$name/checkpoints/step_0000012/index.json" || fail "$name: index.json has no checksums"
+  grep -q "checkpoint: step 12 saved to" "$name.log" || fail "$name: the save is not logged"
+  grep "checkpoint: step 12 saved" "$name.log" | sed 's/^/     /'
+
+  # The crash: a copy of the run with everything after step 4 gone (checkpoints, pointer).
+  cp -r "$name" "$name-cut"
+  rm -rf "$name-cut/checkpoints/step_0000008" "$name-cut/checkpoints/step_0000012" "$name-cut/checkpoints/latest"
+  train "$ranks" "$name-cut.log" --set train.out_dir="$name-cut" --resume auto "$@" \
+    || { cat "$name-cut.log"; fail "$name: resume failed"; }
+  grep -q "resumed from .*step_0000004 (step 4;" "$name-cut.log" || { cat "$name-cut.log"; fail "$name: did not resume at step 4"; }
+  [ "$(wc -l < "$name-cut/metrics.jsonl")" -eq 12 ] || fail "$name: resumed metrics.jsonl has $(wc -l < "$name-cut/metrics.jsonl") rows, expected 12"
+  [ "$(sed 's/.*"step":\([0-9]*\),.*/\1/' "$name-cut/metrics.jsonl" | tr '\n' ' ')" = "1 2 3 4 5 6 7 8 9 10 11 12 " ] \
+    || fail "$name: resumed metrics steps are not 1..12"
+  if ! diff <(losses "$name") <(losses "$name-cut") > /dev/null; then
+    paste <(losses "$name") <(losses "$name-cut"); fail "$name: resumed losses differ from the uninterrupted run"
+  fi
+  for f in "$name"/checkpoints/step_0000012/*.safetensors; do
+    cmp -s "$f" "$name-cut/checkpoints/step_0000012/$(basename "$f")" || fail "$name: final $(basename "$f") differs"
+  done
+  echo "ok   $name: resumed at step 4, 12 losses and the final checkpoint's files bit-identical"
+}
+
+check_layout one 1
+check_layout tp2pp2 4 --set parallel.tensor_model_parallel_size=2 --set parallel.pipeline_model_parallel_size=2
+
+# Resharding through the CLI: the tp2 x pp2 checkpoint of step 4 continued on one rank.
+mkdir -p reshard/checkpoints && cp -r tp2pp2/checkpoints/step_0000004 reshard/checkpoints/
+train 1 reshard.log --set train.out_dir=reshard --resume reshard/checkpoints/step_0000004 \
+  || { cat reshard.log; fail "reshard: resume on one rank failed"; }
+paste <(losses tp2pp2 | tail -n 8) <(losses reshard) | awk '{ d = ($1 - $2) / $1; if (d < 0) d = -d; if (d > 1e-5) exit 1 }' \
+  || { paste <(losses tp2pp2 | tail -n 8) <(losses reshard); fail "reshard: losses differ by more than 1e-5"; }
+echo "ok   reshard: tp2 x pp2 step-4 checkpoint continued on one rank within 1e-5 of the 4-rank run"
+
+# Without --resume an existing run is still refused.
+train 1 refuse.log --set train.out_dir=one && fail "a second run into one/ was not refused"
+grep -q "already holds a run" refuse.log || { cat refuse.log; fail "refusal message"; }
+
+# A corrupt checkpoint: refused before any step, names the file, writes nothing.
+cp -r one broken
+rm -rf broken/checkpoints/step_0000008 broken/checkpoints/step_0000012 broken/checkpoints/latest
+printf '\x01' | dd of=broken/checkpoints/step_0000004/rank_00000.safetensors bs=1 seek=300 conv=notrunc 2> /dev/null
+before=$(md5sum broken/metrics.jsonl)
+train 1 broken.log --set train.out_dir=broken --resume auto && fail "a corrupt checkpoint was loaded"
+grep -q "rank_00000.safetensors: checksum" broken.log || { cat broken.log; fail "corrupt checkpoint message"; }
+[ "$before" = "$(md5sum broken/metrics.jsonl)" ] || fail "a failed resume changed metrics.jsonl"
+[ -z "$(ls broken/checkpoints | grep -v step_0000004)" ] || fail "a failed resume wrote a checkpoint"
+echo "ok   corrupt checkpoint refused before any step: $(grep -o 'checkpoint file.*' broken.log | head -n 1)"
+
+# Export: the one-rank final checkpoint and the tp2 x pp2 one, each consolidated into one file; parsed here
+# by an independent reader (python: length, JSON header, packed offsets). The one-rank export's tensors are
+# byte-identical to the rank file's; the tp2 x pp2 export has the same names and shapes (its shards placed).
+"$cleave" export one/checkpoints --out one.safetensors > export1.log 2>&1 || { cat export1.log; fail "export one"; }
+"$cleave" export tp2pp2/checkpoints/step_0000012 --out tp.safetensors > export2.log 2>&1 || { cat export2.log; fail "export tp2pp2"; }
+"$cleave" export one/checkpoints --out one.safetensors > export3.log 2>&1 && fail "export overwrote an existing file"
+"$cleave" export one/checkpoints --out one16.safetensors --dtype bf16 > export4.log 2>&1 || { cat export4.log; fail "export bf16"; }
+python3 - one.safetensors tp.safetensors one/checkpoints/step_0000012/rank_00000.safetensors one16.safetensors <<'PY' || fail "export check"
+import json, struct, sys
+def parse(path):
+    data = open(path, "rb").read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    body = data[8 + n:]
+    ranges = sorted((v["data_offsets"][0], v["data_offsets"][1], k) for k, v in header.items())
+    pos = 0
+    for b, e, k in ranges:
+        assert b == pos, f"{path}: {k} starts at {b}, expected {pos}"
+        size = {"F32": 4, "BF16": 2}[header[k]["dtype"]]
+        numel = 1
+        for d in header[k]["shape"]: numel *= d
+        assert e - b == numel * size, f"{path}: {k} spans {e - b} bytes for shape {header[k]['shape']}"
+        pos = e
+    assert pos == len(body), f"{path}: data {len(body)} bytes, covered {pos}"
+    return header, meta, {k: body[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in header.items()}
+one, meta, one_bytes = parse(sys.argv[1])
+tp, _, _ = parse(sys.argv[2])
+rank, _, rank_bytes = parse(sys.argv[3])
+half, meta16, _ = parse(sys.argv[4])
+assert meta["format"] == "cleave-export" and meta["step"] == "12", meta
+assert json.loads(meta["model"])["d_model"] == 32, meta["model"]
+assert "embed.token" in one and one["embed.token"]["shape"] == [64, 32], one.get("embed.token")
+assert {k: v["shape"] for k, v in one.items()} == {k: v["shape"] for k, v in tp.items()}, "names or shapes differ"
+assert all(v["dtype"] == "BF16" for v in half.values()) and meta16["dtype"] == "bf16"
+for k, v in one_bytes.items():
+    assert rank_bytes[k] == v, f"{k}: exported bytes differ from the checkpoint's"
+print(f"ok   export: {len(one)} parameters; one-rank export equals the checkpoint bytes; tp2 x pp2 export has the same names and shapes; bf16 export parses")
+PY

@@ -37,9 +37,29 @@ std::string model_differences(const json& saved, const json& current) {
   return out;
 }
 
+// A resumed run must continue the checkpoint's random streams (checkpoint_save.cpp: rng_state_json): the
+// same seed and the same samples per step, else step k+1 would not be the step an uninterrupted run takes.
+void check_continues_run(const json& index, const config::RunConfig& config, std::int64_t global_batch,
+                         const std::string& step_dir) {
+  const json& rng = index.contains("rng") ? index.at("rng") : json::object();
+  const std::uint64_t seed = rng.contains("seed") ? rng.at("seed").get<std::uint64_t>()
+                                                  : index.at("seed").get<std::uint64_t>();
+  CLEAVE_CHECK(seed == config.train.seed,
+               "--resume {}: the checkpoint's data streams were drawn with train.seed {}, the config has {}; set "
+               "train.seed={} to continue that run (or start a fresh run in another train.out_dir)",
+               step_dir, seed, config.train.seed, seed);
+  const std::int64_t step = index.at("step").get<std::int64_t>();
+  const std::int64_t consumed = index.at("consumed_samples").get<std::int64_t>();
+  CLEAVE_CHECK(consumed == step * global_batch,
+               "--resume {}: the checkpoint consumed {} samples in {} steps ({} per step), but "
+               "batch.global_batch_size is {}; set batch.global_batch_size={} to continue that run's data stream",
+               step_dir, consumed, step, step > 0 ? consumed / step : 0, global_batch,
+               step > 0 ? consumed / step : global_batch);
+}
+
 }  // namespace
 
-std::int64_t Trainer::load_checkpoint(const std::string& step_dir) {
+std::int64_t Trainer::load_checkpoint(const std::string& step_dir, bool continue_run) {
   State& s = *state_;
   const auto start = std::chrono::steady_clock::now();
   std::string error;
@@ -58,6 +78,7 @@ std::int64_t Trainer::load_checkpoint(const std::string& step_dir) {
     CLEAVE_CHECK(saved_optimizer == s.config.optimizer.type,
                  "checkpoint {} holds {} optimizer state, but optimizer.type is {}", step_dir, saved_optimizer,
                  s.config.optimizer.type);
+    if (continue_run) check_continues_run(index, s.config, s.batch.global_batch_size, step_dir);
     step = index.at("step").get<std::int64_t>();
     steps_done = index.at("optimizer").at("steps_done").get<std::int64_t>();
     CLEAVE_CHECK(step <= s.config.train.steps,

@@ -2,7 +2,7 @@
 // safetensors file of the temporary step directory; rank 0 gathers the pieces' placements and the files'
 // sizes and checksums, writes index.json, commits the directory and prunes (engine/checkpoint/).
 //
-// index.json: {"format": "cleave-checkpoint", "version", "step", "consumed_samples", "next_lr", "seed",
+// index.json: {"format": "cleave-checkpoint", "version", "step", "consumed_samples", "next_lr", "seed", "rng",
 //   "model": <the config's model section>, "layout": {tp, pp, dp, virtual_pipeline_stages, zero_stage,
 //   world_size, schedule}, "optimizer": {"type", "steps_done"},
 //   "files": {file: {"bytes", "checksum"}},
@@ -69,6 +69,16 @@ json write_rank_file(Trainer::State& s, const std::string& tmp_dir) {
   return out;
 }
 
+// Every random draw of a run is a counter-based function of (train.seed, stream, step, sample index) (data
+// sources; initialisation uses (seed, parameter name) and is not drawn again), so the seed and the stream
+// positions are the whole RNG state. checkpoint_load.cpp checks a resumed run continues them.
+json rng_state_json(const Trainer::State& s, std::int64_t steps_done) {
+  return {{"scheme", "counter"},
+          {"seed", s.config.train.seed},
+          {"train_stream", {{"next_step", steps_done}, {"global_batch_size", s.batch.global_batch_size}}},
+          {"eval_stream", "stateless: eval batch k is the same at every evaluation"}};
+}
+
 json layout_json(const Trainer::State& s) {
   const auto& p = s.config.parallel;
   return {{"tensor_model_parallel_size", s.grid.tp_size()},
@@ -120,6 +130,7 @@ CheckpointSaveStats Trainer::save_checkpoint(const std::string& root, std::int64
                     {"consumed_samples", steps_done * s.batch.global_batch_size},
                     {"next_lr", s.lr_schedule.lr_at(steps_done)},
                     {"seed", s.config.train.seed},
+                    {"rng", rng_state_json(s, steps_done)},
                     {"model", json::parse(config::to_json(s.config)).at("model")},
                     {"layout", layout_json(s)},
                     {"optimizer",

@@ -334,7 +334,7 @@ TrainSummary Trainer::train(const TrainOptions& options) {
       CLEAVE_CHECK(dir.has_value(), "--resume {}: holds no complete checkpoint (no index.json, no step_NNNNNNN/)",
                    options.resume);
     }
-    if (dir) start_step = load_checkpoint(*dir);
+    if (dir) start_step = load_checkpoint(*dir, /*continue_run=*/true);
   }
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<ProgressPrinter> progress;

@@ -92,7 +92,9 @@ class Trainer {
   // Loads parameters, optimizer state and step count from a step directory saved under any layout of the
   // same model; returns the steps it holds (the next step to run). Every check (model, shapes, files,
   // sizes, checksums) happens before anything is assigned; on any error every rank throws. Collective.
-  std::int64_t load_checkpoint(const std::string& step_dir);
+  // `continue_run` (train --resume): the checkpoint must also continue this run's random streams, i.e.
+  // its rng seed equals train.seed and its consumed samples equal step x batch.global_batch_size.
+  std::int64_t load_checkpoint(const std::string& step_dir, bool continue_run = false);
   // Generation (generation.cpp; one rank, one stage, no tensor parallelism): the logits of the token after
   // `tokens` (1 <= size <= model.seq_len), model.vocab_size values. Keeps nothing for a backward.
   std::vector<float> next_token_logits(const std::vector<std::int32_t>& tokens);

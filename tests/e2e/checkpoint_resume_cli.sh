@@ -90,6 +90,20 @@ grep -q "rank_00000.safetensors: checksum" broken.log || { cat broken.log; fail 
 [ -z "$(ls broken/checkpoints | grep -v step_0000004)" ] || fail "a failed resume wrote a checkpoint"
 echo "ok   corrupt checkpoint refused before any step: $(grep -o 'checkpoint file.*' broken.log | head -n 1)"
 
+# A resume that would not continue the run's random streams: another seed, another global batch. Refused
+# with the key and the value that continues it; nothing written.
+cp -r one reseed
+before=$(md5sum reseed/metrics.jsonl)
+train 1 reseed.log --set train.out_dir=reseed --set train.seed=8 --resume reseed/checkpoints/step_0000004 \
+  && fail "a resume with another train.seed was accepted"
+grep -q "drawn with train.seed 7, the config has 8; set train.seed=7" reseed.log || { cat reseed.log; fail "seed message"; }
+train 1 rebatch.log --set train.out_dir=reseed --set batch.global_batch_size=4 --set batch.micro_batch_size=2 \
+  --resume reseed/checkpoints/step_0000004 && fail "a resume with another global batch was accepted"
+grep -q "batch.global_batch_size is 4; set batch.global_batch_size=8" rebatch.log || { cat rebatch.log; fail "batch message"; }
+[ "$before" = "$(md5sum reseed/metrics.jsonl)" ] || fail "a refused resume changed metrics.jsonl"
+grep -q '"scheme": "counter"' one/checkpoints/step_0000012/index.json || fail "index.json has no rng state"
+echo "ok   a resume with another seed or global batch is refused: $(grep -o 'the checkpoint.s data streams.*' reseed.log | head -n 1)"
+
 # Export: the one-rank final checkpoint and the tp2 x pp2 one, each consolidated into one file; parsed here
 # by an independent reader (python: length, JSON header, packed offsets). The one-rank export's tensors are
 # byte-identical to the rank file's; the tp2 x pp2 export has the same names and shapes (its shards placed).

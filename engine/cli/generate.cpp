@@ -1,11 +1,14 @@
 // `cleave generate CHECKPOINT --prompt TEXT [--tokens N --temperature T --top-k K --seed S]`: samples from a
 // GPT checkpoint (any layout it was saved under) on one CPU rank, byte-level: the prompt's bytes are the
 // tokens and sampled tokens are printed as bytes. Invariant: the same checkpoint, prompt and options give
-// the same text (a seeded 64-bit Mersenne Twister; temperature 0 is greedy).
+// the same text (a seeded 64-bit Mersenne Twister; temperature 0 is greedy). `--logits FILE` also writes the
+// model's logits after every prefix of the prompt (JSON), which benchmarks/peers/interop_check.py compares
+// with PyTorch's.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
@@ -37,6 +40,8 @@ options:
   --temperature T    softmax temperature (default 0.8; 0 = greedy)
   --top-k K          sample among the K most likely tokens (default 0 = all)
   --seed S           sampling seed (default 1)
+  --logits FILE      also write {"tokens": [...], "logits": [[V values] after each prefix]} of the prompt
+                     (JSON; refuses to overwrite FILE)
   --help             this text
 )";
 
@@ -68,6 +73,7 @@ int run_generate(int argc, char** argv) {
   double temperature = 0.8;
   int top_k = 0;
   std::uint64_t seed = 1;
+  std::string logits_path;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -90,6 +96,8 @@ int run_generate(int argc, char** argv) {
         top_k = std::stoi(value());
       } else if (arg == "--seed") {
         seed = std::stoull(value());
+      } else if (arg == "--logits") {
+        logits_path = value();
       } else if (arg.starts_with("-")) {
         CLEAVE_THROW("generate: unknown option '{}' (see cleave generate --help)", arg);
       } else {
@@ -135,6 +143,20 @@ int run_generate(int argc, char** argv) {
 
   std::vector<std::int32_t> context;
   for (unsigned char c : prompt) context.push_back(c);
+  if (!logits_path.empty()) {
+    CLEAVE_CHECK(!std::filesystem::exists(logits_path), "generate: --logits {} exists; not overwriting it",
+                 logits_path);
+    CLEAVE_CHECK(context.size() <= static_cast<std::size_t>(seq_len),
+                 "generate: --logits needs a prompt of at most model.seq_len {} bytes, got {}", seq_len,
+                 context.size());
+    nlohmann::json rows = nlohmann::json::array();
+    for (std::size_t n = 1; n <= context.size(); ++n) {
+      rows.push_back(trainer.next_token_logits(std::vector<std::int32_t>(context.begin(), context.begin() + n)));
+    }
+    std::ofstream file(logits_path);
+    file << nlohmann::json{{"checkpoint", dir}, {"tokens", context}, {"logits", rows}}.dump() << "\n";
+    CLEAVE_CHECK(file.good(), "generate: could not write --logits {}", logits_path);
+  }
   std::mt19937_64 rng(seed);
   std::string out = prompt;
   for (std::int64_t t = 0; t < tokens; ++t) {

@@ -4,6 +4,9 @@
 # kill often lands inside a write). `cleave train --resume auto` in the same directory picks the newest
 # complete checkpoint, and the run finishes with the same 60 metrics rows (no duplicated step), the same
 # losses bit for bit and byte-identical final checkpoint files as an uninterrupted run.
+# With CRASH_INTERVAL=5 in the environment it checkpoints every 5 steps instead and the kill lands in
+# the middle of training, steps after the newest checkpoint: the resumed run redoes them and drops their
+# metrics rows. The watchdog is on in both (train.comm_timeout_s 20).
 # Usage: checkpoint_crash.sh CLEAVE MPIEXEC [FLAGS...]   (Open MPI 4: ranks are mpiexec's children)
 set -u
 cleave=$1; shift
@@ -11,6 +14,7 @@ mpiexec=("$@")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
+interval=${CRASH_INTERVAL:-1}
 cat > tiny.json <<'JSON'
 {
   "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
@@ -19,10 +23,11 @@ cat > tiny.json <<'JSON'
   "optimizer": {"type": "adamw", "lr": 0.003, "grad_clip": 0.5, "warmup_steps": 2},
   "train": {"steps": 60, "seed": 9, "deterministic": true, "eval_batches": 0, "log_interval": 100,
             "comm_timeout_s": 20},
-  "checkpoint": {"interval": 1, "keep_last": 2},
+  "checkpoint": {"interval": INTERVAL, "keep_last": 2},
   "data": {"type": "synthetic"}
 }
 JSON
+sed -i "s/INTERVAL/$interval/" tiny.json
 fail() { echo "FAIL $*"; exit 1; }
 losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1/metrics.jsonl"; }
 
@@ -32,7 +37,8 @@ losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1/metrics.jsonl"; }
 launcher=$!
 for _ in $(seq 1 1200); do
   step=$(cat run/checkpoints/latest 2> /dev/null | sed 's/step_0*//')
-  [ -n "$step" ] && [ "$step" -ge 6 ] && break
+  # Mid-training variant: also wait for two metrics rows past the newest checkpoint.
+  [ -n "$step" ] && [ "$step" -ge 6 ] && [ "$(wc -l < run/metrics.jsonl)" -ge $((step + (interval > 1 ? 2 : 0))) ] && break
   sleep 0.05
 done
 victim=$(pgrep -P "$launcher" | tail -n 1)
@@ -42,7 +48,7 @@ wait "$launcher" && fail "the killed run exited 0"
 [ -d run/checkpoints/step_0000060 ] && fail "the run finished before the kill; nothing was tested"
 # What a kill inside a later write leaves behind: a temporary directory with a partial shard. Never picked.
 mkdir -p run/checkpoints/.tmp-step_0000059 && head -c 1000 /dev/urandom > run/checkpoints/.tmp-step_0000059/rank_00000.safetensors
-echo "     killed rank pid $victim at checkpoint $(cat run/checkpoints/latest); left: $(ls -A run/checkpoints | tr '\n' ' ')"
+echo "     killed rank pid $victim with $(wc -l < run/metrics.jsonl) metrics rows at checkpoint $(cat run/checkpoints/latest); left: $(ls -A run/checkpoints | tr '\n' ' ')"
 
 "${mpiexec[@]}" -n 2 "$cleave" train tiny.json --set train.out_dir=run --resume auto > resume.log 2>&1 \
   || { cat resume.log; fail "resume after the crash"; }

@@ -2,11 +2,12 @@
 //  - Resume is exact: training n steps uninterrupted and training k steps, saving, building a fresh trainer,
 //    loading and training to n give bit-identical per-step losses and final parameters, on one rank and on
 //    multi-rank layouts (dp2 x pp2, tp2 x pp2, dp2 x pp2 with ZeRO-1, dp4 with ZeRO-1 at 4 ranks; pp2 and
-//    dp2 with ZeRO-1 at 2 ranks; dp2 x pp2 x tp2 with ZeRO-1 at 8 ranks).
+//    dp2 with ZeRO-1 and pp2 in bf16 at 2 ranks; dp2 x pp2 x tp2 with ZeRO-1 at 8 ranks), for the digits
+//    MLP (SGD with momentum) and CNN (AdamW) on one rank and at dp2 too.
 //  - Resharding: a checkpoint saved under one layout (tp2 x pp2 at 4 ranks, dp2 x pp2 x tp2 with ZeRO-1 at 8)
 //    loads under others and continues with the losses one rank computes from the same checkpoint, within
 //    1e-5 relative (the printed lines show where they are bit-equal); a one-rank checkpoint loads under the
-//    multi-rank layout the same way.
+//    multi-rank layout the same way. At 8 ranks the checkpoint also loads at tp2 on 2 ranks (four pairs).
 //  - Bad checkpoints (a different model, a missing shard file, a truncated file, a flipped byte) fail
 //    before any step with a message naming the file, the tensor and the numbers, on every rank, and leave
 //    the trainer's parameters untouched.
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -97,6 +99,23 @@ void expect_resume_exact(const config::RunConfig& config, comm::Communicator& wo
   if (world.rank() == 0) fs::remove_all(root);
 }
 
+std::string digits_path() {
+  const char* root = std::getenv("CLEAVE_SOURCE_DIR");
+  return std::string(root ? root : ".") + "/data/digits.csv.gz";
+}
+
+config::RunConfig digits_model(const std::string& model, const std::string& optimizer,
+                               const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"train.steps=" + std::to_string(kSteps), "data.path=" + digits_path()};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return config::parse_config(R"({"model": )" + model + R"(,
+    "batch": {"global_batch_size": 32, "micro_batch_size": 8},
+    "optimizer": )" + optimizer + R"(,
+    "train": {"seed": 5, "deterministic": true, "eval_batches": 0},
+    "data": {"type": "digits"}
+  })", "digits_model", all);
+}
+
 std::string pp(int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); }
 std::string tp(int t) { return "parallel.tensor_model_parallel_size=" + std::to_string(t); }
 
@@ -111,7 +130,9 @@ TEST(Checkpoint, ResumeIsBitIdenticalUnderParallelLayouts) {
   auto world = make_world(/*deterministic=*/true);
   std::vector<std::pair<std::string, std::vector<std::string>>> layouts;
   if (world->size() == 2) {
-    layouts = {{"pp2", {pp(2)}}, {"dp2_zero1", {"optimizer.zero_stage=1", "batch.micro_batch_size=2"}}};
+    layouts = {{"pp2", {pp(2)}},
+               {"dp2_zero1", {"optimizer.zero_stage=1", "batch.micro_batch_size=2"}},
+               {"pp2_bf16", {pp(2), "device.precision=bf16"}}};
   } else if (world->size() == 4) {
     layouts = {{"dp2_pp2", {pp(2)}},
                {"tp2_pp2", {tp(2), pp(2), "parallel.schedule=interleaved_1f1b"}},
@@ -123,6 +144,30 @@ TEST(Checkpoint, ResumeIsBitIdenticalUnderParallelLayouts) {
   }
   if (layouts.empty()) GTEST_SKIP() << "no layouts for world size " << world->size();
   for (const auto& [name, overrides] : layouts) expect_resume_exact(tiny_gpt(overrides), *world, name);
+}
+
+// The digits MLP (SGD with momentum and weight decay) and CNN (AdamW with clipping) resume exactly too,
+// on one rank and (2 ranks) data parallel; one rank also in bf16.
+TEST(Checkpoint, ResumeIsBitIdenticalForTheDigitsModels) {
+  auto world = make_world(/*deterministic=*/true);
+  if (world->size() > 2) GTEST_SKIP() << "runs at 1 and 2 ranks";
+  const std::string mlp = R"({"type": "mlp", "in_features": 64, "hidden": [64, 32], "num_classes": 10, "activation": "relu"})";
+  const std::string cnn =
+      R"({"type": "cnn", "in_channels": 1, "height": 8, "width": 8, "channels": [4, 8], "kernel": 3, "pool": 2,
+          "num_classes": 10})";
+  const std::string sgd = R"({"type": "sgd", "lr": 0.2, "momentum": 0.9, "weight_decay": 0.0001})";
+  const std::string adamw = R"({"type": "adamw", "lr": 0.003, "grad_clip": 0.5, "warmup_steps": 2})";
+  auto self = world->split(world->rank(), 0, "self");
+  if (world->rank() == 0) {
+    expect_resume_exact(digits_model(mlp, sgd, {}), *self, "mlp_one_rank");
+    expect_resume_exact(digits_model(cnn, adamw, {}), *self, "cnn_one_rank");
+    expect_resume_exact(digits_model(cnn, adamw, {"device.precision=bf16"}), *self, "cnn_one_rank_bf16");
+  }
+  world->barrier()->wait();
+  if (world->size() == 2) {
+    expect_resume_exact(digits_model(mlp, sgd, {}), *world, "mlp_dp2");
+    expect_resume_exact(digits_model(cnn, adamw, {"optimizer.zero_stage=1"}), *world, "cnn_dp2_zero1");
+  }
 }
 
 struct Target {
@@ -175,6 +220,12 @@ TEST(Checkpoint, ReshardedLoadContinuesLikeOneRank) {
   run_from(tiny_gpt(source), *world, 0, kSaveAt, "", root);
   const std::string dir = root + "/" + checkpoint::step_dir_name(kSaveAt);
   expect_reshard_matches_one_rank(*world, *self, from, dir, targets);
+  if (eight) {
+    // tp2 on 2 ranks (each pair of ranks loads it; rank 0's pair is compared).
+    auto pair = world->split(world->rank() / 2, world->rank() % 2, "pair");
+    expect_reshard_matches_one_rank(*pair, *self, from, dir, {{"tp2_on_2_ranks", {tp(2)}}});
+    world->barrier()->wait();
+  }
 
   const std::string single_root = shared_dir(*world, "reshard_single");
   if (world->rank() == 0) run_from(tiny_gpt({}), *self, 0, kSaveAt, "", single_root);

@@ -3,11 +3,13 @@
 #   make test   build and run the whole test suite (what .ci/run calls)
 BUILD ?= build
 JOBS  ?= $(shell nproc)
+# Extra scripts/install-deps.sh flags, e.g. DEPS_FLAGS=--with-slurm (CI: the `slurm` test label).
+DEPS_FLAGS ?=
 
 .PHONY: deps build demo test bench clean
 
 deps:
-	./scripts/install-deps.sh
+	./scripts/install-deps.sh $(DEPS_FLAGS)
 
 build:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release

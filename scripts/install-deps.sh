@@ -2,8 +2,17 @@
 # Installs Cleave's build and test dependencies from Debian packages (run as root or with sudo).
 # Also fetches the handwritten-digits data set from Debian's python3-sklearn package into data/ (the
 # package is downloaded and unpacked locally, not installed; nothing comes from outside Debian's archive).
+#   --with-slurm   also SLURM (slurmctld, slurmd, srun with the PMIx plugin) and munge, for the `slurm` test
+#                  label (tests/e2e/slurm_launch.sh starts a private single-node SLURM; CI uses this flag)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+with_slurm=0
+for arg in "$@"; do
+  case "$arg" in
+    --with-slurm) with_slurm=1 ;;
+    *) echo "install-deps.sh: unknown option '$arg' (known: --with-slurm)" >&2; exit 2 ;;
+  esac
+done
 
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
@@ -15,6 +24,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   fortunes
 )
+if [ "$with_slurm" = 1 ]; then packages+=(slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge); fi
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

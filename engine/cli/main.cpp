@@ -30,6 +30,8 @@ int run_version(int, char**) {
 
 constexpr Command kCommands[] = {
     {"train", "train a model from a JSON config (default: a tiny GPT on a synthetic task)", cleave::cli::run_train},
+    {"bench", "benchmark pipeline schedules for real (under mpirun): table, bench.json, bench.html",
+     cleave::cli::run_bench},
     {"simulate", "simulate a pipeline schedule: bubble, memory, Chrome trace and SVG timeline",
      cleave::cli::run_simulate},
     {"verify", "train a layout and a single-rank reference; compare losses and weights (under mpirun)",

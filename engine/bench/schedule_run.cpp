@@ -1,0 +1,148 @@
+// See schedule_run.hpp.
+#include "engine/bench/schedule_run.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <span>
+
+#include "engine/core/allocator.hpp"
+#include "engine/core/error.hpp"
+#include "engine/train/collectives.hpp"
+#include "engine/train/trainer.hpp"
+#include "pipeline/schedules/schedules.hpp"
+
+namespace cleave::bench {
+namespace {
+
+// Mean measured duration of each compute kind per stage, as simulator costs. A fused B is split evenly into
+// I and W, which keeps their sum (all the simulator uses for B) exact.
+pipeline::SimulationCosts measured_costs(const pipeline::Timeline& timeline, int num_stages) {
+  struct Mean {
+    double sum = 0;
+    int n = 0;
+    double value() const { return n ? sum / n : 0.0; }
+  };
+  std::vector<Mean> f(num_stages), in(num_stages), w(num_stages), b(num_stages);
+  for (const auto& rank : timeline.ranks) {
+    for (const auto& t : rank) {
+      const double d = t.end - t.start;
+      const auto s = static_cast<std::size_t>(t.action.stage);
+      switch (t.action.kind) {
+        case pipeline::ActionKind::kForward: f[s].sum += d, ++f[s].n; break;
+        case pipeline::ActionKind::kBackwardInput: in[s].sum += d, ++in[s].n; break;
+        case pipeline::ActionKind::kBackwardWeight: w[s].sum += d, ++w[s].n; break;
+        case pipeline::ActionKind::kBackward: b[s].sum += d, ++b[s].n; break;
+        default: break;
+      }
+    }
+  }
+  pipeline::SimulationCosts costs = pipeline::SimulationCosts::uniform(num_stages);
+  for (std::size_t s = 0; s < static_cast<std::size_t>(num_stages); ++s) {
+    auto& c = costs.stages[s];
+    c.forward = f[s].value();
+    c.backward_input = b[s].n ? b[s].value() / 2 : in[s].value();
+    c.backward_weight = b[s].n ? b[s].value() / 2 : w[s].value();
+  }
+  return costs;
+}
+
+std::vector<std::int64_t> gather_per_rank(comm::Communicator& world, std::int64_t mine) {
+  const auto all = train::all_gather_values<std::int64_t>(world, std::span(&mine, 1));
+  std::vector<std::int64_t> out;
+  for (const auto& v : all) out.push_back(v.at(0));
+  return out;
+}
+
+}  // namespace
+
+std::string ScheduleChoice::label() const {
+  return virtual_stages > 1 ? fmt::format("{}:{}", name, virtual_stages) : name;
+}
+
+std::vector<ScheduleChoice> parse_schedule_list(const std::string& text) {
+  std::vector<ScheduleChoice> out;
+  std::string known;
+  for (auto n : pipeline::schedule_names()) known += fmt::format("{}{}", known.empty() ? "" : ", ", n);
+  if (text == "all") {
+    for (auto n : pipeline::schedule_names()) out.push_back({std::string(n), 1});
+    return out;
+  }
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const auto end = text.find(',', start);
+    const std::string entry = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    const auto colon = entry.find(':');
+    ScheduleChoice choice{entry.substr(0, colon), 1};
+    CLEAVE_CHECK(pipeline::is_schedule_name(choice.name),
+                 "bench: --schedules entry '{}' is not a schedule; known: {} (or 'all'; name:V sets virtual stages)",
+                 entry, known);
+    if (colon != std::string::npos) {
+      const std::string v = entry.substr(colon + 1);
+      CLEAVE_CHECK(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() < 4 &&
+                       std::stoi(v) >= 1,
+                   "bench: --schedules entry '{}': virtual stages after ':' must be a whole number >= 1", entry);
+      choice.virtual_stages = std::stoi(v);
+    }
+    out.push_back(choice);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+ScheduleRun run_schedule(const std::string& config_path, const std::vector<std::string>& overrides,
+                         const ScheduleChoice& choice, int steps, int warmup, comm::Communicator& world) {
+  std::vector<std::string> all = overrides;
+  all.push_back("parallel.schedule=" + choice.name);
+  all.push_back("parallel.virtual_pipeline_stages=" + std::to_string(choice.virtual_stages));
+  all.push_back("train.trace=true");
+  all.push_back("train.steps=" + std::to_string(steps + warmup));
+  all.push_back("train.eval_batches=0");
+  std::unique_ptr<train::Trainer> made;
+  try {  // a config error is the same on every rank, so every rank throws it
+    made = std::make_unique<train::Trainer>(config::load_config(config_path, all), world);
+  } catch (const Error& e) {
+    CLEAVE_THROW("bench: schedule {} cannot run this config: {}", choice.label(), e.what());
+  }
+  train::Trainer& trainer = *made;
+  ScheduleRun run;
+  run.choice = choice;
+  std::int64_t p2p = 0;
+  double items = 0;  // global items (tokens or samples) per step
+  std::vector<pipeline::Timeline> timelines;  // of every measured step (gathered between steps, untimed)
+  for (int s = 0; s < steps + warmup; ++s) {
+    if (s == warmup) trainer.reset_peak_memory();
+    const auto stats = trainer.step(s);
+    if (s == 0) run.first_loss = stats.loss;
+    p2p = stats.p2p_bytes;
+    items = stats.tokens_per_s * stats.step_ms * 1e-3;
+    if (s >= warmup) {
+      run.step_ms.push_back(stats.step_ms);
+      timelines.push_back(trainer.measured_timeline());
+    }
+  }
+  const MemoryStats memory = trainer.memory_stats();
+  run.peak_bytes = gather_per_rank(world, memory.peak_total);
+  run.peak_activations = gather_per_rank(world, memory.peak_of(MemoryCategory::kActivations));
+  run.p2p_bytes = gather_per_rank(world, p2p);
+  const auto& plan = trainer.plan();
+  run.schedule = plan.schedule;
+  run.stages = plan.num_stages();
+  run.pp_size = plan.schedule.pp_size;
+  run.microbatches = plan.schedule.num_microbatches;
+  // The median step (by wall time) is the one reported and drawn: one slow step must not be the picture.
+  std::vector<std::size_t> order(run.step_ms.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return run.step_ms[a] < run.step_ms[b]; });
+  const std::size_t median = order[order.size() / 2];
+  run.median_step_ms = run.step_ms[median];
+  run.measured = std::move(timelines[median]);
+  run.tokens_per_s = items / (run.median_step_ms * 1e-3);
+  run.measured_stats = pipeline::timeline_stats(run.measured);
+  run.costs = measured_costs(run.measured, run.stages);
+  run.predicted = pipeline::simulate(plan.schedule, run.costs);
+  return run;
+}
+
+}  // namespace cleave::bench

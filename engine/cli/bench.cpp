@@ -1,0 +1,147 @@
+// `cleave bench CONFIG [--schedules all|LIST] [--steps N] [--warmup W] [--out DIR] [--set key=value ...]`
+// under mpirun: trains the config under each listed pipeline schedule for real (warm-up, then N measured
+// steps) and writes a summary table (stdout), DIR/bench.json and DIR/bench.html (engine/bench/). The result
+// is checked first: every schedule's first-step loss must equal the first schedule's (same model, same
+// data, same seed), or the bench fails naming both. Ranks are pinned to cores of their own when the node
+// has enough (engine/bench/bench_machine.hpp); oversubscription is warned about in every output.
+// Invariant: nothing is overwritten (an existing DIR/bench.json or bench.html is refused before any run).
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/bench/bench_machine.hpp"
+#include "engine/bench/bench_report.hpp"
+#include "engine/bench/schedule_run.hpp"
+#include "engine/cli/commands.hpp"
+#include "engine/comm/make_communicator.hpp"
+#include "engine/comm/mpi/mpi_runtime.hpp"
+#include "engine/config/config.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+
+namespace cleave::cli {
+namespace {
+
+constexpr const char* kUsage = R"(usage: mpirun -np P cleave bench CONFIG.json [--schedules all|LIST] [--steps N] [--warmup W]
+                                    [--out DIR] [--set key.path=value ...]
+
+Trains CONFIG under each pipeline schedule (real steps, evaluation off) and reports, per schedule: median
+step time, tokens/s, measured bubble per rank (both definitions), peak memory and P2P bytes per rank, and
+the simulator's prediction from the measured per-action costs. Writes DIR/bench.json and DIR/bench.html
+(self-contained: predicted and measured timelines per schedule, and the table).
+
+options:
+  --schedules LIST   'all' (default) or comma-separated names, name:V sets virtual stages
+                     (e.g. 1f1b,zb_h1,interleaved_1f1b:4)
+  --steps N          measured steps per schedule (default 10)
+  --warmup W         warm-up steps per schedule, not measured (default 3)
+  --out DIR          output directory (default bench); bench.json / bench.html there are never overwritten
+  --set key=value    config override, as in cleave train
+  --help             this text
+)";
+
+struct BenchOptions {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string schedules = "all";
+  int steps = 10;
+  int warmup = 3;
+  std::string out = "bench";
+};
+
+int parse_count(const std::string& option, const std::string& text, int minimum) {
+  CLEAVE_CHECK(!text.empty() && text.size() < 7 && text.find_first_not_of("0123456789") == std::string::npos &&
+                   std::stoi(text) >= minimum,
+               "bench: {} expects a whole number >= {}, got '{}'", option, minimum, text);
+  return std::stoi(text);
+}
+
+}  // namespace
+
+int run_bench(int argc, char** argv) {
+  BenchOptions o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    const auto value = [&]() -> std::string {
+      CLEAVE_CHECK(i + 1 < argc, "bench: {} needs a value (see cleave bench --help)", arg);
+      return argv[++i];
+    };
+    if (arg == "--set") o.overrides.push_back(value());
+    else if (arg == "--schedules") o.schedules = value();
+    else if (arg == "--steps") o.steps = parse_count(arg, value(), 1);
+    else if (arg == "--warmup") o.warmup = parse_count(arg, value(), 0);
+    else if (arg == "--out") o.out = value();
+    else if (arg.starts_with("-")) CLEAVE_THROW("bench: unknown option '{}' (see cleave bench --help)", arg);
+    else {
+      CLEAVE_CHECK(o.config_path.empty(), "bench: more than one config file given ('{}' and '{}')", o.config_path, arg);
+      o.config_path = arg;
+    }
+  }
+  const std::vector<bench::ScheduleChoice> choices = bench::parse_schedule_list(o.schedules);
+  for (const char* name : {"bench.json", "bench.html"}) {
+    const auto path = std::filesystem::path(o.out) / name;
+    CLEAVE_CHECK(!std::filesystem::exists(path), "bench: {} exists; not overwriting it (choose another --out)",
+                 path.string());
+  }
+
+  comm::MpiRuntime runtime(&argc, &argv);
+  log::set_rank(runtime.world_rank(), runtime.world_size());
+  try {
+    bench::BenchSetup setup;
+    setup.machine = bench::place_rank_for_bench();  // before any compute thread exists
+    setup.config_path = o.config_path;
+    setup.overrides = o.overrides;
+    setup.steps = o.steps;
+    setup.warmup = o.warmup;
+    const config::RunConfig config = config::load_config(o.config_path, o.overrides);
+    comm::World world = comm::make_world_communicator(
+        runtime, config.parallel.comm_backend, config.device.type,
+        comm::CommOptions{.timeout_s = config.train.comm_timeout_s, .deterministic = config.train.deterministic});
+    const bool root = world.comm->rank() == 0;
+    const auto& p = config.parallel;
+    setup.layout = fmt::format("tp={} dp={} pp={} (world {})", p.tensor_model_parallel_size,
+                               world.comm->size() / (p.tensor_model_parallel_size * p.pipeline_model_parallel_size),
+                               p.pipeline_model_parallel_size, world.comm->size());
+    if (root) log::info("bench: {} | {}", setup.layout, setup.machine.describe());
+    if (root && setup.machine.oversubscribed) {
+      log::warn("bench: {} ranks on {} cores: oversubscribed; measured idle time is hidden (see the report)",
+                setup.machine.ranks_on_node, setup.machine.cores);
+    }
+    std::vector<bench::ScheduleRun> runs;
+    for (const auto& choice : choices) {
+      runs.push_back(bench::run_schedule(o.config_path, o.overrides, choice, o.steps, o.warmup, *world.comm));
+      const auto& run = runs.back();
+      CLEAVE_CHECK(std::abs(run.first_loss - runs.front().first_loss) <= 1e-5 * std::abs(runs.front().first_loss),
+                   "bench: schedule {} computes first-step loss {:.9g} but {} computed {:.9g}: a wrong result, not a "
+                   "timing",
+                   choice.label(), run.first_loss, runs.front().choice.label(), runs.front().first_loss);
+      if (root) {
+        log::info("bench: {} median step {:.2f} ms, measured bubble {:.3f} (predicted {:.3f})", choice.label(),
+                  run.median_step_ms, run.measured_stats.bubble_fraction, run.predicted.stats.bubble_fraction);
+      }
+    }
+    if (root) {
+      std::filesystem::create_directories(o.out);
+      const std::string table = bench::summary_table(setup, runs);
+      std::fputs(table.c_str(), stdout);
+      std::ofstream(std::filesystem::path(o.out) / "bench.json") << bench::bench_json(setup, runs).dump(2) << "\n";
+      std::ofstream html(std::filesystem::path(o.out) / "bench.html");
+      html << bench::bench_html(setup, runs);
+      CLEAVE_CHECK(html.good(), "bench: could not write {}/bench.html", o.out);
+      std::printf("wrote %s/bench.json and %s/bench.html\n", o.out.c_str(), o.out.c_str());
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    if (runtime.world_size() > 1) comm::abort_job(fmt::format("error: {}", e.what()));
+    throw;
+  }
+}
+
+}  // namespace cleave::cli

@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# `cleave bench` under mpiexec -n 2 (pp2, a tiny GPT): every registered schedule runs (plus interleaved
+# with 3 virtual stages); bench.json holds one entry per schedule with its measured and predicted figures,
+# per-rank bubbles under both definitions, peak memory and P2P bytes; bench.html is self-contained (no
+# script, stylesheet, image or font from anywhere) and draws a predicted and a measured timeline per
+# schedule; stdout has the table and names the machine. Bad input: an unknown schedule in the list, a
+# schedule the model cannot be split for, an existing bench.json (never overwritten).
+# Usage: cli_bench.sh CLEAVE MPIEXEC [FLAGS...]
+set -u
+cleave=$(realpath "$1"); shift
+mpiexec=("$@")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+fail() { echo "FAIL $*"; exit 1; }
+cat > tiny.json << 'JSON'
+{
+  "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
+  "parallel": {"pipeline_model_parallel_size": 2},
+  "batch": {"global_batch_size": 8, "micro_batch_size": 1},
+  "optimizer": {"type": "adamw", "lr": 0.003},
+  "train": {"seed": 4},
+  "data": {"type": "synthetic"}
+}
+JSON
+"${mpiexec[@]}" -n 2 "$cleave" bench tiny.json --steps 3 --warmup 1 --out out > bench.log 2>&1 \
+  || { cat bench.log; fail "cleave bench --schedules all"; }
+"${mpiexec[@]}" -n 2 "$cleave" bench tiny.json --steps 2 --warmup 1 --schedules interleaved_1f1b:3,1f1b \
+  --out out3 > bench3.log 2>&1 || { cat bench3.log; fail "cleave bench interleaved_1f1b:3"; }
+grep -q "^schedule .*step_ms .*bubble" bench.log || { cat bench.log; fail "no summary table on stdout"; }
+grep -q "core(s), 2 rank(s) on the node x 1 thread(s) per rank" bench.log || { cat bench.log; fail "machine line"; }
+python3 - out/bench.json out/bench.html out3/bench.json << 'PY' || fail "bench.json / bench.html contents"
+import json, re, sys
+from subprocess import check_output
+bench = json.load(open(sys.argv[1]))
+html = open(sys.argv[2]).read()
+names = [s["label"] for s in bench["schedules"]]
+expected = ["gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zb_v"]
+assert all(n in names for n in expected), f"schedules {names}, expected at least {expected}"
+assert bench["machine"]["cores"] >= 1 and bench["machine"]["threads_per_rank"] >= 1, bench["machine"]
+for s in bench["schedules"]:
+    assert len(s["step_ms"]) == 3 and s["median_step_ms"] > 0 and s["tokens_per_s"] > 0, s["label"]
+    assert s["first_loss"] == bench["schedules"][0]["first_loss"] or \
+        abs(s["first_loss"] - bench["schedules"][0]["first_loss"]) < 1e-5, s["label"]
+    assert len(s["pp_ranks"]) == 2 and len(s["peak_bytes_per_rank"]) == 2 and len(s["p2p_bytes_per_rank_per_step"]) == 2
+    assert all(b > 0 for b in s["peak_bytes_per_rank"]) and all(b > 0 for b in s["p2p_bytes_per_rank_per_step"])
+    for key in ("measured", "predicted"):
+        assert 0 <= s[key]["bubble_fraction"] < 1 and 0 <= s[key]["stage_bubble_fraction"] < 1, (s["label"], key)
+        assert s[key]["makespan_ms"] > 0
+    for r in s["pp_ranks"]:
+        assert 0 <= r["bubble_fraction"] < 1 and 0 <= r["stage_bubble_fraction"] <= r["bubble_fraction"] + 1e-9
+    assert s["stages"] == (4 if s["schedule"] in ("interleaved_1f1b", "zb_v") else s["stages"])
+# Self-contained: nothing is fetched (the SVG namespace URI is a name, not a request).
+for bad in ("<script", "<link", "<img", "src=", "@import", "url("):
+    assert bad not in html, f"bench.html contains {bad}"
+assert not re.search(r'href="(?!#)', html), "bench.html links outside itself"
+for n in names:
+    assert f'<h2 id="{n}">' in html, f"no section for {n}"
+assert html.count("<svg") == 2 * len(names), f"{html.count('<svg')} timelines for {len(names)} schedules"
+assert html.count(": predicted (simulator") == len(names) and html.count(": measured (the median step)") == len(names)
+three = json.load(open(sys.argv[3]))
+assert [s["label"] for s in three["schedules"]] == ["interleaved_1f1b:3", "1f1b"], three["schedules"]
+assert three["schedules"][0]["stages"] == 6
+print(f"ok   bench.json: {len(names)} schedules ({', '.join(names)}); bench.html: {html.count('<svg')} inline timelines, self-contained")
+PY
+
+# Bad input: each refused with the reason; nothing written.
+"${mpiexec[@]}" -n 2 "$cleave" bench tiny.json --schedules 1f1b,zb_x --out bad1 > bad1.log 2>&1 && fail "unknown schedule accepted"
+grep -q "entry 'zb_x' is not a schedule; known: gpipe" bad1.log || { cat bad1.log; fail "unknown schedule message"; }
+"${mpiexec[@]}" -n 2 "$cleave" bench tiny.json --schedules interleaved_1f1b:8 --steps 1 --out bad2 > bad2.log 2>&1 \
+  && fail "16 stages of an 8-block model accepted"
+grep -q "schedule interleaved_1f1b:8 cannot run this config" bad2.log || { cat bad2.log; fail "too many stages message"; }
+[ ! -e bad1/bench.json ] && [ ! -e bad2/bench.json ] || fail "a refused bench wrote bench.json"
+before=$(md5sum out/bench.json)
+"${mpiexec[@]}" -n 2 "$cleave" bench tiny.json --out out > bad3.log 2>&1 && fail "an existing bench.json was overwritten"
+grep -q "out/bench.json exists; not overwriting it" bad3.log || { cat bad3.log; fail "overwrite message"; }
+[ "$before" = "$(md5sum out/bench.json)" ] || fail "bench.json changed"
+echo "ok   bad input: $(grep -o "entry 'zb_x'.*" bad1.log | head -n 1 | cut -c1-60)...; $(grep -o 'schedule interleaved_1f1b:8 cannot.*' bad2.log | head -n 1 | cut -c1-90)..."

@@ -32,6 +32,8 @@ constexpr Command kCommands[] = {
     {"train", "train a model from a JSON config (default: a tiny GPT on a synthetic task)", cleave::cli::run_train},
     {"bench", "benchmark pipeline schedules for real (under mpirun): table, bench.json, bench.html",
      cleave::cli::run_bench},
+    {"plan", "choose tp x pp x dp, schedule, micro-batch and ZeRO under a memory cap (simulated, ranked)",
+     cleave::cli::run_plan},
     {"simulate", "simulate a pipeline schedule: bubble, memory, Chrome trace and SVG timeline",
      cleave::cli::run_simulate},
     {"verify", "train a layout and a single-rank reference; compare losses and weights (under mpirun)",

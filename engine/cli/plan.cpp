@@ -1,0 +1,198 @@
+// `cleave plan CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--top K] [--write BEST.json]
+// [--explain] [--set key=value ...]`: searches tp x pp x dp, schedule, virtual stages, micro-batch size
+// and ZeRO stage for CONFIG on N ranks (engine/planner/plan_search.hpp), discards plans over the memory cap
+// with the reason, ranks the rest by simulated step time and prints them; --write saves the best as a
+// config `mpirun -np N cleave train BEST.json` runs unchanged. No MPI: it plans, it does not train.
+// Invariant: --write never overwrites a file; with no plan under the cap it exits non-zero naming the
+// smallest need per memory category and the plan that came closest.
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "engine/cli/commands.hpp"
+#include "engine/config/config.hpp"
+#include "engine/core/allocator.hpp"
+#include "engine/core/error.hpp"
+#include "engine/planner/hardware_profile.hpp"
+#include "engine/planner/plan_search.hpp"
+
+namespace cleave::cli {
+namespace {
+
+constexpr const char* kUsage = R"(usage: cleave plan CONFIG.json --world N [--profile FILE] [--memory-limit SIZE] [--top K]
+                   [--write BEST.json] [--explain] [--set key.path=value ...]
+
+Searches every plan of CONFIG on N ranks: tensor-parallel size (dividing n_heads and d_ff, within a node),
+pipeline size, data-parallel size, schedule and virtual stages, micro-batch size and ZeRO stage, keeping
+the global batch. Memory per rank comes from the trainer's memory plan; step time from the pipeline
+simulator with costs from the cost model and a hardware profile. Plans over the cap are discarded.
+
+options:
+  --world N            ranks the plan is for (required)
+  --profile FILE       hardware profile (profiles/*.json); default: measure this machine now
+  --memory-limit SIZE  cap per rank, e.g. 64MiB or 80GiB (default: device.memory_limit, else the
+                       profile's device memory, else none)
+  --top K              plans to print (default 10)
+  --write FILE         write the best plan as a config for `mpirun -np N cleave train FILE`
+  --explain            say, for each runner-up, where its extra time goes against the best plan
+  --set key=value      config override, as in cleave train
+)";
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+std::string ms(double seconds) { return fmt::format("{:.2f}", seconds * 1e3); }
+
+std::string signed_ms(double seconds) { return fmt::format("{:+.2f} ms", seconds * 1e3); }
+
+}  // namespace
+
+int run_plan(int argc, char** argv) {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string profile_path;
+  std::string write_path;
+  std::string limit_text;
+  int world = 0;
+  int top = 10;
+  bool explain = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    const auto value = [&]() -> std::string {
+      CLEAVE_CHECK(i + 1 < argc, "plan: {} needs a value (see cleave plan --help)", arg);
+      return argv[++i];
+    };
+    const auto count = [&](const std::string& text) {
+      CLEAVE_CHECK(!text.empty() && text.size() < 7 && text.find_first_not_of("0123456789") == std::string::npos &&
+                       std::stoi(text) >= 1,
+                   "plan: {} expects a whole number >= 1, got '{}'", arg, text);
+      return std::stoi(text);
+    };
+    if (arg == "--world") world = count(value());
+    else if (arg == "--top") top = count(value());
+    else if (arg == "--profile") profile_path = value();
+    else if (arg == "--memory-limit") limit_text = value();
+    else if (arg == "--write") write_path = value();
+    else if (arg == "--explain") explain = true;
+    else if (arg == "--set") overrides.push_back(value());
+    else if (arg.starts_with("-")) CLEAVE_THROW("plan: unknown option '{}' (see cleave plan --help)", arg);
+    else {
+      CLEAVE_CHECK(config_path.empty(), "plan: more than one config file given ('{}' and '{}')", config_path, arg);
+      config_path = arg;
+    }
+  }
+  CLEAVE_CHECK(world >= 1, "plan: --world N is required (the number of ranks to plan for)");
+  CLEAVE_CHECK(write_path.empty() || !std::filesystem::exists(write_path),
+               "plan: --write {} exists; not overwriting it", write_path);
+  const config::RunConfig base = config::load_config(config_path, overrides);
+
+  planner::HardwareProfile profile;
+  if (!profile_path.empty()) {
+    profile = planner::load_profile(profile_path);
+  } else {
+    std::int64_t m = 256, n = 256, k = 256;
+    if (base.model.type == "gpt") {
+      const auto& g = base.model.gpt;
+      m = 4 * g.seq_len;
+      k = g.d_model;
+      n = g.d_ff > 0 ? g.d_ff : 4 * g.d_model;
+    }
+    profile = planner::calibrate_this_machine(world, m, n, k);
+  }
+  planner::SearchOptions options;
+  options.world = world;
+  options.memory_limit = !limit_text.empty()            ? parse_bytes(limit_text, "--memory-limit")
+                         : base.device.memory_limit > 0 ? base.device.memory_limit
+                                                        : profile.device_memory;
+  const planner::SearchResult result = planner::search_plans(config_path, overrides, profile, options);
+
+  std::printf("cleave plan: %s on %d ranks | profile: %s\n  (%s)\n  memory cap per rank: %s\n",
+              config_path.empty() ? "<defaults>" : config_path.c_str(), world, profile.name.c_str(),
+              profile.source.c_str(), result.memory_limit > 0 ? format_bytes(result.memory_limit).c_str() : "none");
+  int invalid = 0, over = 0;
+  for (const auto& r : result.rejected) (r.valid ? over : invalid) += 1;
+  if (result.ranked.empty()) {
+    // The smallest need per category over the valid plans, and the plan that came closest.
+    const planner::PlanEstimate* closest = nullptr;
+    std::array<std::int64_t, kNumMemoryCategories> least{};
+    least.fill(-1);
+    for (const auto& r : result.rejected) {
+      if (!r.valid) continue;
+      if (!closest || r.peak_bytes < closest->peak_bytes) closest = &r;
+      for (int c = 0; c < kNumMemoryCategories; ++c) {
+        if (least[c] < 0 || r.peak_by_category[c] < least[c]) least[c] = r.peak_by_category[c];
+      }
+    }
+    CLEAVE_CHECK(closest != nullptr, "plan: none of the {} layouts of {} ranks is valid for this config; first "
+                 "reason: {}", result.rejected.size(), world, result.rejected.empty() ? "-" : result.rejected.front().reason);
+    std::string needs;
+    for (int c = 0; c < kNumMemoryCategories; ++c) {
+      if (least[c] > 0) {
+        needs += fmt::format("{}{} {}", needs.empty() ? "" : ", ", memory_category_name(static_cast<MemoryCategory>(c)),
+                             format_bytes(least[c]));
+      }
+    }
+    CLEAVE_THROW("plan: no plan fits the memory cap {} per rank ({} plans over it, {} invalid). The smallest need per "
+                 "category over all plans: {}. Closest: {} {} micro {} zero {} needs {} on pp rank {}; raise "
+                 "--memory-limit, add ranks (--world) or shrink the model or batch",
+                 format_bytes(result.memory_limit), over, invalid, needs, closest->choice.layout(),
+                 closest->choice.schedule, closest->choice.micro_batch, closest->choice.zero_stage,
+                 format_bytes(closest->peak_bytes), closest->peak_rank);
+  }
+  std::printf("\n%3s  %-13s %2s %-17s %5s %4s %-9s %10s %12s %7s  %s\n", "#", "layout", "v", "schedule", "micro",
+              "zero", "recompute", "step ms", (result.unit + "/s").c_str(), "bubble", "peak memory / rank");
+  const int shown = std::min<int>(top, static_cast<int>(result.ranked.size()));
+  for (int i = 0; i < shown; ++i) {
+    const auto& e = result.ranked[static_cast<std::size_t>(i)];
+    std::printf("%3d  %-13s %2d %-17s %5lld %4d %-9s %10s %12.0f %7.3f  %s (pp rank %d)%s\n", i + 1,
+                e.choice.layout().c_str(), e.choice.virtual_stages, e.choice.schedule.c_str(),
+                static_cast<long long>(e.choice.micro_batch), e.choice.zero_stage, e.choice.recompute.c_str(),
+                ms(e.step_s).c_str(), e.items_per_s, e.bubble, format_bytes(e.peak_bytes).c_str(), e.peak_rank,
+                result.memory_limit > 0
+                    ? fmt::format(" = {:.0f}% of cap", 100.0 * static_cast<double>(e.peak_bytes) / static_cast<double>(result.memory_limit)).c_str()
+                    : "");
+  }
+  std::printf("\n%d of %zu plans that fit shown; %d over the memory cap, %d the engine refuses (e.g. more stages "
+              "than blocks). Recomputation: none (train.recompute is not implemented yet).\n",
+              shown, result.ranked.size(), over, invalid);
+  if (explain && shown > 1) {
+    const auto& best = result.ranked.front().breakdown;
+    std::printf("\nwhere the runner-ups lose time against #1 (busiest rank; compute / tp all-reduce / idle incl. "
+                "bubble and P2P / dp reduction / optimizer):\n");
+    for (int i = 1; i < shown; ++i) {
+      const auto& e = result.ranked[static_cast<std::size_t>(i)];
+      const auto& b = e.breakdown;
+      std::printf("%3d  %s: compute %s, tp %s, idle %s, dp %s, optimizer %s\n", i + 1,
+                  signed_ms(e.step_s - result.ranked.front().step_s).c_str(), signed_ms(b.compute_s - best.compute_s).c_str(),
+                  signed_ms(b.tp_comm_s - best.tp_comm_s).c_str(), signed_ms(b.idle_s - best.idle_s).c_str(),
+                  signed_ms(b.dp_comm_s - best.dp_comm_s).c_str(), signed_ms(b.optimizer_s - best.optimizer_s).c_str());
+    }
+  }
+  if (!write_path.empty()) {
+    const auto& best = result.ranked.front();
+    std::vector<std::string> all = overrides;
+    for (const auto& o : best.choice.overrides()) all.push_back(o);
+    config::RunConfig chosen = config::parse_config(read_file(config_path), config_path, all);
+    if (chosen.device.type == "cpu" && profile.device_type == "cuda") chosen.device.type = "cuda";
+    std::ofstream out(write_path);
+    out << config::to_json(chosen) << "\n";
+    CLEAVE_CHECK(out.good(), "plan: could not write {}", write_path);
+    std::printf("\nwrote plan #1 to %s: mpirun -np %d cleave train %s\n", write_path.c_str(), world, write_path.c_str());
+  }
+  return 0;
+}
+
+}  // namespace cleave::cli

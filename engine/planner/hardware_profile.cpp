@@ -1,0 +1,132 @@
+// See hardware_profile.hpp.
+#include "engine/planner/hardware_profile.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/error.hpp"
+#include "engine/core/tensor.hpp"
+#include "kernels/ops/ops.hpp"
+
+namespace cleave::planner {
+namespace {
+
+using nlohmann::json;
+
+double positive(const json& section, const std::string& key, const std::string& where) {
+  CLEAVE_CHECK(section.contains(key), "{}: missing key '{}'", where, key);
+  const json& v = section.at(key);
+  CLEAVE_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0,
+               "{}: '{}' must be a number > 0, got {}", where, key, v.dump());
+  return v.get<double>();
+}
+
+Link read_link(const json& root, const std::string& key, const std::string& file) {
+  const std::string where = fmt::format("profile {}: {}", file, key);
+  CLEAVE_CHECK(root.contains(key) && root.at(key).is_object(), "profile {}: missing object '{}'", file, key);
+  const json& s = root.at(key);
+  return {positive(s, "latency_us", where) * 1e-6, positive(s, "bandwidth_GBps", where) * 1e9};
+}
+
+}  // namespace
+
+double Link::all_reduce_s(double bytes, int ranks) const {
+  if (ranks <= 1 || bytes <= 0) return 0.0;
+  const double n = ranks;
+  return 2.0 * (n - 1) / n * bytes / bandwidth_Bps + 2.0 * (n - 1) * latency_s;
+}
+
+HardwareProfile load_profile(const std::string& path) {
+  std::ifstream in(path);
+  CLEAVE_CHECK(in.good(), "profile {}: cannot open it", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  json root;
+  try {
+    root = json::parse(text.str());
+  } catch (const std::exception& e) {
+    CLEAVE_THROW("profile {}: not valid JSON ({})", path, e.what());
+  }
+  CLEAVE_CHECK(root.is_object() && root.value("format", "") == "cleave-hardware-profile",
+               "profile {}: expected an object with \"format\": \"cleave-hardware-profile\"", path);
+  HardwareProfile p;
+  p.name = root.value("name", path);
+  p.source = root.value("source", "");
+  CLEAVE_CHECK(!p.source.empty(), "profile {}: 'source' must say where the numbers come from", path);
+  p.device_type = root.value("device_type", "cuda");
+  CLEAVE_CHECK(p.device_type == "cpu" || p.device_type == "cuda", "profile {}: device_type must be cpu or cuda, got {}",
+               path, p.device_type);
+  const std::string where = "profile " + path;
+  CLEAVE_CHECK(root.contains("sustained_gemm_tflops") && root.at("sustained_gemm_tflops").is_object(),
+               "profile {}: missing object 'sustained_gemm_tflops' {{\"f32\": .., \"bf16\": ..}}", path);
+  p.flops_f32 = positive(root.at("sustained_gemm_tflops"), "f32", where + ": sustained_gemm_tflops") * 1e12;
+  p.flops_bf16 = positive(root.at("sustained_gemm_tflops"), "bf16", where + ": sustained_gemm_tflops") * 1e12;
+  p.memory_bandwidth_Bps = positive(root, "memory_bandwidth_GBps", where) * 1e9;
+  p.intra_node = read_link(root, "intra_node", path);
+  p.inter_node = read_link(root, "inter_node", path);
+  p.ranks_per_node = static_cast<int>(positive(root, "ranks_per_node", where));
+  p.device_memory = static_cast<std::int64_t>(positive(root, "device_memory_GiB", where) * 1024.0 * 1024.0 * 1024.0);
+  return p;
+}
+
+HardwareProfile calibrate_this_machine(int ranks, std::int64_t m, std::int64_t n, std::int64_t k) {
+  HardwareProfile p;
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  const int threads = std::max(1, cores / std::max(1, ranks));
+  p.name = fmt::format("this machine (measured: {} cores, {} thread(s) per rank)", cores, threads);
+  p.device_type = "cpu";
+  p.ranks_per_node = std::max(1, ranks);
+  ops::configure_cpu_threads(threads);
+  m = std::clamp<std::int64_t>(m, 16, 2048);
+  n = std::clamp<std::int64_t>(n, 16, 4096);
+  k = std::clamp<std::int64_t>(k, 16, 4096);
+  const ops::Context ctx;
+  Tensor a = Tensor::empty({m, k}, DType::kF32, MemoryCategory::kWorkspace);
+  Tensor b = Tensor::empty({k, n}, DType::kF32, MemoryCategory::kWorkspace);
+  Tensor c = Tensor::empty({m, n}, DType::kF32, MemoryCategory::kWorkspace);
+  ops::fill(ctx, a, 0.5f);
+  ops::fill(ctx, b, 0.25f);
+  ops::gemm(ctx, a, b, c);  // warm-up
+  const auto start = std::chrono::steady_clock::now();
+  int reps = 0;
+  double elapsed = 0;
+  while (elapsed < 0.2 || reps < 3) {
+    ops::gemm(ctx, a, b, c);
+    ++reps;
+    elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  }
+  // More ranks than cores: each rank gets cores / ranks of a core on average.
+  const double share = std::min(1.0, static_cast<double>(cores) / std::max(1, ranks));
+  p.flops_f32 = share * 2.0 * static_cast<double>(m * n * k) * reps / elapsed;
+  p.flops_bf16 = p.flops_f32 * 0.8;  // the CPU bf16 path widens to f32 GEMMs and narrows back
+  // Memory bandwidth: y += x over 8 MiB vectors.
+  Tensor x = Tensor::empty({1 << 21}, DType::kF32, MemoryCategory::kWorkspace);
+  Tensor y = Tensor::empty({1 << 21}, DType::kF32, MemoryCategory::kWorkspace);
+  ops::fill(ctx, x, 1.0f);
+  ops::fill(ctx, y, 0.0f);
+  const auto s2 = std::chrono::steady_clock::now();
+  int passes = 0;
+  double t2 = 0;
+  while (t2 < 0.05 || passes < 3) {
+    ops::axpy(ctx, 0.5f, x, y);
+    ++passes;
+    t2 = std::chrono::duration<double>(std::chrono::steady_clock::now() - s2).count();
+  }
+  p.memory_bandwidth_Bps = share * 3.0 * 4.0 * static_cast<double>(1 << 21) * passes / t2;
+  p.intra_node = Link{20e-6, 2e9};
+  p.inter_node = Link{50e-6, 1e9};
+  p.source = fmt::format("measured now: a {}x{}x{} f32 GEMM ran at {:.1f} GFLOP/s per rank; a streamed axpy at "
+                         "{:.1f} GB/s{}; links are defaults for MPI over shared memory (20 us, 2 GB/s)",
+                         m, k, n, p.flops_f32 / 1e9, p.memory_bandwidth_Bps / 1e9,
+                         share < 1 ? fmt::format(" (x{:.2f}: {} ranks share {} cores)", share, ranks, cores) : "");
+  return p;
+}
+
+}  // namespace cleave::planner

@@ -1,0 +1,46 @@
+// HardwareProfile: what the planner assumes about the machine a plan will run on: sustained GEMM FLOP/s by
+// dtype, the link between ranks inside a node and between nodes (alpha-beta: latency + bytes / bandwidth),
+// the memory bandwidth an optimizer step streams at, ranks per node (tensor parallelism stays inside a
+// node) and device memory. Loaded from a JSON profile file (profiles/*.json ship published hardware, with
+// their sources in the file) or measured on this machine (calibrate_this_machine).
+// Invariant: every number is finite and > 0 once a profile is returned; a bad file is an Error naming the
+// file and the key.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace cleave::planner {
+
+struct Link {
+  double latency_s = 20e-6;        // per message
+  double bandwidth_Bps = 2e9;      // bytes per second, one direction
+  // Ring all-reduce of `bytes` over `ranks`: 2 (n - 1) / n · bytes / bandwidth + 2 (n - 1) · latency.
+  double all_reduce_s(double bytes, int ranks) const;
+};
+
+struct HardwareProfile {
+  std::string name;                   // "A100 80GB SXM (DGX A100)", "this machine (measured)"
+  std::string source;                 // where the numbers come from
+  std::string device_type = "cpu";    // cpu | cuda (what the written config uses)
+  double flops_f32 = 0;               // sustained GEMM FLOP/s of one rank at training shapes
+  double flops_bf16 = 0;
+  double memory_bandwidth_Bps = 0;    // per rank, for optimizer steps
+  Link intra_node;                    // tp collectives, p2p and dp inside a node
+  Link inter_node;                    // between nodes
+  int ranks_per_node = 1;             // tp never crosses a node
+  std::int64_t device_memory = 0;     // bytes per rank; 0 = unknown (then only --memory-limit caps)
+
+  double flops(bool bf16) const { return bf16 ? flops_bf16 : flops_f32; }
+};
+
+// Reads a profile file (format: profiles/README.md). Throws Error naming the file and the key.
+HardwareProfile load_profile(const std::string& path);
+
+// Measures this machine for `ranks` ranks sharing it: a GEMM of the given shape ([m, k] x [k, n]) on
+// cores / ranks threads for about 0.2 s (its FLOP/s stands for every block; the planner's figures say
+// so), memory bandwidth from a streamed add, and the intra-node link from defaults typical of MPI over
+// shared memory (latency 20 us, 2 GB/s; --profile replaces them).
+HardwareProfile calibrate_this_machine(int ranks, std::int64_t m, std::int64_t n, std::int64_t k);
+
+}  // namespace cleave::planner

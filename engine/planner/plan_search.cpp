@@ -1,0 +1,249 @@
+// See plan_search.hpp.
+#include "engine/planner/plan_search.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "engine/config/config.hpp"
+#include "engine/core/error.hpp"
+#include "engine/train/memory_plan.hpp"
+#include "engine/train/plan.hpp"
+#include "partition/cost_model.hpp"
+#include "partition/tp_rules.hpp"
+#include "pipeline/schedules/schedules.hpp"
+#include "pipeline/simulator.hpp"
+
+namespace cleave::planner {
+namespace {
+
+std::string read_text(const std::string& path) {
+  if (path.empty()) return "";
+  std::ifstream in(path);
+  CLEAVE_CHECK(in.good(), "plan: cannot open config {}", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::vector<int> divisors(std::int64_t n) {
+  std::vector<int> out;
+  for (std::int64_t d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(static_cast<int>(d));
+  }
+  return out;
+}
+
+// Per-stage costs in seconds, split so the breakdown can be reported.
+struct StageParts {
+  double f = 0, i = 0, w = 0;        // compute
+  double f_tp = 0, i_tp = 0;         // tp all-reduces inside F and I
+  double reduce = 0;                 // REDUCE_GRAD
+};
+
+// The global batch a plan keeps: the config's batch.global_batch_size, or what its own layout resolves to.
+std::int64_t fixed_global_batch(const config::RunConfig& base, int world) {
+  if (base.batch.global_batch_size) return *base.batch.global_batch_size;
+  config::RunConfig copy = base;
+  try {
+    copy.resolve(world);
+  } catch (const Error& e) {
+    CLEAVE_THROW("plan: the planner keeps the global batch fixed; set batch.global_batch_size (the config's own "
+                 "layout does not resolve on {} ranks: {})", world, e.what());
+  }
+  return copy.resolved_batch().global_batch_size;
+}
+
+}  // namespace
+
+std::string PlanChoice::layout() const { return fmt::format("tp{} pp{} dp{}", tp, pp, dp); }
+
+std::vector<std::string> PlanChoice::overrides() const {
+  return {fmt::format("parallel.tensor_model_parallel_size={}", tp),
+          fmt::format("parallel.pipeline_model_parallel_size={}", pp),
+          fmt::format("parallel.data_parallel_size={}", dp),
+          fmt::format("parallel.virtual_pipeline_stages={}", virtual_stages),
+          fmt::format("parallel.schedule={}", schedule),
+          fmt::format("batch.micro_batch_size={}", micro_batch),
+          fmt::format("batch.global_batch_size={}", global_batch),
+          fmt::format("batch.gradient_accumulation_steps={}", global_batch / (micro_batch * dp)),
+          fmt::format("optimizer.zero_stage={}", zero_stage)};
+}
+
+PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std::string>& overrides,
+                           const PlanChoice& choice, const HardwareProfile& profile, const SearchOptions& options) {
+  PlanEstimate est;
+  est.choice = choice;
+  config::RunConfig config;
+  train::Plan plan;
+  try {
+    std::vector<std::string> all = overrides;
+    for (auto& o : choice.overrides()) all.push_back(o);
+    config = config::parse_config(read_text(config_path), config_path.empty() ? "<defaults>" : config_path, all);
+    config.resolve(options.world);
+    plan = train::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0);
+  } catch (const Error& e) {
+    est.reason = e.what();
+    return est;
+  }
+  est.valid = true;
+
+  // Memory: the trainer's own estimate for every pp rank.
+  for (int r = 0; r < choice.pp; ++r) {
+    const train::MemoryPlan memory = train::estimate_rank_memory(plan, config, r);
+    if (memory.total() > est.peak_bytes) {
+      est.peak_bytes = memory.total();
+      est.peak_rank = r;
+      est.peak_by_category = memory.bytes;
+    }
+  }
+  const std::int64_t cap = options.memory_limit;
+  est.fits = cap == 0 || est.peak_bytes <= cap;
+  if (!est.fits) {
+    est.reason = fmt::format("pp rank {} needs {} > cap {}", est.peak_rank, format_bytes(est.peak_bytes), format_bytes(cap));
+  }
+
+  // Time: per-stage costs from the cost model and the profile, timed by the simulator.
+  const bool bf16 = config.device.precision == "bf16";
+  const DType dtype = bf16 ? DType::kBF16 : DType::kF32;
+  const auto costs = partition::model_costs(plan.spec, dtype);
+  const double micro = static_cast<double>(choice.micro_batch);
+  const double flops = profile.flops(bf16);
+  const Link& p2p_link = options.world > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
+  const Link& dp_link = choice.tp * choice.dp > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
+  const double act_bytes = static_cast<double>(dtype_size(dtype));
+  const int num_stages = plan.num_stages();
+  std::vector<StageParts> parts(static_cast<std::size_t>(num_stages));
+  pipeline::SimulationCosts sim = pipeline::SimulationCosts::uniform(num_stages, 0, 0, 0);
+  double local_params = 0;  // elements on the busiest pp rank, for the optimizer step
+  std::vector<double> rank_params(static_cast<std::size_t>(choice.pp), 0.0);
+  for (int s = 0; s < num_stages; ++s) {
+    const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
+    StageParts& p = parts[static_cast<std::size_t>(s)];
+    double grad_bytes = 0;
+    for (int b = range.begin; b < range.end; ++b) {
+      const auto& c = costs[static_cast<std::size_t>(b)];
+      const auto& block = plan.spec.blocks[static_cast<std::size_t>(b)];
+      p.f += c.forward_flops * micro / choice.tp / flops;
+      p.i += c.input_grad_flops * micro / choice.tp / flops;
+      p.w += c.weight_grad_flops * micro / choice.tp / flops;
+      grad_bytes += 4.0 * static_cast<double>(c.param_count) / choice.tp;
+      if (choice.tp > 1 && plan.spec.type == "gpt") {
+        const double activation = micro * static_cast<double>(plan.spec.gpt.seq_len * plan.spec.gpt.d_model) * act_bytes;
+        if (block.kind == partition::BlockKind::kTransformerBlock) {
+          p.f_tp += 2 * profile.intra_node.all_reduce_s(activation, choice.tp);
+          p.i_tp += 2 * profile.intra_node.all_reduce_s(activation, choice.tp);
+        } else if (block.kind == partition::BlockKind::kEmbedding) {
+          p.f_tp += profile.intra_node.all_reduce_s(activation, choice.tp);
+        }
+      }
+    }
+    const double wire = config.parallel.grad_reduce_dtype == "bf16" ? grad_bytes / 2 : grad_bytes;
+    p.reduce = choice.dp > 1 ? dp_link.all_reduce_s(wire, choice.dp) : 0.0;
+    rank_params[static_cast<std::size_t>(plan.stage_to_rank(s))] += grad_bytes / 4.0;
+    auto& sc = sim.stages[static_cast<std::size_t>(s)];
+    sc.forward = p.f + p.f_tp;
+    sc.backward_input = p.i + p.i_tp;
+    sc.backward_weight = p.w;
+    sc.reduce_grad = p.reduce;
+    sc.output_bytes = static_cast<double>(costs[static_cast<std::size_t>(range.end - 1)].output_bytes) * micro;
+  }
+  local_params = *std::max_element(rank_params.begin(), rank_params.end());
+  const double optimizer_bytes_per_param =
+      config.optimizer.type == "adamw" ? 28.0 : (config.optimizer.momentum != 0.0 ? 16.0 : 12.0);
+  sim.optimizer_step = local_params * optimizer_bytes_per_param /
+                       (config.optimizer.zero_stage == 1 ? choice.dp : 1) / profile.memory_bandwidth_Bps;
+  sim.p2p_latency = choice.pp > 1 ? p2p_link.latency_s : 0.0;
+  sim.p2p_bandwidth = p2p_link.bandwidth_Bps;
+  const pipeline::SimulationResult result = pipeline::simulate(plan.schedule, sim);
+  est.step_s = result.stats.makespan;
+  est.bubble = result.stats.bubble_fraction;
+  const double items = static_cast<double>(config.resolved_batch().global_batch_size * plan.spec.items_per_sample());
+  est.items_per_s = est.step_s > 0 ? items / est.step_s : 0.0;
+
+  // Breakdown on the busiest pp rank.
+  int busiest = 0;
+  for (std::size_t r = 0; r < result.stats.ranks.size(); ++r) {
+    if (result.stats.ranks[r].busy > result.stats.ranks[static_cast<std::size_t>(busiest)].busy) busiest = static_cast<int>(r);
+  }
+  StepBreakdown& bd = est.breakdown;
+  for (const auto& a : plan.schedule.ranks[static_cast<std::size_t>(busiest)]) {
+    const StageParts& p = parts[static_cast<std::size_t>(std::max(0, a.stage))];
+    switch (a.kind) {
+      case pipeline::ActionKind::kForward: bd.compute_s += p.f, bd.tp_comm_s += p.f_tp; break;
+      case pipeline::ActionKind::kBackwardInput: bd.compute_s += p.i, bd.tp_comm_s += p.i_tp; break;
+      case pipeline::ActionKind::kBackwardWeight: bd.compute_s += p.w; break;
+      case pipeline::ActionKind::kBackward: bd.compute_s += p.i + p.w, bd.tp_comm_s += p.i_tp; break;
+      case pipeline::ActionKind::kReduceGrad: bd.dp_comm_s += p.reduce; break;
+      case pipeline::ActionKind::kOptimizerStep: bd.optimizer_s += sim.optimizer_step; break;
+      default: break;
+    }
+  }
+  bd.idle_s = std::max(0.0, est.step_s - bd.compute_s - bd.tp_comm_s - bd.dp_comm_s - bd.optimizer_s);
+  return est;
+}
+
+SearchResult search_plans(const std::string& config_path, const std::vector<std::string>& overrides,
+                          const HardwareProfile& profile, const SearchOptions& options) {
+  CLEAVE_CHECK(options.world >= 1, "plan: --world must be >= 1, got {}", options.world);
+  const config::RunConfig base = config::parse_config(read_text(config_path), config_path.empty() ? "<defaults>" : config_path, overrides);
+  const std::int64_t global = fixed_global_batch(base, options.world);
+  SearchResult out;
+  out.memory_limit = options.memory_limit;
+  out.unit = base.model.type == "gpt" ? "tok" : "samples";
+  SearchOptions opts = options;
+  opts.memory_limit = out.memory_limit;
+
+  std::vector<int> tps = {1};
+  if (base.model.type == "gpt") {
+    const auto& g = base.model.gpt;
+    tps.clear();
+    for (auto t : partition::allowed_tp_sizes(g.n_heads, g.d_ff > 0 ? g.d_ff : 4 * g.d_model)) {
+      if (options.world % t == 0 && t <= profile.ranks_per_node) tps.push_back(static_cast<int>(t));
+    }
+  }
+  int layouts = 0;
+  for (int tp : tps) {
+    for (int pp : divisors(options.world / tp)) {
+      const int dp = options.world / (tp * pp);
+      if (global % dp != 0) {
+        out.rejected.push_back({PlanChoice{tp, pp, dp, 1, "-", 1, 0, "none", global}, false, false,
+                                fmt::format("batch.global_batch_size {} is not divisible by dp {}", global, dp)});
+        continue;
+      }
+      ++layouts;
+      std::vector<std::pair<std::string, int>> schedules;
+      if (pp == 1) {
+        schedules.push_back({"1f1b", 1});
+      } else {
+        for (auto name : pipeline::schedule_names()) {
+          const std::string n(name);
+          schedules.push_back({n, pipeline::default_virtual_stages(n)});
+          if (n == "interleaved_1f1b") schedules.push_back({n, 4});
+        }
+      }
+      for (const auto& [schedule, v] : schedules) {
+        for (int micro : divisors(global / dp)) {
+          for (int zero : dp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0}) {
+            PlanChoice c{tp, pp, dp, v, schedule, micro, zero, "none", global};
+            PlanEstimate e = estimate_plan(config_path, overrides, c, profile, opts);
+            (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
+          }
+        }
+      }
+    }
+  }
+  CLEAVE_CHECK(layouts > 0, "plan: no layout of {} ranks fits this config: tp must divide n_heads and d_ff (and stay "
+               "within a node of {} ranks), and dp must divide batch.global_batch_size {}", options.world,
+               profile.ranks_per_node, global);
+  std::stable_sort(out.ranked.begin(), out.ranked.end(), [](const PlanEstimate& a, const PlanEstimate& b) {
+    if (a.step_s != b.step_s) return a.step_s < b.step_s;
+    return a.peak_bytes < b.peak_bytes;
+  });
+  return out;
+}
+
+}  // namespace cleave::planner

@@ -1,0 +1,87 @@
+// The plan search behind `cleave plan`: every layout of a config on `world` ranks (tp dividing heads and
+// d_ff and within a node, pp up to the block count, dp the rest; every schedule with its virtual stages;
+// every micro-batch size dividing the per-replica batch; ZeRO 0 and 1 when dp > 1), each checked by the
+// engine's own config and plan code (so a plan the search returns is one `cleave train` accepts), its
+// memory estimated per pp rank by the trainer's memory plan (engine/train/memory_plan.hpp) and its step
+// timed by the pipeline simulator with per-stage costs from the cost model and a hardware profile:
+//   F, I, W of a stage = its blocks' FLOPs x micro-batch / tp / sustained FLOP/s, plus the tensor-parallel
+//     all-reduces of its transformer blocks (2 in F, 2 in I, of [micro, T, D]; 1 for the vocab-parallel
+//     embedding in F) on the intra-node link;
+//   P2P = the stage's boundary bytes over the intra- or inter-node link (latency + bytes / bandwidth);
+//   REDUCE_GRAD (dp > 1) = a ring all-reduce of the stage's gradient bytes (ZeRO-1: reduce-scatter +
+//     all-gather, the same volume), placed by the schedule where the engine places it;
+//   OPTIMIZER_STEP = bytes the optimizer streams (AdamW 28 B, SGD with momentum 16 B, SGD 12 B per local
+//     parameter; / dp with ZeRO-1) over the memory bandwidth.
+// Activation recomputation is not implemented yet (train.recompute does not exist); every plan is "none".
+// Invariant: a plan whose estimated peak on any pp rank exceeds the cap is never ranked; it is kept with
+// the reason so the caller can say why nothing fits.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/core/allocator.hpp"
+#include "engine/planner/hardware_profile.hpp"
+
+namespace cleave::planner {
+
+struct PlanChoice {
+  int tp = 1, pp = 1, dp = 1;
+  int virtual_stages = 1;
+  std::string schedule = "1f1b";
+  std::int64_t micro_batch = 1;
+  int zero_stage = 0;
+  std::string recompute = "none";
+  std::int64_t global_batch = 0;  // kept from the config
+  std::string layout() const;   // "tp2 pp2 dp1"
+  // The --set overrides that select this plan (parallel.*, batch.*, optimizer.zero_stage).
+  std::vector<std::string> overrides() const;
+};
+
+// Where a plan's predicted step time goes, per step (seconds); sums to step_s.
+struct StepBreakdown {
+  double compute_s = 0;     // the busiest rank's F/I/W compute (tp all-reduces excluded)
+  double tp_comm_s = 0;     // the busiest rank's tp all-reduces
+  double idle_s = 0;        // the busiest rank's idle time inside the pipeline makespan (bubble + P2P waits)
+  double dp_comm_s = 0;     // REDUCE_GRAD on the busiest rank
+  double optimizer_s = 0;
+};
+
+struct PlanEstimate {
+  PlanChoice choice;
+  bool valid = false;          // the engine accepts the layout (else `reason` says why)
+  bool fits = false;           // valid and every pp rank's estimate <= cap
+  std::string reason;          // why invalid / over the cap
+  double step_s = 0;           // predicted step time
+  double items_per_s = 0;      // tokens (gpt) or samples per second, global
+  double bubble = 0;           // simulated bubble fraction of the pipeline
+  std::int64_t peak_bytes = 0; // max over pp ranks of the memory plan's total
+  int peak_rank = 0;
+  std::array<std::int64_t, kNumMemoryCategories> peak_by_category{};  // of that rank
+  StepBreakdown breakdown;
+};
+
+struct SearchOptions {
+  int world = 1;
+  std::int64_t memory_limit = 0;  // bytes per rank; 0 = the profile's device memory, or none
+};
+
+struct SearchResult {
+  std::vector<PlanEstimate> ranked;    // fitting plans, fastest first
+  std::vector<PlanEstimate> rejected;  // invalid or over the cap, with reasons
+  std::int64_t memory_limit = 0;       // the cap used (0 = none)
+  std::string unit;                    // "tok" or "samples"
+};
+
+// Searches every plan of the config (file `config_path` + `overrides`). Throws Error for a world size no
+// layout divides, or a config that is invalid on its own.
+SearchResult search_plans(const std::string& config_path, const std::vector<std::string>& overrides,
+                          const HardwareProfile& profile, const SearchOptions& options);
+
+// Estimates one plan (what search_plans does for each). Never throws for a bad layout: valid = false.
+PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std::string>& overrides,
+                           const PlanChoice& choice, const HardwareProfile& profile, const SearchOptions& options);
+
+}  // namespace cleave::planner

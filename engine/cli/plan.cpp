@@ -136,7 +136,7 @@ int run_plan(int argc, char** argv) {
         if (least[c] < 0 || r.peak_by_category[c] < least[c]) least[c] = r.peak_by_category[c];
       }
     }
-    CLEAVE_CHECK(closest != nullptr, "plan: none of the {} layouts of {} ranks is valid for this config; first "
+    CLEAVE_CHECK(closest != nullptr, "plan: none of the {} plans of {} ranks is valid for this config; first "
                  "reason: {}", result.rejected.size(), world, result.rejected.empty() ? "-" : result.rejected.front().reason);
     std::string needs;
     for (int c = 0; c < kNumMemoryCategories; ++c) {

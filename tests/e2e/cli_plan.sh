@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# `cleave plan`: the search on 2 ranks under a memory cap prints a ranked table whose plans are all under the
+# cap; --write saves plan #1 as a config that `mpiexec -n 2 cleave train` runs unchanged (and the measured
+# peak is reported next to the plan's estimate); --explain says where runner-ups lose time. Bad input:
+# a world no layout fits, a cap no plan meets (smallest need per category and the closest plan), an
+# unreadable or malformed profile, and --write onto an existing file: one clear error each, nothing written.
+# Usage: cli_plan.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
+set -u
+cleave=$(realpath "$1"); source_dir=$(realpath "$2"); shift 2
+mpiexec=("$@")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+fail() { echo "FAIL $*"; exit 1; }
+cat > tiny.json << 'JSON'
+{
+  "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
+  "batch": {"global_batch_size": 8},
+  "optimizer": {"type": "adamw", "lr": 0.003},
+  "train": {"steps": 4, "seed": 2, "log_interval": 1, "eval_batches": 1},
+  "data": {"type": "synthetic"}
+}
+JSON
+"$cleave" plan tiny.json --world 2 --memory-limit 1MiB --top 5 --explain --write best.json > plan.log 2>&1 \
+  || { cat plan.log; fail "cleave plan"; }
+grep -q "^  1  tp" plan.log || { cat plan.log; fail "no ranked table"; }
+grep -q "where the runner-ups lose time" plan.log || { cat plan.log; fail "no --explain"; }
+python3 - plan.log << 'PY' || { cat plan.log; fail "a ranked plan is over the 1 MiB cap or times are not ascending"; }
+import re, sys
+rows = [l for l in open(sys.argv[1]) if re.match(r"^\s+\d+\s+tp\d", l)]
+assert rows, "no rows"
+times = [float(l.split()[9]) for l in rows]
+assert times == sorted(times), times
+for l in rows:
+    m = re.search(r"= (\d+)% of cap", l)
+    assert m and int(m.group(1)) <= 100, l
+PY
+[ -f best.json ] || fail "--write wrote nothing"
+"${mpiexec[@]}" -n 2 "$cleave" train best.json --set train.out_dir=run > train.log 2>&1 || { cat best.json train.log; fail "the written plan does not train"; }
+[ "$(wc -l < run/metrics.jsonl)" -eq 4 ] || fail "the written plan did not run 4 steps"
+echo "ok   plan #1: $(sed -n 's/^  1  //p' plan.log | tr -s ' ' | cut -c1-90)"
+echo "     trained: $(grep -o 'peak memory per rank.*' train.log)"
+
+# Bad input.
+"$cleave" plan tiny.json --world 7 --set model.n_layers=2 > bad1.log 2>&1 && fail "world 7 accepted"
+grep -q "plan: none of the .* plans of 7 ranks is valid\|no layout of 7 ranks fits" bad1.log || { cat bad1.log; fail "world 7 message"; }
+"$cleave" plan tiny.json --world 2 --memory-limit 4KiB > bad2.log 2>&1 && fail "a 4 KiB cap accepted"
+grep -q "no plan fits the memory cap 4.00 KiB.*smallest need per category.*parameters.*Closest: tp" bad2.log \
+  || { cat bad2.log; fail "cap message"; }
+"$cleave" plan tiny.json --world 2 --profile nothere.json > bad3.log 2>&1 && fail "a missing profile accepted"
+grep -q "profile nothere.json: cannot open it" bad3.log || { cat bad3.log; fail "missing profile message"; }
+sed 's/"memory_bandwidth_GBps": 1630,//' "$source_dir/profiles/a100_80gb_sxm.json" > broken.json
+"$cleave" plan tiny.json --world 2 --profile broken.json > bad4.log 2>&1 && fail "a profile without memory bandwidth accepted"
+grep -q "profile broken.json: missing key 'memory_bandwidth_GBps'" bad4.log || { cat bad4.log; fail "broken profile message"; }
+before=$(md5sum best.json)
+"$cleave" plan tiny.json --world 2 --write best.json > bad5.log 2>&1 && fail "--write overwrote a file"
+grep -q "best.json exists; not overwriting it" bad5.log || { cat bad5.log; fail "overwrite message"; }
+[ "$before" = "$(md5sum best.json)" ] || fail "best.json changed"
+"$cleave" plan tiny.json --world 16 --profile "$source_dir/profiles/h100_sxm.json" --top 1 > h100.log 2>&1 || { cat h100.log; fail "h100 profile"; }
+echo "ok   bad input refused: $(grep -o 'no plan fits the memory cap.*' bad2.log | cut -c1-100)..."

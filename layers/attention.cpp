@@ -50,14 +50,23 @@ Tensor CausalSelfAttention::forward(const Tensor& x, Stash& stash, Context& ctx)
   Tensor out = new_activation(ctx, Shape{b, t, local_heads_ * hd});
   Tensor probs = new_activation(ctx, Shape{b, local_heads_, t, t});
   ops::attention_forward(ctx, qkv, out, probs, local_heads_);
-  stash.tensors = {qkv, probs};
+  if (recompute_scores_) stash.tensors = {qkv};
+  else stash.tensors = {qkv, probs};
   return proj_->forward(out, stash.children[1], ctx);
 }
 
 Tensor CausalSelfAttention::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const std::string who = this->who();
   const Tensor qkv = stash_at(stash, 0, who);
-  const Tensor probs = stash_at(stash, 1, who);
+  Tensor probs;
+  if (recompute_scores_) {
+    const std::int64_t b = qkv.dim(0), t = qkv.dim(1), hd = d_model_ / n_heads_;
+    probs = new_activation(ctx, Shape{b, local_heads_, t, t});
+    const Tensor scratch_out = new_activation(ctx, Shape{b, t, local_heads_ * hd});
+    ops::attention_forward(ctx, qkv, scratch_out, probs, local_heads_);
+  } else {
+    probs = stash_at(stash, 1, who);
+  }
   Tensor dout = proj_->backward_input(dy, stash.children[1], ctx);
   Tensor dqkv = new_activation(ctx, qkv.shape());
   ops::attention_backward(ctx, dout, qkv, probs, dqkv, local_heads_);

@@ -9,7 +9,7 @@
 // With hd = D / H and L local heads, the qkv part maps [B, T, D] to [B, T, 3·L·hd] (q, k, v of the local
 // heads) and the proj part maps [B, T, L·hd] to [B, T, D].
 //
-// Stash layout: tensors {qkv, probs [B, L, T, T]}, children {qkv, proj}. backward_input releases qkv and
+// Stash layout: tensors {qkv, probs [B, L, T, T]} ({qkv} under selective recomputation), children {qkv, proj}. backward_input releases qkv and
 // probs (only the input gradient needs them); the children keep what their weight gradients need. The
 // attention-probability gradient is scratch (kWorkspace), freed on return.
 #pragma once
@@ -40,12 +40,18 @@ class CausalSelfAttention final : public Layer {
   void backward_weight(Stash& stash, Context& ctx) override;
   std::vector<std::shared_ptr<Param>> params() const override;
 
+  // Selective recomputation (train.recompute "selective"): forward keeps {qkv} only, and backward_input
+  // reruns the attention core on the stashed qkv to rebuild the probabilities (bit-identical: the same op
+  // on the same input) and frees them on return.
+  void set_recompute_scores(bool on) { recompute_scores_ = on; }
+
  private:
   std::string who() const;
 
   std::string prefix_;
   std::int64_t d_model_, n_heads_, local_heads_;
   bool tensor_parallel_ = false;
+  bool recompute_scores_ = false;
   LayerPtr qkv_;
   LayerPtr proj_;
 };

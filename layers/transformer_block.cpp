@@ -73,6 +73,12 @@ void TransformerBlock::backward_weight(Stash& stash, Context& ctx) {
   stash.clear();
 }
 
+void TransformerBlock::set_selective_recompute(bool on) {
+  auto* attention = dynamic_cast<CausalSelfAttention*>(attn_.get());
+  CLEAVE_CHECK(attention != nullptr, "{}: selective recomputation needs a CausalSelfAttention part", who());
+  attention->set_recompute_scores(on);
+}
+
 std::vector<std::shared_ptr<Param>> TransformerBlock::params() const {
   std::vector<std::shared_ptr<Param>> out;
   for (const Layer* layer : {ln1_.get(), attn_.get(), ln2_.get(), mlp_.get()}) {

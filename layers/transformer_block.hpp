@@ -39,6 +39,9 @@ class TransformerBlock final : public Layer {
   void backward_weight(Stash& stash, Context& ctx) override;
   std::vector<std::shared_ptr<Param>> params() const override;
 
+  // Selective recomputation: the attention part keeps no probabilities (CausalSelfAttention above).
+  void set_selective_recompute(bool on);
+
  private:
   std::string who() const;
 

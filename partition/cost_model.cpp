@@ -156,7 +156,23 @@ Parts parts_of(const BlockSpec& b) {
 
 }  // namespace
 
-BlockCost block_cost(const BlockSpec& block, DType dtype) {
+std::string_view recompute_name(Recompute recompute) {
+  switch (recompute) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+Recompute parse_recompute(std::string_view name) {
+  if (name == "none") return Recompute::kNone;
+  if (name == "selective") return Recompute::kSelective;
+  if (name == "full") return Recompute::kFull;
+  CLEAVE_THROW("train.recompute: '{}' is not one of none, selective, full", name);
+}
+
+BlockCost block_cost(const BlockSpec& block, DType dtype, Recompute recompute) {
   const auto b = static_cast<std::int64_t>(dtype_size(dtype));
   const Parts p = parts_of(block);
   BlockCost cost;
@@ -167,13 +183,26 @@ BlockCost block_cost(const BlockSpec& block, DType dtype) {
   cost.param_bytes = p.params * b;
   cost.activation_bytes = p.act_float * b + p.act_fixed;
   cost.output_bytes = block.kind == BlockKind::kSoftmaxCrossEntropy ? 0 : block.output.numel() * b;
+  if (block.kind == BlockKind::kTransformerBlock && recompute != Recompute::kNone) {
+    const std::int64_t t = block.seq_len, d = block.in_features, h = block.n_heads;
+    if (recompute == Recompute::kSelective) {
+      const Parts core = attention(t, d, h);
+      cost.input_grad_flops += core.fwd;
+      cost.recompute_transient_bytes = h * t * t * b;
+      cost.activation_bytes -= cost.recompute_transient_bytes;
+    } else {
+      cost.input_grad_flops += cost.forward_flops;
+      cost.recompute_transient_bytes = cost.activation_bytes;
+      cost.activation_bytes = t * d * b;
+    }
+  }
   return cost;
 }
 
-std::vector<BlockCost> model_costs(const ModelSpec& spec, DType dtype) {
+std::vector<BlockCost> model_costs(const ModelSpec& spec, DType dtype, Recompute recompute) {
   std::vector<BlockCost> costs;
   costs.reserve(spec.blocks.size());
-  for (const BlockSpec& block : spec.blocks) costs.push_back(block_cost(block, dtype));
+  for (const BlockSpec& block : spec.blocks) costs.push_back(block_cost(block, dtype, recompute));
   return costs;
 }
 

@@ -41,16 +41,29 @@
 //                   activation C·H·W·b (its input; the im2col workspace is transient)
 //  maxpool          activation C·H'·W'·4 (argmax)
 //  flatten          zero (a view)
+//
+// Activation recomputation (train.recompute) changes only transformer blocks:
+//  selective  the attention probabilities [H, T, T] are not kept; backward_input reruns the attention core
+//             (Q·Kᵀ, softmax, P·V: 4T²D + 5HT² FLOPs) to rebuild them. activation −H·T²·b; transient H·T²·b.
+//  full       only the block's input [T, D] is kept; backward_input reruns the whole block's forward first.
+//             activation T·D·b; input_grad + the block's forward FLOPs; transient = the block's whole stash.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/core/dtype.hpp"
 #include "partition/model_spec.hpp"
 
 namespace cleave::partition {
+
+enum class Recompute { kNone, kSelective, kFull };
+std::string_view recompute_name(Recompute recompute);  // "none", "selective", "full"
+// Throws Error naming train.recompute and the choices for anything else.
+Recompute parse_recompute(std::string_view name);
 
 struct BlockCost {
   double forward_flops = 0;      // per sample
@@ -60,16 +73,18 @@ struct BlockCost {
   std::int64_t activation_bytes = 0;  // saved for backward by forward(), per sample
   std::int64_t output_bytes = 0;      // boundary tensor sent to the next block / stage, per sample
   std::int64_t param_count = 0;       // parameters held by the block (a tied head counts the table)
+  std::int64_t recompute_transient_bytes = 0;  // per sample: rebuilt and alive while this block's backward runs
 
   double backward_flops() const { return input_grad_flops + weight_grad_flops; }
   double total_flops() const { return forward_flops + input_grad_flops + weight_grad_flops; }
 };
 
 // Cost of one block for element type `dtype` (activations and parameters; see the counting rules above).
-BlockCost block_cost(const BlockSpec& block, DType dtype = DType::kF32);
+BlockCost block_cost(const BlockSpec& block, DType dtype = DType::kF32, Recompute recompute = Recompute::kNone);
 
 // block_cost() of every block of `spec`, in block order.
-std::vector<BlockCost> model_costs(const ModelSpec& spec, DType dtype = DType::kF32);
+std::vector<BlockCost> model_costs(const ModelSpec& spec, DType dtype = DType::kF32,
+                                   Recompute recompute = Recompute::kNone);
 
 // Parameters held by blocks [first_block, last_block), counting a tied embedding table once when both the
 // embedding and the tied head are in the range (they share one Param then; in different ranges each holds

@@ -1,6 +1,6 @@
 // `cleave plan CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--top K] [--write BEST.json]
 // [--explain] [--set key=value ...]`: searches tp x pp x dp, schedule, virtual stages, micro-batch size
-// and ZeRO stage for CONFIG on N ranks (engine/planner/plan_search.hpp), discards plans over the memory cap
+// ZeRO stage and activation recomputation for CONFIG on N ranks (engine/planner/plan_search.hpp), discards plans over the memory cap
 // with the reason, ranks the rest by simulated step time and prints them; --write saves the best as a
 // config `mpirun -np N cleave train BEST.json` runs unchanged. No MPI: it plans, it does not train.
 // Invariant: --write never overwrites a file; with no plan under the cap it exits non-zero naming the
@@ -28,8 +28,8 @@ constexpr const char* kUsage = R"(usage: cleave plan CONFIG.json --world N [--pr
                    [--write BEST.json] [--explain] [--set key.path=value ...]
 
 Searches every plan of CONFIG on N ranks: tensor-parallel size (dividing n_heads and d_ff, within a node),
-pipeline size, data-parallel size, schedule and virtual stages, micro-batch size and ZeRO stage, keeping
-the global batch. Memory per rank comes from the trainer's memory plan; step time from the pipeline
+pipeline size, data-parallel size, schedule and virtual stages, micro-batch size, ZeRO stage and
+activation recomputation (train.recompute), keeping the global batch. Memory per rank comes from the trainer's memory plan; step time from the pipeline
 simulator with costs from the cost model and a hardware profile. Plans over the cap are discarded.
 
 options:
@@ -166,7 +166,7 @@ int run_plan(int argc, char** argv) {
                     : "");
   }
   std::printf("\n%d of %zu plans that fit shown; %d over the memory cap, %d the engine refuses (e.g. more stages "
-              "than blocks). Recomputation: none (train.recompute is not implemented yet).\n",
+              "than blocks).\n",
               shown, result.ranked.size(), over, invalid);
   if (explain && shown > 1) {
     const auto& best = result.ranked.front().breakdown;

@@ -483,6 +483,7 @@ void read_train(Reader r, TrainConfig& t) {
   r.boolean("trace", t.trace);
   r.integer("eval_interval", t.eval_interval, 0);
   r.integer("eval_batches", t.eval_batches, 0);
+  r.choice("recompute", t.recompute, {"none", "selective", "full"});
   r.finish();
 }
 
@@ -576,6 +577,10 @@ void validate(const RunConfig& c, const ParseState& state) {
     fail(state, "parallel.data_parallel_size", "must be -1 (inferred from the world size) or positive, got 0");
   }
   check_model_rules(c, state);
+  if (c.train.recompute != "none" && c.model.type != "gpt") {
+    fail(state, "train.recompute", "\"{}\" recomputes transformer blocks, and model.type {} has none; use \"none\"",
+         c.train.recompute, c.model.type);
+  }
 
   if (!p.partition.blocks_per_stage.empty()) {
     if (p.partition.method != "manual") {
@@ -711,7 +716,7 @@ ordered_json to_json_tree(const RunConfig& c) {
                 {"log_interval", t.log_interval}, {"deterministic", t.deterministic},
                 {"out_dir", t.out_dir},     {"comm_timeout_s", t.comm_timeout_s},
                 {"trace", t.trace},         {"eval_interval", t.eval_interval},
-                {"eval_batches", t.eval_batches}};
+                {"eval_batches", t.eval_batches}, {"recompute", t.recompute}};
   j["checkpoint"] = {{"dir", c.checkpoint.dir},
                      {"interval", c.checkpoint.interval},
                      {"keep_last", c.checkpoint.keep_last},

@@ -106,6 +106,7 @@ struct TrainConfig {
   bool trace = false;             // write per-rank trace.json timelines
   std::int64_t eval_interval = 0;  // evaluate every N steps (0 = only at the end)
   std::int64_t eval_batches = 8;   // global batches per evaluation (0 = no evaluation)
+  std::string recompute = "none";  // none | selective | full (gpt transformer blocks; partition/cost_model.hpp)
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
 };
 

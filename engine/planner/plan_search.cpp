@@ -70,7 +70,8 @@ std::vector<std::string> PlanChoice::overrides() const {
           fmt::format("batch.micro_batch_size={}", micro_batch),
           fmt::format("batch.global_batch_size={}", global_batch),
           fmt::format("batch.gradient_accumulation_steps={}", global_batch / (micro_batch * dp)),
-          fmt::format("optimizer.zero_stage={}", zero_stage)};
+          fmt::format("optimizer.zero_stage={}", zero_stage),
+          fmt::format("train.recompute={}", recompute)};
 }
 
 PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std::string>& overrides,
@@ -109,7 +110,7 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
   // Time: per-stage costs from the cost model and the profile, timed by the simulator.
   const bool bf16 = config.device.precision == "bf16";
   const DType dtype = bf16 ? DType::kBF16 : DType::kF32;
-  const auto costs = partition::model_costs(plan.spec, dtype);
+  const auto costs = partition::model_costs(plan.spec, dtype, partition::parse_recompute(choice.recompute));
   const double micro = static_cast<double>(choice.micro_batch);
   const double flops = profile.flops(bf16);
   const Link& p2p_link = options.world > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
@@ -205,6 +206,8 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
       if (options.world % t == 0 && t <= profile.ranks_per_node) tps.push_back(static_cast<int>(t));
     }
   }
+  const std::vector<const char*> recomputes =
+      base.model.type == "gpt" ? std::vector<const char*>{"none", "selective", "full"} : std::vector<const char*>{"none"};
   int layouts = 0;
   for (int tp : tps) {
     for (int pp : divisors(options.world / tp)) {
@@ -228,9 +231,11 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
       for (const auto& [schedule, v] : schedules) {
         for (int micro : divisors(global / dp)) {
           for (int zero : dp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0}) {
-            PlanChoice c{tp, pp, dp, v, schedule, micro, zero, "none", global};
-            PlanEstimate e = estimate_plan(config_path, overrides, c, profile, opts);
-            (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
+            for (const char* recompute : recomputes) {
+              PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global};
+              PlanEstimate e = estimate_plan(config_path, overrides, c, profile, opts);
+              (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
+            }
           }
         }
       }

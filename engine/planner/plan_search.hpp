@@ -1,6 +1,7 @@
 // The plan search behind `cleave plan`: every layout of a config on `world` ranks (tp dividing heads and
 // d_ff and within a node, pp up to the block count, dp the rest; every schedule with its virtual stages;
-// every micro-batch size dividing the per-replica batch; ZeRO 0 and 1 when dp > 1), each checked by the
+// every micro-batch size dividing the per-replica batch; ZeRO 0 and 1 when dp > 1; recomputation none,
+// selective and full for a gpt), each checked by the
 // engine's own config and plan code (so a plan the search returns is one `cleave train` accepts), its
 // memory estimated per pp rank by the trainer's memory plan (engine/train/memory_plan.hpp) and its step
 // timed by the pipeline simulator with per-stage costs from the cost model and a hardware profile:
@@ -12,7 +13,7 @@
 //     all-gather, the same volume), placed by the schedule where the engine places it;
 //   OPTIMIZER_STEP = bytes the optimizer streams (AdamW 28 B, SGD with momentum 16 B, SGD 12 B per local
 //     parameter; / dp with ZeRO-1) over the memory bandwidth.
-// Activation recomputation is not implemented yet (train.recompute does not exist); every plan is "none".
+// Recomputation adds its rerun FLOPs to I and changes the stashes the memory plan counts (cost_model.hpp).
 // Invariant: a plan whose estimated peak on any pp rank exceeds the cap is never ranked; it is kept with
 // the reason so the caller can say why nothing fits.
 #pragma once

@@ -28,11 +28,11 @@ std::string MemoryPlan::breakdown() const {
 }
 
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank) {
-  const auto costs = partition::model_costs(plan.spec);
+  const auto costs = partition::model_costs(plan.spec, DType::kF32, partition::parse_recompute(config.train.recompute));
   const std::int64_t micro = config.resolved_batch().micro_batch_size;
   const int tp = config.parallel.tensor_model_parallel_size;
   const int dp = std::max(1, config.parallel.data_parallel_size);
-  std::int64_t param_bytes = 0, largest_stash = 0, largest_output = 0, boundary = 0;
+  std::int64_t param_bytes = 0, largest_stash = 0, largest_output = 0, boundary = 0, transient = 0;
   // With tied embeddings the token table appears in the embedding's and the head's cost; a rank holding
   // both (ZB-V) shares one Param, so the second occurrence adds only what is not the table.
   const bool tied = !plan.spec.tied_parameters.empty();
@@ -50,6 +50,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       param_bytes += holds_table && table_seen ? c.param_bytes - table_bytes : c.param_bytes;
       table_seen = table_seen || holds_table;
       stash += c.activation_bytes;
+      transient = std::max(transient, c.recompute_transient_bytes);
       largest_output = std::max(largest_output, c.output_bytes);
     }
     largest_stash = std::max(largest_stash, stash);
@@ -73,7 +74,9 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   const double state = training_bytes_per_param_byte(config.optimizer) - 1.0;
   at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
       state * static_cast<double>(param_bytes / tp) / (config.optimizer.zero_stage == 1 ? dp : 1));
-  at(MemoryCategory::kActivations) = (live * largest_stash / tp + 2 * live * boundary) * micro / (bf16 ? 2 : 1);
+  // Recomputation: one block's rebuilt stash is alive while its backward runs (transient, per micro-batch).
+  at(MemoryCategory::kActivations) =
+      (live * largest_stash / tp + transient / tp + 2 * live * boundary) * micro / (bf16 ? 2 : 1);
   at(MemoryCategory::kWorkspace) = 2 * largest_output * micro;
   // parallel.grad_reduce_dtype bf16: every gradient bucket has a bf16 twin the collective carries.
   if (dp > 1 && config.parallel.grad_reduce_dtype == "bf16") at(MemoryCategory::kCommunication) = param_bytes / tp / 2;

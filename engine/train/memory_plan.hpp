@@ -6,7 +6,8 @@
 //   gradients        = parameters (train.deterministic: x (1 + floor(log2 micro-batches)), the partial sums)
 //   optimizer_state  adamw 2x, sgd with momentum 1x, plain sgd 0x of parameters (÷ dp with ZeRO-1)
 //   activations      peak live stashes of the rank's schedule × micro-batch × the largest stash of a
-//                    local stage (cost model: exactly what forward() keeps), plus boundary tensors in flight
+//                    local stage (cost model: exactly what forward() keeps under train.recompute), plus
+//                    boundary tensors in flight, plus one block's recomputed stash while its backward runs
 //   workspace        2 × the largest block output of a micro-batch (transient outputs and gradients)
 // It is an estimate; the allocator's cap still enforces the real limit at run time, and the measured peaks
 // (metrics.jsonl peak_bytes) show how close it was.

@@ -65,7 +65,7 @@ Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_ran
   pipeline::check_schedule(compute);
   plan.schedule = pipeline::ensure_lowered(compute);
 
-  const auto costs = partition::model_costs(plan.spec);
+  const auto costs = partition::model_costs(plan.spec, DType::kF32, partition::parse_recompute(config.train.recompute));
   const int num_stages = plan.schedule.num_stages;
   CLEAVE_CHECK(static_cast<std::size_t>(num_stages) <= costs.size(),
                "parallel: {} pipeline stages (pipeline_model_parallel_size {} x virtual stages {}) but the model "

@@ -5,6 +5,8 @@
 // the rest of Trainer.
 #include "engine/train/trainer.hpp"
 
+#include "partition/cost_model.hpp"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -158,6 +160,7 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
   build.tp_size = s.grid.tp_size();
   build.tp_rank = s.coords.tp_rank;
   build.allocator = s.allocator.get();
+  build.recompute = partition::parse_recompute(cfg.train.recompute);
   s.tied_name = s.plan.spec.tied_parameters.empty() ? std::string() : s.plan.spec.tied_parameters.front();
   if (s.grid.tp_size() > 1) s.context.tp_comm = s.groups.tp.get();
   for (int stage : s.plan.local_stages) {

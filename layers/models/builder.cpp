@@ -13,6 +13,7 @@
 #include "layers/lm_head.hpp"
 #include "layers/maxpool.hpp"
 #include "layers/param_init.hpp"
+#include "layers/recomputed.hpp"
 #include "layers/parallel/parallel_transformer_block.hpp"
 #include "layers/parallel/tp_layout.hpp"
 #include "layers/parallel/tp_util.hpp"
@@ -29,6 +30,19 @@ using partition::BlockSpec;
 using partition::ModelSpec;
 
 namespace {
+
+// train.recompute applied to a transformer block (layers/recomputed.hpp, CausalSelfAttention).
+LayerPtr with_recompute(LayerPtr block, partition::Recompute recompute) {
+  if (recompute == partition::Recompute::kSelective) {
+    auto* transformer = dynamic_cast<TransformerBlock*>(block.get());
+    CLEAVE_ASSERT(transformer != nullptr, "selective recomputation of a {}", block->kind());
+    transformer->set_selective_recompute(true);
+  } else if (recompute == partition::Recompute::kFull) {
+    return std::make_unique<RecomputedLayer>(std::move(block));
+  }
+  return block;
+}
+
 
 // The embedding block's name prefix (a tied head on another stage names its table copy after it).
 std::string embedding_prefix(const ModelSpec& spec) {
@@ -78,8 +92,9 @@ std::vector<LayerPtr> build_tensor_parallel_blocks(const ModelSpec& spec, std::s
         break;
       }
       case BlockKind::kTransformerBlock:
-        layers.push_back(make_parallel_transformer_block(b.name, b.in_features, b.n_heads, b.d_ff, spec.gpt.n_layers,
-                                                         init, tp, rank));
+        layers.push_back(with_recompute(make_parallel_transformer_block(b.name, b.in_features, b.n_heads, b.d_ff,
+                                                                        spec.gpt.n_layers, init, tp, rank),
+                                        options.recompute));
         break;
       case BlockKind::kLayerNorm:
         layers.push_back(std::make_unique<LayerNorm>(b.name, b.in_features, init));
@@ -130,8 +145,9 @@ std::vector<LayerPtr> build_blocks(const ModelSpec& spec, std::size_t first_bloc
         break;
       }
       case BlockKind::kTransformerBlock:
-        layers.push_back(std::make_unique<TransformerBlock>(b.name, b.in_features, b.n_heads, b.d_ff,
-                                                            spec.gpt.n_layers, init));
+        layers.push_back(with_recompute(
+            std::make_unique<TransformerBlock>(b.name, b.in_features, b.n_heads, b.d_ff, spec.gpt.n_layers, init),
+            options.recompute));
         break;
       case BlockKind::kLayerNorm:
         layers.push_back(std::make_unique<LayerNorm>(b.name, b.in_features, init));

@@ -21,6 +21,7 @@
 
 #include "engine/core/allocator.hpp"
 #include "layers/layer.hpp"
+#include "partition/cost_model.hpp"
 #include "partition/model_spec.hpp"
 
 namespace cleave::layers {
@@ -43,6 +44,9 @@ struct BuildOptions {
   // (layers/parallel/tp_layout.hpp).
   int tp_size = 1;
   int tp_rank = 0;
+  // Activation recomputation of transformer blocks (partition/cost_model.hpp): none, selective (attention
+  // probabilities rebuilt in backward) or full (only each block's input kept; layers/recomputed.hpp).
+  partition::Recompute recompute = partition::Recompute::kNone;
 };
 
 // One Layer per block in [first_block, last_block). Throws Error for an empty or out-of-range block range.

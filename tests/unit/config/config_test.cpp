@@ -417,3 +417,28 @@ TEST(ConfigCommBackend, ChoicesAndNcclNeedsCudaAndAGpuDevice) {
 
 }  // namespace
 }  // namespace cleave::config
+
+namespace cleave::config {
+namespace {
+
+TEST(ConfigRecompute, ChoicesAndOnlyForTransformers) {
+  EXPECT_EQ(parse_config(R"({"train": {"recompute": "full"}})").train.recompute, "full");
+  EXPECT_EQ(parse_config("{}").train.recompute, "none");
+  try {
+    parse_config(R"({"train": {"recompute": "some"}})", "run.json");
+    ADD_FAILURE() << "recompute 'some' accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.recompute"), std::string::npos) << e.what();
+  }
+  try {
+    parse_config(R"({"model": {"type": "mlp"}, "train": {"recompute": "selective"}, "data": {"type": "synthetic"}})",
+                 "run.json");
+    ADD_FAILURE() << "recompute for an mlp accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.recompute"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("model.type mlp has none"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace cleave::config

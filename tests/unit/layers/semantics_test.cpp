@@ -9,6 +9,7 @@
 #include "layers/embedding.hpp"
 #include "layers/linear.hpp"
 #include "layers/models/builder.hpp"
+#include "layers/recomputed.hpp"
 #include "layers/transformer_block.hpp"
 #include "layer_test_util.hpp"
 #include "partition/cost_model.hpp"
@@ -110,8 +111,11 @@ TEST(LayerContract, MicroBatchesInFlightMatchSequential) {
 }
 
 // Stash bytes after forward == cost model activation_bytes × batch, for every block of each model type.
-void expect_stash_matches_cost_model(const partition::ModelSpec& spec, const Tensor& input, const Tensor& targets) {
-  auto layers = build_blocks(spec, 0, spec.blocks.size());
+void expect_stash_matches_cost_model(const partition::ModelSpec& spec, const Tensor& input, const Tensor& targets,
+                                     partition::Recompute recompute = partition::Recompute::kNone) {
+  BuildOptions options;
+  options.recompute = recompute;
+  auto layers = build_blocks(spec, 0, spec.blocks.size(), options);
   Context ctx;
   ctx.targets = targets;
   const std::int64_t batch = input.dim(0);
@@ -119,13 +123,44 @@ void expect_stash_matches_cost_model(const partition::ModelSpec& spec, const Ten
   std::vector<Stash> stashes(layers.size());
   for (std::size_t i = 0; i < layers.size(); ++i) {
     x = layers[i]->forward(x, stashes[i], ctx);
-    const auto cost = partition::block_cost(spec.blocks[i]);
+    const auto cost = partition::block_cost(spec.blocks[i], DType::kF32, recompute);
     EXPECT_EQ(testing::stash_bytes(stashes[i]), cost.activation_bytes * batch)
-        << spec.type << " block " << spec.blocks[i].name << " (" << layers[i]->kind() << ")";
+        << spec.type << " block " << spec.blocks[i].name << " (" << layers[i]->kind() << "), recompute "
+        << partition::recompute_name(recompute);
     if (spec.blocks[i].kind != partition::BlockKind::kSoftmaxCrossEntropy) {
       EXPECT_EQ(static_cast<std::int64_t>(x.nbytes()), cost.output_bytes * batch) << spec.blocks[i].name;
     }
   }
+}
+
+// Recomputation (selective, full) gives the plain block's outputs, input gradients and weight gradients bit
+// for bit, also in the zero-bubble order F(A) F(B) I(A) I(B) W(B) W(A) with two micro-batches in flight.
+TEST(LayerContract, RecomputedBlocksAreBitIdentical) {
+  Context ctx;
+  Tensor xa = random_tensor({2, 5, 8}, 15), xb = random_tensor({3, 5, 8}, 16);
+  Tensor dya = random_tensor({2, 5, 8}, 17), dyb = random_tensor({3, 5, 8}, 18);
+  auto run = [&](Layer& layer) {
+    Stash sa, sb;
+    std::vector<float> out = layer.forward(xa, sa, ctx).to_floats();
+    const auto yb = layer.forward(xb, sb, ctx).to_floats();
+    out.insert(out.end(), yb.begin(), yb.end());
+    const auto dxa = layer.backward_input(dya, sa, ctx).to_floats();
+    const auto dxb = layer.backward_input(dyb, sb, ctx).to_floats();
+    layer.backward_weight(sb, ctx);
+    layer.backward_weight(sa, ctx);
+    out.insert(out.end(), dxa.begin(), dxa.end());
+    out.insert(out.end(), dxb.begin(), dxb.end());
+    for (float g : grad_copy(layer)) out.push_back(g);
+    return out;
+  };
+  TransformerBlock plain("blocks.0", 8, 2, 16, 2, gpt_init());
+  const auto expected = run(plain);
+  auto selective = std::make_unique<TransformerBlock>("blocks.0", 8, 2, 16, 2, gpt_init());
+  selective->set_selective_recompute(true);
+  EXPECT_EQ(run(*selective), expected) << "selective";
+  RecomputedLayer full(std::make_unique<TransformerBlock>("blocks.0", 8, 2, 16, 2, gpt_init()));
+  EXPECT_EQ(full.kind(), "transformer_block");
+  EXPECT_EQ(run(full), expected) << "full";
 }
 
 TEST(LayerContract, StashBytesMatchCostModel) {
@@ -138,6 +173,10 @@ TEST(LayerContract, StashBytesMatchCostModel) {
   g.d_ff = 20;
   const auto gpt = partition::make_gpt_spec(g);
   expect_stash_matches_cost_model(gpt, random_ids({3, 5}, 17, 1), random_ids({3, 5}, 17, 2));
+  expect_stash_matches_cost_model(gpt, random_ids({3, 5}, 17, 1), random_ids({3, 5}, 17, 2),
+                                  partition::Recompute::kSelective);
+  expect_stash_matches_cost_model(gpt, random_ids({3, 5}, 17, 1), random_ids({3, 5}, 17, 2),
+                                  partition::Recompute::kFull);
 
   partition::MlpConfig m;
   m.in_features = 9;

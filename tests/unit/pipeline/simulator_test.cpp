@@ -4,6 +4,7 @@
 // generators_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 
@@ -80,7 +81,8 @@ TEST(Simulator, PerStageCostsReductionAndOptimizerStep) {
 
 TEST(Simulator, LoweredAndComputeInputGiveTheSameTimeline) {
   for (auto name : schedule_names()) {
-    const Schedule compute = make_schedule(name, 3, 5, default_virtual_stages(name));
+    const int m = std::max(5, schedule_min_microbatches(name, 3));  // dualpipev needs m >= 2p
+    const Schedule compute = make_schedule(name, 3, m, default_virtual_stages(name));
     SimulationCosts costs = SimulationCosts::uniform(compute.num_stages, 1.3, 0.7, 1.1);
     costs.p2p_latency = 0.2;
     const SimulationResult a = simulate(compute, costs);

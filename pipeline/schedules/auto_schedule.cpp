@@ -1,0 +1,294 @@
+// The automatic zero-bubble scheduler (search and guarantees in auto_schedule.hpp).
+#include "pipeline/schedules/auto_schedule.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <utility>
+#include <vector>
+
+#include "engine/core/error.hpp"
+#include "partition/stage_partitioner.hpp"
+#include "pipeline/schedules/list_scheduler.hpp"
+#include "pipeline/schedules/schedules.hpp"
+#include "pipeline/timeline.hpp"
+
+namespace cleave::pipeline {
+namespace {
+
+using RankLists = std::vector<std::vector<Action>>;
+constexpr double kUnknown = std::numeric_limits<double>::infinity();
+constexpr double kTolerance = 1e-9;
+
+// Makespan and longest per-rank span of a one-stage-per-rank compute schedule, by the simulator's rules for
+// compute actions (an action starts when its rank is free and its input has arrived). ok = false when the
+// order cannot finish (an action waits for one that never runs before it).
+struct Timing {
+  bool ok = false;
+  double makespan = kUnknown;
+  double span = kUnknown;
+
+  bool better_than(const Timing& other) const {
+    if (!ok) return false;
+    if (!other.ok) return true;
+    if (makespan < other.makespan - kTolerance) return true;
+    return makespan <= other.makespan + kTolerance && span < other.span - kTolerance;
+  }
+};
+
+Timing time_order(int p, int m, const RankLists& ranks, const detail::ListScheduleCosts& c) {
+  const auto np = static_cast<std::size_t>(p);
+  std::vector<std::vector<double>> f_end(np, std::vector<double>(m, kUnknown));
+  std::vector<std::vector<double>> i_end(np, std::vector<double>(m, kUnknown));
+  std::vector<std::size_t> pos(np, 0);
+  std::vector<double> free(np, 0.0), first(np, kUnknown);
+  for (bool changed = true; changed;) {
+    changed = false;
+    for (int r = 0; r < p; ++r) {
+      while (pos[r] < ranks[r].size()) {
+        const Action& a = ranks[r][pos[r]];
+        const int j = a.microbatch;
+        double ready = 0.0, duration = 0.0;
+        if (a.kind == ActionKind::kForward) {
+          ready = r == 0 ? 0.0 : f_end[r - 1][j] + c.transfer[r - 1];
+          duration = c.forward[r];
+        } else if (a.kind == ActionKind::kBackwardInput) {
+          ready = r == p - 1 ? f_end[r][j] : std::max(f_end[r][j], i_end[r + 1][j] + c.transfer[r]);
+          duration = c.backward_input[r];
+        } else {
+          ready = i_end[r][j];
+          duration = c.backward_weight[r];
+        }
+        if (ready == kUnknown) break;
+        const double start = std::max(free[r], ready);
+        const double end = start + duration;
+        if (a.kind == ActionKind::kForward) f_end[r][j] = end;
+        if (a.kind == ActionKind::kBackwardInput) i_end[r][j] = end;
+        first[r] = std::min(first[r], start);
+        free[r] = end;
+        ++pos[r];
+        changed = true;
+      }
+    }
+  }
+  Timing t;
+  for (int r = 0; r < p; ++r) {
+    if (pos[r] != ranks[r].size()) return t;
+  }
+  t.ok = true;
+  t.makespan = 0.0;
+  t.span = 0.0;
+  double earliest = kUnknown;
+  for (int r = 0; r < p; ++r) {
+    earliest = std::min(earliest, first[r]);
+    t.span = std::max(t.span, free[r] - first[r]);
+  }
+  for (int r = 0; r < p; ++r) t.makespan = std::max(t.makespan, free[r] - earliest);
+  return t;
+}
+
+bool fits_memory(const RankLists& ranks, int limit) {
+  for (const auto& actions : ranks) {
+    if (peak_activations(actions) > limit) return false;
+  }
+  return true;
+}
+
+// 1F1B's order with each B written as I then W (peak min(p − r, m)).
+RankLists one_f_one_b_split(int p, int m) {
+  RankLists out(static_cast<std::size_t>(p));
+  const Schedule fused = one_f_one_b_schedule(p, m);
+  for (int r = 0; r < p; ++r) {
+    for (const Action& a : fused.ranks[r]) {
+      if (a.kind == ActionKind::kBackward) {
+        out[r].push_back({ActionKind::kBackwardInput, a.stage, a.microbatch});
+        out[r].push_back({ActionKind::kBackwardWeight, a.stage, a.microbatch});
+      } else {
+        out[r].push_back(a);
+      }
+    }
+  }
+  return out;
+}
+
+struct Candidate {
+  RankLists ranks;
+  Timing timing;
+  std::string origin;
+};
+
+class Search {
+ public:
+  Search(int p, int m, int limit, detail::ListScheduleCosts costs, int budget)
+      : p_(p), m_(m), limit_(limit), costs_(std::move(costs)), budget_(budget) {}
+
+  int evaluations() const { return evaluations_; }
+
+  Timing evaluate(const RankLists& ranks) {
+    ++evaluations_;
+    if (!fits_memory(ranks, limit_)) return {};
+    return time_order(p_, m_, ranks, costs_);
+  }
+
+  Candidate construct(const std::vector<int>& forward_ahead, double weight_fill, bool fits_only) {
+    detail::ListSchedulePolicy policy;
+    policy.memory_limit.assign(static_cast<std::size_t>(p_), limit_);
+    policy.forward_ahead = forward_ahead;
+    policy.weight_fill = weight_fill;
+    policy.forward_fits_only = fits_only;
+    Candidate c{detail::list_schedule(p_, m_, costs_, policy), {}, "greedy"};
+    c.timing = evaluate(c.ranks);
+    CLEAVE_ASSERT(c.timing.ok, "auto_schedule: the construction produced a schedule that cannot run (p={} m={})",
+                  p_, m_);
+    return c;
+  }
+
+  // Step 1 and the look-ahead part of step 3: the best construction over the switch grid, then per-rank
+  // forward look-ahead ± 1 until no change helps.
+  Candidate best_construction() {
+    std::vector<std::vector<int>> patterns;
+    auto pattern = [&](auto rule) {
+      std::vector<int> ahead;
+      for (int r = 0; r < p_; ++r) ahead.push_back(std::clamp(rule(r), 1, limit_));
+      patterns.push_back(std::move(ahead));
+    };
+    pattern([&](int) { return limit_; });
+    pattern([&](int r) { return p_ - r; });
+    pattern([&](int r) { return 2 * (p_ - r) - 1; });
+    Candidate best;
+    double best_fill = 1.0;
+    bool best_fits = false;
+    for (const auto& ahead : patterns) {
+      for (double fill : {0.0, 0.5, 1.0}) {
+        for (bool fits_only : {false, true}) {
+          Candidate c = construct(ahead, fill, fits_only);
+          if (c.timing.better_than(best.timing)) {
+            best = std::move(c);
+            best_fill = fill;
+            best_fits = fits_only;
+            best_ahead_ = ahead;
+          }
+        }
+      }
+    }
+    for (bool improved = true; improved && evaluations_ < budget_;) {
+      improved = false;
+      for (int r = 0; r < p_ && evaluations_ < budget_; ++r) {
+        for (int delta : {-1, 1}) {
+          std::vector<int> ahead = best_ahead_;
+          ahead[r] += delta;
+          if (ahead[r] < 1 || ahead[r] > limit_) continue;
+          Candidate c = construct(ahead, best_fill, best_fits);
+          if (c.timing.better_than(best.timing)) {
+            best = std::move(c);
+            best_ahead_ = std::move(ahead);
+            improved = true;
+          }
+        }
+      }
+    }
+    return best;
+  }
+
+  // The order part of step 3: swap two neighbouring actions of different kinds on one rank (a W moves one
+  // place, or an F passes an I), keeping what makes the schedule better.
+  void improve_order(Candidate& c) {
+    for (bool improved = true; improved && evaluations_ < budget_;) {
+      improved = false;
+      for (int r = 0; r < p_ && evaluations_ < budget_; ++r) {
+        auto& actions = c.ranks[r];
+        for (std::size_t k = 0; k + 1 < actions.size() && evaluations_ < budget_; ++k) {
+          if (actions[k].kind == actions[k + 1].kind) continue;  // keeps per-kind micro-batch order
+          if (actions[k].microbatch == actions[k + 1].microbatch) continue;  // F before I before W of one
+          std::swap(actions[k], actions[k + 1]);
+          const Timing t = evaluate(c.ranks);
+          if (t.better_than(c.timing)) {
+            c.timing = t;
+            improved = true;
+          } else {
+            std::swap(actions[k], actions[k + 1]);
+          }
+        }
+      }
+    }
+  }
+
+ private:
+  int p_, m_, limit_;
+  detail::ListScheduleCosts costs_;
+  int budget_;
+  int evaluations_ = 0;
+  std::vector<int> best_ahead_;
+};
+
+void check_positive(double value, const char* what, int stage) {
+  CLEAVE_CHECK(std::isfinite(value) && value > 0.0,
+               "auto schedule: {} of stage {} is {}, expected a finite value > 0", what, stage, value);
+}
+
+}  // namespace
+
+AutoScheduleResult auto_schedule(int pp_size, int num_microbatches, const AutoScheduleOptions& options) {
+  detail::check_generator_args("auto", pp_size, num_microbatches);
+  const int p = pp_size, m = num_microbatches;
+  const int limit = options.memory_limit == 0 ? p : options.memory_limit;
+  CLEAVE_CHECK(limit >= 1,
+               "auto schedule: the memory limit must be at least 1 micro-batch stash per rank (0 = pp_size), got {}",
+               options.memory_limit);
+  const SimulationCosts& sc = options.costs;
+  CLEAVE_CHECK(static_cast<int>(sc.stages.size()) == p,
+               "auto schedule: the cost table has {} stages but pp_size is {} (one stage per rank)", sc.stages.size(),
+               p);
+  CLEAVE_CHECK(std::isfinite(sc.p2p_latency) && sc.p2p_latency >= 0,
+               "auto schedule: p2p latency is {}, expected a finite value >= 0", sc.p2p_latency);
+  CLEAVE_CHECK(std::isfinite(sc.p2p_bandwidth) && sc.p2p_bandwidth >= 0,
+               "auto schedule: p2p bandwidth is {}, expected a finite value >= 0 (0 = infinite)", sc.p2p_bandwidth);
+  detail::ListScheduleCosts costs;
+  for (int s = 0; s < p; ++s) {
+    const StageCost& stage = sc.stages[s];
+    check_positive(stage.forward, "forward cost", s);
+    check_positive(stage.backward_input, "backward-input cost", s);
+    check_positive(stage.backward_weight, "backward-weight cost", s);
+    CLEAVE_CHECK(std::isfinite(stage.output_bytes) && stage.output_bytes >= 0,
+                 "auto schedule: output bytes of stage {} is {}, expected a finite value >= 0", s, stage.output_bytes);
+    costs.forward.push_back(stage.forward);
+    costs.backward_input.push_back(stage.backward_input);
+    costs.backward_weight.push_back(stage.backward_weight);
+    if (s + 1 < p) {
+      costs.transfer.push_back(sc.p2p_latency + (sc.p2p_bandwidth > 0 ? stage.output_bytes / sc.p2p_bandwidth : 0.0));
+    }
+  }
+
+  Search search(p, m, limit, costs, std::max(options.max_evaluations, 1));
+  Candidate best = search.best_construction();
+  AutoScheduleResult result;
+  result.greedy_makespan = best.timing.makespan;
+
+  const auto seed = [&](RankLists ranks, const char* origin) {
+    Candidate c{std::move(ranks), {}, origin};
+    c.timing = search.evaluate(c.ranks);  // not ok when it does not fit the memory limit
+    if (c.timing.better_than(best.timing)) best = std::move(c);
+  };
+  seed(zb_h1_schedule(p, m).ranks, "zb_h1");
+  seed(zb_h2_schedule(p, m).ranks, "zb_h2");
+  seed(one_f_one_b_split(p, m), "1f1b");
+  search.improve_order(best);
+
+  result.schedule =
+      make_empty_schedule("auto", p, m, 1, partition::place_stages(p, 1, partition::StagePlacement::kLooped));
+  result.schedule.ranks = std::move(best.ranks);
+  result.makespan = best.timing.makespan;
+  result.origin = best.origin;
+  result.evaluations = search.evaluations();
+  return result;
+}
+
+Schedule auto_schedule_uniform(int pp_size, int num_microbatches) {
+  detail::check_generator_args("auto", pp_size, num_microbatches);
+  AutoScheduleOptions options;
+  options.costs = SimulationCosts::uniform(pp_size);
+  options.memory_limit = pp_size;
+  return auto_schedule(pp_size, num_microbatches, options).schedule;
+}
+
+}  // namespace cleave::pipeline

@@ -1,0 +1,53 @@
+// The automatic zero-bubble scheduler (Qi et al. 2023, §3: a heuristic construction searched over its
+// switches, then improved; our improvement step is a local search over the order instead of their ILP).
+//
+// Input: pp_size ranks with one stage each, m micro-batches, per-stage F / I / W costs and P2P costs (a
+// SimulationCosts table: p2p_latency + output_bytes / p2p_bandwidth per transfer), and a per-rank activation
+// memory limit in *micro-batch stashes*: the number of micro-batches whose activations a rank may hold at
+// once (+1 at F, −1 at W, the simulator's peak_activations). 1F1B and ZB-H1 hold p; ZB-H2 holds 2p − 1.
+//
+// Output: a compute schedule (F / I / W, micro-batches in increasing order per stage and kind) whose peak
+// live stashes are <= the limit on every rank and which the validator accepts.
+//
+// Search (all candidates timed by the same rules as simulate(); objective: the makespan of the compute
+// schedule, ties broken by the longest per-rank span, i.e. the zero-bubble paper's bubble rate):
+//   1. greedy construction (detail::list_schedule) over a grid of its switches (W fill threshold, F only
+//      when it fits before the next I, per-rank forward look-ahead);
+//   2. the handcrafted schedules that fit the limit join as candidates: ZB-H1 (peak min(p, m)), ZB-H2 (peak
+//      min(2p − 1, m)) and 1F1B with split backward. So the result is never slower than ZB-H1 when the limit
+//      is >= p, and never slower than ZB-H2 when it is >= 2p − 1;
+//   3. local search on the best candidate: per-rank forward look-ahead ± 1 (re-running the construction),
+//      then moving single W actions one place earlier or later on their rank, kept when the makespan (or, at
+//      equal makespan, the span) shrinks and the memory limit and the dependencies still hold.
+// Deterministic: no randomness; the same input gives the same schedule.
+#pragma once
+
+#include <string>
+
+#include "pipeline/schedule.hpp"
+#include "pipeline/simulator.hpp"
+
+namespace cleave::pipeline {
+
+struct AutoScheduleOptions {
+  SimulationCosts costs;  // one StageCost per stage (= pp_size entries); F, I, W > 0; reduce/optimizer ignored
+  int memory_limit = 0;   // live micro-batch stashes per rank; 0 = pp_size (1F1B's / ZB-H1's memory)
+  int max_evaluations = 4000;  // budget of candidate timings for step 3
+};
+
+struct AutoScheduleResult {
+  Schedule schedule;
+  double makespan = 0.0;          // of the compute schedule under the given costs
+  double greedy_makespan = 0.0;   // the best construction of step 1 alone
+  std::string origin;             // which candidate step 3 started from ("greedy", "zb_h1", "zb_h2", "1f1b")
+  int evaluations = 0;
+};
+
+// Throws Error for pp_size < 1, m < 1, a memory limit < 1, or a cost table of the wrong size or with costs
+// that are not finite and > 0 (F, I, W) or >= 0 (P2P).
+AutoScheduleResult auto_schedule(int pp_size, int num_microbatches, const AutoScheduleOptions& options);
+
+// The `auto` registry entry: F = I = W = 1, no P2P cost, memory limit pp_size.
+Schedule auto_schedule_uniform(int pp_size, int num_microbatches);
+
+}  // namespace cleave::pipeline

@@ -28,11 +28,15 @@ struct Timing {
   double makespan = kUnknown;
   double span = kUnknown;
 
-  bool better_than(const Timing& other) const {
+  // Lexicographic: the objective first, the other number breaks ties.
+  bool better_than(const Timing& other, AutoScheduleObjective objective) const {
     if (!ok) return false;
     if (!other.ok) return true;
-    if (makespan < other.makespan - kTolerance) return true;
-    return makespan <= other.makespan + kTolerance && span < other.span - kTolerance;
+    const bool by_span = objective == AutoScheduleObjective::kSpan;
+    const double a = by_span ? span : makespan, b = by_span ? other.span : other.makespan;
+    const double a2 = by_span ? makespan : span, b2 = by_span ? other.makespan : other.span;
+    if (a < b - kTolerance) return true;
+    return a <= b + kTolerance && a2 < b2 - kTolerance;
   }
 };
 
@@ -119,8 +123,10 @@ struct Candidate {
 
 class Search {
  public:
-  Search(int p, int m, int limit, detail::ListScheduleCosts costs, int budget)
-      : p_(p), m_(m), limit_(limit), costs_(std::move(costs)), budget_(budget) {}
+  Search(int p, int m, int limit, detail::ListScheduleCosts costs, int budget, AutoScheduleObjective objective)
+      : p_(p), m_(m), limit_(limit), costs_(std::move(costs)), budget_(budget), objective_(objective) {}
+
+  bool better(const Timing& a, const Timing& b) const { return a.better_than(b, objective_); }
 
   int evaluations() const { return evaluations_; }
 
@@ -162,7 +168,7 @@ class Search {
       for (double fill : {0.0, 0.5, 1.0}) {
         for (bool fits_only : {false, true}) {
           Candidate c = construct(ahead, fill, fits_only);
-          if (c.timing.better_than(best.timing)) {
+          if (better(c.timing, best.timing)) {
             best = std::move(c);
             best_fill = fill;
             best_fits = fits_only;
@@ -179,7 +185,7 @@ class Search {
           ahead[r] += delta;
           if (ahead[r] < 1 || ahead[r] > limit_) continue;
           Candidate c = construct(ahead, best_fill, best_fits);
-          if (c.timing.better_than(best.timing)) {
+          if (better(c.timing, best.timing)) {
             best = std::move(c);
             best_ahead_ = std::move(ahead);
             improved = true;
@@ -202,7 +208,7 @@ class Search {
           if (actions[k].microbatch == actions[k + 1].microbatch) continue;  // F before I before W of one
           std::swap(actions[k], actions[k + 1]);
           const Timing t = evaluate(c.ranks);
-          if (t.better_than(c.timing)) {
+          if (better(t, c.timing)) {
             c.timing = t;
             improved = true;
           } else {
@@ -217,6 +223,7 @@ class Search {
   int p_, m_, limit_;
   detail::ListScheduleCosts costs_;
   int budget_;
+  AutoScheduleObjective objective_;
   int evaluations_ = 0;
   std::vector<int> best_ahead_;
 };
@@ -259,7 +266,7 @@ AutoScheduleResult auto_schedule(int pp_size, int num_microbatches, const AutoSc
     }
   }
 
-  Search search(p, m, limit, costs, std::max(options.max_evaluations, 1));
+  Search search(p, m, limit, costs, std::max(options.max_evaluations, 1), options.objective);
   Candidate best = search.best_construction();
   AutoScheduleResult result;
   result.greedy_makespan = best.timing.makespan;
@@ -267,7 +274,7 @@ AutoScheduleResult auto_schedule(int pp_size, int num_microbatches, const AutoSc
   const auto seed = [&](RankLists ranks, const char* origin) {
     Candidate c{std::move(ranks), {}, origin};
     c.timing = search.evaluate(c.ranks);  // not ok when it does not fit the memory limit
-    if (c.timing.better_than(best.timing)) best = std::move(c);
+    if (search.better(c.timing, best.timing)) best = std::move(c);
   };
   seed(zb_h1_schedule(p, m).ranks, "zb_h1");
   seed(zb_h2_schedule(p, m).ranks, "zb_h2");
@@ -278,6 +285,7 @@ AutoScheduleResult auto_schedule(int pp_size, int num_microbatches, const AutoSc
       make_empty_schedule("auto", p, m, 1, partition::place_stages(p, 1, partition::StagePlacement::kLooped));
   result.schedule.ranks = std::move(best.ranks);
   result.makespan = best.timing.makespan;
+  result.span = best.timing.span;
   result.origin = best.origin;
   result.evaluations = search.evaluations();
   return result;

@@ -9,13 +9,13 @@
 // Output: a compute schedule (F / I / W, micro-batches in increasing order per stage and kind) whose peak
 // live stashes are <= the limit on every rank and which the validator accepts.
 //
-// Search (all candidates timed by the same rules as simulate(); objective: the makespan of the compute
-// schedule, ties broken by the longest per-rank span, i.e. the zero-bubble paper's bubble rate):
+// Search (all candidates timed by the same rules as simulate(); objective below, by default the makespan of
+// the compute schedule with ties broken by the longest per-rank span, the zero-bubble paper's cost):
 //   1. greedy construction (detail::list_schedule) over a grid of its switches (W fill threshold, F only
 //      when it fits before the next I, per-rank forward look-ahead);
 //   2. the handcrafted schedules that fit the limit join as candidates: ZB-H1 (peak min(p, m)), ZB-H2 (peak
-//      min(2p − 1, m)) and 1F1B with split backward. So the result is never slower than ZB-H1 when the limit
-//      is >= p, and never slower than ZB-H2 when it is >= 2p − 1;
+//      min(2p − 1, m)) and 1F1B with split backward. So, in the objective's sense, the result is never worse
+//      than ZB-H1 when the limit is >= p, and never worse than ZB-H2 when it is >= 2p − 1;
 //   3. local search on the best candidate: per-rank forward look-ahead ± 1 (re-running the construction),
 //      then moving single W actions one place earlier or later on their rank, kept when the makespan (or, at
 //      equal makespan, the span) shrinks and the memory limit and the dependencies still hold.
@@ -29,15 +29,24 @@
 
 namespace cleave::pipeline {
 
+// What the search minimises first (the other number breaks ties):
+//   kMakespan  the step's makespan: what a step pays when the optimizer step is synchronised across ranks, as
+//              in this engine (bubble_fraction's sense);
+//   kSpan      the longest per-rank span, first action to last: the zero-bubble paper's cost, what a step pays
+//              when steps overlap (their optimizer post-validation; stage_bubble_fraction's sense).
+enum class AutoScheduleObjective { kMakespan, kSpan };
+
 struct AutoScheduleOptions {
   SimulationCosts costs;  // one StageCost per stage (= pp_size entries); F, I, W > 0; reduce/optimizer ignored
   int memory_limit = 0;   // live micro-batch stashes per rank; 0 = pp_size (1F1B's / ZB-H1's memory)
   int max_evaluations = 4000;  // budget of candidate timings for step 3
+  AutoScheduleObjective objective = AutoScheduleObjective::kMakespan;
 };
 
 struct AutoScheduleResult {
   Schedule schedule;
   double makespan = 0.0;          // of the compute schedule under the given costs
+  double span = 0.0;              // its longest per-rank span (first action to last)
   double greedy_makespan = 0.0;   // the best construction of step 1 alone
   std::string origin;             // which candidate step 3 started from ("greedy", "zb_h1", "zb_h2", "1f1b")
   int evaluations = 0;

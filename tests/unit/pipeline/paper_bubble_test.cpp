@@ -10,8 +10,10 @@
 // every row agrees to 1e-4 when this was written.
 //
 // The automatic scheduler is run on the p = 8 rows with the paper's ZB-2p memory (2p stashes) and ZB-1p
-// memory (p): it must be at least as good as ZB-H2 / ZB-H1 there; the paper's ZB-2p / ZB-1p columns are
-// printed beside it for comparison (their search adds an ILP step we do not have).
+// memory (p), minimising the paper's cost (the longest span): it must be at least as good as ZB-H2 / ZB-H1
+// there; the paper's ZB-2p / ZB-1p columns are printed beside it for comparison (their search adds an ILP
+// step we do not have). With the makespan objective (this engine's synchronised optimizer step) it must be no
+// slower than ZB-H2.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -75,30 +77,34 @@ TEST(PaperBubbleRates, ZeroBubbleH1AndH2MatchTable5WithinOneHundredth) {
 }
 
 TEST(PaperBubbleRates, AutomaticScheduleAtOneAndTwoPMemoryIsAtLeastTheHandcraftedOnes) {
-  std::printf("[ paper ] model   p    m  | auto@p  ZB-H1   paper ZB-1p | auto@2p ZB-H2   paper ZB-2p\n");
+  std::printf("[ paper ] objective span (the paper's cost) | objective makespan (this engine's synchronised step)\n");
+  std::printf("[ paper ] model   p    m  | auto@p  ZB-H1   ZB-1p   | auto@2p ZB-H2   ZB-2p   | makespan auto@2p / ZB-H2\n");
   for (const PaperRow& row : kRows) {
     if (row.p != 8) continue;  // the search's cost grows with p·m; the p = 8 rows keep this test short
     SCOPED_TRACE(::testing::Message() << row.model << " p=" << row.p << " m=" << row.m);
     const SimulationCosts costs = paper_costs(row);
-    AutoScheduleOptions options;
-    options.costs = costs;
-    options.memory_limit = row.p;
-    const Schedule one_p = auto_schedule(row.p, row.m, options).schedule;
-    options.memory_limit = 2 * row.p;
-    const Schedule two_p = auto_schedule(row.p, row.m, options).schedule;
-    const auto sim_1p = simulate(one_p, costs);
-    const auto sim_2p = simulate(two_p, costs);
+    auto run = [&](int limit, AutoScheduleObjective objective) {
+      AutoScheduleOptions options;
+      options.costs = costs;
+      options.memory_limit = limit;
+      options.objective = objective;
+      const SimulationResult sim = simulate(auto_schedule(row.p, row.m, options).schedule, costs);
+      for (const auto& rank : sim.stats.ranks) EXPECT_LE(rank.peak_activations, limit);
+      return sim;
+    };
+    const auto span_1p = run(row.p, AutoScheduleObjective::kSpan);
+    const auto span_2p = run(2 * row.p, AutoScheduleObjective::kSpan);
+    const auto makespan_2p = run(2 * row.p, AutoScheduleObjective::kMakespan);
     const auto sim_h1 = simulate(zb_h1_schedule(row.p, row.m), costs);
     const auto sim_h2 = simulate(zb_h2_schedule(row.p, row.m), costs);
-    const double rate_1p = paper_bubble_rate(sim_1p, row), rate_2p = paper_bubble_rate(sim_2p, row);
+    const double rate_1p = paper_bubble_rate(span_1p, row), rate_2p = paper_bubble_rate(span_2p, row);
     const double rate_h1 = paper_bubble_rate(sim_h1, row), rate_h2 = paper_bubble_rate(sim_h2, row);
-    std::printf("[ paper ] %-6s %2d %4d  | %.4f  %.4f  %.4f      | %.4f  %.4f  %.4f\n", row.model, row.p, row.m,
-                rate_1p, rate_h1, row.zb1p, rate_2p, rate_h2, row.zb2p);
-    EXPECT_LE(sim_1p.stats.makespan, sim_h1.stats.makespan + 1e-9);
-    EXPECT_LE(sim_2p.stats.makespan, sim_h2.stats.makespan + 1e-9);
+    std::printf("[ paper ] %-6s %2d %4d  | %.4f  %.4f  %.4f  | %.4f  %.4f  %.4f  | %.2f / %.2f\n", row.model, row.p,
+                row.m, rate_1p, rate_h1, row.zb1p, rate_2p, rate_h2, row.zb2p, makespan_2p.stats.makespan,
+                sim_h2.stats.makespan);
+    EXPECT_LE(rate_1p, rate_h1 + 1e-9);
     EXPECT_LE(rate_2p, rate_h2 + 1e-9);
-    for (const auto& rank : sim_1p.stats.ranks) EXPECT_LE(rank.peak_activations, row.p);
-    for (const auto& rank : sim_2p.stats.ranks) EXPECT_LE(rank.peak_activations, 2 * row.p);
+    EXPECT_LE(makespan_2p.stats.makespan, sim_h2.stats.makespan + 1e-9);
   }
 }
 

@@ -21,10 +21,11 @@
 // per rank, so here a pair is the forward followed by the backward: the pairing order is kept, the overlap
 // is not. The simulator therefore times F&B as F + I + W.
 // Warm-up: 2(p − r − 1) + (r + 1) chunk-0 forwards and r + 1 chunk-1 forwards before the first backward.
-// Memory bound: at most 2p + 1 live chunk stashes per rank (each chunk is half a rank's layers); see
-// docs/schedules.md for the measured peaks.
-// Bubble: DeepSeek's table gives (p − 1)(F&B + B − 3W) per rank in chunk units; with F&B = F + B (no overlap)
-// and F = I = W = 1 the simulator measures it (docs/schedules.md, generators_test.cpp).
+// Memory bound: 2p + 1 live chunk stashes on every rank (each chunk is half a rank's layers; DeepSeek's "PP + 1"
+// with PP = 2p stages), one more than ZB-V.
+// Bubble with F = I = W = 1 (F&B = F + I + W, nothing overlapped): makespan 6m + p − 1, the same as ZB-V, so
+// bubble_fraction = (p − 1)/(6m + p − 1); every rank ends at the makespan, so rank r idles r units before its
+// first action and p − 1 − r inside its span (ZB-V: 0 inside). Checked in generators_test.cpp.
 #include <deque>
 #include <utility>
 

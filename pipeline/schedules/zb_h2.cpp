@@ -8,10 +8,10 @@
 //   than 2p − 1 live stashes (+1 at F, −1 at W); else its oldest pending W; else it waits
 // (detail::list_schedule with unit costs, memory limit 2p − 1, weight_fill 1). Micro-batches in increasing
 // order for each of F, I and W. For m ≥ 2p − 1 that is, on rank r: 2(p − r) − 1 warm-up forwards, then I and
-// F alternating while W are deferred (up to 2r of them, the paper's (2p − 2r − 1)·M_B + 2r·M_W), then
-// (W, F, I) in the steady state, then the deferred W.
+// F alternating while W are deferred (the later ranks defer most, as in the paper's (2p − 2r − 1)·M_B +
+// 2r·M_W), then one F, I and W per micro-batch in the steady state, then the deferred W.
 // Warm-up: min(2(p − r) − 1, m) forwards before the first I.
-// Memory bound: min(2p − 1, m) live stashes on every rank (a stash lives until its W).
+// Memory bound: min(2p − 1, m) live stashes on every rank (a stash lives until its W); rank 0 reaches 2p − 1.
 // Bubble with F = I = W: for m ≥ 2p − 1 every rank is busy without a gap from its first action (at r) to its
 // last, so stage_bubble_fraction = 0, makespan = 3m + p − 1 and bubble_fraction = (p − 1) / (3m + p − 1)
 // (the start offsets only). For m < 2p − 1 there is too little work to fill the warm-up and a bubble remains.

@@ -91,9 +91,16 @@ Timing time_order(int p, int m, const RankLists& ranks, const detail::ListSchedu
   return t;
 }
 
-bool fits_memory(const RankLists& ranks, int limit) {
+// Peak weighted stashes of every rank <= limit (1 between F and I, `fraction` between I and W).
+bool fits_memory(const RankLists& ranks, int limit, double fraction) {
   for (const auto& actions : ranks) {
-    if (peak_activations(actions) > limit) return false;
+    int before_input = 0, before_weight = 0;
+    for (const Action& a : actions) {
+      if (a.kind == ActionKind::kForward) ++before_input;
+      if (a.kind == ActionKind::kBackwardInput) --before_input, ++before_weight;
+      if (a.kind == ActionKind::kBackwardWeight) --before_weight;
+      if (before_input + fraction * before_weight > limit + 1e-9) return false;
+    }
   }
   return true;
 }
@@ -123,8 +130,10 @@ struct Candidate {
 
 class Search {
  public:
-  Search(int p, int m, int limit, detail::ListScheduleCosts costs, int budget, AutoScheduleObjective objective)
-      : p_(p), m_(m), limit_(limit), costs_(std::move(costs)), budget_(budget), objective_(objective) {}
+  Search(int p, int m, int limit, double fraction, detail::ListScheduleCosts costs, int budget,
+         AutoScheduleObjective objective)
+      : p_(p), m_(m), limit_(limit), fraction_(fraction), costs_(std::move(costs)), budget_(budget),
+        objective_(objective) {}
 
   bool better(const Timing& a, const Timing& b) const { return a.better_than(b, objective_); }
 
@@ -132,13 +141,15 @@ class Search {
 
   Timing evaluate(const RankLists& ranks) {
     ++evaluations_;
-    if (!fits_memory(ranks, limit_)) return {};
+    if (!fits_memory(ranks, limit_, fraction_)) return {};
     return time_order(p_, m_, ranks, costs_);
   }
 
-  Candidate construct(const std::vector<int>& forward_ahead, double weight_fill, bool fits_only) {
+  Candidate construct(const std::vector<int>& forward_ahead, double weight_fill, bool fits_only, bool defer) {
     detail::ListSchedulePolicy policy;
     policy.memory_limit.assign(static_cast<std::size_t>(p_), limit_);
+    policy.weight_stash_fraction = fraction_;
+    policy.defer_weights = defer;
     policy.forward_ahead = forward_ahead;
     policy.weight_fill = weight_fill;
     policy.forward_fits_only = fits_only;
@@ -163,16 +174,20 @@ class Search {
     pattern([&](int r) { return 2 * (p_ - r) - 1; });
     Candidate best;
     double best_fill = 1.0;
-    bool best_fits = false;
+    bool best_fits = false, best_defer = false;
     for (const auto& ahead : patterns) {
-      for (double fill : {0.0, 0.5, 1.0}) {
-        for (bool fits_only : {false, true}) {
-          Candidate c = construct(ahead, fill, fits_only);
-          if (better(c.timing, best.timing)) {
-            best = std::move(c);
-            best_fill = fill;
-            best_fits = fits_only;
-            best_ahead_ = ahead;
+      for (bool defer : {false, true}) {
+        for (double fill : {0.0, 0.5, 1.0}) {
+          if (defer && fill != 1.0) continue;  // the threshold is unused when W are kept for the tail
+          for (bool fits_only : {false, true}) {
+            Candidate c = construct(ahead, fill, fits_only, defer);
+            if (better(c.timing, best.timing)) {
+              best = std::move(c);
+              best_fill = fill;
+              best_fits = fits_only;
+              best_defer = defer;
+              best_ahead_ = ahead;
+            }
           }
         }
       }
@@ -184,7 +199,7 @@ class Search {
           std::vector<int> ahead = best_ahead_;
           ahead[r] += delta;
           if (ahead[r] < 1 || ahead[r] > limit_) continue;
-          Candidate c = construct(ahead, best_fill, best_fits);
+          Candidate c = construct(ahead, best_fill, best_fits, best_defer);
           if (better(c.timing, best.timing)) {
             best = std::move(c);
             best_ahead_ = std::move(ahead);
@@ -221,6 +236,7 @@ class Search {
 
  private:
   int p_, m_, limit_;
+  double fraction_;
   detail::ListScheduleCosts costs_;
   int budget_;
   AutoScheduleObjective objective_;
@@ -266,7 +282,10 @@ AutoScheduleResult auto_schedule(int pp_size, int num_microbatches, const AutoSc
     }
   }
 
-  Search search(p, m, limit, costs, std::max(options.max_evaluations, 1), options.objective);
+  CLEAVE_CHECK(options.weight_stash_fraction > 0 && options.weight_stash_fraction <= 1,
+               "auto schedule: weight_stash_fraction must be in (0, 1], got {}", options.weight_stash_fraction);
+  Search search(p, m, limit, options.weight_stash_fraction, costs, std::max(options.max_evaluations, 1),
+                options.objective);
   Candidate best = search.best_construction();
   AutoScheduleResult result;
   result.greedy_makespan = best.timing.makespan;

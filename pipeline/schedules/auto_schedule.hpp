@@ -7,12 +7,13 @@
 // once (+1 at F, −1 at W, the simulator's peak_activations). 1F1B and ZB-H1 hold p; ZB-H2 holds 2p − 1.
 //
 // Output: a compute schedule (F / I / W, micro-batches in increasing order per stage and kind) whose peak
-// live stashes are <= the limit on every rank and which the validator accepts.
+// live stashes are <= the limit on every rank (weighted by weight_stash_fraction after I, below) and which the
+// validator accepts.
 //
 // Search (all candidates timed by the same rules as simulate(); objective below, by default the makespan of
 // the compute schedule with ties broken by the longest per-rank span, the zero-bubble paper's cost):
-//   1. greedy construction (detail::list_schedule) over a grid of its switches (W fill threshold, F only
-//      when it fits before the next I, per-rank forward look-ahead);
+//   1. greedy construction (detail::list_schedule) over a grid of its switches (W fill threshold or W kept
+//      for the tail, F only when it fits before the next I, per-rank forward look-ahead);
 //   2. the handcrafted schedules that fit the limit join as candidates: ZB-H1 (peak min(p, m)), ZB-H2 (peak
 //      min(2p − 1, m)) and 1F1B with split backward. So, in the objective's sense, the result is never worse
 //      than ZB-H1 when the limit is >= p, and never worse than ZB-H2 when it is >= 2p − 1;
@@ -39,6 +40,10 @@ enum class AutoScheduleObjective { kMakespan, kSpan };
 struct AutoScheduleOptions {
   SimulationCosts costs;  // one StageCost per stage (= pp_size entries); F, I, W > 0; reduce/optimizer ignored
   int memory_limit = 0;   // live micro-batch stashes per rank; 0 = pp_size (1F1B's / ZB-H1's memory)
+  // What a stash still weighs between its I and its W, as a fraction of a whole one (the zero-bubble paper's
+  // M_W / M_B; their Table 1 gives 32h / (34h + 5as) for a transformer layer). 1 = this engine's accounting
+  // (the simulator's peak_activations counts a stash whole until its W), the default.
+  double weight_stash_fraction = 1.0;
   int max_evaluations = 4000;  // budget of candidate timings for step 3
   AutoScheduleObjective objective = AutoScheduleObjective::kMakespan;
 };

@@ -26,6 +26,8 @@ std::vector<std::vector<Action>> list_schedule(int p, int m, const ListScheduleC
   for (int r = 0; r < p; ++r) {
     CLEAVE_ASSERT(policy.memory_limit[r] >= 1 && policy.forward_ahead[r] >= 1, "list_schedule: rank {} limits < 1",
                   r);
+    CLEAVE_ASSERT(policy.weight_stash_fraction > 0 && policy.weight_stash_fraction <= 1,
+                  "list_schedule: weight_stash_fraction {} outside (0, 1]", policy.weight_stash_fraction);
     CLEAVE_ASSERT(costs.forward[r] > 0 && costs.backward_input[r] > 0 && costs.backward_weight[r] > 0,
                   "list_schedule: stage {} has a cost <= 0", r);
   }
@@ -62,9 +64,9 @@ std::vector<std::vector<Action>> list_schedule(int p, int m, const ListScheduleC
       if (finished(r) || next[r] != now) continue;
       const bool i_pending = i[r] < f[r];
       const double i_at = i_pending ? i_arrival(r) : kUnknown;
-      const int live = f[r] - w[r];
+      const double used = (f[r] - i[r]) + policy.weight_stash_fraction * (i[r] - w[r]);
       const bool f_left = f[r] < m;
-      const bool f_memory = live < policy.memory_limit[r];
+      const bool f_memory = used + 1.0 <= policy.memory_limit[r] + 1e-9;
       const bool f_allowed = f_left && f_memory && f[r] - i[r] < policy.forward_ahead[r];
       const double f_at = f_allowed ? f_arrival(r) : kUnknown;
       const bool w_pending = w[r] < i[r];
@@ -87,7 +89,9 @@ std::vector<std::vector<Action>> list_schedule(int p, int m, const ListScheduleC
       // The next input this rank could use: the I's gradient, or the F's activation unless the F is held back.
       const double input_at = std::min(i_at, f_fits ? f_at : kUnknown);
       const bool memory_bound = f_left && !f_memory;
-      if (w_pending && (memory_bound || input_at - now >= policy.weight_fill * costs.backward_weight[r])) {
+      const bool fill_gap = policy.defer_weights ? !f_left
+                                                 : input_at - now >= policy.weight_fill * costs.backward_weight[r];
+      if (w_pending && (memory_bound || fill_gap)) {
         out[r].push_back({ActionKind::kBackwardWeight, r, w[r]++});
         next[r] = now + costs.backward_weight[r];
         continue;

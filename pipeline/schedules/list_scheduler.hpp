@@ -10,12 +10,13 @@
 //
 // Rule, each time a rank is free (all decisions at one instant are taken in rank order):
 //   1. the oldest I whose gradient is there;
-//   2. else the next F, if its input is there, the rank holds fewer than memory_limit[r] live stashes
-//      (+1 at F, −1 at W) and fewer than forward_ahead[r] micro-batches between F and I; with
+//   2. else the next F, if its input is there, one more stash fits memory_limit[r] (stashes between F and I
+//      count 1, between I and W weight_stash_fraction) and fewer than forward_ahead[r] micro-batches are
+//      between F and I; with
 //      forward_fits_only, only when it ends before the gradient of the next I is known to arrive;
 //   3. else the oldest pending W: at once when the memory limit blocks the next F, otherwise when the wait
 //      for the next known input is at least weight_fill × the W's cost (an unknown arrival counts as
-//      infinitely far);
+//      infinitely far); with defer_weights, only when the memory limit blocks the next F or no F is left;
 //   4. else wait for the next event.
 // Invariant: per stage, F, I and W each run in increasing micro-batch order; the result is a complete
 // compute schedule that the validator accepts (the last stage can always run I after F, so some rank can
@@ -36,10 +37,16 @@ struct ListScheduleCosts {
 };
 
 struct ListSchedulePolicy {
-  std::vector<int> memory_limit;   // per rank, >= 1
+  // Per rank, >= 1, in micro-batch stashes: a micro-batch between its F and its I counts 1, between its I and
+  // its W counts weight_stash_fraction (I frees what only the input gradient needed).
+  std::vector<int> memory_limit;
+  double weight_stash_fraction = 1.0;  // in (0, 1]
   std::vector<int> forward_ahead;  // per rank, >= 1
   double weight_fill = 1.0;        // >= 0
   bool forward_fits_only = false;
+  // Keep W for the tail: a W runs only when the memory limit blocks the next F or no F is left (then at any
+  // wait), never just to fill a gap while forwards remain. Trades memory for a shorter tail.
+  bool defer_weights = false;
 };
 
 // Per-rank action lists (F, I, W only) for pp_size ranks and num_microbatches micro-batches.

@@ -6,12 +6,15 @@
 //   - tight limits below p (1, 2, p − 1) still give valid schedules within the limit, and more memory never
 //     makes the result slower on these cases;
 //   - unequal costs and P2P latency: never slower than ZB-H1 at limit p;
+//   - a stash lighter after its I (weight_stash_fraction, the paper's M_W / M_B) stays within the weighted limit
+//     and is never worse than whole stashes;
 //   - the `auto` registry entry; bad input is an Error naming the numbers.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "engine/core/error.hpp"
 #include "pipeline/lowering.hpp"
@@ -86,7 +89,10 @@ TEST(AutoSchedule, TightLimitsStayWithinTheLimitAndMoreMemoryNeverHurts) {
       SCOPED_TRACE(::testing::Message() << "p=" << p << " m=" << m);
       const SimulationCosts unit = SimulationCosts::uniform(p, 1.0, 1.2, 0.7);
       double previous = 1e300;
-      for (int limit : {1, 2, std::max(1, p - 1), p, 2 * p - 1, 2 * p, 4 * p}) {
+      std::vector<int> limits = {1, 2, std::max(1, p - 1), p, 2 * p - 1, 2 * p, 4 * p};
+      std::sort(limits.begin(), limits.end());
+      limits.erase(std::unique(limits.begin(), limits.end()), limits.end());
+      for (int limit : limits) {
         SCOPED_TRACE(::testing::Message() << "limit=" << limit);
         const auto sim = check_auto(run_auto(p, m, limit, unit, 600), limit, unit);
         EXPECT_LE(sim.stats.makespan, previous + kExact);
@@ -147,6 +153,41 @@ TEST(AutoSchedule, BadInputIsAnErrorNamingTheNumbers) {
   EXPECT_NE(error_of([&] { run_auto(4, 8, 4, latency); }).find("p2p latency is -1"), std::string::npos);
   EXPECT_NE(error_of([&] { run_auto(4, 0, 4, unit); }).find("micro-batches must be at least 1, got 0"),
             std::string::npos);
+  AutoScheduleOptions fraction;
+  fraction.costs = unit;
+  fraction.weight_stash_fraction = 1.5;
+  EXPECT_NE(error_of([&] { auto_schedule(4, 8, fraction); }).find("weight_stash_fraction must be in (0, 1], got 1.5"),
+            std::string::npos);
+}
+
+// With a stash weighing less after its I (the paper's M_W < M_B), the same limit holds more deferred W: the
+// weighted peak stays within the limit, and the result is never slower than with whole stashes.
+TEST(AutoSchedule, LighterStashesAfterInputHoldMoreDeferredWeights) {
+  for (int p : {4, 8}) {
+    const int m = 3 * p;
+    SCOPED_TRACE(::testing::Message() << "p=" << p);
+    SimulationCosts costs = SimulationCosts::uniform(p, 1.0, 1.0, 0.5);
+    costs.p2p_latency = 0.03;
+    AutoScheduleOptions options;
+    options.costs = costs;
+    options.memory_limit = 2 * p;
+    options.objective = AutoScheduleObjective::kSpan;
+    const AutoScheduleResult whole = auto_schedule(p, m, options);
+    options.weight_stash_fraction = 0.4;
+    const AutoScheduleResult light = auto_schedule(p, m, options);
+    EXPECT_TRUE(validate_schedule(light.schedule).ok);
+    EXPECT_LE(light.span, whole.span + kExact);
+    for (const auto& actions : light.schedule.ranks) {
+      double before_input = 0, before_weight = 0, peak = 0;
+      for (const Action& a : actions) {
+        if (a.kind == ActionKind::kForward) before_input += 1;
+        if (a.kind == ActionKind::kBackwardInput) before_input -= 1, before_weight += 1;
+        if (a.kind == ActionKind::kBackwardWeight) before_weight -= 1;
+        peak = std::max(peak, before_input + 0.4 * before_weight);
+      }
+      EXPECT_LE(peak, 2 * p + kExact);
+    }
+  }
 }
 
 }  // namespace

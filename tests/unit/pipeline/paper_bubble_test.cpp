@@ -9,11 +9,13 @@
 // the rate computed with that definition from the simulated timeline. Asserted within 0.01 (the target);
 // every row agrees to 1e-4 when this was written.
 //
-// The automatic scheduler is run on the p = 8 rows with the paper's ZB-2p memory (2p stashes) and ZB-1p
-// memory (p), minimising the paper's cost (the longest span): it must be at least as good as ZB-H2 / ZB-H1
-// there; the paper's ZB-2p / ZB-1p columns are printed beside it for comparison (their search adds an ILP
-// step we do not have). With the makespan objective (this engine's synchronised optimizer step) it must be no
-// slower than ZB-H2.
+// The automatic scheduler is run on the p = 8 rows with the paper's ZB-1p memory (p) and ZB-2p memory (2p),
+// minimising the paper's cost (the longest span): at least as good as ZB-H1 / ZB-H2, and within 0.01 of the
+// paper's ZB-1p. Their ZB-2p budget is 2p·M_B where a stash after its B (our I) weighs only M_W ≈ 0.37–0.43 M_B
+// (their Table 1); in our default accounting a stash weighs 1 until its W, which leaves far fewer W to defer.
+// With their accounting (AutoScheduleOptions::weight_stash_fraction = M_W / M_B) the result must be within 0.01
+// of (in fact at or below) their ZB-2p. With the makespan objective (this engine's synchronised optimizer
+// step) it must be no slower than ZB-H2.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -33,6 +35,14 @@ struct PaperRow {
   double t_f, t_b, t_w, t_comm;                     // Table 9, ms
   double h1, h2, zb1p, zb2p;                        // Table 5 bubble rates
 };
+
+// M_W / M_B of one transformer layer from the paper's Table 1, M_B = sb(34h + 5as), M_W = 32sbh, with the
+// models of their Table 3 (s = 1024): 1.5B h = 2304, a = 24; 6.2B h = 4096, a = 32.
+double weight_stash_fraction(const PaperRow& row) {
+  const double s = 1024;
+  const double h = row.model[0] == '1' ? 2304 : 4096, a = row.model[0] == '1' ? 24 : 32;
+  return 32 * h / (34 * h + 5 * a * s);
+}
 
 constexpr PaperRow kRows[] = {
     {"1.5B", 8, 24, 18.522, 18.086, 9.337, 0.601, 0.1585, 0.1083, 0.1585, 0.0433},
@@ -78,7 +88,7 @@ TEST(PaperBubbleRates, ZeroBubbleH1AndH2MatchTable5WithinOneHundredth) {
 
 TEST(PaperBubbleRates, AutomaticScheduleAtOneAndTwoPMemoryIsAtLeastTheHandcraftedOnes) {
   std::printf("[ paper ] objective span (the paper's cost) | objective makespan (this engine's synchronised step)\n");
-  std::printf("[ paper ] model   p    m  | auto@p  ZB-H1   ZB-1p   | auto@2p ZB-H2   ZB-2p   | makespan auto@2p / ZB-H2\n");
+  std::printf("[ paper ] model   p    m  | auto@p  ZB-H1   ZB-1p   | auto@2p auto@2p(M_W) ZB-H2 ZB-2p | makespan auto@2p / ZB-H2\n");
   for (const PaperRow& row : kRows) {
     if (row.p != 8) continue;  // the search's cost grows with p·m; the p = 8 rows keep this test short
     SCOPED_TRACE(::testing::Message() << row.model << " p=" << row.p << " m=" << row.m);
@@ -94,14 +104,24 @@ TEST(PaperBubbleRates, AutomaticScheduleAtOneAndTwoPMemoryIsAtLeastTheHandcrafte
     };
     const auto span_1p = run(row.p, AutoScheduleObjective::kSpan);
     const auto span_2p = run(2 * row.p, AutoScheduleObjective::kSpan);
+    // The paper's memory accounting: a stash weighs M_W / M_B between its I and its W.
+    AutoScheduleOptions paper_memory;
+    paper_memory.costs = costs;
+    paper_memory.memory_limit = 2 * row.p;
+    paper_memory.weight_stash_fraction = weight_stash_fraction(row);
+    paper_memory.objective = AutoScheduleObjective::kSpan;
+    const double rate_2p_paper_memory =
+        paper_bubble_rate(simulate(auto_schedule(row.p, row.m, paper_memory).schedule, costs), row);
     const auto makespan_2p = run(2 * row.p, AutoScheduleObjective::kMakespan);
     const auto sim_h1 = simulate(zb_h1_schedule(row.p, row.m), costs);
     const auto sim_h2 = simulate(zb_h2_schedule(row.p, row.m), costs);
     const double rate_1p = paper_bubble_rate(span_1p, row), rate_2p = paper_bubble_rate(span_2p, row);
     const double rate_h1 = paper_bubble_rate(sim_h1, row), rate_h2 = paper_bubble_rate(sim_h2, row);
-    std::printf("[ paper ] %-6s %2d %4d  | %.4f  %.4f  %.4f  | %.4f  %.4f  %.4f  | %.2f / %.2f\n", row.model, row.p,
-                row.m, rate_1p, rate_h1, row.zb1p, rate_2p, rate_h2, row.zb2p, makespan_2p.stats.makespan,
-                sim_h2.stats.makespan);
+    std::printf("[ paper ] %-6s %2d %4d  | %.4f  %.4f  %.4f  | %.4f  %.4f  %.4f  %.4f | %.2f / %.2f\n", row.model,
+                row.p, row.m, rate_1p, rate_h1, row.zb1p, rate_2p, rate_2p_paper_memory, rate_h2, row.zb2p,
+                makespan_2p.stats.makespan, sim_h2.stats.makespan);
+    EXPECT_NEAR(rate_1p, row.zb1p, 0.01);
+    EXPECT_LE(rate_2p_paper_memory, row.zb2p + 0.01);
     EXPECT_LE(rate_1p, rate_h1 + 1e-9);
     EXPECT_LE(rate_2p, rate_h2 + 1e-9);
     EXPECT_LE(makespan_2p.stats.makespan, sim_h2.stats.makespan + 1e-9);

@@ -606,7 +606,8 @@ void validate(const RunConfig& c, const ParseState& state) {
 
   if (p.auto_schedule_memory_limit != 0 && p.schedule != "auto") {
     fail(state, "parallel.auto_schedule_memory_limit",
-         "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"", p.schedule);
+         "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
+         p.schedule);
   }
 
   // What is known before launch (build, device type); the factory adds the per-rank GPU probe.

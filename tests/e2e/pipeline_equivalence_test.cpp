@@ -71,8 +71,8 @@ std::vector<Layout> layouts_for(int world) {
       out.push_back({std::string("pp2_") + name + "_untied", {pp(2), schedule(name), untied}, 0});
       out.push_back({std::string("pp2_") + name + "_tied", {pp(2), schedule(name)}, kRounding});
     }
-    out.push_back({"pp2_auto_memory3_untied", {pp(2), schedule("auto"), "parallel.auto_schedule_memory_limit=3", untied},
-                   0});
+    out.push_back(
+        {"pp2_auto_memory3_untied", {pp(2), schedule("auto"), "parallel.auto_schedule_memory_limit=3", untied}, 0});
     out.push_back({"pp2_gpipe_untied", {pp(2), schedule("gpipe"), untied}, kRounding});
     out.push_back({"pp2_1f1b_clipped", {pp(2), "optimizer.grad_clip=0.05"}, kRounding});
     out.push_back({"dp2_untied", {"batch.micro_batch_size=4", untied}, kRounding});

@@ -272,10 +272,12 @@ TEST(Generators, DualPipeVPairsForwardWithBackwardAndNeedsTwoMicrobatchesPerRank
       const auto& a = s.ranks[r];
       int pairs = 0;
       for (std::size_t k = 0; k + 5 < a.size(); ++k) {
-        if (a[k].kind == ActionKind::kForward && a[k].stage == s0 && a[k + 1].kind == ActionKind::kBackwardInput &&
-            a[k + 1].stage == s1 && a[k + 2].kind == ActionKind::kBackwardWeight && a[k + 3].kind == ActionKind::kForward &&
-            a[k + 3].stage == s1 && a[k + 4].kind == ActionKind::kBackwardInput && a[k + 4].stage == s0 &&
-            a[k + 5].kind == ActionKind::kBackwardWeight) {
+        const auto is = [&](std::size_t at, ActionKind kind, int stage) {
+          return a[at].kind == kind && a[at].stage == stage;
+        };
+        if (is(k, ActionKind::kForward, s0) && is(k + 1, ActionKind::kBackwardInput, s1) &&
+            is(k + 2, ActionKind::kBackwardWeight, s1) && is(k + 3, ActionKind::kForward, s1) &&
+            is(k + 4, ActionKind::kBackwardInput, s0) && is(k + 5, ActionKind::kBackwardWeight, s0)) {
           EXPECT_NE(a[k].microbatch, a[k + 1].microbatch);  // forward of one micro-batch, backward of another
           ++pairs;
         }

@@ -88,7 +88,8 @@ TEST(PaperBubbleRates, ZeroBubbleH1AndH2MatchTable5WithinOneHundredth) {
 
 TEST(PaperBubbleRates, AutomaticScheduleAtOneAndTwoPMemoryIsAtLeastTheHandcraftedOnes) {
   std::printf("[ paper ] objective span (the paper's cost) | objective makespan (this engine's synchronised step)\n");
-  std::printf("[ paper ] model   p    m  | auto@p  ZB-H1   ZB-1p   | auto@2p auto@2p(M_W) ZB-H2 ZB-2p | makespan auto@2p / ZB-H2\n");
+  std::printf(
+      "[ paper ] model   p    m  | auto@p  ZB-H1   ZB-1p   | auto@2p auto@2p(M_W) ZB-H2 ZB-2p | makespan auto@2p / ZB-H2\n");
   for (const PaperRow& row : kRows) {
     if (row.p != 8) continue;  // the search's cost grows with p·m; the p = 8 rows keep this test short
     SCOPED_TRACE(::testing::Message() << row.model << " p=" << row.p << " m=" << row.m);

@@ -145,8 +145,17 @@ class Search {
     return time_order(p_, m_, ranks, costs_);
   }
 
-  Candidate construct(const std::vector<int>& forward_ahead, double weight_fill, bool fits_only, bool defer) {
+  // The construction's switches besides the per-rank forward look-ahead.
+  struct Switches {
+    double weight_fill = 1.0;
+    bool fits_only = false, defer = false, prefer_forward = false;
+  };
+
+  Candidate construct(const std::vector<int>& forward_ahead, const Switches& sw) {
+    const double weight_fill = sw.weight_fill;
+    const bool fits_only = sw.fits_only, defer = sw.defer;
     detail::ListSchedulePolicy policy;
+    policy.prefer_forward = sw.prefer_forward;
     policy.memory_limit.assign(static_cast<std::size_t>(p_), limit_);
     policy.weight_stash_fraction = fraction_;
     policy.defer_weights = defer;
@@ -160,8 +169,8 @@ class Search {
     return c;
   }
 
-  // Step 1 and the look-ahead part of step 3: the best construction over the switch grid, then per-rank
-  // forward look-ahead ± 1 until no change helps.
+  // Step 1 and the look-ahead part of step 3: the constructions over the switch grid, then per-rank forward
+  // look-ahead ± 1 until no change helps.
   Candidate best_construction() {
     std::vector<std::vector<int>> patterns;
     auto pattern = [&](auto rule) {
@@ -172,41 +181,49 @@ class Search {
     pattern([&](int) { return limit_; });
     pattern([&](int r) { return p_ - r; });
     pattern([&](int r) { return 2 * (p_ - r) - 1; });
-    Candidate best;
-    double best_fill = 1.0;
-    bool best_fits = false, best_defer = false;
-    for (const auto& ahead : patterns) {
+    // The best pattern for each combination of switches, then a look-ahead descent from each of them (a single
+    // descent from the overall best gets stuck in local optima).
+    struct Start {
+      Candidate candidate;
+      Switches switches;
+      std::vector<int> ahead;
+    };
+    std::vector<Start> starts;
+    for (bool prefer_forward : {false, true}) {
       for (bool defer : {false, true}) {
         for (double fill : {0.0, 0.5, 1.0}) {
           if (defer && fill != 1.0) continue;  // the threshold is unused when W are kept for the tail
           for (bool fits_only : {false, true}) {
-            Candidate c = construct(ahead, fill, fits_only, defer);
-            if (better(c.timing, best.timing)) {
-              best = std::move(c);
-              best_fill = fill;
-              best_fits = fits_only;
-              best_defer = defer;
-              best_ahead_ = ahead;
+            const Switches sw{fill, fits_only, defer, prefer_forward};
+            Start start;
+            for (const auto& ahead : patterns) {
+              Candidate c = construct(ahead, sw);
+              if (better(c.timing, start.candidate.timing)) start = {std::move(c), sw, ahead};
             }
+            starts.push_back(std::move(start));
           }
         }
       }
     }
-    for (bool improved = true; improved && evaluations_ < budget_;) {
-      improved = false;
-      for (int r = 0; r < p_ && evaluations_ < budget_; ++r) {
-        for (int delta : {-1, 1}) {
-          std::vector<int> ahead = best_ahead_;
-          ahead[r] += delta;
-          if (ahead[r] < 1 || ahead[r] > limit_) continue;
-          Candidate c = construct(ahead, best_fill, best_fits, best_defer);
-          if (better(c.timing, best.timing)) {
-            best = std::move(c);
-            best_ahead_ = std::move(ahead);
-            improved = true;
+    Candidate best;
+    for (Start& start : starts) {
+      for (bool improved = true; improved && evaluations_ < budget_;) {
+        improved = false;
+        for (int r = 0; r < p_ && evaluations_ < budget_; ++r) {
+          for (int delta : {-1, 1}) {
+            std::vector<int> ahead = start.ahead;
+            ahead[r] += delta;
+            if (ahead[r] < 1 || ahead[r] > limit_) continue;
+            Candidate c = construct(ahead, start.switches);
+            if (better(c.timing, start.candidate.timing)) {
+              start.candidate = std::move(c);
+              start.ahead = std::move(ahead);
+              improved = true;
+            }
           }
         }
       }
+      if (better(start.candidate.timing, best.timing)) best = std::move(start.candidate);
     }
     return best;
   }
@@ -241,7 +258,6 @@ class Search {
   int budget_;
   AutoScheduleObjective objective_;
   int evaluations_ = 0;
-  std::vector<int> best_ahead_;
 };
 
 void check_positive(double value, const char* what, int stage) {

@@ -12,8 +12,9 @@
 //
 // Search (all candidates timed by the same rules as simulate(); objective below, by default the makespan of
 // the compute schedule with ties broken by the longest per-rank span, the zero-bubble paper's cost):
-//   1. greedy construction (detail::list_schedule) over a grid of its switches (W fill threshold or W kept
-//      for the tail, F only when it fits before the next I, per-rank forward look-ahead);
+//   1. greedy construction (detail::list_schedule) over a grid of its switches (I or F first when both are
+//      ready, W fill threshold or W kept for the tail, F only when it fits before the next I, per-rank forward
+//      look-ahead);
 //   2. the handcrafted schedules that fit the limit join as candidates: ZB-H1 (peak min(p, m)), ZB-H2 (peak
 //      min(2p − 1, m)) and 1F1B with split backward. So, in the objective's sense, the result is never worse
 //      than ZB-H1 when the limit is >= p, and never worse than ZB-H2 when it is >= 2p − 1;

@@ -71,15 +71,17 @@ std::vector<std::vector<Action>> list_schedule(int p, int m, const ListScheduleC
       const double f_at = f_allowed ? f_arrival(r) : kUnknown;
       const bool w_pending = w[r] < i[r];
 
-      if (i_pending && i_at <= now) {
+      const bool f_fits = !policy.forward_fits_only || i_at == kUnknown || now + costs.forward[r] <= i_at;
+      const bool i_ready = i_pending && i_at <= now;
+      const bool f_ready = f_allowed && f_at <= now && f_fits;
+      if (i_ready && !(policy.prefer_forward && f_ready)) {
         const double end = now + costs.backward_input[r];
         i_end[r][i[r]] = end;
         out[r].push_back({ActionKind::kBackwardInput, r, i[r]++});
         next[r] = end;
         continue;
       }
-      const bool f_fits = !policy.forward_fits_only || i_at == kUnknown || now + costs.forward[r] <= i_at;
-      if (f_allowed && f_at <= now && f_fits) {
+      if (f_ready) {
         const double end = now + costs.forward[r];
         f_end[r][f[r]] = end;
         out[r].push_back({ActionKind::kForward, r, f[r]++});

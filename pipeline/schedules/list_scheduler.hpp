@@ -8,7 +8,8 @@
 // time after the rank's own I of j. These are exactly the simulator's rules (simulator.hpp) without the
 // lowered REDUCE_GRAD / OPTIMIZER_STEP tail.
 //
-// Rule, each time a rank is free (all decisions at one instant are taken in rank order):
+// Rule, each time a rank is free (all decisions at one instant are taken in rank order; prefer_forward swaps
+// steps 1 and 2):
 //   1. the oldest I whose gradient is there;
 //   2. else the next F, if its input is there, one more stash fits memory_limit[r] (stashes between F and I
 //      count 1, between I and W weight_stash_fraction) and fewer than forward_ahead[r] micro-batches are
@@ -47,6 +48,9 @@ struct ListSchedulePolicy {
   // Keep W for the tail: a W runs only when the memory limit blocks the next F or no F is left (then at any
   // wait), never just to fill a gap while forwards remain. Trades memory for a shorter tail.
   bool defer_weights = false;
+  // Swap steps 1 and 2: a ready F (within the limits) goes before a ready I, as in 1F1B's and ZB-H1's steady
+  // state, where feeding the next stage first keeps it busy.
+  bool prefer_forward = false;
 };
 
 // Per-rank action lists (F, I, W only) for pp_size ranks and num_microbatches micro-batches.

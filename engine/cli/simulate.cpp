@@ -21,6 +21,7 @@
 #include "engine/core/error.hpp"
 #include "pipeline/grid.hpp"
 #include "pipeline/schedule_text.hpp"
+#include "pipeline/schedules/auto_schedule.hpp"
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/simulator.hpp"
 #include "pipeline/trace.hpp"
@@ -35,11 +36,15 @@ Simulates one training step of a pipeline schedule with per-action costs and pri
 bubble fractions and the peak live activations per rank, followed by the schedule grid.
 
 options:
-  --schedule S          gpipe | 1f1b | interleaved_1f1b | zb_h1 | zb_v, or a schedule file in the text
-                        form (docs/schedules.md); with a file, P / M / V come from the file
+  --schedule S          gpipe | 1f1b | interleaved_1f1b | zb_h1 | zb_h2 | zb_v | dualpipev | auto, or a
+                        schedule file in the text form (docs/schedules.md); with a file, P / M / V come
+                        from the file. auto builds the automatic zero-bubble schedule for the costs below
   --stages P            pipeline ranks (pp_size)
   --microbatches M      micro-batches per step
-  --virtual V           stages (model chunks) per rank; default 2 for interleaved_1f1b and zb_v, else 1
+  --virtual V           stages (model chunks) per rank; default 2 for interleaved_1f1b, zb_v and
+                        dualpipev, else 1
+  --memory-limit N      auto only: live micro-batch stashes per rank (default P, 1F1B's memory; 2P-1 is
+                        ZB-H2's)
   --costs F,I,W         ms for one stage's forward, input-gradient and weight-gradient pass
                         (default 1,1,1; a fused backward B costs I + W)
   --p2p-latency X       ms per point-to-point message (default 0)
@@ -62,7 +67,7 @@ examples:  cleave simulate --schedule 1f1b --stages 4 --microbatches 8
 
 struct Options {
   std::string schedule;
-  std::optional<int> stages, microbatches, virtual_stages;
+  std::optional<int> stages, microbatches, virtual_stages, memory_limit;
   double forward = 1.0, backward_input = 1.0, backward_weight = 1.0;
   double latency_ms = 0.0, bandwidth_gbps = 0.0, message_bytes = 0.0;
   std::string trace_path, svg_path, save_path;
@@ -133,6 +138,8 @@ Options parse_options(int argc, char** argv) {
       options.microbatches = parse_count(flag, value());
     } else if (flag == "--virtual") {
       options.virtual_stages = parse_count(flag, value());
+    } else if (flag == "--memory-limit") {
+      options.memory_limit = parse_count(flag, value());
     } else if (flag == "--costs") {
       parse_costs(value(), options);
     } else if (flag == "--p2p-latency") {
@@ -160,6 +167,15 @@ Options parse_options(int argc, char** argv) {
   return options;
 }
 
+pipeline::SimulationCosts make_costs(const Options& options, int num_stages) {
+  pipeline::SimulationCosts costs =
+      pipeline::SimulationCosts::uniform(num_stages, options.forward, options.backward_input, options.backward_weight);
+  costs.p2p_latency = options.latency_ms;
+  costs.p2p_bandwidth = options.bandwidth_gbps * 1e6;  // GB/s = 1e9 bytes / 1e3 ms
+  for (auto& stage : costs.stages) stage.output_bytes = options.message_bytes;
+  return costs;
+}
+
 pipeline::Schedule build_schedule(const Options& options) {
   CLEAVE_CHECK(!options.schedule.empty(),
                "simulate: --schedule is required (one of {}, or a schedule file; see cleave simulate --help)",
@@ -168,6 +184,16 @@ pipeline::Schedule build_schedule(const Options& options) {
     CLEAVE_CHECK(options.stages.has_value(), "simulate: --stages P is required with schedule {}", options.schedule);
     CLEAVE_CHECK(options.microbatches.has_value(), "simulate: --microbatches M is required with schedule {}",
                  options.schedule);
+    CLEAVE_CHECK(!options.memory_limit || options.schedule == "auto",
+                 "simulate: --memory-limit applies only to --schedule auto, got --schedule {}", options.schedule);
+    if (options.schedule == "auto") {
+      CLEAVE_CHECK(options.virtual_stages.value_or(1) == 1,
+                   "simulate: schedule auto runs one stage per rank, got --virtual {}", *options.virtual_stages);
+      pipeline::AutoScheduleOptions auto_options;
+      auto_options.costs = make_costs(options, *options.stages);
+      auto_options.memory_limit = options.memory_limit.value_or(0);
+      return pipeline::auto_schedule(*options.stages, *options.microbatches, auto_options).schedule;
+    }
     return pipeline::make_schedule(options.schedule, *options.stages, *options.microbatches,
                                    options.virtual_stages.value_or(pipeline::default_virtual_stages(options.schedule)));
   }
@@ -198,11 +224,7 @@ int run_simulate(int argc, char** argv) {
   const pipeline::Schedule schedule = build_schedule(options);
   pipeline::check_schedule(schedule);
 
-  pipeline::SimulationCosts costs = pipeline::SimulationCosts::uniform(schedule.num_stages, options.forward,
-                                                                       options.backward_input, options.backward_weight);
-  costs.p2p_latency = options.latency_ms;
-  costs.p2p_bandwidth = options.bandwidth_gbps * 1e6;  // GB/s = 1e9 bytes / 1e3 ms
-  for (auto& stage : costs.stages) stage.output_bytes = options.message_bytes;
+  const pipeline::SimulationCosts costs = make_costs(options, schedule.num_stages);
   const pipeline::SimulationResult sim = pipeline::simulate(schedule, costs);
   const pipeline::TimelineStats& stats = sim.stats;
 

@@ -436,6 +436,7 @@ void read_parallel(Reader r, ParallelConfig& p) {
   r.integer("data_parallel_size", p.data_parallel_size, -1);
   r.integer("virtual_pipeline_stages", p.virtual_pipeline_stages, 1);
   r.string("schedule", p.schedule);
+  r.integer("auto_schedule_memory_limit", p.auto_schedule_memory_limit, 0);
   Reader partition = r.section("partition");
   partition.choice("method", p.partition.method, {"cost", "uniform", "parameters", "manual"});
   partition.integer_list("blocks_per_stage", p.partition.blocks_per_stage, 1);
@@ -608,6 +609,12 @@ void validate(const RunConfig& c, const ParseState& state) {
          fmt::join(names, ", "), best <= 3 ? fmt::format(" (did you mean \"{}\"?)", closest) : std::string());
   }
 
+  if (p.auto_schedule_memory_limit != 0 && p.schedule != "auto") {
+    fail(state, "parallel.auto_schedule_memory_limit",
+         "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
+         p.schedule);
+  }
+
   // What is known before launch (build, device type); the factory adds the per-rank GPU probe.
   try {
     CommBackendFacts facts;
@@ -695,6 +702,7 @@ ordered_json to_json_tree(const RunConfig& c) {
                    {"data_parallel_size", p.data_parallel_size},
                    {"virtual_pipeline_stages", p.virtual_pipeline_stages},
                    {"schedule", p.schedule},
+                   {"auto_schedule_memory_limit", p.auto_schedule_memory_limit},
                    {"partition", {{"method", p.partition.method}, {"blocks_per_stage", p.partition.blocks_per_stage}}},
                    {"dp_bucket_mb", p.dp_bucket_mb},
                    {"grad_reduce_dtype", p.grad_reduce_dtype},

@@ -45,6 +45,10 @@ struct ParallelConfig {
   int data_parallel_size = -1;  // -1: world size / (tp × pp), filled in by RunConfig::resolve
   int virtual_pipeline_stages = 1;
   std::string schedule = "1f1b";  // a schedule registry name (pipeline/schedules) or a schedule file path
+  // schedule "auto" only: live micro-batch stashes (activations of one micro-batch on one stage) each pp rank
+  // may hold; 0 = pipeline_model_parallel_size, the memory of 1F1B and ZB-H1; 2 × pp gives ZB-H2's zero bubble.
+  // The automatic scheduler uses the cost model's F : I : W ratio with equal stages (no measured profile yet).
+  int auto_schedule_memory_limit = 0;
   PartitionConfig partition;
   double dp_bucket_mb = 25.0;  // gradient all-reduce bucket size
   // dtype data-parallel gradient buckets travel in: "fp32" (the f32 gradients themselves; what Megatron does

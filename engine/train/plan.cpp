@@ -12,6 +12,7 @@
 #include "partition/cost_model.hpp"
 #include "pipeline/lowering.hpp"
 #include "pipeline/schedule_text.hpp"
+#include "pipeline/schedules/auto_schedule.hpp"
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/timeline.hpp"
 #include "pipeline/validator.hpp"
@@ -26,9 +27,36 @@ partition::ModelSpec make_spec(const config::ModelConfig& model) {
   CLEAVE_THROW("model.type '{}' is unknown: expected gpt, mlp or cnn", model.type);
 }
 
+// `auto`: the automatic zero-bubble scheduler with equal stages (the partition balances them by the same cost
+// model) whose F : I : W ratio is the model's, from the cost model's FLOPs. A measured profile is not an input
+// yet. Memory limit: parallel.auto_schedule_memory_limit stashes per rank (0 = pp, 1F1B's memory).
+pipeline::Schedule make_auto_schedule(const config::RunConfig& config, int num_microbatches) {
+  const int pp = config.parallel.pipeline_model_parallel_size;
+  const int v = effective_virtual_stages(config);
+  CLEAVE_CHECK(v == 1,
+               "schedule auto runs one stage per rank (the automatic scheduler places one stage on each rank), got "
+               "parallel.virtual_pipeline_stages {}",
+               v);
+  double forward = 0, input = 0, weight = 0;
+  for (const auto& block : partition::model_costs(make_spec(config.model))) {
+    forward += block.forward_flops;
+    input += block.input_grad_flops;
+    weight += block.weight_grad_flops;
+  }
+  pipeline::AutoScheduleOptions options;
+  if (forward > 0 && input > 0 && weight > 0) {
+    options.costs = pipeline::SimulationCosts::uniform(pp, 1.0, input / forward, weight / forward);
+  } else {
+    options.costs = pipeline::SimulationCosts::uniform(pp);
+  }
+  options.memory_limit = config.parallel.auto_schedule_memory_limit;
+  return pipeline::auto_schedule(pp, num_microbatches, options).schedule;
+}
+
 pipeline::Schedule make_compute_schedule(const config::RunConfig& config, int num_microbatches) {
   const int pp = config.parallel.pipeline_model_parallel_size;
   const std::string& name = config.parallel.schedule;
+  if (name == "auto") return make_auto_schedule(config, num_microbatches);
   if (pipeline::is_schedule_name(name)) {
     return pipeline::make_schedule(name, pp, num_microbatches, effective_virtual_stages(config));
   }

@@ -6,6 +6,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
+
 #include "engine/core/error.hpp"
 #include "pipeline/schedules/schedules.hpp"
 
@@ -22,6 +24,7 @@ struct Entry {
   int min_virtual;  // allowed virtual stages per rank: [min_virtual, max_virtual], max 0 = unbounded
   int max_virtual;
   std::string_view virtual_hint;
+  int min_microbatches_per_rank = 0;  // the schedule needs m >= this × pp_size (0: any m >= 1)
 };
 
 constexpr Entry kSchedules[] = {
@@ -33,8 +36,14 @@ constexpr Entry kSchedules[] = {
      "at least 2 virtual stages per rank; use 1f1b for one"},
     {"zb_h1", [](int p, int m, int) { return zb_h1_schedule(p, m); }, 1, 1,
      "one stage per rank; use zb_v for two chunks per rank"},
+    {"zb_h2", [](int p, int m, int) { return zb_h2_schedule(p, m); }, 1, 1,
+     "one stage per rank; use zb_v or dualpipev for two chunks per rank"},
     {"zb_v", [](int p, int m, int) { return zb_v_schedule(p, m); }, 2, 2,
      "exactly 2 chunks per rank (V-shaped placement)"},
+    {"dualpipev", [](int p, int m, int) { return dualpipev_schedule(p, m); }, 2, 2,
+     "exactly 2 chunks per rank (V-shaped placement)", 2},
+    {"auto", [](int p, int m, int) { return auto_schedule_uniform(p, m); }, 1, 1,
+     "one stage per rank (the automatic scheduler places one stage on each rank)"},
 };
 
 const Entry* find(std::string_view name) {
@@ -67,11 +76,23 @@ int default_virtual_stages(std::string_view name) {
   return entry != nullptr ? entry->min_virtual : 1;
 }
 
+int schedule_min_microbatches(std::string_view name, int pp_size) {
+  const Entry* entry = find(name);
+  CLEAVE_CHECK(entry != nullptr, "unknown schedule '{}' (known: {})", name, fmt::join(schedule_names(), ", "));
+  return std::max(1, entry->min_microbatches_per_rank * pp_size);
+}
+
 Schedule make_schedule(std::string_view name, int pp_size, int num_microbatches, int virtual_stages) {
   const Entry* entry = find(name);
   CLEAVE_CHECK(entry != nullptr, "unknown schedule '{}' (known: {}; or the path of a schedule file)", name,
                fmt::join(schedule_names(), ", "));
   detail::check_generator_args(name, pp_size, num_microbatches);
+  const int min_m = std::max(1, entry->min_microbatches_per_rank * pp_size);
+  CLEAVE_CHECK(num_microbatches >= min_m,
+               "schedule {} needs at least {} × pp_size = {} micro-batches per step, got {} (pp_size {}); raise the "
+               "micro-batches per step (batch.gradient_accumulation_steps) or choose another schedule",
+               name,
+               entry->min_microbatches_per_rank, min_m, num_microbatches, pp_size);
   const bool too_few = virtual_stages < entry->min_virtual;
   const bool too_many = entry->max_virtual > 0 && virtual_stages > entry->max_virtual;
   CLEAVE_CHECK(!too_few && !too_many, "schedule {} runs {}, got virtual_stages {}", name, entry->virtual_hint,

@@ -25,17 +25,32 @@ Schedule one_f_one_b_schedule(int pp_size, int num_microbatches);
 Schedule interleaved_1f1b_schedule(int pp_size, int num_microbatches, int virtual_stages);
 // ZB-H1 (Qi et al. 2023): 1F1B with B split into I and W, W deferred into the bubbles. One stage per rank.
 Schedule zb_h1_schedule(int pp_size, int num_microbatches);
+// ZB-H2 (Qi et al. 2023): zero bubble with 2p − 1 live stashes per rank (extra warm-up forwards, W in the
+// tail). One stage per rank; any m (a bubble remains for m < 2p − 1).
+Schedule zb_h2_schedule(int pp_size, int num_microbatches);
 // ZB-V (Qi et al. 2023, §6): two chunks per rank in V-shaped placement, split I / W.
 Schedule zb_v_schedule(int pp_size, int num_microbatches);
+// DualPipeV (DeepSeek 2025): ZB-V's placement, forward of one micro-batch paired with the backward of
+// another. Needs m >= dualpipev_min_microbatches(pp_size) = 2 · pp_size (an Error names the numbers).
+Schedule dualpipev_schedule(int pp_size, int num_microbatches);
+int dualpipev_min_microbatches(int pp_size);
+// The automatic zero-bubble scheduler with F = I = W = 1 and memory limit pp_size (auto_schedule.hpp has
+// the general form with costs and a memory limit).
+Schedule auto_schedule_uniform(int pp_size, int num_microbatches);
 
-// "gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zb_v".
+// "gpipe", "1f1b", "interleaved_1f1b", "zb_h1", "zb_h2", "zb_v", "dualpipev", "auto".
 std::vector<std::string_view> schedule_names();
 bool is_schedule_name(std::string_view name);
-// Virtual stages a schedule uses when none is given: 2 for interleaved_1f1b and zb_v, else 1.
+// Virtual stages a schedule uses when none is given: 2 for interleaved_1f1b, zb_v and dualpipev, else 1.
 int default_virtual_stages(std::string_view name);
 
+// The fewest micro-batches per step the named schedule runs with at pp_size ranks (2 · pp_size for
+// dualpipev, 1 for the others). Throws Error for an unknown name.
+int schedule_min_microbatches(std::string_view name, int pp_size);
+
 // Builds the named schedule. Throws Error for an unknown name (listing the known ones) or an impossible
-// combination (e.g. `schedule 1f1b runs one stage per rank, got virtual_stages 2 ...`).
+// combination (e.g. `schedule 1f1b runs one stage per rank, got virtual_stages 2 ...`) or too
+// few micro-batches (`schedule dualpipev needs at least 2 × pp_size = 8 micro-batches per step, got 6 ...`).
 Schedule make_schedule(std::string_view name, int pp_size, int num_microbatches, int virtual_stages);
 
 namespace detail {

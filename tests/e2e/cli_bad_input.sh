@@ -54,6 +54,9 @@ expect_error wrong-magic    'bad\.bin.*(magic|size|header)'            "${set_ou
 expect_error zero-magic     'zeros\.bin.*magic'                         "${set_out[@]}" --set data.type=tokens --set data.path=zeros.bin
 expect_error unknown-option 'unknown option'                            "${set_out[@]}" --frobnicate
 # NCCL asked for where it cannot work: a CPU run (CUDA build) or a build without CUDA.
+expect_error unknown-schedule 'parallel\.schedule.*"zb-h2".*zb_h2.*dualpipev.*auto.*did you mean "zb_h2"' "${set_out[@]}" --set parallel.schedule=zb-h2
+expect_error auto-memory-not-auto 'parallel\.auto_schedule_memory_limit.*only.*"auto".*"1f1b"' "${set_out[@]}" --set parallel.auto_schedule_memory_limit=4
+expect_error auto-memory-negative 'parallel\.auto_schedule_memory_limit' "${set_out[@]}" --set parallel.schedule=auto --set parallel.auto_schedule_memory_limit=-1
 expect_error nccl-on-cpu    'parallel\.comm_backend.*nccl.*(device\.type is "cpu"|without)' "${set_out[@]}" --set parallel.comm_backend=nccl
 
 # Pipeline plans that cannot work are refused before any rank computes (2 ranks, pp = 2).
@@ -75,6 +78,9 @@ if [ $# -ge 3 ]; then
       --set parallel.schedule=interleaved_1f1b
   pp_error blocks-per-stage-sum 'sum 7 != 6' --set parallel.partition.method=manual \
       --set 'parallel.partition.blocks_per_stage=[3,4]'
+  # DualPipeV needs 2 × pp = 4 micro-batches per step; this batch gives 2.
+  pp_error dualpipev-too-few-microbatches 'dualpipev needs at least 2 × pp_size = 4 micro-batches per step, got 2' \
+      --set parallel.schedule=dualpipev --set batch.global_batch_size=8 --set batch.micro_batch_size=4
   printf 'rank 0: 0F0 0Z0\nrank 1: 1F0\n' > unknown.sched
   pp_error schedule-unknown-action "unknown action kind 'Z'" --set parallel.schedule=unknown.sched
   printf 'rank 0: 0F0 0B0\nrank 1: 1B0 1F0\n' > swapped.sched

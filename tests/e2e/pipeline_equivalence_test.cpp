@@ -10,7 +10,7 @@
 //  - Untied pipeline splits in deterministic mode and without clipping are bit-identical: every
 //    micro-batch runs the same kernels on the same shapes and every rank accumulates its micro-batches'
 //    gradients in the single rank's order (1F1B and its zero-bubble variants finish backwards in
-//    micro-batch order).
+//    micro-batch order; so do zb_h2, dualpipev and auto).
 //  - Data parallel is within rounding, not bit-identical yet: the rank-ordered sum of replica gradients
 //    should equal the single rank's accumulation exactly (power-of-two dp, no accumulation), but gradients
 //    differ in the last bit (seen in zero-initialised biases after one step); the cause is not found.
@@ -67,6 +67,12 @@ std::vector<Layout> layouts_for(int world) {
       out.push_back({std::string("pp2_") + name + "_untied", {pp(2), schedule(name), untied}, 0});
       out.push_back({std::string("pp2_") + name + "_tied", {pp(2), schedule(name)}, kRounding});
     }
+    for (const char* name : {"zb_h2", "dualpipev", "auto"}) {
+      out.push_back({std::string("pp2_") + name + "_untied", {pp(2), schedule(name), untied}, 0});
+      out.push_back({std::string("pp2_") + name + "_tied", {pp(2), schedule(name)}, kRounding});
+    }
+    out.push_back(
+        {"pp2_auto_memory3_untied", {pp(2), schedule("auto"), "parallel.auto_schedule_memory_limit=3", untied}, 0});
     out.push_back({"pp2_gpipe_untied", {pp(2), schedule("gpipe"), untied}, kRounding});
     out.push_back({"pp2_1f1b_clipped", {pp(2), "optimizer.grad_clip=0.05"}, kRounding});
     out.push_back({"dp2_untied", {"batch.micro_batch_size=4", untied}, kRounding});
@@ -75,8 +81,12 @@ std::vector<Layout> layouts_for(int world) {
     out.push_back({"tp2_tied", {tp(2)}, kTensorParallel});
     out.push_back({"tp2_untied", {tp(2), untied}, kTensorParallel});
   } else if (world == 4) {
-    for (const char* name : {"1f1b", "interleaved_1f1b", "zb_h1", "zb_v"}) {
+    for (const char* name : {"1f1b", "interleaved_1f1b", "zb_h1", "zb_h2", "zb_v", "dualpipev", "auto"}) {
       out.push_back({std::string("pp4_") + name + "_untied", {pp(4), schedule(name), untied}, 0});
+    }
+    for (const char* name : {"zb_h2", "dualpipev", "auto"}) {
+      out.push_back({std::string("pp4_") + name + "_tied", {pp(4), schedule(name)}, kRounding});
+      out.push_back({std::string("dp2_pp2_") + name, {pp(2), schedule(name), "batch.micro_batch_size=1"}, kRounding});
     }
     out.push_back({"pp4_zb_v_tied", {pp(4), schedule("zb_v")}, kRounding});
     out.push_back({"pp4_gpipe_tied", {pp(4), schedule("gpipe")}, kRounding});
@@ -176,7 +186,7 @@ namespace {
 TEST(PipelineTrace, MeasuredTimelineHoldsEveryActionInScheduleOrder) {
   auto world = make_world();
   if (world->size() != 2 && world->size() != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
-  for (const char* schedule : {"gpipe", "1f1b", "zb_v"}) {
+  for (const char* schedule : {"gpipe", "1f1b", "zb_v", "zb_h2", "dualpipev"}) {
     SCOPED_TRACE(schedule);
     auto config = tiny_gpt({"parallel.pipeline_model_parallel_size=" + std::to_string(world->size()),
                             std::string("parallel.schedule=") + schedule, "train.trace=true", "train.steps=2"});

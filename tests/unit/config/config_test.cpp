@@ -304,6 +304,19 @@ TEST(Config, ScheduleNamesComeFromTheRegistry) {
                {"parallel.schedule", "\"2f2b\" is neither a schedule", fmt::format("({})", fmt::join(names, ", "))});
 }
 
+// parallel.auto_schedule_memory_limit: stashes per pp rank for schedule "auto" (0 = pp size); an error for any
+// other schedule or a negative value, and written back into the resolved config.
+TEST(Config, AutoScheduleMemoryLimit) {
+  const RunConfig c = parse_config(R"({"parallel": {"schedule": "auto", "auto_schedule_memory_limit": 7}})", "x");
+  EXPECT_EQ(c.parallel.auto_schedule_memory_limit, 7);
+  EXPECT_EQ(parse_config("{}", "x").parallel.auto_schedule_memory_limit, 0);
+  EXPECT_NE(to_json(c).find("\"auto_schedule_memory_limit\": 7"), std::string::npos) << to_json(c);
+  expect_error(R"({"parallel": {"auto_schedule_memory_limit": 4}})",
+               {"parallel.auto_schedule_memory_limit", "applies only to parallel.schedule \"auto\"", "\"1f1b\""});
+  expect_error(R"({"parallel": {"schedule": "auto", "auto_schedule_memory_limit": -2}})",
+               {"parallel.auto_schedule_memory_limit", "-2"});
+}
+
 TEST(Config, ResolveBatch) {
   auto batch = [](std::optional<std::int64_t> g, std::optional<std::int64_t> m, std::optional<std::int64_t> a) {
     return BatchConfig{g, m, a};

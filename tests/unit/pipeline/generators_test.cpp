@@ -9,6 +9,11 @@
 //   zb_v               m ≥ 2p − 1: stage_bubble_fraction == 0 on every rank (idle between a rank's own
 //                      first and last action, DESIGN §4), makespan 6m + p − 1, bubble_fraction
 //                      (p − 1)/(6m + p − 1); m < 2p − 1: stage bubble > 0 when p > 1
+//   zb_h2              never slower than zb_h1; m ≥ 2p − 1: stage_bubble_fraction == 0 on every rank,
+//                      makespan 3m + p − 1, rank 0 holds 2p − 1 stashes
+//   dualpipev          m < 2p: a clear error naming the numbers; else makespan 6m + p − 1 (as ZB-V), rank r
+//                      idles p − 1 − r inside its own span, holds 2p + 1 chunk stashes, runs m − 2p + r + 1
+//                      F&B pairs
 // and the peak live activations each generator file states (1F1B rank 0 ≤ p, GPipe = m).
 #include <gtest/gtest.h>
 
@@ -95,6 +100,15 @@ SimulationResult check_common(const Schedule& s, bool split_backward) {
     EXPECT_EQ(sim.stats.ranks[r].peak_activations, peak_activations(s.ranks[r]));
   }
   return sim;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
 }
 
 double idle(const SimulationResult& sim, int r) { return sim.stats.makespan - sim.stats.ranks[r].busy; }
@@ -212,6 +226,78 @@ TEST(Generators, ZeroBubbleVHasNoStageBubbleOnceMicrobatchesFillTheV) {
   });
 }
 
+TEST(Generators, ZeroBubbleH2HasNoStageBubbleOnceMicrobatchesFillTheWarmup) {
+  for_grid([](int p, int m) {
+    const Schedule s = zb_h2_schedule(p, m);
+    const auto sim = check_common(s, true);
+    const auto h1 = simulate(zb_h1_schedule(p, m), SimulationCosts::uniform(p));
+    EXPECT_LE(sim.stats.makespan, h1.stats.makespan + kExact);  // never slower than ZB-H1
+    for (int r = 0; r < p; ++r) EXPECT_LE(sim.stats.ranks[r].peak_activations, std::min(2 * p - 1, m)) << "rank " << r;
+    if (m >= 2 * p - 1) {
+      for (int r = 0; r < p; ++r) {
+        EXPECT_NEAR(sim.stats.ranks[r].stage_bubble_fraction, 0.0, kExact) << "rank " << r;
+        EXPECT_NEAR(sim.stats.ranks[r].first_start, r, kExact);
+      }
+      EXPECT_EQ(sim.stats.ranks[0].peak_activations, 2 * p - 1);
+      EXPECT_NEAR(sim.stats.makespan, 3.0 * m + p - 1, kExact);
+      EXPECT_NEAR(sim.stats.bubble_fraction, (p - 1.0) / (3.0 * m + p - 1), kExact);
+    } else if (p > 1) {
+      EXPECT_GT(sim.stats.stage_bubble_fraction, 0.0);
+    }
+  });
+}
+
+// DualPipeV: the order of DeepSeek's reference code (dualpipev.cpp), m >= 2p (fewer: an error naming the
+// numbers). The F&B pairs are where the rule puts them; timings with F = I = W = 1 below.
+TEST(Generators, DualPipeVPairsForwardWithBackwardAndNeedsTwoMicrobatchesPerRank) {
+  for_grid([](int p, int m) {
+    if (m < 2 * p) {
+      const std::string e = error_of([&] { dualpipev_schedule(p, m); });
+      EXPECT_NE(e.find("needs at least 2 × pp_size = " + std::to_string(2 * p) + " micro-batches per step, got " +
+                       std::to_string(m)),
+                std::string::npos)
+          << e;
+      EXPECT_NE(error_of([&] { make_schedule("dualpipev", p, m, 2); }).find("micro-batches per step, got"),
+                std::string::npos);
+      return;
+    }
+    const Schedule s = dualpipev_schedule(p, m);
+    EXPECT_EQ(cross_rank_boundaries(s), 2 * p - 2);  // the turn p−1 → p stays on rank p−1
+    EXPECT_EQ(s.stage_to_rank, zb_v_schedule(p, m).stage_to_rank);
+    const auto sim = check_common(s, true);
+    for (int r = 0; r < p; ++r) {
+      EXPECT_NEAR(sim.stats.ranks[r].first_start, r, kExact);
+      // The F&B pairs: [F s0, I s1, W s1, F s1, I s0, W s0], m − 2p + r + 1 times in a row.
+      const int s0 = r, s1 = 2 * p - 1 - r;
+      const auto& a = s.ranks[r];
+      int pairs = 0;
+      for (std::size_t k = 0; k + 5 < a.size(); ++k) {
+        const auto is = [&](std::size_t at, ActionKind kind, int stage) {
+          return a[at].kind == kind && a[at].stage == stage;
+        };
+        if (is(k, ActionKind::kForward, s0) && is(k + 1, ActionKind::kBackwardInput, s1) &&
+            is(k + 2, ActionKind::kBackwardWeight, s1) && is(k + 3, ActionKind::kForward, s1) &&
+            is(k + 4, ActionKind::kBackwardInput, s0) && is(k + 5, ActionKind::kBackwardWeight, s0)) {
+          EXPECT_NE(a[k].microbatch, a[k + 1].microbatch);  // forward of one micro-batch, backward of another
+          ++pairs;
+        }
+      }
+      EXPECT_EQ(pairs, m - 2 * p + r + 1) << "rank " << r;
+    }
+    // F = I = W = 1: the same makespan as ZB-V, 6m + p − 1, but every rank ends at the makespan (the tail is a
+    // rectangle, not ZB-V's parallelogram), so rank r idles p − 1 − r units inside its own span.
+    EXPECT_NEAR(sim.stats.makespan, 6.0 * m + p - 1, kExact);
+    EXPECT_NEAR(sim.stats.bubble_fraction, (p - 1.0) / (6.0 * m + p - 1), kExact);
+    for (int r = 0; r < p; ++r) {
+      EXPECT_NEAR(sim.stats.ranks[r].last_end - sim.stats.ranks[r].first_start - sim.stats.ranks[r].busy, p - 1.0 - r,
+                  kExact)
+          << "rank " << r;
+      EXPECT_NEAR(sim.stats.ranks[r].last_end, sim.stats.makespan, kExact) << "rank " << r;
+      EXPECT_EQ(sim.stats.ranks[r].peak_activations, 2 * p + 1) << "rank " << r;
+    }
+  });
+}
+
 TEST(Generators, RegistryBuildsEveryScheduleByName) {
   for (auto name : schedule_names()) {
     const int v = default_virtual_stages(name);
@@ -238,20 +324,24 @@ TEST(Generators, RegistryBuildsEveryScheduleByName) {
   }
   EXPECT_EQ(default_virtual_stages("1f1b"), 1);
   EXPECT_EQ(default_virtual_stages("zb_v"), 2);
-}
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
+  EXPECT_EQ(default_virtual_stages("dualpipev"), 2);
+  EXPECT_EQ(default_virtual_stages("zb_h2"), 1);
+  EXPECT_EQ(default_virtual_stages("auto"), 1);
 }
 
 TEST(Generators, RegistryRejectsImpossibleCombinations) {
   EXPECT_NE(error_of([] { make_schedule("2f2b", 4, 8, 1); }).find("unknown schedule '2f2b' (known: gpipe, 1f1b, "
-                                                                    "interleaved_1f1b, zb_h1, zb_v"),
+                                                                    "interleaved_1f1b, zb_h1, zb_h2, zb_v, dualpipev, "
+                                                                    "auto"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { make_schedule("dualpipev", 4, 6, 2); })
+                .find("schedule dualpipev needs at least 2 × pp_size = 8 micro-batches per step, got 6 (pp_size 4)"),
+            std::string::npos);
+  EXPECT_EQ(schedule_min_microbatches("dualpipev", 4), 8);
+  EXPECT_EQ(schedule_min_microbatches("zb_h2", 4), 1);
+  EXPECT_NE(error_of([] { make_schedule("zb_h2", 4, 8, 2); }).find("schedule zb_h2 runs one stage per rank"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { make_schedule("auto", 4, 8, 2); }).find("schedule auto runs one stage per rank"),
             std::string::npos);
   const std::string v_for_1f1b = error_of([] { make_schedule("1f1b", 4, 8, 2); });
   EXPECT_NE(v_for_1f1b.find("schedule 1f1b runs one stage per rank"), std::string::npos) << v_for_1f1b;

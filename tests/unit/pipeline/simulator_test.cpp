@@ -4,6 +4,7 @@
 // generators_test.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <functional>
 #include <string>
 
@@ -80,7 +81,8 @@ TEST(Simulator, PerStageCostsReductionAndOptimizerStep) {
 
 TEST(Simulator, LoweredAndComputeInputGiveTheSameTimeline) {
   for (auto name : schedule_names()) {
-    const Schedule compute = make_schedule(name, 3, 5, default_virtual_stages(name));
+    const int m = std::max(5, schedule_min_microbatches(name, 3));  // dualpipev needs m >= 2p
+    const Schedule compute = make_schedule(name, 3, m, default_virtual_stages(name));
     SimulationCosts costs = SimulationCosts::uniform(compute.num_stages, 1.3, 0.7, 1.1);
     costs.p2p_latency = 0.2;
     const SimulationResult a = simulate(compute, costs);
@@ -98,8 +100,11 @@ TEST(Simulator, LatencyOnlyEverDelaysTheStep) {
     const double base = simulate(s, costs).stats.makespan;
     costs.p2p_latency = 0.25;
     const double slow = simulate(s, costs).stats.makespan;
-    // The critical path crosses the rank boundaries at least 2(p − 1) times (down and back up).
-    EXPECT_GE(slow, base + 2 * 3 * 0.25 - 1e-12) << name;
+    // The critical path crosses the rank boundaries at least 2(p − 1) times (down and back up), except in
+    // ZB-H2, whose last rank never idles once started: there it crosses only on the way down, p − 1 times.
+    const int crossings = name == "zb_h2" ? 3 : 2 * 3;
+    EXPECT_GE(slow, base + crossings * 0.25 - 1e-12) << name;
+    if (name == "zb_h2") EXPECT_NEAR(slow, base + 3 * 0.25, 1e-12);
   }
 }
 

@@ -10,5 +10,6 @@ int run_simulate(int argc, char** argv);
 int run_verify(int argc, char** argv);
 int run_export(int argc, char** argv);
 int run_generate(int argc, char** argv);
+int run_report(int argc, char** argv);
 
 }  // namespace cleave::cli

@@ -1,7 +1,8 @@
 // `cleave train [CONFIG] [--set key=value ...]`: loads and resolves the config, starts the MPI runtime
 // (a plain run is a world of one), builds the world communicator parallel.comm_backend asks for
 // (engine/comm/make_communicator.hpp; logged, and recorded in the resolved config.json), builds the trainer
-// for this rank and runs it.
+// for this rank and runs it. At the end world rank 0 writes report.html into the run directory
+// (train.report, default on; engine/report/html_report.hpp).
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -10,9 +11,11 @@
 #include "engine/cli/commands.hpp"
 #include "engine/comm/make_communicator.hpp"
 #include "engine/comm/mpi/mpi_runtime.hpp"
+#include "engine/comm/mpi/wait_notice.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/report/html_report.hpp"
 #include "engine/train/threads.hpp"
 #include "engine/train/trainer.hpp"
 
@@ -22,8 +25,10 @@ namespace {
 constexpr const char* kUsage = R"(usage: cleave train [CONFIG.json] [--set key.path=value ...] [--resume auto|PATH]
 
 Trains the model described by CONFIG (JSON, DESIGN §5; no file = a tiny GPT on a synthetic task).
-Writes config.json (fully resolved), metrics.jsonl and a summary into train.out_dir; refuses an output
-directory that already holds a run.
+Writes config.json (fully resolved), metrics.jsonl, run.json (layout, per-rank memory) and report.html (curves,
+memory against the cap, layout, config; train.report false skips it, `cleave report DIR` redoes it) into
+train.out_dir; refuses an output directory that already holds a run. On a terminal the progress is a live bar
+with an ETA; redirected to a file it is plain lines.
 
 options:
   --set key.path=value   override one config key, e.g. --set optimizer.lr=3e-4 --set train.steps=100
@@ -74,6 +79,7 @@ int run_train(int argc, char** argv) {
   }
   comm::MpiRuntime runtime(&argc, &argv);
   log::set_rank(runtime.world_rank(), runtime.world_size());
+  comm::report_waits_on_sigterm();  // a rank the launcher ends says what it was waiting for
   try {
     train::configure_threads_for_node();
     config::RunConfig config = config::load_config(config_path, overrides);
@@ -84,6 +90,9 @@ int run_train(int argc, char** argv) {
     config.parallel.comm_backend = world.choice.backend;  // the resolved config.json records what ran
     train::Trainer trainer(config, *world.comm);
     const train::TrainSummary summary = trainer.train(options);
+    if (summary.completed && runtime.world_rank() == 0 && trainer.config().train.report) {
+      log::info("report {}", report::write_report(trainer.config().train.out_dir));
+    }
     return summary.completed ? 0 : 1;
   } catch (const std::exception& e) {
     // With peers, abort before MPI_Finalize (a collective the others may never join): a failure on one

@@ -41,11 +41,6 @@ const char* category_color(const std::string& name, std::size_t index) {
   return kOthers[index % 3];
 }
 
-std::vector<double> column_or_empty(const MetricsTable& m, const std::string& key) {
-  const auto* c = m.column(key);
-  return c ? *c : std::vector<double>(m.steps.size(), std::nan(""));
-}
-
 std::string chart(const MetricsTable& m, const std::string& title, const std::string& y_label,
                   std::vector<std::pair<std::string, std::string>> keys_and_colors, bool markers_for_sparse = true) {
   LineChart c;
@@ -53,11 +48,12 @@ std::string chart(const MetricsTable& m, const std::string& title, const std::st
   c.x_label = "step";
   c.y_label = y_label;
   for (const auto& [key, color] : keys_and_colors) {
+    if (!m.column(key)) continue;  // no row has it (a run without evaluation): no empty legend entry
     Series s;
     s.name = key;
     s.color = color;
     s.x = m.steps;
-    s.y = column_or_empty(m, key);
+    s.y = *m.column(key);
     const auto finite = std::count_if(s.y.begin(), s.y.end(), [](double v) { return std::isfinite(v); });
     s.markers = markers_for_sparse && finite > 0 && finite < static_cast<long>(s.y.size()) / 2 + 1 &&
                 finite <= 200;

@@ -79,8 +79,9 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
     if (step >= raw) break;
   }
   std::vector<double> ticks;
-  for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) {
-    ticks.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
+  // Integer multiples of the step (no accumulated rounding), so 0.2 * 3 prints as 0.6.
+  for (auto k = static_cast<std::int64_t>(std::ceil(lo / step)); k * step <= hi + step * 1e-9; ++k) {
+    ticks.push_back(static_cast<double>(k) * step);
   }
   return ticks;
 }
@@ -171,7 +172,7 @@ std::string stacked_bars_svg(const StackedBars& chart) {
   constexpr int kGap = 8;
   const int bars = static_cast<int>(chart.values.size());
   const int w = chart.width;
-  const int h = kTop + bars * (kBarHeight + kGap) + 64;
+  const int h = kTop + bars * (kBarHeight + kGap) + 82;  // axis, tick labels, up to two legend rows
   std::string svg = fmt::format(
       "<svg class=\"chart\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
       "role=\"img\" aria-label=\"{}\">\n",
@@ -191,7 +192,11 @@ std::string stacked_bars_svg(const StackedBars& chart) {
   const double plot_w = w - kLabelWidth - 24;
   auto sx = [&](double v) { return kLabelWidth + v / (top * 1.05) * plot_w; };
   const double axis_y = kTop + bars * (kBarHeight + kGap);
-  for (double t : nice_ticks(0, top * 1.05, 5)) {
+  // Ticks at round numbers of the largest binary unit below the top (8 MiB, 16 MiB; not 9.54 MiB).
+  double unit = 1;
+  while (unit * 1024 <= top) unit *= 1024;
+  for (double tick : nice_ticks(0, top * 1.05 / unit, 5)) {
+    const double t = tick * unit;
     svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"grid\"/>", px(sx(t)), kTop, px(sx(t)),
                        px(axis_y));
     svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"xtick\">{}</text>\n", px(sx(t)), px(axis_y + 14),
@@ -231,8 +236,12 @@ std::string stacked_bars_svg(const StackedBars& chart) {
                        xml_escape(format_bytes(static_cast<std::int64_t>(chart.cap))));
   }
   double legend_x = 8;
-  const double legend_y = axis_y + 40;
+  double legend_y = axis_y + 40;
   for (std::size_t s = 0; s < chart.segment_names.size(); ++s) {
+    if (legend_x + 24 + 7.0 * static_cast<double>(chart.segment_names[s].size()) > w) {  // wrap
+      legend_x = 8;
+      legend_y += 18;
+    }
     svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/>", px(legend_x),
                        px(legend_y - 9), s < chart.segment_colors.size() ? xml_escape(chart.segment_colors[s]) : "#888");
     svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"legend\">{}</text>\n", px(legend_x + 14), px(legend_y),
@@ -240,6 +249,10 @@ std::string stacked_bars_svg(const StackedBars& chart) {
     legend_x += 24 + 7.0 * static_cast<double>(chart.segment_names[s].size());
   }
   if (!chart.markers.empty()) {
+    if (legend_x + 24 + 7.0 * static_cast<double>(chart.marker_name.size()) > w) {
+      legend_x = 8;
+      legend_y += 18;
+    }
     svg += fmt::format("<path d=\"M{} {} l4 -8 l-8 0 z\" class=\"marker\"/><text x=\"{}\" y=\"{}\" class=\"legend\">{}"
                        "</text>\n",
                        px(legend_x + 4), px(legend_y), px(legend_x + 12), px(legend_y), xml_escape(chart.marker_name));

@@ -3,6 +3,7 @@
 // text, stacked bars with a cap line, and no external reference anywhere.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <regex>
 #include <sstream>
@@ -13,6 +14,11 @@
 
 namespace cleave::report {
 namespace {
+
+int count_matches(const std::string& text, const std::string& pattern) {
+  const std::regex re(pattern);
+  return static_cast<int>(std::distance(std::sregex_iterator(text.begin(), text.end(), re), std::sregex_iterator()));
+}
 
 // The "x,y" pairs of the polyline whose data-series is `name`.
 std::vector<std::pair<double, double>> points_of(const std::string& svg, const std::string& name) {
@@ -63,9 +69,7 @@ TEST(SvgChart, OnePointPerFiniteSampleInsideThePlot) {
   // The first and last samples span the plot's width.
   EXPECT_NEAR(loss.back().first - loss.front().first, chart.width - 64 - 16, 0.11);
   // Sparse series get markers: one circle per eval point.
-  EXPECT_EQ(std::distance(std::sregex_iterator(svg.begin(), svg.end(), std::regex("<circle ")),
-                          std::sregex_iterator()),
-            4);
+  EXPECT_EQ(count_matches(svg, "<circle "), 4);
   EXPECT_EQ(svg.find("http"), std::string::npos);
   EXPECT_EQ(svg.find("src="), std::string::npos);
 }
@@ -98,7 +102,11 @@ TEST(SvgChart, EscapesText) {
 
 TEST(SvgChart, NiceTicks) {
   EXPECT_EQ(nice_ticks(0, 10, 5), (std::vector<double>{0, 2, 4, 6, 8, 10}));
-  EXPECT_EQ(nice_ticks(0.13, 0.91, 4), (std::vector<double>{0.2, 0.4, 0.6, 0.8}));
+  const auto fractions = nice_ticks(0.13, 0.91, 4);
+  const std::vector<double> expected{0.2, 0.4, 0.6, 0.8};
+  ASSERT_EQ(fractions.size(), expected.size());
+  for (std::size_t i = 0; i < expected.size(); ++i) EXPECT_NEAR(fractions[i], expected[i], 1e-12);
+  EXPECT_EQ(format_number(fractions[2]), "0.6");
   const auto t = nice_ticks(1, 487, 6);
   ASSERT_FALSE(t.empty());
   EXPECT_EQ(t.front(), 100);
@@ -121,9 +129,7 @@ TEST(SvgChart, StackedBarsWithCap) {
   bars.cap = 4 << 20;
   const std::string svg = stacked_bars_svg(bars);
   // Three non-empty segments (the zero one is not drawn), one cap line labelled with the cap.
-  EXPECT_EQ(std::distance(std::sregex_iterator(svg.begin(), svg.end(), std::regex("<rect [^>]*><title>")),
-                          std::sregex_iterator()),
-            3);
+  EXPECT_EQ(count_matches(svg, "<rect [^>]*><title>"), 3);
   EXPECT_NE(svg.find("class=\"cap\""), std::string::npos);
   EXPECT_NE(svg.find("cap 4.00 MiB"), std::string::npos);
   EXPECT_NE(svg.find("parameters: 1.00 MiB"), std::string::npos);

@@ -91,7 +91,13 @@ int run_train(int argc, char** argv) {
     train::Trainer trainer(config, *world.comm);
     const train::TrainSummary summary = trainer.train(options);
     if (summary.completed && runtime.world_rank() == 0 && trainer.config().train.report) {
-      log::info("report {}", report::write_report(trainer.config().train.out_dir));
+      // The run itself is done (metrics, checkpoints): a page that cannot be written is a warning, not a
+      // failed run; `cleave report` makes it later from the same files.
+      try {
+        log::info("report {}", report::write_report(trainer.config().train.out_dir));
+      } catch (const Error& e) {
+        log::warn("{} (the run completed; retry with cleave report {})", e.what(), trainer.config().train.out_dir);
+      }
     }
     return summary.completed ? 0 : 1;
   } catch (const std::exception& e) {

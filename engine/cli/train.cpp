@@ -1,8 +1,8 @@
 // `cleave train [CONFIG] [--set key=value ...]`: loads and resolves the config, starts the MPI runtime
 // (a plain run is a world of one), builds the world communicator parallel.comm_backend asks for
 // (engine/comm/make_communicator.hpp; logged, and recorded in the resolved config.json), builds the trainer
-// for this rank and runs it. At the end world rank 0 writes report.html into the run directory
-// (train.report, default on; engine/report/html_report.hpp).
+// for this rank and runs it. The trainer's world rank 0 writes report.html into the run directory at the end,
+// or after a failure with the steps that finished (train.report, default on; engine/report/html_report.hpp).
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -15,7 +15,6 @@
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
-#include "engine/report/html_report.hpp"
 #include "engine/train/threads.hpp"
 #include "engine/train/trainer.hpp"
 
@@ -90,15 +89,6 @@ int run_train(int argc, char** argv) {
     config.parallel.comm_backend = world.choice.backend;  // the resolved config.json records what ran
     train::Trainer trainer(config, *world.comm);
     const train::TrainSummary summary = trainer.train(options);
-    if (summary.completed && runtime.world_rank() == 0 && trainer.config().train.report) {
-      // The run itself is done (metrics, checkpoints): a page that cannot be written is a warning, not a
-      // failed run; `cleave report` makes it later from the same files.
-      try {
-        log::info("report {}", report::write_report(trainer.config().train.out_dir));
-      } catch (const Error& e) {
-        log::warn("{} (the run completed; retry with cleave report {})", e.what(), trainer.config().train.out_dir);
-      }
-    }
     return summary.completed ? 0 : 1;
   } catch (const std::exception& e) {
     // With peers, abort before MPI_Finalize (a collective the others may never join): a failure on one

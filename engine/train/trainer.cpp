@@ -17,6 +17,7 @@
 #include "engine/core/log.hpp"
 #include "engine/optim/grad_clip.hpp"
 #include "engine/optim/optimizer_factory.hpp"
+#include "engine/report/html_report.hpp"
 #include "engine/train/collectives.hpp"
 #include "engine/train/data/make_data_source.hpp"
 #include "engine/train/metrics.hpp"
@@ -29,6 +30,16 @@ namespace cleave::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// report.html from the run directory's files (engine/report/html_report.hpp). A page that cannot be written is
+// a warning: the run's outcome does not depend on it, and `cleave report DIR` makes it later from the same files.
+void write_report_page(const std::string& out_dir, std::string_view note) {
+  try {
+    log::info("report {}{}", report::write_report(out_dir), note);
+  } catch (const std::exception& e) {
+    log::warn("{} (retry with cleave report {})", e.what(), out_dir);
+  }
+}
 
 double elapsed_ms(Clock::time_point since) {
   return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
@@ -381,37 +392,47 @@ TrainSummary Trainer::train(const TrainOptions& options) {
   s.allocator->reset_peak();
 
   TrainSummary summary;
-  for (std::int64_t step = start_step; step < cfg.train.steps; ++step) {
-    StepStats stats = this->step(step);
-    summary.steps.push_back(stats);
-    StepMetrics m;
-    m.step = step + 1;
-    m.loss = stats.loss;
-    m.lr = stats.lr;
-    m.grad_norm = stats.grad_norm;
-    m.tokens_per_s = stats.tokens_per_s;
-    m.step_ms = stats.step_ms;
-    m.peak_bytes = stats.peak_bytes;
-    // Evaluation every eval_interval steps and after the last one, on that step's metrics row.
-    const bool last = step + 1 == cfg.train.steps;
-    const bool eval_now =
-        s.eval_data && (last || (cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0));
-    if (eval_now) {
-      const EvalResult eval = evaluate(cfg.train.eval_batches);
-      m.extra.emplace_back("eval_loss", eval.loss);
-      m.extra.emplace_back("eval_accuracy", eval.accuracy);
-      if (progress) progress->eval(step + 1, eval.loss, eval.accuracy);
-      if (last) summary.eval = eval;
+  try {
+    for (std::int64_t step = start_step; step < cfg.train.steps; ++step) {
+      StepStats stats = this->step(step);
+      summary.steps.push_back(stats);
+      StepMetrics m;
+      m.step = step + 1;
+      m.loss = stats.loss;
+      m.lr = stats.lr;
+      m.grad_norm = stats.grad_norm;
+      m.tokens_per_s = stats.tokens_per_s;
+      m.step_ms = stats.step_ms;
+      m.peak_bytes = stats.peak_bytes;
+      // Evaluation every eval_interval steps and after the last one, on that step's metrics row.
+      const bool last = step + 1 == cfg.train.steps;
+      const bool eval_now =
+          s.eval_data && (last || (cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0));
+      if (eval_now) {
+        const EvalResult eval = evaluate(cfg.train.eval_batches);
+        m.extra.emplace_back("eval_loss", eval.loss);
+        m.extra.emplace_back("eval_accuracy", eval.accuracy);
+        if (progress) progress->eval(step + 1, eval.loss, eval.accuracy);
+        if (last) summary.eval = eval;
+      }
+      if (metrics) metrics->write(m);
+      if (progress) progress->update(m);
+      CLEAVE_CHECK(std::isfinite(stats.loss), "training diverged at step {}: loss is {} (lower optimizer.lr?)",
+                   step + 1, stats.loss);
+      const bool periodic = cfg.checkpoint.interval > 0 && (step + 1) % cfg.checkpoint.interval == 0;
+      if (periodic || (last && cfg.checkpoint.save_final)) {
+        if (progress) progress->interrupt();  // the checkpoint's log line gets a line of its own
+        save_checkpoint(checkpoints, step + 1);
+      }
     }
-    if (metrics) metrics->write(m);
-    if (progress) progress->update(m);
-    CLEAVE_CHECK(std::isfinite(stats.loss), "training diverged at step {}: loss is {} (lower optimizer.lr?)",
-                 step + 1, stats.loss);
-    const bool periodic = cfg.checkpoint.interval > 0 && (step + 1) % cfg.checkpoint.interval == 0;
-    if (periodic || (last && cfg.checkpoint.save_final)) {
-      if (progress) progress->interrupt();  // the checkpoint's log line gets a line of its own
-      save_checkpoint(checkpoints, step + 1);
+  } catch (const std::exception&) {
+    // A run that fails (diverges, loses its disk, a peer's error) still gets its page, of the steps it finished,
+    // on world rank 0 (the only rank with a metrics writer). Ranks ended by the watchdog or the launcher get none.
+    if (metrics && cfg.train.report) {
+      if (progress) progress->interrupt();
+      write_report_page(cfg.train.out_dir, " (of the steps before the failure)");
     }
+    throw;
   }
   if (cfg.train.trace) write_measured_trace(s, cfg.train.out_dir);
   summary.peak_bytes = summary.steps.empty() ? 0 : summary.steps.back().peak_bytes;
@@ -428,6 +449,7 @@ TrainSummary Trainer::train(const TrainOptions& options) {
     }
   }
   if (progress) progress->summary(cfg.train.out_dir);
+  if (s.reports() && cfg.train.report) write_report_page(cfg.train.out_dir, "");
   summary.completed = true;
   return summary;
 }

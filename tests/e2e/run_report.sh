@@ -34,7 +34,7 @@ grep -q "report run/report.html" train.log || fail "the train log does not name 
 # Self-contained: nothing fetched from anywhere.
 grep -Eiq 'https?:|src=|<script|<link|@import|url\(' "$page" && fail "report.html references something external"
 
-points() { grep -o "data-series=\"$1\" data-points=\"[0-9]*\"" "$page" | head -n 1 | grep -o '[0-9]*"$' | tr -d '"'; }
+points() { grep -o "data-series=\"$1\" data-points=\"[0-9]*\"" "${2:-$page}" | head -n 1 | grep -o '[0-9]*"$' | tr -d '"'; }
 # The points attribute really holds that many x,y pairs.
 pairs() { grep -o "data-series=\"$1\"[^>]* points=\"[^\"]*\"" "$page" | head -n 1 | sed 's/.* points="//; s/"$//' | wc -w; }
 for series in loss lr tokens_per_s step_ms grad_norm peak_bytes; do
@@ -86,6 +86,15 @@ expect_error no-argument 'give a run directory'
 grep -q $'\r' quiet.log && fail "progress into a file has carriage returns"
 grep -q '^.*step 4/6 | loss' quiet.log || fail "no plain progress line in the log file"
 echo "ok   train.report false writes no page; a log file gets plain lines"
+
+# A run that fails still gets its page, of the steps it finished (rank 0 throws in step 4: the test hook of
+# the failure drills, engine/train/fault_injection.hpp).
+CLEAVE_FAULT_INJECT=0:4:forward:throw "$cleave" train "$src/examples/gpt_fortunes.json" "${common[@]}" \
+  --set train.out_dir=failed > failed.log 2>&1 && fail "the injected fault did not fail the run"
+grep -q 'report failed/report.html (of the steps before the failure)' failed.log || { cat failed.log; fail "no report after a failure"; }
+[ "$(points loss failed/report.html)" = 3 ] || fail "the failed run's page has $(points loss failed/report.html) loss points, expected 3"
+grep -q 'No run.json' failed/report.html || fail "the failed run's page does not say run.json is missing"
+echo "ok   a failed run gets a page of its 3 finished steps"
 
 # On a terminal: the live bar with an ETA, redrawn with carriage returns.
 if command -v script > /dev/null; then

@@ -41,10 +41,31 @@ const char* category_color(const std::string& name, std::size_t index) {
   return kOthers[index % 3];
 }
 
-std::string chart(const MetricsTable& m, const std::string& title, const std::string& y_label,
+// The samples of one series drawn: all of them up to kMaxPoints, else every stride-th finite sample and the
+// last one, so a 100k-step run gives a page of a few hundred KiB, not tens of MiB.
+constexpr std::size_t kMaxPoints = 4000;
+
+std::size_t thin(std::vector<double>& x, std::vector<double>& y) {
+  std::vector<std::size_t> finite;
+  for (std::size_t i = 0; i < y.size(); ++i) {
+    if (std::isfinite(x[i]) && std::isfinite(y[i])) finite.push_back(i);
+  }
+  if (finite.size() <= kMaxPoints) return 1;
+  const std::size_t stride = (finite.size() + kMaxPoints - 1) / kMaxPoints;
+  std::vector<double> tx, ty;
+  for (std::size_t k = 0; k < finite.size(); ++k) {
+    if (k % stride != 0 && k + 1 != finite.size()) continue;
+    tx.push_back(x[finite[k]]);
+    ty.push_back(y[finite[k]]);
+  }
+  x = std::move(tx);
+  y = std::move(ty);
+  return stride;
+}
+
+std::string chart(const MetricsTable& m, std::string title, const std::string& y_label,
                   std::vector<std::pair<std::string, std::string>> keys_and_colors, bool markers_for_sparse = true) {
   LineChart c;
-  c.title = title;
   c.x_label = "step";
   c.y_label = y_label;
   for (const auto& [key, color] : keys_and_colors) {
@@ -57,8 +78,11 @@ std::string chart(const MetricsTable& m, const std::string& title, const std::st
     const auto finite = std::count_if(s.y.begin(), s.y.end(), [](double v) { return std::isfinite(v); });
     s.markers = markers_for_sparse && finite > 0 && finite < static_cast<long>(s.y.size()) / 2 + 1 &&
                 finite <= 200;
+    const std::size_t stride = thin(s.x, s.y);
+    if (stride > 1) title += fmt::format(" (one point per {} samples of {})", stride, finite);
     c.series.push_back(std::move(s));
   }
+  c.title = std::move(title);
   return line_chart_svg(c);
 }
 

@@ -179,6 +179,18 @@ TEST(HtmlReport, WithoutRunJsonStillDrawsCurves) {
   EXPECT_NE(html.find("No run.json"), std::string::npos);
 }
 
+TEST(HtmlReport, LongRunsAreThinnedNotTruncated) {
+  RunFiles run;
+  run.dir = "long";
+  run.metrics = parse_metrics(metrics_rows(10001, 5000), "m");
+  const std::string html = build_report_html(run);
+  // 10001 samples, stride 3: samples 0, 3, ..., 9999 (3334) plus the last one.
+  EXPECT_EQ(polyline_points(html, "loss"), 3335);
+  EXPECT_NE(html.find("(one point per 3 samples of 10001)"), std::string::npos);
+  EXPECT_EQ(polyline_points(html, "eval_loss"), 2);  // sparse series are never thinned
+  EXPECT_LT(html.size(), 1u << 20);
+}
+
 TEST(HtmlReport, WriteReportRegeneratesTheSameBytes) {
   const fs::path dir = temp_dir("write");
   write_file(dir / "metrics.jsonl", metrics_rows(12, 4));

@@ -146,6 +146,7 @@ StepOutcome Executor::run_step() {
       }
       continue;
     }
+    if (options_.before_compute && is_compute(a.kind)) options_.before_compute(a);
     switch (a.kind) {
       case ActionKind::kForward: {
         StageModule& stage = stage_module(a);

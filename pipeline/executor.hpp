@@ -51,6 +51,10 @@ struct ExecutorOptions {
   std::function<void()> optimizer_step;         // OPTIMIZER_STEP: reduce, clip, update (may be empty)
   layers::Context* context = nullptr;
   bool record_timeline = false;
+  // Called before each compute action (F, I, W, B) runs; may be empty. Instrumentation only: the failure
+  // drills inject a fault here (engine/train/fault_injection.hpp). An exception it throws leaves the step
+  // exactly as one thrown by a layer would.
+  std::function<void(const Action&)> before_compute;
 };
 
 struct StepOutcome {

@@ -2,6 +2,7 @@
 // exit code. Under MPI a failing rank prints "[rank r/N] error: ..." and aborts the whole job, so no peer
 // waits forever on a collective the failed rank will never join.
 #include <mpi.h>
+#include <signal.h>
 
 #include <cstdio>
 #include <cstring>
@@ -41,6 +42,8 @@ constexpr Command kCommands[] = {
     {"export", "consolidate a checkpoint (any layout) into one safetensors file of logical parameters",
      cleave::cli::run_export},
     {"generate", "sample text from a byte-level GPT checkpoint on one CPU rank", cleave::cli::run_generate},
+    {"report", "write report.html for a run directory (curves, memory per rank, layout, config)",
+     cleave::cli::run_report},
     {"version", "print the version and the compiled backends", run_version},
 };
 
@@ -63,6 +66,9 @@ bool launched_by_mpi() {
 
 int main(int argc, char** argv) {
   cleave::cli::apply_runtime_env(argv);
+  // A file-size limit (ulimit -f) then fails the write with EFBIG, which the writer reports with the file's
+  // name, instead of SIGXFSZ killing the rank without a word.
+  ::signal(SIGXFSZ, SIG_IGN);
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     print_usage(argc < 2 ? stderr : stdout);
     return argc < 2 ? 2 : 0;

@@ -1,7 +1,8 @@
 // `cleave train [CONFIG] [--set key=value ...]`: loads and resolves the config, starts the MPI runtime
 // (a plain run is a world of one), builds the world communicator parallel.comm_backend asks for
 // (engine/comm/make_communicator.hpp; logged, and recorded in the resolved config.json), builds the trainer
-// for this rank and runs it.
+// for this rank and runs it. The trainer's world rank 0 writes report.html into the run directory at the end,
+// or after a failure with the steps that finished (train.report, default on; engine/report/html_report.hpp).
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -10,6 +11,7 @@
 #include "engine/cli/commands.hpp"
 #include "engine/comm/make_communicator.hpp"
 #include "engine/comm/mpi/mpi_runtime.hpp"
+#include "engine/comm/mpi/wait_notice.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
@@ -22,8 +24,10 @@ namespace {
 constexpr const char* kUsage = R"(usage: cleave train [CONFIG.json] [--set key.path=value ...] [--resume auto|PATH]
 
 Trains the model described by CONFIG (JSON, DESIGN §5; no file = a tiny GPT on a synthetic task).
-Writes config.json (fully resolved), metrics.jsonl and a summary into train.out_dir; refuses an output
-directory that already holds a run.
+Writes config.json (fully resolved), metrics.jsonl, run.json (layout, per-rank memory) and report.html (curves,
+memory against the cap, layout, config; train.report false skips it, `cleave report DIR` redoes it) into
+train.out_dir; refuses an output directory that already holds a run. On a terminal the progress is a live bar
+with an ETA; redirected to a file it is plain lines.
 
 options:
   --set key.path=value   override one config key, e.g. --set optimizer.lr=3e-4 --set train.steps=100
@@ -74,6 +78,7 @@ int run_train(int argc, char** argv) {
   }
   comm::MpiRuntime runtime(&argc, &argv);
   log::set_rank(runtime.world_rank(), runtime.world_size());
+  comm::report_waits_on_sigterm();  // a rank the launcher ends says what it was waiting for
   try {
     train::configure_threads_for_node();
     config::RunConfig config = config::load_config(config_path, overrides);

@@ -8,6 +8,7 @@
 #include "engine/cli/commands.hpp"
 #include "engine/comm/make_communicator.hpp"
 #include "engine/comm/mpi/mpi_runtime.hpp"
+#include "engine/comm/mpi/wait_notice.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
@@ -84,6 +85,7 @@ int run_verify(int argc, char** argv) {
   }
   overrides.push_back("train.steps=" + std::to_string(steps));
   comm::MpiRuntime runtime(&argc, &argv);
+  comm::report_waits_on_sigterm();  // a rank the launcher ends says what it was waiting for
   log::set_rank(runtime.world_rank(), runtime.world_size());
   try {
     train::configure_threads_for_node();

@@ -168,6 +168,7 @@ void GradientBucketer::launch(int b) {
   works_[static_cast<std::size_t>(b)] = options_.reduction == BucketReduction::kAllReduce
                                             ? dp_.all_reduce(buffer, ReduceOp::kSum, stream_)
                                             : dp_.reduce_scatter(buffer, out, ReduceOp::kSum, stream_);
+  if (options_.after_launch) options_.after_launch(b);
 }
 
 std::int64_t GradientBucketer::wire_bytes_per_step() const {

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,6 +53,9 @@ struct BucketerOptions {
   // with f32 gradients: each bucket is rounded into a bf16 staging buffer (kCommunication) when it launches,
   // reduced there (the MPI backend accumulates in f32) and widened back into the gradients by finish().
   std::optional<DType> wire_dtype;
+  // Called right after bucket b's collective is posted (may be empty). Instrumentation only: the failure
+  // drills (engine/train/fault_injection.hpp) stop or kill a rank here, inside a bucket reduction.
+  std::function<void(int bucket)> after_launch;
 };
 
 class GradientBucketer {

@@ -485,6 +485,7 @@ void read_train(Reader r, TrainConfig& t) {
   r.integer("eval_interval", t.eval_interval, 0);
   r.integer("eval_batches", t.eval_batches, 0);
   r.choice("recompute", t.recompute, {"none", "selective", "full"});
+  r.boolean("report", t.report);
   r.finish();
 }
 
@@ -724,7 +725,7 @@ ordered_json to_json_tree(const RunConfig& c) {
                 {"log_interval", t.log_interval}, {"deterministic", t.deterministic},
                 {"out_dir", t.out_dir},     {"comm_timeout_s", t.comm_timeout_s},
                 {"trace", t.trace},         {"eval_interval", t.eval_interval},
-                {"eval_batches", t.eval_batches}, {"recompute", t.recompute}};
+                {"eval_batches", t.eval_batches}, {"recompute", t.recompute}, {"report", t.report}};
   j["checkpoint"] = {{"dir", c.checkpoint.dir},
                      {"interval", c.checkpoint.interval},
                      {"keep_last", c.checkpoint.keep_last},

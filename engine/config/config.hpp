@@ -111,6 +111,7 @@ struct TrainConfig {
   std::int64_t eval_interval = 0;  // evaluate every N steps (0 = only at the end)
   std::int64_t eval_batches = 8;   // global batches per evaluation (0 = no evaluation)
   std::string recompute = "none";  // none | selective | full (gpt transformer blocks; partition/cost_model.hpp)
+  bool report = true;              // write report.html into out_dir at the end (cleave report RUN_DIR redoes it)
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
 };
 

@@ -102,6 +102,7 @@ DataParallel::DataParallel(const Plan& plan, int pp_rank, const std::map<int, pi
   bucket_options.scale = options.average ? 1.0f / static_cast<float>(dp.size()) : 1.0f;
   bucket_options.reduction = zero1() ? comm::BucketReduction::kReduceScatter : comm::BucketReduction::kAllReduce;
   bucket_options.wire_dtype = options.grad_wire_dtype;
+  bucket_options.after_launch = options.after_bucket_launch;
   bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(order_), dp, bucket_options,
                                                       *options.context.allocator);
   for (int i = 0; i < bucketer_->num_grads(); ++i) {

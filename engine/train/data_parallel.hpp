@@ -33,6 +33,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -58,6 +59,7 @@ struct DataParallelOptions {
   bool average = true;
   DType grad_wire_dtype = DType::kF32;  // parallel.grad_reduce_dtype: the dtype buckets travel in
   ops::Context context;                // the run's op context: buckets, shards and state use its allocator
+  std::function<void(int bucket)> after_bucket_launch;  // test hook (BucketerOptions::after_launch), main buckets
 };
 
 // What one step's reduction did (for tests and benchmarks).

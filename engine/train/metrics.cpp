@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -41,6 +42,16 @@ void prepare_out_dir(const std::string& path) {
   CLEAVE_CHECK(!ec, "train.out_dir {}: cannot create the directory ({})", path, ec.message());
 }
 
+void write_text_file(const std::string& path, const std::string& text) {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  CLEAVE_CHECK(f != nullptr, "cannot create {} ({})", path, std::strerror(errno));
+  const bool written = std::fwrite(text.data(), 1, text.size(), f) == text.size() && std::fflush(f) == 0;
+  const int code = errno;
+  const bool closed = std::fclose(f) == 0;
+  CLEAVE_CHECK(written && closed, "writing {} failed ({}; {} bytes to write)", path,
+               std::strerror(written ? errno : code), text.size());
+}
+
 void keep_metrics_through(const std::string& path, std::int64_t step) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return;
@@ -59,12 +70,15 @@ void keep_metrics_through(const std::string& path, std::int64_t step) {
     if (row.value("step", std::int64_t{0}) <= step) kept += line + "\n";
   }
   in.close();
-  std::ofstream(path, std::ios::trunc) << kept;
+  write_text_file(path, kept);
 }
 
 MetricsWriter::MetricsWriter(std::string path, bool append) : path_(std::move(path)) {
   file_ = std::fopen(path_.c_str(), append ? "a" : "w");
   CLEAVE_CHECK(file_ != nullptr, "metrics file {}: cannot open for writing ({})", path_, std::strerror(errno));
+  // Unbuffered: a row reaches the file in one write() or fails there, and complete_bytes_ stays exact.
+  std::setvbuf(file_, nullptr, _IONBF, 0);
+  if (append && std::fseek(file_, 0, SEEK_END) == 0) complete_bytes_ = std::ftell(file_);
 }
 
 MetricsWriter::~MetricsWriter() {
@@ -83,8 +97,21 @@ void MetricsWriter::write(const StepMetrics& m) {
   j["peak_bytes"] = m.peak_bytes;
   for (const auto& [key, value] : m.extra) j[key] = number(value);
   const std::string line = j.dump() + "\n";
-  const bool ok = std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0;
-  CLEAVE_CHECK(ok, "metrics file {}: write failed ({})", path_, std::strerror(errno));
+  CLEAVE_CHECK(!failed_, "metrics file {}: an earlier write failed; no more rows are written", path_);
+  errno = 0;
+  if (std::fwrite(line.data(), 1, line.size(), file_) == line.size() && std::fflush(file_) == 0) {
+    complete_bytes_ += static_cast<long>(line.size());
+    return;
+  }
+  const int code = errno;
+  failed_ = true;
+  // A short write leaves part of the row; cut it so the file ends after the last complete row.
+  const bool cut = ::ftruncate(::fileno(file_), complete_bytes_) == 0;
+  std::clearerr(file_);
+  CLEAVE_THROW("metrics file {}: writing the row of step {} failed ({}); the {} rows before it are intact{} (free "
+               "space on the output directory's file system, or set train.out_dir elsewhere, and resume)",
+               path_, m.step, code != 0 ? std::strerror(code) : "short write", m.step - 1,
+               cut ? "" : " but the partial row could not be removed");
 }
 
 std::string format_rate(double per_second) {
@@ -92,6 +119,14 @@ std::string format_rate(double per_second) {
   if (per_second >= 1e6) return fmt::format("{:.2f}M", per_second / 1e6);
   if (per_second >= 1e3) return fmt::format("{:.1f}k", per_second / 1e3);
   return fmt::format("{:.1f}", per_second);
+}
+
+std::string format_duration(double seconds) {
+  if (!std::isfinite(seconds) || seconds < 0) return "-";
+  const auto s = static_cast<std::int64_t>(std::llround(seconds));
+  if (s < 60) return fmt::format("{}s", s);
+  if (s < 3600) return fmt::format("{}m{:02}s", s / 60, s % 60);
+  return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
 }
 
 std::string format_memory(std::int64_t bytes) {
@@ -107,13 +142,32 @@ ProgressPrinter::ProgressPrinter(std::int64_t total_steps, std::int64_t log_inte
       log_interval_(std::max<std::int64_t>(1, log_interval)),
       unit_(std::move(unit)),
       out_(out),
-      live_(live.value_or(::isatty(::fileno(out)) == 1)) {}
+      live_(live.value_or(::isatty(::fileno(out)) == 1)),
+      start_s_(std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count()) {}
 
 std::string ProgressPrinter::format_line(const StepMetrics& m) const {
   const int width = static_cast<int>(fmt::format("{}", total_steps_).size());
   return fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.1e} | {} {}/s | {:.1f} ms/step | peak {}", m.step, width,
                      total_steps_, m.loss, m.lr, format_rate(m.tokens_per_s), unit_, m.step_ms,
                      format_memory(m.peak_bytes));
+}
+
+std::string ProgressPrinter::format_live_line(const StepMetrics& m, std::int64_t steps_done, double elapsed_s) const {
+  constexpr int kWidth = 20;
+  const double fraction = total_steps_ > 0 ? std::clamp(static_cast<double>(m.step) / static_cast<double>(total_steps_), 0.0, 1.0) : 1.0;
+  const int filled = static_cast<int>(fraction * kWidth);
+  const std::int64_t remaining = std::max<std::int64_t>(0, total_steps_ - m.step);
+  const double eta = steps_done > 0 ? elapsed_s / static_cast<double>(steps_done) * static_cast<double>(remaining) : -1;
+  return fmt::format("[{}{}] {:>3}% {}/{} | loss {:.4f} | {} {}/s | ETA {}", std::string(filled, '#'),
+                     std::string(kWidth - filled, '.'), static_cast<int>(fraction * 100), m.step, total_steps_, m.loss,
+                     format_rate(m.tokens_per_s), unit_, format_duration(eta));
+}
+
+void ProgressPrinter::interrupt() {
+  if (!live_line_open_) return;
+  std::fputc('\n', out_);
+  std::fflush(out_);
+  live_line_open_ = false;
 }
 
 void ProgressPrinter::emit(const std::string& line, bool keep) {
@@ -136,7 +190,11 @@ void ProgressPrinter::update(const StepMetrics& m) {
   total_items_ += m.tokens_per_s * m.step_ms / 1000.0;
   peak_bytes_ = std::max(peak_bytes_, m.peak_bytes);
   const bool keep = m.step == 1 || m.step % log_interval_ == 0 || m.step == total_steps_;
-  if (keep || live_) emit(format_line(m), keep);
+  if (keep) emit(format_line(m), true);
+  if (live_ && m.step < total_steps_) {
+    const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    emit(format_live_line(m, steps_seen_, now - start_s_), false);
+  }
 }
 
 void ProgressPrinter::eval(std::int64_t step, double loss, std::optional<double> accuracy) {

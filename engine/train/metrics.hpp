@@ -6,9 +6,13 @@
 //    killed run keeps every completed step.
 //  - prepare_out_dir() never touches a directory that already holds a run (metrics.jsonl or config.json):
 //    it throws before creating or writing anything.
+//  - A failed write (a full disk, a file-size limit) truncates metrics.jsonl back to its last complete line
+//    before throwing, so every earlier row stays intact and the file never ends in half a row.
 //  - ProgressPrinter prints plain lines when its stream is not a terminal (logs, CI); on a terminal it also
-//    redraws a live line every step. Lines look like
+//    redraws a live bar with an ETA every step (carriage return, no newline). Kept lines look like
 //      step 120/500 | loss 2.3412 | lr 3.0e-04 | 12.3k tok/s | 84.1 ms/step | peak 123.4 MiB
+//    and the live line like
+//      [#########...........]  24% 120/500 | loss 2.3412 | 12.3k tok/s | ETA 1m02s
 // Only rank 0 should create these (the caller decides); nothing here knows about ranks.
 #pragma once
 
@@ -38,6 +42,10 @@ struct StepMetrics {
 // exists as a file, or when it cannot be created.
 void prepare_out_dir(const std::string& path);
 
+// Writes `text` to `path` (truncating). Throws Error naming the file and the system's reason when it cannot
+// be opened or written completely (a full disk included).
+void write_text_file(const std::string& path, const std::string& text);
+
 // A resumed run at step k: keeps the rows of `path` whose "step" is <= k (in order) and drops the rest, so
 // appending from step k + 1 duplicates no step. A missing file is left missing. Throws Error naming the file
 // and line when a row does not parse.
@@ -60,6 +68,8 @@ class MetricsWriter {
  private:
   std::string path_;
   std::FILE* file_ = nullptr;
+  long complete_bytes_ = 0;  // file size after the last complete row
+  bool failed_ = false;
 };
 
 class ProgressPrinter {
@@ -75,8 +85,14 @@ class ProgressPrinter {
   // "done: 500 steps in 42.1 s | loss 5.5412 -> 1.4023 (min 1.3871) | 12.3k tok/s | peak 123.4 MiB | <where>"
   void summary(std::string_view outputs = {});
 
+  // Ends an open live line (a newline), so a log line printed next starts on a line of its own.
+  void interrupt();
+
   // The progress line for one step (no newline).
   std::string format_line(const StepMetrics& metrics) const;
+  // The live bar after `steps_done` steps of this run took `elapsed_s` seconds (evaluation included); the ETA
+  // assumes the remaining steps take as long on average.
+  std::string format_live_line(const StepMetrics& metrics, std::int64_t steps_done, double elapsed_s) const;
 
  private:
   void emit(const std::string& line, bool keep);
@@ -96,10 +112,12 @@ class ProgressPrinter {
   double last_loss_ = 0.0;
   double min_loss_ = 0.0;
   std::int64_t peak_bytes_ = 0;
+  double start_s_ = 0.0;  // steady clock when the printer was made (the run's start)
 };
 
-// Formatting helpers shared with the CLI: "12.3k", "1.25M"; "123.4 MiB".
+// Formatting helpers shared with the CLI: "12.3k", "1.25M"; "123.4 MiB"; "42s", "1m02s", "2h05m".
 std::string format_rate(double per_second);
+std::string format_duration(double seconds);
 std::string format_memory(std::int64_t bytes);
 
 }  // namespace cleave::train

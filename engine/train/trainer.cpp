@@ -19,6 +19,7 @@
 #include "engine/core/log.hpp"
 #include "engine/optim/grad_clip.hpp"
 #include "engine/optim/optimizer_factory.hpp"
+#include "engine/report/html_report.hpp"
 #include "engine/train/collectives.hpp"
 #include "engine/train/data/make_data_source.hpp"
 #include "engine/train/metrics.hpp"
@@ -31,6 +32,16 @@ namespace cleave::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// report.html from the run directory's files (engine/report/html_report.hpp). A page that cannot be written is
+// a warning: the run's outcome does not depend on it, and `cleave report DIR` makes it later from the same files.
+void write_report_page(const std::string& out_dir, std::string_view note) {
+  try {
+    log::info("report {}{}", report::write_report(out_dir), note);
+  } catch (const std::exception& e) {
+    log::warn("{} (retry with cleave report {})", e.what(), out_dir);
+  }
+}
 
 double elapsed_ms(Clock::time_point since) {
   return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
@@ -197,6 +208,11 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
   }
   // Data parallel: grads (and, under ZeRO-1, values) become views into flat bucket buffers before any
   // optimizer sees them; the tied table's copies are summed inside the reduction, before dp.
+  s.fault = fault_plan_from_env();
+  if (s.fault && s.fault->point == FaultPoint::kDpReduce) {
+    CLEAVE_CHECK(s.grid.dp_size() > 1, "CLEAVE_FAULT_INJECT: dp_reduce needs data parallelism (dp is 1 in {})",
+                 s.grid.str());
+  }
   if (s.grid.dp_size() > 1) {
     DataParallelOptions dp_options;
     dp_options.bucket_mib = cfg.parallel.dp_bucket_mb;
@@ -205,6 +221,13 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
     dp_options.optimizer = cfg.optimizer;
     dp_options.context = s.context;
     dp_options.average = false;  // the loss scale below divides by dp
+    if (s.fault) {
+      dp_options.after_bucket_launch = [&s](int bucket) {
+        if (s.fault->due(s.world.rank(), s.current_step + 1, FaultPoint::kDpReduce)) {
+          s.fault->fire(fmt::format("after posting data-parallel gradient bucket {}", bucket));
+        }
+      };
+    }
     s.data_parallel = std::make_unique<DataParallel>(s.plan, s.coords.pp_rank, s.stage_by_index, s.params,
                                                      *s.groups.dp, s.tied_group.get(), dp_options);
   }
@@ -260,6 +283,15 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
     if (++s.stages_reduced == static_cast<int>(s.stages.size())) finish_gradient_reduction(s);
   };
   options.optimizer_step = [&s] { clip_and_update(s); };
+  if (s.fault && s.fault->point == FaultPoint::kForward) {
+    const int victim_microbatch = std::min(1, s.plan.schedule.num_microbatches - 1);
+    options.before_compute = [&s, victim_microbatch](const pipeline::Action& a) {
+      if (a.kind == pipeline::ActionKind::kForward && a.microbatch == victim_microbatch &&
+          s.fault->due(s.world.rank(), s.current_step + 1, FaultPoint::kForward)) {
+        s.fault->fire(fmt::format("stage {} forward of micro-batch {}", a.stage, a.microbatch));
+      }
+    };
+  }
   pipeline::ExecutorOptions eval_options = options;
   s.executor = std::make_unique<pipeline::Executor>(std::move(options));
 
@@ -271,6 +303,7 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
     eval_options.record_timeline = false;
     eval_options.reduce_grads = {};
     eval_options.optimizer_step = {};
+    eval_options.before_compute = {};
     eval_options.data = [&s](int microbatch) {
       Batch b = s.eval_data->next_batch(s.eval_batch, microbatch, s.layout, *s.context.allocator);
       return pipeline::MicrobatchData{in_compute_dtype(s, b.inputs), b.targets};
@@ -345,7 +378,7 @@ TrainSummary Trainer::train(const TrainOptions& options) {
     // A resumed run continues in its own directory: metrics rows after the checkpoint's step are dropped.
     if (options.resume.empty()) prepare_out_dir(cfg.train.out_dir);
     else std::filesystem::create_directories(cfg.train.out_dir);
-    std::ofstream(cfg.train.out_dir + "/config.json") << config::to_json(cfg) << "\n";
+    write_text_file(cfg.train.out_dir + "/config.json", config::to_json(cfg) + "\n");
     const std::string metrics_path = cfg.train.out_dir + "/metrics.jsonl";
     if (!options.resume.empty()) keep_metrics_through(metrics_path, start_step);
     metrics = std::make_unique<MetricsWriter>(metrics_path, !options.resume.empty());
@@ -362,49 +395,64 @@ TrainSummary Trainer::train(const TrainOptions& options) {
   s.allocator->reset_peak();
 
   TrainSummary summary;
-  for (std::int64_t step = start_step; step < cfg.train.steps; ++step) {
-    StepStats stats = this->step(step);
-    summary.steps.push_back(stats);
-    StepMetrics m;
-    m.step = step + 1;
-    m.loss = stats.loss;
-    m.lr = stats.lr;
-    m.grad_norm = stats.grad_norm;
-    m.tokens_per_s = stats.tokens_per_s;
-    m.step_ms = stats.step_ms;
-    m.peak_bytes = stats.peak_bytes;
-    // Evaluation every eval_interval steps and after the last one, on that step's metrics row.
-    const bool last = step + 1 == cfg.train.steps;
-    const bool eval_now =
-        s.eval_data && (last || (cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0));
-    if (eval_now) {
-      const EvalResult eval = evaluate(cfg.train.eval_batches);
-      m.extra.emplace_back("eval_loss", eval.loss);
-      m.extra.emplace_back("eval_accuracy", eval.accuracy);
-      if (progress) progress->eval(step + 1, eval.loss, eval.accuracy);
-      if (last) summary.eval = eval;
+  try {
+    for (std::int64_t step = start_step; step < cfg.train.steps; ++step) {
+      StepStats stats = this->step(step);
+      summary.steps.push_back(stats);
+      StepMetrics m;
+      m.step = step + 1;
+      m.loss = stats.loss;
+      m.lr = stats.lr;
+      m.grad_norm = stats.grad_norm;
+      m.tokens_per_s = stats.tokens_per_s;
+      m.step_ms = stats.step_ms;
+      m.peak_bytes = stats.peak_bytes;
+      // Evaluation every eval_interval steps and after the last one, on that step's metrics row.
+      const bool last = step + 1 == cfg.train.steps;
+      const bool eval_now =
+          s.eval_data && (last || (cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0));
+      if (eval_now) {
+        const EvalResult eval = evaluate(cfg.train.eval_batches);
+        m.extra.emplace_back("eval_loss", eval.loss);
+        m.extra.emplace_back("eval_accuracy", eval.accuracy);
+        if (progress) progress->eval(step + 1, eval.loss, eval.accuracy);
+        if (last) summary.eval = eval;
+      }
+      if (metrics) metrics->write(m);
+      if (progress) progress->update(m);
+      CLEAVE_CHECK(std::isfinite(stats.loss), "training diverged at step {}: loss is {} (lower optimizer.lr?)",
+                   step + 1, stats.loss);
+      const bool periodic = cfg.checkpoint.interval > 0 && (step + 1) % cfg.checkpoint.interval == 0;
+      if (periodic || (last && cfg.checkpoint.save_final)) {
+        if (progress) progress->interrupt();  // the checkpoint's log line gets a line of its own
+        save_checkpoint(checkpoints, step + 1);
+      }
     }
-    if (metrics) metrics->write(m);
-    if (progress) progress->update(m);
-    CLEAVE_CHECK(std::isfinite(stats.loss), "training diverged at step {}: loss is {} (lower optimizer.lr?)",
-                 step + 1, stats.loss);
-    const bool periodic = cfg.checkpoint.interval > 0 && (step + 1) % cfg.checkpoint.interval == 0;
-    if (periodic || (last && cfg.checkpoint.save_final)) save_checkpoint(checkpoints, step + 1);
+  } catch (const std::exception&) {
+    // A run that fails (diverges, loses its disk, a peer's error) still gets its page, of the steps it finished,
+    // on world rank 0 (the only rank with a metrics writer). Ranks ended by the watchdog or the launcher get none.
+    if (metrics && cfg.train.report) {
+      if (progress) progress->interrupt();
+      write_report_page(cfg.train.out_dir, " (of the steps before the failure)");
+    }
+    throw;
   }
   if (cfg.train.trace) write_measured_trace(s, cfg.train.out_dir);
   summary.peak_bytes = summary.steps.empty() ? 0 : summary.steps.back().peak_bytes;
-  // Every rank's own peak (the memory a layout needs per device), on one line.
-  const std::int64_t peak = s.allocator->stats().peak_total;
-  const auto peaks = all_gather_values<std::int64_t>(s.world, std::span(&peak, 1));
-  if (s.reports() && s.world.size() > 1) {
-    std::string line;
-    for (int r = 0; r < s.world.size(); ++r) {
-      line += fmt::format("{}r{} {}", r ? ", " : "", r, format_bytes(peaks[static_cast<std::size_t>(r)][0]));
+  // Every rank's own peak (the memory a layout needs per device) by category, with its coordinates: run.json
+  // for the report, and the per-rank totals on one line.
+  const report::RunSummary record = gather_run_summary(s);
+  if (s.reports()) {
+    write_run_summary(record, cfg.train.out_dir);
+    if (s.world.size() > 1) {
+      std::string line;
+      for (const auto& r : record.ranks) line += fmt::format("{}r{} {}", r.rank ? ", " : "", r.rank, format_bytes(r.peak_total));
+      log::info("peak memory per rank: {}{}", line,
+                cfg.device.memory_limit > 0 ? fmt::format(" (cap {})", format_bytes(cfg.device.memory_limit)) : "");
     }
-    log::info("peak memory per rank: {}{}", line,
-              cfg.device.memory_limit > 0 ? fmt::format(" (cap {})", format_bytes(cfg.device.memory_limit)) : "");
   }
   if (progress) progress->summary(cfg.train.out_dir);
+  if (s.reports() && cfg.train.report) write_report_page(cfg.train.out_dir, "");
   summary.completed = true;
   return summary;
 }

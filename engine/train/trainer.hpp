@@ -71,7 +71,8 @@ class Trainer {
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;
 
-  // The whole run: output directory, metrics, progress, evaluation, checkpoints, summary. Collective.
+  // The whole run: output directory, metrics, progress, evaluation, checkpoints, summary, run.json and (on world
+  // rank 0, train.report) report.html, also written when a step throws. Collective.
   // Resuming at step k keeps metrics.jsonl rows 1..k and appends from k + 1.
   TrainSummary train(const TrainOptions& options = {});
   // One optimizer step (0-based). Collective.

@@ -1,6 +1,6 @@
 // Internal to engine/train: what one Trainer holds (its layout, stages, optimizer, data, executors and the
 // run's own allocator and op context). Shared by the files that implement Trainer: trainer.cpp (set-up, step,
-// run), evaluation.cpp, parameter_gather.cpp and measured_trace.cpp.
+// run), evaluation.cpp, parameter_gather.cpp, measured_trace.cpp and run_record.cpp.
 //
 // Invariants: every tensor of the run comes from `allocator` (its cap is device.memory_limit; its peak is
 // the run's peak), nothing here is shared with another Trainer in the same process.
@@ -8,13 +8,16 @@
 
 #include <map>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/comm/grid.hpp"
 #include "engine/optim/lr_schedule.hpp"
 #include "engine/optim/optimizer.hpp"
+#include "engine/report/run_summary.hpp"
 #include "engine/train/data/data_source.hpp"
 #include "engine/train/data_parallel.hpp"
+#include "engine/train/fault_injection.hpp"
 #include "engine/train/trainer.hpp"
 #include "pipeline/executor.hpp"
 
@@ -58,6 +61,7 @@ struct Trainer::State {
   double step_grad_norm = 0;
   double step_lr = 0;
   std::int64_t step_dp_bytes = 0;  // bytes the data-parallel gradient collectives carried from this rank
+  std::optional<FaultPlan> fault;  // CLEAVE_FAULT_INJECT (a test hook of the failure drills); usually empty
 
   State(config::RunConfig c, comm::Communicator& w);
 
@@ -73,5 +77,10 @@ void refresh_working_copies(Trainer::State& s);
 // trace.svg into `directory` there (measured_trace.cpp).
 pipeline::Timeline gather_timeline(Trainer::State& s);
 void write_measured_trace(Trainer::State& s, const std::string& directory);
+
+// Every rank's coordinates, stages and memory peaks by category, with the memory plan's estimates, gathered
+// onto every rank (collective); world rank 0 writes it as run.json for the report (run_record.cpp).
+report::RunSummary gather_run_summary(Trainer::State& s);
+void write_run_summary(const report::RunSummary& summary, const std::string& directory);
 
 }  // namespace cleave::train

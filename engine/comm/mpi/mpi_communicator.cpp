@@ -15,6 +15,7 @@
 
 #include "engine/comm/host_reduce.hpp"
 #include "engine/comm/mpi/mpi_check.hpp"
+#include "engine/comm/mpi/wait_notice.hpp"
 #include "engine/comm/mpi/watchdog.hpp"
 #include "engine/core/log.hpp"
 
@@ -200,9 +201,13 @@ class MpiWork final : public Work {
 
   void wait() override {
     PollBackoff backoff;
+    WaitNotice notice;  // what this rank waits for, printed if the launcher terminates it (wait_notice.hpp)
     while (!test()) {
       if (backoff.slow_tick()) {
         state_->probe->serve();
+        if (!notice.published() && backoff.elapsed_s() * 1e3 > static_cast<double>(kPublishAfter.count())) {
+          notice.publish(describe_wait());
+        }
         if (backoff.elapsed_s() > state_->options.timeout_s) expire(backoff.elapsed_s());
       }
       backoff.pause();
@@ -210,7 +215,18 @@ class MpiWork final : public Work {
   }
 
  private:
-  [[noreturn]] void expire(double elapsed_s) {
+  std::string describe_wait() const {
+    int rank = 0;
+    int size = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+    return fmt::format("[rank {}/{}] terminated by SIGTERM (the launcher is ending the job; another rank failed?) "
+                       "while waiting in {} on comm '{}' = world ranks {} ({})",
+                       rank, size, op_, state_->name, format_ranks(state_->world_ranks), pending_details());
+  }
+
+  // The op's details plus the labels of its incomplete requests ("...; pending: recv from rank 3 tag 0").
+  std::string pending_details() const {
     std::vector<std::string> pending;
     for (std::size_t i = 0; i < requests_.size(); ++i) {
       if (requests_[i] != MPI_REQUEST_NULL && !labels_[i].empty() &&
@@ -224,7 +240,11 @@ class MpiWork final : public Work {
       for (const auto& p : pending) details += " " + p + ",";
       details.pop_back();
     }
-    TimeoutContext context{op_, state_->name, state_->world_ranks, state_->probe_ranks, details,
+    return details;
+  }
+
+  [[noreturn]] void expire(double elapsed_s) {
+    TimeoutContext context{op_, state_->name, state_->world_ranks, state_->probe_ranks, pending_details(),
                            state_->options.timeout_s};
     watchdog_expire(*state_->probe, context, elapsed_s);
   }
@@ -308,6 +328,7 @@ void MpiCommunicator::abort(const std::string& reason) {
   std::string line = fmt::format("[rank {}/{}] {} (comm '{}')\n", rank, size, reason, state_->name);
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
+  withdraw_wait_notice();
   MPI_Abort(MPI_COMM_WORLD, 1);
   std::abort();
 }

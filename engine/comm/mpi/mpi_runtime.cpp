@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include "engine/comm/mpi/mpi_check.hpp"
+#include "engine/comm/mpi/wait_notice.hpp"
 #include "engine/core/log.hpp"
 
 namespace cleave::comm {
@@ -84,6 +85,7 @@ void abort_job(const std::string& message, int exit_code) {
   std::string line = fmt::format("[rank {}/{}] {}\n", rank, size, message);
   std::fwrite(line.data(), 1, line.size(), stderr);
   std::fflush(stderr);
+  withdraw_wait_notice();
   if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, exit_code);
   std::exit(exit_code);
 }

@@ -13,6 +13,7 @@
 #include "engine/comm/communicator.hpp"
 #include "engine/comm/launch_env.hpp"
 #include "engine/comm/mpi/mpi_check.hpp"
+#include "engine/comm/mpi/wait_notice.hpp"
 
 namespace cleave::comm {
 namespace {
@@ -181,6 +182,7 @@ void watchdog_expire(LivenessProbe& probe, const TimeoutContext& context, double
                            prefix, grace_s, list));
   }
   if (before_abort) before_abort();
+  withdraw_wait_notice();
   MPI_Abort(MPI_COMM_WORLD, kWatchdogExitCode);
   std::abort();  // MPI_Abort does not return; this keeps [[noreturn]] honest if an implementation does
 }

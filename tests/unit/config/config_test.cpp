@@ -55,7 +55,8 @@ TEST(Config, ReadsEverySection) {
                   "momentum": 0.85, "nesterov": true, "grad_clip": 0.5, "warmup_steps": 7, "schedule": "linear",
                   "min_lr": 0.001, "zero_stage": 1},
     "train": {"steps": 11, "seed": 18446744073709551615, "log_interval": 3, "deterministic": true,
-              "out_dir": "runs/x", "comm_timeout_s": 12.5, "trace": true, "eval_interval": 5, "eval_batches": 2},
+              "out_dir": "runs/x", "comm_timeout_s": 12.5, "trace": true, "eval_interval": 5, "eval_batches": 2,
+              "report": false},
     "checkpoint": {"dir": "ck", "interval": 4, "keep_last": 2, "save_final": false},
     "data": {"type": "tokens", "path": "a.bin", "val_path": "b.bin", "val_fraction": 0.25, "format": "uint16"},
     "device": {"type": "cuda", "memory_limit": "1.5GiB", "precision": "bf16"}
@@ -73,6 +74,7 @@ TEST(Config, ReadsEverySection) {
   EXPECT_EQ(c.optimizer.zero_stage, 1);
   EXPECT_EQ(c.train.seed, 18446744073709551615ull);
   EXPECT_EQ(c.train.out_dir, "runs/x");
+  EXPECT_FALSE(c.train.report);
   EXPECT_EQ(c.checkpoint.dir, "ck");
   EXPECT_EQ(c.checkpoint.interval, 4);
   EXPECT_EQ(c.checkpoint.keep_last, 2);

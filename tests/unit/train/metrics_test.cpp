@@ -177,14 +177,61 @@ TEST(Progress, PlainLinesAtIntervalsAndSummary) {
                       "| outputs in runs/x");
 }
 
-TEST(Progress, LiveLineOnTerminals) {
+TEST(Progress, LiveBarOnTerminals) {
   std::FILE* out = std::tmpfile();
   ProgressPrinter printer(4, 2, "tok", out, true);
   for (int step = 1; step <= 4; ++step) printer.update(sample_metrics(step));
+  printer.eval(4, 1.5);  // starts on a fresh line: the last step closes the bar
   const std::string text = read_stream(out);
   std::fclose(out);
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\r'), 4);   // every step redraws
-  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 3);   // steps 1, 2 and 4 stay
+  // Steps 1, 2 and 4 print a kept line; steps 1, 2 and 3 redraw the bar after it (not after the last step).
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\r'), 3 + 3 + 1);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 3 + 1);
+  EXPECT_NE(text.find("[#####...............]  25% 1/4 |"), std::string::npos) << text;
+  EXPECT_NE(text.find("[###############.....]  75% 3/4 |"), std::string::npos) << text;
+  EXPECT_NE(text.find("| ETA "), std::string::npos);
+  // The bar never ends a line: everything after the last bar is the next kept line.
+  EXPECT_NE(text.find("\x1b[K\rstep 4/4"), std::string::npos) << text;
+}
+
+TEST(Progress, LiveLineEtaAndDurations) {
+  ProgressPrinter printer(500, 10, "tok", stderr, false);
+  StepMetrics m = sample_metrics(120);
+  // 100 steps of this run in 50 s: 0.5 s a step, 380 to go = 190 s.
+  EXPECT_EQ(printer.format_live_line(m, 100, 50.0),
+            "[####................]  24% 120/500 | loss 3.5412 | 12.3k tok/s | ETA 3m10s");
+  EXPECT_NE(printer.format_live_line(m, 0, 0.0).find("ETA -"), std::string::npos);
+  EXPECT_EQ(format_duration(42.4), "42s");
+  EXPECT_EQ(format_duration(62), "1m02s");
+  EXPECT_EQ(format_duration(7530), "2h05m");
+  EXPECT_EQ(format_duration(-1), "-");
+}
+
+TEST(Progress, InterruptEndsAnOpenBar) {
+  std::FILE* out = std::tmpfile();
+  ProgressPrinter printer(10, 5, "tok", out, true);
+  printer.update(sample_metrics(2));  // bar only (not a log step)
+  printer.interrupt();
+  printer.interrupt();  // nothing open: no second newline
+  const std::string text = read_stream(out);
+  std::fclose(out);
+  EXPECT_EQ(std::count(text.begin(), text.end(), '\n'), 1);
+  EXPECT_TRUE(text.ends_with("\n"));
+}
+
+TEST(MetricsWriter, FailedWriteNamesFileAndStep) {
+  MetricsWriter writer("/dev/full");
+  try {
+    writer.write(sample_metrics(7));
+    FAIL() << "writing to /dev/full succeeded";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("metrics file /dev/full: writing the row of step 7 failed (No space left on device)"),
+              std::string::npos) << what;
+    EXPECT_NE(what.find("the 6 rows before it are intact"), std::string::npos) << what;
+  }
+  EXPECT_THROW(writer.write(sample_metrics(8)), Error);  // a failed writer stays failed
+  EXPECT_THROW(write_text_file("/dev/full", std::string(100, 'x')), Error);
 }
 
 }  // namespace

@@ -1,0 +1,79 @@
+// run.json writer and reader (run_summary.hpp).
+#include "engine/report/run_summary.hpp"
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/error.hpp"
+
+namespace cleave::report {
+
+std::string to_json_text(const RunSummary& s) {
+  nlohmann::ordered_json j;
+  j["world_size"] = s.world_size;
+  j["grid"] = s.grid;
+  j["schedule"] = s.schedule;
+  j["partition"] = s.partition;
+  j["model"] = s.model;
+  j["batch"] = s.batch;
+  j["throughput_unit"] = s.throughput_unit;
+  j["memory_limit"] = s.memory_limit;
+  j["categories"] = s.categories;
+  j["ranks"] = nlohmann::ordered_json::array();
+  for (const RankSummary& r : s.ranks) {
+    nlohmann::ordered_json row;
+    row["rank"] = r.rank;
+    row["tp_rank"] = r.tp_rank;
+    row["dp_rank"] = r.dp_rank;
+    row["pp_rank"] = r.pp_rank;
+    row["stages"] = r.stages;
+    row["peak_bytes"] = r.peak_bytes;
+    row["peak_total"] = r.peak_total;
+    row["estimate_bytes"] = r.estimate_bytes;
+    j["ranks"].push_back(row);
+  }
+  return j.dump(2) + "\n";
+}
+
+RunSummary parse_run_summary(const std::string& text, const std::string& path) {
+  nlohmann::json j;
+  try {
+    j = nlohmann::json::parse(text);
+  } catch (const std::exception& e) {
+    CLEAVE_THROW("run summary {}: not valid JSON ({})", path, e.what());
+  }
+  CLEAVE_CHECK(j.is_object(), "run summary {}: expected a JSON object, found {}", path, j.type_name());
+  RunSummary s;
+  try {
+    s.world_size = j.at("world_size").get<int>();
+    s.grid = j.value("grid", "");
+    s.schedule = j.value("schedule", "");
+    s.partition = j.value("partition", "");
+    s.model = j.value("model", "");
+    s.batch = j.value("batch", "");
+    s.throughput_unit = j.value("throughput_unit", "tok");
+    s.memory_limit = j.value("memory_limit", std::int64_t{0});
+    s.categories = j.at("categories").get<std::vector<std::string>>();
+    for (const auto& row : j.at("ranks")) {
+      RankSummary r;
+      r.rank = row.at("rank").get<int>();
+      r.tp_rank = row.value("tp_rank", 0);
+      r.dp_rank = row.value("dp_rank", 0);
+      r.pp_rank = row.value("pp_rank", 0);
+      r.stages = row.value("stages", std::vector<int>{});
+      r.peak_bytes = row.at("peak_bytes").get<std::vector<std::int64_t>>();
+      r.peak_total = row.value("peak_total", std::int64_t{0});
+      r.estimate_bytes = row.value("estimate_bytes", std::vector<std::int64_t>{});
+      s.ranks.push_back(std::move(r));
+    }
+  } catch (const nlohmann::json::exception& e) {
+    CLEAVE_THROW("run summary {}: missing or mistyped field ({})", path, e.what());
+  }
+  for (const RankSummary& r : s.ranks) {
+    CLEAVE_CHECK(r.peak_bytes.size() == s.categories.size(),
+                 "run summary {}: rank {} has {} peak_bytes values for {} categories", path, r.rank,
+                 r.peak_bytes.size(), s.categories.size());
+  }
+  return s;
+}
+
+}  // namespace cleave::report

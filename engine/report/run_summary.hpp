@@ -1,0 +1,45 @@
+// run.json: what a finished run's report needs beyond metrics.jsonl and config.json — the layout each rank
+// held and each rank's memory by category (measured peaks from its allocator, and the memory plan's
+// estimate) against device.memory_limit. The trainer gathers every rank's figures to world rank 0, which
+// writes the file; `cleave report` reads it back.
+//
+// Invariant: categories[i] names column i of every rank's peak_bytes and estimate_bytes; a reader accepts any
+// category list (a newer run may have more), so the report never hard-codes the allocator's enum.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace cleave::report {
+
+struct RankSummary {
+  int rank = 0;
+  int tp_rank = 0;
+  int dp_rank = 0;
+  int pp_rank = 0;
+  std::vector<int> stages;                   // model stages (chunks) this rank held
+  std::vector<std::int64_t> peak_bytes;      // per category, each at its own peak moment
+  std::int64_t peak_total = 0;               // peak of the sum (<= the sum of category peaks)
+  std::vector<std::int64_t> estimate_bytes;  // the memory plan's estimate per category (empty = none)
+};
+
+struct RunSummary {
+  int world_size = 1;
+  std::string grid;        // "tp=1 dp=2 pp=2 (world 4)"
+  std::string schedule;    // "1f1b", or "single stage"
+  std::string partition;   // "blocks per stage [3,2]"
+  std::string model;       // "gpt, 7 blocks"
+  std::string batch;       // "global 8 = micro 2 x accum 2 x dp 2"
+  std::string throughput_unit = "tok";
+  std::int64_t memory_limit = 0;  // device.memory_limit in bytes, 0 = no cap
+  std::vector<std::string> categories;
+  std::vector<RankSummary> ranks;
+};
+
+// Pretty JSON text (ends with a newline).
+std::string to_json_text(const RunSummary& summary);
+// Throws cleave::Error naming `path` and the offending field when the text is not a run.json.
+RunSummary parse_run_summary(const std::string& text, const std::string& path);
+
+}  // namespace cleave::report

@@ -1,0 +1,264 @@
+// SVG line charts and stacked bars (svg_chart.hpp).
+#include "engine/report/svg_chart.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "engine/core/allocator.hpp"
+
+namespace cleave::report {
+namespace {
+
+constexpr int kLeft = 64;    // room for y tick labels
+constexpr int kRight = 16;
+constexpr int kTop = 28;     // title
+constexpr int kBottom = 56;  // x ticks, x label, legend
+
+// Pixel coordinates with one decimal: enough for a crisp line, small files, deterministic text.
+std::string px(double v) { return fmt::format("{:.1f}", v); }
+
+struct Range {
+  double lo = std::numeric_limits<double>::infinity();
+  double hi = -std::numeric_limits<double>::infinity();
+  void add(double v) {
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+  }
+  bool empty() const { return lo > hi; }
+};
+
+// A flat range gets some height so its line sits mid-chart instead of on an axis.
+Range padded(Range r) {
+  if (r.empty()) return r;
+  if (r.hi == r.lo) {
+    const double pad = r.lo == 0 ? 1.0 : std::abs(r.lo) * 0.1;
+    r.lo -= pad;
+    r.hi += pad;
+  }
+  return r;
+}
+
+}  // namespace
+
+std::string xml_escape(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for (char c : text) {
+    switch (c) {
+      case '&': out += "&amp;"; break;
+      case '<': out += "&lt;"; break;
+      case '>': out += "&gt;"; break;
+      case '"': out += "&quot;"; break;
+      default: out += c;
+    }
+  }
+  return out;
+}
+
+std::string format_number(double v) {
+  if (!std::isfinite(v)) return "-";
+  const double a = std::abs(v);
+  if (a == 0) return "0";
+  if (a >= 1e9) return fmt::format("{:.3g}G", v / 1e9);
+  if (a >= 1e6) return fmt::format("{:.3g}M", v / 1e6);
+  if (a >= 1e4) return fmt::format("{:.3g}k", v / 1e3);
+  if (a >= 1e-3) return fmt::format("{:.4g}", v);
+  return fmt::format("{:.2g}", v);
+}
+
+std::vector<double> nice_ticks(double lo, double hi, int target) {
+  if (!(hi > lo) || !std::isfinite(lo) || !std::isfinite(hi)) return {lo};
+  const double raw = (hi - lo) / std::max(1, target);
+  const double magnitude = std::pow(10.0, std::floor(std::log10(raw)));
+  double step = magnitude;
+  for (double m : {1.0, 2.0, 5.0, 10.0}) {
+    step = m * magnitude;
+    if (step >= raw) break;
+  }
+  std::vector<double> ticks;
+  // Integer multiples of the step (no accumulated rounding), so 0.2 * 3 prints as 0.6.
+  for (auto k = static_cast<std::int64_t>(std::ceil(lo / step)); k * step <= hi + step * 1e-9; ++k) {
+    ticks.push_back(static_cast<double>(k) * step);
+  }
+  return ticks;
+}
+
+std::string line_chart_svg(const LineChart& chart) {
+  const int w = chart.width;
+  const int h = chart.height;
+  std::string svg = fmt::format(
+      "<svg class=\"chart\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
+      "role=\"img\" aria-label=\"{}\">\n",
+      w, h, w, h, xml_escape(chart.title));
+  svg += fmt::format("<text x=\"{}\" y=\"18\" class=\"title\">{}</text>\n", kLeft, xml_escape(chart.title));
+  Range xr;
+  Range yr;
+  for (const Series& s : chart.series) {
+    for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i])) continue;
+      xr.add(s.x[i]);
+      yr.add(s.y[i]);
+    }
+  }
+  if (xr.empty()) {
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"note\">no data</text>\n</svg>\n", kLeft, h / 2);
+    return svg;
+  }
+  xr = padded(xr);
+  yr = padded(yr);
+  const double plot_w = w - kLeft - kRight;
+  const double plot_h = h - kTop - kBottom;
+  auto sx = [&](double x) { return kLeft + (x - xr.lo) / (xr.hi - xr.lo) * plot_w; };
+  auto sy = [&](double y) { return kTop + plot_h - (y - yr.lo) / (yr.hi - yr.lo) * plot_h; };
+
+  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"plot\"/>\n", kLeft, kTop,
+                     px(plot_w), px(plot_h));
+  for (double t : nice_ticks(yr.lo, yr.hi)) {
+    if (t < yr.lo || t > yr.hi) continue;
+    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"grid\"/>", kLeft, px(sy(t)),
+                       px(kLeft + plot_w), px(sy(t)));
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"ytick\">{}</text>\n", kLeft - 6, px(sy(t) + 4),
+                       format_number(t));
+  }
+  for (double t : nice_ticks(xr.lo, xr.hi, 6)) {
+    if (t < xr.lo || t > xr.hi) continue;
+    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"grid\"/>", px(sx(t)), kTop, px(sx(t)),
+                       px(kTop + plot_h));
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"xtick\">{}</text>\n", px(sx(t)), px(kTop + plot_h + 16),
+                       format_number(t));
+  }
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"xlabel\">{}</text>\n", px(kLeft + plot_w / 2),
+                     px(kTop + plot_h + 32), xml_escape(chart.x_label));
+  svg += fmt::format("<text x=\"14\" y=\"{}\" class=\"ylabel\" transform=\"rotate(-90 14 {})\">{}</text>\n",
+                     px(kTop + plot_h / 2), px(kTop + plot_h / 2), xml_escape(chart.y_label));
+
+  double legend_x = kLeft;
+  const double legend_y = h - 8;
+  for (const Series& s : chart.series) {
+    std::string points;
+    std::string dots;
+    int n = 0;
+    for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i])) continue;
+      const std::string p = px(sx(s.x[i])) + "," + px(sy(s.y[i]));
+      points += (n ? " " : "") + p;
+      if (s.markers) {
+        dots += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{}\"/>", px(sx(s.x[i])), px(sy(s.y[i])),
+                            xml_escape(s.color));
+      }
+      ++n;
+    }
+    svg += fmt::format(
+        "<polyline class=\"series\" data-series=\"{}\" data-points=\"{}\" fill=\"none\" stroke=\"{}\" "
+        "stroke-width=\"1.5\" points=\"{}\"/>\n",
+        xml_escape(s.name), n, xml_escape(s.color), points);
+    if (!dots.empty()) svg += dots + "\n";
+    svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"12\" height=\"3\" fill=\"{}\"/>", px(legend_x),
+                       px(legend_y - 4), xml_escape(s.color));
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"legend\">{}</text>\n", px(legend_x + 16), px(legend_y),
+                       xml_escape(s.name));
+    legend_x += 28 + 7.0 * static_cast<double>(s.name.size());
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+std::string stacked_bars_svg(const StackedBars& chart) {
+  constexpr int kLabelWidth = 190;
+  constexpr int kBarHeight = 18;
+  constexpr int kGap = 8;
+  const int bars = static_cast<int>(chart.values.size());
+  const int w = chart.width;
+  const int h = kTop + bars * (kBarHeight + kGap) + 82;  // axis, tick labels, up to two legend rows
+  std::string svg = fmt::format(
+      "<svg class=\"chart\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
+      "role=\"img\" aria-label=\"{}\">\n",
+      w, h, w, h, xml_escape(chart.title));
+  svg += fmt::format("<text x=\"8\" y=\"18\" class=\"title\">{}</text>\n", xml_escape(chart.title));
+  double top = chart.cap;
+  for (std::size_t b = 0; b < chart.values.size(); ++b) {
+    double sum = 0;
+    for (double v : chart.values[b]) sum += std::max(0.0, v);
+    top = std::max(top, sum);
+    if (b < chart.markers.size()) top = std::max(top, chart.markers[b]);
+  }
+  if (bars == 0 || top <= 0) {
+    svg += fmt::format("<text x=\"8\" y=\"{}\" class=\"note\">no data</text>\n</svg>\n", kTop + 16);
+    return svg;
+  }
+  const double plot_w = w - kLabelWidth - 24;
+  auto sx = [&](double v) { return kLabelWidth + v / (top * 1.05) * plot_w; };
+  const double axis_y = kTop + bars * (kBarHeight + kGap);
+  // Ticks at round numbers of the largest binary unit below the top (8 MiB, 16 MiB; not 9.54 MiB).
+  double unit = 1;
+  while (unit * 1024 <= top) unit *= 1024;
+  for (double tick : nice_ticks(0, top * 1.05 / unit, 5)) {
+    const double t = tick * unit;
+    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"grid\"/>", px(sx(t)), kTop, px(sx(t)),
+                       px(axis_y));
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"xtick\">{}</text>\n", px(sx(t)), px(axis_y + 14),
+                       xml_escape(format_bytes(static_cast<std::int64_t>(t))));
+  }
+  for (int b = 0; b < bars; ++b) {
+    const double y = kTop + b * (kBarHeight + kGap);
+    const auto& label = b < static_cast<int>(chart.bar_labels.size()) ? chart.bar_labels[static_cast<std::size_t>(b)]
+                                                                       : std::string();
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"ytick\">{}</text>\n", kLabelWidth - 6, px(y + 13),
+                       xml_escape(label));
+    double at = 0;
+    const auto& row = chart.values[static_cast<std::size_t>(b)];
+    svg += fmt::format("<g class=\"bar\" data-bar=\"{}\">", b);
+    for (std::size_t s = 0; s < row.size(); ++s) {
+      const double v = std::max(0.0, row[s]);
+      if (v <= 0) continue;
+      const std::string& name = s < chart.segment_names.size() ? chart.segment_names[s] : std::string();
+      svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>{}: {}</title></rect>",
+                         px(sx(at)), px(y), px(sx(at + v) - sx(at)), kBarHeight,
+                         s < chart.segment_colors.size() ? xml_escape(chart.segment_colors[s]) : "#888",
+                         xml_escape(name), xml_escape(format_bytes(static_cast<std::int64_t>(v))));
+      at += v;
+    }
+    svg += "</g>\n";
+    if (b < static_cast<int>(chart.markers.size())) {
+      const double m = sx(chart.markers[static_cast<std::size_t>(b)]);
+      svg += fmt::format("<path d=\"M{} {} l4 {} l-8 0 z\" class=\"marker\"><title>{}: {}</title></path>\n", px(m),
+                         px(y + kBarHeight), -6, xml_escape(chart.marker_name),
+                         xml_escape(format_bytes(static_cast<std::int64_t>(chart.markers[static_cast<std::size_t>(b)]))));
+    }
+  }
+  if (chart.cap > 0) {
+    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"cap\"/>", px(sx(chart.cap)), kTop - 4,
+                       px(sx(chart.cap)), px(axis_y));
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"captext\">cap {}</text>\n", px(sx(chart.cap)), kTop - 6,
+                       xml_escape(format_bytes(static_cast<std::int64_t>(chart.cap))));
+  }
+  double legend_x = 8;
+  double legend_y = axis_y + 40;
+  for (std::size_t s = 0; s < chart.segment_names.size(); ++s) {
+    if (legend_x + 24 + 7.0 * static_cast<double>(chart.segment_names[s].size()) > w) {  // wrap
+      legend_x = 8;
+      legend_y += 18;
+    }
+    svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"10\" height=\"10\" fill=\"{}\"/>", px(legend_x),
+                       px(legend_y - 9), s < chart.segment_colors.size() ? xml_escape(chart.segment_colors[s]) : "#888");
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"legend\">{}</text>\n", px(legend_x + 14), px(legend_y),
+                       xml_escape(chart.segment_names[s]));
+    legend_x += 24 + 7.0 * static_cast<double>(chart.segment_names[s].size());
+  }
+  if (!chart.markers.empty()) {
+    if (legend_x + 24 + 7.0 * static_cast<double>(chart.marker_name.size()) > w) {
+      legend_x = 8;
+      legend_y += 18;
+    }
+    svg += fmt::format("<path d=\"M{} {} l4 -8 l-8 0 z\" class=\"marker\"/><text x=\"{}\" y=\"{}\" class=\"legend\">{}"
+                       "</text>\n",
+                       px(legend_x + 4), px(legend_y), px(legend_x + 12), px(legend_y), xml_escape(chart.marker_name));
+  }
+  svg += "</svg>\n";
+  return svg;
+}
+
+}  // namespace cleave::report

@@ -1,0 +1,66 @@
+// run.json (engine/report/run_summary.hpp): every rank's coordinates, stages and allocator peaks by category,
+// gathered to world rank 0 at the end of a run together with the memory plan's estimate per pp rank, so the
+// report can draw per-rank memory against device.memory_limit without the ranks.
+#include <filesystem>
+
+#include "engine/core/error.hpp"
+#include "engine/train/collectives.hpp"
+#include "engine/train/memory_plan.hpp"
+#include "engine/train/metrics.hpp"
+#include "engine/train/trainer_state.hpp"
+
+namespace cleave::train {
+
+report::RunSummary gather_run_summary(Trainer::State& s) {
+  // One row of int64 per rank: tp, dp, pp, peak_total, peak per category, stage count, stages.
+  const MemoryStats stats = s.allocator->stats();
+  std::vector<std::int64_t> mine{s.coords.tp_rank, s.coords.dp_rank, s.coords.pp_rank, stats.peak_total};
+  for (int c = 0; c < kNumMemoryCategories; ++c) mine.push_back(stats.peak[static_cast<std::size_t>(c)]);
+  mine.push_back(static_cast<std::int64_t>(s.plan.local_stages.size()));
+  for (int stage : s.plan.local_stages) mine.push_back(stage);
+  const auto rows = all_gather_values<std::int64_t>(s.world, std::span<const std::int64_t>(mine));
+
+  report::RunSummary summary;
+  summary.world_size = s.world.size();
+  summary.grid = s.grid.str();
+  summary.schedule = s.grid.pp_size() > 1 ? s.plan.schedule.name : std::string("single stage");
+  summary.partition = s.plan.describe_partition();
+  summary.model = fmt::format("{}, {} blocks in {} stages", s.plan.spec.type, s.plan.spec.blocks.size(),
+                              s.plan.num_stages());
+  summary.batch = fmt::format("global {} = micro {} x accum {} x dp {}", s.batch.global_batch_size,
+                              s.batch.micro_batch_size, s.batch.gradient_accumulation_steps, s.grid.dp_size());
+  summary.throughput_unit = std::string(s.plan.spec.throughput_unit());
+  summary.memory_limit = s.config.device.memory_limit;
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    summary.categories.emplace_back(memory_category_name(static_cast<MemoryCategory>(c)));
+  }
+  std::map<int, std::vector<std::int64_t>> estimates;  // by pp rank
+  for (int rank = 0; rank < static_cast<int>(rows.size()); ++rank) {
+    const auto& row = rows[static_cast<std::size_t>(rank)];
+    CLEAVE_ASSERT(row.size() >= static_cast<std::size_t>(5 + kNumMemoryCategories), "run summary row of rank {} has {} values",
+                  rank, row.size());
+    report::RankSummary r;
+    r.rank = rank;
+    r.tp_rank = static_cast<int>(row[0]);
+    r.dp_rank = static_cast<int>(row[1]);
+    r.pp_rank = static_cast<int>(row[2]);
+    r.peak_total = row[3];
+    r.peak_bytes.assign(row.begin() + 4, row.begin() + 4 + kNumMemoryCategories);
+    const std::size_t count = static_cast<std::size_t>(row[4 + kNumMemoryCategories]);
+    for (std::size_t i = 0; i < count; ++i) r.stages.push_back(static_cast<int>(row[5 + kNumMemoryCategories + i]));
+    if (!estimates.count(r.pp_rank)) {
+      const MemoryPlan plan = estimate_rank_memory(s.plan, s.config, r.pp_rank);
+      estimates[r.pp_rank].assign(plan.bytes.begin(), plan.bytes.end());
+    }
+    r.estimate_bytes = estimates[r.pp_rank];
+    summary.ranks.push_back(std::move(r));
+  }
+  return summary;
+}
+
+void write_run_summary(const report::RunSummary& summary, const std::string& directory) {
+  const std::string path = (std::filesystem::path(directory) / "run.json").string();
+  write_text_file(path, report::to_json_text(summary));
+}
+
+}  // namespace cleave::train

@@ -7,6 +7,8 @@ namespace cleave::cli {
 
 int run_train(int argc, char** argv);
 int run_simulate(int argc, char** argv);
+// `cleave simulate --config ...` (simulate_config.cpp): run_simulate hands over when --config is given.
+int run_simulate_config(int argc, char** argv);
 int run_verify(int argc, char** argv);
 int run_export(int argc, char** argv);
 int run_generate(int argc, char** argv);

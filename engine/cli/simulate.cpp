@@ -57,6 +57,13 @@ options:
   --json                print one JSON object instead of the summary
   --help                this text
 
+cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--set k=v] [--json]
+                [--svg FILE] [--trace FILE]
+  simulates the step of the plan the config describes on N ranks with the planner's costs (cost model
+  FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer; profiles/*.json or
+  this machine measured now), and prints the step time, bubble, where the time goes, and per pp rank the
+  memory plan by category and the peak of its memory timeline over the step (--json: the timeline).
+
 bubble_fraction is idle time over ranks × makespan (what a synchronised optimizer step pays);
 stage_bubble_fraction is idle time between each rank's own first and last action (DESIGN §4).
 
@@ -216,6 +223,9 @@ std::string fraction(double f) { return fmt::format("{:.4f}", f); }
 }  // namespace
 
 int run_simulate(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--config") return run_simulate_config(argc, argv);
+  }
   const Options options = parse_options(argc, argv);
   if (options.help) {
     std::fputs(kUsage, stdout);

@@ -74,8 +74,27 @@ std::vector<std::string> PlanChoice::overrides() const {
           fmt::format("train.recompute={}", recompute)};
 }
 
+PlanChoice choice_of_config(const std::string& config_path, const std::vector<std::string>& overrides, int world) {
+  config::RunConfig config =
+      config::parse_config(read_text(config_path), config_path.empty() ? "<defaults>" : config_path, overrides);
+  config.resolve(world);
+  const auto batch = config.resolved_batch();
+  PlanChoice c;
+  c.tp = config.parallel.tensor_model_parallel_size;
+  c.pp = config.parallel.pipeline_model_parallel_size;
+  c.dp = config.parallel.data_parallel_size;
+  c.virtual_stages = train::effective_virtual_stages(config);
+  c.schedule = config.parallel.schedule;
+  c.micro_batch = batch.micro_batch_size;
+  c.zero_stage = config.optimizer.zero_stage;
+  c.recompute = config.train.recompute;
+  c.global_batch = batch.global_batch_size;
+  return c;
+}
+
 PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std::string>& overrides,
-                           const PlanChoice& choice, const HardwareProfile& profile, const SearchOptions& options) {
+                           const PlanChoice& choice, const HardwareProfile& profile, const SearchOptions& options,
+                           PlanDetails* details) {
   PlanEstimate est;
   est.choice = choice;
   config::RunConfig config;
@@ -95,6 +114,7 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
   // Memory: the trainer's own estimate for every pp rank.
   for (int r = 0; r < choice.pp; ++r) {
     const train::MemoryPlan memory = train::estimate_rank_memory(plan, config, r);
+    if (details) details->memory_plan.push_back(memory.bytes);
     if (memory.total() > est.peak_bytes) {
       est.peak_bytes = memory.total();
       est.peak_rank = r;
@@ -184,6 +204,59 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
     }
   }
   bd.idle_s = std::max(0.0, est.step_s - bd.compute_s - bd.tp_comm_s - bd.dp_comm_s - bd.optimizer_s);
+  if (details) {
+    // Memory over the step per pp rank: static categories plus the activations the timeline holds.
+    std::vector<double> stash(static_cast<std::size_t>(num_stages), 0.0), transient(stash.size(), 0.0);
+    const double per_micro = micro / choice.tp / (bf16 ? 2.0 : 1.0);
+    for (int s = 0; s < num_stages; ++s) {
+      const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
+      for (int b = range.begin; b < range.end; ++b) {
+        stash[static_cast<std::size_t>(s)] += static_cast<double>(costs[static_cast<std::size_t>(b)].activation_bytes) * per_micro;
+        transient[static_cast<std::size_t>(s)] = std::max(
+            transient[static_cast<std::size_t>(s)],
+            static_cast<double>(costs[static_cast<std::size_t>(b)].recompute_transient_bytes) * per_micro);
+      }
+    }
+    for (std::size_t r = 0; r < result.timeline.ranks.size(); ++r) {
+      const auto& plan_bytes = details->memory_plan[r];
+      std::int64_t fixed = 0;
+      for (int c = 0; c < kNumMemoryCategories; ++c) {
+        if (c != static_cast<int>(MemoryCategory::kActivations) && c != static_cast<int>(MemoryCategory::kWorkspace)) {
+          fixed += plan_bytes[static_cast<std::size_t>(c)];
+        }
+      }
+      std::vector<std::pair<double, double>> events;  // (time, delta bytes)
+      for (const auto& a : result.timeline.ranks[r]) {
+        if (a.action.stage < 0) continue;
+        const double act = stash[static_cast<std::size_t>(a.action.stage)];
+        const double tr = transient[static_cast<std::size_t>(a.action.stage)];
+        switch (a.action.kind) {
+          case pipeline::ActionKind::kForward: events.push_back({a.start, act}); break;
+          case pipeline::ActionKind::kBackwardInput: events.push_back({a.start, tr}); break;
+          case pipeline::ActionKind::kBackwardWeight: events.push_back({a.end, -act - tr}); break;
+          case pipeline::ActionKind::kBackward:
+            events.push_back({a.start, tr});
+            events.push_back({a.end, -act - tr});
+            break;
+          default: break;
+        }
+      }
+      std::stable_sort(events.begin(), events.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+      std::vector<MemoryPoint> line = {{0.0, fixed}};
+      double live = 0;
+      std::int64_t peak = fixed;
+      for (const auto& [time, delta] : events) {
+        live += delta;
+        const std::int64_t bytes = fixed + static_cast<std::int64_t>(std::max(0.0, live));
+        line.push_back({time, bytes});
+        peak = std::max(peak, bytes);
+      }
+      line.push_back({est.step_s, fixed});
+      details->memory_timeline.push_back(std::move(line));
+      details->timeline_peak.push_back(peak);
+    }
+    details->simulated = result;
+  }
   return est;
 }
 

@@ -25,6 +25,7 @@
 
 #include "engine/core/allocator.hpp"
 #include "engine/planner/hardware_profile.hpp"
+#include "pipeline/simulator.hpp"
 
 namespace cleave::planner {
 
@@ -64,6 +65,21 @@ struct PlanEstimate {
   StepBreakdown breakdown;
 };
 
+// What estimate_plan can also hand back for one plan (cleave simulate --config): the simulated step, the
+// memory plan of every pp rank, and each rank's memory over the step in bytes: the static part
+// (parameters, gradients, optimizer state, communication buffers) plus activations, which rise by a stage's
+// stash at each F and fall at its W (or B); I adds, and W (or B) frees, a recomputed block's transient stash.
+struct MemoryPoint {
+  double time_s = 0;
+  std::int64_t bytes = 0;
+};
+struct PlanDetails {
+  pipeline::SimulationResult simulated;
+  std::vector<std::array<std::int64_t, kNumMemoryCategories>> memory_plan;  // per pp rank
+  std::vector<std::vector<MemoryPoint>> memory_timeline;                   // per pp rank
+  std::vector<std::int64_t> timeline_peak;                                 // per pp rank
+};
+
 struct SearchOptions {
   int world = 1;
   std::int64_t memory_limit = 0;  // bytes per rank; 0 = the profile's device memory, or none
@@ -83,6 +99,10 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
 
 // Estimates one plan (what search_plans does for each). Never throws for a bad layout: valid = false.
 PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std::string>& overrides,
-                           const PlanChoice& choice, const HardwareProfile& profile, const SearchOptions& options);
+                           const PlanChoice& choice, const HardwareProfile& profile, const SearchOptions& options,
+                           PlanDetails* details = nullptr);
+
+// The plan a config itself describes on `world` ranks (its parallel.*, batch, ZeRO and recompute keys).
+PlanChoice choice_of_config(const std::string& config_path, const std::vector<std::string>& overrides, int world);
 
 }  // namespace cleave::planner

@@ -1,0 +1,133 @@
+// `cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--set k=v ...]
+// [--json] [--svg FILE] [--trace FILE]`: one training step of the plan a config describes (its own layout,
+// schedule, micro-batch, ZeRO and recompute) on N ranks, timed with the planner's costs (cost model +
+// hardware profile: engine/planner/plan_search.hpp) instead of uniform ones. Prints the predicted step
+// time, throughput, bubble, where the busiest rank's time goes, and per pp rank the memory plan by category
+// and the peak of the memory timeline over the step (bytes). No MPI: it simulates.
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/cli/commands.hpp"
+#include "engine/config/config.hpp"
+#include "engine/core/allocator.hpp"
+#include "engine/core/error.hpp"
+#include "engine/planner/hardware_profile.hpp"
+#include "engine/planner/plan_search.hpp"
+#include "pipeline/trace.hpp"
+
+namespace cleave::cli {
+
+int run_simulate_config(int argc, char** argv) {
+  std::string config_path, profile_path, limit_text, svg, trace;
+  std::vector<std::string> overrides;
+  int world = 0;
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    const auto value = [&]() -> std::string {
+      CLEAVE_CHECK(i + 1 < argc, "simulate: {} needs a value (see cleave simulate --help)", arg);
+      return argv[++i];
+    };
+    if (arg == "--config") config_path = value();
+    else if (arg == "--world") {
+      const std::string v = value();
+      CLEAVE_CHECK(!v.empty() && v.size() < 7 && v.find_first_not_of("0123456789") == std::string::npos && std::stoi(v) >= 1,
+                   "simulate: --world expects a whole number >= 1, got '{}'", v);
+      world = std::stoi(v);
+    } else if (arg == "--profile") profile_path = value();
+    else if (arg == "--memory-limit") limit_text = value();
+    else if (arg == "--set") overrides.push_back(value());
+    else if (arg == "--json") json = true;
+    else if (arg == "--svg") svg = value();
+    else if (arg == "--trace") trace = value();
+    else CLEAVE_THROW("simulate --config: unknown option '{}' (see cleave simulate --help)", arg);
+  }
+  CLEAVE_CHECK(world >= 1, "simulate --config: --world N is required (the ranks the config runs on)");
+  const config::RunConfig base = config::load_config(config_path, overrides);
+  planner::HardwareProfile profile;
+  if (!profile_path.empty()) {
+    profile = planner::load_profile(profile_path);
+  } else {
+    const auto& g = base.model.gpt;
+    profile = base.model.type == "gpt"
+                  ? planner::calibrate_this_machine(world, 4 * g.seq_len, g.d_ff > 0 ? g.d_ff : 4 * g.d_model, g.d_model)
+                  : planner::calibrate_this_machine(world, 256, 256, 256);
+  }
+  planner::SearchOptions options;
+  options.world = world;
+  options.memory_limit = !limit_text.empty()            ? parse_bytes(limit_text, "--memory-limit")
+                         : base.device.memory_limit > 0 ? base.device.memory_limit
+                                                        : profile.device_memory;
+  const planner::PlanChoice choice = planner::choice_of_config(config_path, overrides, world);
+  planner::PlanDetails details;
+  const planner::PlanEstimate e = planner::estimate_plan(config_path, overrides, choice, profile, options, &details);
+  CLEAVE_CHECK(e.valid, "simulate --config: {}", e.reason);
+  const std::string unit = base.model.type == "gpt" ? "tok" : "samples";
+  const pipeline::TraceOptions trace_options{
+      fmt::format("{} {} micro {} recompute {}: simulated with {}", choice.layout(), choice.schedule, choice.micro_batch,
+                  choice.recompute, profile.name),
+      fmt::format("step {:.3f} ms, bubble {:.3f}", e.step_s * 1e3, e.bubble), "s", 1e6};
+  if (!svg.empty()) pipeline::write_timeline_svg(details.simulated.lowered, details.simulated.timeline, svg, trace_options);
+  if (!trace.empty()) pipeline::write_chrome_trace(details.simulated.timeline, trace, trace_options);
+  if (json) {
+    nlohmann::json out = {{"layout", choice.layout()},
+                          {"schedule", choice.schedule},
+                          {"virtual_stages", choice.virtual_stages},
+                          {"micro_batch", choice.micro_batch},
+                          {"zero_stage", choice.zero_stage},
+                          {"recompute", choice.recompute},
+                          {"profile", profile.name},
+                          {"step_s", e.step_s},
+                          {unit + "_per_s", e.items_per_s},
+                          {"bubble_fraction", e.bubble},
+                          {"fits", e.fits},
+                          {"memory_limit", options.memory_limit},
+                          {"breakdown_s",
+                           {{"compute", e.breakdown.compute_s},
+                            {"tp_comm", e.breakdown.tp_comm_s},
+                            {"idle", e.breakdown.idle_s},
+                            {"dp_comm", e.breakdown.dp_comm_s},
+                            {"optimizer", e.breakdown.optimizer_s}}},
+                          {"ranks", nlohmann::json::array()}};
+    for (std::size_t r = 0; r < details.memory_plan.size(); ++r) {
+      nlohmann::json plan = nlohmann::json::object();
+      for (int c = 0; c < kNumMemoryCategories; ++c) {
+        plan[std::string(memory_category_name(static_cast<MemoryCategory>(c)))] = details.memory_plan[r][static_cast<std::size_t>(c)];
+      }
+      nlohmann::json line = nlohmann::json::array();
+      for (const auto& p : details.memory_timeline[r]) line.push_back({p.time_s, p.bytes});
+      out["ranks"].push_back({{"pp_rank", r}, {"memory_plan", plan}, {"timeline_peak_bytes", details.timeline_peak[r]},
+                              {"memory_timeline", line}});
+    }
+    std::printf("%s\n", out.dump(2).c_str());
+    return e.fits ? 0 : 1;
+  }
+  std::printf("cleave simulate --config %s on %d ranks: %s, %s (v %d), micro %lld, ZeRO %d, recompute %s\n"
+              "profile: %s\n",
+              config_path.c_str(), world, choice.layout().c_str(), choice.schedule.c_str(), choice.virtual_stages,
+              static_cast<long long>(choice.micro_batch), choice.zero_stage, choice.recompute.c_str(), profile.name.c_str());
+  std::printf("predicted step %.3f ms | %.0f %s/s | bubble %.3f\n", e.step_s * 1e3, e.items_per_s, unit.c_str(), e.bubble);
+  std::printf("busiest rank: compute %.3f ms, tp all-reduce %.3f ms, idle %.3f ms, dp reduction %.3f ms, optimizer "
+              "%.3f ms\n",
+              e.breakdown.compute_s * 1e3, e.breakdown.tp_comm_s * 1e3, e.breakdown.idle_s * 1e3,
+              e.breakdown.dp_comm_s * 1e3, e.breakdown.optimizer_s * 1e3);
+  for (std::size_t r = 0; r < details.memory_plan.size(); ++r) {
+    std::string parts;
+    std::int64_t total = 0;
+    for (int c = 0; c < kNumMemoryCategories; ++c) {
+      const std::int64_t b = details.memory_plan[r][static_cast<std::size_t>(c)];
+      total += b;
+      if (b > 0) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", memory_category_name(static_cast<MemoryCategory>(c)), format_bytes(b));
+    }
+    std::printf("pp rank %zu: memory plan %s (%s); timeline peak %s\n", r, format_bytes(total).c_str(), parts.c_str(),
+                format_bytes(details.timeline_peak[r]).c_str());
+  }
+  if (!e.fits) std::printf("OVER THE CAP: %s\n", e.reason.c_str());
+  return e.fits ? 0 : 1;
+}
+
+}  // namespace cleave::cli

@@ -49,6 +49,10 @@ for s in bench["schedules"]:
         assert s[key]["makespan_ms"] > 0
     for r in s["pp_ranks"]:
         assert 0 <= r["bubble_fraction"] < 1 and 0 <= r["stage_bubble_fraction"] <= r["bubble_fraction"] + 1e-9
+    # The reported bubble is the drawn timeline's: idle over ranks x makespan from each rank's busy time.
+    busy = sum(r["busy_ms"] for r in s["pp_ranks"])
+    span = s["measured"]["makespan_ms"]
+    assert abs((1 - busy / (len(s["pp_ranks"]) * span)) - s["measured"]["bubble_fraction"]) < 1e-9, s["label"]
     assert s["stages"] == (4 if s["schedule"] in ("interleaved_1f1b", "zb_v") else s["stages"])
 # Self-contained: nothing is fetched (the SVG namespace URI is a name, not a request).
 for bad in ("<script", "<link", "<img", "src=", "@import", "url("):

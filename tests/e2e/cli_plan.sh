@@ -41,6 +41,26 @@ PY
 echo "ok   plan #1: $(sed -n 's/^  1  //p' plan.log | tr -s ' ' | cut -c1-90)"
 echo "     trained: $(grep -o 'peak memory per rank.*' train.log)"
 
+# cleave simulate --config: the written plan's own step, memory plan per pp rank and its timeline.
+"$cleave" simulate --config best.json --world 2 --json > sim.json 2> sim.log || { cat sim.log sim.json; fail "simulate --config"; }
+python3 - sim.json << 'PY' || fail "simulate --config output"
+import json, sys
+out = json.load(open(sys.argv[1]))
+assert out["step_s"] > 0 and 0 <= out["bubble_fraction"] < 1 and out["fits"], out
+pp = int(out["layout"].split()[1][2:])
+assert len(out["ranks"]) == pp, out["layout"]
+for r in out["ranks"]:
+    line = r["memory_timeline"]
+    assert line[0][0] == 0 and abs(line[-1][0] - out["step_s"]) < 1e-12, "timeline spans the step"
+    assert all(a[0] <= b[0] for a, b in zip(line, line[1:])), "time ascends"
+    assert max(b for _, b in line) == r["timeline_peak_bytes"]
+    static = sum(v for k, v in r["memory_plan"].items() if k not in ("activations", "workspace"))
+    assert line[0][1] == static and r["timeline_peak_bytes"] > static, r
+print(f"ok   simulate --config: step {out['step_s'] * 1e3:.2f} ms, peaks {[r['timeline_peak_bytes'] for r in out['ranks']]}")
+PY
+"$cleave" simulate --config best.json --world 3 > sim3.log 2>&1 && fail "simulate --config on a world the layout does not divide"
+grep -q "world size 3\|3 ranks\|world 3" sim3.log || { cat sim3.log; fail "simulate --config world message"; }
+
 # Bad input.
 "$cleave" plan tiny.json --world 7 --set model.n_layers=2 > bad1.log 2>&1 && fail "world 7 accepted"
 grep -q "plan: none of the .* plans of 7 ranks is valid\|no layout of 7 ranks fits" bad1.log || { cat bad1.log; fail "world 7 message"; }

@@ -20,6 +20,7 @@
 #include "engine/core/error.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
+#include "engine/train/plan.hpp"
 
 namespace cleave::cli {
 namespace {
@@ -103,14 +104,7 @@ int run_plan(int argc, char** argv) {
   if (!profile_path.empty()) {
     profile = planner::load_profile(profile_path);
   } else {
-    std::int64_t m = 256, n = 256, k = 256;
-    if (base.model.type == "gpt") {
-      const auto& g = base.model.gpt;
-      m = 4 * g.seq_len;
-      k = g.d_model;
-      n = g.d_ff > 0 ? g.d_ff : 4 * g.d_model;
-    }
-    profile = planner::calibrate_this_machine(world, m, n, k);
+    profile = planner::measure_this_machine(train::model_spec(base.model), world);
   }
   planner::SearchOptions options;
   options.world = world;

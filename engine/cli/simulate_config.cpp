@@ -17,6 +17,7 @@
 #include "engine/core/error.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
+#include "engine/train/plan.hpp"
 #include "pipeline/trace.hpp"
 
 namespace cleave::cli {
@@ -52,10 +53,7 @@ int run_simulate_config(int argc, char** argv) {
   if (!profile_path.empty()) {
     profile = planner::load_profile(profile_path);
   } else {
-    const auto& g = base.model.gpt;
-    profile = base.model.type == "gpt"
-                  ? planner::calibrate_this_machine(world, 4 * g.seq_len, g.d_ff > 0 ? g.d_ff : 4 * g.d_model, g.d_model)
-                  : planner::calibrate_this_machine(world, 256, 256, 256);
+    profile = planner::measure_this_machine(train::model_spec(base.model), world);
   }
   planner::SearchOptions options;
   options.world = world;

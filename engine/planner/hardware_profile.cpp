@@ -14,6 +14,9 @@
 #include "engine/core/error.hpp"
 #include "engine/core/tensor.hpp"
 #include "kernels/ops/ops.hpp"
+#include "layers/layer.hpp"
+#include "layers/models/builder.hpp"
+#include "partition/cost_model.hpp"
 
 namespace cleave::planner {
 namespace {
@@ -127,6 +130,64 @@ HardwareProfile calibrate_this_machine(int ranks, std::int64_t m, std::int64_t n
                          m, k, n, p.flops_f32 / 1e9, p.memory_bandwidth_Bps / 1e9,
                          share < 1 ? fmt::format(" (x{:.2f}: {} ranks share {} cores)", share, ranks, cores) : "");
   return p;
+}
+
+HardwareProfile measure_this_machine(const partition::ModelSpec& spec, int ranks) {
+  if (spec.type != "gpt") return calibrate_this_machine(ranks, 256, 256, 256);
+  const auto& g = spec.gpt;
+  HardwareProfile p = calibrate_this_machine(ranks, 4 * g.seq_len, g.d_ff > 0 ? g.d_ff : 4 * g.d_model, g.d_model);
+  measure_block_rates(p, spec, ranks);
+  return p;
+}
+
+void measure_block_rates(HardwareProfile& profile, const partition::ModelSpec& spec, int ranks) {
+  std::size_t index = spec.blocks.size();
+  for (std::size_t i = 0; i < spec.blocks.size(); ++i) {
+    if (spec.blocks[i].kind == partition::BlockKind::kTransformerBlock) {
+      index = i;
+      break;
+    }
+  }
+  if (index == spec.blocks.size()) return;
+  auto layers = layers::build_blocks(spec, index, index + 1);
+  layers::Layer& block = *layers.front();
+  const partition::BlockCost cost = partition::block_cost(spec.blocks[index]);
+  const std::int64_t t = spec.gpt.seq_len, d = spec.gpt.d_model;
+  Tensor x = Tensor::empty({1, t, d}, DType::kF32, MemoryCategory::kActivations);
+  Tensor dy = Tensor::empty({1, t, d}, DType::kF32, MemoryCategory::kActivations);
+  layers::Context ctx;
+  ops::fill(ctx, x, 0.1f);
+  ops::fill(ctx, dy, 0.01f);
+  std::vector<double> f, i, w;
+  using clock = std::chrono::steady_clock;
+  auto since = [](clock::time_point s) { return std::chrono::duration<double>(clock::now() - s).count(); };
+  for (int rep = 0; rep < 6; ++rep) {
+    layers::Stash stash;
+    auto s0 = clock::now();
+    block.forward(x, stash, ctx);
+    const double tf = since(s0);
+    s0 = clock::now();
+    block.backward_input(dy, stash, ctx);
+    const double ti = since(s0);
+    s0 = clock::now();
+    block.backward_weight(stash, ctx);
+    const double tw = since(s0);
+    if (rep == 0) continue;  // warm-up
+    f.push_back(tf), i.push_back(ti), w.push_back(tw);
+  }
+  auto median = [](std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const int cores = std::max(1u, std::thread::hardware_concurrency());
+  const double share = std::min(1.0, static_cast<double>(cores) / std::max(1, ranks));
+  profile.block_forward_flops = share * cost.forward_flops / median(f);
+  profile.block_input_grad_flops = share * cost.input_grad_flops / median(i);
+  profile.block_weight_grad_flops = share * cost.weight_grad_flops / median(w);
+  profile.source += fmt::format("; a {} ran at {:.1f} / {:.1f} / {:.1f} GFLOP/s (forward / input grad / weight grad), "
+                                "used for every block",
+                                spec.blocks[index].name, profile.block_forward_flops / 1e9,
+                                profile.block_input_grad_flops / 1e9, profile.block_weight_grad_flops / 1e9);
 }
 
 }  // namespace cleave::planner

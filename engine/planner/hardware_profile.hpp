@@ -10,6 +10,8 @@
 #include <cstdint>
 #include <string>
 
+#include "partition/model_spec.hpp"
+
 namespace cleave::planner {
 
 struct Link {
@@ -31,6 +33,11 @@ struct HardwareProfile {
   int ranks_per_node = 1;             // tp never crosses a node
   std::int64_t device_memory = 0;     // bytes per rank; 0 = unknown (then only --memory-limit caps)
 
+  // Measured on this machine (calibrate_this_machine with a model): the FLOP/s a real transformer block
+  // reaches in its forward, input-gradient and weight-gradient passes (f32), which the planner uses instead
+  // of the GEMM rate; 0 = not measured.
+  double block_forward_flops = 0, block_input_grad_flops = 0, block_weight_grad_flops = 0;
+
   double flops(bool bf16) const { return bf16 ? flops_bf16 : flops_f32; }
 };
 
@@ -42,5 +49,13 @@ HardwareProfile load_profile(const std::string& path);
 // so), memory bandwidth from a streamed add, and the intra-node link from defaults typical of MPI over
 // shared memory (latency 20 us, 2 GB/s; --profile replaces them).
 HardwareProfile calibrate_this_machine(int ranks, std::int64_t m, std::int64_t n, std::int64_t k);
+
+// Also times one transformer block of `spec` (a gpt) at [1, T, D] (median of 5 after a warm-up) and sets
+// the block_*_flops rates from the cost model's FLOPs over the measured times.
+void measure_block_rates(HardwareProfile& profile, const partition::ModelSpec& spec, int ranks);
+
+// What `cleave plan` / `simulate --config` use without --profile: calibrate_this_machine at the model's
+// main GEMM shape, plus measure_block_rates for a gpt.
+HardwareProfile measure_this_machine(const partition::ModelSpec& spec, int ranks);
 
 }  // namespace cleave::planner

@@ -148,9 +148,10 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
     for (int b = range.begin; b < range.end; ++b) {
       const auto& c = costs[static_cast<std::size_t>(b)];
       const auto& block = plan.spec.blocks[static_cast<std::size_t>(b)];
-      p.f += c.forward_flops * micro / choice.tp / flops;
-      p.i += c.input_grad_flops * micro / choice.tp / flops;
-      p.w += c.weight_grad_flops * micro / choice.tp / flops;
+      const bool measured = !bf16 && profile.block_forward_flops > 0;
+      p.f += c.forward_flops * micro / choice.tp / (measured ? profile.block_forward_flops : flops);
+      p.i += c.input_grad_flops * micro / choice.tp / (measured ? profile.block_input_grad_flops : flops);
+      p.w += c.weight_grad_flops * micro / choice.tp / (measured ? profile.block_weight_grad_flops : flops);
       grad_bytes += 4.0 * static_cast<double>(c.param_count) / choice.tp;
       if (choice.tp > 1 && plan.spec.type == "gpt") {
         const double activation = micro * static_cast<double>(plan.spec.gpt.seq_len * plan.spec.gpt.d_model) * act_bytes;

@@ -20,12 +20,7 @@
 namespace cleave::train {
 namespace {
 
-partition::ModelSpec make_spec(const config::ModelConfig& model) {
-  if (model.type == "gpt") return partition::make_gpt_spec(model.gpt);
-  if (model.type == "mlp") return partition::make_mlp_spec(model.mlp);
-  if (model.type == "cnn") return partition::make_cnn_spec(model.cnn);
-  CLEAVE_THROW("model.type '{}' is unknown: expected gpt, mlp or cnn", model.type);
-}
+partition::ModelSpec make_spec(const config::ModelConfig& model) { return model_spec(model); }
 
 // `auto`: the automatic zero-bubble scheduler with equal stages (the partition balances them by the same cost
 // model) whose F : I : W ratio is the model's, from the cost model's FLOPs. A measured profile is not an input
@@ -73,6 +68,13 @@ pipeline::Schedule make_compute_schedule(const config::RunConfig& config, int nu
 }
 
 }  // namespace
+
+partition::ModelSpec model_spec(const config::ModelConfig& model) {
+  if (model.type == "gpt") return partition::make_gpt_spec(model.gpt);
+  if (model.type == "mlp") return partition::make_mlp_spec(model.mlp);
+  if (model.type == "cnn") return partition::make_cnn_spec(model.cnn);
+  CLEAVE_THROW("model.type '{}' is unknown: expected gpt, mlp or cnn", model.type);
+}
 
 int effective_virtual_stages(const config::RunConfig& config) {
   const int v = config.parallel.virtual_pipeline_stages;

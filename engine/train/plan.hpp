@@ -38,6 +38,9 @@ int effective_virtual_stages(const config::RunConfig& config);
 
 Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank);
 
+// The block list of the configured model (partition/model_spec.hpp).
+partition::ModelSpec model_spec(const config::ModelConfig& model);
+
 // Bytes one parameter costs in training besides its value: gradient plus optimizer state, per byte of
 // value (adamw: 1 + 2, sgd with momentum: 1 + 1, plain sgd: 1).
 double training_bytes_per_param_byte(const config::OptimizerConfig& optimizer);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "engine/cli/commands.hpp"
 #include "engine/config/config.hpp"
@@ -41,6 +42,8 @@ options:
   --top K              plans to print (default 10)
   --write FILE         write the best plan as a config for `mpirun -np N cleave train FILE`
   --explain            say, for each runner-up, where its extra time goes against the best plan
+  --json FILE          also write every plan that fits (ranked) with its overrides, predicted step time,
+                       throughput, bubble and peak memory per rank (refuses to overwrite FILE)
   --set key=value      config override, as in cleave train
 )";
 
@@ -63,6 +66,7 @@ int run_plan(int argc, char** argv) {
   std::string profile_path;
   std::string write_path;
   std::string limit_text;
+  std::string json_path;
   int world = 0;
   int top = 10;
   bool explain = false;
@@ -88,6 +92,7 @@ int run_plan(int argc, char** argv) {
     else if (arg == "--memory-limit") limit_text = value();
     else if (arg == "--write") write_path = value();
     else if (arg == "--explain") explain = true;
+    else if (arg == "--json") json_path = value();
     else if (arg == "--set") overrides.push_back(value());
     else if (arg.starts_with("-")) CLEAVE_THROW("plan: unknown option '{}' (see cleave plan --help)", arg);
     else {
@@ -98,6 +103,8 @@ int run_plan(int argc, char** argv) {
   CLEAVE_CHECK(world >= 1, "plan: --world N is required (the number of ranks to plan for)");
   CLEAVE_CHECK(write_path.empty() || !std::filesystem::exists(write_path),
                "plan: --write {} exists; not overwriting it", write_path);
+  CLEAVE_CHECK(json_path.empty() || !std::filesystem::exists(json_path), "plan: --json {} exists; not overwriting it",
+               json_path);
   const config::RunConfig base = config::load_config(config_path, overrides);
 
   planner::HardwareProfile profile;
@@ -174,6 +181,28 @@ int run_plan(int argc, char** argv) {
                   signed_ms(b.tp_comm_s - best.tp_comm_s).c_str(), signed_ms(b.idle_s - best.idle_s).c_str(),
                   signed_ms(b.dp_comm_s - best.dp_comm_s).c_str(), signed_ms(b.optimizer_s - best.optimizer_s).c_str());
     }
+  }
+  if (!json_path.empty()) {
+    nlohmann::json plans = nlohmann::json::array();
+    for (const auto& e : result.ranked) {
+      plans.push_back({{"layout", e.choice.layout()},
+                       {"schedule", e.choice.schedule},
+                       {"virtual_stages", e.choice.virtual_stages},
+                       {"micro_batch", e.choice.micro_batch},
+                       {"zero_stage", e.choice.zero_stage},
+                       {"recompute", e.choice.recompute},
+                       {"overrides", e.choice.overrides()},
+                       {"step_s", e.step_s},
+                       {"items_per_s", e.items_per_s},
+                       {"bubble", e.bubble},
+                       {"peak_bytes", e.peak_bytes},
+                       {"peak_rank", e.peak_rank}});
+    }
+    std::ofstream out(json_path);
+    out << nlohmann::json{{"world", world}, {"profile", profile.name}, {"memory_limit", result.memory_limit},
+                          {"plans", plans}}.dump(1)
+        << "\n";
+    CLEAVE_CHECK(out.good(), "plan: could not write {}", json_path);
   }
   if (!write_path.empty()) {
     const auto& best = result.ranked.front();

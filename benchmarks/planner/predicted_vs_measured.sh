@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# Proof against measurement: `cleave plan` ranks every plan of a GPT sized so a step takes ~100-200 ms here,
+# then the planner's top 3 and a spread of the others are trained for real under mpirun (STEPS steps each,
+# the first 3 not counted) and the predicted step time and peak memory of each are printed next to the
+# measured median step time and the allocator's peak (max over ranks, from the run's log).
+# Usage: benchmarks/planner/predicted_vs_measured.sh [BUILD_DIR] [WORLD] [STEPS] [PLANS]
+# WORLD above the core count oversubscribes the ranks: the script says so (timings then mean little).
+set -euo pipefail
+build=${1:-build}; world=${2:-2}; steps=${3:-12}; plans=${4:-9}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cleave="$root/$build/bin/cleave"
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cat > "$work/gpt.json" << 'JSON'
+{
+  "model": {"type": "gpt", "vocab_size": 256, "d_model": 256, "n_layers": 4, "n_heads": 4, "seq_len": 64},
+  "batch": {"global_batch_size": 16},
+  "optimizer": {"type": "adamw", "lr": 0.001},
+  "train": {"seed": 1, "eval_batches": 0, "report": false},
+  "data": {"type": "synthetic"}
+}
+JSON
+[ "$world" -le "$(nproc)" ] || echo "WARNING: $world ranks on $(nproc) cores: oversubscribed, measured times include waiting for a core"
+"$cleave" plan "$work/gpt.json" --world "$world" --top 5 --json "$work/plans.json" | head -n 12
+python3 - "$work/plans.json" "$plans" > "$work/picked.txt" << 'PY'
+import json, sys
+plans = json.load(open(sys.argv[1]))["plans"]
+want = int(sys.argv[2])
+idx = [0, 1, 2] + [round(3 + k * (len(plans) - 4) / max(1, want - 4)) for k in range(want - 3)]
+for i in sorted(set(i for i in idx if i < len(plans))):
+    p = plans[i]
+    print(i + 1, p["step_s"], p["peak_bytes"], f'{p["layout"].replace(" ", "_")}/{p["schedule"]}/m{p["micro_batch"]}/z{p["zero_stage"]}/{p["recompute"]}',
+          " ".join("--set " + o for o in p["overrides"]))
+PY
+printf "\n%4s %-40s %10s %10s %7s %12s %12s %7s\n" "rank" "plan" "pred ms" "meas ms" "ratio" "pred peak" "meas peak" "ratio"
+while read -r rank pred_s pred_peak name sets; do
+  out="$work/run_$rank"
+  # shellcheck disable=SC2086
+  mpiexec -n "$world" --oversubscribe "$cleave" train "$work/gpt.json" $sets --set train.steps="$steps" \
+    --set train.log_interval=1000 --set train.out_dir="$out" > "$out.log" 2>&1 || { echo "plan $rank failed:"; tail -3 "$out.log"; continue; }
+  python3 - "$out/metrics.jsonl" "$out.log" "$rank" "$name" "$pred_s" "$pred_peak" << 'PY'
+import json, re, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+measured = statistics.median(r["step_ms"] for r in rows[3:])
+units = {"B": 1, "KiB": 1024, "MiB": 1024**2, "GiB": 1024**3}
+line = [l for l in open(sys.argv[2]) if "peak memory per rank" in l][-1]
+peaks = [float(v) * units[u] for v, u in re.findall(r"r\d+ ([\d.]+) (B|KiB|MiB|GiB)", line)]
+pred_ms, pred_peak = float(sys.argv[5]) * 1e3, float(sys.argv[6])
+print(f"{sys.argv[3]:>4} {sys.argv[4]:<40} {pred_ms:10.1f} {measured:10.1f} {pred_ms / measured:7.2f} "
+      f"{pred_peak / 2**20:9.2f} MiB {max(peaks) / 2**20:9.2f} MiB {pred_peak / max(peaks):7.2f}")
+PY
+done < "$work/picked.txt" | tee "$work/table.txt"
+python3 - "$work/table.txt" << 'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip() and l.split()[0].isdigit()]
+if rows:
+    t_err = [abs(float(r[4]) - 1) for r in rows]
+    m_err = [abs(float(r[9]) - 1) for r in rows]
+    best = min(rows, key=lambda r: float(r[3]))
+    first = rows[0]
+    print(f"\nstep time: median |predicted/measured - 1| = {statistics.median(t_err):.1%}, worst {max(t_err):.1%}")
+    print(f"peak memory: median |predicted/measured - 1| = {statistics.median(m_err):.1%}, worst {max(m_err):.1%}")
+    print(f"planner's #1 ({first[1]}) measured {first[3]} ms; best measured: #{best[0]} {best[1]} {best[3]} ms "
+          f"({float(first[3]) / float(best[3]) - 1:+.1%})")
+PY

@@ -38,7 +38,7 @@ while read -r rank pred_s pred_peak name sets; do
   out="$work/run_$rank"
   # shellcheck disable=SC2086
   mpiexec -n "$world" --oversubscribe "$cleave" train "$work/gpt.json" $sets --set train.steps="$steps" \
-    --set train.log_interval=1000 --set train.out_dir="$out" > "$out.log" 2>&1 || { echo "plan $rank failed:"; tail -3 "$out.log"; continue; }
+    --set train.log_interval=1000 --set train.out_dir="$out" < /dev/null > "$out.log" 2>&1 || { echo "plan $rank failed:"; tail -3 "$out.log"; continue; }
   python3 - "$out/metrics.jsonl" "$out.log" "$rank" "$name" "$pred_s" "$pred_peak" << 'PY'
 import json, re, statistics, sys
 rows = [json.loads(l) for l in open(sys.argv[1])]

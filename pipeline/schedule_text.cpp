@@ -157,28 +157,28 @@ Schedule parse_schedule(std::string_view text, std::string_view source) {
       s.stage_to_rank.push_back(*rank);
     }
   } else {
-    CLEAVE_CHECK(s.num_stages <= max_stage + 1,
-                 "schedule file '{}': stage {} appears on no rank, so its placement is unknown (add a 'placement:' "
-                 "line)",
-                 source, max_stage + 1);
-    s.stage_to_rank.assign(s.num_stages, -1);
+    // Stages as they appear (never a table sized by a number from the file: a stage index is only read).
+    std::map<int, int> placed;  // stage -> rank
     for (int r = 0; r < s.pp_size; ++r) {
       for (const auto& a : s.ranks[r]) {
         if (!has_stage(a.kind) || a.stage < 0 || a.stage >= s.num_stages) continue;
-        int& placed = s.stage_to_rank[a.stage];
-        CLEAVE_CHECK(placed < 0 || placed == r,
+        const auto [it, inserted] = placed.emplace(a.stage, r);
+        CLEAVE_CHECK(inserted || it->second == r,
                      "schedule file '{}': stage {} appears on rank {} (line {}) and rank {} (line {}); a stage runs on "
                      "one rank (add a 'placement:' line to say which)",
-                     source, a.stage, placed, rank_lines[placed].second, r, rank_lines[r].second);
-        placed = r;
+                     source, a.stage, it->second, rank_lines[it->second].second, r, rank_lines[r].second);
       }
     }
-    for (int stage = 0; stage < s.num_stages; ++stage) {
-      CLEAVE_CHECK(s.stage_to_rank[stage] >= 0,
-                   "schedule file '{}': stage {} appears on no rank, so its placement is unknown (add a 'placement:' "
-                   "line)",
-                   source, stage);
+    int missing = 0;  // the first stage in [0, num_stages) that no action names
+    for (const auto& entry : placed) {
+      if (entry.first != missing) break;
+      ++missing;
     }
+    CLEAVE_CHECK(missing >= s.num_stages,
+                 "schedule file '{}': stage {} appears on no rank, so its placement is unknown (add a 'placement:' "
+                 "line)",
+                 source, missing);
+    for (const auto& entry : placed) s.stage_to_rank.push_back(entry.second);
   }
   if (const auto v = header_int("virtual_stages")) {
     s.virtual_stages = *v;

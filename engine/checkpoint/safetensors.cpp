@@ -29,6 +29,15 @@ std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
 
 std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ",")); }
 
+// nlohmann's message without its "[json.exception.type_error.302] " prefix.
+std::string library_detail(const json::exception& e) {
+  std::string text = e.what();
+  if (const auto close = text.find("] "); text.starts_with("[json.exception") && close != std::string::npos) {
+    text = text.substr(close + 2);
+  }
+  return text;
+}
+
 void write_all(int fd, const std::string& path, const std::byte* data, std::size_t n) {
   while (n > 0) {
     const ssize_t w = ::write(fd, data, n);
@@ -117,6 +126,10 @@ SafetensorsFile read_safetensors(const std::string& path) {
   const bool failed = std::ferror(f) != 0;
   std::fclose(f);
   CLEAVE_CHECK(!failed, "checkpoint file {}: read error", path);
+  return parse_safetensors(all, path);
+}
+
+SafetensorsFile parse_safetensors(std::span<const std::byte> all, const std::string& path) {
   const auto size = static_cast<std::uint64_t>(all.size());
   CLEAVE_CHECK(size >= 8, "checkpoint file {}: {} bytes is shorter than the 8-byte header length (truncated?)", path,
                size);
@@ -130,8 +143,9 @@ SafetensorsFile read_safetensors(const std::string& path) {
   try {
     header = json::parse(reinterpret_cast<const char*>(all.data()) + 8,
                          reinterpret_cast<const char*>(all.data()) + 8 + header_len);
-  } catch (const std::exception& e) {
-    CLEAVE_THROW("checkpoint file {}: the {}-byte JSON header does not parse ({})", path, header_len, e.what());
+  } catch (const json::exception& e) {
+    CLEAVE_THROW("checkpoint file {}: the {}-byte JSON header does not parse ({})", path, header_len,
+                 library_detail(e));
   }
   CLEAVE_CHECK(header.is_object(), "checkpoint file {}: the JSON header is not an object", path);
 
@@ -148,6 +162,8 @@ SafetensorsFile read_safetensors(const std::string& path) {
       }
       continue;
     }
+    CLEAVE_CHECK(entry.is_object(), "checkpoint file {}: tensor {}: the header entry is {}, expected an object with "
+                 "dtype, shape and data_offsets", path, name, entry.type_name());
     TensorRecord r;
     try {
       r.dtype = entry.at("dtype").get<std::string>();
@@ -156,18 +172,31 @@ SafetensorsFile read_safetensors(const std::string& path) {
       CLEAVE_CHECK(offsets.size() == 2, "data_offsets has {} values, expected 2", offsets.size());
       r.begin = offsets[0];
       r.end = offsets[1];
-    } catch (const std::exception& e) {
+    } catch (const json::exception& e) {
+      CLEAVE_THROW("checkpoint file {}: tensor {}: malformed header entry ({})", path, name, library_detail(e));
+    } catch (const Error& e) {
       CLEAVE_THROW("checkpoint file {}: tensor {}: malformed header entry ({})", path, name, e.what());
     }
-    const std::size_t dsize = safetensors_dtype_size(r.dtype);
+    std::int64_t dsize = 0;
+    try {
+      dsize = static_cast<std::int64_t>(safetensors_dtype_size(r.dtype));
+    } catch (const Error& e) {
+      CLEAVE_THROW("checkpoint file {}: tensor {}: {}", path, name, e.what());
+    }
+    // numel × dtype size, stopped as soon as it passes the data section (so the product cannot overflow).
+    std::int64_t expected = dsize;
     for (std::int64_t d : r.shape) {
       CLEAVE_CHECK(d >= 0, "checkpoint file {}: tensor {} has a negative extent in shape {}", path, name,
                    shape_text(r.shape));
+      if (d == 0) expected = 0;
+      else if (expected <= data_size) expected = expected > data_size / d ? data_size + 1 : expected * d;
     }
     CLEAVE_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= data_size,
                  "checkpoint file {}: tensor {} has data_offsets [{}, {}] outside the {}-byte data section", path,
                  name, r.begin, r.end, data_size);
-    const std::int64_t expected = numel_of(r.shape) * static_cast<std::int64_t>(dsize);
+    CLEAVE_CHECK(expected <= data_size,
+                 "checkpoint file {}: tensor {} has shape {} of {}, more than the {}-byte data section holds", path,
+                 name, shape_text(r.shape), r.dtype, data_size);
     CLEAVE_CHECK(r.end - r.begin == expected,
                  "checkpoint file {}: tensor {} spans {} bytes but shape {} of {} needs {}", path, name,
                  r.end - r.begin, shape_text(r.shape), r.dtype, expected);

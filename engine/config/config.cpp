@@ -356,7 +356,36 @@ json parse_json_strict(std::string_view text, const std::string& what) {
   }
 }
 
+// Offset of the first byte that is not part of well-formed UTF-8 (no overlong forms, no surrogates, at most
+// U+10FFFF), or npos. JSON strings must be UTF-8: a --set value taken as text is checked here, so nothing
+// later (to_json, messages) meets bytes the JSON library refuses to write.
+std::size_t invalid_utf8_at(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+    const unsigned char c = byte(i);
+    std::size_t length = 0;
+    unsigned char low = 0x80, high = 0xbf;  // allowed range of the second byte
+    if (c < 0x80) length = 1;
+    else if (c >= 0xc2 && c <= 0xdf) length = 2;
+    else if (c >= 0xe0 && c <= 0xef) length = 3, low = c == 0xe0 ? 0xa0 : 0x80, high = c == 0xed ? 0x9f : 0xbf;
+    else if (c >= 0xf0 && c <= 0xf4) length = 4, low = c == 0xf0 ? 0x90 : 0x80, high = c == 0xf4 ? 0x8f : 0xbf;
+    else return i;
+    if (i + length > text.size()) return i;
+    for (std::size_t k = 1; k < length; ++k) {
+      const unsigned char lo = k == 1 ? low : 0x80, hi = k == 1 ? high : 0xbf;
+      if (byte(i + k) < lo || byte(i + k) > hi) return i;
+    }
+    i += length;
+  }
+  return std::string_view::npos;
+}
+
 void apply_override(json& root, const std::string& assignment, ParseState& state) {
+  if (const std::size_t bad = invalid_utf8_at(assignment); bad != std::string_view::npos) {
+    throw Error(fmt::format("--set {}...: not valid UTF-8 (byte 0x{:02X} at offset {}); keys and values must be UTF-8 "
+                            "text", assignment.substr(0, bad), static_cast<unsigned char>(assignment[bad]), bad));
+  }
   const auto eq = assignment.find('=');
   CLEAVE_CHECK(eq != std::string::npos && eq > 0, "--set {}: expected key.path=value, e.g. --set optimizer.lr=3e-4",
                assignment);

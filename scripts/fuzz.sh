@@ -6,7 +6,8 @@
 #
 #   scripts/fuzz.sh [SECONDS]           each target for SECONDS (default 60), corpus grown in the work dir
 #   scripts/fuzz.sh -runs=N             each target for N inputs (the long run: -runs=1000000)
-#   scripts/fuzz.sh --smoke             what ctest runs (label fuzz): 3 s per target, exit 77 without clang
+#   scripts/fuzz.sh --smoke             what ctest runs (label fuzz): -O0 build, 3 s per target, exit 77
+#                                       (ctest: skipped) without clang / libFuzzer
 #   scripts/fuzz.sh --regress           only replays the committed corpora (crash inputs included), no fuzzing
 # Options (before the mode): --build-dir DIR (default build-fuzz), --work-dir DIR (default DIR/work),
 #   --targets "a b" (default: every tests/fuzz/*_fuzz.cpp), --jobs N (build parallelism, default nproc).
@@ -28,8 +29,9 @@ while [ $# -gt 0 ]; do
 done
 mode=${1:-60}
 skip=0
+opt=-O1
 case $mode in
-  --smoke) skip=77; limit=(-max_total_time=3) ;;
+  --smoke) skip=77; limit=(-max_total_time=3); opt=-O0 ;;
   --regress) limit=(-runs=0) ;;
   -runs=*) limit=("$mode") ;;
   *[!0-9]*|"") echo "usage: scripts/fuzz.sh [--build-dir D] [--work-dir D] [--targets 'a b'] [SECONDS | -runs=N | --smoke | --regress]" >&2; exit 2 ;;
@@ -59,9 +61,9 @@ if ! "$cxx" -fsanitize=fuzzer,address,undefined "$probe/p.cpp" -o "$probe/p" 2>"
 fi
 
 start=$(date +%s)
-if [ ! -f "$build/CMakeCache.txt" ]; then
-  cmake -S "$root/tests/fuzz" -B "$build" -DCMAKE_CXX_COMPILER="$cxx" >"$probe/configure.log" 2>&1 ||
-    { cat "$probe/configure.log"; echo "fuzz: configure failed"; exit 1; }
+if [ ! -f "$build/CMakeCache.txt" ] || ! grep -q "^CLEAVE_FUZZ_OPT:STRING=$opt\$" "$build/CMakeCache.txt"; then
+  cmake -S "$root/tests/fuzz" -B "$build" -DCMAKE_CXX_COMPILER="$cxx" -DCLEAVE_FUZZ_OPT="$opt" \
+    >"$probe/configure.log" 2>&1 || { cat "$probe/configure.log"; echo "fuzz: configure failed"; exit 1; }
 fi
 cmake --build "$build" -j"$jobs" >"$probe/build.log" 2>&1 || { tail -n 40 "$probe/build.log"; echo "fuzz: build failed"; exit 1; }
 echo "fuzz: built in $(( $(date +%s) - start )) s ($build)"

@@ -2,6 +2,7 @@
 # Installs Cleave's build and test dependencies from Debian packages (run as root or with sudo).
 # Also fetches the handwritten-digits data set from Debian's python3-sklearn package into data/ (the
 # package is downloaded and unpacked locally, not installed; nothing comes from outside Debian's archive).
+# clang + libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) build the fuzz targets (scripts/fuzz.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -13,6 +14,7 @@ packages=(
   libfmt-dev nlohmann-json3-dev libopenblas-dev
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev
   fortunes
 )
 missing=()

@@ -68,7 +68,8 @@ class Fields {
 
   template <typename... Args>
   [[noreturn]] void fail(const std::string& at, fmt::format_string<Args...> format, Args&&... args) const {
-    throw Error(fmt::format("checkpoint index {}: {}: {}", file_, at, fmt::format(format, std::forward<Args>(args)...)));
+    throw Error(fmt::format("checkpoint index {}: {}: {}", file_, at.empty() ? "the top level" : at,
+                            fmt::format(format, std::forward<Args>(args)...)));
   }
 
  private:

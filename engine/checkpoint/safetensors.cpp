@@ -8,7 +8,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -46,6 +48,22 @@ void write_all(int fd, const std::string& path, const std::byte* data, std::size
     data += w;
     n -= static_cast<std::size_t>(w);
   }
+}
+
+// A JSON array of integers that fit int64. nlohmann's get<std::vector<std::int64_t>>() converts 9.2e20 or
+// 1.5 with a plain cast (undefined behaviour past int64; found by tests/fuzz/safetensors_fuzz.cpp).
+std::vector<std::int64_t> integers(const json& value, std::string_view key) {
+  CLEAVE_CHECK(value.is_array(), "{} is {}, expected an array of integers", key, value.type_name());
+  std::vector<std::int64_t> out;
+  for (const json& v : value) {
+    const bool fits = v.is_number_integer() &&
+                      (!v.is_number_unsigned() ||
+                       v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()));
+    CLEAVE_CHECK(fits, "{} holds {}, expected integers that fit 64 bits", key,
+                 v.dump(-1, ' ', false, json::error_handler_t::replace));
+    out.push_back(v.get<std::int64_t>());
+  }
+  return out;
 }
 
 }  // namespace
@@ -167,8 +185,8 @@ SafetensorsFile parse_safetensors(std::span<const std::byte> all, const std::str
     TensorRecord r;
     try {
       r.dtype = entry.at("dtype").get<std::string>();
-      r.shape = entry.at("shape").get<std::vector<std::int64_t>>();
-      const auto offsets = entry.at("data_offsets").get<std::vector<std::int64_t>>();
+      r.shape = integers(entry.at("shape"), "shape");
+      const auto offsets = integers(entry.at("data_offsets"), "data_offsets");
       CLEAVE_CHECK(offsets.size() == 2, "data_offsets has {} values, expected 2", offsets.size());
       r.begin = offsets[0];
       r.end = offsets[1];

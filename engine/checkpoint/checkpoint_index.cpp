@@ -7,6 +7,7 @@
 #include <limits>
 
 #include "engine/core/error.hpp"
+#include "engine/core/one_line.hpp"
 #include "engine/core/shape.hpp"
 
 namespace cleave::checkpoint {
@@ -41,7 +42,7 @@ class Fields {
     else if (v.is_number_unsigned() && v.get<std::uint64_t>() <= static_cast<std::uint64_t>(max)) {
       value = static_cast<std::int64_t>(v.get<std::uint64_t>());
     } else if (v.is_number_unsigned()) {
-      fail(where(key), "{} is above {}", v.get<std::uint64_t>(), max);
+      fail(where(key), "{} is outside [{}, {}]", v.get<std::uint64_t>(), min, max);
     } else {
       fail(where(key), "expected an integer, got {}", show(v));
     }
@@ -144,41 +145,45 @@ IndexTensor read_tensor(const Fields& t, const std::map<std::string, IndexFile>&
 }  // namespace
 
 CheckpointIndex parse_checkpoint_index(std::string_view text, const std::string& path) {
-  CheckpointIndex out;
   try {
-    out.document = json::parse(text.begin(), text.end());
-  } catch (const json::exception& e) {
-    std::string detail = e.what();
-    if (const auto close = detail.find("] "); close != std::string::npos) detail = detail.substr(close + 2);
-    CLEAVE_THROW("checkpoint index {}: does not parse ({})", path, detail);
-  }
-  const Fields top(out.document, "", path);
-  const json& format = top.get("format");
-  const json& version = top.get("version");
-  if (format != "cleave-checkpoint" || version != kCheckpointFormatVersion) {
-    top.fail("format", "{} version {} is not a cleave checkpoint of format version {}", show(format), show(version),
-             kCheckpointFormatVersion);
-  }
-  out.step = top.integer("step", 0, kMaxInt64);
-  const Fields optimizer = top.object("optimizer");
-  out.optimizer_type = optimizer.string("type");
-  out.steps_done = optimizer.integer("steps_done", 0, kMaxInt64);
-  top.object("model");
-  const Fields files = top.object("files");
-  for (const auto& [name, entry] : files.raw().items()) {
-    const Fields f(entry, files.where(name), path);
-    // Files live in the checkpoint directory itself: a name is never a path that could lead out of it.
-    if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
-        name.find('\0') != std::string::npos) {
-      files.fail(files.where(name), "'{}' is not a plain file name", name);
+    CheckpointIndex out;
+    try {
+      out.document = json::parse(text.begin(), text.end());
+    } catch (const json::exception& e) {
+      std::string detail = e.what();
+      if (const auto close = detail.find("] "); close != std::string::npos) detail = detail.substr(close + 2);
+      CLEAVE_THROW("checkpoint index {}: does not parse ({})", path, detail);
     }
-    out.files[name] = IndexFile{f.integer("bytes", 0, kMaxInt64), f.string("checksum")};
+    const Fields top(out.document, "", path);
+    const json& format = top.get("format");
+    const json& version = top.get("version");
+    if (format != "cleave-checkpoint" || version != kCheckpointFormatVersion) {
+      top.fail("format", "{} version {} is not a cleave checkpoint of format version {}", show(format), show(version),
+               kCheckpointFormatVersion);
+    }
+    out.step = top.integer("step", 0, kMaxInt64);
+    const Fields optimizer = top.object("optimizer");
+    out.optimizer_type = optimizer.string("type");
+    out.steps_done = optimizer.integer("steps_done", 0, kMaxInt64);
+    top.object("model");
+    const Fields files = top.object("files");
+    for (const auto& [name, entry] : files.raw().items()) {
+      const Fields f(entry, files.where(name), path);
+      // Files live in the checkpoint directory itself: a name is never a path that could lead out of it.
+      if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+          name.find('\0') != std::string::npos) {
+        files.fail(files.where(name), "'{}' is not a plain file name", name);
+      }
+      out.files[name] = IndexFile{f.integer("bytes", 0, kMaxInt64), f.string("checksum")};
+    }
+    const Fields tensors = top.object("tensors");
+    for (const auto& [name, entry] : tensors.raw().items()) {
+      out.tensors.emplace(name, read_tensor(Fields(entry, tensors.where(name), path), out.files));
+    }
+    return out;
+  } catch (const Error& e) {
+    rethrow_one_line(e);  // names and keys quoted from the input may hold control characters
   }
-  const Fields tensors = top.object("tensors");
-  for (const auto& [name, entry] : tensors.raw().items()) {
-    out.tensors.emplace(name, read_tensor(Fields(entry, tensors.where(name), path), out.files));
-  }
-  return out;
 }
 
 }  // namespace cleave::checkpoint

@@ -17,6 +17,7 @@
 
 #include "engine/checkpoint/checksum.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/one_line.hpp"
 
 namespace cleave::checkpoint {
 namespace {
@@ -148,95 +149,99 @@ SafetensorsFile read_safetensors(const std::string& path) {
 }
 
 SafetensorsFile parse_safetensors(std::span<const std::byte> all, const std::string& path) {
-  const auto size = static_cast<std::uint64_t>(all.size());
-  CLEAVE_CHECK(size >= 8, "checkpoint file {}: {} bytes is shorter than the 8-byte header length (truncated?)", path,
-               size);
-  std::uint64_t header_len = 0;
-  for (int i = 0; i < 8; ++i) header_len |= static_cast<std::uint64_t>(all[static_cast<std::size_t>(i)]) << (8 * i);
-  CLEAVE_CHECK(header_len <= size - 8,
-               "checkpoint file {}: header length {} exceeds the {} bytes after the length field (truncated or "
-               "corrupt)",
-               path, header_len, size - 8);
-  json header;
   try {
-    header = json::parse(reinterpret_cast<const char*>(all.data()) + 8,
-                         reinterpret_cast<const char*>(all.data()) + 8 + header_len);
-  } catch (const json::exception& e) {
-    CLEAVE_THROW("checkpoint file {}: the {}-byte JSON header does not parse ({})", path, header_len,
-                 library_detail(e));
-  }
-  CLEAVE_CHECK(header.is_object(), "checkpoint file {}: the JSON header is not an object", path);
-
-  SafetensorsFile out;
-  out.path = path;
-  const std::int64_t data_size = static_cast<std::int64_t>(size - 8 - header_len);
-  std::vector<std::pair<std::int64_t, std::string>> by_begin;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      CLEAVE_CHECK(entry.is_object(), "checkpoint file {}: __metadata__ is not an object", path);
-      for (const auto& [k, v] : entry.items()) {
-        CLEAVE_CHECK(v.is_string(), "checkpoint file {}: __metadata__.{} is not a string", path, k);
-        out.metadata[k] = v.get<std::string>();
-      }
-      continue;
-    }
-    CLEAVE_CHECK(entry.is_object(), "checkpoint file {}: tensor {}: the header entry is {}, expected an object with "
-                 "dtype, shape and data_offsets", path, name, entry.type_name());
-    TensorRecord r;
+    const auto size = static_cast<std::uint64_t>(all.size());
+    CLEAVE_CHECK(size >= 8, "checkpoint file {}: {} bytes is shorter than the 8-byte header length (truncated?)", path,
+                 size);
+    std::uint64_t header_len = 0;
+    for (int i = 0; i < 8; ++i) header_len |= static_cast<std::uint64_t>(all[static_cast<std::size_t>(i)]) << (8 * i);
+    CLEAVE_CHECK(header_len <= size - 8,
+                 "checkpoint file {}: header length {} exceeds the {} bytes after the length field (truncated or "
+                 "corrupt)",
+                 path, header_len, size - 8);
+    json header;
     try {
-      r.dtype = entry.at("dtype").get<std::string>();
-      r.shape = integers(entry.at("shape"), "shape");
-      const auto offsets = integers(entry.at("data_offsets"), "data_offsets");
-      CLEAVE_CHECK(offsets.size() == 2, "data_offsets has {} values, expected 2", offsets.size());
-      r.begin = offsets[0];
-      r.end = offsets[1];
+      header = json::parse(reinterpret_cast<const char*>(all.data()) + 8,
+                           reinterpret_cast<const char*>(all.data()) + 8 + header_len);
     } catch (const json::exception& e) {
-      CLEAVE_THROW("checkpoint file {}: tensor {}: malformed header entry ({})", path, name, library_detail(e));
-    } catch (const Error& e) {
-      CLEAVE_THROW("checkpoint file {}: tensor {}: malformed header entry ({})", path, name, e.what());
+      CLEAVE_THROW("checkpoint file {}: the {}-byte JSON header does not parse ({})", path, header_len,
+                   library_detail(e));
     }
-    std::int64_t dsize = 0;
-    try {
-      dsize = static_cast<std::int64_t>(safetensors_dtype_size(r.dtype));
-    } catch (const Error& e) {
-      CLEAVE_THROW("checkpoint file {}: tensor {}: {}", path, name, e.what());
+    CLEAVE_CHECK(header.is_object(), "checkpoint file {}: the JSON header is not an object", path);
+
+    SafetensorsFile out;
+    out.path = path;
+    const std::int64_t data_size = static_cast<std::int64_t>(size - 8 - header_len);
+    std::vector<std::pair<std::int64_t, std::string>> by_begin;
+    for (const auto& [name, entry] : header.items()) {
+      if (name == "__metadata__") {
+        CLEAVE_CHECK(entry.is_object(), "checkpoint file {}: __metadata__ is not an object", path);
+        for (const auto& [k, v] : entry.items()) {
+          CLEAVE_CHECK(v.is_string(), "checkpoint file {}: __metadata__.{} is not a string", path, k);
+          out.metadata[k] = v.get<std::string>();
+        }
+        continue;
+      }
+      CLEAVE_CHECK(entry.is_object(), "checkpoint file {}: tensor {}: the header entry is {}, expected an object with "
+                   "dtype, shape and data_offsets", path, name, entry.type_name());
+      TensorRecord r;
+      try {
+        r.dtype = entry.at("dtype").get<std::string>();
+        r.shape = integers(entry.at("shape"), "shape");
+        const auto offsets = integers(entry.at("data_offsets"), "data_offsets");
+        CLEAVE_CHECK(offsets.size() == 2, "data_offsets has {} values, expected 2", offsets.size());
+        r.begin = offsets[0];
+        r.end = offsets[1];
+      } catch (const json::exception& e) {
+        CLEAVE_THROW("checkpoint file {}: tensor {}: malformed header entry ({})", path, name, library_detail(e));
+      } catch (const Error& e) {
+        CLEAVE_THROW("checkpoint file {}: tensor {}: malformed header entry ({})", path, name, e.what());
+      }
+      std::int64_t dsize = 0;
+      try {
+        dsize = static_cast<std::int64_t>(safetensors_dtype_size(r.dtype));
+      } catch (const Error& e) {
+        CLEAVE_THROW("checkpoint file {}: tensor {}: {}", path, name, e.what());
+      }
+      // numel × dtype size, stopped as soon as it passes the data section (so the product cannot overflow).
+      std::int64_t expected = dsize;
+      for (std::int64_t d : r.shape) {
+        CLEAVE_CHECK(d >= 0, "checkpoint file {}: tensor {} has a negative extent in shape {}", path, name,
+                     shape_text(r.shape));
+        if (d == 0) expected = 0;
+        else if (expected <= data_size) expected = expected > data_size / d ? data_size + 1 : expected * d;
+      }
+      CLEAVE_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= data_size,
+                   "checkpoint file {}: tensor {} has data_offsets [{}, {}] outside the {}-byte data section", path,
+                   name, r.begin, r.end, data_size);
+      CLEAVE_CHECK(expected <= data_size,
+                   "checkpoint file {}: tensor {} has shape {} of {}, more than the {}-byte data section holds", path,
+                   name, shape_text(r.shape), r.dtype, data_size);
+      CLEAVE_CHECK(r.end - r.begin == expected,
+                   "checkpoint file {}: tensor {} spans {} bytes but shape {} of {} needs {}", path, name,
+                   r.end - r.begin, shape_text(r.shape), r.dtype, expected);
+      by_begin.emplace_back(r.begin, name);
+      out.tensors.emplace(name, std::move(r));
     }
-    // numel × dtype size, stopped as soon as it passes the data section (so the product cannot overflow).
-    std::int64_t expected = dsize;
-    for (std::int64_t d : r.shape) {
-      CLEAVE_CHECK(d >= 0, "checkpoint file {}: tensor {} has a negative extent in shape {}", path, name,
-                   shape_text(r.shape));
-      if (d == 0) expected = 0;
-      else if (expected <= data_size) expected = expected > data_size / d ? data_size + 1 : expected * d;
+    std::sort(by_begin.begin(), by_begin.end());
+    std::int64_t covered = 0;
+    for (const auto& [begin, name] : by_begin) {
+      const TensorRecord& r = out.tensors.at(name);
+      CLEAVE_CHECK(begin == covered,
+                   "checkpoint file {}: tensor {} starts at byte {} but the previous data ends at {} ({}; offsets must "
+                   "cover the data exactly)",
+                   path, name, begin, covered, begin > covered ? "a gap" : "an overlap");
+      covered = r.end;
     }
-    CLEAVE_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= data_size,
-                 "checkpoint file {}: tensor {} has data_offsets [{}, {}] outside the {}-byte data section", path,
-                 name, r.begin, r.end, data_size);
-    CLEAVE_CHECK(expected <= data_size,
-                 "checkpoint file {}: tensor {} has shape {} of {}, more than the {}-byte data section holds", path,
-                 name, shape_text(r.shape), r.dtype, data_size);
-    CLEAVE_CHECK(r.end - r.begin == expected,
-                 "checkpoint file {}: tensor {} spans {} bytes but shape {} of {} needs {}", path, name,
-                 r.end - r.begin, shape_text(r.shape), r.dtype, expected);
-    by_begin.emplace_back(r.begin, name);
-    out.tensors.emplace(name, std::move(r));
+    CLEAVE_CHECK(covered == data_size,
+                 "checkpoint file {}: the tensors cover {} bytes but the data section holds {} (truncated, or bytes "
+                 "after the last tensor)",
+                 path, covered, data_size);
+    out.data.assign(all.begin() + static_cast<std::ptrdiff_t>(8 + header_len), all.end());
+    return out;
+  } catch (const Error& e) {
+    rethrow_one_line(e);  // names and keys quoted from the input may hold control characters
   }
-  std::sort(by_begin.begin(), by_begin.end());
-  std::int64_t covered = 0;
-  for (const auto& [begin, name] : by_begin) {
-    const TensorRecord& r = out.tensors.at(name);
-    CLEAVE_CHECK(begin == covered,
-                 "checkpoint file {}: tensor {} starts at byte {} but the previous data ends at {} ({}; offsets must "
-                 "cover the data exactly)",
-                 path, name, begin, covered, begin > covered ? "a gap" : "an overlap");
-    covered = r.end;
-  }
-  CLEAVE_CHECK(covered == data_size,
-               "checkpoint file {}: the tensors cover {} bytes but the data section holds {} (truncated, or bytes "
-               "after the last tensor)",
-               path, covered, data_size);
-  out.data.assign(all.begin() + static_cast<std::ptrdiff_t>(8 + header_len), all.end());
-  return out;
 }
 
 }  // namespace cleave::checkpoint

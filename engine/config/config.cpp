@@ -27,6 +27,7 @@
 #include "engine/config/comm_backend.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/one_line.hpp"
 #include "partition/tp_rules.hpp"
 #include "pipeline/schedules/schedules.hpp"
 
@@ -868,28 +869,32 @@ ResolvedBatch RunConfig::resolved_batch() const {
 }
 
 RunConfig parse_config(std::string_view json_text, std::string_view origin, const std::vector<std::string>& overrides) {
-  ParseState state;
-  state.origin = std::string(origin);
-  json root = json_text.empty() ? json::object() : parse_json_strict(json_text, "config " + state.origin);
-  if (!root.is_object()) {
-    throw Error(fmt::format("config {}: expected a JSON object {{...}} at the top level, got {}", state.origin, show(root)));
-  }
-  for (const std::string& assignment : overrides) apply_override(root, assignment, state);
+  try {
+    ParseState state;
+    state.origin = std::string(origin);
+    json root = json_text.empty() ? json::object() : parse_json_strict(json_text, "config " + state.origin);
+    if (!root.is_object()) {
+      throw Error(fmt::format("config {}: expected a JSON object {{...}} at the top level, got {}", state.origin, show(root)));
+    }
+    for (const std::string& assignment : overrides) apply_override(root, assignment, state);
 
-  RunConfig c;
-  Reader top(&root, "", state);
-  read_model(top.section("model"), c.model);
-  read_parallel(top.section("parallel"), c.parallel);
-  read_batch(top.section("batch"), c.batch);
-  read_optimizer(top.section("optimizer"), c.optimizer);
-  read_train(top.section("train"), c.train);
-  read_checkpoint(top.section("checkpoint"), c.checkpoint);
-  read_data(top.section("data"), c.data);
-  read_device(top.section("device"), c.device);
-  top.finish();
-  report_unknown(state);
-  validate(c, state);
-  return c;
+    RunConfig c;
+    Reader top(&root, "", state);
+    read_model(top.section("model"), c.model);
+    read_parallel(top.section("parallel"), c.parallel);
+    read_batch(top.section("batch"), c.batch);
+    read_optimizer(top.section("optimizer"), c.optimizer);
+    read_train(top.section("train"), c.train);
+    read_checkpoint(top.section("checkpoint"), c.checkpoint);
+    read_data(top.section("data"), c.data);
+    read_device(top.section("device"), c.device);
+    top.finish();
+    report_unknown(state);
+    validate(c, state);
+    return c;
+  } catch (const Error& e) {
+    rethrow_one_line(e);  // names and keys quoted from the input may hold control characters
+  }
 }
 
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {

@@ -128,6 +128,11 @@ TEST(CheckpointIndex, SizesAreBoundedBeforeAnyoneAllocates) {
             std::string::npos);
 }
 
+TEST(CheckpointIndex, NamesFromTheIndexAreQuotedOnOneLine) {
+  const std::string m = error_of(with([](json& j) { j["tensors"]["w\nx"] = j["tensors"]["w"]; j["tensors"]["w\nx"]["kind"] = 1; }));
+  EXPECT_NE(m.find("tensors.w\\nx.kind: expected a string, got 1"), std::string::npos) << m;
+}
+
 TEST(CheckpointIndex, PieceFilesAreListedPlainNames) {
   EXPECT_NE(error_of(with([](json& j) { j["tensors"]["w"]["pieces"][0]["file"] = "other.safetensors"; }))
                 .find("tensors.w.pieces[0].file: 'other.safetensors' is not listed under \"files\" (1 files listed)"),

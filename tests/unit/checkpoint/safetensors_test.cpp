@@ -209,6 +209,10 @@ TEST(Safetensors, HeaderNumbersAreCheckedBeforeUse) {
   EXPECT_NE(msg.find("data_offsets holds 18446744073709551615"), std::string::npos) << msg;
   msg = parse(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8);
   EXPECT_NE(msg.find("data_offsets has 1 values, expected 2"), std::string::npos) << msg;
+  // Tensor names are quoted escaped, so the message stays one line.
+  msg = parse(R"({"a\nb":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8);
+  EXPECT_NE(msg.find("tensor a\\nb: safetensors dtype 'F64'"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
   // A zero extent anywhere makes an empty tensor, however large the other extents.
   const std::string empty = R"({"a":{"dtype":"F32","shape":[4611686018427387904,0],"data_offsets":[0,0]}})";
   std::vector<std::byte> bytes(8 + empty.size());

@@ -156,7 +156,7 @@ TEST(Config, SizesHaveLimits) {
 // fuzz: a JSON key holding "\n" made a two-line message; quoted input is escaped (engine/core/one_line.hpp).
 TEST(Config, MessagesQuotingInputStayOneLine) {
   expect_error(R"({"a\nb": 1})", {"unknown key a\\nb"});
-  expect_error(R"({"train": {"out\u0000dir": 1}})", {"unknown key train.out\\x00dir"});
+  expect_error(R"({"train": {"out\u0001dir": 1}})", {"unknown key train.out\\x01dir"});
   expect_error("{}", {"--set data.typ\\te"}, {"data.typ\te=text"});
 }
 

@@ -1,4 +1,4 @@
-// Launcher environment parsing and local-rank / device resolution (launch_env.hpp).
+// Launcher environment parsing: world place (checked against MPI), local rank, device (launch_env.hpp).
 #include "engine/comm/launch_env.hpp"
 
 #include <charconv>

@@ -2,6 +2,7 @@
 #include "pipeline/schedule.hpp"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "engine/core/error.hpp"
 
@@ -59,9 +60,9 @@ void check_schedule_shape(const Schedule& s) {
                s.name, s.num_microbatches);
   CLEAVE_CHECK(s.virtual_stages >= 1, "schedule '{}': virtual stages per rank must be at least 1, got {}", s.name,
                s.virtual_stages);
-  CLEAVE_CHECK(s.num_stages == s.pp_size * s.virtual_stages,
-               "schedule '{}': {} stages is not pp_size {} × virtual stages {} = {}", s.name, s.num_stages,
-               s.pp_size, s.virtual_stages, s.pp_size * s.virtual_stages);
+  const std::int64_t expected_stages = std::int64_t{s.pp_size} * s.virtual_stages;  // ints: no overflow in 64 bits
+  CLEAVE_CHECK(s.num_stages == expected_stages, "schedule '{}': {} stages is not pp_size {} × virtual stages {} = {}",
+               s.name, s.num_stages, s.pp_size, s.virtual_stages, expected_stages);
   CLEAVE_CHECK(static_cast<int>(s.stage_to_rank.size()) == s.num_stages,
                "schedule '{}': placement lists {} stages but the schedule has {}", s.name, s.stage_to_rank.size(),
                s.num_stages);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/core/error.hpp"
+#include "engine/core/one_line.hpp"
 
 namespace cleave::pipeline {
 namespace {
@@ -67,133 +68,137 @@ std::string format_schedule(const Schedule& s) {
 }
 
 Schedule parse_schedule(std::string_view text, std::string_view source) {
-  std::map<std::string, std::pair<std::string, int>> header;  // key -> (value, line)
-  std::map<int, std::pair<std::vector<Action>, int>> rank_lines;  // rank -> (actions, line)
-  int line_number = 0;
-  std::size_t pos = 0;
-  while (pos <= text.size()) {
-    const std::size_t eol = std::min(text.find('\n', pos), text.size());
-    std::string_view line = text.substr(pos, eol - pos);
-    pos = eol + 1;
-    ++line_number;
-    if (const auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
-    line = trim(line);
-    if (line.empty()) continue;
-    const auto colon = line.find(':');
-    CLEAVE_CHECK(colon != std::string_view::npos,
-                 "schedule file '{}' line {}: expected 'rank N: actions...' or 'key: value', got '{}'", source,
-                 line_number, line);
-    const std::string_view key = trim(line.substr(0, colon));
-    const std::string_view value = trim(line.substr(colon + 1));
-    if (key.rfind("rank", 0) == 0) {
-      const auto number = to_int(trim(key.substr(4)));
-      CLEAVE_CHECK(number.has_value() && *number >= 0,
-                   "schedule file '{}' line {}: '{}' is not 'rank N' with N a rank number >= 0", source, line_number,
-                   key);
-      CLEAVE_CHECK(!rank_lines.count(*number), "schedule file '{}' line {}: rank {} already has a line (line {})",
-                   source, line_number, *number, rank_lines[*number].second);
-      std::vector<Action> actions;
-      const auto words = split_words(value);
-      for (std::size_t t = 0; t < words.size(); ++t) {
-        Action action;
-        std::string why;
-        CLEAVE_CHECK(try_parse_action(words[t], action, why), "schedule file '{}' line {}, token {} ('{}'): {}",
-                     source, line_number, t + 1, words[t], why);
-        actions.push_back(action);
+  try {
+    std::map<std::string, std::pair<std::string, int>> header;  // key -> (value, line)
+    std::map<int, std::pair<std::vector<Action>, int>> rank_lines;  // rank -> (actions, line)
+    int line_number = 0;
+    std::size_t pos = 0;
+    while (pos <= text.size()) {
+      const std::size_t eol = std::min(text.find('\n', pos), text.size());
+      std::string_view line = text.substr(pos, eol - pos);
+      pos = eol + 1;
+      ++line_number;
+      if (const auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+      line = trim(line);
+      if (line.empty()) continue;
+      const auto colon = line.find(':');
+      CLEAVE_CHECK(colon != std::string_view::npos,
+                   "schedule file '{}' line {}: expected 'rank N: actions...' or 'key: value', got '{}'", source,
+                   line_number, line);
+      const std::string_view key = trim(line.substr(0, colon));
+      const std::string_view value = trim(line.substr(colon + 1));
+      if (key.rfind("rank", 0) == 0) {
+        const auto number = to_int(trim(key.substr(4)));
+        CLEAVE_CHECK(number.has_value() && *number >= 0,
+                     "schedule file '{}' line {}: '{}' is not 'rank N' with N a rank number >= 0", source, line_number,
+                     key);
+        CLEAVE_CHECK(!rank_lines.count(*number), "schedule file '{}' line {}: rank {} already has a line (line {})",
+                     source, line_number, *number, rank_lines[*number].second);
+        std::vector<Action> actions;
+        const auto words = split_words(value);
+        for (std::size_t t = 0; t < words.size(); ++t) {
+          Action action;
+          std::string why;
+          CLEAVE_CHECK(try_parse_action(words[t], action, why), "schedule file '{}' line {}, token {} ('{}'): {}",
+                       source, line_number, t + 1, words[t], why);
+          actions.push_back(action);
+        }
+        rank_lines[*number] = {std::move(actions), line_number};
+        continue;
       }
-      rank_lines[*number] = {std::move(actions), line_number};
-      continue;
+      CLEAVE_CHECK(std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys),
+                   "schedule file '{}' line {}: unknown key '{}' (known: {}, or 'rank N')", source, line_number, key,
+                   fmt::join(kKeys, ", "));
+      CLEAVE_CHECK(!header.count(std::string(key)), "schedule file '{}' line {}: '{}' is given twice (first on line {})",
+                   source, line_number, key, header[std::string(key)].second);
+      header[std::string(key)] = {std::string(value), line_number};
     }
-    CLEAVE_CHECK(std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys),
-                 "schedule file '{}' line {}: unknown key '{}' (known: {}, or 'rank N')", source, line_number, key,
-                 fmt::join(kKeys, ", "));
-    CLEAVE_CHECK(!header.count(std::string(key)), "schedule file '{}' line {}: '{}' is given twice (first on line {})",
-                 source, line_number, key, header[std::string(key)].second);
-    header[std::string(key)] = {std::string(value), line_number};
-  }
 
-  CLEAVE_CHECK(!rank_lines.empty(), "schedule file '{}' has no 'rank N: ...' lines", source);
-  auto header_int = [&](const std::string& key) -> std::optional<int> {
-    auto it = header.find(key);
-    if (it == header.end()) return std::nullopt;
-    const auto value = to_int(it->second.first);
-    CLEAVE_CHECK(value.has_value() && *value >= 1, "schedule file '{}' line {}: {} must be an integer >= 1, got '{}'",
-                 source, it->second.second, key, it->second.first);
-    return value;
-  };
+    CLEAVE_CHECK(!rank_lines.empty(), "schedule file '{}' has no 'rank N: ...' lines", source);
+    auto header_int = [&](const std::string& key) -> std::optional<int> {
+      auto it = header.find(key);
+      if (it == header.end()) return std::nullopt;
+      const auto value = to_int(it->second.first);
+      CLEAVE_CHECK(value.has_value() && *value >= 1, "schedule file '{}' line {}: {} must be an integer >= 1, got '{}'",
+                   source, it->second.second, key, it->second.first);
+      return value;
+    };
 
-  Schedule s;
-  s.name = header.count("name") ? header["name"].first : std::string(source);
-  const int rank_count = static_cast<int>(rank_lines.size());
-  s.pp_size = header_int("pp_size").value_or(rank_count);
-  CLEAVE_CHECK(rank_count == s.pp_size, "schedule file '{}': pp_size is {} but there are {} rank lines", source,
-               s.pp_size, rank_count);
-  s.ranks.resize(s.pp_size);
-  for (auto& [rank, entry] : rank_lines) {
-    CLEAVE_CHECK(rank < s.pp_size, "schedule file '{}' line {}: rank {} is out of range for pp_size {} (ranks 0..{})",
-                 source, entry.second, rank, s.pp_size, s.pp_size - 1);
-    s.ranks[rank] = std::move(entry.first);
-  }
-
-  int max_stage = -1, max_mb = -1;
-  for (const auto& actions : s.ranks) {
-    for (const auto& a : actions) {
-      max_stage = std::max(max_stage, a.stage);
-      max_mb = std::max(max_mb, a.microbatch);
+    Schedule s;
+    s.name = header.count("name") ? header["name"].first : std::string(source);
+    const int rank_count = static_cast<int>(rank_lines.size());
+    s.pp_size = header_int("pp_size").value_or(rank_count);
+    CLEAVE_CHECK(rank_count == s.pp_size, "schedule file '{}': pp_size is {} but there are {} rank lines", source,
+                 s.pp_size, rank_count);
+    s.ranks.resize(s.pp_size);
+    for (auto& [rank, entry] : rank_lines) {
+      CLEAVE_CHECK(rank < s.pp_size, "schedule file '{}' line {}: rank {} is out of range for pp_size {} (ranks 0..{})",
+                   source, entry.second, rank, s.pp_size, s.pp_size - 1);
+      s.ranks[rank] = std::move(entry.first);
     }
-  }
-  s.num_stages = header_int("num_stages").value_or(max_stage + 1);
-  s.num_microbatches = header_int("num_microbatches").value_or(max_mb + 1);
-  CLEAVE_CHECK(s.num_stages >= 1, "schedule file '{}' names no stage; add compute actions or num_stages", source);
-  CLEAVE_CHECK(s.num_microbatches >= 1, "schedule file '{}' names no micro-batch; add compute actions or "
-               "num_microbatches", source);
 
-  if (header.count("placement")) {
-    const auto& [value, line] = header["placement"];
-    for (auto word : split_words(value)) {
-      const auto rank = to_int(word);
-      CLEAVE_CHECK(rank.has_value(), "schedule file '{}' line {}: placement entry '{}' is not a rank number", source,
-                   line, word);
-      s.stage_to_rank.push_back(*rank);
-    }
-  } else {
-    CLEAVE_CHECK(s.num_stages <= max_stage + 1,
-                 "schedule file '{}': stage {} appears on no rank, so its placement is unknown (add a 'placement:' "
-                 "line)",
-                 source, max_stage + 1);
-    s.stage_to_rank.assign(s.num_stages, -1);
-    for (int r = 0; r < s.pp_size; ++r) {
-      for (const auto& a : s.ranks[r]) {
-        if (!has_stage(a.kind) || a.stage < 0 || a.stage >= s.num_stages) continue;
-        int& placed = s.stage_to_rank[a.stage];
-        CLEAVE_CHECK(placed < 0 || placed == r,
-                     "schedule file '{}': stage {} appears on rank {} (line {}) and rank {} (line {}); a stage runs on "
-                     "one rank (add a 'placement:' line to say which)",
-                     source, a.stage, placed, rank_lines[placed].second, r, rank_lines[r].second);
-        placed = r;
+    int max_stage = -1, max_mb = -1;
+    for (const auto& actions : s.ranks) {
+      for (const auto& a : actions) {
+        max_stage = std::max(max_stage, a.stage);
+        max_mb = std::max(max_mb, a.microbatch);
       }
     }
-    for (int stage = 0; stage < s.num_stages; ++stage) {
-      CLEAVE_CHECK(s.stage_to_rank[stage] >= 0,
+    s.num_stages = header_int("num_stages").value_or(max_stage + 1);
+    s.num_microbatches = header_int("num_microbatches").value_or(max_mb + 1);
+    CLEAVE_CHECK(s.num_stages >= 1, "schedule file '{}' names no stage; add compute actions or num_stages", source);
+    CLEAVE_CHECK(s.num_microbatches >= 1, "schedule file '{}' names no micro-batch; add compute actions or "
+                 "num_microbatches", source);
+
+    if (header.count("placement")) {
+      const auto& [value, line] = header["placement"];
+      for (auto word : split_words(value)) {
+        const auto rank = to_int(word);
+        CLEAVE_CHECK(rank.has_value(), "schedule file '{}' line {}: placement entry '{}' is not a rank number", source,
+                     line, word);
+        s.stage_to_rank.push_back(*rank);
+      }
+    } else {
+      // Stages as they appear (never a table sized by a number from the file: a stage index is only read).
+      std::map<int, int> placed;  // stage -> rank
+      for (int r = 0; r < s.pp_size; ++r) {
+        for (const auto& a : s.ranks[r]) {
+          if (!has_stage(a.kind) || a.stage < 0 || a.stage >= s.num_stages) continue;
+          const auto [it, inserted] = placed.emplace(a.stage, r);
+          CLEAVE_CHECK(inserted || it->second == r,
+                       "schedule file '{}': stage {} appears on rank {} (line {}) and rank {} (line {}); a stage runs on "
+                       "one rank (add a 'placement:' line to say which)",
+                       source, a.stage, it->second, rank_lines[it->second].second, r, rank_lines[r].second);
+        }
+      }
+      int missing = 0;  // the first stage in [0, num_stages) that no action names
+      for (const auto& entry : placed) {
+        if (entry.first != missing) break;
+        ++missing;
+      }
+      CLEAVE_CHECK(missing >= s.num_stages,
                    "schedule file '{}': stage {} appears on no rank, so its placement is unknown (add a 'placement:' "
                    "line)",
-                   source, stage);
+                   source, missing);
+      for (const auto& entry : placed) s.stage_to_rank.push_back(entry.second);
     }
+    if (const auto v = header_int("virtual_stages")) {
+      s.virtual_stages = *v;
+    } else {
+      CLEAVE_CHECK(s.num_stages % s.pp_size == 0,
+                   "schedule file '{}': {} stages cannot be spread evenly over {} ranks (every rank holds the same "
+                   "number of stages)",
+                   source, s.num_stages, s.pp_size);
+      s.virtual_stages = s.num_stages / s.pp_size;
+    }
+    // Shape errors name the source, not the schedule's own name.
+    const std::string name = std::exchange(s.name, std::string(source));
+    check_schedule_shape(s);
+    s.name = name;
+    return s;
+  } catch (const Error& e) {
+    rethrow_one_line(e);  // names and keys quoted from the input may hold control characters
   }
-  if (const auto v = header_int("virtual_stages")) {
-    s.virtual_stages = *v;
-  } else {
-    CLEAVE_CHECK(s.num_stages % s.pp_size == 0,
-                 "schedule file '{}': {} stages cannot be spread evenly over {} ranks (every rank holds the same "
-                 "number of stages)",
-                 source, s.num_stages, s.pp_size);
-    s.virtual_stages = s.num_stages / s.pp_size;
-  }
-  // Shape errors name the source, not the schedule's own name.
-  const std::string name = std::exchange(s.name, std::string(source));
-  check_schedule_shape(s);
-  s.name = name;
-  return s;
 }
 
 void save_schedule(const Schedule& schedule, const std::string& path) {

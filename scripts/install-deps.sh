@@ -2,6 +2,7 @@
 # Installs Cleave's build and test dependencies from Debian packages (run as root or with sudo).
 # Also fetches the handwritten-digits data set from Debian's python3-sklearn package into data/ (the
 # package is downloaded and unpacked locally, not installed; nothing comes from outside Debian's archive).
+# clang + libclang-rt-14-dev (libFuzzer and the sanitizer runtimes) build the fuzz targets (scripts/fuzz.sh).
 #   --with-slurm   also SLURM (slurmctld, slurmd, srun with the PMIx plugin) and munge, for the `slurm` test
 #                  label (tests/e2e/slurm_launch.sh starts a private single-node SLURM; CI uses this flag)
 set -euo pipefail
@@ -22,6 +23,7 @@ packages=(
   libfmt-dev nlohmann-json3-dev libopenblas-dev
   libopenmpi-dev openmpi-bin
   libgtest-dev libgmock-dev libbenchmark-dev
+  clang libclang-rt-14-dev
   fortunes
 )
 if [ "$with_slurm" = 1 ]; then packages+=(slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge); fi

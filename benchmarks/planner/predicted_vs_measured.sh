@@ -21,6 +21,8 @@ cat > "$work/gpt.json" << 'JSON'
   "data": {"type": "synthetic"}
 }
 JSON
+over=()
+[ "$world" -le "$(nproc)" ] || over=(--oversubscribe)
 [ "$world" -le "$(nproc)" ] || echo "WARNING: $world ranks on $(nproc) cores: oversubscribed, measured times include waiting for a core"
 "$cleave" plan "$work/gpt.json" --world "$world" --top 5 --json "$work/plans.json" | head -n 12
 python3 - "$work/plans.json" "$plans" > "$work/picked.txt" << 'PY'
@@ -37,7 +39,7 @@ printf "\n%4s %-40s %10s %10s %7s %12s %12s %7s\n" "rank" "plan" "pred ms" "meas
 while read -r rank pred_s pred_peak name sets; do
   out="$work/run_$rank"
   # shellcheck disable=SC2086
-  mpiexec -n "$world" --oversubscribe "$cleave" train "$work/gpt.json" $sets --set train.steps="$steps" \
+  mpiexec -n "$world" "${over[@]}" "$cleave" train "$work/gpt.json" $sets --set train.steps="$steps" \
     --set train.log_interval=1000 --set train.out_dir="$out" < /dev/null > "$out.log" 2>&1 || { echo "plan $rank failed:"; tail -3 "$out.log"; continue; }
   python3 - "$out/metrics.jsonl" "$out.log" "$rank" "$name" "$pred_s" "$pred_peak" << 'PY'
 import json, re, statistics, sys

@@ -8,13 +8,16 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <set>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/checksum.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/one_line.hpp"
 
 namespace cleave::checkpoint {
 namespace {
@@ -29,6 +32,15 @@ std::int64_t numel_of(const std::vector<std::int64_t>& shape) {
 
 std::string shape_text(const std::vector<std::int64_t>& shape) { return fmt::format("[{}]", fmt::join(shape, ",")); }
 
+// nlohmann's message without its "[json.exception.type_error.302] " prefix.
+std::string library_detail(const json::exception& e) {
+  std::string text = e.what();
+  if (const auto close = text.find("] "); text.starts_with("[json.exception") && close != std::string::npos) {
+    text = text.substr(close + 2);
+  }
+  return text;
+}
+
 void write_all(int fd, const std::string& path, const std::byte* data, std::size_t n) {
   while (n > 0) {
     const ssize_t w = ::write(fd, data, n);
@@ -37,6 +49,22 @@ void write_all(int fd, const std::string& path, const std::byte* data, std::size
     data += w;
     n -= static_cast<std::size_t>(w);
   }
+}
+
+// A JSON array of integers that fit int64. nlohmann's get<std::vector<std::int64_t>>() converts 9.2e20 or
+// 1.5 with a plain cast (undefined behaviour past int64; found by tests/fuzz/safetensors_fuzz.cpp).
+std::vector<std::int64_t> integers(const json& value, std::string_view key) {
+  CLEAVE_CHECK(value.is_array(), "{} is {}, expected an array of integers", key, value.type_name());
+  std::vector<std::int64_t> out;
+  for (const json& v : value) {
+    const bool fits = v.is_number_integer() &&
+                      (!v.is_number_unsigned() ||
+                       v.get<std::uint64_t>() <= static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max()));
+    CLEAVE_CHECK(fits, "{} holds {}, expected integers that fit 64 bits", key,
+                 v.dump(-1, ' ', false, json::error_handler_t::replace));
+    out.push_back(v.get<std::int64_t>());
+  }
+  return out;
 }
 
 }  // namespace
@@ -117,79 +145,103 @@ SafetensorsFile read_safetensors(const std::string& path) {
   const bool failed = std::ferror(f) != 0;
   std::fclose(f);
   CLEAVE_CHECK(!failed, "checkpoint file {}: read error", path);
-  const auto size = static_cast<std::uint64_t>(all.size());
-  CLEAVE_CHECK(size >= 8, "checkpoint file {}: {} bytes is shorter than the 8-byte header length (truncated?)", path,
-               size);
-  std::uint64_t header_len = 0;
-  for (int i = 0; i < 8; ++i) header_len |= static_cast<std::uint64_t>(all[static_cast<std::size_t>(i)]) << (8 * i);
-  CLEAVE_CHECK(header_len <= size - 8,
-               "checkpoint file {}: header length {} exceeds the {} bytes after the length field (truncated or "
-               "corrupt)",
-               path, header_len, size - 8);
-  json header;
-  try {
-    header = json::parse(reinterpret_cast<const char*>(all.data()) + 8,
-                         reinterpret_cast<const char*>(all.data()) + 8 + header_len);
-  } catch (const std::exception& e) {
-    CLEAVE_THROW("checkpoint file {}: the {}-byte JSON header does not parse ({})", path, header_len, e.what());
-  }
-  CLEAVE_CHECK(header.is_object(), "checkpoint file {}: the JSON header is not an object", path);
+  return parse_safetensors(all, path);
+}
 
-  SafetensorsFile out;
-  out.path = path;
-  const std::int64_t data_size = static_cast<std::int64_t>(size - 8 - header_len);
-  std::vector<std::pair<std::int64_t, std::string>> by_begin;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      CLEAVE_CHECK(entry.is_object(), "checkpoint file {}: __metadata__ is not an object", path);
-      for (const auto& [k, v] : entry.items()) {
-        CLEAVE_CHECK(v.is_string(), "checkpoint file {}: __metadata__.{} is not a string", path, k);
-        out.metadata[k] = v.get<std::string>();
-      }
-      continue;
-    }
-    TensorRecord r;
+SafetensorsFile parse_safetensors(std::span<const std::byte> all, const std::string& path) {
+  try {
+    const auto size = static_cast<std::uint64_t>(all.size());
+    CLEAVE_CHECK(size >= 8, "checkpoint file {}: {} bytes is shorter than the 8-byte header length (truncated?)", path,
+                 size);
+    std::uint64_t header_len = 0;
+    for (int i = 0; i < 8; ++i) header_len |= static_cast<std::uint64_t>(all[static_cast<std::size_t>(i)]) << (8 * i);
+    CLEAVE_CHECK(header_len <= size - 8,
+                 "checkpoint file {}: header length {} exceeds the {} bytes after the length field (truncated or "
+                 "corrupt)",
+                 path, header_len, size - 8);
+    json header;
     try {
-      r.dtype = entry.at("dtype").get<std::string>();
-      r.shape = entry.at("shape").get<std::vector<std::int64_t>>();
-      const auto offsets = entry.at("data_offsets").get<std::vector<std::int64_t>>();
-      CLEAVE_CHECK(offsets.size() == 2, "data_offsets has {} values, expected 2", offsets.size());
-      r.begin = offsets[0];
-      r.end = offsets[1];
-    } catch (const std::exception& e) {
-      CLEAVE_THROW("checkpoint file {}: tensor {}: malformed header entry ({})", path, name, e.what());
+      header = json::parse(reinterpret_cast<const char*>(all.data()) + 8,
+                           reinterpret_cast<const char*>(all.data()) + 8 + header_len);
+    } catch (const json::exception& e) {
+      CLEAVE_THROW("checkpoint file {}: the {}-byte JSON header does not parse ({})", path, header_len,
+                   library_detail(e));
     }
-    const std::size_t dsize = safetensors_dtype_size(r.dtype);
-    for (std::int64_t d : r.shape) {
-      CLEAVE_CHECK(d >= 0, "checkpoint file {}: tensor {} has a negative extent in shape {}", path, name,
-                   shape_text(r.shape));
+    CLEAVE_CHECK(header.is_object(), "checkpoint file {}: the JSON header is not an object", path);
+
+    SafetensorsFile out;
+    out.path = path;
+    const std::int64_t data_size = static_cast<std::int64_t>(size - 8 - header_len);
+    std::vector<std::pair<std::int64_t, std::string>> by_begin;
+    for (const auto& [name, entry] : header.items()) {
+      if (name == "__metadata__") {
+        CLEAVE_CHECK(entry.is_object(), "checkpoint file {}: __metadata__ is not an object", path);
+        for (const auto& [k, v] : entry.items()) {
+          CLEAVE_CHECK(v.is_string(), "checkpoint file {}: __metadata__.{} is not a string", path, k);
+          out.metadata[k] = v.get<std::string>();
+        }
+        continue;
+      }
+      CLEAVE_CHECK(entry.is_object(), "checkpoint file {}: tensor {}: the header entry is {}, expected an object with "
+                   "dtype, shape and data_offsets", path, name, entry.type_name());
+      TensorRecord r;
+      try {
+        r.dtype = entry.at("dtype").get<std::string>();
+        r.shape = integers(entry.at("shape"), "shape");
+        const auto offsets = integers(entry.at("data_offsets"), "data_offsets");
+        CLEAVE_CHECK(offsets.size() == 2, "data_offsets has {} values, expected 2", offsets.size());
+        r.begin = offsets[0];
+        r.end = offsets[1];
+      } catch (const json::exception& e) {
+        CLEAVE_THROW("checkpoint file {}: tensor {}: malformed header entry ({})", path, name, library_detail(e));
+      } catch (const Error& e) {
+        CLEAVE_THROW("checkpoint file {}: tensor {}: malformed header entry ({})", path, name, e.what());
+      }
+      std::int64_t dsize = 0;
+      try {
+        dsize = static_cast<std::int64_t>(safetensors_dtype_size(r.dtype));
+      } catch (const Error& e) {
+        CLEAVE_THROW("checkpoint file {}: tensor {}: {}", path, name, e.what());
+      }
+      // numel × dtype size, stopped as soon as it passes the data section (so the product cannot overflow).
+      std::int64_t expected = dsize;
+      for (std::int64_t d : r.shape) {
+        CLEAVE_CHECK(d >= 0, "checkpoint file {}: tensor {} has a negative extent in shape {}", path, name,
+                     shape_text(r.shape));
+        if (d == 0) expected = 0;
+        else if (expected <= data_size) expected = expected > data_size / d ? data_size + 1 : expected * d;
+      }
+      CLEAVE_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= data_size,
+                   "checkpoint file {}: tensor {} has data_offsets [{}, {}] outside the {}-byte data section", path,
+                   name, r.begin, r.end, data_size);
+      CLEAVE_CHECK(expected <= data_size,
+                   "checkpoint file {}: tensor {} has shape {} of {}, more than the {}-byte data section holds", path,
+                   name, shape_text(r.shape), r.dtype, data_size);
+      CLEAVE_CHECK(r.end - r.begin == expected,
+                   "checkpoint file {}: tensor {} spans {} bytes but shape {} of {} needs {}", path, name,
+                   r.end - r.begin, shape_text(r.shape), r.dtype, expected);
+      by_begin.emplace_back(r.begin, name);
+      out.tensors.emplace(name, std::move(r));
     }
-    CLEAVE_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= data_size,
-                 "checkpoint file {}: tensor {} has data_offsets [{}, {}] outside the {}-byte data section", path,
-                 name, r.begin, r.end, data_size);
-    const std::int64_t expected = numel_of(r.shape) * static_cast<std::int64_t>(dsize);
-    CLEAVE_CHECK(r.end - r.begin == expected,
-                 "checkpoint file {}: tensor {} spans {} bytes but shape {} of {} needs {}", path, name,
-                 r.end - r.begin, shape_text(r.shape), r.dtype, expected);
-    by_begin.emplace_back(r.begin, name);
-    out.tensors.emplace(name, std::move(r));
+    std::sort(by_begin.begin(), by_begin.end());
+    std::int64_t covered = 0;
+    for (const auto& [begin, name] : by_begin) {
+      const TensorRecord& r = out.tensors.at(name);
+      CLEAVE_CHECK(begin == covered,
+                   "checkpoint file {}: tensor {} starts at byte {} but the previous data ends at {} ({}; offsets must "
+                   "cover the data exactly)",
+                   path, name, begin, covered, begin > covered ? "a gap" : "an overlap");
+      covered = r.end;
+    }
+    CLEAVE_CHECK(covered == data_size,
+                 "checkpoint file {}: the tensors cover {} bytes but the data section holds {} (truncated, or bytes "
+                 "after the last tensor)",
+                 path, covered, data_size);
+    out.data.assign(all.begin() + static_cast<std::ptrdiff_t>(8 + header_len), all.end());
+    return out;
+  } catch (const Error& e) {
+    rethrow_one_line(e);  // names and keys quoted from the input may hold control characters
   }
-  std::sort(by_begin.begin(), by_begin.end());
-  std::int64_t covered = 0;
-  for (const auto& [begin, name] : by_begin) {
-    const TensorRecord& r = out.tensors.at(name);
-    CLEAVE_CHECK(begin == covered,
-                 "checkpoint file {}: tensor {} starts at byte {} but the previous data ends at {} ({}; offsets must "
-                 "cover the data exactly)",
-                 path, name, begin, covered, begin > covered ? "a gap" : "an overlap");
-    covered = r.end;
-  }
-  CLEAVE_CHECK(covered == data_size,
-               "checkpoint file {}: the tensors cover {} bytes but the data section holds {} (truncated, or bytes "
-               "after the last tensor)",
-               path, covered, data_size);
-  out.data.assign(all.begin() + static_cast<std::ptrdiff_t>(8 + header_len), all.end());
-  return out;
 }
 
 }  // namespace cleave::checkpoint

@@ -5,7 +5,8 @@
 // Invariants kept by write_safetensors and checked by read_safetensors (every violation is an Error naming
 // the file and, where there is one, the tensor and the numbers):
 //  - N + 8 <= file size, the header is a JSON object, every entry has a known dtype (F32, BF16, I64), a
-//    shape of non-negative extents and end - begin == numel × dtype size;
+//    shape of non-negative extents (numel × dtype size within the data section, so it cannot overflow) and
+//    end - begin == numel × dtype size;
 //  - sorted by begin, the entries cover [0, data size) exactly: no gap, no overlap, nothing after the last.
 // Pure I/O: no tensors, no devices; the caller owns the bytes.
 #pragma once
@@ -61,5 +62,9 @@ struct SafetensorsFile {
 
 // Reads and validates the whole file (see the invariants above). Throws Error naming the file.
 SafetensorsFile read_safetensors(const std::string& path);
+// The same checks on a file's bytes already in memory; `path` names it in messages. Every number in the
+// header is checked against bytes.size() before it is used, so no allocation or read follows an unchecked
+// number (fuzzed: tests/fuzz/safetensors_fuzz.cpp).
+SafetensorsFile parse_safetensors(std::span<const std::byte> bytes, const std::string& path);
 
 }  // namespace cleave::checkpoint

@@ -119,24 +119,25 @@ int run_generate(int argc, char** argv) {
                  source);
     dir = *latest;
   }
+  // index.json is checked by CheckpointReader (step, optimizer.type, model an object); the model section itself
+  // goes through the strict config reader before anything reads a key of it.
   const nlohmann::json index = train::CheckpointReader(dir).index();
-  const nlohmann::json& model = index.at("model");
-  CLEAVE_CHECK(model.value("type", "") == "gpt" && model.value("vocab_size", 0) >= 256,
-               "generate: checkpoint {} holds a {} model with vocab_size {}; generation needs a byte-level gpt "
-               "(vocab_size >= 256)",
-               dir, model.value("type", "?"), model.value("vocab_size", 0));
-  const std::int64_t seq_len = model.at("seq_len").get<std::int64_t>();
+  const nlohmann::json run = {
+      {"model", index.at("model")},
+      {"optimizer", {{"type", index.at("optimizer").at("type")}}},
+      {"train", {{"steps", std::max<std::int64_t>(1, index.at("step").get<std::int64_t>())}, {"eval_batches", 0}}},
+      {"data", {{"type", "synthetic"}}}};
+  const config::RunConfig config = config::parse_config(run.dump(), "checkpoint " + dir);
+  CLEAVE_CHECK(config.model.type == "gpt" && config.model.gpt.vocab_size >= 256,
+               "generate: checkpoint {} holds a {} model{}; generation needs a byte-level gpt (vocab_size >= 256)",
+               dir, config.model.type,
+               config.model.type == "gpt" ? fmt::format(" with vocab_size {}", config.model.gpt.vocab_size) : "");
+  const std::int64_t seq_len = config.model.gpt.seq_len;
 
   comm::MpiRuntime runtime(&argc, &argv);
   log::set_rank(runtime.world_rank(), runtime.world_size());
   CLEAVE_CHECK(runtime.world_size() == 1, "generate: runs on one rank (launched with {})", runtime.world_size());
   train::configure_threads_for_node();
-  const nlohmann::json run = {
-      {"model", model},
-      {"optimizer", {{"type", index.at("optimizer").at("type")}}},
-      {"train", {{"steps", std::max<std::int64_t>(1, index.at("step").get<std::int64_t>())}, {"eval_batches", 0}}},
-      {"data", {{"type", "synthetic"}}}};
-  const config::RunConfig config = config::parse_config(run.dump(), "checkpoint " + dir);
   comm::World world = comm::make_world_communicator(runtime, "mpi", "cpu", comm::CommOptions{});
   train::Trainer trainer(config, *world.comm);
   trainer.load_checkpoint(dir);

@@ -1,7 +1,8 @@
-// Launcher environment parsing and local-rank / device resolution (launch_env.hpp).
+// Launcher environment parsing: world place (checked against MPI), local rank, device (launch_env.hpp).
 #include "engine/comm/launch_env.hpp"
 
 #include <charconv>
+#include <string>
 #include <cstdlib>
 #include <set>
 #include <utility>
@@ -61,6 +62,56 @@ std::optional<LocalRank> local_rank_from_env(const EnvLookup& env) {
     return out;
   }
   return std::nullopt;
+}
+
+std::optional<WorldPlace> world_place_from_env(const EnvLookup& env) {
+  // SLURM_PROCID / SLURM_NTASKS also exist in a batch script's own environment (rank 0 of the allocation's task
+  // count), where a plain `cleave train` is a legitimate world of one. Only a task srun launched carries
+  // SLURM_STEP_NUM_TASKS, so that is the size read and the sign that SLURM launched this process.
+  constexpr Source kWorldSources[] = {
+      {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"},
+      {"PMI_RANK", "PMI_SIZE"},
+      {"SLURM_PROCID", "SLURM_STEP_NUM_TASKS"},
+      {"PMIX_RANK", nullptr},
+  };
+  for (const Source& source : kWorldSources) {
+    if (std::string_view(source.rank_var) == "SLURM_PROCID" && !env("SLURM_STEP_NUM_TASKS")) continue;
+    const std::optional<int> rank = parse_count(env, source.rank_var);
+    if (!rank) continue;
+    WorldPlace place;
+    place.rank = *rank;
+    place.rank_var = source.rank_var;
+    if (source.size_var != nullptr) {
+      if (const std::optional<int> size = parse_count(env, source.size_var)) {
+        CLEAVE_CHECK(*size >= 1 && *rank < *size,
+                     "launcher environment: {}={} is not a rank of a world of {}={} (expected 0 <= rank < size)",
+                     source.rank_var, *rank, source.size_var, *size);
+        place.size = *size;
+        place.size_var = source.size_var;
+      }
+    }
+    return place;
+  }
+  return std::nullopt;
+}
+
+void check_world_place(const std::optional<WorldPlace>& place, int mpi_rank, int mpi_size) {
+  if (!place) return;
+  const bool rank_ok = place->rank == mpi_rank;
+  const bool size_ok = place->size == 0 || place->size == mpi_size;
+  if (rank_ok && size_ok) return;
+  const std::string claim = place->size == 0 ? fmt::format("{}={}", place->rank_var, place->rank)
+                                             : fmt::format("{}={}, {}={}", place->rank_var, place->rank,
+                                                           place->size_var, place->size);
+  CLEAVE_THROW(
+      "launcher and MPI disagree about this process: the launcher says rank {}{} ({}), MPI_COMM_WORLD says rank {} "
+      "of {}. {}",
+      place->rank, place->size == 0 ? std::string() : fmt::format(" of {}", place->size), claim, mpi_rank, mpi_size,
+      mpi_size == 1 && (place->size > 1 || place->rank > 0)
+          ? "Each process started its own one-rank MPI world: under SLURM launch with `srun --mpi=pmix` (check "
+            "`srun --mpi=list`), or use mpirun"
+          : "The processes were not started as one MPI job by this launcher (a stale variable from an outer "
+            "launcher?); launch with mpirun, or srun --mpi=pmix");
 }
 
 LocalRank resolve_local_rank(std::span<const std::string> hostnames, std::span<const int> claimed, int rank,

@@ -1,4 +1,18 @@
-// Local rank and device selection from the launcher's environment (CPU code, no MPI, unit-tested).
+// Rank discovery, local rank and device selection from the launcher's environment (CPU code, no MPI,
+// unit-tested).
+//
+// World rank and size, by launcher (the first family whose rank variable is set speaks for the launcher):
+//   Open MPI mpirun/mpiexec                                      OMPI_COMM_WORLD_RANK / OMPI_COMM_WORLD_SIZE
+//   MPICH / Intel MPI (Hydra)                                    PMI_RANK / PMI_SIZE
+//   SLURM srun                                                   SLURM_PROCID / SLURM_STEP_NUM_TASKS
+//   any PMIx launcher (prterun, srun --mpi=pmix)                 PMIX_RANK (PMIx exports no size variable)
+// The SLURM pair counts only in a task srun started (SLURM_STEP_NUM_TASKS set): a batch script's own
+// environment also holds SLURM_PROCID=0 and SLURM_NTASKS=<allocation>, where a plain `cleave` is a world of 1.
+// After MPI_Init the claim is checked against MPI_COMM_WORLD (check_world_place): a mismatch means the
+// processes did not join one MPI job, classically `srun` without `--mpi=pmix` on an Open MPI built with PMIx,
+// which starts N singleton worlds of size 1 that would each train alone and overwrite each other's files.
+// Under mpirun inside an sbatch allocation SLURM_PROCID/NTASKS belong to the batch step; the MPI launcher's
+// own variables come first, so they are never compared.
 //
 // Which variable says "this process's index on its node", by launcher:
 //   Open MPI mpirun/mpiexec (also Azure ML's "Mpi" distribution)  OMPI_COMM_WORLD_LOCAL_RANK / _LOCAL_SIZE
@@ -32,6 +46,23 @@ struct LocalRank {
 // The launcher's claim, if any variable is set. Throws Error for a value that is not a non-negative integer,
 // naming the variable.
 std::optional<LocalRank> local_rank_from_env(const EnvLookup& env);
+
+// What the launcher says about this process's place in the world.
+struct WorldPlace {
+  int rank = 0;
+  int size = 0;           // 0 when the launcher exports no size (PMIx)
+  std::string rank_var;   // "OMPI_COMM_WORLD_RANK", ...
+  std::string size_var;   // "" when size is 0
+};
+
+// The launcher's world rank and size, from the first family above whose rank variable is set; nullopt when
+// none is (a plain `cleave train`). Throws Error naming the variable for a value that is not a non-negative
+// integer, or a rank not below the size.
+std::optional<WorldPlace> world_place_from_env(const EnvLookup& env);
+
+// Throws Error when `place` (the launcher's claim) disagrees with MPI's world rank or size, naming the
+// variables, both pairs of numbers and the likely cause. Nothing to check when `place` is empty.
+void check_world_place(const std::optional<WorldPlace>& place, int mpi_rank, int mpi_size);
 
 // The local rank of `rank` given every rank's host name and every rank's launcher claim (-1 = none): the
 // claim when every rank has one and the claims on each host are distinct, else the position among the ranks

@@ -27,6 +27,7 @@
 #include "engine/config/comm_backend.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/one_line.hpp"
 #include "partition/tp_rules.hpp"
 #include "pipeline/schedules/schedules.hpp"
 
@@ -136,20 +137,19 @@ class Reader {
 
   Reader section(std::string_view key) { return Reader(get(key), key_path(key), state_); }
 
-  bool integer(std::string_view key, std::int64_t& out, std::int64_t min) {
+  bool integer(std::string_view key, std::int64_t& out, std::int64_t min,
+               std::int64_t max = std::numeric_limits<std::int64_t>::max()) {
     const json* v = get(key);
     if (v == nullptr) return false;
     out = to_integer(*v, key_path(key));
     if (out < min) fail(state_, key_path(key), "must be {}, got {}", min == 1 ? "positive" : fmt::format("≥ {}", min), out);
+    if (out > max) fail(state_, key_path(key), "{} is above the limit {}", out, max);
     return true;
   }
-  bool integer(std::string_view key, int& out, int min) {
+  bool integer(std::string_view key, int& out, int min, int max = std::numeric_limits<int>::max()) {
     std::int64_t wide = out;
-    const bool present = integer(key, wide, min);
-    if (present) {
-      if (wide > std::numeric_limits<int>::max()) fail(state_, key_path(key), "{} is too large", wide);
-      out = static_cast<int>(wide);
-    }
+    const bool present = integer(key, wide, min, max);
+    if (present) out = static_cast<int>(wide);
     return present;
   }
   bool unsigned_integer(std::string_view key, std::uint64_t& out) {
@@ -206,7 +206,7 @@ class Reader {
     fail(state_, key_path(key), "\"{}\" is not one of {}{}", out, list,
          best <= 2 ? fmt::format(" (did you mean \"{}\"?)", closest) : std::string());
   }
-  bool integer_list(std::string_view key, std::vector<std::int64_t>& out, std::int64_t min) {
+  bool integer_list(std::string_view key, std::vector<std::int64_t>& out, std::int64_t min, std::int64_t max) {
     const json* v = get(key);
     if (v == nullptr) return false;
     if (!v->is_array()) fail(state_, key_path(key), "expected an array of integers, got {}", show(*v));
@@ -215,6 +215,7 @@ class Reader {
       const std::string element = fmt::format("{}[{}]", key_path(key), i);
       const std::int64_t value = to_integer((*v)[i], element);
       if (value < min) fail(state_, element, "must be {}, got {}", min == 1 ? "positive" : fmt::format("≥ {}", min), value);
+      if (value > max) fail(state_, element, "{} is above the limit {}", value, max);
       out.push_back(value);
     }
     return true;
@@ -356,7 +357,36 @@ json parse_json_strict(std::string_view text, const std::string& what) {
   }
 }
 
+// Offset of the first byte that is not part of well-formed UTF-8 (no overlong forms, no surrogates, at most
+// U+10FFFF), or npos. JSON strings must be UTF-8: a --set value taken as text is checked here, so nothing
+// later (to_json, messages) meets bytes the JSON library refuses to write.
+std::size_t invalid_utf8_at(std::string_view text) {
+  std::size_t i = 0;
+  while (i < text.size()) {
+    const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
+    const unsigned char c = byte(i);
+    std::size_t length = 0;
+    unsigned char low = 0x80, high = 0xbf;  // allowed range of the second byte
+    if (c < 0x80) length = 1;
+    else if (c >= 0xc2 && c <= 0xdf) length = 2;
+    else if (c >= 0xe0 && c <= 0xef) length = 3, low = c == 0xe0 ? 0xa0 : 0x80, high = c == 0xed ? 0x9f : 0xbf;
+    else if (c >= 0xf0 && c <= 0xf4) length = 4, low = c == 0xf0 ? 0x90 : 0x80, high = c == 0xf4 ? 0x8f : 0xbf;
+    else return i;
+    if (i + length > text.size()) return i;
+    for (std::size_t k = 1; k < length; ++k) {
+      const unsigned char lo = k == 1 ? low : 0x80, hi = k == 1 ? high : 0xbf;
+      if (byte(i + k) < lo || byte(i + k) > hi) return i;
+    }
+    i += length;
+  }
+  return std::string_view::npos;
+}
+
 void apply_override(json& root, const std::string& assignment, ParseState& state) {
+  if (const std::size_t bad = invalid_utf8_at(assignment); bad != std::string_view::npos) {
+    throw Error(fmt::format("--set {}...: not valid UTF-8 (byte 0x{:02X} at offset {}); keys and values must be UTF-8 "
+                            "text", assignment.substr(0, bad), static_cast<unsigned char>(assignment[bad]), bad));
+  }
   const auto eq = assignment.find('=');
   CLEAVE_CHECK(eq != std::string::npos && eq > 0, "--set {}: expected key.path=value, e.g. --set optimizer.lr=3e-4",
                assignment);
@@ -390,32 +420,42 @@ void apply_override(json& root, const std::string& assignment, ParseState& state
 
 // ---- sections ---------------------------------------------------------------------------------------------
 
+// Upper limits of sizes and counts: far above any real model or cluster (frontier models have d_ff ~10^5,
+// ~10^2 layers, vocabularies ~10^5), low enough that the products the engine forms of them (parameter counts,
+// seq_len × d_model × d_ff, micro × accumulation × dp) stay inside int64, and that no list is sized by a number
+// a typo made astronomical (model.n_layers = 10^9 would build a billion blocks).
+constexpr std::int64_t kMaxFeatures = std::int64_t{1} << 24;  // vocab, d_model, d_ff, seq_len, hidden, classes
+constexpr std::int64_t kMaxCount = std::int64_t{1} << 16;     // layers, heads, channels, kernel, pool, image side
+constexpr int kMaxParallel = 1 << 16;                           // tp, pp, dp, virtual stages
+constexpr std::int64_t kMaxBatch = std::int64_t{1} << 24;      // micro-batch, accumulation steps
+constexpr std::int64_t kMaxGlobalBatch = std::int64_t{1} << 40;
+
 void read_model(Reader r, ModelConfig& m) {
   r.choice("type", m.type, {"gpt", "mlp", "cnn"});
   if (m.type == "gpt") {
     auto& g = m.gpt;
-    r.integer("vocab_size", g.vocab_size, 1);
-    r.integer("d_model", g.d_model, 1);
-    r.integer("n_layers", g.n_layers, 1);
-    r.integer("n_heads", g.n_heads, 1);
-    r.integer("seq_len", g.seq_len, 1);
-    if (!r.integer("d_ff", g.d_ff, 1)) g.d_ff = 4 * g.d_model;
+    r.integer("vocab_size", g.vocab_size, 1, kMaxFeatures);
+    r.integer("d_model", g.d_model, 1, kMaxFeatures);
+    r.integer("n_layers", g.n_layers, 1, kMaxCount);
+    r.integer("n_heads", g.n_heads, 1, kMaxCount);
+    r.integer("seq_len", g.seq_len, 1, kMaxFeatures);
+    if (!r.integer("d_ff", g.d_ff, 1, kMaxFeatures)) g.d_ff = 4 * g.d_model;
     r.boolean("tie_embeddings", g.tie_embeddings);
   } else if (m.type == "mlp") {
     auto& c = m.mlp;
-    r.integer("in_features", c.in_features, 1);
-    r.integer_list("hidden", c.hidden, 1);
-    r.integer("num_classes", c.num_classes, 2);
+    r.integer("in_features", c.in_features, 1, kMaxFeatures);
+    r.integer_list("hidden", c.hidden, 1, kMaxFeatures);
+    r.integer("num_classes", c.num_classes, 2, kMaxFeatures);
     r.choice("activation", c.activation, {"relu", "gelu"});
   } else {
     auto& c = m.cnn;
-    r.integer("in_channels", c.in_channels, 1);
-    r.integer("height", c.height, 1);
-    r.integer("width", c.width, 1);
-    r.integer_list("channels", c.channels, 1);
-    r.integer("kernel", c.kernel, 1);
-    r.integer("pool", c.pool, 1);
-    r.integer("num_classes", c.num_classes, 2);
+    r.integer("in_channels", c.in_channels, 1, kMaxCount);
+    r.integer("height", c.height, 1, kMaxCount);
+    r.integer("width", c.width, 1, kMaxCount);
+    r.integer_list("channels", c.channels, 1, kMaxCount);
+    r.integer("kernel", c.kernel, 1, kMaxCount);
+    r.integer("pool", c.pool, 1, kMaxCount);
+    r.integer("num_classes", c.num_classes, 2, kMaxFeatures);
   }
   std::map<std::string, std::string> foreign;
   for (const auto& [type, keys] : model_keys()) {
@@ -431,15 +471,15 @@ void read_model(Reader r, ModelConfig& m) {
 }
 
 void read_parallel(Reader r, ParallelConfig& p) {
-  r.integer("tensor_model_parallel_size", p.tensor_model_parallel_size, 1);
-  r.integer("pipeline_model_parallel_size", p.pipeline_model_parallel_size, 1);
-  r.integer("data_parallel_size", p.data_parallel_size, -1);
-  r.integer("virtual_pipeline_stages", p.virtual_pipeline_stages, 1);
+  r.integer("tensor_model_parallel_size", p.tensor_model_parallel_size, 1, kMaxParallel);
+  r.integer("pipeline_model_parallel_size", p.pipeline_model_parallel_size, 1, kMaxParallel);
+  r.integer("data_parallel_size", p.data_parallel_size, -1, kMaxParallel);
+  r.integer("virtual_pipeline_stages", p.virtual_pipeline_stages, 1, kMaxParallel);
   r.string("schedule", p.schedule);
   r.integer("auto_schedule_memory_limit", p.auto_schedule_memory_limit, 0);
   Reader partition = r.section("partition");
   partition.choice("method", p.partition.method, {"cost", "uniform", "parameters", "manual"});
-  partition.integer_list("blocks_per_stage", p.partition.blocks_per_stage, 1);
+  partition.integer_list("blocks_per_stage", p.partition.blocks_per_stage, 1, kMaxCount + 3);
   partition.finish();
   r.number("dp_bucket_mb", p.dp_bucket_mb, 0.0, std::numeric_limits<double>::infinity(), /*min_open=*/true);
   r.choice("grad_reduce_dtype", p.grad_reduce_dtype, {"fp32", "bf16"});
@@ -448,13 +488,13 @@ void read_parallel(Reader r, ParallelConfig& p) {
 }
 
 void read_batch(Reader r, BatchConfig& b) {
-  auto read = [&](std::string_view key, std::optional<std::int64_t>& out) {
+  auto read = [&](std::string_view key, std::optional<std::int64_t>& out, std::int64_t max) {
     std::int64_t value = 0;
-    if (r.integer(key, value, 1)) out = value;
+    if (r.integer(key, value, 1, max)) out = value;
   };
-  read("global_batch_size", b.global_batch_size);
-  read("micro_batch_size", b.micro_batch_size);
-  read("gradient_accumulation_steps", b.gradient_accumulation_steps);
+  read("global_batch_size", b.global_batch_size, kMaxGlobalBatch);
+  read("micro_batch_size", b.micro_batch_size, kMaxBatch);
+  read("gradient_accumulation_steps", b.gradient_accumulation_steps, kMaxBatch);
   r.finish();
 }
 
@@ -523,14 +563,20 @@ std::string suggest(const std::string& unknown, const std::set<std::string>& kno
   const std::string_view parent = parent_of(unknown);
   std::string best;
   std::size_t best_distance = std::numeric_limits<std::size_t>::max();
+  const std::size_t allowed = std::max<std::size_t>(2, leaf.size() / 3);
+  // The distance is at least the length difference: skip what cannot be within `allowed` (a pasted 10 kB key
+  // would otherwise cost 10 kB × every known key, found as the fuzz target's hot spot).
+  const auto within_reach = [&](std::string_view a, std::string_view b) {
+    return (a.size() > b.size() ? a.size() - b.size() : b.size() - a.size()) <= allowed;
+  };
   for (const std::string& candidate : known) {
-    std::size_t d = edit_distance(unknown, candidate);
+    std::size_t d = within_reach(unknown, candidate) ? edit_distance(unknown, candidate) : best_distance;
     // The right key in the wrong section ("train.lr" for "optimizer.lr") is a near miss too.
-    const std::size_t by_leaf = edit_distance(leaf, leaf_of(candidate)) + (parent_of(candidate) == parent ? 0 : 1);
-    d = std::min(d, by_leaf);
+    if (within_reach(leaf, leaf_of(candidate))) {
+      d = std::min(d, edit_distance(leaf, leaf_of(candidate)) + (parent_of(candidate) == parent ? 0 : 1));
+    }
     if (d < best_distance) best_distance = d, best = candidate;
   }
-  const std::size_t allowed = std::max<std::size_t>(2, leaf.size() / 3);
   if (best_distance <= allowed) return fmt::format(" (did you mean {}?)", best);
   std::vector<std::string> siblings;
   for (const std::string& candidate : known) {
@@ -755,6 +801,20 @@ bool operator==(const ModelConfig& a, const ModelConfig& b) {
   return a.type == b.type && gpt && mlp && cnn;
 }
 
+namespace {
+
+// micro × accumulation × dp (all >= 1), refused past 2^62 samples instead of overflowing int64.
+std::int64_t batch_product(std::int64_t micro, std::int64_t accumulation, std::int64_t dp) {
+  constexpr std::int64_t kLimit = std::int64_t{1} << 62;
+  CLEAVE_CHECK(micro <= kLimit / accumulation && micro * accumulation <= kLimit / dp,
+               "batch: micro_batch_size {} × gradient_accumulation_steps {} × data-parallel size {} is beyond 2^62 "
+               "samples per step",
+               micro, accumulation, dp);
+  return micro * accumulation * dp;
+}
+
+}  // namespace
+
 ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size) {
   CLEAVE_ASSERT(dp_size >= 1, "resolve_batch with dp_size {}", dp_size);
   const std::int64_t dp = dp_size;
@@ -763,10 +823,11 @@ ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size) {
   const auto& a = batch.gradient_accumulation_steps;
   ResolvedBatch r;
   if (g && m && a) {
-    CLEAVE_CHECK(*g == *m * *a * dp,
+    const std::int64_t product = batch_product(*m, *a, dp);
+    CLEAVE_CHECK(*g == product,
                  "batch: global_batch_size {} != micro_batch_size {} × gradient_accumulation_steps {} × data-parallel "
                  "size {} = {}; drop one of the three to have it computed",
-                 *g, *m, *a, dp, *m * *a * dp);
+                 *g, *m, *a, dp, product);
     r = {*g, *m, *a};
   } else if (g && m) {
     CLEAVE_CHECK(*g % (*m * dp) == 0,
@@ -789,19 +850,19 @@ ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size) {
   } else {
     const std::int64_t micro = m.value_or(8);
     const std::int64_t accumulation = a.value_or(1);
-    r = {micro * accumulation * dp, micro, accumulation};
+    r = {batch_product(micro, accumulation, dp), micro, accumulation};
   }
   return r;
 }
 
 void RunConfig::resolve(int world_size) {
   CLEAVE_CHECK(world_size >= 1, "world size must be positive, got {}", world_size);
-  const int tp = parallel.tensor_model_parallel_size;
-  const int pp = parallel.pipeline_model_parallel_size;
+  const std::int64_t tp = parallel.tensor_model_parallel_size;  // 64-bit: tp × pp may pass INT_MAX
+  const std::int64_t pp = parallel.pipeline_model_parallel_size;
   CLEAVE_CHECK(world_size % (tp * pp) == 0,
                "world size {} is not divisible by tp({}) × pp({}) = {}; launch a multiple of {} ranks", world_size, tp,
                pp, tp * pp, tp * pp);
-  const int dp = world_size / (tp * pp);
+  const int dp = static_cast<int>(world_size / (tp * pp));
   if (parallel.data_parallel_size != -1) {
     CLEAVE_CHECK(parallel.data_parallel_size == dp,
                  "parallel.data_parallel_size is {}, but world size {} / (tp {} × pp {}) = {}; launch {} ranks or set "
@@ -822,28 +883,32 @@ ResolvedBatch RunConfig::resolved_batch() const {
 }
 
 RunConfig parse_config(std::string_view json_text, std::string_view origin, const std::vector<std::string>& overrides) {
-  ParseState state;
-  state.origin = std::string(origin);
-  json root = json_text.empty() ? json::object() : parse_json_strict(json_text, "config " + state.origin);
-  if (!root.is_object()) {
-    throw Error(fmt::format("config {}: expected a JSON object {{...}} at the top level, got {}", state.origin, show(root)));
-  }
-  for (const std::string& assignment : overrides) apply_override(root, assignment, state);
+  try {
+    ParseState state;
+    state.origin = std::string(origin);
+    json root = json_text.empty() ? json::object() : parse_json_strict(json_text, "config " + state.origin);
+    if (!root.is_object()) {
+      throw Error(fmt::format("config {}: expected a JSON object {{...}} at the top level, got {}", state.origin, show(root)));
+    }
+    for (const std::string& assignment : overrides) apply_override(root, assignment, state);
 
-  RunConfig c;
-  Reader top(&root, "", state);
-  read_model(top.section("model"), c.model);
-  read_parallel(top.section("parallel"), c.parallel);
-  read_batch(top.section("batch"), c.batch);
-  read_optimizer(top.section("optimizer"), c.optimizer);
-  read_train(top.section("train"), c.train);
-  read_checkpoint(top.section("checkpoint"), c.checkpoint);
-  read_data(top.section("data"), c.data);
-  read_device(top.section("device"), c.device);
-  top.finish();
-  report_unknown(state);
-  validate(c, state);
-  return c;
+    RunConfig c;
+    Reader top(&root, "", state);
+    read_model(top.section("model"), c.model);
+    read_parallel(top.section("parallel"), c.parallel);
+    read_batch(top.section("batch"), c.batch);
+    read_optimizer(top.section("optimizer"), c.optimizer);
+    read_train(top.section("train"), c.train);
+    read_checkpoint(top.section("checkpoint"), c.checkpoint);
+    read_data(top.section("data"), c.data);
+    read_device(top.section("device"), c.device);
+    top.finish();
+    report_unknown(state);
+    validate(c, state);
+    return c;
+  } catch (const Error& e) {
+    rethrow_one_line(e);  // names and keys quoted from the input may hold control characters
+  }
 }
 
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {

@@ -162,7 +162,10 @@ std::int64_t parse_bytes(std::string_view text, std::string_view what) {
   else if (unit == "TB") scale = 1e12;
   CLEAVE_CHECK(scale > 0, "{}: unknown unit '{}' in '{}'; expected B, KiB, MiB, GiB, TiB, KB, MB, GB or TB", what,
                unit, text);
-  return static_cast<std::int64_t>(std::llround(value * scale));
+  const double bytes = value * scale;
+  // llround of a double past int64 (1e300TiB, "inf") is unspecified: it came back negative, a cap below zero.
+  CLEAVE_CHECK(std::isfinite(bytes) && bytes < 9.2e18, "{}: '{}' is too large (at most about 8 EiB)", what, text);
+  return static_cast<std::int64_t>(std::llround(bytes));
 }
 
 std::string format_bytes(std::int64_t bytes) {

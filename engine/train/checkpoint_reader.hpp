@@ -15,25 +15,30 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/checkpoint/checkpoint_index.hpp"
 #include "engine/checkpoint/safetensors.hpp"
 
 namespace cleave::train {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr int kCheckpointFormatVersion = checkpoint::kCheckpointFormatVersion;
 
 class CheckpointReader {
  public:
-  // Reads and checks `dir`/index.json (format and version). Throws Error naming the directory.
+  // Reads and checks `dir`/index.json (checkpoint_index.hpp: format, version, every field the readers use).
+  // Throws Error naming the directory or the file.
   explicit CheckpointReader(std::string dir);
 
   const std::string& dir() const { return dir_; }
-  const nlohmann::json& index() const { return index_; }
+  // The whole document; step, model (an object), optimizer.type and optimizer.steps_done are checked.
+  const nlohmann::json& index() const { return index_.document; }
   // Names of the stored parameters (tensors of kind "parameter"), sorted.
   std::vector<std::string> parameter_names() const;
   // The logical shape index.json records for `name`; throws when the tensor is absent.
   std::vector<std::int64_t> shape_of(const std::string& name) const;
   // The logical tensor `name` (f32, row-major), assembled from its pieces. `expected_shape`, when given, must
-  // equal the recorded shape (a different model otherwise).
+  // equal the recorded shape (a different model otherwise). Nothing is allocated before the pieces are known
+  // to cover every shard exactly and their files' sizes and checksums match: the tensor is never larger than
+  // the bytes on disk.
   std::vector<float> logical(const std::string& name, const std::vector<std::int64_t>* expected_shape = nullptr);
   // Bytes of the files opened so far (each read once, checksummed once).
   std::int64_t bytes_read() const { return bytes_read_; }
@@ -43,7 +48,7 @@ class CheckpointReader {
   const checkpoint::SafetensorsFile& open(const std::string& file, const std::string& tensor);
 
   std::string dir_;
-  nlohmann::json index_;
+  checkpoint::CheckpointIndex index_;
   std::map<std::string, checkpoint::SafetensorsFile> files_;
   std::int64_t bytes_read_ = 0;
 };

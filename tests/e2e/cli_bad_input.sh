@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The CLI on bad input: each case must exit non-zero with a one-line error that names the key or file and
-# the numbers, and must not create or modify the output directory. Usage: cli_bad_input.sh CLEAVE SRC_DIR
+# the numbers, and must not create or modify the output directory. Also: a launcher that disagrees with MPI
+# about the rank (rank discovery). Usage: cli_bad_input.sh CLEAVE SRC_DIR
 set -u
 cleave=$1
 src=$2
@@ -86,6 +87,22 @@ if [ $# -ge 3 ]; then
   printf 'rank 0: 0F0 0B0\nrank 1: 1B0 1F0\n' > swapped.sched
   pp_error schedule-swapped '1B0 on rank 1 comes before 1F0' --set parallel.schedule=swapped.sched \
       --set batch.global_batch_size=8 --set batch.micro_batch_size=8
+fi
+
+# Rank discovery: a process the launcher calls rank 1 of 2 that MPI starts as a world of one (srun without
+# --mpi=pmix) stops with both views named, before writing anything. A batch script's own SLURM_PROCID=0 /
+# SLURM_NTASKS (no SLURM_STEP_NUM_TASKS: not an srun task) do not count, so a plain run there still works.
+out=$(SLURM_PROCID=1 SLURM_STEP_NUM_TASKS=2 "$cleave" train "${set_out[@]}" 2>&1); status=$?
+pattern='SLURM_PROCID=1, SLURM_STEP_NUM_TASKS=2.*MPI_COMM_WORLD says rank 0 of 1.*srun --mpi=pmix'
+if [ $status -eq 0 ] || ! grep -Eq -- "$pattern" <<<"$out" || [ -e out ]; then
+  echo "FAIL launcher-mismatch: status $status"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1)); rm -rf out
+else
+  echo "ok   launcher-mismatch: $(grep -E -- "$pattern" <<<"$out" | head -n 1)"
+fi
+if SLURM_PROCID=0 SLURM_NTASKS=8 "$cleave" train --set train.out_dir=batch --set train.steps=1 >batch.log 2>&1; then
+  echo "ok   batch-script-variables: a plain run inside an allocation is a world of one"
+else
+  echo "FAIL batch-script-variables"; sed 's/^/    /' batch.log; failures=$((failures + 1))
 fi
 
 # An output directory that already holds a run is refused and left untouched.

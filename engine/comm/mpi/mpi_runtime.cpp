@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include "engine/comm/launch_env.hpp"
 #include "engine/comm/mpi/mpi_check.hpp"
 #include "engine/comm/mpi/wait_notice.hpp"
 #include "engine/core/log.hpp"
@@ -54,6 +55,9 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv, MpiThreadLevel required) {
   CLEAVE_MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &world_rank_));
   CLEAVE_MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &world_size_));
   log::set_rank(world_rank_, world_size_);
+  // The launcher's idea of this process's place must be MPI's (launch_env.hpp): N singleton worlds from an
+  // srun without PMIx would otherwise each train alone, writing the same files.
+  check_world_place(world_place_from_env(process_env()), world_rank_, world_size_);
   CLEAVE_CHECK(provided_ >= required,
                "MPI provides thread level {} but Cleave needs {}: use an MPI built with thread support (Open MPI: "
                "--enable-mpi-thread-multiple, the default since 3.0; MPICH: --enable-threads=multiple)",

@@ -6,6 +6,10 @@
 // communication from a worker), which MPI_THREAD_FUNNELED would forbid. A library providing less is
 // refused with an error naming both levels.
 //
+// Rank discovery: after MPI_Init the launcher's world rank and size (OMPI_COMM_WORLD_*, PMI_*, SLURM_PROCID
+// with SLURM_STEP_NUM_TASKS, PMIX_RANK; launch_env.hpp) must equal MPI_COMM_WORLD's, or the constructor
+// throws an Error naming the variables and both pairs of numbers.
+//
 // Invariants: at most one MpiRuntime per process; it finalizes MPI only if it initialized it (a host
 // program may have done so itself); every communicator must be destroyed before it (their destructors
 // skip MPI_Comm_free once MPI is finalized, so a wrong order leaks handles but does not crash).
@@ -25,7 +29,8 @@ std::string_view mpi_thread_level_name(MpiThreadLevel level);  // "MPI_THREAD_SE
 class MpiRuntime {
  public:
   // Initializes MPI (or adopts an existing initialization), sets the log prefix to the world rank.
-  // Throws Error if the provided thread level is below `required`.
+  // Throws Error if the launcher's rank or size disagrees with MPI's, or if the provided thread level is below
+  // `required`.
   MpiRuntime(int* argc, char*** argv, MpiThreadLevel required = MpiThreadLevel::kSerialized);
   ~MpiRuntime();
   MpiRuntime(const MpiRuntime&) = delete;

@@ -23,6 +23,43 @@ std::string_view token_format_name(TokenFormat format) {
   return "?";
 }
 
+TokenRange locate_tokens(std::span<const std::uint8_t> bytes, TokenFormat format, std::string_view what) {
+  const auto file_bytes = static_cast<std::int64_t>(bytes.size());
+  CLEAVE_CHECK(file_bytes > 0, "{}: the file is empty (0 bytes)", what);
+  switch (format) {
+    case TokenFormat::kText: return {0, file_bytes};
+    case TokenFormat::kUint16:
+      CLEAVE_CHECK(file_bytes % 2 == 0,
+                   "{}: {} bytes is not a whole number of uint16 tokens (odd size: truncated or not uint16 tokens)",
+                   what, file_bytes);
+      return {0, file_bytes / 2};
+    case TokenFormat::kLlmc: {
+      CLEAVE_CHECK(file_bytes >= kLlmcHeaderBytes,
+                   "{}: {} bytes is shorter than the {}-byte llm.c header (truncated; for headerless tokens set "
+                   "data.format=uint16)",
+                   what, file_bytes, kLlmcHeaderBytes);
+      std::int32_t header[3];
+      std::memcpy(header, bytes.data(), sizeof header);
+      CLEAVE_CHECK(header[0] == kLlmcMagic,
+                   "{}: wrong magic number {} (expected {}): not an llm.c token shard (for headerless uint16 "
+                   "tokens set data.format=uint16)",
+                   what, header[0], kLlmcMagic);
+      CLEAVE_CHECK(header[1] == kLlmcVersion, "{}: llm.c shard version {}, expected {} (uint16 tokens)", what,
+                   header[1], kLlmcVersion);
+      CLEAVE_CHECK(header[2] > 0, "{}: the header says {} tokens (empty shard)", what, header[2]);
+      // header[2] is at most 2^31 - 1, so the expected size cannot overflow.
+      const std::int64_t expected = kLlmcHeaderBytes + 2 * static_cast<std::int64_t>(header[2]);
+      CLEAVE_CHECK(file_bytes == expected,
+                   "{}: the header says {} tokens ({} + 2 × {} = {} bytes) but the file has {} bytes ({})", what,
+                   header[2], kLlmcHeaderBytes, header[2], expected, file_bytes,
+                   file_bytes < expected ? "truncated" : fmt::format("{} extra bytes", file_bytes - expected));
+      return {kLlmcHeaderBytes, header[2]};
+    }
+  }
+  CLEAVE_ASSERT(false, "locate_tokens: unknown TokenFormat {}", static_cast<int>(format));
+  return {};
+}
+
 TokenFile::TokenFile(std::string path, TokenFormat format) : path_(std::move(path)), format_(format) {
   const std::string what = fmt::format("data file {}", path_);
   std::error_code ec;
@@ -51,42 +88,10 @@ TokenFile::TokenFile(std::string path, TokenFormat format) : path_(std::move(pat
   }
   const auto* base = static_cast<const std::uint8_t*>(map_);
   try {
-    switch (format_) {
-      case TokenFormat::kText:
-        bytes_ = base;
-        count_ = file_bytes;
-        break;
-      case TokenFormat::kUint16:
-        CLEAVE_CHECK(file_bytes % 2 == 0,
-                     "{}: {} bytes is not a whole number of uint16 tokens (odd size: truncated or not uint16 tokens)",
-                     what, file_bytes);
-        tokens_ = reinterpret_cast<const std::uint16_t*>(base);
-        count_ = file_bytes / 2;
-        break;
-      case TokenFormat::kLlmc: {
-        CLEAVE_CHECK(file_bytes >= kLlmcHeaderBytes,
-                     "{}: {} bytes is shorter than the {}-byte llm.c header (truncated; for headerless tokens set "
-                     "data.format=uint16)",
-                     what, file_bytes, kLlmcHeaderBytes);
-        std::int32_t header[3];
-        std::memcpy(header, base, sizeof header);
-        CLEAVE_CHECK(header[0] == kLlmcMagic,
-                     "{}: wrong magic number {} (expected {}): not an llm.c token shard (for headerless uint16 "
-                     "tokens set data.format=uint16)",
-                     what, header[0], kLlmcMagic);
-        CLEAVE_CHECK(header[1] == kLlmcVersion, "{}: llm.c shard version {}, expected {} (uint16 tokens)", what,
-                     header[1], kLlmcVersion);
-        CLEAVE_CHECK(header[2] > 0, "{}: the header says {} tokens (empty shard)", what, header[2]);
-        const std::int64_t expected = kLlmcHeaderBytes + 2 * static_cast<std::int64_t>(header[2]);
-        CLEAVE_CHECK(file_bytes == expected,
-                     "{}: the header says {} tokens ({} + 2 × {} = {} bytes) but the file has {} bytes ({})", what,
-                     header[2], kLlmcHeaderBytes, header[2], expected, file_bytes,
-                     file_bytes < expected ? "truncated" : fmt::format("{} extra bytes", file_bytes - expected));
-        tokens_ = reinterpret_cast<const std::uint16_t*>(base + kLlmcHeaderBytes);
-        count_ = header[2];
-        break;
-      }
-    }
+    const TokenRange range = locate_tokens(std::span(base, map_bytes_), format_, what);
+    if (format_ == TokenFormat::kText) bytes_ = base;
+    else tokens_ = reinterpret_cast<const std::uint16_t*>(base + range.offset);
+    count_ = range.count;
   } catch (...) {
     ::munmap(map_, map_bytes_);
     map_ = nullptr;

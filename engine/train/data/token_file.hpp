@@ -10,7 +10,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 
 namespace cleave::train {
 
@@ -20,6 +22,16 @@ std::string_view token_format_name(TokenFormat format);  // "text file", "llm.c 
 inline constexpr std::int32_t kLlmcMagic = 20240520;
 inline constexpr std::int32_t kLlmcVersion = 1;
 inline constexpr std::int64_t kLlmcHeaderBytes = 256 * 4;
+
+// Where the tokens of a file's bytes are: `count` tokens starting `offset` bytes in (1 byte each for text, 2
+// for llmc and uint16). Every header field is checked against the file size before it is used, so the range
+// always lies inside `bytes`. Pure (no I/O): TokenFile calls it on the mapped file, the fuzz target on its
+// input. Throws Error naming `what` (e.g. "data file x.bin") and the numbers.
+struct TokenRange {
+  std::int64_t offset = 0;
+  std::int64_t count = 0;
+};
+TokenRange locate_tokens(std::span<const std::uint8_t> bytes, TokenFormat format, std::string_view what);
 
 class TokenFile {
  public:

@@ -183,6 +183,44 @@ TEST(Safetensors, OffsetsThatDoNotCoverTheDataAreRefused) {
   EXPECT_NE(msg.find("dtype 'F64' is not supported"), std::string::npos) << msg;
 }
 
+// Found by tests/fuzz/safetensors_fuzz.cpp's contract: header numbers are checked against the bytes before use.
+TEST(Safetensors, HeaderNumbersAreCheckedBeforeUse) {
+  const auto parse = [](const std::string& header, std::size_t data_bytes) {
+    std::vector<std::byte> bytes(8 + header.size() + data_bytes, std::byte{0});
+    for (int i = 0; i < 8; ++i) bytes[static_cast<std::size_t>(i)] = static_cast<std::byte>((header.size() >> (8 * i)) & 0xff);
+    std::memcpy(bytes.data() + 8, header.data(), header.size());
+    return error_of([&] { parse_safetensors(bytes, "x.safetensors"); });
+  };
+  // numel × 4 overflows int64: refused by size, no signed overflow on the way.
+  std::string msg = parse(R"({"a":{"dtype":"F32","shape":[4611686018427387904,4],"data_offsets":[0,8]}})", 8);
+  EXPECT_NE(msg.find("tensor a has shape [4611686018427387904,4] of F32, more than the 8-byte data section holds"),
+            std::string::npos) << msg;
+  msg = parse(R"({"a":[1,2]})", 0);
+  EXPECT_NE(msg.find("x.safetensors: tensor a: the header entry is array, expected an object"), std::string::npos) << msg;
+  msg = parse(R"({"a":{"dtype":7,"shape":[2],"data_offsets":[0,8]}})", 8);
+  EXPECT_NE(msg.find("tensor a: malformed header entry (type must be string, but is number)"), std::string::npos) << msg;
+  msg = parse(R"({"a":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8);
+  EXPECT_NE(msg.find("x.safetensors: tensor a: safetensors dtype 'F64' is not supported"), std::string::npos) << msg;
+  // Numbers that are not int64 integers (fuzz: 9.2e20 reached a float-to-int64 cast, undefined behaviour).
+  msg = parse(R"({"a":{"dtype":"F32","shape":[9.2e20],"data_offsets":[0,8]}})", 8);
+  EXPECT_NE(msg.find("tensor a: malformed header entry (shape holds 9.2e+20, expected integers that fit 64 bits)"),
+            std::string::npos) << msg;
+  msg = parse(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,18446744073709551615]}})", 8);
+  EXPECT_NE(msg.find("data_offsets holds 18446744073709551615"), std::string::npos) << msg;
+  msg = parse(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0]}})", 8);
+  EXPECT_NE(msg.find("data_offsets has 1 values, expected 2"), std::string::npos) << msg;
+  // Tensor names are quoted escaped, so the message stays one line.
+  msg = parse(R"({"a\nb":{"dtype":"F64","shape":[1],"data_offsets":[0,8]}})", 8);
+  EXPECT_NE(msg.find("tensor a\\nb: safetensors dtype 'F64'"), std::string::npos) << msg;
+  EXPECT_EQ(msg.find('\n'), std::string::npos) << msg;
+  // A zero extent anywhere makes an empty tensor, however large the other extents.
+  const std::string empty = R"({"a":{"dtype":"F32","shape":[4611686018427387904,0],"data_offsets":[0,0]}})";
+  std::vector<std::byte> bytes(8 + empty.size());
+  bytes[0] = static_cast<std::byte>(empty.size());
+  std::memcpy(bytes.data() + 8, empty.data(), empty.size());
+  EXPECT_EQ(parse_safetensors(bytes, "x").tensors.at("a").end, 0);
+}
+
 TEST(Safetensors, ChecksumChangesWithAnyFlippedDataByte) {
   const fs::path dir = temp_dir("checksum");
   const fs::path file = dir / "x.safetensors";

@@ -1,4 +1,5 @@
-// Local-rank and device selection from launcher variables and host names (no MPI, no GPU).
+// Rank discovery (world rank and size from each launcher's variables, cross-checked against MPI's numbers),
+// local-rank and device selection from launcher variables and host names (no MPI, no GPU).
 #include <gtest/gtest.h>
 
 #include <map>
@@ -83,6 +84,101 @@ TEST(LaunchEnv, DeviceSelection) {
     EXPECT_NE(m.find("4 devices visible (CUDA_VISIBLE_DEVICES='0,1,2,3')"), std::string::npos) << m;
   }
   EXPECT_THROW(select_device({0, 1, "x"}, 0, "node1", ""), Error);
+}
+
+// The message of the Error `fn` throws (fails the test when it throws nothing).
+template <typename Fn>
+std::string error_of(Fn&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  ADD_FAILURE() << "no Error thrown";
+  return {};
+}
+
+TEST(LaunchEnv, WorldPlaceFromEachLauncher) {
+  auto ompi = world_place_from_env(env_of({{"OMPI_COMM_WORLD_RANK", "3"}, {"OMPI_COMM_WORLD_SIZE", "4"}}));
+  ASSERT_TRUE(ompi);
+  EXPECT_EQ(ompi->rank, 3);
+  EXPECT_EQ(ompi->size, 4);
+  EXPECT_EQ(ompi->rank_var, "OMPI_COMM_WORLD_RANK");
+  EXPECT_EQ(ompi->size_var, "OMPI_COMM_WORLD_SIZE");
+
+  auto hydra = world_place_from_env(env_of({{"PMI_RANK", "1"}, {"PMI_SIZE", "2"}}));
+  ASSERT_TRUE(hydra);
+  EXPECT_EQ(hydra->rank, 1);
+  EXPECT_EQ(hydra->size_var, "PMI_SIZE");
+
+  auto srun = world_place_from_env(env_of({{"SLURM_PROCID", "5"}, {"SLURM_STEP_NUM_TASKS", "8"},
+                                           {"SLURM_NTASKS", "16"}, {"PMIX_RANK", "5"}}));
+  ASSERT_TRUE(srun);
+  EXPECT_EQ(srun->rank, 5);
+  EXPECT_EQ(srun->size, 8);  // the step's tasks, not the allocation's
+  EXPECT_EQ(srun->rank_var, "SLURM_PROCID");
+
+  auto pmix = world_place_from_env(env_of({{"PMIX_RANK", "2"}}));
+  ASSERT_TRUE(pmix);
+  EXPECT_EQ(pmix->rank, 2);
+  EXPECT_EQ(pmix->size, 0);  // PMIx exports no size
+  EXPECT_EQ(pmix->size_var, "");
+
+  EXPECT_FALSE(world_place_from_env(env_of({})));
+}
+
+TEST(LaunchEnv, MpirunInsideAnAllocationIgnoresTheBatchStepVariables) {
+  // sbatch script: SLURM_PROCID=0 / SLURM_NTASKS describe the allocation; mpirun's variables speak for the launch.
+  auto place = world_place_from_env(env_of({{"OMPI_COMM_WORLD_RANK", "2"}, {"OMPI_COMM_WORLD_SIZE", "4"},
+                                            {"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "4"},
+                                            {"SLURM_STEP_NUM_TASKS", "1"}}));
+  ASSERT_TRUE(place);
+  EXPECT_EQ(place->rank_var, "OMPI_COMM_WORLD_RANK");
+  EXPECT_NO_THROW(check_world_place(place, 2, 4));
+  // A plain `cleave train` in the batch script itself: no launch, a world of one.
+  EXPECT_FALSE(world_place_from_env(env_of({{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "8"}})));
+}
+
+TEST(LaunchEnv, MalformedWorldVariablesNameTheVariable) {
+  EXPECT_NE(error_of([] { world_place_from_env(env_of({{"OMPI_COMM_WORLD_RANK", "x1"}})); })
+                .find("OMPI_COMM_WORLD_RANK='x1' is not a non-negative integer"),
+            std::string::npos);
+  const std::string m = error_of([] {
+    world_place_from_env(env_of({{"SLURM_PROCID", "4"}, {"SLURM_STEP_NUM_TASKS", "4"}}));
+  });
+  EXPECT_NE(m.find("SLURM_PROCID=4 is not a rank of a world of SLURM_STEP_NUM_TASKS=4"), std::string::npos) << m;
+  EXPECT_THROW(world_place_from_env(env_of({{"PMI_RANK", "0"}, {"PMI_SIZE", "0"}})), Error);
+}
+
+TEST(LaunchEnv, AgreementWithMpiPasses) {
+  EXPECT_NO_THROW(check_world_place(std::nullopt, 0, 1));
+  EXPECT_NO_THROW(check_world_place(WorldPlace{3, 4, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, 3, 4));
+  EXPECT_NO_THROW(check_world_place(WorldPlace{1, 0, "PMIX_RANK", ""}, 1, 4));  // no size to compare
+}
+
+TEST(LaunchEnv, SingletonWorldsFromSrunWithoutPmixAreRefused) {
+  const std::string m = error_of([] {
+    check_world_place(WorldPlace{2, 4, "SLURM_PROCID", "SLURM_STEP_NUM_TASKS"}, 0, 1);
+  });
+  EXPECT_NE(m.find("the launcher says rank 2 of 4 (SLURM_PROCID=2, SLURM_STEP_NUM_TASKS=4)"), std::string::npos) << m;
+  EXPECT_NE(m.find("MPI_COMM_WORLD says rank 0 of 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("srun --mpi=pmix"), std::string::npos) << m;
+  EXPECT_EQ(m.find('\n'), std::string::npos) << m;  // one line
+  // Rank 0 of such a launch is caught by the size alone.
+  EXPECT_NE(error_of([] { check_world_place(WorldPlace{0, 4, "SLURM_PROCID", "SLURM_STEP_NUM_TASKS"}, 0, 1); })
+                .find("rank 0 of 4"),
+            std::string::npos);
+}
+
+TEST(LaunchEnv, RankOrSizeMismatchNamesBothSides) {
+  const std::string rank = error_of([] {
+    check_world_place(WorldPlace{1, 4, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, 2, 4);
+  });
+  EXPECT_NE(rank.find("OMPI_COMM_WORLD_RANK=1, OMPI_COMM_WORLD_SIZE=4"), std::string::npos) << rank;
+  EXPECT_NE(rank.find("MPI_COMM_WORLD says rank 2 of 4"), std::string::npos) << rank;
+  const std::string size = error_of([] { check_world_place(WorldPlace{1, 0, "PMIX_RANK", ""}, 0, 2); });
+  EXPECT_NE(size.find("the launcher says rank 1 (PMIX_RANK=1)"), std::string::npos) << size;
+  EXPECT_NE(size.find("MPI_COMM_WORLD says rank 0 of 2"), std::string::npos) << size;
 }
 
 }  // namespace

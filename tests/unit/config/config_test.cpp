@@ -111,6 +111,57 @@ TEST(Config, NumbersBeyondADoubleAreRefusedByName) {
   expect_error("{}", {"optimizer.lr", "expected a number", "1e309"}, {"optimizer.lr=1e309"});
 }
 
+// fuzz: tests/fuzz/corpus/config/regress-set-invalid-utf8 (to_json threw the JSON library's type_error 316).
+TEST(Config, SetValuesMustBeUtf8) {
+  expect_error("{}", {"--set data.path=", "not valid UTF-8 (byte 0xED at offset 10)"}, {"data.path=\xed"});
+  expect_error("{}", {"not valid UTF-8 (byte 0xC0 at offset 5)"}, {"data.\xc0\x80=1"});  // overlong form
+  expect_error("{}", {"byte 0xED"}, {"train.out_dir=\xed\xa0\x80"});                     // a surrogate
+  const RunConfig c = parse_config("{}", "run.json", {"train.out_dir=r\xc3\xa9sum\xc3\xa9"});  // "résumé"
+  EXPECT_EQ(c.train.out_dir, "r\xc3\xa9sum\xc3\xa9");
+  EXPECT_EQ(parse_config(to_json(c), "again"), c);
+}
+
+// Sizes are bounded before anything is built from them: no list of a billion blocks, no int64 overflow in
+// 4 × d_model, tp × pp or micro × accumulation × dp, no negative memory cap from a size past int64.
+TEST(Config, SizesHaveLimits) {
+  expect_error("{}", {"--set model.n_layers=1000000000", "model.n_layers: 1000000000 is above the limit 65536"},
+               {"model.n_layers=1000000000"});
+  expect_error("{}", {"model.d_model: 4611686018427387904 is above the limit 16777216"},
+               {"model.d_model=4611686018427387904"});
+  expect_error(R"({"model": {"type": "mlp", "hidden": [8, 99999999999]}})",
+               {"model.hidden[1]: 99999999999 is above the limit 16777216"});
+  expect_error("{}", {"parallel.tensor_model_parallel_size: 2147483647 is above the limit 65536"},
+               {"parallel.tensor_model_parallel_size=2147483647"});
+  expect_error("{}", {"device.memory_limit", "'1e300TiB' is too large"}, {"device.memory_limit=\"1e300TiB\""});
+  expect_error("{}", {"device.memory_limit", "'inf' is too large"}, {"device.memory_limit=\"inf\""});
+  // At the limits every product still fits: 2^24 × 2^24 × 2^16 samples is refused by name, not overflowed.
+  BatchConfig batch;
+  batch.micro_batch_size = std::int64_t{1} << 24;
+  batch.gradient_accumulation_steps = std::int64_t{1} << 24;
+  try {
+    (void)resolve_batch(batch, 1 << 16);
+    ADD_FAILURE() << "accepted 2^64 samples per step";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("is beyond 2^62 samples per step"), std::string::npos) << e.what();
+  }
+  RunConfig c = parse_config("{}", "run.json", {"model.n_heads=65536", "model.d_model=65536",
+                                                "parallel.tensor_model_parallel_size=65536",
+                                                "parallel.pipeline_model_parallel_size=65536"});
+  try {
+    c.resolve(8);
+    ADD_FAILURE() << "resolved tp 65536 x pp 65536 on 8 ranks";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("tp(65536) × pp(65536) = 4294967296"), std::string::npos) << e.what();
+  }
+}
+
+// fuzz: a JSON key holding "\n" made a two-line message; quoted input is escaped (engine/core/one_line.hpp).
+TEST(Config, MessagesQuotingInputStayOneLine) {
+  expect_error(R"({"a\nb": 1})", {"unknown key a\\nb"});
+  expect_error(R"({"train": {"out\u0001dir": 1}})", {"unknown key train.out\\x01dir"});
+  expect_error("{}", {"--set data.typ\\te"}, {"data.typ\te=text"});
+}
+
 TEST(Config, DuplicateKeysNameThePath) {
   expect_error(R"({"optimizer": {"lr": 0.1, "type": "sgd", "lr": 0.2}})", {"run.json", "duplicate key optimizer.lr"});
   expect_error(R"({"train": {}, "train": {}})", {"duplicate key train"});

@@ -115,6 +115,13 @@ TEST(ScheduleText, ErrorsNameSourceLineAndToken) {
             std::string::npos);
   // A header that promises more stages than the file places does not allocate a billion of them.
   EXPECT_NE(parse("num_stages: 1000000000\nrank 0: 0F0 0B0\n").find("stage 1 appears on no rank"), std::string::npos);
+  // Nor does a stage number in an action (fuzz: tests/fuzz/corpus/schedule_text/regress-stage-999999999-oom).
+  EXPECT_NE(parse("rank 0: 0F0 0B0\nrank 1: 1F0 999999999W0\n").find("stage 2 appears on no rank"),
+            std::string::npos);
+  // pp_size × virtual_stages beyond an int is a message, not an overflow.
+  EXPECT_NE(parse("virtual_stages: 2147483647\nplacement: 0 1\nrank 0: 0F0 0B0\nrank 1: 1F0 1B0\n")
+                .find("2 stages is not pp_size 2 × virtual stages 2147483647 = 4294967294"),
+            std::string::npos);
   EXPECT_NE(parse("num_microbatches: zero\nrank 0: 0F0\n").find("line 1: num_microbatches must be an integer >= 1"),
             std::string::npos);
   EXPECT_NE(parse("just words\n").find("line 1: expected 'rank N: actions...' or 'key: value'"), std::string::npos);

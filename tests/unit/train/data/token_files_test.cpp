@@ -1,5 +1,8 @@
 // Token-file loaders: llm.c shards, headerless uint16 and byte-level text, written to a temp dir; windows
 // are contiguous and shifted by one; splits; every file error names the file and the numbers.
+#include <cstring>
+#include <vector>
+
 #include <gtest/gtest.h>
 
 #include "data_test_util.hpp"
@@ -114,6 +117,28 @@ TEST(TokenFiles, LlmcHeaderErrors) {
   const auto tiny = dir.file("tiny.bin");
   write_uint16(tiny, {1, 2, 3});
   expect_error([&] { TokenFile f(tiny, TokenFormat::kLlmc); }, {tiny, "6 bytes", "1024-byte llm.c header"});
+}
+
+// locate_tokens is the header check TokenFile runs on the mapped file (and tests/fuzz/token_file_fuzz.cpp on
+// its input): the range it returns always ends at the end of the bytes, whatever the header claims.
+TEST(TokenFiles, LocateTokensChecksTheHeaderAgainstTheBytes) {
+  std::vector<std::uint8_t> shard(static_cast<std::size_t>(kLlmcHeaderBytes) + 6, 0);
+  const std::int32_t header[3] = {kLlmcMagic, kLlmcVersion, 3};
+  std::memcpy(shard.data(), header, sizeof header);
+  const TokenRange range = locate_tokens(shard, TokenFormat::kLlmc, "data file s.bin");
+  EXPECT_EQ(range.offset, kLlmcHeaderBytes);
+  EXPECT_EQ(range.count, 3);
+  // The largest count a header can hold, on a 1030-byte file: refused with both sizes, no overflow.
+  const std::int32_t huge[3] = {kLlmcMagic, kLlmcVersion, 2147483647};
+  std::memcpy(shard.data(), huge, sizeof huge);
+  expect_error([&] { (void)locate_tokens(shard, TokenFormat::kLlmc, "data file s.bin"); },
+               {"data file s.bin", "2147483647 tokens", "4294968318 bytes", "1030 bytes", "truncated"});
+  const std::int32_t negative[3] = {kLlmcMagic, kLlmcVersion, -5};
+  std::memcpy(shard.data(), negative, sizeof negative);
+  expect_error([&] { (void)locate_tokens(shard, TokenFormat::kLlmc, "data file s.bin"); }, {"-5 tokens"});
+  EXPECT_EQ(locate_tokens(shard, TokenFormat::kUint16, "u").count, 515);
+  EXPECT_EQ(locate_tokens(shard, TokenFormat::kText, "t").count, 1030);
+  expect_error([&] { (void)locate_tokens({}, TokenFormat::kText, "data file e.txt"); }, {"e.txt", "empty (0 bytes)"});
 }
 
 TEST(TokenFiles, MissingEmptyAndOddFiles) {

@@ -1,0 +1,70 @@
+// index.json of a checkpoint directory, read strictly: every field the loaders use is present, of its type
+// and in range before anyone reads it, so a damaged or hand-edited index is one Error naming the file, the
+// JSON path and the value (never a JSON-library exception, never an allocation sized by a number nobody
+// checked). Pure: text in, a value out; fuzzed by tests/fuzz/checkpoint_index_fuzz.cpp.
+//
+// Format (written by engine/train/checkpoint_save.cpp):
+//   {"format": "cleave-checkpoint", "version": 1, "step", "consumed_samples", "next_lr", "seed",
+//    "model": <the config's model section>, "layout": {...}, "optimizer": {"type", "steps_done"},
+//    "files": {file: {"bytes", "checksum"}},
+//    "tensors": {name: {"kind", "shape", "dtype": "F32",
+//                       "pieces": [{"file", "name", "dim", "parts", "index", "groups", "begin", "end"}]}}}
+// A piece holds elements [begin, end) of tp shard `index` of `parts` along `dim` (dim -1: the whole tensor).
+//
+// Checked here: the types above; step, steps_done, bytes >= 0; shape extents >= 0, rank <= Shape::kMaxDims,
+// numel < 2^50; dtype F32; -1 <= dim < rank; 1 <= parts <= 2^16; 0 <= index < parts; groups >= 1 dividing
+// the split extent; 0 <= begin <= end with 4 × (end - begin) <= the piece file's recorded bytes; every piece
+// file listed under "files", whose names are plain names inside the checkpoint directory (no '/', no ".."). Not checked here (it needs the files): sizes and checksums on disk and that the
+// pieces cover each shard exactly (train/checkpoint_reader.hpp does both before allocating).
+// Extending: add the field to the struct and read it in parse_checkpoint_index with the same helpers.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace cleave::checkpoint {
+
+inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr std::int64_t kMaxIndexNumel = std::int64_t{1} << 50;  // elements of one logical tensor
+inline constexpr int kMaxIndexParts = 1 << 16;                          // tp shards of one tensor
+
+struct IndexFile {
+  std::int64_t bytes = 0;
+  std::string checksum;  // "fnv1a64:<16 hex digits>" (checksum.hpp)
+};
+
+struct IndexPiece {
+  std::string file;  // a key of CheckpointIndex::files
+  std::string name;  // the tensor's name inside that safetensors file
+  int dim = -1;
+  int parts = 1;
+  int index = 0;
+  int groups = 1;
+  std::int64_t begin = 0;  // elements of the shard (flattened)
+  std::int64_t end = 0;
+};
+
+struct IndexTensor {
+  std::string kind;  // "parameter" | "optimizer_state" | ...
+  std::vector<std::int64_t> shape;
+  std::vector<IndexPiece> pieces;  // in file order
+};
+
+struct CheckpointIndex {
+  nlohmann::json document;  // the whole index as read (model, layout, ... for callers that compare them)
+  std::int64_t step = 0;
+  std::string optimizer_type;
+  std::int64_t steps_done = 0;
+  std::map<std::string, IndexFile> files;
+  std::map<std::string, IndexTensor> tensors;  // sorted by name
+};
+
+// Parses and checks index.json text (see above). `path` names it in every message. Throws Error.
+CheckpointIndex parse_checkpoint_index(std::string_view text, const std::string& path);
+
+}  // namespace cleave::checkpoint

@@ -19,6 +19,10 @@ struct BenchMachine {
   int threads_per_rank = 1;    // the CPU kernels' thread count
   bool oversubscribed = false; // ranks_on_node > cores
   std::string binding;         // "cores 2-3", "bound by the launcher to 1 core(s)", "not pinned (...)"
+  // Open MPI's shared-memory single-copy mechanism (OMPI_MCA_btl_vader_single_copy_mechanism; "default"
+  // when unset). "none" sends large messages by copy-in/copy-out, which moves only while the sending rank is
+  // inside an MPI call: a peer waits for the sender's next action (see single_copy_warning).
+  std::string mpi_single_copy = "default";
 
   // One line for logs and reports: "AMD EPYC 7B13, 2 cores, 2 ranks x 1 thread, pinned".
   std::string describe() const;
@@ -27,5 +31,8 @@ struct BenchMachine {
 // Decides threads per rank (CLEAVE_THREADS overrides), pins this process when the rule above allows, then
 // configures the kernels' thread pools. Call once, before anything computes.
 BenchMachine place_rank_for_bench();
+
+// A warning when pipeline messages go without single copy (empty otherwise).
+std::string single_copy_warning(const BenchMachine& machine);
 
 }  // namespace cleave::bench

@@ -60,6 +60,7 @@ std::string summary_table(const BenchSetup& setup, const std::vector<ScheduleRun
   out += "step_ms: median whole-step wall time. makespan: the median step's pipeline span (ms); predicted:\n"
          "the simulator's for that step's per-stage F/I/W means (no P2P cost); bubble: idle over ranks x makespan,\n"
          "measured and simulated (docs/schedules.md; the per-stage definition is in bench.json and bench.html).\n";
+  if (const std::string w = single_copy_warning(setup.machine); !w.empty()) out += "WARNING: " + w + "\n";
   if (setup.machine.oversubscribed) {
     out += "WARNING: more ranks than cores: ranks share cores, so a waiting rank's idle time is spent running\n"
            "another rank and measured bubbles read low. Use at most one rank per core for bubble figures.\n";
@@ -80,6 +81,7 @@ json bench_json(const BenchSetup& setup, const std::vector<ScheduleRun>& runs) {
                 {"ranks_on_node", m.ranks_on_node},
                 {"threads_per_rank", m.threads_per_rank},
                 {"binding_rank0", m.binding},
+                {"mpi_single_copy", m.mpi_single_copy},
                 {"oversubscribed", m.oversubscribed}}},
               {"schedules", json::array()}};
   for (const auto& r : runs) {
@@ -137,6 +139,9 @@ std::string bench_html(const BenchSetup& setup, const std::vector<ScheduleRun>& 
                       escape_html(joined(setup.overrides, [](const std::string& s) { return "--set " + s; })),
                       setup.steps, setup.warmup);
   html += fmt::format("<p>Machine: {}</p>\n", escape_html(setup.machine.describe()));
+  if (const std::string w = single_copy_warning(setup.machine); !w.empty()) {
+    html += "<p class=\"warn\">" + escape_html(w) + "</p>\n";
+  }
   if (setup.machine.oversubscribed) {
     html += "<p class=\"warn\">More ranks than cores: ranks share cores, so a waiting rank's idle time runs another "
             "rank and the measured bubbles read low. Use at most one rank per core for bubble figures.</p>\n";

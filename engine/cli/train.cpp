@@ -4,6 +4,7 @@
 // for this rank and runs it. The trainer's world rank 0 writes report.html into the run directory at the end,
 // or after a failure with the steps that finished (train.report, default on; engine/report/html_report.hpp).
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -86,6 +87,13 @@ int run_train(int argc, char** argv) {
         runtime, config.parallel.comm_backend, config.device.type,
         comm::CommOptions{.timeout_s = config.train.comm_timeout_s, .deterministic = config.train.deterministic});
     if (runtime.world_rank() == 0) log::info("comm backend {} ({})", world.comm->backend(), world.choice.reason);
+    const char* single_copy = std::getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
+    if (runtime.world_rank() == 0 && config.parallel.pipeline_model_parallel_size > 1 && single_copy != nullptr &&
+        std::string(single_copy) == "none") {
+      log::warn("Open MPI single copy is off (btl_vader_single_copy_mechanism=none): pipeline messages above 4 KiB "
+                "move only while the sender is inside MPI, which costs zero-bubble schedules their gain; use cma where "
+                "the container allows it (README, Multi-rank training)");
+    }
     config.parallel.comm_backend = world.choice.backend;  // the resolved config.json records what ran
     train::Trainer trainer(config, *world.comm);
     const train::TrainSummary summary = trainer.train(options);

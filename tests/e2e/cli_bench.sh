@@ -29,6 +29,11 @@ JSON
   --out out3 > bench3.log 2>&1 || { cat bench3.log; fail "cleave bench interleaved_1f1b:3"; }
 grep -q "^schedule .*step_ms .*bubble" bench.log || { cat bench.log; fail "no summary table on stdout"; }
 grep -q "core(s), 2 rank(s) on the node x 1 thread(s) per rank" bench.log || { cat bench.log; fail "machine line"; }
+# The suite runs Open MPI without single copy (any container): the bench must say what that costs.
+if [ "$(python3 -c 'import json; print(json.load(open("out/bench.json"))["machine"]["mpi_single_copy"])')" = none ]; then
+  grep -q "WARNING: Open MPI runs with btl_vader_single_copy_mechanism=none" bench.log || { cat bench.log; fail "single-copy warning"; }
+  grep -q "btl_vader_single_copy_mechanism=none" out/bench.html || fail "single-copy warning in bench.html"
+fi
 python3 - out/bench.json out/bench.html out3/bench.json << 'PY' || fail "bench.json / bench.html contents"
 import json, re, sys
 from subprocess import check_output

@@ -8,7 +8,6 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -21,7 +20,6 @@
 #include "engine/core/error.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
-#include "engine/train/plan.hpp"
 
 namespace cleave::cli {
 namespace {
@@ -46,13 +44,6 @@ options:
                        throughput, bubble and peak memory per rank (refuses to overwrite FILE)
   --set key=value      config override, as in cleave train
 )";
-
-std::string read_file(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
 
 std::string ms(double seconds) { return fmt::format("{:.2f}", seconds * 1e3); }
 
@@ -107,17 +98,7 @@ int run_plan(int argc, char** argv) {
                json_path);
   const config::RunConfig base = config::load_config(config_path, overrides);
 
-  planner::HardwareProfile profile;
-  if (!profile_path.empty()) {
-    profile = planner::load_profile(profile_path);
-  } else {
-    profile = planner::measure_this_machine(train::model_spec(base.model), world);
-  }
-  planner::SearchOptions options;
-  options.world = world;
-  options.memory_limit = !limit_text.empty()            ? parse_bytes(limit_text, "--memory-limit")
-                         : base.device.memory_limit > 0 ? base.device.memory_limit
-                                                        : profile.device_memory;
+  const auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
   const planner::SearchResult result = planner::search_plans(config_path, overrides, profile, options);
 
   std::printf("cleave plan: %s on %d ranks | profile: %s\n  (%s)\n  memory cap per rank: %s\n",
@@ -208,7 +189,7 @@ int run_plan(int argc, char** argv) {
     const auto& best = result.ranked.front();
     std::vector<std::string> all = overrides;
     for (const auto& o : best.choice.overrides()) all.push_back(o);
-    config::RunConfig chosen = config::parse_config(read_file(config_path), config_path, all);
+    config::RunConfig chosen = config::load_config(config_path, all);
     if (chosen.device.type == "cpu" && profile.device_type == "cuda") chosen.device.type = "cuda";
     std::ofstream out(write_path);
     out << config::to_json(chosen) << "\n";

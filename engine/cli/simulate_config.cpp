@@ -17,7 +17,6 @@
 #include "engine/core/error.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
-#include "engine/train/plan.hpp"
 #include "pipeline/trace.hpp"
 
 namespace cleave::cli {
@@ -49,17 +48,7 @@ int run_simulate_config(int argc, char** argv) {
   }
   CLEAVE_CHECK(world >= 1, "simulate --config: --world N is required (the ranks the config runs on)");
   const config::RunConfig base = config::load_config(config_path, overrides);
-  planner::HardwareProfile profile;
-  if (!profile_path.empty()) {
-    profile = planner::load_profile(profile_path);
-  } else {
-    profile = planner::measure_this_machine(train::model_spec(base.model), world);
-  }
-  planner::SearchOptions options;
-  options.world = world;
-  options.memory_limit = !limit_text.empty()            ? parse_bytes(limit_text, "--memory-limit")
-                         : base.device.memory_limit > 0 ? base.device.memory_limit
-                                                        : profile.device_memory;
+  const auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
   const planner::PlanChoice choice = planner::choice_of_config(config_path, overrides, world);
   planner::PlanDetails details;
   const planner::PlanEstimate e = planner::estimate_plan(config_path, overrides, choice, profile, options, &details);

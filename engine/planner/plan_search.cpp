@@ -261,6 +261,17 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
   return est;
 }
 
+PlanningSetup planning_setup(const config::RunConfig& base, const std::string& profile_path,
+                             const std::string& limit_text, int world) {
+  PlanningSetup s;
+  s.profile = profile_path.empty() ? measure_this_machine(train::model_spec(base.model), world) : load_profile(profile_path);
+  s.options.world = world;
+  s.options.memory_limit = !limit_text.empty()            ? parse_bytes(limit_text, "--memory-limit")
+                           : base.device.memory_limit > 0 ? base.device.memory_limit
+                                                          : s.profile.device_memory;
+  return s;
+}
+
 SearchResult search_plans(const std::string& config_path, const std::vector<std::string>& overrides,
                           const HardwareProfile& profile, const SearchOptions& options) {
   CLEAVE_CHECK(options.world >= 1, "plan: --world must be >= 1, got {}", options.world);

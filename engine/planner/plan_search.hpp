@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "pipeline/simulator.hpp"
@@ -91,6 +92,16 @@ struct SearchResult {
   std::int64_t memory_limit = 0;       // the cap used (0 = none)
   std::string unit;                    // "tok" or "samples"
 };
+
+// What `cleave plan` and `cleave simulate --config` plan against: the profile file, or this machine measured
+// now for the config's model; and the memory cap: `limit_text` (e.g. "64MiB"), else device.memory_limit, else
+// the profile's device memory (0 = none).
+struct PlanningSetup {
+  HardwareProfile profile;
+  SearchOptions options;
+};
+PlanningSetup planning_setup(const config::RunConfig& base, const std::string& profile_path,
+                             const std::string& limit_text, int world);
 
 // Searches every plan of the config (file `config_path` + `overrides`). Throws Error for a world size no
 // layout divides, or a config that is invalid on its own.

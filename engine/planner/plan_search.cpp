@@ -2,9 +2,7 @@
 #include "engine/planner/plan_search.hpp"
 
 #include <algorithm>
-#include <fstream>
 #include <map>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -19,15 +17,6 @@
 
 namespace cleave::planner {
 namespace {
-
-std::string read_text(const std::string& path) {
-  if (path.empty()) return "";
-  std::ifstream in(path);
-  CLEAVE_CHECK(in.good(), "plan: cannot open config {}", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 std::vector<int> divisors(std::int64_t n) {
   std::vector<int> out;
@@ -76,7 +65,7 @@ std::vector<std::string> PlanChoice::overrides() const {
 
 PlanChoice choice_of_config(const std::string& config_path, const std::vector<std::string>& overrides, int world) {
   config::RunConfig config =
-      config::parse_config(read_text(config_path), config_path.empty() ? "<defaults>" : config_path, overrides);
+      config::load_config(config_path, overrides);
   config.resolve(world);
   const auto batch = config.resolved_batch();
   PlanChoice c;
@@ -102,7 +91,7 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
   try {
     std::vector<std::string> all = overrides;
     for (auto& o : choice.overrides()) all.push_back(o);
-    config = config::parse_config(read_text(config_path), config_path.empty() ? "<defaults>" : config_path, all);
+    config = config::load_config(config_path, all);
     config.resolve(options.world);
     plan = train::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0);
   } catch (const Error& e) {
@@ -275,7 +264,7 @@ PlanningSetup planning_setup(const config::RunConfig& base, const std::string& p
 SearchResult search_plans(const std::string& config_path, const std::vector<std::string>& overrides,
                           const HardwareProfile& profile, const SearchOptions& options) {
   CLEAVE_CHECK(options.world >= 1, "plan: --world must be >= 1, got {}", options.world);
-  const config::RunConfig base = config::parse_config(read_text(config_path), config_path.empty() ? "<defaults>" : config_path, overrides);
+  const config::RunConfig base = config::load_config(config_path, overrides);
   const std::int64_t global = fixed_global_batch(base, options.world);
   SearchResult out;
   out.memory_limit = options.memory_limit;

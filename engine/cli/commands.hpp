@@ -14,6 +14,7 @@ int run_export(int argc, char** argv);
 int run_generate(int argc, char** argv);
 int run_bench(int argc, char** argv);
 int run_plan(int argc, char** argv);
+int run_profile(int argc, char** argv);
 int run_report(int argc, char** argv);
 
 }  // namespace cleave::cli

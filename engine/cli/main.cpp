@@ -35,6 +35,8 @@ constexpr Command kCommands[] = {
      cleave::cli::run_bench},
     {"plan", "choose tp x pp x dp, schedule, micro-batch and ZeRO under a memory cap (simulated, ranked)",
      cleave::cli::run_plan},
+    {"profile", "measure this machine for a config: block times by tp and micro-batch, P2P and collective fits",
+     cleave::cli::run_profile},
     {"simulate", "simulate a pipeline schedule: bubble, memory, Chrome trace and SVG timeline",
      cleave::cli::run_simulate},
     {"verify", "train a layout and a single-rank reference; compare losses and weights (under mpirun)",

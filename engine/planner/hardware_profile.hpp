@@ -3,13 +3,19 @@
 // the memory bandwidth an optimizer step streams at, ranks per node (tensor parallelism stays inside a
 // node) and device memory. Loaded from a JSON profile file (profiles/*.json ship published hardware, with
 // their sources in the file) or measured on this machine (calibrate_this_machine).
+// A profile written by `cleave profile` also carries MeasuredCosts (measured_costs.hpp): per-block times by
+// tp width and micro-batch, and alpha-beta fits of P2P and collectives, which the planner then uses instead
+// of FLOPs over a rate and the link formulas.
 // Invariant: every number is finite and > 0 once a profile is returned; a bad file is an Error naming the
-// file and the key.
+// file and the key; profile_to_json(load_profile(f)) reads back to the same profile (round trip).
 #pragma once
 
 #include <cstdint>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "engine/planner/measured_costs.hpp"
 #include "partition/model_spec.hpp"
 
 namespace cleave::planner {
@@ -38,11 +44,15 @@ struct HardwareProfile {
   // of the GEMM rate; 0 = not measured.
   double block_forward_flops = 0, block_input_grad_flops = 0, block_weight_grad_flops = 0;
 
+  MeasuredCosts measured;  // empty unless written by `cleave profile`
+
   double flops(bool bf16) const { return bf16 ? flops_bf16 : flops_f32; }
 };
 
 // Reads a profile file (format: profiles/README.md). Throws Error naming the file and the key.
 HardwareProfile load_profile(const std::string& path);
+// The profile in that file format (what `cleave profile` writes).
+nlohmann::json profile_to_json(const HardwareProfile& profile);
 
 // Measures this machine for `ranks` ranks sharing it: a GEMM of the given shape ([m, k] x [k, n]) on
 // cores / ranks threads for about 0.2 s (its FLOP/s stands for every block; the planner's figures say

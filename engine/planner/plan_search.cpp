@@ -48,6 +48,24 @@ std::int64_t fixed_global_batch(const config::RunConfig& base, int world) {
 
 }  // namespace
 
+void check_profile_matches(const HardwareProfile& profile, const partition::ModelSpec& spec, bool bf16) {
+  const MeasuredCosts& m = profile.measured;
+  if (!m.has_blocks()) return;
+  CLEAVE_CHECK(m.dtype == (bf16 ? "bf16" : "fp32"),
+               "profile '{}' timed its blocks in {} but the config trains in {} (device.precision): profile again with "
+               "this config", profile.name, m.dtype, bf16 ? "bf16" : "fp32");
+  std::string missing;
+  for (const auto& block : spec.blocks) {
+    const std::string key = block_shape_key(block);
+    const bool any = std::any_of(m.blocks.begin(), m.blocks.end(), [&](const MeasuredBlock& b) { return b.shape == key; });
+    if (!any && missing.find(key) == std::string::npos) missing += (missing.empty() ? "" : ", ") + key;
+  }
+  CLEAVE_CHECK(missing.empty(),
+               "profile '{}' was measured for another model: it has no measurement of {} (it holds {}); run `cleave "
+               "profile CONFIG` for this config", profile.name, missing,
+               m.blocks.empty() ? std::string("nothing") : m.blocks.front().shape + ", ...");
+}
+
 std::string PlanChoice::layout() const { return fmt::format("tp{} pp{} dp{}", tp, pp, dp); }
 
 std::vector<std::string> PlanChoice::overrides() const {
@@ -116,10 +134,35 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
     est.reason = fmt::format("pp rank {} needs {} > cap {}", est.peak_rank, format_bytes(est.peak_bytes), format_bytes(cap));
   }
 
-  // Time: per-stage costs from the cost model and the profile, timed by the simulator.
+  // Time: per-stage costs from the profile's measured tables (cleave profile), else the cost model's FLOPs
+  // over the profile's rates; timed by the simulator.
   const bool bf16 = config.device.precision == "bf16";
   const DType dtype = bf16 ? DType::kBF16 : DType::kF32;
   const auto costs = partition::model_costs(plan.spec, dtype, partition::parse_recompute(choice.recompute));
+  const MeasuredCosts& measured = profile.measured;
+  const bool use_table = measured.has_blocks();
+  if (use_table) {
+    check_profile_matches(profile, plan.spec, bf16);
+    for (const auto& block : plan.spec.blocks) {
+      if (!measured.covers(block_shape_key(block), choice.tp)) {
+        est.valid = est.fits = false;
+        est.reason = fmt::format("profile '{}' has no measurement at tensor-parallel width {} (run cleave profile with "
+                                 "--world {})", profile.name, choice.tp, options.world);
+        return est;
+      }
+    }
+  }
+  const auto plain_costs = partition::model_costs(plan.spec, dtype, partition::Recompute::kNone);
+  const bool one_node = options.world <= profile.ranks_per_node;
+  // A collective over `ranks` ranks of `bytes` per rank: the profile's measured fit where it has one for that
+  // group size (inside a node), else the ring formula over the link.
+  const auto collective_s = [&](const char* op, double bytes, int ranks, const Link& link) {
+    if (ranks <= 1 || bytes <= 0) return 0.0;
+    if (const AlphaBeta* fit = measured.collective(op, ranks); fit != nullptr && &link == &profile.intra_node) {
+      return fit->seconds(bytes);
+    }
+    return std::string_view(op) == "all_reduce" ? link.all_reduce_s(bytes, ranks) : link.all_reduce_s(bytes, ranks) / 2;
+  };
   const double micro = static_cast<double>(choice.micro_batch);
   const double flops = profile.flops(bf16);
   const Link& p2p_link = options.world > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
@@ -137,23 +180,35 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
     for (int b = range.begin; b < range.end; ++b) {
       const auto& c = costs[static_cast<std::size_t>(b)];
       const auto& block = plan.spec.blocks[static_cast<std::size_t>(b)];
-      const bool measured = !bf16 && profile.block_forward_flops > 0;
-      p.f += c.forward_flops * micro / choice.tp / (measured ? profile.block_forward_flops : flops);
-      p.i += c.input_grad_flops * micro / choice.tp / (measured ? profile.block_input_grad_flops : flops);
-      p.w += c.weight_grad_flops * micro / choice.tp / (measured ? profile.block_weight_grad_flops : flops);
+      if (use_table) {
+        const BlockTimes t = measured.block_times(block, choice.tp, choice.micro_batch, profile.name);
+        // Recomputation reruns part of the forward inside I: its share of the measured forward time.
+        const auto& plain = plain_costs[static_cast<std::size_t>(b)];
+        const double rerun = plain.forward_flops > 0 ? (c.input_grad_flops - plain.input_grad_flops) / plain.forward_flops : 0.0;
+        p.f += t.forward_s;
+        p.i += t.input_grad_s + std::max(0.0, rerun) * t.forward_s;
+        p.w += t.weight_grad_s;
+      } else {
+        const bool rates = !bf16 && profile.block_forward_flops > 0;
+        p.f += c.forward_flops * micro / choice.tp / (rates ? profile.block_forward_flops : flops);
+        p.i += c.input_grad_flops * micro / choice.tp / (rates ? profile.block_input_grad_flops : flops);
+        p.w += c.weight_grad_flops * micro / choice.tp / (rates ? profile.block_weight_grad_flops : flops);
+      }
       grad_bytes += 4.0 * static_cast<double>(c.param_count) / choice.tp;
       if (choice.tp > 1 && plan.spec.type == "gpt") {
         const double activation = micro * static_cast<double>(plan.spec.gpt.seq_len * plan.spec.gpt.d_model) * act_bytes;
         if (block.kind == partition::BlockKind::kTransformerBlock) {
-          p.f_tp += 2 * profile.intra_node.all_reduce_s(activation, choice.tp);
-          p.i_tp += 2 * profile.intra_node.all_reduce_s(activation, choice.tp);
+          p.f_tp += 2 * collective_s("all_reduce", activation, choice.tp, profile.intra_node);
+          p.i_tp += 2 * collective_s("all_reduce", activation, choice.tp, profile.intra_node);
         } else if (block.kind == partition::BlockKind::kEmbedding) {
-          p.f_tp += profile.intra_node.all_reduce_s(activation, choice.tp);
+          p.f_tp += collective_s("all_reduce", activation, choice.tp, profile.intra_node);
         }
       }
     }
     const double wire = config.parallel.grad_reduce_dtype == "bf16" ? grad_bytes / 2 : grad_bytes;
-    p.reduce = choice.dp > 1 ? dp_link.all_reduce_s(wire, choice.dp) : 0.0;
+    p.reduce = config.optimizer.zero_stage == 1
+                   ? collective_s("reduce_scatter", wire, choice.dp, dp_link) + collective_s("all_gather", grad_bytes, choice.dp, dp_link)
+                   : collective_s("all_reduce", wire, choice.dp, dp_link);
     rank_params[static_cast<std::size_t>(plan.stage_to_rank(s))] += grad_bytes / 4.0;
     auto& sc = sim.stages[static_cast<std::size_t>(s)];
     sc.forward = p.f + p.f_tp;
@@ -169,6 +224,10 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
                        (config.optimizer.zero_stage == 1 ? choice.dp : 1) / profile.memory_bandwidth_Bps;
   sim.p2p_latency = choice.pp > 1 ? p2p_link.latency_s : 0.0;
   sim.p2p_bandwidth = p2p_link.bandwidth_Bps;
+  if (measured.p2p && one_node && choice.pp > 1) {
+    sim.p2p_latency = measured.p2p->latency_s;
+    sim.p2p_bandwidth = measured.p2p->bandwidth_Bps;
+  }
   const pipeline::SimulationResult result = pipeline::simulate(plan.schedule, sim);
   est.step_s = result.stats.makespan;
   est.bubble = result.stats.bubble_fraction;
@@ -254,6 +313,7 @@ PlanningSetup planning_setup(const config::RunConfig& base, const std::string& p
                              const std::string& limit_text, int world) {
   PlanningSetup s;
   s.profile = profile_path.empty() ? measure_this_machine(train::model_spec(base.model), world) : load_profile(profile_path);
+  check_profile_matches(s.profile, train::model_spec(base.model), base.device.precision == "bf16");
   s.options.world = world;
   s.options.memory_limit = !limit_text.empty()            ? parse_bytes(limit_text, "--memory-limit")
                            : base.device.memory_limit > 0 ? base.device.memory_limit

@@ -4,7 +4,10 @@
 // selective and full for a gpt), each checked by the
 // engine's own config and plan code (so a plan the search returns is one `cleave train` accepts), its
 // memory estimated per pp rank by the trainer's memory plan (engine/train/memory_plan.hpp) and its step
-// timed by the pipeline simulator with per-stage costs from the cost model and a hardware profile:
+// timed by the pipeline simulator with per-stage costs from a hardware profile: a profile written by
+// `cleave profile` gives F, I, W per block from its measured tables (interpolated in the micro-batch; a
+// recomputed block adds its rerun share of the measured forward to I) and P2P, tp and dp collectives from its
+// alpha-beta fits; otherwise, from the cost model:
 //   F, I, W of a stage = its blocks' FLOPs x micro-batch / tp / sustained FLOP/s, plus the tensor-parallel
 //     all-reduces of its transformer blocks (2 in F, 2 in I, of [micro, T, D]; 1 for the vocab-parallel
 //     embedding in F) on the intra-node link;
@@ -102,6 +105,10 @@ struct PlanningSetup {
 };
 PlanningSetup planning_setup(const config::RunConfig& base, const std::string& profile_path,
                              const std::string& limit_text, int world);
+
+// A profile with measured block tables must hold every block shape of `spec` in the config's precision:
+// throws Error naming the profile and the shapes it lacks (a profile made for another model).
+void check_profile_matches(const HardwareProfile& profile, const partition::ModelSpec& spec, bool bf16);
 
 // Searches every plan of the config (file `config_path` + `overrides`). Throws Error for a world size no
 // layout divides, or a config that is invalid on its own.

@@ -1,0 +1,242 @@
+// `cleave profile CONFIG [--out FILE] [--world N] [--tp LIST] [--micro-batches LIST] [--repeats N]
+// [--set key=value ...]`, alone or under mpirun: measures this machine for CONFIG's model with the real layers
+// and kernels (engine/planner/profile_measure.hpp) and writes a hardware profile (profiles/README.md) whose
+// measured tables `cleave plan --profile` and `cleave simulate --config --profile` use instead of FLOP
+// rates: each block shape's forward, input-gradient and weight-gradient time at every tensor-parallel width
+// and micro-batch size the planner will consider for N ranks, and (under mpirun) alpha-beta fits of
+// point-to-point and all_reduce / reduce_scatter / all_gather per group size.
+// Invariant: the output file is never overwritten, and is written only after every measurement succeeded.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "engine/bench/bench_machine.hpp"
+#include "engine/cli/commands.hpp"
+#include "engine/comm/make_communicator.hpp"
+#include "engine/comm/mpi/mpi_runtime.hpp"
+#include "engine/config/config.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+#include "engine/planner/hardware_profile.hpp"
+#include "engine/planner/profile_measure.hpp"
+#include "kernels/ops/ops.hpp"
+#include "engine/train/plan.hpp"
+#include "partition/tp_rules.hpp"
+
+namespace cleave::cli {
+namespace {
+
+constexpr const char* kUsage = R"(usage: [mpirun -np R] cleave profile CONFIG.json [--out FILE] [--world N] [--tp LIST]
+                   [--micro-batches LIST] [--repeats K] [--set key.path=value ...]
+
+Measures this machine for CONFIG's model and writes a hardware profile for `cleave plan --profile FILE`:
+  - every distinct block's forward, input-gradient and weight-gradient time (the real layers and kernels,
+    median of K runs after a warm-up) at each tensor-parallel width and micro-batch size the planner
+    considers for N ranks; under mpirun every rank computes at once, as in training, and the times are
+    the mean over ranks;
+  - under mpirun (R >= 2): point-to-point, all_reduce, reduce_scatter and all_gather times from 4 KiB to
+    4 MiB, fitted as latency + bytes / bandwidth per group size (2, 4, ... and R).
+Run it with the ranks per node you will train with: threads per rank follow the same rule as training.
+
+options:
+  --out FILE            where to write the profile (default profile.json; never overwritten)
+  --world N             ranks the plans will use (default: the mpirun world size); sets the tp widths
+  --tp LIST             tensor-parallel widths to time, e.g. 1,2,4 (default: every width dividing
+                        n_heads and d_ff and N)
+  --micro-batches LIST  micro-batch sizes to time, e.g. 1,2,4 (default: the divisors of the global
+                        batch up to 32; the planner interpolates between them)
+  --repeats K           timed runs per measurement after one warm-up (default 5)
+  --set key=value       config override, as in cleave train
+)";
+
+std::vector<std::int64_t> parse_list(const std::string& text, const std::string& option) {
+  std::vector<std::int64_t> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    const std::size_t comma = std::min(text.find(',', start), text.size());
+    const std::string item = text.substr(start, comma - start);
+    CLEAVE_CHECK(!item.empty() && item.size() < 7 && item.find_first_not_of("0123456789") == std::string::npos &&
+                     std::stoll(item) >= 1,
+                 "profile: {} expects a comma-separated list of whole numbers >= 1, got '{}'", option, text);
+    out.push_back(std::stoll(item));
+    start = comma + 1;
+  }
+  std::sort(out.begin(), out.end());
+  out.erase(std::unique(out.begin(), out.end()), out.end());
+  return out;
+}
+
+std::string today() {
+  const std::time_t now = std::time(nullptr);
+  char text[32];
+  std::strftime(text, sizeof text, "%Y-%m-%d", std::gmtime(&now));
+  return text;
+}
+
+}  // namespace
+
+int run_profile(int argc, char** argv) {
+  std::string config_path, out_path = "profile.json", tp_text, micro_text;
+  std::vector<std::string> overrides;
+  int plan_world = 0, repeats = 5;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+    const auto value = [&]() -> std::string {
+      CLEAVE_CHECK(i + 1 < argc, "profile: {} needs a value (see cleave profile --help)", arg);
+      return argv[++i];
+    };
+    if (arg == "--out") out_path = value();
+    else if (arg == "--world") plan_world = static_cast<int>(parse_list(value(), arg).front());
+    else if (arg == "--tp") tp_text = value();
+    else if (arg == "--micro-batches") micro_text = value();
+    else if (arg == "--repeats") repeats = static_cast<int>(parse_list(value(), arg).front());
+    else if (arg == "--set") overrides.push_back(value());
+    else if (arg.starts_with("-")) CLEAVE_THROW("profile: unknown option '{}' (see cleave profile --help)", arg);
+    else {
+      CLEAVE_CHECK(config_path.empty(), "profile: more than one config file given ('{}' and '{}')", config_path, arg);
+      config_path = arg;
+    }
+  }
+  CLEAVE_CHECK(!config_path.empty(), "profile: give the config whose model to measure (see cleave profile --help)");
+  CLEAVE_CHECK(!std::filesystem::exists(out_path), "profile: {} exists; not overwriting it (choose another --out)",
+               out_path);
+  const config::RunConfig config = config::load_config(config_path, overrides);
+  CLEAVE_CHECK(config.device.type == "cpu",
+               "profile: device.type {} is not profiled yet: cleave profile times CPU ranks; use a shipped profile "
+               "(profiles/) for GPUs", config.device.type);
+  CLEAVE_CHECK(config.device.precision == "fp32",
+               "profile: device.precision {} is not profiled yet (the tables are timed in fp32); profile with "
+               "--set device.precision=fp32 and plan fp32, or plan with a shipped profile", config.device.precision);
+
+  comm::MpiRuntime runtime(&argc, &argv);
+  log::set_rank(runtime.world_rank(), runtime.world_size());
+  const bench::BenchMachine machine = bench::place_rank_for_bench();  // threads per rank, pinning when ranks fit
+  const int threads = machine.threads_per_rank;
+  comm::World world = comm::make_world_communicator(
+      runtime, config.parallel.comm_backend, config.device.type,
+      comm::CommOptions{.timeout_s = config.train.comm_timeout_s, .deterministic = config.train.deterministic});
+  comm::Communicator& comm = *world.comm;
+  const bool root = comm.rank() == 0;
+  if (plan_world == 0) plan_world = comm.size();
+
+  const partition::ModelSpec spec = train::model_spec(config.model);
+  planner::BlockProfileRequest request;
+  request.repeats = repeats;
+  if (!tp_text.empty()) {
+    request.tp_widths.clear();
+    for (auto t : parse_list(tp_text, "--tp")) request.tp_widths.push_back(static_cast<int>(t));
+  } else if (spec.type == "gpt") {
+    const auto& g = spec.gpt;
+    request.tp_widths.clear();
+    for (auto t : partition::allowed_tp_sizes(g.n_heads, g.d_ff > 0 ? g.d_ff : 4 * g.d_model)) {
+      if (plan_world % t == 0) request.tp_widths.push_back(static_cast<int>(t));
+    }
+  }
+  for (int t : request.tp_widths) {
+    CLEAVE_CHECK(t == 1 || spec.type == "gpt", "profile: --tp {}: only a gpt splits over tensor-parallel ranks", t);
+    if (spec.type == "gpt") {
+      const auto& g = spec.gpt;
+      const auto allowed = partition::allowed_tp_sizes(g.n_heads, g.d_ff > 0 ? g.d_ff : 4 * g.d_model);
+      CLEAVE_CHECK(std::find(allowed.begin(), allowed.end(), t) != allowed.end(),
+                   "profile: --tp {} does not divide n_heads {} and d_ff {}", t, g.n_heads,
+                   g.d_ff > 0 ? g.d_ff : 4 * g.d_model);
+    }
+  }
+  if (!micro_text.empty()) {
+    request.micro_batches = parse_list(micro_text, "--micro-batches");
+  } else {
+    config::RunConfig resolved = config;
+    std::int64_t global = config.batch.global_batch_size.value_or(0);
+    if (global == 0) {
+      resolved.resolve(comm.size());
+      global = resolved.resolved_batch().global_batch_size;
+    }
+    request.micro_batches.clear();
+    for (std::int64_t m = 1; m <= std::min<std::int64_t>(global, 32); ++m) {
+      if (global % m == 0) request.micro_batches.push_back(m);
+    }
+  }
+
+  if (root) {
+    log::info("profile: {} on {} rank(s) x {} thread(s), for plans on {} ranks: tp {}, micro-batches {}", config_path,
+              comm.size(), threads, plan_world, fmt::join(request.tp_widths, ","), fmt::join(request.micro_batches, ","));
+    if (machine.oversubscribed) {
+      log::warn("profile: {} ranks on {} cores: oversubscribed; the times include waiting for a core",
+                machine.ranks_on_node, machine.cores);
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  planner::HardwareProfile profile;
+  // GEMM and memory rates (used only where the tables do not reach), measured by rank 0 while the others wait.
+  if (root) {
+    const auto& g = spec.gpt;
+    profile = spec.type == "gpt" ? planner::calibrate_this_machine(comm.size(), 4 * g.seq_len,
+                                                                   g.d_ff > 0 ? g.d_ff : 4 * g.d_model, g.d_model)
+                                 : planner::calibrate_this_machine(comm.size(), 256, 256, 256);
+  }
+  comm.barrier()->wait();
+  ops::configure_cpu_threads(threads);  // calibrate set its own thread count
+  profile.measured.ranks = comm.size();
+  profile.measured.threads_per_rank = threads;
+  profile.measured.dtype = "fp32";
+  planner::measure_blocks(profile.measured, spec, request, &comm);
+  if (comm.size() >= 2) planner::measure_collectives(profile.measured, comm);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  if (root) {
+    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+    const int per_node = std::max(plan_world, machine.ranks_on_node);
+    profile.name = fmt::format("this machine: {} ({} cores), {} rank(s) x {} thread(s), profiled {}", machine.cpu_model,
+                               machine.cores, comm.size(), threads, today());
+    profile.ranks_per_node = per_node;
+    profile.device_memory = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page / per_node : (1LL << 30);
+    if (profile.measured.p2p) {
+      profile.intra_node = {profile.measured.p2p->latency_s, profile.measured.p2p->bandwidth_Bps};
+      profile.inter_node = profile.intra_node;
+    }
+    profile.source = fmt::format(
+        "measured by `cleave profile {}` on {} rank(s) in {:.1f} s: block tables from the real layers (median of {} "
+        "after a warm-up, mean over ranks); {}; device memory = physical memory / {} ranks. Before that: {}",
+        config_path, comm.size(), seconds, repeats,
+        comm.size() >= 2 ? "P2P and collective fits from timed runs of 4 KiB..4 MiB (the link entries are the P2P "
+                           "fit; inter_node repeats it: one node measured)"
+                         : "no collectives measured (one rank; run under mpirun for them): links are defaults",
+        per_node, profile.source);
+    std::ofstream out(out_path);
+    out << planner::profile_to_json(profile).dump(2) << "\n";
+    CLEAVE_CHECK(out.good(), "profile: could not write {}", out_path);
+    std::printf("%-44s %3s %6s %10s %10s %10s\n", "block", "tp", "micro", "fwd ms", "igrad ms", "wgrad ms");
+    for (const auto& b : profile.measured.blocks) {
+      std::printf("%-44s %3d %6lld %10.3f %10.3f %10.3f\n", b.shape.c_str(), b.tp, static_cast<long long>(b.micro_batch),
+                  b.forward_s * 1e3, b.input_grad_s * 1e3, b.weight_grad_s * 1e3);
+    }
+    const auto print_fit = [](const char* op, const planner::AlphaBeta& f) {
+      std::printf("%-16s ranks %2d: latency %8.1f us, bandwidth %7.2f GB/s\n", op, f.ranks, f.latency_s * 1e6,
+                  f.bandwidth_Bps / 1e9);
+    };
+    if (profile.measured.p2p) print_fit("p2p", *profile.measured.p2p);
+    for (const auto& f : profile.measured.all_reduce) print_fit("all_reduce", f);
+    for (const auto& f : profile.measured.reduce_scatter) print_fit("reduce_scatter", f);
+    for (const auto& f : profile.measured.all_gather) print_fit("all_gather", f);
+    std::printf("wrote %s (%.1f s)\n", out_path.c_str(), seconds);
+  }
+  return 0;
+}
+
+}  // namespace cleave::cli

@@ -1,0 +1,188 @@
+// See measured_costs.hpp.
+#include "engine/planner/measured_costs.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <set>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.hpp"
+
+namespace cleave::planner {
+namespace {
+
+using nlohmann::json;
+
+double number(const json& node, const std::string& key, const std::string& where, bool allow_zero) {
+  CLEAVE_CHECK(node.contains(key), "{}: missing key '{}'", where, key);
+  const json& v = node.at(key);
+  CLEAVE_CHECK(v.is_number() && std::isfinite(v.get<double>()) && (allow_zero ? v.get<double>() >= 0 : v.get<double>() > 0),
+               "{}: '{}' must be a number {} 0, got {}", where, key, allow_zero ? ">=" : ">", v.dump());
+  return v.get<double>();
+}
+
+json fit_to_json(const AlphaBeta& f) {
+  return {{"ranks", f.ranks}, {"latency_us", file_number(f.latency_s * 1e6)},
+          {"bandwidth_GBps", file_number(f.bandwidth_Bps / 1e9)}};
+}
+
+AlphaBeta fit_from_json(const json& node, const std::string& where) {
+  CLEAVE_CHECK(node.is_object(), "{}: expected an object {{\"ranks\", \"latency_us\", \"bandwidth_GBps\"}}", where);
+  AlphaBeta f;
+  f.ranks = static_cast<int>(number(node, "ranks", where, false));
+  CLEAVE_CHECK(f.ranks >= 2, "{}: 'ranks' must be >= 2, got {}", where, f.ranks);
+  f.latency_s = number(node, "latency_us", where, true) * 1e-6;
+  f.bandwidth_Bps = number(node, "bandwidth_GBps", where, false) * 1e9;
+  return f;
+}
+
+std::string measured_list(const std::vector<MeasuredBlock>& blocks) {
+  std::set<std::string> seen;
+  for (const auto& b : blocks) seen.insert(fmt::format("{} at tp{}", b.shape, b.tp));
+  std::string out;
+  for (const auto& s : seen) out += (out.empty() ? "" : "; ") + s;
+  return out;
+}
+
+}  // namespace
+
+double file_number(double value) { return std::stod(fmt::format("{:.9g}", value)); }
+
+std::string block_shape_key(const partition::BlockSpec& b) {
+  using partition::BlockKind;
+  const std::string kind(partition::block_kind_name(b.kind));
+  switch (b.kind) {
+    case BlockKind::kEmbedding: return fmt::format("{} V{} d{} T{}", kind, b.vocab_size, b.out_features, b.seq_len);
+    case BlockKind::kTransformerBlock:
+      return fmt::format("{} d{} h{} ff{} T{}", kind, b.in_features, b.n_heads, b.d_ff, b.seq_len);
+    case BlockKind::kLmHead:
+      return fmt::format("{} d{} V{} T{}{}", kind, b.in_features, b.out_features, b.input.numel() / std::max<std::int64_t>(1, b.in_features),
+                         b.tied ? " tied" : "");
+    case BlockKind::kLinear: return fmt::format("{} {}->{}", kind, b.in_features, b.out_features);
+    case BlockKind::kConv2d:
+      return fmt::format("{} {} k{} -> {}", kind, b.input.str(), b.kernel, b.output.str());
+    default: return fmt::format("{} {} -> {}", kind, b.input.str(), b.output.str());
+  }
+}
+
+bool MeasuredCosts::covers(const std::string& shape, int tp) const {
+  return std::any_of(blocks.begin(), blocks.end(), [&](const MeasuredBlock& b) { return b.shape == shape && b.tp == tp; });
+}
+
+BlockTimes MeasuredCosts::block_times(const partition::BlockSpec& block, int tp, std::int64_t micro_batch,
+                                      const std::string& profile_name) const {
+  const std::string shape = block_shape_key(block);
+  std::vector<const MeasuredBlock*> points;
+  for (const auto& b : blocks) {
+    if (b.shape == shape && b.tp == tp) points.push_back(&b);
+  }
+  CLEAVE_CHECK(!points.empty(),
+               "profile {}: no measurement of '{}' at tensor-parallel width {} (it holds: {}); run `cleave profile` "
+               "on this config with the --world the plan is for",
+               profile_name, shape, tp, measured_list(blocks));
+  std::sort(points.begin(), points.end(), [](auto* a, auto* b) { return a->micro_batch < b->micro_batch; });
+  const auto at = [](const MeasuredBlock& b) { return BlockTimes{b.forward_s, b.input_grad_s, b.weight_grad_s}; };
+  if (points.size() == 1) {
+    const double scale = static_cast<double>(micro_batch) / static_cast<double>(points[0]->micro_batch);
+    const BlockTimes t = at(*points[0]);
+    return {t.forward_s * scale, t.input_grad_s * scale, t.weight_grad_s * scale};
+  }
+  // The segment holding micro_batch, or the first / last one to extrapolate from.
+  std::size_t hi = 1;
+  while (hi + 1 < points.size() && points[hi]->micro_batch < micro_batch) ++hi;
+  const MeasuredBlock& a = *points[hi - 1];
+  const MeasuredBlock& b = *points[hi];
+  const double u = static_cast<double>(micro_batch - a.micro_batch) / static_cast<double>(b.micro_batch - a.micro_batch);
+  const auto lerp = [&](double x, double y) { return std::max(0.0, x + u * (y - x)); };
+  return {lerp(a.forward_s, b.forward_s), lerp(a.input_grad_s, b.input_grad_s), lerp(a.weight_grad_s, b.weight_grad_s)};
+}
+
+const AlphaBeta* MeasuredCosts::collective(std::string_view op, int group) const {
+  const std::vector<AlphaBeta>* list = op == "all_reduce"       ? &all_reduce
+                                       : op == "reduce_scatter" ? &reduce_scatter
+                                       : op == "all_gather"     ? &all_gather
+                                                                : nullptr;
+  CLEAVE_ASSERT(list != nullptr, "unknown collective {}", op);
+  for (const auto& f : *list) {
+    if (f.ranks == group) return &f;
+  }
+  return nullptr;
+}
+
+AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& points, int ranks) {
+  CLEAVE_CHECK(points.size() >= 2, "alpha-beta fit needs two or more message sizes, got {}", points.size());
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  const double n = static_cast<double>(points.size());
+  for (const auto& [x, y] : points) sx += x, sy += y, sxx += x * x, sxy += x * y;
+  const double denom = n * sxx - sx * sx;
+  CLEAVE_CHECK(denom > 0, "alpha-beta fit needs two or more distinct message sizes");
+  double beta = (n * sxy - sx * sy) / denom;
+  double alpha = (sy - beta * sx) / n;
+  beta = std::max(beta, 1e-15);  // a non-positive slope is noise: no more than 1 PB/s
+  if (alpha < 0) {
+    // Keep the line through the points' centre of mass with a zero intercept's slope.
+    alpha = 0;
+    beta = std::max(sxy / sxx, 1e-15);
+  }
+  return {ranks, alpha, 1.0 / beta};
+}
+
+json measured_to_json(const MeasuredCosts& c) {
+  json blocks = json::array();
+  for (const auto& b : c.blocks) {
+    blocks.push_back({{"shape", b.shape}, {"tp", b.tp}, {"micro_batch", b.micro_batch},
+                      {"forward_ms", file_number(b.forward_s * 1e3)}, {"input_grad_ms", file_number(b.input_grad_s * 1e3)},
+                      {"weight_grad_ms", file_number(b.weight_grad_s * 1e3)}});
+  }
+  json out = {{"ranks", c.ranks}, {"threads_per_rank", c.threads_per_rank}, {"dtype", c.dtype}, {"blocks", blocks}};
+  if (c.p2p) out["p2p"] = fit_to_json(*c.p2p);
+  for (const auto& [key, list] : {std::pair{"all_reduce", &c.all_reduce}, std::pair{"reduce_scatter", &c.reduce_scatter},
+                                  std::pair{"all_gather", &c.all_gather}}) {
+    if (list->empty()) continue;
+    json fits = json::array();
+    for (const auto& f : *list) fits.push_back(fit_to_json(f));
+    out[key] = fits;
+  }
+  return out;
+}
+
+MeasuredCosts measured_from_json(const json& node, const std::string& file) {
+  const std::string where = fmt::format("profile {}: measured", file);
+  CLEAVE_CHECK(node.is_object(), "{}: expected an object", where);
+  MeasuredCosts c;
+  c.ranks = static_cast<int>(number(node, "ranks", where, false));
+  c.threads_per_rank = static_cast<int>(number(node, "threads_per_rank", where, false));
+  c.dtype = node.value("dtype", "fp32");
+  CLEAVE_CHECK(c.dtype == "fp32" || c.dtype == "bf16", "{}: 'dtype' must be fp32 or bf16, got {}", where, c.dtype);
+  CLEAVE_CHECK(node.contains("blocks") && node.at("blocks").is_array(), "{}: missing array 'blocks'", where);
+  for (std::size_t i = 0; i < node.at("blocks").size(); ++i) {
+    const json& b = node.at("blocks")[i];
+    const std::string at = fmt::format("{}.blocks[{}]", where, i);
+    CLEAVE_CHECK(b.is_object() && b.contains("shape") && b.at("shape").is_string(), "{}: missing string 'shape'", at);
+    MeasuredBlock m;
+    m.shape = b.at("shape").get<std::string>();
+    m.tp = static_cast<int>(number(b, "tp", at, false));
+    m.micro_batch = static_cast<std::int64_t>(number(b, "micro_batch", at, false));
+    m.forward_s = number(b, "forward_ms", at, true) * 1e-3;
+    m.input_grad_s = number(b, "input_grad_ms", at, true) * 1e-3;
+    m.weight_grad_s = number(b, "weight_grad_ms", at, true) * 1e-3;
+    for (const auto& other : c.blocks) {
+      CLEAVE_CHECK(!(other.shape == m.shape && other.tp == m.tp && other.micro_batch == m.micro_batch),
+                   "{}: '{}' at tp {} micro-batch {} is measured twice", at, m.shape, m.tp, m.micro_batch);
+    }
+    c.blocks.push_back(std::move(m));
+  }
+  if (node.contains("p2p")) c.p2p = fit_from_json(node.at("p2p"), where + ".p2p");
+  for (const auto& [key, list] : {std::pair{"all_reduce", &c.all_reduce}, std::pair{"reduce_scatter", &c.reduce_scatter},
+                                  std::pair{"all_gather", &c.all_gather}}) {
+    if (!node.contains(key)) continue;
+    CLEAVE_CHECK(node.at(key).is_array(), "{}: '{}' must be an array of fits", where, key);
+    for (std::size_t i = 0; i < node.at(key).size(); ++i) {
+      list->push_back(fit_from_json(node.at(key)[i], fmt::format("{}.{}[{}]", where, key, i)));
+    }
+  }
+  return c;
+}
+
+}  // namespace cleave::planner

@@ -1,0 +1,75 @@
+// MeasuredCosts: what `cleave profile` measured on a machine, carried inside a hardware profile:
+//  - per block shape, tensor-parallel width and micro-batch size, the forward, input-gradient and
+//    weight-gradient times of one tp rank's shard (the real layers, the real kernels, every rank of the
+//    job busy at the same time as in training; tp collectives excluded, they are the next item);
+//  - per collective (p2p, all_reduce, reduce_scatter, all_gather) and group size, an alpha-beta fit of
+//    timed runs: seconds = latency + bytes / bandwidth, `bytes` being the buffer each rank passes in.
+// Invariant: a lookup never invents a measurement for a block shape or tp width that was not measured (it
+// says so, naming the profile and what it holds); between and beyond measured micro-batch sizes times are
+// interpolated linearly (a block's time is affine in the micro-batch: a fixed per-call part plus
+// per-sample work), which the profile's README states.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "partition/model_spec.hpp"
+
+namespace cleave::planner {
+
+struct MeasuredBlock {
+  std::string shape;             // block_shape_key(): "transformer_block d256 h4 ff1024 T64"
+  int tp = 1;
+  std::int64_t micro_batch = 1;
+  double forward_s = 0, input_grad_s = 0, weight_grad_s = 0;
+};
+
+struct AlphaBeta {
+  int ranks = 2;                 // group size (2 for p2p: one sender, one receiver)
+  double latency_s = 0;          // alpha
+  double bandwidth_Bps = 0;      // 1 / beta, bytes per second of each rank's buffer
+  double seconds(double bytes) const { return latency_s + bytes / bandwidth_Bps; }
+};
+
+struct BlockTimes {
+  double forward_s = 0, input_grad_s = 0, weight_grad_s = 0;
+};
+
+struct MeasuredCosts {
+  int ranks = 1;                 // ranks that ran the measurement together
+  int threads_per_rank = 1;
+  std::string dtype = "fp32";    // the precision the blocks were timed in (device.precision)
+  std::vector<MeasuredBlock> blocks;
+  std::optional<AlphaBeta> p2p;
+  std::vector<AlphaBeta> all_reduce, reduce_scatter, all_gather;
+
+  bool has_blocks() const { return !blocks.empty(); }
+  // Whether `shape` was measured at tp width `tp` (any micro-batch).
+  bool covers(const std::string& shape, int tp) const;
+  // Times of `block` at (tp, micro_batch); throws Error naming `profile_name` if the shape or width is absent.
+  BlockTimes block_times(const partition::BlockSpec& block, int tp, std::int64_t micro_batch,
+                         const std::string& profile_name) const;
+  // The fit of `op` ("all_reduce", "reduce_scatter", "all_gather") for `ranks` members, or null.
+  const AlphaBeta* collective(std::string_view op, int ranks) const;
+};
+
+// A block's identity for the tables: its kind and every size its cost depends on.
+std::string block_shape_key(const partition::BlockSpec& block);
+
+// Least-squares fit of seconds = a + bytes * b over (bytes, seconds) points; a is clamped to >= 0 and b to
+// a positive floor, so the fit is usable even from noisy points. Needs two or more distinct sizes.
+AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& bytes_seconds, int ranks);
+
+// Numbers are written to 9 significant digits, so writing what was read gives the same text (round trip).
+double file_number(double value);
+nlohmann::json measured_to_json(const MeasuredCosts& costs);
+// Reads the "measured" object of a profile file; throws Error naming `file` and the key.
+MeasuredCosts measured_from_json(const nlohmann::json& node, const std::string& file);
+
+}  // namespace cleave::planner

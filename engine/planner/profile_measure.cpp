@@ -1,0 +1,228 @@
+// See profile_measure.hpp.
+#include "engine/planner/profile_measure.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.hpp"
+#include "engine/core/tensor.hpp"
+#include "kernels/ops/ops.hpp"
+#include "layers/layer.hpp"
+#include "layers/models/builder.hpp"
+
+namespace cleave::planner {
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+double since(clock::time_point start) { return std::chrono::duration<double>(clock::now() - start).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+// Rank 0 of a tensor-parallel group of `width`, whose collectives complete at once without moving data: the
+// shard's compute is timed alone (its outputs are partial sums, which timing does not care about).
+class ShardTimingComm final : public comm::Communicator {
+ public:
+  explicit ShardTimingComm(int width) : width_(width), ranks_(static_cast<std::size_t>(width)) {
+    for (int r = 0; r < width; ++r) ranks_[static_cast<std::size_t>(r)] = r;
+  }
+  int rank() const override { return 0; }
+  int size() const override { return width_; }
+  std::string_view backend() const override { return "shard-timing"; }
+  const std::string& name() const override { return name_; }
+  const std::vector<int>& world_ranks() const override { return ranks_; }
+  const comm::CommOptions& options() const override { return options_; }
+  [[noreturn]] void abort(const std::string& reason) override { CLEAVE_THROW("profile: {}", reason); }
+
+ protected:
+  std::unique_ptr<Communicator> split_impl(int, int, std::string) override {
+    CLEAVE_THROW("profile: a block asked to split its tensor-parallel group");
+  }
+  comm::WorkPtr all_reduce_impl(const Tensor&, comm::ReduceOp, const Stream&) override { return done(); }
+  comm::WorkPtr reduce_scatter_impl(const Tensor&, const Tensor&, comm::ReduceOp, const Stream&) override { return done(); }
+  comm::WorkPtr all_gather_impl(const Tensor&, const Tensor&, const Stream&) override { return done(); }
+  comm::WorkPtr broadcast_impl(const Tensor&, int, const Stream&) override { return done(); }
+  comm::WorkPtr barrier_impl(const Stream&) override { return done(); }
+  comm::WorkPtr batch_p2p_impl(std::vector<comm::P2POp>, const Stream&) override {
+    CLEAVE_THROW("profile: a block sent a point-to-point message inside its tensor-parallel group");
+  }
+
+ private:
+  static comm::WorkPtr done() { return std::make_unique<comm::CompletedWork>(); }
+  int width_;
+  std::vector<int> ranks_;
+  std::string name_ = "profile/tp";
+  comm::CommOptions options_;
+};
+
+Shape with_batch(std::int64_t batch, const Shape& per_sample) {
+  std::vector<std::int64_t> dims{batch};
+  for (auto d : per_sample.dims()) dims.push_back(d);
+  return Shape(std::span<const std::int64_t>(dims));
+}
+
+Tensor filled_like(const Shape& shape, float value) {
+  Tensor t = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations);
+  ops::fill(ops::Context{}, t, value);
+  return t;
+}
+
+// Every rank's values summed, divided by the rank count (identity without a communicator).
+void mean_over_ranks(std::vector<double>& values, comm::Communicator* comm) {
+  if (comm == nullptr || comm->size() == 1 || values.empty()) return;
+  std::vector<float> f(values.begin(), values.end());
+  Tensor t = Tensor::from_floats(f, Shape{static_cast<std::int64_t>(f.size())}, MemoryCategory::kWorkspace);
+  comm->all_reduce(t, comm::ReduceOp::kSum)->wait();
+  const float* p = t.data<float>();
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(p[i]) / comm->size();
+}
+
+double max_over_ranks(double value, comm::Communicator& comm) {
+  float v = static_cast<float>(value);
+  Tensor t = Tensor::from_floats(std::span<const float>(&v, 1), Shape{1}, MemoryCategory::kWorkspace);
+  comm.all_reduce(t, comm::ReduceOp::kMax)->wait();
+  return static_cast<double>(t.data<float>()[0]);
+}
+
+}  // namespace
+
+void measure_blocks(MeasuredCosts& costs, const partition::ModelSpec& spec, const BlockProfileRequest& request,
+                    comm::Communicator* comm) {
+  CLEAVE_CHECK(request.repeats >= 1, "profile: repeats must be >= 1, got {}", request.repeats);
+  std::vector<MeasuredBlock> measured;
+  for (int tp : request.tp_widths) {
+    ShardTimingComm shard_comm(tp);
+    layers::BuildOptions build;
+    build.tp_size = tp;
+    for (std::int64_t micro : request.micro_batches) {
+      layers::Context ctx;
+      ctx.tp_comm = tp > 1 ? &shard_comm : nullptr;
+      std::map<std::string, Tensor> output_of;  // a measured shape's output feeds the next block
+      Tensor current;
+      for (std::size_t i = 0; i < spec.blocks.size(); ++i) {
+        const partition::BlockSpec& block = spec.blocks[i];
+        const std::string key = block_shape_key(block);
+        if (auto it = output_of.find(key); it != output_of.end()) {
+          current = it->second;
+          continue;
+        }
+        if (!current.defined()) {
+          current = block.input_dtype == DType::kI32
+                        ? Tensor::zeros(with_batch(micro, block.input), DType::kI32, MemoryCategory::kActivations)
+                        : filled_like(with_batch(micro, block.input), 0.1f);
+        }
+        auto layers = layers::build_blocks(spec, i, i + 1, build);
+        layers::Layer& layer = *layers.front();
+        if (block.kind == partition::BlockKind::kSoftmaxCrossEntropy) {
+          std::vector<std::int64_t> rows(current.shape().dims().begin(), current.shape().dims().end() - 1);
+          ctx.targets = Tensor::zeros(Shape(std::span<const std::int64_t>(rows)), DType::kI32, MemoryCategory::kActivations);
+        }
+        if (comm != nullptr) comm->barrier()->wait();  // every rank computes at once, as in training
+        std::vector<double> f, bi, bw;
+        Tensor output;
+        for (int rep = 0; rep <= request.repeats; ++rep) {
+          layers::Stash stash;
+          auto start = clock::now();
+          output = layer.forward(current, stash, ctx);
+          const double tf = since(start);
+          const Tensor dy = block.kind == partition::BlockKind::kSoftmaxCrossEntropy ? filled_like(Shape{1}, 1.0f)
+                                                                                       : filled_like(output.shape(), 0.01f);
+          start = clock::now();
+          layer.backward_input(dy, stash, ctx);
+          const double ti = since(start);
+          start = clock::now();
+          layer.backward_weight(stash, ctx);
+          const double tw = since(start);
+          if (rep == 0) continue;  // warm-up: first-touch of buffers, thread pool start
+          f.push_back(tf), bi.push_back(ti), bw.push_back(tw);
+        }
+        measured.push_back({key, tp, micro, median(f), median(bi), median(bw)});
+        output_of[key] = output;
+        current = output;
+      }
+    }
+  }
+  std::vector<double> values;
+  for (const auto& m : measured) values.insert(values.end(), {m.forward_s, m.input_grad_s, m.weight_grad_s});
+  mean_over_ranks(values, comm);
+  for (std::size_t k = 0; k < measured.size(); ++k) {
+    measured[k].forward_s = values[3 * k], measured[k].input_grad_s = values[3 * k + 1];
+    measured[k].weight_grad_s = values[3 * k + 2];
+    costs.blocks.push_back(measured[k]);
+  }
+}
+
+void measure_collectives(MeasuredCosts& costs, comm::Communicator& world, int repeats) {
+  CLEAVE_CHECK(world.size() >= 2, "profile: collectives need 2 or more ranks (run under mpirun), got {}", world.size());
+  const std::vector<std::int64_t> sizes = {4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20};  // bytes
+  const int rank = world.rank();
+  // Point to point: pairs (0,1), (2,3), ... ping-pong at once; an odd last rank sits out.
+  {
+    const bool paired = rank < world.size() - world.size() % 2;
+    const int peer = rank % 2 == 0 ? rank + 1 : rank - 1;
+    std::vector<std::pair<double, double>> points;
+    for (std::int64_t bytes : sizes) {
+      Tensor buf = Tensor::zeros(Shape{bytes / 4}, DType::kF32, MemoryCategory::kWorkspace);
+      std::vector<double> times;
+      world.barrier()->wait();
+      for (int rep = 0; rep <= repeats && paired; ++rep) {
+        const auto start = clock::now();
+        if (rank % 2 == 0) {
+          world.batch_p2p({comm::P2POp::send(buf, peer)})->wait();
+          world.batch_p2p({comm::P2POp::recv(buf, peer)})->wait();
+        } else {
+          world.batch_p2p({comm::P2POp::recv(buf, peer)})->wait();
+          world.batch_p2p({comm::P2POp::send(buf, peer)})->wait();
+        }
+        if (rep > 0) times.push_back(since(start) / 2);
+      }
+      points.push_back({static_cast<double>(bytes), max_over_ranks(paired ? median(times) : 0.0, world)});
+    }
+    costs.p2p = fit_alpha_beta(points, 2);
+  }
+  // Collectives on groups of g consecutive ranks, every group at once.
+  std::vector<int> groups;
+  for (int g = 2; g < world.size(); g *= 2) {
+    if (world.size() % g == 0) groups.push_back(g);
+  }
+  groups.push_back(world.size());
+  for (int g : groups) {
+    auto group = world.split(rank / g, rank, fmt::format("profile{}", g));
+    for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"}) {
+      std::vector<std::pair<double, double>> points;
+      for (std::int64_t bytes : sizes) {
+        const std::int64_t n = bytes / 4 / g * g;  // elements of the whole buffer, divisible by the group
+        Tensor whole = Tensor::zeros(Shape{n}, DType::kF32, MemoryCategory::kWorkspace);
+        Tensor part = Tensor::zeros(Shape{n / g}, DType::kF32, MemoryCategory::kWorkspace);
+        std::vector<double> times;
+        world.barrier()->wait();
+        for (int rep = 0; rep <= repeats; ++rep) {
+          const auto start = clock::now();
+          if (std::string(op) == "all_reduce") {
+            group->all_reduce(whole, comm::ReduceOp::kSum)->wait();
+          } else if (std::string(op) == "reduce_scatter") {
+            group->reduce_scatter(whole, part)->wait();
+          } else {
+            group->all_gather(part, whole)->wait();
+          }
+          if (rep > 0) times.push_back(since(start));
+        }
+        points.push_back({static_cast<double>(n * 4), max_over_ranks(median(times), world)});
+      }
+      const AlphaBeta fit = fit_alpha_beta(points, g);
+      (std::string(op) == "all_reduce"       ? costs.all_reduce
+       : std::string(op) == "reduce_scatter" ? costs.reduce_scatter
+                                             : costs.all_gather)
+          .push_back(fit);
+    }
+  }
+}
+
+}  // namespace cleave::planner

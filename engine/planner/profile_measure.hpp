@@ -1,0 +1,39 @@
+// The measurements behind `cleave profile` (engine/cli/profile.cpp):
+//  - measure_blocks times, with the real layers and kernels, every distinct block shape of a model
+//    (measured_costs.hpp: block_shape_key) at each requested tensor-parallel width and micro-batch size:
+//    forward, input gradient and weight gradient of tp rank 0's shard, median of `repeats` runs after a
+//    warm-up. A shard's tp collectives are not run (the layers get a communicator of the right width whose
+//    collectives complete without moving data); the collectives are timed by measure_collectives. Under
+//    mpirun every rank times the same blocks at the same moments (so cores are shared as in training) and the
+//    result is the mean over ranks.
+//  - measure_collectives times point-to-point (ping-pong between rank pairs, one way = half a round trip)
+//    and all_reduce / reduce_scatter / all_gather on groups of 2, 4, ... consecutive ranks and on the whole
+//    world, all groups at once, at message sizes from 4 KiB to 4 MiB, and fits latency + bytes / bandwidth
+//    to the medians (the slowest rank's).
+// Invariant: only one block is built at a time (a model too large for one rank can be profiled), and every
+// rank takes part in the same sequence of collectives (no rank returns early).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/comm/communicator.hpp"
+#include "engine/planner/measured_costs.hpp"
+#include "partition/model_spec.hpp"
+
+namespace cleave::planner {
+
+struct BlockProfileRequest {
+  std::vector<int> tp_widths = {1};
+  std::vector<std::int64_t> micro_batches = {1};
+  int repeats = 5;
+};
+
+// Appends to costs.blocks; `comm` (null = this process alone) averages the ranks' medians.
+void measure_blocks(MeasuredCosts& costs, const partition::ModelSpec& spec, const BlockProfileRequest& request,
+                    comm::Communicator* comm);
+
+// Sets costs.p2p and the collective fits. Needs comm.size() >= 2.
+void measure_collectives(MeasuredCosts& costs, comm::Communicator& comm, int repeats = 10);
+
+}  // namespace cleave::planner

@@ -1,0 +1,226 @@
+// Measured profiles (`cleave profile`): block tables interpolate in the micro-batch and never invent a tp
+// width or a shape; the alpha-beta fit recovers a line; a profile file round-trips; the planner times a plan
+// from the tables (a step known by hand) and uses a measured collective for the dp reduction; a profile of
+// another model is refused by name; the measurement itself runs every block of a tiny GPT at tp 1 and 2.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "engine/config/config.hpp"
+#include "engine/core/error.hpp"
+#include "engine/planner/hardware_profile.hpp"
+#include "engine/planner/measured_costs.hpp"
+#include "engine/planner/plan_search.hpp"
+#include "engine/planner/profile_measure.hpp"
+#include "engine/train/plan.hpp"
+#include "partition/cost_model.hpp"
+
+namespace cleave::planner {
+namespace {
+
+namespace fs = std::filesystem;
+
+class MeasuredProfile : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("cleave_measured_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    config_ = (dir_ / "tiny.json").string();
+    std::ofstream(config_) << R"({"model": {"type": "gpt", "vocab_size": 64, "d_model": 48, "n_layers": 4,
+      "n_heads": 4, "seq_len": 16}, "batch": {"global_batch_size": 8}, "optimizer": {"type": "adamw"},
+      "data": {"type": "synthetic"}})";
+    spec_ = train::model_spec(config::load_config(config_, {}).model);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Every block of the tiny GPT at tp 1, micro-batches 1 and 4: F = 1 ms + 1 ms / sample, I = 2 ms / sample,
+  // W = 0.5 ms / sample; links and the optimizer free.
+  HardwareProfile table_profile() const {
+    HardwareProfile p;
+    p.name = "table";
+    p.source = "test";
+    p.flops_f32 = p.flops_bf16 = 1.0;  // would make any FLOP-based estimate absurdly slow
+    p.memory_bandwidth_Bps = 1e30;
+    p.intra_node = p.inter_node = Link{1e-30, 1e30};
+    p.ranks_per_node = 8;
+    p.device_memory = 1LL << 30;
+    for (const auto& block : spec_.blocks) {
+      for (std::int64_t m : {1, 4}) {
+        const double u = static_cast<double>(m);
+        const std::string key = block_shape_key(block);
+        if (p.measured.covers(key, 1) && m == 1) continue;
+        bool seen = false;
+        for (const auto& b : p.measured.blocks) seen |= b.shape == key && b.micro_batch == m;
+        if (!seen) p.measured.blocks.push_back({key, 1, m, 1e-3 + 1e-3 * u, 2e-3 * u, 0.5e-3 * u});
+      }
+    }
+    return p;
+  }
+
+  fs::path dir_;
+  std::string config_;
+  partition::ModelSpec spec_;
+};
+
+TEST(BlockShapeKey, NamesEverySizeTheCostDependsOn) {
+  partition::GptConfig small, wide;
+  wide.d_model = small.d_model * 2;
+  partition::ModelSpec a = partition::make_gpt_spec(small), b = partition::make_gpt_spec(wide);
+  EXPECT_EQ(block_shape_key(a.blocks[1]), block_shape_key(a.blocks[2]));  // two identical transformer blocks
+  EXPECT_NE(block_shape_key(a.blocks[1]), block_shape_key(b.blocks[1]));
+  EXPECT_NE(block_shape_key(a.blocks[0]), block_shape_key(a.blocks[1]));
+}
+
+TEST_F(MeasuredProfile, InterpolatesInTheMicroBatchAndNeverInventsAWidth) {
+  const HardwareProfile p = table_profile();
+  const auto& block = spec_.blocks[1];
+  const BlockTimes at2 = p.measured.block_times(block, 1, 2, p.name);  // between 1 and 4
+  EXPECT_NEAR(at2.forward_s, 3e-3, 1e-15);
+  EXPECT_NEAR(at2.input_grad_s, 4e-3, 1e-15);
+  const BlockTimes at8 = p.measured.block_times(block, 1, 8, p.name);  // beyond 4: the line continues
+  EXPECT_NEAR(at8.forward_s, 9e-3, 1e-15);
+  EXPECT_NEAR(at8.weight_grad_s, 4e-3, 1e-15);
+  try {
+    p.measured.block_times(block, 2, 2, p.name);
+    FAIL() << "tp 2 was never measured";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no measurement of 'transformer_block d48 h4 ff192 T16' at tensor-parallel "
+                                         "width 2"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("profile table"), std::string::npos) << e.what();
+  }
+}
+
+TEST(AlphaBeta, FitRecoversALineAndSurvivesNoise) {
+  const double alpha = 5e-6, bandwidth = 2e9;
+  std::vector<std::pair<double, double>> points;
+  for (double bytes : {4096.0, 65536.0, 1048576.0, 4194304.0}) points.push_back({bytes, alpha + bytes / bandwidth});
+  const AlphaBeta fit = fit_alpha_beta(points, 4);
+  EXPECT_EQ(fit.ranks, 4);
+  EXPECT_NEAR(fit.latency_s, alpha, 1e-12);
+  EXPECT_NEAR(fit.bandwidth_Bps, bandwidth, bandwidth * 1e-9);
+  // Times that fall with size (noise) give a usable, positive line.
+  const AlphaBeta noisy = fit_alpha_beta({{1000.0, 2e-3}, {2000.0, 1e-3}}, 2);
+  EXPECT_GE(noisy.latency_s, 0.0);
+  EXPECT_GT(noisy.bandwidth_Bps, 0.0);
+  EXPECT_THROW(fit_alpha_beta({{1000.0, 1e-3}}, 2), Error);
+}
+
+TEST_F(MeasuredProfile, FileRoundTrips) {
+  HardwareProfile p = table_profile();
+  p.measured.ranks = 2;
+  p.measured.threads_per_rank = 1;
+  p.measured.p2p = AlphaBeta{2, 7e-6, 3e9};
+  p.measured.all_reduce = {AlphaBeta{2, 1e-5, 4e9}};
+  p.measured.reduce_scatter = {AlphaBeta{2, 2e-5, 5e9}};
+  p.measured.all_gather = {AlphaBeta{2, 3e-5, 6e9}};
+  const std::string first = (dir_ / "p1.json").string(), second = (dir_ / "p2.json").string();
+  std::ofstream(first) << profile_to_json(p).dump(2);
+  const HardwareProfile loaded = load_profile(first);
+  std::ofstream(second) << profile_to_json(loaded).dump(2);
+  const HardwareProfile again = load_profile(second);
+  for (const HardwareProfile* q : {&loaded, &again}) {
+    ASSERT_EQ(q->measured.blocks.size(), p.measured.blocks.size());
+    for (std::size_t i = 0; i < p.measured.blocks.size(); ++i) {
+      EXPECT_EQ(q->measured.blocks[i].shape, p.measured.blocks[i].shape);
+      EXPECT_EQ(q->measured.blocks[i].micro_batch, p.measured.blocks[i].micro_batch);
+      EXPECT_NEAR(q->measured.blocks[i].forward_s, p.measured.blocks[i].forward_s, 1e-15);
+    }
+    ASSERT_TRUE(q->measured.p2p.has_value());
+    EXPECT_NEAR(q->measured.p2p->latency_s, 7e-6, 1e-18);
+    EXPECT_NEAR(q->measured.all_gather.at(0).bandwidth_Bps, 6e9, 1e-3);
+    EXPECT_EQ(q->device_memory, p.device_memory);
+    EXPECT_EQ(q->measured.ranks, 2);
+  }
+  EXPECT_EQ(profile_to_json(loaded).dump(), profile_to_json(again).dump());
+  // A table entry measured twice is refused.
+  auto text = profile_to_json(p);
+  text["measured"]["blocks"].push_back(text["measured"]["blocks"][0]);
+  std::ofstream((dir_ / "dup.json").string()) << text.dump();
+  EXPECT_THROW(load_profile((dir_ / "dup.json").string()), Error);
+}
+
+TEST_F(MeasuredProfile, PlannerTimesAStepFromTheTable) {
+  const HardwareProfile p = table_profile();
+  PlanChoice c;
+  c.micro_batch = 2;
+  c.global_batch = 8;  // 4 micro-batches on one rank
+  const PlanEstimate e = estimate_plan(config_, {}, c, p, SearchOptions{1, 0});
+  ASSERT_TRUE(e.valid) << e.reason;
+  // By hand: 8 blocks x (F 3 ms + I 4 ms + W 1 ms) x 4 micro-batches = 256 ms; nothing else costs time.
+  EXPECT_NEAR(e.step_s, 0.256, 1e-9);
+  // Full recomputation reruns each transformer block's forward inside I: + 4 blocks x 3 ms x 4.
+  c.recompute = "full";
+  const PlanEstimate full = estimate_plan(config_, {}, c, p, SearchOptions{1, 0});
+  ASSERT_TRUE(full.valid) << full.reason;
+  EXPECT_NEAR(full.step_s, 0.256 + 4 * 3e-3 * 4, 1e-6);
+  // A plan at an unmeasured tp width is refused with the reason; the search still ranks the others.
+  PlanChoice tp2 = c;
+  tp2.tp = 2;
+  tp2.recompute = "none";
+  const PlanEstimate e2 = estimate_plan(config_, {}, tp2, p, SearchOptions{2, 0});
+  EXPECT_FALSE(e2.valid);
+  EXPECT_NE(e2.reason.find("no measurement at tensor-parallel width 2"), std::string::npos) << e2.reason;
+  EXPECT_FALSE(search_plans(config_, {}, p, SearchOptions{2, 0}).ranked.empty());
+}
+
+TEST_F(MeasuredProfile, DataParallelReductionUsesTheMeasuredCollective) {
+  HardwareProfile p = table_profile();
+  p.measured.all_reduce = {AlphaBeta{2, 1e-3, 1e6}};  // slow enough to see
+  PlanChoice c;
+  c.dp = 2;
+  c.micro_batch = 2;
+  c.global_batch = 8;
+  const PlanEstimate e = estimate_plan(config_, {}, c, p, SearchOptions{2, 0});
+  ASSERT_TRUE(e.valid) << e.reason;
+  double grad_bytes = 0;
+  for (const auto& cost : partition::model_costs(spec_, DType::kF32, partition::Recompute::kNone)) {
+    grad_bytes += 4.0 * static_cast<double>(cost.param_count);
+  }
+  EXPECT_NEAR(e.breakdown.dp_comm_s, 1e-3 + grad_bytes / 1e6, 1e-9);
+}
+
+TEST_F(MeasuredProfile, AProfileOfAnotherModelIsRefusedByName) {
+  const HardwareProfile p = table_profile();
+  partition::GptConfig other;
+  other.d_model = 64;
+  other.vocab_size = 64;
+  other.seq_len = 16;
+  try {
+    check_profile_matches(p, partition::make_gpt_spec(other), false);
+    FAIL() << "another model's profile was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("measured for another model"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("transformer_block d64"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(check_profile_matches(p, spec_, /*bf16=*/true), Error);  // timed in fp32
+  EXPECT_NO_THROW(check_profile_matches(p, spec_, false));
+}
+
+TEST_F(MeasuredProfile, MeasurementTimesEveryBlockAtEachWidth) {
+  MeasuredCosts costs;
+  BlockProfileRequest request;
+  request.tp_widths = {1, 2};
+  request.micro_batches = {1, 3};
+  request.repeats = 2;
+  measure_blocks(costs, spec_, request, nullptr);
+  // Distinct shapes: embedding, transformer block, final layernorm, tied head, loss = 5, x 2 widths x 2 sizes.
+  ASSERT_EQ(costs.blocks.size(), 5u * 2 * 2);
+  for (const auto& b : costs.blocks) {
+    EXPECT_GT(b.forward_s, 0.0) << b.shape << " tp" << b.tp << " m" << b.micro_batch;
+    if (b.shape.starts_with("transformer_block")) {
+      EXPECT_GT(b.input_grad_s, 0.0) << b.shape;
+      EXPECT_GT(b.weight_grad_s, 0.0) << b.shape;
+    }
+  }
+  for (const auto& block : spec_.blocks) {
+    EXPECT_TRUE(costs.covers(block_shape_key(block), 1));
+    EXPECT_TRUE(costs.covers(block_shape_key(block), 2));
+  }
+}
+
+}  // namespace
+}  // namespace cleave::planner

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# `cleave profile` under mpiexec -n 2: writes a profile with block tables at tp 1 and 2 and the P2P and
+# collective fits; `cleave plan --profile` ranks plans from it and its best plan trains under mpiexec;
+# `cleave simulate --config --profile` reads it. Bad input: an existing --out (left untouched), a tp width
+# that does not divide the heads, a profile of another model, a truncated profile: one clear error each.
+# Usage: cli_profile.sh CLEAVE MPIEXEC [FLAGS...]
+set -u
+cleave=$(realpath "$1"); shift
+mpiexec=("$@")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+fail() { echo "FAIL $*"; exit 1; }
+cat > tiny.json << 'JSON'
+{
+  "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
+  "batch": {"global_batch_size": 8},
+  "optimizer": {"type": "adamw", "lr": 0.003},
+  "train": {"steps": 3, "seed": 2, "log_interval": 1},
+  "data": {"type": "synthetic"}
+}
+JSON
+"${mpiexec[@]}" -n 2 "$cleave" profile tiny.json --out prof.json --repeats 2 > profile.log 2>&1 \
+  || { cat profile.log; fail "cleave profile"; }
+grep -q "^p2p  *ranks  2" profile.log || { cat profile.log; fail "no p2p fit printed"; }
+python3 - prof.json << 'PY' || fail "profile contents"
+import json, sys
+p = json.load(open(sys.argv[1]))
+m = p["measured"]
+assert p["format"] == "cleave-hardware-profile" and m["ranks"] == 2, p
+shapes = {(b["shape"].split()[0], b["tp"]) for b in m["blocks"]}
+for kind in ("embedding", "transformer_block", "layernorm", "lm_head", "softmax_cross_entropy"):
+    assert (kind, 1) in shapes and (kind, 2) in shapes, (kind, shapes)
+assert sorted({b["micro_batch"] for b in m["blocks"]}) == [1, 2, 4, 8]
+assert all(b["forward_ms"] > 0 for b in m["blocks"])
+for op in ("all_reduce", "reduce_scatter", "all_gather"):
+    assert m[op][0]["ranks"] == 2 and m[op][0]["bandwidth_GBps"] > 0, op
+assert m["p2p"]["bandwidth_GBps"] > 0
+print(f"ok   profile: {len(m['blocks'])} block measurements, p2p {m['p2p']['latency_us']:.1f} us + "
+      f"{m['p2p']['bandwidth_GBps']:.2f} GB/s")
+PY
+"$cleave" plan tiny.json --world 2 --profile prof.json --top 3 --write best.json > plan.log 2>&1 || { cat plan.log; fail "plan --profile"; }
+grep -q "profile: this machine" plan.log || { cat plan.log; fail "plan did not name the measured profile"; }
+"${mpiexec[@]}" -n 2 "$cleave" train best.json --set train.out_dir=run > train.log 2>&1 || { cat best.json train.log; fail "the plan from a measured profile does not train"; }
+[ "$(wc -l < run/metrics.jsonl)" -eq 3 ] || fail "the written plan did not run 3 steps"
+"$cleave" simulate --config best.json --world 2 --profile prof.json --json > sim.json 2> sim.log || { cat sim.log; fail "simulate --config --profile"; }
+echo "ok   plan #1 from the profile: $(sed -n 's/^  1  //p' plan.log | tr -s ' ' | cut -c1-80)"
+
+# Bad input.
+before=$(md5sum prof.json)
+"${mpiexec[@]}" -n 2 "$cleave" profile tiny.json --out prof.json > again.log 2>&1 && fail "profile overwrote its --out"
+grep -q "prof.json exists; not overwriting" again.log || { cat again.log; fail "no overwrite message"; }
+[ "$before" = "$(md5sum prof.json)" ] || fail "prof.json changed"
+"$cleave" profile tiny.json --out x.json --tp 3 > tp.log 2>&1 && fail "--tp 3 accepted"
+grep -q "\-\-tp 3 does not divide n_heads 4" tp.log || { cat tp.log; fail "tp message"; }
+[ ! -e x.json ] || fail "a refused profile wrote its file"
+"$cleave" plan tiny.json --world 2 --profile prof.json --set model.d_model=64 > other.log 2>&1 && fail "another model's profile accepted"
+grep -q "was measured for another model" other.log || { cat other.log; fail "mismatch message"; }
+head -c 200 prof.json > cut.json
+"$cleave" plan tiny.json --world 2 --profile cut.json > cut.log 2>&1 && fail "truncated profile accepted"
+grep -q "profile cut.json: not valid JSON" cut.log || { cat cut.log; fail "truncated message"; }
+echo "ok   bad input: existing --out kept, --tp 3, another model, truncated file"

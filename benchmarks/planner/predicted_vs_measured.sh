@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Proof against measurement: `cleave plan` ranks every plan of a GPT sized so a step takes ~100-200 ms here,
+# Proof against measurement: `cleave profile` measures this machine under mpirun, `cleave plan --profile` ranks every plan of a GPT sized so a step takes ~100-200 ms here,
 # then the planner's top 3 and a spread of the others are trained for real under mpirun (STEPS steps each,
 # the first 3 not counted) and the predicted step time and peak memory of each are printed next to the
 # measured median step time and the allocator's peak (max over ranks, from the run's log).
@@ -24,7 +24,11 @@ JSON
 over=()
 [ "$world" -le "$(nproc)" ] || over=(--oversubscribe)
 [ "$world" -le "$(nproc)" ] || echo "WARNING: $world ranks on $(nproc) cores: oversubscribed, measured times include waiting for a core"
-"$cleave" plan "$work/gpt.json" --world "$world" --top 5 --json "$work/plans.json" | head -n 12
+# Measure this machine as the runs will use it: the same ranks, every rank computing at once.
+mpiexec -n "$world" "${over[@]}" "$cleave" profile "$work/gpt.json" --out "$work/profile.json" < /dev/null \
+  > "$work/profile.log" 2>&1 || { cat "$work/profile.log"; exit 1; }
+grep -E "^(p2p|all_reduce)" "$work/profile.log" || true
+"$cleave" plan "$work/gpt.json" --world "$world" --profile "$work/profile.json" --top 5 --json "$work/plans.json" | head -n 12
 python3 - "$work/plans.json" "$plans" > "$work/picked.txt" << 'PY'
 import json, sys
 plans = json.load(open(sys.argv[1]))["plans"]

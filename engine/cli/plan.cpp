@@ -2,7 +2,7 @@
 // [--explain] [--set key=value ...]`: searches tp x pp x dp, schedule, virtual stages, micro-batch size
 // ZeRO stage and activation recomputation for CONFIG on N ranks (engine/planner/plan_search.hpp), discards plans over the memory cap
 // with the reason, ranks the rest by simulated step time and prints them; --write saves the best as a
-// config `mpirun -np N cleave train BEST.json` runs unchanged. No MPI: it plans, it does not train.
+// config `mpirun -np N cleave train BEST.json` runs unchanged (with --memory-limit as its device.memory_limit). No MPI: it plans, it does not train.
 // Invariant: --write never overwrites a file; with no plan under the cap it exits non-zero naming the
 // smallest need per memory category and the plan that came closest.
 #include <cstdio>
@@ -191,6 +191,9 @@ int run_plan(int argc, char** argv) {
     for (const auto& o : best.choice.overrides()) all.push_back(o);
     config::RunConfig chosen = config::load_config(config_path, all);
     if (chosen.device.type == "cpu" && profile.device_type == "cuda") chosen.device.type = "cuda";
+    // The cap asked for on the command line travels with the plan: training then refuses a plan over it and
+    // the allocator enforces it (a cap from the config is there already).
+    if (!limit_text.empty()) chosen.device.memory_limit = result.memory_limit;
     std::ofstream out(write_path);
     out << config::to_json(chosen) << "\n";
     CLEAVE_CHECK(out.good(), "plan: could not write {}", write_path);

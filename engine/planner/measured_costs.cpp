@@ -14,6 +14,8 @@ namespace {
 
 using nlohmann::json;
 
+constexpr double kLatencyFloor_s = 1e-7;  // 0.1 us: no message costs less
+
 double number(const json& node, const std::string& key, const std::string& where, bool allow_zero) {
   CLEAVE_CHECK(node.contains(key), "{}: missing key '{}'", where, key);
   const json& v = node.at(key);
@@ -120,9 +122,9 @@ AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& points, i
   double beta = (n * sxy - sx * sy) / denom;
   double alpha = (sy - beta * sx) / n;
   beta = std::max(beta, 1e-15);  // a non-positive slope is noise: no more than 1 PB/s
-  if (alpha < 0) {
-    // Keep the line through the points' centre of mass with a zero intercept's slope.
-    alpha = 0;
+  if (alpha < kLatencyFloor_s) {
+    // Noise put the intercept at or below zero: refit the slope through the origin, floor the latency.
+    alpha = kLatencyFloor_s;
     beta = std::max(sxy / sxx, 1e-15);
   }
   return {ranks, alpha, 1.0 / beta};

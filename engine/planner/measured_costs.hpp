@@ -62,8 +62,9 @@ struct MeasuredCosts {
 // A block's identity for the tables: its kind and every size its cost depends on.
 std::string block_shape_key(const partition::BlockSpec& block);
 
-// Least-squares fit of seconds = a + bytes * b over (bytes, seconds) points; a is clamped to >= 0 and b to
-// a positive floor, so the fit is usable even from noisy points. Needs two or more distinct sizes.
+// Least-squares fit of seconds = a + bytes * b over (bytes, seconds) points; an intercept below 0.1 us (noise)
+// is floored there with the slope refitted through the origin, and b has a positive floor, so the fit is
+// usable even from noisy points. Needs two or more distinct sizes.
 AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& bytes_seconds, int ranks);
 
 // Numbers are written to 9 significant digits, so writing what was read gives the same text (round trip).

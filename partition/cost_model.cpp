@@ -183,6 +183,22 @@ BlockCost block_cost(const BlockSpec& block, DType dtype, Recompute recompute) {
   cost.param_bytes = p.params * b;
   cost.activation_bytes = p.act_float * b + p.act_fixed;
   cost.output_bytes = block.kind == BlockKind::kSoftmaxCrossEntropy ? 0 : block.output.numel() * b;
+  switch (block.kind) {
+    case BlockKind::kTransformerBlock: {
+      // qkv (x, dy[3D]), proj (x, dy), fc1 (x, dy[F]), fc2 (x[F], dy); two LayerNorms (x, dy, mean, rstd).
+      const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff;
+      cost.weight_stash_bytes = t * (12 * d + 2 * f) * b + 4 * t * kStatBytes;
+      break;
+    }
+    case BlockKind::kEmbedding:
+    case BlockKind::kLayerNorm:
+    case BlockKind::kLmHead:
+    case BlockKind::kLinear:
+    case BlockKind::kConv2d:
+      cost.weight_stash_bytes = cost.activation_bytes + cost.output_bytes;  // the forward stash and dy
+      break;
+    default: break;  // no weights: backward_input frees everything
+  }
   if (block.kind == BlockKind::kTransformerBlock && recompute != Recompute::kNone) {
     const std::int64_t t = block.seq_len, d = block.in_features, h = block.n_heads;
     if (recompute == Recompute::kSelective) {

@@ -74,6 +74,10 @@ struct BlockCost {
   std::int64_t output_bytes = 0;      // boundary tensor sent to the next block / stage, per sample
   std::int64_t param_count = 0;       // parameters held by the block (a tied head counts the table)
   std::int64_t recompute_transient_bytes = 0;  // per sample: rebuilt and alive while this block's backward runs
+  // Per sample: what the block holds from backward_input until backward_weight (split backward, zero-bubble
+  // schedules): each weight's input and output gradient and the norms' statistics; the forward stash's
+  // other tensors are freed by backward_input (a recomputed block has rebuilt its stash by then).
+  std::int64_t weight_stash_bytes = 0;
 
   double backward_flops() const { return input_grad_flops + weight_grad_flops; }
   double total_flops() const { return forward_flops + input_grad_flops + weight_grad_flops; }

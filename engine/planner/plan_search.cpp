@@ -255,12 +255,15 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
   bd.idle_s = std::max(0.0, est.step_s - bd.compute_s - bd.tp_comm_s - bd.dp_comm_s - bd.optimizer_s);
   if (details) {
     // Memory over the step per pp rank: static categories plus the activations the timeline holds.
-    std::vector<double> stash(static_cast<std::size_t>(num_stages), 0.0), transient(stash.size(), 0.0);
+    std::vector<double> stash(static_cast<std::size_t>(num_stages), 0.0), transient(stash.size(), 0.0),
+        weight_stash(stash.size(), 0.0);
     const double per_micro = micro / choice.tp / (bf16 ? 2.0 : 1.0);
     for (int s = 0; s < num_stages; ++s) {
       const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
       for (int b = range.begin; b < range.end; ++b) {
         stash[static_cast<std::size_t>(s)] += static_cast<double>(costs[static_cast<std::size_t>(b)].activation_bytes) * per_micro;
+        weight_stash[static_cast<std::size_t>(s)] +=
+            static_cast<double>(costs[static_cast<std::size_t>(b)].weight_stash_bytes) * per_micro;
         transient[static_cast<std::size_t>(s)] = std::max(
             transient[static_cast<std::size_t>(s)],
             static_cast<double>(costs[static_cast<std::size_t>(b)].recompute_transient_bytes) * per_micro);
@@ -279,10 +282,14 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
         if (a.action.stage < 0) continue;
         const double act = stash[static_cast<std::size_t>(a.action.stage)];
         const double tr = transient[static_cast<std::size_t>(a.action.stage)];
+        const double held_for_w = weight_stash[static_cast<std::size_t>(a.action.stage)];
         switch (a.action.kind) {
           case pipeline::ActionKind::kForward: events.push_back({a.start, act}); break;
-          case pipeline::ActionKind::kBackwardInput: events.push_back({a.start, tr}); break;
-          case pipeline::ActionKind::kBackwardWeight: events.push_back({a.end, -act - tr}); break;
+          case pipeline::ActionKind::kBackwardInput:
+            events.push_back({a.start, tr});
+            events.push_back({a.end, held_for_w - act - tr});
+            break;
+          case pipeline::ActionKind::kBackwardWeight: events.push_back({a.end, -held_for_w}); break;
           case pipeline::ActionKind::kBackward:
             events.push_back({a.start, tr});
             events.push_back({a.end, -act - tr});

@@ -72,7 +72,8 @@ struct PlanEstimate {
 // What estimate_plan can also hand back for one plan (cleave simulate --config): the simulated step, the
 // memory plan of every pp rank, and each rank's memory over the step in bytes: the static part
 // (parameters, gradients, optimizer state, communication buffers) plus activations, which rise by a stage's
-// stash at each F and fall at its W (or B); I adds, and W (or B) frees, a recomputed block's transient stash.
+// stash at each F; at the end of I the stash becomes what W needs (cost model: weight_stash_bytes), freed by W (a
+// fused B frees the forward stash); a recomputed block's rebuilt stash counts on top while its I or B runs.
 struct MemoryPoint {
   double time_s = 0;
   std::int64_t bytes = 0;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "engine/core/error.hpp"
 #include "partition/cost_model.hpp"
@@ -32,7 +33,11 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   const std::int64_t micro = config.resolved_batch().micro_batch_size;
   const int tp = config.parallel.tensor_model_parallel_size;
   const int dp = std::max(1, config.parallel.data_parallel_size);
-  std::int64_t param_bytes = 0, largest_stash = 0, largest_output = 0, boundary = 0, transient = 0;
+  std::int64_t param_bytes = 0, largest_output = 0, boundary = 0;
+  // Per stage held by this rank, per sample: the forward stash, what split backward keeps from I until W,
+  // and the largest recomputed block's rebuilt stash (alive while that block's backward runs).
+  std::vector<std::int64_t> forward_stash(static_cast<std::size_t>(plan.num_stages()), 0);
+  std::vector<std::int64_t> weight_stash(forward_stash.size(), 0), transient(forward_stash.size(), 0);
   // With tied embeddings the token table appears in the embedding's and the head's cost; a rank holding
   // both (ZB-V) shares one Param, so the second occurrence adds only what is not the table.
   const bool tied = !plan.spec.tied_parameters.empty();
@@ -41,7 +46,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   for (int stage = 0; stage < plan.num_stages(); ++stage) {
     if (plan.stage_to_rank(stage) != pp_rank) continue;
     const auto& range = plan.partition.stages[static_cast<std::size_t>(stage)];
-    std::int64_t stash = 0;
+    const auto si = static_cast<std::size_t>(stage);
     for (int b = range.begin; b < range.end; ++b) {
       const auto& block = plan.spec.blocks[static_cast<std::size_t>(b)];
       const auto& c = costs[static_cast<std::size_t>(b)];
@@ -49,15 +54,36 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
                                         block.kind == partition::BlockKind::kLmHead);
       param_bytes += holds_table && table_seen ? c.param_bytes - table_bytes : c.param_bytes;
       table_seen = table_seen || holds_table;
-      stash += c.activation_bytes;
-      transient = std::max(transient, c.recompute_transient_bytes);
+      forward_stash[si] += c.activation_bytes;
+      weight_stash[si] += c.weight_stash_bytes;
+      transient[si] = std::max(transient[si], c.recompute_transient_bytes);
       largest_output = std::max(largest_output, c.output_bytes);
     }
-    largest_stash = std::max(largest_stash, stash);
     if (stage > 0) boundary = std::max(boundary, costs[static_cast<std::size_t>(range.begin - 1)].output_bytes);
   }
   const auto& actions = plan.schedule.ranks[static_cast<std::size_t>(pp_rank)];
   const int live = std::max(1, pipeline::peak_activations(actions));
+  // The rank runs its actions in order: walk them, F adding a stage's forward stash, I trading it for what W
+  // needs, W (or a fused B) freeing it; a recomputed block's rebuilt stash is counted on top while I or B runs.
+  std::int64_t held = 0, peak_stash = 0;
+  for (const auto& a : actions) {
+    if (a.stage < 0) continue;
+    const auto si = static_cast<std::size_t>(a.stage);
+    switch (a.kind) {
+      case pipeline::ActionKind::kForward: held += forward_stash[si]; break;
+      case pipeline::ActionKind::kBackwardInput:
+        peak_stash = std::max(peak_stash, held + transient[si]);
+        held += weight_stash[si] - forward_stash[si];
+        break;
+      case pipeline::ActionKind::kBackwardWeight: held -= weight_stash[si]; break;
+      case pipeline::ActionKind::kBackward:
+        peak_stash = std::max(peak_stash, held + transient[si]);
+        held -= forward_stash[si];
+        break;
+      default: break;
+    }
+    peak_stash = std::max(peak_stash, held);
+  }
   MemoryPlan m;
   auto at = [&m](MemoryCategory c) -> std::int64_t& { return m.bytes[static_cast<std::size_t>(c)]; };
   // Mixed precision: bf16 working copies of the parameters besides the f32 masters; bf16 activations and
@@ -74,9 +100,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   const double state = training_bytes_per_param_byte(config.optimizer) - 1.0;
   at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
       state * static_cast<double>(param_bytes / tp) / (config.optimizer.zero_stage == 1 ? dp : 1));
-  // Recomputation: one block's rebuilt stash is alive while its backward runs (transient, per micro-batch).
-  at(MemoryCategory::kActivations) =
-      (live * largest_stash / tp + transient / tp + 2 * live * boundary) * micro / (bf16 ? 2 : 1);
+  at(MemoryCategory::kActivations) = (peak_stash / tp + 2 * live * boundary) * micro / (bf16 ? 2 : 1);
   at(MemoryCategory::kWorkspace) = 2 * largest_output * micro;
   // parallel.grad_reduce_dtype bf16: every gradient bucket has a bf16 twin the collective carries.
   if (dp > 1 && config.parallel.grad_reduce_dtype == "bf16") at(MemoryCategory::kCommunication) = param_bytes / tp / 2;

@@ -5,9 +5,11 @@
 //   parameters       Σ param bytes of the rank's stages (a tied table counted once per rank)
 //   gradients        = parameters (train.deterministic: x (1 + floor(log2 micro-batches)), the partial sums)
 //   optimizer_state  adamw 2x, sgd with momentum 1x, plain sgd 0x of parameters (÷ dp with ZeRO-1)
-//   activations      peak live stashes of the rank's schedule × micro-batch × the largest stash of a
-//                    local stage (cost model: exactly what forward() keeps under train.recompute), plus
-//                    boundary tensors in flight, plus one block's recomputed stash while its backward runs
+//   activations      the peak, over the rank's actions in schedule order, of the stashes held: F adds a
+//                    stage's forward stash (cost model: exactly what forward() keeps under train.recompute),
+//                    I trades it for what W needs (weight_stash_bytes: inputs and output gradients of the
+//                    weights), W or a fused B frees it, and a recomputed block's rebuilt stash counts on top
+//                    while its I or B runs; × micro-batch; plus boundary tensors in flight
 //   workspace        2 × the largest block output of a micro-batch (transient outputs and gradients)
 // It is an estimate; the allocator's cap still enforces the real limit at run time, and the measured peaks
 // (metrics.jsonl peak_bytes) show how close it was.

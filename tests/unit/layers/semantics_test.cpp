@@ -131,6 +131,15 @@ void expect_stash_matches_cost_model(const partition::ModelSpec& spec, const Ten
       EXPECT_EQ(static_cast<std::int64_t>(x.nbytes()), cost.output_bytes * batch) << spec.blocks[i].name;
     }
   }
+  // Split backward: what each block holds from its input gradient until its weight gradient.
+  Tensor dy = Tensor::from_floats(std::vector<float>{1.0f}, Shape{1});
+  for (std::size_t i = layers.size(); i-- > 0;) {
+    dy = layers[i]->backward_input(dy, stashes[i], ctx);
+    const auto cost = partition::block_cost(spec.blocks[i], DType::kF32, recompute);
+    EXPECT_EQ(testing::stash_bytes(stashes[i]), cost.weight_stash_bytes * batch)
+        << spec.type << " block " << spec.blocks[i].name << " after backward_input, recompute "
+        << partition::recompute_name(recompute);
+  }
 }
 
 // Recomputation (selective, full) gives the plain block's outputs, input gradients and weight gradients bit
@@ -163,7 +172,7 @@ TEST(LayerContract, RecomputedBlocksAreBitIdentical) {
   EXPECT_EQ(run(full), expected) << "full";
 }
 
-TEST(LayerContract, StashBytesMatchCostModel) {
+TEST(LayerContract, StashBytesMatchCostModelAfterForwardAndAfterInputGrad) {
   partition::GptConfig g;
   g.vocab_size = 17;
   g.d_model = 12;

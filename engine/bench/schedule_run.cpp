@@ -96,6 +96,10 @@ ScheduleRun run_schedule(const std::string& config_path, const std::vector<std::
   std::vector<std::string> all = overrides;
   all.push_back("parallel.schedule=" + choice.name);
   all.push_back("parallel.virtual_pipeline_stages=" + std::to_string(choice.virtual_stages));
+  if (choice.name != "auto") {  // the config's settings for the automatic scheduler apply to `auto` only
+    all.push_back("parallel.auto_schedule_memory_limit=0");
+    all.push_back("parallel.auto_schedule_profile=\"\"");
+  }
   all.push_back("train.trace=true");
   all.push_back("train.steps=" + std::to_string(steps + warmup));
   all.push_back("train.eval_batches=0");

@@ -226,7 +226,7 @@ int run_profile(int argc, char** argv) {
       std::printf("%-44s %3d %6lld %10.3f %10.3f %10.3f\n", b.shape.c_str(), b.tp, static_cast<long long>(b.micro_batch),
                   b.forward_s * 1e3, b.input_grad_s * 1e3, b.weight_grad_s * 1e3);
     }
-    const auto print_fit = [](const char* op, const planner::AlphaBeta& f) {
+    const auto print_fit = [](const char* op, const partition::AlphaBeta& f) {
       std::printf("%-16s ranks %2d: latency %8.1f us, bandwidth %7.2f GB/s\n", op, f.ranks, f.latency_s * 1e6,
                   f.bandwidth_Bps / 1e9);
     };

@@ -477,6 +477,7 @@ void read_parallel(Reader r, ParallelConfig& p) {
   r.integer("virtual_pipeline_stages", p.virtual_pipeline_stages, 1, kMaxParallel);
   r.string("schedule", p.schedule);
   r.integer("auto_schedule_memory_limit", p.auto_schedule_memory_limit, 0);
+  r.string("auto_schedule_profile", p.auto_schedule_profile);
   Reader partition = r.section("partition");
   partition.choice("method", p.partition.method, {"cost", "uniform", "parameters", "manual"});
   partition.integer_list("blocks_per_stage", p.partition.blocks_per_stage, 1, kMaxCount + 3);
@@ -656,6 +657,11 @@ void validate(const RunConfig& c, const ParseState& state) {
          fmt::join(names, ", "), best <= 3 ? fmt::format(" (did you mean \"{}\"?)", closest) : std::string());
   }
 
+  if (!p.auto_schedule_profile.empty() && p.schedule != "auto") {
+    fail(state, "parallel.auto_schedule_profile",
+         "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
+         p.schedule);
+  }
   if (p.auto_schedule_memory_limit != 0 && p.schedule != "auto") {
     fail(state, "parallel.auto_schedule_memory_limit",
          "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
@@ -750,6 +756,7 @@ ordered_json to_json_tree(const RunConfig& c) {
                    {"virtual_pipeline_stages", p.virtual_pipeline_stages},
                    {"schedule", p.schedule},
                    {"auto_schedule_memory_limit", p.auto_schedule_memory_limit},
+                   {"auto_schedule_profile", p.auto_schedule_profile},
                    {"partition", {{"method", p.partition.method}, {"blocks_per_stage", p.partition.blocks_per_stage}}},
                    {"dp_bucket_mb", p.dp_bucket_mb},
                    {"grad_reduce_dtype", p.grad_reduce_dtype},

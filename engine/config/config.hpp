@@ -47,8 +47,11 @@ struct ParallelConfig {
   std::string schedule = "1f1b";  // a schedule registry name (pipeline/schedules) or a schedule file path
   // schedule "auto" only: live micro-batch stashes (activations of one micro-batch on one stage) each pp rank
   // may hold; 0 = pipeline_model_parallel_size, the memory of 1F1B and ZB-H1; 2 × pp gives ZB-H2's zero bubble.
-  // The automatic scheduler uses the cost model's F : I : W ratio with equal stages (no measured profile yet).
   int auto_schedule_memory_limit = 0;
+  // schedule "auto" only: a profile written by `cleave profile` for this model; the automatic scheduler then
+  // builds from its measured F, I, W (at this tp width and micro-batch) and P2P fit. Empty: the cost model's
+  // F : I : W ratio. Either way the stages are taken as equal (the partitioner balances them).
+  std::string auto_schedule_profile;
   PartitionConfig partition;
   double dp_bucket_mb = 25.0;  // gradient all-reduce bucket size
   // dtype data-parallel gradient buckets travel in: "fp32" (the f32 gradients themselves; what Megatron does

@@ -76,7 +76,7 @@ HardwareProfile load_profile(const std::string& path) {
   p.inter_node = read_link(root, "inter_node", path);
   p.ranks_per_node = static_cast<int>(positive(root, "ranks_per_node", where));
   p.device_memory = static_cast<std::int64_t>(positive(root, "device_memory_GiB", where) * 1024.0 * 1024.0 * 1024.0);
-  if (root.contains("measured")) p.measured = measured_from_json(root.at("measured"), path);
+  if (root.contains("measured")) p.measured = partition::measured_from_json(root.at("measured"), path);
   return p;
 }
 
@@ -85,13 +85,13 @@ json profile_to_json(const HardwareProfile& p) {
               {"name", p.name},
               {"source", p.source},
               {"device_type", p.device_type},
-              {"sustained_gemm_tflops", {{"f32", file_number(p.flops_f32 / 1e12)}, {"bf16", file_number(p.flops_bf16 / 1e12)}}},
-              {"memory_bandwidth_GBps", file_number(p.memory_bandwidth_Bps / 1e9)},
-              {"intra_node", {{"latency_us", file_number(p.intra_node.latency_s * 1e6)}, {"bandwidth_GBps", file_number(p.intra_node.bandwidth_Bps / 1e9)}}},
-              {"inter_node", {{"latency_us", file_number(p.inter_node.latency_s * 1e6)}, {"bandwidth_GBps", file_number(p.inter_node.bandwidth_Bps / 1e9)}}},
+              {"sustained_gemm_tflops", {{"f32", partition::file_number(p.flops_f32 / 1e12)}, {"bf16", partition::file_number(p.flops_bf16 / 1e12)}}},
+              {"memory_bandwidth_GBps", partition::file_number(p.memory_bandwidth_Bps / 1e9)},
+              {"intra_node", {{"latency_us", partition::file_number(p.intra_node.latency_s * 1e6)}, {"bandwidth_GBps", partition::file_number(p.intra_node.bandwidth_Bps / 1e9)}}},
+              {"inter_node", {{"latency_us", partition::file_number(p.inter_node.latency_s * 1e6)}, {"bandwidth_GBps", partition::file_number(p.inter_node.bandwidth_Bps / 1e9)}}},
               {"ranks_per_node", p.ranks_per_node},
               {"device_memory_GiB", static_cast<double>(p.device_memory) / (1024.0 * 1024.0 * 1024.0)}};
-  if (p.measured.has_blocks() || p.measured.p2p) out["measured"] = measured_to_json(p.measured);
+  if (p.measured.has_blocks() || p.measured.p2p) out["measured"] = partition::measured_to_json(p.measured);
   return out;
 }
 

@@ -3,7 +3,7 @@
 // the memory bandwidth an optimizer step streams at, ranks per node (tensor parallelism stays inside a
 // node) and device memory. Loaded from a JSON profile file (profiles/*.json ship published hardware, with
 // their sources in the file) or measured on this machine (calibrate_this_machine).
-// A profile written by `cleave profile` also carries MeasuredCosts (measured_costs.hpp): per-block times by
+// A profile written by `cleave profile` also carries MeasuredCosts (partition/measured_costs.hpp): per-block times by
 // tp width and micro-batch, and alpha-beta fits of P2P and collectives, which the planner then uses instead
 // of FLOPs over a rate and the link formulas.
 // Invariant: every number is finite and > 0 once a profile is returned; a bad file is an Error naming the
@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/planner/measured_costs.hpp"
+#include "partition/measured_costs.hpp"
 #include "partition/model_spec.hpp"
 
 namespace cleave::planner {
@@ -44,7 +44,7 @@ struct HardwareProfile {
   // of the GEMM rate; 0 = not measured.
   double block_forward_flops = 0, block_input_grad_flops = 0, block_weight_grad_flops = 0;
 
-  MeasuredCosts measured;  // empty unless written by `cleave profile`
+  partition::MeasuredCosts measured;  // empty unless written by `cleave profile`
 
   double flops(bool bf16) const { return bf16 ? flops_bf16 : flops_f32; }
 };

@@ -49,15 +49,15 @@ std::int64_t fixed_global_batch(const config::RunConfig& base, int world) {
 }  // namespace
 
 void check_profile_matches(const HardwareProfile& profile, const partition::ModelSpec& spec, bool bf16) {
-  const MeasuredCosts& m = profile.measured;
+  const partition::MeasuredCosts& m = profile.measured;
   if (!m.has_blocks()) return;
   CLEAVE_CHECK(m.dtype == (bf16 ? "bf16" : "fp32"),
                "profile '{}' timed its blocks in {} but the config trains in {} (device.precision): profile again with "
                "this config", profile.name, m.dtype, bf16 ? "bf16" : "fp32");
   std::string missing;
   for (const auto& block : spec.blocks) {
-    const std::string key = block_shape_key(block);
-    const bool any = std::any_of(m.blocks.begin(), m.blocks.end(), [&](const MeasuredBlock& b) { return b.shape == key; });
+    const std::string key = partition::block_shape_key(block);
+    const bool any = std::any_of(m.blocks.begin(), m.blocks.end(), [&](const partition::MeasuredBlock& b) { return b.shape == key; });
     if (!any && missing.find(key) == std::string::npos) missing += (missing.empty() ? "" : ", ") + key;
   }
   CLEAVE_CHECK(missing.empty(),
@@ -139,12 +139,12 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
   const bool bf16 = config.device.precision == "bf16";
   const DType dtype = bf16 ? DType::kBF16 : DType::kF32;
   const auto costs = partition::model_costs(plan.spec, dtype, partition::parse_recompute(choice.recompute));
-  const MeasuredCosts& measured = profile.measured;
+  const partition::MeasuredCosts& measured = profile.measured;
   const bool use_table = measured.has_blocks();
   if (use_table) {
     check_profile_matches(profile, plan.spec, bf16);
     for (const auto& block : plan.spec.blocks) {
-      if (!measured.covers(block_shape_key(block), choice.tp)) {
+      if (!measured.covers(partition::block_shape_key(block), choice.tp)) {
         est.valid = est.fits = false;
         est.reason = fmt::format("profile '{}' has no measurement at tensor-parallel width {} (run cleave profile with "
                                  "--world {})", profile.name, choice.tp, options.world);
@@ -158,7 +158,7 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
   // group size (inside a node), else the ring formula over the link.
   const auto collective_s = [&](const char* op, double bytes, int ranks, const Link& link) {
     if (ranks <= 1 || bytes <= 0) return 0.0;
-    if (const AlphaBeta* fit = measured.collective(op, ranks); fit != nullptr && &link == &profile.intra_node) {
+    if (const partition::AlphaBeta* fit = measured.collective(op, ranks); fit != nullptr && &link == &profile.intra_node) {
       return fit->seconds(bytes);
     }
     return std::string_view(op) == "all_reduce" ? link.all_reduce_s(bytes, ranks) : link.all_reduce_s(bytes, ranks) / 2;
@@ -181,7 +181,7 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
       const auto& c = costs[static_cast<std::size_t>(b)];
       const auto& block = plan.spec.blocks[static_cast<std::size_t>(b)];
       if (use_table) {
-        const BlockTimes t = measured.block_times(block, choice.tp, choice.micro_batch, profile.name);
+        const partition::BlockTimes t = measured.block_times(block, choice.tp, choice.micro_batch, profile.name);
         // Recomputation reruns part of the forward inside I: its share of the measured forward time.
         const auto& plain = plain_costs[static_cast<std::size_t>(b)];
         const double rerun = plain.forward_flops > 0 ? (c.input_grad_flops - plain.input_grad_flops) / plain.forward_flops : 0.0;

@@ -93,10 +93,10 @@ double max_over_ranks(double value, comm::Communicator& comm) {
 
 }  // namespace
 
-void measure_blocks(MeasuredCosts& costs, const partition::ModelSpec& spec, const BlockProfileRequest& request,
+void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec& spec, const BlockProfileRequest& request,
                     comm::Communicator* comm) {
   CLEAVE_CHECK(request.repeats >= 1, "profile: repeats must be >= 1, got {}", request.repeats);
-  std::vector<MeasuredBlock> measured;
+  std::vector<partition::MeasuredBlock> measured;
   for (int tp : request.tp_widths) {
     ShardTimingComm shard_comm(tp);
     layers::BuildOptions build;
@@ -108,7 +108,7 @@ void measure_blocks(MeasuredCosts& costs, const partition::ModelSpec& spec, cons
       Tensor current;
       for (std::size_t i = 0; i < spec.blocks.size(); ++i) {
         const partition::BlockSpec& block = spec.blocks[i];
-        const std::string key = block_shape_key(block);
+        const std::string key = partition::block_shape_key(block);
         if (auto it = output_of.find(key); it != output_of.end()) {
           current = it->second;
           continue;
@@ -159,7 +159,7 @@ void measure_blocks(MeasuredCosts& costs, const partition::ModelSpec& spec, cons
   }
 }
 
-void measure_collectives(MeasuredCosts& costs, comm::Communicator& world, int repeats) {
+void measure_collectives(partition::MeasuredCosts& costs, comm::Communicator& world, int repeats) {
   CLEAVE_CHECK(world.size() >= 2, "profile: collectives need 2 or more ranks (run under mpirun), got {}", world.size());
   const std::vector<std::int64_t> sizes = {4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20};  // bytes
   const int rank = world.rank();
@@ -185,7 +185,7 @@ void measure_collectives(MeasuredCosts& costs, comm::Communicator& world, int re
       }
       points.push_back({static_cast<double>(bytes), max_over_ranks(paired ? median(times) : 0.0, world)});
     }
-    costs.p2p = fit_alpha_beta(points, 2);
+    costs.p2p = partition::fit_alpha_beta(points, 2);
   }
   // Collectives on groups of g consecutive ranks, every group at once.
   std::vector<int> groups;
@@ -216,7 +216,7 @@ void measure_collectives(MeasuredCosts& costs, comm::Communicator& world, int re
         }
         points.push_back({static_cast<double>(n * 4), max_over_ranks(median(times), world)});
       }
-      const AlphaBeta fit = fit_alpha_beta(points, g);
+      const partition::AlphaBeta fit = partition::fit_alpha_beta(points, g);
       (std::string(op) == "all_reduce"       ? costs.all_reduce
        : std::string(op) == "reduce_scatter" ? costs.reduce_scatter
                                              : costs.all_gather)

@@ -1,6 +1,6 @@
 // The measurements behind `cleave profile` (engine/cli/profile.cpp):
 //  - measure_blocks times, with the real layers and kernels, every distinct block shape of a model
-//    (measured_costs.hpp: block_shape_key) at each requested tensor-parallel width and micro-batch size:
+//    (partition/measured_costs.hpp: block_shape_key) at each requested tensor-parallel width and micro-batch size:
 //    forward, input gradient and weight gradient of tp rank 0's shard, median of `repeats` runs after a
 //    warm-up. A shard's tp collectives are not run (the layers get a communicator of the right width whose
 //    collectives complete without moving data); the collectives are timed by measure_collectives. Under
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
-#include "engine/planner/measured_costs.hpp"
+#include "partition/measured_costs.hpp"
 #include "partition/model_spec.hpp"
 
 namespace cleave::planner {
@@ -30,10 +30,10 @@ struct BlockProfileRequest {
 };
 
 // Appends to costs.blocks; `comm` (null = this process alone) averages the ranks' medians.
-void measure_blocks(MeasuredCosts& costs, const partition::ModelSpec& spec, const BlockProfileRequest& request,
+void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec& spec, const BlockProfileRequest& request,
                     comm::Communicator* comm);
 
 // Sets costs.p2p and the collective fits. Needs comm.size() >= 2.
-void measure_collectives(MeasuredCosts& costs, comm::Communicator& comm, int repeats = 10);
+void measure_collectives(partition::MeasuredCosts& costs, comm::Communicator& comm, int repeats = 10);
 
 }  // namespace cleave::planner

@@ -12,6 +12,7 @@
 #include "partition/cost_model.hpp"
 #include "pipeline/lowering.hpp"
 #include "pipeline/schedule_text.hpp"
+#include "partition/measured_costs.hpp"
 #include "pipeline/schedules/auto_schedule.hpp"
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/timeline.hpp"
@@ -22,9 +23,11 @@ namespace {
 
 partition::ModelSpec make_spec(const config::ModelConfig& model) { return model_spec(model); }
 
-// `auto`: the automatic zero-bubble scheduler with equal stages (the partition balances them by the same cost
-// model) whose F : I : W ratio is the model's, from the cost model's FLOPs. A measured profile is not an input
-// yet. Memory limit: parallel.auto_schedule_memory_limit stashes per rank (0 = pp, 1F1B's memory).
+// `auto`: the automatic zero-bubble scheduler with equal stages (the partition balances them) whose F, I and W
+// are the model's totals / pp: measured (parallel.auto_schedule_profile, a `cleave profile` file: block times
+// at this tp width and micro-batch, a recomputed block's rerun share of its forward added to I, and the
+// P2P fit for the boundary tensor), else the cost model's FLOP ratio. Memory limit:
+// parallel.auto_schedule_memory_limit stashes per rank (0 = pp, 1F1B's memory).
 pipeline::Schedule make_auto_schedule(const config::RunConfig& config, int num_microbatches) {
   const int pp = config.parallel.pipeline_model_parallel_size;
   const int v = effective_virtual_stages(config);
@@ -32,19 +35,47 @@ pipeline::Schedule make_auto_schedule(const config::RunConfig& config, int num_m
                "schedule auto runs one stage per rank (the automatic scheduler places one stage on each rank), got "
                "parallel.virtual_pipeline_stages {}",
                v);
+  pipeline::AutoScheduleOptions options;
+  options.memory_limit = config.parallel.auto_schedule_memory_limit;
+  if (const std::string& path = config.parallel.auto_schedule_profile; !path.empty()) {
+    const partition::ModelSpec spec = make_spec(config.model);
+    const partition::MeasuredCosts measured = partition::load_measured_costs(path);
+    const int tp = config.parallel.tensor_model_parallel_size;
+    const std::int64_t micro = config.resolved_batch().micro_batch_size;
+    partition::check_measured_covers(measured, spec, tp, config.device.precision, path);
+    const auto plain = partition::model_costs(spec);
+    const auto costs = partition::model_costs(spec, DType::kF32, partition::parse_recompute(config.train.recompute));
+    double f = 0, i = 0, w = 0;
+    for (std::size_t b = 0; b < spec.blocks.size(); ++b) {
+      const partition::BlockTimes t = measured.block_times(spec.blocks[b], tp, micro, path);
+      const double rerun = plain[b].forward_flops > 0
+                               ? (costs[b].input_grad_flops - plain[b].input_grad_flops) / plain[b].forward_flops
+                               : 0.0;
+      f += t.forward_s, i += t.input_grad_s + rerun * t.forward_s, w += t.weight_grad_s;
+    }
+    options.costs = pipeline::SimulationCosts::uniform(pp, f / pp, i / pp, w / pp);
+    if (measured.p2p) {
+      options.costs.p2p_latency = measured.p2p->latency_s;
+      options.costs.p2p_bandwidth = measured.p2p->bandwidth_Bps;
+      for (int s = 0; s < pp; ++s) {  // the boundary after stage s of an even split
+        const std::size_t last = static_cast<std::size_t>((s + 1) * static_cast<int>(spec.blocks.size()) / pp - 1);
+        options.costs.stages[static_cast<std::size_t>(s)].output_bytes =
+            static_cast<double>(plain[last].output_bytes * micro);  // boundaries are whole on every tp rank
+      }
+    }
+    return pipeline::auto_schedule(pp, num_microbatches, options).schedule;
+  }
   double forward = 0, input = 0, weight = 0;
   for (const auto& block : partition::model_costs(make_spec(config.model))) {
     forward += block.forward_flops;
     input += block.input_grad_flops;
     weight += block.weight_grad_flops;
   }
-  pipeline::AutoScheduleOptions options;
   if (forward > 0 && input > 0 && weight > 0) {
     options.costs = pipeline::SimulationCosts::uniform(pp, 1.0, input / forward, weight / forward);
   } else {
     options.costs = pipeline::SimulationCosts::uniform(pp);
   }
-  options.memory_limit = config.parallel.auto_schedule_memory_limit;
   return pipeline::auto_schedule(pp, num_microbatches, options).schedule;
 }
 

@@ -3,9 +3,10 @@
 # collective fits; `cleave plan --profile` ranks plans from it and its best plan trains under mpiexec;
 # `cleave simulate --config --profile` reads it. Bad input: an existing --out (left untouched), a tp width
 # that does not divide the heads, a profile of another model, a truncated profile: one clear error each.
-# Usage: cli_profile.sh CLEAVE MPIEXEC [FLAGS...]
+# `auto` built from the profile (parallel.auto_schedule_profile) trains to one rank's losses.
+# Usage: cli_profile.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
-cleave=$(realpath "$1"); shift
+cleave=$(realpath "$1"); source_dir=$(realpath "$2"); shift 2
 mpiexec=("$@")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -46,7 +47,18 @@ grep -q "profile: this machine" plan.log || { cat plan.log; fail "plan did not n
 "$cleave" simulate --config best.json --world 2 --profile prof.json --json > sim.json 2> sim.log || { cat sim.log; fail "simulate --config --profile"; }
 echo "ok   plan #1 from the profile: $(sed -n 's/^  1  //p' plan.log | tr -s ' ' | cut -c1-80)"
 
+# `auto` built from the measured profile trains to one rank's losses and weights.
+"${mpiexec[@]}" -n 2 "$cleave" verify tiny.json --steps 3 --set parallel.pipeline_model_parallel_size=2 \
+  --set parallel.schedule=auto --set parallel.auto_schedule_profile=prof.json > verify.log 2>&1 \
+  || { cat verify.log; fail "auto from the measured profile does not match one rank"; }
+echo "ok   auto schedule from the profile matches one rank"
+
 # Bad input.
+"$cleave" train tiny.json --set parallel.auto_schedule_profile=prof.json > key.log 2>&1 && fail "profile key without auto"
+grep -q "parallel.auto_schedule_profile.*applies only to parallel.schedule \"auto\"" key.log || { cat key.log; fail "key message"; }
+"${mpiexec[@]}" -n 2 "$cleave" train tiny.json --set parallel.pipeline_model_parallel_size=2 --set parallel.schedule=auto \
+  --set parallel.auto_schedule_profile="$source_dir/profiles/h100_sxm.json" > shipped.log 2>&1 && fail "a profile without tables drove auto"
+grep -q "has no measured costs" shipped.log || { cat shipped.log; fail "shipped-profile message"; }
 before=$(md5sum prof.json)
 "${mpiexec[@]}" -n 2 "$cleave" profile tiny.json --out prof.json > again.log 2>&1 && fail "profile overwrote its --out"
 grep -q "prof.json exists; not overwriting" again.log || { cat again.log; fail "no overwrite message"; }

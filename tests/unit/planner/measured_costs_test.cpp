@@ -13,7 +13,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/planner/hardware_profile.hpp"
-#include "engine/planner/measured_costs.hpp"
+#include "partition/measured_costs.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "engine/planner/profile_measure.hpp"
 #include "engine/train/plan.hpp"
@@ -51,7 +51,7 @@ class MeasuredProfile : public ::testing::Test {
     for (const auto& block : spec_.blocks) {
       for (std::int64_t m : {1, 4}) {
         const double u = static_cast<double>(m);
-        const std::string key = block_shape_key(block);
+        const std::string key = partition::block_shape_key(block);
         if (p.measured.covers(key, 1) && m == 1) continue;
         bool seen = false;
         for (const auto& b : p.measured.blocks) seen |= b.shape == key && b.micro_batch == m;
@@ -70,18 +70,18 @@ TEST(BlockShapeKey, NamesEverySizeTheCostDependsOn) {
   partition::GptConfig small, wide;
   wide.d_model = small.d_model * 2;
   partition::ModelSpec a = partition::make_gpt_spec(small), b = partition::make_gpt_spec(wide);
-  EXPECT_EQ(block_shape_key(a.blocks[1]), block_shape_key(a.blocks[2]));  // two identical transformer blocks
-  EXPECT_NE(block_shape_key(a.blocks[1]), block_shape_key(b.blocks[1]));
-  EXPECT_NE(block_shape_key(a.blocks[0]), block_shape_key(a.blocks[1]));
+  EXPECT_EQ(partition::block_shape_key(a.blocks[1]), partition::block_shape_key(a.blocks[2]));  // two identical transformer blocks
+  EXPECT_NE(partition::block_shape_key(a.blocks[1]), partition::block_shape_key(b.blocks[1]));
+  EXPECT_NE(partition::block_shape_key(a.blocks[0]), partition::block_shape_key(a.blocks[1]));
 }
 
 TEST_F(MeasuredProfile, InterpolatesInTheMicroBatchAndNeverInventsAWidth) {
   const HardwareProfile p = table_profile();
   const auto& block = spec_.blocks[1];
-  const BlockTimes at2 = p.measured.block_times(block, 1, 2, p.name);  // between 1 and 4
+  const partition::BlockTimes at2 = p.measured.block_times(block, 1, 2, p.name);  // between 1 and 4
   EXPECT_NEAR(at2.forward_s, 3e-3, 1e-15);
   EXPECT_NEAR(at2.input_grad_s, 4e-3, 1e-15);
-  const BlockTimes at8 = p.measured.block_times(block, 1, 8, p.name);  // beyond 4: the line continues
+  const partition::BlockTimes at8 = p.measured.block_times(block, 1, 8, p.name);  // beyond 4: the line continues
   EXPECT_NEAR(at8.forward_s, 9e-3, 1e-15);
   EXPECT_NEAR(at8.weight_grad_s, 4e-3, 1e-15);
   try {
@@ -94,29 +94,29 @@ TEST_F(MeasuredProfile, InterpolatesInTheMicroBatchAndNeverInventsAWidth) {
   }
 }
 
-TEST(AlphaBeta, FitRecoversALineAndSurvivesNoise) {
+TEST(AlphaBetaFit, FitRecoversALineAndSurvivesNoise) {
   const double alpha = 5e-6, bandwidth = 2e9;
   std::vector<std::pair<double, double>> points;
   for (double bytes : {4096.0, 65536.0, 1048576.0, 4194304.0}) points.push_back({bytes, alpha + bytes / bandwidth});
-  const AlphaBeta fit = fit_alpha_beta(points, 4);
+  const partition::AlphaBeta fit = partition::fit_alpha_beta(points, 4);
   EXPECT_EQ(fit.ranks, 4);
   EXPECT_NEAR(fit.latency_s, alpha, 1e-12);
   EXPECT_NEAR(fit.bandwidth_Bps, bandwidth, bandwidth * 1e-9);
   // Times that fall with size (noise) give a usable, positive line.
-  const AlphaBeta noisy = fit_alpha_beta({{1000.0, 2e-3}, {2000.0, 1e-3}}, 2);
+  const partition::AlphaBeta noisy = partition::fit_alpha_beta({{1000.0, 2e-3}, {2000.0, 1e-3}}, 2);
   EXPECT_GE(noisy.latency_s, 1e-7);
   EXPECT_GT(noisy.bandwidth_Bps, 0.0);
-  EXPECT_THROW(fit_alpha_beta({{1000.0, 1e-3}}, 2), Error);
+  EXPECT_THROW(partition::fit_alpha_beta({{1000.0, 1e-3}}, 2), Error);
 }
 
 TEST_F(MeasuredProfile, FileRoundTrips) {
   HardwareProfile p = table_profile();
   p.measured.ranks = 2;
   p.measured.threads_per_rank = 1;
-  p.measured.p2p = AlphaBeta{2, 7e-6, 3e9};
-  p.measured.all_reduce = {AlphaBeta{2, 1e-5, 4e9}};
-  p.measured.reduce_scatter = {AlphaBeta{2, 2e-5, 5e9}};
-  p.measured.all_gather = {AlphaBeta{2, 3e-5, 6e9}};
+  p.measured.p2p = partition::AlphaBeta{2, 7e-6, 3e9};
+  p.measured.all_reduce = {partition::AlphaBeta{2, 1e-5, 4e9}};
+  p.measured.reduce_scatter = {partition::AlphaBeta{2, 2e-5, 5e9}};
+  p.measured.all_gather = {partition::AlphaBeta{2, 3e-5, 6e9}};
   const std::string first = (dir_ / "p1.json").string(), second = (dir_ / "p2.json").string();
   std::ofstream(first) << profile_to_json(p).dump(2);
   const HardwareProfile loaded = load_profile(first);
@@ -169,7 +169,7 @@ TEST_F(MeasuredProfile, PlannerTimesAStepFromTheTable) {
 
 TEST_F(MeasuredProfile, DataParallelReductionUsesTheMeasuredCollective) {
   HardwareProfile p = table_profile();
-  p.measured.all_reduce = {AlphaBeta{2, 1e-3, 1e6}};  // slow enough to see
+  p.measured.all_reduce = {partition::AlphaBeta{2, 1e-3, 1e6}};  // slow enough to see
   PlanChoice c;
   c.dp = 2;
   c.micro_batch = 2;
@@ -201,7 +201,7 @@ TEST_F(MeasuredProfile, AProfileOfAnotherModelIsRefusedByName) {
 }
 
 TEST_F(MeasuredProfile, MeasurementTimesEveryBlockAtEachWidth) {
-  MeasuredCosts costs;
+  partition::MeasuredCosts costs;
   BlockProfileRequest request;
   request.tp_widths = {1, 2};
   request.micro_batches = {1, 3};
@@ -217,8 +217,8 @@ TEST_F(MeasuredProfile, MeasurementTimesEveryBlockAtEachWidth) {
     }
   }
   for (const auto& block : spec_.blocks) {
-    EXPECT_TRUE(costs.covers(block_shape_key(block), 1));
-    EXPECT_TRUE(costs.covers(block_shape_key(block), 2));
+    EXPECT_TRUE(costs.covers(partition::block_shape_key(block), 1));
+    EXPECT_TRUE(costs.covers(partition::block_shape_key(block), 2));
   }
 }
 

@@ -21,7 +21,7 @@
 
 #include "partition/model_spec.hpp"
 
-namespace cleave::planner {
+namespace cleave::partition {
 
 struct MeasuredBlock {
   std::string shape;             // block_shape_key(): "transformer_block d256 h4 ff1024 T64"
@@ -53,14 +53,14 @@ struct MeasuredCosts {
   // Whether `shape` was measured at tp width `tp` (any micro-batch).
   bool covers(const std::string& shape, int tp) const;
   // Times of `block` at (tp, micro_batch); throws Error naming `profile_name` if the shape or width is absent.
-  BlockTimes block_times(const partition::BlockSpec& block, int tp, std::int64_t micro_batch,
+  BlockTimes block_times(const BlockSpec& block, int tp, std::int64_t micro_batch,
                          const std::string& profile_name) const;
   // The fit of `op` ("all_reduce", "reduce_scatter", "all_gather") for `ranks` members, or null.
   const AlphaBeta* collective(std::string_view op, int ranks) const;
 };
 
 // A block's identity for the tables: its kind and every size its cost depends on.
-std::string block_shape_key(const partition::BlockSpec& block);
+std::string block_shape_key(const BlockSpec& block);
 
 // Least-squares fit of seconds = a + bytes * b over (bytes, seconds) points; an intercept below 0.1 us (noise)
 // is floored there with the slope refitted through the origin, and b has a positive floor, so the fit is
@@ -72,5 +72,11 @@ double file_number(double value);
 nlohmann::json measured_to_json(const MeasuredCosts& costs);
 // Reads the "measured" object of a profile file; throws Error naming `file` and the key.
 MeasuredCosts measured_from_json(const nlohmann::json& node, const std::string& file);
+// The measured costs of the profile file at `path` (written by `cleave profile`); throws Error naming the file
+// when it is missing, not JSON, not a profile, or has no measured block table.
+MeasuredCosts load_measured_costs(const std::string& path);
+// Throws Error naming `path` unless every block of `spec` was measured at tp width `tp` in `dtype`.
+void check_measured_covers(const MeasuredCosts& costs, const ModelSpec& spec, int tp, const std::string& dtype,
+                           const std::string& path);
 
-}  // namespace cleave::planner
+}  // namespace cleave::partition

@@ -1,15 +1,17 @@
 // See measured_costs.hpp.
-#include "engine/planner/measured_costs.hpp"
+#include "partition/measured_costs.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <fstream>
 #include <set>
+#include <sstream>
 
 #include <fmt/format.h>
 
 #include "engine/core/error.hpp"
 
-namespace cleave::planner {
+namespace cleave::partition {
 namespace {
 
 using nlohmann::json;
@@ -51,9 +53,9 @@ std::string measured_list(const std::vector<MeasuredBlock>& blocks) {
 
 double file_number(double value) { return std::stod(fmt::format("{:.9g}", value)); }
 
-std::string block_shape_key(const partition::BlockSpec& b) {
-  using partition::BlockKind;
-  const std::string kind(partition::block_kind_name(b.kind));
+std::string block_shape_key(const BlockSpec& b) {
+  
+  const std::string kind(block_kind_name(b.kind));
   switch (b.kind) {
     case BlockKind::kEmbedding: return fmt::format("{} V{} d{} T{}", kind, b.vocab_size, b.out_features, b.seq_len);
     case BlockKind::kTransformerBlock:
@@ -72,7 +74,7 @@ bool MeasuredCosts::covers(const std::string& shape, int tp) const {
   return std::any_of(blocks.begin(), blocks.end(), [&](const MeasuredBlock& b) { return b.shape == shape && b.tp == tp; });
 }
 
-BlockTimes MeasuredCosts::block_times(const partition::BlockSpec& block, int tp, std::int64_t micro_batch,
+BlockTimes MeasuredCosts::block_times(const BlockSpec& block, int tp, std::int64_t micro_batch,
                                       const std::string& profile_name) const {
   const std::string shape = block_shape_key(block);
   std::vector<const MeasuredBlock*> points;
@@ -149,6 +151,38 @@ json measured_to_json(const MeasuredCosts& c) {
   return out;
 }
 
+MeasuredCosts load_measured_costs(const std::string& path) {
+  std::ifstream in(path);
+  CLEAVE_CHECK(in.good(), "profile {}: cannot open it", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  json root;
+  try {
+    root = json::parse(text.str());
+  } catch (const std::exception& e) {
+    CLEAVE_THROW("profile {}: not valid JSON ({})", path, e.what());
+  }
+  CLEAVE_CHECK(root.is_object() && root.value("format", "") == "cleave-hardware-profile",
+               "profile {}: expected an object with \"format\": \"cleave-hardware-profile\"", path);
+  CLEAVE_CHECK(root.contains("measured"),
+               "profile {}: has no measured costs (a shipped hardware profile); write one with `cleave profile CONFIG`",
+               path);
+  MeasuredCosts costs = measured_from_json(root.at("measured"), path);
+  CLEAVE_CHECK(costs.has_blocks(), "profile {}: 'measured.blocks' is empty", path);
+  return costs;
+}
+
+void check_measured_covers(const MeasuredCosts& costs, const ModelSpec& spec, int tp, const std::string& dtype,
+                           const std::string& path) {
+  CLEAVE_CHECK(costs.dtype == dtype, "profile {}: its blocks were timed in {} but the config trains in {}", path,
+               costs.dtype, dtype);
+  for (const auto& block : spec.blocks) {
+    CLEAVE_CHECK(costs.covers(block_shape_key(block), tp),
+                 "profile {}: no measurement of '{}' at tensor-parallel width {} (it holds: {}); run `cleave profile` "
+                 "for this config", path, block_shape_key(block), tp, measured_list(costs.blocks));
+  }
+}
+
 MeasuredCosts measured_from_json(const json& node, const std::string& file) {
   const std::string where = fmt::format("profile {}: measured", file);
   CLEAVE_CHECK(node.is_object(), "{}: expected an object", where);
@@ -187,4 +221,4 @@ MeasuredCosts measured_from_json(const json& node, const std::string& file) {
   return c;
 }
 
-}  // namespace cleave::planner
+}  // namespace cleave::partition

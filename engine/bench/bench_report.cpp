@@ -58,7 +58,7 @@ std::string summary_table(const BenchSetup& setup, const std::vector<ScheduleRun
                        joined(r.p2p_bytes, [](std::int64_t b) { return format_bytes(b); }));
   }
   out += "step_ms: median whole-step wall time. makespan: the median step's pipeline span (ms); predicted:\n"
-         "the simulator's for that step's per-stage F/I/W means (no P2P cost); bubble: idle over ranks x makespan,\n"
+         "the simulator's for that step's per-stage F/I/W means, P2P from a ping-pong fit; bubble: idle / (ranks x makespan),\n"
          "measured and simulated (docs/schedules.md; the per-stage definition is in bench.json and bench.html).\n";
   if (const std::string w = single_copy_warning(setup.machine); !w.empty()) out += "WARNING: " + w + "\n";
   if (setup.machine.oversubscribed) {
@@ -119,6 +119,8 @@ json bench_json(const BenchSetup& setup, const std::vector<ScheduleRun>& runs) {
                                   {"bubble_fraction", r.predicted.stats.bubble_fraction},
                                   {"stage_bubble_fraction", r.predicted.stats.stage_bubble_fraction}}},
                                 {"measured_costs_per_stage", costs},
+                                {"p2p_fit", {{"latency_us", r.p2p_fit.latency_s * 1e6},
+                                             {"bandwidth_GBps", r.p2p_fit.bandwidth_Bps / 1e9}}},
                                 {"pp_ranks", ranks},
                                 {"peak_bytes_per_rank", r.peak_bytes},
                                 {"peak_activation_bytes_per_rank", r.peak_activations},
@@ -165,7 +167,8 @@ std::string bench_html(const BenchSetup& setup, const std::vector<ScheduleRun>& 
   }
   html += "</table>\n<p>Bubble: idle time over ranks &times; makespan; stage bubble: idle inside each rank's own "
           "first-to-last span (docs/schedules.md). Predicted: the simulator run on this schedule with the per-stage "
-          "forward, input-gradient and weight-gradient times measured in the median step (no P2P cost).</p>\n";
+          "forward, input-gradient and weight-gradient times measured in the median step, and each boundary tensor "
+          "costing latency + bytes / bandwidth from a ping-pong fit between rank pairs timed after the steps.</p>\n";
   for (const auto& r : runs) {
     pipeline::TraceOptions predicted_options;
     predicted_options.title = fmt::format("{}: predicted (simulator, measured costs)", r.choice.label());

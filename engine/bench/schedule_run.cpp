@@ -6,10 +6,12 @@
 #include <memory>
 #include <span>
 
+#include "engine/comm/link_probe.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/train/collectives.hpp"
 #include "engine/train/trainer.hpp"
+#include "partition/cost_model.hpp"
 #include "pipeline/schedules/schedules.hpp"
 
 namespace cleave::bench {
@@ -145,6 +147,24 @@ ScheduleRun run_schedule(const std::string& config_path, const std::vector<std::
   run.tokens_per_s = items / (run.median_step_ms * 1e-3);
   run.measured_stats = pipeline::timeline_stats(run.measured);
   run.costs = measured_costs(run.measured, run.stages);
+  if (plan.schedule.pp_size > 1) {
+    // P2P: each stage's boundary tensor per micro-batch, over a latency + bytes / bandwidth fit of ping-pongs
+    // between world ranks (0,1), (2,3), ... timed now at 4 KiB and the largest boundary size.
+    const auto& config = trainer.config();
+    const DType act = config.device.precision == "bf16" ? DType::kBF16 : DType::kF32;
+    const auto costs = partition::model_costs(plan.spec, act);
+    const std::int64_t micro = config.resolved_batch().micro_batch_size;
+    std::int64_t largest = 4096;
+    for (int st = 0; st < run.stages; ++st) {
+      const auto& range = plan.partition.stages[static_cast<std::size_t>(st)];
+      const std::int64_t bytes = costs[static_cast<std::size_t>(range.end - 1)].output_bytes * micro;
+      run.costs.stages[static_cast<std::size_t>(st)].output_bytes = static_cast<double>(bytes);
+      largest = std::max(largest, (bytes + 3) / 4 * 4);
+    }
+    run.p2p_fit = partition::fit_alpha_beta(comm::time_ping_pong(world, {4096, std::max<std::int64_t>(largest, 8192)}, 10), 2);
+    run.costs.p2p_latency = run.p2p_fit.latency_s * 1e3;            // the timelines are in ms
+    run.costs.p2p_bandwidth = run.p2p_fit.bandwidth_Bps * 1e-3;     // bytes per ms
+  }
   run.predicted = pipeline::simulate(plan.schedule, run.costs);
   return run;
 }

@@ -11,6 +11,7 @@
 
 #include "engine/comm/communicator.hpp"
 #include "engine/config/config.hpp"
+#include "partition/measured_costs.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/simulator.hpp"
 #include "pipeline/timeline.hpp"
@@ -43,7 +44,8 @@ struct ScheduleRun {
   pipeline::Schedule schedule;                // lowered, as executed (pp ranks of dp/tp group 0)
   pipeline::Timeline measured;                // the median step, pp ranks of dp/tp group 0, ms
   pipeline::TimelineStats measured_stats;
-  pipeline::SimulationCosts costs;            // per-stage F/I/W means of the measured step
+  pipeline::SimulationCosts costs;            // per-stage F/I/W means of the measured step, P2P from p2p_fit
+  partition::AlphaBeta p2p_fit;               // pp > 1: ping-pong fit between world rank pairs, timed after the steps
   pipeline::SimulationResult predicted;
 };
 

@@ -8,6 +8,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/comm/link_probe.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/tensor.hpp"
 #include "kernels/ops/ops.hpp"
@@ -163,30 +164,7 @@ void measure_collectives(partition::MeasuredCosts& costs, comm::Communicator& wo
   CLEAVE_CHECK(world.size() >= 2, "profile: collectives need 2 or more ranks (run under mpirun), got {}", world.size());
   const std::vector<std::int64_t> sizes = {4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20};  // bytes
   const int rank = world.rank();
-  // Point to point: pairs (0,1), (2,3), ... ping-pong at once; an odd last rank sits out.
-  {
-    const bool paired = rank < world.size() - world.size() % 2;
-    const int peer = rank % 2 == 0 ? rank + 1 : rank - 1;
-    std::vector<std::pair<double, double>> points;
-    for (std::int64_t bytes : sizes) {
-      Tensor buf = Tensor::zeros(Shape{bytes / 4}, DType::kF32, MemoryCategory::kWorkspace);
-      std::vector<double> times;
-      world.barrier()->wait();
-      for (int rep = 0; rep <= repeats && paired; ++rep) {
-        const auto start = clock::now();
-        if (rank % 2 == 0) {
-          world.batch_p2p({comm::P2POp::send(buf, peer)})->wait();
-          world.batch_p2p({comm::P2POp::recv(buf, peer)})->wait();
-        } else {
-          world.batch_p2p({comm::P2POp::recv(buf, peer)})->wait();
-          world.batch_p2p({comm::P2POp::send(buf, peer)})->wait();
-        }
-        if (rep > 0) times.push_back(since(start) / 2);
-      }
-      points.push_back({static_cast<double>(bytes), max_over_ranks(paired ? median(times) : 0.0, world)});
-    }
-    costs.p2p = partition::fit_alpha_beta(points, 2);
-  }
+  costs.p2p = partition::fit_alpha_beta(comm::time_ping_pong(world, sizes, repeats), 2);
   // Collectives on groups of g consecutive ranks, every group at once.
   std::vector<int> groups;
   for (int g = 2; g < world.size(); g *= 2) {

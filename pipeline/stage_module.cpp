@@ -75,25 +75,43 @@ Tensor StageModule::backward_input(int microbatch, const Tensor& dy, layers::Con
   return is_first_ ? Tensor() : g;
 }
 
+void StageModule::begin_weight_pass(int microbatch, bool final) {
+  if (!ordered_) return;
+  CLEAVE_ASSERT(final == (microbatch == ordered_->microbatches() - 1),
+                "ordered accumulation: micro-batch {} of {} called with final = {}", microbatch,
+                ordered_->microbatches(), final);
+  ordered_->begin_microbatch(microbatch);
+}
+
+void StageModule::block_weight(std::size_t i, layers::Stash& stash, layers::Context& ctx, bool final) {
+  blocks_[i]->backward_weight(stash, ctx);
+  if (ordered_) {
+    for (layers::Param* p : finishes_[i]) ordered_->param_done(*p);
+  }
+  if (final && on_grad_final_) {
+    for (const auto& p : blocks_[i]->params()) on_grad_final_(*p);
+  }
+}
+
 void StageModule::backward_weight(int microbatch, layers::Context& ctx, bool final) {
   auto it = stashes_.find(microbatch);
   CLEAVE_ASSERT(it != stashes_.end(), "weight gradient of micro-batch {} before its forward", microbatch);
-  if (ordered_) {
-    CLEAVE_ASSERT(final == (microbatch == ordered_->microbatches() - 1),
-                  "ordered accumulation: micro-batch {} of {} called with final = {}", microbatch,
-                  ordered_->microbatches(), final);
-    ordered_->begin_microbatch(microbatch);
-  }
+  begin_weight_pass(microbatch, final);
+  for (std::size_t i = blocks_.size(); i-- > 0;) block_weight(i, it->second[i], ctx, final);
+  stashes_.erase(it);
+}
+
+Tensor StageModule::backward(int microbatch, const Tensor& dy, layers::Context& ctx, bool final) {
+  auto it = stashes_.find(microbatch);
+  CLEAVE_ASSERT(it != stashes_.end(), "backward of micro-batch {} before its forward", microbatch);
+  begin_weight_pass(microbatch, final);
+  Tensor g = dy;
   for (std::size_t i = blocks_.size(); i-- > 0;) {
-    blocks_[i]->backward_weight(it->second[i], ctx);
-    if (ordered_) {
-      for (layers::Param* p : finishes_[i]) ordered_->param_done(*p);
-    }
-    if (final && on_grad_final_) {
-      for (const auto& p : blocks_[i]->params()) on_grad_final_(*p);
-    }
+    g = blocks_[i]->backward_input(g, it->second[i], ctx);
+    block_weight(i, it->second[i], ctx, final);
   }
   stashes_.erase(it);
+  return is_first_ ? Tensor() : g;
 }
 
 }  // namespace cleave::pipeline

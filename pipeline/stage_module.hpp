@@ -44,11 +44,12 @@ class StageModule {
   void set_grad_final_callback(std::function<void(const layers::Param&)> callback) {
     on_grad_final_ = std::move(callback);
   }
-  Tensor backward(int microbatch, const Tensor& dy, layers::Context& ctx, bool final = false) {
-    Tensor dx = backward_input(microbatch, dy, ctx);
-    backward_weight(microbatch, ctx, final);
-    return dx;
-  }
+  // The fused backward (B): each block's input gradient then at once its weight gradient, in reverse block
+  // order, so only one block at a time holds what its weight gradient needs (its weights' inputs and output
+  // gradients; a recomputed block's rebuilt stash) instead of every block of the stage at the end of a
+  // separate input-gradient pass. Per-parameter accumulation order is that of backward_input +
+  // backward_weight (W visits blocks in reverse in both), so the results are bit-identical.
+  Tensor backward(int microbatch, const Tensor& dy, layers::Context& ctx, bool final = false);
 
   // Forward without keeping anything for a backward (evaluation). On the last stage `skip_loss` stops
   // before the loss block and returns the logits.
@@ -62,6 +63,10 @@ class StageModule {
   std::size_t live_microbatches() const { return stashes_.size(); }
 
  private:
+  void begin_weight_pass(int microbatch, bool final);
+  // Block i's weight gradient, then what finishes with it (ordered accumulation, the grad-final callback).
+  void block_weight(std::size_t i, layers::Stash& stash, layers::Context& ctx, bool final);
+
   std::vector<layers::LayerPtr> blocks_;
   std::vector<std::shared_ptr<layers::Param>> params_;  // de-duplicated (tied tables appear once)
   bool is_first_;

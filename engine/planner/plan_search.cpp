@@ -256,14 +256,17 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
   if (details) {
     // Memory over the step per pp rank: static categories plus the activations the timeline holds.
     std::vector<double> stash(static_cast<std::size_t>(num_stages), 0.0), transient(stash.size(), 0.0),
-        weight_stash(stash.size(), 0.0);
+        weight_stash(stash.size(), 0.0), fused(stash.size(), 0.0);
     const double per_micro = micro / choice.tp / (bf16 ? 2.0 : 1.0);
     for (int s = 0; s < num_stages; ++s) {
       const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
       for (int b = range.begin; b < range.end; ++b) {
         stash[static_cast<std::size_t>(s)] += static_cast<double>(costs[static_cast<std::size_t>(b)].activation_bytes) * per_micro;
-        weight_stash[static_cast<std::size_t>(s)] +=
-            static_cast<double>(costs[static_cast<std::size_t>(b)].weight_stash_bytes) * per_micro;
+        const auto& c = costs[static_cast<std::size_t>(b)];
+        weight_stash[static_cast<std::size_t>(s)] += static_cast<double>(c.weight_stash_bytes) * per_micro;
+        fused[static_cast<std::size_t>(s)] = std::max(
+            fused[static_cast<std::size_t>(s)],
+            static_cast<double>(std::max(c.recompute_transient_bytes, c.weight_stash_bytes - c.activation_bytes)) * per_micro);
         transient[static_cast<std::size_t>(s)] = std::max(
             transient[static_cast<std::size_t>(s)],
             static_cast<double>(costs[static_cast<std::size_t>(b)].recompute_transient_bytes) * per_micro);
@@ -290,10 +293,12 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
             events.push_back({a.end, held_for_w - act - tr});
             break;
           case pipeline::ActionKind::kBackwardWeight: events.push_back({a.end, -held_for_w}); break;
-          case pipeline::ActionKind::kBackward:
-            events.push_back({a.start, tr});
-            events.push_back({a.end, -act - tr});
+          case pipeline::ActionKind::kBackward: {  // each block's I then W: one block's extra at a time
+            const double extra = fused[static_cast<std::size_t>(a.action.stage)];
+            events.push_back({a.start, extra});
+            events.push_back({a.end, -act - extra});
             break;
+          }
           default: break;
         }
       }

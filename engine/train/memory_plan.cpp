@@ -38,6 +38,9 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // and the largest recomputed block's rebuilt stash (alive while that block's backward runs).
   std::vector<std::int64_t> forward_stash(static_cast<std::size_t>(plan.num_stages()), 0);
   std::vector<std::int64_t> weight_stash(forward_stash.size(), 0), transient(forward_stash.size(), 0);
+  // A fused B runs each block's I then W (pipeline/stage_module.hpp): on top of the stage's forward stash, one
+  // block at a time holds its rebuilt stash (recomputation) or what its W needs beyond its forward stash.
+  std::vector<std::int64_t> fused_extra(forward_stash.size(), 0);
   // With tied embeddings the token table appears in the embedding's and the head's cost; a rank holding
   // both (ZB-V) shares one Param, so the second occurrence adds only what is not the table.
   const bool tied = !plan.spec.tied_parameters.empty();
@@ -57,6 +60,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       forward_stash[si] += c.activation_bytes;
       weight_stash[si] += c.weight_stash_bytes;
       transient[si] = std::max(transient[si], c.recompute_transient_bytes);
+      fused_extra[si] = std::max({fused_extra[si], c.recompute_transient_bytes, c.weight_stash_bytes - c.activation_bytes});
       largest_output = std::max(largest_output, c.output_bytes);
     }
     if (stage > 0) boundary = std::max(boundary, costs[static_cast<std::size_t>(range.begin - 1)].output_bytes);
@@ -64,7 +68,8 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   const auto& actions = plan.schedule.ranks[static_cast<std::size_t>(pp_rank)];
   const int live = std::max(1, pipeline::peak_activations(actions));
   // The rank runs its actions in order: walk them, F adding a stage's forward stash, I trading it for what W
-  // needs, W (or a fused B) freeing it; a recomputed block's rebuilt stash is counted on top while I or B runs.
+  // needs, W (or a fused B) freeing it; a recomputed block's rebuilt stash is counted on top while I runs, and
+  // while a fused B runs the largest one block holds beyond its forward stash.
   std::int64_t held = 0, peak_stash = 0;
   for (const auto& a : actions) {
     if (a.stage < 0) continue;
@@ -77,7 +82,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
         break;
       case pipeline::ActionKind::kBackwardWeight: held -= weight_stash[si]; break;
       case pipeline::ActionKind::kBackward:
-        peak_stash = std::max(peak_stash, held + transient[si]);
+        peak_stash = std::max(peak_stash, held + fused_extra[si]);
         held -= forward_stash[si];
         break;
       default: break;

@@ -9,7 +9,8 @@
 //                    stage's forward stash (cost model: exactly what forward() keeps under train.recompute),
 //                    I trades it for what W needs (weight_stash_bytes: inputs and output gradients of the
 //                    weights), W or a fused B frees it, and a recomputed block's rebuilt stash counts on top
-//                    while its I or B runs; × micro-batch; plus boundary tensors in flight
+//                    while its I runs (a fused B: the most one block holds beyond its forward stash, as B runs
+//                    each block's I then W); × micro-batch; plus boundary tensors in flight
 //   workspace        2 × the largest block output of a micro-batch (transient outputs and gradients)
 // It is an estimate; the allocator's cap still enforces the real limit at run time, and the measured peaks
 // (metrics.jsonl peak_bytes) show how close it was.

@@ -95,6 +95,18 @@ TEST(Recompute, OneRankGpipe) {
   world->barrier()->wait();
 }
 
+// One micro-batch in flight (1F1B on one rank): the savings come only from the backward, which runs each
+// block's input then weight gradient, so one block at a time holds a rebuilt stash. (Before, B ran every
+// block's input gradient first and the peak did not fall at all under full recomputation.)
+TEST(Recompute, OneRank1F1B) {
+  auto world = make_world();
+  auto self = world->split(world->rank(), 0, "self");
+  if (world->rank() == 0) {
+    expect_modes_equivalent(*self, {"parallel.schedule=1f1b"}, "one rank 1f1b", /*check_plan=*/true);
+  }
+  world->barrier()->wait();
+}
+
 TEST(Recompute, TensorAndPipelineParallel) {
   auto world = make_world();
   if (world->size() != 2) GTEST_SKIP() << "needs 2 ranks";

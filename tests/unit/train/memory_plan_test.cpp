@@ -1,10 +1,12 @@
 // The memory plan's activation estimate walks each rank's actions in schedule order: with a fused backward
-// (1F1B) it is the classic peak-live x stage-stash; with split backward (ZB-H1) a micro-batch keeps, from I to
+// (1F1B) it is peak-live x stage-stash plus what one block holds beyond its stash while B runs it (B runs
+// each block's I then W, pipeline/stage_module.hpp); with split backward (ZB-H1) a micro-batch keeps, from I to
 // W, what the weight gradients need (weights' inputs, output gradients), so under full recomputation the
 // deferred W's rebuilt stashes make ZB-H1 need more than 1F1B, which the old peak-live x forward-stash
 // formula missed (measured stashes after backward_input: LayerContract tests in tests/unit/layers).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -33,17 +35,24 @@ std::int64_t activations(const config::RunConfig& c, int pp_rank) {
   return estimate_rank_memory(plan, c, pp_rank).bytes[static_cast<std::size_t>(MemoryCategory::kActivations)];
 }
 
-TEST(MemoryPlan, FusedBackwardIsPeakLiveTimesTheStageStash) {
-  const config::RunConfig c = pp2("1f1b", "none");
-  const Plan plan = make_plan(c, 8, 0);
-  const auto costs = partition::model_costs(plan.spec);
-  for (int r = 0; r < 2; ++r) {
-    const auto range = plan.partition.stages[static_cast<std::size_t>(r)];
-    std::int64_t stash = 0;
-    for (int b = range.begin; b < range.end; ++b) stash += costs[static_cast<std::size_t>(b)].activation_bytes;
-    const int live = pipeline::peak_activations(plan.schedule.ranks[static_cast<std::size_t>(r)]);
-    const std::int64_t boundary = r == 0 ? 0 : costs[static_cast<std::size_t>(range.begin - 1)].output_bytes;
-    EXPECT_EQ(activations(c, r), live * stash + 2 * live * boundary) << "pp rank " << r;
+TEST(MemoryPlan, FusedBackwardIsPeakLiveStashesPlusOneBlocksExtra) {
+  for (const char* mode : {"none", "full"}) {
+    const config::RunConfig c = pp2("1f1b", mode);
+    const Plan plan = make_plan(c, 8, 0);
+    const auto costs = partition::model_costs(plan.spec, DType::kF32, partition::parse_recompute(mode));
+    for (int r = 0; r < 2; ++r) {
+      const auto range = plan.partition.stages[static_cast<std::size_t>(r)];
+      std::int64_t stash = 0, extra = 0;
+      for (int b = range.begin; b < range.end; ++b) {
+        const auto& cost = costs[static_cast<std::size_t>(b)];
+        stash += cost.activation_bytes;
+        // B runs each block's I then W: one block at a time holds its rebuilt stash or what W needs.
+        extra = std::max({extra, cost.recompute_transient_bytes, cost.weight_stash_bytes - cost.activation_bytes});
+      }
+      const int live = pipeline::peak_activations(plan.schedule.ranks[static_cast<std::size_t>(r)]);
+      const std::int64_t boundary = r == 0 ? 0 : costs[static_cast<std::size_t>(range.begin - 1)].output_bytes;
+      EXPECT_EQ(activations(c, r), live * stash + extra + 2 * live * boundary) << mode << " pp rank " << r;
+    }
   }
 }
 

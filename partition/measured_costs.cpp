@@ -141,6 +141,11 @@ json measured_to_json(const MeasuredCosts& c) {
   }
   json out = {{"ranks", c.ranks}, {"threads_per_rank", c.threads_per_rank}, {"dtype", c.dtype}, {"blocks", blocks}};
   if (c.p2p) out["p2p"] = fit_to_json(*c.p2p);
+  if (c.adamw_s_per_param > 0) {
+    out["optimizer_ns_per_param"] = {{"adamw", file_number(c.adamw_s_per_param * 1e9)},
+                                     {"sgd", file_number(c.sgd_s_per_param * 1e9)},
+                                     {"sgd_momentum", file_number(c.sgd_momentum_s_per_param * 1e9)}};
+  }
   for (const auto& [key, list] : {std::pair{"all_reduce", &c.all_reduce}, std::pair{"reduce_scatter", &c.reduce_scatter},
                                   std::pair{"all_gather", &c.all_gather}}) {
     if (list->empty()) continue;
@@ -210,6 +215,14 @@ MeasuredCosts measured_from_json(const json& node, const std::string& file) {
     c.blocks.push_back(std::move(m));
   }
   if (node.contains("p2p")) c.p2p = fit_from_json(node.at("p2p"), where + ".p2p");
+  if (node.contains("optimizer_ns_per_param")) {
+    const json& o = node.at("optimizer_ns_per_param");
+    const std::string at = where + ".optimizer_ns_per_param";
+    CLEAVE_CHECK(o.is_object(), "{}: expected an object {{\"adamw\", \"sgd\", \"sgd_momentum\"}}", at);
+    c.adamw_s_per_param = number(o, "adamw", at, false) * 1e-9;
+    c.sgd_s_per_param = number(o, "sgd", at, false) * 1e-9;
+    c.sgd_momentum_s_per_param = number(o, "sgd_momentum", at, false) * 1e-9;
+  }
   for (const auto& [key, list] : {std::pair{"all_reduce", &c.all_reduce}, std::pair{"reduce_scatter", &c.reduce_scatter},
                                   std::pair{"all_gather", &c.all_gather}}) {
     if (!node.contains(key)) continue;

@@ -48,6 +48,9 @@ struct MeasuredCosts {
   std::vector<MeasuredBlock> blocks;
   std::optional<AlphaBeta> p2p;
   std::vector<AlphaBeta> all_reduce, reduce_scatter, all_gather;
+  // Seconds per parameter of one optimizer update on this rank (every rank updating at once); 0 = not
+  // measured. Keys: "adamw", "sgd" (no momentum), "sgd_momentum".
+  double adamw_s_per_param = 0, sgd_s_per_param = 0, sgd_momentum_s_per_param = 0;
 
   bool has_blocks() const { return !blocks.empty(); }
   // Whether `shape` was measured at tp width `tp` (any micro-batch).

@@ -196,6 +196,7 @@ int run_profile(int argc, char** argv) {
   profile.measured.threads_per_rank = threads;
   profile.measured.dtype = "fp32";
   planner::measure_blocks(profile.measured, spec, request, &comm);
+  planner::measure_optimizer(profile.measured, 1 << 21, repeats, &comm);
   if (comm.size() >= 2) planner::measure_collectives(profile.measured, comm);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -230,6 +231,9 @@ int run_profile(int argc, char** argv) {
       std::printf("%-16s ranks %2d: latency %8.1f us, bandwidth %7.2f GB/s\n", op, f.ranks, f.latency_s * 1e6,
                   f.bandwidth_Bps / 1e9);
     };
+    std::printf("optimizer update per parameter: adamw %.2f ns, sgd %.2f ns, sgd with momentum %.2f ns\n",
+                profile.measured.adamw_s_per_param * 1e9, profile.measured.sgd_s_per_param * 1e9,
+                profile.measured.sgd_momentum_s_per_param * 1e9);
     if (profile.measured.p2p) print_fit("p2p", *profile.measured.p2p);
     for (const auto& f : profile.measured.all_reduce) print_fit("all_reduce", f);
     for (const auto& f : profile.measured.reduce_scatter) print_fit("reduce_scatter", f);

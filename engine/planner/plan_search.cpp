@@ -222,6 +222,12 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
       config.optimizer.type == "adamw" ? 28.0 : (config.optimizer.momentum != 0.0 ? 16.0 : 12.0);
   sim.optimizer_step = local_params * optimizer_bytes_per_param /
                        (config.optimizer.zero_stage == 1 ? choice.dp : 1) / profile.memory_bandwidth_Bps;
+  if (measured.adamw_s_per_param > 0) {  // timed by `cleave profile`
+    const double per_param = config.optimizer.type == "adamw"       ? measured.adamw_s_per_param
+                             : config.optimizer.momentum != 0.0 ? measured.sgd_momentum_s_per_param
+                                                                : measured.sgd_s_per_param;
+    sim.optimizer_step = local_params * per_param / (config.optimizer.zero_stage == 1 ? choice.dp : 1);
+  }
   sim.p2p_latency = choice.pp > 1 ? p2p_link.latency_s : 0.0;
   sim.p2p_bandwidth = p2p_link.bandwidth_Bps;
   if (measured.p2p && one_node && choice.pp > 1) {

@@ -160,6 +160,33 @@ void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec&
   }
 }
 
+void measure_optimizer(partition::MeasuredCosts& costs, std::int64_t params, int repeats, comm::Communicator* comm) {
+  CLEAVE_CHECK(params >= 1 && repeats >= 1, "profile: optimizer timing needs params >= 1 and repeats >= 1");
+  const ops::Context ctx;
+  const auto make = [&](float value) { return filled_like(Shape{params}, value); };
+  Tensor param = make(0.5f), grad = make(0.01f), m = make(0.0f), v = make(0.0f);
+  const auto time = [&](auto&& update) {
+    if (comm != nullptr) comm->barrier()->wait();
+    std::vector<double> t;
+    for (int rep = 0; rep <= repeats; ++rep) {
+      const auto start = clock::now();
+      update(rep + 1);
+      if (rep > 0) t.push_back(since(start));
+    }
+    return median(t) / static_cast<double>(params);
+  };
+  std::vector<double> values = {
+      time([&](int step) { ops::adamw_update(ctx, param, grad, m, v, ops::AdamWHyper{.lr = 1e-4f, .step = step}); }),
+      time([&](int) { ops::sgd_update(ctx, param, grad, Tensor(), ops::SgdHyper{.lr = 1e-4f}); }),
+      time([&](int step) {
+        ops::sgd_update(ctx, param, grad, m, ops::SgdHyper{.lr = 1e-4f, .momentum = 0.9f, .first_step = step == 1});
+      })};
+  mean_over_ranks(values, comm);
+  costs.adamw_s_per_param = values[0];
+  costs.sgd_s_per_param = values[1];
+  costs.sgd_momentum_s_per_param = values[2];
+}
+
 void measure_collectives(partition::MeasuredCosts& costs, comm::Communicator& world, int repeats) {
   CLEAVE_CHECK(world.size() >= 2, "profile: collectives need 2 or more ranks (run under mpirun), got {}", world.size());
   const std::vector<std::int64_t> sizes = {4 << 10, 32 << 10, 256 << 10, 1 << 20, 4 << 20};  // bytes

@@ -33,6 +33,10 @@ struct BlockProfileRequest {
 void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec& spec, const BlockProfileRequest& request,
                     comm::Communicator* comm);
 
+// Sets costs' optimizer seconds per parameter: AdamW and SGD (with and without momentum) updates of a
+// `params`-element f32 buffer, every rank at once (`comm`: null = this process alone), median of `repeats`.
+void measure_optimizer(partition::MeasuredCosts& costs, std::int64_t params, int repeats, comm::Communicator* comm);
+
 // Sets costs.p2p and the collective fits. Needs comm.size() >= 2.
 void measure_collectives(partition::MeasuredCosts& costs, comm::Communicator& comm, int repeats = 10);
 

@@ -117,6 +117,9 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
   p.measured.all_reduce = {partition::AlphaBeta{2, 1e-5, 4e9}};
   p.measured.reduce_scatter = {partition::AlphaBeta{2, 2e-5, 5e9}};
   p.measured.all_gather = {partition::AlphaBeta{2, 3e-5, 6e9}};
+  p.measured.adamw_s_per_param = 2.5e-9;
+  p.measured.sgd_s_per_param = 0.5e-9;
+  p.measured.sgd_momentum_s_per_param = 1e-9;
   const std::string first = (dir_ / "p1.json").string(), second = (dir_ / "p2.json").string();
   std::ofstream(first) << profile_to_json(p).dump(2);
   const HardwareProfile loaded = load_profile(first);
@@ -134,6 +137,7 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
     EXPECT_NEAR(q->measured.all_gather.at(0).bandwidth_Bps, 6e9, 1e-3);
     EXPECT_EQ(q->device_memory, p.device_memory);
     EXPECT_EQ(q->measured.ranks, 2);
+    EXPECT_NEAR(q->measured.adamw_s_per_param, 2.5e-9, 1e-20);
   }
   EXPECT_EQ(profile_to_json(loaded).dump(), profile_to_json(again).dump());
   // A table entry measured twice is refused.

@@ -33,17 +33,20 @@ std::string cpu_model_name() {
 }  // namespace
 
 std::string single_copy_warning(const BenchMachine& machine) {
-  if (machine.mpi_single_copy != "none") return {};
-  return "Open MPI runs with btl_vader_single_copy_mechanism=none: a pipeline message above the 4 KiB eager limit "
-         "moves only while the sending rank is inside an MPI call, so a receiver waits for the sender's next "
-         "action and schedules with many crossings lose their gain (measured on a 2-core machine: zb_v 3,605 "
-         "tok/s with none, 5,151 with cma; 1f1b 4,439 vs 4,532). Where the container allows ptrace between the "
-         "ranks, set OMPI_MCA_btl_vader_single_copy_mechanism=cma (README, Multi-rank training).";
+  if (machine.mpi_single_copy != "none" || machine.mpi_progress_thread) return {};
+  return "Open MPI runs with btl_vader_single_copy_mechanism=none and no progress thread: a pipeline message above "
+         "the 4 KiB eager limit moves only while the sending rank is inside an MPI call, so a receiver waits for "
+         "the sender's next action and schedules with many crossings lose their gain (measured on a 2-core "
+         "machine: zb_v 3,605 tok/s with none, 5,151 with cma; 1f1b 4,439 vs 4,532). Set parallel.p2p_progress "
+         "to \"auto\" (needs MPI_THREAD_MULTIPLE) or, where the container allows ptrace between the ranks, "
+         "OMPI_MCA_btl_vader_single_copy_mechanism=cma (README, Multi-rank training).";
 }
 
 std::string BenchMachine::describe() const {
-  return fmt::format("{}, {} core(s), {} rank(s) on the node x {} thread(s) per rank, {}, MPI single copy {}{}",
+  return fmt::format("{}, {} core(s), {} rank(s) on the node x {} thread(s) per rank, {}, MPI single copy {}, "
+                     "progress thread {}{}",
                      cpu_model, cores, ranks_on_node, threads_per_rank, binding, mpi_single_copy,
+                     mpi_progress_thread ? "on" : "off",
                      oversubscribed ? " -- OVERSUBSCRIBED: ranks share cores, measured idle time is hidden" : "");
 }
 

@@ -23,6 +23,9 @@ struct BenchMachine {
   // when unset). "none" sends large messages by copy-in/copy-out, which moves only while the sending rank is
   // inside an MPI call: a peer waits for the sender's next action (see single_copy_warning).
   std::string mpi_single_copy = "default";
+  // Whether the MPI communicator runs a progress thread (parallel.p2p_progress), which moves such messages
+  // while the sender computes; set by the caller once the world exists.
+  bool mpi_progress_thread = false;
 
   // One line for logs and reports: "AMD EPYC 7B13, 2 cores, 2 ranks x 1 thread, pinned".
   std::string describe() const;
@@ -32,7 +35,7 @@ struct BenchMachine {
 // configures the kernels' thread pools. Call once, before anything computes.
 BenchMachine place_rank_for_bench();
 
-// A warning when pipeline messages go without single copy (empty otherwise).
+// A warning when pipeline messages go without single copy and without a progress thread (empty otherwise).
 std::string single_copy_warning(const BenchMachine& machine);
 
 }  // namespace cleave::bench

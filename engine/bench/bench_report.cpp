@@ -82,6 +82,7 @@ json bench_json(const BenchSetup& setup, const std::vector<ScheduleRun>& runs) {
                 {"threads_per_rank", m.threads_per_rank},
                 {"binding_rank0", m.binding},
                 {"mpi_single_copy", m.mpi_single_copy},
+                {"mpi_progress_thread", m.mpi_progress_thread},
                 {"oversubscribed", m.oversubscribed}}},
               {"schedules", json::array()}};
   for (const auto& r : runs) {

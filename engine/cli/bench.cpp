@@ -103,7 +103,9 @@ int run_bench(int argc, char** argv) {
     const config::RunConfig config = config::load_config(o.config_path, o.overrides);
     comm::World world = comm::make_world_communicator(
         runtime, config.parallel.comm_backend, config.device.type,
-        comm::CommOptions{.timeout_s = config.train.comm_timeout_s, .deterministic = config.train.deterministic});
+        comm::CommOptions{.timeout_s = config.train.comm_timeout_s, .deterministic = config.train.deterministic},
+        comm::parse_p2p_progress(config.parallel.p2p_progress));
+    setup.machine.mpi_progress_thread = world.progress_thread;
     const bool root = world.comm->rank() == 0;
     const auto& p = config.parallel;
     setup.layout = fmt::format("tp={} dp={} pp={} (world {})", p.tensor_model_parallel_size,

@@ -85,14 +85,17 @@ int run_train(int argc, char** argv) {
     config::RunConfig config = config::load_config(config_path, overrides);
     comm::World world = comm::make_world_communicator(
         runtime, config.parallel.comm_backend, config.device.type,
-        comm::CommOptions{.timeout_s = config.train.comm_timeout_s, .deterministic = config.train.deterministic});
+        comm::CommOptions{.timeout_s = config.train.comm_timeout_s, .deterministic = config.train.deterministic},
+        comm::parse_p2p_progress(config.parallel.p2p_progress));
     if (runtime.world_rank() == 0) log::info("comm backend {} ({})", world.comm->backend(), world.choice.reason);
     const char* single_copy = std::getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
     if (runtime.world_rank() == 0 && config.parallel.pipeline_model_parallel_size > 1 && single_copy != nullptr &&
-        std::string(single_copy) == "none") {
-      log::warn("Open MPI single copy is off (btl_vader_single_copy_mechanism=none): pipeline messages above 4 KiB "
-                "move only while the sender is inside MPI, which costs zero-bubble schedules their gain; use cma where "
-                "the container allows it (README, Multi-rank training)");
+        std::string(single_copy) == "none" && !world.progress_thread) {
+      log::warn("Open MPI single copy is off (btl_vader_single_copy_mechanism=none) and parallel.p2p_progress is "
+                "\"{}\" without a progress thread: pipeline messages above 4 KiB move only while the sender is inside "
+                "MPI, which costs zero-bubble schedules their gain; set parallel.p2p_progress to \"auto\" or use cma "
+                "where the container allows it (README, Multi-rank training)",
+                config.parallel.p2p_progress);
     }
     config.parallel.comm_backend = world.choice.backend;  // the resolved config.json records what ran
     train::Trainer trainer(config, *world.comm);

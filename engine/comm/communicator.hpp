@@ -17,6 +17,8 @@
 //    bf16/f16 accumulate in f32 and round once), so results are bit-identical whatever
 //    algorithm or topology the library would pick. Integer reductions are exact in both modes.
 //  - Not thread-safe: one thread at a time drives all communicators of a process (MPI_THREAD_SERIALIZED).
+//    A backend may run a helper thread of its own that never touches a Work (the MPI backend's progress
+//    thread, engine/comm/mpi/progress_thread.hpp).
 //
 // Streams: every op takes the stream whose earlier work produced the inputs. The MPI backend carries CPU
 // tensors; its stream is the (synchronous) CPU stream and ops start on the host at once. The NCCL backend

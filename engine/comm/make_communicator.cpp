@@ -15,10 +15,12 @@
 namespace cleave::comm {
 
 World make_world_communicator(const MpiRuntime& runtime, std::string_view requested, std::string_view device_type,
-                              const CommOptions& options) {
+                              const CommOptions& options, P2PProgress progress) {
   MpiOptions mpi_options;
   static_cast<CommOptions&>(mpi_options) = options;
+  mpi_options.progress = progress;
   std::unique_ptr<MpiCommunicator> mpi = runtime.world(mpi_options);
+  const bool progress_thread = mpi->progress_thread() != nullptr;
 
   config::CommBackendFacts facts;
   facts.cuda_build = CLEAVE_WITH_CUDA != 0;
@@ -33,6 +35,7 @@ World make_world_communicator(const MpiRuntime& runtime, std::string_view reques
 #endif
   World world;
   world.choice = config::choose_comm_backend(requested, facts);
+  world.progress_thread = progress_thread;
   if (world.choice.backend == "nccl") {
 #if CLEAVE_WITH_CUDA
     world.comm = make_nccl_world(*mpi, options);  // bootstraps over `mpi`, which may go afterwards

@@ -485,6 +485,7 @@ void read_parallel(Reader r, ParallelConfig& p) {
   r.number("dp_bucket_mb", p.dp_bucket_mb, 0.0, std::numeric_limits<double>::infinity(), /*min_open=*/true);
   r.choice("grad_reduce_dtype", p.grad_reduce_dtype, {"fp32", "bf16"});
   r.choice("comm_backend", p.comm_backend, {"auto", "mpi", "nccl"});
+  r.choice("p2p_progress", p.p2p_progress, {"auto", "thread", "off"});
   r.finish();
 }
 
@@ -760,7 +761,8 @@ ordered_json to_json_tree(const RunConfig& c) {
                    {"partition", {{"method", p.partition.method}, {"blocks_per_stage", p.partition.blocks_per_stage}}},
                    {"dp_bucket_mb", p.dp_bucket_mb},
                    {"grad_reduce_dtype", p.grad_reduce_dtype},
-                   {"comm_backend", p.comm_backend}};
+                   {"comm_backend", p.comm_backend},
+                   {"p2p_progress", p.p2p_progress}};
   ordered_json batch = ordered_json::object();
   if (c.batch.global_batch_size) batch["global_batch_size"] = *c.batch.global_batch_size;
   if (c.batch.micro_batch_size) batch["micro_batch_size"] = *c.batch.micro_batch_size;

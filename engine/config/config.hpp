@@ -62,6 +62,10 @@ struct ParallelConfig {
   // "nccl" (GPU tensors, one GPU per rank; needs a CUDA build and device.type "cuda"), "auto" (nccl for
   // GPU training with a GPU per rank, mpi otherwise).
   std::string comm_backend = "auto";
+  // Background progress of MPI transfers while a rank computes (engine/comm/mpi/progress_thread.hpp): "auto"
+  // (a progress thread where MPI grants MPI_THREAD_MULTIPLE), "thread" (required; an error where MPI does not
+  // allow it), "off". Never changes results, only when bytes move.
+  std::string p2p_progress = "auto";
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 

@@ -1,7 +1,8 @@
 // The world communicator factory (engine/comm/make_communicator.hpp) honours parallel.comm_backend: "auto"
 // and "mpi" with device.type "cpu" give an MPI world over every rank that carries a collective (checked
 // against the closed-form sum); "nccl" with device.type "cpu" (or in a build without CUDA) is refused on every
-// rank with the reason, keyed parallel.comm_backend, and no rank is left waiting.
+// rank with the reason, keyed parallel.comm_backend, and no rank is left waiting. parallel.p2p_progress
+// decides whether the MPI world runs a progress thread.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -38,6 +39,22 @@ TEST(CommWorld, AutoAndMpiOnTheCpuGiveAnMpiWorld) {
   EXPECT_NE(comm::make_world_communicator(mpi_runtime(), "auto", "cpu", test_options()).choice.reason.find(
                 "device.type is \"cpu\""),
             std::string::npos);
+}
+
+// parallel.p2p_progress reaches the MPI world: "auto" runs the progress thread where MPI grants
+// MPI_THREAD_MULTIPLE (MpiRuntime asks for it; Open MPI grants it), "off" never.
+TEST(CommWorld, P2PProgressReachesTheMpiWorld) {
+  const bool multiple = mpi_runtime().provided() == comm::MpiThreadLevel::kMultiple;
+  const bool peers = mpi_runtime().world_size() > 1;
+  EXPECT_EQ(comm::make_world_communicator(mpi_runtime(), "mpi", "cpu", test_options(), comm::P2PProgress::kAuto)
+                .progress_thread,
+            multiple && peers);
+  EXPECT_FALSE(comm::make_world_communicator(mpi_runtime(), "mpi", "cpu", test_options(), comm::P2PProgress::kOff)
+                   .progress_thread);
+  if (multiple) {
+    EXPECT_TRUE(comm::make_world_communicator(mpi_runtime(), "auto", "cpu", test_options(), comm::P2PProgress::kThread)
+                    .progress_thread);
+  }
 }
 
 TEST(CommWorld, NcclOnTheCpuIsRefusedWithTheReason) {

@@ -43,6 +43,7 @@ struct MpiCommState {
   std::vector<int> world_ranks;
   std::vector<int> probe_ranks;
   std::shared_ptr<LivenessProbe> probe;
+  std::shared_ptr<ProgressThread> progress;  // shared with the root and its splits; may be null
   std::uint64_t next_seq = 0;  // advanced by every deterministic op, identically on every member
 
   ~MpiCommState() {
@@ -80,7 +81,8 @@ std::vector<int> translate_ranks(MPI_Comm from, MPI_Comm to) {
 
 // Takes ownership of `owned` (already a private handle).
 std::shared_ptr<MpiCommState> make_state(MPI_Comm owned, const MpiOptions& options, std::string name,
-                                         std::shared_ptr<LivenessProbe> probe) {
+                                         std::shared_ptr<LivenessProbe> probe,
+                                         std::shared_ptr<ProgressThread> progress) {
   auto state = std::make_shared<MpiCommState>();
   state->comm = owned;
   CLEAVE_MPI_CHECK(MPI_Comm_set_errhandler(state->comm, MPI_ERRORS_RETURN));
@@ -102,6 +104,7 @@ std::shared_ptr<MpiCommState> make_state(MPI_Comm owned, const MpiOptions& optio
   state->world_ranks = translate_ranks(state->comm, MPI_COMM_WORLD);
   state->probe = std::move(probe);
   state->probe_ranks = translate_ranks(state->comm, state->probe->comm());
+  state->progress = std::move(progress);
   return state;
 }
 
@@ -133,7 +136,7 @@ char* bytes(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
 class MpiWork final : public Work {
  public:
   MpiWork(std::shared_ptr<MpiCommState> state, std::string op, std::string details)
-      : state_(std::move(state)), op_(std::move(op)), details_(std::move(details)) {}
+      : state_(std::move(state)), op_(std::move(op)), details_(std::move(details)), ticket_(state_->progress.get()) {}
 
   ~MpiWork() override {
     if (done_ || failed_) return;
@@ -192,9 +195,11 @@ class MpiWork final : public Work {
       }
     } catch (...) {
       failed_ = true;
+      ticket_.release();
       throw;
     }
     done_ = true;
+    ticket_.release();
     keep_.clear();
     return true;
   }
@@ -256,6 +261,7 @@ class MpiWork final : public Work {
   std::vector<std::string> labels_;
   std::vector<Tensor> keep_;
   std::function<void(MpiWork&)> next_;
+  ProgressTicket ticket_;  // outstanding for the progress thread until done or failed
   bool done_ = false;
   bool failed_ = false;
 };
@@ -286,7 +292,15 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const MpiOptions& options, std::
   MPI_Comm owned = MPI_COMM_NULL;
   CLEAVE_MPI_CHECK(MPI_Comm_dup(comm, &owned));
   auto probe = std::make_shared<LivenessProbe>(comm);
-  state_ = detail::make_state(owned, options, std::move(name), std::move(probe));
+  int size = 1;
+  CLEAVE_MPI_CHECK(MPI_Comm_size(comm, &size));
+  int provided = MPI_THREAD_SINGLE;
+  CLEAVE_MPI_CHECK(MPI_Query_thread(&provided));
+  std::shared_ptr<ProgressThread> progress;
+  if (progress_thread_wanted(options.progress, provided >= MPI_THREAD_MULTIPLE, size)) {
+    progress = std::make_shared<ProgressThread>(options.progress_min_interval, options.progress_max_interval);
+  }
+  state_ = detail::make_state(owned, options, std::move(name), std::move(probe), std::move(progress));
 }
 
 MpiCommunicator::MpiCommunicator(std::shared_ptr<MpiCommState> state) : state_(std::move(state)) {}
@@ -303,6 +317,7 @@ MPI_Comm MpiCommunicator::native() const { return state_->comm; }
 int MpiCommunicator::max_tag() const { return state_->tag_ub; }
 const std::shared_ptr<LivenessProbe>& MpiCommunicator::probe() const { return state_->probe; }
 const std::vector<int>& MpiCommunicator::probe_ranks() const { return state_->probe_ranks; }
+const ProgressThread* MpiCommunicator::progress_thread() const { return state_->progress.get(); }
 
 void MpiCommunicator::check_cpu(const Tensor& t, std::string_view op) const {
   CLEAVE_CHECK(t.device().is_cpu(),
@@ -339,7 +354,7 @@ std::unique_ptr<Communicator> MpiCommunicator::split_impl(int color, int key, st
   CLEAVE_MPI_CHECK(MPI_Comm_split(state_->comm, color < 0 ? MPI_UNDEFINED : color, key, &child));
   if (child == MPI_COMM_NULL) return nullptr;
   return std::unique_ptr<Communicator>(
-      new MpiCommunicator(detail::make_state(child, state_->options, std::move(name), state_->probe)));
+      new MpiCommunicator(detail::make_state(child, state_->options, std::move(name), state_->probe, state_->progress)));
 }
 
 WorkPtr MpiCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, const Stream& stream) {

@@ -19,10 +19,18 @@
 //
 // Handles: the communicator duplicates the MPI communicator it is built from (user traffic) and once more for
 // its own point-to-point protocol; both use MPI_ERRORS_RETURN so failures surface as BackendError.
+//
+// Background progress (progress_thread.hpp): a root communicator (the public constructor) starts a progress
+// thread when MpiOptions::progress asks for one and MPI provides MPI_THREAD_MULTIPLE; communicators split from
+// it share it. It drives the MPI library's progress while any of their Works is outstanding, so a transfer
+// posted before a long computation moves during it, not at the next MPI call (copy-in/copy-out transports
+// such as Open MPI's vader with single copy off move large messages only inside MPI calls). Results are the
+// same with and without it.
 #pragma once
 
 #include <mpi.h>
 
+#include <chrono>
 #include <climits>
 #include <cstdint>
 #include <memory>
@@ -30,6 +38,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
+#include "engine/comm/mpi/progress_thread.hpp"
 
 namespace cleave::comm {
 
@@ -38,6 +47,15 @@ class LivenessProbe;
 struct MpiOptions : CommOptions {
   // Largest element count passed to a single MPI call. Lower it only to exercise the piecewise path in tests.
   std::int64_t max_message_elements = INT_MAX;
+  // Background progress thread (parallel.p2p_progress). Read by the public constructor only; split
+  // communicators share their root's thread.
+  P2PProgress progress = P2PProgress::kAuto;
+  // Pause between the progress thread's polls: the shortest right after a Work starts (a message's protocol
+  // steps follow each other closely), doubling up to the longest (the thread takes almost no time from a rank
+  // that owns one core).
+  // (Chosen with `cleave bench`: see progress_thread.hpp.)
+  std::chrono::microseconds progress_min_interval{100};
+  std::chrono::microseconds progress_max_interval{2000};
 };
 
 namespace detail {
@@ -66,6 +84,8 @@ class MpiCommunicator final : public Communicator {
   const std::shared_ptr<LivenessProbe>& probe() const;
   // Members' ranks in the probe's communicator.
   const std::vector<int>& probe_ranks() const;
+  // The background progress thread shared with the root and its splits; null when there is none.
+  const ProgressThread* progress_thread() const;
 
   // Blocking, with the watchdog: MPI_Ibarrier polled to completion. Used before blocking MPI calls
   // (MPI_Comm_split, MPI_Comm_dup) so a missing peer ends in a timeout, not a hang.

@@ -1,6 +1,7 @@
 // MPI initialization and finalization (mpi_runtime.hpp).
 #include "engine/comm/mpi/mpi_runtime.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -48,7 +49,8 @@ MpiRuntime::MpiRuntime(int* argc, char*** argv, MpiThreadLevel required) {
   if (initialized) {
     CLEAVE_MPI_CHECK(MPI_Query_thread(&provided));
   } else {
-    CLEAVE_MPI_CHECK(MPI_Init_thread(argc, argv, to_mpi(required), &provided));
+    // More than required where the library allows it: MULTIPLE is what the progress thread needs.
+    CLEAVE_MPI_CHECK(MPI_Init_thread(argc, argv, to_mpi(std::max(required, MpiThreadLevel::kMultiple)), &provided));
     owns_init_ = true;
   }
   provided_ = from_mpi(provided);

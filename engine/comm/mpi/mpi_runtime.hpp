@@ -1,10 +1,12 @@
 // MpiRuntime: RAII owner of MPI_Init_thread / MPI_Finalize for one process, and the world communicator.
 //
-// Thread level: Cleave needs MPI_THREAD_SERIALIZED. All MPI calls of a process are made by one thread at a
-// time (communicators are not thread-safe, and the watchdog polls inside Work::wait rather than on a thread
-// of its own), but that thread need not be the one that called MPI_Init (the trainer may drive
-// communication from a worker), which MPI_THREAD_FUNNELED would forbid. A library providing less is
-// refused with an error naming both levels.
+// Thread level: Cleave needs MPI_THREAD_SERIALIZED and asks for MPI_THREAD_MULTIPLE. The application's MPI
+// calls are made by one thread at a time (communicators are not thread-safe, and the watchdog polls inside
+// Work::wait rather than on a thread of its own), but that thread need not be the one that called MPI_Init
+// (the trainer may drive communication from a worker), which MPI_THREAD_FUNNELED would forbid. MULTIPLE, where
+// granted, lets the MPI backend's progress thread (progress_thread.hpp) poll beside that thread; where it is
+// not, communicators run without it (parallel.p2p_progress "auto"). A library providing less than `required`
+// is refused with an error naming both levels.
 //
 // Rank discovery: after MPI_Init the launcher's world rank and size (OMPI_COMM_WORLD_*, PMI_*, SLURM_PROCID
 // with SLURM_STEP_NUM_TASKS, PMIX_RANK; launch_env.hpp) must equal MPI_COMM_WORLD's, or the constructor
@@ -28,9 +30,9 @@ std::string_view mpi_thread_level_name(MpiThreadLevel level);  // "MPI_THREAD_SE
 
 class MpiRuntime {
  public:
-  // Initializes MPI (or adopts an existing initialization), sets the log prefix to the world rank.
-  // Throws Error if the launcher's rank or size disagrees with MPI's, or if the provided thread level is below
-  // `required`.
+  // Initializes MPI asking for MPI_THREAD_MULTIPLE (or adopts an existing initialization), sets the log prefix
+  // to the world rank. Throws Error if the launcher's rank or size disagrees with MPI's, or if the provided
+  // thread level is below `required`.
   MpiRuntime(int* argc, char*** argv, MpiThreadLevel required = MpiThreadLevel::kSerialized);
   ~MpiRuntime();
   MpiRuntime(const MpiRuntime&) = delete;

@@ -508,3 +508,21 @@ TEST(ConfigRecompute, ChoicesAndOnlyForTransformers) {
 
 }  // namespace
 }  // namespace cleave::config
+
+namespace cleave::config {
+namespace {
+
+TEST(ConfigP2PProgress, ChoicesDefaultAutoAndKeptInTheResolvedConfig) {
+  EXPECT_EQ(parse_config("{}", "run.json").parallel.p2p_progress, "auto");
+  for (const char* mode : {"auto", "thread", "off"}) {
+    const std::string text = std::string(R"({"parallel": {"p2p_progress": ")") + mode + "\"}}";
+    const RunConfig config = parse_config(text, "run.json");
+    EXPECT_EQ(config.parallel.p2p_progress, mode);
+    EXPECT_NE(to_json(config).find(std::string("\"p2p_progress\": \"") + mode + "\""), std::string::npos) << mode;
+  }
+  expect_error(R"({"parallel": {"p2p_progress": "poll"}})", {"parallel.p2p_progress", "poll", "auto", "thread", "off"});
+  expect_error(R"({"parallel": {"p2p_progress": true}})", {"parallel.p2p_progress"});
+}
+
+}  // namespace
+}  // namespace cleave::config

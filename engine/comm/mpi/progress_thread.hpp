@@ -1,0 +1,116 @@
+// ProgressThread: moves a process's outstanding MPI transfers forward while its main thread computes.
+//
+// Why: MPI libraries move large messages only inside MPI calls. With Open MPI's shared-memory transport and
+// btl_vader_single_copy_mechanism=none (what container users and our CI run with), a message above the 4 KiB
+// eager limit goes as a rendezvous plus copy-in/copy-out fragments, and each step needs the *sender* (and for
+// the rendezvous, the receiver) to be inside MPI. The pipeline executor posts a non-blocking send and then
+// computes its next action for milliseconds without entering MPI, so the receiving rank waited a whole peer
+// action (ZB-V trace gaps of 14-19 ms; zero-bubble schedules slower than 1F1B).
+//
+// Design: one thread per process, shared by a root MpiCommunicator and every communicator split from it (as
+// the liveness probe is). While at least one MpiWork is outstanding it calls MPI_Iprobe on a private
+// duplicate of MPI_COMM_SELF (an Iprobe that matches nothing runs the library's progress engine, Open MPI's
+// opal_progress, which advances every pending transfer and non-blocking collective of every communicator);
+// while none is, it blocks on a condition variable and costs nothing. Pauses between polls: `min_interval`
+// after a new Work starts (its protocol steps, rendezvous, acknowledgement, fragments, should follow each
+// other closely), doubling up to `max_interval` (the executor tests its sends only at the end of a step, so
+// most of the time "outstanding" means "complete, not yet tested"); the thread shares its rank's core, so
+// every poll is time taken from compute.
+//
+// Chosen by measurement (`cleave bench`, pp2 GPT d256 x 4 layers, 8 micro-batches, 2 ranks on 2 cores,
+// single copy none; README "Single copy matters for pipelines"): polling with yield instead of sleeping
+// (zb_v 2,086 tok/s) or every 20 us (3,246) takes too much compute; 50-200 us fixed, and doubling from
+// 25-200 us to 0.4-5 ms, all recover zb_v to 4,300-5,700 tok/s, within the machine's noise of each other;
+// the defaults (100 us -> 2 ms) are in that plateau. Not chosen (reasoned, not measured): polls from the
+// executor between actions are what already happens (the stall is inside one action, and ZB-V at pp2 has one
+// layer per chunk, so per-layer polls would be no finer); cutting messages into eager-sized pieces still needs
+// the sender's progress once the peer's eager buffers are full, and multiplies per-message costs.
+//
+// Invariants:
+//  - It never tests or waits on a Work's requests (MPI makes two threads completing one request erroneous):
+//    completion, continuations, the watchdog and error reporting stay on the thread that drives the Work. It
+//    changes when bytes move, never which bytes, so every result is bit-identical with and without it.
+//  - MPI calls from two threads at once need MPI_THREAD_MULTIPLE; MpiRuntime asks for it, and the caller
+//    builds a ProgressThread only where it was granted (progress_thread_wanted).
+//  - No allocation after construction: work_started/work_finished are an atomic counter plus, on 0 -> 1, a
+//    notify under a mutex.
+//  - No MPI call while no Work is outstanding, and the destructor stops and joins the thread at once (its
+//    pauses are waits on the condition variable, which the destructor notifies): communicators end before MPI_Finalize (mpi_runtime.hpp), so the thread never outlives
+//    MPI. It blocks every signal, so handlers (wait_notice.hpp) run on the application's threads.
+#pragma once
+
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <mutex>
+#include <string_view>
+#include <thread>
+
+namespace cleave::comm {
+
+// parallel.p2p_progress: "auto" = a progress thread when MPI grants MPI_THREAD_MULTIPLE and the communicator
+// has peers; "thread" = always (an error naming the key where MPI does not allow it); "off" = never.
+enum class P2PProgress { kAuto, kThread, kOff };
+std::string_view p2p_progress_name(P2PProgress mode);  // "auto", "thread", "off"
+// Throws Error naming parallel.p2p_progress and the choices for any other text.
+P2PProgress parse_p2p_progress(std::string_view text);
+
+// Whether a root communicator of `size` ranks runs a progress thread. Throws Error (naming
+// parallel.p2p_progress and both thread levels) for kThread when MPI_THREAD_MULTIPLE is not provided.
+bool progress_thread_wanted(P2PProgress mode, bool thread_multiple, int size);
+
+class ProgressThread {
+ public:
+  // Starts the thread (idle until a Work is outstanding). Local, not collective.
+  // Polls every `min_interval` after a Work starts, doubling the pause after each poll up to `max_interval`.
+  ProgressThread(std::chrono::microseconds min_interval, std::chrono::microseconds max_interval);
+  ~ProgressThread();
+  ProgressThread(const ProgressThread&) = delete;
+  ProgressThread& operator=(const ProgressThread&) = delete;
+
+  // One more / one fewer outstanding Work (any thread that drives communicators).
+  void work_started();
+  void work_finished();
+
+  // Times the thread has entered MPI to drive progress (for tests and reports).
+  std::uint64_t polls() const { return polls_.load(std::memory_order_relaxed); }
+
+ private:
+  void run();
+
+  std::chrono::microseconds min_interval_;
+  std::chrono::microseconds max_interval_;
+  MPI_Comm comm_ = MPI_COMM_NULL;  // private duplicate of MPI_COMM_SELF: the Iprobe never matches user traffic
+  std::atomic<int> outstanding_{0};
+  std::atomic<std::uint64_t> started_{0};  // Works started so far: a new one resets the pause to min_interval
+  std::atomic<bool> stop_{false};
+  std::atomic<std::uint64_t> polls_{0};
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::thread thread_;  // last: starts once everything above exists
+};
+
+// Marks one Work outstanding for a ProgressThread (which may be null) from construction until release() or
+// destruction.
+class ProgressTicket {
+ public:
+  ProgressTicket() = default;
+  explicit ProgressTicket(ProgressThread* thread) : thread_(thread) {
+    if (thread_ != nullptr) thread_->work_started();
+  }
+  ~ProgressTicket() { release(); }
+  ProgressTicket(const ProgressTicket&) = delete;
+  ProgressTicket& operator=(const ProgressTicket&) = delete;
+  void release() {
+    if (thread_ != nullptr) thread_->work_finished();
+    thread_ = nullptr;
+  }
+
+ private:
+  ProgressThread* thread_ = nullptr;
+};
+
+}  // namespace cleave::comm

@@ -353,8 +353,8 @@ std::unique_ptr<Communicator> MpiCommunicator::split_impl(int color, int key, st
   MPI_Comm child = MPI_COMM_NULL;
   CLEAVE_MPI_CHECK(MPI_Comm_split(state_->comm, color < 0 ? MPI_UNDEFINED : color, key, &child));
   if (child == MPI_COMM_NULL) return nullptr;
-  return std::unique_ptr<Communicator>(
-      new MpiCommunicator(detail::make_state(child, state_->options, std::move(name), state_->probe, state_->progress)));
+  return std::unique_ptr<Communicator>(new MpiCommunicator(
+      detail::make_state(child, state_->options, std::move(name), state_->probe, state_->progress)));
 }
 
 WorkPtr MpiCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, const Stream& stream) {

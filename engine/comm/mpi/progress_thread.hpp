@@ -18,13 +18,15 @@
 // every poll is time taken from compute.
 //
 // Chosen by measurement (`cleave bench`, pp2 GPT d256 x 4 layers, 8 micro-batches, 2 ranks on 2 cores,
-// single copy none; README "Single copy matters for pipelines"): polling with yield instead of sleeping
-// (zb_v 2,086 tok/s) or every 20 us (3,246) takes too much compute; 50-200 us fixed, and doubling from
-// 25-200 us to 0.4-5 ms, all recover zb_v to 4,300-5,700 tok/s, within the machine's noise of each other;
-// the defaults (100 us -> 2 ms) are in that plateau. Not chosen (reasoned, not measured): polls from the
-// executor between actions are what already happens (the stall is inside one action, and ZB-V at pp2 has one
-// layer per chunk, so per-layer polls would be no finer); cutting messages into eager-sized pieces still needs
-// the sender's progress once the peer's eager buffers are full, and multiplies per-message costs.
+// single copy none, a machine shared with a build; README "Single copy and the progress thread"): zb_v ran at
+// 1,700-4,100 tok/s without the thread, depending on the load; polling with yield instead of sleeping (2,090)
+// or every 20 us (3,250) takes too much compute; a fixed 50-200 us pause gave 2,960-5,150, doubling pauses
+// (from 25-200 us up to 0.4-5 ms) 4,300-5,860 with fewer polls, the variants within the machine's noise of
+// each other (about 10%); the defaults (100 us -> 2 ms) sit in that plateau. Not chosen (reasoned, not
+// measured): polls from the executor between actions are what already happens (the stall is inside one
+// action, and ZB-V at pp2 has one layer per chunk, so per-layer polls would be no finer); cutting messages
+// into eager-sized pieces still needs the sender's progress once the peer's eager buffers are full, and
+// multiplies per-message costs.
 //
 // Invariants:
 //  - It never tests or waits on a Work's requests (MPI makes two threads completing one request erroneous):
@@ -35,8 +37,9 @@
 //  - No allocation after construction: work_started/work_finished are an atomic counter plus, on 0 -> 1, a
 //    notify under a mutex.
 //  - No MPI call while no Work is outstanding, and the destructor stops and joins the thread at once (its
-//    pauses are waits on the condition variable, which the destructor notifies): communicators end before MPI_Finalize (mpi_runtime.hpp), so the thread never outlives
-//    MPI. It blocks every signal, so handlers (wait_notice.hpp) run on the application's threads.
+//    pauses are waits on the condition variable, which the destructor notifies). Communicators end before
+//    MPI_Finalize (mpi_runtime.hpp), so the thread never outlives MPI. It blocks every signal, so handlers
+//    (wait_notice.hpp) run on the application's threads.
 #pragma once
 
 #include <mpi.h>

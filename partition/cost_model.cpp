@@ -172,7 +172,8 @@ Recompute parse_recompute(std::string_view name) {
   CLEAVE_THROW("train.recompute: '{}' is not one of none, selective, full", name);
 }
 
-BlockCost block_cost(const BlockSpec& block, DType dtype, Recompute recompute) {
+BlockCost block_cost(const BlockSpec& block, DType dtype, Recompute recompute, int tp) {
+  CLEAVE_CHECK(tp >= 1, "cost model: tensor-parallel width must be >= 1, got {}", tp);
   const auto b = static_cast<std::int64_t>(dtype_size(dtype));
   const Parts p = parts_of(block);
   BlockCost cost;
@@ -212,13 +213,44 @@ BlockCost block_cost(const BlockSpec& block, DType dtype, Recompute recompute) {
       cost.activation_bytes = t * d * b;
     }
   }
+  if (tp > 1) {
+    // One tp rank's share (see the header): only the sharded tensors divide.
+    const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff, h = block.n_heads;
+    switch (block.kind) {
+      case BlockKind::kTransformerBlock: {
+        const std::int64_t plain = (4 * t * d + (3 * t * d + t * d + 2 * t * f) / tp + (h / tp) * t * t) * b +
+                                   4 * t * kStatBytes;
+        cost.weight_stash_bytes = (8 * t * d + (4 * t * d + 2 * t * f) / tp) * b + 4 * t * kStatBytes;
+        if (recompute == Recompute::kSelective) {
+          cost.recompute_transient_bytes = (h / tp) * t * t * b;
+          cost.activation_bytes = plain - cost.recompute_transient_bytes;
+        } else if (recompute == Recompute::kFull) {
+          cost.recompute_transient_bytes = plain;
+          cost.activation_bytes = t * d * b;
+        } else {
+          cost.activation_bytes = plain;
+        }
+        break;
+      }
+      case BlockKind::kLmHead:
+        cost.output_bytes /= tp;
+        cost.weight_stash_bytes = cost.activation_bytes + cost.output_bytes;
+        break;
+      case BlockKind::kSoftmaxCrossEntropy: {
+        const std::int64_t rows = block.input.rows(), classes = block.input.last();
+        cost.activation_bytes = rows * (classes / tp) * b + 2 * rows * kStatBytes;
+        break;
+      }
+      default: break;  // embedding (ids; output whole after its all-reduce), final LayerNorm: replicated
+    }
+  }
   return cost;
 }
 
-std::vector<BlockCost> model_costs(const ModelSpec& spec, DType dtype, Recompute recompute) {
+std::vector<BlockCost> model_costs(const ModelSpec& spec, DType dtype, Recompute recompute, int tp) {
   std::vector<BlockCost> costs;
   costs.reserve(spec.blocks.size());
-  for (const BlockSpec& block : spec.blocks) costs.push_back(block_cost(block, dtype, recompute));
+  for (const BlockSpec& block : spec.blocks) costs.push_back(block_cost(block, dtype, recompute, tp));
   return costs;
 }
 

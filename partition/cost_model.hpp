@@ -84,11 +84,16 @@ struct BlockCost {
 };
 
 // Cost of one block for element type `dtype` (activations and parameters; see the counting rules above).
-BlockCost block_cost(const BlockSpec& block, DType dtype = DType::kF32, Recompute recompute = Recompute::kNone);
+// `tp` > 1: the activation, weight-stash, transient and output bytes are one tensor-parallel rank's (Megatron
+// layout: LayerNorm inputs and the inputs of the column-parallel qkv and fc1 are whole on every rank; q, k, v,
+// the attention probabilities (heads / tp), the row-parallel proj and fc2 inputs, the GELU input and the
+// vocab-parallel logits are shards); FLOPs and parameters stay whole-model (callers divide by tp).
+BlockCost block_cost(const BlockSpec& block, DType dtype = DType::kF32, Recompute recompute = Recompute::kNone,
+                     int tp = 1);
 
 // block_cost() of every block of `spec`, in block order.
 std::vector<BlockCost> model_costs(const ModelSpec& spec, DType dtype = DType::kF32,
-                                   Recompute recompute = Recompute::kNone);
+                                   Recompute recompute = Recompute::kNone, int tp = 1);
 
 // Parameters held by blocks [first_block, last_block), counting a tied embedding table once when both the
 // embedding and the tied head are in the range (they share one Param then; in different ranges each holds

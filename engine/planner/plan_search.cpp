@@ -263,19 +263,21 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
     // Memory over the step per pp rank: static categories plus the activations the timeline holds.
     std::vector<double> stash(static_cast<std::size_t>(num_stages), 0.0), transient(stash.size(), 0.0),
         weight_stash(stash.size(), 0.0), fused(stash.size(), 0.0);
-    const double per_micro = micro / choice.tp / (bf16 ? 2.0 : 1.0);
+    const double per_micro = micro / (bf16 ? 2.0 : 1.0);
+    // One tp rank's activations (the cost model's tp layout), as the memory plan counts them.
+    const auto shard = partition::model_costs(plan.spec, DType::kF32, partition::parse_recompute(choice.recompute), choice.tp);
     for (int s = 0; s < num_stages; ++s) {
       const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
       for (int b = range.begin; b < range.end; ++b) {
-        stash[static_cast<std::size_t>(s)] += static_cast<double>(costs[static_cast<std::size_t>(b)].activation_bytes) * per_micro;
-        const auto& c = costs[static_cast<std::size_t>(b)];
+        stash[static_cast<std::size_t>(s)] += static_cast<double>(shard[static_cast<std::size_t>(b)].activation_bytes) * per_micro;
+        const auto& c = shard[static_cast<std::size_t>(b)];
         weight_stash[static_cast<std::size_t>(s)] += static_cast<double>(c.weight_stash_bytes) * per_micro;
         fused[static_cast<std::size_t>(s)] = std::max(
             fused[static_cast<std::size_t>(s)],
             static_cast<double>(std::max(c.recompute_transient_bytes, c.weight_stash_bytes - c.activation_bytes)) * per_micro);
         transient[static_cast<std::size_t>(s)] = std::max(
             transient[static_cast<std::size_t>(s)],
-            static_cast<double>(costs[static_cast<std::size_t>(b)].recompute_transient_bytes) * per_micro);
+            static_cast<double>(shard[static_cast<std::size_t>(b)].recompute_transient_bytes) * per_micro);
       }
     }
     for (std::size_t r = 0; r < result.timeline.ranks.size(); ++r) {

@@ -29,9 +29,11 @@ std::string MemoryPlan::breakdown() const {
 }
 
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank) {
-  const auto costs = partition::model_costs(plan.spec, DType::kF32, partition::parse_recompute(config.train.recompute));
-  const std::int64_t micro = config.resolved_batch().micro_batch_size;
   const int tp = config.parallel.tensor_model_parallel_size;
+  // Parameters: whole-model (÷ tp below); activations: one tp rank's (the cost model's tp layout).
+  const auto costs = partition::model_costs(plan.spec, DType::kF32, partition::parse_recompute(config.train.recompute));
+  const auto shard = partition::model_costs(plan.spec, DType::kF32, partition::parse_recompute(config.train.recompute), tp);
+  const std::int64_t micro = config.resolved_batch().micro_batch_size;
   const int dp = std::max(1, config.parallel.data_parallel_size);
   std::int64_t param_bytes = 0, largest_output = 0, boundary = 0;
   // Per stage held by this rank, per sample: the forward stash, what split backward keeps from I until W,
@@ -57,11 +59,12 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
                                         block.kind == partition::BlockKind::kLmHead);
       param_bytes += holds_table && table_seen ? c.param_bytes - table_bytes : c.param_bytes;
       table_seen = table_seen || holds_table;
-      forward_stash[si] += c.activation_bytes;
-      weight_stash[si] += c.weight_stash_bytes;
-      transient[si] = std::max(transient[si], c.recompute_transient_bytes);
-      fused_extra[si] = std::max({fused_extra[si], c.recompute_transient_bytes, c.weight_stash_bytes - c.activation_bytes});
-      largest_output = std::max(largest_output, c.output_bytes);
+      const auto& a = shard[static_cast<std::size_t>(b)];
+      forward_stash[si] += a.activation_bytes;
+      weight_stash[si] += a.weight_stash_bytes;
+      transient[si] = std::max(transient[si], a.recompute_transient_bytes);
+      fused_extra[si] = std::max({fused_extra[si], a.recompute_transient_bytes, a.weight_stash_bytes - a.activation_bytes});
+      largest_output = std::max(largest_output, a.output_bytes);
     }
     if (stage > 0) boundary = std::max(boundary, costs[static_cast<std::size_t>(range.begin - 1)].output_bytes);
   }
@@ -105,7 +108,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   const double state = training_bytes_per_param_byte(config.optimizer) - 1.0;
   at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
       state * static_cast<double>(param_bytes / tp) / (config.optimizer.zero_stage == 1 ? dp : 1));
-  at(MemoryCategory::kActivations) = (peak_stash / tp + 2 * live * boundary) * micro / (bf16 ? 2 : 1);
+  at(MemoryCategory::kActivations) = (peak_stash + 2 * live * boundary) * micro / (bf16 ? 2 : 1);
   at(MemoryCategory::kWorkspace) = 2 * largest_output * micro;
   // parallel.grad_reduce_dtype bf16: every gradient bucket has a bf16 twin the collective carries.
   if (dp > 1 && config.parallel.grad_reduce_dtype == "bf16") at(MemoryCategory::kCommunication) = param_bytes / tp / 2;

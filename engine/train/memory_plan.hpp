@@ -1,7 +1,9 @@
 // Memory plan: what one rank will hold, by allocator category, before anything is allocated — so a model
 // that does not fit under device.memory_limit is refused with the numbers instead of failing mid-step.
 //
-// Estimate per pp rank (tp shards divide the sharded parts by tp; ZeRO-1 divides optimizer state by dp):
+// Estimate per pp rank (parameters, gradients and optimizer state ÷ tp; activations are one tp rank's, the
+// cost model's tp layout: LayerNorm and column-parallel inputs whole, the rest sharded; ZeRO-1 divides
+// optimizer state by dp):
 //   parameters       Σ param bytes of the rank's stages (a tied table counted once per rank)
 //   gradients        = parameters (train.deterministic: x (1 + floor(log2 micro-batches)), the partial sums)
 //   optimizer_state  adamw 2x, sgd with momentum 1x, plain sgd 0x of parameters (÷ dp with ZeRO-1)

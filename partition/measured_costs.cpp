@@ -156,7 +156,7 @@ json measured_to_json(const MeasuredCosts& c) {
   return out;
 }
 
-MeasuredCosts load_measured_costs(const std::string& path) {
+json read_profile_file(const std::string& path) {
   std::ifstream in(path);
   CLEAVE_CHECK(in.good(), "profile {}: cannot open it", path);
   std::stringstream text;
@@ -169,6 +169,11 @@ MeasuredCosts load_measured_costs(const std::string& path) {
   }
   CLEAVE_CHECK(root.is_object() && root.value("format", "") == "cleave-hardware-profile",
                "profile {}: expected an object with \"format\": \"cleave-hardware-profile\"", path);
+  return root;
+}
+
+MeasuredCosts load_measured_costs(const std::string& path) {
+  const json root = read_profile_file(path);
   CLEAVE_CHECK(root.contains("measured"),
                "profile {}: has no measured costs (a shipped hardware profile); write one with `cleave profile CONFIG`",
                path);

@@ -75,6 +75,9 @@ double file_number(double value);
 nlohmann::json measured_to_json(const MeasuredCosts& costs);
 // Reads the "measured" object of a profile file; throws Error naming `file` and the key.
 MeasuredCosts measured_from_json(const nlohmann::json& node, const std::string& file);
+// The JSON object of a hardware profile file (format "cleave-hardware-profile"); throws Error naming the file
+// when it is missing, not JSON or not a profile.
+nlohmann::json read_profile_file(const std::string& path);
 // The measured costs of the profile file at `path` (written by `cleave profile`); throws Error naming the file
 // when it is missing, not JSON, not a profile, or has no measured block table.
 MeasuredCosts load_measured_costs(const std::string& path);

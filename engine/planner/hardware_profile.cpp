@@ -4,8 +4,6 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <fstream>
-#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -47,18 +45,7 @@ double Link::all_reduce_s(double bytes, int ranks) const {
 }
 
 HardwareProfile load_profile(const std::string& path) {
-  std::ifstream in(path);
-  CLEAVE_CHECK(in.good(), "profile {}: cannot open it", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  json root;
-  try {
-    root = json::parse(text.str());
-  } catch (const std::exception& e) {
-    CLEAVE_THROW("profile {}: not valid JSON ({})", path, e.what());
-  }
-  CLEAVE_CHECK(root.is_object() && root.value("format", "") == "cleave-hardware-profile",
-               "profile {}: expected an object with \"format\": \"cleave-hardware-profile\"", path);
+  const json root = partition::read_profile_file(path);
   HardwareProfile p;
   p.name = root.value("name", path);
   p.source = root.value("source", "");

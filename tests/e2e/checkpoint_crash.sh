@@ -2,7 +2,7 @@
 # Crash safety through the CLI: a pp2 run (2 ranks, deterministic, checkpoint every step, keep_last 2) has
 # one rank SIGKILLed mid-training, after at least 6 checkpoints, while it checkpoints every step (so the
 # kill often lands inside a write). `cleave train --resume auto` in the same directory picks the newest
-# complete checkpoint, and the run finishes with the same 60 metrics rows (no duplicated step), the same
+# complete checkpoint, and the run finishes with the same 200 metrics rows (no duplicated step), the same
 # losses bit for bit and byte-identical final checkpoint files as an uninterrupted run.
 # With CRASH_INTERVAL=5 in the environment it checkpoints every 5 steps instead and the kill lands in
 # the middle of training, steps after the newest checkpoint: the resumed run redoes them and drops their
@@ -15,19 +15,22 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 interval=${CRASH_INTERVAL:-1}
+# Long enough that the kill always lands before the end, even when the poll below is starved under ctest -j2
+# (with 60 steps the run once finished first).
+total=200
 cat > tiny.json <<'JSON'
 {
   "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
   "parallel": {"pipeline_model_parallel_size": 2},
   "batch": {"global_batch_size": 8, "micro_batch_size": 2},
   "optimizer": {"type": "adamw", "lr": 0.003, "grad_clip": 0.5, "warmup_steps": 2},
-  "train": {"steps": 60, "seed": 9, "deterministic": true, "eval_batches": 0, "log_interval": 100,
+  "train": {"steps": TOTAL, "seed": 9, "deterministic": true, "eval_batches": 0, "log_interval": 100,
             "comm_timeout_s": 20},
   "checkpoint": {"interval": INTERVAL, "keep_last": 2},
   "data": {"type": "synthetic"}
 }
 JSON
-sed -i "s/INTERVAL/$interval/" tiny.json
+sed -i "s/INTERVAL/$interval/; s/TOTAL/$total/" tiny.json
 fail() { echo "FAIL $*"; exit 1; }
 losses() { sed 's/.*"loss":\([^,]*\),.*/\1/' "$1/metrics.jsonl"; }
 
@@ -45,18 +48,20 @@ victim=$(pgrep -P "$launcher" | tail -n 1)
 [ -n "$victim" ] || { wait "$launcher"; cat crash.log; fail "no rank process to kill (the run ended first?)"; }
 kill -9 "$victim"
 wait "$launcher" && fail "the killed run exited 0"
-[ -d run/checkpoints/step_0000060 ] && fail "the run finished before the kill; nothing was tested"
+[ -d "run/checkpoints/step_$(printf %07d "$total")" ] && fail "the run finished before the kill; nothing was tested"
 # What a kill inside a later write leaves behind: a temporary directory with a partial shard. Never picked.
-mkdir -p run/checkpoints/.tmp-step_0000059 && head -c 1000 /dev/urandom > run/checkpoints/.tmp-step_0000059/rank_00000.safetensors
+tmp="run/checkpoints/.tmp-step_$(printf %07d $((total - 1)))"
+mkdir -p "$tmp" && head -c 1000 /dev/urandom > "$tmp/rank_00000.safetensors"
 echo "     killed rank pid $victim with $(wc -l < run/metrics.jsonl) metrics rows at checkpoint $(cat run/checkpoints/latest); left: $(ls -A run/checkpoints | tr '\n' ' ')"
 
 "${mpiexec[@]}" -n 2 "$cleave" train tiny.json --set train.out_dir=run --resume auto > resume.log 2>&1 \
   || { cat resume.log; fail "resume after the crash"; }
 resumed=$(grep -o 'resumed from .*(step [0-9]*' resume.log) || { cat resume.log; fail "did not resume"; }
-[ "$(sed 's/.*"step":\([0-9]*\),.*/\1/' run/metrics.jsonl | tr '\n' ' ')" = "$(seq 1 60 | tr '\n' ' ')" ] \
-  || fail "metrics.jsonl steps are not 1..60 exactly once"
+[ "$(sed 's/.*"step":\([0-9]*\),.*/\1/' run/metrics.jsonl | tr '\n' ' ')" = "$(seq 1 "$total" | tr '\n' ' ')" ] \
+  || fail "metrics.jsonl steps are not 1..$total exactly once"
 diff <(losses ref) <(losses run) > /dev/null || { paste <(losses ref) <(losses run); fail "losses differ"; }
-for f in ref/checkpoints/step_0000060/*.safetensors; do
-  cmp -s "$f" "run/checkpoints/step_0000060/$(basename "$f")" || fail "final $(basename "$f") differs"
+final="step_$(printf %07d "$total")"
+for f in ref/checkpoints/$final/*.safetensors; do
+  cmp -s "$f" "run/checkpoints/$final/$(basename "$f")" || fail "final $(basename "$f") differs"
 done
-echo "ok   crash: $resumed); 60 losses and the final checkpoint bit-identical to the uninterrupted run"
+echo "ok   crash: $resumed); $total losses and the final checkpoint bit-identical to the uninterrupted run"

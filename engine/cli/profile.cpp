@@ -14,9 +14,7 @@
 #include <ctime>
 #include <filesystem>
 #include <fstream>
-#include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <fmt/format.h>

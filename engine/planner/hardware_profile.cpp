@@ -14,6 +14,7 @@
 #include "kernels/ops/ops.hpp"
 #include "layers/layer.hpp"
 #include "layers/models/builder.hpp"
+#include "engine/planner/profile_measure.hpp"
 #include "partition/cost_model.hpp"
 
 namespace cleave::planner {
@@ -161,32 +162,12 @@ void measure_block_rates(HardwareProfile& profile, const partition::ModelSpec& s
   layers::Context ctx;
   ops::fill(ctx, x, 0.1f);
   ops::fill(ctx, dy, 0.01f);
-  std::vector<double> f, i, w;
-  using clock = std::chrono::steady_clock;
-  auto since = [](clock::time_point s) { return std::chrono::duration<double>(clock::now() - s).count(); };
-  for (int rep = 0; rep < 6; ++rep) {
-    layers::Stash stash;
-    auto s0 = clock::now();
-    block.forward(x, stash, ctx);
-    const double tf = since(s0);
-    s0 = clock::now();
-    block.backward_input(dy, stash, ctx);
-    const double ti = since(s0);
-    s0 = clock::now();
-    block.backward_weight(stash, ctx);
-    const double tw = since(s0);
-    if (rep == 0) continue;  // warm-up
-    f.push_back(tf), i.push_back(ti), w.push_back(tw);
-  }
-  auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
-  };
+  const partition::BlockTimes times = time_block(block, x, dy, ctx, 5);
   const int cores = std::max(1u, std::thread::hardware_concurrency());
   const double share = std::min(1.0, static_cast<double>(cores) / std::max(1, ranks));
-  profile.block_forward_flops = share * cost.forward_flops / median(f);
-  profile.block_input_grad_flops = share * cost.input_grad_flops / median(i);
-  profile.block_weight_grad_flops = share * cost.weight_grad_flops / median(w);
+  profile.block_forward_flops = share * cost.forward_flops / times.forward_s;
+  profile.block_input_grad_flops = share * cost.input_grad_flops / times.input_grad_s;
+  profile.block_weight_grad_flops = share * cost.weight_grad_flops / times.weight_grad_s;
   profile.source += fmt::format("; a {} ran at {:.1f} / {:.1f} / {:.1f} GFLOP/s (forward / input grad / weight grad), "
                                 "used for every block",
                                 spec.blocks[index].name, profile.block_forward_flops / 1e9,

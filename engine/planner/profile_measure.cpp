@@ -94,6 +94,28 @@ double max_over_ranks(double value, comm::Communicator& comm) {
 
 }  // namespace
 
+partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Tensor& dy, layers::Context& ctx,
+                                 int repeats, Tensor* output) {
+  CLEAVE_CHECK(repeats >= 1, "profile: repeats must be >= 1, got {}", repeats);
+  std::vector<double> f, bi, bw;
+  for (int rep = 0; rep <= repeats; ++rep) {
+    layers::Stash stash;
+    auto start = clock::now();
+    Tensor y = layer.forward(x, stash, ctx);
+    const double tf = since(start);
+    start = clock::now();
+    layer.backward_input(dy, stash, ctx);
+    const double ti = since(start);
+    start = clock::now();
+    layer.backward_weight(stash, ctx);
+    const double tw = since(start);
+    if (output != nullptr) *output = y;
+    if (rep == 0) continue;  // untimed: first touch of buffers, thread pool start
+    f.push_back(tf), bi.push_back(ti), bw.push_back(tw);
+  }
+  return {median(f), median(bi), median(bw)};
+}
+
 void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec& spec, const BlockProfileRequest& request,
                     comm::Communicator* comm) {
   CLEAVE_CHECK(request.repeats >= 1, "profile: repeats must be >= 1, got {}", request.repeats);
@@ -126,25 +148,15 @@ void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec&
           ctx.targets = Tensor::zeros(Shape(std::span<const std::int64_t>(rows)), DType::kI32, MemoryCategory::kActivations);
         }
         if (comm != nullptr) comm->barrier()->wait();  // every rank computes at once, as in training
-        std::vector<double> f, bi, bw;
         Tensor output;
-        for (int rep = 0; rep <= request.repeats; ++rep) {
-          layers::Stash stash;
-          auto start = clock::now();
-          output = layer.forward(current, stash, ctx);
-          const double tf = since(start);
-          const Tensor dy = block.kind == partition::BlockKind::kSoftmaxCrossEntropy ? filled_like(Shape{1}, 1.0f)
-                                                                                       : filled_like(output.shape(), 0.01f);
-          start = clock::now();
-          layer.backward_input(dy, stash, ctx);
-          const double ti = since(start);
-          start = clock::now();
-          layer.backward_weight(stash, ctx);
-          const double tw = since(start);
-          if (rep == 0) continue;  // warm-up: first-touch of buffers, thread pool start
-          f.push_back(tf), bi.push_back(ti), bw.push_back(tw);
+        {  // the output gradient has the output's shape (the loss takes a one-element scale)
+          layers::Stash probe;
+          output = layer.forward(current, probe, ctx);
         }
-        measured.push_back({key, tp, micro, median(f), median(bi), median(bw)});
+        const Tensor dy = block.kind == partition::BlockKind::kSoftmaxCrossEntropy ? filled_like(Shape{1}, 1.0f)
+                                                                                     : filled_like(output.shape(), 0.01f);
+        const partition::BlockTimes t = time_block(layer, current, dy, ctx, request.repeats, &output);
+        measured.push_back({key, tp, micro, t.forward_s, t.input_grad_s, t.weight_grad_s});
         output_of[key] = output;
         current = output;
       }

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
+#include "layers/layer.hpp"
 #include "partition/measured_costs.hpp"
 #include "partition/model_spec.hpp"
 
@@ -28,6 +29,12 @@ struct BlockProfileRequest {
   std::vector<std::int64_t> micro_batches = {1};
   int repeats = 5;
 };
+
+// Medians of `repeats` timed forward / backward_input / backward_weight runs of `layer` on `x` with output
+// gradient `dy`, after one untimed run (first touch of buffers, thread pool start). `output`, when given,
+// receives the last forward's output.
+partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Tensor& dy, layers::Context& ctx,
+                                 int repeats, Tensor* output = nullptr);
 
 // Appends to costs.blocks; `comm` (null = this process alone) averages the ranks' medians.
 void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec& spec, const BlockProfileRequest& request,

@@ -6,7 +6,10 @@
 # predicted against the published teraFLOP/s per GPU. FLOPs per step are the paper's own count (its
 # equation 3, which includes activation recomputation): 96 B s l h^2 (1 + s / (6h) + V / (16 l h)).
 # Assumptions (not in the table): bf16, AdamW, full recomputation (as the paper), 1F1B, micro-batch 1 when
-# pp > 1 and 4 when pp = 1. Published figures are transcribed from the paper's Table 1.
+# pp > 1 and 4 when pp = 1; Cleave's GPT (no dropout). The profile prices each block's kernels with a roofline
+# (peak x an assumed GEMM efficiency curve, elementwise work at memory bandwidth). Published figures are
+# transcribed from the paper's Table 1 (the 1T row's 163 teraFLOP/s x 3072 GPUs = the 502 petaFLOP/s the
+# paper's abstract states).
 # Usage: benchmarks/planner/megatron_table1.sh [BUILD_DIR]
 set -euo pipefail
 build=${1:-build}

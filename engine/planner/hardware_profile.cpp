@@ -39,6 +39,30 @@ Link read_link(const json& root, const std::string& key, const std::string& file
 
 }  // namespace
 
+double HardwareProfile::gemm_efficiency_at(double flops) const {
+  CLEAVE_ASSERT(has_roofline(), "profile '{}' has no gemm_efficiency curve", name);
+  const auto& c = gemm_efficiency;
+  if (flops <= c.front().first) return c.front().second;
+  if (flops >= c.back().first) return c.back().second;
+  std::size_t i = 1;
+  while (c[i].first < flops) ++i;
+  const double x = (std::log(flops) - std::log(c[i - 1].first)) / (std::log(c[i].first) - std::log(c[i - 1].first));
+  return c[i - 1].second + x * (c[i].second - c[i - 1].second);
+}
+
+double HardwareProfile::roofline_seconds(const partition::PassWork& work, bool bf16) const {
+  const double peak = bf16 ? peak_flops_bf16 : peak_flops_f32;
+  const double element = bf16 ? 2.0 : 4.0;
+  double seconds = work.stream_bytes / memory_bandwidth_Bps;
+  for (const partition::Gemm& g : work.gemms) {
+    const double flops = g.flops();
+    if (flops <= 0) continue;
+    // A batched GEMM is one launch: its efficiency is that of its whole work.
+    seconds += std::max(flops / (peak * gemm_efficiency_at(flops)), g.operand_bytes(element) / memory_bandwidth_Bps);
+  }
+  return seconds;
+}
+
 double Link::all_reduce_s(double bytes, int ranks) const {
   if (ranks <= 1 || bytes <= 0) return 0.0;
   const double n = ranks;
@@ -64,6 +88,27 @@ HardwareProfile load_profile(const std::string& path) {
   p.inter_node = read_link(root, "inter_node", path);
   p.ranks_per_node = static_cast<int>(positive(root, "ranks_per_node", where));
   p.device_memory = static_cast<std::int64_t>(positive(root, "device_memory_GiB", where) * 1024.0 * 1024.0 * 1024.0);
+  if (root.contains("peak_tflops") || root.contains("gemm_efficiency")) {
+    CLEAVE_CHECK(root.contains("peak_tflops") && root.at("peak_tflops").is_object() && root.contains("gemm_efficiency"),
+                 "profile {}: 'peak_tflops' {{\"f32\", \"bf16\"}} and 'gemm_efficiency' come together (the roofline "
+                 "needs both)", path);
+    p.peak_flops_f32 = positive(root.at("peak_tflops"), "f32", where + ": peak_tflops") * 1e12;
+    p.peak_flops_bf16 = positive(root.at("peak_tflops"), "bf16", where + ": peak_tflops") * 1e12;
+    const json& curve = root.at("gemm_efficiency");
+    CLEAVE_CHECK(curve.is_array() && !curve.empty(),
+                 "profile {}: 'gemm_efficiency' must be a non-empty list of [flops per GEMM, fraction of peak]", path);
+    for (const json& point : curve) {
+      CLEAVE_CHECK(point.is_array() && point.size() == 2 && point[0].is_number() && point[1].is_number(),
+                   "profile {}: gemm_efficiency entry {} is not [flops per GEMM, fraction of peak]", path, point.dump());
+      const double flops = point[0].get<double>(), fraction = point[1].get<double>();
+      CLEAVE_CHECK(std::isfinite(flops) && flops > 0 && fraction > 0 && fraction <= 1,
+                   "profile {}: gemm_efficiency entry {} needs flops > 0 and a fraction in (0, 1]", path, point.dump());
+      CLEAVE_CHECK(p.gemm_efficiency.empty() || flops > p.gemm_efficiency.back().first,
+                   "profile {}: gemm_efficiency must list GEMM sizes in increasing order ({} after {})", path, flops,
+                   p.gemm_efficiency.empty() ? 0.0 : p.gemm_efficiency.back().first);
+      p.gemm_efficiency.emplace_back(flops, fraction);
+    }
+  }
   if (root.contains("measured")) p.measured = partition::measured_from_json(root.at("measured"), path);
   return p;
 }
@@ -79,6 +124,15 @@ json profile_to_json(const HardwareProfile& p) {
               {"inter_node", {{"latency_us", partition::file_number(p.inter_node.latency_s * 1e6)}, {"bandwidth_GBps", partition::file_number(p.inter_node.bandwidth_Bps / 1e9)}}},
               {"ranks_per_node", p.ranks_per_node},
               {"device_memory_GiB", static_cast<double>(p.device_memory) / (1024.0 * 1024.0 * 1024.0)}};
+  if (p.has_roofline()) {
+    out["peak_tflops"] = {{"f32", partition::file_number(p.peak_flops_f32 / 1e12)},
+                          {"bf16", partition::file_number(p.peak_flops_bf16 / 1e12)}};
+    json curve = json::array();
+    for (const auto& [flops, fraction] : p.gemm_efficiency) {
+      curve.push_back({partition::file_number(flops), partition::file_number(fraction)});
+    }
+    out["gemm_efficiency"] = curve;
+  }
   if (p.measured.has_blocks() || p.measured.p2p) out["measured"] = partition::measured_to_json(p.measured);
   return out;
 }

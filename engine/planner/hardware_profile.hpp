@@ -12,9 +12,12 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "partition/block_work.hpp"
 #include "partition/measured_costs.hpp"
 #include "partition/model_spec.hpp"
 
@@ -44,9 +47,22 @@ struct HardwareProfile {
   // of the GEMM rate; 0 = not measured.
   double block_forward_flops = 0, block_input_grad_flops = 0, block_weight_grad_flops = 0;
 
+  // Roofline (shipped profiles of hardware not measured here; optional): peak GEMM FLOP/s by dtype and the
+  // fraction of it one GEMM reaches by its FLOPs per call, (flops, fraction) ascending, piecewise linear in
+  // log FLOPs and flat beyond the ends. When present, blocks are priced kernel by kernel (roofline_seconds)
+  // instead of FLOPs over the sustained rate.
+  double peak_flops_f32 = 0, peak_flops_bf16 = 0;
+  std::vector<std::pair<double, double>> gemm_efficiency;
+
   partition::MeasuredCosts measured;  // empty unless written by `cleave profile`
 
   double flops(bool bf16) const { return bf16 ? flops_bf16 : flops_f32; }
+  bool has_roofline() const { return !gemm_efficiency.empty(); }
+  // The fraction of peak a GEMM of `flops` FLOPs reaches (has_roofline() only).
+  double gemm_efficiency_at(double flops) const;
+  // One pass of a block: each GEMM at max(FLOPs / (peak x efficiency), operand bytes / memory bandwidth),
+  // plus the streamed bytes over memory bandwidth (has_roofline() only).
+  double roofline_seconds(const partition::PassWork& work, bool bf16) const;
 };
 
 // Reads a profile file (format: profiles/README.md). Throws Error naming the file and the key.

@@ -10,6 +10,7 @@
 #include "engine/core/error.hpp"
 #include "engine/train/memory_plan.hpp"
 #include "engine/train/plan.hpp"
+#include "partition/block_work.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/tp_rules.hpp"
 #include "pipeline/schedules/schedules.hpp"
@@ -134,11 +135,13 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
     est.reason = fmt::format("pp rank {} needs {} > cap {}", est.peak_rank, format_bytes(est.peak_bytes), format_bytes(cap));
   }
 
-  // Time: per-stage costs from the profile's measured tables (cleave profile), else the cost model's FLOPs
-  // over the profile's rates; timed by the simulator.
+  // Time: per-stage costs from the profile's measured tables (cleave profile), else a roofline over the
+  // block's kernels (a shipped profile with peak_tflops and gemm_efficiency), else the cost model's FLOPs over
+  // the profile's rates; timed by the simulator.
   const bool bf16 = config.device.precision == "bf16";
   const DType dtype = bf16 ? DType::kBF16 : DType::kF32;
-  const auto costs = partition::model_costs(plan.spec, dtype, partition::parse_recompute(choice.recompute));
+  const partition::Recompute recompute = partition::parse_recompute(choice.recompute);
+  const auto costs = partition::model_costs(plan.spec, dtype, recompute);
   const partition::MeasuredCosts& measured = profile.measured;
   const bool use_table = measured.has_blocks();
   if (use_table) {
@@ -188,6 +191,11 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
         p.f += t.forward_s;
         p.i += t.input_grad_s + std::max(0.0, rerun) * t.forward_s;
         p.w += t.weight_grad_s;
+      } else if (profile.has_roofline()) {  // a shipped profile: kernel by kernel
+        const partition::BlockWork work = partition::block_work(block, dtype, recompute, choice.tp, choice.micro_batch);
+        p.f += profile.roofline_seconds(work.forward, bf16);
+        p.i += profile.roofline_seconds(work.input_grad, bf16);
+        p.w += profile.roofline_seconds(work.weight_grad, bf16);
       } else {
         const bool rates = !bf16 && profile.block_forward_flops > 0;
         p.f += c.forward_flops * micro / choice.tp / (rates ? profile.block_forward_flops : flops);
@@ -199,7 +207,9 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
         const double activation = micro * static_cast<double>(plan.spec.gpt.seq_len * plan.spec.gpt.d_model) * act_bytes;
         if (block.kind == partition::BlockKind::kTransformerBlock) {
           p.f_tp += 2 * collective_s("all_reduce", activation, choice.tp, profile.intra_node);
-          p.i_tp += 2 * collective_s("all_reduce", activation, choice.tp, profile.intra_node);
+          // Full recomputation reruns the forward, its two all-reduces included, inside I.
+          const double rerun = recompute == partition::Recompute::kFull ? 2 : 0;
+          p.i_tp += (2 + rerun) * collective_s("all_reduce", activation, choice.tp, profile.intra_node);
         } else if (block.kind == partition::BlockKind::kEmbedding) {
           p.f_tp += collective_s("all_reduce", activation, choice.tp, profile.intra_node);
         }

@@ -123,6 +123,24 @@ TEST_F(PlanSearch, WithFreeCommunicationTheBestPlanSplitsComputeEvenlyWithNoBubb
   }
 }
 
+TEST_F(PlanSearch, FullRecomputationPaysTheRerunForwardsAllReduces) {
+  // Every all-reduce costs the same latency: per micro-batch a 4-layer gpt at tp2 all-reduces 2 per block in
+  // F (+1 for the embedding) and 2 per block in I; full recomputation reruns each block's forward inside I,
+  // its 2 all-reduces included: (6L + 1) against (4L + 1).
+  const std::string config = tiny_gpt();
+  HardwareProfile p = free_links();
+  p.intra_node = Link{1e-3, 1e30};
+  const SearchResult r = search_plans(config, {}, p, SearchOptions{2, 0});
+  double none = 0, full = 0;
+  for (const auto& e : r.ranked) {
+    if (e.choice.tp != 2 || e.choice.micro_batch != 1) continue;
+    (e.choice.recompute == "none" ? none : e.choice.recompute == "full" ? full : none) +=
+        e.choice.recompute == "selective" ? 0.0 : e.breakdown.tp_comm_s;
+  }
+  ASSERT_GT(none, 0);
+  EXPECT_NEAR(full / none, (6.0 * 4 + 1) / (4.0 * 4 + 1), 1e-9);
+}
+
 TEST_F(PlanSearch, ProfilesAreCheckedKeyByKey) {
   EXPECT_THROW(load_profile((dir_ / "missing.json").string()), Error);
   const std::string good = R"({"format": "cleave-hardware-profile", "name": "x", "source": "a datasheet",
@@ -154,7 +172,70 @@ TEST_F(PlanSearch, ProfilesAreCheckedKeyByKey) {
     const HardwareProfile s = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/" + shipped);
     EXPECT_GT(s.flops_bf16, s.flops_f32) << shipped;
     EXPECT_EQ(s.ranks_per_node, 8) << shipped;
+    EXPECT_TRUE(s.has_roofline()) << shipped;
+    EXPECT_LT(s.flops_bf16, s.peak_flops_bf16) << shipped;
+    // It writes back to what it read.
+    EXPECT_EQ(profile_to_json(load_profile(write("again.json", profile_to_json(s).dump()))), profile_to_json(s)) << shipped;
   }
+}
+
+TEST_F(PlanSearch, RooflinePricesEachGemmAndTheStreamedBytes) {
+  const std::string text = R"({"format": "cleave-hardware-profile", "name": "r", "source": "test",
+    "device_type": "cuda", "sustained_gemm_tflops": {"f32": 10, "bf16": 100}, "memory_bandwidth_GBps": 1000,
+    "peak_tflops": {"f32": 20, "bf16": 200}, "gemm_efficiency": [[1e8, 0.2], [1e10, 0.8]],
+    "intra_node": {"latency_us": 5, "bandwidth_GBps": 300}, "inter_node": {"latency_us": 10, "bandwidth_GBps": 25},
+    "ranks_per_node": 8, "device_memory_GiB": 80})";
+  const HardwareProfile p = load_profile(write("roof.json", text));
+  ASSERT_TRUE(p.has_roofline());
+  EXPECT_DOUBLE_EQ(p.gemm_efficiency_at(1e6), 0.2);   // flat below the first point
+  EXPECT_DOUBLE_EQ(p.gemm_efficiency_at(1e12), 0.8);  // and beyond the last
+  EXPECT_NEAR(p.gemm_efficiency_at(1e9), 0.5, 1e-12);  // halfway in log FLOPs
+  // A big square GEMM is compute bound: 2·4096³ FLOPs at 0.8 x 200 TFLOP/s.
+  partition::PassWork big;
+  big.gemms.push_back({4096, 4096, 4096});
+  EXPECT_NEAR(p.roofline_seconds(big, true), 2.0 * 4096 * 4096 * 4096 / (0.8 * 200e12), 1e-15);
+  // A thin one (k = 8) is memory bound: (mk + kn + mn) bf16 elements over 1000 GB/s.
+  partition::PassWork thin;
+  thin.gemms.push_back({4096, 4096, 8});
+  thin.stream_bytes = 1e6;
+  EXPECT_NEAR(p.roofline_seconds(thin, true), ((4096.0 * 8 * 2 + 4096.0 * 4096) * 2 + 1e6) / 1e12, 1e-15);
+  auto message = [&](const std::string& replacement) {
+    std::string bad = text;
+    bad.replace(bad.find("[[1e8, 0.2], [1e10, 0.8]]"), 25, replacement);
+    try {
+      load_profile(write("bad_roof.json", bad));
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  EXPECT_NE(message("[[1e10, 0.2], [1e8, 0.8]]").find("increasing order"), std::string::npos);
+  EXPECT_NE(message("[[1e8, 1.5]]").find("fraction in (0, 1]"), std::string::npos);
+  EXPECT_NE(message("[]").find("non-empty list"), std::string::npos);
+  EXPECT_NE(message("[[1e8]]").find("is not [flops per GEMM, fraction of peak]"), std::string::npos);
+}
+
+TEST_F(PlanSearch, ShippedA100ProfilePricesSmallModelsLowerThanTheSustainedRate) {
+  // The roofline charges attention's softmax and T x T GEMMs by bytes: a small-hidden GPT gets a lower
+  // FLOP/s than a large one on the same profile (what Megatron-LM's Table 1 shows: 44% vs 52% of peak).
+  const HardwareProfile a100 = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/a100_80gb_sxm.json");
+  auto flops_per_s = [&](std::int64_t d, std::int64_t heads) {
+    partition::GptConfig c;
+    c.vocab_size = 1024;
+    c.d_model = d;
+    c.n_layers = 1;
+    c.n_heads = heads;
+    c.seq_len = 2048;
+    const partition::ModelSpec spec = partition::make_gpt_spec(c);
+    const partition::BlockWork w = partition::block_work(spec.blocks[1], DType::kBF16, partition::Recompute::kNone, 1, 1);
+    const double flops = w.forward.gemm_flops() + w.input_grad.gemm_flops() + w.weight_grad.gemm_flops();
+    return flops / (a100.roofline_seconds(w.forward, true) + a100.roofline_seconds(w.input_grad, true) +
+                    a100.roofline_seconds(w.weight_grad, true));
+  };
+  const double small = flops_per_s(1024, 16), large = flops_per_s(8192, 64);
+  EXPECT_LT(small, 0.8 * large);
+  EXPECT_LT(large, a100.peak_flops_bf16 * a100.gemm_efficiency.back().second);
+  EXPECT_GT(large, 0.8 * a100.peak_flops_bf16 * a100.gemm_efficiency.back().second);
 }
 
 TEST(Link, RingAllReduceCost) {

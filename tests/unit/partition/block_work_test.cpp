@@ -1,0 +1,73 @@
+// BlockWork: the roofline kernels of a block agree with the cost model's GEMM FLOPs (hand formulas), shard
+// by tp, scale with the micro-batch, and recomputation adds the rerun to the input-gradient pass.
+#include <gtest/gtest.h>
+
+#include "partition/block_work.hpp"
+
+namespace cleave::partition {
+namespace {
+
+ModelSpec gpt(std::int64_t d, std::int64_t heads, std::int64_t t, std::int64_t vocab) {
+  GptConfig c;
+  c.vocab_size = vocab;
+  c.d_model = d;
+  c.n_layers = 1;
+  c.n_heads = heads;
+  c.seq_len = t;
+  c.tie_embeddings = false;
+  return make_gpt_spec(c);
+}
+
+TEST(BlockWork, TransformerGemmFlopsMatchTheCostModelFormulas) {
+  const ModelSpec spec = gpt(64, 4, 16, 50);  // F = 4D = 256
+  const double t = 16, d = 64, f = 256;
+  const BlockWork w = block_work(spec.blocks[1], DType::kBF16, Recompute::kNone, 1, 1);
+  EXPECT_DOUBLE_EQ(w.forward.gemm_flops(), 8 * t * d * d + 4 * t * d * f + 4 * t * t * d);
+  EXPECT_DOUBLE_EQ(w.input_grad.gemm_flops(), 8 * t * d * d + 4 * t * d * f + 8 * t * t * d);
+  EXPECT_DOUBLE_EQ(w.weight_grad.gemm_flops(), 8 * t * d * d + 4 * t * d * f);
+  // Streamed: LN 2·(2TD) fwd, softmax 2HT², residuals 2·3TD, GELU 2TF; in bf16 (2 bytes).
+  EXPECT_DOUBLE_EQ(w.forward.stream_bytes, 2 * (4 * t * d + 2 * 4 * t * t + 6 * t * d + 2 * t * f));
+  // LN 2·3TD, softmax 3HT², residuals 2·3TD, GELU 3TF.
+  EXPECT_DOUBLE_EQ(w.input_grad.stream_bytes, 2 * (6 * t * d + 3 * 4 * t * t + 6 * t * d + 3 * t * f));
+  // Bias grads (3D + D + F + D)·T, LN weights 2·2TD.
+  EXPECT_DOUBLE_EQ(w.weight_grad.stream_bytes, 2 * ((5 * d + f) * t + 4 * t * d));
+}
+
+TEST(BlockWork, TensorParallelShardsHalveGemmsAndMicroBatchesScaleThem) {
+  const ModelSpec spec = gpt(64, 4, 16, 50);
+  for (const BlockSpec& block : spec.blocks) {
+    const BlockWork one = block_work(block, DType::kF32, Recompute::kNone, 1, 1);
+    const BlockWork tp2 = block_work(block, DType::kF32, Recompute::kNone, 2, 1);
+    const BlockWork m3 = block_work(block, DType::kF32, Recompute::kNone, 1, 3);
+    EXPECT_DOUBLE_EQ(tp2.forward.gemm_flops() * 2, one.forward.gemm_flops()) << block.name;
+    EXPECT_DOUBLE_EQ(tp2.input_grad.gemm_flops() * 2, one.input_grad.gemm_flops()) << block.name;
+    EXPECT_DOUBLE_EQ(tp2.weight_grad.gemm_flops() * 2, one.weight_grad.gemm_flops()) << block.name;
+    EXPECT_DOUBLE_EQ(m3.forward.gemm_flops(), 3 * one.forward.gemm_flops()) << block.name;
+    EXPECT_DOUBLE_EQ(m3.forward.stream_bytes, 3 * one.forward.stream_bytes) << block.name;
+    // The GEMM FLOPs never exceed the cost model's (which adds the elementwise FLOPs).
+    const BlockCost c = block_cost(block);
+    EXPECT_LE(one.forward.gemm_flops(), c.forward_flops) << block.name;
+    EXPECT_LE(one.input_grad.gemm_flops(), c.input_grad_flops) << block.name;
+    EXPECT_LE(one.weight_grad.gemm_flops(), c.weight_grad_flops) << block.name;
+  }
+  // The LM head: 2·T·D·V each pass.
+  const BlockWork head = block_work(spec.blocks[3], DType::kF32, Recompute::kNone, 1, 1);
+  EXPECT_DOUBLE_EQ(head.forward.gemm_flops(), 2.0 * 16 * 64 * 50);
+}
+
+TEST(BlockWork, RecomputationAddsTheRerunToInputGrad) {
+  const ModelSpec spec = gpt(64, 4, 16, 50);
+  const BlockSpec& block = spec.blocks[1];
+  const BlockWork none = block_work(block, DType::kF32, Recompute::kNone, 1, 2);
+  const BlockWork sel = block_work(block, DType::kF32, Recompute::kSelective, 1, 2);
+  const BlockWork full = block_work(block, DType::kF32, Recompute::kFull, 1, 2);
+  const double t = 16, d = 64, heads = 4, micro = 2;
+  EXPECT_DOUBLE_EQ(sel.input_grad.gemm_flops() - none.input_grad.gemm_flops(), micro * 4 * t * t * d);
+  EXPECT_DOUBLE_EQ(sel.input_grad.stream_bytes - none.input_grad.stream_bytes, micro * 2 * heads * t * t * 4);
+  EXPECT_DOUBLE_EQ(full.input_grad.gemm_flops() - none.input_grad.gemm_flops(), none.forward.gemm_flops());
+  EXPECT_DOUBLE_EQ(full.input_grad.stream_bytes - none.input_grad.stream_bytes, none.forward.stream_bytes);
+  EXPECT_DOUBLE_EQ(full.forward.gemm_flops(), none.forward.gemm_flops());
+}
+
+}  // namespace
+}  // namespace cleave::partition

@@ -3,7 +3,9 @@
 // Invariants:
 //  - Consecutive SEND/RECV actions are posted together as one batch_p2p; a receive is waited for only by
 //    the compute action that consumes it, and sends complete in the background (all are waited for at the
-//    end of the step), so the executor never blocks earlier than the validated blocking dry run would.
+//    end of the step), so the executor never blocks earlier than the validated blocking dry run would. After
+//    every action it tests (never waits on) its outstanding batches, so one that is done stops counting as
+//    in flight for the MPI progress thread (engine/comm/mpi/progress_thread.hpp).
 //  - Shapes of received tensors come from the plan (`boundary_shape`) and their dtype from the context's
 //    precision (bf16 boundary tensors under mixed precision), never from a handshake.
 //  - A stage's stash is released by its W (or B) action, so live activations follow the schedule.

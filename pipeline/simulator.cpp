@@ -63,7 +63,22 @@ SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs
   const ActionIndex index(s);
   const int p = s.pp_size;
 
-  auto duration = [&](const Action& a) {
+  if (!costs.action_durations.empty()) {
+    CLEAVE_CHECK(static_cast<int>(costs.action_durations.size()) == p,
+                 "simulate: action_durations has {} ranks, the schedule {}", costs.action_durations.size(), p);
+    for (int r = 0; r < p; ++r) {
+      CLEAVE_CHECK(costs.action_durations[r].size() == s.ranks[r].size(),
+                   "simulate: action_durations of rank {} has {} entries, its lowered list {} actions", r,
+                   costs.action_durations[r].size(), s.ranks[r].size());
+      for (double d : costs.action_durations[r]) {
+        CLEAVE_CHECK(std::isfinite(d), "simulate: action duration {} on rank {} is not finite", d, r);
+      }
+    }
+  }
+  auto duration = [&](int r, int i, const Action& a) {
+    if (!costs.action_durations.empty() && !is_communication(a.kind) && costs.action_durations[r][i] >= 0) {
+      return costs.action_durations[r][i];
+    }
     switch (a.kind) {
       case ActionKind::kForward: return costs.stages[a.stage].forward;
       case ActionKind::kBackwardInput: return costs.stages[a.stage].backward_input;
@@ -117,7 +132,7 @@ SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs
       }
       if (waiting) continue;
     }
-    const double end = start + duration(a);
+    const double end = start + duration(r, i, a);
     result.timeline.ranks[r][i] = TimedAction{a, start, end};
     if (is_send(a.kind)) {
       send_time[r][i] = start;

@@ -36,6 +36,10 @@ struct SimulationCosts {
   double optimizer_step = 0.0;
   double p2p_latency = 0.0;       // per message, in the time unit
   double p2p_bandwidth = 0.0;     // bytes per time unit; 0 = infinite
+  // Optional replay of a measured step: per rank, per action of the LOWERED schedule, the duration of that
+  // work action (F / I / W / B / REDUCE_GRAD / OPTIMIZER_STEP), used instead of its cost above; a negative
+  // entry (and every SEND / RECV entry) keeps the cost above. Empty = the costs above everywhere.
+  std::vector<std::vector<double>> action_durations;
 
   // Every stage costs F, I, W; no communication or reduction cost.
   static SimulationCosts uniform(int num_stages, double forward = 1.0, double backward_input = 1.0,

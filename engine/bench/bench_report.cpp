@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/allocator.hpp"
+#include "partition/measured_costs.hpp"
 #include "pipeline/trace.hpp"
 
 namespace cleave::bench {
@@ -40,26 +41,44 @@ std::string escape_html(const std::string& text) {
 
 double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
 
+// Per pp rank, every action as [name, start ms, end ms] (times relative to the step's first action).
+json timeline_json(const pipeline::Timeline& timeline) {
+  const double origin = pipeline::timeline_stats(timeline).start;
+  json ranks = json::array();
+  for (const auto& rank : timeline.ranks) {
+    json actions = json::array();
+    for (const auto& t : rank) {
+      actions.push_back({pipeline::format_action(t.action), partition::file_number(t.start - origin),
+                         partition::file_number(t.end - origin)});
+    }
+    ranks.push_back(std::move(actions));
+  }
+  return ranks;
+}
+
 }  // namespace
 
 std::string summary_table(const BenchSetup& setup, const std::vector<ScheduleRun>& runs) {
   std::string out = fmt::format("cleave bench: {} | {} steps after {} warm-up | {}\n", setup.layout, setup.steps,
                                 setup.warmup, setup.machine.describe());
-  out += fmt::format("{:<20} {:>6} {:>4} {:>9} {:>10} {:>10} {:>9} {:>7} {:>7} {:>7}  {:<22} {:<22} {}\n", "schedule",
-                     "stages", "m", "step_ms", "tok/s", "makespan", "predicted", "ratio", "bubble", "sim", "bubble/rank",
-                     "peak/rank", "p2p/rank/step");
+  out += fmt::format("{:<20} {:>6} {:>4} {:>9} {:>10} {:>10} {:>9} {:>7} {:>7} {:>7} {:>7}  {:<22} {:<22} {}\n", "schedule",
+                     "stages", "m", "step_ms", "tok/s", "makespan", "predicted", "ratio", "bubble", "sim", "replay",
+                     "bubble/rank", "peak/rank", "p2p/rank/step");
   for (const auto& r : runs) {
-    out += fmt::format("{:<20} {:>6} {:>4} {:>9.2f} {:>10.0f} {:>10.2f} {:>9.2f} {:>7.2f} {:>7.3f} {:>7.3f}  {:<22} {:<22} {}\n",
+    out += fmt::format("{:<20} {:>6} {:>4} {:>9.2f} {:>10.0f} {:>10.2f} {:>9.2f} {:>7.2f} {:>7.3f} {:>7.3f} {:>7.3f}  {:<22} {:<22} {}\n",
                        r.choice.label(), r.stages, r.microbatches, r.median_step_ms, r.tokens_per_s,
                        r.measured_stats.makespan, r.predicted.stats.makespan,
                        ratio(r.measured_stats.makespan, r.predicted.stats.makespan), r.measured_stats.bubble_fraction,
-                       r.predicted.stats.bubble_fraction, per_rank_bubbles(r.measured_stats, false),
+                       r.predicted.stats.bubble_fraction, r.replayed.stats.bubble_fraction,
+                       per_rank_bubbles(r.measured_stats, false),
                        joined(r.peak_bytes, [](std::int64_t b) { return format_bytes(b); }),
                        joined(r.p2p_bytes, [](std::int64_t b) { return format_bytes(b); }));
   }
   out += "step_ms: median whole-step wall time. makespan: the median step's pipeline span (ms); predicted:\n"
-         "the simulator's for that step's per-stage F/I/W means, P2P from a ping-pong fit; bubble: idle / (ranks x makespan),\n"
-         "measured and simulated (docs/schedules.md; the per-stage definition is in bench.json and bench.html).\n";
+         "the simulator's for that step's per-stage F/I/W (and reduction, optimizer) means, P2P from a ping-pong fit; bubble: idle / (ranks x makespan),\n"
+         "measured and simulated (docs/schedules.md; the per-stage definition is in bench.json and bench.html);\n"
+         "replay: the simulator given every action's own measured duration (measured above replay = waits beyond\n"
+         "compute and the link; replay above sim = the cost of action-to-action variation).\n";
   if (const std::string w = single_copy_warning(setup.machine); !w.empty()) out += "WARNING: " + w + "\n";
   if (setup.machine.oversubscribed) {
     out += "WARNING: more ranks than cores: ranks share cores, so a waiting rank's idle time is spent running\n"
@@ -119,7 +138,14 @@ json bench_json(const BenchSetup& setup, const std::vector<ScheduleRun>& runs) {
                                  {{"makespan_ms", r.predicted.stats.makespan},
                                   {"bubble_fraction", r.predicted.stats.bubble_fraction},
                                   {"stage_bubble_fraction", r.predicted.stats.stage_bubble_fraction}}},
+                                {"replayed",
+                                 {{"makespan_ms", r.replayed.stats.makespan},
+                                  {"bubble_fraction", r.replayed.stats.bubble_fraction},
+                                  {"stage_bubble_fraction", r.replayed.stats.stage_bubble_fraction}}},
                                 {"measured_costs_per_stage", costs},
+                                {"timelines", {{"measured", timeline_json(r.measured)},
+                                               {"replayed", timeline_json(r.replayed.timeline)},
+                                               {"predicted", timeline_json(r.predicted.timeline)}}},
                                 {"p2p_fit", {{"latency_us", r.p2p_fit.latency_s * 1e6},
                                              {"bandwidth_GBps", r.p2p_fit.bandwidth_Bps / 1e9}}},
                                 {"pp_ranks", ranks},

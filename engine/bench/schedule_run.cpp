@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <span>
 
@@ -17,20 +18,27 @@
 namespace cleave::bench {
 namespace {
 
-// Mean measured duration of each compute kind per stage, as simulator costs. A fused B is split evenly into
-// I and W, which keeps their sum (all the simulator uses for B) exact.
+// Mean measured duration of each compute kind per stage, as simulator costs; REDUCE_GRAD per stage and the
+// optimizer step (mean over ranks) too, since the measured timeline counts them as work. A fused B is split
+// evenly into I and W, which keeps their sum (all the simulator uses for B) exact.
 pipeline::SimulationCosts measured_costs(const pipeline::Timeline& timeline, int num_stages) {
   struct Mean {
     double sum = 0;
     int n = 0;
     double value() const { return n ? sum / n : 0.0; }
   };
-  std::vector<Mean> f(num_stages), in(num_stages), w(num_stages), b(num_stages);
+  std::vector<Mean> f(num_stages), in(num_stages), w(num_stages), b(num_stages), reduce(num_stages);
+  Mean optimizer;
   for (const auto& rank : timeline.ranks) {
     for (const auto& t : rank) {
       const double d = t.end - t.start;
+      if (t.action.kind == pipeline::ActionKind::kOptimizerStep) {
+        optimizer.sum += d, ++optimizer.n;
+        continue;
+      }
       const auto s = static_cast<std::size_t>(t.action.stage);
       switch (t.action.kind) {
+        case pipeline::ActionKind::kReduceGrad: reduce[s].sum += d, ++reduce[s].n; break;
         case pipeline::ActionKind::kForward: f[s].sum += d, ++f[s].n; break;
         case pipeline::ActionKind::kBackwardInput: in[s].sum += d, ++in[s].n; break;
         case pipeline::ActionKind::kBackwardWeight: w[s].sum += d, ++w[s].n; break;
@@ -45,8 +53,29 @@ pipeline::SimulationCosts measured_costs(const pipeline::Timeline& timeline, int
     c.forward = f[s].value();
     c.backward_input = b[s].n ? b[s].value() / 2 : in[s].value();
     c.backward_weight = b[s].n ? b[s].value() / 2 : w[s].value();
+    c.reduce_grad = reduce[s].value();
   }
+  costs.optimizer_step = optimizer.value();
   return costs;
+}
+
+// Each work action of `lowered` at the duration it took in `measured` (same rank, same action); -1 where the
+// measured step has no such action (the simulator then uses the mean).
+std::vector<std::vector<double>> measured_durations(const pipeline::Schedule& lowered, const pipeline::Timeline& measured) {
+  std::vector<std::vector<double>> out(lowered.ranks.size());
+  for (std::size_t r = 0; r < lowered.ranks.size(); ++r) {
+    std::map<pipeline::Action, double> took;
+    if (r < measured.ranks.size()) {
+      for (const auto& t : measured.ranks[r]) {
+        if (!pipeline::is_communication(t.action.kind)) took[t.action] = t.end - t.start;
+      }
+    }
+    for (const auto& a : lowered.ranks[r]) {
+      const auto it = took.find(a);
+      out[r].push_back(!pipeline::is_communication(a.kind) && it != took.end() ? it->second : -1.0);
+    }
+  }
+  return out;
 }
 
 std::vector<std::int64_t> gather_per_rank(comm::Communicator& world, std::int64_t mine) {
@@ -166,6 +195,9 @@ ScheduleRun run_schedule(const std::string& config_path, const std::vector<std::
     run.costs.p2p_bandwidth = run.p2p_fit.bandwidth_Bps * 1e-3;     // bytes per ms
   }
   run.predicted = pipeline::simulate(plan.schedule, run.costs);
+  pipeline::SimulationCosts replay = run.costs;
+  replay.action_durations = measured_durations(run.predicted.lowered, run.measured);
+  run.replayed = pipeline::simulate(plan.schedule, replay);
   return run;
 }
 

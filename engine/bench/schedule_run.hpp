@@ -47,6 +47,10 @@ struct ScheduleRun {
   pipeline::SimulationCosts costs;            // per-stage F/I/W means of the measured step, P2P from p2p_fit
   partition::AlphaBeta p2p_fit;               // pp > 1: ping-pong fit between world rank pairs, timed after the steps
   pipeline::SimulationResult predicted;
+  // The simulator replaying the median step: every compute action at its own measured duration (not its
+  // stage's mean), P2P from p2p_fit. Measured vs replayed = what the runtime adds beyond compute and the link
+  // (waits the model does not know); replayed vs predicted = what action-to-action variation costs.
+  pipeline::SimulationResult replayed;
 };
 
 // Trains the config at `config_path` with `overrides` and the schedule set to `choice` for warmup + steps

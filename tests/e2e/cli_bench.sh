@@ -67,6 +67,17 @@ for s in bench["schedules"]:
     span = s["measured"]["makespan_ms"]
     assert abs((1 - busy / (len(s["pp_ranks"]) * span)) - s["measured"]["bubble_fraction"]) < 1e-9, s["label"]
     assert s["stages"] == (4 if s["schedule"] in ("interleaved_1f1b", "zb_v") else s["stages"])
+    # The timelines: every rank's actions with times; the replay runs each work action for exactly its measured
+    # duration, so its busy time per rank is the measured one.
+    tl = s["timelines"]
+    assert len(tl["measured"]) == len(tl["replayed"]) == len(tl["predicted"]) == 2, s["label"]
+    for rank in range(2):
+        def busy(actions):
+            return sum(e - b for name, b, e in actions if "SEND" not in name and "RECV" not in name)
+        assert abs(busy(tl["replayed"][rank]) - s["pp_ranks"][rank]["busy_ms"]) < 1e-3 * max(1.0, s["pp_ranks"][rank]["busy_ms"]), \
+            (s["label"], rank, busy(tl["replayed"][rank]), s["pp_ranks"][rank]["busy_ms"])
+        assert abs(busy(tl["measured"][rank]) - s["pp_ranks"][rank]["busy_ms"]) < 1e-3 * max(1.0, s["pp_ranks"][rank]["busy_ms"])
+    assert 0 <= s["replayed"]["bubble_fraction"] < 1 and s["replayed"]["makespan_ms"] > 0, s["label"]
 # Self-contained: nothing is fetched (the SVG namespace URI is a name, not a request).
 for bad in ("<script", "<link", "<img", "src=", "@import", "url("):
     assert bad not in html, f"bench.html contains {bad}"

@@ -12,21 +12,25 @@
 // duplicate of MPI_COMM_SELF (an Iprobe that matches nothing runs the library's progress engine, Open MPI's
 // opal_progress, which advances every pending transfer and non-blocking collective of every communicator);
 // while none is, it blocks on a condition variable and costs nothing. Pauses between polls: `min_interval`
-// after a new Work starts (its protocol steps, rendezvous, acknowledgement, fragments, should follow each
-// other closely), doubling up to `max_interval` (the executor tests its sends only at the end of a step, so
-// most of the time "outstanding" means "complete, not yet tested"); the thread shares its rank's core, so
-// every poll is time taken from compute.
+// after a new Work starts (its protocol steps, rendezvous, acknowledgement, fragments, follow each other
+// closely), doubling up to `max_interval`. The pipeline executor tests its Works after every action, so a
+// Work counted as outstanding is one really in flight (or a receive posted ahead of its data); the thread
+// shares its rank's core, so every poll is time taken from compute.
 //
-// Chosen by measurement (`cleave bench`, pp2 GPT d256 x 4 layers, 8 micro-batches, 2 ranks on 2 cores,
-// single copy none, a machine shared with a build; README "Single copy and the progress thread"): zb_v ran at
-// 1,700-4,100 tok/s without the thread, depending on the load; polling with yield instead of sleeping (2,090)
-// or every 20 us (3,250) takes too much compute; a fixed 50-200 us pause gave 2,960-5,150, doubling pauses
-// (from 25-200 us up to 0.4-5 ms) 4,300-5,860 with fewer polls, the variants within the machine's noise of
-// each other (about 10%); the defaults (100 us -> 2 ms) sit in that plateau. Not chosen (reasoned, not
-// measured): polls from the executor between actions are what already happens (the stall is inside one
-// action, and ZB-V at pp2 has one layer per chunk, so per-layer polls would be no finer); cutting messages
-// into eager-sized pieces still needs the sender's progress once the peer's eager buffers are full, and
-// multiplies per-message costs.
+// Chosen by measurement (`cleave bench`, pp2 GPT d256 x 4 layers, 8 micro-batches, 2 ranks on 2 cores, single
+// copy none). First version: polls 100 us -> 2 ms, Works tested only at the end of a step (so nearly always
+// "outstanding"); zb_v went from 1,700-4,100 tok/s without the thread to 4,300-5,860 with it; yield-polling
+// (2,090) or 20 us polls (3,250) took too much compute. Then the bench's replay (each action at its measured
+// duration) showed what was left: a tensor became usable a median 0.1-0.5 ms (p90 1.5-2.3 ms) after both its
+// send and its receiver were ready, because the sender's thread had backed off to 2 ms while its message still
+// needed it for the next fragments. Four interleaved runs of 5 schedules per variant (mean / p90 of that delay
+// per message): as before 0.17-0.85 / 0.32-2.33 ms; Works tested after each action 0.28-0.69 / 0.30-2.07;
+// plus 50 us -> 400 us 0.15-0.28 / 0.29-0.71; plus 50 us -> 200 us 0.13-0.24 / 0.24-0.58 (the default); a
+// fixed 100 us 0.17-0.33 / 0.21-0.47. Step times of the variants are within this machine's noise (+-10%).
+// Not chosen (reasoned, not measured): polls from the executor between actions are what already happens (the
+// stall is inside one action, and ZB-V at pp2 has one layer per chunk, so per-layer polls would be no finer);
+// cutting messages into eager-sized pieces still needs the sender's progress once the peer's eager buffers
+// are full, and multiplies per-message costs.
 //
 // Invariants:
 //  - It never tests or waits on a Work's requests (MPI makes two threads completing one request erroneous):

@@ -145,6 +145,30 @@ std::string error_of(const std::function<void()>& f) {
   return "(no error)";
 }
 
+TEST(Simulator, ReplaysPerActionDurations) {
+  // GPipe p=2 m=1, F = 1, B = 2 per stage; the replay makes 1F0 take 4 and the optimizer on rank 0 take 3,
+  // everything else (-1 and the SEND/RECV entries) keeps the stage cost.
+  const Schedule s = lower_schedule(gpipe_schedule(2, 1));
+  SimulationCosts costs = SimulationCosts::uniform(2);
+  costs.action_durations.resize(2);
+  for (int r = 0; r < 2; ++r) {
+    for (const Action& a : s.ranks[r]) {
+      const std::string token = format_action(a);
+      costs.action_durations[r].push_back(token == "1F0" ? 4.0 : (r == 0 && token == "OPTIMIZER_STEP") ? 3.0 : -1.0);
+    }
+  }
+  const SimulationResult sim = simulate(s, costs);
+  expect_span(sim, 0, "0F0", 0, 1);
+  expect_span(sim, 1, "1F0", 1, 5);
+  expect_span(sim, 1, "1B0", 5, 7);
+  expect_span(sim, 0, "0B0", 7, 9);
+  expect_span(sim, 0, "OPTIMIZER_STEP", 9, 12);
+  EXPECT_DOUBLE_EQ(sim.stats.makespan, 12);
+  // A table of the wrong shape is refused.
+  costs.action_durations[1].pop_back();
+  EXPECT_NE(error_of([&] { simulate(s, costs); }).find("action_durations of rank 1 has"), std::string::npos);
+}
+
 TEST(Simulator, RejectsBadCostTables) {
   const Schedule s = one_f_one_b_schedule(2, 2);
   EXPECT_NE(error_of([&] { simulate(s, SimulationCosts::uniform(3)); })

@@ -38,13 +38,25 @@ const MicrobatchData& Executor::microbatch_data(int microbatch) {
   return it->second;
 }
 
+void Executor::post_receive(const Action& a, std::vector<comm::P2POp>& ops, std::vector<ReceiveSlot>& receives) {
+  const bool forward = a.kind == ActionKind::kRecvF;
+  Tensor buffer = Tensor::empty(options_.boundary_shape(forward ? a.stage : a.stage + 1), options_.context->compute_dtype(),
+                                MemoryCategory::kActivations, *options_.context->allocator);
+  const int peer = options_.schedule->rank_of(forward ? a.stage - 1 : a.stage + 1);
+  ops.push_back(comm::P2POp::recv(buffer, peer, tag(a.kind, a.stage, a.microbatch)));
+  auto& slots = forward ? forward_in_ : backward_in_;
+  slots[{a.stage, a.microbatch}] = {buffer, nullptr};
+  receives.emplace_back(&slots, Key{a.stage, a.microbatch});
+}
+
 void Executor::post_communication(std::size_t& index, const std::vector<Action>& actions, StepOutcome& outcome) {
   std::vector<comm::P2POp> ops;
-  std::vector<std::pair<std::map<Key, std::pair<Tensor, comm::Work*>>*, Key>> receives;
+  std::vector<ReceiveSlot> receives;
   const Schedule& schedule = *options_.schedule;
   for (; index < actions.size() && is_communication(actions[index].kind); ++index) {
     const Action& a = actions[index];
     const Key key{a.stage, a.microbatch};
+    if (posted_early_[index]) continue;
     switch (a.kind) {
       case ActionKind::kSendF: {
         auto it = forward_out_.find(key);
@@ -66,29 +78,31 @@ void Executor::post_communication(std::size_t& index, const std::vector<Action>&
         backward_out_.erase(it);
         break;
       }
-      case ActionKind::kRecvF: {
-        Tensor buffer = Tensor::empty(options_.boundary_shape(a.stage), options_.context->compute_dtype(),
-                                      MemoryCategory::kActivations, *options_.context->allocator);
-        ops.push_back(comm::P2POp::recv(buffer, schedule.rank_of(a.stage - 1), tag(a.kind, a.stage, a.microbatch)));
-        forward_in_[key] = {buffer, nullptr};
-        receives.emplace_back(&forward_in_, key);
-        break;
-      }
-      case ActionKind::kRecvB: {
-        Tensor buffer = Tensor::empty(options_.boundary_shape(a.stage + 1), options_.context->compute_dtype(),
-                                      MemoryCategory::kActivations, *options_.context->allocator);
-        ops.push_back(comm::P2POp::recv(buffer, schedule.rank_of(a.stage + 1), tag(a.kind, a.stage, a.microbatch)));
-        backward_in_[key] = {buffer, nullptr};
-        receives.emplace_back(&backward_in_, key);
-        break;
-      }
+      case ActionKind::kRecvF:
+      case ActionKind::kRecvB: post_receive(a, ops, receives); break;
       default:
         CLEAVE_ASSERT(false, "not a communication action: {}", format_action(a));
     }
   }
   CLEAVE_ASSERT(options_.pp_comm != nullptr, "schedule communicates but there is no pp communicator");
-  works_.push_back(options_.pp_comm->batch_p2p(std::move(ops), *options_.context->stream));
-  for (auto& [slots, key] : receives) (*slots)[key].second = works_.back().get();
+  if (!ops.empty()) {
+    works_.push_back(options_.pp_comm->batch_p2p(std::move(ops), *options_.context->stream));
+    for (auto& [slots, key] : receives) (*slots)[key].second = works_.back().get();
+  }
+  // The next block's receives, now (see the header).
+  std::size_t next = index;
+  while (next < actions.size() && !is_communication(actions[next].kind)) ++next;
+  std::vector<comm::P2POp> early;
+  std::vector<ReceiveSlot> early_receives;
+  for (; next < actions.size() && is_communication(actions[next].kind); ++next) {
+    if (!is_recv(actions[next].kind)) continue;
+    post_receive(actions[next], early, early_receives);
+    posted_early_[next] = 1;
+  }
+  if (!early.empty()) {
+    works_.push_back(options_.pp_comm->batch_p2p(std::move(early), *options_.context->stream));
+    for (auto& [slots, key] : early_receives) (*slots)[key].second = works_.back().get();
+  }
 }
 
 Tensor Executor::take_received(std::map<Key, std::pair<Tensor, comm::Work*>>& slots, const Key& key) {
@@ -134,6 +148,7 @@ StepOutcome Executor::run_step() {
     return *it->second;
   };
 
+  posted_early_.assign(actions.size(), 0);
   for (std::size_t i = 0; i < actions.size();) {
     const Action& a = actions[i];
     double start = options_.record_timeline ? now_us() : 0.0;

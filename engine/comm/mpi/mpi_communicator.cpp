@@ -297,7 +297,8 @@ MpiCommunicator::MpiCommunicator(MPI_Comm comm, const MpiOptions& options, std::
   int provided = MPI_THREAD_SINGLE;
   CLEAVE_MPI_CHECK(MPI_Query_thread(&provided));
   std::shared_ptr<ProgressThread> progress;
-  if (progress_thread_wanted(options.progress, provided >= MPI_THREAD_MULTIPLE, size)) {
+  if (progress_thread_wanted(options.progress, provided >= MPI_THREAD_MULTIPLE, size,
+                             single_copy_transport([](const char* name) { return std::getenv(name); }))) {
     progress = std::make_shared<ProgressThread>(options.progress_min_interval, options.progress_max_interval);
   }
   state_ = detail::make_state(owned, options, std::move(name), std::move(probe), std::move(progress));

@@ -54,8 +54,8 @@ struct MpiOptions : CommOptions {
   // steps follow each other closely), doubling up to the longest (the thread takes almost no time from a rank
   // that owns one core).
   // (Chosen with `cleave bench`: see progress_thread.hpp.)
-  std::chrono::microseconds progress_min_interval{50};
-  std::chrono::microseconds progress_max_interval{200};
+  std::chrono::microseconds progress_min_interval{100};
+  std::chrono::microseconds progress_max_interval{1000};
 };
 
 namespace detail {

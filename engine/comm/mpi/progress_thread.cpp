@@ -28,10 +28,21 @@ P2PProgress parse_p2p_progress(std::string_view text) {
   CLEAVE_THROW("parallel.p2p_progress: expected one of \"auto\", \"thread\", \"off\", but got \"{}\"", text);
 }
 
-bool progress_thread_wanted(P2PProgress mode, bool thread_multiple, int size) {
+bool single_copy_transport(const std::function<const char*(const char*)>& getenv) {
+  const char* world = getenv("OMPI_COMM_WORLD_SIZE");
+  const char* local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");
+  if (world == nullptr || local == nullptr || std::string_view(world) != std::string_view(local)) return false;
+  for (const char* name : {"OMPI_MCA_btl_vader_single_copy_mechanism", "OMPI_MCA_btl_sm_single_copy_mechanism"}) {
+    const char* value = getenv(name);
+    if (value != nullptr && std::string_view(value) == "none") return false;
+  }
+  return true;
+}
+
+bool progress_thread_wanted(P2PProgress mode, bool thread_multiple, int size, bool single_copy) {
   switch (mode) {
     case P2PProgress::kOff: return false;
-    case P2PProgress::kAuto: return thread_multiple && size > 1;
+    case P2PProgress::kAuto: return thread_multiple && size > 1 && !single_copy;
     case P2PProgress::kThread:
       CLEAVE_CHECK(thread_multiple,
                    "parallel.p2p_progress \"thread\" needs MPI_THREAD_MULTIPLE, but the MPI library provides less "

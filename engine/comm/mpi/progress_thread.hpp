@@ -22,11 +22,14 @@
 // "outstanding"); zb_v went from 1,700-4,100 tok/s without the thread to 4,300-5,860 with it; yield-polling
 // (2,090) or 20 us polls (3,250) took too much compute. Then the bench's replay (each action at its measured
 // duration) showed what was left: a tensor became usable a median 0.1-0.5 ms (p90 1.5-2.3 ms) after both its
-// send and its receiver were ready, because the sender's thread had backed off to 2 ms while its message still
-// needed it for the next fragments. Four interleaved runs of 5 schedules per variant (mean / p90 of that delay
-// per message): as before 0.17-0.85 / 0.32-2.33 ms; Works tested after each action 0.28-0.69 / 0.30-2.07;
-// plus 50 us -> 400 us 0.15-0.28 / 0.29-0.71; plus 50 us -> 200 us 0.13-0.24 / 0.24-0.58 (the default); a
-// fixed 100 us 0.17-0.33 / 0.21-0.47. Step times of the variants are within this machine's noise (+-10%).
+// send and its receiver were ready, because a thread had backed off to 2 ms while its message still needed it.
+// Four interleaved runs of 5 schedules (mean / p90 of that delay per message): as before 0.17-0.85 / 0.32-2.33
+// ms; 50 us -> 200 us with Works tested after each action 0.13-0.24 / 0.24-0.58. But polls cost compute: in
+// 1F1B / ZB-H1 / ZB-V triples run back to back (6 per policy; per-triple gains scatter by +-10 points on this
+// shared machine), zero-bubble compute per micro-batch over 1F1B's was 0.97-1.00 with the first version, 0.99-
+// 1.06 at 50 -> 200 us and 0.99-1.01 at 100 us -> 1 ms; gains over 1F1B (ZB-H1, ZB-V) +10.3% / +6.0%, +0.8% /
+// +14.4% and +4.9% / +11.2%. 100 us -> 1 ms (Works tested after each action) is the default: both schedules
+// ahead of 1F1B and each measured gain within 0.1 points of the simulated one.
 // Not chosen (reasoned, not measured): polls from the executor between actions are what already happens (the
 // stall is inside one action, and ZB-V at pp2 has one layer per chunk, so per-layer polls would be no finer);
 // cutting messages into eager-sized pieces still needs the sender's progress once the peer's eager buffers
@@ -52,6 +55,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <string_view>
 #include <thread>
@@ -65,9 +69,19 @@ std::string_view p2p_progress_name(P2PProgress mode);  // "auto", "thread", "off
 // Throws Error naming parallel.p2p_progress and the choices for any other text.
 P2PProgress parse_p2p_progress(std::string_view text);
 
-// Whether a root communicator of `size` ranks runs a progress thread. Throws Error (naming
+// Whether large messages between this job's ranks move without the sender's help: Open MPI (its launcher set
+// OMPI_COMM_WORLD_SIZE), every rank on one node (OMPI_COMM_WORLD_LOCAL_SIZE equals it) and a shared-memory
+// single-copy mechanism (OMPI_MCA_btl_vader_single_copy_mechanism / btl_sm_..., unset = Open MPI's default,
+// which is one, or a value other than "none"): the receiver then copies from the sender's memory inside its
+// own wait. False wherever it cannot tell (another MPI, several nodes, copy-in/copy-out). `getenv` reads one
+// variable (null when unset).
+bool single_copy_transport(const std::function<const char*(const char*)>& getenv);
+
+// Whether a root communicator of `size` ranks runs a progress thread: kAuto where MPI_THREAD_MULTIPLE is
+// granted, there are peers and the transport is not single copy (there the thread only costs compute: its
+// polls took 7-10% of the zero-bubble schedules' compute in `cleave bench` with CMA). Throws Error (naming
 // parallel.p2p_progress and both thread levels) for kThread when MPI_THREAD_MULTIPLE is not provided.
-bool progress_thread_wanted(P2PProgress mode, bool thread_multiple, int size);
+bool progress_thread_wanted(P2PProgress mode, bool thread_multiple, int size, bool single_copy = false);
 
 class ProgressThread {
  public:

@@ -45,18 +45,23 @@ void Executor::post_receive(const Action& a, std::vector<comm::P2POp>& ops, std:
   const int peer = options_.schedule->rank_of(forward ? a.stage - 1 : a.stage + 1);
   ops.push_back(comm::P2POp::recv(buffer, peer, tag(a.kind, a.stage, a.microbatch)));
   auto& slots = forward ? forward_in_ : backward_in_;
-  slots[{a.stage, a.microbatch}] = {buffer, nullptr};
+  slots[{a.stage, a.microbatch}] = Received{buffer, nullptr, nullptr};
   receives.emplace_back(&slots, Key{a.stage, a.microbatch});
 }
 
 void Executor::post_communication(std::size_t& index, const std::vector<Action>& actions, StepOutcome& outcome) {
   std::vector<comm::P2POp> ops;
   std::vector<ReceiveSlot> receives;
+  std::vector<ReceiveSlot> early_here;  // this block's receives, posted with the previous block
   const Schedule& schedule = *options_.schedule;
   for (; index < actions.size() && is_communication(actions[index].kind); ++index) {
     const Action& a = actions[index];
     const Key key{a.stage, a.microbatch};
-    if (posted_early_[index]) continue;
+    if (posted_early_[index]) {
+      auto& slots = a.kind == ActionKind::kRecvF ? forward_in_ : backward_in_;
+      early_here.emplace_back(&slots, key);
+      continue;
+    }
     switch (a.kind) {
       case ActionKind::kSendF: {
         auto it = forward_out_.find(key);
@@ -87,7 +92,10 @@ void Executor::post_communication(std::size_t& index, const std::vector<Action>&
   CLEAVE_ASSERT(options_.pp_comm != nullptr, "schedule communicates but there is no pp communicator");
   if (!ops.empty()) {
     works_.push_back(options_.pp_comm->batch_p2p(std::move(ops), *options_.context->stream));
-    for (auto& [slots, key] : receives) (*slots)[key].second = works_.back().get();
+    for (auto& [slots, key] : receives) (*slots)[key].work = works_.back().get();
+    for (auto& [slots, key] : early_here) {
+      if (auto it = slots->find(key); it != slots->end()) it->second.companion = works_.back().get();
+    }
   }
   // The next block's receives, now (see the header).
   std::size_t next = index;
@@ -101,15 +109,16 @@ void Executor::post_communication(std::size_t& index, const std::vector<Action>&
   }
   if (!early.empty()) {
     works_.push_back(options_.pp_comm->batch_p2p(std::move(early), *options_.context->stream));
-    for (auto& [slots, key] : early_receives) (*slots)[key].second = works_.back().get();
+    for (auto& [slots, key] : early_receives) (*slots)[key].work = works_.back().get();
   }
 }
 
-Tensor Executor::take_received(std::map<Key, std::pair<Tensor, comm::Work*>>& slots, const Key& key) {
+Tensor Executor::take_received(std::map<Key, Received>& slots, const Key& key) {
   auto it = slots.find(key);
   if (it == slots.end()) return Tensor();
-  it->second.second->wait();
-  Tensor t = it->second.first;
+  it->second.work->wait();
+  if (it->second.companion != nullptr && !options_.pp_comm->sends_progress_on_their_own()) it->second.companion->wait();
+  Tensor t = it->second.tensor;
   slots.erase(it);
   return t;
 }

@@ -6,10 +6,13 @@
 //    end of the step), so the executor never blocks earlier than the validated blocking dry run would. After
 //    every action it tests (never waits on) its outstanding batches, so one that is done stops counting as
 //    in flight for the MPI progress thread (engine/comm/mpi/progress_thread.hpp).
-//  - The receives of the next communication block are posted with the current one, in a batch of their own
-//    (so waiting for one never waits for a send): a message whose receive is already posted when it arrives is
-//    pulled by the receiver alone, while one that arrives first ("unexpected") waited, under Open MPI even
-//    with single copy, for the sender's next MPI call (interleaved 1F1B at pp2: 1-6 ms per message).
+//  - The receives of the next communication block are posted with the current one, in a batch of their own:
+//    a message whose receive is already posted when it arrives is pulled by the receiver alone, while one that
+//    arrives first ("unexpected") waited, under Open MPI even with single copy, for the sender's next MPI call
+//    (interleaved 1F1B at pp2: 1-6 ms per message). Where sends do not progress on their own
+//    (Communicator::sends_progress_on_their_own: no MPI progress thread, copy-in/copy-out), its consumer still
+//    waits for the sends of the block the schedule put it in, as before: a rank in that wait drives its own
+//    sends (1F1B lost a third of its speed when it did not).
 //  - Shapes of received tensors come from the plan (`boundary_shape`) and their dtype from the context's
 //    precision (bf16 boundary tensors under mixed precision), never from a handshake.
 //  - A stage's stash is released by its W (or B) action, so live activations follow the schedule.
@@ -82,12 +85,19 @@ class Executor {
   using Key = std::pair<int, int>;  // (stage, micro-batch)
 
   void post_communication(std::size_t& index, const std::vector<Action>& actions, StepOutcome& outcome);
-  using ReceiveSlot = std::pair<std::map<Key, std::pair<Tensor, comm::Work*>>*, Key>;
+  // A posted receive: its buffer, the batch it is in, and for one posted a block early the batch of the block
+  // the schedule put it in (whose sends its consumer waits for too, as it would have without the early post).
+  struct Received {
+    Tensor tensor;
+    comm::Work* work = nullptr;
+    comm::Work* companion = nullptr;
+  };
+  using ReceiveSlot = std::pair<std::map<Key, Received>*, Key>;
   // Allocates the buffer of RECV `a`, adds its op to `ops` and its slot to `receives` (the Work is set once posted).
   void post_receive(const Action& a, std::vector<comm::P2POp>& ops, std::vector<ReceiveSlot>& receives);
   Tensor forward_input(int stage, int microbatch);
   Tensor backward_dy(int stage, int microbatch);
-  Tensor take_received(std::map<Key, std::pair<Tensor, comm::Work*>>& slots, const Key& key);
+  Tensor take_received(std::map<Key, Received>& slots, const Key& key);
   const MicrobatchData& microbatch_data(int microbatch);
   int tag(ActionKind direction, int stage, int microbatch) const;
 
@@ -98,8 +108,8 @@ class Executor {
   // Tensors in flight within one step.
   std::map<Key, Tensor> forward_out_;   // stage output, until sent or consumed by a local next stage
   std::map<Key, Tensor> backward_out_;  // stage input gradient, until sent or consumed locally
-  std::map<Key, std::pair<Tensor, comm::Work*>> forward_in_;   // received activations
-  std::map<Key, std::pair<Tensor, comm::Work*>> backward_in_;  // received gradients
+  std::map<Key, Received> forward_in_;   // received activations
+  std::map<Key, Received> backward_in_;  // received gradients
   std::map<int, MicrobatchData> data_;
   std::vector<comm::WorkPtr> works_;  // every batch posted this step (waited for at the end)
   std::vector<char> posted_early_;    // per action of this rank's list: a RECV already posted one block early

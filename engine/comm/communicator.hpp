@@ -103,6 +103,10 @@ class Communicator {
   // Global (MPI_COMM_WORLD) rank of every member, indexed by rank in this communicator.
   virtual const std::vector<int>& world_ranks() const = 0;
   virtual const CommOptions& options() const = 0;
+  // Whether a posted send moves to its peer without this rank sitting in a wait (a background progress thread,
+  // or a transport the receiver pulls from alone). False: a rank must wait on its sends for them to move, so
+  // the pipeline executor waits for them beside the receive that answers them.
+  virtual bool sends_progress_on_their_own() const { return false; }
 
   // Collective and blocking over all members (bounded by the watchdog). Members passing the same color form
   // one new communicator, ranked by (key, rank here). color < 0: this rank joins none and gets nullptr.

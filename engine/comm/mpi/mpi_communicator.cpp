@@ -320,6 +320,10 @@ const std::shared_ptr<LivenessProbe>& MpiCommunicator::probe() const { return st
 const std::vector<int>& MpiCommunicator::probe_ranks() const { return state_->probe_ranks; }
 const ProgressThread* MpiCommunicator::progress_thread() const { return state_->progress.get(); }
 
+bool MpiCommunicator::sends_progress_on_their_own() const {
+  return state_->progress != nullptr || single_copy_transport([](const char* name) { return std::getenv(name); });
+}
+
 void MpiCommunicator::check_cpu(const Tensor& t, std::string_view op) const {
   CLEAVE_CHECK(t.device().is_cpu(),
                "{}: tensor is on {}; the MPI backend carries CPU tensors only (CUDA-aware MPI is not assumed): for GPU "

@@ -74,6 +74,8 @@ class MpiCommunicator final : public Communicator {
   const std::string& name() const override;
   const std::vector<int>& world_ranks() const override;
   const CommOptions& options() const override;
+  // A progress thread runs, or Open MPI on one node moves messages by single copy (single_copy_transport).
+  bool sends_progress_on_their_own() const override;
   const MpiOptions& mpi_options() const;
 
   // The duplicate that carries user traffic (for MPI code that must join this group, e.g. NCCL bootstrap).

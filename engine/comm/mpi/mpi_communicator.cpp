@@ -44,6 +44,7 @@ struct MpiCommState {
   std::vector<int> probe_ranks;
   std::shared_ptr<LivenessProbe> probe;
   std::shared_ptr<ProgressThread> progress;  // shared with the root and its splits; may be null
+  bool single_copy = false;                  // single_copy_transport(), read once when the state is made
   std::uint64_t next_seq = 0;  // advanced by every deterministic op, identically on every member
 
   ~MpiCommState() {
@@ -105,6 +106,7 @@ std::shared_ptr<MpiCommState> make_state(MPI_Comm owned, const MpiOptions& optio
   state->probe = std::move(probe);
   state->probe_ranks = translate_ranks(state->comm, state->probe->comm());
   state->progress = std::move(progress);
+  state->single_copy = single_copy_transport([](const char* variable) { return std::getenv(variable); });
   return state;
 }
 
@@ -321,7 +323,7 @@ const std::vector<int>& MpiCommunicator::probe_ranks() const { return state_->pr
 const ProgressThread* MpiCommunicator::progress_thread() const { return state_->progress.get(); }
 
 bool MpiCommunicator::sends_progress_on_their_own() const {
-  return state_->progress != nullptr || single_copy_transport([](const char* name) { return std::getenv(name); });
+  return state_->progress != nullptr || state_->single_copy;
 }
 
 void MpiCommunicator::check_cpu(const Tensor& t, std::string_view op) const {

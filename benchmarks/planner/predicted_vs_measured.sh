@@ -7,10 +7,12 @@
 # median step after the first 3, and the plan's measured time is the smallest pass figure: steps on this
 # shared machine jitter by +-30% (neighbours), which one pass's median does not always absorb; the lower
 # quartile of all counted steps is printed beside it (an undisturbed step: a step's trace sums to it).
+# After the runs the machine is profiled again: the median ratio of the two profiles' block times is printed as
+# the machine's drift over the benchmark (the floor under any prediction from one profile).
 # Usage: benchmarks/planner/predicted_vs_measured.sh [BUILD_DIR] [WORLD] [STEPS] [PLANS] [PASSES]
 # WORLD above the core count oversubscribes the ranks: the script says so (timings then mean little).
 set -euo pipefail
-build=${1:-build}; world=${2:-2}; steps=${3:-20}; plans=${4:-9}; passes=${5:-2}
+build=${1:-build}; world=${2:-2}; steps=${3:-20}; plans=${4:-10}; passes=${5:-3}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cleave="$root/$build/bin/cleave"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
@@ -54,6 +56,8 @@ for pass in $(seq 1 "$passes"); do
       > "$out.log" 2>&1 || { echo "plan $rank failed:" >&2; tail -3 "$out.log" >&2; }
   done < "$work/picked.txt"
 done
+mpiexec -n "$world" "${over[@]}" "$cleave" profile "$work/gpt.json" --out "$work/profile_after.json" < /dev/null \
+  > "$work/profile_after.log" 2>&1 || { cat "$work/profile_after.log"; exit 1; }
 while read -r rank pred_s pred_peak name sets; do
   [ -f "$work/run_${rank}_1/metrics.jsonl" ] || continue
   python3 - "$work/run_${rank}" "$passes" "$rank" "$name" "$pred_s" "$pred_peak" << 'PY'
@@ -76,8 +80,13 @@ print(f"{sys.argv[3]:>4} {sys.argv[4]:<40} {pred_ms:10.1f} {measured:10.1f} {pre
       f"{quartile:8.1f} {pred_ms / quartile:6.2f}")
 PY
 done < "$work/picked.txt" | tee "$work/table.txt"
-python3 - "$work/table.txt" << 'PY'
-import statistics, sys
+python3 - "$work/table.txt" "$work/profile.json" "$work/profile_after.json" << 'PY'
+import json, statistics, sys
+before, after = (json.load(open(f))["measured"]["blocks"] for f in sys.argv[2:4])
+ratios = [b[k] / a[k] for a, b in zip(before, after) if a["shape"].startswith("transformer_block")
+          for k in ("forward_ms", "input_grad_ms", "weight_grad_ms") if a[k] > 0]
+print(f"\nmachine drift: transformer block times in the profile after the runs / before, median "
+      f"{statistics.median(ratios):.2f} (range {min(ratios):.2f}..{max(ratios):.2f} over {len(ratios)} entries)")
 rows = [l.split() for l in open(sys.argv[1]) if l.strip() and l.split()[0].isdigit()]
 if rows:
     t_err = [abs(float(r[4]) - 1) for r in rows]

@@ -1,4 +1,4 @@
-// `cleave profile CONFIG [--out FILE] [--world N] [--tp LIST] [--micro-batches LIST] [--repeats N]
+// `cleave profile CONFIG [--out FILE] [--world N] [--tp LIST] [--micro-batches LIST] [--repeats N] [--rounds R]
 // [--set key=value ...]`, alone or under mpirun: measures this machine for CONFIG's model with the real layers
 // and kernels (engine/planner/profile_measure.hpp) and writes a hardware profile (profiles/README.md) whose
 // measured tables `cleave plan --profile` and `cleave simulate --config --profile` use instead of FLOP
@@ -37,11 +37,11 @@ namespace cleave::cli {
 namespace {
 
 constexpr const char* kUsage = R"(usage: [mpirun -np R] cleave profile CONFIG.json [--out FILE] [--world N] [--tp LIST]
-                   [--micro-batches LIST] [--repeats K] [--set key.path=value ...]
+                   [--micro-batches LIST] [--repeats K] [--rounds R] [--set key.path=value ...]
 
 Measures this machine for CONFIG's model and writes a hardware profile for `cleave plan --profile FILE`:
   - every distinct block's forward, input-gradient and weight-gradient time (the real layers and kernels,
-    median of K runs after a warm-up) at each tensor-parallel width and micro-batch size the planner
+    R rounds of K runs after a warm-up: the median of the rounds' medians) at each tensor-parallel width and micro-batch size the planner
     considers for N ranks; under mpirun every rank computes at once, as in training, and the times are
     the mean over ranks;
   - under mpirun (R >= 2): point-to-point, all_reduce, reduce_scatter and all_gather times from 4 KiB to
@@ -56,6 +56,8 @@ options:
   --micro-batches LIST  micro-batch sizes to time, e.g. 1,2,4 (default: the divisors of the global
                         batch up to 32; the planner interpolates between them)
   --repeats K           timed runs per measurement after one warm-up (default 5)
+  --rounds R            passes over every measurement (default 5); each measurement is the median of its
+                        rounds, so a burst of load from a neighbour slows one round, not the whole entry
   --set key=value       config override, as in cleave train
 )";
 
@@ -88,7 +90,7 @@ std::string today() {
 int run_profile(int argc, char** argv) {
   std::string config_path, out_path = "profile.json", tp_text, micro_text;
   std::vector<std::string> overrides;
-  int plan_world = 0, repeats = 5;
+  int plan_world = 0, repeats = 5, rounds = 5;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -104,6 +106,7 @@ int run_profile(int argc, char** argv) {
     else if (arg == "--tp") tp_text = value();
     else if (arg == "--micro-batches") micro_text = value();
     else if (arg == "--repeats") repeats = static_cast<int>(parse_list(value(), arg).front());
+    else if (arg == "--rounds") rounds = static_cast<int>(parse_list(value(), arg).front());
     else if (arg == "--set") overrides.push_back(value());
     else if (arg.starts_with("-")) CLEAVE_THROW("profile: unknown option '{}' (see cleave profile --help)", arg);
     else {
@@ -136,6 +139,7 @@ int run_profile(int argc, char** argv) {
   const partition::ModelSpec spec = train::model_spec(config.model);
   planner::BlockProfileRequest request;
   request.repeats = repeats;
+  request.rounds = rounds;
   if (!tp_text.empty()) {
     request.tp_widths.clear();
     for (auto t : parse_list(tp_text, "--tp")) request.tp_widths.push_back(static_cast<int>(t));
@@ -194,7 +198,7 @@ int run_profile(int argc, char** argv) {
   profile.measured.threads_per_rank = threads;
   profile.measured.dtype = "fp32";
   planner::measure_blocks(profile.measured, spec, request, &comm);
-  planner::measure_optimizer(profile.measured, 1 << 21, repeats, &comm);
+  planner::measure_optimizer(profile.measured, 1 << 21, repeats, rounds, &comm);
   if (comm.size() >= 2) planner::measure_collectives(profile.measured, comm);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
@@ -211,8 +215,8 @@ int run_profile(int argc, char** argv) {
     }
     profile.source = fmt::format(
         "measured by `cleave profile {}` on {} rank(s) in {:.1f} s: block tables from the real layers (median of {} "
-        "after a warm-up, mean over ranks); {}; device memory = physical memory / {} ranks. Before that: {}",
-        config_path, comm.size(), seconds, repeats,
+        "rounds of the median of {} after a warm-up, mean over ranks); {}; device memory = physical memory / {} ranks. Before that: {}",
+        config_path, comm.size(), seconds, rounds, repeats,
         comm.size() >= 2 ? "P2P and collective fits from timed runs of 4 KiB..4 MiB (the link entries are the P2P "
                            "fit; inter_node repeats it: one node measured)"
                          : "no collectives measured (one rank; run under mpirun for them): links are defaults",

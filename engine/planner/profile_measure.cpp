@@ -118,52 +118,67 @@ partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Te
 
 void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec& spec, const BlockProfileRequest& request,
                     comm::Communicator* comm) {
-  CLEAVE_CHECK(request.repeats >= 1, "profile: repeats must be >= 1, got {}", request.repeats);
-  std::vector<partition::MeasuredBlock> measured;
-  for (int tp : request.tp_widths) {
-    ShardTimingComm shard_comm(tp);
-    layers::BuildOptions build;
-    build.tp_size = tp;
-    for (std::int64_t micro : request.micro_batches) {
-      layers::Context ctx;
-      ctx.tp_comm = tp > 1 ? &shard_comm : nullptr;
-      std::map<std::string, Tensor> output_of;  // a measured shape's output feeds the next block
-      Tensor current;
-      for (std::size_t i = 0; i < spec.blocks.size(); ++i) {
-        const partition::BlockSpec& block = spec.blocks[i];
-        const std::string key = partition::block_shape_key(block);
-        if (auto it = output_of.find(key); it != output_of.end()) {
-          current = it->second;
-          continue;
+  CLEAVE_CHECK(request.repeats >= 1 && request.rounds >= 1, "profile: repeats and rounds must be >= 1, got {} and {}",
+               request.repeats, request.rounds);
+  // rounds[r][k]: the k-th measurement (tp, micro-batch, block shape, in that order) of round r.
+  std::vector<std::vector<partition::MeasuredBlock>> rounds;
+  for (int round = 0; round < request.rounds; ++round) {
+    std::vector<partition::MeasuredBlock>& measured = rounds.emplace_back();
+    for (int tp : request.tp_widths) {
+      ShardTimingComm shard_comm(tp);
+      layers::BuildOptions build;
+      build.tp_size = tp;
+      for (std::int64_t micro : request.micro_batches) {
+        layers::Context ctx;
+        ctx.tp_comm = tp > 1 ? &shard_comm : nullptr;
+        std::map<std::string, Tensor> output_of;  // a measured shape's output feeds the next block
+        Tensor current;
+        for (std::size_t i = 0; i < spec.blocks.size(); ++i) {
+          const partition::BlockSpec& block = spec.blocks[i];
+          const std::string key = partition::block_shape_key(block);
+          if (auto it = output_of.find(key); it != output_of.end()) {
+            current = it->second;
+            continue;
+          }
+          if (!current.defined()) {
+            current = block.input_dtype == DType::kI32
+                          ? Tensor::zeros(with_batch(micro, block.input), DType::kI32, MemoryCategory::kActivations)
+                          : filled_like(with_batch(micro, block.input), 0.1f);
+          }
+          auto layers = layers::build_blocks(spec, i, i + 1, build);
+          layers::Layer& layer = *layers.front();
+          if (block.kind == partition::BlockKind::kSoftmaxCrossEntropy) {
+            std::vector<std::int64_t> rows(current.shape().dims().begin(), current.shape().dims().end() - 1);
+            ctx.targets =
+                Tensor::zeros(Shape(std::span<const std::int64_t>(rows)), DType::kI32, MemoryCategory::kActivations);
+          }
+          if (comm != nullptr) comm->barrier()->wait();  // every rank computes at once, as in training
+          Tensor output;
+          {  // the output gradient has the output's shape (the loss takes a one-element scale)
+            layers::Stash probe;
+            output = layer.forward(current, probe, ctx);
+          }
+          const Tensor dy = block.kind == partition::BlockKind::kSoftmaxCrossEntropy
+                                ? filled_like(Shape{1}, 1.0f)
+                                : filled_like(output.shape(), 0.01f);
+          const partition::BlockTimes t = time_block(layer, current, dy, ctx, request.repeats, &output);
+          measured.push_back({key, tp, micro, t.forward_s, t.input_grad_s, t.weight_grad_s});
+          output_of[key] = output;
+          current = output;
         }
-        if (!current.defined()) {
-          current = block.input_dtype == DType::kI32
-                        ? Tensor::zeros(with_batch(micro, block.input), DType::kI32, MemoryCategory::kActivations)
-                        : filled_like(with_batch(micro, block.input), 0.1f);
-        }
-        auto layers = layers::build_blocks(spec, i, i + 1, build);
-        layers::Layer& layer = *layers.front();
-        if (block.kind == partition::BlockKind::kSoftmaxCrossEntropy) {
-          std::vector<std::int64_t> rows(current.shape().dims().begin(), current.shape().dims().end() - 1);
-          ctx.targets = Tensor::zeros(Shape(std::span<const std::int64_t>(rows)), DType::kI32, MemoryCategory::kActivations);
-        }
-        if (comm != nullptr) comm->barrier()->wait();  // every rank computes at once, as in training
-        Tensor output;
-        {  // the output gradient has the output's shape (the loss takes a one-element scale)
-          layers::Stash probe;
-          output = layer.forward(current, probe, ctx);
-        }
-        const Tensor dy = block.kind == partition::BlockKind::kSoftmaxCrossEntropy ? filled_like(Shape{1}, 1.0f)
-                                                                                     : filled_like(output.shape(), 0.01f);
-        const partition::BlockTimes t = time_block(layer, current, dy, ctx, request.repeats, &output);
-        measured.push_back({key, tp, micro, t.forward_s, t.input_grad_s, t.weight_grad_s});
-        output_of[key] = output;
-        current = output;
       }
     }
   }
+  // Per measurement, the median over rounds of each round's median, then the mean over ranks.
+  std::vector<partition::MeasuredBlock> measured = rounds.front();
   std::vector<double> values;
-  for (const auto& m : measured) values.insert(values.end(), {m.forward_s, m.input_grad_s, m.weight_grad_s});
+  for (std::size_t k = 0; k < measured.size(); ++k) {
+    std::vector<double> f, bi, bw;
+    for (const auto& round : rounds) {
+      f.push_back(round[k].forward_s), bi.push_back(round[k].input_grad_s), bw.push_back(round[k].weight_grad_s);
+    }
+    values.insert(values.end(), {median(f), median(bi), median(bw)});
+  }
   mean_over_ranks(values, comm);
   for (std::size_t k = 0; k < measured.size(); ++k) {
     measured[k].forward_s = values[3 * k], measured[k].input_grad_s = values[3 * k + 1];
@@ -172,8 +187,10 @@ void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec&
   }
 }
 
-void measure_optimizer(partition::MeasuredCosts& costs, std::int64_t params, int repeats, comm::Communicator* comm) {
-  CLEAVE_CHECK(params >= 1 && repeats >= 1, "profile: optimizer timing needs params >= 1 and repeats >= 1");
+void measure_optimizer(partition::MeasuredCosts& costs, std::int64_t params, int repeats, int rounds,
+                       comm::Communicator* comm) {
+  CLEAVE_CHECK(params >= 1 && repeats >= 1 && rounds >= 1,
+               "profile: optimizer timing needs params, repeats and rounds >= 1");
   const ops::Context ctx;
   const auto make = [&](float value) { return filled_like(Shape{params}, value); };
   Tensor param = make(0.5f), grad = make(0.01f), m = make(0.0f), v = make(0.0f);
@@ -187,12 +204,16 @@ void measure_optimizer(partition::MeasuredCosts& costs, std::int64_t params, int
     }
     return median(t) / static_cast<double>(params);
   };
-  std::vector<double> values = {
-      time([&](int step) { ops::adamw_update(ctx, param, grad, m, v, ops::AdamWHyper{.lr = 1e-4f, .step = step}); }),
-      time([&](int) { ops::sgd_update(ctx, param, grad, Tensor(), ops::SgdHyper{.lr = 1e-4f}); }),
-      time([&](int step) {
-        ops::sgd_update(ctx, param, grad, m, ops::SgdHyper{.lr = 1e-4f, .momentum = 0.9f, .first_step = step == 1});
-      })};
+  std::vector<double> adamw, sgd, momentum;  // one median per round
+  for (int round = 0; round < rounds; ++round) {
+    adamw.push_back(
+        time([&](int step) { ops::adamw_update(ctx, param, grad, m, v, ops::AdamWHyper{.lr = 1e-4f, .step = step}); }));
+    sgd.push_back(time([&](int) { ops::sgd_update(ctx, param, grad, Tensor(), ops::SgdHyper{.lr = 1e-4f}); }));
+    momentum.push_back(time([&](int step) {
+      ops::sgd_update(ctx, param, grad, m, ops::SgdHyper{.lr = 1e-4f, .momentum = 0.9f, .first_step = step == 1});
+    }));
+  }
+  std::vector<double> values = {median(adamw), median(sgd), median(momentum)};
   mean_over_ranks(values, comm);
   costs.adamw_s_per_param = values[0];
   costs.sgd_s_per_param = values[1];

@@ -1,8 +1,10 @@
 // The measurements behind `cleave profile` (engine/cli/profile.cpp):
 //  - measure_blocks times, with the real layers and kernels, every distinct block shape of a model
 //    (partition/measured_costs.hpp: block_shape_key) at each requested tensor-parallel width and micro-batch size:
-//    forward, input gradient and weight gradient of tp rank 0's shard, median of `repeats` runs after a
-//    warm-up. A shard's tp collectives are not run (the layers get a communicator of the right width whose
+//    forward, input gradient and weight gradient of tp rank 0's shard: `rounds` passes over every measurement,
+//    each the median of `repeats` runs after a warm-up, and the median of the rounds. The rounds spread each
+//    measurement over the whole profile: a neighbour's burst of load on a shared machine slows one round of
+//    every measurement, not every run of one (one pass had put 30% between two profiles of the same machine). A shard's tp collectives are not run (the layers get a communicator of the right width whose
 //    collectives complete without moving data); the collectives are timed by measure_collectives. Under
 //    mpirun every rank times the same blocks at the same moments (so cores are shared as in training) and the
 //    result is the mean over ranks.
@@ -28,6 +30,7 @@ struct BlockProfileRequest {
   std::vector<int> tp_widths = {1};
   std::vector<std::int64_t> micro_batches = {1};
   int repeats = 5;
+  int rounds = 5;  // passes over every measurement; a measurement is the median of its rounds' medians
 };
 
 // Medians of `repeats` timed forward / backward_input / backward_weight runs of `layer` on `x` with output
@@ -41,8 +44,10 @@ void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec&
                     comm::Communicator* comm);
 
 // Sets costs' optimizer seconds per parameter: AdamW and SGD (with and without momentum) updates of a
-// `params`-element f32 buffer, every rank at once (`comm`: null = this process alone), median of `repeats`.
-void measure_optimizer(partition::MeasuredCosts& costs, std::int64_t params, int repeats, comm::Communicator* comm);
+// `params`-element f32 buffer, every rank at once (`comm`: null = this process alone), median over `rounds` of the
+// median of `repeats`.
+void measure_optimizer(partition::MeasuredCosts& costs, std::int64_t params, int repeats, int rounds,
+                       comm::Communicator* comm);
 
 // Sets costs.p2p and the collective fits. Needs comm.size() >= 2.
 void measure_collectives(partition::MeasuredCosts& costs, comm::Communicator& comm, int repeats = 10);

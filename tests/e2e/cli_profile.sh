@@ -21,7 +21,7 @@ cat > tiny.json << 'JSON'
   "data": {"type": "synthetic"}
 }
 JSON
-"${mpiexec[@]}" -n 2 "$cleave" profile tiny.json --out prof.json --repeats 2 > profile.log 2>&1 \
+"${mpiexec[@]}" -n 2 "$cleave" profile tiny.json --out prof.json --repeats 2 --rounds 2 > profile.log 2>&1 \
   || { cat profile.log; fail "cleave profile"; }
 grep -q "^p2p  *ranks  2" profile.log || { cat profile.log; fail "no p2p fit printed"; }
 python3 - prof.json << 'PY' || fail "profile contents"
@@ -65,6 +65,9 @@ grep -q "prof.json exists; not overwriting" again.log || { cat again.log; fail "
 [ "$before" = "$(md5sum prof.json)" ] || fail "prof.json changed"
 "$cleave" profile tiny.json --out x.json --tp 3 > tp.log 2>&1 && fail "--tp 3 accepted"
 grep -q "\-\-tp 3 does not divide n_heads 4" tp.log || { cat tp.log; fail "tp message"; }
+[ ! -e x.json ] || fail "a refused profile wrote its file"
+"$cleave" profile tiny.json --out x.json --rounds 0 > rounds.log 2>&1 && fail "--rounds 0 accepted"
+grep -q "\-\-rounds expects a comma-separated list of whole numbers >= 1" rounds.log || { cat rounds.log; fail "rounds message"; }
 [ ! -e x.json ] || fail "a refused profile wrote its file"
 "$cleave" plan tiny.json --world 2 --profile prof.json --set model.d_model=64 > other.log 2>&1 && fail "another model's profile accepted"
 grep -q "was measured for another model" other.log || { cat other.log; fail "mismatch message"; }

@@ -210,8 +210,10 @@ TEST_F(MeasuredProfile, MeasurementTimesEveryBlockAtEachWidth) {
   request.tp_widths = {1, 2};
   request.micro_batches = {1, 3};
   request.repeats = 2;
+  request.rounds = 3;
   measure_blocks(costs, spec_, request, nullptr);
-  // Distinct shapes: embedding, transformer block, final layernorm, tied head, loss = 5, x 2 widths x 2 sizes.
+  // Distinct shapes: embedding, transformer block, final layernorm, tied head, loss = 5, x 2 widths x 2 sizes,
+  // each once however many rounds measured it.
   ASSERT_EQ(costs.blocks.size(), 5u * 2 * 2);
   for (const auto& b : costs.blocks) {
     EXPECT_GT(b.forward_s, 0.0) << b.shape << " tp" << b.tp << " m" << b.micro_batch;
@@ -224,6 +226,9 @@ TEST_F(MeasuredProfile, MeasurementTimesEveryBlockAtEachWidth) {
     EXPECT_TRUE(costs.covers(partition::block_shape_key(block), 1));
     EXPECT_TRUE(costs.covers(partition::block_shape_key(block), 2));
   }
+  request.rounds = 0;
+  EXPECT_THROW(measure_blocks(costs, spec_, request, nullptr), Error);
+  EXPECT_THROW(measure_optimizer(costs, 64, 1, 0, nullptr), Error);
 }
 
 }  // namespace

@@ -9,10 +9,11 @@
 # quartile of all counted steps is printed beside it (an undisturbed step: a step's trace sums to it).
 # After the runs the machine is profiled again: the median ratio of the two profiles' block times is printed as
 # the machine's drift over the benchmark (the floor under any prediction from one profile).
-# Usage: benchmarks/planner/predicted_vs_measured.sh [BUILD_DIR] [WORLD] [STEPS] [PLANS] [PASSES]
+# Usage: benchmarks/planner/predicted_vs_measured.sh [BUILD_DIR] [WORLD] [STEPS] [PLANS] [PASSES] [PRECISION]
+# PRECISION: fp32 (default) or bf16 (mixed precision: profiled, planned and trained in bf16).
 # WORLD above the core count oversubscribes the ranks: the script says so (timings then mean little).
 set -euo pipefail
-build=${1:-build}; world=${2:-2}; steps=${3:-20}; plans=${4:-10}; passes=${5:-3}
+build=${1:-build}; world=${2:-2}; steps=${3:-20}; plans=${4:-10}; passes=${5:-3}; precision=${6:-fp32}
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cleave="$root/$build/bin/cleave"
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
@@ -24,9 +25,11 @@ cat > "$work/gpt.json" << 'JSON'
   "batch": {"global_batch_size": 16},
   "optimizer": {"type": "adamw", "lr": 0.001},
   "train": {"seed": 1, "eval_batches": 0, "report": false},
-  "data": {"type": "synthetic"}
+  "data": {"type": "synthetic"},
+  "device": {"type": "cpu", "precision": "PRECISION"}
 }
 JSON
+sed -i "s/PRECISION/$precision/" "$work/gpt.json"
 over=()
 [ "$world" -le "$(nproc)" ] || over=(--oversubscribe)
 [ "$world" -le "$(nproc)" ] || echo "WARNING: $world ranks on $(nproc) cores: oversubscribed, measured times include waiting for a core"

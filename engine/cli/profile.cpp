@@ -46,6 +46,8 @@ Measures this machine for CONFIG's model and writes a hardware profile for `clea
     the mean over ranks;
   - under mpirun (R >= 2): point-to-point, all_reduce, reduce_scatter and all_gather times from 4 KiB to
     4 MiB, fitted as latency + bytes / bandwidth per group size (2, 4, ... and R).
+Blocks are timed in the config's device.precision (fp32, or bf16 mixed precision as the trainer runs it:
+bf16 activations and weight working copies); plans read a profile only in its own precision.
 Run it with the ranks per node you will train with: threads per rank follow the same rule as training.
 
 options:
@@ -121,9 +123,6 @@ int run_profile(int argc, char** argv) {
   CLEAVE_CHECK(config.device.type == "cpu",
                "profile: device.type {} is not profiled yet: cleave profile times CPU ranks; use a shipped profile "
                "(profiles/) for GPUs", config.device.type);
-  CLEAVE_CHECK(config.device.precision == "fp32",
-               "profile: device.precision {} is not profiled yet (the tables are timed in fp32); profile with "
-               "--set device.precision=fp32 and plan fp32, or plan with a shipped profile", config.device.precision);
 
   comm::MpiRuntime runtime(&argc, &argv);
   log::set_rank(runtime.world_rank(), runtime.world_size());
@@ -140,6 +139,7 @@ int run_profile(int argc, char** argv) {
   planner::BlockProfileRequest request;
   request.repeats = repeats;
   request.rounds = rounds;
+  request.precision = ops::parse_precision(config.device.precision);  // the tables are for this precision only
   if (!tp_text.empty()) {
     request.tp_widths.clear();
     for (auto t : parse_list(tp_text, "--tp")) request.tp_widths.push_back(static_cast<int>(t));
@@ -196,9 +196,9 @@ int run_profile(int argc, char** argv) {
   ops::configure_cpu_threads(threads);  // calibrate set its own thread count
   profile.measured.ranks = comm.size();
   profile.measured.threads_per_rank = threads;
-  profile.measured.dtype = "fp32";
+  profile.measured.dtype = config.device.precision;
   planner::measure_blocks(profile.measured, spec, request, &comm);
-  planner::measure_optimizer(profile.measured, 1 << 21, repeats, rounds, &comm);
+  planner::measure_optimizer(profile.measured, 1 << 21, repeats, rounds, &comm, request.precision);
   if (comm.size() >= 2) planner::measure_collectives(profile.measured, comm);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 

@@ -69,8 +69,8 @@ Shape with_batch(std::int64_t batch, const Shape& per_sample) {
   return Shape(std::span<const std::int64_t>(dims));
 }
 
-Tensor filled_like(const Shape& shape, float value) {
-  Tensor t = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations);
+Tensor filled_like(const Shape& shape, float value, DType dtype = DType::kF32) {
+  Tensor t = Tensor::empty(shape, dtype, MemoryCategory::kActivations);
   ops::fill(ops::Context{}, t, value);
   return t;
 }
@@ -131,6 +131,8 @@ void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec&
       for (std::int64_t micro : request.micro_batches) {
         layers::Context ctx;
         ctx.tp_comm = tp > 1 ? &shard_comm : nullptr;
+        ctx.precision = request.precision;
+        const DType activation = request.precision == ops::Precision::kBf16 ? DType::kBF16 : DType::kF32;
         std::map<std::string, Tensor> output_of;  // a measured shape's output feeds the next block
         Tensor current;
         for (std::size_t i = 0; i < spec.blocks.size(); ++i) {
@@ -143,10 +145,16 @@ void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec&
           if (!current.defined()) {
             current = block.input_dtype == DType::kI32
                           ? Tensor::zeros(with_batch(micro, block.input), DType::kI32, MemoryCategory::kActivations)
-                          : filled_like(with_batch(micro, block.input), 0.1f);
+                          : filled_like(with_batch(micro, block.input), 0.1f, activation);
           }
           auto layers = layers::build_blocks(spec, i, i + 1, build);
           layers::Layer& layer = *layers.front();
+          if (request.precision == ops::Precision::kBf16) {  // the bf16 working copies training computes with
+            for (const auto& param : layer.params()) {
+              param->working = Tensor::empty(param->value.shape(), DType::kBF16, MemoryCategory::kParameters);
+              ops::copy(ctx, param->value, param->working);
+            }
+          }
           if (block.kind == partition::BlockKind::kSoftmaxCrossEntropy) {
             std::vector<std::int64_t> rows(current.shape().dims().begin(), current.shape().dims().end() - 1);
             ctx.targets =
@@ -160,7 +168,7 @@ void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec&
           }
           const Tensor dy = block.kind == partition::BlockKind::kSoftmaxCrossEntropy
                                 ? filled_like(Shape{1}, 1.0f)
-                                : filled_like(output.shape(), 0.01f);
+                                : filled_like(output.shape(), 0.01f, output.dtype());
           const partition::BlockTimes t = time_block(layer, current, dy, ctx, request.repeats, &output);
           measured.push_back({key, tp, micro, t.forward_s, t.input_grad_s, t.weight_grad_s});
           output_of[key] = output;
@@ -188,18 +196,21 @@ void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec&
 }
 
 void measure_optimizer(partition::MeasuredCosts& costs, std::int64_t params, int repeats, int rounds,
-                       comm::Communicator* comm) {
+                       comm::Communicator* comm, ops::Precision precision) {
   CLEAVE_CHECK(params >= 1 && repeats >= 1 && rounds >= 1,
                "profile: optimizer timing needs params, repeats and rounds >= 1");
   const ops::Context ctx;
   const auto make = [&](float value) { return filled_like(Shape{params}, value); };
   Tensor param = make(0.5f), grad = make(0.01f), m = make(0.0f), v = make(0.0f);
+  // Mixed precision: the trainer refreshes each parameter's bf16 working copy after its update.
+  const Tensor working = precision == ops::Precision::kBf16 ? filled_like(Shape{params}, 0.0f, DType::kBF16) : Tensor();
   const auto time = [&](auto&& update) {
     if (comm != nullptr) comm->barrier()->wait();
     std::vector<double> t;
     for (int rep = 0; rep <= repeats; ++rep) {
       const auto start = clock::now();
       update(rep + 1);
+      if (working.defined()) ops::copy(ctx, param, working);
       if (rep > 0) t.push_back(since(start));
     }
     return median(t) / static_cast<double>(params);

@@ -1,7 +1,8 @@
 // The measurements behind `cleave profile` (engine/cli/profile.cpp):
 //  - measure_blocks times, with the real layers and kernels, every distinct block shape of a model
 //    (partition/measured_costs.hpp: block_shape_key) at each requested tensor-parallel width and micro-batch size:
-//    forward, input gradient and weight gradient of tp rank 0's shard: `rounds` passes over every measurement,
+//    forward, input gradient and weight gradient of tp rank 0's shard (in fp32, or under bf16 mixed precision with
+//    bf16 activations and weight working copies, as the trainer runs it): `rounds` passes over every measurement,
 //    each the median of `repeats` runs after a warm-up, and the median of the rounds. The rounds spread each
 //    measurement over the whole profile: a neighbour's burst of load on a shared machine slows one round of
 //    every measurement, not every run of one (one pass had put 30% between two profiles of the same machine). A shard's tp collectives are not run (the layers get a communicator of the right width whose
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
+#include "kernels/ops/context.hpp"
 #include "layers/layer.hpp"
 #include "partition/measured_costs.hpp"
 #include "partition/model_spec.hpp"
@@ -31,6 +33,7 @@ struct BlockProfileRequest {
   std::vector<std::int64_t> micro_batches = {1};
   int repeats = 5;
   int rounds = 5;  // passes over every measurement; a measurement is the median of its rounds' medians
+  ops::Precision precision = ops::Precision::kFp32;  // kBf16: mixed precision, as the trainer runs it
 };
 
 // Medians of `repeats` timed forward / backward_input / backward_weight runs of `layer` on `x` with output
@@ -45,9 +48,9 @@ void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec&
 
 // Sets costs' optimizer seconds per parameter: AdamW and SGD (with and without momentum) updates of a
 // `params`-element f32 buffer, every rank at once (`comm`: null = this process alone), median over `rounds` of the
-// median of `repeats`.
+// median of `repeats`. Under kBf16 each update includes the refresh of a bf16 working copy, as in training.
 void measure_optimizer(partition::MeasuredCosts& costs, std::int64_t params, int repeats, int rounds,
-                       comm::Communicator* comm);
+                       comm::Communicator* comm, ops::Precision precision = ops::Precision::kFp32);
 
 // Sets costs.p2p and the collective fits. Needs comm.size() >= 2.
 void measure_collectives(partition::MeasuredCosts& costs, comm::Communicator& comm, int repeats = 10);

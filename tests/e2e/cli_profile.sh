@@ -47,6 +47,24 @@ grep -q "profile: this machine" plan.log || { cat plan.log; fail "plan did not n
 "$cleave" simulate --config best.json --world 2 --profile prof.json --json > sim.json 2> sim.log || { cat sim.log; fail "simulate --config --profile"; }
 echo "ok   plan #1 from the profile: $(sed -n 's/^  1  //p' plan.log | tr -s ' ' | cut -c1-80)"
 
+# Mixed precision: the blocks are timed in bf16 (slower than fp32 here: every GEMM converts), the profile says
+# so, a bf16 plan reads it and trains, and an fp32 plan refuses it by name.
+"${mpiexec[@]}" -n 2 "$cleave" profile tiny.json --out bf16.json --tp 1 --micro-batches 4 --repeats 2 --rounds 2 \
+  --set device.precision=bf16 > bf16.log 2>&1 || { cat bf16.log; fail "profile in bf16"; }
+python3 - prof.json bf16.json << 'PY' || fail "bf16 profile contents"
+import json, sys
+fp32, bf16 = (json.load(open(f))["measured"] for f in sys.argv[1:3])
+assert fp32["dtype"] == "fp32" and bf16["dtype"] == "bf16", (fp32["dtype"], bf16["dtype"])
+assert {(b["tp"], b["micro_batch"]) for b in bf16["blocks"]} == {(1, 4)}
+PY
+"$cleave" plan tiny.json --world 2 --profile bf16.json --set device.precision=bf16 --set parallel.tensor_model_parallel_size=1 \
+  --top 1 --write best_bf16.json > plan_bf16.log 2>&1 || { cat plan_bf16.log; fail "plan --profile in bf16"; }
+"${mpiexec[@]}" -n 2 "$cleave" train best_bf16.json --set train.out_dir=run_bf16 > train_bf16.log 2>&1 \
+  || { cat best_bf16.json train_bf16.log; fail "the bf16 plan does not train"; }
+"$cleave" plan tiny.json --world 2 --profile bf16.json > plan_mixed.log 2>&1 && fail "an fp32 plan read a bf16 profile"
+grep -q "timed its blocks in bf16 but the config trains in fp32" plan_mixed.log || { cat plan_mixed.log; fail "dtype message"; }
+echo "ok   bf16 profile: read by a bf16 plan that trains, refused by an fp32 one"
+
 # `auto` built from the measured profile trains to one rank's losses and weights.
 "${mpiexec[@]}" -n 2 "$cleave" verify tiny.json --steps 3 --set parallel.pipeline_model_parallel_size=2 \
   --set parallel.schedule=auto --set parallel.auto_schedule_profile=prof.json > verify.log 2>&1 \

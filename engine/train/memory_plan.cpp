@@ -7,10 +7,36 @@
 #include <vector>
 
 #include "engine/core/error.hpp"
+#include "partition/block_work.hpp"
 #include "partition/cost_model.hpp"
 #include "pipeline/timeline.hpp"
 
 namespace cleave::train {
+namespace {
+
+// CPU mixed precision: the CPU backend widens every bf16 operand of a kernel into f32 scratch for the kernel's
+// duration (kernels/ops/cpu_f32_view.hpp), so the workspace peaks at the widest kernel: a GEMM's three operands
+// (the weight's working copy included) or an elementwise backward's input, output gradient and input gradient
+// (GELU over d_ff, softmax over the T x T scores, any block's output). Bytes for `micro` samples on one tp rank.
+std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const partition::BlockCost& shard,
+                                     partition::Recompute recompute, int tp, std::int64_t micro) {
+  const partition::BlockWork work = partition::block_work(block, DType::kBF16, recompute, tp, micro);
+  double widest = 0;
+  for (const auto* pass : {&work.forward, &work.input_grad, &work.weight_grad}) {
+    for (const auto& gemm : pass->gemms) widest = std::max(widest, gemm.operand_bytes(4.0));
+  }
+  const double samples = static_cast<double>(micro);
+  widest = std::max(widest, 3.0 * static_cast<double>(shard.output_bytes) * samples);
+  if (block.kind == partition::BlockKind::kTransformerBlock) {
+    const double seq = static_cast<double>(block.seq_len);
+    const double ff = static_cast<double>(block.d_ff > 0 ? block.d_ff : 4 * block.in_features) / tp;
+    const double heads = static_cast<double>(block.n_heads) / tp;
+    widest = std::max({widest, 3.0 * 4.0 * seq * ff * samples, 3.0 * 4.0 * heads * seq * seq * samples});
+  }
+  return static_cast<std::int64_t>(widest);
+}
+
+}  // namespace
 
 std::int64_t MemoryPlan::total() const {
   std::int64_t sum = 0;
@@ -35,7 +61,9 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   const auto shard = partition::model_costs(plan.spec, DType::kF32, partition::parse_recompute(config.train.recompute), tp);
   const std::int64_t micro = config.resolved_batch().micro_batch_size;
   const int dp = std::max(1, config.parallel.data_parallel_size);
-  std::int64_t param_bytes = 0, largest_output = 0, boundary = 0;
+  const bool bf16 = config.device.precision == "bf16";
+  const bool widens = bf16 && config.device.type == "cpu";  // see cpu_bf16_widening_bytes
+  std::int64_t param_bytes = 0, largest_output = 0, boundary = 0, widening = 0;
   // Per stage held by this rank, per sample: the forward stash, what split backward keeps from I until W,
   // and the largest recomputed block's rebuilt stash (alive while that block's backward runs).
   std::vector<std::int64_t> forward_stash(static_cast<std::size_t>(plan.num_stages()), 0);
@@ -65,6 +93,10 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       transient[si] = std::max(transient[si], a.recompute_transient_bytes);
       fused_extra[si] = std::max({fused_extra[si], a.recompute_transient_bytes, a.weight_stash_bytes - a.activation_bytes});
       largest_output = std::max(largest_output, a.output_bytes);
+      if (widens) {
+        widening = std::max(widening, cpu_bf16_widening_bytes(block, a, partition::parse_recompute(config.train.recompute),
+                                                              tp, micro));
+      }
     }
     if (stage > 0) boundary = std::max(boundary, costs[static_cast<std::size_t>(range.begin - 1)].output_bytes);
   }
@@ -96,7 +128,6 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   auto at = [&m](MemoryCategory c) -> std::int64_t& { return m.bytes[static_cast<std::size_t>(c)]; };
   // Mixed precision: bf16 working copies of the parameters besides the f32 masters; bf16 activations and
   // boundary tensors (statistics kept in f32 are a few bytes per row, not counted).
-  const bool bf16 = config.device.precision == "bf16";
   at(MemoryCategory::kParameters) = param_bytes / tp + (bf16 ? param_bytes / tp / 2 : 0);
   // Deterministic mode sums micro-batch gradients in the canonical tree (pipeline/ordered_grad_accumulator.hpp):
   // up to floor(log2(micro-batches)) partial sums besides the gradient itself.
@@ -109,7 +140,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
       state * static_cast<double>(param_bytes / tp) / (config.optimizer.zero_stage == 1 ? dp : 1));
   at(MemoryCategory::kActivations) = (peak_stash + 2 * live * boundary) * micro / (bf16 ? 2 : 1);
-  at(MemoryCategory::kWorkspace) = 2 * largest_output * micro;
+  at(MemoryCategory::kWorkspace) = std::max(2 * largest_output * micro, widening);
   // parallel.grad_reduce_dtype bf16: every gradient bucket has a bf16 twin the collective carries.
   if (dp > 1 && config.parallel.grad_reduce_dtype == "bf16") at(MemoryCategory::kCommunication) = param_bytes / tp / 2;
   return m;

@@ -120,6 +120,26 @@ TEST(TrainE2E, DeterministicAccumulationMemoryIsPlannedAndReused) {
             param_bytes);
 }
 
+// CPU mixed precision widens each kernel's bf16 operands into f32 scratch: the memory plan's workspace is the
+// widest kernel (GELU's backward over d_ff at micro-batch 4, the FFN GEMM with its weight at 1), and it
+// matches the allocator's measured workspace peak (it had planned 2 x the largest block output, well under it).
+TEST(TrainE2E, Bf16WorkspacePlanMatchesTheAllocator) {
+  for (std::int64_t micro : {1, 4}) {
+    SCOPED_TRACE(micro);
+    auto world = make_world();
+    auto config = tiny_gpt(4);
+    config.device.precision = "bf16";
+    config.batch.micro_batch_size = micro;
+    train::Trainer trainer(config, *world);
+    const auto workspace = static_cast<std::size_t>(MemoryCategory::kWorkspace);
+    const std::int64_t planned = train::estimate_rank_memory(trainer.plan(), trainer.config(), 0).bytes[workspace];
+    for (int s = 0; s < 2; ++s) trainer.step(s);
+    const std::int64_t measured = trainer.memory_stats().peak_of(MemoryCategory::kWorkspace);
+    EXPECT_GE(planned, measured * 0.95) << "planned " << planned << " B, measured " << measured << " B";
+    EXPECT_LE(planned, measured * 1.05) << "planned " << planned << " B, measured " << measured << " B";
+  }
+}
+
 TEST(TrainE2E, DigitsCnnReachesTestAccuracy) {
   auto config = config::parse_config(R"({
     "model": {"type": "cnn", "in_channels": 1, "height": 8, "width": 8, "channels": [16, 32], "kernel": 3,

@@ -1,10 +1,10 @@
 // `cleave profile CONFIG [--out FILE] [--world N] [--tp LIST] [--micro-batches LIST] [--repeats N] [--rounds R]
-// [--set key=value ...]`, alone or under mpirun: measures this machine for CONFIG's model with the real layers
-// and kernels (engine/planner/profile_measure.hpp) and writes a hardware profile (profiles/README.md) whose
-// measured tables `cleave plan --profile` and `cleave simulate --config --profile` use instead of FLOP
-// rates: each block shape's forward, input-gradient and weight-gradient time at every tensor-parallel width
-// and micro-batch size the planner will consider for N ranks, and (under mpirun) alpha-beta fits of
-// point-to-point and all_reduce / reduce_scatter / all_gather per group size.
+// [--warm-caches] [--set key=value ...]`, alone or under mpirun: measures this machine for CONFIG's model with the
+// real layers and kernels (engine/planner/profile_measure.hpp) and writes a hardware profile (profiles/README.md)
+// whose measured tables `cleave plan --profile` and `cleave simulate --config --profile` use instead of FLOP rates:
+// each block shape's forward, input-gradient and weight-gradient time at every tensor-parallel width and micro-batch
+// size the planner will consider for N ranks, and (under mpirun) alpha-beta fits of point-to-point and all_reduce /
+// reduce_scatter / all_gather per group size.
 // Invariant: the output file is never overwritten, and is written only after every measurement succeeded.
 #include <unistd.h>
 
@@ -37,7 +37,8 @@ namespace cleave::cli {
 namespace {
 
 constexpr const char* kUsage = R"(usage: [mpirun -np R] cleave profile CONFIG.json [--out FILE] [--world N] [--tp LIST]
-                   [--micro-batches LIST] [--repeats K] [--rounds R] [--set key.path=value ...]
+                   [--micro-batches LIST] [--repeats K] [--rounds R] [--warm-caches]
+                   [--set key.path=value ...]
 
 Measures this machine for CONFIG's model and writes a hardware profile for `cleave plan --profile FILE`:
   - every distinct block's forward, input-gradient and weight-gradient time (the real layers and kernels,
@@ -60,6 +61,8 @@ options:
   --repeats K           timed runs per measurement after one warm-up (default 5)
   --rounds R            passes over every measurement (default 5); each measurement is the median of its
                         rounds, so a burst of load from a neighbour slows one round, not the whole entry
+  --warm-caches         do not evict the caches before each timed pass (by default they are: in training a
+                        block's weights and inputs come from memory, not from a cache it just filled)
   --set key=value       config override, as in cleave train
 )";
 
@@ -93,6 +96,7 @@ int run_profile(int argc, char** argv) {
   std::string config_path, out_path = "profile.json", tp_text, micro_text;
   std::vector<std::string> overrides;
   int plan_world = 0, repeats = 5, rounds = 5;
+  bool cold_caches = true;
   for (int i = 1; i < argc; ++i) {
     const std::string arg = argv[i];
     if (arg == "--help" || arg == "-h") {
@@ -109,6 +113,7 @@ int run_profile(int argc, char** argv) {
     else if (arg == "--micro-batches") micro_text = value();
     else if (arg == "--repeats") repeats = static_cast<int>(parse_list(value(), arg).front());
     else if (arg == "--rounds") rounds = static_cast<int>(parse_list(value(), arg).front());
+    else if (arg == "--warm-caches") cold_caches = false;
     else if (arg == "--set") overrides.push_back(value());
     else if (arg.starts_with("-")) CLEAVE_THROW("profile: unknown option '{}' (see cleave profile --help)", arg);
     else {
@@ -139,6 +144,7 @@ int run_profile(int argc, char** argv) {
   planner::BlockProfileRequest request;
   request.repeats = repeats;
   request.rounds = rounds;
+  request.cold_caches = cold_caches;
   request.precision = ops::parse_precision(config.device.precision);  // the tables are for this precision only
   if (!tp_text.empty()) {
     request.tp_widths.clear();
@@ -215,8 +221,8 @@ int run_profile(int argc, char** argv) {
     }
     profile.source = fmt::format(
         "measured by `cleave profile {}` on {} rank(s) in {:.1f} s: block tables from the real layers (median of {} "
-        "rounds of the median of {} after a warm-up, mean over ranks); {}; device memory = physical memory / {} ranks. Before that: {}",
-        config_path, comm.size(), seconds, rounds, repeats,
+        "rounds of the median of {} after a warm-up, {} caches, mean over ranks); {}; device memory = physical memory / {} ranks. Before that: {}",
+        config_path, comm.size(), seconds, rounds, repeats, cold_caches ? "cold" : "warm",
         comm.size() >= 2 ? "P2P and collective fits from timed runs of 4 KiB..4 MiB (the link entries are the P2P "
                            "fit; inter_node repeats it: one node measured)"
                          : "no collectives measured (one rank; run under mpirun for them): links are defaults",

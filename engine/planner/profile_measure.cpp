@@ -1,6 +1,8 @@
 // See profile_measure.hpp.
 #include "engine/planner/profile_measure.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <map>
@@ -94,18 +96,38 @@ double max_over_ranks(double value, comm::Communicator& comm) {
 
 }  // namespace
 
+CacheEvictor::CacheEvictor() {
+  const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
+  const std::int64_t bytes = std::clamp<std::int64_t>(l3 > 0 ? 2 * static_cast<std::int64_t>(l3) : 64 << 20, 8 << 20,
+                                                      256 << 20);
+  buffer_.assign(static_cast<std::size_t>(bytes) / sizeof(float), 1.0f);
+}
+
+void CacheEvictor::evict() {
+  // Reads allocate lines in every cache level (non-temporal stores would not), one float per 64-byte line.
+  float sum = 0;
+  for (std::size_t i = 0; i < buffer_.size(); i += 16) sum += buffer_[i];
+  sink_ = sum;
+}
+
 partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Tensor& dy, layers::Context& ctx,
-                                 int repeats, Tensor* output) {
+                                 int repeats, Tensor* output, CacheEvictor* evictor) {
   CLEAVE_CHECK(repeats >= 1, "profile: repeats must be >= 1, got {}", repeats);
+  const auto evict = [evictor] {
+    if (evictor != nullptr) evictor->evict();
+  };
   std::vector<double> f, bi, bw;
   for (int rep = 0; rep <= repeats; ++rep) {
     layers::Stash stash;
+    evict();
     auto start = clock::now();
     Tensor y = layer.forward(x, stash, ctx);
     const double tf = since(start);
+    evict();
     start = clock::now();
     layer.backward_input(dy, stash, ctx);
     const double ti = since(start);
+    evict();
     start = clock::now();
     layer.backward_weight(stash, ctx);
     const double tw = since(start);
@@ -120,6 +142,7 @@ void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec&
                     comm::Communicator* comm) {
   CLEAVE_CHECK(request.repeats >= 1 && request.rounds >= 1, "profile: repeats and rounds must be >= 1, got {} and {}",
                request.repeats, request.rounds);
+  CacheEvictor evictor;  // unused with warm caches
   // rounds[r][k]: the k-th measurement (tp, micro-batch, block shape, in that order) of round r.
   std::vector<std::vector<partition::MeasuredBlock>> rounds;
   for (int round = 0; round < request.rounds; ++round) {
@@ -169,7 +192,8 @@ void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec&
           const Tensor dy = block.kind == partition::BlockKind::kSoftmaxCrossEntropy
                                 ? filled_like(Shape{1}, 1.0f)
                                 : filled_like(output.shape(), 0.01f, output.dtype());
-          const partition::BlockTimes t = time_block(layer, current, dy, ctx, request.repeats, &output);
+          const partition::BlockTimes t = time_block(layer, current, dy, ctx, request.repeats, &output,
+                                                         request.cold_caches ? &evictor : nullptr);
           measured.push_back({key, tp, micro, t.forward_s, t.input_grad_s, t.weight_grad_s});
           output_of[key] = output;
           current = output;

@@ -50,11 +50,13 @@ echo "ok   plan #1 from the profile: $(sed -n 's/^  1  //p' plan.log | tr -s ' '
 # Mixed precision: the blocks are timed in bf16 (slower than fp32 here: every GEMM converts), the profile says
 # so, a bf16 plan reads it and trains, and an fp32 plan refuses it by name.
 "${mpiexec[@]}" -n 2 "$cleave" profile tiny.json --out bf16.json --tp 1 --micro-batches 4 --repeats 2 --rounds 2 \
-  --set device.precision=bf16 > bf16.log 2>&1 || { cat bf16.log; fail "profile in bf16"; }
+  --warm-caches --set device.precision=bf16 > bf16.log 2>&1 || { cat bf16.log; fail "profile in bf16"; }
 python3 - prof.json bf16.json << 'PY' || fail "bf16 profile contents"
 import json, sys
 fp32, bf16 = (json.load(open(f))["measured"] for f in sys.argv[1:3])
 assert fp32["dtype"] == "fp32" and bf16["dtype"] == "bf16", (fp32["dtype"], bf16["dtype"])
+sources = [json.load(open(f))["source"] for f in sys.argv[1:3]]
+assert "cold caches" in sources[0] and "warm caches" in sources[1], sources
 assert {(b["tp"], b["micro_batch"]) for b in bf16["blocks"]} == {(1, 4)}
 PY
 "$cleave" plan tiny.json --world 2 --profile bf16.json --set device.precision=bf16 --set parallel.tensor_model_parallel_size=1 \

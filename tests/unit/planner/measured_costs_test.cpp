@@ -226,6 +226,11 @@ TEST_F(MeasuredProfile, MeasurementTimesEveryBlockAtEachWidth) {
     EXPECT_TRUE(costs.covers(partition::block_shape_key(block), 1));
     EXPECT_TRUE(costs.covers(partition::block_shape_key(block), 2));
   }
+  // Warm caches (no eviction before each pass) measure the same entries.
+  partition::MeasuredCosts warm;
+  request.cold_caches = false;
+  measure_blocks(warm, spec_, request, nullptr);
+  ASSERT_EQ(warm.blocks.size(), costs.blocks.size());
   request.rounds = 0;
   EXPECT_THROW(measure_blocks(costs, spec_, request, nullptr), Error);
   EXPECT_THROW(measure_optimizer(costs, 64, 1, 0, nullptr), Error);

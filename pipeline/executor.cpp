@@ -69,7 +69,8 @@ void Executor::post_communication(std::size_t& index, const std::vector<Action>&
         const int peer = schedule.rank_of(a.stage + 1);
         ops.push_back(comm::P2POp::send(it->second, peer, tag(a.kind, a.stage + 1, a.microbatch)));
         outcome.p2p_bytes_sent += static_cast<std::int64_t>(it->second.nbytes());
-        sent_.push_back(it->second);
+        // The batch's Work holds the tensor until the send completes (communicator.hpp), then frees it: sent
+        // tensors are not kept to the end of the step (that had held every micro-batch's boundary tensor).
         forward_out_.erase(it);
         break;
       }
@@ -79,7 +80,6 @@ void Executor::post_communication(std::size_t& index, const std::vector<Action>&
         const int peer = schedule.rank_of(a.stage - 1);
         ops.push_back(comm::P2POp::send(it->second, peer, tag(a.kind, a.stage - 1, a.microbatch)));
         outcome.p2p_bytes_sent += static_cast<std::int64_t>(it->second.nbytes());
-        sent_.push_back(it->second);
         backward_out_.erase(it);
         break;
       }
@@ -227,7 +227,6 @@ StepOutcome Executor::run_step() {
                 "rank {}: tensors left in flight at the end of the step (the schedule is not closed)",
                 options_.pp_rank);
   works_.clear();
-  sent_.clear();
   data_.clear();
   return outcome;
 }

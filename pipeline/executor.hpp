@@ -113,7 +113,6 @@ class Executor {
   std::map<int, MicrobatchData> data_;
   std::vector<comm::WorkPtr> works_;  // every batch posted this step (waited for at the end)
   std::vector<char> posted_early_;    // per action of this rank's list: a RECV already posted one block early
-  std::vector<Tensor> sent_;          // keeps sent tensors alive until their batch completes
 };
 
 }  // namespace cleave::pipeline

@@ -57,8 +57,9 @@ std::string MemoryPlan::breakdown() const {
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank) {
   const int tp = config.parallel.tensor_model_parallel_size;
   // Parameters: whole-model (÷ tp below); activations: one tp rank's (the cost model's tp layout).
-  const auto costs = partition::model_costs(plan.spec, DType::kF32, partition::parse_recompute(config.train.recompute));
-  const auto shard = partition::model_costs(plan.spec, DType::kF32, partition::parse_recompute(config.train.recompute), tp);
+  const partition::Recompute recompute = partition::parse_recompute(config.train.recompute);
+  const auto costs = partition::model_costs(plan.spec, DType::kF32, recompute);
+  const auto shard = partition::model_costs(plan.spec, DType::kF32, recompute, tp);
   const std::int64_t micro = config.resolved_batch().micro_batch_size;
   const int dp = std::max(1, config.parallel.data_parallel_size);
   const bool bf16 = config.device.precision == "bf16";
@@ -94,11 +95,14 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       fused_extra[si] = std::max({fused_extra[si], a.recompute_transient_bytes, a.weight_stash_bytes - a.activation_bytes});
       largest_output = std::max(largest_output, a.output_bytes);
       if (widens) {
-        widening = std::max(widening, cpu_bf16_widening_bytes(block, a, partition::parse_recompute(config.train.recompute),
-                                                              tp, micro));
+        widening = std::max(widening, cpu_bf16_widening_bytes(block, a, recompute, tp, micro));
       }
     }
+    // Boundary tensors: what the stage receives (the previous block's output) and what it sends (its own).
     if (stage > 0) boundary = std::max(boundary, costs[static_cast<std::size_t>(range.begin - 1)].output_bytes);
+    if (stage + 1 < plan.num_stages()) {
+      boundary = std::max(boundary, costs[static_cast<std::size_t>(range.end - 1)].output_bytes);
+    }
   }
   const auto& actions = plan.schedule.ranks[static_cast<std::size_t>(pp_rank)];
   const int live = std::max(1, pipeline::peak_activations(actions));
@@ -139,7 +143,10 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   const double state = training_bytes_per_param_byte(config.optimizer) - 1.0;
   at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
       state * static_cast<double>(param_bytes / tp) / (config.optimizer.zero_stage == 1 ? dp : 1));
-  at(MemoryCategory::kActivations) = (peak_stash + 2 * live * boundary) * micro / (bf16 ? 2 : 1);
+  // In flight besides the stashes: receives are posted one block ahead (two at a time), and a sent tensor lives
+  // until its send completes (pipeline/executor.hpp), at most one per micro-batch the rank holds when the next
+  // rank is slow to take them.
+  at(MemoryCategory::kActivations) = (peak_stash + (2 + live) * boundary) * micro / (bf16 ? 2 : 1);
   at(MemoryCategory::kWorkspace) = std::max(2 * largest_output * micro, widening);
   // parallel.grad_reduce_dtype bf16: every gradient bucket has a bf16 twin the collective carries.
   if (dp > 1 && config.parallel.grad_reduce_dtype == "bf16") at(MemoryCategory::kCommunication) = param_bytes / tp / 2;

@@ -12,8 +12,12 @@
 //                    I trades it for what W needs (weight_stash_bytes: inputs and output gradients of the
 //                    weights), W or a fused B frees it, and a recomputed block's rebuilt stash counts on top
 //                    while its I runs (a fused B: the most one block holds beyond its forward stash, as B runs
-//                    each block's I then W); × micro-batch; plus boundary tensors in flight
-//   workspace        2 × the largest block output of a micro-batch (transient outputs and gradients)
+//                    each block's I then W); × micro-batch; plus boundary tensors in flight (two receives
+//                    posted ahead, and sends until they complete: at most one per live micro-batch). Not
+//                    counted: the gradients a block's backward holds while it runs (GELU's input and output
+//                    gradients, 2·T·d_ff per sample), which the stash estimate's slack has so far covered
+//   workspace        2 × the largest block output of a micro-batch (transient outputs and gradients); under
+//                    bf16 on the CPU at least the widest kernel's operands widened to f32
 // It is an estimate; the allocator's cap still enforces the real limit at run time, and the measured peaks
 // (metrics.jsonl peak_bytes) show how close it was.
 #pragma once
@@ -36,6 +40,7 @@ struct MemoryPlan {
 };
 
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank);
+
 
 // The message for the first pp rank whose estimate exceeds device.memory_limit (naming the rank, the
 // bytes by category, the cap and what to change), or an empty string when every rank fits or no cap is set.

@@ -2,6 +2,7 @@
 #include "layers/layer_util.hpp"
 
 #include "engine/core/error.hpp"
+#include "kernels/ops/ops.hpp"
 
 namespace cleave::layers {
 
@@ -15,6 +16,16 @@ Tensor new_activation(const Context& ctx, const Shape& shape, DType dtype) {
 
 Tensor new_workspace(const Context& ctx, const Shape& shape, DType dtype) {
   return Tensor::empty(shape, dtype, MemoryCategory::kWorkspace, *ctx.allocator);
+}
+
+void refresh_working_copies(const std::vector<std::shared_ptr<Param>>& params, const Context& ctx) {
+  if (ctx.precision != ops::Precision::kBf16) return;
+  for (const auto& p : params) {
+    if (!p->working.defined()) {
+      p->working = Tensor::empty(p->value.shape(), DType::kBF16, MemoryCategory::kParameters, *ctx.allocator);
+    }
+    ops::copy(ctx, p->value, p->working);
+  }
 }
 
 void check_input(const Context& ctx, const Tensor& x, DType dtype, std::int64_t last, int min_rank, std::string_view who) {

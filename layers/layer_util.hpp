@@ -8,7 +8,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string_view>
+#include <vector>
 
 #include "engine/core/tensor.hpp"
 #include "layers/layer.hpp"
@@ -20,6 +22,10 @@ namespace cleave::layers {
 Tensor new_activation(const Context& ctx, const Shape& shape);
 Tensor new_activation(const Context& ctx, const Shape& shape, DType dtype);
 Tensor new_workspace(const Context& ctx, const Shape& shape, DType dtype = DType::kF32);
+
+// Mixed precision (ctx.precision kBf16): every parameter's bf16 working copy (Param::working) := its f32 master
+// value, rounded to nearest even; allocated on first use on ctx.allocator (kParameters). A no-op in fp32.
+void refresh_working_copies(const std::vector<std::shared_ptr<Param>>& params, const Context& ctx);
 
 // `dtype` kF32 means any floating input (f32 or bf16).
 // Throws Error unless x is a defined tensor on ctx.device of `dtype` whose last dimension is `last` (any last when

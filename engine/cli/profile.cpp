@@ -41,10 +41,10 @@ constexpr const char* kUsage = R"(usage: [mpirun -np R] cleave profile CONFIG.js
                    [--set key.path=value ...]
 
 Measures this machine for CONFIG's model and writes a hardware profile for `cleave plan --profile FILE`:
-  - every distinct block's forward, input-gradient and weight-gradient time (the real layers and kernels,
-    R rounds of K runs after a warm-up: the median of the rounds' medians) at each tensor-parallel width and micro-batch size the planner
-    considers for N ranks; under mpirun every rank computes at once, as in training, and the times are
-    the mean over ranks;
+  - every distinct block's forward, input-gradient and weight-gradient time (the real layers and kernels;
+    R rounds of K runs after a warm-up, the median of the rounds' medians) at each tensor-parallel width
+    and micro-batch size the planner considers for N ranks; under mpirun every rank computes at once, as
+    in training, and the times are the mean over ranks;
   - under mpirun (R >= 2): point-to-point, all_reduce, reduce_scatter and all_gather times from 4 KiB to
     4 MiB, fitted as latency + bytes / bandwidth per group size (2, 4, ... and R).
 Blocks are timed in the config's device.precision (fp32, or bf16 mixed precision as the trainer runs it:
@@ -221,7 +221,8 @@ int run_profile(int argc, char** argv) {
     }
     profile.source = fmt::format(
         "measured by `cleave profile {}` on {} rank(s) in {:.1f} s: block tables from the real layers (median of {} "
-        "rounds of the median of {} after a warm-up, {} caches, mean over ranks); {}; device memory = physical memory / {} ranks. Before that: {}",
+        "rounds of the median of {} after a warm-up, {} caches, mean over ranks); {}; device memory = physical "
+        "memory / {} ranks. Before that: {}",
         config_path, comm.size(), seconds, rounds, repeats, cold_caches ? "cold" : "warm",
         comm.size() >= 2 ? "P2P and collective fits from timed runs of 4 KiB..4 MiB (the link entries are the P2P "
                            "fit; inter_node repeats it: one node measured)"

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <optional>
 #include <string>
 
 #include <fmt/format.h>
@@ -15,6 +16,7 @@
 #include "engine/core/tensor.hpp"
 #include "kernels/ops/ops.hpp"
 #include "layers/layer.hpp"
+#include "layers/layer_util.hpp"
 #include "layers/models/builder.hpp"
 
 namespace cleave::planner {
@@ -138,68 +140,75 @@ partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Te
   return {median(f), median(bi), median(bw)};
 }
 
+namespace {
+
+// One pass over every measurement: for each tp width and micro-batch size, every distinct block shape in model
+// order (a measured shape's output feeds the next block), each block built alone.
+std::vector<partition::MeasuredBlock> measure_round(const partition::ModelSpec& spec,
+                                                    const BlockProfileRequest& request, CacheEvictor* evictor,
+                                                    comm::Communicator* comm) {
+  std::vector<partition::MeasuredBlock> measured;
+  for (int tp : request.tp_widths) {
+    ShardTimingComm shard_comm(tp);
+    layers::BuildOptions build;
+    build.tp_size = tp;
+    for (std::int64_t micro : request.micro_batches) {
+      layers::Context ctx;
+      ctx.tp_comm = tp > 1 ? &shard_comm : nullptr;
+      ctx.precision = request.precision;
+      std::map<std::string, Tensor> output_of;
+      Tensor current;
+      for (std::size_t i = 0; i < spec.blocks.size(); ++i) {
+        const partition::BlockSpec& block = spec.blocks[i];
+        const std::string key = partition::block_shape_key(block);
+        if (auto it = output_of.find(key); it != output_of.end()) {
+          current = it->second;
+          continue;
+        }
+        if (!current.defined()) {
+          current = block.input_dtype == DType::kI32
+                        ? Tensor::zeros(with_batch(micro, block.input), DType::kI32, MemoryCategory::kActivations)
+                        : filled_like(with_batch(micro, block.input), 0.1f, ctx.compute_dtype());
+        }
+        auto layers = layers::build_blocks(spec, i, i + 1, build);
+        layers::Layer& layer = *layers.front();
+        layers::refresh_working_copies(layer.params(), ctx);  // bf16: the copies training computes with
+        if (block.kind == partition::BlockKind::kSoftmaxCrossEntropy) {
+          std::vector<std::int64_t> rows(current.shape().dims().begin(), current.shape().dims().end() - 1);
+          ctx.targets =
+              Tensor::zeros(Shape(std::span<const std::int64_t>(rows)), DType::kI32, MemoryCategory::kActivations);
+        }
+        if (comm != nullptr) comm->barrier()->wait();  // every rank computes at once, as in training
+        Tensor output;
+        {  // the output gradient has the output's shape (the loss takes a one-element scale)
+          layers::Stash probe;
+          output = layer.forward(current, probe, ctx);
+        }
+        const Tensor dy = block.kind == partition::BlockKind::kSoftmaxCrossEntropy
+                              ? filled_like(Shape{1}, 1.0f)
+                              : filled_like(output.shape(), 0.01f, output.dtype());
+        const partition::BlockTimes t = time_block(layer, current, dy, ctx, request.repeats, &output, evictor);
+        measured.push_back({key, tp, micro, t.forward_s, t.input_grad_s, t.weight_grad_s});
+        output_of[key] = output;
+        current = output;
+      }
+    }
+  }
+  return measured;
+}
+
+}  // namespace
+
 void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec& spec, const BlockProfileRequest& request,
                     comm::Communicator* comm) {
   CLEAVE_CHECK(request.repeats >= 1 && request.rounds >= 1, "profile: repeats and rounds must be >= 1, got {} and {}",
                request.repeats, request.rounds);
-  CacheEvictor evictor;  // unused with warm caches
-  // rounds[r][k]: the k-th measurement (tp, micro-batch, block shape, in that order) of round r.
+  std::optional<CacheEvictor> evictor;
+  if (request.cold_caches) evictor.emplace();
+  // rounds[r][k]: the k-th measurement of round r (the same order every round).
   std::vector<std::vector<partition::MeasuredBlock>> rounds;
   for (int round = 0; round < request.rounds; ++round) {
-    std::vector<partition::MeasuredBlock>& measured = rounds.emplace_back();
-    for (int tp : request.tp_widths) {
-      ShardTimingComm shard_comm(tp);
-      layers::BuildOptions build;
-      build.tp_size = tp;
-      for (std::int64_t micro : request.micro_batches) {
-        layers::Context ctx;
-        ctx.tp_comm = tp > 1 ? &shard_comm : nullptr;
-        ctx.precision = request.precision;
-        const DType activation = request.precision == ops::Precision::kBf16 ? DType::kBF16 : DType::kF32;
-        std::map<std::string, Tensor> output_of;  // a measured shape's output feeds the next block
-        Tensor current;
-        for (std::size_t i = 0; i < spec.blocks.size(); ++i) {
-          const partition::BlockSpec& block = spec.blocks[i];
-          const std::string key = partition::block_shape_key(block);
-          if (auto it = output_of.find(key); it != output_of.end()) {
-            current = it->second;
-            continue;
-          }
-          if (!current.defined()) {
-            current = block.input_dtype == DType::kI32
-                          ? Tensor::zeros(with_batch(micro, block.input), DType::kI32, MemoryCategory::kActivations)
-                          : filled_like(with_batch(micro, block.input), 0.1f, activation);
-          }
-          auto layers = layers::build_blocks(spec, i, i + 1, build);
-          layers::Layer& layer = *layers.front();
-          if (request.precision == ops::Precision::kBf16) {  // the bf16 working copies training computes with
-            for (const auto& param : layer.params()) {
-              param->working = Tensor::empty(param->value.shape(), DType::kBF16, MemoryCategory::kParameters);
-              ops::copy(ctx, param->value, param->working);
-            }
-          }
-          if (block.kind == partition::BlockKind::kSoftmaxCrossEntropy) {
-            std::vector<std::int64_t> rows(current.shape().dims().begin(), current.shape().dims().end() - 1);
-            ctx.targets =
-                Tensor::zeros(Shape(std::span<const std::int64_t>(rows)), DType::kI32, MemoryCategory::kActivations);
-          }
-          if (comm != nullptr) comm->barrier()->wait();  // every rank computes at once, as in training
-          Tensor output;
-          {  // the output gradient has the output's shape (the loss takes a one-element scale)
-            layers::Stash probe;
-            output = layer.forward(current, probe, ctx);
-          }
-          const Tensor dy = block.kind == partition::BlockKind::kSoftmaxCrossEntropy
-                                ? filled_like(Shape{1}, 1.0f)
-                                : filled_like(output.shape(), 0.01f, output.dtype());
-          const partition::BlockTimes t = time_block(layer, current, dy, ctx, request.repeats, &output,
-                                                         request.cold_caches ? &evictor : nullptr);
-          measured.push_back({key, tp, micro, t.forward_s, t.input_grad_s, t.weight_grad_s});
-          output_of[key] = output;
-          current = output;
-        }
-      }
-    }
+    rounds.push_back(measure_round(spec, request, evictor ? &*evictor : nullptr, comm));
   }
   // Per measurement, the median over rounds of each round's median, then the mean over ranks.
   std::vector<partition::MeasuredBlock> measured = rounds.front();

@@ -5,8 +5,10 @@
 //    bf16 activations and weight working copies, as the trainer runs it): `rounds` passes over every measurement,
 //    each the median of `repeats` runs after a warm-up, and the median of the rounds. The rounds spread each
 //    measurement over the whole profile: a neighbour's burst of load on a shared machine slows one round of
-//    every measurement, not every run of one (one pass had put 30% between two profiles of the same machine). A shard's tp collectives are not run (the layers get a communicator of the right width whose
-//    collectives complete without moving data); the collectives are timed by measure_collectives. Under
+//    every measurement, not every run of one (one pass had put 30% between two profiles of the same machine).
+//    The caches are evicted before each timed pass unless the request says otherwise. A shard's tp collectives
+//    are not run (the layers get a communicator of the right width whose collectives complete without moving
+//    data); the collectives are timed by measure_collectives. Under
 //    mpirun every rank times the same blocks at the same moments (so cores are shared as in training) and the
 //    result is the mean over ranks.
 //  - measure_collectives times point-to-point (ping-pong between rank pairs, one way = half a round trip)

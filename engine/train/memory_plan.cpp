@@ -29,7 +29,7 @@ std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const pa
   widest = std::max(widest, 3.0 * static_cast<double>(shard.output_bytes) * samples);
   if (block.kind == partition::BlockKind::kTransformerBlock) {
     const double seq = static_cast<double>(block.seq_len);
-    const double ff = static_cast<double>(block.d_ff > 0 ? block.d_ff : 4 * block.in_features) / tp;
+    const double ff = static_cast<double>(block.d_ff) / tp;
     const double heads = static_cast<double>(block.n_heads) / tp;
     widest = std::max({widest, 3.0 * 4.0 * seq * ff * samples, 3.0 * 4.0 * heads * seq * seq * samples});
   }

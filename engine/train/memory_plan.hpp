@@ -41,7 +41,6 @@ struct MemoryPlan {
 
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank);
 
-
 // The message for the first pp rank whose estimate exceeds device.memory_limit (naming the rank, the
 // bytes by category, the cap and what to change), or an empty string when every rank fits or no cap is set.
 std::string memory_plan_violation(const Plan& plan, const config::RunConfig& config);

@@ -25,6 +25,7 @@
 #include "engine/train/metrics.hpp"
 #include "engine/train/trainer_state.hpp"
 #include "kernels/ops/ops.hpp"
+#include "layers/layer_util.hpp"
 #include "layers/models/builder.hpp"
 #include "pipeline/forward_only.hpp"
 
@@ -123,17 +124,8 @@ double global_mean_loss(Trainer::State& s, const pipeline::StepOutcome& outcome)
 
 }  // namespace
 
-// Mixed precision: every parameter's bf16 working copy (Param::working) := its f32 master value, rounded to
-// nearest even. Allocated once (kParameters); a no-op in fp32 runs.
-void refresh_working_copies(Trainer::State& s) {
-  if (s.context.precision != ops::Precision::kBf16) return;
-  for (const auto& p : s.params) {
-    if (!p->working.defined()) {
-      p->working = Tensor::empty(p->value.shape(), DType::kBF16, MemoryCategory::kParameters, *s.allocator);
-    }
-    ops::copy(s.context, p->value, p->working);
-  }
-}
+// Mixed precision: every parameter's bf16 working copy := its f32 master value (layers/layer_util.hpp).
+void refresh_working_copies(Trainer::State& s) { layers::refresh_working_copies(s.params, s.context); }
 
 Trainer::State::State(config::RunConfig c, comm::Communicator& w)
     : config(std::move(c)), world(w), grid(make_grid(config, w.size())), coords(grid.coords_of(w.rank())) {}

@@ -15,7 +15,8 @@
 //  - Deterministic mode: floating-point reductions combine the ranks' contributions in the canonical order
 //    of engine/core/sum_tree.hpp over ranks 0..n-1 (left to right for n <= 3; ((r0+r1)+(r2+r3)) for 4;
 //    bf16/f16 accumulate in f32 and round once), so results are bit-identical whatever
-//    algorithm or topology the library would pick. Integer reductions are exact in both modes.
+//    algorithm or topology the library would pick. Integer reductions are exact in both modes. (The MPI
+//    backend keeps the canonical order in plain mode too: its floating-point protocol is also its fastest.)
 //  - Not thread-safe: one thread at a time drives all communicators of a process (MPI_THREAD_SERIALIZED).
 //    A backend may run a helper thread of its own that never touches a Work (the MPI backend's progress
 //    thread, engine/comm/mpi/progress_thread.hpp).

@@ -44,11 +44,10 @@ class Collectives : public ::testing::TestWithParam<Mode> {
   void SetUp() override { comm_ = make_world(GetParam().deterministic, GetParam().max_message_elements); }
   int n() const { return comm_->size(); }
   int r() const { return comm_->rank(); }
-  // Per-rank block sizes beyond the piece limit are refused by reduce_scatter / all_gather, except where the
-  // rank-ordered protocol (point-to-point, cut into pieces) carries them: floats in deterministic mode and
-  // 16-bit floats always.
+  // Per-rank block sizes beyond the piece limit are refused by an integer reduce_scatter (MPI's own); point-to-
+  // point protocols cut into pieces carry the rest: every floating-point reduction and every all_gather.
   bool refused(std::int64_t per_rank, DType dtype, bool reduction) const {
-    const bool p2p = reduction && comm::is_floating(dtype) && (GetParam().deterministic || dtype != DType::kF32);
+    const bool p2p = !reduction || comm::is_floating(dtype);
     return per_rank > GetParam().max_message_elements && !p2p;
   }
   std::unique_ptr<comm::MpiCommunicator> comm_;

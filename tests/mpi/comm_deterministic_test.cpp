@@ -84,9 +84,8 @@ TEST_P(Deterministic, AllReduceEqualsOrderedSumBitForBitAcrossRepeatsAndPieces) 
   const DType dtype = GetParam();
   auto det = make_world(true);
   auto det_pieces = make_world(true, 11);
-  auto plain = make_world(false);  // 16-bit floats take the rank-ordered protocol in plain mode too
-  std::vector<comm::MpiCommunicator*> comms{det.get(), det_pieces.get()};
-  if (dtype != DType::kF32) comms.push_back(plain.get());
+  auto plain = make_world(false);  // every floating type takes the rank-ordered protocol in plain mode too
+  std::vector<comm::MpiCommunicator*> comms{det.get(), det_pieces.get(), plain.get()};
   const int n = det->size();
   const int r = det->rank();
   for (std::int64_t count : {1, 7, 4099}) {
@@ -111,17 +110,21 @@ TEST_P(Deterministic, AllReduceEqualsOrderedSumBitForBitAcrossRepeatsAndPieces) 
 TEST_P(Deterministic, ReduceScatterEqualsOrderedSumBitForBit) {
   const DType dtype = GetParam();
   auto det = make_world(true);
+  auto plain = make_world(false);
   const int n = det->size();
   const int r = det->rank();
   const std::int64_t per_rank = 2053;
   const auto expected_all = ordered_sum(n, per_rank * n, 2, dtype, false);
   const std::vector<float> expected(expected_all.begin() + r * per_rank, expected_all.begin() + (r + 1) * per_rank);
-  for (bool in_place : {false, true}) {
-    Tensor input = tensor_of(input_of(r, per_rank * n, 2, dtype), dtype);
-    Tensor output = in_place ? input.slice(r * per_rank, (r + 1) * per_rank)
-                             : Tensor::empty({per_rank}, dtype, MemoryCategory::kActivations);
-    det->reduce_scatter(input, output)->wait();
-    EXPECT_EQ(bit_mismatches(output, expected), 0) << dtype_name(dtype) << (in_place ? " in place" : "");
+  for (auto* comm : {det.get(), plain.get()}) {
+    for (bool in_place : {false, true}) {
+      Tensor input = tensor_of(input_of(r, per_rank * n, 2, dtype), dtype);
+      Tensor output = in_place ? input.slice(r * per_rank, (r + 1) * per_rank)
+                               : Tensor::empty({per_rank}, dtype, MemoryCategory::kActivations);
+      comm->reduce_scatter(input, output)->wait();
+      EXPECT_EQ(bit_mismatches(output, expected), 0)
+          << dtype_name(dtype) << (in_place ? " in place" : "") << (comm == plain.get() ? " plain mode" : "");
+    }
   }
 }
 

@@ -1,4 +1,5 @@
-// batch_p2p (a ring, an all-pairs exchange, self messages, messages cut into pieces) and split
+// batch_p2p (a ring, an all-pairs exchange, self messages, messages cut into pieces, messages beyond one 4 MiB
+// progress piece) and split
 // (sub-communicators: membership, rank order by key, collectives inside them, ranks left out).
 #include <gtest/gtest.h>
 
@@ -47,6 +48,36 @@ TEST_P(P2P, RingOfBatchP2P) {
     EXPECT_EQ(count_wrong(recv_a, left, 1), 0) << dtype_name(dtype) << " from rank " << left;
     EXPECT_EQ(count_wrong(recv_b, left, 2), 0) << "i64 from rank " << left;
   }
+}
+
+// Messages are cut into pieces of at most 4 MiB (so waits see them progress, mpi_communicator.hpp) even with
+// no max_message_elements limit: odd sizes just past one and two pieces arrive whole, in a ring and through the
+// rank-ordered reduction (whose per-peer blocks are cut the same way).
+TEST(P2PPieces, MessagesBeyondOneProgressPieceArriveWhole) {
+  auto comm = make_world(false);
+  const int n = comm->size();
+  const int r = comm->rank();
+  const int right = (r + 1) % n;
+  const int left = (r + n - 1) % n;
+  for (auto [dtype, count] : {std::pair{DType::kF32, std::int64_t{(4 << 20) / 4 + 3}},
+                              std::pair{DType::kBF16, std::int64_t{(8 << 20) / 2 + 5}}}) {
+    Tensor send = make(count, dtype);
+    Tensor recv = make(count, dtype);
+    for (std::int64_t i = 0; i < count; ++i) set_value(send, i, small_value(r, i, 3));
+    comm->batch_p2p({P2POp::send(send, right, 7), P2POp::recv(recv, left, 7)})->wait();
+    EXPECT_EQ(count_wrong(recv, left, 3), 0) << dtype_name(dtype) << " x" << count << " from rank " << left;
+  }
+  const std::int64_t count = (9 << 20) / 4 * n + 7 * n;  // every rank's block beyond two pieces
+  Tensor t = make(count, DType::kF32);
+  for (std::int64_t i = 0; i < count; ++i) set_value(t, i, small_value(r, i, 4));
+  comm->all_reduce(t, ReduceOp::kSum)->wait();
+  std::int64_t wrong = 0;
+  for (std::int64_t i = 0; i < count; ++i) {
+    double expected = 0;
+    for (int q = 0; q < n; ++q) expected += small_value(q, i, 4);
+    wrong += get_value(t, i) != expected;
+  }
+  EXPECT_EQ(wrong, 0) << "all_reduce of " << count << " f32";
 }
 
 TEST_P(P2P, AllPairsAndSelfInOneBatch) {

@@ -74,8 +74,15 @@ bool MeasuredCosts::covers(const std::string& shape, int tp) const {
   return std::any_of(blocks.begin(), blocks.end(), [&](const MeasuredBlock& b) { return b.shape == shape && b.tp == tp; });
 }
 
+double MeasuredCosts::warm_fraction(std::int64_t working_set_bytes) const {
+  if (cache_bytes_per_rank <= 0) return 0.0;
+  if (working_set_bytes <= cache_bytes_per_rank) return 1.0;
+  return static_cast<double>(cache_bytes_per_rank) / static_cast<double>(working_set_bytes);
+}
+
 BlockTimes MeasuredCosts::block_times(const BlockSpec& block, int tp, std::int64_t micro_batch,
-                                      const std::string& profile_name) const {
+                                      const std::string& profile_name, double warm) const {
+  CLEAVE_ASSERT(warm >= 0.0 && warm <= 1.0, "warm fraction {} outside [0, 1]", warm);
   const std::string shape = block_shape_key(block);
   std::vector<const MeasuredBlock*> points;
   for (const auto& b : blocks) {
@@ -86,7 +93,12 @@ BlockTimes MeasuredCosts::block_times(const BlockSpec& block, int tp, std::int64
                "on this config with the --world the plan is for",
                profile_name, shape, tp, measured_list(blocks));
   std::sort(points.begin(), points.end(), [](auto* a, auto* b) { return a->micro_batch < b->micro_batch; });
-  const auto at = [](const MeasuredBlock& b) { return BlockTimes{b.forward_s, b.input_grad_s, b.weight_grad_s}; };
+  const auto at = [warm](const MeasuredBlock& b) {
+    if (!b.has_warm()) return BlockTimes{b.forward_s, b.input_grad_s, b.weight_grad_s};
+    const auto mix = [warm](double cold, double hot) { return cold - warm * (cold - hot); };
+    return BlockTimes{mix(b.forward_s, b.warm_forward_s), mix(b.input_grad_s, b.warm_input_grad_s),
+                      mix(b.weight_grad_s, b.warm_weight_grad_s)};
+  };
   if (points.size() == 1) {
     const double scale = static_cast<double>(micro_batch) / static_cast<double>(points[0]->micro_batch);
     const BlockTimes t = at(*points[0]);
@@ -99,7 +111,9 @@ BlockTimes MeasuredCosts::block_times(const BlockSpec& block, int tp, std::int64
   const MeasuredBlock& b = *points[hi];
   const double u = static_cast<double>(micro_batch - a.micro_batch) / static_cast<double>(b.micro_batch - a.micro_batch);
   const auto lerp = [&](double x, double y) { return std::max(0.0, x + u * (y - x)); };
-  return {lerp(a.forward_s, b.forward_s), lerp(a.input_grad_s, b.input_grad_s), lerp(a.weight_grad_s, b.weight_grad_s)};
+  const BlockTimes ta = at(a), tb = at(b);
+  return {lerp(ta.forward_s, tb.forward_s), lerp(ta.input_grad_s, tb.input_grad_s),
+          lerp(ta.weight_grad_s, tb.weight_grad_s)};
 }
 
 const AlphaBeta* MeasuredCosts::collective(std::string_view op, int group) const {
@@ -135,11 +149,18 @@ AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& points, i
 json measured_to_json(const MeasuredCosts& c) {
   json blocks = json::array();
   for (const auto& b : c.blocks) {
-    blocks.push_back({{"shape", b.shape}, {"tp", b.tp}, {"micro_batch", b.micro_batch},
-                      {"forward_ms", file_number(b.forward_s * 1e3)}, {"input_grad_ms", file_number(b.input_grad_s * 1e3)},
-                      {"weight_grad_ms", file_number(b.weight_grad_s * 1e3)}});
+    json entry = {{"shape", b.shape}, {"tp", b.tp}, {"micro_batch", b.micro_batch},
+                  {"forward_ms", file_number(b.forward_s * 1e3)}, {"input_grad_ms", file_number(b.input_grad_s * 1e3)},
+                  {"weight_grad_ms", file_number(b.weight_grad_s * 1e3)}};
+    if (b.has_warm()) {
+      entry["warm_forward_ms"] = file_number(b.warm_forward_s * 1e3);
+      entry["warm_input_grad_ms"] = file_number(b.warm_input_grad_s * 1e3);
+      entry["warm_weight_grad_ms"] = file_number(b.warm_weight_grad_s * 1e3);
+    }
+    blocks.push_back(entry);
   }
   json out = {{"ranks", c.ranks}, {"threads_per_rank", c.threads_per_rank}, {"dtype", c.dtype}, {"blocks", blocks}};
+  if (c.cache_bytes_per_rank > 0) out["cache_bytes_per_rank"] = c.cache_bytes_per_rank;
   if (c.p2p) out["p2p"] = fit_to_json(*c.p2p);
   if (c.adamw_s_per_param > 0) {
     out["optimizer_ns_per_param"] = {{"adamw", file_number(c.adamw_s_per_param * 1e9)},
@@ -213,11 +234,24 @@ MeasuredCosts measured_from_json(const json& node, const std::string& file) {
     m.forward_s = number(b, "forward_ms", at, true) * 1e-3;
     m.input_grad_s = number(b, "input_grad_ms", at, true) * 1e-3;
     m.weight_grad_s = number(b, "weight_grad_ms", at, true) * 1e-3;
+    const int warm_keys = static_cast<int>(b.contains("warm_forward_ms")) + static_cast<int>(b.contains("warm_input_grad_ms")) +
+                          static_cast<int>(b.contains("warm_weight_grad_ms"));
+    CLEAVE_CHECK(warm_keys == 0 || warm_keys == 3,
+                 "{}: 'warm_forward_ms', 'warm_input_grad_ms' and 'warm_weight_grad_ms' come together (it has {} of them)",
+                 at, warm_keys);
+    if (warm_keys == 3) {
+      m.warm_forward_s = number(b, "warm_forward_ms", at, false) * 1e-3;
+      m.warm_input_grad_s = number(b, "warm_input_grad_ms", at, true) * 1e-3;
+      m.warm_weight_grad_s = number(b, "warm_weight_grad_ms", at, true) * 1e-3;
+    }
     for (const auto& other : c.blocks) {
       CLEAVE_CHECK(!(other.shape == m.shape && other.tp == m.tp && other.micro_batch == m.micro_batch),
                    "{}: '{}' at tp {} micro-batch {} is measured twice", at, m.shape, m.tp, m.micro_batch);
     }
     c.blocks.push_back(std::move(m));
+  }
+  if (node.contains("cache_bytes_per_rank")) {
+    c.cache_bytes_per_rank = static_cast<std::int64_t>(number(node, "cache_bytes_per_rank", where, false));
   }
   if (node.contains("p2p")) c.p2p = fit_from_json(node.at("p2p"), where + ".p2p");
   if (node.contains("optimizer_ns_per_param")) {

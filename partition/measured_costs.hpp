@@ -1,7 +1,9 @@
 // MeasuredCosts: what `cleave profile` measured on a machine, carried inside a hardware profile:
 //  - per block shape, tensor-parallel width and micro-batch size, the forward, input-gradient and
 //    weight-gradient times of one tp rank's shard (the real layers, the real kernels, every rank of the
-//    job busy at the same time as in training; tp collectives excluded, they are the next item);
+//    job busy at the same time as in training; tp collectives excluded, they are the next item), with the
+//    caches evicted before each pass and, optionally, again warm; with the rank's share of the last-level
+//    cache, a plan takes from the two tables by how much of its working set fits (warm_fraction);
 //  - per collective (p2p, all_reduce, reduce_scatter, all_gather) and group size, an alpha-beta fit of
 //    timed runs: seconds = latency + bytes / bandwidth, `bytes` being the buffer each rank passes in.
 // Invariant: a lookup never invents a measurement for a block shape or tp width that was not measured (it
@@ -27,7 +29,10 @@ struct MeasuredBlock {
   std::string shape;             // block_shape_key(): "transformer_block d256 h4 ff1024 T64"
   int tp = 1;
   std::int64_t micro_batch = 1;
-  double forward_s = 0, input_grad_s = 0, weight_grad_s = 0;
+  double forward_s = 0, input_grad_s = 0, weight_grad_s = 0;  // caches cold (or warm: `cleave profile --warm-caches`)
+  // The same passes run again at once, the block's weights and data still in cache; 0 = not measured.
+  double warm_forward_s = 0, warm_input_grad_s = 0, warm_weight_grad_s = 0;
+  bool has_warm() const { return warm_forward_s > 0; }
 };
 
 struct AlphaBeta {
@@ -51,13 +56,24 @@ struct MeasuredCosts {
   // Seconds per parameter of one optimizer update on this rank (every rank updating at once); 0 = not
   // measured. Keys: "adamw", "sgd" (no momentum), "sgd_momentum".
   double adamw_s_per_param = 0, sgd_s_per_param = 0, sgd_momentum_s_per_param = 0;
+  // The last-level cache each rank of the measurement had to itself (the cache over the ranks sharing it); 0 =
+  // unknown. With it and the warm tables a plan's block times depend on whether its working set fits
+  // (warm_fraction below).
+  std::int64_t cache_bytes_per_rank = 0;
 
   bool has_blocks() const { return !blocks.empty(); }
   // Whether `shape` was measured at tp width `tp` (any micro-batch).
   bool covers(const std::string& shape, int tp) const;
   // Times of `block` at (tp, micro_batch); throws Error naming `profile_name` if the shape or width is absent.
-  BlockTimes block_times(const BlockSpec& block, int tp, std::int64_t micro_batch,
-                         const std::string& profile_name) const;
+  // `warm` in [0, 1]: the share of the gap between the cold and the warm tables to take off (entries measured
+  // without a warm table keep their one time).
+  BlockTimes block_times(const BlockSpec& block, int tp, std::int64_t micro_batch, const std::string& profile_name,
+                         double warm = 0.0) const;
+  // How much of a rank's block data stays in its cache between uses, for a rank whose step touches
+  // `working_set_bytes` (parameters, gradients, stashes, workspace) over and over: cache / working set, at most 1;
+  // 0 where the cache size is unknown. A linear stand-in for the hit rate, between the cold tables (nothing left
+  // in cache, a working set far larger) and the warm ones (everything still there).
+  double warm_fraction(std::int64_t working_set_bytes) const;
   // The fit of `op` ("all_reduce", "reduce_scatter", "all_gather") for `ranks` members, or null.
   const AlphaBeta* collective(std::string_view op, int ranks) const;
 };

@@ -61,8 +61,9 @@ options:
   --repeats K           timed runs per measurement after one warm-up (default 5)
   --rounds R            passes over every measurement (default 5); each measurement is the median of its
                         rounds, so a burst of load from a neighbour slows one round, not the whole entry
-  --warm-caches         do not evict the caches before each timed pass (by default they are: in training a
-                        block's weights and inputs come from memory, not from a cache it just filled)
+  --warm-caches         time warm caches only (by default each pass runs with the caches evicted and then
+                        again at once, warm: a plan whose rank's working set fits its share of the
+                        last-level cache takes from the warm table, a large one from the cold)
   --set key=value       config override, as in cleave train
 )";
 
@@ -203,6 +204,10 @@ int run_profile(int argc, char** argv) {
   profile.measured.ranks = comm.size();
   profile.measured.threads_per_rank = threads;
   profile.measured.dtype = config.device.precision;
+  if (cold_caches) {  // both tables: the planner needs each rank's share of the cache to choose between them
+    profile.measured.cache_bytes_per_rank =
+        planner::cache_bytes_per_rank(planner::last_level_cache(), machine.ranks_on_node, threads);
+  }
   planner::measure_blocks(profile.measured, spec, request, &comm);
   planner::measure_optimizer(profile.measured, 1 << 21, repeats, rounds, &comm, request.precision);
   if (comm.size() >= 2) planner::measure_collectives(profile.measured, comm);
@@ -221,9 +226,12 @@ int run_profile(int argc, char** argv) {
     }
     profile.source = fmt::format(
         "measured by `cleave profile {}` on {} rank(s) in {:.1f} s: block tables from the real layers (median of {} "
-        "rounds of the median of {} after a warm-up, {} caches, mean over ranks); {}; device memory = physical "
+        "rounds of the median of {} after a warm-up, {}, mean over ranks); {}; device memory = physical "
         "memory / {} ranks. Before that: {}",
-        config_path, comm.size(), seconds, rounds, repeats, cold_caches ? "cold" : "warm",
+        config_path, comm.size(), seconds, rounds, repeats,
+        cold_caches ? fmt::format("cold caches and again warm; {} of last-level cache per rank",
+                                  format_bytes(profile.measured.cache_bytes_per_rank))
+                    : std::string("warm caches"),
         comm.size() >= 2 ? "P2P and collective fits from timed runs of 4 KiB..4 MiB (the link entries are the P2P "
                            "fit; inter_node repeats it: one node measured)"
                          : "no collectives measured (one rank; run under mpirun for them): links are defaults",
@@ -231,10 +239,15 @@ int run_profile(int argc, char** argv) {
     std::ofstream out(out_path);
     out << planner::profile_to_json(profile).dump(2) << "\n";
     CLEAVE_CHECK(out.good(), "profile: could not write {}", out_path);
-    std::printf("%-44s %3s %6s %10s %10s %10s\n", "block", "tp", "micro", "fwd ms", "igrad ms", "wgrad ms");
+    std::printf("%-44s %3s %6s %10s %10s %10s %s\n", "block", "tp", "micro", "fwd ms", "igrad ms", "wgrad ms",
+                cold_caches ? "  (warm: fwd igrad wgrad)" : "");
     for (const auto& b : profile.measured.blocks) {
-      std::printf("%-44s %3d %6lld %10.3f %10.3f %10.3f\n", b.shape.c_str(), b.tp, static_cast<long long>(b.micro_batch),
+      std::printf("%-44s %3d %6lld %10.3f %10.3f %10.3f", b.shape.c_str(), b.tp, static_cast<long long>(b.micro_batch),
                   b.forward_s * 1e3, b.input_grad_s * 1e3, b.weight_grad_s * 1e3);
+      if (b.has_warm()) {
+        std::printf("   %8.3f %8.3f %8.3f", b.warm_forward_s * 1e3, b.warm_input_grad_s * 1e3, b.warm_weight_grad_s * 1e3);
+      }
+      std::printf("\n");
     }
     const auto print_fit = [](const char* op, const partition::AlphaBeta& f) {
       std::printf("%-16s ranks %2d: latency %8.1f us, bandwidth %7.2f GB/s\n", op, f.ranks, f.latency_s * 1e6,

@@ -119,9 +119,13 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
   }
   est.valid = true;
 
-  // Memory: the trainer's own estimate for every pp rank.
+  // Memory: the trainer's own estimate for every pp rank. What a rank touches over and over in a step (all of it
+  // but the optimizer state, which only the optimizer step reads) decides how warm its caches stay.
+  std::vector<std::int64_t> working_set(static_cast<std::size_t>(choice.pp), 0);
   for (int r = 0; r < choice.pp; ++r) {
     const train::MemoryPlan memory = train::estimate_rank_memory(plan, config, r);
+    working_set[static_cast<std::size_t>(r)] =
+        memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
     if (details) details->memory_plan.push_back(memory.bytes);
     if (memory.total() > est.peak_bytes) {
       est.peak_bytes = memory.total();
@@ -179,12 +183,13 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
   for (int s = 0; s < num_stages; ++s) {
     const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
     StageParts& p = parts[static_cast<std::size_t>(s)];
+    const double warm = measured.warm_fraction(working_set[static_cast<std::size_t>(plan.stage_to_rank(s))]);
     double grad_bytes = 0;
     for (int b = range.begin; b < range.end; ++b) {
       const auto& c = costs[static_cast<std::size_t>(b)];
       const auto& block = plan.spec.blocks[static_cast<std::size_t>(b)];
       if (use_table) {
-        const partition::BlockTimes t = measured.block_times(block, choice.tp, choice.micro_batch, profile.name);
+        const partition::BlockTimes t = measured.block_times(block, choice.tp, choice.micro_batch, profile.name, warm);
         // Recomputation reruns part of the forward inside I: its share of the measured forward time.
         const auto& plain = plain_costs[static_cast<std::size_t>(b)];
         const double rerun = plain.forward_flops > 0 ? (c.input_grad_flops - plain.input_grad_flops) / plain.forward_flops : 0.0;

@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <thread>
 
 #include <fmt/format.h>
 
@@ -98,10 +101,69 @@ double max_over_ranks(double value, comm::Communicator& comm) {
 
 }  // namespace
 
-CacheEvictor::CacheEvictor() {
+namespace {
+
+// A sysfs cache attribute of cpu0's cache `index` ("" when absent).
+std::string cache_attribute(int index, const char* name) {
+  std::ifstream in(fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/{}", index, name));
+  std::string value;
+  std::getline(in, value);
+  return value;
+}
+
+// "0-1,4,6-7" -> 5.
+int count_cpus(const std::string& list) {
+  int count = 0;
+  std::stringstream in(list);
+  std::string range;
+  while (std::getline(in, range, ',')) {
+    const auto dash = range.find('-');
+    try {
+      count += dash == std::string::npos ? 1 : std::stoi(range.substr(dash + 1)) - std::stoi(range.substr(0, dash)) + 1;
+    } catch (const std::exception&) {
+      return 0;
+    }
+  }
+  return count;
+}
+
+}  // namespace
+
+CacheInfo last_level_cache() {
+  // sysfs names the cache the CPU has (an AMD EPYC VM here: 32 MiB shared by 2 CPUs, where sysconf says 256 MiB,
+  // the whole package's).
+  CacheInfo best;
+  int best_level = 0;
+  for (int index = 0; index < 8; ++index) {
+    const std::string level = cache_attribute(index, "level"), size = cache_attribute(index, "size");
+    if (level.empty() || size.empty()) continue;
+    try {
+      const int l = std::stoi(level);
+      std::int64_t bytes = std::stoll(size);
+      if (size.back() == 'K') bytes <<= 10;
+      if (size.back() == 'M') bytes <<= 20;
+      if (l > best_level && bytes > 0) {
+        best_level = l;
+        best = {bytes, std::max(1, count_cpus(cache_attribute(index, "shared_cpu_list")))};
+      }
+    } catch (const std::exception&) {
+      continue;
+    }
+  }
+  if (best.bytes > 0) return best;
   const long l3 = ::sysconf(_SC_LEVEL3_CACHE_SIZE);
-  const std::int64_t bytes = std::clamp<std::int64_t>(l3 > 0 ? 2 * static_cast<std::int64_t>(l3) : 64 << 20, 8 << 20,
-                                                      256 << 20);
+  return l3 > 0 ? CacheInfo{l3, static_cast<int>(std::max(1u, std::thread::hardware_concurrency()))} : CacheInfo{};
+}
+
+std::int64_t cache_bytes_per_rank(const CacheInfo& cache, int ranks_on_node, int threads_per_rank) {
+  if (cache.bytes <= 0) return 0;
+  const int sharing = std::clamp(cache.shared_by_cpus / std::max(1, threads_per_rank), 1, std::max(1, ranks_on_node));
+  return cache.bytes / sharing;
+}
+
+CacheEvictor::CacheEvictor() {
+  const std::int64_t l3 = last_level_cache().bytes;
+  const std::int64_t bytes = std::clamp<std::int64_t>(l3 > 0 ? 2 * l3 : 64 << 20, 8 << 20, 256 << 20);
   buffer_.assign(static_cast<std::size_t>(bytes) / sizeof(float), 1.0f);
 }
 
@@ -113,13 +175,13 @@ void CacheEvictor::evict() {
 }
 
 partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Tensor& dy, layers::Context& ctx,
-                                 int repeats, Tensor* output, CacheEvictor* evictor) {
+                                 int repeats, Tensor* output, CacheEvictor* evictor, partition::BlockTimes* warm) {
   CLEAVE_CHECK(repeats >= 1, "profile: repeats must be >= 1, got {}", repeats);
-  const auto evict = [evictor] {
-    if (evictor != nullptr) evictor->evict();
-  };
-  std::vector<double> f, bi, bw;
-  for (int rep = 0; rep <= repeats; ++rep) {
+  // One forward, input-gradient and weight-gradient pass, each timed alone; `cold` evicts the caches before each.
+  const auto pass = [&](bool cold) {
+    const auto evict = [&] {
+      if (cold && evictor != nullptr) evictor->evict();
+    };
     layers::Stash stash;
     evict();
     auto start = clock::now();
@@ -134,9 +196,18 @@ partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Te
     layer.backward_weight(stash, ctx);
     const double tw = since(start);
     if (output != nullptr) *output = y;
+    return partition::BlockTimes{tf, ti, tw};
+  };
+  const bool both = evictor != nullptr && warm != nullptr;
+  std::vector<double> f, bi, bw, wf, wi, ww;
+  for (int rep = 0; rep <= repeats; ++rep) {
+    const partition::BlockTimes t = pass(true);
+    const partition::BlockTimes w = both ? pass(false) : partition::BlockTimes{};
     if (rep == 0) continue;  // untimed: first touch of buffers, thread pool start
-    f.push_back(tf), bi.push_back(ti), bw.push_back(tw);
+    f.push_back(t.forward_s), bi.push_back(t.input_grad_s), bw.push_back(t.weight_grad_s);
+    wf.push_back(w.forward_s), wi.push_back(w.input_grad_s), ww.push_back(w.weight_grad_s);
   }
+  if (both) *warm = {median(wf), median(wi), median(ww)};
   return {median(f), median(bi), median(bw)};
 }
 
@@ -187,8 +258,10 @@ std::vector<partition::MeasuredBlock> measure_round(const partition::ModelSpec& 
         const Tensor dy = block.kind == partition::BlockKind::kSoftmaxCrossEntropy
                               ? filled_like(Shape{1}, 1.0f)
                               : filled_like(output.shape(), 0.01f, output.dtype());
-        const partition::BlockTimes t = time_block(layer, current, dy, ctx, request.repeats, &output, evictor);
-        measured.push_back({key, tp, micro, t.forward_s, t.input_grad_s, t.weight_grad_s});
+        partition::BlockTimes warm;
+        const partition::BlockTimes t = time_block(layer, current, dy, ctx, request.repeats, &output, evictor, &warm);
+        measured.push_back({key, tp, micro, t.forward_s, t.input_grad_s, t.weight_grad_s, warm.forward_s,
+                            warm.input_grad_s, warm.weight_grad_s});
         output_of[key] = output;
         current = output;
       }
@@ -214,17 +287,22 @@ void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec&
   std::vector<partition::MeasuredBlock> measured = rounds.front();
   std::vector<double> values;
   for (std::size_t k = 0; k < measured.size(); ++k) {
-    std::vector<double> f, bi, bw;
+    std::vector<std::vector<double>> v(6);
     for (const auto& round : rounds) {
-      f.push_back(round[k].forward_s), bi.push_back(round[k].input_grad_s), bw.push_back(round[k].weight_grad_s);
+      const auto& m = round[k];
+      const double all[] = {m.forward_s, m.input_grad_s, m.weight_grad_s, m.warm_forward_s, m.warm_input_grad_s,
+                            m.warm_weight_grad_s};
+      for (std::size_t j = 0; j < v.size(); ++j) v[j].push_back(all[j]);
     }
-    values.insert(values.end(), {median(f), median(bi), median(bw)});
+    for (const auto& x : v) values.push_back(median(x));
   }
   mean_over_ranks(values, comm);
   for (std::size_t k = 0; k < measured.size(); ++k) {
-    measured[k].forward_s = values[3 * k], measured[k].input_grad_s = values[3 * k + 1];
-    measured[k].weight_grad_s = values[3 * k + 2];
-    costs.blocks.push_back(measured[k]);
+    auto& m = measured[k];
+    const double* x = &values[6 * k];
+    m.forward_s = x[0], m.input_grad_s = x[1], m.weight_grad_s = x[2];
+    m.warm_forward_s = x[3], m.warm_input_grad_s = x[4], m.warm_weight_grad_s = x[5];  // 0 when not measured
+    costs.blocks.push_back(m);
   }
 }
 

@@ -36,15 +36,28 @@ struct BlockProfileRequest {
   int repeats = 5;
   int rounds = 5;  // passes over every measurement; a measurement is the median of its rounds' medians
   ops::Precision precision = ops::Precision::kFp32;  // kBf16: mixed precision, as the trainer runs it
-  // Evict the caches before every timed pass (CacheEvictor). A training step's working set (every block's
-  // weights, gradients, optimizer state and stashes) is far larger than the last-level cache, so a block's
-  // weights and inputs come from memory; a block timed again and again keeps them in cache and runs faster
-  // (5-25% for the d256 GPT here against the same block's passes inside training, `cleave bench`).
+  // Evict the caches before every timed pass (CacheEvictor), and time each pass a second time at once, warm:
+  // the blocks carry both tables. A large model's step touches far more than the last-level cache (every block's
+  // weights, gradients and stashes), so its blocks run cold; a small stage's working set can stay in cache
+  // between micro-batches (the d256 GPT's block ran 9-29% slower cold than warm at micro-batch 1, 0-8% at 8).
+  // The planner takes from each table by how much of the rank's working set fits its share of the cache
+  // (MeasuredCosts::warm_fraction). false: warm only (`cleave profile --warm-caches`), one table.
   bool cold_caches = true;
 };
 
-// Reads a buffer twice the last-level cache (sysconf; 64 MiB when unknown) so that what a timed pass touches
-// next comes from memory, as in a training step.
+// The last-level cache of the CPU this process runs on: its size and how many CPUs share it (sysfs, else
+// sysconf with every CPU sharing it; 0 bytes when neither knows).
+struct CacheInfo {
+  std::int64_t bytes = 0;
+  int shared_by_cpus = 1;
+};
+CacheInfo last_level_cache();
+// Each rank's share of that cache when `ranks_on_node` ranks of `threads_per_rank` threads run: the cache over the
+// ranks that share one (at most its CPUs / threads per rank).
+std::int64_t cache_bytes_per_rank(const CacheInfo& cache, int ranks_on_node, int threads_per_rank);
+
+// Reads a buffer twice the last-level cache (64 MiB when unknown) so that what a timed pass touches next comes
+// from memory, as in a training step.
 class CacheEvictor {
  public:
   CacheEvictor();
@@ -57,9 +70,11 @@ class CacheEvictor {
 
 // Medians of `repeats` timed forward / backward_input / backward_weight runs of `layer` on `x` with output
 // gradient `dy`, after one untimed run (first touch of buffers, thread pool start). `output`, when given,
-// receives the last forward's output. `evictor`, when given, evicts the caches before each timed pass.
+// receives the last forward's output. `evictor`, when given, evicts the caches before each timed pass; then
+// `warm`, when given, receives the medians of the same passes run again right after each cold one.
 partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Tensor& dy, layers::Context& ctx,
-                                 int repeats, Tensor* output = nullptr, CacheEvictor* evictor = nullptr);
+                                 int repeats, Tensor* output = nullptr, CacheEvictor* evictor = nullptr,
+                                 partition::BlockTimes* warm = nullptr);
 
 // Appends to costs.blocks; `comm` (null = this process alone) averages the ranks' medians.
 void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec& spec, const BlockProfileRequest& request,

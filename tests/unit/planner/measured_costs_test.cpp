@@ -120,6 +120,9 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
   p.measured.adamw_s_per_param = 2.5e-9;
   p.measured.sgd_s_per_param = 0.5e-9;
   p.measured.sgd_momentum_s_per_param = 1e-9;
+  p.measured.cache_bytes_per_rank = 16 << 20;
+  p.measured.blocks[1].warm_forward_s = 1.5e-3, p.measured.blocks[1].warm_input_grad_s = 2.5e-3;
+  p.measured.blocks[1].warm_weight_grad_s = 0.25e-3;
   const std::string first = (dir_ / "p1.json").string(), second = (dir_ / "p2.json").string();
   std::ofstream(first) << profile_to_json(p).dump(2);
   const HardwareProfile loaded = load_profile(first);
@@ -138,6 +141,9 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
     EXPECT_EQ(q->device_memory, p.device_memory);
     EXPECT_EQ(q->measured.ranks, 2);
     EXPECT_NEAR(q->measured.adamw_s_per_param, 2.5e-9, 1e-20);
+    EXPECT_EQ(q->measured.cache_bytes_per_rank, 16 << 20);
+    EXPECT_NEAR(q->measured.blocks[1].warm_input_grad_s, 2.5e-3, 1e-15);
+    EXPECT_FALSE(q->measured.blocks[0].has_warm());
   }
   EXPECT_EQ(profile_to_json(loaded).dump(), profile_to_json(again).dump());
   // A table entry measured twice is refused.
@@ -145,6 +151,17 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
   text["measured"]["blocks"].push_back(text["measured"]["blocks"][0]);
   std::ofstream((dir_ / "dup.json").string()) << text.dump();
   EXPECT_THROW(load_profile((dir_ / "dup.json").string()), Error);
+  // A warm table comes whole: one warm time without the others is refused by name.
+  auto partial = profile_to_json(p);
+  partial["measured"]["blocks"][1].erase("warm_weight_grad_ms");
+  std::ofstream((dir_ / "partial.json").string()) << partial.dump();
+  try {
+    load_profile((dir_ / "partial.json").string());
+    FAIL() << "a block with two of its three warm times was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("warm_weight_grad_ms"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("blocks[1]"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(MeasuredProfile, PlannerTimesAStepFromTheTable) {
@@ -169,6 +186,53 @@ TEST_F(MeasuredProfile, PlannerTimesAStepFromTheTable) {
   EXPECT_FALSE(e2.valid);
   EXPECT_NE(e2.reason.find("no measurement at tensor-parallel width 2"), std::string::npos) << e2.reason;
   EXPECT_FALSE(search_plans(config_, {}, p, SearchOptions{2, 0}).ranked.empty());
+}
+
+// Cold and warm tables: a plan takes from each by how much of its rank's working set fits the rank's cache.
+TEST_F(MeasuredProfile, WarmTableCountsByTheShareOfTheWorkingSetInCache) {
+  HardwareProfile p = table_profile();
+  for (auto& b : p.measured.blocks) {  // warm = half the cold time
+    b.warm_forward_s = b.forward_s / 2, b.warm_input_grad_s = b.input_grad_s / 2;
+    b.warm_weight_grad_s = b.weight_grad_s / 2;
+  }
+  const partition::BlockSpec& block = spec_.blocks[1];
+  const auto cold = p.measured.block_times(block, 1, 2, "t", 0.0);
+  const auto warm = p.measured.block_times(block, 1, 2, "t", 1.0);
+  const auto half = p.measured.block_times(block, 1, 2, "t", 0.5);
+  EXPECT_NEAR(cold.forward_s, 3e-3, 1e-12);  // 1 ms + 1 ms x 2 (interpolated between m1 and m4)
+  EXPECT_NEAR(warm.forward_s, cold.forward_s / 2, 1e-12);
+  EXPECT_NEAR(half.input_grad_s, 0.75 * cold.input_grad_s, 1e-12);
+  // The share: the cache over the working set, at most 1; nothing where the cache is unknown.
+  EXPECT_EQ(p.measured.warm_fraction(1000), 0.0);
+  p.measured.cache_bytes_per_rank = 1000;
+  EXPECT_EQ(p.measured.warm_fraction(800), 1.0);
+  EXPECT_EQ(p.measured.warm_fraction(4000), 0.25);
+  // The planner: a cache larger than any working set gives the warm step (half of 256 ms, by hand as in
+  // PlannerTimesAStepFromTheTable), a tiny one nearly the cold step.
+  PlanChoice c;
+  c.micro_batch = 2;
+  c.global_batch = 8;
+  p.measured.cache_bytes_per_rank = 1LL << 40;
+  EXPECT_NEAR(estimate_plan(config_, {}, c, p, SearchOptions{1, 0}).step_s, 0.128, 1e-9);
+  p.measured.cache_bytes_per_rank = 1;
+  EXPECT_NEAR(estimate_plan(config_, {}, c, p, SearchOptions{1, 0}).step_s, 0.256, 1e-6);
+  // Without a warm table the cache changes nothing.
+  const HardwareProfile cold_only = table_profile();
+  HardwareProfile big_cache = cold_only;
+  big_cache.measured.cache_bytes_per_rank = 1LL << 40;
+  EXPECT_NEAR(estimate_plan(config_, {}, c, big_cache, SearchOptions{1, 0}).step_s, 0.256, 1e-9);
+}
+
+TEST(CacheShare, EachRankGetsTheCacheOverTheRanksSharingIt) {
+  const CacheInfo l3{32 << 20, 2};  // this project's machine: 32 MiB shared by 2 CPUs
+  EXPECT_EQ(cache_bytes_per_rank(l3, 2, 1), 16 << 20);
+  EXPECT_EQ(cache_bytes_per_rank(l3, 1, 1), 32 << 20);  // one rank alone keeps all of it
+  EXPECT_EQ(cache_bytes_per_rank(l3, 1, 2), 32 << 20);  // one rank of 2 threads on both CPUs
+  EXPECT_EQ(cache_bytes_per_rank(CacheInfo{32 << 20, 8}, 16, 2), 8 << 20);  // 4 ranks of 2 threads share each
+  EXPECT_EQ(cache_bytes_per_rank(CacheInfo{}, 2, 1), 0);
+  const CacheInfo here = last_level_cache();  // whatever this machine has, it is a size and a CPU count
+  EXPECT_GE(here.bytes, 0);
+  EXPECT_GE(here.shared_by_cpus, 1);
 }
 
 TEST_F(MeasuredProfile, DataParallelReductionUsesTheMeasuredCollective) {
@@ -226,11 +290,16 @@ TEST_F(MeasuredProfile, MeasurementTimesEveryBlockAtEachWidth) {
     EXPECT_TRUE(costs.covers(partition::block_shape_key(block), 1));
     EXPECT_TRUE(costs.covers(partition::block_shape_key(block), 2));
   }
-  // Warm caches (no eviction before each pass) measure the same entries.
+  // Cold caches (the default) also time each pass warm, right after; warm only (--warm-caches) has one table.
+  for (const auto& b : costs.blocks) {
+    EXPECT_TRUE(b.has_warm()) << b.shape << " m" << b.micro_batch;
+    if (b.shape.starts_with("transformer_block")) EXPECT_GT(b.warm_weight_grad_s, 0.0) << b.shape;
+  }
   partition::MeasuredCosts warm;
   request.cold_caches = false;
   measure_blocks(warm, spec_, request, nullptr);
   ASSERT_EQ(warm.blocks.size(), costs.blocks.size());
+  for (const auto& b : warm.blocks) EXPECT_FALSE(b.has_warm()) << b.shape;
   request.rounds = 0;
   EXPECT_THROW(measure_blocks(costs, spec_, request, nullptr), Error);
   EXPECT_THROW(measure_optimizer(costs, 64, 1, 0, nullptr), Error);

@@ -154,6 +154,25 @@ Parts parts_of(const BlockSpec& b) {
   CLEAVE_ASSERT(false, "unknown BlockKind {}", static_cast<int>(b.kind));
 }
 
+// BlockCost::backward_extra_bytes of a block whose other fields `cost` (one tp rank's) are set.
+std::int64_t backward_extra(const BlockSpec& block, const BlockCost& cost, Recompute recompute, int tp,
+                            std::int64_t b) {
+  if (block.kind == BlockKind::kTransformerBlock) {
+    const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff, h = block.n_heads;
+    const std::int64_t mlp = (2 * t * f / tp + t * d) * b;
+    std::int64_t attention = (4 * t * d + 4 * t * d / tp) * b;
+    if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;  // the probabilities
+    std::int64_t extra = std::max(mlp, attention);
+    if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - t * d * b;  // input kept, shared
+    return extra;
+  }
+  // Any other block: dy and the input gradient it returns (none for token ids).
+  const bool float_input = block.kind != BlockKind::kEmbedding;
+  std::int64_t input = float_input ? block.input.numel() * b : 0;
+  if (tp > 1 && block.kind == BlockKind::kSoftmaxCrossEntropy) input /= tp;  // vocab-parallel logits
+  return cost.output_bytes + input;
+}
+
 }  // namespace
 
 std::string_view recompute_name(Recompute recompute) {
@@ -244,6 +263,7 @@ BlockCost block_cost(const BlockSpec& block, DType dtype, Recompute recompute, i
       default: break;  // embedding (ids; output whole after its all-reduce), final LayerNorm: replicated
     }
   }
+  cost.backward_extra_bytes = backward_extra(block, cost, recompute, tp, b);
   return cost;
 }
 

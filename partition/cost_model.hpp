@@ -78,6 +78,13 @@ struct BlockCost {
   // schedules): each weight's input and output gradient and the norms' statistics; the forward stash's
   // other tensors are freed by backward_input (a recomputed block has rebuilt its stash by then).
   std::int64_t weight_stash_bytes = 0;
+  // Per sample: the most activation bytes live while backward_input runs beyond the block's forward stash: its
+  // output gradient dy, the gradients it allocates (a transformer block: GELU's input and output gradients in
+  // the MLP, 2·T·d_ff + T·d, or the attention's dy, dm, dx1, da, dout and dqkv, 4·T·d + 4·T·d/tp, whichever
+  // is larger) and, under recomputation, the stash it rebuilds (selective: the probabilities, in the attention
+  // part; full: everything but the kept input). Counted from allocator snapshots at the peak of one rank's
+  // 1F1B step (tests/e2e/recompute_test.cpp's model and two variants).
+  std::int64_t backward_extra_bytes = 0;
 
   double backward_flops() const { return input_grad_flops + weight_grad_flops; }
   double total_flops() const { return forward_flops + input_grad_flops + weight_grad_flops; }

@@ -276,24 +276,14 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
   bd.idle_s = std::max(0.0, est.step_s - bd.compute_s - bd.tp_comm_s - bd.dp_comm_s - bd.optimizer_s);
   if (details) {
     // Memory over the step per pp rank: static categories plus the activations the timeline holds.
-    std::vector<double> stash(static_cast<std::size_t>(num_stages), 0.0), transient(stash.size(), 0.0),
-        weight_stash(stash.size(), 0.0), fused(stash.size(), 0.0);
     const double per_micro = micro / (bf16 ? 2.0 : 1.0);
     // One tp rank's activations (the cost model's tp layout), as the memory plan counts them.
     const auto shard = partition::model_costs(plan.spec, DType::kF32, partition::parse_recompute(choice.recompute), choice.tp);
+    std::vector<train::StageBackwardMemory> stage_memory;
     for (int s = 0; s < num_stages; ++s) {
       const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
-      for (int b = range.begin; b < range.end; ++b) {
-        stash[static_cast<std::size_t>(s)] += static_cast<double>(shard[static_cast<std::size_t>(b)].activation_bytes) * per_micro;
-        const auto& c = shard[static_cast<std::size_t>(b)];
-        weight_stash[static_cast<std::size_t>(s)] += static_cast<double>(c.weight_stash_bytes) * per_micro;
-        fused[static_cast<std::size_t>(s)] = std::max(
-            fused[static_cast<std::size_t>(s)],
-            static_cast<double>(std::max(c.recompute_transient_bytes, c.weight_stash_bytes - c.activation_bytes)) * per_micro);
-        transient[static_cast<std::size_t>(s)] = std::max(
-            transient[static_cast<std::size_t>(s)],
-            static_cast<double>(shard[static_cast<std::size_t>(b)].recompute_transient_bytes) * per_micro);
-      }
+      stage_memory.push_back(train::stage_backward_memory(
+          std::vector<partition::BlockCost>(shard.begin() + range.begin, shard.begin() + range.end)));
     }
     for (std::size_t r = 0; r < result.timeline.ranks.size(); ++r) {
       const auto& plan_bytes = details->memory_plan[r];
@@ -306,18 +296,20 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
       std::vector<std::pair<double, double>> events;  // (time, delta bytes)
       for (const auto& a : result.timeline.ranks[r]) {
         if (a.action.stage < 0) continue;
-        const double act = stash[static_cast<std::size_t>(a.action.stage)];
-        const double tr = transient[static_cast<std::size_t>(a.action.stage)];
-        const double held_for_w = weight_stash[static_cast<std::size_t>(a.action.stage)];
+        const train::StageBackwardMemory& sm = stage_memory[static_cast<std::size_t>(a.action.stage)];
+        const double act = static_cast<double>(sm.forward_stash) * per_micro;
+        const double held_for_w = static_cast<double>(sm.weight_stash) * per_micro;
         switch (a.action.kind) {
           case pipeline::ActionKind::kForward: events.push_back({a.start, act}); break;
-          case pipeline::ActionKind::kBackwardInput:
-            events.push_back({a.start, tr});
-            events.push_back({a.end, held_for_w - act - tr});
+          case pipeline::ActionKind::kBackwardInput: {  // each block's backward holds its extra while it runs
+            const double extra = static_cast<double>(sm.input_peak) * per_micro;
+            events.push_back({a.start, extra});
+            events.push_back({a.end, held_for_w - act - extra});
             break;
+          }
           case pipeline::ActionKind::kBackwardWeight: events.push_back({a.end, -held_for_w}); break;
-          case pipeline::ActionKind::kBackward: {  // each block's I then W: one block's extra at a time
-            const double extra = fused[static_cast<std::size_t>(a.action.stage)];
+          case pipeline::ActionKind::kBackward: {
+            const double extra = static_cast<double>(sm.fused_peak) * per_micro;
             events.push_back({a.start, extra});
             events.push_back({a.end, -act - extra});
             break;

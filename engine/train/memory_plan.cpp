@@ -38,6 +38,23 @@ std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const pa
 
 }  // namespace
 
+StageBackwardMemory stage_backward_memory(const std::vector<partition::BlockCost>& blocks) {
+  StageBackwardMemory m;
+  for (const auto& b : blocks) m.forward_stash += b.activation_bytes, m.weight_stash += b.weight_stash_bytes;
+  // Backward visits the blocks last to first. The stage's last block's dy is the boundary tensor received,
+  // counted with the transfers in flight, not again here.
+  std::int64_t input_offset = 0, fused_offset = 0;  // held above the action's start when block b begins
+  for (std::size_t k = blocks.size(); k-- > 0;) {
+    const auto& b = blocks[k];
+    const std::int64_t extra = b.backward_extra_bytes - (k + 1 == blocks.size() ? b.output_bytes : 0);
+    m.input_peak = std::max(m.input_peak, input_offset + extra);
+    m.fused_peak = std::max(m.fused_peak, fused_offset + extra);
+    input_offset += b.weight_stash_bytes - b.activation_bytes;  // I keeps what W needs
+    fused_offset -= b.activation_bytes;                         // B's W frees the block's stash
+  }
+  return m;
+}
+
 std::int64_t MemoryPlan::total() const {
   std::int64_t sum = 0;
   for (auto b : bytes) sum += b;
@@ -65,13 +82,8 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   const bool bf16 = config.device.precision == "bf16";
   const bool widens = bf16 && config.device.type == "cpu";  // see cpu_bf16_widening_bytes
   std::int64_t param_bytes = 0, largest_output = 0, boundary = 0, widening = 0;
-  // Per stage held by this rank, per sample: the forward stash, what split backward keeps from I until W,
-  // and the largest recomputed block's rebuilt stash (alive while that block's backward runs).
-  std::vector<std::int64_t> forward_stash(static_cast<std::size_t>(plan.num_stages()), 0);
-  std::vector<std::int64_t> weight_stash(forward_stash.size(), 0), transient(forward_stash.size(), 0);
-  // A fused B runs each block's I then W (pipeline/stage_module.hpp): on top of the stage's forward stash, one
-  // block at a time holds its rebuilt stash (recomputation) or what its W needs beyond its forward stash.
-  std::vector<std::int64_t> fused_extra(forward_stash.size(), 0);
+  // Per stage held by this rank, per sample: its blocks' costs in model order (one tp rank's).
+  std::vector<std::vector<partition::BlockCost>> stage_blocks(static_cast<std::size_t>(plan.num_stages()));
   // With tied embeddings the token table appears in the embedding's and the head's cost; a rank holding
   // both (ZB-V) shares one Param, so the second occurrence adds only what is not the table.
   const bool tied = !plan.spec.tied_parameters.empty();
@@ -80,7 +92,6 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   for (int stage = 0; stage < plan.num_stages(); ++stage) {
     if (plan.stage_to_rank(stage) != pp_rank) continue;
     const auto& range = plan.partition.stages[static_cast<std::size_t>(stage)];
-    const auto si = static_cast<std::size_t>(stage);
     for (int b = range.begin; b < range.end; ++b) {
       const auto& block = plan.spec.blocks[static_cast<std::size_t>(b)];
       const auto& c = costs[static_cast<std::size_t>(b)];
@@ -89,10 +100,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       param_bytes += holds_table && table_seen ? c.param_bytes - table_bytes : c.param_bytes;
       table_seen = table_seen || holds_table;
       const auto& a = shard[static_cast<std::size_t>(b)];
-      forward_stash[si] += a.activation_bytes;
-      weight_stash[si] += a.weight_stash_bytes;
-      transient[si] = std::max(transient[si], a.recompute_transient_bytes);
-      fused_extra[si] = std::max({fused_extra[si], a.recompute_transient_bytes, a.weight_stash_bytes - a.activation_bytes});
+      stage_blocks[static_cast<std::size_t>(stage)].push_back(a);
       largest_output = std::max(largest_output, a.output_bytes);
       if (widens) {
         widening = std::max(widening, cpu_bf16_widening_bytes(block, a, recompute, tp, micro));
@@ -104,25 +112,29 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       boundary = std::max(boundary, costs[static_cast<std::size_t>(range.end - 1)].output_bytes);
     }
   }
+  std::vector<StageBackwardMemory> stage_memory(stage_blocks.size());
+  for (std::size_t si = 0; si < stage_blocks.size(); ++si) {
+    if (!stage_blocks[si].empty()) stage_memory[si] = stage_backward_memory(stage_blocks[si]);
+  }
   const auto& actions = plan.schedule.ranks[static_cast<std::size_t>(pp_rank)];
   const int live = std::max(1, pipeline::peak_activations(actions));
   // The rank runs its actions in order: walk them, F adding a stage's forward stash, I trading it for what W
-  // needs, W (or a fused B) freeing it; a recomputed block's rebuilt stash is counted on top while I runs, and
-  // while a fused B runs the largest one block holds beyond its forward stash.
+  // needs, W or a fused B freeing it; inside I and B each block's backward holds its extra (the stage summary
+  // above says how high that goes above what was held when the action started).
   std::int64_t held = 0, peak_stash = 0;
   for (const auto& a : actions) {
     if (a.stage < 0) continue;
-    const auto si = static_cast<std::size_t>(a.stage);
+    const StageBackwardMemory& sm = stage_memory[static_cast<std::size_t>(a.stage)];
     switch (a.kind) {
-      case pipeline::ActionKind::kForward: held += forward_stash[si]; break;
+      case pipeline::ActionKind::kForward: held += sm.forward_stash; break;
       case pipeline::ActionKind::kBackwardInput:
-        peak_stash = std::max(peak_stash, held + transient[si]);
-        held += weight_stash[si] - forward_stash[si];
+        peak_stash = std::max(peak_stash, held + sm.input_peak);
+        held += sm.weight_stash - sm.forward_stash;
         break;
-      case pipeline::ActionKind::kBackwardWeight: held -= weight_stash[si]; break;
+      case pipeline::ActionKind::kBackwardWeight: held -= sm.weight_stash; break;
       case pipeline::ActionKind::kBackward:
-        peak_stash = std::max(peak_stash, held + fused_extra[si]);
-        held -= forward_stash[si];
+        peak_stash = std::max(peak_stash, held + sm.fused_peak);
+        held -= sm.forward_stash;
         break;
       default: break;
     }

@@ -10,12 +10,11 @@
 //   activations      the peak, over the rank's actions in schedule order, of the stashes held: F adds a
 //                    stage's forward stash (cost model: exactly what forward() keeps under train.recompute),
 //                    I trades it for what W needs (weight_stash_bytes: inputs and output gradients of the
-//                    weights), W or a fused B frees it, and a recomputed block's rebuilt stash counts on top
-//                    while its I runs (a fused B: the most one block holds beyond its forward stash, as B runs
-//                    each block's I then W); × micro-batch; plus boundary tensors in flight (two receives
-//                    posted ahead, and sends until they complete: at most one per live micro-batch). Not
-//                    counted: the gradients a block's backward holds while it runs (GELU's input and output
-//                    gradients, 2·T·d_ff per sample), which the stash estimate's slack has so far covered
+//                    weights), W or a fused B frees it; inside I and B the blocks run backward last to first,
+//                    each holding its backward_extra_bytes (dy, the gradients it allocates, a recomputed
+//                    block's rebuilt stash) on top of the stashes not yet freed (stage_backward_memory);
+//                    × micro-batch; plus boundary tensors in flight (two receives posted ahead, and sends
+//                    until they complete: at most one per live micro-batch)
 //   workspace        2 × the largest block output of a micro-batch (transient outputs and gradients); under
 //                    bf16 on the CPU at least the widest kernel's operands widened to f32
 // It is an estimate; the allocator's cap still enforces the real limit at run time, and the measured peaks
@@ -26,10 +25,12 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/train/plan.hpp"
+#include "partition/cost_model.hpp"
 
 namespace cleave::train {
 
@@ -40,6 +41,15 @@ struct MemoryPlan {
 };
 
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank);
+
+// One stage's activations per sample over its backward, from its blocks' costs in model order (one tp rank's):
+// the forward stash F leaves, what I leaves for W, and how far above what was held when it started a split I
+// and a fused B (each block's I then W) go while the blocks' backwards run last to first (each block holding
+// its backward_extra_bytes on top of the stashes not yet freed or traded).
+struct StageBackwardMemory {
+  std::int64_t forward_stash = 0, weight_stash = 0, input_peak = 0, fused_peak = 0;
+};
+StageBackwardMemory stage_backward_memory(const std::vector<partition::BlockCost>& blocks);
 
 // The message for the first pp rank whose estimate exceeds device.memory_limit (naming the rank, the
 // bytes by category, the cap and what to change), or an empty string when every rank fits or no cap is set.

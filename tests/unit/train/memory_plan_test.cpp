@@ -36,24 +36,54 @@ std::int64_t activations(const config::RunConfig& c, int pp_rank) {
 }
 
 TEST(MemoryPlan, FusedBackwardIsPeakLiveStashesPlusOneBlocksExtra) {
-  for (const char* mode : {"none", "full"}) {
+  for (const char* mode : {"none", "selective", "full"}) {
     const config::RunConfig c = pp2("1f1b", mode);
     const Plan plan = make_plan(c, 8, 0);
     const auto costs = partition::model_costs(plan.spec, DType::kF32, partition::parse_recompute(mode));
     for (int r = 0; r < 2; ++r) {
       const auto range = plan.partition.stages[static_cast<std::size_t>(r)];
       std::int64_t stash = 0, extra = 0;
-      for (int b = range.begin; b < range.end; ++b) {
+      for (int b = range.begin; b < range.end; ++b) stash += costs[static_cast<std::size_t>(b)].activation_bytes;
+      // B runs the blocks' backwards last to first, each I then W: block b holds its extra on top of the
+      // stashes of the blocks before it (the later ones are freed); the last block's dy is the received tensor.
+      std::int64_t later = 0;
+      for (int b = range.end - 1; b >= range.begin; --b) {
         const auto& cost = costs[static_cast<std::size_t>(b)];
-        stash += cost.activation_bytes;
-        // B runs each block's I then W: one block at a time holds its rebuilt stash or what W needs.
-        extra = std::max({extra, cost.recompute_transient_bytes, cost.weight_stash_bytes - cost.activation_bytes});
+        const std::int64_t dy = b == range.end - 1 ? cost.output_bytes : 0;
+        extra = std::max(extra, cost.backward_extra_bytes - dy - later);
+        later += cost.activation_bytes;
       }
       const int live = pipeline::peak_activations(plan.schedule.ranks[static_cast<std::size_t>(r)]);
       // Rank 0 sends its output, rank 1 receives the same tensor's shape: two receives posted ahead and up to
       // one unfinished send per live micro-batch.
       const std::int64_t boundary = costs[static_cast<std::size_t>(r == 0 ? range.end - 1 : range.begin - 1)].output_bytes;
       EXPECT_EQ(activations(c, r), live * stash + extra + (2 + live) * boundary) << mode << " pp rank " << r;
+    }
+  }
+}
+
+// A transformer block's backward extra by hand (per sample, tp 1 and 2): the MLP part's dy, dg and dh, or the
+// attention part's gradients, whichever is larger, plus what recomputation rebuilds.
+TEST(MemoryPlan, TransformerBackwardExtraByHand) {
+  partition::GptConfig g;
+  g.vocab_size = 64, g.d_model = 32, g.n_layers = 1, g.n_heads = 4, g.seq_len = 16;
+  for (std::int64_t d_ff : {128, 32}) {  // MLP part larger, attention part larger
+    g.d_ff = d_ff;
+    const partition::ModelSpec spec = partition::make_gpt_spec(g);
+    const auto& block = spec.blocks[1];
+    ASSERT_EQ(block.kind, partition::BlockKind::kTransformerBlock);
+    const std::int64_t t = 16, d = 32, h = 4;
+    for (int tp : {1, 2}) {
+      const std::int64_t mlp = 4 * (2 * t * d_ff / tp + t * d), attention = 4 * (4 * t * d + 4 * t * d / tp);
+      const std::int64_t probs = 4 * (h / tp) * t * t;
+      EXPECT_EQ(partition::block_cost(block, DType::kF32, partition::Recompute::kNone, tp).backward_extra_bytes,
+                std::max(mlp, attention)) << "d_ff " << d_ff << " tp " << tp;
+      EXPECT_EQ(partition::block_cost(block, DType::kF32, partition::Recompute::kSelective, tp).backward_extra_bytes,
+                std::max(mlp, attention + probs)) << "d_ff " << d_ff << " tp " << tp;
+      const auto full = partition::block_cost(block, DType::kF32, partition::Recompute::kFull, tp);
+      const auto none = partition::block_cost(block, DType::kF32, partition::Recompute::kNone, tp);
+      EXPECT_EQ(full.backward_extra_bytes, none.activation_bytes - 4 * t * d + std::max(mlp, attention))
+          << "d_ff " << d_ff << " tp " << tp;
     }
   }
 }

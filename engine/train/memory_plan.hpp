@@ -13,9 +13,9 @@
 //                    weights), W or a fused B frees it; inside I and B the blocks run backward last to first,
 //                    each holding its backward_extra_bytes (dy, the gradients it allocates, a recomputed
 //                    block's rebuilt stash) on top of the stashes not yet freed (stage_backward_memory);
-//                    × micro-batch; plus boundary tensors in flight (two receives posted ahead, and sends
-//                    until they complete: at most one per live micro-batch)
-//   workspace        2 × the largest block output of a micro-batch (transient outputs and gradients); under
+//                    × micro-batch; plus boundary tensors in flight (two receives posted ahead and the send
+//                    just posted)
+//   workspace        the largest block output of a micro-batch (a transient output or gradient); under
 //                    bf16 on the CPU at least the widest kernel's operands widened to f32
 // It is an estimate; the allocator's cap still enforces the real limit at run time, and the measured peaks
 // (metrics.jsonl peak_bytes) show how close it was.

@@ -73,7 +73,7 @@ struct BlockCost {
   std::int64_t activation_bytes = 0;  // saved for backward by forward(), per sample
   std::int64_t output_bytes = 0;      // boundary tensor sent to the next block / stage, per sample
   std::int64_t param_count = 0;       // parameters held by the block (a tied head counts the table)
-  std::int64_t recompute_transient_bytes = 0;  // per sample: rebuilt and alive while this block's backward runs
+  std::int64_t recompute_transient_bytes = 0;  // per sample: what recomputation rebuilds (in backward_extra_bytes)
   // Per sample: what the block holds from backward_input until backward_weight (split backward, zero-bubble
   // schedules): each weight's input and output gradient and the norms' statistics; the forward stash's
   // other tensors are freed by backward_input (a recomputed block has rebuilt its stash by then).

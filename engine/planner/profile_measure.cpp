@@ -99,10 +99,6 @@ double max_over_ranks(double value, comm::Communicator& comm) {
   return static_cast<double>(t.data<float>()[0]);
 }
 
-}  // namespace
-
-namespace {
-
 // A sysfs cache attribute of cpu0's cache `index` ("" when absent).
 std::string cache_attribute(int index, const char* name) {
   std::ifstream in(fmt::format("/sys/devices/system/cpu/cpu0/cache/index{}/{}", index, name));

@@ -156,9 +156,10 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       state * static_cast<double>(param_bytes / tp) / (config.optimizer.zero_stage == 1 ? dp : 1));
   // In flight besides the stashes: receives are posted one block ahead (two at a time), and a sent tensor lives
   // until its send completes (pipeline/executor.hpp): the one just posted; earlier ones have completed by the
-  // time a backward peaks (the executor tests its sends after every action). Measured against allocator peaks
-  // with every block's backward extra counted: pp2 interleaved / ZB-H2 at micro-batch 16 and ZB-V at 4 of the
-  // d256 GPT, each rank within 0.1% with one send, 1-3 boundary tensors over with one per live micro-batch.
+  // time a backward peaks (the executor tests its sends after every action). Measured against the allocator's
+  // activation peak, d256 GPT at pp2: ZB-V micro-batch 4 went from +6.1% / +2.5% (rank 0 / 1, one send per live
+  // micro-batch) to +2.4% / -1.2%. Still over and not explained: ZB-H2 and interleaved at micro-batch 16,
+  // +6.0..+7.1% on the ranks it hits (about 3 x T x d per sample).
   at(MemoryCategory::kActivations) = (peak_stash + 3 * boundary) * micro / (bf16 ? 2 : 1);
   // Workspace: the largest block output of a micro-batch (a transient output or gradient; the allocator's
   // workspace peak equalled it in every fp32 layout measured, pp2 1F1B / ZB-V / interleaved, dp2 ZeRO-1; tp2

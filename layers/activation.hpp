@@ -1,6 +1,7 @@
 // Element-wise activations, any shape: Gelu (tanh approximation, as GPT-2) and Relu (gradient 0 at exactly
-// 0, as PyTorch). One implementation, Activation, runs the kernels/cpu pair `<op>_forward(x, y, n)` /
-// `<op>_backward(x, dy, dx, n)` it is given; a new activation is a subclass naming its pair.
+// 0, as PyTorch). One implementation, Activation, runs the op-seam pair `ops::<op>_forward(ctx, x, y)` /
+// `ops::<op>_backward(ctx, x, dy, dx)` it is given (kernels/ops/ops.hpp); a new activation is a subclass naming
+// its pair.
 //
 // Stash after forward: {x} (the derivative needs the input). backward_input releases it: no weights.
 #pragma once

@@ -1,5 +1,5 @@
 // CausalSelfAttention: x [B, T, D] -> qkv projection -> causal multi-head attention over the heads this
-// layer computes (kernels/cpu/attention.hpp) -> output projection -> y [B, T, D].
+// layer computes (ops::attention_forward, kernels/ops/ops.hpp) -> output projection -> y [B, T, D].
 //
 // One implementation serves every layout; only the two projections and the number of local heads differ:
 //  - one rank: qkv Linear ("<prefix>.qkv", D -> 3D) and proj Linear ("<prefix>.proj", D -> D) over all H

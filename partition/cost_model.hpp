@@ -86,7 +86,6 @@ struct BlockCost {
   // 1F1B step (tests/e2e/recompute_test.cpp's model and two variants).
   std::int64_t backward_extra_bytes = 0;
 
-  double backward_flops() const { return input_grad_flops + weight_grad_flops; }
   double total_flops() const { return forward_flops + input_grad_flops + weight_grad_flops; }
 };
 

@@ -25,6 +25,7 @@ Executor::Executor(ExecutorOptions options) : options_(std::move(options)) {
   for (std::size_t i = 0; i < actions.size(); ++i) {
     if (frees_stash(actions[i].kind)) final_weight_action_[actions[i].stage] = i;
   }
+  for (P2PBlock& block : p2p_blocks(actions)) blocks_.emplace(block.first, std::move(block));
 }
 
 int Executor::tag(ActionKind direction, int stage, int microbatch) const {
@@ -50,18 +51,20 @@ void Executor::post_receive(const Action& a, std::vector<comm::P2POp>& ops, std:
 }
 
 void Executor::post_communication(std::size_t& index, const std::vector<Action>& actions, StepOutcome& outcome) {
+  auto found = blocks_.find(index);
+  CLEAVE_ASSERT(found != blocks_.end(), "action {} does not start a communication block", index);
+  const P2PBlock& block = found->second;
   std::vector<comm::P2POp> ops;
   std::vector<ReceiveSlot> receives;
   std::vector<ReceiveSlot> early_here;  // this block's receives, posted with the previous block
   const Schedule& schedule = *options_.schedule;
-  for (; index < actions.size() && is_communication(actions[index].kind); ++index) {
-    const Action& a = actions[index];
+  for (std::size_t i : block.posted_early) {
+    const Action& a = actions[i];
+    early_here.emplace_back(a.kind == ActionKind::kRecvF ? &forward_in_ : &backward_in_, Key{a.stage, a.microbatch});
+  }
+  for (std::size_t i : block.posted) {
+    const Action& a = actions[i];
     const Key key{a.stage, a.microbatch};
-    if (posted_early_[index]) {
-      auto& slots = a.kind == ActionKind::kRecvF ? forward_in_ : backward_in_;
-      early_here.emplace_back(&slots, key);
-      continue;
-    }
     switch (a.kind) {
       case ActionKind::kSendF: {
         auto it = forward_out_.find(key);
@@ -97,20 +100,15 @@ void Executor::post_communication(std::size_t& index, const std::vector<Action>&
       if (auto it = slots->find(key); it != slots->end()) it->second.companion = works_.back().get();
     }
   }
-  // The next block's receives, now (see the header).
-  std::size_t next = index;
-  while (next < actions.size() && !is_communication(actions[next].kind)) ++next;
+  // The next block's receives, now (see the header), in the order p2p_posting.hpp states.
   std::vector<comm::P2POp> early;
   std::vector<ReceiveSlot> early_receives;
-  for (; next < actions.size() && is_communication(actions[next].kind); ++next) {
-    if (!is_recv(actions[next].kind)) continue;
-    post_receive(actions[next], early, early_receives);
-    posted_early_[next] = 1;
-  }
+  for (std::size_t i : block.next_receives) post_receive(actions[i], early, early_receives);
   if (!early.empty()) {
     works_.push_back(options_.pp_comm->batch_p2p(std::move(early), *options_.context->stream));
     for (auto& [slots, key] : early_receives) (*slots)[key].work = works_.back().get();
   }
+  index = block.end;
 }
 
 Tensor Executor::take_received(std::map<Key, Received>& slots, const Key& key) {
@@ -157,7 +155,6 @@ StepOutcome Executor::run_step() {
     return *it->second;
   };
 
-  posted_early_.assign(actions.size(), 0);
   for (std::size_t i = 0; i < actions.size();) {
     const Action& a = actions[i];
     double start = options_.record_timeline ? now_us() : 0.0;

@@ -6,7 +6,8 @@
 //    end of the step), so the executor never blocks earlier than the validated blocking dry run would. After
 //    every action it tests (never waits on) its outstanding batches, so one that is done stops counting as
 //    in flight for the MPI progress thread (engine/comm/mpi/progress_thread.hpp).
-//  - The receives of the next communication block are posted with the current one, in a batch of their own:
+//  - The receives of the next communication block are posted with the current one, in a batch of their own
+//    (the posting order is p2p_posting.hpp's, which the validator proves both ends of every pair agree on):
 //    a message whose receive is already posted when it arrives is pulled by the receiver alone, while one that
 //    arrives first ("unexpected") waited, under Open MPI even with single copy, for the sender's next MPI call
 //    (interleaved 1F1B at pp2: 1-6 ms per message). Where sends do not progress on their own
@@ -32,6 +33,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
+#include "pipeline/p2p_posting.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/stage_module.hpp"
 #include "pipeline/timeline.hpp"
@@ -112,7 +114,7 @@ class Executor {
   std::map<Key, Received> backward_in_;  // received gradients
   std::map<int, MicrobatchData> data_;
   std::vector<comm::WorkPtr> works_;  // every batch posted this step (waited for at the end)
-  std::vector<char> posted_early_;    // per action of this rank's list: a RECV already posted one block early
+  std::map<std::size_t, P2PBlock> blocks_;  // this rank's communication blocks by first action (p2p_posting.hpp)
 };
 
 }  // namespace cleave::pipeline

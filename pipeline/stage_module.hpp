@@ -58,9 +58,6 @@ class StageModule {
   layers::EvalCounts evaluate(const Tensor& x, layers::Context& ctx);
 
   const std::vector<std::shared_ptr<layers::Param>>& params() const { return params_; }
-  bool is_first() const { return is_first_; }
-  bool is_last() const { return is_last_; }
-  std::size_t live_microbatches() const { return stashes_.size(); }
 
  private:
   void begin_weight_pass(int microbatch, bool final);

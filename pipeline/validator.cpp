@@ -8,6 +8,7 @@
 #include <optional>
 
 #include "engine/core/error.hpp"
+#include "pipeline/p2p_posting.hpp"
 
 namespace cleave::pipeline {
 namespace {
@@ -223,6 +224,16 @@ Check check_lowered(const Schedule& s, const ActionIndex& index) {
   return std::nullopt;
 }
 
+Check check_p2p_order(const Schedule& s) {
+  const auto violations = p2p_order_violations(s);
+  if (violations.empty()) return std::nullopt;
+  const P2POrderViolation& v = violations.front();
+  std::vector<GridMark> marks;
+  if (v.send_position >= 0) marks.push_back({v.sender, v.send_position});
+  if (v.recv_position >= 0) marks.push_back({v.receiver, v.recv_position});
+  return fail(v.describe(s), marks);
+}
+
 }  // namespace
 
 std::string ValidationResult::message(const std::string& schedule_name) const {
@@ -246,6 +257,7 @@ ValidationResult validate_schedule(const Schedule& schedule) {
   if (!failure) failure = check_complete(schedule, index);
   if (!failure) failure = check_local_order(schedule, index);
   if (!failure && schedule.is_lowered()) failure = check_lowered(schedule, index);
+  if (!failure && schedule.is_lowered()) failure = check_p2p_order(schedule);
   if (!failure && !result.run.finished) {
     std::vector<GridMark> marks;
     for (int r = 0; r < static_cast<int>(schedule.ranks.size()); ++r) {

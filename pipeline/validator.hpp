@@ -11,7 +11,10 @@
 //   5. lowered schedules only: every cross-rank dependency has its RECV on the consumer before the
 //      consumer and its SEND on the producer after the producer; no SEND/RECV for a boundary inside one
 //      rank; one REDUCE_GRAD per stage after the stage's last W/B; one OPTIMIZER_STEP last on every rank;
-//   6. the dry run (dependencies.hpp: blocking, batched communication) finishes: no deadlock.
+//   6. lowered schedules only: for every (sender, receiver) pair, the sender posts its messages to the
+//      receiver in the order the receiver posts their receives (p2p_posting.hpp: NCCL pairs by posting
+//      order, not by tag);
+//   7. the dry run (dependencies.hpp: blocking, batched communication) finishes: no deadlock.
 #pragma once
 
 #include <string>

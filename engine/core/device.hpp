@@ -20,6 +20,4 @@ struct Device {
   friend bool operator==(const Device&, const Device&) = default;
 };
 
-Device parse_device(std::string_view text);  // "cpu" | "cuda" | "cuda:N"
-
 }  // namespace cleave

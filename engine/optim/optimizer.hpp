@@ -7,8 +7,8 @@
 //    MemoryCategory::kOptimizerState; step() allocates nothing.
 //  - step(lr) reads each grad and leaves it as it was; zero_grad() clears grads for the next accumulation.
 //  - Params with weight_decay == false (biases, norms, position tables) get no decay.
-// The math is kernels/cpu/adamw.hpp and sgd.hpp (PyTorch semantics). Parameters, grads and state are f32
-// CPU tensors here; the CUDA update and the ZeRO-1 sharded wrapper are separate.
+// The math is the op seam's adamw_update / sgd_update (kernels/ops/ops.hpp; PyTorch semantics), on whatever
+// device the context names. Parameters, grads and state are f32; the ZeRO-1 sharded wrapper is separate.
 #pragma once
 
 #include <cstdint>

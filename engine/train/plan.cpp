@@ -21,8 +21,6 @@
 namespace cleave::train {
 namespace {
 
-partition::ModelSpec make_spec(const config::ModelConfig& model) { return model_spec(model); }
-
 // `auto`: the automatic zero-bubble scheduler with equal stages (the partition balances them) whose F, I and W
 // are the model's totals / pp: measured (parallel.auto_schedule_profile, a `cleave profile` file: block times
 // at this tp width and micro-batch, a recomputed block's rerun share of its forward added to I, and the
@@ -38,7 +36,7 @@ pipeline::Schedule make_auto_schedule(const config::RunConfig& config, int num_m
   pipeline::AutoScheduleOptions options;
   options.memory_limit = config.parallel.auto_schedule_memory_limit;
   if (const std::string& path = config.parallel.auto_schedule_profile; !path.empty()) {
-    const partition::ModelSpec spec = make_spec(config.model);
+    const partition::ModelSpec spec = model_spec(config.model);
     const partition::MeasuredCosts measured = partition::load_measured_costs(path);
     const int tp = config.parallel.tensor_model_parallel_size;
     const std::int64_t micro = config.resolved_batch().micro_batch_size;
@@ -66,7 +64,7 @@ pipeline::Schedule make_auto_schedule(const config::RunConfig& config, int num_m
     return pipeline::auto_schedule(pp, num_microbatches, options).schedule;
   }
   double forward = 0, input = 0, weight = 0;
-  for (const auto& block : partition::model_costs(make_spec(config.model))) {
+  for (const auto& block : partition::model_costs(model_spec(config.model))) {
     forward += block.forward_flops;
     input += block.input_grad_flops;
     weight += block.weight_grad_flops;
@@ -121,7 +119,7 @@ double training_bytes_per_param_byte(const config::OptimizerConfig& optimizer) {
 
 Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank) {
   Plan plan;
-  plan.spec = make_spec(config.model);
+  plan.spec = model_spec(config.model);
   const pipeline::Schedule compute = make_compute_schedule(config, num_microbatches);
   pipeline::check_schedule(compute);
   plan.schedule = pipeline::ensure_lowered(compute);

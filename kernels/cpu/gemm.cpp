@@ -73,11 +73,11 @@ void gemm_unchecked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
               static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
 }
 
-// Columns [lo, hi) of op(B) and C (split_n), or rows [lo, hi) of op(A) and C, as one sgemm.
-void gemm_slice(bool split_n, int64_t lo, int64_t hi, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
-                float alpha, const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
-                int64_t ldc) {
-  if (split_n) {
+// One slice of C as one sgemm.
+void gemm_slice(const GemmSlice& slice, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  const int64_t lo = slice.lo, hi = slice.hi;
+  if (slice.split_n) {
     const float* b_slice = trans_b ? b + lo * ldb : b + lo;
     gemm_unchecked(trans_a, trans_b, m, hi - lo, k, alpha, a, lda, b_slice, ldb, beta, c + lo, ldc);
   } else {
@@ -86,56 +86,53 @@ void gemm_slice(bool split_n, int64_t lo, int64_t hi, bool trans_a, bool trans_b
   }
 }
 
-// C sliced into kInvariantSlice-wide pieces along its longer side (by shape only), the pieces shared out over
-// the OpenMP team when there is one: the same sgemm calls for any thread count.
-void gemm_invariant(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
-  const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const bool split_n = n >= m;
-  const int64_t extent = split_n ? n : m;
-  if (k == 0 || mnk < kSliceMinMnk || extent < 2 * kInvariantSlice) {
-    gemm_unchecked(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
-  }
-  const int64_t slices = (extent + kInvariantSlice - 1) / kInvariantSlice;
-  const bool team = omp_get_max_threads() > 1 && !omp_in_parallel();
-#pragma omp parallel for schedule(static) if (team)
-  for (int64_t s = 0; s < slices; ++s) {
-    const int64_t lo = s * kInvariantSlice;
-    const int64_t hi = std::min(extent, lo + kInvariantSlice);
-    gemm_slice(split_n, lo, hi, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  }
-}
-
-// One GEMM, sliced over the OpenMP team when OpenBLAS is single-threaded (see the file comment). Must not
-// be called from inside a parallel region (the batched path calls gemm_unchecked there).
+// One GEMM, its slices shared out over the OpenMP team when OpenBLAS is single-threaded (see the file
+// comment). Must not be called from inside a parallel region (the batched path calls gemm_unchecked there).
 void gemm_threaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing) {
-  if (slicing == GemmSlicing::kShapeFixed) {
-    gemm_invariant(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-    return;
-  }
-  const int threads = omp_get_max_threads();
-  const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const bool split_n = n >= m;
-  const int64_t extent = split_n ? n : m;
-  if (threads <= 1 || k == 0 || mnk < kSliceMinMnk || extent < 2 * kSliceAlign || omp_in_parallel() ||
-      openblas_get_num_threads() != 1) {
+  // kPerThread slicing only pays when OpenBLAS itself is single-threaded and a team is free.
+  const bool sliceable = slicing == GemmSlicing::kShapeFixed || (!omp_in_parallel() && openblas_get_num_threads() == 1);
+  const int threads = sliceable ? omp_get_max_threads() : 1;
+  const std::vector<GemmSlice> plan = gemm_slice_plan(slicing, m, n, k, threads);
+  if (plan.size() == 1) {
     gemm_unchecked(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
-  const int64_t slices = std::min<int64_t>(threads, extent / kSliceAlign);
-  const int64_t chunk = ((extent + slices - 1) / slices + kSliceAlign - 1) / kSliceAlign * kSliceAlign;
-#pragma omp parallel for schedule(static, 1) num_threads(static_cast <int>(slices))
-  for (int64_t s = 0; s < slices; ++s) {
-    const int64_t lo = s * chunk;
-    const int64_t hi = std::min(extent, lo + chunk);
-    if (lo >= hi) continue;
-    gemm_slice(split_n, lo, hi, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  const auto count = static_cast<int64_t>(plan.size());
+  const bool team = omp_get_max_threads() > 1 && !omp_in_parallel();
+  if (slicing == GemmSlicing::kShapeFixed) {
+#pragma omp parallel for schedule(static) if (team)
+    for (int64_t s = 0; s < count; ++s) gemm_slice(plan[s], trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    return;
   }
+#pragma omp parallel for schedule(static, 1) num_threads(static_cast<int>(count))
+  for (int64_t s = 0; s < count; ++s) gemm_slice(plan[s], trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 }  // namespace
+
+std::vector<GemmSlice> gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n, int64_t k, int threads) {
+  const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  const bool split_n = n >= m;
+  const int64_t extent = split_n ? n : m;
+  const std::vector<GemmSlice> whole{GemmSlice{split_n, 0, extent}};
+  std::vector<GemmSlice> plan;
+  if (slicing == GemmSlicing::kShapeFixed) {
+    // kInvariantSlice-wide pieces along C's longer side, by shape only: the same sgemm calls for any
+    // thread count.
+    if (k == 0 || mnk < kSliceMinMnk || extent < 2 * kInvariantSlice) return whole;
+    for (int64_t lo = 0; lo < extent; lo += kInvariantSlice) {
+      plan.push_back(GemmSlice{split_n, lo, std::min(extent, lo + kInvariantSlice)});
+    }
+    return plan;
+  }
+  // One slice per thread, aligned to kSliceAlign.
+  if (threads <= 1 || k == 0 || mnk < kSliceMinMnk || extent < 2 * kSliceAlign) return whole;
+  const int64_t slices = std::min<int64_t>(threads, extent / kSliceAlign);
+  const int64_t chunk = ((extent + slices - 1) / slices + kSliceAlign - 1) / kSliceAlign * kSliceAlign;
+  for (int64_t lo = 0; lo < extent; lo += chunk) plan.push_back(GemmSlice{split_n, lo, std::min(extent, lo + chunk)});
+  return plan;
+}
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing) {

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace cleave::kernels::cpu {
 
@@ -18,6 +19,20 @@ namespace cleave::kernels::cpu {
 // bits. kPerThread (the default) cuts one slice per thread. Slicing needs OpenBLAS at one thread
 // (configure_kernel_threads); otherwise OpenBLAS threads the call itself.
 enum class GemmSlicing { kPerThread, kShapeFixed };
+
+// One sgemm of a sliced GEMM: columns [lo, hi) of op(B) and C (split_n), or rows [lo, hi) of op(A) and C.
+struct GemmSlice {
+  bool split_n = true;
+  int64_t lo = 0;
+  int64_t hi = 0;
+  bool operator==(const GemmSlice&) const = default;
+};
+
+// The sgemm calls `gemm` makes for an m x n x k product with `threads` OpenMP threads and OpenBLAS at one
+// thread: one slice covering C when slicing does not pay. A pure function of its arguments, so the
+// determinism contract (kShapeFixed: the same slices for every thread count) is testable without relying on
+// which kernels the machine's OpenBLAS picked.
+std::vector<GemmSlice> gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n, int64_t k, int threads);
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing = GemmSlicing::kPerThread);

@@ -58,4 +58,25 @@ void check_tensor_parallel(const ModelSpec& spec, int tp_size) {
   check_tp_d_ff(spec.gpt.d_ff, tp_size, spec.gpt.n_heads);
 }
 
+namespace {
+
+// [T, V] logits -> [T, ceil(V / tp)].
+Shape local_logits(const Shape& logits, int tp_size) {
+  const std::int64_t vocab = logits.last();
+  return logits.with_dim(logits.rank() - 1, (vocab + tp_size - 1) / tp_size);
+}
+
+}  // namespace
+
+Shape tp_block_input(const BlockSpec& block, int tp_size) {
+  check_tp_size(tp_size);
+  const bool vocab_logits = block.kind == BlockKind::kSoftmaxCrossEntropy && block.vocab_size > 0;
+  return tp_size > 1 && vocab_logits ? local_logits(block.input, tp_size) : block.input;
+}
+
+Shape tp_block_output(const BlockSpec& block, int tp_size) {
+  check_tp_size(tp_size);
+  return tp_size > 1 && block.kind == BlockKind::kLmHead ? local_logits(block.output, tp_size) : block.output;
+}
+
 }  // namespace cleave::partition

@@ -1,6 +1,7 @@
-// Which tensor-parallel sizes a model allows: pure rules over the model config, no layers, no devices. The
-// layer builders (layers/models/builder.cpp, through layers/parallel/tp_layout.hpp), the plan and the config
-// layer all run these same checks, so the rule is written once. Errors are ConfigKeyError naming the key at
+// Which tensor-parallel sizes a model allows, and the per-rank boundary shapes that follow: pure rules over
+// the model config, no layers, no devices. The layer builders (layers/models/builder.cpp, through
+// layers/parallel/tp_layout.hpp), the plan and the config layer all run these same checks, so the rule is
+// written once. Errors are ConfigKeyError naming the key at
 // fault, the numbers and the sizes that work:
 //   model.n_heads: 6 is not divisible by parallel.tensor_model_parallel_size 4: ...; use tp in {1, 2, 3, 6}
 //
@@ -29,5 +30,12 @@ void check_tp_d_ff(std::int64_t d_ff, int tp_size, std::int64_t n_heads = 0);
 
 // The whole model: tp_size >= 1; tp_size > 1 needs model.type gpt and the two rules above.
 void check_tensor_parallel(const ModelSpec& spec, int tp_size);
+
+// Per-sample (no batch dimension) shapes of the tensors one tp rank's layer for `block` consumes and
+// produces. Every boundary tensor of a tensor-parallel gpt is replicated (block.input / block.output)
+// except the vocab-parallel logits between the lm head and the loss: [T, ceil(V / tp)] on each rank. A
+// pipeline boundary between those two blocks carries that local shape (tp rank r to tp rank r).
+Shape tp_block_input(const BlockSpec& block, int tp_size);
+Shape tp_block_output(const BlockSpec& block, int tp_size);
 
 }  // namespace cleave::partition

@@ -103,6 +103,10 @@ struct OptimizerConfig {
   std::string schedule = "cosine";             // cosine | constant | linear (decay to min_lr at train.steps)
   double min_lr = 0.0;
   int zero_stage = 0;  // 0 | 1 (shard optimizer state across dp)
+  // f32 tensors of optimizer state each parameter carries: adamw 2 (exp_avg, exp_avg_sq), sgd with momentum 1
+  // (momentum_buffer), plain sgd 0. The one count the memory plan, the planner's step-time model and the
+  // data-parallel log use; the optimizers allocate exactly this many (unit Optimizer.FactoryFollowsConfig).
+  int state_tensors_per_param() const { return type == "adamw" ? 2 : (momentum != 0.0 ? 1 : 0); }
   friend bool operator==(const OptimizerConfig&, const OptimizerConfig&) = default;
 };
 

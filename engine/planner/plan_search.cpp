@@ -8,8 +8,8 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
-#include "engine/train/memory_plan.hpp"
-#include "engine/train/plan.hpp"
+#include "engine/planning/memory_plan.hpp"
+#include "engine/planning/plan.hpp"
 #include "partition/block_work.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/tp_rules.hpp"
@@ -91,7 +91,7 @@ PlanChoice choice_of_config(const std::string& config_path, const std::vector<st
   c.tp = config.parallel.tensor_model_parallel_size;
   c.pp = config.parallel.pipeline_model_parallel_size;
   c.dp = config.parallel.data_parallel_size;
-  c.virtual_stages = train::effective_virtual_stages(config);
+  c.virtual_stages = planning::effective_virtual_stages(config);
   c.schedule = config.parallel.schedule;
   c.micro_batch = batch.micro_batch_size;
   c.zero_stage = config.optimizer.zero_stage;
@@ -106,13 +106,13 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
   PlanEstimate est;
   est.choice = choice;
   config::RunConfig config;
-  train::Plan plan;
+  planning::Plan plan;
   try {
     std::vector<std::string> all = overrides;
     for (auto& o : choice.overrides()) all.push_back(o);
     config = config::load_config(config_path, all);
     config.resolve(options.world);
-    plan = train::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0);
+    plan = planning::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0);
   } catch (const Error& e) {
     est.reason = e.what();
     return est;
@@ -123,7 +123,7 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
   // but the optimizer state, which only the optimizer step reads) decides how warm its caches stay.
   std::vector<std::int64_t> working_set(static_cast<std::size_t>(choice.pp), 0);
   for (int r = 0; r < choice.pp; ++r) {
-    const train::MemoryPlan memory = train::estimate_rank_memory(plan, config, r);
+    const planning::MemoryPlan memory = planning::estimate_rank_memory(plan, config, r);
     working_set[static_cast<std::size_t>(r)] =
         memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
     if (details) details->memory_plan.push_back(memory.bytes);
@@ -233,8 +233,8 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
     sc.output_bytes = static_cast<double>(costs[static_cast<std::size_t>(range.end - 1)].output_bytes) * micro;
   }
   local_params = *std::max_element(rank_params.begin(), rank_params.end());
-  const double optimizer_bytes_per_param =
-      config.optimizer.type == "adamw" ? 28.0 : (config.optimizer.momentum != 0.0 ? 16.0 : 12.0);
+  // The update streams the value and gradient in and the value out, and each state tensor in and out (f32).
+  const double optimizer_bytes_per_param = 4.0 * (3 + 2 * config.optimizer.state_tensors_per_param());
   sim.optimizer_step = local_params * optimizer_bytes_per_param /
                        (config.optimizer.zero_stage == 1 ? choice.dp : 1) / profile.memory_bandwidth_Bps;
   if (measured.adamw_s_per_param > 0) {  // timed by `cleave profile`
@@ -279,10 +279,10 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
     const double per_micro = micro / (bf16 ? 2.0 : 1.0);
     // One tp rank's activations (the cost model's tp layout), as the memory plan counts them.
     const auto shard = partition::model_costs(plan.spec, DType::kF32, partition::parse_recompute(choice.recompute), choice.tp);
-    std::vector<train::StageBackwardMemory> stage_memory;
+    std::vector<planning::StageBackwardMemory> stage_memory;
     for (int s = 0; s < num_stages; ++s) {
       const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
-      stage_memory.push_back(train::stage_backward_memory(
+      stage_memory.push_back(planning::stage_backward_memory(
           std::vector<partition::BlockCost>(shard.begin() + range.begin, shard.begin() + range.end)));
     }
     for (std::size_t r = 0; r < result.timeline.ranks.size(); ++r) {
@@ -296,7 +296,7 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
       std::vector<std::pair<double, double>> events;  // (time, delta bytes)
       for (const auto& a : result.timeline.ranks[r]) {
         if (a.action.stage < 0) continue;
-        const train::StageBackwardMemory& sm = stage_memory[static_cast<std::size_t>(a.action.stage)];
+        const planning::StageBackwardMemory& sm = stage_memory[static_cast<std::size_t>(a.action.stage)];
         const double act = static_cast<double>(sm.forward_stash) * per_micro;
         const double held_for_w = static_cast<double>(sm.weight_stash) * per_micro;
         switch (a.action.kind) {
@@ -339,8 +339,8 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
 PlanningSetup planning_setup(const config::RunConfig& base, const std::string& profile_path,
                              const std::string& limit_text, int world) {
   PlanningSetup s;
-  s.profile = profile_path.empty() ? measure_this_machine(train::model_spec(base.model), world) : load_profile(profile_path);
-  check_profile_matches(s.profile, train::model_spec(base.model), base.device.precision == "bf16");
+  s.profile = profile_path.empty() ? measure_this_machine(planning::model_spec(base.model), world) : load_profile(profile_path);
+  check_profile_matches(s.profile, planning::model_spec(base.model), base.device.precision == "bf16");
   s.options.world = world;
   s.options.memory_limit = !limit_text.empty()            ? parse_bytes(limit_text, "--memory-limit")
                            : base.device.memory_limit > 0 ? base.device.memory_limit

@@ -17,7 +17,7 @@ std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value
 
 // Local stages in the order their last weight-gradient pass runs (the executor marks a stage's last W or B
 // action of the step as final).
-std::vector<int> stages_by_final_weight_pass(const Plan& plan, int pp_rank,
+std::vector<int> stages_by_final_weight_pass(const planning::Plan& plan, int pp_rank,
                                              const std::map<int, pipeline::StageModule*>& stages) {
   std::map<int, std::size_t> last;
   const auto& actions = plan.schedule.ranks.at(static_cast<std::size_t>(pp_rank));
@@ -47,7 +47,7 @@ std::vector<comm::GradientSpec> specs_of(const std::vector<ParamPtr>& params) {
 
 }  // namespace
 
-DataParallel::DataParallel(const Plan& plan, int pp_rank, const std::map<int, pipeline::StageModule*>& stages,
+DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::map<int, pipeline::StageModule*>& stages,
                            const optim::ParamList& params, comm::Communicator& dp, comm::Communicator* tied_group,
                            const DataParallelOptions& options)
     : options_(options), dp_(dp), tied_group_(tied_group) {
@@ -139,7 +139,7 @@ DataParallel::DataParallel(const Plan& plan, int pp_rank, const std::map<int, pi
   // What an unsharded optimizer holds: one f32 tensor per parameter per state kind.
   std::int64_t elements = 0;
   for (const auto& p : sequence) elements += p->value.numel();
-  const int kinds = options.optimizer.type == "adamw" ? 2 : (options.optimizer.momentum > 0.0 ? 1 : 0);
+  const int kinds = options.optimizer.state_tensors_per_param();
   if (dp.rank() == 0) {
     if (zero1()) {
       log::info("data parallel: dp {}, {} bucket(s) of <= {} MiB, {} parameter elements on this rank | ZeRO-1 "

@@ -155,7 +155,7 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
   s.batch = cfg.resolved_batch();
   s.groups = comm::build_grid_communicators(world, s.grid);
   s.model_parallel = world.split(s.coords.dp_rank, world.rank(), "model_parallel");
-  s.plan = make_plan(cfg, static_cast<int>(s.batch.gradient_accumulation_steps), s.coords.pp_rank);
+  s.plan = planning::make_plan(cfg, static_cast<int>(s.batch.gradient_accumulation_steps), s.coords.pp_rank);
 
   // This rank's stages, built from (seed, logical name) so any layout starts from the same weights.
   layers::BuildOptions build;
@@ -308,7 +308,7 @@ Trainer::~Trainer() = default;
 
 const config::RunConfig& Trainer::config() const { return state_->config; }
 
-const Plan& Trainer::plan() const { return state_->plan; }
+const planning::Plan& Trainer::plan() const { return state_->plan; }
 
 MemoryStats Trainer::memory_stats() const { return state_->allocator->stats(); }
 

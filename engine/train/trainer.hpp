@@ -18,7 +18,7 @@
 
 #include "engine/comm/communicator.hpp"
 #include "engine/config/config.hpp"
-#include "engine/train/plan.hpp"
+#include "engine/planning/plan.hpp"
 #include "pipeline/timeline.hpp"
 
 namespace cleave::train {
@@ -103,7 +103,7 @@ class Trainer {
   std::string checkpoint_root() const;
 
   const config::RunConfig& config() const;
-  const Plan& plan() const;
+  const planning::Plan& plan() const;
   // This run's memory (its own allocator: every parameter, gradient, state and activation of the run).
   MemoryStats memory_stats() const;
   void reset_peak_memory();

@@ -34,7 +34,7 @@ struct Trainer::State {
   layers::Context context;                             // device, allocator, stream, GEMM mode, precision
   std::unique_ptr<comm::Communicator> model_parallel;  // tp × pp ranks of this replica (norms, losses)
   std::unique_ptr<comm::Communicator> tied_group;      // the two ranks holding the tied table's copies
-  Plan plan;
+  planning::Plan plan;
   config::ResolvedBatch batch;
 
   std::vector<std::unique_ptr<pipeline::StageModule>> stages;

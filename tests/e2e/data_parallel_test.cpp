@@ -38,7 +38,7 @@
 
 #include "engine/core/allocator.hpp"
 #include "engine/train/data_parallel.hpp"
-#include "engine/train/plan.hpp"
+#include "engine/planning/plan.hpp"
 #include "layers/models/builder.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "pipeline/stage_module.hpp"
@@ -235,7 +235,7 @@ TEST(DataParallelOverlap, BucketsStartDuringBackwardInCallbackOrder) {
   auto world = make_world(/*deterministic=*/true);
   auto config = tiny_gpt({"batch.micro_batch_size=2", kTinyBuckets});
   config.resolve(world->size());
-  const train::Plan plan = train::make_plan(config, 1, 0);
+  const planning::Plan plan = planning::make_plan(config, 1, 0);
   ASSERT_EQ(plan.num_stages(), 1);
   const std::size_t num_blocks = plan.spec.blocks.size();
   layers::BuildOptions build;

@@ -8,7 +8,7 @@
 #include <cstdlib>
 
 #include "engine/core/allocator.hpp"
-#include "engine/train/memory_plan.hpp"
+#include "engine/planning/memory_plan.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "train_harness.hpp"
 
@@ -96,7 +96,7 @@ TEST(TrainE2E, DeterministicAccumulationMemoryIsPlannedAndReused) {
   config.train.deterministic = true;
   config.batch.micro_batch_size = 4;  // 16 / 4 = 4 micro-batches
   train::Trainer trainer(config, *world);
-  const train::MemoryPlan planned = train::estimate_rank_memory(trainer.plan(), trainer.config(), 0);
+  const planning::MemoryPlan planned = planning::estimate_rank_memory(trainer.plan(), trainer.config(), 0);
   const std::int64_t param_bytes = planned.bytes[static_cast<std::size_t>(MemoryCategory::kParameters)];
   EXPECT_EQ(planned.bytes[static_cast<std::size_t>(MemoryCategory::kGradients)], 3 * param_bytes);
 
@@ -116,7 +116,7 @@ TEST(TrainE2E, DeterministicAccumulationMemoryIsPlannedAndReused) {
               static_cast<long long>(grads_peak));
   auto plain = trainer.config();  // resolved
   plain.train.deterministic = false;
-  EXPECT_EQ(train::estimate_rank_memory(trainer.plan(), plain, 0).bytes[static_cast<std::size_t>(MemoryCategory::kGradients)],
+  EXPECT_EQ(planning::estimate_rank_memory(trainer.plan(), plain, 0).bytes[static_cast<std::size_t>(MemoryCategory::kGradients)],
             param_bytes);
 }
 
@@ -132,7 +132,7 @@ TEST(TrainE2E, Bf16WorkspacePlanMatchesTheAllocator) {
     config.batch.micro_batch_size = micro;
     train::Trainer trainer(config, *world);
     const auto workspace = static_cast<std::size_t>(MemoryCategory::kWorkspace);
-    const std::int64_t planned = train::estimate_rank_memory(trainer.plan(), trainer.config(), 0).bytes[workspace];
+    const std::int64_t planned = planning::estimate_rank_memory(trainer.plan(), trainer.config(), 0).bytes[workspace];
     for (int s = 0; s < 2; ++s) trainer.step(s);
     const std::int64_t measured = trainer.memory_stats().peak_of(MemoryCategory::kWorkspace);
     EXPECT_GE(planned, measured * 0.95) << "planned " << planned << " B, measured " << measured << " B";

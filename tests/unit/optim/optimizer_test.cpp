@@ -158,10 +158,15 @@ TEST(Optimizer, FactoryFollowsConfig) {
   auto sgd = make_optimizer(c, {w});
   EXPECT_NE(dynamic_cast<Sgd*>(sgd.get()), nullptr);
   EXPECT_EQ(sgd->state_bytes(), 6 * 4);
+  EXPECT_EQ(sgd->state_bytes(), 6 * 4 * c.state_tensors_per_param());
+  c.momentum = 0.0;
+  EXPECT_EQ(make_optimizer(c, {w})->state_bytes(), 0);
+  EXPECT_EQ(c.state_tensors_per_param(), 0);
   c.type = "adamw";
   auto adamw = make_optimizer(c, {w});
   EXPECT_NE(dynamic_cast<AdamW*>(adamw.get()), nullptr);
   EXPECT_EQ(adamw->state_bytes(), 2 * 6 * 4);
+  EXPECT_EQ(adamw->state_bytes(), 6 * 4 * c.state_tensors_per_param());
 }
 
 TEST(Optimizer, RejectsNonF32Params) {

@@ -1,5 +1,5 @@
 // See memory_plan.hpp.
-#include "engine/train/memory_plan.hpp"
+#include "engine/planning/memory_plan.hpp"
 
 #include <fmt/format.h>
 
@@ -11,7 +11,7 @@
 #include "partition/cost_model.hpp"
 #include "pipeline/timeline.hpp"
 
-namespace cleave::train {
+namespace cleave::planning {
 namespace {
 
 // CPU mixed precision: the CPU backend widens every bf16 operand of a kernel into f32 scratch for the kernel's
@@ -184,4 +184,4 @@ std::string memory_plan_violation(const Plan& plan, const config::RunConfig& con
   return {};
 }
 
-}  // namespace cleave::train
+}  // namespace cleave::planning

@@ -11,7 +11,7 @@
 #include "partition/stage_partitioner.hpp"
 #include "pipeline/schedule.hpp"
 
-namespace cleave::train {
+namespace cleave::planning {
 
 struct Plan {
   partition::ModelSpec spec;
@@ -45,4 +45,4 @@ partition::ModelSpec model_spec(const config::ModelConfig& model);
 // value (adamw: 1 + 2, sgd with momentum: 1 + 1, plain sgd: 1).
 double training_bytes_per_param_byte(const config::OptimizerConfig& optimizer);
 
-}  // namespace cleave::train
+}  // namespace cleave::planning

@@ -1,24 +1,24 @@
 // Plan construction: schedule first (it fixes the stage → rank placement and how many micro-batches each
 // rank keeps in flight), then the stage partition balanced by the cost model under that in-flight count.
-#include "engine/train/plan.hpp"
+#include "engine/planning/plan.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
 #include "engine/core/error.hpp"
-#include "engine/train/memory_plan.hpp"
-#include "layers/parallel/tp_layout.hpp"
+#include "engine/planning/memory_plan.hpp"
 #include "partition/cost_model.hpp"
 #include "pipeline/lowering.hpp"
 #include "pipeline/schedule_text.hpp"
 #include "partition/measured_costs.hpp"
+#include "partition/tp_rules.hpp"
 #include "pipeline/schedules/auto_schedule.hpp"
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/timeline.hpp"
 #include "pipeline/validator.hpp"
 
-namespace cleave::train {
+namespace cleave::planning {
 namespace {
 
 // `auto`: the automatic zero-bubble scheduler with equal stages (the partition balances them) whose F, I and W
@@ -113,8 +113,7 @@ int effective_virtual_stages(const config::RunConfig& config) {
 }
 
 double training_bytes_per_param_byte(const config::OptimizerConfig& optimizer) {
-  if (optimizer.type == "adamw") return 3.0;
-  return optimizer.momentum != 0.0 ? 2.0 : 1.0;
+  return 1.0 + optimizer.state_tensors_per_param();
 }
 
 Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank) {
@@ -145,7 +144,7 @@ Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_ran
     options.inflight_microbatches.push_back(static_cast<double>(pipeline::peak_activations(actions)));
   }
   plan.tp_size = config.parallel.tensor_model_parallel_size;
-  if (plan.tp_size > 1) layers::check_tensor_parallel(plan.spec, plan.tp_size);
+  if (plan.tp_size > 1) partition::check_tensor_parallel(plan.spec, plan.tp_size);
   // Balance time first; only when that split exceeds the memory cap ask the partitioner for one that
   // respects it. The message that reaches the user is the per-category estimate of the balanced split.
   plan.partition = partition::partition_stages(blocks, num_stages, options);
@@ -173,7 +172,7 @@ Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_ran
 Shape Plan::boundary_shape(int stage, std::int64_t micro_batch) const {
   const auto& block = spec.blocks[static_cast<std::size_t>(partition.stages[static_cast<std::size_t>(stage)].begin)];
   std::vector<std::int64_t> dims = {micro_batch};
-  for (auto d : layers::tp_block_input(block, tp_size).dims()) dims.push_back(d);
+  for (auto d : partition::tp_block_input(block, tp_size).dims()) dims.push_back(d);
   return Shape(std::span<const std::int64_t>(dims));
 }
 
@@ -198,4 +197,4 @@ std::string Plan::describe_partition() const {
   return fmt::format("blocks per stage [{}]", fmt::join(partition.blocks_per_stage(), ","));
 }
 
-}  // namespace cleave::train
+}  // namespace cleave::planning

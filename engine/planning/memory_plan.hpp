@@ -29,10 +29,10 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
-#include "engine/train/plan.hpp"
+#include "engine/planning/plan.hpp"
 #include "partition/cost_model.hpp"
 
-namespace cleave::train {
+namespace cleave::planning {
 
 struct MemoryPlan {
   std::array<std::int64_t, kNumMemoryCategories> bytes{};
@@ -55,4 +55,4 @@ StageBackwardMemory stage_backward_memory(const std::vector<partition::BlockCost
 // bytes by category, the cap and what to change), or an empty string when every rank fits or no cap is set.
 std::string memory_plan_violation(const Plan& plan, const config::RunConfig& config);
 
-}  // namespace cleave::train
+}  // namespace cleave::planning

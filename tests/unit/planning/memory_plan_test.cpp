@@ -12,12 +12,12 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
-#include "engine/train/memory_plan.hpp"
-#include "engine/train/plan.hpp"
+#include "engine/planning/memory_plan.hpp"
+#include "engine/planning/plan.hpp"
 #include "partition/cost_model.hpp"
 #include "pipeline/timeline.hpp"
 
-namespace cleave::train {
+namespace cleave::planning {
 namespace {
 
 config::RunConfig pp2(const std::string& schedule, const std::string& recompute) {
@@ -104,4 +104,4 @@ TEST(MemoryPlan, SplitBackwardHoldsWhatWeightGradientsNeedUntilW) {
 }
 
 }  // namespace
-}  // namespace cleave::train
+}  // namespace cleave::planning

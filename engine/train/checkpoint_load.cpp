@@ -1,4 +1,4 @@
-// Trainer::load_checkpoint: reads index.json, checks it against this run (model, optimizer type, every
+// load_checkpoint (checkpoint_io.hpp): reads index.json, checks it against this run (model, optimizer type, every
 // tensor's logical shape), assembles each logical tensor this rank holds from its pieces
 // (checkpoint_reader.hpp: sizes and checksums first, every tp shard of the saved layout, every element once)
 // and takes this rank's part of it (layers/parallel/shard.hpp). So a checkpoint saved under one (tp, pp, dp,
@@ -14,8 +14,10 @@
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/train/checkpoint_io.hpp"
 #include "engine/train/checkpoint_pieces.hpp"
 #include "engine/train/checkpoint_reader.hpp"
+#include "layers/layer_util.hpp"
 #include "layers/parallel/shard.hpp"
 
 namespace cleave::train {
@@ -59,14 +61,14 @@ void check_continues_run(const json& index, const config::RunConfig& config, std
 
 }  // namespace
 
-std::int64_t Trainer::load_checkpoint(const std::string& step_dir, bool continue_run) {
-  State& s = *state_;
+std::int64_t load_checkpoint(RankSetup& s, RankModel& model, StepTail& tail, const std::string& step_dir,
+                             bool continue_run) {
   const auto start = std::chrono::steady_clock::now();
   std::string error;
   std::int64_t step = 0;
   std::int64_t bytes_read = 0;
   std::int64_t steps_done = 0;
-  std::vector<LocalPiece> pieces = local_pieces(s);
+  std::vector<LocalPiece> pieces = local_pieces(s, model, tail);
   std::vector<std::vector<float>> values(pieces.size());
   try {
     CheckpointReader reader(step_dir);
@@ -104,13 +106,12 @@ std::int64_t Trainer::load_checkpoint(const std::string& step_dir, bool continue
   } catch (const std::exception& e) {
     error = e.what();
   }
-  throw_if_any_rank_failed(s, error);
+  throw_if_any_rank_failed(s.world, error);
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     std::memcpy(pieces[i].data.data<float>(), values[i].data(), values[i].size() * sizeof(float));
   }
-  if (s.optimizer) s.optimizer->set_steps_done(steps_done);
-  else s.data_parallel->sharded_optimizer()->set_steps_done(steps_done);
-  refresh_working_copies(s);
+  tail.set_optimizer_steps_done(steps_done);
+  layers::refresh_working_copies(model.params(), s.context);
   if (s.reports()) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     log::info("checkpoint: resumed from {} (step {}; rank 0 read {} in {:.1f} ms, {:.1f} MB/s)", step_dir, step,

@@ -11,26 +11,27 @@ namespace cleave::train {
 
 Shape logical_shape(const layers::Param& p) { return p.shard.dim < 0 ? p.value.shape() : p.shard.logical; }
 
-std::vector<LocalPiece> local_pieces(Trainer::State& s) {
+std::vector<LocalPiece> local_pieces(const RankSetup& setup, const RankModel& model, StepTail& tail) {
   std::map<std::string, const layers::Param*> by_name;
-  for (const auto& p : s.params) by_name[p->name] = p.get();
-  const auto writes_copy = [&s](const layers::Param& p) {
-    if (!layers::counted_on_tp_rank(p.shard, s.coords.tp_rank)) return false;
-    return s.counts_tied_table || p.name != s.tied_name;
+  for (const auto& p : model.params()) by_name[p->name] = p.get();
+  const int tp_rank = setup.coords.tp_rank;
+  const auto writes_copy = [&](const layers::Param& p) {
+    if (!layers::counted_on_tp_rank(p.shard, tp_rank)) return false;
+    return model.counts_tied_copy() || p.name != model.tied_name();
   };
   std::vector<LocalPiece> out;
-  for (const auto& p : s.params) {
+  for (const auto& p : model.params()) {
     out.push_back({p->name, p.get(), p->value.view({p->value.numel()}), 0,
-                   s.coords.dp_rank == 0 && writes_copy(*p)});
+                   setup.coords.dp_rank == 0 && writes_copy(*p)});
   }
-  if (s.optimizer) {
-    for (auto& [name, tensor] : s.optimizer->state()) {
+  if (tail.optimizer() != nullptr) {
+    for (auto& [name, tensor] : tail.optimizer()->state()) {
       const std::string param_name = name.substr(0, name.rfind('.'));
       const layers::Param* p = by_name.at(param_name);
-      out.push_back({name, p, tensor.view({tensor.numel()}), 0, s.coords.dp_rank == 0 && writes_copy(*p)});
+      out.push_back({name, p, tensor.view({tensor.numel()}), 0, setup.coords.dp_rank == 0 && writes_copy(*p)});
     }
   } else {
-    optim::ShardedOptimizer* sharded = s.data_parallel->sharded_optimizer();
+    optim::ShardedOptimizer* sharded = tail.data_parallel()->sharded_optimizer();
     CLEAVE_ASSERT(sharded != nullptr, "a trainer with neither an optimizer nor a ZeRO-1 sharded optimizer");
     const auto& shards = sharded->shards();
     for (std::size_t k = 0; k < sharded->state_names().size(); ++k) {
@@ -51,12 +52,12 @@ std::vector<LocalPiece> local_pieces(Trainer::State& s) {
 
 namespace cleave::train {
 
-void throw_if_any_rank_failed(Trainer::State& s, const std::string& error) {
-  const auto all = all_gather_values<char>(s.world, std::span<const char>(error.data(), error.size()));
+void throw_if_any_rank_failed(comm::Communicator& world, const std::string& error) {
+  const auto all = all_gather_values<char>(world, std::span<const char>(error.data(), error.size()));
   for (std::size_t r = 0; r < all.size(); ++r) {
     if (all[r].empty()) continue;
     const std::string message(all[r].begin(), all[r].end());
-    if (s.world.size() == 1) throw Error(message);
+    if (world.size() == 1) throw Error(message);
     throw Error(fmt::format("rank {}: {}", r, message));
   }
 }

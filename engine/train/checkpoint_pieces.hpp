@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "engine/core/shape.hpp"
-#include "engine/train/trainer_state.hpp"
+#include "engine/train/rank_model.hpp"
+#include "engine/train/rank_setup.hpp"
+#include "engine/train/step_tail.hpp"
 
 namespace cleave::train {
 
@@ -28,7 +30,7 @@ struct LocalPiece {
 };
 
 // Every piece this rank holds: parameters first, then optimizer state.
-std::vector<LocalPiece> local_pieces(Trainer::State& s);
+std::vector<LocalPiece> local_pieces(const RankSetup& setup, const RankModel& model, StepTail& tail);
 
 // The logical shape of `p` (its value's shape when replicated).
 Shape logical_shape(const layers::Param& p);
@@ -39,6 +41,6 @@ namespace cleave::train {
 
 // Collective over the world: when any rank's `error` is non-empty, every rank throws Error with the lowest
 // failing rank's message (so no rank walks on into a collective its peers never join).
-void throw_if_any_rank_failed(Trainer::State& s, const std::string& error);
+void throw_if_any_rank_failed(comm::Communicator& world, const std::string& error);
 
 }  // namespace cleave::train

@@ -1,4 +1,4 @@
-// Trainer::save_checkpoint: every rank writes the pieces it owns (checkpoint_pieces.hpp) into one
+// save_checkpoint (checkpoint_io.hpp): every rank writes the pieces it owns (checkpoint_pieces.hpp) into one
 // safetensors file of the temporary step directory; rank 0 gathers the pieces' placements and the files'
 // sizes and checksums, writes index.json, commits the directory and prunes (engine/checkpoint/).
 //
@@ -21,6 +21,7 @@
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/train/checkpoint_io.hpp"
 #include "engine/train/checkpoint_pieces.hpp"
 #include "engine/train/checkpoint_reader.hpp"
 #include "engine/train/collectives.hpp"
@@ -35,8 +36,8 @@ namespace fs = std::filesystem;
 std::vector<std::int64_t> dims_of(const Shape& shape) { return {shape.dims().begin(), shape.dims().end()}; }
 
 // This rank's file and the placement of every piece in it (a JSON text rank 0 gathers).
-json write_rank_file(Trainer::State& s, const std::string& tmp_dir) {
-  const std::vector<LocalPiece> pieces = local_pieces(s);
+json write_rank_file(const RankSetup& s, const RankModel& model, StepTail& tail, const std::string& tmp_dir) {
+  const std::vector<LocalPiece> pieces = local_pieces(s, model, tail);
   const std::string file = fmt::format("rank_{:05d}.safetensors", s.world.rank());
   std::vector<checkpoint::TensorToWrite> tensors;
   json placements = json::array();
@@ -72,14 +73,14 @@ json write_rank_file(Trainer::State& s, const std::string& tmp_dir) {
 // Every random draw of a run is a counter-based function of (train.seed, stream, step, sample index) (data
 // sources; initialisation uses (seed, parameter name) and is not drawn again), so the seed and the stream
 // positions are the whole RNG state. checkpoint_load.cpp checks a resumed run continues them.
-json rng_state_json(const Trainer::State& s, std::int64_t steps_done) {
+json rng_state_json(const RankSetup& s, std::int64_t steps_done) {
   return {{"scheme", "counter"},
           {"seed", s.config.train.seed},
           {"train_stream", {{"next_step", steps_done}, {"global_batch_size", s.batch.global_batch_size}}},
           {"eval_stream", "stateless: eval batch k is the same at every evaluation"}};
 }
 
-json layout_json(const Trainer::State& s) {
+json layout_json(const RankSetup& s) {
   const auto& p = s.config.parallel;
   return {{"tensor_model_parallel_size", s.grid.tp_size()},
           {"pipeline_model_parallel_size", s.grid.pp_size()},
@@ -92,13 +93,8 @@ json layout_json(const Trainer::State& s) {
 
 }  // namespace
 
-std::string Trainer::checkpoint_root() const {
-  const auto& cfg = state_->config;
-  return cfg.checkpoint.dir.empty() ? (fs::path(cfg.train.out_dir) / "checkpoints").string() : cfg.checkpoint.dir;
-}
-
-CheckpointSaveStats Trainer::save_checkpoint(const std::string& root, std::int64_t steps_done) {
-  State& s = *state_;
+CheckpointSaveStats save_checkpoint(RankSetup& s, RankModel& model, StepTail& tail, const std::string& root,
+                                    std::int64_t steps_done) {
   const auto start = std::chrono::steady_clock::now();
   std::string tmp_dir;
   std::string error;
@@ -109,15 +105,15 @@ CheckpointSaveStats Trainer::save_checkpoint(const std::string& root, std::int64
       error = e.what();
     }
   }
-  throw_if_any_rank_failed(s, error);  // also orders every write after the directory exists
+  throw_if_any_rank_failed(s.world, error);  // also orders every write after the directory exists
   tmp_dir = (fs::path(root) / (".tmp-" + checkpoint::step_dir_name(steps_done))).string();
   json mine;
   try {
-    mine = write_rank_file(s, tmp_dir);
+    mine = write_rank_file(s, model, tail, tmp_dir);
   } catch (const std::exception& e) {
     error = e.what();
   }
-  throw_if_any_rank_failed(s, error);
+  throw_if_any_rank_failed(s.world, error);
   const std::string text = mine.dump();
   const auto gathered = all_gather_values<char>(s.world, std::span<const char>(text.data(), text.size()));
 
@@ -128,15 +124,14 @@ CheckpointSaveStats Trainer::save_checkpoint(const std::string& root, std::int64
                     {"version", kCheckpointFormatVersion},
                     {"step", steps_done},
                     {"consumed_samples", steps_done * s.batch.global_batch_size},
-                    {"next_lr", s.lr_schedule.lr_at(steps_done)},
+                    {"next_lr", tail.lr_at(steps_done)},
                     {"seed", s.config.train.seed},
                     {"rng", rng_state_json(s, steps_done)},
                     {"model", json::parse(config::to_json(s.config)).at("model")},
                     {"layout", layout_json(s)},
                     {"optimizer",
                      {{"type", s.config.optimizer.type},
-                      {"steps_done", s.optimizer ? s.optimizer->steps_done()
-                                                 : s.data_parallel->sharded_optimizer()->steps_done()}}}};
+                      {"steps_done", tail.optimizer_steps_done()}}}};
       json files = json::object();
       json tensors = json::object();
       for (const auto& bytes : gathered) {
@@ -175,7 +170,7 @@ CheckpointSaveStats Trainer::save_checkpoint(const std::string& root, std::int64
       error = e.what();
     }
   }
-  throw_if_any_rank_failed(s, error);  // nobody continues before the commit (or its failure) is known
+  throw_if_any_rank_failed(s.world, error);  // nobody continues before the commit (or its failure) is known
   const std::vector<double> shared =
       reduce_doubles(s.world, {static_cast<double>(stats.bytes), static_cast<double>(stats.files), stats.ms},
                      comm::ReduceOp::kSum);

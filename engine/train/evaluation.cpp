@@ -1,4 +1,4 @@
-// Trainer::evaluate: forward-only passes over the evaluation set through the same Executor as training (a
+// evaluate_batches (evaluation.hpp): forward-only passes over the evaluation set through the same Executor as training (a
 // forward-only schedule, pipeline/forward_only.hpp), scored by the model's loss block — vocab-parallel under
 // tensor parallelism, so every tp rank's vocabulary shard takes part.
 //
@@ -6,18 +6,17 @@
 // replica (replicas read disjoint shards of each evaluation batch).
 #include "engine/core/error.hpp"
 #include "engine/train/collectives.hpp"
-#include "engine/train/trainer_state.hpp"
+#include "engine/train/evaluation.hpp"
 
 namespace cleave::train {
 
-EvalResult Trainer::evaluate(std::int64_t batches) {
-  State& s = *state_;
-  CLEAVE_ASSERT(s.eval_executor != nullptr, "evaluate() without an evaluation data source (train.eval_batches 0)");
-  const bool counts = s.holds_stage(s.plan.num_stages() - 1) && s.coords.tp_rank == 0;
+EvalResult evaluate_batches(RankSetup& s, pipeline::Executor& executor, std::int64_t& eval_batch,
+                            std::int64_t batches) {
+  const bool counts = s.counts_loss();
   double loss_sum = 0, correct = 0, items = 0;
   for (std::int64_t b = 0; b < batches; ++b) {
-    s.eval_batch = b;
-    const pipeline::StepOutcome outcome = s.eval_executor->run_step();
+    eval_batch = b;
+    const pipeline::StepOutcome outcome = executor.run_step();
     if (!counts) continue;
     for (const auto& [microbatch, c] : outcome.evaluations) {
       loss_sum += c.loss_sum;

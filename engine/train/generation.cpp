@@ -1,24 +1,23 @@
-// Trainer::next_token_logits: a forward of the whole model (one rank holds it) over a token window, stopping
+// next_token_logits (generation.hpp): a forward of the whole model (one rank holds it) over a token window, stopping
 // before the loss block (StageModule::infer), and the last position's logits. The sampling policy lives in
 // the caller (engine/cli/generate.cpp).
 #include <cstring>
 
 #include "engine/core/error.hpp"
-#include "engine/train/trainer_state.hpp"
+#include "engine/train/generation.hpp"
 
 namespace cleave::train {
 
-std::vector<float> Trainer::next_token_logits(const std::vector<std::int32_t>& tokens) {
-  State& s = *state_;
+std::vector<float> next_token_logits(RankSetup& s, const RankModel& model, const std::vector<std::int32_t>& tokens) {
   CLEAVE_CHECK(s.plan.spec.type == "gpt", "generation needs a gpt model, this one is {}", s.plan.spec.type);
-  CLEAVE_CHECK(s.world.size() == 1 && s.stages.size() == 1 && s.plan.num_stages() == 1,
+  CLEAVE_CHECK(s.world.size() == 1 && model.stages().size() == 1 && s.plan.num_stages() == 1,
                "generation runs the whole model on one rank (world size {}, {} stages)", s.world.size(),
                s.plan.num_stages());
   CLEAVE_CHECK(!tokens.empty(), "generation needs at least one token of context");
   Tensor ids = Tensor::empty({1, static_cast<std::int64_t>(tokens.size())}, DType::kI32, MemoryCategory::kActivations,
                              *s.allocator);
   std::memcpy(ids.data<std::int32_t>(), tokens.data(), tokens.size() * sizeof(std::int32_t));
-  const Tensor logits = s.stages.front()->infer(ids, s.context, /*skip_loss=*/true);
+  const Tensor logits = model.stages().front()->infer(ids, s.context, /*skip_loss=*/true);
   const std::int64_t vocab = logits.dim(logits.rank() - 1);
   const std::vector<float> all = logits.to_floats();
   CLEAVE_ASSERT(static_cast<std::int64_t>(all.size()) >= vocab, "logits of {} values, vocab {}", all.size(), vocab);

@@ -5,13 +5,13 @@
 #include <limits>
 
 #include "engine/train/collectives.hpp"
-#include "engine/train/trainer_state.hpp"
+#include "engine/train/measured_trace.hpp"
 #include "pipeline/trace.hpp"
 
 namespace cleave::train {
 
 // Measured timelines of every pp rank of replica 0 (dp 0, tp 0), merged on world rank 0.
-pipeline::Timeline gather_timeline(Trainer::State& s) {
+pipeline::Timeline gather_timeline(RankSetup& s, const std::vector<pipeline::TimedAction>& last_step) {
   pipeline::Timeline timeline;
   if (s.coords.dp_rank != 0 || s.coords.tp_rank != 0) return timeline;
   struct Row {
@@ -19,7 +19,7 @@ pipeline::Timeline gather_timeline(Trainer::State& s) {
     std::int64_t start_ns, end_ns;
   };
   std::vector<Row> mine;
-  for (const auto& t : s.last_timeline) {
+  for (const auto& t : last_step) {
     mine.push_back({static_cast<std::int32_t>(t.action.kind), t.action.stage, t.action.microbatch,
                     static_cast<std::int64_t>(t.start * 1e3), static_cast<std::int64_t>(t.end * 1e3)});
   }
@@ -44,8 +44,9 @@ pipeline::Timeline gather_timeline(Trainer::State& s) {
 }
 
 // The merged measured timeline as a Chrome trace and an SVG (world rank 0 writes).
-void write_measured_trace(Trainer::State& s, const std::string& directory) {
-  const pipeline::Timeline timeline = gather_timeline(s);
+void write_measured_trace(RankSetup& s, const std::vector<pipeline::TimedAction>& last_step,
+                          const std::string& directory) {
+  const pipeline::Timeline timeline = gather_timeline(s, last_step);
   if (!s.reports()) return;
   const int pp_size = s.grid.pp_size();
   const auto stats = pipeline::timeline_stats(timeline);
@@ -58,11 +59,6 @@ void write_measured_trace(Trainer::State& s, const std::string& directory) {
   options.microseconds_per_unit = 1000.0;
   pipeline::write_chrome_trace(timeline, directory + "/trace.json", options);
   pipeline::write_timeline_svg(s.plan.schedule, timeline, directory + "/trace.svg", options);
-}
-
-pipeline::Timeline Trainer::measured_timeline() {
-  CLEAVE_CHECK(state_->config.train.trace, "measured_timeline() needs train.trace = true");
-  return gather_timeline(*state_);
 }
 
 }  // namespace cleave::train

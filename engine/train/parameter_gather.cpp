@@ -1,18 +1,17 @@
-// Trainer::gather_parameters: every logical parameter by name, assembled from its tp shards, on every rank
-// (for equivalence checks and cleave verify).
+// gather_parameters (parameter_gather.hpp).
+#include "engine/train/parameter_gather.hpp"
+
 #include "engine/train/collectives.hpp"
-#include "engine/train/trainer_state.hpp"
 #include "layers/parallel/shard.hpp"
 
 namespace cleave::train {
 
-std::map<std::string, std::vector<float>> Trainer::gather_parameters() {
-  State& s = *state_;
+std::map<std::string, std::vector<float>> gather_parameters(RankSetup& s, const RankModel& model) {
   // Which rank holds which name: every rank publishes its names. For each name, replica 0 (dp 0) supplies it:
   // per tp rank the lowest world rank holding it broadcasts its shard and its ShardSpec, and every rank places
   // the shards into the logical tensor.
   std::string mine;
-  for (const auto& p : s.params) mine += p->name + "\n";
+  for (const auto& p : model.params()) mine += p->name + "\n";
   const auto texts = all_gather_values<char>(s.world, std::span<const char>(mine.data(), mine.size()));
   std::map<std::string, std::map<int, int>> holders;  // name -> tp rank -> lowest world rank in replica 0
   for (int r = 0; r < s.world.size(); ++r) {
@@ -35,7 +34,7 @@ std::map<std::string, std::vector<float>> Trainer::gather_parameters() {
     for (const auto& [tp_rank, rank] : by_tp) {
       std::shared_ptr<layers::Param> local;
       if (rank == s.world.rank()) {
-        for (const auto& p : s.params) {
+        for (const auto& p : model.params()) {
           if (p->name == name) local = p;
         }
       }

@@ -7,11 +7,11 @@
 #include "engine/train/collectives.hpp"
 #include "engine/planning/memory_plan.hpp"
 #include "engine/train/metrics.hpp"
-#include "engine/train/trainer_state.hpp"
+#include "engine/train/run_record.hpp"
 
 namespace cleave::train {
 
-report::RunSummary gather_run_summary(Trainer::State& s) {
+report::RunSummary gather_run_summary(RankSetup& s) {
   // One row of int64 per rank: tp, dp, pp, peak_total, peak per category, stage count, stages.
   const MemoryStats stats = s.allocator->stats();
   std::vector<std::int64_t> mine{s.coords.tp_rank, s.coords.dp_rank, s.coords.pp_rank, stats.peak_total};

@@ -1,11 +1,10 @@
-// Trainer: builds this rank's plan (grid coordinates, stage partition, schedule, stages) and runs steps.
-// The order of everything inside a step is the schedule's (pipeline/executor.cpp), its tail included: the
-// executor's REDUCE_GRAD and OPTIMIZER_STEP hooks below finish the gradient reduction, clip and update. This
-// file wires the pieces and runs the loop; evaluation.cpp, parameter_gather.cpp and measured_trace.cpp hold
-// the rest of Trainer.
+// Trainer: the training loop over one rank's parts (DESIGN: a trainer made of owned parts): RankSetup (grid,
+// memory, op context, plan), RankModel (stages and parameters), StepTail (reduction, clipping, update) and
+// the executors that run the schedule. The order of everything inside a step is the schedule's
+// (pipeline/executor.cpp), its tail included: the executor's REDUCE_GRAD and OPTIMIZER_STEP hooks call the
+// StepTail. This file wires the parts and keeps the loop: resume, metrics, evaluation and checkpoint cadence,
+// the report.
 #include "engine/train/trainer.hpp"
-
-#include "partition/cost_model.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -17,22 +16,30 @@
 #include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
-#include "engine/optim/grad_clip.hpp"
-#include "engine/optim/optimizer_factory.hpp"
 #include "engine/report/html_report.hpp"
+#include "engine/train/checkpoint_io.hpp"
 #include "engine/train/collectives.hpp"
+#include "engine/train/data/data_source.hpp"
 #include "engine/train/data/make_data_source.hpp"
+#include "engine/train/evaluation.hpp"
+#include "engine/train/fault_injection.hpp"
+#include "engine/train/generation.hpp"
+#include "engine/train/measured_trace.hpp"
 #include "engine/train/metrics.hpp"
-#include "engine/train/trainer_state.hpp"
+#include "engine/train/parameter_gather.hpp"
+#include "engine/train/rank_model.hpp"
+#include "engine/train/rank_setup.hpp"
+#include "engine/train/run_record.hpp"
+#include "engine/train/step_tail.hpp"
 #include "kernels/ops/ops.hpp"
-#include "layers/layer_util.hpp"
-#include "layers/models/builder.hpp"
+#include "pipeline/executor.hpp"
 #include "pipeline/forward_only.hpp"
 
 namespace cleave::train {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
 
 // report.html from the run directory's files (engine/report/html_report.hpp). A page that cannot be written is
 // a warning: the run's outcome does not depend on it, and `cleave report DIR` makes it later from the same files.
@@ -48,301 +55,215 @@ double elapsed_ms(Clock::time_point since) {
   return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
 }
 
-comm::ProcessGrid make_grid(config::RunConfig& config, int world_size) {
-  config.resolve(world_size);
-  return comm::ProcessGrid::create(world_size, config.parallel.tensor_model_parallel_size,
-                                   config.parallel.pipeline_model_parallel_size, config.parallel.data_parallel_size);
-}
-
 // Floating model inputs (mlp / cnn features) in the compute dtype; token ids pass unchanged.
-Tensor in_compute_dtype(Trainer::State& s, const Tensor& inputs) {
+Tensor in_compute_dtype(const RankSetup& s, const Tensor& inputs) {
   if (inputs.dtype() != DType::kF32 || s.context.compute_dtype() == DType::kF32) return inputs;
   Tensor out = Tensor::empty(inputs.shape(), s.context.compute_dtype(), MemoryCategory::kActivations, *s.allocator);
   ops::copy(s.context, inputs, out);
   return out;
 }
 
-// REDUCE_GRAD of this rank's last stage: data parallel finishes its buckets (the tied table's copies summed
-// first; every replica then holds the mean gradient, or under ZeRO-1 its shard of it); without dp the tied
-// table's two copies are summed.
-void finish_gradient_reduction(Trainer::State& s) {
-  if (s.data_parallel) s.step_dp_bytes = s.data_parallel->end_step().wire_bytes;
-  else if (s.tied_table) s.tied_group->all_reduce(s.tied_table->grad, comm::ReduceOp::kSum)->wait();
-}
-
-// OPTIMIZER_STEP: the global gradient norm over the replica's model-parallel ranks (each parameter counted
-// once), clipping, and the update.
-void clip_and_update(Trainer::State& s) {
-  if (s.stages_reduced < static_cast<int>(s.stages.size())) finish_gradient_reduction(s);  // no REDUCE_GRAD seen
-  const optim::ParamFilter counted = [&s](const layers::Param& p) {
-    if (p.shard.dim < 0 && s.coords.tp_rank != 0) return false;  // replicated over tp: tp rank 0 counts it
-    return s.counts_tied_table || p.name != s.tied_name;
-  };
-  const optim::SumReducer across_stages = [&s](double local) {
-    return reduce_doubles(*s.model_parallel, {local}, comm::ReduceOp::kSum)[0];
-  };
-  // With dp > 1 each rank counts its dp shard of every gradient and the sum runs over the whole world.
-  s.step_grad_norm =
-      s.data_parallel ? std::sqrt(reduce_doubles(s.world, {s.data_parallel->local_grad_sum_of_squares(counted)},
-                                                 comm::ReduceOp::kSum)[0])
-                      : optim::global_grad_norm(s.params, across_stages, counted, s.context);
-  if (s.config.optimizer.grad_clip > 0) {
-    if (s.data_parallel) s.data_parallel->clip(s.config.optimizer.grad_clip, s.step_grad_norm);
-    else optim::clip_grads(s.params, s.config.optimizer.grad_clip, s.step_grad_norm, s.context);
+// CLEAVE_FAULT_INJECT (a test hook of the failure drills), checked against the layout.
+std::optional<FaultPlan> checked_fault_plan(const RankSetup& s) {
+  std::optional<FaultPlan> fault = fault_plan_from_env();
+  if (fault && fault->point == FaultPoint::kDpReduce) {
+    CLEAVE_CHECK(s.grid.dp_size() > 1, "CLEAVE_FAULT_INJECT: dp_reduce needs data parallelism (dp is 1 in {})",
+                 s.grid.str());
   }
-  s.step_lr = s.lr_schedule.lr_at(s.current_step);
-  if (s.optimizer) s.optimizer->step(s.step_lr);
-  else s.data_parallel->sharded_step(s.step_lr);
-  refresh_working_copies(s);
+  return fault;
 }
 
-// The step's loss: the mean over the global batch's micro-batches, each micro-batch's loss placed at its
-// global index (replica-major, as the data is sharded) and summed in that order on every rank, so one rank
-// and any data-parallel layout report the same double. The last stage's tp rank 0 of each replica fills its
-// slots and every other slot is zero; x + 0 is exact, so the all_reduce moves values without rounding.
-double global_mean_loss(Trainer::State& s, const pipeline::StepOutcome& outcome) {
-  const std::int64_t per_replica = s.batch.gradient_accumulation_steps;
-  Tensor& all = s.microbatch_losses;
+}  // namespace
+
+struct Trainer::Impl {
+  Impl(config::RunConfig config, comm::Communicator& world);
+
+  // The step's loss: the mean over the global batch's micro-batches (see the definition).
+  double global_mean_loss(const pipeline::StepOutcome& outcome);
+
+  RankSetup setup;
+  RankModel model;
+  std::optional<FaultPlan> fault;  // usually empty
+  std::int64_t current_step = 0;   // the step running (0-based): data and fault hooks read it
+  StepTail tail;
+  std::unique_ptr<DataSource> train_data;
+  std::unique_ptr<DataSource> eval_data;
+  BatchLayout layout;
+  std::unique_ptr<pipeline::Executor> executor;       // the training step
+  pipeline::Schedule eval_schedule;                   // forward-only (pipeline/forward_only.hpp)
+  std::unique_ptr<pipeline::Executor> eval_executor;  // evaluation through the same interpreter
+  std::int64_t eval_batch = 0;                        // the evaluation batch the eval executor is reading
+  std::vector<pipeline::TimedAction> last_timeline;
+  Tensor microbatch_losses;  // [dp * micro-batches] f32: the step's loss of every global micro-batch
+};
+
+Trainer::Impl::Impl(config::RunConfig config, comm::Communicator& world)
+    : setup(std::move(config), world),
+      model(setup),
+      fault(checked_fault_plan(setup)),
+      tail(setup, model, !fault || fault->point != FaultPoint::kDpReduce ? std::function<void(int)>()
+                                                                          : [this](int bucket) {
+        if (fault->due(setup.world.rank(), current_step + 1, FaultPoint::kDpReduce)) {
+          fault->fire(fmt::format("after posting data-parallel gradient bucket {}", bucket));
+        }
+      }) {
+  const config::RunConfig& cfg = setup.config;
+  train_data = make_data_source(cfg, Split::kTrain);
+  if (cfg.train.eval_batches > 0) eval_data = make_data_source(cfg, Split::kEval);
+  layout.global_batch_size = setup.batch.global_batch_size;
+  layout.micro_batch_size = setup.batch.micro_batch_size;
+  layout.dp_rank = setup.coords.dp_rank;
+  layout.dp_size = setup.grid.dp_size();
+  layout.check();
+
+  pipeline::ExecutorOptions options;
+  options.schedule = &setup.plan.schedule;
+  options.pp_rank = setup.coords.pp_rank;
+  options.pp_comm = setup.grid.pp_size() > 1 ? setup.groups.pp.get() : nullptr;
+  options.stages = model.stage_by_index();
+  const std::int64_t micro = setup.batch.micro_batch_size;
+  options.boundary_shape = [&plan = setup.plan, micro](int stage) { return plan.boundary_shape(stage, micro); };
+  options.data = [this](int microbatch) {
+    Batch b = train_data->next_batch(current_step, microbatch, layout, *setup.context.allocator);
+    return pipeline::MicrobatchData{in_compute_dtype(setup, b.inputs), b.targets};
+  };
+  // dy of each micro-batch's mean loss: 1 / (micro-batches of the global batch), the same factor on one rank
+  // and on every replica, so the summed gradient is the global mean without a division after the reduction.
+  options.loss_scale = 1.0f / static_cast<float>(setup.batch.gradient_accumulation_steps *
+                                                 static_cast<std::int64_t>(setup.grid.dp_size()));
+  options.context = &setup.context;
+  options.record_timeline = cfg.train.trace;
+  // The step's tail runs inside the schedule: REDUCE_GRAD after a stage's last weight gradient, then
+  // OPTIMIZER_STEP closing the rank's list (pipeline/lowering.hpp).
+  options.reduce_grads = [this](int stage) { tail.reduce_grads(stage); };
+  options.optimizer_step = [this] { tail.optimizer_step(); };
+  if (fault && fault->point == FaultPoint::kForward) {
+    const int victim_microbatch = std::min(1, setup.plan.schedule.num_microbatches - 1);
+    options.before_compute = [this, victim_microbatch](const pipeline::Action& a) {
+      if (a.kind == pipeline::ActionKind::kForward && a.microbatch == victim_microbatch &&
+          fault->due(setup.world.rank(), current_step + 1, FaultPoint::kForward)) {
+        fault->fire(fmt::format("stage {} forward of micro-batch {}", a.stage, a.microbatch));
+      }
+    };
+  }
+  pipeline::ExecutorOptions eval_options = options;
+  executor = std::make_unique<pipeline::Executor>(std::move(options));
+
+  // Evaluation: a forward-only schedule with the same placement, through the same interpreter.
+  if (eval_data) {
+    eval_schedule = pipeline::forward_only_schedule(setup.plan.schedule);
+    eval_options.mode = pipeline::ExecutorMode::kEvaluate;
+    eval_options.schedule = &eval_schedule;
+    eval_options.record_timeline = false;
+    eval_options.reduce_grads = {};
+    eval_options.optimizer_step = {};
+    eval_options.before_compute = {};
+    eval_options.data = [this](int microbatch) {
+      Batch b = eval_data->next_batch(eval_batch, microbatch, layout, *setup.context.allocator);
+      return pipeline::MicrobatchData{in_compute_dtype(setup, b.inputs), b.targets};
+    };
+    eval_executor = std::make_unique<pipeline::Executor>(std::move(eval_options));
+  }
+}
+
+// Each micro-batch's loss is placed at its global index (replica-major, as the data is sharded) and summed in
+// that order on every rank, so one rank and any data-parallel layout report the same double. The last stage's
+// tp rank 0 of each replica fills its slots and every other slot is zero; x + 0 is exact, so the all_reduce
+// moves values without rounding.
+double Trainer::Impl::global_mean_loss(const pipeline::StepOutcome& outcome) {
+  const std::int64_t per_replica = setup.batch.gradient_accumulation_steps;
+  Tensor& all = microbatch_losses;
   if (!all.defined()) {
-    all = Tensor::empty({per_replica * s.grid.dp_size()}, DType::kF32, MemoryCategory::kCommunication,
-                        *s.allocator);
+    all = Tensor::empty({per_replica * setup.grid.dp_size()}, DType::kF32, MemoryCategory::kCommunication,
+                        *setup.allocator);
   }
   all.fill_(0.0f);
-  const bool contributes = s.holds_stage(s.plan.num_stages() - 1) && s.coords.tp_rank == 0;
-  if (contributes) {
+  if (setup.counts_loss()) {
     CLEAVE_ASSERT(static_cast<std::int64_t>(outcome.losses.size()) == per_replica,
                   "the last stage computed {} micro-batch losses, expected {}", outcome.losses.size(), per_replica);
     for (const auto& [microbatch, loss] : outcome.losses) {
-      all.data<float>()[s.coords.dp_rank * per_replica + microbatch] = loss;
+      all.data<float>()[setup.coords.dp_rank * per_replica + microbatch] = loss;
     }
   }
-  s.world.all_reduce(all, comm::ReduceOp::kSum)->wait();
+  setup.world.all_reduce(all, comm::ReduceOp::kSum)->wait();
   double sum = 0;
   for (float loss : all.span<float>()) sum += static_cast<double>(loss);
   return sum / static_cast<double>(all.numel());
 }
 
-}  // namespace
-
-// Mixed precision: every parameter's bf16 working copy := its f32 master value (layers/layer_util.hpp).
-void refresh_working_copies(Trainer::State& s) { layers::refresh_working_copies(s.params, s.context); }
-
-Trainer::State::State(config::RunConfig c, comm::Communicator& w)
-    : config(std::move(c)), world(w), grid(make_grid(config, w.size())), coords(grid.coords_of(w.rank())) {}
-
 Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
-    : state_(std::make_unique<State>(std::move(config), world)) {
-  State& s = *state_;
-  const auto& cfg = s.config;
-  CLEAVE_CHECK(cfg.device.type == "cpu",
-               "device.type '{}' is not available yet: the trainer runs on the CPU backend (device.type \"cpu\"); "
-               "the CUDA backend is reachable through the op seam but not yet brought up for training",
-               cfg.device.type);
-  CLEAVE_CHECK(cfg.optimizer.zero_stage == 0 || s.grid.dp_size() >= 1, "optimizer.zero_stage must be 0 or 1");
-  // The run's own memory and op context: nothing is shared with another trainer in this process.
-  s.allocator = make_cpu_allocator();
-  if (cfg.device.memory_limit > 0) s.allocator->set_limit(cfg.device.memory_limit);
-  s.resources = ops::make_device_resources(Device::cpu());
-  s.context.device = Device::cpu();
-  s.context.allocator = s.allocator.get();
-  s.context.resources = s.resources.get();
-  s.context.precision = ops::parse_precision(cfg.device.precision);  // bf16: mixed precision (ops/context.hpp)
-  // Deterministic mode: GEMM bits independent of the thread count (shape-fixed slices, OpenBLAS at one
-  // thread), so one rank with N threads and N ranks of one thread compute the same bits.
-  s.context.gemm_mode = cfg.train.deterministic ? ops::GemmMode::kDeterministic : ops::GemmMode::kFast;
-  if (cfg.train.deterministic) ops::configure_cpu_threads(ops::cpu_threads());
-
-  s.batch = cfg.resolved_batch();
-  s.groups = comm::build_grid_communicators(world, s.grid);
-  s.model_parallel = world.split(s.coords.dp_rank, world.rank(), "model_parallel");
-  s.plan = planning::make_plan(cfg, static_cast<int>(s.batch.gradient_accumulation_steps), s.coords.pp_rank);
-
-  // This rank's stages, built from (seed, logical name) so any layout starts from the same weights.
-  layers::BuildOptions build;
-  build.seed = cfg.train.seed;
-  build.tp_size = s.grid.tp_size();
-  build.tp_rank = s.coords.tp_rank;
-  build.allocator = s.allocator.get();
-  build.recompute = partition::parse_recompute(cfg.train.recompute);
-  s.tied_name = s.plan.spec.tied_parameters.empty() ? std::string() : s.plan.spec.tied_parameters.front();
-  if (s.grid.tp_size() > 1) s.context.tp_comm = s.groups.tp.get();
-  for (int stage : s.plan.local_stages) {
-    const auto& range = s.plan.partition.stages[static_cast<std::size_t>(stage)];
-    auto blocks = layers::build_blocks(s.plan.spec, static_cast<std::size_t>(range.begin),
-                                       static_cast<std::size_t>(range.end), build);
-    auto module = std::make_unique<pipeline::StageModule>(std::move(blocks), stage == 0,
-                                                          stage == s.plan.num_stages() - 1);
-    for (const auto& p : module->params()) {
-      if (p->name == s.tied_name) build.tied_table = p;  // a later local head shares it
-    }
-    s.stage_by_index[stage] = module.get();
-    s.stages.push_back(std::move(module));
-  }
-  for (const auto& stage : s.stages) {
-    for (const auto& p : stage->params()) {
-      if (std::find(s.params.begin(), s.params.end(), p) == s.params.end()) s.params.push_back(p);
-    }
-  }
-  // A tied table whose embedding and head live on different pp ranks exists twice; the embedding group
-  // keeps the copies equal by summing their gradients every step.
-  // The group is built here rather than taken from the grid's embedding group (first and last pp rank):
-  // under ZB-V's V placement the head's stage sits on another rank than the last stage.
-  if (s.plan.tied_table_split()) {
-    const int embedding_stage = s.plan.stage_of_block(partition::BlockKind::kEmbedding);
-    const int head_stage = s.plan.stage_of_block(partition::BlockKind::kLmHead);
-    const bool member = s.holds_stage(embedding_stage) || s.holds_stage(head_stage);
-    const int replica = s.coords.tp_rank + s.grid.tp_size() * s.coords.dp_rank;
-    s.tied_group = world.split(member ? replica : -1, s.coords.pp_rank, "tied_embedding");
-    for (const auto& p : s.params) {
-      if (p->name == s.tied_name) s.tied_table = p;
-    }
-    s.counts_tied_table = s.holds_stage(embedding_stage);
-  }
-  // Data parallel: grads (and, under ZeRO-1, values) become views into flat bucket buffers before any
-  // optimizer sees them; the tied table's copies are summed inside the reduction, before dp.
-  s.fault = fault_plan_from_env();
-  if (s.fault && s.fault->point == FaultPoint::kDpReduce) {
-    CLEAVE_CHECK(s.grid.dp_size() > 1, "CLEAVE_FAULT_INJECT: dp_reduce needs data parallelism (dp is 1 in {})",
-                 s.grid.str());
-  }
-  if (s.grid.dp_size() > 1) {
-    DataParallelOptions dp_options;
-    dp_options.bucket_mib = cfg.parallel.dp_bucket_mb;
-    dp_options.grad_wire_dtype = cfg.parallel.grad_reduce_dtype == "bf16" ? DType::kBF16 : DType::kF32;
-    dp_options.zero_stage = cfg.optimizer.zero_stage;
-    dp_options.optimizer = cfg.optimizer;
-    dp_options.context = s.context;
-    dp_options.average = false;  // the loss scale below divides by dp
-    if (s.fault) {
-      dp_options.after_bucket_launch = [&s](int bucket) {
-        if (s.fault->due(s.world.rank(), s.current_step + 1, FaultPoint::kDpReduce)) {
-          s.fault->fire(fmt::format("after posting data-parallel gradient bucket {}", bucket));
-        }
-      };
-    }
-    s.data_parallel = std::make_unique<DataParallel>(s.plan, s.coords.pp_rank, s.stage_by_index, s.params,
-                                                     *s.groups.dp, s.tied_group.get(), dp_options);
-  }
-  // Deterministic mode: micro-batch gradients summed in the canonical order, so that n micro-batches on one
-  // rank and the same n spread over dp replicas add the same floats in the same order (sum_tree.hpp).
-  // After DataParallel: the accumulator's "home" is each gradient's final storage (a bucket view).
-  if (cfg.train.deterministic) {
-    std::vector<const layers::Param*> shared;  // held by two local stages (ZB-V's tied table): stays in place
-    std::map<const layers::Param*, int> holders;
-    for (const auto& stage : s.stages) {
-      for (const auto& p : stage->params()) {
-        if (++holders[p.get()] == 2) shared.push_back(p.get());
-      }
-    }
-    for (const auto& stage : s.stages) {
-      stage->enable_ordered_accumulation(static_cast<int>(s.batch.gradient_accumulation_steps), shared, s.context);
-    }
-  }
-  if (!s.data_parallel || !s.data_parallel->zero1()) {
-    s.optimizer = optim::make_optimizer(cfg.optimizer, s.params, *s.allocator);
-  }
-  s.lr_schedule = optim::LrSchedule::from_config(cfg.optimizer, cfg.train.steps);
-  refresh_working_copies(s);  // after DataParallel: under ZeRO-1 the values are bucket views by now
-
-  s.train_data = make_data_source(cfg, Split::kTrain);
-  if (cfg.train.eval_batches > 0) s.eval_data = make_data_source(cfg, Split::kEval);
-  s.layout.global_batch_size = s.batch.global_batch_size;
-  s.layout.micro_batch_size = s.batch.micro_batch_size;
-  s.layout.dp_rank = s.coords.dp_rank;
-  s.layout.dp_size = s.grid.dp_size();
-  s.layout.check();
-
-  pipeline::ExecutorOptions options;
-  options.schedule = &s.plan.schedule;
-  options.pp_rank = s.coords.pp_rank;
-  options.pp_comm = s.grid.pp_size() > 1 ? s.groups.pp.get() : nullptr;
-  options.stages = s.stage_by_index;
-  const std::int64_t micro = s.batch.micro_batch_size;
-  options.boundary_shape = [&plan = s.plan, micro](int stage) { return plan.boundary_shape(stage, micro); };
-  options.data = [&s](int microbatch) {
-    Batch b = s.train_data->next_batch(s.current_step, microbatch, s.layout, *s.context.allocator);
-    return pipeline::MicrobatchData{in_compute_dtype(s, b.inputs), b.targets};
-  };
-  // dy of each micro-batch's mean loss: 1 / (micro-batches of the global batch), the same factor on one rank
-  // and on every replica, so the summed gradient is the global mean without a division after the reduction.
-  options.loss_scale =
-      1.0f / static_cast<float>(s.batch.gradient_accumulation_steps * static_cast<std::int64_t>(s.grid.dp_size()));
-  options.context = &s.context;
-  options.record_timeline = cfg.train.trace;
-  // The step's tail runs inside the schedule: REDUCE_GRAD after a stage's last weight gradient, then
-  // OPTIMIZER_STEP closing the rank's list (pipeline/lowering.hpp).
-  options.reduce_grads = [&s](int) {
-    if (++s.stages_reduced == static_cast<int>(s.stages.size())) finish_gradient_reduction(s);
-  };
-  options.optimizer_step = [&s] { clip_and_update(s); };
-  if (s.fault && s.fault->point == FaultPoint::kForward) {
-    const int victim_microbatch = std::min(1, s.plan.schedule.num_microbatches - 1);
-    options.before_compute = [&s, victim_microbatch](const pipeline::Action& a) {
-      if (a.kind == pipeline::ActionKind::kForward && a.microbatch == victim_microbatch &&
-          s.fault->due(s.world.rank(), s.current_step + 1, FaultPoint::kForward)) {
-        s.fault->fire(fmt::format("stage {} forward of micro-batch {}", a.stage, a.microbatch));
-      }
-    };
-  }
-  pipeline::ExecutorOptions eval_options = options;
-  s.executor = std::make_unique<pipeline::Executor>(std::move(options));
-
-  // Evaluation: a forward-only schedule with the same placement, through the same interpreter.
-  if (s.eval_data) {
-    s.eval_schedule = pipeline::forward_only_schedule(s.plan.schedule);
-    eval_options.mode = pipeline::ExecutorMode::kEvaluate;
-    eval_options.schedule = &s.eval_schedule;
-    eval_options.record_timeline = false;
-    eval_options.reduce_grads = {};
-    eval_options.optimizer_step = {};
-    eval_options.before_compute = {};
-    eval_options.data = [&s](int microbatch) {
-      Batch b = s.eval_data->next_batch(s.eval_batch, microbatch, s.layout, *s.context.allocator);
-      return pipeline::MicrobatchData{in_compute_dtype(s, b.inputs), b.targets};
-    };
-    s.eval_executor = std::make_unique<pipeline::Executor>(std::move(eval_options));
-  }
-}
+    : impl_(std::make_unique<Impl>(std::move(config), world)) {}
 
 Trainer::~Trainer() = default;
 
-const config::RunConfig& Trainer::config() const { return state_->config; }
+const config::RunConfig& Trainer::config() const { return impl_->setup.config; }
 
-const planning::Plan& Trainer::plan() const { return state_->plan; }
+const planning::Plan& Trainer::plan() const { return impl_->setup.plan; }
 
-MemoryStats Trainer::memory_stats() const { return state_->allocator->stats(); }
+MemoryStats Trainer::memory_stats() const { return impl_->setup.allocator->stats(); }
 
-void Trainer::reset_peak_memory() { state_->allocator->reset_peak(); }
+void Trainer::reset_peak_memory() { impl_->setup.allocator->reset_peak(); }
+
+std::string Trainer::checkpoint_root() const {
+  const auto& cfg = impl_->setup.config;
+  return cfg.checkpoint.dir.empty() ? (fs::path(cfg.train.out_dir) / "checkpoints").string() : cfg.checkpoint.dir;
+}
+
+CheckpointSaveStats Trainer::save_checkpoint(const std::string& root, std::int64_t steps_done) {
+  return train::save_checkpoint(impl_->setup, impl_->model, impl_->tail, root, steps_done);
+}
+
+std::int64_t Trainer::load_checkpoint(const std::string& step_dir, bool continue_run) {
+  return train::load_checkpoint(impl_->setup, impl_->model, impl_->tail, step_dir, continue_run);
+}
+
+EvalResult Trainer::evaluate(std::int64_t batches) {
+  CLEAVE_ASSERT(impl_->eval_executor != nullptr, "evaluate() without an evaluation data source (train.eval_batches 0)");
+  return evaluate_batches(impl_->setup, *impl_->eval_executor, impl_->eval_batch, batches);
+}
+
+std::map<std::string, std::vector<float>> Trainer::gather_parameters() {
+  return train::gather_parameters(impl_->setup, impl_->model);
+}
+
+pipeline::Timeline Trainer::measured_timeline() {
+  CLEAVE_CHECK(impl_->setup.config.train.trace, "measured_timeline() needs train.trace = true");
+  return gather_timeline(impl_->setup, impl_->last_timeline);
+}
+
+std::vector<float> Trainer::next_token_logits(const std::vector<std::int32_t>& tokens) {
+  return train::next_token_logits(impl_->setup, impl_->model, tokens);
+}
 
 StepStats Trainer::step(std::int64_t step) {
-  State& s = *state_;
+  Impl& s = *impl_;
   const auto start = Clock::now();
   s.current_step = step;
-  s.stages_reduced = 0;
-  if (s.data_parallel) s.data_parallel->begin_step();
-  else s.optimizer->zero_grad();
+  s.tail.begin(step);
   pipeline::StepOutcome outcome = s.executor->run_step();  // forward, backward, reduction, optimizer
-  if (s.config.train.trace) s.last_timeline = std::move(outcome.timeline);
+  if (s.setup.config.train.trace) s.last_timeline = std::move(outcome.timeline);
+  const StepTailResult tail = s.tail.finish();
 
-  const double loss = global_mean_loss(s, outcome);
-  const auto peaks = reduce_doubles(s.world, {static_cast<double>(s.allocator->stats().peak_total)},
+  const double loss = s.global_mean_loss(outcome);
+  const auto peaks = reduce_doubles(s.setup.world, {static_cast<double>(s.setup.allocator->stats().peak_total)},
                                     comm::ReduceOp::kMax);
   StepStats stats;
   stats.step = step;
   stats.loss = loss;
-  stats.lr = s.step_lr;
-  stats.grad_norm = s.step_grad_norm;
+  stats.lr = tail.lr;
+  stats.grad_norm = tail.grad_norm;
   stats.step_ms = elapsed_ms(start);
-  const double items = static_cast<double>(s.batch.global_batch_size * s.plan.spec.items_per_sample());
+  const double items = static_cast<double>(s.setup.batch.global_batch_size * s.setup.plan.spec.items_per_sample());
   stats.tokens_per_s = items / (stats.step_ms * 1e-3);
   stats.peak_bytes = static_cast<std::int64_t>(peaks[0]);
   stats.p2p_bytes = outcome.p2p_bytes_sent;
-  stats.dp_grad_bytes = s.step_dp_bytes;
+  stats.dp_grad_bytes = tail.dp_bytes;
   return stats;
 }
 
 TrainSummary Trainer::train(const TrainOptions& options) {
-  State& s = *state_;
+  Impl& impl = *impl_;
+  RankSetup& s = impl.setup;
   const auto& cfg = s.config;
   const std::string unit(s.plan.spec.throughput_unit());
   // Resume first: a checkpoint that cannot be loaded fails before anything is written.
@@ -381,7 +302,7 @@ TrainSummary Trainer::train(const TrainOptions& options) {
                                                                           : std::string("single stage"),
               s.plan.spec.type, s.plan.spec.blocks.size(), s.plan.num_stages(), s.plan.describe_partition(),
               s.batch.global_batch_size, s.batch.micro_batch_size, s.batch.gradient_accumulation_steps,
-              s.grid.dp_size(), s.train_data->describe());
+              s.grid.dp_size(), impl.train_data->describe());
   }
   // Peak memory counts the model, not whatever earlier runs in this process left behind.
   s.allocator->reset_peak();
@@ -402,7 +323,7 @@ TrainSummary Trainer::train(const TrainOptions& options) {
       // Evaluation every eval_interval steps and after the last one, on that step's metrics row.
       const bool last = step + 1 == cfg.train.steps;
       const bool eval_now =
-          s.eval_data && (last || (cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0));
+          impl.eval_data && (last || (cfg.train.eval_interval > 0 && (step + 1) % cfg.train.eval_interval == 0));
       if (eval_now) {
         const EvalResult eval = evaluate(cfg.train.eval_batches);
         m.extra.emplace_back("eval_loss", eval.loss);
@@ -429,7 +350,7 @@ TrainSummary Trainer::train(const TrainOptions& options) {
     }
     throw;
   }
-  if (cfg.train.trace) write_measured_trace(s, cfg.train.out_dir);
+  if (cfg.train.trace) write_measured_trace(s, impl.last_timeline, cfg.train.out_dir);
   summary.peak_bytes = summary.steps.empty() ? 0 : summary.steps.back().peak_bytes;
   // Every rank's own peak (the memory a layout needs per device) by category, with its coordinates: run.json
   // for the report, and the per-rank totals on one line.

@@ -1,4 +1,6 @@
-// Trainer: one process's share of a training run — dp × pp (× tp) layout, model stages, optimizer, data.
+// Trainer: one process's share of a training run — dp × pp (× tp) layout, model stages, optimizer, data — as
+// owned parts: RankSetup (grid, memory, op context, plan), RankModel (stages, parameters, the tied table),
+// StepTail (gradient reduction, clipping, update) and the executors; the Trainer keeps the loop.
 //
 // One step = run this rank's lowered pipeline schedule through the Executor (which, with pp = 1, is plain
 // gradient accumulation); its REDUCE_GRAD and OPTIMIZER_STEP actions reduce gradients over data-parallel
@@ -86,7 +88,7 @@ class Trainer {
   // from the earliest action; empty on other ranks). Needs train.trace. Collective.
   pipeline::Timeline measured_timeline();
 
-  // Checkpoints (checkpoint_save.cpp, checkpoint_load.cpp; format in checkpoint_pieces.hpp and README).
+  // Checkpoints (checkpoint_io.hpp; format in checkpoint_pieces.hpp).
   // Saves the state after `steps_done` steps as `root`/step_NNNNNNN (atomic: engine/checkpoint/
   // checkpoint_dir.hpp), then prunes to checkpoint.keep_last. Collective; every rank returns the same stats.
   CheckpointSaveStats save_checkpoint(const std::string& root, std::int64_t steps_done);
@@ -96,7 +98,7 @@ class Trainer {
   // `continue_run` (train --resume): the checkpoint must also continue this run's random streams, i.e.
   // its rng seed equals train.seed and its consumed samples equal step x batch.global_batch_size.
   std::int64_t load_checkpoint(const std::string& step_dir, bool continue_run = false);
-  // Generation (generation.cpp; one rank, one stage, no tensor parallelism): the logits of the token after
+  // Generation (generation.hpp; one rank, one stage, no tensor parallelism): the logits of the token after
   // `tokens` (1 <= size <= model.seq_len), model.vocab_size values. Keeps nothing for a backward.
   std::vector<float> next_token_logits(const std::vector<std::int32_t>& tokens);
   // checkpoint.dir, or <train.out_dir>/checkpoints when empty.
@@ -108,10 +110,10 @@ class Trainer {
   MemoryStats memory_stats() const;
   void reset_peak_memory();
 
-  struct State;  // implementation detail (trainer.cpp)
+  struct Impl;  // the parts (rank_setup.hpp, rank_model.hpp, step_tail.hpp) and the executors; trainer.cpp
 
  private:
-  std::unique_ptr<State> state_;
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace cleave::train

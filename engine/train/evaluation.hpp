@@ -1,0 +1,18 @@
+// Evaluation: forward-only passes over `batches` global evaluation batches through an executor in
+// ExecutorMode::kEvaluate, scored by the model's loss block; the counts are summed over the world.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/train/rank_setup.hpp"
+#include "engine/train/trainer.hpp"
+#include "pipeline/executor.hpp"
+
+namespace cleave::train {
+
+// `eval_batch` is the variable the executor's data callback reads: set to each batch index in turn.
+// Collective over the world.
+EvalResult evaluate_batches(RankSetup& setup, pipeline::Executor& executor, std::int64_t& eval_batch,
+                            std::int64_t batches);
+
+}  // namespace cleave::train

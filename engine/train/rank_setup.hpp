@@ -1,0 +1,49 @@
+// RankSetup: what one rank of a training run is, fixed when the run starts: the resolved config, the process
+// grid with this rank's coordinates and groups, the plan every rank computes alike (engine/planning), the
+// batch arithmetic, and the run's own memory and op context. The other parts of a trainer (RankModel,
+// StepTail, Trainer) and the free functions over them (checkpoints, gather, generation, run record) read it.
+//
+// Invariants: every tensor of the run comes from `allocator` (its cap is device.memory_limit, its peak the
+// run's peak); nothing here is shared with another run in the same process; `context` points at this
+// object's allocator and resources, so a RankSetup never moves (it is neither copied nor moved).
+#pragma once
+
+#include <memory>
+
+#include "engine/comm/communicator.hpp"
+#include "engine/comm/grid.hpp"
+#include "engine/config/config.hpp"
+#include "engine/core/allocator.hpp"
+#include "engine/planning/plan.hpp"
+#include "kernels/ops/context.hpp"
+#include "layers/layer.hpp"
+
+namespace cleave::train {
+
+struct RankSetup {
+  // `world` must outlive the setup. Resolves the config against world.size(), builds the grid groups
+  // (collective), the allocator and context of device.type, and the plan. Throws Error for layouts that
+  // cannot work.
+  RankSetup(config::RunConfig config, comm::Communicator& world);
+  RankSetup(const RankSetup&) = delete;
+  RankSetup& operator=(const RankSetup&) = delete;
+
+  config::RunConfig config;
+  comm::Communicator& world;
+  comm::ProcessGrid grid;
+  comm::GridCoords coords;
+  comm::GridCommunicators groups;
+  std::unique_ptr<Allocator> allocator;                // this run's memory: cap, peak, accounting
+  std::unique_ptr<ops::DeviceResources> resources;     // backend handles of the run's device
+  layers::Context context;                             // device, allocator, stream, GEMM mode, precision, tp group
+  std::unique_ptr<comm::Communicator> model_parallel;  // tp × pp ranks of this replica (norms, losses)
+  config::ResolvedBatch batch;
+  planning::Plan plan;
+
+  // World rank 0 writes files and logs for the run.
+  bool reports() const { return world.rank() == 0; }
+  // The stage holding the loss, on tp rank 0: the rank that counts each row's loss once per replica.
+  bool counts_loss() const;
+};
+
+}  // namespace cleave::train

@@ -1,0 +1,18 @@
+// run.json (engine/report/run_summary.hpp): every rank's coordinates, stages and allocator peaks by category,
+// with the memory plan's estimate per pp rank, so the report draws per-rank memory against
+// device.memory_limit without the ranks.
+#pragma once
+
+#include <string>
+
+#include "engine/report/run_summary.hpp"
+#include "engine/train/rank_setup.hpp"
+
+namespace cleave::train {
+
+// Gathered onto every rank (collective over the world).
+report::RunSummary gather_run_summary(RankSetup& setup);
+// World rank 0 writes it as `directory`/run.json.
+void write_run_summary(const report::RunSummary& summary, const std::string& directory);
+
+}  // namespace cleave::train

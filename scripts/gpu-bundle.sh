@@ -19,8 +19,8 @@
 #               ompi_info, the MCA components whose libraries are all bundled, help files, configuration
 #   pmix/       PMIx's components and help files (PMIX_INSTALL_PREFIX)
 #   data/       the data sets the examples read (fortunes text, handwritten digits when present)
-#   reference/  CPU reference runs (one folder per run: metrics.jsonl and the command) that GPU stages compare
-#               against; add one with a `reference` line below
+#   reference/  CPU reference runs (one folder per run: config, arguments, metrics.jsonl) that gpu-check.sh
+#               replays and GPU stages compare against; add one with a `reference` line below
 #   env.sh      `source`d by gpu-check.sh: points LD_LIBRARY_PATH, OPAL_PREFIX, PMIx and PATH at the bundle
 #   MANIFEST.txt  commit, build flags, glibc/GLIBCXX needs, CUDA sonames needed, MCA components left out, files
 #
@@ -172,27 +172,32 @@ digits="$(ls data/digits.csv.gz 2>/dev/null || find /usr/lib/python3/dist-packag
 if [[ -n "$digits" ]]; then cp "$digits" "$b/data/digits.csv.gz"
 else say "note: data/digits.csv.gz not found (scripts/install-deps.sh fetches it); the digits examples are left out"; fi
 
-# reference NAME CONFIG STEPS [--set key=value ...]: a CPU run of CONFIG for STEPS steps with this build's
-# cleave, its metrics.jsonl kept as reference/NAME/metrics.jsonl and the command as reference/NAME/command.txt.
-# Data paths are rewritten to the bundle's copies on both sides (here and, by gpu-check.sh, on the GPU host).
+# reference NAME CONFIG ARG...: a CPU run of `cleave train CONFIG ARG...` with this build's cleave. The bundle
+# keeps, in reference/NAME/, the config (config.json), the arguments one per line (args.txt, with @BUNDLE@ for
+# the unpacked bundle and @OUT_DIR@ for the run directory, so gpu-check.sh can replay the same run), the run's
+# metrics.jsonl and a note of where and how long it ran (command.txt). The run reads the bundle's own data
+# copy, as the replay will.
 reference() {
-  local ref="$1" config="$2" steps="$3"; shift 3
-  local run="$build/reference-runs/$ref"
+  local ref="$1" config="$2"; shift 2
+  local run="$build/reference-runs/$ref" dir="$b/reference/$ref" a args=()
   rm -rf "$run"
-  mkdir -p "$(dirname "$run")"
-  local cmd=(train "$config" --set "train.steps=$steps" --set "train.out_dir=$run" "$@")
-  say "reference $ref: cleave ${cmd[*]}"
+  mkdir -p "$(dirname "$run")" "$dir"
+  cp "$config" "$dir/config.json"
+  printf '%s\n' "$@" >"$dir/args.txt"
+  for a in "$@"; do a="${a//@BUNDLE@/$(cd "$b" && pwd)}"; args+=("${a//@OUT_DIR@/$run}"); done
+  say "reference $ref: cleave train $config $*"
   local t0=$SECONDS
-  OMP_WAIT_POLICY=passive locked "$build/bin/cleave" "${cmd[@]}" >"$run.log" 2>&1 \
+  OMP_WAIT_POLICY=passive locked "$build/bin/cleave" train "$dir/config.json" "${args[@]}" >"$run.log" 2>&1 \
     || { tail -n 20 "$run.log" >&2; die "reference run $ref failed (log: $run.log)"; }
   [[ -s "$run/metrics.jsonl" ]] || die "reference run $ref wrote no metrics.jsonl"
-  mkdir -p "$b/reference/$ref"
-  cp "$run/metrics.jsonl" "$b/reference/$ref/"
-  printf 'cleave %s\n(took %d s on %s, %s)\n' "${cmd[*]//$run/OUT_DIR}" $((SECONDS - t0)) "$(hostname)" \
-    "$(nproc) cores" >"$b/reference/$ref/command.txt"
+  cp "$run/metrics.jsonl" "$dir/"
+  printf 'cleave train config.json %s\n(took %d s on %s: %s, %s cores, OpenBLAS)\n' "$*" $((SECONDS - t0)) \
+    "$(hostname)" "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" "$(nproc)" >"$dir/command.txt"
 }
-reference gpt_fortunes examples/gpt_fortunes.json 20 --set train.log_interval=1 \
-  --set "data.path=$fortunes"
+# gpt_fortunes: the README's demo model, 20 steps, loss logged every step (gpu-check.sh's cpu-reference stage
+# replays it on the host's CPU; the training issue's GPU comparison reads the same metrics.jsonl).
+reference gpt_fortunes examples/gpt_fortunes.json --set train.steps=20 --set train.log_interval=1 \
+  --set train.out_dir=@OUT_DIR@ --set data.path=@BUNDLE@/data/fortunes/cookie
 
 # ---- env.sh, manifest, tarball ----------------------------------------------------------------------------
 cat >"$b/env.sh" <<EOF

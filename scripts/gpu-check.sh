@@ -14,6 +14,7 @@
 # own file; a failing stage does not stop the next:
 #   probe        GPU, driver, OS, glibc/libstdc++ against what the bundle needs, CUDA libraries found and where
 #   ldd          every binary, bundled library and MPI component resolves every library
+#   cpu-reference  cleave replays the bundle's CPU reference runs on this host's CPU and matches their losses
 #   test:<bin>   each GPU test binary (gpu_*_test but the staged one), gtest XML
 #   staged-np1   gpu_staged_comm_test, one rank (no GPU: its StagedHost tests, which need none)
 #   staged-np2   the same under the bundle's mpirun -np 2 (both ranks on cuda:0)
@@ -87,7 +88,7 @@ stage_probe() {
     echo "gpu visible: $CHECK_GPU ($CHECK_GPU_REASON)"
     echo "== CUDA libraries (scripts/gpu-env.sh --runtime; CLEAVE_CUDA_SONAMES=$CLEAVE_CUDA_SONAMES)"
     cat "$CHECK_WORK/cuda-env.txt"
-    echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
+    echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
     echo "== tools"
     echo "nvcc     : $(command -v nvcc >/dev/null && nvcc --version | grep -o 'release [0-9.]*, V[0-9.]*' || echo 'not found')"
     echo "sanitizer: ${CHECK_SANITIZER:-not found}"
@@ -122,10 +123,11 @@ stage_probe() {
 
 stage_ldd() {
   local files=() f n=0 bad=0 out
-  for f in "$CHECK_BIN"/* "$CHECK_BUNDLE"/lib/* "$CHECK_BUNDLE"/mpi/bin/* "$CHECK_BUNDLE"/pmix/lib/pmix/*.so \
+  for f in "$CHECK_BIN"/*; do [[ -e "$f" ]] && files+=("$(readlink -f "$f")"); done
+  # A bundle's libraries, Open MPI programs and components (a --build-dir run has none of these folders).
+  for f in "$CHECK_BUNDLE"/lib/* "$CHECK_BUNDLE"/mpi/bin/* "$CHECK_BUNDLE"/pmix/lib/pmix/*.so \
            $(find "$CHECK_BUNDLE/mpi" -name 'mca_*.so' 2>/dev/null); do
-    [[ -f "$f" && ! -L "$f" ]] || continue
-    files+=("$f")
+    [[ -f "$f" && ! -L "$f" ]] && files+=("$f")
   done
   for f in "${files[@]}"; do
     n=$((n + 1))
@@ -159,7 +161,7 @@ stage_staged() {
   local bin="$CHECK_BIN/gpu_staged_comm_test"
   [[ -x "$bin" ]] || { result fail "gpu_staged_comm_test is not in the bundle"; return; }
   if [[ "$CHECK_GPU" != yes ]]; then
-    filter=(--gtest_filter='StagedHost.*'); note=" (StagedHost only: no GPU visible${CHECK_NO_GPU_NOTE})"
+    filter=(--gtest_filter='StagedHost.*'); note=" (StagedHost only, no GPU visible${CHECK_NO_GPU_NOTE})"
   fi
   if [[ "$ranks" -eq 1 ]]; then
     OMP_WAIT_POLICY=passive "$bin" "${filter[@]}" --gtest_output="xml:$CHECK_WORK/xml/$CHECK_STAGE.xml" \
@@ -214,6 +216,46 @@ stage_memcheck() {
   else result fail "${figure%; } (exit status or failures: see log.txt)"; fi
 }
 
+# losses FILE: "step loss" for each training step in a metrics.jsonl
+losses() { sed -n 's/^{"step":\([0-9]*\),"loss":\([-0-9.eE+]*\),.*/\1 \2/p' "$1"; }
+
+# replay_reference DIR RUN: `cleave train` with the bundle's reference DIR's config and arguments, into RUN
+replay_reference() {
+  local dir="$1" run="$2" a args=()
+  while IFS= read -r a; do a="${a//@BUNDLE@/$CHECK_BUNDLE}"; args+=("${a//@OUT_DIR@/$run}"); done <"$dir/args.txt"
+  echo "+ cleave train $dir/config.json ${args[*]}"
+  OMP_WAIT_POLICY=passive "$CHECK_BIN/cleave" train "$dir/config.json" "${args[@]}"
+}
+
+stage_cpu_reference() {
+  # cleave on this host's CPU replays each CPU reference the bundle carries and matches its losses: proves the
+  # bundled OpenBLAS/OpenMP/fmt run here and the data and references are in place for the GPU comparisons.
+  # Another CPU may pick other OpenBLAS kernels (summation order), hence a tolerance rather than bit equality.
+  local tol=1e-3 dir ref run rc figure="" failed=0 worst n
+  shopt -s nullglob
+  local dirs=("$CHECK_BUNDLE"/reference/*/)
+  shopt -u nullglob
+  [[ ${#dirs[@]} -gt 0 ]] || { result skipped "no CPU reference in the bundle (a --build-dir run has none)"; return; }
+  for dir in "${dirs[@]}"; do
+    dir="${dir%/}" ref="$(basename "$dir")" run="$CHECK_WORK/runs/$(basename "$dir")" rc=0
+    replay_reference "$dir" "$run" || rc=$?
+    if [[ $rc -ne 0 || ! -s "$run/metrics.jsonl" ]]; then
+      failed=1 figure+="$ref: cleave exited $rc; "; continue
+    fi
+    read -r n worst < <(join <(losses "$dir/metrics.jsonl" | sort -k1,1) <(losses "$run/metrics.jsonl" | sort -k1,1) \
+      | awk '{ d = $3 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > w) w = r; n++ }
+             END { printf "%d %.2e\n", n, w }')
+    echo "$ref: $n steps compared, worst relative loss difference $worst (tolerance $tol)"
+    if [[ "$n" -eq 0 || "$n" -ne "$(losses "$dir/metrics.jsonl" | wc -l)" ]] \
+       || awk -v w="$worst" -v t="$tol" 'BEGIN { exit !(w > t) }'; then
+      failed=1 figure+="$ref: $n steps, worst rel. loss diff $worst > $tol; "
+    else
+      figure+="$ref: $n steps, worst rel. loss diff $worst; "
+    fi
+  done
+  if [[ $failed -eq 0 ]]; then result pass "${figure%; }"; else result fail "${figure%; }"; fi
+}
+
 stage_training() {
   # Hook for the issue "Training on GPUs": GPU training against the CPU references in
   # $CHECK_BUNDLE/reference/*/metrics.jsonl (data in $CHECK_BUNDLE/data), then the benchmarks.
@@ -227,6 +269,7 @@ if [[ "${1:-}" == "--stage" ]]; then
   case "$2" in
     probe) stage_probe ;;
     ldd) stage_ldd ;;
+    cpu-reference) stage_cpu_reference ;;
     test:*) stage_test "${2#test:}" ;;
     staged-np1) stage_staged 1 ;;
     staged-np2) stage_staged 2 ;;
@@ -296,7 +339,7 @@ fi
 export CHECK_BUNDLE CHECK_BIN CHECK_MPIRUN
 
 # ---- CUDA libraries, the GPU, the tools ---------------------------------------------------------------------------
-CLEAVE_CUDA_SONAMES="$(tr '\n' ' ' <"$CHECK_BUNDLE/cuda-sonames.txt" 2>/dev/null || true)"
+CLEAVE_CUDA_SONAMES="$(tr '\n' ' ' 2>/dev/null <"$CHECK_BUNDLE/cuda-sonames.txt" || true)"
 CLEAVE_CUDA_SONAMES="${CLEAVE_CUDA_SONAMES:-libcudart.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2}"
 export CLEAVE_CUDA_SONAMES
 set +e
@@ -359,6 +402,7 @@ run_stage() {  # NAME LIMIT_SECONDS
 echo "gpu-check: bundle $CHECK_BUNDLE, GPU visible: $CHECK_GPU ($CHECK_GPU_REASON), budget ${budget}s"
 run_stage probe 30
 run_stage ldd 60
+run_stage cpu-reference 60
 for f in "$CHECK_BIN"/gpu_*_test; do
   [[ -e "$f" ]] || continue
   b="$(basename "$f")"

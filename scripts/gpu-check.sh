@@ -169,7 +169,7 @@ stage_staged() {
   else
     # Each rank writes its own XML (gtest would have both write one file); rank 0's goes into gtest.xml.
     OMP_WAIT_POLICY=passive "$CHECK_MPIRUN" -np "$ranks" --oversubscribe --bind-to none \
-      bash -c 'echo "gpu-check: rank ${OMPI_COMM_WORLD_RANK:-?} of ${OMPI_COMM_WORLD_SIZE:-?} on $(hostname)"
+      bash -c 'echo "gpu-check: rank ${OMPI_COMM_WORLD_RANK:-?} of ${OMPI_COMM_WORLD_SIZE:-?} on $(uname -n)"
                exec "$0" "$@" --gtest_output="xml:'"$CHECK_WORK"'/xml/'"$CHECK_STAGE"'.rank${OMPI_COMM_WORLD_RANK:-0}.xml"' \
       "$bin" "${filter[@]}" >"$CHECK_WORK/gtest.log" 2>&1 || rc=$?
     [[ -f "$CHECK_WORK/xml/$CHECK_STAGE.rank0.xml" ]] \

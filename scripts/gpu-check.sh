@@ -45,10 +45,10 @@ gtest_counts() {
   failed="${failed:-0}" skipped="${skipped:-0}"
 }
 
-# judge_gtest RC LOG [GPU_VISIBLE]: the result of a gtest run from its exit status and its own summary; with a
-# GPU visible (the default), a run whose every test skipped is a failure
+# judge_gtest RC LOG [GPU_VISIBLE]: the result of a gtest run from its exit status and its own summary. With a
+# GPU visible (the default) a skipped test is a failure: the gpu tests skip only when they cannot use a device.
 judge_gtest() {
-  local rc="$1" log="$2" need_ran="${3:-1}"
+  local rc="$1" log="$2" gpu_visible="${3:-1}"
   gtest_counts "$log"
   if [[ -z "$ran" ]]; then
     local last
@@ -57,8 +57,8 @@ judge_gtest() {
   elif [[ "$rc" -ne 0 || "$failed" -gt 0 ]]; then
     result fail "$failed of $ran failed ($(grep -o '^\[  FAILED  \] [A-Za-z0-9_/.]*' "$log" | head -n 2 \
                  | sed 's/^\[  FAILED  \] //' | tr '\n' ' ')...), exit $rc"
-  elif [[ "$need_ran" -eq 1 && "$ran" -gt 0 && "$skipped" -eq "$ran" ]]; then
-    result fail "all $ran tests skipped although a GPU is visible (see log.txt for the skip reason)"
+  elif [[ "$gpu_visible" -eq 1 && "$skipped" -gt 0 ]]; then
+    result fail "$skipped of $ran skipped although a GPU is visible: $(grep -A1 -m1 ': Skipped$' "$log" | tail -n 1)"
   elif [[ "$ran" -eq 0 ]]; then
     result fail "no test ran"
   else
@@ -434,7 +434,8 @@ fi
 
 # ---- the summary, printed last -------------------------------------------------------------------------------------
 total=$((SECONDS - t_start))
-gpu_line="$(sed -n '/^== GPU/,/^== CUDA/p' "$CHECK_OUT/probe.txt" 2>/dev/null | sed -n '3p' | cut -c1-90)"
+gpu_line="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1 \
+            | sed 's/, / · driver /')"
 {
   if [[ ${#tails[@]} -gt 0 ]]; then printf '%s\n' "${tails[@]}"; echo; fi
   echo "Cleave GPU check · $(date -u '+%Y-%m-%d %H:%M UTC') · $(sed -n 's/^commit *: //p' "$CHECK_BUNDLE/MANIFEST.txt" 2>/dev/null || echo 'build tree') · ${gpu_line:-no GPU visible}"

@@ -415,6 +415,7 @@ run_stage memcheck 200
 run_stage training 20
 
 # ---- gtest.xml: every run's suites in one file, suite names prefixed with the stage ------------------------------
+set +e  # from here on only reporting: a failed grep must not lose the summary
 shopt -s nullglob
 xmls=("$CHECK_WORK"/xml/*.xml)
 shopt -u nullglob
@@ -435,7 +436,7 @@ fi
 # ---- the summary, printed last -------------------------------------------------------------------------------------
 total=$((SECONDS - t_start))
 gpu_line="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1 \
-            | sed 's/, / · driver /')"
+            | sed 's/, / · driver /' || true)"
 {
   if [[ ${#tails[@]} -gt 0 ]]; then printf '%s\n' "${tails[@]}"; echo; fi
   echo "Cleave GPU check · $(date -u '+%Y-%m-%d %H:%M UTC') · $(sed -n 's/^commit *: //p' "$CHECK_BUNDLE/MANIFEST.txt" 2>/dev/null || echo 'build tree') · ${gpu_line:-no GPU visible}"

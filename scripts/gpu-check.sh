@@ -305,6 +305,7 @@ CHECK_WORK="$(mktemp -d "${TMPDIR:-/tmp}/cleave-gpu-check.XXXXXX")"
 trap '[[ "${CLEAVE_GPU_CHECK_KEEP:-0}" == 1 ]] || rm -rf "$CHECK_WORK"' EXIT
 mkdir -p "$CHECK_WORK"/{results,logs,xml}
 export CHECK_OUT CHECK_WORK
+export PATH="$PATH:/sbin:/usr/sbin"  # ldconfig, for a user whose PATH lacks them
 export GTEST_COLOR=no  # Open MPI hands ranks a pseudo-terminal; colour codes would break the log parsing
 
 # ---- the binaries: a bundle (unpacked into the work dir) or a build tree ------------------------------------------

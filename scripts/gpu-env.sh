@@ -5,7 +5,17 @@
 #
 # builds the CUDA backend on a bare GPU machine, whether the libraries come from the CUDA toolkit, from system
 # packages (libcudnn9-dev-cuda-*, libnccl-dev) or from the Python wheels PyTorch installs
-# (site-packages/nvidia/{cudnn,nccl,cublas}/{include,lib}). Run it without `source` to only print what it found.
+# (site-packages/nvidia/{cudnn,nccl}/{include,lib}; cuBLAS(Lt) and cudart in nvidia/cu13/{include,lib} for
+# CUDA 13 wheels, nvidia/cublas/... for CUDA 12 ones). Run it without `source` to only print what it found.
+#
+#   source scripts/gpu-env.sh --runtime [--quiet]
+#
+# is the run-time half, for running binaries built elsewhere (scripts/gpu-check.sh): it needs no nvcc and no
+# headers; for each CUDA library soname the binaries need (CLEAVE_CUDA_SONAMES, space-separated; default
+# libcudart.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2) and the driver's libcuda.so.1 it keeps what the
+# loader already finds (LD_LIBRARY_PATH, ldconfig) and otherwise prepends the first directory that holds it:
+# the toolkit (CUDA_HOME, /usr/local/cuda*), the driver's /usr/local/nvidia/lib64, then the wheels. It prints
+# one line per soname: the file the loader will use, its real file and where it came from.
 #
 # Exports: CUDACXX (nvcc, read by CMake's CUDA language support), CUDAToolkit_ROOT, CLEAVE_CUDA_LIB_DIRS and
 # CLEAVE_CUDA_INCLUDE_DIRS (';'-separated, read by cmake/CleaveDependencies.cmake), and LD_LIBRARY_PATH with
@@ -20,9 +30,64 @@
 # Invariant: the script only reads the file system and runs `nvcc --version`, `nvidia-smi` and python3 to list
 # site-packages; it installs nothing. When sourced it never exits the caller's shell (it returns 1 instead).
 
+# _cleave_gpu_runtime: the --runtime mode (see the header). Uses quiet, sites, _say and _warn of its caller.
+_cleave_gpu_runtime() {
+  local sonames=(${CLEAVE_CUDA_SONAMES:-libcudart.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2} libcuda.so.1)
+  local dirs=() d s
+  [[ -n "${CUDA_HOME:-}" ]] && dirs+=("$CUDA_HOME/lib64" "$CUDA_HOME/lib" "$CUDA_HOME/targets/x86_64-linux/lib")
+  for d in /usr/local/cuda $(ls -d /usr/local/cuda-* 2>/dev/null | sort -rV); do
+    dirs+=("$d/lib64" "$d/lib" "$d/targets/x86_64-linux/lib")
+  done
+  dirs+=(/usr/local/nvidia/lib64 /usr/local/nvidia/lib)
+  for s in "${sites[@]}"; do
+    dirs+=("$s/nvidia/cu13/lib" "$s/nvidia/cudnn/lib" "$s/nvidia/nccl/lib" "$s/nvidia/cuda_runtime/lib"
+           "$s/nvidia/cublas/lib" "$s/nvidia/cu12/lib")
+  done
+  local so found from missing=0 added=()
+  for so in "${sonames[@]}"; do
+    found="" from=""
+    local IFS=':'
+    for d in ${LD_LIBRARY_PATH:-}; do
+      [[ -n "$d" && -e "$d/$so" ]] && { found="$d/$so"; from="LD_LIBRARY_PATH"; break; }
+    done
+    unset IFS
+    if [[ -z "$found" ]] && command -v ldconfig >/dev/null 2>&1; then
+      found="$(ldconfig -p 2>/dev/null | awk -v so="$so" '$1 == so && /x86-64/ { print $NF; exit }')"
+      [[ -n "$found" ]] && from="ldconfig"
+    fi
+    if [[ -z "$found" ]]; then
+      for d in "${dirs[@]}"; do
+        if [[ -e "$d/$so" ]]; then
+          found="$d/$so"; from="added to LD_LIBRARY_PATH"
+          export LD_LIBRARY_PATH="$d${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+          added+=("$d")
+          break
+        fi
+      done
+    fi
+    if [[ -z "$found" ]]; then
+      _warn "$so not found (LD_LIBRARY_PATH, ldconfig, the CUDA toolkit, /usr/local/nvidia, site-packages/nvidia)"
+      missing=$((missing + 1))
+      continue
+    fi
+    _say "$(printf '%-18s: %s -> %s (%s)' "$so" "$found" "$(readlink -f "$found")" "$from")"
+  done
+  for s in "${sites[@]}"; do
+    ls -d "$s"/nvidia_*.dist-info >/dev/null 2>&1 || continue
+    _say "wheels in $s: $(cd "$s" && ls -d nvidia_*.dist-info | sed 's/\.dist-info$//' | tr '\n' ' ')"
+  done
+  [[ $missing -eq 0 ]]
+}
+
 _cleave_gpu_env() {
-  local quiet=0
-  [[ "${1:-}" == "--quiet" ]] && quiet=1
+  local quiet=0 runtime=0 arg
+  for arg in "$@"; do
+    case "$arg" in
+      --quiet) quiet=1 ;;
+      --runtime) runtime=1 ;;
+      *) printf 'gpu-env: unknown argument %s (expected --quiet, --runtime)\n' "$arg" >&2; return 1 ;;
+    esac
+  done
   _say() { [[ $quiet -eq 1 ]] || printf '%s\n' "$*"; }
   _warn() { printf 'gpu-env: %s\n' "$*" >&2; }
 
@@ -55,6 +120,10 @@ PY
   fi
   local s
   for s in "${sites[@]}"; do candidates+=("$s/nvidia/cuda_nvcc/bin/nvcc"); done
+  if [[ $runtime -eq 1 ]]; then
+    _cleave_gpu_runtime
+    return $?
+  fi
 
   local c
   for c in "${candidates[@]}"; do
@@ -86,7 +155,10 @@ PY
     local pairs=() l i
     for l in "${toolkit_libs[@]}"; do for i in "${toolkit_incs[@]}"; do pairs+=("$l|$i|toolkit"); done; done
     for l in "${system_libs[@]}"; do for i in "${system_incs[@]}"; do pairs+=("$l|$i|system"); done; done
-    for s in "${sites[@]}"; do pairs+=("$s/nvidia/$wheel/lib|$s/nvidia/$wheel/include|wheel"); done
+    local w
+    for s in "${sites[@]}"; do
+      for w in $wheel; do pairs+=("$s/nvidia/$w/lib|$s/nvidia/$w/include|wheel"); done
+    done
     found_lib="" found_inc="" found_file="" found_from=""
     local p f
     for p in "${pairs[@]}"; do
@@ -109,11 +181,13 @@ PY
   }
 
   local entry name stem header wheel major
-  for entry in "cuBLASLt|cublasLt|cublasLt.h|cublas" "cuDNN|cudnn|cudnn.h|cudnn" "NCCL|nccl|nccl.h|nccl"; do
+  # The wheel field lists site-packages/nvidia subfolders, newest layout first: CUDA 13 wheels put cuBLAS(Lt)
+  # and cudart together in nvidia/cu13, CUDA 12 wheels had nvidia/cublas.
+  for entry in "cuBLASLt|cublasLt|cublasLt.h|cu13 cublas" "cuDNN|cudnn|cudnn.h|cudnn" "NCCL|nccl|nccl.h|nccl"; do
     IFS='|' read -r name stem header wheel <<<"$entry"
     if ! _find "$name" "$stem" "$header" "$wheel"; then
       _warn "$name not found (lib$stem.so* next to $header) in the toolkit ($toolkit), system directories or"
-      _warn "  site-packages/nvidia/$wheel; install it (apt: libcudnn9-dev-cuda-$cuda_major / libnccl-dev;"
+      _warn "  site-packages/nvidia/{${wheel// /,}}; install it (apt: libcudnn9-dev-cuda-$cuda_major / libnccl-dev;"
       _warn "  pip: nvidia-cudnn-cu$cuda_major / nvidia-nccl-cu$cuda_major) or set CLEAVE_PYTHON_SITE_DIRS"
       problems=$((problems + 1))
       continue
@@ -177,6 +251,6 @@ if [[ "${BASH_SOURCE[0]}" == "$0" ]]; then
 else
   _cleave_gpu_env "$@"
   _cleave_gpu_env_status=$?
-  unset -f _cleave_gpu_env _say _warn _find _major
+  unset -f _cleave_gpu_env _cleave_gpu_runtime _say _warn _find _major
   return $_cleave_gpu_env_status 2>/dev/null || true
 fi

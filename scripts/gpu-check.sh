@@ -1,0 +1,454 @@
+#!/usr/bin/env bash
+# Verifies Cleave's CUDA build on a GPU host in one call, from the bundle scripts/gpu-bundle.sh packs:
+#
+#   bash scripts/gpu-check.sh OUTDIR                     # on the GPU host, from the repository root
+#   bash scripts/gpu-check.sh --bundle DIR|TARBALL OUTDIR  # another bundle (an unpacked one, say)
+#   bash scripts/gpu-check.sh --build-dir build --no-gpu OUTDIR  # self-test against a normal CUDA build
+#
+# Assumes: the repository tree and build-gpu/cleave-gpu-bundle.tar.gz (or --bundle); on the host only bash,
+# coreutils (timeout), tar, ldd, the NVIDIA driver and the CUDA runtime libraries (found by
+# scripts/gpu-env.sh --runtime: LD_LIBRARY_PATH, ldconfig, /usr/local/cuda, PyTorch's site-packages/nvidia
+# wheels); nvidia-smi and compute-sanitizer are used when present. No build dependency of the project is needed.
+#
+# Stages, in this order, each in its own process under `timeout` (children included), each logging to its
+# own file; a failing stage does not stop the next:
+#   probe        GPU, driver, OS, glibc/libstdc++ against what the bundle needs, CUDA libraries found and where
+#   ldd          every binary, bundled library and MPI component resolves every library
+#   cpu-reference  cleave replays the bundle's CPU reference runs on this host's CPU and matches their losses
+#   test:<bin>   each GPU test binary (gpu_*_test but the staged one), gtest XML
+#   staged-np1   gpu_staged_comm_test, one rank (no GPU: its StagedHost tests, which need none)
+#   staged-np2   the same under the bundle's mpirun -np 2 (both ranks on cuda:0)
+#   memcheck     compute-sanitizer memcheck of the non-GEMM kernel tests, where the tool runs
+#   training     the training comparisons and benchmarks: not yet written (issue "Training on GPUs")
+# Without a visible GPU (or with --no-gpu) every stage that needs one reports "skipped: no GPU visible".
+# The whole run is held to a budget (default 450 s, --budget): a stage gets min(its limit, what is left).
+#
+# OUTDIR receives summary.txt (the table printed last) and at most six other files: log.txt (every stage's
+# full log, in order), probe.txt, gtest.xml (every binary's results, suites prefixed with the stage).
+# Exit status: 0 when no stage failed, 1 otherwise, 2 for bad arguments.
+set -euo pipefail
+
+self="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
+repo="$(cd "$(dirname "$self")/.." && pwd)"
+
+# ==== stage bodies (run as `gpu-check.sh --stage NAME` by the driver below, with its environment) ============
+
+# result STATUS FIGURE: the stage's row in the summary (STATUS: pass, fail or skipped)
+result() { printf '%s|%s\n' "$1" "$2" >"$CHECK_WORK/results/$CHECK_STAGE"; }
+
+# gtest_counts LOG: sets ran passed failed skipped from the last gtest summary in LOG (empty when none)
+gtest_counts() {
+  ran="$(sed -n 's/^\[==========\] \([0-9]*\) tests\{0,1\} from .* ran\..*/\1/p' "$1" | tail -n 1)"
+  passed="$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$1" | tail -n 1)"
+  failed="$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\{0,1\}, listed below.*/\1/p' "$1" | tail -n 1)"
+  skipped="$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}, listed below.*/\1/p' "$1" | tail -n 1)"
+  failed="${failed:-0}" skipped="${skipped:-0}"
+}
+
+# judge_gtest RC LOG [GPU_VISIBLE]: the result of a gtest run from its exit status and its own summary. With a
+# GPU visible (the default) a skipped test is a failure: the gpu tests skip only when they cannot use a device.
+judge_gtest() {
+  local rc="$1" log="$2" gpu_visible="${3:-1}"
+  gtest_counts "$log"
+  if [[ -z "$ran" ]]; then
+    local last
+    last="$(grep -o '^\[ RUN      \] .*' "$log" | tail -n 1 | sed 's/^\[ RUN      \] //')"
+    result fail "exited $rc before its summary${last:+ (last test started: $last)}"
+  elif [[ "$rc" -ne 0 || "$failed" -gt 0 ]]; then
+    result fail "$failed of $ran failed ($(grep -o '^\[  FAILED  \] [A-Za-z0-9_/.]*' "$log" | head -n 2 \
+                 | sed 's/^\[  FAILED  \] //' | tr '\n' ' ')...), exit $rc"
+  elif [[ "$gpu_visible" -eq 1 && "$skipped" -gt 0 ]]; then
+    result fail "$skipped of $ran skipped although a GPU is visible: $(grep -A1 -m1 ': Skipped$' "$log" | tail -n 1)"
+  elif [[ "$ran" -eq 0 ]]; then
+    result fail "no test ran"
+  else
+    result pass "$passed passed, $skipped skipped of $ran"
+  fi
+}
+
+stage_probe() {
+  local p="$CHECK_OUT/probe.txt"
+  {
+    echo "== host"
+    echo "date     : $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
+    echo "kernel   : $(uname -srm)"
+    echo "os       : $( (. /etc/os-release && echo "$PRETTY_NAME") 2>/dev/null || echo unknown)"
+    echo "cpu      : $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+    echo "memory   : $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
+    echo "glibc    : $(getconf GNU_LIBC_VERSION 2>/dev/null || echo unknown)"
+    echo "libstdc++: ${CHECK_LIBSTDCXX:-not found} (newest $CHECK_GLIBCXX)"
+    echo "== GPU"
+    if command -v nvidia-smi >/dev/null; then
+      nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap --format=csv 2>&1 || true
+      nvidia-smi 2>&1 | sed -n 's/.*\(Driver Version: [0-9.]*\).*\(CUDA Version: [0-9.]*\).*/\1  \2/p' | head -n 1
+    else
+      echo "nvidia-smi not found"
+    fi
+    ls /dev/nvidia* 2>/dev/null | tr '\n' ' '; echo
+    echo "gpu visible: $CHECK_GPU ($CHECK_GPU_REASON)"
+    echo "== CUDA libraries (scripts/gpu-env.sh --runtime; CLEAVE_CUDA_SONAMES=$CLEAVE_CUDA_SONAMES)"
+    cat "$CHECK_WORK/cuda-env.txt"
+    echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
+    echo "== tools"
+    echo "nvcc     : $(command -v nvcc >/dev/null && nvcc --version | grep -o 'release [0-9.]*, V[0-9.]*' || echo 'not found')"
+    echo "sanitizer: ${CHECK_SANITIZER:-not found}"
+    echo "mpirun   : $CHECK_MPIRUN"
+    echo "== bundle ($CHECK_BUNDLE)"
+    sed -n '1,/^files:/p' "$CHECK_BUNDLE/MANIFEST.txt" 2>/dev/null | grep -v '^files:' || echo "(no MANIFEST.txt: not a bundle)"
+  } >"$p" 2>&1
+  cat "$p"
+  local gpu figure host_glibc need_glibc need_glibcxx problems=""
+  gpu="$(nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader 2>/dev/null | head -n 1 \
+         | sed 's/, / · driver /; s/, / · sm /')"
+  host_glibc="$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{ print $2 }')"
+  need_glibc="$(sed -n 's/^host needs *: GLIBC_\([0-9.]*\).*/\1/p' "$CHECK_BUNDLE/MANIFEST.txt" 2>/dev/null)"
+  need_glibcxx="$(sed -n 's/^host needs *: .*GLIBCXX_\([0-9.]*\).*/\1/p' "$CHECK_BUNDLE/MANIFEST.txt" 2>/dev/null)"
+  older() { [[ -n "$1" && -n "$2" && "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n 1)" != "$2" ]]; }
+  if older "$host_glibc" "$need_glibc"; then problems+="glibc $host_glibc < $need_glibc needed; "; fi
+  if older "${CHECK_GLIBCXX#GLIBCXX_}" "$need_glibcxx"; then
+    problems+="libstdc++ $CHECK_GLIBCXX < GLIBCXX_$need_glibcxx needed; "
+  fi
+  # Without a GPU the driver's libcuda.so.1 may well be absent; with one it must be found.
+  local missing
+  missing="$(tr '\n' ' ' <"$CHECK_WORK/cuda-missing.txt")"
+  [[ "$CHECK_GPU" == yes ]] || missing="${missing//libcuda.so.1 /}"
+  if [[ -n "$missing" ]]; then problems+="not found: $missing; "; fi
+  figure="${gpu:-no GPU visible} · glibc ${host_glibc:-?} · $( (. /etc/os-release && echo "$ID $VERSION_ID") 2>/dev/null)"
+  if [[ -n "$problems" ]]; then
+    result fail "$problems$figure"
+  else
+    result pass "$figure"
+  fi
+}
+
+stage_ldd() {
+  local files=() f n=0 bad=0 out
+  for f in "$CHECK_BIN"/*; do [[ -e "$f" ]] && files+=("$(readlink -f "$f")"); done
+  # A bundle's libraries, Open MPI programs and components (a --build-dir run has none of these folders).
+  for f in "$CHECK_BUNDLE"/lib/* "$CHECK_BUNDLE"/mpi/bin/* "$CHECK_BUNDLE"/pmix/lib/pmix/*.so \
+           $(find "$CHECK_BUNDLE/mpi" -name 'mca_*.so' 2>/dev/null); do
+    [[ -f "$f" && ! -L "$f" ]] && files+=("$f")
+  done
+  for f in "${files[@]}"; do
+    n=$((n + 1))
+    out="$(ldd "$f" 2>&1 || true)"
+    if grep -q 'not found\|not a dynamic executable' <<<"$out"; then
+      if grep -q 'not a dynamic executable' <<<"$out"; then continue; fi
+      bad=$((bad + 1))
+      echo "== ${f#"$CHECK_BUNDLE"/}"; grep 'not found' <<<"$out"
+    fi
+  done
+  echo "checked $n files, $bad with unresolved libraries"
+  echo "== the CUDA libraries the test binaries load"
+  for f in "$CHECK_BIN"/*; do ldd "$f" 2>/dev/null; done \
+    | awk '$1 ~ /^lib(cuda|cudart|cublas|cublasLt|cudnn|nccl)\.so/ { print $1, $2, $3 }' | sort -u
+  if [[ $bad -eq 0 ]]; then result pass "$n files, every library found"
+  else result fail "$bad of $n files miss libraries: $(grep -h -o '[^[:space:]]* => not found' \
+                   <<<"$(for f in "${files[@]}"; do ldd "$f" 2>&1; done)" | sort -u | head -n 3 | tr '\n' ' ')"; fi
+}
+
+stage_test() {
+  local bin="$1" rc=0
+  if [[ "$CHECK_GPU" != yes ]]; then result skipped "no GPU visible${CHECK_NO_GPU_NOTE}"; return; fi
+  OMP_WAIT_POLICY=passive "$CHECK_BIN/$bin" --gtest_output="xml:$CHECK_WORK/xml/$CHECK_STAGE.xml" \
+    >"$CHECK_WORK/gtest.log" 2>&1 || rc=$?
+  cat "$CHECK_WORK/gtest.log"
+  judge_gtest "$rc" "$CHECK_WORK/gtest.log"
+}
+
+stage_staged() {
+  local ranks="$1" rc=0 filter=() note=""
+  local bin="$CHECK_BIN/gpu_staged_comm_test"
+  [[ -x "$bin" ]] || { result fail "gpu_staged_comm_test is not in the bundle"; return; }
+  if [[ "$CHECK_GPU" != yes ]]; then
+    filter=(--gtest_filter='StagedHost.*'); note=" (StagedHost only, no GPU visible${CHECK_NO_GPU_NOTE})"
+  fi
+  if [[ "$ranks" -eq 1 ]]; then
+    OMP_WAIT_POLICY=passive "$bin" "${filter[@]}" --gtest_output="xml:$CHECK_WORK/xml/$CHECK_STAGE.xml" \
+      >"$CHECK_WORK/gtest.log" 2>&1 || rc=$?
+  else
+    # Each rank writes its own XML (gtest would have both write one file); rank 0's goes into gtest.xml.
+    OMP_WAIT_POLICY=passive "$CHECK_MPIRUN" -np "$ranks" --oversubscribe --bind-to none \
+      bash -c 'echo "gpu-check: rank ${OMPI_COMM_WORLD_RANK:-?} of ${OMPI_COMM_WORLD_SIZE:-?} on $(uname -n)"
+               exec "$0" "$@" --gtest_output="xml:'"$CHECK_WORK"'/xml/'"$CHECK_STAGE"'.rank${OMPI_COMM_WORLD_RANK:-0}.xml"' \
+      "$bin" "${filter[@]}" >"$CHECK_WORK/gtest.log" 2>&1 || rc=$?
+    [[ -f "$CHECK_WORK/xml/$CHECK_STAGE.rank0.xml" ]] \
+      && mv "$CHECK_WORK/xml/$CHECK_STAGE.rank0.xml" "$CHECK_WORK/xml/$CHECK_STAGE.xml"
+    rm -f "$CHECK_WORK/xml/$CHECK_STAGE".rank*.xml
+  fi
+  cat "$CHECK_WORK/gtest.log"
+  if [[ "$CHECK_GPU" == yes ]]; then judge_gtest "$rc" "$CHECK_WORK/gtest.log"
+  else judge_gtest "$rc" "$CHECK_WORK/gtest.log" 0; fi
+  local st fig started
+  IFS='|' read -r st fig <"$CHECK_WORK/results/$CHECK_STAGE"
+  if [[ "$ranks" -gt 1 ]]; then
+    started="$(grep -c "^gpu-check: rank [0-9]* of $ranks " "$CHECK_WORK/gtest.log")"
+    if [[ "$started" -ne "$ranks" ]]; then st=fail fig="mpirun started $started of $ranks ranks; $fig"
+    else fig="$ranks ranks: $fig"; fi
+  fi
+  result "$st" "$fig$note"
+}
+
+stage_memcheck() {
+  if [[ "$CHECK_GPU" != yes ]]; then result skipped "no GPU visible${CHECK_NO_GPU_NOTE}"; return; fi
+  if [[ -z "$CHECK_SANITIZER" ]]; then result skipped "compute-sanitizer not found (PATH, /usr/local/cuda)"; return; fi
+  # The non-GEMM kernels: cuBLASLt's own kernels are NVIDIA's to check and slow under memcheck.
+  local targets=("gpu_cuda_test:-*Gemm*" "gpu_ops_test:-*Gemm*") t bin filter rc errors total=0 figure="" failed=0
+  for t in "${targets[@]}"; do
+    bin="${t%%:*}" filter="${t#*:}"
+    [[ -x "$CHECK_BIN/$bin" ]] || continue
+    rc=0
+    OMP_WAIT_POLICY=passive "$CHECK_SANITIZER" --tool memcheck --leak-check no --report-api-errors no \
+      --error-exitcode 97 "$CHECK_BIN/$bin" --gtest_filter="$filter" >"$CHECK_WORK/memcheck.log" 2>&1 || rc=$?
+    cat "$CHECK_WORK/memcheck.log"
+    if grep -qi 'device not supported\|not supported on this\|unable to run on' "$CHECK_WORK/memcheck.log"; then
+      result skipped "compute-sanitizer cannot run here: $(grep -i -m1 'not supported\|unable' "$CHECK_WORK/memcheck.log")"
+      return
+    fi
+    errors="$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$CHECK_WORK/memcheck.log" | tail -n 1)"
+    gtest_counts "$CHECK_WORK/memcheck.log"
+    figure+="$bin: ${errors:-?} errors, ${ran:-?} tests; "
+    total=$((total + ${errors:-0}))
+    if [[ "$rc" -ne 0 || -z "$errors" || -z "$ran" ]]; then failed=1; fi
+  done
+  [[ -n "$figure" ]] || { result skipped "no test binary to check"; return; }
+  if [[ $failed -eq 0 && $total -eq 0 ]]; then result pass "${figure%; }"
+  else result fail "${figure%; } (exit status or failures: see log.txt)"; fi
+}
+
+# losses FILE: "step loss" for each training step in a metrics.jsonl
+losses() { sed -n 's/^{"step":\([0-9]*\),"loss":\([-0-9.eE+]*\),.*/\1 \2/p' "$1"; }
+
+# replay_reference DIR RUN: `cleave train` with the bundle's reference DIR's config and arguments, into RUN
+replay_reference() {
+  local dir="$1" run="$2" a args=()
+  while IFS= read -r a; do a="${a//@BUNDLE@/$CHECK_BUNDLE}"; args+=("${a//@OUT_DIR@/$run}"); done <"$dir/args.txt"
+  echo "+ cleave train $dir/config.json ${args[*]}"
+  OMP_WAIT_POLICY=passive "$CHECK_BIN/cleave" train "$dir/config.json" "${args[@]}"
+}
+
+stage_cpu_reference() {
+  # cleave on this host's CPU replays each CPU reference the bundle carries and matches its losses: proves the
+  # bundled OpenBLAS/OpenMP/fmt run here and the data and references are in place for the GPU comparisons.
+  # Another CPU may pick other OpenBLAS kernels (summation order), hence a tolerance rather than bit equality.
+  local tol=1e-3 dir ref run rc figure="" failed=0 worst n
+  shopt -s nullglob
+  local dirs=("$CHECK_BUNDLE"/reference/*/)
+  shopt -u nullglob
+  [[ ${#dirs[@]} -gt 0 ]] || { result skipped "no CPU reference in the bundle (a --build-dir run has none)"; return; }
+  for dir in "${dirs[@]}"; do
+    dir="${dir%/}" ref="$(basename "$dir")" run="$CHECK_WORK/runs/$(basename "$dir")" rc=0
+    replay_reference "$dir" "$run" || rc=$?
+    if [[ $rc -ne 0 || ! -s "$run/metrics.jsonl" ]]; then
+      failed=1 figure+="$ref: cleave exited $rc; "; continue
+    fi
+    read -r n worst < <(join <(losses "$dir/metrics.jsonl" | sort -k1,1) <(losses "$run/metrics.jsonl" | sort -k1,1) \
+      | awk '{ d = $3 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > w) w = r; n++ }
+             END { printf "%d %.2e\n", n, w }')
+    echo "$ref: $n steps compared, worst relative loss difference $worst (tolerance $tol)"
+    if [[ "$n" -eq 0 || "$n" -ne "$(losses "$dir/metrics.jsonl" | wc -l)" ]] \
+       || awk -v w="$worst" -v t="$tol" 'BEGIN { exit !(w > t) }'; then
+      failed=1 figure+="$ref: $n steps, worst rel. loss diff $worst > $tol; "
+    else
+      figure+="$ref: $n steps, worst rel. loss diff $worst; "
+    fi
+  done
+  if [[ $failed -eq 0 ]]; then result pass "${figure%; }"; else result fail "${figure%; }"; fi
+}
+
+stage_training() {
+  # Hook for the issue "Training on GPUs": GPU training against the CPU references in
+  # $CHECK_BUNDLE/reference/*/metrics.jsonl (data in $CHECK_BUNDLE/data), then the benchmarks.
+  echo "references in the bundle: $(cd "$CHECK_BUNDLE/reference" 2>/dev/null && echo * || echo none)"
+  result skipped "not yet written: issue 'Training on GPUs'"
+}
+
+if [[ "${1:-}" == "--stage" ]]; then
+  CHECK_STAGE="$2"
+  set +e  # stage bodies check each step themselves; a failed grep must not end the stage without a result
+  case "$2" in
+    probe) stage_probe ;;
+    ldd) stage_ldd ;;
+    cpu-reference) stage_cpu_reference ;;
+    test:*) stage_test "${2#test:}" ;;
+    staged-np1) stage_staged 1 ;;
+    staged-np2) stage_staged 2 ;;
+    memcheck) stage_memcheck ;;
+    training) stage_training ;;
+    *) echo "unknown stage $2" >&2; exit 2 ;;
+  esac
+  exit 0
+fi
+
+# ==== the driver ================================================================================================
+usage() { sed -n '2,8p' "$self" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+bundle_arg="" build_dir="" budget=450 no_gpu=0 outdir=""
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --bundle) bundle_arg="${2:?}"; shift 2 ;;
+    --build-dir) build_dir="${2:?}"; shift 2 ;;
+    --budget) budget="${2:?}"; shift 2 ;;
+    --no-gpu) no_gpu=1; shift ;;
+    -h|--help) usage ;;
+    -*) echo "gpu-check: unknown option $1" >&2; usage ;;
+    *) [[ -z "$outdir" ]] || usage; outdir="$1"; shift ;;
+  esac
+done
+[[ -n "$outdir" ]] || usage
+mkdir -p "$outdir"
+CHECK_OUT="$(cd "$outdir" && pwd)"
+rm -f "$CHECK_OUT"/{summary.txt,log.txt,probe.txt,gtest.xml}
+t_start=$SECONDS
+deadline=$((t_start + budget))
+
+CHECK_WORK="$(mktemp -d "${TMPDIR:-/tmp}/cleave-gpu-check.XXXXXX")"
+trap '[[ "${CLEAVE_GPU_CHECK_KEEP:-0}" == 1 ]] || rm -rf "$CHECK_WORK"' EXIT
+mkdir -p "$CHECK_WORK"/{results,logs,xml}
+export CHECK_OUT CHECK_WORK
+export PATH="$PATH:/sbin:/usr/sbin"  # ldconfig, for a user whose PATH lacks them
+export GTEST_COLOR=no  # Open MPI hands ranks a pseudo-terminal; colour codes would break the log parsing
+
+# ---- the binaries: a bundle (unpacked into the work dir) or a build tree ------------------------------------------
+if [[ -n "$build_dir" ]]; then
+  build_dir="$(cd "$build_dir" && pwd)"
+  CHECK_BUNDLE="$build_dir"
+  CHECK_BIN="$CHECK_WORK/bin"
+  mkdir -p "$CHECK_BIN"
+  [[ -x "$build_dir/bin/cleave" ]] && ln -s "$build_dir/bin/cleave" "$CHECK_BIN/cleave"
+  while IFS= read -r f; do ln -sf "$f" "$CHECK_BIN/$(basename "$f")"; done \
+    < <(find "$build_dir/tests" -type f -name 'gpu_*_test' -perm -u+x 2>/dev/null)
+  CHECK_MPIRUN="$(command -v mpirun || command -v mpiexec || echo mpirun)"
+  export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_vader_single_copy_mechanism=none
+  export OMPI_MCA_ess_singleton_isolated=1
+else
+  bundle="${bundle_arg:-$repo/build-gpu/cleave-gpu-bundle.tar.gz}"
+  if [[ -d "$bundle" ]]; then
+    CHECK_BUNDLE="$(cd "$bundle" && pwd)"
+  elif [[ -f "$bundle" ]]; then
+    tar -C "$CHECK_WORK" -xzf "$bundle"
+    CHECK_BUNDLE="$CHECK_WORK/cleave-gpu-bundle"
+  else
+    echo "gpu-check: no bundle at $bundle: build it with scripts/gpu-bundle.sh and upload build-gpu/" >&2
+    exit 2
+  fi
+  [[ -f "$CHECK_BUNDLE/env.sh" ]] || { echo "gpu-check: $CHECK_BUNDLE has no env.sh: not a bundle" >&2; exit 2; }
+  # shellcheck source=/dev/null
+  . "$CHECK_BUNDLE/env.sh"
+  CHECK_BIN="$CHECK_BUNDLE/bin"
+  CHECK_MPIRUN="$CHECK_BUNDLE/mpi/bin/mpirun"
+fi
+export CHECK_BUNDLE CHECK_BIN CHECK_MPIRUN
+
+# ---- CUDA libraries, the GPU, the tools ---------------------------------------------------------------------------
+CLEAVE_CUDA_SONAMES="$(tr '\n' ' ' 2>/dev/null <"$CHECK_BUNDLE/cuda-sonames.txt" || true)"
+CLEAVE_CUDA_SONAMES="${CLEAVE_CUDA_SONAMES:-libcudart.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2}"
+export CLEAVE_CUDA_SONAMES
+set +e
+# shellcheck source=/dev/null
+. "$repo/scripts/gpu-env.sh" --runtime >"$CHECK_WORK/cuda-env.txt" 2>&1
+set -e
+sed -n 's/^gpu-env: \([^ ]*\) not found.*/\1/p' "$CHECK_WORK/cuda-env.txt" >"$CHECK_WORK/cuda-missing.txt"
+export LD_LIBRARY_PATH
+
+CHECK_GPU=no CHECK_GPU_REASON="nvidia-smi lists no GPU" CHECK_NO_GPU_NOTE=""
+if [[ $no_gpu -eq 1 ]]; then
+  CHECK_GPU_REASON="--no-gpu given"; CHECK_NO_GPU_NOTE=" (--no-gpu)"
+elif command -v nvidia-smi >/dev/null; then
+  if nvidia-smi -L 2>/dev/null | grep -q '^GPU [0-9]'; then CHECK_GPU=yes CHECK_GPU_REASON="nvidia-smi -L"; fi
+elif ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
+  CHECK_GPU=yes CHECK_GPU_REASON="/dev/nvidia0 exists (no nvidia-smi)"
+else
+  CHECK_GPU_REASON="no nvidia-smi and no /dev/nvidia0"
+fi
+CHECK_SANITIZER="$(command -v compute-sanitizer || true)"
+for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
+  [[ -z "$CHECK_SANITIZER" && -x "$c" ]] && CHECK_SANITIZER="$c"
+done
+CHECK_LIBSTDCXX="$(ldconfig -p 2>/dev/null | awk '$1 == "libstdc++.so.6" && /x86-64/ { print $NF; exit }')"
+CHECK_GLIBCXX="$(grep -ao 'GLIBCXX_3\.4\.[0-9]*' "${CHECK_LIBSTDCXX:-/dev/null}" 2>/dev/null | sort -uV | tail -n 1)"
+export CHECK_GPU CHECK_GPU_REASON CHECK_NO_GPU_NOTE CHECK_SANITIZER CHECK_LIBSTDCXX CHECK_GLIBCXX
+
+# ---- run the stages -----------------------------------------------------------------------------------------------
+rows=() tails=() any_fail=0
+run_stage() {  # NAME LIMIT_SECONDS
+  local name="$1" limit="$2" left t0 rc=0 st fig secs log
+  log="$CHECK_WORK/logs/$(printf '%02d' ${#rows[@]})-${name//:/_}.log"
+  left=$((deadline - SECONDS))
+  if (( left < 10 )); then
+    rows+=("$name|skipped|0|time budget of ${budget}s spent")
+    return
+  fi
+  (( limit > left )) && limit=$left
+  printf 'gpu-check: %-26s (limit %3ds) ... ' "$name" "$limit"
+  t0=$SECONDS
+  timeout -k 10 "$limit" bash "$self" --stage "$name" >"$log" 2>&1 || rc=$?
+  secs=$((SECONDS - t0))
+  if [[ -f "$CHECK_WORK/results/$name" ]]; then
+    IFS='|' read -r st fig <"$CHECK_WORK/results/$name"
+    if [[ $rc -eq 124 || $rc -eq 137 ]]; then st=fail fig="timed out after ${limit}s; $fig"; fi
+  elif [[ $rc -eq 124 || $rc -eq 137 ]]; then
+    st=fail fig="timed out after ${limit}s (log kept)"
+  else
+    st=fail fig="the stage exited $rc without a result"
+  fi
+  echo "$st (${secs}s)"
+  rows+=("$name|$st|$secs|$fig")
+  { echo "======== stage $name: $st, ${secs}s, $fig"; cat "$log"; echo; } >>"$CHECK_OUT/log.txt"
+  if [[ "$st" == fail ]]; then
+    any_fail=1
+    tails+=("---- $name (last lines; full log in log.txt)" "$(tail -n 6 "$log" | cut -c1-150)")
+  fi
+}
+
+echo "gpu-check: bundle $CHECK_BUNDLE, GPU visible: $CHECK_GPU ($CHECK_GPU_REASON), budget ${budget}s"
+run_stage probe 30
+run_stage ldd 60
+run_stage cpu-reference 60
+for f in "$CHECK_BIN"/gpu_*_test; do
+  [[ -e "$f" ]] || continue
+  b="$(basename "$f")"
+  [[ "$b" == gpu_staged_comm_test ]] && continue
+  run_stage "test:$b" 150
+done
+run_stage staged-np1 90
+run_stage staged-np2 120
+run_stage memcheck 200
+run_stage training 20
+
+# ---- gtest.xml: every run's suites in one file, suite names prefixed with the stage ------------------------------
+set +e  # from here on only reporting: a failed grep must not lose the summary
+shopt -s nullglob
+xmls=("$CHECK_WORK"/xml/*.xml)
+shopt -u nullglob
+files="summary.txt log.txt probe.txt"
+if [[ ${#xmls[@]} -gt 0 ]]; then
+  files+=" gtest.xml"
+  {
+    echo '<?xml version="1.0" encoding="UTF-8"?>'
+    echo '<testsuites name="cleave-gpu-check">'
+    for x in "${xmls[@]}"; do
+      label="$(basename "$x" .xml)"
+      grep -v '^<?xml\|^<testsuites\|^</testsuites>' "$x" | sed "s/<testsuite name=\"/<testsuite name=\"$label./"
+    done
+    echo '</testsuites>'
+  } >"$CHECK_OUT/gtest.xml"
+fi
+
+# ---- the summary, printed last -------------------------------------------------------------------------------------
+total=$((SECONDS - t_start))
+gpu_line="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1 \
+            | sed 's/, / · driver /' || true)"
+{
+  if [[ ${#tails[@]} -gt 0 ]]; then printf '%s\n' "${tails[@]}"; echo; fi
+  echo "Cleave GPU check · $(date -u '+%Y-%m-%d %H:%M UTC') · $(sed -n 's/^commit *: //p' "$CHECK_BUNDLE/MANIFEST.txt" 2>/dev/null || echo 'build tree') · ${gpu_line:-no GPU visible}"
+  printf '%-26s %-8s %5s  %s\n' stage status secs result
+  for r in "${rows[@]}"; do
+    IFS='|' read -r n st secs fig <<<"$r"
+    printf '%-26s %-8s %5s  %s\n' "$n" "$st" "$secs" "$fig" | cut -c1-160
+  done
+  verdict=pass; [[ $any_fail -eq 1 ]] && verdict=FAIL
+  echo "total ${total}s (budget ${budget}s) · $verdict · files in $CHECK_OUT: $files"
+} >"$CHECK_OUT/summary.txt"
+echo
+cat "$CHECK_OUT/summary.txt"
+exit "$any_fail"

@@ -11,6 +11,8 @@ mpiexec=("$@")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL $*"; exit 1; }
+data=/usr/share/games/fortunes/cookie  # what examples/gpt_fortunes.json trains on
+[ -f "$data" ] || { echo "SKIP: $data missing (scripts/install-deps.sh installs the fortunes package)"; exit 77; }
 
 mkdir -p "$work/bin" "$work/run"
 ln -s "$cleave" "$work/bin/cleave"

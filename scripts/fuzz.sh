@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the libFuzzer targets of tests/fuzz/ with clang + ASan + UBSan in their own build directory and
-# runs each one on its seed corpus (README "Fuzzing"). Every input must parse or yield one cleave::Error
+# runs each one on its seed corpus (docs/testing.md, "Fuzzing"). Every input must parse or yield one cleave::Error
 # line; a crash, a sanitizer report, an allocation over the limit or a hang fails the run, and libFuzzer
 # leaves the input as crash-*/oom-*/timeout-* in the work directory.
 #

@@ -8,7 +8,7 @@ Not part of CI (it needs PyTorch and the `safetensors` package from PyPI):
     python3 -m venv venv && venv/bin/pip install torch safetensors numpy
     venv/bin/python benchmarks/peers/interop_check.py --cleave build/bin/cleave --checkpoint RUN/checkpoints
 
-Name mapping checked here (README, "Checkpoints"): embed.token [V, D], embed.position [T, D],
+Name mapping checked here (docs/checkpoints.md, "Export"): embed.token [V, D], embed.position [T, D],
 blocks.N.{ln1,ln2}.{weight,bias}, blocks.N.attn.qkv.{weight [3D, D], bias} (q | k | v, head h at columns
 h*hd.. inside each third), blocks.N.attn.proj.*, blocks.N.mlp.fc.*, blocks.N.mlp.proj.*, final_norm.*,
 head.weight (absent when tied: the head is embed.token). Linear weights are [out, in] as in PyTorch.

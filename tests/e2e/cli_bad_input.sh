@@ -114,7 +114,7 @@ else
   echo "ok   existing-run: $(grep -m 1 prev <<<"$out")"
 fi
 
-# And a good run writes what README promises, and says which communicator carried it: parallel.comm_backend
+# And a good run writes what docs/report.md promises, and says which communicator carried it: parallel.comm_backend
 # "auto" resolves to "mpi" on the CPU, in the log and in the resolved config.json.
 if "$cleave" train --set train.out_dir=good --set train.steps=3 --set train.log_interval=1 >good.log 2>&1 &&
    [ -s good/config.json ] && [ "$(wc -l < good/metrics.jsonl)" -eq 3 ] &&

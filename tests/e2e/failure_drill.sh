@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Failure drills: `cleave train` under a real mpiexec, with one rank failing on purpose (the test hook
 # CLEAVE_FAULT_INJECT, engine/train/fault_injection.hpp) or the output directory's disk filling up. Each drill
-# checks what README "Failure drills" promises:
+# checks what docs/multi-rank.md, "Watchdog and failure drills" promises:
 #   - the job exits non-zero, within train.comm_timeout_s + 5 s of the fault (the fault's own log line, or the
 #     launch for disk_full);
 #   - its output names the failing rank, the operation, and the peer (regexes below, per drill);

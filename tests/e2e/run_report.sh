@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The run report through the CLI (README "Run report"):
+# The run report through the CLI (docs/report.md):
 #  - `cleave train` (gpt_fortunes, pp2 under mpiexec, evaluation every 5 steps, a memory cap) writes
 #    report.html and run.json into its run directory;
 #  - the page is self-contained (no http, no src=, no script or link element) and has one curve point per

@@ -1,4 +1,4 @@
-// The contract every fuzz target asserts (README "Fuzzing"): an input either parses or yields one
+// The contract every fuzz target asserts (docs/testing.md, "Fuzzing"): an input either parses or yields one
 // cleave::Error whose message is a single non-empty line. Any other exception (a JSON-library exception, an
 // InternalError from a CLEAVE_ASSERT, std::bad_alloc, ...) is a violation: the target prints it and aborts,
 // and libFuzzer saves the input as a crash. Sanitizer reports (ASan, UBSan with -fno-sanitize-recover) and

@@ -1,0 +1,152 @@
+// docs/config.md against the config code: every key the config writes (to_json, for each model type, before
+// and after resolve) has a row in docs/config.md whose default is the code's default, and every key a row
+// names is one the config reads (a --set of it parses).
+//
+// The key list comes from the writer, not from a list in this file, so a key added to the config without a
+// row, a default changed without the page, or a row left for a removed key fails here.
+// A row is `| `section.key` | type | `default` | meaning |`; the default is the first code span of the third
+// cell, read as JSON (numbers compare by value: `1e-8` matches 1e-08); a default cell without a code span
+// means "unset" and holds only for keys the unresolved config does not write (the batch sizes).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "unit/docs/markdown_table.hpp"
+#include "engine/config/config.hpp"
+#include "engine/core/error.hpp"
+
+namespace cleave::docs_test {
+namespace {
+
+using nlohmann::json;
+
+const std::vector<std::string> kModelTypes = {"gpt", "mlp", "cnn"};
+
+// Leaf key paths of a written config ("parallel.partition.method" -> value); arrays are leaves.
+void flatten(const json& node, const std::string& prefix, std::map<std::string, json>& out) {
+  if (node.is_object()) {
+    for (const auto& [key, value] : node.items()) flatten(value, prefix.empty() ? key : prefix + "." + key, out);
+  } else {
+    out[prefix] = node;
+  }
+}
+
+std::map<std::string, json> written(const config::RunConfig& c) {
+  std::map<std::string, json> keys;
+  flatten(json::parse(config::to_json(c)), "", keys);
+  return keys;
+}
+
+struct CodeKeys {
+  std::map<std::string, json> defaults;  // key -> default, for keys the unresolved config writes
+  std::set<std::string> all;             // also the keys only resolve() fills in (batch sizes)
+  std::map<std::string, std::string> model_type_of;  // model.* key -> a model.type that reads it
+};
+
+CodeKeys code_keys() {
+  CodeKeys code;
+  for (const auto& type : kModelTypes) {
+    config::RunConfig c = config::parse_config("", "<defaults>", {"model.type=\"" + type + "\""});
+    for (const auto& [key, value] : written(c)) {
+      if (key.rfind("model.", 0) == 0 && key != "model.type") code.model_type_of.emplace(key, type);
+      if (key == "model.type" && type != "gpt") continue;  // the default is the empty config's
+      const auto [it, inserted] = code.defaults.emplace(key, value);
+      EXPECT_TRUE(inserted || it->second == value)
+          << key << " has default " << it->second.dump() << " for one model type and " << value.dump()
+          << " for model.type " << type << "; docs/config.md gives one default per key";
+      code.all.insert(key);
+    }
+    c.resolve(1);
+    for (const auto& [key, value] : written(c)) code.all.insert(key);
+  }
+  return code;
+}
+
+struct DocRow {
+  int line = 0;
+  std::optional<json> default_value;  // nullopt: documented as unset
+  std::string default_text;
+};
+
+std::map<std::string, DocRow> documented_keys() {
+  const std::string text = read_text(std::filesystem::path(CLEAVE_SOURCE_DIR) / "docs" / "config.md");
+  EXPECT_FALSE(text.empty()) << "docs/config.md is missing or empty";
+  std::map<std::string, DocRow> rows;
+  std::istringstream lines(text);
+  std::string line;
+  for (int number = 1; std::getline(lines, line); ++number) {
+    const auto cells = table_cells(line);
+    if (!cells || cells->size() < 4) continue;
+    const auto key = first_code_span((*cells)[0]);
+    if (!key || key->find('.') == std::string::npos) continue;  // a header or a row of another table
+    DocRow row{number, std::nullopt, (*cells)[2]};
+    if (const auto value = first_code_span((*cells)[2])) {
+      try {
+        row.default_value = json::parse(*value);
+      } catch (const json::exception&) {
+        ADD_FAILURE() << "docs/config.md:" << number << ": default of " << *key << " `" << *value
+                      << "` is not JSON (write strings quoted, as in config.json)";
+      }
+    }
+    EXPECT_TRUE(rows.emplace(*key, row).second) << "docs/config.md:" << number << ": " << *key << " listed twice";
+  }
+  return rows;
+}
+
+TEST(ConfigDoc, EveryKeyTheConfigWritesIsDocumentedWithItsDefault) {
+  const CodeKeys code = code_keys();
+  const auto rows = documented_keys();
+  ASSERT_GT(code.all.size(), 40u) << "the config writer produced too few keys to be the real config";
+  for (const auto& key : code.all) {
+    const auto row = rows.find(key);
+    if (row == rows.end()) {
+      ADD_FAILURE() << "config key " << key << " has no row in docs/config.md";
+      continue;
+    }
+    const auto def = code.defaults.find(key);
+    if (def == code.defaults.end()) {
+      EXPECT_FALSE(row->second.default_value)
+          << "docs/config.md:" << row->second.line << ": " << key << " has no default in the code (unset until "
+          << "resolve), but the page gives " << row->second.default_value->dump();
+    } else if (!row->second.default_value) {
+      ADD_FAILURE() << "docs/config.md:" << row->second.line << ": " << key << " defaults to "
+                    << def->second.dump() << ", the page gives none (`" << row->second.default_text << "`)";
+    } else {
+      EXPECT_EQ(*row->second.default_value, def->second)
+          << "docs/config.md:" << row->second.line << ": " << key << " defaults to " << def->second.dump()
+          << " in the code, the page says " << row->second.default_value->dump();
+    }
+  }
+}
+
+TEST(ConfigDoc, EveryDocumentedKeyIsAccepted) {
+  const CodeKeys code = code_keys();
+  const auto rows = documented_keys();
+  ASSERT_FALSE(rows.empty());
+  config::RunConfig resolved = config::parse_config("");
+  resolved.resolve(1);
+  const auto resolved_keys = written(resolved);
+  for (const auto& [key, row] : rows) {
+    EXPECT_TRUE(code.all.count(key)) << "docs/config.md:" << row.line << ": " << key
+                                     << " is not a key the config writes";
+    // The reader's view: setting the key (to its documented default, or the resolved value for a key left
+    // unset) must parse, under a model type that has it.
+    std::string value = row.default_value ? row.default_value->dump() : "1";
+    if (!row.default_value && resolved_keys.count(key)) value = resolved_keys.at(key).dump();
+    const auto type = code.model_type_of.count(key) ? code.model_type_of.at(key) : std::string("gpt");
+    try {
+      (void)config::parse_config("", "docs/config.md", {"model.type=\"" + type + "\"", key + "=" + value});
+    } catch (const Error& e) {
+      ADD_FAILURE() << "docs/config.md:" << row.line << ": --set " << key << "=" << value
+                    << " is refused: " << e.what();
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cleave::docs_test

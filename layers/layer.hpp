@@ -1,4 +1,4 @@
-// The Layer interface (DESIGN §2): explicit forward, split backward, per-micro-batch stashes.
+// The Layer interface (docs/architecture.md): explicit forward, split backward, per-micro-batch stashes.
 //
 // Invariants every layer keeps:
 //  - forward() writes what backward needs into the micro-batch's Stash and nothing into the layer itself,

@@ -4,7 +4,7 @@
 // the embedding is built in the same layer list the head holds the SAME Param (shared_ptr) and both
 // layers accumulate into its one grad. When they are on different pipeline stages the head holds its own
 // copy with the same name and initial values (make_token_table); keeping the copies equal is then the
-// embedding group's job: all-reduce the two grads before the optimizer step (DESIGN §3, Megatron's
+// embedding group's job: all-reduce the two grads before the optimizer step (docs/architecture.md, Megatron's
 // "embedding group").
 //
 // Stash: as Linear ({x}, then {x, dy}).

@@ -1,5 +1,5 @@
 // Stage partitioner: splits a model's ordered block list into contiguous pipeline stages, and places
-// stages on pipeline ranks (DESIGN §3 "Pipeline").
+// stages on pipeline ranks (docs/architecture.md "Pipeline").
 //
 // Invariant: every block belongs to exactly one stage, stages are contiguous, in block order, and never
 // empty. With v virtual stages there are p·v stages; stage s is a model chunk, `place_stages` says which

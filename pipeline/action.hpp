@@ -1,4 +1,4 @@
-// Schedule actions: the instruction set a pipeline schedule is written in (DESIGN §4).
+// Schedule actions: the instruction set a pipeline schedule is written in (docs/architecture.md).
 //
 // An Action names what one pp rank does next: compute (F, I, W, B) on one (stage, micro-batch),
 // point-to-point transfers added by lowering (SEND_F, RECV_F, SEND_B, RECV_B), the data-parallel gradient

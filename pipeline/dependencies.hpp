@@ -1,6 +1,6 @@
 // Data dependencies between schedule actions, an index of where each action sits, and the dry run.
 //
-// Dependencies (DESIGN §4), for micro-batch j:
+// Dependencies (docs/architecture.md), for micro-batch j:
 //   sFj      needs (s−1)Fj                       (stage 0 reads the data loader)
 //   sIj, sBj need sFj and the input gradient of stage s+1: (s+1)Ij or (s+1)Bj  (the last stage: only sFj,
 //            its loss is local)

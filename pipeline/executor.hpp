@@ -1,4 +1,4 @@
-// Executor: a plain interpreter of one pp rank's lowered action list (DESIGN §4) — a switch, no policy.
+// Executor: a plain interpreter of one pp rank's lowered action list (docs/architecture.md) — a switch, no policy.
 //
 // Invariants:
 //  - Consecutive SEND/RECV actions are posted together as one batch_p2p; a receive is waited for only by

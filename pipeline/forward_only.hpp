@@ -1,4 +1,4 @@
-// The forward-only schedule that evaluation runs through the same Executor as training (DESIGN §4: no second
+// The forward-only schedule that evaluation runs through the same Executor as training (docs/architecture.md: no second
 // pipeline loop anywhere).
 //
 // Order on every rank: micro-batches in increasing order and, inside one, this rank's stages in increasing

@@ -1,4 +1,4 @@
-// Schedule: for each pp rank, the ordered list of actions it performs in one training step (DESIGN §4).
+// Schedule: for each pp rank, the ordered list of actions it performs in one training step (docs/architecture.md).
 //
 // A schedule is data: generators (schedules/) produce it, lowering (lowering.hpp) adds communication,
 // the validator checks it, the simulator times it, the executor interprets one rank's list, and the text

@@ -1,4 +1,4 @@
-// Text form of a schedule (DESIGN §4), so schedules can be saved, diffed, hand-written and named by
+// Text form of a schedule (docs/architecture.md), so schedules can be saved, diffed, hand-written and named by
 // `parallel.schedule` / `cleave simulate --schedule FILE`.
 //
 //   # comments run from '#' to the end of a line; blank lines are ignored

@@ -1,4 +1,4 @@
-// Schedule simulator: predicts the timeline of one training step from per-action costs (DESIGN §4).
+// Schedule simulator: predicts the timeline of one training step from per-action costs (docs/architecture.md).
 //
 // Model. The schedule is lowered first if it is not (lowering.hpp) and validated. Each rank runs its list
 // in order; an action starts when the rank is free and its inputs are there:

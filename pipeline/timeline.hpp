@@ -1,7 +1,7 @@
 // Timeline: when each action of each pp rank ran, predicted (simulator.hpp) or measured (the executor),
 // and the statistics both are judged by, so predicted and measured numbers use one set of definitions.
 //
-// Definitions (DESIGN §4; every reported number says which one it is):
+// Definitions (docs/architecture.md; every reported number says which one it is):
 //   busy(r)         Σ (end − start) of rank r's F, I, W, B, REDUCE_GRAD and OPTIMIZER_STEP actions
 //                   (SEND/RECV are not work: sends are asynchronous, a RECV only marks when data arrived)
 //   makespan        latest end − earliest start over all actions of all ranks

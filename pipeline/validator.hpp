@@ -1,4 +1,4 @@
-// Schedule validator (DESIGN §4): a schedule runs, completely and without deadlock, or it is rejected with
+// Schedule validator (docs/architecture.md): a schedule runs, completely and without deadlock, or it is rejected with
 // a one-line reason and the step × rank grid with the offending action(s) marked >>like this<<.
 //
 // Checks, in order (the first failure is reported):

@@ -39,7 +39,7 @@ std::string single_copy_warning(const BenchMachine& machine) {
          "the sender's next action and schedules with many crossings lose their gain (measured on a 2-core "
          "machine: zb_v 3,605 tok/s with none, 5,151 with cma; 1f1b 4,439 vs 4,532). Set parallel.p2p_progress "
          "to \"auto\" (needs MPI_THREAD_MULTIPLE) or, where the container allows ptrace between the ranks, "
-         "OMPI_MCA_btl_vader_single_copy_mechanism=cma (README, Multi-rank training).";
+         "OMPI_MCA_btl_vader_single_copy_mechanism=cma (docs/multi-rank.md).";
 }
 
 std::string BenchMachine::describe() const {

@@ -3,7 +3,7 @@
 // per rank; optionally writes a Chrome trace, an SVG timeline and the schedule's text form.
 //
 // Bad flags and values throw Error with a one-line message (main prints it and exits non-zero). Times
-// are in milliseconds throughout; the bubble definitions are DESIGN §4's (pipeline/timeline.hpp).
+// are in milliseconds throughout; the bubble definitions are pipeline/timeline.hpp's.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -65,7 +65,7 @@ cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE]
   memory plan by category and the peak of its memory timeline over the step (--json: the timeline).
 
 bubble_fraction is idle time over ranks × makespan (what a synchronised optimizer step pays);
-stage_bubble_fraction is idle time between each rank's own first and last action (DESIGN §4).
+stage_bubble_fraction is idle time between each rank's own first and last action (docs/architecture.md).
 
 examples:  cleave simulate --schedule 1f1b --stages 4 --microbatches 8
            cleave simulate --schedule zb_v --stages 4 --microbatches 8 --svg zbv.svg --trace zbv.json

@@ -24,7 +24,7 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: cleave train [CONFIG.json] [--set key.path=value ...] [--resume auto|PATH]
 
-Trains the model described by CONFIG (JSON, DESIGN §5; no file = a tiny GPT on a synthetic task).
+Trains the model described by CONFIG (JSON, docs/config.md; no file = a tiny GPT on a synthetic task).
 Writes config.json (fully resolved), metrics.jsonl, run.json (layout, per-rank memory) and report.html (curves,
 memory against the cap, layout, config; train.report false skips it, `cleave report DIR` redoes it) into
 train.out_dir; refuses an output directory that already holds a run. On a terminal the progress is a live bar
@@ -94,7 +94,7 @@ int run_train(int argc, char** argv) {
       log::warn("Open MPI single copy is off (btl_vader_single_copy_mechanism=none) and parallel.p2p_progress is "
                 "\"{}\" without a progress thread: pipeline messages above 4 KiB move only while the sender is inside "
                 "MPI, which costs zero-bubble schedules their gain; set parallel.p2p_progress to \"auto\" or use cma "
-                "where the container allows it (README, Multi-rank training)",
+                "where the container allows it (docs/multi-rank.md)",
                 config.parallel.p2p_progress);
     }
     config.parallel.comm_backend = world.choice.backend;  // the resolved config.json records what ran

@@ -1,4 +1,4 @@
-// Communicator: the small asynchronous interface every backend implements (DESIGN §3).
+// Communicator: the small asynchronous interface every backend implements (docs/architecture.md).
 //
 //   rank size split | all_reduce reduce_scatter all_gather broadcast barrier | batch_p2p | abort
 //

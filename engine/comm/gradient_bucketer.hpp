@@ -1,5 +1,5 @@
 // GradientBucketer: data-parallel gradient reduction in buckets that start as soon as they are final
-// (DESIGN §3, "Data parallel"), overlapping the rest of the backward pass.
+// (docs/architecture.md), overlapping the rest of the backward pass.
 //
 // The bucketer owns the gradients' memory: one flat buffer per bucket (category kGradients, since the buffers
 // ARE the gradients), and grad(i) is a view into it that the caller adopts as Param::grad. Nothing is copied

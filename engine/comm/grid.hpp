@@ -1,4 +1,4 @@
-// ProcessGrid: the 3D layout of ranks (DESIGN §3), a small value type with no communication in it.
+// ProcessGrid: the 3D layout of ranks (docs/architecture.md), a small value type with no communication in it.
 //
 //   world = tp × dp × pp,   rank = tp_rank + tp · (dp_rank + dp · pp_rank)
 //

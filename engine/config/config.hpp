@@ -1,4 +1,4 @@
-// RunConfig: the strict JSON run configuration (DESIGN §5) as plain structs with defaults.
+// RunConfig: the strict JSON run configuration (docs/config.md) as plain structs with defaults.
 //
 // Invariants:
 //  - An empty config `{}` is valid: it trains the default tiny GPT on the synthetic task on one CPU rank.
@@ -115,7 +115,7 @@ struct TrainConfig {
   std::uint64_t seed = 1234;
   std::int64_t log_interval = 10;
   bool deterministic = false;     // canonical-order sums, thread-invariant GEMMs: bit-identical across runs
-                                  // and data-parallel layouts (README "deterministic")
+                                  // and data-parallel layouts (docs/config.md, train.deterministic)
   std::string out_dir = "runs/default";
   double comm_timeout_s = 300.0;  // watchdog: abort a collective or transfer that takes longer
   bool trace = false;             // write per-rank trace.json timelines

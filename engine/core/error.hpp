@@ -1,4 +1,4 @@
-// Error types and checking macros (DESIGN §6).
+// Error types and checking macros (docs/architecture.md).
 //
 // CLEAVE_CHECK is for user or input errors: the message says what was expected, what was found and where
 // (config key, file, rank). CLEAVE_ASSERT is for internal invariants: its message says it is a bug.

@@ -1,4 +1,4 @@
-// Keeping user-facing error messages on one line when they quote input (README "Fuzzing": every bad input
+// Keeping user-facing error messages on one line when they quote input (docs/testing.md, Fuzzing: every bad input
 // yields one cleave::Error line). A JSON key "a\nb", a tensor name or a --set argument may hold control
 // characters; a reader's outermost handler passes its Error through rethrow_one_line, which escapes them.
 #pragma once

@@ -1,4 +1,4 @@
-// DataParallel: this rank's gradient reduction over its data-parallel replicas (DESIGN §3), overlapped with
+// DataParallel: this rank's gradient reduction over its data-parallel replicas (docs/architecture.md), overlapped with
 // the backward pass, and ZeRO-1 (optimizer.zero_stage = 1) on top of it.
 //
 // Gradients live in the flat buffers of a GradientBucketer (engine/comm/gradient_bucketer.hpp) and each

@@ -1,4 +1,4 @@
-// Trainer: the training loop over one rank's parts (DESIGN: a trainer made of owned parts): RankSetup (grid,
+// Trainer: the training loop over one rank's parts: RankSetup (grid,
 // memory, op context, plan), RankModel (stages and parameters), StepTail (reduction, clipping, update) and
 // the executors that run the schedule. The order of everything inside a step is the schedule's
 // (pipeline/executor.cpp), its tail included: the executor's REDUCE_GRAD and OPTIMIZER_STEP hooks call the

@@ -1,4 +1,4 @@
-// THE SEAM (DESIGN §2): device-generic ops over Tensors. Layers, optimizers, gradient clipping and
+// THE SEAM (docs/architecture.md): device-generic ops over Tensors. Layers, optimizers, gradient clipping and
 // accumulation, data parallel, the executor and the trainer reach compute only through these functions;
 // none of them includes kernels/cpu or kernels/cuda.
 //

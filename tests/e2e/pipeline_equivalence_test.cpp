@@ -144,7 +144,7 @@ TEST(PipelineEquivalence, EveryLayoutMatchesOneRank) {
 namespace cleave::testing {
 namespace {
 
-// Peak activation memory follows the schedule (DESIGN §4): with p = 4 and m = 8, GPipe keeps all 8
+// Peak activation memory follows the schedule (docs/architecture.md): with p = 4 and m = 8, GPipe keeps all 8
 // micro-batches' stashes alive on every rank while 1F1B's rank 0 keeps at most p = 4, so rank 0's
 // measured activation peak under GPipe is about twice 1F1B's. The allocator's kActivations counter is the
 // measurement; boundary buffers in flight make the ratio a little less than m / p.

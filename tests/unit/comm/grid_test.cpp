@@ -38,7 +38,7 @@ TEST_P(GridLayouts, CoordinatesRoundTripAndGroupsPartitionTheWorld) {
   for (int r = 0; r < grid.world_size(); ++r) {
     const GridCoords c = grid.coords_of(r);
     EXPECT_EQ(grid.rank_of(c), r);
-    EXPECT_EQ(r, c.tp_rank + tp * (c.dp_rank + dp * c.pp_rank));  // DESIGN §3, written out independently
+    EXPECT_EQ(r, c.tp_rank + tp * (c.dp_rank + dp * c.pp_rank));  // docs/architecture.md, written out independently
     // Members differ from r only in the family's coordinate, in increasing order of it.
     const auto tpg = grid.tp_group(r);
     for (int i = 0; i < tp; ++i) EXPECT_EQ(grid.coords_of(tpg[static_cast<std::size_t>(i)]), (GridCoords{i, c.dp_rank, c.pp_rank}));

@@ -1,7 +1,7 @@
-// The op seam's dependency rule (DESIGN §2): no file under layers/, engine/optim/, engine/train/ or pipeline/
-// includes a backend's kernel header (kernels/cpu/ or kernels/cuda/). cmake/CleaveSeam.cmake checks the same at
-// configure time; this test catches a violation added after configuring. A self-check proves the scanner
-// finds such an include (so the rule cannot pass by reading nothing).
+// The op seam's dependency rule (docs/architecture.md): no file under layers/, engine/optim/, engine/train/ or
+// pipeline/ includes a backend's kernel header (kernels/cpu/ or kernels/cuda/). cmake/CleaveSeam.cmake checks the
+// same at configure time; this test catches a violation added after configuring. A self-check proves the
+// scanner finds such an include (so the rule cannot pass by reading nothing).
 #include <gtest/gtest.h>
 
 #include <filesystem>

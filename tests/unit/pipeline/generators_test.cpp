@@ -7,7 +7,7 @@
 //   zb_h1              m ≥ p: every rank idles exactly p − 1 = one third of 1F1B's idle time (compared with
 //                      a 1F1B simulation of the same p, m); m < p: 2p − 1 − m
 //   zb_v               m ≥ 2p − 1: stage_bubble_fraction == 0 on every rank (idle between a rank's own
-//                      first and last action, DESIGN §4), makespan 6m + p − 1, bubble_fraction
+//                      first and last action, docs/architecture.md), makespan 6m + p − 1, bubble_fraction
 //                      (p − 1)/(6m + p − 1); m < 2p − 1: stage bubble > 0 when p > 1
 //   zb_h2              never slower than zb_h1; m ≥ 2p − 1: stage_bubble_fraction == 0 on every rank,
 //                      makespan 3m + p − 1, rank 0 holds 2p − 1 stashes

@@ -1,5 +1,5 @@
 // Simulator and timeline statistics on cases small enough to time by hand (P2P latency and bandwidth,
-// per-stage costs, reduction and optimizer costs), the DESIGN §4 bubble definitions on a hand-made
+// per-stage costs, reduction and optimizer costs), the docs/architecture.md bubble definitions on a hand-made
 // timeline, and bad cost tables. The published bubble formulas over the whole grid are in
 // generators_test.cpp.
 #include <gtest/gtest.h>

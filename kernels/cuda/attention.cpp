@@ -130,8 +130,8 @@ void attention_backward(GemmContext& gemm_context, DType dtype, const void* dout
     // dS = P * (dP - rowsum(P * dP)) * scale (exact zeros above the diagonal).
     causal_softmax_backward(ConstFloats(p, bf16), dp, Floats(ds, bf16), H * T, T, scale, stream);
     // dQ_h = dS_h K_h; dK_h = dS_h^T Q_h.
-    head_gemm(gemm_context, dtype, dtype, false, false, T, hd, T, {ds, T, T * T}, {at(q, C, es), ld_qkv, hd}, dq, ld_qkv,
-              hd, H, gemm_workspace, gemm_workspace_bytes, stream);
+    head_gemm(gemm_context, dtype, dtype, false, false, T, hd, T, {ds, T, T * T}, {at(q, C, es), ld_qkv, hd}, dq,
+              ld_qkv, hd, H, gemm_workspace, gemm_workspace_bytes, stream);
     head_gemm(gemm_context, dtype, dtype, true, false, T, hd, T, {ds, T, T * T}, {q, ld_qkv, hd}, at(dq, C, es), ld_qkv,
               hd, H, gemm_workspace, gemm_workspace_bytes, stream);
   }

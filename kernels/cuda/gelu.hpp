@@ -2,7 +2,8 @@
 // y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 //
 // Invariant: forward writes y (may alias x); backward overwrites dx with dy * gelu'(x) (dx may alias dy).
-// Tensors are f32 or bf16 views (floats.hpp: f32 arithmetic, one rounding per store). Launch on `stream`, no host wait; device pointers owned by the caller.
+// Tensors are f32 or bf16 views (floats.hpp: f32 arithmetic, one rounding per store). Launch on `stream`, no host
+// wait; device pointers owned by the caller.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -4,7 +4,8 @@
 // the CPU); backward_input overwrites dx (dx may alias dy); backward_weight ACCUMULATES (+=) into dgamma and
 // dbeta, deterministically (fixed row chunks in the caller's workspace, added in order). One warp per row for
 // forward and backward_input. x, gamma, beta, y, dy and dx are f32 or bf16 views (floats.hpp); statistics,
-// sums and dgamma/dbeta are f32, as the CPU backend's bf16 path. Launch on `stream`, no host wait; device pointers owned by the caller.
+// sums and dgamma/dbeta are f32, as the CPU backend's bf16 path. Launch on `stream`, no host wait; device
+// pointers owned by the caller.
 #pragma once
 
 #include <cuda_runtime_api.h>

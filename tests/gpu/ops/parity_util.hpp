@@ -126,7 +126,9 @@ class OpsParity : public ::testing::Test {
       const double g = got[i], w = want[i];
       const double error = std::fabs(g - w) / (std::fabs(w) + scale);
       if (!(std::fabs(g - w) <= tol * (std::fabs(w) + scale))) {
-        if (wrong < 5) first += " [" + std::to_string(i) + "] gpu " + std::to_string(g) + " cpu " + std::to_string(w) + ";";
+        if (wrong < 5) {
+          first += " [" + std::to_string(i) + "] gpu " + std::to_string(g) + " cpu " + std::to_string(w) + ";";
+        }
         ++wrong;
       }
       worst = std::isnan(error) ? INFINITY : std::max(worst, error);

@@ -116,11 +116,15 @@ TEST_F(PointwiseParity, GeluAndRelu) {
       ops::gelu_backward(gpu(), gpu_x, gpu_dy, gpu_dx);
       expect_close(dx, gpu_dx, gelu_tol, label("gelu_backward", shape, dtype));
 
-      ops::relu_forward(cpu(), x, y);
-      ops::relu_forward(gpu(), gpu_x, gpu_y);
+      // ReLU's input with element 0 made positive, so a one-element reference cannot be all zero.
+      std::vector<float> values = x.to_floats();
+      values[0] = std::fabs(values[0]) + 0.5f;
+      const Tensor x_relu = from_floats(values, shape, dtype), gpu_x_relu = to_gpu(x_relu);
+      ops::relu_forward(cpu(), x_relu, y);
+      ops::relu_forward(gpu(), gpu_x_relu, gpu_y);
       expect_close(y, gpu_y, 0.0, label("relu_forward", shape, dtype));
-      ops::relu_backward(cpu(), x, dy, dx);
-      ops::relu_backward(gpu(), gpu_x, gpu_dy, gpu_dx);
+      ops::relu_backward(cpu(), x_relu, dy, dx);
+      ops::relu_backward(gpu(), gpu_x_relu, gpu_dy, gpu_dx);
       expect_close(dx, gpu_dx, 0.0, label("relu_backward", shape, dtype));
     }
   }

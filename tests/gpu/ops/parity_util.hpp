@@ -3,10 +3,11 @@
 // backend is the numerical reference (docs/ops.md; bf16 storage, f32 arithmetic and statistics).
 //
 // What it gives a test: cpu() and gpu() contexts (cuda:0, its own stream, a caching allocator ordered on that
-// stream, make_device_resources); fresh random CPU inputs (a new seed per test, printed on failure) in f32 or
-// bf16; synchronous copies both ways; GPU outputs poisoned with 0xFF bytes (NaN in f32 and bf16), so an element
-// a slot forgets to write fails; and expect_close, which counts wrong elements relative to the tensor's scale
-// and refuses an all-zero reference. Every test skips with the reason when no CUDA device is visible.
+// stream, make_device_resources); fresh random CPU inputs (a new seed per test, printed on failure) in f32, bf16
+// or i32; synchronous copies both ways; GPU outputs poisoned with 0xFF bytes (NaN in f32 and bf16, -1 in i32),
+// so an element a slot forgets to write fails; and expect_close, which counts wrong elements relative to the
+// tensor's scale and refuses an all-zero reference. Every test skips with the reason when no CUDA device is
+// visible. (Branch cuda-b carries a subset of this header with the same API; keep this one at merge.)
 //
 // Writing a test: draw inputs with random(), run ops::<op>(cpu(), ...) on them and ops::<op>(gpu(), ...) on
 // to_gpu() copies (outputs from poisoned_gpu), then expect_close(cpu_out, gpu_out, tol, "what") with the
@@ -65,8 +66,15 @@ class OpsParity : public ::testing::Test {
   const ops::Context& gpu() const { return gpu_; }
   std::mt19937_64& rng() { return rng_; }
 
-  // A CPU tensor of uniform values in [lo, hi) (bf16: drawn in f32 and rounded to nearest even).
+  // A CPU tensor of uniform values in [lo, hi) (bf16: drawn in f32 and rounded to nearest even); i32: uniform
+  // integers in [lo, hi] inclusive (token ids, targets).
   Tensor random(const Shape& shape, DType dtype, float lo = -1.0f, float hi = 1.0f) {
+    if (dtype == DType::kI32) {
+      Tensor t = empty_cpu(shape, dtype);
+      std::uniform_int_distribution<std::int32_t> ints(static_cast<std::int32_t>(lo), static_cast<std::int32_t>(hi));
+      for (std::int32_t& v : t.span<std::int32_t>()) v = ints(rng_);
+      return t;
+    }
     std::uniform_real_distribution<float> dist(lo, hi);
     std::vector<float> values(static_cast<std::size_t>(shape.numel()));
     for (float& v : values) v = dist(rng_);
@@ -105,17 +113,30 @@ class OpsParity : public ::testing::Test {
   }
 
   // |gpu - cpu| <= tol * (|cpu| + max|cpu|) element by element: relative for large elements and absolute at tol
-  // times the tensor's scale near zero (a different summation order legitimately moves those by more than
-  // tol * |cpu|). tol 0 demands equal values. NaN (an unwritten poisoned element) or a size mismatch is wrong;
-  // an all-zero reference is refused, so a slot that writes nothing cannot pass. f32 and bf16 on either side.
+  // times the tensor's scale (its largest finite magnitude) near zero, where a different summation order
+  // legitimately moves a result by more than tol * |cpu|. Equal values always pass (tol 0 demands them, and an
+  // infinite reference must be matched exactly). NaN (an unwritten poisoned element) or a size mismatch is
+  // wrong; an all-zero reference is refused, so a slot that writes nothing cannot pass. f32 and bf16 on either
+  // side; i32 tensors must be equal.
   void expect_close(const Tensor& cpu_ref, const Tensor& gpu_out, double tol, const std::string& what) {
     ASSERT_TRUE(cpu_ref.device().is_cpu()) << what << ": the reference must be a CPU tensor";
     ASSERT_EQ(cpu_ref.numel(), gpu_out.numel()) << what << ": " << cpu_ref.shape().str() << " vs "
                                                 << gpu_out.shape().str();
-    const std::vector<float> want = cpu_ref.to_floats();
-    const std::vector<float> got = (gpu_out.device().is_cpu() ? gpu_out : to_cpu(gpu_out)).to_floats();
+    ASSERT_EQ(cpu_ref.dtype() == DType::kI32, gpu_out.dtype() == DType::kI32) << what << ": i32 against a float";
+    const Tensor host = gpu_out.device().is_cpu() ? gpu_out : to_cpu(gpu_out);
+    std::vector<double> want, got;
+    if (cpu_ref.dtype() == DType::kI32) {
+      for (std::int32_t v : cpu_ref.span<std::int32_t>()) want.push_back(v);
+      for (std::int32_t v : host.span<std::int32_t>()) got.push_back(v);
+      tol = 0.0;
+    } else {
+      for (float v : cpu_ref.to_floats()) want.push_back(v);
+      for (float v : host.to_floats()) got.push_back(v);
+    }
     double scale = 0.0;
-    for (float w : want) scale = std::max(scale, std::fabs(static_cast<double>(w)));
+    for (double w : want) {
+      if (std::isfinite(w)) scale = std::max(scale, std::fabs(w));
+    }
     if (!want.empty()) {
       ASSERT_GT(scale, 0.0) << what << ": the reference is all zero, the check could not fail";
     }
@@ -124,8 +145,9 @@ class OpsParity : public ::testing::Test {
     std::string first;
     for (std::size_t i = 0; i < got.size(); ++i) {
       const double g = got[i], w = want[i];
-      const double error = std::fabs(g - w) / (std::fabs(w) + scale);
-      if (!(std::fabs(g - w) <= tol * (std::fabs(w) + scale))) {
+      if (g == w) continue;
+      const double error = std::isfinite(w) ? std::fabs(g - w) / (std::fabs(w) + scale) : INFINITY;
+      if (!std::isfinite(w) || !(std::fabs(g - w) <= tol * (std::fabs(w) + scale))) {
         if (wrong < 5) {
           first += " [" + std::to_string(i) + "] gpu " + std::to_string(g) + " cpu " + std::to_string(w) + ";";
         }

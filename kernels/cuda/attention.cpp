@@ -87,6 +87,7 @@ void attention_forward(GemmContext& gemm_context, DType dtype, const void* qkv, 
   if (T == 0) return;
   const std::size_t es = dtype_size(dtype);
   const bool bf16 = dtype == DType::kBF16;
+  const FloatType type = bf16 ? FloatType::kBF16 : FloatType::kF32;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   for (int64_t b = 0; b < shape.batch; ++b) {
     const void* q = at(qkv, b * T * ld_qkv, es);
@@ -95,7 +96,7 @@ void attention_forward(GemmContext& gemm_context, DType dtype, const void* qkv, 
     // S_h = Q_h K_h^T (f32 out), then the scaled causal softmax into probs (in place for f32).
     head_gemm(gemm_context, dtype, DType::kF32, false, true, T, T, hd, {q, ld_qkv, hd}, {at(q, C, es), ld_qkv, hd},
               scores, T, T * T, H, gemm_workspace, gemm_workspace_bytes, stream);
-    causal_softmax_forward(scores, Floats(probs_b, bf16), H * T, T, scale, stream);
+    causal_softmax_forward(scores, Floats(probs_b, type), H * T, T, scale, stream);
     // O_h = P_h V_h, straight into head h's column block of out.
     head_gemm(gemm_context, dtype, dtype, false, false, T, hd, T, {probs_b, T, T * T}, {at(q, 2 * C, es), ld_qkv, hd},
               at(out, b * T * C, es), C, hd, H, gemm_workspace, gemm_workspace_bytes, stream);
@@ -113,6 +114,7 @@ void attention_backward(GemmContext& gemm_context, DType dtype, const void* dout
   if (T == 0) return;
   const std::size_t es = dtype_size(dtype);
   const bool bf16 = dtype == DType::kBF16;
+  const FloatType type = bf16 ? FloatType::kBF16 : FloatType::kF32;
   const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
   auto* dp = static_cast<float*>(workspace);
   // dS: in place over dP for f32; its own bf16 block (after dP's) for bf16, the operand type of the GEMMs.
@@ -128,7 +130,7 @@ void attention_backward(GemmContext& gemm_context, DType dtype, const void* dout
     head_gemm(gemm_context, dtype, dtype, true, false, T, hd, T, {p, T, T * T}, {dout_b, C, hd}, at(dq, 2 * C, es),
               ld_qkv, hd, H, gemm_workspace, gemm_workspace_bytes, stream);
     // dS = P * (dP - rowsum(P * dP)) * scale (exact zeros above the diagonal).
-    causal_softmax_backward(ConstFloats(p, bf16), dp, Floats(ds, bf16), H * T, T, scale, stream);
+    causal_softmax_backward(ConstFloats(p, type), dp, Floats(ds, type), H * T, T, scale, stream);
     // dQ_h = dS_h K_h; dK_h = dS_h^T Q_h.
     head_gemm(gemm_context, dtype, dtype, false, false, T, hd, T, {ds, T, T * T}, {at(q, C, es), ld_qkv, hd}, dq,
               ld_qkv, hd, H, gemm_workspace, gemm_workspace_bytes, stream);

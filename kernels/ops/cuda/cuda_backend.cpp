@@ -88,12 +88,13 @@ Tensor scratch(const Context& ctx, std::size_t bytes) {
 }
 
 // f32 or bf16 views of a floating tensor (undefined: null).
+kd::FloatType float_type(const Tensor& t) {
+  return t.dtype() == DType::kBF16 ? kd::FloatType::kBF16 : kd::FloatType::kF32;
+}
 kd::ConstFloats in(const Tensor& t) {
-  return t.defined() ? kd::ConstFloats(t.raw_data(), t.dtype() == DType::kBF16) : kd::ConstFloats();
+  return t.defined() ? kd::ConstFloats(t.raw_data(), float_type(t)) : kd::ConstFloats();
 }
-kd::Floats out(const Tensor& t) {
-  return t.defined() ? kd::Floats(t.raw_data(), t.dtype() == DType::kBF16) : kd::Floats();
-}
+kd::Floats out(const Tensor& t) { return t.defined() ? kd::Floats(t.raw_data(), float_type(t)) : kd::Floats(); }
 
 // Kernels built on one GEMM operand type (attention) need every tensor in one dtype.
 DType one_dtype(std::string_view op, const Context& ctx, std::initializer_list<const Tensor*> tensors) {

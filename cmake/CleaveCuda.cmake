@@ -6,15 +6,15 @@
 # another area's.
 
 # ---- Communication: NCCL backend (engine/comm/nccl) -----------------------------------------------------
-# cleave_nccl: NcclCommunicator, the deterministic-mode reduction kernel, the device allocator used by the
-# comm tests and benchmark. The CPU library cleave_comm excludes engine/comm/nccl by its folder name.
+# cleave_nccl: NcclCommunicator and the deterministic-mode reduction kernel; device guard and allocator come from
+# cleave_cuda (engine/cuda). The CPU library cleave_comm excludes engine/comm/nccl by its folder name.
 file(GLOB CLEAVE_NCCL_SOURCES CONFIGURE_DEPENDS
      ${CMAKE_SOURCE_DIR}/engine/comm/nccl/*.cpp
      ${CMAKE_SOURCE_DIR}/engine/comm/nccl/*.cu)
 add_library(cleave_nccl STATIC ${CLEAVE_NCCL_SOURCES})
 target_include_directories(cleave_nccl PUBLIC ${CMAKE_SOURCE_DIR} ${CMAKE_BINARY_DIR}/generated
                                               ${CLEAVE_NCCL_INCLUDE})
-target_link_libraries(cleave_nccl PUBLIC cleave_comm CUDA::cudart ${CLEAVE_NCCL_LIB})
+target_link_libraries(cleave_nccl PUBLIC cleave_comm cleave_cuda CUDA::cudart ${CLEAVE_NCCL_LIB})
 set_target_properties(cleave_nccl PROPERTIES CUDA_STANDARD 17 CUDA_STANDARD_REQUIRED ON
                                              POSITION_INDEPENDENT_CODE ON)
 message(STATUS "  cleave_nccl  : NCCL backend (${CLEAVE_NCCL_LIB})")

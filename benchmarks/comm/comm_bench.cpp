@@ -31,8 +31,8 @@
 #include "engine/comm/mpi/mpi_runtime.hpp"
 #if CLEAVE_BENCH_NCCL
 #include "engine/comm/nccl/cuda_check.hpp"
-#include "engine/comm/nccl/device_allocator.hpp"
 #include "engine/comm/nccl/nccl_communicator.hpp"
+#include "engine/cuda/caching_allocator.hpp"
 #endif
 
 namespace cleave::bench {
@@ -209,7 +209,7 @@ class NcclBackend final : public Backend {
     options.deterministic = deterministic;
     options.timeout_s = 120;
     comm_ = std::make_unique<comm::NcclCommunicator>(*mpi_, options);
-    allocator_ = std::make_unique<comm::CudaDeviceAllocator>(comm_->device());
+    allocator_ = std::make_unique<cuda::CudaCachingAllocator>(comm_->device());
   }
   ~NcclBackend() override {
     comm_.reset();
@@ -259,7 +259,7 @@ class NcclBackend final : public Backend {
  private:
   std::unique_ptr<comm::MpiCommunicator> mpi_;
   std::unique_ptr<comm::NcclCommunicator> comm_;
-  std::unique_ptr<comm::CudaDeviceAllocator> allocator_;
+  std::unique_ptr<cuda::CudaCachingAllocator> allocator_;
 };
 #endif
 

@@ -43,6 +43,14 @@ DeviceGuard::DeviceGuard(int index) : index_(index) {
   if (previous_ != index_) CLEAVE_CUDA_CHECK(cudaSetDevice(index_));
 }
 
+DeviceGuard::DeviceGuard(int index, const std::nothrow_t&) noexcept : index_(index) {
+  if (cudaGetDevice(&previous_) != cudaSuccess) {
+    previous_ = index_;  // nothing to restore
+    return;
+  }
+  if (previous_ != index_ && cudaSetDevice(index_) != cudaSuccess) previous_ = index_;
+}
+
 DeviceGuard::~DeviceGuard() {
   if (previous_ != index_) cudaSetDevice(previous_);
 }

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <new>
 #include <string>
 
 namespace cleave::cuda {
@@ -23,10 +24,13 @@ int current_device();
 void set_device(int index);  // CLEAVE_CHECK: 0 <= index < device_count(), the message names the count
 
 // Makes `index` current for a scope and restores the previous device afterwards. Setting the device is
-// checked; restoring is not (a destructor must not throw).
+// checked; restoring is not (a destructor must not throw). The std::nothrow form checks nothing, for use in
+// destructors and cleanup paths: if the device cannot be made current, the scope runs on the current one.
+// The project's one device guard (the NCCL backend uses it too).
 class DeviceGuard {
  public:
   explicit DeviceGuard(int index);
+  DeviceGuard(int index, const std::nothrow_t&) noexcept;
   ~DeviceGuard();
   DeviceGuard(const DeviceGuard&) = delete;
   DeviceGuard& operator=(const DeviceGuard&) = delete;

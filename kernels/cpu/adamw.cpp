@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/core/error.hpp"
+#include "kernels/adamw_constants.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cpu/vec_math.hpp"
 
@@ -14,10 +15,7 @@ namespace {
 
 using detail::f32xN;
 using detail::kLanes;
-
-struct AdamWConstants {
-  float decay, one_minus_beta1, beta2, one_minus_beta2, step_size, inv_bc2_sqrt, eps;
-};
+using kernels::AdamWConstants;
 
 // Updates lanes [i, i + kLanes) of param/m/v in place.
 inline void adamw_lanes(const AdamWConstants& k, float* param, const float* grad, float* m, float* v, int64_t i) {
@@ -40,16 +38,7 @@ void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n
   CLEAVE_CHECK(beta1 >= 0.0f && beta1 < 1.0f && beta2 >= 0.0f && beta2 < 1.0f,
                "adamw: betas must be in [0, 1), got ({}, {})", beta1, beta2);
   CLEAVE_CHECK(eps > 0.0f, "adamw: eps must be > 0, got {}", eps);
-  const double bias_correction1 = 1.0 - std::pow(static_cast<double>(beta1), static_cast<double>(step));
-  const double bias_correction2 = 1.0 - std::pow(static_cast<double>(beta2), static_cast<double>(step));
-  AdamWConstants k;
-  k.decay = 1.0f - lr * weight_decay;
-  k.one_minus_beta1 = 1.0f - beta1;
-  k.beta2 = beta2;
-  k.one_minus_beta2 = 1.0f - beta2;
-  k.step_size = static_cast<float>(static_cast<double>(lr) / bias_correction1);
-  k.inv_bc2_sqrt = static_cast<float>(1.0 / std::sqrt(bias_correction2));
-  k.eps = eps;
+  const AdamWConstants k = kernels::adamw_constants(lr, beta1, beta2, eps, weight_decay, step);
   const int64_t vectors = n / kLanes;
 #pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
   for (int64_t vi = 0; vi < vectors; ++vi) adamw_lanes(k, param, grad, m, v, vi * kLanes);

@@ -6,10 +6,10 @@
 namespace cleave::kernels::cuda::detail {
 namespace {
 
-__global__ void adamw_kernel(AdamWConstants k, float* param, const float* grad, float* m, float* v, int64_t n,
+__global__ void adamw_kernel(AdamWConstants k, float* param, ConstFloats grad, float* m, float* v, int64_t n,
                              __nv_bfloat16* param_bf16) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
-    const float g = grad[i];
+    const float g = load(grad, i);
     const float m_old = m[i];
     const float mi = __fadd_rn(m_old, __fmul_rn(k.one_minus_beta1, __fsub_rn(g, m_old)));  // lerp, as PyTorch
     const float vi = __fadd_rn(__fmul_rn(k.beta2, v[i]), __fmul_rn(__fmul_rn(k.one_minus_beta2, g), g));
@@ -25,7 +25,7 @@ __global__ void adamw_kernel(AdamWConstants k, float* param, const float* grad, 
 
 }  // namespace
 
-cudaError_t launch_adamw_update(const AdamWConstants& k, float* param, const float* grad, float* m, float* v, int64_t n,
+cudaError_t launch_adamw_update(const AdamWConstants& k, float* param, ConstFloats grad, float* m, float* v, int64_t n,
                                 __nv_bfloat16* param_bf16, cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   adamw_kernel<<<grid_for(n), kThreads, 0, stream>>>(k, param, grad, m, v, n, param_bf16);

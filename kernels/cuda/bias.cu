@@ -12,12 +12,12 @@ constexpr int kTileRows = 8;
 constexpr int64_t kMaxChunks = 128;
 constexpr int64_t kMinRowsPerChunk = 64;
 
-__global__ void bias_add_forward_kernel(float* y, const float* bias, int64_t rows, int64_t cols) {
+__global__ void bias_add_forward_kernel(Floats y, ConstFloats bias, int64_t rows, int64_t cols) {
   const int64_t n = rows * cols;
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) y[i] += bias[i % cols];
+  for (int64_t i = global_thread(); i < n; i += grid_threads()) store(y, i, load(y, i) + load(bias, i % cols));
 }
 
-__global__ void bias_partial_kernel(const float* dy, int64_t rows, int64_t cols, int64_t rows_per_chunk,
+__global__ void bias_partial_kernel(ConstFloats dy, int64_t rows, int64_t cols, int64_t rows_per_chunk,
                                     float* partials) {
   __shared__ float tile[kTileRows][kTileCols];
   const int64_t c = static_cast<int64_t>(blockIdx.x) * kTileCols + threadIdx.x;
@@ -25,7 +25,7 @@ __global__ void bias_partial_kernel(const float* dy, int64_t rows, int64_t cols,
   const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
   float acc = 0.0f;
   if (c < cols) {
-    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows) acc += dy[r * cols + c];
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows) acc += load(dy, r * cols + c);
   }
   tile[threadIdx.y][threadIdx.x] = acc;
   __syncthreads();
@@ -51,13 +51,13 @@ int64_t column_reduction_chunks(int64_t rows) {
   return chunks > kMaxChunks ? kMaxChunks : chunks;
 }
 
-cudaError_t launch_bias_add_forward(float* y, const float* bias, int64_t rows, int64_t cols, cudaStream_t stream) {
+cudaError_t launch_bias_add_forward(Floats y, ConstFloats bias, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows * cols == 0) return cudaSuccess;
   bias_add_forward_kernel<<<grid_for(rows * cols), kThreads, 0, stream>>>(y, bias, rows, cols);
   return cudaGetLastError();
 }
 
-cudaError_t launch_bias_backward(const float* dy, float* dbias, int64_t rows, int64_t cols, float* partials,
+cudaError_t launch_bias_backward(ConstFloats dy, float* dbias, int64_t rows, int64_t cols, float* partials,
                                  cudaStream_t stream) {
   if (rows == 0 || cols == 0) return cudaSuccess;
   const int64_t chunks = column_reduction_chunks(rows);

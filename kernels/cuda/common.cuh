@@ -5,9 +5,12 @@
 // every run with the same shapes. Device code only; no engine headers (nvcc does not compile fmt).
 #pragma once
 
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
+
+#include "kernels/cuda/floats.hpp"
 
 namespace cleave::kernels::cuda::detail {
 
@@ -25,6 +28,26 @@ __device__ __forceinline__ int64_t global_thread() {
   return static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
 }
 __device__ __forceinline__ int64_t grid_threads() { return static_cast<int64_t>(gridDim.x) * blockDim.x; }
+
+// Element i of a Floats view as f32 (exact widening), and f32 -> element i (bf16: round to nearest even).
+__device__ __forceinline__ float load(ConstFloats x, int64_t i) {
+  return x.bf16() ? __bfloat162float(static_cast<const __nv_bfloat16*>(x.data)[i])
+                  : static_cast<const float*>(x.data)[i];
+}
+__device__ __forceinline__ void store(Floats y, int64_t i, float v) {
+  if (y.bf16()) {
+    static_cast<__nv_bfloat16*>(y.data)[i] = __float2bfloat16_rn(v);
+  } else {
+    static_cast<float*>(y.data)[i] = v;
+  }
+}
+// A view advanced by `offset` elements.
+__device__ __forceinline__ ConstFloats offset_by(ConstFloats x, int64_t offset) {
+  return ConstFloats(static_cast<const char*>(x.data) + offset * (x.bf16() ? 2 : 4), x.type);
+}
+__device__ __forceinline__ Floats offset_by(Floats y, int64_t offset) {
+  return Floats(static_cast<char*>(y.data) + offset * (y.bf16() ? 2 : 4), y.type);
+}
 
 // Every lane gets the same sum / max (butterfly: the same pairing on every lane).
 __device__ __forceinline__ float warp_sum(float v) {

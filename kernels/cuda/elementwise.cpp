@@ -5,28 +5,34 @@
 
 namespace cleave::kernels::cuda {
 
-void add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream) {
+void add(ConstFloats a, ConstFloats b, Floats out, int64_t n, cudaStream_t stream) {
   CLEAVE_ASSERT(n >= 0, "cuda add: negative size {}", n);
   CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_elementwise(detail::BinaryOp::kAdd, a, b, out, 1.0f, n, stream),
                            "elementwise_kernel(add)");
 }
 
-void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream) {
+void add_inplace(Floats y, ConstFloats x, int64_t n, cudaStream_t stream) {
   CLEAVE_ASSERT(n >= 0, "cuda add_inplace: negative size {}", n);
   CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_elementwise(detail::BinaryOp::kAdd, y, x, y, 1.0f, n, stream),
                            "elementwise_kernel(add_inplace)");
 }
 
-void scale_inplace(float* y, float alpha, int64_t n, cudaStream_t stream) {
+void scale_inplace(Floats y, float alpha, int64_t n, cudaStream_t stream) {
   CLEAVE_ASSERT(n >= 0, "cuda scale_inplace: negative size {}", n);
   CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_elementwise(detail::BinaryOp::kScale, y, nullptr, y, alpha, n, stream),
                            "elementwise_kernel(scale_inplace)");
 }
 
-void axpy(float alpha, const float* x, float* y, int64_t n, cudaStream_t stream) {
+void axpy(float alpha, ConstFloats x, Floats y, int64_t n, cudaStream_t stream) {
   CLEAVE_ASSERT(n >= 0, "cuda axpy: negative size {}", n);
   CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_elementwise(detail::BinaryOp::kAxpy, x, y, y, alpha, n, stream),
                            "elementwise_kernel(axpy)");
+}
+
+void fill(Floats y, float value, int64_t n, cudaStream_t stream) {
+  CLEAVE_ASSERT(n >= 0, "cuda fill: negative size {}", n);
+  CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_elementwise(detail::BinaryOp::kFill, nullptr, nullptr, y, value, n, stream),
+                           "elementwise_kernel(fill)");
 }
 
 std::size_t sum_squares_workspace_size(int64_t n) { return detail::sum_squares_blocks(n) * sizeof(double); }

@@ -7,17 +7,20 @@
 namespace cleave::kernels::cuda::detail {
 namespace {
 
-__global__ void elementwise_kernel(BinaryOp op, const float* a, const float* b, float* out, float alpha, int64_t n) {
+__global__ void elementwise_kernel(BinaryOp op, ConstFloats a, ConstFloats b, Floats out, float alpha, int64_t n) {
   for (int64_t i = global_thread(); i < n; i += grid_threads()) {
     switch (op) {
       case BinaryOp::kAdd:
-        out[i] = a[i] + b[i];
+        store(out, i, load(a, i) + load(b, i));
         break;
       case BinaryOp::kAxpy:
-        out[i] = b[i] + alpha * a[i];
+        store(out, i, load(b, i) + alpha * load(a, i));
         break;
       case BinaryOp::kScale:
-        out[i] = a[i] * alpha;
+        store(out, i, load(a, i) * alpha);
+        break;
+      case BinaryOp::kFill:
+        store(out, i, alpha);
         break;
     }
   }
@@ -79,7 +82,7 @@ __global__ void scale_matrix_kernel(T* c, int64_t rows, int64_t cols, int64_t ld
 
 }  // namespace
 
-cudaError_t launch_elementwise(BinaryOp op, const float* a, const float* b, float* out, float alpha, int64_t n,
+cudaError_t launch_elementwise(BinaryOp op, ConstFloats a, ConstFloats b, Floats out, float alpha, int64_t n,
                                cudaStream_t stream) {
   if (n == 0) return cudaSuccess;
   elementwise_kernel<<<grid_for(n), kThreads, 0, stream>>>(op, a, b, out, alpha, n);

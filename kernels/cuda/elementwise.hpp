@@ -2,6 +2,8 @@
 // casts for the mixed-precision path.
 //
 // Invariant: every function touches exactly n elements; outputs may alias inputs element for element.
+// Operands are Floats views (floats.hpp): each f32 or bf16 independently, f32 arithmetic, one rounding per store,
+// so a bf16 result equals the CPU backend's (widen, f32 kernel, narrow) bit for bit.
 // sum_squares reduces in an order fixed by n alone (deterministic) and accumulates in double, as on the CPU.
 // All launch on `stream` and return without waiting; pointers are device pointers owned by the caller.
 #pragma once
@@ -12,12 +14,15 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/cuda/floats.hpp"
+
 namespace cleave::kernels::cuda {
 
-void add(const float* a, const float* b, float* out, int64_t n, cudaStream_t stream);  // out = a + b
-void add_inplace(float* y, const float* x, int64_t n, cudaStream_t stream);            // y += x
-void scale_inplace(float* y, float alpha, int64_t n, cudaStream_t stream);             // y *= alpha
-void axpy(float alpha, const float* x, float* y, int64_t n, cudaStream_t stream);      // y += alpha * x
+void add(ConstFloats a, ConstFloats b, Floats out, int64_t n, cudaStream_t stream);  // out = a + b
+void add_inplace(Floats y, ConstFloats x, int64_t n, cudaStream_t stream);           // y += x
+void scale_inplace(Floats y, float alpha, int64_t n, cudaStream_t stream);           // y *= alpha
+void axpy(float alpha, ConstFloats x, Floats y, int64_t n, cudaStream_t stream);     // y += alpha * x
+void fill(Floats y, float value, int64_t n, cudaStream_t stream);                    // y = value (rounded once)
 
 // *out = sum x^2 (double, written, on the device). workspace: sum_squares_workspace_size(n) bytes.
 std::size_t sum_squares_workspace_size(int64_t n);
@@ -30,8 +35,8 @@ void cast_bf16_to_f32(const __nv_bfloat16* x, float* y, int64_t n, cudaStream_t 
 
 namespace detail {
 // Launchers (elementwise.cu) return the launch status; the functions above check it.
-enum class BinaryOp { kAdd, kAxpy, kScale };
-cudaError_t launch_elementwise(BinaryOp op, const float* a, const float* b, float* out, float alpha, int64_t n,
+enum class BinaryOp { kAdd, kAxpy, kScale, kFill };
+cudaError_t launch_elementwise(BinaryOp op, ConstFloats a, ConstFloats b, Floats out, float alpha, int64_t n,
                                cudaStream_t stream);
 unsigned int sum_squares_blocks(int64_t n);
 cudaError_t launch_sum_squares(const float* x, int64_t n, double* out, double* partials, cudaStream_t stream);

@@ -5,12 +5,12 @@
 
 namespace cleave::kernels::cuda {
 
-void gelu_forward(const float* x, float* y, int64_t n, cudaStream_t stream) {
+void gelu_forward(ConstFloats x, Floats y, int64_t n, cudaStream_t stream) {
   CLEAVE_ASSERT(n >= 0, "cuda gelu_forward: negative size {}", n);
   CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_gelu_forward(x, y, n, stream), "gelu_forward_kernel");
 }
 
-void gelu_backward(const float* x, const float* dy, float* dx, int64_t n, cudaStream_t stream) {
+void gelu_backward(ConstFloats x, ConstFloats dy, Floats dx, int64_t n, cudaStream_t stream) {
   CLEAVE_ASSERT(n >= 0, "cuda gelu_backward: negative size {}", n);
   CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_gelu_backward(x, dy, dx, n, stream), "gelu_backward_kernel");
 }

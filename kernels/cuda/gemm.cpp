@@ -223,6 +223,8 @@ std::string GemmArgs::str() const {
                      ldb, ldc, batch, gemm_epilogue_name(epilogue), math == GemmMath::kTF32 ? " (tf32)" : "");
 }
 
+std::size_t gemm_workspace_size_max() { return kWorkspaceBytes; }
+
 std::size_t gemm_workspace_size(const GemmArgs& args) {
   return (args.m == 0 || args.n == 0 || args.k == 0) ? 0 : kWorkspaceBytes;
 }

@@ -91,7 +91,10 @@ class GemmContext {
 };
 
 // Recommended workspace: 32 MiB (NVIDIA's recommendation for Hopper; Ampere uses less), 0 when nothing runs.
+// gemm_workspace_size_max() is that size for any problem: a device's one shared workspace (the op seam's
+// CudaResources owns it) is allocated once at this size.
 std::size_t gemm_workspace_size(const GemmArgs& args);
+std::size_t gemm_workspace_size_max();
 
 // Empty when cuBLASLt can be asked to run `args`; otherwise why not (names the field and the values).
 std::string gemm_can_implement(const GemmArgs& args);

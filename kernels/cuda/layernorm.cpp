@@ -6,7 +6,7 @@
 
 namespace cleave::kernels::cuda {
 
-void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
+void layernorm_forward(ConstFloats x, ConstFloats gamma, ConstFloats beta, Floats y, float* mean, float* rstd,
                        int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "cuda layernorm_forward: bad shape [{}, {}]", rows, cols);
   CLEAVE_ASSERT(eps >= 0.0f, "cuda layernorm_forward: negative eps {}", eps);
@@ -14,8 +14,8 @@ void layernorm_forward(const float* x, const float* gamma, const float* beta, fl
                            "layernorm_forward_kernel");
 }
 
-void layernorm_backward_input(const float* dy, const float* x, const float* gamma, const float* mean, const float* rstd,
-                              float* dx, int64_t rows, int64_t cols, cudaStream_t stream) {
+void layernorm_backward_input(ConstFloats dy, ConstFloats x, ConstFloats gamma, const float* mean, const float* rstd,
+                              Floats dx, int64_t rows, int64_t cols, cudaStream_t stream) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "cuda layernorm_backward_input: bad shape [{}, {}]", rows, cols);
   CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_layernorm_backward_input(dy, x, gamma, mean, rstd, dx, rows, cols, stream),
                            "layernorm_backward_input_kernel");
@@ -25,7 +25,7 @@ std::size_t layernorm_backward_weight_workspace_size(int64_t rows, int64_t cols)
   return static_cast<std::size_t>(2 * detail::column_reduction_chunks(rows) * cols) * sizeof(float);
 }
 
-void layernorm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd, float* dgamma,
+void layernorm_backward_weight(ConstFloats dy, ConstFloats x, const float* mean, const float* rstd, float* dgamma,
                                float* dbeta, int64_t rows, int64_t cols, void* workspace, std::size_t workspace_bytes,
                                cudaStream_t stream) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "cuda layernorm_backward_weight: bad shape [{}, {}]", rows, cols);

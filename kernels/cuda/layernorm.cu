@@ -18,23 +18,23 @@ unsigned int row_blocks(int64_t rows) {
   return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
 }
 
-__global__ void layernorm_forward_kernel(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+__global__ void layernorm_forward_kernel(ConstFloats x, ConstFloats gamma, ConstFloats beta, Floats y, float* mean,
                                          float* rstd, int64_t rows, int64_t cols, float eps) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   for (int64_t r = first; r < rows; r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
-    const float* xr = x + r * cols;
+    const ConstFloats xr = offset_by(x, r * cols);
     float sum = 0.0f;
-    for (int64_t c = lane; c < cols; c += kWarp) sum += xr[c];
+    for (int64_t c = lane; c < cols; c += kWarp) sum += load(xr, c);
     const float mu = warp_sum(sum) / static_cast<float>(cols);
     float sq = 0.0f;
     for (int64_t c = lane; c < cols; c += kWarp) {
-      const float d = xr[c] - mu;
+      const float d = load(xr, c) - mu;
       sq += d * d;
     }
     const float rs = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(cols) + eps);
-    float* yr = y + r * cols;
-    for (int64_t c = lane; c < cols; c += kWarp) yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
+    const Floats yr = offset_by(y, r * cols);
+    for (int64_t c = lane; c < cols; c += kWarp) store(yr, c, (load(xr, c) - mu) * rs * load(gamma, c) + load(beta, c));
     if (lane == 0) {
       mean[r] = mu;
       rstd[r] = rs;
@@ -43,33 +43,33 @@ __global__ void layernorm_forward_kernel(const float* x, const float* gamma, con
 }
 
 // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma.
-__global__ void layernorm_backward_input_kernel(const float* dy, const float* x, const float* gamma, const float* mean,
-                                                const float* rstd, float* dx, int64_t rows, int64_t cols) {
+__global__ void layernorm_backward_input_kernel(ConstFloats dy, ConstFloats x, ConstFloats gamma, const float* mean,
+                                                const float* rstd, Floats dx, int64_t rows, int64_t cols) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   for (int64_t r = first; r < rows; r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
-    const float* dyr = dy + r * cols;
-    const float* xr = x + r * cols;
+    const ConstFloats dyr = offset_by(dy, r * cols);
+    const ConstFloats xr = offset_by(x, r * cols);
     const float mu = mean[r];
     const float rs = rstd[r];
     float sum_g = 0.0f;
     float sum_gx = 0.0f;
     for (int64_t c = lane; c < cols; c += kWarp) {
-      const float g = dyr[c] * gamma[c];
+      const float g = load(dyr, c) * load(gamma, c);
       sum_g += g;
-      sum_gx += g * (xr[c] - mu) * rs;
+      sum_gx += g * (load(xr, c) - mu) * rs;
     }
     const float mean_g = warp_sum(sum_g) / static_cast<float>(cols);
     const float mean_gx = warp_sum(sum_gx) / static_cast<float>(cols);
-    float* dxr = dx + r * cols;
+    const Floats dxr = offset_by(dx, r * cols);
     for (int64_t c = lane; c < cols; c += kWarp) {
-      const float xhat = (xr[c] - mu) * rs;
-      dxr[c] = rs * (dyr[c] * gamma[c] - mean_g - xhat * mean_gx);
+      const float xhat = (load(xr, c) - mu) * rs;
+      store(dxr, c, rs * (load(dyr, c) * load(gamma, c) - mean_g - xhat * mean_gx));
     }
   }
 }
 
-__global__ void layernorm_weight_partial_kernel(const float* dy, const float* x, const float* mean, const float* rstd,
+__global__ void layernorm_weight_partial_kernel(ConstFloats dy, ConstFloats x, const float* mean, const float* rstd,
                                                 int64_t rows, int64_t cols, int64_t rows_per_chunk,
                                                 float* partials_gamma, float* partials_beta) {
   __shared__ float tile_gamma[kTileRows][kTileCols];
@@ -81,8 +81,8 @@ __global__ void layernorm_weight_partial_kernel(const float* dy, const float* x,
   float acc_beta = 0.0f;
   if (c < cols) {
     for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows) {
-      const float d = dy[r * cols + c];
-      acc_gamma += d * (x[r * cols + c] - mean[r]) * rstd[r];
+      const float d = load(dy, r * cols + c);
+      acc_gamma += d * (load(x, r * cols + c) - mean[r]) * rstd[r];
       acc_beta += d;
     }
   }
@@ -117,22 +117,22 @@ __global__ void layernorm_weight_final_kernel(const float* partials_gamma, const
 
 }  // namespace
 
-cudaError_t launch_layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean,
+cudaError_t launch_layernorm_forward(ConstFloats x, ConstFloats gamma, ConstFloats beta, Floats y, float* mean,
                                      float* rstd, int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   layernorm_forward_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(x, gamma, beta, y, mean, rstd, rows, cols, eps);
   return cudaGetLastError();
 }
 
-cudaError_t launch_layernorm_backward_input(const float* dy, const float* x, const float* gamma, const float* mean,
-                                            const float* rstd, float* dx, int64_t rows, int64_t cols,
+cudaError_t launch_layernorm_backward_input(ConstFloats dy, ConstFloats x, ConstFloats gamma, const float* mean,
+                                            const float* rstd, Floats dx, int64_t rows, int64_t cols,
                                             cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   layernorm_backward_input_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(dy, x, gamma, mean, rstd, dx, rows, cols);
   return cudaGetLastError();
 }
 
-cudaError_t launch_layernorm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd,
+cudaError_t launch_layernorm_backward_weight(ConstFloats dy, ConstFloats x, const float* mean, const float* rstd,
                                              float* dgamma, float* dbeta, int64_t rows, int64_t cols, float* partials,
                                              cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;

@@ -12,9 +12,9 @@
 #include "engine/comm/mpi/mpi_check.hpp"
 #include "engine/comm/mpi/watchdog.hpp"
 #include "engine/comm/nccl/cuda_check.hpp"
-#include "engine/comm/nccl/device_guard.hpp"
 #include "engine/comm/nccl/ordered_reduce.hpp"
 #include "engine/core/log.hpp"
+#include "engine/cuda/device.hpp"
 
 namespace cleave::comm {
 
@@ -49,7 +49,7 @@ struct NcclCommState {
   }
 
   ~NcclCommState() {
-    DeviceGuard guard(device);
+    cleave::cuda::DeviceGuard guard(device, std::nothrow);
     if (comm != nullptr && !aborted) {
       // Flush outstanding work; a peer that is gone must not hold up the destructor past the timeout.
       ncclResult_t state = ncclCommFinalize(comm);
@@ -218,7 +218,7 @@ std::string describe(const Tensor& t) { return fmt::format("{} {}", t.numel(), d
 
 // Finishes construction of a state whose comm, mpi companion and device are set.
 void init_resources(NcclCommState& s) {
-  DeviceGuard guard(s.device);
+  cleave::cuda::DeviceGuard guard(s.device);
   CLEAVE_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
   CLEAVE_CUDA_CHECK(cudaEventCreateWithFlags(&s.ready, cudaEventDisableTiming));
   CLEAVE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.barrier_word), sizeof(int)));
@@ -310,7 +310,7 @@ NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap, const NcclOptions
   state->mpi->guarded_barrier("nccl unique id broadcast");
   CLEAVE_MPI_CHECK(MPI_Bcast(&id, sizeof id, MPI_BYTE, 0, state->mpi->native()));
   {
-    DeviceGuard guard(state->device);
+    cleave::cuda::DeviceGuard guard(state->device);
     ncclConfig_t config = detail::non_blocking_config();
     CLEAVE_NCCL_CHECK(ncclCommInitRankConfig(&state->comm, state->size, id, state->rank, &config));
     state->wait_ready(state->comm, "ncclCommInitRankConfig");
@@ -347,7 +347,7 @@ std::unique_ptr<Communicator> NcclCommunicator::split_impl(int color, int key, s
   NcclCommState& s = *state_;
   CLEAVE_CHECK(!s.aborted, "{}: the communicator was aborted ({})", where("split"), s.abort_reason);
   std::unique_ptr<Communicator> mirror = s.mpi->split(color, key, "nccl");
-  DeviceGuard guard(s.device);
+  cleave::cuda::DeviceGuard guard(s.device);
   ncclConfig_t config = detail::non_blocking_config();
   ncclComm_t child = nullptr;
   CLEAVE_NCCL_CHECK(ncclCommSplit(s.comm, color < 0 ? NCCL_SPLIT_NOCOLOR : color, key, &child, &config));
@@ -371,7 +371,7 @@ WorkPtr NcclCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, con
                "{}: NCCL has no {} type to reduce (cast to i32, or reduce on the CPU with the mpi backend)",
                where("all_reduce"), dtype_name(tensor.dtype()));
   NcclCommState& s = *state_;
-  DeviceGuard guard(s.device);
+  cleave::cuda::DeviceGuard guard(s.device);
   auto work = std::make_unique<NcclWork>(state_, "all_reduce",
                                          fmt::format("{}, {}", detail::describe(tensor), reduce_op_name(op)), stream);
   work->keep(tensor);
@@ -395,7 +395,7 @@ WorkPtr NcclCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor&
                "{}: NCCL has no {} type to reduce (cast to i32, or reduce on the CPU with the mpi backend)",
                where("reduce_scatter"), dtype_name(input.dtype()));
   NcclCommState& s = *state_;
-  DeviceGuard guard(s.device);
+  cleave::cuda::DeviceGuard guard(s.device);
   auto work = std::make_unique<NcclWork>(
       state_, "reduce_scatter", fmt::format("{} per rank, {}", detail::describe(output), reduce_op_name(op)), stream);
   work->keep(input);
@@ -417,7 +417,7 @@ WorkPtr NcclCommunicator::all_gather_impl(const Tensor& input, const Tensor& out
   check_device(input, "all_gather");
   check_device(output, "all_gather");
   NcclCommState& s = *state_;
-  DeviceGuard guard(s.device);
+  cleave::cuda::DeviceGuard guard(s.device);
   auto work = std::make_unique<NcclWork>(state_, "all_gather",
                                          fmt::format("{} per rank", detail::describe(input)), stream);
   work->keep(input);
@@ -432,7 +432,7 @@ WorkPtr NcclCommunicator::all_gather_impl(const Tensor& input, const Tensor& out
 WorkPtr NcclCommunicator::broadcast_impl(const Tensor& tensor, int root, const Stream& stream) {
   check_device(tensor, "broadcast");
   NcclCommState& s = *state_;
-  DeviceGuard guard(s.device);
+  cleave::cuda::DeviceGuard guard(s.device);
   auto work = std::make_unique<NcclWork>(state_, "broadcast",
                                          fmt::format("{}, root rank {}", detail::describe(tensor), root), stream);
   work->keep(tensor);
@@ -445,7 +445,7 @@ WorkPtr NcclCommunicator::broadcast_impl(const Tensor& tensor, int root, const S
 
 WorkPtr NcclCommunicator::barrier_impl(const Stream& stream) {
   NcclCommState& s = *state_;
-  DeviceGuard guard(s.device);
+  cleave::cuda::DeviceGuard guard(s.device);
   auto work = std::make_unique<NcclWork>(state_, "barrier", "", stream);
   CLEAVE_NCCL_CHECK(ncclAllReduce(s.barrier_word, s.barrier_word, 1, ncclInt32, ncclSum, s.comm, s.stream));
   s.wait_ready(s.comm, "barrier");
@@ -456,7 +456,7 @@ WorkPtr NcclCommunicator::barrier_impl(const Stream& stream) {
 WorkPtr NcclCommunicator::batch_p2p_impl(std::vector<P2POp> ops, const Stream& stream) {
   for (const P2POp& op : ops) check_device(op.tensor, "batch_p2p");
   NcclCommState& s = *state_;
-  DeviceGuard guard(s.device);
+  cleave::cuda::DeviceGuard guard(s.device);
   std::string details = fmt::format("{} ops:", ops.size());
   for (const P2POp& op : ops) {
     details += fmt::format(" {} rank {} (world {}) ({}),", op.kind == P2PKind::kSend ? "send to" : "recv from",

@@ -1,24 +1,37 @@
-// The CUDA backend's slots: the kernels of kernels/cuda (cuBLASLt GEMM, element-wise, bias, GELU, LayerNorm,
-// embeddings, AdamW) behind the seam. Compiled only in CUDA builds (cmake/CleaveCuda.cmake); NOT yet run on a
-// GPU (no device was lent when it was written; issue "Training on GPUs" carries the bring-up).
+// The CUDA backend's slots: the kernels of kernels/cuda (cuBLASLt GEMM, element-wise, bias, GELU, ReLU, softmax,
+// LayerNorm, causal attention, embeddings, AdamW, SGD) behind the seam. Compiled only in CUDA builds
+// (cmake/CleaveCuda.cmake); compiled, not yet run on a GPU (the seam parity tests, tests/gpu/ops, are waiting
+// for one).
 //
 // Invariants: every slot launches on ctx.stream and returns without waiting, except sum_squares (a host value
 // by contract) and the token-id check after embedding_forward (see below). Scratch comes from ctx.allocator,
-// which must be the device's caching allocator. Ops whose CUDA kernel does not exist yet (ReLU, softmax,
-// attention, cross-entropy, conv2d, max pooling, SGD) have null slots, so the seam says "<op> is not
-// implemented on cuda:N"; an f32-only kernel given bf16 tensors refuses the same way, naming the dtype.
+// which must be the device's caching allocator; the cuBLASLt handle and its one workspace belong to the
+// device's CudaResources, made under a guard for that device. Floating tensors are f32 or bf16 (floats.hpp:
+// bf16 storage, f32 arithmetic and statistics, the CPU backend's contract) except where a slot says
+// otherwise (sum_squares and the embeddings: f32); ops whose CUDA kernel does not exist yet have null slots,
+// so the seam says "<op> is not implemented on cuda:N".
 #include <cuda_runtime_api.h>
 
+#include <cmath>
+#include <initializer_list>
+#include <memory>
+
 #include "engine/cuda/cuda_check.hpp"
+#include "engine/cuda/device.hpp"
 #include "engine/cuda/stream.hpp"
 #include "kernels/cuda/adamw.hpp"
+#include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/bias.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/embedding.hpp"
+#include "kernels/cuda/floats.hpp"
 #include "kernels/cuda/gelu.hpp"
 #include "kernels/cuda/gemm.hpp"
 #include "kernels/cuda/index_status.hpp"
 #include "kernels/cuda/layernorm.hpp"
+#include "kernels/cuda/relu.hpp"
+#include "kernels/cuda/sgd.hpp"
+#include "kernels/cuda/softmax.hpp"
 #include "kernels/ops/backend.hpp"
 
 namespace cleave::ops {
@@ -26,16 +39,45 @@ namespace {
 
 namespace kd = kernels::cuda;
 
+// One device's handles: the cuBLASLt context (handle + plan cache) and the one GEMM workspace every GEMM of the
+// device uses (gemm_workspace_size_max bytes, cudaMalloc'd once, outside the run's allocator and its memory
+// plan). Made and destroyed with the device current. GEMMs are ordered on the stream that runs them: two streams
+// running GEMMs at the same time need two resources objects (the workspace is not per stream).
 class CudaResources final : public DeviceResources {
  public:
-  kd::GemmContext gemm;
+  explicit CudaResources(int device) : device_(device) {
+    cuda::DeviceGuard guard(device);
+    gemm_ = std::make_unique<kd::GemmContext>();
+    workspace_bytes_ = kd::gemm_workspace_size_max();
+    CLEAVE_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+  }
+  ~CudaResources() override {
+    cuda::DeviceGuard guard(device_, std::nothrow);
+    if (workspace_ != nullptr) cudaFree(workspace_);
+    gemm_.reset();
+  }
+  CudaResources(const CudaResources&) = delete;
+  CudaResources& operator=(const CudaResources&) = delete;
+
+  int device() const { return device_; }
+  kd::GemmContext& gemm() { return *gemm_; }
+  void* gemm_workspace() const { return workspace_; }
+  std::size_t gemm_workspace_bytes() const { return workspace_bytes_; }
+
+ private:
+  int device_;
+  std::unique_ptr<kd::GemmContext> gemm_;
+  void* workspace_ = nullptr;
+  std::size_t workspace_bytes_ = 0;
 };
 
-kd::GemmContext& gemm_context(const Context& ctx) {
-  auto* resources = dynamic_cast<CudaResources*>(ctx.resources);
-  CLEAVE_CHECK(resources != nullptr, "ops on {}: the context has no CUDA resources (Context::resources; create them "
+CudaResources& resources(const Context& ctx) {
+  auto* r = dynamic_cast<CudaResources*>(ctx.resources);
+  CLEAVE_CHECK(r != nullptr, "ops on {}: the context has no CUDA resources (Context::resources; create them "
                "with make_device_resources)", ctx.device.str());
-  return resources->gemm;
+  CLEAVE_CHECK(r->device() == ctx.device.index, "ops on {}: the context's CUDA resources belong to cuda:{} (make them "
+               "with make_device_resources({}))", ctx.device.str(), r->device(), ctx.device.str());
+  return *r;
 }
 
 cudaStream_t stream_of(const Context& ctx) { return cuda::native_stream(*ctx.stream); }
@@ -43,6 +85,25 @@ cudaStream_t stream_of(const Context& ctx) { return cuda::native_stream(*ctx.str
 Tensor scratch(const Context& ctx, std::size_t bytes) {
   const auto words = static_cast<std::int64_t>((bytes + 7) / 8);
   return Tensor::empty(Shape{words > 0 ? words : 1}, DType::kI64, MemoryCategory::kWorkspace, *ctx.allocator);
+}
+
+// f32 or bf16 views of a floating tensor (undefined: null).
+kd::FloatType float_type(const Tensor& t) {
+  return t.dtype() == DType::kBF16 ? kd::FloatType::kBF16 : kd::FloatType::kF32;
+}
+kd::ConstFloats in(const Tensor& t) {
+  return t.defined() ? kd::ConstFloats(t.raw_data(), float_type(t)) : kd::ConstFloats();
+}
+kd::Floats out(const Tensor& t) { return t.defined() ? kd::Floats(t.raw_data(), float_type(t)) : kd::Floats(); }
+
+// Kernels built on one GEMM operand type (attention) need every tensor in one dtype.
+DType one_dtype(std::string_view op, const Context& ctx, std::initializer_list<const Tensor*> tensors) {
+  const DType dtype = (*tensors.begin())->dtype();
+  for (const Tensor* t : tensors) {
+    CLEAVE_CHECK(t->dtype() == dtype, "{} on {} needs its tensors in one dtype, got {} and {} (cast with ops::copy)",
+                 op, ctx.device.str(), dtype_name(dtype), dtype_name(t->dtype()));
+  }
+  return dtype;
 }
 
 void require_f32(std::string_view op, const Tensor& t) {
@@ -83,18 +144,16 @@ void gemm(const Context& ctx, const GemmProblem& p) {
   args.math = kd::GemmMath::kStrict;  // true f32 products (TF32 off): the CPU numerics contract
   const std::string refusal = kd::gemm_can_implement(args);
   CLEAVE_CHECK(refusal.empty(), "gemm on {}: {}", ctx.device.str(), refusal);
-  const std::size_t bytes = kd::gemm_workspace_size(args);
-  Tensor ws = scratch(ctx, bytes);
-  kd::gemm(gemm_context(ctx), args, ws.raw_data(), bytes, stream_of(ctx));
+  CudaResources& r = resources(ctx);
+  kd::gemm(r.gemm(), args, r.gemm_workspace(), r.gemm_workspace_bytes(), stream_of(ctx));
 }
 
 void fill(const Context& ctx, const Tensor& t, float value) {
-  require_f32("fill", t);
-  if (value == 0.0f) {
+  if (value == 0.0f && !std::signbit(value)) {  // +0 is all-zero bits in f32 and bf16
     CLEAVE_CUDA_CHECK(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), stream_of(ctx)));
     return;
   }
-  CLEAVE_THROW("fill with a non-zero value ({}) is not implemented on {} yet", value, ctx.device.str());
+  kd::fill(out(t), value, t.numel(), stream_of(ctx));
 }
 
 void copy(const Context& ctx, const Tensor& src, const Tensor& dst) {
@@ -109,24 +168,20 @@ void copy(const Context& ctx, const Tensor& src, const Tensor& dst) {
   }
 }
 
-void add(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out) {
-  require_f32("add", a), require_f32("add", b), require_f32("add", out);
-  kd::add(f(a), f(b), f(out), a.numel(), stream_of(ctx));
+void add(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& result) {
+  kd::add(in(a), in(b), out(result), a.numel(), stream_of(ctx));
 }
 
 void add_inplace(const Context& ctx, const Tensor& y, const Tensor& x) {
-  require_f32("add_inplace", y), require_f32("add_inplace", x);
-  kd::add_inplace(f(y), f(x), y.numel(), stream_of(ctx));
+  kd::add_inplace(out(y), in(x), y.numel(), stream_of(ctx));
 }
 
 void scale_inplace(const Context& ctx, const Tensor& y, float alpha) {
-  require_f32("scale_inplace", y);
-  kd::scale_inplace(f(y), alpha, y.numel(), stream_of(ctx));
+  kd::scale_inplace(out(y), alpha, y.numel(), stream_of(ctx));
 }
 
 void axpy(const Context& ctx, float alpha, const Tensor& x, const Tensor& y) {
-  require_f32("axpy", x), require_f32("axpy", y);
-  kd::axpy(alpha, f(x), f(y), y.numel(), stream_of(ctx));
+  kd::axpy(alpha, in(x), out(y), y.numel(), stream_of(ctx));
 }
 
 double sum_squares(const Context& ctx, const Tensor& x) {
@@ -142,48 +197,83 @@ double sum_squares(const Context& ctx, const Tensor& x) {
 }
 
 void bias_add_forward(const Context& ctx, const Tensor& y, const Tensor& bias) {
-  require_f32("bias_add_forward", y), require_f32("bias_add_forward", bias);
-  kd::bias_add_forward(f(y), f(bias), y.shape().rows(), y.shape().last(), stream_of(ctx));
+  kd::bias_add_forward(out(y), in(bias), y.shape().rows(), y.shape().last(), stream_of(ctx));
 }
 
 void bias_backward(const Context& ctx, const Tensor& dy, const Tensor& dbias) {
-  require_f32("bias_backward", dy);
   const std::size_t bytes = kd::bias_backward_workspace_size(dy.shape().rows(), dy.shape().last());
   Tensor ws = scratch(ctx, bytes);
-  kd::bias_backward(f(dy), f(dbias), dy.shape().rows(), dy.shape().last(), ws.raw_data(), bytes, stream_of(ctx));
+  kd::bias_backward(in(dy), f(dbias), dy.shape().rows(), dy.shape().last(), ws.raw_data(), bytes, stream_of(ctx));
 }
 
 void gelu_forward(const Context& ctx, const Tensor& x, const Tensor& y) {
-  require_f32("gelu_forward", x), require_f32("gelu_forward", y);
-  kd::gelu_forward(f(x), f(y), x.numel(), stream_of(ctx));
+  kd::gelu_forward(in(x), out(y), x.numel(), stream_of(ctx));
 }
 
 void gelu_backward(const Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx) {
-  require_f32("gelu_backward", x), require_f32("gelu_backward", dy), require_f32("gelu_backward", dx);
-  kd::gelu_backward(f(x), f(dy), f(dx), x.numel(), stream_of(ctx));
+  kd::gelu_backward(in(x), in(dy), out(dx), x.numel(), stream_of(ctx));
+}
+
+void relu_forward(const Context& ctx, const Tensor& x, const Tensor& y) {
+  kd::relu_forward(in(x), out(y), x.numel(), stream_of(ctx));
+}
+
+void relu_backward(const Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  kd::relu_backward(in(x), in(dy), out(dx), x.numel(), stream_of(ctx));
+}
+
+void softmax_forward(const Context& ctx, const Tensor& x, const Tensor& y) {
+  kd::softmax_forward(in(x), out(y), x.shape().rows(), x.shape().last(), stream_of(ctx));
+}
+
+void softmax_backward(const Context& ctx, const Tensor& y, const Tensor& dy, const Tensor& dx) {
+  kd::softmax_backward(in(y), in(dy), out(dx), y.shape().rows(), y.shape().last(), stream_of(ctx));
 }
 
 void layernorm_forward(const Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                        const Tensor& mean, const Tensor& rstd, float eps) {
-  for (const Tensor* t : {&x, &gamma, &beta, &y}) require_f32("layernorm_forward", *t);
-  kd::layernorm_forward(f(x), f(gamma), f(beta), f(y), f(mean), f(rstd), x.shape().rows(), x.shape().last(), eps,
+  kd::layernorm_forward(in(x), in(gamma), in(beta), out(y), f(mean), f(rstd), x.shape().rows(), x.shape().last(), eps,
                         stream_of(ctx));
 }
 
 void layernorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& gamma,
                               const Tensor& mean, const Tensor& rstd, const Tensor& dx) {
-  for (const Tensor* t : {&dy, &x, &gamma, &dx}) require_f32("layernorm_backward_input", *t);
-  kd::layernorm_backward_input(f(dy), f(x), f(gamma), f(mean), f(rstd), f(dx), x.shape().rows(), x.shape().last(),
+  kd::layernorm_backward_input(in(dy), in(x), in(gamma), f(mean), f(rstd), out(dx), x.shape().rows(), x.shape().last(),
                                stream_of(ctx));
 }
 
 void layernorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& mean,
                                const Tensor& rstd, const Tensor& dgamma, const Tensor& dbeta) {
-  require_f32("layernorm_backward_weight", dy), require_f32("layernorm_backward_weight", x);
   const std::size_t bytes = kd::layernorm_backward_weight_workspace_size(x.shape().rows(), x.shape().last());
   Tensor ws = scratch(ctx, bytes);
-  kd::layernorm_backward_weight(f(dy), f(x), f(mean), f(rstd), f(dgamma), f(dbeta), x.shape().rows(),
+  kd::layernorm_backward_weight(in(dy), in(x), f(mean), f(rstd), f(dgamma), f(dbeta), x.shape().rows(),
                                 x.shape().last(), ws.raw_data(), bytes, stream_of(ctx));
+}
+
+kd::AttentionShape attention_shape(const Tensor& qkv, std::int64_t heads) {
+  return {qkv.dim(0), qkv.dim(1), heads, qkv.dim(2) / 3 / heads};
+}
+
+void attention_forward(const Context& ctx, const Tensor& qkv, const Tensor& out, const Tensor& probs,
+                       std::int64_t heads) {
+  const DType dtype = one_dtype("attention_forward", ctx, {&qkv, &out, &probs});
+  const kd::AttentionShape shape = attention_shape(qkv, heads);
+  const std::size_t bytes = kd::attention_forward_workspace_size(shape, dtype);
+  Tensor ws = scratch(ctx, bytes);
+  CudaResources& r = resources(ctx);
+  kd::attention_forward(r.gemm(), dtype, qkv.raw_data(), out.raw_data(), probs.raw_data(), shape, ws.raw_data(), bytes,
+                        r.gemm_workspace(), r.gemm_workspace_bytes(), stream_of(ctx));
+}
+
+void attention_backward(const Context& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
+                        const Tensor& dqkv, std::int64_t heads) {
+  const DType dtype = one_dtype("attention_backward", ctx, {&dout, &qkv, &probs, &dqkv});
+  const kd::AttentionShape shape = attention_shape(qkv, heads);
+  const std::size_t bytes = kd::attention_backward_workspace_size(shape, dtype);
+  Tensor ws = scratch(ctx, bytes);
+  CudaResources& r = resources(ctx);
+  kd::attention_backward(r.gemm(), dtype, dout.raw_data(), qkv.raw_data(), probs.raw_data(), dqkv.raw_data(), shape,
+                         ws.raw_data(), bytes, r.gemm_workspace(), r.gemm_workspace_bytes(), stream_of(ctx));
 }
 
 void require_whole_table(std::string_view op, const Context& ctx, const VocabRange& range) {
@@ -227,9 +317,14 @@ void position_embedding_backward(const Context& ctx, const Tensor& dx, const Ten
 
 void adamw_update(const Context& ctx, const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                   const AdamWHyper& h) {
-  require_f32("adamw_update", grad);
-  kd::adamw_update(f(param), f(grad), f(m), f(v), param.numel(), h.lr, h.beta1, h.beta2, h.eps, h.weight_decay,
+  kd::adamw_update(f(param), in(grad), f(m), f(v), param.numel(), h.lr, h.beta1, h.beta2, h.eps, h.weight_decay,
                    h.step, nullptr, stream_of(ctx));
+}
+
+void sgd_update(const Context& ctx, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
+                const SgdHyper& h) {
+  kd::sgd_update(f(param), in(grad), h.momentum != 0.0f ? f(momentum_buf) : nullptr, param.numel(), h.lr, h.momentum,
+                 h.weight_decay, h.nesterov, h.first_step, stream_of(ctx));
 }
 
 constexpr Backend kCudaBackend{
@@ -246,15 +341,15 @@ constexpr Backend kCudaBackend{
     .bias_backward = bias_backward,
     .gelu_forward = gelu_forward,
     .gelu_backward = gelu_backward,
-    .relu_forward = nullptr,
-    .relu_backward = nullptr,
-    .softmax_forward = nullptr,
-    .softmax_backward = nullptr,
+    .relu_forward = relu_forward,
+    .relu_backward = relu_backward,
+    .softmax_forward = softmax_forward,
+    .softmax_backward = softmax_backward,
     .layernorm_forward = layernorm_forward,
     .layernorm_backward_input = layernorm_backward_input,
     .layernorm_backward_weight = layernorm_backward_weight,
-    .attention_forward = nullptr,
-    .attention_backward = nullptr,
+    .attention_forward = attention_forward,
+    .attention_backward = attention_backward,
     .embedding_forward = embedding_forward,
     .embedding_backward = embedding_backward,
     .position_embedding_forward = position_embedding_forward,
@@ -272,7 +367,7 @@ constexpr Backend kCudaBackend{
     .maxpool2d_forward = nullptr,
     .maxpool2d_backward = nullptr,
     .adamw_update = adamw_update,
-    .sgd_update = nullptr,
+    .sgd_update = sgd_update,
 };
 
 }  // namespace
@@ -281,7 +376,10 @@ const Backend& cuda_backend() { return kCudaBackend; }
 
 std::unique_ptr<DeviceResources> make_cuda_resources(Device device) {
   CLEAVE_CHECK(device.is_cuda(), "make_cuda_resources: {} is not a cuda device", device.str());
-  return std::make_unique<CudaResources>();
+  const int count = cuda::device_count();
+  CLEAVE_CHECK(device.index >= 0 && device.index < count, "make_cuda_resources: {} does not exist ({} CUDA devices "
+               "visible)", device.str(), count);
+  return std::make_unique<CudaResources>(device.index);
 }
 
 }  // namespace cleave::ops

@@ -11,7 +11,7 @@
 #include <random>
 
 #include "engine/comm/host_reduce.hpp"
-#include "engine/comm/nccl/device_allocator.hpp"
+#include "engine/cuda/caching_allocator.hpp"
 #include "engine/comm/nccl/nccl_communicator.hpp"
 #include "engine/comm/nccl/ordered_reduce.hpp"
 #include "tests/gpu/comm/gpu_comm_env.hpp"
@@ -49,7 +49,7 @@ class Nccl : public ::testing::Test {
     comm::NcclOptions det_options = options;
     det_options.deterministic = true;
     det_ = std::make_unique<comm::NcclCommunicator>(*mpi_, det_options);
-    allocator_ = std::make_unique<comm::CudaDeviceAllocator>(nccl_->device());
+    allocator_ = std::make_unique<cuda::CudaCachingAllocator>(nccl_->device());
   }
   void TearDown() override {
     det_.reset();
@@ -76,7 +76,7 @@ class Nccl : public ::testing::Test {
   std::unique_ptr<comm::MpiCommunicator> mpi_;
   std::unique_ptr<comm::NcclCommunicator> nccl_;
   std::unique_ptr<comm::NcclCommunicator> det_;
-  std::unique_ptr<comm::CudaDeviceAllocator> allocator_;
+  std::unique_ptr<cuda::CudaCachingAllocator> allocator_;
 };
 
 TEST_F(Nccl, AllReduceEveryDtypeSumAndMaxBothModes) {

@@ -1,0 +1,134 @@
+// Seam parity of the element-wise slots (fill, add, add_inplace, scale_inplace, axpy), bias forward/backward,
+// GELU and ReLU on cuda:0 against the CPU backend, f32 and bf16 (and one mixed-dtype add), on odd sizes.
+//
+// Tolerances (relative to each element plus the tensor's scale, parity_util.hpp):
+//  - 0 (equal values) where both backends do the same single f32 operation on the same widened inputs and round
+//    once: fill, add, add_inplace, scale_inplace, bias_add_forward, ReLU.
+//  - axpy: f32 1e-6 (nvcc may contract y + alpha * x into an FMA: one f32 ulp); bf16 4e-3 (that ulp may flip
+//    the bf16 rounding: one bf16 ulp, 2^-8 relative).
+//  - GELU: f32 1e-5 (CUDA's tanhf is within 2 ulp, not the CPU's); bf16 8e-3 (one bf16 ulp either way).
+//  - bias_backward: dbias is f32 in both cases; 1e-5, the column sums run in another order (up to 300 rows).
+#include "tests/gpu/ops/parity_util.hpp"
+
+namespace cleave::testing {
+namespace {
+
+const Shape kShapes[] = {Shape{1, 1}, Shape{7, 33}, Shape{3, 5, 129}, Shape{300, 17}};
+const DType kDtypes[] = {DType::kF32, DType::kBF16};
+
+std::string label(std::string_view op, const Shape& shape, DType dtype) {
+  return std::string(op) + " " + shape.str() + " " + std::string(dtype_name(dtype));
+}
+
+double one_ulp(DType dtype, double f32_tol) { return dtype == DType::kBF16 ? 4e-3 : f32_tol; }
+
+using PointwiseParity = OpsParity;
+
+TEST_F(PointwiseParity, FillWritesAnyValueInAnyDtype) {
+  for (DType dtype : kDtypes) {
+    for (const Shape& shape : kShapes) {
+      for (float value : {0.37f, -1.5f}) {
+        Tensor want = empty_cpu(shape, dtype);
+        ops::fill(cpu(), want, value);
+        Tensor got = poisoned_gpu(shape, dtype);
+        ops::fill(gpu(), got, value);
+        expect_close(want, got, 0.0, label("fill " + std::to_string(value), shape, dtype));
+      }
+      // Zero: every element +0 (the all-zero reference expect_close refuses is checked by hand).
+      Tensor zero = poisoned_gpu(shape, dtype);
+      ops::fill(gpu(), zero, 0.0f);
+      std::int64_t nonzero = 0;
+      for (float v : to_cpu(zero).to_floats()) nonzero += !(v == 0.0f && !std::signbit(v));
+      EXPECT_EQ(nonzero, 0) << label("fill 0", shape, dtype);
+    }
+  }
+}
+
+TEST_F(PointwiseParity, AddAndInPlaceForms) {
+  for (DType dtype : kDtypes) {
+    for (const Shape& shape : kShapes) {
+      const Tensor a = random(shape, dtype), b = random(shape, dtype);
+      Tensor sum = empty_cpu(shape, dtype);
+      ops::add(cpu(), a, b, sum);
+      Tensor gpu_sum = poisoned_gpu(shape, dtype);
+      ops::add(gpu(), to_gpu(a), to_gpu(b), gpu_sum);
+      expect_close(sum, gpu_sum, 0.0, label("add", shape, dtype));
+
+      Tensor y = random(shape, dtype);
+      Tensor gpu_y = to_gpu(y);
+      ops::add_inplace(cpu(), y, a);
+      ops::add_inplace(gpu(), gpu_y, to_gpu(a));
+      expect_close(y, gpu_y, 0.0, label("add_inplace", shape, dtype));
+
+      ops::scale_inplace(cpu(), y, -0.73f);
+      ops::scale_inplace(gpu(), gpu_y, -0.73f);
+      expect_close(y, gpu_y, 0.0, label("scale_inplace", shape, dtype));
+
+      ops::axpy(cpu(), 1.37f, b, y);
+      ops::axpy(gpu(), 1.37f, to_gpu(b), gpu_y);
+      expect_close(y, gpu_y, one_ulp(dtype, 1e-6), label("axpy", shape, dtype));
+    }
+  }
+  // Mixed storage: a bf16 + b f32 -> out bf16 (each operand read in its own dtype).
+  const Shape shape{5, 37};
+  const Tensor a = random(shape, DType::kBF16), b = random(shape, DType::kF32);
+  Tensor sum = empty_cpu(shape, DType::kBF16);
+  ops::add(cpu(), a, b, sum);
+  Tensor gpu_sum = poisoned_gpu(shape, DType::kBF16);
+  ops::add(gpu(), to_gpu(a), to_gpu(b), gpu_sum);
+  expect_close(sum, gpu_sum, 0.0, "add bf16 + f32 -> bf16");
+}
+
+TEST_F(PointwiseParity, BiasForwardAndBackward) {
+  for (DType dtype : kDtypes) {
+    for (const Shape& shape : kShapes) {
+      const std::int64_t cols = shape.last();
+      Tensor y = random(shape, dtype);
+      const Tensor bias = random(Shape{cols}, dtype);
+      Tensor gpu_y = to_gpu(y);
+      ops::bias_add_forward(cpu(), y, bias);
+      ops::bias_add_forward(gpu(), gpu_y, to_gpu(bias));
+      expect_close(y, gpu_y, 0.0, label("bias_add_forward", shape, dtype));
+
+      const Tensor dy = random(shape, dtype);
+      Tensor dbias = random(Shape{cols}, DType::kF32);  // accumulated into (+=)
+      Tensor gpu_dbias = to_gpu(dbias);
+      ops::bias_backward(cpu(), dy, dbias);
+      ops::bias_backward(gpu(), to_gpu(dy), gpu_dbias);
+      expect_close(dbias, gpu_dbias, 1e-5, label("bias_backward", shape, dtype));
+    }
+  }
+}
+
+TEST_F(PointwiseParity, GeluAndRelu) {
+  for (DType dtype : kDtypes) {
+    for (const Shape& shape : kShapes) {
+      const Tensor x = random(shape, dtype, -4.0f, 4.0f), dy = random(shape, dtype);
+      const double gelu_tol = dtype == DType::kBF16 ? 8e-3 : 1e-5;
+      Tensor y = empty_cpu(shape, dtype), dx = empty_cpu(shape, dtype);
+      Tensor gpu_y = poisoned_gpu(shape, dtype), gpu_dx = poisoned_gpu(shape, dtype);
+      const Tensor gpu_x = to_gpu(x), gpu_dy = to_gpu(dy);
+
+      ops::gelu_forward(cpu(), x, y);
+      ops::gelu_forward(gpu(), gpu_x, gpu_y);
+      expect_close(y, gpu_y, gelu_tol, label("gelu_forward", shape, dtype));
+      ops::gelu_backward(cpu(), x, dy, dx);
+      ops::gelu_backward(gpu(), gpu_x, gpu_dy, gpu_dx);
+      expect_close(dx, gpu_dx, gelu_tol, label("gelu_backward", shape, dtype));
+
+      // ReLU's input with element 0 made positive, so a one-element reference cannot be all zero.
+      std::vector<float> values = x.to_floats();
+      values[0] = std::fabs(values[0]) + 0.5f;
+      const Tensor x_relu = from_floats(values, shape, dtype), gpu_x_relu = to_gpu(x_relu);
+      ops::relu_forward(cpu(), x_relu, y);
+      ops::relu_forward(gpu(), gpu_x_relu, gpu_y);
+      expect_close(y, gpu_y, 0.0, label("relu_forward", shape, dtype));
+      ops::relu_backward(cpu(), x_relu, dy, dx);
+      ops::relu_backward(gpu(), gpu_x_relu, gpu_dy, gpu_dx);
+      expect_close(dx, gpu_dx, 0.0, label("relu_backward", shape, dtype));
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cleave::testing

@@ -7,6 +7,7 @@
 #include "engine/core/error.hpp"
 #include "engine/train/collectives.hpp"
 #include "engine/train/trainer_state.hpp"
+#include "kernels/ops/ops.hpp"
 
 namespace cleave::train {
 
@@ -18,6 +19,7 @@ EvalResult Trainer::evaluate(std::int64_t batches) {
   for (std::int64_t b = 0; b < batches; ++b) {
     s.eval_batch = b;
     const pipeline::StepOutcome outcome = s.eval_executor->run_step();
+    ops::check_device_status(s.context);  // bad token ids / targets a GPU kernel recorded (no-op on the CPU)
     if (!counts) continue;
     for (const auto& [microbatch, c] : outcome.evaluations) {
       loss_sum += c.loss_sum;

@@ -130,7 +130,7 @@ void refresh_working_copies(Trainer::State& s) { layers::refresh_working_copies(
 Trainer::State::State(config::RunConfig c, comm::Communicator& w)
     : config(std::move(c)), world(w), grid(make_grid(config, w.size())), coords(grid.coords_of(w.rank())) {}
 
-Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
+Trainer::Trainer(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend)
     : state_(std::make_unique<State>(std::move(config), world)) {
   State& s = *state_;
   const auto& cfg = s.config;
@@ -146,6 +146,7 @@ Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
   s.context.device = Device::cpu();
   s.context.allocator = s.allocator.get();
   s.context.resources = s.resources.get();
+  s.context.backend = backend;
   s.context.precision = ops::parse_precision(cfg.device.precision);  // bf16: mixed precision (ops/context.hpp)
   // Deterministic mode: GEMM bits independent of the thread count (shape-fixed slices, OpenBLAS at one
   // thread), so one rank with N threads and N ranks of one thread compute the same bits.
@@ -322,6 +323,7 @@ StepStats Trainer::step(std::int64_t step) {
   if (s.data_parallel) s.data_parallel->begin_step();
   else s.optimizer->zero_grad();
   pipeline::StepOutcome outcome = s.executor->run_step();  // forward, backward, reduction, optimizer
+  ops::check_device_status(s.context);  // bad token ids / targets a GPU kernel recorded (a no-op on the CPU)
   if (s.config.train.trace) s.last_timeline = std::move(outcome.timeline);
 
   const double loss = global_mean_loss(s, outcome);

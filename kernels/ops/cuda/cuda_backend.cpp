@@ -1,49 +1,53 @@
-// The CUDA backend's slots: the kernels of kernels/cuda (cuBLASLt GEMM, element-wise, bias, GELU, LayerNorm,
-// embeddings, AdamW) behind the seam. Compiled only in CUDA builds (cmake/CleaveCuda.cmake); NOT yet run on a
-// GPU (no device was lent when it was written; issue "Training on GPUs" carries the bring-up).
+// The CUDA backend's table and its per-device resources, with the slots of the element-wise, bias, GELU,
+// LayerNorm and optimizer kernels; the loss, embedding and convolution families live in their own files
+// (cuda_slots.hpp). Compiled only in CUDA builds (cmake/CleaveCuda.cmake); NOT yet run on a GPU (no device was
+// lent when it was written; issue "Training on GPUs" carries the bring-up).
 //
-// Invariants: every slot launches on ctx.stream and returns without waiting, except sum_squares (a host value
-// by contract) and the token-id check after embedding_forward (see below). Scratch comes from ctx.allocator,
-// which must be the device's caching allocator. Ops whose CUDA kernel does not exist yet (ReLU, softmax,
-// attention, cross-entropy, conv2d, max pooling, SGD) have null slots, so the seam says "<op> is not
+// Invariants: every slot launches on ctx.stream and returns without waiting, except the host values of
+// ops.hpp (sum_squares, sum_squares_many, count_correct, check_device_status). Bad user data found by a
+// kernel is recorded in the resources' DeviceStatus and thrown by check_device_status at the step's end, never
+// by a synchronising check per call. Scratch comes from ctx.allocator, which must be the device's caching
+// allocator. Ops whose CUDA kernel does not exist yet have null slots, so the seam says "<op> is not
 // implemented on cuda:N"; an f32-only kernel given bf16 tensors refuses the same way, naming the dtype.
 #include <cuda_runtime_api.h>
+
+#include <vector>
 
 #include "engine/cuda/cuda_check.hpp"
 #include "engine/cuda/stream.hpp"
 #include "kernels/cuda/adamw.hpp"
 #include "kernels/cuda/bias.hpp"
 #include "kernels/cuda/elementwise.hpp"
-#include "kernels/cuda/embedding.hpp"
 #include "kernels/cuda/gelu.hpp"
 #include "kernels/cuda/gemm.hpp"
-#include "kernels/cuda/index_status.hpp"
 #include "kernels/cuda/layernorm.hpp"
+#include "kernels/cuda/sum_squares_many.hpp"
 #include "kernels/ops/backend.hpp"
+#include "kernels/ops/cuda/cuda_slots.hpp"
 
 namespace cleave::ops {
 namespace {
 
 namespace kd = kernels::cuda;
+using cuda_detail::scratch;
+using cuda_detail::stream_of;
 
 class CudaResources final : public DeviceResources {
  public:
+  explicit CudaResources(int device) : conv(device), status(device) {}
   kd::GemmContext gemm;
+  kd::ConvContext conv;               // cuDNN handle (created on first use) and chosen algorithms
+  cuda_detail::DeviceStatus status;   // deferred user-data errors (check_device_status)
 };
 
-kd::GemmContext& gemm_context(const Context& ctx) {
+CudaResources& resources_of(const Context& ctx) {
   auto* resources = dynamic_cast<CudaResources*>(ctx.resources);
   CLEAVE_CHECK(resources != nullptr, "ops on {}: the context has no CUDA resources (Context::resources; create them "
                "with make_device_resources)", ctx.device.str());
-  return resources->gemm;
+  return *resources;
 }
 
-cudaStream_t stream_of(const Context& ctx) { return cuda::native_stream(*ctx.stream); }
-
-Tensor scratch(const Context& ctx, std::size_t bytes) {
-  const auto words = static_cast<std::int64_t>((bytes + 7) / 8);
-  return Tensor::empty(Shape{words > 0 ? words : 1}, DType::kI64, MemoryCategory::kWorkspace, *ctx.allocator);
-}
+kd::GemmContext& gemm_context(const Context& ctx) { return resources_of(ctx).gemm; }
 
 void require_f32(std::string_view op, const Tensor& t) {
   CLEAVE_CHECK(!t.defined() || t.dtype() == DType::kF32,
@@ -186,45 +190,6 @@ void layernorm_backward_weight(const Context& ctx, const Tensor& dy, const Tenso
                                 x.shape().last(), ws.raw_data(), bytes, stream_of(ctx));
 }
 
-void require_whole_table(std::string_view op, const Context& ctx, const VocabRange& range) {
-  CLEAVE_CHECK(range.first == 0 && range.valid == range.vocab,
-               "{} over a vocabulary shard is not implemented on {} yet (only the whole table)", op, ctx.device.str());
-}
-
-void embedding_forward(const Context& ctx, const Tensor& ids, const Tensor& table, const Tensor& out,
-                       const VocabRange& range) {
-  require_whole_table("embedding_forward", ctx, range);
-  require_f32("embedding_forward", table), require_f32("embedding_forward", out);
-  Tensor status = scratch(ctx, sizeof(std::uint32_t));
-  auto* bad = static_cast<std::uint32_t*>(status.raw_data());
-  kd::reset_index_status(bad, stream_of(ctx));
-  kd::embedding_forward(ids.data<std::int32_t>(), f(table), f(out), bad, ids.numel(), table.dim(1), range.vocab,
-                        stream_of(ctx));
-  // The seam promises a checked id; until the check moves to the step's loss read-back (GPU bring-up), it
-  // waits here.
-  kd::check_ids_status(bad, ids.data<std::int32_t>(), range.vocab, stream_of(ctx));
-}
-
-void embedding_backward(const Context& ctx, const Tensor& ids, const Tensor& dout, const Tensor& dtable,
-                        const VocabRange& range) {
-  require_whole_table("embedding_backward", ctx, range);
-  require_f32("embedding_backward", dout);
-  const std::size_t bytes = kd::embedding_backward_workspace_size(ids.numel(), range.vocab);
-  Tensor ws = scratch(ctx, bytes);
-  kd::embedding_backward(ids.data<std::int32_t>(), f(dout), f(dtable), ids.numel(), dtable.dim(1), range.vocab,
-                         ws.raw_data(), bytes, stream_of(ctx));
-}
-
-void position_embedding_forward(const Context& ctx, const Tensor& x, const Tensor& pos) {
-  require_f32("position_embedding_forward", x), require_f32("position_embedding_forward", pos);
-  kd::position_embedding_forward(f(x), f(pos), x.dim(0), x.dim(1), x.dim(2), stream_of(ctx));
-}
-
-void position_embedding_backward(const Context& ctx, const Tensor& dx, const Tensor& dpos) {
-  require_f32("position_embedding_backward", dx);
-  kd::position_embedding_backward(f(dx), f(dpos), dx.dim(0), dx.dim(1), dx.dim(2), stream_of(ctx));
-}
-
 void adamw_update(const Context& ctx, const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                   const AdamWHyper& h) {
   require_f32("adamw_update", grad);
@@ -242,6 +207,7 @@ constexpr Backend kCudaBackend{
     .scale_inplace = scale_inplace,
     .axpy = axpy,
     .sum_squares = sum_squares,
+    .sum_squares_many = cuda_detail::sum_squares_many,
     .bias_add_forward = bias_add_forward,
     .bias_backward = bias_backward,
     .gelu_forward = gelu_forward,
@@ -255,33 +221,63 @@ constexpr Backend kCudaBackend{
     .layernorm_backward_weight = layernorm_backward_weight,
     .attention_forward = nullptr,
     .attention_backward = nullptr,
-    .embedding_forward = embedding_forward,
-    .embedding_backward = embedding_backward,
-    .position_embedding_forward = position_embedding_forward,
-    .position_embedding_backward = position_embedding_backward,
-    .cross_entropy_forward = nullptr,
-    .cross_entropy_backward = nullptr,
-    .cross_entropy_shard_max = nullptr,
-    .cross_entropy_shard_sum_exp_and_target = nullptr,
-    .cross_entropy_loss = nullptr,
-    .cross_entropy_shard_argmax = nullptr,
-    .count_correct = nullptr,
-    .conv2d_forward = nullptr,
-    .conv2d_backward_input = nullptr,
-    .conv2d_backward_weight = nullptr,
-    .maxpool2d_forward = nullptr,
-    .maxpool2d_backward = nullptr,
+    .embedding_forward = cuda_detail::embedding_forward,
+    .embedding_backward = cuda_detail::embedding_backward,
+    .position_embedding_forward = cuda_detail::position_embedding_forward,
+    .position_embedding_backward = cuda_detail::position_embedding_backward,
+    .cross_entropy_forward = cuda_detail::cross_entropy_forward,
+    .cross_entropy_backward = cuda_detail::cross_entropy_backward,
+    .cross_entropy_shard_max = cuda_detail::cross_entropy_shard_max,
+    .cross_entropy_shard_sum_exp_and_target = cuda_detail::cross_entropy_shard_sum_exp_and_target,
+    .cross_entropy_loss = cuda_detail::cross_entropy_loss,
+    .cross_entropy_shard_argmax = cuda_detail::cross_entropy_shard_argmax,
+    .count_correct = cuda_detail::count_correct,
+    .conv2d_forward = cuda_detail::conv2d_forward,
+    .conv2d_backward_input = cuda_detail::conv2d_backward_input,
+    .conv2d_backward_weight = cuda_detail::conv2d_backward_weight,
+    .maxpool2d_forward = cuda_detail::maxpool2d_forward,
+    .maxpool2d_backward = cuda_detail::maxpool2d_backward,
     .adamw_update = adamw_update,
     .sgd_update = nullptr,
+    .check_device_status = cuda_detail::check_device_status,
 };
 
 }  // namespace
+
+namespace cuda_detail {
+
+kd::ConvContext& conv_context(const Context& ctx) { return resources_of(ctx).conv; }
+DeviceStatus& device_status(const Context& ctx) { return resources_of(ctx).status; }
+
+double sum_squares_many(const Context& ctx, std::span<const Tensor> xs) {
+  std::vector<const float*> pointers;
+  std::vector<std::int64_t> sizes;
+  for (const Tensor& x : xs) {
+    require_f32("sum_squares_many", x);
+    pointers.push_back(f(x));
+    sizes.push_back(x.numel());
+  }
+  const int count = static_cast<int>(xs.size());
+  const std::size_t bytes = kd::sum_squares_many_workspace_size(sizes.data(), count);
+  Tensor ws = scratch(ctx, bytes);
+  Tensor out = scratch(ctx, sizeof(double));
+  kd::sum_squares_many(pointers.data(), sizes.data(), count, static_cast<double*>(out.raw_data()), ws.raw_data(),
+                       bytes, stream_of(ctx));
+  double host = 0.0;  // the one read-back
+  CLEAVE_CUDA_CHECK(cudaMemcpyAsync(&host, out.raw_data(), sizeof host, cudaMemcpyDeviceToHost, stream_of(ctx)));
+  CLEAVE_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+  return host;
+}
+
+void check_device_status(const Context& ctx) { device_status(ctx).check(stream_of(ctx)); }
+
+}  // namespace cuda_detail
 
 const Backend& cuda_backend() { return kCudaBackend; }
 
 std::unique_ptr<DeviceResources> make_cuda_resources(Device device) {
   CLEAVE_CHECK(device.is_cuda(), "make_cuda_resources: {} is not a cuda device", device.str());
-  return std::make_unique<CudaResources>();
+  return std::make_unique<CudaResources>(device.index);
 }
 
 }  // namespace cleave::ops

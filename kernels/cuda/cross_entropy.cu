@@ -269,7 +269,9 @@ cudaError_t launch_cross_entropy_shard_sum_exp_and_target(const void* logits, Fl
 
 cudaError_t launch_cross_entropy_loss(const float* row_max, const float* sums, const int32_t* targets, int64_t rows,
                                       float* lse, float* loss, double* row_losses, cudaStream_t stream) {
-  if (rows > 0) loss_rows_kernel<<<grid_for(rows), kThreads, 0, stream>>>(row_max, sums, targets, rows, lse, row_losses);
+  if (rows > 0) {
+    loss_rows_kernel<<<grid_for(rows), kThreads, 0, stream>>>(row_max, sums, targets, rows, lse, row_losses);
+  }
   mean_loss_kernel<<<1, kThreads, 0, stream>>>(row_losses, targets, rows, loss);
   return cudaGetLastError();
 }

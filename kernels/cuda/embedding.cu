@@ -104,7 +104,9 @@ __global__ void bucket_sum_kernel(const int32_t* ids, const T* dout, float* dtab
     float* dst = dtable + local * dim;
     for (int64_t c = threadIdx.x; c < dim; c += blockDim.x) {
       float acc = dst[c];
-      for (int32_t k = static_cast<int32_t>(s); k < end; ++k) acc += load(dout, static_cast<int64_t>(sorted[k]) * dim + c);
+      for (int32_t k = static_cast<int32_t>(s); k < end; ++k) {
+        acc += load(dout, static_cast<int64_t>(sorted[k]) * dim + c);
+      }
       dst[c] = acc;
     }
   }

@@ -38,8 +38,8 @@ TEST_P(CudaEmbedding, ForwardAndBackwardAreBitIdenticalToCpu) {
   auto* status_ptr = static_cast<uint64_t*>(status.raw_data());
   kc::reset_index_status(status_ptr, 1, stream());
   const kc::EmbeddingRange whole{0, vocab, vocab};
-  kc::embedding_forward(d_ids.data<int32_t>(), d_table.raw_data(), kc::FloatType::kF32, d_out.raw_data(), kc::FloatType::kF32,
-                        status_ptr,
+  kc::embedding_forward(d_ids.data<int32_t>(), d_table.raw_data(), kc::FloatType::kF32, d_out.raw_data(),
+                        kc::FloatType::kF32, status_ptr,
                         n_tokens, dim, whole, stream());
   expect_bitwise_equal(download_f32(d_out), out, "embedding_forward");
   EXPECT_FALSE(kc::read_index_status(status_ptr, stream()).has_value());
@@ -123,8 +123,8 @@ TEST_F(CudaEmbeddingErrors, BadIdsAreRecordedZeroedAndReported) {
   Tensor status = poisoned(2, DType::kI32);
   auto* status_ptr = static_cast<uint64_t*>(status.raw_data());
   kc::reset_index_status(status_ptr, 1, stream());
-  kc::embedding_forward(d_ids.data<int32_t>(), d_table.raw_data(), kc::FloatType::kF32, d_out.raw_data(), kc::FloatType::kF32,
-                        status_ptr,
+  kc::embedding_forward(d_ids.data<int32_t>(), d_table.raw_data(), kc::FloatType::kF32, d_out.raw_data(),
+                        kc::FloatType::kF32, status_ptr,
                         n_tokens, dim, kc::EmbeddingRange{0, vocab, vocab}, stream());
   const std::optional<kc::BadIndex> bad = kc::read_index_status(status_ptr, stream());
   ASSERT_TRUE(bad.has_value()) << "a bad id was not recorded";

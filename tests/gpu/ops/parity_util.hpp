@@ -127,7 +127,8 @@ class OpsParity : public ::testing::Test {
       if (std::isfinite(err)) worst = std::max(worst, err / (std::fabs(want[i]) + scale));
       if (!(err <= tol * (std::fabs(want[i]) + scale)) && !(tol == 0.0 && got[i] == want[i])) {
         if (wrong < 5) {
-          first += " [" + std::to_string(i) + "] gpu " + std::to_string(got[i]) + " cpu " + std::to_string(want[i]) + ";";
+          first += " [" + std::to_string(i) + "] gpu " + std::to_string(got[i]) + " cpu " +
+                   std::to_string(want[i]) + ";";
         }
         ++wrong;
       }

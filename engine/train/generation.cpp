@@ -5,6 +5,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/train/trainer_state.hpp"
+#include "kernels/ops/ops.hpp"
 
 namespace cleave::train {
 
@@ -19,6 +20,7 @@ std::vector<float> Trainer::next_token_logits(const std::vector<std::int32_t>& t
                              *s.allocator);
   std::memcpy(ids.data<std::int32_t>(), tokens.data(), tokens.size() * sizeof(std::int32_t));
   const Tensor logits = s.stages.front()->infer(ids, s.context, /*skip_loss=*/true);
+  ops::check_device_status(s.context);  // a token id a GPU kernel found outside the vocabulary (no-op on the CPU)
   const std::int64_t vocab = logits.dim(logits.rank() - 1);
   const std::vector<float> all = logits.to_floats();
   CLEAVE_ASSERT(static_cast<std::int64_t>(all.size()) >= vocab, "logits of {} values, vocab {}", all.size(), vocab);

@@ -9,8 +9,8 @@
 // What the recording cannot see (named here so it is not forgotten): the optimizer builds its own op
 // context (engine/optim/optimizer.cpp, finding B1 of docs/cuda.md), so its update slot is added from the
 // config until it uses the run's context. Models: GPT fp32 and bf16, MLP (SGD with Nesterov momentum), CNN
-// (AdamW, and bf16); the vocab-parallel pieces (tensor parallelism) need a tp group of 2 ranks and are not
-// exercised here (tests/gpu/ops/loss_parity_test.cpp calls them directly).
+// (AdamW, and bf16) on one rank; GPT with tensor parallelism 2 (vocabulary shards with a padding row, the
+// vocab-parallel loss pieces) under `mpiexec -n 2` (ctest e2e_cuda_coverage_tp2; skipped on one rank).
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -91,11 +91,10 @@ std::string digits_path() {
 }
 
 // The slots one training step and one evaluation pass of `config` call.
-std::set<std::string> slots_used(const config::RunConfig& config) {
+std::set<std::string> slots_used(const config::RunConfig& config, comm::Communicator& world) {
   RecordingBackend table = recording_backend();
-  auto world = make_world();
   {
-    train::Trainer trainer(config, *world, &table);
+    train::Trainer trainer(config, world, &table);
     trainer.step(0);
     trainer.evaluate(1);
   }
@@ -104,8 +103,12 @@ std::set<std::string> slots_used(const config::RunConfig& config) {
   return used;
 }
 
-void expect_cuda_covers(const std::string& model, const config::RunConfig& config) {
-  const std::set<std::string> used = slots_used(config);
+std::set<std::string> slots_used(const config::RunConfig& config) {
+  auto world = make_world();
+  return slots_used(config, *world);
+}
+
+void expect_cuda_covers(const std::string& model, const std::set<std::string>& used) {
   EXPECT_GT(used.size(), 8u) << model << ": the recording saw too few slots to be a training step";
   std::string missing;
   for (const std::string& slot : used) {
@@ -113,6 +116,10 @@ void expect_cuda_covers(const std::string& model, const config::RunConfig& confi
   }
   EXPECT_TRUE(missing.empty()) << model << " calls op slots the CUDA backend leaves empty (kernels/ops/cuda): "
                                << missing;
+}
+
+void expect_cuda_covers(const std::string& model, const config::RunConfig& config) {
+  expect_cuda_covers(model, slots_used(config));
 }
 
 config::RunConfig gpt(const std::vector<std::string>& overrides = {}) {
@@ -149,6 +156,17 @@ TEST(CudaCoverage, GptBf16) { expect_cuda_covers("gpt (bf16)", gpt({"device.prec
 TEST(CudaCoverage, Mlp) { expect_cuda_covers("mlp (sgd, nesterov)", digits(kMlp, kSgd)); }
 TEST(CudaCoverage, Cnn) { expect_cuda_covers("cnn (adamw)", digits(kCnn, kAdamw)); }
 TEST(CudaCoverage, CnnBf16) { expect_cuda_covers("cnn (bf16)", digits(kCnn, kAdamw, {"device.precision=bf16"})); }
+
+TEST(CudaCoverage, GptTensorParallel) {
+  auto world = make_world();
+  if (world->size() != 2) GTEST_SKIP() << "needs 2 ranks (ctest e2e_cuda_coverage_tp2 runs it under mpiexec -n 2)";
+  const std::set<std::string> used = slots_used(gpt({"parallel.tensor_model_parallel_size=2"}), *world);
+  for (const char* slot : {"cross_entropy_shard_max", "cross_entropy_shard_sum_exp_and_target", "cross_entropy_loss",
+                           "embedding_forward"}) {
+    EXPECT_TRUE(used.count(slot)) << slot << " was not recorded during a tensor-parallel GPT step";
+  }
+  expect_cuda_covers("gpt (tp 2, vocabulary shards)", used);
+}
 
 // The recording itself: a step of the GPT must see its characteristic ops, so the test cannot pass by
 // recording nothing.

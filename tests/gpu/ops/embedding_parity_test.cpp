@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "engine/core/error.hpp"
+#include "tests/gpu/ops/int_inputs.hpp"
 #include "tests/gpu/ops/parity_util.hpp"
 
 namespace cleave::testing {
@@ -24,8 +25,9 @@ TEST_P(EmbeddingParity, ShardsForwardAndBackwardAreBitIdentical) {
   const auto [vocab, parts, dtype] = GetParam();
   const std::int64_t batch = 3, seq = 37, dim = 33;
   const std::int64_t rows = (vocab + parts - 1) / parts;  // a shard's table rows (the last may hold padding)
-  // Ids drawn from a small window so many repeat (and every shard sees some).
-  Tensor ids = random({batch, seq}, DType::kI32, 0.0f, static_cast<float>(vocab - 1));
+  // Uniform ids, and every 4th the last id of the vocabulary: repeated ids, and rows of the last shard.
+  Tensor ids = ints_from_uniform(random({batch, seq}, DType::kF32, 0.0f, static_cast<float>(vocab)),
+                                 empty_cpu({batch, seq}, DType::kI32), 0, static_cast<std::int32_t>(vocab - 1));
   for (std::int64_t i = 0; i < batch * seq; i += 4) ids.data<std::int32_t>()[i] = static_cast<std::int32_t>(vocab - 1);
   const Tensor dout = random({batch, seq, dim}, dtype);
   const Tensor g_ids = to_gpu(ids), g_dout = to_gpu(dout);
@@ -84,7 +86,8 @@ INSTANTIATE_TEST_SUITE_P(Dtypes, PositionParity, ::testing::Values(DType::kF32, 
 
 TEST_F(OpsParity, BadTokenIdGivesAZeroRowAndIsReportedAtTheDeviceStatusCheck) {
   const std::int64_t vocab = 1001, dim = 6;
-  Tensor ids = random({2, 6}, DType::kI32, 0.0f, static_cast<float>(vocab - 1));
+  Tensor ids = ints_from_uniform(random({2, 6}, DType::kF32, 0.0f, static_cast<float>(vocab)),
+                                 empty_cpu({2, 6}, DType::kI32), 0, static_cast<std::int32_t>(vocab - 1));
   ids.data<std::int32_t>()[9] = -1;
   ids.data<std::int32_t>()[4] = static_cast<std::int32_t>(vocab);
   const Tensor table = random({vocab, dim}, DType::kF32);

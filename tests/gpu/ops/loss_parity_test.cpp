@@ -18,6 +18,7 @@
 #include <tuple>
 
 #include "engine/core/error.hpp"
+#include "tests/gpu/ops/int_inputs.hpp"
 #include "tests/gpu/ops/parity_util.hpp"
 
 namespace cleave::testing {
@@ -31,7 +32,8 @@ class LossParity : public OpsParity {
  protected:
   // Targets in [0, vocab) with every 5th row ignored.
   Tensor targets(std::int64_t rows, std::int64_t vocab) {
-    Tensor t = random({rows}, DType::kI32, 0.0f, static_cast<float>(vocab - 1));
+    Tensor t = ints_from_uniform(random({rows}, DType::kF32, 0.0f, static_cast<float>(vocab)),
+                                 empty_cpu({rows}, DType::kI32), 0, static_cast<std::int32_t>(vocab - 1));
     for (std::int64_t r = 1; r < rows; r += 5) t.data<std::int32_t>()[r] = -1;
     return t;
   }

@@ -1,21 +1,23 @@
-// Gradient norm (ops::sum_squares: deterministic chunked double accumulation) and clipping.
+// Gradient norm (ops::sum_squares_many: each gradient's deterministic chunked double sum, added in parameter
+// order, with one wait for all of them) and clipping.
 #include "engine/optim/grad_clip.hpp"
 
 #include <cmath>
+#include <vector>
 
 #include "engine/core/error.hpp"
 #include "kernels/ops/ops.hpp"
 
 namespace cleave::optim {
 double local_grad_sum_of_squares(const ParamList& params, const ParamFilter& counted, const ops::Context& ctx) {
-  double total = 0.0;
+  std::vector<Tensor> grads;
   for (const auto& p : unique_params(params)) {
     if (counted && !counted(*p)) continue;
     CLEAVE_CHECK(p->grad.dtype() == DType::kF32, "grad norm: parameter {} has a {} grad; expected f32", p->name,
                  dtype_name(p->grad.dtype()));
-    total += ops::sum_squares(ctx, p->grad);
+    grads.push_back(p->grad);
   }
-  return total;
+  return ops::sum_squares_many(ctx, grads);
 }
 
 double global_grad_norm(const ParamList& params, const SumReducer& all_reduce_sum, const ParamFilter& counted,

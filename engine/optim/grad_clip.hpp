@@ -17,7 +17,8 @@
 
 namespace cleave::optim {
 
-// Σ g² comes from ops::sum_squares: double over fixed chunks added in order, the same bits for any thread count.
+// Σ g² comes from ops::sum_squares_many: each gradient's sum in double over fixed chunks, the gradients added in
+// parameter order, the same bits for any thread count; on a GPU one read-back for all of them.
 
 using SumReducer = std::function<double(double)>;
 using ParamFilter = std::function<bool(const layers::Param&)>;

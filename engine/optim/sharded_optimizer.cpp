@@ -112,16 +112,16 @@ std::unique_ptr<ShardedOptimizer> make_sharded_optimizer(const config::Optimizer
 
 double shard_grad_sum_of_squares(const std::vector<FlatShard>& shards, const ParamFilter& counted,
                                  const ops::Context& ctx) {
-  double total = 0.0;
+  std::vector<Tensor> segments;  // summed in this order, one wait for all (ops::sum_squares_many)
   for (const FlatShard& shard : shards) {
     CLEAVE_CHECK(shard.grad.dtype() == DType::kF32, "grad norm: a shard holds {} gradients; expected f32",
                  dtype_name(shard.grad.dtype()));
     for (const ShardSegment& s : shard.segments) {
       if (counted && !counted(*s.param)) continue;
-      total += ops::sum_squares(ctx, shard.grad.slice(s.begin, s.begin + s.numel));
+      segments.push_back(shard.grad.slice(s.begin, s.begin + s.numel));
     }
   }
-  return total;
+  return ops::sum_squares_many(ctx, segments);
 }
 
 double clip_shard_grads(const std::vector<FlatShard>& shards, double max_norm, double norm, const ops::Context& ctx) {

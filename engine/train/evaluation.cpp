@@ -7,6 +7,7 @@
 #include "engine/core/error.hpp"
 #include "engine/train/collectives.hpp"
 #include "engine/train/evaluation.hpp"
+#include "kernels/ops/ops.hpp"
 
 namespace cleave::train {
 
@@ -17,6 +18,7 @@ EvalResult evaluate_batches(RankSetup& s, pipeline::Executor& executor, std::int
   for (std::int64_t b = 0; b < batches; ++b) {
     eval_batch = b;
     const pipeline::StepOutcome outcome = executor.run_step();
+    ops::check_device_status(s.context);  // bad token ids / targets a GPU kernel recorded (no-op on the CPU)
     if (!counts) continue;
     for (const auto& [microbatch, c] : outcome.evaluations) {
       loss_sum += c.loss_sum;

@@ -5,6 +5,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/train/generation.hpp"
+#include "kernels/ops/ops.hpp"
 
 namespace cleave::train {
 
@@ -18,6 +19,7 @@ std::vector<float> next_token_logits(RankSetup& s, const RankModel& model, const
                              *s.allocator);
   std::memcpy(ids.data<std::int32_t>(), tokens.data(), tokens.size() * sizeof(std::int32_t));
   const Tensor logits = model.stages().front()->infer(ids, s.context, /*skip_loss=*/true);
+  ops::check_device_status(s.context);  // a token id a GPU kernel found outside the vocabulary (no-op on the CPU)
   const std::int64_t vocab = logits.dim(logits.rank() - 1);
   const std::vector<float> all = logits.to_floats();
   CLEAVE_ASSERT(static_cast<std::int64_t>(all.size()) >= vocab, "logits of {} values, vocab {}", all.size(), vocab);

@@ -15,7 +15,7 @@ comm::ProcessGrid make_grid(config::RunConfig& config, int world_size) {
 
 }  // namespace
 
-RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w)
+RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Backend* backend)
     : config(std::move(c)), world(w), grid(make_grid(config, w.size())), coords(grid.coords_of(w.rank())) {
   CLEAVE_CHECK(config.device.type == "cpu",
                "device.type '{}' is not available yet: the trainer runs on the CPU backend (device.type \"cpu\"); "
@@ -28,6 +28,7 @@ RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w)
   context.device = Device::cpu();
   context.allocator = allocator.get();
   context.resources = resources.get();
+  context.backend = backend;
   context.precision = ops::parse_precision(config.device.precision);  // bf16: mixed precision (ops/context.hpp)
   // Deterministic mode: GEMM bits independent of the thread count (shape-fixed slices, OpenBLAS at one
   // thread), so one rank with N threads and N ranks of one thread compute the same bits.

@@ -23,8 +23,9 @@ namespace cleave::train {
 struct RankSetup {
   // `world` must outlive the setup. Resolves the config against world.size(), builds the grid groups
   // (collective), the allocator and context of device.type, and the plan. Throws Error for layouts that
-  // cannot work.
-  RankSetup(config::RunConfig config, comm::Communicator& world);
+  // cannot work. `backend` (tests only): the slot table the context's ops call instead of the device's
+  // (ops::Context::backend), e.g. a recording wrapper; null = the device's backend.
+  RankSetup(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend = nullptr);
   RankSetup(const RankSetup&) = delete;
   RankSetup& operator=(const RankSetup&) = delete;
 

@@ -76,7 +76,7 @@ std::optional<FaultPlan> checked_fault_plan(const RankSetup& s) {
 }  // namespace
 
 struct Trainer::Impl {
-  Impl(config::RunConfig config, comm::Communicator& world);
+  Impl(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend);
 
   // The step's loss: the mean over the global batch's micro-batches (see the definition).
   double global_mean_loss(const pipeline::StepOutcome& outcome);
@@ -97,8 +97,8 @@ struct Trainer::Impl {
   Tensor microbatch_losses;  // [dp * micro-batches] f32: the step's loss of every global micro-batch
 };
 
-Trainer::Impl::Impl(config::RunConfig config, comm::Communicator& world)
-    : setup(std::move(config), world),
+Trainer::Impl::Impl(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend)
+    : setup(std::move(config), world, backend),
       model(setup),
       fault(checked_fault_plan(setup)),
       tail(setup, model, !fault || fault->point != FaultPoint::kDpReduce ? std::function<void(int)>()
@@ -191,8 +191,8 @@ double Trainer::Impl::global_mean_loss(const pipeline::StepOutcome& outcome) {
   return sum / static_cast<double>(all.numel());
 }
 
-Trainer::Trainer(config::RunConfig config, comm::Communicator& world)
-    : impl_(std::make_unique<Impl>(std::move(config), world)) {}
+Trainer::Trainer(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend)
+    : impl_(std::make_unique<Impl>(std::move(config), world, backend)) {}
 
 Trainer::~Trainer() = default;
 
@@ -241,6 +241,7 @@ StepStats Trainer::step(std::int64_t step) {
   s.current_step = step;
   s.tail.begin(step);
   pipeline::StepOutcome outcome = s.executor->run_step();  // forward, backward, reduction, optimizer
+  ops::check_device_status(s.setup.context);  // bad token ids / targets a GPU kernel recorded (CPU: no-op)
   if (s.setup.config.train.trace) s.last_timeline = std::move(outcome.timeline);
   const StepTailResult tail = s.tail.finish();
 

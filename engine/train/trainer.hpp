@@ -23,6 +23,10 @@
 #include "engine/planning/plan.hpp"
 #include "pipeline/timeline.hpp"
 
+namespace cleave::ops {
+struct Backend;  // kernels/ops/backend.hpp
+}
+
 namespace cleave::train {
 
 struct StepStats {
@@ -68,7 +72,9 @@ class Trainer {
  public:
   // `world` must outlive the trainer. Resolves the config against world.size() and builds this rank's
   // stages, optimizer and data sources. Throws Error for layouts or configs that cannot work.
-  Trainer(config::RunConfig config, comm::Communicator& world);
+  // `backend` (tests only): the op slot table every op of the run's context calls instead of the device's
+  // (Context::backend), e.g. a recording wrapper; null = the device's backend.
+  Trainer(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend = nullptr);
   ~Trainer();
   Trainer(const Trainer&) = delete;
   Trainer& operator=(const Trainer&) = delete;

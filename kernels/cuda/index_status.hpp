@@ -1,10 +1,12 @@
 // Device-side record of invalid user indices (token ids, class targets). A kernel cannot throw, so kernels that
-// read such indices skip the bad ones and atomicMin the smallest offending position into a uint32 status word
-// on the device; the caller resets the word before the step and reads it where it synchronises anyway (the
-// loss readback), then throws the same message the CPU kernel would.
+// read such indices skip the bad ones (zero row, ignored target) and record the smallest offending position
+// together with the offending value in a 64-bit status word in device memory; the owner of the word reads it
+// where it synchronises anyway (the step's end: ops::check_device_status) and throws the CPU kernel's message.
+// The value travels with the position, so the check may run after the index tensor is gone.
 //
-// Invariant: the word holds kNoBadIndex (all bits set) until a kernel finds a bad index, then the smallest bad
-// position seen since the reset.
+// Invariant: the word holds kNoBadIndex (all bits set) until a kernel records a bad index, then
+// (position << 32) | uint32(value) of the smallest bad position recorded since the reset (atomicMin on the
+// packed word: deterministic whatever the thread order). Positions are below 2^32 (the kernels assert it).
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,14 +16,17 @@
 
 namespace cleave::kernels::cuda {
 
-inline constexpr uint32_t kNoBadIndex = 0xffffffffu;
+inline constexpr uint64_t kNoBadIndex = ~uint64_t{0};
 
-void reset_index_status(uint32_t* status, cudaStream_t stream);  // async: status := kNoBadIndex
+struct BadIndex {
+  int64_t position = 0;  // token position or logits row, within the call that recorded it
+  int32_t value = 0;     // the offending id or target
+};
 
-// Blocks until `stream` has passed every kernel before it; the smallest bad position, or nothing.
-std::optional<int64_t> read_index_status(const uint32_t* status, cudaStream_t stream);
+// Async on `stream`: `count` consecutive status words := kNoBadIndex.
+void reset_index_status(uint64_t* status, int count, cudaStream_t stream);
 
-// Reads one int32 from device memory (blocking on `stream`): the offending id for an error message.
-int32_t read_device_int32(const int32_t* value, cudaStream_t stream);
+// Blocks until `stream` has passed every kernel before it; the smallest bad position recorded, or nothing.
+std::optional<BadIndex> read_index_status(const uint64_t* status, cudaStream_t stream);
 
 }  // namespace cleave::kernels::cuda

@@ -41,6 +41,7 @@ struct Backend {
   void (*scale_inplace)(const Context&, const Tensor& y, float alpha);
   void (*axpy)(const Context&, float alpha, const Tensor& x, const Tensor& y);
   double (*sum_squares)(const Context&, const Tensor& x);
+  double (*sum_squares_many)(const Context&, std::span<const Tensor> xs);
   void (*bias_add_forward)(const Context&, const Tensor& y, const Tensor& bias);
   void (*bias_backward)(const Context&, const Tensor& dy, const Tensor& dbias);
   void (*gelu_forward)(const Context&, const Tensor& x, const Tensor& y);
@@ -92,11 +93,14 @@ struct Backend {
                        const AdamWHyper& hyper);
   void (*sgd_update)(const Context&, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                      const SgdHyper& hyper);
+  void (*check_device_status)(const Context&);
 };
 
 // The backend serving `device` in this build; throws Error when the build has none (a cuda device in a
 // build without CUDA names the reason).
 const Backend& backend_for(Device device);
+// The table an op of `ctx` calls: ctx.backend when a test substituted one, else backend_for(ctx.device).
+const Backend& backend_of(const Context& ctx);
 
 // The backends, for tests that list their slots.
 const Backend& cpu_backend();

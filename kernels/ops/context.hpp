@@ -26,6 +26,8 @@ enum class Precision { kFp32, kBf16 };
 std::string_view precision_name(Precision precision);  // "fp32", "bf16"
 Precision parse_precision(std::string_view name);      // throws Error naming the allowed values
 
+struct Backend;  // backend.hpp
+
 // Per-device handles a backend keeps between ops (the CUDA backend's cuBLASLt context and status words).
 // Opaque here; created by the backend (make_device_resources in backend.hpp), owned by the run.
 class DeviceResources {
@@ -40,6 +42,9 @@ struct Context {
   GemmMode gemm_mode = GemmMode::kFast;
   Precision precision = Precision::kFp32;
   DeviceResources* resources = nullptr;  // null on the CPU
+  // The slot table the ops call; null (always, outside tests) = the device's registered backend. Tests put a
+  // wrapped table here (tests/unit/ops/cuda_coverage_test.cpp records which slots a training step calls).
+  const Backend* backend = nullptr;
 
   // dtype of activations and of the weights' working copies under `precision`.
   DType compute_dtype() const { return precision == Precision::kBf16 ? DType::kBF16 : DType::kF32; }

@@ -19,6 +19,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <span>
 
 #include "kernels/ops/backend.hpp"
 #include "kernels/ops/cpu_f32_view.hpp"
@@ -95,6 +96,16 @@ void axpy(const Context& ctx, float alpha, const Tensor& x, const Tensor& y) {
 double sum_squares(const Context& ctx, const Tensor& x) {
   F32In in(ctx, x);
   return kc::sum_squares(in.get(), x.numel());
+}
+
+// The order grad_clip has always summed in: total += sum_squares(x), x in order.
+double sum_squares_many(const Context& ctx, std::span<const Tensor> xs) {
+  double total = 0.0;
+  for (const Tensor& x : xs) {
+    F32In in(ctx, x);
+    total += kc::sum_squares(in.get(), x.numel());  // the sum_squares slot's value
+  }
+  return total;
 }
 
 void bias_add_forward(const Context& ctx, const Tensor& y, const Tensor& bias) {
@@ -358,6 +369,9 @@ void sgd_update(const Context& ctx, const Tensor& param, const Tensor& grad, con
                  param.numel(), h.lr, h.momentum, h.weight_decay, h.nesterov, h.first_step);
 }
 
+// The CPU kernels throw on bad user data at once: nothing is ever deferred.
+void check_device_status(const Context&) {}
+
 constexpr Backend kCpuBackend{
     .name = "cpu",
     .gemm = gemm,
@@ -368,6 +382,7 @@ constexpr Backend kCpuBackend{
     .scale_inplace = scale_inplace,
     .axpy = axpy,
     .sum_squares = sum_squares,
+    .sum_squares_many = sum_squares_many,
     .bias_add_forward = bias_add_forward,
     .bias_backward = bias_backward,
     .gelu_forward = unary<kc::gelu_forward>,
@@ -399,6 +414,7 @@ constexpr Backend kCpuBackend{
     .maxpool2d_backward = maxpool2d_backward,
     .adamw_update = adamw_update,
     .sgd_update = sgd_update,
+    .check_device_status = check_device_status,
 };
 
 }  // namespace

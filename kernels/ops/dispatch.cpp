@@ -31,6 +31,14 @@ const Backend& backend_for(Device device) {
   CLEAVE_ASSERT(false, "unknown device type {}", static_cast<int>(device.type));
 }
 
+const Backend& backend_of(const Context& ctx) {
+  return ctx.backend != nullptr ? *ctx.backend : backend_for(ctx.device);
+}
+
+void check_device_status(const Context& ctx) {
+  detail::slot_of(ctx, &Backend::check_device_status, "check_device_status")(ctx);
+}
+
 std::unique_ptr<DeviceResources> make_device_resources(Device device) {
   backend_for(device);  // refuses a device this build cannot serve
 #if CLEAVE_WITH_CUDA

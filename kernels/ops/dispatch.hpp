@@ -22,7 +22,7 @@ void check_numel(std::string_view op, std::string_view name, const Tensor& t, st
 
 template <typename Slot>
 Slot slot_of(const Context& ctx, Slot Backend::*member, std::string_view op) {
-  const Backend& backend = backend_for(ctx.device);
+  const Backend& backend = backend_of(ctx);
   Slot slot = backend.*member;
   if (slot == nullptr) throw_not_implemented(op, ctx.device, backend.name);
   return slot;

@@ -23,6 +23,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "engine/core/tensor.hpp"
@@ -60,6 +61,9 @@ void add_inplace(const Context& ctx, const Tensor& y, const Tensor& x);         
 void scale_inplace(const Context& ctx, const Tensor& y, float alpha);              // y *= alpha
 void axpy(const Context& ctx, float alpha, const Tensor& x, const Tensor& y);      // y += alpha * x
 double sum_squares(const Context& ctx, const Tensor& x);  // sum x^2 in double (host value)
+// Sum over xs of sum_squares(x), each term exactly as sum_squares computes it, added in the order given:
+// ((0 + s0) + s1) + ... (host value, ONE wait however many tensors: the gradient norm). Empty: 0.
+double sum_squares_many(const Context& ctx, std::span<const Tensor> xs);
 // y[r, :] += bias for every row r of y [..., cols]; dbias += sum over rows of dy (dbias f32).
 void bias_add_forward(const Context& ctx, const Tensor& y, const Tensor& bias);
 void bias_backward(const Context& ctx, const Tensor& dy, const Tensor& dbias);
@@ -183,6 +187,16 @@ struct SgdHyper {
 };
 void sgd_update(const Context& ctx, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                 const SgdHyper& hyper);
+
+// ---- Deferred device errors ------------------------------------------------------------------------------
+// A GPU kernel cannot throw, so the user-data checks ops promise above (token ids in embedding_forward,
+// targets in the cross-entropy ops) are recorded on the device and reported here: waits for ctx.stream and
+// throws the CPU kernel's message for the smallest bad position recorded since the last call (naming the
+// id or target, its position and the vocabulary), then clears the record. (host value) Call it once where
+// the caller synchronises anyway: the trainer calls it at the end of every step and evaluation pass. Results
+// of the ops that recorded a bad index are meaningless until then (the bad rows read as zero / ignored).
+// On the CPU the ops throw at once and this is a no-op.
+void check_device_status(const Context& ctx);
 
 // ---- Process-wide CPU runtime (the only knobs that are not per run) ----------------------------------------
 // OpenMP/OpenBLAS threads for every CPU kernel (kernels/cpu/blas_runtime.hpp): set once at start-up, from

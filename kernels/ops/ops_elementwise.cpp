@@ -54,6 +54,11 @@ double sum_squares(const Context& ctx, const Tensor& x) {
   return slot_of(ctx, &Backend::sum_squares, "sum_squares")(ctx, x);
 }
 
+double sum_squares_many(const Context& ctx, std::span<const Tensor> xs) {
+  for (const Tensor& x : xs) check_float(ctx, "sum_squares_many", "x", x);
+  return slot_of(ctx, &Backend::sum_squares_many, "sum_squares_many")(ctx, xs);
+}
+
 void bias_add_forward(const Context& ctx, const Tensor& y, const Tensor& bias) {
   check_float(ctx, "bias_add_forward", "y", y);
   check_float(ctx, "bias_add_forward", "bias", bias);

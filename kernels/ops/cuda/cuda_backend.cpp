@@ -1,20 +1,23 @@
-// The CUDA backend's slots: the kernels of kernels/cuda (cuBLASLt GEMM, element-wise, bias, GELU, ReLU, softmax,
-// LayerNorm, causal attention, embeddings, AdamW, SGD) behind the seam. Compiled only in CUDA builds
-// (cmake/CleaveCuda.cmake); compiled, not yet run on a GPU (the seam parity tests, tests/gpu/ops, are waiting
-// for one).
+// The CUDA backend's table and its per-device resources, with the slots of the GEMM, element-wise, bias, GELU,
+// ReLU, softmax, LayerNorm, causal attention and optimizer kernels; the loss, embedding and convolution families
+// live in their own files (cuda_slots.hpp). Compiled only in CUDA builds (cmake/CleaveCuda.cmake); compiled,
+// not yet run on a GPU (the seam parity tests, tests/gpu/ops, are waiting for one).
 //
-// Invariants: every slot launches on ctx.stream and returns without waiting, except sum_squares (a host value
-// by contract) and the token-id check after embedding_forward (see below). Scratch comes from ctx.allocator,
-// which must be the device's caching allocator; the cuBLASLt handle and its one workspace belong to the
-// device's CudaResources, made under a guard for that device. Floating tensors are f32 or bf16 (floats.hpp:
-// bf16 storage, f32 arithmetic and statistics, the CPU backend's contract) except where a slot says
-// otherwise (sum_squares and the embeddings: f32); ops whose CUDA kernel does not exist yet have null slots,
-// so the seam says "<op> is not implemented on cuda:N".
+// Invariants: every slot launches on ctx.stream and returns without waiting, except the host values of ops.hpp
+// (sum_squares, sum_squares_many, count_correct, check_device_status). Bad user data found by a kernel is
+// recorded in the resources' DeviceStatus and thrown by check_device_status at the step's end, never by a
+// synchronising check per call. Scratch comes from ctx.allocator, which must be the device's caching allocator;
+// the cuBLASLt handle and its one workspace belong to the device's CudaResources, made under a guard for that
+// device. Floating tensors are f32 or bf16 (floats.hpp: bf16 storage, f32 arithmetic and statistics, the CPU
+// backend's contract) except where a slot says otherwise (sum_squares: f32); ops whose CUDA kernel does not
+// exist yet would have null slots, so the seam says "<op> is not implemented on cuda:N".
 #include <cuda_runtime_api.h>
 
 #include <cmath>
 #include <initializer_list>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "engine/cuda/cuda_check.hpp"
 #include "engine/cuda/device.hpp"
@@ -23,21 +26,24 @@
 #include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/bias.hpp"
 #include "kernels/cuda/elementwise.hpp"
-#include "kernels/cuda/embedding.hpp"
 #include "kernels/cuda/floats.hpp"
 #include "kernels/cuda/gelu.hpp"
 #include "kernels/cuda/gemm.hpp"
-#include "kernels/cuda/index_status.hpp"
 #include "kernels/cuda/layernorm.hpp"
 #include "kernels/cuda/relu.hpp"
 #include "kernels/cuda/sgd.hpp"
 #include "kernels/cuda/softmax.hpp"
+#include "kernels/cuda/sum_squares_many.hpp"
 #include "kernels/ops/backend.hpp"
+#include "kernels/ops/cuda/cuda_slots.hpp"
 
 namespace cleave::ops {
 namespace {
 
 namespace kd = kernels::cuda;
+using cuda_detail::float_type;
+using cuda_detail::scratch;
+using cuda_detail::stream_of;
 
 // One device's handles: the cuBLASLt context (handle + plan cache) and the one GEMM workspace every GEMM of the
 // device uses (gemm_workspace_size_max bytes, cudaMalloc'd once, outside the run's allocator and its memory
@@ -45,7 +51,7 @@ namespace kd = kernels::cuda;
 // running GEMMs at the same time need two resources objects (the workspace is not per stream).
 class CudaResources final : public DeviceResources {
  public:
-  explicit CudaResources(int device) : device_(device) {
+  explicit CudaResources(int device) : device_(device), conv_(device), status_(device) {
     cuda::DeviceGuard guard(device);
     gemm_ = std::make_unique<kd::GemmContext>();
     workspace_bytes_ = kd::gemm_workspace_size_max();
@@ -63,12 +69,16 @@ class CudaResources final : public DeviceResources {
   kd::GemmContext& gemm() { return *gemm_; }
   void* gemm_workspace() const { return workspace_; }
   std::size_t gemm_workspace_bytes() const { return workspace_bytes_; }
+  kd::ConvContext& conv() { return conv_; }                    // cuDNN handle (made on first use), algorithms
+  cuda_detail::DeviceStatus& status() { return status_; }     // deferred user-data errors
 
  private:
   int device_;
   std::unique_ptr<kd::GemmContext> gemm_;
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
+  kd::ConvContext conv_;
+  cuda_detail::DeviceStatus status_;
 };
 
 CudaResources& resources(const Context& ctx) {
@@ -80,17 +90,7 @@ CudaResources& resources(const Context& ctx) {
   return *r;
 }
 
-cudaStream_t stream_of(const Context& ctx) { return cuda::native_stream(*ctx.stream); }
-
-Tensor scratch(const Context& ctx, std::size_t bytes) {
-  const auto words = static_cast<std::int64_t>((bytes + 7) / 8);
-  return Tensor::empty(Shape{words > 0 ? words : 1}, DType::kI64, MemoryCategory::kWorkspace, *ctx.allocator);
-}
-
 // f32 or bf16 views of a floating tensor (undefined: null).
-kd::FloatType float_type(const Tensor& t) {
-  return t.dtype() == DType::kBF16 ? kd::FloatType::kBF16 : kd::FloatType::kF32;
-}
 kd::ConstFloats in(const Tensor& t) {
   return t.defined() ? kd::ConstFloats(t.raw_data(), float_type(t)) : kd::ConstFloats();
 }
@@ -276,45 +276,6 @@ void attention_backward(const Context& ctx, const Tensor& dout, const Tensor& qk
                          ws.raw_data(), bytes, r.gemm_workspace(), r.gemm_workspace_bytes(), stream_of(ctx));
 }
 
-void require_whole_table(std::string_view op, const Context& ctx, const VocabRange& range) {
-  CLEAVE_CHECK(range.first == 0 && range.valid == range.vocab,
-               "{} over a vocabulary shard is not implemented on {} yet (only the whole table)", op, ctx.device.str());
-}
-
-void embedding_forward(const Context& ctx, const Tensor& ids, const Tensor& table, const Tensor& out,
-                       const VocabRange& range) {
-  require_whole_table("embedding_forward", ctx, range);
-  require_f32("embedding_forward", table), require_f32("embedding_forward", out);
-  Tensor status = scratch(ctx, sizeof(std::uint32_t));
-  auto* bad = static_cast<std::uint32_t*>(status.raw_data());
-  kd::reset_index_status(bad, stream_of(ctx));
-  kd::embedding_forward(ids.data<std::int32_t>(), f(table), f(out), bad, ids.numel(), table.dim(1), range.vocab,
-                        stream_of(ctx));
-  // The seam promises a checked id; until the check moves to the step's loss read-back (GPU bring-up), it
-  // waits here.
-  kd::check_ids_status(bad, ids.data<std::int32_t>(), range.vocab, stream_of(ctx));
-}
-
-void embedding_backward(const Context& ctx, const Tensor& ids, const Tensor& dout, const Tensor& dtable,
-                        const VocabRange& range) {
-  require_whole_table("embedding_backward", ctx, range);
-  require_f32("embedding_backward", dout);
-  const std::size_t bytes = kd::embedding_backward_workspace_size(ids.numel(), range.vocab);
-  Tensor ws = scratch(ctx, bytes);
-  kd::embedding_backward(ids.data<std::int32_t>(), f(dout), f(dtable), ids.numel(), dtable.dim(1), range.vocab,
-                         ws.raw_data(), bytes, stream_of(ctx));
-}
-
-void position_embedding_forward(const Context& ctx, const Tensor& x, const Tensor& pos) {
-  require_f32("position_embedding_forward", x), require_f32("position_embedding_forward", pos);
-  kd::position_embedding_forward(f(x), f(pos), x.dim(0), x.dim(1), x.dim(2), stream_of(ctx));
-}
-
-void position_embedding_backward(const Context& ctx, const Tensor& dx, const Tensor& dpos) {
-  require_f32("position_embedding_backward", dx);
-  kd::position_embedding_backward(f(dx), f(dpos), dx.dim(0), dx.dim(1), dx.dim(2), stream_of(ctx));
-}
-
 void adamw_update(const Context& ctx, const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                   const AdamWHyper& h) {
   kd::adamw_update(f(param), in(grad), f(m), f(v), param.numel(), h.lr, h.beta1, h.beta2, h.eps, h.weight_decay,
@@ -337,6 +298,7 @@ constexpr Backend kCudaBackend{
     .scale_inplace = scale_inplace,
     .axpy = axpy,
     .sum_squares = sum_squares,
+    .sum_squares_many = cuda_detail::sum_squares_many,
     .bias_add_forward = bias_add_forward,
     .bias_backward = bias_backward,
     .gelu_forward = gelu_forward,
@@ -350,27 +312,57 @@ constexpr Backend kCudaBackend{
     .layernorm_backward_weight = layernorm_backward_weight,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
-    .embedding_forward = embedding_forward,
-    .embedding_backward = embedding_backward,
-    .position_embedding_forward = position_embedding_forward,
-    .position_embedding_backward = position_embedding_backward,
-    .cross_entropy_forward = nullptr,
-    .cross_entropy_backward = nullptr,
-    .cross_entropy_shard_max = nullptr,
-    .cross_entropy_shard_sum_exp_and_target = nullptr,
-    .cross_entropy_loss = nullptr,
-    .cross_entropy_shard_argmax = nullptr,
-    .count_correct = nullptr,
-    .conv2d_forward = nullptr,
-    .conv2d_backward_input = nullptr,
-    .conv2d_backward_weight = nullptr,
-    .maxpool2d_forward = nullptr,
-    .maxpool2d_backward = nullptr,
+    .embedding_forward = cuda_detail::embedding_forward,
+    .embedding_backward = cuda_detail::embedding_backward,
+    .position_embedding_forward = cuda_detail::position_embedding_forward,
+    .position_embedding_backward = cuda_detail::position_embedding_backward,
+    .cross_entropy_forward = cuda_detail::cross_entropy_forward,
+    .cross_entropy_backward = cuda_detail::cross_entropy_backward,
+    .cross_entropy_shard_max = cuda_detail::cross_entropy_shard_max,
+    .cross_entropy_shard_sum_exp_and_target = cuda_detail::cross_entropy_shard_sum_exp_and_target,
+    .cross_entropy_loss = cuda_detail::cross_entropy_loss,
+    .cross_entropy_shard_argmax = cuda_detail::cross_entropy_shard_argmax,
+    .count_correct = cuda_detail::count_correct,
+    .conv2d_forward = cuda_detail::conv2d_forward,
+    .conv2d_backward_input = cuda_detail::conv2d_backward_input,
+    .conv2d_backward_weight = cuda_detail::conv2d_backward_weight,
+    .maxpool2d_forward = cuda_detail::maxpool2d_forward,
+    .maxpool2d_backward = cuda_detail::maxpool2d_backward,
     .adamw_update = adamw_update,
     .sgd_update = sgd_update,
+    .check_device_status = cuda_detail::check_device_status,
 };
 
 }  // namespace
+
+namespace cuda_detail {
+
+kd::ConvContext& conv_context(const Context& ctx) { return resources(ctx).conv(); }
+DeviceStatus& device_status(const Context& ctx) { return resources(ctx).status(); }
+
+double sum_squares_many(const Context& ctx, std::span<const Tensor> xs) {
+  std::vector<const float*> pointers;
+  std::vector<std::int64_t> sizes;
+  for (const Tensor& x : xs) {
+    require_f32("sum_squares_many", x);
+    pointers.push_back(f(x));
+    sizes.push_back(x.numel());
+  }
+  const int count = static_cast<int>(xs.size());
+  const std::size_t bytes = kd::sum_squares_many_workspace_size(sizes.data(), count);
+  Tensor ws = scratch(ctx, bytes);
+  Tensor out = scratch(ctx, sizeof(double));
+  kd::sum_squares_many(pointers.data(), sizes.data(), count, static_cast<double*>(out.raw_data()), ws.raw_data(),
+                       bytes, stream_of(ctx));
+  double host = 0.0;  // the one read-back
+  CLEAVE_CUDA_CHECK(cudaMemcpyAsync(&host, out.raw_data(), sizeof host, cudaMemcpyDeviceToHost, stream_of(ctx)));
+  CLEAVE_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+  return host;
+}
+
+void check_device_status(const Context& ctx) { device_status(ctx).check(stream_of(ctx)); }
+
+}  // namespace cuda_detail
 
 const Backend& cuda_backend() { return kCudaBackend; }
 

@@ -170,7 +170,10 @@ std::string bench_html(const BenchSetup& setup, const std::vector<ScheduleRun>& 
       "body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:13px}\n"
       "th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f0f0f0}td.l{text-align:left}\n"
       ".warn{background:#fff3cd;border:1px solid #e0b000;padding:8px;margin:8px 0}h2{margin-top:32px}\n"
-      ".tl{overflow-x:auto;border:1px solid #ddd;margin:6px 0}\n</style></head><body>\n";
+      // Timelines scale down to the page width (their viewBox keeps the proportions) rather than each
+      // scrolling on its own at 2,000+ px.
+      ".tl{border:1px solid #ddd;margin:6px 0}.tl svg{display:block;max-width:100%;height:auto}\n"
+      "</style></head><body>\n";
   html += fmt::format("<h1>cleave bench</h1>\n<p>{} &middot; config {} {} &middot; {} measured steps after {} warm-up</p>\n",
                       escape_html(setup.layout), escape_html(setup.config_path),
                       escape_html(joined(setup.overrides, [](const std::string& s) { return "--set " + s; })),

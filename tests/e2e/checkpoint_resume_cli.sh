@@ -137,6 +137,8 @@ assert len(marked) == 1 and marked[0]["step"] == 5 and marked[0]["resumed_at_ste
 assert marked[0]["config_changes"] == len(changes)
 assert json.load(open(f"{d}/config.before_step_4.json"))["optimizer"]["lr"] == 0.003
 assert json.load(open(f"{d}/config.json"))["optimizer"]["lr"] == 0.001
+html = open(f"{d}/report.html").read()
+assert 'class="xmarker"' in html and "at step 4 from" in html, "report.html does not mark the resume"
 PY
 echo "ok   a changed optimizer.lr on resume: refused without the flag, recorded with it"
 

@@ -100,6 +100,9 @@ assert not re.search(r'href="(?!#)', html), "bench.html links outside itself"
 for n in names:
     assert f'<h2 id="{n}">' in html, f"no section for {n}"
 assert html.count("<svg") == 2 * len(names), f"{html.count('<svg')} timelines for {len(names)} schedules"
+# Timelines fit the page: scaled to its width by their viewBox, not one horizontal scroll bar per timeline.
+assert ".tl svg{display:block;max-width:100%;height:auto}" in html and "overflow-x" not in html
+assert all("viewBox=" in part.split(">", 1)[0] for part in html.split("<svg")[1:]), "a timeline without a viewBox"
 assert html.count(": predicted (simulator") == len(names) and html.count(": measured (the median step)") == len(names)
 three = json.load(open(sys.argv[3]))
 assert [s["label"] for s in three["schedules"]] == ["interleaved_1f1b:3", "1f1b"], three["schedules"]

@@ -165,7 +165,7 @@ int run_bench(int argc, char** argv) {
     }
     return 0;
   } catch (const std::exception& e) {
-    if (runtime.world_size() > 1) comm::abort_job(fmt::format("error: {}", e.what()));
+    if (runtime.world_size() > 1) comm::end_job_after_error(fmt::format("error: {}", e.what()));
     throw;
   }
 }

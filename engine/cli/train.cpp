@@ -124,9 +124,10 @@ int run_train(int argc, char** argv) {
     const train::TrainSummary summary = trainer.train(options);
     return summary.completed ? 0 : 1;
   } catch (const std::exception& e) {
-    // With peers, abort before MPI_Finalize (a collective the others may never join): a failure on one
-    // rank (say rank 0's output-directory check) must end the job now, not after the watchdog.
-    if (runtime.world_size() > 1) comm::abort_job(fmt::format("error: {}", e.what()));
+    // With peers, end the job here (comm/mpi/mpi_runtime.hpp): an error every rank hit is printed once and the
+    // job exits cleanly; a failure on one rank (say rank 0's output-directory check) aborts it now, not after
+    // the watchdog.
+    if (runtime.world_size() > 1) comm::end_job_after_error(fmt::format("error: {}", e.what()));
     throw;
   }
 }

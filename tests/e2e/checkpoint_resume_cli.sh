@@ -53,6 +53,8 @@ check_layout() {  # check_layout NAME RANKS SETS...
   train "$ranks" "$name-cut.log" --set train.out_dir="$name-cut" --resume auto "$@" \
     || { cat "$name-cut.log"; fail "$name: resume failed"; }
   grep -q "resumed from .*step_0000004 (step 4;" "$name-cut.log" || { cat "$name-cut.log"; fail "$name: did not resume at step 4"; }
+  grep -q "done: 8 steps (5 to 12, resumed at step 4) in" "$name-cut.log" \
+    || { cat "$name-cut.log"; fail "$name: the final line does not count only the 8 steps this run ran"; }
   [ "$(wc -l < "$name-cut/metrics.jsonl")" -eq 12 ] || fail "$name: resumed metrics.jsonl has $(wc -l < "$name-cut/metrics.jsonl") rows, expected 12"
   [ "$(sed 's/.*"step":\([0-9]*\),.*/\1/' "$name-cut/metrics.jsonl" | tr '\n' ' ')" = "1 2 3 4 5 6 7 8 9 10 11 12 " ] \
     || fail "$name: resumed metrics steps are not 1..12"

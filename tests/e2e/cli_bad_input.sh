@@ -86,6 +86,21 @@ if [ $# -ge 3 ]; then
     fi
     echo "ok   $name: $(grep -E -- "$pattern" <<<"$out" | head -n 1)"
   }
+  # One error under mpirun is printed once, not once per rank, and without MPI_Abort's banner: an error every
+  # rank sees (a bad value, the command line) ends the job cleanly with the same exit code.
+  once() {  # NAME ARGS...
+    local name=$1; shift
+    local out status
+    out=$("${mpiexec[@]}" -n 2 "$cleave" train --set train.out_dir=out "$@" 2>&1); status=$?
+    if [ $status -ne 1 ] || [ "$(grep -c 'error: ' <<<"$out")" != 1 ] || grep -q 'MPI_ABORT' <<<"$out" || [ -e out ]; then
+      echo "FAIL $name: status $status"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1)); rm -rf out; return
+    fi
+    echo "ok   $name: printed once: $(grep 'error: ' <<<"$out" | cut -c1-80)"
+  }
+  once error-once-config --set optimizer.lr=fast
+  once error-once-command-line --frobnicate
+  once error-once-plan --set parallel.pipeline_model_parallel_size=2 --set parallel.schedule=dualpipev \
+      --set batch.global_batch_size=8 --set batch.micro_batch_size=4
   pp_error fewer-blocks-than-stages 'only 5 blocks' --set model.n_layers=1 --set parallel.virtual_pipeline_stages=4 \
       --set parallel.schedule=interleaved_1f1b
   pp_error blocks-per-stage-sum 'sum 7 != 6' --set parallel.partition.method=manual \

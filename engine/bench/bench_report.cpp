@@ -58,7 +58,8 @@ json timeline_json(const pipeline::Timeline& timeline) {
 
 }  // namespace
 
-std::string summary_table(const BenchSetup& setup, const std::vector<ScheduleRun>& runs) {
+std::string summary_table(const BenchSetup& setup, const std::vector<ScheduleRun>& runs,
+                          const std::vector<SkippedSchedule>& skipped) {
   std::string out = fmt::format("cleave bench: {} | {} steps after {} warm-up | {}\n", setup.layout, setup.steps,
                                 setup.warmup, setup.machine.describe());
   out += fmt::format("{:<20} {:>6} {:>4} {:>9} {:>10} {:>10} {:>9} {:>7} {:>7} {:>7} {:>7}  {:<22} {:<22} {}\n", "schedule",
@@ -74,6 +75,7 @@ std::string summary_table(const BenchSetup& setup, const std::vector<ScheduleRun
                        joined(r.peak_bytes, [](std::int64_t b) { return format_bytes(b); }),
                        joined(r.p2p_bytes, [](std::int64_t b) { return format_bytes(b); }));
   }
+  for (const auto& k : skipped) out += fmt::format("{:<20} not run: {}\n", k.choice.label(), k.reason);
   out += "step_ms: median whole-step wall time. makespan: the median step's pipeline span (ms); predicted:\n"
          "the simulator's for that step's per-stage F/I/W (and reduction, optimizer) means, P2P from a ping-pong fit; bubble: idle / (ranks x makespan),\n"
          "measured and simulated (docs/schedules.md; the per-stage definition is in bench.json and bench.html);\n"
@@ -87,7 +89,8 @@ std::string summary_table(const BenchSetup& setup, const std::vector<ScheduleRun
   return out;
 }
 
-json bench_json(const BenchSetup& setup, const std::vector<ScheduleRun>& runs) {
+json bench_json(const BenchSetup& setup, const std::vector<ScheduleRun>& runs,
+                const std::vector<SkippedSchedule>& skipped) {
   const BenchMachine& m = setup.machine;
   json out = {{"config", setup.config_path},
               {"overrides", setup.overrides},
@@ -103,7 +106,11 @@ json bench_json(const BenchSetup& setup, const std::vector<ScheduleRun>& runs) {
                 {"mpi_single_copy", m.mpi_single_copy},
                 {"mpi_progress_thread", m.mpi_progress_thread},
                 {"oversubscribed", m.oversubscribed}}},
-              {"schedules", json::array()}};
+              {"schedules", json::array()},
+              {"skipped", json::array()}};
+  for (const auto& k : skipped) {
+    out["skipped"].push_back({{"schedule", k.choice.name}, {"label", k.choice.label()}, {"reason", k.reason}});
+  }
   for (const auto& r : runs) {
     json ranks = json::array();
     for (std::size_t i = 0; i < r.measured_stats.ranks.size(); ++i) {
@@ -156,13 +163,17 @@ json bench_json(const BenchSetup& setup, const std::vector<ScheduleRun>& runs) {
   return out;
 }
 
-std::string bench_html(const BenchSetup& setup, const std::vector<ScheduleRun>& runs) {
+std::string bench_html(const BenchSetup& setup, const std::vector<ScheduleRun>& runs,
+                       const std::vector<SkippedSchedule>& skipped) {
   std::string html =
       "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>cleave bench</title>\n<style>\n"
       "body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:13px}\n"
       "th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#f0f0f0}td.l{text-align:left}\n"
       ".warn{background:#fff3cd;border:1px solid #e0b000;padding:8px;margin:8px 0}h2{margin-top:32px}\n"
-      ".tl{overflow-x:auto;border:1px solid #ddd;margin:6px 0}\n</style></head><body>\n";
+      // Timelines scale down to the page width (their viewBox keeps the proportions) rather than each
+      // scrolling on its own at 2,000+ px.
+      ".tl{border:1px solid #ddd;margin:6px 0}.tl svg{display:block;max-width:100%;height:auto}\n"
+      "</style></head><body>\n";
   html += fmt::format("<h1>cleave bench</h1>\n<p>{} &middot; config {} {} &middot; {} measured steps after {} warm-up</p>\n",
                       escape_html(setup.layout), escape_html(setup.config_path),
                       escape_html(joined(setup.overrides, [](const std::string& s) { return "--set " + s; })),
@@ -191,6 +202,10 @@ std::string bench_html(const BenchSetup& setup, const std::vector<ScheduleRun>& 
         r.predicted.stats.stage_bubble_fraction, per_rank_bubbles(r.measured_stats, false),
         joined(r.peak_bytes, [](std::int64_t b) { return format_bytes(b); }),
         joined(r.p2p_bytes, [](std::int64_t b) { return format_bytes(b); }));
+  }
+  for (const auto& k : skipped) {
+    html += fmt::format("<tr class=\"skipped\"><td class=\"l\">{}</td><td class=\"l\" colspan=\"14\">not run: {}</td></tr>\n",
+                        escape_html(k.choice.label()), escape_html(k.reason));
   }
   html += "</table>\n<p>Bubble: idle time over ranks &times; makespan; stage bubble: idle inside each rank's own "
           "first-to-last span (docs/schedules.md). Predicted: the simulator run on this schedule with the per-stage "

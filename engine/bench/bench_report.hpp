@@ -25,8 +25,12 @@ struct BenchSetup {
   BenchMachine machine;
 };
 
-std::string summary_table(const BenchSetup& setup, const std::vector<ScheduleRun>& runs);
-nlohmann::json bench_json(const BenchSetup& setup, const std::vector<ScheduleRun>& runs);
-std::string bench_html(const BenchSetup& setup, const std::vector<ScheduleRun>& runs);
+// `skipped`: listed schedules the config cannot run, each printed with its reason after those that ran.
+std::string summary_table(const BenchSetup& setup, const std::vector<ScheduleRun>& runs,
+                          const std::vector<SkippedSchedule>& skipped);
+nlohmann::json bench_json(const BenchSetup& setup, const std::vector<ScheduleRun>& runs,
+                          const std::vector<SkippedSchedule>& skipped);
+std::string bench_html(const BenchSetup& setup, const std::vector<ScheduleRun>& runs,
+                       const std::vector<SkippedSchedule>& skipped);
 
 }  // namespace cleave::bench

@@ -11,6 +11,7 @@
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/train/collectives.hpp"
+#include "engine/planning/plan.hpp"
 #include "engine/train/trainer.hpp"
 #include "partition/cost_model.hpp"
 #include "pipeline/schedules/schedules.hpp"
@@ -85,6 +86,22 @@ std::vector<std::int64_t> gather_per_rank(comm::Communicator& world, std::int64_
   return out;
 }
 
+// The overrides run_schedule trains with: the caller's, then the schedule, trace on, evaluation off.
+std::vector<std::string> schedule_overrides(const std::vector<std::string>& overrides, const ScheduleChoice& choice,
+                                            int total_steps) {
+  std::vector<std::string> all = overrides;
+  all.push_back("parallel.schedule=" + choice.name);
+  all.push_back("parallel.virtual_pipeline_stages=" + std::to_string(choice.virtual_stages));
+  if (choice.name != "auto") {  // the config's settings for the automatic scheduler apply to `auto` only
+    all.push_back("parallel.auto_schedule_memory_limit=0");
+    all.push_back("parallel.auto_schedule_profile=\"\"");
+  }
+  all.push_back("train.trace=true");
+  all.push_back("train.steps=" + std::to_string(total_steps));
+  all.push_back("train.eval_batches=0");
+  return all;
+}
+
 }  // namespace
 
 std::string ScheduleChoice::label() const {
@@ -122,18 +139,21 @@ std::vector<ScheduleChoice> parse_schedule_list(const std::string& text) {
   return out;
 }
 
+std::string schedule_problem(const std::string& config_path, const std::vector<std::string>& overrides,
+                             const ScheduleChoice& choice, int world_size) {
+  try {
+    config::RunConfig config = config::load_config(config_path, schedule_overrides(overrides, choice, 1));
+    config.resolve(world_size);
+    (void)planning::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0);
+    return {};
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
 ScheduleRun run_schedule(const std::string& config_path, const std::vector<std::string>& overrides,
                          const ScheduleChoice& choice, int steps, int warmup, comm::Communicator& world) {
-  std::vector<std::string> all = overrides;
-  all.push_back("parallel.schedule=" + choice.name);
-  all.push_back("parallel.virtual_pipeline_stages=" + std::to_string(choice.virtual_stages));
-  if (choice.name != "auto") {  // the config's settings for the automatic scheduler apply to `auto` only
-    all.push_back("parallel.auto_schedule_memory_limit=0");
-    all.push_back("parallel.auto_schedule_profile=\"\"");
-  }
-  all.push_back("train.trace=true");
-  all.push_back("train.steps=" + std::to_string(steps + warmup));
-  all.push_back("train.eval_batches=0");
+  const std::vector<std::string> all = schedule_overrides(overrides, choice, steps + warmup);
   std::unique_ptr<train::Trainer> made;
   try {  // a config error is the same on every rank, so every rank throws it
     made = std::make_unique<train::Trainer>(config::load_config(config_path, all), world);

@@ -53,6 +53,19 @@ struct ScheduleRun {
   pipeline::SimulationResult replayed;
 };
 
+// A listed schedule the config cannot run, and why (the plan's own error: too few micro-batches per step,
+// more stages than blocks, the memory cap, ...). The bench reports it beside the schedules that ran.
+struct SkippedSchedule {
+  ScheduleChoice choice;
+  std::string reason;
+};
+
+// Why the config at `config_path` with `overrides` cannot run under `choice` on `world_size` ranks, or ""
+// when it can: the config and the plan that run_schedule would build, checked without training. Pure (no
+// communication), so every rank gets the same answer and the bench can check every schedule before the first.
+std::string schedule_problem(const std::string& config_path, const std::vector<std::string>& overrides,
+                             const ScheduleChoice& choice, int world_size);
+
 // Trains the config at `config_path` with `overrides` and the schedule set to `choice` for warmup + steps
 // steps (evaluation off: a benchmark of the training step; train.trace on) on `world`. A schedule the
 // config cannot run (e.g. more micro-batches needed than the batch has) is an Error naming the schedule.

@@ -5,7 +5,8 @@
 //
 // Format (written by engine/train/checkpoint_save.cpp):
 //   {"format": "cleave-checkpoint", "version": 1, "step", "consumed_samples", "next_lr", "seed",
-//    "model": <the config's model section>, "layout": {...}, "optimizer": {"type", "steps_done"},
+//    "model": <the config's model section>, "config": <the resolved config; optional, compared on resume>,
+//    "layout": {...}, "optimizer": {"type", "steps_done"},
 //    "files": {file: {"bytes", "checksum"}},
 //    "tensors": {name: {"kind", "shape", "dtype": "F32",
 //                       "pieces": [{"file", "name", "dim", "parts", "index", "groups", "begin", "end"}]}}}

@@ -3,7 +3,9 @@
 // steps) and writes a summary table (stdout), DIR/bench.json and DIR/bench.html (engine/bench/). The result
 // is checked first: every schedule's first-step loss must equal the first schedule's (same model, same
 // data, same seed), or the bench fails naming both. Ranks are pinned to cores of their own when the node
-// has enough (engine/bench/bench_machine.hpp); oversubscription is warned about in every output.
+// has enough (engine/bench/bench_machine.hpp); oversubscription is warned about in every output. Every listed
+// schedule is checked before the first run: one the config cannot run (e.g. dualpipev with fewer than 2 x pp
+// micro-batches) is skipped and reported with the reason in the table, bench.json ("skipped") and bench.html.
 // Invariant: nothing is overwritten (an existing DIR/bench.json or bench.html is refused before any run).
 #include <cmath>
 #include <cstdio>
@@ -35,7 +37,8 @@ the simulator's prediction from the measured per-action costs. Writes DIR/bench.
 
 options:
   --schedules LIST   'all' (default) or comma-separated names, name:V sets virtual stages
-                     (e.g. 1f1b,zb_h1,interleaved_1f1b:4)
+                     (e.g. 1f1b,zb_h1,interleaved_1f1b:4); every one is checked before the first runs,
+                     and those the config cannot run are skipped and reported with the reason
   --steps N          measured steps per schedule (default 10)
   --warmup W         warm-up steps per schedule, not measured (default 3)
   --out DIR          output directory (default bench); bench.json / bench.html there are never overwritten
@@ -116,8 +119,29 @@ int run_bench(int argc, char** argv) {
       log::warn("bench: {} ranks on {} cores: oversubscribed; measured idle time is hidden (see the report)",
                 setup.machine.ranks_on_node, setup.machine.cores);
     }
-    std::vector<bench::ScheduleRun> runs;
+    // Every listed schedule is checked before the first one runs (a pure check of its config and plan, the same
+    // on every rank): those the config cannot run are reported with the reason; the bench fails only if none can.
+    std::vector<bench::ScheduleChoice> runnable;
+    std::vector<bench::SkippedSchedule> skipped;
     for (const auto& choice : choices) {
+      std::string problem = bench::schedule_problem(o.config_path, o.overrides, choice, world.comm->size());
+      if (problem.empty()) {
+        runnable.push_back(choice);
+      } else {
+        if (root) log::warn("bench: schedule {} cannot run this config, skipped: {}", choice.label(), problem);
+        skipped.push_back({choice, std::move(problem)});
+      }
+    }
+    if (runnable.empty()) {
+      std::string reasons;
+      for (const auto& k : skipped) {
+        reasons += fmt::format("{}schedule {} cannot run this config: {}", reasons.empty() ? "" : "; ",
+                               k.choice.label(), k.reason);
+      }
+      CLEAVE_THROW("bench: no listed schedule can run: {}", reasons);
+    }
+    std::vector<bench::ScheduleRun> runs;
+    for (const auto& choice : runnable) {
       runs.push_back(bench::run_schedule(o.config_path, o.overrides, choice, o.steps, o.warmup, *world.comm));
       const auto& run = runs.back();
       CLEAVE_CHECK(std::abs(run.first_loss - runs.front().first_loss) <= 1e-5 * std::abs(runs.front().first_loss),
@@ -131,17 +155,17 @@ int run_bench(int argc, char** argv) {
     }
     if (root) {
       std::filesystem::create_directories(o.out);
-      const std::string table = bench::summary_table(setup, runs);
+      const std::string table = bench::summary_table(setup, runs, skipped);
       std::fputs(table.c_str(), stdout);
-      std::ofstream(std::filesystem::path(o.out) / "bench.json") << bench::bench_json(setup, runs).dump(2) << "\n";
+      std::ofstream(std::filesystem::path(o.out) / "bench.json") << bench::bench_json(setup, runs, skipped).dump(2) << "\n";
       std::ofstream html(std::filesystem::path(o.out) / "bench.html");
-      html << bench::bench_html(setup, runs);
+      html << bench::bench_html(setup, runs, skipped);
       CLEAVE_CHECK(html.good(), "bench: could not write {}/bench.html", o.out);
       std::printf("wrote %s/bench.json and %s/bench.html\n", o.out.c_str(), o.out.c_str());
     }
     return 0;
   } catch (const std::exception& e) {
-    if (runtime.world_size() > 1) comm::abort_job(fmt::format("error: {}", e.what()));
+    if (runtime.world_size() > 1) comm::end_job_after_error(fmt::format("error: {}", e.what()));
     throw;
   }
 }

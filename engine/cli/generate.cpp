@@ -1,6 +1,7 @@
 // `cleave generate CHECKPOINT --prompt TEXT [--tokens N --temperature T --top-k K --seed S]`: samples from a
 // GPT checkpoint (any layout it was saved under) on one CPU rank, byte-level: the prompt's bytes are the
-// tokens and sampled tokens are printed as bytes. Invariant: the same checkpoint, prompt and options give
+// tokens and sampled tokens are printed as bytes. A vocabulary larger than 256 is not bytes: the output is the
+// token ids, with a warning saying why (there is no tokenizer yet). Invariant: the same checkpoint, prompt and options give
 // the same text (a seeded 64-bit Mersenne Twister; temperature 0 is greedy). `--logits FILE` also writes the
 // model's logits after every prefix of the prompt (JSON), which benchmarks/peers/interop_check.py compares
 // with PyTorch's.
@@ -31,8 +32,10 @@ namespace {
 
 constexpr const char* kUsage = R"(usage: cleave generate CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
 
-Samples N tokens (default 200) from a byte-level GPT checkpoint (model.vocab_size >= 256; a step_NNNNNNN
-directory or a checkpoint.dir holding them) on one CPU rank and prints the prompt and the continuation.
+Samples N tokens (default 200) from a GPT checkpoint (model.vocab_size >= 256; a step_NNNNNNN directory or a
+checkpoint.dir holding them) on one CPU rank and prints the prompt and the continuation. A vocabulary of 256
+is bytes; a larger one is printed as token ids (space-separated, prompt first), since cleave has no tokenizer
+to decode it yet.
 
 options:
   --prompt TEXT      the context (bytes are tokens; the last model.seq_len are seen)
@@ -158,14 +161,28 @@ int run_generate(int argc, char** argv) {
     file << nlohmann::json{{"checkpoint", dir}, {"tokens", context}, {"logits", rows}}.dump() << "\n";
     CLEAVE_CHECK(file.good(), "generate: could not write --logits {}", logits_path);
   }
+  // A vocabulary of exactly 256 is bytes; a larger one is a tokenizer's whose tokens cleave cannot turn into
+  // text yet, so the ids themselves are printed (never a '?' per token that looks like text).
+  const bool bytes = config.model.gpt.vocab_size == 256;
+  if (!bytes) {
+    log::warn("generate: model.vocab_size is {}, not 256: the checkpoint's tokens are not bytes and cleave has no "
+              "tokenizer to decode them, so the prompt's bytes are fed as token ids 0-255 and the output is the "
+              "token ids (prompt and continuation), space-separated",
+              config.model.gpt.vocab_size);
+  }
   std::mt19937_64 rng(seed);
-  std::string out = prompt;
   for (std::int64_t t = 0; t < tokens; ++t) {
     const std::size_t start = context.size() > static_cast<std::size_t>(seq_len) ? context.size() - seq_len : 0;
     const std::vector<std::int32_t> window(context.begin() + static_cast<std::ptrdiff_t>(start), context.end());
     const int next = sample(trainer.next_token_logits(window), temperature, top_k, rng);
     context.push_back(next);
-    out += static_cast<char>(next < 256 ? next : '?');
+  }
+  std::string out;
+  if (bytes) {
+    out = prompt;
+    for (std::size_t i = prompt.size(); i < context.size(); ++i) out += static_cast<char>(context[i]);
+  } else {
+    for (std::size_t i = 0; i < context.size(); ++i) out += fmt::format("{}{}", i ? " " : "", context[i]);
   }
   std::fwrite(out.data(), 1, out.size(), stdout);
   std::fputc('\n', stdout);

@@ -1,6 +1,6 @@
 // `cleave` entry point: dispatches to a subcommand and is the only place that turns an exception into an
-// exit code. Under MPI a failing rank prints "[rank r/N] error: ..." and aborts the whole job, so no peer
-// waits forever on a collective the failed rank will never join.
+// exit code. Under MPI an error is printed once (comm::end_job_after_error: rank 0 when every rank hit it, else
+// the failing rank, which then aborts the job so no peer waits forever on a collective it will never join).
 #include <mpi.h>
 #include <signal.h>
 
@@ -12,6 +12,8 @@
 #include "cleave/config.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/cli/runtime_env.hpp"
+#include "engine/comm/launch_env.hpp"
+#include "engine/comm/mpi/mpi_runtime.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 
@@ -81,8 +83,14 @@ int main(int argc, char** argv) {
     try {
       return command.run(argc - 1, argv + 1);
     } catch (const std::exception& e) {
+      if (launched_by_mpi() && cleave::log::world_size() > 1) {
+        cleave::comm::end_job_after_error(std::string("error: ") + e.what());
+      }
+      // Before MPI started (the command line, a file check), every rank of an mpirun sees the same error: the
+      // launcher's rank 0 prints it, the others exit with the same code quietly.
+      const auto place = cleave::comm::world_place_from_env(cleave::comm::process_env());
+      if (!launched_by_mpi() && place && place->rank != 0) return 1;
       cleave::log::error("{}", e.what());
-      if (launched_by_mpi() && cleave::log::world_size() > 1) MPI_Abort(MPI_COMM_WORLD, 1);
       return 1;
     }
   }

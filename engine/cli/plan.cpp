@@ -2,7 +2,9 @@
 // [--explain] [--set key=value ...]`: searches tp x pp x dp, schedule, virtual stages, micro-batch size
 // ZeRO stage and activation recomputation for CONFIG on N ranks (engine/planner/plan_search.hpp), discards plans over the memory cap
 // with the reason, ranks the rest by simulated step time and prints them; --write saves the best as a
-// config `mpirun -np N cleave train BEST.json` runs unchanged (with --memory-limit as its device.memory_limit). No MPI: it plans, it does not train.
+// config `mpirun -np N cleave train BEST.json` runs unchanged (with --memory-limit as its device.memory_limit, and
+// a train.out_dir of its own named after BEST, so the source's run directory is left alone). No MPI: it plans,
+// it does not train.
 // Invariant: --write never overwrites a file; with no plan under the cap it exits non-zero naming the
 // smallest need per memory category and the plan that came closest.
 #include <cstdio>
@@ -38,12 +40,23 @@ options:
   --memory-limit SIZE  cap per rank, e.g. 64MiB or 80GiB (default: device.memory_limit, else the
                        profile's device memory, else none)
   --top K              plans to print (default 10)
-  --write FILE         write the best plan as a config for `mpirun -np N cleave train FILE`
+  --write FILE         write the best plan as a config for `mpirun -np N cleave train FILE`, with a
+                       fresh train.out_dir beside the source's, named after FILE (runs/best for best.json)
   --explain            say, for each runner-up, where its extra time goes against the best plan
   --json FILE          also write every plan that fits (ranked) with its overrides, predicted step time,
                        throughput, bubble and peak memory per rank (refuses to overwrite FILE)
   --set key=value      config override, as in cleave train
 )";
+
+// train.out_dir for a plan written to `plan_file`: beside `source` (its parent directory), named after the plan
+// file's stem ("runs/gpt_fortunes" + "best.json" -> "runs/best"), with _2, _3, ... when that path exists.
+std::string plan_out_dir(const std::string& source, const std::string& plan_file) {
+  const std::filesystem::path parent = std::filesystem::path(source).parent_path();
+  const std::string stem = std::filesystem::path(plan_file).stem().string();
+  std::filesystem::path dir = parent / stem;
+  for (int n = 2; std::filesystem::exists(dir); ++n) dir = parent / fmt::format("{}_{}", stem, n);
+  return dir.string();
+}
 
 std::string ms(double seconds) { return fmt::format("{:.2f}", seconds * 1e3); }
 
@@ -128,11 +141,12 @@ int run_plan(int argc, char** argv) {
       }
     }
     CLEAVE_THROW("plan: no plan fits the memory cap {} per rank ({} plans over it, {} invalid). The smallest need per "
-                 "category over all plans: {}. Closest: {} {} micro {} zero {} needs {} on pp rank {}; raise "
-                 "--memory-limit, add ranks (--world) or shrink the model or batch",
+                 "category over all plans: {}. Closest: {} {} micro {} zero {} recompute {} needs {} on pp rank {}; raise "
+                 "{}, add ranks (--world) or shrink the model or batch",
                  format_bytes(result.memory_limit), over, invalid, needs, closest->choice.layout(),
                  closest->choice.schedule, closest->choice.micro_batch, closest->choice.zero_stage,
-                 format_bytes(closest->peak_bytes), closest->peak_rank);
+                 closest->choice.recompute, format_bytes(closest->peak_bytes), closest->peak_rank,
+                 limit_text.empty() ? "device.memory_limit (the cap came from the config)" : "--memory-limit");
   }
   std::printf("\n%3s  %-13s %2s %-17s %5s %4s %-9s %10s %12s %7s  %s\n", "#", "layout", "v", "schedule", "micro",
               "zero", "recompute", "step ms", (result.unit + "/s").c_str(), "bubble", "peak memory / rank");
@@ -194,10 +208,16 @@ int run_plan(int argc, char** argv) {
     // The cap asked for on the command line travels with the plan: training then refuses a plan over it and
     // the allocator enforces it (a cap from the config is there already).
     if (!limit_text.empty()) chosen.device.memory_limit = result.memory_limit;
+    // The plan is a new run: its own train.out_dir beside the source's, named after the plan file (the source's
+    // directory may already hold the run the plan was made from, and train refuses to write over a run).
+    const std::string source_out_dir = chosen.train.out_dir;
+    chosen.train.out_dir = plan_out_dir(source_out_dir, write_path);
     std::ofstream out(write_path);
     out << config::to_json(chosen) << "\n";
     CLEAVE_CHECK(out.good(), "plan: could not write {}", write_path);
-    std::printf("\nwrote plan #1 to %s: mpirun -np %d cleave train %s\n", write_path.c_str(), world, write_path.c_str());
+    std::printf("\nwrote plan #1 to %s (train.out_dir %s, a fresh directory; the source config's was %s): "
+                "mpirun -np %d cleave train %s\n",
+                write_path.c_str(), chosen.train.out_dir.c_str(), source_out_dir.c_str(), world, write_path.c_str());
   }
   return 0;
 }

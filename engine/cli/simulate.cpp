@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/cli/commands.hpp"
+#include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "pipeline/grid.hpp"
 #include "pipeline/schedule_text.hpp"
@@ -43,8 +44,10 @@ options:
   --microbatches M      micro-batches per step
   --virtual V           stages (model chunks) per rank; default 2 for interleaved_1f1b, zb_v and
                         dualpipev, else 1
-  --memory-limit N      auto only: live micro-batch stashes per rank (default P, 1F1B's memory; 2P-1 is
+  --max-stashes N       auto only: live micro-batch stashes per rank (default P, 1F1B's memory; 2P-1 is
                         ZB-H2's)
+  --memory-limit SIZE   auto only: bytes per rank (e.g. 96MiB, as in cleave plan), with --stash-bytes B,
+                        the bytes one micro-batch's stash holds on a rank: the limit is SIZE / B stashes
   --costs F,I,W         ms for one stage's forward, input-gradient and weight-gradient pass
                         (default 1,1,1; a fused backward B costs I + W)
   --p2p-latency X       ms per point-to-point message (default 0)
@@ -74,7 +77,8 @@ examples:  cleave simulate --schedule 1f1b --stages 4 --microbatches 8
 
 struct Options {
   std::string schedule;
-  std::optional<int> stages, microbatches, virtual_stages, memory_limit;
+  std::optional<int> stages, microbatches, virtual_stages, max_stashes;
+  std::optional<std::int64_t> memory_limit, stash_bytes;  // bytes, as everywhere else
   double forward = 1.0, backward_input = 1.0, backward_weight = 1.0;
   double latency_ms = 0.0, bandwidth_gbps = 0.0, message_bytes = 0.0;
   std::string trace_path, svg_path, save_path;
@@ -145,8 +149,12 @@ Options parse_options(int argc, char** argv) {
       options.microbatches = parse_count(flag, value());
     } else if (flag == "--virtual") {
       options.virtual_stages = parse_count(flag, value());
+    } else if (flag == "--max-stashes") {
+      options.max_stashes = parse_count(flag, value());
     } else if (flag == "--memory-limit") {
-      options.memory_limit = parse_count(flag, value());
+      options.memory_limit = parse_bytes(value(), "simulate: --memory-limit");
+    } else if (flag == "--stash-bytes") {
+      options.stash_bytes = parse_bytes(value(), "simulate: --stash-bytes");
     } else if (flag == "--costs") {
       parse_costs(value(), options);
     } else if (flag == "--p2p-latency") {
@@ -183,6 +191,29 @@ pipeline::SimulationCosts make_costs(const Options& options, int num_stages) {
   return costs;
 }
 
+// The automatic scheduler's limit in live micro-batch stashes per rank (0 = its default, pp): --max-stashes N,
+// or --memory-limit SIZE (bytes per rank, as in plan and simulate --config) over --stash-bytes B (what one
+// micro-batch's stash holds on a rank). A byte cap without the stash size has nothing to count with.
+int auto_stash_limit(const Options& options) {
+  CLEAVE_CHECK(!(options.max_stashes && options.memory_limit),
+               "simulate: give the auto scheduler's limit once: --max-stashes N or --memory-limit SIZE with "
+               "--stash-bytes B, not both");
+  if (options.max_stashes) return *options.max_stashes;
+  if (!options.memory_limit) {
+    CLEAVE_CHECK(!options.stash_bytes, "simulate: --stash-bytes sizes --memory-limit; give --memory-limit SIZE too");
+    return 0;
+  }
+  CLEAVE_CHECK(options.stash_bytes && *options.stash_bytes > 0,
+               "simulate: --memory-limit {} is bytes per rank (as in cleave plan); a schedule simulation needs "
+               "--stash-bytes B (one micro-batch's stash on a rank) to turn it into stashes, or give the count "
+               "itself with --max-stashes N",
+               format_bytes(*options.memory_limit));
+  const std::int64_t stashes = *options.memory_limit / *options.stash_bytes;
+  CLEAVE_CHECK(stashes >= 1, "simulate: --memory-limit {} holds no stash of --stash-bytes {}",
+               format_bytes(*options.memory_limit), format_bytes(*options.stash_bytes));
+  return static_cast<int>(std::min<std::int64_t>(stashes, 1 << 20));
+}
+
 pipeline::Schedule build_schedule(const Options& options) {
   CLEAVE_CHECK(!options.schedule.empty(),
                "simulate: --schedule is required (one of {}, or a schedule file; see cleave simulate --help)",
@@ -191,14 +222,16 @@ pipeline::Schedule build_schedule(const Options& options) {
     CLEAVE_CHECK(options.stages.has_value(), "simulate: --stages P is required with schedule {}", options.schedule);
     CLEAVE_CHECK(options.microbatches.has_value(), "simulate: --microbatches M is required with schedule {}",
                  options.schedule);
-    CLEAVE_CHECK(!options.memory_limit || options.schedule == "auto",
-                 "simulate: --memory-limit applies only to --schedule auto, got --schedule {}", options.schedule);
+    const bool limited = options.max_stashes || options.memory_limit || options.stash_bytes;
+    CLEAVE_CHECK(!limited || options.schedule == "auto",
+                 "simulate: --max-stashes / --memory-limit apply only to --schedule auto, got --schedule {}",
+                 options.schedule);
     if (options.schedule == "auto") {
       CLEAVE_CHECK(options.virtual_stages.value_or(1) == 1,
                    "simulate: schedule auto runs one stage per rank, got --virtual {}", *options.virtual_stages);
       pipeline::AutoScheduleOptions auto_options;
       auto_options.costs = make_costs(options, *options.stages);
-      auto_options.memory_limit = options.memory_limit.value_or(0);
+      auto_options.memory_limit = auto_stash_limit(options);
       return pipeline::auto_schedule(*options.stages, *options.microbatches, auto_options).schedule;
     }
     return pipeline::make_schedule(options.schedule, *options.stages, *options.microbatches,

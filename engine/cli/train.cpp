@@ -16,6 +16,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/train/config_change.hpp"
 #include "engine/train/threads.hpp"
 #include "engine/train/trainer.hpp"
 
@@ -37,7 +38,17 @@ options:
                          checkpoint.dir (default <train.out_dir>/checkpoints; a fresh start when there is
                          none), or PATH = a step_NNNNNNN directory (or a directory holding them). The layout
                          may differ from the one it was saved under. metrics.jsonl keeps rows up to the
-                         checkpoint's step and continues after it.
+                         checkpoint's step and continues after it. The config is compared with the one
+                         the checkpoint was trained with: keys of length, logging, evaluation, checkpoint
+                         cadence and layout (train.steps, train.*_interval, checkpoint.*, parallel.*, the
+                         micro-batch split, optimizer.zero_stage, train.recompute, device.memory_limit)
+                         may change; any other change is refused with both values unless allowed below.
+                         Changes are logged and recorded in run.json ("resumes"), metrics.jsonl
+                         ("resumed_at_step", "config_changes") and the old config.json is kept as
+                         config.before_step_K.json.
+  --allow-config-change KEY[,KEY...]
+                         with --resume: allow these keys to differ from the checkpoint's config
+                         (e.g. optimizer.lr,optimizer.warmup_steps)
   --help                 this text
 
 checkpoints: checkpoint.interval N saves every N steps (0 = only the final one, checkpoint.save_final),
@@ -66,6 +77,15 @@ int run_train(int argc, char** argv) {
     } else if (arg == "--resume") {
       CLEAVE_CHECK(i + 1 < argc, "train: --resume needs 'auto' or a checkpoint directory");
       options.resume = argv[++i];
+    } else if (arg == "--allow-config-change" || arg.starts_with("--allow-config-change=")) {
+      std::string keys;
+      if (arg == "--allow-config-change") {
+        CLEAVE_CHECK(i + 1 < argc, "train: --allow-config-change needs KEY[,KEY...] (e.g. optimizer.lr)");
+        keys = argv[++i];
+      } else {
+        keys = arg.substr(std::strlen("--allow-config-change="));
+      }
+      for (auto& key : train::split_key_list(keys)) options.allow_config_change.push_back(std::move(key));
     } else if (arg.starts_with("--resume=")) {
       options.resume = arg.substr(9);
     } else if (arg.starts_with("--set=")) {
@@ -77,6 +97,8 @@ int run_train(int argc, char** argv) {
       config_path = arg;
     }
   }
+  CLEAVE_CHECK(options.allow_config_change.empty() || !options.resume.empty(),
+               "train: --allow-config-change applies to a resumed run; give --resume auto|PATH too");
   comm::MpiRuntime runtime(&argc, &argv);
   log::set_rank(runtime.world_rank(), runtime.world_size());
   comm::report_waits_on_sigterm();  // a rank the launcher ends says what it was waiting for
@@ -102,9 +124,10 @@ int run_train(int argc, char** argv) {
     const train::TrainSummary summary = trainer.train(options);
     return summary.completed ? 0 : 1;
   } catch (const std::exception& e) {
-    // With peers, abort before MPI_Finalize (a collective the others may never join): a failure on one
-    // rank (say rank 0's output-directory check) must end the job now, not after the watchdog.
-    if (runtime.world_size() > 1) comm::abort_job(fmt::format("error: {}", e.what()));
+    // With peers, end the job here (comm/mpi/mpi_runtime.hpp): an error every rank hit is printed once and the
+    // job exits cleanly; a failure on one rank (say rank 0's output-directory check) aborts it now, not after
+    // the watchdog.
+    if (runtime.world_size() > 1) comm::end_job_after_error(fmt::format("error: {}", e.what()));
     throw;
   }
 }

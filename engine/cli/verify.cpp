@@ -107,7 +107,7 @@ int run_verify(int argc, char** argv) {
     std::fputs(train::format_report(report, options).c_str(), stdout);
     return report.passed ? 0 : 1;
   } catch (const std::exception& e) {
-    if (runtime.world_size() > 1) comm::abort_job(fmt::format("error: {}", e.what()));
+    if (runtime.world_size() > 1) comm::end_job_after_error(fmt::format("error: {}", e.what()));
     throw;
   }
 }

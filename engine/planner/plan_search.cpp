@@ -112,6 +112,9 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
     for (auto& o : choice.overrides()) all.push_back(o);
     config = config::load_config(config_path, all);
     config.resolve(options.world);
+    // The search applies its own cap (options.memory_limit, which a cap in the config already became) below:
+    // a plan over it is valid but does not fit. Left in the config, make_plan would refuse it as invalid.
+    config.device.memory_limit = 0;
     plan = planning::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0);
   } catch (const Error& e) {
     est.reason = e.what();

@@ -176,10 +176,29 @@ std::string memory_plan_violation(const Plan& plan, const config::RunConfig& con
   for (int r = 0; r < plan.schedule.pp_size; ++r) {
     const MemoryPlan m = estimate_rank_memory(plan, config, r);
     if (m.total() <= cap) continue;
-    return fmt::format("memory: pp rank {} needs about {} ({}) but device.memory_limit is {}; split the model over "
-                       "more ranks (parallel.pipeline_model_parallel_size / tensor_model_parallel_size), use "
-                       "optimizer.zero_stage 1 with data parallelism, or lower batch.micro_batch_size",
-                       r, format_bytes(m.total()), m.breakdown(), format_bytes(cap));
+    const std::int64_t activations = m.bytes[static_cast<std::size_t>(MemoryCategory::kActivations)];
+    // Recomputation is usually the cheapest fix when activations dominate: this plan's estimate under each
+    // stronger mode, so the user sees whether one is enough before trying it.
+    std::string recompute;
+    const std::string& current = config.train.recompute;
+    for (const char* mode : {"selective", "full"}) {
+      if (current == "full" || current == mode) continue;
+      config::RunConfig stronger = config;
+      stronger.train.recompute = mode;
+      const MemoryPlan with = estimate_rank_memory(plan, stronger, r);
+      recompute += fmt::format(", train.recompute={} needs about {} (activations {}{})", mode,
+                               format_bytes(with.total()),
+                               format_bytes(with.bytes[static_cast<std::size_t>(MemoryCategory::kActivations)]),
+                               with.total() <= cap ? ", fits" : "");
+    }
+    return fmt::format(
+        "memory: pp rank {} needs about {} ({}) but device.memory_limit is {}; activations are {} ({:.0f}%){}. "
+        "Otherwise split the model over more ranks (parallel.pipeline_model_parallel_size / "
+        "tensor_model_parallel_size), use optimizer.zero_stage 1 with data parallelism, or lower "
+        "batch.micro_batch_size; `cleave plan CONFIG --world N` searches layouts, schedules and recompute modes "
+        "under this cap",
+        r, format_bytes(m.total()), m.breakdown(), format_bytes(cap), format_bytes(activations),
+        100.0 * static_cast<double>(activations) / static_cast<double>(m.total()), recompute);
   }
   return {};
 }

@@ -23,7 +23,7 @@ h1{font-size:20px}h2{font-size:16px;margin-top:28px;border-bottom:1px solid #ddd
 .chart .title{font-weight:600;font-size:13px}.chart text{font-size:11px;fill:#333}
 .chart .ytick{text-anchor:end}.chart .xtick,.chart .xlabel{text-anchor:middle}.chart .ylabel{text-anchor:middle}
 .chart .plot{fill:none;stroke:#bbb}.chart .grid{stroke:#eee}.chart .cap{stroke:#d62728;stroke-dasharray:4 3}
-.chart .captext{fill:#d62728;text-anchor:middle}.chart .marker{fill:#222}.chart .note{fill:#888}
+.chart .captext{fill:#d62728;text-anchor:middle}.chart .xmarkertext{fill:#d62728}.chart .marker{fill:#222}.chart .note{fill:#888}
 table{border-collapse:collapse;font-size:13px}td,th{border:1px solid #ddd;padding:3px 8px;text-align:right}
 th{background:#f5f5f5}td.l,th.l{text-align:left}pre{background:#f7f7f7;padding:12px;overflow:auto;font-size:12px}
 .summary td{text-align:left}
@@ -82,6 +82,13 @@ std::string chart(const MetricsTable& m, std::string title, const std::string& y
     if (stride > 1) title += fmt::format(" (one point per {} samples of {})", stride, finite);
     c.series.push_back(std::move(s));
   }
+  // Where the run resumed from a checkpoint (metrics.jsonl "resumed_at_step" on the first row after it).
+  if (const auto* resumed = m.column("resumed_at_step")) {
+    for (double step : *resumed) {
+      if (std::isfinite(step)) c.x_markers.push_back(step);
+    }
+    c.x_marker_label = "resumed";
+  }
   c.title = std::move(title);
   return line_chart_svg(c);
 }
@@ -137,6 +144,17 @@ std::string summary_table(const RunFiles& run) {
   if (ms.n > 0) html += row("step time", fmt::format("{:.1f} ms mean, {:.1f} ms max (after step 1)", ms.sum / ms.n, ms.max));
   const ColumnStats peak = stats_of(m, "peak_bytes");
   if (peak.n > 0) html += row("peak memory", format_bytes(static_cast<std::int64_t>(peak.max)) + " (max over ranks)");
+  if (run.summary) {
+    for (const ResumeRecord& r : run.summary->resumes) {
+      std::string changes;
+      for (const ConfigChangeRecord& c : r.config_changes) {
+        changes += fmt::format("{}{} {} -> {}{}", changes.empty() ? "" : ", ", c.key, c.before, c.after,
+                               c.allowed_by == "resume" ? "" : " (" + c.allowed_by + ")");
+      }
+      html += row("resumed", fmt::format("at step {} from {}; config changes: {}", r.at_step, r.checkpoint,
+                                         changes.empty() ? std::string("none") : changes));
+    }
+  }
   return html + "</table>\n";
 }
 

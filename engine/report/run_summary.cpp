@@ -31,6 +31,18 @@ std::string to_json_text(const RunSummary& s) {
     row["estimate_bytes"] = r.estimate_bytes;
     j["ranks"].push_back(row);
   }
+  j["resumes"] = nlohmann::ordered_json::array();
+  for (const ResumeRecord& r : s.resumes) {
+    nlohmann::ordered_json row;
+    row["at_step"] = r.at_step;
+    row["checkpoint"] = r.checkpoint;
+    row["config_changes"] = nlohmann::ordered_json::array();
+    for (const ConfigChangeRecord& c : r.config_changes) {
+      row["config_changes"].push_back({{"key", c.key}, {"before", c.before}, {"after", c.after},
+                                       {"allowed_by", c.allowed_by}});
+    }
+    j["resumes"].push_back(row);
+  }
   return j.dump(2) + "\n";
 }
 
@@ -64,6 +76,16 @@ RunSummary parse_run_summary(const std::string& text, const std::string& path) {
       r.peak_total = row.value("peak_total", std::int64_t{0});
       r.estimate_bytes = row.value("estimate_bytes", std::vector<std::int64_t>{});
       s.ranks.push_back(std::move(r));
+    }
+    for (const auto& row : j.value("resumes", nlohmann::json::array())) {
+      ResumeRecord r;
+      r.at_step = row.at("at_step").get<std::int64_t>();
+      r.checkpoint = row.value("checkpoint", "");
+      for (const auto& c : row.value("config_changes", nlohmann::json::array())) {
+        r.config_changes.push_back({c.at("key").get<std::string>(), c.value("before", ""), c.value("after", ""),
+                                    c.value("allowed_by", "")});
+      }
+      s.resumes.push_back(std::move(r));
     }
   } catch (const nlohmann::json::exception& e) {
     CLEAVE_THROW("run summary {}: missing or mistyped field ({})", path, e.what());

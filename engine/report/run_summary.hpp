@@ -24,6 +24,21 @@ struct RankSummary {
   std::vector<std::int64_t> estimate_bytes;  // the memory plan's estimate per category (empty = none)
 };
 
+// A config key that differed when the run resumed (engine/train/config_change.hpp); values as JSON text.
+struct ConfigChangeRecord {
+  std::string key;
+  std::string before;      // "absent" when the key was not in the old config
+  std::string after;
+  std::string allowed_by;  // "resume" (changes freely) or "--allow-config-change"
+};
+
+// One resume of the run: the step it continued from and what the config changed.
+struct ResumeRecord {
+  std::int64_t at_step = 0;
+  std::string checkpoint;  // the step directory it loaded
+  std::vector<ConfigChangeRecord> config_changes;
+};
+
 struct RunSummary {
   int world_size = 1;
   std::string grid;        // "tp=1 dp=2 pp=2 (world 4)"
@@ -35,6 +50,7 @@ struct RunSummary {
   std::int64_t memory_limit = 0;  // device.memory_limit in bytes, 0 = no cap
   std::vector<std::string> categories;
   std::vector<RankSummary> ranks;
+  std::vector<ResumeRecord> resumes;  // every resume of this run directory, oldest first
 };
 
 // Pretty JSON text (ends with a newline).

@@ -58,15 +58,34 @@ std::string xml_escape(std::string_view text) {
   return out;
 }
 
-std::string format_number(double v) {
+namespace {
+
+// format_number with `extra` more significant digits than its default.
+std::string format_number_digits(double v, int extra) {
   if (!std::isfinite(v)) return "-";
   const double a = std::abs(v);
   if (a == 0) return "0";
-  if (a >= 1e9) return fmt::format("{:.3g}G", v / 1e9);
-  if (a >= 1e6) return fmt::format("{:.3g}M", v / 1e6);
-  if (a >= 1e4) return fmt::format("{:.3g}k", v / 1e3);
-  if (a >= 1e-3) return fmt::format("{:.4g}", v);
-  return fmt::format("{:.2g}", v);
+  if (a >= 1e9) return fmt::format("{:.{}g}G", v / 1e9, 3 + extra);
+  if (a >= 1e6) return fmt::format("{:.{}g}M", v / 1e6, 3 + extra);
+  if (a >= 1e4) return fmt::format("{:.{}g}k", v / 1e3, 3 + extra);
+  if (a >= 1e-3) return fmt::format("{:.{}g}", v, 4 + extra);
+  return fmt::format("{:.{}g}", v, 2 + extra);
+}
+
+}  // namespace
+
+std::string format_number(double v) { return format_number_digits(v, 0); }
+
+std::vector<std::string> tick_labels(const std::vector<double>& ticks) {
+  std::vector<std::string> labels;
+  for (int extra = 0; extra <= 12; ++extra) {
+    labels.clear();
+    for (double t : ticks) labels.push_back(format_number_digits(t, extra));
+    std::vector<std::string> sorted = labels;
+    std::sort(sorted.begin(), sorted.end());
+    if (std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end()) break;
+  }
+  return labels;
 }
 
 std::vector<double> nice_ticks(double lo, double hi, int target) {
@@ -116,19 +135,34 @@ std::string line_chart_svg(const LineChart& chart) {
 
   svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"plot\"/>\n", kLeft, kTop,
                      px(plot_w), px(plot_h));
-  for (double t : nice_ticks(yr.lo, yr.hi)) {
-    if (t < yr.lo || t > yr.hi) continue;
+  // Tick labels carry as many digits as it takes to tell them apart (a flat series near 20.5M gets 20.48M,
+  // 20.49M, ..., never "20.5M" five times).
+  const auto inside = [](std::vector<double> ticks, const Range& r) {
+    std::erase_if(ticks, [&](double t) { return t < r.lo || t > r.hi; });
+    return ticks;
+  };
+  const std::vector<double> y_ticks = inside(nice_ticks(yr.lo, yr.hi), yr);
+  const std::vector<std::string> y_labels = tick_labels(y_ticks);
+  for (std::size_t i = 0; i < y_ticks.size(); ++i) {
+    const double t = y_ticks[i];
     svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"grid\"/>", kLeft, px(sy(t)),
                        px(kLeft + plot_w), px(sy(t)));
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"ytick\">{}</text>\n", kLeft - 6, px(sy(t) + 4),
-                       format_number(t));
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"ytick\">{}</text>\n", kLeft - 6, px(sy(t) + 4), y_labels[i]);
   }
-  for (double t : nice_ticks(xr.lo, xr.hi, 6)) {
-    if (t < xr.lo || t > xr.hi) continue;
+  const std::vector<double> x_ticks = inside(nice_ticks(xr.lo, xr.hi, 6), xr);
+  const std::vector<std::string> x_labels = tick_labels(x_ticks);
+  for (std::size_t i = 0; i < x_ticks.size(); ++i) {
+    const double t = x_ticks[i];
     svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"grid\"/>", px(sx(t)), kTop, px(sx(t)),
                        px(kTop + plot_h));
     svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"xtick\">{}</text>\n", px(sx(t)), px(kTop + plot_h + 16),
-                       format_number(t));
+                       x_labels[i]);
+  }
+  for (double x : chart.x_markers) {  // vertical markers (e.g. where the run resumed)
+    if (!std::isfinite(x) || x < xr.lo || x > xr.hi) continue;
+    svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" class=\"xmarker\" stroke=\"#d62728\" "
+                       "stroke-dasharray=\"4 3\"/><text x=\"{3}\" y=\"{4}\" class=\"xmarkertext\">{5}</text>\n",
+                       px(sx(x)), kTop, px(kTop + plot_h), px(sx(x) + 3), kTop + 10, xml_escape(chart.x_marker_label));
   }
   svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"xlabel\">{}</text>\n", px(kLeft + plot_w / 2),
                      px(kTop + plot_h + 32), xml_escape(chart.x_label));

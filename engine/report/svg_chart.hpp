@@ -29,6 +29,8 @@ struct LineChart {
   std::string x_label;
   std::string y_label;
   std::vector<Series> series;
+  std::vector<double> x_markers;  // dashed vertical lines at these x (e.g. the steps a run resumed at)
+  std::string x_marker_label;     // text beside each marker ("resumed")
   int width = 640;
   int height = 260;
 };
@@ -56,6 +58,9 @@ std::string stacked_bars_svg(const StackedBars& chart);
 std::vector<double> nice_ticks(double lo, double hi, int target = 5);
 // Compact tick / value text: "0.001", "2.5k", "1.2M", "3e-05".
 std::string format_number(double value);
+// format_number for a set of ticks, with more significant digits where needed so no two labels are equal
+// ("20.48M", "20.49M" rather than "20.5M" twice).
+std::vector<std::string> tick_labels(const std::vector<double>& ticks);
 // &, <, >, " escaped for XML text and attributes.
 std::string xml_escape(std::string_view text);
 

@@ -3,7 +3,7 @@
 // sizes and checksums, writes index.json, commits the directory and prunes (engine/checkpoint/).
 //
 // index.json: {"format": "cleave-checkpoint", "version", "step", "consumed_samples", "next_lr", "seed", "rng",
-//   "model": <the config's model section>, "layout": {tp, pp, dp, virtual_pipeline_stages, zero_stage,
+//   "model": <the config's model section>, "config": <the whole resolved config, compared on resume>, "layout": {tp, pp, dp, virtual_pipeline_stages, zero_stage,
 //   world_size, schedule}, "optimizer": {"type", "steps_done"},
 //   "files": {file: {"bytes", "checksum"}},
 //   "tensors": {logical name: {"kind": "parameter" | "optimizer_state", "shape", "dtype": "F32", "pieces": [{"file", "name", "dim", "parts",
@@ -128,6 +128,7 @@ CheckpointSaveStats save_checkpoint(RankSetup& s, RankModel& model, StepTail& ta
                     {"seed", s.config.train.seed},
                     {"rng", rng_state_json(s, steps_done)},
                     {"model", json::parse(config::to_json(s.config)).at("model")},
+                    {"config", json::parse(config::to_json(s.config))},
                     {"layout", layout_json(s)},
                     {"optimizer",
                      {{"type", s.config.optimizer.type},

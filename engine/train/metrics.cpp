@@ -181,7 +181,10 @@ void ProgressPrinter::emit(const std::string& line, bool keep) {
 }
 
 void ProgressPrinter::update(const StepMetrics& m) {
-  if (steps_seen_ == 0) first_loss_ = min_loss_ = m.loss;
+  if (steps_seen_ == 0) {
+    first_loss_ = min_loss_ = m.loss;
+    first_step_ = m.step;
+  }
   ++steps_seen_;
   last_step_ = m.step;
   last_loss_ = m.loss;
@@ -205,7 +208,12 @@ void ProgressPrinter::eval(std::int64_t step, double loss, std::optional<double>
 
 void ProgressPrinter::summary(std::string_view outputs) {
   const double seconds = total_ms_ / 1000.0;
-  std::string line = fmt::format("done: {} steps in {:.1f} s", last_step_, seconds);
+  // Only the steps this process ran: a resumed run says where it continued from.
+  std::string line = fmt::format("done: {} steps in {:.1f} s", steps_seen_, seconds);
+  if (steps_seen_ > 0 && first_step_ > 1) {
+    line = fmt::format("done: {} steps ({} to {}, resumed at step {}) in {:.1f} s", steps_seen_, first_step_,
+                       last_step_, first_step_ - 1, seconds);
+  }
   if (steps_seen_ > 0) {
     line += fmt::format(" | loss {:.4f} -> {:.4f} (min {:.4f}) | {} {}/s | peak {}", first_loss_, last_loss_,
                         min_loss_, format_rate(seconds > 0 ? total_items_ / seconds : 0.0), unit_,

@@ -82,7 +82,9 @@ class ProgressPrinter {
   void update(const StepMetrics& metrics);
   // "eval step 200/500 | loss 1.4123 | accuracy 93.1%" (accuracy omitted when not given).
   void eval(std::int64_t step, double loss, std::optional<double> accuracy = std::nullopt);
-  // "done: 500 steps in 42.1 s | loss 5.5412 -> 1.4023 (min 1.3871) | 12.3k tok/s | peak 123.4 MiB | <where>"
+  // "done: 500 steps in 42.1 s | loss 5.5412 -> 1.4023 (min 1.3871) | 12.3k tok/s | peak 123.4 MiB | <where>",
+  // counting the steps this printer saw: after a resume at step 300, "done: 200 steps (301 to 500, resumed at
+  // step 300) in ..." with the loss, rate and peak of those steps.
   void summary(std::string_view outputs = {});
 
   // Ends an open live line (a newline), so a log line printed next starts on a line of its own.
@@ -105,6 +107,7 @@ class ProgressPrinter {
   bool live_line_open_ = false;
   // Accumulated for the summary.
   std::int64_t steps_seen_ = 0;
+  std::int64_t first_step_ = 0;  // the first step this printer saw (> 1 after a resume)
   std::int64_t last_step_ = 0;
   double total_ms_ = 0.0;
   double total_items_ = 0.0;

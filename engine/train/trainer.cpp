@@ -11,6 +11,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <optional>
 
 #include "engine/checkpoint/checkpoint_dir.hpp"
@@ -18,7 +19,9 @@
 #include "engine/core/log.hpp"
 #include "engine/report/html_report.hpp"
 #include "engine/train/checkpoint_io.hpp"
+#include "engine/train/checkpoint_pieces.hpp"
 #include "engine/train/collectives.hpp"
+#include "engine/train/config_change.hpp"
 #include "engine/train/data/data_source.hpp"
 #include "engine/train/data/make_data_source.hpp"
 #include "engine/train/evaluation.hpp"
@@ -71,6 +74,83 @@ std::optional<FaultPlan> checked_fault_plan(const RankSetup& s) {
                  s.grid.str());
   }
   return fault;
+}
+
+// A resumed run's config against the one its checkpoint was trained with (index.json "config"; a checkpoint
+// written before that field existed is compared with the run directory's config.json, when there is one).
+// Refused on every rank when a key changed that needs --allow-config-change (config_change.hpp).
+std::vector<ConfigChange> check_resumed_config(RankSetup& s, const std::string& step_dir,
+                                               const std::vector<std::string>& allowed) {
+  std::vector<ConfigChange> changes;
+  std::string error;
+  try {
+    const auto read_json = [](const std::filesystem::path& path) {
+      std::ifstream in(path);
+      CLEAVE_CHECK(in.good(), "--resume: cannot read {}", path.string());
+      return nlohmann::json::parse(in);
+    };
+    const nlohmann::json index = read_json(std::filesystem::path(step_dir) / "index.json");
+    const std::filesystem::path run_config = std::filesystem::path(s.config.train.out_dir) / "config.json";
+    std::optional<nlohmann::json> before;
+    if (index.contains("config")) before = index.at("config");
+    else if (std::filesystem::exists(run_config)) before = read_json(run_config);
+    const nlohmann::json after = nlohmann::json::parse(config::to_json(s.config));
+    if (before) changes = config_changes(*before, after);
+    check_config_changes(changes, allowed, after, step_dir);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  throw_if_any_rank_failed(s.world, error);
+  if (s.reports()) {
+    for (const ConfigChange& c : changes) {
+      log::info("resume: config changed since the checkpoint: {}{}", c.describe(),
+                c.free ? "" : " (allowed by --allow-config-change)");
+    }
+  }
+  return changes;
+}
+
+// config.json of a resumed run is replaced only when it says something new, and then the old one is kept as
+// config.before_step_<k>.json (never overwritten: a second copy gets a numbered name).
+void keep_previous_config(const std::string& out_dir, const std::string& new_text, std::int64_t step) {
+  namespace fs = std::filesystem;
+  const fs::path current = fs::path(out_dir) / "config.json";
+  if (!fs::exists(current)) return;
+  std::ifstream in(current);
+  const std::string old_text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (old_text == new_text) return;
+  fs::path kept = fs::path(out_dir) / fmt::format("config.before_step_{}.json", step);
+  for (int n = 2; fs::exists(kept); ++n) kept = fs::path(out_dir) / fmt::format("config.before_step_{}.{}.json", step, n);
+  fs::rename(current, kept);
+  log::info("resume: the previous config.json is kept as {}", kept.string());
+}
+
+// run.json of a resumed run: the resumes recorded earlier in the directory (before this one's step) and this one.
+// A fresh run's record is returned as it is.
+report::RunSummary with_resume(report::RunSummary record, const std::string& out_dir, bool resumed,
+                               std::int64_t step, const std::string& step_dir,
+                               const std::vector<ConfigChange>& changes) {
+  if (!resumed) return record;
+  const std::filesystem::path path = std::filesystem::path(out_dir) / "run.json";
+  if (std::filesystem::exists(path)) {
+    try {
+      std::ifstream in(path);
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      for (auto& r : report::parse_run_summary(text, path.string()).resumes) {
+        if (r.at_step < step) record.resumes.push_back(std::move(r));
+      }
+    } catch (const Error& e) {
+      log::warn("run.json: the earlier file does not parse ({}); its resume history is not carried over", e.what());
+    }
+  }
+  report::ResumeRecord now{step, step_dir, {}};
+  for (const ConfigChange& c : changes) {
+    now.config_changes.push_back({c.key, c.before.is_null() ? "absent" : c.before.dump(),
+                                  c.after.is_null() ? "absent" : c.after.dump(),
+                                  c.free ? "resume" : "--allow-config-change"});
+  }
+  record.resumes.push_back(std::move(now));
+  return record;
 }
 
 }  // namespace
@@ -270,6 +350,9 @@ TrainSummary Trainer::train(const TrainOptions& options) {
   // Resume first: a checkpoint that cannot be loaded fails before anything is written.
   const std::string checkpoints = checkpoint_root();
   std::int64_t start_step = 0;
+  bool resumed = false;
+  std::string resumed_from;
+  std::vector<ConfigChange> resume_changes;
   if (!options.resume.empty()) {
     std::optional<std::string> dir;
     if (options.resume == "auto") {
@@ -284,7 +367,12 @@ TrainSummary Trainer::train(const TrainOptions& options) {
       CLEAVE_CHECK(dir.has_value(), "--resume {}: holds no complete checkpoint (no index.json, no step_NNNNNNN/)",
                    options.resume);
     }
-    if (dir) start_step = load_checkpoint(*dir, /*continue_run=*/true);
+    if (dir) {
+      resume_changes = check_resumed_config(s, *dir, options.allow_config_change);
+      start_step = load_checkpoint(*dir, /*continue_run=*/true);
+      resumed_from = *dir;
+      resumed = true;
+    }
   }
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<ProgressPrinter> progress;
@@ -292,6 +380,7 @@ TrainSummary Trainer::train(const TrainOptions& options) {
     // A resumed run continues in its own directory: metrics rows after the checkpoint's step are dropped.
     if (options.resume.empty()) prepare_out_dir(cfg.train.out_dir);
     else std::filesystem::create_directories(cfg.train.out_dir);
+    if (resumed) keep_previous_config(cfg.train.out_dir, config::to_json(cfg) + "\n", start_step);
     write_text_file(cfg.train.out_dir + "/config.json", config::to_json(cfg) + "\n");
     const std::string metrics_path = cfg.train.out_dir + "/metrics.jsonl";
     if (!options.resume.empty()) keep_metrics_through(metrics_path, start_step);
@@ -321,6 +410,10 @@ TrainSummary Trainer::train(const TrainOptions& options) {
       m.tokens_per_s = stats.tokens_per_s;
       m.step_ms = stats.step_ms;
       m.peak_bytes = stats.peak_bytes;
+      if (resumed && step == start_step) {  // the report marks where the run resumed
+        m.extra.emplace_back("resumed_at_step", static_cast<double>(start_step));
+        m.extra.emplace_back("config_changes", static_cast<double>(resume_changes.size()));
+      }
       // Evaluation every eval_interval steps and after the last one, on that step's metrics row.
       const bool last = step + 1 == cfg.train.steps;
       const bool eval_now =
@@ -357,7 +450,8 @@ TrainSummary Trainer::train(const TrainOptions& options) {
   // for the report, and the per-rank totals on one line.
   const report::RunSummary record = gather_run_summary(s);
   if (s.reports()) {
-    write_run_summary(record, cfg.train.out_dir);
+    write_run_summary(with_resume(record, cfg.train.out_dir, resumed, start_step, resumed_from, resume_changes),
+                      cfg.train.out_dir);
     if (s.world.size() > 1) {
       std::string line;
       for (const auto& r : record.ranks) line += fmt::format("{}r{} {}", r.rank ? ", " : "", r.rank, format_bytes(r.peak_total));

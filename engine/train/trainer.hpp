@@ -56,9 +56,11 @@ struct TrainSummary {
 
 // How train() starts. resume: "" = a fresh run; "auto" = the latest complete checkpoint under
 // checkpoint.dir, or a fresh start when there is none; otherwise a checkpoint directory (step_NNNNNNN) or a
-// checkpoint.dir-style root (its latest complete checkpoint).
+// checkpoint.dir-style root (its latest complete checkpoint). allow_config_change: keys a resumed run may
+// change beyond those that change freely (engine/train/config_change.hpp).
 struct TrainOptions {
   std::string resume;
+  std::vector<std::string> allow_config_change;
 };
 
 struct CheckpointSaveStats {

@@ -2,7 +2,8 @@
 # `cleave generate` from a checkpoint: a small byte-level GPT trained for 40 steps on the fortunes file and
 # saved under pp2 (2 ranks) is sampled on one rank; the same seed gives the same text, the text starts with
 # the prompt and holds at most N more bytes, greedy decoding repeats itself, and a checkpoint whose model is
-# not byte-level (vocab 64) is refused with a message naming it.
+# not byte-level (vocab 64) is refused with a message naming it; one with more tokens than bytes (vocab 300)
+# prints token ids with a warning saying why.
 # Usage: checkpoint_generate.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
 cleave=$1; src=$2; shift 2
@@ -31,3 +32,14 @@ echo "ok   generate: '$a'"
 "$cleave" generate small/checkpoints --prompt "x" > refuse.log 2>&1 && fail "a vocab-64 model was sampled"
 grep -q "needs a byte-level gpt" refuse.log || { cat refuse.log; fail "refusal message"; }
 echo "ok   generate refuses a non byte-level model: $(grep -o 'generate: .*' refuse.log)"
+
+# A vocabulary larger than bytes: token ids, not '?' per token, and a warning saying why.
+"$cleave" train --set train.steps=2 --set model.vocab_size=300 --set train.out_dir=wide > wide.log 2>&1 || { cat wide.log; fail "vocab-300 run"; }
+ids=$("$cleave" generate wide/checkpoints --prompt "ab" --tokens 20 --seed 3 2> wide_gen.log) || { cat wide_gen.log; fail "vocab-300 generate"; }
+grep -q "model.vocab_size is 300, not 256: the checkpoint's tokens are not bytes" wide_gen.log || { cat wide_gen.log; fail "no warning for a non-byte vocabulary"; }
+python3 -c "
+import sys
+ids = [int(t) for t in sys.argv[1].split()]
+assert len(ids) == 22 and ids[:2] == [97, 98] and all(0 <= i < 300 for i in ids), ids
+" "$ids" || fail "vocab-300 output is not the 22 token ids: '$ids'"
+echo "ok   generate prints token ids for a vocab-300 model: $ids"

@@ -8,7 +8,8 @@
 #     Done on one rank and on tp2 x pp2 (4 ranks); the 4-rank checkpoint at step 4 also resumes on one rank
 #     with the uninterrupted losses within 1e-5 relative (resharding through the CLI).
 #  3. The out_dir refusal still holds without --resume; a corrupt checkpoint is refused before any step,
-#     naming the file, and writes nothing (metrics.jsonl unchanged, no new checkpoint).
+#     naming the file, and writes nothing (metrics.jsonl unchanged, no new checkpoint); so is a resume that
+#     changes a training key (optimizer.lr) unless --allow-config-change names it, and then it is recorded.
 # Usage: checkpoint_resume_cli.sh CLEAVE MPIEXEC [FLAGS...]
 set -u
 cleave=$1; shift
@@ -52,6 +53,8 @@ check_layout() {  # check_layout NAME RANKS SETS...
   train "$ranks" "$name-cut.log" --set train.out_dir="$name-cut" --resume auto "$@" \
     || { cat "$name-cut.log"; fail "$name: resume failed"; }
   grep -q "resumed from .*step_0000004 (step 4;" "$name-cut.log" || { cat "$name-cut.log"; fail "$name: did not resume at step 4"; }
+  grep -q "done: 8 steps (5 to 12, resumed at step 4) in" "$name-cut.log" \
+    || { cat "$name-cut.log"; fail "$name: the final line does not count only the 8 steps this run ran"; }
   [ "$(wc -l < "$name-cut/metrics.jsonl")" -eq 12 ] || fail "$name: resumed metrics.jsonl has $(wc -l < "$name-cut/metrics.jsonl") rows, expected 12"
   [ "$(sed 's/.*"step":\([0-9]*\),.*/\1/' "$name-cut/metrics.jsonl" | tr '\n' ' ')" = "1 2 3 4 5 6 7 8 9 10 11 12 " ] \
     || fail "$name: resumed metrics steps are not 1..12"
@@ -103,6 +106,43 @@ grep -q "batch.global_batch_size is 4; set batch.global_batch_size=8" rebatch.lo
 [ "$before" = "$(md5sum reseed/metrics.jsonl)" ] || fail "a refused resume changed metrics.jsonl"
 grep -q '"scheme": "counter"' one/checkpoints/step_0000012/index.json || fail "index.json has no rng state"
 echo "ok   a resume with another seed or global batch is refused: $(grep -o 'the checkpoint.s data streams.*' reseed.log | head -n 1)"
+
+# A resume with a changed training key (optimizer.lr): refused naming the key, both values and the flag,
+# nothing written; allowed by name, it trains and is recorded: run.json "resumes", the first row after the
+# resume ("resumed_at_step", "config_changes"), the old config.json kept as config.before_step_4.json. A key
+# that changes freely (train.steps) needs no flag and is recorded too.
+cp -r one relr
+rm -rf relr/checkpoints/step_0000008 relr/checkpoints/step_0000012 relr/checkpoints/latest
+before=$(md5sum relr/metrics.jsonl relr/config.json)
+train 1 relr.log --set train.out_dir=relr --set optimizer.lr=0.001 --resume auto && fail "a resume with another lr was accepted"
+grep -q "the config differs from the one the checkpoint was trained with: optimizer.lr 0.003 -> 0.001; .*--allow-config-change optimizer.lr.*--set optimizer.lr=0.003" relr.log \
+  || { cat relr.log; fail "changed-lr message"; }
+[ "$before" = "$(md5sum relr/metrics.jsonl relr/config.json)" ] || fail "a refused resume changed metrics.jsonl or config.json"
+[ -z "$(ls relr/checkpoints | grep -v step_0000004)" ] && [ ! -e relr/config.before_step_4.json ] || fail "a refused resume wrote files"
+train 1 relr2.log --set train.out_dir=relr --set optimizer.lr=0.001 --set train.steps=14 --resume auto \
+  --allow-config-change optimizer.lr || { cat relr2.log; fail "a resume with an allowed lr change failed"; }
+grep -q "resume: config changed since the checkpoint: optimizer.lr 0.003 -> 0.001 (allowed by --allow-config-change)" relr2.log \
+  || { cat relr2.log; fail "the allowed change is not logged"; }
+python3 - relr << 'PY' || fail "the allowed change is not recorded"
+import json, sys
+d = sys.argv[1]
+run = json.load(open(f"{d}/run.json"))
+assert len(run["resumes"]) == 1 and run["resumes"][0]["at_step"] == 4, run["resumes"]
+changes = {c["key"]: c for c in run["resumes"][0]["config_changes"]}
+assert changes["optimizer.lr"]["before"] == "0.003" and changes["optimizer.lr"]["after"] == "0.001", changes
+assert changes["optimizer.lr"]["allowed_by"] == "--allow-config-change", changes
+assert changes["train.steps"]["allowed_by"] == "resume" and changes["train.steps"]["after"] == "14", changes
+rows = [json.loads(l) for l in open(f"{d}/metrics.jsonl")]
+assert [r["step"] for r in rows] == list(range(1, 15))
+marked = [r for r in rows if "resumed_at_step" in r]
+assert len(marked) == 1 and marked[0]["step"] == 5 and marked[0]["resumed_at_step"] == 4, marked
+assert marked[0]["config_changes"] == len(changes)
+assert json.load(open(f"{d}/config.before_step_4.json"))["optimizer"]["lr"] == 0.003
+assert json.load(open(f"{d}/config.json"))["optimizer"]["lr"] == 0.001
+html = open(f"{d}/report.html").read()
+assert 'class="xmarker"' in html and "at step 4 from" in html, "report.html does not mark the resume"
+PY
+echo "ok   a changed optimizer.lr on resume: refused without the flag, recorded with it"
 
 # Export: the one-rank final checkpoint and the tp2 x pp2 one, each consolidated into one file; parsed here
 # by an independent reader (python: length, JSON header, packed offsets). The one-rank export's tensors are

@@ -59,6 +59,17 @@ expect_error unknown-schedule 'parallel\.schedule.*"zb-h2".*zb_h2.*dualpipev.*au
 expect_error auto-memory-not-auto 'parallel\.auto_schedule_memory_limit.*only.*"auto".*"1f1b"' "${set_out[@]}" --set parallel.auto_schedule_memory_limit=4
 expect_error auto-memory-negative 'parallel\.auto_schedule_memory_limit' "${set_out[@]}" --set parallel.schedule=auto --set parallel.auto_schedule_memory_limit=-1
 expect_error nccl-on-cpu    'parallel\.comm_backend.*nccl.*(device\.type is "cpu"|without)' "${set_out[@]}" --set parallel.comm_backend=nccl
+# Over the memory cap: the refusal says how much is activations and what each recompute mode would need (the
+# default model fits 4 MiB only under full recomputation), and points at `cleave plan`; following it trains.
+expect_error memory-cap 'activations are [0-9.]+ [KM]iB \([0-9]+%\), train\.recompute=selective needs about [0-9.]+ MiB \(activations [0-9.]+ [KM]iB\), train\.recompute=full needs about [0-9.]+ MiB \(activations [0-9.]+ [KM]iB, fits\).*cleave plan CONFIG --world N' \
+    "${set_out[@]}" --set device.memory_limit=4MiB
+if "$cleave" train --set train.out_dir=fits --set train.steps=1 --set device.memory_limit=4MiB \
+     --set train.recompute=full > fits.log 2>&1; then
+  echo "ok   memory-cap-recompute-followed: trains under 4 MiB with train.recompute=full"
+else
+  echo "FAIL memory-cap-recompute-followed:"; sed 's/^/    /' fits.log; failures=$((failures + 1))
+fi
+rm -rf fits
 
 # Pipeline plans that cannot work are refused before any rank computes (2 ranks, pp = 2).
 if [ $# -ge 3 ]; then
@@ -75,13 +86,36 @@ if [ $# -ge 3 ]; then
     fi
     echo "ok   $name: $(grep -E -- "$pattern" <<<"$out" | head -n 1)"
   }
+  # One error under mpirun is printed once, not once per rank, and without MPI_Abort's banner: an error every
+  # rank sees (a bad value, the command line) ends the job cleanly with the same exit code.
+  once() {  # NAME ARGS...
+    local name=$1; shift
+    local out status
+    out=$("${mpiexec[@]}" -n 2 "$cleave" train --set train.out_dir=out "$@" 2>&1); status=$?
+    if [ $status -ne 1 ] || [ "$(grep -c 'error: ' <<<"$out")" != 1 ] || grep -q 'MPI_ABORT' <<<"$out" || [ -e out ]; then
+      echo "FAIL $name: status $status"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1)); rm -rf out; return
+    fi
+    echo "ok   $name: printed once: $(grep 'error: ' <<<"$out" | cut -c1-80)"
+  }
+  once error-once-config --set optimizer.lr=fast
+  once error-once-command-line --frobnicate
+  once error-once-plan --set parallel.pipeline_model_parallel_size=2 --set parallel.schedule=dualpipev \
+      --set batch.global_batch_size=8 --set batch.micro_batch_size=4
   pp_error fewer-blocks-than-stages 'only 5 blocks' --set model.n_layers=1 --set parallel.virtual_pipeline_stages=4 \
       --set parallel.schedule=interleaved_1f1b
   pp_error blocks-per-stage-sum 'sum 7 != 6' --set parallel.partition.method=manual \
       --set 'parallel.partition.blocks_per_stage=[3,4]'
   # DualPipeV needs 2 × pp = 4 micro-batches per step; this batch gives 2.
-  pp_error dualpipev-too-few-microbatches 'dualpipev needs at least 2 × pp_size = 4 micro-batches per step, got 2' \
+  # The hint names keys a user sets, with values that work: following it trains (it once named the derived
+  # batch.gradient_accumulation_steps alone, which then contradicted global_batch_size / micro_batch_size).
+  pp_error dualpipev-too-few-microbatches 'parallel.schedule dualpipev needs at least 4 micro-batches per step on pp_size 2, got 2.*keep the global batch with --set batch.micro_batch_size=2 --set batch.gradient_accumulation_steps=4' \
       --set parallel.schedule=dualpipev --set batch.global_batch_size=8 --set batch.micro_batch_size=4
+  out=$("${mpiexec[@]}" -n 2 "$cleave" train --set train.out_dir=hint --set train.steps=1 \
+        --set parallel.pipeline_model_parallel_size=2 --set parallel.schedule=dualpipev --set batch.global_batch_size=8 \
+        --set batch.micro_batch_size=4 --set batch.micro_batch_size=2 --set batch.gradient_accumulation_steps=4 2>&1) \
+    && echo "ok   dualpipev-hint-followed: trains" \
+    || { echo "FAIL dualpipev-hint-followed:"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1)); }
+  rm -rf hint
   printf 'rank 0: 0F0 0Z0\nrank 1: 1F0\n' > unknown.sched
   pp_error schedule-unknown-action "unknown action kind 'Z'" --set parallel.schedule=unknown.sched
   printf 'rank 0: 0F0 0B0\nrank 1: 1B0 1F0\n' > swapped.sched

@@ -4,7 +4,9 @@
 # per-rank bubbles under both definitions, peak memory and P2P bytes; bench.html is self-contained (no
 # script, stylesheet, image or font from anywhere) and draws a predicted and a measured timeline per
 # schedule; stdout has the table and names the machine. Bad input: an unknown schedule in the list, a
-# schedule the model cannot be split for, an existing bench.json (never overwritten).
+# schedule the model cannot be split for, an existing bench.json (never overwritten). A listed schedule the
+# config cannot run (dualpipev with 2 micro-batches on pp2) is checked before the first run and reported with
+# the reason in the table, bench.json and bench.html while the others run.
 # Usage: cli_bench.sh CLEAVE MPIEXEC [FLAGS...]
 set -u
 cleave=$(realpath "$1"); shift
@@ -27,6 +29,19 @@ JSON
   || { cat bench.log; fail "cleave bench --schedules all"; }
 "${mpiexec[@]}" -n 2 "$cleave" bench tiny.json --steps 2 --warmup 1 --schedules interleaved_1f1b:3,1f1b \
   --set parallel.p2p_progress=off --out out3 > bench3.log 2>&1 || { cat bench3.log; fail "cleave bench interleaved_1f1b:3"; }
+"${mpiexec[@]}" -n 2 "$cleave" bench tiny.json --steps 1 --warmup 0 --schedules 1f1b,dualpipev \
+  --set batch.micro_batch_size=4 --out skip > skip.log 2>&1 || { cat skip.log; fail "bench with one schedule that cannot run"; }
+grep -q "^dualpipev  *not run: .*dualpipev needs at least 4 micro-batches per step on pp_size 2, got 2" skip.log \
+  || { cat skip.log; fail "the skipped schedule is not in the table with its reason"; }
+[ "$(grep -c "cannot run this config, skipped" skip.log)" = 1 ] || { cat skip.log; fail "skip warning not printed once"; }
+python3 - skip/bench.json skip/bench.html << 'PY' || fail "skipped schedule in bench.json / bench.html"
+import json, sys
+bench = json.load(open(sys.argv[1]))
+html = open(sys.argv[2]).read()
+assert [s["label"] for s in bench["schedules"]] == ["1f1b"], bench["schedules"]
+assert [s["label"] for s in bench["skipped"]] == ["dualpipev"] and "micro-batches" in bench["skipped"][0]["reason"]
+assert '<tr class="skipped"><td class="l">dualpipev</td>' in html and "not run: parallel.schedule dualpipev needs" in html
+PY
 grep -q "^schedule .*step_ms .*bubble" bench.log || { cat bench.log; fail "no summary table on stdout"; }
 grep -q "core(s), 2 rank(s) on the node x 1 thread(s) per rank" bench.log || { cat bench.log; fail "machine line"; }
 # The suite runs Open MPI without single copy (any container): the default run has a progress thread (parallel.
@@ -85,6 +100,9 @@ assert not re.search(r'href="(?!#)', html), "bench.html links outside itself"
 for n in names:
     assert f'<h2 id="{n}">' in html, f"no section for {n}"
 assert html.count("<svg") == 2 * len(names), f"{html.count('<svg')} timelines for {len(names)} schedules"
+# Timelines fit the page: scaled to its width by their viewBox, not one horizontal scroll bar per timeline.
+assert ".tl svg{display:block;max-width:100%;height:auto}" in html and "overflow-x" not in html
+assert all("viewBox=" in part.split(">", 1)[0] for part in html.split("<svg")[1:]), "a timeline without a viewBox"
 assert html.count(": predicted (simulator") == len(names) and html.count(": measured (the median step)") == len(names)
 three = json.load(open(sys.argv[3]))
 assert [s["label"] for s in three["schedules"]] == ["interleaved_1f1b:3", "1f1b"], three["schedules"]

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `cleave plan`: the search on 2 ranks under a memory cap prints a ranked table whose plans are all under the
-# cap; --write saves plan #1 as a config that `mpiexec -n 2 cleave train` runs unchanged (and the measured
+# cap; --write saves plan #1 as a config that `mpiexec -n 2 cleave train` runs unchanged (into a fresh out_dir
+# named after the plan file, while the source config's directory holds a run) (and the measured
 # peak is reported next to the plan's estimate); --explain says where runner-ups lose time. Bad input:
-# a world no layout fits, a cap no plan meets (smallest need per category and the closest plan), an
+# a world no layout fits, a cap no plan meets (smallest need per category and the closest plan; the same with
+# the cap from the config), an
 # unreadable or malformed profile, and --write onto an existing file: one clear error each, nothing written.
 # Usage: cli_plan.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
@@ -17,7 +19,7 @@ cat > tiny.json << 'JSON'
   "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
   "batch": {"global_batch_size": 8},
   "optimizer": {"type": "adamw", "lr": 0.003},
-  "train": {"steps": 4, "seed": 2, "log_interval": 1, "eval_batches": 1},
+  "train": {"steps": 4, "seed": 2, "log_interval": 1, "eval_batches": 1, "out_dir": "runs/tiny"},
   "data": {"type": "synthetic"}
 }
 JSON
@@ -36,8 +38,14 @@ for l in rows:
     assert m and int(m.group(1)) <= 100, l
 PY
 [ -f best.json ] || fail "--write wrote nothing"
-"${mpiexec[@]}" -n 2 "$cleave" train best.json --set train.out_dir=run > train.log 2>&1 || { cat best.json train.log; fail "the written plan does not train"; }
-[ "$(wc -l < run/metrics.jsonl)" -eq 4 ] || fail "the written plan did not run 4 steps"
+# README's flow: the source config has run (its out_dir holds a run), then its plan trains as written, into a
+# directory of its own named after the plan file (it used to inherit the source's and be refused).
+mkdir -p runs/tiny && echo '{"step": 1}' > runs/tiny/metrics.jsonl
+grep -q "wrote plan #1 to best.json (train.out_dir runs/best, a fresh directory; the source config's was runs/tiny)" plan.log \
+  || { cat plan.log; fail "--write does not say which out_dir the plan trains into"; }
+"${mpiexec[@]}" -n 2 "$cleave" train best.json > train.log 2>&1 || { cat best.json train.log; fail "the written plan does not train"; }
+[ "$(wc -l < runs/best/metrics.jsonl)" -eq 4 ] || fail "the written plan did not run 4 steps into runs/best"
+[ "$(cat runs/tiny/metrics.jsonl)" = '{"step": 1}' ] || fail "the source's run directory was touched"
 echo "ok   plan #1: $(sed -n 's/^  1  //p' plan.log | tr -s ' ' | cut -c1-90)"
 echo "     trained: $(grep -o 'peak memory per rank.*' train.log)"
 
@@ -67,6 +75,16 @@ grep -q "plan: none of the .* plans of 7 ranks is valid\|no layout of 7 ranks fi
 "$cleave" plan tiny.json --world 2 --memory-limit 4KiB > bad2.log 2>&1 && fail "a 4 KiB cap accepted"
 grep -q "no plan fits the memory cap 4.00 KiB.*smallest need per category.*parameters.*Closest: tp" bad2.log \
   || { cat bad2.log; fail "cap message"; }
+# The same cap from the config (device.memory_limit) counts the same plans as over it and quotes the same
+# closest plan (it used to count them as refused by the engine and quote another).
+"$cleave" plan tiny.json --world 2 --set device.memory_limit=4KiB > bad2c.log 2>&1 && fail "a 4 KiB config cap accepted"
+closest() { grep -o '([0-9]* plans over it, [0-9]* invalid).* on pp rank [0-9]*' "$1"; }
+[ -n "$(closest bad2.log)" ] && [ "$(closest bad2.log)" = "$(closest bad2c.log)" ] && grep -q "raise device.memory_limit" bad2c.log \
+  || { cat bad2.log bad2c.log; fail "a cap from the config counts or quotes plans differently from --memory-limit"; }
+"$cleave" plan tiny.json --world 2 --memory-limit 600KiB > cap1.log 2>&1 || { cat cap1.log; fail "600 KiB cap"; }
+"$cleave" plan tiny.json --world 2 --set device.memory_limit=600KiB > cap2.log 2>&1 || { cat cap2.log; fail "600 KiB config cap"; }
+[ "$(grep 'plans that fit shown' cap1.log)" = "$(grep 'plans that fit shown' cap2.log)" ] && grep -q "0 the engine refuses\| [1-9][0-9]* over the memory cap" cap2.log \
+  || { grep 'plans that fit' cap1.log cap2.log; fail "a cap from the config counts plans differently"; }
 "$cleave" plan tiny.json --world 2 --profile nothere.json > bad3.log 2>&1 && fail "a missing profile accepted"
 grep -q "profile nothere.json: cannot open it" bad3.log || { cat bad3.log; fail "missing profile message"; }
 sed 's/"memory_bandwidth_GBps": 1630,//' "$source_dir/profiles/a100_80gb_sxm.json" > broken.json

@@ -25,10 +25,14 @@ echo "ok   zb_v svg, chrome trace, save/load (makespan 51)"
 
 # auto builds its schedule for the given costs and memory limit: with F, I, W = 1, 1, 0.5 and 2p - 1 stashes the
 # last rank never idles once started, so the makespan is the lower bound (p - 1)·F + m·(F + I + W) = 3 + 20.
-auto=$("$cleave" simulate --schedule auto --stages 4 --microbatches 8 --costs 1,1,0.5 --memory-limit 7 --json) ||
+auto=$("$cleave" simulate --schedule auto --stages 4 --microbatches 8 --costs 1,1,0.5 --max-stashes 7 --json) ||
   fail "auto exit $?"
 grep -q '"makespan":23.0' <<<"$auto" && grep -q '"schedule":"auto"' <<<"$auto" || fail "auto: $auto"
-echo "ok   auto at memory 7 (makespan 23)"
+# --memory-limit is bytes here too (as in plan and simulate --config): 7 stashes of 3 MiB fit 21.5MiB.
+bytes=$("$cleave" simulate --schedule auto --stages 4 --microbatches 8 --costs 1,1,0.5 --memory-limit 21.5MiB \
+        --stash-bytes 3MiB --json) || fail "auto with a byte limit: exit $?"
+[ "$bytes" = "$auto" ] || fail "auto at 21.5MiB / 3MiB differs from --max-stashes 7: $bytes"
+echo "ok   auto at memory 7 (makespan 23; --max-stashes 7 = --memory-limit 21.5MiB --stash-bytes 3MiB)"
 
 printf 'rank 0: 0F0 0B0\nrank 1: 1B0 1F0\n' > broken.sched
 out=$("$cleave" simulate --schedule broken.sched 2>&1); status=$?
@@ -37,8 +41,11 @@ out=$("$cleave" simulate --schedule 1f1b --stages 4 2>&1); status=$?
 [ $status -ne 0 ] && grep -q -- '--microbatches' <<<"$out" || fail "missing flag: $status $out"
 out=$("$cleave" simulate --schedule 1f1b --stages 4 --microbatches 8 --frobnicate 2>&1); status=$?
 [ $status -ne 0 ] && grep -q 'frobnicate' <<<"$out" || fail "unknown flag: $status $out"
-out=$("$cleave" simulate --schedule zb_h2 --stages 4 --microbatches 8 --memory-limit 7 2>&1); status=$?
-[ $status -ne 0 ] && grep -q -- '--memory-limit applies only to --schedule auto' <<<"$out" || fail "memory limit: $out"
+out=$("$cleave" simulate --schedule zb_h2 --stages 4 --microbatches 8 --max-stashes 7 2>&1); status=$?
+[ $status -ne 0 ] && grep -q -- '--max-stashes / --memory-limit apply only to --schedule auto' <<<"$out" || fail "memory limit: $out"
+# The old stash count given to --memory-limit is read as bytes and refused, pointing at --max-stashes.
+out=$("$cleave" simulate --schedule auto --stages 4 --microbatches 8 --memory-limit 7 2>&1); status=$?
+[ $status -ne 0 ] && grep -q -- '--memory-limit 7 B is bytes per rank .*--max-stashes N' <<<"$out" || fail "memory limit as a count: $out"
 out=$("$cleave" simulate --schedule dualpipev --stages 4 --microbatches 6 2>&1); status=$?
 [ $status -ne 0 ] && grep -q 'needs at least 2 × pp_size = 8 micro-batches per step, got 6' <<<"$out" ||
   fail "dualpipev too few: $out"

@@ -26,6 +26,14 @@ common=(--set train.steps=$steps --set train.eval_interval=5 --set train.eval_ba
 "${mpiexec[@]}" -n 2 "$cleave" train "$src/examples/gpt_fortunes.json" "${common[@]}" \
   --set parallel.pipeline_model_parallel_size=2 --set train.out_dir=run > train.log 2>&1 \
   || { cat train.log; fail "training run"; }
+# Every example evaluates during its run, not only after the last step (the eval curve has several points).
+python3 - "$src"/examples/*.json "$src"/examples/*/*.json << 'PY' || fail "an example without a useful train.eval_interval"
+import json, sys
+for path in sys.argv[1:]:
+    train = json.load(open(path))["train"]
+    interval, steps = train.get("eval_interval", 0), train["steps"]
+    assert 0 < interval and steps // interval >= 4, f"{path}: eval_interval {interval} over {steps} steps"
+PY
 page=run/report.html
 [ -s "$page" ] || { cat train.log; fail "no report.html after cleave train"; }
 [ -s run/run.json ] || fail "no run.json"

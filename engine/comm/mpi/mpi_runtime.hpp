@@ -56,4 +56,15 @@ class MpiRuntime {
 // initialized and not finalized (so no peer hangs), std::exit otherwise.
 [[noreturn]] void abort_job(const std::string& message, int exit_code = 1);
 
+// For a command's error handler under MPI: ends the job with the error printed once. The failing ranks meet in
+// a barrier on MPI_COMM_WORLD (which no communicator uses: they all work on duplicates). When every rank gets
+// there within `agree_s` seconds (an error every rank sees: a bad config, a refused plan, a failure the ranks
+// agreed on), rank 0 prints each distinct message once ("error: ..."; a message only some ranks saw is
+// prefixed with them), MPI is finalized and every rank exits with `exit_code`: no MPI_Abort and its banner.
+// Otherwise (a peer is still computing, or blocked on this rank) it prints its own message and aborts the job
+// (abort_job), so no peer waits forever. `agree_s` stays short, below any train.comm_timeout_s, so a peer's
+// watchdog does not end the job before this rank has said why. Without MPI, or on one rank, it prints the
+// message and exits.
+[[noreturn]] void end_job_after_error(const std::string& message, int exit_code = 1, double agree_s = 1.0);
+
 }  // namespace cleave::comm

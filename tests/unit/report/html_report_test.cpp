@@ -137,6 +137,15 @@ TEST(RunSummary, RoundTrip) {
   EXPECT_EQ(back.ranks[1].peak_bytes, s.ranks[1].peak_bytes);
   EXPECT_EQ(back.ranks[1].stages, s.ranks[1].stages);
   EXPECT_EQ(back.ranks[1].peak_total, s.ranks[1].peak_total);
+  EXPECT_TRUE(back.resumes.empty());
+  RunSummary resumed = s;
+  resumed.resumes.push_back({4, "run/checkpoints/step_0000004", {{"optimizer.lr", "0.003", "0.001", "--allow-config-change"}}});
+  const RunSummary again = parse_run_summary(to_json_text(resumed), "run.json");
+  ASSERT_EQ(again.resumes.size(), 1u);
+  EXPECT_EQ(again.resumes[0].at_step, 4);
+  ASSERT_EQ(again.resumes[0].config_changes.size(), 1u);
+  EXPECT_EQ(again.resumes[0].config_changes[0].after, "0.001");
+  EXPECT_EQ(again.resumes[0].config_changes[0].allowed_by, "--allow-config-change");
   RunSummary bad = s;
   bad.ranks[0].peak_bytes.pop_back();
   EXPECT_THROW(parse_run_summary(to_json_text(bad), "run.json"), Error);
@@ -167,6 +176,34 @@ TEST(HtmlReport, SelfContainedPageWithEveryCurve) {
   EXPECT_NE(html.find("&quot;out_dir&quot;: &quot;runs/&lt;demo&gt;&quot;"), std::string::npos);
   EXPECT_EQ(html.find("runs/<demo>"), std::string::npos);  // escaped everywhere
   EXPECT_EQ(std::count(html.begin(), html.end(), '<') > 100, true);
+}
+
+// A resumed run: every curve marks the step it resumed at, and the summary names the resume and its changes.
+TEST(HtmlReport, MarksWhereTheRunResumed) {
+  std::string rows = metrics_rows(12, 100);
+  const std::string fifth = "{\"step\":5,";
+  const std::size_t at = rows.find(fifth);
+  ASSERT_NE(at, std::string::npos) << rows;
+  rows.replace(at, fifth.size(), "{\"step\":5,\"resumed_at_step\":4,\"config_changes\":1,");
+  RunFiles run;
+  run.dir = "resumed";
+  run.metrics = parse_metrics(rows, "m");
+  run.summary = two_rank_summary();
+  run.summary->resumes.push_back({4, "resumed/checkpoints/step_0000004",
+                                  {{"optimizer.lr", "0.003", "0.001", "--allow-config-change"}}});
+  const std::string html = build_report_html(run);
+  const auto markers = [&] {
+    int n = 0;
+    for (std::size_t p = html.find("class=\"xmarker\""); p != std::string::npos; p = html.find("class=\"xmarker\"", p + 1)) ++n;
+    return n;
+  }();
+  EXPECT_EQ(markers, 6);  // loss, lr, throughput, step time, gradient norm, peak memory
+  EXPECT_NE(html.find("at step 4 from resumed/checkpoints/step_0000004; config changes: optimizer.lr 0.003 -&gt; "
+                      "0.001 (--allow-config-change)"),
+            std::string::npos);
+  run.summary->resumes.clear();
+  run.metrics = parse_metrics(metrics_rows(12, 100), "m");
+  EXPECT_EQ(build_report_html(run).find("class=\"xmarker\""), std::string::npos);  // not resumed: no marker
 }
 
 TEST(HtmlReport, WithoutRunJsonStillDrawsCurves) {

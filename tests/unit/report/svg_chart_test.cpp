@@ -117,6 +117,36 @@ TEST(SvgChart, NiceTicks) {
   EXPECT_EQ(format_number(0), "0");
 }
 
+// A nearly flat series far from zero (tokens/s around 20.5M): the y ticks are 20.48M, 20.49M, ... and each
+// label must say which (it printed "20.5M" on every tick).
+TEST(SvgChart, TickLabelsAreDistinctOnANearlyFlatSeries) {
+  LineChart chart;
+  chart.series = {Series{"tokens_per_s", "#000", {1, 2, 3, 4}, {20.481e6, 20.502e6, 20.493e6, 20.517e6}, false}};
+  const std::string svg = line_chart_svg(chart);
+  std::vector<std::string> labels;
+  for (std::size_t at = svg.find("class=\"ytick\">"); at != std::string::npos;
+       at = svg.find("class=\"ytick\">", at + 1)) {
+    const std::size_t begin = at + 14;
+    labels.push_back(svg.substr(begin, svg.find('<', begin) - begin));
+  }
+  ASSERT_GE(labels.size(), 3u) << svg;
+  std::vector<std::string> sorted = labels;
+  std::sort(sorted.begin(), sorted.end());
+  EXPECT_EQ(std::adjacent_find(sorted.begin(), sorted.end()), sorted.end()) << ::testing::PrintToString(labels);
+  EXPECT_EQ(tick_labels({20.48e6, 20.49e6, 20.5e6}), (std::vector<std::string>{"20.48M", "20.49M", "20.5M"}));
+  EXPECT_EQ(tick_labels({0, 2, 4}), (std::vector<std::string>{"0", "2", "4"}));  // no digits added when not needed
+}
+
+TEST(SvgChart, XMarkersInsideThePlot) {
+  LineChart chart;
+  chart.series = {Series{"loss", "#000", {1, 2, 3, 4, 5, 6}, {4, 3.5, 3.2, 3, 2.9, 2.8}, false}};
+  chart.x_markers = {4, 99};  // 99 is outside the data: not drawn
+  chart.x_marker_label = "resumed";
+  const std::string svg = line_chart_svg(chart);
+  EXPECT_EQ(count_matches(svg, "class=\"xmarker\""), 1) << svg;
+  EXPECT_NE(svg.find(">resumed</text>"), std::string::npos);
+}
+
 TEST(SvgChart, StackedBarsWithCap) {
   StackedBars bars;
   bars.title = "memory";

@@ -177,6 +177,17 @@ TEST(Progress, PlainLinesAtIntervalsAndSummary) {
                       "| outputs in runs/x");
 }
 
+// A resumed run counts only the steps it ran (it said "done: 25 steps" after running 5).
+TEST(Progress, SummaryAfterAResumeCountsThisProcessesSteps) {
+  std::FILE* out = std::tmpfile();
+  ProgressPrinter printer(25, 10, "samples", out, false);
+  for (int step = 21; step <= 25; ++step) printer.update(sample_metrics(step));
+  printer.summary();
+  const std::string text = read_stream(out);
+  std::fclose(out);
+  EXPECT_NE(text.find("done: 5 steps (21 to 25, resumed at step 20) in 0.4 s | loss"), std::string::npos) << text;
+}
+
 TEST(Progress, LiveBarOnTerminals) {
   std::FILE* out = std::tmpfile();
   ProgressPrinter printer(4, 2, "tok", out, true);

@@ -133,7 +133,10 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
   }
   Allocator& allocator = *options.context.allocator;
   const std::int64_t state_before = allocator.stats().current_of(MemoryCategory::kOptimizerState);
-  if (zero1()) sharded_optimizer_ = optim::make_sharded_optimizer(options.optimizer, shards_, allocator);
+  if (zero1()) {
+    sharded_optimizer_ = optim::make_sharded_optimizer(options.optimizer, shards_, allocator);
+    sharded_optimizer_->run_on(options.context);  // the run's stream (B1)
+  }
   const std::int64_t state_bytes = allocator.stats().current_of(MemoryCategory::kOptimizerState) - state_before;
 
   // What an unsharded optimizer holds: one f32 tensor per parameter per state kind.

@@ -36,6 +36,7 @@ StepTail::StepTail(RankSetup& setup, RankModel& model, std::function<void(int bu
   }
   if (!data_parallel_ || !data_parallel_->zero1()) {
     optimizer_ = optim::make_optimizer(cfg.optimizer, model.params(), *setup.allocator);
+    optimizer_->run_on(setup.context);  // the run's stream (B1)
   }
   lr_schedule_ = optim::LrSchedule::from_config(cfg.optimizer, cfg.train.steps);
   layers::refresh_working_copies(model.params(), setup.context);  // under ZeRO-1 the values are views by now

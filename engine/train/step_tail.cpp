@@ -61,7 +61,9 @@ void StepTail::reduce_grads(int) {
 // gradient, or under ZeRO-1 its shard of it); without dp the tied table's two copies are summed.
 void StepTail::finish_gradient_reduction() {
   if (data_parallel_) result_.dp_bytes = data_parallel_->end_step().wire_bytes;
-  else if (model_.tied_table()) model_.tied_group()->all_reduce(model_.tied_table()->grad, comm::ReduceOp::kSum)->wait();
+  else if (model_.tied_table()) {
+    model_.tied_group()->all_reduce(model_.tied_table()->grad, comm::ReduceOp::kSum, *setup_.context.stream)->wait();
+  }
   reduced_ = true;
 }
 

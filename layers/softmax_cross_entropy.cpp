@@ -46,7 +46,8 @@ EvalCounts SoftmaxCrossEntropy::evaluate(const Tensor& logits, Context& ctx) {
   EvalCounts out;
   out.rows = count.rows;
   out.correct = count.correct;
-  out.loss_sum = static_cast<double>(loss.to_floats()[0]) * static_cast<double>(count.rows);
+  // count_correct waited for the stream already: one more read-back of one float (device-safe).
+  out.loss_sum = static_cast<double>(ops::to_host(ctx, loss).to_floats()[0]) * static_cast<double>(count.rows);
   return out;
 }
 

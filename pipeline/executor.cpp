@@ -3,6 +3,7 @@
 #include "pipeline/executor.hpp"
 
 #include "engine/core/error.hpp"
+#include "kernels/ops/ops.hpp"
 
 namespace cleave::pipeline {
 namespace {
@@ -19,8 +20,9 @@ Executor::Executor(ExecutorOptions options) : options_(std::move(options)) {
   CLEAVE_ASSERT(options_.schedule->is_lowered() || options_.schedule->pp_size == 1,
                 "the executor runs lowered schedules");
   last_stage_ = options_.schedule->num_stages - 1;
+  // Written on the run's stream, so on a GPU the host never touches device memory.
   loss_scale_tensor_ = Tensor::empty({1}, DType::kF32, MemoryCategory::kWorkspace, *options_.context->allocator);
-  loss_scale_tensor_.data<float>()[0] = options_.loss_scale;
+  ops::fill(*options_.context, loss_scale_tensor_, options_.loss_scale);
   const auto& actions = options_.schedule->ranks.at(static_cast<std::size_t>(options_.pp_rank));
   for (std::size_t i = 0; i < actions.size(); ++i) {
     if (frees_stash(actions[i].kind)) final_weight_action_[actions[i].stage] = i;
@@ -145,9 +147,12 @@ Tensor Executor::backward_dy(int stage, int microbatch) {
 
 StepOutcome Executor::run_step() {
   StepOutcome outcome;
-  outcome.losses.reserve(static_cast<std::size_t>(options_.schedule->num_microbatches));
   const auto& actions = options_.schedule->ranks.at(static_cast<std::size_t>(options_.pp_rank));
   layers::Context& ctx = *options_.context;
+  // Each micro-batch's loss stays on the device (copied into one buffer on the stream) and is read back once,
+  // after the step: no host wait per micro-batch.
+  Tensor losses_device;
+  std::vector<int> loss_microbatches;
   auto stage_module = [&](const Action& a) -> StageModule& {
     auto it = options_.stages.find(a.stage);
     CLEAVE_ASSERT(it != options_.stages.end(), "rank {} has no stage {} for {}", options_.pp_rank, a.stage,
@@ -184,7 +189,15 @@ StepOutcome Executor::run_step() {
         }
         Tensor y = stage.forward(a.microbatch, x, ctx);
         if (a.stage == last_stage_) {
-          outcome.losses.emplace_back(a.microbatch, y.data<float>()[0]);
+          CLEAVE_ASSERT(y.numel() == 1 && y.dtype() == DType::kF32, "stage {} returned a loss {} {}, not one f32",
+                        a.stage, y.shape().str(), dtype_name(y.dtype()));
+          if (!losses_device.defined()) {
+            losses_device = Tensor::empty({options_.schedule->num_microbatches}, DType::kF32,
+                                          MemoryCategory::kWorkspace, *ctx.allocator);
+          }
+          const auto k = static_cast<std::int64_t>(loss_microbatches.size());
+          ops::copy(ctx, y.view(Shape{1}), losses_device.slice(k, k + 1));
+          loss_microbatches.push_back(a.microbatch);
         } else {
           forward_out_[{a.stage, a.microbatch}] = y;
         }
@@ -225,6 +238,12 @@ StepOutcome Executor::run_step() {
                 options_.pp_rank);
   works_.clear();
   data_.clear();
+  if (!loss_microbatches.empty()) {  // the one read-back of the step's losses
+    const auto count = static_cast<std::int64_t>(loss_microbatches.size());
+    const std::vector<float> values = ops::to_host(ctx, losses_device.slice(0, count)).to_floats();
+    outcome.losses.reserve(loss_microbatches.size());
+    for (std::size_t k = 0; k < loss_microbatches.size(); ++k) outcome.losses.emplace_back(loss_microbatches[k], values[k]);
+  }
   return outcome;
 }
 

@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 
 #include "engine/core/error.hpp"
 
@@ -52,6 +53,11 @@ std::string MemoryStats::breakdown() const {
 
 Storage::~Storage() { owner_->release(data_, bytes_, block_bytes_, category_); }
 Device Storage::device() const { return owner_->device(); }
+
+void Allocator::zero_bytes(void* data, std::size_t bytes) {
+  CLEAVE_ASSERT(device_.is_cpu(), "Allocator::zero_bytes on {}: a device allocator overrides it", device_.str());
+  if (bytes > 0) std::memset(data, 0, bytes);
+}
 
 Allocator::~Allocator() = default;
 

@@ -63,6 +63,7 @@ class Storage {
   std::size_t bytes() const { return bytes_; }
   MemoryCategory category() const { return category_; }
   Device device() const;
+  Allocator& owner() const { return *owner_; }
 
  private:
   void* data_;
@@ -87,6 +88,11 @@ class Allocator {
   void reset_peak();     // peaks := current (e.g. after model set-up, to measure one step)
   void release_cache();  // return cached blocks to the system
   Device device() const { return device_; }
+
+  // Sets `bytes` bytes at `data` (inside a block of this allocator) to zero where the memory lives: a host
+  // memset on the CPU; on a device, enqueued on the allocator's stream (stream-ordered like its reuse), so a
+  // device tensor is zeroed without the host touching device memory (Tensor::zero_ calls this).
+  virtual void zero_bytes(void* data, std::size_t bytes);
 
  protected:
   virtual void* system_allocate(std::size_t bytes) = 0;

@@ -1,7 +1,10 @@
-// Tensor construction, views and host-side helpers (CPU storage only; CUDA copies live in engine/cuda).
+// Tensor construction, views and host-side helpers. Host pointers are touched only for CPU storage; zero_ goes
+// through the owning allocator, so a device tensor is zeroed on the device (its allocator's stream). Copies
+// between devices go through ops::transfer (kernels/ops/ops.hpp).
 #include "engine/core/tensor.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 namespace cleave {
@@ -65,11 +68,14 @@ Tensor Tensor::clone(MemoryCategory category) const {
 }
 
 void Tensor::zero_() const {
-  CLEAVE_ASSERT(device().is_cpu(), "Tensor::zero_ on {}", device().str());
-  std::memset(raw_data(), 0, nbytes());
+  CLEAVE_ASSERT(defined(), "zero_ of an undefined tensor");
+  storage_->owner().zero_bytes(raw_data(), nbytes());
 }
 
 void Tensor::fill_(float value) const {
+  if (value == 0.0f && !std::signbit(value)) return zero_();  // +0 is all-zero bits: device-safe
+  CLEAVE_ASSERT(device().is_cpu(), "Tensor::fill_({}) on {}: use ops::fill on the tensor's stream", value,
+                device().str());
   auto s = span<float>();
   std::fill(s.begin(), s.end(), value);
 }

@@ -55,8 +55,8 @@ class Tensor {
   Tensor slice(std::int64_t begin, std::int64_t end) const;    // rows [begin, end) of dim 0, shares storage
   Tensor clone(MemoryCategory category) const;                 // deep copy (same device)
 
-  void zero_() const;
-  void fill_(float value) const;            // f32 tensors
+  void zero_() const;                       // any device: through the owning allocator (its stream on a GPU)
+  void fill_(float value) const;            // f32 CPU tensors; +0 on any device (as zero_)
   void copy_from(const Tensor& src) const;  // same numel and dtype; CPU<->CPU here, CUDA copies in cuda/
   std::vector<float> to_floats() const;     // CPU f32/bf16 tensor -> host vector
 

@@ -37,6 +37,12 @@ void CudaCachingAllocator::system_free(void* ptr, std::size_t) {
   cudaGetLastError();
 }
 
+void CudaCachingAllocator::zero_bytes(void* data, std::size_t bytes) {
+  if (bytes == 0) return;
+  DeviceGuard guard(device().index);
+  CLEAVE_CUDA_CHECK(cudaMemsetAsync(data, 0, bytes, stream_));
+}
+
 PinnedHostAllocator::PinnedHostAllocator() : Allocator(Device::cpu()) {}
 
 PinnedHostAllocator::~PinnedHostAllocator() { release_cache(); }

@@ -28,6 +28,7 @@ class CudaCachingAllocator final : public Allocator {
   ~CudaCachingAllocator() override;  // synchronises the stream and frees every cached block
 
   cudaStream_t stream() const { return stream_; }
+  void zero_bytes(void* data, std::size_t bytes) override;  // cudaMemsetAsync on stream()
 
  protected:
   void* system_allocate(std::size_t bytes) override;

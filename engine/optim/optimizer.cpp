@@ -26,10 +26,20 @@ Optimizer::Optimizer(const ParamList& params) : params_(unique_params(params)) {
     CLEAVE_CHECK(p->value.dtype() == DType::kF32 && p->grad.dtype() == DType::kF32,
                  "optimizer: parameter {} is {} with {} grad; the optimizer updates f32 (master) weights", p->name,
                  dtype_name(p->value.dtype()), dtype_name(p->grad.dtype()));
-    CLEAVE_CHECK(p->value.device().is_cpu() && p->grad.device().is_cpu(),
-                 "optimizer: parameter {} is on {}; this optimizer updates CPU tensors", p->name,
-                 p->value.device().str());
+    CLEAVE_CHECK(p->value.device() == params_.front()->value.device() && p->grad.device() == p->value.device(),
+                 "optimizer: parameter {} is on {} with its grad on {}, parameter {} on {}: one optimizer updates "
+                 "tensors on one device", p->name, p->value.device().str(), p->grad.device().str(),
+                 params_.front()->name, params_.front()->value.device().str());
   }
+  if (!params_.empty()) ctx_.device = params_.front()->value.device();
+}
+
+void Optimizer::run_on(const ops::Context& run) {
+  CLEAVE_CHECK(params_.empty() || run.device == ctx_.device, "optimizer: parameters on {}, but the run is on {}",
+               ctx_.device.str(), run.device.str());
+  Allocator* state_allocator = ctx_.allocator;
+  static_cast<ops::Context&>(ctx_) = run;
+  if (!state_.empty()) ctx_.allocator = state_allocator;
 }
 
 void Optimizer::add_state(const std::string& name, Allocator& allocator) {

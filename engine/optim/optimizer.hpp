@@ -45,6 +45,10 @@ class Optimizer {
   std::int64_t steps_done() const { return steps_; }
   // Restores the update count from a checkpoint (the next step() is update number n + 1).
   void set_steps_done(std::int64_t n) { steps_ = n; }
+  // Runs the updates in the run's op context: its device, stream (B1 of docs/cuda.md: a GPU update must be
+  // enqueued on the run's stream, after the kernels that wrote the gradients), handles and slot table. The
+  // state keeps the allocator it was made on. CLEAVE_CHECK: the parameters live on run.device.
+  void run_on(const ops::Context& run);
   const ParamList& params() const { return params_; }
   // State tensors named "<param name>.<state name>" (exp_avg, exp_avg_sq, momentum_buffer), for
   // checkpoints and tests.
@@ -54,7 +58,7 @@ class Optimizer {
   explicit Optimizer(const ParamList& params);
   // Adds one state tensor per parameter, zeroed, named `name`.
   void add_state(const std::string& name, Allocator& allocator);
-  ops::Context ctx_;  // where the updates run: the state's allocator and device (set by add_state; cpu otherwise)
+  ops::Context ctx_;  // where the updates run: the parameters' device, the state's allocator, the run's stream (run_on)
   // Updates params_[i] for update number `step` (1-based); state_[k][i] is its k-th state tensor.
   virtual void update(std::size_t i, float lr, std::int64_t step) = 0;
 

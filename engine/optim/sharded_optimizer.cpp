@@ -18,9 +18,11 @@ void check_shard(const FlatShard& shard, std::size_t index) {
   CLEAVE_ASSERT(shard.value.numel() == shard.grad.numel(), "sharded optimizer: shard {} value {} and grad {} elements",
                 index, shard.value.numel(), shard.grad.numel());
   CLEAVE_CHECK(shard.value.dtype() == DType::kF32 && shard.grad.dtype() == DType::kF32 &&
-                   shard.value.device().is_cpu() && shard.grad.device().is_cpu(),
-               "sharded optimizer: shard {} is {} on {}; the sharded optimizer updates f32 (master) weights on the cpu",
-               index, dtype_name(shard.value.dtype()), shard.value.device().str());
+                   shard.value.device() == shard.grad.device(),
+               "sharded optimizer: shard {} is {} on {} with a {} grad on {}; the sharded optimizer updates f32 "
+               "(master) weights with their grads on one device",
+               index, dtype_name(shard.value.dtype()), shard.value.device().str(), dtype_name(shard.grad.dtype()),
+               shard.grad.device().str());
   std::int64_t end = 0;
   for (const ShardSegment& s : shard.segments) {
     CLEAVE_ASSERT(s.param != nullptr && s.numel > 0 && s.begin >= end && s.begin + s.numel <= shard.value.numel(),
@@ -34,7 +36,21 @@ void check_shard(const FlatShard& shard, std::size_t index) {
 }  // namespace
 
 ShardedOptimizer::ShardedOptimizer(std::vector<FlatShard> shards) : shards_(std::move(shards)) {
-  for (std::size_t i = 0; i < shards_.size(); ++i) check_shard(shards_[i], i);
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    check_shard(shards_[i], i);
+    CLEAVE_CHECK(shards_[i].value.device() == shards_.front().value.device(),
+                 "sharded optimizer: shard {} is on {}, shard 0 on {}: one optimizer updates one device", i,
+                 shards_[i].value.device().str(), shards_.front().value.device().str());
+  }
+  if (!shards_.empty()) ctx_.device = shards_.front().value.device();
+}
+
+void ShardedOptimizer::run_on(const ops::Context& run) {
+  CLEAVE_CHECK(shards_.empty() || run.device == ctx_.device, "sharded optimizer: shards on {}, but the run is on {}",
+               ctx_.device.str(), run.device.str());
+  Allocator* state_allocator = ctx_.allocator;
+  ctx_ = run;
+  if (!state_.empty()) ctx_.allocator = state_allocator;
 }
 
 void ShardedOptimizer::add_state(const std::string& name, Allocator& allocator) {

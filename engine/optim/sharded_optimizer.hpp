@@ -60,6 +60,10 @@ class ShardedOptimizer {
   std::int64_t steps_done() const { return steps_; }
   // Restores the update count from a checkpoint (the next step() is update number n + 1).
   void set_steps_done(std::int64_t n) { steps_ = n; }
+  // Runs the updates in the run's op context: its device, stream (B1 of docs/cuda.md: a GPU update must be
+  // enqueued on the run's stream, after the kernels that wrote the gradients), handles and slot table. The
+  // state keeps the allocator it was made on. CLEAVE_CHECK: the parameters live on run.device.
+  void run_on(const ops::Context& run);
   const std::vector<FlatShard>& shards() const { return shards_; }
   // The state kinds ("exp_avg", "exp_avg_sq" | "momentum_buffer" | none) and state_tensor(k, s): kind k's
   // shard-sized tensor of shard s (index it with ShardSegment::begin). For checkpoints.
@@ -70,7 +74,7 @@ class ShardedOptimizer {
   explicit ShardedOptimizer(std::vector<FlatShard> shards);
   // Adds one zeroed shard-sized state tensor per shard, of kind `name`.
   void add_state(const std::string& name, Allocator& allocator);
-  ops::Context ctx_;  // where the updates run: the state's allocator and device (set by add_state; cpu otherwise)
+  ops::Context ctx_;  // where the updates run: the parameters' device, the state's allocator, the run's stream (run_on)
   // Updates one segment of shard s for update number `step` (1-based); state_[k][s] is the shard's k-th
   // state tensor (index it with segment.begin).
   virtual void update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) = 0;

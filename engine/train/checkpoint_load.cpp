@@ -15,6 +15,7 @@
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/train/checkpoint_io.hpp"
+#include "kernels/ops/ops.hpp"
 #include "engine/train/checkpoint_pieces.hpp"
 #include "engine/train/checkpoint_reader.hpp"
 #include "layers/layer_util.hpp"
@@ -108,7 +109,13 @@ std::int64_t load_checkpoint(RankSetup& s, RankModel& model, StepTail& tail, con
   }
   throw_if_any_rank_failed(s.world, error);
   for (std::size_t i = 0; i < pieces.size(); ++i) {
-    std::memcpy(pieces[i].data.data<float>(), values[i].data(), values[i].size() * sizeof(float));
+    if (pieces[i].data.device().is_cpu()) {
+      std::memcpy(pieces[i].data.data<float>(), values[i].data(), values[i].size() * sizeof(float));
+    } else {  // GPU runs: through one host buffer at a time
+      const Shape flat{pieces[i].data.numel()};
+      ops::transfer(s.context, Tensor::from_floats(values[i], flat), pieces[i].data.view(flat));
+      ops::synchronize(s.context);
+    }
   }
   tail.set_optimizer_steps_done(steps_done);
   layers::refresh_working_copies(model.params(), s.context);

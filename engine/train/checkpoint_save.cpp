@@ -22,6 +22,7 @@
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/train/checkpoint_io.hpp"
+#include "kernels/ops/ops.hpp"
 #include "engine/train/checkpoint_pieces.hpp"
 #include "engine/train/checkpoint_reader.hpp"
 #include "engine/train/collectives.hpp"
@@ -40,15 +41,19 @@ json write_rank_file(const RankSetup& s, const RankModel& model, StepTail& tail,
   const std::vector<LocalPiece> pieces = local_pieces(s, model, tail);
   const std::string file = fmt::format("rank_{:05d}.safetensors", s.world.rank());
   std::vector<checkpoint::TensorToWrite> tensors;
+  std::vector<Tensor> host_copies;  // device pieces read back (GPU runs), alive until the file is written
+  host_copies.reserve(pieces.size());
   json placements = json::array();
   for (const LocalPiece& piece : pieces) {
     if (!piece.owned) continue;
+    const Tensor& data = piece.data.device().is_cpu() ? piece.data
+                                                      : host_copies.emplace_back(ops::to_host(s.context, piece.data));
     const std::string name = piece.offset == 0 && piece.data.numel() == piece.param->value.numel()
                                  ? piece.tensor
                                  : fmt::format("{}@{}", piece.tensor, piece.offset);
     tensors.push_back({name, "F32", {piece.data.numel()},
-                       std::as_bytes(std::span<const float>(piece.data.data<float>(),
-                                                            static_cast<std::size_t>(piece.data.numel())))});
+                       std::as_bytes(std::span<const float>(data.data<float>(),
+                                                            static_cast<std::size_t>(data.numel())))});
     const layers::ShardSpec& spec = piece.param->shard;
     placements.push_back({{"tensor", piece.tensor},
                           {"kind", piece.tensor == piece.param->name ? "parameter" : "optimizer_state"},

@@ -103,8 +103,9 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
   bucket_options.reduction = zero1() ? comm::BucketReduction::kReduceScatter : comm::BucketReduction::kAllReduce;
   bucket_options.wire_dtype = options.grad_wire_dtype;
   bucket_options.after_launch = options.after_bucket_launch;
+  // Collectives run on the run's stream, after the kernels that produced their inputs (B4 of docs/cuda.md).
   bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(order_), dp, bucket_options,
-                                                      *options.context.allocator);
+                                                      *options.context.allocator, *options.context.stream);
   for (int i = 0; i < bucketer_->num_grads(); ++i) {
     layers::Param* p = order_[static_cast<std::size_t>(i)].get();
     p->grad = bucketer_->grad(i);
@@ -114,7 +115,7 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
   if (split_table_) {
     table_order.push_back(split_table_);
     table_bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(table_order), dp, bucket_options,
-                                                             *options.context.allocator);
+                                                             *options.context.allocator, *options.context.stream);
     split_table_->grad = table_bucketer_->grad(0);
     entries_[split_table_.get()] = Entry{split_table_.get(), table_bucketer_.get(), 0, 1, 0};
   }
@@ -133,7 +134,10 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
   }
   Allocator& allocator = *options.context.allocator;
   const std::int64_t state_before = allocator.stats().current_of(MemoryCategory::kOptimizerState);
-  if (zero1()) sharded_optimizer_ = optim::make_sharded_optimizer(options.optimizer, shards_, allocator);
+  if (zero1()) {
+    sharded_optimizer_ = optim::make_sharded_optimizer(options.optimizer, shards_, allocator);
+    sharded_optimizer_->run_on(options.context);  // the run's stream (B1)
+  }
   const std::int64_t state_bytes = allocator.stats().current_of(MemoryCategory::kOptimizerState) - state_before;
 
   // What an unsharded optimizer holds: one f32 tensor per parameter per state kind.
@@ -238,7 +242,7 @@ void DataParallel::on_grad_final(const layers::Param& param) {
   if (e.reports < e.expected_reports) return;
   if (e.param == split_table_.get()) {
     // Both copies' gradients are summed before either is reduced over dp (end_step launches that).
-    tied_work_ = tied_group_->all_reduce(split_table_->grad, comm::ReduceOp::kSum);
+    tied_work_ = tied_group_->all_reduce(split_table_->grad, comm::ReduceOp::kSum, *options_.context.stream);
     return;
   }
   e.bucketer->mark_ready(e.index);
@@ -288,7 +292,8 @@ void DataParallel::all_gather_values(const comm::GradientBucketer& bucketer, con
   for (int b = 0; b < bucketer.num_buckets(); ++b) {
     const Tensor& flat = values[static_cast<std::size_t>(b)];
     const std::int64_t begin = bucketer.shard_begin(b);
-    works.push_back(dp_.all_gather(flat.slice(begin, begin + bucketer.shard(b).numel()), flat));
+    works.push_back(dp_.all_gather(flat.slice(begin, begin + bucketer.shard(b).numel()), flat,
+                                   *options_.context.stream));
   }
 }
 

@@ -15,13 +15,14 @@ std::vector<float> next_token_logits(RankSetup& s, const RankModel& model, const
                "generation runs the whole model on one rank (world size {}, {} stages)", s.world.size(),
                s.plan.num_stages());
   CLEAVE_CHECK(!tokens.empty(), "generation needs at least one token of context");
-  Tensor ids = Tensor::empty({1, static_cast<std::int64_t>(tokens.size())}, DType::kI32, MemoryCategory::kActivations,
-                             *s.allocator);
-  std::memcpy(ids.data<std::int32_t>(), tokens.data(), tokens.size() * sizeof(std::int32_t));
+  const Shape window{1, static_cast<std::int64_t>(tokens.size())};
+  Tensor host = Tensor::empty(window, DType::kI32, MemoryCategory::kActivations, s.host_allocator());
+  std::memcpy(host.data<std::int32_t>(), tokens.data(), tokens.size() * sizeof(std::int32_t));
+  Tensor ids = s.on_device() ? ops::to_device(s.context, host, MemoryCategory::kActivations) : host;
   const Tensor logits = model.stages().front()->infer(ids, s.context, /*skip_loss=*/true);
   ops::check_device_status(s.context);  // a token id a GPU kernel found outside the vocabulary (no-op on the CPU)
   const std::int64_t vocab = logits.dim(logits.rank() - 1);
-  const std::vector<float> all = logits.to_floats();
+  const std::vector<float> all = (s.on_device() ? ops::to_host(s.context, logits) : logits).to_floats();
   CLEAVE_ASSERT(static_cast<std::int64_t>(all.size()) >= vocab, "logits of {} values, vocab {}", all.size(), vocab);
   return {all.end() - vocab, all.end()};
 }

@@ -1,5 +1,6 @@
 // gather_parameters (parameter_gather.hpp).
 #include "engine/train/parameter_gather.hpp"
+#include "kernels/ops/ops.hpp"
 
 #include "engine/train/collectives.hpp"
 #include "layers/parallel/shard.hpp"
@@ -53,8 +54,10 @@ std::map<std::string, std::vector<float>> gather_parameters(RankSetup& s, const 
       s.world.broadcast(meta, rank)->wait();
       const std::int64_t* m = meta.data<std::int64_t>();
       if (m[1] < 0 && tp_rank != 0) continue;  // replicated: tp rank 0's copy is the logical tensor
-      Tensor values = local ? local->value.view({local->value.numel()})
-                            : Tensor::empty({m[0]}, DType::kF32, MemoryCategory::kCommunication);
+      // A GPU run's parameter is read back to the host first (one tensor at a time).
+      Tensor values = !local ? Tensor::empty({m[0]}, DType::kF32, MemoryCategory::kCommunication)
+                      : local->value.device().is_cpu() ? local->value.view({local->value.numel()})
+                                                       : ops::to_host(s.context, local->value.view({local->value.numel()}));
       s.world.broadcast(values, rank)->wait();
       if (m[1] < 0) {
         logical = values.to_floats();

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "kernels/ops/ops.hpp"
 #include "layers/models/builder.hpp"
 #include "partition/cost_model.hpp"
 
@@ -15,7 +16,10 @@ RankModel::RankModel(RankSetup& setup) {
   build.seed = cfg.train.seed;
   build.tp_size = setup.grid.tp_size();
   build.tp_rank = setup.coords.tp_rank;
-  build.allocator = setup.allocator.get();
+  // On a GPU the parameters are built on a host allocator, exactly as on the CPU (same seeds, same values;
+  // initialisation writes through host pointers), then moved to the device below.
+  if (setup.on_device()) host_build_ = make_cpu_allocator();
+  build.allocator = host_build_ ? host_build_.get() : setup.allocator.get();
   build.recompute = partition::parse_recompute(cfg.train.recompute);
   tied_name_ = plan.spec.tied_parameters.empty() ? std::string() : plan.spec.tied_parameters.front();
   for (int stage : plan.local_stages) {
@@ -33,6 +37,12 @@ RankModel::RankModel(RankSetup& setup) {
   for (const auto& stage : stages_) {
     for (const auto& p : stage->params()) {
       if (std::find(params_.begin(), params_.end(), p) == params_.end()) params_.push_back(p);
+    }
+  }
+  if (host_build_) {
+    for (const auto& p : params_) {
+      p->value = ops::to_device(setup.context, p->value, MemoryCategory::kParameters);
+      p->grad = Tensor::zeros(p->grad.shape(), p->grad.dtype(), MemoryCategory::kGradients, *setup.allocator);
     }
   }
   // A tied table whose embedding and head live on different pp ranks exists twice; the group keeps the copies

@@ -49,6 +49,9 @@ class RankModel {
   void enable_ordered_accumulation(int microbatches, const ops::Context& context);
 
  private:
+  // GPU runs: the host allocator the parameters were built on before their move (outlives the stages, in
+  // case a layer kept a host view; null on the CPU).
+  std::unique_ptr<Allocator> host_build_;
   std::vector<std::unique_ptr<pipeline::StageModule>> stages_;
   std::map<int, pipeline::StageModule*> stage_by_index_;
   optim::ParamList params_;

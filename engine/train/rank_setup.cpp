@@ -1,6 +1,8 @@
 // RankSetup: the grid, memory, op context and plan of one rank (see rank_setup.hpp).
 #include "engine/train/rank_setup.hpp"
 
+#include "cleave/config.hpp"
+#include "engine/comm/launch_env.hpp"
 #include "engine/core/error.hpp"
 #include "kernels/ops/ops.hpp"
 
@@ -13,19 +15,41 @@ comm::ProcessGrid make_grid(config::RunConfig& config, int world_size) {
                                    config.parallel.pipeline_model_parallel_size, config.parallel.data_parallel_size);
 }
 
+// The device of this rank (see rank_setup.hpp, placement).
+Device run_device(const config::RunConfig& config, const comm::Communicator& world) {
+  if (config.device.type == "cpu") return Device::cpu();
+  CLEAVE_CHECK(config.device.type == "cuda", "device.type '{}' is not one of \"cpu\", \"cuda\"", config.device.type);
+  CLEAVE_CHECK(CLEAVE_WITH_CUDA != 0,
+               "device.type \"cuda\": this cleave was built without CUDA (CMake found no CUDA toolkit, cuDNN or NCCL; "
+               "`cleave version` says which), so it trains on the cpu only: set device.type \"cpu\" or rebuild");
+  const std::optional<comm::LocalRank> launcher = comm::local_rank_from_env(comm::process_env());
+  // Without a launcher's word, one node holds the whole world.
+  const int local_rank = launcher ? launcher->local_rank : world.rank();
+  const int local_size = launcher && launcher->local_size > 0 ? launcher->local_size : world.size();
+  const int gpus = ops::visible_devices(DeviceType::kCuda);
+  CLEAVE_CHECK(gpus > 0, "device.type \"cuda\": rank {} sees no CUDA device (check the driver and "
+               "CUDA_VISIBLE_DEVICES), or set device.type \"cpu\"", world.rank());
+  const bool gpus_shared = world.backend() != "nccl";  // the staged MPI world serves several ranks per GPU
+  CLEAVE_CHECK(local_size <= gpus || gpus_shared,
+               "device.type \"cuda\": {} ranks on this node but {} GPU(s) visible; launch at most {} rank(s) per node, "
+               "or set parallel.comm_backend \"mpi\" so ranks share GPUs through the staged world",
+               local_size, gpus, gpus);
+  return Device::cuda(local_rank % gpus);
+}
+
 }  // namespace
 
 RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Backend* backend)
     : config(std::move(c)), world(w), grid(make_grid(config, w.size())), coords(grid.coords_of(w.rank())) {
-  CLEAVE_CHECK(config.device.type == "cpu",
-               "device.type '{}' is not available yet: the trainer runs on the CPU backend (device.type \"cpu\"); "
-               "the CUDA backend is reachable through the op seam but not yet brought up for training",
-               config.device.type);
-  // The run's own memory and op context: nothing is shared with another run in this process.
-  allocator = make_cpu_allocator();
+  // The run's own stream, memory and op context: nothing is shared with another run in this process.
+  const Device device = run_device(config, w);
+  stream = ops::make_device_stream(device);
+  allocator = ops::make_device_allocator(device, stream->stream());
   if (config.device.memory_limit > 0) allocator->set_limit(config.device.memory_limit);
-  resources = ops::make_device_resources(Device::cpu());
-  context.device = Device::cpu();
+  if (!device.is_cpu()) pinned = ops::make_pinned_allocator(device);
+  resources = ops::make_device_resources(device);
+  context.device = device;
+  context.stream = &stream->stream();
   context.allocator = allocator.get();
   context.resources = resources.get();
   context.backend = backend;

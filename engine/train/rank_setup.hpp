@@ -4,8 +4,15 @@
 // StepTail, Trainer) and the free functions over them (checkpoints, gather, generation, run record) read it.
 //
 // Invariants: every tensor of the run comes from `allocator` (its cap is device.memory_limit, its peak the
-// run's peak); nothing here is shared with another run in the same process; `context` points at this
-// object's allocator and resources, so a RankSetup never moves (it is neither copied nor moved).
+// run's peak) except what the host writes before an upload or reads after a download (host_allocator());
+// nothing here is shared with another run in the same process; `context` points at this object's stream,
+// allocator and resources, so a RankSetup never moves (it is neither copied nor moved).
+//
+// Placement: device.type "cpu" runs on the CPU; "cuda" (CUDA builds only) puts world rank r on
+// cuda:<local rank> through the seam's factories (kernels/ops/ops.hpp), so this file includes no CUDA header.
+// More ranks on a node than GPUs is refused naming both counts, unless the world is the staged MPI world
+// (parallel.comm_backend "mpi", or "auto" where GPUs are shared), which lets several ranks share one GPU
+// (rank r then uses cuda:<local rank mod GPUs>).
 #pragma once
 
 #include <memory>
@@ -15,7 +22,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/planning/plan.hpp"
-#include "kernels/ops/context.hpp"
+#include "kernels/ops/ops.hpp"
 #include "layers/layer.hpp"
 
 namespace cleave::train {
@@ -34,12 +41,19 @@ struct RankSetup {
   comm::ProcessGrid grid;
   comm::GridCoords coords;
   comm::GridCommunicators groups;
+  std::unique_ptr<ops::DeviceStream> stream;           // the run's stream (outlives the allocator ordered on it)
   std::unique_ptr<Allocator> allocator;                // this run's memory: cap, peak, accounting
+  std::unique_ptr<Allocator> pinned;                   // page-locked host memory for uploads (null on the CPU)
   std::unique_ptr<ops::DeviceResources> resources;     // backend handles of the run's device
   layers::Context context;                             // device, allocator, stream, GEMM mode, precision, tp group
   std::unique_ptr<comm::Communicator> model_parallel;  // tp × pp ranks of this replica (norms, losses)
   config::ResolvedBatch batch;
   planning::Plan plan;
+
+  // Host memory for batches before their upload and for host control tensors: the run's own allocator on the
+  // CPU (accounted as before), pinned memory on a GPU.
+  Allocator& host_allocator() const { return pinned ? *pinned : *allocator; }
+  bool on_device() const { return !context.device.is_cpu(); }
 
   // World rank 0 writes files and logs for the run.
   bool reports() const { return world.rank() == 0; }

@@ -36,6 +36,7 @@ StepTail::StepTail(RankSetup& setup, RankModel& model, std::function<void(int bu
   }
   if (!data_parallel_ || !data_parallel_->zero1()) {
     optimizer_ = optim::make_optimizer(cfg.optimizer, model.params(), *setup.allocator);
+    optimizer_->run_on(setup.context);  // the run's stream (B1)
   }
   lr_schedule_ = optim::LrSchedule::from_config(cfg.optimizer, cfg.train.steps);
   layers::refresh_working_copies(model.params(), setup.context);  // under ZeRO-1 the values are views by now
@@ -60,7 +61,9 @@ void StepTail::reduce_grads(int) {
 // gradient, or under ZeRO-1 its shard of it); without dp the tied table's two copies are summed.
 void StepTail::finish_gradient_reduction() {
   if (data_parallel_) result_.dp_bytes = data_parallel_->end_step().wire_bytes;
-  else if (model_.tied_table()) model_.tied_group()->all_reduce(model_.tied_table()->grad, comm::ReduceOp::kSum)->wait();
+  else if (model_.tied_table()) {
+    model_.tied_group()->all_reduce(model_.tied_table()->grad, comm::ReduceOp::kSum, *setup_.context.stream)->wait();
+  }
   reduced_ = true;
 }
 

@@ -58,6 +58,20 @@ double elapsed_ms(Clock::time_point since) {
   return std::chrono::duration<double, std::milli>(Clock::now() - since).count();
 }
 
+// A batch the data source wrote into host memory, on the run's device: uploaded on the run's stream (from
+// pinned memory on a GPU; the host tensors go to `staged`, kept until the step's end has waited for the
+// stream). On the CPU the batch is used where it is.
+Batch on_run_device(const RankSetup& s, Batch host, std::vector<Tensor>& staged) {
+  if (!s.on_device()) return host;
+  Batch device;
+  for (auto [from, to] : {std::pair{&host.inputs, &device.inputs}, std::pair{&host.targets, &device.targets}}) {
+    *to = Tensor::empty(from->shape(), from->dtype(), MemoryCategory::kActivations, *s.allocator);
+    ops::transfer(s.context, *from, *to);
+    staged.push_back(*from);
+  }
+  return device;
+}
+
 // Floating model inputs (mlp / cnn features) in the compute dtype; token ids pass unchanged.
 Tensor in_compute_dtype(const RankSetup& s, const Tensor& inputs) {
   if (inputs.dtype() != DType::kF32 || s.context.compute_dtype() == DType::kF32) return inputs;
@@ -174,7 +188,8 @@ struct Trainer::Impl {
   std::unique_ptr<pipeline::Executor> eval_executor;  // evaluation through the same interpreter
   std::int64_t eval_batch = 0;                        // the evaluation batch the eval executor is reading
   std::vector<pipeline::TimedAction> last_timeline;
-  Tensor microbatch_losses;  // [dp * micro-batches] f32: the step's loss of every global micro-batch
+  Tensor microbatch_losses;  // [dp * micro-batches] f32 (host): the step's loss of every global micro-batch
+  std::vector<Tensor> staged_batches;  // host halves of this step's uploads (on_run_device), freed at its end
 };
 
 Trainer::Impl::Impl(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend)
@@ -204,7 +219,8 @@ Trainer::Impl::Impl(config::RunConfig config, comm::Communicator& world, const o
   const std::int64_t micro = setup.batch.micro_batch_size;
   options.boundary_shape = [&plan = setup.plan, micro](int stage) { return plan.boundary_shape(stage, micro); };
   options.data = [this](int microbatch) {
-    Batch b = train_data->next_batch(current_step, microbatch, layout, *setup.context.allocator);
+    Batch b = on_run_device(setup, train_data->next_batch(current_step, microbatch, layout, setup.host_allocator()),
+                            staged_batches);
     return pipeline::MicrobatchData{in_compute_dtype(setup, b.inputs), b.targets};
   };
   // dy of each micro-batch's mean loss: 1 / (micro-batches of the global batch), the same factor on one rank
@@ -239,7 +255,8 @@ Trainer::Impl::Impl(config::RunConfig config, comm::Communicator& world, const o
     eval_options.optimizer_step = {};
     eval_options.before_compute = {};
     eval_options.data = [this](int microbatch) {
-      Batch b = eval_data->next_batch(eval_batch, microbatch, layout, *setup.context.allocator);
+      Batch b = on_run_device(setup, eval_data->next_batch(eval_batch, microbatch, layout, setup.host_allocator()),
+                              staged_batches);
       return pipeline::MicrobatchData{in_compute_dtype(setup, b.inputs), b.targets};
     };
     eval_executor = std::make_unique<pipeline::Executor>(std::move(eval_options));
@@ -254,8 +271,9 @@ double Trainer::Impl::global_mean_loss(const pipeline::StepOutcome& outcome) {
   const std::int64_t per_replica = setup.batch.gradient_accumulation_steps;
   Tensor& all = microbatch_losses;
   if (!all.defined()) {
+    // A host control tensor (the losses arrive on the host, read back once by the executor).
     all = Tensor::empty({per_replica * setup.grid.dp_size()}, DType::kF32, MemoryCategory::kCommunication,
-                        *setup.allocator);
+                        setup.host_allocator());
   }
   all.fill_(0.0f);
   if (setup.counts_loss()) {
@@ -299,7 +317,9 @@ std::int64_t Trainer::load_checkpoint(const std::string& step_dir, bool continue
 
 EvalResult Trainer::evaluate(std::int64_t batches) {
   CLEAVE_ASSERT(impl_->eval_executor != nullptr, "evaluate() without an evaluation data source (train.eval_batches 0)");
-  return evaluate_batches(impl_->setup, *impl_->eval_executor, impl_->eval_batch, batches);
+  EvalResult result = evaluate_batches(impl_->setup, *impl_->eval_executor, impl_->eval_batch, batches);
+  impl_->staged_batches.clear();  // each pass ended in check_device_status, which waited for the stream
+  return result;
 }
 
 std::map<std::string, std::vector<float>> Trainer::gather_parameters() {
@@ -322,6 +342,7 @@ StepStats Trainer::step(std::int64_t step) {
   s.tail.begin(step);
   pipeline::StepOutcome outcome = s.executor->run_step();  // forward, backward, reduction, optimizer
   ops::check_device_status(s.setup.context);  // bad token ids / targets a GPU kernel recorded (CPU: no-op)
+  s.staged_batches.clear();  // check_device_status waited for the stream: the uploads have finished
   if (s.setup.config.train.trace) s.last_timeline = std::move(outcome.timeline);
   const StepTailResult tail = s.tail.finish();
 

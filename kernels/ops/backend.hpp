@@ -94,6 +94,8 @@ struct Backend {
   void (*sgd_update)(const Context&, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                      const SgdHyper& hyper);
   void (*check_device_status)(const Context&);
+  void (*transfer)(const Context&, const Tensor& src, const Tensor& dst);
+  void (*synchronize)(const Context&);
 };
 
 // The backend serving `device` in this build; throws Error when the build has none (a cuda device in a
@@ -107,6 +109,12 @@ const Backend& cpu_backend();
 #if CLEAVE_WITH_CUDA
 const Backend& cuda_backend();
 std::unique_ptr<DeviceResources> make_cuda_resources(Device device);  // kernels/ops/cuda/cuda_backend.cpp
+// kernels/ops/cuda/cuda_runtime.cpp: the CUDA halves of visible_devices, make_device_stream and
+// make_device_allocator (ops.hpp).
+int cuda_visible_devices();
+std::unique_ptr<DeviceStream> make_cuda_stream(Device device);
+std::unique_ptr<Allocator> make_cuda_allocator(Device device, const Stream& stream);
+std::unique_ptr<Allocator> make_cuda_pinned_allocator();
 #endif
 
 }  // namespace cleave::ops

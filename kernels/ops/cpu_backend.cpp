@@ -372,6 +372,13 @@ void sgd_update(const Context& ctx, const Tensor& param, const Tensor& grad, con
 // The CPU kernels throw on bad user data at once: nothing is ever deferred.
 void check_device_status(const Context&) {}
 
+// Both sides are host memory here (the op checked they are on the CPU).
+void transfer(const Context&, const Tensor& src, const Tensor& dst) {
+  if (src.raw_data() != dst.raw_data() && src.nbytes() > 0) std::memcpy(dst.raw_data(), src.raw_data(), src.nbytes());
+}
+
+void synchronize(const Context&) {}  // CPU work has finished when its call returns
+
 constexpr Backend kCpuBackend{
     .name = "cpu",
     .gemm = gemm,
@@ -415,6 +422,8 @@ constexpr Backend kCpuBackend{
     .adamw_update = adamw_update,
     .sgd_update = sgd_update,
     .check_device_status = check_device_status,
+    .transfer = transfer,
+    .synchronize = synchronize,
 };
 
 }  // namespace

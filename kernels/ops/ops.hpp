@@ -188,6 +188,42 @@ struct SgdHyper {
 void sgd_update(const Context& ctx, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                 const SgdHyper& hyper);
 
+// ---- The host-device boundary ----------------------------------------------------------------------------
+// dst <- src: same dtype and numel; each of them on ctx.device or on the CPU (one side may be host memory
+// while the op runs on a GPU). Enqueued on ctx.stream: a host side must stay alive and unmodified until the
+// stream has passed the copy (synchronize). A host side from a pinned allocator makes the copy truly
+// asynchronous; pageable memory is staged by the driver. On the CPU a memcpy that has finished on return.
+void transfer(const Context& ctx, const Tensor& src, const Tensor& dst);
+// The host waits until ctx.stream has finished everything enqueued on it (host value). A no-op on the CPU.
+// Keep it out of steady-state step code except where a value is read back anyway (once per step).
+void synchronize(const Context& ctx);
+// A CPU tensor (cpu_allocator) holding a copy of `src`, read back through one host buffer; waits (host value).
+Tensor to_host(const Context& ctx, const Tensor& src);
+// A tensor on ctx.allocator holding a copy of the CPU tensor `src`; waits, so `src` may go at once. Set-up
+// and checkpoint loading only: the step uploads batches from pinned memory with transfer.
+Tensor to_device(const Context& ctx, const Tensor& src, MemoryCategory category);
+
+// ---- The run's device --------------------------------------------------------------------------------------
+// A run's stream on its device, owned by the run. The CPU's is cpu_stream(); cuda:N's is a non-blocking stream
+// on N (never the legacy default stream).
+class DeviceStream {
+ public:
+  virtual ~DeviceStream() = default;
+  virtual const Stream& stream() const = 0;
+};
+// Devices of `type` this process can see: 1 for the CPU; cudaGetDeviceCount for cuda (0 in a build without
+// CUDA, or when the driver reports none).
+int visible_devices(DeviceType type);
+// The run's stream on `device`; throws Error when the build cannot serve it or the device is not visible.
+std::unique_ptr<DeviceStream> make_device_stream(Device device);
+// The run's allocator on `device` (its own cap and counters), its blocks reused in the order of `stream`
+// (which must outlive it): a fresh CPU allocator, or cuda:N's caching allocator. Tensor::zero_ on its
+// tensors is enqueued on `stream`.
+std::unique_ptr<Allocator> make_device_allocator(Device device, const Stream& stream);
+// Page-locked host memory (CPU tensors) for truly asynchronous transfers to and from `device` (a cuda device);
+// its own cap and counters. Keep a pinned tensor alive and unmodified until the stream has passed its copy.
+std::unique_ptr<Allocator> make_pinned_allocator(Device device);
+
 // ---- Deferred device errors ------------------------------------------------------------------------------
 // A GPU kernel cannot throw, so the user-data checks ops promise above (token ids in embedding_forward,
 // targets in the cross-entropy ops) are recorded on the device and reported here: waits for ctx.stream and

@@ -79,7 +79,8 @@ EvalCounts VocabParallelCrossEntropy::evaluate(const Tensor& logits, Context& ct
   EvalCounts out;
   out.rows = count.rows;
   out.correct = count.correct;
-  out.loss_sum = static_cast<double>(loss.to_floats()[0]) * static_cast<double>(count.rows);
+  // count_correct waited for the stream already: one more read-back of one float (device-safe).
+  out.loss_sum = static_cast<double>(ops::to_host(ctx, loss).to_floats()[0]) * static_cast<double>(count.rows);
   return out;
 }
 

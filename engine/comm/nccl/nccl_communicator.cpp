@@ -365,7 +365,11 @@ std::unique_ptr<Communicator> NcclCommunicator::split_impl(int color, int key, s
   return std::unique_ptr<Communicator>(new NcclCommunicator(std::move(state)));
 }
 
+// Host control tensors (the trainer's loss sums, metadata, counters) travel over the MPI mirror: it has the same
+// members with the same ranks (s.rank = s.mpi->rank(), splits mirrored with the same color and key), and NCCL
+// carries only device tensors. A collective mixing a host and a device tensor is still refused by check_device.
 WorkPtr NcclCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, const Stream& stream) {
+  if (tensor.device().is_cpu()) return state_->mpi->all_reduce(tensor, op);
   check_device(tensor, "all_reduce");
   CLEAVE_CHECK(detail::has_nccl_type(tensor.dtype()),
                "{}: NCCL has no {} type to reduce (cast to i32, or reduce on the CPU with the mpi backend)",
@@ -389,6 +393,7 @@ WorkPtr NcclCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, con
 
 WorkPtr NcclCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor& output, ReduceOp op,
                                               const Stream& stream) {
+  if (input.device().is_cpu() && output.device().is_cpu()) return state_->mpi->reduce_scatter(input, output, op);
   check_device(input, "reduce_scatter");
   check_device(output, "reduce_scatter");
   CLEAVE_CHECK(detail::has_nccl_type(input.dtype()),
@@ -414,6 +419,7 @@ WorkPtr NcclCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor&
 }
 
 WorkPtr NcclCommunicator::all_gather_impl(const Tensor& input, const Tensor& output, const Stream& stream) {
+  if (input.device().is_cpu() && output.device().is_cpu()) return state_->mpi->all_gather(input, output);
   check_device(input, "all_gather");
   check_device(output, "all_gather");
   NcclCommState& s = *state_;
@@ -430,6 +436,7 @@ WorkPtr NcclCommunicator::all_gather_impl(const Tensor& input, const Tensor& out
 }
 
 WorkPtr NcclCommunicator::broadcast_impl(const Tensor& tensor, int root, const Stream& stream) {
+  if (tensor.device().is_cpu()) return state_->mpi->broadcast(tensor, root);
   check_device(tensor, "broadcast");
   NcclCommState& s = *state_;
   cleave::cuda::DeviceGuard guard(s.device);

@@ -288,6 +288,14 @@ void sgd_update(const Context& ctx, const Tensor& param, const Tensor& grad, con
                  h.weight_decay, h.nesterov, h.first_step, stream_of(ctx));
 }
 
+// cudaMemcpyDefault: unified addressing tells CUDA which side each pointer is on (H2D, D2H, D2D).
+void transfer(const Context& ctx, const Tensor& src, const Tensor& dst) {
+  if (src.nbytes() == 0) return;
+  CLEAVE_CUDA_CHECK(cudaMemcpyAsync(dst.raw_data(), src.raw_data(), src.nbytes(), cudaMemcpyDefault, stream_of(ctx)));
+}
+
+void synchronize(const Context& ctx) { CLEAVE_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx))); }
+
 constexpr Backend kCudaBackend{
     .name = "cuda",
     .gemm = gemm,
@@ -331,6 +339,8 @@ constexpr Backend kCudaBackend{
     .adamw_update = adamw_update,
     .sgd_update = sgd_update,
     .check_device_status = cuda_detail::check_device_status,
+    .transfer = transfer,
+    .synchronize = synchronize,
 };
 
 }  // namespace

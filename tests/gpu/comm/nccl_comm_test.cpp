@@ -254,9 +254,22 @@ TEST_F(Nccl, OrderedReduceKernelMatchesHostBitForBit) {
   }
 }
 
+// Host control tensors go over the MPI mirror (finding B3): same ranks, closed-form sums.
+TEST_F(Nccl, HostTensorsTravelOverTheMpiMirror) {
+  const int n = nccl_->size(), r = nccl_->rank();
+  Tensor cpu = host(10, DType::kF32);
+  for (int i = 0; i < 10; ++i) cpu.data<float>()[i] = static_cast<float>(i + 1 + r);
+  nccl_->all_reduce(cpu, ReduceOp::kSum)->wait();
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(cpu.data<float>()[i], static_cast<float>(n * (i + 1) + n * (n - 1) / 2)) << i;
+  Tensor root = host(4, DType::kF32);
+  for (int i = 0; i < 4; ++i) root.data<float>()[i] = static_cast<float>(7 * i + 3 + r);
+  nccl_->broadcast(root, 0)->wait();
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(root.data<float>()[i], static_cast<float>(7 * i + 3)) << i;
+}
+
 TEST_F(Nccl, ArgumentErrors) {
   Tensor cpu = host(10, DType::kF32);
-  EXPECT_THROW(nccl_->all_reduce(cpu, ReduceOp::kSum), Error);
+  EXPECT_THROW(nccl_->all_gather(cpu, device(10 * nccl_->size(), DType::kF32)), Error);  // host and device mixed
   Tensor u16 = device(10, DType::kU16);
   EXPECT_THROW(nccl_->all_reduce(u16, ReduceOp::kSum), Error);
   nccl_->barrier()->wait();

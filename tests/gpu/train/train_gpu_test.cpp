@@ -1,0 +1,238 @@
+// Training on a GPU (label gpu; issue 25 part 6): the Trainer with device.type "cuda" against the same run on
+// the CPU. Every test skips with the reason when no CUDA device is visible. Compiled, not run on a GPU: the
+// bounds below are derived from CPU measurements and have not yet been checked against a GPU run.
+//
+// What each test asserts:
+//  - GptFp32MatchesCpu: the tiny GPT, 50 steps on cuda:0 in fp32 (the CUDA backend's GEMMs are strict f32,
+//    no TF32: GemmMath::kStrict), matches the CPU run's losses within 1e-4 relative at every step.
+//  - DeterministicRunsAreBitIdentical: two deterministic GPU runs give identical losses and parameters.
+//  - Bf16TracksFp32: bf16 on the GPU against fp32 on the GPU, per step, within kBf16VsFp32 = 1e-3 relative,
+//    the bound of the CPU's bf16 test (tests/e2e/mixed_precision_test.cpp: observed 2.6e-5 on the CPU,
+//    a quarter of one bf16 unit on the loss). The GPU's bf16 path has the CPU's numerics contract (bf16
+//    storage, f32 accumulation, f32 loss statistics); only the f32 summation order differs, which moves the
+//    loss by ~1e-6 relative (the fp32 test's scale), far inside the 1e-3 margin. Also bf16 GPU against bf16 CPU.
+//  - CheckpointMovesBetweenDevices: saved on the GPU, resumed on the CPU, and the other way round; the resumed
+//    steps match the uninterrupted run within the fp32 bound.
+//  - MlpAndCnnTrain: the MLP and CNN examples (digits) train on cuda:0, match the CPU within 1e-4 and learn.
+//  - SteadyStateStepMakesNoCudaMalloc: after two warm-up steps the run's caching allocator serves every request
+//    from its cache (stats().system_allocations does not grow over 5 more steps). A host-synchronisation
+//    counter is not implemented (docs/cuda.md "What is missing").
+//  - LayoutsOnOneGpu (mpiexec -n 2, gpu_train_test_np2): pp2 under every schedule, dp2 with ZeRO-1 and tp2,
+//    both ranks on cuda:0 through the staged MPI world, against one CPU rank within the CPU equivalence
+//    tests' bounds plus the fp32 GPU-CPU bound.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/comm/make_communicator.hpp"
+#include "engine/config/config.hpp"
+#include "engine/train/trainer.hpp"
+#include "kernels/ops/ops.hpp"
+#include "mpi/mpi_test_env.hpp"
+
+namespace cleave::testing {
+namespace {
+
+constexpr double kFp32VsCpu = 1e-4;
+constexpr double kBf16VsFp32 = 1e-3;
+
+bool gpu_visible() { return ops::visible_devices(DeviceType::kCuda) > 0; }
+
+#define CLEAVE_REQUIRE_GPU()                                                                       \
+  if (!gpu_visible())                                                                              \
+  GTEST_SKIP() << "no CUDA device is visible (ops::visible_devices(cuda) is 0): this test trains " \
+                  "on cuda:0; it runs on a GPU host (scripts/gpu-check.sh, stage training)"
+
+config::RunConfig tiny_gpt(const std::vector<std::string>& overrides = {}) {
+  return config::parse_config(R"({
+    "model": {"type": "gpt", "vocab_size": 67, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
+    "batch": {"global_batch_size": 8, "micro_batch_size": 2},
+    "optimizer": {"type": "adamw", "lr": 0.003, "grad_clip": 1.0, "warmup_steps": 5},
+    "train": {"steps": 50, "seed": 11, "eval_batches": 0},
+    "data": {"type": "synthetic"}
+  })", "gpu_tiny_gpt", overrides);
+}
+
+config::RunConfig on(config::RunConfig c, const char* device) {
+  c.device.type = device;
+  return c;
+}
+
+std::vector<double> train_losses(const config::RunConfig& c, comm::Communicator& world, std::int64_t steps) {
+  train::Trainer trainer(c, world);
+  std::vector<double> losses;
+  for (std::int64_t s = 0; s < steps; ++s) losses.push_back(trainer.step(s).loss);
+  return losses;
+}
+
+double max_rel_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double worst = 0;
+  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    worst = std::max(worst, std::abs(a[i] - b[i]) / std::max(std::abs(b[i]), 1e-12));
+  }
+  return worst;
+}
+
+void expect_learns(const std::vector<double>& losses, const std::string& what) {
+  ASSERT_FALSE(losses.empty());
+  EXPECT_TRUE(std::isfinite(losses.back())) << what;
+  EXPECT_LT(losses.back(), losses.front()) << what << " did not learn";
+}
+
+TEST(GpuTraining, GptFp32MatchesCpu) {
+  CLEAVE_REQUIRE_GPU();
+  auto world = make_world();
+  const auto gpu = train_losses(on(tiny_gpt(), "cuda"), *world, 50);
+  const auto cpu = train_losses(on(tiny_gpt(), "cpu"), *world, 50);
+  const double diff = max_rel_diff(gpu, cpu);
+  std::printf("[ gpu ] tiny GPT fp32 50 steps: loss %.5f -> %.5f (cpu %.5f -> %.5f), max rel diff %.3g\n",
+              gpu.front(), gpu.back(), cpu.front(), cpu.back(), diff);
+  EXPECT_LE(diff, kFp32VsCpu);
+  expect_learns(gpu, "the GPU run");
+}
+
+TEST(GpuTraining, DeterministicRunsAreBitIdentical) {
+  CLEAVE_REQUIRE_GPU();
+  auto world = make_world(/*deterministic=*/true);
+  const auto config = on(tiny_gpt({"train.deterministic=true", "train.steps=10"}), "cuda");
+  std::vector<double> losses[2];
+  std::map<std::string, std::vector<float>> params[2];
+  for (int run = 0; run < 2; ++run) {
+    train::Trainer trainer(config, *world);
+    for (std::int64_t s = 0; s < 10; ++s) losses[run].push_back(trainer.step(s).loss);
+    params[run] = trainer.gather_parameters();
+  }
+  EXPECT_EQ(losses[0], losses[1]);
+  ASSERT_FALSE(params[0].empty());
+  EXPECT_EQ(params[0], params[1]);
+  expect_learns(losses[0], "the deterministic GPU run");
+}
+
+TEST(GpuTraining, Bf16TracksFp32) {
+  CLEAVE_REQUIRE_GPU();
+  auto world = make_world();
+  const auto bf16 = train_losses(on(tiny_gpt({"device.precision=bf16", "train.steps=12"}), "cuda"), *world, 12);
+  const auto fp32 = train_losses(on(tiny_gpt({"train.steps=12"}), "cuda"), *world, 12);
+  const auto bf16_cpu = train_losses(on(tiny_gpt({"device.precision=bf16", "train.steps=12"}), "cpu"), *world, 12);
+  const double vs_fp32 = max_rel_diff(bf16, fp32);
+  const double vs_cpu = max_rel_diff(bf16, bf16_cpu);
+  std::printf("[ gpu ] tiny GPT bf16 12 steps: max rel diff %.3g to GPU fp32, %.3g to CPU bf16\n", vs_fp32, vs_cpu);
+  EXPECT_LE(vs_fp32, kBf16VsFp32);
+  EXPECT_GT(vs_fp32, 0.0);  // the runs really differ in precision
+  EXPECT_LE(vs_cpu, kBf16VsFp32);
+}
+
+// Runs `steps` steps on `first` saving after `save_at`, resumes that checkpoint on `second` and compares the
+// resumed steps with the uninterrupted run's.
+void expect_resume_across(const char* first, const char* second, const std::string& root) {
+  auto world = make_world();
+  const std::int64_t steps = 8, save_at = 4;
+  const auto config = tiny_gpt({"train.steps=8", "train.out_dir=" + root});
+  std::vector<double> whole;
+  std::string step_dir;
+  {
+    train::Trainer trainer(on(config, first), *world);
+    for (std::int64_t s = 0; s < steps; ++s) {
+      whole.push_back(trainer.step(s).loss);
+      if (s + 1 == save_at) step_dir = trainer.save_checkpoint(root, save_at).path;
+    }
+  }
+  train::Trainer resumed(on(config, second), *world);
+  ASSERT_EQ(resumed.load_checkpoint(step_dir, /*continue_run=*/true), save_at);
+  std::vector<double> tail, expected(whole.begin() + save_at, whole.end());
+  for (std::int64_t s = save_at; s < steps; ++s) tail.push_back(resumed.step(s).loss);
+  EXPECT_LE(max_rel_diff(tail, expected), kFp32VsCpu) << "saved on " << first << ", resumed on " << second;
+}
+
+TEST(GpuTraining, CheckpointMovesBetweenDevices) {
+  CLEAVE_REQUIRE_GPU();
+  const std::string root = (std::filesystem::path(::testing::TempDir()) / "cleave_gpu_ckpt").string();
+  std::filesystem::remove_all(root);
+  expect_resume_across("cuda", "cpu", root + "/gpu_to_cpu");
+  expect_resume_across("cpu", "cuda", root + "/cpu_to_gpu");
+  std::filesystem::remove_all(root);
+}
+
+std::string digits_path() {
+  const char* source = std::getenv("CLEAVE_SOURCE_DIR");
+  return std::string(source ? source : ".") + "/data/digits.csv.gz";
+}
+
+config::RunConfig digits(const std::string& model, const std::string& optimizer) {
+  return config::parse_config(R"({"model": )" + model + R"(,
+    "batch": {"global_batch_size": 16, "micro_batch_size": 8},
+    "optimizer": )" + optimizer + R"(,
+    "train": {"steps": 30, "seed": 5, "eval_batches": 0},
+    "data": {"type": "digits"}
+  })", "gpu_digits", {"data.path=" + digits_path()});
+}
+
+TEST(GpuTraining, MlpAndCnnTrain) {
+  CLEAVE_REQUIRE_GPU();
+  auto world = make_world();
+  const std::string mlp =
+      R"({"type": "mlp", "in_features": 64, "hidden": [32, 16], "num_classes": 10, "activation": "relu"})";
+  const std::string cnn = R"({"type": "cnn", "in_channels": 1, "height": 8, "width": 8, "channels": [4, 8],
+                             "kernel": 3, "pool": 2, "num_classes": 10})";
+  const std::string sgd = R"({"type": "sgd", "lr": 0.05, "momentum": 0.9, "nesterov": true, "grad_clip": 1.0})";
+  const std::string adamw = R"({"type": "adamw", "lr": 0.003, "grad_clip": 1.0})";
+  for (const auto& [name, config] : {std::pair{"mlp", digits(mlp, sgd)}, std::pair{"cnn", digits(cnn, adamw)}}) {
+    const auto gpu = train_losses(on(config, "cuda"), *world, 30);
+    const auto cpu = train_losses(on(config, "cpu"), *world, 30);
+    EXPECT_LE(max_rel_diff(gpu, cpu), kFp32VsCpu) << name;
+    expect_learns(gpu, name);
+  }
+}
+
+TEST(GpuTraining, SteadyStateStepMakesNoCudaMalloc) {
+  CLEAVE_REQUIRE_GPU();
+  auto world = make_world();
+  train::Trainer trainer(on(tiny_gpt(), "cuda"), *world);
+  trainer.step(0);
+  trainer.step(1);
+  const MemoryStats warm = trainer.memory_stats();
+  for (std::int64_t s = 2; s < 7; ++s) trainer.step(s);
+  const MemoryStats after = trainer.memory_stats();
+  EXPECT_GT(after.requests, warm.requests);  // the steps did allocate, from the cache
+  EXPECT_EQ(after.system_allocations, warm.system_allocations) << "a steady-state step reached cudaMalloc";
+}
+
+// Two ranks on one GPU through the staged MPI world against one CPU rank (ctest gpu_train_test_np2).
+TEST(GpuTraining, LayoutsOnOneGpu) {
+  auto mpi = make_world();
+  if (mpi->size() != 2) GTEST_SKIP() << "needs 2 ranks (ctest gpu_train_test_np2 runs it under mpiexec -n 2)";
+  CLEAVE_REQUIRE_GPU();  // the same answer on every rank: one host
+  comm::CommOptions options;
+  options.timeout_s = kTestTimeoutS * 4;
+  comm::World staged = comm::make_world_communicator(mpi_runtime(), "mpi", "cuda", options);
+  ASSERT_EQ(staged.comm->backend(), "mpi+staging");
+  auto self = mpi->split(mpi->rank(), 0, "self");
+  const std::vector<std::string> base = {"train.steps=6", "model.tie_embeddings=false",
+                                         "parallel.comm_backend=mpi"};
+  std::vector<std::vector<std::string>> layouts;
+  for (const char* schedule : {"1f1b", "gpipe", "interleaved_1f1b", "zb_h1", "zb_h2", "zb_v", "dualpipev"}) {
+    layouts.push_back({"parallel.pipeline_model_parallel_size=2", std::string("parallel.schedule=") + schedule});
+  }
+  layouts.push_back({"optimizer.zero_stage=1"});  // dp 2
+  layouts.push_back({"parallel.tensor_model_parallel_size=2"});
+  std::vector<std::string> reference_overrides = base;
+  const auto reference = mpi->rank() == 0 ? train_losses(on(tiny_gpt(reference_overrides), "cpu"), *self, 6)
+                                          : std::vector<double>{};
+  for (const auto& layout : layouts) {
+    std::vector<std::string> overrides = base;
+    overrides.insert(overrides.end(), layout.begin(), layout.end());
+    const auto losses = train_losses(on(tiny_gpt(overrides), "cuda"), *staged.comm, 6);
+    // Tensor parallelism splits inner sums (the CPU equivalence tests' 2e-5); the rest reorder nothing.
+    if (mpi->rank() == 0) EXPECT_LE(max_rel_diff(losses, reference), kFp32VsCpu + 2e-5) << layout.back();
+  }
+}
+
+}  // namespace
+}  // namespace cleave::testing

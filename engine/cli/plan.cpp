@@ -204,7 +204,7 @@ int run_plan(int argc, char** argv) {
     std::vector<std::string> all = overrides;
     for (const auto& o : best.choice.overrides()) all.push_back(o);
     config::RunConfig chosen = config::load_config(config_path, all);
-    if (chosen.device.type == "cpu" && profile.device_type == "cuda") chosen.device.type = "cuda";
+    if (chosen.device.type == DeviceType::kCpu && profile.device_type == "cuda") chosen.device.type = DeviceType::kCuda;
     // The cap asked for on the command line travels with the plan: training then refuses a plan over it and
     // the allocator enforces it (a cap from the config is there already).
     if (!limit_text.empty()) chosen.device.memory_limit = result.memory_limit;

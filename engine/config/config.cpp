@@ -192,19 +192,18 @@ class Reader {
     }
     return true;
   }
-  bool choice(std::string_view key, std::string& out, std::initializer_list<std::string_view> allowed) {
-    if (!string(key, out)) return false;
-    if (std::find(allowed.begin(), allowed.end(), out) != allowed.end()) return true;
-    std::string list;
-    std::string_view closest;
-    std::size_t best = std::numeric_limits<std::size_t>::max();
-    for (std::string_view option : allowed) {
-      list += (list.empty() ? "" : ", ") + fmt::format("\"{}\"", option);
-      const std::size_t d = edit_distance(out, option);
-      if (d < best) best = d, closest = option;
+  // An enum-valued key: the text is parsed here, once, against the enum's name table.
+  template <NamedEnum E>
+  bool choice(std::string_view key, E& out) {
+    std::string text;
+    if (!string(key, text)) return false;
+    if (const auto value = enum_from_name<E>(text)) {
+      out = *value;
+      return true;
     }
-    fail(state_, key_path(key), "\"{}\" is not one of {}{}", out, list,
-         best <= 2 ? fmt::format(" (did you mean \"{}\"?)", closest) : std::string());
+    const std::string_view closest = enum_closest<E>(text);
+    fail(state_, key_path(key), "\"{}\" is not one of {}{}", text, enum_choices<E>(),
+         closest.empty() ? std::string() : fmt::format(" (did you mean \"{}\"?)", closest));
   }
   bool integer_list(std::string_view key, std::vector<std::int64_t>& out, std::int64_t min, std::int64_t max) {
     const json* v = get(key);
@@ -431,8 +430,8 @@ constexpr std::int64_t kMaxBatch = std::int64_t{1} << 24;      // micro-batch, a
 constexpr std::int64_t kMaxGlobalBatch = std::int64_t{1} << 40;
 
 void read_model(Reader r, ModelConfig& m) {
-  r.choice("type", m.type, {"gpt", "mlp", "cnn"});
-  if (m.type == "gpt") {
+  r.choice("type", m.type);
+  if (m.type == ModelType::kGpt) {
     auto& g = m.gpt;
     r.integer("vocab_size", g.vocab_size, 1, kMaxFeatures);
     r.integer("d_model", g.d_model, 1, kMaxFeatures);
@@ -441,12 +440,12 @@ void read_model(Reader r, ModelConfig& m) {
     r.integer("seq_len", g.seq_len, 1, kMaxFeatures);
     if (!r.integer("d_ff", g.d_ff, 1, kMaxFeatures)) g.d_ff = 4 * g.d_model;
     r.boolean("tie_embeddings", g.tie_embeddings);
-  } else if (m.type == "mlp") {
+  } else if (m.type == ModelType::kMlp) {
     auto& c = m.mlp;
     r.integer("in_features", c.in_features, 1, kMaxFeatures);
     r.integer_list("hidden", c.hidden, 1, kMaxFeatures);
     r.integer("num_classes", c.num_classes, 2, kMaxFeatures);
-    r.choice("activation", c.activation, {"relu", "gelu"});
+    r.choice("activation", c.activation);
   } else {
     auto& c = m.cnn;
     r.integer("in_channels", c.in_channels, 1, kMaxCount);
@@ -459,9 +458,9 @@ void read_model(Reader r, ModelConfig& m) {
   }
   std::map<std::string, std::string> foreign;
   for (const auto& [type, keys] : model_keys()) {
-    if (type == m.type) continue;
+    if (type == enum_name(m.type)) continue;
     for (const auto& key : keys) {
-      const auto& own = model_keys().at(m.type);
+      const auto& own = model_keys().at(std::string(enum_name(m.type)));
       if (std::find(own.begin(), own.end(), key) == own.end()) {
         foreign[key] = fmt::format("a key of {} models, but model.type is \"{}\"", type, m.type);
       }
@@ -479,13 +478,13 @@ void read_parallel(Reader r, ParallelConfig& p) {
   r.integer("auto_schedule_memory_limit", p.auto_schedule_memory_limit, 0);
   r.string("auto_schedule_profile", p.auto_schedule_profile);
   Reader partition = r.section("partition");
-  partition.choice("method", p.partition.method, {"cost", "uniform", "parameters", "manual"});
+  partition.choice("method", p.partition.method);
   partition.integer_list("blocks_per_stage", p.partition.blocks_per_stage, 1, kMaxCount + 3);
   partition.finish();
   r.number("dp_bucket_mb", p.dp_bucket_mb, 0.0, std::numeric_limits<double>::infinity(), /*min_open=*/true);
-  r.choice("grad_reduce_dtype", p.grad_reduce_dtype, {"fp32", "bf16"});
-  r.choice("comm_backend", p.comm_backend, {"auto", "mpi", "nccl"});
-  r.choice("p2p_progress", p.p2p_progress, {"auto", "thread", "off"});
+  r.choice("grad_reduce_dtype", p.grad_reduce_dtype);
+  r.choice("comm_backend", p.comm_backend);
+  r.choice("p2p_progress", p.p2p_progress);
   r.finish();
 }
 
@@ -501,7 +500,7 @@ void read_batch(Reader r, BatchConfig& b) {
 }
 
 void read_optimizer(Reader r, OptimizerConfig& o) {
-  r.choice("type", o.type, {"adamw", "sgd"});
+  r.choice("type", o.type);
   r.number("lr", o.lr, 0.0);
   r.number("weight_decay", o.weight_decay, 0.0);
   r.number_pair("betas", o.betas, 0.0, 1.0);
@@ -510,7 +509,7 @@ void read_optimizer(Reader r, OptimizerConfig& o) {
   r.boolean("nesterov", o.nesterov);
   r.number("grad_clip", o.grad_clip, 0.0);
   r.integer("warmup_steps", o.warmup_steps, 0);
-  r.choice("schedule", o.schedule, {"cosine", "constant", "linear"});
+  r.choice("schedule", o.schedule);
   r.number("min_lr", o.min_lr, 0.0);
   r.integer("zero_stage", o.zero_stage, 0);
   r.finish();
@@ -526,7 +525,7 @@ void read_train(Reader r, TrainConfig& t) {
   r.boolean("trace", t.trace);
   r.integer("eval_interval", t.eval_interval, 0);
   r.integer("eval_batches", t.eval_batches, 0);
-  r.choice("recompute", t.recompute, {"none", "selective", "full"});
+  r.choice("recompute", t.recompute);
   r.boolean("report", t.report);
   r.finish();
 }
@@ -540,21 +539,21 @@ void read_checkpoint(Reader r, CheckpointConfig& c) {
 }
 
 void read_data(Reader r, DataConfig& d) {
-  r.choice("type", d.type, {"text", "tokens", "digits", "synthetic"});
+  r.choice("type", d.type);
   r.string("path", d.path);
   r.string("val_path", d.val_path);
-  if (!r.number("val_fraction", d.val_fraction, 0.0, 1.0, false, /*max_open=*/true) && d.type == "digits") {
+  if (!r.number("val_fraction", d.val_fraction, 0.0, 1.0, false, /*max_open=*/true) && d.type == DataType::kDigits) {
     d.val_fraction = 0.2;
   }
-  r.choice("format", d.format, {"llmc", "uint16"});
-  if (d.type == "digits" && d.path.empty()) d.path = "data/digits.csv.gz";
+  r.choice("format", d.format);
+  if (d.type == DataType::kDigits && d.path.empty()) d.path = "data/digits.csv.gz";
   r.finish();
 }
 
 void read_device(Reader r, DeviceConfig& d) {
-  r.choice("type", d.type, {"cpu", "cuda"});
+  r.choice("type", d.type);
   r.bytes("memory_limit", d.memory_limit);
-  r.choice("precision", d.precision, {"fp32", "bf16"});
+  r.choice("precision", d.precision);
   r.finish();
 }
 
@@ -606,46 +605,52 @@ void report_unknown(const ParseState& state) {
   throw Error(message);
 }
 
+// A cross-key check failed: validate() throws ConfigKeyError; parse_config() adds where the key came from.
+template <typename... Args>
+[[noreturn]] void refuse(std::string_view key, fmt::format_string<Args...> format, Args&&... args) {
+  throw ConfigKeyError(std::string(key), fmt::format(format, std::forward<Args>(args)...));
+}
+
 // The model's own rules (partition/model_spec.hpp, partition/tp_rules.hpp): the spec builder and the
 // tensor-parallel check throw ConfigKeyError naming the key, reported here under the key's origin. Config
 // keeps no copy of these rules.
-void check_model_rules(const RunConfig& c, const ParseState& state) {
-  try {
+void check_model_rules(const RunConfig& c) {
+  {
     const auto& m = c.model;
-    const partition::ModelSpec spec = m.type == "gpt"   ? partition::make_gpt_spec(m.gpt)
-                                      : m.type == "mlp" ? partition::make_mlp_spec(m.mlp)
-                                                        : partition::make_cnn_spec(m.cnn);
+    const partition::ModelSpec spec = m.type == ModelType::kGpt   ? partition::make_gpt_spec(m.gpt)
+                                      : m.type == ModelType::kMlp ? partition::make_mlp_spec(m.mlp)
+                                                                  : partition::make_cnn_spec(m.cnn);
     partition::check_tensor_parallel(spec, c.parallel.tensor_model_parallel_size);
-  } catch (const ConfigKeyError& e) {
-    fail(state, e.key(), "{}", e.detail());
   }
 }
 
-void validate(const RunConfig& c, const ParseState& state) {
+}  // namespace
+
+void validate(const RunConfig& c) {
   const auto& p = c.parallel;
   if (p.data_parallel_size == 0) {
-    fail(state, "parallel.data_parallel_size", "must be -1 (inferred from the world size) or positive, got 0");
+    refuse("parallel.data_parallel_size", "must be -1 (inferred from the world size) or positive, got 0");
   }
-  check_model_rules(c, state);
-  if (c.train.recompute != "none" && c.model.type != "gpt") {
-    fail(state, "train.recompute", "\"{}\" recomputes transformer blocks, and model.type {} has none; use \"none\"",
+  check_model_rules(c);
+  if (c.train.recompute != Recompute::kNone && c.model.type != ModelType::kGpt) {
+    refuse("train.recompute", "\"{}\" recomputes transformer blocks, and model.type {} has none; use \"none\"",
          c.train.recompute, c.model.type);
   }
 
   if (!p.partition.blocks_per_stage.empty()) {
-    if (p.partition.method != "manual") {
-      fail(state, "parallel.partition.blocks_per_stage", "only used with method \"manual\" (method is \"{}\")",
+    if (p.partition.method != PartitionMethod::kManual) {
+      refuse("parallel.partition.blocks_per_stage", "only used with method \"manual\" (method is \"{}\")",
            p.partition.method);
     }
     const std::size_t stages = static_cast<std::size_t>(p.pipeline_model_parallel_size) *
                                static_cast<std::size_t>(p.virtual_pipeline_stages);
     if (p.partition.blocks_per_stage.size() != stages) {
-      fail(state, "parallel.partition.blocks_per_stage",
+      refuse("parallel.partition.blocks_per_stage",
            "has {} entries, expected pipeline_model_parallel_size {} × virtual_pipeline_stages {} = {}",
            p.partition.blocks_per_stage.size(), p.pipeline_model_parallel_size, p.virtual_pipeline_stages, stages);
     }
-  } else if (p.partition.method == "manual") {
-    fail(state, "parallel.partition.blocks_per_stage", "missing; required with method \"manual\" (one block count per stage)");
+  } else if (p.partition.method == PartitionMethod::kManual) {
+    refuse("parallel.partition.blocks_per_stage", "missing; required with method \"manual\" (one block count per stage)");
   }
   if (!pipeline::is_schedule_name(p.schedule) && !std::filesystem::is_regular_file(p.schedule)) {
     const std::vector<std::string_view> names = pipeline::schedule_names();
@@ -654,91 +659,97 @@ void validate(const RunConfig& c, const ParseState& state) {
     for (std::string_view name : names) {
       if (const std::size_t d = edit_distance(p.schedule, name); d < best) best = d, closest = name;
     }
-    fail(state, "parallel.schedule", "\"{}\" is neither a schedule ({}) nor an existing schedule file{}", p.schedule,
+    refuse("parallel.schedule", "\"{}\" is neither a schedule ({}) nor an existing schedule file{}", p.schedule,
          fmt::join(names, ", "), best <= 3 ? fmt::format(" (did you mean \"{}\"?)", closest) : std::string());
   }
 
   if (!p.auto_schedule_profile.empty() && p.schedule != "auto") {
-    fail(state, "parallel.auto_schedule_profile",
+    refuse("parallel.auto_schedule_profile",
          "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
          p.schedule);
   }
   if (p.auto_schedule_memory_limit != 0 && p.schedule != "auto") {
-    fail(state, "parallel.auto_schedule_memory_limit",
+    refuse("parallel.auto_schedule_memory_limit",
          "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
          p.schedule);
   }
 
   // What is known before launch (build, device type); the factory adds the per-rank GPU probe.
-  try {
+  {
     CommBackendFacts facts;
     facts.cuda_build = CLEAVE_WITH_CUDA != 0;
     facts.device_type = c.device.type;
     (void)choose_comm_backend(p.comm_backend, facts);
-  } catch (const ConfigKeyError& e) {
-    fail(state, e.key(), "{}", e.detail());
   }
 
   const auto& o = c.optimizer;
-  if (o.min_lr > o.lr) fail(state, "optimizer.min_lr", "{} is larger than optimizer.lr {}", o.min_lr, o.lr);
-  if (o.zero_stage > 1) fail(state, "optimizer.zero_stage", "must be 0 or 1, got {}", o.zero_stage);
-  if (o.type == "sgd" && o.nesterov && o.momentum == 0.0) {
-    fail(state, "optimizer.nesterov", "needs optimizer.momentum > 0 (momentum is 0)");
+  if (o.min_lr > o.lr) refuse("optimizer.min_lr", "{} is larger than optimizer.lr {}", o.min_lr, o.lr);
+  if (o.zero_stage > 1) refuse("optimizer.zero_stage", "must be 0 or 1, got {}", o.zero_stage);
+  if (o.type == OptimizerType::kSgd && o.nesterov && o.momentum == 0.0) {
+    refuse("optimizer.nesterov", "needs optimizer.momentum > 0 (momentum is 0)");
   }
-  if (c.train.out_dir.empty()) fail(state, "train.out_dir", "must not be empty");
+  if (c.train.out_dir.empty()) refuse("train.out_dir", "must not be empty");
 
   const auto& d = c.data;
-  if ((d.type == "text" || d.type == "tokens") && d.path.empty()) {
-    fail(state, "data.path", "missing; required for data.type \"{}\"", d.type);
+  if ((d.type == DataType::kText || d.type == DataType::kTokens) && d.path.empty()) {
+    refuse("data.path", "missing; required for data.type \"{}\"", d.type);
   }
-  if (d.type == "text" || d.type == "tokens") {
-    if (c.model.type != "gpt") {
-      fail(state, "data.type", "\"{}\" needs model.type \"gpt\" (model.type is \"{}\")", d.type, c.model.type);
+  if (d.type == DataType::kText || d.type == DataType::kTokens) {
+    if (c.model.type != ModelType::kGpt) {
+      refuse("data.type", "\"{}\" needs model.type \"gpt\" (model.type is \"{}\")", d.type, c.model.type);
     }
-    if (d.type == "text" && c.model.gpt.vocab_size < 256) {
-      fail(state, "model.vocab_size", "{} is too small: data.type \"text\" uses byte tokens 0..255 (needs ≥ 256)",
+    if (d.type == DataType::kText && c.model.gpt.vocab_size < 256) {
+      refuse("model.vocab_size", "{} is too small: data.type \"text\" uses byte tokens 0..255 (needs ≥ 256)",
            c.model.gpt.vocab_size);
     }
   }
-  if (d.type == "digits") {
-    if (c.model.type == "gpt") {
-      fail(state, "data.type", "\"digits\" needs model.type \"mlp\" or \"cnn\" (model.type is \"gpt\")");
+  if (d.type == DataType::kDigits) {
+    if (c.model.type == ModelType::kGpt) {
+      refuse("data.type", "\"digits\" needs model.type \"mlp\" or \"cnn\" (model.type is \"gpt\")");
     }
-    if (c.model.type == "mlp" && c.model.mlp.in_features != 64) {
-      fail(state, "model.in_features", "{}, but digits images have 8×8 = 64 pixels", c.model.mlp.in_features);
+    if (c.model.type == ModelType::kMlp && c.model.mlp.in_features != 64) {
+      refuse("model.in_features", "{}, but digits images have 8×8 = 64 pixels", c.model.mlp.in_features);
     }
-    if (c.model.type == "cnn" &&
+    if (c.model.type == ModelType::kCnn &&
         (c.model.cnn.in_channels != 1 || c.model.cnn.height != 8 || c.model.cnn.width != 8)) {
-      fail(state, "model", "cnn input is in_channels {} × height {} × width {}, but digits images are 1 × 8 × 8",
+      refuse("model", "cnn input is in_channels {} × height {} × width {}, but digits images are 1 × 8 × 8",
            c.model.cnn.in_channels, c.model.cnn.height, c.model.cnn.width);
     }
-    const std::int64_t classes = c.model.type == "mlp" ? c.model.mlp.num_classes : c.model.cnn.num_classes;
-    if (classes < 10) fail(state, "model.num_classes", "{} is fewer than the 10 digit classes", classes);
+    const std::int64_t classes = c.model.type == ModelType::kMlp ? c.model.mlp.num_classes : c.model.cnn.num_classes;
+    if (classes < 10) refuse("model.num_classes", "{} is fewer than the 10 digit classes", classes);
   }
-  const bool has_eval_split = d.type == "synthetic" || !d.val_path.empty() || d.val_fraction > 0.0;
+  const bool has_eval_split = d.type == DataType::kSynthetic || !d.val_path.empty() || d.val_fraction > 0.0;
   if (!has_eval_split && c.train.eval_batches > 0) {
-    fail(state, "train.eval_batches", "{} batches asked for, but there is no evaluation data (data.val_fraction is 0 and data.val_path "
+    refuse("train.eval_batches", "{} batches asked for, but there is no evaluation data (data.val_fraction is 0 and data.val_path "
          "is empty); set train.eval_batches=0 or give an evaluation split", c.train.eval_batches);
   }
-  if (d.type == "digits" && !d.val_path.empty()) {
-    fail(state, "data.val_path", "not used with data.type \"digits\" (its test split is the last "
+  if (d.type == DataType::kDigits && !d.val_path.empty()) {
+    refuse("data.val_path", "not used with data.type \"digits\" (its test split is the last "
          "data.val_fraction of the file)");
   }
 }
 
+namespace {
+
 // ---- writing ----------------------------------------------------------------------------------------------
 
+// An enum-valued key as the text its name table gives it.
+template <NamedEnum E>
+std::string text(E value) {
+  return std::string(enum_name(value));
+}
+
 ordered_json write_model(const ModelConfig& m) {
-  ordered_json j = {{"type", m.type}};
-  if (m.type == "gpt") {
+  ordered_json j = {{"type", text(m.type)}};
+  if (m.type == ModelType::kGpt) {
     const auto& g = m.gpt;
     j.update({{"vocab_size", g.vocab_size}, {"d_model", g.d_model}, {"n_layers", g.n_layers}, {"n_heads", g.n_heads},
               {"seq_len", g.seq_len}, {"d_ff", g.d_ff == 0 ? 4 * g.d_model : g.d_ff},
               {"tie_embeddings", g.tie_embeddings}});
-  } else if (m.type == "mlp") {
+  } else if (m.type == ModelType::kMlp) {
     const auto& c = m.mlp;
     j.update({{"in_features", c.in_features}, {"hidden", c.hidden}, {"num_classes", c.num_classes},
-              {"activation", c.activation}});
+              {"activation", text(c.activation)}});
   } else {
     const auto& c = m.cnn;
     j.update({{"in_channels", c.in_channels}, {"height", c.height}, {"width", c.width}, {"channels", c.channels},
@@ -758,37 +769,37 @@ ordered_json to_json_tree(const RunConfig& c) {
                    {"schedule", p.schedule},
                    {"auto_schedule_memory_limit", p.auto_schedule_memory_limit},
                    {"auto_schedule_profile", p.auto_schedule_profile},
-                   {"partition", {{"method", p.partition.method}, {"blocks_per_stage", p.partition.blocks_per_stage}}},
+                   {"partition", {{"method", text(p.partition.method)}, {"blocks_per_stage", p.partition.blocks_per_stage}}},
                    {"dp_bucket_mb", p.dp_bucket_mb},
-                   {"grad_reduce_dtype", p.grad_reduce_dtype},
-                   {"comm_backend", p.comm_backend},
-                   {"p2p_progress", p.p2p_progress}};
+                   {"grad_reduce_dtype", text(p.grad_reduce_dtype)},
+                   {"comm_backend", text(p.comm_backend)},
+                   {"p2p_progress", text(p.p2p_progress)}};
   ordered_json batch = ordered_json::object();
   if (c.batch.global_batch_size) batch["global_batch_size"] = *c.batch.global_batch_size;
   if (c.batch.micro_batch_size) batch["micro_batch_size"] = *c.batch.micro_batch_size;
   if (c.batch.gradient_accumulation_steps) batch["gradient_accumulation_steps"] = *c.batch.gradient_accumulation_steps;
   j["batch"] = batch;
   const auto& o = c.optimizer;
-  j["optimizer"] = {{"type", o.type},         {"lr", o.lr},
+  j["optimizer"] = {{"type", text(o.type)},         {"lr", o.lr},
                     {"weight_decay", o.weight_decay}, {"betas", o.betas},
                     {"eps", o.eps},           {"momentum", o.momentum},
                     {"nesterov", o.nesterov}, {"grad_clip", o.grad_clip},
-                    {"warmup_steps", o.warmup_steps}, {"schedule", o.schedule},
+                    {"warmup_steps", o.warmup_steps}, {"schedule", text(o.schedule)},
                     {"min_lr", o.min_lr},     {"zero_stage", o.zero_stage}};
   const auto& t = c.train;
   j["train"] = {{"steps", t.steps},         {"seed", t.seed},
                 {"log_interval", t.log_interval}, {"deterministic", t.deterministic},
                 {"out_dir", t.out_dir},     {"comm_timeout_s", t.comm_timeout_s},
                 {"trace", t.trace},         {"eval_interval", t.eval_interval},
-                {"eval_batches", t.eval_batches}, {"recompute", t.recompute}, {"report", t.report}};
+                {"eval_batches", t.eval_batches}, {"recompute", text(t.recompute)}, {"report", t.report}};
   j["checkpoint"] = {{"dir", c.checkpoint.dir},
                      {"interval", c.checkpoint.interval},
                      {"keep_last", c.checkpoint.keep_last},
                      {"save_final", c.checkpoint.save_final}};
   const auto& d = c.data;
-  j["data"] = {{"type", d.type}, {"path", d.path}, {"val_path", d.val_path}, {"val_fraction", d.val_fraction},
-               {"format", d.format}};
-  j["device"] = {{"type", c.device.type}, {"memory_limit", c.device.memory_limit}, {"precision", c.device.precision}};
+  j["data"] = {{"type", text(d.type)}, {"path", d.path}, {"val_path", d.val_path}, {"val_fraction", d.val_fraction},
+               {"format", text(d.format)}};
+  j["device"] = {{"type", text(c.device.type)}, {"memory_limit", c.device.memory_limit}, {"precision", text(c.device.precision)}};
   return j;
 }
 
@@ -913,7 +924,11 @@ RunConfig parse_config(std::string_view json_text, std::string_view origin, cons
     read_device(top.section("device"), c.device);
     top.finish();
     report_unknown(state);
-    validate(c, state);
+    try {
+      validate(c);
+    } catch (const ConfigKeyError& e) {
+      fail(state, e.key(), "{}", e.detail());
+    }
     return c;
   } catch (const Error& e) {
     rethrow_one_line(e);  // names and keys quoted from the input may hold control characters
@@ -933,6 +948,18 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   const bool blank = std::all_of(text.begin(), text.end(), [](unsigned char ch) { return std::isspace(ch); });
   CLEAVE_CHECK(!blank, "config {}: file is empty; write {{}} for all defaults", path);
   return parse_config(text, path, overrides);
+}
+
+std::string keyed_message(const ConfigKeyError& error, std::string_view origin,
+                          const std::vector<std::string>& overrides) {
+  ParseState state;
+  state.origin = std::string(origin);
+  for (const std::string& assignment : overrides) {
+    if (const auto eq = assignment.find('='); eq != std::string::npos && eq > 0) {
+      state.set_assignments[assignment.substr(0, eq)] = assignment;
+    }
+  }
+  return escape_control(fmt::format("{}: {}: {}", state.where(error.key()), error.key(), error.detail()));
 }
 
 std::string to_json(const RunConfig& config) { return to_json_tree(config).dump(2) + "\n"; }

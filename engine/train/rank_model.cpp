@@ -16,7 +16,7 @@ RankModel::RankModel(RankSetup& setup) {
   build.tp_size = setup.grid.tp_size();
   build.tp_rank = setup.coords.tp_rank;
   build.allocator = setup.allocator.get();
-  build.recompute = partition::parse_recompute(cfg.train.recompute);
+  build.recompute = cfg.train.recompute;
   tied_name_ = plan.spec.tied_parameters.empty() ? std::string() : plan.spec.tied_parameters.front();
   for (int stage : plan.local_stages) {
     const auto& range = plan.partition.stages[static_cast<std::size_t>(stage)];

@@ -17,7 +17,7 @@ comm::ProcessGrid make_grid(config::RunConfig& config, int world_size) {
 
 RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Backend* backend)
     : config(std::move(c)), world(w), grid(make_grid(config, w.size())), coords(grid.coords_of(w.rank())) {
-  CLEAVE_CHECK(config.device.type == "cpu",
+  CLEAVE_CHECK(config.device.type == DeviceType::kCpu,
                "device.type '{}' is not available yet: the trainer runs on the CPU backend (device.type \"cpu\"); "
                "the CUDA backend is reachable through the op seam but not yet brought up for training",
                config.device.type);
@@ -29,7 +29,7 @@ RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Back
   context.allocator = allocator.get();
   context.resources = resources.get();
   context.backend = backend;
-  context.precision = ops::parse_precision(config.device.precision);  // bf16: mixed precision (ops/context.hpp)
+  context.precision = config.device.precision;  // bf16: mixed precision (ops/context.hpp)
   // Deterministic mode: GEMM bits independent of the thread count (shape-fixed slices, OpenBLAS at one
   // thread), so one rank with N threads and N ranks of one thread compute the same bits.
   context.gemm_mode = config.train.deterministic ? ops::GemmMode::kDeterministic : ops::GemmMode::kFast;

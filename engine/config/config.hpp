@@ -14,7 +14,8 @@
 // compares their text.
 //
 // Extending: add the field to its struct with a default, then read it in config.cpp's read_<section>() and
-// write it in write_<section>(); the round-trip test catches a field written but not read.
+// write it in write.cpp's to_json_tree() (cross-key rules go in validate.cpp); the round-trip test catches a
+// field written but not read.
 #pragma once
 
 #include <array>

@@ -79,8 +79,7 @@ TEST(ConfigEnums, EveryValueSurvivesTheReaderAndTheWriter) {
   };
   for (const auto& e : enum_table<ModelType>()) {
     const std::string name(e.name);
-    check({"model.type=" + name, e.value == ModelType::kGpt ? "data.type=synthetic" : "data.type=synthetic"},
-          "\"type\": \"" + name + "\"");
+    check({"model.type=" + name}, "\"type\": \"" + name + "\"");
   }
   for (const auto& e : enum_table<Activation>()) {
     check({"model.type=mlp", "model.activation=" + std::string(e.name)}, "\"activation\": \"" + std::string(e.name) + "\"");

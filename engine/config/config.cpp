@@ -180,13 +180,12 @@ class Reader {
   bool choice(std::string_view key, E& out) {
     std::string text;
     if (!string(key, text)) return false;
-    if (const auto value = enum_from_name<E>(text)) {
-      out = *value;
-      return true;
+    try {
+      out = parse_enum<E>(text, key_path(key));
+    } catch (const ConfigKeyError& e) {
+      fail(state_, e.key(), "{}", e.detail());
     }
-    const std::string_view closest = enum_closest<E>(text);
-    fail(state_, key_path(key), "\"{}\" is not one of {}{}", text, enum_choices<E>(),
-         closest.empty() ? std::string() : fmt::format(" (did you mean \"{}\"?)", closest));
+    return true;
   }
   bool integer_list(std::string_view key, std::vector<std::int64_t>& out, std::int64_t min, std::int64_t max) {
     const json* v = get(key);

@@ -94,7 +94,7 @@ config::RunConfig PlanChoice::apply_to(const config::RunConfig& base) const {
   c.batch.global_batch_size = global_batch;
   c.batch.gradient_accumulation_steps = global_batch / (micro_batch * dp);
   c.optimizer.zero_stage = zero_stage;
-  c.train.recompute = parse_enum<partition::Recompute>(recompute, "train.recompute");
+  c.train.recompute = recompute;
   config::validate(c);
   return c;
 }
@@ -112,7 +112,7 @@ PlanChoice choice_of_config(const std::string& config_path, const std::vector<st
   c.schedule = config.parallel.schedule;
   c.micro_batch = batch.micro_batch_size;
   c.zero_stage = config.optimizer.zero_stage;
-  c.recompute = std::string(enum_name(config.train.recompute));
+  c.recompute = config.train.recompute;
   c.global_batch = batch.global_batch_size;
   return c;
 }
@@ -186,7 +186,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   // the profile's rates; timed by the simulator.
   const bool bf16 = config.device.precision == config::Precision::kBf16;
   const DType dtype = bf16 ? DType::kBF16 : DType::kF32;
-  const partition::Recompute recompute = parse_enum<partition::Recompute>(choice.recompute, "train.recompute");
+  const partition::Recompute recompute = choice.recompute;
   const auto costs = partition::model_costs(plan.spec, dtype, recompute);
   const partition::MeasuredCosts& measured = profile.measured;
   const bool use_table = measured.has_blocks();
@@ -320,7 +320,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     // Memory over the step per pp rank: static categories plus the activations the timeline holds.
     const double per_micro = micro / (bf16 ? 2.0 : 1.0);
     // One tp rank's activations (the cost model's tp layout), as the memory plan counts them.
-    const auto shard = partition::model_costs(plan.spec, DType::kF32, parse_enum<partition::Recompute>(choice.recompute, "train.recompute"), choice.tp);
+    const auto shard = partition::model_costs(plan.spec, DType::kF32, choice.recompute, choice.tp);
     std::vector<planning::StageBackwardMemory> stage_memory;
     for (int s = 0; s < num_stages; ++s) {
       const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
@@ -410,14 +410,17 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
       if (options.world % t == 0 && t <= profile.ranks_per_node) tps.push_back(static_cast<int>(t));
     }
   }
-  const std::vector<const char*> recomputes =
-      base.model.type == config::ModelType::kGpt ? std::vector<const char*>{"none", "selective", "full"} : std::vector<const char*>{"none"};
+  using partition::Recompute;
+  const std::vector<Recompute> recomputes =
+      base.model.type == config::ModelType::kGpt
+          ? std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull}
+          : std::vector<Recompute>{Recompute::kNone};
   int layouts = 0;
   for (int tp : tps) {
     for (int pp : divisors(options.world / tp)) {
       const int dp = options.world / (tp * pp);
       if (global % dp != 0) {
-        out.rejected.push_back({PlanChoice{tp, pp, dp, 1, "-", 1, 0, "none", global}, false, false,
+        out.rejected.push_back({PlanChoice{tp, pp, dp, 1, "-", 1, 0, partition::Recompute::kNone, global}, false, false,
                                 fmt::format("batch.global_batch_size {} is not divisible by dp {}", global, dp)});
         continue;
       }
@@ -435,7 +438,7 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
       for (const auto& [schedule, v] : schedules) {
         for (int micro : divisors(global / dp)) {
           for (int zero : dp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0}) {
-            for (const char* recompute : recomputes) {
+            for (const Recompute recompute : recomputes) {
               PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global};
               PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts);
               (e.fits ? out.ranked : out.rejected).push_back(std::move(e));

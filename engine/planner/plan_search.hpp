@@ -39,7 +39,7 @@ struct PlanChoice {
   std::string schedule = "1f1b";
   std::int64_t micro_batch = 1;
   int zero_stage = 0;
-  std::string recompute = "none";
+  partition::Recompute recompute = partition::Recompute::kNone;
   std::int64_t global_batch = 0;  // kept from the config
   std::string layout() const;   // "tp2 pp2 dp1"
   // The --set overrides that select this plan (parallel.*, batch.*, optimizer.zero_stage, train.recompute).

@@ -175,22 +175,6 @@ std::int64_t backward_extra(const BlockSpec& block, const BlockCost& cost, Recom
 
 }  // namespace
 
-std::string_view recompute_name(Recompute recompute) {
-  switch (recompute) {
-    case Recompute::kNone: return "none";
-    case Recompute::kSelective: return "selective";
-    case Recompute::kFull: return "full";
-  }
-  return "?";
-}
-
-Recompute parse_recompute(std::string_view name) {
-  if (name == "none") return Recompute::kNone;
-  if (name == "selective") return Recompute::kSelective;
-  if (name == "full") return Recompute::kFull;
-  CLEAVE_THROW("train.recompute: '{}' is not one of none, selective, full", name);
-}
-
 BlockCost block_cost(const BlockSpec& block, DType dtype, Recompute recompute, int tp) {
   CLEAVE_CHECK(tp >= 1, "cost model: tensor-parallel width must be >= 1, got {}", tp);
   const auto b = static_cast<std::int64_t>(dtype_size(dtype));

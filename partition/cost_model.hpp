@@ -49,6 +49,7 @@
 //             activation T·D·b; input_grad + the block's forward FLOPs; transient = the block's whole stash.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -56,14 +57,16 @@
 #include <vector>
 
 #include "engine/core/dtype.hpp"
+#include "engine/core/enum_names.hpp"
 #include "partition/model_spec.hpp"
 
 namespace cleave::partition {
 
+// train.recompute.
 enum class Recompute { kNone, kSelective, kFull };
-std::string_view recompute_name(Recompute recompute);  // "none", "selective", "full"
-// Throws Error naming train.recompute and the choices for anything else.
-Recompute parse_recompute(std::string_view name);
+constexpr std::array<EnumName<Recompute>, 3> enum_names(Recompute) {
+  return {{{Recompute::kNone, "none"}, {Recompute::kSelective, "selective"}, {Recompute::kFull, "full"}}};
+}
 
 struct BlockCost {
   double forward_flops = 0;      // per sample

@@ -71,7 +71,7 @@ ModelSpec make_gpt_spec(const GptConfig& config) {
                    static_cast<double>(config.d_model) / static_cast<double>(config.n_heads));
 
   ModelSpec spec;
-  spec.type = "gpt";
+  spec.type = ModelType::kGpt;
   spec.gpt = config;
   if (spec.gpt.d_ff == 0) spec.gpt.d_ff = 4 * config.d_model;
   const std::int64_t t = config.seq_len, d = config.d_model, v = config.vocab_size;
@@ -111,11 +111,9 @@ ModelSpec make_mlp_spec(const MlpConfig& config) {
   for (std::size_t i = 0; i < config.hidden.size(); ++i) {
     CLEAVE_CHECK_KEY(config.hidden[i] > 0, fmt::format("model.hidden[{}]", i), "must be > 0, got {}", config.hidden[i]);
   }
-  CLEAVE_CHECK_KEY(config.activation == "relu" || config.activation == "gelu", "model.activation",
-                   "must be \"relu\" or \"gelu\", got \"{}\"", config.activation);
 
   ModelSpec spec;
-  spec.type = "mlp";
+  spec.type = ModelType::kMlp;
   spec.mlp = config;
   int index = 0;
   std::int64_t features = config.in_features;
@@ -126,7 +124,7 @@ ModelSpec make_mlp_spec(const MlpConfig& config) {
   };
   for (std::int64_t width : config.hidden) {
     add_linear(width);
-    const BlockKind act = config.activation == "relu" ? BlockKind::kRelu : BlockKind::kGelu;
+    const BlockKind act = config.activation == Activation::kRelu ? BlockKind::kRelu : BlockKind::kGelu;
     spec.blocks.push_back(
         make_block(act, fmt::format("layers.{}", index++), Shape{features}, Shape{features}, features, features));
   }
@@ -165,7 +163,7 @@ ModelSpec make_cnn_spec(const CnnConfig& config) {
   }
 
   ModelSpec spec;
-  spec.type = "cnn";
+  spec.type = ModelType::kCnn;
   spec.cnn = config;
   int index = 0;
   std::int64_t c = config.in_channels, h = config.height, w = config.width;

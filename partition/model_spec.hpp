@@ -11,14 +11,28 @@
 //   cnn: (conv2d, relu, maxpool) × len(channels), flatten, linear to classes, softmax cross-entropy
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "engine/core/dtype.hpp"
+#include "engine/core/enum_names.hpp"
 #include "engine/core/shape.hpp"
 
 namespace cleave::partition {
+
+// model.type: which of the three model families (and which config struct below) is built.
+enum class ModelType { kGpt, kMlp, kCnn };
+constexpr std::array<EnumName<ModelType>, 3> enum_names(ModelType) {
+  return {{{ModelType::kGpt, "gpt"}, {ModelType::kMlp, "mlp"}, {ModelType::kCnn, "cnn"}}};
+}
+
+// model.activation (mlp).
+enum class Activation { kRelu, kGelu };
+constexpr std::array<EnumName<Activation>, 2> enum_names(Activation) {
+  return {{{Activation::kRelu, "relu"}, {Activation::kGelu, "gelu"}}};
+}
 
 struct GptConfig {
   std::int64_t vocab_size = 256;
@@ -34,7 +48,7 @@ struct MlpConfig {
   std::int64_t in_features = 64;
   std::vector<std::int64_t> hidden = {128, 128};
   std::int64_t num_classes = 10;
-  std::string activation = "relu";  // relu | gelu
+  Activation activation = Activation::kRelu;
 };
 
 struct CnnConfig {
@@ -81,7 +95,7 @@ struct BlockSpec {
 };
 
 struct ModelSpec {
-  std::string type;  // "gpt" | "mlp" | "cnn"
+  ModelType type = ModelType::kGpt;
   GptConfig gpt;
   MlpConfig mlp;
   CnnConfig cnn;
@@ -91,12 +105,12 @@ struct ModelSpec {
   // gradients; norms count it once. Empty when nothing is tied.
   std::vector<std::string> tied_parameters;
   // Unit of throughput figures: "tok" when a sample is a token sequence, "samples" otherwise.
-  std::string_view throughput_unit() const { return type == "gpt" ? "tok" : "samples"; }
+  std::string_view throughput_unit() const { return type == ModelType::kGpt ? "tok" : "samples"; }
 
   Shape sample_input() const { return blocks.front().input; }  // per-sample input shape
   DType input_dtype() const { return blocks.front().input_dtype; }
   // Tokens (gpt) or samples (mlp, cnn) that one sample of the batch contributes to throughput figures.
-  std::int64_t items_per_sample() const { return type == "gpt" ? gpt.seq_len : 1; }
+  std::int64_t items_per_sample() const { return type == ModelType::kGpt ? gpt.seq_len : 1; }
 };
 
 // Builders check their sizes and throw ConfigKeyError (engine/core/error.hpp) naming the model.* key and

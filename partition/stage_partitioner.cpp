@@ -23,16 +23,6 @@ namespace {
 
 constexpr double kInfinity = std::numeric_limits<double>::infinity();
 
-struct MethodName {
-  PartitionMethod method;
-  std::string_view name;
-};
-constexpr MethodName kMethodNames[] = {
-    {PartitionMethod::kUniform, "uniform"},
-    {PartitionMethod::kParameters, "parameters"},
-    {PartitionMethod::kCost, "cost"},
-    {PartitionMethod::kManual, "manual"},
-};
 
 // Segment cost of blocks [i, j) placed as stage k; +inf marks a segment that may not be used.
 using SegmentCost = std::function<double(int k, int i, int j)>;
@@ -72,21 +62,6 @@ std::optional<std::vector<int>> min_max_split(int n, int s, const SegmentCost& c
 std::string format_sizes(const std::vector<int>& sizes) { return fmt::format("[{}]", fmt::join(sizes, ",")); }
 
 }  // namespace
-
-std::string_view partition_method_name(PartitionMethod method) {
-  for (const auto& entry : kMethodNames) {
-    if (entry.method == method) return entry.name;
-  }
-  CLEAVE_ASSERT(false, "unknown PartitionMethod {}", static_cast<int>(method));
-  return {};
-}
-
-PartitionMethod parse_partition_method(std::string_view name) {
-  for (const auto& entry : kMethodNames) {
-    if (entry.name == name) return entry.method;
-  }
-  CLEAVE_THROW("partition: unknown method '{}' (allowed: uniform, parameters, cost, manual)", name);
-}
 
 double StagePartition::max_stage_time() const {
   return stage_time.empty() ? 0.0 : *std::max_element(stage_time.begin(), stage_time.end());
@@ -217,7 +192,7 @@ StagePartition partition_stages(const std::vector<BlockProfile>& blocks, int num
       CLEAVE_CHECK(result.stage_memory_bytes[k] <= cap,
                    "partition: method '{}' puts {} in stage {} (blocks {}..{}), over the memory cap of {}; the "
                    "smallest achievable largest-stage memory is {} (method 'cost' respects the cap)",
-                   partition_method_name(options.method),
+                   enum_name(options.method),
                    format_bytes(static_cast<std::int64_t>(std::ceil(result.stage_memory_bytes[k]))), k,
                    result.stages[k].begin, result.stages[k].end - 1, format_bytes(options.memory_cap_bytes),
                    format_bytes(static_cast<std::int64_t>(std::ceil(smallest_max_memory()))));

@@ -20,10 +20,13 @@
 // To add a method: extend PartitionMethod, its name table in the .cpp and the switch in partition_stages.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "engine/core/enum_names.hpp"
 
 namespace cleave::partition {
 
@@ -34,11 +37,14 @@ struct BlockProfile {
   std::int64_t activation_bytes = 0;  // stash kept per micro-batch between forward and backward
 };
 
+// parallel.partition.method; the table's order is the order messages list the names in.
 enum class PartitionMethod { kUniform, kParameters, kCost, kManual };
-
-std::string_view partition_method_name(PartitionMethod method);  // "uniform", "parameters", "cost", "manual"
-// Throws Error naming the value and the allowed names.
-PartitionMethod parse_partition_method(std::string_view name);
+constexpr std::array<EnumName<PartitionMethod>, 4> enum_names(PartitionMethod) {
+  return {{{PartitionMethod::kCost, "cost"},
+           {PartitionMethod::kUniform, "uniform"},
+           {PartitionMethod::kParameters, "parameters"},
+           {PartitionMethod::kManual, "manual"}}};
+}
 
 struct PartitionOptions {
   PartitionMethod method = PartitionMethod::kCost;

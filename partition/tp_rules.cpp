@@ -51,7 +51,7 @@ void check_tp_d_ff(std::int64_t d_ff, int tp_size, std::int64_t n_heads) {
 void check_tensor_parallel(const ModelSpec& spec, int tp_size) {
   check_tp_size(tp_size);
   if (tp_size == 1) return;
-  CLEAVE_CHECK_KEY(spec.type == "gpt", kTpKey,
+  CLEAVE_CHECK_KEY(spec.type == ModelType::kGpt, kTpKey,
                    "{} needs a gpt model: tensor parallelism supports model.type gpt only (got model.type {}); use 1",
                    tp_size, spec.type);
   check_tp_heads(spec.gpt.n_heads, tp_size, spec.gpt.d_ff);

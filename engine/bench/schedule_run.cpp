@@ -200,7 +200,7 @@ ScheduleRun run_schedule(const std::string& config_path, const std::vector<std::
     // P2P: each stage's boundary tensor per micro-batch, over a latency + bytes / bandwidth fit of ping-pongs
     // between world ranks (0,1), (2,3), ... timed now at 4 KiB and the largest boundary size.
     const auto& config = trainer.config();
-    const DType act = config.device.precision == "bf16" ? DType::kBF16 : DType::kF32;
+    const DType act = config.device.precision == config::Precision::kBf16 ? DType::kBF16 : DType::kF32;
     const auto costs = partition::model_costs(plan.spec, act);
     const std::int64_t micro = config.resolved_batch().micro_batch_size;
     std::int64_t largest = 4096;

@@ -107,7 +107,7 @@ int run_bench(int argc, char** argv) {
     comm::World world = comm::make_world_communicator(
         runtime, config.parallel.comm_backend, config.device.type,
         comm::CommOptions{.timeout_s = config.train.comm_timeout_s, .deterministic = config.train.deterministic},
-        comm::parse_p2p_progress(config.parallel.p2p_progress));
+        config.parallel.p2p_progress);
     setup.machine.mpi_progress_thread = world.progress_thread;
     const bool root = world.comm->rank() == 0;
     const auto& p = config.parallel;

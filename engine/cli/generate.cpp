@@ -131,17 +131,17 @@ int run_generate(int argc, char** argv) {
       {"train", {{"steps", std::max<std::int64_t>(1, index.at("step").get<std::int64_t>())}, {"eval_batches", 0}}},
       {"data", {{"type", "synthetic"}}}};
   const config::RunConfig config = config::parse_config(run.dump(), "checkpoint " + dir);
-  CLEAVE_CHECK(config.model.type == "gpt" && config.model.gpt.vocab_size >= 256,
+  CLEAVE_CHECK(config.model.type == config::ModelType::kGpt && config.model.gpt.vocab_size >= 256,
                "generate: checkpoint {} holds a {} model{}; generation needs a byte-level gpt (vocab_size >= 256)",
                dir, config.model.type,
-               config.model.type == "gpt" ? fmt::format(" with vocab_size {}", config.model.gpt.vocab_size) : "");
+               config.model.type == config::ModelType::kGpt ? fmt::format(" with vocab_size {}", config.model.gpt.vocab_size) : "");
   const std::int64_t seq_len = config.model.gpt.seq_len;
 
   comm::MpiRuntime runtime(&argc, &argv);
   log::set_rank(runtime.world_rank(), runtime.world_size());
   CLEAVE_CHECK(runtime.world_size() == 1, "generate: runs on one rank (launched with {})", runtime.world_size());
   train::configure_threads_for_node();
-  comm::World world = comm::make_world_communicator(runtime, "mpi", "cpu", comm::CommOptions{});
+  comm::World world = comm::make_world_communicator(runtime, config::CommBackend::kMpi, DeviceType::kCpu, comm::CommOptions{});
   train::Trainer trainer(config, *world.comm);
   trainer.load_checkpoint(dir);
 

@@ -155,7 +155,7 @@ int run_plan(int argc, char** argv) {
     const auto& e = result.ranked[static_cast<std::size_t>(i)];
     std::printf("%3d  %-13s %2d %-17s %5lld %4d %-9s %10s %12.0f %7.3f  %s (pp rank %d)%s\n", i + 1,
                 e.choice.layout().c_str(), e.choice.virtual_stages, e.choice.schedule.c_str(),
-                static_cast<long long>(e.choice.micro_batch), e.choice.zero_stage, e.choice.recompute.c_str(),
+                static_cast<long long>(e.choice.micro_batch), e.choice.zero_stage, std::string(enum_name(e.choice.recompute)).c_str(),
                 ms(e.step_s).c_str(), e.items_per_s, e.bubble, format_bytes(e.peak_bytes).c_str(), e.peak_rank,
                 result.memory_limit > 0
                     ? fmt::format(" = {:.0f}% of cap", 100.0 * static_cast<double>(e.peak_bytes) / static_cast<double>(result.memory_limit)).c_str()
@@ -185,7 +185,7 @@ int run_plan(int argc, char** argv) {
                        {"virtual_stages", e.choice.virtual_stages},
                        {"micro_batch", e.choice.micro_batch},
                        {"zero_stage", e.choice.zero_stage},
-                       {"recompute", e.choice.recompute},
+                       {"recompute", std::string(enum_name(e.choice.recompute))},
                        {"overrides", e.choice.overrides()},
                        {"step_s", e.step_s},
                        {"items_per_s", e.items_per_s},
@@ -204,7 +204,7 @@ int run_plan(int argc, char** argv) {
     std::vector<std::string> all = overrides;
     for (const auto& o : best.choice.overrides()) all.push_back(o);
     config::RunConfig chosen = config::load_config(config_path, all);
-    if (chosen.device.type == "cpu" && profile.device_type == "cuda") chosen.device.type = "cuda";
+    if (chosen.device.type == DeviceType::kCpu && profile.device_type == "cuda") chosen.device.type = DeviceType::kCuda;
     // The cap asked for on the command line travels with the plan: training then refuses a plan over it and
     // the allocator enforces it (a cap from the config is there already).
     if (!limit_text.empty()) chosen.device.memory_limit = result.memory_limit;

@@ -126,7 +126,7 @@ int run_profile(int argc, char** argv) {
   CLEAVE_CHECK(!std::filesystem::exists(out_path), "profile: {} exists; not overwriting it (choose another --out)",
                out_path);
   const config::RunConfig config = config::load_config(config_path, overrides);
-  CLEAVE_CHECK(config.device.type == "cpu",
+  CLEAVE_CHECK(config.device.type == DeviceType::kCpu,
                "profile: device.type {} is not profiled yet: cleave profile times CPU ranks; use a shipped profile "
                "(profiles/) for GPUs", config.device.type);
 
@@ -146,11 +146,11 @@ int run_profile(int argc, char** argv) {
   request.repeats = repeats;
   request.rounds = rounds;
   request.cold_caches = cold_caches;
-  request.precision = ops::parse_precision(config.device.precision);  // the tables are for this precision only
+  request.precision = config.device.precision;  // the tables are for this precision only
   if (!tp_text.empty()) {
     request.tp_widths.clear();
     for (auto t : parse_list(tp_text, "--tp")) request.tp_widths.push_back(static_cast<int>(t));
-  } else if (spec.type == "gpt") {
+  } else if (spec.type == partition::ModelType::kGpt) {
     const auto& g = spec.gpt;
     request.tp_widths.clear();
     for (auto t : partition::allowed_tp_sizes(g.n_heads, g.d_ff > 0 ? g.d_ff : 4 * g.d_model)) {
@@ -158,8 +158,8 @@ int run_profile(int argc, char** argv) {
     }
   }
   for (int t : request.tp_widths) {
-    CLEAVE_CHECK(t == 1 || spec.type == "gpt", "profile: --tp {}: only a gpt splits over tensor-parallel ranks", t);
-    if (spec.type == "gpt") {
+    CLEAVE_CHECK(t == 1 || spec.type == partition::ModelType::kGpt, "profile: --tp {}: only a gpt splits over tensor-parallel ranks", t);
+    if (spec.type == partition::ModelType::kGpt) {
       const auto& g = spec.gpt;
       const auto allowed = partition::allowed_tp_sizes(g.n_heads, g.d_ff > 0 ? g.d_ff : 4 * g.d_model);
       CLEAVE_CHECK(std::find(allowed.begin(), allowed.end(), t) != allowed.end(),
@@ -195,7 +195,7 @@ int run_profile(int argc, char** argv) {
   // GEMM and memory rates (used only where the tables do not reach), measured by rank 0 while the others wait.
   if (root) {
     const auto& g = spec.gpt;
-    profile = spec.type == "gpt" ? planner::calibrate_this_machine(comm.size(), 4 * g.seq_len,
+    profile = spec.type == partition::ModelType::kGpt ? planner::calibrate_this_machine(comm.size(), 4 * g.seq_len,
                                                                    g.d_ff > 0 ? g.d_ff : 4 * g.d_model, g.d_model)
                                  : planner::calibrate_this_machine(comm.size(), 256, 256, 256);
   }
@@ -203,7 +203,7 @@ int run_profile(int argc, char** argv) {
   ops::configure_cpu_threads(threads);  // calibrate set its own thread count
   profile.measured.ranks = comm.size();
   profile.measured.threads_per_rank = threads;
-  profile.measured.dtype = config.device.precision;
+  profile.measured.dtype = enum_name(config.device.precision);
   if (cold_caches) {  // both tables: the planner needs each rank's share of the cache to choose between them
     profile.measured.cache_bytes_per_rank =
         planner::cache_bytes_per_rank(planner::last_level_cache(), machine.ranks_on_node, threads);

@@ -53,7 +53,7 @@ int run_simulate_config(int argc, char** argv) {
   planner::PlanDetails details;
   const planner::PlanEstimate e = planner::estimate_plan(config_path, overrides, choice, profile, options, &details);
   CLEAVE_CHECK(e.valid, "simulate --config: {}", e.reason);
-  const std::string unit = base.model.type == "gpt" ? "tok" : "samples";
+  const std::string unit = base.model.type == config::ModelType::kGpt ? "tok" : "samples";
   const pipeline::TraceOptions trace_options{
       fmt::format("{} {} micro {} recompute {}: simulated with {}", choice.layout(), choice.schedule, choice.micro_batch,
                   choice.recompute, profile.name),
@@ -66,7 +66,7 @@ int run_simulate_config(int argc, char** argv) {
                           {"virtual_stages", choice.virtual_stages},
                           {"micro_batch", choice.micro_batch},
                           {"zero_stage", choice.zero_stage},
-                          {"recompute", choice.recompute},
+                          {"recompute", std::string(enum_name(choice.recompute))},
                           {"profile", profile.name},
                           {"step_s", e.step_s},
                           {unit + "_per_s", e.items_per_s},
@@ -96,7 +96,7 @@ int run_simulate_config(int argc, char** argv) {
   std::printf("cleave simulate --config %s on %d ranks: %s, %s (v %d), micro %lld, ZeRO %d, recompute %s\n"
               "profile: %s\n",
               config_path.c_str(), world, choice.layout().c_str(), choice.schedule.c_str(), choice.virtual_stages,
-              static_cast<long long>(choice.micro_batch), choice.zero_stage, choice.recompute.c_str(), profile.name.c_str());
+              static_cast<long long>(choice.micro_batch), choice.zero_stage, std::string(enum_name(choice.recompute)).c_str(), profile.name.c_str());
   std::printf("predicted step %.3f ms | %.0f %s/s | bubble %.3f\n", e.step_s * 1e3, e.items_per_s, unit.c_str(), e.bubble);
   std::printf("busiest rank: compute %.3f ms, tp all-reduce %.3f ms, idle %.3f ms, dp reduction %.3f ms, optimizer "
               "%.3f ms\n",

@@ -108,7 +108,7 @@ int run_train(int argc, char** argv) {
     comm::World world = comm::make_world_communicator(
         runtime, config.parallel.comm_backend, config.device.type,
         comm::CommOptions{.timeout_s = config.train.comm_timeout_s, .deterministic = config.train.deterministic},
-        comm::parse_p2p_progress(config.parallel.p2p_progress));
+        config.parallel.p2p_progress);
     if (runtime.world_rank() == 0) log::info("comm backend {} ({})", world.comm->backend(), world.choice.reason);
     const char* single_copy = std::getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
     if (runtime.world_rank() == 0 && config.parallel.pipeline_model_parallel_size > 1 && single_copy != nullptr &&

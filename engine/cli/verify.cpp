@@ -93,7 +93,7 @@ int run_verify(int argc, char** argv) {
     comm::World world = comm::make_world_communicator(
         runtime, config.parallel.comm_backend, config.device.type,
         comm::CommOptions{.timeout_s = config.train.comm_timeout_s, .deterministic = config.train.deterministic},
-        comm::parse_p2p_progress(config.parallel.p2p_progress));
+        config.parallel.p2p_progress);
     config.parallel.comm_backend = world.choice.backend;
     const train::VerifyReport report = train::verify_layout(config, *world.comm, options);
     if (world.comm->rank() != 0) return 0;

@@ -14,7 +14,7 @@
 
 namespace cleave::comm {
 
-World make_world_communicator(const MpiRuntime& runtime, std::string_view requested, std::string_view device_type,
+World make_world_communicator(const MpiRuntime& runtime, config::CommBackend requested, DeviceType device_type,
                               const CommOptions& options, P2PProgress progress) {
   MpiOptions mpi_options;
   static_cast<CommOptions&>(mpi_options) = options;
@@ -24,10 +24,10 @@ World make_world_communicator(const MpiRuntime& runtime, std::string_view reques
 
   config::CommBackendFacts facts;
   facts.cuda_build = CLEAVE_WITH_CUDA != 0;
-  facts.device_type = std::string(device_type);
+  facts.device_type = device_type;
 #if CLEAVE_WITH_CUDA
   // Same condition on every rank (same config), so the collective probe runs everywhere or nowhere.
-  if (requested != "mpi" && device_type == "cuda") {
+  if (requested != config::CommBackend::kMpi && device_type == DeviceType::kCuda) {
     const GpuPerRank gpus = probe_gpu_per_rank(*mpi);
     facts.gpu_per_rank = gpus.own;
     facts.gpu_sharing = gpus.detail;
@@ -36,7 +36,7 @@ World make_world_communicator(const MpiRuntime& runtime, std::string_view reques
   World world;
   world.choice = config::choose_comm_backend(requested, facts);
   world.progress_thread = progress_thread;
-  if (world.choice.backend == "nccl") {
+  if (world.choice.backend == config::CommBackend::kNccl) {
 #if CLEAVE_WITH_CUDA
     world.comm = make_nccl_world(*mpi, options);  // bootstraps over `mpi`, which may go afterwards
     return world;
@@ -45,7 +45,7 @@ World make_world_communicator(const MpiRuntime& runtime, std::string_view reques
 #endif
   }
 #if CLEAVE_WITH_CUDA
-  if (device_type == "cuda") {
+  if (device_type == DeviceType::kCuda) {
     world.comm = make_staged_world(std::move(mpi));
     return world;
   }

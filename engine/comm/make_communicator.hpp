@@ -28,11 +28,11 @@ struct World {
   bool progress_thread = false;        // the MPI communicator runs a progress thread (parallel.p2p_progress)
 };
 
-// `requested`: parallel.comm_backend ("auto" | "mpi" | "nccl"); `device_type`: device.type. Throws
+// `requested`: parallel.comm_backend; `device_type`: device.type. Throws
 // ConfigKeyError on parallel.comm_backend when the request cannot be honoured (the same text on every rank).
 // `progress`: parallel.p2p_progress for the MPI communicator (the MPI world, the staged world's MPI carrier,
 // and the NCCL bootstrap); throws Error naming the key for "thread" where MPI lacks MPI_THREAD_MULTIPLE.
-World make_world_communicator(const MpiRuntime& runtime, std::string_view requested, std::string_view device_type,
+World make_world_communicator(const MpiRuntime& runtime, config::CommBackend requested, DeviceType device_type,
                               const CommOptions& options, P2PProgress progress = P2PProgress::kAuto);
 
 }  // namespace cleave::comm

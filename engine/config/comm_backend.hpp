@@ -9,13 +9,14 @@
 #pragma once
 
 #include <string>
-#include <string_view>
+
+#include "engine/config/enums.hpp"
 
 namespace cleave::config {
 
 struct CommBackendFacts {
   bool cuda_build = false;         // CLEAVE_WITH_CUDA
-  std::string device_type = "cpu";  // device.type
+  DeviceType device_type = DeviceType::kCpu;  // device.type
   // Every rank has a GPU that no other rank on its host uses. Before launch this is unknown: leave it true
   // and only the build and device rules apply.
   bool gpu_per_rank = true;
@@ -23,11 +24,11 @@ struct CommBackendFacts {
 };
 
 struct CommBackendChoice {
-  std::string backend;  // "mpi" | "nccl"
+  CommBackend backend = CommBackend::kMpi;  // kMpi | kNccl, never kAuto
   std::string reason;   // for the log: "auto: device.type is \"cpu\""
 };
 
-// Throws ConfigKeyError("parallel.comm_backend", ...) for an unknown name or nccl where it cannot work.
-CommBackendChoice choose_comm_backend(std::string_view requested, const CommBackendFacts& facts);
+// Throws ConfigKeyError("parallel.comm_backend", ...) for nccl where it cannot work.
+CommBackendChoice choose_comm_backend(CommBackend requested, const CommBackendFacts& facts);
 
 }  // namespace cleave::config

@@ -1,13 +1,13 @@
-// Strict config parsing: JSON text -> RunConfig, --set overrides, validation, and RunConfig -> JSON.
+// Strict config reading: JSON text -> RunConfig, --set overrides, unknown keys with suggestions, then validate().
+// The other concerns live beside it: strict_json.cpp (JSON text, UTF-8, duplicate keys), validate.cpp (cross-key
+// checks), batch.cpp (batch arithmetic, resolve), write.cpp (RunConfig -> JSON).
 //
 // Order of checks (so the first message a user sees is the most useful one):
 //   1. malformed JSON (line, column) and duplicate keys (detected while parsing; nlohmann keeps the last);
 //   2. --set overrides applied to the JSON tree;
 //   3. each section read: wrong types and out-of-range values, named by key path;
 //   4. unknown keys, all of them in one line, each with the closest known key;
-//   5. cross-key checks: the model's own rules (partition's spec builders and tensor-parallel rules, run
-//      here rather than rewritten), model/data compatibility, partition lengths, schedule names (the
-//      schedule registry's).
+//   5. cross-key checks: validate() (validate.cpp), reported under the key's origin.
 #include "engine/config/config.hpp"
 
 #include <fmt/ranges.h>
@@ -24,18 +24,16 @@
 #include <sstream>
 
 #include "cleave/config.hpp"
-#include "engine/config/comm_backend.hpp"
+#include "engine/config/strict_json.hpp"
 #include "engine/core/allocator.hpp"
+#include "engine/core/edit_distance.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/one_line.hpp"
-#include "partition/tp_rules.hpp"
-#include "pipeline/schedules/schedules.hpp"
 
 namespace cleave::config {
 namespace {
 
 using json = nlohmann::json;
-using ordered_json = nlohmann::ordered_json;  // to_json keeps the documented key order
 
 // Short rendering of a JSON value for "got ..." in messages.
 std::string show(const json& value) {
@@ -46,21 +44,6 @@ std::string show(const json& value) {
 
 std::string join_path(const std::string& parent, std::string_view key) {
   return parent.empty() ? std::string(key) : parent + "." + std::string(key);
-}
-
-std::size_t edit_distance(std::string_view a, std::string_view b) {
-  std::vector<std::size_t> row(b.size() + 1);
-  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
-  for (std::size_t i = 1; i <= a.size(); ++i) {
-    std::size_t diagonal = row[0];
-    row[0] = i;
-    for (std::size_t j = 1; j <= b.size(); ++j) {
-      const std::size_t up = row[j];
-      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
-      diagonal = up;
-    }
-  }
-  return row[b.size()];
 }
 
 std::string_view leaf_of(std::string_view path) {
@@ -192,19 +175,17 @@ class Reader {
     }
     return true;
   }
-  bool choice(std::string_view key, std::string& out, std::initializer_list<std::string_view> allowed) {
-    if (!string(key, out)) return false;
-    if (std::find(allowed.begin(), allowed.end(), out) != allowed.end()) return true;
-    std::string list;
-    std::string_view closest;
-    std::size_t best = std::numeric_limits<std::size_t>::max();
-    for (std::string_view option : allowed) {
-      list += (list.empty() ? "" : ", ") + fmt::format("\"{}\"", option);
-      const std::size_t d = edit_distance(out, option);
-      if (d < best) best = d, closest = option;
+  // An enum-valued key: the text is parsed here, once, against the enum's name table.
+  template <NamedEnum E>
+  bool choice(std::string_view key, E& out) {
+    std::string text;
+    if (!string(key, text)) return false;
+    try {
+      out = parse_enum<E>(text, key_path(key));
+    } catch (const ConfigKeyError& e) {
+      fail(state_, e.key(), "{}", e.detail());
     }
-    fail(state_, key_path(key), "\"{}\" is not one of {}{}", out, list,
-         best <= 2 ? fmt::format(" (did you mean \"{}\"?)", closest) : std::string());
+    return true;
   }
   bool integer_list(std::string_view key, std::vector<std::int64_t>& out, std::int64_t min, std::int64_t max) {
     const json* v = get(key);
@@ -295,93 +276,6 @@ class Reader {
   std::set<std::string> asked_;
 };
 
-// ---- JSON text with duplicate-key detection ---------------------------------------------------------------
-
-// Parses strict JSON; a key repeated within one object is an error naming its path (nlohmann would keep
-// the last silently). Malformed text reports line and column.
-json parse_json_strict(std::string_view text, const std::string& what) {
-  struct Frame {
-    bool is_object = true;
-    std::set<std::string> keys;
-    std::string current;  // current key (objects)
-    std::size_t index = 0;  // current element (arrays)
-  };
-  std::vector<Frame> frames;
-  auto path_of = [&](std::size_t depth) {  // location of frames[depth]'s current child
-    std::string path;
-    for (std::size_t i = 0; i <= depth && i < frames.size(); ++i) {
-      if (frames[i].is_object) path = join_path(path, frames[i].current);
-      else path += fmt::format("[{}]", frames[i].index);
-    }
-    return path;
-  };
-  auto element_done = [&] {
-    if (!frames.empty() && !frames.back().is_object) ++frames.back().index;
-  };
-  json::parser_callback_t callback = [&](int, json::parse_event_t event, json& parsed) {
-    switch (event) {
-      case json::parse_event_t::object_start: frames.push_back(Frame{true, {}, {}, 0}); break;
-      case json::parse_event_t::array_start: frames.push_back(Frame{false, {}, {}, 0}); break;
-      case json::parse_event_t::key: {
-        Frame& frame = frames.back();
-        frame.current = parsed.get<std::string>();
-        if (!frame.keys.insert(frame.current).second) {
-          throw Error(fmt::format("{}: duplicate key {} (JSON keeps only the last value; remove one of them)", what,
-                                  path_of(frames.size() - 1)));
-        }
-        break;
-      }
-      case json::parse_event_t::object_end:
-      case json::parse_event_t::array_end:
-        frames.pop_back();
-        element_done();
-        break;
-      case json::parse_event_t::value: element_done(); break;
-    }
-    return true;
-  };
-  try {
-    return json::parse(text.begin(), text.end(), callback, /*allow_exceptions=*/true, /*ignore_comments=*/false);
-  } catch (const json::parse_error& e) {
-    // nlohmann's text is "[json.exception.parse_error.101] parse error at line L, column C: detail".
-    std::string detail = e.what();
-    if (auto at = detail.find(" at line "); at != std::string::npos) detail = detail.substr(at + 1);
-    else if (auto colon = detail.find("] "); colon != std::string::npos) detail = detail.substr(colon + 2);
-    throw Error(fmt::format("{}: malformed JSON {}", what, detail));
-  } catch (const json::exception& e) {
-    // Anything else the library raises on text (a number beyond a double, 406) is bad input too: one line,
-    // without the library's "[json.exception...]" prefix.
-    std::string detail = e.what();
-    if (auto colon = detail.find("] "); colon != std::string::npos) detail = detail.substr(colon + 2);
-    throw Error(fmt::format("{}: {} (numbers must fit a double: |x| < 1.8e308)", what, detail));
-  }
-}
-
-// Offset of the first byte that is not part of well-formed UTF-8 (no overlong forms, no surrogates, at most
-// U+10FFFF), or npos. JSON strings must be UTF-8: a --set value taken as text is checked here, so nothing
-// later (to_json, messages) meets bytes the JSON library refuses to write.
-std::size_t invalid_utf8_at(std::string_view text) {
-  std::size_t i = 0;
-  while (i < text.size()) {
-    const auto byte = [&](std::size_t k) { return static_cast<unsigned char>(text[k]); };
-    const unsigned char c = byte(i);
-    std::size_t length = 0;
-    unsigned char low = 0x80, high = 0xbf;  // allowed range of the second byte
-    if (c < 0x80) length = 1;
-    else if (c >= 0xc2 && c <= 0xdf) length = 2;
-    else if (c >= 0xe0 && c <= 0xef) length = 3, low = c == 0xe0 ? 0xa0 : 0x80, high = c == 0xed ? 0x9f : 0xbf;
-    else if (c >= 0xf0 && c <= 0xf4) length = 4, low = c == 0xf0 ? 0x90 : 0x80, high = c == 0xf4 ? 0x8f : 0xbf;
-    else return i;
-    if (i + length > text.size()) return i;
-    for (std::size_t k = 1; k < length; ++k) {
-      const unsigned char lo = k == 1 ? low : 0x80, hi = k == 1 ? high : 0xbf;
-      if (byte(i + k) < lo || byte(i + k) > hi) return i;
-    }
-    i += length;
-  }
-  return std::string_view::npos;
-}
-
 void apply_override(json& root, const std::string& assignment, ParseState& state) {
   if (const std::size_t bad = invalid_utf8_at(assignment); bad != std::string_view::npos) {
     throw Error(fmt::format("--set {}...: not valid UTF-8 (byte 0x{:02X} at offset {}); keys and values must be UTF-8 "
@@ -431,8 +325,8 @@ constexpr std::int64_t kMaxBatch = std::int64_t{1} << 24;      // micro-batch, a
 constexpr std::int64_t kMaxGlobalBatch = std::int64_t{1} << 40;
 
 void read_model(Reader r, ModelConfig& m) {
-  r.choice("type", m.type, {"gpt", "mlp", "cnn"});
-  if (m.type == "gpt") {
+  r.choice("type", m.type);
+  if (m.type == ModelType::kGpt) {
     auto& g = m.gpt;
     r.integer("vocab_size", g.vocab_size, 1, kMaxFeatures);
     r.integer("d_model", g.d_model, 1, kMaxFeatures);
@@ -441,12 +335,12 @@ void read_model(Reader r, ModelConfig& m) {
     r.integer("seq_len", g.seq_len, 1, kMaxFeatures);
     if (!r.integer("d_ff", g.d_ff, 1, kMaxFeatures)) g.d_ff = 4 * g.d_model;
     r.boolean("tie_embeddings", g.tie_embeddings);
-  } else if (m.type == "mlp") {
+  } else if (m.type == ModelType::kMlp) {
     auto& c = m.mlp;
     r.integer("in_features", c.in_features, 1, kMaxFeatures);
     r.integer_list("hidden", c.hidden, 1, kMaxFeatures);
     r.integer("num_classes", c.num_classes, 2, kMaxFeatures);
-    r.choice("activation", c.activation, {"relu", "gelu"});
+    r.choice("activation", c.activation);
   } else {
     auto& c = m.cnn;
     r.integer("in_channels", c.in_channels, 1, kMaxCount);
@@ -459,9 +353,9 @@ void read_model(Reader r, ModelConfig& m) {
   }
   std::map<std::string, std::string> foreign;
   for (const auto& [type, keys] : model_keys()) {
-    if (type == m.type) continue;
+    if (type == enum_name(m.type)) continue;
     for (const auto& key : keys) {
-      const auto& own = model_keys().at(m.type);
+      const auto& own = model_keys().at(std::string(enum_name(m.type)));
       if (std::find(own.begin(), own.end(), key) == own.end()) {
         foreign[key] = fmt::format("a key of {} models, but model.type is \"{}\"", type, m.type);
       }
@@ -479,13 +373,13 @@ void read_parallel(Reader r, ParallelConfig& p) {
   r.integer("auto_schedule_memory_limit", p.auto_schedule_memory_limit, 0);
   r.string("auto_schedule_profile", p.auto_schedule_profile);
   Reader partition = r.section("partition");
-  partition.choice("method", p.partition.method, {"cost", "uniform", "parameters", "manual"});
+  partition.choice("method", p.partition.method);
   partition.integer_list("blocks_per_stage", p.partition.blocks_per_stage, 1, kMaxCount + 3);
   partition.finish();
   r.number("dp_bucket_mb", p.dp_bucket_mb, 0.0, std::numeric_limits<double>::infinity(), /*min_open=*/true);
-  r.choice("grad_reduce_dtype", p.grad_reduce_dtype, {"fp32", "bf16"});
-  r.choice("comm_backend", p.comm_backend, {"auto", "mpi", "nccl"});
-  r.choice("p2p_progress", p.p2p_progress, {"auto", "thread", "off"});
+  r.choice("grad_reduce_dtype", p.grad_reduce_dtype);
+  r.choice("comm_backend", p.comm_backend);
+  r.choice("p2p_progress", p.p2p_progress);
   r.finish();
 }
 
@@ -501,7 +395,7 @@ void read_batch(Reader r, BatchConfig& b) {
 }
 
 void read_optimizer(Reader r, OptimizerConfig& o) {
-  r.choice("type", o.type, {"adamw", "sgd"});
+  r.choice("type", o.type);
   r.number("lr", o.lr, 0.0);
   r.number("weight_decay", o.weight_decay, 0.0);
   r.number_pair("betas", o.betas, 0.0, 1.0);
@@ -510,7 +404,7 @@ void read_optimizer(Reader r, OptimizerConfig& o) {
   r.boolean("nesterov", o.nesterov);
   r.number("grad_clip", o.grad_clip, 0.0);
   r.integer("warmup_steps", o.warmup_steps, 0);
-  r.choice("schedule", o.schedule, {"cosine", "constant", "linear"});
+  r.choice("schedule", o.schedule);
   r.number("min_lr", o.min_lr, 0.0);
   r.integer("zero_stage", o.zero_stage, 0);
   r.finish();
@@ -526,7 +420,7 @@ void read_train(Reader r, TrainConfig& t) {
   r.boolean("trace", t.trace);
   r.integer("eval_interval", t.eval_interval, 0);
   r.integer("eval_batches", t.eval_batches, 0);
-  r.choice("recompute", t.recompute, {"none", "selective", "full"});
+  r.choice("recompute", t.recompute);
   r.boolean("report", t.report);
   r.finish();
 }
@@ -540,21 +434,21 @@ void read_checkpoint(Reader r, CheckpointConfig& c) {
 }
 
 void read_data(Reader r, DataConfig& d) {
-  r.choice("type", d.type, {"text", "tokens", "digits", "synthetic"});
+  r.choice("type", d.type);
   r.string("path", d.path);
   r.string("val_path", d.val_path);
-  if (!r.number("val_fraction", d.val_fraction, 0.0, 1.0, false, /*max_open=*/true) && d.type == "digits") {
+  if (!r.number("val_fraction", d.val_fraction, 0.0, 1.0, false, /*max_open=*/true) && d.type == DataType::kDigits) {
     d.val_fraction = 0.2;
   }
-  r.choice("format", d.format, {"llmc", "uint16"});
-  if (d.type == "digits" && d.path.empty()) d.path = "data/digits.csv.gz";
+  r.choice("format", d.format);
+  if (d.type == DataType::kDigits && d.path.empty()) d.path = "data/digits.csv.gz";
   r.finish();
 }
 
 void read_device(Reader r, DeviceConfig& d) {
-  r.choice("type", d.type, {"cpu", "cuda"});
+  r.choice("type", d.type);
   r.bytes("memory_limit", d.memory_limit);
-  r.choice("precision", d.precision, {"fp32", "bf16"});
+  r.choice("precision", d.precision);
   r.finish();
 }
 
@@ -606,192 +500,6 @@ void report_unknown(const ParseState& state) {
   throw Error(message);
 }
 
-// The model's own rules (partition/model_spec.hpp, partition/tp_rules.hpp): the spec builder and the
-// tensor-parallel check throw ConfigKeyError naming the key, reported here under the key's origin. Config
-// keeps no copy of these rules.
-void check_model_rules(const RunConfig& c, const ParseState& state) {
-  try {
-    const auto& m = c.model;
-    const partition::ModelSpec spec = m.type == "gpt"   ? partition::make_gpt_spec(m.gpt)
-                                      : m.type == "mlp" ? partition::make_mlp_spec(m.mlp)
-                                                        : partition::make_cnn_spec(m.cnn);
-    partition::check_tensor_parallel(spec, c.parallel.tensor_model_parallel_size);
-  } catch (const ConfigKeyError& e) {
-    fail(state, e.key(), "{}", e.detail());
-  }
-}
-
-void validate(const RunConfig& c, const ParseState& state) {
-  const auto& p = c.parallel;
-  if (p.data_parallel_size == 0) {
-    fail(state, "parallel.data_parallel_size", "must be -1 (inferred from the world size) or positive, got 0");
-  }
-  check_model_rules(c, state);
-  if (c.train.recompute != "none" && c.model.type != "gpt") {
-    fail(state, "train.recompute", "\"{}\" recomputes transformer blocks, and model.type {} has none; use \"none\"",
-         c.train.recompute, c.model.type);
-  }
-
-  if (!p.partition.blocks_per_stage.empty()) {
-    if (p.partition.method != "manual") {
-      fail(state, "parallel.partition.blocks_per_stage", "only used with method \"manual\" (method is \"{}\")",
-           p.partition.method);
-    }
-    const std::size_t stages = static_cast<std::size_t>(p.pipeline_model_parallel_size) *
-                               static_cast<std::size_t>(p.virtual_pipeline_stages);
-    if (p.partition.blocks_per_stage.size() != stages) {
-      fail(state, "parallel.partition.blocks_per_stage",
-           "has {} entries, expected pipeline_model_parallel_size {} × virtual_pipeline_stages {} = {}",
-           p.partition.blocks_per_stage.size(), p.pipeline_model_parallel_size, p.virtual_pipeline_stages, stages);
-    }
-  } else if (p.partition.method == "manual") {
-    fail(state, "parallel.partition.blocks_per_stage", "missing; required with method \"manual\" (one block count per stage)");
-  }
-  if (!pipeline::is_schedule_name(p.schedule) && !std::filesystem::is_regular_file(p.schedule)) {
-    const std::vector<std::string_view> names = pipeline::schedule_names();
-    std::string_view closest;
-    std::size_t best = std::numeric_limits<std::size_t>::max();
-    for (std::string_view name : names) {
-      if (const std::size_t d = edit_distance(p.schedule, name); d < best) best = d, closest = name;
-    }
-    fail(state, "parallel.schedule", "\"{}\" is neither a schedule ({}) nor an existing schedule file{}", p.schedule,
-         fmt::join(names, ", "), best <= 3 ? fmt::format(" (did you mean \"{}\"?)", closest) : std::string());
-  }
-
-  if (!p.auto_schedule_profile.empty() && p.schedule != "auto") {
-    fail(state, "parallel.auto_schedule_profile",
-         "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
-         p.schedule);
-  }
-  if (p.auto_schedule_memory_limit != 0 && p.schedule != "auto") {
-    fail(state, "parallel.auto_schedule_memory_limit",
-         "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
-         p.schedule);
-  }
-
-  // What is known before launch (build, device type); the factory adds the per-rank GPU probe.
-  try {
-    CommBackendFacts facts;
-    facts.cuda_build = CLEAVE_WITH_CUDA != 0;
-    facts.device_type = c.device.type;
-    (void)choose_comm_backend(p.comm_backend, facts);
-  } catch (const ConfigKeyError& e) {
-    fail(state, e.key(), "{}", e.detail());
-  }
-
-  const auto& o = c.optimizer;
-  if (o.min_lr > o.lr) fail(state, "optimizer.min_lr", "{} is larger than optimizer.lr {}", o.min_lr, o.lr);
-  if (o.zero_stage > 1) fail(state, "optimizer.zero_stage", "must be 0 or 1, got {}", o.zero_stage);
-  if (o.type == "sgd" && o.nesterov && o.momentum == 0.0) {
-    fail(state, "optimizer.nesterov", "needs optimizer.momentum > 0 (momentum is 0)");
-  }
-  if (c.train.out_dir.empty()) fail(state, "train.out_dir", "must not be empty");
-
-  const auto& d = c.data;
-  if ((d.type == "text" || d.type == "tokens") && d.path.empty()) {
-    fail(state, "data.path", "missing; required for data.type \"{}\"", d.type);
-  }
-  if (d.type == "text" || d.type == "tokens") {
-    if (c.model.type != "gpt") {
-      fail(state, "data.type", "\"{}\" needs model.type \"gpt\" (model.type is \"{}\")", d.type, c.model.type);
-    }
-    if (d.type == "text" && c.model.gpt.vocab_size < 256) {
-      fail(state, "model.vocab_size", "{} is too small: data.type \"text\" uses byte tokens 0..255 (needs ≥ 256)",
-           c.model.gpt.vocab_size);
-    }
-  }
-  if (d.type == "digits") {
-    if (c.model.type == "gpt") {
-      fail(state, "data.type", "\"digits\" needs model.type \"mlp\" or \"cnn\" (model.type is \"gpt\")");
-    }
-    if (c.model.type == "mlp" && c.model.mlp.in_features != 64) {
-      fail(state, "model.in_features", "{}, but digits images have 8×8 = 64 pixels", c.model.mlp.in_features);
-    }
-    if (c.model.type == "cnn" &&
-        (c.model.cnn.in_channels != 1 || c.model.cnn.height != 8 || c.model.cnn.width != 8)) {
-      fail(state, "model", "cnn input is in_channels {} × height {} × width {}, but digits images are 1 × 8 × 8",
-           c.model.cnn.in_channels, c.model.cnn.height, c.model.cnn.width);
-    }
-    const std::int64_t classes = c.model.type == "mlp" ? c.model.mlp.num_classes : c.model.cnn.num_classes;
-    if (classes < 10) fail(state, "model.num_classes", "{} is fewer than the 10 digit classes", classes);
-  }
-  const bool has_eval_split = d.type == "synthetic" || !d.val_path.empty() || d.val_fraction > 0.0;
-  if (!has_eval_split && c.train.eval_batches > 0) {
-    fail(state, "train.eval_batches", "{} batches asked for, but there is no evaluation data (data.val_fraction is 0 and data.val_path "
-         "is empty); set train.eval_batches=0 or give an evaluation split", c.train.eval_batches);
-  }
-  if (d.type == "digits" && !d.val_path.empty()) {
-    fail(state, "data.val_path", "not used with data.type \"digits\" (its test split is the last "
-         "data.val_fraction of the file)");
-  }
-}
-
-// ---- writing ----------------------------------------------------------------------------------------------
-
-ordered_json write_model(const ModelConfig& m) {
-  ordered_json j = {{"type", m.type}};
-  if (m.type == "gpt") {
-    const auto& g = m.gpt;
-    j.update({{"vocab_size", g.vocab_size}, {"d_model", g.d_model}, {"n_layers", g.n_layers}, {"n_heads", g.n_heads},
-              {"seq_len", g.seq_len}, {"d_ff", g.d_ff == 0 ? 4 * g.d_model : g.d_ff},
-              {"tie_embeddings", g.tie_embeddings}});
-  } else if (m.type == "mlp") {
-    const auto& c = m.mlp;
-    j.update({{"in_features", c.in_features}, {"hidden", c.hidden}, {"num_classes", c.num_classes},
-              {"activation", c.activation}});
-  } else {
-    const auto& c = m.cnn;
-    j.update({{"in_channels", c.in_channels}, {"height", c.height}, {"width", c.width}, {"channels", c.channels},
-              {"kernel", c.kernel}, {"pool", c.pool}, {"num_classes", c.num_classes}});
-  }
-  return j;
-}
-
-ordered_json to_json_tree(const RunConfig& c) {
-  ordered_json j;
-  j["model"] = write_model(c.model);
-  const auto& p = c.parallel;
-  j["parallel"] = {{"tensor_model_parallel_size", p.tensor_model_parallel_size},
-                   {"pipeline_model_parallel_size", p.pipeline_model_parallel_size},
-                   {"data_parallel_size", p.data_parallel_size},
-                   {"virtual_pipeline_stages", p.virtual_pipeline_stages},
-                   {"schedule", p.schedule},
-                   {"auto_schedule_memory_limit", p.auto_schedule_memory_limit},
-                   {"auto_schedule_profile", p.auto_schedule_profile},
-                   {"partition", {{"method", p.partition.method}, {"blocks_per_stage", p.partition.blocks_per_stage}}},
-                   {"dp_bucket_mb", p.dp_bucket_mb},
-                   {"grad_reduce_dtype", p.grad_reduce_dtype},
-                   {"comm_backend", p.comm_backend},
-                   {"p2p_progress", p.p2p_progress}};
-  ordered_json batch = ordered_json::object();
-  if (c.batch.global_batch_size) batch["global_batch_size"] = *c.batch.global_batch_size;
-  if (c.batch.micro_batch_size) batch["micro_batch_size"] = *c.batch.micro_batch_size;
-  if (c.batch.gradient_accumulation_steps) batch["gradient_accumulation_steps"] = *c.batch.gradient_accumulation_steps;
-  j["batch"] = batch;
-  const auto& o = c.optimizer;
-  j["optimizer"] = {{"type", o.type},         {"lr", o.lr},
-                    {"weight_decay", o.weight_decay}, {"betas", o.betas},
-                    {"eps", o.eps},           {"momentum", o.momentum},
-                    {"nesterov", o.nesterov}, {"grad_clip", o.grad_clip},
-                    {"warmup_steps", o.warmup_steps}, {"schedule", o.schedule},
-                    {"min_lr", o.min_lr},     {"zero_stage", o.zero_stage}};
-  const auto& t = c.train;
-  j["train"] = {{"steps", t.steps},         {"seed", t.seed},
-                {"log_interval", t.log_interval}, {"deterministic", t.deterministic},
-                {"out_dir", t.out_dir},     {"comm_timeout_s", t.comm_timeout_s},
-                {"trace", t.trace},         {"eval_interval", t.eval_interval},
-                {"eval_batches", t.eval_batches}, {"recompute", t.recompute}, {"report", t.report}};
-  j["checkpoint"] = {{"dir", c.checkpoint.dir},
-                     {"interval", c.checkpoint.interval},
-                     {"keep_last", c.checkpoint.keep_last},
-                     {"save_final", c.checkpoint.save_final}};
-  const auto& d = c.data;
-  j["data"] = {{"type", d.type}, {"path", d.path}, {"val_path", d.val_path}, {"val_fraction", d.val_fraction},
-               {"format", d.format}};
-  j["device"] = {{"type", c.device.type}, {"memory_limit", c.device.memory_limit}, {"precision", c.device.precision}};
-  return j;
-}
-
 }  // namespace
 
 bool operator==(const ModelConfig& a, const ModelConfig& b) {
@@ -808,87 +516,6 @@ bool operator==(const ModelConfig& a, const ModelConfig& b) {
                    ca.channels == cb.channels && ca.kernel == cb.kernel && ca.pool == cb.pool &&
                    ca.num_classes == cb.num_classes;
   return a.type == b.type && gpt && mlp && cnn;
-}
-
-namespace {
-
-// micro × accumulation × dp (all >= 1), refused past 2^62 samples instead of overflowing int64.
-std::int64_t batch_product(std::int64_t micro, std::int64_t accumulation, std::int64_t dp) {
-  constexpr std::int64_t kLimit = std::int64_t{1} << 62;
-  CLEAVE_CHECK(micro <= kLimit / accumulation && micro * accumulation <= kLimit / dp,
-               "batch: micro_batch_size {} × gradient_accumulation_steps {} × data-parallel size {} is beyond 2^62 "
-               "samples per step",
-               micro, accumulation, dp);
-  return micro * accumulation * dp;
-}
-
-}  // namespace
-
-ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size) {
-  CLEAVE_ASSERT(dp_size >= 1, "resolve_batch with dp_size {}", dp_size);
-  const std::int64_t dp = dp_size;
-  const auto& g = batch.global_batch_size;
-  const auto& m = batch.micro_batch_size;
-  const auto& a = batch.gradient_accumulation_steps;
-  ResolvedBatch r;
-  if (g && m && a) {
-    const std::int64_t product = batch_product(*m, *a, dp);
-    CLEAVE_CHECK(*g == product,
-                 "batch: global_batch_size {} != micro_batch_size {} × gradient_accumulation_steps {} × data-parallel "
-                 "size {} = {}; drop one of the three to have it computed",
-                 *g, *m, *a, dp, product);
-    r = {*g, *m, *a};
-  } else if (g && m) {
-    CLEAVE_CHECK(*g % (*m * dp) == 0,
-                 "batch: global_batch_size {} is not divisible by micro_batch_size {} × data-parallel size {} = {} "
-                 "(gradient_accumulation_steps would be {:.4g})",
-                 *g, *m, dp, *m * dp, static_cast<double>(*g) / static_cast<double>(*m * dp));
-    r = {*g, *m, *g / (*m * dp)};
-  } else if (g && a) {
-    CLEAVE_CHECK(*g % (*a * dp) == 0,
-                 "batch: global_batch_size {} is not divisible by gradient_accumulation_steps {} × data-parallel size "
-                 "{} = {} (micro_batch_size would be {:.4g})",
-                 *g, *a, dp, *a * dp, static_cast<double>(*g) / static_cast<double>(*a * dp));
-    r = {*g, *g / (*a * dp), *a};
-  } else if (g) {
-    CLEAVE_CHECK(*g % dp == 0,
-                 "batch: global_batch_size {} is not divisible by data-parallel size {} (with "
-                 "gradient_accumulation_steps 1, micro_batch_size would be {:.4g})",
-                 *g, dp, static_cast<double>(*g) / static_cast<double>(dp));
-    r = {*g, *g / dp, 1};
-  } else {
-    const std::int64_t micro = m.value_or(8);
-    const std::int64_t accumulation = a.value_or(1);
-    r = {batch_product(micro, accumulation, dp), micro, accumulation};
-  }
-  return r;
-}
-
-void RunConfig::resolve(int world_size) {
-  CLEAVE_CHECK(world_size >= 1, "world size must be positive, got {}", world_size);
-  const std::int64_t tp = parallel.tensor_model_parallel_size;  // 64-bit: tp × pp may pass INT_MAX
-  const std::int64_t pp = parallel.pipeline_model_parallel_size;
-  CLEAVE_CHECK(world_size % (tp * pp) == 0,
-               "world size {} is not divisible by tp({}) × pp({}) = {}; launch a multiple of {} ranks", world_size, tp,
-               pp, tp * pp, tp * pp);
-  const int dp = static_cast<int>(world_size / (tp * pp));
-  if (parallel.data_parallel_size != -1) {
-    CLEAVE_CHECK(parallel.data_parallel_size == dp,
-                 "parallel.data_parallel_size is {}, but world size {} / (tp {} × pp {}) = {}; launch {} ranks or set "
-                 "it to -1",
-                 parallel.data_parallel_size, world_size, tp, pp, dp, tp * pp * parallel.data_parallel_size);
-  }
-  parallel.data_parallel_size = dp;
-  if (checkpoint.dir.empty()) checkpoint.dir = (std::filesystem::path(train.out_dir) / "checkpoints").string();
-  const ResolvedBatch r = resolve_batch(batch, dp);
-  batch = {r.global_batch_size, r.micro_batch_size, r.gradient_accumulation_steps};
-}
-
-ResolvedBatch RunConfig::resolved_batch() const {
-  CLEAVE_ASSERT(parallel.data_parallel_size >= 1 && batch.global_batch_size && batch.micro_batch_size &&
-                    batch.gradient_accumulation_steps,
-                "resolved_batch() before RunConfig::resolve()");
-  return {*batch.global_batch_size, *batch.micro_batch_size, *batch.gradient_accumulation_steps};
 }
 
 RunConfig parse_config(std::string_view json_text, std::string_view origin, const std::vector<std::string>& overrides) {
@@ -913,7 +540,11 @@ RunConfig parse_config(std::string_view json_text, std::string_view origin, cons
     read_device(top.section("device"), c.device);
     top.finish();
     report_unknown(state);
-    validate(c, state);
+    try {
+      validate(c);
+    } catch (const ConfigKeyError& e) {
+      fail(state, e.key(), "{}", e.detail());
+    }
     return c;
   } catch (const Error& e) {
     rethrow_one_line(e);  // names and keys quoted from the input may hold control characters
@@ -935,6 +566,16 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   return parse_config(text, path, overrides);
 }
 
-std::string to_json(const RunConfig& config) { return to_json_tree(config).dump(2) + "\n"; }
+std::string keyed_message(const ConfigKeyError& error, std::string_view origin,
+                          const std::vector<std::string>& overrides) {
+  ParseState state;
+  state.origin = std::string(origin);
+  for (const std::string& assignment : overrides) {
+    if (const auto eq = assignment.find('='); eq != std::string::npos && eq > 0) {
+      state.set_assignments[assignment.substr(0, eq)] = assignment;
+    }
+  }
+  return escape_control(fmt::format("{}: {}: {}", state.where(error.key()), error.key(), error.detail()));
+}
 
 }  // namespace cleave::config

@@ -10,8 +10,12 @@
 //    the world size (data_parallel_size, the batch triple).
 //  - to_json() writes every field, so parse_config(to_json(c)) == c (operator== below).
 //
+// Enum-valued keys are enum classes (engine/config/enums.hpp) parsed once by the reader; nothing downstream
+// compares their text.
+//
 // Extending: add the field to its struct with a default, then read it in config.cpp's read_<section>() and
-// write it in write_<section>(); the round-trip test catches a field written but not read.
+// write it in write.cpp's to_json_tree() (cross-key rules go in validate.cpp); the round-trip test catches a
+// field written but not read.
 #pragma once
 
 #include <array>
@@ -21,12 +25,13 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/config/enums.hpp"
 #include "partition/model_spec.hpp"
 
 namespace cleave::config {
 
 struct ModelConfig {
-  std::string type = "gpt";  // gpt | mlp | cnn; only the matching struct below is read and written
+  ModelType type = ModelType::kGpt;  // only the matching struct below is read and written
   partition::GptConfig gpt;  // d_ff is resolved (4 * d_model when not given)
   partition::MlpConfig mlp;
   partition::CnnConfig cnn;
@@ -34,7 +39,7 @@ struct ModelConfig {
 };
 
 struct PartitionConfig {
-  std::string method = "cost";                // cost | uniform | parameters | manual
+  PartitionMethod method = PartitionMethod::kCost;
   std::vector<std::int64_t> blocks_per_stage;  // manual only: one entry per stage (pp × virtual stages)
   friend bool operator==(const PartitionConfig&, const PartitionConfig&) = default;
 };
@@ -57,15 +62,15 @@ struct ParallelConfig {
   // dtype data-parallel gradient buckets travel in: "fp32" (the f32 gradients themselves; what Megatron does
   // for bf16 training) or "bf16" (half the bytes: each bucket is rounded to bf16, reduced with f32 accumulation
   // and widened back).
-  std::string grad_reduce_dtype = "fp32";
+  GradReduceDtype grad_reduce_dtype = GradReduceDtype::kFp32;
   // Which communicator carries tensors: "mpi" (CPU tensors; GPU tensors staged through pinned host memory),
   // "nccl" (GPU tensors, one GPU per rank; needs a CUDA build and device.type "cuda"), "auto" (nccl for
   // GPU training with a GPU per rank, mpi otherwise).
-  std::string comm_backend = "auto";
+  CommBackend comm_backend = CommBackend::kAuto;
   // Background progress of MPI transfers while a rank computes (engine/comm/mpi/progress_thread.hpp): "auto"
   // (a progress thread where MPI grants MPI_THREAD_MULTIPLE), "thread" (required; an error where MPI does not
   // allow it), "off". Never changes results, only when bytes move.
-  std::string p2p_progress = "auto";
+  P2PProgress p2p_progress = P2PProgress::kAuto;
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 
@@ -91,7 +96,7 @@ struct ResolvedBatch {
 ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size);
 
 struct OptimizerConfig {
-  std::string type = "adamw";  // adamw | sgd
+  OptimizerType type = OptimizerType::kAdamw;
   double lr = 3e-3;  // tuned for the default tiny GPT: synthetic loss 5.55 -> ~1.75 (floor 1.39) in 300 steps
   double weight_decay = 0.01;  // decoupled (AdamW) / L2 added to the gradient (SGD); biases and norms exempt
   std::array<double, 2> betas = {0.9, 0.999};  // adamw
@@ -100,13 +105,13 @@ struct OptimizerConfig {
   bool nesterov = false;                       // sgd
   double grad_clip = 1.0;                      // max global gradient norm; 0 = off
   std::int64_t warmup_steps = 10;              // linear warm-up from 0 to lr
-  std::string schedule = "cosine";             // cosine | constant | linear (decay to min_lr at train.steps)
+  LrScheduleType schedule = LrScheduleType::kCosine;  // decay to min_lr at train.steps
   double min_lr = 0.0;
   int zero_stage = 0;  // 0 | 1 (shard optimizer state across dp)
   // f32 tensors of optimizer state each parameter carries: adamw 2 (exp_avg, exp_avg_sq), sgd with momentum 1
   // (momentum_buffer), plain sgd 0. The one count the memory plan, the planner's step-time model and the
   // data-parallel log use; the optimizers allocate exactly this many (unit Optimizer.FactoryFollowsConfig).
-  int state_tensors_per_param() const { return type == "adamw" ? 2 : (momentum != 0.0 ? 1 : 0); }
+  int state_tensors_per_param() const { return type == OptimizerType::kAdamw ? 2 : (momentum != 0.0 ? 1 : 0); }
   friend bool operator==(const OptimizerConfig&, const OptimizerConfig&) = default;
 };
 
@@ -121,7 +126,7 @@ struct TrainConfig {
   bool trace = false;             // write per-rank trace.json timelines
   std::int64_t eval_interval = 0;  // evaluate every N steps (0 = only at the end)
   std::int64_t eval_batches = 8;   // global batches per evaluation (0 = no evaluation)
-  std::string recompute = "none";  // none | selective | full (gpt transformer blocks; partition/cost_model.hpp)
+  Recompute recompute = Recompute::kNone;  // gpt transformer blocks (partition/cost_model.hpp)
   bool report = true;              // write report.html into out_dir at the end (cleave report RUN_DIR redoes it)
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
 };
@@ -135,18 +140,18 @@ struct CheckpointConfig {
 };
 
 struct DataConfig {
-  std::string type = "synthetic";  // text | tokens | digits | synthetic
+  DataType type = DataType::kSynthetic;
   std::string path;                // text, tokens: required; digits: defaults to data/digits.csv.gz
   std::string val_path;            // text, tokens: evaluation file (else the last val_fraction of path)
   double val_fraction = 0.1;       // held-out tail of the file (digits: default 0.2, its test split)
-  std::string format = "llmc";     // tokens: llmc (llm.c shard with header) | uint16 (headerless)
+  TokenFileFormat format = TokenFileFormat::kLlmc;  // tokens only
   friend bool operator==(const DataConfig&, const DataConfig&) = default;
 };
 
 struct DeviceConfig {
-  std::string type = "cpu";      // cpu | cuda
+  DeviceType type = DeviceType::kCpu;
   std::int64_t memory_limit = 0;  // bytes per device, 0 = no cap (JSON: bytes or a string like "512MiB")
-  std::string precision = "fp32";  // fp32 | bf16
+  Precision precision = Precision::kFp32;
   friend bool operator==(const DeviceConfig&, const DeviceConfig&) = default;
 };
 
@@ -178,5 +183,17 @@ RunConfig parse_config(std::string_view json_text, std::string_view origin = "<s
                        const std::vector<std::string>& overrides = {});
 // The fully resolved config as pretty-printed JSON text (every key, defaults included).
 std::string to_json(const RunConfig& config);
+
+// The cross-key checks parse_config() runs after reading every key: the model's own rules, recompute and
+// partition against the model and stages, schedule names, the comm backend this build can give, optimizer,
+// data/model compatibility and the evaluation split. For a RunConfig built or edited in code (the planner's
+// candidates) without going back to text. Throws ConfigKeyError (key, detail); parse_config() reports the
+// same error prefixed with where the key came from ("config run.json: ..." or "--set key=value: ...").
+void validate(const RunConfig& config);
+// The message parse_config() gives for `error` when the config came from `origin` (a file name, "<defaults>")
+// with `overrides` applied: "--set key=value: key: detail" when an override set the key (or a parent or child of
+// it), else "config ORIGIN: key: detail". For errors of a config edited in code whose edits read as overrides.
+std::string keyed_message(const ConfigKeyError& error, std::string_view origin,
+                          const std::vector<std::string>& overrides);
 
 }  // namespace cleave::config

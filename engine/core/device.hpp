@@ -1,12 +1,18 @@
 // Device: where a tensor lives. CPU is always available; cuda:N only in CUDA builds with a GPU.
 #pragma once
 
+#include <array>
 #include <string>
 #include <string_view>
 
+#include "engine/core/enum_names.hpp"
+
 namespace cleave {
 
-enum class DeviceType { kCpu, kCuda };
+enum class DeviceType { kCpu, kCuda };  // device.type "cpu" | "cuda"
+constexpr std::array<EnumName<DeviceType>, 2> enum_names(DeviceType) {
+  return {{{DeviceType::kCpu, "cpu"}, {DeviceType::kCuda, "cuda"}}};
+}
 
 struct Device {
   DeviceType type = DeviceType::kCpu;

@@ -25,10 +25,7 @@ LrSchedule LrSchedule::from_config(const config::OptimizerConfig& optimizer, std
   s.min_lr = optimizer.min_lr;
   s.warmup_steps = optimizer.warmup_steps;
   s.total_steps = total_steps;
-  if (optimizer.schedule == "cosine") s.decay = LrDecay::kCosine;
-  else if (optimizer.schedule == "linear") s.decay = LrDecay::kLinear;
-  else if (optimizer.schedule == "constant") s.decay = LrDecay::kConstant;
-  else CLEAVE_THROW("optimizer.schedule: \"{}\" is not one of \"cosine\", \"linear\", \"constant\"", optimizer.schedule);
+  s.decay = optimizer.schedule;
   return s;
 }
 

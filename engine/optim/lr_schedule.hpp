@@ -15,7 +15,7 @@
 
 namespace cleave::optim {
 
-enum class LrDecay { kCosine, kLinear, kConstant };
+using LrDecay = config::LrScheduleType;  // optimizer.schedule
 
 struct LrSchedule {
   double lr = 1e-3;

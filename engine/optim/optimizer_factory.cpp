@@ -7,15 +7,16 @@ namespace cleave::optim {
 
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& config, const ParamList& params,
                                           Allocator& allocator) {
-  if (config.type == "adamw") {
-    return std::make_unique<AdamW>(
+  switch (config.type) {
+    case config::OptimizerType::kAdamw:
+      return std::make_unique<AdamW>(
         params, AdamWOptions{config.betas[0], config.betas[1], config.eps, config.weight_decay}, allocator);
-  }
-  if (config.type == "sgd") {
-    return std::make_unique<Sgd>(params, SgdOptions{config.momentum, config.weight_decay, config.nesterov},
+    case config::OptimizerType::kSgd:
+      return std::make_unique<Sgd>(params, SgdOptions{config.momentum, config.weight_decay, config.nesterov},
                                  allocator);
   }
-  CLEAVE_THROW("optimizer.type: \"{}\" is not one of \"adamw\", \"sgd\"", config.type);
+  CLEAVE_ASSERT(false, "unknown OptimizerType {}", static_cast<int>(config.type));
+  return nullptr;
 }
 
 }  // namespace cleave::optim

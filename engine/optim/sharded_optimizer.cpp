@@ -115,15 +115,16 @@ void ShardedSgd::update(std::size_t s, const ShardSegment& segment, float lr, st
 
 std::unique_ptr<ShardedOptimizer> make_sharded_optimizer(const config::OptimizerConfig& config,
                                                          std::vector<FlatShard> shards, Allocator& allocator) {
-  if (config.type == "adamw") {
-    return std::make_unique<ShardedAdamW>(
+  switch (config.type) {
+    case config::OptimizerType::kAdamw:
+      return std::make_unique<ShardedAdamW>(
         std::move(shards), AdamWOptions{config.betas[0], config.betas[1], config.eps, config.weight_decay}, allocator);
-  }
-  if (config.type == "sgd") {
-    return std::make_unique<ShardedSgd>(std::move(shards),
+    case config::OptimizerType::kSgd:
+      return std::make_unique<ShardedSgd>(std::move(shards),
                                         SgdOptions{config.momentum, config.weight_decay, config.nesterov}, allocator);
   }
-  CLEAVE_THROW("optimizer.type: \"{}\" is not one of \"adamw\", \"sgd\"", config.type);
+  CLEAVE_ASSERT(false, "unknown OptimizerType {}", static_cast<int>(config.type));
+  return nullptr;
 }
 
 double shard_grad_sum_of_squares(const std::vector<FlatShard>& shards, const ParamFilter& counted,

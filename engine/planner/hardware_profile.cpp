@@ -191,7 +191,7 @@ HardwareProfile calibrate_this_machine(int ranks, std::int64_t m, std::int64_t n
 }
 
 HardwareProfile measure_this_machine(const partition::ModelSpec& spec, int ranks) {
-  if (spec.type != "gpt") return calibrate_this_machine(ranks, 256, 256, 256);
+  if (spec.type != partition::ModelType::kGpt) return calibrate_this_machine(ranks, 256, 256, 256);
   const auto& g = spec.gpt;
   HardwareProfile p = calibrate_this_machine(ranks, 4 * g.seq_len, g.d_ff > 0 ? g.d_ff : 4 * g.d_model, g.d_model);
   measure_block_rates(p, spec, ranks);

@@ -82,6 +82,23 @@ std::vector<std::string> PlanChoice::overrides() const {
           fmt::format("train.recompute={}", recompute)};
 }
 
+config::RunConfig PlanChoice::apply_to(const config::RunConfig& base) const {
+  config::RunConfig c = base;
+  auto& p = c.parallel;
+  p.tensor_model_parallel_size = tp;
+  p.pipeline_model_parallel_size = pp;
+  p.data_parallel_size = dp;
+  p.virtual_pipeline_stages = virtual_stages;
+  p.schedule = schedule;
+  c.batch.micro_batch_size = micro_batch;
+  c.batch.global_batch_size = global_batch;
+  c.batch.gradient_accumulation_steps = global_batch / (micro_batch * dp);
+  c.optimizer.zero_stage = zero_stage;
+  c.train.recompute = recompute;
+  config::validate(c);
+  return c;
+}
+
 PlanChoice choice_of_config(const std::string& config_path, const std::vector<std::string>& overrides, int world) {
   config::RunConfig config =
       config::load_config(config_path, overrides);
@@ -103,14 +120,36 @@ PlanChoice choice_of_config(const std::string& config_path, const std::vector<st
 PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std::string>& overrides,
                            const PlanChoice& choice, const HardwareProfile& profile, const SearchOptions& options,
                            PlanDetails* details) {
+  config::RunConfig base;
+  try {
+    base = config::load_config(config_path, overrides);
+  } catch (const Error& e) {
+    PlanEstimate est;
+    est.choice = choice;
+    est.reason = e.what();
+    return est;
+  }
+  return estimate_plan(base, config_path.empty() ? "<defaults>" : config_path, overrides, choice, profile, options,
+                       details);
+}
+
+PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origin,
+                           const std::vector<std::string>& overrides, const PlanChoice& choice,
+                           const HardwareProfile& profile, const SearchOptions& options, PlanDetails* details) {
   PlanEstimate est;
   est.choice = choice;
   config::RunConfig config;
   planning::Plan plan;
   try {
+    config = choice.apply_to(base);
+  } catch (const ConfigKeyError& e) {
+    // Worded as when the candidate was read as --set overrides: the key's origin, then the key.
     std::vector<std::string> all = overrides;
     for (auto& o : choice.overrides()) all.push_back(o);
-    config = config::load_config(config_path, all);
+    est.reason = config::keyed_message(e, origin, all);
+    return est;
+  }
+  try {
     config.resolve(options.world);
     // The search applies its own cap (options.memory_limit, which a cap in the config already became) below:
     // a plan over it is valid but does not fit. Left in the config, make_plan would refuse it as invalid.
@@ -145,9 +184,9 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
   // Time: per-stage costs from the profile's measured tables (cleave profile), else a roofline over the
   // block's kernels (a shipped profile with peak_tflops and gemm_efficiency), else the cost model's FLOPs over
   // the profile's rates; timed by the simulator.
-  const bool bf16 = config.device.precision == "bf16";
+  const bool bf16 = config.device.precision == config::Precision::kBf16;
   const DType dtype = bf16 ? DType::kBF16 : DType::kF32;
-  const partition::Recompute recompute = partition::parse_recompute(choice.recompute);
+  const partition::Recompute recompute = choice.recompute;
   const auto costs = partition::model_costs(plan.spec, dtype, recompute);
   const partition::MeasuredCosts& measured = profile.measured;
   const bool use_table = measured.has_blocks();
@@ -211,7 +250,7 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
         p.w += c.weight_grad_flops * micro / choice.tp / (rates ? profile.block_weight_grad_flops : flops);
       }
       grad_bytes += 4.0 * static_cast<double>(c.param_count) / choice.tp;
-      if (choice.tp > 1 && plan.spec.type == "gpt") {
+      if (choice.tp > 1 && plan.spec.type == partition::ModelType::kGpt) {
         const double activation = micro * static_cast<double>(plan.spec.gpt.seq_len * plan.spec.gpt.d_model) * act_bytes;
         if (block.kind == partition::BlockKind::kTransformerBlock) {
           p.f_tp += 2 * collective_s("all_reduce", activation, choice.tp, profile.intra_node);
@@ -223,7 +262,7 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
         }
       }
     }
-    const double wire = config.parallel.grad_reduce_dtype == "bf16" ? grad_bytes / 2 : grad_bytes;
+    const double wire = config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16 ? grad_bytes / 2 : grad_bytes;
     p.reduce = config.optimizer.zero_stage == 1
                    ? collective_s("reduce_scatter", wire, choice.dp, dp_link) + collective_s("all_gather", grad_bytes, choice.dp, dp_link)
                    : collective_s("all_reduce", wire, choice.dp, dp_link);
@@ -241,7 +280,7 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
   sim.optimizer_step = local_params * optimizer_bytes_per_param /
                        (config.optimizer.zero_stage == 1 ? choice.dp : 1) / profile.memory_bandwidth_Bps;
   if (measured.adamw_s_per_param > 0) {  // timed by `cleave profile`
-    const double per_param = config.optimizer.type == "adamw"       ? measured.adamw_s_per_param
+    const double per_param = config.optimizer.type == config::OptimizerType::kAdamw ? measured.adamw_s_per_param
                              : config.optimizer.momentum != 0.0 ? measured.sgd_momentum_s_per_param
                                                                 : measured.sgd_s_per_param;
     sim.optimizer_step = local_params * per_param / (config.optimizer.zero_stage == 1 ? choice.dp : 1);
@@ -281,7 +320,7 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
     // Memory over the step per pp rank: static categories plus the activations the timeline holds.
     const double per_micro = micro / (bf16 ? 2.0 : 1.0);
     // One tp rank's activations (the cost model's tp layout), as the memory plan counts them.
-    const auto shard = partition::model_costs(plan.spec, DType::kF32, partition::parse_recompute(choice.recompute), choice.tp);
+    const auto shard = partition::model_costs(plan.spec, DType::kF32, choice.recompute, choice.tp);
     std::vector<planning::StageBackwardMemory> stage_memory;
     for (int s = 0; s < num_stages; ++s) {
       const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
@@ -343,7 +382,7 @@ PlanningSetup planning_setup(const config::RunConfig& base, const std::string& p
                              const std::string& limit_text, int world) {
   PlanningSetup s;
   s.profile = profile_path.empty() ? measure_this_machine(planning::model_spec(base.model), world) : load_profile(profile_path);
-  check_profile_matches(s.profile, planning::model_spec(base.model), base.device.precision == "bf16");
+  check_profile_matches(s.profile, planning::model_spec(base.model), base.device.precision == config::Precision::kBf16);
   s.options.world = world;
   s.options.memory_limit = !limit_text.empty()            ? parse_bytes(limit_text, "--memory-limit")
                            : base.device.memory_limit > 0 ? base.device.memory_limit
@@ -355,29 +394,33 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
                           const HardwareProfile& profile, const SearchOptions& options) {
   CLEAVE_CHECK(options.world >= 1, "plan: --world must be >= 1, got {}", options.world);
   const config::RunConfig base = config::load_config(config_path, overrides);
+  const std::string origin = config_path.empty() ? "<defaults>" : config_path;
   const std::int64_t global = fixed_global_batch(base, options.world);
   SearchResult out;
   out.memory_limit = options.memory_limit;
-  out.unit = base.model.type == "gpt" ? "tok" : "samples";
+  out.unit = base.model.type == config::ModelType::kGpt ? "tok" : "samples";
   SearchOptions opts = options;
   opts.memory_limit = out.memory_limit;
 
   std::vector<int> tps = {1};
-  if (base.model.type == "gpt") {
+  if (base.model.type == config::ModelType::kGpt) {
     const auto& g = base.model.gpt;
     tps.clear();
     for (auto t : partition::allowed_tp_sizes(g.n_heads, g.d_ff > 0 ? g.d_ff : 4 * g.d_model)) {
       if (options.world % t == 0 && t <= profile.ranks_per_node) tps.push_back(static_cast<int>(t));
     }
   }
-  const std::vector<const char*> recomputes =
-      base.model.type == "gpt" ? std::vector<const char*>{"none", "selective", "full"} : std::vector<const char*>{"none"};
+  using partition::Recompute;
+  const std::vector<Recompute> recomputes =
+      base.model.type == config::ModelType::kGpt
+          ? std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull}
+          : std::vector<Recompute>{Recompute::kNone};
   int layouts = 0;
   for (int tp : tps) {
     for (int pp : divisors(options.world / tp)) {
       const int dp = options.world / (tp * pp);
       if (global % dp != 0) {
-        out.rejected.push_back({PlanChoice{tp, pp, dp, 1, "-", 1, 0, "none", global}, false, false,
+        out.rejected.push_back({PlanChoice{tp, pp, dp, 1, "-", 1, 0, partition::Recompute::kNone, global}, false, false,
                                 fmt::format("batch.global_batch_size {} is not divisible by dp {}", global, dp)});
         continue;
       }
@@ -395,9 +438,9 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
       for (const auto& [schedule, v] : schedules) {
         for (int micro : divisors(global / dp)) {
           for (int zero : dp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0}) {
-            for (const char* recompute : recomputes) {
+            for (const Recompute recompute : recomputes) {
               PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global};
-              PlanEstimate e = estimate_plan(config_path, overrides, c, profile, opts);
+              PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts);
               (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
             }
           }

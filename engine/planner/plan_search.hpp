@@ -39,11 +39,14 @@ struct PlanChoice {
   std::string schedule = "1f1b";
   std::int64_t micro_batch = 1;
   int zero_stage = 0;
-  std::string recompute = "none";
+  partition::Recompute recompute = partition::Recompute::kNone;
   std::int64_t global_batch = 0;  // kept from the config
   std::string layout() const;   // "tp2 pp2 dp1"
-  // The --set overrides that select this plan (parallel.*, batch.*, optimizer.zero_stage).
+  // The --set overrides that select this plan (parallel.*, batch.*, optimizer.zero_stage, train.recompute).
   std::vector<std::string> overrides() const;
+  // `base` with the same keys set as overrides() would, then config::validate(): the typed way the search
+  // edits a candidate. Throws ConfigKeyError for a candidate the config's cross-key checks refuse.
+  config::RunConfig apply_to(const config::RunConfig& base) const;
 };
 
 // Where a plan's predicted step time goes, per step (seconds); sums to step_s.
@@ -119,6 +122,12 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
 // Estimates one plan (what search_plans does for each). Never throws for a bad layout: valid = false.
 PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std::string>& overrides,
                            const PlanChoice& choice, const HardwareProfile& profile, const SearchOptions& options,
+                           PlanDetails* details = nullptr);
+// The same from the config already read (`base`: file `origin` + `overrides`, which only name where a refused
+// key came from in the reason, as parse_config would): the candidate is a typed edit of `base`, not re-parsed.
+PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origin,
+                           const std::vector<std::string>& overrides, const PlanChoice& choice,
+                           const HardwareProfile& profile, const SearchOptions& options,
                            PlanDetails* details = nullptr);
 
 // The plan a config itself describes on `world` ranks (its parallel.*, batch, ZeRO and recompute keys).

@@ -74,13 +74,13 @@ std::string MemoryPlan::breakdown() const {
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank) {
   const int tp = config.parallel.tensor_model_parallel_size;
   // Parameters: whole-model (÷ tp below); activations: one tp rank's (the cost model's tp layout).
-  const partition::Recompute recompute = partition::parse_recompute(config.train.recompute);
+  const partition::Recompute recompute = config.train.recompute;
   const auto costs = partition::model_costs(plan.spec, DType::kF32, recompute);
   const auto shard = partition::model_costs(plan.spec, DType::kF32, recompute, tp);
   const std::int64_t micro = config.resolved_batch().micro_batch_size;
   const int dp = std::max(1, config.parallel.data_parallel_size);
-  const bool bf16 = config.device.precision == "bf16";
-  const bool widens = bf16 && config.device.type == "cpu";  // see cpu_bf16_widening_bytes
+  const bool bf16 = config.device.precision == config::Precision::kBf16;
+  const bool widens = bf16 && config.device.type == DeviceType::kCpu;  // see cpu_bf16_widening_bytes
   std::int64_t param_bytes = 0, largest_output = 0, boundary = 0, widening = 0;
   // Per stage held by this rank, per sample: its blocks' costs in model order (one tp rank's).
   std::vector<std::vector<partition::BlockCost>> stage_blocks(static_cast<std::size_t>(plan.num_stages()));
@@ -166,7 +166,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // half of it), or CPU bf16's widened operands.
   at(MemoryCategory::kWorkspace) = std::max(largest_output * micro, widening);
   // parallel.grad_reduce_dtype bf16: every gradient bucket has a bf16 twin the collective carries.
-  if (dp > 1 && config.parallel.grad_reduce_dtype == "bf16") at(MemoryCategory::kCommunication) = param_bytes / tp / 2;
+  if (dp > 1 && config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16) at(MemoryCategory::kCommunication) = param_bytes / tp / 2;
   return m;
 }
 
@@ -180,9 +180,9 @@ std::string memory_plan_violation(const Plan& plan, const config::RunConfig& con
     // Recomputation is usually the cheapest fix when activations dominate: this plan's estimate under each
     // stronger mode, so the user sees whether one is enough before trying it.
     std::string recompute;
-    const std::string& current = config.train.recompute;
-    for (const char* mode : {"selective", "full"}) {
-      if (current == "full" || current == mode) continue;
+    const partition::Recompute current = config.train.recompute;
+    for (const partition::Recompute mode : {partition::Recompute::kSelective, partition::Recompute::kFull}) {
+      if (current == partition::Recompute::kFull || current == mode) continue;
       config::RunConfig stronger = config;
       stronger.train.recompute = mode;
       const MemoryPlan with = estimate_rank_memory(plan, stronger, r);

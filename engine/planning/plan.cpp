@@ -40,9 +40,9 @@ pipeline::Schedule make_auto_schedule(const config::RunConfig& config, int num_m
     const partition::MeasuredCosts measured = partition::load_measured_costs(path);
     const int tp = config.parallel.tensor_model_parallel_size;
     const std::int64_t micro = config.resolved_batch().micro_batch_size;
-    partition::check_measured_covers(measured, spec, tp, config.device.precision, path);
+    partition::check_measured_covers(measured, spec, tp, std::string(enum_name(config.device.precision)), path);
     const auto plain = partition::model_costs(spec);
-    const auto costs = partition::model_costs(spec, DType::kF32, partition::parse_recompute(config.train.recompute));
+    const auto costs = partition::model_costs(spec, DType::kF32, config.train.recompute);
     double f = 0, i = 0, w = 0;
     for (std::size_t b = 0; b < spec.blocks.size(); ++b) {
       const partition::BlockTimes t = measured.block_times(spec.blocks[b], tp, micro, path);
@@ -127,10 +127,12 @@ pipeline::Schedule make_compute_schedule(const config::RunConfig& config, int nu
 }  // namespace
 
 partition::ModelSpec model_spec(const config::ModelConfig& model) {
-  if (model.type == "gpt") return partition::make_gpt_spec(model.gpt);
-  if (model.type == "mlp") return partition::make_mlp_spec(model.mlp);
-  if (model.type == "cnn") return partition::make_cnn_spec(model.cnn);
-  CLEAVE_THROW("model.type '{}' is unknown: expected gpt, mlp or cnn", model.type);
+  switch (model.type) {
+    case config::ModelType::kGpt: return partition::make_gpt_spec(model.gpt);
+    case config::ModelType::kMlp: return partition::make_mlp_spec(model.mlp);
+    case config::ModelType::kCnn: return partition::make_cnn_spec(model.cnn);
+  }
+  CLEAVE_THROW("model.type {} is unknown: expected gpt, mlp or cnn", static_cast<int>(model.type));
 }
 
 int effective_virtual_stages(const config::RunConfig& config) {
@@ -151,7 +153,7 @@ Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_ran
   pipeline::check_schedule(compute);
   plan.schedule = pipeline::ensure_lowered(compute);
 
-  const auto costs = partition::model_costs(plan.spec, DType::kF32, partition::parse_recompute(config.train.recompute));
+  const auto costs = partition::model_costs(plan.spec, DType::kF32, config.train.recompute);
   const int num_stages = plan.schedule.num_stages;
   CLEAVE_CHECK(static_cast<std::size_t>(num_stages) <= costs.size(),
                "parallel: {} pipeline stages (pipeline_model_parallel_size {} x virtual stages {}) but the model "
@@ -165,7 +167,7 @@ Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_ran
                       c.activation_bytes * micro});
   }
   partition::PartitionOptions options;
-  options.method = partition::parse_partition_method(config.parallel.partition.method);
+  options.method = config.parallel.partition.method;
   for (auto n : config.parallel.partition.blocks_per_stage) options.blocks_per_stage.push_back(static_cast<int>(n));
   for (int stage = 0; stage < num_stages; ++stage) {
     const auto& actions = compute.ranks[static_cast<std::size_t>(compute.rank_of(stage))];
@@ -216,7 +218,7 @@ int Plan::stage_of_block(partition::BlockKind kind) const {
 }
 
 bool Plan::tied_table_split() const {
-  if (spec.type != "gpt" || !spec.gpt.tie_embeddings) return false;
+  if (spec.type != partition::ModelType::kGpt || !spec.gpt.tie_embeddings) return false;
   return stage_to_rank(stage_of_block(partition::BlockKind::kEmbedding)) !=
          stage_to_rank(stage_of_block(partition::BlockKind::kLmHead));
 }

@@ -78,7 +78,7 @@ std::int64_t load_checkpoint(RankSetup& s, RankModel& model, StepTail& tail, con
     const std::string differences = model_differences(index.at("model"), model);
     CLEAVE_CHECK(differences.empty(), "checkpoint {} was saved from a different model: {}", step_dir, differences);
     const std::string saved_optimizer = index.at("optimizer").at("type").get<std::string>();
-    CLEAVE_CHECK(saved_optimizer == s.config.optimizer.type,
+    CLEAVE_CHECK(saved_optimizer == enum_name(s.config.optimizer.type),
                  "checkpoint {} holds {} optimizer state, but optimizer.type is {}", step_dir, saved_optimizer,
                  s.config.optimizer.type);
     if (continue_run) check_continues_run(index, s.config, s.batch.global_batch_size, step_dir);

@@ -136,7 +136,7 @@ CheckpointSaveStats save_checkpoint(RankSetup& s, RankModel& model, StepTail& ta
                     {"config", json::parse(config::to_json(s.config))},
                     {"layout", layout_json(s)},
                     {"optimizer",
-                     {{"type", s.config.optimizer.type},
+                     {{"type", std::string(enum_name(s.config.optimizer.type))},
                       {"steps_done", tail.optimizer_steps_done()}}}};
       json files = json::object();
       json tensors = json::object();

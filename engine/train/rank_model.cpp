@@ -20,7 +20,7 @@ RankModel::RankModel(RankSetup& setup) {
   // initialisation writes through host pointers), then moved to the device below.
   if (setup.on_device()) host_build_ = make_cpu_allocator();
   build.allocator = host_build_ ? host_build_.get() : setup.allocator.get();
-  build.recompute = partition::parse_recompute(cfg.train.recompute);
+  build.recompute = cfg.train.recompute;
   tied_name_ = plan.spec.tied_parameters.empty() ? std::string() : plan.spec.tied_parameters.front();
   for (int stage : plan.local_stages) {
     const auto& range = plan.partition.stages[static_cast<std::size_t>(stage)];

@@ -17,8 +17,7 @@ comm::ProcessGrid make_grid(config::RunConfig& config, int world_size) {
 
 // The device of this rank (see rank_setup.hpp, placement).
 Device run_device(const config::RunConfig& config, const comm::Communicator& world) {
-  if (config.device.type == "cpu") return Device::cpu();
-  CLEAVE_CHECK(config.device.type == "cuda", "device.type '{}' is not one of \"cpu\", \"cuda\"", config.device.type);
+  if (config.device.type == DeviceType::kCpu) return Device::cpu();
   CLEAVE_CHECK(CLEAVE_WITH_CUDA != 0,
                "device.type \"cuda\": this cleave was built without CUDA (CMake found no CUDA toolkit, cuDNN or NCCL; "
                "`cleave version` says which), so it trains on the cpu only: set device.type \"cpu\" or rebuild");
@@ -53,7 +52,7 @@ RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Back
   context.allocator = allocator.get();
   context.resources = resources.get();
   context.backend = backend;
-  context.precision = ops::parse_precision(config.device.precision);  // bf16: mixed precision (ops/context.hpp)
+  context.precision = config.device.precision;  // bf16: mixed precision (ops/context.hpp)
   // Deterministic mode: GEMM bits independent of the thread count (shape-fixed slices, OpenBLAS at one
   // thread), so one rank with N threads and N ranks of one thread compute the same bits.
   context.gemm_mode = config.train.deterministic ? ops::GemmMode::kDeterministic : ops::GemmMode::kFast;

@@ -19,7 +19,7 @@ StepTail::StepTail(RankSetup& setup, RankModel& model, std::function<void(int bu
   if (setup.grid.dp_size() > 1) {
     DataParallelOptions options;
     options.bucket_mib = cfg.parallel.dp_bucket_mb;
-    options.grad_wire_dtype = cfg.parallel.grad_reduce_dtype == "bf16" ? DType::kBF16 : DType::kF32;
+    options.grad_wire_dtype = cfg.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16 ? DType::kBF16 : DType::kF32;
     options.zero_stage = cfg.optimizer.zero_stage;
     options.optimizer = cfg.optimizer;
     options.context = setup.context;

@@ -13,18 +13,14 @@
 #include "engine/core/device.hpp"
 #include "engine/core/dtype.hpp"
 #include "engine/core/stream.hpp"
+#include "kernels/ops/precision.hpp"
 
 namespace cleave::ops {
 
 // kDeterministic: results do not depend on the thread count or launch configuration (train.deterministic).
 enum class GemmMode { kFast, kDeterministic };
 
-// fp32: every tensor f32. bf16 (mixed precision): activations, working copies of weights, stage-boundary
-// tensors and gradient communication in bf16; master weights, optimizer state, loss and softmax statistics
-// in f32; every GEMM and reduction accumulates in f32.
-enum class Precision { kFp32, kBf16 };
-std::string_view precision_name(Precision precision);  // "fp32", "bf16"
-Precision parse_precision(std::string_view name);      // throws Error naming the allowed values
+// Precision (fp32 | bf16 mixed precision): kernels/ops/precision.hpp.
 
 struct Backend;  // backend.hpp
 

@@ -5,16 +5,6 @@
 
 namespace cleave::ops {
 
-std::string_view precision_name(Precision precision) {
-  return precision == Precision::kBf16 ? "bf16" : "fp32";
-}
-
-Precision parse_precision(std::string_view name) {
-  if (name == "fp32") return Precision::kFp32;
-  if (name == "bf16") return Precision::kBf16;
-  CLEAVE_THROW("unknown precision '{}' (known: fp32, bf16)", name);
-}
-
 const Backend& backend_for(Device device) {
   switch (device.type) {
     case DeviceType::kCpu:

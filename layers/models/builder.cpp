@@ -127,7 +127,7 @@ std::vector<LayerPtr> build_blocks(const ModelSpec& spec, std::size_t first_bloc
   ParamInit init;
   init.seed = options.seed;
   init.allocator = options.allocator;
-  init.scheme = spec.type == "gpt" ? InitScheme::kGpt2 : InitScheme::kTorchDefault;
+  init.scheme = spec.type == partition::ModelType::kGpt ? InitScheme::kGpt2 : InitScheme::kTorchDefault;
   init.std = 0.02f;
   check_tensor_parallel(spec, options.tp_size);
   check_tp_coordinates(options.tp_size, options.tp_rank, "build_blocks");

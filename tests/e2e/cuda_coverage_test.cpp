@@ -99,7 +99,7 @@ std::set<std::string> slots_used(const config::RunConfig& config, comm::Communic
     trainer.evaluate(1);
   }
   std::set<std::string> used = table.used;
-  used.insert(config.optimizer.type == "sgd" ? "sgd_update" : "adamw_update");  // B1: see the file comment
+  used.insert(config.optimizer.type == config::OptimizerType::kSgd ? "sgd_update" : "adamw_update");  // B1: see the file comment
   return used;
 }
 

@@ -125,7 +125,7 @@ TEST(MixedPrecision, LossCurveStaysNearFp32) {
   if (world->rank() != 0) return;
   auto bf16 = single_rank_config(tiny_gpt({"train.steps=12"}));
   auto fp32 = bf16;
-  fp32.device.precision = "fp32";
+  fp32.device.precision = config::Precision::kFp32;
   const RunRecord a = train_steps(bf16, *self);
   const RunRecord b = train_steps(fp32, *self);
   const double diff = max_loss_rel_diff(a, b);

@@ -128,7 +128,7 @@ TEST(TrainE2E, Bf16WorkspacePlanMatchesTheAllocator) {
     SCOPED_TRACE(micro);
     auto world = make_world();
     auto config = tiny_gpt(4);
-    config.device.precision = "bf16";
+    config.device.precision = config::Precision::kBf16;
     config.batch.micro_batch_size = micro;
     train::Trainer trainer(config, *world);
     const auto workspace = static_cast<std::size_t>(MemoryCategory::kWorkspace);

@@ -19,12 +19,12 @@ namespace {
 comm::CommOptions test_options() { return comm::CommOptions{.timeout_s = kTestTimeoutS, .deterministic = false}; }
 
 TEST(CommWorld, AutoAndMpiOnTheCpuGiveAnMpiWorld) {
-  for (const char* requested : {"auto", "mpi"}) {
-    SCOPED_TRACE(requested);
-    const comm::World world = comm::make_world_communicator(mpi_runtime(), requested, "cpu", test_options());
+  for (const config::CommBackend requested : {config::CommBackend::kAuto, config::CommBackend::kMpi}) {
+    SCOPED_TRACE(std::string(enum_name(requested)));
+    const comm::World world = comm::make_world_communicator(mpi_runtime(), requested, DeviceType::kCpu, test_options());
     ASSERT_NE(world.comm, nullptr);
     EXPECT_EQ(world.comm->backend(), "mpi");
-    EXPECT_EQ(world.choice.backend, "mpi");
+    EXPECT_EQ(world.choice.backend, config::CommBackend::kMpi);
     EXPECT_FALSE(world.choice.reason.empty());
     const int n = world.comm->size();
     EXPECT_EQ(n, mpi_runtime().world_size());
@@ -38,7 +38,7 @@ TEST(CommWorld, AutoAndMpiOnTheCpuGiveAnMpiWorld) {
       EXPECT_EQ(t.data<float>()[i], expected) << "element " << i;
     }
   }
-  EXPECT_NE(comm::make_world_communicator(mpi_runtime(), "auto", "cpu", test_options()).choice.reason.find(
+  EXPECT_NE(comm::make_world_communicator(mpi_runtime(), config::CommBackend::kAuto, DeviceType::kCpu, test_options()).choice.reason.find(
                 "device.type is \"cpu\""),
             std::string::npos);
 }
@@ -50,20 +50,20 @@ TEST(CommWorld, P2PProgressReachesTheMpiWorld) {
   const bool multiple = mpi_runtime().provided() == comm::MpiThreadLevel::kMultiple;
   const bool peers = mpi_runtime().world_size() > 1;
   const bool single_copy = comm::single_copy_transport([](const char* name) { return std::getenv(name); });
-  EXPECT_EQ(comm::make_world_communicator(mpi_runtime(), "mpi", "cpu", test_options(), comm::P2PProgress::kAuto)
+  EXPECT_EQ(comm::make_world_communicator(mpi_runtime(), config::CommBackend::kMpi, DeviceType::kCpu, test_options(), comm::P2PProgress::kAuto)
                 .progress_thread,
             multiple && peers && !single_copy);
-  EXPECT_FALSE(comm::make_world_communicator(mpi_runtime(), "mpi", "cpu", test_options(), comm::P2PProgress::kOff)
+  EXPECT_FALSE(comm::make_world_communicator(mpi_runtime(), config::CommBackend::kMpi, DeviceType::kCpu, test_options(), comm::P2PProgress::kOff)
                    .progress_thread);
   if (multiple) {
-    EXPECT_TRUE(comm::make_world_communicator(mpi_runtime(), "auto", "cpu", test_options(), comm::P2PProgress::kThread)
+    EXPECT_TRUE(comm::make_world_communicator(mpi_runtime(), config::CommBackend::kAuto, DeviceType::kCpu, test_options(), comm::P2PProgress::kThread)
                     .progress_thread);
   }
 }
 
 TEST(CommWorld, NcclOnTheCpuIsRefusedWithTheReason) {
   try {
-    (void)comm::make_world_communicator(mpi_runtime(), "nccl", "cpu", test_options());
+    (void)comm::make_world_communicator(mpi_runtime(), config::CommBackend::kNccl, DeviceType::kCpu, test_options());
     ADD_FAILURE() << "nccl on device.type cpu was accepted";
   } catch (const ConfigKeyError& e) {
     EXPECT_EQ(e.key(), "parallel.comm_backend");

@@ -418,7 +418,7 @@ TEST(TensorParallel, StashBytesMatchTheCostModelsTpLayout) {
   const auto spec = partition::make_gpt_spec(g);
   const std::int64_t batch = 3;
   for (auto mode : {partition::Recompute::kNone, partition::Recompute::kSelective, partition::Recompute::kFull}) {
-    SCOPED_TRACE(std::string(partition::recompute_name(mode)));
+    SCOPED_TRACE(std::string(enum_name(mode)));
     BuildOptions options;
     options.tp_size = tp;
     options.tp_rank = world->rank();

@@ -12,22 +12,6 @@
 
 namespace cleave::comm {
 
-std::string_view p2p_progress_name(P2PProgress mode) {
-  switch (mode) {
-    case P2PProgress::kAuto: return "auto";
-    case P2PProgress::kThread: return "thread";
-    case P2PProgress::kOff: return "off";
-  }
-  return "?";
-}
-
-P2PProgress parse_p2p_progress(std::string_view text) {
-  for (P2PProgress mode : {P2PProgress::kAuto, P2PProgress::kThread, P2PProgress::kOff}) {
-    if (text == p2p_progress_name(mode)) return mode;
-  }
-  CLEAVE_THROW("parallel.p2p_progress: expected one of \"auto\", \"thread\", \"off\", but got \"{}\"", text);
-}
-
 bool single_copy_transport(const std::function<const char*(const char*)>& getenv) {
   const char* world = getenv("OMPI_COMM_WORLD_SIZE");
   const char* local = getenv("OMPI_COMM_WORLD_LOCAL_SIZE");

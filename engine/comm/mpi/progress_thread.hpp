@@ -60,14 +60,11 @@
 #include <string_view>
 #include <thread>
 
+#include "engine/comm/p2p_progress.hpp"
+
 namespace cleave::comm {
 
-// parallel.p2p_progress: "auto" = a progress thread when MPI grants MPI_THREAD_MULTIPLE and the communicator
-// has peers; "thread" = always (an error naming the key where MPI does not allow it); "off" = never.
-enum class P2PProgress { kAuto, kThread, kOff };
-std::string_view p2p_progress_name(P2PProgress mode);  // "auto", "thread", "off"
-// Throws Error naming parallel.p2p_progress and the choices for any other text.
-P2PProgress parse_p2p_progress(std::string_view text);
+// parallel.p2p_progress: P2PProgress (engine/comm/p2p_progress.hpp).
 
 // Whether large messages between this job's ranks move without the sender's help: Open MPI (its launcher set
 // OMPI_COMM_WORLD_SIZE), every rank on one node (OMPI_COMM_WORLD_LOCAL_SIZE equals it) and a shared-memory

@@ -16,7 +16,9 @@ std::string percent(double fraction) { return fmt::format("{:.4g}%", 100.0 * fra
 std::unique_ptr<DataSource> make_token_source(const config::RunConfig& c, Split split) {
   const auto& d = c.data;
   const TokenFormat format =
-      d.type == "text" ? TokenFormat::kText : (d.format == "uint16" ? TokenFormat::kUint16 : TokenFormat::kLlmc);
+      d.type == config::DataType::kText
+          ? TokenFormat::kText
+          : (d.format == config::TokenFileFormat::kUint16 ? TokenFormat::kUint16 : TokenFormat::kLlmc);
   const bool separate_eval = !d.val_path.empty();
   const std::string& path = split == Split::kEval && separate_eval ? d.val_path : d.path;
   auto file = std::make_shared<const TokenFile>(path, format);
@@ -55,18 +57,20 @@ std::unique_ptr<DataSource> make_digits_source(const config::RunConfig& c, Split
                percent(c.data.val_fraction), rows);
   const std::int64_t begin = split == Split::kTrain ? 0 : rows - test_rows;
   const std::int64_t end = split == Split::kTrain ? rows - test_rows : rows;
-  return std::make_unique<DigitsSource>(std::move(data), begin, end, c.model.type == "cnn", c.train.seed, split);
+  return std::make_unique<DigitsSource>(std::move(data), begin, end, c.model.type == config::ModelType::kCnn, c.train.seed, split);
 }
 
 }  // namespace
 
 std::unique_ptr<DataSource> make_data_source(const config::RunConfig& c, Split split) {
-  const std::string& type = c.data.type;
-  if (type == "synthetic") {
-    if (c.model.type == "gpt") {
+  using config::DataType;
+  using config::ModelType;
+  const DataType type = c.data.type;
+  if (type == DataType::kSynthetic) {
+    if (c.model.type == ModelType::kGpt) {
       return std::make_unique<SyntheticTokenSource>(c.model.gpt.vocab_size, c.model.gpt.seq_len, c.train.seed, split);
     }
-    if (c.model.type == "mlp") {
+    if (c.model.type == ModelType::kMlp) {
       return std::make_unique<SyntheticClassSource>(Shape{c.model.mlp.in_features}, c.model.mlp.num_classes,
                                                     c.train.seed, split);
     }
@@ -74,18 +78,18 @@ std::unique_ptr<DataSource> make_data_source(const config::RunConfig& c, Split s
     return std::make_unique<SyntheticClassSource>(Shape{n.in_channels, n.height, n.width}, n.num_classes, c.train.seed,
                                                   split);
   }
-  if (type == "text" || type == "tokens") {
-    CLEAVE_CHECK(c.model.type == "gpt", "data.type \"{}\" needs model.type \"gpt\" (model.type is \"{}\")", type,
+  if (type == DataType::kText || type == DataType::kTokens) {
+    CLEAVE_CHECK(c.model.type == ModelType::kGpt, "data.type \"{}\" needs model.type \"gpt\" (model.type is \"{}\")", type,
                  c.model.type);
     CLEAVE_CHECK(!c.data.path.empty(), "data.path: missing; required for data.type \"{}\"", type);
     return make_token_source(c, split);
   }
-  if (type == "digits") {
-    CLEAVE_CHECK(c.model.type == "mlp" || c.model.type == "cnn",
+  if (type == DataType::kDigits) {
+    CLEAVE_CHECK(c.model.type == ModelType::kMlp || c.model.type == ModelType::kCnn,
                  "data.type \"digits\" needs model.type \"mlp\" or \"cnn\" (model.type is \"{}\")", c.model.type);
     return make_digits_source(c, split);
   }
-  CLEAVE_THROW("data.type: \"{}\" is not one of \"text\", \"tokens\", \"digits\", \"synthetic\"", type);
+  CLEAVE_THROW("data.type: unknown DataType {}", static_cast<int>(type));
 }
 
 }  // namespace cleave::train

@@ -32,6 +32,7 @@
 
 #include "engine/comm/make_communicator.hpp"
 #include "engine/config/config.hpp"
+#include "engine/core/enum_names.hpp"
 #include "engine/train/trainer.hpp"
 #include "kernels/ops/ops.hpp"
 #include "mpi/mpi_test_env.hpp"
@@ -60,7 +61,7 @@ config::RunConfig tiny_gpt(const std::vector<std::string>& overrides = {}) {
 }
 
 config::RunConfig on(config::RunConfig c, const char* device) {
-  c.device.type = device;
+  c.device.type = parse_enum<DeviceType>(device, "device.type");
   return c;
 }
 
@@ -211,7 +212,7 @@ TEST(GpuTraining, LayoutsOnOneGpu) {
   CLEAVE_REQUIRE_GPU();  // the same answer on every rank: one host
   comm::CommOptions options;
   options.timeout_s = kTestTimeoutS * 4;
-  comm::World staged = comm::make_world_communicator(mpi_runtime(), "mpi", "cuda", options);
+  comm::World staged = comm::make_world_communicator(mpi_runtime(), config::CommBackend::kMpi, DeviceType::kCuda, options);
   ASSERT_EQ(staged.comm->backend(), "mpi+staging");
   auto self = mpi->split(mpi->rank(), 0, "self");
   const std::vector<std::string> base = {"train.steps=6", "model.tie_embeddings=false",

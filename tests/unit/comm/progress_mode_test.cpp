@@ -15,11 +15,11 @@ namespace {
 
 TEST(P2PProgressMode, NamesRoundTripAndOthersAreRefused) {
   for (P2PProgress mode : {P2PProgress::kAuto, P2PProgress::kThread, P2PProgress::kOff}) {
-    EXPECT_EQ(parse_p2p_progress(p2p_progress_name(mode)), mode) << p2p_progress_name(mode);
+    EXPECT_EQ(parse_enum<P2PProgress>(enum_name(mode), "parallel.p2p_progress"), mode) << enum_name(mode);
   }
   for (const char* bad : {"", "Auto", "threads", "on"}) {
     try {
-      (void)parse_p2p_progress(bad);
+      (void)parse_enum<P2PProgress>(bad, "parallel.p2p_progress");
       ADD_FAILURE() << "'" << bad << "' accepted";
     } catch (const Error& e) {
       const std::string message = e.what();

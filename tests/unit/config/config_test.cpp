@@ -34,8 +34,8 @@ void expect_error(const std::string& text, const std::vector<std::string>& needl
 
 TEST(Config, EmptyConfigIsTheSyntheticTinyGpt) {
   const RunConfig c = parse_config("{}");
-  EXPECT_EQ(c.model.type, "gpt");
-  EXPECT_EQ(c.data.type, "synthetic");
+  EXPECT_EQ(c.model.type, ModelType::kGpt);
+  EXPECT_EQ(c.data.type, DataType::kSynthetic);
   EXPECT_EQ(c.model.gpt.d_ff, 4 * c.model.gpt.d_model);
   EXPECT_EQ(c.parallel.data_parallel_size, -1);
   EXPECT_FALSE(c.batch.global_batch_size.has_value());
@@ -68,7 +68,7 @@ TEST(Config, ReadsEverySection) {
   EXPECT_EQ(c.parallel.partition.blocks_per_stage, (std::vector<std::int64_t>{2, 1, 1, 1, 1, 1}));
   EXPECT_DOUBLE_EQ(c.parallel.dp_bucket_mb, 4.5);
   EXPECT_EQ(*c.batch.global_batch_size, 48);
-  EXPECT_EQ(c.optimizer.type, "sgd");
+  EXPECT_EQ(c.optimizer.type, OptimizerType::kSgd);
   EXPECT_DOUBLE_EQ(c.optimizer.betas[1], 0.95);
   EXPECT_TRUE(c.optimizer.nesterov);
   EXPECT_EQ(c.optimizer.zero_stage, 1);
@@ -79,9 +79,9 @@ TEST(Config, ReadsEverySection) {
   EXPECT_EQ(c.checkpoint.interval, 4);
   EXPECT_EQ(c.checkpoint.keep_last, 2);
   EXPECT_FALSE(c.checkpoint.save_final);
-  EXPECT_EQ(c.data.format, "uint16");
+  EXPECT_EQ(c.data.format, TokenFileFormat::kUint16);
   EXPECT_EQ(c.device.memory_limit, 1610612736);
-  EXPECT_EQ(c.device.precision, "bf16");
+  EXPECT_EQ(c.device.precision, Precision::kBf16);
 }
 
 TEST(Config, MlpAndCnnModels) {
@@ -247,7 +247,7 @@ TEST(Config, SetOverrides) {
   EXPECT_EQ(c.train.out_dir, "runs/exp 1");
   EXPECT_DOUBLE_EQ(c.optimizer.betas[0], 0.5);
   EXPECT_EQ(c.data.path, "123");  // a string key keeps the typed text even when it parses as a number
-  EXPECT_EQ(c.model.type, "mlp");
+  EXPECT_EQ(c.model.type, ModelType::kMlp);
   EXPECT_EQ(c.device.memory_limit, 512 << 20);
   EXPECT_TRUE(c.train.deterministic);
   // Creates sections that the file does not have.
@@ -464,14 +464,14 @@ namespace cleave::config {
 namespace {
 
 TEST(ConfigCommBackend, ChoicesAndNcclNeedsCudaAndAGpuDevice) {
-  EXPECT_EQ(parse_config("{}", "run.json").parallel.comm_backend, "auto");
-  EXPECT_EQ(parse_config(R"({"parallel": {"comm_backend": "mpi"}})", "run.json").parallel.comm_backend, "mpi");
+  EXPECT_EQ(parse_config("{}", "run.json").parallel.comm_backend, CommBackend::kAuto);
+  EXPECT_EQ(parse_config(R"({"parallel": {"comm_backend": "mpi"}})", "run.json").parallel.comm_backend, CommBackend::kMpi);
   expect_error(R"({"parallel": {"comm_backend": "gloo"}})", {"parallel.comm_backend", "gloo", "auto", "mpi", "nccl"});
   if (CLEAVE_WITH_CUDA) {
     expect_error(R"({"parallel": {"comm_backend": "nccl"}})",
                  {"parallel.comm_backend", "\"nccl\" carries GPU tensors", "device.type is \"cpu\"", "\"mpi\""});
     const auto gpu = parse_config(R"({"parallel": {"comm_backend": "nccl"}, "device": {"type": "cuda"}})", "run.json");
-    EXPECT_EQ(gpu.parallel.comm_backend, "nccl");
+    EXPECT_EQ(gpu.parallel.comm_backend, CommBackend::kNccl);
   } else {
     expect_error(R"({"parallel": {"comm_backend": "nccl"}, "device": {"type": "cuda"}})",
                  {"parallel.comm_backend", "needs a build with CUDA and NCCL", "\"mpi\""});
@@ -488,8 +488,8 @@ namespace cleave::config {
 namespace {
 
 TEST(ConfigRecompute, ChoicesAndOnlyForTransformers) {
-  EXPECT_EQ(parse_config(R"({"train": {"recompute": "full"}})").train.recompute, "full");
-  EXPECT_EQ(parse_config("{}").train.recompute, "none");
+  EXPECT_EQ(parse_config(R"({"train": {"recompute": "full"}})").train.recompute, Recompute::kFull);
+  EXPECT_EQ(parse_config("{}").train.recompute, Recompute::kNone);
   try {
     parse_config(R"({"train": {"recompute": "some"}})", "run.json");
     ADD_FAILURE() << "recompute 'some' accepted";
@@ -513,11 +513,11 @@ namespace cleave::config {
 namespace {
 
 TEST(ConfigP2PProgress, ChoicesDefaultAutoAndKeptInTheResolvedConfig) {
-  EXPECT_EQ(parse_config("{}", "run.json").parallel.p2p_progress, "auto");
+  EXPECT_EQ(parse_config("{}", "run.json").parallel.p2p_progress, P2PProgress::kAuto);
   for (const char* mode : {"auto", "thread", "off"}) {
     const std::string text = std::string(R"({"parallel": {"p2p_progress": ")") + mode + "\"}}";
     const RunConfig config = parse_config(text, "run.json");
-    EXPECT_EQ(config.parallel.p2p_progress, mode);
+    EXPECT_EQ(enum_name(config.parallel.p2p_progress), mode);
     EXPECT_NE(to_json(config).find(std::string("\"p2p_progress\": \"") + mode + "\""), std::string::npos) << mode;
   }
   expect_error(R"({"parallel": {"p2p_progress": "poll"}})", {"parallel.p2p_progress", "poll", "auto", "thread", "off"});

@@ -125,8 +125,8 @@ void expect_stash_matches_cost_model(const partition::ModelSpec& spec, const Ten
     x = layers[i]->forward(x, stashes[i], ctx);
     const auto cost = partition::block_cost(spec.blocks[i], DType::kF32, recompute);
     EXPECT_EQ(testing::stash_bytes(stashes[i]), cost.activation_bytes * batch)
-        << spec.type << " block " << spec.blocks[i].name << " (" << layers[i]->kind() << "), recompute "
-        << partition::recompute_name(recompute);
+        << enum_name(spec.type) << " block " << spec.blocks[i].name << " (" << layers[i]->kind() << "), recompute "
+        << enum_name(recompute);
     if (spec.blocks[i].kind != partition::BlockKind::kSoftmaxCrossEntropy) {
       EXPECT_EQ(static_cast<std::int64_t>(x.nbytes()), cost.output_bytes * batch) << spec.blocks[i].name;
     }
@@ -137,8 +137,8 @@ void expect_stash_matches_cost_model(const partition::ModelSpec& spec, const Ten
     dy = layers[i]->backward_input(dy, stashes[i], ctx);
     const auto cost = partition::block_cost(spec.blocks[i], DType::kF32, recompute);
     EXPECT_EQ(testing::stash_bytes(stashes[i]), cost.weight_stash_bytes * batch)
-        << spec.type << " block " << spec.blocks[i].name << " after backward_input, recompute "
-        << partition::recompute_name(recompute);
+        << enum_name(spec.type) << " block " << spec.blocks[i].name << " after backward_input, recompute "
+        << enum_name(recompute);
   }
 }
 
@@ -191,7 +191,7 @@ TEST(LayerContract, StashBytesMatchCostModelAfterForwardAndAfterInputGrad) {
   m.in_features = 9;
   m.hidden = {7, 5};
   m.num_classes = 4;
-  m.activation = "gelu";
+  m.activation = partition::Activation::kGelu;
   expect_stash_matches_cost_model(partition::make_mlp_spec(m), random_tensor({3, 9}, 3), random_ids({3}, 4, 4));
 
   partition::CnnConfig c;

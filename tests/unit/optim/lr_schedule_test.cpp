@@ -40,7 +40,7 @@ TEST(LrSchedule, FromConfig) {
   c.lr = 0.02;
   c.min_lr = 0.001;
   c.warmup_steps = 3;
-  c.schedule = "linear";
+  c.schedule = config::LrScheduleType::kLinear;
   const LrSchedule s = LrSchedule::from_config(c, 13);
   EXPECT_EQ(s.decay, LrDecay::kLinear);
   EXPECT_EQ(s.total_steps, 13);

@@ -153,7 +153,7 @@ TEST(Optimizer, StateAllocatedOnceInOptimizerCategory) {
 TEST(Optimizer, FactoryFollowsConfig) {
   auto w = random_param("w", Shape{6}, true, 5);
   config::OptimizerConfig c;
-  c.type = "sgd";
+  c.type = config::OptimizerType::kSgd;
   c.momentum = 0.5;
   auto sgd = make_optimizer(c, {w});
   EXPECT_NE(dynamic_cast<Sgd*>(sgd.get()), nullptr);
@@ -162,7 +162,7 @@ TEST(Optimizer, FactoryFollowsConfig) {
   c.momentum = 0.0;
   EXPECT_EQ(make_optimizer(c, {w})->state_bytes(), 0);
   EXPECT_EQ(c.state_tensors_per_param(), 0);
-  c.type = "adamw";
+  c.type = config::OptimizerType::kAdamw;
   auto adamw = make_optimizer(c, {w});
   EXPECT_NE(dynamic_cast<AdamW*>(adamw.get()), nullptr);
   EXPECT_EQ(adamw->state_bytes(), 2 * 6 * 4);

@@ -134,10 +134,10 @@ TEST(StagePartitioner, BadInputNamesTheNumbers) {
   EXPECT_NE(error_of([] { partition_stages(timed({1}), 0, method(PartitionMethod::kCost)); })
                 .find("must be at least 1, got 0"),
             std::string::npos);
-  EXPECT_EQ(error_of([] { parse_partition_method("balanced"); }),
-            "partition: unknown method 'balanced' (allowed: uniform, parameters, cost, manual)");
-  EXPECT_EQ(parse_partition_method("parameters"), PartitionMethod::kParameters);
-  EXPECT_EQ(partition_method_name(PartitionMethod::kManual), "manual");
+  EXPECT_EQ(error_of([] { parse_enum<PartitionMethod>("balanced", "parallel.partition.method"); }),
+            "parallel.partition.method: \"balanced\" is not one of \"cost\", \"uniform\", \"parameters\", \"manual\"");
+  EXPECT_EQ(parse_enum<PartitionMethod>("parameters", "parallel.partition.method"), PartitionMethod::kParameters);
+  EXPECT_EQ(enum_name(PartitionMethod::kManual), "manual");
 }
 
 // Smallest largest-stage value over every split (compositions of n into s parts), or +inf if the cap

@@ -174,14 +174,14 @@ TEST_F(MeasuredProfile, PlannerTimesAStepFromTheTable) {
   // By hand: 8 blocks x (F 3 ms + I 4 ms + W 1 ms) x 4 micro-batches = 256 ms; nothing else costs time.
   EXPECT_NEAR(e.step_s, 0.256, 1e-9);
   // Full recomputation reruns each transformer block's forward inside I: + 4 blocks x 3 ms x 4.
-  c.recompute = "full";
+  c.recompute = partition::Recompute::kFull;
   const PlanEstimate full = estimate_plan(config_, {}, c, p, SearchOptions{1, 0});
   ASSERT_TRUE(full.valid) << full.reason;
   EXPECT_NEAR(full.step_s, 0.256 + 4 * 3e-3 * 4, 1e-6);
   // A plan at an unmeasured tp width is refused with the reason; the search still ranks the others.
   PlanChoice tp2 = c;
   tp2.tp = 2;
-  tp2.recompute = "none";
+  tp2.recompute = partition::Recompute::kNone;
   const PlanEstimate e2 = estimate_plan(config_, {}, tp2, p, SearchOptions{2, 0});
   EXPECT_FALSE(e2.valid);
   EXPECT_NE(e2.reason.find("no measurement at tensor-parallel width 2"), std::string::npos) << e2.reason;

@@ -134,8 +134,9 @@ TEST_F(PlanSearch, FullRecomputationPaysTheRerunForwardsAllReduces) {
   double none = 0, full = 0;
   for (const auto& e : r.ranked) {
     if (e.choice.tp != 2 || e.choice.micro_batch != 1) continue;
-    (e.choice.recompute == "none" ? none : e.choice.recompute == "full" ? full : none) +=
-        e.choice.recompute == "selective" ? 0.0 : e.breakdown.tp_comm_s;
+    using partition::Recompute;
+    (e.choice.recompute == Recompute::kNone ? none : e.choice.recompute == Recompute::kFull ? full : none) +=
+        e.choice.recompute == Recompute::kSelective ? 0.0 : e.breakdown.tp_comm_s;
   }
   ASSERT_GT(none, 0);
   EXPECT_NEAR(full / none, (6.0 * 4 + 1) / (4.0 * 4 + 1), 1e-9);

@@ -39,7 +39,7 @@ TEST(MemoryPlan, FusedBackwardIsPeakLiveStashesPlusOneBlocksExtra) {
   for (const char* mode : {"none", "selective", "full"}) {
     const config::RunConfig c = pp2("1f1b", mode);
     const Plan plan = make_plan(c, 8, 0);
-    const auto costs = partition::model_costs(plan.spec, DType::kF32, partition::parse_recompute(mode));
+    const auto costs = partition::model_costs(plan.spec, DType::kF32, parse_enum<partition::Recompute>(mode, "train.recompute"));
     for (int r = 0; r < 2; ++r) {
       const auto range = plan.partition.stages[static_cast<std::size_t>(r)];
       std::int64_t stash = 0, extra = 0;

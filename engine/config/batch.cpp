@@ -1,0 +1,91 @@
+// Batch arithmetic (config.hpp): the batch triple from any two of its numbers and the data-parallel size,
+// RunConfig::resolve() against the world size, and resolved_batch(). Products are refused past 2^62 samples
+// rather than overflowing int64.
+#include <filesystem>
+
+#include "engine/config/config.hpp"
+#include "engine/core/error.hpp"
+
+namespace cleave::config {
+namespace {
+
+// micro × accumulation × dp (all >= 1), refused past 2^62 samples instead of overflowing int64.
+std::int64_t batch_product(std::int64_t micro, std::int64_t accumulation, std::int64_t dp) {
+  constexpr std::int64_t kLimit = std::int64_t{1} << 62;
+  CLEAVE_CHECK(micro <= kLimit / accumulation && micro * accumulation <= kLimit / dp,
+               "batch: micro_batch_size {} × gradient_accumulation_steps {} × data-parallel size {} is beyond 2^62 "
+               "samples per step",
+               micro, accumulation, dp);
+  return micro * accumulation * dp;
+}
+
+}  // namespace
+
+ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size) {
+  CLEAVE_ASSERT(dp_size >= 1, "resolve_batch with dp_size {}", dp_size);
+  const std::int64_t dp = dp_size;
+  const auto& g = batch.global_batch_size;
+  const auto& m = batch.micro_batch_size;
+  const auto& a = batch.gradient_accumulation_steps;
+  ResolvedBatch r;
+  if (g && m && a) {
+    const std::int64_t product = batch_product(*m, *a, dp);
+    CLEAVE_CHECK(*g == product,
+                 "batch: global_batch_size {} != micro_batch_size {} × gradient_accumulation_steps {} × data-parallel "
+                 "size {} = {}; drop one of the three to have it computed",
+                 *g, *m, *a, dp, product);
+    r = {*g, *m, *a};
+  } else if (g && m) {
+    CLEAVE_CHECK(*g % (*m * dp) == 0,
+                 "batch: global_batch_size {} is not divisible by micro_batch_size {} × data-parallel size {} = {} "
+                 "(gradient_accumulation_steps would be {:.4g})",
+                 *g, *m, dp, *m * dp, static_cast<double>(*g) / static_cast<double>(*m * dp));
+    r = {*g, *m, *g / (*m * dp)};
+  } else if (g && a) {
+    CLEAVE_CHECK(*g % (*a * dp) == 0,
+                 "batch: global_batch_size {} is not divisible by gradient_accumulation_steps {} × data-parallel size "
+                 "{} = {} (micro_batch_size would be {:.4g})",
+                 *g, *a, dp, *a * dp, static_cast<double>(*g) / static_cast<double>(*a * dp));
+    r = {*g, *g / (*a * dp), *a};
+  } else if (g) {
+    CLEAVE_CHECK(*g % dp == 0,
+                 "batch: global_batch_size {} is not divisible by data-parallel size {} (with "
+                 "gradient_accumulation_steps 1, micro_batch_size would be {:.4g})",
+                 *g, dp, static_cast<double>(*g) / static_cast<double>(dp));
+    r = {*g, *g / dp, 1};
+  } else {
+    const std::int64_t micro = m.value_or(8);
+    const std::int64_t accumulation = a.value_or(1);
+    r = {batch_product(micro, accumulation, dp), micro, accumulation};
+  }
+  return r;
+}
+
+void RunConfig::resolve(int world_size) {
+  CLEAVE_CHECK(world_size >= 1, "world size must be positive, got {}", world_size);
+  const std::int64_t tp = parallel.tensor_model_parallel_size;  // 64-bit: tp × pp may pass INT_MAX
+  const std::int64_t pp = parallel.pipeline_model_parallel_size;
+  CLEAVE_CHECK(world_size % (tp * pp) == 0,
+               "world size {} is not divisible by tp({}) × pp({}) = {}; launch a multiple of {} ranks", world_size, tp,
+               pp, tp * pp, tp * pp);
+  const int dp = static_cast<int>(world_size / (tp * pp));
+  if (parallel.data_parallel_size != -1) {
+    CLEAVE_CHECK(parallel.data_parallel_size == dp,
+                 "parallel.data_parallel_size is {}, but world size {} / (tp {} × pp {}) = {}; launch {} ranks or set "
+                 "it to -1",
+                 parallel.data_parallel_size, world_size, tp, pp, dp, tp * pp * parallel.data_parallel_size);
+  }
+  parallel.data_parallel_size = dp;
+  if (checkpoint.dir.empty()) checkpoint.dir = (std::filesystem::path(train.out_dir) / "checkpoints").string();
+  const ResolvedBatch r = resolve_batch(batch, dp);
+  batch = {r.global_batch_size, r.micro_batch_size, r.gradient_accumulation_steps};
+}
+
+ResolvedBatch RunConfig::resolved_batch() const {
+  CLEAVE_ASSERT(parallel.data_parallel_size >= 1 && batch.global_batch_size && batch.micro_batch_size &&
+                    batch.gradient_accumulation_steps,
+                "resolved_batch() before RunConfig::resolve()");
+  return {*batch.global_batch_size, *batch.micro_batch_size, *batch.gradient_accumulation_steps};
+}
+
+}  // namespace cleave::config

@@ -1,0 +1,145 @@
+// Cross-key validation of a RunConfig (config.hpp, validate()): the checks that need more than one key. The
+// model's own rules are partition's (its spec builders and tensor-parallel rules, run here rather than
+// rewritten); the comm backend rule is comm_backend.hpp's; schedule names are the schedule registry's. Each
+// refusal is a ConfigKeyError naming the key; parse_config() prefixes where the key came from.
+#include <fmt/ranges.h>
+
+#include <filesystem>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "cleave/config.hpp"
+#include "engine/config/comm_backend.hpp"
+#include "engine/config/config.hpp"
+#include "engine/core/edit_distance.hpp"
+#include "engine/core/error.hpp"
+#include "partition/tp_rules.hpp"
+#include "pipeline/schedules/schedules.hpp"
+
+namespace cleave::config {
+namespace {
+
+// A cross-key check failed: validate() throws ConfigKeyError; parse_config() adds where the key came from.
+template <typename... Args>
+[[noreturn]] void refuse(std::string_view key, fmt::format_string<Args...> format, Args&&... args) {
+  throw ConfigKeyError(std::string(key), fmt::format(format, std::forward<Args>(args)...));
+}
+
+// The model's own rules (partition/model_spec.hpp, partition/tp_rules.hpp): the spec builder and the
+// tensor-parallel check throw ConfigKeyError naming the key. Config
+// keeps no copy of these rules.
+void check_model_rules(const RunConfig& c) {
+  const auto& m = c.model;
+  const partition::ModelSpec spec = m.type == ModelType::kGpt   ? partition::make_gpt_spec(m.gpt)
+                                    : m.type == ModelType::kMlp ? partition::make_mlp_spec(m.mlp)
+                                                                : partition::make_cnn_spec(m.cnn);
+  partition::check_tensor_parallel(spec, c.parallel.tensor_model_parallel_size);
+}
+
+}  // namespace
+
+void validate(const RunConfig& c) {
+  const auto& p = c.parallel;
+  if (p.data_parallel_size == 0) {
+    refuse("parallel.data_parallel_size", "must be -1 (inferred from the world size) or positive, got 0");
+  }
+  check_model_rules(c);
+  if (c.train.recompute != Recompute::kNone && c.model.type != ModelType::kGpt) {
+    refuse("train.recompute", "\"{}\" recomputes transformer blocks, and model.type {} has none; use \"none\"",
+         c.train.recompute, c.model.type);
+  }
+
+  if (!p.partition.blocks_per_stage.empty()) {
+    if (p.partition.method != PartitionMethod::kManual) {
+      refuse("parallel.partition.blocks_per_stage", "only used with method \"manual\" (method is \"{}\")",
+           p.partition.method);
+    }
+    const std::size_t stages = static_cast<std::size_t>(p.pipeline_model_parallel_size) *
+                               static_cast<std::size_t>(p.virtual_pipeline_stages);
+    if (p.partition.blocks_per_stage.size() != stages) {
+      refuse("parallel.partition.blocks_per_stage",
+           "has {} entries, expected pipeline_model_parallel_size {} × virtual_pipeline_stages {} = {}",
+           p.partition.blocks_per_stage.size(), p.pipeline_model_parallel_size, p.virtual_pipeline_stages, stages);
+    }
+  } else if (p.partition.method == PartitionMethod::kManual) {
+    refuse("parallel.partition.blocks_per_stage", "missing; required with method \"manual\" (one block count per stage)");
+  }
+  if (!pipeline::is_schedule_name(p.schedule) && !std::filesystem::is_regular_file(p.schedule)) {
+    const std::vector<std::string_view> names = pipeline::schedule_names();
+    std::string_view closest;
+    std::size_t best = std::numeric_limits<std::size_t>::max();
+    for (std::string_view name : names) {
+      if (const std::size_t d = edit_distance(p.schedule, name); d < best) best = d, closest = name;
+    }
+    refuse("parallel.schedule", "\"{}\" is neither a schedule ({}) nor an existing schedule file{}", p.schedule,
+         fmt::join(names, ", "), best <= 3 ? fmt::format(" (did you mean \"{}\"?)", closest) : std::string());
+  }
+
+  if (!p.auto_schedule_profile.empty() && p.schedule != "auto") {
+    refuse("parallel.auto_schedule_profile",
+         "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
+         p.schedule);
+  }
+  if (p.auto_schedule_memory_limit != 0 && p.schedule != "auto") {
+    refuse("parallel.auto_schedule_memory_limit",
+         "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
+         p.schedule);
+  }
+
+  // What is known before launch (build, device type); the factory adds the per-rank GPU probe.
+  {
+    CommBackendFacts facts;
+    facts.cuda_build = CLEAVE_WITH_CUDA != 0;
+    facts.device_type = c.device.type;
+    (void)choose_comm_backend(p.comm_backend, facts);
+  }
+
+  const auto& o = c.optimizer;
+  if (o.min_lr > o.lr) refuse("optimizer.min_lr", "{} is larger than optimizer.lr {}", o.min_lr, o.lr);
+  if (o.zero_stage > 1) refuse("optimizer.zero_stage", "must be 0 or 1, got {}", o.zero_stage);
+  if (o.type == OptimizerType::kSgd && o.nesterov && o.momentum == 0.0) {
+    refuse("optimizer.nesterov", "needs optimizer.momentum > 0 (momentum is 0)");
+  }
+  if (c.train.out_dir.empty()) refuse("train.out_dir", "must not be empty");
+
+  const auto& d = c.data;
+  if ((d.type == DataType::kText || d.type == DataType::kTokens) && d.path.empty()) {
+    refuse("data.path", "missing; required for data.type \"{}\"", d.type);
+  }
+  if (d.type == DataType::kText || d.type == DataType::kTokens) {
+    if (c.model.type != ModelType::kGpt) {
+      refuse("data.type", "\"{}\" needs model.type \"gpt\" (model.type is \"{}\")", d.type, c.model.type);
+    }
+    if (d.type == DataType::kText && c.model.gpt.vocab_size < 256) {
+      refuse("model.vocab_size", "{} is too small: data.type \"text\" uses byte tokens 0..255 (needs ≥ 256)",
+           c.model.gpt.vocab_size);
+    }
+  }
+  if (d.type == DataType::kDigits) {
+    if (c.model.type == ModelType::kGpt) {
+      refuse("data.type", "\"digits\" needs model.type \"mlp\" or \"cnn\" (model.type is \"gpt\")");
+    }
+    if (c.model.type == ModelType::kMlp && c.model.mlp.in_features != 64) {
+      refuse("model.in_features", "{}, but digits images have 8×8 = 64 pixels", c.model.mlp.in_features);
+    }
+    if (c.model.type == ModelType::kCnn &&
+        (c.model.cnn.in_channels != 1 || c.model.cnn.height != 8 || c.model.cnn.width != 8)) {
+      refuse("model", "cnn input is in_channels {} × height {} × width {}, but digits images are 1 × 8 × 8",
+           c.model.cnn.in_channels, c.model.cnn.height, c.model.cnn.width);
+    }
+    const std::int64_t classes = c.model.type == ModelType::kMlp ? c.model.mlp.num_classes : c.model.cnn.num_classes;
+    if (classes < 10) refuse("model.num_classes", "{} is fewer than the 10 digit classes", classes);
+  }
+  const bool has_eval_split = d.type == DataType::kSynthetic || !d.val_path.empty() || d.val_fraction > 0.0;
+  if (!has_eval_split && c.train.eval_batches > 0) {
+    refuse("train.eval_batches", "{} batches asked for, but there is no evaluation data (data.val_fraction is 0 and data.val_path "
+         "is empty); set train.eval_batches=0 or give an evaluation split", c.train.eval_batches);
+  }
+  if (d.type == DataType::kDigits && !d.val_path.empty()) {
+    refuse("data.val_path", "not used with data.type \"digits\" (its test split is the last "
+         "data.val_fraction of the file)");
+  }
+}
+
+}  // namespace cleave::config

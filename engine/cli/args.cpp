@@ -198,9 +198,10 @@ void ArgParser::read_value(const ArgSpec& spec, const std::string& text, Args::V
       break;
     case ArgKind::kCount: {
       const auto n = whole_number(text);
+      const std::string upper =
+          spec.max < std::numeric_limits<std::int32_t>::max() ? fmt::format(" and <= {}", spec.max) : "";
       CLEAVE_CHECK(n && *n >= spec.min && *n <= spec.max, "{}: {} expects a whole number >= {}{}, got '{}'", command_,
-                   flag, spec.min,
-                   spec.max < std::numeric_limits<std::int32_t>::max() ? fmt::format(" and <= {}", spec.max) : "", text);
+                   flag, spec.min, upper, text);
       value.ints.assign(1, *n);
       break;
     }
@@ -320,7 +321,9 @@ std::string ArgParser::help_text() const {
   };
   for (const auto& s : specs_) {
     std::string help = s.help;
-    if (s.default_text && help.find("default") == std::string::npos) help += fmt::format(" (default {})", *s.default_text);
+    if (s.default_text && help.find("default") == std::string::npos) {
+      help += fmt::format(" (default {})", *s.default_text);
+    }
     entry(s.metavar.empty() ? s.name : s.name + " " + s.metavar, help);
   }
   entry("--help", "this text");

@@ -111,6 +111,14 @@ TEST(CliArgs, MalformedValuesAreRefusedWithTheOptionAndTheText) {
   EXPECT_NE(refusal(demo(), {"--explain=yes"}).find("--explain takes no value, got 'yes'"), std::string::npos);
 }
 
+TEST(CliArgs, AnUpperBoundIsCheckedAndNamed) {
+  ArgParser p("bounded", "cleave bounded", "A count with a maximum.");
+  p.count("--ways", "K", "ways", 2, 1, 8);
+  EXPECT_EQ(p.parse(std::vector<std::string>{"--ways", "8"}).count("--ways"), 8);
+  EXPECT_NE(refusal(p, {"--ways", "9"}).find("bounded: --ways expects a whole number >= 1 and <= 8, got '9'"),
+            std::string::npos);
+}
+
 TEST(CliArgs, PositionalsAreCountedAndNamed) {
   const std::string m = refusal(demo(), {"a.json", "b.json"});
   EXPECT_NE(m.find("demo: more than one config file given ('a.json' and 'b.json')"), std::string::npos) << m;

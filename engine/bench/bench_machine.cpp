@@ -1,19 +1,13 @@
 // See bench_machine.hpp.
 #include "engine/bench/bench_machine.hpp"
 
-#include <sched.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <string>
-#include <vector>
 
 #include <fmt/format.h>
 
-#include "engine/comm/launch_env.hpp"
-#include "kernels/ops/ops.hpp"
+#include "engine/train/threads.hpp"
 
 namespace cleave::bench {
 namespace {
@@ -54,49 +48,14 @@ BenchMachine place_rank_for_bench() {
   BenchMachine m;
   m.cpu_model = cpu_model_name();
   if (const char* copy = std::getenv("OMPI_MCA_btl_vader_single_copy_mechanism")) m.mpi_single_copy = copy;
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  std::vector<int> cpus;
-  if (sched_getaffinity(0, sizeof allowed, &allowed) == 0) {
-    for (int c = 0; c < CPU_SETSIZE; ++c) {
-      if (CPU_ISSET(c, &allowed)) cpus.push_back(c);
-    }
-  }
-  if (cpus.empty()) cpus.push_back(0);
-  const int usable = static_cast<int>(cpus.size());
-  m.cores = std::max(usable, static_cast<int>(sysconf(_SC_NPROCESSORS_ONLN)));
-  if (const auto local = comm::local_rank_from_env(comm::process_env())) {
-    m.local_rank = local->local_rank;
-    m.ranks_on_node = std::max(1, local->local_size);
-  }
-  m.oversubscribed = m.ranks_on_node > m.cores;
-  int threads = 0;
-  if (const char* forced = std::getenv("CLEAVE_THREADS")) threads = std::atoi(forced);
-  if (m.oversubscribed) {
-    m.binding = fmt::format("not pinned ({} ranks, {} cores)", m.ranks_on_node, m.cores);
-  } else if (usable < m.cores) {
-    // mpirun binds to cores when ranks fit (Open MPI's default for np <= 2, or --bind-to core): keep it.
-    m.binding = fmt::format("bound by the launcher to {} core(s)", usable);
-    if (threads <= 0) threads = usable;
-  } else {
-    if (threads <= 0) threads = std::max(1, m.cores / m.ranks_on_node);
-    const int first = m.local_rank * threads;
-    cpu_set_t mine;
-    CPU_ZERO(&mine);
-    if (first + threads <= usable) {
-      for (int i = first; i < first + threads; ++i) CPU_SET(cpus[static_cast<std::size_t>(i)], &mine);
-    }
-    if (first + threads <= usable && sched_setaffinity(0, sizeof mine, &mine) == 0) {
-      m.binding = threads == 1 ? fmt::format("pinned to core {}", cpus[static_cast<std::size_t>(first)])
-                               : fmt::format("pinned to cores {}-{}", cpus[static_cast<std::size_t>(first)],
-                                             cpus[static_cast<std::size_t>(first + threads - 1)]);
-    } else {
-      m.binding = fmt::format("not pinned ({} ranks x {} threads on {} cores)", m.ranks_on_node, threads, usable);
-    }
-  }
-  if (threads <= 0) threads = std::max(1, m.cores / m.ranks_on_node);
-  ops::configure_cpu_threads(threads);
-  m.threads_per_rank = threads;
+  // The trainer's policy (engine/train/threads.hpp), so the bench measures what `cleave train` runs.
+  const train::ThreadPlacement placement = train::place_threads_for_node();
+  m.cores = placement.cores;
+  m.ranks_on_node = placement.ranks_on_node;
+  m.local_rank = placement.local_rank;
+  m.threads_per_rank = placement.threads;
+  m.oversubscribed = placement.oversubscribed;
+  m.binding = placement.binding;
   return m;
 }
 

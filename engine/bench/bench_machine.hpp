@@ -1,6 +1,6 @@
-// Where a benchmarking rank runs, decided before any compute thread exists: how many cores the node has,
-// how many ranks share it, how many threads each rank gets, and whether each rank could be pinned to cores
-// of its own. Invariant: a rank is pinned only when every rank on the node gets its own cores
+// Where a benchmarking rank runs, decided before any compute thread exists by the same policy as training
+// (engine/train/threads.hpp): how many cores the node has, how many ranks share it, how many threads each rank
+// gets, and whether each rank could be pinned to cores of its own. Invariant: a rank is pinned only when every rank on the node gets its own cores
 // (ranks x threads <= cores), and only to the cores [local_rank * threads, (local_rank + 1) * threads) of
 // the ones this process may use; a binding the launcher already made (mpirun --bind-to core) is kept;
 // when ranks outnumber cores nothing is pinned and `oversubscribed` is set,
@@ -31,8 +31,8 @@ struct BenchMachine {
   std::string describe() const;
 };
 
-// Decides threads per rank (CLEAVE_THREADS overrides), pins this process when the rule above allows, then
-// configures the kernels' thread pools. Call once, before anything computes.
+// Places this rank by the trainer's rule (engine/train/threads.hpp place_threads_for_node: threads per rank,
+// pinning, the kernels' thread pools) and describes the machine. Call once, before anything computes.
 BenchMachine place_rank_for_bench();
 
 // A warning when pipeline messages go without single copy and without a progress thread (empty otherwise).

@@ -17,9 +17,9 @@
 #include "engine/bench/bench_machine.hpp"
 #include "engine/bench/bench_report.hpp"
 #include "engine/bench/schedule_run.hpp"
+#include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
-#include "engine/comm/make_communicator.hpp"
-#include "engine/comm/mpi/mpi_runtime.hpp"
+#include "engine/cli/runtime_env.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
@@ -27,66 +27,53 @@
 namespace cleave::cli {
 namespace {
 
-constexpr const char* kUsage = R"(usage: mpirun -np P cleave bench CONFIG.json [--schedules all|LIST] [--steps N] [--warmup W]
-                                    [--out DIR] [--set key.path=value ...]
-
-Trains CONFIG under each pipeline schedule (real steps, evaluation off) and reports, per schedule: median
-step time, tokens/s, measured bubble per rank (both definitions), peak memory and P2P bytes per rank, and
-the simulator's prediction from the measured per-action costs. Writes DIR/bench.json and DIR/bench.html
-(self-contained: predicted and measured timelines per schedule, and the table).
-
-options:
-  --schedules LIST   'all' (default) or comma-separated names, name:V sets virtual stages
-                     (e.g. 1f1b,zb_h1,interleaved_1f1b:4); every one is checked before the first runs,
-                     and those the config cannot run are skipped and reported with the reason
-  --steps N          measured steps per schedule (default 10)
-  --warmup W         warm-up steps per schedule, not measured (default 3)
-  --out DIR          output directory (default bench); bench.json / bench.html there are never overwritten
-  --set key=value    config override, as in cleave train
-  --help             this text
-)";
-
 struct BenchOptions {
   std::string config_path;
   std::vector<std::string> overrides;
-  std::string schedules = "all";
-  int steps = 10;
-  int warmup = 3;
-  std::string out = "bench";
+  std::string schedules;
+  int steps = 0;
+  int warmup = 0;
+  std::string out;
 };
 
-int parse_count(const std::string& option, const std::string& text, int minimum) {
-  CLEAVE_CHECK(!text.empty() && text.size() < 7 && text.find_first_not_of("0123456789") == std::string::npos &&
-                   std::stoi(text) >= minimum,
-               "bench: {} expects a whole number >= {}, got '{}'", option, minimum, text);
-  return std::stoi(text);
+ArgParser bench_args() {
+  ArgParser p("bench",
+              "mpirun -np P cleave bench CONFIG.json [--schedules all|LIST] [--steps N] [--warmup W]\n"
+              "                                    [--out DIR] [--set key.path=value ...]",
+              R"(Trains CONFIG under each pipeline schedule (real steps, evaluation off) and reports, per schedule: median
+step time, tokens/s, measured bubble per rank (both definitions), peak memory and P2P bytes per rank, and
+the simulator's prediction from the measured per-action costs. Writes DIR/bench.json and DIR/bench.html
+(self-contained: predicted and measured timelines per schedule, and the table).)");
+  p.positional("CONFIG.json", "config file")
+      .text("--schedules", "LIST",
+            "'all' (default) or comma-separated names, name:V sets virtual stages\n"
+            "(e.g. 1f1b,zb_h1,interleaved_1f1b:4); every one is checked before the first runs,\n"
+            "and those the config cannot run are skipped and reported with the reason",
+            "all")
+      .count("--steps", "N", "measured steps per schedule", 10)
+      .count("--warmup", "W", "warm-up steps per schedule, not measured", 3, 0)
+      .text("--out", "DIR", "output directory (default bench); bench.json / bench.html there are never overwritten",
+            "bench")
+      .config_overrides();
+  return p;
 }
 
 }  // namespace
 
 int run_bench(int argc, char** argv) {
-  BenchOptions o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    const auto value = [&]() -> std::string {
-      CLEAVE_CHECK(i + 1 < argc, "bench: {} needs a value (see cleave bench --help)", arg);
-      return argv[++i];
-    };
-    if (arg == "--set") o.overrides.push_back(value());
-    else if (arg == "--schedules") o.schedules = value();
-    else if (arg == "--steps") o.steps = parse_count(arg, value(), 1);
-    else if (arg == "--warmup") o.warmup = parse_count(arg, value(), 0);
-    else if (arg == "--out") o.out = value();
-    else if (arg.starts_with("-")) CLEAVE_THROW("bench: unknown option '{}' (see cleave bench --help)", arg);
-    else {
-      CLEAVE_CHECK(o.config_path.empty(), "bench: more than one config file given ('{}' and '{}')", o.config_path, arg);
-      o.config_path = arg;
-    }
+  const ArgParser parser = bench_args();
+  const Args args = parser.parse(argc, argv);
+  if (args.help()) {
+    std::fputs(parser.help_text().c_str(), stdout);
+    return 0;
   }
+  BenchOptions o;
+  o.config_path = args.positional(0);
+  o.overrides = args.all("--set");
+  o.schedules = args.text("--schedules");
+  o.steps = static_cast<int>(args.count("--steps"));
+  o.warmup = static_cast<int>(args.count("--warmup"));
+  o.out = args.text("--out");
   const std::vector<bench::ScheduleChoice> choices = bench::parse_schedule_list(o.schedules);
   for (const char* name : {"bench.json", "bench.html"}) {
     const auto path = std::filesystem::path(o.out) / name;
@@ -94,9 +81,8 @@ int run_bench(int argc, char** argv) {
                  path.string());
   }
 
-  comm::MpiRuntime runtime(&argc, &argv);
-  log::set_rank(runtime.world_rank(), runtime.world_size());
-  try {
+  CommandRuntime runtime(&argc, &argv);
+  return runtime.run([&] {
     bench::BenchSetup setup;
     setup.machine = bench::place_rank_for_bench();  // before any compute thread exists
     setup.config_path = o.config_path;
@@ -104,10 +90,7 @@ int run_bench(int argc, char** argv) {
     setup.steps = o.steps;
     setup.warmup = o.warmup;
     const config::RunConfig config = config::load_config(o.config_path, o.overrides);
-    comm::World world = comm::make_world_communicator(
-        runtime, config.parallel.comm_backend, config.device.type,
-        comm::CommOptions{.timeout_s = config.train.comm_timeout_s, .deterministic = config.train.deterministic},
-        config.parallel.p2p_progress);
+    comm::World world = runtime.world(config);
     setup.machine.mpi_progress_thread = world.progress_thread;
     const bool root = world.comm->rank() == 0;
     const auto& p = config.parallel;
@@ -164,10 +147,7 @@ int run_bench(int argc, char** argv) {
       std::printf("wrote %s/bench.json and %s/bench.html\n", o.out.c_str(), o.out.c_str());
     }
     return 0;
-  } catch (const std::exception& e) {
-    if (runtime.world_size() > 1) comm::end_job_after_error(fmt::format("error: {}", e.what()));
-    throw;
-  }
+  });
 }
 
 }  // namespace cleave::cli

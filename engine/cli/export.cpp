@@ -15,6 +15,7 @@
 
 #include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/checkpoint/safetensors.hpp"
+#include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/dtype.hpp"
@@ -25,40 +26,29 @@
 namespace cleave::cli {
 namespace {
 
-constexpr const char* kUsage = R"(usage: cleave export CHECKPOINT --out FILE.safetensors [--dtype f32|bf16]
-
-Writes every parameter of CHECKPOINT (a step_NNNNNNN directory, or a checkpoint.dir holding them: its
+ArgParser export_args() {
+  ArgParser p("export", "cleave export CHECKPOINT --out FILE.safetensors [--dtype f32|bf16]",
+              R"(Writes every parameter of CHECKPOINT (a step_NNNNNNN directory, or a checkpoint.dir holding them: its
 latest complete one) into one safetensors file, consolidated from whatever layout it was saved under.
-Names are Cleave's logical parameter names (as in index.json); a tied LM head is the embedding table.
-
-options:
-  --out FILE     the file to write (required; an existing file is refused)
-  --dtype T      f32 (default) or bf16 (rounded to nearest even)
-  --help         this text
-)";
+Names are Cleave's logical parameter names (as in index.json); a tied LM head is the embedding table.)");
+  p.positional("CHECKPOINT", "checkpoint")
+      .text("--out", "FILE", "the file to write (required; an existing file is refused)")
+      .text("--dtype", "T", "f32 (default) or bf16 (rounded to nearest even)", "f32");
+  return p;
+}
 
 }  // namespace
 
 int run_export(int argc, char** argv) {
-  std::string source;
-  std::string out;
-  std::string dtype = "f32";
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (arg == "--out" || arg == "--dtype") {
-      CLEAVE_CHECK(i + 1 < argc, "export: {} needs a value (see cleave export --help)", arg);
-      (arg == "--out" ? out : dtype) = argv[++i];
-    } else if (arg.starts_with("-")) {
-      CLEAVE_THROW("export: unknown option '{}' (see cleave export --help)", arg);
-    } else {
-      CLEAVE_CHECK(source.empty(), "export: more than one checkpoint given ('{}' and '{}')", source, arg);
-      source = arg;
-    }
+  const ArgParser parser = export_args();
+  const Args args = parser.parse(argc, argv);
+  if (args.help()) {
+    std::fputs(parser.help_text().c_str(), stdout);
+    return 0;
   }
+  const std::string source = args.positional(0);
+  const std::string out = args.text("--out");
+  const std::string dtype = args.text("--dtype");
   CLEAVE_CHECK(!source.empty(), "export: no CHECKPOINT given (see cleave export --help)");
   CLEAVE_CHECK(!out.empty(), "export: --out FILE.safetensors is required");
   CLEAVE_CHECK(dtype == "f32" || dtype == "bf16", "export: --dtype must be f32 or bf16, got '{}'", dtype);

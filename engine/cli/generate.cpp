@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <limits>
 #include <fstream>
 #include <random>
 #include <string>
@@ -17,36 +18,35 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
-#include "engine/comm/make_communicator.hpp"
-#include "engine/comm/mpi/mpi_runtime.hpp"
+#include "engine/cli/runtime_env.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/train/checkpoint_reader.hpp"
-#include "engine/train/threads.hpp"
 #include "engine/train/trainer.hpp"
 
 namespace cleave::cli {
 namespace {
 
-constexpr const char* kUsage = R"(usage: cleave generate CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]
-
-Samples N tokens (default 200) from a GPT checkpoint (model.vocab_size >= 256; a step_NNNNNNN directory or a
+ArgParser generate_args() {
+  ArgParser p("generate", "cleave generate CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]",
+              R"(Samples N tokens (default 200) from a GPT checkpoint (model.vocab_size >= 256; a step_NNNNNNN directory or a
 checkpoint.dir holding them) on one CPU rank and prints the prompt and the continuation. A vocabulary of 256
 is bytes; a larger one is printed as token ids (space-separated, prompt first), since cleave has no tokenizer
-to decode it yet.
-
-options:
-  --prompt TEXT      the context (bytes are tokens; the last model.seq_len are seen)
-  --tokens N         tokens to sample (default 200)
-  --temperature T    softmax temperature (default 0.8; 0 = greedy)
-  --top-k K          sample among the K most likely tokens (default 0 = all)
-  --seed S           sampling seed (default 1)
-  --logits FILE      also write {"tokens": [...], "logits": [[V values] after each prefix]} of the prompt
-                     (JSON; refuses to overwrite FILE)
-  --help             this text
-)";
+to decode it yet.)");
+  p.positional("CHECKPOINT", "checkpoint")
+      .text("--prompt", "TEXT", "the context (bytes are tokens; the last model.seq_len are seen)")
+      .count("--tokens", "N", "tokens to sample", 200, 0)
+      .number("--temperature", "T", "softmax temperature (default 0.8; 0 = greedy)", 0.8)
+      .count("--top-k", "K", "sample among the K most likely tokens (default 0 = all)", 0, 0)
+      .count("--seed", "S", "sampling seed", 1, 0, std::numeric_limits<std::int64_t>::max())
+      .text("--logits", "FILE",
+            "also write {\"tokens\": [...], \"logits\": [[V values] after each prefix]} of the prompt\n"
+            "(JSON; refuses to overwrite FILE)");
+  return p;
+}
 
 // Samples an index from logits with temperature and top-k.
 int sample(std::vector<float> logits, double temperature, int top_k, std::mt19937_64& rng) {
@@ -69,52 +69,21 @@ int sample(std::vector<float> logits, double temperature, int top_k, std::mt1993
 }  // namespace
 
 int run_generate(int argc, char** argv) {
-  std::string source;
-  std::string prompt;
-  bool have_prompt = false;
-  std::int64_t tokens = 200;
-  double temperature = 0.8;
-  int top_k = 0;
-  std::uint64_t seed = 1;
-  std::string logits_path;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    const auto value = [&]() -> std::string {
-      CLEAVE_CHECK(i + 1 < argc, "generate: {} needs a value (see cleave generate --help)", arg);
-      return argv[++i];
-    };
-    try {
-      if (arg == "--prompt") {
-        prompt = value();
-        have_prompt = true;
-      } else if (arg == "--tokens") {
-        tokens = std::stoll(value());
-      } else if (arg == "--temperature") {
-        temperature = std::stod(value());
-      } else if (arg == "--top-k") {
-        top_k = std::stoi(value());
-      } else if (arg == "--seed") {
-        seed = std::stoull(value());
-      } else if (arg == "--logits") {
-        logits_path = value();
-      } else if (arg.starts_with("-")) {
-        CLEAVE_THROW("generate: unknown option '{}' (see cleave generate --help)", arg);
-      } else {
-        CLEAVE_CHECK(source.empty(), "generate: more than one checkpoint given ('{}' and '{}')", source, arg);
-        source = arg;
-      }
-    } catch (const std::invalid_argument&) {
-      CLEAVE_THROW("generate: {} expects a number, got '{}'", arg, argv[i]);
-    }
+  const ArgParser parser = generate_args();
+  const Args args = parser.parse(argc, argv);
+  if (args.help()) {
+    std::fputs(parser.help_text().c_str(), stdout);
+    return 0;
   }
+  const std::string source = args.positional(0);
+  const std::string prompt = args.text("--prompt");
+  const std::int64_t tokens = args.count("--tokens");
+  const double temperature = args.number("--temperature");
+  const int top_k = static_cast<int>(args.count("--top-k"));
+  const auto seed = static_cast<std::uint64_t>(args.count("--seed"));
+  const std::string logits_path = args.text("--logits");
   CLEAVE_CHECK(!source.empty(), "generate: no CHECKPOINT given (see cleave generate --help)");
-  CLEAVE_CHECK(have_prompt && !prompt.empty(), "generate: --prompt TEXT is required (a non-empty context)");
-  CLEAVE_CHECK(tokens >= 0 && temperature >= 0 && top_k >= 0,
-               "generate: --tokens, --temperature and --top-k must be >= 0 (got {}, {}, {})", tokens, temperature, top_k);
+  CLEAVE_CHECK(!prompt.empty(), "generate: --prompt TEXT is required (a non-empty context)");
   std::string dir = source;
   if (!std::filesystem::exists(std::filesystem::path(source) / "index.json")) {
     const auto latest = checkpoint::latest_step_dir(source);
@@ -137,11 +106,10 @@ int run_generate(int argc, char** argv) {
                config.model.type == config::ModelType::kGpt ? fmt::format(" with vocab_size {}", config.model.gpt.vocab_size) : "");
   const std::int64_t seq_len = config.model.gpt.seq_len;
 
-  comm::MpiRuntime runtime(&argc, &argv);
-  log::set_rank(runtime.world_rank(), runtime.world_size());
+  CommandRuntime runtime(&argc, &argv);
   CLEAVE_CHECK(runtime.world_size() == 1, "generate: runs on one rank (launched with {})", runtime.world_size());
-  train::configure_threads_for_node();
-  comm::World world = comm::make_world_communicator(runtime, config::CommBackend::kMpi, DeviceType::kCpu, comm::CommOptions{});
+  runtime.place_threads();
+  comm::World world = runtime.world(config);  // one CPU rank: the config above names no other backend
   train::Trainer trainer(config, *world.comm);
   trainer.load_checkpoint(dir);
 

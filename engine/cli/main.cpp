@@ -7,9 +7,12 @@
 #include <cstdio>
 #include <cstring>
 #include <exception>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "cleave/config.hpp"
+#include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/cli/runtime_env.hpp"
 #include "engine/comm/launch_env.hpp"
@@ -94,7 +97,11 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  std::fprintf(stderr, "cleave: unknown command '%s'\n\n", argv[1]);
+  std::vector<std::string> names;
+  for (const auto& c : kCommands) names.emplace_back(c.name);
+  const std::string near = cleave::cli::closest_spelling(argv[1], names);
+  std::fprintf(stderr, "cleave: unknown command '%s'%s\n\n", argv[1],
+               near.empty() ? "" : (" (did you mean " + near + "?)").c_str());
   print_usage(stderr);
   return 2;
 }

@@ -16,6 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
@@ -26,27 +27,31 @@
 namespace cleave::cli {
 namespace {
 
-constexpr const char* kUsage = R"(usage: cleave plan CONFIG.json --world N [--profile FILE] [--memory-limit SIZE] [--top K]
-                   [--write BEST.json] [--explain] [--set key.path=value ...]
-
-Searches every plan of CONFIG on N ranks: tensor-parallel size (dividing n_heads and d_ff, within a node),
+ArgParser plan_args() {
+  ArgParser p("plan",
+              "cleave plan CONFIG.json --world N [--profile FILE] [--memory-limit SIZE] [--top K]\n"
+              "                   [--write BEST.json] [--explain] [--set key.path=value ...]",
+              R"(Searches every plan of CONFIG on N ranks: tensor-parallel size (dividing n_heads and d_ff, within a node),
 pipeline size, data-parallel size, schedule and virtual stages, micro-batch size, ZeRO stage and
 activation recomputation (train.recompute), keeping the global batch. Memory per rank comes from the trainer's memory plan; step time from the pipeline
-simulator with costs from the cost model and a hardware profile. Plans over the cap are discarded.
-
-options:
-  --world N            ranks the plan is for (required)
-  --profile FILE       hardware profile (profiles/*.json); default: measure this machine now
-  --memory-limit SIZE  cap per rank, e.g. 64MiB or 80GiB (default: device.memory_limit, else the
-                       profile's device memory, else none)
-  --top K              plans to print (default 10)
-  --write FILE         write the best plan as a config for `mpirun -np N cleave train FILE`, with a
-                       fresh train.out_dir beside the source's, named after FILE (runs/best for best.json)
-  --explain            say, for each runner-up, where its extra time goes against the best plan
-  --json FILE          also write every plan that fits (ranked) with its overrides, predicted step time,
-                       throughput, bubble and peak memory per rank (refuses to overwrite FILE)
-  --set key=value      config override, as in cleave train
-)";
+simulator with costs from the cost model and a hardware profile. Plans over the cap are discarded.)");
+  p.positional("CONFIG.json", "config file")
+      .count("--world", "N", "ranks the plan is for (required)", std::nullopt)
+      .text("--profile", "FILE", "hardware profile (profiles/*.json); default: measure this machine now")
+      .size("--memory-limit", "SIZE",
+            "cap per rank, e.g. 64MiB or 80GiB (default: device.memory_limit, else the\n"
+            "profile's device memory, else none)")
+      .count("--top", "K", "plans to print", 10)
+      .text("--write", "FILE",
+            "write the best plan as a config for `mpirun -np N cleave train FILE`, with a\n"
+            "fresh train.out_dir beside the source's, named after FILE (runs/best for best.json)")
+      .flag("--explain", "say, for each runner-up, where its extra time goes against the best plan")
+      .text("--json", "FILE",
+            "also write every plan that fits (ranked) with its overrides, predicted step time,\n"
+            "throughput, bubble and peak memory per rank (refuses to overwrite FILE)")
+      .config_overrides();
+  return p;
+}
 
 // train.out_dir for a plan written to `plan_file`: beside `source` (its parent directory), named after the plan
 // file's stem ("runs/gpt_fortunes" + "best.json" -> "runs/best"), with _2, _3, ... when that path exists.
@@ -65,45 +70,23 @@ std::string signed_ms(double seconds) { return fmt::format("{:+.2f} ms", seconds
 }  // namespace
 
 int run_plan(int argc, char** argv) {
-  std::string config_path;
-  std::vector<std::string> overrides;
-  std::string profile_path;
-  std::string write_path;
-  std::string limit_text;
-  std::string json_path;
-  int world = 0;
-  int top = 10;
-  bool explain = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    const auto value = [&]() -> std::string {
-      CLEAVE_CHECK(i + 1 < argc, "plan: {} needs a value (see cleave plan --help)", arg);
-      return argv[++i];
-    };
-    const auto count = [&](const std::string& text) {
-      CLEAVE_CHECK(!text.empty() && text.size() < 7 && text.find_first_not_of("0123456789") == std::string::npos &&
-                       std::stoi(text) >= 1,
-                   "plan: {} expects a whole number >= 1, got '{}'", arg, text);
-      return std::stoi(text);
-    };
-    if (arg == "--world") world = count(value());
-    else if (arg == "--top") top = count(value());
-    else if (arg == "--profile") profile_path = value();
-    else if (arg == "--memory-limit") limit_text = value();
-    else if (arg == "--write") write_path = value();
-    else if (arg == "--explain") explain = true;
-    else if (arg == "--json") json_path = value();
-    else if (arg == "--set") overrides.push_back(value());
-    else if (arg.starts_with("-")) CLEAVE_THROW("plan: unknown option '{}' (see cleave plan --help)", arg);
-    else {
-      CLEAVE_CHECK(config_path.empty(), "plan: more than one config file given ('{}' and '{}')", config_path, arg);
-      config_path = arg;
-    }
+  const ArgParser parser = plan_args();
+  const Args args = parser.parse(argc, argv);
+  if (args.help()) {
+    std::fputs(parser.help_text().c_str(), stdout);
+    return 0;
   }
+  const std::string config_path = args.positional(0);
+  const std::vector<std::string> overrides = args.all("--set");
+  const std::string profile_path = args.text("--profile");
+  const std::string write_path = args.text("--write");
+  const std::string json_path = args.text("--json");
+  // The planner reads the cap as text ("" = from the config or profile); the bytes parsed here pass unchanged.
+  const auto limit = args.size("--memory-limit");
+  const std::string limit_text = limit ? std::to_string(*limit) : std::string();
+  const int world = args.given("--world") ? static_cast<int>(args.count("--world")) : 0;
+  const int top = static_cast<int>(args.count("--top"));
+  const bool explain = args.on("--explain");
   CLEAVE_CHECK(world >= 1, "plan: --world N is required (the number of ranks to plan for)");
   CLEAVE_CHECK(write_path.empty() || !std::filesystem::exists(write_path),
                "plan: --write {} exists; not overwriting it", write_path);

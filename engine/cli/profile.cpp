@@ -21,9 +21,9 @@
 #include <fmt/ranges.h>
 
 #include "engine/bench/bench_machine.hpp"
+#include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
-#include "engine/comm/make_communicator.hpp"
-#include "engine/comm/mpi/mpi_runtime.hpp"
+#include "engine/cli/runtime_env.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
@@ -36,11 +36,12 @@
 namespace cleave::cli {
 namespace {
 
-constexpr const char* kUsage = R"(usage: [mpirun -np R] cleave profile CONFIG.json [--out FILE] [--world N] [--tp LIST]
-                   [--micro-batches LIST] [--repeats K] [--rounds R] [--warm-caches]
-                   [--set key.path=value ...]
-
-Measures this machine for CONFIG's model and writes a hardware profile for `cleave plan --profile FILE`:
+ArgParser profile_args() {
+  ArgParser p("profile",
+              "[mpirun -np R] cleave profile CONFIG.json [--out FILE] [--world N] [--tp LIST]\n"
+              "                   [--micro-batches LIST] [--repeats K] [--rounds R] [--warm-caches]\n"
+              "                   [--set key.path=value ...]",
+              R"(Measures this machine for CONFIG's model and writes a hardware profile for `cleave plan --profile FILE`:
   - every distinct block's forward, input-gradient and weight-gradient time (the real layers and kernels;
     R rounds of K runs after a warm-up, the median of the rounds' medians) at each tensor-parallel width
     and micro-batch size the planner considers for N ranks; under mpirun every rank computes at once, as
@@ -49,39 +50,29 @@ Measures this machine for CONFIG's model and writes a hardware profile for `clea
     4 MiB, fitted as latency + bytes / bandwidth per group size (2, 4, ... and R).
 Blocks are timed in the config's device.precision (fp32, or bf16 mixed precision as the trainer runs it:
 bf16 activations and weight working copies); plans read a profile only in its own precision.
-Run it with the ranks per node you will train with: threads per rank follow the same rule as training.
-
-options:
-  --out FILE            where to write the profile (default profile.json; never overwritten)
-  --world N             ranks the plans will use (default: the mpirun world size); sets the tp widths
-  --tp LIST             tensor-parallel widths to time, e.g. 1,2,4 (default: every width dividing
-                        n_heads and d_ff and N)
-  --micro-batches LIST  micro-batch sizes to time, e.g. 1,2,4 (default: the divisors of the global
-                        batch up to 32; the planner interpolates between them)
-  --repeats K           timed runs per measurement after one warm-up (default 5)
-  --rounds R            passes over every measurement (default 5); each measurement is the median of its
-                        rounds, so a burst of load from a neighbour slows one round, not the whole entry
-  --warm-caches         time warm caches only (by default each pass runs with the caches evicted and then
-                        again at once, warm: a plan whose rank's working set fits its share of the
-                        last-level cache takes from the warm table, a large one from the cold)
-  --set key=value       config override, as in cleave train
-)";
-
-std::vector<std::int64_t> parse_list(const std::string& text, const std::string& option) {
-  std::vector<std::int64_t> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t comma = std::min(text.find(',', start), text.size());
-    const std::string item = text.substr(start, comma - start);
-    CLEAVE_CHECK(!item.empty() && item.size() < 7 && item.find_first_not_of("0123456789") == std::string::npos &&
-                     std::stoll(item) >= 1,
-                 "profile: {} expects a comma-separated list of whole numbers >= 1, got '{}'", option, text);
-    out.push_back(std::stoll(item));
-    start = comma + 1;
-  }
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  return out;
+Threads per rank and pinning follow `cleave train`'s rule (engine/train/threads.hpp): run it with the ranks
+per node you will train with.)");
+  p.positional("CONFIG.json", "config file")
+      .text("--out", "FILE", "where to write the profile (default profile.json; never overwritten)", "profile.json")
+      .count("--world", "N", "ranks the plans will use (default: the mpirun world size); sets the tp widths",
+             std::nullopt)
+      .count_list("--tp", "LIST",
+                  "tensor-parallel widths to time, e.g. 1,2,4 (default: every width dividing\n"
+                  "n_heads and d_ff and N)")
+      .count_list("--micro-batches", "LIST",
+                  "micro-batch sizes to time, e.g. 1,2,4 (default: the divisors of the global\n"
+                  "batch up to 32; the planner interpolates between them)")
+      .count("--repeats", "K", "timed runs per measurement after one warm-up", 5)
+      .count("--rounds", "R",
+             "passes over every measurement (default 5); each measurement is the median of its\n"
+             "rounds, so a burst of load from a neighbour slows one round, not the whole entry",
+             5)
+      .flag("--warm-caches",
+            "time warm caches only (by default each pass runs with the caches evicted and then\n"
+            "again at once, warm: a plan whose rank's working set fits its share of the\n"
+            "last-level cache takes from the warm table, a large one from the cold)")
+      .config_overrides();
+  return p;
 }
 
 std::string today() {
@@ -94,34 +85,19 @@ std::string today() {
 }  // namespace
 
 int run_profile(int argc, char** argv) {
-  std::string config_path, out_path = "profile.json", tp_text, micro_text;
-  std::vector<std::string> overrides;
-  int plan_world = 0, repeats = 5, rounds = 5;
-  bool cold_caches = true;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    const auto value = [&]() -> std::string {
-      CLEAVE_CHECK(i + 1 < argc, "profile: {} needs a value (see cleave profile --help)", arg);
-      return argv[++i];
-    };
-    if (arg == "--out") out_path = value();
-    else if (arg == "--world") plan_world = static_cast<int>(parse_list(value(), arg).front());
-    else if (arg == "--tp") tp_text = value();
-    else if (arg == "--micro-batches") micro_text = value();
-    else if (arg == "--repeats") repeats = static_cast<int>(parse_list(value(), arg).front());
-    else if (arg == "--rounds") rounds = static_cast<int>(parse_list(value(), arg).front());
-    else if (arg == "--warm-caches") cold_caches = false;
-    else if (arg == "--set") overrides.push_back(value());
-    else if (arg.starts_with("-")) CLEAVE_THROW("profile: unknown option '{}' (see cleave profile --help)", arg);
-    else {
-      CLEAVE_CHECK(config_path.empty(), "profile: more than one config file given ('{}' and '{}')", config_path, arg);
-      config_path = arg;
-    }
+  const ArgParser parser = profile_args();
+  const Args args = parser.parse(argc, argv);
+  if (args.help()) {
+    std::fputs(parser.help_text().c_str(), stdout);
+    return 0;
   }
+  const std::string config_path = args.positional(0);
+  const std::string out_path = args.text("--out");
+  const std::vector<std::string> overrides = args.all("--set");
+  int plan_world = args.given("--world") ? static_cast<int>(args.count("--world")) : 0;
+  const int repeats = static_cast<int>(args.count("--repeats"));
+  const int rounds = static_cast<int>(args.count("--rounds"));
+  const bool cold_caches = !args.on("--warm-caches");
   CLEAVE_CHECK(!config_path.empty(), "profile: give the config whose model to measure (see cleave profile --help)");
   CLEAVE_CHECK(!std::filesystem::exists(out_path), "profile: {} exists; not overwriting it (choose another --out)",
                out_path);
@@ -130,139 +106,140 @@ int run_profile(int argc, char** argv) {
                "profile: device.type {} is not profiled yet: cleave profile times CPU ranks; use a shipped profile "
                "(profiles/) for GPUs", config.device.type);
 
-  comm::MpiRuntime runtime(&argc, &argv);
-  log::set_rank(runtime.world_rank(), runtime.world_size());
-  const bench::BenchMachine machine = bench::place_rank_for_bench();  // threads per rank, pinning when ranks fit
-  const int threads = machine.threads_per_rank;
-  comm::World world = comm::make_world_communicator(
-      runtime, config.parallel.comm_backend, config.device.type,
-      comm::CommOptions{.timeout_s = config.train.comm_timeout_s, .deterministic = config.train.deterministic});
-  comm::Communicator& comm = *world.comm;
-  const bool root = comm.rank() == 0;
-  if (plan_world == 0) plan_world = comm.size();
+  CommandRuntime runtime(&argc, &argv);
+  return runtime.run([&] {
+    // Threads per rank and pinning by the trainer's rule (engine/train/threads.hpp), so the tables hold what
+    // `cleave train` will run.
+    const bench::BenchMachine machine = bench::place_rank_for_bench();
+    const int threads = machine.threads_per_rank;
+    comm::World world = runtime.world(config);
+    comm::Communicator& comm = *world.comm;
+    const bool root = comm.rank() == 0;
+    if (plan_world == 0) plan_world = comm.size();
 
-  const partition::ModelSpec spec = planning::model_spec(config.model);
-  planner::BlockProfileRequest request;
-  request.repeats = repeats;
-  request.rounds = rounds;
-  request.cold_caches = cold_caches;
-  request.precision = config.device.precision;  // the tables are for this precision only
-  if (!tp_text.empty()) {
-    request.tp_widths.clear();
-    for (auto t : parse_list(tp_text, "--tp")) request.tp_widths.push_back(static_cast<int>(t));
-  } else if (spec.type == partition::ModelType::kGpt) {
-    const auto& g = spec.gpt;
-    request.tp_widths.clear();
-    for (auto t : partition::allowed_tp_sizes(g.n_heads, g.d_ff > 0 ? g.d_ff : 4 * g.d_model)) {
-      if (plan_world % t == 0) request.tp_widths.push_back(static_cast<int>(t));
-    }
-  }
-  for (int t : request.tp_widths) {
-    CLEAVE_CHECK(t == 1 || spec.type == partition::ModelType::kGpt, "profile: --tp {}: only a gpt splits over tensor-parallel ranks", t);
-    if (spec.type == partition::ModelType::kGpt) {
+    const partition::ModelSpec spec = planning::model_spec(config.model);
+    planner::BlockProfileRequest request;
+    request.repeats = repeats;
+    request.rounds = rounds;
+    request.cold_caches = cold_caches;
+    request.precision = config.device.precision;  // the tables are for this precision only
+    if (args.given("--tp")) {
+      request.tp_widths.clear();
+      for (auto t : args.counts("--tp")) request.tp_widths.push_back(static_cast<int>(t));
+    } else if (spec.type == partition::ModelType::kGpt) {
       const auto& g = spec.gpt;
-      const auto allowed = partition::allowed_tp_sizes(g.n_heads, g.d_ff > 0 ? g.d_ff : 4 * g.d_model);
-      CLEAVE_CHECK(std::find(allowed.begin(), allowed.end(), t) != allowed.end(),
-                   "profile: --tp {} does not divide n_heads {} and d_ff {}", t, g.n_heads,
-                   g.d_ff > 0 ? g.d_ff : 4 * g.d_model);
-    }
-  }
-  if (!micro_text.empty()) {
-    request.micro_batches = parse_list(micro_text, "--micro-batches");
-  } else {
-    config::RunConfig resolved = config;
-    std::int64_t global = config.batch.global_batch_size.value_or(0);
-    if (global == 0) {
-      resolved.resolve(comm.size());
-      global = resolved.resolved_batch().global_batch_size;
-    }
-    request.micro_batches.clear();
-    for (std::int64_t m = 1; m <= std::min<std::int64_t>(global, 32); ++m) {
-      if (global % m == 0) request.micro_batches.push_back(m);
-    }
-  }
-
-  if (root) {
-    log::info("profile: {} on {} rank(s) x {} thread(s), for plans on {} ranks: tp {}, micro-batches {}", config_path,
-              comm.size(), threads, plan_world, fmt::join(request.tp_widths, ","), fmt::join(request.micro_batches, ","));
-    if (machine.oversubscribed) {
-      log::warn("profile: {} ranks on {} cores: oversubscribed; the times include waiting for a core",
-                machine.ranks_on_node, machine.cores);
-    }
-  }
-  const auto start = std::chrono::steady_clock::now();
-  planner::HardwareProfile profile;
-  // GEMM and memory rates (used only where the tables do not reach), measured by rank 0 while the others wait.
-  if (root) {
-    const auto& g = spec.gpt;
-    profile = spec.type == partition::ModelType::kGpt ? planner::calibrate_this_machine(comm.size(), 4 * g.seq_len,
-                                                                   g.d_ff > 0 ? g.d_ff : 4 * g.d_model, g.d_model)
-                                 : planner::calibrate_this_machine(comm.size(), 256, 256, 256);
-  }
-  comm.barrier()->wait();
-  ops::configure_cpu_threads(threads);  // calibrate set its own thread count
-  profile.measured.ranks = comm.size();
-  profile.measured.threads_per_rank = threads;
-  profile.measured.dtype = enum_name(config.device.precision);
-  if (cold_caches) {  // both tables: the planner needs each rank's share of the cache to choose between them
-    profile.measured.cache_bytes_per_rank =
-        planner::cache_bytes_per_rank(planner::last_level_cache(), machine.ranks_on_node, threads);
-  }
-  planner::measure_blocks(profile.measured, spec, request, &comm);
-  planner::measure_optimizer(profile.measured, 1 << 21, repeats, rounds, &comm, request.precision);
-  if (comm.size() >= 2) planner::measure_collectives(profile.measured, comm);
-  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-
-  if (root) {
-    const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-    const int per_node = std::max(plan_world, machine.ranks_on_node);
-    profile.name = fmt::format("this machine: {} ({} cores), {} rank(s) x {} thread(s), profiled {}", machine.cpu_model,
-                               machine.cores, comm.size(), threads, today());
-    profile.ranks_per_node = per_node;
-    profile.device_memory = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page / per_node : (1LL << 30);
-    if (profile.measured.p2p) {
-      profile.intra_node = {profile.measured.p2p->latency_s, profile.measured.p2p->bandwidth_Bps};
-      profile.inter_node = profile.intra_node;
-    }
-    profile.source = fmt::format(
-        "measured by `cleave profile {}` on {} rank(s) in {:.1f} s: block tables from the real layers (median of {} "
-        "rounds of the median of {} after a warm-up, {}, mean over ranks); {}; device memory = physical "
-        "memory / {} ranks. Before that: {}",
-        config_path, comm.size(), seconds, rounds, repeats,
-        cold_caches ? fmt::format("cold caches and again warm; {} of last-level cache per rank",
-                                  format_bytes(profile.measured.cache_bytes_per_rank))
-                    : std::string("warm caches"),
-        comm.size() >= 2 ? "P2P and collective fits from timed runs of 4 KiB..4 MiB (the link entries are the P2P "
-                           "fit; inter_node repeats it: one node measured)"
-                         : "no collectives measured (one rank; run under mpirun for them): links are defaults",
-        per_node, profile.source);
-    std::ofstream out(out_path);
-    out << planner::profile_to_json(profile).dump(2) << "\n";
-    CLEAVE_CHECK(out.good(), "profile: could not write {}", out_path);
-    std::printf("%-44s %3s %6s %10s %10s %10s %s\n", "block", "tp", "micro", "fwd ms", "igrad ms", "wgrad ms",
-                cold_caches ? "  (warm: fwd igrad wgrad)" : "");
-    for (const auto& b : profile.measured.blocks) {
-      std::printf("%-44s %3d %6lld %10.3f %10.3f %10.3f", b.shape.c_str(), b.tp, static_cast<long long>(b.micro_batch),
-                  b.forward_s * 1e3, b.input_grad_s * 1e3, b.weight_grad_s * 1e3);
-      if (b.has_warm()) {
-        std::printf("   %8.3f %8.3f %8.3f", b.warm_forward_s * 1e3, b.warm_input_grad_s * 1e3, b.warm_weight_grad_s * 1e3);
+      request.tp_widths.clear();
+      for (auto t : partition::allowed_tp_sizes(g.n_heads, g.d_ff > 0 ? g.d_ff : 4 * g.d_model)) {
+        if (plan_world % t == 0) request.tp_widths.push_back(static_cast<int>(t));
       }
-      std::printf("\n");
     }
-    const auto print_fit = [](const char* op, const partition::AlphaBeta& f) {
-      std::printf("%-16s ranks %2d: latency %8.1f us, bandwidth %7.2f GB/s\n", op, f.ranks, f.latency_s * 1e6,
-                  f.bandwidth_Bps / 1e9);
-    };
-    std::printf("optimizer update per parameter: adamw %.2f ns, sgd %.2f ns, sgd with momentum %.2f ns\n",
-                profile.measured.adamw_s_per_param * 1e9, profile.measured.sgd_s_per_param * 1e9,
-                profile.measured.sgd_momentum_s_per_param * 1e9);
-    if (profile.measured.p2p) print_fit("p2p", *profile.measured.p2p);
-    for (const auto& f : profile.measured.all_reduce) print_fit("all_reduce", f);
-    for (const auto& f : profile.measured.reduce_scatter) print_fit("reduce_scatter", f);
-    for (const auto& f : profile.measured.all_gather) print_fit("all_gather", f);
-    std::printf("wrote %s (%.1f s)\n", out_path.c_str(), seconds);
-  }
-  return 0;
+    for (int t : request.tp_widths) {
+      CLEAVE_CHECK(t == 1 || spec.type == partition::ModelType::kGpt, "profile: --tp {}: only a gpt splits over tensor-parallel ranks", t);
+      if (spec.type == partition::ModelType::kGpt) {
+        const auto& g = spec.gpt;
+        const auto allowed = partition::allowed_tp_sizes(g.n_heads, g.d_ff > 0 ? g.d_ff : 4 * g.d_model);
+        CLEAVE_CHECK(std::find(allowed.begin(), allowed.end(), t) != allowed.end(),
+                     "profile: --tp {} does not divide n_heads {} and d_ff {}", t, g.n_heads,
+                     g.d_ff > 0 ? g.d_ff : 4 * g.d_model);
+      }
+    }
+    if (args.given("--micro-batches")) {
+      request.micro_batches = args.counts("--micro-batches");
+    } else {
+      config::RunConfig resolved = config;
+      std::int64_t global = config.batch.global_batch_size.value_or(0);
+      if (global == 0) {
+        resolved.resolve(comm.size());
+        global = resolved.resolved_batch().global_batch_size;
+      }
+      request.micro_batches.clear();
+      for (std::int64_t m = 1; m <= std::min<std::int64_t>(global, 32); ++m) {
+        if (global % m == 0) request.micro_batches.push_back(m);
+      }
+    }
+
+    if (root) {
+      log::info("profile: {} on {} rank(s) x {} thread(s), for plans on {} ranks: tp {}, micro-batches {}", config_path,
+                comm.size(), threads, plan_world, fmt::join(request.tp_widths, ","), fmt::join(request.micro_batches, ","));
+      if (machine.oversubscribed) {
+        log::warn("profile: {} ranks on {} cores: oversubscribed; the times include waiting for a core",
+                  machine.ranks_on_node, machine.cores);
+      }
+    }
+    const auto start = std::chrono::steady_clock::now();
+    planner::HardwareProfile profile;
+    // GEMM and memory rates (used only where the tables do not reach), measured by rank 0 while the others wait.
+    if (root) {
+      const auto& g = spec.gpt;
+      profile = spec.type == partition::ModelType::kGpt ? planner::calibrate_this_machine(comm.size(), 4 * g.seq_len,
+                                                                     g.d_ff > 0 ? g.d_ff : 4 * g.d_model, g.d_model)
+                                   : planner::calibrate_this_machine(comm.size(), 256, 256, 256);
+    }
+    comm.barrier()->wait();
+    ops::configure_cpu_threads(threads);  // calibrate set its own thread count
+    profile.measured.ranks = comm.size();
+    profile.measured.threads_per_rank = threads;
+    profile.measured.dtype = enum_name(config.device.precision);
+    if (cold_caches) {  // both tables: the planner needs each rank's share of the cache to choose between them
+      profile.measured.cache_bytes_per_rank =
+          planner::cache_bytes_per_rank(planner::last_level_cache(), machine.ranks_on_node, threads);
+    }
+    planner::measure_blocks(profile.measured, spec, request, &comm);
+    planner::measure_optimizer(profile.measured, 1 << 21, repeats, rounds, &comm, request.precision);
+    if (comm.size() >= 2) planner::measure_collectives(profile.measured, comm);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+    if (root) {
+      const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+      const int per_node = std::max(plan_world, machine.ranks_on_node);
+      profile.name = fmt::format("this machine: {} ({} cores), {} rank(s) x {} thread(s), profiled {}", machine.cpu_model,
+                                 machine.cores, comm.size(), threads, today());
+      profile.ranks_per_node = per_node;
+      profile.device_memory = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page / per_node : (1LL << 30);
+      if (profile.measured.p2p) {
+        profile.intra_node = {profile.measured.p2p->latency_s, profile.measured.p2p->bandwidth_Bps};
+        profile.inter_node = profile.intra_node;
+      }
+      profile.source = fmt::format(
+          "measured by `cleave profile {}` on {} rank(s) in {:.1f} s: block tables from the real layers (median of {} "
+          "rounds of the median of {} after a warm-up, {}, mean over ranks); {}; device memory = physical "
+          "memory / {} ranks. Before that: {}",
+          config_path, comm.size(), seconds, rounds, repeats,
+          cold_caches ? fmt::format("cold caches and again warm; {} of last-level cache per rank",
+                                    format_bytes(profile.measured.cache_bytes_per_rank))
+                      : std::string("warm caches"),
+          comm.size() >= 2 ? "P2P and collective fits from timed runs of 4 KiB..4 MiB (the link entries are the P2P "
+                             "fit; inter_node repeats it: one node measured)"
+                           : "no collectives measured (one rank; run under mpirun for them): links are defaults",
+          per_node, profile.source);
+      std::ofstream out(out_path);
+      out << planner::profile_to_json(profile).dump(2) << "\n";
+      CLEAVE_CHECK(out.good(), "profile: could not write {}", out_path);
+      std::printf("%-44s %3s %6s %10s %10s %10s %s\n", "block", "tp", "micro", "fwd ms", "igrad ms", "wgrad ms",
+                  cold_caches ? "  (warm: fwd igrad wgrad)" : "");
+      for (const auto& b : profile.measured.blocks) {
+        std::printf("%-44s %3d %6lld %10.3f %10.3f %10.3f", b.shape.c_str(), b.tp, static_cast<long long>(b.micro_batch),
+                    b.forward_s * 1e3, b.input_grad_s * 1e3, b.weight_grad_s * 1e3);
+        if (b.has_warm()) {
+          std::printf("   %8.3f %8.3f %8.3f", b.warm_forward_s * 1e3, b.warm_input_grad_s * 1e3, b.warm_weight_grad_s * 1e3);
+        }
+        std::printf("\n");
+      }
+      const auto print_fit = [](const char* op, const partition::AlphaBeta& f) {
+        std::printf("%-16s ranks %2d: latency %8.1f us, bandwidth %7.2f GB/s\n", op, f.ranks, f.latency_s * 1e6,
+                    f.bandwidth_Bps / 1e9);
+      };
+      std::printf("optimizer update per parameter: adamw %.2f ns, sgd %.2f ns, sgd with momentum %.2f ns\n",
+                  profile.measured.adamw_s_per_param * 1e9, profile.measured.sgd_s_per_param * 1e9,
+                  profile.measured.sgd_momentum_s_per_param * 1e9);
+      if (profile.measured.p2p) print_fit("p2p", *profile.measured.p2p);
+      for (const auto& f : profile.measured.all_reduce) print_fit("all_reduce", f);
+      for (const auto& f : profile.measured.reduce_scatter) print_fit("reduce_scatter", f);
+      for (const auto& f : profile.measured.all_gather) print_fit("all_gather", f);
+      std::printf("wrote %s (%.1f s)\n", out_path.c_str(), seconds);
+    }
+    return 0;
+  });
 }
 
 }  // namespace cleave::cli

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <string>
 
+#include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/core/error.hpp"
 #include "engine/report/html_report.hpp"
@@ -10,30 +11,28 @@
 namespace cleave::cli {
 namespace {
 
-constexpr const char* kUsage = R"(usage: cleave report RUN_DIR
-
-Writes RUN_DIR/report.html: loss (train and eval), learning-rate, gradient-norm, throughput and step-time
+ArgParser report_args() {
+  ArgParser p("report", "cleave report RUN_DIR",
+              R"(Writes RUN_DIR/report.html: loss (train and eval), learning-rate, gradient-norm, throughput and step-time
 curves over steps, per-rank peak memory by category against device.memory_limit, the layout and the resolved
 config. One self-contained file (inline SVG and CSS, no scripts, no external assets); opens offline.
 
 Reads RUN_DIR/metrics.jsonl (required; a corrupt line is an error naming the file and line), run.json and
-config.json (optional). cleave train writes the same report at the end of every run (train.report).
-)";
+config.json (optional). cleave train writes the same report at the end of every run (train.report).)");
+  p.positional("RUN_DIR", "run directory");
+  return p;
+}
 
 }  // namespace
 
 int run_report(int argc, char** argv) {
-  std::string dir;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    CLEAVE_CHECK(!arg.starts_with("-"), "report: unknown option '{}' (see cleave report --help)", arg);
-    CLEAVE_CHECK(dir.empty(), "report: one run directory expected, got '{}' and '{}'", dir, arg);
-    dir = arg;
+  const ArgParser parser = report_args();
+  const Args args = parser.parse(argc, argv);
+  if (args.help()) {
+    std::fputs(parser.help_text().c_str(), stdout);
+    return 0;
   }
+  const std::string dir = args.positional(0);
   CLEAVE_CHECK(!dir.empty(), "report: give a run directory: cleave report RUN_DIR (see cleave report --help)");
   std::printf("%s\n", report::write_report(dir).c_str());
   return 0;

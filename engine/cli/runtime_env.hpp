@@ -1,18 +1,73 @@
-// Process-level runtime settings that libraries read once at load time, applied before they load.
+// The one bootstrap every `cleave` command uses for its process: the environment before main, and for the
+// commands that start MPI (train, bench, profile, verify, generate) the MPI runtime, the world communicator,
+// the thread and pinning policy and the end of the job after an error. A command that computes gets the
+// same conditions `cleave train` runs in, so what profile and bench measure is what train does.
 //
-// libgomp and OpenBLAS read their environment in library constructors, before main() runs, so setting a
-// variable in main() is too late. apply_runtime_env() sets the defaults Cleave wants (only where the user
-// has not set them) and re-executes the binary once; a marker variable stops a second re-exec. Under
-// mpirun this happens before MPI_Init, so the launcher never sees the difference.
-//
-// Defaults:
+// Before main (apply_runtime_env): libgomp and OpenBLAS read their environment in library constructors,
+// before main() runs, so setting a variable in main() is too late. apply_runtime_env() sets the defaults
+// Cleave wants (only where the user has not set them) and re-executes the binary once; a marker variable
+// stops a second re-exec. Under mpirun this happens before MPI_Init, so the launcher never sees the
+// difference. Defaults:
 //   OMP_WAIT_POLICY=passive   idle OpenMP threads sleep instead of spinning: on 2 shared cores spinning
 //                             threads starve the thread doing the work (measured: tiny GPT step 350 ms
 //                             spinning vs 10 ms passive while other processes were busy).
+//
+// CommandRuntime, in order: MPI_Init with the thread level comm::MpiRuntime asks for (MULTIPLE, at least
+// SERIALIZED), the log's rank prefix, the SIGTERM notice of what a rank was blocked in
+// (comm/mpi/wait_notice.hpp); place_threads() applies engine/train/threads.hpp's policy; world(config)
+// builds the communicator parallel.comm_backend asks for with the watchdog (train.comm_timeout_s),
+// train.deterministic and the progress thread per parallel.p2p_progress; run(body) ends the job once after
+// an error with peers (comm::end_job_after_error: printed once, no peer left waiting).
+// Invariant: at most one CommandRuntime per process (it owns MPI, as MpiRuntime does).
 #pragma once
+
+#include <cstdio>
+#include <exception>
+#include <optional>
+#include <string>
+
+#include <fmt/format.h>
+
+#include "engine/comm/make_communicator.hpp"
+#include "engine/comm/mpi/mpi_runtime.hpp"
+#include "engine/config/config.hpp"
+#include "engine/train/threads.hpp"
 
 namespace cleave::cli {
 
 void apply_runtime_env(char** argv);
+
+class CommandRuntime {
+ public:
+  CommandRuntime(int* argc, char*** argv);
+  CommandRuntime(const CommandRuntime&) = delete;
+  CommandRuntime& operator=(const CommandRuntime&) = delete;
+
+  int world_rank() const { return mpi_.world_rank(); }
+  int world_size() const { return mpi_.world_size(); }
+
+  // Threads per rank and pinning (engine/train/threads.hpp). Call once, before anything computes.
+  const train::ThreadPlacement& place_threads();
+
+  // The world communicator for `config` (collective: every rank calls it with the same config).
+  comm::World world(const config::RunConfig& config) const;
+
+  // Runs `body` and returns its exit code. With peers, an exception ends the job here (printed once, then
+  // a clean exit when every rank failed alike, else MPI_Abort so no peer waits on this rank); alone it
+  // propagates to main, which prints it.
+  template <class Body>
+  int run(Body&& body) {
+    try {
+      return body();
+    } catch (const std::exception& e) {
+      if (world_size() > 1) comm::end_job_after_error(fmt::format("error: {}", e.what()));
+      throw;
+    }
+  }
+
+ private:
+  comm::MpiRuntime mpi_;
+  std::optional<train::ThreadPlacement> placement_;
+};
 
 }  // namespace cleave::cli

@@ -17,6 +17,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
@@ -31,36 +32,40 @@
 namespace cleave::cli {
 namespace {
 
-constexpr const char* kUsage = R"(usage: cleave simulate --schedule S --stages P --microbatches M [options]
-
-Simulates one training step of a pipeline schedule with per-action costs and prints the makespan, the
-bubble fractions and the peak live activations per rank, followed by the schedule grid.
-
-options:
-  --schedule S          gpipe | 1f1b | interleaved_1f1b | zb_h1 | zb_h2 | zb_v | dualpipev | auto, or a
-                        schedule file in the text form (docs/schedules.md); with a file, P / M / V come
-                        from the file. auto builds the automatic zero-bubble schedule for the costs below
-  --stages P            pipeline ranks (pp_size)
-  --microbatches M      micro-batches per step
-  --virtual V           stages (model chunks) per rank; default 2 for interleaved_1f1b, zb_v and
-                        dualpipev, else 1
-  --max-stashes N       auto only: live micro-batch stashes per rank (default P, 1F1B's memory; 2P-1 is
-                        ZB-H2's)
-  --memory-limit SIZE   auto only: bytes per rank (e.g. 96MiB, as in cleave plan), with --stash-bytes B,
-                        the bytes one micro-batch's stash holds on a rank: the limit is SIZE / B stashes
-  --costs F,I,W         ms for one stage's forward, input-gradient and weight-gradient pass
-                        (default 1,1,1; a fused backward B costs I + W)
-  --p2p-latency X       ms per point-to-point message (default 0)
-  --p2p-bandwidth G     GB/s per link (default: infinite); used with --message-bytes
-  --message-bytes N     bytes of one activation / gradient message (default 0)
-  --trace FILE          write a Chrome trace JSON (open in https://ui.perfetto.dev)
-  --svg FILE            write an SVG timeline (ranks as rows, one box per action)
-  --save FILE           write the schedule in the text form (edit it, then pass it to --schedule)
-  --lowered             print the lowered grid (with SEND/RECV, REDUCE_GRAD, OPTIMIZER_STEP)
-  --json                print one JSON object instead of the summary
-  --help                this text
-
-cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--set k=v] [--json]
+ArgParser simulate_args() {
+  ArgParser p("simulate", "cleave simulate --schedule S --stages P --microbatches M [options]",
+              R"(Simulates one training step of a pipeline schedule with per-action costs and prints the makespan, the
+bubble fractions and the peak live activations per rank, followed by the schedule grid.)");
+  p.text("--schedule", "S",
+         "gpipe | 1f1b | interleaved_1f1b | zb_h1 | zb_h2 | zb_v | dualpipev | auto, or a\n"
+         "schedule file in the text form (docs/schedules.md); with a file, P / M / V come\n"
+         "from the file. auto builds the automatic zero-bubble schedule for the costs below")
+      .count("--stages", "P", "pipeline ranks (pp_size)", std::nullopt)
+      .count("--microbatches", "M", "micro-batches per step", std::nullopt)
+      .count("--virtual", "V",
+             "stages (model chunks) per rank; default 2 for interleaved_1f1b, zb_v and\n"
+             "dualpipev, else 1",
+             std::nullopt)
+      .count("--max-stashes", "N",
+             "auto only: live micro-batch stashes per rank (default P, 1F1B's memory; 2P-1 is\n"
+             "ZB-H2's)",
+             std::nullopt)
+      .size("--memory-limit", "SIZE",
+            "auto only: bytes per rank (e.g. 96MiB, as in cleave plan), with --stash-bytes B,\n"
+            "the bytes one micro-batch's stash holds on a rank: the limit is SIZE / B stashes")
+      .size("--stash-bytes", "B", "auto only: the bytes one micro-batch's stash holds on a rank")
+      .text("--costs", "F,I,W",
+            "ms for one stage's forward, input-gradient and weight-gradient pass\n"
+            "(default 1,1,1; a fused backward B costs I + W)")
+      .number("--p2p-latency", "X", "ms per point-to-point message", 0)
+      .number("--p2p-bandwidth", "G", "GB/s per link (default: infinite); used with --message-bytes", 0)
+      .number("--message-bytes", "N", "bytes of one activation / gradient message", 0)
+      .text("--trace", "FILE", "write a Chrome trace JSON (open in https://ui.perfetto.dev)")
+      .text("--svg", "FILE", "write an SVG timeline (ranks as rows, one box per action)")
+      .text("--save", "FILE", "write the schedule in the text form (edit it, then pass it to --schedule)")
+      .flag("--lowered", "print the lowered grid (with SEND/RECV, REDUCE_GRAD, OPTIMIZER_STEP)")
+      .flag("--json", "print one JSON object instead of the summary")
+      .epilog(R"(cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--set k=v] [--json]
                 [--svg FILE] [--trace FILE]
   simulates the step of the plan the config describes on N ranks with the planner's costs (cost model
   FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer; profiles/*.json or
@@ -72,8 +77,9 @@ stage_bubble_fraction is idle time between each rank's own first and last action
 
 examples:  cleave simulate --schedule 1f1b --stages 4 --microbatches 8
            cleave simulate --schedule zb_v --stages 4 --microbatches 8 --svg zbv.svg --trace zbv.json
-           cleave simulate --schedule my_schedule.txt --costs 1,1,2 --json
-)";
+           cleave simulate --schedule my_schedule.txt --costs 1,1,2 --json)");
+  return p;
+}
 
 struct Options {
   std::string schedule;
@@ -84,22 +90,6 @@ struct Options {
   std::string trace_path, svg_path, save_path;
   bool lowered = false, json = false, help = false;
 };
-
-int parse_count(std::string_view flag, std::string_view text) {
-  int value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  CLEAVE_CHECK(ec == std::errc() && ptr == text.data() + text.size() && value >= 1,
-               "simulate: {} expects an integer >= 1, got '{}'", flag, text);
-  return value;
-}
-
-double parse_amount(std::string_view flag, std::string_view text) {
-  double value = 0;
-  auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
-  CLEAVE_CHECK(ec == std::errc() && ptr == text.data() + text.size() && std::isfinite(value) && value >= 0,
-               "simulate: {} expects a number >= 0, got '{}'", flag, text);
-  return value;
-}
 
 void parse_costs(std::string_view text, Options& options) {
   std::vector<double> values;
@@ -122,63 +112,29 @@ void parse_costs(std::string_view text, Options& options) {
   options.backward_weight = values[2];
 }
 
-Options parse_options(int argc, char** argv) {
+Options read_options(const Args& args) {
   Options options;
-  for (int i = 1; i < argc; ++i) {
-    std::string flag = argv[i];
-    std::optional<std::string> inline_value;
-    if (const auto eq = flag.find('='); flag.starts_with("--") && eq != std::string::npos) {
-      inline_value = flag.substr(eq + 1);
-      flag = flag.substr(0, eq);
-    }
-    auto value = [&]() -> std::string {
-      if (inline_value) return *inline_value;
-      CLEAVE_CHECK(i + 1 < argc, "simulate: {} needs a value (see cleave simulate --help)", flag);
-      return argv[++i];
-    };
-    auto no_value = [&] {
-      CLEAVE_CHECK(!inline_value, "simulate: {} takes no value, got '{}'", flag, inline_value.value_or(""));
-    };
-    if (flag == "--help" || flag == "-h") {
-      options.help = true;
-    } else if (flag == "--schedule") {
-      options.schedule = value();
-    } else if (flag == "--stages") {
-      options.stages = parse_count(flag, value());
-    } else if (flag == "--microbatches") {
-      options.microbatches = parse_count(flag, value());
-    } else if (flag == "--virtual") {
-      options.virtual_stages = parse_count(flag, value());
-    } else if (flag == "--max-stashes") {
-      options.max_stashes = parse_count(flag, value());
-    } else if (flag == "--memory-limit") {
-      options.memory_limit = parse_bytes(value(), "simulate: --memory-limit");
-    } else if (flag == "--stash-bytes") {
-      options.stash_bytes = parse_bytes(value(), "simulate: --stash-bytes");
-    } else if (flag == "--costs") {
-      parse_costs(value(), options);
-    } else if (flag == "--p2p-latency") {
-      options.latency_ms = parse_amount(flag, value());
-    } else if (flag == "--p2p-bandwidth") {
-      options.bandwidth_gbps = parse_amount(flag, value());
-    } else if (flag == "--message-bytes") {
-      options.message_bytes = parse_amount(flag, value());
-    } else if (flag == "--trace") {
-      options.trace_path = value();
-    } else if (flag == "--svg") {
-      options.svg_path = value();
-    } else if (flag == "--save") {
-      options.save_path = value();
-    } else if (flag == "--lowered") {
-      no_value();
-      options.lowered = true;
-    } else if (flag == "--json") {
-      no_value();
-      options.json = true;
-    } else {
-      CLEAVE_THROW("simulate: unknown option '{}' (see cleave simulate --help)", argv[i]);
-    }
-  }
+  options.help = args.help();
+  const auto optional_count = [&](const char* name) -> std::optional<int> {
+    if (!args.given(name)) return std::nullopt;
+    return static_cast<int>(args.count(name));
+  };
+  options.schedule = args.text("--schedule");
+  options.stages = optional_count("--stages");
+  options.microbatches = optional_count("--microbatches");
+  options.virtual_stages = optional_count("--virtual");
+  options.max_stashes = optional_count("--max-stashes");
+  options.memory_limit = args.size("--memory-limit");
+  options.stash_bytes = args.size("--stash-bytes");
+  if (args.given("--costs")) parse_costs(args.text("--costs"), options);
+  options.latency_ms = args.number("--p2p-latency");
+  options.bandwidth_gbps = args.number("--p2p-bandwidth");
+  options.message_bytes = args.number("--message-bytes");
+  options.trace_path = args.text("--trace");
+  options.svg_path = args.text("--svg");
+  options.save_path = args.text("--save");
+  options.lowered = args.on("--lowered");
+  options.json = args.on("--json");
   return options;
 }
 
@@ -259,9 +215,10 @@ int run_simulate(int argc, char** argv) {
   for (int i = 1; i < argc; ++i) {
     if (std::string_view(argv[i]) == "--config") return run_simulate_config(argc, argv);
   }
-  const Options options = parse_options(argc, argv);
+  const ArgParser parser = simulate_args();
+  const Options options = read_options(parser.parse(argc, argv));
   if (options.help) {
-    std::fputs(kUsage, stdout);
+    std::fputs(parser.help_text().c_str(), stdout);
     return 0;
   }
   const pipeline::Schedule schedule = build_schedule(options);

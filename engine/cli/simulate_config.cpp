@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
@@ -21,31 +22,44 @@
 
 namespace cleave::cli {
 
+namespace {
+
+ArgParser simulate_config_args() {
+  ArgParser p("simulate --config",
+              "cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--set k=v ...]\n"
+              "                [--json] [--svg FILE] [--trace FILE]",
+              R"(Simulates one training step of the plan CONFIG describes on N ranks with the planner's costs (cost model
+FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer) and prints the step time,
+bubble, where the time goes, and per pp rank the memory plan by category and its timeline's peak.)");
+  p.text("--config", "CONFIG", "the config whose plan to simulate")
+      .count("--world", "N", "ranks the config runs on (required)", std::nullopt)
+      .text("--profile", "FILE", "hardware profile (profiles/*.json); default: measure this machine now")
+      .size("--memory-limit", "SIZE", "cap per rank, e.g. 64MiB (default: device.memory_limit, else the profile's)")
+      .config_overrides()
+      .flag("--json", "print one JSON object (with the memory timeline) instead of the summary")
+      .text("--svg", "FILE", "write an SVG timeline")
+      .text("--trace", "FILE", "write a Chrome trace JSON");
+  return p;
+}
+
+}  // namespace
+
 int run_simulate_config(int argc, char** argv) {
-  std::string config_path, profile_path, limit_text, svg, trace;
-  std::vector<std::string> overrides;
-  int world = 0;
-  bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&]() -> std::string {
-      CLEAVE_CHECK(i + 1 < argc, "simulate: {} needs a value (see cleave simulate --help)", arg);
-      return argv[++i];
-    };
-    if (arg == "--config") config_path = value();
-    else if (arg == "--world") {
-      const std::string v = value();
-      CLEAVE_CHECK(!v.empty() && v.size() < 7 && v.find_first_not_of("0123456789") == std::string::npos && std::stoi(v) >= 1,
-                   "simulate: --world expects a whole number >= 1, got '{}'", v);
-      world = std::stoi(v);
-    } else if (arg == "--profile") profile_path = value();
-    else if (arg == "--memory-limit") limit_text = value();
-    else if (arg == "--set") overrides.push_back(value());
-    else if (arg == "--json") json = true;
-    else if (arg == "--svg") svg = value();
-    else if (arg == "--trace") trace = value();
-    else CLEAVE_THROW("simulate --config: unknown option '{}' (see cleave simulate --help)", arg);
+  const ArgParser parser = simulate_config_args();
+  const Args args = parser.parse(argc, argv);
+  if (args.help()) {
+    std::fputs(parser.help_text().c_str(), stdout);
+    return 0;
   }
+  const std::string config_path = args.text("--config");
+  const std::string profile_path = args.text("--profile");
+  const auto limit = args.size("--memory-limit");
+  const std::string limit_text = limit ? std::to_string(*limit) : std::string();  // the planner's form
+  const std::string svg = args.text("--svg");
+  const std::string trace = args.text("--trace");
+  const std::vector<std::string> overrides = args.all("--set");
+  const int world = args.given("--world") ? static_cast<int>(args.count("--world")) : 0;
+  const bool json = args.on("--json");
   CLEAVE_CHECK(world >= 1, "simulate --config: --world N is required (the ranks the config runs on)");
   const config::RunConfig base = config::load_config(config_path, overrides);
   const auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);

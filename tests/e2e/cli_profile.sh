@@ -87,7 +87,7 @@ grep -q "prof.json exists; not overwriting" again.log || { cat again.log; fail "
 grep -q "\-\-tp 3 does not divide n_heads 4" tp.log || { cat tp.log; fail "tp message"; }
 [ ! -e x.json ] || fail "a refused profile wrote its file"
 "$cleave" profile tiny.json --out x.json --rounds 0 > rounds.log 2>&1 && fail "--rounds 0 accepted"
-grep -q "\-\-rounds expects a comma-separated list of whole numbers >= 1" rounds.log || { cat rounds.log; fail "rounds message"; }
+grep -q "\-\-rounds expects a whole number >= 1, got '0'" rounds.log || { cat rounds.log; fail "rounds message"; }
 [ ! -e x.json ] || fail "a refused profile wrote its file"
 "$cleave" plan tiny.json --world 2 --profile prof.json --set model.d_model=64 > other.log 2>&1 && fail "another model's profile accepted"
 grep -q "was measured for another model" other.log || { cat other.log; fail "mismatch message"; }

@@ -11,6 +11,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <type_traits>
+#include <utility>
 #include <variant>
 #include <vector>
 
@@ -55,13 +57,43 @@ struct Field {
   bool max_open = false;
 };
 
+// Whether a field's kind is one its member's C++ type can hold (checked at compile time for every table below).
+template <typename Section>
+constexpr bool kind_fits(const Field<Section>& field) {
+  return std::visit(
+      [&](auto member) {
+        using T = std::remove_cvref_t<decltype(std::declval<Section&>().*member)>;
+        switch (field.kind) {
+          case FieldKind::kInteger: return std::is_same_v<T, int> || std::is_same_v<T, std::int64_t>;
+          case FieldKind::kUnsigned: return std::is_same_v<T, std::uint64_t>;
+          case FieldKind::kNumber: return std::is_same_v<T, double>;
+          case FieldKind::kBoolean: return std::is_same_v<T, bool>;
+          case FieldKind::kString: return std::is_same_v<T, std::string>;
+          case FieldKind::kChoice: return std::is_enum_v<T>;
+          case FieldKind::kBytes: return std::is_same_v<T, std::int64_t>;
+          case FieldKind::kIntegerList: return std::is_same_v<T, std::vector<std::int64_t>>;
+          case FieldKind::kNumberPair: return std::is_same_v<T, std::array<double, 2>>;
+        }
+        return false;
+      },
+      field.member);
+}
+
+template <typename Section, std::size_t N>
+constexpr bool kinds_fit(const std::array<Field<Section>, N>& fields) {
+  for (const Field<Section>& field : fields) {
+    if (!kind_fits(field) || field.meaning.empty()) return false;
+  }
+  return true;
+}
+
 // Upper limits shared with config.cpp's model and batch readers (see the comment there).
 constexpr std::int64_t kMaxCount = std::int64_t{1} << 16;  // layers, heads, channels, kernel, pool, image side
 constexpr int kMaxParallel = 1 << 16;                        // tp, pp, dp, virtual stages
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // parallel.*: the keys before the partition subsection, then the ones after it (kParallelPartitionAt).
-inline const std::array<Field<ParallelConfig>, 11> kParallelFields = {{
+inline constexpr std::array<Field<ParallelConfig>, 11> kParallelFields = {{
     {"tensor_model_parallel_size", &ParallelConfig::tensor_model_parallel_size, FieldKind::kInteger,
      "tensor-parallel width (ranks sharing each layer)", 1, kMaxParallel},
     {"pipeline_model_parallel_size", &ParallelConfig::pipeline_model_parallel_size, FieldKind::kInteger,
@@ -84,13 +116,13 @@ inline const std::array<Field<ParallelConfig>, 11> kParallelFields = {{
 }};
 constexpr std::size_t kParallelPartitionAt = 7;  // parallel.partition sits before kParallelFields[7]
 
-inline const std::array<Field<PartitionConfig>, 2> kPartitionFields = {{
+inline constexpr std::array<Field<PartitionConfig>, 2> kPartitionFields = {{
     {"method", &PartitionConfig::method, FieldKind::kChoice, "how blocks are split into pipeline stages"},
     {"blocks_per_stage", &PartitionConfig::blocks_per_stage, FieldKind::kIntegerList,
      "method manual: blocks per stage, pp × virtual stages entries", 1, kMaxCount + 3},
 }};
 
-inline const std::array<Field<OptimizerConfig>, 12> kOptimizerFields = {{
+inline constexpr std::array<Field<OptimizerConfig>, 12> kOptimizerFields = {{
     {"type", &OptimizerConfig::type, FieldKind::kChoice, "optimizer: adamw or sgd"},
     {"lr", &OptimizerConfig::lr, FieldKind::kNumber, "peak learning rate"},
     {"weight_decay", &OptimizerConfig::weight_decay, FieldKind::kNumber, "decoupled (adamw) or L2 (sgd) decay"},
@@ -108,7 +140,7 @@ inline const std::array<Field<OptimizerConfig>, 12> kOptimizerFields = {{
      0, std::numeric_limits<int>::max()},
 }};
 
-inline const std::array<Field<TrainConfig>, 11> kTrainFields = {{
+inline constexpr std::array<Field<TrainConfig>, 11> kTrainFields = {{
     {"steps", &TrainConfig::steps, FieldKind::kInteger, "optimizer steps to train", 1},
     {"seed", &TrainConfig::seed, FieldKind::kUnsigned, "random seed of weights and data"},
     {"log_interval", &TrainConfig::log_interval, FieldKind::kInteger, "log every N steps", 1},
@@ -123,7 +155,7 @@ inline const std::array<Field<TrainConfig>, 11> kTrainFields = {{
     {"report", &TrainConfig::report, FieldKind::kBoolean, "write report.html at the end"},
 }};
 
-inline const std::array<Field<CheckpointConfig>, 4> kCheckpointFields = {{
+inline constexpr std::array<Field<CheckpointConfig>, 4> kCheckpointFields = {{
     {"dir", &CheckpointConfig::dir, FieldKind::kString, "checkpoint directory; \"\" = out_dir/checkpoints"},
     {"interval", &CheckpointConfig::interval, FieldKind::kInteger, "save every N steps; 0 = final only"},
     {"keep_last", &CheckpointConfig::keep_last, FieldKind::kInteger, "complete checkpoints kept; 0 = all"},
@@ -131,7 +163,7 @@ inline const std::array<Field<CheckpointConfig>, 4> kCheckpointFields = {{
 }};
 
 // data.val_fraction and data.path have digits defaults applied after the loop (config.cpp read_data).
-inline const std::array<Field<DataConfig>, 5> kDataFields = {{
+inline constexpr std::array<Field<DataConfig>, 5> kDataFields = {{
     {"type", &DataConfig::type, FieldKind::kChoice, "data source"},
     {"path", &DataConfig::path, FieldKind::kString, "training data file"},
     {"val_path", &DataConfig::val_path, FieldKind::kString, "evaluation data file"},
@@ -140,10 +172,15 @@ inline const std::array<Field<DataConfig>, 5> kDataFields = {{
     {"format", &DataConfig::format, FieldKind::kChoice, "token file format (tokens only)"},
 }};
 
-inline const std::array<Field<DeviceConfig>, 3> kDeviceFields = {{
+inline constexpr std::array<Field<DeviceConfig>, 3> kDeviceFields = {{
     {"type", &DeviceConfig::type, FieldKind::kChoice, "device kind: cpu or cuda"},
     {"memory_limit", &DeviceConfig::memory_limit, FieldKind::kBytes, "allocator cap per rank; 0 = none"},
     {"precision", &DeviceConfig::precision, FieldKind::kChoice, "compute precision"},
 }};
+
+static_assert(kinds_fit(kParallelFields) && kinds_fit(kPartitionFields) && kinds_fit(kOptimizerFields) &&
+                  kinds_fit(kTrainFields) && kinds_fit(kCheckpointFields) && kinds_fit(kDataFields) &&
+                  kinds_fit(kDeviceFields),
+              "a field table row's kind does not match its member's type, or its meaning is empty");
 
 }  // namespace cleave::config

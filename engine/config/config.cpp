@@ -21,9 +21,13 @@
 #include <limits>
 #include <map>
 #include <set>
+#include <span>
 #include <sstream>
+#include <type_traits>
+#include <variant>
 
 #include "cleave/config.hpp"
+#include "engine/config/fields.hpp"
 #include "engine/config/strict_json.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/edit_distance.hpp"
@@ -319,8 +323,8 @@ void apply_override(json& root, const std::string& assignment, ParseState& state
 // seq_len × d_model × d_ff, micro × accumulation × dp) stay inside int64, and that no list is sized by a number
 // a typo made astronomical (model.n_layers = 10^9 would build a billion blocks).
 constexpr std::int64_t kMaxFeatures = std::int64_t{1} << 24;  // vocab, d_model, d_ff, seq_len, hidden, classes
-constexpr std::int64_t kMaxCount = std::int64_t{1} << 16;     // layers, heads, channels, kernel, pool, image side
-constexpr int kMaxParallel = 1 << 16;                           // tp, pp, dp, virtual stages
+// kMaxCount (layers, heads, channels, kernel, pool, image side) and kMaxParallel (tp, pp, dp, virtual stages)
+// are in fields.hpp.
 constexpr std::int64_t kMaxBatch = std::int64_t{1} << 24;      // micro-batch, accumulation steps
 constexpr std::int64_t kMaxGlobalBatch = std::int64_t{1} << 40;
 
@@ -364,22 +368,50 @@ void read_model(Reader r, ModelConfig& m) {
   r.finish(foreign);
 }
 
+// Reads each key of `fields` with the Reader method its member's type (and, for bytes, its kind) calls for.
+template <typename Section>
+void read_fields(Reader& r, Section& s, std::span<const Field<Section>> fields) {
+  for (const Field<Section>& f : fields) {
+    std::visit(
+        [&](auto member) {
+          auto& out = s.*member;
+          using T = std::remove_cvref_t<decltype(out)>;
+          if constexpr (NamedEnum<T>) {
+            r.choice(f.key, out);
+          } else if constexpr (std::same_as<T, bool>) {
+            r.boolean(f.key, out);
+          } else if constexpr (std::same_as<T, std::string>) {
+            r.string(f.key, out);
+          } else if constexpr (std::same_as<T, double>) {
+            r.number(f.key, out, f.min, f.max, f.min_open, f.max_open);
+          } else if constexpr (std::same_as<T, std::uint64_t>) {
+            r.unsigned_integer(f.key, out);
+          } else if constexpr (std::same_as<T, std::vector<std::int64_t>>) {
+            r.integer_list(f.key, out, f.min_int, f.max_int);
+          } else if constexpr (std::same_as<T, std::array<double, 2>>) {
+            r.number_pair(f.key, out, f.min, f.max);
+          } else if constexpr (std::same_as<T, int>) {
+            r.integer(f.key, out, static_cast<int>(f.min_int), static_cast<int>(f.max_int));
+          } else {
+            static_assert(std::same_as<T, std::int64_t>);
+            if (f.kind == FieldKind::kBytes) {
+              r.bytes(f.key, out);
+            } else {
+              r.integer(f.key, out, f.min_int, f.max_int);
+            }
+          }
+        },
+        f.member);
+  }
+}
+
 void read_parallel(Reader r, ParallelConfig& p) {
-  r.integer("tensor_model_parallel_size", p.tensor_model_parallel_size, 1, kMaxParallel);
-  r.integer("pipeline_model_parallel_size", p.pipeline_model_parallel_size, 1, kMaxParallel);
-  r.integer("data_parallel_size", p.data_parallel_size, -1, kMaxParallel);
-  r.integer("virtual_pipeline_stages", p.virtual_pipeline_stages, 1, kMaxParallel);
-  r.string("schedule", p.schedule);
-  r.integer("auto_schedule_memory_limit", p.auto_schedule_memory_limit, 0);
-  r.string("auto_schedule_profile", p.auto_schedule_profile);
+  const std::span<const Field<ParallelConfig>> fields = kParallelFields;
+  read_fields(r, p, fields.first(kParallelPartitionAt));
   Reader partition = r.section("partition");
-  partition.choice("method", p.partition.method);
-  partition.integer_list("blocks_per_stage", p.partition.blocks_per_stage, 1, kMaxCount + 3);
+  read_fields<PartitionConfig>(partition, p.partition, kPartitionFields);
   partition.finish();
-  r.number("dp_bucket_mb", p.dp_bucket_mb, 0.0, std::numeric_limits<double>::infinity(), /*min_open=*/true);
-  r.choice("grad_reduce_dtype", p.grad_reduce_dtype);
-  r.choice("comm_backend", p.comm_backend);
-  r.choice("p2p_progress", p.p2p_progress);
+  read_fields(r, p, fields.subspan(kParallelPartitionAt));
   r.finish();
 }
 
@@ -395,60 +427,30 @@ void read_batch(Reader r, BatchConfig& b) {
 }
 
 void read_optimizer(Reader r, OptimizerConfig& o) {
-  r.choice("type", o.type);
-  r.number("lr", o.lr, 0.0);
-  r.number("weight_decay", o.weight_decay, 0.0);
-  r.number_pair("betas", o.betas, 0.0, 1.0);
-  r.number("eps", o.eps, 0.0, std::numeric_limits<double>::infinity(), /*min_open=*/true);
-  r.number("momentum", o.momentum, 0.0, 1.0, false, /*max_open=*/true);
-  r.boolean("nesterov", o.nesterov);
-  r.number("grad_clip", o.grad_clip, 0.0);
-  r.integer("warmup_steps", o.warmup_steps, 0);
-  r.choice("schedule", o.schedule);
-  r.number("min_lr", o.min_lr, 0.0);
-  r.integer("zero_stage", o.zero_stage, 0);
+  read_fields<OptimizerConfig>(r, o, kOptimizerFields);
   r.finish();
 }
 
 void read_train(Reader r, TrainConfig& t) {
-  r.integer("steps", t.steps, 1);
-  r.unsigned_integer("seed", t.seed);
-  r.integer("log_interval", t.log_interval, 1);
-  r.boolean("deterministic", t.deterministic);
-  r.string("out_dir", t.out_dir);
-  r.number("comm_timeout_s", t.comm_timeout_s, 0.0, std::numeric_limits<double>::infinity(), /*min_open=*/true);
-  r.boolean("trace", t.trace);
-  r.integer("eval_interval", t.eval_interval, 0);
-  r.integer("eval_batches", t.eval_batches, 0);
-  r.choice("recompute", t.recompute);
-  r.boolean("report", t.report);
+  read_fields<TrainConfig>(r, t, kTrainFields);
   r.finish();
 }
 
 void read_checkpoint(Reader r, CheckpointConfig& c) {
-  r.string("dir", c.dir);
-  r.integer("interval", c.interval, 0);
-  r.integer("keep_last", c.keep_last, 0);
-  r.boolean("save_final", c.save_final);
+  read_fields<CheckpointConfig>(r, c, kCheckpointFields);
   r.finish();
 }
 
 void read_data(Reader r, DataConfig& d) {
-  r.choice("type", d.type);
-  r.string("path", d.path);
-  r.string("val_path", d.val_path);
-  if (!r.number("val_fraction", d.val_fraction, 0.0, 1.0, false, /*max_open=*/true) && d.type == DataType::kDigits) {
-    d.val_fraction = 0.2;
-  }
-  r.choice("format", d.format);
+  read_fields<DataConfig>(r, d, kDataFields);
+  // digits' own defaults, where the key was not given
+  if (d.type == DataType::kDigits && !r.has("val_fraction")) d.val_fraction = 0.2;
   if (d.type == DataType::kDigits && d.path.empty()) d.path = "data/digits.csv.gz";
   r.finish();
 }
 
 void read_device(Reader r, DeviceConfig& d) {
-  r.choice("type", d.type);
-  r.bytes("memory_limit", d.memory_limit);
-  r.choice("precision", d.precision);
+  read_fields<DeviceConfig>(r, d, kDeviceFields);
   r.finish();
 }
 

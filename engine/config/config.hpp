@@ -13,9 +13,9 @@
 // Enum-valued keys are enum classes (engine/config/enums.hpp) parsed once by the reader; nothing downstream
 // compares their text.
 //
-// Extending: add the field to its struct with a default, then read it in config.cpp's read_<section>() and
-// write it in write.cpp's to_json_tree() (cross-key rules go in validate.cpp); the round-trip test catches a
-// field written but not read.
+// Extending: add the field to its struct with a default, then add a row to its section's table in fields.hpp
+// (read and written from there; model and batch are read in config.cpp and written in write.cpp by hand) and
+// to docs/config.md (cross-key rules go in validate.cpp); the round-trip and docs tests catch what is missed.
 #pragma once
 
 #include <array>

@@ -2,9 +2,13 @@
 // tables, so parse_config(to_json(c)) == c. A model writes only its own type's keys.
 #include <nlohmann/json.hpp>
 
+#include <span>
 #include <string>
+#include <type_traits>
+#include <variant>
 
 #include "engine/config/config.hpp"
+#include "engine/config/fields.hpp"
 
 namespace cleave::config {
 namespace {
@@ -15,6 +19,30 @@ using ordered_json = nlohmann::ordered_json;  // to_json keeps the documented ke
 template <NamedEnum E>
 std::string text(E value) {
   return std::string(enum_name(value));
+}
+
+// Writes each key of `fields` into `j` in the table's order; enums by their names.
+template <typename Section>
+void write_fields(ordered_json& j, const Section& s, std::span<const Field<Section>> fields) {
+  for (const Field<Section>& f : fields) {
+    std::visit(
+        [&](auto member) {
+          const auto& value = s.*member;
+          if constexpr (NamedEnum<std::remove_cvref_t<decltype(value)>>) {
+            j[std::string(f.key)] = text(value);
+          } else {
+            j[std::string(f.key)] = value;
+          }
+        },
+        f.member);
+  }
+}
+
+template <typename Section, std::size_t N>
+ordered_json write_section(const Section& s, const std::array<Field<Section>, N>& fields) {
+  ordered_json j = ordered_json::object();
+  write_fields<Section>(j, s, fields);
+  return j;
 }
 
 ordered_json write_model(const ModelConfig& m) {
@@ -39,45 +67,21 @@ ordered_json write_model(const ModelConfig& m) {
 ordered_json to_json_tree(const RunConfig& c) {
   ordered_json j;
   j["model"] = write_model(c.model);
-  const auto& p = c.parallel;
-  j["parallel"] = {{"tensor_model_parallel_size", p.tensor_model_parallel_size},
-                   {"pipeline_model_parallel_size", p.pipeline_model_parallel_size},
-                   {"data_parallel_size", p.data_parallel_size},
-                   {"virtual_pipeline_stages", p.virtual_pipeline_stages},
-                   {"schedule", p.schedule},
-                   {"auto_schedule_memory_limit", p.auto_schedule_memory_limit},
-                   {"auto_schedule_profile", p.auto_schedule_profile},
-                   {"partition", {{"method", text(p.partition.method)}, {"blocks_per_stage", p.partition.blocks_per_stage}}},
-                   {"dp_bucket_mb", p.dp_bucket_mb},
-                   {"grad_reduce_dtype", text(p.grad_reduce_dtype)},
-                   {"comm_backend", text(p.comm_backend)},
-                   {"p2p_progress", text(p.p2p_progress)}};
+  const std::span<const Field<ParallelConfig>> parallel = kParallelFields;
+  ordered_json& p = j["parallel"] = ordered_json::object();
+  write_fields(p, c.parallel, parallel.first(kParallelPartitionAt));
+  p["partition"] = write_section(c.parallel.partition, kPartitionFields);
+  write_fields(p, c.parallel, parallel.subspan(kParallelPartitionAt));
   ordered_json batch = ordered_json::object();
   if (c.batch.global_batch_size) batch["global_batch_size"] = *c.batch.global_batch_size;
   if (c.batch.micro_batch_size) batch["micro_batch_size"] = *c.batch.micro_batch_size;
   if (c.batch.gradient_accumulation_steps) batch["gradient_accumulation_steps"] = *c.batch.gradient_accumulation_steps;
   j["batch"] = batch;
-  const auto& o = c.optimizer;
-  j["optimizer"] = {{"type", text(o.type)},         {"lr", o.lr},
-                    {"weight_decay", o.weight_decay}, {"betas", o.betas},
-                    {"eps", o.eps},           {"momentum", o.momentum},
-                    {"nesterov", o.nesterov}, {"grad_clip", o.grad_clip},
-                    {"warmup_steps", o.warmup_steps}, {"schedule", text(o.schedule)},
-                    {"min_lr", o.min_lr},     {"zero_stage", o.zero_stage}};
-  const auto& t = c.train;
-  j["train"] = {{"steps", t.steps},         {"seed", t.seed},
-                {"log_interval", t.log_interval}, {"deterministic", t.deterministic},
-                {"out_dir", t.out_dir},     {"comm_timeout_s", t.comm_timeout_s},
-                {"trace", t.trace},         {"eval_interval", t.eval_interval},
-                {"eval_batches", t.eval_batches}, {"recompute", text(t.recompute)}, {"report", t.report}};
-  j["checkpoint"] = {{"dir", c.checkpoint.dir},
-                     {"interval", c.checkpoint.interval},
-                     {"keep_last", c.checkpoint.keep_last},
-                     {"save_final", c.checkpoint.save_final}};
-  const auto& d = c.data;
-  j["data"] = {{"type", text(d.type)}, {"path", d.path}, {"val_path", d.val_path}, {"val_fraction", d.val_fraction},
-               {"format", text(d.format)}};
-  j["device"] = {{"type", text(c.device.type)}, {"memory_limit", c.device.memory_limit}, {"precision", text(c.device.precision)}};
+  j["optimizer"] = write_section(c.optimizer, kOptimizerFields);
+  j["train"] = write_section(c.train, kTrainFields);
+  j["checkpoint"] = write_section(c.checkpoint, kCheckpointFields);
+  j["data"] = write_section(c.data, kDataFields);
+  j["device"] = write_section(c.device, kDeviceFields);
   return j;
 }
 

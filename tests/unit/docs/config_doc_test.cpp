@@ -9,6 +9,7 @@
 // means "unset" and holds only for keys the unresolved config does not write (the batch sizes).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -18,6 +19,7 @@
 
 #include "unit/docs/markdown_table.hpp"
 #include "engine/config/config.hpp"
+#include "engine/config/fields.hpp"
 #include "engine/core/error.hpp"
 
 namespace cleave::docs_test {
@@ -146,6 +148,40 @@ TEST(ConfigDoc, EveryDocumentedKeyIsAccepted) {
                     << " is refused: " << e.what();
     }
   }
+}
+
+// A field table (engine/config/fields.hpp) against the page and the writer: each key has a row in
+// docs/config.md and a non-empty meaning, and the section the writer produces holds the table's keys in order.
+template <typename Section, std::size_t N>
+void expect_table_documented(const std::string& section, const std::array<config::Field<Section>, N>& fields,
+                             const std::map<std::string, DocRow>& rows) {
+  const auto tree = nlohmann::ordered_json::parse(config::to_json(config::parse_config("")));
+  std::vector<std::string> written_keys;
+  std::string pointer = "/" + section;  // "parallel.partition" -> "/parallel/partition"
+  std::replace(pointer.begin(), pointer.end(), '.', '/');
+  for (const auto& item : tree.at(nlohmann::ordered_json::json_pointer(pointer)).items()) {
+    if (!item.value().is_object()) written_keys.push_back(item.key());  // parallel.partition has its own table
+  }
+  std::vector<std::string> table_keys;
+  for (const auto& field : fields) {
+    const std::string key = section + "." + std::string(field.key);
+    table_keys.emplace_back(field.key);
+    EXPECT_TRUE(rows.count(key)) << "field table key " << key << " has no row in docs/config.md";
+    EXPECT_FALSE(field.meaning.empty()) << key << ": the field table gives no meaning";
+  }
+  EXPECT_EQ(written_keys, table_keys) << "the writer's " << section << " keys are not its field table's";
+}
+
+TEST(ConfigDoc, EveryFieldTableKeyIsDocumentedWithAMeaning) {
+  const auto rows = documented_keys();
+  ASSERT_FALSE(rows.empty());
+  expect_table_documented("parallel", config::kParallelFields, rows);
+  expect_table_documented("parallel.partition", config::kPartitionFields, rows);
+  expect_table_documented("optimizer", config::kOptimizerFields, rows);
+  expect_table_documented("train", config::kTrainFields, rows);
+  expect_table_documented("checkpoint", config::kCheckpointFields, rows);
+  expect_table_documented("data", config::kDataFields, rows);
+  expect_table_documented("device", config::kDeviceFields, rows);
 }
 
 }  // namespace

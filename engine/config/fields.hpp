@@ -1,0 +1,186 @@
+// One field table per flat config section: each key with its member, its kind and range, and a one-line
+// meaning. config.cpp reads a section by looping over its table, write.cpp writes it by the same table (so the
+// key order of config.json is the table's order), and the docs test checks each key has a row in
+// docs/config.md. Invariant: a table lists its section's keys in the documented order, each exactly once.
+// Model and batch are not here: their keys depend on model.type or are optional (config.cpp, write.cpp).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <limits>
+#include <span>
+#include <string>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "engine/config/config.hpp"
+
+namespace cleave::config {
+
+// How a key is read (the matching config.cpp Reader method) and what its JSON value is.
+enum class FieldKind {
+  kInteger,      // integer in [min_int, max_int]
+  kUnsigned,     // integer ≥ 0 up to 2^64 - 1
+  kNumber,       // number in [min, max], either end open
+  kBoolean,
+  kString,
+  kChoice,       // an enum's name (enums.hpp)
+  kBytes,        // bytes: an integer ≥ 0 or a string like "512MiB"
+  kIntegerList,  // array of integers, each in [min_int, max_int]
+  kNumberPair,   // array of 2 numbers, each in [min, max)
+};
+
+// The member a key reads into and writes from; the alternative picks the C++ type.
+template <typename Section>
+using FieldMember =
+    std::variant<int Section::*, std::int64_t Section::*, std::uint64_t Section::*, double Section::*,
+                 bool Section::*, std::string Section::*, std::vector<std::int64_t> Section::*,
+                 std::array<double, 2> Section::*, PartitionMethod Section::*, GradReduceDtype Section::*,
+                 CommBackend Section::*, P2PProgress Section::*, OptimizerType Section::*,
+                 LrScheduleType Section::*, Recompute Section::*, DataType Section::*,
+                 TokenFileFormat Section::*, DeviceType Section::*, Precision Section::*>;
+
+template <typename Section>
+struct Field {
+  std::string_view key;
+  FieldMember<Section> member;
+  FieldKind kind;
+  std::string_view meaning;
+  std::int64_t min_int = 0;  // kInteger, kIntegerList
+  std::int64_t max_int = std::numeric_limits<std::int64_t>::max();
+  double min = 0.0;  // kNumber, kNumberPair
+  double max = std::numeric_limits<double>::infinity();
+  bool min_open = false;
+  bool max_open = false;
+};
+
+// Whether a field's kind is one its member's C++ type can hold (checked at compile time for every table below).
+template <typename Section>
+constexpr bool kind_fits(const Field<Section>& field) {
+  return std::visit(
+      [&](auto member) {
+        using T = std::remove_cvref_t<decltype(std::declval<Section&>().*member)>;
+        switch (field.kind) {
+          case FieldKind::kInteger: return std::is_same_v<T, int> || std::is_same_v<T, std::int64_t>;
+          case FieldKind::kUnsigned: return std::is_same_v<T, std::uint64_t>;
+          case FieldKind::kNumber: return std::is_same_v<T, double>;
+          case FieldKind::kBoolean: return std::is_same_v<T, bool>;
+          case FieldKind::kString: return std::is_same_v<T, std::string>;
+          case FieldKind::kChoice: return std::is_enum_v<T>;
+          case FieldKind::kBytes: return std::is_same_v<T, std::int64_t>;
+          case FieldKind::kIntegerList: return std::is_same_v<T, std::vector<std::int64_t>>;
+          case FieldKind::kNumberPair: return std::is_same_v<T, std::array<double, 2>>;
+        }
+        return false;
+      },
+      field.member);
+}
+
+template <typename Section, std::size_t N>
+constexpr bool kinds_fit(const std::array<Field<Section>, N>& fields) {
+  for (const Field<Section>& field : fields) {
+    if (!kind_fits(field) || field.meaning.empty()) return false;
+  }
+  return true;
+}
+
+// Upper limits shared with config.cpp's model and batch readers (see the comment there).
+constexpr std::int64_t kMaxCount = std::int64_t{1} << 16;  // layers, heads, channels, kernel, pool, image side
+constexpr int kMaxParallel = 1 << 16;                        // tp, pp, dp, virtual stages
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// parallel.*: the keys before the partition subsection, then the ones after it (kParallelPartitionAt).
+inline constexpr std::array<Field<ParallelConfig>, 11> kParallelFields = {{
+    {"tensor_model_parallel_size", &ParallelConfig::tensor_model_parallel_size, FieldKind::kInteger,
+     "tensor-parallel width (ranks sharing each layer)", 1, kMaxParallel},
+    {"pipeline_model_parallel_size", &ParallelConfig::pipeline_model_parallel_size, FieldKind::kInteger,
+     "pipeline stages (ranks along the layer stack)", 1, kMaxParallel},
+    {"data_parallel_size", &ParallelConfig::data_parallel_size, FieldKind::kInteger,
+     "data-parallel replicas; -1 = world size / (tp × pp)", -1, kMaxParallel},
+    {"virtual_pipeline_stages", &ParallelConfig::virtual_pipeline_stages, FieldKind::kInteger,
+     "model chunks per pipeline rank (interleaved schedules)", 1, kMaxParallel},
+    {"schedule", &ParallelConfig::schedule, FieldKind::kString, "pipeline schedule name or schedule file path"},
+    {"auto_schedule_memory_limit", &ParallelConfig::auto_schedule_memory_limit, FieldKind::kInteger,
+     "schedule auto: live micro-batch stashes per pp rank; 0 = pp", 0, std::numeric_limits<int>::max()},
+    {"auto_schedule_profile", &ParallelConfig::auto_schedule_profile, FieldKind::kString,
+     "schedule auto: a `cleave profile` output to build from"},
+    {"dp_bucket_mb", &ParallelConfig::dp_bucket_mb, FieldKind::kNumber, "gradient all-reduce bucket size in MB", 0,
+     0, 0.0, kInf, /*min_open=*/true},
+    {"grad_reduce_dtype", &ParallelConfig::grad_reduce_dtype, FieldKind::kChoice,
+     "dtype data-parallel gradient buckets travel in"},
+    {"comm_backend", &ParallelConfig::comm_backend, FieldKind::kChoice, "communicator carrying tensors"},
+    {"p2p_progress", &ParallelConfig::p2p_progress, FieldKind::kChoice, "background progress of MPI transfers"},
+}};
+constexpr std::size_t kParallelPartitionAt = 7;  // parallel.partition sits before kParallelFields[7]
+
+inline constexpr std::array<Field<PartitionConfig>, 2> kPartitionFields = {{
+    {"method", &PartitionConfig::method, FieldKind::kChoice, "how blocks are split into pipeline stages"},
+    {"blocks_per_stage", &PartitionConfig::blocks_per_stage, FieldKind::kIntegerList,
+     "method manual: blocks per stage, pp × virtual stages entries", 1, kMaxCount + 3},
+}};
+
+inline constexpr std::array<Field<OptimizerConfig>, 12> kOptimizerFields = {{
+    {"type", &OptimizerConfig::type, FieldKind::kChoice, "optimizer: adamw or sgd"},
+    {"lr", &OptimizerConfig::lr, FieldKind::kNumber, "peak learning rate"},
+    {"weight_decay", &OptimizerConfig::weight_decay, FieldKind::kNumber, "decoupled (adamw) or L2 (sgd) decay"},
+    {"betas", &OptimizerConfig::betas, FieldKind::kNumberPair, "adamw moment decay rates", 0, 0, 0.0, 1.0},
+    {"eps", &OptimizerConfig::eps, FieldKind::kNumber, "adamw denominator epsilon", 0, 0, 0.0, kInf,
+     /*min_open=*/true},
+    {"momentum", &OptimizerConfig::momentum, FieldKind::kNumber, "sgd momentum", 0, 0, 0.0, 1.0, false,
+     /*max_open=*/true},
+    {"nesterov", &OptimizerConfig::nesterov, FieldKind::kBoolean, "sgd Nesterov momentum"},
+    {"grad_clip", &OptimizerConfig::grad_clip, FieldKind::kNumber, "max global gradient norm; 0 = off"},
+    {"warmup_steps", &OptimizerConfig::warmup_steps, FieldKind::kInteger, "linear warm-up steps from 0 to lr"},
+    {"schedule", &OptimizerConfig::schedule, FieldKind::kChoice, "learning-rate decay after warm-up"},
+    {"min_lr", &OptimizerConfig::min_lr, FieldKind::kNumber, "learning rate at the end of the decay"},
+    {"zero_stage", &OptimizerConfig::zero_stage, FieldKind::kInteger, "ZeRO stage: 1 shards optimizer state",
+     0, std::numeric_limits<int>::max()},
+}};
+
+inline constexpr std::array<Field<TrainConfig>, 11> kTrainFields = {{
+    {"steps", &TrainConfig::steps, FieldKind::kInteger, "optimizer steps to train", 1},
+    {"seed", &TrainConfig::seed, FieldKind::kUnsigned, "random seed of weights and data"},
+    {"log_interval", &TrainConfig::log_interval, FieldKind::kInteger, "log every N steps", 1},
+    {"deterministic", &TrainConfig::deterministic, FieldKind::kBoolean, "bit-identical runs and dp layouts"},
+    {"out_dir", &TrainConfig::out_dir, FieldKind::kString, "run directory for logs, metrics and reports"},
+    {"comm_timeout_s", &TrainConfig::comm_timeout_s, FieldKind::kNumber, "watchdog seconds per communication",
+     0, 0, 0.0, kInf, /*min_open=*/true},
+    {"trace", &TrainConfig::trace, FieldKind::kBoolean, "write per-rank trace.json timelines"},
+    {"eval_interval", &TrainConfig::eval_interval, FieldKind::kInteger, "evaluate every N steps; 0 = at the end"},
+    {"eval_batches", &TrainConfig::eval_batches, FieldKind::kInteger, "global batches per evaluation; 0 = none"},
+    {"recompute", &TrainConfig::recompute, FieldKind::kChoice, "activation recomputation of gpt blocks"},
+    {"report", &TrainConfig::report, FieldKind::kBoolean, "write report.html at the end"},
+}};
+
+inline constexpr std::array<Field<CheckpointConfig>, 4> kCheckpointFields = {{
+    {"dir", &CheckpointConfig::dir, FieldKind::kString, "checkpoint directory; \"\" = out_dir/checkpoints"},
+    {"interval", &CheckpointConfig::interval, FieldKind::kInteger, "save every N steps; 0 = final only"},
+    {"keep_last", &CheckpointConfig::keep_last, FieldKind::kInteger, "complete checkpoints kept; 0 = all"},
+    {"save_final", &CheckpointConfig::save_final, FieldKind::kBoolean, "a checkpoint after the last step"},
+}};
+
+// data.val_fraction and data.path have digits defaults applied after the loop (config.cpp read_data).
+inline constexpr std::array<Field<DataConfig>, 5> kDataFields = {{
+    {"type", &DataConfig::type, FieldKind::kChoice, "data source"},
+    {"path", &DataConfig::path, FieldKind::kString, "training data file"},
+    {"val_path", &DataConfig::val_path, FieldKind::kString, "evaluation data file"},
+    {"val_fraction", &DataConfig::val_fraction, FieldKind::kNumber, "held-out tail of the file for evaluation", 0,
+     0, 0.0, 1.0, false, /*max_open=*/true},
+    {"format", &DataConfig::format, FieldKind::kChoice, "token file format (tokens only)"},
+}};
+
+inline constexpr std::array<Field<DeviceConfig>, 3> kDeviceFields = {{
+    {"type", &DeviceConfig::type, FieldKind::kChoice, "device kind: cpu or cuda"},
+    {"memory_limit", &DeviceConfig::memory_limit, FieldKind::kBytes, "allocator cap per rank; 0 = none"},
+    {"precision", &DeviceConfig::precision, FieldKind::kChoice, "compute precision"},
+}};
+
+static_assert(kinds_fit(kParallelFields) && kinds_fit(kPartitionFields) && kinds_fit(kOptimizerFields) &&
+                  kinds_fit(kTrainFields) && kinds_fit(kCheckpointFields) && kinds_fit(kDataFields) &&
+                  kinds_fit(kDeviceFields),
+              "a field table row's kind does not match its member's type, or its meaning is empty");
+
+}  // namespace cleave::config

@@ -62,11 +62,15 @@ std::string_view parent_of(std::string_view path) {
 
 // Keys of each model type, for "model.hidden is a key of mlp models" messages.
 const std::map<std::string, std::vector<std::string>>& model_keys() {
-  static const std::map<std::string, std::vector<std::string>> keys = {
-      {"gpt", {"vocab_size", "d_model", "n_layers", "n_heads", "seq_len", "d_ff", "tie_embeddings"}},
-      {"mlp", {"in_features", "hidden", "num_classes", "activation"}},
-      {"cnn", {"in_channels", "height", "width", "channels", "kernel", "pool", "num_classes"}},
-  };
+  static const std::map<std::string, std::vector<std::string>> keys = [] {
+    auto names = [](const auto& fields) {
+      std::vector<std::string> out;
+      for (const auto& f : fields) out.emplace_back(f.key);
+      return out;
+    };
+    return std::map<std::string, std::vector<std::string>>{
+        {"gpt", names(kGptFields)}, {"mlp", names(kMlpFields)}, {"cnn", names(kCnnFields)}};
+  }();
   return keys;
 }
 
@@ -322,51 +326,10 @@ void apply_override(json& root, const std::string& assignment, ParseState& state
 // ~10^2 layers, vocabularies ~10^5), low enough that the products the engine forms of them (parameter counts,
 // seq_len × d_model × d_ff, micro × accumulation × dp) stay inside int64, and that no list is sized by a number
 // a typo made astronomical (model.n_layers = 10^9 would build a billion blocks).
-constexpr std::int64_t kMaxFeatures = std::int64_t{1} << 24;  // vocab, d_model, d_ff, seq_len, hidden, classes
-// kMaxCount (layers, heads, channels, kernel, pool, image side) and kMaxParallel (tp, pp, dp, virtual stages)
-// are in fields.hpp.
+// kMaxFeatures (vocab, d_model, d_ff, seq_len, hidden, classes), kMaxCount (layers, heads, channels, kernel,
+// pool, image side) and kMaxParallel (tp, pp, dp, virtual stages) are in fields.hpp.
 constexpr std::int64_t kMaxBatch = std::int64_t{1} << 24;      // micro-batch, accumulation steps
 constexpr std::int64_t kMaxGlobalBatch = std::int64_t{1} << 40;
-
-void read_model(Reader r, ModelConfig& m) {
-  r.choice("type", m.type);
-  if (m.type == ModelType::kGpt) {
-    auto& g = m.gpt;
-    r.integer("vocab_size", g.vocab_size, 1, kMaxFeatures);
-    r.integer("d_model", g.d_model, 1, kMaxFeatures);
-    r.integer("n_layers", g.n_layers, 1, kMaxCount);
-    r.integer("n_heads", g.n_heads, 1, kMaxCount);
-    r.integer("seq_len", g.seq_len, 1, kMaxFeatures);
-    if (!r.integer("d_ff", g.d_ff, 1, kMaxFeatures)) g.d_ff = 4 * g.d_model;
-    r.boolean("tie_embeddings", g.tie_embeddings);
-  } else if (m.type == ModelType::kMlp) {
-    auto& c = m.mlp;
-    r.integer("in_features", c.in_features, 1, kMaxFeatures);
-    r.integer_list("hidden", c.hidden, 1, kMaxFeatures);
-    r.integer("num_classes", c.num_classes, 2, kMaxFeatures);
-    r.choice("activation", c.activation);
-  } else {
-    auto& c = m.cnn;
-    r.integer("in_channels", c.in_channels, 1, kMaxCount);
-    r.integer("height", c.height, 1, kMaxCount);
-    r.integer("width", c.width, 1, kMaxCount);
-    r.integer_list("channels", c.channels, 1, kMaxCount);
-    r.integer("kernel", c.kernel, 1, kMaxCount);
-    r.integer("pool", c.pool, 1, kMaxCount);
-    r.integer("num_classes", c.num_classes, 2, kMaxFeatures);
-  }
-  std::map<std::string, std::string> foreign;
-  for (const auto& [type, keys] : model_keys()) {
-    if (type == enum_name(m.type)) continue;
-    for (const auto& key : keys) {
-      const auto& own = model_keys().at(std::string(enum_name(m.type)));
-      if (std::find(own.begin(), own.end(), key) == own.end()) {
-        foreign[key] = fmt::format("a key of {} models, but model.type is \"{}\"", type, m.type);
-      }
-    }
-  }
-  r.finish(foreign);
-}
 
 // Reads each key of `fields` with the Reader method its member's type (and, for bytes, its kind) calls for.
 template <typename Section>
@@ -404,6 +367,30 @@ void read_fields(Reader& r, Section& s, std::span<const Field<Section>> fields) 
         f.member);
   }
 }
+
+void read_model(Reader r, ModelConfig& m) {
+  r.choice("type", m.type);
+  if (m.type == ModelType::kGpt) {
+    read_fields<GptConfig>(r, m.gpt, kGptFields);
+    if (!r.has("d_ff")) m.gpt.d_ff = 4 * m.gpt.d_model;
+  } else if (m.type == ModelType::kMlp) {
+    read_fields<MlpConfig>(r, m.mlp, kMlpFields);
+  } else {
+    read_fields<CnnConfig>(r, m.cnn, kCnnFields);
+  }
+  std::map<std::string, std::string> foreign;
+  for (const auto& [type, keys] : model_keys()) {
+    if (type == enum_name(m.type)) continue;
+    for (const auto& key : keys) {
+      const auto& own = model_keys().at(std::string(enum_name(m.type)));
+      if (std::find(own.begin(), own.end(), key) == own.end()) {
+        foreign[key] = fmt::format("a key of {} models, but model.type is \"{}\"", type, m.type);
+      }
+    }
+  }
+  r.finish(foreign);
+}
+
 
 void read_parallel(Reader r, ParallelConfig& p) {
   const std::span<const Field<ParallelConfig>> fields = kParallelFields;

@@ -1,8 +1,9 @@
-// One field table per flat config section: each key with its member, its kind and range, and a one-line
+// One field table per config section: each key with its member, its kind and range, and a one-line
 // meaning. config.cpp reads a section by looping over its table, write.cpp writes it by the same table (so the
 // key order of config.json is the table's order), and the docs test checks each key has a row in
 // docs/config.md. Invariant: a table lists its section's keys in the documented order, each exactly once.
-// Model and batch are not here: their keys depend on model.type or are optional (config.cpp, write.cpp).
+// The model section has one table per model type (only the configured type's is read and written); batch is not
+// here: its three keys are optional (config.cpp, write.cpp).
 #pragma once
 
 #include <array>
@@ -19,6 +20,10 @@
 #include "engine/config/config.hpp"
 
 namespace cleave::config {
+
+using partition::CnnConfig;
+using partition::GptConfig;
+using partition::MlpConfig;
 
 // How a key is read (the matching config.cpp Reader method) and what its JSON value is.
 enum class FieldKind {
@@ -41,7 +46,7 @@ using FieldMember =
                  std::array<double, 2> Section::*, PartitionMethod Section::*, GradReduceDtype Section::*,
                  CommBackend Section::*, P2PProgress Section::*, OptimizerType Section::*,
                  LrScheduleType Section::*, Recompute Section::*, DataType Section::*,
-                 TokenFileFormat Section::*, DeviceType Section::*, Precision Section::*>;
+                 TokenFileFormat Section::*, DeviceType Section::*, Precision Section::*, Activation Section::*>;
 
 template <typename Section>
 struct Field {
@@ -87,7 +92,8 @@ constexpr bool kinds_fit(const std::array<Field<Section>, N>& fields) {
   return true;
 }
 
-// Upper limits shared with config.cpp's model and batch readers (see the comment there).
+// Upper limits shared with config.cpp's batch reader (see the comment there).
+constexpr std::int64_t kMaxFeatures = std::int64_t{1} << 24;  // vocab, d_model, d_ff, seq_len, hidden, classes
 constexpr std::int64_t kMaxCount = std::int64_t{1} << 16;  // layers, heads, channels, kernel, pool, image side
 constexpr int kMaxParallel = 1 << 16;                        // tp, pp, dp, virtual stages
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -177,6 +183,38 @@ inline constexpr std::array<Field<DeviceConfig>, 3> kDeviceFields = {{
     {"memory_limit", &DeviceConfig::memory_limit, FieldKind::kBytes, "allocator cap per rank; 0 = none"},
     {"precision", &DeviceConfig::precision, FieldKind::kChoice, "compute precision"},
 }};
+
+// model.*: one table per model type; only the configured type's keys are read and written (config.cpp
+// read_model also names another type's key as such). gpt's d_ff, when absent, is 4 x d_model (after the loop).
+inline constexpr std::array<Field<GptConfig>, 7> kGptFields = {{
+    {"vocab_size", &GptConfig::vocab_size, FieldKind::kInteger, "vocabulary size (token ids 0..V-1)", 1, kMaxFeatures},
+    {"d_model", &GptConfig::d_model, FieldKind::kInteger, "hidden width", 1, kMaxFeatures},
+    {"n_layers", &GptConfig::n_layers, FieldKind::kInteger, "transformer blocks", 1, kMaxCount},
+    {"n_heads", &GptConfig::n_heads, FieldKind::kInteger, "attention heads", 1, kMaxCount},
+    {"seq_len", &GptConfig::seq_len, FieldKind::kInteger, "tokens per sample", 1, kMaxFeatures},
+    {"d_ff", &GptConfig::d_ff, FieldKind::kInteger, "MLP width; absent = 4 x d_model", 1, kMaxFeatures},
+    {"tie_embeddings", &GptConfig::tie_embeddings, FieldKind::kBoolean, "the LM head shares the embedding table"},
+}};
+
+inline constexpr std::array<Field<MlpConfig>, 4> kMlpFields = {{
+    {"in_features", &MlpConfig::in_features, FieldKind::kInteger, "input features per sample", 1, kMaxFeatures},
+    {"hidden", &MlpConfig::hidden, FieldKind::kIntegerList, "hidden layer widths", 1, kMaxFeatures},
+    {"num_classes", &MlpConfig::num_classes, FieldKind::kInteger, "output classes", 2, kMaxFeatures},
+    {"activation", &MlpConfig::activation, FieldKind::kChoice, "activation between layers"},
+}};
+
+inline constexpr std::array<Field<CnnConfig>, 7> kCnnFields = {{
+    {"in_channels", &CnnConfig::in_channels, FieldKind::kInteger, "input image channels", 1, kMaxCount},
+    {"height", &CnnConfig::height, FieldKind::kInteger, "input image height", 1, kMaxCount},
+    {"width", &CnnConfig::width, FieldKind::kInteger, "input image width", 1, kMaxCount},
+    {"channels", &CnnConfig::channels, FieldKind::kIntegerList, "output channels of each conv layer", 1, kMaxCount},
+    {"kernel", &CnnConfig::kernel, FieldKind::kInteger, "conv kernel size (stride 1, same padding)", 1, kMaxCount},
+    {"pool", &CnnConfig::pool, FieldKind::kInteger, "max-pool window and stride", 1, kMaxCount},
+    {"num_classes", &CnnConfig::num_classes, FieldKind::kInteger, "output classes", 2, kMaxFeatures},
+}};
+
+static_assert(kinds_fit(kGptFields) && kinds_fit(kMlpFields) && kinds_fit(kCnnFields),
+              "a model field table row's kind does not match its member's type, or its meaning is empty");
 
 static_assert(kinds_fit(kParallelFields) && kinds_fit(kPartitionFields) && kinds_fit(kOptimizerFields) &&
                   kinds_fit(kTrainFields) && kinds_fit(kCheckpointFields) && kinds_fit(kDataFields) &&

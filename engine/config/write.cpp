@@ -48,18 +48,12 @@ ordered_json write_section(const Section& s, const std::array<Field<Section>, N>
 ordered_json write_model(const ModelConfig& m) {
   ordered_json j = {{"type", text(m.type)}};
   if (m.type == ModelType::kGpt) {
-    const auto& g = m.gpt;
-    j.update({{"vocab_size", g.vocab_size}, {"d_model", g.d_model}, {"n_layers", g.n_layers}, {"n_heads", g.n_heads},
-              {"seq_len", g.seq_len}, {"d_ff", g.d_ff == 0 ? 4 * g.d_model : g.d_ff},
-              {"tie_embeddings", g.tie_embeddings}});
+    write_fields<GptConfig>(j, m.gpt, kGptFields);
+    if (m.gpt.d_ff == 0) j["d_ff"] = 4 * m.gpt.d_model;  // unresolved: the reader's default
   } else if (m.type == ModelType::kMlp) {
-    const auto& c = m.mlp;
-    j.update({{"in_features", c.in_features}, {"hidden", c.hidden}, {"num_classes", c.num_classes},
-              {"activation", text(c.activation)}});
+    write_fields<MlpConfig>(j, m.mlp, kMlpFields);
   } else {
-    const auto& c = m.cnn;
-    j.update({{"in_channels", c.in_channels}, {"height", c.height}, {"width", c.width}, {"channels", c.channels},
-              {"kernel", c.kernel}, {"pool", c.pool}, {"num_classes", c.num_classes}});
+    write_fields<CnnConfig>(j, m.cnn, kCnnFields);
   }
   return j;
 }

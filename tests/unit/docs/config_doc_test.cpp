@@ -184,5 +184,33 @@ TEST(ConfigDoc, EveryFieldTableKeyIsDocumentedWithAMeaning) {
   expect_table_documented("device", config::kDeviceFields, rows);
 }
 
+// Each model type's table: its keys documented with a meaning, and the writer writes exactly them (after "type").
+template <typename Section, std::size_t N>
+void expect_model_table(const std::string& type, const std::array<config::Field<Section>, N>& fields,
+                        const std::map<std::string, DocRow>& rows) {
+  const auto tree =
+      nlohmann::ordered_json::parse(config::to_json(config::parse_config(R"({"model": {"type": ")" + type + "\"}}")));
+  std::vector<std::string> written_keys;
+  for (const auto& item : tree.at("model").items()) {
+    if (item.key() != "type") written_keys.push_back(item.key());
+  }
+  std::vector<std::string> table_keys;
+  for (const auto& field : fields) {
+    const std::string key = "model." + std::string(field.key);
+    table_keys.emplace_back(field.key);
+    EXPECT_TRUE(rows.count(key)) << "field table key " << key << " (" << type << ") has no row in docs/config.md";
+    EXPECT_FALSE(field.meaning.empty()) << key << ": the field table gives no meaning";
+  }
+  EXPECT_EQ(written_keys, table_keys) << "the writer's " << type << " model keys are not its field table's";
+}
+
+TEST(ConfigDoc, EveryModelTypeTableKeyIsDocumentedAndWritten) {
+  const auto rows = documented_keys();
+  ASSERT_FALSE(rows.empty());
+  expect_model_table("gpt", config::kGptFields, rows);
+  expect_model_table("mlp", config::kMlpFields, rows);
+  expect_model_table("cnn", config::kCnnFields, rows);
+}
+
 }  // namespace
 }  // namespace cleave::docs_test

@@ -328,8 +328,6 @@ void apply_override(json& root, const std::string& assignment, ParseState& state
 // a typo made astronomical (model.n_layers = 10^9 would build a billion blocks).
 // kMaxFeatures (vocab, d_model, d_ff, seq_len, hidden, classes), kMaxCount (layers, heads, channels, kernel,
 // pool, image side) and kMaxParallel (tp, pp, dp, virtual stages) are in fields.hpp.
-constexpr std::int64_t kMaxBatch = std::int64_t{1} << 24;      // micro-batch, accumulation steps
-constexpr std::int64_t kMaxGlobalBatch = std::int64_t{1} << 40;
 
 // Reads each key of `fields` with the Reader method its member's type (and, for bytes, its kind) calls for.
 template <typename Section>
@@ -353,6 +351,9 @@ void read_fields(Reader& r, Section& s, std::span<const Field<Section>> fields) 
             r.integer_list(f.key, out, f.min_int, f.max_int);
           } else if constexpr (std::same_as<T, std::array<double, 2>>) {
             r.number_pair(f.key, out, f.min, f.max);
+          } else if constexpr (std::same_as<T, std::optional<std::int64_t>>) {
+            std::int64_t value = 0;
+            if (r.integer(f.key, value, f.min_int, f.max_int)) out = value;
           } else if constexpr (std::same_as<T, int>) {
             r.integer(f.key, out, static_cast<int>(f.min_int), static_cast<int>(f.max_int));
           } else {
@@ -403,13 +404,7 @@ void read_parallel(Reader r, ParallelConfig& p) {
 }
 
 void read_batch(Reader r, BatchConfig& b) {
-  auto read = [&](std::string_view key, std::optional<std::int64_t>& out, std::int64_t max) {
-    std::int64_t value = 0;
-    if (r.integer(key, value, 1, max)) out = value;
-  };
-  read("global_batch_size", b.global_batch_size, kMaxGlobalBatch);
-  read("micro_batch_size", b.micro_batch_size, kMaxBatch);
-  read("gradient_accumulation_steps", b.gradient_accumulation_steps, kMaxBatch);
+  read_fields<BatchConfig>(r, b, kBatchFields);
   r.finish();
 }
 

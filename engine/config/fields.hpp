@@ -2,13 +2,14 @@
 // meaning. config.cpp reads a section by looping over its table, write.cpp writes it by the same table (so the
 // key order of config.json is the table's order), and the docs test checks each key has a row in
 // docs/config.md. Invariant: a table lists its section's keys in the documented order, each exactly once.
-// The model section has one table per model type (only the configured type's is read and written); batch is not
-// here: its three keys are optional (config.cpp, write.cpp).
+// The model section has one table per model type (only the configured type's is read and written); batch's
+// keys are optional (any two imply the third): unset ones are neither read nor written.
 #pragma once
 
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -27,7 +28,7 @@ using partition::MlpConfig;
 
 // How a key is read (the matching config.cpp Reader method) and what its JSON value is.
 enum class FieldKind {
-  kInteger,      // integer in [min_int, max_int]
+  kInteger,      // integer in [min_int, max_int] (an optional member: absent when the key is)
   kUnsigned,     // integer ≥ 0 up to 2^64 - 1
   kNumber,       // number in [min, max], either end open
   kBoolean,
@@ -41,7 +42,7 @@ enum class FieldKind {
 // The member a key reads into and writes from; the alternative picks the C++ type.
 template <typename Section>
 using FieldMember =
-    std::variant<int Section::*, std::int64_t Section::*, std::uint64_t Section::*, double Section::*,
+    std::variant<int Section::*, std::int64_t Section::*, std::optional<std::int64_t> Section::*, std::uint64_t Section::*, double Section::*,
                  bool Section::*, std::string Section::*, std::vector<std::int64_t> Section::*,
                  std::array<double, 2> Section::*, PartitionMethod Section::*, GradReduceDtype Section::*,
                  CommBackend Section::*, P2PProgress Section::*, OptimizerType Section::*,
@@ -69,7 +70,9 @@ constexpr bool kind_fits(const Field<Section>& field) {
       [&](auto member) {
         using T = std::remove_cvref_t<decltype(std::declval<Section&>().*member)>;
         switch (field.kind) {
-          case FieldKind::kInteger: return std::is_same_v<T, int> || std::is_same_v<T, std::int64_t>;
+          case FieldKind::kInteger:
+            return std::is_same_v<T, int> || std::is_same_v<T, std::int64_t> ||
+                   std::is_same_v<T, std::optional<std::int64_t>>;
           case FieldKind::kUnsigned: return std::is_same_v<T, std::uint64_t>;
           case FieldKind::kNumber: return std::is_same_v<T, double>;
           case FieldKind::kBoolean: return std::is_same_v<T, bool>;
@@ -92,7 +95,9 @@ constexpr bool kinds_fit(const std::array<Field<Section>, N>& fields) {
   return true;
 }
 
-// Upper limits shared with config.cpp's batch reader (see the comment there).
+// Upper limits of sizes and counts (see config.cpp's comment on why these values).
+constexpr std::int64_t kMaxBatch = std::int64_t{1} << 24;  // micro-batch, accumulation steps
+constexpr std::int64_t kMaxGlobalBatch = std::int64_t{1} << 40;
 constexpr std::int64_t kMaxFeatures = std::int64_t{1} << 24;  // vocab, d_model, d_ff, seq_len, hidden, classes
 constexpr std::int64_t kMaxCount = std::int64_t{1} << 16;  // layers, heads, channels, kernel, pool, image side
 constexpr int kMaxParallel = 1 << 16;                        // tp, pp, dp, virtual stages
@@ -212,6 +217,18 @@ inline constexpr std::array<Field<CnnConfig>, 7> kCnnFields = {{
     {"pool", &CnnConfig::pool, FieldKind::kInteger, "max-pool window and stride", 1, kMaxCount},
     {"num_classes", &CnnConfig::num_classes, FieldKind::kInteger, "output classes", 2, kMaxFeatures},
 }};
+
+// batch.*: any two of the three imply the third (batch.cpp); an unset key stays unset (nullopt).
+inline constexpr std::array<Field<BatchConfig>, 3> kBatchFields = {{
+    {"global_batch_size", &BatchConfig::global_batch_size, FieldKind::kInteger,
+     "samples per optimizer step over all replicas", 1, kMaxGlobalBatch},
+    {"micro_batch_size", &BatchConfig::micro_batch_size, FieldKind::kInteger, "samples per micro-batch", 1,
+     kMaxBatch},
+    {"gradient_accumulation_steps", &BatchConfig::gradient_accumulation_steps, FieldKind::kInteger,
+     "micro-batches per replica per step", 1, kMaxBatch},
+}};
+
+static_assert(kinds_fit(kBatchFields), "a batch field table row does not match its member's type");
 
 static_assert(kinds_fit(kGptFields) && kinds_fit(kMlpFields) && kinds_fit(kCnnFields),
               "a model field table row's kind does not match its member's type, or its meaning is empty");

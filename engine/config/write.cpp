@@ -3,6 +3,7 @@
 #include <nlohmann/json.hpp>
 
 #include <span>
+#include <concepts>
 #include <string>
 #include <type_traits>
 #include <variant>
@@ -28,8 +29,11 @@ void write_fields(ordered_json& j, const Section& s, std::span<const Field<Secti
     std::visit(
         [&](auto member) {
           const auto& value = s.*member;
-          if constexpr (NamedEnum<std::remove_cvref_t<decltype(value)>>) {
+          using T = std::remove_cvref_t<decltype(value)>;
+          if constexpr (NamedEnum<T>) {
             j[std::string(f.key)] = text(value);
+          } else if constexpr (std::same_as<T, std::optional<std::int64_t>>) {
+            if (value) j[std::string(f.key)] = *value;  // unset keys are not written
           } else {
             j[std::string(f.key)] = value;
           }
@@ -66,11 +70,7 @@ ordered_json to_json_tree(const RunConfig& c) {
   write_fields(p, c.parallel, parallel.first(kParallelPartitionAt));
   p["partition"] = write_section(c.parallel.partition, kPartitionFields);
   write_fields(p, c.parallel, parallel.subspan(kParallelPartitionAt));
-  ordered_json batch = ordered_json::object();
-  if (c.batch.global_batch_size) batch["global_batch_size"] = *c.batch.global_batch_size;
-  if (c.batch.micro_batch_size) batch["micro_batch_size"] = *c.batch.micro_batch_size;
-  if (c.batch.gradient_accumulation_steps) batch["gradient_accumulation_steps"] = *c.batch.gradient_accumulation_steps;
-  j["batch"] = batch;
+  j["batch"] = write_section(c.batch, kBatchFields);
   j["optimizer"] = write_section(c.optimizer, kOptimizerFields);
   j["train"] = write_section(c.train, kTrainFields);
   j["checkpoint"] = write_section(c.checkpoint, kCheckpointFields);

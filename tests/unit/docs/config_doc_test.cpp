@@ -212,5 +212,21 @@ TEST(ConfigDoc, EveryModelTypeTableKeyIsDocumentedAndWritten) {
   expect_model_table("cnn", config::kCnnFields, rows);
 }
 
+// batch: optional keys (unset ones are not written), so only the documentation and the meanings are checked here;
+// the round trip of set ones is the config tests'.
+TEST(ConfigDoc, BatchTableKeysAreDocumented) {
+  const auto rows = documented_keys();
+  for (const auto& field : config::kBatchFields) {
+    const std::string key = "batch." + std::string(field.key);
+    EXPECT_TRUE(rows.count(key)) << "field table key " << key << " has no row in docs/config.md";
+    EXPECT_FALSE(field.meaning.empty()) << key;
+  }
+  const auto tree = nlohmann::ordered_json::parse(config::to_json(config::parse_config(
+      R"({"batch": {"global_batch_size": 12, "micro_batch_size": 3, "gradient_accumulation_steps": 4}})")));
+  std::vector<std::string> written;
+  for (const auto& item : tree.at("batch").items()) written.push_back(item.key());
+  EXPECT_EQ(written, (std::vector<std::string>{"global_batch_size", "micro_batch_size", "gradient_accumulation_steps"}));
+}
+
 }  // namespace
 }  // namespace cleave::docs_test

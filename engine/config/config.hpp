@@ -71,6 +71,10 @@ struct ParallelConfig {
   // (a progress thread where MPI grants MPI_THREAD_MULTIPLE), "thread" (required; an error where MPI does not
   // allow it), "off". Never changes results, only when bytes move.
   P2PProgress p2p_progress = P2PProgress::kAuto;
+  // Megatron's sequence parallelism inside the tp group: the regions tensor parallelism replicates (norms,
+  // residuals, dropout-free elementwise work) are split along the sequence; each tp all-reduce becomes a
+  // reduce-scatter and an all-gather. Needs tensor_model_parallel_size > 1.
+  bool sequence_parallel = false;
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 

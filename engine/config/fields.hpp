@@ -104,7 +104,7 @@ constexpr int kMaxParallel = 1 << 16;                        // tp, pp, dp, virt
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // parallel.*: the keys before the partition subsection, then the ones after it (kParallelPartitionAt).
-inline constexpr std::array<Field<ParallelConfig>, 11> kParallelFields = {{
+inline constexpr std::array<Field<ParallelConfig>, 12> kParallelFields = {{
     {"tensor_model_parallel_size", &ParallelConfig::tensor_model_parallel_size, FieldKind::kInteger,
      "tensor-parallel width (ranks sharing each layer)", 1, kMaxParallel},
     {"pipeline_model_parallel_size", &ParallelConfig::pipeline_model_parallel_size, FieldKind::kInteger,
@@ -124,6 +124,8 @@ inline constexpr std::array<Field<ParallelConfig>, 11> kParallelFields = {{
      "dtype data-parallel gradient buckets travel in"},
     {"comm_backend", &ParallelConfig::comm_backend, FieldKind::kChoice, "communicator carrying tensors"},
     {"p2p_progress", &ParallelConfig::p2p_progress, FieldKind::kChoice, "background progress of MPI transfers"},
+    {"sequence_parallel", &ParallelConfig::sequence_parallel, FieldKind::kBoolean,
+     "split tp-replicated regions along the sequence (needs tp > 1)"},
 }};
 constexpr std::size_t kParallelPartitionAt = 7;  // parallel.partition sits before kParallelFields[7]
 

@@ -87,6 +87,14 @@ void validate(const RunConfig& c) {
          p.schedule);
   }
 
+  if (p.sequence_parallel) {
+    if (p.tensor_model_parallel_size < 2) {
+      refuse("parallel.sequence_parallel", "needs parallel.tensor_model_parallel_size > 1 (it splits what the tp "
+             "group replicates), got tp {}; drop the key or raise tp", p.tensor_model_parallel_size);
+    }
+    refuse("parallel.sequence_parallel", "is not built yet in this version; set it to false");
+  }
+
   // What is known before launch (build, device type); the factory adds the per-rank GPU probe.
   {
     CommBackendFacts facts;

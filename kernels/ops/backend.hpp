@@ -60,6 +60,19 @@ struct Backend {
                             std::int64_t heads);
   void (*attention_backward)(const Context&, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                              const Tensor& dqkv, std::int64_t heads);
+  void (*rmsnorm_forward)(const Context&, const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd,
+                          float eps);
+  void (*rmsnorm_backward_input)(const Context&, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                                 const Tensor& rstd, const Tensor& dx);
+  void (*rmsnorm_backward_weight)(const Context&, const Tensor& dy, const Tensor& x, const Tensor& rstd,
+                                  const Tensor& dweight);
+  void (*swiglu_forward)(const Context&, const Tensor& gate, const Tensor& up, const Tensor& h);
+  void (*swiglu_backward)(const Context&, const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
+                          const Tensor& dup);
+  void (*rope_pack_qkv)(const Context&, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
+                        const RopeParams& params);
+  void (*rope_pack_qkv_backward)(const Context&, const Tensor& dqkv, const Tensor& dq, const Tensor& dk,
+                                 const Tensor& dv, const RopeParams& params);
   void (*embedding_forward)(const Context&, const Tensor& ids, const Tensor& table, const Tensor& out,
                             const VocabRange& range);
   void (*embedding_backward)(const Context&, const Tensor& ids, const Tensor& dout, const Tensor& dtable,

@@ -95,6 +95,40 @@ void attention_forward(const Context& ctx, const Tensor& qkv, const Tensor& out,
 void attention_backward(const Context& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
                         const Tensor& dqkv, std::int64_t heads);
 
+// ---- Llama pieces: RMSNorm, SwiGLU, rotary embeddings with grouped-query packing ------------------------
+// RMSNorm over the last dimension (cols): rstd[r] = 1 / sqrt(mean over cols of x[r]^2 + eps) (f32 [rows]),
+// y = x * rstd * weight. backward_input overwrites dx; backward_weight ACCUMULATES into dweight (f32):
+// dweight += sum over rows of dy * x * rstd.
+void rmsnorm_forward(const Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd,
+                     float eps);
+void rmsnorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                            const Tensor& rstd, const Tensor& dx);
+void rmsnorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& rstd,
+                             const Tensor& dweight);
+// SwiGLU gating: h = silu(gate) * up, silu(g) = g / (1 + exp(-g)); gate, up and h have one shape. backward
+// overwrites dgate and dup (neither may alias gate, up or dh).
+void swiglu_forward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& h);
+void swiglu_backward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
+                     const Tensor& dup);
+// Rotary position embedding and grouped-query packing into attention_forward's layout.
+// q [B, T, Hq*hd], k and v [B, T, Hkv*hd] (Hkv divides Hq, hd even) -> qkv [B, T, 3*Hq*hd]: query head h is
+// rope(q head h), key head h is rope(k head h / g) and value head h is v head h / g, g = Hq / Hkv.
+// rope is Hugging Face's "rotate_half" layout (the layout LlamaForCausalLM's weights are stored for): for
+// i < hd/2, with inv_freq_i = theta^(-2i/hd) and angle = (position_offset + t) * inv_freq_i (both f32, as
+// transformers computes them), out[i] = x[i] cos - x[i + hd/2] sin, out[i + hd/2] = x[i + hd/2] cos + x[i] sin.
+// backward overwrites dq, dk, dv from dqkv: rotations undone, each key/value head the sum over the g query
+// heads sharing it (in head order).
+struct RopeParams {
+  std::int64_t q_heads = 0;   // Hq (this tp rank's share)
+  std::int64_t kv_heads = 0;  // Hkv (this tp rank's share); divides q_heads
+  float theta = 10000.0f;
+  std::int64_t position_offset = 0;  // position of token t = 0
+};
+void rope_pack_qkv(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
+                   const RopeParams& params);
+void rope_pack_qkv_backward(const Context& ctx, const Tensor& dqkv, const Tensor& dq, const Tensor& dk,
+                            const Tensor& dv, const RopeParams& params);
+
 // ---- Embeddings ------------------------------------------------------------------------------------------
 // A vocabulary range: `table` holds rows [first, first + valid) of a vocabulary of `vocab` ids as its rows
 // [0, valid) (a tensor-parallel shard; padding rows beyond valid are never read). The whole table is

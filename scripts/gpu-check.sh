@@ -260,8 +260,9 @@ stage_cpu_reference() {
 stage_training() {
   # The Trainer on cuda:0 against the same runs on this host's CPU (tests/gpu/train/train_gpu_test.cpp): the
   # tiny GPT fp32 within 1e-4 of the CPU, two deterministic runs bit-identical, bf16 against fp32, checkpoints
-  # moving GPU -> CPU -> GPU, MLP and CNN, no cudaMalloc in a steady-state step (one rank); then pp2 under every
-  # schedule, dp2 + ZeRO-1 and tp2 with both ranks on cuda:0 through the staged MPI world (mpirun -np 2).
+  # moving GPU -> CPU -> GPU, MLP and CNN, no cudaMalloc and exactly 3 host waits in a steady-state step (one
+  # rank); then pp2 under every schedule, dp2 + ZeRO-1 and tp2 with both ranks on cuda:0 through the staged MPI
+  # world (mpirun -np 2).
   # The benchmarks against PyTorch are not written yet (issue "Training on GPUs", part 7).
   local bin="$CHECK_BIN/gpu_train_test" rc=0 st1 fig1 src="$repo"
   [[ -x "$bin" ]] || { result fail "gpu_train_test is not in the bundle"; return; }

@@ -51,6 +51,7 @@ RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Back
   context.stream = &stream->stream();
   context.allocator = allocator.get();
   context.resources = resources.get();
+  context.host_waits = &host_waits;
   context.backend = backend;
   context.precision = config.device.precision;  // bf16: mixed precision (ops/context.hpp)
   // Deterministic mode: GEMM bits independent of the thread count (shape-fixed slices, OpenBLAS at one

@@ -45,6 +45,7 @@ struct RankSetup {
   std::unique_ptr<Allocator> allocator;                // this run's memory: cap, peak, accounting
   std::unique_ptr<Allocator> pinned;                   // page-locked host memory for uploads (null on the CPU)
   std::unique_ptr<ops::DeviceResources> resources;     // backend handles of the run's device
+  ops::HostWaits host_waits;                           // the run's host waits (context.host_waits points here)
   layers::Context context;                             // device, allocator, stream, GEMM mode, precision, tp group
   std::unique_ptr<comm::Communicator> model_parallel;  // tp × pp ranks of this replica (norms, losses)
   config::ResolvedBatch batch;

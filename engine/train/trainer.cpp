@@ -300,6 +300,8 @@ const planning::Plan& Trainer::plan() const { return impl_->setup.plan; }
 
 MemoryStats Trainer::memory_stats() const { return impl_->setup.allocator->stats(); }
 
+ops::HostWaits Trainer::host_waits() const { return impl_->setup.host_waits; }
+
 void Trainer::reset_peak_memory() { impl_->setup.allocator->reset_peak(); }
 
 std::string Trainer::checkpoint_root() const {

@@ -21,6 +21,7 @@
 #include "engine/comm/communicator.hpp"
 #include "engine/config/config.hpp"
 #include "engine/planning/plan.hpp"
+#include "kernels/ops/host_waits.hpp"
 #include "pipeline/timeline.hpp"
 
 namespace cleave::ops {
@@ -116,6 +117,9 @@ class Trainer {
   const planning::Plan& plan() const;
   // This run's memory (its own allocator: every parameter, gradient, state and activation of the run).
   MemoryStats memory_stats() const;
+  // The host waits this rank's run has made so far, by kind (kernels/ops/host_waits.hpp: every "(host value)" op
+  // of the seam; on the CPU the same calls are counted). Take a copy before and use since() for a window.
+  ops::HostWaits host_waits() const;
   void reset_peak_memory();
 
   struct Impl;  // the parts (rank_setup.hpp, rank_model.hpp, step_tail.hpp) and the executors; trainer.cpp

@@ -13,6 +13,7 @@
 #include "engine/core/device.hpp"
 #include "engine/core/dtype.hpp"
 #include "engine/core/stream.hpp"
+#include "kernels/ops/host_waits.hpp"
 #include "kernels/ops/precision.hpp"
 
 namespace cleave::ops {
@@ -41,6 +42,9 @@ struct Context {
   // The slot table the ops call; null (always, outside tests) = the device's registered backend. Tests put a
   // wrapped table here (tests/unit/ops/cuda_coverage_test.cpp records which slots a training step calls).
   const Backend* backend = nullptr;
+  // The run's host-wait counter (host_waits.hpp): every "(host value)" op of ops.hpp notes its wait here; null
+  // (a context outside a run) counts nothing. Owned by the run, which outlives its contexts.
+  HostWaits* host_waits = nullptr;
 
   // dtype of activations and of the weights' working copies under `precision`.
   DType compute_dtype() const { return precision == Precision::kBf16 ? DType::kBF16 : DType::kF32; }

@@ -26,7 +26,9 @@ const Backend& backend_of(const Context& ctx) {
 }
 
 void check_device_status(const Context& ctx) {
-  detail::slot_of(ctx, &Backend::check_device_status, "check_device_status")(ctx);
+  const auto slot = detail::slot_of(ctx, &Backend::check_device_status, "check_device_status");
+  detail::note_host_wait(ctx, HostWait::kDeviceStatus);
+  slot(ctx);
 }
 
 std::unique_ptr<DeviceResources> make_device_resources(Device device) {

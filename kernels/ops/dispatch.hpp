@@ -20,6 +20,11 @@ void check_same_numel(std::string_view op, std::string_view a_name, const Tensor
 void check_numel(std::string_view op, std::string_view name, const Tensor& t, std::int64_t numel);
 [[noreturn]] void throw_not_implemented(std::string_view op, Device device, const char* backend);
 
+// Notes one host wait of `kind` in the run's counter (Context::host_waits), if it has one.
+inline void note_host_wait(const Context& ctx, HostWait kind) {
+  if (ctx.host_waits != nullptr) ctx.host_waits->note(kind);
+}
+
 template <typename Slot>
 Slot slot_of(const Context& ctx, Slot Backend::*member, std::string_view op) {
   const Backend& backend = backend_of(ctx);

@@ -10,7 +10,8 @@
 //  - is enqueued on ctx.stream: on the CPU it has finished when it returns; on a GPU it has not, and the
 //    caller synchronises through the stream or an event. Ops marked "(host value)" return a number to the
 //    host and so wait for the stream: keep them out of steady-state step code except where the value is
-//    needed anyway (the gradient norm for clipping);
+//    needed anyway (the gradient norm for clipping). Each such call is counted in the run's Context::host_waits
+//    (host_waits.hpp), so a test can hold a steady-state step to its few waits;
 //  - takes scratch from ctx.allocator (kWorkspace) and returns it before it returns.
 // Convention (llm.c): activations are written (=), parameter gradients accumulated (+=), as each op says.
 // Floating tensors are f32 or bf16 (mixed precision; kernels accumulate in f32) unless an op says f32;

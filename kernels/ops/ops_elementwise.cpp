@@ -51,12 +51,16 @@ void axpy(const Context& ctx, float alpha, const Tensor& x, const Tensor& y) {
 
 double sum_squares(const Context& ctx, const Tensor& x) {
   check_float(ctx, "sum_squares", "x", x);
-  return slot_of(ctx, &Backend::sum_squares, "sum_squares")(ctx, x);
+  const auto slot = slot_of(ctx, &Backend::sum_squares, "sum_squares");
+  note_host_wait(ctx, HostWait::kSumSquares);
+  return slot(ctx, x);
 }
 
 double sum_squares_many(const Context& ctx, std::span<const Tensor> xs) {
   for (const Tensor& x : xs) check_float(ctx, "sum_squares_many", "x", x);
-  return slot_of(ctx, &Backend::sum_squares_many, "sum_squares_many")(ctx, xs);
+  const auto slot = slot_of(ctx, &Backend::sum_squares_many, "sum_squares_many");
+  note_host_wait(ctx, HostWait::kSumSquaresMany);
+  return slot(ctx, xs);
 }
 
 void bias_add_forward(const Context& ctx, const Tensor& y, const Tensor& bias) {

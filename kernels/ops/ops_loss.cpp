@@ -95,7 +95,9 @@ CorrectCount count_correct(const Context& ctx, const Tensor& neg_index, const Te
   const std::int64_t rows = neg_index.defined() ? neg_index.numel() : 0;
   check_rows(ctx, op, "neg_index", neg_index, rows, DType::kF32);
   check_rows(ctx, op, "targets", targets, rows, DType::kI32);
-  return slot_of(ctx, &Backend::count_correct, op)(ctx, neg_index, targets);
+  const auto slot = slot_of(ctx, &Backend::count_correct, op);
+  note_host_wait(ctx, HostWait::kCountCorrect);
+  return slot(ctx, neg_index, targets);
 }
 
 }  // namespace cleave::ops

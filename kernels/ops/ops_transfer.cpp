@@ -34,7 +34,11 @@ void transfer(const Context& ctx, const Tensor& src, const Tensor& dst) {
   slot_of(ctx, &Backend::transfer, "transfer")(ctx, src, dst);
 }
 
-void synchronize(const Context& ctx) { slot_of(ctx, &Backend::synchronize, "synchronize")(ctx); }
+void synchronize(const Context& ctx) {
+  const auto slot = slot_of(ctx, &Backend::synchronize, "synchronize");
+  note_host_wait(ctx, HostWait::kSynchronize);
+  slot(ctx);
+}
 
 Tensor to_host(const Context& ctx, const Tensor& src) {
   CLEAVE_CHECK(src.defined(), "to_host: the tensor is undefined");

@@ -87,6 +87,24 @@ TEST(TrainE2E, SteadyStateStepDoesNotAllocate) {
   EXPECT_GT(after.requests, before.requests);  // the step did allocate from the cache
 }
 
+// The host waits of a steady-state step (kernels/ops/host_waits.hpp; the CPU counts the calls a GPU run would wait
+// in): the one read-back of the step's losses (a synchronize), the gradient norm (sum_squares_many, one wait for
+// every gradient) and check_device_status at the step's end: 3, whatever the number of micro-batches (2 here).
+// tests/gpu/train/train_gpu_test.cpp holds the GPU run to the same number.
+TEST(TrainE2E, SteadyStateStepWaitsForTheHostThreeTimes) {
+  auto world = make_world();
+  train::Trainer trainer(tiny_gpt(10), *world);
+  for (int s = 0; s < 2; ++s) trainer.step(s);
+  const ops::HostWaits warm = trainer.host_waits();
+  EXPECT_GT(warm.total(), 0) << "the counter saw nothing: the run's context has no host_waits";
+  for (int s = 2; s < 6; ++s) trainer.step(s);
+  const ops::HostWaits steady = trainer.host_waits().since(warm);
+  EXPECT_EQ(steady.total(), 4 * 3) << "4 steps waited " << steady.str();
+  EXPECT_EQ(steady.count(ops::HostWait::kSynchronize), 4) << steady.str();
+  EXPECT_EQ(steady.count(ops::HostWait::kSumSquaresMany), 4) << steady.str();
+  EXPECT_EQ(steady.count(ops::HostWait::kDeviceStatus), 4) << steady.str();
+}
+
 // Deterministic mode with 4 micro-batches keeps up to 2 partial gradient sums besides the gradient: the memory
 // plan says so, the allocator's measured gradient peak shows them, and the steady state still allocates
 // nothing from the system.

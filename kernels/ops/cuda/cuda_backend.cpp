@@ -1,6 +1,6 @@
 // The CUDA backend's table and its per-device resources, with the slots of the GEMM, element-wise, bias, GELU,
-// ReLU, softmax, LayerNorm, causal attention and optimizer kernels; the loss, embedding and convolution families
-// live in their own files (cuda_slots.hpp). Compiled only in CUDA builds (cmake/CleaveCuda.cmake); compiled,
+// ReLU, softmax, LayerNorm, causal attention and optimizer kernels; the loss, embedding, convolution and Llama
+// (RMSNorm, SwiGLU, RoPE) families live in their own files (cuda_slots.hpp). Compiled only in CUDA builds (cmake/CleaveCuda.cmake); compiled,
 // not yet run on a GPU (the seam parity tests, tests/gpu/ops, are waiting for one).
 //
 // Invariants: every slot launches on ctx.stream and returns without waiting, except the host values of ops.hpp
@@ -320,6 +320,13 @@ constexpr Backend kCudaBackend{
     .layernorm_backward_weight = layernorm_backward_weight,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
+    .rmsnorm_forward = cuda_detail::rmsnorm_forward,
+    .rmsnorm_backward_input = cuda_detail::rmsnorm_backward_input,
+    .rmsnorm_backward_weight = cuda_detail::rmsnorm_backward_weight,
+    .swiglu_forward = cuda_detail::swiglu_forward,
+    .swiglu_backward = cuda_detail::swiglu_backward,
+    .rope_pack_qkv = cuda_detail::rope_pack_qkv,
+    .rope_pack_qkv_backward = cuda_detail::rope_pack_qkv_backward,
     .embedding_forward = cuda_detail::embedding_forward,
     .embedding_backward = cuda_detail::embedding_backward,
     .position_embedding_forward = cuda_detail::position_embedding_forward,

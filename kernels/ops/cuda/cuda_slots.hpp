@@ -1,6 +1,6 @@
 // Internal to the CUDA backend (kernels/ops/cuda): what its slot files share — the per-device resources, the
 // stream and scratch of a Context, the f32 views of bf16 tensors — and the slots defined outside
-// cuda_backend.cpp (one file per op family: cuda_loss.cpp, cuda_embedding.cpp, cuda_conv.cpp), which
+// cuda_backend.cpp (one file per op family: cuda_loss.cpp, cuda_embedding.cpp, cuda_conv.cpp, cuda_llama.cpp), which
 // cuda_backend.cpp puts in the table.
 //
 // Invariants: every slot launches on ctx.stream and returns without waiting unless ops.hpp calls its op a
@@ -109,6 +109,21 @@ void embedding_backward(const Context& ctx, const Tensor& ids, const Tensor& dou
                         const VocabRange& range);
 void position_embedding_forward(const Context& ctx, const Tensor& x, const Tensor& pos);
 void position_embedding_backward(const Context& ctx, const Tensor& dx, const Tensor& dpos);
+
+// cuda_llama.cpp
+void rmsnorm_forward(const Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd,
+                     float eps);
+void rmsnorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                            const Tensor& rstd, const Tensor& dx);
+void rmsnorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& rstd,
+                             const Tensor& dweight);
+void swiglu_forward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& h);
+void swiglu_backward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
+                     const Tensor& dup);
+void rope_pack_qkv(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
+                   const RopeParams& params);
+void rope_pack_qkv_backward(const Context& ctx, const Tensor& dqkv, const Tensor& dq, const Tensor& dk,
+                            const Tensor& dv, const RopeParams& params);
 
 // cuda_conv.cpp
 void conv2d_forward(const Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y,

@@ -15,8 +15,12 @@
 //    steps match the uninterrupted run within the fp32 bound.
 //  - MlpAndCnnTrain: the MLP and CNN examples (digits) train on cuda:0, match the CPU within 1e-4 and learn.
 //  - SteadyStateStepMakesNoCudaMalloc: after two warm-up steps the run's caching allocator serves every request
-//    from its cache (stats().system_allocations does not grow over 5 more steps). A host-synchronisation
-//    counter is not implemented (docs/cuda.md "What is missing").
+//    from its cache (stats().system_allocations does not grow over 5 more steps).
+//  - SteadyStateStepWaitsForTheHostThreeTimes: after two warm-up steps each step waits for the GPU exactly 3 times
+//    through the seam (kernels/ops/host_waits.hpp): the loss read-back, the gradient norm (one sum_squares_many
+//    for every gradient) and check_device_status; the CPU run of the same config counts the same calls
+//    (tests/e2e/train_single_rank_test.cpp holds the CPU to 3 as well). Waits inside communicators are not
+//    counted (one rank here).
 //  - LayoutsOnOneGpu (mpiexec -n 2, gpu_train_test_np2): pp2 under every schedule, dp2 with ZeRO-1 and tp2,
 //    both ranks on cuda:0 through the staged MPI world, against one CPU rank within the CPU equivalence
 //    tests' bounds plus the fp32 GPU-CPU bound.
@@ -203,6 +207,32 @@ TEST(GpuTraining, SteadyStateStepMakesNoCudaMalloc) {
   const MemoryStats after = trainer.memory_stats();
   EXPECT_GT(after.requests, warm.requests);  // the steps did allocate, from the cache
   EXPECT_EQ(after.system_allocations, warm.system_allocations) << "a steady-state step reached cudaMalloc";
+}
+
+TEST(GpuTraining, SteadyStateStepWaitsForTheHostThreeTimes) {
+  CLEAVE_REQUIRE_GPU();
+  auto world = make_world();
+  constexpr std::int64_t kSteps = 5;
+  ops::HostWaits per_device[2];
+  const char* devices[2] = {"cuda", "cpu"};
+  for (int d = 0; d < 2; ++d) {
+    train::Trainer trainer(on(tiny_gpt(), devices[d]), *world);  // 4 micro-batches a step, grad_clip 1.0
+    trainer.step(0);
+    trainer.step(1);
+    const ops::HostWaits warm = trainer.host_waits();
+    for (std::int64_t s = 2; s < 2 + kSteps; ++s) trainer.step(s);
+    per_device[d] = trainer.host_waits().since(warm);
+  }
+  const ops::HostWaits& gpu = per_device[0];
+  std::printf("[ gpu ] %lld steady-state steps waited %s on cuda:0, %s on the cpu\n", static_cast<long long>(kSteps),
+              gpu.str().c_str(), per_device[1].str().c_str());
+  EXPECT_EQ(gpu.total(), 3 * kSteps) << "host waits per step beyond the loss read-back, the gradient norm and "
+                                        "check_device_status: "
+                                     << gpu.str();
+  EXPECT_EQ(gpu.count(ops::HostWait::kSynchronize), kSteps) << gpu.str();
+  EXPECT_EQ(gpu.count(ops::HostWait::kSumSquaresMany), kSteps) << gpu.str();
+  EXPECT_EQ(gpu.count(ops::HostWait::kDeviceStatus), kSteps) << gpu.str();
+  EXPECT_EQ(gpu.str(), per_device[1].str()) << "the GPU and CPU runs of one config make different host-value calls";
 }
 
 // Two ranks on one GPU through the staged MPI world against one CPU rank (ctest gpu_train_test_np2).

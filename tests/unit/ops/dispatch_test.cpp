@@ -28,6 +28,18 @@ TEST(OpsDispatch, CpuBackendFillsEverySlot) {
   for (std::size_t i = 0; i < slots; ++i) EXPECT_NE(first[i], nullptr) << "cpu slot " << i;
 }
 
+#if CLEAVE_WITH_CUDA
+// Every op of the seam has a CUDA kernel (compiled, not run here: tests/gpu/ops compares each with the CPU).
+TEST(OpsDispatch, CudaBackendFillsEverySlot) {
+  const Backend& cuda = cuda_backend();
+  const auto* first = reinterpret_cast<const void* const*>(&cuda.gemm);
+  const std::size_t slots = (sizeof(Backend) - offsetof(Backend, gemm)) / sizeof(void*);
+  for (std::size_t i = 0; i < slots; ++i) EXPECT_NE(first[i], nullptr) << "cuda slot " << i;
+  EXPECT_NE(cuda.rmsnorm_forward, nullptr);
+  EXPECT_NE(cuda.rope_pack_qkv_backward, nullptr);
+}
+#endif
+
 TEST(OpsDispatch, MissingKernelIsNamedNotFallenBack) {
   Context cuda;
   cuda.device = Device::cuda(0);

@@ -1,0 +1,122 @@
+// RMSNorm kernels (rmsnorm.hpp). Forward and backward_input: one warp per row, lanes stride the columns
+// (coalesced), a butterfly sum gives every lane the row's sum (the LayerNorm kernels' scheme, layernorm.cu).
+// backward_weight: the bias_backward scheme (bias.cu): [chunks, cols] partial column sums from a 32 x 8 thread
+// tile (rows strided by 8, the 8 lanes folded in order), then one thread per column adding its chunks in order.
+#include "kernels/cuda/bias.hpp"
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/rmsnorm.hpp"
+
+namespace cleave::kernels::cuda::detail {
+namespace {
+
+constexpr int kRowsPerBlock = kThreads / kWarp;
+constexpr int kTileCols = 32;
+constexpr int kTileRows = 8;
+
+unsigned int row_blocks(int64_t rows) {
+  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  constexpr int64_t kMaxBlocks = int64_t{1} << 16;
+  return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
+}
+
+// The row loop bound is the same for the 32 lanes of a warp (r depends on the warp only), so every lane reaches
+// the shuffles of warp_sum.
+__global__ void rmsnorm_forward_kernel(ConstFloats x, ConstFloats weight, Floats y, float* rstd, int64_t rows,
+                                       int64_t cols, float eps) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  for (int64_t r = first; r < rows; r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const ConstFloats xr = offset_by(x, r * cols);
+    float sq = 0.0f;
+    for (int64_t c = lane; c < cols; c += kWarp) {
+      const float v = load(xr, c);
+      sq += v * v;
+    }
+    const float rs = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(cols) + eps);
+    const Floats yr = offset_by(y, r * cols);
+    for (int64_t c = lane; c < cols; c += kWarp) store(yr, c, load(xr, c) * rs * load(weight, c));
+    if (lane == 0) rstd[r] = rs;
+  }
+}
+
+// y = x r w with r = (mean(x^2) + eps)^(-1/2), dr/dx_j = -r^3 x_j / cols, so
+// dx_j = r (g_j - x_j r^2 mean(g x)) with g = dy w.
+__global__ void rmsnorm_backward_input_kernel(ConstFloats dy, ConstFloats x, ConstFloats weight, const float* rstd,
+                                              Floats dx, int64_t rows, int64_t cols) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  for (int64_t r = first; r < rows; r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const ConstFloats dyr = offset_by(dy, r * cols);
+    const ConstFloats xr = offset_by(x, r * cols);
+    const float rs = rstd[r];
+    float sum_gx = 0.0f;
+    for (int64_t c = lane; c < cols; c += kWarp) sum_gx += load(dyr, c) * load(weight, c) * load(xr, c);
+    const float k = rs * rs * warp_sum(sum_gx) / static_cast<float>(cols);
+    const Floats dxr = offset_by(dx, r * cols);
+    // Each lane reads its dy elements before it overwrites them, so dx may alias dy.
+    for (int64_t c = lane; c < cols; c += kWarp) {
+      store(dxr, c, rs * (load(dyr, c) * load(weight, c) - load(xr, c) * k));
+    }
+  }
+}
+
+__global__ void rmsnorm_weight_partial_kernel(ConstFloats dy, ConstFloats x, const float* rstd, int64_t rows,
+                                              int64_t cols, int64_t rows_per_chunk, float* partials) {
+  __shared__ float tile[kTileRows][kTileCols];
+  const int64_t c = static_cast<int64_t>(blockIdx.x) * kTileCols + threadIdx.x;
+  const int64_t r0 = static_cast<int64_t>(blockIdx.y) * rows_per_chunk;
+  const int64_t r1 = r0 + rows_per_chunk < rows ? r0 + rows_per_chunk : rows;
+  float acc = 0.0f;
+  if (c < cols) {
+    for (int64_t r = r0 + threadIdx.y; r < r1; r += kTileRows) {
+      acc += load(dy, r * cols + c) * load(x, r * cols + c) * rstd[r];
+    }
+  }
+  tile[threadIdx.y][threadIdx.x] = acc;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < cols) {
+    float sum = tile[0][threadIdx.x];
+    for (int k = 1; k < kTileRows; ++k) sum += tile[k][threadIdx.x];
+    partials[static_cast<int64_t>(blockIdx.y) * cols + c] = sum;
+  }
+}
+
+__global__ void rmsnorm_weight_final_kernel(const float* partials, int64_t chunks, int64_t cols, float* dweight) {
+  for (int64_t c = global_thread(); c < cols; c += grid_threads()) {
+    float sum = 0.0f;
+    for (int64_t k = 0; k < chunks; ++k) sum += partials[k * cols + c];
+    dweight[c] += sum;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_rmsnorm_forward(ConstFloats x, ConstFloats weight, Floats y, float* rstd, int64_t rows,
+                                   int64_t cols, float eps, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  rmsnorm_forward_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(x, weight, y, rstd, rows, cols, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rmsnorm_backward_input(ConstFloats dy, ConstFloats x, ConstFloats weight, const float* rstd,
+                                          Floats dx, int64_t rows, int64_t cols, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  rmsnorm_backward_input_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(dy, x, weight, rstd, dx, rows, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rmsnorm_backward_weight(ConstFloats dy, ConstFloats x, const float* rstd, float* dweight,
+                                           int64_t rows, int64_t cols, float* partials, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  const int64_t chunks = column_reduction_chunks(rows);
+  const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
+  const dim3 grid(static_cast<unsigned int>((cols + kTileCols - 1) / kTileCols), static_cast<unsigned int>(chunks));
+  rmsnorm_weight_partial_kernel<<<grid, dim3(kTileCols, kTileRows), 0, stream>>>(dy, x, rstd, rows, cols,
+                                                                                rows_per_chunk, partials);
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess) return status;
+  rmsnorm_weight_final_kernel<<<grid_for(cols), kThreads, 0, stream>>>(partials, chunks, cols, dweight);
+  return cudaGetLastError();
+}
+
+}  // namespace cleave::kernels::cuda::detail

@@ -1,0 +1,106 @@
+// RoPE + grouped-query packing kernels (rope.hpp). One thread per rotation pair (i, i + hd/2): forward over
+// [B, T, Hq, hd/2], writing the pair of the query head, of the key head and of the value head h (all three
+// thirds of qkv); backward over [B, T, Hkv, hd/2], writing the pair of the g query heads of kv head j, of key head
+// j and of value head j, so every output element has exactly one writer and no atomics are needed. i is the
+// fastest index: neighbouring threads touch neighbouring columns.
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/rope.hpp"
+
+namespace cleave::kernels::cuda::detail {
+namespace {
+
+// inv_freq_i = 1 / theta^(2i/hd): the exponent rounded to f32 as torch's arange(0, hd, 2).float() / hd, the power
+// computed in double and rounded once to f32 (a correctly rounded powf, as glibc's is in practice), the
+// reciprocal in f32. Then angle = f32(position) * inv_freq (both f32, transformers' freqs).
+__device__ __forceinline__ void rope_cos_sin(int64_t position, int64_t i, int64_t head_dim, float theta, float* c,
+                                             float* s) {
+  const float exponent = __fdiv_rn(static_cast<float>(2 * i), static_cast<float>(head_dim));
+  const float power = static_cast<float>(pow(static_cast<double>(theta), static_cast<double>(exponent)));
+  const float inv_freq = __fdiv_rn(1.0f, power);
+  const float angle = __fmul_rn(static_cast<float>(position), inv_freq);
+  sincosf(angle, s, c);
+}
+
+__global__ void rope_pack_qkv_kernel(ConstFloats q, ConstFloats k, ConstFloats v, Floats qkv, RopeShape shape) {
+  const int64_t half = shape.head_dim / 2;
+  const int64_t group = shape.q_heads / shape.kv_heads;
+  const int64_t q_width = shape.q_heads * shape.head_dim;
+  const int64_t kv_width = shape.kv_heads * shape.head_dim;
+  const int64_t n = shape.batch * shape.seq * shape.q_heads * half;
+  for (int64_t p = global_thread(); p < n; p += grid_threads()) {
+    const int64_t i = p % half;
+    const int64_t h = (p / half) % shape.q_heads;
+    const int64_t bt = p / (half * shape.q_heads);
+    const int64_t t = bt % shape.seq;
+    float c = 0.0f;
+    float s = 0.0f;
+    rope_cos_sin(shape.position_offset + t, i, shape.head_dim, shape.theta, &c, &s);
+    const int64_t q_at = bt * q_width + h * shape.head_dim + i;
+    const int64_t kv_at = bt * kv_width + (h / group) * shape.head_dim + i;
+    const int64_t out_at = bt * 3 * q_width + h * shape.head_dim + i;
+    const float q0 = load(q, q_at), q1 = load(q, q_at + half);
+    store(qkv, out_at, q0 * c - q1 * s);
+    store(qkv, out_at + half, q1 * c + q0 * s);
+    const float k0 = load(k, kv_at), k1 = load(k, kv_at + half);
+    store(qkv, out_at + q_width, k0 * c - k1 * s);
+    store(qkv, out_at + q_width + half, k1 * c + k0 * s);
+    store(qkv, out_at + 2 * q_width, load(v, kv_at));
+    store(qkv, out_at + 2 * q_width + half, load(v, kv_at + half));
+  }
+}
+
+// The inverse rotation (the transpose): x[i] = o[i] cos + o[i + hd/2] sin, x[i + hd/2] = o[i + hd/2] cos - o[i] sin.
+__global__ void rope_pack_qkv_backward_kernel(ConstFloats dqkv, Floats dq, Floats dk, Floats dv, RopeShape shape) {
+  const int64_t half = shape.head_dim / 2;
+  const int64_t group = shape.q_heads / shape.kv_heads;
+  const int64_t q_width = shape.q_heads * shape.head_dim;
+  const int64_t kv_width = shape.kv_heads * shape.head_dim;
+  const int64_t n = shape.batch * shape.seq * shape.kv_heads * half;
+  for (int64_t p = global_thread(); p < n; p += grid_threads()) {
+    const int64_t i = p % half;
+    const int64_t j = (p / half) % shape.kv_heads;
+    const int64_t bt = p / (half * shape.kv_heads);
+    const int64_t t = bt % shape.seq;
+    float c = 0.0f;
+    float s = 0.0f;
+    rope_cos_sin(shape.position_offset + t, i, shape.head_dim, shape.theta, &c, &s);
+    float k0 = 0.0f, k1 = 0.0f, v0 = 0.0f, v1 = 0.0f;
+    for (int64_t m = 0; m < group; ++m) {
+      const int64_t h = j * group + m;
+      const int64_t in_at = bt * 3 * q_width + h * shape.head_dim + i;
+      const float o0 = load(dqkv, in_at), o1 = load(dqkv, in_at + half);
+      const int64_t q_at = bt * q_width + h * shape.head_dim + i;
+      store(dq, q_at, o0 * c + o1 * s);
+      store(dq, q_at + half, o1 * c - o0 * s);
+      k0 += load(dqkv, in_at + q_width);
+      k1 += load(dqkv, in_at + q_width + half);
+      v0 += load(dqkv, in_at + 2 * q_width);
+      v1 += load(dqkv, in_at + 2 * q_width + half);
+    }
+    const int64_t kv_at = bt * kv_width + j * shape.head_dim + i;
+    store(dk, kv_at, k0 * c + k1 * s);
+    store(dk, kv_at + half, k1 * c - k0 * s);
+    store(dv, kv_at, v0);
+    store(dv, kv_at + half, v1);
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_rope_pack_qkv(ConstFloats q, ConstFloats k, ConstFloats v, Floats qkv, RopeShape shape,
+                                 cudaStream_t stream) {
+  const int64_t n = shape.batch * shape.seq * shape.q_heads * (shape.head_dim / 2);
+  if (n == 0) return cudaSuccess;
+  rope_pack_qkv_kernel<<<grid_for(n), kThreads, 0, stream>>>(q, k, v, qkv, shape);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_rope_pack_qkv_backward(ConstFloats dqkv, Floats dq, Floats dk, Floats dv, RopeShape shape,
+                                          cudaStream_t stream) {
+  const int64_t n = shape.batch * shape.seq * shape.kv_heads * (shape.head_dim / 2);
+  if (n == 0) return cudaSuccess;
+  rope_pack_qkv_backward_kernel<<<grid_for(n), kThreads, 0, stream>>>(dqkv, dq, dk, dv, shape);
+  return cudaGetLastError();
+}
+
+}  // namespace cleave::kernels::cuda::detail

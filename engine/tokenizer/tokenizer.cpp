@@ -68,7 +68,9 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
                    printable(left), printable(right), printable(token));
       return it->second;
     };
-    merges_->add(find(left), find(right), static_cast<std::uint32_t>(rank), find(left + right));
+    const std::int32_t left_id = find(left);  // in this order, so the message names the first missing part
+    const std::int32_t right_id = find(right);
+    merges_->add(left_id, right_id, static_cast<std::uint32_t>(rank), find(left + right));
   }
 
   if (spec_.ignore_merges) {

@@ -43,14 +43,15 @@ least the tokenizer's vocabulary (printed at the end). Existing shards are never
   return p;
 }
 
-// A progress bar on stderr: redrawn in place on a terminal (at most 10 times a second), else a line per 10%.
+// A progress bar on stderr: redrawn in place on a terminal (at most 10 times a second, and at the end), else a
+// line per 10% reached.
 class ProgressBar {
  public:
   explicit ProgressBar(std::uint64_t total) : total_(total), tty_(::isatty(STDERR_FILENO) != 0) {}
   void update(std::uint64_t done, bool last = false) {
     const double seconds = elapsed();
     const int decile = total_ ? static_cast<int>(10 * done / total_) : 10;
-    if (tty_ ? (!last && seconds - drawn_ < 0.1) : (!last && decile <= decile_)) return;
+    if (tty_ ? (!last && seconds - drawn_ < 0.1) : decile <= decile_) return;
     drawn_ = seconds;
     decile_ = decile;
     const double fraction = total_ ? static_cast<double>(done) / static_cast<double>(total_) : 1.0;

@@ -4,7 +4,8 @@
 # two text files with --eot and --val-fraction give llm.c shards holding exactly the expected ids, which
 # `cleave train` then reads (data.type tokens). Bad inputs (a missing text file or tokenizer, WordPiece, an
 # unsupported pre-tokenizer pattern, a malformed merge, invalid UTF-8, an existing output, a vocabulary too
-# large for uint16) each fail with one line naming the file and the key, and write nothing.
+# large for uint16) each fail with one line naming the file and the key, and write nothing. `cleave generate
+# --tokenizer` on the trained model encodes the prompt with the tokenizer and decodes the output.
 # Usage: cli_tokenize.sh CLEAVE
 set -u
 cleave=$1
@@ -73,6 +74,21 @@ echo "ok   tokenize: $(head -1 out.log)"
   --set train.out_dir=run > train.log 2>&1 || { cat train.log; fail "training on the shards"; }
 grep -q "llm.c token shard shards/train.bin" train.log || grep -q "done: 2 steps" train.log || { cat train.log; fail "train log"; }
 echo "ok   cleave train reads the shards: $(grep -o 'done: 2 steps.*' train.log | cut -c1-60)"
+
+# generate --tokenizer: the prompt is encoded by the tokenizer (its ids are the context --logits reports) and
+# the output is decoded text that starts with the prompt.
+"$cleave" generate run/checkpoints --prompt "hello the" --tokenizer tok.json --tokens 12 --seed 4 \
+  --logits logits.json > gen.txt 2> gen.log || { cat gen.log; fail "generate --tokenizer"; }
+python3 - <<'PY' || fail "generate --tokenizer output"
+import json
+assert json.load(open("logits.json"))["tokens"] == [262, 111, 258]
+out = open("gen.txt", "rb").read()
+assert out.startswith(b"hello the") and len(out) > len(b"hello the\n"), out
+PY
+"$cleave" train --set train.steps=1 --set model.vocab_size=260 --set train.out_dir=small > small.log 2>&1 || fail "small run"
+"$cleave" generate small/checkpoints --prompt x --tokenizer tok.json > gen.log 2>&1 && fail "a vocab-260 model took a 269-token tokenizer"
+grep -q "has 269 tokens but checkpoint .* has model.vocab_size 260" gen.log || { cat gen.log; fail "vocabulary mismatch message"; }
+echo "ok   generate --tokenizer encodes the prompt as [262, 111, 258] and refuses a smaller model vocabulary"
 
 # refuse CASE GREP ARGS...: non-zero exit, one error line holding GREP, and no out/ directory written.
 refuse() {

@@ -155,6 +155,12 @@ ArgParser& ArgParser::positional(std::string metavar, std::string what) {
   return *this;
 }
 
+ArgParser& ArgParser::positionals(std::string metavar, std::string what) {
+  positionals_.emplace_back(std::move(metavar), std::move(what));
+  last_repeats_ = true;
+  return *this;
+}
+
 ArgParser& ArgParser::epilog(std::string text) {
   epilog_ = std::move(text);
   return *this;
@@ -276,7 +282,7 @@ Args ArgParser::parse(const std::vector<std::string>& args) const {
       read_value(*spec, text, v);
       continue;
     }
-    if (out.positionals_.size() >= positionals_.size()) {
+    if (out.positionals_.size() >= positionals_.size() && !last_repeats_) {
       CLEAVE_CHECK(!positionals_.empty(), "{}: unexpected argument '{}' (options: {}; see cleave {} --help)", command_,
                    arg, known_options(), command_);
       CLEAVE_THROW("{}: more than one {} given ('{}' and '{}')", command_, positionals_.back().second,

@@ -90,6 +90,8 @@ class ArgParser {
   ArgParser& config_overrides();
   // A positional argument ("CONFIG", "config file"): `what` names it in messages. Declared in order.
   ArgParser& positional(std::string metavar, std::string what);
+  // The last positional argument, repeated: any number of them ("TEXT_FILES...", "text file").
+  ArgParser& positionals(std::string metavar, std::string what);
   // Text after the options in --help (examples, notes).
   ArgParser& epilog(std::string text);
 
@@ -110,6 +112,7 @@ class ArgParser {
   std::string command_, usage_, about_, epilog_;
   std::vector<ArgSpec> specs_;
   std::vector<std::pair<std::string, std::string>> positionals_;  // metavar, what
+  bool last_repeats_ = false;  // positionals(): the last one takes any number of arguments
 };
 
 // The closest of `candidates` to `word` by edit distance, if close enough to be a likely typo; "" otherwise.

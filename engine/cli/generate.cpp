@@ -1,7 +1,8 @@
 // `cleave generate CHECKPOINT --prompt TEXT [--tokens N --temperature T --top-k K --seed S]`: samples from a
 // GPT checkpoint (any layout it was saved under) on one CPU rank, byte-level: the prompt's bytes are the
-// tokens and sampled tokens are printed as bytes. A vocabulary larger than 256 is not bytes: the output is the
-// token ids, with a warning saying why (there is no tokenizer yet). Invariant: the same checkpoint, prompt and options give
+// tokens and sampled tokens are printed as bytes. `--tokenizer tokenizer.json` (engine/tokenizer) encodes the
+// prompt and decodes the output instead; without one, a vocabulary larger than 256 is not bytes: the output is
+// the token ids, with a warning saying why. Invariant: the same checkpoint, prompt and options give
 // the same text (a seeded 64-bit Mersenne Twister; temperature 0 is greedy). `--logits FILE` also writes the
 // model's logits after every prefix of the prompt (JSON), which benchmarks/peers/interop_check.py compares
 // with PyTorch's.
@@ -10,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <limits>
+#include <optional>
 #include <fstream>
 #include <random>
 #include <string>
@@ -25,26 +27,30 @@
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/train/checkpoint_reader.hpp"
+#include "engine/tokenizer/tokenizer_json.hpp"
 #include "engine/train/trainer.hpp"
 
 namespace cleave::cli {
 namespace {
 
 ArgParser generate_args() {
-  ArgParser p("generate", "cleave generate CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S]",
+  ArgParser p("generate", "cleave generate CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] [--tokenizer FILE]",
               R"(Samples N tokens (default 200) from a GPT checkpoint (model.vocab_size >= 256; a step_NNNNNNN directory or a
 checkpoint.dir holding them) on one CPU rank and prints the prompt and the continuation. A vocabulary of 256
-is bytes; a larger one is printed as token ids (space-separated, prompt first), since cleave has no tokenizer
-to decode it yet.)");
+is bytes; with --tokenizer the prompt is encoded and the output decoded by that tokenizer.json; otherwise a
+larger vocabulary is printed as token ids (space-separated, prompt first).)");
   p.positional("CHECKPOINT", "checkpoint")
-      .text("--prompt", "TEXT", "the context (bytes are tokens; the last model.seq_len are seen)")
+      .text("--prompt", "TEXT", "the context (bytes are tokens, or --tokenizer's ids; the last model.seq_len are seen)")
       .count("--tokens", "N", "tokens to sample", 200, 0)
       .number("--temperature", "T", "softmax temperature (default 0.8; 0 = greedy)", 0.8)
       .count("--top-k", "K", "sample among the K most likely tokens (default 0 = all)", 0, 0)
       .count("--seed", "S", "sampling seed", 1, 0, std::numeric_limits<std::int64_t>::max())
       .text("--logits", "FILE",
             "also write {\"tokens\": [...], \"logits\": [[V values] after each prefix]} of the prompt\n"
-            "(JSON; refuses to overwrite FILE)");
+            "(JSON; refuses to overwrite FILE)")
+      .text("--tokenizer", "FILE",
+            "a Hugging Face tokenizer.json (byte-level BPE) that encodes the prompt and decodes the output;\n"
+            "model.vocab_size must be at least its vocabulary");
   return p;
 }
 
@@ -82,6 +88,7 @@ int run_generate(int argc, char** argv) {
   const int top_k = static_cast<int>(args.count("--top-k"));
   const auto seed = static_cast<std::uint64_t>(args.count("--seed"));
   const std::string logits_path = args.text("--logits");
+  const std::string tokenizer_path = args.text("--tokenizer");
   CLEAVE_CHECK(!source.empty(), "generate: no CHECKPOINT given (see cleave generate --help)");
   CLEAVE_CHECK(!prompt.empty(), "generate: --prompt TEXT is required (a non-empty context)");
   std::string dir = source;
@@ -106,6 +113,14 @@ int run_generate(int argc, char** argv) {
                dir, config.model.type,
                language ? fmt::format(" with vocab_size {}", config::token_vocab_size(config.model)) : "");
   const std::int64_t seq_len = config::token_seq_len(config.model);
+  std::optional<tokenizer::Tokenizer> tok;
+  if (!tokenizer_path.empty()) {
+    tok.emplace(tokenizer::read_tokenizer_json(tokenizer_path));
+    CLEAVE_CHECK(tok->vocab_size() <= config::token_vocab_size(config.model),
+                 "generate: {} has {} tokens but checkpoint {} has model.vocab_size {}: the tokenizer's ids would not "
+                 "fit the model (was it trained with another tokenizer?)",
+                 tok->source(), tok->vocab_size(), dir, config::token_vocab_size(config.model));
+  }
 
   CommandRuntime runtime(&argc, &argv);
   CLEAVE_CHECK(runtime.world_size() == 1, "generate: runs on one rank (launched with {})", runtime.world_size());
@@ -115,12 +130,14 @@ int run_generate(int argc, char** argv) {
   trainer.load_checkpoint(dir);
 
   std::vector<std::int32_t> context;
-  for (unsigned char c : prompt) context.push_back(c);
+  if (tok) context = tok->encode(prompt);
+  else for (unsigned char c : prompt) context.push_back(c);
+  CLEAVE_CHECK(!context.empty(), "generate: the prompt encodes to no tokens");
   if (!logits_path.empty()) {
     CLEAVE_CHECK(!std::filesystem::exists(logits_path), "generate: --logits {} exists; not overwriting it",
                  logits_path);
     CLEAVE_CHECK(context.size() <= static_cast<std::size_t>(seq_len),
-                 "generate: --logits needs a prompt of at most model.seq_len {} bytes, got {}", seq_len,
+                 "generate: --logits needs a prompt of at most model.seq_len {} tokens, got {}", seq_len,
                  context.size());
     nlohmann::json rows = nlohmann::json::array();
     for (std::size_t n = 1; n <= context.size(); ++n) {
@@ -132,11 +149,11 @@ int run_generate(int argc, char** argv) {
   }
   // A vocabulary of exactly 256 is bytes; a larger one is a tokenizer's whose tokens cleave cannot turn into
   // text yet, so the ids themselves are printed (never a '?' per token that looks like text).
-  const bool bytes = config::token_vocab_size(config.model) == 256;
-  if (!bytes) {
-    log::warn("generate: model.vocab_size is {}, not 256: the checkpoint's tokens are not bytes and cleave has no "
-              "tokenizer to decode them, so the prompt's bytes are fed as token ids 0-255 and the output is the "
-              "token ids (prompt and continuation), space-separated",
+  const bool bytes = !tok && config::token_vocab_size(config.model) == 256;
+  if (!bytes && !tok) {
+    log::warn("generate: model.vocab_size is {}, not 256: the checkpoint's tokens are not bytes and no --tokenizer "
+              "was given to decode them, so the prompt's bytes are fed as token ids 0-255 and the output is the "
+              "token ids (prompt and continuation), space-separated; pass --tokenizer tokenizer.json for text",
               config::token_vocab_size(config.model));
   }
   std::mt19937_64 rng(seed);
@@ -147,7 +164,12 @@ int run_generate(int argc, char** argv) {
     context.push_back(next);
   }
   std::string out;
-  if (bytes) {
+  if (tok) {
+    // Ids the model can sample but the tokenizer lacks (a padded vocabulary) are shown, not dropped.
+    for (std::int32_t id : context) {
+      out += tok->has_token(id) ? std::string(tok->token_bytes(id)) : fmt::format("<|id {}|>", id);
+    }
+  } else if (bytes) {
     out = prompt;
     for (std::size_t i = prompt.size(); i < context.size(); ++i) out += static_cast<char>(context[i]);
   } else {

@@ -48,6 +48,8 @@ constexpr Command kCommands[] = {
      cleave::cli::run_verify},
     {"export", "consolidate a checkpoint (any layout) into one safetensors file of logical parameters",
      cleave::cli::run_export},
+    {"tokenize", "encode text files with a Hugging Face tokenizer.json into llm.c token shards",
+     cleave::cli::run_tokenize},
     {"generate", "sample text from a byte-level GPT checkpoint on one CPU rank", cleave::cli::run_generate},
     {"report", "write report.html for a run directory (curves, memory per rank, layout, config)",
      cleave::cli::run_report},

@@ -154,3 +154,21 @@ TEST(CliArgs, ReadingAnUndeclaredOptionIsABug) {
 
 }  // namespace
 }  // namespace cleave::cli
+
+namespace cleave::cli {
+namespace {
+
+TEST(CliArgs, RepeatedLastPositionalTakesAnyNumber) {
+  ArgParser p("files", "cleave files FILES... --out DIR", "Many positionals.");
+  p.positionals("FILES...", "text file").text("--out", "DIR", "where");
+  const Args a = p.parse(std::vector<std::string>{"a.txt", "--out", "d", "b.txt", "c.txt"});
+  EXPECT_EQ(a.positionals(), (std::vector<std::string>{"a.txt", "b.txt", "c.txt"}));
+  EXPECT_EQ(a.text("--out"), "d");
+  EXPECT_TRUE(p.parse(std::vector<std::string>{"--out", "d"}).positionals().empty());
+  ArgParser one("one", "cleave one FILE", "One positional.");
+  one.positional("FILE", "file");
+  EXPECT_THROW(one.parse(std::vector<std::string>{"a", "b"}), Error);
+}
+
+}  // namespace
+}  // namespace cleave::cli

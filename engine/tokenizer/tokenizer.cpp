@@ -1,0 +1,199 @@
+// The tokenizer (see tokenizer.hpp): building the tables from a spec, encoding and decoding.
+#include "engine/tokenizer/tokenizer.hpp"
+
+#include <unordered_map>
+
+#include "engine/core/error.hpp"
+#include "engine/tokenizer/byte_level.hpp"
+#include "engine/tokenizer/unicode_classes.hpp"
+
+namespace cleave::tokenizer {
+namespace {
+
+constexpr std::size_t kProgressEvery = std::size_t{1} << 20;
+
+std::string printable(std::string_view s) {
+  std::string out;
+  for (unsigned char c : s) {
+    if (c < 0x20 || c == 0x7F) out += fmt::format("\\x{:02x}", c);
+    else out += static_cast<char>(c);
+  }
+  return out;
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
+  const std::string& what = spec_.source;
+  const ByteLevelAlphabet alphabet;
+  // The ByteLevel decoder's rule: a token whose characters are all in the alphabet stands for their bytes,
+  // any other for its own UTF-8 text.
+  const auto token_bytes_of = [&](const std::string& token) { return alphabet.to_bytes(token).value_or(token); };
+  std::int32_t max_id = -1;
+  for (const auto& [token, id] : spec_.vocab) max_id = std::max(max_id, id);
+  for (const auto& added : spec_.added_tokens) max_id = std::max(max_id, added.id);
+  CLEAVE_CHECK(max_id >= 0, "{}: model.vocab is empty", what);
+  id_bytes_.resize(static_cast<std::size_t>(max_id) + 1);
+  id_present_.assign(id_bytes_.size(), false);
+
+  std::unordered_map<std::string, std::int32_t> ids;
+  ids.reserve(spec_.vocab.size());
+  for (const auto& [token, id] : spec_.vocab) {
+    CLEAVE_CHECK(id >= 0, "{}: model.vocab[\"{}\"] is {}; ids must be >= 0", what, printable(token), id);
+    CLEAVE_CHECK(!id_present_[id], "{}: model.vocab gives id {} to two tokens (\"{}\" and \"{}\")", what, id,
+                 printable(token), printable(id_bytes_[id]));
+    CLEAVE_CHECK(!token.empty(), "{}: model.vocab has an empty token (id {})", what, id);
+    id_present_[id] = true;
+    id_bytes_[id] = token_bytes_of(token);
+    ids.emplace(token, id);
+  }
+
+  std::array<std::int32_t, 256> byte_ids{};
+  for (int b = 0; b < 256; ++b) {
+    const std::string token = alphabet.to_token(std::string(1, static_cast<char>(b)));
+    const auto it = ids.find(token);
+    CLEAVE_CHECK(it != ids.end(),
+                 "{}: model.vocab has no token for byte 0x{:02x} (\"{}\"): not a byte-level vocabulary (cleave "
+                 "supports byte-level BPE, whose vocabulary holds all 256 bytes)",
+                 what, b, token);
+    byte_ids[b] = it->second;
+  }
+
+  merges_ = std::make_unique<BpeMerges>(byte_ids);
+  for (std::size_t rank = 0; rank < spec_.merges.size(); ++rank) {
+    const auto& [left, right] = spec_.merges[rank];
+    const auto find = [&](const std::string& token) {
+      const auto it = ids.find(token);
+      CLEAVE_CHECK(it != ids.end(), "{}: model.merges[{}] (\"{} {}\"): \"{}\" is not in model.vocab", what, rank,
+                   printable(left), printable(right), printable(token));
+      return it->second;
+    };
+    const std::int32_t left_id = find(left);  // in this order, so the message names the first missing part
+    const std::int32_t right_id = find(right);
+    merges_->add(left_id, right_id, static_cast<std::uint32_t>(rank), find(left + right));
+  }
+
+  if (spec_.ignore_merges) {
+    for (const auto& [token, id] : spec_.vocab) {
+      if (auto bytes = alphabet.to_bytes(token)) word_ids_.emplace(std::move(*bytes), id);
+    }
+  }
+  for (const AddedToken& added : spec_.added_tokens) {
+    CLEAVE_CHECK(added.id >= 0, "{}: added_tokens: \"{}\" has id {}; ids must be >= 0", what, printable(added.content),
+                 added.id);
+    CLEAVE_CHECK(!added.content.empty(), "{}: added_tokens: the token with id {} has an empty content", what, added.id);
+    id_present_[added.id] = true;
+    id_bytes_[added.id] = token_bytes_of(added.content);
+    (added.normalized ? normalized_added_ : raw_added_).add(added.content, added.id);
+  }
+}
+
+std::vector<std::int32_t> Tokenizer::encode(std::string_view text) {
+  std::vector<std::int32_t> out;
+  encode(text, out);
+  return out;
+}
+
+void Tokenizer::encode(std::string_view text, std::vector<std::int32_t>& out, const Progress& progress) {
+  const std::size_t bad = first_invalid_utf8(text);
+  CLEAVE_CHECK(bad == text.size(), "tokenizer: the text is not valid UTF-8 at byte {} (0x{:02x}); cleave encodes UTF-8 text",
+               bad, bad < text.size() ? static_cast<unsigned char>(text[bad]) : 0);
+  // Tokens whose "normalized" is false split the text first; the pieces between them are split by the others.
+  progress_ = progress ? &progress : nullptr;
+  text_begin_ = text.data();
+  reported_ = 0;
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const auto m = raw_added_.find(text, pos);
+    const std::size_t gap_end = m ? m->begin : text.size();
+    if (gap_end > pos) encode_between_added(text.substr(pos, gap_end - pos), out);
+    if (m) out.push_back(m->id);
+    pos = m ? m->end : text.size();
+  }
+  if (progress_) progress(text.size());
+  progress_ = nullptr;
+}
+
+void Tokenizer::encode_between_added(std::string_view text, std::vector<std::int32_t>& out) {
+  std::size_t pos = 0;
+  while (pos < text.size()) {
+    const auto m = normalized_added_.find(text, pos);
+    const std::size_t gap_end = m ? m->begin : text.size();
+    if (gap_end > pos) encode_segment(text.substr(pos, gap_end - pos), out);
+    if (m) out.push_back(m->id);
+    pos = m ? m->end : text.size();
+  }
+}
+
+void Tokenizer::encode_segment(std::string_view segment, std::vector<std::int32_t>& out) {
+  const bool prefix_each_word = spec_.add_prefix_space && spec_.split_before_byte_level;
+  // Where segment[0] lies in the text passed to encode(), for progress reports.
+  std::size_t text_offset = static_cast<std::size_t>(segment.data() - text_begin_);
+  if (spec_.add_prefix_space && !spec_.split_before_byte_level && segment[0] != ' ') {
+    prefixed_.assign(1, ' ');
+    prefixed_.append(segment);
+    segment = prefixed_;
+    --text_offset;  // the added space is not in the text
+  }
+  for (std::size_t pos = 0; pos < segment.size();) {
+    const std::size_t end = pre_token_end(spec_.pattern, segment, pos);
+    std::string_view word = segment.substr(pos, end - pos);
+    if (prefix_each_word && word[0] != ' ') {
+      std::string prefixed = " ";
+      prefixed.append(word);
+      encode_word(prefixed, out);
+    } else {
+      encode_word(word, out);
+    }
+    pos = end;
+    if (progress_ != nullptr && text_offset + pos - reported_ >= kProgressEvery) (*progress_)(reported_ = text_offset + pos);
+  }
+}
+
+void Tokenizer::encode_word(std::string_view word, std::vector<std::int32_t>& out) {
+  const std::uint64_t hash = WordCache::hash(word);
+  const auto cached = cache_.find(word, hash);
+  if (!cached.empty()) {
+    out.insert(out.end(), cached.begin(), cached.end());
+    return;
+  }
+  word_out_.clear();
+  const auto whole = spec_.ignore_merges ? word_ids_.find(std::string(word)) : word_ids_.end();
+  if (whole != word_ids_.end()) word_out_.push_back(whole->second);
+  else merges_->merge_word(word, scratch_, word_out_);
+  cache_.insert(word, hash, word_out_);
+  out.insert(out.end(), word_out_.begin(), word_out_.end());
+}
+
+bool Tokenizer::has_token(std::int32_t id) const {
+  return id >= 0 && id < vocab_size() && id_present_[static_cast<std::size_t>(id)];
+}
+
+std::string_view Tokenizer::token_bytes(std::int32_t id) const {
+  return has_token(id) ? std::string_view(id_bytes_[static_cast<std::size_t>(id)]) : std::string_view();
+}
+
+std::string Tokenizer::decode(std::span<const std::int32_t> ids) const {
+  std::string out;
+  for (std::size_t i = 0; i < ids.size(); ++i) {
+    CLEAVE_CHECK(has_token(ids[i]), "{}: cannot decode id {} (position {}): the tokenizer has no token with that id "
+                 "(vocabulary of {})", spec_.source, ids[i], i, vocab_size());
+    out.append(id_bytes_[static_cast<std::size_t>(ids[i])]);
+  }
+  return out;
+}
+
+std::optional<std::int32_t> Tokenizer::added_token_id(std::string_view content) const {
+  for (const AddedToken& added : spec_.added_tokens) {
+    if (added.content == content) return added.id;
+  }
+  return std::nullopt;
+}
+
+std::string Tokenizer::describe() const {
+  return fmt::format("byte-level BPE, {} tokens, {} merges, {} pre-tokenizer, {} added token{}", vocab_size(),
+                     spec_.merges.size(), split_pattern_name(spec_.pattern), spec_.added_tokens.size(),
+                     spec_.added_tokens.size() == 1 ? "" : "s");
+}
+
+}  // namespace cleave::tokenizer

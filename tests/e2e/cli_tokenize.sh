@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# `cleave tokenize` end to end on a tiny GPT-2-style byte-level BPE tokenizer.json written here (256 byte
+# tokens, 12 merges, "<|endoftext|>"; the ids below were worked by hand and agree with `tokenizers` 0.23.3):
+# two text files with --eot and --val-fraction give llm.c shards holding exactly the expected ids, which
+# `cleave train` then reads (data.type tokens). Bad inputs (a missing text file or tokenizer, WordPiece, an
+# unsupported pre-tokenizer pattern, a malformed merge, invalid UTF-8, an existing output, a vocabulary too
+# large for uint16) each fail with one line naming the file and the key, and write nothing. `cleave generate
+# --tokenizer` on the trained model encodes the prompt with the tokenizer and decodes the output.
+# Usage: cli_tokenize.sh CLEAVE
+set -u
+cleave=$1
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+fail() { echo "FAIL $*"; exit 1; }
+
+# tok.json, or a variant: mk.py [wordpiece|pattern|merge|big]
+cat > mk.py <<'PY'
+import json, sys
+bs = list(range(33, 127)) + list(range(0xA1, 0xAD)) + list(range(0xAE, 0x100))
+cs, n = bs[:], 0
+for b in range(256):
+    if b not in bs:
+        bs.append(b); cs.append(256 + n); n += 1
+char = {b: chr(c) for b, c in zip(bs, cs)}
+vocab = {char[b]: b for b in range(256)}
+merges = [("Ġ", "t"), ("h", "e"), ("Ġt", "he"), ("i", "n"), ("Ġ", "a"), ("l", "l"), ("he", "ll"), ("a", "a"),
+          ("aa", "aa"), ("b", "c"), ("a", "b"), ("'", "s")]
+for i, (a, b) in enumerate(merges):
+    vocab[a + b] = 256 + i
+pre = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
+model = {"type": "BPE", "dropout": None, "unk_token": None, "vocab": vocab, "merges": [a + " " + b for a, b in merges]}
+variant = sys.argv[1] if len(sys.argv) > 1 else ""
+if variant == "wordpiece":
+    model = {"type": "WordPiece", "unk_token": "[UNK]", "vocab": vocab}
+elif variant == "pattern":
+    pre = {"type": "Sequence", "pretokenizers": [
+        {"type": "Split", "pattern": {"Regex": r"\w+|[^\w\s]+"}, "behavior": "Isolated", "invert": False},
+        dict(pre, use_regex=False)]}
+elif variant == "merge":
+    model["merges"][4] = "Ġa"
+elif variant == "big":
+    model["vocab"]["zz"] = 70000
+print(json.dumps({"version": "1.0", "added_tokens": [
+    {"id": 268, "content": "<|endoftext|>", "single_word": False, "lstrip": False, "rstrip": False,
+     "normalized": False, "special": True}],
+    "normalizer": None, "pre_tokenizer": pre, "post_processor": None, "decoder": {"type": "ByteLevel"},
+    "model": model}))
+PY
+python3 mk.py > tok.json || fail "writing tok.json"
+printf "hello the abc it's aaaa" > a.txt
+printf 'a<|endoftext|>b\n' > b.txt
+
+"$cleave" tokenize a.txt b.txt --tokenizer tok.json --out shards --eot '<|endoftext|>' --val-fraction 0.25 \
+  > out.log 2> err.log || { cat out.log err.log; fail "tokenize"; }
+grep -q "model.vocab_size >= 269" out.log || { cat out.log; fail "the vocabulary size is not printed"; }
+grep -q "100%" err.log || { cat err.log; fail "no progress bar on stderr"; }
+python3 - <<'PY' || fail "shard contents"
+import struct
+def read(path):
+    data = open(path, "rb").read()
+    header = struct.unpack("<256i", data[:1024])
+    assert header[:3] == (20240520, 1, (len(data) - 1024) // 2), header[:3]
+    return list(struct.unpack("<%dH" % header[2], data[1024:]))
+# <eot> "hello" " the" " abc" " it" "'s" " aaaa" <eot> "a" <|endoftext|> "b" "\n"; the last 25% (4 tokens) is val.
+expected = [268, 262, 111, 258, 260, 265, 32, 105, 116, 267, 260, 263, 97, 268, 97, 268, 98, 10]
+train, val = read("shards/train.bin"), read("shards/val.bin")
+assert train + val == expected and len(val) == 4, (train, val)
+PY
+echo "ok   tokenize: $(head -1 out.log)"
+
+"$cleave" train --set data.type=tokens --set data.path=shards/train.bin --set data.val_path=shards/val.bin \
+  --set model.vocab_size=269 --set model.seq_len=3 --set model.d_model=16 --set model.n_heads=2 --set train.steps=2 \
+  --set train.out_dir=run > train.log 2>&1 || { cat train.log; fail "training on the shards"; }
+grep -q "llm.c token shard shards/train.bin" train.log || grep -q "done: 2 steps" train.log || { cat train.log; fail "train log"; }
+echo "ok   cleave train reads the shards: $(grep -o 'done: 2 steps.*' train.log | cut -c1-60)"
+
+# generate --tokenizer: the prompt is encoded by the tokenizer (its ids are the context --logits reports) and
+# the output is decoded text that starts with the prompt.
+"$cleave" generate run/checkpoints --prompt "hello the" --tokenizer tok.json --tokens 12 --seed 4 \
+  --logits logits.json > gen.txt 2> gen.log || { cat gen.log; fail "generate --tokenizer"; }
+python3 - <<'PY' || fail "generate --tokenizer output"
+import json
+assert json.load(open("logits.json"))["tokens"] == [262, 111, 258]
+out = open("gen.txt", "rb").read()
+assert out.startswith(b"hello the") and len(out) > len(b"hello the\n"), out
+PY
+"$cleave" train --set train.steps=1 --set model.vocab_size=260 --set train.out_dir=small > small.log 2>&1 || fail "small run"
+"$cleave" generate small/checkpoints --prompt x --tokenizer tok.json > gen.log 2>&1 && fail "a vocab-260 model took a 269-token tokenizer"
+grep -q "has 269 tokens but checkpoint .* has model.vocab_size 260" gen.log || { cat gen.log; fail "vocabulary mismatch message"; }
+echo "ok   generate --tokenizer encodes the prompt as [262, 111, 258] and refuses a smaller model vocabulary"
+
+# refuse CASE GREP ARGS...: non-zero exit, one error line holding GREP, and no out/ directory written.
+refuse() {
+  local name=$1 pattern=$2; shift 2
+  rm -rf out
+  "$cleave" tokenize "$@" > refuse.log 2>&1 && { cat refuse.log; fail "$name: accepted"; }
+  grep -q -- "$pattern" refuse.log || { cat refuse.log; fail "$name: message lacks '$pattern'"; }
+  [ "$(grep -c 'error' refuse.log)" -eq 1 ] || { cat refuse.log; fail "$name: not one error line"; }
+  [ ! -e out ] || fail "$name: out/ was written"
+  echo "ok   refused $name: $(grep -o 'error.*\|tokenize:.*' refuse.log | tail -1 | cut -c1-150)"
+}
+refuse "a missing text file" "text file nope.txt: no such file" a.txt nope.txt --tokenizer tok.json --out out
+refuse "a missing tokenizer" "tokenizer nope.json: no such file" a.txt --tokenizer nope.json --out out
+python3 mk.py wordpiece > wordpiece.json && refuse "WordPiece" 'wordpiece.json: model.type is "WordPiece"' \
+  a.txt --tokenizer wordpiece.json --out out
+python3 mk.py pattern > pattern.json && refuse "another pattern" "pattern.json: pre_tokenizer.pretokenizers\[0\].pattern.Regex" \
+  a.txt --tokenizer pattern.json --out out
+python3 mk.py merge > merge.json && refuse "a malformed merge" "merge.json: model.merges\[4\]" a.txt --tokenizer merge.json --out out
+python3 mk.py big > big.json && refuse "a vocabulary over 65536" "70001 tokens; llm.c shards store uint16" \
+  a.txt --tokenizer big.json --out out
+printf 'ok\nbad \xff here\n' > bad.txt
+refuse "invalid UTF-8" "bad.txt is not valid UTF-8 at byte 7 (line 2, byte 5 of the line" a.txt bad.txt --tokenizer tok.json --out out
+refuse "an unknown --eot" "not an added token" a.txt --tokenizer tok.json --out out --eot '<|eot|>'
+before=$(cksum shards/train.bin shards/val.bin)
+"$cleave" tokenize a.txt --tokenizer tok.json --out shards > refuse.log 2>&1 && fail "an existing output was overwritten"
+grep -q "shards/train.bin already exists; nothing was written" refuse.log || { cat refuse.log; fail "existing output message"; }
+[ "$(cksum shards/train.bin shards/val.bin)" = "$before" ] || fail "the existing shards changed"
+echo "ok   refused an existing output: $(grep -o 'tokenize: .*' refuse.log)"

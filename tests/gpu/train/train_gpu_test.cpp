@@ -224,8 +224,8 @@ TEST(GpuTraining, SteadyStateStepWaitsForTheHostThreeTimes) {
     per_device[d] = trainer.host_waits().since(warm);
   }
   const ops::HostWaits& gpu = per_device[0];
-  std::printf("[ gpu ] %lld steady-state steps waited %s on cuda:0, %s on the cpu\n", static_cast<long long>(kSteps),
-              gpu.str().c_str(), per_device[1].str().c_str());
+  std::printf("[ gpu ] %lld steady-state steps waited %s on cuda:0, %s on the cpu\n",
+              static_cast<long long>(kSteps), gpu.str().c_str(), per_device[1].str().c_str());
   EXPECT_EQ(gpu.total(), 3 * kSteps) << "host waits per step beyond the loss read-back, the gradient norm and "
                                         "check_device_status: "
                                      << gpu.str();

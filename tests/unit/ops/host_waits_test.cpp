@@ -50,7 +50,8 @@ TEST(HostWaits, EveryHostValueOpNotesOneWaitOfItsKind) {
   EXPECT_EQ(waits.count(HostWait::kCountCorrect), 1);
   EXPECT_EQ(waits.count(HostWait::kDeviceStatus), 1);
   EXPECT_EQ(waits.total(), 7);
-  EXPECT_EQ(waits.str(), "7 (synchronize 3, sum_squares 1, sum_squares_many 1, count_correct 1, check_device_status 1)");
+  EXPECT_EQ(waits.str(),
+            "7 (synchronize 3, sum_squares 1, sum_squares_many 1, count_correct 1, check_device_status 1)");
 
   // Ops that do not return a host value leave it alone; since() gives the window.
   const HostWaits before = waits;

@@ -160,9 +160,9 @@ void Tokenizer::encode_segment(std::string_view segment, std::vector<std::int32_
     const std::size_t end = pre_token_end(spec_.pattern, segment, pos);
     std::string_view word = segment.substr(pos, end - pos);
     if (prefix_each_word && word[0] != ' ') {
-      std::string prefixed = " ";
-      prefixed.append(word);
-      encode_word(prefixed, out);
+      prefixed_word_.assign(1, ' ');
+      prefixed_word_.append(word);
+      encode_word(prefixed_word_, out);
     } else {
       encode_word(word, out);
     }

@@ -58,6 +58,14 @@ TEST(Tokenizer, AddPrefixSpaceAppliesToEachTextBetweenAddedTokens) {
   EXPECT_EQ(tok.encode(" x"), (Ids{32, 120}));  // already starts with a space: none added
 }
 
+TEST(Tokenizer, AddPrefixSpaceAfterASplitAppliesToEachPreToken) {
+  Tokenizer tok = tiny({.llama3 = true, .add_prefix_space = true});
+  // Pre-tokens "x", "\n\n", "y", " ", "12" each get a space unless they start with one.
+  EXPECT_EQ(tok.encode("x\n\ny 12"), (Ids{32, 120, 32, 10, 10, 32, 121, 32, 32, 49, 50}));
+  EXPECT_EQ(tok.encode("hello the abc"), (Ids{32, 262, 111, 258, 260, 265}));
+  EXPECT_EQ(tok.encode("a<|endoftext|>b"), (Ids{260, 269, 32, 98}));
+}
+
 TEST(Tokenizer, Llama3PatternAndIgnoreMerges) {
   Tokenizer tok = tiny({.llama3 = true});
   // 'S is a contraction under (?i:...); digits go in threes.

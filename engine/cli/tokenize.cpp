@@ -166,7 +166,7 @@ int run_tokenize(int argc, char** argv) {
   const std::span<const std::uint16_t> all(tokens);
   train::write_llmc_shard(train_path, all.first(static_cast<std::size_t>(n - held_out)));
   if (held_out > 0) train::write_llmc_shard(val_path, all.last(static_cast<std::size_t>(held_out)));
-  std::printf("tokenize: %.1f MB -> %lld tokens in %.2f s (%.1f MB/s): %s %lld tokens", total_bytes / 1e6,
+  std::printf("tokenize: %.1f MB -> %lld tokens in %.3f s (%.1f MB/s): %s %lld tokens", total_bytes / 1e6,
               static_cast<long long>(n), seconds, seconds > 0 ? total_bytes / 1e6 / seconds : 0.0, train_path.c_str(),
               static_cast<long long>(n - held_out));
   if (held_out > 0) std::printf(", %s %lld tokens", val_path.c_str(), static_cast<long long>(held_out));

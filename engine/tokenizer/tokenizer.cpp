@@ -78,10 +78,31 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
       if (auto bytes = alphabet.to_bytes(token)) word_ids_.emplace(std::move(*bytes), id);
     }
   }
+  // `tokenizers` does not take an added token's id from the file: a token in model.vocab keeps its vocabulary id,
+  // any other gets the next id after the vocabulary's entries and the added tokens before it (AddedVocabulary::
+  // add_tokens). A file whose ids disagree would encode differently there, so it is refused.
+  const auto vocab_entries = static_cast<std::int32_t>(spec_.vocab.size());
+  std::int32_t max_added = -1;
+  std::unordered_map<std::string, std::int32_t> added_ids;
+  for (std::size_t i = 0; i < spec_.added_tokens.size(); ++i) {
+    const AddedToken& added = spec_.added_tokens[i];
+    CLEAVE_CHECK(!added.content.empty(), "{}: added_tokens[{}] (id {}) has an empty content", what, i, added.id);
+    std::int32_t expected;
+    if (const auto in_vocab = ids.find(added.content); in_vocab != ids.end()) expected = in_vocab->second;
+    else if (const auto earlier = added_ids.find(added.content); earlier != added_ids.end()) expected = earlier->second;
+    else expected = max_added >= vocab_entries ? max_added + 1 : vocab_entries;
+    CLEAVE_CHECK(added.id == expected && (ids.count(added.content) > 0 || expected >= static_cast<std::int32_t>(id_present_.size()) ||
+                                          !id_present_[expected]),
+                 "{}: added_tokens[{}] (\"{}\") has id {}, but `tokenizers` gives it id {} ({}); the file is inconsistent "
+                 "(was it edited by hand?)",
+                 what, i, printable(added.content), added.id, expected,
+                 ids.count(added.content) > 0 ? "its id in model.vocab"
+                                              : fmt::format("the next free id after model.vocab's {} entries and the "
+                                                            "added tokens before it", vocab_entries));
+    added_ids.emplace(added.content, expected);
+    max_added = std::max(max_added, expected);
+  }
   for (const AddedToken& added : spec_.added_tokens) {
-    CLEAVE_CHECK(added.id >= 0, "{}: added_tokens: \"{}\" has id {}; ids must be >= 0", what, printable(added.content),
-                 added.id);
-    CLEAVE_CHECK(!added.content.empty(), "{}: added_tokens: the token with id {} has an empty content", what, added.id);
     id_present_[added.id] = true;
     id_bytes_[added.id] = token_bytes_of(added.content);
     (added.normalized ? normalized_added_ : raw_added_).add(added.content, added.id);
@@ -139,9 +160,9 @@ void Tokenizer::encode_segment(std::string_view segment, std::vector<std::int32_
     const std::size_t end = pre_token_end(spec_.pattern, segment, pos);
     std::string_view word = segment.substr(pos, end - pos);
     if (prefix_each_word && word[0] != ' ') {
-      std::string prefixed = " ";
-      prefixed.append(word);
-      encode_word(prefixed, out);
+      prefixed_word_.assign(1, ' ');
+      prefixed_word_.append(word);
+      encode_word(prefixed_word_, out);
     } else {
       encode_word(word, out);
     }

@@ -19,6 +19,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "engine/tokenizer/added_tokens.hpp"
@@ -80,7 +81,8 @@ class Tokenizer {
   WordCache cache_;
   BpeMerges::Scratch scratch_;
   std::vector<std::int32_t> word_out_;
-  std::string prefixed_;
+  std::string prefixed_;       // a text with add_prefix_space's space (ByteLevel alone)
+  std::string prefixed_word_;  // a pre-token with add_prefix_space's space (after a Split)
   // Set for the duration of one encode() call.
   const Progress* progress_ = nullptr;
   const char* text_begin_ = nullptr;

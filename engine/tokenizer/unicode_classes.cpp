@@ -6,13 +6,7 @@
 
 namespace cleave::tokenizer {
 
-CodeClass code_class(char32_t cp) {
-  if (cp < 0x80) {
-    if (cp >= 'a' ? cp <= 'z' : (cp >= 'A' && cp <= 'Z')) return CodeClass::kLetter;
-    if (cp >= '0' && cp <= '9') return CodeClass::kNumber;
-    if (cp == ' ' || (cp >= '\t' && cp <= '\r')) return CodeClass::kSpace;
-    return CodeClass::kOther;
-  }
+CodeClass code_class_above_ascii(char32_t cp) {
   const CodeRange* end = kCodeRanges + kCodeRangeCount;
   const CodeRange* it = std::upper_bound(kCodeRanges, end, cp, [](char32_t v, const CodeRange& r) { return v < r.first; });
   if (it == kCodeRanges) return CodeClass::kOther;

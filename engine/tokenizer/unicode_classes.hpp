@@ -8,6 +8,7 @@
 // Invariant: code_class() is a pure function of the code point; the table is sorted and disjoint.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
@@ -25,7 +26,21 @@ extern const CodeRange kCodeRanges[];
 extern const std::size_t kCodeRangeCount;
 extern const char kUnicodeVersion[];  // "14.0.0"
 
-CodeClass code_class(char32_t cp);
+// Code points above ASCII: a binary search of the table.
+CodeClass code_class_above_ascii(char32_t cp);
+
+inline constexpr auto kAsciiClasses = [] {
+  std::array<CodeClass, 128> classes{};
+  for (int c = 0; c < 128; ++c) {
+    if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) classes[c] = CodeClass::kLetter;
+    else if (c >= '0' && c <= '9') classes[c] = CodeClass::kNumber;
+    else if (c == ' ' || (c >= '\t' && c <= '\r')) classes[c] = CodeClass::kSpace;
+    else classes[c] = CodeClass::kOther;
+  }
+  return classes;
+}();
+
+inline CodeClass code_class(char32_t cp) { return cp < 0x80 ? kAsciiClasses[cp] : code_class_above_ascii(cp); }
 
 // One decoded code point of valid UTF-8: the value and its length in bytes (1-4).
 struct CodePoint {

@@ -31,6 +31,7 @@ for i, (a, b) in enumerate(merges):
 pre = {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True}
 model = {"type": "BPE", "dropout": None, "unk_token": None, "vocab": vocab, "merges": [a + " " + b for a, b in merges]}
 variant = sys.argv[1] if len(sys.argv) > 1 else ""
+eot_id = 268  # tokenizers gives an added token the next id after the vocabulary's entries
 if variant == "wordpiece":
     model = {"type": "WordPiece", "unk_token": "[UNK]", "vocab": vocab}
 elif variant == "pattern":
@@ -41,8 +42,9 @@ elif variant == "merge":
     model["merges"][4] = "Ġa"
 elif variant == "big":
     model["vocab"]["zz"] = 70000
+    eot_id = 269
 print(json.dumps({"version": "1.0", "added_tokens": [
-    {"id": 268, "content": "<|endoftext|>", "single_word": False, "lstrip": False, "rstrip": False,
+    {"id": eot_id, "content": "<|endoftext|>", "single_word": False, "lstrip": False, "rstrip": False,
      "normalized": False, "special": True}],
     "normalizer": None, "pre_tokenizer": pre, "post_processor": None, "decoder": {"type": "ByteLevel"},
     "model": model}))

@@ -1,6 +1,7 @@
 // A tiny GPT-2-style byte-level BPE tokenizer.json, built in code for the tokenizer tests: the 256 byte
 // tokens (id = byte value), twelve merges (ids 256-267, rank = id - 256), an unmerged vocabulary word "abc"
-// (269, reachable only with ignore_merges) and the special token "<|endoftext|>" (268). The ids the tests
+// (268, reachable only with ignore_merges) and the special token "<|endoftext|>" (269, the id `tokenizers`
+// gives it: the next after the vocabulary's 269 entries). The ids the tests
 // expect were worked by hand and checked once against `tokenizers` 0.23.3 (not needed to run the tests).
 #pragma once
 
@@ -55,7 +56,7 @@ inline nlohmann::json tiny_tokenizer_json(const TinyOptions& o = {}) {
     vocab[a + b] = id++;
     merges.push_back(o.merges_as_pairs ? json::array({a, b}) : json(a + " " + b));
   }
-  vocab["abc"] = 269;
+  vocab["abc"] = 268;
   json byte_level = {{"type", "ByteLevel"}, {"add_prefix_space", o.add_prefix_space}, {"trim_offsets", true},
                      {"use_regex", !o.llama3}};
   json pre = byte_level;
@@ -69,7 +70,7 @@ inline nlohmann::json tiny_tokenizer_json(const TinyOptions& o = {}) {
   return {{"version", "1.0"},
           {"truncation", nullptr},
           {"padding", nullptr},
-          {"added_tokens", json::array({{{"id", 268}, {"content", "<|endoftext|>"}, {"single_word", false},
+          {"added_tokens", json::array({{{"id", 269}, {"content", "<|endoftext|>"}, {"single_word", false},
                                          {"lstrip", false}, {"rstrip", false}, {"normalized", false},
                                          {"special", true}}})},
           {"normalizer", nullptr},

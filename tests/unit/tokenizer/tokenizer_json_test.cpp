@@ -97,6 +97,11 @@ TEST(TokenizerJson, RefusesMalformedMergesAndVocabulary) {
   expect_refused([](json& j) { j["model"]["vocab"]["zz"] = 97; }, {"id 97 to two tokens"});
   expect_refused([](json& j) { j["added_tokens"][0]["lstrip"] = true; }, {"added_tokens[0].lstrip"});
   expect_refused([](json& j) { j["added_tokens"][0]["content"] = ""; }, {"added_tokens[0].content"});
+  // `tokenizers` ignores an added token's id and takes the next after the vocabulary (269 here), so a file
+  // saying otherwise would encode differently there.
+  expect_refused([](json& j) { j["added_tokens"][0]["id"] = 500; }, {"added_tokens[0]", "has id 500", "gives it id 269"});
+  expect_refused([](json& j) { j["added_tokens"][0]["content"] = "abc"; }, {"added_tokens[0]", "gives it id 268",
+                                                                            "its id in model.vocab"});
 }
 
 TEST(TokenizerJson, RefusesMissingFilesAndBadJson) {

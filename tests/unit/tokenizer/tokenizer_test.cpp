@@ -39,7 +39,7 @@ TEST(Tokenizer, HandWorkedIds) {
   EXPECT_EQ(tok.encode(" inn\n"), (Ids{32, 259, 110, 10}));
   EXPECT_EQ(tok.encode("h\xC3\xA9llo \xF0\x9F\x98\x80"), (Ids{104, 195, 169, 261, 111, 32, 240, 159, 152, 128}));
   // An added token is matched in the raw text and is one id.
-  EXPECT_EQ(tok.encode("a<|endoftext|>b"), (Ids{97, 268, 98}));
+  EXPECT_EQ(tok.encode("a<|endoftext|>b"), (Ids{97, 269, 98}));
   EXPECT_EQ(tok.encode(""), Ids{});
 }
 
@@ -54,8 +54,16 @@ TEST(Tokenizer, MergesAsPairsEqualMergesAsStrings) {
 TEST(Tokenizer, AddPrefixSpaceAppliesToEachTextBetweenAddedTokens) {
   Tokenizer tok = tiny({.add_prefix_space = true});
   EXPECT_EQ(tok.encode("hello the"), (Ids{32, 262, 111, 258}));
-  EXPECT_EQ(tok.encode("a<|endoftext|>b"), (Ids{260, 268, 32, 98}));
+  EXPECT_EQ(tok.encode("a<|endoftext|>b"), (Ids{260, 269, 32, 98}));
   EXPECT_EQ(tok.encode(" x"), (Ids{32, 120}));  // already starts with a space: none added
+}
+
+TEST(Tokenizer, AddPrefixSpaceAfterASplitAppliesToEachPreToken) {
+  Tokenizer tok = tiny({.llama3 = true, .add_prefix_space = true});
+  // Pre-tokens "x", "\n\n", "y", " ", "12" each get a space unless they start with one.
+  EXPECT_EQ(tok.encode("x\n\ny 12"), (Ids{32, 120, 32, 10, 10, 32, 121, 32, 32, 49, 50}));
+  EXPECT_EQ(tok.encode("hello the abc"), (Ids{32, 262, 111, 258, 260, 265}));
+  EXPECT_EQ(tok.encode("a<|endoftext|>b"), (Ids{260, 269, 32, 98}));
 }
 
 TEST(Tokenizer, Llama3PatternAndIgnoreMerges) {
@@ -63,9 +71,9 @@ TEST(Tokenizer, Llama3PatternAndIgnoreMerges) {
   // 'S is a contraction under (?i:...); digits go in threes.
   EXPECT_EQ(tok.encode("hello the abc it'S aaaa"), (Ids{262, 111, 258, 260, 265, 32, 105, 116, 39, 83, 260, 263, 97}));
   EXPECT_EQ(tok.encode("abc 12345"), (Ids{97, 265, 32, 49, 50, 51, 52, 53}));
-  // ignore_merges: a pre-token that is itself in the vocabulary ("abc", 269, made by no merge) is one token.
+  // ignore_merges: a pre-token that is itself in the vocabulary ("abc", 268, made by no merge) is one token.
   Tokenizer ignoring = tiny({.llama3 = true, .ignore_merges = true});
-  EXPECT_EQ(ignoring.encode("abc 12345"), (Ids{269, 32, 49, 50, 51, 52, 53}));
+  EXPECT_EQ(ignoring.encode("abc 12345"), (Ids{268, 32, 49, 50, 51, 52, 53}));
   EXPECT_EQ(ignoring.encode("aaaa"), (Ids{264}));
 }
 
@@ -120,9 +128,9 @@ TEST(Tokenizer, RefusesInvalidUtf8AndUnknownIds) {
   EXPECT_FALSE(tok.has_token(270));
   EXPECT_THROW(tok.decode(Ids{104, 270}), Error);
   EXPECT_THROW(tok.decode(Ids{-1}), Error);
-  EXPECT_EQ(tok.decode(Ids{262, 111, 268}), "hello<|endoftext|>");
+  EXPECT_EQ(tok.decode(Ids{262, 111, 269}), "hello<|endoftext|>");
   EXPECT_EQ(tok.token_bytes(258), " the");
-  EXPECT_EQ(tok.added_token_id("<|endoftext|>"), 268);
+  EXPECT_EQ(tok.added_token_id("<|endoftext|>"), 269);
   EXPECT_FALSE(tok.added_token_id("<|eot|>").has_value());
 }
 

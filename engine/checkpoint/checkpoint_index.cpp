@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <charconv>
 #include <limits>
 
 #include "engine/core/error.hpp"
@@ -81,6 +82,14 @@ class Fields {
 
 constexpr std::int64_t kMaxInt64 = std::numeric_limits<std::int64_t>::max();
 
+// Exactly 16 hex digits as a number (a checksum's text), else nothing.
+std::optional<std::uint64_t> hex64(const std::string& text) {
+  std::uint64_t value = 0;
+  const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value, 16);
+  if (text.size() != 16 || ec != std::errc() || end != text.data() + text.size()) return std::nullopt;
+  return value;
+}
+
 IndexPiece read_piece(const Fields& p, const IndexTensor& tensor, const std::map<std::string, IndexFile>& files) {
   IndexPiece piece;
   piece.file = p.string("file");
@@ -103,6 +112,23 @@ IndexPiece read_piece(const Fields& p, const IndexTensor& tensor, const std::map
   if (piece.end - piece.begin > file->second.bytes / 4) {
     p.fail(p.path(), "[{}, {}) is {} f32 elements, but {} holds only {} bytes", piece.begin, piece.end,
            piece.end - piece.begin, piece.file, file->second.bytes);
+  }
+  if (p.raw().contains("chunk_bytes") || p.raw().contains("chunks")) {
+    piece.chunk_bytes = p.integer("chunk_bytes", 1, kMaxInt64);
+    const json& chunks = p.array("chunks");
+    const std::int64_t bytes = 4 * (piece.end - piece.begin);
+    const std::int64_t expected = bytes / piece.chunk_bytes + (bytes % piece.chunk_bytes != 0 ? 1 : 0);
+    if (static_cast<std::int64_t>(chunks.size()) != expected) {
+      p.fail(p.where("chunks"), "holds {} checksums, but {} bytes in chunks of {} need {}", chunks.size(), bytes,
+             piece.chunk_bytes, expected);
+    }
+    for (std::size_t i = 0; i < chunks.size(); ++i) {
+      const std::optional<std::uint64_t> value = hex64(chunks[i].is_string() ? chunks[i].get<std::string>() : "");
+      if (!value) {
+        p.fail(fmt::format("{}[{}]", p.where("chunks"), i), "expected 16 hex digits, got {}", show(chunks[i]));
+      }
+      piece.chunks.push_back(*value);
+    }
   }
   return piece;
 }
@@ -174,7 +200,14 @@ CheckpointIndex parse_checkpoint_index(std::string_view text, const std::string&
           name.find('\0') != std::string::npos) {
         files.fail(files.where(name), "'{}' is not a plain file name", name);
       }
-      out.files[name] = IndexFile{f.integer("bytes", 0, kMaxInt64), f.string("checksum")};
+      IndexFile& file = out.files[name] = IndexFile{f.integer("bytes", 0, kMaxInt64), f.string("checksum"), {}};
+      if (entry.contains("header_checksum")) {
+        const std::string text = f.string("header_checksum");
+        file.header_checksum = hex64(text.starts_with("fnv1a64:") ? text.substr(8) : std::string());
+        if (!file.header_checksum) {
+          f.fail(f.where("header_checksum"), "expected fnv1a64:<16 hex digits>, got {}", show(text));
+        }
+      }
     }
     const Fields tensors = top.object("tensors");
     for (const auto& [name, entry] : tensors.raw().items()) {

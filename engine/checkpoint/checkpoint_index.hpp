@@ -7,14 +7,18 @@
 //   {"format": "cleave-checkpoint", "version": 1, "step", "consumed_samples", "next_lr", "seed",
 //    "model": <the config's model section>, "config": <the resolved config; optional, compared on resume>,
 //    "layout": {...}, "optimizer": {"type", "steps_done"},
-//    "files": {file: {"bytes", "checksum"}},
+//    "files": {file: {"bytes", "checksum", "header_checksum"}},
 //    "tensors": {name: {"kind", "shape", "dtype": "F32",
-//                       "pieces": [{"file", "name", "dim", "parts", "index", "groups", "begin", "end"}]}}}
+//                       "pieces": [{"file", "name", "dim", "parts", "index", "groups", "begin", "end",
+//                                   "chunk_bytes", "chunks": ["<16 hex digits>", ...]}]}}}
 // A piece holds elements [begin, end) of tp shard `index` of `parts` along `dim` (dim -1: the whole tensor).
+// header_checksum, chunk_bytes and chunks are optional (older checkpoints lack them): checksums of a file's
+// header and of chunks of a piece's bytes, so a rank that reads part of a file verifies just what it reads.
 //
 // Checked here: the types above; step, steps_done, bytes >= 0; shape extents >= 0, rank <= Shape::kMaxDims,
 // numel < 2^50; dtype F32; -1 <= dim < rank; 1 <= parts <= 2^16; 0 <= index < parts; groups >= 1 dividing
-// the split extent; 0 <= begin <= end with 4 × (end - begin) <= the piece file's recorded bytes; every piece
+// the split extent; 0 <= begin <= end with 4 × (end - begin) <= the piece file's recorded bytes; with chunks,
+// 1 <= chunk_bytes and exactly ceil(4 × (end - begin) / chunk_bytes) checksums of 16 hex digits; every piece
 // file listed under "files", whose names are plain names inside the checkpoint directory (no '/', no ".."). Not checked here (it needs the files): sizes and checksums on disk and that the
 // pieces cover each shard exactly (train/checkpoint_reader.hpp does both before allocating).
 // Extending: add the field to the struct and read it in parse_checkpoint_index with the same helpers.
@@ -22,6 +26,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,6 +42,9 @@ inline constexpr int kMaxIndexParts = 1 << 16;                          // tp sh
 struct IndexFile {
   std::int64_t bytes = 0;
   std::string checksum;  // "fnv1a64:<16 hex digits>" (checksum.hpp)
+  // Optional (absent in older checkpoints: empty): the same of the file's first data-offset bytes (its 8-byte
+  // length and JSON header), so a reader of some pieces verifies the header without reading the whole file.
+  std::optional<std::uint64_t> header_checksum;  // index.json: "fnv1a64:<16 hex digits>"
 };
 
 struct IndexPiece {
@@ -48,6 +56,10 @@ struct IndexPiece {
   int groups = 1;
   std::int64_t begin = 0;  // elements of the shard (flattened)
   std::int64_t end = 0;
+  // Optional (absent in checkpoints written before them: chunk_bytes 0): fnv1a64 of each chunk_bytes-long chunk
+  // of the piece's bytes, the last one shorter, so a rank reading part of the piece verifies what it reads.
+  std::int64_t chunk_bytes = 0;
+  std::vector<std::uint64_t> chunks;
 };
 
 struct IndexTensor {

@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,13 +34,17 @@ struct TensorToWrite {
 struct WrittenFile {
   std::int64_t bytes = 0;     // file size
   std::uint64_t checksum = 0;  // fnv1a64 of the whole file (checksum.hpp)
+  std::uint64_t header_checksum = 0;  // fnv1a64 of the 8-byte length and the JSON header (data_offset bytes)
+  // With chunk_bytes > 0: per tensor (in the order given), fnv1a64 of each chunk_bytes-long chunk of its bytes
+  // (the last one shorter), so a reader of part of a tensor verifies only the chunks it reads.
+  std::vector<std::vector<std::uint64_t>> chunk_checksums;
 };
 
 // Writes `tensors` (names unique) in the given order, with `metadata` as "__metadata__", to `path`
-// (created or truncated) and fsyncs it. Throws Error naming the file and tensor on a bad entry or an I/O
-// failure.
+// (created or truncated) and fsyncs it. `chunk_bytes` > 0 also hashes each tensor in chunks (WrittenFile).
+// Throws Error naming the file and tensor on a bad entry or an I/O failure.
 WrittenFile write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,
-                              const std::map<std::string, std::string>& metadata = {});
+                              const std::map<std::string, std::string>& metadata = {}, std::int64_t chunk_bytes = 0);
 
 struct TensorRecord {
   std::string dtype;
@@ -52,7 +57,8 @@ struct SafetensorsFile {
   std::string path;
   std::map<std::string, std::string> metadata;
   std::map<std::string, TensorRecord> tensors;
-  std::vector<std::byte> data;  // the data section
+  std::vector<std::byte> data;  // the data section (empty from read_safetensors_header)
+  std::int64_t data_offset = 0;  // where the data section starts in the file (8 + header length)
 
   // The record of `name`; throws Error naming the file and the tensor when absent.
   const TensorRecord& record(const std::string& name) const;
@@ -62,6 +68,11 @@ struct SafetensorsFile {
 
 // Reads and validates the whole file (see the invariants above). Throws Error naming the file.
 SafetensorsFile read_safetensors(const std::string& path);
+// The same checks reading only the 8-byte length and the JSON header (offsets are checked against the file's
+// size); `data` stays empty: read tensors' bytes at data_offset + begin. With `expected_checksum`, those bytes
+// must hash to it (WrittenFile::header_checksum) before they are parsed. Throws Error naming the file.
+SafetensorsFile read_safetensors_header(const std::string& path,
+                                        std::optional<std::uint64_t> expected_checksum = std::nullopt);
 // The same checks on a file's bytes already in memory; `path` names it in messages. Every number in the
 // header is checked against bytes.size() before it is used, so no allocation or read follows an unchecked
 // number (fuzzed: tests/fuzz/safetensors_fuzz.cpp).

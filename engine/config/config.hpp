@@ -149,6 +149,7 @@ struct CheckpointConfig {
   std::int64_t interval = 0;    // save every N steps (0 = only the final checkpoint)
   std::int64_t keep_last = 0;   // complete checkpoints kept after a save (0 = all)
   bool save_final = true;       // a checkpoint after the last step
+  bool background = true;       // train(): write checkpoint files on a thread while the steps go on
   friend bool operator==(const CheckpointConfig&, const CheckpointConfig&) = default;
 };
 

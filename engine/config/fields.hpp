@@ -169,11 +169,12 @@ inline constexpr std::array<Field<TrainConfig>, 11> kTrainFields = {{
     {"report", &TrainConfig::report, FieldKind::kBoolean, "write report.html at the end"},
 }};
 
-inline constexpr std::array<Field<CheckpointConfig>, 4> kCheckpointFields = {{
+inline constexpr std::array<Field<CheckpointConfig>, 5> kCheckpointFields = {{
     {"dir", &CheckpointConfig::dir, FieldKind::kString, "checkpoint directory; \"\" = out_dir/checkpoints"},
     {"interval", &CheckpointConfig::interval, FieldKind::kInteger, "save every N steps; 0 = final only"},
     {"keep_last", &CheckpointConfig::keep_last, FieldKind::kInteger, "complete checkpoints kept; 0 = all"},
     {"save_final", &CheckpointConfig::save_final, FieldKind::kBoolean, "a checkpoint after the last step"},
+    {"background", &CheckpointConfig::background, FieldKind::kBoolean, "write checkpoint files on a thread"},
 }};
 
 // data.val_fraction and data.path have digits defaults applied after the loop (config.cpp read_data).

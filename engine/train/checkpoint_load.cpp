@@ -1,8 +1,8 @@
 // load_checkpoint (checkpoint_io.hpp): reads index.json, checks it against this run (model, optimizer type, every
-// tensor's logical shape), assembles each logical tensor this rank holds from its pieces
-// (checkpoint_reader.hpp: sizes and checksums first, every tp shard of the saved layout, every element once)
-// and takes this rank's part of it (layers/parallel/shard.hpp). So a checkpoint saved under one (tp, pp, dp,
-// ZeRO) layout loads under any other. Everything is read and checked before anything is assigned; an error on any rank is thrown on all.
+// tensor's logical shape) and reads each piece this rank holds (its tp shard, ZeRO-1 segment, its stage's
+// tensors) from only the byte ranges of the saved pieces that overlap it (checkpoint_reader.hpp: coverage and
+// sizes first, every chunk read verified against its checksum). So a checkpoint saved under one (tp, pp, dp,
+// ZeRO) layout loads under any other, and no rank builds a logical tensor it does not hold whole. Everything is read and checked before anything is assigned; an error on any rank is thrown on all.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -87,21 +87,14 @@ std::int64_t load_checkpoint(RankSetup& s, RankModel& model, StepTail& tail, con
     CLEAVE_CHECK(step <= s.config.train.steps,
                  "checkpoint {} holds step {}, beyond train.steps {}; raise train.steps to continue it", step_dir, step,
                  s.config.train.steps);
-    std::map<std::string, std::vector<float>> shards;  // this rank's tp shard of each logical tensor
+    // Each piece straight from the byte ranges that hold it: never the logical tensor, nor the whole tp shard
+    // when the piece is a ZeRO-1 segment of it.
     for (std::size_t i = 0; i < pieces.size(); ++i) {
       const LocalPiece& piece = pieces[i];
-      auto it = shards.find(piece.tensor);
-      if (it == shards.end()) {
-        const Shape shape = logical_shape(*piece.param);
-        const std::vector<std::int64_t> dims(shape.dims().begin(), shape.dims().end());
-        std::vector<float> logical = reader.logical(piece.tensor, &dims);
-        it = shards.emplace(piece.tensor, piece.param->shard.dim < 0 ? std::move(logical)
-                                                                     : layers::shard_of(logical, piece.param->shard))
-                 .first;
-      }
-      CLEAVE_ASSERT(piece.offset + piece.data.numel() <= static_cast<std::int64_t>(it->second.size()),
-                    "checkpoint piece of {} beyond its shard", piece.tensor);
-      values[i].assign(it->second.begin() + piece.offset, it->second.begin() + piece.offset + piece.data.numel());
+      const layers::ShardSpec spec =
+          piece.param->shard.dim < 0 ? layers::replicated_spec(logical_shape(*piece.param)) : piece.param->shard;
+      values[i].resize(static_cast<std::size_t>(piece.data.numel()));
+      reader.read_shard_range(piece.tensor, spec, piece.offset, values[i]);
     }
     bytes_read = reader.bytes_read();
   } catch (const std::exception& e) {

@@ -1,22 +1,28 @@
 // CheckpointReader: one checkpoint directory opened for reading (index.json checked, files opened on demand)
-// and logical tensors assembled from their pieces. Used by Trainer::load_checkpoint (resharding on load) and
-// `cleave export`.
+// and any tp shard, or element range of one, of a logical tensor read from the byte ranges of the stored pieces
+// that overlap it. Used by Trainer::load_checkpoint (resharding on load: each rank reads only its own shard, its
+// ZeRO-1 range, its stage's tensors) and `cleave export` (whole logical tensors).
 //
-// Invariants: a file is used only after its size and FNV-1a 64 checksum match index.json and the strict
-// safetensors reader accepted it; a logical tensor is returned only when its pieces cover every element of
-// every tp shard of the saved layout exactly once. Every failure is an Error naming the checkpoint or file,
-// the tensor and the numbers. Reads only; holds the files it opened.
+// Invariants: a range is read only when the tensor's pieces cover every element of every tp shard of the saved
+// layout exactly once (index.json alone) and the piece's file has the recorded size, a header the strict
+// safetensors reader accepts and the piece's recorded byte size. Every byte handed out was verified: pieces
+// with chunk checksums (checkpoint_index.hpp) verify each chunk a read touches; pieces of older checkpoints
+// (without them) verify the whole file's checksum once, streaming, before the first read. Every failure is an
+// Error naming the checkpoint or file, the tensor and the numbers. Reads only; holds the files it opened.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/checkpoint_index.hpp"
+#include "engine/checkpoint/range_file.hpp"
 #include "engine/checkpoint/safetensors.hpp"
+#include "layers/layer.hpp"
 
 namespace cleave::train {
 
@@ -35,21 +41,55 @@ class CheckpointReader {
   std::vector<std::string> parameter_names() const;
   // The logical shape index.json records for `name`; throws when the tensor is absent.
   std::vector<std::int64_t> shape_of(const std::string& name) const;
-  // The logical tensor `name` (f32, row-major), assembled from its pieces. `expected_shape`, when given, must
-  // equal the recorded shape (a different model otherwise). Nothing is allocated before the pieces are known
-  // to cover every shard exactly and their files' sizes and checksums match: the tensor is never larger than
-  // the bytes on disk.
+  // The logical tensor `name` (f32, row-major). `expected_shape`, when given, must equal the recorded shape (a
+  // different model otherwise). Nothing is allocated before the pieces are known to cover every shard exactly
+  // and their files' sizes match: the tensor is never larger than the bytes on disk.
   std::vector<float> logical(const std::string& name, const std::vector<std::int64_t>* expected_shape = nullptr);
-  // Bytes of the files opened so far (each read once, checksummed once).
+  // Elements [begin, begin + out.size()) of the flattened tp shard `spec` of `name` (layers/parallel/shard.hpp;
+  // padding rows read as 0), under whatever layout saved it. Reads only the bytes of the stored pieces that
+  // overlap those elements (rounded out to whole checksum chunks) and never builds the logical tensor.
+  // spec.logical must equal the recorded shape (a different model otherwise: Error naming both shapes).
+  void read_shard_range(const std::string& name, const layers::ShardSpec& spec, std::int64_t begin,
+                        std::span<float> out);
+  // Bytes read from disk so far: headers, the ranges and chunks read, and whole files checksummed.
   std::int64_t bytes_read() const { return bytes_read_; }
 
  private:
+  // A contiguous run of elements: `logical` in the logical tensor, `shard` in a flattened tp shard.
+  struct Run {
+    std::int64_t logical = 0, shard = 0, n = 0;
+  };
+  struct SavedShard {  // one tp shard of the saved layout
+    layers::ShardSpec spec;
+    std::int64_t numel = 0;
+    std::vector<const checkpoint::IndexPiece*> pieces;  // tile [0, numel) in order
+    std::vector<Run> runs;                              // for_each_shard_run(spec)
+  };
+  struct OpenFile {
+    checkpoint::SafetensorsFile header;  // data empty
+    checkpoint::RangeFile file;
+    bool whole_file_verified = false;
+  };
+  // An element range of one piece to copy: piece elements [src, src + n) to out[dst, dst + n).
+  struct Copy {
+    std::int64_t src = 0, dst = 0, n = 0;
+  };
+
   std::string path_of(const std::string& file) const;
-  const checkpoint::SafetensorsFile& open(const std::string& file, const std::string& tensor);
+  // The saved shards of `name`, coverage checked from index.json alone (cached).
+  const std::vector<SavedShard>& plan_of(const std::string& name, const std::vector<std::int64_t>* expected_shape);
+  OpenFile& open(const std::string& file, const std::string& tensor);
+  // The file's checksum against index.json, reading all of it (older checkpoints only).
+  void verify_whole_file(const std::string& file, const std::string& tensor);
+  // The file of `piece` opened and the piece's bytes in it the size index.json says; returns its data offset.
+  std::int64_t check_piece(const checkpoint::IndexPiece& piece, const std::string& tensor);
+  void read_piece(const checkpoint::IndexPiece& piece, const std::string& tensor, const std::vector<Copy>& copies,
+                  std::span<float> out);
 
   std::string dir_;
   checkpoint::CheckpointIndex index_;
-  std::map<std::string, checkpoint::SafetensorsFile> files_;
+  std::map<std::string, std::vector<SavedShard>> plans_;
+  std::map<std::string, OpenFile> files_;
   std::int64_t bytes_read_ = 0;
 };
 

@@ -16,7 +16,7 @@ namespace cleave::train {
 namespace {
 
 constexpr const char* kForm =
-    "expected RANK:STEP:WHERE[:ACTION] with WHERE forward|dp_reduce and ACTION throw|kill|stop, e.g. 1:3:forward:kill";
+    "expected RANK:STEP:WHERE[:ACTION] with WHERE forward|dp_reduce|save and ACTION throw|kill|stop, e.g. 1:3:forward:kill";
 
 std::vector<std::string_view> split(std::string_view text) {
   std::vector<std::string_view> parts;
@@ -47,6 +47,7 @@ FaultPlan parse_fault_plan(std::string_view text) {
   plan.step = number<std::int64_t>(parts[1], text, "STEP", 1);
   if (parts[2] == "forward") plan.point = FaultPoint::kForward;
   else if (parts[2] == "dp_reduce") plan.point = FaultPoint::kDpReduce;
+  else if (parts[2] == "save") plan.point = FaultPoint::kSave;
   else CLEAVE_THROW("CLEAVE_FAULT_INJECT='{}': WHERE '{}' is unknown ({})", text, parts[2], kForm);
   if (parts.size() == 4) {
     if (parts[3] == "throw") plan.action = FaultAction::kThrow;

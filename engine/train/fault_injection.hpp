@@ -9,6 +9,8 @@
 //                        has one): mid pipeline step, with the sends of micro-batch 0 already posted
 //             dp_reduce  right after the rank posts its first data-parallel gradient bucket (needs dp > 1):
 //                        the peers are inside the bucket reduction
+//             save       in the rank's checkpoint writer of the checkpoint taken after step STEP, once its file
+//                        is written and before the commit (checkpoint.background: the step loop runs on)
 //     ACTION  throw (default: a cleave::Error thrown where a failing layer would throw), kill (SIGKILL
 //             itself), stop (SIGSTOP itself)
 //
@@ -22,7 +24,7 @@
 
 namespace cleave::train {
 
-enum class FaultPoint { kForward, kDpReduce };
+enum class FaultPoint { kForward, kDpReduce, kSave };
 enum class FaultAction { kThrow, kKill, kStop };
 
 struct FaultPlan {

@@ -190,7 +190,44 @@ struct Trainer::Impl {
   std::vector<pipeline::TimedAction> last_timeline;
   Tensor microbatch_losses;  // [dp * micro-batches] f32 (host): the step's loss of every global micro-batch
   std::vector<Tensor> staged_batches;  // host halves of this step's uploads (on_run_device), freed at its end
+  // A checkpoint being written in the background (checkpoint.background), committed by the first step that finds
+  // every rank's writer done, the next save or the end of the run. Last member: its writer is joined first.
+  std::unique_ptr<CheckpointSave> pending_save;
+
+  // Commits pending_save (waiting for the writers); collective. Returns how long that took.
+  double commit_pending_save();
+  // checkpoint.background: the snapshot, the writer started; else the whole save. Collective.
+  void save_in_train_loop(const std::string& root, std::int64_t steps_done);
 };
+
+double Trainer::Impl::commit_pending_save() {
+  const auto start = Clock::now();
+  std::unique_ptr<CheckpointSave> save = std::move(pending_save);
+  save->commit(setup);
+  return elapsed_ms(start);
+}
+
+void Trainer::Impl::save_in_train_loop(const std::string& root, std::int64_t steps_done) {
+  const auto start = Clock::now();
+  const std::int64_t previous = pending_save ? pending_save->steps_done() : -1;
+  const double waited_ms = pending_save ? commit_pending_save() : 0.0;
+  std::optional<FaultPlan> fire;
+  if (fault && fault->due(setup.world.rank(), steps_done, FaultPoint::kSave)) {
+    fire = *fault;
+    fault->fired = true;  // the copy fires, in the writer
+  }
+  const bool background = setup.config.checkpoint.background;
+  auto save = std::make_unique<CheckpointSave>(setup, model, tail, root, steps_done, background, fire);
+  if (background) pending_save = std::move(save);
+  else save->commit(setup);
+  const double pause = reduce_doubles(setup.world, {elapsed_ms(start)}, comm::ReduceOp::kMax)[0];
+  if (setup.reports()) {
+    const std::string waited =
+        previous < 0 ? std::string() : fmt::format(", {:.1f} ms of it committing step {}", waited_ms, previous);
+    log::info("checkpoint: step {}: the step loop paused {:.1f} ms{}{}", steps_done, pause, waited,
+              background ? "; its files are written in the background" : "");
+  }
+}
 
 Trainer::Impl::Impl(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend)
     : setup(std::move(config), world, backend),
@@ -310,6 +347,7 @@ std::string Trainer::checkpoint_root() const {
 }
 
 CheckpointSaveStats Trainer::save_checkpoint(const std::string& root, std::int64_t steps_done) {
+  if (impl_->pending_save) impl_->commit_pending_save();
   return train::save_checkpoint(impl_->setup, impl_->model, impl_->tail, root, steps_done);
 }
 
@@ -349,8 +387,12 @@ StepStats Trainer::step(std::int64_t step) {
   const StepTailResult tail = s.tail.finish();
 
   const double loss = s.global_mean_loss(outcome);
-  const auto peaks = reduce_doubles(s.setup.world, {static_cast<double>(s.setup.allocator->stats().peak_total)},
-                                    comm::ReduceOp::kMax);
+  // A background checkpoint's writers ride on this reduction: when none is still writing, it is committed now.
+  const bool writing = s.pending_save && s.pending_save->writing();
+  const auto peaks = reduce_doubles(
+      s.setup.world, {static_cast<double>(s.setup.allocator->stats().peak_total), writing ? 1.0 : 0.0},
+      comm::ReduceOp::kMax);
+  if (s.pending_save && peaks[1] == 0.0) s.commit_pending_save();
   StepStats stats;
   stats.step = step;
   stats.loss = loss;
@@ -455,10 +497,12 @@ TrainSummary Trainer::train(const TrainOptions& options) {
       const bool periodic = cfg.checkpoint.interval > 0 && (step + 1) % cfg.checkpoint.interval == 0;
       if (periodic || (last && cfg.checkpoint.save_final)) {
         if (progress) progress->interrupt();  // the checkpoint's log line gets a line of its own
-        save_checkpoint(checkpoints, step + 1);
+        impl.save_in_train_loop(checkpoints, step + 1);
       }
     }
+    if (impl.pending_save) impl.commit_pending_save();  // the run ends when its last checkpoint is committed
   } catch (const std::exception&) {
+    impl.pending_save.reset();  // joins its writer; an error it never reported is logged
     // A run that fails (diverges, loses its disk, a peer's error) still gets its page, of the steps it finished,
     // on world rank 0 (the only rank with a metrics writer). Ranks ended by the watchdog or the launcher get none.
     if (metrics && cfg.train.report) {

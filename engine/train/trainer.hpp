@@ -68,7 +68,8 @@ struct CheckpointSaveStats {
   std::string path;        // the committed step_NNNNNNN directory
   std::int64_t bytes = 0;  // all files of the checkpoint (every rank's shards and index.json)
   int files = 0;
-  double ms = 0;           // from the first write to the commit, as rank 0 sees it
+  double ms = 0;           // from the snapshot to the commit, as rank 0 sees it
+  double pause_ms = 0;     // how long the step loop waited for this save (train(); the slowest rank)
 };
 
 class Trainer {

@@ -128,6 +128,35 @@ TEST(CheckpointIndex, SizesAreBoundedBeforeAnyoneAllocates) {
             std::string::npos);
 }
 
+TEST(CheckpointIndex, ChunkAndHeaderChecksumsAreOptionalAndChecked) {
+  // Absent (older checkpoints): none recorded.
+  const CheckpointIndex old = parse_checkpoint_index(valid_index().dump(), "ck/index.json");
+  EXPECT_EQ(old.tensors.at("w").pieces[0].chunk_bytes, 0);
+  EXPECT_FALSE(old.files.at("rank_00000.safetensors").header_checksum.has_value());
+  // Present: 6 elements = 24 bytes in chunks of 10 need 3 checksums.
+  const auto chunked = [](json& j) {
+    j["files"]["rank_00000.safetensors"]["header_checksum"] = "fnv1a64:00000000000000ff";
+    j["tensors"]["w"]["pieces"][0]["chunk_bytes"] = 10;
+    j["tensors"]["w"]["pieces"][0]["chunks"] = {"0123456789abcdef", "0000000000000001", "fedcba9876543210"};
+  };
+  const CheckpointIndex index = parse_checkpoint_index(with(chunked).dump(), "ck/index.json");
+  EXPECT_EQ(index.files.at("rank_00000.safetensors").header_checksum, 0xffu);
+  EXPECT_EQ(index.tensors.at("w").pieces[0].chunks,
+            (std::vector<std::uint64_t>{0x0123456789abcdefull, 1, 0xfedcba9876543210ull}));
+  EXPECT_NE(error_of(with([&](json& j) { chunked(j); j["tensors"]["w"]["pieces"][0]["chunks"].erase(0); }))
+                .find("pieces[0].chunks: holds 2 checksums, but 24 bytes in chunks of 10 need 3"),
+            std::string::npos);
+  EXPECT_NE(error_of(with([&](json& j) { chunked(j); j["tensors"]["w"]["pieces"][0]["chunks"][1] = "xyz"; }))
+                .find("pieces[0].chunks[1]: expected 16 hex digits, got \"xyz\""),
+            std::string::npos);
+  EXPECT_NE(error_of(with([&](json& j) { chunked(j); j["tensors"]["w"]["pieces"][0]["chunk_bytes"] = 0; }))
+                .find("chunk_bytes: 0 is outside [1,"),
+            std::string::npos);
+  EXPECT_NE(error_of(with([&](json& j) { chunked(j); j["files"]["rank_00000.safetensors"]["header_checksum"] = "12"; }))
+                .find("header_checksum: expected fnv1a64:<16 hex digits>, got \"12\""),
+            std::string::npos);
+}
+
 TEST(CheckpointIndex, NamesFromTheIndexAreQuotedOnOneLine) {
   const std::string m = error_of(with([](json& j) { j["tensors"]["w\nx"] = j["tensors"]["w"]; j["tensors"]["w\nx"]["kind"] = 1; }));
   EXPECT_NE(m.find("tensors.w\\nx.kind: expected a string, got 1"), std::string::npos) << m;

@@ -164,6 +164,42 @@ TEST(Safetensors, FlippedHeaderByteIsRefused) {
   EXPECT_NE(msg.find("tensor w.a spans 60 bytes but shape [3,7] of F32 needs 84"), std::string::npos) << msg;
 }
 
+TEST(Safetensors, HeaderOnlyReadChecksTheHeaderAndItsChecksum) {
+  const fs::path dir = temp_dir("header");
+  const fs::path file = dir / "x.safetensors";
+  std::vector<float> v(1000);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = 0.5f + static_cast<float>(i);
+  const auto bytes = std::as_bytes(std::span(v));
+  const WrittenFile written = write_safetensors(file.string(), {{"v", "F32", {1000}, bytes}}, {}, 1000);
+  // Chunks of 1000 bytes over 4000: four, each the hash of its bytes.
+  ASSERT_EQ(written.chunk_checksums.size(), 1u);
+  ASSERT_EQ(written.chunk_checksums[0].size(), 4u);
+  EXPECT_EQ(written.chunk_checksums[0][2], fnv1a64(bytes.subspan(2000, 1000)));
+  EXPECT_EQ(written.checksum, file_checksum(file.string()));  // the whole-file checksum is unchanged by chunking
+
+  const SafetensorsFile head = read_safetensors_header(file.string(), written.header_checksum);
+  EXPECT_TRUE(head.data.empty());
+  EXPECT_EQ(head.data_offset + 4000, written.bytes);
+  EXPECT_EQ(head.record("v").end, 4000);
+  const auto raw = read_all(file);
+  EXPECT_EQ(written.header_checksum,
+            fnv1a64(std::as_bytes(std::span(raw.data(), static_cast<std::size_t>(head.data_offset)))));
+  // A flipped header byte: the checksum names the file before the JSON is parsed.
+  auto bad = raw;
+  bad[20] = static_cast<char>(bad[20] ^ 0x04);
+  write_all(file, bad);
+  std::string msg = error_of([&] { read_safetensors_header(file.string(), written.header_checksum); });
+  EXPECT_NE(msg.find(file.string() + ": checksum fnv1a64:"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("-byte header does not match"), std::string::npos) << msg;
+  // Truncated data: the header's offsets no longer fit the file's size.
+  bad = raw;
+  bad.resize(bad.size() - 4);
+  write_all(file, bad);
+  msg = error_of([&] { read_safetensors_header(file.string()); });
+  EXPECT_NE(msg.find("tensor v has data_offsets [0, 4000] outside the 3996-byte data section"), std::string::npos)
+      << msg;
+}
+
 TEST(Safetensors, OffsetsThatDoNotCoverTheDataAreRefused) {
   const fs::path dir = temp_dir("offsets");
   const fs::path file = dir / "x.safetensors";

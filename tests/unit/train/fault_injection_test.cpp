@@ -30,6 +30,9 @@ TEST(FaultInjection, ParsesTheForms) {
   EXPECT_EQ(stop.point, FaultPoint::kDpReduce);
   EXPECT_EQ(stop.action, FaultAction::kStop);
   EXPECT_EQ(parse_fault_plan("2:1:forward").action, FaultAction::kThrow);  // the default
+  const FaultPlan save = parse_fault_plan("1:8:save:kill");
+  EXPECT_EQ(save.point, FaultPoint::kSave);
+  EXPECT_EQ(save.step, 8);
 }
 
 TEST(FaultInjection, ErrorsNameTheVariableAndThePart) {

@@ -87,12 +87,13 @@ HfExportStats write_hf_checkpoint(const std::string& dir, const json& model,
   std::vector<Converted> tensors;
   tensors.reserve(maps.size());
   for (const TensorMap& m : maps) {
-    Converted c{&m, to_hf(m, tensor(m.cleave_name)), {}};
+    const std::vector<float> values = tensor(m.cleave_name);
     std::int64_t numel = 1;
     for (std::int64_t e : m.hf_shape) numel *= e;
-    CLEAVE_CHECK(static_cast<std::int64_t>(c.f32.size()) == numel,
+    CLEAVE_CHECK(static_cast<std::int64_t>(values.size()) == numel,
                  "export: tensor {} has {} elements, but the model section gives it shape {}", m.cleave_name,
-                 c.f32.size(), shape_text(m.cleave_shape));
+                 values.size(), shape_text(m.cleave_shape));
+    Converted c{&m, to_hf(m, values), {}};
     if (options.bf16) {
       c.bf16.reserve(c.f32.size());
       for (float v : c.f32) c.bf16.push_back(float_to_bf16(v));

@@ -95,6 +95,16 @@ config::RunConfig config_for_init(const std::string& config_path, const std::vec
   }
   json& model = root["model"];
   if (!model.is_object()) model = json::object();
+  // Another model type first: its keys would otherwise be reported as foreign to the weights' type.
+  std::string type = model.contains("type") && model.at("type").is_string() ? model.at("type").get<std::string>() : "";
+  for (const std::string& assignment : overrides) {
+    if (assignment.rfind("model.type=", 0) == 0) type = assignment.substr(11);
+  }
+  const std::string source_type = source.model.value("type", "gpt");
+  CLEAVE_CHECK(type.empty() || type == source_type,
+               "train --init-from: model.type is \"{}\" in {}, but the weights in {} are a {} model; remove model.type "
+               "(and the other model keys) from the config or start from {} weights",
+               type, config_path.empty() ? "the config" : config_path, source.model_origin, source_type, type);
   for (const auto& [key, value] : source.model.items()) {
     if (given.count(key) == 0) model[key] = value;
   }
@@ -148,7 +158,8 @@ void load_weights(RankSetup& s, RankModel& model, const WeightSource& source) {
   }
   layers::refresh_working_copies(params, s.context);
   if (s.reports()) {
-    log::info("init: {} parameters from {}; the optimizer state starts fresh at step 0", params.size(), source.origin);
+    log::info("init: parameters from {} ({} tensors on rank 0); the optimizer state starts fresh at step 0",
+              source.origin, params.size());
   }
 }
 

@@ -46,7 +46,7 @@ common=(--set train.steps=1 --set train.eval_batches=0 --set checkpoint.save_fin
   --set train.out_dir=pp2 > pp2.log 2>&1 || { cat pp2.log; fail "init pp2"; }
 "$cleave" train "${common[@]}" --set model.vocab_size=261 --set model.d_model=16 --set model.n_heads=4 \
   --set model.seq_len=12 --set model.d_ff=24 --set train.out_dir=fresh > fresh.log 2>&1 || { cat fresh.log; fail "fresh"; }
-grep -q "init: .* from Hugging Face GPT2LMHeadModel in hf; the optimizer state starts fresh" one.log || { cat one.log; fail "no init line"; }
+grep -q "init: parameters from Hugging Face GPT2LMHeadModel in hf (.*); the optimizer state starts fresh" one.log || { cat one.log; fail "no init line"; }
 python3 - "$(loss one)" "$(loss tp2)" "$(loss pp2)" "$(loss fresh)" <<'PY' || fail "losses"
 import sys
 one, tp2, pp2, fresh = map(float, sys.argv[1:])
@@ -81,6 +81,8 @@ refuse "disagreeing model key" "model.d_model is 32 in disagree.json, but 16 in 
   "$cleave" train disagree.json --init-from hf --set train.out_dir=run6
 refuse "disagreeing --set" "model.n_layers is 3" run7 -- \
   "$cleave" train --init-from hf --set model.n_layers=3 --set train.out_dir=run7
+refuse "another model type" 'model.type is "mlp" in the config, but the weights in hf/config.json are a gpt model' run9 -- \
+  "$cleave" train --init-from hf --set model.type=mlp --set train.out_dir=run9
 refuse "resume of weights only" "holds weights only" run8 -- \
   "$cleave" train --resume ck --set train.out_dir=run8 --set model.vocab_size=261 --set model.d_model=16 \
   --set model.n_heads=4 --set model.seq_len=12 --set model.d_ff=24

@@ -16,12 +16,14 @@ std::shared_ptr<Param> make_token_table(const std::string& prefix, std::int64_t 
 Embedding::Embedding(std::string prefix, std::int64_t vocab_size, std::int64_t seq_len, std::int64_t dim,
                      const ParamInit& init)
     : prefix_(std::move(prefix)), vocab_(vocab_size), seq_len_(seq_len), dim_(dim) {
-  CLEAVE_CHECK(vocab_size > 0 && seq_len > 0 && dim > 0,
-               "embedding {}: vocab_size ({}), seq_len ({}) and dim ({}) must be > 0", prefix_, vocab_size, seq_len,
+  CLEAVE_CHECK(vocab_size > 0 && seq_len >= 0 && dim > 0,
+               "embedding {}: vocab_size ({}), seq_len ({}) and dim ({}) must be > 0 (seq_len 0: no position table)", prefix_, vocab_size, seq_len,
                dim);
   token_ = make_token_table(prefix_, vocab_size, dim, init);
-  position_ = make_param(prefix_ + ".position", Shape{seq_len, dim}, false, init.alloc());
-  init_normal(*position_, init.seed, 0.02f);
+  if (seq_len > 0) {  // else positions come from elsewhere (llama: rotary embeddings in the attention)
+    position_ = make_param(prefix_ + ".position", Shape{seq_len, dim}, false, init.alloc());
+    init_normal(*position_, init.seed, 0.02f);
+  }
 }
 
 Tensor Embedding::forward(const Tensor& ids, Stash& stash, Context& ctx) {
@@ -29,11 +31,11 @@ Tensor Embedding::forward(const Tensor& ids, Stash& stash, Context& ctx) {
   check_input(ctx, ids, DType::kI32, -1, 2, who);
   CLEAVE_CHECK(ids.rank() == 2, "{}: expected token ids [batch, seq], got {}", who, ids.shape().str());
   const std::int64_t b = ids.dim(0), t = ids.dim(1);
-  CLEAVE_CHECK(t <= seq_len_, "{}: sequence of {} tokens exceeds the {} learned positions (model.seq_len)", who, t,
+  CLEAVE_CHECK(!position_ || t <= seq_len_, "{}: sequence of {} tokens exceeds the {} learned positions (model.seq_len)", who, t,
                seq_len_);
   Tensor y = new_activation(ctx, Shape{b, t, dim_});
   ops::embedding_forward(ctx, ids, token_->compute(), y, {0, vocab_, vocab_});
-  ops::position_embedding_forward(ctx, y, position_->compute());
+  if (position_) ops::position_embedding_forward(ctx, y, position_->compute());
   stash.tensors = {ids};
   return y;
 }
@@ -52,7 +54,7 @@ void Embedding::backward_weight(Stash& stash, Context& ctx) {
   const Tensor& ids = stash_at(stash, 0, "embedding " + prefix_);
   const Tensor& dy = stash_at(stash, 1, "embedding " + prefix_);
   ops::embedding_backward(ctx, ids, dy, token_->grad, {0, vocab_, vocab_});
-  ops::position_embedding_backward(ctx, dy.view(Shape{ids.dim(0), ids.dim(1), dim_}), position_->grad);
+  if (position_) ops::position_embedding_backward(ctx, dy.view(Shape{ids.dim(0), ids.dim(1), dim_}), position_->grad);
   stash.clear();
 }
 

@@ -1,5 +1,5 @@
 // Embedding: token table "<prefix>.token" [vocab, dim] plus learned positions "<prefix>.position"
-// [seq_len, dim]; ids i32 [B, T] (T <= seq_len) -> [B, T, dim]. Both tables normal(0, 0.02) (GPT-2);
+// [seq_len, dim] (none when seq_len is 0: llama); ids i32 [B, T] (T <= seq_len) -> [B, T, dim]. Both tables normal(0, 0.02) (GPT-2);
 // the position table is not weight-decayed.
 //
 // The ids have no gradient: backward_input returns an undefined Tensor and keeps dy. Stash after forward:
@@ -24,10 +24,13 @@ class Embedding final : public Layer {
   Tensor forward(const Tensor& ids, Stash& stash, Context& ctx) override;
   Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override;
   void backward_weight(Stash& stash, Context& ctx) override;
-  std::vector<std::shared_ptr<Param>> params() const override { return {token_, position_}; }
+  std::vector<std::shared_ptr<Param>> params() const override {
+    if (!position_) return {token_};
+    return {token_, position_};
+  }
 
   const std::shared_ptr<Param>& token_table() const { return token_; }
-  const std::shared_ptr<Param>& position_table() const { return position_; }
+  const std::shared_ptr<Param>& position_table() const { return position_; }  // null when seq_len is 0
 
  private:
   std::string prefix_;

@@ -74,6 +74,38 @@ BlockWork transformer(const BlockSpec& blk, D b, int tp, D micro, Recompute reco
   return w;
 }
 
+// Llama block: RMSNorms, separate q/k/v projections (k, v of Hkv heads), rope + packing, attention over the
+// packed q|k|v (kv heads repeated), o; gate and up, SwiGLU, down. No biases.
+BlockWork llama(const BlockSpec& blk, D b, int tp, D micro, Recompute recompute) {
+  const D t = static_cast<D>(blk.seq_len), d = static_cast<D>(blk.in_features), f = static_cast<D>(blk.d_ff);
+  const D heads = static_cast<D>(blk.n_heads / tp), dh = d / static_cast<D>(blk.n_heads);
+  const D kv = static_cast<D>(blk.n_kv_heads) * dh;  // k and v width
+  const D rows = micro * t, p = tp;
+  BlockWork w;
+  layernorm(w, rows * d, b);  // RMSNorm streams like a LayerNorm
+  linear(w, rows, d, d / p, false, b);
+  linear(w, rows, d, kv / p, false, b);
+  linear(w, rows, d, kv / p, false, b);
+  const D packed = rows * 3 * d / p;  // rope: reads q, k, v, writes qkv; backward the reverse
+  w.forward.stream_bytes += (rows * (d + 2 * kv) / p + packed) * b;
+  w.input_grad.stream_bytes += (rows * (d + 2 * kv) / p + packed) * b;
+  const PassWork core_forward = attention_forward(micro * heads, t, dh, b);
+  w.forward += core_forward;
+  w.input_grad += attention_backward(micro * heads, t, dh, b);
+  linear(w, rows, d / p, d, false, b);
+  residual(w, rows * d, b);
+  layernorm(w, rows * d, b);
+  linear(w, rows, d, f / p, false, b);
+  linear(w, rows, d, f / p, false, b);
+  w.forward.stream_bytes += 3 * rows * f / p * b;     // swiglu: reads gate, up, writes h
+  w.input_grad.stream_bytes += 5 * rows * f / p * b;  // reads gate, up, dh, writes dgate, dup
+  linear(w, rows, f / p, d, false, b);
+  residual(w, rows * d, b);
+  if (recompute == Recompute::kSelective) w.input_grad += core_forward;
+  if (recompute == Recompute::kFull) w.input_grad += w.forward;
+  return w;
+}
+
 }  // namespace
 
 double PassWork::gemm_flops() const {
@@ -94,13 +126,16 @@ BlockWork block_work(const BlockSpec& block, DType dtype, Recompute recompute, i
   BlockWork w;
   switch (block.kind) {
     case BlockKind::kTransformerBlock: return transformer(block, b, tp, micro, recompute);
+    case BlockKind::kLlamaBlock: return llama(block, b, tp, micro, recompute);
     case BlockKind::kEmbedding: {
-      const D n = micro * static_cast<D>(block.seq_len * block.out_features);
-      w.forward.stream_bytes = 3 * n * b;      // token rows + positions read, sum written
-      w.weight_grad.stream_bytes = 3 * n * b;  // dy read, scatter-added into the two tables
+      const D n = micro * static_cast<D>(block.input.numel() * block.out_features);
+      const D tables = block.seq_len > 0 ? 3 : 2;  // with learned positions: two tables read / scattered into
+      w.forward.stream_bytes = tables * n * b;
+      w.weight_grad.stream_bytes = tables * n * b;
       return w;
     }
-    case BlockKind::kLayerNorm: layernorm(w, micro * static_cast<D>(block.input.numel()), b); return w;
+    case BlockKind::kLayerNorm:
+    case BlockKind::kRmsNorm: layernorm(w, micro * static_cast<D>(block.input.numel()), b); return w;
     case BlockKind::kLmHead: {
       const D rows = micro * static_cast<D>(block.input.rows());
       linear(w, rows, static_cast<D>(block.in_features), static_cast<D>(block.out_features / tp), false, b);

@@ -104,18 +104,69 @@ Parts transformer(const BlockSpec& b) {
   return p;
 }
 
+// Stashes x and rstd.
+Parts rmsnorm(std::int64_t rows, std::int64_t cols) {
+  const double n = static_cast<double>(rows * cols);
+  Parts p;
+  p.fwd = 4 * n;
+  p.in = 6 * n;
+  p.wt = 3 * n;
+  p.params = cols;
+  p.act_float = rows * cols;
+  p.act_fixed = rows * kStatBytes;
+  return p;
+}
+
+// Llama block: q, k, v share their input (stashed once), rope packs q|k|v into [T, 3D] (kv heads repeated),
+// the attention core stashes that and the probabilities; gate and up share their input; SwiGLU stashes gate
+// and up outputs, down its input h.
+Parts llama(const BlockSpec& b) {
+  const std::int64_t t = b.seq_len, d = b.in_features, f = b.d_ff, h = b.n_heads;
+  CLEAVE_ASSERT(t > 0 && d > 0 && f > 0 && h > 0 && b.n_kv_heads > 0, "llama block {} has unset sizes", b.name);
+  const std::int64_t kv = b.n_kv_heads * (d / h);
+  Parts p = rmsnorm(t, d);
+  p += linear(t, d, d, false);
+  Parts kv_proj = linear(t, d, kv, false);
+  kv_proj.act_float = 0;  // the input q stashed
+  p += kv_proj;
+  p += kv_proj;
+  Parts rope;
+  rope.fwd = 6.0 * static_cast<double>(t * d);  // rotate q and the packed k: 3 per element
+  rope.in = 6.0 * static_cast<double>(t * d) + 2.0 * static_cast<double>(t * d);  // + sums over shared heads
+  p += rope;
+  p += attention(t, d, h);
+  p += linear(t, d, d, false);
+  p += residual_add(t * d);
+  p += rmsnorm(t, d);
+  p += linear(t, d, f, false);
+  Parts up = linear(t, d, f, false);
+  up.act_float = 0;  // the input gate stashed
+  p += up;
+  Parts swiglu;
+  swiglu.fwd = 5.0 * static_cast<double>(t * f);
+  swiglu.in = 10.0 * static_cast<double>(t * f);
+  swiglu.act_float = 2 * t * f;
+  p += swiglu;
+  p += linear(t, f, d, false);
+  p += residual_add(t * d);
+  return p;
+}
+
 Parts parts_of(const BlockSpec& b) {
   switch (b.kind) {
     case BlockKind::kEmbedding: {
-      const std::int64_t t = b.seq_len, d = b.out_features;
+      // Tokens from the input shape; learned positions only when seq_len > 0 (gpt; llama has none).
+      const std::int64_t t = b.input.numel(), d = b.out_features, positions = b.seq_len;
       Parts p;
-      p.fwd = static_cast<double>(t * d);
-      p.wt = 2.0 * static_cast<double>(t * d);
-      p.params = b.vocab_size * d + t * d;
+      p.fwd = positions > 0 ? static_cast<double>(t * d) : 0.0;
+      p.wt = (positions > 0 ? 2.0 : 1.0) * static_cast<double>(t * d);
+      p.params = b.vocab_size * d + positions * d;
       p.act_fixed = t * kStatBytes;
       return p;
     }
     case BlockKind::kTransformerBlock: return transformer(b);
+    case BlockKind::kLlamaBlock: return llama(b);
+    case BlockKind::kRmsNorm: return rmsnorm(b.input.rows(), b.input.last());
     case BlockKind::kLayerNorm: return layernorm(b.input.rows(), b.input.last());
     case BlockKind::kLmHead: return linear(b.input.rows(), b.in_features, b.out_features, false);
     case BlockKind::kLinear: return linear(b.input.numel() / b.in_features, b.in_features, b.out_features, true);
@@ -166,6 +217,19 @@ std::int64_t backward_extra(const BlockSpec& block, const BlockCost& cost, Recom
     if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - t * d * b;  // input kept, shared
     return extra;
   }
+  if (block.kind == BlockKind::kLlamaBlock) {
+    // mlp: dy, dh, dgate, dup during swiglu_backward, then dy, dgate, dup and the two input gradients of gate
+    // and up; attention: dy, dx1, dout, dqkv during the core's backward, then dy, dx1, dq, dk, dv and the
+    // three input gradients of q, k, v (summed into the first).
+    const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff;
+    const std::int64_t kv = block.n_kv_heads * (d / block.n_heads);
+    const std::int64_t mlp = std::max(t * d + 3 * t * f / tp, 3 * t * d + 2 * t * f / tp) * b;
+    std::int64_t attention = std::max(2 * t * d + 4 * t * d / tp, 4 * t * d + (t * d + 2 * t * kv) / tp) * b;
+    if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;  // the probabilities
+    std::int64_t extra = std::max(mlp, attention);
+    if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - t * d * b;  // input kept, shared
+    return extra;
+  }
   // Any other block: dy and the input gradient it returns (none for token ids).
   const bool float_input = block.kind != BlockKind::kEmbedding;
   std::int64_t input = float_input ? block.input.numel() * b : 0;
@@ -194,6 +258,15 @@ BlockCost block_cost(const BlockSpec& block, DType dtype, Recompute recompute, i
       cost.weight_stash_bytes = t * (12 * d + 2 * f) * b + 4 * t * kStatBytes;
       break;
     }
+    case BlockKind::kLlamaBlock: {
+      // attn_norm (x, dy), q (x, dq), k (dk), v (dv) sharing q's x, o (x, dy), mlp_norm (x, dy), gate (x, dgate),
+      // up (dup) sharing gate's x, down (h, dy); two rstd.
+      const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff;
+      const std::int64_t kv = block.n_kv_heads * (d / block.n_heads);
+      cost.weight_stash_bytes = t * (10 * d + 3 * f + 2 * kv) * b + 2 * t * kStatBytes;
+      break;
+    }
+    case BlockKind::kRmsNorm:
     case BlockKind::kEmbedding:
     case BlockKind::kLayerNorm:
     case BlockKind::kLmHead:
@@ -203,7 +276,8 @@ BlockCost block_cost(const BlockSpec& block, DType dtype, Recompute recompute, i
       break;
     default: break;  // no weights: backward_input frees everything
   }
-  if (block.kind == BlockKind::kTransformerBlock && recompute != Recompute::kNone) {
+  const bool transformer_like = block.kind == BlockKind::kTransformerBlock || block.kind == BlockKind::kLlamaBlock;
+  if (transformer_like && recompute != Recompute::kNone) {
     const std::int64_t t = block.seq_len, d = block.in_features, h = block.n_heads;
     if (recompute == Recompute::kSelective) {
       const Parts core = attention(t, d, h);
@@ -224,6 +298,24 @@ BlockCost block_cost(const BlockSpec& block, DType dtype, Recompute recompute, i
         const std::int64_t plain = (4 * t * d + (3 * t * d + t * d + 2 * t * f) / tp + (h / tp) * t * t) * b +
                                    4 * t * kStatBytes;
         cost.weight_stash_bytes = (8 * t * d + (4 * t * d + 2 * t * f) / tp) * b + 4 * t * kStatBytes;
+        if (recompute == Recompute::kSelective) {
+          cost.recompute_transient_bytes = (h / tp) * t * t * b;
+          cost.activation_bytes = plain - cost.recompute_transient_bytes;
+        } else if (recompute == Recompute::kFull) {
+          cost.recompute_transient_bytes = plain;
+          cost.activation_bytes = t * d * b;
+        } else {
+          cost.activation_bytes = plain;
+        }
+        break;
+      }
+      case BlockKind::kLlamaBlock: {
+        // Replicated: x, attn_norm's output, x1, mlp_norm's output; sharded: qkv, probabilities, attention output,
+        // gate, up, h.
+        const std::int64_t kv = block.n_kv_heads * (d / h);
+        const std::int64_t plain = (4 * t * d + (3 * t * d + t * d + 3 * t * f) / tp + (h / tp) * t * t) * b +
+                                   2 * t * kStatBytes;
+        cost.weight_stash_bytes = (8 * t * d + (2 * t * d + 2 * t * kv + 3 * t * f) / tp) * b + 2 * t * kStatBytes;
         if (recompute == Recompute::kSelective) {
           cost.recompute_transient_bytes = (h / tp) * t * t * b;
           cost.activation_bytes = plain - cost.recompute_transient_bytes;

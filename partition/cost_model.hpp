@@ -30,6 +30,12 @@
 //                   activation (8TD + 2TF + H·T²)·b + 4T·4: ln1 input, ln1 output, qkv [T,3D], attention
 //                   probabilities [H,T,T], attention output, ln2 input, ln2 output, fc output [T,F],
 //                   gelu output [T,F], and mean + rstd of both norms
+//  llama block      (Hkv·hd = K) forward 4TD² + 4TDK + 6TDF + 4T²D GEMM; params 2D² + 2DK + 3DF + 2D;
+//                   activation (8TD + 3TF + H·T²)·b + 2T·4: attn_norm input and output (q, k, v share it),
+//                   packed rope'd qkv [T,3D] (kv heads repeated), probabilities, attention output, mlp_norm
+//                   input and output (gate and up share it), gate and up outputs, h [T,F], two rstd.
+//                   RMSNorm 4 forward, 6 input-grad, 3 weight-grad per element; rope 6 / 8; SwiGLU 5 / 10.
+//                   The embedding of a llama has no position table (seq_len 0 in its BlockSpec).
 //  final layernorm  params 2D; activation T·D·b + 2T·4
 //  lm head          2TDV each for forward / input_grad / weight_grad; params V·D (the tied table too: the
 //                   head owns or shares it; use unique_param_count() for a range); activation T·D·b
@@ -42,7 +48,7 @@
 //  maxpool          activation C·H'·W'·4 (argmax)
 //  flatten          zero (a view)
 //
-// Activation recomputation (train.recompute) changes only transformer blocks:
+// Activation recomputation (train.recompute) changes only transformer and llama blocks (the same rules):
 //  selective  the attention probabilities [H, T, T] are not kept; backward_input reruns the attention core
 //             (Q·Kᵀ, softmax, P·V: 4T²D + 5HT² FLOPs) to rebuild them. activation −H·T²·b; transient H·T²·b.
 //  full       only the block's input [T, D] is kept; backward_input reruns the whole block's forward first.

@@ -3,6 +3,7 @@
 // Invariants: every block's input shape equals the previous block's output shape; every size is > 0;
 // each bad size is refused with a ConfigKeyError ("model.<key>: ...") that names the numbers. These checks
 // are the only copy of the model's rules: the config layer runs them too (engine/config/config.cpp).
+// llama uses gpt's block names ("embed", "blocks.<i>", "final_norm", "head", "loss").
 // Block names follow PyTorch habits so parameter names line up with a reference model: gpt uses "embed",
 // "blocks.<i>", "final_norm", "head", "loss"; mlp and cnn number their blocks like nn.Sequential
 // ("layers.0" linear, "layers.1" relu, ...), so the weights are "layers.0.weight", "layers.2.weight", ...
@@ -27,6 +28,8 @@ std::string_view block_kind_name(BlockKind kind) {
     case BlockKind::kMaxPool: return "maxpool";
     case BlockKind::kFlatten: return "flatten";
     case BlockKind::kSoftmaxCrossEntropy: return "softmax_cross_entropy";
+    case BlockKind::kLlamaBlock: return "llama_block";
+    case BlockKind::kRmsNorm: return "rmsnorm";
   }
   CLEAVE_ASSERT(false, "unknown BlockKind {}", static_cast<int>(kind));
 }
@@ -92,6 +95,92 @@ ModelSpec make_gpt_spec(const GptConfig& config) {
   }
 
   spec.blocks.push_back(make_block(BlockKind::kLayerNorm, "final_norm", Shape{t, d}, Shape{t, d}, d, d));
+
+  BlockSpec head = make_block(BlockKind::kLmHead, "head", Shape{t, d}, Shape{t, v}, d, v);
+  head.vocab_size = v;
+  head.tied = config.tie_embeddings;
+  spec.blocks.push_back(head);
+
+  BlockSpec loss = make_loss_block(Shape{t, v}, v);
+  loss.vocab_size = v;
+  spec.blocks.push_back(loss);
+  if (config.tie_embeddings) spec.tied_parameters = {spec.blocks.front().name + ".token"};
+  return spec;
+}
+
+std::int64_t llama_ffn_hidden_size(std::int64_t d_model) {
+  const std::int64_t two_thirds = 2 * (4 * d_model) / 3;
+  return (two_thirds + 63) / 64 * 64;
+}
+
+LlamaConfig llama_defaults(LlamaConfig config) {
+  if (config.n_kv_heads == 0) config.n_kv_heads = config.n_heads;
+  if (config.ffn_hidden_size == 0) config.ffn_hidden_size = llama_ffn_hidden_size(config.d_model);
+  return config;
+}
+
+ModelSpec::TokenSizes ModelSpec::token_sizes() const {
+  if (type == ModelType::kLlama) {
+    return {llama.vocab_size, llama.d_model,         llama.n_layers,      llama.n_heads,
+            llama.seq_len,    llama.ffn_hidden_size, llama.tie_embeddings};
+  }
+  CLEAVE_ASSERT(type == ModelType::kGpt, "token_sizes of a {} model", enum_name(type));
+  return {gpt.vocab_size, gpt.d_model, gpt.n_layers, gpt.n_heads, gpt.seq_len, gpt.d_ff, gpt.tie_embeddings};
+}
+
+ModelSpec make_llama_spec(const LlamaConfig& given) {
+  check_positive(given.vocab_size, "vocab_size");
+  check_positive(given.d_model, "d_model");
+  check_positive(given.n_layers, "n_layers");
+  check_positive(given.n_heads, "n_heads");
+  check_positive(given.seq_len, "seq_len");
+  CLEAVE_CHECK_KEY(given.n_kv_heads >= 0, "model.n_kv_heads", "must be > 0 (absent means model.n_heads), got {}",
+                   given.n_kv_heads);
+  CLEAVE_CHECK_KEY(given.ffn_hidden_size >= 0, "model.ffn_hidden_size",
+                   "must be > 0 (absent means Llama's rule from d_model), got {}", given.ffn_hidden_size);
+  const LlamaConfig config = llama_defaults(given);
+  CLEAVE_CHECK_KEY(config.d_model % config.n_heads == 0, "model.d_model",
+                   "{} is not divisible by model.n_heads {} (head size would be {:.3g}): each head gets d_model / "
+                   "n_heads columns",
+                   config.d_model, config.n_heads,
+                   static_cast<double>(config.d_model) / static_cast<double>(config.n_heads));
+  CLEAVE_CHECK_KEY((config.d_model / config.n_heads) % 2 == 0, "model.d_model",
+                   "{} / model.n_heads {} gives head size {}, which must be even: rotary embeddings rotate pairs of "
+                   "columns; change d_model or n_heads",
+                   config.d_model, config.n_heads, config.d_model / config.n_heads);
+  CLEAVE_CHECK_KEY(config.n_heads % config.n_kv_heads == 0, "model.n_kv_heads",
+                   "{} does not divide model.n_heads {}: each key/value head serves a whole group of query heads; "
+                   "use a divisor of n_heads",
+                   config.n_kv_heads, config.n_heads);
+  CLEAVE_CHECK_KEY(config.rope_theta > 0.0, "model.rope_theta", "must be > 0, got {}", config.rope_theta);
+  CLEAVE_CHECK_KEY(config.norm_eps > 0.0, "model.norm_eps", "must be > 0, got {}", config.norm_eps);
+
+  ModelSpec spec;
+  spec.type = ModelType::kLlama;
+  spec.llama = config;
+  const std::int64_t t = config.seq_len, d = config.d_model, v = config.vocab_size;
+
+  BlockSpec embed = make_block(BlockKind::kEmbedding, "embed", Shape{t}, Shape{t, d}, 0, d);
+  embed.input_dtype = DType::kI32;
+  embed.vocab_size = v;
+  embed.seq_len = 0;  // no learned positions: rotary embeddings inside the attention
+  spec.blocks.push_back(embed);
+
+  for (std::int64_t i = 0; i < config.n_layers; ++i) {
+    BlockSpec block =
+        make_block(BlockKind::kLlamaBlock, fmt::format("blocks.{}", i), Shape{t, d}, Shape{t, d}, d, d);
+    block.seq_len = t;
+    block.n_heads = config.n_heads;
+    block.n_kv_heads = config.n_kv_heads;
+    block.d_ff = config.ffn_hidden_size;
+    block.rope_theta = config.rope_theta;
+    block.norm_eps = config.norm_eps;
+    spec.blocks.push_back(block);
+  }
+
+  BlockSpec norm = make_block(BlockKind::kRmsNorm, "final_norm", Shape{t, d}, Shape{t, d}, d, d);
+  norm.norm_eps = config.norm_eps;
+  spec.blocks.push_back(norm);
 
   BlockSpec head = make_block(BlockKind::kLmHead, "head", Shape{t, d}, Shape{t, v}, d, v);
   head.vocab_size = v;

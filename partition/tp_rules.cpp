@@ -48,11 +48,35 @@ void check_tp_d_ff(std::int64_t d_ff, int tp_size, std::int64_t n_heads) {
                    tp_size, allowed_list(n_heads, d_ff));
 }
 
+namespace {
+
+// Llama: every tp rank holds whole query heads, whole key/value heads and an equal share of the SwiGLU width.
+void check_llama_tensor_parallel(const LlamaConfig& m, int tp_size) {
+  const std::int64_t g = std::gcd(std::gcd(m.n_heads, m.n_kv_heads), m.ffn_hidden_size);
+  const std::string allowed = allowed_list(g, g);
+  const auto rule = [&](std::int64_t value, const char* key, const char* what) {
+    CLEAVE_CHECK_KEY(value % tp_size == 0, key,
+                     "{} is not divisible by {} {}: each tp rank needs {}; use tp in {} (divisors of n_heads, "
+                     "n_kv_heads and ffn_hidden_size)",
+                     value, kTpKey, tp_size, what, allowed);
+  };
+  rule(m.n_heads, "model.n_heads", "whole query heads");
+  rule(m.n_kv_heads, "model.n_kv_heads", "whole key/value heads");
+  rule(m.ffn_hidden_size, "model.ffn_hidden_size", "an equal share of the SwiGLU columns");
+}
+
+}  // namespace
+
 void check_tensor_parallel(const ModelSpec& spec, int tp_size) {
   check_tp_size(tp_size);
   if (tp_size == 1) return;
+  if (spec.type == ModelType::kLlama) {
+    check_llama_tensor_parallel(spec.llama, tp_size);
+    return;
+  }
   CLEAVE_CHECK_KEY(spec.type == ModelType::kGpt, kTpKey,
-                   "{} needs a gpt model: tensor parallelism supports model.type gpt only (got model.type {}); use 1",
+                   "{} needs a gpt or llama model: tensor parallelism supports model.type gpt and llama only (got "
+                   "model.type {}); use 1",
                    tp_size, spec.type);
   check_tp_heads(spec.gpt.n_heads, tp_size, spec.gpt.d_ff);
   check_tp_d_ff(spec.gpt.d_ff, tp_size, spec.gpt.n_heads);

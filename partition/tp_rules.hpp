@@ -5,8 +5,9 @@
 // fault, the numbers and the sizes that work:
 //   model.n_heads: 6 is not divisible by parallel.tensor_model_parallel_size 4: ...; use tp in {1, 2, 3, 6}
 //
-// Rules: only model.type gpt can be split; every tp rank needs whole attention heads (tp divides n_heads,
-// so tp <= n_heads) and an equal share of the MLP width (tp divides d_ff). The vocabulary needs nothing:
+// Rules: only model.type gpt and llama can be split; every tp rank needs whole attention heads (tp divides
+// n_heads, so tp <= n_heads; llama: n_kv_heads too) and an equal share of the MLP width (tp divides d_ff;
+// llama: ffn_hidden_size). The vocabulary needs nothing:
 // it is padded up to a multiple of tp (ShardSpec padding) and the padding is excluded from the loss.
 #pragma once
 
@@ -28,7 +29,7 @@ std::vector<std::int64_t> allowed_tp_sizes(std::int64_t n_heads, std::int64_t d_
 void check_tp_heads(std::int64_t n_heads, int tp_size, std::int64_t d_ff = 0);
 void check_tp_d_ff(std::int64_t d_ff, int tp_size, std::int64_t n_heads = 0);
 
-// The whole model: tp_size >= 1; tp_size > 1 needs model.type gpt and the two rules above.
+// The whole model: tp_size >= 1; tp_size > 1 needs model.type gpt or llama and the rules above.
 void check_tensor_parallel(const ModelSpec& spec, int tp_size);
 
 // Per-sample (no batch dimension) shapes of the tensors one tp rank's layer for `block` consumes and

@@ -102,11 +102,12 @@ int run_generate(int argc, char** argv) {
       {"train", {{"steps", std::max<std::int64_t>(1, index.at("step").get<std::int64_t>())}, {"eval_batches", 0}}},
       {"data", {{"type", "synthetic"}}}};
   const config::RunConfig config = config::parse_config(run.dump(), "checkpoint " + dir);
-  CLEAVE_CHECK(config.model.type == config::ModelType::kGpt && config.model.gpt.vocab_size >= 256,
-               "generate: checkpoint {} holds a {} model{}; generation needs a byte-level gpt (vocab_size >= 256)",
+  const bool language = partition::is_language_model(config.model.type);
+  CLEAVE_CHECK(language && config::token_vocab_size(config.model) >= 256,
+               "generate: checkpoint {} holds a {} model{}; generation needs a byte-level gpt or llama (vocab_size >= 256)",
                dir, config.model.type,
-               config.model.type == config::ModelType::kGpt ? fmt::format(" with vocab_size {}", config.model.gpt.vocab_size) : "");
-  const std::int64_t seq_len = config.model.gpt.seq_len;
+               language ? fmt::format(" with vocab_size {}", config::token_vocab_size(config.model)) : "");
+  const std::int64_t seq_len = config::token_seq_len(config.model);
 
   CommandRuntime runtime(&argc, &argv);
   CLEAVE_CHECK(runtime.world_size() == 1, "generate: runs on one rank (launched with {})", runtime.world_size());
@@ -133,12 +134,12 @@ int run_generate(int argc, char** argv) {
   }
   // A vocabulary of exactly 256 is bytes; a larger one is a tokenizer's whose tokens cleave cannot turn into
   // text yet, so the ids themselves are printed (never a '?' per token that looks like text).
-  const bool bytes = config.model.gpt.vocab_size == 256;
+  const bool bytes = config::token_vocab_size(config.model) == 256;
   if (!bytes) {
     log::warn("generate: model.vocab_size is {}, not 256: the checkpoint's tokens are not bytes and cleave has no "
               "tokenizer to decode them, so the prompt's bytes are fed as token ids 0-255 and the output is the "
               "token ids (prompt and continuation), space-separated",
-              config.model.gpt.vocab_size);
+              config::token_vocab_size(config.model));
   }
   std::mt19937_64 rng(seed);
   for (std::int64_t t = 0; t < tokens; ++t) {

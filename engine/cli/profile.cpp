@@ -126,15 +126,17 @@ int run_profile(int argc, char** argv) {
     if (args.given("--tp")) {
       request.tp_widths.clear();
       for (auto t : args.counts("--tp")) request.tp_widths.push_back(static_cast<int>(t));
-    } else if (spec.type == partition::ModelType::kGpt) {
-      const auto& g = spec.gpt;
+    } else if (partition::is_language_model(spec.type)) {
+      const auto g = spec.token_sizes();
       request.tp_widths.clear();
       for (auto t : partition::allowed_tp_sizes(g.n_heads, g.d_ff > 0 ? g.d_ff : 4 * g.d_model)) {
         if (plan_world % t == 0) request.tp_widths.push_back(static_cast<int>(t));
       }
     }
     for (int t : request.tp_widths) {
-      CLEAVE_CHECK(t == 1 || spec.type == partition::ModelType::kGpt, "profile: --tp {}: only a gpt splits over tensor-parallel ranks", t);
+      CLEAVE_CHECK(t == 1 || partition::is_language_model(spec.type),
+                   "profile: --tp {}: only a gpt or llama splits over tensor-parallel ranks", t);
+      if (t > 1) partition::check_tensor_parallel(spec, t);
       if (spec.type == partition::ModelType::kGpt) {
         const auto& g = spec.gpt;
         const auto allowed = partition::allowed_tp_sizes(g.n_heads, g.d_ff > 0 ? g.d_ff : 4 * g.d_model);
@@ -170,8 +172,8 @@ int run_profile(int argc, char** argv) {
     planner::HardwareProfile profile;
     // GEMM and memory rates (used only where the tables do not reach), measured by rank 0 while the others wait.
     if (root) {
-      const auto& g = spec.gpt;
-      profile = spec.type == partition::ModelType::kGpt ? planner::calibrate_this_machine(comm.size(), 4 * g.seq_len,
+      const auto g = partition::is_language_model(spec.type) ? spec.token_sizes() : partition::ModelSpec::TokenSizes{};
+      profile = partition::is_language_model(spec.type) ? planner::calibrate_this_machine(comm.size(), 4 * g.seq_len,
                                                                      g.d_ff > 0 ? g.d_ff : 4 * g.d_model, g.d_model)
                                    : planner::calibrate_this_machine(comm.size(), 256, 256, 256);
     }

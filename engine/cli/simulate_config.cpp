@@ -67,7 +67,7 @@ int run_simulate_config(int argc, char** argv) {
   planner::PlanDetails details;
   const planner::PlanEstimate e = planner::estimate_plan(config_path, overrides, choice, profile, options, &details);
   CLEAVE_CHECK(e.valid, "simulate --config: {}", e.reason);
-  const std::string unit = base.model.type == config::ModelType::kGpt ? "tok" : "samples";
+  const std::string unit = partition::is_language_model(base.model.type) ? "tok" : "samples";
   const pipeline::TraceOptions trace_options{
       fmt::format("{} {} micro {} recompute {}: simulated with {}", choice.layout(), choice.schedule, choice.micro_batch,
                   choice.recompute, profile.name),

@@ -69,7 +69,8 @@ const std::map<std::string, std::vector<std::string>>& model_keys() {
       return out;
     };
     return std::map<std::string, std::vector<std::string>>{
-        {"gpt", names(kGptFields)}, {"mlp", names(kMlpFields)}, {"cnn", names(kCnnFields)}};
+        {"gpt", names(kGptFields)}, {"mlp", names(kMlpFields)}, {"cnn", names(kCnnFields)},
+        {"llama", names(kLlamaFields)}};
   }();
   return keys;
 }
@@ -374,20 +375,25 @@ void read_model(Reader r, ModelConfig& m) {
   if (m.type == ModelType::kGpt) {
     read_fields<GptConfig>(r, m.gpt, kGptFields);
     if (!r.has("d_ff")) m.gpt.d_ff = 4 * m.gpt.d_model;
+  } else if (m.type == ModelType::kLlama) {
+    read_fields<LlamaConfig>(r, m.llama, kLlamaFields);
+    m.llama = partition::llama_defaults(m.llama);
   } else if (m.type == ModelType::kMlp) {
     read_fields<MlpConfig>(r, m.mlp, kMlpFields);
   } else {
     read_fields<CnnConfig>(r, m.cnn, kCnnFields);
   }
-  std::map<std::string, std::string> foreign;
+  std::map<std::string, std::vector<std::string>> owners;  // a key of other types -> those types
+  const auto& own = model_keys().at(std::string(enum_name(m.type)));
   for (const auto& [type, keys] : model_keys()) {
     if (type == enum_name(m.type)) continue;
     for (const auto& key : keys) {
-      const auto& own = model_keys().at(std::string(enum_name(m.type)));
-      if (std::find(own.begin(), own.end(), key) == own.end()) {
-        foreign[key] = fmt::format("a key of {} models, but model.type is \"{}\"", type, m.type);
-      }
+      if (std::find(own.begin(), own.end(), key) == own.end()) owners[key].push_back(type);
     }
+  }
+  std::map<std::string, std::string> foreign;
+  for (const auto& [key, types] : owners) {
+    foreign[key] = fmt::format("a key of {} models, but model.type is \"{}\"", fmt::join(types, " and "), m.type);
   }
   r.finish(foreign);
 }
@@ -499,7 +505,13 @@ bool operator==(const ModelConfig& a, const ModelConfig& b) {
   const bool cnn = ca.in_channels == cb.in_channels && ca.height == cb.height && ca.width == cb.width &&
                    ca.channels == cb.channels && ca.kernel == cb.kernel && ca.pool == cb.pool &&
                    ca.num_classes == cb.num_classes;
-  return a.type == b.type && gpt && mlp && cnn;
+  const auto& la = a.llama;
+  const auto& lb = b.llama;
+  const bool llama = la.vocab_size == lb.vocab_size && la.d_model == lb.d_model && la.n_layers == lb.n_layers &&
+                     la.n_heads == lb.n_heads && la.n_kv_heads == lb.n_kv_heads && la.seq_len == lb.seq_len &&
+                     la.ffn_hidden_size == lb.ffn_hidden_size && la.rope_theta == lb.rope_theta &&
+                     la.norm_eps == lb.norm_eps && la.tie_embeddings == lb.tie_embeddings;
+  return a.type == b.type && gpt && mlp && cnn && llama;
 }
 
 RunConfig parse_config(std::string_view json_text, std::string_view origin, const std::vector<std::string>& overrides) {

@@ -35,8 +35,17 @@ struct ModelConfig {
   partition::GptConfig gpt;  // d_ff is resolved (4 * d_model when not given)
   partition::MlpConfig mlp;
   partition::CnnConfig cnn;
+  partition::LlamaConfig llama;  // n_kv_heads and ffn_hidden_size resolved on reading (llama_defaults)
   friend bool operator==(const ModelConfig&, const ModelConfig&);
 };
+
+// A language model's (gpt, llama) vocabulary and context length; the gpt struct's values for other types.
+inline std::int64_t token_vocab_size(const ModelConfig& m) {
+  return m.type == ModelType::kLlama ? m.llama.vocab_size : m.gpt.vocab_size;
+}
+inline std::int64_t token_seq_len(const ModelConfig& m) {
+  return m.type == ModelType::kLlama ? m.llama.seq_len : m.gpt.seq_len;
+}
 
 struct PartitionConfig {
   PartitionMethod method = PartitionMethod::kCost;

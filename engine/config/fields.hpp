@@ -24,6 +24,7 @@ namespace cleave::config {
 
 using partition::CnnConfig;
 using partition::GptConfig;
+using partition::LlamaConfig;
 using partition::MlpConfig;
 
 // How a key is read (the matching config.cpp Reader method) and what its JSON value is.
@@ -203,6 +204,23 @@ inline constexpr std::array<Field<GptConfig>, 7> kGptFields = {{
     {"tie_embeddings", &GptConfig::tie_embeddings, FieldKind::kBoolean, "the LM head shares the embedding table"},
 }};
 
+// Absent n_kv_heads and ffn_hidden_size resolve on reading (n_heads; Llama's width rule) and are written resolved.
+inline constexpr std::array<Field<LlamaConfig>, 10> kLlamaFields = {{
+    {"vocab_size", &LlamaConfig::vocab_size, FieldKind::kInteger, "vocabulary size (token ids 0..V-1)", 1, kMaxFeatures},
+    {"d_model", &LlamaConfig::d_model, FieldKind::kInteger, "hidden width", 1, kMaxFeatures},
+    {"n_layers", &LlamaConfig::n_layers, FieldKind::kInteger, "llama blocks", 1, kMaxCount},
+    {"n_heads", &LlamaConfig::n_heads, FieldKind::kInteger, "query heads", 1, kMaxCount},
+    {"n_kv_heads", &LlamaConfig::n_kv_heads, FieldKind::kInteger, "key/value heads (grouped-query); absent = n_heads",
+     1, kMaxCount},
+    {"seq_len", &LlamaConfig::seq_len, FieldKind::kInteger, "tokens per sample", 1, kMaxFeatures},
+    {"ffn_hidden_size", &LlamaConfig::ffn_hidden_size, FieldKind::kInteger,
+     "SwiGLU width; absent = 8/3 x d_model rounded up to a multiple of 64", 1, kMaxFeatures},
+    {"rope_theta", &LlamaConfig::rope_theta, FieldKind::kNumber, "rotary embedding base", 0, 0, 0.0, kInf,
+     /*min_open=*/true},
+    {"norm_eps", &LlamaConfig::norm_eps, FieldKind::kNumber, "RMSNorm epsilon", 0, 0, 0.0, kInf, /*min_open=*/true},
+    {"tie_embeddings", &LlamaConfig::tie_embeddings, FieldKind::kBoolean, "the LM head shares the embedding table"},
+}};
+
 inline constexpr std::array<Field<MlpConfig>, 4> kMlpFields = {{
     {"in_features", &MlpConfig::in_features, FieldKind::kInteger, "input features per sample", 1, kMaxFeatures},
     {"hidden", &MlpConfig::hidden, FieldKind::kIntegerList, "hidden layer widths", 1, kMaxFeatures},
@@ -232,7 +250,7 @@ inline constexpr std::array<Field<BatchConfig>, 3> kBatchFields = {{
 
 static_assert(kinds_fit(kBatchFields), "a batch field table row does not match its member's type");
 
-static_assert(kinds_fit(kGptFields) && kinds_fit(kMlpFields) && kinds_fit(kCnnFields),
+static_assert(kinds_fit(kGptFields) && kinds_fit(kLlamaFields) && kinds_fit(kMlpFields) && kinds_fit(kCnnFields),
               "a model field table row's kind does not match its member's type, or its meaning is empty");
 
 static_assert(kinds_fit(kParallelFields) && kinds_fit(kPartitionFields) && kinds_fit(kOptimizerFields) &&

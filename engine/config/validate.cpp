@@ -31,9 +31,10 @@ template <typename... Args>
 // keeps no copy of these rules.
 void check_model_rules(const RunConfig& c) {
   const auto& m = c.model;
-  const partition::ModelSpec spec = m.type == ModelType::kGpt   ? partition::make_gpt_spec(m.gpt)
-                                    : m.type == ModelType::kMlp ? partition::make_mlp_spec(m.mlp)
-                                                                : partition::make_cnn_spec(m.cnn);
+  const partition::ModelSpec spec = m.type == ModelType::kGpt     ? partition::make_gpt_spec(m.gpt)
+                                    : m.type == ModelType::kLlama ? partition::make_llama_spec(m.llama)
+                                    : m.type == ModelType::kMlp   ? partition::make_mlp_spec(m.mlp)
+                                                                  : partition::make_cnn_spec(m.cnn);
   partition::check_tensor_parallel(spec, c.parallel.tensor_model_parallel_size);
 }
 
@@ -45,7 +46,7 @@ void validate(const RunConfig& c) {
     refuse("parallel.data_parallel_size", "must be -1 (inferred from the world size) or positive, got 0");
   }
   check_model_rules(c);
-  if (c.train.recompute != Recompute::kNone && c.model.type != ModelType::kGpt) {
+  if (c.train.recompute != Recompute::kNone && !partition::is_language_model(c.model.type)) {
     refuse("train.recompute", "\"{}\" recomputes transformer blocks, and model.type {} has none; use \"none\"",
          c.train.recompute, c.model.type);
   }
@@ -116,17 +117,18 @@ void validate(const RunConfig& c) {
     refuse("data.path", "missing; required for data.type \"{}\"", d.type);
   }
   if (d.type == DataType::kText || d.type == DataType::kTokens) {
-    if (c.model.type != ModelType::kGpt) {
-      refuse("data.type", "\"{}\" needs model.type \"gpt\" (model.type is \"{}\")", d.type, c.model.type);
+    if (!partition::is_language_model(c.model.type)) {
+      refuse("data.type", "\"{}\" needs model.type \"gpt\" or \"llama\" (model.type is \"{}\")", d.type,
+             c.model.type);
     }
-    if (d.type == DataType::kText && c.model.gpt.vocab_size < 256) {
-      refuse("model.vocab_size", "{} is too small: data.type \"text\" uses byte tokens 0..255 (needs ≥ 256)",
-           c.model.gpt.vocab_size);
+    const std::int64_t vocab = token_vocab_size(c.model);
+    if (d.type == DataType::kText && vocab < 256) {
+      refuse("model.vocab_size", "{} is too small: data.type \"text\" uses byte tokens 0..255 (needs ≥ 256)", vocab);
     }
   }
   if (d.type == DataType::kDigits) {
-    if (c.model.type == ModelType::kGpt) {
-      refuse("data.type", "\"digits\" needs model.type \"mlp\" or \"cnn\" (model.type is \"gpt\")");
+    if (partition::is_language_model(c.model.type)) {
+      refuse("data.type", "\"digits\" needs model.type \"mlp\" or \"cnn\" (model.type is \"{}\")", c.model.type);
     }
     if (c.model.type == ModelType::kMlp && c.model.mlp.in_features != 64) {
       refuse("model.in_features", "{}, but digits images have 8×8 = 64 pixels", c.model.mlp.in_features);

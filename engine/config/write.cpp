@@ -54,6 +54,8 @@ ordered_json write_model(const ModelConfig& m) {
   if (m.type == ModelType::kGpt) {
     write_fields<GptConfig>(j, m.gpt, kGptFields);
     if (m.gpt.d_ff == 0) j["d_ff"] = 4 * m.gpt.d_model;  // unresolved: the reader's default
+  } else if (m.type == ModelType::kLlama) {
+    write_fields<LlamaConfig>(j, partition::llama_defaults(m.llama), kLlamaFields);  // resolved
   } else if (m.type == ModelType::kMlp) {
     write_fields<MlpConfig>(j, m.mlp, kMlpFields);
   } else {

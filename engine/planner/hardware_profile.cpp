@@ -191,8 +191,8 @@ HardwareProfile calibrate_this_machine(int ranks, std::int64_t m, std::int64_t n
 }
 
 HardwareProfile measure_this_machine(const partition::ModelSpec& spec, int ranks) {
-  if (spec.type != partition::ModelType::kGpt) return calibrate_this_machine(ranks, 256, 256, 256);
-  const auto& g = spec.gpt;
+  if (!partition::is_language_model(spec.type)) return calibrate_this_machine(ranks, 256, 256, 256);
+  const auto g = spec.token_sizes();
   HardwareProfile p = calibrate_this_machine(ranks, 4 * g.seq_len, g.d_ff > 0 ? g.d_ff : 4 * g.d_model, g.d_model);
   measure_block_rates(p, spec, ranks);
   return p;
@@ -201,7 +201,8 @@ HardwareProfile measure_this_machine(const partition::ModelSpec& spec, int ranks
 void measure_block_rates(HardwareProfile& profile, const partition::ModelSpec& spec, int ranks) {
   std::size_t index = spec.blocks.size();
   for (std::size_t i = 0; i < spec.blocks.size(); ++i) {
-    if (spec.blocks[i].kind == partition::BlockKind::kTransformerBlock) {
+    if (spec.blocks[i].kind == partition::BlockKind::kTransformerBlock ||
+        spec.blocks[i].kind == partition::BlockKind::kLlamaBlock) {
       index = i;
       break;
     }
@@ -210,7 +211,7 @@ void measure_block_rates(HardwareProfile& profile, const partition::ModelSpec& s
   auto layers = layers::build_blocks(spec, index, index + 1);
   layers::Layer& block = *layers.front();
   const partition::BlockCost cost = partition::block_cost(spec.blocks[index]);
-  const std::int64_t t = spec.gpt.seq_len, d = spec.gpt.d_model;
+  const std::int64_t t = spec.token_sizes().seq_len, d = spec.token_sizes().d_model;
   Tensor x = Tensor::empty({1, t, d}, DType::kF32, MemoryCategory::kActivations);
   Tensor dy = Tensor::empty({1, t, d}, DType::kF32, MemoryCategory::kActivations);
   layers::Context ctx;

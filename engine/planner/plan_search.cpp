@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <numeric>
 
 #include <fmt/format.h>
 
@@ -250,9 +251,10 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
         p.w += c.weight_grad_flops * micro / choice.tp / (rates ? profile.block_weight_grad_flops : flops);
       }
       grad_bytes += 4.0 * static_cast<double>(c.param_count) / choice.tp;
-      if (choice.tp > 1 && plan.spec.type == partition::ModelType::kGpt) {
-        const double activation = micro * static_cast<double>(plan.spec.gpt.seq_len * plan.spec.gpt.d_model) * act_bytes;
-        if (block.kind == partition::BlockKind::kTransformerBlock) {
+      if (choice.tp > 1 && partition::is_language_model(plan.spec.type)) {
+        const auto sizes = plan.spec.token_sizes();
+        const double activation = micro * static_cast<double>(sizes.seq_len * sizes.d_model) * act_bytes;
+        if (block.kind == partition::BlockKind::kTransformerBlock || block.kind == partition::BlockKind::kLlamaBlock) {
           p.f_tp += 2 * collective_s("all_reduce", activation, choice.tp, profile.intra_node);
           // Full recomputation reruns the forward, its two all-reduces included, inside I.
           const double rerun = recompute == partition::Recompute::kFull ? 2 : 0;
@@ -398,21 +400,27 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
   const std::int64_t global = fixed_global_batch(base, options.world);
   SearchResult out;
   out.memory_limit = options.memory_limit;
-  out.unit = base.model.type == config::ModelType::kGpt ? "tok" : "samples";
+  out.unit = partition::is_language_model(base.model.type) ? "tok" : "samples";
   SearchOptions opts = options;
   opts.memory_limit = out.memory_limit;
 
   std::vector<int> tps = {1};
-  if (base.model.type == config::ModelType::kGpt) {
+  if (base.model.type == config::ModelType::kGpt || base.model.type == config::ModelType::kLlama) {
     const auto& g = base.model.gpt;
+    const auto& l = base.model.llama;
+    const std::int64_t heads = base.model.type == config::ModelType::kLlama ? std::gcd(l.n_heads, l.n_kv_heads)
+                                                                            : g.n_heads;
+    const std::int64_t width = base.model.type == config::ModelType::kLlama ? l.ffn_hidden_size
+                               : g.d_ff > 0                                 ? g.d_ff
+                                                                            : 4 * g.d_model;
     tps.clear();
-    for (auto t : partition::allowed_tp_sizes(g.n_heads, g.d_ff > 0 ? g.d_ff : 4 * g.d_model)) {
+    for (auto t : partition::allowed_tp_sizes(heads, width)) {
       if (options.world % t == 0 && t <= profile.ranks_per_node) tps.push_back(static_cast<int>(t));
     }
   }
   using partition::Recompute;
   const std::vector<Recompute> recomputes =
-      base.model.type == config::ModelType::kGpt
+      partition::is_language_model(base.model.type)
           ? std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull}
           : std::vector<Recompute>{Recompute::kNone};
   int layouts = 0;

@@ -32,6 +32,12 @@ std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const pa
     const double ff = static_cast<double>(block.d_ff) / tp;
     const double heads = static_cast<double>(block.n_heads) / tp;
     widest = std::max({widest, 3.0 * 4.0 * seq * ff * samples, 3.0 * 4.0 * heads * seq * seq * samples});
+  } else if (block.kind == partition::BlockKind::kLlamaBlock) {
+    // swiglu_backward widens gate, up, dh and writes dgate, dup: five [T, F / tp] f32 views.
+    const double seq = static_cast<double>(block.seq_len);
+    const double ff = static_cast<double>(block.d_ff) / tp;
+    const double heads = static_cast<double>(block.n_heads) / tp;
+    widest = std::max({widest, 5.0 * 4.0 * seq * ff * samples, 3.0 * 4.0 * heads * seq * seq * samples});
   }
   return static_cast<std::int64_t>(widest);
 }
@@ -87,7 +93,8 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // With tied embeddings the token table appears in the embedding's and the head's cost; a rank holding
   // both (ZB-V) shares one Param, so the second occurrence adds only what is not the table.
   const bool tied = !plan.spec.tied_parameters.empty();
-  const std::int64_t table_bytes = plan.spec.gpt.vocab_size * plan.spec.gpt.d_model * 4;
+  const std::int64_t table_bytes =
+      tied ? plan.spec.token_sizes().vocab_size * plan.spec.token_sizes().d_model * 4 : 0;
   bool table_seen = false;
   for (int stage = 0; stage < plan.num_stages(); ++stage) {
     if (plan.stage_to_rank(stage) != pp_rank) continue;

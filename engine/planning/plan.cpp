@@ -131,8 +131,9 @@ partition::ModelSpec model_spec(const config::ModelConfig& model) {
     case config::ModelType::kGpt: return partition::make_gpt_spec(model.gpt);
     case config::ModelType::kMlp: return partition::make_mlp_spec(model.mlp);
     case config::ModelType::kCnn: return partition::make_cnn_spec(model.cnn);
+    case config::ModelType::kLlama: return partition::make_llama_spec(model.llama);
   }
-  CLEAVE_THROW("model.type {} is unknown: expected gpt, mlp or cnn", static_cast<int>(model.type));
+  CLEAVE_THROW("model.type {} is unknown: expected gpt, llama, mlp or cnn", static_cast<int>(model.type));
 }
 
 int effective_virtual_stages(const config::RunConfig& config) {
@@ -218,7 +219,7 @@ int Plan::stage_of_block(partition::BlockKind kind) const {
 }
 
 bool Plan::tied_table_split() const {
-  if (spec.type != partition::ModelType::kGpt || !spec.gpt.tie_embeddings) return false;
+  if (!partition::is_language_model(spec.type) || !spec.token_sizes().tie_embeddings) return false;
   return stage_to_rank(stage_of_block(partition::BlockKind::kEmbedding)) !=
          stage_to_rank(stage_of_block(partition::BlockKind::kLmHead));
 }

@@ -10,7 +10,8 @@
 namespace cleave::train {
 
 std::vector<float> next_token_logits(RankSetup& s, const RankModel& model, const std::vector<std::int32_t>& tokens) {
-  CLEAVE_CHECK(s.plan.spec.type == partition::ModelType::kGpt, "generation needs a gpt model, this one is {}", s.plan.spec.type);
+  CLEAVE_CHECK(partition::is_language_model(s.plan.spec.type), "generation needs a gpt or llama model, this one is {}",
+               s.plan.spec.type);
   CLEAVE_CHECK(s.world.size() == 1 && model.stages().size() == 1 && s.plan.num_stages() == 1,
                "generation runs the whole model on one rank (world size {}, {} stages)", s.world.size(),
                s.plan.num_stages());

@@ -14,8 +14,11 @@
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/maxpool.hpp"
 #include "kernels/cpu/relu.hpp"
+#include "kernels/cpu/rmsnorm.hpp"
+#include "kernels/cpu/rope.hpp"
 #include "kernels/cpu/sgd.hpp"
 #include "kernels/cpu/softmax.hpp"
+#include "kernels/cpu/swiglu.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -183,6 +186,68 @@ void attention_backward(const Context& ctx, const Tensor& dout, const Tensor& qk
   Tensor dprobs = Tensor::empty(probs.shape(), DType::kF32, MemoryCategory::kWorkspace, *ctx.allocator);
   const std::int64_t b = qkv.dim(0), t = qkv.dim(1), hd = qkv.dim(2) / 3 / heads;
   kc::attention_backward(d.get(), in.get(), p.get(), out.get(), dprobs.data<float>(), b, t, heads, hd, slicing(ctx));
+}
+
+void rmsnorm_forward(const Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd,
+                     float eps) {
+  F32In in(ctx, x), w(ctx, weight);
+  F32Out out(ctx, y, false);
+  kc::rmsnorm_forward(in.get(), w.get(), out.get(), rstd.data<float>(), x.shape().rows(), x.shape().last(), eps);
+}
+
+void rmsnorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
+                            const Tensor& rstd, const Tensor& dx) {
+  F32In d(ctx, dy), in(ctx, x), w(ctx, weight);
+  F32Out out(ctx, dx, false);
+  kc::rmsnorm_backward_input(d.get(), in.get(), w.get(), rstd.data<float>(), out.get(), x.shape().rows(),
+                             x.shape().last());
+}
+
+void rmsnorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& rstd,
+                             const Tensor& dweight) {
+  F32In d(ctx, dy), in(ctx, x);
+  kc::rmsnorm_backward_weight(d.get(), in.get(), rstd.data<float>(), dweight.data<float>(), x.shape().rows(),
+                              x.shape().last());
+}
+
+void swiglu_forward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& h) {
+  F32In g(ctx, gate), u(ctx, up);
+  F32Out out(ctx, h, false);
+  kc::swiglu_forward(g.get(), u.get(), out.get(), gate.numel());
+}
+
+void swiglu_backward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
+                     const Tensor& dup) {
+  F32In g(ctx, gate), u(ctx, up), d(ctx, dh);
+  F32Out dg(ctx, dgate, false), du(ctx, dup, false);
+  kc::swiglu_backward(g.get(), u.get(), d.get(), dg.get(), du.get(), gate.numel());
+}
+
+// q [B, T, Hq*hd] (the op checked the shapes): the kernel's shape from it and the params.
+kc::RopeShape rope_shape(const Tensor& q, const RopeParams& p) {
+  kc::RopeShape s;
+  s.batch = q.dim(0);
+  s.seq = q.dim(1);
+  s.q_heads = p.q_heads;
+  s.kv_heads = p.kv_heads;
+  s.head_dim = q.dim(2) / p.q_heads;
+  s.theta = p.theta;
+  s.position_offset = p.position_offset;
+  return s;
+}
+
+void rope_pack_qkv(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
+                   const RopeParams& params) {
+  F32In qi(ctx, q), ki(ctx, k), vi(ctx, v);
+  F32Out out(ctx, qkv, false);
+  kc::rope_pack_qkv(qi.get(), ki.get(), vi.get(), out.get(), rope_shape(q, params));
+}
+
+void rope_pack_qkv_backward(const Context& ctx, const Tensor& dqkv, const Tensor& dq, const Tensor& dk,
+                            const Tensor& dv, const RopeParams& params) {
+  F32In in(ctx, dqkv);
+  F32Out q(ctx, dq, false), k(ctx, dk, false), v(ctx, dv, false);
+  kc::rope_pack_qkv_backward(in.get(), q.get(), k.get(), v.get(), rope_shape(dq, params));
 }
 
 void embedding_forward(const Context& ctx, const Tensor& ids, const Tensor& table, const Tensor& out,
@@ -403,6 +468,13 @@ constexpr Backend kCpuBackend{
     .layernorm_backward_weight = layernorm_backward_weight,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
+    .rmsnorm_forward = rmsnorm_forward,
+    .rmsnorm_backward_input = rmsnorm_backward_input,
+    .rmsnorm_backward_weight = rmsnorm_backward_weight,
+    .swiglu_forward = swiglu_forward,
+    .swiglu_backward = swiglu_backward,
+    .rope_pack_qkv = rope_pack_qkv,
+    .rope_pack_qkv_backward = rope_pack_qkv_backward,
     .embedding_forward = embedding_forward,
     .embedding_backward = embedding_backward,
     .position_embedding_forward = position_embedding_forward,

@@ -10,6 +10,8 @@
 #include "layers/flatten.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
+#include "layers/llama/llama_block.hpp"
+#include "layers/llama/rmsnorm.hpp"
 #include "layers/lm_head.hpp"
 #include "layers/maxpool.hpp"
 #include "layers/param_init.hpp"
@@ -34,6 +36,10 @@ namespace {
 // train.recompute applied to a transformer block (layers/recomputed.hpp, CausalSelfAttention).
 LayerPtr with_recompute(LayerPtr block, partition::Recompute recompute) {
   if (recompute == partition::Recompute::kSelective) {
+    if (auto* llama = dynamic_cast<LlamaBlock*>(block.get())) {
+      llama->set_selective_recompute(true);
+      return block;
+    }
     auto* transformer = dynamic_cast<TransformerBlock*>(block.get());
     CLEAVE_ASSERT(transformer != nullptr, "selective recomputation of a {}", block->kind());
     transformer->set_selective_recompute(true);
@@ -74,7 +80,7 @@ std::shared_ptr<Param> tied_head_table(const ModelSpec& spec, const BlockSpec& h
   return make_token_table(embedding_prefix(spec), head.vocab_size, head.in_features, init);
 }
 
-// build_blocks for tp_size > 1 (a gpt, checked by the caller): this tp rank's shards of every block.
+// build_blocks for tp_size > 1 (a gpt or llama, checked by the caller): this tp rank's shards of every block.
 std::vector<LayerPtr> build_tensor_parallel_blocks(const ModelSpec& spec, std::size_t first_block,
                                                    std::size_t last_block, const BuildOptions& options,
                                                    const ParamInit& init) {
@@ -99,6 +105,12 @@ std::vector<LayerPtr> build_tensor_parallel_blocks(const ModelSpec& spec, std::s
       case BlockKind::kLayerNorm:
         layers.push_back(std::make_unique<LayerNorm>(b.name, b.in_features, init));
         break;
+      case BlockKind::kLlamaBlock:
+        layers.push_back(with_recompute(make_llama_block(b, init, tp, rank), options.recompute));
+        break;
+      case BlockKind::kRmsNorm:
+        layers.push_back(std::make_unique<RmsNorm>(b.name, b.in_features, static_cast<float>(b.norm_eps), init));
+        break;
       case BlockKind::kLmHead: {
         auto weight = b.tied ? tied_head_table(spec, b, token_table, options, init)
                              : make_vocab_parallel_table(b.name + ".weight", b.vocab_size, b.in_features, init.std,
@@ -111,7 +123,7 @@ std::vector<LayerPtr> build_tensor_parallel_blocks(const ModelSpec& spec, std::s
         break;
       default:
         CLEAVE_ASSERT(false, "build_blocks: block '{}' ({}) has no tensor-parallel version (check_tensor_parallel "
-                      "admits gpt only)", b.name, partition::block_kind_name(b.kind));
+                      "admits gpt and llama only)", b.name, partition::block_kind_name(b.kind));
     }
   }
   return layers;
@@ -127,7 +139,8 @@ std::vector<LayerPtr> build_blocks(const ModelSpec& spec, std::size_t first_bloc
   ParamInit init;
   init.seed = options.seed;
   init.allocator = options.allocator;
-  init.scheme = spec.type == partition::ModelType::kGpt ? InitScheme::kGpt2 : InitScheme::kTorchDefault;
+  // gpt and llama: normal(0, 0.02) (llama: transformers' initializer_range, no residual scaling).
+  init.scheme = partition::is_language_model(spec.type) ? InitScheme::kGpt2 : InitScheme::kTorchDefault;
   init.std = 0.02f;
   check_tensor_parallel(spec, options.tp_size);
   check_tp_coordinates(options.tp_size, options.tp_rank, "build_blocks");
@@ -151,6 +164,12 @@ std::vector<LayerPtr> build_blocks(const ModelSpec& spec, std::size_t first_bloc
         break;
       case BlockKind::kLayerNorm:
         layers.push_back(std::make_unique<LayerNorm>(b.name, b.in_features, init));
+        break;
+      case BlockKind::kLlamaBlock:
+        layers.push_back(with_recompute(make_llama_block(b, init, 1, 0), options.recompute));
+        break;
+      case BlockKind::kRmsNorm:
+        layers.push_back(std::make_unique<RmsNorm>(b.name, b.in_features, static_cast<float>(b.norm_eps), init));
         break;
       case BlockKind::kLmHead: {
         std::shared_ptr<Param> weight;

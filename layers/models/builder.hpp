@@ -11,7 +11,8 @@
 //    (all-reduced over the embedding group) before every optimizer step so they stay equal — that is the
 //    trainer's job, not the builder's.
 //  - Initialisation: gpt uses GPT-2 style (normal 0.02, residual projections 0.02 / sqrt(2·n_layers),
-//    biases 0, norms 1 / 0); mlp and cnn use PyTorch's defaults (uniform ±1/sqrt(fan_in)).
+//    biases 0, norms 1 / 0); llama normal 0.02 everywhere (transformers' initializer_range), norms 1;
+//    mlp and cnn use PyTorch's defaults (uniform ±1/sqrt(fan_in)).
 #pragma once
 
 #include <cstddef>
@@ -33,7 +34,8 @@ struct BuildOptions {
   // in another range held by the same rank (ZB-V puts the first and last stage on rank 0), so both must
   // share one Param. Unset: the head creates its own copy (to be kept equal by the embedding group).
   std::shared_ptr<Param> tied_table;
-  // Tensor parallelism (Megatron style, layers/parallel/). tp_size > 1 builds this tp rank's shards of a gpt:
+  // Tensor parallelism (Megatron style, layers/parallel/). tp_size > 1 builds this tp rank's shards of a gpt
+  // (a llama likewise: llama block -> make_llama_block's shards, final rmsnorm replicated):
   // embedding -> VocabParallelEmbedding, transformer block -> TransformerBlock with head-parallel attention
   // and a column/row-parallel MLP (make_parallel_transformer_block), lm head -> VocabParallelLmHead (tied:
   // shares the vocab-parallel embedding's token shard, or tied_table, or makes its own copy of that shard,

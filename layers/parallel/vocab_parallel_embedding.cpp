@@ -33,11 +33,13 @@ VocabParallelEmbedding::VocabParallelEmbedding(std::string prefix, std::int64_t 
                                                std::int64_t dim, const ParamInit& init, int tp_size, int tp_rank)
     : prefix_(std::move(prefix)), vocab_(vocab_size), seq_len_(seq_len), dim_(dim), tp_size_(tp_size),
       tp_rank_(tp_rank) {
-  CLEAVE_CHECK(vocab_size > 0 && seq_len > 0 && dim > 0,
-               "{}: vocab_size ({}), seq_len ({}) and dim ({}) must be > 0", who(), vocab_size, seq_len, dim);
+  CLEAVE_CHECK(vocab_size > 0 && seq_len >= 0 && dim > 0,
+               "{}: vocab_size ({}), seq_len ({}) and dim ({}) must be > 0 (seq_len 0: no position table)", who(), vocab_size, seq_len, dim);
   token_ = make_vocab_parallel_token_table(prefix_, vocab_size, dim, init, tp_size, tp_rank);
-  position_ = make_param(prefix_ + ".position", Shape{seq_len, dim}, false, init.alloc());
-  init_normal(*position_, init.seed, 0.02f);
+  if (seq_len > 0) {  // else positions come from elsewhere (llama: rotary embeddings in the attention)
+    position_ = make_param(prefix_ + ".position", Shape{seq_len, dim}, false, init.alloc());
+    init_normal(*position_, init.seed, 0.02f);
+  }
   const std::int64_t rows = shard_rows(token_->shard);
   first_ = rows * tp_rank;
   valid_ = std::clamp<std::int64_t>(vocab_size - first_, 0, rows);
@@ -47,13 +49,13 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids, Stash& stash, Context&
   check_input(ctx, ids, DType::kI32, -1, 2, who());
   CLEAVE_CHECK(ids.rank() == 2, "{}: expected token ids [batch, seq], got {}", who(), ids.shape().str());
   const std::int64_t b = ids.dim(0), t = ids.dim(1);
-  CLEAVE_CHECK(t <= seq_len_, "{}: sequence of {} tokens exceeds the {} learned positions (model.seq_len)", who(), t,
+  CLEAVE_CHECK(!position_ || t <= seq_len_, "{}: sequence of {} tokens exceeds the {} learned positions (model.seq_len)", who(), t,
                seq_len_);
   tp_group(ctx, tp_size_, tp_rank_, who());
   Tensor y = new_activation(ctx, Shape{b, t, dim_});
   ops::embedding_forward(ctx, ids, token_->compute(), y, {first_, valid_, vocab_});  // zeros outside this shard
   tp_all_reduce(y, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
-  ops::position_embedding_forward(ctx, y, position_->compute());
+  if (position_) ops::position_embedding_forward(ctx, y, position_->compute());
   stash.tensors = {ids};
   return y;
 }
@@ -71,7 +73,7 @@ void VocabParallelEmbedding::backward_weight(Stash& stash, Context& ctx) {
   const Tensor& dy = stash_at(stash, 1, who());
   // Token order, like the whole-table embedding: the local rows get bit-identical sums.
   ops::embedding_backward(ctx, ids, dy, token_->grad, {first_, valid_, vocab_});
-  ops::position_embedding_backward(ctx, dy.view(Shape{ids.dim(0), ids.dim(1), dim_}), position_->grad);
+  if (position_) ops::position_embedding_backward(ctx, dy.view(Shape{ids.dim(0), ids.dim(1), dim_}), position_->grad);
   stash.clear();
 }
 

@@ -33,10 +33,13 @@ class VocabParallelEmbedding final : public Layer {
   Tensor forward(const Tensor& ids, Stash& stash, Context& ctx) override;
   Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override;
   void backward_weight(Stash& stash, Context& ctx) override;
-  std::vector<std::shared_ptr<Param>> params() const override { return {token_, position_}; }
+  std::vector<std::shared_ptr<Param>> params() const override {
+    if (!position_) return {token_};
+    return {token_, position_};
+  }
 
   const std::shared_ptr<Param>& token_table() const { return token_; }
-  const std::shared_ptr<Param>& position_table() const { return position_; }
+  const std::shared_ptr<Param>& position_table() const { return position_; }  // null when seq_len is 0
 
  private:
   std::string who() const { return "vocab_parallel_embedding " + prefix_; }

@@ -36,7 +36,7 @@ std::unique_ptr<DataSource> make_token_source(const config::RunConfig& c, Split 
       region = fmt::format("last {} = data.val_fraction of {} tokens", percent(d.val_fraction), n);
     }
   }
-  const std::int64_t vocab = c.model.gpt.vocab_size;
+  const std::int64_t vocab = config::token_vocab_size(c.model);
   if (end - begin > 0) {
     const auto [max_token, position] = file->max_token(begin, end);
     CLEAVE_CHECK(max_token < vocab,
@@ -44,7 +44,7 @@ std::unique_ptr<DataSource> make_token_source(const config::RunConfig& c, Split 
                  "least {})",
                  path, max_token, position, vocab, max_token + 1);
   }
-  return std::make_unique<TokenWindowSource>(std::move(file), begin, end, c.model.gpt.seq_len, c.train.seed, split,
+  return std::make_unique<TokenWindowSource>(std::move(file), begin, end, config::token_seq_len(c.model), c.train.seed, split,
                                              region);
 }
 
@@ -67,8 +67,9 @@ std::unique_ptr<DataSource> make_data_source(const config::RunConfig& c, Split s
   using config::ModelType;
   const DataType type = c.data.type;
   if (type == DataType::kSynthetic) {
-    if (c.model.type == ModelType::kGpt) {
-      return std::make_unique<SyntheticTokenSource>(c.model.gpt.vocab_size, c.model.gpt.seq_len, c.train.seed, split);
+    if (partition::is_language_model(c.model.type)) {
+      return std::make_unique<SyntheticTokenSource>(config::token_vocab_size(c.model), config::token_seq_len(c.model),
+                                                    c.train.seed, split);
     }
     if (c.model.type == ModelType::kMlp) {
       return std::make_unique<SyntheticClassSource>(Shape{c.model.mlp.in_features}, c.model.mlp.num_classes,
@@ -79,8 +80,8 @@ std::unique_ptr<DataSource> make_data_source(const config::RunConfig& c, Split s
                                                   split);
   }
   if (type == DataType::kText || type == DataType::kTokens) {
-    CLEAVE_CHECK(c.model.type == ModelType::kGpt, "data.type \"{}\" needs model.type \"gpt\" (model.type is \"{}\")", type,
-                 c.model.type);
+    CLEAVE_CHECK(partition::is_language_model(c.model.type),
+                 "data.type \"{}\" needs model.type \"gpt\" or \"llama\" (model.type is \"{}\")", type, c.model.type);
     CLEAVE_CHECK(!c.data.path.empty(), "data.path: missing; required for data.type \"{}\"", type);
     return make_token_source(c, split);
   }

@@ -27,7 +27,7 @@ namespace {
 
 using nlohmann::json;
 
-const std::vector<std::string> kModelTypes = {"gpt", "mlp", "cnn"};
+const std::vector<std::string> kModelTypes = {"gpt", "mlp", "cnn", "llama"};
 
 // Leaf key paths of a written config ("parallel.partition.method" -> value); arrays are leaves.
 void flatten(const json& node, const std::string& prefix, std::map<std::string, json>& out) {
@@ -57,6 +57,12 @@ CodeKeys code_keys() {
     for (const auto& [key, value] : written(c)) {
       if (key.rfind("model.", 0) == 0 && key != "model.type") code.model_type_of.emplace(key, type);
       if (key == "model.type" && type != "gpt") continue;  // the default is the empty config's
+      // llama shares gpt's keys; where its default differs (tie_embeddings false) the row says so in words,
+      // checked by LlamaDefaultsThatDifferFromGptAreDocumented.
+      if (type == "llama" && code.defaults.count(key) && code.defaults.at(key) != value) {
+        code.all.insert(key);
+        continue;
+      }
       const auto [it, inserted] = code.defaults.emplace(key, value);
       EXPECT_TRUE(inserted || it->second == value)
           << key << " has default " << it->second.dump() << " for one model type and " << value.dump()
@@ -210,6 +216,23 @@ TEST(ConfigDoc, EveryModelTypeTableKeyIsDocumentedAndWritten) {
   expect_model_table("gpt", config::kGptFields, rows);
   expect_model_table("mlp", config::kMlpFields, rows);
   expect_model_table("cnn", config::kCnnFields, rows);
+  expect_model_table("llama", config::kLlamaFields, rows);
+}
+
+TEST(ConfigDoc, LlamaDefaultsThatDifferFromGptAreDocumented) {
+  const auto rows = documented_keys();
+  const auto llama = written(config::parse_config("", "<defaults>", {"model.type=\"llama\""}));
+  const auto gpt = written(config::parse_config(""));
+  int differing = 0;
+  for (const auto& [key, value] : llama) {
+    if (key == "model.type" || !gpt.count(key) || gpt.at(key) == value) continue;
+    ++differing;
+    ASSERT_TRUE(rows.count(key)) << key;
+    EXPECT_NE(rows.at(key).default_text.find("`" + value.dump() + "` (llama)"), std::string::npos)
+        << "docs/config.md:" << rows.at(key).line << ": " << key << " defaults to " << value.dump()
+        << " for llama; the row should say `" << value.dump() << "` (llama)";
+  }
+  EXPECT_EQ(differing, 1);  // tie_embeddings
 }
 
 // batch: optional keys (unset ones are not written), so only the documentation and the meanings are checked here;

@@ -187,6 +187,20 @@ TEST(LayerContract, StashBytesMatchCostModelAfterForwardAndAfterInputGrad) {
   expect_stash_matches_cost_model(gpt, random_ids({3, 5}, 17, 1), random_ids({3, 5}, 17, 2),
                                   partition::Recompute::kFull);
 
+  partition::LlamaConfig l;  // grouped-query (6 heads over 2), tied, no position table
+  l.vocab_size = 17;
+  l.d_model = 12;
+  l.n_layers = 2;
+  l.n_heads = 6;
+  l.n_kv_heads = 2;
+  l.seq_len = 5;
+  l.ffn_hidden_size = 20;
+  l.tie_embeddings = true;
+  for (auto recompute : {partition::Recompute::kNone, partition::Recompute::kSelective, partition::Recompute::kFull}) {
+    expect_stash_matches_cost_model(partition::make_llama_spec(l), random_ids({3, 5}, 17, 1), random_ids({3, 5}, 17, 2),
+                                    recompute);
+  }
+
   partition::MlpConfig m;
   m.in_features = 9;
   m.hidden = {7, 5};

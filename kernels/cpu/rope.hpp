@@ -1,0 +1,33 @@
+// Rotary position embedding (Hugging Face "rotate_half" layout) fused with grouped-query packing into the
+// attention core's qkv layout (attention.hpp: q | k | v thirds of Hq·hd columns each).
+//
+// q [B, T, Hq·hd], k and v [B, T, Hkv·hd], g = Hq / Hkv. qkv [B, T, 3·Hq·hd]: query head h = rope(q head h),
+// key head h = rope(k head h / g), value head h = v head h / g. For i < hd/2, with
+//   inv_freq_i = 1 / theta^(2i / hd)   and   angle = (position_offset + t) · inv_freq_i,
+// both in f32 exactly as transformers' LlamaRotaryEmbedding computes them (f32 pow, f32 product),
+//   out[i] = x[i] cos - x[i + hd/2] sin,   out[i + hd/2] = x[i + hd/2] cos + x[i] sin.
+// Invariant: forward writes qkv completely; backward overwrites dq, dk, dv completely: the rotation undone
+// (its transpose) and each key/value head the sum of the g query-head slices sharing it, summed in head
+// order before the rotation is undone (deterministic).
+#pragma once
+
+#include <cstdint>
+
+namespace cleave::kernels::cpu {
+
+struct RopeShape {
+  int64_t batch = 0, seq = 0;
+  int64_t q_heads = 0, kv_heads = 0, head_dim = 0;  // Hkv divides Hq, head_dim even
+  float theta = 10000.0f;
+  int64_t position_offset = 0;
+};
+
+// inv_freq_i (f32), the frequency of rotation pair i < head_dim / 2.
+float rope_inv_freq(int64_t i, int64_t head_dim, float theta);
+// The angle of pair i at sequence position t (f32 product, as transformers).
+float rope_angle(int64_t t, int64_t i, const RopeShape& s);
+
+void rope_pack_qkv(const float* q, const float* k, const float* v, float* qkv, const RopeShape& s);
+void rope_pack_qkv_backward(const float* dqkv, float* dq, float* dk, float* dv, const RopeShape& s);
+
+}  // namespace cleave::kernels::cpu

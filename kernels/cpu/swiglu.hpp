@@ -1,0 +1,15 @@
+// SwiGLU gating (Llama's MLP): h = silu(gate) * up with silu(g) = g / (1 + exp(-g)), element-wise.
+//
+// Invariant: forward writes h (may alias gate or up); backward overwrites dgate and dup with
+// dgate = dh * up * silu'(gate), dup = dh * silu(gate), where silu'(g) = s (1 + g (1 - s)), s = sigmoid(g).
+// dgate and dup must not alias gate, up or dh.
+#pragma once
+
+#include <cstdint>
+
+namespace cleave::kernels::cpu {
+
+void swiglu_forward(const float* gate, const float* up, float* h, int64_t n);
+void swiglu_backward(const float* gate, const float* up, const float* dh, float* dgate, float* dup, int64_t n);
+
+}  // namespace cleave::kernels::cpu

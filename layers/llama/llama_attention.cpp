@@ -1,0 +1,95 @@
+// Llama attention: separate q/k/v projections, rope + grouped-query packing, the seam's attention core, o.
+#include "layers/llama/llama_attention.hpp"
+
+#include "kernels/ops/ops.hpp"
+#include "layers/layer_util.hpp"
+
+namespace cleave::layers {
+
+LlamaAttention::LlamaAttention(std::string prefix, const LlamaHeads& heads, LayerPtr q, LayerPtr k, LayerPtr v,
+                               LayerPtr o, bool tensor_parallel)
+    : prefix_(std::move(prefix)),
+      heads_(heads),
+      tensor_parallel_(tensor_parallel),
+      q_(std::move(q)),
+      k_(std::move(k)),
+      v_(std::move(v)),
+      o_(std::move(o)) {
+  CLEAVE_ASSERT(q_ && k_ && v_ && o_, "{}: needs q, k, v and o parts", who());
+  CLEAVE_ASSERT(heads.n_heads > 0 && heads.d_model % heads.n_heads == 0 && head_dim() % 2 == 0 &&
+                    heads.local_heads > 0 && heads.local_kv_heads > 0 &&
+                    heads.local_heads % heads.local_kv_heads == 0 &&
+                    heads.local_heads * heads.n_kv_heads == heads.local_kv_heads * heads.n_heads,
+                "{}: bad heads: d_model {}, {} query / {} kv heads, {} / {} local", who(), heads.d_model,
+                heads.n_heads, heads.n_kv_heads, heads.local_heads, heads.local_kv_heads);
+}
+
+std::string LlamaAttention::who() const {
+  return (tensor_parallel_ ? "parallel llama attention " : "llama attention ") + prefix_;
+}
+
+Tensor LlamaAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
+  check_input(ctx, x, DType::kF32, heads_.d_model, 3, who());
+  CLEAVE_CHECK(x.rank() == 3, "{}: expected [batch, seq, {}], got {}", who(), heads_.d_model, x.shape().str());
+  const std::int64_t b = x.dim(0), t = x.dim(1), hd = head_dim(), lq = heads_.local_heads;
+  stash.clear();
+  stash.children.resize(4);
+  Tensor q = q_->forward(x, stash.children[0], ctx);
+  Tensor k = k_->forward(x, stash.children[1], ctx);
+  Tensor v = v_->forward(x, stash.children[2], ctx);
+  Tensor qkv = new_activation(ctx, Shape{b, t, 3 * lq * hd});
+  ops::rope_pack_qkv(ctx, q, k, v, qkv, {lq, heads_.local_kv_heads, heads_.rope_theta, 0});
+  Tensor out = new_activation(ctx, Shape{b, t, lq * hd});
+  Tensor probs = new_activation(ctx, Shape{b, lq, t, t});
+  ops::attention_forward(ctx, qkv, out, probs, lq);
+  if (recompute_scores_) stash.tensors = {qkv};
+  else stash.tensors = {qkv, probs};
+  return o_->forward(out, stash.children[3], ctx);
+}
+
+Tensor LlamaAttention::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
+  const std::int64_t b = stash_at(stash, 0, who()).dim(0), t = stash_at(stash, 0, who()).dim(1), hd = head_dim(),
+                     lq = heads_.local_heads, lkv = heads_.local_kv_heads;
+  Tensor dq = new_activation(ctx, Shape{b, t, lq * hd});
+  Tensor dk = new_activation(ctx, Shape{b, t, lkv * hd});
+  Tensor dv = new_activation(ctx, Shape{b, t, lkv * hd});
+  {  // qkv, the probabilities and their gradients are released before the projections' backward
+    const Tensor qkv = stash_at(stash, 0, who());
+    Tensor probs;
+    if (recompute_scores_) {
+      probs = new_activation(ctx, Shape{b, lq, t, t});
+      const Tensor scratch_out = new_activation(ctx, Shape{b, t, lq * hd});
+      ops::attention_forward(ctx, qkv, scratch_out, probs, lq);
+    } else {
+      probs = stash_at(stash, 1, who());
+    }
+    const Tensor dout = o_->backward_input(dy, stash.children[3], ctx);
+    const Tensor dqkv = new_activation(ctx, qkv.shape());
+    ops::attention_backward(ctx, dout, qkv, probs, dqkv, lq);
+    stash.tensors.clear();
+    ops::rope_pack_qkv_backward(ctx, dqkv, dq, dk, dv, {lq, lkv, heads_.rope_theta, 0});
+  }
+  Tensor dx = q_->backward_input(dq, stash.children[0], ctx);
+  ops::add_inplace(ctx, dx, k_->backward_input(dk, stash.children[1], ctx));
+  ops::add_inplace(ctx, dx, v_->backward_input(dv, stash.children[2], ctx));
+  return dx;
+}
+
+void LlamaAttention::backward_weight(Stash& stash, Context& ctx) {
+  CLEAVE_ASSERT(stash.children.size() == 4, "{}: backward_weight without forward", who());
+  q_->backward_weight(stash.children[0], ctx);
+  k_->backward_weight(stash.children[1], ctx);
+  v_->backward_weight(stash.children[2], ctx);
+  o_->backward_weight(stash.children[3], ctx);
+  stash.clear();
+}
+
+std::vector<std::shared_ptr<Param>> LlamaAttention::params() const {
+  std::vector<std::shared_ptr<Param>> out;
+  for (const Layer* part : {q_.get(), k_.get(), v_.get(), o_.get()}) {
+    for (auto& p : part->params()) out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace cleave::layers

@@ -1,0 +1,56 @@
+// LlamaAttention: x [B, T, D] -> q, k, v projections (no biases) -> rotary embeddings and grouped-query
+// packing (ops::rope_pack_qkv) -> causal attention (ops::attention_forward on [B, T, 3·Lq·hd]) -> o
+// projection -> y [B, T, D]. hd = D / n_heads; Lq / Lkv are the query / key-value heads this layer computes.
+//
+// One implementation serves every layout; only the four projections and the local head counts differ:
+//  - one rank: Linears "<prefix>.q" (D -> Hq·hd), ".k" and ".v" (D -> Hkv·hd), ".o" (Hq·hd -> D);
+//  - tensor parallel (make_llama_block, llama_block.hpp): q, k, v ColumnParallelLinear (Hq / tp query heads
+//    and Hkv / tp key/value heads per rank: rank r's query heads share exactly rank r's kv heads), o
+//    RowParallelLinear.
+// The q, k, v parts map [B, T, D] to [B, T, Lq·hd], [B, T, Lkv·hd] (twice); the o part [B, T, Lq·hd] to
+// [B, T, D]. Positions start at 0 for token 0 of every sample (training sees whole windows).
+//
+// Stash layout: tensors {qkv, probs [B, Lq, T, T]} ({qkv} under selective recomputation), children
+// {q, k, v, o}. backward_input releases qkv and probs; the children keep what their weight gradients need.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "layers/layer.hpp"
+
+namespace cleave::layers {
+
+struct LlamaHeads {
+  std::int64_t d_model = 0;
+  std::int64_t n_heads = 0, n_kv_heads = 0;          // of the whole model
+  std::int64_t local_heads = 0, local_kv_heads = 0;  // this layer's share
+  float rope_theta = 10000.0f;
+};
+
+class LlamaAttention final : public Layer {
+ public:
+  LlamaAttention(std::string prefix, const LlamaHeads& heads, LayerPtr q, LayerPtr k, LayerPtr v, LayerPtr o,
+                 bool tensor_parallel);
+
+  std::string_view kind() const override { return tensor_parallel_ ? "parallel_llama_attention" : "llama_attention"; }
+  Tensor forward(const Tensor& x, Stash& stash, Context& ctx) override;
+  Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override;
+  void backward_weight(Stash& stash, Context& ctx) override;
+  std::vector<std::shared_ptr<Param>> params() const override;
+
+  // Selective recomputation: forward keeps {qkv} only; backward_input reruns the attention core on it.
+  void set_recompute_scores(bool on) { recompute_scores_ = on; }
+
+ private:
+  std::string who() const;
+  std::int64_t head_dim() const { return heads_.d_model / heads_.n_heads; }
+
+  std::string prefix_;
+  LlamaHeads heads_;
+  bool tensor_parallel_ = false;
+  bool recompute_scores_ = false;
+  LayerPtr q_, k_, v_, o_;
+};
+
+}  // namespace cleave::layers

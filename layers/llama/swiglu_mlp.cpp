@@ -1,0 +1,60 @@
+// SwiGLU MLP: composition of gate and up projections, the seam's swiglu op, and the down projection.
+#include "layers/llama/swiglu_mlp.hpp"
+
+#include "kernels/ops/ops.hpp"
+#include "layers/layer_util.hpp"
+
+namespace cleave::layers {
+
+SwigluMlp::SwigluMlp(std::string prefix, LayerPtr gate, LayerPtr up, LayerPtr down, bool tensor_parallel)
+    : prefix_(std::move(prefix)),
+      tensor_parallel_(tensor_parallel),
+      gate_(std::move(gate)),
+      up_(std::move(up)),
+      down_(std::move(down)) {
+  CLEAVE_ASSERT(gate_ && up_ && down_, "{}: needs gate, up and down parts", who());
+}
+
+Tensor SwigluMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
+  stash.clear();
+  stash.children.resize(3);
+  Tensor g = gate_->forward(x, stash.children[0], ctx);
+  Tensor u = up_->forward(x, stash.children[1], ctx);
+  Tensor h = new_activation(ctx, g.shape());
+  ops::swiglu_forward(ctx, g, u, h);
+  stash.tensors = {g, u};
+  return down_->forward(h, stash.children[2], ctx);
+}
+
+Tensor SwigluMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
+  CLEAVE_ASSERT(stash.children.size() == 3, "{}: backward_input without forward", who());
+  const Tensor& g = stash_at(stash, 0, who());
+  Tensor dg = new_activation(ctx, g.shape());
+  Tensor du = new_activation(ctx, g.shape());
+  {  // dh, gate and up outputs are released before the projections' backward
+    const Tensor dh = down_->backward_input(dy, stash.children[2], ctx);
+    ops::swiglu_backward(ctx, g, stash_at(stash, 1, who()), dh, dg, du);
+    stash.tensors.clear();
+  }
+  Tensor dx = gate_->backward_input(dg, stash.children[0], ctx);
+  ops::add_inplace(ctx, dx, up_->backward_input(du, stash.children[1], ctx));
+  return dx;
+}
+
+void SwigluMlp::backward_weight(Stash& stash, Context& ctx) {
+  CLEAVE_ASSERT(stash.children.size() == 3, "{}: backward_weight without forward", who());
+  gate_->backward_weight(stash.children[0], ctx);
+  up_->backward_weight(stash.children[1], ctx);
+  down_->backward_weight(stash.children[2], ctx);
+  stash.clear();
+}
+
+std::vector<std::shared_ptr<Param>> SwigluMlp::params() const {
+  std::vector<std::shared_ptr<Param>> out;
+  for (const Layer* part : {gate_.get(), up_.get(), down_.get()}) {
+    for (auto& p : part->params()) out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace cleave::layers

@@ -1,0 +1,38 @@
+// SwigluMlp (Llama's feed-forward): gate ("<prefix>.gate", D -> F) and up ("<prefix>.up", D -> F) ->
+// h = silu(gate) * up (ops::swiglu_forward) -> down ("<prefix>.down", F -> D). No biases.
+//
+// One implementation serves every layout; only the three projections differ: Linears on one rank;
+// ColumnParallelLinear gate and up with RowParallelLinear down under tensor parallelism (make_llama_block),
+// SwiGLU then running on the local F / tp columns. The gate and up parts map [..., D] to [..., F_local];
+// the down part [..., F_local] to [..., D].
+//
+// Stash layout: tensors {gate output, up output}, children {gate, up, down}. backward_input releases the
+// two tensors; the children keep what their weight gradients need.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "layers/layer.hpp"
+
+namespace cleave::layers {
+
+class SwigluMlp final : public Layer {
+ public:
+  SwigluMlp(std::string prefix, LayerPtr gate, LayerPtr up, LayerPtr down, bool tensor_parallel);
+
+  std::string_view kind() const override { return tensor_parallel_ ? "parallel_swiglu_mlp" : "swiglu_mlp"; }
+  Tensor forward(const Tensor& x, Stash& stash, Context& ctx) override;
+  Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override;
+  void backward_weight(Stash& stash, Context& ctx) override;
+  std::vector<std::shared_ptr<Param>> params() const override;
+
+ private:
+  std::string who() const { return (tensor_parallel_ ? "parallel swiglu mlp " : "swiglu mlp ") + prefix_; }
+
+  std::string prefix_;
+  bool tensor_parallel_ = false;
+  LayerPtr gate_, up_, down_;
+};
+
+}  // namespace cleave::layers

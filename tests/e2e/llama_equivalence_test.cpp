@@ -1,0 +1,161 @@
+// model.type llama under every layout (run under mpiexec, np 2 and 4): tensor, pipeline (1F1B, a zero-bubble
+// split backward, ZB-V with a tied table), data parallel with ZeRO-1, recomputation (selective, full) and bf16
+// mixed precision each give the per-step losses and final parameters of ONE rank from the same seed (the
+// reference runs inside rank 0 on a communicator of its own); and every rank's whole memory peak stays near the
+// memory plan. The model is small and grouped-query (4 query heads over 2 key/value heads, hd 8).
+//
+// Tolerances are the GPT tests' (tests/e2e/pipeline_equivalence_test.cpp, mixed_precision_test.cpp, with the
+// reasons there): untied pipeline splits in deterministic mode bit-identical; sums that associate differently
+// (a tied table split over ranks, data parallel, ZeRO-1) within kRounding; tensor parallel (partial GEMM sums
+// added by the all-reduce) within kTensorParallel; bf16 tensor parallel kBf16TensorParallel of each tensor's
+// scale. Recomputation reruns the same kernels on the same inputs, so it changes nothing in any layout.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "engine/core/allocator.hpp"
+#include "engine/planning/memory_plan.hpp"
+#include "mpi/mpi_test_env.hpp"
+#include "train_harness.hpp"
+
+namespace cleave::testing {
+namespace {
+
+constexpr double kRounding = 5e-6;
+constexpr double kTensorParallel = 2e-5;
+constexpr double kBf16TensorParallel = 3e-2;  // max |diff| / the tensor's largest magnitude
+constexpr double kBf16TensorParallelLoss = 1e-3;
+
+struct Layout {
+  std::string name;
+  std::vector<std::string> overrides;
+  double tolerance;  // 0 = bit-identical
+  bool bf16 = false;
+};
+
+config::RunConfig tiny_llama(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"train.steps=5"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return config::parse_config(R"({
+    "model": {"type": "llama", "vocab_size": 96, "d_model": 32, "n_layers": 4, "n_heads": 4, "n_kv_heads": 2,
+              "seq_len": 16, "ffn_hidden_size": 48},
+    "batch": {"global_batch_size": 8, "micro_batch_size": 1},
+    "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "grad_clip": 0.0, "warmup_steps": 0},
+    "train": {"seed": 5, "deterministic": true, "eval_batches": 0},
+    "data": {"type": "synthetic"}
+  })", "tiny_llama", all);
+}
+
+std::vector<Layout> layouts_for(int world) {
+  auto pp = [](int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); };
+  auto tp = [](int t) { return "parallel.tensor_model_parallel_size=" + std::to_string(t); };
+  auto schedule = [](const char* name) { return std::string("parallel.schedule=") + name; };
+  const std::string tied = "model.tie_embeddings=true", bf16 = "device.precision=bf16";
+  if (world == 2) {
+    return {{"tp2", {tp(2)}, kTensorParallel},
+            {"tp2_tied_selective", {tp(2), tied, "train.recompute=selective"}, kTensorParallel},
+            {"pp2_1f1b", {pp(2)}, 0},
+            {"pp2_zb_h1_full_recompute", {pp(2), schedule("zb_h1"), "train.recompute=full"}, 0},
+            {"pp2_zb_v_tied", {pp(2), schedule("zb_v"), tied}, kRounding},
+            {"dp2_zero1", {"batch.micro_batch_size=2", "optimizer.zero_stage=1"}, kRounding},
+            {"bf16_pp2_zb_h1", {pp(2), schedule("zb_h1"), bf16}, 0, true},
+            {"bf16_tp2", {tp(2), bf16}, kBf16TensorParallel, true}};
+  }
+  if (world == 4) {
+    return {{"tp2_pp2_1f1b", {tp(2), pp(2)}, kTensorParallel},
+            {"tp2_pp2_zb_v_tied_selective", {tp(2), pp(2), schedule("zb_v"), tied, "train.recompute=selective"},
+             kTensorParallel},
+            {"dp2_pp2_zero1_full_recompute",
+             {pp(2), "batch.micro_batch_size=1", "optimizer.zero_stage=1", "train.recompute=full"}, kRounding}};
+  }
+  return {};
+}
+
+// Max over tensors of max|a - b| / max|b| (the bf16 tensor-parallel measure, as mixed_precision_test.cpp).
+double max_scaled_param_diff(const RunRecord& a, const RunRecord& b, std::string* worst) {
+  double out = 0;
+  for (const auto& [name, values] : a.params) {
+    const auto& other = b.params.at(name);
+    double diff = 0, scale = 0;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::abs(values[i] - other[i])));
+      scale = std::max(scale, static_cast<double>(std::abs(other[i])));
+    }
+    const double scaled = diff / std::max(scale, 1e-30);
+    if (scaled > out) out = scaled, *worst = name;
+  }
+  return out;
+}
+
+TEST(LlamaEquivalence, EveryLayoutMatchesOneRank) {
+  auto world = make_world(/*deterministic=*/true);
+  auto self = world->split(world->rank(), 0, "self");
+  const auto layouts = layouts_for(world->size());
+  if (layouts.empty()) GTEST_SKIP() << "no layouts for world size " << world->size();
+  for (const auto& layout : layouts) {
+    SCOPED_TRACE(layout.name);
+    const auto config = tiny_llama(layout.overrides);
+    const RunRecord parallel = train_steps(config, *world);
+    if (world->rank() != 0) continue;
+    auto one = single_rank_config(config);
+    one.train.recompute = partition::Recompute::kNone;  // the plain block is the reference
+    const RunRecord reference = train_steps(one, *self);
+    ASSERT_EQ(parallel.losses.size(), reference.losses.size());
+    EXPECT_LT(reference.losses.back(), reference.losses.front());  // it trained
+    ASSERT_EQ(parallel.params.count("blocks.0.attn.k.weight"), 1u);
+    EXPECT_EQ(parallel.params.at("blocks.0.attn.k.weight").size(), 16u * 32u);  // 2 kv heads x hd 8, d 32
+    std::string worst;
+    const double param_diff = max_param_rel_diff(parallel, reference, &worst);
+    const double loss_diff = max_loss_rel_diff(parallel, reference);
+    if (layout.tolerance == 0) {
+      for (std::size_t i = 0; i < parallel.losses.size(); ++i) {
+        EXPECT_EQ(parallel.losses[i], reference.losses[i]) << "step " << i;
+      }
+      EXPECT_EQ(param_diff, 0.0) << "worst " << worst;
+    } else if (layout.bf16) {
+      std::string worst_tensor;
+      EXPECT_LE(loss_diff, kBf16TensorParallelLoss);
+      EXPECT_LE(max_scaled_param_diff(parallel, reference, &worst_tensor), layout.tolerance) << worst_tensor;
+    } else {
+      EXPECT_LE(loss_diff, layout.tolerance);
+      EXPECT_LE(param_diff, layout.tolerance) << "worst " << worst;
+    }
+    std::printf("[ llama ] %-30s max loss rel diff %.3g, max param rel diff %.3g (%s)\n", layout.name.c_str(),
+                loss_diff, param_diff, worst.c_str());
+  }
+}
+
+// Every rank's whole memory peak near the memory plan for a llama pipeline (as the GPT test in
+// pipeline_equivalence_test.cpp): within 5%, or a few boundary tensors [T, D] for tiny stages.
+TEST(LlamaMemory, MeasuredPeakIsNearThePlan) {
+  auto world = make_world();
+  const int p = world->size();
+  for (const char* schedule : {"1f1b", "zb_h1"}) {
+    SCOPED_TRACE(schedule);
+    auto config = config::parse_config(R"({
+      "model": {"type": "llama", "vocab_size": 64, "d_model": 64, "n_layers": 6, "n_heads": 4, "n_kv_heads": 2,
+                "seq_len": 32},
+      "batch": {"micro_batch_size": 1, "global_batch_size": 16},
+      "train": {"steps": 2, "eval_batches": 0},
+      "data": {"type": "synthetic"}
+    })", "memory", {"parallel.pipeline_model_parallel_size=" + std::to_string(p),
+                    std::string("parallel.schedule=") + schedule});
+    train::Trainer trainer(config, *world);
+    trainer.step(0);
+    trainer.reset_peak_memory();
+    trainer.step(1);
+    const std::int64_t measured = trainer.memory_stats().peak_total;
+    const planning::MemoryPlan plan = planning::estimate_rank_memory(trainer.plan(), trainer.config(), world->rank());
+    std::printf("[ memory ] llama %s rank %d: planned %lld B, measured %lld B\n", schedule, world->rank(),
+                static_cast<long long>(plan.total()), static_cast<long long>(measured));
+    EXPECT_NEAR(static_cast<double>(plan.total()), static_cast<double>(measured),
+                std::max(0.05 * static_cast<double>(measured), (2.0 + p) * 32 * 64 * 4))
+        << "rank " << world->rank();
+  }
+}
+
+}  // namespace
+}  // namespace cleave::testing

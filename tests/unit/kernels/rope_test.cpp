@@ -1,0 +1,144 @@
+// RoPE + grouped-query packing against a double reference (rotation in double, the angle computed in f32 the
+// way transformers does, written out here independently) on awkward shapes: hd = 6 and 2, Hq = 6 with
+// Hkv = 2, Hkv = Hq, one kv head, position offsets > 0, a size that goes parallel. Backward is checked
+// against the transposed reference and by the adjoint identity <pack(q,k,v), g> = <q,dq> + <k,dk> + <v,dv>.
+#include "kernels/cpu/rope.hpp"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "kernel_test_util.hpp"
+
+namespace cleave::kernels::cpu {
+namespace {
+
+struct Case {
+  int64_t b, t, hq, hkv, hd, offset;
+  float theta;
+};
+
+// transformers: inv_freq = 1.0 / (base ** (arange(0, dim, 2).float() / dim)); freqs = inv_freq * position (f32).
+float reference_angle(int64_t pos, int64_t i, int64_t hd, float theta) {
+  const float inv_freq = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(hd));
+  return static_cast<float>(pos) * inv_freq;
+}
+
+RopeShape shape_of(const Case& c) {
+  RopeShape s;
+  s.batch = c.b;
+  s.seq = c.t;
+  s.q_heads = c.hq;
+  s.kv_heads = c.hkv;
+  s.head_dim = c.hd;
+  s.theta = c.theta;
+  s.position_offset = c.offset;
+  return s;
+}
+
+// One head of hd values at position pos rotated by +angle (sign +1) or -angle (sign -1), in double.
+void rotate_ref(const double* x, double* out, int64_t pos, const Case& c, double sign) {
+  const int64_t half = c.hd / 2;
+  for (int64_t i = 0; i < half; ++i) {
+    const double a = reference_angle(pos, i, c.hd, c.theta);
+    const double cs = std::cos(a), sn = sign * std::sin(a);
+    out[i] = x[i] * cs - x[i + half] * sn;
+    out[i + half] = x[i + half] * cs + x[i] * sn;
+  }
+}
+
+const Case kCases[] = {
+    {2, 5, 6, 2, 6, 0, 10000.0f},     // grouped query, hd 6
+    {1, 3, 4, 4, 8, 7, 10000.0f},     // Hkv = Hq, offset
+    {3, 7, 3, 1, 2, 1000, 500000.0f},  // one kv head, hd 2, large offset and theta
+    {4, 64, 8, 2, 32, 3, 10000.0f},   // parallel
+};
+
+TEST(KernelRope, ForwardRotatesAndPacksGroupedHeads) {
+  for (const Case& c : kCases) {
+    const int64_t cq = c.hq * c.hd, ckv = c.hkv * c.hd, rows = c.b * c.t, g = c.hq / c.hkv;
+    const auto q = test::random_floats(static_cast<size_t>(rows * cq), 1);
+    const auto k = test::random_floats(static_cast<size_t>(rows * ckv), 2);
+    const auto v = test::random_floats(static_cast<size_t>(rows * ckv), 3);
+    auto qkv = test::poisoned(static_cast<size_t>(rows * 3 * cq));
+    rope_pack_qkv(q.data(), k.data(), v.data(), qkv.data(), shape_of(c));
+    std::vector<double> want(qkv.size());
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t pos = c.offset + r % c.t;
+      for (int64_t h = 0; h < c.hq; ++h) {
+        std::vector<double> qh(q.begin() + r * cq + h * c.hd, q.begin() + r * cq + (h + 1) * c.hd);
+        std::vector<double> kh(k.begin() + r * ckv + (h / g) * c.hd, k.begin() + r * ckv + (h / g + 1) * c.hd);
+        double* out = want.data() + r * 3 * cq;
+        rotate_ref(qh.data(), out + h * c.hd, pos, c, 1.0);
+        rotate_ref(kh.data(), out + cq + h * c.hd, pos, c, 1.0);
+        for (int64_t j = 0; j < c.hd; ++j) out[2 * cq + h * c.hd + j] = v[r * ckv + (h / g) * c.hd + j];
+      }
+    }
+    test::expect_close(qkv, want, 2e-6, 1e-5, "rope_pack_qkv hq " + std::to_string(c.hq) + " hkv " +
+                                                   std::to_string(c.hkv) + " hd " + std::to_string(c.hd));
+    EXPECT_GT(test::l2_norm(qkv), 0.0);
+  }
+}
+
+TEST(KernelRope, BackwardIsTheTransposeAndSumsSharedHeads) {
+  for (const Case& c : kCases) {
+    const int64_t cq = c.hq * c.hd, ckv = c.hkv * c.hd, rows = c.b * c.t, g = c.hq / c.hkv;
+    const auto dqkv = test::random_floats(static_cast<size_t>(rows * 3 * cq), 4);
+    auto dq = test::poisoned(static_cast<size_t>(rows * cq));
+    auto dk = test::poisoned(static_cast<size_t>(rows * ckv));
+    auto dv = test::poisoned(static_cast<size_t>(rows * ckv));
+    rope_pack_qkv_backward(dqkv.data(), dq.data(), dk.data(), dv.data(), shape_of(c));
+    std::vector<double> want_q(dq.size()), want_k(dk.size(), 0.0), want_v(dv.size(), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t pos = c.offset + r % c.t;
+      const float* in = dqkv.data() + r * 3 * cq;
+      for (int64_t h = 0; h < c.hq; ++h) {
+        std::vector<double> dqh(in + h * c.hd, in + (h + 1) * c.hd), dkh(in + cq + h * c.hd, in + cq + (h + 1) * c.hd);
+        rotate_ref(dqh.data(), want_q.data() + r * cq + h * c.hd, pos, c, -1.0);
+        std::vector<double> unrot(static_cast<size_t>(c.hd));
+        rotate_ref(dkh.data(), unrot.data(), pos, c, -1.0);
+        for (int64_t j = 0; j < c.hd; ++j) {
+          want_k[r * ckv + (h / g) * c.hd + j] += unrot[j];
+          want_v[r * ckv + (h / g) * c.hd + j] += in[2 * cq + h * c.hd + j];
+        }
+      }
+    }
+    test::expect_close(dq, want_q, 2e-6, 1e-5, "rope dq");
+    test::expect_close(dk, want_k, 1e-5, 1e-5, "rope dk");
+    test::expect_close(dv, want_v, 1e-5, 1e-5, "rope dv");
+    EXPECT_GT(test::l2_norm(dk), 0.0);
+
+    // Adjoint identity on fresh inputs: the backward is the forward's transpose.
+    const auto q = test::random_floats(dq.size(), 5), k = test::random_floats(dk.size(), 6),
+               v = test::random_floats(dv.size(), 7);
+    std::vector<float> qkv(dqkv.size());
+    rope_pack_qkv(q.data(), k.data(), v.data(), qkv.data(), shape_of(c));
+    double lhs = 0.0, rhs = 0.0;
+    for (size_t i = 0; i < qkv.size(); ++i) lhs += double(qkv[i]) * dqkv[i];
+    for (size_t i = 0; i < q.size(); ++i) rhs += double(q[i]) * dq[i];
+    for (size_t i = 0; i < k.size(); ++i) rhs += double(k[i]) * dk[i] + double(v[i]) * dv[i];
+    EXPECT_NEAR(lhs, rhs, 1e-4 * (1.0 + std::fabs(lhs)));
+  }
+}
+
+TEST(KernelRope, AngleIsTheF32ProductOfInvFreqAndPosition) {
+  // Position 0 is the identity; inv_freq follows theta^(-2i/hd) to f32 precision; the angle is the f32 product.
+  for (int64_t i = 0; i < 16; ++i) {
+    const double exact = std::pow(10000.0, -2.0 * double(i) / 32.0);
+    EXPECT_NEAR(rope_inv_freq(i, 32, 10000.0f), exact, 1e-6 * exact) << "pair " << i;
+    RopeShape s;
+    s.head_dim = 32;
+    s.position_offset = 4000;
+    EXPECT_EQ(rope_angle(95, i, s), 4095.0f * rope_inv_freq(i, 32, 10000.0f));
+  }
+  RopeShape s{1, 1, 1, 1, 4, 10000.0f, 0};
+  const std::vector<float> q{0.3f, -0.7f, 1.1f, 0.9f}, k{0.5f, 0.2f, -0.4f, 0.8f}, v{1.5f, -2.5f, 0.25f, 3.0f};
+  std::vector<float> qkv(12);
+  rope_pack_qkv(q.data(), k.data(), v.data(), qkv.data(), s);
+  EXPECT_EQ(std::vector<float>(qkv.begin(), qkv.begin() + 4), q);
+  EXPECT_EQ(std::vector<float>(qkv.begin() + 4, qkv.begin() + 8), k);
+  EXPECT_EQ(std::vector<float>(qkv.begin() + 8, qkv.end()), v);
+}
+
+}  // namespace
+}  // namespace cleave::kernels::cpu

@@ -31,7 +31,8 @@ namespace cleave::cli {
 namespace {
 
 ArgParser export_args() {
-  ArgParser p("export", "cleave export CHECKPOINT --out PATH [--format cleave|hf] [--dtype f32|bf16] [--max-shard-size SIZE]",
+  ArgParser p("export",
+              "cleave export CHECKPOINT --out PATH [--format cleave|hf] [--dtype f32|bf16] [--max-shard-size SIZE]",
               R"(Writes every parameter of CHECKPOINT (a step_NNNNNNN directory, or a checkpoint.dir holding them: its
 latest complete one), consolidated from whatever layout it was saved under. --format cleave: one safetensors
 file under Cleave's logical parameter names (as in index.json; a tied LM head is the embedding table).

@@ -52,8 +52,8 @@ class Keys {
   // A setting whose every other value makes a model Cleave computes differently.
   template <typename T>
   void require(const std::string& key, const T& got, const T& cleave, std::string_view why) const {
-    CLEAVE_CHECK(got == cleave, "{}: {} is {}, but Cleave {} ({}); this checkpoint cannot be imported", origin_, key,
-                 json(got).dump(), why, json(cleave).dump());
+    CLEAVE_CHECK(got == cleave, "{}: {} is {}, but Cleave needs {} ({}); this checkpoint cannot be imported", origin_,
+                 key, json(got).dump(), json(cleave).dump(), why);
   }
   const std::string& origin() const { return origin_; }
 
@@ -106,11 +106,12 @@ HfModelConfig read_gpt2(const Keys& k) {
                "checkpoint cannot be imported",
                k.origin(), act);
   k.require("layer_norm_epsilon", k.number_or("layer_norm_epsilon", 1e-5), kGptLayerNormEps,
-            "GPT LayerNorm uses eps");
-  k.require("scale_attn_weights", k.flag_or("scale_attn_weights", true), true, "scales attention scores by 1/sqrt(hd):");
+            "the eps of its GPT LayerNorm");
+  k.require("scale_attn_weights", k.flag_or("scale_attn_weights", true), true,
+            "attention scores scaled by 1/sqrt(head size)");
   k.require("scale_attn_by_inverse_layer_idx", k.flag_or("scale_attn_by_inverse_layer_idx", false), false,
-            "does not scale attention by layer:");
-  k.require("add_cross_attention", k.flag_or("add_cross_attention", false), false, "has no cross-attention:");
+            "no per-layer attention scaling");
+  k.require("add_cross_attention", k.flag_or("add_cross_attention", false), false, "a decoder without cross-attention");
   out.model = {{"type", "gpt"},          {"vocab_size", d.vocab_size}, {"d_model", d.d_model},
                {"n_layers", d.n_layers}, {"n_heads", d.n_heads},       {"seq_len", d.seq_len},
                {"d_ff", d.ffn},          {"tie_embeddings", d.tied}};
@@ -135,10 +136,10 @@ HfModelConfig read_llama(const Keys& k) {
                "{}: num_attention_heads {} is not a multiple of num_key_value_heads {}", k.origin(), d.n_heads,
                d.n_kv_heads);
   k.require("head_dim", k.size_or("head_dim", d.d_model / d.n_heads), d.d_model / d.n_heads,
-            "uses head size hidden_size / num_attention_heads =");
-  k.require("hidden_act", k.text_or("hidden_act", "silu"), std::string("silu"), "uses SwiGLU with");
-  k.require("attention_bias", k.flag_or("attention_bias", false), false, "Llama has no attention biases:");
-  k.require("mlp_bias", k.flag_or("mlp_bias", false), false, "Llama has no MLP biases:");
+            "head size hidden_size / num_attention_heads");
+  k.require("hidden_act", k.text_or("hidden_act", "silu"), std::string("silu"), "SwiGLU with SiLU");
+  k.require("attention_bias", k.flag_or("attention_bias", false), false, "its Llama has no attention biases");
+  k.require("mlp_bias", k.flag_or("mlp_bias", false), false, "its Llama has no MLP biases");
   // transformers 4 keeps rope_theta and rope_scaling at the top level, 5 in rope_parameters.
   double theta = k.number_or("rope_theta", 10000.0);
   for (const char* section : {"rope_scaling", "rope_parameters"}) {

@@ -25,7 +25,8 @@ struct Converted {
   std::vector<float> f32;             // HF order
   std::vector<std::uint16_t> bf16;    // when exporting bf16
   std::span<const std::byte> bytes() const {
-    return bf16.empty() ? std::as_bytes(std::span<const float>(f32)) : std::as_bytes(std::span<const std::uint16_t>(bf16));
+    return bf16.empty() ? std::as_bytes(std::span<const float>(f32))
+                        : std::as_bytes(std::span<const std::uint16_t>(bf16));
   }
 };
 
@@ -52,8 +53,9 @@ HfExportStats write_into(const fs::path& tmp, const json& model, const std::vect
   json weight_map = json::object();
   std::int64_t total = 0;
   for (std::size_t g = 0; g < groups.size(); ++g) {
-    const std::string file = groups.size() == 1 ? std::string("model.safetensors")
-                                                : fmt::format("model-{:05d}-of-{:05d}.safetensors", g + 1, groups.size());
+    const std::string file = groups.size() == 1
+                                 ? std::string("model.safetensors")
+                                 : fmt::format("model-{:05d}-of-{:05d}.safetensors", g + 1, groups.size());
     std::vector<checkpoint::TensorToWrite> out;
     for (const Converted* t : groups[g]) {
       out.push_back({t->map->hf_name, options.bf16 ? "BF16" : "F32", t->map->hf_shape, t->bytes()});
@@ -102,7 +104,8 @@ HfExportStats write_hf_checkpoint(const std::string& dir, const json& model,
   }
   fs::path final_path = fs::path(dir).lexically_normal();
   if (final_path.filename().empty()) final_path = final_path.parent_path();  // "out/"
-  const fs::path tmp = final_path.parent_path() / fmt::format(".{}.partial-{}", final_path.filename().string(), ::getpid());
+  const fs::path tmp =
+      final_path.parent_path() / fmt::format(".{}.partial-{}", final_path.filename().string(), ::getpid());
   fs::remove_all(tmp);
   try {
     fs::create_directories(tmp);

@@ -40,7 +40,8 @@ json read_json(const fs::path& path) {
 // "a, b, c and 4 more".
 std::string some_names(const std::vector<std::string>& names) {
   const std::size_t shown = std::min<std::size_t>(names.size(), 3);
-  std::string out = fmt::format("{}", fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ", "));
+  std::string out =
+      fmt::format("{}", fmt::join(names.begin(), names.begin() + static_cast<std::ptrdiff_t>(shown), ", "));
   if (names.size() > shown) out += fmt::format(" and {} more", names.size() - shown);
   return out;
 }

@@ -81,7 +81,8 @@ std::vector<float> transpose(const std::vector<float>& in, std::int64_t rows, st
                 rows, cols);
   std::vector<float> out(in.size());
   for (std::int64_t r = 0; r < rows; ++r) {
-    for (std::int64_t c = 0; c < cols; ++c) out[static_cast<std::size_t>(c * rows + r)] = in[static_cast<std::size_t>(r * cols + c)];
+    for (std::int64_t c = 0; c < cols; ++c)
+      out[static_cast<std::size_t>(c * rows + r)] = in[static_cast<std::size_t>(r * cols + c)];
   }
   return out;
 }

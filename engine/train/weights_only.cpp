@@ -36,16 +36,17 @@ WeightsOnlyStats write_weights_checkpoint(const std::string& root, const json& m
     const std::string tmp = checkpoint::begin_step_dir(root, 0);
     const checkpoint::WrittenFile written = checkpoint::write_safetensors(
         (fs::path(tmp) / kFile).string(), out, {{"format", "cleave-checkpoint"}, {"weights_only", "true"}});
-    const json index = {{"format", "cleave-checkpoint"},
-                        {"version", checkpoint::kCheckpointFormatVersion},
-                        {"step", 0},
-                        {"consumed_samples", 0},
-                        {"weights_only", true},
-                        {"source", source},
-                        {"model", model},
-                        {"optimizer", {{"type", "none"}, {"steps_done", 0}}},
-                        {"files", {{kFile, {{"bytes", written.bytes}, {"checksum", checkpoint::checksum_text(written.checksum)}}}}},
-                        {"tensors", entries}};
+    const json index = {
+        {"format", "cleave-checkpoint"},
+        {"version", checkpoint::kCheckpointFormatVersion},
+        {"step", 0},
+        {"consumed_samples", 0},
+        {"weights_only", true},
+        {"source", source},
+        {"model", model},
+        {"optimizer", {{"type", "none"}, {"steps_done", 0}}},
+        {"files", {{kFile, {{"bytes", written.bytes}, {"checksum", checkpoint::checksum_text(written.checksum)}}}}},
+        {"tensors", entries}};
     const std::string text = index.dump(1) + "\n";
     checkpoint::write_file_durable((fs::path(tmp) / "index.json").string(), text);
     stats.path = checkpoint::commit_step_dir(root, 0);

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Hugging Face checkpoints through the CLI, on fixtures this test writes itself (hf_fixture.py: a tiny
-# GPT2LMHeadModel, one file and sharded with an index; no downloads, no torch):
+# GPT2LMHeadModel and a tiny LlamaForCausalLM, one file and sharded with an index; no downloads, no torch):
 #  - import of the one-file and the sharded directory give the same Cleave weights file byte for byte;
 #  - import -> export --format hf (one file, and shards of --max-shard-size) -> import is bit-exact;
 #  - train --init-from at tp2 and at pp2 (mpiexec -n 2) has the one-rank first-step loss, from the HF directory
-#    and from the imported checkpoint, and that loss is not a fresh model's;
+#    and from the imported checkpoint, and that loss is not a fresh model's (GPT-2, then Llama);
 #  - every bad input (missing shard, wrong shape, unknown architecture, unknown / missing tensor, a config
 #    model key that disagrees, --resume of a weights-only checkpoint, an existing --out) is one error line
 #    naming it, a non-zero exit, and nothing written.
@@ -56,6 +56,33 @@ assert abs(fresh - one) > 0.05, f"the imported model's loss {one} is a fresh mod
 print(f"ok   --init-from first-step loss: one rank {one}, tp2 {tp2}, pp2 (from the checkpoint) {pp2}; fresh model {fresh}")
 PY
 
+# Llama: the same, sharded import against one file, export round trip, tp2 and pp2 against one rank.
+fixture llama --llama
+fixture llama_sharded --llama --shards 2
+"$cleave" import llama --out lk > limport.log 2>&1 || { cat limport.log; fail "llama import"; }
+"$cleave" import llama_sharded --out lk_sharded > limport2.log 2>&1 || { cat limport2.log; fail "llama import sharded"; }
+cmp -s lk/step_0000000/weights.safetensors lk_sharded/step_0000000/weights.safetensors || fail "llama: shards differ"
+"$cleave" export lk --format hf --out lexported --max-shard-size 8KiB > lexport.log 2>&1 || { cat lexport.log; fail "llama export"; }
+"$cleave" import lexported --out lk_back > lback.log 2>&1 || { cat lback.log; fail "llama re-import"; }
+cmp -s lk/step_0000000/weights.safetensors lk_back/step_0000000/weights.safetensors || fail "llama export does not round-trip"
+"$cleave" train --init-from llama "${common[@]}" --set train.out_dir=lone > lone.log 2>&1 || { cat lone.log; fail "llama one rank"; }
+"${mpiexec[@]}" -n 2 "$cleave" train --init-from lk "${common[@]}" --set parallel.tensor_model_parallel_size=2 \
+  --set train.out_dir=ltp2 > ltp2.log 2>&1 || { cat ltp2.log; fail "llama tp2"; }
+"${mpiexec[@]}" -n 2 "$cleave" train --init-from llama "${common[@]}" --set parallel.pipeline_model_parallel_size=2 \
+  --set train.out_dir=lpp2 > lpp2.log 2>&1 || { cat lpp2.log; fail "llama pp2"; }
+"$cleave" train "${common[@]}" --set model.type=llama --set model.vocab_size=261 --set model.d_model=16 \
+  --set model.n_heads=4 --set model.n_kv_heads=2 --set model.seq_len=12 --set model.ffn_hidden_size=24 \
+  --set train.out_dir=lfresh > lfresh.log 2>&1 || { cat lfresh.log; fail "llama fresh"; }
+python3 - "$(loss lone)" "$(loss ltp2)" "$(loss lpp2)" "$(loss lfresh)" <<'PY' || fail "llama losses"
+import sys
+one, tp2, pp2, fresh = map(float, sys.argv[1:])
+for name, x in (("tp2", tp2), ("pp2", pp2)):
+    assert abs(x - one) <= 1e-5 * abs(one), f"llama {name} first-step loss {x} != one rank's {one}"
+assert abs(fresh - one) > 0.05, f"the imported llama's loss {one} is a fresh model's {fresh}: weights not loaded?"
+print(f"ok   llama (GQA 4/2): shards, export round trip; --init-from first-step loss one rank {one}, tp2 (from the "
+      f"checkpoint) {tp2}, pp2 {pp2}; fresh model {fresh}")
+PY
+
 # Bad inputs: one error line naming the problem, exit 1, nothing written.
 refuse() {  # refuse NAME EXPECTED_TEXT OUT_PATH -- command...
   local name=$1 want=$2 out=$3; shift 4
@@ -83,6 +110,9 @@ refuse "disagreeing --set" "model.n_layers is 3" run7 -- \
   "$cleave" train --init-from hf --set model.n_layers=3 --set train.out_dir=run7
 refuse "another model type" 'model.type is "mlp" in the config, but the weights in hf/config.json are a gpt model' run9 -- \
   "$cleave" train --init-from hf --set model.type=mlp --set train.out_dir=run9
+python3 -c "
+import json; c = json.load(open('llama/config.json')); c['attention_bias'] = True; json.dump(c, open('llama/config.json', 'w'))"
+refuse "llama attention_bias" "attention_bias is true" out10 -- "$cleave" import llama --out out10
 refuse "resume of weights only" "holds weights only" run8 -- \
   "$cleave" train --resume ck --set train.out_dir=run8 --set model.vocab_size=261 --set model.d_model=16 \
   --set model.n_heads=4 --set model.seq_len=12 --set model.d_ff=24

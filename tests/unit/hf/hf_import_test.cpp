@@ -134,12 +134,15 @@ TEST(HfImport, EachBadInputIsOneErrorNamingIt) {
     has(m, "shard model-00002-of-00002.safetensors is missing");
     fs::remove_all(dir);
   }
-  std::string m = import_error(gpt, [](HfFixture& f) { f.tensors["transformer.h.1.mlp.c_fc.weight"].shape = {24, 16}; });
+  std::string m = import_error(gpt, [](HfFixture& f) {
+    f.tensors["transformer.h.1.mlp.c_fc.weight"].shape = {24, 16};
+  });
   has(m, "transformer.h.1.mlp.c_fc.weight has shape [24,16]");
   has(m, "give [16,24]");
   m = import_error(gpt, [](HfFixture& f) { f.config["architectures"] = {"BertModel"}; });
   has(m, "architecture BertModel is not supported");
-  m = import_error(gpt, [](HfFixture& f) { f.tensors["transformer.h.0.attn.c_attn.extra"] = f.tensors["transformer.ln_f.bias"]; });
+  m = import_error(
+      gpt, [](HfFixture& f) { f.tensors["transformer.h.0.attn.c_attn.extra"] = f.tensors["transformer.ln_f.bias"]; });
   has(m, "unknown tensor transformer.h.0.attn.c_attn.extra");
   m = import_error(gpt, [](HfFixture& f) { f.tensors.erase("transformer.h.1.ln_1.bias"); }, 2);
   has(m, "missing tensor transformer.h.1.ln_1.bias");

@@ -1,8 +1,7 @@
 // The Hugging Face <-> Cleave tensor table (engine/hf/hf_layout.hpp) against Cleave's own model: every
 // parameter a built GPT holds appears exactly once on the Cleave side with its shape (tied and untied), the HF
 // side has transformers' names and shapes, and the transforms move each element where the table says and back
-// bit for bit. The Llama table's names and shapes (grouped-query k/v) are checked against the layout the
-// llama model is built with (hf_layout.hpp's header).
+// bit for bit. The same for Llama (grouped-query k/v, tied and untied), whose names are also spelled out.
 #include <map>
 #include <random>
 #include <set>
@@ -23,7 +22,8 @@ std::map<std::string, std::vector<std::int64_t>> cleave_side(const std::vector<T
 }
 
 ModelDims gpt_dims(bool tied) {
-  return {Architecture::kGpt2, /*vocab*/ 263, /*d*/ 24, /*layers*/ 3, /*heads*/ 4, /*kv*/ 4, /*ffn*/ 40, /*seq*/ 11, tied};
+  return {Architecture::kGpt2, /*vocab*/ 263, /*d*/ 24, /*layers*/ 3, /*heads*/ 4, /*kv*/ 4,
+          /*ffn*/ 40,          /*seq*/ 11,    tied};
 }
 
 TEST(HfLayout, GptTableIsExactlyTheParametersCleaveBuilds) {
@@ -67,6 +67,28 @@ TEST(HfLayout, Gpt2NamesAndConv1dShapes) {
   EXPECT_TRUE(is_hf_buffer(Architecture::kGpt2, "transformer.h.0.attn.bias"));
   EXPECT_TRUE(is_hf_buffer(Architecture::kGpt2, "h.3.attn.masked_bias"));
   EXPECT_FALSE(is_hf_buffer(Architecture::kGpt2, "transformer.h.0.attn.c_attn.bias"));
+}
+
+TEST(HfLayout, LlamaTableIsExactlyTheParametersCleaveBuilds) {
+  for (bool tied : {false, true}) {
+    const ModelDims d{Architecture::kLlama, 301, 48, 3, 6, 2, 72, 10, tied};
+    partition::LlamaConfig config;
+    config.vocab_size = d.vocab_size;
+    config.d_model = d.d_model;
+    config.n_layers = d.n_layers;
+    config.n_heads = d.n_heads;
+    config.n_kv_heads = d.n_kv_heads;
+    config.seq_len = d.seq_len;
+    config.ffn_hidden_size = d.ffn;
+    config.tie_embeddings = tied;
+    const partition::ModelSpec spec = partition::make_llama_spec(config);
+    const auto layers = layers::build_blocks(spec, 0, spec.blocks.size());
+    std::map<std::string, std::vector<std::int64_t>> built;
+    for (const auto& p : layers::collect_params(layers)) {
+      built[p->name] = {p->value.shape().dims().begin(), p->value.shape().dims().end()};
+    }
+    EXPECT_EQ(cleave_side(tensor_map(d)), built) << (tied ? "tied" : "untied");
+  }
 }
 
 TEST(HfLayout, LlamaNamesAndGroupedQueryShapes) {

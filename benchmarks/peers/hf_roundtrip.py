@@ -69,11 +69,11 @@ def tiny_gpt2():
     return GPT2LMHeadModel(config).eval()
 
 
-def tiny_llama():
+def tiny_llama(tied=False):
     torch.manual_seed(0)
     config = LlamaConfig(vocab_size=300, hidden_size=48, num_hidden_layers=3, num_attention_heads=6,
-                         num_key_value_heads=2, intermediate_size=80, max_position_embeddings=32, rms_norm_eps=1e-5,
-                         rope_theta=10000.0, tie_word_embeddings=False, initializer_range=0.2,
+                         num_key_value_heads=2, intermediate_size=80, max_position_embeddings=32, rms_norm_eps=1e-6,
+                         rope_theta=500000.0, tie_word_embeddings=tied, initializer_range=0.2,
                          bos_token_id=None, eos_token_id=None, pad_token_id=None)
     return LlamaForCausalLM(config).eval()
 
@@ -104,10 +104,13 @@ def main():
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
         llama = cleave_knows_llama(cleave, tmp)
-        makers = [("GPT2LMHeadModel", tiny_gpt2)] + ([("LlamaForCausalLM", tiny_llama)] if llama else [])
+        makers = [("GPT2LMHeadModel", tiny_gpt2)]
+        if llama:
+            makers += [("LlamaForCausalLM", tiny_llama), ("LlamaForCausalLM tied", lambda: tiny_llama(tied=True))]
         for name, make in makers:
             model = make()
-            hf_dir, ckpt = os.path.join(tmp, f"hf_{name}"), os.path.join(tmp, f"ck_{name}")
+            tag = name.replace(" ", "_")
+            hf_dir, ckpt = os.path.join(tmp, f"hf_{tag}"), os.path.join(tmp, f"ck_{tag}")
             model.save_pretrained(hf_dir, safe_serialization=True)
             run([cleave, "import", hf_dir, "--out", ckpt], ckpt + ".log")
             ok &= compare(f"import {name}", model, cleave, ckpt, args.prompt, tmp, args.tolerance)
@@ -117,6 +120,9 @@ def main():
         if llama:
             trained.append(("llama", {"type": "llama", "vocab_size": 300, "d_model": 48, "n_layers": 4, "n_heads": 6,
                                       "n_kv_heads": 2, "seq_len": 32, "ffn_hidden_size": 80, "tie_embeddings": False}))
+            trained.append(("llama_tied", {"type": "llama", "vocab_size": 256, "d_model": 32, "n_layers": 2,
+                                           "n_heads": 4, "n_kv_heads": 2, "seq_len": 32, "ffn_hidden_size": 64,
+                                           "rope_theta": 500000.0, "norm_eps": 1e-6, "tie_embeddings": True}))
         for name, model_section in trained:
             ckpt = trained_model(cleave, tmp, model_section, f"trained_{name}")
             for shard in (None, "16KiB"):

@@ -180,7 +180,12 @@ HfCheckpoint read(const std::string& dir_text) {
 }  // namespace
 
 bool is_hf_dir(const std::string& dir) {
-  return fs::exists(fs::path(dir) / "config.json") && !fs::exists(fs::path(dir) / "index.json");
+  const fs::path config = fs::path(dir) / "config.json";
+  if (!fs::exists(config) || fs::exists(fs::path(dir) / "index.json")) return false;
+  // A Cleave run directory holds a config.json too (the resolved run config), without these keys.
+  std::ifstream in(config, std::ios::binary);
+  const json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return doc.is_object() && (doc.contains("architectures") || doc.contains("model_type"));
 }
 
 HfCheckpoint read_hf_checkpoint(const std::string& dir) {

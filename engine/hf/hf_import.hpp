@@ -29,7 +29,8 @@ struct HfCheckpoint {
   std::vector<std::string> files;                     // the safetensors files read
 };
 
-// True when `dir` looks like a Hugging Face model directory (holds config.json and no index.json).
+// True when `dir` looks like a Hugging Face model directory: a config.json naming "architectures" or
+// "model_type" (a Cleave run directory's config.json names neither) and no index.json.
 bool is_hf_dir(const std::string& dir);
 
 HfCheckpoint read_hf_checkpoint(const std::string& dir);

@@ -48,10 +48,11 @@ WeightSource checkpoint_source(const std::string& path) {
   std::string dir = path;
   if (!fs::exists(fs::path(path) / "index.json")) {
     const auto latest = checkpoint::latest_step_dir(path);
+    const bool run_dir = fs::is_directory(fs::path(path) / "checkpoints");
     CLEAVE_CHECK(latest.has_value(),
-                 "--init-from {}: neither a Hugging Face model directory (no config.json) nor a Cleave checkpoint (no "
-                 "index.json, no complete step_NNNNNNN/)",
-                 path);
+                 "--init-from {}: neither a Hugging Face model directory (a config.json naming architectures or "
+                 "model_type) nor a Cleave checkpoint (no index.json, no complete step_NNNNNNN/){}",
+                 path, run_dir ? fmt::format("; a run directory keeps its checkpoints in {}/checkpoints", path) : "");
     dir = *latest;
   }
   auto reader = std::make_shared<CheckpointReader>(dir);

@@ -113,6 +113,8 @@ refuse "another model type" 'model.type is "mlp" in the config, but the weights 
 python3 -c "
 import json; c = json.load(open('llama/config.json')); c['attention_bias'] = True; json.dump(c, open('llama/config.json', 'w'))"
 refuse "llama attention_bias" "attention_bias is true" out10 -- "$cleave" import llama --out out10
+refuse "a run directory" "neither a Hugging Face model directory" run11 -- \
+  "$cleave" train --init-from one --set train.out_dir=run11
 refuse "resume of weights only" "holds weights only" run8 -- \
   "$cleave" train --resume ck --set train.out_dir=run8 --set model.vocab_size=261 --set model.d_model=16 \
   --set model.n_heads=4 --set model.seq_len=12 --set model.d_ff=24

@@ -71,9 +71,9 @@ std::vector<std::int64_t> integers(const json& value, std::string_view key) {
 
 std::size_t safetensors_dtype_size(const std::string& dtype) {
   if (dtype == "F32") return 4;
-  if (dtype == "BF16") return 2;
+  if (dtype == "BF16" || dtype == "F16") return 2;
   if (dtype == "I64") return 8;
-  CLEAVE_THROW("safetensors dtype '{}' is not supported (expected F32, BF16 or I64)", dtype);
+  CLEAVE_THROW("safetensors dtype '{}' is not supported (expected F32, BF16, F16 or I64)", dtype);
 }
 
 WrittenFile write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors,

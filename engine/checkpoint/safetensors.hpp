@@ -4,7 +4,7 @@
 //
 // Invariants kept by write_safetensors and checked by read_safetensors (every violation is an Error naming
 // the file and, where there is one, the tensor and the numbers):
-//  - N + 8 <= file size, the header is a JSON object, every entry has a known dtype (F32, BF16, I64), a
+//  - N + 8 <= file size, the header is a JSON object, every entry has a known dtype (F32, BF16, F16, I64), a
 //    shape of non-negative extents (numel × dtype size within the data section, so it cannot overflow) and
 //    end - begin == numel × dtype size;
 //  - sorted by begin, the entries cover [0, data size) exactly: no gap, no overlap, nothing after the last.
@@ -21,12 +21,12 @@
 
 namespace cleave::checkpoint {
 
-// "F32" 4, "BF16" 2, "I64" 8; throws Error for any other name.
+// "F32" 4, "BF16" 2, "F16" 2 (Hugging Face checkpoints), "I64" 8; throws Error for any other name.
 std::size_t safetensors_dtype_size(const std::string& dtype);
 
 struct TensorToWrite {
   std::string name;
-  std::string dtype;  // "F32" | "BF16" | "I64"
+  std::string dtype;  // "F32" | "BF16" | "F16" | "I64"
   std::vector<std::int64_t> shape;
   std::span<const std::byte> bytes;  // numel × dtype size bytes, borrowed for the call
 };

@@ -11,6 +11,7 @@ int run_simulate(int argc, char** argv);
 int run_simulate_config(int argc, char** argv);
 int run_verify(int argc, char** argv);
 int run_export(int argc, char** argv);
+int run_import(int argc, char** argv);
 int run_generate(int argc, char** argv);
 int run_tokenize(int argc, char** argv);
 int run_bench(int argc, char** argv);

@@ -1,11 +1,14 @@
-// `cleave export CHECKPOINT --out model.safetensors [--dtype f32|bf16]`: one consolidated safetensors file
-// of every logical parameter of a checkpoint saved under any layout (tp shards placed, ZeRO-1 and pp
-// splits irrelevant), without optimizer state. No MPI: it reads files only.
+// `cleave export CHECKPOINT --out PATH [--format cleave|hf] [--dtype f32|bf16] [--max-shard-size SIZE]`: every
+// logical parameter of a checkpoint saved under any layout (tp shards placed, ZeRO-1 and pp splits irrelevant),
+// without optimizer state. No MPI: it reads files only.
 //
-// Name mapping: tensors keep Cleave's logical parameter names (the names in index.json, e.g.
-// "embed.token", "blocks.0.attn.qkv.weight", "final_norm.weight"), with their logical shapes. A tied LM head
-// is stored once, as the embedding table. "__metadata__" holds format "cleave-export", the step, the dtype
-// and the model section (JSON text).
+// --format cleave (default): one safetensors file under Cleave's logical parameter names (the names in
+// index.json, e.g. "embed.token", "blocks.0.attn.qkv.weight", "final_norm.weight"), with their logical shapes.
+// A tied LM head is stored once, as the embedding table. "__metadata__" holds format "cleave-export", the step,
+// the dtype and the model section (JSON text).
+// --format hf: a Hugging Face model directory (engine/hf/hf_export.hpp: config.json, model.safetensors or
+// shards of at most --max-shard-size with model.safetensors.index.json) that transformers' from_pretrained
+// loads as GPT2LMHeadModel (gpt) or LlamaForCausalLM (llama).
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -21,20 +24,37 @@
 #include "engine/core/dtype.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/hf/hf_export.hpp"
 #include "engine/train/checkpoint_reader.hpp"
 
 namespace cleave::cli {
 namespace {
 
 ArgParser export_args() {
-  ArgParser p("export", "cleave export CHECKPOINT --out FILE.safetensors [--dtype f32|bf16]",
+  ArgParser p("export",
+              "cleave export CHECKPOINT --out PATH [--format cleave|hf] [--dtype f32|bf16] [--max-shard-size SIZE]",
               R"(Writes every parameter of CHECKPOINT (a step_NNNNNNN directory, or a checkpoint.dir holding them: its
-latest complete one) into one safetensors file, consolidated from whatever layout it was saved under.
-Names are Cleave's logical parameter names (as in index.json); a tied LM head is the embedding table.)");
+latest complete one), consolidated from whatever layout it was saved under. --format cleave: one safetensors
+file under Cleave's logical parameter names (as in index.json; a tied LM head is the embedding table).
+--format hf: a Hugging Face model directory (config.json + safetensors) that transformers' from_pretrained
+loads: GPT2LMHeadModel for a gpt model, LlamaForCausalLM for a llama one.)");
   p.positional("CHECKPOINT", "checkpoint")
-      .text("--out", "FILE", "the file to write (required; an existing file is refused)")
-      .text("--dtype", "T", "f32 (default) or bf16 (rounded to nearest even)", "f32");
+      .text("--out", "PATH", "the file (cleave) or directory (hf) to write (required; an existing one is refused)")
+      .text("--format", "F", "cleave (default) or hf", "cleave")
+      .text("--dtype", "T", "f32 (default) or bf16 (rounded to nearest even)", "f32")
+      .size("--max-shard-size", "SIZE",
+            "hf only: split the weights into files of at most SIZE (e.g. 5GB) with\n"
+            "model.safetensors.index.json (default: one model.safetensors)");
   return p;
+}
+
+int export_hf(train::CheckpointReader& reader, const std::string& out, bool bf16, std::int64_t max_shard_bytes) {
+  const auto& model = reader.index().at("model");
+  const hf::HfExportStats stats = hf::write_hf_checkpoint(
+      out, model, [&](const std::string& name) { return reader.logical(name); }, {bf16, max_shard_bytes});
+  log::info("export: {} tensors of {} -> {} (Hugging Face, {} safetensors file{}, {})", stats.tensors, reader.dir(),
+            out, stats.files, stats.files == 1 ? "" : "s", format_bytes(stats.bytes));
+  return 0;
 }
 
 }  // namespace
@@ -49,9 +69,13 @@ int run_export(int argc, char** argv) {
   const std::string source = args.positional(0);
   const std::string out = args.text("--out");
   const std::string dtype = args.text("--dtype");
+  const std::string format = args.text("--format");
   CLEAVE_CHECK(!source.empty(), "export: no CHECKPOINT given (see cleave export --help)");
-  CLEAVE_CHECK(!out.empty(), "export: --out FILE.safetensors is required");
+  CLEAVE_CHECK(!out.empty(), "export: --out {} is required", format == "hf" ? "DIR" : "FILE.safetensors");
   CLEAVE_CHECK(dtype == "f32" || dtype == "bf16", "export: --dtype must be f32 or bf16, got '{}'", dtype);
+  CLEAVE_CHECK(format == "cleave" || format == "hf", "export: --format must be cleave or hf, got '{}'", format);
+  CLEAVE_CHECK(format == "hf" || !args.given("--max-shard-size"),
+               "export: --max-shard-size applies to --format hf (a cleave export is one file)");
   CLEAVE_CHECK(!std::filesystem::exists(out), "export: {} already exists; nothing was written (remove it or choose "
                "another --out)", out);
   std::string dir = source;
@@ -63,6 +87,7 @@ int run_export(int argc, char** argv) {
   }
 
   train::CheckpointReader reader(dir);
+  if (format == "hf") return export_hf(reader, out, dtype == "bf16", args.size("--max-shard-size").value_or(0));
   const auto names = reader.parameter_names();
   CLEAVE_CHECK(!names.empty(), "export: checkpoint {} holds no parameters", dir);
   std::vector<std::vector<float>> f32(names.size());

@@ -103,7 +103,9 @@ int run_generate(int argc, char** argv) {
   const nlohmann::json index = train::CheckpointReader(dir).index();
   const nlohmann::json run = {
       {"model", index.at("model")},
-      {"optimizer", {{"type", index.at("optimizer").at("type")}}},
+      {"optimizer", index.at("optimizer").at("type") == "none"  // weights only (cleave import)
+                        ? nlohmann::json::object()
+                        : nlohmann::json{{"type", index.at("optimizer").at("type")}}},
       {"train", {{"steps", std::max<std::int64_t>(1, index.at("step").get<std::int64_t>())}, {"eval_batches", 0}}},
       {"data", {{"type", "synthetic"}}}};
   const config::RunConfig config = config::parse_config(run.dump(), "checkpoint " + dir);

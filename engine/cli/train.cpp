@@ -5,6 +5,7 @@
 // or after a failure with the steps that finished (train.report, default on; engine/report/html_report.hpp).
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,12 +17,13 @@
 #include "engine/core/log.hpp"
 #include "engine/train/config_change.hpp"
 #include "engine/train/trainer.hpp"
+#include "engine/train/weight_source.hpp"
 
 namespace cleave::cli {
 namespace {
 
 ArgParser train_args() {
-  ArgParser p("train", "cleave train [CONFIG.json] [--set key.path=value ...] [--resume auto|PATH]",
+  ArgParser p("train", "cleave train [CONFIG.json] [--set key.path=value ...] [--resume auto|PATH | --init-from DIR]",
               R"(Trains the model described by CONFIG (JSON, docs/config.md; no file = a tiny GPT on a synthetic task).
 Writes config.json (fully resolved), metrics.jsonl, run.json (layout, per-rank memory) and report.html (curves,
 memory against the cap, layout, config; train.report false skips it, `cleave report DIR` redoes it) into
@@ -42,6 +44,11 @@ with an ETA; redirected to a file it is plain lines.)");
             "Changes are logged and recorded in run.json (\"resumes\"), metrics.jsonl\n"
             "(\"resumed_at_step\", \"config_changes\") and the old config.json is kept as\n"
             "config.before_step_K.json.")
+      .text("--init-from", "DIR",
+            "start from these weights: a Hugging Face model directory (config.json +\n"
+            "safetensors; GPT2LMHeadModel or LlamaForCausalLM) or a Cleave checkpoint (e.g.\n"
+            "from cleave import). Any layout; the optimizer starts fresh at step 0. The model\n"
+            "keys the weights fix are taken from them; a CONFIG value that differs is refused.")
       .repeated("--allow-config-change", "KEY[,KEY...]",
                 "with --resume: allow these keys to differ from the checkpoint's config\n"
                 "(e.g. optimizer.lr,optimizer.warmup_steps)")
@@ -72,10 +79,16 @@ int run_train(int argc, char** argv) {
   }
   CLEAVE_CHECK(options.allow_config_change.empty() || !options.resume.empty(),
                "train: --allow-config-change applies to a resumed run; give --resume auto|PATH too");
+  const std::string init_from = args.text("--init-from");
+  CLEAVE_CHECK(init_from.empty() || options.resume.empty(),
+               "train: --init-from starts a fresh run from weights and --resume continues a run; give one of them");
   CommandRuntime runtime(&argc, &argv);
   return runtime.run([&] {
     runtime.place_threads();
-    config::RunConfig config = config::load_config(config_path, overrides);
+    std::optional<train::WeightSource> init;
+    if (!init_from.empty()) init = train::open_weight_source(init_from);
+    config::RunConfig config = init ? train::config_for_init(config_path, overrides, *init)
+                                    : config::load_config(config_path, overrides);
     comm::World world = runtime.world(config);
     if (runtime.world_rank() == 0) log::info("comm backend {} ({})", world.comm->backend(), world.choice.reason);
     const char* single_copy = std::getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
@@ -89,6 +102,7 @@ int run_train(int argc, char** argv) {
     }
     config.parallel.comm_backend = world.choice.backend;  // the resolved config.json records what ran
     train::Trainer trainer(config, *world.comm);
+    if (init) trainer.load_weights(*init);
     const train::TrainSummary summary = trainer.train(options);
     return summary.completed ? 0 : 1;
   });

@@ -20,6 +20,7 @@
 #include "engine/report/html_report.hpp"
 #include "engine/train/checkpoint_io.hpp"
 #include "engine/train/checkpoint_pieces.hpp"
+#include "engine/train/checkpoint_reader.hpp"
 #include "engine/train/collectives.hpp"
 #include "engine/train/config_change.hpp"
 #include "engine/train/data/data_source.hpp"
@@ -34,6 +35,7 @@
 #include "engine/train/rank_setup.hpp"
 #include "engine/train/run_record.hpp"
 #include "engine/train/step_tail.hpp"
+#include "engine/train/weights_only.hpp"
 #include "kernels/ops/ops.hpp"
 #include "pipeline/executor.hpp"
 #include "pipeline/forward_only.hpp"
@@ -352,8 +354,18 @@ CheckpointSaveStats Trainer::save_checkpoint(const std::string& root, std::int64
 }
 
 std::int64_t Trainer::load_checkpoint(const std::string& step_dir, bool continue_run) {
+  if (is_weights_only(CheckpointReader(step_dir).index())) {
+    CLEAVE_CHECK(!continue_run,
+                 "--resume {}: this checkpoint holds weights only (written by cleave import): there is no run to "
+                 "continue; start one from it with cleave train CONFIG --init-from {}",
+                 step_dir, step_dir);
+    load_weights(open_weight_source(step_dir));
+    return 0;
+  }
   return train::load_checkpoint(impl_->setup, impl_->model, impl_->tail, step_dir, continue_run);
 }
+
+void Trainer::load_weights(const WeightSource& source) { train::load_weights(impl_->setup, impl_->model, source); }
 
 EvalResult Trainer::evaluate(std::int64_t batches) {
   CLEAVE_ASSERT(impl_->eval_executor != nullptr, "evaluate() without an evaluation data source (train.eval_batches 0)");

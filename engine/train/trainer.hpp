@@ -22,6 +22,7 @@
 #include "engine/config/config.hpp"
 #include "engine/planning/plan.hpp"
 #include "kernels/ops/host_waits.hpp"
+#include "engine/train/weight_source.hpp"
 #include "pipeline/timeline.hpp"
 
 namespace cleave::ops {
@@ -107,7 +108,12 @@ class Trainer {
   // sizes, checksums) happens before anything is assigned; on any error every rank throws. Collective.
   // `continue_run` (train --resume): the checkpoint must also continue this run's random streams, i.e.
   // its rng seed equals train.seed and its consumed samples equal step x batch.global_batch_size.
+  // A weights-only checkpoint (`cleave import`, weights_only.hpp) loads its parameters only and returns 0;
+  // with continue_run it is refused (there is no run to continue; train --init-from starts from it).
   std::int64_t load_checkpoint(const std::string& step_dir, bool continue_run = false);
+  // Every parameter from `source` (train --init-from; weight_source.hpp), any layout; the optimizer state and
+  // the step stay as they are (fresh before train()). Collective.
+  void load_weights(const WeightSource& source);
   // Generation (generation.hpp; one rank, one stage, no tensor parallelism): the logits of the token after
   // `tokens` (1 <= size <= model.seq_len), model.vocab_size values. Keeps nothing for a backward.
   std::vector<float> next_token_logits(const std::vector<std::int32_t>& tokens);

@@ -31,7 +31,7 @@ awk '
 
 count=$(wc -l < "$work/commands.txt")
 [ "$count" -ge 10 ] || fail "only $count commands found in README.md's sh blocks"
-for command in train plan simulate bench profile verify report export generate; do
+for command in train plan simulate bench profile verify report export import generate; do
   grep -Eq "cleave $command( |$)" "$work/commands.txt" || fail "README's sh blocks show no 'cleave $command'"
 done
 
@@ -49,7 +49,8 @@ done < "$work/commands.txt"
 
 # What the commands say they write.
 for f in runs/f1/config.json runs/f1/metrics.jsonl runs/f1/run.json runs/f1/report.html runs/pp2/report.html \
-         f1.safetensors zbv.svg zbv.json here.json best.json runs/best/metrics.jsonl bench-pp2/bench.json \
+         f1.safetensors f1-hf/config.json f1-hf/model.safetensors f1-imported/step_0000000/index.json \
+         runs/hf-tp2/metrics.jsonl zbv.svg zbv.json here.json best.json runs/best/metrics.jsonl bench-pp2/bench.json \
          bench-pp2/bench.html runs/llama/metrics.jsonl; do
   [ -s "$f" ] || fail "README's commands did not write $f"
 done

@@ -1,0 +1,68 @@
+// `cleave import HF_DIR --out CKPT`: a Hugging Face model directory (GPT2LMHeadModel or LlamaForCausalLM:
+// config.json plus model.safetensors or shards with model.safetensors.index.json) converted into a weights-only
+// Cleave checkpoint (engine/train/weights_only.hpp): CKPT/step_0000000 with index.json and one safetensors
+// file under Cleave's names and shapes (engine/hf/hf_layout.hpp). No MPI: it reads and writes files only.
+// Invariant: everything is read and checked (names, shapes, config.json's settings, the model section through
+// the config reader) before anything is written, and an existing CKPT is refused.
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/cli/args.hpp"
+#include "engine/cli/commands.hpp"
+#include "engine/config/config.hpp"
+#include "engine/core/allocator.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+#include "engine/hf/hf_import.hpp"
+#include "engine/train/weights_only.hpp"
+
+namespace cleave::cli {
+namespace {
+
+ArgParser import_args() {
+  ArgParser p("import", "cleave import HF_DIR --out CKPT",
+              R"(Converts a Hugging Face model directory (config.json and safetensors weights, one file or shards with
+model.safetensors.index.json; GPT2LMHeadModel or LlamaForCausalLM) into a Cleave checkpoint of weights only
+(CKPT/step_0000000). Start training from it, at any layout, with cleave train CONFIG --init-from CKPT (or
+--init-from HF_DIR directly); generate and export read it like any checkpoint.)");
+  p.positional("HF_DIR", "Hugging Face model directory")
+      .text("--out", "CKPT", "the checkpoint directory to write (required; an existing path is refused)");
+  return p;
+}
+
+}  // namespace
+
+int run_import(int argc, char** argv) {
+  const ArgParser parser = import_args();
+  const Args args = parser.parse(argc, argv);
+  if (args.help()) {
+    std::fputs(parser.help_text().c_str(), stdout);
+    return 0;
+  }
+  const std::string source = args.positional(0);
+  const std::string out = args.text("--out");
+  CLEAVE_CHECK(!source.empty(), "import: no HF_DIR given (see cleave import --help)");
+  CLEAVE_CHECK(!out.empty(), "import: --out CKPT is required");
+  CLEAVE_CHECK(!std::filesystem::exists(out),
+               "import: {} already exists; nothing was written (remove it or choose another --out)", out);
+  const hf::HfCheckpoint weights = hf::read_hf_checkpoint(source);
+  const std::string config_json = (std::filesystem::path(source) / "config.json").string();
+  // The model section through the config reader: Cleave's own rules (sizes, limits) and its canonical form.
+  const config::RunConfig config =
+      config::parse_config(nlohmann::json{{"model", weights.config.model}}.dump(), config_json + " as Cleave's model");
+  const nlohmann::json model = nlohmann::json::parse(config::to_json(config)).at("model");
+  const std::string architecture(hf::architecture_class(weights.config.dims.architecture));
+  const train::WeightsOnlyStats stats = train::write_weights_checkpoint(
+      out, model, weights.tensors, weights.shapes,
+      {{"format", "huggingface"}, {"architecture", architecture}, {"path", source}});
+  log::info("import: {} {} ({} tensors from {} file{}) -> {} ({}, weights only: training from it starts a fresh "
+            "optimizer at step 0)",
+            architecture, source, stats.tensors, weights.files.size(), weights.files.size() == 1 ? "" : "s", stats.path,
+            format_bytes(stats.bytes));
+  return 0;
+}
+
+}  // namespace cleave::cli

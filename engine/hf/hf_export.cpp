@@ -1,0 +1,122 @@
+// write_hf_checkpoint (hf_export.hpp).
+#include "engine/hf/hf_export.hpp"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include <fmt/format.h>
+
+#include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/checkpoint/safetensors.hpp"
+#include "engine/core/dtype.hpp"
+#include "engine/core/error.hpp"
+#include "engine/hf/hf_config.hpp"
+#include "engine/hf/hf_layout.hpp"
+
+namespace cleave::hf {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+struct Converted {
+  const TensorMap* map = nullptr;
+  std::vector<float> f32;             // HF order
+  std::vector<std::uint16_t> bf16;    // when exporting bf16
+  std::span<const std::byte> bytes() const {
+    return bf16.empty() ? std::as_bytes(std::span<const float>(f32))
+                        : std::as_bytes(std::span<const std::uint16_t>(bf16));
+  }
+};
+
+// Consecutive tensors grouped into files of at most `limit` bytes (0: one group).
+std::vector<std::vector<const Converted*>> shard(const std::vector<Converted>& tensors, std::int64_t limit) {
+  std::vector<std::vector<const Converted*>> out(1);
+  std::int64_t size = 0;
+  for (const Converted& t : tensors) {
+    const auto bytes = static_cast<std::int64_t>(t.bytes().size());
+    if (limit > 0 && !out.back().empty() && size + bytes > limit) {
+      out.emplace_back();
+      size = 0;
+    }
+    out.back().push_back(&t);
+    size += bytes;
+  }
+  return out;
+}
+
+HfExportStats write_into(const fs::path& tmp, const json& model, const std::vector<Converted>& tensors,
+                         const HfExportOptions& options) {
+  HfExportStats stats;
+  const auto groups = shard(tensors, options.max_shard_bytes);
+  json weight_map = json::object();
+  std::int64_t total = 0;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const std::string file = groups.size() == 1
+                                 ? std::string("model.safetensors")
+                                 : fmt::format("model-{:05d}-of-{:05d}.safetensors", g + 1, groups.size());
+    std::vector<checkpoint::TensorToWrite> out;
+    for (const Converted* t : groups[g]) {
+      out.push_back({t->map->hf_name, options.bf16 ? "BF16" : "F32", t->map->hf_shape, t->bytes()});
+      weight_map[t->map->hf_name] = file;
+      total += static_cast<std::int64_t>(t->bytes().size());
+    }
+    stats.bytes += checkpoint::write_safetensors((tmp / file).string(), out, {{"format", "pt"}}).bytes;
+    ++stats.files;
+    stats.tensors += static_cast<int>(out.size());
+  }
+  if (groups.size() > 1) {
+    const std::string index = json{{"metadata", {{"total_size", total}}}, {"weight_map", weight_map}}.dump(2) + "\n";
+    checkpoint::write_file_durable((tmp / "model.safetensors.index.json").string(), index);
+    stats.bytes += static_cast<std::int64_t>(index.size());
+  }
+  const std::string config = hf_config_json(model, options.bf16 ? "bfloat16" : "float32").dump(2) + "\n";
+  checkpoint::write_file_durable((tmp / "config.json").string(), config);
+  stats.bytes += static_cast<std::int64_t>(config.size());
+  return stats;
+}
+
+}  // namespace
+
+HfExportStats write_hf_checkpoint(const std::string& dir, const json& model,
+                                  const std::function<std::vector<float>(const std::string&)>& tensor,
+                                  const HfExportOptions& options) {
+  CLEAVE_CHECK(!fs::exists(dir), "export: {} already exists; nothing was written (remove it or choose another --out)",
+               dir);
+  const ModelDims dims = dims_of_model(model, "export");
+  const std::vector<TensorMap> maps = tensor_map(dims);
+  std::vector<Converted> tensors;
+  tensors.reserve(maps.size());
+  for (const TensorMap& m : maps) {
+    const std::vector<float> values = tensor(m.cleave_name);
+    std::int64_t numel = 1;
+    for (std::int64_t e : m.hf_shape) numel *= e;
+    CLEAVE_CHECK(static_cast<std::int64_t>(values.size()) == numel,
+                 "export: tensor {} has {} elements, but the model section gives it shape {}", m.cleave_name,
+                 values.size(), shape_text(m.cleave_shape));
+    Converted c{&m, to_hf(m, values), {}};
+    if (options.bf16) {
+      c.bf16.reserve(c.f32.size());
+      for (float v : c.f32) c.bf16.push_back(float_to_bf16(v));
+    }
+    tensors.push_back(std::move(c));
+  }
+  fs::path final_path = fs::path(dir).lexically_normal();
+  if (final_path.filename().empty()) final_path = final_path.parent_path();  // "out/"
+  const fs::path tmp =
+      final_path.parent_path() / fmt::format(".{}.partial-{}", final_path.filename().string(), ::getpid());
+  fs::remove_all(tmp);
+  try {
+    fs::create_directories(tmp);
+    const HfExportStats stats = write_into(tmp, model, tensors, options);
+    fs::rename(tmp, final_path);
+    return stats;
+  } catch (const std::exception& e) {
+    std::error_code ignored;
+    fs::remove_all(tmp, ignored);
+    CLEAVE_THROW("export: writing {} failed, nothing was left there: {}", dir, e.what());
+  }
+}
+
+}  // namespace cleave::hf

@@ -1,0 +1,167 @@
+// open_weight_source, config_for_init, load_weights (weight_source.hpp).
+#include "engine/train/weight_source.hpp"
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <set>
+#include <sstream>
+
+#include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+#include "engine/hf/hf_import.hpp"
+#include "engine/train/checkpoint_pieces.hpp"
+#include "engine/train/checkpoint_reader.hpp"
+#include "engine/train/rank_model.hpp"
+#include "engine/train/rank_setup.hpp"
+#include "kernels/ops/ops.hpp"
+#include "layers/layer_util.hpp"
+#include "layers/parallel/shard.hpp"
+
+namespace cleave::train {
+namespace {
+
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+WeightSource hf_source(const std::string& dir) {
+  auto weights = std::make_shared<hf::HfCheckpoint>(hf::read_hf_checkpoint(dir));
+  WeightSource out;
+  out.origin = fmt::format("Hugging Face {} in {}", hf::architecture_class(weights->config.dims.architecture), dir);
+  out.model_origin = (fs::path(dir) / "config.json").string();
+  out.model = weights->config.model;
+  out.tensor = [weights, dir](const std::string& name, const std::vector<std::int64_t>& shape) {
+    auto it = weights->tensors.find(name);
+    CLEAVE_CHECK(it != weights->tensors.end(), "--init-from {}: holds no tensor for Cleave's {} (this model needs it)",
+                 dir, name);
+    const std::vector<std::int64_t>& have = weights->shapes.at(name);
+    CLEAVE_CHECK(have == shape, "--init-from {}: {} has shape {}, this model's is {}", dir, name, hf::shape_text(have),
+                 hf::shape_text(shape));
+    return it->second;
+  };
+  return out;
+}
+
+WeightSource checkpoint_source(const std::string& path) {
+  std::string dir = path;
+  if (!fs::exists(fs::path(path) / "index.json")) {
+    const auto latest = checkpoint::latest_step_dir(path);
+    const bool run_dir = fs::is_directory(fs::path(path) / "checkpoints");
+    CLEAVE_CHECK(latest.has_value(),
+                 "--init-from {}: neither a Hugging Face model directory (a config.json naming architectures or "
+                 "model_type) nor a Cleave checkpoint (no index.json, no complete step_NNNNNNN/){}",
+                 path, run_dir ? fmt::format("; a run directory keeps its checkpoints in {}/checkpoints", path) : "");
+    dir = *latest;
+  }
+  auto reader = std::make_shared<CheckpointReader>(dir);
+  WeightSource out;
+  out.origin = "checkpoint " + dir;
+  out.model_origin = (fs::path(dir) / "index.json").string();
+  out.model = reader->index().at("model");
+  out.tensor = [reader](const std::string& name, const std::vector<std::int64_t>& shape) {
+    return reader->logical(name, &shape);
+  };
+  return out;
+}
+
+json read_config_json(const std::string& path) {
+  if (path.empty()) return json::object();
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+}
+
+}  // namespace
+
+WeightSource open_weight_source(const std::string& path) {
+  CLEAVE_CHECK(fs::is_directory(path), "--init-from {}: no such directory", path);
+  return hf::is_hf_dir(path) ? hf_source(path) : checkpoint_source(path);
+}
+
+config::RunConfig config_for_init(const std::string& config_path, const std::vector<std::string>& overrides,
+                                  const WeightSource& source) {
+  json root = read_config_json(config_path);
+  // Unreadable or not an object: the ordinary reader gives the message.
+  if (!root.is_object()) return config::load_config(config_path, overrides);
+  std::set<std::string> given;  // model keys CONFIG or --set gives
+  if (auto m = root.find("model"); m != root.end() && m->is_object()) {
+    for (const auto& [key, value] : m->items()) given.insert(key);
+  }
+  for (const std::string& assignment : overrides) {
+    const std::string key = assignment.substr(0, assignment.find('='));
+    if (key.rfind("model.", 0) == 0) given.insert(key.substr(6));
+  }
+  json& model = root["model"];
+  if (!model.is_object()) model = json::object();
+  // Another model type first: its keys would otherwise be reported as foreign to the weights' type.
+  std::string type = model.contains("type") && model.at("type").is_string() ? model.at("type").get<std::string>() : "";
+  for (const std::string& assignment : overrides) {
+    if (assignment.rfind("model.type=", 0) == 0) type = assignment.substr(11);
+  }
+  const std::string source_type = source.model.value("type", "gpt");
+  CLEAVE_CHECK(type.empty() || type == source_type,
+               "train --init-from: model.type is \"{}\" in {}, but the weights in {} are a {} model; remove model.type "
+               "(and the other model keys) from the config or start from {} weights",
+               type, config_path.empty() ? "the config" : config_path, source.model_origin, source_type, type);
+  for (const auto& [key, value] : source.model.items()) {
+    if (given.count(key) == 0) model[key] = value;
+  }
+  const config::RunConfig config =
+      config::parse_config(root.dump(), config_path.empty() ? "<defaults>" : config_path, overrides);
+  const json run = json::parse(config::to_json(config)).at("model");
+  for (const auto& [key, value] : source.model.items()) {
+    const json have = run.contains(key) ? run.at(key) : json();
+    CLEAVE_CHECK(have == value,
+                 "train --init-from: model.{} is {} in {}, but {} in {}; remove model.{} from the config (it is taken "
+                 "from the weights) or make the two agree",
+                 key, have.dump(), config_path.empty() ? "the config" : config_path, value.dump(), source.model_origin,
+                 key);
+  }
+  return config;
+}
+
+void load_weights(RankSetup& s, RankModel& model, const WeightSource& source) {
+  std::string error;
+  const auto& params = model.params();
+  std::vector<std::vector<float>> values(params.size());
+  try {
+    const json run = json::parse(config::to_json(s.config)).at("model");
+    for (const auto& [key, value] : source.model.items()) {
+      const json have = run.contains(key) ? run.at(key) : json();
+      CLEAVE_CHECK(have == value, "{} was saved from a different model: model.{} is {} there, {} in this run",
+                   source.origin, key, value.dump(), have.dump());
+    }
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      const layers::Param& p = *params[i];
+      const Shape shape = logical_shape(p);
+      const std::vector<std::int64_t> dims(shape.dims().begin(), shape.dims().end());
+      std::vector<float> logical = source.tensor(p.name, dims);
+      values[i] = p.shard.dim < 0 ? std::move(logical) : layers::shard_of(logical, p.shard);
+      CLEAVE_ASSERT(static_cast<std::int64_t>(values[i].size()) == p.value.numel(), "{}: shard of {} elements for {}",
+                    p.name, values[i].size(), p.value.numel());
+    }
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  throw_if_any_rank_failed(s.world, error);
+  for (std::size_t i = 0; i < params.size(); ++i) {
+    const Tensor& value = params[i]->value;
+    if (value.device().is_cpu()) {
+      std::memcpy(value.data<float>(), values[i].data(), values[i].size() * sizeof(float));
+    } else {  // GPU runs: through one host buffer at a time
+      const Shape flat{value.numel()};
+      ops::transfer(s.context, Tensor::from_floats(values[i], flat), value.view(flat));
+      ops::synchronize(s.context);
+    }
+  }
+  layers::refresh_working_copies(params, s.context);
+  if (s.reports()) {
+    log::info("init: parameters from {} ({} tensors on rank 0); the optimizer state starts fresh at step 0",
+              source.origin, params.size());
+  }
+}
+
+}  // namespace cleave::train

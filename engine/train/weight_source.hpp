@@ -1,0 +1,48 @@
+// Starting a run from weights made elsewhere: `cleave train CONFIG --init-from SOURCE`, where SOURCE is a
+// Hugging Face model directory (engine/hf/hf_import.hpp) or a Cleave checkpoint (trained or weights-only).
+// Only parameters are taken: the optimizer state starts fresh and the run starts at step 0.
+//
+// Invariants:
+//  - config_for_init: the model keys SOURCE fixes (all of them for a checkpoint; those config.json gives for
+//    HF) are taken from SOURCE when CONFIG does not set them; a key CONFIG (or --set) sets to another value
+//    is ONE Error naming model.<key> and both values. Everything else of CONFIG is read as usual.
+//  - load_weights is collective: every rank takes its tp shard of each parameter its stages hold (any tp, pp,
+//    dp layout; the tied table on both pp ends); all are read and checked before any is assigned, and an
+//    error on any rank is thrown on every rank.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/config/config.hpp"
+
+namespace cleave::train {
+
+struct RankSetup;
+class RankModel;
+
+struct WeightSource {
+  std::string origin;     // "Hugging Face GPT2LMHeadModel in DIR" | "checkpoint DIR"
+  std::string model_origin;  // where the model keys come from, for messages ("DIR/config.json")
+  nlohmann::json model;   // the model keys the weights fix ({"type", ...}), as config::to_json writes them
+  // The logical tensor `name` (f32, Cleave's order); throws Error naming the source when it has no such tensor
+  // or another shape.
+  std::function<std::vector<float>(const std::string& name, const std::vector<std::int64_t>& shape)> tensor;
+};
+
+// Reads SOURCE: a Hugging Face directory (config.json, safetensors) whole, or a Cleave checkpoint's index
+// (a step_NNNNNNN directory or a directory holding them: its latest complete one; tensors read on demand).
+WeightSource open_weight_source(const std::string& path);
+
+// The run config of `train CONFIG_PATH --set ... --init-from SOURCE` (see the invariants above).
+config::RunConfig config_for_init(const std::string& config_path, const std::vector<std::string>& overrides,
+                                  const WeightSource& source);
+
+// Assigns every parameter of this rank from `source` (collective; see above). The optimizer is untouched.
+void load_weights(RankSetup& setup, RankModel& model, const WeightSource& source);
+
+}  // namespace cleave::train

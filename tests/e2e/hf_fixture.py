@@ -1,0 +1,127 @@
+#!/usr/bin/env python3
+"""Writes a tiny Hugging Face GPT2LMHeadModel (or, with --llama, LlamaForCausalLM with grouped-query attention
+and an untied head) directory with the standard library only (no torch, no downloads): config.json as
+transformers writes it and seeded random weights (normal, std 0.3: far from a fresh model's) under
+transformers' names and shapes (GPT-2's Conv1D weights [in, out]) in model.safetensors, or in --shards files
+with model.safetensors.index.json. --drop / --extra / --reshape NAME make bad inputs.
+
+    hf_fixture.py OUT_DIR [--llama] [--shards N] [--seed S] [--drop NAME] [--extra NAME] [--reshape NAME]
+"""
+import argparse
+import json
+import os
+import random
+import struct
+
+V, D, LAYERS, HEADS, T, F = 261, 16, 2, 4, 12, 24
+KV_HEADS = 2  # llama
+
+
+def tensors(seed, llama):
+    rng = random.Random(seed)
+    out = {}
+
+    def add(name, *shape):
+        n = 1
+        for e in shape:
+            n *= e
+        scale = 1.0 if "norm.weight" in name or ("ln_" in name and name.endswith(".weight")) else 0.0
+        out[name] = (list(shape), [scale + rng.gauss(0.0, 0.3) for _ in range(n)])
+
+    if llama:
+        hd = D // HEADS
+        add("model.embed_tokens.weight", V, D)
+        for i in range(LAYERS):
+            p = f"model.layers.{i}."
+            add(p + "input_layernorm.weight", D)
+            add(p + "self_attn.q_proj.weight", HEADS * hd, D)
+            add(p + "self_attn.k_proj.weight", KV_HEADS * hd, D)
+            add(p + "self_attn.v_proj.weight", KV_HEADS * hd, D)
+            add(p + "self_attn.o_proj.weight", D, HEADS * hd)
+            add(p + "post_attention_layernorm.weight", D)
+            add(p + "mlp.gate_proj.weight", F, D)
+            add(p + "mlp.up_proj.weight", F, D)
+            add(p + "mlp.down_proj.weight", D, F)
+        add("model.norm.weight", D)
+        add("lm_head.weight", V, D)
+        return out
+
+    add("transformer.wte.weight", V, D)
+    add("transformer.wpe.weight", T, D)
+    for i in range(LAYERS):
+        p = f"transformer.h.{i}."
+        for ln in ("ln_1", "ln_2"):
+            add(p + ln + ".weight", D)
+            add(p + ln + ".bias", D)
+        add(p + "attn.c_attn.weight", D, 3 * D)
+        add(p + "attn.c_attn.bias", 3 * D)
+        add(p + "attn.c_proj.weight", D, D)
+        add(p + "attn.c_proj.bias", D)
+        add(p + "mlp.c_fc.weight", D, F)
+        add(p + "mlp.c_fc.bias", F)
+        add(p + "mlp.c_proj.weight", F, D)
+        add(p + "mlp.c_proj.bias", D)
+    add("transformer.ln_f.weight", D)
+    add("transformer.ln_f.bias", D)
+    return out
+
+
+def write_safetensors(path, items):
+    header, data, offset = {"__metadata__": {"format": "pt"}}, b"", 0
+    for name, (shape, values) in items:
+        blob = struct.pack(f"<{len(values)}f", *values)
+        header[name] = {"dtype": "F32", "shape": shape, "data_offsets": [offset, offset + len(blob)]}
+        data += blob
+        offset += len(blob)
+    text = json.dumps(header).encode()
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)) + text + data)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--llama", action="store_true")
+    ap.add_argument("--shards", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=5)
+    ap.add_argument("--drop")
+    ap.add_argument("--extra")
+    ap.add_argument("--reshape")
+    a = ap.parse_args()
+    w = tensors(a.seed, a.llama)
+    if a.drop:
+        del w[a.drop]
+    if a.extra:
+        w[a.extra] = ([D], [0.5] * D)
+    if a.reshape:
+        shape, values = w[a.reshape]
+        w[a.reshape] = (list(reversed(shape)), values)
+    os.makedirs(a.out)
+    config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": V, "n_embd": D,
+              "n_layer": LAYERS, "n_head": HEADS, "n_positions": T, "n_inner": F, "activation_function": "gelu_new",
+              "layer_norm_epsilon": 1e-05, "tie_word_embeddings": True, "torch_dtype": "float32"}
+    if a.llama:
+        config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": D,
+                  "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
+                  "intermediate_size": F, "max_position_embeddings": T, "rms_norm_eps": 1e-06,
+                  "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}, "hidden_act": "silu",
+                  "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False, "torch_dtype": "float32"}
+    with open(os.path.join(a.out, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    names = sorted(w)
+    if a.shards == 1:
+        write_safetensors(os.path.join(a.out, "model.safetensors"), [(n, w[n]) for n in names])
+        return
+    weight_map = {}
+    for s in range(a.shards):
+        file = f"model-{s + 1:05d}-of-{a.shards:05d}.safetensors"
+        part = names[s :: a.shards]
+        write_safetensors(os.path.join(a.out, file), [(n, w[n]) for n in part])
+        weight_map.update({n: file for n in part})
+    with open(os.path.join(a.out, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {"total_size": 0}, "weight_map": weight_map}, f, indent=2)
+
+
+if __name__ == "__main__":
+    main()

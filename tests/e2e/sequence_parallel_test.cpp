@@ -1,0 +1,159 @@
+// Megatron sequence parallelism (parallel.sequence_parallel), run under mpiexec: the tiny GPT trained with
+// the residual stream split along the sequence across the tp group gives the per-step losses and final
+// parameters of the same layout without it, and of one rank, from the same seed (the one-rank reference
+// runs inside rank 0 on a communicator of its own).
+//
+// Tolerances. Sequence parallelism changes no GEMM's inner sum (column-parallel GEMMs see the gathered full
+// input, row-parallel partial sums are added by a reduce-scatter instead of an all-reduce, in the same rank
+// order), so the forward activations are those of plain tp bit for bit. What changes is the order of the
+// sums over tokens in the replicated parameters' gradients (norms, row-parallel biases, positions): each tp
+// rank sums its own tokens, then the tp group adds the tp partial sums. Bound: the tp equivalence bound,
+// kTensorParallel 2e-5 (tests/e2e/pipeline_equivalence_test.cpp), against both references. bf16: the bf16
+// tensor-parallel bounds of tests/e2e/mixed_precision_test.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "engine/core/allocator.hpp"
+#include "engine/core/error.hpp"
+#include "engine/planning/memory_plan.hpp"
+#include "mpi/mpi_test_env.hpp"
+#include "train_harness.hpp"
+
+namespace cleave::testing {
+namespace {
+
+constexpr double kTensorParallel = 2e-5;
+constexpr double kBf16TensorParallel = 3e-2;      // max |diff| / max |value| per tensor
+constexpr double kBf16TensorParallelLoss = 1e-3;  // relative, per step
+
+const std::string kSp = "parallel.sequence_parallel=true";
+
+config::RunConfig tiny_gpt(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"train.steps=6"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return config::parse_config(R"({
+    "model": {"type": "gpt", "vocab_size": 96, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
+    "batch": {"global_batch_size": 8, "micro_batch_size": 1},
+    "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "grad_clip": 0.0, "warmup_steps": 0},
+    "train": {"seed": 5, "deterministic": true, "eval_batches": 0},
+    "data": {"type": "synthetic"}
+  })", "tiny_gpt", all);
+}
+
+struct Layout {
+  std::string name;
+  std::vector<std::string> overrides;  // without parallel.sequence_parallel
+  bool bf16 = false;
+};
+
+std::vector<Layout> layouts_for(int world) {
+  auto tp = [](int t) { return "parallel.tensor_model_parallel_size=" + std::to_string(t); };
+  auto pp = [](int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); };
+  const std::string untied = "model.tie_embeddings=false";
+  if (world == 2) {
+    return {{"tp2", {tp(2)}},
+            {"tp2_micro4", {tp(2), "batch.micro_batch_size=4"}},  // B > 1: per-sample collectives
+            {"tp2_untied_micro2", {tp(2), untied, "batch.micro_batch_size=2"}},
+            {"tp2_recompute_full", {tp(2), "train.recompute=full", "batch.micro_batch_size=2"}},
+            {"tp2_recompute_selective", {tp(2), "train.recompute=selective"}},
+            {"tp2_clipped", {tp(2), "optimizer.grad_clip=0.05", "batch.micro_batch_size=2"}},
+            {"tp2_bf16", {tp(2), "device.precision=bf16", "batch.micro_batch_size=2"}, true}};
+  }
+  if (world == 4) {
+    return {{"tp4_micro2", {tp(4), "batch.micro_batch_size=2"}},
+            {"tp2_pp2_1f1b", {tp(2), pp(2), "batch.micro_batch_size=2"}},
+            {"tp2_pp2_zb_v_untied", {tp(2), pp(2), "parallel.schedule=zb_v", untied}},
+            {"dp2_tp2", {tp(2), "batch.micro_batch_size=2"}},
+            {"dp2_tp2_zero1_clipped",
+             {tp(2), "batch.micro_batch_size=2", "optimizer.zero_stage=1", "optimizer.grad_clip=0.05"}},
+            {"tp2_pp2_bf16_recompute", {tp(2), pp(2), "device.precision=bf16", "train.recompute=full"}, true}};
+  }
+  return {};
+}
+
+// Max over tensors of max|a - b| / max|b| (bf16: element-wise relative differences near zero say nothing).
+double max_scaled_param_diff(const RunRecord& a, const RunRecord& b, std::string* worst) {
+  double out = 0;
+  for (const auto& [name, values] : a.params) {
+    const auto& other = b.params.at(name);
+    double diff = 0, scale = 0;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::abs(values[i] - other[i])));
+      scale = std::max(scale, static_cast<double>(std::abs(other[i])));
+    }
+    if (scale > 0 && diff / scale > out) {
+      out = diff / scale;
+      if (worst) *worst = name;
+    }
+  }
+  return out;
+}
+
+// Compares `sp` with `reference`; returns (loss diff, param diff) and checks them against the layout's bounds.
+std::pair<double, double> expect_close(const Layout& layout, const RunRecord& sp, const RunRecord& reference,
+                                       const char* against) {
+  SCOPED_TRACE(against);
+  EXPECT_EQ(sp.losses.size(), reference.losses.size());
+  std::string worst;
+  const double loss_diff = max_loss_rel_diff(sp, reference);
+  const double param_diff =
+      layout.bf16 ? max_scaled_param_diff(sp, reference, &worst) : max_param_rel_diff(sp, reference, &worst);
+  EXPECT_LE(loss_diff, layout.bf16 ? kBf16TensorParallelLoss : kTensorParallel);
+  EXPECT_LE(param_diff, layout.bf16 ? kBf16TensorParallel : kTensorParallel) << "worst " << worst;
+  return {loss_diff, param_diff};
+}
+
+TEST(SequenceParallel, MatchesTensorParallelAndOneRank) {
+  auto world = make_world(/*deterministic=*/true);
+  auto self = world->split(world->rank(), 0, "self");
+  const auto layouts = layouts_for(world->size());
+  if (layouts.empty()) GTEST_SKIP() << "no layouts for world size " << world->size();
+  for (const auto& layout : layouts) {
+    SCOPED_TRACE(layout.name);
+    std::vector<std::string> with_sp = layout.overrides;
+    with_sp.push_back(kSp);
+    const config::RunConfig config = tiny_gpt(with_sp);
+    const RunRecord sp = train_steps(config, *world);
+    const RunRecord tp = train_steps(tiny_gpt(layout.overrides), *world);
+    if (world->rank() != 0) continue;
+    const RunRecord one = train_steps(single_rank_config(config), *self);
+    EXPECT_LT(sp.losses.back(), sp.losses.front());  // it trained
+    const auto [tp_loss, tp_param] = expect_close(layout, sp, tp, "against tp without sequence parallelism");
+    const auto [one_loss, one_param] = expect_close(layout, sp, one, "against one rank");
+    std::printf("[ layout ] %-26s vs tp: loss %.3g param %.3g; vs one rank: loss %.3g param %.3g%s\n",
+                layout.name.c_str(), tp_loss, tp_param, one_loss, one_param,
+                tp_loss == 0 && tp_param == 0 ? " (bit-identical to tp)" : "");
+  }
+}
+
+// One clear error for each bad input, naming the key and the numbers, before anything is built.
+TEST(SequenceParallel, BadInputIsOneClearError) {
+  auto expect_refused = [](const std::vector<std::string>& overrides, const std::string& key,
+                           const std::string& fragment) {
+    try {
+      tiny_gpt(overrides);
+      ADD_FAILURE() << "accepted: " << overrides.back();
+    } catch (const Error& e) {  // parse_config: "<where>: <key>: <detail>", one line
+      const std::string message = e.what();
+      EXPECT_NE(message.find(key + ": "), std::string::npos) << message;
+      EXPECT_NE(message.find(fragment), std::string::npos) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+  };
+  expect_refused({kSp}, "parallel.sequence_parallel", "parallel.tensor_model_parallel_size > 1");
+  expect_refused({"parallel.tensor_model_parallel_size=1", kSp}, "parallel.sequence_parallel", "got 1");
+  // seq_len 18 over tp 4: not divisible (n_heads 4 and d_ff 128 allow tp 4).
+  expect_refused({"parallel.tensor_model_parallel_size=4", "model.seq_len=18", kSp}, "model.seq_len",
+                 "18 is not divisible by parallel.tensor_model_parallel_size 4");
+  // Without the key the same seq_len is fine.
+  EXPECT_NO_THROW(tiny_gpt({"parallel.tensor_model_parallel_size=4", "model.seq_len=18"}));
+}
+
+}  // namespace
+}  // namespace cleave::testing

@@ -19,9 +19,13 @@
 #include <string>
 #include <vector>
 
+#include <unistd.h>
+
+#include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/planning/memory_plan.hpp"
+#include "engine/train/collectives.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "train_harness.hpp"
 
@@ -244,6 +248,86 @@ TEST(SequenceParallel, PipelineBoundariesCarryTheShard) {
               world->rank(), static_cast<long long>(tp.p2p_bytes), static_cast<long long>(sp.p2p_bytes),
               static_cast<long long>(tp.measured), static_cast<long long>(sp.measured),
               static_cast<long long>(tp.planned), static_cast<long long>(sp.planned));
+}
+
+}  // namespace
+}  // namespace cleave::testing
+
+namespace cleave::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A directory every rank of `world` names the same (rank 0's pid), emptied.
+std::string shared_dir(comm::Communicator& world, const std::string& name) {
+  const std::int64_t pid = ::getpid();
+  const auto pids = train::all_gather_values<std::int64_t>(world, std::span(&pid, 1));
+  const fs::path dir = fs::temp_directory_path() / ("cleave_sp_" + name + "_" + std::to_string(pids[0][0]));
+  if (world.rank() == 0) fs::remove_all(dir);
+  world.barrier()->wait();
+  return dir.string();
+}
+
+// Steps [first, last) after loading `load` (if given); the parameters right after the load, and at the end.
+struct Segment {
+  std::map<std::string, std::vector<float>> loaded;
+  RunRecord record;
+};
+
+Segment run_segment(const config::RunConfig& config, comm::Communicator& world, std::int64_t first, std::int64_t last,
+                    const std::string& load, const std::string& save_root) {
+  train::Trainer trainer(config, world);
+  Segment out;
+  if (!load.empty()) {
+    EXPECT_EQ(trainer.load_checkpoint(load), first);
+    out.loaded = trainer.gather_parameters();
+  }
+  for (std::int64_t s = first; s < last; ++s) out.record.losses.push_back(trainer.step(s).loss);
+  if (!save_root.empty()) trainer.save_checkpoint(save_root, last);
+  out.record.params = trainer.gather_parameters();
+  return out;
+}
+
+// Checkpoints hold parameters and optimizer state, never activations, so the sequence-parallel switch
+// changes nothing in them: saved with it on, loaded with it off (and back), the loaded parameters are the
+// saved ones bit for bit, and training continues as it would have with the switch unchanged (within the
+// tp bound: the replicated gradients' token sums associate differently).
+TEST(SequenceParallel, CheckpointsLoadAcrossTheSwitch) {
+  auto world = make_world(/*deterministic=*/true);
+  if (world->size() != 2) GTEST_SKIP() << "runs at 2 ranks";
+  // SGD with momentum (state in the checkpoint); 8 steps so the LR schedule is not at its end for steps 6-7.
+  const std::vector<std::string> tp2 = {"parallel.tensor_model_parallel_size=2", "batch.micro_batch_size=2",
+                                        "train.steps=8"};
+  std::vector<std::string> tp2_sp = tp2;
+  tp2_sp.push_back(kSp);
+  const config::RunConfig on = tiny_gpt(tp2_sp), off = tiny_gpt(tp2);
+  const std::string root = shared_dir(*world, "switch");
+  const Segment saved_on = run_segment(on, *world, 0, 3, "", root + "/on");
+  const std::string dir_on = root + "/on/" + checkpoint::step_dir_name(3);
+  const Segment off_after = run_segment(off, *world, 3, 6, dir_on, root + "/off");
+  const Segment on_after = run_segment(on, *world, 3, 6, dir_on, "");
+  const std::string dir_off = root + "/off/" + checkpoint::step_dir_name(6);
+  const Segment back_on = run_segment(on, *world, 6, 8, dir_off, "");
+  const Segment back_off = run_segment(off, *world, 6, 8, dir_off, "");
+  if (world->rank() == 0) {
+    std::string worst;
+    EXPECT_EQ(max_param_rel_diff(RunRecord{{}, {}, off_after.loaded}, saved_on.record, &worst), 0.0) << worst;
+    EXPECT_EQ(max_param_rel_diff(RunRecord{{}, {}, back_on.loaded}, off_after.record, &worst), 0.0) << worst;
+    EXPECT_GT(max_param_rel_diff(off_after.record, saved_on.record), 0.0);  // it trained after the loads
+    EXPECT_GT(max_param_rel_diff(back_on.record, off_after.record), 0.0);
+    const double forth_loss = max_loss_rel_diff(off_after.record, on_after.record);
+    const double forth_param = max_param_rel_diff(off_after.record, on_after.record, &worst);
+    EXPECT_LE(forth_loss, kTensorParallel);
+    EXPECT_LE(forth_param, kTensorParallel) << worst;
+    const double back_loss = max_loss_rel_diff(back_on.record, back_off.record);
+    const double back_param = max_param_rel_diff(back_on.record, back_off.record, &worst);
+    EXPECT_LE(back_loss, kTensorParallel);
+    EXPECT_LE(back_param, kTensorParallel) << worst;
+    std::printf("[ switch ] on -> off: loss %.3g param %.3g against staying on; off -> on: loss %.3g param %.3g "
+                "against staying off\n", forth_loss, forth_param, back_loss, back_param);
+    fs::remove_all(root);
+  }
+  world->barrier()->wait();
 }
 
 }  // namespace

@@ -43,10 +43,12 @@ Tensor CausalSelfAttention::forward(const Tensor& x, Stash& stash, Context& ctx)
   const std::string who = this->who();
   check_input(ctx, x, DType::kF32, d_model_, 3, who);
   CLEAVE_CHECK(x.rank() == 3, "{}: expected [batch, seq, {}], got {}", who, d_model_, x.shape().str());
-  const std::int64_t b = x.dim(0), t = x.dim(1), hd = d_model_ / n_heads_;
   stash.clear();
   stash.children.resize(2);
   Tensor qkv = qkv_->forward(x, stash.children[0], ctx);
+  // The sequence from qkv, not x: under sequence parallelism x is this tp rank's shard of the tokens and the
+  // column-parallel qkv part returns every token (layers/parallel/column_parallel_linear.hpp).
+  const std::int64_t b = qkv.dim(0), t = qkv.dim(1), hd = d_model_ / n_heads_;
   Tensor out = new_activation(ctx, Shape{b, t, local_heads_ * hd});
   Tensor probs = new_activation(ctx, Shape{b, local_heads_, t, t});
   ops::attention_forward(ctx, qkv, out, probs, local_heads_);

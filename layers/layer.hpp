@@ -74,6 +74,14 @@ struct Stash {
 struct Context : ops::Context {
   Tensor targets;                       // integer class / next-token targets for loss layers (i32)
   comm::Communicator* tp_comm = nullptr;  // tensor-parallel group (null when tp = 1)
+  // Megatron sequence parallelism (parallel.sequence_parallel, needs tp_comm): the activations between the
+  // tensor-parallel regions (embedding output, norms, residual stream, final norm) are sequence shards
+  // [B, T / tp, ...] (tp rank r holds tokens [r·T/tp, (r+1)·T/tp) of every sample) instead of replicated
+  // [B, T, ...]. Only the tensor-parallel parts read it (layers/parallel/: column-parallel linears all-gather
+  // their input along the sequence, row-parallel linears and the vocab-parallel embedding reduce-scatter
+  // their output); every replicated parameter's gradient is then a partial sum over the tp group that the
+  // trainer sums once per step (layers/parallel/tp_util.hpp, sum_sequence_parallel_grads).
+  bool sequence_parallel = false;
 };
 
 class Layer {

@@ -205,9 +205,65 @@ Parts parts_of(const BlockSpec& b) {
   CLEAVE_ASSERT(false, "unknown BlockKind {}", static_cast<int>(b.kind));
 }
 
+// Sequence parallelism (cost_model.hpp): one tp rank's activation, weight-stash and output bytes when the
+// residual stream is split along the sequence. Every tensor the plain tp layout keeps whole becomes a
+// [T / tp, ...] shard, except the output gradients a row-parallel linear all-gathers for its weight gradient
+// (attention proj and fc2 keep dy [T, D] from I to W) and the embedding's gathered dy.
+void sequence_parallel_share(const BlockSpec& block, BlockCost& cost, Recompute recompute, int tp, std::int64_t b) {
+  const std::int64_t t = block.seq_len > 0 ? block.seq_len : block.input.rows(), ts = t / tp;
+  switch (block.kind) {
+    case BlockKind::kEmbedding: {
+      const std::int64_t d = block.out_features;
+      cost.output_bytes /= tp;
+      cost.weight_stash_bytes = cost.activation_bytes + t * d * b + cost.output_bytes;  // ids, dy whole and shard
+      break;
+    }
+    case BlockKind::kTransformerBlock: {
+      const std::int64_t d = block.in_features, f = block.d_ff, h = block.n_heads;
+      // ln1 / ln2 inputs, qkv / fc1 inputs (shards), qkv [T, 3D/tp], attention output [T, D/tp], fc1 and GELU
+      // outputs [T, F/tp], the probabilities [H/tp, T, T], the norms' statistics of T/tp rows.
+      const std::int64_t plain = (8 * t * d + 2 * t * f) / tp * b + (h / tp) * t * t * b + 4 * ts * kStatBytes;
+      cost.weight_stash_bytes = (2 * t * d + (12 * t * d + 2 * t * f) / tp) * b + 4 * ts * kStatBytes;
+      if (recompute == Recompute::kSelective) {
+        cost.recompute_transient_bytes = (h / tp) * t * t * b;
+        cost.activation_bytes = plain - cost.recompute_transient_bytes;
+      } else if (recompute == Recompute::kFull) {
+        cost.recompute_transient_bytes = plain;
+        cost.activation_bytes = ts * d * b;
+      } else {
+        cost.activation_bytes = plain;
+      }
+      cost.output_bytes = ts * d * b;
+      break;
+    }
+    case BlockKind::kLayerNorm:
+      cost.activation_bytes = ts * block.input.last() * b + 2 * ts * kStatBytes;
+      cost.output_bytes /= tp;
+      cost.weight_stash_bytes = cost.activation_bytes + cost.output_bytes;
+      break;
+    case BlockKind::kLmHead:
+      cost.activation_bytes /= tp;  // the input shard (the gathered input is transient)
+      cost.weight_stash_bytes = cost.activation_bytes + cost.output_bytes;
+      break;
+    default: break;  // the loss: vocab-parallel logits of every token, as without sequence parallelism
+  }
+}
+
 // BlockCost::backward_extra_bytes of a block whose other fields `cost` (one tp rank's) are set.
 std::int64_t backward_extra(const BlockSpec& block, const BlockCost& cost, Recompute recompute, int tp,
-                            std::int64_t b) {
+                            std::int64_t b, bool sequence_parallel) {
+  if (block.kind == BlockKind::kTransformerBlock && sequence_parallel) {
+    // mlp: fc2's gathered dy [T, D], GELU's input and output gradients [T, F/tp], fc1's partial dx [T, D] and
+    // its reduce-scattered shard; attention: proj's gathered dy, dout and dqkv [T, 4D/tp], qkv's partial dx
+    // [T, D] and the shards dy, dm, dx1, da [T/tp, D].
+    const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff;
+    const std::int64_t mlp = (2 * t * d + 2 * t * f / tp + t * d / tp) * b;
+    std::int64_t attention = (2 * t * d + 4 * t * d / tp + 4 * t * d / tp) * b;
+    if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;
+    std::int64_t extra = std::max(mlp, attention);
+    if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - (t / tp) * d * b;
+    return extra;
+  }
   if (block.kind == BlockKind::kTransformerBlock) {
     const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff, h = block.n_heads;
     const std::int64_t mlp = (2 * t * f / tp + t * d) * b;
@@ -234,12 +290,15 @@ std::int64_t backward_extra(const BlockSpec& block, const BlockCost& cost, Recom
   const bool float_input = block.kind != BlockKind::kEmbedding;
   std::int64_t input = float_input ? block.input.numel() * b : 0;
   if (tp > 1 && block.kind == BlockKind::kSoftmaxCrossEntropy) input /= tp;  // vocab-parallel logits
+  if (sequence_parallel && block.kind == BlockKind::kLayerNorm) input /= tp;
+  if (sequence_parallel && block.kind == BlockKind::kLmHead) input += input / tp;  // partial dx and its shard
+  if (sequence_parallel && block.kind == BlockKind::kEmbedding) input = block.output.numel() * b;  // gathered dy
   return cost.output_bytes + input;
 }
 
 }  // namespace
 
-BlockCost block_cost(const BlockSpec& block, DType dtype, Recompute recompute, int tp) {
+BlockCost block_cost(const BlockSpec& block, DType dtype, Recompute recompute, int tp, bool sequence_parallel) {
   CLEAVE_CHECK(tp >= 1, "cost model: tensor-parallel width must be >= 1, got {}", tp);
   const auto b = static_cast<std::int64_t>(dtype_size(dtype));
   const Parts p = parts_of(block);
@@ -339,14 +398,19 @@ BlockCost block_cost(const BlockSpec& block, DType dtype, Recompute recompute, i
       default: break;  // embedding (ids; output whole after its all-reduce), final LayerNorm: replicated
     }
   }
-  cost.backward_extra_bytes = backward_extra(block, cost, recompute, tp, b);
+  sequence_parallel = sequence_parallel && tp > 1;
+  if (sequence_parallel) sequence_parallel_share(block, cost, recompute, tp, b);
+  cost.backward_extra_bytes = backward_extra(block, cost, recompute, tp, b, sequence_parallel);
   return cost;
 }
 
-std::vector<BlockCost> model_costs(const ModelSpec& spec, DType dtype, Recompute recompute, int tp) {
+std::vector<BlockCost> model_costs(const ModelSpec& spec, DType dtype, Recompute recompute, int tp,
+                                   bool sequence_parallel) {
   std::vector<BlockCost> costs;
   costs.reserve(spec.blocks.size());
-  for (const BlockSpec& block : spec.blocks) costs.push_back(block_cost(block, dtype, recompute, tp));
+  for (const BlockSpec& block : spec.blocks) {
+    costs.push_back(block_cost(block, dtype, recompute, tp, sequence_parallel));
+  }
   return costs;
 }
 

@@ -103,12 +103,22 @@ struct BlockCost {
 // layout: LayerNorm inputs and the inputs of the column-parallel qkv and fc1 are whole on every rank; q, k, v,
 // the attention probabilities (heads / tp), the row-parallel proj and fc2 inputs, the GELU input and the
 // vocab-parallel logits are shards); FLOPs and parameters stay whole-model (callers divide by tp).
+// `sequence_parallel` (parallel.sequence_parallel, tp > 1; layers/parallel/): the tensors the tp layout keeps
+// whole are [T / tp, ...] sequence shards instead — the norms' inputs and statistics, the column-parallel
+// inputs (stashed as shards, all-gathered again for the weight gradient), the residual stream and so every
+// boundary tensor before the lm head's output — so a transformer block's activation is its plain tp figure
+// with every term divided by tp. Between I and W the row-parallel proj and fc2 keep their all-gathered
+// dy [T, D]; what the backward allocates is counted in backward_extra_bytes. Communication: the all-reduce
+// of each tp region becomes a reduce-scatter plus an all-gather of the same tensor — the same bytes on a
+// ring ((tp-1)/tp of the tensor each way), one more collective; the column-parallel weight gradient adds
+// one all-gather of its input shard per block part.
 BlockCost block_cost(const BlockSpec& block, DType dtype = DType::kF32, Recompute recompute = Recompute::kNone,
-                     int tp = 1);
+                     int tp = 1, bool sequence_parallel = false);
 
 // block_cost() of every block of `spec`, in block order.
 std::vector<BlockCost> model_costs(const ModelSpec& spec, DType dtype = DType::kF32,
-                                   Recompute recompute = Recompute::kNone, int tp = 1);
+                                   Recompute recompute = Recompute::kNone, int tp = 1,
+                                   bool sequence_parallel = false);
 
 // Parameters held by blocks [first_block, last_block), counting a tied embedding table once when both the
 // embedding and the tied head are in the range (they share one Param then; in different ranges each holds

@@ -82,7 +82,30 @@ void check_tensor_parallel(const ModelSpec& spec, int tp_size) {
   check_tp_d_ff(spec.gpt.d_ff, tp_size, spec.gpt.n_heads);
 }
 
+void check_sequence_parallel(const ModelSpec& spec, int tp_size, bool on) {
+  if (!on) return;
+  CLEAVE_CHECK_KEY(tp_size > 1, "parallel.sequence_parallel",
+                   "needs {} > 1 (it splits along the sequence what the tp group replicates), got {}; set it to "
+                   "false or raise tp",
+                   kTpKey, tp_size);
+  CLEAVE_CHECK_KEY(spec.type == ModelType::kGpt && spec.gpt.seq_len % tp_size == 0, "model.seq_len",
+                   "{} is not divisible by {} {}: parallel.sequence_parallel gives each tp rank seq_len / tp tokens "
+                   "of every sample; use a seq_len that is a multiple of {} or set parallel.sequence_parallel to false",
+                   spec.gpt.seq_len, kTpKey, tp_size, tp_size);
+}
+
 namespace {
+
+// The residual stream between tp regions: [T, D] -> [T / tp, D] under sequence parallelism.
+bool sequence_sharded_input(const BlockSpec& block) {
+  return block.kind == BlockKind::kTransformerBlock || block.kind == BlockKind::kLayerNorm ||
+         block.kind == BlockKind::kLmHead;
+}
+bool sequence_sharded_output(const BlockSpec& block) {
+  return block.kind == BlockKind::kEmbedding || block.kind == BlockKind::kTransformerBlock ||
+         block.kind == BlockKind::kLayerNorm;
+}
+Shape sequence_shard(const Shape& stream, int tp_size) { return stream.with_dim(0, stream[0] / tp_size); }
 
 // [T, V] logits -> [T, ceil(V / tp)].
 Shape local_logits(const Shape& logits, int tp_size) {
@@ -92,14 +115,18 @@ Shape local_logits(const Shape& logits, int tp_size) {
 
 }  // namespace
 
-Shape tp_block_input(const BlockSpec& block, int tp_size) {
+Shape tp_block_input(const BlockSpec& block, int tp_size, bool sequence_parallel) {
   check_tp_size(tp_size);
+  if (tp_size > 1 && sequence_parallel && sequence_sharded_input(block)) return sequence_shard(block.input, tp_size);
   const bool vocab_logits = block.kind == BlockKind::kSoftmaxCrossEntropy && block.vocab_size > 0;
   return tp_size > 1 && vocab_logits ? local_logits(block.input, tp_size) : block.input;
 }
 
-Shape tp_block_output(const BlockSpec& block, int tp_size) {
+Shape tp_block_output(const BlockSpec& block, int tp_size, bool sequence_parallel) {
   check_tp_size(tp_size);
+  if (tp_size > 1 && sequence_parallel && sequence_sharded_output(block)) {
+    return sequence_shard(block.output, tp_size);
+  }
   return tp_size > 1 && block.kind == BlockKind::kLmHead ? local_logits(block.output, tp_size) : block.output;
 }
 

@@ -32,11 +32,18 @@ void check_tp_d_ff(std::int64_t d_ff, int tp_size, std::int64_t n_heads = 0);
 // The whole model: tp_size >= 1; tp_size > 1 needs model.type gpt or llama and the rules above.
 void check_tensor_parallel(const ModelSpec& spec, int tp_size);
 
+// Sequence parallelism (parallel.sequence_parallel): throws ConfigKeyError unless tp_size > 1 and tp_size
+// divides model.seq_len (each tp rank holds T / tp tokens of every sample). A no-op when `on` is false.
+void check_sequence_parallel(const ModelSpec& spec, int tp_size, bool on);
+
 // Per-sample (no batch dimension) shapes of the tensors one tp rank's layer for `block` consumes and
 // produces. Every boundary tensor of a tensor-parallel gpt is replicated (block.input / block.output)
 // except the vocab-parallel logits between the lm head and the loss: [T, ceil(V / tp)] on each rank. A
 // pipeline boundary between those two blocks carries that local shape (tp rank r to tp rank r).
-Shape tp_block_input(const BlockSpec& block, int tp_size);
-Shape tp_block_output(const BlockSpec& block, int tp_size);
+// With `sequence_parallel` the residual stream is split along the sequence: the embedding's output, the
+// transformer blocks' and the final norm's input and output and the lm head's input are [T / tp, D]
+// (tp rank r's tokens), so a pipeline boundary there carries 1/tp of the bytes.
+Shape tp_block_input(const BlockSpec& block, int tp_size, bool sequence_parallel = false);
+Shape tp_block_output(const BlockSpec& block, int tp_size, bool sequence_parallel = false);
 
 }  // namespace cleave::partition

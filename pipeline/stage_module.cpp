@@ -25,6 +25,7 @@ StageModule::StageModule(std::vector<layers::LayerPtr> blocks, bool is_first, bo
       }
     }
   }
+  lowest_ = finishes_;
 }
 
 void StageModule::enable_ordered_accumulation(int microbatches, const std::vector<const layers::Param*>& in_place,
@@ -88,6 +89,7 @@ void StageModule::block_weight(std::size_t i, layers::Stash& stash, layers::Cont
   if (ordered_) {
     for (layers::Param* p : finishes_[i]) ordered_->param_done(*p);
   }
+  if (final && partial_grad_sum_ && !lowest_[i].empty()) partial_grad_sum_(lowest_[i]);
   if (final && on_grad_final_) {
     for (const auto& p : blocks_[i]->params()) on_grad_final_(*p);
   }

@@ -44,6 +44,13 @@ class StageModule {
   void set_grad_final_callback(std::function<void(const layers::Param&)> callback) {
     on_grad_final_ = std::move(callback);
   }
+  // Sequence parallelism: replicated parameters get partial gradients on each tp rank
+  // (layers/parallel/tp_util.hpp). In the step's last weight-gradient pass, once a block is done (and its
+  // ordered accumulation, if any), `sum` gets the parameters whose lowest block it is (each parameter once per
+  // step) before the grad-final callback sees any of them, so data parallelism reduces the summed gradient.
+  void set_partial_grad_sum(std::function<void(const std::vector<layers::Param*>&)> sum) {
+    partial_grad_sum_ = std::move(sum);
+  }
   // The fused backward (B): each block's input gradient then at once its weight gradient, in reverse block
   // order, so only one block at a time holds what its weight gradient needs (its weights' inputs and output
   // gradients; a recomputed block's rebuilt stash) instead of every block of the stage at the end of a
@@ -70,7 +77,9 @@ class StageModule {
   bool is_last_;
   std::map<int, std::vector<layers::Stash>> stashes_;  // micro-batch -> one stash per block
   std::function<void(const layers::Param&)> on_grad_final_;
+  std::function<void(const std::vector<layers::Param*>&)> partial_grad_sum_;
   std::vector<std::vector<layers::Param*>> finishes_;  // block -> params whose lowest block it is
+  std::vector<std::vector<layers::Param*>> lowest_;    // the same, never filtered (partial_grad_sum_)
   std::unique_ptr<OrderedGradAccumulator> ordered_;
 };
 

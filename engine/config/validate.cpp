@@ -36,6 +36,7 @@ void check_model_rules(const RunConfig& c) {
                                     : m.type == ModelType::kMlp   ? partition::make_mlp_spec(m.mlp)
                                                                   : partition::make_cnn_spec(m.cnn);
   partition::check_tensor_parallel(spec, c.parallel.tensor_model_parallel_size);
+  partition::check_sequence_parallel(spec, c.parallel.tensor_model_parallel_size, c.parallel.sequence_parallel);
 }
 
 }  // namespace
@@ -86,14 +87,6 @@ void validate(const RunConfig& c) {
     refuse("parallel.auto_schedule_memory_limit",
          "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
          p.schedule);
-  }
-
-  if (p.sequence_parallel) {
-    if (p.tensor_model_parallel_size < 2) {
-      refuse("parallel.sequence_parallel", "needs parallel.tensor_model_parallel_size > 1 (it splits what the tp "
-             "group replicates), got tp {}; drop the key or raise tp", p.tensor_model_parallel_size);
-    }
-    refuse("parallel.sequence_parallel", "is not built yet in this version; set it to false");
   }
 
   // What is known before launch (build, device type); the factory adds the per-rank GPU probe.

@@ -82,7 +82,8 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // Parameters: whole-model (÷ tp below); activations: one tp rank's (the cost model's tp layout).
   const partition::Recompute recompute = config.train.recompute;
   const auto costs = partition::model_costs(plan.spec, DType::kF32, recompute);
-  const auto shard = partition::model_costs(plan.spec, DType::kF32, recompute, tp);
+  const bool sp = config.parallel.sequence_parallel && tp > 1;  // residual stream split along the sequence
+  const auto shard = partition::model_costs(plan.spec, DType::kF32, recompute, tp, sp);
   const std::int64_t micro = config.resolved_batch().micro_batch_size;
   const int dp = std::max(1, config.parallel.data_parallel_size);
   const bool bf16 = config.device.precision == config::Precision::kBf16;
@@ -114,9 +115,11 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       }
     }
     // Boundary tensors: what the stage receives (the previous block's output) and what it sends (its own).
-    if (stage > 0) boundary = std::max(boundary, costs[static_cast<std::size_t>(range.begin - 1)].output_bytes);
+    // Under sequence parallelism they are one tp rank's sequence shards.
+    const auto& sent = sp ? shard : costs;
+    if (stage > 0) boundary = std::max(boundary, sent[static_cast<std::size_t>(range.begin - 1)].output_bytes);
     if (stage + 1 < plan.num_stages()) {
-      boundary = std::max(boundary, costs[static_cast<std::size_t>(range.end - 1)].output_bytes);
+      boundary = std::max(boundary, sent[static_cast<std::size_t>(range.end - 1)].output_bytes);
     }
   }
   std::vector<StageBackwardMemory> stage_memory(stage_blocks.size());

@@ -2,7 +2,8 @@
 // that does not fit under device.memory_limit is refused with the numbers instead of failing mid-step.
 //
 // Estimate per pp rank (parameters, gradients and optimizer state ÷ tp; activations are one tp rank's, the
-// cost model's tp layout: LayerNorm and column-parallel inputs whole, the rest sharded; ZeRO-1 divides
+// cost model's tp layout: LayerNorm and column-parallel inputs whole, the rest sharded, under
+// parallel.sequence_parallel those too as sequence shards, boundary tensors included; ZeRO-1 divides
 // optimizer state by dp):
 //   parameters       Σ param bytes of the rank's stages (a tied table counted once per rank)
 //   gradients        = parameters (train.deterministic: x (1 + floor(log2 micro-batches)), the partial sums)

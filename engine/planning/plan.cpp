@@ -176,6 +176,8 @@ Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_ran
   }
   plan.tp_size = config.parallel.tensor_model_parallel_size;
   if (plan.tp_size > 1) partition::check_tensor_parallel(plan.spec, plan.tp_size);
+  plan.sequence_parallel = config.parallel.sequence_parallel;
+  partition::check_sequence_parallel(plan.spec, plan.tp_size, plan.sequence_parallel);
   // Balance time first; only when that split exceeds the memory cap ask the partitioner for one that
   // respects it. The message that reaches the user is the per-category estimate of the balanced split.
   plan.partition = partition::partition_stages(blocks, num_stages, options);
@@ -203,7 +205,7 @@ Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_ran
 Shape Plan::boundary_shape(int stage, std::int64_t micro_batch) const {
   const auto& block = spec.blocks[static_cast<std::size_t>(partition.stages[static_cast<std::size_t>(stage)].begin)];
   std::vector<std::int64_t> dims = {micro_batch};
-  for (auto d : partition::tp_block_input(block, tp_size).dims()) dims.push_back(d);
+  for (auto d : partition::tp_block_input(block, tp_size, sequence_parallel).dims()) dims.push_back(d);
   return Shape(std::span<const std::int64_t>(dims));
 }
 

@@ -5,6 +5,7 @@
 
 #include "kernels/ops/ops.hpp"
 #include "layers/models/builder.hpp"
+#include "layers/parallel/tp_util.hpp"
 #include "partition/cost_model.hpp"
 
 namespace cleave::train {
@@ -28,6 +29,12 @@ RankModel::RankModel(RankSetup& setup) {
                                        static_cast<std::size_t>(range.end), build);
     auto module = std::make_unique<pipeline::StageModule>(std::move(blocks), stage == 0,
                                                           stage == plan.num_stages() - 1);
+    if (setup.context.sequence_parallel) {
+      // Replicated parameters' gradients are partial over tp: summed once per step, before dp sees them.
+      module->set_partial_grad_sum([&context = setup.context](const std::vector<layers::Param*>& params) {
+        layers::sum_replicated_grads_over_tp(params, context);
+      });
+    }
     for (const auto& p : module->params()) {
       if (p->name == tied_name_) build.tied_table = p;  // a later local head shares it
     }

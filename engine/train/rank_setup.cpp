@@ -63,6 +63,7 @@ RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Back
   groups = comm::build_grid_communicators(world, grid);
   model_parallel = world.split(coords.dp_rank, world.rank(), "model_parallel");
   if (grid.tp_size() > 1) context.tp_comm = groups.tp.get();
+  context.sequence_parallel = config.parallel.sequence_parallel && grid.tp_size() > 1;
   plan = planning::make_plan(config, static_cast<int>(batch.gradient_accumulation_steps), coords.pp_rank);
 }
 

@@ -32,6 +32,7 @@ config::RunConfig single_rank_reference(const config::RunConfig& config) {
   const config::ResolvedBatch batch = config.resolved_batch();
   config::RunConfig single = config;
   single.parallel.tensor_model_parallel_size = 1;
+  single.parallel.sequence_parallel = false;
   single.parallel.pipeline_model_parallel_size = 1;
   single.parallel.data_parallel_size = -1;
   single.parallel.virtual_pipeline_stages = 1;

@@ -1,7 +1,10 @@
-// Column-parallel linear layer on the CPU: Linear's GEMMs on the shard plus the tp all-reduce of dx.
+// Column-parallel linear layer: Linear's GEMMs on the shard plus the tp all-reduce of dx, or under sequence
+// parallelism the all-gather of x and the reduce-scatter of dx.
 #include "layers/parallel/column_parallel_linear.hpp"
 
 #include "engine/core/error.hpp"
+#include "kernels/ops/ops.hpp"
+#include "layers/layer_util.hpp"
 #include "layers/parallel/shard.hpp"
 #include "layers/parallel/sharded_param.hpp"
 #include "layers/parallel/tp_util.hpp"
@@ -55,13 +58,35 @@ ColumnParallelLinear::ColumnParallelLinear(std::string prefix, std::shared_ptr<P
 
 Tensor ColumnParallelLinear::forward(const Tensor& x, Stash& stash, Context& ctx) {
   tp_group(ctx, tp_size_, tp_rank_, who());  // a wrong context fails here, before any collective
-  return local_.forward(x, stash, ctx);
+  if (!sequence_parallel(ctx, tp_size_)) return local_.forward(x, stash, ctx);
+  check_input(ctx, x, DType::kF32, local_.in_features(), 3, who());
+  Tensor y = local_.forward(sequence_all_gather(x, ctx, tp_size_, tp_rank_, who()), stash, ctx);
+  stash.tensors = {x};  // the shard, not the gathered input: backward_weight gathers it again
+  return y;
 }
 
 Tensor ColumnParallelLinear::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
-  Tensor dx = local_.backward_input(dy, stash, ctx);
-  tp_all_reduce(dx, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
-  return dx;
+  if (!sequence_parallel(ctx, tp_size_)) {
+    Tensor dx = local_.backward_input(dy, stash, ctx);
+    tp_all_reduce(dx, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
+    return dx;
+  }
+  const Tensor& x = stash_at(stash, 0, who());
+  check_input(ctx, dy, DType::kF32, local_.out_features(), 3, who() + " (dy)");
+  CLEAVE_ASSERT(dy.dim(0) == x.dim(0) && dy.dim(1) == x.dim(1) * tp_size_,
+                "{}: dy {} is not the full sequence of the shard x {}", who(), dy.shape().str(), x.shape().str());
+  Tensor dx_partial = new_activation(ctx, with_last(dy.shape(), local_.in_features()));
+  ops::gemm(ctx, dy, local_.weight()->compute(), dx_partial);  // this rank's output features' share of dx
+  stash.tensors.push_back(dy);
+  return sequence_reduce_scatter(dx_partial, ctx, tp_size_, tp_rank_, who());
+}
+
+void ColumnParallelLinear::backward_weight(Stash& stash, Context& ctx) {
+  if (sequence_parallel(ctx, tp_size_)) {
+    stash_at(stash, 1, who());
+    stash.tensors[0] = sequence_all_gather(stash.tensors[0], ctx, tp_size_, tp_rank_, who());
+  }
+  local_.backward_weight(stash, ctx);
 }
 
 }  // namespace cleave::layers

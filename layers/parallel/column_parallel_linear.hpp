@@ -10,6 +10,14 @@
 // "<prefix>.bias" {dim 0, ..., logical [out]}. `groups` > 1 splits each of `groups` equal row blocks
 // separately (the fused QKV weight is 3 blocks q|k|v, each split by heads). Values equal the slice of the
 // weights Linear(prefix, in, out, bias, init) makes. Stash: as Linear ({x}, then {x, dy}).
+//
+// Sequence parallelism (Context::sequence_parallel, tp > 1; Korthikanti et al. 2022): the input is this
+// rank's sequence shard x [B, T/tp, in]. forward all-gathers it along the sequence (layers/parallel/
+// tp_util.hpp) and runs the GEMM on the full [B, T, in]; backward_input reduce-scatters the partial dx
+// [B, T, in] along the sequence instead of all-reducing it, returning the summed shard [B, T/tp, in].
+// The stash keeps only the SHARD x (the activation memory of the input divides by tp); backward_weight
+// all-gathers it again for dW (Megatron does the same), so backward_weight communicates in this mode.
+// Stash: {x shard}, then {x shard, dy}.
 #pragma once
 
 #include <memory>
@@ -35,7 +43,7 @@ class ColumnParallelLinear final : public Layer {
   std::string_view kind() const override { return "column_parallel_linear"; }
   Tensor forward(const Tensor& x, Stash& stash, Context& ctx) override;
   Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override;
-  void backward_weight(Stash& stash, Context& ctx) override { local_.backward_weight(stash, ctx); }
+  void backward_weight(Stash& stash, Context& ctx) override;
   std::vector<std::shared_ptr<Param>> params() const override { return local_.params(); }
 
   std::int64_t in_features() const { return local_.in_features(); }

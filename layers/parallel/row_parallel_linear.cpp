@@ -1,5 +1,5 @@
-// Row-parallel linear layer: Linear's GEMMs on the shard, the tp all-reduce of the output, then
-// the replicated bias.
+// Row-parallel linear layer: Linear's GEMMs on the shard, the tp all-reduce of the output (or under sequence
+// parallelism its reduce-scatter along the sequence), then the replicated bias.
 #include "layers/parallel/row_parallel_linear.hpp"
 
 #include "engine/core/error.hpp"
@@ -43,18 +43,27 @@ RowParallelLinear::RowParallelLinear(std::string prefix, std::int64_t in_feature
 Tensor RowParallelLinear::forward(const Tensor& x, Stash& stash, Context& ctx) {
   tp_group(ctx, tp_size_, tp_rank_, who());
   Tensor y = local_.forward(x, stash, ctx);
-  tp_all_reduce(y, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
+  if (sequence_parallel(ctx, tp_size_)) {
+    y = sequence_reduce_scatter(y, ctx, tp_size_, tp_rank_, who());
+  } else {
+    tp_all_reduce(y, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
+  }
   if (bias_) ops::bias_add_forward(ctx, y, bias_->compute());
   return y;
 }
 
 Tensor RowParallelLinear::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
-  return local_.backward_input(dy, stash, ctx);
+  if (!sequence_parallel(ctx, tp_size_)) return local_.backward_input(dy, stash, ctx);
+  check_input(ctx, dy, DType::kF32, local_.out_features(), 3, who() + " (dy)");
+  Tensor dx = local_.backward_input(sequence_all_gather(dy, ctx, tp_size_, tp_rank_, who()), stash, ctx);
+  stash.tensors.push_back(dy);  // the shard: the bias gradient of this rank's tokens
+  return dx;
 }
 
 void RowParallelLinear::backward_weight(Stash& stash, Context& ctx) {
   if (bias_) {
-    const Tensor& dy = stash_at(stash, 1, who());
+    // Under sequence parallelism slot 2 holds this rank's dy shard: a partial gradient, summed over tp later.
+    const Tensor& dy = stash.tensors.size() > 2 ? stash.tensors[2] : stash_at(stash, 1, who());
     ops::bias_backward(ctx, dy, bias_->grad);
   }
   local_.backward_weight(stash, ctx);

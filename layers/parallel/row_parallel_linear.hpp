@@ -10,6 +10,13 @@
 // "<prefix>.bias" [out] replicated (dim -1). Values equal Linear(prefix, in, out, bias, init)'s (the init
 // bound uses the logical fan-in). Stash after forward: {x_local}; after backward_input: {x_local, dy};
 // backward_weight accumulates dW_local += dyᵀ·x_local and db += Σ dy, then clears.
+//
+// Sequence parallelism (Context::sequence_parallel, tp > 1): the partial output [B, T, out] is
+// reduce-scattered along the sequence instead of all-reduced (layers/parallel/tp_util.hpp), so the output is
+// this rank's sequence shard [B, T/tp, out] and the bias is added to the shard. backward_input takes the
+// shard dy [B, T/tp, out] and all-gathers it to [B, T, out] for dx and dW. The bias gradient sums only this
+// rank's tokens (a partial gradient, summed over the tp group once per step like every replicated
+// parameter's; sum_replicated_grads_over_tp). Stash after backward_input: {x_local, dy full, dy shard}.
 #pragma once
 
 #include <memory>

@@ -2,6 +2,7 @@
 #include "layers/parallel/tp_util.hpp"
 
 #include "engine/core/error.hpp"
+#include "layers/layer_util.hpp"
 
 namespace cleave::layers {
 
@@ -27,6 +28,67 @@ void tp_all_reduce(const Tensor& tensor, comm::ReduceOp op, const Context& ctx, 
   comm::Communicator* group = tp_group(ctx, tp_size, tp_rank, who);
   if (group == nullptr) return;
   group->all_reduce(tensor, op, *ctx.stream)->wait();
+}
+
+bool sequence_parallel(const Context& ctx, int tp_size) { return ctx.sequence_parallel && tp_size > 1; }
+
+namespace {
+
+// [B, T, ...] with T replaced by `t`.
+Shape with_sequence(const Tensor& x, std::int64_t t) { return x.shape().with_dim(1, t); }
+
+void check_sequence_input(const Tensor& x, std::string_view who, std::string_view what) {
+  CLEAVE_CHECK(x.defined() && x.rank() >= 3,
+               "{}: sequence parallelism needs {} [batch, seq, features], got {}", who, what,
+               x.defined() ? x.shape().str() : std::string("an undefined tensor"));
+}
+
+// One collective per batch entry (tp_util.hpp: sample b's full sequence is contiguous), issued together.
+template <typename Issue>
+void per_sample(std::int64_t batch, Issue issue) {
+  std::vector<comm::WorkPtr> works;
+  works.reserve(static_cast<std::size_t>(batch));
+  for (std::int64_t b = 0; b < batch; ++b) works.push_back(issue(b));
+  for (auto& w : works) w->wait();
+}
+
+}  // namespace
+
+Tensor sequence_all_gather(const Tensor& local, const Context& ctx, int tp_size, int tp_rank, std::string_view who) {
+  check_sequence_input(local, who, "a sequence shard");
+  comm::Communicator* group = tp_group(ctx, tp_size, tp_rank, who);
+  CLEAVE_ASSERT(group != nullptr, "{}: sequence all-gather without a tp group", who);
+  Tensor full = new_activation(ctx, with_sequence(local, local.dim(1) * tp_size), local.dtype());
+  per_sample(local.dim(0), [&](std::int64_t b) {
+    return group->all_gather(local.slice(b, b + 1), full.slice(b, b + 1), *ctx.stream);
+  });
+  return full;
+}
+
+Tensor sequence_reduce_scatter(const Tensor& full, const Context& ctx, int tp_size, int tp_rank,
+                               std::string_view who) {
+  check_sequence_input(full, who, "a full sequence");
+  comm::Communicator* group = tp_group(ctx, tp_size, tp_rank, who);
+  CLEAVE_ASSERT(group != nullptr, "{}: sequence reduce-scatter without a tp group", who);
+  const std::int64_t t = full.dim(1);
+  CLEAVE_CHECK(t % tp_size == 0,
+               "{}: sequence parallelism splits each sequence over the {} tensor-parallel ranks, but the sequence "
+               "has {} tokens (model.seq_len must be divisible by parallel.tensor_model_parallel_size)",
+               who, tp_size, t);
+  Tensor local = new_activation(ctx, with_sequence(full, t / tp_size), full.dtype());
+  per_sample(full.dim(0), [&](std::int64_t b) {
+    return group->reduce_scatter(full.slice(b, b + 1), local.slice(b, b + 1), comm::ReduceOp::kSum, *ctx.stream);
+  });
+  return local;
+}
+
+void sum_replicated_grads_over_tp(const std::vector<Param*>& params, const Context& ctx) {
+  CLEAVE_ASSERT(ctx.tp_comm != nullptr, "summing replicated gradients over tp without a tp communicator");
+  std::vector<comm::WorkPtr> works;
+  for (Param* p : params) {
+    if (p->shard.dim < 0) works.push_back(ctx.tp_comm->all_reduce(p->grad, comm::ReduceOp::kSum, *ctx.stream));
+  }
+  for (auto& w : works) w->wait();
 }
 
 }  // namespace cleave::layers

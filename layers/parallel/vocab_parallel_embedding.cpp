@@ -1,4 +1,5 @@
-// Vocab-parallel token embedding: masked local lookup, tp all-reduce, replicated positions.
+// Vocab-parallel token embedding: masked local lookup, tp all-reduce (or sequence reduce-scatter),
+// replicated positions.
 #include "layers/parallel/vocab_parallel_embedding.hpp"
 
 #include <algorithm>
@@ -54,15 +55,30 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids, Stash& stash, Context&
   tp_group(ctx, tp_size_, tp_rank_, who());
   Tensor y = new_activation(ctx, Shape{b, t, dim_});
   ops::embedding_forward(ctx, ids, token_->compute(), y, {first_, valid_, vocab_});  // zeros outside this shard
+  stash.tensors = {ids};
+  if (sequence_parallel(ctx, tp_size_)) {
+    // Each element has one non-zero contribution: the reduce-scatter is exact, like the all-reduce.
+    y = sequence_reduce_scatter(y, ctx, tp_size_, tp_rank_, who());
+    const std::int64_t first = y.dim(1) * tp_rank_;
+    if (position_) ops::position_embedding_forward(ctx, y, position_->compute().slice(first, first + y.dim(1)));
+    return y;
+  }
   tp_all_reduce(y, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
   if (position_) ops::position_embedding_forward(ctx, y, position_->compute());
-  stash.tensors = {ids};
   return y;
 }
 
 Tensor VocabParallelEmbedding::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const Tensor& ids = stash_at(stash, 0, who());
   check_input(ctx, dy, DType::kF32, dim_, 1, who() + " (dy)");
+  if (sequence_parallel(ctx, tp_size_)) {
+    CLEAVE_ASSERT(dy.numel() * tp_size_ == ids.numel() * dim_, "{}: dy {} is not a sequence shard of ids {}", who(),
+                  dy.shape().str(), ids.shape().str());
+    const Tensor shard = dy.view(Shape{ids.dim(0), ids.dim(1) / tp_size_, dim_});
+    stash.tensors.push_back(sequence_all_gather(shard, ctx, tp_size_, tp_rank_, who()));
+    stash.tensors.push_back(shard);
+    return Tensor{};
+  }
   CLEAVE_ASSERT(dy.numel() == ids.numel() * dim_, "{}: dy {} vs ids {}", who(), dy.shape().str(), ids.shape().str());
   stash.tensors.push_back(dy);
   return Tensor{};
@@ -73,7 +89,17 @@ void VocabParallelEmbedding::backward_weight(Stash& stash, Context& ctx) {
   const Tensor& dy = stash_at(stash, 1, who());
   // Token order, like the whole-table embedding: the local rows get bit-identical sums.
   ops::embedding_backward(ctx, ids, dy, token_->grad, {first_, valid_, vocab_});
-  if (position_) ops::position_embedding_backward(ctx, dy.view(Shape{ids.dim(0), ids.dim(1), dim_}), position_->grad);
+  if (!position_) {
+    // no position table (llama: rotary embeddings in the attention)
+  } else if (stash.tensors.size() > 2) {
+    // Sequence parallel: this rank's positions from its own tokens only, a partial gradient summed over tp
+    // once per step (tp_util.hpp) like every replicated parameter's.
+    const Tensor& shard = stash.tensors[2];
+    const std::int64_t first = shard.dim(1) * tp_rank_;
+    ops::position_embedding_backward(ctx, shard, position_->grad.slice(first, first + shard.dim(1)));
+  } else {
+    ops::position_embedding_backward(ctx, dy.view(Shape{ids.dim(0), ids.dim(1), dim_}), position_->grad);
+  }
   stash.clear();
 }
 

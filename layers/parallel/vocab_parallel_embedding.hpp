@@ -14,6 +14,13 @@
 // Params: "<prefix>.token" (sharded, weight-decayed) and "<prefix>.position" [seq_len, dim] (replicated,
 // not decayed), both normal(0, 0.02) with Embedding's values. token_table() is the shard a tied
 // VocabParallelLmHead shares. Stash: as Embedding ({ids}, then {ids, dy}).
+//
+// Sequence parallelism (Context::sequence_parallel, tp > 1): the looked-up [B, T, dim] is reduce-scattered
+// along the sequence instead of all-reduced (still exact), and tp rank r adds the positions of its tokens
+// [r·T/tp, (r+1)·T/tp): the output is the sequence shard [B, T/tp, dim]. backward_input all-gathers the shard
+// dy to [B, T, dim] for the token rows (every rank's vocabulary rows see every token); the position table's
+// gradient takes this rank's tokens only (a partial gradient, summed over tp once per step).
+// Stash: {ids}, then {ids, dy full, dy shard}.
 #pragma once
 
 #include <memory>

@@ -46,6 +46,7 @@ inline RunRecord train_steps(const config::RunConfig& config, comm::Communicator
 inline config::RunConfig single_rank_config(config::RunConfig config) {
   config.parallel.pipeline_model_parallel_size = 1;
   config.parallel.tensor_model_parallel_size = 1;
+  config.parallel.sequence_parallel = false;
   config.optimizer.zero_stage = 0;
   config.parallel.data_parallel_size = -1;
   config.parallel.schedule = "1f1b";

@@ -1,0 +1,334 @@
+// Megatron sequence parallelism (parallel.sequence_parallel), run under mpiexec: the tiny GPT trained with
+// the residual stream split along the sequence across the tp group gives the per-step losses and final
+// parameters of the same layout without it, and of one rank, from the same seed (the one-rank reference
+// runs inside rank 0 on a communicator of its own).
+//
+// Tolerances. Sequence parallelism changes no GEMM's inner sum (column-parallel GEMMs see the gathered full
+// input, row-parallel partial sums are added by a reduce-scatter instead of an all-reduce, in the same rank
+// order), so the forward activations are those of plain tp bit for bit. What changes is the order of the
+// sums over tokens in the replicated parameters' gradients (norms, row-parallel biases, positions): each tp
+// rank sums its own tokens, then the tp group adds the tp partial sums. Bound: the tp equivalence bound,
+// kTensorParallel 2e-5 (tests/e2e/pipeline_equivalence_test.cpp), against both references. bf16: the bf16
+// tensor-parallel bounds of tests/e2e/mixed_precision_test.cpp.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/core/allocator.hpp"
+#include "engine/core/error.hpp"
+#include "engine/planning/memory_plan.hpp"
+#include "engine/train/collectives.hpp"
+#include "mpi/mpi_test_env.hpp"
+#include "train_harness.hpp"
+
+namespace cleave::testing {
+namespace {
+
+constexpr double kTensorParallel = 2e-5;
+constexpr double kBf16TensorParallel = 3e-2;      // max |diff| / max |value| per tensor
+constexpr double kBf16TensorParallelLoss = 1e-3;  // relative, per step
+
+const std::string kSp = "parallel.sequence_parallel=true";
+
+config::RunConfig tiny_gpt(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"train.steps=6"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return config::parse_config(R"({
+    "model": {"type": "gpt", "vocab_size": 96, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
+    "batch": {"global_batch_size": 8, "micro_batch_size": 1},
+    "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "grad_clip": 0.0, "warmup_steps": 0},
+    "train": {"seed": 5, "deterministic": true, "eval_batches": 0},
+    "data": {"type": "synthetic"}
+  })", "tiny_gpt", all);
+}
+
+struct Layout {
+  std::string name;
+  std::vector<std::string> overrides;  // without parallel.sequence_parallel
+  bool bf16 = false;
+};
+
+std::vector<Layout> layouts_for(int world) {
+  auto tp = [](int t) { return "parallel.tensor_model_parallel_size=" + std::to_string(t); };
+  auto pp = [](int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); };
+  const std::string untied = "model.tie_embeddings=false";
+  if (world == 2) {
+    return {{"tp2", {tp(2)}},
+            {"tp2_micro4", {tp(2), "batch.micro_batch_size=4"}},  // B > 1: per-sample collectives
+            {"tp2_untied_micro2", {tp(2), untied, "batch.micro_batch_size=2"}},
+            {"tp2_recompute_full", {tp(2), "train.recompute=full", "batch.micro_batch_size=2"}},
+            {"tp2_recompute_selective", {tp(2), "train.recompute=selective"}},
+            {"tp2_clipped", {tp(2), "optimizer.grad_clip=0.05", "batch.micro_batch_size=2"}},
+            {"tp2_bf16", {tp(2), "device.precision=bf16", "batch.micro_batch_size=2"}, true}};
+  }
+  if (world == 4) {
+    return {{"tp4_micro2", {tp(4), "batch.micro_batch_size=2"}},
+            {"tp2_pp2_1f1b", {tp(2), pp(2), "batch.micro_batch_size=2"}},
+            {"tp2_pp2_zb_v_untied", {tp(2), pp(2), "parallel.schedule=zb_v", untied}},
+            {"dp2_tp2", {tp(2), "batch.micro_batch_size=2"}},
+            {"dp2_tp2_zero1_clipped",
+             {tp(2), "batch.micro_batch_size=2", "optimizer.zero_stage=1", "optimizer.grad_clip=0.05"}},
+            {"tp2_pp2_bf16_recompute", {tp(2), pp(2), "device.precision=bf16", "train.recompute=full"}, true}};
+  }
+  return {};
+}
+
+// Max over tensors of max|a - b| / max|b| (bf16: element-wise relative differences near zero say nothing).
+double max_scaled_param_diff(const RunRecord& a, const RunRecord& b, std::string* worst) {
+  double out = 0;
+  for (const auto& [name, values] : a.params) {
+    const auto& other = b.params.at(name);
+    double diff = 0, scale = 0;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::abs(values[i] - other[i])));
+      scale = std::max(scale, static_cast<double>(std::abs(other[i])));
+    }
+    if (scale > 0 && diff / scale > out) {
+      out = diff / scale;
+      if (worst) *worst = name;
+    }
+  }
+  return out;
+}
+
+// Compares `sp` with `reference`; returns (loss diff, param diff) and checks them against the layout's bounds.
+std::pair<double, double> expect_close(const Layout& layout, const RunRecord& sp, const RunRecord& reference,
+                                       const char* against) {
+  SCOPED_TRACE(against);
+  EXPECT_EQ(sp.losses.size(), reference.losses.size());
+  std::string worst;
+  const double loss_diff = max_loss_rel_diff(sp, reference);
+  const double param_diff =
+      layout.bf16 ? max_scaled_param_diff(sp, reference, &worst) : max_param_rel_diff(sp, reference, &worst);
+  EXPECT_LE(loss_diff, layout.bf16 ? kBf16TensorParallelLoss : kTensorParallel);
+  EXPECT_LE(param_diff, layout.bf16 ? kBf16TensorParallel : kTensorParallel) << "worst " << worst;
+  return {loss_diff, param_diff};
+}
+
+TEST(SequenceParallel, MatchesTensorParallelAndOneRank) {
+  auto world = make_world(/*deterministic=*/true);
+  auto self = world->split(world->rank(), 0, "self");
+  const auto layouts = layouts_for(world->size());
+  if (layouts.empty()) GTEST_SKIP() << "no layouts for world size " << world->size();
+  for (const auto& layout : layouts) {
+    SCOPED_TRACE(layout.name);
+    std::vector<std::string> with_sp = layout.overrides;
+    with_sp.push_back(kSp);
+    const config::RunConfig config = tiny_gpt(with_sp);
+    const RunRecord sp = train_steps(config, *world);
+    const RunRecord tp = train_steps(tiny_gpt(layout.overrides), *world);
+    if (world->rank() != 0) continue;
+    const RunRecord one = train_steps(single_rank_config(config), *self);
+    EXPECT_LT(sp.losses.back(), sp.losses.front());  // it trained
+    const auto [tp_loss, tp_param] = expect_close(layout, sp, tp, "against tp without sequence parallelism");
+    const auto [one_loss, one_param] = expect_close(layout, sp, one, "against one rank");
+    std::printf("[ layout ] %-26s vs tp: loss %.3g param %.3g; vs one rank: loss %.3g param %.3g%s\n",
+                layout.name.c_str(), tp_loss, tp_param, one_loss, one_param,
+                tp_loss == 0 && tp_param == 0 ? " (bit-identical to tp)" : "");
+  }
+}
+
+// One clear error for each bad input, naming the key and the numbers, before anything is built.
+TEST(SequenceParallel, BadInputIsOneClearError) {
+  auto expect_refused = [](const std::vector<std::string>& overrides, const std::string& key,
+                           const std::string& fragment) {
+    try {
+      tiny_gpt(overrides);
+      ADD_FAILURE() << "accepted: " << overrides.back();
+    } catch (const Error& e) {  // parse_config: "<where>: <key>: <detail>", one line
+      const std::string message = e.what();
+      EXPECT_NE(message.find(key + ": "), std::string::npos) << message;
+      EXPECT_NE(message.find(fragment), std::string::npos) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+  };
+  expect_refused({kSp}, "parallel.sequence_parallel", "parallel.tensor_model_parallel_size > 1");
+  expect_refused({"parallel.tensor_model_parallel_size=1", kSp}, "parallel.sequence_parallel", "got 1");
+  // seq_len 18 over tp 4: not divisible (n_heads 4 and d_ff 128 allow tp 4).
+  expect_refused({"parallel.tensor_model_parallel_size=4", "model.seq_len=18", kSp}, "model.seq_len",
+                 "18 is not divisible by parallel.tensor_model_parallel_size 4");
+  // Without the key the same seq_len is fine.
+  EXPECT_NO_THROW(tiny_gpt({"parallel.tensor_model_parallel_size=4", "model.seq_len=18"}));
+}
+
+}  // namespace
+}  // namespace cleave::testing
+
+namespace cleave::testing {
+namespace {
+
+// Activation memory: the allocator's measured activation peak against the memory plan's (one tp rank's
+// share, engine/planning/memory_plan.hpp), with and without sequence parallelism, and the drop between them.
+// GPipe on one pp rank keeps every micro-batch's stash alive at once, so the stashes the plan counts dominate
+// the peak (as in tests/e2e/recompute_test.cpp).
+struct MemoryRun {
+  std::int64_t measured = 0, planned = 0;
+  std::int64_t p2p_bytes = 0;  // pipeline boundary bytes this rank sent in the last step
+};
+
+MemoryRun memory_run(const std::vector<std::string>& overrides, comm::Communicator& world) {
+  std::vector<std::string> all = {"train.steps=2"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  const config::RunConfig config = config::parse_config(R"({
+    "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 4, "seq_len": 32},
+    "batch": {"global_batch_size": 16, "micro_batch_size": 2},
+    "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "warmup_steps": 0},
+    "parallel": {"tensor_model_parallel_size": 2, "schedule": "gpipe"},
+    "train": {"seed": 5, "eval_batches": 0},
+    "data": {"type": "synthetic"}
+  })", "memory_gpt", all);
+  train::Trainer trainer(config, world);
+  MemoryRun out;
+  for (std::int64_t s = 0; s < config.train.steps; ++s) out.p2p_bytes = trainer.step(s).p2p_bytes;
+  out.measured = trainer.memory_stats().peak_of(MemoryCategory::kActivations);
+  config::RunConfig resolved = config;
+  resolved.resolve(world.size());
+  const int pp_rank = world.rank() / (world.size() / config.parallel.pipeline_model_parallel_size);
+  out.planned = planning::estimate_rank_memory(trainer.plan(), resolved, pp_rank)
+                    .bytes[static_cast<std::size_t>(MemoryCategory::kActivations)];
+  return out;
+}
+
+void expect_memory_follows_plan(comm::Communicator& world, const std::vector<std::string>& layout, const char* name,
+                                double bound) {
+  SCOPED_TRACE(name);
+  std::vector<std::string> with_sp = layout;
+  with_sp.push_back(kSp);
+  const MemoryRun tp = memory_run(layout, world);
+  const MemoryRun sp = memory_run(with_sp, world);
+  for (const MemoryRun* r : {&tp, &sp}) {
+    EXPECT_NEAR(static_cast<double>(r->planned), static_cast<double>(r->measured), bound * r->measured)
+        << (r == &tp ? "without" : "with") << " sequence parallelism";
+  }
+  const double measured_drop = static_cast<double>(tp.measured - sp.measured);
+  const double planned_drop = static_cast<double>(tp.planned - sp.planned);
+  EXPECT_GT(measured_drop, 0.0);
+  EXPECT_NEAR(measured_drop, planned_drop, bound * planned_drop);
+  std::printf("[ %-10s] rank %d activation peak without sp: measured %lld B planned %lld B; with sp: measured %lld B "
+              "planned %lld B (measured %.3fx smaller); p2p bytes per step %lld -> %lld\n",
+              name, world.rank(), static_cast<long long>(tp.measured), static_cast<long long>(tp.planned),
+              static_cast<long long>(sp.measured), static_cast<long long>(sp.planned),
+              static_cast<double>(tp.measured) / static_cast<double>(sp.measured),
+              static_cast<long long>(tp.p2p_bytes), static_cast<long long>(sp.p2p_bytes));
+}
+
+TEST(SequenceParallel, ActivationMemoryFollowsThePlan) {
+  auto world = make_world();
+  if (world->size() == 2) {
+    expect_memory_follows_plan(*world, {}, "tp2 gpipe", 0.05);
+  } else if (world->size() == 4) {
+    expect_memory_follows_plan(*world, {"parallel.tensor_model_parallel_size=4"}, "tp4 gpipe", 0.05);
+  } else {
+    GTEST_SKIP() << "needs 2 or 4 ranks";
+  }
+}
+
+// Pipeline boundaries carry the sequence shard: at tp2 x pp2 every boundary of this model is on the residual
+// stream ([T/2, D] per sample), so each rank sends exactly half the bytes per step.
+TEST(SequenceParallel, PipelineBoundariesCarryTheShard) {
+  auto world = make_world();
+  if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  const std::vector<std::string> layout = {"parallel.pipeline_model_parallel_size=2", "parallel.schedule=1f1b"};
+  std::vector<std::string> with_sp = layout;
+  with_sp.push_back(kSp);
+  const MemoryRun tp = memory_run(layout, *world);
+  const MemoryRun sp = memory_run(with_sp, *world);
+  EXPECT_GT(sp.p2p_bytes, 0);
+  EXPECT_EQ(tp.p2p_bytes, 2 * sp.p2p_bytes);
+  std::printf("[ tp2 pp2   ] rank %d p2p bytes per step %lld -> %lld; activation peak %lld -> %lld B (planned %lld -> "
+              "%lld B, not checked: pipeline receives move the peak)\n",
+              world->rank(), static_cast<long long>(tp.p2p_bytes), static_cast<long long>(sp.p2p_bytes),
+              static_cast<long long>(tp.measured), static_cast<long long>(sp.measured),
+              static_cast<long long>(tp.planned), static_cast<long long>(sp.planned));
+}
+
+}  // namespace
+}  // namespace cleave::testing
+
+namespace cleave::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A directory every rank of `world` names the same (rank 0's pid), emptied.
+std::string shared_dir(comm::Communicator& world, const std::string& name) {
+  const std::int64_t pid = ::getpid();
+  const auto pids = train::all_gather_values<std::int64_t>(world, std::span(&pid, 1));
+  const fs::path dir = fs::temp_directory_path() / ("cleave_sp_" + name + "_" + std::to_string(pids[0][0]));
+  if (world.rank() == 0) fs::remove_all(dir);
+  world.barrier()->wait();
+  return dir.string();
+}
+
+// Steps [first, last) after loading `load` (if given); the parameters right after the load, and at the end.
+struct Segment {
+  std::map<std::string, std::vector<float>> loaded;
+  RunRecord record;
+};
+
+Segment run_segment(const config::RunConfig& config, comm::Communicator& world, std::int64_t first, std::int64_t last,
+                    const std::string& load, const std::string& save_root) {
+  train::Trainer trainer(config, world);
+  Segment out;
+  if (!load.empty()) {
+    EXPECT_EQ(trainer.load_checkpoint(load), first);
+    out.loaded = trainer.gather_parameters();
+  }
+  for (std::int64_t s = first; s < last; ++s) out.record.losses.push_back(trainer.step(s).loss);
+  if (!save_root.empty()) trainer.save_checkpoint(save_root, last);
+  out.record.params = trainer.gather_parameters();
+  return out;
+}
+
+// Checkpoints hold parameters and optimizer state, never activations, so the sequence-parallel switch
+// changes nothing in them: saved with it on, loaded with it off (and back), the loaded parameters are the
+// saved ones bit for bit, and training continues as it would have with the switch unchanged (within the
+// tp bound: the replicated gradients' token sums associate differently).
+TEST(SequenceParallel, CheckpointsLoadAcrossTheSwitch) {
+  auto world = make_world(/*deterministic=*/true);
+  if (world->size() != 2) GTEST_SKIP() << "runs at 2 ranks";
+  // SGD with momentum (state in the checkpoint); 8 steps so the LR schedule is not at its end for steps 6-7.
+  const std::vector<std::string> tp2 = {"parallel.tensor_model_parallel_size=2", "batch.micro_batch_size=2",
+                                        "train.steps=8"};
+  std::vector<std::string> tp2_sp = tp2;
+  tp2_sp.push_back(kSp);
+  const config::RunConfig on = tiny_gpt(tp2_sp), off = tiny_gpt(tp2);
+  const std::string root = shared_dir(*world, "switch");
+  const Segment saved_on = run_segment(on, *world, 0, 3, "", root + "/on");
+  const std::string dir_on = root + "/on/" + checkpoint::step_dir_name(3);
+  const Segment off_after = run_segment(off, *world, 3, 6, dir_on, root + "/off");
+  const Segment on_after = run_segment(on, *world, 3, 6, dir_on, "");
+  const std::string dir_off = root + "/off/" + checkpoint::step_dir_name(6);
+  const Segment back_on = run_segment(on, *world, 6, 8, dir_off, "");
+  const Segment back_off = run_segment(off, *world, 6, 8, dir_off, "");
+  if (world->rank() == 0) {
+    std::string worst;
+    EXPECT_EQ(max_param_rel_diff(RunRecord{{}, {}, off_after.loaded}, saved_on.record, &worst), 0.0) << worst;
+    EXPECT_EQ(max_param_rel_diff(RunRecord{{}, {}, back_on.loaded}, off_after.record, &worst), 0.0) << worst;
+    EXPECT_GT(max_param_rel_diff(off_after.record, saved_on.record), 0.0);  // it trained after the loads
+    EXPECT_GT(max_param_rel_diff(back_on.record, off_after.record), 0.0);
+    const double forth_loss = max_loss_rel_diff(off_after.record, on_after.record);
+    const double forth_param = max_param_rel_diff(off_after.record, on_after.record, &worst);
+    EXPECT_LE(forth_loss, kTensorParallel);
+    EXPECT_LE(forth_param, kTensorParallel) << worst;
+    const double back_loss = max_loss_rel_diff(back_on.record, back_off.record);
+    const double back_param = max_param_rel_diff(back_on.record, back_off.record, &worst);
+    EXPECT_LE(back_loss, kTensorParallel);
+    EXPECT_LE(back_param, kTensorParallel) << worst;
+    std::printf("[ switch ] on -> off: loss %.3g param %.3g against staying on; off -> on: loss %.3g param %.3g "
+                "against staying off\n", forth_loss, forth_param, back_loss, back_param);
+    fs::remove_all(root);
+  }
+  world->barrier()->wait();
+}
+
+}  // namespace
+}  // namespace cleave::testing

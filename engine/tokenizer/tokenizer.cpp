@@ -61,7 +61,8 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
 
   merges_ = std::make_unique<BpeMerges>(byte_ids);
   for (std::size_t rank = 0; rank < spec_.merges.size(); ++rank) {
-    const auto& [left, right] = spec_.merges[rank];
+    const std::string& left = spec_.merges[rank].first;  // not a structured binding: clang 14 cannot capture one
+    const std::string& right = spec_.merges[rank].second;
     const auto find = [&](const std::string& token) {
       const auto it = ids.find(token);
       CLEAVE_CHECK(it != ids.end(), "{}: model.merges[{}] (\"{} {}\"): \"{}\" is not in model.vocab", what, rank,
@@ -87,18 +88,22 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
   for (std::size_t i = 0; i < spec_.added_tokens.size(); ++i) {
     const AddedToken& added = spec_.added_tokens[i];
     CLEAVE_CHECK(!added.content.empty(), "{}: added_tokens[{}] (id {}) has an empty content", what, i, added.id);
-    std::int32_t expected;
-    if (const auto in_vocab = ids.find(added.content); in_vocab != ids.end()) expected = in_vocab->second;
-    else if (const auto earlier = added_ids.find(added.content); earlier != added_ids.end()) expected = earlier->second;
-    else expected = max_added >= vocab_entries ? max_added + 1 : vocab_entries;
-    CLEAVE_CHECK(added.id == expected && (ids.count(added.content) > 0 || expected >= static_cast<std::int32_t>(id_present_.size()) ||
-                                          !id_present_[expected]),
-                 "{}: added_tokens[{}] (\"{}\") has id {}, but `tokenizers` gives it id {} ({}); the file is inconsistent "
-                 "(was it edited by hand?)",
+    const auto in_vocab = ids.find(added.content);
+    const auto earlier = added_ids.find(added.content);
+    const std::int32_t expected = in_vocab != ids.end() ? in_vocab->second
+                                  : earlier != added_ids.end() ? earlier->second
+                                  : max_added >= vocab_entries ? max_added + 1
+                                                               : vocab_entries;
+    CLEAVE_CHECK(added.id == expected,
+                 "{}: added_tokens[{}] (\"{}\") has id {}, but `tokenizers` gives it id {} ({}); the file is "
+                 "inconsistent (was it edited by hand?)",
                  what, i, printable(added.content), added.id, expected,
-                 ids.count(added.content) > 0 ? "its id in model.vocab"
-                                              : fmt::format("the next free id after model.vocab's {} entries and the "
-                                                            "added tokens before it", vocab_entries));
+                 in_vocab != ids.end() ? "its id in model.vocab"
+                                       : fmt::format("the next id after model.vocab's {} entries and the added "
+                                                     "tokens before it", vocab_entries));
+    CLEAVE_CHECK(in_vocab != ids.end() || !id_present_[expected],
+                 "{}: added_tokens[{}] (\"{}\") has id {}, which model.vocab gives to \"{}\"; the file is inconsistent",
+                 what, i, printable(added.content), expected, printable(id_bytes_[expected]));
     added_ids.emplace(added.content, expected);
     max_added = std::max(max_added, expected);
   }

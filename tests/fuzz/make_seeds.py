@@ -155,9 +155,22 @@ def index_seeds():
     put("checkpoint_index", "index-gap", json.dumps(gap, separators=(",", ":")))
 
 
+# ---- tokenizer: a mode byte (0-3: encode with the tiny tokenizer, 4: read as tokenizer.json), then the text ----
+def tokenizer_seeds():
+    put("tokenizer", "gpt2-words", b"\x00hello the abc it's aaaa<|endoftext|>")
+    put("tokenizer", "llama3-awkward", b"\x01I'M 12345 don'T\r\n\r\n  x" + "\u00a0y \u3000z \U0001f600".encode())
+    put("tokenizer", "prefix-space", b"\x02 a<|endoftext|>b\n\n  ")
+    put("tokenizer", "ignore-merges", b"\x03abc 12345 " + "\u017f'\u017fx".encode())
+    put("tokenizer", "invalid-utf8", b"\x00ok \xff\xc3(")
+    small = {"model": {"type": "BPE", "vocab": {"a": 0}, "merges": ["a a"]}, "normalizer": None,
+             "pre_tokenizer": {"type": "ByteLevel"}, "decoder": {"type": "ByteLevel"}}
+    put("tokenizer", "json-small", b"\x04" + json.dumps(small).encode())
+
+
 if __name__ == "__main__":
     config_seeds()
     schedule_seeds()
     token_seeds()
     safetensors_seeds()
     index_seeds()
+    tokenizer_seeds()

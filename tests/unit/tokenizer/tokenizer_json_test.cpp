@@ -102,6 +102,9 @@ TEST(TokenizerJson, RefusesMalformedMergesAndVocabulary) {
   expect_refused([](json& j) { j["added_tokens"][0]["id"] = 500; }, {"added_tokens[0]", "has id 500", "gives it id 269"});
   expect_refused([](json& j) { j["added_tokens"][0]["content"] = "abc"; }, {"added_tokens[0]", "gives it id 268",
                                                                             "its id in model.vocab"});
+  // A vocabulary with a gap (268 unused) gives the added token an id the vocabulary already holds.
+  expect_refused([](json& j) { j["model"]["vocab"]["abc"] = 269; }, {"added_tokens[0]", "has id 269",
+                                                                      "which model.vocab gives to \"abc\""});
 }
 
 TEST(TokenizerJson, RefusesMissingFilesAndBadJson) {

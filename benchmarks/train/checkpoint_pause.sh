@@ -3,6 +3,8 @@
 # 8 ranks, 164 MiB per checkpoint), saving every 2 of 20 steps (10 saves), evaluation off. Prints the median
 # and range of the per-save figures from the `checkpoint:` log lines:
 #   pause  "checkpoint: step N: the step loop paused X ms" (builds with background saves; the slowest rank)
+#   commit "checkpoint: step N committed; the step loop waited Z ms for it" (background saves: the commit
+#          inside the first step after every writer is done; the save's whole pause is pause + commit)
 #   save   "checkpoint: step N saved to ... (..., Y ms, ...)" (rank 0, from the first write, or the snapshot,
 #          to the commit; for the synchronous code before background saves this is the pause less two small
 #          collectives)
@@ -26,6 +28,8 @@ def show(name, values):
     if values:
         print(f"{name:6s} median {statistics.median(values):8.1f} ms  min {min(values):8.1f}  max {max(values):8.1f}  ({len(values)} saves)")
 show("pause", [float(x) for x in re.findall(r"the step loop paused ([0-9.]+) ms", log)])
+commits = [float(x) for x in re.findall(r"committed; the step loop waited ([0-9.]+) ms", log)]
+show("commit", commits)
 show("save", [float(x) for x in re.findall(r"saved to \S+ \([^,]*, ([0-9.]+) ms", log)])
 print(f"step   median {statistics.median(steps):8.1f} ms  ({len(steps)} steps)")
 PY

@@ -404,7 +404,11 @@ StepStats Trainer::step(std::int64_t step) {
   const auto peaks = reduce_doubles(
       s.setup.world, {static_cast<double>(s.setup.allocator->stats().peak_total), writing ? 1.0 : 0.0},
       comm::ReduceOp::kMax);
-  if (s.pending_save && peaks[1] == 0.0) s.commit_pending_save();
+  if (s.pending_save && peaks[1] == 0.0) {
+    const std::int64_t saved = s.pending_save->steps_done();
+    const double ms = s.commit_pending_save();
+    if (s.setup.reports()) log::info("checkpoint: step {} committed; the step loop waited {:.1f} ms for it", saved, ms);
+  }
   StepStats stats;
   stats.step = step;
   stats.loss = loss;

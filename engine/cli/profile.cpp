@@ -136,6 +136,7 @@ int run_profile(int argc, char** argv) {
     for (int t : request.tp_widths) {
       CLEAVE_CHECK(t == 1 || partition::is_language_model(spec.type),
                    "profile: --tp {}: only a gpt or llama splits over tensor-parallel ranks", t);
+      if (t > 1 && spec.type == partition::ModelType::kLlama) partition::check_tensor_parallel(spec, t);
       if (spec.type == partition::ModelType::kGpt) {
         const auto& g = spec.gpt;
         const auto allowed = partition::allowed_tp_sizes(g.n_heads, g.d_ff > 0 ? g.d_ff : 4 * g.d_model);
@@ -143,7 +144,6 @@ int run_profile(int argc, char** argv) {
                      "profile: --tp {} does not divide n_heads {} and d_ff {}", t, g.n_heads,
                      g.d_ff > 0 ? g.d_ff : 4 * g.d_model);
       }
-      if (t > 1) partition::check_tensor_parallel(spec, t);  // llama's rule (kv heads, ffn) names its keys
     }
     if (args.given("--micro-batches")) {
       request.micro_batches = args.counts("--micro-batches");

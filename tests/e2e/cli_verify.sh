@@ -4,6 +4,7 @@
 #  - tp 2 with --param-tolerance 0 fails: exit 1 with the report ending in FAIL and a parameter difference
 #    above 0 (tensor parallelism sums partial products, so parameters differ from one rank in the last bits);
 #    an error exit would have no report, so the exit code alone cannot pass this case;
+#  - a llama (grouped-query) at tp 2 x pp 2 against one rank passes (np 4);
 #  - a bad option value is refused before MPI starts.
 # Usage: cli_verify.sh CLEAVE MPIEXEC [FLAGS...]
 set -u
@@ -42,6 +43,24 @@ if [ $status -ne 1 ] || [ -z "$summary" ] || ! awk -v d="$difference" 'BEGIN { e
   fail "tp2-exact-fails: status $status, parameter difference '$difference'" tp2.log
 else
   echo "ok   tp2-exact-fails: $summary"
+fi
+
+cat > llama.json <<'JSON'
+{
+  "model": {"type": "llama", "vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+            "seq_len": 16},
+  "batch": {"global_batch_size": 8, "micro_batch_size": 2},
+  "optimizer": {"type": "sgd", "lr": 0.05},
+  "data": {"type": "synthetic"}
+}
+JSON
+"${mpiexec[@]}" -n 4 "$cleave" verify llama.json --steps 3 --set parallel.tensor_model_parallel_size=2 \
+    --set parallel.pipeline_model_parallel_size=2 > llama.log 2>&1
+status=$?
+if [ $status -ne 0 ] || ! grep -q ': PASS$' llama.log || ! grep -q 'tp=2 pp=2 dp=1 (world 4)' llama.log; then
+  fail "llama-tp2-pp2-passes: status $status" llama.log
+else
+  echo "ok   llama-tp2-pp2-passes: $(grep -E ': PASS$' llama.log)"
 fi
 
 out=$("$cleave" verify tiny.json --param-tolerance fast 2>&1); status=$?

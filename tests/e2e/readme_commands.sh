@@ -51,7 +51,7 @@ done < "$work/commands.txt"
 for f in runs/f1/config.json runs/f1/metrics.jsonl runs/f1/run.json runs/f1/report.html runs/pp2/report.html \
          f1.safetensors f1-hf/config.json f1-hf/model.safetensors f1-imported/step_0000000/index.json \
          runs/hf-tp2/metrics.jsonl zbv.svg zbv.json here.json best.json runs/best/metrics.jsonl bench-pp2/bench.json \
-         bench-pp2/bench.html; do
+         bench-pp2/bench.html runs/llama/metrics.jsonl; do
   [ -s "$f" ] || fail "README's commands did not write $f"
 done
 echo "PASS: $count README commands ran"

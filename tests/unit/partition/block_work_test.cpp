@@ -71,3 +71,39 @@ TEST(BlockWork, RecomputationAddsTheRerunToInputGrad) {
 
 }  // namespace
 }  // namespace cleave::partition
+
+namespace cleave::partition {
+namespace {
+
+// Llama block (grouped-query, K = Hkv·hd): q and o 2TD² each, k and v 2TDK each, gate, up and down 2TDF each,
+// the attention core as GPT's; the cost model's FLOPs, parameters and tp sharding agree.
+TEST(BlockWork, LlamaGemmFlopsMatchTheCostModelFormulas) {
+  LlamaConfig c;
+  c.vocab_size = 50;
+  c.d_model = 64;
+  c.n_layers = 1;
+  c.n_heads = 8;
+  c.n_kv_heads = 2;
+  c.seq_len = 16;
+  const ModelSpec spec = make_llama_spec(c);
+  EXPECT_EQ(spec.llama.ffn_hidden_size, 192);  // 2/3 of 256 = 170, rounded up to a multiple of 64
+  const BlockSpec& block = spec.blocks[1];
+  const double t = 16, d = 64, f = 192, k = 16;
+  const BlockWork w = block_work(block, DType::kF32, Recompute::kNone, 1, 1);
+  EXPECT_DOUBLE_EQ(w.forward.gemm_flops(), 4 * t * d * d + 4 * t * d * k + 6 * t * d * f + 4 * t * t * d);
+  EXPECT_DOUBLE_EQ(w.input_grad.gemm_flops(), 4 * t * d * d + 4 * t * d * k + 6 * t * d * f + 8 * t * t * d);
+  EXPECT_DOUBLE_EQ(w.weight_grad.gemm_flops(), 4 * t * d * d + 4 * t * d * k + 6 * t * d * f);
+  const BlockCost cost = block_cost(block);
+  EXPECT_LE(w.forward.gemm_flops(), cost.forward_flops);
+  EXPECT_LE(w.input_grad.gemm_flops(), cost.input_grad_flops);
+  EXPECT_DOUBLE_EQ(w.weight_grad.gemm_flops(), cost.weight_grad_flops - 2 * 3 * t * d);  // + two RMSNorm weights
+  EXPECT_EQ(cost.param_count, static_cast<std::int64_t>(2 * d * d + 2 * d * k + 3 * d * f + 2 * d));
+  const BlockWork tp2 = block_work(block, DType::kF32, Recompute::kNone, 2, 1);
+  EXPECT_DOUBLE_EQ(tp2.forward.gemm_flops() * 2, w.forward.gemm_flops());
+  EXPECT_DOUBLE_EQ(tp2.weight_grad.gemm_flops() * 2, w.weight_grad.gemm_flops());
+  // Embedding without a position table: token ids only, no position parameters.
+  EXPECT_EQ(block_cost(spec.blocks[0]).param_count, 50 * 64);
+}
+
+}  // namespace
+}  // namespace cleave::partition

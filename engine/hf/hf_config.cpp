@@ -178,6 +178,10 @@ HfModelConfig read_hf_config(const json& config, const std::string& path) {
 ModelDims dims_of_model(const json& model, const std::string& origin) {
   const Keys k(model, origin + " model section");
   const std::string type = k.text_or("type", "gpt");
+  CLEAVE_CHECK(type == "gpt" || type == "llama",
+               "{}: model.type \"{}\" has no Hugging Face counterpart (gpt exports as GPT2LMHeadModel, llama as "
+               "LlamaForCausalLM)",
+               origin, type);
   ModelDims d;
   d.vocab_size = k.size("vocab_size");
   d.d_model = k.size("d_model");
@@ -189,13 +193,10 @@ ModelDims dims_of_model(const json& model, const std::string& origin) {
     d.architecture = Architecture::kGpt2;
     d.n_kv_heads = d.n_heads;
     d.ffn = k.size("d_ff");
-  } else if (type == "llama") {
+  } else {
     d.architecture = Architecture::kLlama;
     d.n_kv_heads = k.size("n_kv_heads");
     d.ffn = k.size("ffn_hidden_size");
-  } else {
-    CLEAVE_THROW("{}: model.type \"{}\" has no Hugging Face counterpart (gpt exports as GPT2LMHeadModel, llama as "
-                 "LlamaForCausalLM)", origin, type);
   }
   return d;
 }

@@ -101,7 +101,13 @@ TEST(HfExport, ExistingOutputAndFailuresLeaveNothing) {
     EXPECT_NE(std::string(e.what()).find("blocks.0.attn.proj.weight"), std::string::npos) << e.what();
   }
   EXPECT_FALSE(fs::exists(dir));
-  EXPECT_ANY_THROW(dims_of_model(json{{"type", "mlp"}, {"vocab_size", 1}}, "x"));
+  try {
+    dims_of_model(json{{"type", "mlp"}, {"in_features", 8}}, "checkpoint c");
+    ADD_FAILURE() << "an mlp was given Hugging Face sizes";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("model.type \"mlp\" has no Hugging Face counterpart"), std::string::npos)
+        << e.what();
+  }
 }
 
 }  // namespace

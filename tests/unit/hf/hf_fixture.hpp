@@ -1,7 +1,7 @@
 // Hugging Face model directories written by the tests themselves (no downloads): a config.json as
 // transformers writes it for GPT2LMHeadModel / LlamaForCausalLM and the weights under transformers' names and
 // shapes, drawn fresh (normal, seeded; non-zero), in one model.safetensors or in shards with
-// model.safetensors.index.json. Tests edit `config` and `tensors` before write() to make bad inputs.
+// model.safetensors.index.json, stored as F32, BF16 or F16. Tests edit `config` and `tensors` before write() to make bad inputs.
 #pragma once
 
 #include <unistd.h>
@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/safetensors.hpp"
+#include "engine/comm/host_reduce.hpp"
+#include "engine/core/dtype.hpp"
 
 namespace cleave::hf::testing {
 
@@ -28,6 +30,7 @@ struct HfTensor {
 struct HfFixture {
   nlohmann::json config;
   std::map<std::string, HfTensor> tensors;  // HF name -> f32 values in HF order
+  std::string dtype = "F32";                // as stored: "F32", "BF16" or "F16" (rounded to nearest even)
 
   // Writes config.json and the tensors into `dir` (created): `shards` files with an index when > 1.
   void write(const std::filesystem::path& dir, int shards = 1) const {
@@ -35,12 +38,20 @@ struct HfFixture {
     std::ofstream(dir / "config.json") << config.dump(2);
     std::vector<std::vector<checkpoint::TensorToWrite>> files(static_cast<std::size_t>(shards));
     nlohmann::json weight_map = nlohmann::json::object();
+    std::vector<std::vector<std::uint16_t>> narrow;  // 16-bit copies, alive until the files are written
+    narrow.reserve(tensors.size());
     std::size_t i = 0;
     for (const auto& [name, t] : tensors) {
       const std::size_t f = i++ % files.size();
       const std::string file = shards == 1 ? "model.safetensors"
                                            : fmt::format("model-{:05d}-of-{:05d}.safetensors", f + 1, shards);
-      files[f].push_back({name, "F32", t.shape, std::as_bytes(std::span<const float>(t.values))});
+      std::span<const std::byte> bytes = std::as_bytes(std::span<const float>(t.values));
+      if (dtype != "F32") {
+        auto& bits = narrow.emplace_back();
+        for (float v : t.values) bits.push_back(dtype == "BF16" ? float_to_bf16(v) : comm::float_to_f16(v));
+        bytes = std::as_bytes(std::span<const std::uint16_t>(bits));
+      }
+      files[f].push_back({name, dtype, t.shape, bytes});
       weight_map[name] = file;
     }
     for (std::size_t f = 0; f < files.size(); ++f) {

@@ -1,12 +1,14 @@
 // read_hf_checkpoint against directories the test writes (hf_fixture.hpp): GPT-2's Conv1D weights arrive
 // transposed into Cleave's [out, in] (the fused c_attn becomes qkv with q|k|v rows), everything else copied
-// bit for bit, from one file or from shards with an index; config.json becomes Cleave's model section; and
-// each bad input (missing shard, wrong shape, unknown architecture, unknown or missing tensor, a setting
-// Cleave computes differently) is one Error naming the file and the tensor or key.
+// bit for bit, from one file or from shards with an index (BF16 and F16 widened exactly); config.json becomes
+// Cleave's model section; and each bad input (missing shard, wrong shape, unknown architecture, unknown or
+// missing tensor, a setting Cleave computes differently) is one Error naming the file and the tensor or key.
 #include <functional>
 
 #include <gtest/gtest.h>
 
+#include "engine/comm/host_reduce.hpp"
+#include "engine/core/dtype.hpp"
 #include "engine/core/error.hpp"
 #include "engine/hf/hf_import.hpp"
 #include "unit/hf/hf_fixture.hpp"
@@ -117,6 +119,28 @@ TEST(HfImport, LlamaCopiesEveryTensorAndReadsRopeParameters) {
                             {"n_kv_heads", 2}, {"seq_len", 16}, {"ffn_hidden_size", 40}, {"rope_theta", 500000.0},
                             {"norm_eps", 1e-6}, {"tie_embeddings", false}}));
   fs::remove_all(dir);
+}
+
+TEST(HfImport, Bf16AndF16WeightsWidenExactly) {
+  for (const char* dtype : {"BF16", "F16"}) {
+    HfFixture f = testing::llama_fixture();
+    f.dtype = dtype;
+    const fs::path dir = testing::fresh_dir(std::string("llama_") + dtype);
+    f.write(dir, 2);
+    const HfCheckpoint got = read_hf_checkpoint(dir.string());
+    const auto& want = f.tensors.at("model.layers.1.mlp.gate_proj.weight").values;
+    const auto& have = got.tensors.at("blocks.1.mlp.gate.weight");
+    ASSERT_EQ(have.size(), want.size());
+    double differ = 0;
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const float rounded = std::string(dtype) == "BF16" ? bf16_to_float(float_to_bf16(want[i]))
+                                                         : comm::f16_to_float(comm::float_to_f16(want[i]));
+      ASSERT_EQ(have[i], rounded) << dtype << " element " << i;
+      differ += have[i] != want[i];
+    }
+    EXPECT_GT(differ, want.size() / 2) << dtype << ": the values were not rounded, so the test proves nothing";
+    fs::remove_all(dir);
+  }
 }
 
 TEST(HfImport, EachBadInputIsOneErrorNamingIt) {

@@ -35,26 +35,13 @@ else:
     print(f"{statistics.median(r[sys.argv[2]] for r in rows[5:]):.2f}")
 PY
 }
-activations() {  # run.json: tp rank 0's measured activation peak and the plan's, in bytes
+activations() {  # run.json: tp rank 0's measured activation peak and the memory plan's estimate, in MiB
   python3 - "$1" <<'PY'
 import json, sys
 run = json.load(open(sys.argv[1]))
-def find(o, key):
-    if isinstance(o, dict):
-        if key in o: return o[key]
-        for v in o.values():
-            r = find(v, key)
-            if r is not None: return r
-    if isinstance(o, list):
-        for v in o:
-            r = find(v, key)
-            if r is not None: return r
-    return None
-ranks = find(run, "ranks")
-rank0 = ranks[0]
-measured = find(rank0, "peak")
-planned = find(run, "plan")
-print(json.dumps({"measured": measured, "planned": planned}))
+i = run["categories"].index("activations")
+r = run["ranks"][0]
+print(f"activations measured {r['peak_bytes'][i] / 2**20:.2f} MiB, planned {r['estimate_bytes'][i] / 2**20:.2f} MiB")
 PY
 }
 off=() on=()

@@ -414,6 +414,59 @@ std::vector<BlockCost> model_costs(const ModelSpec& spec, DType dtype, Recompute
   return costs;
 }
 
+TpBlockComm tp_block_comm(const BlockSpec& block, DType dtype, int tp, bool sequence_parallel, Recompute recompute) {
+  CLEAVE_CHECK(tp >= 1, "cost model: tensor-parallel width must be >= 1, got {}", tp);
+  TpBlockComm c;
+  if (tp == 1) return c;
+  const auto b = static_cast<std::int64_t>(dtype_size(dtype));
+  const bool sp = sequence_parallel;
+  using Op = TpCollectiveOp;
+  switch (block.kind) {
+    case BlockKind::kEmbedding: {
+      const std::int64_t stream = block.seq_len * block.out_features * b;
+      c.forward.push_back({sp ? Op::kReduceScatter : Op::kAllReduce, stream});
+      if (sp) c.input_grad.push_back({Op::kAllGather, stream});
+      break;
+    }
+    case BlockKind::kTransformerBlock: {
+      const std::int64_t stream = block.seq_len * block.in_features * b;
+      for (int part = 0; part < 2; ++part) {  // attention (qkv, proj), mlp (fc1, fc2)
+        if (sp) {
+          c.forward.push_back({Op::kAllGather, stream});      // column-parallel input
+          c.forward.push_back({Op::kReduceScatter, stream});  // row-parallel output
+          c.input_grad.push_back({Op::kAllGather, stream});   // row-parallel dy
+          c.input_grad.push_back({Op::kReduceScatter, stream});  // column-parallel dx
+          c.weight_grad.push_back({Op::kAllGather, stream});  // column-parallel input again
+        } else {
+          c.forward.push_back({Op::kAllReduce, stream});
+          c.input_grad.push_back({Op::kAllReduce, stream});
+        }
+      }
+      if (recompute == Recompute::kFull) c.input_grad.insert(c.input_grad.begin(), c.forward.begin(), c.forward.end());
+      break;
+    }
+    case BlockKind::kLmHead: {
+      const std::int64_t stream = block.input.rows() * block.in_features * b;
+      if (sp) {
+        c.forward.push_back({Op::kAllGather, stream});
+        c.input_grad.push_back({Op::kReduceScatter, stream});
+        c.weight_grad.push_back({Op::kAllGather, stream});
+      } else {
+        c.input_grad.push_back({Op::kAllReduce, stream});
+      }
+      break;
+    }
+    case BlockKind::kSoftmaxCrossEntropy:
+      if (block.vocab_size > 0) {
+        c.forward.push_back({Op::kAllReduce, block.input.rows() * kStatBytes});      // row maxima
+        c.forward.push_back({Op::kAllReduce, 2 * block.input.rows() * kStatBytes});  // sums, target logits
+      }
+      break;
+    default: break;  // the final norm: no collective (replicated, or a sequence shard)
+  }
+  return c;
+}
+
 std::int64_t unique_param_count(const ModelSpec& spec, std::size_t first_block, std::size_t last_block) {
   CLEAVE_CHECK(first_block < last_block && last_block <= spec.blocks.size(),
                "block range [{}, {}) is empty or outside the model's {} blocks", first_block, last_block,

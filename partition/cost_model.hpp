@@ -120,6 +120,29 @@ std::vector<BlockCost> model_costs(const ModelSpec& spec, DType dtype = DType::k
                                    Recompute recompute = Recompute::kNone, int tp = 1,
                                    bool sequence_parallel = false);
 
+// The tensor-parallel collectives of one block for one sample on one tp rank, per pass (the bytes are each
+// collective's whole tensor: an all-reduce's buffer, a reduce-scatter's input, an all-gather's output). Plain
+// tp: a transformer block all-reduces [T, D] twice in forward (attention proj, fc2) and twice in backward_input
+// (qkv, fc1); the vocab-parallel embedding once in forward, the lm head once in backward_input, the loss its
+// [T] row maxima and [2, T] sums in forward. Sequence parallelism: each of those [T, D] all-reduces becomes a
+// reduce-scatter or an all-gather of the same [T, D] (the embedding's and each row-parallel output's
+// reduce-scatter and each column-parallel input's all-gather in forward; dy's all-gather and dx's
+// reduce-scatter in backward_input), and every column-parallel input is all-gathered again in backward_weight.
+// On a ring the bytes each rank moves are (tp-1)/tp of the tensor for a reduce-scatter or an all-gather and
+// twice that for an all-reduce, so a forward all-reduce (2 x) becomes an all-gather plus a reduce-scatter
+// (1 + 1): same bytes, one more collective; backward_weight's all-gathers are what sequence parallelism adds.
+// Full recomputation repeats the forward's collectives in backward_input. Empty when tp == 1.
+enum class TpCollectiveOp { kAllReduce, kReduceScatter, kAllGather };
+struct TpCollective {
+  TpCollectiveOp op = TpCollectiveOp::kAllReduce;
+  std::int64_t bytes = 0;
+};
+struct TpBlockComm {
+  std::vector<TpCollective> forward, input_grad, weight_grad;
+};
+TpBlockComm tp_block_comm(const BlockSpec& block, DType dtype, int tp, bool sequence_parallel,
+                          Recompute recompute = Recompute::kNone);
+
 // Parameters held by blocks [first_block, last_block), counting a tied embedding table once when both the
 // embedding and the tied head are in the range (they share one Param then; in different ranges each holds
 // its own copy). Throws Error if the range is empty or out of bounds.

@@ -14,6 +14,11 @@
 //    rank: no extra all-reduce is needed to keep the replicated parameters in step.
 // Communication: attention and mlp all-reduce once in forward (proj output) and once in backward_input
 // (dx of qkv / fc), so four all-reduces per block per micro-batch; backward_weight communicates nothing.
+// Sequence parallelism (Context::sequence_parallel): the same parts switch mode, the block is unchanged.
+// x, x1, y and both LayerNorms then hold this rank's T/tp tokens; qkv and fc all-gather their input and
+// reduce-scatter dx, the projections reduce-scatter their output and all-gather dy, so each all-reduce above
+// becomes a reduce-scatter plus an all-gather and backward_weight all-gathers qkv's and fc's input shards
+// again. The LayerNorms' and the projections' bias gradients are then partial over tp (tp_util.hpp).
 //
 // Parameter names, shapes of the logical tensors and initial values equal the one-rank layers' (residual
 // projections start at std init.std / sqrt(2·n_layers)); stash layouts are theirs, with H / tp heads.

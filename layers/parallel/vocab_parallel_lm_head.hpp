@@ -8,7 +8,9 @@
 // Tied: W is the embedding's token shard "embed.token" — the SAME Param when the vocab-parallel embedding
 // is in the same layer list, otherwise a copy with the same name and values (make_vocab_parallel_token_table)
 // whose gradient the embedding group (same tp rank on the first and last pipeline stage) must all-reduce
-// before the optimizer step, exactly as for LmHead. Stash: as Linear.
+// before the optimizer step, exactly as for LmHead. Stash: as Linear. Under sequence parallelism the input is
+// the final norm's sequence shard [B, T/tp, D], all-gathered by the ColumnParallelLinear (its mode), and the
+// logits cover every token, so VocabParallelCrossEntropy is unchanged.
 #pragma once
 
 #include <memory>

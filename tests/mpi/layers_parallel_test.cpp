@@ -413,12 +413,16 @@ TEST(TensorParallel, StashBytesMatchTheCostModelsTpLayout) {
   g.d_model = 16;
   g.n_layers = 2;
   g.n_heads = 4;
-  g.seq_len = 6;
+  g.seq_len = 8;  // divisible by tp 2 and 4 (sequence parallelism)
   g.d_ff = 24;
   const auto spec = partition::make_gpt_spec(g);
   const std::int64_t batch = 3;
-  for (auto mode : {partition::Recompute::kNone, partition::Recompute::kSelective, partition::Recompute::kFull}) {
-    SCOPED_TRACE(std::string(enum_name(mode)));
+  const partition::Recompute modes[] = {partition::Recompute::kNone, partition::Recompute::kSelective,
+                                        partition::Recompute::kFull};
+  for (int run = 0; run < 6; ++run) {
+    const bool sp = run >= 3;  // every recompute mode without, then with sequence parallelism
+    const partition::Recompute mode = modes[run % 3];
+    SCOPED_TRACE(std::string(enum_name(mode)) + (sp ? " sequence parallel" : ""));
     BuildOptions options;
     options.tp_size = tp;
     options.tp_rank = world->rank();
@@ -426,6 +430,7 @@ TEST(TensorParallel, StashBytesMatchTheCostModelsTpLayout) {
     auto layers = build_blocks(spec, 0, spec.blocks.size(), options);
     Context ctx;
     ctx.tp_comm = world.get();
+    ctx.sequence_parallel = sp;
     ctx.targets = random_ids(Shape{batch, g.seq_len}, g.vocab_size, 61);
     Tensor x = random_ids(Shape{batch, g.seq_len}, g.vocab_size, 62);
     std::vector<Stash> stashes(layers.size());
@@ -433,7 +438,7 @@ TEST(TensorParallel, StashBytesMatchTheCostModelsTpLayout) {
       x = layers[i]->forward(x, stashes[i], ctx);
       std::set<const void*> seen;
       EXPECT_EQ(distinct_stash_bytes(stashes[i], seen),
-                partition::block_cost(spec.blocks[i], DType::kF32, mode, tp).activation_bytes * batch)
+                partition::block_cost(spec.blocks[i], DType::kF32, mode, tp, sp).activation_bytes * batch)
           << spec.blocks[i].name << " after forward";
     }
     Tensor dy = Tensor::from_floats(std::vector<float>{1.0f}, Shape{1});
@@ -441,7 +446,7 @@ TEST(TensorParallel, StashBytesMatchTheCostModelsTpLayout) {
       dy = layers[i]->backward_input(dy, stashes[i], ctx);
       std::set<const void*> seen;
       EXPECT_EQ(distinct_stash_bytes(stashes[i], seen),
-                partition::block_cost(spec.blocks[i], DType::kF32, mode, tp).weight_stash_bytes * batch)
+                partition::block_cost(spec.blocks[i], DType::kF32, mode, tp, sp).weight_stash_bytes * batch)
           << spec.blocks[i].name << " after backward_input";
     }
   }

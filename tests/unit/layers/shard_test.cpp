@@ -275,5 +275,38 @@ TEST(TpLayout, BoundaryShapesOnOneTpRank) {
   EXPECT_EQ(tp_block_input(spec.blocks[0], 2), (Shape{9}));
 }
 
+// Sequence parallelism: the residual stream (embedding output up to the lm head's input) is [T / tp, D] on
+// each tp rank; the logits and the token ids are not split along the sequence.
+TEST(TpLayout, SequenceParallelBoundaryShapes) {
+  partition::GptConfig c;
+  c.vocab_size = 37;
+  c.d_model = 24;
+  c.n_layers = 2;
+  c.seq_len = 12;
+  const auto spec = partition::make_gpt_spec(c);  // embed, 2 blocks, final norm, head, loss
+  EXPECT_EQ(tp_block_input(spec.blocks[0], 4, true), (Shape{12}));
+  EXPECT_EQ(tp_block_output(spec.blocks[0], 4, true), (Shape{3, 24}));
+  for (int b : {1, 2, 3}) {
+    EXPECT_EQ(tp_block_input(spec.blocks[static_cast<std::size_t>(b)], 4, true), (Shape{3, 24})) << b;
+    EXPECT_EQ(tp_block_output(spec.blocks[static_cast<std::size_t>(b)], 4, true), (Shape{3, 24})) << b;
+  }
+  EXPECT_EQ(tp_block_input(spec.blocks[4], 4, true), (Shape{3, 24}));
+  EXPECT_EQ(tp_block_output(spec.blocks[4], 4, true), (Shape{12, 10}));  // every token's local logits
+  EXPECT_EQ(tp_block_input(spec.blocks[5], 4, true), (Shape{12, 10}));
+  EXPECT_EQ(tp_block_output(spec.blocks[1], 1, true), (Shape{12, 24}));  // tp 1: nothing to split
+  EXPECT_NO_THROW(partition::check_sequence_parallel(spec, 4, true));
+  EXPECT_NO_THROW(partition::check_sequence_parallel(spec, 1, false));
+  auto key_of = [&](int tp) {
+    try {
+      partition::check_sequence_parallel(spec, tp, true);
+    } catch (const ConfigKeyError& e) {
+      return e.key();
+    }
+    return std::string();
+  };
+  EXPECT_EQ(key_of(1), "parallel.sequence_parallel");
+  EXPECT_EQ(key_of(8), "model.seq_len");  // 12 tokens over 8 ranks
+}
+
 }  // namespace
 }  // namespace cleave::layers

@@ -139,3 +139,54 @@ TEST(CostModel, MlpAndCnn) {
 
 }  // namespace
 }  // namespace cleave::partition
+
+namespace cleave::partition {
+namespace {
+
+// Sequence parallelism, tiny gpt at tp 2 (T = 4, D = 8, F = 32, H = 2, f32): hand-computed per sample.
+TEST(CostModel, SequenceParallelDividesTheWholeTensorsByTp) {
+  const ModelSpec spec = tiny_gpt();
+  const BlockCost plain = block_cost(spec.blocks[1], DType::kF32, Recompute::kNone, 2);
+  const BlockCost sp = block_cost(spec.blocks[1], DType::kF32, Recompute::kNone, 2, true);
+  // Plain tp: (4TD + (3TD + TD + 2TF)/2 + (H/2)T²)·4 + 4T·4 = (128 + 192 + 16)·4 + 64 = 1408.
+  EXPECT_EQ(plain.activation_bytes, 1408);
+  // SP: (8TD + 2TF)/2·4 + (H/2)T²·4 + 4(T/2)·4 = 1024 + 64 + 32 = 1120.
+  EXPECT_EQ(sp.activation_bytes, 1120);
+  // I to W: (2TD + (12TD + 2TF)/2)·4 + 4(T/2)·4 = (64 + 320)·4 + 32 = 1568.
+  EXPECT_EQ(sp.weight_stash_bytes, 1568);
+  EXPECT_EQ(sp.output_bytes, 2 * 8 * 4);  // [T/2, D]
+  EXPECT_EQ(sp.forward_flops, plain.forward_flops);
+  EXPECT_EQ(block_cost(spec.blocks[1], DType::kF32, Recompute::kFull, 2, true).activation_bytes, 2 * 8 * 4);
+  // tp 1: the flag changes nothing.
+  EXPECT_EQ(block_cost(spec.blocks[1], DType::kF32, Recompute::kNone, 1, true).activation_bytes,
+            block_cost(spec.blocks[1]).activation_bytes);
+  // Final norm: [T/2, D] input + 2·(T/2) statistics.
+  EXPECT_EQ(block_cost(spec.blocks[2], DType::kF32, Recompute::kNone, 2, true).activation_bytes, 2 * 8 * 4 + 2 * 2 * 4);
+}
+
+TEST(CostModel, SequenceParallelCollectivesMoveTheSameBytes) {
+  const ModelSpec spec = tiny_gpt();
+  const std::int64_t stream = 4 * 8 * 4;  // [T, D] f32
+  const TpBlockComm plain = tp_block_comm(spec.blocks[1], DType::kF32, 2, false);
+  const TpBlockComm sp = tp_block_comm(spec.blocks[1], DType::kF32, 2, true);
+  ASSERT_EQ(plain.forward.size(), 2u);
+  ASSERT_EQ(sp.forward.size(), 4u);
+  ASSERT_EQ(sp.input_grad.size(), 4u);
+  ASSERT_EQ(sp.weight_grad.size(), 2u);
+  EXPECT_TRUE(plain.weight_grad.empty());
+  // Ring bytes per rank: all-reduce 2 (tp-1)/tp, reduce-scatter and all-gather (tp-1)/tp of the tensor.
+  auto ring = [](const std::vector<TpCollective>& list) {
+    double bytes = 0;
+    for (const auto& c : list) bytes += (c.op == TpCollectiveOp::kAllReduce ? 2.0 : 1.0) * 0.5 * c.bytes;
+    return bytes;
+  };
+  EXPECT_EQ(ring(sp.forward), ring(plain.forward));
+  EXPECT_EQ(ring(sp.input_grad), ring(plain.input_grad));
+  EXPECT_EQ(ring(sp.weight_grad), 2 * 0.5 * stream);  // the re-gathered column-parallel inputs
+  for (const auto& c : sp.forward) EXPECT_EQ(c.bytes, stream);
+  EXPECT_TRUE(tp_block_comm(spec.blocks[1], DType::kF32, 1, true).forward.empty());
+  EXPECT_EQ(tp_block_comm(spec.blocks[0], DType::kF32, 2, true).forward[0].op, TpCollectiveOp::kReduceScatter);
+}
+
+}  // namespace
+}  // namespace cleave::partition

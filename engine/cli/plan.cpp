@@ -7,6 +7,7 @@
 // it does not train.
 // Invariant: --write never overwrites a file; with no plan under the cap it exits non-zero naming the
 // smallest need per memory category and the plan that came closest.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -143,6 +144,14 @@ int run_plan(int argc, char** argv) {
                 result.memory_limit > 0
                     ? fmt::format(" = {:.0f}% of cap", 100.0 * static_cast<double>(e.peak_bytes) / static_cast<double>(result.memory_limit)).c_str()
                     : "");
+  }
+  // Layouts that put more ranks on a node than it has cores: priced by their share of the cores, and said so.
+  std::vector<std::string> warned;
+  for (int i = 0; i < shown; ++i) {
+    const auto& e = result.ranked[static_cast<std::size_t>(i)];
+    if (!e.oversubscribed() || std::find(warned.begin(), warned.end(), e.choice.layout()) != warned.end()) continue;
+    warned.push_back(e.choice.layout());
+    std::printf("warning: %s\n", planner::oversubscription_warning(e).c_str());
   }
   std::printf("\n%d of %zu plans that fit shown; %d over the memory cap, %d the engine refuses (e.g. more stages "
               "than blocks).\n",

@@ -86,6 +86,7 @@ int run_simulate_config(int argc, char** argv) {
                           {unit + "_per_s", e.items_per_s},
                           {"bubble_fraction", e.bubble},
                           {"fits", e.fits},
+                          {"core_sharing", e.core_sharing},
                           {"memory_limit", options.memory_limit},
                           {"breakdown_s",
                            {{"compute", e.breakdown.compute_s},
@@ -127,6 +128,7 @@ int run_simulate_config(int argc, char** argv) {
     std::printf("pp rank %zu: memory plan %s (%s); timeline peak %s\n", r, format_bytes(total).c_str(), parts.c_str(),
                 format_bytes(details.timeline_peak[r]).c_str());
   }
+  if (e.oversubscribed()) std::printf("warning: %s\n", planner::oversubscription_warning(e).c_str());
   if (!e.fits) std::printf("OVER THE CAP: %s\n", e.reason.c_str());
   return e.fits ? 0 : 1;
 }

@@ -67,6 +67,16 @@ void check_profile_matches(const HardwareProfile& profile, const partition::Mode
                m.blocks.empty() ? std::string("nothing") : m.blocks.front().shape + ", ...");
 }
 
+std::string oversubscription_warning(const PlanEstimate& e) {
+  if (!e.oversubscribed()) return "";
+  return fmt::format("{} puts {} ranks on a node of {} cores ({:.1f} ranks per core): each rank computes on {:.2f} of "
+                     "a core, priced {:.2f}x the profile's compute; ranks that wait for a core also wait for each "
+                     "other, so measured steps can be slower still (cleave plan --trial K measures them)",
+                     e.choice.layout(), e.ranks_on_node, e.cores_per_node,
+                     static_cast<double>(e.ranks_on_node) / e.cores_per_node,
+                     static_cast<double>(e.cores_per_node) / e.ranks_on_node, e.core_sharing);
+}
+
 std::string PlanChoice::layout() const { return fmt::format("tp{} pp{} dp{}", tp, pp, dp); }
 
 std::vector<std::string> PlanChoice::overrides() const {
@@ -203,6 +213,11 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   }
   const auto plain_costs = partition::model_costs(plan.spec, dtype, partition::Recompute::kNone);
   const bool one_node = options.world <= profile.ranks_per_node;
+  // Ranks sharing a node's cores: each computes on its share (HardwareProfile::core_sharing), so a layout with
+  // more ranks than cores is never priced faster than the cores allow.
+  est.ranks_on_node = std::min(options.world, std::max(1, profile.ranks_per_node));
+  est.cores_per_node = profile.cores_per_node;
+  est.core_sharing = profile.core_sharing(est.ranks_on_node);
   // A collective over `ranks` ranks of `bytes` per rank: the profile's measured fit where it has one for that
   // group size (inside a node), else the ring formula over the link.
   const auto collective_s = [&](const char* op, double bytes, int ranks, const Link& link) {
@@ -266,6 +281,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     p.reduce = config.optimizer.zero_stage == 1
                    ? collective_s("reduce_scatter", wire, choice.dp, dp_link) + collective_s("all_gather", grad_bytes, choice.dp, dp_link)
                    : collective_s("all_reduce", wire, choice.dp, dp_link);
+    p.f *= est.core_sharing, p.i *= est.core_sharing, p.w *= est.core_sharing;
     rank_params[static_cast<std::size_t>(plan.stage_to_rank(s))] += grad_bytes / 4.0;
     auto& sc = sim.stages[static_cast<std::size_t>(s)];
     sc.forward = p.f + p.f_tp;
@@ -285,6 +301,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
                                                                 : measured.sgd_s_per_param;
     sim.optimizer_step = local_params * per_param / (config.optimizer.zero_stage == 1 ? choice.dp : 1);
   }
+  sim.optimizer_step *= est.core_sharing;
   sim.p2p_latency = choice.pp > 1 ? p2p_link.latency_s : 0.0;
   sim.p2p_bandwidth = p2p_link.bandwidth_Bps;
   if (measured.p2p && one_node && choice.pp > 1) {
@@ -420,8 +437,10 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
     for (int pp : divisors(options.world / tp)) {
       const int dp = options.world / (tp * pp);
       if (global % dp != 0) {
-        out.rejected.push_back({PlanChoice{tp, pp, dp, 1, "-", 1, 0, partition::Recompute::kNone, global}, false, false,
-                                fmt::format("batch.global_batch_size {} is not divisible by dp {}", global, dp)});
+        PlanEstimate refused;
+        refused.choice = PlanChoice{tp, pp, dp, 1, "-", 1, 0, partition::Recompute::kNone, global};
+        refused.reason = fmt::format("batch.global_batch_size {} is not divisible by dp {}", global, dp);
+        out.rejected.push_back(std::move(refused));
         continue;
       }
       ++layouts;

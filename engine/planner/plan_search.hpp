@@ -14,6 +14,8 @@
 //   P2P = the stage's boundary bytes over the intra- or inter-node link (latency + bytes / bandwidth);
 //   REDUCE_GRAD (dp > 1) = a ring all-reduce of the stage's gradient bytes (ZeRO-1: reduce-scatter +
 //     all-gather, the same volume), placed by the schedule where the engine places it;
+//   compute (F, I, W and the optimizer step) x HardwareProfile::core_sharing: with more ranks on a node than
+//     it has cores (or another count than the profile was measured with) a rank gets its share of the cores;
 //   OPTIMIZER_STEP = bytes the optimizer streams (AdamW 28 B, SGD with momentum 16 B, SGD 12 B per local
 //     parameter; / dp with ZeRO-1) over the memory bandwidth.
 // Recomputation adds its rerun FLOPs to I and changes the stashes the memory plan counts (cost_model.hpp).
@@ -70,7 +72,16 @@ struct PlanEstimate {
   int peak_rank = 0;
   std::array<std::int64_t, kNumMemoryCategories> peak_by_category{};  // of that rank
   StepBreakdown breakdown;
+  // Ranks on a node and its cores (0 = a device per rank); compute and the optimizer step are priced
+  // core_sharing times what the profile measured (HardwareProfile::core_sharing); oversubscribed() when ranks
+  // outnumber cores.
+  int ranks_on_node = 1, cores_per_node = 0;
+  double core_sharing = 1.0;
+  bool oversubscribed() const { return cores_per_node > 0 && ranks_on_node > cores_per_node; }
 };
+
+// "tp1 pp2 dp2 puts 4 ranks on a node of 2 cores (2.0 ranks per core): ..." for an oversubscribed plan, else "".
+std::string oversubscription_warning(const PlanEstimate& estimate);
 
 // What estimate_plan can also hand back for one plan (cleave simulate --config): the simulated step, the
 // memory plan of every pp rank, and each rank's memory over the step in bytes: the static part

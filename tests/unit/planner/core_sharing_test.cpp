@@ -68,7 +68,7 @@ TEST(CoresPerRank, FollowsTheTrainersThreadRule) {
 }
 
 TEST_F(CoreSharing, OversubscribedComputeIsPricedAtItsShareOfTheCores) {
-  PlanChoice c{1, 1, 4, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8};
+  PlanChoice c{1, 1, 4, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8, false};
   const PlanEstimate shared = estimate_plan(config_, {}, c, machine(2, 2), SearchOptions{4, 0});
   const PlanEstimate own = estimate_plan(config_, {}, c, machine(0, 1), SearchOptions{4, 0});
   ASSERT_TRUE(shared.fits && own.fits) << shared.reason << own.reason;

@@ -33,7 +33,7 @@ python3 - plan.log << 'PY' || { cat plan.log; fail "a ranked plan is over the 1 
 import re, sys
 rows = [l for l in open(sys.argv[1]) if re.match(r"^\s+\d+\s+tp\d", l)]
 assert rows, "no rows"
-times = [float(l.split()[9]) for l in rows]
+times = [float(l.split()[10]) for l in rows]
 assert times == sorted(times), times
 for l in rows:
     m = re.search(r"= (\d+)% of cap", l)

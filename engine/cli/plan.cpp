@@ -1,12 +1,14 @@
 // `cleave plan CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--top K] [--write BEST.json]
-// [--explain] [--set key=value ...]`: searches tp x pp x dp, schedule, virtual stages, micro-batch size
+// [--explain] [--trial K [--trial-steps N] [--launcher CMD]] [--set key=value ...]`: searches tp x pp x dp, schedule, virtual stages, micro-batch size
 // ZeRO stage and activation recomputation for CONFIG on N ranks (engine/planner/plan_search.hpp), discards plans over the memory cap
 // with the reason, ranks the rest by simulated step time and prints them; --write saves the best as a
 // config `mpirun -np N cleave train BEST.json` runs unchanged (with --memory-limit as its device.memory_limit, and
-// a train.out_dir of its own named after BEST, so the source's run directory is left alone). No MPI: it plans,
-// it does not train.
+// a train.out_dir of its own named after BEST, so the source's run directory is left alone). No MPI: it plans;
+// with --trial K it launches `mpiexec -n N cleave train` on the top K plans for a few steps each, prints predicted
+// against measured and re-ranks by measurement (engine/cli/plan_trial.hpp); --write then saves the fastest measured.
 // Invariant: --write never overwrites a file; with no plan under the cap it exits non-zero naming the
 // smallest need per memory category and the plan that came closest.
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -18,6 +20,7 @@
 
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
+#include "engine/cli/plan_trial.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
@@ -30,11 +33,13 @@ namespace {
 ArgParser plan_args() {
   ArgParser p("plan",
               "cleave plan CONFIG.json --world N [--profile FILE] [--memory-limit SIZE] [--top K]\n"
-              "                   [--write BEST.json] [--explain] [--set key.path=value ...]",
+              "                   [--write BEST.json] [--explain] [--json FILE]\n"
+              "                   [--trial K [--trial-steps N] [--launcher CMD]] [--set key.path=value ...]",
               R"(Searches every plan of CONFIG on N ranks: tensor-parallel size (dividing n_heads and d_ff, within a node),
 pipeline size, data-parallel size, schedule and virtual stages, micro-batch size, ZeRO stage and
 activation recomputation (train.recompute), keeping the global batch. Memory per rank comes from the trainer's memory plan; step time from the pipeline
-simulator with costs from the cost model and a hardware profile. Plans over the cap are discarded.)");
+simulator with costs from the cost model and a hardware profile. Plans over the cap are discarded.
+Run it without mpiexec: --trial K starts `mpiexec -n N cleave train` itself for each of the top K plans.)");
   p.positional("CONFIG.json", "config file")
       .count("--world", "N", "ranks the plan is for (required)", std::nullopt)
       .text("--profile", "FILE", "hardware profile (profiles/*.json); default: measure this machine now")
@@ -49,6 +54,14 @@ simulator with costs from the cost model and a hardware profile. Plans over the 
       .text("--json", "FILE",
             "also write every plan that fits (ranked) with its overrides, predicted step time,\n"
             "throughput, bubble and peak memory per rank (refuses to overwrite FILE)")
+      .count("--trial", "K",
+             "train the top K plans for --trial-steps steps each under mpiexec, print predicted\n"
+             "against measured and re-rank by measurement (--write then saves the fastest measured)",
+             0, 0)
+      .count("--trial-steps", "N", "steps per trial plan; the first 2 are not counted", 8, 3)
+      .text("--launcher", "CMD",
+            "MPI launcher for --trial, words split at spaces (default: mpiexec, with\n"
+            "--oversubscribe when N exceeds this machine's cores); `-n N` is appended")
       .config_overrides();
   return p;
 }
@@ -87,6 +100,7 @@ int run_plan(int argc, char** argv) {
   const int world = args.given("--world") ? static_cast<int>(args.count("--world")) : 0;
   const int top = static_cast<int>(args.count("--top"));
   const bool explain = args.on("--explain");
+  const int trials = static_cast<int>(args.count("--trial"));
   CLEAVE_CHECK(world >= 1, "plan: --world N is required (the number of ranks to plan for)");
   CLEAVE_CHECK(write_path.empty() || !std::filesystem::exists(write_path),
                "plan: --write {} exists; not overwriting it", write_path);
@@ -131,18 +145,26 @@ int run_plan(int argc, char** argv) {
                  closest->choice.recompute, format_bytes(closest->peak_bytes), closest->peak_rank,
                  limit_text.empty() ? "device.memory_limit (the cap came from the config)" : "--memory-limit");
   }
-  std::printf("\n%3s  %-13s %2s %-17s %5s %4s %-9s %10s %12s %7s  %s\n", "#", "layout", "v", "schedule", "micro",
-              "zero", "recompute", "step ms", (result.unit + "/s").c_str(), "bubble", "peak memory / rank");
+  std::printf("\n%3s  %-13s %2s %-17s %5s %4s %2s %-9s %10s %12s %7s  %s\n", "#", "layout", "v", "schedule", "micro",
+              "zero", "sp", "recompute", "step ms", (result.unit + "/s").c_str(), "bubble", "peak memory / rank");
   const int shown = std::min<int>(top, static_cast<int>(result.ranked.size()));
   for (int i = 0; i < shown; ++i) {
     const auto& e = result.ranked[static_cast<std::size_t>(i)];
-    std::printf("%3d  %-13s %2d %-17s %5lld %4d %-9s %10s %12.0f %7.3f  %s (pp rank %d)%s\n", i + 1,
+    std::printf("%3d  %-13s %2d %-17s %5lld %4d %2s %-9s %10s %12.0f %7.3f  %s (pp rank %d)%s\n", i + 1,
                 e.choice.layout().c_str(), e.choice.virtual_stages, e.choice.schedule.c_str(),
-                static_cast<long long>(e.choice.micro_batch), e.choice.zero_stage, std::string(enum_name(e.choice.recompute)).c_str(),
+                static_cast<long long>(e.choice.micro_batch), e.choice.zero_stage, e.choice.sequence_parallel ? "y" : "-", std::string(enum_name(e.choice.recompute)).c_str(),
                 ms(e.step_s).c_str(), e.items_per_s, e.bubble, format_bytes(e.peak_bytes).c_str(), e.peak_rank,
                 result.memory_limit > 0
                     ? fmt::format(" = {:.0f}% of cap", 100.0 * static_cast<double>(e.peak_bytes) / static_cast<double>(result.memory_limit)).c_str()
                     : "");
+  }
+  // Layouts that put more ranks on a node than it has cores: priced by their share of the cores, and said so.
+  std::vector<std::string> warned;
+  for (int i = 0; i < shown; ++i) {
+    const auto& e = result.ranked[static_cast<std::size_t>(i)];
+    if (!e.oversubscribed() || std::find(warned.begin(), warned.end(), e.choice.layout()) != warned.end()) continue;
+    warned.push_back(e.choice.layout());
+    std::printf("warning: %s\n", planner::oversubscription_warning(e).c_str());
   }
   std::printf("\n%d of %zu plans that fit shown; %d over the memory cap, %d the engine refuses (e.g. more stages "
               "than blocks).\n",
@@ -160,6 +182,50 @@ int run_plan(int argc, char** argv) {
                   signed_ms(b.dp_comm_s - best.dp_comm_s).c_str(), signed_ms(b.optimizer_s - best.optimizer_s).c_str());
     }
   }
+  // --trial: the top plans trained for real, re-ranked by what they measured.
+  std::vector<TrialResult> trial;
+  if (trials > 0) {
+    TrialOptions to;
+    to.world = world;
+    to.plans = trials;
+    to.steps = static_cast<int>(args.count("--trial-steps"));
+    to.launcher = args.text("--launcher");
+    to.memory_limit = limit_text.empty() ? 0 : result.memory_limit;
+    const auto launcher = trial_launcher(to.launcher, world);
+    std::string launch;
+    for (const auto& w : launcher) launch += (launch.empty() ? "" : " ") + w;
+    std::printf("\ntrial: the top %d plans trained for %d steps each (%s cleave train ...; median step after the "
+                "first %d):\n", std::min<int>(trials, static_cast<int>(result.ranked.size())), to.steps, launch.c_str(),
+                kTrialWarmupSteps);
+    std::fflush(stdout);
+    trial = run_trials(config_path, overrides, result.ranked, to);
+    std::printf("%9s %3s  %-13s %2s %-17s %5s %4s %2s %-9s %10s %10s %9s\n", "measured", "#", "layout", "v", "schedule",
+                "micro", "zero", "sp", "recompute", "pred ms", "meas ms", "pred/meas");
+    int place = 0;
+    for (const auto& t : trial) {
+      const auto& c = t.plan.choice;
+      const std::string measured = t.measured ? fmt::format("{:>9}", ++place) : fmt::format("{:>9}", "failed");
+      std::printf("%s %3d  %-13s %2d %-17s %5lld %4d %2s %-9s %10s %10s %9s%s\n", measured.c_str(), t.predicted_rank,
+                  c.layout().c_str(), c.virtual_stages, c.schedule.c_str(), static_cast<long long>(c.micro_batch),
+                  c.zero_stage, c.sequence_parallel ? "y" : "-", std::string(enum_name(c.recompute)).c_str(), ms(t.plan.step_s).c_str(),
+                  t.measured ? ms(t.measured_s).c_str() : "-",
+                  t.measured ? fmt::format("{:.2f}", t.plan.step_s / t.measured_s).c_str() : "-",
+                  t.measured ? "" : ("  " + t.error).c_str());
+    }
+    CLEAVE_CHECK(!trial.empty() && trial.front().measured,
+                 "plan --trial: none of the {} plans trained ({}); run one by hand with --write and `mpiexec -n {} "
+                 "cleave train`", trial.size(), trial.empty() ? "-" : trial.front().error, world);
+    if (trial.front().predicted_rank != 1) {
+      std::string first = "failed";
+      for (const auto& t : trial) {
+        if (t.predicted_rank == 1 && t.measured) first = ms(t.measured_s) + " ms";
+      }
+      std::printf("re-ranked by measurement: plan #%d measured fastest (%s ms against #1's %s)\n",
+                  trial.front().predicted_rank, ms(trial.front().measured_s).c_str(), first.c_str());
+    } else {
+      std::printf("the planner's #1 measured fastest\n");
+    }
+  }
   if (!json_path.empty()) {
     nlohmann::json plans = nlohmann::json::array();
     for (const auto& e : result.ranked) {
@@ -168,6 +234,8 @@ int run_plan(int argc, char** argv) {
                        {"virtual_stages", e.choice.virtual_stages},
                        {"micro_batch", e.choice.micro_batch},
                        {"zero_stage", e.choice.zero_stage},
+                       {"sequence_parallel", e.choice.sequence_parallel},
+                       {"comm_bytes", e.comm_bytes},
                        {"recompute", std::string(enum_name(e.choice.recompute))},
                        {"overrides", e.choice.overrides()},
                        {"step_s", e.step_s},
@@ -176,6 +244,10 @@ int run_plan(int argc, char** argv) {
                        {"peak_bytes", e.peak_bytes},
                        {"peak_rank", e.peak_rank}});
     }
+    for (const auto& t : trial) {  // measured by --trial: beside the prediction, in the ranking's order
+      auto& entry = plans[static_cast<std::size_t>(t.predicted_rank - 1)];
+      entry["measured_step_s"] = t.measured ? nlohmann::json(t.measured_s) : nlohmann::json(nullptr);
+    }
     std::ofstream out(json_path);
     out << nlohmann::json{{"world", world}, {"profile", profile.name}, {"memory_limit", result.memory_limit},
                           {"plans", plans}}.dump(1)
@@ -183,7 +255,7 @@ int run_plan(int argc, char** argv) {
     CLEAVE_CHECK(out.good(), "plan: could not write {}", json_path);
   }
   if (!write_path.empty()) {
-    const auto& best = result.ranked.front();
+    const auto& best = trial.empty() ? result.ranked.front() : trial.front().plan;
     std::vector<std::string> all = overrides;
     for (const auto& o : best.choice.overrides()) all.push_back(o);
     config::RunConfig chosen = config::load_config(config_path, all);
@@ -198,9 +270,9 @@ int run_plan(int argc, char** argv) {
     std::ofstream out(write_path);
     out << config::to_json(chosen) << "\n";
     CLEAVE_CHECK(out.good(), "plan: could not write {}", write_path);
-    std::printf("\nwrote plan #1 to %s (train.out_dir %s, a fresh directory; the source config's was %s): "
+    std::printf("\nwrote plan #%d to %s (train.out_dir %s, a fresh directory; the source config's was %s): "
                 "mpirun -np %d cleave train %s\n",
-                write_path.c_str(), chosen.train.out_dir.c_str(), source_out_dir.c_str(), world, write_path.c_str());
+                trial.empty() ? 1 : trial.front().predicted_rank, write_path.c_str(), chosen.train.out_dir.c_str(), source_out_dir.c_str(), world, write_path.c_str());
   }
   return 0;
 }

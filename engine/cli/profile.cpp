@@ -197,6 +197,10 @@ int run_profile(int argc, char** argv) {
       profile.name = fmt::format("this machine: {} ({} cores), {} rank(s) x {} thread(s), profiled {}", machine.cpu_model,
                                  machine.cores, comm.size(), threads, today());
       profile.ranks_per_node = per_node;
+      // The tables were timed with this node's ranks sharing its cores: a plan with more ranks per node is
+      // priced by its smaller share (HardwareProfile::core_sharing).
+      profile.cores_per_node = machine.cores;
+      profile.measured_ranks_per_node = machine.ranks_on_node;
       profile.device_memory = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page / per_node : (1LL << 30);
       if (profile.measured.p2p) {
         profile.intra_node = {profile.measured.p2p->latency_s, profile.measured.p2p->bandwidth_Bps};

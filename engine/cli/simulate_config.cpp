@@ -27,7 +27,7 @@ namespace {
 ArgParser simulate_config_args() {
   ArgParser p("simulate --config",
               "cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--set k=v ...]\n"
-              "                [--json] [--svg FILE] [--trace FILE]",
+              "                [--json] [--svg FILE] [--trace FILE] [--scatter-gather]",
               R"(Simulates one training step of the plan CONFIG describes on N ranks with the planner's costs (cost model
 FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer) and prints the step time,
 bubble, where the time goes, and per pp rank the memory plan by category and its timeline's peak.)");
@@ -38,7 +38,10 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
       .config_overrides()
       .flag("--json", "print one JSON object (with the memory timeline) instead of the summary")
       .text("--svg", "FILE", "write an SVG timeline")
-      .text("--trace", "FILE", "write a Chrome trace JSON");
+      .text("--trace", "FILE", "write a Chrome trace JSON")
+      .flag("--scatter-gather",
+            "price Megatron-LM's scatter/gather of boundary tensors: each tp rank sends 1/tp of a\n"
+            "stage's output, the receiving tp group all-gathers it (the engine sends whole tensors)");
   return p;
 }
 
@@ -62,7 +65,8 @@ int run_simulate_config(int argc, char** argv) {
   const bool json = args.on("--json");
   CLEAVE_CHECK(world >= 1, "simulate --config: --world N is required (the ranks the config runs on)");
   const config::RunConfig base = config::load_config(config_path, overrides);
-  const auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
+  auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
+  options.scatter_gather_boundaries = args.on("--scatter-gather");
   const planner::PlanChoice choice = planner::choice_of_config(config_path, overrides, world);
   planner::PlanDetails details;
   const planner::PlanEstimate e = planner::estimate_plan(config_path, overrides, choice, profile, options, &details);
@@ -80,12 +84,15 @@ int run_simulate_config(int argc, char** argv) {
                           {"virtual_stages", choice.virtual_stages},
                           {"micro_batch", choice.micro_batch},
                           {"zero_stage", choice.zero_stage},
+                          {"sequence_parallel", choice.sequence_parallel},
+                          {"comm_bytes", e.comm_bytes},
                           {"recompute", std::string(enum_name(choice.recompute))},
                           {"profile", profile.name},
                           {"step_s", e.step_s},
                           {unit + "_per_s", e.items_per_s},
                           {"bubble_fraction", e.bubble},
                           {"fits", e.fits},
+                          {"core_sharing", e.core_sharing},
                           {"memory_limit", options.memory_limit},
                           {"breakdown_s",
                            {{"compute", e.breakdown.compute_s},
@@ -127,6 +134,7 @@ int run_simulate_config(int argc, char** argv) {
     std::printf("pp rank %zu: memory plan %s (%s); timeline peak %s\n", r, format_bytes(total).c_str(), parts.c_str(),
                 format_bytes(details.timeline_peak[r]).c_str());
   }
+  if (e.oversubscribed()) std::printf("warning: %s\n", planner::oversubscription_warning(e).c_str());
   if (!e.fits) std::printf("OVER THE CAP: %s\n", e.reason.c_str());
   return e.fits ? 0 : 1;
 }

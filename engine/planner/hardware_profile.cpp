@@ -63,6 +63,18 @@ double HardwareProfile::roofline_seconds(const partition::PassWork& work, bool b
   return seconds;
 }
 
+double HardwareProfile::cores_per_rank(int ranks) const {
+  if (cores_per_node <= 0) return 0.0;
+  ranks = std::max(1, ranks);
+  return ranks <= cores_per_node ? static_cast<double>(cores_per_node / ranks)
+                                 : static_cast<double>(cores_per_node) / ranks;
+}
+
+double HardwareProfile::core_sharing(int ranks_on_node) const {
+  if (cores_per_node <= 0) return 1.0;
+  return cores_per_rank(measured_ranks_per_node) / cores_per_rank(ranks_on_node);
+}
+
 double Link::all_reduce_s(double bytes, int ranks) const {
   if (ranks <= 1 || bytes <= 0) return 0.0;
   const double n = ranks;
@@ -110,6 +122,16 @@ HardwareProfile load_profile(const std::string& path) {
     }
   }
   if (root.contains("measured")) p.measured = partition::measured_from_json(root.at("measured"), path);
+  // Cores: the file's, else (a cpu profile) this machine's; the ranks that shared them when it was measured.
+  if (root.contains("cores_per_node")) {
+    p.cores_per_node = static_cast<int>(positive(root, "cores_per_node", where));
+  } else if (p.device_type == "cpu") {
+    p.cores_per_node = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  p.measured_ranks_per_node = root.contains("measured_ranks_per_node")
+                                  ? static_cast<int>(positive(root, "measured_ranks_per_node", where))
+                                  : p.measured.has_blocks() ? std::max(1, std::min(p.measured.ranks, p.ranks_per_node))
+                                                            : 1;
   return p;
 }
 
@@ -124,6 +146,10 @@ json profile_to_json(const HardwareProfile& p) {
               {"inter_node", {{"latency_us", partition::file_number(p.inter_node.latency_s * 1e6)}, {"bandwidth_GBps", partition::file_number(p.inter_node.bandwidth_Bps / 1e9)}}},
               {"ranks_per_node", p.ranks_per_node},
               {"device_memory_GiB", static_cast<double>(p.device_memory) / (1024.0 * 1024.0 * 1024.0)}};
+  if (p.cores_per_node > 0) {
+    out["cores_per_node"] = p.cores_per_node;
+    out["measured_ranks_per_node"] = p.measured_ranks_per_node;
+  }
   if (p.has_roofline()) {
     out["peak_tflops"] = {{"f32", partition::file_number(p.peak_flops_f32 / 1e12)},
                           {"bf16", partition::file_number(p.peak_flops_bf16 / 1e12)}};
@@ -144,6 +170,8 @@ HardwareProfile calibrate_this_machine(int ranks, std::int64_t m, std::int64_t n
   p.name = fmt::format("this machine (measured: {} cores, {} thread(s) per rank)", cores, threads);
   p.device_type = "cpu";
   p.ranks_per_node = std::max(1, ranks);
+  p.cores_per_node = cores;
+  p.measured_ranks_per_node = std::max(1, ranks);  // the share below prices `ranks` ranks on these cores
   ops::configure_cpu_threads(threads);
   m = std::clamp<std::int64_t>(m, 16, 2048);
   n = std::clamp<std::int64_t>(n, 16, 4096);

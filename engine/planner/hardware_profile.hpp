@@ -6,6 +6,8 @@
 // A profile written by `cleave profile` also carries MeasuredCosts (partition/measured_costs.hpp): per-block times by
 // tp width and micro-batch, and alpha-beta fits of P2P and collectives, which the planner then uses instead
 // of FLOPs over a rate and the link formulas.
+// CPU profiles also say how many cores a node has and how many ranks shared them while the compute figures were
+// taken, so a plan for another number of ranks per node is priced by its share of the cores (core_sharing).
 // Invariant: every number is finite and > 0 once a profile is returned; a bad file is an Error naming the
 // file and the key; profile_to_json(load_profile(f)) reads back to the same profile (round trip).
 #pragma once
@@ -41,6 +43,13 @@ struct HardwareProfile {
   Link inter_node;                    // between nodes
   int ranks_per_node = 1;             // tp never crosses a node
   std::int64_t device_memory = 0;     // bytes per rank; 0 = unknown (then only --memory-limit caps)
+  // Cores a node's ranks compute on (CPU profiles; file key cores_per_node, else this machine's count for a
+  // cpu profile); 0 = every rank has a device of its own (GPU profiles): never shared.
+  int cores_per_node = 0;
+  // Ranks that shared those cores when the compute figures (rates, measured tables, optimizer) were taken:
+  // the rank count `cleave profile` ran with, the ranks calibrate_this_machine priced (file key
+  // measured_ranks_per_node; default measured.ranks for a measured profile, else 1).
+  int measured_ranks_per_node = 1;
 
   // Measured on this machine (calibrate_this_machine with a model): the FLOP/s a real transformer block
   // reaches in its forward, input-gradient and weight-gradient passes (f32), which the planner uses instead
@@ -57,6 +66,14 @@ struct HardwareProfile {
   partition::MeasuredCosts measured;  // empty unless written by `cleave profile`
 
   double flops(bool bf16) const { return bf16 ? flops_bf16 : flops_f32; }
+  // Cores one rank computes on when `ranks` ranks share a node's cores, by the trainer's thread rule
+  // (engine/train/threads.hpp): floor(cores / ranks) threads while every rank fits, else cores / ranks of a
+  // core (time-shared). 0 when the profile has no core count.
+  double cores_per_rank(int ranks) const;
+  // How many times longer a rank's compute takes with `ranks_on_node` ranks on a node than under the conditions
+  // the profile's figures were taken in: cores_per_rank(measured) / cores_per_rank(ranks_on_node); 1 without a
+  // core count. Above 1 with more ranks than cores: a rank waiting for a core does not compute.
+  double core_sharing(int ranks_on_node) const;
   bool has_roofline() const { return !gemm_efficiency.empty(); }
   // The fraction of peak a GEMM of `flops` FLOPs reaches (has_roofline() only).
   double gemm_efficiency_at(double flops) const;

@@ -31,9 +31,18 @@ std::vector<int> divisors(std::int64_t n) {
 // Per-stage costs in seconds, split so the breakdown can be reported.
 struct StageParts {
   double f = 0, i = 0, w = 0;        // compute
-  double f_tp = 0, i_tp = 0;         // tp all-reduces inside F and I
+  double f_tp = 0, i_tp = 0;         // tp all-reduces (or SP's reduce-scatter + all-gather) inside F and I
+  double f_gather = 0, i_gather = 0; // ZeRO-3: the parameter all-gathers F and I wait for (not hidden by prefetch)
   double reduce = 0;                 // REDUCE_GRAD
+  double step_gather = 0;            // ZeRO-1/2: the updated parameters' all-gather after the optimizer step
+  double comm_bytes = 0;             // bytes a rank of this stage sends per step (tp, dp, ZeRO-3, P2P)
 };
+
+// Bytes each rank sends in a ring collective of `bytes` per rank over n ranks: (n - 1) / n of it for a
+// reduce-scatter or all-gather, twice that for an all-reduce.
+double ring_bytes(double bytes, int n, bool all_reduce) {
+  return n <= 1 ? 0.0 : (all_reduce ? 2.0 : 1.0) * (n - 1) / n * bytes;
+}
 
 // The global batch a plan keeps: the config's batch.global_batch_size, or what its own layout resolves to.
 std::int64_t fixed_global_batch(const config::RunConfig& base, int world) {
@@ -68,6 +77,16 @@ void check_profile_matches(const HardwareProfile& profile, const partition::Mode
                m.blocks.empty() ? std::string("nothing") : m.blocks.front().shape + ", ...");
 }
 
+std::string oversubscription_warning(const PlanEstimate& e) {
+  if (!e.oversubscribed()) return "";
+  return fmt::format("{} puts {} ranks on a node of {} cores ({:.1f} ranks per core): each rank computes on {:.2f} of "
+                     "a core, priced {:.2f}x the profile's compute; ranks that wait for a core also wait for each "
+                     "other, so measured steps can be slower still (cleave plan --trial K measures them)",
+                     e.choice.layout(), e.ranks_on_node, e.cores_per_node,
+                     static_cast<double>(e.ranks_on_node) / e.cores_per_node,
+                     static_cast<double>(e.cores_per_node) / e.ranks_on_node, e.core_sharing);
+}
+
 std::string PlanChoice::layout() const { return fmt::format("tp{} pp{} dp{}", tp, pp, dp); }
 
 std::vector<std::string> PlanChoice::overrides() const {
@@ -80,6 +99,7 @@ std::vector<std::string> PlanChoice::overrides() const {
           fmt::format("batch.global_batch_size={}", global_batch),
           fmt::format("batch.gradient_accumulation_steps={}", global_batch / (micro_batch * dp)),
           fmt::format("optimizer.zero_stage={}", zero_stage),
+          fmt::format("parallel.sequence_parallel={}", sequence_parallel),
           fmt::format("train.recompute={}", recompute)};
 }
 
@@ -95,6 +115,7 @@ config::RunConfig PlanChoice::apply_to(const config::RunConfig& base) const {
   c.batch.global_batch_size = global_batch;
   c.batch.gradient_accumulation_steps = global_batch / (micro_batch * dp);
   c.optimizer.zero_stage = zero_stage;
+  p.sequence_parallel = sequence_parallel;
   c.train.recompute = recompute;
   config::validate(c);
   return c;
@@ -115,6 +136,7 @@ PlanChoice choice_of_config(const std::string& config_path, const std::vector<st
   c.zero_stage = config.optimizer.zero_stage;
   c.recompute = config.train.recompute;
   c.global_batch = batch.global_batch_size;
+  c.sequence_parallel = config.parallel.sequence_parallel;
   return c;
 }
 
@@ -204,6 +226,11 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   }
   const auto plain_costs = partition::model_costs(plan.spec, dtype, partition::Recompute::kNone);
   const bool one_node = options.world <= profile.ranks_per_node;
+  // Ranks sharing a node's cores: each computes on its share (HardwareProfile::core_sharing), so a layout with
+  // more ranks than cores is never priced faster than the cores allow.
+  est.ranks_on_node = std::min(options.world, std::max(1, profile.ranks_per_node));
+  est.cores_per_node = profile.cores_per_node;
+  est.core_sharing = profile.core_sharing(est.ranks_on_node);
   // A collective over `ranks` ranks of `bytes` per rank: the profile's measured fit where it has one for that
   // group size (inside a node), else the ring formula over the link.
   const auto collective_s = [&](const char* op, double bytes, int ranks, const Link& link) {
@@ -214,6 +241,8 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     return std::string_view(op) == "all_reduce" ? link.all_reduce_s(bytes, ranks) : link.all_reduce_s(bytes, ranks) / 2;
   };
   const double micro = static_cast<double>(choice.micro_batch);
+  const double micro_batches = static_cast<double>(config.resolved_batch().gradient_accumulation_steps);
+  const int zero = choice.dp > 1 ? config.optimizer.zero_stage : 0;
   const double flops = profile.flops(bf16);
   const Link& p2p_link = options.world > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
   const Link& dp_link = choice.tp * choice.dp > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
@@ -228,9 +257,12 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     StageParts& p = parts[static_cast<std::size_t>(s)];
     const double warm = measured.warm_fraction(working_set[static_cast<std::size_t>(plan.stage_to_rank(s))]);
     double grad_bytes = 0;
+    // ZeRO-3, per block of the stage: its compute in F and I and the all-gather of its parameters.
+    std::vector<double> block_f, block_i, block_gather;
     for (int b = range.begin; b < range.end; ++b) {
       const auto& c = costs[static_cast<std::size_t>(b)];
       const auto& block = plan.spec.blocks[static_cast<std::size_t>(b)];
+      const double f_before = p.f, i_before = p.i;
       if (use_table) {
         const partition::BlockTimes t = measured.block_times(block, choice.tp, choice.micro_batch, profile.name, warm);
         // Recomputation reruns part of the forward inside I: its share of the measured forward time.
@@ -251,42 +283,95 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
         p.w += c.weight_grad_flops * micro / choice.tp / (rates ? profile.block_weight_grad_flops : flops);
       }
       grad_bytes += 4.0 * static_cast<double>(c.param_count) / choice.tp;
+      block_f.push_back(p.f - f_before);
+      block_i.push_back(p.i - i_before);
+      // ZeRO-3 gathers the block's parameters (one tp rank's, in the compute dtype) from the dp group.
+      const double block_params = act_bytes * static_cast<double>(c.param_count) / choice.tp;
+      block_gather.push_back(zero == 3 ? collective_s("all_gather", block_params, choice.dp, dp_link) : 0.0);
+      if (zero == 3) p.comm_bytes += 2 * micro_batches * ring_bytes(block_params, choice.dp, false);
       if (choice.tp > 1 && partition::is_language_model(plan.spec.type)) {
         const auto sizes = plan.spec.token_sizes();
         const double activation = micro * static_cast<double>(sizes.seq_len * sizes.d_model) * act_bytes;
+        // One tp all-reduce of [micro, T, D]; under sequence parallelism a reduce-scatter and an all-gather of the
+        // same tensor take its place (the same bytes on the wire).
+        const double exchange = choice.sequence_parallel
+                                    ? collective_s("reduce_scatter", activation, choice.tp, profile.intra_node) +
+                                          collective_s("all_gather", activation, choice.tp, profile.intra_node)
+                                    : collective_s("all_reduce", activation, choice.tp, profile.intra_node);
+        double exchanges = 0;
         if (block.kind == partition::BlockKind::kTransformerBlock || block.kind == partition::BlockKind::kLlamaBlock) {
-          p.f_tp += 2 * collective_s("all_reduce", activation, choice.tp, profile.intra_node);
-          // Full recomputation reruns the forward, its two all-reduces included, inside I.
+          p.f_tp += 2 * exchange;
+          // Full recomputation reruns the forward, its two exchanges included, inside I.
           const double rerun = recompute == partition::Recompute::kFull ? 2 : 0;
-          p.i_tp += (2 + rerun) * collective_s("all_reduce", activation, choice.tp, profile.intra_node);
+          p.i_tp += (2 + rerun) * exchange;
+          exchanges = 4 + rerun;
         } else if (block.kind == partition::BlockKind::kEmbedding) {
-          p.f_tp += collective_s("all_reduce", activation, choice.tp, profile.intra_node);
+          p.f_tp += exchange;
+          exchanges = 1;
         }
+        p.comm_bytes += micro_batches * exchanges * ring_bytes(activation, choice.tp, true);
+      }
+    }
+    if (zero == 3 && choice.dp > 1) {
+      // Prefetched: a block's gather runs while the block before it computes (forward: first to last; backward:
+      // last to first); a stage's first gather waits in full.
+      const std::size_t n = block_gather.size();
+      p.f_gather = block_gather.front();
+      p.i_gather = block_gather.back();
+      for (std::size_t k = 1; k < n; ++k) {
+        p.f_gather += std::max(0.0, block_gather[k] - est.core_sharing * block_f[k - 1]);
+        p.i_gather += std::max(0.0, block_gather[n - 1 - k] - est.core_sharing * block_i[n - k]);
       }
     }
     const double wire = config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16 ? grad_bytes / 2 : grad_bytes;
-    p.reduce = config.optimizer.zero_stage == 1
-                   ? collective_s("reduce_scatter", wire, choice.dp, dp_link) + collective_s("all_gather", grad_bytes, choice.dp, dp_link)
-                   : collective_s("all_reduce", wire, choice.dp, dp_link);
+    // ZeRO 0 all-reduces the gradients; 1, 2 and 3 reduce-scatter them (half an all-reduce's bytes: each replica
+    // keeps its shard); 1 and 2 then all-gather the updated parameters after the optimizer step (3 keeps them
+    // sharded and gathers per block, above).
+    p.reduce = zero == 0 ? collective_s("all_reduce", wire, choice.dp, dp_link)
+                         : collective_s("reduce_scatter", wire, choice.dp, dp_link);
+    p.step_gather = zero == 1 || zero == 2 ? collective_s("all_gather", grad_bytes, choice.dp, dp_link) : 0.0;
+    p.comm_bytes += ring_bytes(wire, choice.dp, zero == 0) + (zero == 1 || zero == 2 ? ring_bytes(grad_bytes, choice.dp, false) : 0.0);
+    p.f *= est.core_sharing, p.i *= est.core_sharing, p.w *= est.core_sharing;
     rank_params[static_cast<std::size_t>(plan.stage_to_rank(s))] += grad_bytes / 4.0;
     auto& sc = sim.stages[static_cast<std::size_t>(s)];
-    sc.forward = p.f + p.f_tp;
-    sc.backward_input = p.i + p.i_tp;
     sc.backward_weight = p.w;
     sc.reduce_grad = p.reduce;
     sc.output_bytes = static_cast<double>(costs[static_cast<std::size_t>(range.end - 1)].output_bytes) * micro;
+    if (s + 1 < num_stages) p.comm_bytes += 2 * micro_batches * sc.output_bytes;  // activation out, gradient back
+    if (options.scatter_gather_boundaries && choice.tp > 1) {
+      // Megatron's scatter/gather: each tp rank sends 1/tp of the boundary tensor, and the receiving stage's tp
+      // group all-gathers it inside the node (before F from the stage before, before I from the stage after).
+      const double whole = sc.output_bytes;
+      sc.output_bytes = whole / choice.tp;
+      auto& next = parts[static_cast<std::size_t>(std::min(s + 1, num_stages - 1))];
+      if (s + 1 < num_stages) next.f_tp += collective_s("all_gather", whole, choice.tp, profile.intra_node);
+      if (s + 1 < num_stages) p.i_tp += collective_s("all_gather", whole, choice.tp, profile.intra_node);
+    }
+  }
+  for (int s = 0; s < num_stages; ++s) {  // every part known (a boundary's gather lands on the next stage)
+    const StageParts& p = parts[static_cast<std::size_t>(s)];
+    auto& sc = sim.stages[static_cast<std::size_t>(s)];
+    sc.forward = p.f + p.f_tp + p.f_gather;
+    sc.backward_input = p.i + p.i_tp + p.i_gather;
   }
   local_params = *std::max_element(rank_params.begin(), rank_params.end());
   // The update streams the value and gradient in and the value out, and each state tensor in and out (f32).
   const double optimizer_bytes_per_param = 4.0 * (3 + 2 * config.optimizer.state_tensors_per_param());
-  sim.optimizer_step = local_params * optimizer_bytes_per_param /
-                       (config.optimizer.zero_stage == 1 ? choice.dp : 1) / profile.memory_bandwidth_Bps;
+  const int shards = zero >= 1 ? choice.dp : 1;  // ZeRO: each replica updates its shard
+  sim.optimizer_step = local_params * optimizer_bytes_per_param / shards / profile.memory_bandwidth_Bps;
   if (measured.adamw_s_per_param > 0) {  // timed by `cleave profile`
     const double per_param = config.optimizer.type == config::OptimizerType::kAdamw ? measured.adamw_s_per_param
                              : config.optimizer.momentum != 0.0 ? measured.sgd_momentum_s_per_param
                                                                 : measured.sgd_s_per_param;
-    sim.optimizer_step = local_params * per_param / (config.optimizer.zero_stage == 1 ? choice.dp : 1);
+    sim.optimizer_step = local_params * per_param / shards;
   }
+  sim.optimizer_step *= est.core_sharing;
+  // ZeRO-1/2's all-gather of the updated parameters follows the update on every rank: the busiest rank's.
+  std::vector<double> rank_gather(static_cast<std::size_t>(choice.pp), 0.0);
+  for (int s = 0; s < num_stages; ++s) rank_gather[static_cast<std::size_t>(plan.stage_to_rank(s))] += parts[static_cast<std::size_t>(s)].step_gather;
+  const double step_gather = *std::max_element(rank_gather.begin(), rank_gather.end());
+  sim.optimizer_step += step_gather;
+  for (const StageParts& p : parts) est.comm_bytes += p.comm_bytes / choice.pp;
   sim.p2p_latency = choice.pp > 1 ? p2p_link.latency_s : 0.0;
   sim.p2p_bandwidth = p2p_link.bandwidth_Bps;
   if (measured.p2p && one_node && choice.pp > 1) {
@@ -308,12 +393,16 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   for (const auto& a : plan.schedule.ranks[static_cast<std::size_t>(busiest)]) {
     const StageParts& p = parts[static_cast<std::size_t>(std::max(0, a.stage))];
     switch (a.kind) {
-      case pipeline::ActionKind::kForward: bd.compute_s += p.f, bd.tp_comm_s += p.f_tp; break;
-      case pipeline::ActionKind::kBackwardInput: bd.compute_s += p.i, bd.tp_comm_s += p.i_tp; break;
+      case pipeline::ActionKind::kForward: bd.compute_s += p.f, bd.tp_comm_s += p.f_tp, bd.dp_comm_s += p.f_gather; break;
+      case pipeline::ActionKind::kBackwardInput: bd.compute_s += p.i, bd.tp_comm_s += p.i_tp, bd.dp_comm_s += p.i_gather; break;
       case pipeline::ActionKind::kBackwardWeight: bd.compute_s += p.w; break;
-      case pipeline::ActionKind::kBackward: bd.compute_s += p.i + p.w, bd.tp_comm_s += p.i_tp; break;
+      case pipeline::ActionKind::kBackward:
+        bd.compute_s += p.i + p.w, bd.tp_comm_s += p.i_tp, bd.dp_comm_s += p.i_gather;
+        break;
       case pipeline::ActionKind::kReduceGrad: bd.dp_comm_s += p.reduce; break;
-      case pipeline::ActionKind::kOptimizerStep: bd.optimizer_s += sim.optimizer_step; break;
+      case pipeline::ActionKind::kOptimizerStep:
+        bd.optimizer_s += sim.optimizer_step - step_gather, bd.dp_comm_s += step_gather;
+        break;
       default: break;
     }
   }
@@ -428,8 +517,10 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
     for (int pp : divisors(options.world / tp)) {
       const int dp = options.world / (tp * pp);
       if (global % dp != 0) {
-        out.rejected.push_back({PlanChoice{tp, pp, dp, 1, "-", 1, 0, partition::Recompute::kNone, global}, false, false,
-                                fmt::format("batch.global_batch_size {} is not divisible by dp {}", global, dp)});
+        PlanEstimate refused;
+        refused.choice = PlanChoice{tp, pp, dp, 1, "-", 1, 0, partition::Recompute::kNone, global, false};
+        refused.reason = fmt::format("batch.global_batch_size {} is not divisible by dp {}", global, dp);
+        out.rejected.push_back(std::move(refused));
         continue;
       }
       ++layouts;
@@ -445,11 +536,13 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
       }
       for (const auto& [schedule, v] : schedules) {
         for (int micro : divisors(global / dp)) {
-          for (int zero : dp > 1 ? std::vector<int>{0, 1} : std::vector<int>{0}) {
-            for (const Recompute recompute : recomputes) {
-              PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global};
-              PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts);
-              (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
+          for (int zero : dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}) {
+            for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
+              for (const Recompute recompute : recomputes) {
+                PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp};
+                PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts);
+                (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
+              }
             }
           }
         }
@@ -461,7 +554,8 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
                profile.ranks_per_node, global);
   std::stable_sort(out.ranked.begin(), out.ranked.end(), [](const PlanEstimate& a, const PlanEstimate& b) {
     if (a.step_s != b.step_s) return a.step_s < b.step_s;
-    return a.peak_bytes < b.peak_bytes;
+    if (a.peak_bytes != b.peak_bytes) return a.peak_bytes < b.peak_bytes;
+    return a.comm_bytes < b.comm_bytes;
   });
   return out;
 }

@@ -1,7 +1,7 @@
 // The plan search behind `cleave plan`: every layout of a config on `world` ranks (tp dividing heads and
 // d_ff and within a node, pp up to the block count, dp the rest; every schedule with its virtual stages;
-// every micro-batch size dividing the per-replica batch; ZeRO 0 and 1 when dp > 1; recomputation none,
-// selective and full for a gpt), each checked by the
+// every micro-batch size dividing the per-replica batch; ZeRO 0 to 3 when dp > 1; sequence parallelism off
+// and on when tp > 1; recomputation none, selective and full for a gpt), each checked by the
 // engine's own config and plan code (so a plan the search returns is one `cleave train` accepts), its
 // memory estimated per pp rank by the trainer's memory plan (engine/planning/memory_plan.hpp) and its step
 // timed by the pipeline simulator with per-stage costs from a hardware profile: a profile written by
@@ -10,10 +10,16 @@
 // alpha-beta fits; otherwise, from the cost model:
 //   F, I, W of a stage = its blocks' FLOPs x micro-batch / tp / sustained FLOP/s, plus the tensor-parallel
 //     all-reduces of its transformer blocks (2 in F, 2 in I, of [micro, T, D]; 1 for the vocab-parallel
-//     embedding in F) on the intra-node link;
+//     embedding in F) on the intra-node link; with sequence parallelism each is a reduce-scatter + all-gather
+//     of the same tensor (the same bytes);
+//   ZeRO-3: before F and before I the stage's blocks' parameters are all-gathered from the dp group, each
+//     block's gather prefetched under the previous block's compute (only what it cannot hide is charged);
 //   P2P = the stage's boundary bytes over the intra- or inter-node link (latency + bytes / bandwidth);
-//   REDUCE_GRAD (dp > 1) = a ring all-reduce of the stage's gradient bytes (ZeRO-1: reduce-scatter +
-//     all-gather, the same volume), placed by the schedule where the engine places it;
+//   REDUCE_GRAD (dp > 1) = a ring all-reduce of the stage's gradient bytes (ZeRO 1-3: a reduce-scatter, half
+//     the bytes), placed by the schedule where the engine places it; ZeRO 1 and 2 all-gather the updated
+//     parameters after the optimizer step (the step waits for it; ZeRO-3 keeps them sharded);
+//   compute (F, I, W and the optimizer step) x HardwareProfile::core_sharing: with more ranks on a node than
+//     it has cores (or another count than the profile was measured with) a rank gets its share of the cores;
 //   OPTIMIZER_STEP = bytes the optimizer streams (AdamW 28 B, SGD with momentum 16 B, SGD 12 B per local
 //     parameter; / dp with ZeRO-1) over the memory bandwidth.
 // Recomputation adds its rerun FLOPs to I and changes the stashes the memory plan counts (cost_model.hpp).
@@ -41,6 +47,7 @@ struct PlanChoice {
   int zero_stage = 0;
   partition::Recompute recompute = partition::Recompute::kNone;
   std::int64_t global_batch = 0;  // kept from the config
+  bool sequence_parallel = false; // parallel.sequence_parallel (tp > 1 only)
   std::string layout() const;   // "tp2 pp2 dp1"
   // The --set overrides that select this plan (parallel.*, batch.*, optimizer.zero_stage, train.recompute).
   std::vector<std::string> overrides() const;
@@ -66,11 +73,21 @@ struct PlanEstimate {
   double step_s = 0;           // predicted step time
   double items_per_s = 0;      // tokens (gpt) or samples per second, global
   double bubble = 0;           // simulated bubble fraction of the pipeline
+  double comm_bytes = 0;       // bytes a rank sends per step (tp, dp, ZeRO-3 gathers, P2P), mean over pp ranks
   std::int64_t peak_bytes = 0; // max over pp ranks of the memory plan's total
   int peak_rank = 0;
   std::array<std::int64_t, kNumMemoryCategories> peak_by_category{};  // of that rank
   StepBreakdown breakdown;
+  // Ranks on a node and its cores (0 = a device per rank); compute and the optimizer step are priced
+  // core_sharing times what the profile measured (HardwareProfile::core_sharing); oversubscribed() when ranks
+  // outnumber cores.
+  int ranks_on_node = 1, cores_per_node = 0;
+  double core_sharing = 1.0;
+  bool oversubscribed() const { return cores_per_node > 0 && ranks_on_node > cores_per_node; }
 };
+
+// "tp1 pp2 dp2 puts 4 ranks on a node of 2 cores (2.0 ranks per core): ..." for an oversubscribed plan, else "".
+std::string oversubscription_warning(const PlanEstimate& estimate);
 
 // What estimate_plan can also hand back for one plan (cleave simulate --config): the simulated step, the
 // memory plan of every pp rank, and each rank's memory over the step in bytes: the static part
@@ -91,10 +108,14 @@ struct PlanDetails {
 struct SearchOptions {
   int world = 1;
   std::int64_t memory_limit = 0;  // bytes per rank; 0 = the profile's device memory, or none
+  // Megatron-LM's scatter/gather of boundary tensors (a model option; the engine sends whole tensors): each tp
+  // rank sends 1/tp of a stage's output and the receiving tp group all-gathers it inside the node.
+  bool scatter_gather_boundaries = false;
 };
 
 struct SearchResult {
-  std::vector<PlanEstimate> ranked;    // fitting plans, fastest first
+  // Fitting plans, fastest first; equal times: less peak memory, then fewer bytes communicated.
+  std::vector<PlanEstimate> ranked;
   std::vector<PlanEstimate> rejected;  // invalid or over the cap, with reasons
   std::int64_t memory_limit = 0;       // the cap used (0 = none)
   std::string unit;                    // "tok" or "samples"

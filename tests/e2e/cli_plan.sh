@@ -6,6 +6,8 @@
 # a world no layout fits, a cap no plan meets (smallest need per category and the closest plan; the same with
 # the cap from the config), an
 # unreadable or malformed profile, and --write onto an existing file: one clear error each, nothing written.
+# Ranks sharing cores are priced by their share and warned about; --trial 2 trains the top two plans under the
+# launcher and prints predicted against measured.
 # Usage: cli_plan.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
 cleave=$(realpath "$1"); source_dir=$(realpath "$2"); shift 2
@@ -31,7 +33,7 @@ python3 - plan.log << 'PY' || { cat plan.log; fail "a ranked plan is over the 1 
 import re, sys
 rows = [l for l in open(sys.argv[1]) if re.match(r"^\s+\d+\s+tp\d", l)]
 assert rows, "no rows"
-times = [float(l.split()[9]) for l in rows]
+times = [float(l.split()[10]) for l in rows]
 assert times == sorted(times), times
 for l in rows:
     m = re.search(r"= (\d+)% of cap", l)
@@ -96,3 +98,41 @@ grep -q "best.json exists; not overwriting it" bad5.log || { cat bad5.log; fail 
 [ "$before" = "$(md5sum best.json)" ] || fail "best.json changed"
 "$cleave" plan tiny.json --world 16 --profile "$source_dir/profiles/h100_sxm.json" --top 1 > h100.log 2>&1 || { cat h100.log; fail "h100 profile"; }
 echo "ok   bad input refused: $(grep -o 'no plan fits the memory cap.*' bad2.log | cut -c1-100)..."
+
+# Oversubscription: a profile of 2 cores per node, planned for 4 ranks, prices each rank at half a core and warns
+# naming the layout, the ranks and the cores; the same profile without the core count neither warns nor scales.
+python3 - "$source_dir/profiles/a100_80gb_sxm.json" << 'PY'
+import json, sys
+p = json.load(open(sys.argv[1]))
+p["cores_per_node"], p["measured_ranks_per_node"] = 2, 2
+json.dump(p, open("two_cores.json", "w"))
+PY
+"$cleave" plan tiny.json --world 4 --profile two_cores.json --top 1 --json shared.json > over.log 2>&1 || { cat over.log; fail "plan on 2 cores"; }
+grep -q "^warning: tp[0-9] pp[0-9] dp[0-9] puts 4 ranks on a node of 2 cores (2.0 ranks per core)" over.log \
+  || { cat over.log; fail "no oversubscription warning naming layout, ranks and cores"; }
+"$cleave" plan tiny.json --world 4 --profile "$source_dir/profiles/a100_80gb_sxm.json" --top 1 --json own.json > own.log 2>&1 \
+  || { cat own.log; fail "plan on the a100 profile"; }
+grep -q "ranks on a node" own.log && fail "a GPU profile (a device per rank) warned of shared cores"
+python3 - shared.json own.json << 'PY' || fail "4 ranks on 2 cores are not priced slower than 4 devices"
+import json, sys
+shared, own = (json.load(open(f))["plans"][0]["step_s"] for f in sys.argv[1:3])
+assert shared > 1.05 * own, (shared, own)  # compute x2; the unit test checks the factor exactly
+PY
+echo "ok   oversubscription warned: $(grep -o 'puts 4 ranks.*per core)' over.log | head -1)"
+
+# --trial 2: the top two plans trained for real under the launcher, predicted beside measured, re-ranked.
+"$cleave" plan tiny.json --world 2 --top 2 --trial 2 --trial-steps 4 --launcher "${mpiexec[*]}" --json trial.json \
+  > trial.log 2>&1 || { cat trial.log; fail "plan --trial 2"; }
+python3 - trial.log trial.json << 'PY' || { cat trial.log; fail "--trial output"; }
+import json, re, sys
+rows = [l.split() for l in open(sys.argv[1]) if re.match(r"^\s+\d+\s+\d+\s+tp\d", l)]
+assert len(rows) == 2, rows
+measured = [float(r[-2]) for r in rows]
+assert all(m > 0 for m in measured) and measured == sorted(measured), measured
+assert sorted(int(r[1]) for r in rows) == [1, 2], rows
+for r in rows:
+    assert abs(float(r[-3]) / float(r[-2]) - float(r[-1])) < 0.01, r
+plans = json.load(open(sys.argv[2]))["plans"]
+assert all(p["measured_step_s"] > 0 for p in plans[:2]), plans[:2]
+PY
+echo "ok   --trial 2: $(grep -A2 'pred/meas' trial.log | tail -2 | tr -s ' ' | tr '\n' ';') $(grep -o 're-ranked.*\|the planner.s #1 measured fastest' trial.log)"

@@ -239,6 +239,114 @@ TEST_F(PlanSearch, ShippedA100ProfilePricesSmallModelsLowerThanTheSustainedRate)
   EXPECT_GT(large, 0.8 * a100.peak_flops_bf16 * a100.gemm_efficiency.back().second);
 }
 
+TEST_F(PlanSearch, RanksTheHandCheckedBestPlanFirst) {
+  // 2 ranks, every message costs a latency L and nothing per byte, compute C per step on one rank (flops, so
+  // independent of the micro-batch). By hand: tp2 pays 2L per all-reduce, 17 per micro-batch; pp2 pays its
+  // bubble (> 2L here) and P2P latencies; dp2 pays one all-reduce (2L) after the backward, or under ZeRO 1/2 a
+  // reduce-scatter (L) and the parameters' all-gather after the step (L): C / 2 + 2L for every micro-batch size,
+  // ZeRO 0 to 2; ZeRO-3 gathers every block per micro-batch. Among those equal times the least memory wins:
+  // micro-batch 1, no recomputation (it only adds compute), a ZeRO stage that shards (ZeRO-0 keeps it all).
+  const std::string config = tiny_gpt();
+  HardwareProfile p = free_links();
+  const double c = search_plans(config, {}, p, SearchOptions{1, 0}).ranked.front().step_s;
+  const double latency = c * 1e-4;
+  p.intra_node = p.inter_node = Link{latency, 1e30};
+  const SearchResult r = search_plans(config, {}, p, SearchOptions{2, 0});
+  ASSERT_FALSE(r.ranked.empty());
+  const PlanEstimate& best = r.ranked.front();
+  EXPECT_EQ(best.choice.layout(), "tp1 pp1 dp2");
+  EXPECT_EQ(best.choice.micro_batch, 1);
+  EXPECT_EQ(best.choice.recompute, partition::Recompute::kNone);
+  EXPECT_GE(best.choice.zero_stage, 1);
+  EXPECT_LE(best.choice.zero_stage, 2);
+  EXPECT_NEAR(best.step_s, c / 2 + 2 * latency, 1e-9 * c);
+  bool zero0_tied = false;
+  for (const auto& e : r.ranked) {
+    EXPECT_GE(e.step_s, best.step_s) << e.choice.layout();
+    if (std::abs(e.step_s - best.step_s) < 1e-12 * c) EXPECT_GE(e.peak_bytes, best.peak_bytes) << e.choice.layout();
+    if (e.choice.dp == 2 && e.choice.zero_stage == 0 && e.choice.micro_batch == 1 &&
+        e.choice.recompute == partition::Recompute::kNone) {
+      EXPECT_NEAR(e.step_s, best.step_s, 1e-9 * c);  // the same time: ranked below on memory
+      EXPECT_GT(e.peak_bytes, best.peak_bytes);
+      zero0_tied = true;
+    }
+    if (e.choice.tp == 2) EXPECT_GT(e.step_s, best.step_s + 16 * latency);
+  }
+  EXPECT_TRUE(zero0_tied);
+}
+
+TEST_F(PlanSearch, SearchesZeroStagesWithDataParallelAndSequenceParallelWithTensorParallel) {
+  const SearchResult r = search_plans(tiny_gpt(), {}, free_links(), SearchOptions{2, 0});
+  std::set<int> zero_dp2;
+  bool sp_tp1 = false, sp_seen = false;
+  for (const auto* list : {&r.ranked, &r.rejected}) {
+    for (const auto& e : *list) {
+      if (e.choice.dp == 2) zero_dp2.insert(e.choice.zero_stage);
+      if (e.choice.dp == 1) EXPECT_EQ(e.choice.zero_stage, 0);
+      sp_seen |= e.choice.sequence_parallel && e.choice.tp == 2;
+      sp_tp1 |= e.choice.sequence_parallel && e.choice.tp == 1;
+    }
+  }
+  EXPECT_EQ(zero_dp2, (std::set<int>{0, 1, 2, 3}));
+  EXPECT_TRUE(sp_seen);
+  EXPECT_FALSE(sp_tp1);
+}
+
+TEST_F(PlanSearch, ZeroStagesAndSequenceParallelPriceTheirCommunication) {
+  // One message costs latency only. dp2 of one stage: ZeRO-0 all-reduces (2L); ZeRO-1 reduce-scatters (L) and
+  // all-gathers after the step (L); tp2: sequence parallelism's reduce-scatter + all-gather cost what the
+  // all-reduce did. The optimizer step is free, so the breakdowns show exactly that.
+  const std::string config = tiny_gpt();
+  HardwareProfile p = free_links();
+  const double latency = 1e-3;
+  p.intra_node = p.inter_node = Link{latency, 1e30};
+  const SearchOptions two{2, 0};
+  using partition::Recompute;
+  const PlanEstimate z0 = estimate_plan(config, {}, PlanChoice{1, 1, 2, 1, "1f1b", 1, 0, Recompute::kNone, 8, false}, p, two);
+  const PlanEstimate z1 = estimate_plan(config, {}, PlanChoice{1, 1, 2, 1, "1f1b", 1, 1, Recompute::kNone, 8, false}, p, two);
+  ASSERT_TRUE(z0.valid && z1.valid) << z0.reason << z1.reason;
+  EXPECT_NEAR(z0.breakdown.dp_comm_s, 2 * latency, 1e-12);
+  EXPECT_NEAR(z1.breakdown.dp_comm_s, 2 * latency, 1e-12);
+  EXPECT_GT(z1.comm_bytes, 0.0);
+  const PlanEstimate z3 = estimate_plan(config, {}, PlanChoice{1, 1, 2, 1, "1f1b", 1, 3, Recompute::kNone, 8, false}, p, two);
+  if (z3.valid) {  // ZeRO-3: the reduce-scatter plus, per micro-batch (4), gathers before F and I that compute hides
+    EXPECT_GT(z3.breakdown.dp_comm_s, latency + 2 * 4 * latency * 0.999);
+  }
+  const PlanEstimate tp = estimate_plan(config, {}, PlanChoice{2, 1, 1, 1, "1f1b", 1, 0, Recompute::kNone, 8, false}, p, two);
+  const PlanEstimate sp = estimate_plan(config, {}, PlanChoice{2, 1, 1, 1, "1f1b", 1, 0, Recompute::kNone, 8, true}, p, two);
+  ASSERT_TRUE(tp.valid) << tp.reason;
+  EXPECT_NEAR(tp.breakdown.tp_comm_s, 8 * (2 * 4 + 1 + 2 * 4) * 2 * latency, 1e-9);  // 8 micro-batches
+  if (sp.valid) {
+    EXPECT_NEAR(sp.breakdown.tp_comm_s, tp.breakdown.tp_comm_s, 1e-9);
+    EXPECT_NEAR(sp.comm_bytes, tp.comm_bytes, 1e-6 * tp.comm_bytes);
+  }
+}
+
+TEST_F(PlanSearch, ChoosesZeroThreeWhenOnlyItFits) {
+  // A model whose parameters dominate (a 2048-token vocabulary, one head so tp stays 1) on 4 ranks: ZeRO-3
+  // shards parameters, gradients and optimizer state over dp, so under a cap between its need and the next
+  // best every plan that fits is a ZeRO-3 plan. Needs optimizer.zero_stage 3 and its memory plan (ZeRO-2/3 branch).
+  const std::string config = write("wide.json", R"({"model": {"type": "gpt", "vocab_size": 2048, "d_model": 64,
+    "n_layers": 2, "n_heads": 1, "seq_len": 4}, "batch": {"global_batch_size": 4},
+    "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})");
+  const PlanEstimate probe = estimate_plan(
+      config, {}, PlanChoice{1, 1, 4, 1, "1f1b", 1, 3, partition::Recompute::kNone, 4, false}, free_links(),
+      SearchOptions{4, 0});
+  if (!probe.valid) GTEST_SKIP() << "optimizer.zero_stage 3 is refused on this branch: " << probe.reason;
+  const SearchResult all = search_plans(config, {}, free_links(), SearchOptions{4, 0});
+  std::int64_t zero3 = -1, other = -1;
+  for (const auto& e : all.ranked) {
+    auto& least = e.choice.zero_stage == 3 ? zero3 : other;
+    if (least < 0 || e.peak_bytes < least) least = e.peak_bytes;
+  }
+  ASSERT_GT(zero3, 0);
+  ASSERT_LT(zero3, other) << "ZeRO-3 does not need the least memory for this model";
+  const SearchResult capped = search_plans(config, {}, free_links(), SearchOptions{4, (zero3 + other) / 2});
+  ASSERT_FALSE(capped.ranked.empty());
+  for (const auto& e : capped.ranked) EXPECT_EQ(e.choice.zero_stage, 3) << e.choice.layout();
+  EXPECT_LE(capped.ranked.front().peak_bytes, (zero3 + other) / 2);
+}
+
 TEST(Link, RingAllReduceCost) {
   const Link link{1e-5, 1e9};
   EXPECT_EQ(link.all_reduce_s(1e6, 1), 0.0);

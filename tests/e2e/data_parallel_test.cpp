@@ -1,4 +1,4 @@
-// Data-parallel training under mpiexec (-n 2 and -n 4): bucketed overlapped reduction and ZeRO-1.
+// Data-parallel training under mpiexec (-n 2 and -n 4): bucketed overlapped reduction, ZeRO-1 and ZeRO-2.
 //
 // What it asserts:
 //  - Data parallel in deterministic mode is BIT-IDENTICAL to one rank at the same global batch: per-step
@@ -16,6 +16,10 @@
 //    decay on): the rank-ordered reduce-scatter adds the same contributions in the same order as the
 //    rank-ordered all-reduce, the global norm is summed from the same dp shards in both modes, and the
 //    update is element-wise (same kernels on the same values), so every bit must agree.
+//  - ZeRO-2 equals plain data parallel BIT FOR BIT in the same layouts (its reduce-scatter writes into a
+//    shard buffer of its own, the arithmetic is ZeRO-1's), with a bf16 wire too, and dp2 x pp2 with the tied
+//    table split; after a step each rank holds only its shard of the gradients (kGradients current is 1/dp
+//    of plain data parallel's, up to padding) and no Param::grad of a reduced bucket stays allocated.
 //  - ZeRO-1's optimizer state, read from the allocator's kOptimizerState counter, is 1/dp of plain data
 //    parallel's (up to the buckets' alignment and dp padding: at most 5% more), and summed over the dp
 //    ranks it covers every element once.
@@ -145,7 +149,8 @@ std::vector<Layout> zero_layouts(int world) {
   if (world == 2) {
     return {{"dp2_adamw", {"batch.micro_batch_size=2", adamw, lr, clip, kTinyBuckets}},
             {"dp2_sgd", {"batch.micro_batch_size=2", sgd, clip, kTinyBuckets}},
-            {"dp2_adamw_one_bucket", {"batch.micro_batch_size=4", adamw, lr, clip}}};
+            {"dp2_adamw_one_bucket", {"batch.micro_batch_size=4", adamw, lr, clip}},
+            {"dp2_sgd_bf16_wire", {"batch.micro_batch_size=1", sgd, clip, kTinyBuckets, "parallel.grad_reduce_dtype=bf16"}}};
   }
   if (world == 4) {
     return {{"dp4_adamw", {"batch.micro_batch_size=2", adamw, lr, clip, kTinyBuckets}},
@@ -156,15 +161,16 @@ std::vector<Layout> zero_layouts(int world) {
   return {};
 }
 
-TEST(ZeroOne, MatchesPlainDataParallelBitForBit) {
+TEST(ZeroSharded, StagesOneAndTwoMatchPlainDataParallelBitForBit) {
   auto world = make_world(/*deterministic=*/true);
   const auto layouts = zero_layouts(world->size());
   if (layouts.empty()) GTEST_SKIP() << "no layouts for world size " << world->size();
   for (const auto& layout : layouts) {
-    SCOPED_TRACE(layout.name);
+   for (int stage : {1, 2}) {
+    SCOPED_TRACE(layout.name + " zero_stage " + std::to_string(stage));
     auto config = tiny_gpt(layout.overrides);
     const RunRecord plain = train_steps(config, *world);
-    config.optimizer.zero_stage = 1;
+    config.optimizer.zero_stage = stage;
     const RunRecord sharded = train_steps(config, *world);
     ASSERT_EQ(plain.losses.size(), sharded.losses.size());
     bool clipped = false;
@@ -182,10 +188,11 @@ TEST(ZeroOne, MatchesPlainDataParallelBitForBit) {
     initial.params = train::Trainer(config, *world).gather_parameters();
     EXPECT_GT(max_param_rel_diff(initial, sharded), 1e-3);
     if (world->rank() == 0) {
-      std::printf("[ zero-1 ] %-26s bit-identical to plain dp over %zu steps (grad norms %.4g .. %.4g, clip %.3g)\n",
-                  layout.name.c_str(), plain.losses.size(), plain.grad_norms.front(), plain.grad_norms.back(),
+      std::printf("[ zero-%d ] %-26s bit-identical to plain dp over %zu steps (grad norms %.4g .. %.4g, clip %.3g)\n",
+                  stage, layout.name.c_str(), plain.losses.size(), plain.grad_norms.front(), plain.grad_norms.back(),
                   config.optimizer.grad_clip);
     }
+   }
   }
 }
 
@@ -219,6 +226,44 @@ TEST(ZeroOne, OptimizerStateIsOneOverDp) {
       std::printf("[ memory ] %s: optimizer state per rank: plain dp %lld B, ZeRO-1 %lld B (ratio %.4f, 1/dp = %.4f)\n",
                   buckets, static_cast<long long>(plain), static_cast<long long>(sharded), ratio, 1.0 / dp);
     }
+  }
+}
+
+// ZeRO-2: after a step only this rank's shard of the gradients is allocated (the allocator's kGradients
+// counter, against plain data parallel's), the shards over all ranks cover every gradient once, and the
+// parameters' grad views of the released buckets are undefined. During the step the full local gradient
+// exists (the peak is plain dp's plus the shards). Were a grad view kept, its bucket would stay allocated and
+// the counter would show it.
+TEST(ZeroTwo, GradientsAfterTheStepAreOneOverDp) {
+  auto world = make_world();
+  const int dp = world->size();
+  std::int64_t current[3] = {0, 0, 0};
+  std::int64_t peak[3] = {0, 0, 0};
+  for (int stage : {0, 2}) {
+    auto config = tiny_gpt({"optimizer.type=adamw", "batch.micro_batch_size=1", "parallel.dp_bucket_mb=0.05"});
+    config.optimizer.zero_stage = stage;
+    train::Trainer trainer(config, *world);
+    trainer.step(0);
+    trainer.reset_peak_memory();
+    trainer.step(1);
+    current[stage] = trainer.memory_stats().current_of(MemoryCategory::kGradients);
+    peak[stage] = trainer.memory_stats().peak_of(MemoryCategory::kGradients);
+  }
+  ASSERT_GT(current[0], 0);
+  const double ratio = static_cast<double>(current[2]) / static_cast<double>(current[0]);
+  EXPECT_GE(ratio, 1.0 / dp);
+  EXPECT_LE(ratio, 1.05 / dp);
+  EXPECT_LE(static_cast<double>(peak[2]), (1.0 + 1.05 / dp) * static_cast<double>(peak[0]));
+  Tensor total = Tensor::empty({1}, DType::kI64, MemoryCategory::kCommunication);
+  total.data<std::int64_t>()[0] = current[2];
+  world->all_reduce(total, comm::ReduceOp::kSum)->wait();
+  EXPECT_GE(total.data<std::int64_t>()[0], current[0]);
+  EXPECT_LE(static_cast<double>(total.data<std::int64_t>()[0]), 1.05 * static_cast<double>(current[0]));
+  if (world->rank() == 0) {
+    std::printf("[ memory ] gradients per rank after a step: plain dp %lld B, ZeRO-2 %lld B (ratio %.4f, 1/dp = "
+                "%.4f); peak within the step: %lld B and %lld B\n",
+                static_cast<long long>(current[0]), static_cast<long long>(current[2]), ratio, 1.0 / dp,
+                static_cast<long long>(peak[0]), static_cast<long long>(peak[2]));
   }
 }
 

@@ -156,7 +156,8 @@ std::vector<Layout> zero_layouts(int world) {
     return {{"dp4_adamw", {"batch.micro_batch_size=2", adamw, lr, clip, kTinyBuckets}},
             {"dp4_sgd_nesterov", {"batch.micro_batch_size=1", sgd, "optimizer.nesterov=true", clip, kTinyBuckets}},
             {"dp2_pp2_tied_split_adamw", {pp(2), adamw, lr, clip, kTinyBuckets}},
-            {"dp2_pp2_tied_split_sgd", {pp(2), sgd, clip, kTinyBuckets}}};
+            {"dp2_pp2_tied_split_sgd", {pp(2), sgd, clip, kTinyBuckets}},
+            {"dp2_tp2_adamw", {"parallel.tensor_model_parallel_size=2", adamw, lr, clip, kTinyBuckets}}};
   }
   return {};
 }

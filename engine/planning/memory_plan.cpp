@@ -150,10 +150,18 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   if (config.train.deterministic) {
     for (int k = plan.schedule.num_microbatches; k > 1; k /= 2) ++partial_sums;
   }
-  at(MemoryCategory::kGradients) = (1 + partial_sums) * (param_bytes / tp);
+  // ZeRO-2 (engine/train/data_parallel.hpp): each bucket is reduce-scattered into a shard buffer of its own that
+  // lives for the run, and the full bucket is released once reduced; within the step the full local sum (and
+  // its partial sums) still exists, so the peak is ZeRO-1's plus the shards, and after the reduction only the
+  // shards remain. Without dp there is nothing to shard (zero_stage has no effect).
+  const int zero_stage = dp > 1 ? config.optimizer.zero_stage : 0;
+  const std::int64_t grad_bytes = param_bytes / tp;
+  const std::int64_t grad_shards = zero_stage >= 2 ? grad_bytes / dp : 0;
+  at(MemoryCategory::kGradients) = (1 + partial_sums) * grad_bytes + grad_shards;
+  m.gradients_after_reduction = zero_stage >= 2 ? grad_shards : grad_bytes;
   const double state = training_bytes_per_param_byte(config.optimizer) - 1.0;
-  at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
-      state * static_cast<double>(param_bytes / tp) / (config.optimizer.zero_stage == 1 ? dp : 1));
+  at(MemoryCategory::kOptimizerState) =
+      static_cast<std::int64_t>(state * static_cast<double>(param_bytes / tp) / (zero_stage >= 1 ? dp : 1));
   // In flight besides the stashes: receives are posted one block ahead (two at a time), and a sent tensor lives
   // until its send completes (pipeline/executor.hpp): the one just posted; earlier ones have completed by the
   // time a backward peaks (the executor tests its sends after every action). Measured against the allocator's

@@ -2,11 +2,12 @@
 // that does not fit under device.memory_limit is refused with the numbers instead of failing mid-step.
 //
 // Estimate per pp rank (parameters, gradients and optimizer state ÷ tp; activations are one tp rank's, the
-// cost model's tp layout: LayerNorm and column-parallel inputs whole, the rest sharded; ZeRO-1 divides
+// cost model's tp layout: LayerNorm and column-parallel inputs whole, the rest sharded; ZeRO-1 and 2 divide
 // optimizer state by dp):
 //   parameters       Σ param bytes of the rank's stages (a tied table counted once per rank)
-//   gradients        = parameters (train.deterministic: x (1 + floor(log2 micro-batches)), the partial sums)
-//   optimizer_state  adamw 2x, sgd with momentum 1x, plain sgd 0x of parameters (÷ dp with ZeRO-1)
+//   gradients        = parameters (train.deterministic: x (1 + floor(log2 micro-batches)), the partial sums);
+//                    ZeRO-2 adds its owned shards (÷ dp), which live beside the full buckets within a step
+//   optimizer_state  adamw 2x, sgd with momentum 1x, plain sgd 0x of parameters (÷ dp with ZeRO-1 and 2)
 //   activations      the peak, over the rank's actions in schedule order, of the stashes held: F adds a
 //                    stage's forward stash (cost model: exactly what forward() keeps under train.recompute),
 //                    I trades it for what W needs (weight_stash_bytes: inputs and output gradients of the
@@ -35,7 +36,10 @@
 namespace cleave::planning {
 
 struct MemoryPlan {
-  std::array<std::int64_t, kNumMemoryCategories> bytes{};
+  std::array<std::int64_t, kNumMemoryCategories> bytes{};  // peak per category within a step
+  // Gradient bytes held between the reduction and the next step (what the optimizer step and the time between
+  // steps see): all of them under ZeRO 0 and 1, this rank's shard (÷ dp) under ZeRO-2.
+  std::int64_t gradients_after_reduction = 0;
   std::int64_t total() const;
   std::string breakdown() const;  // "parameters 1.2 MiB, gradients ..., total ..."
 };

@@ -42,6 +42,7 @@
 
 #include "engine/core/allocator.hpp"
 #include "engine/train/data_parallel.hpp"
+#include "engine/planning/memory_plan.hpp"
 #include "engine/planning/plan.hpp"
 #include "layers/models/builder.hpp"
 #include "mpi/mpi_test_env.hpp"
@@ -235,20 +236,50 @@ TEST(ZeroOne, OptimizerStateIsOneOverDp) {
 // parameters' grad views of the released buckets are undefined. During the step the full local gradient
 // exists (the peak is plain dp's plus the shards). Were a grad view kept, its bucket would stay allocated and
 // the counter would show it.
-TEST(ZeroTwo, GradientsAfterTheStepAreOneOverDp) {
+//
+// The memory plan (engine/planning/memory_plan.hpp) for ZeRO 0, 1 and 2 against the allocator's counters,
+// within 5%: the peaks of parameters, gradients and optimizer state over a step, and the gradients held
+// after it (MemoryPlan::gradients_after_reduction).
+TEST(ZeroTwo, GradientsAfterTheStepAreOneOverDpAndMatchThePlan) {
   auto world = make_world();
   const int dp = world->size();
   std::int64_t current[3] = {0, 0, 0};
   std::int64_t peak[3] = {0, 0, 0};
-  for (int stage : {0, 2}) {
+  const auto near = [](std::int64_t measured, std::int64_t planned) {
+    return std::abs(static_cast<double>(measured - planned)) <= 0.05 * static_cast<double>(planned);
+  };
+  for (int stage : {0, 1, 2}) {
     auto config = tiny_gpt({"optimizer.type=adamw", "batch.micro_batch_size=1", "parallel.dp_bucket_mb=0.05"});
     config.optimizer.zero_stage = stage;
     train::Trainer trainer(config, *world);
     trainer.step(0);
     trainer.reset_peak_memory();
     trainer.step(1);
-    current[stage] = trainer.memory_stats().current_of(MemoryCategory::kGradients);
-    peak[stage] = trainer.memory_stats().peak_of(MemoryCategory::kGradients);
+    const MemoryStats stats = trainer.memory_stats();
+    current[stage] = stats.current_of(MemoryCategory::kGradients);
+    peak[stage] = stats.peak_of(MemoryCategory::kGradients);
+    const planning::MemoryPlan plan = planning::estimate_rank_memory(trainer.plan(), trainer.config(), 0);
+    for (MemoryCategory c : {MemoryCategory::kParameters, MemoryCategory::kGradients, MemoryCategory::kOptimizerState}) {
+      const std::int64_t planned = plan.bytes[static_cast<std::size_t>(c)];
+      EXPECT_GT(planned, 0);
+      EXPECT_TRUE(near(stats.peak_of(c), planned))
+          << "zero " << stage << " " << memory_category_name(c) << ": measured peak " << stats.peak_of(c)
+          << " B, planned " << planned << " B";
+    }
+    EXPECT_TRUE(near(current[stage], plan.gradients_after_reduction))
+        << "zero " << stage << ": gradients after the step " << current[stage] << " B, planned "
+        << plan.gradients_after_reduction << " B";
+    if (world->rank() == 0) {
+      std::printf("[ plan   ] zero %d dp %d: parameters %lld / %lld B, gradients peak %lld / %lld B, after the step "
+                  "%lld / %lld B, optimizer state %lld / %lld B (measured / planned)\n",
+                  stage, dp, static_cast<long long>(stats.peak_of(MemoryCategory::kParameters)),
+                  static_cast<long long>(plan.bytes[static_cast<std::size_t>(MemoryCategory::kParameters)]),
+                  static_cast<long long>(peak[stage]),
+                  static_cast<long long>(plan.bytes[static_cast<std::size_t>(MemoryCategory::kGradients)]),
+                  static_cast<long long>(current[stage]), static_cast<long long>(plan.gradients_after_reduction),
+                  static_cast<long long>(stats.peak_of(MemoryCategory::kOptimizerState)),
+                  static_cast<long long>(plan.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)]));
+    }
   }
   ASSERT_GT(current[0], 0);
   const double ratio = static_cast<double>(current[2]) / static_cast<double>(current[0]);

@@ -151,7 +151,8 @@ std::vector<Layout> zero_layouts(int world) {
     return {{"dp2_adamw", {"batch.micro_batch_size=2", adamw, lr, clip, kTinyBuckets}},
             {"dp2_sgd", {"batch.micro_batch_size=2", sgd, clip, kTinyBuckets}},
             {"dp2_adamw_one_bucket", {"batch.micro_batch_size=4", adamw, lr, clip}},
-            {"dp2_sgd_bf16_wire", {"batch.micro_batch_size=1", sgd, clip, kTinyBuckets, "parallel.grad_reduce_dtype=bf16"}}};
+            {"dp2_sgd_bf16_wire", {"batch.micro_batch_size=1", sgd, clip, kTinyBuckets, "parallel.grad_reduce_dtype=bf16"}},
+            {"dp2_adamw_bf16_precision", {"batch.micro_batch_size=2", adamw, lr, clip, kTinyBuckets, "device.precision=bf16"}}};
   }
   if (world == 4) {
     return {{"dp4_adamw", {"batch.micro_batch_size=2", adamw, lr, clip, kTinyBuckets}},

@@ -123,9 +123,11 @@ std::int64_t GradientBucketer::shard_begin(int b) const {
 }
 
 Tensor GradientBucketer::shard(int b) const {
-  const std::int64_t begin = shard_begin(b);
-  if (owns_shards()) return owned_[static_cast<std::size_t>(b)];
-  return buffers_[static_cast<std::size_t>(b)].slice(begin, begin + bucket(b).numel / dp_.size());
+  if (owns_shards()) {
+    shard_begin(b);
+    return owned_[static_cast<std::size_t>(b)];
+  }
+  return block(buffers_[static_cast<std::size_t>(b)], b);
 }
 
 void GradientBucketer::zero_grads() {
@@ -135,6 +137,27 @@ void GradientBucketer::zero_grads() {
     if (buffers_[b].defined()) buffers_[b].zero_();
     else buffers_[b] = Tensor::zeros({buckets_[b].numel}, buckets_[b].dtype, MemoryCategory::kGradients, *allocator_);
   }
+}
+
+Tensor GradientBucketer::block(const Tensor& whole, int b) const {
+  const std::int64_t begin = shard_begin(b);
+  return whole.slice(begin, begin + bucket(b).numel / dp_.size());
+}
+
+Tensor& GradientBucketer::owned_shard(int b) {
+  Tensor& t = owned_[static_cast<std::size_t>(b)];
+  if (!t.defined()) t = Tensor::empty({bucket(b).numel / dp_.size()}, bucket(b).dtype, MemoryCategory::kGradients, *allocator_);
+  return t;
+}
+
+void GradientBucketer::complete(int b) {
+  owned_shard(b).copy_from(block(buffers_[static_cast<std::size_t>(b)], b));
+  release(b);
+}
+
+void GradientBucketer::release_shards() {
+  CLEAVE_CHECK(next_launch_ == 0, "gradient bucketer: release_shards() while {} bucket(s) are in flight", next_launch_);
+  for (Tensor& t : owned_) t = Tensor();
 }
 
 void GradientBucketer::release(int b) {
@@ -162,10 +185,11 @@ void GradientBucketer::poll() {
   for (int b = 0; b < next_launch_; ++b) {
     WorkPtr& work = works_[static_cast<std::size_t>(b)];
     if (!work || !work->test() || !owns_shards()) continue;
-    // ZeRO-2: the bucket is reduced into its shard; its full buffer is not needed any more (the Work held
-    // the last reference to a staged bucket's buffer; an unstaged one is released here).
+    // ZeRO-2: the bucket is reduced; its shard moves to a buffer of its own and the full buffer is released
+    // (a staged bucket's was released at launch: the Work held the last reference to the wire copy, whose
+    // shard finish() widens).
     work.reset();
-    if (buffers_[static_cast<std::size_t>(b)].defined()) release(b);
+    if (!staged_) complete(b);
   }
 }
 
@@ -177,7 +201,8 @@ void GradientBucketer::launch_ready_buckets() {
 
 void GradientBucketer::launch(int b) {
   Tensor buffer = buffers_[static_cast<std::size_t>(b)];
-  Tensor out = options_.reduction == BucketReduction::kAllReduce ? buffer : shard(b);
+  // Sharded: in place into this rank's block (ZeRO-2 copies it out when the collective completes).
+  Tensor out = options_.reduction == BucketReduction::kAllReduce ? buffer : block(buffer, b);
   if (staged_) {  // round the bucket into the wire dtype and reduce that
     Tensor& wire = staging_[static_cast<std::size_t>(b)];
     if (!wire.defined()) wire = Tensor::empty({buffer.numel()}, *options_.wire_dtype, MemoryCategory::kCommunication, *allocator_);
@@ -207,8 +232,9 @@ int GradientBucketer::finish() {
     WorkPtr& work = works_[static_cast<std::size_t>(b)];
     if (work) work->wait();  // ZeRO-2: poll() may have completed and dropped it already
     work.reset();
-    if (owns_shards() && buffers_[static_cast<std::size_t>(b)].defined()) release(b);
+    if (owns_shards() && !staged_ && buffers_[static_cast<std::size_t>(b)].defined()) complete(b);
     const Tensor target = options_.reduction == BucketReduction::kAllReduce ? buffers_[static_cast<std::size_t>(b)]
+                          : owns_shards()                                   ? owned_shard(b)
                                                                             : shard(b);
     if (staged_) {  // widen the reduced wire values back into the gradients
       Tensor& wire = staging_[static_cast<std::size_t>(b)];

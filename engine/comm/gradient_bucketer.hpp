@@ -23,14 +23,16 @@
 // scaled gradient, and the rest of the buffer holds this rank's unreduced gradients. A sharded optimizer maps
 // shard elements to parameters with slot(i) and shard_begin(b), updates its shard and all-gathers parameters.
 //
-// ZeRO-2 (BucketReduction::kReduceScatterOwned): as ZeRO-1, but each bucket is reduce-scattered into a
-// separate shard-sized buffer that lives for the bucketer's lifetime (shard(b)), and the full bucket buffer is
-// released as soon as it is no longer needed: when its collective completes (poll() or finish()), or, with a
-// wire dtype, right after it was rounded into the staging buffer at launch. The owner must drop its views of
-// it then: options.on_release(b) is called, and grad(i) of a released bucket is undefined until the next
-// zero_grads() allocates the buffers again (zeroed). So between finish() and the next zero_grads() this rank
-// holds only its shards of the gradients (plus nothing of the staging buffers, which are allocated at launch
-// and released by finish()).
+// ZeRO-2 (BucketReduction::kReduceScatterOwned): as ZeRO-1, but when a bucket's collective completes (poll()
+// or finish()) its reduced block is copied into a shard-sized buffer of its own (shard(b)) and the full
+// bucket buffer is released; with a wire dtype the f32 buffer is released right after it was rounded into
+// the staging buffer at launch, and finish() widens the reduced block into the shard. The owner must drop
+// its views of a released buffer: options.on_release(b) is called, and grad(i) of a released bucket is
+// undefined until the next zero_grads() allocates the buffers again (zeroed). So from finish() on this rank
+// holds only its shards of the gradients, and after release_shards() (once the optimizer has used them)
+// none: shard(b) is then undefined until the bucket's next reduction. The copy keeps the peak at the full
+// buffers plus one bucket's shard (a shard allocated at launch as the collective's output would add every
+// launched shard while the buffers wait for their collectives).
 //
 // Zeroing, scaling and the wire-dtype conversions are host loops: the bucketer works on CPU buffers (the
 // allocator must be a CPU one).
@@ -107,7 +109,7 @@ class GradientBucketer {
   // The flat buffer of bucket b (undefined while released).
   Tensor bucket_buffer(int b) const;
   // kReduceScatter / kReduceScatterOwned: this rank's shard of bucket b, and where it starts in the bucket.
-  // kReduceScatterOwned: a buffer of its own, the same tensor for the bucketer's lifetime.
+  // kReduceScatterOwned: a buffer of its own, allocated by the reduction, undefined after release_shards().
   Tensor shard(int b) const;
   std::int64_t shard_begin(int b) const;
   bool sharded() const { return options_.reduction != BucketReduction::kAllReduce; }
@@ -116,6 +118,8 @@ class GradientBucketer {
   // Zeroes every bucket buffer (kReduceScatterOwned: allocates the released ones, zeroed; the owner takes new
   // grad(i) views afterwards).
   void zero_grads();
+  // kReduceScatterOwned: drops every shard (after the optimizer step; the owner drops its views too).
+  void release_shards();
   void mark_ready(int index);
   void poll();
   // Returns how many buckets mark_ready() had launched before finish() was called (the overlapped ones).
@@ -127,6 +131,9 @@ class GradientBucketer {
   void launch_ready_buckets();
   void launch(int b);
   void release(int b);  // kReduceScatterOwned: drops bucket b's full buffer and tells the owner
+  void complete(int b);  // kReduceScatterOwned, unstaged: copies the reduced block into its shard, releases the bucket
+  Tensor block(const Tensor& whole, int b) const;  // this rank's block of a bucket-sized tensor
+  Tensor& owned_shard(int b);  // owned_[b], allocated if released
 
   std::vector<GradientSpec> specs_;
   std::vector<Slot> slots_;

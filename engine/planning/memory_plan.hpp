@@ -6,7 +6,8 @@
 // optimizer state by dp):
 //   parameters       Σ param bytes of the rank's stages (a tied table counted once per rank)
 //   gradients        = parameters (train.deterministic: x (1 + floor(log2 micro-batches)), the partial sums);
-//                    ZeRO-2 adds its owned shards (÷ dp), which live beside the full buckets within a step
+//                    ZeRO-2: at least the full buckets plus one bucket's shard (÷ dp), the moment the first
+//                    reduced bucket moves to its shard before its buffer is released
 //   optimizer_state  adamw 2x, sgd with momentum 1x, plain sgd 0x of parameters (÷ dp with ZeRO-1 and 2)
 //   activations      the peak, over the rank's actions in schedule order, of the stashes held: F adds a
 //                    stage's forward stash (cost model: exactly what forward() keeps under train.recompute),
@@ -37,9 +38,9 @@ namespace cleave::planning {
 
 struct MemoryPlan {
   std::array<std::int64_t, kNumMemoryCategories> bytes{};  // peak per category within a step
-  // Gradient bytes held between the reduction and the next step (what the optimizer step and the time between
-  // steps see): all of them under ZeRO 0 and 1, this rank's shard (÷ dp) under ZeRO-2.
-  std::int64_t gradients_after_reduction = 0;
+  // Gradient bytes held between steps: all of them under ZeRO 0 and 1 (the buckets are reused), none under
+  // ZeRO-2 (which holds only its shards, ÷ dp, from the reduction to the end of the optimizer step).
+  std::int64_t gradients_between_steps = 0;
   std::int64_t total() const;
   std::string breakdown() const;  // "parameters 1.2 MiB, gradients ..., total ..."
 };

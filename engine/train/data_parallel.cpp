@@ -285,6 +285,7 @@ DataParallelStepReport DataParallel::end_step() {
   }
   report.launched_before_finish = bucketer_->finish();
   if (table_bucketer_) table_bucketer_->finish();
+  if (options_.zero_stage == 2) adopt_shard_grads();
   report.wire_bytes = bucketer_->wire_bytes_per_step() + (table_bucketer_ ? table_bucketer_->wire_bytes_per_step() : 0);
   return report;
 }
@@ -317,6 +318,23 @@ void DataParallel::sharded_step(double lr) {
   all_gather_values(*bucketer_, values_, works);
   if (table_bucketer_) all_gather_values(*table_bucketer_, table_values_, works);
   for (auto& w : works) w->wait();
+  if (options_.zero_stage == 2) {  // the update has used the gradient shards: none is held until the next reduction
+    bucketer_->release_shards();
+    if (table_bucketer_) table_bucketer_->release_shards();
+    adopt_shard_grads();
+  }
+}
+
+void DataParallel::adopt_shard_grads() {
+  std::vector<Tensor> grads;
+  for (int b = 0; b < bucketer_->num_buckets(); ++b) grads.push_back(bucketer_->shard(b));
+  if (table_bucketer_) {
+    for (int b = 0; b < table_bucketer_->num_buckets(); ++b) grads.push_back(table_bucketer_->shard(b));
+  }
+  CLEAVE_ASSERT(grads.size() == shards_.size(), "data parallel: {} shard grads for {} shards", grads.size(),
+                shards_.size());
+  for (std::size_t s = 0; s < shards_.size(); ++s) shards_[s].grad = grads[s];
+  sharded_optimizer_->set_shard_grads(grads);
 }
 
 std::vector<std::string> DataParallel::ready_order() const {

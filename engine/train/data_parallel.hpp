@@ -23,14 +23,14 @@
 // construction), so this rank updates its shard in place (optim::ShardedOptimizer, state for the shard
 // only) and an in-place all_gather per bucket gives every rank all updated values.
 //
-// ZeRO-2: as ZeRO-1, but each bucket is reduce-scattered into a shard buffer of its own and the full bucket
-// buffer is released as soon as its collective completes (comm::BucketReduction::kReduceScatterOwned): the
-// Param::grad views of a released bucket are reset to undefined tensors, and begin_step() allocates the
-// buckets again and re-adopts the views. Between the reduction and the next step this rank holds only its
-// shard of the gradients (1/dp). Within the step the full local gradient still exists from begin_step()
-// until its bucket is reduced: deterministic mode sums the micro-batches of a replica locally, in the
-// canonical order, before the replicas are summed (a reduce-scatter per micro-batch would add the same terms
-// in another order and lose bit-identity with plain data parallel).
+// ZeRO-2: as ZeRO-1, but when a bucket's reduce-scatter completes its shard moves to a buffer of its own and
+// the full bucket buffer is released (comm::BucketReduction::kReduceScatterOwned): the Param::grad views of
+// a released bucket are reset to undefined tensors, and begin_step() allocates the buckets again and
+// re-adopts the views. From end_step() to the end of sharded_step() this rank holds only its shard of the
+// gradients (1/dp), and between steps none. Within the step the full local gradient still exists from
+// begin_step() until its bucket is reduced: deterministic mode sums the micro-batches of a replica locally,
+// in the canonical order, before the replicas are summed (a reduce-scatter per micro-batch would add the
+// same terms in another order and lose bit-identity with plain data parallel).
 //
 // Gradient norm: every rank sums the squares of its shard of each bucket (the same dp shards in both
 // modes, so plain data parallel and ZeRO-1 compute the same norm bit for bit), the caller reduces the sum
@@ -125,6 +125,9 @@ class DataParallel {
   };
 
   void on_grad_final(const layers::Param& param);
+  // ZeRO-2: points shards_ and the sharded optimizer at the bucketers' current shard buffers (undefined once
+  // released).
+  void adopt_shard_grads();
   std::vector<optim::FlatShard> make_shards(const comm::GradientBucketer& bucketer,
                                             const std::vector<std::shared_ptr<layers::Param>>& order,
                                             const std::vector<Tensor>& values) const;

@@ -67,6 +67,7 @@ void OrderedGradAccumulator::param_done(layers::Param& param) {
                   param.name);
     e.stack.clear();
     param.grad = e.home;
+    e.home = Tensor();  // not a second owner between steps: ZeRO-2 releases the bucket the grad views
   }
 }
 

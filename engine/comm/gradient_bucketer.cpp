@@ -30,6 +30,7 @@ void convert(const Tensor& src, const Tensor& dst) {
 GradientBucketer::GradientBucketer(std::vector<GradientSpec> grads, Communicator& dp, const BucketerOptions& options,
                                    Allocator& allocator, const Stream& stream)
     : specs_(std::move(grads)), dp_(dp), options_(options), stream_(stream) {
+  allocator_ = &allocator;
   CLEAVE_CHECK(options.bucket_mib > 0 && std::isfinite(options.bucket_mib),
                "gradient bucketer: bucket size {} MiB must be positive (parallel.dp_bucket_mb)", options.bucket_mib);
   CLEAVE_CHECK(allocator.device().is_cpu(),
@@ -61,9 +62,10 @@ GradientBucketer::GradientBucketer(std::vector<GradientSpec> grads, Communicator
   for (Bucket& b : buckets_) {
     const auto elem = static_cast<std::int64_t>(dtype_size(b.dtype));
     std::int64_t numel = round_up(b.numel, static_cast<std::int64_t>(kAlignBytes) / elem);
-    if (options.reduction == BucketReduction::kReduceScatter) numel = round_up(numel, dp_size);
+    if (sharded()) numel = round_up(numel, dp_size);
     b.numel = numel;
     buffers_.push_back(Tensor::zeros({numel}, b.dtype, MemoryCategory::kGradients, allocator));
+    if (owns_shards()) owned_.push_back(Tensor::zeros({numel / dp_size}, b.dtype, MemoryCategory::kGradients, allocator));
     unready_in_bucket_.push_back(b.end_grad - b.first_grad);
   }
   const auto differs = [&](const Bucket& b) { return options.wire_dtype && b.dtype != *options.wire_dtype; };
@@ -73,8 +75,11 @@ GradientBucketer::GradientBucketer(std::vector<GradientSpec> grads, Communicator
     for (const Bucket& b : buckets_) {
       CLEAVE_CHECK(b.dtype == DType::kF32, "gradient bucketer: a {} wire needs f32 gradients, got {}",
                    dtype_name(wire), dtype_name(b.dtype));
-      staging_.push_back(Tensor::zeros({b.numel}, wire, MemoryCategory::kCommunication, allocator));
+      // ZeRO-2 allocates each staging buffer when its bucket launches and releases it in finish().
+      staging_.push_back(owns_shards() ? Tensor()
+                                       : Tensor::zeros({b.numel}, wire, MemoryCategory::kCommunication, allocator));
     }
+    staged_ = true;
   }
   ready_.assign(specs_.size(), 0);
   works_.resize(buckets_.size());
@@ -102,7 +107,9 @@ const GradientBucketer::Bucket& GradientBucketer::bucket(int b) const {
 
 Tensor GradientBucketer::grad(int index) const {
   const Slot& s = slot(index);
-  return buffers_[static_cast<std::size_t>(s.bucket)].slice(s.offset, s.offset + s.numel).view(spec(index).shape);
+  const Tensor& buffer = buffers_[static_cast<std::size_t>(s.bucket)];
+  if (!buffer.defined()) return Tensor();
+  return buffer.slice(s.offset, s.offset + s.numel).view(spec(index).shape);
 }
 
 Tensor GradientBucketer::bucket_buffer(int b) const {
@@ -111,20 +118,51 @@ Tensor GradientBucketer::bucket_buffer(int b) const {
 }
 
 std::int64_t GradientBucketer::shard_begin(int b) const {
-  CLEAVE_CHECK(options_.reduction == BucketReduction::kReduceScatter,
-               "gradient bucketer: shards exist only with BucketReduction::kReduceScatter (ZeRO-1)");
+  CLEAVE_CHECK(sharded(), "gradient bucketer: shards exist only with a reduce-scatter reduction (ZeRO-1 or 2)");
   return bucket(b).numel / dp_.size() * dp_.rank();
 }
 
 Tensor GradientBucketer::shard(int b) const {
-  const std::int64_t begin = shard_begin(b);
-  return buffers_[static_cast<std::size_t>(b)].slice(begin, begin + bucket(b).numel / dp_.size());
+  if (owns_shards()) {
+    shard_begin(b);
+    return owned_[static_cast<std::size_t>(b)];
+  }
+  return block(buffers_[static_cast<std::size_t>(b)], b);
 }
 
 void GradientBucketer::zero_grads() {
   CLEAVE_CHECK(next_launch_ == 0, "gradient bucketer: zero_grads() while {} bucket(s) are in flight; call finish() "
                "first", next_launch_);
-  for (const Tensor& t : buffers_) t.zero_();
+  for (std::size_t b = 0; b < buffers_.size(); ++b) {
+    if (buffers_[b].defined()) buffers_[b].zero_();
+    else buffers_[b] = Tensor::zeros({buckets_[b].numel}, buckets_[b].dtype, MemoryCategory::kGradients, *allocator_);
+  }
+}
+
+Tensor GradientBucketer::block(const Tensor& whole, int b) const {
+  const std::int64_t begin = shard_begin(b);
+  return whole.slice(begin, begin + bucket(b).numel / dp_.size());
+}
+
+Tensor& GradientBucketer::owned_shard(int b) {
+  Tensor& t = owned_[static_cast<std::size_t>(b)];
+  if (!t.defined()) t = Tensor::empty({bucket(b).numel / dp_.size()}, bucket(b).dtype, MemoryCategory::kGradients, *allocator_);
+  return t;
+}
+
+void GradientBucketer::complete(int b) {
+  owned_shard(b).copy_from(block(buffers_[static_cast<std::size_t>(b)], b));
+  release(b);
+}
+
+void GradientBucketer::release_shards() {
+  CLEAVE_CHECK(next_launch_ == 0, "gradient bucketer: release_shards() while {} bucket(s) are in flight", next_launch_);
+  for (Tensor& t : owned_) t = Tensor();
+}
+
+void GradientBucketer::release(int b) {
+  buffers_[static_cast<std::size_t>(b)] = Tensor();
+  if (options_.on_release) options_.on_release(b);
 }
 
 void GradientBucketer::mark_ready(int index) {
@@ -145,7 +183,13 @@ void GradientBucketer::mark_ready(int index) {
 
 void GradientBucketer::poll() {
   for (int b = 0; b < next_launch_; ++b) {
-    if (works_[static_cast<std::size_t>(b)]) works_[static_cast<std::size_t>(b)]->test();
+    WorkPtr& work = works_[static_cast<std::size_t>(b)];
+    if (!work || !work->test() || !owns_shards()) continue;
+    // ZeRO-2: the bucket is reduced; its shard moves to a buffer of its own and the full buffer is released
+    // (a staged bucket's was released at launch: the Work held the last reference to the wire copy, whose
+    // shard finish() widens).
+    work.reset();
+    if (!staged_) complete(b);
   }
 }
 
@@ -157,13 +201,16 @@ void GradientBucketer::launch_ready_buckets() {
 
 void GradientBucketer::launch(int b) {
   Tensor buffer = buffers_[static_cast<std::size_t>(b)];
-  Tensor out = options_.reduction == BucketReduction::kAllReduce ? buffer : shard(b);
-  if (!staging_.empty()) {  // round the bucket into the wire dtype and reduce that
-    const Tensor& wire = staging_[static_cast<std::size_t>(b)];
+  // Sharded: in place into this rank's block (ZeRO-2 copies it out when the collective completes).
+  Tensor out = options_.reduction == BucketReduction::kAllReduce ? buffer : block(buffer, b);
+  if (staged_) {  // round the bucket into the wire dtype and reduce that
+    Tensor& wire = staging_[static_cast<std::size_t>(b)];
+    if (!wire.defined()) wire = Tensor::empty({buffer.numel()}, *options_.wire_dtype, MemoryCategory::kCommunication, *allocator_);
     convert(buffer, wire);
     buffer = wire;
     const std::int64_t begin = options_.reduction == BucketReduction::kAllReduce ? 0 : shard_begin(b);
     out = wire.slice(begin, begin + out.numel());
+    if (owns_shards()) release(b);  // ZeRO-2: the wire copy is all the collective needs
   }
   works_[static_cast<std::size_t>(b)] = options_.reduction == BucketReduction::kAllReduce
                                             ? dp_.all_reduce(buffer, ReduceOp::kSum, stream_)
@@ -182,13 +229,18 @@ std::int64_t GradientBucketer::wire_bytes_per_step() const {
 int GradientBucketer::finish() {
   while (next_launch_ < num_buckets()) launch(next_launch_++);
   for (int b = 0; b < num_buckets(); ++b) {
-    works_[static_cast<std::size_t>(b)]->wait();
-    works_[static_cast<std::size_t>(b)].reset();
+    WorkPtr& work = works_[static_cast<std::size_t>(b)];
+    if (work) work->wait();  // ZeRO-2: poll() may have completed and dropped it already
+    work.reset();
+    if (owns_shards() && !staged_ && buffers_[static_cast<std::size_t>(b)].defined()) complete(b);
     const Tensor target = options_.reduction == BucketReduction::kAllReduce ? buffers_[static_cast<std::size_t>(b)]
+                          : owns_shards()                                   ? owned_shard(b)
                                                                             : shard(b);
-    if (!staging_.empty()) {  // widen the reduced wire values back into the gradients
+    if (staged_) {  // widen the reduced wire values back into the gradients
+      Tensor& wire = staging_[static_cast<std::size_t>(b)];
       const std::int64_t begin = options_.reduction == BucketReduction::kAllReduce ? 0 : shard_begin(b);
-      convert(staging_[static_cast<std::size_t>(b)].slice(begin, begin + target.numel()), target);
+      convert(wire.slice(begin, begin + target.numel()), target);
+      if (owns_shards()) wire = Tensor();
     }
     if (options_.scale != 1.0f) {
       scale_in_place(target.raw_data(), target.dtype(), options_.scale, target.numel());

@@ -23,6 +23,17 @@
 // scaled gradient, and the rest of the buffer holds this rank's unreduced gradients. A sharded optimizer maps
 // shard elements to parameters with slot(i) and shard_begin(b), updates its shard and all-gathers parameters.
 //
+// ZeRO-2 (BucketReduction::kReduceScatterOwned): as ZeRO-1, but when a bucket's collective completes (poll()
+// or finish()) its reduced block is copied into a shard-sized buffer of its own (shard(b)) and the full
+// bucket buffer is released; with a wire dtype the f32 buffer is released right after it was rounded into
+// the staging buffer at launch, and finish() widens the reduced block into the shard. The owner must drop
+// its views of a released buffer: options.on_release(b) is called, and grad(i) of a released bucket is
+// undefined until the next zero_grads() allocates the buffers again (zeroed). So from finish() on this rank
+// holds only its shards of the gradients, and after release_shards() (once the optimizer has used them)
+// none: shard(b) is then undefined until the bucket's next reduction. The copy keeps the peak at the full
+// buffers plus one bucket's shard (a shard allocated at launch as the collective's output would add every
+// launched shard while the buffers wait for their collectives).
+//
 // Zeroing, scaling and the wire-dtype conversions are host loops: the bucketer works on CPU buffers (the
 // allocator must be a CPU one).
 #pragma once
@@ -43,7 +54,11 @@ struct GradientSpec {
   DType dtype = DType::kF32;
 };
 
-enum class BucketReduction { kAllReduce, kReduceScatter };
+enum class BucketReduction {
+  kAllReduce,          // plain data parallel: every rank ends with the whole reduced bucket
+  kReduceScatter,      // ZeRO-1: in place, this rank's block of the bucket holds the reduced shard
+  kReduceScatterOwned  // ZeRO-2: into a shard buffer of its own; the full bucket buffer is released
+};
 
 struct BucketerOptions {
   double bucket_mib = 25.0;  // parallel.dp_bucket_mb
@@ -56,6 +71,9 @@ struct BucketerOptions {
   // Called right after bucket b's collective is posted (may be empty). Instrumentation only: the failure
   // drills (engine/train/fault_injection.hpp) stop or kill a rank here, inside a bucket reduction.
   std::function<void(int bucket)> after_launch;
+  // kReduceScatterOwned: called when bucket b's full buffer is released; the owner drops every view of it
+  // (Param::grad) so that its memory returns to the allocator. Must not call back into the bucketer.
+  std::function<void(int bucket)> on_release;
 };
 
 class GradientBucketer {
@@ -85,15 +103,23 @@ class GradientBucketer {
   const Slot& slot(int index) const;
   const Bucket& bucket(int b) const;
 
-  // Gradient `index` (in ready order) as a view of its bucket, with the spec's shape.
+  // Gradient `index` (in ready order) as a view of its bucket, with the spec's shape (undefined while a
+  // kReduceScatterOwned bucket is released).
   Tensor grad(int index) const;
-  // The flat buffer of bucket b.
+  // The flat buffer of bucket b (undefined while released).
   Tensor bucket_buffer(int b) const;
-  // kReduceScatter: this rank's shard of bucket b, and where it starts in the bucket.
+  // kReduceScatter / kReduceScatterOwned: this rank's shard of bucket b, and where it starts in the bucket.
+  // kReduceScatterOwned: a buffer of its own, allocated by the reduction, undefined after release_shards().
   Tensor shard(int b) const;
   std::int64_t shard_begin(int b) const;
+  bool sharded() const { return options_.reduction != BucketReduction::kAllReduce; }
+  bool owns_shards() const { return options_.reduction == BucketReduction::kReduceScatterOwned; }
 
+  // Zeroes every bucket buffer (kReduceScatterOwned: allocates the released ones, zeroed; the owner takes new
+  // grad(i) views afterwards).
   void zero_grads();
+  // kReduceScatterOwned: drops every shard (after the optimizer step; the owner drops its views too).
+  void release_shards();
   void mark_ready(int index);
   void poll();
   // Returns how many buckets mark_ready() had launched before finish() was called (the overlapped ones).
@@ -104,12 +130,19 @@ class GradientBucketer {
  private:
   void launch_ready_buckets();
   void launch(int b);
+  void release(int b);  // kReduceScatterOwned: drops bucket b's full buffer and tells the owner
+  void complete(int b);  // kReduceScatterOwned, unstaged: copies the reduced block into its shard, releases the bucket
+  Tensor block(const Tensor& whole, int b) const;  // this rank's block of a bucket-sized tensor
+  Tensor& owned_shard(int b);  // owned_[b], allocated if released
 
   std::vector<GradientSpec> specs_;
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
   std::vector<Tensor> buffers_;
   std::vector<Tensor> staging_;  // wire_dtype != gradient dtype: one buffer per bucket in the wire dtype
+  bool staged_ = false;          // whether buckets travel through staging_ (kReduceScatterOwned allocates it at launch)
+  std::vector<Tensor> owned_;    // kReduceScatterOwned: this rank's shard of every bucket
+  Allocator* allocator_ = nullptr;
   Communicator& dp_;
   BucketerOptions options_;
   Stream stream_;

@@ -64,7 +64,23 @@ void ShardedOptimizer::add_state(const std::string& name, Allocator& allocator) 
   }
 }
 
+void ShardedOptimizer::set_shard_grads(const std::vector<Tensor>& grads) {
+  CLEAVE_ASSERT(grads.size() == shards_.size(), "sharded optimizer: {} shard grads for {} shards", grads.size(),
+                shards_.size());
+  for (std::size_t s = 0; s < shards_.size(); ++s) {
+    CLEAVE_ASSERT(!grads[s].defined() || (grads[s].dtype() == DType::kF32 &&
+                                           grads[s].numel() == shards_[s].value.numel() &&
+                                           grads[s].device() == shards_[s].value.device()),
+                  "sharded optimizer: shard {} grad does not match its {}-element f32 value", s,
+                  shards_[s].value.numel());
+    shards_[s].grad = grads[s];
+  }
+}
+
 void ShardedOptimizer::step(double lr) {
+  for (std::size_t s = 0; s < shards_.size(); ++s) {
+    CLEAVE_ASSERT(shards_[s].grad.defined(), "sharded optimizer: step() with shard {}'s gradient released", s);
+  }
   ++steps_;
   for (std::size_t s = 0; s < shards_.size(); ++s) {
     for (const ShardSegment& segment : shards_[s].segments) update(s, segment, static_cast<float>(lr), steps_);

@@ -14,6 +14,7 @@
 //    state bytes are ~1/dp of the unsharded optimizer's.
 //  - Weight decay per segment: only segments whose Param has weight_decay == true are decayed.
 //  - step(lr) reads the shard grads and leaves them as they were.
+//  - ZeRO-2 swaps the grad tensors between steps (set_shard_grads); segments and state never change.
 #pragma once
 
 #include <cstdint>
@@ -60,6 +61,10 @@ class ShardedOptimizer {
   std::int64_t steps_done() const { return steps_; }
   // Restores the update count from a checkpoint (the next step() is update number n + 1).
   void set_steps_done(std::int64_t n) { steps_ = n; }
+  // ZeRO-2: the shards' gradients move between steps (the bucketer allocates them when a bucket is reduced
+  // and drops them after the update): grads[s] becomes shard s's grad, f32 with the shard's element count,
+  // or undefined to let the optimizer hold no reference between steps (step() then must not run).
+  void set_shard_grads(const std::vector<Tensor>& grads);
   // Runs the updates in the run's op context: its device, stream (B1 of docs/cuda.md: a GPU update must be
   // enqueued on the run's stream, after the kernels that wrote the gradients), handles and slot table. The
   // state keeps the allocator it was made on. CLEAVE_CHECK: the parameters live on run.device.

@@ -160,10 +160,20 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   if (config.train.deterministic) {
     for (int k = plan.schedule.num_microbatches; k > 1; k /= 2) ++partial_sums;
   }
-  at(MemoryCategory::kGradients) = (1 + partial_sums) * (param_bytes / tp);
+  // ZeRO-2 (engine/train/data_parallel.hpp): a reduced bucket's block is copied into a shard buffer of its own
+  // and the full bucket released; within the step the full local sum (and its partial sums, freed before the
+  // buckets launch) still exists, so the peak is the full buckets plus the first reduced bucket's shard (at
+  // most a bucket, parallel.dp_bucket_mb, ÷ dp); the shards are dropped after the update. Without dp there is
+  // nothing to shard (zero_stage has no effect).
+  const int zero_stage = dp > 1 ? config.optimizer.zero_stage : 0;
+  const std::int64_t grad_bytes = param_bytes / tp;
+  const auto bucket_bytes = static_cast<std::int64_t>(config.parallel.dp_bucket_mb * 1024.0 * 1024.0);
+  const std::int64_t first_shard = zero_stage >= 2 ? std::min(grad_bytes, bucket_bytes) / dp : 0;
+  at(MemoryCategory::kGradients) = std::max((1 + partial_sums) * grad_bytes, grad_bytes + first_shard);
+  m.gradients_between_steps = zero_stage >= 2 ? 0 : grad_bytes;
   const double state = training_bytes_per_param_byte(config.optimizer) - 1.0;
-  at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
-      state * static_cast<double>(param_bytes / tp) / (config.optimizer.zero_stage == 1 ? dp : 1));
+  at(MemoryCategory::kOptimizerState) =
+      static_cast<std::int64_t>(state * static_cast<double>(param_bytes / tp) / (zero_stage >= 1 ? dp : 1));
   // In flight besides the stashes: receives are posted one block ahead (two at a time), and a sent tensor lives
   // until its send completes (pipeline/executor.hpp): the one just posted; earlier ones have completed by the
   // time a backward peaks (the executor tests its sends after every action). Measured against the allocator's

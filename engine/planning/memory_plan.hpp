@@ -3,11 +3,13 @@
 //
 // Estimate per pp rank (parameters, gradients and optimizer state ÷ tp; activations are one tp rank's, the
 // cost model's tp layout: LayerNorm and column-parallel inputs whole, the rest sharded, under
-// parallel.sequence_parallel those too as sequence shards, boundary tensors included; ZeRO-1 divides
+// parallel.sequence_parallel those too as sequence shards, boundary tensors included; ZeRO-1 and 2 divide
 // optimizer state by dp):
 //   parameters       Σ param bytes of the rank's stages (a tied table counted once per rank)
-//   gradients        = parameters (train.deterministic: x (1 + floor(log2 micro-batches)), the partial sums)
-//   optimizer_state  adamw 2x, sgd with momentum 1x, plain sgd 0x of parameters (÷ dp with ZeRO-1)
+//   gradients        = parameters (train.deterministic: x (1 + floor(log2 micro-batches)), the partial sums);
+//                    ZeRO-2: at least the full buckets plus one bucket's shard (÷ dp), the moment the first
+//                    reduced bucket moves to its shard before its buffer is released
+//   optimizer_state  adamw 2x, sgd with momentum 1x, plain sgd 0x of parameters (÷ dp with ZeRO-1 and 2)
 //   activations      the peak, over the rank's actions in schedule order, of the stashes held: F adds a
 //                    stage's forward stash (cost model: exactly what forward() keeps under train.recompute),
 //                    I trades it for what W needs (weight_stash_bytes: inputs and output gradients of the
@@ -36,7 +38,10 @@
 namespace cleave::planning {
 
 struct MemoryPlan {
-  std::array<std::int64_t, kNumMemoryCategories> bytes{};
+  std::array<std::int64_t, kNumMemoryCategories> bytes{};  // peak per category within a step
+  // Gradient bytes held between steps: all of them under ZeRO 0 and 1 (the buckets are reused), none under
+  // ZeRO-2 (which holds only its shards, ÷ dp, from the reduction to the end of the optimizer step).
+  std::int64_t gradients_between_steps = 0;
   std::int64_t total() const;
   std::string breakdown() const;  // "parameters 1.2 MiB, gradients ..., total ..."
 };

@@ -51,7 +51,7 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
                            const optim::ParamList& params, comm::Communicator& dp, comm::Communicator* tied_group,
                            const DataParallelOptions& options)
     : options_(options), dp_(dp), tied_group_(tied_group) {
-  CLEAVE_CHECK(options.zero_stage == 0 || options.zero_stage == 1, "optimizer.zero_stage must be 0 or 1, got {}",
+  CLEAVE_CHECK(options.zero_stage >= 0 && options.zero_stage <= 2, "optimizer.zero_stage must be 0, 1 or 2, got {}",
                options.zero_stage);
 
   // How often each parameter is reported per step: once per local stage listing it, plus once more for a
@@ -100,10 +100,17 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
   comm::BucketerOptions bucket_options;
   bucket_options.bucket_mib = options.bucket_mib;
   bucket_options.scale = options.average ? 1.0f / static_cast<float>(dp.size()) : 1.0f;
-  bucket_options.reduction = zero1() ? comm::BucketReduction::kReduceScatter : comm::BucketReduction::kAllReduce;
+  bucket_options.reduction = options.zero_stage == 2   ? comm::BucketReduction::kReduceScatterOwned
+                             : options.zero_stage == 1 ? comm::BucketReduction::kReduceScatter
+                                                       : comm::BucketReduction::kAllReduce;
   bucket_options.wire_dtype = options.grad_wire_dtype;
   bucket_options.after_launch = options.after_bucket_launch;
   // Collectives run on the run's stream, after the kernels that produced their inputs (B4 of docs/cuda.md).
+  // ZeRO-2: a reduced bucket's full buffer goes back to the allocator; its parameters' grad views with it.
+  bucket_options.on_release = [this](int b) {
+    const auto& bucket = bucketer_->bucket(b);
+    for (int i = bucket.first_grad; i < bucket.end_grad; ++i) order_[static_cast<std::size_t>(i)]->grad = Tensor();
+  };
   bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(order_), dp, bucket_options,
                                                       *options.context.allocator, *options.context.stream);
   for (int i = 0; i < bucketer_->num_grads(); ++i) {
@@ -114,6 +121,7 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
   std::vector<ParamPtr> table_order;
   if (split_table_) {
     table_order.push_back(split_table_);
+    bucket_options.on_release = [this](int) { split_table_->grad = Tensor(); };
     table_bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(table_order), dp, bucket_options,
                                                              *options.context.allocator, *options.context.stream);
     split_table_->grad = table_bucketer_->grad(0);
@@ -124,7 +132,7 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
     unready_in_bucket_.push_back(bucket.end_grad - bucket.first_grad);
   }
 
-  if (zero1()) {
+  if (sharded()) {
     values_ = flatten_values(*bucketer_, order_);
     if (table_bucketer_) table_values_ = flatten_values(*table_bucketer_, table_order);
   }
@@ -134,7 +142,7 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
   }
   Allocator& allocator = *options.context.allocator;
   const std::int64_t state_before = allocator.stats().current_of(MemoryCategory::kOptimizerState);
-  if (zero1()) {
+  if (sharded()) {
     sharded_optimizer_ = optim::make_sharded_optimizer(options.optimizer, shards_, allocator);
     sharded_optimizer_->run_on(options.context);  // the run's stream (B1)
   }
@@ -145,11 +153,11 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
   for (const auto& p : sequence) elements += p->value.numel();
   const int kinds = options.optimizer.state_tensors_per_param();
   if (dp.rank() == 0) {
-    if (zero1()) {
-      log::info("data parallel: dp {}, {} bucket(s) of <= {} MiB, {} parameter elements on this rank | ZeRO-1 "
+    if (sharded()) {
+      log::info("data parallel: dp {}, {} bucket(s) of <= {} MiB, {} parameter elements on this rank | ZeRO-{} "
                 "optimizer state {} B (allocator kOptimizerState), unsharded {} B",
-                dp.size(), num_buckets() + (table_bucketer_ ? 1 : 0), options.bucket_mib, elements, state_bytes,
-                elements * kinds * 4);
+                dp.size(), num_buckets() + (table_bucketer_ ? 1 : 0), options.bucket_mib, elements,
+                options.zero_stage, state_bytes, elements * kinds * 4);
     } else {
       log::info("data parallel: dp {}, {} bucket(s) of <= {} MiB, {} parameter elements on this rank | optimizer "
                 "state unsharded {} B",
@@ -177,8 +185,8 @@ std::vector<Tensor> DataParallel::flatten_values(const comm::GradientBucketer& b
   }
   for (int i = 0; i < bucketer.num_grads(); ++i) {
     layers::Param& p = *order[static_cast<std::size_t>(i)];
-    CLEAVE_CHECK(p.value.dtype() == DType::kF32, "optimizer.zero_stage 1: parameter {} is {}; ZeRO-1 keeps f32 values",
-                 p.name, dtype_name(p.value.dtype()));
+    CLEAVE_CHECK(p.value.dtype() == DType::kF32, "optimizer.zero_stage {}: parameter {} is {}; ZeRO keeps f32 values",
+                 options_.zero_stage, p.name, dtype_name(p.value.dtype()));
     const auto& slot = bucketer.slot(i);
     Tensor view = values[static_cast<std::size_t>(slot.bucket)].slice(slot.offset, slot.offset + slot.numel)
                       .view(p.value.shape());
@@ -200,10 +208,11 @@ std::vector<optim::FlatShard> DataParallel::make_shards(const comm::GradientBuck
     const std::int64_t length = round_up(bucket.numel, dp_size) / dp_size;
     const std::int64_t begin = std::min(bucket.numel, length * dp_.rank());
     const std::int64_t end = std::min(bucket.numel, begin + length);
-    if (zero1()) CLEAVE_ASSERT(begin == bucketer.shard_begin(b) && end - begin == bucketer.shard(b).numel(),
+    if (sharded()) CLEAVE_ASSERT(begin == bucketer.shard_begin(b) && end - begin == bucketer.shard(b).numel(),
                                "data parallel: shard {} of bucket {} differs from the bucketer's", dp_.rank(), b);
     optim::FlatShard shard;
-    shard.grad = bucketer.bucket_buffer(b).slice(begin, end);
+    // ZeRO-2's shard is a buffer of its own (the bucket buffer is released after each reduction).
+    shard.grad = bucketer.sharded() ? bucketer.shard(b) : bucketer.bucket_buffer(b).slice(begin, end);
     if (!values.empty()) shard.value = values[static_cast<std::size_t>(b)].slice(begin, end);
     for (int i = bucket.first_grad; i < bucket.end_grad; ++i) {
       const auto& slot = bucketer.slot(i);
@@ -221,6 +230,10 @@ void DataParallel::begin_step() {
   CLEAVE_ASSERT(!tied_work_, "data parallel: begin_step() with the tied sum of the previous step in flight");
   bucketer_->zero_grads();
   if (table_bucketer_) table_bucketer_->zero_grads();
+  if (options_.zero_stage == 2) {  // the buffers released by the last step's reduction are new: view them again
+    for (int i = 0; i < bucketer_->num_grads(); ++i) order_[static_cast<std::size_t>(i)]->grad = bucketer_->grad(i);
+    if (table_bucketer_) split_table_->grad = table_bucketer_->grad(0);
+  }
   for (auto& [param, entry] : entries_) entry.reports = 0;
   for (int b = 0; b < bucketer_->num_buckets(); ++b) {
     const auto& bucket = bucketer_->bucket(b);
@@ -272,6 +285,7 @@ DataParallelStepReport DataParallel::end_step() {
   }
   report.launched_before_finish = bucketer_->finish();
   if (table_bucketer_) table_bucketer_->finish();
+  if (options_.zero_stage == 2) adopt_shard_grads();
   report.wire_bytes = bucketer_->wire_bytes_per_step() + (table_bucketer_ ? table_bucketer_->wire_bytes_per_step() : 0);
   return report;
 }
@@ -281,7 +295,7 @@ double DataParallel::local_grad_sum_of_squares(const optim::ParamFilter& counted
 }
 
 double DataParallel::clip(double max_norm, double norm) {
-  if (zero1()) return optim::clip_shard_grads(shards_, max_norm, norm, options_.context);
+  if (sharded()) return optim::clip_shard_grads(shards_, max_norm, norm, options_.context);
   optim::ParamList all(order_.begin(), order_.end());
   if (split_table_) all.push_back(split_table_);
   return optim::clip_grads(all, max_norm, norm, options_.context);
@@ -298,12 +312,29 @@ void DataParallel::all_gather_values(const comm::GradientBucketer& bucketer, con
 }
 
 void DataParallel::sharded_step(double lr) {
-  CLEAVE_ASSERT(zero1(), "data parallel: sharded_step() without optimizer.zero_stage 1");
+  CLEAVE_ASSERT(sharded(), "data parallel: sharded_step() without optimizer.zero_stage 1 or 2");
   sharded_optimizer_->step(lr);
   std::vector<comm::WorkPtr> works;
   all_gather_values(*bucketer_, values_, works);
   if (table_bucketer_) all_gather_values(*table_bucketer_, table_values_, works);
   for (auto& w : works) w->wait();
+  if (options_.zero_stage == 2) {  // the update has used the gradient shards: none is held until the next reduction
+    bucketer_->release_shards();
+    if (table_bucketer_) table_bucketer_->release_shards();
+    adopt_shard_grads();
+  }
+}
+
+void DataParallel::adopt_shard_grads() {
+  std::vector<Tensor> grads;
+  for (int b = 0; b < bucketer_->num_buckets(); ++b) grads.push_back(bucketer_->shard(b));
+  if (table_bucketer_) {
+    for (int b = 0; b < table_bucketer_->num_buckets(); ++b) grads.push_back(table_bucketer_->shard(b));
+  }
+  CLEAVE_ASSERT(grads.size() == shards_.size(), "data parallel: {} shard grads for {} shards", grads.size(),
+                shards_.size());
+  for (std::size_t s = 0; s < shards_.size(); ++s) shards_[s].grad = grads[s];
+  sharded_optimizer_->set_shard_grads(grads);
 }
 
 std::vector<std::string> DataParallel::ready_order() const {

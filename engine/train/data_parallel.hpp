@@ -23,6 +23,15 @@
 // construction), so this rank updates its shard in place (optim::ShardedOptimizer, state for the shard
 // only) and an in-place all_gather per bucket gives every rank all updated values.
 //
+// ZeRO-2: as ZeRO-1, but when a bucket's reduce-scatter completes its shard moves to a buffer of its own and
+// the full bucket buffer is released (comm::BucketReduction::kReduceScatterOwned): the Param::grad views of
+// a released bucket are reset to undefined tensors, and begin_step() allocates the buckets again and
+// re-adopts the views. From end_step() to the end of sharded_step() this rank holds only its shard of the
+// gradients (1/dp), and between steps none. Within the step the full local gradient still exists from
+// begin_step() until its bucket is reduced: deterministic mode sums the micro-batches of a replica locally,
+// in the canonical order, before the replicas are summed (a reduce-scatter per micro-batch would add the
+// same terms in another order and lose bit-identity with plain data parallel).
+//
 // Gradient norm: every rank sums the squares of its shard of each bucket (the same dp shards in both
 // modes, so plain data parallel and ZeRO-1 compute the same norm bit for bit), the caller reduces the sum
 // over the whole world (dp × tp × pp) and filters parameters another rank counts.
@@ -52,7 +61,7 @@ namespace cleave::train {
 
 struct DataParallelOptions {
   double bucket_mib = 25.0;            // parallel.dp_bucket_mb
-  int zero_stage = 0;                  // optimizer.zero_stage: 0 plain, 1 sharded optimizer
+  int zero_stage = 0;                  // optimizer.zero_stage: 0 plain, 1 sharded optimizer, 2 also sharded grads
   config::OptimizerConfig optimizer;   // hyper-parameters of the ZeRO-1 optimizer
   // Multiply the summed gradients by 1/dp. The trainer turns it off: its loss scale already divides by dp,
   // so every micro-batch gradient carries the same factor 1/(global micro-batches) on one rank and on many.
@@ -96,8 +105,10 @@ class DataParallel {
   // Collective over dp.
   void sharded_step(double lr);
 
-  bool zero1() const { return options_.zero_stage == 1; }
-  // ZeRO-1 only (null otherwise).
+  // ZeRO-1 or ZeRO-2: a sharded optimizer updates this rank's shard of every bucket.
+  bool sharded() const { return options_.zero_stage >= 1; }
+  int zero_stage() const { return options_.zero_stage; }
+  // ZeRO-1 and 2 only (null otherwise).
   const optim::ShardedOptimizer* sharded_optimizer() const { return sharded_optimizer_.get(); }
   optim::ShardedOptimizer* sharded_optimizer() { return sharded_optimizer_.get(); }
   // Parameter names in ready (bucket) order, the split tied table last.
@@ -114,6 +125,9 @@ class DataParallel {
   };
 
   void on_grad_final(const layers::Param& param);
+  // ZeRO-2: points shards_ and the sharded optimizer at the bucketers' current shard buffers (undefined once
+  // released).
+  void adopt_shard_grads();
   std::vector<optim::FlatShard> make_shards(const comm::GradientBucketer& bucketer,
                                             const std::vector<std::shared_ptr<layers::Param>>& order,
                                             const std::vector<Tensor>& values) const;

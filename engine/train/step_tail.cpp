@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
 #include "engine/optim/grad_clip.hpp"
 #include "engine/optim/optimizer_factory.hpp"
 #include "engine/train/collectives.hpp"
@@ -16,6 +17,10 @@ StepTail::StepTail(RankSetup& setup, RankModel& model, std::function<void(int bu
   const config::RunConfig& cfg = setup.config;
   // Data parallel: grads (and, under ZeRO-1, values) become views into flat bucket buffers before any
   // optimizer sees them; the tied table's copies are summed inside the reduction, before dp.
+  if (cfg.optimizer.zero_stage > 0 && setup.grid.dp_size() == 1 && setup.world.rank() == 0) {
+    log::warn("optimizer.zero_stage {} has no effect with parallel.data_parallel_size 1 (there is no replica to "
+              "shard over); training unsharded", cfg.optimizer.zero_stage);
+  }
   if (setup.grid.dp_size() > 1) {
     DataParallelOptions options;
     options.bucket_mib = cfg.parallel.dp_bucket_mb;
@@ -34,7 +39,7 @@ StepTail::StepTail(RankSetup& setup, RankModel& model, std::function<void(int bu
   if (cfg.train.deterministic) {
     model.enable_ordered_accumulation(static_cast<int>(setup.batch.gradient_accumulation_steps), setup.context);
   }
-  if (!data_parallel_ || !data_parallel_->zero1()) {
+  if (!data_parallel_ || !data_parallel_->sharded()) {
     optimizer_ = optim::make_optimizer(cfg.optimizer, model.params(), *setup.allocator);
     optimizer_->run_on(setup.context);  // the run's stream (B1)
   }

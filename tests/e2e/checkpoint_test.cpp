@@ -132,11 +132,13 @@ TEST(Checkpoint, ResumeIsBitIdenticalUnderParallelLayouts) {
   if (world->size() == 2) {
     layouts = {{"pp2", {pp(2)}},
                {"dp2_zero1", {"optimizer.zero_stage=1", "batch.micro_batch_size=2"}},
+               {"dp2_zero2", {"optimizer.zero_stage=2", "batch.micro_batch_size=2"}},
                {"pp2_bf16", {pp(2), "device.precision=bf16"}}};
   } else if (world->size() == 4) {
     layouts = {{"dp2_pp2", {pp(2)}},
                {"tp2_pp2", {tp(2), pp(2), "parallel.schedule=interleaved_1f1b"}},
                {"dp2_pp2_zero1", {pp(2), "optimizer.zero_stage=1"}},
+               {"dp2_pp2_zero2", {pp(2), "optimizer.zero_stage=2", "optimizer.grad_clip=0.05"}},
                {"dp4_zero1_sgd", {"optimizer.zero_stage=1", "batch.micro_batch_size=2", "optimizer.type=sgd",
                                   "optimizer.momentum=0.9", "optimizer.lr=0.05"}}};
   } else if (world->size() == 8) {
@@ -175,6 +177,9 @@ struct Target {
   std::vector<std::string> overrides;
 };
 
+void expect_reshard_matches_one_rank(comm::Communicator& world, comm::Communicator& self, const std::string& from,
+                                     const std::string& dir, const std::vector<Target>& targets);
+
 // The checkpoint `dir` (step kSaveAt) loaded under each target layout continues with the losses one rank
 // computes from the same checkpoint, within 1e-5 relative (printed so the bit-equal cases show).
 void expect_reshard_matches_one_rank(comm::Communicator& world, comm::Communicator& self, const std::string& from,
@@ -210,7 +215,8 @@ TEST(Checkpoint, ReshardedLoadContinuesLikeOneRank) {
   const bool eight = world->size() == 8;
   std::vector<std::string> source = {tp(2), pp(2)};
   std::string from = "tp2xpp2";
-  std::vector<Target> targets = {{"pp4", {pp(4)}}, {"dp2xpp2_zero1", {pp(2), "optimizer.zero_stage=1"}}, {"tp4", {tp(4)}}};
+  std::vector<Target> targets = {{"pp4", {pp(4)}}, {"dp2xpp2_zero1", {pp(2), "optimizer.zero_stage=1"}}, {"tp4", {tp(4)}},
+                                 {"dp4_zero2", {"optimizer.zero_stage=2"}}};
   if (eight) {
     source.push_back("optimizer.zero_stage=1");
     from = "dp2xpp2xtp2_zero1";
@@ -236,6 +242,20 @@ TEST(Checkpoint, ReshardedLoadContinuesLikeOneRank) {
     fs::remove_all(root);
     fs::remove_all(single_root);
   }
+}
+
+// Checkpoints cross ZeRO stages: saved under ZeRO-2 at dp = world (2 ranks), loaded by one rank (ZeRO 0, the
+// reference) and at dp2 under ZeRO 0 and ZeRO-1; the optimizer state is written per parameter whatever the
+// stage, so a load reshards it like any other layout change.
+TEST(Checkpoint, ZeroStagesLoadEachOthersCheckpoints) {
+  auto world = make_world(/*deterministic=*/true);
+  if (world->size() != 2) GTEST_SKIP() << "runs at 2 ranks";
+  auto self = world->split(world->rank(), 0, "self");
+  const std::string root = shared_dir(*world, "zero_stages");
+  run_from(tiny_gpt({"optimizer.zero_stage=2"}), *world, 0, kSaveAt, "", root);
+  expect_reshard_matches_one_rank(*world, *self, "dp2_zero2", root + "/" + checkpoint::step_dir_name(kSaveAt),
+                                  {{"dp2_zero0", {}}, {"dp2_zero1", {"optimizer.zero_stage=1"}}});
+  if (world->rank() == 0) fs::remove_all(root);
 }
 
 std::string load_error(train::Trainer& trainer, const std::string& dir) {

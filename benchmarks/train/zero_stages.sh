@@ -1,0 +1,78 @@
+#!/usr/bin/env bash
+# ZeRO stages side by side at dp2 (mpirun -np 2): step time and memory per replica.
+#
+# 1. Step time: the d256 x 4-layer GPT of before_after.sh (T 64, vocab 256, global batch 16, micro-batch 4, so 2
+#    micro-batches per replica, AdamW, deterministic) under optimizer.zero_stage 0, 1 and 2, runs interleaved
+#    (0 1 2 0 1 2 ...) so drift on a shared machine hits all alike. Each run's figure is its median step_ms after
+#    5 warm-up steps; the table gives the median over rounds and the ratio to stage 0. The first losses of the
+#    three stages are compared (deterministic mode: they must be the same bits).
+# 2. Memory: the oversized demo's model (examples/oversized/gpt_oversized.json) at dp2 with tp 1, pp 1 and no
+#    cap, 2 steps per stage: rank 0's allocator peaks by category (run.json) against the memory plan's.
+#
+#   benchmarks/train/zero_stages.sh BUILD_DIR [ROUNDS=5] [STEPS=20]
+set -euo pipefail
+build=${1:?usage: $0 BUILD_DIR [ROUNDS] [STEPS]}
+rounds=${2:-5}
+steps=${3:-20}
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cleave=$build/bin/cleave
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+export OMP_WAIT_POLICY=passive OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+mpi=(mpirun -np 2 --oversubscribe --mca btl self,vader)
+model=(--set model.type=gpt --set model.vocab_size=256 --set model.d_model=256 --set model.n_layers=4
+       --set model.n_heads=4 --set model.seq_len=64 --set data.type=synthetic --set batch.global_batch_size=16
+       --set batch.micro_batch_size=4 --set optimizer.type=adamw --set train.steps="$steps" --set train.eval_batches=0
+       --set train.log_interval=1000 --set train.report=false --set checkpoint.save_final=false
+       --set train.deterministic=true)
+field() {  # metrics.jsonl: median step_ms after warm-up, or the first 3 losses
+  python3 - "$@" <<'PY'
+import json, statistics, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+if sys.argv[2] == "losses":
+    print(" ".join(f"{r['loss']:.9g}" for r in rows[:3]))
+else:
+    print(f"{statistics.median(r[sys.argv[2]] for r in rows[5:]):.2f}")
+PY
+}
+declare -A times
+for ((i = 0; i < rounds; ++i)); do
+  for z in 0 1 2; do
+    out=$work/t-$z-$i
+    "${mpi[@]}" "$cleave" train "${model[@]}" --set optimizer.zero_stage=$z --set train.out_dir="$out" >/dev/null 2>&1
+    times[$z]+="$(field "$out/metrics.jsonl" step_ms) "
+  done
+done
+l0=$(field "$work/t-0-0/metrics.jsonl" losses)
+for z in 1 2; do
+  lz=$(field "$work/t-$z-0/metrics.jsonl" losses)
+  [[ $lz == "$l0" ]] || echo "zero $z: first losses differ from zero 0: $lz | $l0"
+done
+echo "step time, dp2 (ms, median over $rounds rounds of each run's median step)"
+python3 - "${times[0]}" "${times[1]}" "${times[2]}" <<'PY'
+import statistics, sys
+runs = [[float(x) for x in a.split()] for a in sys.argv[1:]]
+base = statistics.median(runs[0])
+print(f"{'zero':<5} {'ms':>8} {'/zero0':>7}   per round")
+for z, r in enumerate(runs):
+    m = statistics.median(r)
+    print(f"{z:<5} {m:8.2f} {m / base:7.3f}   {' '.join(f'{x:.1f}' for x in r)}")
+PY
+
+echo
+echo "memory per replica, oversized demo model at dp2 (rank 0, MiB: measured peak / plan)"
+for z in 0 1 2; do
+  out=$work/m-$z
+  "${mpi[@]}" "$cleave" train "$root/examples/oversized/gpt_oversized.json" --set parallel.tensor_model_parallel_size=1 \
+    --set parallel.pipeline_model_parallel_size=1 --set device.memory_limit=0 --set train.steps=2 \
+    --set train.eval_batches=0 --set checkpoint.save_final=false --set optimizer.zero_stage=$z \
+    --set train.out_dir="$out" >/dev/null 2>&1
+  python3 - "$out/run.json" "$z" <<'PY'
+import json, sys
+j = json.load(open(sys.argv[1]))
+r = j["ranks"][0]
+mib = lambda b: b / 2**20
+cells = [f"{c} {mib(m):.2f}/{mib(e):.2f}" for c, m, e in zip(j["categories"], r["peak_bytes"], r["estimate_bytes"])]
+print(f"zero {sys.argv[2]}: " + ", ".join(cells) + f" | total {mib(r['peak_total']):.2f}/{mib(sum(r['estimate_bytes'])):.2f}")
+PY
+done

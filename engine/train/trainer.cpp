@@ -13,6 +13,7 @@
 #include <fstream>
 #include <iterator>
 #include <optional>
+#include <utility>
 
 #include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/error.hpp"
@@ -195,6 +196,7 @@ struct Trainer::Impl {
   // A checkpoint being written in the background (checkpoint.background), committed by the first step that finds
   // every rank's writer done, the next save or the end of the run. Last member: its writer is joined first.
   std::unique_ptr<CheckpointSave> pending_save;
+  std::optional<std::pair<std::int64_t, double>> committed_in_step;  // (step saved, ms), for train()'s log
 
   // Commits pending_save (waiting for the writers); collective. Returns how long that took.
   double commit_pending_save();
@@ -406,8 +408,7 @@ StepStats Trainer::step(std::int64_t step) {
       comm::ReduceOp::kMax);
   if (s.pending_save && peaks[1] == 0.0) {
     const std::int64_t saved = s.pending_save->steps_done();
-    const double ms = s.commit_pending_save();
-    if (s.setup.reports()) log::info("checkpoint: step {} committed; the step loop waited {:.1f} ms for it", saved, ms);
+    s.committed_in_step = {saved, s.commit_pending_save()};
   }
   StepStats stats;
   stats.step = step;
@@ -483,6 +484,12 @@ TrainSummary Trainer::train(const TrainOptions& options) {
     for (std::int64_t step = start_step; step < cfg.train.steps; ++step) {
       StepStats stats = this->step(step);
       summary.steps.push_back(stats);
+      if (impl.committed_in_step && s.reports()) {
+        if (progress) progress->interrupt();
+        log::info("checkpoint: step {} committed; the step loop waited {:.1f} ms for it",
+                  impl.committed_in_step->first, impl.committed_in_step->second);
+      }
+      impl.committed_in_step.reset();
       StepMetrics m;
       m.step = step + 1;
       m.loss = stats.loss;

@@ -55,10 +55,13 @@ pipeline::Schedule make_auto_schedule(const config::RunConfig& config, int num_m
     if (measured.p2p) {
       options.costs.p2p_latency = measured.p2p->latency_s;
       options.costs.p2p_bandwidth = measured.p2p->bandwidth_Bps;
+      // Boundaries are whole on every tp rank, except under sequence parallelism: one tp rank's shards.
+      const bool sp = config.parallel.sequence_parallel && tp > 1;
+      const auto sent = sp ? partition::model_costs(spec, DType::kF32, partition::Recompute::kNone, tp, true) : plain;
       for (int s = 0; s < pp; ++s) {  // the boundary after stage s of an even split
         const std::size_t last = static_cast<std::size_t>((s + 1) * static_cast<int>(spec.blocks.size()) / pp - 1);
         options.costs.stages[static_cast<std::size_t>(s)].output_bytes =
-            static_cast<double>(plain[last].output_bytes * micro);  // boundaries are whole on every tp rank
+            static_cast<double>(sent[last].output_bytes * micro);
       }
     }
     return pipeline::auto_schedule(pp, num_microbatches, options).schedule;

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -166,9 +167,17 @@ int run_plan(int argc, char** argv) {
     warned.push_back(e.choice.layout());
     std::printf("warning: %s\n", planner::oversubscription_warning(e).c_str());
   }
-  std::printf("\n%d of %zu plans that fit shown; %d over the memory cap, %d the engine refuses (e.g. more stages "
-              "than blocks).\n",
-              shown, result.ranked.size(), over, invalid);
+  // The engine's most frequent refusal (more stages than blocks, a lever this build does not have, ...).
+  std::map<std::string, int> refusals;
+  for (const auto& r : result.rejected) {
+    if (!r.valid) refusals[r.reason] += 1;
+  }
+  const auto most = std::max_element(refusals.begin(), refusals.end(),
+                                     [](const auto& a, const auto& b) { return a.second < b.second; });
+  std::printf("\n%d of %zu plans that fit shown; %d over the memory cap, %d the engine refuses%s.\n", shown,
+              result.ranked.size(), over, invalid,
+              most == refusals.end() ? ""
+                                     : fmt::format(" ({} of them: {})", most->second, most->first.substr(0, 160)).c_str());
   if (explain && shown > 1) {
     const auto& best = result.ranked.front().breakdown;
     std::printf("\nwhere the runner-ups lose time against #1 (busiest rank; compute / tp all-reduce / idle incl. "

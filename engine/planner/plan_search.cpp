@@ -338,14 +338,14 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     sc.reduce_grad = p.reduce;
     sc.output_bytes = static_cast<double>(costs[static_cast<std::size_t>(range.end - 1)].output_bytes) * micro;
     if (s + 1 < num_stages) p.comm_bytes += 2 * micro_batches * sc.output_bytes;  // activation out, gradient back
-    if (options.scatter_gather_boundaries && choice.tp > 1) {
+    const bool sent = s + 1 < num_stages && plan.stage_to_rank(s + 1) != plan.stage_to_rank(s);  // V's turn stays
+    if (options.scatter_gather_boundaries && choice.tp > 1 && sent) {
       // Megatron's scatter/gather: each tp rank sends 1/tp of the boundary tensor, and the receiving stage's tp
       // group all-gathers it inside the node (before F from the stage before, before I from the stage after).
       const double whole = sc.output_bytes;
       sc.output_bytes = whole / choice.tp;
-      auto& next = parts[static_cast<std::size_t>(std::min(s + 1, num_stages - 1))];
-      if (s + 1 < num_stages) next.f_tp += collective_s("all_gather", whole, choice.tp, profile.intra_node);
-      if (s + 1 < num_stages) p.i_tp += collective_s("all_gather", whole, choice.tp, profile.intra_node);
+      parts[static_cast<std::size_t>(s + 1)].f_tp += collective_s("all_gather", whole, choice.tp, profile.intra_node);
+      p.i_tp += collective_s("all_gather", whole, choice.tp, profile.intra_node);
     }
   }
   for (int s = 0; s < num_stages; ++s) {  // every part known (a boundary's gather lands on the next stage)

@@ -347,6 +347,23 @@ TEST_F(PlanSearch, ChoosesZeroThreeWhenOnlyItFits) {
   EXPECT_LE(capped.ranked.front().peak_bytes, (zero3 + other) / 2);
 }
 
+TEST_F(PlanSearch, ScatterGatherSendsATensorParallelShareOfEachBoundary) {
+  // tp2 pp2 on two nodes of 2: P2P crosses a slow link, the tp group's gather is free inside the node. Sending
+  // 1/tp of each boundary tensor takes P2P time off the critical path; with it off the estimate is unchanged.
+  HardwareProfile p = free_links();
+  p.ranks_per_node = 2;
+  p.inter_node = Link{1e-30, 1e5};
+  const PlanChoice c{2, 2, 1, 1, "1f1b", 1, 0, partition::Recompute::kNone, 8, false};
+  const PlanEstimate whole = estimate_plan(tiny_gpt(), {}, c, p, SearchOptions{4, 0});
+  const PlanEstimate split = estimate_plan(tiny_gpt(), {}, c, p, SearchOptions{4, 0, true});
+  ASSERT_TRUE(whole.valid) << whole.reason;
+  EXPECT_LT(split.step_s, 0.9 * whole.step_s);
+  EXPECT_EQ(estimate_plan(tiny_gpt(), {}, PlanChoice{1, 2, 2, 1, "1f1b", 1, 0, partition::Recompute::kNone, 8, false},
+                          p, SearchOptions{4, 0, true}).step_s,
+            estimate_plan(tiny_gpt(), {}, PlanChoice{1, 2, 2, 1, "1f1b", 1, 0, partition::Recompute::kNone, 8, false},
+                          p, SearchOptions{4, 0}).step_s);  // tp 1: nothing to scatter
+}
+
 TEST(Link, RingAllReduceCost) {
   const Link link{1e-5, 1e9};
   EXPECT_EQ(link.all_reduce_s(1e6, 1), 0.0);

@@ -12,8 +12,8 @@
 // range, token order) and into the position table (same on every rank), with no communication.
 //
 // Params: "<prefix>.token" (sharded, weight-decayed) and "<prefix>.position" [seq_len, dim] (replicated,
-// not decayed), both normal(0, 0.02) with Embedding's values. token_table() is the shard a tied
-// VocabParallelLmHead shares. Stash: as Embedding ({ids}, then {ids, dy}).
+// not decayed; none when seq_len is 0, as Embedding), both normal(0, 0.02) with Embedding's values.
+// token_table() is the shard a tied VocabParallelLmHead shares. Stash: as Embedding ({ids}, then {ids, dy}).
 #pragma once
 
 #include <memory>

@@ -17,8 +17,8 @@ Embedding::Embedding(std::string prefix, std::int64_t vocab_size, std::int64_t s
                      const ParamInit& init)
     : prefix_(std::move(prefix)), vocab_(vocab_size), seq_len_(seq_len), dim_(dim) {
   CLEAVE_CHECK(vocab_size > 0 && seq_len >= 0 && dim > 0,
-               "embedding {}: vocab_size ({}), seq_len ({}) and dim ({}) must be > 0 (seq_len 0: no position table)", prefix_, vocab_size, seq_len,
-               dim);
+               "embedding {}: vocab_size ({}) and dim ({}) must be > 0, seq_len ({}) >= 0 (0: no position table)",
+               prefix_, vocab_size, dim, seq_len);
   token_ = make_token_table(prefix_, vocab_size, dim, init);
   if (seq_len > 0) {  // else positions come from elsewhere (llama: rotary embeddings in the attention)
     position_ = make_param(prefix_ + ".position", Shape{seq_len, dim}, false, init.alloc());
@@ -31,8 +31,8 @@ Tensor Embedding::forward(const Tensor& ids, Stash& stash, Context& ctx) {
   check_input(ctx, ids, DType::kI32, -1, 2, who);
   CLEAVE_CHECK(ids.rank() == 2, "{}: expected token ids [batch, seq], got {}", who, ids.shape().str());
   const std::int64_t b = ids.dim(0), t = ids.dim(1);
-  CLEAVE_CHECK(!position_ || t <= seq_len_, "{}: sequence of {} tokens exceeds the {} learned positions (model.seq_len)", who, t,
-               seq_len_);
+  CLEAVE_CHECK(!position_ || t <= seq_len_,
+               "{}: sequence of {} tokens exceeds the {} learned positions (model.seq_len)", who, t, seq_len_);
   Tensor y = new_activation(ctx, Shape{b, t, dim_});
   ops::embedding_forward(ctx, ids, token_->compute(), y, {0, vocab_, vocab_});
   if (position_) ops::position_embedding_forward(ctx, y, position_->compute());

@@ -1,6 +1,6 @@
 // Embedding: token table "<prefix>.token" [vocab, dim] plus learned positions "<prefix>.position"
-// [seq_len, dim] (none when seq_len is 0: llama); ids i32 [B, T] (T <= seq_len) -> [B, T, dim]. Both tables normal(0, 0.02) (GPT-2);
-// the position table is not weight-decayed.
+// [seq_len, dim]; ids i32 [B, T] (T <= seq_len) -> [B, T, dim]. Both tables normal(0, 0.02) (GPT-2);
+// the position table is not weight-decayed. seq_len 0: no position table (llama; any T).
 //
 // The ids have no gradient: backward_input returns an undefined Tensor and keeps dy. Stash after forward:
 // {ids}; after backward_input: {ids, dy}. backward_weight scatter-adds into both tables, then clears.

@@ -12,8 +12,8 @@
 // range, token order) and into the position table (same on every rank), with no communication.
 //
 // Params: "<prefix>.token" (sharded, weight-decayed) and "<prefix>.position" [seq_len, dim] (replicated,
-// not decayed), both normal(0, 0.02) with Embedding's values. token_table() is the shard a tied
-// VocabParallelLmHead shares. Stash: as Embedding ({ids}, then {ids, dy}).
+// not decayed; none when seq_len is 0, as Embedding), both normal(0, 0.02) with Embedding's values.
+// token_table() is the shard a tied VocabParallelLmHead shares. Stash: as Embedding ({ids}, then {ids, dy}).
 //
 // Sequence parallelism (Context::sequence_parallel, tp > 1): the looked-up [B, T, dim] is reduce-scattered
 // along the sequence instead of all-reduced (still exact), and tp rank r adds the positions of its tokens

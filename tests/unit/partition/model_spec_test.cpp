@@ -5,6 +5,7 @@
 
 #include "engine/core/error.hpp"
 #include "partition/model_spec.hpp"
+#include "partition/tp_rules.hpp"
 
 namespace cleave::partition {
 namespace {
@@ -199,6 +200,61 @@ TEST(ModelSpec, CnnErrors) {
   c = CnnConfig{};
   c.in_channels = 0;
   EXPECT_NE(error_of([&] { make_cnn_spec(c); }).find("model.in_channels: must be > 0"), std::string::npos);
+}
+
+TEST(ModelSpec, LlamaBlocksDefaultsAndNames) {
+  LlamaConfig c;  // d_model 64, 4 heads, n_kv_heads and ffn_hidden_size not given
+  const ModelSpec spec = make_llama_spec(c);
+  expect_chained(spec);
+  EXPECT_EQ(spec.llama.n_kv_heads, 4);
+  EXPECT_EQ(spec.llama.ffn_hidden_size, 192);
+  EXPECT_EQ(llama_ffn_hidden_size(4096), 10944);  // 10922 rounded up to 64 (Llama 2 7B rounds to 256: 11008)
+  ASSERT_EQ(spec.blocks.size(), 2u + 4u);
+  EXPECT_EQ(spec.blocks[0].kind, BlockKind::kEmbedding);
+  EXPECT_EQ(spec.blocks[0].seq_len, 0);  // no position table
+  EXPECT_EQ(spec.blocks[1].kind, BlockKind::kLlamaBlock);
+  EXPECT_EQ(spec.blocks[1].name, "blocks.0");
+  EXPECT_EQ(spec.blocks[3].kind, BlockKind::kRmsNorm);
+  EXPECT_EQ(spec.blocks[3].name, "final_norm");
+  EXPECT_FALSE(spec.blocks[4].tied);
+  EXPECT_TRUE(spec.tied_parameters.empty());
+  EXPECT_EQ(spec.throughput_unit(), "tok");
+  EXPECT_EQ(spec.items_per_sample(), 32);
+  EXPECT_EQ(block_kind_name(BlockKind::kLlamaBlock), "llama_block");
+  EXPECT_EQ(block_kind_name(BlockKind::kRmsNorm), "rmsnorm");
+}
+
+TEST(ModelSpec, LlamaErrorsNameKeyNumbersAndFix) {
+  LlamaConfig c;
+  c.n_heads = 4;
+  c.n_kv_heads = 3;
+  EXPECT_EQ(error_of([&] { make_llama_spec(c); }), "model.n_kv_heads: 3 does not divide model.n_heads 4: each "
+            "key/value head serves a whole group of query heads; use a divisor of n_heads");
+  c = LlamaConfig{};
+  c.d_model = 36;
+  c.n_heads = 4;  // head size 9
+  EXPECT_EQ(key_of([&] { make_llama_spec(c); }), "model.d_model");
+  EXPECT_NE(error_of([&] { make_llama_spec(c); }).find("head size 9, which must be even"), std::string::npos);
+  c = LlamaConfig{};
+  c.norm_eps = 0;
+  EXPECT_EQ(key_of([&] { make_llama_spec(c); }), "model.norm_eps");
+  c = LlamaConfig{};
+  c.rope_theta = -1;
+  EXPECT_EQ(key_of([&] { make_llama_spec(c); }), "model.rope_theta");
+
+  // Tensor parallelism: every tp rank needs whole query and key/value heads and an equal share of the SwiGLU.
+  c = LlamaConfig{};
+  c.n_heads = 8;
+  c.n_kv_heads = 2;
+  c.ffn_hidden_size = 96;
+  EXPECT_EQ(error_of([&] { check_tensor_parallel(make_llama_spec(c), 4); }),
+            "model.n_kv_heads: 2 is not divisible by parallel.tensor_model_parallel_size 4: each tp rank needs whole "
+            "key/value heads; use tp in {1, 2} (divisors of n_heads, n_kv_heads and ffn_hidden_size)");
+  c.n_kv_heads = 8;
+  c.ffn_hidden_size = 100;
+  EXPECT_EQ(key_of([&] { check_tensor_parallel(make_llama_spec(c), 8); }), "model.ffn_hidden_size");
+  c.ffn_hidden_size = 96;
+  EXPECT_EQ(error_of([&] { check_tensor_parallel(make_llama_spec(c), 8); }), "(no error)");
 }
 
 TEST(ModelSpec, BlockKindNames) {

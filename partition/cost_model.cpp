@@ -236,6 +236,32 @@ void sequence_parallel_share(const BlockSpec& block, BlockCost& cost, Recompute 
       cost.output_bytes = ts * d * b;
       break;
     }
+    case BlockKind::kLlamaBlock: {
+      const std::int64_t d = block.in_features, f = block.d_ff, h = block.n_heads;
+      const std::int64_t kv = block.n_kv_heads * (d / h);
+      // attn_norm / mlp_norm inputs and outputs (shards; q, k, v share attn_norm's, gate and up mlp_norm's),
+      // qkv [T, 3D/tp], attention output [T, D/tp], gate, up and h [T, F/tp], the probabilities [H/tp, T, T],
+      // two rstd of T/tp rows.
+      const std::int64_t plain = (8 * t * d + 3 * t * f) / tp * b + (h / tp) * t * t * b + 2 * ts * kStatBytes;
+      // o's and down's gathered dy [T, D] from I to W; the rest as plain tp with the replicated tensors as shards.
+      cost.weight_stash_bytes = (2 * t * d + (8 * t * d + 2 * t * kv + 3 * t * f) / tp) * b + 2 * ts * kStatBytes;
+      if (recompute == Recompute::kSelective) {
+        cost.recompute_transient_bytes = (h / tp) * t * t * b;
+        cost.activation_bytes = plain - cost.recompute_transient_bytes;
+      } else if (recompute == Recompute::kFull) {
+        cost.recompute_transient_bytes = plain;
+        cost.activation_bytes = ts * d * b;
+      } else {
+        cost.activation_bytes = plain;
+      }
+      cost.output_bytes = ts * d * b;
+      break;
+    }
+    case BlockKind::kRmsNorm:
+      cost.activation_bytes = ts * block.input.last() * b + ts * kStatBytes;
+      cost.output_bytes /= tp;
+      cost.weight_stash_bytes = cost.activation_bytes + cost.output_bytes;
+      break;
     case BlockKind::kLayerNorm:
       cost.activation_bytes = ts * block.input.last() * b + 2 * ts * kStatBytes;
       cost.output_bytes /= tp;
@@ -273,6 +299,21 @@ std::int64_t backward_extra(const BlockSpec& block, const BlockCost& cost, Recom
     if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - t * d * b;  // input kept, shared
     return extra;
   }
+  if (block.kind == BlockKind::kLlamaBlock && sequence_parallel) {
+    // mlp: the dy shard, down's gathered dy [T, D], dh, dgate, dup [T, F/tp]; then gate's and up's partial dx
+    // [T, D] (one at a time) and their reduce-scattered shards. attention: down's and o's gathered dy, the
+    // shards dy and dx1, dout and dqkv [T, 4D/tp]; then dq, dk, dv, one projection's partial dx [T, D] and the
+    // shards it and the one before reduce-scattered.
+    const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff, ts = t / tp;
+    const std::int64_t kv = block.n_kv_heads * (d / block.n_heads);
+    const std::int64_t mlp = std::max(ts * d + t * d + 3 * t * f / tp, 2 * t * d + 3 * ts * d + 2 * t * f / tp) * b;
+    std::int64_t attention =
+        std::max(2 * t * d + 2 * ts * d + 4 * t * d / tp, 3 * t * d + 4 * ts * d + (t * d + 2 * t * kv) / tp) * b;
+    if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;
+    std::int64_t extra = std::max(mlp, attention);
+    if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - ts * d * b;
+    return extra;
+  }
   if (block.kind == BlockKind::kLlamaBlock) {
     // mlp: dy, dh, dgate, dup during swiglu_backward, then dy, dgate, dup and the two input gradients of gate
     // and up; attention: dy, dx1, dout, dqkv during the core's backward, then dy, dx1, dq, dk, dv and the
@@ -290,7 +331,7 @@ std::int64_t backward_extra(const BlockSpec& block, const BlockCost& cost, Recom
   const bool float_input = block.kind != BlockKind::kEmbedding;
   std::int64_t input = float_input ? block.input.numel() * b : 0;
   if (tp > 1 && block.kind == BlockKind::kSoftmaxCrossEntropy) input /= tp;  // vocab-parallel logits
-  if (sequence_parallel && block.kind == BlockKind::kLayerNorm) input /= tp;
+  if (sequence_parallel && (block.kind == BlockKind::kLayerNorm || block.kind == BlockKind::kRmsNorm)) input /= tp;
   if (sequence_parallel && block.kind == BlockKind::kLmHead) input += input / tp;  // partial dx and its shard
   if (sequence_parallel && block.kind == BlockKind::kEmbedding) input = block.output.numel() * b;  // gathered dy
   return cost.output_bytes + input;

@@ -106,9 +106,10 @@ struct BlockCost {
 // `sequence_parallel` (parallel.sequence_parallel, tp > 1; layers/parallel/): the tensors the tp layout keeps
 // whole are [T / tp, ...] sequence shards instead — the norms' inputs and statistics, the column-parallel
 // inputs (stashed as shards, all-gathered again for the weight gradient), the residual stream and so every
-// boundary tensor before the lm head's output — so a transformer block's activation is its plain tp figure
-// with every term divided by tp. Between I and W the row-parallel proj and fc2 keep their all-gathered
-// dy [T, D]; what the backward allocates is counted in backward_extra_bytes. Communication: the all-reduce
+// boundary tensor before the lm head's output — so a transformer block's activation (gpt's, or llama's with
+// RmsNorm as LayerNorm and the input q/k/v and gate/up share as qkv's and fc1's) is its plain tp figure with
+// every term divided by tp. Between I and W the row-parallel proj and fc2 (llama: o and down) keep their
+// all-gathered dy [T, D]; what the backward allocates is counted in backward_extra_bytes. Communication: the all-reduce
 // of each tp region becomes a reduce-scatter plus an all-gather of the same tensor — the same bytes on a
 // ring ((tp-1)/tp of the tensor each way), one more collective; the column-parallel weight gradient adds
 // one all-gather of its input shard per block part.

@@ -88,22 +88,28 @@ void check_sequence_parallel(const ModelSpec& spec, int tp_size, bool on) {
                    "needs {} > 1 (it splits along the sequence what the tp group replicates), got {}; set it to "
                    "false or raise tp",
                    kTpKey, tp_size);
-  CLEAVE_CHECK_KEY(spec.type == ModelType::kGpt && spec.gpt.seq_len % tp_size == 0, "model.seq_len",
+  CLEAVE_CHECK_KEY(spec.type == ModelType::kGpt || spec.type == ModelType::kLlama, "parallel.sequence_parallel",
+                   "needs a gpt or llama model (got model.type {}); set it to false", spec.type);
+  const std::int64_t seq_len = spec.type == ModelType::kLlama ? spec.llama.seq_len : spec.gpt.seq_len;
+  CLEAVE_CHECK_KEY(seq_len % tp_size == 0, "model.seq_len",
                    "{} is not divisible by {} {}: parallel.sequence_parallel gives each tp rank seq_len / tp tokens "
                    "of every sample; use a seq_len that is a multiple of {} or set parallel.sequence_parallel to false",
-                   spec.gpt.seq_len, kTpKey, tp_size, tp_size);
+                   seq_len, kTpKey, tp_size, tp_size);
 }
 
 namespace {
 
-// The residual stream between tp regions: [T, D] -> [T / tp, D] under sequence parallelism.
-bool sequence_sharded_input(const BlockSpec& block) {
+// The residual stream between tp regions: [T, D] -> [T / tp, D] under sequence parallelism (gpt's blocks and
+// LayerNorm, llama's blocks and RmsNorm).
+bool sequence_sharded_block(const BlockSpec& block) {
   return block.kind == BlockKind::kTransformerBlock || block.kind == BlockKind::kLayerNorm ||
-         block.kind == BlockKind::kLmHead;
+         block.kind == BlockKind::kLlamaBlock || block.kind == BlockKind::kRmsNorm;
+}
+bool sequence_sharded_input(const BlockSpec& block) {
+  return sequence_sharded_block(block) || block.kind == BlockKind::kLmHead;
 }
 bool sequence_sharded_output(const BlockSpec& block) {
-  return block.kind == BlockKind::kEmbedding || block.kind == BlockKind::kTransformerBlock ||
-         block.kind == BlockKind::kLayerNorm;
+  return sequence_sharded_block(block) || block.kind == BlockKind::kEmbedding;
 }
 Shape sequence_shard(const Shape& stream, int tp_size) { return stream.with_dim(0, stream[0] / tp_size); }
 

@@ -31,12 +31,14 @@ std::string LlamaAttention::who() const {
 Tensor LlamaAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
   check_input(ctx, x, DType::kF32, heads_.d_model, 3, who());
   CLEAVE_CHECK(x.rank() == 3, "{}: expected [batch, seq, {}], got {}", who(), heads_.d_model, x.shape().str());
-  const std::int64_t b = x.dim(0), t = x.dim(1), hd = head_dim(), lq = heads_.local_heads;
   stash.clear();
   stash.children.resize(4);
-  Tensor q = q_->forward(x, stash.children[0], ctx);
-  Tensor k = k_->forward(x, stash.children[1], ctx);
-  Tensor v = v_->forward(x, stash.children[2], ctx);
+  const std::vector<Tensor> projected =
+      qkv_.forward(x, {&stash.children[0], &stash.children[1], &stash.children[2]}, ctx);
+  const Tensor &q = projected[0], &k = projected[1], &v = projected[2];
+  // Under sequence parallelism x is this rank's sequence shard and q, k, v (column-parallel) cover the
+  // gathered full sequence: T and the rope positions 0..T-1 come from them, not from x.
+  const std::int64_t b = q.dim(0), t = q.dim(1), hd = head_dim(), lq = heads_.local_heads;
   Tensor qkv = new_activation(ctx, Shape{b, t, 3 * lq * hd});
   ops::rope_pack_qkv(ctx, q, k, v, qkv, {lq, heads_.local_kv_heads, heads_.rope_theta, 0});
   Tensor out = new_activation(ctx, Shape{b, t, lq * hd});
@@ -69,17 +71,12 @@ Tensor LlamaAttention::backward_input(const Tensor& dy, Stash& stash, Context& c
     stash.tensors.clear();
     ops::rope_pack_qkv_backward(ctx, dqkv, dq, dk, dv, {lq, lkv, heads_.rope_theta, 0});
   }
-  Tensor dx = q_->backward_input(dq, stash.children[0], ctx);
-  ops::add_inplace(ctx, dx, k_->backward_input(dk, stash.children[1], ctx));
-  ops::add_inplace(ctx, dx, v_->backward_input(dv, stash.children[2], ctx));
-  return dx;
+  return qkv_.backward_input({dq, dk, dv}, {&stash.children[0], &stash.children[1], &stash.children[2]}, ctx);
 }
 
 void LlamaAttention::backward_weight(Stash& stash, Context& ctx) {
   CLEAVE_ASSERT(stash.children.size() == 4, "{}: backward_weight without forward", who());
-  q_->backward_weight(stash.children[0], ctx);
-  k_->backward_weight(stash.children[1], ctx);
-  v_->backward_weight(stash.children[2], ctx);
+  qkv_.backward_weight({&stash.children[0], &stash.children[1], &stash.children[2]}, ctx);
   o_->backward_weight(stash.children[3], ctx);
   stash.clear();
 }

@@ -9,6 +9,9 @@
 //    RowParallelLinear.
 // The q, k, v parts map [B, T, D] to [B, T, Lq·hd], [B, T, Lkv·hd] (twice); the o part [B, T, Lq·hd] to
 // [B, T, D]. Positions start at 0 for token 0 of every sample (training sees whole windows).
+// Sequence parallelism (Context::sequence_parallel): x and y are sequence shards [B, T/tp, D]; q, k, v
+// gather the full sequence and o reduce-scatters back, so the core and rope always see all T positions;
+// q, k and v share one all-gather of x and one reduce-scatter of their summed dx (shared_input.hpp).
 //
 // Stash layout: tensors {qkv, probs [B, Lq, T, T]} ({qkv} under selective recomputation), children
 // {q, k, v, o}. backward_input releases qkv and probs; the children keep what their weight gradients need.
@@ -18,6 +21,7 @@
 #include <string>
 
 #include "layers/layer.hpp"
+#include "layers/parallel/shared_input.hpp"
 
 namespace cleave::layers {
 
@@ -51,6 +55,7 @@ class LlamaAttention final : public Layer {
   bool tensor_parallel_ = false;
   bool recompute_scores_ = false;
   LayerPtr q_, k_, v_, o_;
+  SharedInputParts qkv_{{q_.get(), k_.get(), v_.get()}};  // one gather / reduce-scatter under sequence parallelism
 };
 
 }  // namespace cleave::layers

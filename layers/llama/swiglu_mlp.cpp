@@ -18,8 +18,8 @@ SwigluMlp::SwigluMlp(std::string prefix, LayerPtr gate, LayerPtr up, LayerPtr do
 Tensor SwigluMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   stash.clear();
   stash.children.resize(3);
-  Tensor g = gate_->forward(x, stash.children[0], ctx);
-  Tensor u = up_->forward(x, stash.children[1], ctx);
+  const std::vector<Tensor> projected = gate_up_.forward(x, {&stash.children[0], &stash.children[1]}, ctx);
+  const Tensor &g = projected[0], &u = projected[1];
   Tensor h = new_activation(ctx, g.shape());
   ops::swiglu_forward(ctx, g, u, h);
   stash.tensors = {g, u};
@@ -36,15 +36,12 @@ Tensor SwigluMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
     ops::swiglu_backward(ctx, g, stash_at(stash, 1, who()), dh, dg, du);
     stash.tensors.clear();
   }
-  Tensor dx = gate_->backward_input(dg, stash.children[0], ctx);
-  ops::add_inplace(ctx, dx, up_->backward_input(du, stash.children[1], ctx));
-  return dx;
+  return gate_up_.backward_input({dg, du}, {&stash.children[0], &stash.children[1]}, ctx);
 }
 
 void SwigluMlp::backward_weight(Stash& stash, Context& ctx) {
   CLEAVE_ASSERT(stash.children.size() == 3, "{}: backward_weight without forward", who());
-  gate_->backward_weight(stash.children[0], ctx);
-  up_->backward_weight(stash.children[1], ctx);
+  gate_up_.backward_weight({&stash.children[0], &stash.children[1]}, ctx);
   down_->backward_weight(stash.children[2], ctx);
   stash.clear();
 }

@@ -60,7 +60,15 @@ Tensor ColumnParallelLinear::forward(const Tensor& x, Stash& stash, Context& ctx
   tp_group(ctx, tp_size_, tp_rank_, who());  // a wrong context fails here, before any collective
   if (!sequence_parallel(ctx, tp_size_)) return local_.forward(x, stash, ctx);
   check_input(ctx, x, DType::kF32, local_.in_features(), 3, who());
-  Tensor y = local_.forward(sequence_all_gather(x, ctx, tp_size_, tp_rank_, who()), stash, ctx);
+  return forward_gathered(x, sequence_all_gather(x, ctx, tp_size_, tp_rank_, who()), stash, ctx);
+}
+
+Tensor ColumnParallelLinear::forward_gathered(const Tensor& x, const Tensor& full, Stash& stash, Context& ctx) {
+  CLEAVE_ASSERT(sequence_parallel(ctx, tp_size_) && full.rank() == 3 && x.rank() == 3 && full.dim(0) == x.dim(0) &&
+                    full.dim(1) == x.dim(1) * tp_size_,
+                "{}: {} is not the gathered full sequence of the shard {}", who(), full.shape().str(),
+                x.shape().str());
+  Tensor y = local_.forward(full, stash, ctx);
   stash.tensors = {x};  // the shard, not the gathered input: backward_weight gathers it again
   return y;
 }
@@ -71,21 +79,37 @@ Tensor ColumnParallelLinear::backward_input(const Tensor& dy, Stash& stash, Cont
     tp_all_reduce(dx, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
     return dx;
   }
-  const Tensor& x = stash_at(stash, 0, who());
-  check_input(ctx, dy, DType::kF32, local_.out_features(), 3, who() + " (dy)");
-  CLEAVE_ASSERT(dy.dim(0) == x.dim(0) && dy.dim(1) == x.dim(1) * tp_size_,
-                "{}: dy {} is not the full sequence of the shard x {}", who(), dy.shape().str(), x.shape().str());
   Tensor dx_partial = new_activation(ctx, with_last(dy.shape(), local_.in_features()));
-  ops::gemm(ctx, dy, local_.weight()->compute(), dx_partial);  // this rank's output features' share of dx
-  stash.tensors.push_back(dy);
+  backward_input_into(dy, dx_partial, false, stash, ctx);
   return sequence_reduce_scatter(dx_partial, ctx, tp_size_, tp_rank_, who());
 }
 
+void ColumnParallelLinear::backward_input_into(const Tensor& dy, const Tensor& dx_full, bool accumulate, Stash& stash,
+                                               Context& ctx) {
+  const Tensor& x = stash_at(stash, 0, who());
+  check_input(ctx, dy, DType::kF32, local_.out_features(), 3, who() + " (dy)");
+  CLEAVE_ASSERT(dy.dim(0) == x.dim(0) && dy.dim(1) == x.dim(1) * tp_size_ &&
+                    dx_full.shape() == with_last(dy.shape(), local_.in_features()),
+                "{}: dy {} / dx {} is not the full sequence of the shard x {}", who(), dy.shape().str(),
+                dx_full.shape().str(), x.shape().str());
+  ops::GemmOptions options;
+  options.beta = accumulate ? 1.0f : 0.0f;
+  ops::gemm(ctx, dy, local_.weight()->compute(), dx_full, options);  // this rank's output features' share of dx
+  stash.tensors.push_back(dy);
+}
+
 void ColumnParallelLinear::backward_weight(Stash& stash, Context& ctx) {
-  if (sequence_parallel(ctx, tp_size_)) {
-    stash_at(stash, 1, who());
-    stash.tensors[0] = sequence_all_gather(stash.tensors[0], ctx, tp_size_, tp_rank_, who());
+  if (!sequence_parallel(ctx, tp_size_)) {
+    local_.backward_weight(stash, ctx);
+    return;
   }
+  backward_weight_gathered(sequence_all_gather(stash_at(stash, 0, who()), ctx, tp_size_, tp_rank_, who()), stash,
+                           ctx);
+}
+
+void ColumnParallelLinear::backward_weight_gathered(const Tensor& full, Stash& stash, Context& ctx) {
+  stash_at(stash, 1, who());
+  stash.tensors[0] = full;
   local_.backward_weight(stash, ctx);
 }
 

@@ -17,7 +17,8 @@
 // [B, T, in] along the sequence instead of all-reducing it, returning the summed shard [B, T/tp, in].
 // The stash keeps only the SHARD x (the activation memory of the input divides by tp); backward_weight
 // all-gathers it again for dW (Megatron does the same), so backward_weight communicates in this mode.
-// Stash: {x shard}, then {x shard, dy}.
+// Stash: {x shard}, then {x shard, dy}. Parts that read one input (llama's q, k, v; gate, up) share the
+// gather and the reduce-scatter through the *_gathered / backward_input_into steps (shared_input.hpp).
 #pragma once
 
 #include <memory>
@@ -45,6 +46,14 @@ class ColumnParallelLinear final : public Layer {
   Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override;
   void backward_weight(Stash& stash, Context& ctx) override;
   std::vector<std::shared_ptr<Param>> params() const override { return local_.params(); }
+
+  // Sequence-parallel steps for a caller that gathers the input once for several parts (shared_input.hpp).
+  // forward_gathered: y from `full` (the all-gather of the shard x), stash {x}. backward_input_into: this
+  // rank's partial dx [B, T, in] written to (or, with `accumulate`, added to) dx_full, stash {x, dy}.
+  // backward_weight_gathered: the weight gradient from `full`, the all-gather of the stashed x.
+  Tensor forward_gathered(const Tensor& x, const Tensor& full, Stash& stash, Context& ctx);
+  void backward_input_into(const Tensor& dy, const Tensor& dx_full, bool accumulate, Stash& stash, Context& ctx);
+  void backward_weight_gathered(const Tensor& full, Stash& stash, Context& ctx);
 
   std::int64_t in_features() const { return local_.in_features(); }
   std::int64_t local_out_features() const { return local_.out_features(); }

@@ -1,5 +1,6 @@
-// Megatron sequence parallelism (parallel.sequence_parallel), run under mpiexec: the tiny GPT trained with
-// the residual stream split along the sequence across the tp group gives the per-step losses and final
+// Megatron sequence parallelism (parallel.sequence_parallel), run under mpiexec: the tiny GPT and the tiny
+// grouped-query llama (RmsNorm weights as the replicated parameters, rope over the gathered sequence) trained
+// with the residual stream split along the sequence across the tp group give the per-step losses and final
 // parameters of the same layout without it, and of one rank, from the same seed (the one-rank reference
 // runs inside rank 0 on a communicator of its own).
 //
@@ -50,6 +51,20 @@ config::RunConfig tiny_gpt(const std::vector<std::string>& overrides) {
   })", "tiny_gpt", all);
 }
 
+// The llama of tests/e2e/llama_equivalence_test.cpp: 4 query heads over 2 key/value heads, untied unless told.
+config::RunConfig tiny_llama(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"train.steps=5"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return config::parse_config(R"({
+    "model": {"type": "llama", "vocab_size": 96, "d_model": 32, "n_layers": 4, "n_heads": 4, "n_kv_heads": 2,
+              "seq_len": 16, "ffn_hidden_size": 48},
+    "batch": {"global_batch_size": 8, "micro_batch_size": 1},
+    "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "grad_clip": 0.0, "warmup_steps": 0},
+    "train": {"seed": 5, "deterministic": true, "eval_batches": 0},
+    "data": {"type": "synthetic"}
+  })", "tiny_llama", all);
+}
+
 struct Layout {
   std::string name;
   std::vector<std::string> overrides;  // without parallel.sequence_parallel
@@ -77,6 +92,26 @@ std::vector<Layout> layouts_for(int world) {
             {"dp2_tp2_zero1_clipped",
              {tp(2), "batch.micro_batch_size=2", "optimizer.zero_stage=1", "optimizer.grad_clip=0.05"}},
             {"tp2_pp2_bf16_recompute", {tp(2), pp(2), "device.precision=bf16", "train.recompute=full"}, true}};
+  }
+  return {};
+}
+
+std::vector<Layout> llama_layouts_for(int world) {
+  auto tp = [](int t) { return "parallel.tensor_model_parallel_size=" + std::to_string(t); };
+  auto pp = [](int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); };
+  const std::string tied = "model.tie_embeddings=true";
+  if (world == 2) {
+    return {{"llama_tp2_untied", {tp(2)}},
+            {"llama_tp2_tied_micro2", {tp(2), tied, "batch.micro_batch_size=2"}},
+            {"llama_tp2_recompute_full", {tp(2), "train.recompute=full", "batch.micro_batch_size=2"}},
+            {"llama_tp2_tied_selective", {tp(2), tied, "train.recompute=selective"}},
+            {"llama_tp2_bf16", {tp(2), "device.precision=bf16", "batch.micro_batch_size=2"}, true}};
+  }
+  if (world == 4) {
+    return {{"llama_tp2_pp2_1f1b_tied", {tp(2), pp(2), tied, "batch.micro_batch_size=2"}},
+            {"llama_tp2_pp2_zb_v", {tp(2), pp(2), "parallel.schedule=zb_v"}},
+            {"llama_dp2_tp2", {tp(2), "batch.micro_batch_size=2"}},
+            {"llama_tp2_pp2_bf16_recompute", {tp(2), pp(2), "device.precision=bf16", "train.recompute=full"}, true}};
   }
   return {};
 }
@@ -113,18 +148,22 @@ std::pair<double, double> expect_close(const Layout& layout, const RunRecord& sp
   return {loss_diff, param_diff};
 }
 
-TEST(SequenceParallel, MatchesTensorParallelAndOneRank) {
+using MakeConfig = config::RunConfig (*)(const std::vector<std::string>&);
+
+using LayoutsFor = std::vector<Layout> (*)(int world);
+
+void expect_layouts_match(LayoutsFor layouts_for_world, MakeConfig make_config) {
   auto world = make_world(/*deterministic=*/true);
   auto self = world->split(world->rank(), 0, "self");
-  const auto layouts = layouts_for(world->size());
+  const auto layouts = layouts_for_world(world->size());
   if (layouts.empty()) GTEST_SKIP() << "no layouts for world size " << world->size();
   for (const auto& layout : layouts) {
     SCOPED_TRACE(layout.name);
     std::vector<std::string> with_sp = layout.overrides;
     with_sp.push_back(kSp);
-    const config::RunConfig config = tiny_gpt(with_sp);
+    const config::RunConfig config = make_config(with_sp);
     const RunRecord sp = train_steps(config, *world);
-    const RunRecord tp = train_steps(tiny_gpt(layout.overrides), *world);
+    const RunRecord tp = train_steps(make_config(layout.overrides), *world);
     if (world->rank() != 0) continue;
     const RunRecord one = train_steps(single_rank_config(config), *self);
     EXPECT_LT(sp.losses.back(), sp.losses.front());  // it trained
@@ -134,6 +173,14 @@ TEST(SequenceParallel, MatchesTensorParallelAndOneRank) {
                 layout.name.c_str(), tp_loss, tp_param, one_loss, one_param,
                 tp_loss == 0 && tp_param == 0 ? " (bit-identical to tp)" : "");
   }
+}
+
+TEST(SequenceParallel, MatchesTensorParallelAndOneRank) {
+  expect_layouts_match(layouts_for, tiny_gpt);
+}
+
+TEST(SequenceParallel, LlamaMatchesTensorParallelAndOneRank) {
+  expect_layouts_match(llama_layouts_for, tiny_llama);
 }
 
 // One clear error for each bad input, naming the key and the numbers, before anything is built.
@@ -157,6 +204,17 @@ TEST(SequenceParallel, BadInputIsOneClearError) {
                  "18 is not divisible by parallel.tensor_model_parallel_size 4");
   // Without the key the same seq_len is fine.
   EXPECT_NO_THROW(tiny_gpt({"parallel.tensor_model_parallel_size=4", "model.seq_len=18"}));
+  // llama: the same rule on its seq_len (tp 2 divides its heads, kv heads and ffn_hidden_size 48).
+  try {
+    tiny_llama({"parallel.tensor_model_parallel_size=2", "model.seq_len=17", kSp});
+    ADD_FAILURE() << "llama seq_len 17 accepted at tp 2";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("model.seq_len: "), std::string::npos) << message;
+    EXPECT_NE(message.find("17 is not divisible by parallel.tensor_model_parallel_size 2"), std::string::npos)
+        << message;
+  }
+  EXPECT_NO_THROW(tiny_llama({"parallel.tensor_model_parallel_size=2", kSp}));
 }
 
 }  // namespace
@@ -174,11 +232,16 @@ struct MemoryRun {
   std::int64_t p2p_bytes = 0;  // pipeline boundary bytes this rank sent in the last step
 };
 
-MemoryRun memory_run(const std::vector<std::string>& overrides, comm::Communicator& world) {
+const std::string kMemoryGpt =
+    R"("model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 4, "seq_len": 32})";
+const std::string kMemoryLlama = R"("model": {"type": "llama", "vocab_size": 64, "d_model": 32, "n_layers": 3,
+    "n_heads": 4, "n_kv_heads": 2, "seq_len": 32, "ffn_hidden_size": 96})";
+
+MemoryRun memory_run(const std::vector<std::string>& overrides, comm::Communicator& world,
+                     const std::string& model = kMemoryGpt) {
   std::vector<std::string> all = {"train.steps=2"};
   all.insert(all.end(), overrides.begin(), overrides.end());
-  const config::RunConfig config = config::parse_config(R"({
-    "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 4, "seq_len": 32},
+  const config::RunConfig config = config::parse_config("{" + model + R"(,
     "batch": {"global_batch_size": 16, "micro_batch_size": 2},
     "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "warmup_steps": 0},
     "parallel": {"tensor_model_parallel_size": 2, "schedule": "gpipe"},
@@ -198,12 +261,12 @@ MemoryRun memory_run(const std::vector<std::string>& overrides, comm::Communicat
 }
 
 void expect_memory_follows_plan(comm::Communicator& world, const std::vector<std::string>& layout, const char* name,
-                                double bound) {
+                                double bound, const std::string& model = kMemoryGpt) {
   SCOPED_TRACE(name);
   std::vector<std::string> with_sp = layout;
   with_sp.push_back(kSp);
-  const MemoryRun tp = memory_run(layout, world);
-  const MemoryRun sp = memory_run(with_sp, world);
+  const MemoryRun tp = memory_run(layout, world, model);
+  const MemoryRun sp = memory_run(with_sp, world, model);
   for (const MemoryRun* r : {&tp, &sp}) {
     EXPECT_NEAR(static_cast<double>(r->planned), static_cast<double>(r->measured), bound * r->measured)
         << (r == &tp ? "without" : "with") << " sequence parallelism";
@@ -224,8 +287,12 @@ TEST(SequenceParallel, ActivationMemoryFollowsThePlan) {
   auto world = make_world();
   if (world->size() == 2) {
     expect_memory_follows_plan(*world, {}, "tp2 gpipe", 0.05);
+    expect_memory_follows_plan(*world, {}, "llama tp2", 0.05, kMemoryLlama);
+    expect_memory_follows_plan(*world, {"train.recompute=selective"}, "llama sel", 0.05, kMemoryLlama);
   } else if (world->size() == 4) {
     expect_memory_follows_plan(*world, {"parallel.tensor_model_parallel_size=4"}, "tp4 gpipe", 0.05);
+    // kv heads 2 do not split over tp 4: llama at tp 2 x dp 2.
+    expect_memory_follows_plan(*world, {}, "llama dp2", 0.05, kMemoryLlama);
   } else {
     GTEST_SKIP() << "needs 2 or 4 ranks";
   }

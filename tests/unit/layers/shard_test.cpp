@@ -308,5 +308,39 @@ TEST(TpLayout, SequenceParallelBoundaryShapes) {
   EXPECT_EQ(key_of(8), "model.seq_len");  // 12 tokens over 8 ranks
 }
 
+// Sequence parallelism on a llama: the residual stream (embedding output, every llama block's and the final
+// RmsNorm's input and output, the head's input) is tp rank r's [T / tp, D]; the logits stay vocab-parallel.
+TEST(TpLayout, LlamaSequenceShards) {
+  partition::LlamaConfig config;
+  config.vocab_size = 37;
+  config.d_model = 24;
+  config.n_layers = 2;
+  config.n_heads = 4;
+  config.n_kv_heads = 2;
+  config.seq_len = 10;
+  config.ffn_hidden_size = 20;
+  const auto spec = partition::make_llama_spec(config);
+  ASSERT_EQ(spec.blocks.size(), 6u);  // embed, 2 blocks, final_norm, head, loss
+  const Shape shard{5, 24};
+  EXPECT_EQ(tp_block_output(spec.blocks[0], 2, true), shard);
+  for (std::size_t i = 1; i <= 3; ++i) {
+    EXPECT_EQ(tp_block_input(spec.blocks[i], 2, true), shard) << spec.blocks[i].name;
+    EXPECT_EQ(tp_block_output(spec.blocks[i], 2, true), shard) << spec.blocks[i].name;
+    EXPECT_EQ(tp_block_output(spec.blocks[i], 2, false), (Shape{10, 24})) << spec.blocks[i].name;
+  }
+  EXPECT_EQ(tp_block_input(spec.blocks[4], 2, true), shard);
+  EXPECT_EQ(tp_block_output(spec.blocks[4], 2, true), (Shape{10, 19}));  // ceil(37 / 2) local logits
+  EXPECT_EQ(tp_block_input(spec.blocks[5], 2, true), (Shape{10, 19}));
+  // seq_len 10 over tp 4 does not split (and llama is accepted, not refused as a non-gpt model).
+  EXPECT_NO_THROW(partition::check_sequence_parallel(spec, 2, true));
+  try {
+    partition::check_sequence_parallel(spec, 4, true);
+    ADD_FAILURE() << "seq_len 10 accepted at tp 4";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("10 is not divisible by parallel.tensor_model_parallel_size 4"),
+              std::string::npos) << e.what();
+  }
+}
+
 }  // namespace
 }  // namespace cleave::layers

@@ -1,0 +1,42 @@
+// SharedInputParts: several projections that read ONE input (llama's q, k, v; gate and up), run together.
+//
+// Under sequence parallelism each ColumnParallelLinear would all-gather the same input shard in forward and
+// in backward_weight and reduce-scatter its own partial input gradient; here the shard is all-gathered once
+// per pass for all parts and their partial input gradients are accumulated into one [B, T, in] buffer (GEMM
+// beta = 1) before ONE reduce-scatter: a third (q, k, v) or a half (gate, up) of the collectives, one [B, T, in]
+// partial instead of one per part. The parameters, their names and shapes and the forward values are those of
+// the parts run one by one; the input gradient differs only in the order of the tp sum.
+//
+// Otherwise (no sequence parallelism, tp 1, or a part that is not a ColumnParallelLinear) each part runs on its
+// own: forward in order, input gradients summed in part order, weight gradients in order.
+//
+// Invariant: stashes[i] is parts[i]'s stash; all parts' forward saw the same x (so their stashed shards are one
+// tensor).
+#pragma once
+
+#include <vector>
+
+#include "layers/layer.hpp"
+
+namespace cleave::layers {
+
+class ColumnParallelLinear;
+
+class SharedInputParts {
+ public:
+  explicit SharedInputParts(std::vector<Layer*> parts);
+
+  // Each part's output for input x.
+  std::vector<Tensor> forward(const Tensor& x, const std::vector<Stash*>& stashes, Context& ctx) const;
+  // Σ_i dx of part i for output gradient dys[i].
+  Tensor backward_input(const std::vector<Tensor>& dys, const std::vector<Stash*>& stashes, Context& ctx) const;
+  void backward_weight(const std::vector<Stash*>& stashes, Context& ctx) const;
+
+ private:
+  bool shared(const Context& ctx) const;
+
+  std::vector<Layer*> parts_;
+  std::vector<ColumnParallelLinear*> columns_;  // the same parts when all are column-parallel, else empty
+};
+
+}  // namespace cleave::layers

@@ -186,8 +186,7 @@ void GradientBucketer::poll() {
     WorkPtr& work = works_[static_cast<std::size_t>(b)];
     if (!work || !work->test() || !owns_shards()) continue;
     // ZeRO-2: the bucket is reduced; its shard moves to a buffer of its own and the full buffer is released
-    // (a staged bucket's was released at launch: the Work held the last reference to the wire copy, whose
-    // shard finish() widens).
+    // (a staged bucket's f32 buffer was released at launch; finish() widens the wire copy's block).
     work.reset();
     if (!staged_) complete(b);
   }

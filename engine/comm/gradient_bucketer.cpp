@@ -65,7 +65,7 @@ GradientBucketer::GradientBucketer(std::vector<GradientSpec> grads, Communicator
     if (sharded()) numel = round_up(numel, dp_size);
     b.numel = numel;
     buffers_.push_back(Tensor::zeros({numel}, b.dtype, MemoryCategory::kGradients, allocator));
-    if (owns_shards()) owned_.push_back(Tensor::zeros({numel / dp_size}, b.dtype, MemoryCategory::kGradients, allocator));
+    if (owns_shards()) owned_.emplace_back();  // allocated by the bucket's first reduction
     unready_in_bucket_.push_back(b.end_grad - b.first_grad);
   }
   const auto differs = [&](const Bucket& b) { return options.wire_dtype && b.dtype != *options.wire_dtype; };

@@ -65,7 +65,7 @@ GradientBucketer::GradientBucketer(std::vector<GradientSpec> grads, Communicator
     if (sharded()) numel = round_up(numel, dp_size);
     b.numel = numel;
     buffers_.push_back(Tensor::zeros({numel}, b.dtype, MemoryCategory::kGradients, allocator));
-    if (owns_shards()) owned_.push_back(Tensor::zeros({numel / dp_size}, b.dtype, MemoryCategory::kGradients, allocator));
+    if (owns_shards()) owned_.emplace_back();  // allocated by the bucket's first reduction
     unready_in_bucket_.push_back(b.end_grad - b.first_grad);
   }
   const auto differs = [&](const Bucket& b) { return options.wire_dtype && b.dtype != *options.wire_dtype; };
@@ -186,8 +186,7 @@ void GradientBucketer::poll() {
     WorkPtr& work = works_[static_cast<std::size_t>(b)];
     if (!work || !work->test() || !owns_shards()) continue;
     // ZeRO-2: the bucket is reduced; its shard moves to a buffer of its own and the full buffer is released
-    // (a staged bucket's was released at launch: the Work held the last reference to the wire copy, whose
-    // shard finish() widens).
+    // (a staged bucket's f32 buffer was released at launch; finish() widens the wire copy's block).
     work.reset();
     if (!staged_) complete(b);
   }

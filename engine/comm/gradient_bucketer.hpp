@@ -30,9 +30,9 @@
 // its views of a released buffer: options.on_release(b) is called, and grad(i) of a released bucket is
 // undefined until the next zero_grads() allocates the buffers again (zeroed). So from finish() on this rank
 // holds only its shards of the gradients, and after release_shards() (once the optimizer has used them)
-// none: shard(b) is then undefined until the bucket's next reduction. The copy keeps the peak at the full
-// buffers plus one bucket's shard (a shard allocated at launch as the collective's output would add every
-// launched shard while the buffers wait for their collectives).
+// none: shard(b) is undefined until the bucket's next reduction (and before its first). The copy keeps the
+// peak at the full buffers plus one bucket's shard (a shard allocated at launch as the collective's output
+// would add every launched shard while the buffers wait for their collectives).
 //
 // Zeroing, scaling and the wire-dtype conversions are host loops: the bucketer works on CPU buffers (the
 // allocator must be a CPU one).

@@ -13,16 +13,17 @@ namespace cleave::optim {
 namespace {
 
 void check_shard(const FlatShard& shard, std::size_t index) {
-  CLEAVE_ASSERT(shard.value.defined() && shard.grad.defined(), "sharded optimizer: shard {} has no value or grad",
-                index);
-  CLEAVE_ASSERT(shard.value.numel() == shard.grad.numel(), "sharded optimizer: shard {} value {} and grad {} elements",
-                index, shard.value.numel(), shard.grad.numel());
-  CLEAVE_CHECK(shard.value.dtype() == DType::kF32 && shard.grad.dtype() == DType::kF32 &&
-                   shard.value.device() == shard.grad.device(),
+  // A ZeRO-2 shard's grad is undefined until its bucket's first reduction (set_shard_grads adopts it then).
+  CLEAVE_ASSERT(shard.value.defined(), "sharded optimizer: shard {} has no value", index);
+  const Tensor& grad = shard.grad.defined() ? shard.grad : shard.value;
+  CLEAVE_ASSERT(shard.value.numel() == grad.numel(), "sharded optimizer: shard {} value {} and grad {} elements",
+                index, shard.value.numel(), grad.numel());
+  CLEAVE_CHECK(shard.value.dtype() == DType::kF32 && grad.dtype() == DType::kF32 &&
+                   shard.value.device() == grad.device(),
                "sharded optimizer: shard {} is {} on {} with a {} grad on {}; the sharded optimizer updates f32 "
                "(master) weights with their grads on one device",
-               index, dtype_name(shard.value.dtype()), shard.value.device().str(), dtype_name(shard.grad.dtype()),
-               shard.grad.device().str());
+               index, dtype_name(shard.value.dtype()), shard.value.device().str(), dtype_name(grad.dtype()),
+               grad.device().str());
   std::int64_t end = 0;
   for (const ShardSegment& s : shard.segments) {
     CLEAVE_ASSERT(s.param != nullptr && s.numel > 0 && s.begin >= end && s.begin + s.numel <= shard.value.numel(),

@@ -208,7 +208,7 @@ std::vector<optim::FlatShard> DataParallel::make_shards(const comm::GradientBuck
     const std::int64_t length = round_up(bucket.numel, dp_size) / dp_size;
     const std::int64_t begin = std::min(bucket.numel, length * dp_.rank());
     const std::int64_t end = std::min(bucket.numel, begin + length);
-    if (sharded()) CLEAVE_ASSERT(begin == bucketer.shard_begin(b) && end - begin == bucketer.shard(b).numel(),
+    if (sharded()) CLEAVE_ASSERT(begin == bucketer.shard_begin(b) && end - begin == bucket.numel / dp_size,
                                "data parallel: shard {} of bucket {} differs from the bucketer's", dp_.rank(), b);
     optim::FlatShard shard;
     // ZeRO-2's shard is a buffer of its own (the bucket buffer is released after each reduction).
@@ -306,7 +306,7 @@ void DataParallel::all_gather_values(const comm::GradientBucketer& bucketer, con
   for (int b = 0; b < bucketer.num_buckets(); ++b) {
     const Tensor& flat = values[static_cast<std::size_t>(b)];
     const std::int64_t begin = bucketer.shard_begin(b);
-    works.push_back(dp_.all_gather(flat.slice(begin, begin + bucketer.shard(b).numel()), flat,
+    works.push_back(dp_.all_gather(flat.slice(begin, begin + bucketer.bucket(b).numel / dp_.size()), flat,
                                    *options_.context.stream));
   }
 }

@@ -22,7 +22,15 @@
 
 namespace cleave::layers {
 
-class CausalSelfAttention final : public Layer {
+// An attention part that can drop its probabilities and rebuild them in backward (train.recompute
+// "selective"): what a pre-norm block (TransformerBlock) switches, whichever attention it holds.
+class RecomputableScores {
+ public:
+  virtual ~RecomputableScores() = default;
+  virtual void set_recompute_scores(bool on) = 0;
+};
+
+class CausalSelfAttention final : public Layer, public RecomputableScores {
  public:
   // One rank. `init` for qkv; `proj_init` for the output projection (GPT-2 scales its std by 1/sqrt(2·n_layers)).
   CausalSelfAttention(std::string prefix, std::int64_t d_model, std::int64_t n_heads, const ParamInit& init,
@@ -43,7 +51,7 @@ class CausalSelfAttention final : public Layer {
   // Selective recomputation (train.recompute "selective"): forward keeps {qkv} only, and backward_input
   // reruns the attention core on the stashed qkv to rebuild the probabilities (bit-identical: the same op
   // on the same input) and frees them on return.
-  void set_recompute_scores(bool on) { recompute_scores_ = on; }
+  void set_recompute_scores(bool on) override { recompute_scores_ = on; }
 
  private:
   std::string who() const;

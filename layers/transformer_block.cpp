@@ -26,9 +26,10 @@ TransformerBlock::TransformerBlock(std::string prefix, std::int64_t d_model, std
       mlp_(std::make_unique<Mlp>(prefix_ + ".mlp", d_model, d_ff, init, residual_proj_init(init, n_layers))) {}
 
 TransformerBlock::TransformerBlock(std::string prefix, LayerPtr ln1, LayerPtr attn, LayerPtr ln2, LayerPtr mlp,
-                                   bool tensor_parallel)
+                                   bool tensor_parallel, Family family)
     : prefix_(std::move(prefix)),
       tensor_parallel_(tensor_parallel),
+      family_(family),
       ln1_(std::move(ln1)),
       attn_(std::move(attn)),
       ln2_(std::move(ln2)),
@@ -36,8 +37,14 @@ TransformerBlock::TransformerBlock(std::string prefix, LayerPtr ln1, LayerPtr at
   CLEAVE_ASSERT(ln1_ && attn_ && ln2_ && mlp_, "{}: needs ln1, attn, ln2 and mlp parts", who());
 }
 
+std::string_view TransformerBlock::kind() const {
+  if (family_ == Family::kLlama) return tensor_parallel_ ? "parallel_llama_block" : "llama_block";
+  return tensor_parallel_ ? "parallel_transformer_block" : "transformer_block";
+}
+
 std::string TransformerBlock::who() const {
-  return (tensor_parallel_ ? "parallel transformer block " : "transformer block ") + prefix_;
+  const char* name = family_ == Family::kLlama ? "llama block " : "transformer block ";
+  return (tensor_parallel_ ? std::string("parallel ") : std::string()) + name + prefix_;
 }
 
 Tensor TransformerBlock::forward(const Tensor& x, Stash& stash, Context& ctx) {
@@ -54,7 +61,8 @@ Tensor TransformerBlock::forward(const Tensor& x, Stash& stash, Context& ctx) {
 
 Tensor TransformerBlock::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   CLEAVE_ASSERT(stash.children.size() == 4, "{}: backward_input without forward", who());
-  // dy is kept by mlp.proj for its weight gradient and belongs to the caller: never written here.
+  // dy is kept by the mlp's output projection (mlp.proj / mlp.down) for its weight gradient and belongs to the
+  // caller: never written here.
   Tensor dm = mlp_->backward_input(dy, stash.children[3], ctx);
   Tensor dx1 = ln2_->backward_input(dm, stash.children[2], ctx);
   ops::add_inplace(ctx, dx1, dy);  // residual path
@@ -74,8 +82,9 @@ void TransformerBlock::backward_weight(Stash& stash, Context& ctx) {
 }
 
 void TransformerBlock::set_selective_recompute(bool on) {
-  auto* attention = dynamic_cast<CausalSelfAttention*>(attn_.get());
-  CLEAVE_CHECK(attention != nullptr, "{}: selective recomputation needs a CausalSelfAttention part", who());
+  auto* attention = dynamic_cast<RecomputableScores*>(attn_.get());
+  CLEAVE_CHECK(attention != nullptr, "{}: selective recomputation needs an attention part that can recompute its "
+               "scores", who());
   attention->set_recompute_scores(on);
 }
 

@@ -1,4 +1,6 @@
-// TransformerBlock (GPT-2, pre-LN): x1 = x + attn(ln1(x)); y = x1 + mlp(ln2(x1)).
+// TransformerBlock (pre-norm): x1 = x + attn(ln1(x)); y = x1 + mlp(ln2(x1)). The GPT-2 block (LayerNorms,
+// CausalSelfAttention, GELU Mlp) and, built from other parts by make_llama_block (layers/llama/llama_block.hpp),
+// the Llama block (RMSNorms, LlamaAttention, SwigluMlp): the residual wiring is the same, only the parts differ.
 // Parameters: "<prefix>.ln1.*", "<prefix>.attn.qkv.*", "<prefix>.attn.proj.*", "<prefix>.ln2.*",
 // "<prefix>.mlp.fc.*", "<prefix>.mlp.proj.*". Residual output projections (attn.proj, mlp.proj) start with
 // std init.std / sqrt(2 · n_layers) (residual_proj_init), everything else per `init`.
@@ -26,20 +28,20 @@ class TransformerBlock final : public Layer {
   // One rank.
   TransformerBlock(std::string prefix, std::int64_t d_model, std::int64_t n_heads, std::int64_t d_ff,
                    std::int64_t n_layers, const ParamInit& init);
-  // From parts. `tensor_parallel` only names the layer: kind "parallel_transformer_block", messages
-  // "parallel transformer block <prefix>".
-  TransformerBlock(std::string prefix, LayerPtr ln1, LayerPtr attn, LayerPtr ln2, LayerPtr mlp,
-                   bool tensor_parallel);
+  // From parts. `tensor_parallel` and `family` only name the layer: kind "[parallel_]transformer_block" or
+  // "[parallel_]llama_block", messages "[parallel ]transformer block <prefix>" / "[parallel ]llama block <prefix>".
+  enum class Family { kGpt, kLlama };
+  TransformerBlock(std::string prefix, LayerPtr ln1, LayerPtr attn, LayerPtr ln2, LayerPtr mlp, bool tensor_parallel,
+                   Family family = Family::kGpt);
 
-  std::string_view kind() const override {
-    return tensor_parallel_ ? "parallel_transformer_block" : "transformer_block";
-  }
+  std::string_view kind() const override;
   Tensor forward(const Tensor& x, Stash& stash, Context& ctx) override;
   Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override;
   void backward_weight(Stash& stash, Context& ctx) override;
   std::vector<std::shared_ptr<Param>> params() const override;
 
-  // Selective recomputation: the attention part keeps no probabilities (CausalSelfAttention above).
+  // Selective recomputation: the attention part (a RecomputableScores, layers/attention.hpp) keeps no
+  // probabilities.
   void set_selective_recompute(bool on);
 
  private:
@@ -47,6 +49,7 @@ class TransformerBlock final : public Layer {
 
   std::string prefix_;
   bool tensor_parallel_ = false;
+  Family family_ = Family::kGpt;
   LayerPtr ln1_;
   LayerPtr attn_;
   LayerPtr ln2_;

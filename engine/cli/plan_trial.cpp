@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <system_error>
 #include <thread>
 
 #include <fmt/format.h>
@@ -99,6 +100,14 @@ std::vector<TrialResult> run_trials(const std::string& config_path, const std::v
   CLEAVE_CHECK(::mkdtemp(pattern.data()) != nullptr, "plan --trial: cannot create a directory under {}",
                fs::temp_directory_path().string());
   const fs::path dir = pattern;
+  // The trial runs' directory goes however this returns (a config that fails to load throws mid-loop).
+  struct RemoveOnExit {
+    fs::path path;
+    ~RemoveOnExit() {
+      std::error_code ignored;
+      fs::remove_all(path, ignored);
+    }
+  } remove_dir{dir};
   std::vector<TrialResult> results;
   const int count = std::min<int>(options.plans, static_cast<int>(ranked.size()));
   for (int i = 0; i < count; ++i) {
@@ -123,7 +132,6 @@ std::vector<TrialResult> run_trials(const std::string& config_path, const std::v
     const std::string log = run.string() + ".log";
     const int status = run_logged(argv, log);
     if (status == -1) {
-      fs::remove_all(dir);
       CLEAVE_THROW("plan --trial: cannot start '{}' (install Open MPI's mpiexec or name the launcher with --launcher)",
                    argv.front());
     }
@@ -132,7 +140,6 @@ std::vector<TrialResult> run_trials(const std::string& config_path, const std::v
     if (!r.measured) r.error = fmt::format("exit {}: {}", status, last_line(log));
     results.push_back(std::move(r));
   }
-  fs::remove_all(dir);
   std::stable_sort(results.begin(), results.end(), [](const TrialResult& a, const TrialResult& b) {
     if (a.measured != b.measured) return a.measured;
     return a.measured && a.measured_s < b.measured_s;

@@ -20,6 +20,7 @@
 #include <memory>
 #include <string>
 
+#include "layers/attention.hpp"
 #include "layers/layer.hpp"
 #include "layers/parallel/shared_input.hpp"
 
@@ -32,7 +33,7 @@ struct LlamaHeads {
   float rope_theta = 10000.0f;
 };
 
-class LlamaAttention final : public Layer {
+class LlamaAttention final : public Layer, public RecomputableScores {
  public:
   LlamaAttention(std::string prefix, const LlamaHeads& heads, LayerPtr q, LayerPtr k, LayerPtr v, LayerPtr o,
                  bool tensor_parallel);
@@ -44,7 +45,7 @@ class LlamaAttention final : public Layer {
   std::vector<std::shared_ptr<Param>> params() const override;
 
   // Selective recomputation: forward keeps {qkv} only; backward_input reruns the attention core on it.
-  void set_recompute_scores(bool on) { recompute_scores_ = on; }
+  void set_recompute_scores(bool on) override { recompute_scores_ = on; }
 
  private:
   std::string who() const;

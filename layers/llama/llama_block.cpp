@@ -1,7 +1,6 @@
-// Llama block: the residual stream around attn_norm, attn, mlp_norm, mlp; and its builder for any tp size.
+// The Llama block's parts for any tp size, wired by TransformerBlock (the residual stream around them).
 #include "layers/llama/llama_block.hpp"
 
-#include "kernels/ops/ops.hpp"
 #include "layers/linear.hpp"
 #include "layers/llama/llama_attention.hpp"
 #include "layers/llama/rmsnorm.hpp"
@@ -10,66 +9,6 @@
 #include "layers/parallel/row_parallel_linear.hpp"
 
 namespace cleave::layers {
-
-LlamaBlock::LlamaBlock(std::string prefix, LayerPtr attn_norm, LayerPtr attn, LayerPtr mlp_norm, LayerPtr mlp,
-                       bool tensor_parallel)
-    : prefix_(std::move(prefix)),
-      tensor_parallel_(tensor_parallel),
-      attn_norm_(std::move(attn_norm)),
-      attn_(std::move(attn)),
-      mlp_norm_(std::move(mlp_norm)),
-      mlp_(std::move(mlp)) {
-  CLEAVE_ASSERT(attn_norm_ && attn_ && mlp_norm_ && mlp_, "{}: needs attn_norm, attn, mlp_norm and mlp parts", who());
-}
-
-std::string LlamaBlock::who() const { return (tensor_parallel_ ? "parallel llama block " : "llama block ") + prefix_; }
-
-Tensor LlamaBlock::forward(const Tensor& x, Stash& stash, Context& ctx) {
-  stash.clear();
-  stash.children.resize(4);
-  Tensor a = attn_norm_->forward(x, stash.children[0], ctx);
-  Tensor x1 = attn_->forward(a, stash.children[1], ctx);
-  ops::add_inplace(ctx, x1, x);  // x1 = x + attn(attn_norm(x))
-  Tensor m = mlp_norm_->forward(x1, stash.children[2], ctx);
-  Tensor y = mlp_->forward(m, stash.children[3], ctx);
-  ops::add_inplace(ctx, y, x1);  // y = x1 + mlp(mlp_norm(x1))
-  return y;
-}
-
-Tensor LlamaBlock::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
-  CLEAVE_ASSERT(stash.children.size() == 4, "{}: backward_input without forward", who());
-  // dy is kept by mlp.down for its weight gradient and belongs to the caller: never written here.
-  Tensor dm = mlp_->backward_input(dy, stash.children[3], ctx);
-  Tensor dx1 = mlp_norm_->backward_input(dm, stash.children[2], ctx);
-  ops::add_inplace(ctx, dx1, dy);  // residual path
-  Tensor da = attn_->backward_input(dx1, stash.children[1], ctx);
-  Tensor dx = attn_norm_->backward_input(da, stash.children[0], ctx);
-  ops::add_inplace(ctx, dx, dx1);
-  return dx;
-}
-
-void LlamaBlock::backward_weight(Stash& stash, Context& ctx) {
-  CLEAVE_ASSERT(stash.children.size() == 4, "{}: backward_weight without forward", who());
-  attn_norm_->backward_weight(stash.children[0], ctx);
-  attn_->backward_weight(stash.children[1], ctx);
-  mlp_norm_->backward_weight(stash.children[2], ctx);
-  mlp_->backward_weight(stash.children[3], ctx);
-  stash.clear();
-}
-
-void LlamaBlock::set_selective_recompute(bool on) {
-  auto* attention = dynamic_cast<LlamaAttention*>(attn_.get());
-  CLEAVE_ASSERT(attention != nullptr, "{}: selective recomputation needs a LlamaAttention part", who());
-  attention->set_recompute_scores(on);
-}
-
-std::vector<std::shared_ptr<Param>> LlamaBlock::params() const {
-  std::vector<std::shared_ptr<Param>> out;
-  for (const Layer* part : {attn_norm_.get(), attn_.get(), mlp_norm_.get(), mlp_.get()}) {
-    for (auto& p : part->params()) out.push_back(p);
-  }
-  return out;
-}
 
 namespace {
 
@@ -87,8 +26,8 @@ LayerPtr projection(const std::string& name, std::int64_t in, std::int64_t out, 
 
 }  // namespace
 
-std::unique_ptr<LlamaBlock> make_llama_block(const partition::BlockSpec& b, const ParamInit& init, int tp_size,
-                                             int tp_rank) {
+std::unique_ptr<TransformerBlock> make_llama_block(const partition::BlockSpec& b, const ParamInit& init, int tp_size,
+                                                   int tp_rank) {
   CLEAVE_ASSERT(b.kind == partition::BlockKind::kLlamaBlock && tp_size >= 1 && b.n_heads % tp_size == 0 &&
                     b.n_kv_heads % tp_size == 0 && b.d_ff % tp_size == 0,
                 "make_llama_block: block '{}' ({} heads, {} kv heads, ffn {}) cannot split over tp {}", b.name,
@@ -112,8 +51,8 @@ std::unique_ptr<LlamaBlock> make_llama_block(const partition::BlockSpec& b, cons
   auto up = projection(p + ".mlp.up", d, f, Split::kColumns, init, tp_size, tp_rank);
   auto down = projection(p + ".mlp.down", f, d, Split::kRows, init, tp_size, tp_rank);
   auto mlp = std::make_unique<SwigluMlp>(p + ".mlp", std::move(gate), std::move(up), std::move(down), tp);
-  return std::make_unique<LlamaBlock>(p, std::move(attn_norm), std::move(attn), std::move(mlp_norm), std::move(mlp),
-                                      tp);
+  return std::make_unique<TransformerBlock>(p, std::move(attn_norm), std::move(attn), std::move(mlp_norm),
+                                            std::move(mlp), tp, TransformerBlock::Family::kLlama);
 }
 
 }  // namespace cleave::layers

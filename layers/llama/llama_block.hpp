@@ -1,4 +1,4 @@
-// LlamaBlock (pre-RMSNorm): x1 = x + attn(attn_norm(x)); y = x1 + mlp(mlp_norm(x1)), with LlamaAttention
+// The Llama block (pre-RMSNorm): x1 = x + attn(attn_norm(x)); y = x1 + mlp(mlp_norm(x1)), with LlamaAttention
 // (rope, grouped-query heads) and SwigluMlp. Parameters (no biases; the names transformers' Llama maps to):
 //   <prefix>.attn_norm.weight [D]          <prefix>.mlp_norm.weight [D]        (init 1, no weight decay)
 //   <prefix>.attn.q.weight [Hq·hd, D]      <prefix>.mlp.gate.weight [F, D]
@@ -14,7 +14,9 @@
 // Communication per block and micro-batch at tp > 1: forward all-reduces o's and down's outputs; backward
 // all-reduces the input gradients of q, k, v, gate and up.
 //
-// Stash layout: children {attn_norm, attn, mlp_norm, mlp}; no tensors of its own.
+// The residual wiring is TransformerBlock's (layers/transformer_block.hpp, family kLlama: kind "llama_block" /
+// "parallel_llama_block"); only its parts are Llama's. Stash layout: children {attn_norm, attn, mlp_norm, mlp};
+// no tensors of its own.
 #pragma once
 
 #include <memory>
@@ -22,35 +24,14 @@
 
 #include "layers/layer.hpp"
 #include "layers/param_init.hpp"
+#include "layers/transformer_block.hpp"
 #include "partition/model_spec.hpp"
 
 namespace cleave::layers {
 
-class LlamaBlock final : public Layer {
- public:
-  LlamaBlock(std::string prefix, LayerPtr attn_norm, LayerPtr attn, LayerPtr mlp_norm, LayerPtr mlp,
-             bool tensor_parallel);
-
-  std::string_view kind() const override { return tensor_parallel_ ? "parallel_llama_block" : "llama_block"; }
-  Tensor forward(const Tensor& x, Stash& stash, Context& ctx) override;
-  Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override;
-  void backward_weight(Stash& stash, Context& ctx) override;
-  std::vector<std::shared_ptr<Param>> params() const override;
-
-  // Selective recomputation: the attention part keeps no probabilities.
-  void set_selective_recompute(bool on);
-
- private:
-  std::string who() const;
-
-  std::string prefix_;
-  bool tensor_parallel_ = false;
-  LayerPtr attn_norm_, attn_, mlp_norm_, mlp_;
-};
-
 // A llama block (partition::BlockKind::kLlamaBlock) for tp rank tp_rank of tp_size. The tp rules
 // (partition/tp_rules.hpp) must hold; the builder checks them first.
-std::unique_ptr<LlamaBlock> make_llama_block(const partition::BlockSpec& block, const ParamInit& init, int tp_size,
-                                             int tp_rank);
+std::unique_ptr<TransformerBlock> make_llama_block(const partition::BlockSpec& block, const ParamInit& init,
+                                                   int tp_size, int tp_rank);
 
 }  // namespace cleave::layers

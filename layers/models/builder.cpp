@@ -33,13 +33,9 @@ using partition::ModelSpec;
 
 namespace {
 
-// train.recompute applied to a transformer block (layers/recomputed.hpp, CausalSelfAttention).
+// train.recompute applied to a transformer block, GPT or Llama (layers/recomputed.hpp, RecomputableScores).
 LayerPtr with_recompute(LayerPtr block, partition::Recompute recompute) {
   if (recompute == partition::Recompute::kSelective) {
-    if (auto* llama = dynamic_cast<LlamaBlock*>(block.get())) {
-      llama->set_selective_recompute(true);
-      return block;
-    }
     auto* transformer = dynamic_cast<TransformerBlock*>(block.get());
     CLEAVE_ASSERT(transformer != nullptr, "selective recomputation of a {}", block->kind());
     transformer->set_selective_recompute(true);

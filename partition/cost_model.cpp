@@ -205,6 +205,22 @@ Parts parts_of(const BlockSpec& b) {
   CLEAVE_ASSERT(false, "unknown BlockKind {}", static_cast<int>(b.kind));
 }
 
+// A transformer-like block's forward stash under train.recompute: `plain` is what it keeps without
+// recomputation; selective drops the attention probabilities (`probs`) and rebuilds them inside I; full keeps
+// only `input` and rebuilds all of `plain` inside I.
+void apply_recompute(BlockCost& cost, Recompute recompute, std::int64_t plain, std::int64_t probs,
+                     std::int64_t input) {
+  if (recompute == Recompute::kSelective) {
+    cost.recompute_transient_bytes = probs;
+    cost.activation_bytes = plain - probs;
+  } else if (recompute == Recompute::kFull) {
+    cost.recompute_transient_bytes = plain;
+    cost.activation_bytes = input;
+  } else {
+    cost.activation_bytes = plain;
+  }
+}
+
 // Sequence parallelism (cost_model.hpp): one tp rank's activation, weight-stash and output bytes when the
 // residual stream is split along the sequence. Every tensor the plain tp layout keeps whole becomes a
 // [T / tp, ...] shard, except the output gradients a row-parallel linear all-gathers for its weight gradient
@@ -224,15 +240,7 @@ void sequence_parallel_share(const BlockSpec& block, BlockCost& cost, Recompute 
       // outputs [T, F/tp], the probabilities [H/tp, T, T], the norms' statistics of T/tp rows.
       const std::int64_t plain = (8 * t * d + 2 * t * f) / tp * b + (h / tp) * t * t * b + 4 * ts * kStatBytes;
       cost.weight_stash_bytes = (2 * t * d + (12 * t * d + 2 * t * f) / tp) * b + 4 * ts * kStatBytes;
-      if (recompute == Recompute::kSelective) {
-        cost.recompute_transient_bytes = (h / tp) * t * t * b;
-        cost.activation_bytes = plain - cost.recompute_transient_bytes;
-      } else if (recompute == Recompute::kFull) {
-        cost.recompute_transient_bytes = plain;
-        cost.activation_bytes = ts * d * b;
-      } else {
-        cost.activation_bytes = plain;
-      }
+      apply_recompute(cost, recompute, plain, (h / tp) * t * t * b, ts * d * b);
       cost.output_bytes = ts * d * b;
       break;
     }
@@ -245,15 +253,7 @@ void sequence_parallel_share(const BlockSpec& block, BlockCost& cost, Recompute 
       const std::int64_t plain = (8 * t * d + 3 * t * f) / tp * b + (h / tp) * t * t * b + 2 * ts * kStatBytes;
       // o's and down's gathered dy [T, D] from I to W; the rest as plain tp with the replicated tensors as shards.
       cost.weight_stash_bytes = (2 * t * d + (8 * t * d + 2 * t * kv + 3 * t * f) / tp) * b + 2 * ts * kStatBytes;
-      if (recompute == Recompute::kSelective) {
-        cost.recompute_transient_bytes = (h / tp) * t * t * b;
-        cost.activation_bytes = plain - cost.recompute_transient_bytes;
-      } else if (recompute == Recompute::kFull) {
-        cost.recompute_transient_bytes = plain;
-        cost.activation_bytes = ts * d * b;
-      } else {
-        cost.activation_bytes = plain;
-      }
+      apply_recompute(cost, recompute, plain, (h / tp) * t * t * b, ts * d * b);
       cost.output_bytes = ts * d * b;
       break;
     }
@@ -291,7 +291,7 @@ std::int64_t backward_extra(const BlockSpec& block, const BlockCost& cost, Recom
     return extra;
   }
   if (block.kind == BlockKind::kTransformerBlock) {
-    const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff, h = block.n_heads;
+    const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff;
     const std::int64_t mlp = (2 * t * f / tp + t * d) * b;
     std::int64_t attention = (4 * t * d + 4 * t * d / tp) * b;
     if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;  // the probabilities
@@ -398,15 +398,7 @@ BlockCost block_cost(const BlockSpec& block, DType dtype, Recompute recompute, i
         const std::int64_t plain = (4 * t * d + (3 * t * d + t * d + 2 * t * f) / tp + (h / tp) * t * t) * b +
                                    4 * t * kStatBytes;
         cost.weight_stash_bytes = (8 * t * d + (4 * t * d + 2 * t * f) / tp) * b + 4 * t * kStatBytes;
-        if (recompute == Recompute::kSelective) {
-          cost.recompute_transient_bytes = (h / tp) * t * t * b;
-          cost.activation_bytes = plain - cost.recompute_transient_bytes;
-        } else if (recompute == Recompute::kFull) {
-          cost.recompute_transient_bytes = plain;
-          cost.activation_bytes = t * d * b;
-        } else {
-          cost.activation_bytes = plain;
-        }
+        apply_recompute(cost, recompute, plain, (h / tp) * t * t * b, t * d * b);
         break;
       }
       case BlockKind::kLlamaBlock: {
@@ -416,15 +408,7 @@ BlockCost block_cost(const BlockSpec& block, DType dtype, Recompute recompute, i
         const std::int64_t plain = (4 * t * d + (3 * t * d + t * d + 3 * t * f) / tp + (h / tp) * t * t) * b +
                                    2 * t * kStatBytes;
         cost.weight_stash_bytes = (8 * t * d + (2 * t * d + 2 * t * kv + 3 * t * f) / tp) * b + 2 * t * kStatBytes;
-        if (recompute == Recompute::kSelective) {
-          cost.recompute_transient_bytes = (h / tp) * t * t * b;
-          cost.activation_bytes = plain - cost.recompute_transient_bytes;
-        } else if (recompute == Recompute::kFull) {
-          cost.recompute_transient_bytes = plain;
-          cost.activation_bytes = t * d * b;
-        } else {
-          cost.activation_bytes = plain;
-        }
+        apply_recompute(cost, recompute, plain, (h / tp) * t * t * b, t * d * b);
         break;
       }
       case BlockKind::kLmHead:

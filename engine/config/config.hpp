@@ -120,7 +120,7 @@ struct OptimizerConfig {
   std::int64_t warmup_steps = 10;              // linear warm-up from 0 to lr
   LrScheduleType schedule = LrScheduleType::kCosine;  // decay to min_lr at train.steps
   double min_lr = 0.0;
-  int zero_stage = 0;  // 0 | 1 (shard optimizer state across dp)
+  int zero_stage = 0;  // 0 | 1 optimizer state | 2 and gradients | 3 and parameters, sharded across dp
   // f32 tensors of optimizer state each parameter carries: adamw 2 (exp_avg, exp_avg_sq), sgd with momentum 1
   // (momentum_buffer), plain sgd 0. The one count the memory plan, the planner's step-time model and the
   // data-parallel log use; the optimizers allocate exactly this many (unit Optimizer.FactoryFollowsConfig).

@@ -150,7 +150,7 @@ inline constexpr std::array<Field<OptimizerConfig>, 12> kOptimizerFields = {{
     {"warmup_steps", &OptimizerConfig::warmup_steps, FieldKind::kInteger, "linear warm-up steps from 0 to lr"},
     {"schedule", &OptimizerConfig::schedule, FieldKind::kChoice, "learning-rate decay after warm-up"},
     {"min_lr", &OptimizerConfig::min_lr, FieldKind::kNumber, "learning rate at the end of the decay"},
-    {"zero_stage", &OptimizerConfig::zero_stage, FieldKind::kInteger, "ZeRO stage: 1 shards optimizer state, 2 also gradients",
+    {"zero_stage", &OptimizerConfig::zero_stage, FieldKind::kInteger, "ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also parameters",
      0, std::numeric_limits<int>::max()},
 }};
 

@@ -99,11 +99,10 @@ void validate(const RunConfig& c) {
 
   const auto& o = c.optimizer;
   if (o.min_lr > o.lr) refuse("optimizer.min_lr", "{} is larger than optimizer.lr {}", o.min_lr, o.lr);
-  if (o.zero_stage == 3) {
-    refuse("optimizer.zero_stage", "3 (parameter sharding) is not built yet in this version; use 0, 1 (optimizer "
-           "state sharded over dp) or 2 (optimizer state and gradients sharded)");
+  if (o.zero_stage > 3) {
+    refuse("optimizer.zero_stage", "must be 0 (nothing sharded), 1 (optimizer state), 2 (and gradients) or 3 (and "
+           "parameters), got {}", o.zero_stage);
   }
-  if (o.zero_stage > 3) refuse("optimizer.zero_stage", "must be 0, 1 or 2, got {}", o.zero_stage);
   if (o.type == OptimizerType::kSgd && o.nesterov && o.momentum == 0.0) {
     refuse("optimizer.nesterov", "needs optimizer.momentum > 0 (momentum is 0)");
   }

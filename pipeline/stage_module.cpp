@@ -5,6 +5,23 @@
 
 namespace cleave::pipeline {
 
+class StageModule::Resident {
+ public:
+  Resident(ParameterResidency* residency, std::size_t block, std::ptrdiff_t next)
+      : residency_(residency), block_(static_cast<int>(block)) {
+    if (residency_ != nullptr) residency_->acquire(block_, static_cast<int>(next));
+  }
+  ~Resident() {
+    if (residency_ != nullptr) residency_->release(block_);
+  }
+  Resident(const Resident&) = delete;
+  Resident& operator=(const Resident&) = delete;
+
+ private:
+  ParameterResidency* residency_;
+  int block_;
+};
+
 StageModule::StageModule(std::vector<layers::LayerPtr> blocks, bool is_first, bool is_last)
     : blocks_(std::move(blocks)), is_first_(is_first), is_last_(is_last) {
   CLEAVE_ASSERT(!blocks_.empty(), "a stage needs at least one block");
@@ -28,6 +45,15 @@ StageModule::StageModule(std::vector<layers::LayerPtr> blocks, bool is_first, bo
   lowest_ = finishes_;
 }
 
+int StageModule::lowest_block_of(const layers::Param& p) const {
+  for (std::size_t i = 0; i < lowest_.size(); ++i) {
+    for (const layers::Param* q : lowest_[i]) {
+      if (q == &p) return static_cast<int>(i);
+    }
+  }
+  return -1;
+}
+
 void StageModule::enable_ordered_accumulation(int microbatches, const std::vector<const layers::Param*>& in_place,
                                               const ops::Context& ctx) {
   auto skipped = [&in_place](const layers::Param* p) {
@@ -46,7 +72,11 @@ Tensor StageModule::forward(int microbatch, const Tensor& x, layers::Context& ct
   CLEAVE_ASSERT(inserted, "forward of micro-batch {} while its previous stash is still alive", microbatch);
   it->second.resize(blocks_.size());
   Tensor h = x;
-  for (std::size_t i = 0; i < blocks_.size(); ++i) h = blocks_[i]->forward(h, it->second[i], ctx);
+  const std::size_t n = blocks_.size();
+  for (std::size_t i = 0; i < n; ++i) {
+    Resident resident(residency_, i, i + 1 < n ? static_cast<std::ptrdiff_t>(i + 1) : -1);
+    h = blocks_[i]->forward(h, it->second[i], ctx);
+  }
   return h;
 }
 
@@ -54,6 +84,7 @@ Tensor StageModule::infer(const Tensor& x, layers::Context& ctx, bool skip_loss)
   const std::size_t end = is_last_ && skip_loss ? blocks_.size() - 1 : blocks_.size();
   Tensor h = x;
   for (std::size_t i = 0; i < end; ++i) {
+    Resident resident(residency_, i, i + 1 < end ? static_cast<std::ptrdiff_t>(i + 1) : -1);
     layers::Stash scratch;
     h = blocks_[i]->forward(h, scratch, ctx);
   }
@@ -64,14 +95,19 @@ layers::EvalCounts StageModule::evaluate(const Tensor& x, layers::Context& ctx) 
   CLEAVE_ASSERT(is_last_, "evaluate() on a stage that is not the last");
   auto* loss = dynamic_cast<layers::LossLayer*>(blocks_.back().get());
   CLEAVE_ASSERT(loss != nullptr, "the last block ({}) is not a loss layer", blocks_.back()->kind());
-  return loss->evaluate(infer(x, ctx, /*skip_loss=*/true), ctx);
+  const Tensor logits = infer(x, ctx, /*skip_loss=*/true);
+  Resident resident(residency_, blocks_.size() - 1, -1);
+  return loss->evaluate(logits, ctx);
 }
 
 Tensor StageModule::backward_input(int microbatch, const Tensor& dy, layers::Context& ctx) {
   auto it = stashes_.find(microbatch);
   CLEAVE_ASSERT(it != stashes_.end(), "backward of micro-batch {} before its forward", microbatch);
   Tensor g = dy;
-  for (std::size_t i = blocks_.size(); i-- > 0;) g = blocks_[i]->backward_input(g, it->second[i], ctx);
+  for (std::size_t i = blocks_.size(); i-- > 0;) {
+    Resident resident(residency_, i, static_cast<std::ptrdiff_t>(i) - 1);
+    g = blocks_[i]->backward_input(g, it->second[i], ctx);
+  }
   // The first stage consumes data (token ids or features): nothing upstream needs its input gradient.
   return is_first_ ? Tensor() : g;
 }
@@ -109,8 +145,11 @@ Tensor StageModule::backward(int microbatch, const Tensor& dy, layers::Context& 
   begin_weight_pass(microbatch, final);
   Tensor g = dy;
   for (std::size_t i = blocks_.size(); i-- > 0;) {
-    g = blocks_[i]->backward_input(g, it->second[i], ctx);
-    block_weight(i, it->second[i], ctx, final);
+    {
+      Resident resident(residency_, i, static_cast<std::ptrdiff_t>(i) - 1);
+      g = blocks_[i]->backward_input(g, it->second[i], ctx);
+    }
+    block_weight(i, it->second[i], ctx, final);  // reads stashes and gradients only
   }
   stashes_.erase(it);
   return is_first_ ? Tensor() : g;

@@ -17,6 +17,7 @@
 
 #include "layers/layer.hpp"
 #include "pipeline/ordered_grad_accumulator.hpp"
+#include "pipeline/parameter_residency.hpp"
 
 namespace cleave::pipeline {
 
@@ -65,8 +66,20 @@ class StageModule {
   layers::EvalCounts evaluate(const Tensor& x, layers::Context& ctx);
 
   const std::vector<std::shared_ptr<layers::Param>>& params() const { return params_; }
+  std::size_t num_blocks() const { return blocks_.size(); }
+  // Block i's parameters (a tied head lists the embedding's table too).
+  std::vector<std::shared_ptr<layers::Param>> block_params(std::size_t i) const { return blocks_.at(i)->params(); }
+  // Index of the first block that holds p (where its gradient is complete in a backward), -1 if none does.
+  int lowest_block_of(const layers::Param& p) const;
+  // ZeRO-3: block parameters are gathered around each block's forward and input-gradient pass
+  // (parameter_residency.hpp); null (the default) when every block holds its parameters. Must outlive the
+  // stage's use or be reset.
+  void set_parameter_residency(ParameterResidency* residency) { residency_ = residency; }
+  ParameterResidency* parameter_residency() const { return residency_; }
 
  private:
+  // Block i's parameters resident for the scope (no-op without a residency); `next` is prefetched.
+  class Resident;
   void begin_weight_pass(int microbatch, bool final);
   // Block i's weight gradient, then what finishes with it (ordered accumulation, the grad-final callback).
   void block_weight(std::size_t i, layers::Stash& stash, layers::Context& ctx, bool final);
@@ -81,6 +94,7 @@ class StageModule {
   std::vector<std::vector<layers::Param*>> finishes_;  // block -> params whose lowest block it is
   std::vector<std::vector<layers::Param*>> lowest_;    // the same, never filtered (partial_grad_sum_)
   std::unique_ptr<OrderedGradAccumulator> ordered_;
+  ParameterResidency* residency_ = nullptr;
 };
 
 }  // namespace cleave::pipeline

@@ -39,6 +39,7 @@ GradientBucketer::GradientBucketer(std::vector<GradientSpec> grads, Communicator
                allocator.device().str());
   const auto cap_bytes = static_cast<std::int64_t>(options.bucket_mib * 1024.0 * 1024.0);
   const int dp_size = dp.size();
+  const bool by_unit = std::any_of(specs_.begin(), specs_.end(), [](const GradientSpec& g) { return g.unit >= 0; });
   for (int i = 0; i < num_grads(); ++i) {
     const GradientSpec& g = specs_[static_cast<std::size_t>(i)];
     CLEAVE_CHECK(is_floating(g.dtype), "gradient bucketer: gradient {} ('{}') is {}; gradients must be f32, bf16 or f16",
@@ -47,7 +48,9 @@ GradientBucketer::GradientBucketer(std::vector<GradientSpec> grads, Communicator
     const std::int64_t align = static_cast<std::int64_t>(kAlignBytes) / elem;
     const std::int64_t numel = g.shape.numel();
     bool open_new = buckets_.empty() || buckets_.back().dtype != g.dtype;
-    if (!open_new) {
+    if (by_unit) {
+      open_new = open_new || g.unit != specs_[static_cast<std::size_t>(i - 1)].unit;
+    } else if (!open_new) {
       const Bucket& cur = buckets_.back();
       const std::int64_t end = round_up(cur.numel, align) + numel;
       open_new = cur.end_grad > cur.first_grad && end * elem > cap_bytes;
@@ -58,6 +61,17 @@ GradientBucketer::GradientBucketer(std::vector<GradientSpec> grads, Communicator
     slots_.push_back(Slot{num_buckets() - 1, offset, numel});
     cur.numel = offset + numel;
     cur.end_grad = i + 1;
+  }
+  if (by_unit) {  // a unit in two buckets would be gathered and reduced in pieces: its gradients were not adjacent
+    for (std::size_t b = 1; b < buckets_.size(); ++b) {
+      for (std::size_t c = 0; c < b; ++c) {
+        CLEAVE_ASSERT(specs_[static_cast<std::size_t>(buckets_[b].first_grad)].unit !=
+                          specs_[static_cast<std::size_t>(buckets_[c].first_grad)].unit,
+                      "gradient bucketer: unit {} ('{}') is split over buckets {} and {}",
+                      specs_[static_cast<std::size_t>(buckets_[b].first_grad)].unit,
+                      specs_[static_cast<std::size_t>(buckets_[b].first_grad)].name, c, b);
+      }
+    }
   }
   for (Bucket& b : buckets_) {
     const auto elem = static_cast<std::int64_t>(dtype_size(b.dtype));

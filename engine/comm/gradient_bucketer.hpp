@@ -7,7 +7,8 @@
 //
 // Buckets follow the order in which gradients become final during backward (reverse layer order): the
 // caller lists the gradients in that order. A bucket closes when the next gradient would take it past
-// bucket_mib or has another dtype; a gradient larger than bucket_mib gets a bucket of its own. Each gradient
+// bucket_mib or has another dtype; a gradient larger than bucket_mib gets a bucket of its own (with units,
+// GradientSpec::unit, a bucket is one unit instead). Each gradient
 // starts on a 64-byte boundary; the padding is zero and reduced along (harmless).
 //
 // Per step:  zero_grads() (before the first micro-batch)  →  backward, calling mark_ready(i) when gradient i
@@ -52,6 +53,10 @@ struct GradientSpec {
   std::string name;  // for messages: "blocks.3.mlp.fc1.weight"
   Shape shape;
   DType dtype = DType::kF32;
+  // ZeRO-3 (engine/train/parameter_shards.hpp): when any gradient has a unit >= 0, buckets are cut where the
+  // unit changes and nowhere else (bucket_mib is not used), so each unit (a block's parameters) is one bucket
+  // and one collective. Consecutive gradients of one unit must be adjacent in the ready order.
+  int unit = -1;
 };
 
 enum class BucketReduction {

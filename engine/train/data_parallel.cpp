@@ -51,7 +51,7 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
                            const optim::ParamList& params, comm::Communicator& dp, comm::Communicator* tied_group,
                            const DataParallelOptions& options)
     : options_(options), dp_(dp), tied_group_(tied_group) {
-  CLEAVE_CHECK(options.zero_stage >= 0 && options.zero_stage <= 2, "optimizer.zero_stage must be 0, 1 or 2, got {}",
+  CLEAVE_CHECK(options.zero_stage >= 0 && options.zero_stage <= 3, "optimizer.zero_stage must be 0 to 3, got {}",
                options.zero_stage);
 
   // How often each parameter is reported per step: once per local stage listing it, plus once more for a
@@ -72,12 +72,20 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
 
   // Ready order: stages by their last W pass, each in reverse forward order; a shared parameter at its
   // last occurrence.
+  // ZeRO-3 cuts buckets at blocks: a parameter's unit is its first block in the stage where it is reported last.
   std::vector<ParamPtr> sequence;
+  std::unordered_map<const layers::Param*, int> unit_of;
+  int units = 0;
   for (int stage : stages_by_final_weight_pass(plan, pp_rank, stages)) {
-    const auto& local = stages.at(stage)->params();
+    const pipeline::StageModule& module = *stages.at(stage);
+    const auto& local = module.params();
+    std::map<int, int> unit_of_block;
     for (auto it = local.rbegin(); it != local.rend(); ++it) {
       sequence.erase(std::remove(sequence.begin(), sequence.end(), *it), sequence.end());
       sequence.push_back(*it);
+      const auto [unit, added] = unit_of_block.try_emplace(module.lowest_block_of(**it), units);
+      units += added ? 1 : 0;
+      unit_of[it->get()] = unit->second;
     }
   }
   CLEAVE_ASSERT(sequence.size() == optim::unique_params(params).size(),
@@ -100,7 +108,7 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
   comm::BucketerOptions bucket_options;
   bucket_options.bucket_mib = options.bucket_mib;
   bucket_options.scale = options.average ? 1.0f / static_cast<float>(dp.size()) : 1.0f;
-  bucket_options.reduction = options.zero_stage == 2   ? comm::BucketReduction::kReduceScatterOwned
+  bucket_options.reduction = options.zero_stage >= 2   ? comm::BucketReduction::kReduceScatterOwned
                              : options.zero_stage == 1 ? comm::BucketReduction::kReduceScatter
                                                        : comm::BucketReduction::kAllReduce;
   bucket_options.wire_dtype = options.grad_wire_dtype;
@@ -111,7 +119,11 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
     const auto& bucket = bucketer_->bucket(b);
     for (int i = bucket.first_grad; i < bucket.end_grad; ++i) order_[static_cast<std::size_t>(i)]->grad = Tensor();
   };
-  bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(order_), dp, bucket_options,
+  std::vector<comm::GradientSpec> specs = specs_of(order_);
+  if (options.zero_stage == 3) {
+    for (std::size_t i = 0; i < specs.size(); ++i) specs[i].unit = unit_of.at(order_[i].get());
+  }
+  bucketer_ = std::make_unique<comm::GradientBucketer>(std::move(specs), dp, bucket_options,
                                                       *options.context.allocator, *options.context.stream);
   for (int i = 0; i < bucketer_->num_grads(); ++i) {
     layers::Param* p = order_[static_cast<std::size_t>(i)].get();
@@ -132,13 +144,30 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
     unready_in_bucket_.push_back(bucket.end_grad - bucket.first_grad);
   }
 
-  if (sharded()) {
+  // What an unsharded optimizer holds: one f32 tensor per parameter per state kind.
+  std::int64_t elements = 0;
+  for (const auto& p : sequence) elements += p->value.numel();
+
+  if (options.zero_stage == 1 || options.zero_stage == 2) {
     values_ = flatten_values(*bucketer_, order_);
     if (table_bucketer_) table_values_ = flatten_values(*table_bucketer_, table_order);
   }
   shards_ = make_shards(*bucketer_, order_, values_);
   if (table_bucketer_) {
     for (auto& shard : make_shards(*table_bucketer_, table_order, table_values_)) shards_.push_back(std::move(shard));
+  }
+  if (options.zero_stage == 3) {  // the shards' values are the store's masters; the Params keep no value
+    std::vector<ParameterUnit> parameter_units;
+    for (int b = 0; b < bucketer_->num_buckets(); ++b) {
+      const auto& bucket = bucketer_->bucket(b);
+      parameter_units.push_back({bucketer_.get(), b,
+                                 std::vector<ParamPtr>(order_.begin() + bucket.first_grad, order_.begin() + bucket.end_grad)});
+    }
+    if (table_bucketer_) parameter_units.push_back({table_bucketer_.get(), 0, table_order});
+    std::vector<pipeline::StageModule*> modules;
+    for (const auto& [stage, module] : stages) modules.push_back(module);
+    parameter_shards_ = std::make_unique<ParameterShards>(std::move(parameter_units), modules, dp, options.context);
+    for (std::size_t s = 0; s < shards_.size(); ++s) shards_[s].value = parameter_shards_->master(static_cast<int>(s));
   }
   Allocator& allocator = *options.context.allocator;
   const std::int64_t state_before = allocator.stats().current_of(MemoryCategory::kOptimizerState);
@@ -148,9 +177,6 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
   }
   const std::int64_t state_bytes = allocator.stats().current_of(MemoryCategory::kOptimizerState) - state_before;
 
-  // What an unsharded optimizer holds: one f32 tensor per parameter per state kind.
-  std::int64_t elements = 0;
-  for (const auto& p : sequence) elements += p->value.numel();
   const int kinds = options.optimizer.state_tensors_per_param();
   if (dp.rank() == 0) {
     if (sharded()) {
@@ -230,7 +256,7 @@ void DataParallel::begin_step() {
   CLEAVE_ASSERT(!tied_work_, "data parallel: begin_step() with the tied sum of the previous step in flight");
   bucketer_->zero_grads();
   if (table_bucketer_) table_bucketer_->zero_grads();
-  if (options_.zero_stage == 2) {  // the buffers released by the last step's reduction are new: view them again
+  if (options_.zero_stage >= 2) {  // the buffers released by the last step's reduction are new: view them again
     for (int i = 0; i < bucketer_->num_grads(); ++i) order_[static_cast<std::size_t>(i)]->grad = bucketer_->grad(i);
     if (table_bucketer_) split_table_->grad = table_bucketer_->grad(0);
   }
@@ -285,7 +311,8 @@ DataParallelStepReport DataParallel::end_step() {
   }
   report.launched_before_finish = bucketer_->finish();
   if (table_bucketer_) table_bucketer_->finish();
-  if (options_.zero_stage == 2) adopt_shard_grads();
+  if (options_.zero_stage >= 2) adopt_shard_grads();
+  if (parameter_shards_) parameter_shards_->release_unused();
   report.wire_bytes = bucketer_->wire_bytes_per_step() + (table_bucketer_ ? table_bucketer_->wire_bytes_per_step() : 0);
   return report;
 }
@@ -312,13 +339,17 @@ void DataParallel::all_gather_values(const comm::GradientBucketer& bucketer, con
 }
 
 void DataParallel::sharded_step(double lr) {
-  CLEAVE_ASSERT(sharded(), "data parallel: sharded_step() without optimizer.zero_stage 1 or 2");
+  CLEAVE_ASSERT(sharded(), "data parallel: sharded_step() without optimizer.zero_stage 1, 2 or 3");
   sharded_optimizer_->step(lr);
-  std::vector<comm::WorkPtr> works;
-  all_gather_values(*bucketer_, values_, works);
-  if (table_bucketer_) all_gather_values(*table_bucketer_, table_values_, works);
-  for (auto& w : works) w->wait();
-  if (options_.zero_stage == 2) {  // the update has used the gradient shards: none is held until the next reduction
+  if (parameter_shards_) {
+    parameter_shards_->refresh_working();  // the next forward gathers the updated shards
+  } else {
+    std::vector<comm::WorkPtr> works;
+    all_gather_values(*bucketer_, values_, works);
+    if (table_bucketer_) all_gather_values(*table_bucketer_, table_values_, works);
+    for (auto& w : works) w->wait();
+  }
+  if (options_.zero_stage >= 2) {  // the update has used the gradient shards: none is held until the next reduction
     bucketer_->release_shards();
     if (table_bucketer_) table_bucketer_->release_shards();
     adopt_shard_grads();

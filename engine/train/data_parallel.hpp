@@ -32,6 +32,12 @@
 // in the canonical order, before the replicas are summed (a reduce-scatter per micro-batch would add the
 // same terms in another order and lose bit-identity with plain data parallel).
 //
+// ZeRO-3: as ZeRO-2, with buckets cut at block boundaries (one per block: comm::GradientSpec::unit), and the
+// parameters sharded too: ParameterShards (parameter_shards.hpp) keeps this rank's f32 master shard of every
+// bucket — the same elements as its gradient shard, so the sharded optimizer updates it in place and nothing
+// is all-gathered after the step — and gathers each block's bucket around the block's forward and
+// input-gradient pass, prefetching the next block's. Between steps no Param has a value.
+//
 // Gradient norm: every rank sums the squares of its shard of each bucket (the same dp shards in both
 // modes, so plain data parallel and ZeRO-1 compute the same norm bit for bit), the caller reduces the sum
 // over the whole world (dp × tp × pp) and filters parameters another rank counts.
@@ -55,13 +61,14 @@
 #include "engine/config/config.hpp"
 #include "engine/optim/sharded_optimizer.hpp"
 #include "engine/planning/plan.hpp"
+#include "engine/train/parameter_shards.hpp"
 #include "pipeline/stage_module.hpp"
 
 namespace cleave::train {
 
 struct DataParallelOptions {
   double bucket_mib = 25.0;            // parallel.dp_bucket_mb
-  int zero_stage = 0;                  // optimizer.zero_stage: 0 plain, 1 sharded optimizer, 2 also sharded grads
+  int zero_stage = 0;  // optimizer.zero_stage: 0 plain, 1 sharded optimizer, 2 also sharded grads, 3 also params
   config::OptimizerConfig optimizer;   // hyper-parameters of the ZeRO-1 optimizer
   // Multiply the summed gradients by 1/dp. The trainer turns it off: its loss scale already divides by dp,
   // so every micro-batch gradient carries the same factor 1/(global micro-batches) on one rank and on many.
@@ -105,10 +112,13 @@ class DataParallel {
   // Collective over dp.
   void sharded_step(double lr);
 
-  // ZeRO-1 or ZeRO-2: a sharded optimizer updates this rank's shard of every bucket.
+  // ZeRO-1, 2 or 3: a sharded optimizer updates this rank's shard of every bucket.
   bool sharded() const { return options_.zero_stage >= 1; }
   int zero_stage() const { return options_.zero_stage; }
-  // ZeRO-1 and 2 only (null otherwise).
+  // ZeRO-3's parameter store (null under stages 0-2).
+  ParameterShards* parameter_shards() { return parameter_shards_.get(); }
+  const ParameterShards* parameter_shards() const { return parameter_shards_.get(); }
+  // ZeRO-1, 2 and 3 only (null otherwise).
   const optim::ShardedOptimizer* sharded_optimizer() const { return sharded_optimizer_.get(); }
   optim::ShardedOptimizer* sharded_optimizer() { return sharded_optimizer_.get(); }
   // Parameter names in ready (bucket) order, the split tied table last.
@@ -148,6 +158,7 @@ class DataParallel {
   std::vector<Tensor> table_values_;  // ZeRO-1: the same for table_bucketer_
   std::vector<optim::FlatShard> shards_;  // this rank's shard of every bucket (both bucketers)
   std::unique_ptr<optim::ShardedOptimizer> sharded_optimizer_;
+  std::unique_ptr<ParameterShards> parameter_shards_;  // ZeRO-3 (after the bucketers: it keeps pointers to them)
   std::unordered_map<const layers::Param*, Entry> entries_;
   std::vector<int> unready_in_bucket_;  // mirror of the main bucketer's launch rule, for the report
   int launched_ = 0;

@@ -44,7 +44,12 @@ StepTail::StepTail(RankSetup& setup, RankModel& model, std::function<void(int bu
     optimizer_->run_on(setup.context);  // the run's stream (B1)
   }
   lr_schedule_ = optim::LrSchedule::from_config(cfg.optimizer, cfg.train.steps);
-  layers::refresh_working_copies(model.params(), setup.context);  // under ZeRO-1 the values are views by now
+  // Under ZeRO-1 the values are views by now; under ZeRO-3 there are none (the store made its working shards).
+  if (parameter_shards() == nullptr) layers::refresh_working_copies(model.params(), setup.context);
+}
+
+ParameterShards* StepTail::parameter_shards() {
+  return data_parallel_ ? data_parallel_->parameter_shards() : nullptr;
 }
 
 StepTail::~StepTail() = default;
@@ -93,8 +98,8 @@ void StepTail::optimizer_step() {
   }
   result_.lr = lr_schedule_.lr_at(step_);
   if (optimizer_) optimizer_->step(result_.lr);
-  else data_parallel_->sharded_step(result_.lr);
-  layers::refresh_working_copies(model_.params(), setup_.context);
+  else data_parallel_->sharded_step(result_.lr);  // ZeRO-3 refreshes its working shards itself
+  if (parameter_shards() == nullptr) layers::refresh_working_copies(model_.params(), setup_.context);
 }
 
 std::int64_t StepTail::optimizer_steps_done() const {

@@ -56,6 +56,8 @@ class StepTail {
   const optim::Optimizer* optimizer() const { return optimizer_.get(); }  // null under ZeRO-1
   const DataParallel* data_parallel() const { return data_parallel_.get(); }  // null without dp
   DataParallel* data_parallel() { return data_parallel_.get(); }
+  // ZeRO-3's parameter store (null otherwise): FullParameters over it before reading or writing whole values.
+  ParameterShards* parameter_shards();
   double lr_at(std::int64_t step) const { return lr_schedule_.lr_at(step); }
 
  private:

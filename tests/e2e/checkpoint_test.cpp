@@ -254,8 +254,17 @@ TEST(Checkpoint, ZeroStagesLoadEachOthersCheckpoints) {
   const std::string root = shared_dir(*world, "zero_stages");
   run_from(tiny_gpt({"optimizer.zero_stage=2"}), *world, 0, kSaveAt, "", root);
   expect_reshard_matches_one_rank(*world, *self, "dp2_zero2", root + "/" + checkpoint::step_dir_name(kSaveAt),
-                                  {{"dp2_zero0", {}}, {"dp2_zero1", {"optimizer.zero_stage=1"}}});
-  if (world->rank() == 0) fs::remove_all(root);
+                                  {{"dp2_zero0", {}}, {"dp2_zero1", {"optimizer.zero_stage=1"}},
+                                   {"dp2_zero3", {"optimizer.zero_stage=3"}}});
+  // ZeRO-3 saves whole values gathered from the shards; what it loads goes back into them.
+  const std::string zero3 = shared_dir(*world, "zero_stage_3");
+  run_from(tiny_gpt({"optimizer.zero_stage=3"}), *world, 0, kSaveAt, "", zero3);
+  expect_reshard_matches_one_rank(*world, *self, "dp2_zero3", zero3 + "/" + checkpoint::step_dir_name(kSaveAt),
+                                  {{"dp2_zero0", {}}, {"dp2_zero3", {"optimizer.zero_stage=3"}}});
+  if (world->rank() == 0) {
+    fs::remove_all(root);
+    fs::remove_all(zero3);
+  }
 }
 
 std::string load_error(train::Trainer& trainer, const std::string& dir) {

@@ -49,7 +49,8 @@ ParameterShards::ParameterShards(std::vector<ParameterUnit> units, const std::ve
     const std::int64_t begin = shard_begin(u);
     const std::int64_t length = unit_numel(u) / dp.size();
     UnitState& st = state_[static_cast<std::size_t>(u)];
-    st.master = Tensor::zeros({length}, DType::kF32, MemoryCategory::kParameters, allocator);
+    st.master = Tensor::empty({length}, DType::kF32, MemoryCategory::kParameters, allocator);
+    ops::fill(context_, st.master, 0.0f);  // the padding between parameters stays zero (device-safe)
     for (std::size_t k = 0; k < unit.params.size(); ++k) {
       layers::Param& p = *unit.params[k];
       const auto& slot = unit.bucketer->slot(bucket.first_grad + static_cast<int>(k));

@@ -2,10 +2,10 @@
 # ZeRO stages side by side at dp2 (mpirun -np 2): step time and memory per replica.
 #
 # 1. Step time: the d256 x 4-layer GPT of before_after.sh (T 64, vocab 256, global batch 16, micro-batch 4, so 2
-#    micro-batches per replica, AdamW, deterministic) under optimizer.zero_stage 0, 1 and 2, runs interleaved
-#    (0 1 2 0 1 2 ...) so drift on a shared machine hits all alike. Each run's figure is its median step_ms after
+#    micro-batches per replica, AdamW, deterministic) under optimizer.zero_stage 0, 1, 2 and 3, runs interleaved
+#    (0 1 2 3 0 1 2 3 ...) so drift on a shared machine hits all alike. Each run's figure is its median step_ms after
 #    5 warm-up steps; the table gives the median over rounds and the ratio to stage 0. The first losses of the
-#    three stages are compared (deterministic mode: they must be the same bits).
+#    stages are compared (deterministic mode: they must be the same bits).
 # 2. Memory: the oversized demo's model (examples/oversized/gpt_oversized.json) at dp2 with tp 1, pp 1 and no
 #    cap, 2 steps per stage: rank 0's allocator peaks by category (run.json) against the memory plan's.
 #
@@ -37,19 +37,19 @@ PY
 }
 declare -A times
 for ((i = 0; i < rounds; ++i)); do
-  for z in 0 1 2; do
+  for z in 0 1 2 3; do
     out=$work/t-$z-$i
     "${mpi[@]}" "$cleave" train "${model[@]}" --set optimizer.zero_stage=$z --set train.out_dir="$out" >/dev/null 2>&1
     times[$z]+="$(field "$out/metrics.jsonl" step_ms) "
   done
 done
 l0=$(field "$work/t-0-0/metrics.jsonl" losses)
-for z in 1 2; do
+for z in 1 2 3; do
   lz=$(field "$work/t-$z-0/metrics.jsonl" losses)
   [[ $lz == "$l0" ]] || echo "zero $z: first losses differ from zero 0: $lz | $l0"
 done
 echo "step time, dp2 (ms, median over $rounds rounds of each run's median step)"
-python3 - "${times[0]}" "${times[1]}" "${times[2]}" <<'PY'
+python3 - "${times[0]}" "${times[1]}" "${times[2]}" "${times[3]}" <<'PY'
 import statistics, sys
 runs = [[float(x) for x in a.split()] for a in sys.argv[1:]]
 base = statistics.median(runs[0])
@@ -61,7 +61,7 @@ PY
 
 echo
 echo "memory per replica, oversized demo model at dp2 (rank 0, MiB: measured peak / plan)"
-for z in 0 1 2; do
+for z in 0 1 2 3; do
   out=$work/m-$z
   "${mpi[@]}" "$cleave" train "$root/examples/oversized/gpt_oversized.json" --set parallel.tensor_model_parallel_size=1 \
     --set parallel.pipeline_model_parallel_size=1 --set device.memory_limit=0 --set train.steps=2 \

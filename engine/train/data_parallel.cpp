@@ -179,7 +179,15 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
 
   const int kinds = options.optimizer.state_tensors_per_param();
   if (dp.rank() == 0) {
-    if (sharded()) {
+    if (parameter_shards_) {
+      std::int64_t kept = 0;
+      for (int u = 0; u < parameter_shards_->num_units(); ++u) kept += parameter_shards_->master(u).numel();
+      log::info("data parallel: dp {}, {} bucket(s), one per block | ZeRO-3: this rank keeps {} of {} parameter "
+                "elements (each block's gathered while it runs, the next one's prefetched); optimizer state {} B "
+                "(allocator kOptimizerState), unsharded {} B",
+                dp.size(), num_buckets() + (table_bucketer_ ? 1 : 0), kept, elements, state_bytes,
+                elements * kinds * 4);
+    } else if (sharded()) {
       log::info("data parallel: dp {}, {} bucket(s) of <= {} MiB, {} parameter elements on this rank | ZeRO-{} "
                 "optimizer state {} B (allocator kOptimizerState), unsharded {} B",
                 dp.size(), num_buckets() + (table_bucketer_ ? 1 : 0), options.bucket_mib, elements,

@@ -61,6 +61,7 @@ std::vector<Layout> layouts_for(int world) {
             {"pp2_zb_h1_full_recompute", {pp(2), schedule("zb_h1"), "train.recompute=full"}, 0},
             {"pp2_zb_v_tied", {pp(2), schedule("zb_v"), tied}, kRounding},
             {"dp2_zero1", {"batch.micro_batch_size=2", "optimizer.zero_stage=1"}, kRounding},
+            {"dp2_zero3", {"batch.micro_batch_size=2", "optimizer.zero_stage=3"}, kRounding},
             {"bf16_pp2_zb_h1", {pp(2), schedule("zb_h1"), bf16}, 0, true},
             {"bf16_tp2", {tp(2), bf16}, kBf16TensorParallel, true}};
   }
@@ -69,7 +70,9 @@ std::vector<Layout> layouts_for(int world) {
             {"tp2_pp2_zb_v_tied_selective", {tp(2), pp(2), schedule("zb_v"), tied, "train.recompute=selective"},
              kTensorParallel},
             {"dp2_pp2_zero1_full_recompute",
-             {pp(2), "batch.micro_batch_size=1", "optimizer.zero_stage=1", "train.recompute=full"}, kRounding}};
+             {pp(2), "batch.micro_batch_size=1", "optimizer.zero_stage=1", "train.recompute=full"}, kRounding},
+            {"dp2_pp2_zero3_zb_h1", {pp(2), schedule("zb_h1"), "batch.micro_batch_size=1", "optimizer.zero_stage=3"},
+             kRounding}};
   }
   return {};
 }

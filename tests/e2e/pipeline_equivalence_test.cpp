@@ -107,6 +107,9 @@ std::vector<Layout> layouts_for(int world) {
     out.push_back({"dp2_pp2_tp2_zero2_clipped",
                    {tp(2), pp(2), schedule("zb_v"), "optimizer.zero_stage=2", "optimizer.grad_clip=0.05"},
                    kTensorParallel});
+    out.push_back({"dp2_pp2_tp2_zero3_interleaved",
+                   {tp(2), pp(2), schedule("interleaved_1f1b"), "optimizer.zero_stage=3", "optimizer.grad_clip=0.05"},
+                   kTensorParallel});
   }
   return out;
 }

@@ -178,7 +178,11 @@ std::vector<Layout> zero_layouts(int world) {
             {"dp2_pp2_interleaved_bf16", {pp(2), "parallel.schedule=interleaved_1f1b", adamw, lr, clip,
                                           "device.precision=bf16"}, true, {3}},
             {"dp2_tp2_sequence_parallel", {"parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true",
-                                           adamw, lr, clip}, true, {3}}};
+                                           adamw, lr, clip}, true, {3}},
+            {"dp2_pp2_dualpipev", {pp(2), "parallel.schedule=dualpipev", sgd, clip}, true, {3}},
+            {"dp2_pp2_zb_h2", {pp(2), "parallel.schedule=zb_h2", sgd, clip}, true, {3}},
+            {"dp2_pp2_gpipe", {pp(2), "parallel.schedule=gpipe", adamw, lr, clip}, true, {3}},
+            {"dp2_pp2_auto", {pp(2), "parallel.schedule=auto", adamw, lr, clip}, true, {3}}};
   }
   return {};
 }

@@ -536,9 +536,7 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
       }
       for (const auto& [schedule, v] : schedules) {
         for (int micro : divisors(global / dp)) {
-          // ZeRO 0-2: the stages the engine trains. Stage 3 is priced by the cost model (per-block gathers) but
-          // not built, so config validation would refuse every such candidate; add it here when it lands.
-          for (int zero : dp > 1 ? std::vector<int>{0, 1, 2} : std::vector<int>{0}) {
+          for (int zero : dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}) {
             for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
               for (const Recompute recompute : recomputes) {
                 PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp};

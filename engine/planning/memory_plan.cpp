@@ -336,14 +336,25 @@ std::string memory_plan_violation(const Plan& plan, const config::RunConfig& con
                                format_bytes(with.bytes[static_cast<std::size_t>(MemoryCategory::kActivations)]),
                                with.total() <= cap ? ", fits" : "");
     }
+    // With data parallelism, the same for each higher ZeRO stage (3 shards the parameters too).
+    std::string zero;
+    if (config.parallel.data_parallel_size > 1) {
+      for (int stage = config.optimizer.zero_stage + 1; stage <= 3; ++stage) {
+        config::RunConfig sharded = config;
+        sharded.optimizer.zero_stage = stage;
+        const MemoryPlan with = estimate_rank_memory(plan, sharded, r);
+        zero += fmt::format(", optimizer.zero_stage={} needs about {}{}", stage, format_bytes(with.total()),
+                            with.total() <= cap ? " (fits)" : "");
+      }
+    }
     return fmt::format(
-        "memory: pp rank {} needs about {} ({}) but device.memory_limit is {}; activations are {} ({:.0f}%){}. "
+        "memory: pp rank {} needs about {} ({}) but device.memory_limit is {}; activations are {} ({:.0f}%){}{}. "
         "Otherwise split the model over more ranks (parallel.pipeline_model_parallel_size / "
-        "tensor_model_parallel_size), use optimizer.zero_stage 1 with data parallelism, or lower "
-        "batch.micro_batch_size; `cleave plan CONFIG --world N` searches layouts, schedules and recompute modes "
-        "under this cap",
+        "tensor_model_parallel_size), use optimizer.zero_stage 1, 2 or 3 with data parallelism (3 shards the "
+        "parameters too), or lower batch.micro_batch_size; `cleave plan CONFIG --world N` searches layouts, "
+        "schedules, ZeRO stages and recompute modes under this cap",
         r, format_bytes(m.total()), m.breakdown(), format_bytes(cap), format_bytes(activations),
-        100.0 * static_cast<double>(activations) / static_cast<double>(m.total()), recompute);
+        100.0 * static_cast<double>(activations) / static_cast<double>(m.total()), recompute, zero);
   }
   return {};
 }

@@ -4,6 +4,8 @@
 // master, and a bf16 working shard in bf16 runs) plus two adjacent blocks' units in full in the compute dtype;
 // gradients are the unit buckets in full plus the first reduced unit's shard; optimizer state is ÷ dp;
 // nothing is held between steps. The expected numbers are written out from the formulas, not from the code.
+// Over a cap, the message estimates each higher ZeRO stage and says which fits.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -119,6 +121,29 @@ TEST(MemoryPlanZeroThree, TiedTableOnOneRankIsInTheEmbeddingsUnit) {
   EXPECT_EQ(at(m, MemoryCategory::kOptimizerState), 8 * units / kDp);
   // The first reduced bucket is the final norm's (the tied head's gradient lands in the embedding's unit).
   EXPECT_EQ(at(m, MemoryCategory::kGradients), 4 * units + 4 * unit(kFinalNorm) / kDp);
+}
+
+TEST(MemoryPlanZeroThree, OverTheCapMessageEstimatesEachHigherStage) {
+  // ZeRO-0 over a cap that ZeRO-3 meets and ZeRO-1 and 2 do not: the message gives each higher stage's need and
+  // says which fits.
+  config::RunConfig c = zero3(51, false, 1);
+  const Plan plan = make_plan(c, 2, 0);
+  std::int64_t need[4];
+  for (int stage = 0; stage <= 3; ++stage) {
+    c.optimizer.zero_stage = stage;
+    need[stage] = estimate_rank_memory(plan, c, 0).total();
+  }
+  ASSERT_LT(need[3], need[1]);
+  ASSERT_LT(need[1], need[2]);
+  c.optimizer.zero_stage = 0;
+  c.device.memory_limit = (need[1] + need[3]) / 2;
+  const std::string message = memory_plan_violation(plan, c);
+  for (int stage = 1; stage <= 3; ++stage) {
+    const std::string estimate = fmt::format("optimizer.zero_stage={} needs about {}", stage, format_bytes(need[stage]));
+    const std::string fits = estimate + " (fits)";
+    EXPECT_NE(message.find(estimate), std::string::npos) << message;
+    EXPECT_EQ(message.find(fits) != std::string::npos, stage == 3) << message;
+  }
 }
 
 }  // namespace

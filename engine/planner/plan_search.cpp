@@ -249,6 +249,11 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   const double act_bytes = static_cast<double>(dtype_size(dtype));
   const int num_stages = plan.num_stages();
   std::vector<StageParts> parts(static_cast<std::size_t>(num_stages));
+  // A fused backward (B) runs each block's I then W before the next block's, so W hides a prefetch too.
+  bool fused_backward = false;
+  for (const auto& rank : plan.schedule.ranks) {
+    for (const auto& a : rank) fused_backward = fused_backward || a.kind == pipeline::ActionKind::kBackward;
+  }
   pipeline::SimulationCosts sim = pipeline::SimulationCosts::uniform(num_stages, 0, 0, 0);
   double local_params = 0;  // elements on the busiest pp rank, for the optimizer step
   std::vector<double> rank_params(static_cast<std::size_t>(choice.pp), 0.0);
@@ -257,12 +262,13 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     StageParts& p = parts[static_cast<std::size_t>(s)];
     const double warm = measured.warm_fraction(working_set[static_cast<std::size_t>(plan.stage_to_rank(s))]);
     double grad_bytes = 0;
-    // ZeRO-3, per block of the stage: its compute in F and I and the all-gather of its parameters.
-    std::vector<double> block_f, block_i, block_gather;
+    // ZeRO-3, per block of the stage: its compute in F and in the backward (I; a fused B's W too) and the
+    // all-gather of its parameters.
+    std::vector<double> block_f, block_b, block_gather;
     for (int b = range.begin; b < range.end; ++b) {
       const auto& c = costs[static_cast<std::size_t>(b)];
       const auto& block = plan.spec.blocks[static_cast<std::size_t>(b)];
-      const double f_before = p.f, i_before = p.i;
+      const double f_before = p.f, i_before = p.i, w_before = p.w;
       if (use_table) {
         const partition::BlockTimes t = measured.block_times(block, choice.tp, choice.micro_batch, profile.name, warm);
         // Recomputation reruns part of the forward inside I: its share of the measured forward time.
@@ -284,7 +290,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
       }
       grad_bytes += 4.0 * static_cast<double>(c.param_count) / choice.tp;
       block_f.push_back(p.f - f_before);
-      block_i.push_back(p.i - i_before);
+      block_b.push_back(p.i - i_before + (fused_backward ? p.w - w_before : 0.0));
       // ZeRO-3 gathers the block's parameters (one tp rank's, in the compute dtype) from the dp group.
       const double block_params = act_bytes * static_cast<double>(c.param_count) / choice.tp;
       block_gather.push_back(zero == 3 ? collective_s("all_gather", block_params, choice.dp, dp_link) : 0.0);
@@ -314,13 +320,13 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     }
     if (zero == 3 && choice.dp > 1) {
       // Prefetched: a block's gather runs while the block before it computes (forward: first to last; backward:
-      // last to first); a stage's first gather waits in full.
+      // last to first, under the block's I, or its I and W in a fused B); a stage's first gather waits in full.
       const std::size_t n = block_gather.size();
       p.f_gather = block_gather.front();
       p.i_gather = block_gather.back();
       for (std::size_t k = 1; k < n; ++k) {
         p.f_gather += std::max(0.0, block_gather[k] - est.core_sharing * block_f[k - 1]);
-        p.i_gather += std::max(0.0, block_gather[n - 1 - k] - est.core_sharing * block_i[n - k]);
+        p.i_gather += std::max(0.0, block_gather[n - 1 - k] - est.core_sharing * block_b[n - k]);
       }
     }
     const double wire = config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16 ? grad_bytes / 2 : grad_bytes;
@@ -536,9 +542,7 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
       }
       for (const auto& [schedule, v] : schedules) {
         for (int micro : divisors(global / dp)) {
-          // ZeRO 0-2: the stages the engine trains. Stage 3 is priced by the cost model (per-block gathers) but
-          // not built, so config validation would refuse every such candidate; add it here when it lands.
-          for (int zero : dp > 1 ? std::vector<int>{0, 1, 2} : std::vector<int>{0}) {
+          for (int zero : dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}) {
             for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
               for (const Recompute recompute : recomputes) {
                 PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp};

@@ -13,7 +13,8 @@
 //     embedding in F) on the intra-node link; with sequence parallelism each is a reduce-scatter + all-gather
 //     of the same tensor (the same bytes);
 //   ZeRO-3: before F and before I the stage's blocks' parameters are all-gathered from the dp group, each
-//     block's gather prefetched under the previous block's compute (only what it cannot hide is charged);
+//     block's gather prefetched under the previous block's compute (a fused B's W included; only what it
+//     cannot hide is charged; a stage's first gather in each pass in full); W gathers nothing;
 //   P2P = the stage's boundary bytes over the intra- or inter-node link (latency + bytes / bandwidth);
 //   REDUCE_GRAD (dp > 1) = a ring all-reduce of the stage's gradient bytes (ZeRO 1-3: a reduce-scatter, half
 //     the bytes), placed by the schedule where the engine places it; ZeRO 1 and 2 all-gather the updated

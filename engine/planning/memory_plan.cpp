@@ -4,6 +4,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <numeric>
+#include <set>
 #include <vector>
 
 #include "engine/core/error.hpp"
@@ -40,6 +42,109 @@ std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const pa
     widest = std::max({widest, 5.0 * 4.0 * seq * ff * samples, 3.0 * 4.0 * heads * seq * seq * samples});
   }
   return static_cast<std::int64_t>(widest);
+}
+
+// ZeRO-3's units on one pp rank (memory_plan.hpp): one per block of a stage, holding the parameters whose
+// first block in the stage it is (a tied table split over pp ranks is a unit of its own; held by the same rank as
+// its head, it is in the embedding's unit), each as its gradient bucket lays it out
+// (engine/comm/gradient_bucketer.cpp): padded to 64 bytes (16 f32 elements), then to a multiple of dp. The
+// 64-byte alignment of each gradient inside a unit is not modelled (at most 60 bytes per parameter tensor).
+struct ZeroThreeUnits {
+  std::vector<std::int64_t> numel;      // f32 elements of each unit, padded, one tp rank's
+  std::vector<std::vector<int>> reads;  // per model block on this rank: the units its forward and I gather
+  std::vector<int> first_in_bucket;     // per model block: the unit its gradients fill first (-1: none)
+  std::int64_t total() const { return std::accumulate(numel.begin(), numel.end(), std::int64_t{0}); }
+};
+
+std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
+
+ZeroThreeUnits zero_three_units(const Plan& plan, int pp_rank, int tp, int dp) {
+  constexpr std::int64_t kAlignElements = 16;  // gradient_bucketer.cpp's kAlignBytes / 4
+  const auto& spec = plan.spec;
+  const auto costs = partition::model_costs(spec, DType::kF32);
+  const bool tied = !spec.tied_parameters.empty();
+  const std::int64_t table = tied ? spec.token_sizes().vocab_size * spec.token_sizes().d_model : 0;
+  std::vector<char> here(spec.blocks.size(), 0);
+  for (int stage = 0; stage < plan.num_stages(); ++stage) {
+    const auto& range = plan.partition.stages[static_cast<std::size_t>(stage)];
+    for (int b = range.begin; b < range.end; ++b) here[static_cast<std::size_t>(b)] = plan.stage_to_rank(stage) == pp_rank;
+  }
+  const auto on_rank = [&](int b) { return here[static_cast<std::size_t>(b)] != 0; };
+  int embedding = -1, head = -1;  // model blocks on this rank that hold the tied table
+  for (int b = 0; b < static_cast<int>(spec.blocks.size()); ++b) {
+    const auto kind = spec.blocks[static_cast<std::size_t>(b)].kind;
+    if (tied && on_rank(b) && kind == partition::BlockKind::kEmbedding) embedding = b;
+    if (tied && on_rank(b) && kind == partition::BlockKind::kLmHead) head = b;
+  }
+  const bool same_rank = embedding >= 0 && head >= 0;
+  ZeroThreeUnits u;
+  u.reads.resize(spec.blocks.size());
+  u.first_in_bucket.assign(spec.blocks.size(), -1);
+  const auto add = [&](std::int64_t elements) {
+    u.numel.push_back(round_up(round_up(elements / tp, kAlignElements), dp));
+    return static_cast<int>(u.numel.size()) - 1;
+  };
+  const int table_unit = tied && !same_rank && (embedding >= 0 || head >= 0) ? add(table) : -1;
+  for (int b = 0; b < static_cast<int>(spec.blocks.size()); ++b) {
+    if (!on_rank(b)) continue;
+    const bool holds_table = b == embedding || b == head;
+    std::int64_t own = costs[static_cast<std::size_t>(b)].param_count - (holds_table ? table : 0);
+    if (same_rank && b == embedding) own += table;
+    auto& reads = u.reads[static_cast<std::size_t>(b)];
+    if (own > 0) reads.push_back(add(own));
+    if (holds_table && table_unit >= 0) reads.push_back(table_unit);
+    if (!reads.empty()) u.first_in_bucket[static_cast<std::size_t>(b)] = reads.front();
+  }
+  // A tied head on the embedding's rank reads the table in the embedding's unit.
+  if (same_rank) u.reads[static_cast<std::size_t>(head)].push_back(u.reads[static_cast<std::size_t>(embedding)].front());
+  return u;
+}
+
+// ZeRO-3: the most unit elements held in full at once on the rank: a block's units and the next block's (same
+// pass, same stage: i+1 in a forward, i-1 in a backward) prefetched; a stage of one block holds its own.
+std::int64_t gathered_peak(const ZeroThreeUnits& units, const Plan& plan, int pp_rank) {
+  std::int64_t peak = 0;
+  for (int stage = 0; stage < plan.num_stages(); ++stage) {
+    if (plan.stage_to_rank(stage) != pp_rank) continue;
+    const auto& range = plan.partition.stages[static_cast<std::size_t>(stage)];
+    for (int b = range.begin; b <= std::max(range.begin, range.end - 2); ++b) {  // b and b + 1, or a lone block
+      const auto& reads = units.reads[static_cast<std::size_t>(b)];
+      std::set<int> held(reads.begin(), reads.end());
+      if (b + 1 < range.end) {
+        const auto& next = units.reads[static_cast<std::size_t>(b + 1)];
+        held.insert(next.begin(), next.end());
+      }
+      std::int64_t sum = 0;
+      for (int unit : held) sum += units.numel[static_cast<std::size_t>(unit)];
+      peak = std::max(peak, sum);
+    }
+  }
+  return peak;
+}
+
+// ZeRO-3: the elements of the unit reduced first: the last block with parameters of the rank's stage whose last
+// weight pass (W or B) comes first in its schedule (its bucket is the first one complete).
+std::int64_t first_reduced_unit(const ZeroThreeUnits& units, const Plan& plan, int pp_rank) {
+  const auto& actions = plan.schedule.ranks[static_cast<std::size_t>(pp_rank)];
+  std::vector<int> last_weight_pass(static_cast<std::size_t>(plan.num_stages()), -1);
+  for (int k = 0; k < static_cast<int>(actions.size()); ++k) {
+    const pipeline::Action& a = actions[static_cast<std::size_t>(k)];
+    if (a.kind == pipeline::ActionKind::kBackwardWeight || a.kind == pipeline::ActionKind::kBackward) {
+      last_weight_pass[static_cast<std::size_t>(a.stage)] = k;
+    }
+  }
+  int first = -1;
+  for (int stage = 0; stage < plan.num_stages(); ++stage) {
+    const int last = last_weight_pass[static_cast<std::size_t>(stage)];
+    if (last >= 0 && (first < 0 || last < last_weight_pass[static_cast<std::size_t>(first)])) first = stage;
+  }
+  if (first < 0) return 0;
+  const auto& range = plan.partition.stages[static_cast<std::size_t>(first)];
+  for (int b = range.end; b-- > range.begin;) {
+    const int unit = units.first_in_bucket[static_cast<std::size_t>(b)];
+    if (unit >= 0) return units.numel[static_cast<std::size_t>(unit)];
+  }
+  return 0;
 }
 
 }  // namespace
@@ -151,30 +256,52 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   }
   MemoryPlan m;
   auto at = [&m](MemoryCategory c) -> std::int64_t& { return m.bytes[static_cast<std::size_t>(c)]; };
-  // Mixed precision: bf16 working copies of the parameters besides the f32 masters; bf16 activations and
-  // boundary tensors (statistics kept in f32 are a few bytes per row, not counted).
-  at(MemoryCategory::kParameters) = param_bytes / tp + (bf16 ? param_bytes / tp / 2 : 0);
+  // Without dp there is nothing to shard (zero_stage has no effect).
+  const int zero_stage = dp > 1 ? config.optimizer.zero_stage : 0;
   // Deterministic mode sums micro-batch gradients in the canonical tree (pipeline/ordered_grad_accumulator.hpp):
   // up to floor(log2(micro-batches)) partial sums besides the gradient itself.
   int partial_sums = 0;
   if (config.train.deterministic) {
     for (int k = plan.schedule.num_microbatches; k > 1; k /= 2) ++partial_sums;
   }
-  // ZeRO-2 (engine/train/data_parallel.hpp): a reduced bucket's block is copied into a shard buffer of its own
-  // and the full bucket released; within the step the full local sum (and its partial sums, freed before the
-  // buckets launch) still exists, so the peak is the full buckets plus the first reduced bucket's shard (at
-  // most a bucket, parallel.dp_bucket_mb, ÷ dp); the shards are dropped after the update. Without dp there is
-  // nothing to shard (zero_stage has no effect).
-  const int zero_stage = dp > 1 ? config.optimizer.zero_stage : 0;
-  const std::int64_t grad_bytes = param_bytes / tp;
-  const auto bucket_bytes = static_cast<std::int64_t>(config.parallel.dp_bucket_mb * 1024.0 * 1024.0);
-  const std::int64_t first_shard = zero_stage >= 2 ? std::min(grad_bytes, bucket_bytes) / dp : 0;
-  at(MemoryCategory::kGradients) = std::max((1 + partial_sums) * grad_bytes, grad_bytes + first_shard);
-  m.gradients_between_steps = zero_stage >= 2 ? 0 : grad_bytes;
   const double state = training_bytes_per_param_byte(config.optimizer) - 1.0;
-  at(MemoryCategory::kOptimizerState) =
-      static_cast<std::int64_t>(state * static_cast<double>(param_bytes / tp) / (zero_stage >= 1 ? dp : 1));
-  // In flight besides the stashes: receives are posted one block ahead (two at a time), and a sent tensor lives
+  if (zero_stage == 3) {
+    // ZeRO-3 (engine/train/parameter_shards.hpp): each unit's f32 master shard (and bf16 working shard) stays;
+    // a block's units are gathered in full in the compute dtype before its forward and its I (or B) and freed
+    // after, the next block's in the same pass and stage prefetched meanwhile, so two adjacent blocks' units
+    // are held at once (W gathers nothing). Gradients: the unit buckets in full until each is reduced (as
+    // ZeRO-2), plus the first reduced bucket's shard: the unit of the last block (with parameters) of the stage
+    // whose last weight pass comes first.
+    const ZeroThreeUnits units = zero_three_units(plan, pp_rank, tp, dp);
+    const std::int64_t numel = units.total();
+    at(MemoryCategory::kParameters) = numel / dp * (bf16 ? 6 : 4) + gathered_peak(units, plan, pp_rank) * (bf16 ? 2 : 4);
+    const std::int64_t first_unit = first_reduced_unit(units, plan, pp_rank);
+    const std::int64_t grad_bytes = 4 * numel;
+    at(MemoryCategory::kGradients) = grad_bytes + std::max(partial_sums * grad_bytes, 4 * first_unit / dp);
+    m.gradients_between_steps = 0;
+    at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(state * static_cast<double>(grad_bytes / dp));
+    if (config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16) at(MemoryCategory::kCommunication) = 2 * numel;
+  } else {
+    // Mixed precision: bf16 working copies of the parameters besides the f32 masters.
+    at(MemoryCategory::kParameters) = param_bytes / tp + (bf16 ? param_bytes / tp / 2 : 0);
+    // ZeRO-2 (engine/train/data_parallel.hpp): a reduced bucket's block is copied into a shard buffer of its own
+    // and the full bucket released; within the step the full local sum (and its partial sums, freed before the
+    // buckets launch) still exists, so the peak is the full buckets plus the first reduced bucket's shard (at
+    // most a bucket, parallel.dp_bucket_mb, ÷ dp); the shards are dropped after the update.
+    const std::int64_t grad_bytes = param_bytes / tp;
+    const auto bucket_bytes = static_cast<std::int64_t>(config.parallel.dp_bucket_mb * 1024.0 * 1024.0);
+    const std::int64_t first_shard = zero_stage >= 2 ? std::min(grad_bytes, bucket_bytes) / dp : 0;
+    at(MemoryCategory::kGradients) = std::max((1 + partial_sums) * grad_bytes, grad_bytes + first_shard);
+    m.gradients_between_steps = zero_stage >= 2 ? 0 : grad_bytes;
+    at(MemoryCategory::kOptimizerState) =
+        static_cast<std::int64_t>(state * static_cast<double>(param_bytes / tp) / (zero_stage >= 1 ? dp : 1));
+    // parallel.grad_reduce_dtype bf16: every gradient bucket has a bf16 twin the collective carries.
+    if (dp > 1 && config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16) {
+      at(MemoryCategory::kCommunication) = param_bytes / tp / 2;
+    }
+  }
+  // Mixed precision: bf16 activations and boundary tensors (statistics kept in f32 are a few bytes per row, not
+  // counted). In flight besides the stashes: receives are posted one block ahead (two at a time), and a sent tensor lives
   // until its send completes (pipeline/executor.hpp): the one just posted; earlier ones have completed by the
   // time a backward peaks (the executor tests its sends after every action). Measured against the allocator's
   // activation peak, d256 GPT at pp2: ZB-V micro-batch 4 went from +6.1% / +2.5% (rank 0 / 1, one send per live
@@ -185,8 +312,6 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // workspace peak equalled it in every fp32 layout measured, pp2 1F1B / ZB-V / interleaved, dp2 ZeRO-1; tp2
   // half of it), or CPU bf16's widened operands.
   at(MemoryCategory::kWorkspace) = std::max(largest_output * micro, widening);
-  // parallel.grad_reduce_dtype bf16: every gradient bucket has a bf16 twin the collective carries.
-  if (dp > 1 && config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16) at(MemoryCategory::kCommunication) = param_bytes / tp / 2;
   return m;
 }
 
@@ -211,14 +336,25 @@ std::string memory_plan_violation(const Plan& plan, const config::RunConfig& con
                                format_bytes(with.bytes[static_cast<std::size_t>(MemoryCategory::kActivations)]),
                                with.total() <= cap ? ", fits" : "");
     }
+    // With data parallelism, the same for each higher ZeRO stage (3 shards the parameters too).
+    std::string zero;
+    if (config.parallel.data_parallel_size > 1) {
+      for (int stage = config.optimizer.zero_stage + 1; stage <= 3; ++stage) {
+        config::RunConfig sharded = config;
+        sharded.optimizer.zero_stage = stage;
+        const MemoryPlan with = estimate_rank_memory(plan, sharded, r);
+        zero += fmt::format(", optimizer.zero_stage={} needs about {}{}", stage, format_bytes(with.total()),
+                            with.total() <= cap ? " (fits)" : "");
+      }
+    }
     return fmt::format(
-        "memory: pp rank {} needs about {} ({}) but device.memory_limit is {}; activations are {} ({:.0f}%){}. "
+        "memory: pp rank {} needs about {} ({}) but device.memory_limit is {}; activations are {} ({:.0f}%){}{}. "
         "Otherwise split the model over more ranks (parallel.pipeline_model_parallel_size / "
-        "tensor_model_parallel_size), use optimizer.zero_stage 1 with data parallelism, or lower "
-        "batch.micro_batch_size; `cleave plan CONFIG --world N` searches layouts, schedules and recompute modes "
-        "under this cap",
+        "tensor_model_parallel_size), use optimizer.zero_stage 1, 2 or 3 with data parallelism (3 shards the "
+        "parameters too), or lower batch.micro_batch_size; `cleave plan CONFIG --world N` searches layouts, "
+        "schedules, ZeRO stages and recompute modes under this cap",
         r, format_bytes(m.total()), m.breakdown(), format_bytes(cap), format_bytes(activations),
-        100.0 * static_cast<double>(activations) / static_cast<double>(m.total()), recompute);
+        100.0 * static_cast<double>(activations) / static_cast<double>(m.total()), recompute, zero);
   }
   return {};
 }

@@ -3,13 +3,23 @@
 //
 // Estimate per pp rank (parameters, gradients and optimizer state ÷ tp; activations are one tp rank's, the
 // cost model's tp layout: LayerNorm and column-parallel inputs whole, the rest sharded, under
-// parallel.sequence_parallel those too as sequence shards, boundary tensors included; ZeRO-1 and 2 divide
+// parallel.sequence_parallel those too as sequence shards, boundary tensors included; ZeRO-1 to 3 divide
 // optimizer state by dp):
-//   parameters       Σ param bytes of the rank's stages (a tied table counted once per rank)
+//   parameters       Σ param bytes of the rank's stages (a tied table counted once per rank); bf16: + half that
+//                    (the working copies). ZeRO-3: units instead, one per block of a stage (the parameters whose
+//                    first block in the stage it is; a tied table split over pp ranks is a unit of its own, on its
+//                    head's rank it is in the embedding's unit), each padded as its gradient bucket (to 16 f32
+//                    elements, then to a multiple of dp): Σ units / dp x (4 B, bf16: 6 B) for the f32 master and
+//                    bf16 working shards, plus the most units held in full at once in the compute dtype (4 B,
+//                    bf16: 2 B): a block's and the next block's of the same stage (prefetched), a tied head's
+//                    with the embedding's unit it reads; W gathers nothing
 //   gradients        = parameters (train.deterministic: x (1 + floor(log2 micro-batches)), the partial sums);
 //                    ZeRO-2: at least the full buckets plus one bucket's shard (÷ dp), the moment the first
-//                    reduced bucket moves to its shard before its buffer is released
-//   optimizer_state  adamw 2x, sgd with momentum 1x, plain sgd 0x of parameters (÷ dp with ZeRO-1 and 2)
+//                    reduced bucket moves to its shard before its buffer is released; ZeRO-3: the same with a
+//                    bucket per unit: 4 B x Σ units + max(partial sums, the first reduced unit ÷ dp: the last
+//                    block with parameters of the stage whose last W (or B) comes first)
+//   optimizer_state  adamw 2x, sgd with momentum 1x, plain sgd 0x of parameters (÷ dp with ZeRO-1 to 3; ZeRO-3
+//                    of the padded units)
 //   activations      the peak, over the rank's actions in schedule order, of the stashes held: F adds a
 //                    stage's forward stash (cost model: exactly what forward() keeps under train.recompute),
 //                    I trades it for what W needs (weight_stash_bytes: inputs and output gradients of the
@@ -18,6 +28,7 @@
 //                    block's rebuilt stash) on top of the stashes not yet freed (stage_backward_memory);
 //                    × micro-batch; plus boundary tensors in flight (two receives posted ahead and the send
 //                    just posted)
+//   communication    parallel.grad_reduce_dtype bf16 with dp > 1: a bf16 twin of every gradient bucket
 //   workspace        the largest block output of a micro-batch (a transient output or gradient); under
 //                    bf16 on the CPU at least the widest kernel's operands widened to f32
 // It is an estimate; the allocator's cap still enforces the real limit at run time, and the measured peaks
@@ -40,7 +51,7 @@ namespace cleave::planning {
 struct MemoryPlan {
   std::array<std::int64_t, kNumMemoryCategories> bytes{};  // peak per category within a step
   // Gradient bytes held between steps: all of them under ZeRO 0 and 1 (the buckets are reused), none under
-  // ZeRO-2 (which holds only its shards, ÷ dp, from the reduction to the end of the optimizer step).
+  // ZeRO-2 and 3 (which hold only their shards, ÷ dp, from the reduction to the end of the optimizer step).
   std::int64_t gradients_between_steps = 0;
   std::int64_t total() const;
   std::string breakdown() const;  // "parameters 1.2 MiB, gradients ..., total ..."

@@ -1,0 +1,150 @@
+// The memory plan under ZeRO-3 (optimizer.zero_stage 3), by hand on a small GPT with awkward sizes (d 24,
+// d_ff 96, T 10, vocab 51 or 641, dp 3) so that both paddings of a unit matter: to 16 f32 elements (the
+// gradient bucketer's 64-byte alignment), then to a multiple of dp. Each rank keeps 1/dp of every unit (f32
+// master, and a bf16 working shard in bf16 runs) plus two adjacent blocks' units in full in the compute dtype;
+// gradients are the unit buckets in full plus the first reduced unit's shard; optimizer state is ÷ dp;
+// nothing is held between steps. The expected numbers are written out from the formulas, not from the code.
+// Over a cap, the message estimates each higher ZeRO stage and says which fits.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/config/config.hpp"
+#include "engine/core/allocator.hpp"
+#include "engine/planning/memory_plan.hpp"
+#include "engine/planning/plan.hpp"
+
+namespace cleave::planning {
+namespace {
+
+constexpr std::int64_t kD = 24, kFf = 96, kT = 10, kDp = 3;
+constexpr std::int64_t kBlock = 4 * kD * kD + 2 * kD * kFf + 9 * kD + kFf;  // 7224 parameters
+constexpr std::int64_t kFinalNorm = 2 * kD;                                 // 48
+
+// A unit as its bucket lays it out: 16-element alignment, then a multiple of dp.
+std::int64_t unit(std::int64_t elements) {
+  const std::int64_t aligned = (elements + 15) / 16 * 16;
+  return (aligned + kDp - 1) / kDp * kDp;
+}
+
+config::RunConfig zero3(std::int64_t vocab, bool tied, int pp, std::vector<std::string> overrides = {}) {
+  overrides.push_back("parallel.pipeline_model_parallel_size=" + std::to_string(pp));
+  config::RunConfig c = config::parse_config(
+      R"({"model": {"type": "gpt", "vocab_size": )" + std::to_string(vocab) + R"(, "d_model": 24, "n_layers": 4,
+          "n_heads": 4, "seq_len": 10, "tie_embeddings": )" + (tied ? "true" : "false") + R"(},
+        "batch": {"global_batch_size": 6, "micro_batch_size": 1},
+        "parallel": {"data_parallel_size": 3}, "optimizer": {"type": "adamw", "zero_stage": 3},
+        "data": {"type": "synthetic"}})",
+      "<string>", overrides);
+  c.resolve(3 * pp);
+  return c;
+}
+
+MemoryPlan estimate(const config::RunConfig& c, int pp_rank) {
+  const Plan plan = make_plan(c, static_cast<int>(c.resolved_batch().gradient_accumulation_steps), pp_rank);
+  return estimate_rank_memory(plan, c, pp_rank);
+}
+
+std::int64_t at(const MemoryPlan& m, MemoryCategory c) { return m.bytes[static_cast<std::size_t>(c)]; }
+
+TEST(MemoryPlanZeroThree, ShardsPlusTwoAdjacentUnitsAndGradientsInUnitBuckets) {
+  // Untied, one stage: units embedding (51·24 tokens + 10·24 positions = 1464), 4 blocks (7224), final norm
+  // (48), head (1224); the loss has none.
+  const std::int64_t embedding = unit(51 * kD + kT * kD), block = unit(kBlock), norm = unit(kFinalNorm),
+                     head = unit(51 * kD);
+  ASSERT_EQ(embedding, 1473);  // 1464 -> 1472 -> 1473
+  ASSERT_EQ(block, 7233);      // 7224 -> 7232 -> 7233
+  const std::int64_t units = embedding + 4 * block + norm + head;
+  const std::int64_t gathered = 2 * block;  // two adjacent blocks: the largest pair
+  for (const bool bf16 : {false, true}) {
+    const config::RunConfig c = zero3(51, false, 1, {bf16 ? "device.precision=bf16" : "device.precision=fp32"});
+    const MemoryPlan m = estimate(c, 0);
+    // f32 master shards (+ bf16 working shards), the gathered pair in the compute dtype.
+    EXPECT_EQ(at(m, MemoryCategory::kParameters), units / kDp * (bf16 ? 6 : 4) + gathered * (bf16 ? 2 : 4))
+        << (bf16 ? "bf16" : "fp32");
+    // f32 gradients in full, plus the first reduced bucket's shard: the head's (the last block with parameters).
+    EXPECT_EQ(at(m, MemoryCategory::kGradients), 4 * units + 4 * head / kDp);
+    EXPECT_EQ(m.gradients_between_steps, 0);
+    EXPECT_EQ(at(m, MemoryCategory::kOptimizerState), 2 * 4 * units / kDp);  // AdamW's two moments, ÷ dp
+    EXPECT_EQ(at(m, MemoryCategory::kCommunication), 0);
+  }
+  // ZeRO-1 and 2 of the same run hold every parameter (unpadded); ZeRO-2 keeps no gradients between steps either.
+  const std::int64_t params = 51 * kD + kT * kD + 4 * kBlock + kFinalNorm + 51 * kD;
+  for (const int stage : {1, 2}) {
+    config::RunConfig c = zero3(51, false, 1);
+    c.optimizer.zero_stage = stage;
+    const MemoryPlan m = estimate(c, 0);
+    EXPECT_EQ(at(m, MemoryCategory::kParameters), 4 * params) << "zero " << stage;
+    EXPECT_EQ(m.gradients_between_steps, stage == 1 ? 4 * params : 0) << "zero " << stage;
+  }
+}
+
+TEST(MemoryPlanZeroThree, DeterministicPartialSumsAndBf16Wire) {
+  // 2 micro-batches per replica in deterministic mode: one partial sum of the full gradients (more than the
+  // first unit's shard); a bf16 wire: a bf16 twin of every unit bucket.
+  const std::int64_t units = unit(51 * kD + kT * kD) + 4 * unit(kBlock) + unit(kFinalNorm) + unit(51 * kD);
+  const MemoryPlan m = estimate(zero3(51, false, 1, {"train.deterministic=true", "parallel.grad_reduce_dtype=bf16"}), 0);
+  EXPECT_EQ(at(m, MemoryCategory::kGradients), 2 * 4 * units);
+  EXPECT_EQ(at(m, MemoryCategory::kCommunication), 2 * units);
+}
+
+TEST(MemoryPlanZeroThree, TiedTableSplitOverPipelineRanksIsAUnitOfItsOwn) {
+  // Tied, pp2 with blocks [embedding, block 0, block 1] [block 2, block 3, final norm, head, loss]: each rank
+  // keeps a copy of the 641 x 24 table as a unit of its own. Rank 0's largest pair is the embedding (positions
+  // and table) with block 0; rank 1's is the final norm with the head, which reads the table (and holds
+  // nothing else).
+  const std::int64_t table = unit(641 * kD), positions = unit(kT * kD), block = unit(kBlock), norm = unit(kFinalNorm);
+  ASSERT_EQ(table, 15393);  // 15384 -> 15392 -> 15393
+  ASSERT_GT(norm + table, 2 * block);
+  const std::vector<std::string> manual = {"parallel.partition.method=manual", "parallel.partition.blocks_per_stage=[3,5]"};
+  const config::RunConfig c = zero3(641, true, 2, manual);
+  const MemoryPlan rank0 = estimate(c, 0), rank1 = estimate(c, 1);
+  const std::int64_t units0 = table + positions + 2 * block, units1 = table + 2 * block + norm;
+  EXPECT_EQ(at(rank0, MemoryCategory::kParameters), 4 * units0 / kDp + 4 * (positions + table + block));
+  EXPECT_EQ(at(rank1, MemoryCategory::kParameters), 4 * units1 / kDp + 4 * (norm + table));
+  // First reduced: block 1's unit on rank 0, the head's (the table) on rank 1.
+  EXPECT_EQ(at(rank0, MemoryCategory::kGradients), 4 * units0 + 4 * block / kDp);
+  EXPECT_EQ(at(rank1, MemoryCategory::kGradients), 4 * units1 + 4 * table / kDp);
+  EXPECT_EQ(at(rank1, MemoryCategory::kOptimizerState), 8 * units1 / kDp);
+}
+
+TEST(MemoryPlanZeroThree, TiedTableOnOneRankIsInTheEmbeddingsUnit) {
+  // Tied, one stage: the table is counted once, in the embedding's unit; the head has no unit of its own.
+  const std::int64_t embedding = unit(641 * kD + kT * kD), block = unit(kBlock);
+  ASSERT_EQ(embedding, 15633);  // 15624 -> 15632 -> 15633
+  const std::int64_t units = embedding + 4 * block + unit(kFinalNorm);
+  const MemoryPlan m = estimate(zero3(641, true, 1), 0);
+  EXPECT_EQ(at(m, MemoryCategory::kParameters), 4 * units / kDp + 4 * (embedding + block));
+  EXPECT_EQ(at(m, MemoryCategory::kOptimizerState), 8 * units / kDp);
+  // The first reduced bucket is the final norm's (the tied head's gradient lands in the embedding's unit).
+  EXPECT_EQ(at(m, MemoryCategory::kGradients), 4 * units + 4 * unit(kFinalNorm) / kDp);
+}
+
+TEST(MemoryPlanZeroThree, OverTheCapMessageEstimatesEachHigherStage) {
+  // ZeRO-0 over a cap that ZeRO-3 meets and ZeRO-1 and 2 do not: the message gives each higher stage's need and
+  // says which fits.
+  config::RunConfig c = zero3(51, false, 1);
+  const Plan plan = make_plan(c, 2, 0);
+  std::int64_t need[4];
+  for (int stage = 0; stage <= 3; ++stage) {
+    c.optimizer.zero_stage = stage;
+    need[stage] = estimate_rank_memory(plan, c, 0).total();
+  }
+  ASSERT_LT(need[3], need[1]);
+  ASSERT_LT(need[1], need[2]);
+  c.optimizer.zero_stage = 0;
+  c.device.memory_limit = (need[1] + need[3]) / 2;
+  const std::string message = memory_plan_violation(plan, c);
+  for (int stage = 1; stage <= 3; ++stage) {
+    const std::string estimate = fmt::format("optimizer.zero_stage={} needs about {}", stage, format_bytes(need[stage]));
+    const std::string fits = estimate + " (fits)";
+    EXPECT_NE(message.find(estimate), std::string::npos) << message;
+    EXPECT_EQ(message.find(fits) != std::string::npos, stage == 3) << message;
+  }
+}
+
+}  // namespace
+}  // namespace cleave::planning

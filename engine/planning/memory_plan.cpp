@@ -52,7 +52,7 @@ std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const pa
 struct ZeroThreeUnits {
   std::vector<std::int64_t> numel;      // f32 elements of each unit, padded, one tp rank's
   std::vector<std::vector<int>> reads;  // per model block on this rank: the units its forward and I gather
-  std::vector<int> first_in_bucket;     // per model block: the unit its gradients fill first (-1: none)
+  std::vector<int> first_in_bucket;     // per model block: its own unit, complete after its W (-1: none)
   std::int64_t total() const { return std::accumulate(numel.begin(), numel.end(), std::int64_t{0}); }
 };
 
@@ -91,9 +91,11 @@ ZeroThreeUnits zero_three_units(const Plan& plan, int pp_rank, int tp, int dp) {
     std::int64_t own = costs[static_cast<std::size_t>(b)].param_count - (holds_table ? table : 0);
     if (same_rank && b == embedding) own += table;
     auto& reads = u.reads[static_cast<std::size_t>(b)];
-    if (own > 0) reads.push_back(add(own));
-    if (holds_table && table_unit >= 0) reads.push_back(table_unit);
-    if (!reads.empty()) u.first_in_bucket[static_cast<std::size_t>(b)] = reads.front();
+    if (own > 0) {
+      reads.push_back(add(own));
+      u.first_in_bucket[static_cast<std::size_t>(b)] = reads.back();
+    }
+    if (holds_table && table_unit >= 0) reads.push_back(table_unit);  // reduced after every block's unit
   }
   // A tied head on the embedding's rank reads the table in the embedding's unit.
   if (same_rank) u.reads[static_cast<std::size_t>(head)].push_back(u.reads[static_cast<std::size_t>(embedding)].front());
@@ -122,9 +124,14 @@ std::int64_t gathered_peak(const ZeroThreeUnits& units, const Plan& plan, int pp
   return peak;
 }
 
-// ZeRO-3: the elements of the unit reduced first: the last block with parameters of the rank's stage whose last
-// weight pass (W or B) comes first in its schedule (its bucket is the first one complete).
-std::int64_t first_reduced_unit(const ZeroThreeUnits& units, const Plan& plan, int pp_rank) {
+// ZeRO-3: how far the gradients rise above the full unit buckets while they are reduced, in elements. Buckets
+// complete in ready order (the rank's stages by their last weight pass, W or B; each stage's blocks last to
+// first, a block's own unit when its weight gradient is done; a tied table split over pp ranks after all of
+// them, engine/train/data_parallel.cpp). When bucket k completes, its shard is allocated before its full buffer
+// is released, while the buckets before it have each already traded their buffer for their shard: the excess
+// is shard_k minus what those trades freed, largest at the first bucket or at a large one right after small ones
+// (a final norm's tiny unit first, then a whole transformer block's).
+std::int64_t reduction_excess(const ZeroThreeUnits& units, const Plan& plan, int pp_rank, int dp) {
   const auto& actions = plan.schedule.ranks[static_cast<std::size_t>(pp_rank)];
   std::vector<int> last_weight_pass(static_cast<std::size_t>(plan.num_stages()), -1);
   for (int k = 0; k < static_cast<int>(actions.size()); ++k) {
@@ -133,18 +140,29 @@ std::int64_t first_reduced_unit(const ZeroThreeUnits& units, const Plan& plan, i
       last_weight_pass[static_cast<std::size_t>(a.stage)] = k;
     }
   }
-  int first = -1;
+  std::vector<int> stages;
   for (int stage = 0; stage < plan.num_stages(); ++stage) {
-    const int last = last_weight_pass[static_cast<std::size_t>(stage)];
-    if (last >= 0 && (first < 0 || last < last_weight_pass[static_cast<std::size_t>(first)])) first = stage;
+    if (last_weight_pass[static_cast<std::size_t>(stage)] >= 0) stages.push_back(stage);
   }
-  if (first < 0) return 0;
-  const auto& range = plan.partition.stages[static_cast<std::size_t>(first)];
-  for (int b = range.end; b-- > range.begin;) {
-    const int unit = units.first_in_bucket[static_cast<std::size_t>(b)];
-    if (unit >= 0) return units.numel[static_cast<std::size_t>(unit)];
+  std::sort(stages.begin(), stages.end(), [&](int a, int b) {
+    return last_weight_pass[static_cast<std::size_t>(a)] < last_weight_pass[static_cast<std::size_t>(b)];
+  });
+  std::vector<int> order;  // units in the order their buckets complete
+  const auto append = [&order](int unit) {
+    if (unit >= 0 && std::find(order.begin(), order.end(), unit) == order.end()) order.push_back(unit);
+  };
+  for (int stage : stages) {
+    const auto& range = plan.partition.stages[static_cast<std::size_t>(stage)];
+    for (int b = range.end; b-- > range.begin;) append(units.first_in_bucket[static_cast<std::size_t>(b)]);
   }
-  return 0;
+  for (int unit = 0; unit < static_cast<int>(units.numel.size()); ++unit) append(unit);  // the split table's
+  std::int64_t freed = 0, excess = 0;
+  for (int unit : order) {
+    const std::int64_t full = units.numel[static_cast<std::size_t>(unit)];
+    excess = std::max(excess, full / dp - freed);
+    freed += full - full / dp;
+  }
+  return excess;
 }
 
 }  // namespace
@@ -270,14 +288,14 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     // a block's units are gathered in full in the compute dtype before its forward and its I (or B) and freed
     // after, the next block's in the same pass and stage prefetched meanwhile, so two adjacent blocks' units
     // are held at once (W gathers nothing). Gradients: the unit buckets in full until each is reduced (as
-    // ZeRO-2), plus the first reduced bucket's shard: the unit of the last block (with parameters) of the stage
-    // whose last weight pass comes first.
+    // ZeRO-2), plus what the shards of the first reduced buckets add before their trades free more
+    // (reduction_excess).
     const ZeroThreeUnits units = zero_three_units(plan, pp_rank, tp, dp);
     const std::int64_t numel = units.total();
     at(MemoryCategory::kParameters) = numel / dp * (bf16 ? 6 : 4) + gathered_peak(units, plan, pp_rank) * (bf16 ? 2 : 4);
-    const std::int64_t first_unit = first_reduced_unit(units, plan, pp_rank);
     const std::int64_t grad_bytes = 4 * numel;
-    at(MemoryCategory::kGradients) = grad_bytes + std::max(partial_sums * grad_bytes, 4 * first_unit / dp);
+    at(MemoryCategory::kGradients) =
+        grad_bytes + std::max(partial_sums * grad_bytes, 4 * reduction_excess(units, plan, pp_rank, dp));
     m.gradients_between_steps = 0;
     at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(state * static_cast<double>(grad_bytes / dp));
     if (config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16) at(MemoryCategory::kCommunication) = 2 * numel;

@@ -111,7 +111,8 @@ std::int64_t load_checkpoint(RankSetup& s, RankModel& model, StepTail& tail, con
     }
   }
   tail.set_optimizer_steps_done(steps_done);
-  layers::refresh_working_copies(model.params(), s.context);
+  if (tail.parameter_shards() != nullptr) tail.parameter_shards()->refresh_working();  // ZeRO-3: the shards were loaded
+  else layers::refresh_working_copies(model.params(), s.context);
   if (s.reports()) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
     log::info("checkpoint: resumed from {} (step {}; rank 0 read {} in {:.1f} ms, {:.1f} MB/s)", step_dir, step,

@@ -9,7 +9,14 @@
 
 namespace cleave::train {
 
-Shape logical_shape(const layers::Param& p) { return p.shard.dim < 0 ? p.value.shape() : p.shard.logical; }
+Shape logical_shape(const layers::Param& p) {
+  return p.shard.dim < 0 && p.value.defined() ? p.value.shape() : p.shard.logical;
+}
+
+std::int64_t local_numel(const layers::Param& p) {
+  if (p.value.defined()) return p.value.numel();  // ZeRO-3 keeps none: the spec says
+  return p.shard.dim < 0 ? p.shard.logical.numel() : layers::shard_shape(p.shard).numel();
+}
 
 std::vector<LocalPiece> local_pieces(const RankSetup& setup, const RankModel& model, StepTail& tail) {
   std::map<std::string, const layers::Param*> by_name;
@@ -20,9 +27,21 @@ std::vector<LocalPiece> local_pieces(const RankSetup& setup, const RankModel& mo
     return model.counts_tied_copy() || p.name != model.tied_name();
   };
   std::vector<LocalPiece> out;
-  for (const auto& p : model.params()) {
-    out.push_back({p->name, p.get(), p->value.view({p->value.numel()}), 0,
-                   setup.coords.dp_rank == 0 && writes_copy(*p)});
+  const optim::ShardedOptimizer* sharded =
+      tail.data_parallel() != nullptr ? tail.data_parallel()->sharded_optimizer() : nullptr;
+  if (tail.parameter_shards() != nullptr) {
+    // ZeRO-3: this rank's segments of the master shards, like ZeRO state: no rank gathers a whole parameter.
+    for (const optim::FlatShard& shard : sharded->shards()) {
+      for (const optim::ShardSegment& segment : shard.segments) {
+        out.push_back({segment.param->name, segment.param, shard.value.slice(segment.begin, segment.begin + segment.numel),
+                       segment.param_offset, writes_copy(*segment.param)});
+      }
+    }
+  } else {
+    for (const auto& p : model.params()) {
+      out.push_back({p->name, p.get(), p->value.view({p->value.numel()}), 0,
+                     setup.coords.dp_rank == 0 && writes_copy(*p)});
+    }
   }
   if (tail.optimizer() != nullptr) {
     for (auto& [name, tensor] : tail.optimizer()->state()) {
@@ -31,7 +50,6 @@ std::vector<LocalPiece> local_pieces(const RankSetup& setup, const RankModel& mo
       out.push_back({name, p, tensor.view({tensor.numel()}), 0, setup.coords.dp_rank == 0 && writes_copy(*p)});
     }
   } else {
-    optim::ShardedOptimizer* sharded = tail.data_parallel()->sharded_optimizer();
     CLEAVE_ASSERT(sharded != nullptr, "a trainer with neither an optimizer nor a ZeRO-1 sharded optimizer");
     const auto& shards = sharded->shards();
     for (std::size_t k = 0; k < sharded->state_names().size(); ++k) {

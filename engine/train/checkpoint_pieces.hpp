@@ -5,8 +5,9 @@
 // ("<param name>.exp_avg" | ".exp_avg_sq" | ".momentum_buffer"), all f32 of the parameter's logical shape.
 // A piece is a contiguous element range [offset, offset + numel) of one tensor-parallel shard of it (the
 // parameter's ShardSpec), flattened: the whole shard for parameters and unsharded optimizer state, a ZeRO-1
-// segment for sharded state. Ownership (each logical element written once): parameters and unsharded state
-// by dp rank 0, ZeRO-1 state by every dp rank (its own segments); replicated-over-tp tensors by tp rank 0
+// segment for sharded state (and, under ZeRO-3, for parameters too: a rank holds only its shards). Ownership
+// (each logical element written once): parameters and unsharded state by dp rank 0, sharded state and ZeRO-3
+// parameters by every dp rank (its own segments); replicated-over-tp tensors by tp rank 0
 // only; a tied table split over two pp ranks by the embedding side only (the copies are equal).
 #pragma once
 
@@ -34,6 +35,8 @@ std::vector<LocalPiece> local_pieces(const RankSetup& setup, const RankModel& mo
 
 // The logical shape of `p` (its value's shape when replicated).
 Shape logical_shape(const layers::Param& p);
+// Elements of this rank's tensor-parallel shard of `p` (whether or not its value is held).
+std::int64_t local_numel(const layers::Param& p);
 
 }  // namespace cleave::train
 

@@ -83,7 +83,7 @@ RankSaveJob snapshot_rank(const RankSetup& s, const RankModel& model, StepTail& 
       values = std::span<const float>(piece.data.data<float>(), static_cast<std::size_t>(piece.data.numel()));
       if (copy) values = job.copies.emplace_back(values.begin(), values.end());
     }
-    const std::string name = piece.offset == 0 && piece.data.numel() == piece.param->value.numel()
+    const std::string name = piece.offset == 0 && piece.data.numel() == local_numel(*piece.param)
                                  ? piece.tensor
                                  : fmt::format("{}@{}", piece.tensor, piece.offset);
     job.tensors.push_back({name, "F32", {piece.data.numel()}, std::as_bytes(values)});

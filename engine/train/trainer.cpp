@@ -221,12 +221,9 @@ void Trainer::Impl::save_in_train_loop(const std::string& root, std::int64_t ste
     fault->fired = true;  // the copy fires, in the writer
   }
   const bool background = setup.config.checkpoint.background;
-  {
-    FullParameters whole(tail.parameter_shards());  // ZeRO-3: the values exist only for the snapshot
-    auto save = std::make_unique<CheckpointSave>(setup, model, tail, root, steps_done, background, fire);
-    if (background) pending_save = std::move(save);  // the snapshot is a copy
-    else save->commit(setup);
-  }
+  auto save = std::make_unique<CheckpointSave>(setup, model, tail, root, steps_done, background, fire);
+  if (background) pending_save = std::move(save);
+  else save->commit(setup);
   const double pause = reduce_doubles(setup.world, {elapsed_ms(start)}, comm::ReduceOp::kMax)[0];
   if (setup.reports()) {
     const std::string waited =
@@ -355,7 +352,6 @@ std::string Trainer::checkpoint_root() const {
 
 CheckpointSaveStats Trainer::save_checkpoint(const std::string& root, std::int64_t steps_done) {
   if (impl_->pending_save) impl_->commit_pending_save();
-  FullParameters whole(impl_->tail.parameter_shards());
   return train::save_checkpoint(impl_->setup, impl_->model, impl_->tail, root, steps_done);
 }
 
@@ -368,7 +364,6 @@ std::int64_t Trainer::load_checkpoint(const std::string& step_dir, bool continue
     load_weights(open_weight_source(step_dir));
     return 0;
   }
-  FullParameters whole(impl_->tail.parameter_shards());  // what the load writes goes back into the shards
   return train::load_checkpoint(impl_->setup, impl_->model, impl_->tail, step_dir, continue_run);
 }
 

@@ -216,7 +216,8 @@ TEST(Checkpoint, ReshardedLoadContinuesLikeOneRank) {
   std::vector<std::string> source = {tp(2), pp(2)};
   std::string from = "tp2xpp2";
   std::vector<Target> targets = {{"pp4", {pp(4)}}, {"dp2xpp2_zero1", {pp(2), "optimizer.zero_stage=1"}}, {"tp4", {tp(4)}},
-                                 {"dp4_zero2", {"optimizer.zero_stage=2"}}};
+                                 {"dp4_zero2", {"optimizer.zero_stage=2"}},
+                                 {"dp2xpp2_zero3", {pp(2), "optimizer.zero_stage=3"}}};
   if (eight) {
     source.push_back("optimizer.zero_stage=1");
     from = "dp2xpp2xtp2_zero1";
@@ -231,6 +232,16 @@ TEST(Checkpoint, ReshardedLoadContinuesLikeOneRank) {
     auto pair = world->split(world->rank() / 2, world->rank() % 2, "pair");
     expect_reshard_matches_one_rank(*pair, *self, from, dir, {{"tp2_on_2_ranks", {tp(2)}}});
     world->barrier()->wait();
+  }
+
+  if (!eight) {
+    // Saved under ZeRO-3 at dp2 x pp2: every rank writes its segments of the parameters, no rank holds a whole
+    // one; loaded by one rank (the reference) and by tp2 x pp2.
+    const std::string zero3_root = shared_dir(*world, "reshard_zero3");
+    run_from(tiny_gpt({pp(2), "optimizer.zero_stage=3"}), *world, 0, kSaveAt, "", zero3_root);
+    expect_reshard_matches_one_rank(*world, *self, "dp2xpp2_zero3",
+                                    zero3_root + "/" + checkpoint::step_dir_name(kSaveAt), {{"tp2xpp2", {tp(2), pp(2)}}});
+    if (world->rank() == 0) fs::remove_all(zero3_root);
   }
 
   const std::string single_root = shared_dir(*world, "reshard_single");

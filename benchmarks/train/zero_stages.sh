@@ -1,20 +1,18 @@
 #!/usr/bin/env bash
-# ZeRO stages side by side at dp2 (mpirun -np 2): step time and memory per replica.
+# ZeRO stages side by side at dp2 (mpirun -np 2): step time.
 #
 # 1. Step time: the d256 x 4-layer GPT of before_after.sh (T 64, vocab 256, global batch 16, micro-batch 4, so 2
 #    micro-batches per replica, AdamW, deterministic) under optimizer.zero_stage 0, 1, 2 and 3, runs interleaved
 #    (0 1 2 3 0 1 2 3 ...) so drift on a shared machine hits all alike. Each run's figure is its median step_ms after
 #    5 warm-up steps; the table gives the median over rounds and the ratio to stage 0. The first losses of the
 #    stages are compared (deterministic mode: they must be the same bits).
-# 2. Memory: the oversized demo's model (examples/oversized/gpt_oversized.json) at dp2 with tp 1, pp 1 and no
-#    cap, 2 steps per stage: rank 0's allocator peaks by category (run.json) against the memory plan's.
+# Memory per stage (and per lever) against the memory plan: benchmarks/planner/memory_levers.sh.
 #
 #   benchmarks/train/zero_stages.sh BUILD_DIR [ROUNDS=5] [STEPS=20]
 set -euo pipefail
 build=${1:?usage: $0 BUILD_DIR [ROUNDS] [STEPS]}
 rounds=${2:-5}
 steps=${3:-20}
-root=$(cd "$(dirname "$0")/../.." && pwd)
 cleave=$build/bin/cleave
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -59,20 +57,3 @@ for z, r in enumerate(runs):
     print(f"{z:<5} {m:8.2f} {m / base:7.3f}   {' '.join(f'{x:.1f}' for x in r)}")
 PY
 
-echo
-echo "memory per replica, oversized demo model at dp2 (rank 0, MiB: measured peak / plan)"
-for z in 0 1 2 3; do
-  out=$work/m-$z
-  "${mpi[@]}" "$cleave" train "$root/examples/oversized/gpt_oversized.json" --set parallel.tensor_model_parallel_size=1 \
-    --set parallel.pipeline_model_parallel_size=1 --set device.memory_limit=0 --set train.steps=2 \
-    --set train.eval_batches=0 --set checkpoint.save_final=false --set optimizer.zero_stage=$z \
-    --set train.out_dir="$out" >/dev/null 2>&1
-  python3 - "$out/run.json" "$z" <<'PY'
-import json, sys
-j = json.load(open(sys.argv[1]))
-r = j["ranks"][0]
-mib = lambda b: b / 2**20
-cells = [f"{c} {mib(m):.2f}/{mib(e):.2f}" for c, m, e in zip(j["categories"], r["peak_bytes"], r["estimate_bytes"])]
-print(f"zero {sys.argv[2]}: " + ", ".join(cells) + f" | total {mib(r['peak_total']):.2f}/{mib(sum(r['estimate_bytes'])):.2f}")
-PY
-done

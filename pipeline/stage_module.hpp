@@ -7,7 +7,8 @@
 // output is the 1-element mean loss of the micro-batch; its backward takes the loss scale as dy.
 // In deterministic mode (enable_ordered_accumulation) the micro-batches' weight gradients are summed in the
 // canonical order of engine/core/sum_tree.hpp, so the total does not depend on how many micro-batches of the
-// global batch this replica holds.
+// global batch this replica holds. Under ZeRO-3 a ParameterResidency (parameter_residency.hpp) makes each block's
+// parameters resident around its forward and its input-gradient pass only.
 #pragma once
 
 #include <functional>

@@ -21,7 +21,7 @@
 //    for every gradient) and check_device_status; the CPU run of the same config counts the same calls
 //    (tests/e2e/train_single_rank_test.cpp holds the CPU to 3 as well). Waits inside communicators are not
 //    counted (one rank here).
-//  - LayoutsOnOneGpu (mpiexec -n 2, gpu_train_test_np2): pp2 under every schedule, dp2 with ZeRO-1 and tp2,
+//  - LayoutsOnOneGpu (mpiexec -n 2, gpu_train_test_np2): pp2 under every schedule, dp2 with ZeRO 0, 1, 2 and tp2,
 //    both ranks on cuda:0 through the staged MPI world, against one CPU rank within the CPU equivalence
 //    tests' bounds plus the fp32 GPU-CPU bound.
 #include <gtest/gtest.h>
@@ -251,7 +251,10 @@ TEST(GpuTraining, LayoutsOnOneGpu) {
   for (const char* schedule : {"1f1b", "gpipe", "interleaved_1f1b", "zb_h1", "zb_h2", "zb_v", "dualpipev"}) {
     layouts.push_back({"parallel.pipeline_model_parallel_size=2", std::string("parallel.schedule=") + schedule});
   }
-  layouts.push_back({"optimizer.zero_stage=1"});  // dp 2
+  // dp 2: the gradient buckets on the device (zeroed, scaled and, for ZeRO-2, copied through the op seam).
+  for (const char* zero : {"optimizer.zero_stage=0", "optimizer.zero_stage=1", "optimizer.zero_stage=2"}) {
+    layouts.push_back({zero});
+  }
   layouts.push_back({"parallel.tensor_model_parallel_size=2"});
   std::vector<std::string> reference_overrides = base;
   const auto reference = mpi->rank() == 0 ? train_losses(on(tiny_gpt(reference_overrides), "cpu"), *self, 6)

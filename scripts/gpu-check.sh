@@ -20,7 +20,7 @@
 #   staged-np2   the same under the bundle's mpirun -np 2 (both ranks on cuda:0)
 #   memcheck     compute-sanitizer memcheck of the non-GEMM kernel tests, where the tool runs
 #   training     gpu_train_test: the Trainer on cuda:0 against the CPU (one rank), then its layouts on one GPU
-#                through the staged world (mpirun -np 2); the PyTorch benchmarks are not written yet
+#                through the staged world (mpirun -np 2), then (2+ GPUs only) its layouts on two GPUs over NCCL
 # Without a visible GPU (or with --no-gpu) every stage that needs one reports "skipped: no GPU visible".
 # The whole run is held to a budget (default 450 s, --budget): a stage gets min(its limit, what is left).
 #
@@ -262,13 +262,14 @@ stage_training() {
   # tiny GPT fp32 within 1e-4 of the CPU, two deterministic runs bit-identical, bf16 against fp32, checkpoints
   # moving GPU -> CPU -> GPU, MLP and CNN, no cudaMalloc and exactly 3 host waits in a steady-state step (one
   # rank); then pp2 under every schedule, dp2 + ZeRO-1 and tp2 with both ranks on cuda:0 through the staged MPI
-  # world (mpirun -np 2).
-  # The benchmarks against PyTorch are not written yet (issue "Training on GPUs", part 7).
+  # world (mpirun -np 2); where 2 or more GPUs are visible, pp2 / dp2 (ZeRO 0-2) / tp2 on two GPUs through the
+  # NCCL world against one GPU rank (mpirun -np 2, one GPU each).
   local bin="$CHECK_BIN/gpu_train_test" rc=0 st1 fig1 src="$repo"
   [[ -x "$bin" ]] || { result fail "gpu_train_test is not in the bundle"; return; }
   if [[ "$CHECK_GPU" != yes ]]; then result skipped "no GPU visible${CHECK_NO_GPU_NOTE}"; return; fi
   [[ -f "$CHECK_BUNDLE/data/digits.csv.gz" ]] && src="$CHECK_BUNDLE"  # the MLP and CNN read data/digits.csv.gz
-  CLEAVE_SOURCE_DIR="$src" OMP_WAIT_POLICY=passive "$bin" --gtest_filter='-GpuTraining.LayoutsOnOneGpu' \
+  CLEAVE_SOURCE_DIR="$src" OMP_WAIT_POLICY=passive "$bin" \
+    --gtest_filter='-GpuTraining.LayoutsOnOneGpu:GpuTraining.NcclLayoutsOnTwoGpus' \
     --gtest_output="xml:$CHECK_WORK/xml/$CHECK_STAGE.xml" >"$CHECK_WORK/gtest.log" 2>&1 || rc=$?
   cat "$CHECK_WORK/gtest.log"
   judge_gtest "$rc" "$CHECK_WORK/gtest.log"
@@ -280,8 +281,23 @@ stage_training() {
   judge_gtest "$rc" "$CHECK_WORK/gtest-np2.log"
   local st2 fig2
   IFS='|' read -r st2 fig2 <"$CHECK_WORK/results/$CHECK_STAGE"
-  if [[ "$st1" == pass && "$st2" == pass ]]; then result pass "one rank: $fig1; layouts np2: $fig2"
-  else result fail "one rank: $st1 ($fig1); layouts np2: $st2 ($fig2)"; fi
+  # Two NCCL ranks need two GPUs (one each): run only where the host has them.
+  local gpus st3=pass fig3
+  gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU [0-9]')"
+  [[ "$gpus" -gt 0 ]] || gpus="$(ls /dev/nvidia[0-9]* 2>/dev/null | wc -l)"
+  if [[ "$gpus" -ge 2 ]]; then
+    rc=0
+    CLEAVE_SOURCE_DIR="$src" OMP_WAIT_POLICY=passive "$CHECK_MPIRUN" -np 2 --oversubscribe --bind-to none \
+      "$bin" --gtest_filter='GpuTraining.NcclLayoutsOnTwoGpus' >"$CHECK_WORK/gtest-nccl.log" 2>&1 || rc=$?
+    cat "$CHECK_WORK/gtest-nccl.log"
+    judge_gtest "$rc" "$CHECK_WORK/gtest-nccl.log"
+    IFS='|' read -r st3 fig3 <"$CHECK_WORK/results/$CHECK_STAGE"
+  else
+    fig3="not run ($gpus GPU visible; 2 NCCL ranks need 2)"
+  fi
+  if [[ "$st1" == pass && "$st2" == pass && "$st3" == pass ]]; then
+    result pass "one rank: $fig1; layouts np2: $fig2; nccl np2: $fig3"
+  else result fail "one rank: $st1 ($fig1); layouts np2: $st2 ($fig2); nccl np2: $st3 ($fig3)"; fi
 }
 
 if [[ "${1:-}" == "--stage" ]]; then

@@ -24,6 +24,8 @@
 //  - LayoutsOnOneGpu (mpiexec -n 2, gpu_train_test_np2): pp2 under every schedule, dp2 with ZeRO 0, 1, 2 and tp2,
 //    both ranks on cuda:0 through the staged MPI world, against one CPU rank within the CPU equivalence
 //    tests' bounds plus the fp32 GPU-CPU bound.
+//  - NcclLayoutsOnTwoGpus (mpiexec -n 2, gpu_train_test_nccl_np2; skips below 2 visible GPUs): pp2 (1f1b,
+//    interleaved, zb_v), dp2 with ZeRO 0/1/2 and tp2 on two GPUs through the NCCL world against one GPU rank.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -265,6 +267,54 @@ TEST(GpuTraining, LayoutsOnOneGpu) {
     const auto losses = train_losses(on(tiny_gpt(overrides), "cuda"), *staged.comm, 6);
     // Tensor parallelism splits inner sums (the CPU equivalence tests' 2e-5); the rest reorder nothing.
     if (mpi->rank() == 0) EXPECT_LE(max_rel_diff(losses, reference), kFp32VsCpu + 2e-5) << layout.back();
+  }
+}
+
+// Two ranks on two GPUs through the NCCL world against one GPU rank (ctest gpu_train_test_nccl_np2; stage training
+// of scripts/gpu-check.sh where nvidia-smi lists 2 or more GPUs). Rank r trains on cuda:r (its launcher's local
+// rank); tensor-parallel all-reduces, data-parallel buckets (ZeRO 0, 1, 2) and pipeline P2P are NCCL ops on the
+// communicator's own stream, ordered after the run's stream by an event. The interleaved and V-shaped
+// schedules send both ways between one pair of ranks, which NCCL matches by posting order (risk R1 of
+// /work/shared/GPU.md): their agreement here is that check.
+TEST(GpuTraining, NcclLayoutsOnTwoGpus) {
+  auto mpi = make_world();
+  if (mpi->size() != 2) GTEST_SKIP() << "needs 2 ranks (ctest gpu_train_test_nccl_np2 runs it under mpiexec -n 2)";
+  // Every rank sees the same devices on one host, so every rank takes the same branch.
+  const int gpus = ops::visible_devices(DeviceType::kCuda);
+  if (gpus < 2) {
+    GTEST_SKIP() << "needs 2 visible CUDA devices for 2 NCCL ranks, " << gpus
+                 << " visible (one GPU cannot host two NCCL ranks; LayoutsOnOneGpu covers the layouts there)";
+  }
+  comm::CommOptions options;
+  options.timeout_s = kTestTimeoutS * 4;
+  comm::World nccl = comm::make_world_communicator(mpi_runtime(), config::CommBackend::kNccl, DeviceType::kCuda, options);
+  ASSERT_EQ(nccl.comm->backend(), "nccl");
+  auto self = mpi->split(mpi->rank(), 0, "self");
+  const std::vector<std::string> base = {"train.steps=6", "model.tie_embeddings=false", "parallel.comm_backend=nccl"};
+  std::vector<std::vector<std::string>> layouts;
+  for (const char* schedule : {"1f1b", "interleaved_1f1b", "zb_v"}) {
+    layouts.push_back({"parallel.pipeline_model_parallel_size=2", std::string("parallel.schedule=") + schedule});
+  }
+  for (const char* zero : {"optimizer.zero_stage=0", "optimizer.zero_stage=1", "optimizer.zero_stage=2"}) {
+    layouts.push_back({zero});
+  }
+  layouts.push_back({"parallel.tensor_model_parallel_size=2"});
+  // The reference: the same model on one GPU (rank 0's cuda:0), over a world of one MPI rank.
+  std::vector<std::string> reference_overrides = {"train.steps=6", "model.tie_embeddings=false",
+                                                  "parallel.comm_backend=mpi"};
+  const auto reference = mpi->rank() == 0 ? train_losses(on(tiny_gpt(reference_overrides), "cuda"), *self, 6)
+                                          : std::vector<double>{};
+  for (const auto& layout : layouts) {
+    std::vector<std::string> overrides = base;
+    overrides.insert(overrides.end(), layout.begin(), layout.end());
+    const auto losses = train_losses(on(tiny_gpt(overrides), "cuda"), *nccl.comm, 6);
+    if (mpi->rank() == 0) {
+      const double diff = max_rel_diff(losses, reference);
+      std::printf("[ gpu ] nccl 2 GPUs %s: max rel loss diff to one GPU rank %.3g\n", layout.back().c_str(), diff);
+      // Tensor parallelism splits inner sums (the CPU equivalence tests' 2e-5); dp and pp reorder the
+      // accumulation of micro-batch gradients at most (the fp32 GPU-CPU bound covers it).
+      EXPECT_LE(diff, kFp32VsCpu + 2e-5) << layout.back();
+    }
   }
 }
 

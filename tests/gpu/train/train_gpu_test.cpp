@@ -21,6 +21,8 @@
 //    for every gradient) and check_device_status; the CPU run of the same config counts the same calls
 //    (tests/e2e/train_single_rank_test.cpp holds the CPU to 3 as well). Waits inside communicators are not
 //    counted (one rank here).
+//  - MeasuredTimelineIsDeviceTime: train.trace on cuda:0 gives every action in order, non-overlapping spans
+//    taken by events on the run's stream, busy > 0, the whole span within the step's host wall time.
 //  - LayoutsOnOneGpu (mpiexec -n 2, gpu_train_test_np2): pp2 under every schedule, dp2 with ZeRO 0, 1, 2 and tp2,
 //    both ranks on cuda:0 through the staged MPI world, against one CPU rank within the CPU equivalence
 //    tests' bounds plus the fp32 GPU-CPU bound.
@@ -29,6 +31,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -42,6 +45,7 @@
 #include "engine/train/trainer.hpp"
 #include "kernels/ops/ops.hpp"
 #include "mpi/mpi_test_env.hpp"
+#include "pipeline/timeline.hpp"
 
 namespace cleave::testing {
 namespace {
@@ -235,6 +239,37 @@ TEST(GpuTraining, SteadyStateStepWaitsForTheHostThreeTimes) {
   EXPECT_EQ(gpu.count(ops::HostWait::kSumSquaresMany), kSteps) << gpu.str();
   EXPECT_EQ(gpu.count(ops::HostWait::kDeviceStatus), kSteps) << gpu.str();
   EXPECT_EQ(gpu.str(), per_device[1].str()) << "the GPU and CPU runs of one config make different host-value calls";
+}
+
+// train.trace on cuda:0: the measured timeline (pipeline/event_timeline.hpp) holds every action of the rank's
+// schedule in order, its spans taken by events on the run's stream (device time) never overlap, the device was
+// busy for part of the step, and the whole timeline fits in the host's wall time of the step.
+TEST(GpuTraining, MeasuredTimelineIsDeviceTime) {
+  CLEAVE_REQUIRE_GPU();
+  auto world = make_world();
+  train::Trainer trainer(on(tiny_gpt({"train.trace=true", "train.steps=2"}), "cuda"), *world);
+  trainer.step(0);
+  const auto t0 = std::chrono::steady_clock::now();
+  trainer.step(1);
+  const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  const pipeline::Timeline timeline = trainer.measured_timeline();
+  ASSERT_EQ(timeline.ranks.size(), 1u);
+  const auto& actions = trainer.plan().schedule.ranks.front();
+  const auto& measured = timeline.ranks.front();
+  ASSERT_EQ(measured.size(), actions.size());
+  double previous_end = -1e300, busy = 0;
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    EXPECT_EQ(pipeline::format_action(measured[i].action), pipeline::format_action(actions[i])) << i;
+    EXPECT_LE(measured[i].start, measured[i].end) << i;
+    EXPECT_GE(measured[i].start, previous_end) << i;
+    previous_end = measured[i].end;
+    busy += measured[i].end - measured[i].start;
+  }
+  const double span = measured.back().end - measured.front().start;
+  std::printf("[ gpu ] traced step: %zu actions, device busy %.1f us of a %.1f us span, host wall %.1f us\n",
+              measured.size(), busy, span, wall_us);
+  EXPECT_GT(busy, 0.0);
+  EXPECT_LE(span, wall_us);
 }
 
 // Two ranks on one GPU through the staged MPI world against one CPU rank (ctest gpu_train_test_np2).

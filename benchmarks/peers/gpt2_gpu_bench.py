@@ -3,7 +3,7 @@
 
 One model, one batch, one optimizer for every implementation, all read from the Cleave config
 benchmarks/peers/gpt2_124m_gpu.json (vocab 50257, d_model 768, 12 layers, 12 heads, sequence 1024, tied
-embeddings, batch 4 x 1024 tokens, AdamW lr 6e-4 betas (0.9, 0.95) weight decay 0.1 on matrices and the token
+embeddings, batch 4 x 1024 tokens, AdamW at a constant lr 6e-4, betas (0.9, 0.95), weight decay 0.1 on matrices and the token
 table, gradient clipping at 1.0, bf16 mixed precision with f32 master weights and optimizer state, random tokens):
 
   cleave        `cleave train` of that config on cuda:0 (bf16 working copies, f32 masters; attention through

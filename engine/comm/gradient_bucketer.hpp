@@ -35,8 +35,9 @@
 // would add every launched shard while the buffers wait for their collectives).
 //
 // Device: the buffers come from `allocator` and every op on them is enqueued on `stream` (the run's stream, on
-// the allocator's device): zeroing through the allocator (Tensor::zero_), the wire-dtype casts, the ZeRO-2 shard
-// copy and the scaling through the op seam (ops::copy, ops::scale_inplace), the collectives on the same stream.
+// the allocator's device, which must be the stream the allocator orders its blocks and zeroing on, as the run's
+// allocator is): zeroing through the allocator (Tensor::zero_), the wire-dtype casts, the ZeRO-2 shard copy and
+// the scaling through the op seam (ops::copy, ops::scale_inplace), the collectives posted on the same stream.
 // So buckets may live on a GPU (compiled, not run on a GPU); on the CPU the ops are the former host loops, bit for
 // bit. f16 gradients have no seam ops: host buffers only.
 #pragma once

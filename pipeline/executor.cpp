@@ -6,14 +6,6 @@
 #include "kernels/ops/ops.hpp"
 
 namespace cleave::pipeline {
-namespace {
-
-double now_us() {
-  using namespace std::chrono;
-  return static_cast<double>(duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count()) * 1e-3;
-}
-
-}  // namespace
 
 Executor::Executor(ExecutorOptions options) : options_(std::move(options)) {
   CLEAVE_ASSERT(options_.schedule != nullptr && options_.context != nullptr, "executor needs a schedule and a context");
@@ -160,15 +152,18 @@ StepOutcome Executor::run_step() {
     return *it->second;
   };
 
+  // The measured timeline: marks on the run's stream (event_timeline.hpp), so on a GPU each span is device time.
+  const bool timed = options_.record_timeline;
+  if (timed) timeline_.begin(ctx);
   for (std::size_t i = 0; i < actions.size();) {
     const Action& a = actions[i];
-    double start = options_.record_timeline ? now_us() : 0.0;
+    int start = timed ? timeline_.mark() : 0;
     if (is_communication(a.kind)) {
       const std::size_t first = i;
       post_communication(i, actions, outcome);
-      if (options_.record_timeline) {  // one post for the whole batch: its time is booked on the first action
-        const double end = now_us();
-        for (std::size_t j = first; j < i; ++j) outcome.timeline.push_back({actions[j], j == first ? start : end, end});
+      if (timed) {  // one post for the whole batch: its time is booked on the first action
+        const int end = timeline_.mark();
+        for (std::size_t j = first; j < i; ++j) timeline_.add(actions[j], j == first ? start : end, end);
       }
       continue;
     }
@@ -177,7 +172,7 @@ StepOutcome Executor::run_step() {
       case ActionKind::kForward: {
         StageModule& stage = stage_module(a);
         Tensor x = forward_input(a.stage, a.microbatch);
-        if (options_.record_timeline) start = now_us();  // waiting for a peer's tensor is idle, not compute
+        if (timed) start = timeline_.mark();  // waiting for a peer's tensor is idle, not compute
         if (a.stage == last_stage_) ctx.targets = microbatch_data(a.microbatch).targets;
         if (options_.mode == ExecutorMode::kEvaluate) {
           if (a.stage == last_stage_) {
@@ -207,7 +202,7 @@ StepOutcome Executor::run_step() {
       case ActionKind::kBackward: {
         StageModule& stage = stage_module(a);
         Tensor dy = backward_dy(a.stage, a.microbatch);
-        if (options_.record_timeline) start = now_us();  // waiting for a peer's tensor is idle, not compute
+        if (timed) start = timeline_.mark();  // waiting for a peer's tensor is idle, not compute
         Tensor dx = a.kind == ActionKind::kBackward
                         ? stage.backward(a.microbatch, dy, ctx, final_weight_action_[a.stage] == i)
                         : stage.backward_input(a.microbatch, dy, ctx);
@@ -226,13 +221,14 @@ StepOutcome Executor::run_step() {
       default:
         CLEAVE_ASSERT(false, "unexpected action {}", format_action(a));
     }
-    if (options_.record_timeline) outcome.timeline.push_back({a, start, now_us()});
+    if (timed) timeline_.add(a, start, timeline_.mark());
     // Completes what has arrived or left (a test each, no wait), so a transfer still counted as outstanding is
     // one really in flight; the MPI progress thread polls only while there is one.
     for (auto& work : works_) work->test();
     ++i;
   }
   for (auto& work : works_) work->wait();
+  if (timed) outcome.timeline = timeline_.finish();
   CLEAVE_ASSERT(forward_in_.empty() && backward_in_.empty() && forward_out_.empty() && backward_out_.empty(),
                 "rank {}: tensors left in flight at the end of the step (the schedule is not closed)",
                 options_.pp_rank);

@@ -19,7 +19,8 @@
 //  - A stage's stash is released by its W (or B) action, so live activations follow the schedule.
 //  - Stages that sit on the same rank (ZB-V's turn) hand tensors over directly, without communication.
 //  - The measured timeline books the wait for a received tensor as idle: a compute action's span starts when
-//    its input is there, so gaps on a rank's timeline are its bubble.
+//    its input is there, so gaps on a rank's timeline are its bubble. Spans are taken by events on the run's
+//    stream (event_timeline.hpp): on a GPU they are device time, and gaps the stream's idle time.
 //  - REDUCE_GRAD and OPTIMIZER_STEP run the caller's hooks in schedule order, so the step's tail is part of
 //    the step (and of its measured timeline), not a second piece of code after it.
 //  - kEvaluate runs a forward-only schedule (forward_only.hpp): nothing is stashed, and the last stage scores
@@ -33,6 +34,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
+#include "pipeline/event_timeline.hpp"
 #include "pipeline/p2p_posting.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/stage_module.hpp"
@@ -72,7 +74,8 @@ struct StepOutcome {
   // The mean loss of each micro-batch this rank computed, as (micro-batch, loss) in the order computed
   // (last stage only; empty elsewhere).
   std::vector<std::pair<int, float>> losses;
-  std::vector<TimedAction> timeline;  // measured, in µs of a steady clock (same format as the simulator)
+  std::vector<TimedAction> timeline;  // measured, in µs of the host's steady clock (device time on a GPU, see
+                                      // event_timeline.hpp; same format as the simulator)
   std::int64_t p2p_bytes_sent = 0;    // bytes of the boundary tensors this rank sent (activations and gradients)
   // kEvaluate: the counts of each micro-batch this rank scored (last stage only), in the order computed.
   std::vector<std::pair<int, layers::EvalCounts>> evaluations;
@@ -115,6 +118,7 @@ class Executor {
   std::map<int, MicrobatchData> data_;
   std::vector<comm::WorkPtr> works_;  // every batch posted this step (waited for at the end)
   std::map<std::size_t, P2PBlock> blocks_;  // this rank's communication blocks by first action (p2p_posting.hpp)
+  EventTimeline timeline_;  // record_timeline: the step's spans, from events on the run's stream
 };
 
 }  // namespace cleave::pipeline

@@ -18,9 +18,11 @@
 #   test:<bin>   each GPU test binary (gpu_*_test but the staged one), gtest XML
 #   staged-np1   gpu_staged_comm_test, one rank (no GPU: its StagedHost tests, which need none)
 #   staged-np2   the same under the bundle's mpirun -np 2 (both ranks on cuda:0)
-#   memcheck     compute-sanitizer memcheck of the non-GEMM kernel tests, where the tool runs
 #   training     gpu_train_test: the Trainer on cuda:0 against the CPU (one rank), then its layouts on one GPU
-#                through the staged world (mpirun -np 2); the PyTorch benchmarks are not written yet
+#                through the staged world (mpirun -np 2), then (2+ GPUs only) its layouts on two GPUs over NCCL
+#   bench        GPT-2 124M bf16 tokens/s and MFU: cleave train against PyTorch eager and torch.compile
+#                (benchmarks/peers/gpt2_gpu_bench.py), with the ratios
+#   memcheck     compute-sanitizer memcheck of the non-GEMM kernel tests, where the tool runs
 # Without a visible GPU (or with --no-gpu) every stage that needs one reports "skipped: no GPU visible".
 # The whole run is held to a budget (default 450 s, --budget): a stage gets min(its limit, what is left).
 #
@@ -262,13 +264,14 @@ stage_training() {
   # tiny GPT fp32 within 1e-4 of the CPU, two deterministic runs bit-identical, bf16 against fp32, checkpoints
   # moving GPU -> CPU -> GPU, MLP and CNN, no cudaMalloc and exactly 3 host waits in a steady-state step (one
   # rank); then pp2 under every schedule, dp2 + ZeRO-1 and tp2 with both ranks on cuda:0 through the staged MPI
-  # world (mpirun -np 2).
-  # The benchmarks against PyTorch are not written yet (issue "Training on GPUs", part 7).
+  # world (mpirun -np 2); where 2 or more GPUs are visible, pp2 / dp2 (ZeRO 0-2) / tp2 on two GPUs through the
+  # NCCL world against one GPU rank (mpirun -np 2, one GPU each).
   local bin="$CHECK_BIN/gpu_train_test" rc=0 st1 fig1 src="$repo"
   [[ -x "$bin" ]] || { result fail "gpu_train_test is not in the bundle"; return; }
   if [[ "$CHECK_GPU" != yes ]]; then result skipped "no GPU visible${CHECK_NO_GPU_NOTE}"; return; fi
   [[ -f "$CHECK_BUNDLE/data/digits.csv.gz" ]] && src="$CHECK_BUNDLE"  # the MLP and CNN read data/digits.csv.gz
-  CLEAVE_SOURCE_DIR="$src" OMP_WAIT_POLICY=passive "$bin" --gtest_filter='-GpuTraining.LayoutsOnOneGpu' \
+  CLEAVE_SOURCE_DIR="$src" OMP_WAIT_POLICY=passive "$bin" \
+    --gtest_filter='-GpuTraining.LayoutsOnOneGpu:GpuTraining.NcclLayoutsOnTwoGpus' \
     --gtest_output="xml:$CHECK_WORK/xml/$CHECK_STAGE.xml" >"$CHECK_WORK/gtest.log" 2>&1 || rc=$?
   cat "$CHECK_WORK/gtest.log"
   judge_gtest "$rc" "$CHECK_WORK/gtest.log"
@@ -280,8 +283,79 @@ stage_training() {
   judge_gtest "$rc" "$CHECK_WORK/gtest-np2.log"
   local st2 fig2
   IFS='|' read -r st2 fig2 <"$CHECK_WORK/results/$CHECK_STAGE"
-  if [[ "$st1" == pass && "$st2" == pass ]]; then result pass "one rank: $fig1; layouts np2: $fig2"
-  else result fail "one rank: $st1 ($fig1); layouts np2: $st2 ($fig2)"; fi
+  # Two NCCL ranks need two GPUs (one each): run only where the host has them.
+  local gpus st3=pass fig3
+  gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU [0-9]')"
+  [[ "$gpus" -gt 0 ]] || gpus="$(ls /dev/nvidia[0-9]* 2>/dev/null | wc -l)"
+  if [[ "$gpus" -ge 2 ]]; then
+    rc=0
+    CLEAVE_SOURCE_DIR="$src" OMP_WAIT_POLICY=passive "$CHECK_MPIRUN" -np 2 --oversubscribe --bind-to none \
+      "$bin" --gtest_filter='GpuTraining.NcclLayoutsOnTwoGpus' >"$CHECK_WORK/gtest-nccl.log" 2>&1 || rc=$?
+    cat "$CHECK_WORK/gtest-nccl.log"
+    judge_gtest "$rc" "$CHECK_WORK/gtest-nccl.log"
+    IFS='|' read -r st3 fig3 <"$CHECK_WORK/results/$CHECK_STAGE"
+  else
+    fig3="not run ($gpus GPU visible; 2 NCCL ranks need 2)"
+  fi
+  if [[ "$st1" == pass && "$st2" == pass && "$st3" == pass ]]; then
+    result pass "one rank: $fig1; layouts np2: $fig2; nccl np2: $fig3"
+  else result fail "one rank: $st1 ($fig1); layouts np2: $st2 ($fig2); nccl np2: $st3 ($fig3)"; fi
+}
+
+stage_bench() {
+  # GPT-2 124M shapes in bf16 on cuda:0 (benchmarks/peers/gpt2_124m_gpu.json: batch 4 x 1024 tokens, AdamW):
+  # `cleave train` for 3 warm-up + 20 timed steps (median step_ms of metrics.jsonl), then the same model, batch
+  # and optimizer in PyTorch eager, eager with the probabilities materialised, and torch.compile
+  # (benchmarks/peers/gpt2_gpu_bench.py: tokens/s, MFU = tokens/s x (6 N + 12 L d T) / peak, and the ratios).
+  # A benchmark, not a test: it fails only when an implementation that could run failed.
+  local cfg="$repo/benchmarks/peers/gpt2_124m_gpu.json" out="$CHECK_WORK/bench" rc=0 py="${CLEAVE_PYTHON:-python3}"
+  local t0=$SECONDS cleave_note="" args=()
+  if [[ "$CHECK_GPU" != yes ]]; then result skipped "no GPU visible${CHECK_NO_GPU_NOTE}"; return; fi
+  [[ -x "$CHECK_BIN/cleave" ]] || { result fail "cleave is not in the bundle"; return; }
+  mkdir -p "$out"
+  # Half of the stage's time at most for cleave (the peers' torch.compile needs about a minute).
+  timeout -k 5 $(( ${CHECK_STAGE_LIMIT:-150} / 2 )) "$CHECK_BIN/cleave" train "$cfg" --set train.steps=23 \
+    --set "train.out_dir=$out/cleave" >"$out/cleave.log" 2>&1 || rc=$?
+  tail -n 25 "$out/cleave.log"
+  if [[ $rc -eq 0 && -s "$out/cleave/metrics.jsonl" ]]; then args=(--cleave-metrics "$out/cleave/metrics.jsonl")
+  else cleave_note="cleave train exited $rc: $(grep -m1 -i 'error' "$out/cleave.log" | cut -c1-120)"; fi
+  if ! command -v "$py" >/dev/null; then
+    if [[ -n "$cleave_note" ]]; then result fail "$cleave_note; no $py for the PyTorch peers"
+    else result pass "$(python_free_figure "$out/cleave/metrics.jsonl"); PyTorch peers skipped: no $py"; fi
+    return
+  fi
+  local left=$(( ${CHECK_STAGE_LIMIT:-150} - (SECONDS - t0) - 10 )) modes="eager,eager-math,compile"
+  [[ ${#args[@]} -gt 0 ]] && modes="cleave,$modes"
+  rc=0
+  # The host's own library path: the bundle's lib/ is for cleave, PyTorch brings its own CUDA libraries.
+  LD_LIBRARY_PATH="${CHECK_HOST_LD_LIBRARY_PATH:-}" timeout -k 5 "$(( left > 1 ? left : 1 ))" "$py" \
+    "$repo/benchmarks/peers/gpt2_gpu_bench.py" --config "$cfg" --modes "$modes" "${args[@]}" --deadline-s "$left" \
+    --json "$out/bench.json" >"$out/peers.log" 2>&1 || rc=$?
+  cat "$out/peers.log"
+  local figure
+  figure="$(sed -n 's/^figure: //p' "$out/peers.log" | tail -n 1)"
+  if [[ $rc -eq 3 ]]; then  # no PyTorch or no CUDA in it: cleave's figure alone
+    figure="$(sed -n 's/^gpt2_gpu_bench: skipped: //p' "$out/peers.log")"
+    if [[ -n "$cleave_note" ]]; then result fail "$cleave_note; peers skipped: $figure"
+    else result pass "$(python_free_figure "$out/cleave/metrics.jsonl"); peers skipped: $figure"; fi
+  elif [[ $rc -ne 0 || -n "$cleave_note" ]]; then
+    result fail "${cleave_note:+$cleave_note; }${figure:-gpt2_gpu_bench.py exited $rc}"
+  else
+    result pass "$figure"
+  fi
+}
+
+# python_free_figure METRICS: cleave's median step time over the timed steps (after 3 warm-up) and tokens/s at it
+python_free_figure() {
+  local ms n tokens
+  ms="$(sed -n 's/^{"step":\([0-9]*\),.*"step_ms":\([0-9.eE+-]*\).*/\1 \2/p' "$1" | awk '$1 > 3 { print $2 }' | sort -g)"
+  n="$(printf '%s\n' "$ms" | grep -c .)"
+  [[ "$n" -gt 0 ]] || { echo "cleave: no timed step in $1"; return; }
+  ms="$(printf '%s\n' "$ms" | sed -n "$(( (n + 1) / 2 ))p")"
+  local cfg="$repo/benchmarks/peers/gpt2_124m_gpu.json"
+  tokens="$(( $(sed -n 's/.*"seq_len": *\([0-9]*\).*/\1/p' "$cfg") \
+              * $(sed -n 's/.*"global_batch_size": *\([0-9]*\).*/\1/p' "$cfg") ))"
+  awk -v ms="$ms" -v n="$n" -v t="$tokens" 'BEGIN { printf "cleave %.2f ms/step median of %d, %.0f tok/s", ms, n, t / (ms / 1000) }'
 }
 
 if [[ "${1:-}" == "--stage" ]]; then
@@ -296,6 +370,7 @@ if [[ "${1:-}" == "--stage" ]]; then
     staged-np2) stage_staged 2 ;;
     memcheck) stage_memcheck ;;
     training) stage_training ;;
+    bench) stage_bench ;;
     *) echo "unknown stage $2" >&2; exit 2 ;;
   esac
   exit 0
@@ -353,12 +428,14 @@ else
     exit 2
   fi
   [[ -f "$CHECK_BUNDLE/env.sh" ]] || { echo "gpu-check: $CHECK_BUNDLE has no env.sh: not a bundle" >&2; exit 2; }
+  CHECK_HOST_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"  # before the bundle's lib/ is put first (the bench's PyTorch)
   # shellcheck source=/dev/null
   . "$CHECK_BUNDLE/env.sh"
   CHECK_BIN="$CHECK_BUNDLE/bin"
   CHECK_MPIRUN="$CHECK_BUNDLE/mpi/bin/mpirun"
 fi
-export CHECK_BUNDLE CHECK_BIN CHECK_MPIRUN
+CHECK_HOST_LD_LIBRARY_PATH="${CHECK_HOST_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}"
+export CHECK_BUNDLE CHECK_BIN CHECK_MPIRUN CHECK_HOST_LD_LIBRARY_PATH
 
 # ---- CUDA libraries, the GPU, the tools ---------------------------------------------------------------------------
 CLEAVE_CUDA_SONAMES="$(tr '\n' ' ' 2>/dev/null <"$CHECK_BUNDLE/cuda-sonames.txt" || true)"
@@ -402,7 +479,7 @@ run_stage() {  # NAME LIMIT_SECONDS
   (( limit > left )) && limit=$left
   printf 'gpu-check: %-26s (limit %3ds) ... ' "$name" "$limit"
   t0=$SECONDS
-  timeout -k 10 "$limit" bash "$self" --stage "$name" >"$log" 2>&1 || rc=$?
+  CHECK_STAGE_LIMIT="$limit" timeout -k 10 "$limit" bash "$self" --stage "$name" >"$log" 2>&1 || rc=$?
   secs=$((SECONDS - t0))
   if [[ -f "$CHECK_WORK/results/$name" ]]; then
     IFS='|' read -r st fig <"$CHECK_WORK/results/$name"
@@ -433,8 +510,9 @@ for f in "$CHECK_BIN"/gpu_*_test; do
 done
 run_stage staged-np1 90
 run_stage staged-np2 120
-run_stage memcheck 200
 run_stage training 240
+run_stage bench 150
+run_stage memcheck 200
 
 # ---- gtest.xml: every run's suites in one file, suite names prefixed with the stage ------------------------------
 set +e  # from here on only reporting: a failed grep must not lose the summary

@@ -6,6 +6,7 @@
 
 #include "engine/comm/host_reduce.hpp"
 #include "engine/core/error.hpp"
+#include "kernels/ops/ops.hpp"
 
 namespace cleave::comm {
 namespace {
@@ -14,8 +15,26 @@ constexpr std::size_t kAlignBytes = 64;
 
 std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
+// The ops the bucketer runs on its buffers go through the op seam on the bucketer's stream, so buckets may live
+// on a device: the context carries only device, allocator and stream (zero, copy, cast and scale need no
+// per-device resources). On the CPU these ops are the host loops they replace, bit for bit (the same
+// float_to_bf16 rounding, the same f32 product).
+ops::Context ops_context(Allocator& allocator, const Stream& stream) {
+  ops::Context ctx;
+  ctx.device = allocator.device();
+  ctx.allocator = &allocator;
+  ctx.stream = &stream;
+  return ctx;
+}
+
+bool seam_dtype(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF16; }
+
 // dst := src element by element between floating dtypes (f32 in between: exact widening, nearest-even rounding).
-void convert(const Tensor& src, const Tensor& dst) {
+// f16 has no seam op: host buffers only (the constructor refuses f16 on a device).
+void convert(const ops::Context& ctx, const Tensor& src, const Tensor& dst) {
+  if (seam_dtype(src.dtype()) && seam_dtype(dst.dtype())) return ops::copy(ctx, src, dst);
+  CLEAVE_ASSERT(ctx.device.is_cpu(), "gradient bucketer: converting {} to {} on {}", dtype_name(src.dtype()),
+                dtype_name(dst.dtype()), ctx.device.str());
   if (src.dtype() == DType::kF32) {
     narrow_from_f32(static_cast<const float*>(src.raw_data()), dst.dtype(), dst.raw_data(), src.numel());
   } else {
@@ -23,6 +42,13 @@ void convert(const Tensor& src, const Tensor& dst) {
                   dtype_name(dst.dtype()));
     widen_to_f32(src.raw_data(), src.dtype(), static_cast<float*>(dst.raw_data()), src.numel());
   }
+}
+
+// t *= factor (f32 arithmetic, one rounding for bf16).
+void scale(const ops::Context& ctx, const Tensor& t, float factor) {
+  if (seam_dtype(t.dtype())) return ops::scale_inplace(ctx, t, factor);
+  CLEAVE_ASSERT(ctx.device.is_cpu(), "gradient bucketer: scaling {} on {}", dtype_name(t.dtype()), ctx.device.str());
+  scale_in_place(t.raw_data(), t.dtype(), factor, t.numel());
 }
 
 }  // namespace
@@ -33,10 +59,14 @@ GradientBucketer::GradientBucketer(std::vector<GradientSpec> grads, Communicator
   allocator_ = &allocator;
   CLEAVE_CHECK(options.bucket_mib > 0 && std::isfinite(options.bucket_mib),
                "gradient bucketer: bucket size {} MiB must be positive (parallel.dp_bucket_mb)", options.bucket_mib);
-  CLEAVE_CHECK(allocator.device().is_cpu(),
-               "gradient bucketer: buffers on {} are not supported (zeroing and scaling are host loops); use a CPU "
-               "allocator",
-               allocator.device().str());
+  CLEAVE_CHECK(allocator.device() == stream.device(), "gradient bucketer: buffers on {} but the stream is on {}",
+               allocator.device().str(), stream.device().str());
+  for (const GradientSpec& g : specs_) {
+    CLEAVE_CHECK(allocator.device().is_cpu() || g.dtype != DType::kF16,
+                 "gradient bucketer: gradient '{}' is f16, which buckets on {} cannot hold (no f16 ops on a device); "
+                 "use f32 or bf16 gradients",
+                 g.name, allocator.device().str());
+  }
   const auto cap_bytes = static_cast<std::int64_t>(options.bucket_mib * 1024.0 * 1024.0);
   const int dp_size = dp.size();
   const bool by_unit = std::any_of(specs_.begin(), specs_.end(), [](const GradientSpec& g) { return g.unit >= 0; });
@@ -165,7 +195,7 @@ Tensor& GradientBucketer::owned_shard(int b) {
 }
 
 void GradientBucketer::complete(int b) {
-  owned_shard(b).copy_from(block(buffers_[static_cast<std::size_t>(b)], b));
+  ops::copy(ops_context(*allocator_, stream_), block(buffers_[static_cast<std::size_t>(b)], b), owned_shard(b));
   release(b);
 }
 
@@ -219,7 +249,7 @@ void GradientBucketer::launch(int b) {
   if (staged_) {  // round the bucket into the wire dtype and reduce that
     Tensor& wire = staging_[static_cast<std::size_t>(b)];
     if (!wire.defined()) wire = Tensor::empty({buffer.numel()}, *options_.wire_dtype, MemoryCategory::kCommunication, *allocator_);
-    convert(buffer, wire);
+    convert(ops_context(*allocator_, stream_), buffer, wire);
     buffer = wire;
     const std::int64_t begin = options_.reduction == BucketReduction::kAllReduce ? 0 : shard_begin(b);
     out = wire.slice(begin, begin + out.numel());
@@ -240,6 +270,7 @@ std::int64_t GradientBucketer::wire_bytes_per_step() const {
 }
 
 int GradientBucketer::finish() {
+  const ops::Context ctx = ops_context(*allocator_, stream_);
   while (next_launch_ < num_buckets()) launch(next_launch_++);
   for (int b = 0; b < num_buckets(); ++b) {
     WorkPtr& work = works_[static_cast<std::size_t>(b)];
@@ -252,12 +283,10 @@ int GradientBucketer::finish() {
     if (staged_) {  // widen the reduced wire values back into the gradients
       Tensor& wire = staging_[static_cast<std::size_t>(b)];
       const std::int64_t begin = options_.reduction == BucketReduction::kAllReduce ? 0 : shard_begin(b);
-      convert(wire.slice(begin, begin + target.numel()), target);
+      convert(ctx, wire.slice(begin, begin + target.numel()), target);
       if (owns_shards()) wire = Tensor();
     }
-    if (options_.scale != 1.0f) {
-      scale_in_place(target.raw_data(), target.dtype(), options_.scale, target.numel());
-    }
+    if (options_.scale != 1.0f) scale(ctx, target, options_.scale);
   }
   std::fill(ready_.begin(), ready_.end(), 0);
   for (int b = 0; b < num_buckets(); ++b) {

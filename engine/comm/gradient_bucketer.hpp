@@ -35,8 +35,12 @@
 // peak at the full buffers plus one bucket's shard (a shard allocated at launch as the collective's output
 // would add every launched shard while the buffers wait for their collectives).
 //
-// Zeroing, scaling and the wire-dtype conversions are host loops: the bucketer works on CPU buffers (the
-// allocator must be a CPU one).
+// Device: the buffers come from `allocator` and every op on them is enqueued on `stream` (the run's stream, on
+// the allocator's device, which must be the stream the allocator orders its blocks and zeroing on, as the run's
+// allocator is): zeroing through the allocator (Tensor::zero_), the wire-dtype casts, the ZeRO-2 shard copy and
+// the scaling through the op seam (ops::copy, ops::scale_inplace), the collectives posted on the same stream.
+// So buckets may live on a GPU (compiled, not run on a GPU); on the CPU the ops are the former host loops, bit for
+// bit. f16 gradients have no seam ops: host buffers only.
 #pragma once
 
 #include <cstdint>

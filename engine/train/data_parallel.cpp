@@ -6,6 +6,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "kernels/ops/ops.hpp"
 #include "pipeline/action.hpp"
 
 namespace cleave::train {
@@ -224,7 +225,7 @@ std::vector<Tensor> DataParallel::flatten_values(const comm::GradientBucketer& b
     const auto& slot = bucketer.slot(i);
     Tensor view = values[static_cast<std::size_t>(slot.bucket)].slice(slot.offset, slot.offset + slot.numel)
                       .view(p.value.shape());
-    view.copy_from(p.value);
+    ops::copy(options_.context, p.value, view);  // on the run's stream: the values may be on a GPU
     p.value = view;
   }
   return values;

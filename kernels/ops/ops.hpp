@@ -259,6 +259,30 @@ std::unique_ptr<Allocator> make_device_allocator(Device device, const Stream& st
 // its own cap and counters. Keep a pinned tensor alive and unmodified until the stream has passed its copy.
 std::unique_ptr<Allocator> make_pinned_allocator(Device device);
 
+// ---- Events: ordering between streams and timing on the device ---------------------------------------------
+// A marker in a stream's work. record(s) marks the point stream s has reached (everything enqueued on it so
+// far); wait(s) makes later work on stream s wait for the marked point without blocking the host (how a
+// stream consumes what another produced); synchronize() blocks the host until the point is passed (a host wait,
+// counted by no one: keep it out of steady-state step code); query() says whether it is (an event never
+// recorded counts as passed). elapsed_ms_since(start): milliseconds from `start`'s point to this one's, on the
+// device's clock, both recorded and passed (synchronize the later one first), both from one device.
+// On the CPU, work has finished when it is enqueued: record notes the host's steady clock, wait and
+// synchronize return at once, and elapsed_ms_since is the difference of the two clock readings (so a timeline
+// built from events reads the same on both devices). cuda:N: a CUDA event (engine/cuda/stream.hpp).
+// Use: the executor's measured timeline (train.trace) times actions on the run's stream with them; code that
+// hands a tensor from one stream to another records on the producer and waits on the consumer.
+class DeviceEvent {
+ public:
+  virtual ~DeviceEvent() = default;
+  virtual void record(const Stream& stream) = 0;
+  virtual void wait(const Stream& stream) const = 0;
+  virtual void synchronize() const = 0;
+  virtual bool query() const = 0;
+  virtual double elapsed_ms_since(const DeviceEvent& start) const = 0;
+};
+// An event on `device`; throws Error when this build cannot serve it or the device is not visible.
+std::unique_ptr<DeviceEvent> make_device_event(Device device);
+
 // ---- Deferred device errors ------------------------------------------------------------------------------
 // A GPU kernel cannot throw, so the user-data checks ops promise above (token ids in embedding_forward,
 // targets in the cross-entropy ops) are recorded on the device and reported here: waits for ctx.stream and

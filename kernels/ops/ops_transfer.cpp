@@ -1,6 +1,8 @@
 // The host-device boundary and the run's device objects: checks and dispatch (see ops.hpp). Everything above
 // the seam that moves data between host and device, or builds a run on a device, comes through here, so
 // nothing under engine/train, engine/optim, layers or pipeline includes a CUDA header.
+#include <chrono>
+
 #include "cleave/config.hpp"
 #include "engine/core/error.hpp"
 #include "kernels/ops/dispatch.hpp"
@@ -21,6 +23,31 @@ void check_side(const Context& ctx, std::string_view name, const Tensor& t) {
 class CpuStream final : public DeviceStream {
  public:
   const Stream& stream() const override { return cpu_stream(); }
+};
+
+// CPU work has finished when it is enqueued, so the point a stream has reached is "now".
+class CpuEvent final : public DeviceEvent {
+ public:
+  void record(const Stream& stream) override {
+    CLEAVE_ASSERT(stream.device().is_cpu(), "a cpu event recorded on a {} stream", stream.device().str());
+    at_ = std::chrono::steady_clock::now();
+    recorded_ = true;
+  }
+  void wait(const Stream& stream) const override {
+    CLEAVE_ASSERT(stream.device().is_cpu(), "a cpu event waited for on a {} stream", stream.device().str());
+  }
+  void synchronize() const override {}
+  bool query() const override { return true; }
+  double elapsed_ms_since(const DeviceEvent& start) const override {
+    const auto* from = dynamic_cast<const CpuEvent*>(&start);
+    CLEAVE_ASSERT(from != nullptr, "elapsed_ms_since: the start event is not a cpu event");
+    CLEAVE_ASSERT(recorded_ && from->recorded_, "elapsed_ms_since: an event was never recorded");
+    return std::chrono::duration<double, std::milli>(at_ - from->at_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point at_;
+  bool recorded_ = false;
 };
 
 }  // namespace
@@ -92,6 +119,14 @@ std::unique_ptr<Allocator> make_pinned_allocator(Device device) {
   CLEAVE_ASSERT(false, "backend_for served {} in a build without CUDA", device.str());
   return nullptr;
 #endif
+}
+
+std::unique_ptr<DeviceEvent> make_device_event(Device device) {
+  backend_for(device);
+#if CLEAVE_WITH_CUDA
+  if (device.is_cuda()) return make_cuda_event(device);
+#endif
+  return std::make_unique<CpuEvent>();
 }
 
 }  // namespace cleave::ops

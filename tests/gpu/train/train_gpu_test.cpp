@@ -21,12 +21,17 @@
 //    for every gradient) and check_device_status; the CPU run of the same config counts the same calls
 //    (tests/e2e/train_single_rank_test.cpp holds the CPU to 3 as well). Waits inside communicators are not
 //    counted (one rank here).
-//  - LayoutsOnOneGpu (mpiexec -n 2, gpu_train_test_np2): pp2 under every schedule, dp2 with ZeRO-1 and tp2,
+//  - MeasuredTimelineIsDeviceTime: train.trace on cuda:0 gives every action in order, non-overlapping spans
+//    taken by events on the run's stream, busy > 0, the whole span within the step's host wall time.
+//  - LayoutsOnOneGpu (mpiexec -n 2, gpu_train_test_np2): pp2 under every schedule, dp2 with ZeRO 0, 1, 2 and tp2,
 //    both ranks on cuda:0 through the staged MPI world, against one CPU rank within the CPU equivalence
 //    tests' bounds plus the fp32 GPU-CPU bound.
+//  - NcclLayoutsOnTwoGpus (mpiexec -n 2, gpu_train_test_nccl_np2; skips below 2 visible GPUs): pp2 (1f1b,
+//    interleaved, zb_v), dp2 with ZeRO 0/1/2 and tp2 on two GPUs through the NCCL world against one GPU rank.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -40,6 +45,7 @@
 #include "engine/train/trainer.hpp"
 #include "kernels/ops/ops.hpp"
 #include "mpi/mpi_test_env.hpp"
+#include "pipeline/timeline.hpp"
 
 namespace cleave::testing {
 namespace {
@@ -235,6 +241,37 @@ TEST(GpuTraining, SteadyStateStepWaitsForTheHostThreeTimes) {
   EXPECT_EQ(gpu.str(), per_device[1].str()) << "the GPU and CPU runs of one config make different host-value calls";
 }
 
+// train.trace on cuda:0: the measured timeline (pipeline/event_timeline.hpp) holds every action of the rank's
+// schedule in order, its spans taken by events on the run's stream (device time) never overlap, the device was
+// busy for part of the step, and the whole timeline fits in the host's wall time of the step.
+TEST(GpuTraining, MeasuredTimelineIsDeviceTime) {
+  CLEAVE_REQUIRE_GPU();
+  auto world = make_world();
+  train::Trainer trainer(on(tiny_gpt({"train.trace=true", "train.steps=2"}), "cuda"), *world);
+  trainer.step(0);
+  const auto t0 = std::chrono::steady_clock::now();
+  trainer.step(1);
+  const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  const pipeline::Timeline timeline = trainer.measured_timeline();
+  ASSERT_EQ(timeline.ranks.size(), 1u);
+  const auto& actions = trainer.plan().schedule.ranks.front();
+  const auto& measured = timeline.ranks.front();
+  ASSERT_EQ(measured.size(), actions.size());
+  double previous_end = -1e300, busy = 0;
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    EXPECT_EQ(pipeline::format_action(measured[i].action), pipeline::format_action(actions[i])) << i;
+    EXPECT_LE(measured[i].start, measured[i].end) << i;
+    EXPECT_GE(measured[i].start, previous_end) << i;
+    previous_end = measured[i].end;
+    busy += measured[i].end - measured[i].start;
+  }
+  const double span = measured.back().end - measured.front().start;
+  std::printf("[ gpu ] traced step: %zu actions, device busy %.1f us of a %.1f us span, host wall %.1f us\n",
+              measured.size(), busy, span, wall_us);
+  EXPECT_GT(busy, 0.0);
+  EXPECT_LE(span, wall_us);
+}
+
 // Two ranks on one GPU through the staged MPI world against one CPU rank (ctest gpu_train_test_np2).
 TEST(GpuTraining, LayoutsOnOneGpu) {
   auto mpi = make_world();
@@ -251,7 +288,10 @@ TEST(GpuTraining, LayoutsOnOneGpu) {
   for (const char* schedule : {"1f1b", "gpipe", "interleaved_1f1b", "zb_h1", "zb_h2", "zb_v", "dualpipev"}) {
     layouts.push_back({"parallel.pipeline_model_parallel_size=2", std::string("parallel.schedule=") + schedule});
   }
-  layouts.push_back({"optimizer.zero_stage=1"});  // dp 2
+  // dp 2: the gradient buckets on the device (zeroed, scaled and, for ZeRO-2, copied through the op seam).
+  for (const char* zero : {"optimizer.zero_stage=0", "optimizer.zero_stage=1", "optimizer.zero_stage=2"}) {
+    layouts.push_back({zero});
+  }
   layouts.push_back({"parallel.tensor_model_parallel_size=2"});
   std::vector<std::string> reference_overrides = base;
   const auto reference = mpi->rank() == 0 ? train_losses(on(tiny_gpt(reference_overrides), "cpu"), *self, 6)
@@ -262,6 +302,54 @@ TEST(GpuTraining, LayoutsOnOneGpu) {
     const auto losses = train_losses(on(tiny_gpt(overrides), "cuda"), *staged.comm, 6);
     // Tensor parallelism splits inner sums (the CPU equivalence tests' 2e-5); the rest reorder nothing.
     if (mpi->rank() == 0) EXPECT_LE(max_rel_diff(losses, reference), kFp32VsCpu + 2e-5) << layout.back();
+  }
+}
+
+// Two ranks on two GPUs through the NCCL world against one GPU rank (ctest gpu_train_test_nccl_np2; stage training
+// of scripts/gpu-check.sh where nvidia-smi lists 2 or more GPUs). Rank r trains on cuda:r (its launcher's local
+// rank); tensor-parallel all-reduces, data-parallel buckets (ZeRO 0, 1, 2) and pipeline P2P are NCCL ops on the
+// communicator's own stream, ordered after the run's stream by an event. The interleaved and V-shaped
+// schedules send both ways between one pair of ranks, which NCCL matches by posting order (risk R1 of
+// /work/shared/GPU.md): their agreement here is that check.
+TEST(GpuTraining, NcclLayoutsOnTwoGpus) {
+  auto mpi = make_world();
+  if (mpi->size() != 2) GTEST_SKIP() << "needs 2 ranks (ctest gpu_train_test_nccl_np2 runs it under mpiexec -n 2)";
+  // Every rank sees the same devices on one host, so every rank takes the same branch.
+  const int gpus = ops::visible_devices(DeviceType::kCuda);
+  if (gpus < 2) {
+    GTEST_SKIP() << "needs 2 visible CUDA devices for 2 NCCL ranks, " << gpus
+                 << " visible (one GPU cannot host two NCCL ranks; LayoutsOnOneGpu covers the layouts there)";
+  }
+  comm::CommOptions options;
+  options.timeout_s = kTestTimeoutS * 4;
+  comm::World nccl = comm::make_world_communicator(mpi_runtime(), config::CommBackend::kNccl, DeviceType::kCuda, options);
+  ASSERT_EQ(nccl.comm->backend(), "nccl");
+  auto self = mpi->split(mpi->rank(), 0, "self");
+  const std::vector<std::string> base = {"train.steps=6", "model.tie_embeddings=false", "parallel.comm_backend=nccl"};
+  std::vector<std::vector<std::string>> layouts;
+  for (const char* schedule : {"1f1b", "interleaved_1f1b", "zb_v"}) {
+    layouts.push_back({"parallel.pipeline_model_parallel_size=2", std::string("parallel.schedule=") + schedule});
+  }
+  for (const char* zero : {"optimizer.zero_stage=0", "optimizer.zero_stage=1", "optimizer.zero_stage=2"}) {
+    layouts.push_back({zero});
+  }
+  layouts.push_back({"parallel.tensor_model_parallel_size=2"});
+  // The reference: the same model on one GPU (rank 0's cuda:0), over a world of one MPI rank.
+  std::vector<std::string> reference_overrides = {"train.steps=6", "model.tie_embeddings=false",
+                                                  "parallel.comm_backend=mpi"};
+  const auto reference = mpi->rank() == 0 ? train_losses(on(tiny_gpt(reference_overrides), "cuda"), *self, 6)
+                                          : std::vector<double>{};
+  for (const auto& layout : layouts) {
+    std::vector<std::string> overrides = base;
+    overrides.insert(overrides.end(), layout.begin(), layout.end());
+    const auto losses = train_losses(on(tiny_gpt(overrides), "cuda"), *nccl.comm, 6);
+    if (mpi->rank() == 0) {
+      const double diff = max_rel_diff(losses, reference);
+      std::printf("[ gpu ] nccl 2 GPUs %s: max rel loss diff to one GPU rank %.3g\n", layout.back().c_str(), diff);
+      // Tensor parallelism splits inner sums (the CPU equivalence tests' 2e-5); dp and pp reorder the
+      // accumulation of micro-batch gradients at most (the fp32 GPU-CPU bound covers it).
+      EXPECT_LE(diff, kFp32VsCpu + 2e-5) << layout.back();
+    }
   }
 }
 

@@ -1,0 +1,57 @@
+// EventTimeline (event_timeline.hpp).
+#include "pipeline/event_timeline.hpp"
+
+#include <chrono>
+
+#include "engine/core/error.hpp"
+
+namespace cleave::pipeline {
+namespace {
+
+double host_now_us() {
+  using namespace std::chrono;
+  return static_cast<double>(duration_cast<nanoseconds>(steady_clock::now().time_since_epoch()).count()) * 1e-3;
+}
+
+}  // namespace
+
+void EventTimeline::begin(const ops::Context& ctx) {
+  ctx_ = &ctx;
+  used_ = 0;
+  spans_.clear();
+  origin_us_ = host_now_us();
+  mark();
+}
+
+int EventTimeline::mark() {
+  CLEAVE_ASSERT(ctx_ != nullptr, "EventTimeline::mark before begin");
+  if (used_ == static_cast<int>(events_.size())) events_.push_back(ops::make_device_event(ctx_->device));
+  events_[static_cast<std::size_t>(used_)]->record(*ctx_->stream);
+  return used_++;
+}
+
+void EventTimeline::add(const Action& action, int start, int end) {
+  CLEAVE_ASSERT(0 <= start && start <= end && end < used_, "EventTimeline: span [{}, {}] of {} marks", start, end,
+                used_);
+  spans_.push_back({action, start, end});
+}
+
+std::vector<TimedAction> EventTimeline::finish() {
+  CLEAVE_ASSERT(ctx_ != nullptr && used_ > 0, "EventTimeline::finish before begin");
+  events_[static_cast<std::size_t>(used_ - 1)]->synchronize();
+  const ops::DeviceEvent& origin = *events_.front();
+  std::vector<double> at(static_cast<std::size_t>(used_), origin_us_);
+  for (int k = 1; k < used_; ++k) {
+    at[static_cast<std::size_t>(k)] = origin_us_ + 1e3 * events_[static_cast<std::size_t>(k)]->elapsed_ms_since(origin);
+  }
+  std::vector<TimedAction> timeline;
+  timeline.reserve(spans_.size());
+  for (const Span& s : spans_) {
+    timeline.push_back({s.action, at[static_cast<std::size_t>(s.start)], at[static_cast<std::size_t>(s.end)]});
+  }
+  spans_.clear();
+  ctx_ = nullptr;
+  return timeline;
+}
+
+}  // namespace cleave::pipeline

@@ -1,0 +1,45 @@
+// EventTimeline: one step's measured timeline (TimedAction spans in µs) taken with events on the run's stream
+// (ops::DeviceEvent), so on a GPU a span is when the device ran the action, not when the host launched it.
+//
+// mark() records an event at the point the stream has reached; an action's span runs from one mark to a
+// later one. finish() waits for the last mark (one host wait on a GPU, none on the CPU) and turns every mark
+// into µs of the host's steady clock: the step's first mark (begin) is pinned to the host time at which it
+// was recorded, every other mark is that plus its offset on the device's clock. On the CPU an event notes the
+// host clock when recorded, so the timeline reads exactly as host clock readings did; on a GPU the gaps
+// between spans are the stream's idle time (waiting for a peer, the host, or a host-side wait).
+// Events are pooled and reused by later steps: a steady-state step creates none.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "kernels/ops/ops.hpp"
+#include "pipeline/timeline.hpp"
+
+namespace cleave::pipeline {
+
+class EventTimeline {
+ public:
+  // Starts a step's timeline on ctx's stream (ctx must outlive finish()).
+  void begin(const ops::Context& ctx);
+  // Marks the point ctx's stream has reached now; returns the mark's index.
+  int mark();
+  // Books `action` from mark `start` to mark `end`.
+  void add(const Action& action, int start, int end);
+  // Waits for the last mark and returns the booked spans in the order added.
+  std::vector<TimedAction> finish();
+
+ private:
+  struct Span {
+    Action action;
+    int start = 0;
+    int end = 0;
+  };
+  const ops::Context* ctx_ = nullptr;
+  std::vector<std::unique_ptr<ops::DeviceEvent>> events_;  // the pool; marks [0, used_) belong to this step
+  int used_ = 0;
+  double origin_us_ = 0.0;  // host steady clock at mark 0, µs
+  std::vector<Span> spans_;
+};
+
+}  // namespace cleave::pipeline

@@ -288,8 +288,10 @@ TEST(GpuTraining, LayoutsOnOneGpu) {
   for (const char* schedule : {"1f1b", "gpipe", "interleaved_1f1b", "zb_h1", "zb_h2", "zb_v", "dualpipev"}) {
     layouts.push_back({"parallel.pipeline_model_parallel_size=2", std::string("parallel.schedule=") + schedule});
   }
-  // dp 2: the gradient buckets on the device (zeroed, scaled and, for ZeRO-2, copied through the op seam).
-  for (const char* zero : {"optimizer.zero_stage=0", "optimizer.zero_stage=1", "optimizer.zero_stage=2"}) {
+  // dp 2: the gradient buckets on the device (zeroed, scaled and, for ZeRO-2, copied through the op seam);
+  // ZeRO-3 also gathers each block's parameters on the device.
+  for (const char* zero : {"optimizer.zero_stage=0", "optimizer.zero_stage=1", "optimizer.zero_stage=2",
+                           "optimizer.zero_stage=3"}) {
     layouts.push_back({zero});
   }
   layouts.push_back({"parallel.tensor_model_parallel_size=2"});
@@ -330,7 +332,8 @@ TEST(GpuTraining, NcclLayoutsOnTwoGpus) {
   for (const char* schedule : {"1f1b", "interleaved_1f1b", "zb_v"}) {
     layouts.push_back({"parallel.pipeline_model_parallel_size=2", std::string("parallel.schedule=") + schedule});
   }
-  for (const char* zero : {"optimizer.zero_stage=0", "optimizer.zero_stage=1", "optimizer.zero_stage=2"}) {
+  for (const char* zero : {"optimizer.zero_stage=0", "optimizer.zero_stage=1", "optimizer.zero_stage=2",
+                           "optimizer.zero_stage=3"}) {
     layouts.push_back({zero});
   }
   layouts.push_back({"parallel.tensor_model_parallel_size=2"});

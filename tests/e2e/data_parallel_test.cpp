@@ -347,6 +347,27 @@ Tensor random_tokens(std::int64_t rows, std::int64_t cols, std::int64_t vocab, u
   return t;
 }
 
+// Two copies of the tiny GPT's one stage built from the same seed: one for plain (or ZeRO-1) data parallelism
+// as the reference, one for the stage under test.
+struct TwinStages {
+  planning::Plan plan;
+  std::size_t num_blocks = 0;
+  std::unique_ptr<pipeline::StageModule> reference;
+  std::unique_ptr<pipeline::StageModule> tested;
+};
+
+TwinStages twin_stages(const config::RunConfig& config) {  // config resolved
+  TwinStages twins{planning::make_plan(config, 1, 0)};
+  twins.num_blocks = twins.plan.spec.blocks.size();
+  layers::BuildOptions build;
+  build.seed = config.train.seed;
+  for (auto* stage : {&twins.reference, &twins.tested}) {
+    *stage = std::make_unique<pipeline::StageModule>(layers::build_blocks(twins.plan.spec, 0, twins.num_blocks, build),
+                                                     true, true);
+  }
+  return twins;
+}
+
 // ZeRO-2 at the optimizer step: every shard the sharded optimizer sees holds, element for element, the
 // reduced gradient plain data parallel computes from the same backward (bit for bit), the shards of all
 // ranks cover every gradient element once, no Param::grad stays allocated, and after the update the
@@ -355,12 +376,10 @@ TEST(ZeroTwo, ShardsHoldTheReducedGradientAndNothingElse) {
   auto world = make_world(/*deterministic=*/true);
   auto config = tiny_gpt({"batch.micro_batch_size=2", kTinyBuckets, "optimizer.type=adamw"});
   config.resolve(world->size());
-  const planning::Plan plan = planning::make_plan(config, 1, 0);
-  const std::size_t num_blocks = plan.spec.blocks.size();
-  layers::BuildOptions build;
-  build.seed = config.train.seed;
-  pipeline::StageModule plain_stage(layers::build_blocks(plan.spec, 0, num_blocks, build), true, true);
-  pipeline::StageModule sharded_stage(layers::build_blocks(plan.spec, 0, num_blocks, build), true, true);
+  TwinStages twins = twin_stages(config);
+  const planning::Plan& plan = twins.plan;
+  pipeline::StageModule& plain_stage = *twins.reference;
+  pipeline::StageModule& sharded_stage = *twins.tested;
   train::DataParallelOptions options;
   options.bucket_mib = config.parallel.dp_bucket_mb;
   options.optimizer = config.optimizer;
@@ -460,12 +479,11 @@ TEST(ZeroThree, BlocksHoldTheirParametersOnlyWhileTheyRun) {
   auto world = make_world(/*deterministic=*/true);
   auto config = tiny_gpt({"batch.micro_batch_size=2", "optimizer.type=adamw", "optimizer.lr=0.01"});
   config.resolve(world->size());
-  const planning::Plan plan = planning::make_plan(config, 1, 0);
-  const std::size_t num_blocks = plan.spec.blocks.size();
-  layers::BuildOptions build;
-  build.seed = config.train.seed;
-  pipeline::StageModule plain_stage(layers::build_blocks(plan.spec, 0, num_blocks, build), true, true);
-  pipeline::StageModule sharded_stage(layers::build_blocks(plan.spec, 0, num_blocks, build), true, true);
+  TwinStages twins = twin_stages(config);
+  const planning::Plan& plan = twins.plan;
+  const std::size_t num_blocks = twins.num_blocks;
+  pipeline::StageModule& plain_stage = *twins.reference;
+  pipeline::StageModule& sharded_stage = *twins.tested;
   train::DataParallelOptions options;
   options.optimizer = config.optimizer;
   options.zero_stage = 1;  // plain's values stay whole (flat views), updated like ZeRO-3's shards

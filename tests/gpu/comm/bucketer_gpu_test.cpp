@@ -48,11 +48,7 @@ class GpuBucketer : public ::testing::TestWithParam<std::tuple<BucketReduction, 
  protected:
   void SetUp() override {
     int devices = 0;
-    const cudaError_t status = cudaGetDeviceCount(&devices);
-    if (status != cudaSuccess || devices == 0) {
-      GTEST_SKIP() << "no CUDA device visible (" << (status == cudaSuccess ? "0 devices" : cudaGetErrorString(status))
-                   << "): the device bucketer needs a GPU";
-    }
+    if (const std::string why = no_cuda_device(devices, "the device bucketer needs a GPU"); !why.empty()) GTEST_SKIP() << why;
     comm::MpiOptions mpi_options;
     mpi_options.timeout_s = kTestTimeoutS;
     mpi_options.deterministic = true;

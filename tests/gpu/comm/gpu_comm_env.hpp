@@ -3,6 +3,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <string>
 #include <vector>
 
 #include "engine/comm/mpi/mpi_runtime.hpp"
@@ -12,6 +13,16 @@
 namespace cleave::testing {
 
 comm::MpiRuntime& gpu_mpi_runtime();
+
+// Sets `devices` to the CUDA devices this process sees; returns why a test needing one must skip ("" when one is
+// visible): "no CUDA device visible (<status>): <need>".
+inline std::string no_cuda_device(int& devices, const std::string& need) {
+  devices = 0;
+  const cudaError_t status = cudaGetDeviceCount(&devices);
+  if (status == cudaSuccess && devices > 0) return "";
+  return "no CUDA device visible (" + std::string(status == cudaSuccess ? "0 devices" : cudaGetErrorString(status)) +
+         "): " + need;
+}
 
 template <typename T>
 void upload(const Tensor& device_tensor, const std::vector<T>& host) {

@@ -31,11 +31,7 @@ class Nccl : public ::testing::Test {
  protected:
   void SetUp() override {
     int devices = 0;
-    const cudaError_t status = cudaGetDeviceCount(&devices);
-    if (status != cudaSuccess || devices == 0) {
-      GTEST_SKIP() << "no CUDA device visible (" << (status == cudaSuccess ? "0 devices" : cudaGetErrorString(status))
-                   << "): the NCCL backend needs a GPU";
-    }
+    if (const std::string why = no_cuda_device(devices, "the NCCL backend needs a GPU"); !why.empty()) GTEST_SKIP() << why;
     comm::MpiOptions mpi_options;
     mpi_options.timeout_s = kTestTimeoutS;
     mpi_ = std::make_unique<comm::MpiCommunicator>(MPI_COMM_WORLD, mpi_options, "world");

@@ -34,7 +34,8 @@ std::string Linear::who() const { return "linear " + prefix_; }
 Tensor Linear::forward(const Tensor& x, Stash& stash, Context& ctx) {
   check_input(ctx, x, DType::kF32, in_, 1, who());
   Tensor y = new_activation(ctx, with_last(x.shape(), out_));
-  ops::GemmOptions gemm{.trans_b = true};
+  ops::GemmOptions gemm;
+  gemm.trans_b = true;
   if (bias_) {
     gemm.epilogue = ops::GemmEpilogue::kBias;
     gemm.bias = bias_->compute();
@@ -58,7 +59,10 @@ Tensor Linear::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
 void Linear::backward_weight(Stash& stash, Context& ctx) {
   const Tensor& x = stash_at(stash, 0, who());
   const Tensor& dy = stash_at(stash, 1, who());
-  ops::gemm(ctx, dy, x, weight_->grad, {.trans_a = true, .beta = 1.0f});  // dW += dy^T x
+  ops::GemmOptions accumulate;
+  accumulate.trans_a = true;
+  accumulate.beta = 1.0f;
+  ops::gemm(ctx, dy, x, weight_->grad, accumulate);  // dW += dy^T x
   if (bias_) ops::bias_backward(ctx, dy, bias_->grad);
   stash.clear();
 }

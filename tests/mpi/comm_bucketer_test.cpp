@@ -15,6 +15,7 @@
 namespace cleave::testing {
 namespace {
 
+using comm::BucketerOptions;
 using comm::BucketReduction;
 using comm::GradientBucketer;
 using comm::GradientSpec;
@@ -27,6 +28,14 @@ std::vector<GradientSpec> specs() {
           {"embed.pos", {2}, DType::kF32},           {"embed.tok", {401, 3}, DType::kF32}};
 }
 constexpr double kBucketMib = 16.0 / 1024;  // 16 KiB: several buckets out of ~130 KiB of gradients
+
+BucketerOptions options(double bucket_mib, float scale, BucketReduction reduction) {
+  BucketerOptions o;
+  o.bucket_mib = bucket_mib;
+  o.scale = scale;
+  o.reduction = reduction;
+  return o;
+}
 
 // Rank r's gradient value for element i of gradient g in step s, quantized to the gradient's dtype.
 float grad_value(int rank, int g, std::int64_t i, int step, DType dtype) {
@@ -60,7 +69,7 @@ void fill_grads(GradientBucketer& b, int rank, int step) {
 
 TEST(GradientBucketer, LayoutFollowsReadyOrderCapDtypeAndAlignment) {
   auto world = make_world();
-  GradientBucketer b(specs(), *world, {kBucketMib, 1.0f, BucketReduction::kAllReduce});
+  GradientBucketer b(specs(), *world, options(kBucketMib, 1.0f, BucketReduction::kAllReduce));
   ASSERT_GE(b.num_buckets(), 4);
   int expected_first = 0;
   for (int k = 0; k < b.num_buckets(); ++k) {
@@ -96,7 +105,7 @@ TEST_P(BucketerModes, AllReduceTwoStepsWithOverlap) {
   const int n = world->size();
   const int r = world->rank();
   const float scale = 1.0f / static_cast<float>(n);
-  GradientBucketer b(specs(), *world, {kBucketMib, scale, BucketReduction::kAllReduce});
+  GradientBucketer b(specs(), *world, options(kBucketMib, scale, BucketReduction::kAllReduce));
   for (int step = 0; step < 2; ++step) {
     b.zero_grads();
     fill_grads(b, r, step);
@@ -135,7 +144,7 @@ TEST_P(BucketerModes, ReduceScatterShardsForZero1) {
   const int n = world->size();
   const int r = world->rank();
   const float scale = 0.5f;
-  GradientBucketer b(specs(), *world, {kBucketMib, scale, BucketReduction::kReduceScatter});
+  GradientBucketer b(specs(), *world, options(kBucketMib, scale, BucketReduction::kReduceScatter));
   b.zero_grads();
   fill_grads(b, r, 3);
   EXPECT_EQ(b.finish(), 0) << "nothing marked: everything launched by finish()";
@@ -173,7 +182,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, BucketerModes, ::testing::Values(false, true),
 
 TEST(GradientBucketer, MisuseIsRefused) {
   auto world = make_world();
-  GradientBucketer b(specs(), *world, {kBucketMib, 1.0f, BucketReduction::kAllReduce});
+  GradientBucketer b(specs(), *world, options(kBucketMib, 1.0f, BucketReduction::kAllReduce));
   b.zero_grads();
   b.mark_ready(0);
   EXPECT_THROW(b.mark_ready(0), Error);
@@ -183,7 +192,7 @@ TEST(GradientBucketer, MisuseIsRefused) {
   b.finish();
   EXPECT_THROW(b.shard(0), Error);  // all-reduce mode has no shards
   EXPECT_THROW(GradientBucketer({{"w", {3}, DType::kI32}}, *world, {}), Error);
-  EXPECT_THROW(GradientBucketer(specs(), *world, {0.0, 1.0f, BucketReduction::kAllReduce}), Error);
+  EXPECT_THROW(GradientBucketer(specs(), *world, options(0.0, 1.0f, BucketReduction::kAllReduce)), Error);
 }
 
 }  // namespace

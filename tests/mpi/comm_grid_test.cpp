@@ -48,7 +48,9 @@ TEST(GridCommunicators, EveryFactorizationOfTheWorld) {
       expect_group(groups.dp.get(), grid.dp_group(r), r, "dp", grid);
       expect_group(groups.pp.get(), grid.pp_group(r), r, "pp", grid);
       expect_group(groups.embedding.get(), grid.embedding_group(r), r, "embedding", grid);
-      if (groups.dp) EXPECT_EQ(groups.dp->name(), "world/dp");
+      if (groups.dp) {
+        EXPECT_EQ(groups.dp->name(), "world/dp");
+      }
       ++layouts;
     }
   }

@@ -303,7 +303,9 @@ TEST(GpuTraining, LayoutsOnOneGpu) {
     overrides.insert(overrides.end(), layout.begin(), layout.end());
     const auto losses = train_losses(on(tiny_gpt(overrides), "cuda"), *staged.comm, 6);
     // Tensor parallelism splits inner sums (the CPU equivalence tests' 2e-5); the rest reorder nothing.
-    if (mpi->rank() == 0) EXPECT_LE(max_rel_diff(losses, reference), kFp32VsCpu + 2e-5) << layout.back();
+    if (mpi->rank() == 0) {
+      EXPECT_LE(max_rel_diff(losses, reference), kFp32VsCpu + 2e-5) << layout.back();
+    }
   }
 }
 

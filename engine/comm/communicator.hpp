@@ -5,7 +5,8 @@
 // Invariants every backend keeps:
 //  - Ops return at once with a Work handle; the tensors must not be read or written by the caller until
 //    Work::wait() returned or Work::test() returned true. The Work holds a reference to every tensor's
-//    storage, so the memory itself stays valid even if the caller drops its Tensor objects.
+//    storage until then, so the memory itself stays valid even if the caller drops its Tensor objects (an op
+//    completed on the device releases them at wait(): see Streams below).
 //  - Collectives are matched by call order: every member of a communicator issues the same collectives in
 //    the same order with the same element counts and dtype (as in MPI and NCCL). Several Works may be in
 //    flight at once and may be completed in any order.

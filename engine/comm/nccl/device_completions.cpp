@@ -47,9 +47,15 @@ void DeviceCompletions::add(cudaEvent_t done, std::string op, std::string detail
 }
 
 std::optional<DeviceCompletions::Expired> DeviceCompletions::expired() {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (expired_.has_value()) acknowledged_ = true;
-  return expired_;
+  std::optional<Expired> late;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!expired_.has_value()) return std::nullopt;
+    acknowledged_ = true;
+    late = expired_;
+  }
+  wake_.notify_all();
+  return late;
 }
 
 std::size_t DeviceCompletions::outstanding() const {

@@ -178,6 +178,8 @@ TEST_F(NcclCompletion, HostCompletionBlocksAndCounts) {
   EXPECT_EQ(wrong_in_gathered(back.data(), count), 0);
 
   // The default mode blocks too for a device op posted with the CPU stream (the legacy default stream).
+  input = Tensor();  // before the allocator they came from
+  output = Tensor();
   nccl_.reset();
   allocator_.reset();
   CLEAVE_CUDA_CHECK(cudaStreamDestroy(user_));

@@ -378,7 +378,9 @@ TEST(GpuTraining, NcclLayoutsOnTwoGpus) {
   comm::World nccl = comm::make_world_communicator(mpi_runtime(), config::CommBackend::kNccl, DeviceType::kCuda, options);
   ASSERT_EQ(nccl.comm->backend(), "nccl");
   auto self = mpi->split(mpi->rank(), 0, "self");
-  const std::vector<std::string> base = {"train.steps=6", "model.tie_embeddings=false", "parallel.comm_backend=nccl"};
+  // device.type in the overrides: the config refuses comm_backend "nccl" with the default device.type "cpu".
+  const std::vector<std::string> base = {"train.steps=6", "model.tie_embeddings=false", "device.type=cuda",
+                                         "parallel.comm_backend=nccl"};
   std::vector<std::vector<std::string>> layouts;
   for (const char* schedule : {"1f1b", "interleaved_1f1b", "zb_v"}) {
     layouts.push_back({"parallel.pipeline_model_parallel_size=2", std::string("parallel.schedule=") + schedule});
@@ -426,12 +428,14 @@ TEST(GpuTraining, NcclLayoutsOnTwoGpusTp2HostWaits) {
   options.timeout_s = kTestTimeoutS * 4;
   comm::World nccl = comm::make_world_communicator(mpi_runtime(), config::CommBackend::kNccl, DeviceType::kCuda, options);
   ASSERT_EQ(nccl.comm->backend(), "nccl");
-  const std::vector<std::string> tp2 = {"parallel.tensor_model_parallel_size=2", "model.tie_embeddings=false",
-                                        "parallel.comm_backend=nccl"};
+  const std::vector<std::string> tp2 = {"parallel.tensor_model_parallel_size=2", "model.tie_embeddings=false"};
+  std::vector<std::string> on_gpu = tp2, on_cpu = tp2;
+  on_gpu.insert(on_gpu.end(), {"device.type=cuda", "parallel.comm_backend=nccl"});
+  on_cpu.insert(on_cpu.end(), {"device.type=cpu", "parallel.comm_backend=mpi"});  // the config's key; the world is given
   constexpr std::int64_t kSteps = 5;
-  const ops::HostWaits gpu = steady_host_waits(on(tiny_gpt(tp2), "cuda"), *nccl.comm, kSteps);
+  const ops::HostWaits gpu = steady_host_waits(tiny_gpt(on_gpu), *nccl.comm, kSteps);
   // The CPU run of the same layout on the same world: its host tensors travel over the NCCL world's MPI mirror.
-  const ops::HostWaits cpu = steady_host_waits(on(tiny_gpt(tp2), "cpu"), *nccl.comm, kSteps);
+  const ops::HostWaits cpu = steady_host_waits(tiny_gpt(on_cpu), *nccl.comm, kSteps);
   if (mpi->rank() == 0) {
     std::printf("[ gpu ] nccl tp2, %lld steady-state steps: %s on cuda, %s on the cpu\n",
                 static_cast<long long>(kSteps), gpu.str().c_str(), cpu.str().c_str());

@@ -49,15 +49,18 @@ struct NcclCommState {
   // Serialises the use of `comm` by the driving thread with ncclCommAbort from the completions' watchdog thread
   // (recursive: a timeout report on the driving thread aborts while it holds the lock).
   std::recursive_mutex comm_mutex;
+  std::atomic<bool> abort_started{false};
   std::atomic<bool> aborted{false};
   std::string abort_reason;  // written under comm_mutex before `aborted` is set
   bool host_completion = false;                   // every wait() blocks the host (debug mode, see the header)
   ops::HostWaits* host_waits = nullptr;           // the run's counter (count_host_waits), not owned
   std::unique_ptr<DeviceCompletions> completions;  // created by the first op completing on the device
 
+  // The first caller aborts; a later one (the timeout report on the driving thread while the watchdog thread is
+  // still inside ncclCommAbort) returns at once instead of waiting for the lock.
   void abort_comm(const std::string& reason) {
+    if (abort_started.exchange(true)) return;
     std::lock_guard<std::recursive_mutex> lock(comm_mutex);
-    if (aborted) return;
     abort_reason = reason;
     aborted = true;
     if (comm != nullptr) ncclCommAbort(comm);

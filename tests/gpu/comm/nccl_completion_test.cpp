@@ -13,9 +13,10 @@
 //    (a thread opens it after 200 ms) and notes one kCommunication wait; so does a device op posted with the CPU
 //    stream in the default mode.
 //  - DISABLED_TimeoutOnTheDeviceIsReported (disabled, as it ends the process by design; run with
-//    --gtest_also_run_disabled_tests by ctest gpu_comm_nccl_watchdog and gpu-check.sh stage nccl-watchdog): timeout 1 s, the gate shut for 20 s: wait() returns, the
-//    watchdog thread aborts the communicator after ~1 s, and the next call into the communicator reports
-//    "comm timeout after" and ends the process with MPI_Abort (exit code 3). The test fails if the process lives.
+//    --gtest_also_run_disabled_tests by ctest gpu_comm_nccl_watchdog and gpu-check.sh stage nccl-watchdog):
+//    timeout 1 s, the gate shut for 20 s: wait() returns, the watchdog thread aborts the communicator after
+//    ~1 s, and the next call into the communicator reports "comm timeout after" and ends the process with
+//    MPI_Abort (exit code 3). The test fails if the process lives.
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -60,7 +61,8 @@ class NcclCompletion : public ::testing::Test {
  protected:
   void SetUp() override {
     int devices = 0;
-    if (const std::string why = no_cuda_device(devices, "NCCL completion needs a GPU"); !why.empty()) GTEST_SKIP() << why;
+    const std::string why = no_cuda_device(devices, "NCCL completion needs a GPU");
+    if (!why.empty()) GTEST_SKIP() << why;
     comm::MpiOptions mpi_options;
     mpi_options.timeout_s = kTestTimeoutS;
     mpi_ = std::make_unique<comm::MpiCommunicator>(MPI_COMM_WORLD, mpi_options, "world");

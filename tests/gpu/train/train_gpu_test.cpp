@@ -431,7 +431,7 @@ TEST(GpuTraining, NcclLayoutsOnTwoGpusTp2HostWaits) {
   const std::vector<std::string> tp2 = {"parallel.tensor_model_parallel_size=2", "model.tie_embeddings=false"};
   std::vector<std::string> on_gpu = tp2, on_cpu = tp2;
   on_gpu.insert(on_gpu.end(), {"device.type=cuda", "parallel.comm_backend=nccl"});
-  on_cpu.insert(on_cpu.end(), {"device.type=cpu", "parallel.comm_backend=mpi"});  // the config's key; the world is given
+  on_cpu.insert(on_cpu.end(), {"device.type=cpu", "parallel.comm_backend=mpi"});  // the world is given anyway
   constexpr std::int64_t kSteps = 5;
   const ops::HostWaits gpu = steady_host_waits(tiny_gpt(on_gpu), *nccl.comm, kSteps);
   // The CPU run of the same layout on the same world: its host tensors travel over the NCCL world's MPI mirror.

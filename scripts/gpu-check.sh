@@ -16,6 +16,7 @@
 #   ldd          every binary, bundled library and MPI component resolves every library
 #   cpu-reference  cleave replays the bundle's CPU reference runs on this host's CPU and matches their losses
 #   test:<bin>   each GPU test binary (gpu_*_test but the staged one), gtest XML
+#   nccl-watchdog  an NCCL op held on the device past a 1 s timeout must end gpu_comm_test with the timeout report
 #   staged-np1   gpu_staged_comm_test, one rank (no GPU: its StagedHost tests, which need none)
 #   staged-np2   the same under the bundle's mpirun -np 2 (both ranks on cuda:0)
 #   training     gpu_train_test: the Trainer on cuda:0 against the CPU (one rank), then its layouts on one GPU
@@ -159,6 +160,21 @@ stage_test() {
   judge_gtest "$rc" "$CHECK_WORK/gtest.log"
 }
 
+stage_nccl_watchdog() {
+  # tests/gpu/comm/nccl_completion_test.cpp: wait() returns at once (device-side completion), the watchdog thread
+  # aborts the communicator after the 1 s timeout, the next call reports "comm timeout after" and MPI_Abort ends
+  # the process (exit 3, kWatchdogExitCode). Disabled in the binary's own stage because it ends the process.
+  local bin="$CHECK_BIN/gpu_comm_test" rc=0 reports
+  [[ -x "$bin" ]] || { result fail "gpu_comm_test is not in the bundle"; return; }
+  if [[ "$CHECK_GPU" != yes ]]; then result skipped "no GPU visible${CHECK_NO_GPU_NOTE}"; return; fi
+  "$bin" --gtest_also_run_disabled_tests --gtest_filter='NcclCompletion.DISABLED_TimeoutOnTheDeviceIsReported' \
+    >"$CHECK_WORK/gtest.log" 2>&1 || rc=$?
+  cat "$CHECK_WORK/gtest.log"
+  reports="$(grep -c 'comm timeout after' "$CHECK_WORK/gtest.log")"
+  if [[ "$rc" -ne 0 && "$reports" -gt 0 ]]; then result pass "held op reported after the 1 s timeout, exit $rc"
+  else result fail "exit $rc with $reports timeout report(s): want a non-zero exit (3) and the report"; fi
+}
+
 stage_staged() {
   local ranks="$1" rc=0 filter=() note=""
   local bin="$CHECK_BIN/gpu_staged_comm_test"
@@ -271,14 +287,14 @@ stage_training() {
   if [[ "$CHECK_GPU" != yes ]]; then result skipped "no GPU visible${CHECK_NO_GPU_NOTE}"; return; fi
   [[ -f "$CHECK_BUNDLE/data/digits.csv.gz" ]] && src="$CHECK_BUNDLE"  # the MLP and CNN read data/digits.csv.gz
   CLEAVE_SOURCE_DIR="$src" OMP_WAIT_POLICY=passive "$bin" \
-    --gtest_filter='-GpuTraining.LayoutsOnOneGpu:GpuTraining.NcclLayoutsOnTwoGpus' \
+    --gtest_filter='-GpuTraining.LayoutsOnOneGpu*:GpuTraining.NcclLayoutsOnTwoGpus*' \
     --gtest_output="xml:$CHECK_WORK/xml/$CHECK_STAGE.xml" >"$CHECK_WORK/gtest.log" 2>&1 || rc=$?
   cat "$CHECK_WORK/gtest.log"
   judge_gtest "$rc" "$CHECK_WORK/gtest.log"
   IFS='|' read -r st1 fig1 <"$CHECK_WORK/results/$CHECK_STAGE"
   rc=0
   CLEAVE_SOURCE_DIR="$src" OMP_WAIT_POLICY=passive "$CHECK_MPIRUN" -np 2 --oversubscribe --bind-to none \
-    "$bin" --gtest_filter='GpuTraining.LayoutsOnOneGpu' >"$CHECK_WORK/gtest-np2.log" 2>&1 || rc=$?
+    "$bin" --gtest_filter='GpuTraining.LayoutsOnOneGpu*' >"$CHECK_WORK/gtest-np2.log" 2>&1 || rc=$?
   cat "$CHECK_WORK/gtest-np2.log"
   judge_gtest "$rc" "$CHECK_WORK/gtest-np2.log"
   local st2 fig2
@@ -290,7 +306,7 @@ stage_training() {
   if [[ "$gpus" -ge 2 ]]; then
     rc=0
     CLEAVE_SOURCE_DIR="$src" OMP_WAIT_POLICY=passive "$CHECK_MPIRUN" -np 2 --oversubscribe --bind-to none \
-      "$bin" --gtest_filter='GpuTraining.NcclLayoutsOnTwoGpus' >"$CHECK_WORK/gtest-nccl.log" 2>&1 || rc=$?
+      "$bin" --gtest_filter='GpuTraining.NcclLayoutsOnTwoGpus*' >"$CHECK_WORK/gtest-nccl.log" 2>&1 || rc=$?
     cat "$CHECK_WORK/gtest-nccl.log"
     judge_gtest "$rc" "$CHECK_WORK/gtest-nccl.log"
     IFS='|' read -r st3 fig3 <"$CHECK_WORK/results/$CHECK_STAGE"
@@ -366,6 +382,7 @@ if [[ "${1:-}" == "--stage" ]]; then
     ldd) stage_ldd ;;
     cpu-reference) stage_cpu_reference ;;
     test:*) stage_test "${2#test:}" ;;
+    nccl-watchdog) stage_nccl_watchdog ;;
     staged-np1) stage_staged 1 ;;
     staged-np2) stage_staged 2 ;;
     memcheck) stage_memcheck ;;
@@ -508,6 +525,7 @@ for f in "$CHECK_BIN"/gpu_*_test; do
   [[ "$b" == gpu_staged_comm_test || "$b" == gpu_train_test ]] && continue  # their own stages
   run_stage "test:$b" 150
 done
+run_stage nccl-watchdog 60
 run_stage staged-np1 90
 run_stage staged-np2 120
 run_stage training 240

@@ -5,7 +5,8 @@
 // Invariants every backend keeps:
 //  - Ops return at once with a Work handle; the tensors must not be read or written by the caller until
 //    Work::wait() returned or Work::test() returned true. The Work holds a reference to every tensor's
-//    storage, so the memory itself stays valid even if the caller drops its Tensor objects.
+//    storage until then, so the memory itself stays valid even if the caller drops its Tensor objects (an op
+//    completed on the device releases them at wait(): see Streams below).
 //  - Collectives are matched by call order: every member of a communicator issues the same collectives in
 //    the same order with the same element counts and dtype (as in MPI and NCCL). Several Works may be in
 //    flight at once and may be completed in any order.
@@ -24,8 +25,12 @@
 // Streams: every op takes the stream whose earlier work produced the inputs. The MPI backend carries CPU
 // tensors; its stream is the (synchronous) CPU stream and ops start on the host at once. The NCCL backend
 // enqueues the op on the communicator's own CUDA stream after all work already queued on `stream`; a CPU
-// stream (or a null native handle) means the device's legacy default stream. In both backends wait()
-// blocks the host until the op has completed, so anything issued after wait() sees the result.
+// stream (or a null native handle) means the device's legacy default stream. wait() makes anything issued
+// after it see the result: the MPI and staged backends (and NCCL on a CPU stream, or in its host-wait debug
+// mode) block the host until the op has completed; NCCL on a CUDA stream completes on the device instead:
+// wait() makes `stream` wait for the op (an event) and returns at once, its watchdog thread keeps the timeout
+// (engine/comm/nccl/device_completions.hpp). So after wait(), work on `stream` (and memory released to an
+// allocator ordered on `stream`) is ordered after the op; other streams and the host must sync with `stream`.
 //
 // Adding a backend: derive from Communicator, implement the *_impl hooks (argument checks common to all
 // backends are done here before they are called) and construct it explicitly; there is no registry.
@@ -39,6 +44,10 @@
 
 #include "engine/core/stream.hpp"
 #include "engine/core/tensor.hpp"
+
+namespace cleave::ops {
+class HostWaits;
+}
 
 namespace cleave::comm {
 
@@ -135,6 +144,12 @@ class Communicator {
   // Tears the job down: logs `[rank r/N] reason`, aborts the backend's in-flight operations
   // (ncclCommAbort on NCCL) and calls MPI_Abort so every rank ends. For fatal errors only.
   [[noreturn]] virtual void abort(const std::string& reason) = 0;
+
+  // Notes every host wait on device work of this communicator's later ops as ops::HostWait::kCommunication in
+  // `waits` (the run's counter, kernels/ops/host_waits.hpp); null stops counting. Not owned: the owner clears it
+  // (or destroys this communicator) before `waits` goes. Not inherited by splits. Backends that carry only host
+  // tensors (MPI) never wait on a device and ignore it.
+  virtual void count_host_waits(ops::HostWaits* waits) { (void)waits; }
 
  protected:
   // Hooks called after the common argument checks. Zero-element collectives never reach them.

@@ -62,6 +62,12 @@ RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Back
   batch = config.resolved_batch();
   groups = comm::build_grid_communicators(world, grid);
   model_parallel = world.split(coords.dp_rank, world.rank(), "model_parallel");
+  // Host waits on device work inside the run's own communicators count in the run's counter (kCommunication);
+  // `world` is the caller's and outlives this setup, so it is not handed the counter.
+  for (comm::Communicator* c : {groups.tp.get(), groups.dp.get(), groups.pp.get(), groups.embedding.get(),
+                                model_parallel.get()}) {
+    if (c != nullptr) c->count_host_waits(&host_waits);
+  }
   if (grid.tp_size() > 1) context.tp_comm = groups.tp.get();
   context.sequence_parallel = config.parallel.sequence_parallel && grid.tp_size() > 1;
   plan = planning::make_plan(config, static_cast<int>(batch.gradient_accumulation_steps), coords.pp_rank);

@@ -15,6 +15,8 @@ const char* host_wait_name(HostWait kind) {
       return "count_correct";
     case HostWait::kDeviceStatus:
       return "check_device_status";
+    case HostWait::kCommunication:
+      return "communication";
   }
   return "unknown";
 }

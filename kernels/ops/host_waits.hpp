@@ -8,8 +8,13 @@
 // sum_squares, sum_squares_many, count_correct, check_device_status. Counting happens in the seam (ops_*.cpp),
 // before the slot runs, through Context::host_waits; a null pointer counts nothing.
 //
-// Not counted, because they wait on another object than the run's context: communicators (the staged MPI
-// communicator synchronises its copy streams per collective, engine/comm/cuda), the caching allocator's
+// Communicators note kCommunication for every host wait on device work when the run hands them this counter
+// (Communicator::count_host_waits; the run's grid groups do): the staged world's issue-time and completion
+// waits (engine/comm/cuda), NCCL's wait() in host-wait mode (engine/comm/nccl; device-side completion, the
+// default on a CUDA stream, does not block the host and counts nothing). Host tensors over MPI are not device
+// waits and count nothing, so a CPU run's counts are unchanged.
+//
+// Not counted, because they wait on another object than the run's context: the caching allocator's
 // cudaFree when it returns memory to the system (system_free; a steady-state step makes none, tested by
 // gpu_train_test), CUDA event timing (engine/cuda/stream.cpp) and the engine/cuda copy helpers the GPU tests
 // use (cuda::copy, cuda::to_host).
@@ -25,10 +30,10 @@
 
 namespace cleave::ops {
 
-enum class HostWait { kSynchronize, kSumSquares, kSumSquaresMany, kCountCorrect, kDeviceStatus };
-inline constexpr std::size_t kHostWaitKinds = 5;
+enum class HostWait { kSynchronize, kSumSquares, kSumSquaresMany, kCountCorrect, kDeviceStatus, kCommunication };
+inline constexpr std::size_t kHostWaitKinds = 6;
 
-const char* host_wait_name(HostWait kind);  // "synchronize", "sum_squares", ...
+const char* host_wait_name(HostWait kind);  // "synchronize", "sum_squares", ..., "communication"
 
 class HostWaits {
  public:

@@ -17,6 +17,7 @@
 #include "engine/cuda/copy.hpp"
 #include "engine/cuda/device.hpp"
 #include "engine/cuda/stream.hpp"
+#include "kernels/ops/host_waits.hpp"
 
 namespace cleave::comm {
 namespace detail {
@@ -37,6 +38,10 @@ struct StagingResources {
 
 namespace {
 
+void note_wait(ops::HostWaits* waits) {
+  if (waits != nullptr) waits->note(ops::HostWait::kCommunication);
+}
+
 // What one GPU op leaves for its Work: pinned buffers to keep, results to copy back, and the caller's stream
 // as it was at issue (when the host did not wait for it).
 struct StagedOp {
@@ -49,19 +54,21 @@ struct StagedOp {
 class StagedWork final : public Work {
  public:
   StagedWork(std::shared_ptr<StagingResources> resources, std::shared_ptr<Communicator> inner, std::string op,
-             StagedOp staged, WorkPtr inner_work)
+             StagedOp staged, WorkPtr inner_work, ops::HostWaits* host_waits)
       : resources_(std::move(resources)),
         inner_(std::move(inner)),
         op_(std::move(op)),
         staged_(std::move(staged)),
-        inner_work_(std::move(inner_work)) {
+        inner_work_(std::move(inner_work)),
+        host_waits_(host_waits) {
     CLEAVE_ASSERT(inner_work_ != nullptr, "{}: the inner communicator returned no Work", op_);
   }
 
+  // Completes an unfinished op as wait() does, without counting a host wait (the counter may be gone by now).
   ~StagedWork() override {
     if (!done_ && !failed_) {
       try {
-        wait();
+        complete();
       } catch (const std::exception& e) {
         inner_->abort(fmt::format("{} on comm '{}' (GPU tensors staged through host memory) failed while its Work "
                                   "was destroyed: {}",
@@ -92,8 +99,15 @@ class StagedWork final : public Work {
     return true;
   }
 
+  // One host wait (kCommunication) per call that finds the op unfinished.
   void wait() override {
     if (done_) return;
+    note_wait(host_waits_);
+    complete();
+  }
+
+ private:
+  void complete() {
     try {
       if (!inner_done_) {
         inner_work_->wait();  // the inner backend's watchdog bounds this
@@ -108,7 +122,6 @@ class StagedWork final : public Work {
     finish();
   }
 
- private:
   void start_copy_back() {
     if (staged_.copy_back.empty()) return;
     cuda::DeviceGuard guard(staged_.device);
@@ -135,14 +148,16 @@ class StagedWork final : public Work {
   StagedOp staged_;
   std::optional<cuda::CudaEvent> copied_;  // recorded after the copies back
   WorkPtr inner_work_;
+  ops::HostWaits* host_waits_;  // the run's counter, or null
   bool inner_done_ = false;
   bool done_ = false;
   bool failed_ = false;
 };
 
-// The host waits for the work queued on `stream` (nothing to wait for on a CPU stream).
-void host_wait(const Stream& stream) {
+// The host waits for the work queued on `stream` (nothing to wait for on a CPU stream); one host wait noted.
+void host_wait(const Stream& stream, ops::HostWaits* waits) {
   if (stream.device().is_cpu()) return;
+  note_wait(waits);
   cuda::DeviceGuard guard(stream.device().index);  // a null native handle names this device's default stream
   cuda::synchronize(stream);
 }
@@ -196,6 +211,7 @@ const std::vector<int>& StagedCommunicator::world_ranks() const { return inner_-
 const CommOptions& StagedCommunicator::options() const { return inner_->options(); }
 Communicator& StagedCommunicator::inner() const { return *inner_; }
 cuda::PinnedHostAllocator& StagedCommunicator::pinned_allocator() const { return *resources_->pinned; }
+void StagedCommunicator::count_host_waits(ops::HostWaits* waits) { host_waits_ = waits; }
 
 void StagedCommunicator::abort(const std::string& reason) {
   inner_->abort(reason);
@@ -227,7 +243,7 @@ std::unique_ptr<Communicator> StagedCommunicator::split_impl(int color, int key,
 
 WorkPtr StagedCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, const Stream& stream) {
   if (tensor.device().is_cpu()) {
-    detail::host_wait(stream);
+    detail::host_wait(stream, host_waits_);
     return inner_->all_reduce(tensor, op, cpu_stream());
   }
   const Stream copy_in = device_stream(tensor.device(), stream, "all_reduce");
@@ -236,17 +252,19 @@ WorkPtr StagedCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, c
   staged.device = tensor.device().index;
   Tensor host = pinned_like(tensor);
   cuda::copy_async(host, tensor, copy_in);
+  detail::note_wait(host_waits_);
   cuda::synchronize(copy_in);
   staged.copy_back.emplace_back(tensor, host);
   WorkPtr inner_work = inner_->all_reduce(host, op, cpu_stream());
-  return std::make_unique<StagedWork>(resources_, inner_, "all_reduce", std::move(staged), std::move(inner_work));
+  return std::make_unique<StagedWork>(resources_, inner_, "all_reduce", std::move(staged), std::move(inner_work),
+                                      host_waits_);
 }
 
 WorkPtr StagedCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor& output, ReduceOp op,
                                                 const Stream& stream) {
   // input and output are on one device (checked by Communicator::reduce_scatter).
   if (input.device().is_cpu()) {
-    detail::host_wait(stream);
+    detail::host_wait(stream, host_waits_);
     return inner_->reduce_scatter(input, output, op, cpu_stream());
   }
   const Stream copy_in = device_stream(input.device(), stream, "reduce_scatter");
@@ -258,17 +276,18 @@ WorkPtr StagedCommunicator::reduce_scatter_impl(const Tensor& input, const Tenso
   Tensor host_out = tensors_overlap(input, output) ? detail::block_of(host_in, rank(), size(), output.shape())
                                                    : pinned_like(output);
   cuda::copy_async(host_in, input, copy_in);
+  detail::note_wait(host_waits_);
   cuda::synchronize(copy_in);
   staged.keep.push_back(host_in);
   staged.copy_back.emplace_back(output, host_out);
   WorkPtr inner_work = inner_->reduce_scatter(host_in, host_out, op, cpu_stream());
   return std::make_unique<StagedWork>(resources_, inner_, "reduce_scatter", std::move(staged),
-                                      std::move(inner_work));
+                                      std::move(inner_work), host_waits_);
 }
 
 WorkPtr StagedCommunicator::all_gather_impl(const Tensor& input, const Tensor& output, const Stream& stream) {
   if (input.device().is_cpu()) {
-    detail::host_wait(stream);
+    detail::host_wait(stream, host_waits_);
     return inner_->all_gather(input, output, cpu_stream());
   }
   const Stream copy_in = device_stream(input.device(), stream, "all_gather");
@@ -279,15 +298,17 @@ WorkPtr StagedCommunicator::all_gather_impl(const Tensor& input, const Tensor& o
   Tensor host_out = pinned_like(output);
   Tensor host_in = detail::block_of(host_out, rank(), size(), input.shape());
   cuda::copy_async(host_in, input, copy_in);
+  detail::note_wait(host_waits_);
   cuda::synchronize(copy_in);
   staged.copy_back.emplace_back(output, host_out);
   WorkPtr inner_work = inner_->all_gather(host_in, host_out, cpu_stream());
-  return std::make_unique<StagedWork>(resources_, inner_, "all_gather", std::move(staged), std::move(inner_work));
+  return std::make_unique<StagedWork>(resources_, inner_, "all_gather", std::move(staged), std::move(inner_work),
+                                      host_waits_);
 }
 
 WorkPtr StagedCommunicator::broadcast_impl(const Tensor& tensor, int root, const Stream& stream) {
   if (tensor.device().is_cpu()) {
-    detail::host_wait(stream);
+    detail::host_wait(stream, host_waits_);
     return inner_->broadcast(tensor, root, cpu_stream());
   }
   const Stream order = device_stream(tensor.device(), stream, "broadcast");
@@ -297,6 +318,7 @@ WorkPtr StagedCommunicator::broadcast_impl(const Tensor& tensor, int root, const
   Tensor host = pinned_like(tensor);
   if (rank() == root) {
     cuda::copy_async(host, tensor, order);
+    detail::note_wait(host_waits_);
     cuda::synchronize(order);
     staged.keep.push_back(host);
   } else {
@@ -306,11 +328,12 @@ WorkPtr StagedCommunicator::broadcast_impl(const Tensor& tensor, int root, const
     staged.copy_back.emplace_back(tensor, host);
   }
   WorkPtr inner_work = inner_->broadcast(host, root, cpu_stream());
-  return std::make_unique<StagedWork>(resources_, inner_, "broadcast", std::move(staged), std::move(inner_work));
+  return std::make_unique<StagedWork>(resources_, inner_, "broadcast", std::move(staged), std::move(inner_work),
+                                      host_waits_);
 }
 
 WorkPtr StagedCommunicator::barrier_impl(const Stream& stream) {
-  detail::host_wait(stream);
+  detail::host_wait(stream, host_waits_);
   return inner_->barrier(cpu_stream());
 }
 
@@ -335,7 +358,7 @@ WorkPtr StagedCommunicator::batch_p2p_impl(std::vector<P2POp> ops, const Stream&
     device_sends = device_sends || op.kind == P2PKind::kSend;
   }
   if (first_cuda == nullptr) {
-    detail::host_wait(stream);
+    detail::host_wait(stream, host_waits_);
     return inner_->batch_p2p(std::move(ops), cpu_stream());
   }
   const Device device = first_cuda->tensor.device();
@@ -362,13 +385,15 @@ WorkPtr StagedCommunicator::batch_p2p_impl(std::vector<P2POp> ops, const Stream&
   // The host reads device sends and, with a CUDA stream, CPU tensors that stream may still produce: wait for
   // it. A batch of device receives only (receives posted ahead) does not block; its copies back wait instead.
   if (device_sends || (cpu_tensors && stream.device().is_cuda())) {
+    detail::note_wait(host_waits_);
     cuda::synchronize(order);
   } else {
     staged.ready.emplace(staged.device);
     staged.ready->record(order);
   }
   WorkPtr inner_work = inner_->batch_p2p(std::move(host_ops), cpu_stream());
-  return std::make_unique<StagedWork>(resources_, inner_, "batch_p2p", std::move(staged), std::move(inner_work));
+  return std::make_unique<StagedWork>(resources_, inner_, "batch_p2p", std::move(staged), std::move(inner_work),
+                                      host_waits_);
 }
 
 }  // namespace cleave::comm

@@ -62,6 +62,11 @@ class StagedCommunicator final : public Communicator {
   // The pinned allocator (accounting, cap via set_limit, stats().system_allocations).
   cuda::PinnedHostAllocator& pinned_allocator() const;
 
+  // Notes every host wait on device work as ops::HostWait::kCommunication: the issue-time wait for the caller's
+  // stream (every op with device inputs, and ops on host tensors posted with a CUDA stream) and each wait() that
+  // finds its op unfinished. Host-only ops on a CPU stream count nothing.
+  void count_host_waits(ops::HostWaits* waits) override;
+
   // Forwards to the inner communicator (logs, aborts its in-flight ops, MPI_Abort).
   [[noreturn]] void abort(const std::string& reason) override;
 
@@ -87,6 +92,7 @@ class StagedCommunicator final : public Communicator {
   std::shared_ptr<Communicator> inner_;  // shared with the Works, which call abort() if they fail in a destructor
   std::shared_ptr<detail::StagingResources> resources_;
   std::string backend_;
+  ops::HostWaits* host_waits_ = nullptr;  // the run's counter (count_host_waits), not owned
 };
 
 }  // namespace cleave::comm

@@ -5,16 +5,24 @@
 // reach. Non-blocking ones return ncclInProgress and are polled here, with the timeout.
 #include "engine/comm/nccl/nccl_communicator.hpp"
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <optional>
 
 #include "engine/comm/host_reduce.hpp"
 #include "engine/comm/mpi/local_rank.hpp"
 #include "engine/comm/mpi/mpi_check.hpp"
 #include "engine/comm/mpi/watchdog.hpp"
 #include "engine/comm/nccl/cuda_check.hpp"
+#include "engine/comm/nccl/device_completions.hpp"
 #include "engine/comm/nccl/ordered_reduce.hpp"
 #include "engine/core/log.hpp"
 #include "engine/cuda/device.hpp"
+#include "kernels/ops/host_waits.hpp"
 
 namespace cleave::comm {
 
@@ -38,17 +46,47 @@ struct NcclCommState {
   std::string name;
   NcclOptions options;
   std::unique_ptr<MpiCommunicator> mpi;  // same members: liveness probe, split mirror, abort
-  bool aborted = false;
-  std::string abort_reason;
+  // Serialises the use of `comm` by the driving thread with ncclCommAbort from the completions' watchdog thread
+  // (recursive: a timeout report on the driving thread aborts while it holds the lock).
+  std::recursive_mutex comm_mutex;
+  std::atomic<bool> abort_started{false};
+  std::atomic<bool> aborted{false};
+  std::string abort_reason;  // written under comm_mutex before `aborted` is set
+  bool host_completion = false;                   // every wait() blocks the host (debug mode, see the header)
+  ops::HostWaits* host_waits = nullptr;           // the run's counter (count_host_waits), not owned
+  std::unique_ptr<DeviceCompletions> completions;  // created by the first op completing on the device
 
+  // The first caller aborts; a later one (the timeout report on the driving thread while the watchdog thread is
+  // still inside ncclCommAbort) returns at once instead of waiting for the lock.
   void abort_comm(const std::string& reason) {
-    if (aborted) return;
-    aborted = true;
+    if (abort_started.exchange(true)) return;
+    std::lock_guard<std::recursive_mutex> lock(comm_mutex);
     abort_reason = reason;
+    aborted = true;
     if (comm != nullptr) ncclCommAbort(comm);
   }
 
+  DeviceCompletions& device_completions() {
+    if (completions == nullptr) {
+      // Grace for the driving thread to report an expiry: as long as a liveness probe of the peers could take.
+      completions = std::make_unique<DeviceCompletions>(device, options.timeout_s, std::max(30.0, options.timeout_s),
+                                                        name, [this](const std::string& why) { abort_comm(why); });
+    }
+    return *completions;
+  }
+
+  // Reports an op that timed out while completing on the device (the watchdog thread has aborted the
+  // communicator): the usual timeout report, then MPI_Abort. Called at every entry into the communicator.
+  void surface() {
+    if (completions == nullptr) return;
+    if (std::optional<DeviceCompletions::Expired> late = completions->expired()) {
+      expire(late->op, late->details + "; the op was completing on the device (its Work's wait() had returned)",
+             late->elapsed_s);
+    }
+  }
+
   ~NcclCommState() {
+    completions.reset();  // stops the watchdog thread before the communicator goes
     cleave::cuda::DeviceGuard guard(device, std::nothrow);
     if (comm != nullptr && !aborted) {
       // Flush outstanding work; a peer that is gone must not hold up the destructor past the timeout.
@@ -134,10 +172,20 @@ cudaStream_t caller_stream(const Stream& stream) {
 
 std::int64_t block_begin(std::int64_t count, int n, int b) { return count * b / n; }
 
+// Completion: posted on a CUDA stream (and not in host-completion mode) the op completes on the device: wait()
+// makes the caller's stream wait for the done event and hands the event to the communicator's watchdog
+// (DeviceCompletions), without blocking the host. Otherwise wait() polls the event on the host under the
+// watchdog, as test() does, and notes one host wait.
 class NcclWork final : public Work {
  public:
   NcclWork(std::shared_ptr<NcclCommState> state, std::string op, std::string details, const Stream& stream)
-      : state_(std::move(state)), op_(std::move(op)), details_(std::move(details)) {
+      : state_(std::move(state)),
+        op_(std::move(op)),
+        details_(std::move(details)),
+        caller_(caller_stream(stream)),
+        device_side_(!state_->host_completion && stream.device().is_cuda() && stream.native() != nullptr),
+        posted_(std::chrono::steady_clock::now()) {
+    state_->surface();
     if (state_->aborted) {
       throw BackendError(fmt::format("{} on nccl comm '{}': the communicator was aborted ({})", op_, state_->name,
                                      state_->abort_reason));
@@ -147,10 +195,16 @@ class NcclWork final : public Work {
     CLEAVE_CUDA_CHECK(cudaStreamWaitEvent(state_->stream, state_->ready, 0));
   }
 
+  // An incomplete Work is completed as wait() would, without counting a host wait: on the device (the caller's
+  // stream waits for it) or by polling on the host.
   ~NcclWork() override {
     if (!complete_ && !failed_) {
       try {
-        wait();
+        if (device_side_) {
+          hand_off();
+        } else {
+          poll_until_complete();
+        }
       } catch (const std::exception& e) {
         log::error("{} on nccl comm '{}' failed while its Work was destroyed: {}", op_, state_->name, e.what());
         MPI_Abort(MPI_COMM_WORLD, 1);
@@ -165,6 +219,8 @@ class NcclWork final : public Work {
 
   bool test() override {
     if (complete_) return true;
+    state_->surface();
+    std::lock_guard<std::recursive_mutex> lock(state_->comm_mutex);  // the watchdog thread may abort `comm`
     if (state_->aborted) {
       failed_ = true;
       throw BackendError(fmt::format("{} on nccl comm '{}': the communicator was aborted ({})", op_, state_->name,
@@ -194,6 +250,17 @@ class NcclWork final : public Work {
   }
 
   void wait() override {
+    if (complete_) return;
+    if (device_side_) {
+      hand_off();
+      return;
+    }
+    if (state_->host_waits != nullptr) state_->host_waits->note(ops::HostWait::kCommunication);
+    poll_until_complete();
+  }
+
+ private:
+  void poll_until_complete() {
     PollBackoff backoff;
     while (!test()) {
       if (backoff.slow_tick()) {
@@ -204,10 +271,29 @@ class NcclWork final : public Work {
     }
   }
 
- private:
+  // Device-side completion: the caller's stream waits for the op, the watchdog thread owns the done event from
+  // here, and the Work is complete for its caller. The tensors are released now: the memory may return to an
+  // allocator ordered on the caller's stream, whose next use is ordered after the op (communicator.hpp).
+  void hand_off() {
+    state_->surface();
+    if (state_->aborted) {
+      failed_ = true;
+      throw BackendError(fmt::format("{} on nccl comm '{}': the communicator was aborted ({})", op_, state_->name,
+                                     state_->abort_reason));
+    }
+    CLEAVE_CUDA_CHECK(cudaStreamWaitEvent(caller_, done_, 0));
+    state_->device_completions().add(done_, op_, details_, posted_);
+    done_ = nullptr;
+    keep_.clear();
+    complete_ = true;
+  }
+
   std::shared_ptr<NcclCommState> state_;
   std::string op_;
   std::string details_;
+  cudaStream_t caller_ = nullptr;
+  bool device_side_ = false;
+  std::chrono::steady_clock::time_point posted_;
   cudaEvent_t done_ = nullptr;
   std::vector<Tensor> keep_;
   bool complete_ = false;
@@ -288,6 +374,8 @@ using detail::NcclWork;
 NcclCommunicator::NcclCommunicator(MpiCommunicator& bootstrap, const NcclOptions& options) {
   auto state = std::make_shared<NcclCommState>();
   state->options = options;
+  const char* host_wait = std::getenv("CLEAVE_NCCL_HOST_WAIT");
+  state->host_completion = options.host_completion || (host_wait != nullptr && std::strcmp(host_wait, "1") == 0);
   state->name = bootstrap.name();
   // A private MPI group with the same members, sharing the bootstrap's liveness probe.
   std::unique_ptr<Communicator> mirror = bootstrap.split(0, bootstrap.rank(), "nccl");
@@ -338,6 +426,14 @@ void NcclCommunicator::check_device(const Tensor& t, std::string_view op) const 
                where(op), t.device().str(), state_->device);
 }
 
+bool NcclCommunicator::completes_on_device() const { return !state_->host_completion; }
+
+std::size_t NcclCommunicator::outstanding_device_works() const {
+  return state_->completions != nullptr ? state_->completions->outstanding() : 0;
+}
+
+void NcclCommunicator::count_host_waits(ops::HostWaits* waits) { state_->host_waits = waits; }
+
 void NcclCommunicator::abort(const std::string& reason) {
   state_->abort_comm(reason);
   state_->mpi->abort(reason);
@@ -345,6 +441,8 @@ void NcclCommunicator::abort(const std::string& reason) {
 
 std::unique_ptr<Communicator> NcclCommunicator::split_impl(int color, int key, std::string name) {
   NcclCommState& s = *state_;
+  s.surface();
+  std::lock_guard<std::recursive_mutex> lock(s.comm_mutex);
   CLEAVE_CHECK(!s.aborted, "{}: the communicator was aborted ({})", where("split"), s.abort_reason);
   std::unique_ptr<Communicator> mirror = s.mpi->split(color, key, "nccl");
   cleave::cuda::DeviceGuard guard(s.device);
@@ -355,6 +453,7 @@ std::unique_ptr<Communicator> NcclCommunicator::split_impl(int color, int key, s
   if (child == nullptr) return nullptr;
   auto state = std::make_shared<NcclCommState>();
   state->options = s.options;
+  state->host_completion = s.host_completion;
   state->name = std::move(name);
   state->device = s.device;
   state->comm = child;
@@ -369,12 +468,14 @@ std::unique_ptr<Communicator> NcclCommunicator::split_impl(int color, int key, s
 // members with the same ranks (s.rank = s.mpi->rank(), splits mirrored with the same color and key), and NCCL
 // carries only device tensors. A collective mixing a host and a device tensor is still refused by check_device.
 WorkPtr NcclCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, const Stream& stream) {
+  state_->surface();
   if (tensor.device().is_cpu()) return state_->mpi->all_reduce(tensor, op);
   check_device(tensor, "all_reduce");
   CLEAVE_CHECK(detail::has_nccl_type(tensor.dtype()),
                "{}: NCCL has no {} type to reduce (cast to i32, or reduce on the CPU with the mpi backend)",
                where("all_reduce"), dtype_name(tensor.dtype()));
   NcclCommState& s = *state_;
+  std::lock_guard<std::recursive_mutex> lock(s.comm_mutex);
   cleave::cuda::DeviceGuard guard(s.device);
   auto work = std::make_unique<NcclWork>(state_, "all_reduce",
                                          fmt::format("{}, {}", detail::describe(tensor), reduce_op_name(op)), stream);
@@ -393,6 +494,7 @@ WorkPtr NcclCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, con
 
 WorkPtr NcclCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor& output, ReduceOp op,
                                               const Stream& stream) {
+  state_->surface();
   if (input.device().is_cpu() && output.device().is_cpu()) return state_->mpi->reduce_scatter(input, output, op);
   check_device(input, "reduce_scatter");
   check_device(output, "reduce_scatter");
@@ -400,6 +502,7 @@ WorkPtr NcclCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor&
                "{}: NCCL has no {} type to reduce (cast to i32, or reduce on the CPU with the mpi backend)",
                where("reduce_scatter"), dtype_name(input.dtype()));
   NcclCommState& s = *state_;
+  std::lock_guard<std::recursive_mutex> lock(s.comm_mutex);
   cleave::cuda::DeviceGuard guard(s.device);
   auto work = std::make_unique<NcclWork>(
       state_, "reduce_scatter", fmt::format("{} per rank, {}", detail::describe(output), reduce_op_name(op)), stream);
@@ -419,10 +522,12 @@ WorkPtr NcclCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor&
 }
 
 WorkPtr NcclCommunicator::all_gather_impl(const Tensor& input, const Tensor& output, const Stream& stream) {
+  state_->surface();
   if (input.device().is_cpu() && output.device().is_cpu()) return state_->mpi->all_gather(input, output);
   check_device(input, "all_gather");
   check_device(output, "all_gather");
   NcclCommState& s = *state_;
+  std::lock_guard<std::recursive_mutex> lock(s.comm_mutex);
   cleave::cuda::DeviceGuard guard(s.device);
   auto work = std::make_unique<NcclWork>(state_, "all_gather",
                                          fmt::format("{} per rank", detail::describe(input)), stream);
@@ -436,9 +541,11 @@ WorkPtr NcclCommunicator::all_gather_impl(const Tensor& input, const Tensor& out
 }
 
 WorkPtr NcclCommunicator::broadcast_impl(const Tensor& tensor, int root, const Stream& stream) {
+  state_->surface();
   if (tensor.device().is_cpu()) return state_->mpi->broadcast(tensor, root);
   check_device(tensor, "broadcast");
   NcclCommState& s = *state_;
+  std::lock_guard<std::recursive_mutex> lock(s.comm_mutex);
   cleave::cuda::DeviceGuard guard(s.device);
   auto work = std::make_unique<NcclWork>(state_, "broadcast",
                                          fmt::format("{}, root rank {}", detail::describe(tensor), root), stream);
@@ -451,7 +558,9 @@ WorkPtr NcclCommunicator::broadcast_impl(const Tensor& tensor, int root, const S
 }
 
 WorkPtr NcclCommunicator::barrier_impl(const Stream& stream) {
+  state_->surface();
   NcclCommState& s = *state_;
+  std::lock_guard<std::recursive_mutex> lock(s.comm_mutex);
   cleave::cuda::DeviceGuard guard(s.device);
   auto work = std::make_unique<NcclWork>(state_, "barrier", "", stream);
   CLEAVE_NCCL_CHECK(ncclAllReduce(s.barrier_word, s.barrier_word, 1, ncclInt32, ncclSum, s.comm, s.stream));
@@ -461,8 +570,10 @@ WorkPtr NcclCommunicator::barrier_impl(const Stream& stream) {
 }
 
 WorkPtr NcclCommunicator::batch_p2p_impl(std::vector<P2POp> ops, const Stream& stream) {
+  state_->surface();
   for (const P2POp& op : ops) check_device(op.tensor, "batch_p2p");
   NcclCommState& s = *state_;
+  std::lock_guard<std::recursive_mutex> lock(s.comm_mutex);
   cleave::cuda::DeviceGuard guard(s.device);
   std::string details = fmt::format("{} ops:", ops.size());
   for (const P2POp& op : ops) {

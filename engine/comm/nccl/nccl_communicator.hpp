@@ -7,10 +7,19 @@
 //
 // Streams: each communicator owns a CUDA stream. An op first makes that stream wait for an event recorded on
 // the caller's `stream` (a CPU stream means the legacy default stream), then enqueues the NCCL call and a
-// completion event. Work::test() queries the event and ncclCommGetAsyncError; wait() polls them with the
-// watchdog. On an asynchronous NCCL error the communicator is aborted (ncclCommAbort, never a destroy that
-// can block) and the Work throws BackendError; on timeout the watchdog reports, aborts the communicator and
-// ends the job with MPI_Abort.
+// completion event. Work::test() queries the event and ncclCommGetAsyncError. On an asynchronous NCCL error the
+// communicator is aborted (ncclCommAbort, never a destroy that can block) and the Work throws BackendError.
+//
+// Completion (docs/cuda.md, "Completing collectives on the device"):
+//  - on a CUDA stream, wait() completes on the device: the caller's stream waits for the completion event
+//    (cudaStreamWaitEvent) and wait() returns at once; the host does not block. The event goes to the
+//    communicator's watchdog thread (device_completions.hpp), which polls it against options().timeout_s; on
+//    timeout it aborts the communicator (ncclCommAbort: the NCCL kernels exit, a host blocked on a stream behind
+//    them returns), and the next call into this communicator (any op, wait, test, split) reports the usual
+//    `comm timeout after Xs in <op>` naming the peers that do not answer and ends the job with MPI_Abort.
+//  - on a CPU stream, or with host completion (NcclOptions::host_completion or CLEAVE_NCCL_HOST_WAIT=1, for
+//    debugging), wait() blocks the host, polling the event under the watchdog as before, and notes one host
+//    wait in the counter of count_host_waits.
 //
 // Semantics that differ from MPI:
 //  - batch_p2p: NCCL does not transmit tags; sends and receives between a pair of ranks match in posting
@@ -24,6 +33,7 @@
 #include <cuda_runtime_api.h>
 #include <nccl.h>
 
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <vector>
@@ -36,6 +46,9 @@ namespace cleave::comm {
 struct NcclOptions : CommOptions {
   // CUDA device of this rank; -1 picks it from the launcher's local rank (launch_env.hpp).
   int device = -1;
+  // Every wait() blocks the host until the op is done, also on a CUDA stream (debugging; the environment
+  // variable CLEAVE_NCCL_HOST_WAIT=1 sets it too). Off: ops on a CUDA stream complete on the device.
+  bool host_completion = false;
 };
 
 namespace detail {
@@ -60,6 +73,13 @@ class NcclCommunicator final : public Communicator {
   int device() const;
   cudaStream_t stream() const;  // the communicator's own stream
   ncclComm_t native() const;
+  // False in host-completion mode (NcclOptions::host_completion, CLEAVE_NCCL_HOST_WAIT=1).
+  bool completes_on_device() const;
+  // Ops completed on the device whose events the watchdog thread has not yet seen fire (tests).
+  std::size_t outstanding_device_works() const;
+
+  // Counts host-mode waits (wait() that blocks the host) as ops::HostWait::kCommunication.
+  void count_host_waits(ops::HostWaits* waits) override;
 
   [[noreturn]] void abort(const std::string& reason) override;
 

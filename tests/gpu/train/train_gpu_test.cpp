@@ -19,15 +19,20 @@
 //  - SteadyStateStepWaitsForTheHostThreeTimes: after two warm-up steps each step waits for the GPU exactly 3 times
 //    through the seam (kernels/ops/host_waits.hpp): the loss read-back, the gradient norm (one sum_squares_many
 //    for every gradient) and check_device_status; the CPU run of the same config counts the same calls
-//    (tests/e2e/train_single_rank_test.cpp holds the CPU to 3 as well). Waits inside communicators are not
-//    counted (one rank here).
+//    (tests/e2e/train_single_rank_test.cpp holds the CPU to 3 as well). Communicators count their host waits on
+//    device work in the same counter (kCommunication), but one rank has no device collective.
 //  - MeasuredTimelineIsDeviceTime: train.trace on cuda:0 gives every action in order, non-overlapping spans
 //    taken by events on the run's stream, busy > 0, the whole span within the step's host wall time.
 //  - LayoutsOnOneGpu (mpiexec -n 2, gpu_train_test_np2): pp2 under every schedule, dp2 with ZeRO 0, 1, 2 and tp2,
 //    both ranks on cuda:0 through the staged MPI world, against one CPU rank within the CPU equivalence
 //    tests' bounds plus the fp32 GPU-CPU bound.
+//  - LayoutsOnOneGpuTp2HostWaits (gpu_train_test_np2): tp2 through the staged world makes the CPU run's seam
+//    waits plus communicator waits (kCommunication > 0: staging copies through the host); printed per step.
 //  - NcclLayoutsOnTwoGpus (mpiexec -n 2, gpu_train_test_nccl_np2; skips below 2 visible GPUs): pp2 (1f1b,
 //    interleaved, zb_v), dp2 with ZeRO 0/1/2 and tp2 on two GPUs through the NCCL world against one GPU rank.
+//  - NcclLayoutsOnTwoGpusTp2HostWaits (gpu_train_test_nccl_np2): tp2 over NCCL completes every all-reduce on the
+//    device, so a steady-state step waits only at its end: no kCommunication wait, and exactly the CPU run's
+//    seam waits (the loss read-back, the gradient norm, check_device_status).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -202,6 +207,26 @@ TEST(GpuTraining, MlpAndCnnTrain) {
   }
 }
 
+// The host waits of `steps` steady-state steps (after two warm-up steps) of `c` on `world`.
+ops::HostWaits steady_host_waits(const config::RunConfig& c, comm::Communicator& world, std::int64_t steps) {
+  train::Trainer trainer(c, world);
+  trainer.step(0);
+  trainer.step(1);
+  const ops::HostWaits warm = trainer.host_waits();
+  for (std::int64_t s = 2; s < 2 + steps; ++s) trainer.step(s);
+  return trainer.host_waits().since(warm);
+}
+
+// The seam's kinds (every kind but the communicators') of a and b agree.
+void expect_same_seam_waits(const ops::HostWaits& a, const ops::HostWaits& b, const std::string& what) {
+  for (std::size_t k = 0; k < ops::kHostWaitKinds; ++k) {
+    const auto kind = static_cast<ops::HostWait>(k);
+    if (kind == ops::HostWait::kCommunication) continue;
+    EXPECT_EQ(a.count(kind), b.count(kind)) << what << ": " << ops::host_wait_name(kind) << " (" << a.str() << " vs "
+                                            << b.str() << ")";
+  }
+}
+
 TEST(GpuTraining, SteadyStateStepMakesNoCudaMalloc) {
   CLEAVE_REQUIRE_GPU();
   auto world = make_world();
@@ -309,6 +334,32 @@ TEST(GpuTraining, LayoutsOnOneGpu) {
   }
 }
 
+// tp2 with both ranks on cuda:0 through the staged world: every tensor-parallel all-reduce copies its tensor
+// through host memory, so the host waits for the device at issue and at wait() (kCommunication, counted by the
+// run's communicators); the seam's own waits are the CPU run's. The staged world cannot complete on the device
+// (the host must hold the data for MPI), so this only pins the count down and prints it.
+TEST(GpuTraining, LayoutsOnOneGpuTp2HostWaits) {
+  auto mpi = make_world();
+  if (mpi->size() != 2) GTEST_SKIP() << "needs 2 ranks (ctest gpu_train_test_np2 runs it under mpiexec -n 2)";
+  CLEAVE_REQUIRE_GPU();
+  comm::CommOptions options;
+  options.timeout_s = kTestTimeoutS * 4;
+  comm::World staged = comm::make_world_communicator(mpi_runtime(), config::CommBackend::kMpi, DeviceType::kCuda, options);
+  const std::vector<std::string> tp2 = {"parallel.tensor_model_parallel_size=2", "model.tie_embeddings=false",
+                                        "parallel.comm_backend=mpi"};
+  constexpr std::int64_t kSteps = 3;
+  const ops::HostWaits gpu = steady_host_waits(on(tiny_gpt(tp2), "cuda"), *staged.comm, kSteps);
+  const ops::HostWaits cpu = steady_host_waits(on(tiny_gpt(tp2), "cpu"), *staged.comm, kSteps);
+  if (mpi->rank() == 0) {
+    std::printf("[ gpu ] staged tp2, %lld steady-state steps: %s on cuda:0, %s on the cpu\n",
+                static_cast<long long>(kSteps), gpu.str().c_str(), cpu.str().c_str());
+  }
+  EXPECT_GT(gpu.count(ops::HostWait::kCommunication), 0) << "the staged world's waits were not counted: " << gpu.str();
+  EXPECT_EQ(cpu.count(ops::HostWait::kCommunication), 0) << "host tensors are no device wait: " << cpu.str();
+  EXPECT_EQ(gpu.count(ops::HostWait::kSynchronize), kSteps) << gpu.str();
+  expect_same_seam_waits(gpu, cpu, "staged tp2, cuda vs cpu");
+}
+
 // Two ranks on two GPUs through the NCCL world against one GPU rank (ctest gpu_train_test_nccl_np2; stage training
 // of scripts/gpu-check.sh where nvidia-smi lists 2 or more GPUs). Rank r trains on cuda:r (its launcher's local
 // rank); tensor-parallel all-reduces, data-parallel buckets (ZeRO 0, 1, 2) and pipeline P2P are NCCL ops on the
@@ -329,7 +380,9 @@ TEST(GpuTraining, NcclLayoutsOnTwoGpus) {
   comm::World nccl = comm::make_world_communicator(mpi_runtime(), config::CommBackend::kNccl, DeviceType::kCuda, options);
   ASSERT_EQ(nccl.comm->backend(), "nccl");
   auto self = mpi->split(mpi->rank(), 0, "self");
-  const std::vector<std::string> base = {"train.steps=6", "model.tie_embeddings=false", "parallel.comm_backend=nccl"};
+  // device.type in the overrides: the config refuses comm_backend "nccl" with the default device.type "cpu".
+  const std::vector<std::string> base = {"train.steps=6", "model.tie_embeddings=false", "device.type=cuda",
+                                         "parallel.comm_backend=nccl"};
   std::vector<std::vector<std::string>> layouts;
   for (const char* schedule : {"1f1b", "interleaved_1f1b", "zb_v"}) {
     layouts.push_back({"parallel.pipeline_model_parallel_size=2", std::string("parallel.schedule=") + schedule});
@@ -356,6 +409,43 @@ TEST(GpuTraining, NcclLayoutsOnTwoGpus) {
       EXPECT_LE(diff, kFp32VsCpu + 2e-5) << layout.back();
     }
   }
+}
+
+// tp2 on two GPUs over NCCL: every tensor-parallel all-reduce (and any other device collective of the step) is
+// posted on the run's stream and completes on the device (wait() makes the run's stream wait for the op's event;
+// engine/comm/nccl/device_completions.hpp), so a steady-state step blocks the host only where the seam reads a
+// value back: the step end's loss read-back (synchronize), the gradient norm (sum_squares_many) and
+// check_device_status, exactly the calls the CPU run of the same layout makes. Any kCommunication wait means a
+// device collective fell back to a host wait (posted with the CPU stream, or CLEAVE_NCCL_HOST_WAIT=1 is set).
+TEST(GpuTraining, NcclLayoutsOnTwoGpusTp2HostWaits) {
+  auto mpi = make_world();
+  if (mpi->size() != 2) GTEST_SKIP() << "needs 2 ranks (ctest gpu_train_test_nccl_np2 runs it under mpiexec -n 2)";
+  const int gpus = ops::visible_devices(DeviceType::kCuda);
+  if (gpus < 2) GTEST_SKIP() << "needs 2 visible CUDA devices for 2 NCCL ranks, " << gpus << " visible";
+  const char* host_wait = std::getenv("CLEAVE_NCCL_HOST_WAIT");
+  if (host_wait != nullptr && std::string(host_wait) == "1") {
+    GTEST_SKIP() << "CLEAVE_NCCL_HOST_WAIT=1 makes every NCCL wait a host wait (debug mode)";
+  }
+  comm::CommOptions options;
+  options.timeout_s = kTestTimeoutS * 4;
+  comm::World nccl = comm::make_world_communicator(mpi_runtime(), config::CommBackend::kNccl, DeviceType::kCuda, options);
+  ASSERT_EQ(nccl.comm->backend(), "nccl");
+  const std::vector<std::string> tp2 = {"parallel.tensor_model_parallel_size=2", "model.tie_embeddings=false"};
+  std::vector<std::string> on_gpu = tp2, on_cpu = tp2;
+  on_gpu.insert(on_gpu.end(), {"device.type=cuda", "parallel.comm_backend=nccl"});
+  on_cpu.insert(on_cpu.end(), {"device.type=cpu", "parallel.comm_backend=mpi"});  // the world is given anyway
+  constexpr std::int64_t kSteps = 5;
+  const ops::HostWaits gpu = steady_host_waits(tiny_gpt(on_gpu), *nccl.comm, kSteps);
+  // The CPU run of the same layout on the same world: its host tensors travel over the NCCL world's MPI mirror.
+  const ops::HostWaits cpu = steady_host_waits(tiny_gpt(on_cpu), *nccl.comm, kSteps);
+  if (mpi->rank() == 0) {
+    std::printf("[ gpu ] nccl tp2, %lld steady-state steps: %s on cuda, %s on the cpu\n",
+                static_cast<long long>(kSteps), gpu.str().c_str(), cpu.str().c_str());
+  }
+  EXPECT_EQ(gpu.count(ops::HostWait::kCommunication), 0) << "a device collective blocked the host: " << gpu.str();
+  EXPECT_EQ(gpu.count(ops::HostWait::kSynchronize), kSteps) << "one loss read-back per step: " << gpu.str();
+  EXPECT_EQ(gpu.total(), cpu.total()) << gpu.str() << " vs " << cpu.str();
+  expect_same_seam_waits(gpu, cpu, "nccl tp2, cuda vs cpu");
 }
 
 }  // namespace

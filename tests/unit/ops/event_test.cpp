@@ -41,7 +41,9 @@ TEST(OpsEvent, UnrecordedEventsAndForeignDevicesAreRefused) {
   EXPECT_THROW(recorded->elapsed_ms_since(*never), InternalError);
   EXPECT_THROW(never->elapsed_ms_since(*recorded), InternalError);
   // cuda:7: refused by a build without CUDA (naming the reason) or by a machine without that device.
-  if (ops::visible_devices(DeviceType::kCuda) < 8) EXPECT_THROW(ops::make_device_event(Device::cuda(7)), Error);
+  if (ops::visible_devices(DeviceType::kCuda) < 8) {
+    EXPECT_THROW(ops::make_device_event(Device::cuda(7)), Error);
+  }
 }
 
 }  // namespace

@@ -116,15 +116,17 @@ TEST(OpsBf16, GemmWidensAtTheEdgesAndAccumulatesInF32) {
   Tensor b_rounded = Tensor::empty({n, k}, DType::kF32, MemoryCategory::kActivations);
   copy(ctx, a16, a_rounded);
   copy(ctx, b16, b_rounded);
+  GemmOptions transposed_b;
+  transposed_b.trans_b = true;
   Tensor want = Tensor::empty({m, n}, DType::kF32, MemoryCategory::kActivations);
-  gemm(ctx, a_rounded, b_rounded, want, {.trans_b = true});
+  gemm(ctx, a_rounded, b_rounded, want, transposed_b);
   // f32 output from bf16 operands: bit for bit the reference.
   Tensor got = Tensor::empty({m, n}, DType::kF32, MemoryCategory::kActivations);
-  gemm(ctx, a16, b16, got, {.trans_b = true});
+  gemm(ctx, a16, b16, got, transposed_b);
   EXPECT_EQ(got.to_floats(), want.to_floats());
   // bf16 output: the reference rounded once.
   Tensor got16 = Tensor::empty({m, n}, DType::kBF16, MemoryCategory::kActivations);
-  gemm(ctx, a16, b16, got16, {.trans_b = true});
+  gemm(ctx, a16, b16, got16, transposed_b);
   const auto narrowed = to_bf16(ctx, want).to_floats();
   EXPECT_EQ(got16.to_floats(), narrowed);
   double norm = 0;

@@ -64,14 +64,15 @@ std::string today() {
   return text;
 }
 
-// "measured 0.512 vs assumed 0.42 at 1e+09 FLOPs; ..." for one dtype's curve against the base profile's.
+// "efficiency bf16 at 1e9/1e10/1e11 FLOPs: 0.52/0.70/0.75 (assumed 0.42/0.62/0.70)": the measured curve against the
+// base profile's (scripts/gpu-check.sh's `profile` stage reads this line).
 std::string compare_line(const planner::HardwareProfile& measured, const planner::HardwareProfile& base, bool bf16) {
-  std::string line;
-  for (const double flops : {1e8, 1e9, 1e10, 1e11}) {
-    line += fmt::format("{}{:.0e} {:.3f} (assumed {:.3f})", line.empty() ? "" : ", ", flops,
-                        measured.gemm_efficiency_at(flops, bf16), base.gemm_efficiency_at(flops, bf16));
+  std::string got, assumed;
+  for (const double flops : {1e9, 1e10, 1e11}) {
+    got += fmt::format("{}{:.2f}", got.empty() ? "" : "/", measured.gemm_efficiency_at(flops, bf16));
+    assumed += fmt::format("{}{:.2f}", assumed.empty() ? "" : "/", base.gemm_efficiency_at(flops, bf16));
   }
-  return line;
+  return fmt::format("efficiency {} at 1e9/1e10/1e11 FLOPs: {} (assumed {})", bf16 ? "bf16" : "f32", got, assumed);
 }
 
 }  // namespace
@@ -162,10 +163,8 @@ int run_profile_gemm(int argc, char** argv) {
     CLEAVE_CHECK(out.good(), "profile --gemm: could not write {}", out_path);
   }
   planner::load_profile(out_path);  // the planner's reader accepts what was written
-  std::printf("efficiency bf16: %s\n", compare_line(profile, base, true).c_str());
-  if (!profile.gemm_efficiency_f32.empty()) {
-    std::printf("efficiency f32: %s\n", compare_line(profile, base, false).c_str());
-  }
+  std::printf("%s\n", compare_line(profile, base, true).c_str());
+  if (!profile.gemm_efficiency_f32.empty()) std::printf("%s\n", compare_line(profile, base, false).c_str());
   std::printf("checked %d elements (worst error %.2g of the sum of |products|); %zu GEMMs timed, %d skipped by the "
               "budget\nwrote %s (%.1f s); commit it into profiles/ (docs/planner.md)\n",
               checked, worst, result.timings.size(), result.skipped, out_path.c_str(), result.seconds);

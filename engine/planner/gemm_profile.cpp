@@ -89,8 +89,9 @@ Operands operands(const TrainingGemm& g, const Pool& in, const Tensor& c_pool) {
 
 // Runs the GEMM once more with beta 0 and compares rows 0, m/2 and m-1 at up to 16 columns (the first and the
 // last among them) with a double reference from the host copy of the inputs.
-void check(const ops::Context& ctx, const TrainingGemm& g, DType dtype, const Pool& in, Operands o, double tolerance,
-           GemmTiming& timing) {
+void check(const ops::Context& ctx, const TrainingGemm& g, DType dtype, const Pool& in, Operands o,
+           const GemmTimingOptions& options, GemmTiming& timing) {
+  const double rounding = o.c.dtype() == DType::kBF16 ? 1.0 / 256 : 1e-6;
   o.options.beta = 0.0f;
   ops::gemm(ctx, o.a, o.b, o.c, o.options);
   const std::set<std::int64_t> rows = {0, g.m / 2, g.m - 1};
@@ -111,12 +112,13 @@ void check(const ops::Context& ctx, const TrainingGemm& g, DType dtype, const Po
       CLEAVE_CHECK(scale > 0, "gemm profile: {} ({}): the reference at [{}, {}] has no non-zero product", g.what,
                    dtype_name(dtype), r, j);
       const double got = element(row, j);
-      const double error = std::abs(got - ref) / scale;
-      CLEAVE_CHECK(std::isfinite(got) && error <= tolerance,
-                   "gemm profile: {} ({} inputs, m {} n {} k {}) on {} is wrong at [{}, {}]: {} against the double "
-                   "reference {} (error {:.3g} of the sum of |products|, tolerance {:.3g}); its times are not a profile",
-                   g.what, dtype_name(dtype), g.m, g.n, g.k, ctx.device.str(), r, j, got, ref, error, tolerance);
-      timing.worst_error = std::max(timing.worst_error, error);
+      const double bound = rounding * std::abs(ref) + options.accumulation_tolerance * scale;
+      CLEAVE_CHECK(std::isfinite(got) && std::abs(got - ref) <= bound,
+                   "gemm profile: {} ({} inputs, {} out, m {} n {} k {}) on {} is wrong at [{}, {}]: {} against the "
+                   "double reference {} (|difference| {:.3g} > {:.3g}); its times are not a profile",
+                   g.what, dtype_name(dtype), dtype_name(o.c.dtype()), g.m, g.n, g.k, ctx.device.str(), r, j, got, ref,
+                   std::abs(got - ref), bound);
+      timing.worst_error = std::max(timing.worst_error, std::abs(got - ref) / scale);
       ++timing.checked;
     }
   }
@@ -242,8 +244,7 @@ GemmProfileResult measure_gemms(const ops::Context& ctx, const std::vector<Train
       timing.dtype = dtype;
       timing.seconds = median(samples);
       timing.launches = launches;
-      const bool bf16_out = o.c.dtype() == DType::kBF16;
-      check(ctx, g, dtype, pool, o, bf16_out ? options.bf16_output_tolerance : options.f32_output_tolerance, timing);
+      check(ctx, g, dtype, pool, o, options, timing);
       CLEAVE_CHECK(timing.seconds > 0, "gemm profile: {} ({}) timed at {} s", g.what, dtype_name(dtype), timing.seconds);
       result.timings.push_back(std::move(timing));
     }

@@ -393,7 +393,7 @@ stage_profile() {
   if [[ "$CHECK_GPU" == yes ]]; then
     result pass "eff@1e9/1e10/1e11 $figure; gemm_profile.json ($base)$note"
   else
-    result skipped "no GPU visible${CHECK_NO_GPU_NOTE}; on the CPU: plan read it, $(echo "$figure" | cut -c1-60)"
+    result skipped "no GPU visible${CHECK_NO_GPU_NOTE}; on the CPU: plan read it; $(echo "$figure" | cut -d, -f1)"
   fi
 }
 

@@ -123,6 +123,8 @@ int run_profile_gemm(int argc, char** argv) {
   const std::vector<planner::TrainingGemm> gemms = planner::training_gemms(args.on("--small"));
   const planner::GemmProfileResult result =
       planner::measure_gemms(ctx, gemms, {DType::kBF16, DType::kF32}, options);
+  // 1 GiB on a GPU (far beyond its L2), 64 MiB on the CPU (a check of the command).
+  const double copy_Bps = planner::measure_copy_bandwidth(ctx, device.is_cuda() ? (1LL << 30) : (64LL << 20), 5);
   ops::synchronize(ctx);
 
   double worst = 0;
@@ -149,13 +151,14 @@ int run_profile_gemm(int argc, char** argv) {
       "elements in all (worst error {:.2g} of the sum of |products|). Efficiency = FLOPs / time / the assumed peak "
       "(bf16 {:.1f}, f32 {:.1f} TFLOP/s, {}); the curves bin the GEMMs per half decade of FLOPs (total FLOPs over "
       "total time per bin); gemm_measured lists every GEMM. Attention's batched GEMMs were not measured: they are "
-      "priced from the same curves. Everything else comes from {}: {}",
+      "priced from the same curves. A device-to-device copy streamed {:.0f} GB/s (read + write; memory_bandwidth_GBps "
+      "is the base's). Everything else comes from {}: {}",
       command, device.str(), what.details, result.seconds, result.timings.size(), result.skipped, options.samples,
       options.min_sample_s * 1e3, options.warmups, checked, worst, base.peak_flops_bf16 / 1e12,
       base.peak_flops_f32 / 1e12,
       args.given("--peak-tflops-bf16") || args.given("--peak-tflops-f32") ? "given on the command line"
                                                                              : "from " + base_path,
-      base_path, base.source);
+      copy_Bps / 1e9, base_path, base.source);
   const planner::HardwareProfile profile = planner::measured_gemm_profile(base, result, what.memory_bytes, name, source);
   {
     std::ofstream out(out_path);
@@ -165,6 +168,8 @@ int run_profile_gemm(int argc, char** argv) {
   planner::load_profile(out_path);  // the planner's reader accepts what was written
   std::printf("%s\n", compare_line(profile, base, true).c_str());
   if (!profile.gemm_efficiency_f32.empty()) std::printf("%s\n", compare_line(profile, base, false).c_str());
+  std::printf("device-to-device copy: %.0f GB/s (read + write); the profile keeps the base's memory_bandwidth_GBps "
+              "%.0f\n", copy_Bps / 1e9, profile.memory_bandwidth_Bps / 1e9);
   std::printf("checked %d elements (worst error %.2g of the sum of |products|); %zu GEMMs timed, %d skipped by the "
               "budget\nwrote %s (%.1f s); commit it into profiles/ (docs/planner.md)\n",
               checked, worst, result.timings.size(), result.skipped, out_path.c_str(), result.seconds);

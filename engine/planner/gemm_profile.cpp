@@ -253,6 +253,25 @@ GemmProfileResult measure_gemms(const ops::Context& ctx, const std::vector<Train
   return result;
 }
 
+double measure_copy_bandwidth(const ops::Context& ctx, std::int64_t bytes, int samples) {
+  CLEAVE_CHECK(bytes >= 4 && samples >= 1, "copy bandwidth: bytes {} must be >= 4 and samples {} >= 1", bytes, samples);
+  const std::int64_t n = bytes / 4;
+  const Tensor src = Tensor::empty({n}, DType::kF32, MemoryCategory::kWorkspace, *ctx.allocator);
+  const Tensor dst = Tensor::empty({n}, DType::kF32, MemoryCategory::kWorkspace, *ctx.allocator);
+  ops::fill(ctx, src, 1.5f);
+  ops::copy(ctx, src, dst);  // warm-up
+  auto begin = ops::make_device_event(ctx.device), end = ops::make_device_event(ctx.device);
+  std::vector<double> times;
+  for (int s = 0; s < samples; ++s) {
+    begin->record(*ctx.stream);
+    ops::copy(ctx, src, dst);
+    end->record(*ctx.stream);
+    end->synchronize();
+    times.push_back(std::max(end->elapsed_ms_since(*begin) * 1e-3, 1e-9));
+  }
+  return 2.0 * static_cast<double>(n) * 4.0 / median(times);
+}
+
 std::vector<std::pair<double, double>> efficiency_curve(const std::vector<GemmTiming>& timings, DType dtype,
                                                         double peak_flops) {
   CLEAVE_CHECK(peak_flops > 0, "gemm profile: the peak must be > 0 FLOP/s, got {}", peak_flops);

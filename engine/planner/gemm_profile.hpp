@@ -102,6 +102,11 @@ std::vector<std::pair<double, double>> efficiency_curve(const std::vector<GemmTi
 HardwareProfile measured_gemm_profile(const HardwareProfile& base, const GemmProfileResult& result,
                                       std::int64_t device_memory, const std::string& name, const std::string& source);
 
+// Bytes per second a device-to-device copy of `bytes` (f32, ops::copy) streams, counting the read and the write:
+// the median of `samples` event-timed copies after one warm-up. `cleave profile --gemm` prints it beside the base
+// profile's memory_bandwidth_GBps (not written into the profile: that figure is the base's, stated in its source).
+double measure_copy_bandwidth(const ops::Context& ctx, std::int64_t bytes, int samples);
+
 std::string_view gemm_pass_name(GemmPass pass);  // "forward", "input grad", "weight grad"
 
 }  // namespace cleave::planner

@@ -128,6 +128,10 @@ TEST_F(GemmProfile, MeasuresOnTheCpuAndChecksEveryGemm) {
   const GemmProfileResult none = measure_gemms(cpu, gemms, {DType::kBF16, DType::kF32}, options);
   EXPECT_TRUE(none.timings.empty());
   EXPECT_EQ(none.skipped, static_cast<int>(2 * gemms.size()));
+  // The copy bandwidth is a rate: positive and finite (on this machine's memory: between 100 MB/s and 10 TB/s).
+  const double copy = measure_copy_bandwidth(cpu, 8 << 20, 3);
+  EXPECT_GT(copy, 1e8);
+  EXPECT_LT(copy, 1e13);
 }
 
 // Backends whose GEMM is broken (the CPU table otherwise): measuring through them must fail, naming the GEMM.

@@ -390,6 +390,9 @@ stage_profile() {
   # "efficiency bf16 at 1e9/1e10/1e11 FLOPs: 0.52/0.70/0.75 (assumed 0.42/0.62/0.70)" -> "bf16 .52/.70/.75 (assumed ...)"
   figure="$(sed -n 's/^efficiency \([a-z0-9]*\) at 1e9\/1e10\/1e11 FLOPs: /\1 /p' "$log" | sed 's/0\././g' | paste -sd ',' - \
             | sed 's/,/, /g')"
+  local skipped
+  skipped="$(sed -n 's/.* GEMMs timed, \([0-9]*\) skipped by the.*/\1/p' "$log" | tail -n 1)"
+  [[ "${skipped:-0}" -gt 0 ]] && note+="; $skipped GEMMs skipped (budget)"
   if [[ "$CHECK_GPU" == yes ]]; then
     result pass "eff@1e9/1e10/1e11 $figure; gemm_profile.json ($base)$note"
   else

@@ -212,6 +212,10 @@ GemmProfileResult measure_gemms(const ops::Context& ctx, const std::vector<Train
   for (const DType dtype : dtypes) {
     CLEAVE_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "gemm profile: {} GEMMs are not profiled (f32 or bf16)",
                  dtype_name(dtype));
+    if (options.budget_s > 0 && elapsed() > options.budget_s) {  // not even the operands of this dtype
+      result.skipped += static_cast<int>(gemms.size());
+      continue;
+    }
     const Pool pool = make_pool(ctx, values, dtype);
     const Tensor c_low = dtype == DType::kBF16
                              ? Tensor::empty({output}, DType::kBF16, MemoryCategory::kWorkspace, *ctx.allocator)
@@ -311,14 +315,16 @@ HardwareProfile measured_gemm_profile(const HardwareProfile& base, const GemmPro
   const auto has = [&](DType dtype) {
     return std::any_of(result.timings.begin(), result.timings.end(), [&](const GemmTiming& t) { return t.dtype == dtype; });
   };
-  if (has(DType::kBF16)) {
-    p.gemm_efficiency = efficiency_curve(result.timings, DType::kBF16, p.peak_flops_bf16);
-    p.flops_bf16 = p.peak_flops_bf16 * p.gemm_efficiency.back().second;
-  }
-  p.gemm_efficiency_f32.clear();
+  // bf16 is measured first; without it nothing measured would stand in gemm_efficiency.
+  CLEAVE_CHECK(has(DType::kBF16), "gemm profile: no bf16 GEMM was measured ({} skipped by the time budget): no profile "
+               "(give a larger --budget)", result.skipped);
+  p.gemm_efficiency = efficiency_curve(result.timings, DType::kBF16, p.peak_flops_bf16);
+  p.flops_bf16 = p.peak_flops_bf16 * p.gemm_efficiency.back().second;
   if (has(DType::kF32)) {
     p.gemm_efficiency_f32 = efficiency_curve(result.timings, DType::kF32, p.peak_flops_f32);
     p.flops_f32 = p.peak_flops_f32 * p.gemm_efficiency_f32.back().second;
+  } else if (p.gemm_efficiency_f32.empty()) {
+    p.gemm_efficiency_f32 = base.gemm_efficiency;  // f32 keeps the base's (assumed) curve, not bf16's measured one
   }
   for (const GemmTiming& t : result.timings) {
     p.measured_gemms.push_back({std::string(dtype_name(t.dtype)), t.gemm.what, t.gemm.m, t.gemm.n, t.gemm.k, t.seconds});

@@ -98,7 +98,8 @@ std::vector<std::pair<double, double>> efficiency_curve(const std::vector<GemmTi
 // node) with its efficiency curves replaced by the measured ones (gemm_efficiency for bf16, gemm_efficiency_f32 for
 // f32), sustained_gemm_tflops set to the measured rate of the largest bin, the timings kept as measured_gemms,
 // `device_memory` (bytes, > 0 replaces the base's), name and source as given. `base` must have a roofline (its
-// peaks are the ones assumed).
+// peaks are the ones assumed) and `result` bf16 timings; without f32 timings (a spent budget) f32 keeps the base's
+// assumed curve as gemm_efficiency_f32.
 HardwareProfile measured_gemm_profile(const HardwareProfile& base, const GemmProfileResult& result,
                                       std::int64_t device_memory, const std::string& name, const std::string& source);
 

@@ -233,6 +233,24 @@ TEST_F(GemmProfile, MeasuredProfileRoundTripsAndPricesEachDtypeByItsCurve) {
   const std::string again = write("again.json", profile_to_json(back).dump(2));
   std::ifstream a(path), b(again);
   EXPECT_EQ(std::string(std::istreambuf_iterator<char>(a), {}), std::string(std::istreambuf_iterator<char>(b), {}));
+  // Without f32 timings (a spent budget) f32 keeps the base's assumed curve, not bf16's measured one; without bf16
+  // timings there is no profile.
+  GemmProfileResult bf16_only;
+  for (const GemmTiming& t : r.timings) {
+    if (t.dtype == DType::kBF16) bf16_only.timings.push_back(t);
+  }
+  const HardwareProfile half = measured_gemm_profile(base, bf16_only, 0, "x", "y");
+  EXPECT_EQ(half.gemm_efficiency_f32, base.gemm_efficiency);
+  EXPECT_NEAR(half.gemm_efficiency_at(1e10, true), 0.75, 1e-9);
+  GemmProfileResult nothing;
+  nothing.skipped = 468;
+  try {
+    measured_gemm_profile(base, nothing, 0, "x", "y");
+    ADD_FAILURE() << "a profile without a measured GEMM was made";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no bf16 GEMM was measured (468 skipped by the time budget)"),
+              std::string::npos) << e.what();
+  }
   // A base without a roofline cannot anchor a measured curve.
   HardwareProfile flat = base;
   flat.gemm_efficiency.clear();

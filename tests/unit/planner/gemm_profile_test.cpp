@@ -117,9 +117,10 @@ TEST_F(GemmProfile, MeasuresOnTheCpuAndChecksEveryGemm) {
     EXPECT_GT(t.seconds, 0.0) << t.gemm.what;
     EXPECT_GE(t.launches, 1) << t.gemm.what;
     EXPECT_EQ(t.checked, 48) << t.gemm.what;  // 3 rows x 16 columns
-    // bf16 outputs are rounded to 8 bits; the f32 ones (and the bf16 run's f32 weight gradients) are not.
+    // Relative to the sum of |products|: a bf16 output's rounding is at most 2^-9 of it; f32 accumulation over
+    // k <= 384 at most k·2^-24 = 2.3e-5 (the worst case; random signs give far less).
     const bool bf16_out = t.dtype == DType::kBF16 && t.gemm.pass != GemmPass::kWeightGrad;
-    EXPECT_LT(t.worst_error, bf16_out ? 4e-3 : 1e-5) << t.gemm.what << " " << dtype_name(t.dtype);
+    EXPECT_LT(t.worst_error, bf16_out ? 2.5e-3 : 5e-5) << t.gemm.what << " " << dtype_name(t.dtype);
   }
   EXPECT_EQ(r.timings.front().dtype, DType::kBF16);  // bf16 first: a spent budget skips f32's largest
   EXPECT_EQ(r.timings.back().dtype, DType::kF32);

@@ -19,6 +19,8 @@
 #   nccl-watchdog  an NCCL op held on the device past a 1 s timeout must end gpu_comm_test with the timeout report
 #   staged-np1   gpu_staged_comm_test, one rank (no GPU: its StagedHost tests, which need none)
 #   staged-np2   the same under the bundle's mpirun -np 2 (both ranks on cuda:0)
+#   profile      cleave profile --gemm: cuBLASLt GEMM efficiency over GPT training GEMMs, written to
+#                OUTDIR/gemm_profile.json (a GPU profile for profiles/) and read back by cleave plan
 #   training     gpu_train_test: the Trainer on cuda:0 against the CPU (one rank), then its layouts on one GPU
 #                through the staged world (mpirun -np 2), then (2+ GPUs only) its layouts on two GPUs over NCCL
 #   bench        GPT-2 124M bf16 tokens/s and MFU: cleave train against PyTorch eager and torch.compile
@@ -28,7 +30,8 @@
 # The whole run is held to a budget (default 450 s, --budget): a stage gets min(its limit, what is left).
 #
 # OUTDIR receives summary.txt (the table printed last) and at most six other files: log.txt (every stage's
-# full log, in order), probe.txt, gtest.xml (every binary's results, suites prefixed with the stage).
+# full log, in order), probe.txt, gtest.xml (every binary's results, suites prefixed with the stage),
+# gemm_profile.json (the profile stage's measured GPU profile, to commit into profiles/).
 # Exit status: 0 when no stage failed, 1 otherwise, 2 for bad arguments.
 set -euo pipefail
 
@@ -361,6 +364,58 @@ stage_bench() {
   fi
 }
 
+stage_profile() {
+  # `cleave profile --gemm` on cuda:0 (engine/cli/profile_gemm.cpp): the forward, input-gradient and weight-gradient
+  # GEMMs of GPT blocks (d 768..4096, 1024..8192 tokens, GPT-2's LM head, awkward small ones) through ops::gemm in
+  # bf16 (f32 accumulation) and f32 (TF32 off), event-timed and checked against a double reference; efficiency as
+  # a fraction of the shipped profile's peaks. Writes OUTDIR/gemm_profile.json for the next session to commit into
+  # profiles/ (docs/planner.md, "Measured GPU profiles") and checks that `cleave plan --profile` reads it. Without
+  # a GPU the command is run on the CPU (--device cpu --small) so the stage's plumbing is exercised, and the stage
+  # reports skipped.
+  local out="$CHECK_OUT/gemm_profile.json" base="profiles/h100_sxm.json" rc=0 name="" note="" budget figure
+  local log="$CHECK_WORK/profile.log" cfg="$repo/benchmarks/peers/gpt2_124m_gpu.json"
+  [[ -x "$CHECK_BIN/cleave" ]] || { result fail "cleave is not in the bundle"; return; }
+  rm -f "$out"
+  if [[ "$CHECK_GPU" == yes ]]; then
+    name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
+    case "$name" in
+      *A100*) base="profiles/a100_80gb_sxm.json" ;;
+      *H100*PCIe*|*H100*NVL*) note="; peaks of the H100 SXM assumed for '$name' (lower efficiencies than its own)" ;;
+      *H100*|*H200*) ;;
+      *) note="; unknown GPU '${name:-?}': peaks of the H100 SXM assumed" ;;
+    esac
+    budget=$(( ${CHECK_STAGE_LIMIT:-60} - 20 )); (( budget < 10 )) && budget=10
+    "$CHECK_BIN/cleave" profile --gemm --base "$repo/$base" --out "$out" --budget "$budget" >"$log" 2>&1 || rc=$?
+  else
+    "$CHECK_BIN/cleave" profile --gemm --device cpu --small --samples 1 --base "$repo/$base" \
+      --peak-tflops-bf16 10 --peak-tflops-f32 10 --out "$CHECK_WORK/cpu_gemm_profile.json" >"$log" 2>&1 || rc=$?
+    out="$CHECK_WORK/cpu_gemm_profile.json"
+  fi
+  cat "$log"
+  if [[ $rc -ne 0 || ! -s "$out" ]]; then
+    result fail "cleave profile --gemm exited $rc: $(grep -m1 -i 'error' "$log" | cut -c1-110)"
+    return
+  fi
+  rc=0
+  "$CHECK_BIN/cleave" plan "$cfg" --world 8 --profile "$out" >"$CHECK_WORK/plan.log" 2>&1 || rc=$?
+  head -n 8 "$CHECK_WORK/plan.log"
+  if [[ $rc -ne 0 ]]; then
+    result fail "cleave plan --profile refused the written profile: $(grep -m1 -i 'error' "$CHECK_WORK/plan.log" | cut -c1-100)"
+    return
+  fi
+  # "efficiency bf16 at 1e9/1e10/1e11 FLOPs: 0.52/0.70/0.75 (assumed 0.42/0.62/0.70)" -> "bf16 .52/.70/.75 (assumed ...)"
+  figure="$(sed -n 's/^efficiency \([a-z0-9]*\) at 1e9\/1e10\/1e11 FLOPs: /\1 /p' "$log" | sed 's/0\././g' | paste -sd ',' - \
+            | sed 's/,/, /g')"
+  local skipped
+  skipped="$(sed -n 's/.* GEMMs timed, \([0-9]*\) skipped by the.*/\1/p' "$log" | tail -n 1)"
+  [[ "${skipped:-0}" -gt 0 ]] && note+="; $skipped GEMMs skipped (budget)"
+  if [[ "$CHECK_GPU" == yes ]]; then
+    result pass "eff@1e9/1e10/1e11 $figure; gemm_profile.json ($base)$note"
+  else
+    result skipped "no GPU visible${CHECK_NO_GPU_NOTE}; on the CPU: plan read it; $(echo "$figure" | cut -d, -f1)"
+  fi
+}
+
 # python_free_figure METRICS: cleave's median step time over the timed steps (after 3 warm-up) and tokens/s at it
 python_free_figure() {
   local ms n tokens
@@ -388,6 +443,7 @@ if [[ "${1:-}" == "--stage" ]]; then
     memcheck) stage_memcheck ;;
     training) stage_training ;;
     bench) stage_bench ;;
+    profile) stage_profile ;;
     *) echo "unknown stage $2" >&2; exit 2 ;;
   esac
   exit 0
@@ -410,7 +466,7 @@ done
 [[ -n "$outdir" ]] || usage
 mkdir -p "$outdir"
 CHECK_OUT="$(cd "$outdir" && pwd)"
-rm -f "$CHECK_OUT"/{summary.txt,log.txt,probe.txt,gtest.xml}
+rm -f "$CHECK_OUT"/{summary.txt,log.txt,probe.txt,gtest.xml,gemm_profile.json}
 t_start=$SECONDS
 deadline=$((t_start + budget))
 
@@ -528,6 +584,7 @@ done
 run_stage nccl-watchdog 60
 run_stage staged-np1 90
 run_stage staged-np2 120
+run_stage profile 60  # short, and it leaves a file to commit: before the long training and bench stages
 run_stage training 240
 run_stage bench 150
 run_stage memcheck 200
@@ -538,6 +595,7 @@ shopt -s nullglob
 xmls=("$CHECK_WORK"/xml/*.xml)
 shopt -u nullglob
 files="summary.txt log.txt probe.txt"
+[[ -s "$CHECK_OUT/gemm_profile.json" ]] && files+=" gemm_profile.json"
 if [[ ${#xmls[@]} -gt 0 ]]; then
   files+=" gtest.xml"
   {

@@ -17,6 +17,8 @@ int run_tokenize(int argc, char** argv);
 int run_bench(int argc, char** argv);
 int run_plan(int argc, char** argv);
 int run_profile(int argc, char** argv);
+// `cleave profile --gemm ...` (profile_gemm.cpp): run_profile hands over when --gemm is given.
+int run_profile_gemm(int argc, char** argv);
 int run_report(int argc, char** argv);
 
 }  // namespace cleave::cli

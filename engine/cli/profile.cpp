@@ -5,6 +5,7 @@
 // each block shape's forward, input-gradient and weight-gradient time at every tensor-parallel width and micro-batch
 // size the planner will consider for N ranks, and (under mpirun) alpha-beta fits of point-to-point and all_reduce /
 // reduce_scatter / all_gather per group size.
+// `cleave profile --gemm ...` measures a GPU's GEMM efficiency instead (profile_gemm.cpp).
 // Invariant: the output file is never overwritten, and is written only after every measurement succeeded.
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <fmt/format.h>
@@ -85,6 +87,9 @@ std::string today() {
 }  // namespace
 
 int run_profile(int argc, char** argv) {
+  for (int i = 1; i < argc; ++i) {
+    if (std::string_view(argv[i]) == "--gemm") return run_profile_gemm(argc, argv);
+  }
   const ArgParser parser = profile_args();
   const Args args = parser.parse(argc, argv);
   if (args.help()) {
@@ -104,7 +109,8 @@ int run_profile(int argc, char** argv) {
   const config::RunConfig config = config::load_config(config_path, overrides);
   CLEAVE_CHECK(config.device.type == DeviceType::kCpu,
                "profile: device.type {} is not profiled yet: cleave profile times CPU ranks; use a shipped profile "
-               "(profiles/) for GPUs", config.device.type);
+               "(profiles/) for GPUs, or measure its GEMM efficiency with `cleave profile --gemm --base FILE`",
+               config.device.type);
 
   CommandRuntime runtime(&argc, &argv);
   return runtime.run([&] {

@@ -30,6 +30,52 @@ double positive(const json& section, const std::string& key, const std::string& 
   return v.get<double>();
 }
 
+// [[flops per GEMM, fraction of peak], ...] in increasing size, each fraction in (0, 1].
+std::vector<std::pair<double, double>> read_curve(const json& root, const std::string& key, const std::string& path) {
+  const json& curve = root.at(key);
+  CLEAVE_CHECK(curve.is_array() && !curve.empty(),
+               "profile {}: '{}' must be a non-empty list of [flops per GEMM, fraction of peak]", path, key);
+  std::vector<std::pair<double, double>> out;
+  for (const json& point : curve) {
+    CLEAVE_CHECK(point.is_array() && point.size() == 2 && point[0].is_number() && point[1].is_number(),
+                 "profile {}: {} entry {} is not [flops per GEMM, fraction of peak]", path, key, point.dump());
+    const double flops = point[0].get<double>(), fraction = point[1].get<double>();
+    CLEAVE_CHECK(std::isfinite(flops) && flops > 0 && fraction > 0 && fraction <= 1,
+                 "profile {}: {} entry {} needs flops > 0 and a fraction in (0, 1]", path, key, point.dump());
+    CLEAVE_CHECK(out.empty() || flops > out.back().first,
+                 "profile {}: {} must list GEMM sizes in increasing order ({} after {})", path, key, flops,
+                 out.empty() ? 0.0 : out.back().first);
+    out.emplace_back(flops, fraction);
+  }
+  return out;
+}
+
+json curve_to_json(const std::vector<std::pair<double, double>>& curve) {
+  json out = json::array();
+  for (const auto& [flops, fraction] : curve) out.push_back({partition::file_number(flops), partition::file_number(fraction)});
+  return out;
+}
+
+std::vector<HardwareProfile::MeasuredGemm> read_measured_gemms(const json& list, const std::string& path) {
+  CLEAVE_CHECK(list.is_array(), "profile {}: 'gemm_measured' must be a list of {{\"dtype\", \"what\", \"m\", \"n\", "
+               "\"k\", \"ms\"}}", path);
+  std::vector<HardwareProfile::MeasuredGemm> out;
+  for (const json& e : list) {
+    const std::string where = fmt::format("profile {}: gemm_measured entry {}", path, out.size());
+    CLEAVE_CHECK(e.is_object(), "{}: expected an object, got {}", where, e.dump());
+    HardwareProfile::MeasuredGemm g;
+    g.dtype = e.value("dtype", "");
+    CLEAVE_CHECK(g.dtype == "bf16" || g.dtype == "f32", "{}: 'dtype' must be bf16 or f32, got '{}'", where, g.dtype);
+    g.what = e.value("what", "");
+    g.m = static_cast<std::int64_t>(positive(e, "m", where));
+    g.n = static_cast<std::int64_t>(positive(e, "n", where));
+    g.k = static_cast<std::int64_t>(positive(e, "k", where));
+    g.seconds = positive(e, "ms", where) * 1e-3;
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
 Link read_link(const json& root, const std::string& key, const std::string& file) {
   const std::string where = fmt::format("profile {}: {}", file, key);
   CLEAVE_CHECK(root.contains(key) && root.at(key).is_object(), "profile {}: missing object '{}'", file, key);
@@ -39,9 +85,9 @@ Link read_link(const json& root, const std::string& key, const std::string& file
 
 }  // namespace
 
-double HardwareProfile::gemm_efficiency_at(double flops) const {
+double HardwareProfile::gemm_efficiency_at(double flops, bool bf16) const {
   CLEAVE_ASSERT(has_roofline(), "profile '{}' has no gemm_efficiency curve", name);
-  const auto& c = gemm_efficiency;
+  const auto& c = !bf16 && !gemm_efficiency_f32.empty() ? gemm_efficiency_f32 : gemm_efficiency;
   if (flops <= c.front().first) return c.front().second;
   if (flops >= c.back().first) return c.back().second;
   std::size_t i = 1;
@@ -58,7 +104,7 @@ double HardwareProfile::roofline_seconds(const partition::PassWork& work, bool b
     const double flops = g.flops();
     if (flops <= 0) continue;
     // A batched GEMM is one launch: its efficiency is that of its whole work.
-    seconds += std::max(flops / (peak * gemm_efficiency_at(flops)), g.operand_bytes(element) / memory_bandwidth_Bps);
+    seconds += std::max(flops / (peak * gemm_efficiency_at(flops, bf16)), g.operand_bytes(element) / memory_bandwidth_Bps);
   }
   return seconds;
 }
@@ -106,21 +152,14 @@ HardwareProfile load_profile(const std::string& path) {
                  "needs both)", path);
     p.peak_flops_f32 = positive(root.at("peak_tflops"), "f32", where + ": peak_tflops") * 1e12;
     p.peak_flops_bf16 = positive(root.at("peak_tflops"), "bf16", where + ": peak_tflops") * 1e12;
-    const json& curve = root.at("gemm_efficiency");
-    CLEAVE_CHECK(curve.is_array() && !curve.empty(),
-                 "profile {}: 'gemm_efficiency' must be a non-empty list of [flops per GEMM, fraction of peak]", path);
-    for (const json& point : curve) {
-      CLEAVE_CHECK(point.is_array() && point.size() == 2 && point[0].is_number() && point[1].is_number(),
-                   "profile {}: gemm_efficiency entry {} is not [flops per GEMM, fraction of peak]", path, point.dump());
-      const double flops = point[0].get<double>(), fraction = point[1].get<double>();
-      CLEAVE_CHECK(std::isfinite(flops) && flops > 0 && fraction > 0 && fraction <= 1,
-                   "profile {}: gemm_efficiency entry {} needs flops > 0 and a fraction in (0, 1]", path, point.dump());
-      CLEAVE_CHECK(p.gemm_efficiency.empty() || flops > p.gemm_efficiency.back().first,
-                   "profile {}: gemm_efficiency must list GEMM sizes in increasing order ({} after {})", path, flops,
-                   p.gemm_efficiency.empty() ? 0.0 : p.gemm_efficiency.back().first);
-      p.gemm_efficiency.emplace_back(flops, fraction);
-    }
+    p.gemm_efficiency = read_curve(root, "gemm_efficiency", path);
   }
+  if (root.contains("gemm_efficiency_f32")) {
+    CLEAVE_CHECK(p.has_roofline(), "profile {}: 'gemm_efficiency_f32' needs 'peak_tflops' and 'gemm_efficiency' (the "
+                 "roofline it refines)", path);
+    p.gemm_efficiency_f32 = read_curve(root, "gemm_efficiency_f32", path);
+  }
+  if (root.contains("gemm_measured")) p.measured_gemms = read_measured_gemms(root.at("gemm_measured"), path);
   if (root.contains("measured")) p.measured = partition::measured_from_json(root.at("measured"), path);
   // Cores: the file's, else (a cpu profile) this machine's; the ranks that shared them when it was measured.
   if (root.contains("cores_per_node")) {
@@ -153,11 +192,23 @@ json profile_to_json(const HardwareProfile& p) {
   if (p.has_roofline()) {
     out["peak_tflops"] = {{"f32", partition::file_number(p.peak_flops_f32 / 1e12)},
                           {"bf16", partition::file_number(p.peak_flops_bf16 / 1e12)}};
-    json curve = json::array();
-    for (const auto& [flops, fraction] : p.gemm_efficiency) {
-      curve.push_back({partition::file_number(flops), partition::file_number(fraction)});
+    out["gemm_efficiency"] = curve_to_json(p.gemm_efficiency);
+    if (!p.gemm_efficiency_f32.empty()) out["gemm_efficiency_f32"] = curve_to_json(p.gemm_efficiency_f32);
+  }
+  if (!p.measured_gemms.empty()) {
+    // TFLOP/s and the fraction of the profile's peak are written for a reader (from the written ms, so a file
+    // read and written again is the same text); the reader takes m, n, k and ms.
+    json list = json::array();
+    for (const HardwareProfile::MeasuredGemm& g : p.measured_gemms) {
+      const double ms = partition::file_number(g.seconds * 1e3);
+      const double rate = g.flops() / (ms * 1e-3);
+      const double peak = g.dtype == "bf16" ? p.peak_flops_bf16 : p.peak_flops_f32;
+      json e = {{"dtype", g.dtype}, {"what", g.what}, {"m", g.m}, {"n", g.n}, {"k", g.k}, {"ms", ms},
+                {"tflops", partition::file_number(rate / 1e12)}};
+      if (peak > 0) e["fraction_of_peak"] = partition::file_number(rate / peak);
+      list.push_back(e);
     }
-    out["gemm_efficiency"] = curve;
+    out["gemm_measured"] = list;
   }
   if (p.measured.has_blocks() || p.measured.p2p) out["measured"] = partition::measured_to_json(p.measured);
   return out;

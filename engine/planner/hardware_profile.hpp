@@ -6,6 +6,8 @@
 // A profile written by `cleave profile` also carries MeasuredCosts (partition/measured_costs.hpp): per-block times by
 // tp width and micro-batch, and alpha-beta fits of P2P and collectives, which the planner then uses instead
 // of FLOPs over a rate and the link formulas.
+// A GPU profile written by `cleave profile --gemm` (engine/planner/gemm_profile.hpp) carries a MEASURED efficiency
+// curve per dtype (gemm_efficiency for bf16, gemm_efficiency_f32 for f32) and the timed GEMMs behind it.
 // CPU profiles also say how many cores a node has and how many ranks shared them while the compute figures were
 // taken, so a plan for another number of ranks per node is priced by its share of the cores (core_sharing).
 // Invariant: every number is finite and > 0 once a profile is returned; a bad file is an Error naming the
@@ -62,6 +64,19 @@ struct HardwareProfile {
   // instead of FLOPs over the sustained rate.
   double peak_flops_f32 = 0, peak_flops_bf16 = 0;
   std::vector<std::pair<double, double>> gemm_efficiency;
+  // f32 GEMMs' own curve (file key gemm_efficiency_f32, optional; a measured profile has it: f32 GEMMs run on
+  // other units than bf16 ones); empty = f32 uses gemm_efficiency too, as the shipped profiles do.
+  std::vector<std::pair<double, double>> gemm_efficiency_f32;
+  // The GEMMs `cleave profile --gemm` timed (file key gemm_measured; the curves are fitted to them). Evidence
+  // for a reader and for tests: the planner prices from the curves only.
+  struct MeasuredGemm {
+    std::string dtype;     // "bf16" (bf16 inputs, f32 accumulation) or "f32" (TF32 off)
+    std::string what;      // "fc1 forward d768 ff3072 tokens 4096"
+    std::int64_t m = 0, n = 0, k = 0;
+    double seconds = 0;    // one GEMM, median over the samples
+    double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
+  };
+  std::vector<MeasuredGemm> measured_gemms;
 
   partition::MeasuredCosts measured;  // empty unless written by `cleave profile`
 
@@ -75,8 +90,9 @@ struct HardwareProfile {
   // core count. Above 1 with more ranks than cores: a rank waiting for a core does not compute.
   double core_sharing(int ranks_on_node) const;
   bool has_roofline() const { return !gemm_efficiency.empty(); }
-  // The fraction of peak a GEMM of `flops` FLOPs reaches (has_roofline() only).
-  double gemm_efficiency_at(double flops) const;
+  // The fraction of peak a GEMM of `flops` FLOPs reaches (has_roofline() only): bf16's curve, and for f32
+  // (bf16 false) gemm_efficiency_f32 when the profile has one.
+  double gemm_efficiency_at(double flops, bool bf16 = true) const;
   // One pass of a block: each GEMM at max(FLOPs / (peak x efficiency), operand bytes / memory bandwidth),
   // plus the streamed bytes over memory bandwidth (has_roofline() only).
   double roofline_seconds(const partition::PassWork& work, bool bf16) const;

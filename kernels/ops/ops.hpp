@@ -249,6 +249,16 @@ class DeviceStream {
 // Devices of `type` this process can see: 1 for the CPU; cudaGetDeviceCount for cuda (0 in a build without
 // CUDA, or when the driver reports none).
 int visible_devices(DeviceType type);
+// What `device` is, for logs and measured profiles: its name ("NVIDIA H100 80GB HBM3"; "cpu" for the CPU), a
+// one-line description (compute capability, multiprocessors, memory, the CUDA library versions for cuda), and
+// its memory in bytes (cuda: the device's; cpu: physical memory). Throws Error when the build cannot serve the
+// device or it is not visible.
+struct DeviceDescription {
+  std::string name;
+  std::string details;
+  std::int64_t memory_bytes = 0;
+};
+DeviceDescription describe_device(Device device);
 // The run's stream on `device`; throws Error when the build cannot serve it or the device is not visible.
 std::unique_ptr<DeviceStream> make_device_stream(Device device);
 // The run's allocator on `device` (its own cap and counters), its blocks reused in the order of `stream`

@@ -1,7 +1,12 @@
 // The host-device boundary and the run's device objects: checks and dispatch (see ops.hpp). Everything above
 // the seam that moves data between host and device, or builds a run on a device, comes through here, so
 // nothing under engine/train, engine/optim, layers or pipeline includes a CUDA header.
+#include <unistd.h>
+
 #include <chrono>
+#include <thread>
+
+#include <fmt/format.h>
 
 #include "cleave/config.hpp"
 #include "engine/core/error.hpp"
@@ -90,6 +95,20 @@ int visible_devices(DeviceType type) {
 #else
   return 0;
 #endif
+}
+
+DeviceDescription describe_device(Device device) {
+  backend_for(device);
+#if CLEAVE_WITH_CUDA
+  if (device.is_cuda()) return describe_cuda_device(device);
+#endif
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  DeviceDescription d;
+  d.name = "cpu";
+  d.memory_bytes = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page : 0;
+  d.details = fmt::format("cpu, {} hardware threads, {:.1f} GiB", std::thread::hardware_concurrency(),
+                          static_cast<double>(d.memory_bytes) / (1024.0 * 1024.0 * 1024.0));
+  return d;
 }
 
 std::unique_ptr<DeviceStream> make_device_stream(Device device) {

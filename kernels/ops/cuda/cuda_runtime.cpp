@@ -1,6 +1,7 @@
 // The CUDA halves of the seam's device factories (ops.hpp "The run's device"): a run on cuda:N gets a
 // non-blocking stream of its own and the caching allocator ordered on that stream, so blocks are reused, and
-// tensors zeroed (Tensor::zero_), in the order of the run's work; events for ordering and timing on the device.
+// tensors zeroed (Tensor::zero_), in the order of the run's work; events for ordering and timing on the device;
+// what the device is (describe_device).
 // Compiled, not run on a GPU.
 #include "engine/cuda/caching_allocator.hpp"
 #include "engine/cuda/device.hpp"
@@ -46,6 +47,12 @@ void check_visible(Device device, std::string_view what) {
 }  // namespace
 
 int cuda_visible_devices() { return cuda::probe_devices().count; }
+
+DeviceDescription describe_cuda_device(Device device) {
+  check_visible(device, "describe_device");
+  const cuda::DeviceInfo info = cuda::device_info(device.index);
+  return {info.name, info.str() + "; " + cuda::library_versions(), info.total_memory};
+}
 
 std::unique_ptr<DeviceStream> make_cuda_stream(Device device) {
   check_visible(device, "the run's stream");

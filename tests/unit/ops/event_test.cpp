@@ -46,5 +46,15 @@ TEST(OpsEvent, UnrecordedEventsAndForeignDevicesAreRefused) {
   }
 }
 
+// describe_device (ops.hpp "The run's device"), which measured profiles name the device by: the CPU's is "cpu" with
+// the machine's memory; a cuda device this build or machine cannot serve is refused naming the count.
+TEST(OpsDevice, DescribesTheCpuAndRefusesAnInvisibleDevice) {
+  const ops::DeviceDescription cpu = ops::describe_device(Device::cpu());
+  EXPECT_EQ(cpu.name, "cpu");
+  EXPECT_GT(cpu.memory_bytes, 0);
+  EXPECT_NE(cpu.details.find("hardware threads"), std::string::npos) << cpu.details;
+  if (ops::visible_devices(DeviceType::kCuda) < 8) EXPECT_THROW(ops::describe_device(Device::cuda(7)), Error);
+}
+
 }  // namespace
 }  // namespace cleave::testing

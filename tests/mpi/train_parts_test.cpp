@@ -63,7 +63,9 @@ TEST(RankModel, ListsEachParameterOnceAndHoldsItsStages) {
   }
   // tp rank > 0 never counts a replicated parameter (a LayerNorm's gain is replicated at any tp).
   for (const auto& p : model.params()) {
-    if (p->shard.dim < 0 && p->name != model.tied_name()) EXPECT_FALSE(model.counts_in_norm(*p, 1)) << p->name;
+    if (p->shard.dim < 0 && p->name != model.tied_name()) {
+      EXPECT_FALSE(model.counts_in_norm(*p, 1)) << p->name;
+    }
   }
 }
 

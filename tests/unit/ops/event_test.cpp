@@ -53,7 +53,9 @@ TEST(OpsDevice, DescribesTheCpuAndRefusesAnInvisibleDevice) {
   EXPECT_EQ(cpu.name, "cpu");
   EXPECT_GT(cpu.memory_bytes, 0);
   EXPECT_NE(cpu.details.find("hardware threads"), std::string::npos) << cpu.details;
-  if (ops::visible_devices(DeviceType::kCuda) < 8) EXPECT_THROW(ops::describe_device(Device::cuda(7)), Error);
+  if (ops::visible_devices(DeviceType::kCuda) < 8) {
+    EXPECT_THROW(ops::describe_device(Device::cuda(7)), Error);
+  }
 }
 
 }  // namespace

@@ -293,7 +293,9 @@ TEST_F(MeasuredProfile, MeasurementTimesEveryBlockAtEachWidth) {
   // Cold caches (the default) also time each pass warm, right after; warm only (--warm-caches) has one table.
   for (const auto& b : costs.blocks) {
     EXPECT_TRUE(b.has_warm()) << b.shape << " m" << b.micro_batch;
-    if (b.shape.starts_with("transformer_block")) EXPECT_GT(b.warm_weight_grad_s, 0.0) << b.shape;
+    if (b.shape.starts_with("transformer_block")) {
+      EXPECT_GT(b.warm_weight_grad_s, 0.0) << b.shape;
+    }
   }
   partition::MeasuredCosts warm;
   request.cold_caches = false;

@@ -263,14 +263,18 @@ TEST_F(PlanSearch, RanksTheHandCheckedBestPlanFirst) {
   bool zero0_tied = false;
   for (const auto& e : r.ranked) {
     EXPECT_GE(e.step_s, best.step_s) << e.choice.layout();
-    if (std::abs(e.step_s - best.step_s) < 1e-12 * c) EXPECT_GE(e.peak_bytes, best.peak_bytes) << e.choice.layout();
+    if (std::abs(e.step_s - best.step_s) < 1e-12 * c) {
+      EXPECT_GE(e.peak_bytes, best.peak_bytes) << e.choice.layout();
+    }
     if (e.choice.dp == 2 && e.choice.zero_stage == 0 && e.choice.micro_batch == 1 &&
         e.choice.recompute == partition::Recompute::kNone) {
       EXPECT_NEAR(e.step_s, best.step_s, 1e-9 * c);  // the same time: ranked below on memory
       EXPECT_GT(e.peak_bytes, best.peak_bytes);
       zero0_tied = true;
     }
-    if (e.choice.tp == 2) EXPECT_GT(e.step_s, best.step_s + 16 * latency);
+    if (e.choice.tp == 2) {
+      EXPECT_GT(e.step_s, best.step_s + 16 * latency);
+    }
   }
   EXPECT_TRUE(zero0_tied);
 }
@@ -282,7 +286,9 @@ TEST_F(PlanSearch, SearchesZeroStagesWithDataParallelAndSequenceParallelWithTens
   for (const auto* list : {&r.ranked, &r.rejected}) {
     for (const auto& e : *list) {
       if (e.choice.dp == 2) zero_dp2.insert(e.choice.zero_stage);
-      if (e.choice.dp == 1) EXPECT_EQ(e.choice.zero_stage, 0);
+      if (e.choice.dp == 1) {
+        EXPECT_EQ(e.choice.zero_stage, 0);
+      }
       sp_seen |= e.choice.sequence_parallel && e.choice.tp == 2;
       sp_tp1 |= e.choice.sequence_parallel && e.choice.tp == 1;
     }

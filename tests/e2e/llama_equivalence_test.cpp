@@ -77,21 +77,6 @@ std::vector<Layout> layouts_for(int world) {
   return {};
 }
 
-// Max over tensors of max|a - b| / max|b| (the bf16 tensor-parallel measure, as mixed_precision_test.cpp).
-double max_scaled_param_diff(const RunRecord& a, const RunRecord& b, std::string* worst) {
-  double out = 0;
-  for (const auto& [name, values] : a.params) {
-    const auto& other = b.params.at(name);
-    double diff = 0, scale = 0;
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      diff = std::max(diff, static_cast<double>(std::abs(values[i] - other[i])));
-      scale = std::max(scale, static_cast<double>(std::abs(other[i])));
-    }
-    const double scaled = diff / std::max(scale, 1e-30);
-    if (scaled > out) out = scaled, *worst = name;
-  }
-  return out;
-}
 
 TEST(LlamaEquivalence, EveryLayoutMatchesOneRank) {
   auto world = make_world(/*deterministic=*/true);

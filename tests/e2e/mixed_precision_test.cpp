@@ -66,23 +66,6 @@ std::vector<Layout> layouts_for(int world) {
   return {};
 }
 
-// Max over tensors of max|a - b| / max|b|: differences measured against each tensor's own scale. Under tensor
-// parallelism at bf16 the element-wise relative difference is dominated by elements near zero (a bias whose
-// value is a few bf16 rounding steps), which says nothing about whether the layout trains the same model.
-double max_scaled_param_diff(const RunRecord& a, const RunRecord& b, std::string* worst) {
-  double out = 0;
-  for (const auto& [name, values] : a.params) {
-    const auto& other = b.params.at(name);
-    double diff = 0, scale = 0;
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      diff = std::max(diff, static_cast<double>(std::abs(values[i] - other[i])));
-      scale = std::max(scale, static_cast<double>(std::abs(other[i])));
-    }
-    const double scaled = diff / std::max(scale, 1e-30);
-    if (scaled > out) out = scaled, *worst = name;
-  }
-  return out;
-}
 
 TEST(MixedPrecision, EveryLayoutMatchesOneBf16Rank) {
   auto world = make_world(/*deterministic=*/true);

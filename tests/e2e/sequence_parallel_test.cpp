@@ -116,23 +116,6 @@ std::vector<Layout> llama_layouts_for(int world) {
   return {};
 }
 
-// Max over tensors of max|a - b| / max|b| (bf16: element-wise relative differences near zero say nothing).
-double max_scaled_param_diff(const RunRecord& a, const RunRecord& b, std::string* worst) {
-  double out = 0;
-  for (const auto& [name, values] : a.params) {
-    const auto& other = b.params.at(name);
-    double diff = 0, scale = 0;
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      diff = std::max(diff, static_cast<double>(std::abs(values[i] - other[i])));
-      scale = std::max(scale, static_cast<double>(std::abs(other[i])));
-    }
-    if (scale > 0 && diff / scale > out) {
-      out = diff / scale;
-      if (worst) *worst = name;
-    }
-  }
-  return out;
-}
 
 // Compares `sp` with `reference`; returns (loss diff, param diff) and checks them against the layout's bounds.
 std::pair<double, double> expect_close(const Layout& layout, const RunRecord& sp, const RunRecord& reference,

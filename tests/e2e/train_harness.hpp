@@ -78,6 +78,27 @@ inline double max_param_rel_diff(const RunRecord& a, const RunRecord& b, std::st
   return max_rel;
 }
 
+// Max over tensors of max|a - b| / max|b|: differences measured against each tensor's own scale (the bf16 and
+// tensor-parallel measure: there the element-wise relative difference is dominated by elements near zero, a
+// bias a few bf16 rounding steps from it, which says nothing about whether the layout trains the same model).
+inline double max_scaled_param_diff(const RunRecord& a, const RunRecord& b, std::string* worst = nullptr) {
+  double out = 0;
+  for (const auto& [name, values] : a.params) {
+    const auto& other = b.params.at(name);
+    double diff = 0, scale = 0;
+    for (std::size_t i = 0; i < values.size(); ++i) {
+      diff = std::max(diff, static_cast<double>(std::abs(values[i] - other[i])));
+      scale = std::max(scale, static_cast<double>(std::abs(other[i])));
+    }
+    const double scaled = diff / std::max(scale, 1e-30);
+    if (scaled > out) {
+      out = scaled;
+      if (worst) *worst = name;
+    }
+  }
+  return out;
+}
+
 inline double max_loss_rel_diff(const RunRecord& a, const RunRecord& b) {
   double max_rel = 0;
   EXPECT_EQ(a.losses.size(), b.losses.size());

@@ -357,7 +357,7 @@ struct TwinStages {
 };
 
 TwinStages twin_stages(const config::RunConfig& config) {  // config resolved
-  TwinStages twins{planning::make_plan(config, 1, 0)};
+  TwinStages twins{planning::make_plan(config, 1, 0), 0, nullptr, nullptr};
   twins.num_blocks = twins.plan.spec.blocks.size();
   layers::BuildOptions build;
   build.seed = config.train.seed;

@@ -16,6 +16,12 @@
 namespace cleave::layers {
 namespace {
 
+BuildOptions seeded(std::uint64_t seed) {
+  BuildOptions options;
+  options.seed = seed;
+  return options;
+}
+
 using testing::random_ids;
 using testing::random_tensor;
 
@@ -85,7 +91,7 @@ TEST(Builder, TinyGptParamNamesShapesAndCounts) {
 
 TEST(Builder, GptInitFollowsGpt2) {
   const auto spec = tiny_gpt();
-  auto layers = build_blocks(spec, 0, spec.blocks.size(), {.seed = 42});
+  auto layers = build_blocks(spec, 0, spec.blocks.size(), seeded(42));
   std::map<std::string, std::shared_ptr<Param>> by_name;
   for (auto& p : collect_params(layers)) by_name[p->name] = p;
   auto stddev = [](const Param& p) {
@@ -103,8 +109,8 @@ TEST(Builder, GptInitFollowsGpt2) {
   for (float v : by_name["blocks.1.ln2.bias"]->value.to_floats()) ASSERT_EQ(v, 0.0f);
 
   // Same seed, same values; another seed, other values.
-  auto again = collect_params(build_blocks(spec, 0, spec.blocks.size(), {.seed = 42}));
-  auto other = collect_params(build_blocks(spec, 0, spec.blocks.size(), {.seed = 43}));
+  auto again = collect_params(build_blocks(spec, 0, spec.blocks.size(), seeded(42)));
+  auto other = collect_params(build_blocks(spec, 0, spec.blocks.size(), seeded(43)));
   EXPECT_EQ(again[4]->value.to_floats(), by_name[again[4]->name]->value.to_floats());
   EXPECT_NE(other[4]->value.to_floats(), by_name[other[4]->name]->value.to_floats());
 }
@@ -172,7 +178,7 @@ TEST(Builder, GptInitialLossIsLogVocab) {
 // embedding's gradient.
 void check_model_gradients(const partition::ModelSpec& spec, const Tensor& input, const Tensor& targets,
                            float scale) {
-  auto layers = build_blocks(spec, 0, spec.blocks.size(), {.seed = 9});
+  auto layers = build_blocks(spec, 0, spec.blocks.size(), seeded(9));
   std::uint64_t s = 300;
   for (auto& p : collect_params(layers)) {
     const bool norm_gain = p->name.find("ln") != std::string::npos || p->name.find("norm") != std::string::npos;

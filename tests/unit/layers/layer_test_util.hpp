@@ -161,6 +161,24 @@ inline std::vector<float> grad_copy(const Layer& layer) {
   return out;
 }
 
+// Two micro-batches A and B through `layer` in the zero-bubble order F(A) F(B) I(A) I(B) W(B) W(A): both outputs,
+// both input gradients and the accumulated weight gradients, concatenated (what recomputation must reproduce).
+inline std::vector<float> run_zero_bubble_order(Layer& layer, Context& ctx, const Tensor& xa, const Tensor& xb,
+                                                const Tensor& dya, const Tensor& dyb) {
+  Stash sa, sb;
+  std::vector<float> out = layer.forward(xa, sa, ctx).to_floats();
+  const auto yb = layer.forward(xb, sb, ctx).to_floats();
+  out.insert(out.end(), yb.begin(), yb.end());
+  const auto dxa = layer.backward_input(dya, sa, ctx).to_floats();
+  const auto dxb = layer.backward_input(dyb, sb, ctx).to_floats();
+  layer.backward_weight(sb, ctx);
+  layer.backward_weight(sa, ctx);
+  out.insert(out.end(), dxa.begin(), dxa.end());
+  out.insert(out.end(), dxb.begin(), dxb.end());
+  for (float g : grad_copy(layer)) out.push_back(g);
+  return out;
+}
+
 inline void zero_grads(const Layer& layer) {
   for (auto& p : layer.params()) p->grad.zero_();
 }

@@ -18,8 +18,8 @@ namespace cleave::layers {
 namespace {
 
 using testing::check_gradients;
-using testing::grad_copy;
 using testing::random_tensor;
+using testing::run_zero_bubble_order;
 using testing::randomize;
 
 partition::BlockSpec llama_block_spec(std::int64_t d, std::int64_t heads, std::int64_t kv_heads, std::int64_t ffn,
@@ -216,20 +216,7 @@ TEST(LlamaBlock, RecomputationIsBitIdenticalInTheZeroBubbleOrder) {
   Context ctx;
   Tensor xa = random_tensor({2, 5, 12}, 15), xb = random_tensor({3, 5, 12}, 16);
   Tensor dya = random_tensor({2, 5, 12}, 17), dyb = random_tensor({3, 5, 12}, 18);
-  auto run = [&](Layer& layer) {
-    Stash sa, sb;
-    std::vector<float> out = layer.forward(xa, sa, ctx).to_floats();
-    const auto yb = layer.forward(xb, sb, ctx).to_floats();
-    out.insert(out.end(), yb.begin(), yb.end());
-    const auto dxa = layer.backward_input(dya, sa, ctx).to_floats();
-    const auto dxb = layer.backward_input(dyb, sb, ctx).to_floats();
-    layer.backward_weight(sb, ctx);
-    layer.backward_weight(sa, ctx);
-    out.insert(out.end(), dxa.begin(), dxa.end());
-    out.insert(out.end(), dxb.begin(), dxb.end());
-    for (float g : grad_copy(layer)) out.push_back(g);
-    return out;
-  };
+  auto run = [&](Layer& layer) { return run_zero_bubble_order(layer, ctx, xa, xb, dya, dyb); };
   auto plain = make_llama_block(spec, llama_init(), 1, 0);
   const auto expected = run(*plain);
   auto selective = make_llama_block(spec, llama_init(), 1, 0);

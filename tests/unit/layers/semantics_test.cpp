@@ -20,6 +20,7 @@ namespace {
 using testing::grad_copy;
 using testing::random_ids;
 using testing::random_tensor;
+using testing::run_zero_bubble_order;
 using testing::zero_grads;
 
 ParamInit gpt_init() {
@@ -148,20 +149,7 @@ TEST(LayerContract, RecomputedBlocksAreBitIdentical) {
   Context ctx;
   Tensor xa = random_tensor({2, 5, 8}, 15), xb = random_tensor({3, 5, 8}, 16);
   Tensor dya = random_tensor({2, 5, 8}, 17), dyb = random_tensor({3, 5, 8}, 18);
-  auto run = [&](Layer& layer) {
-    Stash sa, sb;
-    std::vector<float> out = layer.forward(xa, sa, ctx).to_floats();
-    const auto yb = layer.forward(xb, sb, ctx).to_floats();
-    out.insert(out.end(), yb.begin(), yb.end());
-    const auto dxa = layer.backward_input(dya, sa, ctx).to_floats();
-    const auto dxb = layer.backward_input(dyb, sb, ctx).to_floats();
-    layer.backward_weight(sb, ctx);
-    layer.backward_weight(sa, ctx);
-    out.insert(out.end(), dxa.begin(), dxa.end());
-    out.insert(out.end(), dxb.begin(), dxb.end());
-    for (float g : grad_copy(layer)) out.push_back(g);
-    return out;
-  };
+  auto run = [&](Layer& layer) { return run_zero_bubble_order(layer, ctx, xa, xb, dya, dyb); };
   TransformerBlock plain("blocks.0", 8, 2, 16, 2, gpt_init());
   const auto expected = run(plain);
   auto selective = std::make_unique<TransformerBlock>("blocks.0", 8, 2, 16, 2, gpt_init());

@@ -101,7 +101,7 @@ for t in $targets; do
   else
     failed=1
     printf 'fuzz: %-18s FAIL  (exit %s after %s s; log %s)\n' "$name" "$status" "$secs" "$log"
-    grep -E 'contract violated|ERROR: (AddressSanitizer|libFuzzer|LeakSanitizer)|runtime error|SUMMARY|Test unit written' "$log" | head -n 8
+    grep -E 'contract violated|ERROR: (AddressSanitizer|libFuzzer|LeakSanitizer)|runtime error|SUMMARY|Test unit written' "$log" | sed -n 1,8p
     ls "$work/artifacts/$name" 2>/dev/null | sed 's/^/    artifact: /'
   fi
 done

@@ -83,7 +83,7 @@ rm -rf "$stage"
 mkdir -p "$b"/{bin,lib,mpi,pmix,data,reference}
 cp "$build/bin/cleave" "$b/bin/"
 for t in "${gpu_tests[@]}"; do
-  f="$(find "$build/tests" -type f -name "$t" -perm -u+x | head -n 1)"
+  f="$(find "$build/tests" -type f -name "$t" -perm -u+x | sed -n 1p)"
   [[ -n "$f" ]] || die "target $t built no executable under $build/tests"
   cp "$f" "$b/bin/"
 done
@@ -104,7 +104,7 @@ unresolved() { ldd "$1" 2>/dev/null | awk '/not found/ { print $1 }'; }
 
 # ---- Open MPI, relocated ----------------------------------------------------------------------------------
 command -v ompi_info >/dev/null || die "ompi_info not found: this script packs Debian's Open MPI 4.x"
-ompi_path() { ompi_info --path all --parsable | sed -n "s/^path:$1:\(.*\)$/\1/p" | head -n 1; }
+ompi_path() { ompi_info --path all --parsable | sed -n "s/^path:$1:\(.*\)$/\1/p" | sed -n 1p; }
 prefix="$(ompi_path prefix)"; bindir="$(ompi_path bindir)"; libdir="$(ompi_path libdir)"
 pkglibdir="$(ompi_path pkglibdir)"; pkgdatadir="$(ompi_path pkgdatadir)"; sysconfdir="$(ompi_path sysconfdir)"
 [[ -n "$prefix" && -d "$pkglibdir" ]] || die "ompi_info --path all did not name a prefix and a pkglibdir"
@@ -137,11 +137,11 @@ for c in "$pkglibdir"/*.so; do
   if [[ $ok -eq 1 ]]; then cp "$c" "$m/${pkglibdir#"$prefix"/}/"; kept=$((kept + 1))
   else left_out+=("$(basename "$c" .so)"); fi
 done
-say "Open MPI $(ompi_info --parsable 2>/dev/null | sed -n 's/^ompi:version:full:\(.*\)/\1/p' | head -n 1):" \
+say "Open MPI $(ompi_info --parsable 2>/dev/null | sed -n 's/^ompi:version:full:\(.*\)/\1/p' | sed -n 1p):" \
     "$kept MCA components kept, ${#left_out[@]} left out (they need UCX/libfabric/verbs/PSM/netlink/OpenSHMEM)"
 
 # PMIx (external to Debian's Open MPI): its prefix is two levels above libpmix.so.2.
-pmix_lib="$(needed_libs "$pkglibdir"/mca_pmix_ext*.so 2>/dev/null | awk '$1 ~ /^libpmix/ { print $2; exit }')"
+pmix_lib="$(needed_libs "$pkglibdir"/mca_pmix_ext*.so 2>/dev/null | awk '!found && $1 ~ /^libpmix/ { print $2; found = 1 }')"
 if [[ -n "$pmix_lib" ]]; then
   pmix_prefix="$(dirname "$(dirname "$(readlink -f "$pmix_lib")")")"
   mkdir -p "$b/pmix/lib/pmix" "$b/pmix/share"
@@ -168,7 +168,7 @@ fortunes="/usr/share/games/fortunes/cookie"
 mkdir -p "$b/data/fortunes"
 cp "$fortunes" "$b/data/fortunes/cookie"
 digits="$(ls data/digits.csv.gz 2>/dev/null || find /usr/lib/python3/dist-packages -name digits.csv.gz 2>/dev/null \
-          | head -n 1 || true)"
+          | sed -n 1p || true)"
 if [[ -n "$digits" ]]; then cp "$digits" "$b/data/digits.csv.gz"
 else say "note: data/digits.csv.gz not found (scripts/install-deps.sh fetches it); the digits examples are left out"; fi
 
@@ -192,7 +192,7 @@ reference() {
   [[ -s "$run/metrics.jsonl" ]] || die "reference run $ref wrote no metrics.jsonl"
   cp "$run/metrics.jsonl" "$dir/"
   printf 'cleave train config.json %s\n(took %d s on %s: %s, %s cores, OpenBLAS)\n' "$*" $((SECONDS - t0)) \
-    "$(hostname)" "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)" "$(nproc)" >"$dir/command.txt"
+    "$(hostname)" "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | sed -n 1p)" "$(nproc)" >"$dir/command.txt"
 }
 # gpt_fortunes: the README's demo model, 20 steps, loss logged every step (gpu-check.sh's cpu-reference stage
 # replays it on the host's CPU; the training issue's GPU comparison reads the same metrics.jsonl).
@@ -224,12 +224,12 @@ glibcxx_need="$(objdump -T "$b"/bin/* "$b"/lib/* 2>/dev/null | grep -oE '\bGLIBC
 mapfile -t cuda_sonames < <(for f in "$b"/bin/*; do readelf -d "$f" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p'; done \
                             | grep -E "$cuda_lib_re" | sort -u)
 commit="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-dirty="$(git status --porcelain --untracked-files=no 2>/dev/null | head -n 1)"
+dirty="$(git status --porcelain --untracked-files=no 2>/dev/null | sed -n 1p)"
 {
   echo "Cleave GPU bundle"
   echo "commit        : $commit${dirty:+ (with uncommitted changes)}"
   echo "built         : $(date -u '+%Y-%m-%d %H:%M UTC') on $(. /etc/os-release && echo "$PRETTY_NAME"), $(uname -m)"
-  echo "build         : $build, Release, CUDA architectures $archs, nvcc $(cat "$build"/CMakeFiles/*/CMakeCUDACompiler.cmake 2>/dev/null | sed -n 's/^set(CMAKE_CUDA_COMPILER_VERSION "\(.*\)")/\1/p' | head -n 1)"
+  echo "build         : $build, Release, CUDA architectures $archs, nvcc $(cat "$build"/CMakeFiles/*/CMakeCUDACompiler.cmake 2>/dev/null | sed -n 's/^set(CMAKE_CUDA_COMPILER_VERSION "\(.*\)")/\1/p' | sed -n 1p)"
   echo "binaries      : $(cd "$b/bin" && echo *)"
   echo "host needs    : $glibc_need (glibc), $glibcxx_need (libstdc++), the NVIDIA driver (libcuda.so.1)"
   echo "CUDA sonames  : ${cuda_sonames[*]}"

@@ -62,7 +62,7 @@ judge_gtest() {
     last="$(grep -o '^\[ RUN      \] .*' "$log" | tail -n 1 | sed 's/^\[ RUN      \] //')"
     result fail "exited $rc before its summary${last:+ (last test started: $last)}"
   elif [[ "$rc" -ne 0 || "$failed" -gt 0 ]]; then
-    result fail "$failed of $ran failed ($(grep -o '^\[  FAILED  \] [A-Za-z0-9_/.]*' "$log" | head -n 2 \
+    result fail "$failed of $ran failed ($(grep -o '^\[  FAILED  \] [A-Za-z0-9_/.]*' "$log" | sed -n 1,2p \
                  | sed 's/^\[  FAILED  \] //' | tr '\n' ' ')...), exit $rc"
   elif [[ "$gpu_visible" -eq 1 && "$skipped" -gt 0 ]]; then
     result fail "$skipped of $ran skipped although a GPU is visible: $(grep -A1 -m1 ': Skipped$' "$log" | tail -n 1)"
@@ -80,14 +80,14 @@ stage_probe() {
     echo "date     : $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
     echo "kernel   : $(uname -srm)"
     echo "os       : $( (. /etc/os-release && echo "$PRETTY_NAME") 2>/dev/null || echo unknown)"
-    echo "cpu      : $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n 1)"
+    echo "cpu      : $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | sed -n 1p)"
     echo "memory   : $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
     echo "glibc    : $(getconf GNU_LIBC_VERSION 2>/dev/null || echo unknown)"
     echo "libstdc++: ${CHECK_LIBSTDCXX:-not found} (newest $CHECK_GLIBCXX)"
     echo "== GPU"
     if command -v nvidia-smi >/dev/null; then
       nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap --format=csv 2>&1 || true
-      nvidia-smi 2>&1 | sed -n 's/.*\(Driver Version: [0-9.]*\).*\(CUDA Version: [0-9.]*\).*/\1  \2/p' | head -n 1
+      nvidia-smi 2>&1 | sed -n 's/.*\(Driver Version: [0-9.]*\).*\(CUDA Version: [0-9.]*\).*/\1  \2/p' | sed -n 1p
     else
       echo "nvidia-smi not found"
     fi
@@ -105,12 +105,12 @@ stage_probe() {
   } >"$p" 2>&1
   cat "$p"
   local gpu figure host_glibc need_glibc need_glibcxx problems=""
-  gpu="$(nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader 2>/dev/null | head -n 1 \
+  gpu="$(nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader 2>/dev/null | sed -n 1p \
          | sed 's/, / · driver /; s/, / · sm /')"
   host_glibc="$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{ print $2 }')"
   need_glibc="$(sed -n 's/^host needs *: GLIBC_\([0-9.]*\).*/\1/p' "$CHECK_BUNDLE/MANIFEST.txt" 2>/dev/null)"
   need_glibcxx="$(sed -n 's/^host needs *: .*GLIBCXX_\([0-9.]*\).*/\1/p' "$CHECK_BUNDLE/MANIFEST.txt" 2>/dev/null)"
-  older() { [[ -n "$1" && -n "$2" && "$(printf '%s\n%s\n' "$1" "$2" | sort -V | head -n 1)" != "$2" ]]; }
+  older() { [[ -n "$1" && -n "$2" && "$(printf '%s\n%s\n' "$1" "$2" | sort -V | sed -n 1p)" != "$2" ]]; }
   if older "$host_glibc" "$need_glibc"; then problems+="glibc $host_glibc < $need_glibc needed; "; fi
   if older "${CHECK_GLIBCXX#GLIBCXX_}" "$need_glibcxx"; then
     problems+="libstdc++ $CHECK_GLIBCXX < GLIBCXX_$need_glibcxx needed; "
@@ -151,7 +151,7 @@ stage_ldd() {
     | awk '$1 ~ /^lib(cuda|cudart|cublas|cublasLt|cudnn|nccl)\.so/ { print $1, $2, $3 }' | sort -u
   if [[ $bad -eq 0 ]]; then result pass "$n files, every library found"
   else result fail "$bad of $n files miss libraries: $(grep -h -o '[^[:space:]]* => not found' \
-                   <<<"$(for f in "${files[@]}"; do ldd "$f" 2>&1; done)" | sort -u | head -n 3 | tr '\n' ' ')"; fi
+                   <<<"$(for f in "${files[@]}"; do ldd "$f" 2>&1; done)" | sort -u | sed -n 1,3p | tr '\n' ' ')"; fi
 }
 
 stage_test() {
@@ -377,7 +377,7 @@ stage_profile() {
   [[ -x "$CHECK_BIN/cleave" ]] || { result fail "cleave is not in the bundle"; return; }
   rm -f "$out"
   if [[ "$CHECK_GPU" == yes ]]; then
-    name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -n 1)"
+    name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sed -n 1p)"
     case "$name" in
       *A100*) base="profiles/a100_80gb_sxm.json" ;;
       *H100*PCIe*|*H100*NVL*) note="; peaks of the H100 SXM assumed for '$name' (lower efficiencies than its own)" ;;
@@ -525,7 +525,7 @@ CHECK_GPU=no CHECK_GPU_REASON="nvidia-smi lists no GPU" CHECK_NO_GPU_NOTE=""
 if [[ $no_gpu -eq 1 ]]; then
   CHECK_GPU_REASON="--no-gpu given"; CHECK_NO_GPU_NOTE=" (--no-gpu)"
 elif command -v nvidia-smi >/dev/null; then
-  if nvidia-smi -L 2>/dev/null | grep -q '^GPU [0-9]'; then CHECK_GPU=yes CHECK_GPU_REASON="nvidia-smi -L"; fi
+  if nvidia-smi -L 2>/dev/null | grep -c '^GPU [0-9]' >/dev/null; then CHECK_GPU=yes CHECK_GPU_REASON="nvidia-smi -L"; fi
 elif ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
   CHECK_GPU=yes CHECK_GPU_REASON="/dev/nvidia0 exists (no nvidia-smi)"
 else
@@ -535,7 +535,7 @@ CHECK_SANITIZER="$(command -v compute-sanitizer || true)"
 for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
   [[ -z "$CHECK_SANITIZER" && -x "$c" ]] && CHECK_SANITIZER="$c"
 done
-CHECK_LIBSTDCXX="$(ldconfig -p 2>/dev/null | awk '$1 == "libstdc++.so.6" && /x86-64/ { print $NF; exit }')"
+CHECK_LIBSTDCXX="$(ldconfig -p 2>/dev/null | awk '!found && $1 == "libstdc++.so.6" && /x86-64/ { print $NF; found = 1 }')"
 CHECK_GLIBCXX="$(grep -ao 'GLIBCXX_3\.4\.[0-9]*' "${CHECK_LIBSTDCXX:-/dev/null}" 2>/dev/null | sort -uV | tail -n 1)"
 export CHECK_GPU CHECK_GPU_REASON CHECK_NO_GPU_NOTE CHECK_SANITIZER CHECK_LIBSTDCXX CHECK_GLIBCXX
 
@@ -611,7 +611,7 @@ fi
 
 # ---- the summary, printed last -------------------------------------------------------------------------------------
 total=$((SECONDS - t_start))
-gpu_line="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | head -n 1 \
+gpu_line="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed -n 1p \
             | sed 's/, / · driver /' || true)"
 {
   if [[ ${#tails[@]} -gt 0 ]]; then printf '%s\n' "${tails[@]}"; echo; fi

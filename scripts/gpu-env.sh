@@ -52,7 +52,7 @@ _cleave_gpu_runtime() {
     done
     unset IFS
     if [[ -z "$found" ]] && command -v ldconfig >/dev/null 2>&1; then
-      found="$(ldconfig -p 2>/dev/null | awk -v so="$so" '$1 == so && /x86-64/ { print $NF; exit }')"
+      found="$(ldconfig -p 2>/dev/null | awk -v so="$so" '!found && $1 == so && /x86-64/ { print $NF; found = 1 }')"
       [[ -n "$found" ]] && from="ldconfig"
     fi
     if [[ -z "$found" ]]; then
@@ -138,7 +138,7 @@ PY
   local toolkit
   toolkit="$(cd "$(dirname "$nvcc")/.." && pwd)"
   local cuda_version
-  cuda_version="$("$nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | head -n 1)"
+  cuda_version="$("$nvcc" --version 2>/dev/null | sed -n 's/.*release \([0-9][0-9]*\.[0-9][0-9]*\).*/\1/p' | sed -n 1p)"
   local cuda_major="${cuda_version%%.*}"
   _say "nvcc     : $nvcc (CUDA ${cuda_version:-unknown})"
 
@@ -164,7 +164,7 @@ PY
     for p in "${pairs[@]}"; do
       l="${p%%|*}"; i="${p#*|}"; i="${i%%|*}"
       [[ -f "$i/$header" ]] || continue
-      f="$(ls "$l/lib$stem.so" "$l"/lib"$stem".so.[0-9]* 2>/dev/null | head -n 1)"
+      f="$(ls "$l/lib$stem.so" "$l"/lib"$stem".so.[0-9]* 2>/dev/null | sed -n 1p)"
       [[ -n "$f" ]] || continue
       found_lib="$l"; found_inc="$i"; found_file="$f"; found_from="${p##*|}"
       return 0
@@ -217,7 +217,7 @@ PY
   # ---- GPU architecture (informational: the build targets sm_80 and sm_90 unless told otherwise) ----------------
   local arch=""
   if command -v nvidia-smi >/dev/null 2>&1; then
-    arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d ' .')"
+    arch="$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | sed -n 1p | tr -d ' .')"
   fi
   if [[ -n "$arch" ]]; then
     _say "GPU      : sm_$arch (add -DCMAKE_CUDA_ARCHITECTURES=$arch to compile for this GPU only)"

@@ -29,7 +29,7 @@ packages=(
 if [ "$with_slurm" = 1 ]; then packages+=(slurmctld slurmd slurm-client slurm-wlm-basic-plugins munge); fi
 missing=()
 for p in "${packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -c "install ok installed" >/dev/null || missing+=("$p")
 done
 if [ ${#missing[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
@@ -42,7 +42,7 @@ if [ ! -f data/digits.csv.gz ]; then
   mkdir -p data
   tmp=$(mktemp -d)
   (cd "$tmp" && apt-get download python3-sklearn >/dev/null && dpkg-deb -x python3-sklearn_*.deb unpacked)
-  cp "$(find "$tmp/unpacked" -name digits.csv.gz | head -n 1)" data/digits.csv.gz
+  cp "$(find "$tmp/unpacked" -name digits.csv.gz | sed -n 1p)" data/digits.csv.gz
   rm -rf "$tmp"
 fi
 echo "dependencies ready"

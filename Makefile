@@ -1,21 +1,28 @@
 # Thin wrapper over CMake for the two README commands.
-#   make demo   install dependencies, build, train a small GPT on fortune text on the CPU, print a sample
-#   make test   build and run the whole test suite (what .ci/run calls)
+#   make demo   install dependencies, build the cleave binary only, train a small GPT on fortune text on the CPU,
+#               print a sample (the test suite and benchmarks are built by `make test`, into the same build/)
+#   make test   build everything and run the whole test suite (what .ci/run calls)
 BUILD ?= build
 JOBS  ?= $(shell nproc)
 # Extra scripts/install-deps.sh flags, e.g. DEPS_FLAGS=--with-slurm (CI: the `slurm` test label).
 DEPS_FLAGS ?=
 
-.PHONY: deps build demo test bench clean
+.PHONY: deps configure build build-cleave demo test bench clean
 
 deps:
 	./scripts/install-deps.sh $(DEPS_FLAGS)
 
-build:
+configure:
 	cmake -S . -B $(BUILD) -DCMAKE_BUILD_TYPE=Release
+
+build: configure
 	cmake --build $(BUILD) -j$(JOBS)
 
-demo: deps build
+# Only what `make demo` runs: the cleave binary and the libraries it links (no test or benchmark objects).
+build-cleave: configure
+	cmake --build $(BUILD) -j$(JOBS) --target cleave
+
+demo: deps build-cleave
 	run=runs/demo-$$(date +%Y%m%d-%H%M%S) && \
 	./$(BUILD)/bin/cleave train examples/gpt_fortunes.json --set train.out_dir=$$run && \
 	echo "--- a sample from the model it trained (cleave generate $$run/checkpoints):" && \

@@ -122,14 +122,15 @@ gtest_with_recovery() {
   test="${culprit%%$'\t'*}" why="${culprit#*$'\t'}"
   local st fig st2 fig2 mc_figure="" left
   read_result
-  [[ "$why" == hung ]] && why="hung past ${first}s"
+  local hung=0
+  if [[ "$why" == hung ]]; then hung=1 why="no result within ${first}s (hung or slow)"; fi
   echo "gpu-check: $test broke the run: $why; rerunning once without it"
   left="$(stage_left)"
   if (( left < 3 )); then result fail "$why in $test; no time left to rerun ($fig)"; return 0; fi
   local filter2 xml2="$CHECK_WORK/xml/$CHECK_STAGE.rerun.xml" secs=$(( left - 1 ))
   filter2="$(exclude_test "$filter" "$test")"
   # After a fault the rerun leaves time for memcheck: two thirds of what is left.
-  [[ "$why" == hung* ]] || secs=$(( left * 2 / 3 ))
+  [[ $hung -eq 1 ]] || secs=$(( left * 2 / 3 ))
   echo "+ $(basename "$bin") --gtest_filter=$filter2 (at most ${secs}s)"
   OMP_WAIT_POLICY=passive timeout --foreground -k 5 "$secs" "$bin" --gtest_filter="$filter2" \
     --gtest_output="xml:$xml2" 2>&1 | tee "$CHECK_WORK/gtest-rerun.log"
@@ -137,7 +138,7 @@ gtest_with_recovery() {
   judge_gtest "$rc" "$CHECK_WORK/gtest-rerun.log" "$gpu_visible"
   IFS='|' read -r st2 fig2 <"$CHECK_WORK/results/$CHECK_STAGE"
   left="$(stage_left)"
-  if [[ "$why" != hung* ]]; then
+  if [[ $hung -eq 0 ]]; then
     if (( left >= 5 )); then memcheck_one "$bin" "$test" "$((left - 2))"
     else mc_figure="memcheck not run: no time left"; fi
     echo "gpu-check: $mc_figure"

@@ -167,7 +167,14 @@ CHECK_GPU=no CHECK_GPU_REASON="nvidia-smi lists no GPU" CHECK_NO_GPU_NOTE=""
 if [[ $no_gpu -eq 1 ]]; then
   CHECK_GPU_REASON="--no-gpu given"; CHECK_NO_GPU_NOTE=" (--no-gpu)"
 elif command -v nvidia-smi >/dev/null; then
-  if nvidia-smi -L 2>/dev/null | grep -c '^GPU [0-9]' >/dev/null; then CHECK_GPU=yes CHECK_GPU_REASON="nvidia-smi -L"; fi
+  # A wedged driver can hang nvidia-smi: the driver's own calls are held to 20 s (the stages run under timeout).
+  smi_rc=0
+  smi_list="$(timeout -k 5 20 nvidia-smi -L 2>/dev/null)" || smi_rc=$?
+  if grep -c '^GPU [0-9]' <<<"$smi_list" >/dev/null; then
+    CHECK_GPU=yes CHECK_GPU_REASON="nvidia-smi -L"
+  elif [[ $smi_rc -eq 124 || $smi_rc -eq 137 ]]; then
+    CHECK_GPU=yes CHECK_GPU_REASON="nvidia-smi -L hung for 20 s (a wedged driver?); GPU stages run anyway"
+  fi
 elif ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
   CHECK_GPU=yes CHECK_GPU_REASON="/dev/nvidia0 exists (no nvidia-smi)"
 else
@@ -186,7 +193,7 @@ rows=()     # finished or skipped stages: "name|status|secs|figure"
 tails=()    # the last lines of each failed stage's log
 running=""  # the stage now running: "name|start SECONDS|limit"
 pending=("${stages[@]}")  # "name:limit" of the stages not yet started
-gpu_line="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed -n 1p \
+gpu_line="$(timeout -k 5 20 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed -n 1p \
             | sed 's/, / · driver /' || true)"
 commit="$(sed -n 's/^commit *: //p' "$CHECK_BUNDLE/MANIFEST.txt" 2>/dev/null || true)"
 any_fail=0

@@ -382,8 +382,9 @@ stage_staged() {
     result "$st" "$fig$note"
     return
   fi
-  local log="$CHECK_WORK/gtest-np$ranks.log"
-  mpi_gtest "$ranks" "$log" "$CHECK_STAGE" "$bin" ${filter:+--gtest_filter="$filter"} || rc=$?
+  local log="$CHECK_WORK/gtest-np$ranks.log" fargs=()
+  [[ -n "$filter" ]] && fargs=(--gtest_filter="$filter")
+  mpi_gtest "$ranks" "$log" "$CHECK_STAGE" "$bin" "${fargs[@]}" || rc=$?
   judge_gtest "$rc" "$log" "$gpu_visible"
   read_result
   local short

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Rehearses scripts/gpu-check.sh on this (build) machine with every library the bundle carries hidden, so a
-# library or Open MPI file the bundle misses fails here rather than on the GPU host (docs/cuda.md, "GPU
-# verification in one call"):
+# library or Open MPI file the bundle misses fails here rather than on the GPU host (docs/cuda.md, "Rehearsing
+# without a GPU"):
 #
 #   sudo scripts/gpu-bundle-rehearse.sh OUTDIR [gpu-check.sh options]
 #

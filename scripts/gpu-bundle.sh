@@ -195,7 +195,7 @@ reference() {
     "$(hostname)" "$(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | sed -n 1p)" "$(nproc)" >"$dir/command.txt"
 }
 # gpt_fortunes: the README's demo model, 20 steps, loss logged every step (gpu-check.sh's cpu-reference stage
-# replays it on the host's CPU; the training issue's GPU comparison reads the same metrics.jsonl).
+# replays it on the host's CPU, its gpu-reference stage on cuda:0, and both compare the losses with these).
 reference gpt_fortunes examples/gpt_fortunes.json --set train.steps=20 --set train.log_interval=1 \
   --set train.out_dir=@OUT_DIR@ --set data.path=@BUNDLE@/data/fortunes/cookie
 

@@ -1,462 +1,65 @@
 #!/usr/bin/env bash
 # Verifies Cleave's CUDA build on a GPU host in one call, from the bundle scripts/gpu-bundle.sh packs:
 #
-#   bash scripts/gpu-check.sh OUTDIR                     # on the GPU host, from the repository root
-#   bash scripts/gpu-check.sh --bundle DIR|TARBALL OUTDIR  # another bundle (an unpacked one, say)
+#   bash scripts/gpu-check.sh OUTDIR                       # on the GPU host, from the repository root
+#   bash scripts/gpu-check.sh --only STAGE[,STAGE] OUTDIR   # a targeted second call: those stages only
+#   bash scripts/gpu-check.sh --bundle DIR|TARBALL OUTDIR    # another bundle (an unpacked one, say)
 #   bash scripts/gpu-check.sh --build-dir build --no-gpu OUTDIR  # self-test against a normal CUDA build
+#   options: --budget SECONDS (default 400), --limit STAGE=SECONDS (repeatable: that stage's own limit)
 #
 # Assumes: the repository tree and build-gpu/cleave-gpu-bundle.tar.gz (or --bundle); on the host only bash,
 # coreutils (timeout), tar, ldd, the NVIDIA driver and the CUDA runtime libraries (found by
 # scripts/gpu-env.sh --runtime: LD_LIBRARY_PATH, ldconfig, /usr/local/cuda, PyTorch's site-packages/nvidia
 # wheels); nvidia-smi and compute-sanitizer are used when present. No build dependency of the project is needed.
 #
-# Stages, in this order, each in its own process under `timeout` (children included), each logging to its
-# own file; a failing stage does not stop the next:
-#   probe        GPU, driver, OS, glibc/libstdc++ against what the bundle needs, CUDA libraries found and where
-#   ldd          every binary, bundled library and MPI component resolves every library
-#   cpu-reference  cleave replays the bundle's CPU reference runs on this host's CPU and matches their losses
-#   test:<bin>   each GPU test binary (gpu_*_test but the staged one), gtest XML
-#   nccl-watchdog  an NCCL op held on the device past a 1 s timeout must end gpu_comm_test with the timeout report
-#   staged-np1   gpu_staged_comm_test, one rank (no GPU: its StagedHost tests, which need none)
-#   staged-np2   the same under the bundle's mpirun -np 2 (both ranks on cuda:0)
-#   profile      cleave profile --gemm: cuBLASLt GEMM efficiency over GPT training GEMMs, written to
-#                OUTDIR/gemm_profile.json (a GPU profile for profiles/) and read back by cleave plan
-#   training     gpu_train_test: the Trainer on cuda:0 against the CPU (one rank), then its layouts on one GPU
-#                through the staged world (mpirun -np 2), then (2+ GPUs only) its layouts on two GPUs over NCCL
-#   bench        GPT-2 124M bf16 tokens/s and MFU: cleave train against PyTorch eager and torch.compile
-#                (benchmarks/peers/gpt2_gpu_bench.py), with the ratios
-#   memcheck     compute-sanitizer memcheck of the non-GEMM kernel tests, where the tool runs
-# Without a visible GPU (or with --no-gpu) every stage that needs one reports "skipped: no GPU visible".
-# The whole run is held to a budget (default 450 s, --budget): a stage gets min(its limit, what is left).
+# Stages, most information per second first (the bodies are in scripts/gpu-check-stages.sh; docs/cuda.md
+# describes each): probe, ldd, cpu-reference, gpu-reference, kernels, ops-parity, train-1rank, comm, test:<bin>
+# (any other gpu_*_test binary), staged-np1, staged-np2, nccl-watchdog, train-layouts, profile, bench. Each runs
+# in its own process under `timeout` (children included); a failing stage does not stop the next. The run is held
+# to the budget: a stage gets min(its limit, what is left), and one that would get less than half its limit is
+# skipped (with the reason), not started. Without a visible GPU (or with --no-gpu) the GPU stages report skipped.
+# The check unsets NVIDIA_TF32_OVERRIDE (it would turn strict f32 GEMMs into TF32) and sets NCCL_DEBUG=WARN.
 #
-# OUTDIR receives summary.txt (the table printed last) and at most six other files: log.txt (every stage's
-# full log, in order), probe.txt, gtest.xml (every binary's results, suites prefixed with the stage),
-# gemm_profile.json (the profile stage's measured GPU profile, to commit into profiles/).
-# Exit status: 0 when no stage failed, 1 otherwise, 2 for bad arguments.
+# OUTDIR, written as the check goes so that a check cut off by a time limit still leaves them:
+#   summary.txt   the table, rewritten before and after every stage (the running stage and those not yet run
+#                 are listed; a SIGTERM/SIGINT marks the running stage "stopped" and ends the check)
+#   log.txt       every stage's log, streamed as it is produced, each stage headed and closed by its row
+#   probe.txt     the probe's report; gtest.xml every gtest run's suites (rewritten after each stage);
+#   gemm_profile.json  the profile stage's measured GPU profile (to commit into profiles/)
+# Exit status: 0 when no stage failed, 1 otherwise, 2 for bad arguments (an unknown stage name included),
+# 128+N when stopped by signal N.
 set -euo pipefail
 
 self="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]}")"
 repo="$(cd "$(dirname "$self")/.." && pwd)"
+stages_sh="$repo/scripts/gpu-check-stages.sh"
 
-# ==== stage bodies (run as `gpu-check.sh --stage NAME` by the driver below, with its environment) ============
+# The stages in the order they run, with their own time limits in seconds. Other gpu_*_test binaries found in the
+# bundle run as test:<binary> (limit 120) after `comm`.
+plan=(probe:30 ldd:60 cpu-reference:60 gpu-reference:90 kernels:150 ops-parity:150 train-1rank:180 comm:90
+      staged-np1:60 staged-np2:90 nccl-watchdog:60 train-layouts:180 profile:60 bench:150)
+# Binaries with stages of their own (not run again as test:<binary>).
+own_stage_bins=" gpu_cuda_test gpu_ops_test gpu_train_test gpu_comm_test gpu_staged_comm_test "
 
-# result STATUS FIGURE: the stage's row in the summary (STATUS: pass, fail or skipped)
-result() { printf '%s|%s\n' "$1" "$2" >"$CHECK_WORK/results/$CHECK_STAGE"; }
-
-# gtest_counts LOG: sets ran passed failed skipped from the last gtest summary in LOG (empty when none)
-gtest_counts() {
-  ran="$(sed -n 's/^\[==========\] \([0-9]*\) tests\{0,1\} from .* ran\..*/\1/p' "$1" | tail -n 1)"
-  passed="$(sed -n 's/^\[  PASSED  \] \([0-9]*\) test.*/\1/p' "$1" | tail -n 1)"
-  failed="$(sed -n 's/^\[  FAILED  \] \([0-9]*\) tests\{0,1\}, listed below.*/\1/p' "$1" | tail -n 1)"
-  skipped="$(sed -n 's/^\[  SKIPPED \] \([0-9]*\) tests\{0,1\}, listed below.*/\1/p' "$1" | tail -n 1)"
-  failed="${failed:-0}" skipped="${skipped:-0}"
+# known_stage NAME: NAME is a stage of the plan or test:gpu_<something>_test
+known_stage() {
+  local p
+  for p in "${plan[@]}"; do [[ "${p%%:*}" == "$1" ]] && return 0; done
+  [[ "$1" =~ ^test:gpu_[A-Za-z0-9_]+_test$ ]]
 }
+stage_names() { local p; for p in "${plan[@]}"; do printf '%s ' "${p%%:*}"; done; printf 'test:<gpu_*_test binary>'; }
+bad_arg() { echo "gpu-check: $*" >&2; exit 2; }
 
-# judge_gtest RC LOG [GPU_VISIBLE]: the result of a gtest run from its exit status and its own summary. With a
-# GPU visible (the default) a skipped test is a failure: the gpu tests skip only when they cannot use a device.
-judge_gtest() {
-  local rc="$1" log="$2" gpu_visible="${3:-1}"
-  gtest_counts "$log"
-  if [[ -z "$ran" ]]; then
-    local last
-    last="$(grep -o '^\[ RUN      \] .*' "$log" | tail -n 1 | sed 's/^\[ RUN      \] //')"
-    result fail "exited $rc before its summary${last:+ (last test started: $last)}"
-  elif [[ "$rc" -ne 0 || "$failed" -gt 0 ]]; then
-    result fail "$failed of $ran failed ($(grep -o '^\[  FAILED  \] [A-Za-z0-9_/.]*' "$log" | sed -n 1,2p \
-                 | sed 's/^\[  FAILED  \] //' | tr '\n' ' ')...), exit $rc"
-  elif [[ "$gpu_visible" -eq 1 && "$skipped" -gt 0 ]]; then
-    result fail "$skipped of $ran skipped although a GPU is visible: $(grep -A1 -m1 ': Skipped$' "$log" | tail -n 1)"
-  elif [[ "$ran" -eq 0 ]]; then
-    result fail "no test ran"
-  else
-    result pass "$passed passed, $skipped skipped of $ran"
-  fi
-}
-
-stage_probe() {
-  local p="$CHECK_OUT/probe.txt"
-  {
-    echo "== host"
-    echo "date     : $(date -u '+%Y-%m-%d %H:%M:%S UTC')"
-    echo "kernel   : $(uname -srm)"
-    echo "os       : $( (. /etc/os-release && echo "$PRETTY_NAME") 2>/dev/null || echo unknown)"
-    echo "cpu      : $(nproc) cores, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | sed -n 1p)"
-    echo "memory   : $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo)"
-    echo "glibc    : $(getconf GNU_LIBC_VERSION 2>/dev/null || echo unknown)"
-    echo "libstdc++: ${CHECK_LIBSTDCXX:-not found} (newest $CHECK_GLIBCXX)"
-    echo "== GPU"
-    if command -v nvidia-smi >/dev/null; then
-      nvidia-smi --query-gpu=index,name,driver_version,memory.total,compute_cap --format=csv 2>&1 || true
-      nvidia-smi 2>&1 | sed -n 's/.*\(Driver Version: [0-9.]*\).*\(CUDA Version: [0-9.]*\).*/\1  \2/p' | sed -n 1p
-    else
-      echo "nvidia-smi not found"
-    fi
-    ls /dev/nvidia* 2>/dev/null | tr '\n' ' '; echo
-    echo "gpu visible: $CHECK_GPU ($CHECK_GPU_REASON)"
-    echo "== CUDA libraries (scripts/gpu-env.sh --runtime; CLEAVE_CUDA_SONAMES=$CLEAVE_CUDA_SONAMES)"
-    cat "$CHECK_WORK/cuda-env.txt"
-    echo "LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}"
-    echo "== tools"
-    echo "nvcc     : $(command -v nvcc >/dev/null && nvcc --version | grep -o 'release [0-9.]*, V[0-9.]*' || echo 'not found')"
-    echo "sanitizer: ${CHECK_SANITIZER:-not found}"
-    echo "mpirun   : $CHECK_MPIRUN"
-    echo "== bundle ($CHECK_BUNDLE)"
-    sed -n '1,/^files:/p' "$CHECK_BUNDLE/MANIFEST.txt" 2>/dev/null | grep -v '^files:' || echo "(no MANIFEST.txt: not a bundle)"
-  } >"$p" 2>&1
-  cat "$p"
-  local gpu figure host_glibc need_glibc need_glibcxx problems=""
-  gpu="$(nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader 2>/dev/null | sed -n 1p \
-         | sed 's/, / · driver /; s/, / · sm /')"
-  host_glibc="$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{ print $2 }')"
-  need_glibc="$(sed -n 's/^host needs *: GLIBC_\([0-9.]*\).*/\1/p' "$CHECK_BUNDLE/MANIFEST.txt" 2>/dev/null)"
-  need_glibcxx="$(sed -n 's/^host needs *: .*GLIBCXX_\([0-9.]*\).*/\1/p' "$CHECK_BUNDLE/MANIFEST.txt" 2>/dev/null)"
-  older() { [[ -n "$1" && -n "$2" && "$(printf '%s\n%s\n' "$1" "$2" | sort -V | sed -n 1p)" != "$2" ]]; }
-  if older "$host_glibc" "$need_glibc"; then problems+="glibc $host_glibc < $need_glibc needed; "; fi
-  if older "${CHECK_GLIBCXX#GLIBCXX_}" "$need_glibcxx"; then
-    problems+="libstdc++ $CHECK_GLIBCXX < GLIBCXX_$need_glibcxx needed; "
-  fi
-  # Without a GPU the driver's libcuda.so.1 may well be absent; with one it must be found.
-  local missing
-  missing="$(tr '\n' ' ' <"$CHECK_WORK/cuda-missing.txt")"
-  [[ "$CHECK_GPU" == yes ]] || missing="${missing//libcuda.so.1 /}"
-  if [[ -n "$missing" ]]; then problems+="not found: $missing; "; fi
-  figure="${gpu:-no GPU visible} · glibc ${host_glibc:-?} · $( (. /etc/os-release && echo "$ID $VERSION_ID") 2>/dev/null)"
-  if [[ -n "$problems" ]]; then
-    result fail "$problems$figure"
-  else
-    result pass "$figure"
-  fi
-}
-
-stage_ldd() {
-  local files=() f n=0 bad=0 out
-  for f in "$CHECK_BIN"/*; do [[ -e "$f" ]] && files+=("$(readlink -f "$f")"); done
-  # A bundle's libraries, Open MPI programs and components (a --build-dir run has none of these folders).
-  for f in "$CHECK_BUNDLE"/lib/* "$CHECK_BUNDLE"/mpi/bin/* "$CHECK_BUNDLE"/pmix/lib/pmix/*.so \
-           $(find "$CHECK_BUNDLE/mpi" -name 'mca_*.so' 2>/dev/null); do
-    [[ -f "$f" && ! -L "$f" ]] && files+=("$f")
-  done
-  for f in "${files[@]}"; do
-    n=$((n + 1))
-    out="$(ldd "$f" 2>&1 || true)"
-    if grep -q 'not found\|not a dynamic executable' <<<"$out"; then
-      if grep -q 'not a dynamic executable' <<<"$out"; then continue; fi
-      bad=$((bad + 1))
-      echo "== ${f#"$CHECK_BUNDLE"/}"; grep 'not found' <<<"$out"
-    fi
-  done
-  echo "checked $n files, $bad with unresolved libraries"
-  echo "== the CUDA libraries the test binaries load"
-  for f in "$CHECK_BIN"/*; do ldd "$f" 2>/dev/null; done \
-    | awk '$1 ~ /^lib(cuda|cudart|cublas|cublasLt|cudnn|nccl)\.so/ { print $1, $2, $3 }' | sort -u
-  if [[ $bad -eq 0 ]]; then result pass "$n files, every library found"
-  else result fail "$bad of $n files miss libraries: $(grep -h -o '[^[:space:]]* => not found' \
-                   <<<"$(for f in "${files[@]}"; do ldd "$f" 2>&1; done)" | sort -u | sed -n 1,3p | tr '\n' ' ')"; fi
-}
-
-stage_test() {
-  local bin="$1" rc=0
-  if [[ "$CHECK_GPU" != yes ]]; then result skipped "no GPU visible${CHECK_NO_GPU_NOTE}"; return; fi
-  OMP_WAIT_POLICY=passive "$CHECK_BIN/$bin" --gtest_output="xml:$CHECK_WORK/xml/$CHECK_STAGE.xml" \
-    >"$CHECK_WORK/gtest.log" 2>&1 || rc=$?
-  cat "$CHECK_WORK/gtest.log"
-  judge_gtest "$rc" "$CHECK_WORK/gtest.log"
-}
-
-stage_nccl_watchdog() {
-  # tests/gpu/comm/nccl_completion_test.cpp: wait() returns at once (device-side completion), the watchdog thread
-  # aborts the communicator after the 1 s timeout, the next call reports "comm timeout after" and MPI_Abort ends
-  # the process (exit 3, kWatchdogExitCode). Disabled in the binary's own stage because it ends the process.
-  local bin="$CHECK_BIN/gpu_comm_test" rc=0 reports
-  [[ -x "$bin" ]] || { result fail "gpu_comm_test is not in the bundle"; return; }
-  if [[ "$CHECK_GPU" != yes ]]; then result skipped "no GPU visible${CHECK_NO_GPU_NOTE}"; return; fi
-  "$bin" --gtest_also_run_disabled_tests --gtest_filter='NcclCompletion.DISABLED_TimeoutOnTheDeviceIsReported' \
-    >"$CHECK_WORK/gtest.log" 2>&1 || rc=$?
-  cat "$CHECK_WORK/gtest.log"
-  reports="$(grep -c 'comm timeout after' "$CHECK_WORK/gtest.log")"
-  if [[ "$rc" -ne 0 && "$reports" -gt 0 ]]; then result pass "held op reported after the 1 s timeout, exit $rc"
-  else result fail "exit $rc with $reports timeout report(s): want a non-zero exit (3) and the report"; fi
-}
-
-stage_staged() {
-  local ranks="$1" rc=0 filter=() note=""
-  local bin="$CHECK_BIN/gpu_staged_comm_test"
-  [[ -x "$bin" ]] || { result fail "gpu_staged_comm_test is not in the bundle"; return; }
-  if [[ "$CHECK_GPU" != yes ]]; then
-    filter=(--gtest_filter='StagedHost.*'); note=" (StagedHost only, no GPU visible${CHECK_NO_GPU_NOTE})"
-  fi
-  if [[ "$ranks" -eq 1 ]]; then
-    OMP_WAIT_POLICY=passive "$bin" "${filter[@]}" --gtest_output="xml:$CHECK_WORK/xml/$CHECK_STAGE.xml" \
-      >"$CHECK_WORK/gtest.log" 2>&1 || rc=$?
-  else
-    # Each rank writes its own XML (gtest would have both write one file); rank 0's goes into gtest.xml.
-    OMP_WAIT_POLICY=passive "$CHECK_MPIRUN" -np "$ranks" --oversubscribe --bind-to none \
-      bash -c 'echo "gpu-check: rank ${OMPI_COMM_WORLD_RANK:-?} of ${OMPI_COMM_WORLD_SIZE:-?} on $(uname -n)"
-               exec "$0" "$@" --gtest_output="xml:'"$CHECK_WORK"'/xml/'"$CHECK_STAGE"'.rank${OMPI_COMM_WORLD_RANK:-0}.xml"' \
-      "$bin" "${filter[@]}" >"$CHECK_WORK/gtest.log" 2>&1 || rc=$?
-    [[ -f "$CHECK_WORK/xml/$CHECK_STAGE.rank0.xml" ]] \
-      && mv "$CHECK_WORK/xml/$CHECK_STAGE.rank0.xml" "$CHECK_WORK/xml/$CHECK_STAGE.xml"
-    rm -f "$CHECK_WORK/xml/$CHECK_STAGE".rank*.xml
-  fi
-  cat "$CHECK_WORK/gtest.log"
-  if [[ "$CHECK_GPU" == yes ]]; then judge_gtest "$rc" "$CHECK_WORK/gtest.log"
-  else judge_gtest "$rc" "$CHECK_WORK/gtest.log" 0; fi
-  local st fig started
-  IFS='|' read -r st fig <"$CHECK_WORK/results/$CHECK_STAGE"
-  if [[ "$ranks" -gt 1 ]]; then
-    started="$(grep -c "^gpu-check: rank [0-9]* of $ranks " "$CHECK_WORK/gtest.log")"
-    if [[ "$started" -ne "$ranks" ]]; then st=fail fig="mpirun started $started of $ranks ranks; $fig"
-    else fig="$ranks ranks: $fig"; fi
-  fi
-  result "$st" "$fig$note"
-}
-
-stage_memcheck() {
-  if [[ "$CHECK_GPU" != yes ]]; then result skipped "no GPU visible${CHECK_NO_GPU_NOTE}"; return; fi
-  if [[ -z "$CHECK_SANITIZER" ]]; then result skipped "compute-sanitizer not found (PATH, /usr/local/cuda)"; return; fi
-  # The non-GEMM kernels: cuBLASLt's own kernels are NVIDIA's to check and slow under memcheck.
-  local targets=("gpu_cuda_test:-*Gemm*" "gpu_ops_test:-*Gemm*") t bin filter rc errors total=0 figure="" failed=0
-  for t in "${targets[@]}"; do
-    bin="${t%%:*}" filter="${t#*:}"
-    [[ -x "$CHECK_BIN/$bin" ]] || continue
-    rc=0
-    OMP_WAIT_POLICY=passive "$CHECK_SANITIZER" --tool memcheck --leak-check no --report-api-errors no \
-      --error-exitcode 97 "$CHECK_BIN/$bin" --gtest_filter="$filter" >"$CHECK_WORK/memcheck.log" 2>&1 || rc=$?
-    cat "$CHECK_WORK/memcheck.log"
-    if grep -qi 'device not supported\|not supported on this\|unable to run on' "$CHECK_WORK/memcheck.log"; then
-      result skipped "compute-sanitizer cannot run here: $(grep -i -m1 'not supported\|unable' "$CHECK_WORK/memcheck.log")"
-      return
-    fi
-    errors="$(sed -n 's/.*ERROR SUMMARY: \([0-9]*\) error.*/\1/p' "$CHECK_WORK/memcheck.log" | tail -n 1)"
-    gtest_counts "$CHECK_WORK/memcheck.log"
-    figure+="$bin: ${errors:-?} errors, ${ran:-?} tests; "
-    total=$((total + ${errors:-0}))
-    if [[ "$rc" -ne 0 || -z "$errors" || -z "$ran" ]]; then failed=1; fi
-  done
-  [[ -n "$figure" ]] || { result skipped "no test binary to check"; return; }
-  if [[ $failed -eq 0 && $total -eq 0 ]]; then result pass "${figure%; }"
-  else result fail "${figure%; } (exit status or failures: see log.txt)"; fi
-}
-
-# losses FILE: "step loss" for each training step in a metrics.jsonl
-losses() { sed -n 's/^{"step":\([0-9]*\),"loss":\([-0-9.eE+]*\),.*/\1 \2/p' "$1"; }
-
-# replay_reference DIR RUN: `cleave train` with the bundle's reference DIR's config and arguments, into RUN
-replay_reference() {
-  local dir="$1" run="$2" a args=()
-  while IFS= read -r a; do a="${a//@BUNDLE@/$CHECK_BUNDLE}"; args+=("${a//@OUT_DIR@/$run}"); done <"$dir/args.txt"
-  echo "+ cleave train $dir/config.json ${args[*]}"
-  OMP_WAIT_POLICY=passive "$CHECK_BIN/cleave" train "$dir/config.json" "${args[@]}"
-}
-
-stage_cpu_reference() {
-  # cleave on this host's CPU replays each CPU reference the bundle carries and matches its losses: proves the
-  # bundled OpenBLAS/OpenMP/fmt run here and the data and references are in place for the GPU comparisons.
-  # Another CPU may pick other OpenBLAS kernels (summation order), hence a tolerance rather than bit equality.
-  local tol=1e-3 dir ref run rc figure="" failed=0 worst n
-  shopt -s nullglob
-  local dirs=("$CHECK_BUNDLE"/reference/*/)
-  shopt -u nullglob
-  [[ ${#dirs[@]} -gt 0 ]] || { result skipped "no CPU reference in the bundle (a --build-dir run has none)"; return; }
-  for dir in "${dirs[@]}"; do
-    dir="${dir%/}" ref="$(basename "$dir")" run="$CHECK_WORK/runs/$(basename "$dir")" rc=0
-    replay_reference "$dir" "$run" || rc=$?
-    if [[ $rc -ne 0 || ! -s "$run/metrics.jsonl" ]]; then
-      failed=1 figure+="$ref: cleave exited $rc; "; continue
-    fi
-    read -r n worst < <(join <(losses "$dir/metrics.jsonl" | sort -k1,1) <(losses "$run/metrics.jsonl" | sort -k1,1) \
-      | awk '{ d = $3 - $2; if (d < 0) d = -d; r = d / ($2 < 0 ? -$2 : $2); if (r > w) w = r; n++ }
-             END { printf "%d %.2e\n", n, w }')
-    echo "$ref: $n steps compared, worst relative loss difference $worst (tolerance $tol)"
-    if [[ "$n" -eq 0 || "$n" -ne "$(losses "$dir/metrics.jsonl" | wc -l)" ]] \
-       || awk -v w="$worst" -v t="$tol" 'BEGIN { exit !(w > t) }'; then
-      failed=1 figure+="$ref: $n steps, worst rel. loss diff $worst > $tol; "
-    else
-      figure+="$ref: $n steps, worst rel. loss diff $worst; "
-    fi
-  done
-  if [[ $failed -eq 0 ]]; then result pass "${figure%; }"; else result fail "${figure%; }"; fi
-}
-
-stage_training() {
-  # The Trainer on cuda:0 against the same runs on this host's CPU (tests/gpu/train/train_gpu_test.cpp): the
-  # tiny GPT fp32 within 1e-4 of the CPU, two deterministic runs bit-identical, bf16 against fp32, checkpoints
-  # moving GPU -> CPU -> GPU, MLP and CNN, no cudaMalloc and exactly 3 host waits in a steady-state step (one
-  # rank); then pp2 under every schedule, dp2 + ZeRO-1 and tp2 with both ranks on cuda:0 through the staged MPI
-  # world (mpirun -np 2); where 2 or more GPUs are visible, pp2 / dp2 (ZeRO 0-2) / tp2 on two GPUs through the
-  # NCCL world against one GPU rank (mpirun -np 2, one GPU each).
-  local bin="$CHECK_BIN/gpu_train_test" rc=0 st1 fig1 src="$repo"
-  [[ -x "$bin" ]] || { result fail "gpu_train_test is not in the bundle"; return; }
-  if [[ "$CHECK_GPU" != yes ]]; then result skipped "no GPU visible${CHECK_NO_GPU_NOTE}"; return; fi
-  [[ -f "$CHECK_BUNDLE/data/digits.csv.gz" ]] && src="$CHECK_BUNDLE"  # the MLP and CNN read data/digits.csv.gz
-  CLEAVE_SOURCE_DIR="$src" OMP_WAIT_POLICY=passive "$bin" \
-    --gtest_filter='-GpuTraining.LayoutsOnOneGpu*:GpuTraining.NcclLayoutsOnTwoGpus*' \
-    --gtest_output="xml:$CHECK_WORK/xml/$CHECK_STAGE.xml" >"$CHECK_WORK/gtest.log" 2>&1 || rc=$?
-  cat "$CHECK_WORK/gtest.log"
-  judge_gtest "$rc" "$CHECK_WORK/gtest.log"
-  IFS='|' read -r st1 fig1 <"$CHECK_WORK/results/$CHECK_STAGE"
-  rc=0
-  CLEAVE_SOURCE_DIR="$src" OMP_WAIT_POLICY=passive "$CHECK_MPIRUN" -np 2 --oversubscribe --bind-to none \
-    "$bin" --gtest_filter='GpuTraining.LayoutsOnOneGpu*' >"$CHECK_WORK/gtest-np2.log" 2>&1 || rc=$?
-  cat "$CHECK_WORK/gtest-np2.log"
-  judge_gtest "$rc" "$CHECK_WORK/gtest-np2.log"
-  local st2 fig2
-  IFS='|' read -r st2 fig2 <"$CHECK_WORK/results/$CHECK_STAGE"
-  # Two NCCL ranks need two GPUs (one each): run only where the host has them.
-  local gpus st3=pass fig3
-  gpus="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU [0-9]')"
-  [[ "$gpus" -gt 0 ]] || gpus="$(ls /dev/nvidia[0-9]* 2>/dev/null | wc -l)"
-  if [[ "$gpus" -ge 2 ]]; then
-    rc=0
-    CLEAVE_SOURCE_DIR="$src" OMP_WAIT_POLICY=passive "$CHECK_MPIRUN" -np 2 --oversubscribe --bind-to none \
-      "$bin" --gtest_filter='GpuTraining.NcclLayoutsOnTwoGpus*' >"$CHECK_WORK/gtest-nccl.log" 2>&1 || rc=$?
-    cat "$CHECK_WORK/gtest-nccl.log"
-    judge_gtest "$rc" "$CHECK_WORK/gtest-nccl.log"
-    IFS='|' read -r st3 fig3 <"$CHECK_WORK/results/$CHECK_STAGE"
-  else
-    fig3="not run ($gpus GPU visible; 2 NCCL ranks need 2)"
-  fi
-  if [[ "$st1" == pass && "$st2" == pass && "$st3" == pass ]]; then
-    result pass "one rank: $fig1; layouts np2: $fig2; nccl np2: $fig3"
-  else result fail "one rank: $st1 ($fig1); layouts np2: $st2 ($fig2); nccl np2: $st3 ($fig3)"; fi
-}
-
-stage_bench() {
-  # GPT-2 124M shapes in bf16 on cuda:0 (benchmarks/peers/gpt2_124m_gpu.json: batch 4 x 1024 tokens, AdamW):
-  # `cleave train` for 3 warm-up + 20 timed steps (median step_ms of metrics.jsonl), then the same model, batch
-  # and optimizer in PyTorch eager, eager with the probabilities materialised, and torch.compile
-  # (benchmarks/peers/gpt2_gpu_bench.py: tokens/s, MFU = tokens/s x (6 N + 12 L d T) / peak, and the ratios).
-  # A benchmark, not a test: it fails only when an implementation that could run failed.
-  local cfg="$repo/benchmarks/peers/gpt2_124m_gpu.json" out="$CHECK_WORK/bench" rc=0 py="${CLEAVE_PYTHON:-python3}"
-  local t0=$SECONDS cleave_note="" args=()
-  if [[ "$CHECK_GPU" != yes ]]; then result skipped "no GPU visible${CHECK_NO_GPU_NOTE}"; return; fi
-  [[ -x "$CHECK_BIN/cleave" ]] || { result fail "cleave is not in the bundle"; return; }
-  mkdir -p "$out"
-  # Half of the stage's time at most for cleave (the peers' torch.compile needs about a minute).
-  timeout -k 5 $(( ${CHECK_STAGE_LIMIT:-150} / 2 )) "$CHECK_BIN/cleave" train "$cfg" --set train.steps=23 \
-    --set "train.out_dir=$out/cleave" >"$out/cleave.log" 2>&1 || rc=$?
-  tail -n 25 "$out/cleave.log"
-  if [[ $rc -eq 0 && -s "$out/cleave/metrics.jsonl" ]]; then args=(--cleave-metrics "$out/cleave/metrics.jsonl")
-  else cleave_note="cleave train exited $rc: $(grep -m1 -i 'error' "$out/cleave.log" | cut -c1-120)"; fi
-  if ! command -v "$py" >/dev/null; then
-    if [[ -n "$cleave_note" ]]; then result fail "$cleave_note; no $py for the PyTorch peers"
-    else result pass "$(python_free_figure "$out/cleave/metrics.jsonl"); PyTorch peers skipped: no $py"; fi
-    return
-  fi
-  local left=$(( ${CHECK_STAGE_LIMIT:-150} - (SECONDS - t0) - 10 )) modes="eager,eager-math,compile"
-  [[ ${#args[@]} -gt 0 ]] && modes="cleave,$modes"
-  rc=0
-  # The host's own library path: the bundle's lib/ is for cleave, PyTorch brings its own CUDA libraries.
-  LD_LIBRARY_PATH="${CHECK_HOST_LD_LIBRARY_PATH:-}" timeout -k 5 "$(( left > 1 ? left : 1 ))" "$py" \
-    "$repo/benchmarks/peers/gpt2_gpu_bench.py" --config "$cfg" --modes "$modes" "${args[@]}" --deadline-s "$left" \
-    --json "$out/bench.json" >"$out/peers.log" 2>&1 || rc=$?
-  cat "$out/peers.log"
-  local figure
-  figure="$(sed -n 's/^figure: //p' "$out/peers.log" | tail -n 1)"
-  if [[ $rc -eq 3 ]]; then  # no PyTorch or no CUDA in it: cleave's figure alone
-    figure="$(sed -n 's/^gpt2_gpu_bench: skipped: //p' "$out/peers.log")"
-    if [[ -n "$cleave_note" ]]; then result fail "$cleave_note; peers skipped: $figure"
-    else result pass "$(python_free_figure "$out/cleave/metrics.jsonl"); peers skipped: $figure"; fi
-  elif [[ $rc -ne 0 || -n "$cleave_note" ]]; then
-    result fail "${cleave_note:+$cleave_note; }${figure:-gpt2_gpu_bench.py exited $rc}"
-  else
-    result pass "$figure"
-  fi
-}
-
-stage_profile() {
-  # `cleave profile --gemm` on cuda:0 (engine/cli/profile_gemm.cpp): the forward, input-gradient and weight-gradient
-  # GEMMs of GPT blocks (d 768..4096, 1024..8192 tokens, GPT-2's LM head, awkward small ones) through ops::gemm in
-  # bf16 (f32 accumulation) and f32 (TF32 off), event-timed and checked against a double reference; efficiency as
-  # a fraction of the shipped profile's peaks. Writes OUTDIR/gemm_profile.json for the next session to commit into
-  # profiles/ (docs/planner.md, "Measured GPU profiles") and checks that `cleave plan --profile` reads it. Without
-  # a GPU the command is run on the CPU (--device cpu --small) so the stage's plumbing is exercised, and the stage
-  # reports skipped.
-  local out="$CHECK_OUT/gemm_profile.json" base="profiles/h100_sxm.json" rc=0 name="" note="" budget figure
-  local log="$CHECK_WORK/profile.log" cfg="$repo/benchmarks/peers/gpt2_124m_gpu.json"
-  [[ -x "$CHECK_BIN/cleave" ]] || { result fail "cleave is not in the bundle"; return; }
-  rm -f "$out"
-  if [[ "$CHECK_GPU" == yes ]]; then
-    name="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sed -n 1p)"
-    case "$name" in
-      *A100*) base="profiles/a100_80gb_sxm.json" ;;
-      *H100*PCIe*|*H100*NVL*) note="; peaks of the H100 SXM assumed for '$name' (lower efficiencies than its own)" ;;
-      *H100*|*H200*) ;;
-      *) note="; unknown GPU '${name:-?}': peaks of the H100 SXM assumed" ;;
-    esac
-    budget=$(( ${CHECK_STAGE_LIMIT:-60} - 20 )); (( budget < 10 )) && budget=10
-    "$CHECK_BIN/cleave" profile --gemm --base "$repo/$base" --out "$out" --budget "$budget" >"$log" 2>&1 || rc=$?
-  else
-    "$CHECK_BIN/cleave" profile --gemm --device cpu --small --samples 1 --base "$repo/$base" \
-      --peak-tflops-bf16 10 --peak-tflops-f32 10 --out "$CHECK_WORK/cpu_gemm_profile.json" >"$log" 2>&1 || rc=$?
-    out="$CHECK_WORK/cpu_gemm_profile.json"
-  fi
-  cat "$log"
-  if [[ $rc -ne 0 || ! -s "$out" ]]; then
-    result fail "cleave profile --gemm exited $rc: $(grep -m1 -i 'error' "$log" | cut -c1-110)"
-    return
-  fi
-  rc=0
-  "$CHECK_BIN/cleave" plan "$cfg" --world 8 --profile "$out" >"$CHECK_WORK/plan.log" 2>&1 || rc=$?
-  head -n 8 "$CHECK_WORK/plan.log"
-  if [[ $rc -ne 0 ]]; then
-    result fail "cleave plan --profile refused the written profile: $(grep -m1 -i 'error' "$CHECK_WORK/plan.log" | cut -c1-100)"
-    return
-  fi
-  # "efficiency bf16 at 1e9/1e10/1e11 FLOPs: 0.52/0.70/0.75 (assumed 0.42/0.62/0.70)" -> "bf16 .52/.70/.75 (assumed ...)"
-  figure="$(sed -n 's/^efficiency \([a-z0-9]*\) at 1e9\/1e10\/1e11 FLOPs: /\1 /p' "$log" | sed 's/0\././g' | paste -sd ',' - \
-            | sed 's/,/, /g')"
-  local skipped
-  skipped="$(sed -n 's/.* GEMMs timed, \([0-9]*\) skipped by the.*/\1/p' "$log" | tail -n 1)"
-  [[ "${skipped:-0}" -gt 0 ]] && note+="; $skipped GEMMs skipped (budget)"
-  if [[ "$CHECK_GPU" == yes ]]; then
-    result pass "eff@1e9/1e10/1e11 $figure; gemm_profile.json ($base)$note"
-  else
-    result skipped "no GPU visible${CHECK_NO_GPU_NOTE}; on the CPU: plan read it; $(echo "$figure" | cut -d, -f1)"
-  fi
-}
-
-# python_free_figure METRICS: cleave's median step time over the timed steps (after 3 warm-up) and tokens/s at it
-python_free_figure() {
-  local ms n tokens
-  ms="$(sed -n 's/^{"step":\([0-9]*\),.*"step_ms":\([0-9.eE+-]*\).*/\1 \2/p' "$1" | awk '$1 > 3 { print $2 }' | sort -g)"
-  n="$(printf '%s\n' "$ms" | grep -c .)"
-  [[ "$n" -gt 0 ]] || { echo "cleave: no timed step in $1"; return; }
-  ms="$(printf '%s\n' "$ms" | sed -n "$(( (n + 1) / 2 ))p")"
-  local cfg="$repo/benchmarks/peers/gpt2_124m_gpu.json"
-  tokens="$(( $(sed -n 's/.*"seq_len": *\([0-9]*\).*/\1/p' "$cfg") \
-              * $(sed -n 's/.*"global_batch_size": *\([0-9]*\).*/\1/p' "$cfg") ))"
-  awk -v ms="$ms" -v n="$n" -v t="$tokens" 'BEGIN { printf "cleave %.2f ms/step median of %d, %.0f tok/s", ms, n, t / (ms / 1000) }'
-}
-
-if [[ "${1:-}" == "--stage" ]]; then
-  CHECK_STAGE="$2"
-  set +e  # stage bodies check each step themselves; a failed grep must not end the stage without a result
-  case "$2" in
-    probe) stage_probe ;;
-    ldd) stage_ldd ;;
-    cpu-reference) stage_cpu_reference ;;
-    test:*) stage_test "${2#test:}" ;;
-    nccl-watchdog) stage_nccl_watchdog ;;
-    staged-np1) stage_staged 1 ;;
-    staged-np2) stage_staged 2 ;;
-    memcheck) stage_memcheck ;;
-    training) stage_training ;;
-    bench) stage_bench ;;
-    profile) stage_profile ;;
-    *) echo "unknown stage $2" >&2; exit 2 ;;
-  esac
-  exit 0
-fi
-
-# ==== the driver ================================================================================================
-usage() { sed -n '2,8p' "$self" | sed 's/^# \{0,1\}//' >&2; exit 2; }
-bundle_arg="" build_dir="" budget=450 no_gpu=0 outdir=""
+# ==== arguments ===================================================================================================
+usage() { sed -n '2,9p' "$self" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+bundle_arg="" build_dir="" budget=400 no_gpu=0 outdir="" only=() declare_limits=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
-    --bundle) bundle_arg="${2:?}"; shift 2 ;;
-    --build-dir) build_dir="${2:?}"; shift 2 ;;
-    --budget) budget="${2:?}"; shift 2 ;;
+    --bundle) bundle_arg="${2:?--bundle needs a directory or tarball}"; shift 2 ;;
+    --build-dir) build_dir="${2:?--build-dir needs a directory}"; shift 2 ;;
+    --budget) budget="${2:?--budget needs seconds}"; shift 2 ;;
+    --only) IFS=',' read -r -a names <<<"${2:?--only needs STAGE[,STAGE]}"; only+=("${names[@]}"); shift 2 ;;
+    --limit) declare_limits+=("${2:?--limit needs STAGE=SECONDS}"); shift 2 ;;
     --no-gpu) no_gpu=1; shift ;;
     -h|--help) usage ;;
     -*) echo "gpu-check: unknown option $1" >&2; usage ;;
@@ -464,9 +67,22 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 [[ -n "$outdir" ]] || usage
+[[ "$budget" =~ ^[0-9]+$ && "$budget" -gt 0 ]] || bad_arg "--budget $budget: want a number of seconds > 0"
+for n in "${only[@]}"; do
+  known_stage "$n" || bad_arg "unknown stage '$n' in --only; the stages are: $(stage_names)"
+done
+declare -A limit_of=()
+for l in "${declare_limits[@]}"; do
+  n="${l%%=*}" s="${l#*=}"
+  [[ "$l" == *=* ]] && known_stage "$n" || bad_arg "--limit $l: want STAGE=SECONDS; the stages are: $(stage_names)"
+  [[ "$s" =~ ^[0-9]+$ && "$s" -gt 0 ]] || bad_arg "--limit $l: want a number of seconds > 0 after '='"
+  limit_of["$n"]="$s"
+done
+
 mkdir -p "$outdir"
 CHECK_OUT="$(cd "$outdir" && pwd)"
 rm -f "$CHECK_OUT"/{summary.txt,log.txt,probe.txt,gtest.xml,gemm_profile.json}
+: >"$CHECK_OUT/log.txt"
 t_start=$SECONDS
 deadline=$((t_start + budget))
 
@@ -476,6 +92,11 @@ mkdir -p "$CHECK_WORK"/{results,logs,xml}
 export CHECK_OUT CHECK_WORK
 export PATH="$PATH:/sbin:/usr/sbin"  # ldconfig, for a user whose PATH lacks them
 export GTEST_COLOR=no  # Open MPI hands ranks a pseudo-terminal; colour codes would break the log parsing
+# NVIDIA_TF32_OVERRIDE=1 would turn every strict-f32 GEMM into TF32 (and break the fp32 bounds); NCCL's warnings
+# explain a failed communicator, its INFO lines would drown the log.
+CHECK_TF32_OVERRIDE_WAS="${NVIDIA_TF32_OVERRIDE-unset}"
+unset NVIDIA_TF32_OVERRIDE
+export NCCL_DEBUG=WARN CHECK_TF32_OVERRIDE_WAS
 
 # ---- the binaries: a bundle (unpacked into the work dir) or a build tree ------------------------------------------
 if [[ -n "$build_dir" ]]; then
@@ -497,10 +118,9 @@ else
     tar -C "$CHECK_WORK" -xzf "$bundle"
     CHECK_BUNDLE="$CHECK_WORK/cleave-gpu-bundle"
   else
-    echo "gpu-check: no bundle at $bundle: build it with scripts/gpu-bundle.sh and upload build-gpu/" >&2
-    exit 2
+    bad_arg "no bundle at $bundle: build it with scripts/gpu-bundle.sh and upload build-gpu/"
   fi
-  [[ -f "$CHECK_BUNDLE/env.sh" ]] || { echo "gpu-check: $CHECK_BUNDLE has no env.sh: not a bundle" >&2; exit 2; }
+  [[ -f "$CHECK_BUNDLE/env.sh" ]] || bad_arg "$CHECK_BUNDLE has no env.sh: not a bundle"
   CHECK_HOST_LD_LIBRARY_PATH="${LD_LIBRARY_PATH:-}"  # before the bundle's lib/ is put first (the bench's PyTorch)
   # shellcheck source=/dev/null
   . "$CHECK_BUNDLE/env.sh"
@@ -509,6 +129,28 @@ else
 fi
 CHECK_HOST_LD_LIBRARY_PATH="${CHECK_HOST_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}"
 export CHECK_BUNDLE CHECK_BIN CHECK_MPIRUN CHECK_HOST_LD_LIBRARY_PATH
+
+# The stages of this run: the plan with test:<binary> for the other test binaries, less those --only leaves out.
+stages=()
+for p in "${plan[@]}"; do
+  stages+=("$p")
+  if [[ "${p%%:*}" == comm ]]; then
+    for f in "$CHECK_BIN"/gpu_*_test; do
+      [[ -e "$f" ]] || continue
+      [[ "$own_stage_bins" == *" $(basename "$f") "* ]] || stages+=("test:$(basename "$f"):120")
+    done
+  fi
+done
+for n in "${only[@]}"; do
+  found=0
+  for p in "${stages[@]}"; do [[ "${p%:*}" == "$n" ]] && found=1; done
+  [[ $found -eq 1 ]] || bad_arg "stage '$n' in --only: no such test binary in $CHECK_BIN"
+done
+if [[ ${#only[@]} -gt 0 ]]; then
+  kept=()
+  for p in "${stages[@]}"; do [[ " ${only[*]} " == *" ${p%:*} "* ]] && kept+=("$p"); done
+  stages=("${kept[@]}")
+fi
 
 # ---- CUDA libraries, the GPU, the tools ---------------------------------------------------------------------------
 CLEAVE_CUDA_SONAMES="$(tr '\n' ' ' 2>/dev/null <"$CHECK_BUNDLE/cuda-sonames.txt" || true)"
@@ -525,7 +167,14 @@ CHECK_GPU=no CHECK_GPU_REASON="nvidia-smi lists no GPU" CHECK_NO_GPU_NOTE=""
 if [[ $no_gpu -eq 1 ]]; then
   CHECK_GPU_REASON="--no-gpu given"; CHECK_NO_GPU_NOTE=" (--no-gpu)"
 elif command -v nvidia-smi >/dev/null; then
-  if nvidia-smi -L 2>/dev/null | grep -c '^GPU [0-9]' >/dev/null; then CHECK_GPU=yes CHECK_GPU_REASON="nvidia-smi -L"; fi
+  # A wedged driver can hang nvidia-smi: the driver's own calls are held to 20 s (the stages run under timeout).
+  smi_rc=0
+  smi_list="$(timeout -k 5 20 nvidia-smi -L 2>/dev/null)" || smi_rc=$?
+  if grep -c '^GPU [0-9]' <<<"$smi_list" >/dev/null; then
+    CHECK_GPU=yes CHECK_GPU_REASON="nvidia-smi -L"
+  elif [[ $smi_rc -eq 124 || $smi_rc -eq 137 ]]; then
+    CHECK_GPU=yes CHECK_GPU_REASON="nvidia-smi -L hung for 20 s (a wedged driver?); GPU stages run anyway"
+  fi
 elif ls /dev/nvidia[0-9]* >/dev/null 2>&1; then
   CHECK_GPU=yes CHECK_GPU_REASON="/dev/nvidia0 exists (no nvidia-smi)"
 else
@@ -539,65 +188,22 @@ CHECK_LIBSTDCXX="$(ldconfig -p 2>/dev/null | awk '!found && $1 == "libstdc++.so.
 CHECK_GLIBCXX="$(grep -ao 'GLIBCXX_3\.4\.[0-9]*' "${CHECK_LIBSTDCXX:-/dev/null}" 2>/dev/null | sort -uV | tail -n 1)"
 export CHECK_GPU CHECK_GPU_REASON CHECK_NO_GPU_NOTE CHECK_SANITIZER CHECK_LIBSTDCXX CHECK_GLIBCXX
 
-# ---- run the stages -----------------------------------------------------------------------------------------------
-rows=() tails=() any_fail=0
-run_stage() {  # NAME LIMIT_SECONDS
-  local name="$1" limit="$2" left t0 rc=0 st fig secs log
-  log="$CHECK_WORK/logs/$(printf '%02d' ${#rows[@]})-${name//:/_}.log"
-  left=$((deadline - SECONDS))
-  if (( left < 10 )); then
-    rows+=("$name|skipped|0|time budget of ${budget}s spent")
-    return
-  fi
-  (( limit > left )) && limit=$left
-  printf 'gpu-check: %-26s (limit %3ds) ... ' "$name" "$limit"
-  t0=$SECONDS
-  CHECK_STAGE_LIMIT="$limit" timeout -k 10 "$limit" bash "$self" --stage "$name" >"$log" 2>&1 || rc=$?
-  secs=$((SECONDS - t0))
-  if [[ -f "$CHECK_WORK/results/$name" ]]; then
-    IFS='|' read -r st fig <"$CHECK_WORK/results/$name"
-    if [[ $rc -eq 124 || $rc -eq 137 ]]; then st=fail fig="timed out after ${limit}s; $fig"; fi
-  elif [[ $rc -eq 124 || $rc -eq 137 ]]; then
-    st=fail fig="timed out after ${limit}s (log kept)"
-  else
-    st=fail fig="the stage exited $rc without a result"
-  fi
-  echo "$st (${secs}s)"
-  rows+=("$name|$st|$secs|$fig")
-  { echo "======== stage $name: $st, ${secs}s, $fig"; cat "$log"; echo; } >>"$CHECK_OUT/log.txt"
-  if [[ "$st" == fail ]]; then
-    any_fail=1
-    tails+=("---- $name (last lines; full log in log.txt)" "$(tail -n 6 "$log" | cut -c1-150)")
-  fi
-}
+# ==== the report: summary.txt and gtest.xml, rewritten before and after every stage ===============================
+rows=()     # finished or skipped stages: "name|status|secs|figure"
+tails=()    # the last lines of each failed stage's log
+running=""  # the stage now running: "name|start SECONDS|limit"
+pending=("${stages[@]}")  # "name:limit" of the stages not yet started
+gpu_line="$(timeout -k 5 20 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed -n 1p \
+            | sed 's/, / · driver /' || true)"
+commit="$(sed -n 's/^commit *: //p' "$CHECK_BUNDLE/MANIFEST.txt" 2>/dev/null || true)"
+any_fail=0
 
-echo "gpu-check: bundle $CHECK_BUNDLE, GPU visible: $CHECK_GPU ($CHECK_GPU_REASON), budget ${budget}s"
-run_stage probe 30
-run_stage ldd 60
-run_stage cpu-reference 60
-for f in "$CHECK_BIN"/gpu_*_test; do
-  [[ -e "$f" ]] || continue
-  b="$(basename "$f")"
-  [[ "$b" == gpu_staged_comm_test || "$b" == gpu_train_test ]] && continue  # their own stages
-  run_stage "test:$b" 150
-done
-run_stage nccl-watchdog 60
-run_stage staged-np1 90
-run_stage staged-np2 120
-run_stage profile 60  # short, and it leaves a file to commit: before the long training and bench stages
-run_stage training 240
-run_stage bench 150
-run_stage memcheck 200
-
-# ---- gtest.xml: every run's suites in one file, suite names prefixed with the stage ------------------------------
-set +e  # from here on only reporting: a failed grep must not lose the summary
-shopt -s nullglob
-xmls=("$CHECK_WORK"/xml/*.xml)
-shopt -u nullglob
-files="summary.txt log.txt probe.txt"
-[[ -s "$CHECK_OUT/gemm_profile.json" ]] && files+=" gemm_profile.json"
-if [[ ${#xmls[@]} -gt 0 ]]; then
-  files+=" gtest.xml"
+write_xml() {
+  local xmls x label
+  shopt -s nullglob
+  xmls=("$CHECK_WORK"/xml/*.xml)
+  shopt -u nullglob
+  [[ ${#xmls[@]} -gt 0 ]] || return 0
   {
     echo '<?xml version="1.0" encoding="UTF-8"?>'
     echo '<testsuites name="cleave-gpu-check">'
@@ -606,24 +212,129 @@ if [[ ${#xmls[@]} -gt 0 ]]; then
       grep -v '^<?xml\|^<testsuites\|^</testsuites>' "$x" | sed "s/<testsuite name=\"/<testsuite name=\"$label./"
     done
     echo '</testsuites>'
-  } >"$CHECK_OUT/gtest.xml"
-fi
+  } >"$CHECK_OUT/.gtest.xml.tmp"
+  mv -f "$CHECK_OUT/.gtest.xml.tmp" "$CHECK_OUT/gtest.xml"
+}
 
-# ---- the summary, printed last -------------------------------------------------------------------------------------
-total=$((SECONDS - t_start))
-gpu_line="$(nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed -n 1p \
-            | sed 's/, / · driver /' || true)"
-{
-  if [[ ${#tails[@]} -gt 0 ]]; then printf '%s\n' "${tails[@]}"; echo; fi
-  echo "Cleave GPU check · $(date -u '+%Y-%m-%d %H:%M UTC') · $(sed -n 's/^commit *: //p' "$CHECK_BUNDLE/MANIFEST.txt" 2>/dev/null || echo 'build tree') · ${gpu_line:-no GPU visible}"
-  printf '%-26s %-8s %5s  %s\n' stage status secs result
-  for r in "${rows[@]}"; do
-    IFS='|' read -r n st secs fig <<<"$r"
-    printf '%-26s %-8s %5s  %s\n' "$n" "$st" "$secs" "$fig" | cut -c1-160
+# write_report [FINAL_NOTE]: summary.txt from rows, running and pending (written whole, then renamed into place)
+write_report() {
+  local r n st secs fig verdict=pass files=""
+  [[ $any_fail -eq 1 ]] && verdict=FAIL
+  if [[ -n "$running" || ${#pending[@]} -gt 0 ]]; then
+    verdict=INCOMPLETE
+    [[ $any_fail -eq 1 ]] && verdict+=" (a stage failed)"
+  fi
+  write_xml || true
+  for f in summary.txt log.txt probe.txt gtest.xml gemm_profile.json; do
+    [[ -s "$CHECK_OUT/$f" || "$f" == summary.txt ]] && files+=" $f"
   done
-  verdict=pass; [[ $any_fail -eq 1 ]] && verdict=FAIL
-  echo "total ${total}s (budget ${budget}s) · $verdict · files in $CHECK_OUT: $files"
-} >"$CHECK_OUT/summary.txt"
+  {
+    if [[ ${#tails[@]} -gt 0 ]]; then printf '%s\n' "${tails[@]}"; echo; fi
+    echo "Cleave GPU check · $(date -u '+%Y-%m-%d %H:%M UTC') · ${commit:-build tree} · ${gpu_line:-no GPU visible}${only:+ · --only ${only[*]}}"
+    printf '%-16s %-8s %5s  %s\n' stage status secs result
+    for r in "${rows[@]}"; do
+      IFS='|' read -r n st secs fig <<<"$r"
+      printf '%-16s %-8s %5s  %s\n' "$n" "$st" "$secs" "$fig" | cut -c1-240
+    done
+    if [[ -n "$running" ]]; then
+      IFS='|' read -r n secs fig <<<"$running"
+      printf '%-16s %-8s %5s  %s\n' "$n" running "$((SECONDS - secs))" \
+             "started with a ${fig}s limit; its log so far ends log.txt"
+    fi
+    for r in "${pending[@]}"; do printf '%-16s %-8s %5s  %s\n' "${r%:*}" pending - "limit ${r##*:}s"; done
+    echo "total $((SECONDS - t_start))s (budget ${budget}s) · $verdict · files in $CHECK_OUT:$files"
+    [[ $# -gt 0 ]] && echo "$1"
+  } >"$CHECK_OUT/.summary.txt.tmp"
+  mv -f "$CHECK_OUT/.summary.txt.tmp" "$CHECK_OUT/summary.txt"
+}
+
+# ==== running the stages ==========================================================================================
+stage_pid=""
+# on_signal SIG NUMBER: stops the running stage (timeout passes the signal to its process group, then KILL after
+# 10 s), records it as stopped and the rest as not run, and ends the check with 128 + NUMBER.
+on_signal() {
+  local sig="$1" num="$2" i n t0 lim
+  trap - TERM INT HUP
+  if [[ -n "$stage_pid" ]]; then
+    kill -TERM "$stage_pid" 2>/dev/null || true
+    for i in $(seq 1 30); do kill -0 "$stage_pid" 2>/dev/null || break; sleep 0.5; done
+  fi
+  if [[ -n "$running" ]]; then
+    IFS='|' read -r n t0 lim <<<"$running"
+    rows+=("$n|stopped|$((SECONDS - t0))|the check was stopped by SIG$sig after $((SECONDS - t0))s of this stage's ${lim}s limit; its log ends log.txt")
+    tails+=("---- $n (stopped; last lines of its log)" "$(tail -n 8 "$CHECK_OUT/log.txt" | cut -c1-150)")
+    printf '\n======== stage %s: stopped by SIG%s after %ss\n' "$n" "$sig" "$((SECONDS - t0))" >>"$CHECK_OUT/log.txt"
+    running=""
+  fi
+  for i in "${pending[@]}"; do rows+=("${i%:*}|not run|0|the check was stopped by SIG$sig"); done
+  pending=()
+  any_fail=1
+  write_report "stopped by SIG$sig"
+  echo "gpu-check: stopped by SIG$sig" >&2
+  cat "$CHECK_OUT/summary.txt"
+  exit $((128 + num))
+}
+trap 'on_signal TERM 15' TERM
+trap 'on_signal INT 2' INT
+trap 'on_signal HUP 1' HUP
+
+# run_stage NAME LIMIT: one stage in its own process group under `timeout`, its output appended to log.txt as it
+# comes; skipped when the budget left is under half its limit.
+run_stage() {
+  local name="$1" limit="$2" left need t0 rc=0 st fig secs offset log
+  pending=("${pending[@]:1}")
+  log="$CHECK_WORK/logs/${name//:/_}.log"
+  left=$((deadline - SECONDS))
+  need=$(( (limit + 1) / 2 ))
+  if (( left < need )); then
+    fig="budget: needs at least ${need}s (half its ${limit}s limit), ${left}s of the ${budget}s left"
+    echo "gpu-check: $(printf '%-16s' "$name") skipped ($fig)"
+    printf '======== stage %s: skipped, %s\n\n' "$name" "$fig" >>"$CHECK_OUT/log.txt"
+    rows+=("$name|skipped|0|$fig")
+    write_report
+    return
+  fi
+  (( limit > left )) && limit=$left
+  printf 'gpu-check: %-16s (limit %3ds) ... ' "$name" "$limit"
+  printf '======== stage %s (limit %ss) started %s\n' "$name" "$limit" "$(date -u +%H:%M:%S)" >>"$CHECK_OUT/log.txt"
+  offset="$(stat -c %s "$CHECK_OUT/log.txt")"
+  running="$name|$SECONDS|$limit"
+  write_report
+  t0=$SECONDS
+  CHECK_STAGE_LIMIT="$limit" timeout -k 10 "$limit" bash "$stages_sh" "$name" >>"$CHECK_OUT/log.txt" 2>&1 </dev/null &
+  stage_pid=$!
+  wait "$stage_pid" || rc=$?
+  stage_pid=""
+  secs=$((SECONDS - t0))
+  tail -c +"$((offset + 1))" "$CHECK_OUT/log.txt" >"$log"
+  if [[ -f "$CHECK_WORK/results/$name" ]]; then
+    IFS='|' read -r st fig <"$CHECK_WORK/results/$name"
+    if [[ $rc -eq 124 || $rc -eq 137 ]]; then st=fail fig="timed out after ${limit}s; $fig"; fi
+  elif [[ $rc -eq 124 || $rc -eq 137 ]]; then
+    st=fail fig="timed out after ${limit}s (its log is in log.txt)"
+  else
+    st=fail fig="the stage exited $rc without a result"
+  fi
+  echo "$st (${secs}s)"
+  printf '======== stage %s: %s, %ss, %s\n\n' "$name" "$st" "$secs" "$fig" >>"$CHECK_OUT/log.txt"
+  running=""
+  rows+=("$name|$st|$secs|$fig")
+  if [[ "$st" == fail ]]; then
+    any_fail=1
+    if [[ -s "$log" ]]; then tails+=("---- $name (last lines; full log in log.txt)" "$(tail -n 6 "$log" | cut -c1-150)"); fi
+  fi
+  write_report
+}
+
+echo "gpu-check: bundle $CHECK_BUNDLE, GPU visible: $CHECK_GPU ($CHECK_GPU_REASON), budget ${budget}s," \
+     "stages: $(for p in "${stages[@]}"; do printf '%s ' "${p%:*}"; done)"
+for p in "${stages[@]}"; do
+  name="${p%:*}"
+  run_stage "$name" "${limit_of[$name]:-${p##*:}}"
+done
+
+set +e  # only reporting from here on
+write_report
 echo
 cat "$CHECK_OUT/summary.txt"
 exit "$any_fail"

@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# Self-test of scripts/gpu-check.sh's driver without a GPU and without a build: a fake build tree (gtest-like shell
+# scripts named gpu_cuda_test / gpu_ops_test, a fake cleave writing metrics.jsonl, a bundled reference run), a fake
+# nvidia-smi that lists one GPU and a fake compute-sanitizer. Checks, each in a few seconds:
+#   - an unknown stage in --only (or --limit) is exit 2 naming the stages; --only runs just the named stages
+#   - a sticky CUDA error (and a crash) in one test: the binary is rerun once without that test, which passes, and
+#     that test alone goes under memcheck with CUDA_LAUNCH_BLOCKING=1; a hung test: rerun without it, no memcheck
+#   - a stage that would get less than half its limit is skipped with the reason, the next one still runs
+#   - gpu-reference replays the reference with device.type=cuda and comm_backend=mpi and names the first step past
+#     1e-4 and the worst difference
+#   - summary.txt lists the running stage while it runs, and a SIGTERM mid-stage leaves the summary (stage
+#     "stopped") and the hung stage's log in log.txt, kills the stage's processes and exits 143
+# Usage: gpu_check_driver.sh REPO_ROOT   (exit 0 when every check passes; prints what failed otherwise)
+set -uo pipefail
+root="$(cd "${1:?usage: gpu_check_driver.sh REPO_ROOT}" && pwd)"
+check="$root/scripts/gpu-check.sh"
+tmp="$(mktemp -d "${TMPDIR:-/tmp}/gpu-check-driver.XXXXXX")"
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+ok() { echo "ok   $*"; }
+bad() { echo "FAIL $*"; fails=$((fails + 1)); }
+# expect_grep WHAT PATTERN FILE: FILE has a line matching the extended regex PATTERN
+expect_grep() {
+  if grep -Eq -- "$2" "$3"; then ok "$1"; else bad "$1: no line matching '$2' in $(basename "$3"):"; sed 's/^/     | /' "$3"; fi
+}
+expect_no_grep() {
+  if grep -Eq -- "$2" "$3"; then bad "$1: a line matches '$2' in $(basename "$3"):"; sed 's/^/     | /' "$3"; else ok "$1"; fi
+}
+
+# ---- the fakes ------------------------------------------------------------------------------------------------------
+build="$tmp/build" fakes="$tmp/fakebin"
+mkdir -p "$build/tests" "$build/bin" "$fakes" "$build/reference/tiny"
+cat >"$build/tests/gpu_cuda_test" <<'EOF'
+#!/usr/bin/env bash
+# A gtest-like binary: Fake.First, Fake.Bad, Fake.Last. FAKE_MODE (or FAKE_HANG_BIN naming this binary) decides what
+# Fake.Bad does: pass, sticky (an illegal address, so the later tests fail too), crash (abort), hang (sleep).
+me="$(basename "$0")" filter="" xml=""
+for a in "$@"; do
+  case "$a" in --gtest_filter=*) filter="${a#*=}" ;; --gtest_output=xml:*) xml="${a#*xml:}" ;; esac
+done
+echo "$me ${filter:-<all>}" >>"$FAKE_CALLS"
+mode="${FAKE_MODE:-pass}"
+[[ "$me" == "${FAKE_HANG_BIN:-}" ]] && mode=hang
+[[ "$filter" == *-*Fake.Bad* ]] && mode=excluded
+passed=0 failed=() lost=0
+echo "[==========] Running tests from 1 test suite."
+for t in Fake.First Fake.Bad Fake.Last; do
+  [[ "$t" == Fake.Bad && "$mode" == excluded ]] && continue
+  echo "[ RUN      ] $t"
+  if [[ "$t" == Fake.Bad ]]; then
+    case "$mode" in
+      sticky) lost=1 ;;
+      crash) echo "fake: aborting"; kill -ABRT $$ ;;
+      hang) echo $$ >"$FAKE_PIDFILE"; echo "fake: hanging in $t"; exec sleep 30 ;;
+    esac
+  fi
+  if [[ $lost -eq 1 ]]; then
+    echo "error: CUDA error: an illegal memory access was encountered (cudaStreamSynchronize)"
+    echo "[  FAILED  ] $t (1 ms)"; failed+=("$t")
+  else
+    echo "[       OK ] $t (1 ms)"; passed=$((passed + 1))
+  fi
+done
+echo "[==========] $((passed + ${#failed[@]})) tests from 1 test suite ran. (3 ms total)"
+echo "[  PASSED  ] $passed tests."
+[[ -n "$xml" ]] && printf '<?xml version="1.0"?>\n<testsuites>\n<testsuite name="Fake" tests="%s">\n</testsuite>\n</testsuites>\n' \
+  "$((passed + ${#failed[@]}))" >"$xml"
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "[  FAILED  ] ${#failed[@]} tests, listed below:"
+  for t in "${failed[@]}"; do echo "[  FAILED  ] $t"; done
+  exit 1
+fi
+exit 0
+EOF
+cp "$build/tests/gpu_cuda_test" "$build/tests/gpu_ops_test"
+cat >"$build/bin/cleave" <<'EOF'
+#!/usr/bin/env bash
+# A fake `cleave train CONFIG --set K=V...`: writes 5 steps to OUT_DIR/metrics.jsonl; on cuda (which must come with
+# parallel.comm_backend=mpi) steps 2, 3 and 5 drift by 2.5e-5, 2e-4 and 1e-3 relative.
+out="" device=cpu backend=auto
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --set) case "$2" in train.out_dir=*) out="${2#*=}" ;; device.type=*) device="${2#*=}" ;;
+                        parallel.comm_backend=*) backend="${2#*=}" ;; esac; shift 2 ;;
+    *) shift ;;
+  esac
+done
+[[ "$device" == cpu || "$backend" == mpi ]] || { echo "error: fake cleave: cuda needs comm_backend mpi" >&2; exit 1; }
+mkdir -p "$out"
+if [[ "$device" == cuda ]]; then losses=(5.0 4.0001 3.0006 2.0 1.001); else losses=(5.0 4.0 3.0 2.0 1.0); fi
+for i in 0 1 2 3 4; do printf '{"step":%d,"loss":%s,"lr":0.001}\n' "$((i + 1))" "${losses[$i]}"; done >"$out/metrics.jsonl"
+echo "fake cleave: 5 steps on $device"
+EOF
+printf '{"step":%d,"loss":%s,"lr":0.001}\n' 1 5.0 2 4.0 3 3.0 4 2.0 5 1.0 >"$build/reference/tiny/metrics.jsonl"
+echo '{}' >"$build/reference/tiny/config.json"
+printf '%s\n' --set train.out_dir=@OUT_DIR@ >"$build/reference/tiny/args.txt"
+cat >"$fakes/nvidia-smi" <<'EOF'
+#!/bin/sh
+# Lists one GPU; any query gets one CSV line.
+case "$*" in -L) echo "GPU 0: Fake GPU (UUID: GPU-00000000)" ;; *) echo "Fake GPU, 0.0, 9.0" ;; esac
+EOF
+cat >"$fakes/compute-sanitizer" <<'EOF'
+#!/bin/sh
+# Records how it was called and reports one error, as memcheck does on a faulting kernel.
+echo "CUDA_LAUNCH_BLOCKING=${CUDA_LAUNCH_BLOCKING:-unset} $*" >>"$FAKE_SANITIZER_LOG"
+echo "========= COMPUTE-SANITIZER"
+echo "========= Invalid __global__ write of size 4 bytes"
+echo "=========     at fake_kernel(float *)+0x70 in fake.cu:12"
+echo "========= ERROR SUMMARY: 1 error"
+exit 97
+EOF
+chmod +x "$build/tests"/gpu_*_test "$build/bin/cleave" "$fakes"/*
+export PATH="$fakes:$PATH" FAKE_CALLS="$tmp/calls.txt" FAKE_SANITIZER_LOG="$tmp/sanitizer.txt"
+export FAKE_PIDFILE="$tmp/hang.pid"
+
+# run_check OUT ARGS...: the check against the fake build tree; sets rc, output in OUT.stdout
+run_check() {
+  local out="$1"; shift
+  rm -f "$FAKE_CALLS" "$FAKE_SANITIZER_LOG"
+  rc=0
+  bash "$check" --build-dir "$build" "$@" "$out" >"$out.stdout" 2>&1 || rc=$?
+}
+
+# ---- 1. bad stage names: exit 2 with the list ----------------------------------------------------------------------
+run_check "$tmp/o1" --only probe,nonsense
+if [[ $rc -eq 2 ]] && grep -q "unknown stage 'nonsense' in --only; the stages are: probe ldd" "$tmp/o1.stdout"; then
+  ok "--only with an unknown stage: exit 2 naming it and the stages"
+else bad "--only nonsense: exit $rc (want 2)"; sed 's/^/     | /' "$tmp/o1.stdout"; fi
+run_check "$tmp/o1b" --only test:gpu_missing_test
+if [[ $rc -eq 2 ]] && grep -q "stage 'test:gpu_missing_test' in --only: no such test binary" "$tmp/o1b.stdout"; then
+  ok "--only with a test binary that is not there: exit 2"
+else bad "--only test:gpu_missing_test: exit $rc (want 2)"; sed 's/^/     | /' "$tmp/o1b.stdout"; fi
+run_check "$tmp/o1c" --limit kernels=soon
+if [[ $rc -eq 2 ]]; then ok "--limit kernels=soon: exit 2"; else bad "--limit kernels=soon: exit $rc (want 2)"; fi
+
+# ---- 2. sticky error: rerun without the test, memcheck of that test only --------------------------------------------
+FAKE_MODE=sticky run_check "$tmp/o2" --only kernels
+s="$tmp/o2/summary.txt"
+[[ $rc -eq 1 ]] && ok "sticky: exit 1" || bad "sticky: exit $rc (want 1)"
+expect_grep "sticky: the culprit, the rerun's result and memcheck's in the row" \
+  '^kernels +fail .*sticky CUDA error \(an illegal memory access was encountered\) in Fake\.Bad; rerun without it: pass \(2 passed, 0 skipped of 2\); memcheck: 1 error\(s\): Invalid __global__ write' "$s"
+expect_grep "sticky: the binary ran twice, the second time without Fake.Bad" '^gpu_cuda_test -Fake\.Bad$' "$FAKE_CALLS"
+expect_grep "sticky: memcheck ran Fake.Bad alone with CUDA_LAUNCH_BLOCKING=1" \
+  '^CUDA_LAUNCH_BLOCKING=1 --tool memcheck .*gpu_cuda_test --gtest_filter=Fake\.Bad$' "$FAKE_SANITIZER_LOG"
+[[ "$(wc -l <"$FAKE_CALLS")" -eq 2 ]] && ok "sticky: exactly one rerun" || bad "sticky: $(wc -l <"$FAKE_CALLS") runs (want 2)"
+expect_no_grep "--only kernels: no other stage in the summary" '^(probe|ldd|ops-parity|cpu-reference) ' "$s"
+expect_grep "--only kernels: the summary names the selection and the verdict" '· FAIL ·' "$s"
+
+# ---- 3. a crash: the same recovery --------------------------------------------------------------------------------------
+FAKE_MODE=crash run_check "$tmp/o3" --only ops-parity
+expect_grep "crash: the last test started is the culprit, the rerun passes" \
+  '^ops-parity +fail .*crashed \(exit 134\) in Fake\.Bad; rerun without it: pass .*memcheck: 1 error' "$tmp/o3/summary.txt"
+
+# ---- 4. a hung test: rerun without it, no memcheck ------------------------------------------------------------------
+t0=$SECONDS
+FAKE_HANG_BIN=gpu_cuda_test run_check "$tmp/o4" --only kernels --limit kernels=12
+expect_grep "hang: the first run is cut at its share, the rerun without the test passes" \
+  '^kernels +fail .*no result within [78]s \(hung or slow\) in Fake\.Bad; rerun without it: pass \(2 passed' "$tmp/o4/summary.txt"
+[[ ! -s "$FAKE_SANITIZER_LOG" ]] && ok "hang: no memcheck of a hung test" || bad "hang: memcheck ran"
+(( SECONDS - t0 < 15 )) && ok "hang: done in $((SECONDS - t0))s" || bad "hang: took $((SECONDS - t0))s"
+
+# ---- 5. the budget: less than half the limit left is a skip, not a failure --------------------------------------------
+run_check "$tmp/o5" --budget 40 --only kernels,ops-parity --limit kernels=100 --limit ops-parity=30
+s="$tmp/o5/summary.txt"
+[[ $rc -eq 0 ]] && ok "budget: exit 0 with a skipped stage" || bad "budget: exit $rc (want 0)"
+expect_grep "budget: the stage short of half its limit is skipped with the reason" \
+  '^kernels +skipped +0 +budget: needs at least 50s \(half its 100s limit\), [0-9]+s of the 40s left' "$s"
+expect_grep "budget: the next stage, within half its limit, runs" '^ops-parity +pass .*2 passed|^ops-parity +pass .*3 passed' "$s"
+expect_grep "budget: it ran with its own limit" '^======== stage ops-parity \(limit 30s\)' "$tmp/o5/log.txt"
+
+# ---- 6. gpu-reference: losses against the CPU reference ------------------------------------------------------------------
+run_check "$tmp/o6" --only cpu-reference,gpu-reference
+s="$tmp/o6/summary.txt"
+expect_grep "cpu-reference: the CPU replay matches" '^cpu-reference +pass .*tiny: OK|^cpu-reference +pass .*tiny: 5 of 5 steps' "$s"
+expect_grep "gpu-reference: first step past 1e-4 and the worst difference named" \
+  '^gpu-reference +fail .*cuda:0 vs CPU: tiny: 5 of 5 steps, step 1 diff 0.00e\+00, first past 1e-4: step 3, worst 1.00e-03 at step 5' "$s"
+
+# ---- 7. a check stopped mid-stage: the summary and the hung stage's log are left ------------------------------------------
+rm -f "$FAKE_PIDFILE"
+FAKE_HANG_BIN=gpu_ops_test bash "$check" --build-dir "$build" --only kernels,ops-parity --limit ops-parity=60 \
+  "$tmp/o7" >"$tmp/o7.stdout" 2>&1 &
+pid=$!
+for _ in $(seq 1 100); do grep -q 'fake: hanging' "$tmp/o7/log.txt" 2>/dev/null && break; sleep 0.1; done
+s="$tmp/o7/summary.txt"
+expect_grep "running: the finished stage is in the summary already" '^kernels +pass ' "$s"
+expect_grep "running: the running stage is listed as running" '^ops-parity +running .*60s limit' "$s"
+kill -TERM "$pid"
+rc=0; wait "$pid" || rc=$?
+[[ $rc -eq 143 ]] && ok "SIGTERM: exit 143" || bad "SIGTERM: exit $rc (want 143)"
+expect_grep "SIGTERM: the stage is marked stopped" '^ops-parity +stopped .*stopped by SIGTERM' "$s"
+expect_grep "SIGTERM: the hung stage's log is in log.txt" '^fake: hanging in Fake\.Bad' "$tmp/o7/log.txt"
+gone=0
+for _ in $(seq 1 50); do kill -0 "$(cat "$FAKE_PIDFILE" 2>/dev/null || echo 999999)" 2>/dev/null || { gone=1; break; }; sleep 0.1; done
+[[ $gone -eq 1 ]] && ok "SIGTERM: the stage's processes are gone" || bad "SIGTERM: the hung test still runs"
+
+if [[ $fails -gt 0 ]]; then echo "FAIL: $fails check(s) of scripts/gpu-check.sh's driver failed" >&2; exit 1; fi
+echo "ok   scripts/gpu-check.sh driver: every check passed"

@@ -314,7 +314,8 @@ TEST_F(PlanSearch, ZeroStagesAndSequenceParallelPriceTheirCommunication) {
   EXPECT_NEAR(z0.breakdown.dp_comm_s, 2 * latency, 1e-12);
   EXPECT_NEAR(z1.breakdown.dp_comm_s, 2 * latency, 1e-12);
   EXPECT_GT(z1.comm_bytes, 0.0);
-  const PlanEstimate z3 = estimate_plan(config, {}, PlanChoice{1, 1, 2, 1, "1f1b", 1, 3, Recompute::kNone, 8, false}, p, two);
+  const PlanEstimate z3 = estimate_plan(
+      config, {}, PlanChoice{1, 1, 2, 1, "1f1b", 1, 3, Recompute::kNone, 8, false, config::ZeroReduce::kPerStep}, p, two);
   ASSERT_TRUE(z3.valid) << z3.reason;
   // ZeRO-3: the reduce-scatter, then per micro-batch (4) one gather before F and one before I (none before W) of
   // each of the 7 blocks with parameters (embedding, 4 transformer blocks, final norm, the tied head: the loss
@@ -323,6 +324,17 @@ TEST_F(PlanSearch, ZeroStagesAndSequenceParallelPriceTheirCommunication) {
   EXPECT_LE(z3.breakdown.dp_comm_s, latency + gathers + 1e-12);
   EXPECT_GT(z3.breakdown.dp_comm_s, latency + gathers - z3.breakdown.compute_s);
   EXPECT_GT(z3.comm_bytes, 0.0);
+  // optimizer.zero_reduce per_microbatch: 4 reduce-scatters instead of 1; each of the first 3 is charged what the
+  // weight-gradient pass it runs behind cannot hide (at most 3 latencies more), for a lower gradient peak (the
+  // shards and two blocks' buckets instead of the whole local gradient).
+  const PlanEstimate z3m = estimate_plan(
+      config, {},
+      PlanChoice{1, 1, 2, 1, "1f1b", 1, 3, Recompute::kNone, 8, false, config::ZeroReduce::kPerMicrobatch}, p, two);
+  ASSERT_TRUE(z3m.valid) << z3m.reason;
+  EXPECT_GT(z3m.breakdown.dp_comm_s, z3.breakdown.dp_comm_s);
+  EXPECT_LE(z3m.breakdown.dp_comm_s, z3.breakdown.dp_comm_s + 3 * latency + 1e-12);
+  EXPECT_GT(z3m.comm_bytes, z3.comm_bytes);
+  EXPECT_LT(z3m.peak_bytes, z3.peak_bytes);
   const PlanEstimate tp = estimate_plan(config, {}, PlanChoice{2, 1, 1, 1, "1f1b", 1, 0, Recompute::kNone, 8, false}, p, two);
   const PlanEstimate sp = estimate_plan(config, {}, PlanChoice{2, 1, 1, 1, "1f1b", 1, 0, Recompute::kNone, 8, true}, p, two);
   ASSERT_TRUE(tp.valid) << tp.reason;

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -350,6 +351,45 @@ TEST_F(PlanSearch, ZeroStagesAndSequenceParallelPriceTheirCommunication) {
   if (sp.valid) {
     EXPECT_NEAR(sp.breakdown.tp_comm_s, tp.breakdown.tp_comm_s, 1e-9);
     EXPECT_NEAR(sp.comm_bytes, tp.comm_bytes, 1e-6 * tp.comm_bytes);
+  }
+}
+
+// optimizer.zero_reduce: the search prices ZeRO-2 and 3 in both forms. Under a cap between the two forms' peaks
+// of ZeRO-3 at dp2, the per-micro-batch plan is ranked and the per-step one refused for memory; without a cap both
+// are ranked, and in deterministic mode only the per-step one is searched (per micro-batch does not apply there).
+TEST_F(PlanSearch, PricesBothZeroReduceFormsAndKeepsTheOneThatFits) {
+  const std::string config = tiny_gpt();
+  const HardwareProfile p = free_links();
+  using partition::Recompute;
+  const PlanChoice per_step{1, 1, 2, 1, "1f1b", 1, 3, Recompute::kNone, 8, false, config::ZeroReduce::kPerStep};
+  PlanChoice per_microbatch = per_step;
+  per_microbatch.zero_reduce = config::ZeroReduce::kPerMicrobatch;
+  const PlanEstimate step = estimate_plan(config, {}, per_step, p, SearchOptions{2, 0});
+  const PlanEstimate microbatch = estimate_plan(config, {}, per_microbatch, p, SearchOptions{2, 0});
+  ASSERT_TRUE(step.valid && microbatch.valid) << step.reason << microbatch.reason;
+  ASSERT_LT(microbatch.peak_bytes, step.peak_bytes);
+  const auto forms = [](const std::vector<PlanEstimate>& plans) {
+    std::set<config::ZeroReduce> seen;
+    for (const PlanEstimate& e : plans) {
+      if (e.choice.layout() == "tp1 pp1 dp2" && e.choice.zero_stage == 3 && e.choice.micro_batch == 1 &&
+          e.choice.recompute == Recompute::kNone) {
+        seen.insert(e.choice.zero_reduce);
+      }
+    }
+    return seen;
+  };
+  const SearchResult capped = search_plans(config, {}, p, SearchOptions{2, (step.peak_bytes + microbatch.peak_bytes) / 2});
+  EXPECT_EQ(forms(capped.ranked), std::set<config::ZeroReduce>{config::ZeroReduce::kPerMicrobatch});
+  EXPECT_EQ(forms(capped.rejected), std::set<config::ZeroReduce>{config::ZeroReduce::kPerStep});
+  const SearchResult uncapped = search_plans(config, {}, p, SearchOptions{2, 0});
+  EXPECT_EQ(forms(uncapped.ranked),
+            (std::set<config::ZeroReduce>{config::ZeroReduce::kPerMicrobatch, config::ZeroReduce::kPerStep}));
+  const SearchResult deterministic = search_plans(config, {"train.deterministic=true"}, p, SearchOptions{2, 0});
+  EXPECT_EQ(forms(deterministic.ranked), std::set<config::ZeroReduce>{config::ZeroReduce::kPerStep});
+  for (const PlanEstimate& e : uncapped.ranked) {  // `cleave plan`'s --set lines select the form
+    const std::vector<std::string> keys = e.choice.overrides();
+    const std::string key = "optimizer.zero_reduce=" + std::string(enum_name(e.choice.zero_reduce));
+    EXPECT_EQ(std::find(keys.begin(), keys.end(), key) != keys.end(), e.choice.zero_stage >= 2) << e.choice.zero_label();
   }
 }
 

@@ -29,6 +29,11 @@
 //  - ZeRO-1's optimizer state, read from the allocator's kOptimizerState counter, is 1/dp of plain data
 //    parallel's (up to the buckets' alignment and dp padding: at most 5% more), and summed over the dp
 //    ranks it covers every element once.
+//  - ZeRO-2 and 3 reduced per micro-batch (optimizer.zero_reduce per_microbatch, outside deterministic mode)
+//    match plain data parallel to float rounding at dp2, dp4 and dp2 x pp2 (tied table split or shared, ZB-V,
+//    interleaved, ZB-H1), dp2 x tp2, a bf16 wire; their collectives carry a step's bytes per micro-batch; the
+//    gradient peak is ZeRO-0's / dp plus two buckets (and the tied table), the memory plan's within 2%
+//    (ZeroPerMicrobatch); deterministic mode's auto reduces per step (the bit-identical form above).
 //  - Overlap: with several buckets, buckets start from the grad-final callbacks before the last block of
 //    the backward reports, the ready order derived by DataParallel matches the order the callbacks fire
 //    (block by block), and the bucketed result equals a naive per-parameter all-reduce bit for bit.

@@ -121,6 +121,9 @@ void StageModule::begin_weight_pass(int microbatch, bool final) {
 }
 
 void StageModule::block_weight(std::size_t i, layers::Stash& stash, layers::Context& ctx, bool final) {
+  if (on_grad_begin_) {
+    for (const auto& p : blocks_[i]->params()) on_grad_begin_(*p);
+  }
   blocks_[i]->backward_weight(stash, ctx);
   if (ordered_) {
     for (layers::Param* p : finishes_[i]) ordered_->param_done(*p);
@@ -128,6 +131,9 @@ void StageModule::block_weight(std::size_t i, layers::Stash& stash, layers::Cont
   if (final && partial_grad_sum_ && !lowest_[i].empty()) partial_grad_sum_(lowest_[i]);
   if (final && on_grad_final_) {
     for (const auto& p : blocks_[i]->params()) on_grad_final_(*p);
+  }
+  if (on_grad_done_) {
+    for (const auto& p : blocks_[i]->params()) on_grad_done_(*p);
   }
 }
 

@@ -46,6 +46,15 @@ class StageModule {
   void set_grad_final_callback(std::function<void(const layers::Param&)> callback) {
     on_grad_final_ = std::move(callback);
   }
+  // Per-micro-batch gradient reduction (ZeRO-2/3 with optimizer.zero_reduce per_microbatch): `before` gets each
+  // of block i's parameters right before every weight-gradient pass of the block writes into their gradients
+  // (so their storage can be allocated only then), `after` gets them once the block's pass is done, in every
+  // pass, final or not (a tied table shared by several blocks is reported once per block). Either may be empty.
+  void set_grad_pass_callbacks(std::function<void(const layers::Param&)> before,
+                               std::function<void(const layers::Param&)> after) {
+    on_grad_begin_ = std::move(before);
+    on_grad_done_ = std::move(after);
+  }
   // Sequence parallelism: replicated parameters get partial gradients on each tp rank
   // (layers/parallel/tp_util.hpp). In the step's last weight-gradient pass, once a block is done (and its
   // ordered accumulation, if any), `sum` gets the parameters whose lowest block it is (each parameter once per
@@ -91,6 +100,8 @@ class StageModule {
   bool is_last_;
   std::map<int, std::vector<layers::Stash>> stashes_;  // micro-batch -> one stash per block
   std::function<void(const layers::Param&)> on_grad_final_;
+  std::function<void(const layers::Param&)> on_grad_begin_;
+  std::function<void(const layers::Param&)> on_grad_done_;
   std::function<void(const std::vector<layers::Param*>&)> partial_grad_sum_;
   std::vector<std::vector<layers::Param*>> finishes_;  // block -> params whose lowest block it is
   std::vector<std::vector<layers::Param*>> lowest_;    // the same, never filtered (partial_grad_sum_)

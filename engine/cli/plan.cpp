@@ -151,9 +151,9 @@ int run_plan(int argc, char** argv) {
   const int shown = std::min<int>(top, static_cast<int>(result.ranked.size()));
   for (int i = 0; i < shown; ++i) {
     const auto& e = result.ranked[static_cast<std::size_t>(i)];
-    std::printf("%3d  %-13s %2d %-17s %5lld %4d %2s %-9s %10s %12.0f %7.3f  %s (pp rank %d)%s\n", i + 1,
+    std::printf("%3d  %-13s %2d %-17s %5lld %4s %2s %-9s %10s %12.0f %7.3f  %s (pp rank %d)%s\n", i + 1,
                 e.choice.layout().c_str(), e.choice.virtual_stages, e.choice.schedule.c_str(),
-                static_cast<long long>(e.choice.micro_batch), e.choice.zero_stage, e.choice.sequence_parallel ? "y" : "-", std::string(enum_name(e.choice.recompute)).c_str(),
+                static_cast<long long>(e.choice.micro_batch), e.choice.zero_label().c_str(), e.choice.sequence_parallel ? "y" : "-", std::string(enum_name(e.choice.recompute)).c_str(),
                 ms(e.step_s).c_str(), e.items_per_s, e.bubble, format_bytes(e.peak_bytes).c_str(), e.peak_rank,
                 result.memory_limit > 0
                     ? fmt::format(" = {:.0f}% of cap", 100.0 * static_cast<double>(e.peak_bytes) / static_cast<double>(result.memory_limit)).c_str()
@@ -214,9 +214,9 @@ int run_plan(int argc, char** argv) {
     for (const auto& t : trial) {
       const auto& c = t.plan.choice;
       const std::string measured = t.measured ? fmt::format("{:>9}", ++place) : fmt::format("{:>9}", "failed");
-      std::printf("%s %3d  %-13s %2d %-17s %5lld %4d %2s %-9s %10s %10s %9s%s\n", measured.c_str(), t.predicted_rank,
+      std::printf("%s %3d  %-13s %2d %-17s %5lld %4s %2s %-9s %10s %10s %9s%s\n", measured.c_str(), t.predicted_rank,
                   c.layout().c_str(), c.virtual_stages, c.schedule.c_str(), static_cast<long long>(c.micro_batch),
-                  c.zero_stage, c.sequence_parallel ? "y" : "-", std::string(enum_name(c.recompute)).c_str(), ms(t.plan.step_s).c_str(),
+                  c.zero_label().c_str(), c.sequence_parallel ? "y" : "-", std::string(enum_name(c.recompute)).c_str(), ms(t.plan.step_s).c_str(),
                   t.measured ? ms(t.measured_s).c_str() : "-",
                   t.measured ? fmt::format("{:.2f}", t.plan.step_s / t.measured_s).c_str() : "-",
                   t.measured ? "" : ("  " + t.error).c_str());
@@ -243,6 +243,7 @@ int run_plan(int argc, char** argv) {
                        {"virtual_stages", e.choice.virtual_stages},
                        {"micro_batch", e.choice.micro_batch},
                        {"zero_stage", e.choice.zero_stage},
+                       {"zero_reduce", std::string(enum_name(e.choice.zero_reduce))},
                        {"sequence_parallel", e.choice.sequence_parallel},
                        {"comm_bytes", e.comm_bytes},
                        {"recompute", std::string(enum_name(e.choice.recompute))},

@@ -78,7 +78,17 @@ GradientBucketer::GradientBucketer(std::vector<GradientSpec> grads, Communicator
     const std::int64_t align = static_cast<std::int64_t>(kAlignBytes) / elem;
     const std::int64_t numel = g.shape.numel();
     bool open_new = buckets_.empty() || buckets_.back().dtype != g.dtype;
-    if (by_unit) {
+    if (by_unit && options.pack_units) {  // whole units up to the cap, one group per bucket
+      const GradientSpec* prev = i > 0 ? &specs_[static_cast<std::size_t>(i - 1)] : nullptr;
+      if (!open_new && prev->unit != g.unit) {
+        std::int64_t unit_numel = 0;  // the new unit's elements, aligned
+        for (int j = i; j < num_grads() && specs_[static_cast<std::size_t>(j)].unit == g.unit; ++j) {
+          unit_numel = round_up(unit_numel, align) + specs_[static_cast<std::size_t>(j)].shape.numel();
+        }
+        const std::int64_t end = round_up(buckets_.back().numel, align) + unit_numel;
+        open_new = prev->group != g.group || end * elem > cap_bytes;
+      }
+    } else if (by_unit) {
       open_new = open_new || g.unit != specs_[static_cast<std::size_t>(i - 1)].unit;
     } else if (!open_new) {
       const Bucket& cur = buckets_.back();
@@ -108,7 +118,9 @@ GradientBucketer::GradientBucketer(std::vector<GradientSpec> grads, Communicator
     std::int64_t numel = round_up(b.numel, static_cast<std::int64_t>(kAlignBytes) / elem);
     if (sharded()) numel = round_up(numel, dp_size);
     b.numel = numel;
-    buffers_.push_back(Tensor::zeros({numel}, b.dtype, MemoryCategory::kGradients, allocator));
+    // Per micro-batch: a bucket's buffer exists only while a micro-batch writes it (ensure_buffer).
+    buffers_.push_back(options.per_microbatch ? Tensor()
+                                              : Tensor::zeros({numel}, b.dtype, MemoryCategory::kGradients, allocator));
     if (owns_shards()) owned_.emplace_back();  // allocated by the bucket's first reduction
     unready_in_bucket_.push_back(b.end_grad - b.first_grad);
   }
@@ -127,6 +139,10 @@ GradientBucketer::GradientBucketer(std::vector<GradientSpec> grads, Communicator
   }
   ready_.assign(specs_.size(), 0);
   works_.resize(buckets_.size());
+  CLEAVE_CHECK(!options.per_microbatch || owns_shards(),
+               "gradient bucketer: per-micro-batch reduction needs kReduceScatterOwned (ZeRO-2 or 3)");
+  launches_.assign(buckets_.size(), 0);
+  reports_.assign(specs_.size(), 0);
 }
 
 GradientBucketer::~GradientBucketer() {
@@ -177,6 +193,17 @@ Tensor GradientBucketer::shard(int b) const {
 void GradientBucketer::zero_grads() {
   CLEAVE_CHECK(next_launch_ == 0, "gradient bucketer: zero_grads() while {} bucket(s) are in flight; call finish() "
                "first", next_launch_);
+  if (per_microbatch()) {
+    CLEAVE_CHECK(in_flight_.empty(), "gradient bucketer: zero_grads() while {} bucket(s) are in flight; call "
+                 "finish() first", in_flight_.size());
+    for (int b = 0; b < num_buckets(); ++b) owned_shard(b).zero_();  // the step's accumulators
+    for (Tensor& buffer : buffers_) buffer = Tensor();  // an unfinished step's contributions are dropped
+    std::fill(launches_.begin(), launches_.end(), 0);
+    std::fill(reports_.begin(), reports_.end(), 0);
+    for (int b = 0; b < num_buckets(); ++b) unready_in_bucket_[static_cast<std::size_t>(b)] = unreported(b);
+    step_wire_bytes_ = 0;
+    return;
+  }
   for (std::size_t b = 0; b < buffers_.size(); ++b) {
     if (buffers_[b].defined()) buffers_[b].zero_();
     else buffers_[b] = Tensor::zeros({buckets_[b].numel}, buckets_[b].dtype, MemoryCategory::kGradients, *allocator_);
@@ -209,8 +236,73 @@ void GradientBucketer::release(int b) {
   if (options_.on_release) options_.on_release(b);
 }
 
+bool GradientBucketer::ensure_buffer(int b) {
+  CLEAVE_ASSERT(per_microbatch(), "gradient bucketer: ensure_buffer() without per-micro-batch reduction");
+  const Bucket& bk = bucket(b);
+  Tensor& buffer = buffers_[static_cast<std::size_t>(b)];
+  if (buffer.defined()) return false;
+  buffer = Tensor::zeros({bk.numel}, bk.dtype, MemoryCategory::kGradients, *allocator_);
+  return true;
+}
+
+int GradientBucketer::unreported(int b) const {
+  const Bucket& bk = buckets_[static_cast<std::size_t>(b)];
+  int count = 0;
+  for (int i = bk.first_grad; i < bk.end_grad; ++i) {
+    count += reports_[static_cast<std::size_t>(i)] <= launches_[static_cast<std::size_t>(b)] ? 1 : 0;
+  }
+  return count;
+}
+
+void GradientBucketer::settle() {
+  const ops::Context ctx = ops_context(*allocator_, stream_);
+  for (InFlight& f : in_flight_) {
+    f.work->wait();
+    f.work.reset();
+    const Tensor reduced = block(f.sent, f.bucket);
+    Tensor& shard = owned_shard(f.bucket);
+    if (reduced.dtype() == shard.dtype()) {
+      ops::add_inplace(ctx, shard, reduced);
+    } else {  // a wire copy: widen, then add
+      const Tensor widened = Tensor::empty({shard.numel()}, shard.dtype(), MemoryCategory::kGradients, *allocator_);
+      convert(ctx, reduced, widened);
+      ops::add_inplace(ctx, shard, widened);
+    }
+  }
+  in_flight_.clear();  // frees the buffers
+}
+
+void GradientBucketer::launch_microbatch(int b) {
+  settle();  // at most one bucket in flight besides the one being filled (the memory plan's rule)
+  Tensor buffer = buffers_[static_cast<std::size_t>(b)];
+  ++launches_[static_cast<std::size_t>(b)];
+  if (buffer.defined()) {  // undefined: every contribution went out with the previous launch (ranks agree)
+    Tensor sent = buffer;
+    if (staged_) {
+      sent = Tensor::empty({buffer.numel()}, *options_.wire_dtype, MemoryCategory::kCommunication, *allocator_);
+      convert(ops_context(*allocator_, stream_), buffer, sent);
+    }
+    release(b);  // the owner drops its views; `sent` (or `buffer` until here) keeps what is reduced alive
+    buffer = Tensor();
+    WorkPtr work = dp_.reduce_scatter(sent, block(sent, b), ReduceOp::kSum, stream_);
+    step_wire_bytes_ += sent.numel() * static_cast<std::int64_t>(dtype_size(sent.dtype()));
+    in_flight_.push_back(InFlight{b, std::move(sent), std::move(work)});
+    if (options_.after_launch) options_.after_launch(b);
+  }
+  unready_in_bucket_[static_cast<std::size_t>(b)] = unreported(b);
+}
+
 void GradientBucketer::mark_ready(int index) {
   spec(index);
+  if (per_microbatch()) {
+    const int b = slots_[static_cast<std::size_t>(index)].bucket;
+    int& reports = reports_[static_cast<std::size_t>(index)];
+    if (reports++ == launches_[static_cast<std::size_t>(b)] && --unready_in_bucket_[static_cast<std::size_t>(b)] == 0) {
+      launch_microbatch(b);
+    }
+    poll();
+    return;
+  }
   auto& flag = ready_[static_cast<std::size_t>(index)];
   CLEAVE_CHECK(!flag, "gradient bucketer: gradient {} ('{}') marked ready twice in one step", index,
                specs_[static_cast<std::size_t>(index)].name);
@@ -226,6 +318,10 @@ void GradientBucketer::mark_ready(int index) {
 }
 
 void GradientBucketer::poll() {
+  if (per_microbatch()) {  // progress only: a bucket is completed at the next launch or in finish()
+    for (InFlight& f : in_flight_) f.work->test();
+    return;
+  }
   for (int b = 0; b < next_launch_; ++b) {
     WorkPtr& work = works_[static_cast<std::size_t>(b)];
     if (!work || !work->test() || !owns_shards()) continue;
@@ -262,6 +358,7 @@ void GradientBucketer::launch(int b) {
 }
 
 std::int64_t GradientBucketer::wire_bytes_per_step() const {
+  if (per_microbatch()) return last_wire_bytes_;
   std::int64_t bytes = 0;
   for (const Bucket& b : buckets_) {
     bytes += b.numel * static_cast<std::int64_t>(dtype_size(options_.wire_dtype.value_or(b.dtype)));
@@ -271,6 +368,24 @@ std::int64_t GradientBucketer::wire_bytes_per_step() const {
 
 int GradientBucketer::finish() {
   const ops::Context ctx = ops_context(*allocator_, stream_);
+  if (per_microbatch()) {
+    int launched = 0;
+    for (int b = 0; b < num_buckets(); ++b) launched += launches_[static_cast<std::size_t>(b)] > 0 ? 1 : 0;
+    // Contributions no mark_ready sent out (a gradient never reported counts as final, as in the per-step form).
+    for (int b = 0; b < num_buckets(); ++b) {
+      if (buffers_[static_cast<std::size_t>(b)].defined()) launch_microbatch(b);
+    }
+    settle();
+    for (int b = 0; b < num_buckets(); ++b) {
+      if (options_.scale != 1.0f) scale(ctx, owned_shard(b), options_.scale);
+    }
+    std::fill(launches_.begin(), launches_.end(), 0);
+    std::fill(reports_.begin(), reports_.end(), 0);
+    for (int b = 0; b < num_buckets(); ++b) unready_in_bucket_[static_cast<std::size_t>(b)] = unreported(b);
+    last_wire_bytes_ = step_wire_bytes_;
+    step_wire_bytes_ = 0;
+    return launched;
+  }
   while (next_launch_ < num_buckets()) launch(next_launch_++);
   for (int b = 0; b < num_buckets(); ++b) {
     WorkPtr& work = works_[static_cast<std::size_t>(b)];

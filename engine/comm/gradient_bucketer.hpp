@@ -35,6 +35,20 @@
 // peak at the full buffers plus one bucket's shard (a shard allocated at launch as the collective's output
 // would add every launched shard while the buffers wait for their collectives).
 //
+// Per micro-batch (BucketerOptions::per_microbatch, with kReduceScatterOwned: ZeRO-2/3 with optimizer.zero_reduce
+// per_microbatch): the buffers exist only while a micro-batch's contributions are written into them. The owner
+// calls ensure_buffer(b) before a gradient of bucket b is written (allocating it zeroed; the owner then adopts
+// new grad(i) views) and mark_ready(i) once per micro-batch when gradient i has that micro-batch's contributions
+// (a gradient may run ahead of its bucket: a tied table written by two local stages). Bucket b is launched when
+// every gradient in it has been marked launches(b) + 1 times; launches happen in the order the buckets become
+// ready, the same on every rank (they run the same schedule). Each launch first completes the previous one (wait,
+// add this rank's reduced block into shard(b), free its buffer), then reduce-scatters the bucket's buffer and
+// releases it from the owner (on_release), so at most one bucket is in flight besides the one being filled; the
+// memory plan relies on this fixed rule (not on when a collective happens to finish). zero_grads() allocates the
+// step's shard accumulators, zeroed; finish() launches any bucket still holding contributions, completes the last
+// one and scales the shards. Summation order of a shard: the replicas' sum of micro-batch 0, plus that of 1, ...
+// (not the canonical tree of deterministic mode, which therefore reduces per step).
+//
 // Device: the buffers come from `allocator` and every op on them is enqueued on `stream` (the run's stream, on
 // the allocator's device, which must be the stream the allocator orders its blocks and zeroing on, as the run's
 // allocator is): zeroing through the allocator (Tensor::zero_), the wire-dtype casts, the ZeRO-2 shard copy and
@@ -60,7 +74,10 @@ struct GradientSpec {
   // ZeRO-3 (engine/train/parameter_shards.hpp): when any gradient has a unit >= 0, buckets are cut where the
   // unit changes and nowhere else (bucket_mib is not used), so each unit (a block's parameters) is one bucket
   // and one collective. Consecutive gradients of one unit must be adjacent in the ready order.
+  // With BucketerOptions::pack_units, whole units are packed into buckets up to bucket_mib instead (a unit larger
+  // than that alone), never two units of different `group`s in one bucket.
   int unit = -1;
+  int group = -1;
 };
 
 enum class BucketReduction {
@@ -83,6 +100,10 @@ struct BucketerOptions {
   // kReduceScatterOwned: called when bucket b's full buffer is released; the owner drops every view of it
   // (Param::grad) so that its memory returns to the allocator. Must not call back into the bucketer.
   std::function<void(int bucket)> on_release;
+  // kReduceScatterOwned only: reduce-scatter every micro-batch into shard accumulators (see the header comment).
+  bool per_microbatch = false;
+  // With units: pack whole units up to bucket_mib (GradientSpec::unit, group) instead of one bucket per unit.
+  bool pack_units = false;
 };
 
 class GradientBucketer {
@@ -125,8 +146,12 @@ class GradientBucketer {
   bool owns_shards() const { return options_.reduction == BucketReduction::kReduceScatterOwned; }
 
   // Zeroes every bucket buffer (kReduceScatterOwned: allocates the released ones, zeroed; the owner takes new
-  // grad(i) views afterwards).
+  // grad(i) views afterwards). Per micro-batch: allocates the shard accumulators, zeroed, and no buffer.
   void zero_grads();
+  bool per_microbatch() const { return options_.per_microbatch; }
+  // Per micro-batch: allocates bucket b's buffer, zeroed, unless it exists; true when it did (the owner takes new
+  // grad(i) views of the bucket).
+  bool ensure_buffer(int b);
   // kReduceScatterOwned: drops every shard (after the optimizer step; the owner drops its views too).
   void release_shards();
   void mark_ready(int index);
@@ -138,6 +163,9 @@ class GradientBucketer {
 
  private:
   void launch_ready_buckets();
+  void launch_microbatch(int b);  // per micro-batch: completes the bucket in flight, then reduces bucket b
+  void settle();                  // per micro-batch: completes every bucket in flight (into the shards)
+  int unreported(int b) const;    // per micro-batch: gradients of b marked fewer than launches(b) + 1 times
   void launch(int b);
   void release(int b);  // kReduceScatterOwned: drops bucket b's full buffer and tells the owner
   void complete(int b);  // kReduceScatterOwned, unstaged: copies the reduced block into its shard, releases the bucket
@@ -160,6 +188,17 @@ class GradientBucketer {
   std::vector<WorkPtr> works_;
   int next_launch_ = 0;
   int launched_early_ = 0;
+  // Per micro-batch.
+  struct InFlight {
+    int bucket = 0;
+    Tensor sent;  // the reduced buffer (f32, or its wire copy); this rank's block holds the result
+    WorkPtr work;
+  };
+  std::vector<InFlight> in_flight_;
+  std::vector<int> launches_;        // per bucket, this step
+  std::vector<int> reports_;         // per gradient, this step
+  std::int64_t step_wire_bytes_ = 0;  // this step's launches so far
+  std::int64_t last_wire_bytes_ = 0;  // the last finished step's
 };
 
 }  // namespace cleave::comm

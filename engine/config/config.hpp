@@ -121,6 +121,7 @@ struct OptimizerConfig {
   LrScheduleType schedule = LrScheduleType::kCosine;  // decay to min_lr at train.steps
   double min_lr = 0.0;
   int zero_stage = 0;  // 0 | 1 optimizer state | 2 and gradients | 3 and parameters, sharded across dp
+  ZeroReduce zero_reduce = ZeroReduce::kAuto;  // ZeRO-2/3: when gradients are reduce-scattered (resolved_zero_reduce)
   // f32 tensors of optimizer state each parameter carries: adamw 2 (exp_avg, exp_avg_sq), sgd with momentum 1
   // (momentum_buffer), plain sgd 0. The one count the memory plan, the planner's step-time model and the
   // data-parallel log use; the optimizers allocate exactly this many (unit Optimizer.FactoryFollowsConfig).
@@ -188,6 +189,14 @@ struct RunConfig {
 
   friend bool operator==(const RunConfig&, const RunConfig&) = default;
 };
+
+// optimizer.zero_reduce as the run applies it: kPerMicrobatch or kPerStep for ZeRO-2 and 3 with dp > 1
+// (parallel.data_parallel_size resolved), kAuto otherwise (stages 0 and 1 reduce once per step, all-reduce or
+// reduce-scatter, unaffected). kAuto picks per micro-batch except where the per-micro-batch form cannot keep its
+// promise: train.deterministic (the canonical summation order sums a replica's micro-batches before the
+// replicas, engine/core/sum_tree.hpp) and sequence parallelism at tp > 1 (the tp partial sums of replicated
+// parameters run once per step on the whole gradient); validate() refuses an explicit per_microbatch there.
+ZeroReduce resolved_zero_reduce(const RunConfig& config);
 
 // Parses a config file (empty path: the defaults) and applies `overrides` ("key.path=value", value parsed
 // as JSON when it parses, else taken as a string). Validates everything that needs no world size.

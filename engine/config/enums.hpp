@@ -46,6 +46,15 @@ constexpr std::array<EnumName<GradReduceDtype>, 2> enum_names(GradReduceDtype) {
   return {{{GradReduceDtype::kFp32, "fp32"}, {GradReduceDtype::kBf16, "bf16"}}};
 }
 
+// optimizer.zero_reduce: when ZeRO-2 and 3 reduce-scatter the gradients (resolved_zero_reduce() in config.hpp
+// resolves kAuto). Per micro-batch: each bucket as soon as the micro-batch's last contribution to it is in,
+// keeping only this rank's shard (accumulated over the micro-batches); per step: once, after the last one.
+enum class ZeroReduce { kAuto, kPerMicrobatch, kPerStep };
+constexpr std::array<EnumName<ZeroReduce>, 3> enum_names(ZeroReduce) {
+  return {{{ZeroReduce::kAuto, "auto"}, {ZeroReduce::kPerMicrobatch, "per_microbatch"},
+           {ZeroReduce::kPerStep, "per_step"}}};
+}
+
 // parallel.comm_backend (engine/config/comm_backend.hpp resolves kAuto).
 enum class CommBackend { kAuto, kMpi, kNccl };
 constexpr std::array<EnumName<CommBackend>, 3> enum_names(CommBackend) {

@@ -45,7 +45,7 @@ template <typename Section>
 using FieldMember =
     std::variant<int Section::*, std::int64_t Section::*, std::optional<std::int64_t> Section::*, std::uint64_t Section::*, double Section::*,
                  bool Section::*, std::string Section::*, std::vector<std::int64_t> Section::*,
-                 std::array<double, 2> Section::*, PartitionMethod Section::*, GradReduceDtype Section::*,
+                 std::array<double, 2> Section::*, PartitionMethod Section::*, GradReduceDtype Section::*, ZeroReduce Section::*,
                  CommBackend Section::*, P2PProgress Section::*, OptimizerType Section::*,
                  LrScheduleType Section::*, Recompute Section::*, DataType Section::*,
                  TokenFileFormat Section::*, DeviceType Section::*, Precision Section::*, Activation Section::*>;
@@ -136,7 +136,7 @@ inline constexpr std::array<Field<PartitionConfig>, 2> kPartitionFields = {{
      "method manual: blocks per stage, pp × virtual stages entries", 1, kMaxCount + 3},
 }};
 
-inline constexpr std::array<Field<OptimizerConfig>, 12> kOptimizerFields = {{
+inline constexpr std::array<Field<OptimizerConfig>, 13> kOptimizerFields = {{
     {"type", &OptimizerConfig::type, FieldKind::kChoice, "optimizer: adamw or sgd"},
     {"lr", &OptimizerConfig::lr, FieldKind::kNumber, "peak learning rate"},
     {"weight_decay", &OptimizerConfig::weight_decay, FieldKind::kNumber, "decoupled (adamw) or L2 (sgd) decay"},
@@ -152,6 +152,8 @@ inline constexpr std::array<Field<OptimizerConfig>, 12> kOptimizerFields = {{
     {"min_lr", &OptimizerConfig::min_lr, FieldKind::kNumber, "learning rate at the end of the decay"},
     {"zero_stage", &OptimizerConfig::zero_stage, FieldKind::kInteger, "ZeRO stage: 1 shards optimizer state, 2 also gradients, 3 also parameters",
      0, std::numeric_limits<int>::max()},
+    {"zero_reduce", &OptimizerConfig::zero_reduce, FieldKind::kChoice,
+     "ZeRO-2/3: reduce-scatter gradients per micro-batch (peak 1/dp) or once per step"},
 }};
 
 inline constexpr std::array<Field<TrainConfig>, 11> kTrainFields = {{

@@ -103,6 +103,18 @@ void validate(const RunConfig& c) {
     refuse("optimizer.zero_stage", "must be 0 (nothing sharded), 1 (optimizer state), 2 (and gradients) or 3 (and "
            "parameters), got {}", o.zero_stage);
   }
+  if (o.zero_stage >= 2 && o.zero_reduce == ZeroReduce::kPerMicrobatch) {
+    if (c.train.deterministic) {
+      refuse("optimizer.zero_reduce", "per_microbatch cannot keep train.deterministic's bit-identity: the canonical "
+             "order sums each replica's micro-batches before the replicas, a reduce-scatter per micro-batch sums the "
+             "replicas first; set optimizer.zero_reduce per_step (or auto, which picks it under deterministic mode)");
+    }
+    if (c.parallel.sequence_parallel && p.tensor_model_parallel_size > 1) {
+      refuse("optimizer.zero_reduce", "per_microbatch is not supported with parallel.sequence_parallel at tp {} (the "
+             "tp partial sums of replicated parameters run once per step); set optimizer.zero_reduce per_step or auto",
+             p.tensor_model_parallel_size);
+    }
+  }
   if (o.type == OptimizerType::kSgd && o.nesterov && o.momentum == 0.0) {
     refuse("optimizer.nesterov", "needs optimizer.momentum > 0 (momentum is 0)");
   }
@@ -146,6 +158,14 @@ void validate(const RunConfig& c) {
     refuse("data.val_path", "not used with data.type \"digits\" (its test split is the last "
          "data.val_fraction of the file)");
   }
+}
+
+ZeroReduce resolved_zero_reduce(const RunConfig& config) {
+  const auto& p = config.parallel;
+  if (config.optimizer.zero_stage < 2 || p.data_parallel_size <= 1) return ZeroReduce::kAuto;
+  if (config.optimizer.zero_reduce != ZeroReduce::kAuto) return config.optimizer.zero_reduce;
+  const bool sequence_parallel = p.sequence_parallel && p.tensor_model_parallel_size > 1;
+  return config.train.deterministic || sequence_parallel ? ZeroReduce::kPerStep : ZeroReduce::kPerMicrobatch;
 }
 
 }  // namespace cleave::config

@@ -35,6 +35,7 @@ struct StageParts {
   double f_gather = 0, i_gather = 0; // ZeRO-3: the parameter all-gathers F and I wait for (not hidden by prefetch)
   double reduce = 0;                 // REDUCE_GRAD
   double step_gather = 0;            // ZeRO-1/2: the updated parameters' all-gather after the optimizer step
+  double w_exposed = 0;              // ZeRO-2/3 per micro-batch: per W, the earlier reductions W cannot hide
   double comm_bytes = 0;             // bytes a rank of this stage sends per step (tp, dp, ZeRO-3, P2P)
 };
 
@@ -89,8 +90,16 @@ std::string oversubscription_warning(const PlanEstimate& e) {
 
 std::string PlanChoice::layout() const { return fmt::format("tp{} pp{} dp{}", tp, pp, dp); }
 
+std::string PlanChoice::zero_label() const {
+  const char* reduce = zero_stage < 2                                   ? ""
+                       : zero_reduce == config::ZeroReduce::kPerMicrobatch ? "m"
+                       : zero_reduce == config::ZeroReduce::kPerStep       ? "s"
+                                                                           : "";
+  return fmt::format("{}{}", zero_stage, reduce);
+}
+
 std::vector<std::string> PlanChoice::overrides() const {
-  return {fmt::format("parallel.tensor_model_parallel_size={}", tp),
+  std::vector<std::string> keys = {fmt::format("parallel.tensor_model_parallel_size={}", tp),
           fmt::format("parallel.pipeline_model_parallel_size={}", pp),
           fmt::format("parallel.data_parallel_size={}", dp),
           fmt::format("parallel.virtual_pipeline_stages={}", virtual_stages),
@@ -101,6 +110,10 @@ std::vector<std::string> PlanChoice::overrides() const {
           fmt::format("optimizer.zero_stage={}", zero_stage),
           fmt::format("parallel.sequence_parallel={}", sequence_parallel),
           fmt::format("train.recompute={}", recompute)};
+  if (zero_stage >= 2 && zero_reduce != config::ZeroReduce::kAuto) {
+    keys.push_back(fmt::format("optimizer.zero_reduce={}", zero_reduce));
+  }
+  return keys;
 }
 
 config::RunConfig PlanChoice::apply_to(const config::RunConfig& base) const {
@@ -115,6 +128,7 @@ config::RunConfig PlanChoice::apply_to(const config::RunConfig& base) const {
   c.batch.global_batch_size = global_batch;
   c.batch.gradient_accumulation_steps = global_batch / (micro_batch * dp);
   c.optimizer.zero_stage = zero_stage;
+  if (zero_stage >= 2 && zero_reduce != config::ZeroReduce::kAuto) c.optimizer.zero_reduce = zero_reduce;
   p.sequence_parallel = sequence_parallel;
   c.train.recompute = recompute;
   config::validate(c);
@@ -137,6 +151,7 @@ PlanChoice choice_of_config(const std::string& config_path, const std::vector<st
   c.recompute = config.train.recompute;
   c.global_batch = batch.global_batch_size;
   c.sequence_parallel = config.parallel.sequence_parallel;
+  c.zero_reduce = config::resolved_zero_reduce(config);
   return c;
 }
 
@@ -243,6 +258,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   const double micro = static_cast<double>(choice.micro_batch);
   const double micro_batches = static_cast<double>(config.resolved_batch().gradient_accumulation_steps);
   const int zero = choice.dp > 1 ? config.optimizer.zero_stage : 0;
+  const bool per_microbatch = zero >= 2 && config::resolved_zero_reduce(config) == config::ZeroReduce::kPerMicrobatch;
   const double flops = profile.flops(bf16);
   const Link& p2p_link = options.world > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
   const Link& dp_link = choice.tp * choice.dp > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
@@ -337,10 +353,18 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
                          : collective_s("reduce_scatter", wire, choice.dp, dp_link);
     p.step_gather = zero == 1 || zero == 2 ? collective_s("all_gather", grad_bytes, choice.dp, dp_link) : 0.0;
     p.comm_bytes += ring_bytes(wire, choice.dp, zero == 0) + (zero == 1 || zero == 2 ? ring_bytes(grad_bytes, choice.dp, false) : 0.0);
+    if (per_microbatch) {
+      // optimizer.zero_reduce per_microbatch: every micro-batch reduce-scatters the stage's gradients. The last
+      // one is REDUCE_GRAD's (above); each earlier one runs behind the next weight-gradient pass, and what the
+      // pass cannot hide lengthens it (spread over the stage's W actions).
+      const double hidden_by = est.core_sharing * p.w;
+      p.w_exposed = micro_batches > 1 ? std::max(0.0, p.reduce - hidden_by) * (micro_batches - 1) / micro_batches : 0.0;
+      p.comm_bytes += (micro_batches - 1) * ring_bytes(wire, choice.dp, false);
+    }
     p.f *= est.core_sharing, p.i *= est.core_sharing, p.w *= est.core_sharing;
     rank_params[static_cast<std::size_t>(plan.stage_to_rank(s))] += grad_bytes / 4.0;
     auto& sc = sim.stages[static_cast<std::size_t>(s)];
-    sc.backward_weight = p.w;
+    sc.backward_weight = p.w + p.w_exposed;
     sc.reduce_grad = p.reduce;
     sc.output_bytes = static_cast<double>(costs[static_cast<std::size_t>(range.end - 1)].output_bytes) * micro;
     if (s + 1 < num_stages) p.comm_bytes += 2 * micro_batches * sc.output_bytes;  // activation out, gradient back
@@ -401,9 +425,9 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     switch (a.kind) {
       case pipeline::ActionKind::kForward: bd.compute_s += p.f, bd.tp_comm_s += p.f_tp, bd.dp_comm_s += p.f_gather; break;
       case pipeline::ActionKind::kBackwardInput: bd.compute_s += p.i, bd.tp_comm_s += p.i_tp, bd.dp_comm_s += p.i_gather; break;
-      case pipeline::ActionKind::kBackwardWeight: bd.compute_s += p.w; break;
+      case pipeline::ActionKind::kBackwardWeight: bd.compute_s += p.w, bd.dp_comm_s += p.w_exposed; break;
       case pipeline::ActionKind::kBackward:
-        bd.compute_s += p.i + p.w, bd.tp_comm_s += p.i_tp, bd.dp_comm_s += p.i_gather;
+        bd.compute_s += p.i + p.w, bd.tp_comm_s += p.i_tp, bd.dp_comm_s += p.i_gather + p.w_exposed;
         break;
       case pipeline::ActionKind::kReduceGrad: bd.dp_comm_s += p.reduce; break;
       case pipeline::ActionKind::kOptimizerStep:
@@ -544,10 +568,18 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
         for (int micro : divisors(global / dp)) {
           for (int zero : dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}) {
             for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
-              for (const Recompute recompute : recomputes) {
-                PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp};
-                PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts);
-                (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
+              // ZeRO-2/3: both reduction forms, where the per-micro-batch one applies (config::resolved_zero_reduce).
+              std::vector<config::ZeroReduce> reduces = {config::ZeroReduce::kAuto};
+              if (zero >= 2) {
+                reduces = {config::ZeroReduce::kPerStep};
+                if (!base.train.deterministic && !sp) reduces.insert(reduces.begin(), config::ZeroReduce::kPerMicrobatch);
+              }
+              for (const config::ZeroReduce reduce : reduces) {
+                for (const Recompute recompute : recomputes) {
+                  PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp, reduce};
+                  PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts);
+                  (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
+                }
               }
             }
           }

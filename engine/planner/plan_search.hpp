@@ -49,7 +49,11 @@ struct PlanChoice {
   partition::Recompute recompute = partition::Recompute::kNone;
   std::int64_t global_batch = 0;  // kept from the config
   bool sequence_parallel = false; // parallel.sequence_parallel (tp > 1 only)
+  // optimizer.zero_reduce for ZeRO-2 and 3 (the search prices per_microbatch and per_step; kAuto below stage 2).
+  config::ZeroReduce zero_reduce = config::ZeroReduce::kAuto;
   std::string layout() const;   // "tp2 pp2 dp1"
+  // The zero column of `cleave plan`: the stage, with "m" (per micro-batch) or "s" (per step) for ZeRO-2/3.
+  std::string zero_label() const;
   // The --set overrides that select this plan (parallel.*, batch.*, optimizer.zero_stage, train.recompute).
   std::vector<std::string> overrides() const;
   // `base` with the same keys set as overrides() would, then config::validate(): the typed way the search

@@ -50,6 +50,7 @@ std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const pa
 // (engine/comm/gradient_bucketer.cpp): padded to 64 bytes (16 f32 elements), then to a multiple of dp. The
 // 64-byte alignment of each gradient inside a unit is not modelled (at most 60 bytes per parameter tensor).
 struct ZeroThreeUnits {
+  int table_unit = -1;                  // a tied table split over pp ranks: its own unit (else -1)
   std::vector<std::int64_t> numel;      // f32 elements of each unit, padded, one tp rank's
   std::vector<std::vector<int>> reads;  // per model block on this rank: the units its forward and I gather
   std::vector<int> first_in_bucket;     // per model block: its own unit, complete after its W (-1: none)
@@ -85,6 +86,7 @@ ZeroThreeUnits zero_three_units(const Plan& plan, int pp_rank, int tp, int dp) {
     return static_cast<int>(u.numel.size()) - 1;
   };
   const int table_unit = tied && !same_rank && (embedding >= 0 || head >= 0) ? add(table) : -1;
+  u.table_unit = table_unit;
   for (int b = 0; b < static_cast<int>(spec.blocks.size()); ++b) {
     if (!on_rank(b)) continue;
     const bool holds_table = b == embedding || b == head;
@@ -163,6 +165,154 @@ std::int64_t reduction_excess(const ZeroThreeUnits& units, const Plan& plan, int
     freed += full - full / dp;
   }
   return excess;
+}
+
+// Per-micro-batch reduction (optimizer.zero_reduce per_microbatch, engine/comm/gradient_bucketer.hpp): the
+// buckets as the runtime cuts them, each with the model blocks whose weight-gradient pass writes into it.
+struct MicrobatchBuckets {
+  std::vector<std::int64_t> numel;                 // f32 elements, padded like the bucketer (16, then dp)
+  std::vector<std::vector<int>> writes;             // per model block: the buckets its W writes
+  std::vector<int> writers;                         // per bucket: reports of one micro-batch (blocks writing it)
+  std::int64_t per_step = 0;                        // a tied table split over pp ranks: reduced once per step
+  std::int64_t shards() const {
+    std::int64_t sum = 0;
+    for (std::int64_t n : numel) sum += n;
+    return sum;
+  }
+};
+
+int add_bucket(MicrobatchBuckets& m, std::int64_t elements, int dp) {
+  constexpr std::int64_t kAlignElements = 16;
+  m.numel.push_back(round_up(round_up(elements, kAlignElements), dp));
+  m.writers.push_back(0);
+  return static_cast<int>(m.numel.size()) - 1;
+}
+
+void add_writer(MicrobatchBuckets& m, int block, int bucket) {
+  m.writes[static_cast<std::size_t>(block)].push_back(bucket);
+  ++m.writers[static_cast<std::size_t>(bucket)];
+}
+
+// ZeRO-3: one bucket per unit; a tied head on the embedding's rank writes the embedding's unit too; the split
+// table's unit is reduced per step.
+MicrobatchBuckets zero_three_buckets(const ZeroThreeUnits& units, std::size_t blocks) {
+  MicrobatchBuckets m;
+  m.writes.resize(blocks);
+  m.numel = units.numel;
+  m.writers.assign(units.numel.size(), 0);
+  for (std::size_t b = 0; b < blocks; ++b) {
+    for (int unit : units.reads[b]) {
+      if (unit != units.table_unit) add_writer(m, static_cast<int>(b), unit);
+    }
+  }
+  if (units.table_unit >= 0) {
+    m.per_step = units.numel[static_cast<std::size_t>(units.table_unit)];
+    m.numel[static_cast<std::size_t>(units.table_unit)] = 0;  // not a per-micro-batch bucket
+  }
+  return m;
+}
+
+// ZeRO-2: each stage's blocks, last to first, packed whole up to parallel.dp_bucket_mb (a block larger than that
+// alone); a tied table both of whose blocks are on this rank a bucket of its own; split over pp ranks, per step.
+MicrobatchBuckets zero_two_buckets(const Plan& plan, int pp_rank, int tp, int dp, double bucket_mib) {
+  constexpr std::int64_t kAlignElements = 16;
+  const auto& spec = plan.spec;
+  const auto costs = partition::model_costs(spec, DType::kF32);
+  const bool tied = !spec.tied_parameters.empty();
+  const std::int64_t table = tied ? spec.token_sizes().vocab_size * spec.token_sizes().d_model : 0;
+  const auto cap = static_cast<std::int64_t>(bucket_mib * 1024.0 * 1024.0) / 4;
+  MicrobatchBuckets m;
+  m.writes.resize(spec.blocks.size());
+  int embedding = -1, head = -1;
+  for (int stage = 0; stage < plan.num_stages(); ++stage) {
+    if (plan.stage_to_rank(stage) != pp_rank) continue;
+    const auto& range = plan.partition.stages[static_cast<std::size_t>(stage)];
+    for (int b = range.begin; b < range.end; ++b) {
+      const auto kind = spec.blocks[static_cast<std::size_t>(b)].kind;
+      if (tied && kind == partition::BlockKind::kEmbedding) embedding = b;
+      if (tied && kind == partition::BlockKind::kLmHead) head = b;
+    }
+  }
+  const bool same_rank = embedding >= 0 && head >= 0;
+  const int table_bucket = same_rank ? add_bucket(m, table / tp, dp) : -1;
+  if (tied && !same_rank && (embedding >= 0 || head >= 0)) m.per_step = round_up(round_up(table / tp, kAlignElements), dp);
+  for (int stage = 0; stage < plan.num_stages(); ++stage) {
+    if (plan.stage_to_rank(stage) != pp_rank) continue;
+    const auto& range = plan.partition.stages[static_cast<std::size_t>(stage)];
+    int open = -1;             // the bucket being packed
+    std::int64_t filled = 0;   // its elements so far
+    for (int b = range.end; b-- > range.begin;) {
+      const bool holds_table = b == embedding || b == head;
+      if (holds_table && table_bucket >= 0) add_writer(m, b, table_bucket);
+      const std::int64_t own = (costs[static_cast<std::size_t>(b)].param_count - (holds_table ? table : 0)) / tp;
+      if (own <= 0) continue;
+      const std::int64_t unit = round_up(own, kAlignElements);
+      if (open < 0 || round_up(filled, kAlignElements) + unit > cap) {
+        open = add_bucket(m, 0, dp);
+        filled = 0;
+      }
+      filled = round_up(filled, kAlignElements) + unit;
+      m.numel[static_cast<std::size_t>(open)] = round_up(round_up(filled, kAlignElements), dp);
+      add_writer(m, b, open);
+    }
+  }
+  return m;
+}
+
+// The gradient peak of a step reduced per micro-batch, in elements, and the largest wire copy (bf16 wire):
+// this rank's shards (all allocated when the step begins) plus the most bucket buffers alive at once, walking the
+// rank's weight-gradient passes (W or B) in schedule order, each stage's blocks last to first. Before a block
+// writes, the buckets it writes are allocated if they are not; after it, a bucket with all its writers' reports
+// of the micro-batch is launched: the bucket in flight before it is completed and freed first, then it is in
+// flight (its f32 buffer; under a bf16 wire its bf16 copy instead, and completing it widens its block into a
+// temporary shard). A tied table split over pp ranks is held in full through the step and its shard appears at
+// the step's end (reduced once per step).
+struct MicrobatchPeak {
+  std::int64_t gradients = 0, wire = 0;
+};
+
+MicrobatchPeak microbatch_peak(const MicrobatchBuckets& m, const Plan& plan, int pp_rank, int dp, bool staged) {
+  const std::size_t n = m.numel.size();
+  std::vector<char> open(n, 0);
+  std::vector<int> reports(n, 0), launches(n, 0);
+  std::int64_t alive = 0, peak = 0;
+  int in_flight = -1;
+  const auto settle = [&]() {
+    if (in_flight < 0) return;
+    const std::int64_t size = m.numel[static_cast<std::size_t>(in_flight)];
+    if (staged) peak = std::max(peak, alive + size / dp);  // the widened temporary
+    else alive -= size;
+    in_flight = -1;
+  };
+  std::int64_t wire = 0;
+  for (const pipeline::Action& a : plan.schedule.ranks[static_cast<std::size_t>(pp_rank)]) {
+    if (a.kind != pipeline::ActionKind::kBackwardWeight && a.kind != pipeline::ActionKind::kBackward) continue;
+    const auto& range = plan.partition.stages[static_cast<std::size_t>(a.stage)];
+    for (int b = range.end; b-- > range.begin;) {
+      for (int k : m.writes[static_cast<std::size_t>(b)]) {
+        if (!open[static_cast<std::size_t>(k)]) {
+          open[static_cast<std::size_t>(k)] = 1;
+          alive += m.numel[static_cast<std::size_t>(k)];
+        }
+      }
+      peak = std::max(peak, alive);
+      for (int k : m.writes[static_cast<std::size_t>(b)]) {
+        const auto kk = static_cast<std::size_t>(k);
+        if (++reports[kk] < (launches[kk] + 1) * m.writers[kk]) continue;
+        ++launches[kk];
+        settle();
+        if (!open[kk]) continue;  // its contributions went out with the previous launch
+        open[kk] = 0;
+        if (staged) alive -= m.numel[kk], wire = std::max(wire, m.numel[kk]);
+        in_flight = k;
+      }
+    }
+  }
+  settle();
+  MicrobatchPeak result;
+  result.gradients = m.shards() / dp + m.per_step + std::max(peak, m.per_step / dp);
+  result.wire = wire;
+  return result;
 }
 
 }  // namespace
@@ -283,6 +433,8 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     for (int k = plan.schedule.num_microbatches; k > 1; k /= 2) ++partial_sums;
   }
   const double state = training_bytes_per_param_byte(config.optimizer) - 1.0;
+  // optimizer.zero_reduce (ZeRO-2 and 3): per micro-batch, the shards plus the buckets alive (microbatch_peak).
+  const bool per_microbatch = zero_stage >= 2 && config::resolved_zero_reduce(config) == config::ZeroReduce::kPerMicrobatch;
   if (zero_stage == 3) {
     // ZeRO-3 (engine/train/parameter_shards.hpp): each unit's f32 master shard (and bf16 working shard) stays;
     // a block's units are gathered in full in the compute dtype before its forward and its I (or B) and freed
@@ -294,11 +446,19 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     const std::int64_t numel = units.total();
     at(MemoryCategory::kParameters) = numel / dp * (bf16 ? 6 : 4) + gathered_peak(units, plan, pp_rank) * (bf16 ? 2 : 4);
     const std::int64_t grad_bytes = 4 * numel;
-    at(MemoryCategory::kGradients) =
-        grad_bytes + std::max(partial_sums * grad_bytes, 4 * reduction_excess(units, plan, pp_rank, dp));
+    const bool staged = config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16;
+    if (per_microbatch) {
+      const MicrobatchPeak mb = microbatch_peak(zero_three_buckets(units, plan.spec.blocks.size()), plan, pp_rank,
+                                                dp, staged);
+      at(MemoryCategory::kGradients) = 4 * mb.gradients;
+      if (staged) at(MemoryCategory::kCommunication) = 2 * mb.wire;
+    } else {
+      at(MemoryCategory::kGradients) =
+          grad_bytes + std::max(partial_sums * grad_bytes, 4 * reduction_excess(units, plan, pp_rank, dp));
+      if (staged) at(MemoryCategory::kCommunication) = 2 * numel;
+    }
     m.gradients_between_steps = 0;
     at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(state * static_cast<double>(grad_bytes / dp));
-    if (config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16) at(MemoryCategory::kCommunication) = 2 * numel;
   } else {
     // Mixed precision: bf16 working copies of the parameters besides the f32 masters.
     at(MemoryCategory::kParameters) = param_bytes / tp + (bf16 ? param_bytes / tp / 2 : 0);
@@ -314,8 +474,13 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     at(MemoryCategory::kOptimizerState) =
         static_cast<std::int64_t>(state * static_cast<double>(param_bytes / tp) / (zero_stage >= 1 ? dp : 1));
     // parallel.grad_reduce_dtype bf16: every gradient bucket has a bf16 twin the collective carries.
-    if (dp > 1 && config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16) {
-      at(MemoryCategory::kCommunication) = param_bytes / tp / 2;
+    const bool staged = dp > 1 && config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16;
+    if (staged) at(MemoryCategory::kCommunication) = param_bytes / tp / 2;
+    if (per_microbatch) {  // ZeRO-2 per micro-batch: the shards and at most two buckets (microbatch_peak)
+      const MicrobatchPeak mb = microbatch_peak(
+          zero_two_buckets(plan, pp_rank, tp, dp, config.parallel.dp_bucket_mb), plan, pp_rank, dp, staged);
+      at(MemoryCategory::kGradients) = 4 * mb.gradients;
+      if (staged) at(MemoryCategory::kCommunication) = 2 * mb.wire;
     }
   }
   // Mixed precision: bf16 activations and boundary tensors (statistics kept in f32 are a few bytes per row, not

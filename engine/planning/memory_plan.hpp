@@ -17,7 +17,13 @@
 //                    ZeRO-2: at least the full buckets plus one bucket's shard (÷ dp), the moment the first
 //                    reduced bucket moves to its shard before its buffer is released; ZeRO-3: the same with a
 //                    bucket per unit: 4 B x Σ units + max(partial sums, the first reduced unit ÷ dp: the last
-//                    block with parameters of the stage whose last W (or B) comes first)
+//                    block with parameters of the stage whose last W (or B) comes first). ZeRO-2 and 3 reduced
+//                    per micro-batch (optimizer.zero_reduce): the shards (Σ buckets ÷ dp) plus the most bucket
+//                    buffers alive at once over the rank's weight-gradient passes in schedule order (a bucket from
+//                    the W of its first writing block until the next launch after its own; bf16 wire: its f32
+//                    buffer only until its launch, plus one widened shard), a tied table split over pp ranks in
+//                    full (reduced per step); ZeRO-2's buckets there are whole blocks of a stage packed up to
+//                    parallel.dp_bucket_mb, a tied table both of whose blocks are on the rank a bucket of its own
 //   optimizer_state  adamw 2x, sgd with momentum 1x, plain sgd 0x of parameters (÷ dp with ZeRO-1 to 3; ZeRO-3
 //                    of the padded units)
 //   activations      the peak, over the rank's actions in schedule order, of the stashes held: F adds a
@@ -28,7 +34,8 @@
 //                    block's rebuilt stash) on top of the stashes not yet freed (stage_backward_memory);
 //                    × micro-batch; plus boundary tensors in flight (two receives posted ahead and the send
 //                    just posted)
-//   communication    parallel.grad_reduce_dtype bf16 with dp > 1: a bf16 twin of every gradient bucket
+//   communication    parallel.grad_reduce_dtype bf16 with dp > 1: a bf16 twin of every gradient bucket (per
+//                    micro-batch: of the largest, one in flight at a time)
 //   workspace        the largest block output of a micro-batch (a transient output or gradient); under
 //                    bf16 on the CPU at least the widest kernel's operands widened to f32
 // It is an estimate; the allocator's cap still enforces the real limit at run time, and the measured peaks

@@ -15,13 +15,13 @@ namespace {
 using nlohmann::json;
 
 // A key or a whole section ("parallel" covers parallel.partition.method).
-constexpr std::array<std::string_view, 16> kFree = {
+constexpr std::array<std::string_view, 17> kFree = {
     "train.steps",        "train.log_interval",       "train.eval_interval",
     "train.eval_batches", "train.report",             "train.trace",
     "train.comm_timeout_s", "train.out_dir",          "train.recompute",
     "train.deterministic", "checkpoint",              "parallel",
     "batch.micro_batch_size", "batch.gradient_accumulation_steps", "device.memory_limit",
-    "optimizer.zero_stage"};
+    "optimizer.zero_stage", "optimizer.zero_reduce"};
 
 // Checked by the checkpoint loader with messages of their own; they cannot change, flag or not.
 constexpr std::array<std::string_view, 4> kLoaderChecked = {"model", "train.seed", "batch.global_batch_size",

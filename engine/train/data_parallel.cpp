@@ -76,6 +76,7 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
   // ZeRO-3 cuts buckets at blocks: a parameter's unit is its first block in the stage where it is reported last.
   std::vector<ParamPtr> sequence;
   std::unordered_map<const layers::Param*, int> unit_of;
+  std::unordered_map<const layers::Param*, int> stage_of;  // where it is reported last
   int units = 0;
   for (int stage : stages_by_final_weight_pass(plan, pp_rank, stages)) {
     const pipeline::StageModule& module = *stages.at(stage);
@@ -87,6 +88,7 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
       const auto [unit, added] = unit_of_block.try_emplace(module.lowest_block_of(**it), units);
       units += added ? 1 : 0;
       unit_of[it->get()] = unit->second;
+      stage_of[it->get()] = stage;
     }
   }
   CLEAVE_ASSERT(sequence.size() == optim::unique_params(params).size(),
@@ -113,6 +115,9 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
                              : options.zero_stage == 1 ? comm::BucketReduction::kReduceScatter
                                                        : comm::BucketReduction::kAllReduce;
   bucket_options.wire_dtype = options.grad_wire_dtype;
+  const bool per_microbatch = options.per_microbatch && options.zero_stage >= 2;
+  bucket_options.per_microbatch = per_microbatch;
+  bucket_options.pack_units = per_microbatch && options.zero_stage == 2;
   bucket_options.after_launch = options.after_bucket_launch;
   // Collectives run on the run's stream, after the kernels that produced their inputs (B4 of docs/cuda.md).
   // ZeRO-2: a reduced bucket's full buffer goes back to the allocator; its parameters' grad views with it.
@@ -123,6 +128,13 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
   std::vector<comm::GradientSpec> specs = specs_of(order_);
   if (options.zero_stage == 3) {
     for (std::size_t i = 0; i < specs.size(); ++i) specs[i].unit = unit_of.at(order_[i].get());
+  } else if (per_microbatch) {  // whole blocks of one stage per bucket; a table several blocks write alone
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      const layers::Param* p = order_[i].get();
+      const bool shared = reports[p] > 1;
+      specs[i].unit = shared ? units + static_cast<int>(i) : unit_of.at(p);
+      specs[i].group = shared ? -2 - static_cast<int>(i) : stage_of.at(p);
+    }
   }
   bucketer_ = std::make_unique<comm::GradientBucketer>(std::move(specs), dp, bucket_options,
                                                       *options.context.allocator, *options.context.stream);
@@ -135,6 +147,8 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
   if (split_table_) {
     table_order.push_back(split_table_);
     bucket_options.on_release = [this](int) { split_table_->grad = Tensor(); };
+    bucket_options.per_microbatch = false;  // summed over the tied group once per step, then reduced
+    bucket_options.pack_units = false;
     table_bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(table_order), dp, bucket_options,
                                                              *options.context.allocator, *options.context.stream);
     split_table_->grad = table_bucketer_->grad(0);
@@ -179,6 +193,13 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
   const std::int64_t state_bytes = allocator.stats().current_of(MemoryCategory::kOptimizerState) - state_before;
 
   const int kinds = options.optimizer.state_tensors_per_param();
+  if (dp.rank() == 0 && options.zero_stage >= 2) {
+    log::info("data parallel: ZeRO-{} gradients reduce-scattered {}", options.zero_stage,
+              per_microbatch ? "per micro-batch (optimizer.zero_reduce per_microbatch: this rank keeps its shards and "
+                               "at most two buckets)"
+                             : "once per step (optimizer.zero_reduce per_step: the full local gradient is held "
+                               "through the backward)");
+  }
   if (dp.rank() == 0) {
     if (parameter_shards_) {
       std::int64_t kept = 0;
@@ -202,13 +223,24 @@ DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::m
   }
 
   for (const auto& [stage, module] : stages) {
-    module->set_grad_final_callback([this](const layers::Param& p) { on_grad_final(p); });
+    if (per_microbatch) {
+      module->set_grad_pass_callbacks([this](const layers::Param& p) { on_grad_begin(p); },
+                                      [this](const layers::Param& p) { on_grad_done(p); });
+      module->set_grad_final_callback([this](const layers::Param& p) {
+        if (&p == split_table_.get()) on_grad_final(p);  // the split table is reduced once per step
+      });
+    } else {
+      module->set_grad_final_callback([this](const layers::Param& p) { on_grad_final(p); });
+    }
     stages_.push_back(module);
   }
 }
 
 DataParallel::~DataParallel() {
-  for (pipeline::StageModule* stage : stages_) stage->set_grad_final_callback({});
+  for (pipeline::StageModule* stage : stages_) {
+    stage->set_grad_final_callback({});
+    stage->set_grad_pass_callbacks({}, {});
+  }
 }
 
 std::vector<Tensor> DataParallel::flatten_values(const comm::GradientBucketer& bucketer,
@@ -301,9 +333,31 @@ void DataParallel::on_grad_final(const layers::Param& param) {
   }
 }
 
+void DataParallel::on_grad_begin(const layers::Param& param) {
+  if (&param == split_table_.get()) return;  // its buffer lives through the step
+  auto it = entries_.find(&param);
+  CLEAVE_ASSERT(it != entries_.end(), "data parallel: parameter {} about to be written but not bucketed", param.name);
+  const int b = bucketer_->slot(it->second.index).bucket;
+  if (!bucketer_->ensure_buffer(b)) return;
+  const auto& bucket = bucketer_->bucket(b);
+  for (int i = bucket.first_grad; i < bucket.end_grad; ++i) order_[static_cast<std::size_t>(i)]->grad = bucketer_->grad(i);
+}
+
+void DataParallel::on_grad_done(const layers::Param& param) {
+  if (&param == split_table_.get()) return;  // on_grad_final, once per step
+  auto it = entries_.find(&param);
+  CLEAVE_ASSERT(it != entries_.end(), "data parallel: parameter {} reported done but not bucketed", param.name);
+  Entry& e = it->second;
+  if (tied_work_) tied_work_->test();  // progress the tied sum
+  if (++e.reports % e.expected_reports == 0) bucketer_->mark_ready(e.index);
+}
+
 DataParallelStepReport DataParallel::end_step() {
+  const bool per_microbatch = bucketer_->per_microbatch();
   for (const auto& [param, entry] : entries_) {
-    CLEAVE_ASSERT(entry.reports == entry.expected_reports,
+    const bool per_pass = per_microbatch && entry.param != split_table_.get();
+    CLEAVE_ASSERT(per_pass ? entry.reports > 0 && entry.reports % entry.expected_reports == 0
+                           : entry.reports == entry.expected_reports,
                   "data parallel: parameter {} was reported final {} times this step, expected {} (grad-final "
                   "callbacks and the derived ready order disagree)",
                   entry.param->name, entry.reports, entry.expected_reports);

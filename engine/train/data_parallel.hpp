@@ -32,6 +32,20 @@
 // in the canonical order, before the replicas are summed (a reduce-scatter per micro-batch would add the
 // same terms in another order and lose bit-identity with plain data parallel).
 //
+// Per micro-batch (options.per_microbatch: optimizer.zero_reduce per_microbatch, ZeRO-2 and 3): the buckets are
+// reduce-scattered in every micro-batch, not once per step (comm::BucketerOptions::per_microbatch). The stages
+// report each parameter before and after every weight-gradient pass of its block (StageModule's pass
+// callbacks): before, its bucket's buffer is allocated (zeroed) if it is not, and the bucket's grad views are
+// taken again; after, once the micro-batch's last contribution is in (a tied table written by two blocks: after
+// the second), the parameter is marked, and a bucket whose parameters are all marked is reduce-scattered and
+// its buffer released, this rank's block added into its shard. So within the step this rank holds its shards
+// (1/dp) and at most two buckets (the one in flight, the one being filled), not the full local gradient. To keep
+// a bucket's lifetime inside one weight-gradient pass, ZeRO-2's buckets pack whole blocks of one stage up to
+// parallel.dp_bucket_mb (a block larger than that alone), and a parameter several blocks write (a tied table)
+// is a bucket of its own; ZeRO-3's are its units. A tied table split over pp ranks keeps its own bucket reduced
+// once per step (its copies are summed over the tied group first). Deterministic mode and sequence parallelism
+// reduce per step (config::resolved_zero_reduce says why).
+//
 // ZeRO-3: as ZeRO-2, with buckets cut at block boundaries (one per block: comm::GradientSpec::unit), and the
 // parameters sharded too: ParameterShards (parameter_shards.hpp) keeps this rank's f32 master shard of every
 // bucket — the same elements as its gradient shard, so the sharded optimizer updates it in place and nothing
@@ -74,6 +88,7 @@ struct DataParallelOptions {
   // so every micro-batch gradient carries the same factor 1/(global micro-batches) on one rank and on many.
   bool average = true;
   DType grad_wire_dtype = DType::kF32;  // parallel.grad_reduce_dtype: the dtype buckets travel in
+  bool per_microbatch = false;  // zero_stage >= 2: reduce-scatter every micro-batch (optimizer.zero_reduce)
   ops::Context context;                // the run's op context: buckets, shards and state use its allocator
   std::function<void(int bucket)> after_bucket_launch;  // test hook (BucketerOptions::after_launch), main buckets
 };
@@ -135,6 +150,8 @@ class DataParallel {
   };
 
   void on_grad_final(const layers::Param& param);
+  void on_grad_begin(const layers::Param& param);  // per micro-batch: the bucket's buffer before a write
+  void on_grad_done(const layers::Param& param);   // per micro-batch: one block's pass is done with param
   // ZeRO-2: points shards_ and the sharded optimizer at the bucketers' current shard buffers (undefined once
   // released).
   void adopt_shard_grads();

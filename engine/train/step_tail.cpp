@@ -26,6 +26,7 @@ StepTail::StepTail(RankSetup& setup, RankModel& model, std::function<void(int bu
     options.bucket_mib = cfg.parallel.dp_bucket_mb;
     options.grad_wire_dtype = cfg.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16 ? DType::kBF16 : DType::kF32;
     options.zero_stage = cfg.optimizer.zero_stage;
+    options.per_microbatch = config::resolved_zero_reduce(cfg) == config::ZeroReduce::kPerMicrobatch;
     options.optimizer = cfg.optimizer;
     options.context = setup.context;
     options.average = false;  // the loss scale divides by dp

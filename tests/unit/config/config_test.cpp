@@ -211,6 +211,36 @@ TEST(Config, NonPositiveSizesNameKeyAndValue) {
   expect_error(R"({"optimizer": {"zero_stage": 4}})", {"optimizer.zero_stage", "or 3 (and parameters), got 4"});
 }
 
+// optimizer.zero_reduce: auto resolves per micro-batch for ZeRO-2/3 at dp > 1, per step where that form cannot
+// keep its promise (deterministic mode, sequence parallelism), nothing below stage 2 or without dp; an explicit
+// per_microbatch that contradicts those keys is refused naming both.
+TEST(Config, ZeroReduceResolvesAndRefusesWhatItCannotKeep) {
+  const auto resolved = [](const std::vector<std::string>& overrides) {
+    RunConfig c = parse_config("{}", "run.json", overrides);
+    c.resolve(4);
+    return resolved_zero_reduce(c);
+  };
+  const std::string dp4 = "parallel.data_parallel_size=4";
+  EXPECT_EQ(resolved({dp4, "optimizer.zero_stage=2"}), ZeroReduce::kPerMicrobatch);
+  EXPECT_EQ(resolved({dp4, "optimizer.zero_stage=3"}), ZeroReduce::kPerMicrobatch);
+  EXPECT_EQ(resolved({dp4, "optimizer.zero_stage=3", "optimizer.zero_reduce=per_step"}), ZeroReduce::kPerStep);
+  EXPECT_EQ(resolved({dp4, "optimizer.zero_stage=2", "train.deterministic=true"}), ZeroReduce::kPerStep);
+  EXPECT_EQ(resolved({"parallel.data_parallel_size=2", "parallel.tensor_model_parallel_size=2",
+                      "parallel.sequence_parallel=true", "optimizer.zero_stage=3"}),
+            ZeroReduce::kPerStep);
+  EXPECT_EQ(resolved({dp4, "optimizer.zero_stage=1", "optimizer.zero_reduce=per_microbatch"}), ZeroReduce::kAuto);
+  EXPECT_EQ(resolved({"parallel.data_parallel_size=1", "parallel.pipeline_model_parallel_size=4",
+                      "optimizer.zero_stage=2"}), ZeroReduce::kAuto);
+  EXPECT_EQ(RunConfig().optimizer.zero_reduce, ZeroReduce::kAuto);
+  expect_error(R"({"optimizer": {"zero_stage": 2, "zero_reduce": "per_microbatch"}, "train": {"deterministic": true}})",
+               {"optimizer.zero_reduce", "train.deterministic", "per_step"});
+  expect_error(R"({"optimizer": {"zero_stage": 3, "zero_reduce": "per_microbatch"},
+                  "parallel": {"tensor_model_parallel_size": 2, "sequence_parallel": true}})",
+               {"optimizer.zero_reduce", "sequence_parallel", "tp 2"});
+  expect_error(R"({"optimizer": {"zero_reduce": "per_batch"}})",
+               {"optimizer.zero_reduce", "\"auto\", \"per_microbatch\", \"per_step\""});
+}
+
 TEST(Config, CrossKeyChecksNameBothKeys) {
   expect_error(R"({"model": {"d_model": 100, "n_heads": 3}})", {"model.d_model", "100", "model.n_heads 3"});
   expect_error(R"({"model": {"n_heads": 4}, "parallel": {"tensor_model_parallel_size": 3}})",

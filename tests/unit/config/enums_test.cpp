@@ -48,6 +48,7 @@ TEST(ConfigEnums, EveryNameTableRoundTrips) {
   expect_round_trip<Activation>("model.activation", 2);
   expect_round_trip<PartitionMethod>("parallel.partition.method", 4);
   expect_round_trip<GradReduceDtype>("parallel.grad_reduce_dtype", 2);
+  expect_round_trip<ZeroReduce>("optimizer.zero_reduce", 3);
   expect_round_trip<CommBackend>("parallel.comm_backend", 3);
   expect_round_trip<P2PProgress>("parallel.p2p_progress", 3);
   expect_round_trip<OptimizerType>("optimizer.type", 2);
@@ -95,6 +96,10 @@ TEST(ConfigEnums, EveryValueSurvivesTheReaderAndTheWriter) {
   }
   for (const auto& e : enum_table<GradReduceDtype>()) {
     check({"parallel.grad_reduce_dtype=" + std::string(e.name)}, "\"grad_reduce_dtype\": \"" + std::string(e.name) + "\"");
+  }
+  for (const auto& e : enum_table<ZeroReduce>()) {
+    check({"optimizer.zero_stage=2", "optimizer.zero_reduce=" + std::string(e.name)},
+          "\"zero_reduce\": \"" + std::string(e.name) + "\"");
   }
   for (const auto& e : enum_table<P2PProgress>()) {
     check({"parallel.p2p_progress=" + std::string(e.name)}, "\"p2p_progress\": \"" + std::string(e.name) + "\"");

@@ -6,6 +6,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -314,7 +315,8 @@ TEST_F(PlanSearch, ZeroStagesAndSequenceParallelPriceTheirCommunication) {
   EXPECT_NEAR(z0.breakdown.dp_comm_s, 2 * latency, 1e-12);
   EXPECT_NEAR(z1.breakdown.dp_comm_s, 2 * latency, 1e-12);
   EXPECT_GT(z1.comm_bytes, 0.0);
-  const PlanEstimate z3 = estimate_plan(config, {}, PlanChoice{1, 1, 2, 1, "1f1b", 1, 3, Recompute::kNone, 8, false}, p, two);
+  const PlanEstimate z3 = estimate_plan(
+      config, {}, PlanChoice{1, 1, 2, 1, "1f1b", 1, 3, Recompute::kNone, 8, false, config::ZeroReduce::kPerStep}, p, two);
   ASSERT_TRUE(z3.valid) << z3.reason;
   // ZeRO-3: the reduce-scatter, then per micro-batch (4) one gather before F and one before I (none before W) of
   // each of the 7 blocks with parameters (embedding, 4 transformer blocks, final norm, the tied head: the loss
@@ -323,6 +325,25 @@ TEST_F(PlanSearch, ZeroStagesAndSequenceParallelPriceTheirCommunication) {
   EXPECT_LE(z3.breakdown.dp_comm_s, latency + gathers + 1e-12);
   EXPECT_GT(z3.breakdown.dp_comm_s, latency + gathers - z3.breakdown.compute_s);
   EXPECT_GT(z3.comm_bytes, 0.0);
+  // optimizer.zero_reduce per_microbatch: 4 reduce-scatters instead of 1, each of the first 3 behind the next
+  // weight-gradient pass, charged what the pass cannot hide: nothing here (a W pass of the tiny model takes longer
+  // than a latency at 1 GFLOP/s), 3/4 of a latency per W pass (3 latencies a step) when compute is free; in
+  // exchange a lower gradient peak (the shards and two blocks' buckets instead of the whole local gradient).
+  const PlanChoice per_microbatch{1, 1, 2, 1, "1f1b", 1, 3, Recompute::kNone, 8, false, config::ZeroReduce::kPerMicrobatch};
+  const PlanEstimate z3m = estimate_plan(config, {}, per_microbatch, p, two);
+  ASSERT_TRUE(z3m.valid) << z3m.reason;
+  EXPECT_NEAR(z3m.breakdown.dp_comm_s, z3.breakdown.dp_comm_s, 1e-12);
+  EXPECT_GT(z3m.comm_bytes, z3.comm_bytes);
+  EXPECT_LT(z3m.peak_bytes, z3.peak_bytes);
+  HardwareProfile free_compute = p;
+  free_compute.flops_f32 = free_compute.flops_bf16 = 1e30;
+  PlanChoice per_step = per_microbatch;
+  per_step.zero_reduce = config::ZeroReduce::kPerStep;
+  const PlanEstimate fast_step = estimate_plan(config, {}, per_step, free_compute, two);
+  const PlanEstimate fast_microbatch = estimate_plan(config, {}, per_microbatch, free_compute, two);
+  ASSERT_TRUE(fast_step.valid && fast_microbatch.valid) << fast_step.reason << fast_microbatch.reason;
+  EXPECT_NEAR(fast_microbatch.breakdown.dp_comm_s - fast_step.breakdown.dp_comm_s, 3 * latency, 1e-6 * latency);
+  EXPECT_GT(fast_microbatch.step_s, fast_step.step_s);
   const PlanEstimate tp = estimate_plan(config, {}, PlanChoice{2, 1, 1, 1, "1f1b", 1, 0, Recompute::kNone, 8, false}, p, two);
   const PlanEstimate sp = estimate_plan(config, {}, PlanChoice{2, 1, 1, 1, "1f1b", 1, 0, Recompute::kNone, 8, true}, p, two);
   ASSERT_TRUE(tp.valid) << tp.reason;
@@ -330,6 +351,45 @@ TEST_F(PlanSearch, ZeroStagesAndSequenceParallelPriceTheirCommunication) {
   if (sp.valid) {
     EXPECT_NEAR(sp.breakdown.tp_comm_s, tp.breakdown.tp_comm_s, 1e-9);
     EXPECT_NEAR(sp.comm_bytes, tp.comm_bytes, 1e-6 * tp.comm_bytes);
+  }
+}
+
+// optimizer.zero_reduce: the search prices ZeRO-2 and 3 in both forms. Under a cap between the two forms' peaks
+// of ZeRO-3 at dp2, the per-micro-batch plan is ranked and the per-step one refused for memory; without a cap both
+// are ranked, and in deterministic mode only the per-step one is searched (per micro-batch does not apply there).
+TEST_F(PlanSearch, PricesBothZeroReduceFormsAndKeepsTheOneThatFits) {
+  const std::string config = tiny_gpt();
+  const HardwareProfile p = free_links();
+  using partition::Recompute;
+  const PlanChoice per_step{1, 1, 2, 1, "1f1b", 1, 3, Recompute::kNone, 8, false, config::ZeroReduce::kPerStep};
+  PlanChoice per_microbatch = per_step;
+  per_microbatch.zero_reduce = config::ZeroReduce::kPerMicrobatch;
+  const PlanEstimate step = estimate_plan(config, {}, per_step, p, SearchOptions{2, 0});
+  const PlanEstimate microbatch = estimate_plan(config, {}, per_microbatch, p, SearchOptions{2, 0});
+  ASSERT_TRUE(step.valid && microbatch.valid) << step.reason << microbatch.reason;
+  ASSERT_LT(microbatch.peak_bytes, step.peak_bytes);
+  const auto forms = [](const std::vector<PlanEstimate>& plans) {
+    std::set<config::ZeroReduce> seen;
+    for (const PlanEstimate& e : plans) {
+      if (e.choice.layout() == "tp1 pp1 dp2" && e.choice.zero_stage == 3 && e.choice.micro_batch == 1 &&
+          e.choice.recompute == Recompute::kNone) {
+        seen.insert(e.choice.zero_reduce);
+      }
+    }
+    return seen;
+  };
+  const SearchResult capped = search_plans(config, {}, p, SearchOptions{2, (step.peak_bytes + microbatch.peak_bytes) / 2});
+  EXPECT_EQ(forms(capped.ranked), std::set<config::ZeroReduce>{config::ZeroReduce::kPerMicrobatch});
+  EXPECT_EQ(forms(capped.rejected), std::set<config::ZeroReduce>{config::ZeroReduce::kPerStep});
+  const SearchResult uncapped = search_plans(config, {}, p, SearchOptions{2, 0});
+  EXPECT_EQ(forms(uncapped.ranked),
+            (std::set<config::ZeroReduce>{config::ZeroReduce::kPerMicrobatch, config::ZeroReduce::kPerStep}));
+  const SearchResult deterministic = search_plans(config, {"train.deterministic=true"}, p, SearchOptions{2, 0});
+  EXPECT_EQ(forms(deterministic.ranked), std::set<config::ZeroReduce>{config::ZeroReduce::kPerStep});
+  for (const PlanEstimate& e : uncapped.ranked) {  // `cleave plan`'s --set lines select the form
+    const std::vector<std::string> keys = e.choice.overrides();
+    const std::string key = "optimizer.zero_reduce=" + std::string(enum_name(e.choice.zero_reduce));
+    EXPECT_EQ(std::find(keys.begin(), keys.end(), key) != keys.end(), e.choice.zero_stage >= 2) << e.choice.zero_label();
   }
 }
 

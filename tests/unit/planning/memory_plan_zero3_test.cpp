@@ -33,7 +33,9 @@ std::int64_t unit(std::int64_t elements) {
   return (aligned + kDp - 1) / kDp * kDp;
 }
 
+// optimizer.zero_reduce per_step unless `overrides` sets it (the per-micro-batch form has its own tests below).
 config::RunConfig zero3(std::int64_t vocab, bool tied, int pp, std::vector<std::string> overrides = {}) {
+  overrides.insert(overrides.begin(), "optimizer.zero_reduce=per_step");
   overrides.push_back("parallel.pipeline_model_parallel_size=" + std::to_string(pp));
   config::RunConfig c = config::parse_config(
       R"({"model": {"type": "gpt", "vocab_size": )" + std::to_string(vocab) + R"(, "d_model": 24, "n_layers": 4,
@@ -130,6 +132,58 @@ TEST(MemoryPlanZeroThree, TiedTableOnOneRankIsInTheEmbeddingsUnit) {
   // block 3's: its shard less what the norm's trade freed.
   const std::int64_t norm = unit(kFinalNorm);
   EXPECT_EQ(at(m, MemoryCategory::kGradients), 4 * units + 4 * (block / kDp - (norm - norm / kDp)));
+}
+
+// optimizer.zero_reduce per_microbatch: the gradients are this rank's shards (Σ units ÷ dp, all allocated when
+// the step begins) plus the most bucket buffers alive at once. Walking each micro-batch's backward, blocks last to
+// first: a block's bucket is allocated before its W, launched after it, and stays (in flight) until the next
+// launch completes it. So two adjacent blocks' buckets at once, or, with a tied table on one rank, the embedding's
+// unit twice: the last micro-batch's in flight while the next one's head writes into a new one.
+TEST(MemoryPlanZeroThree, PerMicrobatchHoldsShardsAndTwoBuckets) {
+  const std::int64_t block = unit(kBlock), norm = unit(kFinalNorm);
+  const std::string per_microbatch = "optimizer.zero_reduce=per_microbatch";
+  {  // untied: head 1224, final norm, block 3 (alone with the norm in flight), block 2 with block 3 in flight, ...
+    const std::int64_t units = unit(51 * kD + kT * kD) + 4 * block + norm + unit(51 * kD);
+    const MemoryPlan m = estimate(zero3(51, false, 1, {per_microbatch}), 0);
+    EXPECT_EQ(at(m, MemoryCategory::kGradients), 4 * (units / kDp + 2 * block));
+    EXPECT_EQ(m.gradients_between_steps, 0);
+    EXPECT_EQ(at(m, MemoryCategory::kCommunication), 0);
+    // Less than the per-step form's full unit buckets.
+    EXPECT_LT(at(m, MemoryCategory::kGradients), at(estimate(zero3(51, false, 1), 0), MemoryCategory::kGradients));
+  }
+  {  // tied, one stage: the embedding's unit (with the table) is written from the head's W to the embedding's:
+     // the last micro-batch's in flight, the next one's opened by the head, then the final norm's
+    const std::int64_t embedding = unit(641 * kD + kT * kD);
+    const std::int64_t units = embedding + 4 * block + norm;
+    ASSERT_GT(2 * embedding + norm, embedding + 2 * block);
+    const MemoryPlan m = estimate(zero3(641, true, 1, {per_microbatch}), 0);
+    EXPECT_EQ(at(m, MemoryCategory::kGradients), 4 * (units / kDp + 2 * embedding + norm));
+  }
+  {  // a bf16 wire: the f32 buffer goes at launch (one bucket alive besides the one being filled's widened shard),
+     // its bf16 copy is in flight (at most one bucket's: the largest)
+    const std::int64_t units = unit(51 * kD + kT * kD) + 4 * block + norm + unit(51 * kD);
+    const MemoryPlan m = estimate(zero3(51, false, 1, {per_microbatch, "parallel.grad_reduce_dtype=bf16"}), 0);
+    EXPECT_EQ(at(m, MemoryCategory::kGradients), 4 * (units / kDp + block + block / kDp));
+    EXPECT_EQ(at(m, MemoryCategory::kCommunication), 2 * block);
+  }
+}
+
+// ZeRO-2 per micro-batch: whole blocks of a stage packed into buckets of parallel.dp_bucket_mb (here 0.04 MiB =
+// 10485 f32 elements: head, final norm and block 3 share one; blocks 2 and 1 one each; block 0 with the
+// embedding), each block's parameters rounded up to 16 elements, a bucket to 16 and then a multiple of dp.
+TEST(MemoryPlanZeroThree, ZeroTwoPerMicrobatchPacksWholeBlocks) {
+  const auto pad = [](std::int64_t n) { return ((n + 15) / 16 * 16 + kDp - 1) / kDp * kDp; };
+  const auto r16 = [](std::int64_t n) { return (n + 15) / 16 * 16; };
+  const std::int64_t first = pad(r16(r16(51 * kD) + kFinalNorm) + r16(kBlock));  // head, norm, block 3
+  const std::int64_t middle = pad(r16(kBlock));
+  const std::int64_t last = pad(r16(kBlock) + r16(51 * kD + kT * kD));           // block 0, embedding
+  ASSERT_EQ(first, 8514);
+  ASSERT_EQ(last, 8706);
+  const MemoryPlan m = estimate(
+      zero3(51, false, 1, {"optimizer.zero_stage=2", "optimizer.zero_reduce=per_microbatch", "parallel.dp_bucket_mb=0.04"}),
+      0);
+  // The most alive at once: the next micro-batch's first bucket opening while the last one is in flight.
+  EXPECT_EQ(at(m, MemoryCategory::kGradients), 4 * ((first + 2 * middle + last) / kDp + last + first));
 }
 
 TEST(MemoryPlanZeroThree, OverTheCapMessageEstimatesEachHigherStage) {

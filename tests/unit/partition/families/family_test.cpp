@@ -157,9 +157,10 @@ std::string read_text(const fs::path& path) {
   return s.str();
 }
 
-// "transformer_block" -> "kTransformerBlock".
-std::string enumerator(std::string_view name) {
-  std::string out = "k";
+// ("BlockKind::", "transformer_block") -> "BlockKind::kTransformerBlock".
+std::string enumerator(std::string_view scope, std::string_view name) {
+  std::string out(scope);
+  out += 'k';
   bool upper = true;
   for (char ch : name) {
     if (ch == '_') {
@@ -179,10 +180,10 @@ TEST(FamilySites, NoGenericSourceSwitchesOnAFamily) {
   const fs::path root = fs::path(CLEAVE_SOURCE_DIR);
   std::vector<std::string> names;
   for (const auto& entry : enum_names(ModelType{})) {
-    names.push_back("ModelType::" + enumerator(entry.name));
+    names.push_back(enumerator("ModelType::", entry.name));
   }
   for (const auto& entry : enum_names(BlockKind{})) {
-    if (family_block_rules(entry.value) != nullptr) names.push_back("BlockKind::" + enumerator(entry.name));
+    if (family_block_rules(entry.value) != nullptr) names.push_back(enumerator("BlockKind::", entry.name));
   }
   ASSERT_EQ(names.back(), "BlockKind::kLlamaBlock");
   names.push_back("Architecture::k");  // engine/hf's key (GPT2LMHeadModel, LlamaForCausalLM)

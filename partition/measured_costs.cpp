@@ -54,14 +54,10 @@ std::string measured_list(const std::vector<MeasuredBlock>& blocks) {
 double file_number(double value) { return std::stod(fmt::format("{:.9g}", value)); }
 
 std::string block_shape_key(const BlockSpec& b) {
-  
+  if (const BlockRules* rules = family_block_rules(b.kind)) return rules->shape_key(b);
   const std::string kind(block_kind_name(b.kind));
   switch (b.kind) {
     case BlockKind::kEmbedding: return fmt::format("{} V{} d{} T{}", kind, b.vocab_size, b.out_features, b.seq_len);
-    case BlockKind::kTransformerBlock:
-      return fmt::format("{} d{} h{} ff{} T{}", kind, b.in_features, b.n_heads, b.d_ff, b.seq_len);
-    case BlockKind::kLlamaBlock:
-      return fmt::format("{} d{} h{} kv{} ff{} T{}", kind, b.in_features, b.n_heads, b.n_kv_heads, b.d_ff, b.seq_len);
     case BlockKind::kLmHead:
       return fmt::format("{} d{} V{} T{}{}", kind, b.in_features, b.out_features, b.input.numel() / std::max<std::int64_t>(1, b.in_features),
                          b.tied ? " tied" : "");

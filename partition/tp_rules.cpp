@@ -49,37 +49,17 @@ void check_tp_d_ff(std::int64_t d_ff, int tp_size, std::int64_t n_heads) {
 }
 
 namespace {
-
-// Llama: every tp rank holds whole query heads, whole key/value heads and an equal share of the SwiGLU width.
-void check_llama_tensor_parallel(const LlamaConfig& m, int tp_size) {
-  const std::int64_t g = std::gcd(std::gcd(m.n_heads, m.n_kv_heads), m.ffn_hidden_size);
-  const std::string allowed = allowed_list(g, g);
-  const auto rule = [&](std::int64_t value, const char* key, const char* what) {
-    CLEAVE_CHECK_KEY(value % tp_size == 0, key,
-                     "{} is not divisible by {} {}: each tp rank needs {}; use tp in {} (divisors of n_heads, "
-                     "n_kv_heads and ffn_hidden_size)",
-                     value, kTpKey, tp_size, what, allowed);
-  };
-  rule(m.n_heads, "model.n_heads", "whole query heads");
-  rule(m.n_kv_heads, "model.n_kv_heads", "whole key/value heads");
-  rule(m.ffn_hidden_size, "model.ffn_hidden_size", "an equal share of the SwiGLU columns");
-}
-
+bool can_split(const Family& f) { return f.check_tensor_parallel != nullptr; }
 }  // namespace
 
 void check_tensor_parallel(const ModelSpec& spec, int tp_size) {
   check_tp_size(tp_size);
   if (tp_size == 1) return;
-  if (spec.type == ModelType::kLlama) {
-    check_llama_tensor_parallel(spec.llama, tp_size);
-    return;
-  }
-  CLEAVE_CHECK_KEY(spec.type == ModelType::kGpt, kTpKey,
-                   "{} needs a gpt or llama model: tensor parallelism supports model.type gpt and llama only (got "
-                   "model.type {}); use 1",
-                   tp_size, spec.type);
-  check_tp_heads(spec.gpt.n_heads, tp_size, spec.gpt.d_ff);
-  check_tp_d_ff(spec.gpt.d_ff, tp_size, spec.gpt.n_heads);
+  const Family& f = family(spec.type);
+  CLEAVE_CHECK_KEY(can_split(f), kTpKey,
+                   "{} needs a {} model: tensor parallelism supports model.type {} only (got model.type {}); use 1",
+                   tp_size, family_names(can_split, "or"), family_names(can_split, "and"), spec.type);
+  f.check_tensor_parallel(spec, tp_size);
 }
 
 void check_sequence_parallel(const ModelSpec& spec, int tp_size, bool on) {
@@ -88,9 +68,11 @@ void check_sequence_parallel(const ModelSpec& spec, int tp_size, bool on) {
                    "needs {} > 1 (it splits along the sequence what the tp group replicates), got {}; set it to "
                    "false or raise tp",
                    kTpKey, tp_size);
-  CLEAVE_CHECK_KEY(spec.type == ModelType::kGpt || spec.type == ModelType::kLlama, "parallel.sequence_parallel",
-                   "needs a gpt or llama model (got model.type {}); set it to false", spec.type);
-  const std::int64_t seq_len = spec.type == ModelType::kLlama ? spec.llama.seq_len : spec.gpt.seq_len;
+  const auto sequence_parallel = [](const Family& f) { return f.sequence_parallel; };
+  CLEAVE_CHECK_KEY(family(spec.type).sequence_parallel, "parallel.sequence_parallel",
+                   "needs a {} model (got model.type {}); set it to false", family_names(sequence_parallel, "or"),
+                   spec.type);
+  const std::int64_t seq_len = spec.token_sizes().seq_len;
   CLEAVE_CHECK_KEY(seq_len % tp_size == 0, "model.seq_len",
                    "{} is not divisible by {} {}: parallel.sequence_parallel gives each tp rank seq_len / tp tokens "
                    "of every sample; use a seq_len that is a multiple of {} or set parallel.sequence_parallel to false",
@@ -99,11 +81,12 @@ void check_sequence_parallel(const ModelSpec& spec, int tp_size, bool on) {
 
 namespace {
 
-// The residual stream between tp regions: [T, D] -> [T / tp, D] under sequence parallelism (gpt's blocks and
-// LayerNorm, llama's blocks and RmsNorm).
+// The residual stream between tp regions: [T, D] -> [T / tp, D] under sequence parallelism (the families'
+// repeated layers, BlockRules::sequence_sharded, and the final LayerNorm or RmsNorm).
 bool sequence_sharded_block(const BlockSpec& block) {
-  return block.kind == BlockKind::kTransformerBlock || block.kind == BlockKind::kLayerNorm ||
-         block.kind == BlockKind::kLlamaBlock || block.kind == BlockKind::kRmsNorm;
+  const BlockRules* rules = family_block_rules(block.kind);
+  if (rules != nullptr) return rules->sequence_sharded;
+  return block.kind == BlockKind::kLayerNorm || block.kind == BlockKind::kRmsNorm;
 }
 bool sequence_sharded_input(const BlockSpec& block) {
   return sequence_sharded_block(block) || block.kind == BlockKind::kLmHead;

@@ -5,9 +5,10 @@
 // fault, the numbers and the sizes that work:
 //   model.n_heads: 6 is not divisible by parallel.tensor_model_parallel_size 4: ...; use tp in {1, 2, 3, 6}
 //
-// Rules: only model.type gpt and llama can be split; every tp rank needs whole attention heads (tp divides
-// n_heads, so tp <= n_heads; llama: n_kv_heads too) and an equal share of the MLP width (tp divides d_ff;
-// llama: ffn_hidden_size). The vocabulary needs nothing:
+// Rules: only families with Family::check_tensor_parallel (partition/families/family.hpp: gpt and llama) can
+// be split, by their own rules (partition/families/<family>.cpp): every tp rank needs whole attention heads (tp
+// divides n_heads, so tp <= n_heads; llama: n_kv_heads too) and an equal share of the MLP width (tp divides
+// d_ff; llama: ffn_hidden_size). The vocabulary needs nothing:
 // it is padded up to a multiple of tp (ShardSpec padding) and the padding is excluded from the loss.
 #pragma once
 

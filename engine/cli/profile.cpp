@@ -132,23 +132,28 @@ int run_profile(int argc, char** argv) {
     if (args.given("--tp")) {
       request.tp_widths.clear();
       for (auto t : args.counts("--tp")) request.tp_widths.push_back(static_cast<int>(t));
-    } else if (partition::is_language_model(spec.type)) {
-      const auto g = spec.token_sizes();
+    } else if (const auto tp_sizes = partition::family(spec.type).tp_sizes) {
       request.tp_widths.clear();
-      for (auto t : partition::allowed_tp_sizes(g.n_heads, g.d_ff > 0 ? g.d_ff : 4 * g.d_model)) {
+      for (auto t : tp_sizes(spec)) {
         if (plan_world % t == 0) request.tp_widths.push_back(static_cast<int>(t));
       }
     }
+    const auto can_split = [](const partition::Family& f) { return f.check_tensor_parallel != nullptr; };
     for (int t : request.tp_widths) {
-      CLEAVE_CHECK(t == 1 || partition::is_language_model(spec.type),
-                   "profile: --tp {}: only a gpt or llama splits over tensor-parallel ranks", t);
-      if (t > 1 && spec.type == partition::ModelType::kLlama) partition::check_tensor_parallel(spec, t);
-      if (spec.type == partition::ModelType::kGpt) {
-        const auto& g = spec.gpt;
-        const auto allowed = partition::allowed_tp_sizes(g.n_heads, g.d_ff > 0 ? g.d_ff : 4 * g.d_model);
-        CLEAVE_CHECK(std::find(allowed.begin(), allowed.end(), t) != allowed.end(),
-                     "profile: --tp {} does not divide n_heads {} and d_ff {}", t, g.n_heads,
-                     g.d_ff > 0 ? g.d_ff : 4 * g.d_model);
+      CLEAVE_CHECK(t == 1 || can_split(partition::family(spec.type)),
+                   "profile: --tp {}: only a {} splits over tensor-parallel ranks", t,
+                   partition::family_names(can_split, "or"));
+      if (t == 1) continue;
+      const auto allowed = partition::family(spec.type).tp_sizes(spec);
+      if (std::find(allowed.begin(), allowed.end(), t) == allowed.end()) {
+        const auto g = spec.token_sizes();
+        std::string why = fmt::format("tp sizes this model allows: {}", fmt::join(allowed, ", "));
+        try {
+          partition::check_tensor_parallel(spec, t);
+        } catch (const ConfigKeyError& e) {
+          why = e.what();
+        }
+        CLEAVE_THROW("profile: --tp {} does not divide n_heads {} and d_ff {} ({})", t, g.n_heads, g.d_ff, why);
       }
     }
     if (args.given("--micro-batches")) {

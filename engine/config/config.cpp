@@ -68,9 +68,9 @@ const std::map<std::string, std::vector<std::string>>& model_keys() {
       for (const auto& f : fields) out.emplace_back(f.key);
       return out;
     };
-    return std::map<std::string, std::vector<std::string>>{
-        {"gpt", names(kGptFields)}, {"mlp", names(kMlpFields)}, {"cnn", names(kCnnFields)},
-        {"llama", names(kLlamaFields)}};
+    std::map<std::string, std::vector<std::string>> out;
+    for_each_model_fields([&](const auto& row) { out[std::string(enum_name(row.type))] = names(row.fields); });
+    return out;
   }();
   return keys;
 }
@@ -372,17 +372,12 @@ void read_fields(Reader& r, Section& s, std::span<const Field<Section>> fields) 
 
 void read_model(Reader r, ModelConfig& m) {
   r.choice("type", m.type);
-  if (m.type == ModelType::kGpt) {
-    read_fields<GptConfig>(r, m.gpt, kGptFields);
-    if (!r.has("d_ff")) m.gpt.d_ff = 4 * m.gpt.d_model;
-  } else if (m.type == ModelType::kLlama) {
-    read_fields<LlamaConfig>(r, m.llama, kLlamaFields);
-    m.llama = partition::llama_defaults(m.llama);
-  } else if (m.type == ModelType::kMlp) {
-    read_fields<MlpConfig>(r, m.mlp, kMlpFields);
-  } else {
-    read_fields<CnnConfig>(r, m.cnn, kCnnFields);
-  }
+  for_each_model_fields([&](const auto& row) {
+    if (row.type == m.type) read_fields(r, m.*row.config, row.fields);
+  });
+  // Absent keys that default from others (gpt's d_ff, llama's n_kv_heads and ffn_hidden_size); a given one is
+  // never 0 (their minimum is 1), so only absent keys resolve.
+  if (const auto resolve = partition::family(m.type).resolve) resolve(m);
   std::map<std::string, std::vector<std::string>> owners;  // a key of other types -> those types
   const auto& own = model_keys().at(std::string(enum_name(m.type)));
   for (const auto& [type, keys] : model_keys()) {
@@ -492,26 +487,17 @@ void report_unknown(const ParseState& state) {
 
 }  // namespace
 
+// Every family's struct is compared (not only the configured one's), member by member through the field
+// tables, which list every member.
 bool operator==(const ModelConfig& a, const ModelConfig& b) {
-  const auto& ga = a.gpt;
-  const auto& gb = b.gpt;
-  const bool gpt = ga.vocab_size == gb.vocab_size && ga.d_model == gb.d_model && ga.n_layers == gb.n_layers &&
-                   ga.n_heads == gb.n_heads && ga.seq_len == gb.seq_len && ga.d_ff == gb.d_ff &&
-                   ga.tie_embeddings == gb.tie_embeddings;
-  const bool mlp = a.mlp.in_features == b.mlp.in_features && a.mlp.hidden == b.mlp.hidden &&
-                   a.mlp.num_classes == b.mlp.num_classes && a.mlp.activation == b.mlp.activation;
-  const auto& ca = a.cnn;
-  const auto& cb = b.cnn;
-  const bool cnn = ca.in_channels == cb.in_channels && ca.height == cb.height && ca.width == cb.width &&
-                   ca.channels == cb.channels && ca.kernel == cb.kernel && ca.pool == cb.pool &&
-                   ca.num_classes == cb.num_classes;
-  const auto& la = a.llama;
-  const auto& lb = b.llama;
-  const bool llama = la.vocab_size == lb.vocab_size && la.d_model == lb.d_model && la.n_layers == lb.n_layers &&
-                     la.n_heads == lb.n_heads && la.n_kv_heads == lb.n_kv_heads && la.seq_len == lb.seq_len &&
-                     la.ffn_hidden_size == lb.ffn_hidden_size && la.rope_theta == lb.rope_theta &&
-                     la.norm_eps == lb.norm_eps && la.tie_embeddings == lb.tie_embeddings;
-  return a.type == b.type && gpt && mlp && cnn && llama;
+  bool same = a.type == b.type;
+  for_each_model_fields([&](const auto& row) {
+    for (const auto& field : row.fields) {
+      std::visit([&](auto member) { same = same && (a.*row.config).*member == (b.*row.config).*member; },
+                 field.member);
+    }
+  });
+  return same;
 }
 
 RunConfig parse_config(std::string_view json_text, std::string_view origin, const std::vector<std::string>& overrides) {

@@ -30,21 +30,22 @@
 
 namespace cleave::config {
 
-struct ModelConfig {
-  ModelType type = ModelType::kGpt;  // only the matching struct below is read and written
-  partition::GptConfig gpt;  // d_ff is resolved (4 * d_model when not given)
-  partition::MlpConfig mlp;
-  partition::CnnConfig cnn;
-  partition::LlamaConfig llama;  // n_kv_heads and ffn_hidden_size resolved on reading (llama_defaults)
+// model.*: the family `type` names (partition/families/family.hpp) and every family's config struct (only the
+// matching one is read and written; resolved on reading by the family's Family::resolve).
+struct ModelConfig : partition::FamilyConfigs {
+  ModelType type = ModelType::kGpt;
   friend bool operator==(const ModelConfig&, const ModelConfig&);
 };
 
-// A language model's (gpt, llama) vocabulary and context length; the gpt struct's values for other types.
+// A language model's vocabulary and context length (Family::token_sizes); the gpt struct's values for other
+// types.
 inline std::int64_t token_vocab_size(const ModelConfig& m) {
-  return m.type == ModelType::kLlama ? m.llama.vocab_size : m.gpt.vocab_size;
+  const partition::Family& f = partition::family(m.type);
+  return f.token_sizes != nullptr ? f.token_sizes(m).vocab_size : m.gpt.vocab_size;
 }
 inline std::int64_t token_seq_len(const ModelConfig& m) {
-  return m.type == ModelType::kLlama ? m.llama.seq_len : m.gpt.seq_len;
+  const partition::Family& f = partition::family(m.type);
+  return f.token_sizes != nullptr ? f.token_sizes(m).seq_len : m.gpt.seq_len;
 }
 
 struct PartitionConfig {

@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <variant>
@@ -240,6 +241,27 @@ inline constexpr std::array<Field<CnnConfig>, 7> kCnnFields = {{
     {"pool", &CnnConfig::pool, FieldKind::kInteger, "max-pool window and stride", 1, kMaxCount},
     {"num_classes", &CnnConfig::num_classes, FieldKind::kInteger, "output classes", 2, kMaxFeatures},
 }};
+
+// The model section's table of families: each family's field table and the FamilyConfigs member it reads
+// into. read_model, write_model, the foreign-key messages and ModelConfig's operator== loop over it; it is
+// the only place the config layer names a family (a family adds its Field table above and one row here).
+template <typename Config>
+struct ModelFields {
+  ModelType type;
+  Config partition::FamilyConfigs::*config;
+  std::span<const Field<Config>> fields;
+};
+inline constexpr auto kModelFields =
+    std::make_tuple(ModelFields<GptConfig>{ModelType::kGpt, &partition::FamilyConfigs::gpt, kGptFields},
+                    ModelFields<MlpConfig>{ModelType::kMlp, &partition::FamilyConfigs::mlp, kMlpFields},
+                    ModelFields<CnnConfig>{ModelType::kCnn, &partition::FamilyConfigs::cnn, kCnnFields},
+                    ModelFields<LlamaConfig>{ModelType::kLlama, &partition::FamilyConfigs::llama, kLlamaFields});
+
+// visit(row) for every row of kModelFields, in order.
+template <typename Visit>
+void for_each_model_fields(Visit&& visit) {
+  std::apply([&](const auto&... row) { (visit(row), ...); }, kModelFields);
+}
 
 // batch.*: any two of the three imply the third (batch.cpp); an unset key stays unset (nullopt).
 inline constexpr std::array<Field<BatchConfig>, 3> kBatchFields = {{

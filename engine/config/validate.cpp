@@ -26,15 +26,17 @@ template <typename... Args>
   throw ConfigKeyError(std::string(key), fmt::format(format, std::forward<Args>(args)...));
 }
 
+// "\"gpt\" or \"llama\"": the quoted names of the families for which `has` holds.
+std::string quoted_family_names(bool (*has)(const partition::Family&)) {
+  return partition::family_names(has, "or", /*quoted=*/true);
+}
+
 // The model's own rules (partition/model_spec.hpp, partition/tp_rules.hpp): the spec builder and the
 // tensor-parallel check throw ConfigKeyError naming the key. Config
 // keeps no copy of these rules.
 void check_model_rules(const RunConfig& c) {
   const auto& m = c.model;
-  const partition::ModelSpec spec = m.type == ModelType::kGpt     ? partition::make_gpt_spec(m.gpt)
-                                    : m.type == ModelType::kLlama ? partition::make_llama_spec(m.llama)
-                                    : m.type == ModelType::kMlp   ? partition::make_mlp_spec(m.mlp)
-                                                                  : partition::make_cnn_spec(m.cnn);
+  const partition::ModelSpec spec = partition::make_model_spec(m.type, m);
   partition::check_tensor_parallel(spec, c.parallel.tensor_model_parallel_size);
   partition::check_sequence_parallel(spec, c.parallel.tensor_model_parallel_size, c.parallel.sequence_parallel);
 }
@@ -126,8 +128,8 @@ void validate(const RunConfig& c) {
   }
   if (d.type == DataType::kText || d.type == DataType::kTokens) {
     if (!partition::is_language_model(c.model.type)) {
-      refuse("data.type", "\"{}\" needs model.type \"gpt\" or \"llama\" (model.type is \"{}\")", d.type,
-             c.model.type);
+      refuse("data.type", "\"{}\" needs model.type {} (model.type is \"{}\")", d.type,
+             quoted_family_names([](const partition::Family& f) { return f.language_model; }), c.model.type);
     }
     const std::int64_t vocab = token_vocab_size(c.model);
     if (d.type == DataType::kText && vocab < 256) {
@@ -135,18 +137,14 @@ void validate(const RunConfig& c) {
     }
   }
   if (d.type == DataType::kDigits) {
-    if (partition::is_language_model(c.model.type)) {
-      refuse("data.type", "\"digits\" needs model.type \"mlp\" or \"cnn\" (model.type is \"{}\")", c.model.type);
+    const partition::Family& family = partition::family(c.model.type);
+    if (family.check_digits_input == nullptr) {
+      refuse("data.type", "\"digits\" needs model.type {} (model.type is \"{}\")",
+             quoted_family_names([](const partition::Family& f) { return f.check_digits_input != nullptr; }),
+             c.model.type);
     }
-    if (c.model.type == ModelType::kMlp && c.model.mlp.in_features != 64) {
-      refuse("model.in_features", "{}, but digits images have 8×8 = 64 pixels", c.model.mlp.in_features);
-    }
-    if (c.model.type == ModelType::kCnn &&
-        (c.model.cnn.in_channels != 1 || c.model.cnn.height != 8 || c.model.cnn.width != 8)) {
-      refuse("model", "cnn input is in_channels {} × height {} × width {}, but digits images are 1 × 8 × 8",
-           c.model.cnn.in_channels, c.model.cnn.height, c.model.cnn.width);
-    }
-    const std::int64_t classes = c.model.type == ModelType::kMlp ? c.model.mlp.num_classes : c.model.cnn.num_classes;
+    family.check_digits_input(c.model);
+    const std::int64_t classes = family.classifier(c.model).classes;
     if (classes < 10) refuse("model.num_classes", "{} is fewer than the 10 digit classes", classes);
   }
   const bool has_eval_split = d.type == DataType::kSynthetic || !d.val_path.empty() || d.val_fraction > 0.0;

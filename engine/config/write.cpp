@@ -51,16 +51,11 @@ ordered_json write_section(const Section& s, const std::array<Field<Section>, N>
 
 ordered_json write_model(const ModelConfig& m) {
   ordered_json j = {{"type", text(m.type)}};
-  if (m.type == ModelType::kGpt) {
-    write_fields<GptConfig>(j, m.gpt, kGptFields);
-    if (m.gpt.d_ff == 0) j["d_ff"] = 4 * m.gpt.d_model;  // unresolved: the reader's default
-  } else if (m.type == ModelType::kLlama) {
-    write_fields<LlamaConfig>(j, partition::llama_defaults(m.llama), kLlamaFields);  // resolved
-  } else if (m.type == ModelType::kMlp) {
-    write_fields<MlpConfig>(j, m.mlp, kMlpFields);
-  } else {
-    write_fields<CnnConfig>(j, m.cnn, kCnnFields);
-  }
+  ModelConfig resolved = m;  // an unresolved struct (built in code) is written as the reader would resolve it
+  if (const auto resolve = partition::family(m.type).resolve) resolve(resolved);
+  for_each_model_fields([&](const auto& row) {
+    if (row.type == m.type) write_fields(j, resolved.*row.config, row.fields);
+  });
   return j;
 }
 

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/safetensors.hpp"
+#include "engine/hf/hf_architecture.hpp"
 #include "engine/comm/host_reduce.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/one_line.hpp"
@@ -98,11 +99,8 @@ std::vector<float> to_f32(const checkpoint::SafetensorsFile& file, const std::st
   return out;
 }
 
-// transformers' GPT2Model state dict has no "transformer." prefix; GPT2LMHeadModel's has.
-std::string canonical_name(Architecture a, const std::string& name) {
-  if (a != Architecture::kGpt2 || name.rfind("transformer.", 0) == 0 || name == "lm_head.weight") return name;
-  return "transformer." + name;
-}
+// The name as the tensor map spells it (GPT-2: a GPT2Model's state dict has no "transformer." prefix).
+std::string canonical_name(Architecture a, const std::string& name) { return hf_architecture(a).canonical_name(name); }
 
 HfCheckpoint read(const std::string& dir_text) {
   const fs::path dir(dir_text);
@@ -162,7 +160,7 @@ HfCheckpoint read(const std::string& dir_text) {
                missing.size() == 1 ? "" : "s", some_names(missing), architecture_class(arch),
                missing.size() == 1 ? "it" : "them");
   if (!stray_head.empty()) {
-    const std::string embed = arch == Architecture::kGpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+    const std::string embed(hf_architecture(arch).embedding);
     const std::vector<float>& table = hf_values.at(embed);
     CLEAVE_CHECK(stray_head.size() == table.size() &&
                      std::memcmp(stray_head.data(), table.data(), table.size() * sizeof(float)) == 0,

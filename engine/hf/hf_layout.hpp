@@ -28,7 +28,8 @@
 //     model.layers.{i}.mlp.{gate,up,down}_proj.weight  -> blocks.{i}.mlp.{gate,up,down}.weight ([F,D],[F,D],[D,F])
 //     model.norm.weight                       -> final_norm.weight
 //     lm_head.weight                          -> head.weight (only when untied)
-// Extending: a new architecture is an enum value, its names here and its config keys in hf_config.hpp.
+// Extending: a new architecture is an enum value here, its names in engine/hf/families/<architecture>.cpp with a
+// row in hf_architecture.cpp (hf_architecture.hpp), and its config keys in hf_config.hpp's comment.
 #pragma once
 
 #include <cstdint>

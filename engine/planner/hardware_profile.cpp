@@ -280,8 +280,7 @@ HardwareProfile measure_this_machine(const partition::ModelSpec& spec, int ranks
 void measure_block_rates(HardwareProfile& profile, const partition::ModelSpec& spec, int ranks) {
   std::size_t index = spec.blocks.size();
   for (std::size_t i = 0; i < spec.blocks.size(); ++i) {
-    if (spec.blocks[i].kind == partition::BlockKind::kTransformerBlock ||
-        spec.blocks[i].kind == partition::BlockKind::kLlamaBlock) {
+    if (partition::is_repeated_layer(spec.blocks[i].kind)) {
       index = i;
       break;
     }

@@ -321,7 +321,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
                                           collective_s("all_gather", activation, choice.tp, profile.intra_node)
                                     : collective_s("all_reduce", activation, choice.tp, profile.intra_node);
         double exchanges = 0;
-        if (block.kind == partition::BlockKind::kTransformerBlock || block.kind == partition::BlockKind::kLlamaBlock) {
+        if (partition::is_repeated_layer(block.kind)) {
           p.f_tp += 2 * exchange;
           // Full recomputation reruns the forward, its two exchanges included, inside I.
           const double rerun = recompute == partition::Recompute::kFull ? 2 : 0;
@@ -524,16 +524,9 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
   opts.memory_limit = out.memory_limit;
 
   std::vector<int> tps = {1};
-  if (base.model.type == config::ModelType::kGpt || base.model.type == config::ModelType::kLlama) {
-    const auto& g = base.model.gpt;
-    const auto& l = base.model.llama;
-    const std::int64_t heads = base.model.type == config::ModelType::kLlama ? std::gcd(l.n_heads, l.n_kv_heads)
-                                                                            : g.n_heads;
-    const std::int64_t width = base.model.type == config::ModelType::kLlama ? l.ffn_hidden_size
-                               : g.d_ff > 0                                 ? g.d_ff
-                                                                            : 4 * g.d_model;
+  if (const auto tp_sizes = partition::family(base.model.type).tp_sizes) {
     tps.clear();
-    for (auto t : partition::allowed_tp_sizes(heads, width)) {
+    for (auto t : tp_sizes(base.model)) {
       if (options.world % t == 0 && t <= profile.ranks_per_node) tps.push_back(static_cast<int>(t));
     }
   }

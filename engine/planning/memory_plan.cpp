@@ -29,17 +29,9 @@ std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const pa
   }
   const double samples = static_cast<double>(micro);
   widest = std::max(widest, 3.0 * static_cast<double>(shard.output_bytes) * samples);
-  if (block.kind == partition::BlockKind::kTransformerBlock) {
-    const double seq = static_cast<double>(block.seq_len);
-    const double ff = static_cast<double>(block.d_ff) / tp;
-    const double heads = static_cast<double>(block.n_heads) / tp;
-    widest = std::max({widest, 3.0 * 4.0 * seq * ff * samples, 3.0 * 4.0 * heads * seq * seq * samples});
-  } else if (block.kind == partition::BlockKind::kLlamaBlock) {
-    // swiglu_backward widens gate, up, dh and writes dgate, dup: five [T, F / tp] f32 views.
-    const double seq = static_cast<double>(block.seq_len);
-    const double ff = static_cast<double>(block.d_ff) / tp;
-    const double heads = static_cast<double>(block.n_heads) / tp;
-    widest = std::max({widest, 5.0 * 4.0 * seq * ff * samples, 3.0 * 4.0 * heads * seq * seq * samples});
+  if (const partition::BlockRules* rules = partition::family_block_rules(block.kind)) {
+    // A family's block: its widest elementwise backward (GELU's or SwiGLU's, softmax's) per sample.
+    widest = std::max(widest, rules->widest_f32_elementwise_bytes(block, tp) * samples);
   }
   return static_cast<std::int64_t>(widest);
 }

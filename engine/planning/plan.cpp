@@ -129,15 +129,7 @@ pipeline::Schedule make_compute_schedule(const config::RunConfig& config, int nu
 
 }  // namespace
 
-partition::ModelSpec model_spec(const config::ModelConfig& model) {
-  switch (model.type) {
-    case config::ModelType::kGpt: return partition::make_gpt_spec(model.gpt);
-    case config::ModelType::kMlp: return partition::make_mlp_spec(model.mlp);
-    case config::ModelType::kCnn: return partition::make_cnn_spec(model.cnn);
-    case config::ModelType::kLlama: return partition::make_llama_spec(model.llama);
-  }
-  CLEAVE_THROW("model.type {} is unknown: expected gpt, llama, mlp or cnn", static_cast<int>(model.type));
-}
+partition::ModelSpec model_spec(const config::ModelConfig& model) { return partition::make_model_spec(model.type, model); }
 
 int effective_virtual_stages(const config::RunConfig& config) {
   const int v = config.parallel.virtual_pipeline_stages;

@@ -10,13 +10,12 @@
 #include "layers/flatten.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/linear.hpp"
-#include "layers/llama/llama_block.hpp"
+#include "layers/families/family_layers.hpp"
 #include "layers/llama/rmsnorm.hpp"
 #include "layers/lm_head.hpp"
 #include "layers/maxpool.hpp"
 #include "layers/param_init.hpp"
 #include "layers/recomputed.hpp"
-#include "layers/parallel/parallel_transformer_block.hpp"
 #include "layers/parallel/tp_layout.hpp"
 #include "layers/parallel/tp_util.hpp"
 #include "layers/parallel/vocab_parallel_cross_entropy.hpp"
@@ -33,7 +32,8 @@ using partition::ModelSpec;
 
 namespace {
 
-// train.recompute applied to a transformer block, GPT or Llama (layers/recomputed.hpp, RecomputableScores).
+// train.recompute applied to a family's repeated layer, GPT's or Llama's block (layers/recomputed.hpp,
+// RecomputableScores).
 LayerPtr with_recompute(LayerPtr block, partition::Recompute recompute) {
   if (recompute == partition::Recompute::kSelective) {
     auto* transformer = dynamic_cast<TransformerBlock*>(block.get());
@@ -85,6 +85,10 @@ std::vector<LayerPtr> build_tensor_parallel_blocks(const ModelSpec& spec, std::s
   std::shared_ptr<Param> token_table;  // of the embedding in this range
   for (std::size_t i = first_block; i < last_block; ++i) {
     const BlockSpec& b = spec.blocks[i];
+    if (const BlockLayers* family = family_block_layers(b.kind)) {
+      layers.push_back(with_recompute(family->build(b, spec, init, tp, rank), options.recompute));
+      continue;
+    }
     switch (b.kind) {
       case BlockKind::kEmbedding: {
         auto layer =
@@ -93,16 +97,8 @@ std::vector<LayerPtr> build_tensor_parallel_blocks(const ModelSpec& spec, std::s
         layers.push_back(std::move(layer));
         break;
       }
-      case BlockKind::kTransformerBlock:
-        layers.push_back(with_recompute(make_parallel_transformer_block(b.name, b.in_features, b.n_heads, b.d_ff,
-                                                                        spec.gpt.n_layers, init, tp, rank),
-                                        options.recompute));
-        break;
       case BlockKind::kLayerNorm:
         layers.push_back(std::make_unique<LayerNorm>(b.name, b.in_features, init));
-        break;
-      case BlockKind::kLlamaBlock:
-        layers.push_back(with_recompute(make_llama_block(b, init, tp, rank), options.recompute));
         break;
       case BlockKind::kRmsNorm:
         layers.push_back(std::make_unique<RmsNorm>(b.name, b.in_features, static_cast<float>(b.norm_eps), init));
@@ -119,7 +115,7 @@ std::vector<LayerPtr> build_tensor_parallel_blocks(const ModelSpec& spec, std::s
         break;
       default:
         CLEAVE_ASSERT(false, "build_blocks: block '{}' ({}) has no tensor-parallel version (check_tensor_parallel "
-                      "admits gpt and llama only)", b.name, partition::block_kind_name(b.kind));
+                      "admits only the families that can be split)", b.name, partition::block_kind_name(b.kind));
     }
   }
   return layers;
@@ -146,6 +142,10 @@ std::vector<LayerPtr> build_blocks(const ModelSpec& spec, std::size_t first_bloc
   std::shared_ptr<Param> token_table;  // of the embedding in this range
   for (std::size_t i = first_block; i < last_block; ++i) {
     const BlockSpec& b = spec.blocks[i];
+    if (const BlockLayers* family = family_block_layers(b.kind)) {
+      layers.push_back(with_recompute(family->build(b, spec, init, 1, 0), options.recompute));
+      continue;
+    }
     switch (b.kind) {
       case BlockKind::kEmbedding: {
         auto layer = std::make_unique<Embedding>(b.name, b.vocab_size, b.seq_len, b.out_features, init);
@@ -153,16 +153,8 @@ std::vector<LayerPtr> build_blocks(const ModelSpec& spec, std::size_t first_bloc
         layers.push_back(std::move(layer));
         break;
       }
-      case BlockKind::kTransformerBlock:
-        layers.push_back(with_recompute(
-            std::make_unique<TransformerBlock>(b.name, b.in_features, b.n_heads, b.d_ff, spec.gpt.n_layers, init),
-            options.recompute));
-        break;
       case BlockKind::kLayerNorm:
         layers.push_back(std::make_unique<LayerNorm>(b.name, b.in_features, init));
-        break;
-      case BlockKind::kLlamaBlock:
-        layers.push_back(with_recompute(make_llama_block(b, init, 1, 0), options.recompute));
         break;
       case BlockKind::kRmsNorm:
         layers.push_back(std::make_unique<RmsNorm>(b.name, b.in_features, static_cast<float>(b.norm_eps), init));
@@ -191,6 +183,9 @@ std::vector<LayerPtr> build_blocks(const ModelSpec& spec, std::size_t first_bloc
         break;
       case BlockKind::kFlatten: layers.push_back(std::make_unique<Flatten>(b.input)); break;
       case BlockKind::kSoftmaxCrossEntropy: layers.push_back(std::make_unique<SoftmaxCrossEntropy>()); break;
+      default:
+        CLEAVE_ASSERT(false, "build_blocks: block '{}' ({}) is neither a common kind nor in layers/families' table",
+                      b.name, partition::block_kind_name(b.kind));
     }
   }
   return layers;

@@ -57,37 +57,38 @@ std::unique_ptr<DataSource> make_digits_source(const config::RunConfig& c, Split
                percent(c.data.val_fraction), rows);
   const std::int64_t begin = split == Split::kTrain ? 0 : rows - test_rows;
   const std::int64_t end = split == Split::kTrain ? rows - test_rows : rows;
-  return std::make_unique<DigitsSource>(std::move(data), begin, end, c.model.type == config::ModelType::kCnn, c.train.seed, split);
+  // Images [1, 8, 8] for a family whose sample is an image (cnn), flat [64] otherwise (validate.cpp checked which).
+  const bool images = partition::family(c.model.type).classifier(c.model).sample.rank() == 3;
+  return std::make_unique<DigitsSource>(std::move(data), begin, end, images, c.train.seed, split);
 }
 
 }  // namespace
 
 std::unique_ptr<DataSource> make_data_source(const config::RunConfig& c, Split split) {
   using config::DataType;
-  using config::ModelType;
   const DataType type = c.data.type;
   if (type == DataType::kSynthetic) {
     if (partition::is_language_model(c.model.type)) {
       return std::make_unique<SyntheticTokenSource>(config::token_vocab_size(c.model), config::token_seq_len(c.model),
                                                     c.train.seed, split);
     }
-    if (c.model.type == ModelType::kMlp) {
-      return std::make_unique<SyntheticClassSource>(Shape{c.model.mlp.in_features}, c.model.mlp.num_classes,
-                                                    c.train.seed, split);
-    }
-    const auto& n = c.model.cnn;
-    return std::make_unique<SyntheticClassSource>(Shape{n.in_channels, n.height, n.width}, n.num_classes, c.train.seed,
-                                                  split);
+    const auto classifier = partition::family(c.model.type).classifier;
+    CLEAVE_ASSERT(classifier != nullptr, "model.type {} is neither a language model nor a classifier", c.model.type);
+    const partition::Family::ClassifierSizes sizes = classifier(c.model);
+    return std::make_unique<SyntheticClassSource>(sizes.sample, sizes.classes, c.train.seed, split);
   }
   if (type == DataType::kText || type == DataType::kTokens) {
-    CLEAVE_CHECK(partition::is_language_model(c.model.type),
-                 "data.type \"{}\" needs model.type \"gpt\" or \"llama\" (model.type is \"{}\")", type, c.model.type);
+    CLEAVE_CHECK(partition::is_language_model(c.model.type), "data.type \"{}\" needs model.type {} (model.type is \"{}\")",
+                 type, partition::family_names([](const partition::Family& f) { return f.language_model; }, "or", true),
+                 c.model.type);
     CLEAVE_CHECK(!c.data.path.empty(), "data.path: missing; required for data.type \"{}\"", type);
     return make_token_source(c, split);
   }
   if (type == DataType::kDigits) {
-    CLEAVE_CHECK(c.model.type == ModelType::kMlp || c.model.type == ModelType::kCnn,
-                 "data.type \"digits\" needs model.type \"mlp\" or \"cnn\" (model.type is \"{}\")", c.model.type);
+    const auto reads_digits = [](const partition::Family& f) { return f.check_digits_input != nullptr; };
+    CLEAVE_CHECK(reads_digits(partition::family(c.model.type)),
+                 "data.type \"digits\" needs model.type {} (model.type is \"{}\")",
+                 partition::family_names(reads_digits, "or", true), c.model.type);
     return make_digits_source(c, split);
   }
   CLEAVE_THROW("data.type: unknown DataType {}", static_cast<int>(type));

@@ -1,0 +1,152 @@
+// The small cost figures of cost_model.cpp's counting rules, layer by layer (linear, norms, activations, the
+// attention core, residual adds), shared by the common block kinds (cost_model.cpp) and the family-owned
+// kinds (partition/families/<family>_block.cpp). Internal to partition/: a composite block's figures are the
+// sum of its parts, so a change to one layer's stash is one change here.
+#pragma once
+
+#include <cstdint>
+
+#include "partition/cost_model.hpp"
+
+namespace cleave::partition::cost_parts {
+
+constexpr std::int64_t kStatBytes = 4;  // f32 statistics, i32 ids / targets / argmax
+
+struct Parts {
+  double fwd = 0, in = 0, wt = 0;
+  std::int64_t params = 0;
+  std::int64_t act_float = 0;  // float elements stashed (× b)
+  std::int64_t act_fixed = 0;  // bytes of f32 / i32 stashed
+
+  Parts& operator+=(const Parts& o) {
+    fwd += o.fwd;
+    in += o.in;
+    wt += o.wt;
+    params += o.params;
+    act_float += o.act_float;
+    act_fixed += o.act_fixed;
+    return *this;
+  }
+};
+
+// y[rows, out] = x[rows, in] · Wᵀ (+ bias); stashes x.
+inline Parts linear(std::int64_t rows, std::int64_t in, std::int64_t out, bool bias) {
+  const double gemm = 2.0 * static_cast<double>(rows) * static_cast<double>(in) * static_cast<double>(out);
+  Parts p;
+  p.fwd = gemm + (bias ? static_cast<double>(rows * out) : 0.0);
+  p.in = gemm;
+  p.wt = gemm + (bias ? static_cast<double>(rows * out) : 0.0);
+  p.params = in * out + (bias ? out : 0);
+  p.act_float = rows * in;
+  return p;
+}
+
+// Stashes x, mean and rstd.
+inline Parts layernorm(std::int64_t rows, std::int64_t cols) {
+  const double n = static_cast<double>(rows * cols);
+  Parts p;
+  p.fwd = 8 * n;
+  p.in = 10 * n;
+  p.wt = 5 * n;
+  p.params = 2 * cols;
+  p.act_float = rows * cols;
+  p.act_fixed = 2 * rows * kStatBytes;
+  return p;
+}
+
+// Stashes its input.
+inline Parts gelu(std::int64_t n) {
+  Parts p;
+  p.fwd = 8.0 * static_cast<double>(n);
+  p.in = 12.0 * static_cast<double>(n);
+  p.act_float = n;
+  return p;
+}
+
+inline Parts relu(std::int64_t n) {
+  Parts p;
+  p.fwd = static_cast<double>(n);
+  p.in = static_cast<double>(n);
+  p.act_float = n;
+  return p;
+}
+
+// Core attention on qkv [T, 3D] -> [T, D]; stashes qkv and the probabilities [H, T, T].
+inline Parts attention(std::int64_t t, std::int64_t d, std::int64_t heads) {
+  const double td = static_cast<double>(t) * static_cast<double>(t) * static_cast<double>(d);
+  const double scores = static_cast<double>(heads) * static_cast<double>(t) * static_cast<double>(t);
+  Parts p;
+  p.fwd = 2 * (2 * td) + 5 * scores;  // Q·Kᵀ, P·V, softmax
+  p.in = 4 * (2 * td) + 5 * scores;   // dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q, softmax backward
+  p.act_float = 3 * t * d + heads * t * t;
+  return p;
+}
+
+inline Parts residual_add(std::int64_t n) {
+  Parts p;
+  p.fwd = static_cast<double>(n);
+  p.in = static_cast<double>(n);  // the residual gradient is summed into the branch gradient
+  return p;
+}
+
+// Stashes x and rstd.
+inline Parts rmsnorm(std::int64_t rows, std::int64_t cols) {
+  const double n = static_cast<double>(rows * cols);
+  Parts p;
+  p.fwd = 4 * n;
+  p.in = 6 * n;
+  p.wt = 3 * n;
+  p.params = cols;
+  p.act_float = rows * cols;
+  p.act_fixed = rows * kStatBytes;
+  return p;
+}
+
+// A transformer-like block's forward stash under train.recompute: `plain` is what it keeps without
+// recomputation; selective drops the attention probabilities (`probs`) and rebuilds them inside I; full keeps
+// only `input` and rebuilds all of `plain` inside I.
+inline void apply_recompute(BlockCost& cost, Recompute recompute, std::int64_t plain, std::int64_t probs,
+                     std::int64_t input) {
+  if (recompute == Recompute::kSelective) {
+    cost.recompute_transient_bytes = probs;
+    cost.activation_bytes = plain - probs;
+  } else if (recompute == Recompute::kFull) {
+    cost.recompute_transient_bytes = plain;
+    cost.activation_bytes = input;
+  } else {
+    cost.activation_bytes = plain;
+  }
+}
+
+// The fields every block_cost fills from its parts: FLOPs, parameters and the forward stash for `b`-byte
+// elements; `output_bytes` is the boundary tensor's.
+inline BlockCost base_cost(const Parts& p, std::int64_t b, std::int64_t output_bytes) {
+  BlockCost cost;
+  cost.forward_flops = p.fwd;
+  cost.input_grad_flops = p.in;
+  cost.weight_grad_flops = p.wt;
+  cost.param_count = p.params;
+  cost.param_bytes = p.params * b;
+  cost.activation_bytes = p.act_float * b + p.act_fixed;
+  cost.output_bytes = output_bytes;
+  return cost;
+}
+
+// train.recompute on a family's repeated layer without tensor parallelism (cost_model.hpp): selective reruns
+// the attention core inside I and drops the probabilities from the stash; full keeps only the input [T, D].
+inline void recompute_repeated_layer(BlockCost& cost, const BlockSpec& block, Recompute recompute, std::int64_t b) {
+  if (recompute == Recompute::kNone) return;
+  const std::int64_t t = block.seq_len, d = block.in_features, h = block.n_heads;
+  if (recompute == Recompute::kSelective) {
+    const Parts core = attention(t, d, h);
+    cost.input_grad_flops += core.fwd;
+    cost.recompute_transient_bytes = h * t * t * b;
+    cost.activation_bytes -= cost.recompute_transient_bytes;
+  } else {
+    cost.input_grad_flops += cost.forward_flops;
+    cost.recompute_transient_bytes = cost.activation_bytes;
+    cost.activation_bytes = t * d * b;
+  }
+}
+
+}  // namespace cleave::partition::cost_parts

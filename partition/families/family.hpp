@@ -1,0 +1,132 @@
+// The model-family table below the layers: one Family row per model.type and one BlockRules row per block
+// kind a family owns. Generic code (config validation, the plan, tp rules, the cost model, the memory plan,
+// the planner) asks this table instead of switching on ModelType or on a family's BlockKind.
+//
+// A family's home at this level is partition/families/<family>.{hpp,cpp} (its config struct, the checks of
+// its keys, its block list) and, for a family with blocks of its own, <family>_block.cpp (their FLOPs,
+// parameter, activation and weight-stash bytes, roofline work and tensor-parallel collectives). Its layer
+// builder lives above the layers in layers/families/ (a table of its own at that level); its Hugging Face
+// name map in engine/hf/hf_layout.cpp. Registration is explicit: family.cpp lists every row (no static
+// self-registration, which linkers drop from static libraries).
+//
+// Invariants: family(t).type == t for every ModelType; family_block_rules(k), when not null, has kind == k;
+// every function pointer documented as required is set. Rows are constant data: there is no mutable state.
+//
+// Adding a family: docs/architecture.md "Model families" (kinds.hpp, this header's FamilyConfigs, the
+// family's files, one row in family.cpp, one in layers/families/table.cpp).
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/core/dtype.hpp"
+#include "engine/core/shape.hpp"
+#include "partition/families/cnn.hpp"
+#include "partition/families/gpt.hpp"
+#include "partition/families/kinds.hpp"
+#include "partition/families/llama.hpp"
+#include "partition/families/mlp.hpp"
+
+namespace cleave::partition {
+
+struct BlockSpec;
+struct ModelSpec;
+struct BlockCost;
+struct BlockWork;
+struct TpBlockComm;
+enum class Recompute;
+
+// Every family's config struct; only the one model.type names is read, written and built. ModelSpec and
+// config::ModelConfig both hold one (a family adds its struct here).
+struct FamilyConfigs {
+  GptConfig gpt;      // d_ff resolved (4 * d_model) by the config reader and the spec
+  MlpConfig mlp;
+  CnnConfig cnn;
+  LlamaConfig llama;  // n_kv_heads and ffn_hidden_size resolved (llama_defaults) by the config reader and the spec
+};
+
+// The sizes the language-model families share (llama: d_ff is ffn_hidden_size).
+struct TokenSizes {
+  std::int64_t vocab_size, d_model, n_layers, n_heads, seq_len, d_ff;
+  bool tie_embeddings;
+};
+
+struct Family {
+  ModelType type{};
+  std::string_view name;  // model.type
+  // Token sequences in, next-token loss out: token data, generation, tok/s figures, GPT-2 style init scale,
+  // activation recomputation. Requires token_sizes.
+  bool language_model = false;
+  // Required: the family's block list, after its own config checks (ConfigKeyError naming model.<key>).
+  ModelSpec (*make_spec)(const FamilyConfigs& configs) = nullptr;
+  // The defaults that depend on other keys, filled in where a key was absent (gpt: d_ff = 4 * d_model; llama:
+  // llama_defaults). The config reader applies it after reading and the writer writes the result, so
+  // config.json holds resolved values. Null: nothing to resolve.
+  void (*resolve)(FamilyConfigs& configs) = nullptr;
+  // Language models: the shared sizes, from the (resolved) config.
+  TokenSizes (*token_sizes)(const FamilyConfigs& configs) = nullptr;
+  // Tensor parallelism: throws ConfigKeyError unless tp (> 1) splits every block of the family; null: the
+  // family cannot be split (tp > 1 is refused naming the families that can).
+  void (*check_tensor_parallel)(const FamilyConfigs& configs, int tp) = nullptr;
+  // The tp sizes the config admits (the planner's candidates); required with check_tensor_parallel.
+  std::vector<std::int64_t> (*tp_sizes)(const FamilyConfigs& configs) = nullptr;
+  // parallel.sequence_parallel: the residual stream can be split along the sequence (needs tp support and
+  // token_sizes; seq_len must divide by tp).
+  bool sequence_parallel = false;
+  // Classifiers (mlp, cnn): the per-sample input shape and the number of classes, for synthetic and digits data.
+  struct ClassifierSizes {
+    Shape sample;
+    std::int64_t classes = 0;
+  };
+  ClassifierSizes (*classifier)(const FamilyConfigs& configs) = nullptr;
+  // data.type "digits" (8×8 grey images): throws ConfigKeyError naming the model key unless the input fits one
+  // image ([64] flat or [1, 8, 8]); null: the family cannot read digits.
+  void (*check_digits_input)(const FamilyConfigs& configs) = nullptr;
+};
+
+// The row of `type`; asserts that the table has it.
+const Family& family(ModelType type);
+// Every row, in ModelType order.
+std::span<const Family> families();
+// "gpt or llama" (quoted: "\"gpt\" or \"llama\""): the names of the rows for which `has` holds, for messages.
+std::string family_names(bool (*has)(const Family&), std::string_view conjunction = "or", bool quoted = false);
+
+// gpt and llama: token sequences in, next-token loss out.
+inline bool is_language_model(ModelType type) { return family(type).language_model; }
+
+// What generic code needs of a block kind a family owns (its repeated layer). Every pointer is required.
+struct BlockRules {
+  BlockKind kind{};
+  // Activation recomputation (train.recompute) applies to it; under tensor parallelism it exchanges the
+  // residual stream twice per pass (attention and MLP: the planner's estimate); `cleave profile` and the
+  // planner time it to calibrate a hardware profile.
+  bool repeated_layer = false;
+  // Under sequence parallelism its input and output are [T / tp, D] sequence shards.
+  bool sequence_sharded = false;
+  // cost_model.hpp's block_cost for this kind (every field, one tp rank's bytes).
+  BlockCost (*cost)(const BlockSpec& block, DType dtype, Recompute recompute, int tp, bool sequence_parallel) = nullptr;
+  // block_work.hpp's block_work for this kind.
+  BlockWork (*work)(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch) = nullptr;
+  // cost_model.hpp's tp_block_comm for this kind (tp > 1).
+  TpBlockComm (*tp_comm)(const BlockSpec& block, DType dtype, int tp, bool sequence_parallel,
+                         Recompute recompute) = nullptr;
+  // The memory plan's CPU bf16 widening (engine/planning/memory_plan.cpp): the most f32 bytes the block's
+  // elementwise kernels widen at once, per sample on one tp rank (beyond the GEMMs' operands and 3 x output).
+  double (*widest_f32_elementwise_bytes)(const BlockSpec& block, int tp) = nullptr;
+  // measured_costs.hpp's block_shape_key: the kind's name and every size its timing depends on.
+  std::string (*shape_key)(const BlockSpec& block) = nullptr;
+};
+
+// The rules of a family-owned block kind; null for the common kinds (embedding, norms, head, loss, linear,
+// activations, conv, pool, flatten), which cost_model.cpp, block_work.cpp and tp_rules.cpp handle themselves.
+const BlockRules* family_block_rules(BlockKind kind);
+// The family's repeated layer (BlockRules::repeated_layer).
+inline bool is_repeated_layer(BlockKind kind) {
+  const BlockRules* rules = family_block_rules(kind);
+  return rules != nullptr && rules->repeated_layer;
+}
+
+}  // namespace cleave::partition

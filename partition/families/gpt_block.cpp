@@ -1,0 +1,172 @@
+// gpt's transformer block below the layers: its FLOPs, parameter, activation, weight-stash and backward bytes
+// (block_cost), its roofline work (block_work), its tensor-parallel collectives (tp_block_comm) and the
+// memory plan's widening figure, registered as transformer_block_rules() in the family table.
+//
+// The formulas and counting rules are cost_model.hpp's ("transformer"); the invariant kept with layers/ is
+// that activation_bytes is exactly what layers/transformer_block.cpp (and its tensor-parallel and
+// sequence-parallel forms in layers/parallel/) leave in the Stash for one sample.
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+
+#include "engine/core/error.hpp"
+#include "partition/block_work.hpp"
+#include "partition/cost_model.hpp"
+#include "partition/cost_parts.hpp"
+#include "partition/families/family.hpp"
+#include "partition/model_spec.hpp"
+#include "partition/work_parts.hpp"
+
+namespace cleave::partition {
+namespace {
+namespace cost {
+
+using namespace cost_parts;
+
+Parts transformer_parts(const BlockSpec& b) {
+  const std::int64_t t = b.seq_len, d = b.in_features, f = b.d_ff, h = b.n_heads;
+  CLEAVE_ASSERT(t > 0 && d > 0 && f > 0 && h > 0, "transformer block {} has unset sizes", b.name);
+  Parts p = layernorm(t, d);
+  p += linear(t, d, 3 * d, true);
+  p += attention(t, d, h);
+  p += linear(t, d, d, true);
+  p += residual_add(t * d);
+  p += layernorm(t, d);
+  p += linear(t, d, f, true);
+  p += gelu(t * f);
+  p += linear(t, f, d, true);
+  p += residual_add(t * d);
+  return p;
+}
+
+BlockCost transformer_cost(const BlockSpec& block, DType dtype, Recompute recompute, int tp, bool sequence_parallel) {
+  const auto b = static_cast<std::int64_t>(dtype_size(dtype));
+  BlockCost cost = base_cost(transformer_parts(block), b, block.output.numel() * b);
+  const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff, h = block.n_heads;
+  // qkv (x, dy[3D]), proj (x, dy), fc1 (x, dy[F]), fc2 (x[F], dy); two LayerNorms (x, dy, mean, rstd).
+  cost.weight_stash_bytes = t * (12 * d + 2 * f) * b + 4 * t * kStatBytes;
+  recompute_repeated_layer(cost, block, recompute, b);
+  if (tp > 1) {
+    // One tp rank's share (cost_model.hpp): only the sharded tensors divide.
+    const std::int64_t plain = (4 * t * d + (3 * t * d + t * d + 2 * t * f) / tp + (h / tp) * t * t) * b +
+                               4 * t * kStatBytes;
+    cost.weight_stash_bytes = (8 * t * d + (4 * t * d + 2 * t * f) / tp) * b + 4 * t * kStatBytes;
+    apply_recompute(cost, recompute, plain, (h / tp) * t * t * b, t * d * b);
+  }
+  if (sequence_parallel && tp > 1) {
+    const std::int64_t ts = t / tp;
+    // ln1 / ln2 inputs, qkv / fc1 inputs (shards), qkv [T, 3D/tp], attention output [T, D/tp], fc1 and GELU
+    // outputs [T, F/tp], the probabilities [H/tp, T, T], the norms' statistics of T/tp rows.
+    const std::int64_t plain = (8 * t * d + 2 * t * f) / tp * b + (h / tp) * t * t * b + 4 * ts * kStatBytes;
+    cost.weight_stash_bytes = (2 * t * d + (12 * t * d + 2 * t * f) / tp) * b + 4 * ts * kStatBytes;
+    apply_recompute(cost, recompute, plain, (h / tp) * t * t * b, ts * d * b);
+    cost.output_bytes = ts * d * b;
+    // backward_extra: mlp: fc2's gathered dy [T, D], GELU's input and output gradients [T, F/tp], fc1's partial
+    // dx [T, D] and its reduce-scattered shard; attention: proj's gathered dy, dout and dqkv [T, 4D/tp], qkv's
+    // partial dx [T, D] and the shards dy, dm, dx1, da [T/tp, D].
+    const std::int64_t mlp = (2 * t * d + 2 * t * f / tp + t * d / tp) * b;
+    std::int64_t attention = (2 * t * d + 4 * t * d / tp + 4 * t * d / tp) * b;
+    if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;
+    std::int64_t extra = std::max(mlp, attention);
+    if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - (t / tp) * d * b;
+    cost.backward_extra_bytes = extra;
+    return cost;
+  }
+  const std::int64_t mlp = (2 * t * f / tp + t * d) * b;
+  std::int64_t attention = (4 * t * d + 4 * t * d / tp) * b;
+  if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;  // the probabilities
+  std::int64_t extra = std::max(mlp, attention);
+  if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - t * d * b;  // input kept, shared
+  cost.backward_extra_bytes = extra;
+  return cost;
+}
+
+}  // namespace cost
+
+namespace work {
+
+using namespace work_parts;
+
+BlockWork transformer_work(const BlockSpec& blk, D b, int tp, D micro, Recompute recompute) {
+  const D t = static_cast<D>(blk.seq_len), d = static_cast<D>(blk.in_features), f = static_cast<D>(blk.d_ff);
+  const D heads = static_cast<D>(blk.n_heads / tp), dh = d / static_cast<D>(blk.n_heads);
+  const D rows = micro * t, p = tp;
+  BlockWork w;
+  layernorm(w, rows * d, b);
+  linear(w, rows, d, 3 * d / p, true, b);
+  const PassWork core_forward = attention_forward(micro * heads, t, dh, b);
+  w.forward += core_forward;
+  w.input_grad += attention_backward(micro * heads, t, dh, b);
+  linear(w, rows, d / p, d, true, b);
+  residual(w, rows * d, b);
+  layernorm(w, rows * d, b);
+  linear(w, rows, d, f / p, true, b);
+  pointwise(w, rows * f / p, b);
+  linear(w, rows, f / p, d, true, b);
+  residual(w, rows * d, b);
+  if (recompute == Recompute::kSelective) w.input_grad += core_forward;
+  if (recompute == Recompute::kFull) w.input_grad += w.forward;
+  return w;
+}
+
+BlockWork transformer_block_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp,
+                                 std::int64_t micro_batch) {
+  return transformer_work(block, static_cast<D>(dtype_size(dtype)), tp, static_cast<D>(micro_batch), recompute);
+}
+
+}  // namespace work
+
+// Plain tp: [T, D] all-reduced twice in forward (attention proj, fc2) and twice in backward_input (qkv, fc1);
+// sequence parallelism: each becomes an all-gather and a reduce-scatter, plus the column-parallel inputs'
+// all-gathers again in backward_weight; full recomputation repeats the forward's inside backward_input.
+TpBlockComm transformer_tp_comm(const BlockSpec& block, DType dtype, int /*tp*/, bool sp, Recompute recompute) {
+  TpBlockComm c;
+  using Op = TpCollectiveOp;
+  const auto b = static_cast<std::int64_t>(dtype_size(dtype));
+  const std::int64_t stream = block.seq_len * block.in_features * b;
+  for (int part = 0; part < 2; ++part) {  // attention (qkv, proj), mlp (fc1, fc2)
+    if (sp) {
+      c.forward.push_back({Op::kAllGather, stream});      // column-parallel input
+      c.forward.push_back({Op::kReduceScatter, stream});  // row-parallel output
+      c.input_grad.push_back({Op::kAllGather, stream});   // row-parallel dy
+      c.input_grad.push_back({Op::kReduceScatter, stream});  // column-parallel dx
+      c.weight_grad.push_back({Op::kAllGather, stream});  // column-parallel input again
+    } else {
+      c.forward.push_back({Op::kAllReduce, stream});
+      c.input_grad.push_back({Op::kAllReduce, stream});
+    }
+  }
+  if (recompute == Recompute::kFull) c.input_grad.insert(c.input_grad.begin(), c.forward.begin(), c.forward.end());
+  return c;
+}
+
+// GELU's backward widens its input, output gradient and input gradient over [T, F / tp]; softmax's backward
+// three [H / tp, T, T] views.
+double transformer_widest_f32(const BlockSpec& block, int tp) {
+  const double seq = static_cast<double>(block.seq_len);
+  const double ff = static_cast<double>(block.d_ff) / tp;
+  const double heads = static_cast<double>(block.n_heads) / tp;
+  return std::max(3.0 * 4.0 * seq * ff, 3.0 * 4.0 * heads * seq * seq);
+}
+
+std::string transformer_shape_key(const BlockSpec& b) {
+  return fmt::format("{} d{} h{} ff{} T{}", block_kind_name(b.kind), b.in_features, b.n_heads, b.d_ff, b.seq_len);
+}
+
+}  // namespace
+
+BlockRules transformer_block_rules() {
+  BlockRules r;
+  r.kind = BlockKind::kTransformerBlock;
+  r.repeated_layer = true;
+  r.sequence_sharded = true;
+  r.cost = cost::transformer_cost;
+  r.work = work::transformer_block_work;
+  r.tp_comm = transformer_tp_comm;
+  r.widest_f32_elementwise_bytes = transformer_widest_f32;
+  r.shape_key = transformer_shape_key;
+  return r;
+}
+
+}  // namespace cleave::partition

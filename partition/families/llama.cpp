@@ -1,0 +1,149 @@
+// The llama family's defaults, config checks, block list, tensor-parallel rules and table row (see llama.hpp).
+//
+// Invariants: as gpt.cpp's (shapes chain, sizes > 0, one ConfigKeyError per bad key naming the numbers; the
+// only copy of the family's rules).
+#include "partition/model_spec.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <numeric>
+
+#include "engine/core/error.hpp"
+#include "partition/families/spec_util.hpp"
+#include "partition/tp_rules.hpp"
+
+namespace cleave::partition {
+
+using spec_util::check_positive;
+using spec_util::make_block;
+using spec_util::make_loss_block;
+
+std::int64_t llama_ffn_hidden_size(std::int64_t d_model) {
+  const std::int64_t two_thirds = 2 * (4 * d_model) / 3;
+  return (two_thirds + 63) / 64 * 64;
+}
+
+LlamaConfig llama_defaults(LlamaConfig config) {
+  if (config.n_kv_heads == 0) config.n_kv_heads = config.n_heads;
+  if (config.ffn_hidden_size == 0) config.ffn_hidden_size = llama_ffn_hidden_size(config.d_model);
+  return config;
+}
+
+ModelSpec make_llama_spec(const LlamaConfig& given) {
+  check_positive(given.vocab_size, "vocab_size");
+  check_positive(given.d_model, "d_model");
+  check_positive(given.n_layers, "n_layers");
+  check_positive(given.n_heads, "n_heads");
+  check_positive(given.seq_len, "seq_len");
+  CLEAVE_CHECK_KEY(given.n_kv_heads >= 0, "model.n_kv_heads", "must be > 0 (absent means model.n_heads), got {}",
+                   given.n_kv_heads);
+  CLEAVE_CHECK_KEY(given.ffn_hidden_size >= 0, "model.ffn_hidden_size",
+                   "must be > 0 (absent means Llama's rule from d_model), got {}", given.ffn_hidden_size);
+  const LlamaConfig config = llama_defaults(given);
+  CLEAVE_CHECK_KEY(config.d_model % config.n_heads == 0, "model.d_model",
+                   "{} is not divisible by model.n_heads {} (head size would be {:.3g}): each head gets d_model / "
+                   "n_heads columns",
+                   config.d_model, config.n_heads,
+                   static_cast<double>(config.d_model) / static_cast<double>(config.n_heads));
+  CLEAVE_CHECK_KEY((config.d_model / config.n_heads) % 2 == 0, "model.d_model",
+                   "{} / model.n_heads {} gives head size {}, which must be even: rotary embeddings rotate pairs of "
+                   "columns; change d_model or n_heads",
+                   config.d_model, config.n_heads, config.d_model / config.n_heads);
+  CLEAVE_CHECK_KEY(config.n_heads % config.n_kv_heads == 0, "model.n_kv_heads",
+                   "{} does not divide model.n_heads {}: each key/value head serves a whole group of query heads; "
+                   "use a divisor of n_heads",
+                   config.n_kv_heads, config.n_heads);
+  CLEAVE_CHECK_KEY(config.rope_theta > 0.0, "model.rope_theta", "must be > 0, got {}", config.rope_theta);
+  CLEAVE_CHECK_KEY(config.norm_eps > 0.0, "model.norm_eps", "must be > 0, got {}", config.norm_eps);
+
+  ModelSpec spec;
+  spec.type = ModelType::kLlama;
+  spec.llama = config;
+  const std::int64_t t = config.seq_len, d = config.d_model, v = config.vocab_size;
+
+  BlockSpec embed = make_block(BlockKind::kEmbedding, "embed", Shape{t}, Shape{t, d}, 0, d);
+  embed.input_dtype = DType::kI32;
+  embed.vocab_size = v;
+  embed.seq_len = 0;  // no learned positions: rotary embeddings inside the attention
+  spec.blocks.push_back(embed);
+
+  for (std::int64_t i = 0; i < config.n_layers; ++i) {
+    BlockSpec block =
+        make_block(BlockKind::kLlamaBlock, fmt::format("blocks.{}", i), Shape{t, d}, Shape{t, d}, d, d);
+    block.seq_len = t;
+    block.n_heads = config.n_heads;
+    block.n_kv_heads = config.n_kv_heads;
+    block.d_ff = config.ffn_hidden_size;
+    block.rope_theta = config.rope_theta;
+    block.norm_eps = config.norm_eps;
+    spec.blocks.push_back(block);
+  }
+
+  BlockSpec norm = make_block(BlockKind::kRmsNorm, "final_norm", Shape{t, d}, Shape{t, d}, d, d);
+  norm.norm_eps = config.norm_eps;
+  spec.blocks.push_back(norm);
+
+  BlockSpec head = make_block(BlockKind::kLmHead, "head", Shape{t, d}, Shape{t, v}, d, v);
+  head.vocab_size = v;
+  head.tied = config.tie_embeddings;
+  spec.blocks.push_back(head);
+
+  BlockSpec loss = make_loss_block(Shape{t, v}, v);
+  loss.vocab_size = v;
+  spec.blocks.push_back(loss);
+  if (config.tie_embeddings) spec.tied_parameters = {spec.blocks.front().name + ".token"};
+  return spec;
+}
+
+namespace {
+
+ModelSpec llama_spec(const FamilyConfigs& c) { return make_llama_spec(c.llama); }
+
+void llama_resolve(FamilyConfigs& c) { c.llama = llama_defaults(c.llama); }
+
+TokenSizes llama_token_sizes(const FamilyConfigs& c) {
+  const LlamaConfig& l = c.llama;
+  return {l.vocab_size, l.d_model, l.n_layers, l.n_heads, l.seq_len, l.ffn_hidden_size, l.tie_embeddings};
+}
+
+constexpr const char* kTpKey = "parallel.tensor_model_parallel_size";
+
+// Every tp rank holds whole query heads, whole key/value heads and an equal share of the SwiGLU width.
+void llama_check_tensor_parallel(const FamilyConfigs& c, int tp_size) {
+  const LlamaConfig& m = c.llama;
+  const std::int64_t g = std::gcd(std::gcd(m.n_heads, m.n_kv_heads), m.ffn_hidden_size);
+  const std::string allowed = fmt::format("{{{}}}", fmt::join(allowed_tp_sizes(g, g), ", "));
+  const auto rule = [&](std::int64_t value, const char* key, const char* what) {
+    CLEAVE_CHECK_KEY(value % tp_size == 0, key,
+                     "{} is not divisible by {} {}: each tp rank needs {}; use tp in {} (divisors of n_heads, "
+                     "n_kv_heads and ffn_hidden_size)",
+                     value, kTpKey, tp_size, what, allowed);
+  };
+  rule(m.n_heads, "model.n_heads", "whole query heads");
+  rule(m.n_kv_heads, "model.n_kv_heads", "whole key/value heads");
+  rule(m.ffn_hidden_size, "model.ffn_hidden_size", "an equal share of the SwiGLU columns");
+}
+
+std::vector<std::int64_t> llama_tp_sizes(const FamilyConfigs& c) {
+  const LlamaConfig& l = c.llama;
+  return allowed_tp_sizes(std::gcd(l.n_heads, l.n_kv_heads), l.ffn_hidden_size);
+}
+
+}  // namespace
+
+Family llama_family() {
+  Family f;
+  f.type = ModelType::kLlama;
+  f.name = "llama";
+  f.language_model = true;
+  f.make_spec = llama_spec;
+  f.resolve = llama_resolve;
+  f.token_sizes = llama_token_sizes;
+  f.check_tensor_parallel = llama_check_tensor_parallel;
+  f.tp_sizes = llama_tp_sizes;
+  f.sequence_parallel = true;
+  return f;
+}
+
+}  // namespace cleave::partition

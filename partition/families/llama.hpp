@@ -1,0 +1,45 @@
+// The llama family below the layers (Llama 2/3, TinyLlama, SmolLM...): RMSNorm, rotary positions,
+// grouped-query attention, SwiGLU, no biases, untied embeddings by default. Its config keys (model.* for
+// model.type "llama"), their defaults and checks, its block list, its tensor-parallel rules and the llama
+// block's costs (llama_block.cpp). Layer builder: layers/families/llama.cpp; config fields:
+// engine/config/fields.hpp kLlamaFields; Hugging Face (LlamaForCausalLM) names: engine/hf/hf_layout.cpp.
+//
+// Block order: embedding (token table only), llama block × n_layers, final rmsnorm, lm head, softmax
+// cross-entropy; block names as gpt's ("embed", "blocks.<i>", "final_norm", "head", "loss").
+#pragma once
+
+#include <cstdint>
+
+namespace cleave::partition {
+
+struct ModelSpec;
+struct Family;
+struct BlockRules;
+
+// 0 in n_kv_heads / ffn_hidden_size means "not given" (resolved by llama_defaults).
+struct LlamaConfig {
+  std::int64_t vocab_size = 256;
+  std::int64_t d_model = 64;
+  std::int64_t n_layers = 2;
+  std::int64_t n_heads = 4;
+  std::int64_t n_kv_heads = 0;       // 0 = n_heads (plain multi-head attention)
+  std::int64_t seq_len = 32;
+  std::int64_t ffn_hidden_size = 0;  // 0 = llama_ffn_hidden_size(d_model)
+  double rope_theta = 10000.0;
+  double norm_eps = 1e-5;
+  bool tie_embeddings = false;
+};
+
+// Llama's MLP width rule: 2/3 of 4 · d_model (integer), rounded up to a multiple of 64.
+std::int64_t llama_ffn_hidden_size(std::int64_t d_model);
+// `config` with n_kv_heads and ffn_hidden_size resolved where they are 0.
+LlamaConfig llama_defaults(LlamaConfig config);
+
+// Checks the sizes (ConfigKeyError naming model.<key> and the numbers) and builds the block list.
+ModelSpec make_llama_spec(const LlamaConfig& config);
+
+// The family's rows in the tables of family.hpp.
+Family llama_family();
+BlockRules llama_block_rules();  // llama_block.cpp
+
+}  // namespace cleave::partition

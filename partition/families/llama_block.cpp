@@ -1,0 +1,190 @@
+// llama's block below the layers: its FLOPs, parameter, activation, weight-stash and backward bytes
+// (block_cost), its roofline work (block_work), its tensor-parallel collectives (tp_block_comm) and the
+// memory plan's widening figure, registered as llama_block_rules() in the family table.
+//
+// The formulas are cost_model.hpp's ("llama block"); the invariant kept with layers/ is that
+// activation_bytes is exactly what layers/llama/llama_block.cpp leaves in the Stash for one sample.
+// tp_block_comm lists no collectives for this block (as before the family table: the planner counts its two
+// exchanges per pass through BlockRules::repeated_layer instead).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <string>
+
+#include "engine/core/error.hpp"
+#include "partition/block_work.hpp"
+#include "partition/cost_model.hpp"
+#include "partition/cost_parts.hpp"
+#include "partition/families/family.hpp"
+#include "partition/model_spec.hpp"
+#include "partition/work_parts.hpp"
+
+namespace cleave::partition {
+namespace {
+namespace cost {
+
+using namespace cost_parts;
+
+// Llama block: q, k, v share their input (stashed once), rope packs q|k|v into [T, 3D] (kv heads repeated),
+// the attention core stashes that and the probabilities; gate and up share their input; SwiGLU stashes gate
+// and up outputs, down its input h.
+Parts llama_parts(const BlockSpec& b) {
+  const std::int64_t t = b.seq_len, d = b.in_features, f = b.d_ff, h = b.n_heads;
+  CLEAVE_ASSERT(t > 0 && d > 0 && f > 0 && h > 0 && b.n_kv_heads > 0, "llama block {} has unset sizes", b.name);
+  const std::int64_t kv = b.n_kv_heads * (d / h);
+  Parts p = rmsnorm(t, d);
+  p += linear(t, d, d, false);
+  Parts kv_proj = linear(t, d, kv, false);
+  kv_proj.act_float = 0;  // the input q stashed
+  p += kv_proj;
+  p += kv_proj;
+  Parts rope;
+  rope.fwd = 6.0 * static_cast<double>(t * d);  // rotate q and the packed k: 3 per element
+  rope.in = 6.0 * static_cast<double>(t * d) + 2.0 * static_cast<double>(t * d);  // + sums over shared heads
+  p += rope;
+  p += attention(t, d, h);
+  p += linear(t, d, d, false);
+  p += residual_add(t * d);
+  p += rmsnorm(t, d);
+  p += linear(t, d, f, false);
+  Parts up = linear(t, d, f, false);
+  up.act_float = 0;  // the input gate stashed
+  p += up;
+  Parts swiglu;
+  swiglu.fwd = 5.0 * static_cast<double>(t * f);
+  swiglu.in = 10.0 * static_cast<double>(t * f);
+  swiglu.act_float = 2 * t * f;
+  p += swiglu;
+  p += linear(t, f, d, false);
+  p += residual_add(t * d);
+  return p;
+}
+
+BlockCost llama_cost(const BlockSpec& block, DType dtype, Recompute recompute, int tp, bool sequence_parallel) {
+  const auto b = static_cast<std::int64_t>(dtype_size(dtype));
+  BlockCost cost = base_cost(llama_parts(block), b, block.output.numel() * b);
+  const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff, h = block.n_heads;
+  const std::int64_t kv = block.n_kv_heads * (d / h);
+  // attn_norm (x, dy), q (x, dq), k (dk), v (dv) sharing q's x, o (x, dy), mlp_norm (x, dy), gate (x, dgate),
+  // up (dup) sharing gate's x, down (h, dy); two rstd.
+  cost.weight_stash_bytes = t * (10 * d + 3 * f + 2 * kv) * b + 2 * t * kStatBytes;
+  recompute_repeated_layer(cost, block, recompute, b);
+  if (tp > 1) {
+    // Replicated: x, attn_norm's output, x1, mlp_norm's output; sharded: qkv, probabilities, attention output,
+    // gate, up, h.
+    const std::int64_t plain = (4 * t * d + (3 * t * d + t * d + 3 * t * f) / tp + (h / tp) * t * t) * b +
+                               2 * t * kStatBytes;
+    cost.weight_stash_bytes = (8 * t * d + (2 * t * d + 2 * t * kv + 3 * t * f) / tp) * b + 2 * t * kStatBytes;
+    apply_recompute(cost, recompute, plain, (h / tp) * t * t * b, t * d * b);
+  }
+  if (sequence_parallel && tp > 1) {
+    const std::int64_t ts = t / tp;
+    // attn_norm / mlp_norm inputs and outputs (shards; q, k, v share attn_norm's, gate and up mlp_norm's),
+    // qkv [T, 3D/tp], attention output [T, D/tp], gate, up and h [T, F/tp], the probabilities [H/tp, T, T],
+    // two rstd of T/tp rows.
+    const std::int64_t plain = (8 * t * d + 3 * t * f) / tp * b + (h / tp) * t * t * b + 2 * ts * kStatBytes;
+    // o's and down's gathered dy [T, D] from I to W; the rest as plain tp with the replicated tensors as shards.
+    cost.weight_stash_bytes = (2 * t * d + (8 * t * d + 2 * t * kv + 3 * t * f) / tp) * b + 2 * ts * kStatBytes;
+    apply_recompute(cost, recompute, plain, (h / tp) * t * t * b, ts * d * b);
+    cost.output_bytes = ts * d * b;
+    // backward_extra: mlp: the dy shard, down's gathered dy [T, D], dh, dgate, dup [T, F/tp]; then gate's and
+    // up's partial dx [T, D] (one at a time) and their reduce-scattered shards. attention: down's and o's
+    // gathered dy, the shards dy and dx1, dout and dqkv [T, 4D/tp]; then dq, dk, dv, one projection's partial
+    // dx [T, D] and the shards it and the one before reduce-scattered.
+    const std::int64_t mlp = std::max(ts * d + t * d + 3 * t * f / tp, 2 * t * d + 3 * ts * d + 2 * t * f / tp) * b;
+    std::int64_t attention =
+        std::max(2 * t * d + 2 * ts * d + 4 * t * d / tp, 3 * t * d + 4 * ts * d + (t * d + 2 * t * kv) / tp) * b;
+    if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;
+    std::int64_t extra = std::max(mlp, attention);
+    if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - ts * d * b;
+    cost.backward_extra_bytes = extra;
+    return cost;
+  }
+  // backward_extra: mlp: dy, dh, dgate, dup during swiglu_backward, then dy, dgate, dup and the two input
+  // gradients of gate and up; attention: dy, dx1, dout, dqkv during the core's backward, then dy, dx1, dq, dk,
+  // dv and the three input gradients of q, k, v (summed into the first).
+  const std::int64_t mlp = std::max(t * d + 3 * t * f / tp, 3 * t * d + 2 * t * f / tp) * b;
+  std::int64_t attention = std::max(2 * t * d + 4 * t * d / tp, 4 * t * d + (t * d + 2 * t * kv) / tp) * b;
+  if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;  // the probabilities
+  std::int64_t extra = std::max(mlp, attention);
+  if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - t * d * b;  // input kept, shared
+  cost.backward_extra_bytes = extra;
+  return cost;
+}
+
+}  // namespace cost
+
+namespace work {
+
+using namespace work_parts;
+
+// Llama block: RMSNorms, separate q/k/v projections (k, v of Hkv heads), rope + packing, attention over the
+// packed q|k|v (kv heads repeated), o; gate and up, SwiGLU, down. No biases.
+BlockWork llama_work(const BlockSpec& blk, D b, int tp, D micro, Recompute recompute) {
+  const D t = static_cast<D>(blk.seq_len), d = static_cast<D>(blk.in_features), f = static_cast<D>(blk.d_ff);
+  const D heads = static_cast<D>(blk.n_heads / tp), dh = d / static_cast<D>(blk.n_heads);
+  const D kv = static_cast<D>(blk.n_kv_heads) * dh;  // k and v width
+  const D rows = micro * t, p = tp;
+  BlockWork w;
+  layernorm(w, rows * d, b);  // RMSNorm streams like a LayerNorm
+  linear(w, rows, d, d / p, false, b);
+  linear(w, rows, d, kv / p, false, b);
+  linear(w, rows, d, kv / p, false, b);
+  const D packed = rows * 3 * d / p;  // rope: reads q, k, v, writes qkv; backward the reverse
+  w.forward.stream_bytes += (rows * (d + 2 * kv) / p + packed) * b;
+  w.input_grad.stream_bytes += (rows * (d + 2 * kv) / p + packed) * b;
+  const PassWork core_forward = attention_forward(micro * heads, t, dh, b);
+  w.forward += core_forward;
+  w.input_grad += attention_backward(micro * heads, t, dh, b);
+  linear(w, rows, d / p, d, false, b);
+  residual(w, rows * d, b);
+  layernorm(w, rows * d, b);
+  linear(w, rows, d, f / p, false, b);
+  linear(w, rows, d, f / p, false, b);
+  w.forward.stream_bytes += 3 * rows * f / p * b;     // swiglu: reads gate, up, writes h
+  w.input_grad.stream_bytes += 5 * rows * f / p * b;  // reads gate, up, dh, writes dgate, dup
+  linear(w, rows, f / p, d, false, b);
+  residual(w, rows * d, b);
+  if (recompute == Recompute::kSelective) w.input_grad += core_forward;
+  if (recompute == Recompute::kFull) w.input_grad += w.forward;
+  return w;
+}
+
+BlockWork llama_block_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch) {
+  return llama_work(block, static_cast<D>(dtype_size(dtype)), tp, static_cast<D>(micro_batch), recompute);
+}
+
+}  // namespace work
+
+TpBlockComm llama_tp_comm(const BlockSpec&, DType, int, bool, Recompute) { return {}; }
+
+// swiglu_backward widens gate, up, dh and writes dgate, dup: five [T, F / tp] f32 views; softmax's backward
+// three [H / tp, T, T] views.
+double llama_widest_f32(const BlockSpec& block, int tp) {
+  const double seq = static_cast<double>(block.seq_len);
+  const double ff = static_cast<double>(block.d_ff) / tp;
+  const double heads = static_cast<double>(block.n_heads) / tp;
+  return std::max(5.0 * 4.0 * seq * ff, 3.0 * 4.0 * heads * seq * seq);
+}
+
+std::string llama_shape_key(const BlockSpec& b) {
+  return fmt::format("{} d{} h{} kv{} ff{} T{}", block_kind_name(b.kind), b.in_features, b.n_heads, b.n_kv_heads, b.d_ff,
+                     b.seq_len);
+}
+
+}  // namespace
+
+BlockRules llama_block_rules() {
+  BlockRules r;
+  r.kind = BlockKind::kLlamaBlock;
+  r.repeated_layer = true;
+  r.sequence_sharded = true;
+  r.cost = cost::llama_cost;
+  r.work = work::llama_block_work;
+  r.tp_comm = llama_tp_comm;
+  r.widest_f32_elementwise_bytes = llama_widest_f32;
+  r.shape_key = llama_shape_key;
+  return r;
+}
+
+}  // namespace cleave::partition

@@ -1,0 +1,56 @@
+// The kernels of block_work.cpp's passes, layer by layer (linear, norms, pointwise, residual, the attention
+// core), shared by the common block kinds (block_work.cpp) and the family-owned kinds
+// (partition/families/<family>_block.cpp). Internal to partition/; mirrors cost_parts.hpp.
+#pragma once
+
+#include "partition/block_work.hpp"
+
+namespace cleave::partition::work_parts {
+
+using D = double;
+
+// y[rows, out] = x[rows, in] · Wᵀ (+ bias, fused): dx = dy · W, dW = dyᵀ · x, db = Σ dy.
+inline void linear(BlockWork& w, D rows, D in, D out, bool bias, D b) {
+  w.forward.gemms.push_back({rows, out, in});
+  w.input_grad.gemms.push_back({rows, in, out});
+  w.weight_grad.gemms.push_back({out, in, rows});
+  if (bias) w.weight_grad.stream_bytes += rows * out * b;
+}
+
+// Reads x, writes y; backward reads x and dy, writes dx; weight grads read x and dy.
+inline void layernorm(BlockWork& w, D n, D b) {
+  w.forward.stream_bytes += 2 * n * b;
+  w.input_grad.stream_bytes += 3 * n * b;
+  w.weight_grad.stream_bytes += 2 * n * b;
+}
+
+inline void pointwise(BlockWork& w, D n, D b) {  // GELU, ReLU
+  w.forward.stream_bytes += 2 * n * b;
+  w.input_grad.stream_bytes += 3 * n * b;
+}
+
+inline void residual(BlockWork& w, D n, D b) {  // y = x + f(x): reads two, writes one; its gradient is summed likewise
+  w.forward.stream_bytes += 3 * n * b;
+  w.input_grad.stream_bytes += 3 * n * b;
+}
+
+// Core attention for `batch` (samples x local heads) heads of width dh over T positions.
+inline PassWork attention_forward(D batch, D t, D dh, D b) {
+  PassWork p;
+  p.gemms.push_back({t, t, dh, batch});  // S = Q·Kᵀ
+  p.stream_bytes += 2 * batch * t * t * b;  // softmax: reads S, writes P
+  p.gemms.push_back({t, dh, t, batch});  // O = P·V
+  return p;
+}
+
+inline PassWork attention_backward(D batch, D t, D dh, D b) {
+  PassWork p;
+  p.gemms.push_back({t, t, dh, batch});  // dP = dO·Vᵀ
+  p.gemms.push_back({t, dh, t, batch});  // dV = Pᵀ·dO
+  p.stream_bytes += 3 * batch * t * t * b;  // softmax backward: reads P and dP, writes dS
+  p.gemms.push_back({t, dh, t, batch});  // dQ = dS·K
+  p.gemms.push_back({t, dh, t, batch});  // dK = dSᵀ·Q
+  return p;
+}
+
+}  // namespace cleave::partition::work_parts

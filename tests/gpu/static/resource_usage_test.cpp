@@ -233,7 +233,7 @@ TEST(CudaResources, EveryKernelHasNoSpillNoLocalMemoryAndFitsItsLaunch) {
     }
   }
   std::printf("[ cuda ] %d kernel images checked in %zu objects\n", kernels_checked, objects.size());
-  EXPECT_GE(kernels_checked, 2 * 51) << "fewer kernel images than the 51 kernels of kernels/cuda for two archs";
+  EXPECT_GE(kernels_checked, 2 * 50) << "fewer kernel images than the 50 kernels of kernels/cuda for two archs";
 }
 
 TEST(CudaResources, EveryKernelHasMachineCodeForSm90AndEachRealArchitecture) {

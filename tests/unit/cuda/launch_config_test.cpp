@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -58,7 +59,9 @@ std::vector<NamedProblem> problems() {
 }
 
 std::string dims(const kc::Dims& d) {
-  return "(" + std::to_string(d.x) + ", " + std::to_string(d.y) + ", " + std::to_string(d.z) + ")";
+  std::ostringstream out;
+  out << "(" << d.x << ", " << d.y << ", " << d.z << ")";
+  return out.str();
 }
 
 TEST(CudaLaunchConfig, EveryKernelsConfigIsLegalOnSm80AndSm90) {
@@ -89,7 +92,7 @@ TEST(CudaLaunchConfig, EveryKernelsConfigIsLegalOnSm80AndSm90) {
   EXPECT_EQ(checked, static_cast<int>(problems().size() * launch::kernel_launches({}).size()));
 }
 
-// One entry per __global__ function of kernels/cuda/*.cu (51; the resource check looks each compiled kernel up
+// One entry per __global__ function of kernels/cuda/*.cu (50; the resource check looks each compiled kernel up
 // here by name, so a new kernel without an entry fails there).
 TEST(CudaLaunchConfig, TheCatalogueNamesEachKernelOnce) {
   std::set<std::string> names;
@@ -97,7 +100,7 @@ TEST(CudaLaunchConfig, TheCatalogueNamesEachKernelOnce) {
     EXPECT_TRUE(names.insert(k.kernel).second) << k.kernel << " twice";
     EXPECT_EQ(k.kernel.size() > 7 && k.kernel.substr(k.kernel.size() - 7) == "_kernel", true) << k.kernel;
   }
-  EXPECT_EQ(names.size(), 51u);
+  EXPECT_EQ(names.size(), 50u);
 }
 
 // Grid-stride loops: grids grow with the work up to kMaxGridBlocks, then stay there (the loop takes the rest).

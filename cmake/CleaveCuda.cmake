@@ -52,3 +52,30 @@ message(STATUS "  cleave_comm_cuda: GPU tensors over MPI through pinned host mem
 # and make_staged_world (engine/comm/cuda/staged_world.cpp, in cleave_comm_cuda) under #if CLEAVE_WITH_CUDA.
 target_link_libraries(cleave_comm_world PUBLIC cleave_nccl cleave_comm_cuda)
 message(STATUS "  cleave_comm_world: parallel.comm_backend auto | mpi | nccl (NCCL and staged MPI worlds linked)")
+
+# ---- Kernels checked without a GPU: strict compilation, line info and the resource report of every .cu ----------
+# Every .cu of cleave_cuda and cleave_nccl compiles for each CMAKE_CUDA_ARCHITECTURES entry (80 and 90 by default)
+# with -lineinfo (compute-sanitizer reports name source lines; no run-time cost) and --resource-usage (ptxas reports
+# each kernel's registers, shared memory, stack and spills). With CLEAVE_CUDA_STRICT (ON by default, what CI
+# builds) nvcc's and ptxas's warnings are errors, a register spill among them (-warn-spills), and so are the host
+# compiler's -Wall -Wextra warnings in the .cu files. The launcher cmake/cuda_resource_log.sh (in front of ccache
+# when that is the launcher) keeps ptxas's report beside each object (<object>.resource-usage) and passes the
+# rest of the compiler's output through; tests/gpu/static (label cuda-static) checks the reports and the objects'
+# machine code: no spill, no local memory, static shared memory within 48 KiB, sm_90 code for every kernel.
+option(CLEAVE_CUDA_STRICT "Compile CUDA sources with warnings as errors (nvcc, ptxas spills, host -Wall -Wextra)" ON)
+foreach(target cleave_cuda cleave_nccl)
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-lineinfo>
+                                           $<$<COMPILE_LANGUAGE:CUDA>:--resource-usage>)
+  if(CLEAVE_CUDA_STRICT)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:-Werror=all-warnings>
+                                             $<$<COMPILE_LANGUAGE:CUDA>:-Xptxas=-warn-spills>
+                                             "$<$<COMPILE_LANGUAGE:CUDA>:-Xcompiler=-Wall,-Wextra,-Werror>")
+  endif()
+  set_property(TARGET ${target} PROPERTY CUDA_COMPILER_LAUNCHER
+               ${CMAKE_SOURCE_DIR}/cmake/cuda_resource_log.sh ${CMAKE_CUDA_COMPILER_LAUNCHER})
+endforeach()
+if(CLEAVE_CUDA_STRICT)
+  message(STATUS "  CUDA checks  : -lineinfo, ptxas resource reports, warnings as errors (CLEAVE_CUDA_STRICT)")
+else()
+  message(STATUS "  CUDA checks  : -lineinfo, ptxas resource reports (CLEAVE_CUDA_STRICT off: warnings stay warnings)")
+endif()

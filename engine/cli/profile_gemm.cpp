@@ -108,6 +108,7 @@ int run_profile_gemm(int argc, char** argv) {
               base.peak_flops_bf16 / 1e12, base.peak_flops_f32 / 1e12);
   std::fflush(stdout);
 
+  ops::make_device_current(device);  // the stream below must belong to the current device
   auto stream = ops::make_device_stream(device);
   auto allocator = ops::make_device_allocator(device, stream->stream());
   auto resources = ops::make_device_resources(device);

@@ -25,9 +25,12 @@ World make_world_communicator(const MpiRuntime& runtime, config::CommBackend req
   config::CommBackendFacts facts;
   facts.cuda_build = CLEAVE_WITH_CUDA != 0;
   facts.device_type = device_type;
+  facts.world_size = mpi->size();
 #if CLEAVE_WITH_CUDA
-  // Same condition on every rank (same config), so the collective probe runs everywhere or nowhere.
-  if (requested != config::CommBackend::kMpi && device_type == DeviceType::kCuda) {
+  // Same condition on every rank (same config, same world size), so the collective probe runs everywhere or
+  // nowhere. "auto" in a world of one is mpi whatever the GPUs are (choose_comm_backend): nothing to probe.
+  const bool auto_alone = requested == config::CommBackend::kAuto && facts.world_size == 1;
+  if (requested != config::CommBackend::kMpi && device_type == DeviceType::kCuda && !auto_alone) {
     const GpuPerRank gpus = probe_gpu_per_rank(*mpi);
     facts.gpu_per_rank = gpus.own;
     facts.gpu_sharing = gpus.detail;

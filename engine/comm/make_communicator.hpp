@@ -5,7 +5,8 @@
 // the facts it needs at launch. In a CUDA build with device.type "cuda" and a backend other than "mpi", the
 // ranks first compare their GPUs (a collective; each rank picks its device as NcclCommunicator would and
 // the ranks compare host and PCI bus id), so "auto" picks nccl only when every rank has its own GPU and an
-// explicit "nccl" on shared GPUs is refused with the ranks named. The result is the same on every rank.
+// explicit "nccl" on shared GPUs is refused with the ranks named. "auto" in a world of one rank is the staged
+// MPI world without a probe: a single-GPU run never depends on NCCL. The result is the same on every rank.
 //
 // Backends are registered explicitly: the NCCL world (engine/comm/nccl/nccl_world.hpp, library cleave_nccl)
 // and the staged MPI world for GPU tensors (engine/comm/cuda/staged_world.hpp, cleave_comm_cuda) are called

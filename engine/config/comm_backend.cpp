@@ -29,6 +29,7 @@ CommBackendChoice choose_comm_backend(CommBackend requested, const CommBackendFa
   CLEAVE_ASSERT(requested == CommBackend::kAuto, "unknown CommBackend {}", static_cast<int>(requested));
   if (facts.device_type != DeviceType::kCuda) return {CommBackend::kMpi, fmt::format("auto: device.type is \"{}\"", facts.device_type)};
   if (!facts.cuda_build) return {CommBackend::kMpi, "auto: this build has no CUDA"};
+  if (facts.world_size == 1) return {CommBackend::kMpi, "auto: a world of one rank communicates nothing"};
   if (!facts.gpu_per_rank) return {CommBackend::kMpi, fmt::format("auto: {}", facts.gpu_sharing)};
   return {CommBackend::kNccl, "auto: device.type is \"cuda\" and every rank has its own GPU"};
 }

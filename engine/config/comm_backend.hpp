@@ -4,7 +4,9 @@
 //
 //   "mpi"   always mpi (CPU tensors; GPU tensors staged through pinned host memory).
 //   "nccl"  nccl; refused when the build has no CUDA, device.type is not "cuda", or two ranks share a GPU.
-//   "auto"  nccl when the build has CUDA, device.type is "cuda" and every rank has its own GPU; else mpi.
+//   "auto"  nccl when the build has CUDA, device.type is "cuda", the world has more than one rank and every
+//           rank has its own GPU; else mpi. A world of one communicates nothing, so it never depends on NCCL
+//           initialising (a single-GPU run uses the staged MPI world).
 // A refusal is a ConfigKeyError on parallel.comm_backend that says why and what to use instead.
 #pragma once
 
@@ -21,6 +23,9 @@ struct CommBackendFacts {
   // and only the build and device rules apply.
   bool gpu_per_rank = true;
   std::string gpu_sharing;  // why not, when gpu_per_rank is false (names the ranks, host and device)
+  // Ranks in the world; 0 = not known yet (before launch: config validation), which "auto" treats as more than
+  // one.
+  int world_size = 0;
 };
 
 struct CommBackendChoice {

@@ -9,7 +9,13 @@
 namespace cleave::cuda {
 
 CudaStream::CudaStream(int device, StreamPriority priority) {
-  DeviceGuard guard(device);
+  // A stream of another device than the current one compiles and creates fine, and then every launch into it
+  // fails with "invalid resource handle": refuse it here, where the mistake is made.
+  const int current = current_device();
+  CLEAVE_ASSERT(current == device,
+                "a stream for cuda:{} was requested while cuda:{} is the current device; make cuda:{} current first "
+                "(ops::make_device_current, cuda::set_device, or a DeviceGuard around the stream's use)",
+                device, current, device);
   int least = 0;
   int greatest = 0;  // numerically lowest = highest priority
   CLEAVE_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));

@@ -19,7 +19,10 @@ enum class StreamPriority { kNormal, kHigh };  // kHigh: e.g. pipeline P2P, so t
 
 class CudaStream {
  public:
-  // A non-blocking stream (no implicit ordering with the legacy default stream) on cuda:`device`.
+  // A non-blocking stream (no implicit ordering with the legacy default stream) on cuda:`device`, which must be
+  // the calling thread's current device (CLEAVE_ASSERT, naming both): kernels, library calls and allocations
+  // issued without a guard go to the current device, so a stream of another one fails at its first launch
+  // ("invalid resource handle"). A run makes its device current once (ops::make_device_current).
   explicit CudaStream(int device, StreamPriority priority = StreamPriority::kNormal);
   ~CudaStream();
   CudaStream(CudaStream&& other) noexcept;

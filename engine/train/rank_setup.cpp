@@ -42,6 +42,9 @@ RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Back
     : config(std::move(c)), world(w), grid(make_grid(config, w.size())), coords(grid.coords_of(w.rank())) {
   // The run's own stream, memory and op context: nothing is shared with another run in this process.
   const Device device = run_device(config, w);
+  // Once, before anything is made on it: launches and library calls without a guard go to the current device,
+  // and the stream below must belong to it (a rank on cuda:1 with cuda:0 current fails at its first launch).
+  ops::make_device_current(device);
   stream = ops::make_device_stream(device);
   allocator = ops::make_device_allocator(device, stream->stream());
   if (config.device.memory_limit > 0) allocator->set_limit(config.device.memory_limit);

@@ -9,7 +9,9 @@
 // allocator and resources, so a RankSetup never moves (it is neither copied nor moved).
 //
 // Placement: device.type "cpu" runs on the CPU; "cuda" (CUDA builds only) puts world rank r on
-// cuda:<local rank> through the seam's factories (kernels/ops/ops.hpp), so this file includes no CUDA header.
+// cuda:<local rank> through the seam's factories (kernels/ops/ops.hpp), so this file includes no CUDA header;
+// the constructor makes that device current for the calling thread (ops::make_device_current) before it
+// builds the stream, so the thread that constructs a RankSetup is the one that runs its work.
 // More ranks on a node than GPUs is refused naming both counts, unless the world is the staged MPI world
 // (parallel.comm_backend "mpi", or "auto" where GPUs are shared), which lets several ranks share one GPU
 // (rank r then uses cuda:<local rank mod GPUs>).

@@ -7,10 +7,8 @@
 namespace cleave::kernels::cuda::detail {
 namespace {
 
-constexpr int kTileCols = 32;
-constexpr int kTileRows = 8;
-constexpr int64_t kMaxChunks = 128;
-constexpr int64_t kMinRowsPerChunk = 64;
+constexpr int kTileCols = launch::kTileCols;
+constexpr int kTileRows = launch::kTileRows;
 
 __global__ void bias_add_forward_kernel(Floats y, ConstFloats bias, int64_t rows, int64_t cols) {
   const int64_t n = rows * cols;
@@ -46,10 +44,7 @@ __global__ void bias_final_kernel(const float* partials, int64_t chunks, int64_t
 
 }  // namespace
 
-int64_t column_reduction_chunks(int64_t rows) {
-  const int64_t chunks = (rows + kMinRowsPerChunk - 1) / kMinRowsPerChunk;
-  return chunks > kMaxChunks ? kMaxChunks : chunks;
-}
+int64_t column_reduction_chunks(int64_t rows) { return launch::column_reduction_chunks(rows); }
 
 cudaError_t launch_bias_add_forward(Floats y, ConstFloats bias, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows * cols == 0) return cudaSuccess;
@@ -62,8 +57,8 @@ cudaError_t launch_bias_backward(ConstFloats dy, float* dbias, int64_t rows, int
   if (rows == 0 || cols == 0) return cudaSuccess;
   const int64_t chunks = column_reduction_chunks(rows);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-  const dim3 grid(static_cast<unsigned int>((cols + kTileCols - 1) / kTileCols), static_cast<unsigned int>(chunks));
-  bias_partial_kernel<<<grid, dim3(kTileCols, kTileRows), 0, stream>>>(dy, rows, cols, rows_per_chunk, partials);
+  const LaunchConfig tiles = launch::column_partial(rows, cols);
+  bias_partial_kernel<<<to_grid(tiles), to_block(tiles), 0, stream>>>(dy, rows, cols, rows_per_chunk, partials);
   bias_final_kernel<<<grid_for(cols), kThreads, 0, stream>>>(partials, chunks, cols, dbias);
   return cudaGetLastError();
 }

@@ -11,17 +11,27 @@
 #include <cstdint>
 
 #include "kernels/cuda/floats.hpp"
+#include "kernels/cuda/launch_config.hpp"
 
 namespace cleave::kernels::cuda::detail {
 
-constexpr int kThreads = 256;
-constexpr int kWarp = 32;
+constexpr int kThreads = launch::kThreads;
+constexpr int kWarp = launch::kWarp;
 
-// Blocks for a grid-stride loop over n items: enough to fill any current GPU, capped so the grid stays legal.
+// A config's grid and block as CUDA takes them (launch_config.hpp keeps every dimension in range).
+inline dim3 to_grid(const LaunchConfig& c) {
+  return dim3(static_cast<unsigned int>(c.grid.x), static_cast<unsigned int>(c.grid.y),
+              static_cast<unsigned int>(c.grid.z));
+}
+inline dim3 to_block(const LaunchConfig& c) {
+  return dim3(static_cast<unsigned int>(c.block.x), static_cast<unsigned int>(c.block.y),
+              static_cast<unsigned int>(c.block.z));
+}
+
+// Blocks for a grid-stride loop over n items (launch::grid_stride): enough to fill any current GPU, capped so
+// the grid stays legal.
 inline unsigned int grid_for(int64_t n, int threads = kThreads) {
-  const int64_t blocks = (n + threads - 1) / threads;
-  constexpr int64_t kMaxBlocks = int64_t{1} << 16;
-  return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
+  return static_cast<unsigned int>(launch::grid_stride(n, threads).grid.x);
 }
 
 __device__ __forceinline__ int64_t global_thread() {

@@ -34,7 +34,10 @@ struct ConvContext::Impl {
 ConvContext::ConvContext(int device) : impl_(std::make_unique<Impl>()) { impl_->device = device; }
 
 ConvContext::~ConvContext() {
-  if (impl_->handle != nullptr) cudnnDestroy(impl_->handle);  // not checked: a destructor must not throw
+  if (impl_->handle == nullptr) return;
+  // With the handle's device current, whatever the caller's is (cuDNN releases its device resources there).
+  ::cleave::cuda::DeviceGuard guard(impl_->device, std::nothrow);
+  cudnnDestroy(impl_->handle);  // not checked: a destructor must not throw
 }
 
 std::size_t ConvContext::algorithms_cached() const { return impl_->choices.size(); }

@@ -26,8 +26,8 @@ struct Conv2dShape {
 
 enum class ConvPass { kForward, kBackwardInput, kBackwardWeight };
 
-// A cuDNN handle for one device, created on first use under a guard for that device, and the algorithms
-// chosen per (shape, pass). Not thread-safe (one per run's device resources, as GemmContext).
+// A cuDNN handle for one device, created on first use and destroyed under a guard for that device, and the
+// algorithms chosen per (shape, pass). Not thread-safe (one per run's device resources, as GemmContext).
 class ConvContext {
  public:
   explicit ConvContext(int device);

@@ -14,8 +14,7 @@ namespace cleave::kernels::cuda::detail {
 namespace {
 
 unsigned int row_grid(int64_t rows) {
-  constexpr int64_t kMaxBlocks = int64_t{1} << 16;
-  return static_cast<unsigned int>(rows < 1 ? 1 : (rows > kMaxBlocks ? kMaxBlocks : rows));
+  return static_cast<unsigned int>(launch::block_per_row(rows, kThreads).grid.x);
 }
 
 __device__ __forceinline__ bool target_ok(int32_t t, int64_t vocab) { return t >= -1 && t < vocab; }

@@ -26,9 +26,6 @@ __global__ void elementwise_kernel(BinaryOp op, ConstFloats a, ConstFloats b, Fl
   }
 }
 
-constexpr int64_t kSumSquaresPerThread = 8;
-constexpr unsigned int kSumSquaresMaxBlocks = 1024;  // = kThreads * 4: the second pass is one block
-
 __global__ void sum_squares_partial_kernel(const float* x, int64_t n, double* partials) {
   __shared__ double scratch[kThreads];
   double acc = 0.0;
@@ -90,8 +87,7 @@ cudaError_t launch_elementwise(BinaryOp op, ConstFloats a, ConstFloats b, Floats
 }
 
 unsigned int sum_squares_blocks(int64_t n) {
-  const int64_t blocks = (n + kThreads * kSumSquaresPerThread - 1) / (kThreads * kSumSquaresPerThread);
-  return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > kSumSquaresMaxBlocks ? kSumSquaresMaxBlocks : blocks));
+  return static_cast<unsigned int>(launch::sum_squares_partial(n).grid.x);
 }
 
 cudaError_t launch_sum_squares(const float* x, int64_t n, double* out, double* partials, cudaStream_t stream) {

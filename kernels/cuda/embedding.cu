@@ -15,8 +15,8 @@
 namespace cleave::kernels::cuda::detail {
 namespace {
 
-constexpr int kScanThreads = 1024;
-constexpr int kRowThreads = 128;
+constexpr int kScanThreads = launch::kScanThreads;
+constexpr int kRowThreads = launch::kEmbeddingRowThreads;
 
 // The table row of `id` in this shard, or -1 when the shard does not hold it.
 __device__ __forceinline__ int64_t local_row(int32_t id, const EmbeddingRange& range) {
@@ -129,8 +129,7 @@ __global__ void position_backward_kernel(const TX* dx, float* dpos, int64_t B, i
 }
 
 unsigned int token_grid(int64_t n_tokens) {
-  constexpr int64_t kMaxBlocks = int64_t{1} << 16;
-  return static_cast<unsigned int>(n_tokens < 1 ? 1 : (n_tokens > kMaxBlocks ? kMaxBlocks : n_tokens));
+  return static_cast<unsigned int>(launch::block_per_row(n_tokens, kRowThreads).grid.x);
 }
 
 }  // namespace

@@ -13,7 +13,10 @@
 // Types: A/B f32 -> C f32 (kStrict: true f32 products; kTF32: tensor-core TF32), or A/B bf16 -> C bf16 or f32.
 // The GEMM runs as the column-major product C^T = op(B)^T op(A)^T, so cuBLASLt's "rows of D" are our n:
 // bias has n entries (one per output column, the output dtype) and the GELU aux matrix is row-major
-// [m, ld_aux] (ld_aux >= n, a multiple of 8, output dtype) holding the pre-activation.
+// [m, ld_aux] (ld_aux >= n, a multiple of 8, output dtype) holding the pre-activation. The aux epilogues
+// (gelu_aux, bias_gelu_aux, gelu_backward) are offered for bf16 inputs only: gemm_can_implement refuses them
+// for f32, for which cuBLASLt may have no algorithm, so callers take the unfused path instead of failing in
+// the heuristic at run time.
 #pragma once
 
 #include <cublasLt.h>

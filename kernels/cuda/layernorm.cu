@@ -8,15 +8,11 @@
 namespace cleave::kernels::cuda::detail {
 namespace {
 
-constexpr int kRowsPerBlock = kThreads / kWarp;
-constexpr int kTileCols = 32;
-constexpr int kTileRows = 8;
+constexpr int kRowsPerBlock = launch::kRowsPerBlock;
+constexpr int kTileCols = launch::kTileCols;
+constexpr int kTileRows = launch::kTileRows;
 
-unsigned int row_blocks(int64_t rows) {
-  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  constexpr int64_t kMaxBlocks = int64_t{1} << 16;
-  return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
-}
+unsigned int row_blocks(int64_t rows) { return static_cast<unsigned int>(launch::warp_per_row(rows).grid.x); }
 
 __global__ void layernorm_forward_kernel(ConstFloats x, ConstFloats gamma, ConstFloats beta, Floats y, float* mean,
                                          float* rstd, int64_t rows, int64_t cols, float eps) {
@@ -135,13 +131,13 @@ cudaError_t launch_layernorm_backward_input(ConstFloats dy, ConstFloats x, Const
 cudaError_t launch_layernorm_backward_weight(ConstFloats dy, ConstFloats x, const float* mean, const float* rstd,
                                              float* dgamma, float* dbeta, int64_t rows, int64_t cols, float* partials,
                                              cudaStream_t stream) {
-  if (rows == 0) return cudaSuccess;
+  if (rows == 0 || cols == 0) return cudaSuccess;  // an empty grid is not a legal launch
   const int64_t chunks = column_reduction_chunks(rows);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
   float* partials_gamma = partials;
   float* partials_beta = partials + chunks * cols;
-  const dim3 grid(static_cast<unsigned int>((cols + kTileCols - 1) / kTileCols), static_cast<unsigned int>(chunks));
-  layernorm_weight_partial_kernel<<<grid, dim3(kTileCols, kTileRows), 0, stream>>>(
+  const LaunchConfig tiles = launch::column_partial(rows, cols);
+  layernorm_weight_partial_kernel<<<to_grid(tiles), to_block(tiles), 0, stream>>>(
       dy, x, mean, rstd, rows, cols, rows_per_chunk, partials_gamma, partials_beta);
   layernorm_weight_final_kernel<<<grid_for(cols), kThreads, 0, stream>>>(partials_gamma, partials_beta, chunks, cols,
                                                                          dgamma, dbeta);

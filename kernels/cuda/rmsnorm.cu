@@ -9,15 +9,11 @@
 namespace cleave::kernels::cuda::detail {
 namespace {
 
-constexpr int kRowsPerBlock = kThreads / kWarp;
-constexpr int kTileCols = 32;
-constexpr int kTileRows = 8;
+constexpr int kRowsPerBlock = launch::kRowsPerBlock;
+constexpr int kTileCols = launch::kTileCols;
+constexpr int kTileRows = launch::kTileRows;
 
-unsigned int row_blocks(int64_t rows) {
-  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  constexpr int64_t kMaxBlocks = int64_t{1} << 16;
-  return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
-}
+unsigned int row_blocks(int64_t rows) { return static_cast<unsigned int>(launch::warp_per_row(rows).grid.x); }
 
 // The row loop bound is the same for the 32 lanes of a warp (r depends on the warp only), so every lane reaches
 // the shuffles of warp_sum.
@@ -107,11 +103,11 @@ cudaError_t launch_rmsnorm_backward_input(ConstFloats dy, ConstFloats x, ConstFl
 
 cudaError_t launch_rmsnorm_backward_weight(ConstFloats dy, ConstFloats x, const float* rstd, float* dweight,
                                            int64_t rows, int64_t cols, float* partials, cudaStream_t stream) {
-  if (rows == 0) return cudaSuccess;
+  if (rows == 0 || cols == 0) return cudaSuccess;  // an empty grid is not a legal launch
   const int64_t chunks = column_reduction_chunks(rows);
   const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;
-  const dim3 grid(static_cast<unsigned int>((cols + kTileCols - 1) / kTileCols), static_cast<unsigned int>(chunks));
-  rmsnorm_weight_partial_kernel<<<grid, dim3(kTileCols, kTileRows), 0, stream>>>(dy, x, rstd, rows, cols,
+  const LaunchConfig tiles = launch::column_partial(rows, cols);
+  rmsnorm_weight_partial_kernel<<<to_grid(tiles), to_block(tiles), 0, stream>>>(dy, x, rstd, rows, cols,
                                                                                 rows_per_chunk, partials);
   const cudaError_t status = cudaGetLastError();
   if (status != cudaSuccess) return status;

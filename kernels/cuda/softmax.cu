@@ -7,13 +7,9 @@
 namespace cleave::kernels::cuda::detail {
 namespace {
 
-constexpr int kRowsPerBlock = kThreads / kWarp;
+constexpr int kRowsPerBlock = launch::kRowsPerBlock;
 
-unsigned int row_blocks(int64_t rows) {
-  const int64_t blocks = (rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  constexpr int64_t kMaxBlocks = int64_t{1} << 16;
-  return static_cast<unsigned int>(blocks < 1 ? 1 : (blocks > kMaxBlocks ? kMaxBlocks : blocks));
-}
+unsigned int row_blocks(int64_t rows) { return static_cast<unsigned int>(launch::warp_per_row(rows).grid.x); }
 
 __global__ void softmax_forward_kernel(ConstFloats x, Floats y, int64_t rows, int64_t cols, bool causal, float scale) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;

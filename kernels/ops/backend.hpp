@@ -122,9 +122,10 @@ const Backend& cpu_backend();
 #if CLEAVE_WITH_CUDA
 const Backend& cuda_backend();
 std::unique_ptr<DeviceResources> make_cuda_resources(Device device);  // kernels/ops/cuda/cuda_backend.cpp
-// kernels/ops/cuda/cuda_runtime.cpp: the CUDA halves of visible_devices, describe_device, make_device_stream,
-// make_device_allocator and make_device_event (ops.hpp).
+// kernels/ops/cuda/cuda_runtime.cpp: the CUDA halves of visible_devices, make_device_current, describe_device,
+// make_device_stream, make_device_allocator and make_device_event (ops.hpp).
 int cuda_visible_devices();
+void make_cuda_device_current(Device device);
 DeviceDescription describe_cuda_device(Device device);
 std::unique_ptr<DeviceStream> make_cuda_stream(Device device);
 std::unique_ptr<Allocator> make_cuda_allocator(Device device, const Stream& stream);

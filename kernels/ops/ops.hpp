@@ -246,6 +246,11 @@ class DeviceStream {
   virtual ~DeviceStream() = default;
   virtual const Stream& stream() const = 0;
 };
+// Makes `device` the calling thread's current device: cuda:N calls cudaSetDevice(N) (throws Error naming the
+// visible count when N is not visible); the CPU has no current device, so nothing happens. A run calls it once,
+// before it makes its stream (make_device_stream asserts that the device is current), from the thread that
+// runs its work: launches, library handles and allocations made without a guard go to the current device.
+void make_device_current(Device device);
 // Devices of `type` this process can see: 1 for the CPU; cudaGetDeviceCount for cuda (0 in a build without
 // CUDA, or when the driver reports none).
 int visible_devices(DeviceType type);
@@ -259,7 +264,8 @@ struct DeviceDescription {
   std::int64_t memory_bytes = 0;
 };
 DeviceDescription describe_device(Device device);
-// The run's stream on `device`; throws Error when the build cannot serve it or the device is not visible.
+// The run's stream on `device`, which must be current (make_device_current; CLEAVE_ASSERT otherwise); throws
+// Error when the build cannot serve it or the device is not visible.
 std::unique_ptr<DeviceStream> make_device_stream(Device device);
 // The run's allocator on `device` (its own cap and counters), its blocks reused in the order of `stream`
 // (which must outlive it): a fresh CPU allocator, or cuda:N's caching allocator. Tensor::zero_ on its
@@ -295,8 +301,9 @@ std::unique_ptr<DeviceEvent> make_device_event(Device device);
 
 // ---- Deferred device errors ------------------------------------------------------------------------------
 // A GPU kernel cannot throw, so the user-data checks ops promise above (token ids in embedding_forward,
-// targets in the cross-entropy ops) are recorded on the device and reported here: waits for ctx.stream and
-// throws the CPU kernel's message for the smallest bad position recorded since the last call (naming the
+// targets in the cross-entropy ops) are recorded on the device and reported here: waits for ctx.stream (on a
+// GPU always, also when no op has recorded anything yet: the trainer frees the step's pinned uploads after it)
+// and throws the CPU kernel's message for the smallest bad position recorded since the last call (naming the
 // id or target, its position and the vocabulary), then clears the record. (host value) Call it once where
 // the caller synchronises anyway: the trainer calls it at the end of every step and evaluation pass. Results
 // of the ops that recorded a bad index are meaningless until then (the bad rows read as zero / ignored).

@@ -97,6 +97,13 @@ int visible_devices(DeviceType type) {
 #endif
 }
 
+void make_device_current(Device device) {
+  backend_for(device);  // refuses a device this build cannot serve
+#if CLEAVE_WITH_CUDA
+  if (device.is_cuda()) make_cuda_device_current(device);
+#endif
+}
+
 DeviceDescription describe_device(Device device) {
   backend_for(device);
 #if CLEAVE_WITH_CUDA

@@ -57,6 +57,8 @@ class CudaResources final : public DeviceResources {
     workspace_bytes_ = kd::gemm_workspace_size_max();
     CLEAVE_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
   }
+  // Every handle goes with the device current: the members below are destroyed after this body's guard has
+  // ended, so ConvContext and DeviceStatus take their own guards.
   ~CudaResources() override {
     cuda::DeviceGuard guard(device_, std::nothrow);
     if (workspace_ != nullptr) cudaFree(workspace_);

@@ -59,11 +59,8 @@ F32Out::~F32Out() {
 
 DeviceStatus::~DeviceStatus() {
   if (words_ != nullptr) {
-    int previous = 0;
-    if (cudaGetDevice(&previous) == cudaSuccess && cudaSetDevice(device_) == cudaSuccess) {
-      cudaFree(words_);  // not checked: a destructor must not throw
-      cudaSetDevice(previous);
-    }
+    cuda::DeviceGuard guard(device_, std::nothrow);
+    cudaFree(words_);  // not checked: a destructor must not throw
   }
 }
 
@@ -89,7 +86,10 @@ std::uint64_t* DeviceStatus::targets_word(std::int64_t vocab, cudaStream_t strea
 }
 
 void DeviceStatus::check(cudaStream_t stream) {
-  if (words_ == nullptr) return;  // nothing has recorded into it yet
+  if (words_ == nullptr) {  // nothing has recorded into it yet; the wait is still the contract (ops.hpp)
+    CLEAVE_CUDA_CHECK(cudaStreamSynchronize(stream));
+    return;
+  }
   std::uint64_t host[2] = {kd::kNoBadIndex, kd::kNoBadIndex};
   CLEAVE_CUDA_CHECK(cudaMemcpyAsync(host, words_, sizeof host, cudaMemcpyDeviceToHost, stream));
   CLEAVE_CUDA_CHECK(cudaStreamSynchronize(stream));

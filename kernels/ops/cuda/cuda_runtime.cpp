@@ -48,6 +48,11 @@ void check_visible(Device device, std::string_view what) {
 
 int cuda_visible_devices() { return cuda::probe_devices().count; }
 
+void make_cuda_device_current(Device device) {
+  check_visible(device, "make_device_current");
+  cuda::set_device(device.index);
+}
+
 DeviceDescription describe_cuda_device(Device device) {
   check_visible(device, "describe_device");
   const cuda::DeviceInfo info = cuda::device_info(device.index);

@@ -36,8 +36,9 @@ class DeviceStatus {
 
   std::uint64_t* ids_word(std::int64_t vocab, cudaStream_t stream);
   std::uint64_t* targets_word(std::int64_t vocab, cudaStream_t stream);
-  // Reads both words (one 16-byte copy; waits for `stream`); when one is set, resets both and throws the CPU
-  // kernel's message (ids first: the embedding runs before the loss).
+  // Waits for `stream` (always: also before anything recorded into the words, since callers free the step's
+  // pinned uploads after it) and reads both words (one 16-byte copy); when one is set, resets both and throws
+  // the CPU kernel's message (ids first: the embedding runs before the loss).
   void check(cudaStream_t stream);
 
  private:

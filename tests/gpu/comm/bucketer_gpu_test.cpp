@@ -18,6 +18,7 @@
 #include "engine/comm/mpi/mpi_communicator.hpp"
 #include "engine/comm/nccl/nccl_communicator.hpp"
 #include "engine/cuda/caching_allocator.hpp"
+#include "engine/cuda/device.hpp"
 #include "engine/cuda/stream.hpp"
 #include "tests/gpu/comm/gpu_comm_env.hpp"
 #include "tests/mpi/mpi_test_env.hpp"
@@ -59,6 +60,7 @@ class GpuBucketer : public ::testing::TestWithParam<std::tuple<BucketReduction, 
     options.deterministic = true;
     options.device = -1;
     nccl_ = std::make_unique<comm::NcclCommunicator>(*mpi_, options);
+    cuda::set_device(nccl_->device());  // the rank's device is current before its stream is made (as RankSetup does)
     stream_ = std::make_unique<cuda::CudaStream>(nccl_->device());
     allocator_ = std::make_unique<cuda::CudaCachingAllocator>(nccl_->device(), stream_->native());
   }

@@ -50,6 +50,23 @@ TEST_F(CudaDevice, GuardRestoresTheCurrentDevice) {
   EXPECT_EQ(cuda::current_device(), 0);
 }
 
+// A stream belongs to the current device (stream.hpp): one for another device is refused naming both (needs two
+// GPUs to make another device current); one for the current device is made and works.
+TEST_F(CudaDevice, StreamOfADeviceThatIsNotCurrentIsRefused) {
+  cuda::set_device(0);
+  EXPECT_NO_THROW(cuda::CudaStream(0).synchronize());
+  if (cuda::device_count() < 2) GTEST_SKIP() << "one CUDA device: no other device to make current";
+  cuda::set_device(1);
+  try {
+    cuda::CudaStream wrong(0);
+    ADD_FAILURE() << "a stream for cuda:0 was made while cuda:1 was current";
+  } catch (const InternalError& e) {
+    EXPECT_NE(std::string(e.what()).find("cuda:0 was requested while cuda:1 is the current device"), std::string::npos)
+        << e.what();
+  }
+  cuda::set_device(0);
+}
+
 TEST_F(CudaDevice, EventOrdersASecondStreamAfterTheFirst) {
   const int64_t n = int64_t{1} << 24;  // 64 MiB: long enough that an unordered copy would see old bytes
   cuda::CudaStream producer(0);

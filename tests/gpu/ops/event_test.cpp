@@ -3,7 +3,8 @@
 // writes a tensor, stream B waits on an event recorded after it and copies the tensor; B's copy holds A's
 // final values (without the wait it would read a stale or partial tensor: the chain is long enough to be
 // running when B's copy is enqueued); (2) timing: elapsed_ms_since over the chain is positive and below the host
-// time around it, an empty interval is ~0; (3) query reports a recorded point as passed after synchronize.
+// time around it, an empty interval is ~0; (3) query reports a recorded point as passed after synchronize;
+// (4) check_device_status waits for the stream even when no op has recorded a device status.
 #include <gtest/gtest.h>
 
 #include "tests/gpu/ops/parity_util.hpp"
@@ -42,6 +43,20 @@ TEST_F(OpsEventGpu, AnEventOrdersAConsumerStreamAfterTheProducer) {
   again->synchronize();
   EXPECT_GE(again->elapsed_ms_since(*produced), 0.0);
   std::printf("[ gpu ] 200 scale_inplace over 4 Mi f32: %.3f ms between events\n", chain_ms);
+}
+
+// check_device_status waits for the stream also before any op has recorded into the device status words (ops.hpp;
+// each test's resources are fresh, so none has): the trainer frees the step's pinned uploads right after it, so
+// returning early would free host buffers a copy may still read. The chain takes milliseconds on any GPU.
+TEST_F(OpsEventGpu, CheckDeviceStatusWaitsForTheStreamWithNothingRecorded) {
+  const std::int64_t n = 1 << 22;
+  const Tensor x = to_gpu(random({n}, DType::kF32, 0.5f, 1.5f));
+  ops::synchronize(gpu());
+  auto done = ops::make_device_event(Device::cuda(0));
+  for (int k = 0; k < 200; ++k) ops::scale_inplace(gpu(), x, 1.0001f);
+  done->record(*gpu().stream);
+  ops::check_device_status(gpu());
+  EXPECT_TRUE(done->query()) << "check_device_status returned before the stream's work had finished";
 }
 
 }  // namespace

@@ -46,7 +46,9 @@
 
 #include "engine/comm/make_communicator.hpp"
 #include "engine/config/config.hpp"
+#include "engine/cuda/device.hpp"
 #include "engine/core/enum_names.hpp"
+#include "engine/train/rank_setup.hpp"
 #include "engine/train/trainer.hpp"
 #include "kernels/ops/ops.hpp"
 #include "mpi/mpi_test_env.hpp"
@@ -112,6 +114,25 @@ TEST(GpuTraining, GptFp32MatchesCpu) {
               gpu.front(), gpu.back(), cpu.front(), cpu.back(), diff);
   EXPECT_LE(diff, kFp32VsCpu);
   expect_learns(gpu, "the GPU run");
+}
+
+// The rank's device is current once its setup is built (rank_setup.cpp, ops::make_device_current): another
+// device is made current first (the last visible one), so on a host with two or more GPUs a setup that left
+// the current device alone fails here; on one GPU it still checks that the stream's assertion holds.
+TEST(GpuTraining, RankSetupMakesItsDeviceCurrent) {
+  CLEAVE_REQUIRE_GPU();
+  auto world = make_world();
+  const int gpus = ops::visible_devices(DeviceType::kCuda);
+  cuda::set_device(gpus - 1);
+  {
+    train::RankSetup setup(on(tiny_gpt(), "cuda"), *world);
+    ASSERT_TRUE(setup.context.device.is_cuda());
+    EXPECT_EQ(cuda::current_device(), setup.context.device.index)
+        << "RankSetup on " << setup.context.device.str() << " left cuda:" << cuda::current_device() << " current";
+    ops::fill(setup.context, Tensor::empty({64}, DType::kF32, MemoryCategory::kActivations, *setup.allocator), 1.5f);
+    ops::synchronize(setup.context);  // a launch into the run's stream works from this thread
+  }
+  cuda::set_device(0);
 }
 
 TEST(GpuTraining, DeterministicRunsAreBitIdentical) {

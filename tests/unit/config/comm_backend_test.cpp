@@ -11,9 +11,10 @@
 namespace cleave::config {
 namespace {
 
-CommBackendFacts facts(bool cuda_build, std::string_view device, bool gpu_per_rank = true) {
+// world_size 0: not known (config validation before launch); the factory passes the world's size.
+CommBackendFacts facts(bool cuda_build, std::string_view device, bool gpu_per_rank = true, int world_size = 0) {
   return CommBackendFacts{cuda_build, parse_enum<DeviceType>(device, "device.type"), gpu_per_rank,
-                          gpu_per_rank ? "" : "ranks 0 and 1 share GPU 0000:3b:00.0 on host node7"};
+                          gpu_per_rank ? "" : "ranks 0 and 1 share GPU 0000:3b:00.0 on host node7", world_size};
 }
 
 // The choice for a request given as its config text.
@@ -42,6 +43,23 @@ TEST(CommBackend, AutoPicksNcclOnlyForGpusOfTheirOwn) {
   EXPECT_EQ(shared.backend, CommBackend::kMpi);
   EXPECT_NE(shared.reason.find("ranks 0 and 1 share GPU"), std::string::npos) << shared.reason;
   EXPECT_EQ(choose("auto", facts(true, "cuda")).backend, CommBackend::kNccl);
+}
+
+// A world of one rank communicates nothing, so "auto" never makes a single-GPU run depend on NCCL starting; two
+// or more ranks with GPUs of their own (and an unknown size, before launch) still get nccl. An explicit "nccl"
+// is honoured for a world of one.
+TEST(CommBackend, AutoUsesMpiForAWorldOfOne) {
+  const CommBackendChoice one = choose("auto", facts(true, "cuda", true, 1));
+  EXPECT_EQ(one.backend, CommBackend::kMpi);
+  EXPECT_EQ(one.reason, "auto: a world of one rank communicates nothing");
+  EXPECT_EQ(choose("auto", facts(true, "cuda", true, 2)).backend, CommBackend::kNccl);
+  EXPECT_EQ(choose("auto", facts(true, "cuda", true, 8)).backend, CommBackend::kNccl);
+  EXPECT_EQ(choose("auto", facts(true, "cuda", true, 0)).backend, CommBackend::kNccl);
+  EXPECT_EQ(choose("auto", facts(true, "cpu", true, 1)).backend, CommBackend::kMpi);
+  EXPECT_EQ(choose("auto", facts(false, "cuda", true, 1)).backend, CommBackend::kMpi);
+  EXPECT_EQ(choose("auto", facts(true, "cuda", false, 2)).backend, CommBackend::kMpi);
+  EXPECT_EQ(choose("nccl", facts(true, "cuda", true, 1)).backend, CommBackend::kNccl);
+  EXPECT_EQ(choose("mpi", facts(true, "cuda", true, 1)).backend, CommBackend::kMpi);
 }
 
 TEST(CommBackend, MpiIsAlwaysMpi) {

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <thread>
 
+#include "cleave/config.hpp"
 #include "engine/core/error.hpp"
 #include "kernels/ops/ops.hpp"
 
@@ -43,6 +44,26 @@ TEST(OpsEvent, UnrecordedEventsAndForeignDevicesAreRefused) {
   // cuda:7: refused by a build without CUDA (naming the reason) or by a machine without that device.
   if (ops::visible_devices(DeviceType::kCuda) < 8) {
     EXPECT_THROW(ops::make_device_event(Device::cuda(7)), Error);
+  }
+}
+
+// make_device_current (ops.hpp "The run's device"), which a run calls before it makes its stream: the CPU has no
+// current device (a no-op, repeatable); a cuda device this build or machine cannot serve is refused naming the
+// device and, in a CUDA build, the visible count (rank_setup.cpp calls it for cuda:<local rank>).
+TEST(OpsDevice, MakeDeviceCurrentIsANoOpOnTheCpuAndRefusesAnInvisibleDevice) {
+  EXPECT_NO_THROW(ops::make_device_current(Device::cpu()));
+  EXPECT_NO_THROW(ops::make_device_current(Device::cpu()));
+  const int visible = ops::visible_devices(DeviceType::kCuda);
+  if (visible >= 8) GTEST_SKIP() << visible << " CUDA devices are visible: cuda:7 exists";
+  try {
+    ops::make_device_current(Device::cuda(7));
+    ADD_FAILURE() << "make_device_current(cuda:7) accepted with " << visible << " CUDA device(s) visible";
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cuda:7"), std::string::npos) << what;
+    if (CLEAVE_WITH_CUDA) {
+      EXPECT_NE(what.find(std::to_string(visible) + " CUDA device(s) are visible"), std::string::npos) << what;
+    }
   }
 }
 

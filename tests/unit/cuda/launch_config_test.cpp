@@ -1,0 +1,157 @@
+// Launch geometry of every CUDA kernel (kernels/cuda/launch_config.hpp) on the CPU, no GPU needed: for the test
+// shapes (tiny and awkward ones), the benchmark's (GPT-2 124M: batch 4, seq 1024, d_model 768, 12 heads, vocabulary
+// 50257, 124M parameters) and extremes (2^33 elements, 2^31 rows), every kernel's config is legal on sm_80 and
+// sm_90: blocks of 1 to 1024 threads (x, y <= 1024, z <= 64), grids of at least one block with x <= 2^31 - 1 and
+// y, z <= 65535, dynamic shared memory within the 48 KiB a launch gets without opting in. Also: the grids that
+// do not stride cover their work (column tiles cover every column, one partial per row chunk), and the
+// workspaces the launchers' callers allocate hold what those grids write (bias, layernorm, rmsnorm, sum of squares).
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <set>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kernels/cuda/bias.hpp"
+#include "kernels/cuda/elementwise.hpp"
+#include "kernels/cuda/launch_config.hpp"
+#include "kernels/cuda/layernorm.hpp"
+#include "kernels/cuda/rmsnorm.hpp"
+
+namespace cleave::testing {
+namespace {
+
+namespace kc = kernels::cuda;
+namespace launch = kernels::cuda::launch;
+
+// Compute capability 8.0 and 9.0 alike (CUDA programming guide, "Technical Specifications per Compute Capability").
+constexpr int64_t kMaxThreadsPerBlock = 1024;
+constexpr int64_t kMaxBlockX = 1024, kMaxBlockY = 1024, kMaxBlockZ = 64;
+constexpr int64_t kMaxGridX = (int64_t{1} << 31) - 1, kMaxGridYZ = 65535;
+constexpr int64_t kDefaultDynamicSmem = 48 * 1024;  // more needs cudaFuncSetAttribute(MaxDynamicSharedMemorySize)
+
+struct NamedProblem {
+  std::string name;
+  launch::Problem problem;
+};
+
+// tokens = batch x seq; softmax rows = batch x heads x seq with seq columns; norms and bias over tokens x features;
+// cross-entropy over tokens x vocabulary; element-wise ops over the largest tensor of the step.
+std::vector<NamedProblem> problems() {
+  std::vector<NamedProblem> out;
+  auto add = [&](std::string name, int64_t n, int64_t rows, int64_t cols, int64_t tokens, int64_t seq, int64_t dim) {
+    out.push_back({std::move(name), launch::Problem{n, rows, cols, tokens, seq, dim}});
+  };
+  add("one element", 1, 1, 1, 1, 1, 1);
+  add("awkward (primes)", 1009, 97, 131, 61, 7, 37);
+  // tests/gpu/train's tiny GPT: vocab 67, d_model 32, 4 heads, seq 16, micro-batch 2.
+  add("tiny gpt: logits", 2 * 16 * 67, 2 * 16, 67, 2 * 16, 16, 32);
+  add("tiny gpt: attention scores", 2 * 4 * 16 * 16, 2 * 4 * 16, 16, 2 * 16, 16, 32);
+  // benchmarks/peers/gpt2_124m_gpu.json: batch 4, seq 1024, d_model 768, 12 heads, vocab 50257.
+  add("gpt2 124M: logits", int64_t{4} * 1024 * 50257, 4 * 1024, 50257, 4 * 1024, 1024, 768);
+  add("gpt2 124M: attention scores", int64_t{4} * 12 * 1024 * 1024, 4 * 12 * 1024, 1024, 4 * 1024, 1024, 768);
+  add("gpt2 124M: mlp", int64_t{4} * 1024 * 3072, 4 * 1024, 3072, 4 * 1024, 1024, 768);
+  add("gpt2 124M: parameters", 124'439'808, 4 * 1024, 768, 4 * 1024, 1024, 768);
+  // Past every cap: grid-stride loops keep their grids, column tiles their chunk count.
+  add("extreme", int64_t{1} << 33, int64_t{1} << 31, int64_t{1} << 20, int64_t{1} << 31, int64_t{1} << 20, 16384);
+  return out;
+}
+
+std::string dims(const kc::Dims& d) {
+  std::ostringstream out;
+  out << "(" << d.x << ", " << d.y << ", " << d.z << ")";
+  return out.str();
+}
+
+TEST(CudaLaunchConfig, EveryKernelsConfigIsLegalOnSm80AndSm90) {
+  int checked = 0;
+  for (const NamedProblem& np : problems()) {
+    for (const kc::KernelLaunch& k : launch::kernel_launches(np.problem)) {
+      SCOPED_TRACE(k.kernel + " for " + np.name + ": grid " + dims(k.config.grid) + " block " + dims(k.config.block));
+      const kc::Dims& b = k.config.block;
+      const kc::Dims& g = k.config.grid;
+      EXPECT_GE(b.x, 1);
+      EXPECT_GE(b.y, 1);
+      EXPECT_GE(b.z, 1);
+      EXPECT_LE(b.x, kMaxBlockX);
+      EXPECT_LE(b.y, kMaxBlockY);
+      EXPECT_LE(b.z, kMaxBlockZ);
+      EXPECT_LE(b.count(), kMaxThreadsPerBlock);
+      EXPECT_GE(g.x, 1);
+      EXPECT_GE(g.y, 1);
+      EXPECT_GE(g.z, 1);
+      EXPECT_LE(g.x, kMaxGridX);
+      EXPECT_LE(g.y, kMaxGridYZ);
+      EXPECT_LE(g.z, kMaxGridYZ);
+      EXPECT_GE(k.config.dynamic_smem, 0);
+      EXPECT_LE(k.config.dynamic_smem, kDefaultDynamicSmem);
+      ++checked;
+    }
+  }
+  EXPECT_EQ(checked, static_cast<int>(problems().size() * launch::kernel_launches({}).size()));
+}
+
+// One entry per __global__ function of kernels/cuda/*.cu (50; the resource check looks each compiled kernel up
+// here by name, so a new kernel without an entry fails there).
+TEST(CudaLaunchConfig, TheCatalogueNamesEachKernelOnce) {
+  std::set<std::string> names;
+  for (const kc::KernelLaunch& k : launch::kernel_launches({})) {
+    EXPECT_TRUE(names.insert(k.kernel).second) << k.kernel << " twice";
+    EXPECT_EQ(k.kernel.size() > 7 && k.kernel.substr(k.kernel.size() - 7) == "_kernel", true) << k.kernel;
+  }
+  EXPECT_EQ(names.size(), 50u);
+}
+
+// Grid-stride loops: grids grow with the work up to kMaxGridBlocks, then stay there (the loop takes the rest).
+TEST(CudaLaunchConfig, GridStrideGridsGrowWithTheWorkUpToTheCap) {
+  EXPECT_EQ(launch::grid_stride(0).grid.x, 1);
+  EXPECT_EQ(launch::grid_stride(1).grid.x, 1);
+  EXPECT_EQ(launch::grid_stride(launch::kThreads).grid.x, 1);
+  EXPECT_EQ(launch::grid_stride(launch::kThreads + 1).grid.x, 2);
+  EXPECT_EQ(launch::grid_stride(launch::kThreads * launch::kMaxGridBlocks).grid.x, launch::kMaxGridBlocks);
+  EXPECT_EQ(launch::grid_stride(int64_t{1} << 40).grid.x, launch::kMaxGridBlocks);
+  EXPECT_EQ(launch::warp_per_row(launch::kRowsPerBlock + 1).grid.x, 2);
+  EXPECT_EQ(launch::warp_per_row(launch::kRowsPerBlock * launch::kMaxGridBlocks * 4).grid.x, launch::kMaxGridBlocks);
+  EXPECT_EQ(launch::block_per_row(3, launch::kThreads).grid.x, 3);
+  EXPECT_EQ(launch::block_per_row(int64_t{1} << 31, launch::kThreads).grid.x, launch::kMaxGridBlocks);
+  // Warp-per-row kernels need whole warps: kThreads is a multiple of the warp.
+  EXPECT_EQ(launch::warp_per_row(1).block.x % launch::kWarp, 0);
+}
+
+// Column tiles do not stride: grid.x tiles must cover every column and grid.y be the chunk count the partial
+// workspace is sized for; the chunks must cover every row.
+TEST(CudaLaunchConfig, ColumnTilesCoverTheMatrixAndFitTheirWorkspace) {
+  for (const NamedProblem& np : problems()) {
+    const int64_t rows = np.problem.rows, cols = np.problem.cols;
+    SCOPED_TRACE(np.name + ": [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+    const kc::LaunchConfig tiles = launch::column_partial(rows, cols);
+    EXPECT_GE(tiles.grid.x * tiles.block.x, cols);
+    EXPECT_LT((tiles.grid.x - 1) * tiles.block.x, cols);  // no block entirely past the last column
+    const int64_t chunks = launch::column_reduction_chunks(rows);
+    EXPECT_EQ(tiles.grid.y, chunks);
+    EXPECT_GE(chunks, 1);
+    EXPECT_LE(chunks, launch::kMaxChunks);
+    const int64_t rows_per_chunk = (rows + chunks - 1) / chunks;  // as the launchers cut them
+    EXPECT_GE(rows_per_chunk * chunks, rows);
+    const auto floats = static_cast<std::size_t>(chunks * cols) * sizeof(float);
+    EXPECT_EQ(kc::bias_backward_workspace_size(rows, cols), floats);
+    EXPECT_EQ(kc::rmsnorm_backward_weight_workspace_size(rows, cols), floats);
+    EXPECT_EQ(kc::layernorm_backward_weight_workspace_size(rows, cols), 2 * floats);  // gamma and beta partials
+    EXPECT_EQ(kc::detail::column_reduction_chunks(rows), chunks);
+  }
+}
+
+// Sum of squares: one double partial per first-pass block, all summed by the one-block second pass.
+TEST(CudaLaunchConfig, SumOfSquaresPartialsFitTheirWorkspace) {
+  for (const NamedProblem& np : problems()) {
+    const kc::LaunchConfig first = launch::sum_squares_partial(np.problem.n);
+    SCOPED_TRACE(np.name + ": n " + std::to_string(np.problem.n) + ", " + std::to_string(first.grid.x) + " blocks");
+    EXPECT_LE(first.grid.x, launch::kSumSquaresMaxBlocks);
+    EXPECT_EQ(kc::sum_squares_workspace_size(np.problem.n), static_cast<std::size_t>(first.grid.x) * sizeof(double));
+    EXPECT_EQ(kc::detail::sum_squares_blocks(np.problem.n), static_cast<unsigned int>(first.grid.x));
+  }
+}
+
+}  // namespace
+}  // namespace cleave::testing

@@ -11,6 +11,12 @@
 // CLEAVE_THREADS overrides the thread count. Oversubscribed threads are catastrophic on few cores: a spinning
 // or descheduled sibling turns every parallel region into a wait (measured 10-35x slower steps with 4 ranks x 2
 // threads on 2 cores).
+//
+// OpenMP's wait policy follows from the same numbers (choose_omp_wait_policy): idle threads spin ("active")
+// when every thread of every rank on the node has a core of its own (ranks x threads <= cores), and sleep
+// ("passive") when ranks share cores, where a spinning thread would take the core its neighbour needs. libgomp
+// reads OMP_WAIT_POLICY at load, so engine/cli/runtime_env.cpp exports the choice and re-executes the binary
+// before main's work; omp_wait_policy_for_node() gives it the inputs the placement below will use.
 #pragma once
 
 #include <string>
@@ -25,6 +31,21 @@ struct ThreadPlacement {
   bool oversubscribed = false; // ranks_on_node > cores
   std::string binding;         // "pinned to cores 2-3", "bound by the launcher to 1 core(s)", "not pinned (...)"
 };
+
+// The thread count the rule gives (pure): `usable` = cores this process may run on (its affinity mask),
+// `online` = the node's online cores, `forced` = CLEAVE_THREADS (<= 0: not set).
+int threads_per_rank(int usable, int online, int ranks_on_node, int forced);
+
+// "active" when ranks_on_node x threads_per_rank <= cores (no thread shares a core), else "passive". Pure.
+struct WaitPolicyChoice {
+  std::string policy;  // "active" or "passive": the OMP_WAIT_POLICY value
+  std::string reason;  // "1 rank x 2 threads on 2 cores: no core shared"
+};
+WaitPolicyChoice choose_omp_wait_policy(int ranks_on_node, int threads_per_rank, int cores);
+
+// choose_omp_wait_policy for this process, from the launcher's environment, the affinity mask and
+// CLEAVE_THREADS, the same inputs place_threads_for_node reads. Callable before main's work (no MPI).
+WaitPolicyChoice omp_wait_policy_for_node();
 
 // Applies the rule above (ranks on the node from the launcher's environment), pins this process where it
 // allows, configures the kernels' thread pools and returns what it chose. Call once per process, before

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # OpenMP wait policy on the small GPT of the peer comparison (d_model 256, 4 layers, 8 heads, T 64, batch 16,
 # synthetic data) at 1 rank x 2 threads: median tokens/s and ms/step from metrics.jsonl after 5 warm-up steps,
-# for OMP_WAIT_POLICY=passive and =active in alternation (ROUNDS rounds, so drift hits both alike), and the
-# policy cleave chooses by itself (engine/train/threads.hpp choose_omp_wait_policy). Prints the CPU and the
-# BLAS kernels cleave reports. Results: benchmarks/RESULTS-2026-11-28-wait-policy.md.
+# for OMP_WAIT_POLICY=passive, =active and libgomp's default (set but empty: spin about 300,000 iterations, then
+# sleep) in alternation (ROUNDS rounds, so drift hits all alike), and the policy cleave chooses by itself
+# (engine/train/threads.hpp choose_omp_wait_policy). Prints the CPU and the
+# BLAS kernels cleave reports. Results: benchmarks/train/RESULTS-2026-11-28-wait-policy.md.
 #
 #   benchmarks/train/wait_policy.sh BUILD_DIR [ROUNDS]
 set -euo pipefail
@@ -26,11 +27,13 @@ print(f'{statistics.median(r[sys.argv[2]] for r in rows):.1f}')" "$1" "$2"
 "$cleave" version | sed -n '2,3p'
 printf '%-8s %-10s %12s %10s\n' round policy tokens/s ms/step
 for round in $(seq 1 "$rounds"); do
-  for policy in passive active chosen; do
+  for policy in passive active default chosen; do
     out=$work/$policy-$round
     if [[ $policy == chosen ]]; then
       env -u OMP_WAIT_POLICY CLEAVE_THREADS=2 "$cleave" train "${args[@]}" --set train.out_dir="$out" 2>"$out.log"
       policy="chosen:$(grep -m 1 -o 'OMP_WAIT_POLICY=[a-z]*' "$out.log" | cut -d= -f2)"
+    elif [[ $policy == default ]]; then
+      OMP_WAIT_POLICY= CLEAVE_THREADS=2 "$cleave" train "${args[@]}" --set train.out_dir="$out" 2>/dev/null
     else
       OMP_WAIT_POLICY=$policy CLEAVE_THREADS=2 "$cleave" train "${args[@]}" --set train.out_dir="$out" 2>/dev/null
     fi

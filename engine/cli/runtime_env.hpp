@@ -9,17 +9,16 @@
 // stops a second re-exec. Under mpirun this happens before MPI_Init, so the launcher never sees the
 // difference. What it sets:
 //   OMP_WAIT_POLICY           engine/train/threads.hpp choose_omp_wait_policy: "passive" (idle OpenMP threads
-//                             sleep) when the ranks on the node times their threads outnumber its cores, where
-//                             a spinning thread starves the one doing the work (measured: tiny GPT step 350 ms
-//                             spinning vs 10 ms passive while other processes were busy); "active" (they spin)
-//                             when every thread has a core, which saves the wake-up at every parallel region
-//                             (benchmarks/RESULTS-2026-11-28-wait-policy.md).
+//                             sleep) when the node's ranks x threads, plus other processes' threads running at
+//                             start, outnumber its cores, where a spinning thread starves the one doing the
+//                             work; "active" (they spin) when every thread has a core, which saves the wake-up
+//                             at every parallel region (benchmarks/train/RESULTS-2026-11-28-wait-policy.md).
 //   OPENBLAS_CORETYPE         kernels/cpu/blas_coretype.hpp: only when OpenBLAS chose kernels older than this
 //                             CPU allows (Prescott on an AVX-512 Xeon it does not know), with the marker that
 //                             lets the re-executed process check that OpenBLAS took the name.
 // A variable the user has set is never changed; CLEAVE_BLAS_CORETYPE=keep turns the BLAS correction off. The
 // marker CLEAVE_RUNTIME_ENV holds what was set and why, so the re-executed process can say it once in its log
-// (log_runtime_env, world rank 0: the CPU, the BLAS kernels in use, the wait policy).
+// (CommandRuntime's constructor, world rank 0: the CPU, the BLAS kernels in use, the wait policy).
 //
 // CommandRuntime, in order: MPI_Init with the thread level comm::MpiRuntime asks for (MULTIPLE, at least
 // SERIALIZED), the log's rank prefix, the SIGTERM notice of what a rank was blocked in

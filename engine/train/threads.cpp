@@ -6,6 +6,9 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include <fmt/format.h>
@@ -54,19 +57,44 @@ int threads_per_rank(int usable, int online, int ranks_on_node, int forced) {
   return std::max(1, cores / ranks);
 }
 
-WaitPolicyChoice choose_omp_wait_policy(int ranks_on_node, int threads, int cores) {
-  const long long demand = static_cast<long long>(std::max(1, ranks_on_node)) * std::max(1, threads);
+WaitPolicyChoice choose_omp_wait_policy(int ranks_on_node, int threads, int cores, int busy_elsewhere) {
+  const long long demand =
+      static_cast<long long>(std::max(1, ranks_on_node)) * std::max(1, threads) + std::max(0, busy_elsewhere);
   const bool shared = demand > std::max(1, cores);
   return {shared ? "passive" : "active",
-          fmt::format("{} rank(s) x {} thread(s) on {} core(s): {}", std::max(1, ranks_on_node), std::max(1, threads),
-                      std::max(1, cores), shared ? "cores shared, idle threads sleep" : "no core shared, idle threads spin")};
+          fmt::format("{} rank(s) x {} thread(s) on {} core(s), {} busy elsewhere at start: {}",
+                      std::max(1, ranks_on_node), std::max(1, threads), std::max(1, cores), std::max(0, busy_elsewhere),
+                      shared ? "cores shared, idle threads sleep" : "no core shared, idle threads spin")};
+}
+
+std::optional<int> procs_running_from_stat(std::string_view stat_text) {
+  constexpr std::string_view kKey = "\nprocs_running ";
+  const std::size_t at = stat_text.find(kKey);
+  if (at == std::string_view::npos) return std::nullopt;
+  int value = 0;
+  bool digits = false;
+  for (std::size_t i = at + kKey.size(); i < stat_text.size() && stat_text[i] >= '0' && stat_text[i] <= '9'; ++i) {
+    value = value * 10 + (stat_text[i] - '0');
+    digits = true;
+  }
+  return digits ? std::optional<int>(value) : std::nullopt;
 }
 
 WaitPolicyChoice omp_wait_policy_for_node() {
   const NodeView v = view_node();
   const int usable = static_cast<int>(v.cpus.size());
   const int cores = std::max(usable, v.online);
-  return choose_omp_wait_policy(v.ranks_on_node, threads_per_rank(usable, v.online, v.ranks_on_node, v.forced), cores);
+  // Runnable tasks now, this process's one thread included; the fewest of a few samples ignores a short burst.
+  std::optional<int> running;
+  for (int sample = 0; sample < 3; ++sample) {
+    if (sample > 0) usleep(1000);
+    std::ifstream stat("/proc/stat");
+    const std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+    if (const auto now = procs_running_from_stat(text)) running = running ? std::min(*running, *now) : *now;
+  }
+  const int busy = running ? std::max(0, *running - 1 - (v.ranks_on_node - 1)) : 0;
+  return choose_omp_wait_policy(v.ranks_on_node, threads_per_rank(usable, v.online, v.ranks_on_node, v.forced), cores,
+                                busy);
 }
 
 ThreadPlacement place_threads_for_node() {

@@ -16,8 +16,8 @@
 // spin ("active") when every thread of every rank on the node has a core of its own (ranks x threads <= cores)
 // and no other process was running when this one started; they sleep ("passive") when cores are shared, where
 // a spinning thread takes the core the thread with the work needs. Measured on the 2-core development machine
-// (benchmarks/train/RESULTS-2026-11-28-wait-policy.md, small GPT at 1 rank x 2 threads): active 1.25x passive when
-// the machine is otherwise idle, 0.4x when a compile job runs beside it. libgomp reads OMP_WAIT_POLICY at load,
+// (benchmarks/train/RESULTS-2026-11-28-wait-policy.md, small GPT at 1 rank x 2 threads): active 1.03-1.9x passive
+// on an otherwise idle machine, 0.3-0.4x with a compile job beside it. libgomp reads OMP_WAIT_POLICY at load,
 // so engine/cli/runtime_env.cpp exports the choice and re-executes the binary first thing in main;
 // omp_wait_policy_for_node() gives it the inputs the placement below will use. Load that starts after this
 // process is not seen: export OMP_WAIT_POLICY=passive on a machine shared with later work.

@@ -35,7 +35,7 @@ TEST(ThreadRule, WaitPolicyIsActiveOnlyWhenNoCoreIsShared) {
 }
 
 TEST(ThreadRule, WaitPolicyCountsOtherProcessesRunningAtStart) {
-  // A compile job beside the run (measured: active 0.4x passive then).
+  // A compile job beside the run (measured: active 0.3-0.4x passive then).
   EXPECT_EQ(choose_omp_wait_policy(1, 2, 2, 1).policy, "passive");
   EXPECT_EQ(choose_omp_wait_policy(1, 2, 4, 2).policy, "active");   // 4 cores: room for both
   EXPECT_EQ(choose_omp_wait_policy(1, 2, 4, 3).policy, "passive");

@@ -28,6 +28,8 @@ demo: deps build-cleave
 	echo "--- a sample from the model it trained (cleave generate $$run/checkpoints):" && \
 	./$(BUILD)/bin/cleave generate $$run/checkpoints --prompt "A " --tokens 200 --temperature 0.8 --top-k 40 --seed 1
 
+# OMP_WAIT_POLICY=passive: ctest runs tests side by side on the same cores, the oversubscribed case where the
+# thread rule (engine/train/threads.hpp, docs/ops.md) chooses passive too.
 test: deps build
 	cd $(BUILD) && OMP_WAIT_POLICY=passive ctest --output-on-failure -j$(JOBS) --timeout 600
 

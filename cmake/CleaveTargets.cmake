@@ -33,7 +33,8 @@ function(cleave_add_library target)
   target_link_libraries(${target} ${scope} ${ARG_DEPS})
 endfunction()
 
-# cleave_add_unit_tests(<area> <dir> DEPS <target>...): one gtest binary per folder, label `unit`.
+# cleave_add_unit_tests(<area> <dir> DEPS <target>...): one gtest binary per folder, label `unit`. Its main is
+# cleave_unit_test_main (tests/support/unit_test_main.cpp: the start-up BLAS check) where tests/ defines it.
 function(cleave_add_unit_tests area dir)
   cmake_parse_arguments(ARG "" "" "DEPS" ${ARGN})
   file(GLOB_RECURSE sources CONFIGURE_DEPENDS ${dir}/*.cpp)
@@ -41,7 +42,11 @@ function(cleave_add_unit_tests area dir)
     return()
   endif()
   add_executable(unit_${area} ${sources})
-  target_link_libraries(unit_${area} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  if(TARGET cleave_unit_test_main)
+    target_link_libraries(unit_${area} PRIVATE ${ARG_DEPS} cleave_unit_test_main GTest::gtest)
+  else()
+    target_link_libraries(unit_${area} PRIVATE ${ARG_DEPS} GTest::gtest GTest::gtest_main)
+  endif()
   target_include_directories(unit_${area} PRIVATE ${CMAKE_SOURCE_DIR}/tests)
   gtest_discover_tests(unit_${area} PROPERTIES LABELS unit DISCOVERY_TIMEOUT 60)
 endfunction()

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Training throughput of a tiny GPT (d_model 256, 4 layers, T 64, batch 16) on one CPU rank: median
-# tokens/s and ms/step from metrics.jsonl after 5 warm-up steps, with OpenBLAS's default core and with
+# tokens/s and ms/step from metrics.jsonl after 5 warm-up steps, with OpenBLAS's own choice of core
+# (CLEAVE_BLAS_CORETYPE=keep), with cleave's start-up correction of it (the default, docs/ops.md) and with
 # OPENBLAS_CORETYPE=SkylakeX (AVX-512, where the CPU has it). With --profile it also counts instructions
 # with callgrind and prints the share spent inside sgemm (a proxy for the GEMM share of a step).
 #
@@ -23,10 +24,12 @@ print(f'{statistics.median(r[sys.argv[2]] for r in rows):.1f}')" "$1" "$2"
 }
 
 printf '%-22s %12s %10s %s\n' "openblas core" "tokens/s" "ms/step" "peak"
-for core in default SkylakeX; do
+for core in library cleave SkylakeX; do
   if [[ $core == SkylakeX ]] && ! grep -q avx512f /proc/cpuinfo; then continue; fi
   out=$work/$core
-  if [[ $core == default ]]; then env -u OPENBLAS_CORETYPE "$cleave" train "${args[@]}" --set train.out_dir="$out" 2>/dev/null
+  if [[ $core == library ]]; then
+    env -u OPENBLAS_CORETYPE CLEAVE_BLAS_CORETYPE=keep "$cleave" train "${args[@]}" --set train.out_dir="$out" 2>/dev/null
+  elif [[ $core == cleave ]]; then env -u OPENBLAS_CORETYPE "$cleave" train "${args[@]}" --set train.out_dir="$out" 2>/dev/null
   else OPENBLAS_CORETYPE=$core "$cleave" train "${args[@]}" --set train.out_dir="$out" 2>/dev/null; fi
   printf '%-22s %12s %10s %s\n' "$core" "$(median_of "$out/metrics.jsonl" tokens_per_s)" \
     "$(median_of "$out/metrics.jsonl" step_ms)" "$(tail -n 1 "$out/metrics.jsonl" | python3 -c 'import json,sys; print(json.load(sys.stdin)["peak_bytes"])') B"

@@ -31,6 +31,9 @@ struct Command {
 int run_version(int, char**) {
   std::printf("cleave %s (BLAS: %s, CUDA backend: %s)\n", CLEAVE_VERSION, CLEAVE_BLAS_NAME,
               CLEAVE_WITH_CUDA ? "compiled" : "not compiled");
+  // The CPU and the kernels in use (engine/core/cpu_features.hpp, kernels/cpu/blas_coretype.hpp).
+  std::printf("cpu: %s\n", cleave::cli::describe_cpu_runtime().first.c_str());
+  std::printf("runtime: %s\n", cleave::cli::describe_runtime_env().c_str());
   return 0;
 }
 

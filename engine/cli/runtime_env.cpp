@@ -4,29 +4,70 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 
 #include "engine/comm/mpi/wait_notice.hpp"
+#include "engine/core/cpu_features.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "kernels/cpu/blas_coretype.hpp"
+#include "kernels/cpu/blas_runtime.hpp"
 
 namespace cleave::cli {
+namespace kc = kernels::cpu;
 
 void apply_runtime_env(char** argv) {
   if (std::getenv("CLEAVE_RUNTIME_ENV") != nullptr) return;
-  bool changed = false;
+  std::string set;  // what this process exports, for the re-executed one's log
   if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
-    setenv("OMP_WAIT_POLICY", "passive", 0);
-    changed = true;
+    try {
+      const train::WaitPolicyChoice wait = train::omp_wait_policy_for_node();
+      setenv("OMP_WAIT_POLICY", wait.policy.c_str(), 0);
+      set = fmt::format("OMP_WAIT_POLICY={} ({})", wait.policy, wait.reason);
+    } catch (const std::exception&) {
+      // A malformed launcher variable: the thread placement reports it, with its name, once MPI is up.
+    }
   }
-  setenv("CLEAVE_RUNTIME_ENV", "1", 1);
-  if (!changed) return;
+  const auto blas = kc::decide_blas_coretype(kc::blas_coretype_inputs_of_this_process());
+  if (blas.action == kc::BlasCoretypeAction::kSetCoretype) {
+    setenv(kc::kCoretypeMarker, kc::blas_core_name().c_str(), 1);
+    setenv("OPENBLAS_CORETYPE", blas.coretype.c_str(), 1);
+    set += fmt::format("{}OPENBLAS_CORETYPE={}", set.empty() ? "" : ", ", blas.coretype);
+  }
+  setenv("CLEAVE_RUNTIME_ENV", set.empty() ? "nothing set" : set.c_str(), 1);
+  if (set.empty()) return;
   execv("/proc/self/exe", argv);
-  // exec failed (no /proc): carry on with the library defaults; correctness does not depend on them.
+  // exec failed (no /proc): carry on with the library defaults; correctness does not depend on them, and the
+  // BLAS check in the log then says which kernels run.
+}
+
+std::pair<std::string, bool> describe_cpu_runtime() {
+  const kc::BlasCoretypeInputs in = kc::blas_coretype_inputs_of_this_process();
+  const kc::BlasCoretypeDecision blas = kc::decide_blas_coretype(in);
+  // In a process that did not go through apply_runtime_env (exec failed), a kSetCoretype means "not applied".
+  const bool warns = blas.action != kc::BlasCoretypeAction::kKeep;
+  return {fmt::format("{} | {} (core {}): {}", describe_cpu(in.cpu), in.blas_config, in.core_name, blas.message), warns};
+}
+
+std::string describe_runtime_env() {
+  const char* env = std::getenv("CLEAVE_RUNTIME_ENV");
+  if (env != nullptr && std::strcmp(env, "nothing set") != 0 && std::strcmp(env, "1") != 0) {
+    return fmt::format("set by cleave: {}", env);
+  }
+  const char* wait = std::getenv("OMP_WAIT_POLICY");
+  return fmt::format("OMP_WAIT_POLICY={}{}", wait != nullptr ? wait : "unset (libgomp's default)",
+                     wait != nullptr && env != nullptr ? " (from the environment)" : "");
 }
 
 CommandRuntime::CommandRuntime(int* argc, char*** argv) : mpi_(argc, argv) {
   log::set_rank(mpi_.world_rank(), mpi_.world_size());
   comm::report_waits_on_sigterm();  // a rank the launcher ends says what it was waiting for
+  if (mpi_.world_rank() == 0) {
+    const auto [line, warns] = describe_cpu_runtime();
+    const std::string runtime = describe_runtime_env();
+    if (warns) log::warn("cpu: {} | {}", line, runtime);
+    else log::info("cpu: {} | {}", line, runtime);
+  }
 }
 
 const train::ThreadPlacement& CommandRuntime::place_threads() {

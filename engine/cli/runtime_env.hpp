@@ -7,10 +7,18 @@
 // before main() runs, so setting a variable in main() is too late. apply_runtime_env() sets the defaults
 // Cleave wants (only where the user has not set them) and re-executes the binary once; a marker variable
 // stops a second re-exec. Under mpirun this happens before MPI_Init, so the launcher never sees the
-// difference. Defaults:
-//   OMP_WAIT_POLICY=passive   idle OpenMP threads sleep instead of spinning: on 2 shared cores spinning
-//                             threads starve the thread doing the work (measured: tiny GPT step 350 ms
-//                             spinning vs 10 ms passive while other processes were busy).
+// difference. What it sets:
+//   OMP_WAIT_POLICY           engine/train/threads.hpp choose_omp_wait_policy: "passive" (idle OpenMP threads
+//                             sleep) when the node's ranks x threads, plus other processes' threads running at
+//                             start, outnumber its cores, where a spinning thread starves the one doing the
+//                             work; "active" (they spin) when every thread has a core, which saves the wake-up
+//                             at every parallel region (benchmarks/train/RESULTS-2026-11-28-wait-policy.md).
+//   OPENBLAS_CORETYPE         kernels/cpu/blas_coretype.hpp: only when OpenBLAS chose kernels older than this
+//                             CPU allows (Prescott on an AVX-512 Xeon it does not know), with the marker that
+//                             lets the re-executed process check that OpenBLAS took the name.
+// A variable the user has set is never changed; CLEAVE_BLAS_CORETYPE=keep turns the BLAS correction off. The
+// marker CLEAVE_RUNTIME_ENV holds what was set and why, so the re-executed process can say it once in its log
+// (CommandRuntime's constructor, world rank 0: the CPU, the BLAS kernels in use, the wait policy).
 //
 // CommandRuntime, in order: MPI_Init with the thread level comm::MpiRuntime asks for (MULTIPLE, at least
 // SERIALIZED), the log's rank prefix, the SIGTERM notice of what a rank was blocked in
@@ -25,6 +33,7 @@
 #include <exception>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -36,6 +45,13 @@
 namespace cleave::cli {
 
 void apply_runtime_env(char** argv);
+
+// What `cleave version`, the run log and run.json say about the CPU and the kernels: "<describe_cpu> | OpenBLAS
+// ... (core X): <the BLAS check's message>". The second element is true when the check warns.
+std::pair<std::string, bool> describe_cpu_runtime();
+// What apply_runtime_env set and why ("set by cleave: OMP_WAIT_POLICY=active (1 rank(s) x 2 thread(s) on 2
+// core(s): ...)"), or the wait policy found in the environment.
+std::string describe_runtime_env();
 
 class CommandRuntime {
  public:

@@ -208,6 +208,8 @@ std::string layout_section(const RunSummary& s) {
   html += row("partition", s.partition);
   html += row("model", s.model);
   html += row("batch", s.batch);
+  if (!s.cpu.empty()) html += row("cpu (rank 0)", s.cpu);
+  if (!s.cpu_kernels.empty()) html += row("cpu kernels", s.cpu_kernels);
   html += "</table>\n<p></p><table>\n<tr><th>world rank</th><th>tp rank</th><th>dp rank</th><th>pp rank</th>"
           "<th class=\"l\">stages held</th></tr>\n";
   for (const RankSummary& r : s.ranks) {

@@ -17,6 +17,8 @@ std::string to_json_text(const RunSummary& s) {
   j["batch"] = s.batch;
   j["throughput_unit"] = s.throughput_unit;
   j["memory_limit"] = s.memory_limit;
+  j["cpu"] = s.cpu;
+  j["cpu_kernels"] = s.cpu_kernels;
   j["categories"] = s.categories;
   j["ranks"] = nlohmann::ordered_json::array();
   for (const RankSummary& r : s.ranks) {
@@ -64,6 +66,8 @@ RunSummary parse_run_summary(const std::string& text, const std::string& path) {
     s.batch = j.value("batch", "");
     s.throughput_unit = j.value("throughput_unit", "tok");
     s.memory_limit = j.value("memory_limit", std::int64_t{0});
+    s.cpu = j.value("cpu", std::string());
+    s.cpu_kernels = j.value("cpu_kernels", std::string());
     s.categories = j.at("categories").get<std::vector<std::string>>();
     for (const auto& row : j.at("ranks")) {
       RankSummary r;

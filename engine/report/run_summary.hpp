@@ -48,6 +48,11 @@ struct RunSummary {
   std::string batch;       // "global 8 = micro 2 x accum 2 x dp 2"
   std::string throughput_unit = "tok";
   std::int64_t memory_limit = 0;  // device.memory_limit in bytes, 0 = no cap
+  // World rank 0's CPU and kernels: "AMD EPYC (AuthenticAMD family 25 model 17; avx avx2 ...)" and "OpenBLAS
+  // 0.3.21 ... (core Cooperlake)" (engine/core/cpu_features.hpp, kernels/cpu/blas_coretype.hpp). Empty in a
+  // run.json written before they were recorded.
+  std::string cpu;
+  std::string cpu_kernels;
   std::vector<std::string> categories;
   std::vector<RankSummary> ranks;
   std::vector<ResumeRecord> resumes;  // every resume of this run directory, oldest first

@@ -3,11 +3,13 @@
 // report can draw per-rank memory against device.memory_limit without the ranks.
 #include <filesystem>
 
+#include "engine/core/cpu_features.hpp"
 #include "engine/core/error.hpp"
 #include "engine/train/collectives.hpp"
 #include "engine/planning/memory_plan.hpp"
 #include "engine/train/metrics.hpp"
 #include "engine/train/run_record.hpp"
+#include "kernels/ops/ops.hpp"
 
 namespace cleave::train {
 
@@ -31,6 +33,8 @@ report::RunSummary gather_run_summary(RankSetup& s) {
                               s.batch.micro_batch_size, s.batch.gradient_accumulation_steps, s.grid.dp_size());
   summary.throughput_unit = std::string(s.plan.spec.throughput_unit());
   summary.memory_limit = s.config.device.memory_limit;
+  summary.cpu = describe_cpu(read_cpu_features());
+  summary.cpu_kernels = ops::cpu_blas_description();
   for (int c = 0; c < kNumMemoryCategories; ++c) {
     summary.categories.emplace_back(memory_category_name(static_cast<MemoryCategory>(c)));
   }

@@ -9,8 +9,8 @@
 // 1 thread (spinning barriers wait for a descheduled sibling).
 //
 // OPENBLAS_CORETYPE (forcing a kernel family) cannot be set from here: OpenBLAS reads it in its
-// load-time constructor, before main() runs. Export it from the launcher (scripts/run-benchmarks.sh shows
-// the measurement).
+// load-time constructor, before main() runs. blas_coretype.hpp decides it at start and `cleave` exports it
+// and re-executes itself (engine/cli/runtime_env.cpp).
 #pragma once
 
 #include <string>

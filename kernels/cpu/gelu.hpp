@@ -1,6 +1,7 @@
 // GELU, tanh approximation as in GPT-2: y = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
 //
 // Invariant: forward writes y (may alias x); backward overwrites dx with dy * gelu'(x) (dx may alias dy).
+// Every instruction-set path gives the same bits (gelu.cpp), so the choice never changes a result.
 #pragma once
 
 #include <cstdint>
@@ -9,5 +10,13 @@ namespace cleave::kernels::cpu {
 
 void gelu_forward(const float* x, float* y, int64_t n);
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
+
+// The vector paths gelu_forward/backward choose from at run time (the widest the CPU and OS support):
+// baseline (the build's own vectors), AVX2 (8 lanes), AVX-512 (16 lanes). For tests and benchmarks.
+enum class VectorIsa { kBaseline, kAvx2, kAvx512 };
+VectorIsa best_vector_isa();
+bool vector_isa_available(VectorIsa isa);
+void gelu_forward_isa(VectorIsa isa, const float* x, float* y, int64_t n);
+void gelu_backward_isa(VectorIsa isa, const float* x, const float* dy, float* dx, int64_t n);
 
 }  // namespace cleave::kernels::cpu

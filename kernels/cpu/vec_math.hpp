@@ -53,24 +53,37 @@ inline float hmax(f32xN v) {
   return m;
 }
 
-inline f32xN exp_vec(f32xN x) {
-  x = x > splat(88.0f) ? splat(88.0f) : x;  // NaN fails both comparisons and stays NaN
-  x = x < splat(-87.0f) ? splat(-87.0f) : x;
+// The uint32 vector as wide as the float vector F (exp_vec builds 2^n in its bits).
+template <class F>
+struct U32Of {
+  typedef uint32_t type __attribute__((vector_size(sizeof(F))));
+};
+
+// exp_vec and tanh_vec are templates over the vector type, so a loop compiled for a wider instruction set
+// (gelu.cpp's AVX2 and AVX-512 paths) runs the same operations on more lanes; always_inline puts their body
+// inside that loop's target.
+template <class F>
+[[gnu::always_inline]] inline F exp_vec(F x) {
+  using U = typename U32Of<F>::type;
+  const F hi = F{} + 88.0f;
+  const F lo = F{} - 87.0f;
+  x = x > hi ? hi : x;  // NaN fails both comparisons and stays NaN
+  x = x < lo ? lo : x;
   // Round x*log2(e) to the nearest integer n with the 1.5*2^23 trick; n sits in the low mantissa bits of
   // `biased`, so 2^n is built with integer arithmetic (no float->int conversion).
-  const f32xN biased = x * 1.44269504088896341f + 12582912.0f;
-  const f32xN n = biased - 12582912.0f;
-  f32xN r = x - n * 0.693359375f;
+  const F biased = x * 1.44269504088896341f + 12582912.0f;
+  const F n = biased - 12582912.0f;
+  F r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  f32xN p = splat(1.9875691500e-4f);
+  F p = F{} + 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
   p = p * r + 8.3334519073e-3f;
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  const u32xN bits = ((std::bit_cast<u32xN>(biased) - 0x4B400000u) + 127u) << 23;
-  return p * std::bit_cast<f32xN>(bits);
+  const U bits = ((std::bit_cast<U>(biased) - 0x4B400000u) + 127u) << 23;
+  return p * std::bit_cast<F>(bits);
 }
 
 // Lane-wise IEEE square root (correctly rounded, like std::sqrt). A plain std::sqrt loop stays scalar
@@ -88,7 +101,8 @@ inline f32xN sqrt_vec(f32xN x) {
 #endif
 }
 
-inline f32xN tanh_vec(f32xN x) {
+template <class F>
+[[gnu::always_inline]] inline F tanh_vec(F x) {
   // tanh(x) = 1 - 2 / (exp(2x) + 1): saturates to +-1 cleanly at both ends.
   return 1.0f - 2.0f / (exp_vec(2.0f * x) + 1.0f);
 }

@@ -1,11 +1,13 @@
 // gtest main for the MPI test binaries: initializes MPI, lets rank 0 print the usual report and other ranks
 // print only their failures (prefixed with their rank), and combines every rank's result into the exit code.
+// First, before MPI starts, the start-up BLAS check (kernels/cpu/blas_coretype.hpp) may re-execute the binary.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 #include <memory>
 #include <string>
 
+#include "kernels/cpu/blas_coretype.hpp"
 #include "tests/mpi/mpi_test_env.hpp"
 
 namespace cleave::testing {
@@ -49,6 +51,7 @@ std::unique_ptr<comm::MpiCommunicator> make_world(bool deterministic, std::int64
 }  // namespace cleave::testing
 
 int main(int argc, char** argv) {
+  cleave::kernels::cpu::reexec_with_blas_coretype(argv);  // before MPI_Init: the kernels `cleave` runs
   ::testing::InitGoogleTest(&argc, argv);
   int failed_anywhere = 0;
   {

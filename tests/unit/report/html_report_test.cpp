@@ -57,6 +57,8 @@ RunSummary two_rank_summary() {
   s.model = "gpt, 6 blocks in 2 stages";
   s.batch = "global 8 = micro 2 x accum 4 x dp 1";
   s.memory_limit = 64 << 20;
+  s.cpu = "Intel(R) Xeon(R) CPU (GenuineIntel family 6 model 207; avx avx2 fma avx512f)";
+  s.cpu_kernels = "OpenBLAS 0.3.21 DYNAMIC_ARCH SkylakeX MAX_THREADS=64 (core SkylakeX)";
   s.categories = {"parameters", "gradients", "optimizer_state", "activations", "communication", "workspace"};
   for (int r = 0; r < 2; ++r) {
     RankSummary rank;
@@ -133,7 +135,9 @@ TEST(RunSummary, RoundTrip) {
   const RunSummary back = parse_run_summary(to_json_text(s), "run.json");
   EXPECT_EQ(back.grid, s.grid);
   EXPECT_EQ(back.memory_limit, s.memory_limit);
-  ASSERT_EQ(back.ranks.size(), 2u);
+  EXPECT_EQ(back.cpu, s.cpu);
+  EXPECT_EQ(back.cpu_kernels, s.cpu_kernels);
+  EXPECT_EQ(parse_run_summary("{\"world_size\":1,\"categories\":[],\"ranks\":[]}", "old/run.json").cpu, "");
   EXPECT_EQ(back.ranks[1].peak_bytes, s.ranks[1].peak_bytes);
   EXPECT_EQ(back.ranks[1].stages, s.ranks[1].stages);
   EXPECT_EQ(back.ranks[1].peak_total, s.ranks[1].peak_total);
@@ -237,6 +241,8 @@ TEST(HtmlReport, WriteReportRegeneratesTheSameBytes) {
   EXPECT_EQ(path, (dir / "report.html").string());
   const std::string first = read_file(path);
   EXPECT_EQ(polyline_points(first, "loss"), 12);
+  EXPECT_NE(first.find("family 6 model 207"), std::string::npos);  // the CPU and kernels of run.json
+  EXPECT_NE(first.find("(core SkylakeX)"), std::string::npos);
   fs::remove(path);
   write_report(dir.string());
   EXPECT_EQ(read_file(path), first);

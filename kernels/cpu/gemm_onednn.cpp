@@ -18,11 +18,13 @@
 #if CLEAVE_WITH_ONEDNN
 #include <omp.h>
 
+#include <cstddef>
 #include <exception>
 #include <map>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
+#include <vector>
 #endif
 
 namespace cleave::kernels::cpu {
@@ -48,7 +50,7 @@ struct ProblemKey {
 
 struct Matmul {
   dnnl::matmul primitive;
-  dnnl::memory::desc a, b, c;
+  dnnl::memory::desc a, b, c, scratchpad;
 };
 
 Matmul make_matmul(const ProblemKey& p) {
@@ -58,6 +60,7 @@ Matmul make_matmul(const ProblemKey& p) {
   const dnnl::memory::desc b(dims{p.k, p.n}, p.in, p.trans_b ? dims{1, p.ldb} : dims{p.ldb, 1});
   const dnnl::memory::desc c(dims{p.m, p.n}, p.out, dims{p.ldc, 1});
   dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // each call brings its own (see run_matmul)
   if (p.alpha != 1.0f) attr.set_output_scales(0, {p.alpha});
   if (p.beta != 0.0f) {
     dnnl::post_ops ops;
@@ -65,7 +68,7 @@ Matmul make_matmul(const ProblemKey& p) {
     attr.set_post_ops(ops);
   }
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
-  return {dnnl::matmul(pd), a, b, c};
+  return {dnnl::matmul(pd), a, b, c, pd.scratchpad_desc()};
 }
 
 const Matmul& cached_matmul(const ProblemKey& key) {
@@ -83,7 +86,12 @@ void run_matmul(const ProblemKey& key, const void* a, const void* b, void* c) {
   dnnl::memory ma(mm.a, cpu_engine(), const_cast<void*>(a));
   dnnl::memory mb(mm.b, cpu_engine(), const_cast<void*>(b));
   dnnl::memory mc(mm.c, cpu_engine(), c);
-  mm.primitive.execute(stream, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+  // The scratchpad is the calling thread's own: two slices of one GEMM run the same primitive at once.
+  thread_local std::vector<std::byte> scratch;
+  if (scratch.size() < mm.scratchpad.get_size()) scratch.resize(mm.scratchpad.get_size());
+  dnnl::memory ms(mm.scratchpad, cpu_engine(), scratch.data());
+  mm.primitive.execute(stream,
+                       {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}});
   stream.wait();
 }
 

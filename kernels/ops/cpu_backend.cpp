@@ -42,9 +42,13 @@ kc::GemmSlicing slicing(const Context& ctx) {
 }
 
 // The library for this GEMM (device.blas; "auto" resolved per operand dtype by cpu_blas.hpp's rule).
-kc::GemmBackend gemm_library(const Context& ctx, bool bf16_operands) {
+CpuGemmChoice gemm_choice(const Context& ctx, bool bf16_operands) {
   static const CpuBlasFacts facts = build_cpu_blas_facts(kc::onednn_bf16_instructions());  // fixed per process
-  switch (choose_cpu_blas(ctx.cpu_blas, bf16_operands, facts)) {
+  return choose_cpu_gemm(ctx.cpu_blas, bf16_operands, facts);
+}
+
+kc::GemmBackend gemm_library(CpuBlas library) {
+  switch (library) {
     case CpuBlas::kBlis: return kc::GemmBackend::kBlis;
     case CpuBlas::kOneDnn: return kc::GemmBackend::kOneDnn;
     default: return kc::GemmBackend::kOpenBlas;
@@ -75,9 +79,9 @@ void gemm_bf16_native(const Context& ctx, const GemmProblem& p, kc::GemmBackend 
 }
 
 void gemm(const Context& ctx, const GemmProblem& p) {
-  const bool bf16_operands = p.a.dtype() == DType::kBF16;
-  const kc::GemmBackend library = gemm_library(ctx, bf16_operands);
-  if (bf16_operands && kc::gemm_backend_has_bf16(library)) {
+  const CpuGemmChoice choice = gemm_choice(ctx, p.a.dtype() == DType::kBF16);
+  const kc::GemmBackend library = gemm_library(choice.library);
+  if (choice.bf16_kernels) {
     gemm_bf16_native(ctx, p, library);
     return;
   }

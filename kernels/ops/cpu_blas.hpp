@@ -2,11 +2,11 @@
 // (engine/core/enum_names.hpp) and the rule that resolves "auto". Header-only so the config reader can name
 // and check it without linking the kernels.
 //
-// "auto" picks per operand dtype from the measurements in benchmarks/kernels/RESULTS-gemm-backends-*.md
-// (reasons in docs/ops.md): f32 operands -> OpenBLAS; bf16 operands -> oneDNN when it is built and its ISA
-// detection reports bf16 instructions (its bf16 matmul then runs on them), else OpenBLAS on operands widened to
-// f32 (oneDNN's bf16 without those instructions is emulated). Invariant: choose_cpu_blas never returns kAuto
-// and never returns a library that is not built.
+// "auto", from the measurements in benchmarks/kernels/RESULTS-gemm-backends.md (reasons in docs/ops.md): oneDNN
+// when it is built, else OpenBLAS. bf16 operands run oneDNN's bf16 kernels only where its ISA detection reports
+// bf16 instructions (avx512_bf16, AMX); elsewhere they are widened to f32 first (oneDNN's bf16 without those
+// instructions is emulated). Invariant: choose_cpu_gemm never returns kAuto, never a library that is not
+// built, and asks for bf16 kernels only from oneDNN on bf16 instructions.
 #pragma once
 
 #include <array>
@@ -57,14 +57,23 @@ inline CpuBlasFacts build_cpu_blas_facts(bool onednn_bf16_instructions) {
   return {cpu_blas_built(CpuBlas::kBlis), cpu_blas_built(CpuBlas::kOneDnn), onednn_bf16_instructions};
 }
 
-// The library for a GEMM whose operands are bf16 (true) or f32 (false). A requested library that is not built
+// What a GEMM runs on: the library, and whether bf16 operands go to its bf16 kernels (else widened to f32).
+struct CpuGemmChoice {
+  CpuBlas library = CpuBlas::kOpenBlas;
+  bool bf16_kernels = false;
+  friend constexpr bool operator==(const CpuGemmChoice&, const CpuGemmChoice&) = default;
+};
+
+// The choice for a GEMM whose operands are bf16 (true) or f32 (false). A requested library that is not built
 // falls back to OpenBLAS here; the config reader refuses such a request before a run starts.
-constexpr CpuBlas choose_cpu_blas(CpuBlas requested, bool bf16_operands, const CpuBlasFacts& facts) {
-  if (requested == CpuBlas::kBlis) return facts.blis_built ? CpuBlas::kBlis : CpuBlas::kOpenBlas;
-  if (requested == CpuBlas::kOneDnn) return facts.onednn_built ? CpuBlas::kOneDnn : CpuBlas::kOpenBlas;
-  if (requested == CpuBlas::kOpenBlas) return CpuBlas::kOpenBlas;
-  if (bf16_operands && facts.onednn_built && facts.onednn_bf16_instructions) return CpuBlas::kOneDnn;
-  return CpuBlas::kOpenBlas;
+constexpr CpuGemmChoice choose_cpu_gemm(CpuBlas requested, bool bf16_operands, const CpuBlasFacts& facts) {
+  CpuBlas library = CpuBlas::kOpenBlas;
+  if (requested == CpuBlas::kBlis && facts.blis_built) library = CpuBlas::kBlis;
+  if ((requested == CpuBlas::kOneDnn || requested == CpuBlas::kAuto) && facts.onednn_built) {
+    library = CpuBlas::kOneDnn;
+  }
+  const bool bf16_kernels = bf16_operands && library == CpuBlas::kOneDnn && facts.onednn_bf16_instructions;
+  return {library, bf16_kernels};
 }
 
 }  // namespace cleave::ops

@@ -20,21 +20,25 @@ TEST(CpuBlasChoice, AutoFollowsTheRecordedFacts) {
   const CpuBlasFacts none{false, false, false};
   const CpuBlasFacts onednn_emulated{true, true, false};
   const CpuBlasFacts onednn_bf16{true, true, true};
-  // f32 operands: OpenBLAS whatever is built.
-  for (const CpuBlasFacts& f : {none, onednn_emulated, onednn_bf16}) {
-    EXPECT_EQ(choose_cpu_blas(CpuBlas::kAuto, false, f), CpuBlas::kOpenBlas);
-  }
-  // bf16 operands: oneDNN only where it runs them on bf16 instructions.
-  EXPECT_EQ(choose_cpu_blas(CpuBlas::kAuto, true, none), CpuBlas::kOpenBlas);
-  EXPECT_EQ(choose_cpu_blas(CpuBlas::kAuto, true, onednn_emulated), CpuBlas::kOpenBlas);
-  EXPECT_EQ(choose_cpu_blas(CpuBlas::kAuto, true, onednn_bf16), CpuBlas::kOneDnn);
-  // An explicit choice is kept when built, whatever the dtype.
+  const CpuGemmChoice openblas{CpuBlas::kOpenBlas, false};
+  const CpuGemmChoice onednn_f32{CpuBlas::kOneDnn, false};
+  const CpuGemmChoice onednn_bf16_kernels{CpuBlas::kOneDnn, true};
+  // auto: oneDNN when built, bf16 kernels only on bf16 instructions.
   for (const bool bf16 : {false, true}) {
-    EXPECT_EQ(choose_cpu_blas(CpuBlas::kBlis, bf16, onednn_emulated), CpuBlas::kBlis);
-    EXPECT_EQ(choose_cpu_blas(CpuBlas::kOneDnn, bf16, onednn_emulated), CpuBlas::kOneDnn);
-    EXPECT_EQ(choose_cpu_blas(CpuBlas::kOpenBlas, bf16, onednn_bf16), CpuBlas::kOpenBlas);
-    EXPECT_EQ(choose_cpu_blas(CpuBlas::kBlis, bf16, none), CpuBlas::kOpenBlas);
-    EXPECT_EQ(choose_cpu_blas(CpuBlas::kOneDnn, bf16, none), CpuBlas::kOpenBlas);
+    EXPECT_EQ(choose_cpu_gemm(CpuBlas::kAuto, bf16, none), openblas);
+    EXPECT_EQ(choose_cpu_gemm(CpuBlas::kAuto, bf16, onednn_emulated), onednn_f32);
+  }
+  EXPECT_EQ(choose_cpu_gemm(CpuBlas::kAuto, false, onednn_bf16), onednn_f32);
+  EXPECT_EQ(choose_cpu_gemm(CpuBlas::kAuto, true, onednn_bf16), onednn_bf16_kernels);
+  // An explicit choice is kept when built; only oneDNN has bf16 kernels.
+  for (const bool bf16 : {false, true}) {
+    EXPECT_EQ(choose_cpu_gemm(CpuBlas::kOpenBlas, bf16, onednn_bf16), openblas);
+    EXPECT_EQ(choose_cpu_gemm(CpuBlas::kBlis, bf16, onednn_bf16), (CpuGemmChoice{CpuBlas::kBlis, false}));
+    EXPECT_EQ(choose_cpu_gemm(CpuBlas::kOneDnn, bf16, onednn_emulated), onednn_f32);
+    EXPECT_EQ(choose_cpu_gemm(CpuBlas::kOneDnn, bf16, onednn_bf16), (CpuGemmChoice{CpuBlas::kOneDnn, bf16}));
+    // Not built: OpenBLAS (the config reader refuses the request first).
+    EXPECT_EQ(choose_cpu_gemm(CpuBlas::kBlis, bf16, none), openblas);
+    EXPECT_EQ(choose_cpu_gemm(CpuBlas::kOneDnn, bf16, none), openblas);
   }
 }
 
@@ -50,7 +54,8 @@ class CpuBlasGemm : public ::testing::TestWithParam<CpuBlas> {};
 TEST_P(CpuBlasGemm, MatchesTheWidenedF32GemmOfTheRoundedOperands) {
   const CpuBlas blas = GetParam();
   if (!cpu_blas_built(blas)) GTEST_SKIP() << enum_name(blas) << " is not built into this cleave";
-  const Context ref_ctx;  // auto on f32 operands: OpenBLAS
+  Context ref_ctx;  // the widened f32 GEMM on OpenBLAS
+  ref_ctx.cpu_blas = CpuBlas::kOpenBlas;
   Context ctx;
   ctx.cpu_blas = blas;
   const std::int64_t rows = 67, in = 45, out = 83;

@@ -181,6 +181,10 @@ void check_bf16_backend(const char* op, GemmBackend backend, Bf16GemmOut c) {
                 gemm_backend_name(backend));
   CLEAVE_ASSERT((c.f32 == nullptr) != (c.bf16 == nullptr), "{}: exactly one of C's f32 and bf16 pointers must be set",
                 op);
+  CLEAVE_CHECK(!gemm_backend_built(backend) || onednn_bf16_supported(),
+               "{}: {} has no bf16 matmul on this CPU (its bf16 needs AVX-512): widen the operands to f32 "
+               "(device.blas \"auto\" does)",
+               op, gemm_backend_description(backend));
 }
 
 }  // namespace

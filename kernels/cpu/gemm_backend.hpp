@@ -28,6 +28,9 @@ bool gemm_backend_has_bf16(GemmBackend backend);
 // AMX): its bf16 matmul then runs on hardware bf16 instructions rather than emulation. False when oneDNN is not
 // built.
 bool onednn_bf16_instructions();
+// Whether oneDNN has a bf16 matmul on this CPU at all (its bf16 needs AVX-512; with AVX2 only it refuses bf16,
+// and gemm_bf16 throws saying so). Implied by onednn_bf16_instructions. False when oneDNN is not built.
+bool onednn_bf16_supported();
 // One line for logs and benchmark records: library, version, and what it picked on this CPU, e.g.
 // "oneDNN 2.6.3 (isa avx512_core_bf16)" or "BLIS 0.9.0 (zen3)"; "not built" when absent.
 std::string gemm_backend_description(GemmBackend backend);

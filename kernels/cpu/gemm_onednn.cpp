@@ -141,6 +141,12 @@ bool onednn_bf16_instructions() {
   return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
 }
 
+bool onednn_bf16_supported() {
+  const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  const auto avx512_core = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);  // the ISA values are bit sets
+  return (isa & avx512_core) == avx512_core;
+}
+
 std::string onednn_description() {
   const dnnl_version_t* v = dnnl_version();
   return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
@@ -172,6 +178,7 @@ void bf16gemm_onednn_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64
 #else  // !CLEAVE_WITH_ONEDNN
 
 bool onednn_bf16_instructions() { return false; }
+bool onednn_bf16_supported() { return false; }
 std::string onednn_description() { return "not built"; }
 
 namespace gemm_detail {

@@ -21,6 +21,32 @@ target_include_directories(cleave_blas INTERFACE ${CLEAVE_OPENBLAS_INCLUDE})
 target_link_libraries(cleave_blas INTERFACE ${CLEAVE_OPENBLAS_LIB})
 set(CLEAVE_BLAS_NAME "OpenBLAS")
 
+# Optional GEMM libraries beside OpenBLAS, chosen per run by device.blas (docs/ops.md): BLIS through its native
+# bli_ API (its libblis also exports cblas_sgemm, so it links after OpenBLAS and only blis.h is
+# used (the multiarch alternative), never its cblas.h) and oneDNN's matmul (dispatches by ISA: bf16 operands on avx512_bf16 and AMX).
+# Either may be missing; the build then runs without it and device.blas names what is available.
+# -DCLEAVE_USE_BLIS=OFF / -DCLEAVE_USE_ONEDNN=OFF leave one out although it is installed (a smaller binary
+# closure, e.g. for scripts/gpu-bundle.sh: libdnnl is about 40 MB).
+option(CLEAVE_USE_BLIS "Link BLIS when found (device.blas \"blis\")" ON)
+option(CLEAVE_USE_ONEDNN "Link oneDNN when found (device.blas \"onednn\", the default CPU GEMM)" ON)
+find_path(CLEAVE_BLIS_INCLUDE blis.h PATHS /usr/include/x86_64-linux-gnu /usr/include NO_DEFAULT_PATH)
+find_library(CLEAVE_BLIS_LIB NAMES blis PATHS /usr/lib/x86_64-linux-gnu/blis-openmp NO_DEFAULT_PATH)
+find_library(CLEAVE_BLIS_LIB NAMES blis)
+find_path(CLEAVE_DNNL_INCLUDE oneapi/dnnl/dnnl.hpp)
+find_library(CLEAVE_DNNL_LIB NAMES dnnl)
+add_library(cleave_gemm_libs INTERFACE)
+set(CLEAVE_WITH_BLIS_VALUE 0)
+set(CLEAVE_WITH_ONEDNN_VALUE 0)
+if(CLEAVE_USE_BLIS AND CLEAVE_BLIS_INCLUDE AND CLEAVE_BLIS_LIB)
+  set(CLEAVE_WITH_BLIS_VALUE 1)
+  target_link_libraries(cleave_gemm_libs INTERFACE ${CLEAVE_BLIS_LIB})
+endif()
+if(CLEAVE_USE_ONEDNN AND CLEAVE_DNNL_INCLUDE AND CLEAVE_DNNL_LIB)
+  set(CLEAVE_WITH_ONEDNN_VALUE 1)
+  target_include_directories(cleave_gemm_libs INTERFACE ${CLEAVE_DNNL_INCLUDE})
+  target_link_libraries(cleave_gemm_libs INTERFACE ${CLEAVE_DNNL_LIB})
+endif()
+
 if(CLEAVE_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()
@@ -73,6 +99,8 @@ message(STATUS "Cleave dependencies")
 _cleave_status("fmt          " "${fmt_FOUND}" "${fmt_VERSION}")
 _cleave_status("nlohmann-json" "${nlohmann_json_FOUND}" "${nlohmann_json_VERSION}")
 _cleave_status("BLAS         " "${CLEAVE_OPENBLAS_LIB}" "${CLEAVE_OPENBLAS_LIB}")
+_cleave_status("BLIS         " "${CLEAVE_WITH_BLIS_VALUE}" "${CLEAVE_BLIS_LIB} (optional: device.blas \"blis\"; apt libblis-dev; CLEAVE_USE_BLIS=${CLEAVE_USE_BLIS})")
+_cleave_status("oneDNN       " "${CLEAVE_WITH_ONEDNN_VALUE}" "${CLEAVE_DNNL_LIB} (optional: device.blas \"onednn\"; apt libdnnl-dev; CLEAVE_USE_ONEDNN=${CLEAVE_USE_ONEDNN})")
 _cleave_status("MPI          " "${MPI_CXX_FOUND}" "${MPI_CXX_LIBRARY_VERSION_STRING} (${MPIEXEC_EXECUTABLE})")
 _cleave_status("OpenMP       " "${OpenMP_CXX_FOUND}" "${OpenMP_CXX_VERSION}")
 _cleave_status("GoogleTest   " "${GTest_FOUND}" "")

@@ -168,6 +168,7 @@ struct DeviceConfig {
   DeviceType type = DeviceType::kCpu;
   std::int64_t memory_limit = 0;  // bytes per device, 0 = no cap (JSON: bytes or a string like "512MiB")
   Precision precision = Precision::kFp32;
+  CpuBlas blas = CpuBlas::kAuto;  // the CPU backend's GEMM library (kernels/ops/cpu_blas.hpp)
   friend bool operator==(const DeviceConfig&, const DeviceConfig&) = default;
 };
 

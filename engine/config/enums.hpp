@@ -12,6 +12,7 @@
 #include "engine/comm/p2p_progress.hpp"
 #include "engine/core/device.hpp"
 #include "engine/core/enum_names.hpp"
+#include "kernels/ops/cpu_blas.hpp"
 #include "kernels/ops/precision.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/model_spec.hpp"
@@ -24,6 +25,7 @@ using partition::ModelType;        // model.type: gpt | mlp | cnn
 using partition::PartitionMethod;  // parallel.partition.method: cost | uniform | parameters | manual
 using partition::Recompute;        // train.recompute: none | selective | full
 using ops::Precision;              // device.precision: fp32 | bf16
+using ops::CpuBlas;                // device.blas: auto | openblas | blis | onednn
 using comm::P2PProgress;           // parallel.p2p_progress: auto | thread | off
 using cleave::DeviceType;          // device.type: cpu | cuda
 

@@ -49,7 +49,8 @@ using FieldMember =
                  std::array<double, 2> Section::*, PartitionMethod Section::*, GradReduceDtype Section::*, ZeroReduce Section::*,
                  CommBackend Section::*, P2PProgress Section::*, OptimizerType Section::*,
                  LrScheduleType Section::*, Recompute Section::*, DataType Section::*,
-                 TokenFileFormat Section::*, DeviceType Section::*, Precision Section::*, Activation Section::*>;
+                 TokenFileFormat Section::*, DeviceType Section::*, Precision Section::*, Activation Section::*,
+                 CpuBlas Section::*>;
 
 template <typename Section>
 struct Field {
@@ -190,10 +191,11 @@ inline constexpr std::array<Field<DataConfig>, 5> kDataFields = {{
     {"format", &DataConfig::format, FieldKind::kChoice, "token file format (tokens only)"},
 }};
 
-inline constexpr std::array<Field<DeviceConfig>, 3> kDeviceFields = {{
+inline constexpr std::array<Field<DeviceConfig>, 4> kDeviceFields = {{
     {"type", &DeviceConfig::type, FieldKind::kChoice, "device kind: cpu or cuda"},
     {"memory_limit", &DeviceConfig::memory_limit, FieldKind::kBytes, "allocator cap per rank; 0 = none"},
     {"precision", &DeviceConfig::precision, FieldKind::kChoice, "compute precision"},
+    {"blas", &DeviceConfig::blas, FieldKind::kChoice, "GEMM library of the cpu backend"},
 }};
 
 // model.*: one table per model type; only the configured type's keys are read and written (config.cpp

@@ -99,6 +99,12 @@ void validate(const RunConfig& c) {
     (void)choose_comm_backend(p.comm_backend, facts);
   }
 
+  if (!ops::cpu_blas_built(c.device.blas)) {
+    refuse("device.blas", "\"{}\" is not built into this cleave (CMake did not find the library: install it with "
+           "scripts/install-deps.sh and rebuild; `cmake` prints which GEMM libraries it found); available: {}",
+           c.device.blas, ops::cpu_blas_available());
+  }
+
   const auto& o = c.optimizer;
   if (o.min_lr > o.lr) refuse("optimizer.min_lr", "{} is larger than optimizer.lr {}", o.min_lr, o.lr);
   if (o.zero_stage > 3) {

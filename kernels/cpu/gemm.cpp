@@ -1,13 +1,14 @@
-// Row-major GEMM over cblas_sgemm. See gemm.hpp for the contract.
+// Row-major GEMM over the libraries of gemm_backend.hpp. See gemm.hpp for the contract.
 //
 // Threading: when OpenBLAS is set to one thread and OpenMP to several (configure_kernel_threads), a large
-// GEMM is cut into one slice of C per OpenMP thread, each computed by a single-threaded sgemm. Then every
+// GEMM is cut into one slice of C per OpenMP thread, each computed by a single-threaded library call. Then every
 // CPU kernel runs on the one OpenMP team: OpenBLAS's own pool and OpenMP's spin-waiting workers never fight
 // over the cores (measured on 2 cores: a GEMM followed by an OpenMP GELU took 1.8-4.3 ms longer than the
 // two apart with both pools active; 137-158 GFLOP/s sliced against 58-98 for OpenBLAS threads on the MLP
-// shapes in that alternation). Otherwise OpenBLAS threads the call itself.
+// shapes in that alternation). Otherwise OpenBLAS threads the call itself. BLIS and oneDNN are always called
+// single-threaded (gemm_kernels.hpp), so they are always sliced.
 // Deterministic mode (GemmSlicing::kShapeFixed): slices of a fixed width, whatever the thread count,
-// because OpenBLAS's bits depend on the slice shapes.
+// because a library's bits depend on the slice shapes.
 #include "kernels/cpu/gemm.hpp"
 
 #include <cblas.h>
@@ -17,6 +18,8 @@
 #include <limits>
 
 #include "engine/core/error.hpp"
+#include "kernels/cpu/cast.hpp"
+#include "kernels/cpu/gemm_kernels.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -61,52 +64,127 @@ void scale_c(int64_t m, int64_t n, float beta, float* c, int64_t ldc) {
   }
 }
 
-void gemm_unchecked(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+void scale_c(int64_t m, int64_t n, float beta, std::uint16_t* c, int64_t ldc) {
+  if (beta == 1.0f) return;
+  std::vector<float> row(static_cast<size_t>(n));
+  for (int64_t i = 0; i < m; ++i) {
+    cast_bf16_to_f32(c + i * ldc, row.data(), n);
+    for (float& x : row) x = beta == 0.0f ? 0.0f : x * beta;
+    cast_f32_to_bf16(row.data(), c + i * ldc, n);
+  }
+}
+
+// A library's single-threaded kernel (gemm_kernels.hpp) for In operands and an Out C.
+template <typename In, typename Out>
+using Kernel = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const In*, int64_t, const In*, int64_t, float,
+                        Out*, int64_t);
+
+// The f32 kernels and whether the library may thread a call itself (then it is not sliced in kPerThread mode).
+struct F32Library {
+  Kernel<float, float> kernel;
+  bool threads_itself;
+};
+
+F32Library f32_library(GemmBackend backend) {
+  switch (backend) {
+    case GemmBackend::kOpenBlas:
+      return {gemm_detail::sgemm_openblas, openblas_get_num_threads() > 1};
+    case GemmBackend::kBlis:
+      return {gemm_detail::sgemm_blis, false};
+    case GemmBackend::kOneDnn:
+      return {gemm_detail::sgemm_onednn, false};
+  }
+  CLEAVE_ASSERT(false, "unknown GemmBackend {}", static_cast<int>(backend));
+}
+
+template <typename In, typename Out>
+void gemm_unchecked(Kernel<In, Out> kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+                    const In* a, int64_t lda, const In* b, int64_t ldb, float beta, Out* c, int64_t ldc) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
     scale_c(m, n, beta, c, ldc);
     return;
   }
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
-              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
-              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+  kernel(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-// One slice of C as one sgemm.
-void gemm_slice(const GemmSlice& slice, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+// One slice of C as one library call.
+template <typename In, typename Out>
+void gemm_slice(Kernel<In, Out> kernel, const GemmSlice& slice, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                int64_t k, float alpha, const In* a, int64_t lda, const In* b, int64_t ldb, float beta, Out* c,
+                int64_t ldc) {
   const int64_t lo = slice.lo, hi = slice.hi;
   if (slice.split_n) {
-    const float* b_slice = trans_b ? b + lo * ldb : b + lo;
-    gemm_unchecked(trans_a, trans_b, m, hi - lo, k, alpha, a, lda, b_slice, ldb, beta, c + lo, ldc);
+    const In* b_slice = trans_b ? b + lo * ldb : b + lo;
+    gemm_unchecked(kernel, trans_a, trans_b, m, hi - lo, k, alpha, a, lda, b_slice, ldb, beta, c + lo, ldc);
   } else {
-    const float* a_slice = trans_a ? a + lo : a + lo * lda;
-    gemm_unchecked(trans_a, trans_b, hi - lo, n, k, alpha, a_slice, lda, b, ldb, beta, c + lo * ldc, ldc);
+    const In* a_slice = trans_a ? a + lo : a + lo * lda;
+    gemm_unchecked(kernel, trans_a, trans_b, hi - lo, n, k, alpha, a_slice, lda, b, ldb, beta, c + lo * ldc, ldc);
   }
 }
 
-// One GEMM, its slices shared out over the OpenMP team when OpenBLAS is single-threaded (see the file
-// comment). Must not be called from inside a parallel region (the batched path calls gemm_unchecked there).
-void gemm_threaded(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
-                   int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing) {
-  // kPerThread slicing only pays when OpenBLAS itself is single-threaded and a team is free.
-  const bool sliceable = slicing == GemmSlicing::kShapeFixed || (!omp_in_parallel() && openblas_get_num_threads() == 1);
+// One GEMM, its slices shared out over the OpenMP team unless the library threads the call itself (see the
+// file comment). Inside a parallel region (the batched path) it runs on the calling thread.
+template <typename In, typename Out>
+void gemm_threaded(Kernel<In, Out> kernel, bool threads_itself, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                   int64_t k, float alpha, const In* a, int64_t lda, const In* b, int64_t ldb, float beta, Out* c,
+                   int64_t ldc, GemmSlicing slicing) {
+  // kPerThread slicing only pays when the library is single-threaded and a team is free.
+  const bool sliceable = slicing == GemmSlicing::kShapeFixed || (!omp_in_parallel() && !threads_itself);
   const int threads = sliceable ? omp_get_max_threads() : 1;
   const std::vector<GemmSlice> plan = gemm_slice_plan(slicing, m, n, k, threads);
   if (plan.size() == 1) {
-    gemm_unchecked(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    gemm_unchecked(kernel, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
     return;
   }
   const auto count = static_cast<int64_t>(plan.size());
   const bool team = omp_get_max_threads() > 1 && !omp_in_parallel();
   if (slicing == GemmSlicing::kShapeFixed) {
 #pragma omp parallel for schedule(static) if (team)
-    for (int64_t s = 0; s < count; ++s) gemm_slice(plan[s], trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    for (int64_t s = 0; s < count; ++s) {
+      gemm_slice(kernel, plan[s], trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    }
     return;
   }
 #pragma omp parallel for schedule(static, 1) num_threads(static_cast<int>(count))
-  for (int64_t s = 0; s < count; ++s) gemm_slice(plan[s], trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  for (int64_t s = 0; s < count; ++s) {
+    gemm_slice(kernel, plan[s], trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  }
+}
+
+template <typename In, typename Out>
+void gemm_batched(Kernel<In, Out> kernel, bool threads_itself, bool trans_a, bool trans_b, int64_t m, int64_t n,
+                  int64_t k, float alpha, const In* a, int64_t lda, int64_t stride_a, const In* b, int64_t ldb,
+                  int64_t stride_b, float beta, Out* c, int64_t ldc, int64_t stride_c, int64_t batch,
+                  GemmSlicing slicing) {
+  if (m == 0 || n == 0 || batch == 0) return;
+  const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  // Tiny batches are not worth an OpenMP fork/join (a few microseconds).
+  const bool spread = batch > 1 && mnk <= kOpenBlasSingleThreadMnk && mnk * static_cast<double>(batch) >= 32768.0;
+  if (spread) {
+#pragma omp parallel for schedule(static)
+    for (int64_t i = 0; i < batch; ++i) {
+      gemm_unchecked(kernel, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
+                     c + i * stride_c, ldc);
+    }
+    return;
+  }
+  for (int64_t i = 0; i < batch; ++i) {
+    gemm_threaded(kernel, threads_itself, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b,
+                  ldb, beta, c + i * stride_c, ldc, slicing);
+  }
+}
+
+void check_bf16_backend(const char* op, GemmBackend backend, Bf16GemmOut c) {
+  CLEAVE_ASSERT(gemm_backend_has_bf16(backend),
+                "{}: the {} library has no bf16-operand GEMM (only onednn has; widen the operands to f32)", op,
+                gemm_backend_name(backend));
+  CLEAVE_ASSERT((c.f32 == nullptr) != (c.bf16 == nullptr), "{}: exactly one of C's f32 and bf16 pointers must be set",
+                op);
+  CLEAVE_CHECK(!gemm_backend_built(backend) || onednn_bf16_supported(),
+               "{}: {} has no bf16 matmul on this CPU (its bf16 needs AVX-512): widen the operands to f32 "
+               "(device.blas \"auto\" does)",
+               op, gemm_backend_description(backend));
 }
 
 }  // namespace
@@ -135,35 +213,63 @@ std::vector<GemmSlice> gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n
 }
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing) {
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing, GemmBackend backend) {
   check_gemm("gemm", trans_a, trans_b, m, n, k, lda, ldb, ldc);
   CLEAVE_ASSERT(m == 0 || n == 0 || c != nullptr, "gemm: null C for a {}x{} result", m, n);
   CLEAVE_ASSERT(m == 0 || n == 0 || k == 0 || (a != nullptr && b != nullptr), "gemm: null A or B");
-  gemm_threaded(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, slicing);
+  const F32Library lib = f32_library(backend);
+  gemm_threaded(lib.kernel, lib.threads_itself, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                slicing);
 }
 
 void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                           int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
-                          float* c, int64_t ldc, int64_t stride_c, int64_t batch, GemmSlicing slicing) {
+                          float* c, int64_t ldc, int64_t stride_c, int64_t batch, GemmSlicing slicing,
+                          GemmBackend backend) {
   check_gemm("gemm_strided_batched", trans_a, trans_b, m, n, k, lda, ldb, ldc);
   CLEAVE_ASSERT(batch >= 0, "gemm_strided_batched: negative batch {}", batch);
   if (m == 0 || n == 0 || batch == 0) return;
   CLEAVE_ASSERT(c != nullptr && (k == 0 || (a != nullptr && b != nullptr)), "gemm_strided_batched: null pointer");
-  const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  // Tiny batches are not worth an OpenMP fork/join (a few microseconds).
-  const bool spread = batch > 1 && mnk <= kOpenBlasSingleThreadMnk && mnk * static_cast<double>(batch) >= 32768.0;
-  if (spread) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < batch; ++i) {
-      gemm_unchecked(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
-                     c + i * stride_c, ldc);
-    }
-    return;
-  }
-  for (int64_t i = 0; i < batch; ++i) {
-    gemm_threaded(trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
-                  c + i * stride_c, ldc, slicing);
+  const F32Library lib = f32_library(backend);
+  gemm_batched(lib.kernel, lib.threads_itself, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
+               beta, c, ldc, stride_c, batch, slicing);
+}
+
+void gemm_bf16(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const std::uint16_t* a, int64_t lda, const std::uint16_t* b, int64_t ldb, float beta, Bf16GemmOut c,
+               int64_t ldc, GemmSlicing slicing) {
+  gemm_bf16_strided_batched(backend, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1,
+                            slicing);
+}
+
+void gemm_bf16_strided_batched(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                               float alpha, const std::uint16_t* a, int64_t lda, int64_t stride_a,
+                               const std::uint16_t* b, int64_t ldb, int64_t stride_b, float beta, Bf16GemmOut c,
+                               int64_t ldc, int64_t stride_c, int64_t batch, GemmSlicing slicing) {
+  check_gemm("gemm_bf16", trans_a, trans_b, m, n, k, lda, ldb, ldc);
+  check_bf16_backend("gemm_bf16", backend, c);
+  CLEAVE_ASSERT(batch >= 0, "gemm_bf16: negative batch {}", batch);
+  if (m == 0 || n == 0 || batch == 0) return;
+  CLEAVE_ASSERT(k == 0 || (a != nullptr && b != nullptr), "gemm_bf16: null A or B");
+  if (c.f32 != nullptr) {
+    gemm_batched<std::uint16_t, float>(gemm_detail::bf16gemm_onednn_f32, false, trans_a, trans_b, m, n, k, alpha, a,
+                                       lda, stride_a, b, ldb, stride_b, beta, c.f32, ldc, stride_c, batch, slicing);
+  } else {
+    gemm_batched<std::uint16_t, std::uint16_t>(gemm_detail::bf16gemm_onednn_bf16, false, trans_a, trans_b, m, n, k,
+                                               alpha, a, lda, stride_a, b, ldb, stride_b, beta, c.bf16, ldc, stride_c,
+                                               batch, slicing);
   }
 }
+
+namespace gemm_detail {
+
+void sgemm_openblas(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
+                    int64_t lda, const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans,
+              static_cast<int>(m), static_cast<int>(n), static_cast<int>(k), alpha, a, static_cast<int>(lda), b,
+              static_cast<int>(ldb), beta, c, static_cast<int>(ldc));
+}
+
+}  // namespace gemm_detail
 
 }  // namespace cleave::kernels::cpu

@@ -1,4 +1,5 @@
-// Row-major single-precision GEMM on the CPU, backed by OpenBLAS (cblas_sgemm).
+// Row-major GEMM on the CPU over a chosen library (gemm_backend.hpp: OpenBLAS, BLIS, oneDNN): f32 operands,
+// or bf16 operands with f32 accumulation (oneDNN only).
 //
 // Invariant: C[m,n] = alpha * op(A) * op(B) + beta * C, op(A) is m x k, op(B) is k x n, all row-major with
 // explicit leading dimensions (lda is the row stride of A as stored, i.e. >= k when !trans_a, >= m when
@@ -9,6 +10,8 @@
 
 #include <cstdint>
 #include <vector>
+
+#include "kernels/cpu/gemm_backend.hpp"
 
 namespace cleave::kernels::cpu {
 
@@ -34,8 +37,10 @@ struct GemmSlice {
 // which kernels the machine's OpenBLAS picked.
 std::vector<GemmSlice> gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n, int64_t k, int threads);
 
+// `backend` must be built (gemm_backend_built); an absent one throws Error naming it.
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing = GemmSlicing::kPerThread);
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing = GemmSlicing::kPerThread,
+          GemmBackend backend = GemmBackend::kOpenBlas);
 
 // `batch` independent GEMMs; matrix i of A starts at a + i*stride_a (likewise B, C). Strides are in
 // floats; a stride of 0 broadcasts one A or B to every batch entry. The C matrices must not share an
@@ -43,6 +48,23 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                           int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
                           float* c, int64_t ldc, int64_t stride_c, int64_t batch,
-                          GemmSlicing slicing = GemmSlicing::kPerThread);
+                          GemmSlicing slicing = GemmSlicing::kPerThread,
+                          GemmBackend backend = GemmBackend::kOpenBlas);
+
+// bf16 operands (bit patterns of round-to-nearest-even bf16), f32 accumulation, on a library with bf16 kernels
+// (gemm_backend_has_bf16; others throw). C is f32 (c_f32) or bf16 (c_bf16, rounded once at the end); exactly
+// one is non-null. Same contract, slicing and determinism as gemm.
+struct Bf16GemmOut {
+  float* f32 = nullptr;
+  std::uint16_t* bf16 = nullptr;
+};
+void gemm_bf16(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+               const std::uint16_t* a, int64_t lda, const std::uint16_t* b, int64_t ldb, float beta, Bf16GemmOut c,
+               int64_t ldc, GemmSlicing slicing = GemmSlicing::kPerThread);
+void gemm_bf16_strided_batched(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+                               float alpha, const std::uint16_t* a, int64_t lda, int64_t stride_a,
+                               const std::uint16_t* b, int64_t ldb, int64_t stride_b, float beta, Bf16GemmOut c,
+                               int64_t ldc, int64_t stride_c, int64_t batch,
+                               GemmSlicing slicing = GemmSlicing::kPerThread);
 
 }  // namespace cleave::kernels::cpu

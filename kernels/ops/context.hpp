@@ -1,6 +1,7 @@
-// The execution context every op runs in: which device, whose memory, which stream, how GEMMs are sliced and
-// which precision the working tensors use. One per run (a trainer owns its own), passed explicitly: nothing
-// here is process state, so two runs in one process (as `cleave verify` builds) cannot disturb each other.
+// The execution context every op runs in: which device, whose memory, which stream, how GEMMs are sliced, which
+// library runs them on the CPU and which precision the working tensors use. One per run (a trainer owns its
+// own), passed explicitly: nothing here is process state, so two runs in one process (as `cleave verify`
+// builds) cannot disturb each other.
 //
 // Invariants: `allocator` serves `device`; every tensor an op touches lives on `device`; scratch an op needs
 // comes from `allocator` under MemoryCategory::kWorkspace and is returned before the op does (the caching
@@ -13,6 +14,7 @@
 #include "engine/core/device.hpp"
 #include "engine/core/dtype.hpp"
 #include "engine/core/stream.hpp"
+#include "kernels/ops/cpu_blas.hpp"
 #include "kernels/ops/host_waits.hpp"
 #include "kernels/ops/precision.hpp"
 
@@ -38,6 +40,7 @@ struct Context {
   const Stream* stream = &cpu_stream();
   GemmMode gemm_mode = GemmMode::kFast;
   Precision precision = Precision::kFp32;
+  CpuBlas cpu_blas = CpuBlas::kAuto;  // the cpu backend's GEMM library (device.blas; cpu_blas.hpp resolves auto)
   DeviceResources* resources = nullptr;  // null on the CPU
   // The slot table the ops call; null (always, outside tests) = the device's registered backend. Tests put a
   // wrapped table here (tests/unit/ops/cuda_coverage_test.cpp records which slots a training step calls).

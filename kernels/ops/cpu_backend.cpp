@@ -1,6 +1,8 @@
 // The CPU backend: every slot of the seam over the f32 kernels of kernels/cpu. bf16 tensors are widened and
 // narrowed at the kernel edges (cpu_f32_view.hpp), so arithmetic is f32 and results match the f32 kernels
 // on the same (rounded) inputs. Deterministic mode (GemmMode::kDeterministic) slices GEMMs by shape.
+// GEMMs run on the library of device.blas (ctx.cpu_blas); with bf16 operands on a library that has bf16
+// kernels (oneDNN) the operands are not widened: bf16 products, f32 accumulation, C rounded once.
 #include "kernels/cpu/adamw.hpp"
 #include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/bias.hpp"
@@ -22,6 +24,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <span>
 
 #include "kernels/ops/backend.hpp"
@@ -38,15 +41,58 @@ kc::GemmSlicing slicing(const Context& ctx) {
   return ctx.gemm_mode == GemmMode::kDeterministic ? kc::GemmSlicing::kShapeFixed : kc::GemmSlicing::kPerThread;
 }
 
+// The library for this GEMM (device.blas; "auto" resolved per operand dtype by cpu_blas.hpp's rule).
+CpuGemmChoice gemm_choice(const Context& ctx, bool bf16_operands) {
+  static const CpuBlasFacts facts = build_cpu_blas_facts(kc::onednn_bf16_instructions());  // fixed per process
+  return choose_cpu_gemm(ctx.cpu_blas, bf16_operands, facts);
+}
+
+kc::GemmBackend gemm_library(CpuBlas library) {
+  switch (library) {
+    case CpuBlas::kBlis: return kc::GemmBackend::kBlis;
+    case CpuBlas::kOneDnn: return kc::GemmBackend::kOneDnn;
+    default: return kc::GemmBackend::kOpenBlas;
+  }
+}
+
+// bf16 operands on a library with bf16 kernels: no widening; C written in its own dtype, or through an f32 view
+// when a bias follows (the bias is added in f32 and C rounded once, as on the widened path).
+void gemm_bf16_native(const Context& ctx, const GemmProblem& p, kc::GemmBackend library) {
+  const auto* a = cpu_detail::bf16_data(p.a);
+  const auto* b = cpu_detail::bf16_data(p.b);
+  const bool bias = p.epilogue == GemmEpilogue::kBias;
+  std::optional<F32Out> c_view;
+  kc::Bf16GemmOut out;
+  if (p.c.dtype() == DType::kF32) {
+    out.f32 = p.c.data<float>();
+  } else if (bias) {
+    out.f32 = c_view.emplace(ctx, p.c, p.beta != 0.0f).get();
+  } else {
+    out.bf16 = cpu_detail::bf16_data(p.c);
+  }
+  kc::gemm_bf16_strided_batched(library, p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, a, p.lda, p.stride_a, b, p.ldb,
+                                p.stride_b, p.beta, out, p.ldc, p.stride_c, p.batch, slicing(ctx));
+  if (bias) {
+    F32In bias_f32(ctx, p.bias);
+    kc::bias_add_forward(out.f32, bias_f32.get(), p.batch * p.m, p.n);
+  }
+}
+
 void gemm(const Context& ctx, const GemmProblem& p) {
+  const CpuGemmChoice choice = gemm_choice(ctx, p.a.dtype() == DType::kBF16);
+  const kc::GemmBackend library = gemm_library(choice.library);
+  if (choice.bf16_kernels) {
+    gemm_bf16_native(ctx, p, library);
+    return;
+  }
   F32In a(ctx, p.a), b(ctx, p.b);
   F32Out c(ctx, p.c, p.beta != 0.0f);
   if (p.batch == 1) {
     kc::gemm(p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, a.get(), p.lda, b.get(), p.ldb, p.beta, c.get(), p.ldc,
-             slicing(ctx));
+             slicing(ctx), library);
   } else {
     kc::gemm_strided_batched(p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, a.get(), p.lda, p.stride_a, b.get(), p.ldb,
-                             p.stride_b, p.beta, c.get(), p.ldc, p.stride_c, p.batch, slicing(ctx));
+                             p.stride_b, p.beta, c.get(), p.ldc, p.stride_c, p.batch, slicing(ctx), library);
   }
   if (p.epilogue == GemmEpilogue::kBias) {
     F32In bias(ctx, p.bias);

@@ -58,6 +58,7 @@ TEST(ConfigEnums, EveryNameTableRoundTrips) {
   expect_round_trip<TokenFileFormat>("data.format", 2);
   expect_round_trip<DeviceType>("device.type", 2);
   expect_round_trip<Precision>("device.precision", 2);
+  expect_round_trip<CpuBlas>("device.blas", 4);
 }
 
 TEST(ConfigEnums, NearMissSuggestsTheClosestName) {

@@ -105,8 +105,10 @@ Tensor to_bf16(const Context& ctx, const Tensor& t) {
   return out;
 }
 
+// The widening path (device.blas "openblas"; the bf16 kernels of onednn: cpu_blas_test.cpp).
 TEST(OpsBf16, GemmWidensAtTheEdgesAndAccumulatesInF32) {
-  const Context ctx;
+  Context ctx;
+  ctx.cpu_blas = CpuBlas::kOpenBlas;
   const std::int64_t m = 37, n = 29, k = 53;
   const Tensor a = f32(random_floats(static_cast<size_t>(m * k), 1), {m, k});
   const Tensor b = f32(random_floats(static_cast<size_t>(n * k), 2), {n, k});

@@ -1,0 +1,32 @@
+// Internal to kernels/cpu's GEMM: each library's single-threaded kernel for one whole (unsliced) GEMM, the
+// unit gemm.cpp cuts work into. Callers have checked the sizes (m, n, k > 0; leading dimensions valid).
+//
+// Invariant: a kernel here runs on the calling thread alone, inside or outside an OpenMP parallel region, and
+// its bits depend only on its arguments (never on the thread count), which is what makes the sliced GEMM of
+// gemm.cpp deterministic for every library. A library not in this build throws Error naming it.
+#pragma once
+
+#include <cstdint>
+
+namespace cleave::kernels::cpu::gemm_detail {
+
+// f32 operands, f32 C.
+void sgemm_openblas(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                    const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+                    std::int64_t ldc);
+void sgemm_blis(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+                std::int64_t ldc);
+void sgemm_onednn(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                  const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+                  std::int64_t ldc);
+
+// bf16 operands (bit patterns), f32 accumulation; C f32 or bf16 (rounded once, to nearest even).
+void bf16gemm_onednn_f32(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                         const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb,
+                         float beta, float* c, std::int64_t ldc);
+void bf16gemm_onednn_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                          const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb,
+                          float beta, std::uint16_t* c, std::int64_t ldc);
+
+}  // namespace cleave::kernels::cpu::gemm_detail

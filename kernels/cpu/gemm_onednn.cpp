@@ -1,0 +1,208 @@
+// oneDNN's matmul as single-threaded GEMM kernels (gemm_kernels.hpp): f32 operands, and bf16 operands with f32
+// accumulation (oneDNN's brgemm kernels use avx512_bf16 / AMX instructions where its ISA detection finds them).
+//
+// Single thread: oneDNN (built on OpenMP) sizes a primitive's work split from omp_get_max_threads() when the
+// primitive is created, and may split k over threads (then the bits depend on the thread count). Every call here
+// creates and runs its primitive with the calling task's OpenMP thread count set to 1 (inside a one-thread
+// region when called outside any), so a primitive is always the single-thread one and gemm.cpp's slicing
+// decides the threading, for every library alike.
+//
+// Primitives are cached by problem (sizes, strides, transposes, alpha, beta, dtypes): creating one costs tens of
+// microseconds, as much as a small GEMM. The cache is the one piece of process state, guarded by a mutex and
+// bounded by the number of distinct GEMM shapes a run has (a few dozen); oneDNN primitives may run concurrently.
+#include "cleave/config.hpp"
+#include "engine/core/error.hpp"
+#include "kernels/cpu/gemm_backend.hpp"
+#include "kernels/cpu/gemm_kernels.hpp"
+
+#if CLEAVE_WITH_ONEDNN
+#include <omp.h>
+
+#include <cstddef>
+#include <exception>
+#include <map>
+#include <mutex>
+#include <oneapi/dnnl/dnnl.hpp>
+#include <tuple>
+#include <vector>
+#endif
+
+namespace cleave::kernels::cpu {
+
+#if CLEAVE_WITH_ONEDNN
+namespace {
+
+using dt = dnnl::memory::data_type;
+
+dnnl::engine& cpu_engine() {
+  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
+  return engine;
+}
+
+struct ProblemKey {
+  bool trans_a, trans_b;
+  std::int64_t m, n, k, lda, ldb, ldc;
+  float alpha, beta;
+  dt in, out;
+  auto tie() const { return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, in, out); }
+  bool operator<(const ProblemKey& o) const { return tie() < o.tie(); }
+};
+
+struct Matmul {
+  dnnl::matmul primitive;
+  dnnl::memory::desc a, b, c, scratchpad;
+};
+
+Matmul make_matmul(const ProblemKey& p) {
+  using dims = dnnl::memory::dims;
+  // Row-major storage; a transposed operand is the same memory read with swapped strides.
+  const dnnl::memory::desc a(dims{p.m, p.k}, p.in, p.trans_a ? dims{1, p.lda} : dims{p.lda, 1});
+  const dnnl::memory::desc b(dims{p.k, p.n}, p.in, p.trans_b ? dims{1, p.ldb} : dims{p.ldb, 1});
+  const dnnl::memory::desc c(dims{p.m, p.n}, p.out, dims{p.ldc, 1});
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);  // each call brings its own (see run_matmul)
+  if (p.alpha != 1.0f) attr.set_output_scales(0, {p.alpha});
+  if (p.beta != 0.0f) {
+    dnnl::post_ops ops;
+    ops.append_sum(p.beta);
+    attr.set_post_ops(ops);
+  }
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+  return {dnnl::matmul(pd), a, b, c, pd.scratchpad_desc()};
+}
+
+const Matmul& cached_matmul(const ProblemKey& key) {
+  static std::mutex mutex;
+  static std::map<ProblemKey, Matmul> cache;
+  std::lock_guard lock(mutex);
+  auto it = cache.find(key);
+  if (it == cache.end()) it = cache.emplace(key, make_matmul(key)).first;
+  return it->second;  // std::map nodes never move; entries are never erased
+}
+
+void run_matmul(const ProblemKey& key, const void* a, const void* b, void* c) {
+  const Matmul& mm = cached_matmul(key);
+  dnnl::stream stream(cpu_engine());
+  dnnl::memory ma(mm.a, cpu_engine(), const_cast<void*>(a));
+  dnnl::memory mb(mm.b, cpu_engine(), const_cast<void*>(b));
+  dnnl::memory mc(mm.c, cpu_engine(), c);
+  // The scratchpad is the calling thread's own: two slices of one GEMM run the same primitive at once.
+  thread_local std::vector<std::byte> scratch;
+  if (scratch.size() < mm.scratchpad.get_size()) scratch.resize(mm.scratchpad.get_size());
+  dnnl::memory ms(mm.scratchpad, cpu_engine(), scratch.data());
+  mm.primitive.execute(stream,
+                       {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}});
+  stream.wait();
+}
+
+// Runs the matmul as the single-thread primitive (see the file comment).
+void run_single_threaded(const ProblemKey& key, const void* a, const void* b, void* c) {
+  try {
+    if (omp_in_parallel()) {
+      omp_set_num_threads(1);  // this task's setting only; ends with the enclosing region
+      run_matmul(key, a, b, c);
+      return;
+    }
+    std::exception_ptr failure;
+#pragma omp parallel num_threads(1)
+    {
+      omp_set_num_threads(1);
+      try {
+        run_matmul(key, a, b, c);
+      } catch (...) {
+        failure = std::current_exception();
+      }
+    }
+    if (failure) std::rethrow_exception(failure);
+  } catch (const dnnl::error& e) {
+    CLEAVE_THROW("gemm: oneDNN matmul failed for {}x{}x{} (trans_a {}, trans_b {}, lda {}, ldb {}, ldc {}): {}",
+                 key.m, key.n, key.k, key.trans_a, key.trans_b, key.lda, key.ldb, key.ldc, e.what());
+  }
+}
+
+const char* isa_name(dnnl_cpu_isa_t isa) {
+  switch (isa) {
+    case dnnl_cpu_isa_sse41: return "sse41";
+    case dnnl_cpu_isa_avx: return "avx";
+    case dnnl_cpu_isa_avx2: return "avx2";
+    case dnnl_cpu_isa_avx512_core: return "avx512_core";
+    case dnnl_cpu_isa_avx512_core_vnni: return "avx512_core_vnni";
+    case dnnl_cpu_isa_avx512_core_bf16: return "avx512_core_bf16";
+    case dnnl_cpu_isa_avx512_core_amx: return "avx512_core_amx";
+    case dnnl_cpu_isa_avx2_vnni: return "avx2_vnni";
+    default: return "other";
+  }
+}
+
+}  // namespace
+
+bool onednn_bf16_instructions() {
+  const dnnl_cpu_isa_t isa = dnnl_get_effective_cpu_isa();
+  return isa == dnnl_cpu_isa_avx512_core_bf16 || isa == dnnl_cpu_isa_avx512_core_amx;
+}
+
+bool onednn_bf16_supported() {
+  const auto isa = static_cast<unsigned>(dnnl_get_effective_cpu_isa());
+  const auto avx512_core = static_cast<unsigned>(dnnl_cpu_isa_avx512_core);  // the ISA values are bit sets
+  return (isa & avx512_core) == avx512_core;
+}
+
+std::string onednn_description() {
+  const dnnl_version_t* v = dnnl_version();
+  return "oneDNN " + std::to_string(v->major) + "." + std::to_string(v->minor) + "." + std::to_string(v->patch) +
+         " (isa " + isa_name(dnnl_get_effective_cpu_isa()) + ")";
+}
+
+namespace gemm_detail {
+
+void sgemm_onednn(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                  const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
+                  std::int64_t ldc) {
+  run_single_threaded({trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, dt::f32, dt::f32}, a, b, c);
+}
+
+void bf16gemm_onednn_f32(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                         const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb,
+                         float beta, float* c, std::int64_t ldc) {
+  run_single_threaded({trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, dt::bf16, dt::f32}, a, b, c);
+}
+
+void bf16gemm_onednn_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
+                          const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb,
+                          float beta, std::uint16_t* c, std::int64_t ldc) {
+  run_single_threaded({trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, dt::bf16, dt::bf16}, a, b, c);
+}
+
+}  // namespace gemm_detail
+
+#else  // !CLEAVE_WITH_ONEDNN
+
+bool onednn_bf16_instructions() { return false; }
+bool onednn_bf16_supported() { return false; }
+std::string onednn_description() { return "not built"; }
+
+namespace gemm_detail {
+namespace {
+[[noreturn]] void not_built() {
+  CLEAVE_THROW("gemm: the onednn library is not built into this cleave (CMake found no oneDNN; apt package "
+               "libdnnl-dev, scripts/install-deps.sh)");
+}
+}  // namespace
+
+void sgemm_onednn(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t,
+                  const float*, std::int64_t, float, float*, std::int64_t) {
+  not_built();
+}
+void bf16gemm_onednn_f32(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const std::uint16_t*,
+                         std::int64_t, const std::uint16_t*, std::int64_t, float, float*, std::int64_t) {
+  not_built();
+}
+void bf16gemm_onednn_bf16(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const std::uint16_t*,
+                          std::int64_t, const std::uint16_t*, std::int64_t, float, std::uint16_t*, std::int64_t) {
+  not_built();
+}
+
+}  // namespace gemm_detail
+#endif
+
+}  // namespace cleave::kernels::cpu

@@ -9,7 +9,7 @@
 # that says what it does), or list the file in CLEAVE_UNITY_SKIP, which compiles it alone.
 option(CLEAVE_UNITY_BUILD "Compile each library's .cpp files in unity batches (fewer, larger compiles)" ON)
 set(CLEAVE_UNITY_BATCH_SIZE 8 CACHE STRING "Source files per unity translation unit (CLEAVE_UNITY_BUILD)")
-option(CLEAVE_PRECOMPILE_HEADERS "Precompile the STL, fmt and nlohmann/json headers once per library" ON)
+option(CLEAVE_PRECOMPILE_HEADERS "Precompile the STL, fmt and nlohmann/json headers once, for every library" ON)
 # Files (relative to the source root) that compile alone even in a unity build: each defines a file-scope helper
 # with the same name and signature as another file of its library (named after the #).
 set(CLEAVE_UNITY_SKIP
@@ -17,6 +17,8 @@ set(CLEAVE_UNITY_SKIP
     engine/config/strict_json.cpp           # join_path, as config.cpp
     engine/planner/profile_measure.cpp      # median, as gemm_profile.cpp
     engine/cli/profile_gemm.cpp)            # today, as profile.cpp
+# Targets compiled with other flags than cleave_core's (-fopenmp), which precompile the headers for themselves.
+set(CLEAVE_PCH_OWN cleave_kernels cleave_ops)
 # The headers most .cpp files include (measured: fmt and nlohmann/json dominate a file's parse time).
 set(CLEAVE_PCH_HEADERS <algorithm> <cstddef> <cstdint> <functional> <map> <memory> <optional> <stdexcept> <string>
                        <string_view> <unordered_map> <utility> <vector> <fmt/format.h> <nlohmann/json.hpp>)
@@ -30,8 +32,14 @@ function(cleave_build_faster target)
                                   PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
     endforeach()
   endif()
+  # One precompiled header, built for cleave_core (the first library, which every other links), reused by every
+  # target compiled with the same flags; the OpenMP targets (-fopenmp) build their own, as GCC would refuse it.
   if(CLEAVE_PRECOMPILE_HEADERS)
-    target_precompile_headers(${target} PRIVATE ${CLEAVE_PCH_HEADERS})
+    if(target STREQUAL "cleave_core" OR target IN_LIST CLEAVE_PCH_OWN OR NOT TARGET cleave_core)
+      target_precompile_headers(${target} PRIVATE ${CLEAVE_PCH_HEADERS})
+    else()
+      target_precompile_headers(${target} REUSE_FROM cleave_core)
+    endif()
   endif()
 endfunction()
 

@@ -8,7 +8,7 @@ set -u
 cleave=$1
 src=$2
 steps=${3:-}
-min_percent=MIN_PERCENT
+min_percent=${MIN_PERCENT:-0}
 data=/usr/share/games/fortunes/cookie
 [ -f "$data" ] || { echo "SKIP: $data missing (scripts/install-deps.sh installs the fortunes package)"; exit 77; }
 work=$(mktemp -d)

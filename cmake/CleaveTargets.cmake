@@ -2,14 +2,25 @@
 # never needs a CMake edit. Files under any `cuda/` folder are left to the CUDA build.
 #
 # Build speed (docs/building.md): every library and the cleave executable compile their .cpp files in unity
-# batches (CLEAVE_UNITY_BUILD) and, per target, against precompiled STL, fmt and nlohmann/json headers
+# batches (CLEAVE_UNITY_BUILD) and against precompiled STL, fmt and nlohmann/json headers
 # (CLEAVE_PRECOMPILE_HEADERS). Both are plain CMake switches, so a build with either off is the same code.
 # A unity batch is one translation unit: two files of one library must not define the same name at file scope
 # with internal linkage (anonymous namespace or `static`) with the same signature. Rename one (prefer a name
 # that says what it does), or list the file in CLEAVE_UNITY_SKIP, which compiles it alone.
-option(CLEAVE_UNITY_BUILD "Compile each library's .cpp files in unity batches (fewer, larger compiles)" ON)
+# Both default to ON for a build without a compiler launcher (a fresh clone's `make demo`) and to OFF under ccache
+# (CMAKE_CXX_COMPILER_LAUNCHER, e.g. from the environment): ccache does not cache a compile that uses a precompiled
+# header unless its sloppiness allows it, and a unity file names its sources by absolute path, so two checkouts
+# would share no cache entries. -D on the command line overrides either default.
+if(CMAKE_CXX_COMPILER_LAUNCHER)
+  set(CLEAVE_BUILD_FASTER_DEFAULT OFF)
+else()
+  set(CLEAVE_BUILD_FASTER_DEFAULT ON)
+endif()
+option(CLEAVE_UNITY_BUILD "Compile each library's .cpp files in unity batches (fewer, larger compiles)"
+       ${CLEAVE_BUILD_FASTER_DEFAULT})
 set(CLEAVE_UNITY_BATCH_SIZE 8 CACHE STRING "Source files per unity translation unit (CLEAVE_UNITY_BUILD)")
-option(CLEAVE_PRECOMPILE_HEADERS "Precompile the STL, fmt and nlohmann/json headers once, for every library" ON)
+option(CLEAVE_PRECOMPILE_HEADERS "Precompile the STL, fmt and nlohmann/json headers once, for every library"
+       ${CLEAVE_BUILD_FASTER_DEFAULT})
 # Files (relative to the source root) that compile alone even in a unity build: each defines a file-scope helper
 # with the same name and signature as another file of its library (named after the #).
 set(CLEAVE_UNITY_SKIP

@@ -1,6 +1,7 @@
 # Thin wrapper over CMake for the two README commands.
-#   make demo   install dependencies, build the cleave binary only, train a small GPT on fortune text on the CPU,
-#               print a sample (the test suite and benchmarks are built by `make test`, into the same build/)
+#   make demo   install dependencies, build the cleave binary only, train a small GPT on fortune text on the CPU
+#               (examples/demo_fortunes.json), print a sample (the test suite and benchmarks are built by
+#               `make test`, into the same build/; docs/building.md)
 #   make test   build everything and run the whole test suite (what .ci/run calls)
 BUILD ?= build
 JOBS  ?= $(shell nproc)
@@ -24,7 +25,7 @@ build-cleave: configure
 
 demo: deps build-cleave
 	run=runs/demo-$$(date +%Y%m%d-%H%M%S) && \
-	./$(BUILD)/bin/cleave train examples/gpt_fortunes.json --set train.out_dir=$$run && \
+	./$(BUILD)/bin/cleave train examples/demo_fortunes.json --set train.out_dir=$$run && \
 	echo "--- a sample from the model it trained (cleave generate $$run/checkpoints):" && \
 	./$(BUILD)/bin/cleave generate $$run/checkpoints --prompt "A " --tokens 200 --temperature 0.8 --top-k 40 --seed 1
 

@@ -1,5 +1,58 @@
 # Helpers that turn a source folder into a library and a test folder into a test binary, so adding a file
 # never needs a CMake edit. Files under any `cuda/` folder are left to the CUDA build.
+#
+# Build speed (docs/building.md): every library and the cleave executable compile their .cpp files in unity
+# batches (CLEAVE_UNITY_BUILD) and against precompiled STL, fmt and nlohmann/json headers
+# (CLEAVE_PRECOMPILE_HEADERS). Both are plain CMake switches, so a build with either off is the same code.
+# A unity batch is one translation unit: two files of one library must not define the same name at file scope
+# with internal linkage (anonymous namespace or `static`) with the same signature. Rename one (prefer a name
+# that says what it does), or list the file in CLEAVE_UNITY_SKIP, which compiles it alone.
+# Both default to ON for a build without a compiler launcher (a fresh clone's `make demo`) and to OFF under ccache
+# (CMAKE_CXX_COMPILER_LAUNCHER, e.g. from the environment): ccache does not cache a compile that uses a precompiled
+# header unless its sloppiness allows it, and a unity file names its sources by absolute path, so two checkouts
+# would share no cache entries. -D on the command line overrides either default.
+if(CMAKE_CXX_COMPILER_LAUNCHER)
+  set(CLEAVE_BUILD_FASTER_DEFAULT OFF)
+else()
+  set(CLEAVE_BUILD_FASTER_DEFAULT ON)
+endif()
+option(CLEAVE_UNITY_BUILD "Compile each library's .cpp files in unity batches (fewer, larger compiles)"
+       ${CLEAVE_BUILD_FASTER_DEFAULT})
+set(CLEAVE_UNITY_BATCH_SIZE 8 CACHE STRING "Source files per unity translation unit (CLEAVE_UNITY_BUILD)")
+option(CLEAVE_PRECOMPILE_HEADERS "Precompile the STL, fmt and nlohmann/json headers once, for every library"
+       ${CLEAVE_BUILD_FASTER_DEFAULT})
+# Files (relative to the source root) that compile alone even in a unity build: each defines a file-scope helper
+# with the same name and signature as another file of its library (named after the #).
+set(CLEAVE_UNITY_SKIP
+    pipeline/schedules/list_scheduler.cpp   # kUnknown, as schedules/auto_schedule.cpp
+    engine/config/strict_json.cpp           # join_path, as config.cpp
+    engine/planner/profile_measure.cpp      # median, as gemm_profile.cpp
+    engine/cli/profile_gemm.cpp)            # today, as profile.cpp
+# Targets compiled with other flags than cleave_core's (-fopenmp), which precompile the headers for themselves.
+set(CLEAVE_PCH_OWN cleave_kernels cleave_ops)
+# The headers most .cpp files include (measured: fmt and nlohmann/json dominate a file's parse time).
+set(CLEAVE_PCH_HEADERS <algorithm> <cstddef> <cstdint> <functional> <map> <memory> <optional> <stdexcept> <string>
+                       <string_view> <unordered_map> <utility> <vector> <fmt/format.h> <nlohmann/json.hpp>)
+
+# cleave_build_faster(<target>): the unity and precompiled-header settings above, for one C++ target.
+function(cleave_build_faster target)
+  if(CLEAVE_UNITY_BUILD)
+    set_target_properties(${target} PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE ${CLEAVE_UNITY_BATCH_SIZE})
+    foreach(file IN LISTS CLEAVE_UNITY_SKIP)
+      set_source_files_properties(${CMAKE_SOURCE_DIR}/${file} TARGET_DIRECTORY ${target}
+                                  PROPERTIES SKIP_UNITY_BUILD_INCLUSION ON)
+    endforeach()
+  endif()
+  # One precompiled header, built for cleave_core (the first library, which every other links), reused by every
+  # target compiled with the same flags; the OpenMP targets (-fopenmp) build their own, as GCC would refuse it.
+  if(CLEAVE_PRECOMPILE_HEADERS)
+    if(target STREQUAL "cleave_core" OR target IN_LIST CLEAVE_PCH_OWN OR NOT TARGET cleave_core)
+      target_precompile_headers(${target} PRIVATE ${CLEAVE_PCH_HEADERS})
+    else()
+      target_precompile_headers(${target} REUSE_FROM cleave_core)
+    endif()
+  endif()
+endfunction()
 
 # cleave_add_library(<target> [DIRS <dir>...] [FILES <file>...] [EXCLUDE <file>...] DEPS <target>...)
 # DIRS are globbed recursively for .cpp files; FILES are added as listed; EXCLUDE removes listed files from
@@ -24,6 +77,7 @@ function(cleave_add_library target)
   endforeach()
   if(sources)
     add_library(${target} STATIC ${sources})
+    cleave_build_faster(${target})
     set(scope PUBLIC)
   else()
     add_library(${target} INTERFACE)

@@ -173,10 +173,11 @@ TrialOutcome run_trials(const std::string& config_path, const std::vector<std::s
                      argv.front());
       }
       const double median = status == 0 ? median_step_s((run / "metrics.jsonl").string()) : 0.0;
-      const std::string what = fmt::format("round {}/{}, plan {} of {} (#{} {} {} micro {} zero {})", round + 1,
-                                           options.max_rounds, i + 1, results.size(), r.predicted_place,
-                                           r.plan.choice.layout(), r.plan.choice.schedule, r.plan.choice.micro_batch,
-                                           r.plan.choice.zero_stage);
+      const planner::PlanChoice& c = r.plan.choice;
+      const std::string what =
+          fmt::format("round {}/{}, plan {} of {} (#{} {} {} v{} micro {} zero {}{} recompute {})", round + 1,
+                      options.max_rounds, i + 1, results.size(), r.predicted_place, c.layout(), c.schedule,
+                      c.virtual_stages, c.micro_batch, c.zero_stage, c.sequence_parallel ? " sp" : "", c.recompute);
       if (median > 0) {
         r.round_medians.push_back(median);
         any = true;

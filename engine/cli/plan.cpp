@@ -294,9 +294,10 @@ int run_plan(int argc, char** argv) {
       std::printf("re-ranked by measurement: plan #%d measured clearly faster (%s ms against #1's %s)\n",
                   front.predicted_place, ms(front.measured.median_s).c_str(), first.c_str());
     } else if (front.tied) {
-      std::printf("the planner's #1 stays first: no plan measured clearly faster (the first %s overlap)\n",
-                  std::count_if(trial.ranked.begin(), trial.ranked.end(), [&](const TrialResult& t) { return t.place == front.place; }) > 2
-                      ? "places" : "two");
+      const auto overlapping = std::count_if(trial.ranked.begin(), trial.ranked.end(),
+                                             [&](const TrialResult& t) { return t.place == front.place; });
+      std::printf("the planner's #1 stays first: no plan measured clearly faster (the first %ld overlap)\n",
+                  static_cast<long>(overlapping));
     } else {
       std::printf("the planner's #1 measured clearly fastest\n");
     }

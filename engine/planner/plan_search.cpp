@@ -482,8 +482,10 @@ PlanningSetup planning_setup(const config::RunConfig& base, const std::string& p
   // A CPU profile describes the machine it measured, and a plan runs there: every rank on that one node, sharing
   // its cores (its ranks_per_node, the ranks the profile was made for, would otherwise spread a larger world over
   // imaginary nodes of the same cores, and the sharing would go unpriced and unsaid).
-  if (s.profile.device_type == "cpu" && s.profile.cores_per_node > 0) {
-    s.profile.ranks_per_node = std::max(s.profile.ranks_per_node, world);
+  // Its device memory (the machine's memory over the ranks it was made for) is shared by the world the same way.
+  if (s.profile.device_type == "cpu" && s.profile.cores_per_node > 0 && world > s.profile.ranks_per_node) {
+    s.profile.device_memory = s.profile.device_memory * s.profile.ranks_per_node / world;
+    s.profile.ranks_per_node = world;
   }
   check_profile_matches(s.profile, planning::model_spec(base.model), base.device.precision == config::Precision::kBf16);
   s.options.world = world;

@@ -118,6 +118,7 @@ TEST_F(CoreSharing, ACpuProfileForFewerRanksPlansTheWorldOnItsOneNode) {
   std::ofstream(path) << profile_to_json(p).dump();
   const PlanningSetup setup = planning_setup(config::load_config(config_, {}), path, "", 4);
   EXPECT_EQ(setup.profile.ranks_per_node, 4);
+  EXPECT_EQ(setup.options.memory_limit, (1LL << 30) / 2);  // the machine's memory over 4 ranks, not 2
   PlanChoice c{1, 1, 4, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8, false};
   const PlanEstimate shared = estimate_plan(config_, {}, c, setup.profile, setup.options);
   ASSERT_TRUE(shared.fits) << shared.reason;

@@ -74,9 +74,10 @@ Run it without mpiexec: --trial K starts `mpiexec -n N cleave train` itself for 
       .count("--trial-steps", "N", "steps per trial run; the first 2 are not counted", 8, 3)
       .count("--trial-rounds", "R", "the most rounds (at least 3 are run before the spread may stop them)", 5, 1)
       .number("--trial-spread", "F",
-              "stop once every plan's spread (relative half-range of its round medians) is at most F", 0.05, 0)
-      .number("--trial-budget", "SECONDS", "start no round that would end after this many seconds (the first\n"
-              "round always runs)", 600, 0)
+              "stop once every plan's spread (relative half-range of its round medians,\n"
+              "(max - min) / 2 / median) is at most F", 0.05, 0)
+      .number("--trial-budget", "SECONDS",
+              "start no round that would end after this many seconds (the first round always runs)", 600, 0)
       .text("--launcher", "CMD",
             "MPI launcher for --trial, words split at spaces (default: mpiexec, with\n"
             "--oversubscribe when N exceeds this machine's cores); `-n N` is appended")

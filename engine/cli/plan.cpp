@@ -1,14 +1,18 @@
-// `cleave plan CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--top K] [--write BEST.json]
-// [--explain] [--trial K [--trial-steps N] [--launcher CMD]] [--set key=value ...]`: searches tp x pp x dp, schedule, virtual stages, micro-batch size
-// ZeRO stage and activation recomputation for CONFIG on N ranks (engine/planner/plan_search.hpp), discards plans over the memory cap
-// with the reason, ranks the rest by simulated step time and prints them; --write saves the best as a
-// config `mpirun -np N cleave train BEST.json` runs unchanged (with --memory-limit as its device.memory_limit, and
-// a train.out_dir of its own named after BEST, so the source's run directory is left alone). No MPI: it plans;
-// with --trial K it launches `mpiexec -n N cleave train` on the top K plans for a few steps each, prints predicted
-// against measured and re-ranks by measurement (engine/cli/plan_trial.hpp); --write then saves the fastest measured.
+// `cleave plan CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--top K] [--write BEST.json] [--explain]
+// [--tie-within F] [--trial K [--trial-steps N] [--trial-rounds R] [--trial-spread F] [--trial-budget S]
+// [--launcher CMD]] [--set key=value ...]`: searches tp x pp x dp, schedule, virtual stages, micro-batch size, ZeRO
+// stage and activation recomputation for CONFIG on N ranks (engine/planner/plan_search.hpp), discards plans over
+// the memory cap with the reason, orders the rest by predicted step time with near-ties (within the model's stated
+// error, --tie-within) going to the plan with more memory headroom (engine/planner/plan_ranking.hpp) and prints
+// them; --write saves the first as a config `mpirun -np N cleave train BEST.json` runs unchanged (with
+// --memory-limit as its device.memory_limit, and a train.out_dir of its own named after BEST, so the source's run
+// directory is left alone). No MPI: it plans; with --trial K it launches `mpiexec -n N cleave train` on the top K
+// plans in interleaved rounds, prints predicted against measured (median and spread) and re-ranks only where the
+// measurement is clearer than its spread (engine/cli/plan_trial.hpp); --write then saves the measured first.
 // Invariant: --write never overwrites a file; with no plan under the cap it exits non-zero naming the
 // smallest need per memory category and the plan that came closest.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -25,7 +29,9 @@
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/progress.hpp"
 #include "engine/planner/hardware_profile.hpp"
+#include "engine/planner/plan_ranking.hpp"
 #include "engine/planner/plan_search.hpp"
 
 namespace cleave::cli {
@@ -34,12 +40,14 @@ namespace {
 ArgParser plan_args() {
   ArgParser p("plan",
               "cleave plan CONFIG.json --world N [--profile FILE] [--memory-limit SIZE] [--top K]\n"
-              "                   [--write BEST.json] [--explain] [--json FILE]\n"
-              "                   [--trial K [--trial-steps N] [--launcher CMD]] [--set key.path=value ...]",
+              "                   [--write BEST.json] [--explain] [--json FILE] [--tie-within F]\n"
+              "                   [--trial K [--trial-steps N] [--trial-rounds R] [--trial-spread F]\n"
+              "                   [--trial-budget SECONDS] [--launcher CMD]] [--set key.path=value ...]",
               R"(Searches every plan of CONFIG on N ranks: tensor-parallel size (dividing n_heads and d_ff, within a node),
 pipeline size, data-parallel size, schedule and virtual stages, micro-batch size, ZeRO stage and
 activation recomputation (train.recompute), keeping the global batch. Memory per rank comes from the trainer's memory plan; step time from the pipeline
-simulator with costs from the cost model and a hardware profile. Plans over the cap are discarded.
+simulator with costs from the cost model and a hardware profile. Plans over the cap are discarded. Plans
+predicted within --tie-within of each other are tied, and a tie goes to the plan with more memory headroom.
 Run it without mpiexec: --trial K starts `mpiexec -n N cleave train` itself for each of the top K plans.)");
   p.positional("CONFIG.json", "config file")
       .count("--world", "N", "ranks the plan is for (required)", std::nullopt)
@@ -55,11 +63,21 @@ Run it without mpiexec: --trial K starts `mpiexec -n N cleave train` itself for 
       .text("--json", "FILE",
             "also write every plan that fits (ranked) with its overrides, predicted step time,\n"
             "throughput, bubble and peak memory per rank (refuses to overwrite FILE)")
+      .number("--tie-within", "F",
+              "the model's stated error: plans predicted within this fraction of their group's\n"
+              "fastest are tied, and the one with the lowest peak / cap comes first", planner::kPredictionError, 0)
       .count("--trial", "K",
-             "train the top K plans for --trial-steps steps each under mpiexec, print predicted\n"
-             "against measured and re-rank by measurement (--write then saves the fastest measured)",
+             "train the top K plans under mpiexec in interleaved rounds (A B C A B C ...), print\n"
+             "predicted against measured (median and spread of the rounds) and re-rank only where\n"
+             "the ranges do not overlap (--write then saves the measured first)",
              0, 0)
-      .count("--trial-steps", "N", "steps per trial plan; the first 2 are not counted", 8, 3)
+      .count("--trial-steps", "N", "steps per trial run; the first 2 are not counted", 8, 3)
+      .count("--trial-rounds", "R", "the most rounds (at least 3 are run before the spread may stop them)", 5, 1)
+      .number("--trial-spread", "F",
+              "stop once every plan's spread (relative half-range of its round medians,\n"
+              "(max - min) / 2 / median) is at most F", 0.05, 0)
+      .number("--trial-budget", "SECONDS",
+              "start no round that would end after this many seconds (the first round always runs)", 600, 0)
       .text("--launcher", "CMD",
             "MPI launcher for --trial, words split at spaces (default: mpiexec, with\n"
             "--oversubscribe when N exceeds this machine's cores); `-n N` is appended")
@@ -102,6 +120,7 @@ int run_plan(int argc, char** argv) {
   const int top = static_cast<int>(args.count("--top"));
   const bool explain = args.on("--explain");
   const int trials = static_cast<int>(args.count("--trial"));
+  const double tie_within = args.number("--tie-within");
   CLEAVE_CHECK(world >= 1, "plan: --world N is required (the number of ranks to plan for)");
   CLEAVE_CHECK(write_path.empty() || !std::filesystem::exists(write_path),
                "plan: --write {} exists; not overwriting it", write_path);
@@ -115,6 +134,15 @@ int run_plan(int argc, char** argv) {
   std::printf("cleave plan: %s on %d ranks | profile: %s\n  (%s)\n  memory cap per rank: %s\n",
               config_path.empty() ? "<defaults>" : config_path.c_str(), world, profile.name.c_str(),
               profile.source.c_str(), result.memory_limit > 0 ? format_bytes(result.memory_limit).c_str() : "none");
+  if (profile.cores_per_node > 0) {  // ranks share a node's cores: say how the profile was taken and how it is scaled
+    const int on_node = std::min(world, std::max(1, profile.ranks_per_node));
+    std::printf("  cores: %d per node; the profile's compute was measured with %d rank(s) on %d cores; %d rank(s) per "
+                "node planned%s: each computes on %.2f of a core, priced %.2fx the profile's compute\n",
+                profile.cores_per_node, profile.measured_ranks_per_node,
+                profile.measured_cores > 0 ? profile.measured_cores : profile.cores_per_node, on_node,
+                profile.device_type == "cpu" ? " (a cpu profile: every rank on the machine it describes)" : "",
+                profile.cores_per_rank(on_node), profile.core_sharing(on_node));
+  }
   int invalid = 0, over = 0;
   for (const auto& r : result.rejected) (r.valid ? over : invalid) += 1;
   if (result.ranked.empty()) {
@@ -146,23 +174,46 @@ int run_plan(int argc, char** argv) {
                  closest->choice.recompute, format_bytes(closest->peak_bytes), closest->peak_rank,
                  limit_text.empty() ? "device.memory_limit (the cap came from the config)" : "--memory-limit");
   }
-  std::printf("\n%3s  %-13s %2s %-17s %5s %4s %2s %-9s %10s %12s %7s  %s\n", "#", "layout", "v", "schedule", "micro",
+  // The order shown: by predicted time, near-ties (within the model's stated error) to the more headroom.
+  std::int64_t largest_peak = 1;
+  for (const auto& e : result.ranked) largest_peak = std::max(largest_peak, e.peak_bytes);
+  const auto headroom_denominator = static_cast<double>(result.memory_limit > 0 ? result.memory_limit : largest_peak);
+  std::vector<planner::PredictedPlan> predicted;
+  for (const auto& e : result.ranked) predicted.push_back({e.step_s, static_cast<double>(e.peak_bytes) / headroom_denominator});
+  const std::vector<planner::Placed> placed = planner::rank_predicted(predicted, tie_within);
+  std::vector<const planner::PlanEstimate*> ordered;
+  for (const auto& p : placed) ordered.push_back(&result.ranked[p.index]);
+  // Each tie group's rows ("#1-#3"), for the rows' suffix.
+  std::vector<std::string> tie_note(placed.size());
+  for (std::size_t i = 0; i < placed.size();) {
+    std::size_t end = i + 1;
+    while (end < placed.size() && placed[end].place == placed[i].place) ++end;
+    if (end - i > 1) {
+      for (std::size_t k = i; k < end; ++k) tie_note[k] = fmt::format("  tie #{}-#{}", i + 1, end);
+    }
+    i = end;
+  }
+  std::printf("\nplans predicted within %.1f%% of their group's fastest are tied (the model's stated error, "
+              "--tie-within); a tie goes to the lowest peak %s\n", 100 * tie_within,
+              result.memory_limit > 0 ? "/ cap" : "memory");
+  std::printf("%3s  %-13s %2s %-17s %5s %4s %2s %-9s %10s %12s %7s  %s\n", "#", "layout", "v", "schedule", "micro",
               "zero", "sp", "recompute", "step ms", (result.unit + "/s").c_str(), "bubble", "peak memory / rank");
-  const int shown = std::min<int>(top, static_cast<int>(result.ranked.size()));
+  const int shown = std::min<int>(top, static_cast<int>(ordered.size()));
   for (int i = 0; i < shown; ++i) {
-    const auto& e = result.ranked[static_cast<std::size_t>(i)];
-    std::printf("%3d  %-13s %2d %-17s %5lld %4s %2s %-9s %10s %12.0f %7.3f  %s (pp rank %d)%s\n", i + 1,
+    const auto& e = *ordered[static_cast<std::size_t>(i)];
+    std::printf("%3d  %-13s %2d %-17s %5lld %4s %2s %-9s %10s %12.0f %7.3f  %s (pp rank %d)%s%s\n", i + 1,
                 e.choice.layout().c_str(), e.choice.virtual_stages, e.choice.schedule.c_str(),
                 static_cast<long long>(e.choice.micro_batch), e.choice.zero_label().c_str(), e.choice.sequence_parallel ? "y" : "-", std::string(enum_name(e.choice.recompute)).c_str(),
                 ms(e.step_s).c_str(), e.items_per_s, e.bubble, format_bytes(e.peak_bytes).c_str(), e.peak_rank,
                 result.memory_limit > 0
                     ? fmt::format(" = {:.0f}% of cap", 100.0 * static_cast<double>(e.peak_bytes) / static_cast<double>(result.memory_limit)).c_str()
-                    : "");
+                    : "",
+                tie_note[static_cast<std::size_t>(i)].c_str());
   }
   // Layouts that put more ranks on a node than it has cores: priced by their share of the cores, and said so.
   std::vector<std::string> warned;
   for (int i = 0; i < shown; ++i) {
-    const auto& e = result.ranked[static_cast<std::size_t>(i)];
+    const auto& e = *ordered[static_cast<std::size_t>(i)];
     if (!e.oversubscribed() || std::find(warned.begin(), warned.end(), e.choice.layout()) != warned.end()) continue;
     warned.push_back(e.choice.layout());
     std::printf("warning: %s\n", planner::oversubscription_warning(e).c_str());
@@ -179,66 +230,87 @@ int run_plan(int argc, char** argv) {
               most == refusals.end() ? ""
                                      : fmt::format(" ({} of them: {})", most->second, most->first.substr(0, 160)).c_str());
   if (explain && shown > 1) {
-    const auto& best = result.ranked.front().breakdown;
+    const auto& first = *ordered.front();
+    const auto& best = first.breakdown;
     std::printf("\nwhere the runner-ups lose time against #1 (busiest rank; compute / tp all-reduce / idle incl. "
                 "bubble and P2P / dp reduction / optimizer):\n");
     for (int i = 1; i < shown; ++i) {
-      const auto& e = result.ranked[static_cast<std::size_t>(i)];
+      const auto& e = *ordered[static_cast<std::size_t>(i)];
       const auto& b = e.breakdown;
       std::printf("%3d  %s: compute %s, tp %s, idle %s, dp %s, optimizer %s\n", i + 1,
-                  signed_ms(e.step_s - result.ranked.front().step_s).c_str(), signed_ms(b.compute_s - best.compute_s).c_str(),
+                  signed_ms(e.step_s - first.step_s).c_str(), signed_ms(b.compute_s - best.compute_s).c_str(),
                   signed_ms(b.tp_comm_s - best.tp_comm_s).c_str(), signed_ms(b.idle_s - best.idle_s).c_str(),
                   signed_ms(b.dp_comm_s - best.dp_comm_s).c_str(), signed_ms(b.optimizer_s - best.optimizer_s).c_str());
     }
   }
-  // --trial: the top plans trained for real, re-ranked by what they measured.
-  std::vector<TrialResult> trial;
+  // --trial: the top plans trained for real in interleaved rounds, re-ranked where the measurement is clear.
+  TrialOutcome trial;
   if (trials > 0) {
     TrialOptions to;
     to.world = world;
-    to.plans = trials;
     to.steps = static_cast<int>(args.count("--trial-steps"));
+    to.max_rounds = static_cast<int>(args.count("--trial-rounds"));
+    to.spread_bound = args.number("--trial-spread");
+    to.budget_s = args.number("--trial-budget");
     to.launcher = args.text("--launcher");
     to.memory_limit = limit_text.empty() ? 0 : result.memory_limit;
     const auto launcher = trial_launcher(to.launcher, world);
     std::string launch;
     for (const auto& w : launcher) launch += (launch.empty() ? "" : " ") + w;
-    std::printf("\ntrial: the top %d plans trained for %d steps each (%s cleave train ...; median step after the "
-                "first %d):\n", std::min<int>(trials, static_cast<int>(result.ranked.size())), to.steps, launch.c_str(),
-                kTrialWarmupSteps);
+    std::vector<planner::PlanEstimate> top_plans;
+    for (int i = 0; i < std::min<int>(trials, static_cast<int>(ordered.size())); ++i) top_plans.push_back(*ordered[static_cast<std::size_t>(i)]);
+    std::printf("\ntrial: the top %zu plans in interleaved rounds of %d steps each (%s cleave train ...; a run's figure "
+                "is its median step after the first %d); rounds until every spread <= %.1f%% (at least %d rounds), "
+                "at most %d rounds or %s:\n", top_plans.size(), to.steps, launch.c_str(), kTrialWarmupSteps,
+                100 * to.spread_bound, std::min(kTrialMinRounds, to.max_rounds), to.max_rounds,
+                format_seconds(to.budget_s).c_str());
     std::fflush(stdout);
-    trial = run_trials(config_path, overrides, result.ranked, to);
-    std::printf("%9s %3s  %-13s %2s %-17s %5s %4s %2s %-9s %10s %10s %9s\n", "measured", "#", "layout", "v", "schedule",
-                "micro", "zero", "sp", "recompute", "pred ms", "meas ms", "pred/meas");
-    int place = 0;
-    for (const auto& t : trial) {
+    trial = run_trials(config_path, overrides, top_plans, to);
+    std::printf("%9s %3s  %-13s %2s %-17s %5s %4s %2s %-9s %10s %10s %8s %6s %9s\n", "measured", "#", "layout", "v",
+                "schedule", "micro", "zero", "sp", "recompute", "pred ms", "meas ms", "spread", "rounds", "pred/meas");
+    for (const auto& t : trial.ranked) {
       const auto& c = t.plan.choice;
-      const std::string measured = t.measured ? fmt::format("{:>9}", ++place) : fmt::format("{:>9}", "failed");
-      std::printf("%s %3d  %-13s %2d %-17s %5lld %4s %2s %-9s %10s %10s %9s%s\n", measured.c_str(), t.predicted_rank,
+      const bool ok = t.measured.measured;
+      const std::string place = ok ? fmt::format("{:>9}", fmt::format("{}{}", t.place, t.tied ? "=" : "")) : fmt::format("{:>9}", "failed");
+      const std::string spread = !ok ? "-" : std::isfinite(t.measured.spread) ? fmt::format("{:.1f}%", 100 * t.measured.spread) : "-";
+      std::printf("%s %3d  %-13s %2d %-17s %5lld %4s %2s %-9s %10s %10s %8s %6zu %9s%s\n", place.c_str(), t.predicted_place,
                   c.layout().c_str(), c.virtual_stages, c.schedule.c_str(), static_cast<long long>(c.micro_batch),
                   c.zero_label().c_str(), c.sequence_parallel ? "y" : "-", std::string(enum_name(c.recompute)).c_str(), ms(t.plan.step_s).c_str(),
-                  t.measured ? ms(t.measured_s).c_str() : "-",
-                  t.measured ? fmt::format("{:.2f}", t.plan.step_s / t.measured_s).c_str() : "-",
-                  t.measured ? "" : ("  " + t.error).c_str());
+                  ok ? ms(t.measured.median_s).c_str() : "-", spread.c_str(), t.round_medians.size(),
+                  ok ? fmt::format("{:.2f}", t.plan.step_s / t.measured.median_s).c_str() : "-",
+                  ok ? "" : ("  " + t.error).c_str());
     }
-    CLEAVE_CHECK(!trial.empty() && trial.front().measured,
+    std::printf("stopped: %s. Spread = (max - min) / 2 / median of a plan's round medians; a plan moves ahead only of "
+                "plans whose range it clears (median x (1 +- spread)), '=' marks overlapping ranges\n",
+                trial.stopped.c_str());
+    CLEAVE_CHECK(!trial.ranked.empty() && trial.ranked.front().measured.measured,
                  "plan --trial: none of the {} plans trained ({}); run one by hand with --write and `mpiexec -n {} "
-                 "cleave train`", trial.size(), trial.empty() ? "-" : trial.front().error, world);
-    if (trial.front().predicted_rank != 1) {
+                 "cleave train`", trial.ranked.size(), trial.ranked.empty() ? "-" : trial.ranked.front().error, world);
+    const auto& front = trial.ranked.front();
+    if (front.predicted_place != 1) {
       std::string first = "failed";
-      for (const auto& t : trial) {
-        if (t.predicted_rank == 1 && t.measured) first = ms(t.measured_s) + " ms";
+      for (const auto& t : trial.ranked) {
+        if (t.predicted_place == 1 && t.measured.measured) first = ms(t.measured.median_s) + " ms";
       }
-      std::printf("re-ranked by measurement: plan #%d measured fastest (%s ms against #1's %s)\n",
-                  trial.front().predicted_rank, ms(trial.front().measured_s).c_str(), first.c_str());
+      std::printf("re-ranked by measurement: plan #%d measured clearly faster (%s ms against #1's %s)\n",
+                  front.predicted_place, ms(front.measured.median_s).c_str(), first.c_str());
+    } else if (front.tied) {
+      const auto overlapping = std::count_if(trial.ranked.begin(), trial.ranked.end(),
+                                             [&](const TrialResult& t) { return t.place == front.place; });
+      std::printf("the planner's #1 stays first: no plan measured clearly faster (the first %ld overlap)\n",
+                  static_cast<long>(overlapping));
     } else {
-      std::printf("the planner's #1 measured fastest\n");
+      std::printf("the planner's #1 measured clearly fastest\n");
     }
   }
   if (!json_path.empty()) {
     nlohmann::json plans = nlohmann::json::array();
-    for (const auto& e : result.ranked) {
-      plans.push_back({{"layout", e.choice.layout()},
+    for (std::size_t i = 0; i < ordered.size(); ++i) {
+      const auto& e = *ordered[i];
+      plans.push_back({{"place", i + 1},
+                       {"tie_group", placed[i].place},
+                       {"memory_fraction", predicted[placed[i].index].memory_fraction},
+                       {"layout", e.choice.layout()},
                        {"schedule", e.choice.schedule},
                        {"virtual_stages", e.choice.virtual_stages},
                        {"micro_batch", e.choice.micro_batch},
@@ -254,18 +326,22 @@ int run_plan(int argc, char** argv) {
                        {"peak_bytes", e.peak_bytes},
                        {"peak_rank", e.peak_rank}});
     }
-    for (const auto& t : trial) {  // measured by --trial: beside the prediction, in the ranking's order
-      auto& entry = plans[static_cast<std::size_t>(t.predicted_rank - 1)];
-      entry["measured_step_s"] = t.measured ? nlohmann::json(t.measured_s) : nlohmann::json(nullptr);
+    for (const auto& t : trial.ranked) {  // measured by --trial: beside the prediction, in the predicted order
+      auto& entry = plans[static_cast<std::size_t>(t.predicted_place - 1)];
+      const bool ok = t.measured.measured;
+      entry["measured_step_s"] = ok ? nlohmann::json(t.measured.median_s) : nlohmann::json(nullptr);
+      entry["measured_spread"] = ok && std::isfinite(t.measured.spread) ? nlohmann::json(t.measured.spread) : nlohmann::json(nullptr);
+      entry["measured_rounds"] = t.round_medians;
+      entry["measured_place"] = ok ? nlohmann::json(t.place) : nlohmann::json(nullptr);
     }
     std::ofstream out(json_path);
     out << nlohmann::json{{"world", world}, {"profile", profile.name}, {"memory_limit", result.memory_limit},
-                          {"plans", plans}}.dump(1)
+                          {"tie_within", tie_within}, {"plans", plans}}.dump(1)
         << "\n";
     CLEAVE_CHECK(out.good(), "plan: could not write {}", json_path);
   }
   if (!write_path.empty()) {
-    const auto& best = trial.empty() ? result.ranked.front() : trial.front().plan;
+    const auto& best = trial.ranked.empty() ? *ordered.front() : trial.ranked.front().plan;
     std::vector<std::string> all = overrides;
     for (const auto& o : best.choice.overrides()) all.push_back(o);
     config::RunConfig chosen = config::load_config(config_path, all);
@@ -282,7 +358,7 @@ int run_plan(int argc, char** argv) {
     CLEAVE_CHECK(out.good(), "plan: could not write {}", write_path);
     std::printf("\nwrote plan #%d to %s (train.out_dir %s, a fresh directory; the source config's was %s): "
                 "mpirun -np %d cleave train %s\n",
-                trial.empty() ? 1 : trial.front().predicted_rank, write_path.c_str(), chosen.train.out_dir.c_str(), source_out_dir.c_str(), world, write_path.c_str());
+                trial.ranked.empty() ? 1 : trial.ranked.front().predicted_place, write_path.c_str(), chosen.train.out_dir.c_str(), source_out_dir.c_str(), world, write_path.c_str());
   }
   return 0;
 }

@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cerrno>
 #include <cstdlib>
 #include <filesystem>
@@ -20,6 +21,7 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/progress.hpp"
 
 extern char** environ;
 
@@ -87,13 +89,14 @@ std::vector<std::string> trial_launcher(const std::string& launcher, int world) 
   return argv;
 }
 
-std::vector<TrialResult> run_trials(const std::string& config_path, const std::vector<std::string>& overrides,
-                                    const std::vector<planner::PlanEstimate>& ranked, const TrialOptions& options) {
+TrialOutcome run_trials(const std::string& config_path, const std::vector<std::string>& overrides,
+                        const std::vector<planner::PlanEstimate>& plans, const TrialOptions& options) {
   CLEAVE_CHECK(std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMI_SIZE") == nullptr,
                "plan --trial: run `cleave plan` itself without mpiexec; --trial starts `mpiexec -n {} cleave train` "
                "for each plan (Open MPI does not start a job from inside another)", options.world);
   CLEAVE_CHECK(options.steps > kTrialWarmupSteps, "plan: --trial-steps must be > {} (the first {} are not counted), got {}",
                kTrialWarmupSteps, kTrialWarmupSteps, options.steps);
+  CLEAVE_CHECK(options.max_rounds >= 1, "plan: --trial-rounds must be >= 1, got {}", options.max_rounds);
   const std::vector<std::string> launcher = trial_launcher(options.launcher, options.world);
   const std::string self = fs::read_symlink("/proc/self/exe").string();
   std::string pattern = (fs::temp_directory_path() / "cleave-trial-XXXXXX").string();
@@ -108,16 +111,16 @@ std::vector<TrialResult> run_trials(const std::string& config_path, const std::v
       fs::remove_all(path, ignored);
     }
   } remove_dir{dir};
+  // One config per plan; each run gets a fresh out_dir on the command line (train refuses to write over a run).
   std::vector<TrialResult> results;
-  const int count = std::min<int>(options.plans, static_cast<int>(ranked.size()));
-  for (int i = 0; i < count; ++i) {
+  std::vector<std::string> plan_files;
+  for (std::size_t i = 0; i < plans.size(); ++i) {
     TrialResult r;
-    r.predicted_rank = i + 1;
-    r.plan = ranked[static_cast<std::size_t>(i)];
-    const fs::path run = dir / fmt::format("plan_{}", i + 1);
+    r.predicted_place = static_cast<int>(i) + 1;
+    r.plan = plans[i];
     std::vector<std::string> all = overrides;
     for (const auto& o : r.plan.choice.overrides()) all.push_back(o);
-    for (const std::string& o : {fmt::format("train.steps={}", options.steps), "train.out_dir=" + run.string(),
+    for (const std::string& o : {fmt::format("train.steps={}", options.steps),
                                 fmt::format("train.log_interval={}", options.steps), std::string("train.eval_interval=0"),
                                 std::string("train.eval_batches=0"), std::string("train.report=false"),
                                 std::string("checkpoint.save_final=false"), std::string("checkpoint.interval=0")}) {
@@ -125,26 +128,91 @@ std::vector<TrialResult> run_trials(const std::string& config_path, const std::v
     }
     config::RunConfig trial = config::load_config(config_path, all);
     if (options.memory_limit > 0) trial.device.memory_limit = options.memory_limit;
-    const std::string plan_file = (dir / fmt::format("plan_{}.json", i + 1)).string();
-    std::ofstream(plan_file) << config::to_json(trial) << "\n";
-    std::vector<std::string> argv = launcher;
-    for (const std::string& a : {self, std::string("train"), plan_file}) argv.push_back(a);
-    const std::string log = run.string() + ".log";
-    const int status = run_logged(argv, log);
-    if (status == -1) {
-      CLEAVE_THROW("plan --trial: cannot start '{}' (install Open MPI's mpiexec or name the launcher with --launcher)",
-                   argv.front());
-    }
-    r.measured_s = status == 0 ? median_step_s((run / "metrics.jsonl").string()) : 0.0;
-    r.measured = r.measured_s > 0;
-    if (!r.measured) r.error = fmt::format("exit {}: {}", status, last_line(log));
+    plan_files.push_back((dir / fmt::format("plan_{}.json", i + 1)).string());
+    std::ofstream(plan_files.back()) << config::to_json(trial) << "\n";
     results.push_back(std::move(r));
   }
-  std::stable_sort(results.begin(), results.end(), [](const TrialResult& a, const TrialResult& b) {
-    if (a.measured != b.measured) return a.measured;
-    return a.measured && a.measured_s < b.measured_s;
-  });
-  return results;
+  const int min_rounds = std::min(kTrialMinRounds, options.max_rounds);
+  const auto started = std::chrono::steady_clock::now();
+  const auto since = [](std::chrono::steady_clock::time_point t) {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  };
+  ProgressLine progress("trial");
+  TrialOutcome outcome;
+  double last_round_s = 0;
+  const auto medians = [&results] {
+    std::vector<std::vector<double>> m;
+    for (const auto& r : results) m.push_back(r.round_medians);
+    return m;
+  };
+  for (int round = 0; round < options.max_rounds; ++round) {
+    if (round > 0 && planner::trial_settled(medians(), options.spread_bound, min_rounds)) {
+      outcome.stopped = fmt::format("every spread <= {:.1f}% after {} rounds", 100 * options.spread_bound, round);
+      break;
+    }
+    if (round > 0 && since(started) + last_round_s > options.budget_s) {
+      outcome.stopped = fmt::format("the budget of {} would end during round {} (rounds take {})",
+                                    format_seconds(options.budget_s), round + 1, format_seconds(last_round_s));
+      break;
+    }
+    const auto round_start = std::chrono::steady_clock::now();
+    bool any = false;
+    for (std::size_t i = 0; i < results.size(); ++i) {
+      TrialResult& r = results[i];
+      if (!r.error.empty()) continue;  // failed in an earlier round: no further rounds
+      const fs::path run = dir / fmt::format("plan_{}_round_{}", i + 1, round + 1);
+      std::vector<std::string> argv = launcher;
+      for (const std::string& a : {self, std::string("train"), plan_files[i], std::string("--set"),
+                                   "train.out_dir=" + run.string()}) {
+        argv.push_back(a);
+      }
+      const std::string log = run.string() + ".log";
+      const int status = run_logged(argv, log);
+      if (status == -1) {
+        CLEAVE_THROW("plan --trial: cannot start '{}' (install Open MPI's mpiexec or name the launcher with --launcher)",
+                     argv.front());
+      }
+      const double median = status == 0 ? median_step_s((run / "metrics.jsonl").string()) : 0.0;
+      const planner::PlanChoice& c = r.plan.choice;
+      const std::string what =
+          fmt::format("round {}/{}, plan {} of {} (#{} {} {} v{} micro {} zero {}{} recompute {})", round + 1,
+                      options.max_rounds, i + 1, results.size(), r.predicted_place, c.layout(), c.schedule,
+                      c.virtual_stages, c.micro_batch, c.zero_stage, c.sequence_parallel ? " sp" : "", c.recompute);
+      if (median > 0) {
+        r.round_medians.push_back(median);
+        any = true;
+        progress.line(fmt::format("{}: median step {:.2f} ms, {}", what, median * 1e3, format_seconds(since(started))));
+      } else {
+        r.error = fmt::format("exit {}: {}", status, last_line(log));
+        r.round_medians.clear();  // a plan that failed once is not ranked on its other rounds
+        progress.line(fmt::format("{}: failed ({})", what, r.error));
+      }
+    }
+    outcome.rounds = round + 1;
+    last_round_s = since(round_start);
+    if (!any) break;
+  }
+  if (outcome.stopped.empty()) {
+    const bool measured = std::any_of(results.begin(), results.end(),
+                                      [](const TrialResult& r) { return !r.round_medians.empty(); });
+    outcome.stopped = !measured ? std::string("no plan trained")
+                      : planner::trial_settled(medians(), options.spread_bound, min_rounds)
+                          ? fmt::format("every spread <= {:.1f}% after {} rounds", 100 * options.spread_bound,
+                                        outcome.rounds)
+                          : fmt::format("the most rounds, {} (--trial-rounds)", outcome.rounds);
+  }
+  std::vector<planner::MeasuredPlan> figures;
+  for (auto& r : results) {
+    r.measured = planner::summarize_rounds(r.round_medians);
+    figures.push_back(r.measured);
+  }
+  for (const planner::Placed& p : planner::rank_measured(figures)) {
+    TrialResult r = results[p.index];
+    r.place = p.place;
+    r.tied = p.tied;
+    outcome.ranked.push_back(std::move(r));
+  }
+  return outcome;
 }
 
 }  // namespace cleave::cli

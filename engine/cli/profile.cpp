@@ -29,6 +29,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/core/progress.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/profile_measure.hpp"
 #include "kernels/ops/ops.hpp"
@@ -180,6 +181,13 @@ int run_profile(int argc, char** argv) {
       }
     }
     const auto start = std::chrono::steady_clock::now();
+    // Progress on rank 0's stderr: a line per phase and, for the block tables, a line per measurement on a
+    // terminal (redrawn in place), else one every 10 s.
+    ProgressLine progress("profile", root);
+    request.progress = [&progress](int done, int total, const std::string& what) {
+      progress.update(done, total, "block", what);
+    };
+    progress.line("GEMM and memory rates (rank 0)");
     planner::HardwareProfile profile;
     // GEMM and memory rates (used only where the tables do not reach), measured by rank 0 while the others wait.
     if (root) {
@@ -198,8 +206,12 @@ int run_profile(int argc, char** argv) {
           planner::cache_bytes_per_rank(planner::last_level_cache(), machine.ranks_on_node, threads);
     }
     planner::measure_blocks(profile.measured, spec, request, &comm);
+    progress.line(fmt::format("optimizer updates (adamw, sgd, sgd with momentum), {}", format_seconds(progress.elapsed_s())));
     planner::measure_optimizer(profile.measured, 1 << 21, repeats, rounds, &comm, request.precision);
-    if (comm.size() >= 2) planner::measure_collectives(profile.measured, comm);
+    if (comm.size() >= 2) {
+      progress.line(fmt::format("p2p and collectives over {} ranks, {}", comm.size(), format_seconds(progress.elapsed_s())));
+      planner::measure_collectives(profile.measured, comm);
+    }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
     if (root) {
@@ -211,6 +223,7 @@ int run_profile(int argc, char** argv) {
       // The tables were timed with this node's ranks sharing its cores: a plan with more ranks per node is
       // priced by its smaller share (HardwareProfile::core_sharing).
       profile.cores_per_node = machine.cores;
+      profile.measured_cores = machine.cores;
       profile.measured_ranks_per_node = machine.ranks_on_node;
       profile.device_memory = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page / per_node : (1LL << 30);
       if (profile.measured.p2p) {

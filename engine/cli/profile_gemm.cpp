@@ -19,6 +19,7 @@
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/progress.hpp"
 #include "engine/planner/gemm_profile.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "kernels/ops/ops.hpp"
@@ -123,6 +124,10 @@ int run_profile_gemm(int argc, char** argv) {
   options.budget_s = args.number("--budget");
   options.seed = static_cast<std::uint64_t>(std::time(nullptr));
   const std::vector<planner::TrainingGemm> gemms = planner::training_gemms(args.on("--small"));
+  ProgressLine progress("profile --gemm");  // stderr: redrawn on a terminal, a line per 10 s into a log
+  options.progress = [&progress](int done, int total, const std::string& what) {
+    progress.update(done, total, "gemm", what);
+  };
   const planner::GemmProfileResult result =
       planner::measure_gemms(ctx, gemms, {DType::kBF16, DType::kF32}, options);
   // 1 GiB on a GPU (far beyond its L2), 64 MiB on the CPU (a check of the command).

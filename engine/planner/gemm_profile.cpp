@@ -209,11 +209,18 @@ GemmProfileResult measure_gemms(const ops::Context& ctx, const std::vector<Train
   };
 
   GemmProfileResult result;
+  const int total = static_cast<int>(gemms.size() * dtypes.size());
+  int done = 0;
+  const auto report = [&](DType dtype, const std::string& what) {
+    ++done;
+    if (options.progress) options.progress(done, total, fmt::format("{} {}", dtype_name(dtype), what));
+  };
   for (const DType dtype : dtypes) {
     CLEAVE_CHECK(dtype == DType::kF32 || dtype == DType::kBF16, "gemm profile: {} GEMMs are not profiled (f32 or bf16)",
                  dtype_name(dtype));
     if (options.budget_s > 0 && elapsed() > options.budget_s) {  // not even the operands of this dtype
       result.skipped += static_cast<int>(gemms.size());
+      for (const TrainingGemm& g : gemms) report(dtype, g.what + " (skipped: budget spent)");
       continue;
     }
     const Pool pool = make_pool(ctx, values, dtype);
@@ -223,6 +230,7 @@ GemmProfileResult measure_gemms(const ops::Context& ctx, const std::vector<Train
     for (const TrainingGemm& g : gemms) {
       if (options.budget_s > 0 && elapsed() > options.budget_s) {
         ++result.skipped;
+        report(dtype, g.what + " (skipped: budget spent)");
         continue;
       }
       // bf16 training writes activations in bf16 and accumulates weight gradients into f32 (layers/linear.cpp).
@@ -251,6 +259,7 @@ GemmProfileResult measure_gemms(const ops::Context& ctx, const std::vector<Train
       check(ctx, g, dtype, pool, o, options, timing);
       CLEAVE_CHECK(timing.seconds > 0, "gemm profile: {} ({}) timed at {} s", g.what, dtype_name(dtype), timing.seconds);
       result.timings.push_back(std::move(timing));
+      report(dtype, g.what);
     }
   }
   result.seconds = elapsed();

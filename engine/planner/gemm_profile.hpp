@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -66,6 +67,10 @@ struct GemmTimingOptions {
   // f32 accumulation in any order (k·2^-24 is the worst case, ~1e-3 at k = 16384; random signs give ~sqrt(k)·2^-24,
   // ~1e-5). An output of zeros fails unless |ref| is below 1e-4 of the sum of |products| at every checked element.
   double accumulation_tolerance = 1e-4;
+  // Called after each GEMM timed (or skipped by the budget) with the GEMMs done over every dtype, their total and
+  // what was timed ("bf16 fc1 forward d768 ff3072 tokens 4096"); empty = silent. `cleave profile --gemm` prints a
+  // progress line from it.
+  std::function<void(int done, int total, const std::string& what)> progress;
 };
 
 struct GemmTiming {

@@ -109,16 +109,18 @@ double HardwareProfile::roofline_seconds(const partition::PassWork& work, bool b
   return seconds;
 }
 
-double HardwareProfile::cores_per_rank(int ranks) const {
-  if (cores_per_node <= 0) return 0.0;
+double HardwareProfile::cores_per_rank(int cores, int ranks) {
+  if (cores <= 0) return 0.0;
   ranks = std::max(1, ranks);
-  return ranks <= cores_per_node ? static_cast<double>(cores_per_node / ranks)
-                                 : static_cast<double>(cores_per_node) / ranks;
+  return ranks <= cores ? static_cast<double>(cores / ranks) : static_cast<double>(cores) / ranks;
 }
+
+double HardwareProfile::cores_per_rank(int ranks) const { return cores_per_rank(cores_per_node, ranks); }
 
 double HardwareProfile::core_sharing(int ranks_on_node) const {
   if (cores_per_node <= 0) return 1.0;
-  return cores_per_rank(measured_ranks_per_node) / cores_per_rank(ranks_on_node);
+  const int measured_on = measured_cores > 0 ? measured_cores : cores_per_node;
+  return cores_per_rank(measured_on, measured_ranks_per_node) / cores_per_rank(ranks_on_node);
 }
 
 double Link::all_reduce_s(double bytes, int ranks) const {
@@ -167,6 +169,14 @@ HardwareProfile load_profile(const std::string& path) {
   } else if (p.device_type == "cpu") {
     p.cores_per_node = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   }
+  // The cores the figures were taken on: the file's, else (written before the key) the node's.
+  if (root.contains("measured_cores")) {
+    CLEAVE_CHECK(p.cores_per_node > 0, "profile {}: 'measured_cores' needs 'cores_per_node' (the cores a plan's ranks "
+                 "share; a cuda profile has a device per rank)", path);
+    p.measured_cores = static_cast<int>(positive(root, "measured_cores", where));
+  } else {
+    p.measured_cores = p.cores_per_node;
+  }
   p.measured_ranks_per_node = root.contains("measured_ranks_per_node")
                                   ? static_cast<int>(positive(root, "measured_ranks_per_node", where))
                                   : p.measured.has_blocks() ? std::max(1, std::min(p.measured.ranks, p.ranks_per_node))
@@ -188,6 +198,7 @@ json profile_to_json(const HardwareProfile& p) {
   if (p.cores_per_node > 0) {
     out["cores_per_node"] = p.cores_per_node;
     out["measured_ranks_per_node"] = p.measured_ranks_per_node;
+    out["measured_cores"] = p.measured_cores > 0 ? p.measured_cores : p.cores_per_node;
   }
   if (p.has_roofline()) {
     out["peak_tflops"] = {{"f32", partition::file_number(p.peak_flops_f32 / 1e12)},
@@ -222,6 +233,7 @@ HardwareProfile calibrate_this_machine(int ranks, std::int64_t m, std::int64_t n
   p.device_type = "cpu";
   p.ranks_per_node = std::max(1, ranks);
   p.cores_per_node = cores;
+  p.measured_cores = cores;
   p.measured_ranks_per_node = std::max(1, ranks);  // the share below prices `ranks` ranks on these cores
   ops::configure_cpu_threads(threads);
   m = std::clamp<std::int64_t>(m, 16, 2048);

@@ -52,6 +52,11 @@ struct HardwareProfile {
   // the rank count `cleave profile` ran with, the ranks calibrate_this_machine priced (file key
   // measured_ranks_per_node; default measured.ranks for a measured profile, else 1).
   int measured_ranks_per_node = 1;
+  // Cores of the machine the compute figures were taken on (file key measured_cores; `cleave profile` and
+  // calibrate_this_machine write it). 0 = not recorded (a profile written before the key): assumed to be
+  // cores_per_node, i.e. measured on a node like the one planned for. A profile edited for another node keeps
+  // its figures' conditions here and the target's cores in cores_per_node.
+  int measured_cores = 0;
 
   // Measured on this machine (calibrate_this_machine with a model): the FLOP/s a real transformer block
   // reaches in its forward, input-gradient and weight-gradient passes (f32), which the planner uses instead
@@ -85,9 +90,12 @@ struct HardwareProfile {
   // (engine/train/threads.hpp): floor(cores / ranks) threads while every rank fits, else cores / ranks of a
   // core (time-shared). 0 when the profile has no core count.
   double cores_per_rank(int ranks) const;
+  // The same rule for `ranks` ranks on `cores` cores (0 when cores <= 0).
+  static double cores_per_rank(int cores, int ranks);
   // How many times longer a rank's compute takes with `ranks_on_node` ranks on a node than under the conditions
-  // the profile's figures were taken in: cores_per_rank(measured) / cores_per_rank(ranks_on_node); 1 without a
-  // core count. Above 1 with more ranks than cores: a rank waiting for a core does not compute.
+  // the profile's figures were taken in: cores_per_rank(measured_cores, measured_ranks_per_node) /
+  // cores_per_rank(ranks_on_node); 1 without a core count. Above 1 with more ranks than cores: a rank waiting for
+  // a core does not compute.
   double core_sharing(int ranks_on_node) const;
   bool has_roofline() const { return !gemm_efficiency.empty(); }
   // The fraction of peak a GEMM of `flops` FLOPs reaches (has_roofline() only): bf16's curve, and for f32

@@ -503,6 +503,14 @@ PlanningSetup planning_setup(const config::RunConfig& base, const std::string& p
                              const std::string& limit_text, int world) {
   PlanningSetup s;
   s.profile = profile_path.empty() ? measure_this_machine(planning::model_spec(base.model), world) : load_profile(profile_path);
+  // A CPU profile describes the machine it measured, and a plan runs there: every rank on that one node, sharing
+  // its cores (its ranks_per_node, the ranks the profile was made for, would otherwise spread a larger world over
+  // imaginary nodes of the same cores, and the sharing would go unpriced and unsaid).
+  // Its device memory (the machine's memory over the ranks it was made for) is shared by the world the same way.
+  if (s.profile.device_type == "cpu" && s.profile.cores_per_node > 0 && world > s.profile.ranks_per_node) {
+    s.profile.device_memory = s.profile.device_memory * s.profile.ranks_per_node / world;
+    s.profile.ranks_per_node = world;
+  }
   check_profile_matches(s.profile, planning::model_spec(base.model), base.device.precision == config::Precision::kBf16);
   s.options.world = world;
   s.options.memory_limit = !limit_text.empty()            ? parse_bytes(limit_text, "--memory-limit")

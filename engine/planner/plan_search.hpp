@@ -128,7 +128,9 @@ struct SearchResult {
 
 // What `cleave plan` and `cleave simulate --config` plan against: the profile file, or this machine measured
 // now for the config's model; and the memory cap: `limit_text` (e.g. "64MiB"), else device.memory_limit, else
-// the profile's device memory (0 = none).
+// the profile's device memory (0 = none). A cpu profile with a core count plans every rank on the one machine it
+// describes (its ranks_per_node raised to `world`, its device memory shared the same way), so a world larger than
+// the profile's ranks shares its cores and memory.
 struct PlanningSetup {
   HardwareProfile profile;
   SearchOptions options;

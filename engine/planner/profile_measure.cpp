@@ -8,6 +8,7 @@
 #include <fstream>
 #include <map>
 #include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -211,9 +212,19 @@ namespace {
 
 // One pass over every measurement: for each tp width and micro-batch size, every distinct block shape in model
 // order (a measured shape's output feeds the next block), each block built alone.
+// The distinct block shapes of `spec` (what one round measures per tp width and micro-batch size).
+int distinct_shapes(const partition::ModelSpec& spec) {
+  std::set<std::string> keys;
+  for (const auto& block : spec.blocks) keys.insert(partition::block_shape_key(block));
+  return static_cast<int>(keys.size());
+}
+
+// `round` counts from 0; `done` counts measurements over all rounds (for request.progress).
 std::vector<partition::MeasuredBlock> measure_round(const partition::ModelSpec& spec,
                                                     const BlockProfileRequest& request, CacheEvictor* evictor,
-                                                    comm::Communicator* comm) {
+                                                    comm::Communicator* comm, int round, int& done) {
+  const int total = request.rounds * static_cast<int>(request.tp_widths.size() * request.micro_batches.size()) *
+                    distinct_shapes(spec);
   std::vector<partition::MeasuredBlock> measured;
   for (int tp : request.tp_widths) {
     ShardTimingComm shard_comm(tp);
@@ -260,6 +271,10 @@ std::vector<partition::MeasuredBlock> measure_round(const partition::ModelSpec& 
                             warm.input_grad_s, warm.weight_grad_s});
         output_of[key] = output;
         current = output;
+        if (request.progress) {
+          request.progress(++done, total, fmt::format("{}, tp {}, micro-batch {}, round {}/{}", key, tp, micro,
+                                                      round + 1, request.rounds));
+        }
       }
     }
   }
@@ -276,8 +291,9 @@ void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec&
   if (request.cold_caches) evictor.emplace();
   // rounds[r][k]: the k-th measurement of round r (the same order every round).
   std::vector<std::vector<partition::MeasuredBlock>> rounds;
+  int done = 0;
   for (int round = 0; round < request.rounds; ++round) {
-    rounds.push_back(measure_round(spec, request, evictor ? &*evictor : nullptr, comm));
+    rounds.push_back(measure_round(spec, request, evictor ? &*evictor : nullptr, comm, round, done));
   }
   // Per measurement, the median over rounds of each round's median, then the mean over ranks.
   std::vector<partition::MeasuredBlock> measured = rounds.front();

@@ -20,6 +20,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
@@ -43,6 +45,10 @@ struct BlockProfileRequest {
   // The planner takes from each table by how much of the rank's working set fits its share of the cache
   // (MeasuredCosts::warm_fraction). false: warm only (`cleave profile --warm-caches`), one table.
   bool cold_caches = true;
+  // Called after each measurement (one block shape at one tp width and micro-batch size, in one round) with the
+  // measurements done, their total over all rounds and what was measured ("transformer_block d32 ... tp 2, micro-batch
+  // 4, round 1/5"); empty = silent. `cleave profile` prints a progress line from it.
+  std::function<void(int done, int total, const std::string& what)> progress;
 };
 
 // The last-level cache of the CPU this process runs on: its size and how many CPUs share it (sysfs, else

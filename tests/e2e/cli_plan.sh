@@ -6,8 +6,10 @@
 # a world no layout fits, a cap no plan meets (smallest need per category and the closest plan; the same with
 # the cap from the config), an
 # unreadable or malformed profile, and --write onto an existing file: one clear error each, nothing written.
-# Ranks sharing cores are priced by their share and warned about; --trial 2 trains the top two plans under the
-# launcher and prints predicted against measured.
+# Plans predicted within 5% of each other are shown as tied, the lowest share of the cap first. Ranks sharing
+# cores are priced by their share and warned about; --trial 2 trains the top two plans under the launcher in
+# interleaved rounds and prints predicted against measured (median, spread, rounds), re-ranking only where one
+# plan's range clears the other's, with a progress line per run; a spent budget stops after one round.
 # Usage: cli_plan.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
 cleave=$(realpath "$1"); source_dir=$(realpath "$2"); shift 2
@@ -29,15 +31,32 @@ JSON
   || { cat plan.log; fail "cleave plan"; }
 grep -q "^  1  tp" plan.log || { cat plan.log; fail "no ranked table"; }
 grep -q "where the runner-ups lose time" plan.log || { cat plan.log; fail "no --explain"; }
-python3 - plan.log << 'PY' || { cat plan.log; fail "a ranked plan is over the 1 MiB cap or times are not ascending"; }
+grep -q "^plans predicted within 5.0% of their group's fastest are tied" plan.log || { cat plan.log; fail "no tie rule stated"; }
+python3 - plan.log << 'PY' || { cat plan.log; fail "a ranked plan is over the 1 MiB cap or the order breaks the tie rule"; }
 import re, sys
 rows = [l for l in open(sys.argv[1]) if re.match(r"^\s+\d+\s+tp\d", l)]
 assert rows, "no rows"
-times = [float(l.split()[10]) for l in rows]
-assert times == sorted(times), times
+plans = []
 for l in rows:
     m = re.search(r"= (\d+)% of cap", l)
     assert m and int(m.group(1)) <= 100, l
+    tie = re.search(r"tie #(\d+)-#(\d+)", l)
+    plans.append((int(l.split()[0]), float(l.split()[10]), int(m.group(1)), (int(tie.group(1)), int(tie.group(2))) if tie else None))
+# Rows in a tie group: within 5% of the group's fastest, lowest share of the cap first; a row after a group is
+# beyond 5% of that group's fastest (the groups start at the fastest remaining plan).
+groups = {}
+for row, t, cap, tie in plans:
+    groups.setdefault(tie or (row, row), []).append((row, t, cap))
+firsts = sorted(groups)
+for (a, b), members in groups.items():
+    assert [r for r, _, _ in members] == list(range(a, min(b, len(plans)) + 1)), (a, b, members)
+    fastest = min(t for _, t, _ in members)
+    assert all(t <= fastest * 1.05 + 0.005 for _, t, _ in members), members
+    caps = [c for _, _, c in members]
+    assert caps == sorted(caps), members
+for g, h in zip(firsts, firsts[1:]):
+    assert min(t for _, t, _ in groups[h]) > min(t for _, t, _ in groups[g]) * 1.05 - 0.005, (groups[g], groups[h])
+print(f"ok   {len(plans)} rows, {sum(1 for p in plans if p[3])} in tie groups")
 PY
 [ -f best.json ] || fail "--write wrote nothing"
 # README's flow: the source config has run (its out_dir holds a run), then its plan trains as written, into a
@@ -120,19 +139,47 @@ assert shared > 1.05 * own, (shared, own)  # compute x2; the unit test checks th
 PY
 echo "ok   oversubscription warned: $(grep -o 'puts 4 ranks.*per core)' over.log | head -1)"
 
-# --trial 2: the top two plans trained for real under the launcher, predicted beside measured, re-ranked.
-"$cleave" plan tiny.json --world 2 --top 2 --trial 2 --trial-steps 4 --launcher "${mpiexec[*]}" --json trial.json \
-  > trial.log 2>&1 || { cat trial.log; fail "plan --trial 2"; }
+# --trial 2: the top two plans trained for real under the launcher in 2 interleaved rounds (A B A B), median and
+# spread per plan, re-ranked only where one plan's range clears the other's; a progress line per run on stderr.
+"$cleave" plan tiny.json --world 2 --top 2 --trial 2 --trial-steps 4 --trial-rounds 2 --launcher "${mpiexec[*]}" \
+  --json trial.json > trial.log 2>&1 || { cat trial.log; fail "plan --trial 2"; }
+[ "$(grep -c '^trial: round [12]/2, plan [12] of 2 (#[12] tp.* recompute [a-z]*): median step [0-9.]* ms' trial.log)" -eq 4 ] \
+  || { cat trial.log; fail "no progress line per trial run"; }
+grep -q "^stopped: \(the most rounds, 2 (--trial-rounds)\|every spread <= 5.0% after 2 rounds\)" trial.log \
+  || { cat trial.log; fail "--trial does not say why it stopped"; }
 python3 - trial.log trial.json << 'PY' || { cat trial.log; fail "--trial output"; }
 import json, re, sys
-rows = [l.split() for l in open(sys.argv[1]) if re.match(r"^\s+\d+\s+\d+\s+tp\d", l)]
+rows = [l.split() for l in open(sys.argv[1]) if re.match(r"^\s+\d+=?\s+\d+\s+tp\d", l)]
 assert len(rows) == 2, rows
-measured = [float(r[-2]) for r in rows]
-assert all(m > 0 for m in measured) and measured == sorted(measured), measured
 assert sorted(int(r[1]) for r in rows) == [1, 2], rows
 for r in rows:
-    assert abs(float(r[-3]) / float(r[-2]) - float(r[-1])) < 0.01, r
+    pred, meas, spread, rounds, ratio = float(r[-5]), float(r[-4]), float(r[-3].rstrip("%")) / 100, int(r[-2]), float(r[-1])
+    assert meas > 0 and rounds == 2 and 0 <= spread < 1, r
+    assert abs(pred / meas - ratio) < 0.01, r
 plans = json.load(open(sys.argv[2]))["plans"]
-assert all(p["measured_step_s"] > 0 for p in plans[:2]), plans[:2]
+by_pred = {int(r[1]): r for r in rows}
+for p in plans[:2]:
+    assert p["measured_step_s"] > 0 and len(p["measured_rounds"]) == 2 and p["measured_spread"] >= 0, p
+lo = lambda p: p["measured_step_s"] * (1 - p["measured_spread"])
+hi = lambda p: p["measured_step_s"] * (1 + p["measured_spread"])
+a, b = plans[0], plans[1]
+clear_b = hi(b) < lo(a)  # predicted #2 clears #1: only then does it move ahead
+assert int(rows[0][1]) == (2 if clear_b else 1), (rows, a, b)
+tied = rows[1][0].endswith("=")
+assert tied == (not (hi(a) < lo(b)) and not clear_b), (rows, a, b)
+print(f"ok   trial: #1 {a['measured_step_s']*1e3:.2f} ms +-{a['measured_spread']:.1%}, #2 {b['measured_step_s']*1e3:.2f} ms "
+      f"+-{b['measured_spread']:.1%}: {'re-ranked' if clear_b else 'tied' if tied else 'kept'}")
 PY
-echo "ok   --trial 2: $(grep -A2 'pred/meas' trial.log | tail -2 | tr -s ' ' | tr '\n' ';') $(grep -o 're-ranked.*\|the planner.s #1 measured fastest' trial.log)"
+echo "ok   --trial 2: $(grep -A2 'pred/meas' trial.log | tail -2 | tr -s ' ' | tr '\n' ';') $(grep -o 're-ranked.*\|the planner.s #1 .*' trial.log)"
+
+# A budget spent after the first round: one round, no spread, the predicted order kept.
+"$cleave" plan tiny.json --world 2 --top 2 --trial 2 --trial-steps 3 --trial-budget 0 --launcher "${mpiexec[*]}" \
+  > budget.log 2>&1 || { cat budget.log; fail "plan --trial --trial-budget 0"; }
+grep -q "^stopped: the budget of 0 s would end during round 2" budget.log || { cat budget.log; fail "budget stop"; }
+python3 - budget.log << 'PY' || { cat budget.log; fail "one round re-ranked the plans"; }
+import re, sys
+rows = [l.split() for l in open(sys.argv[1]) if re.match(r"^\s+\d+=?\s+\d+\s+tp\d", l)]
+assert [r[1] for r in rows] == ["1", "2"] and [r[0] for r in rows] == ["1=", "1="], rows
+assert all(r[-3] == "-" and r[-2] == "1" for r in rows), rows
+PY
+echo "ok   --trial-budget 0: one round, predicted order kept, shown tied"

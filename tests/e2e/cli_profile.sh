@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # `cleave profile` under mpiexec -n 2: writes a profile with block tables at tp 1 and 2 and the P2P and
-# collective fits; `cleave plan --profile` ranks plans from it and its best plan trains under mpiexec;
+# collective fits, saying where it is on stderr (progress lines, not one per measurement into a log); the cores it
+# ran on are recorded, and a plan for 4 ranks on a 2-core machine's profile warns and prices the sharing; `cleave plan --profile` ranks plans from it and its best plan trains under mpiexec;
 # `cleave simulate --config --profile` reads it. Bad input: an existing --out (left untouched), a tp width
 # that does not divide the heads, a profile of another model, a truncated profile: one clear error each.
 # `auto` built from the profile (parallel.auto_schedule_profile) trains to one rank's losses.
@@ -24,6 +25,12 @@ JSON
 "${mpiexec[@]}" -n 2 "$cleave" profile tiny.json --out prof.json --repeats 2 --rounds 2 > profile.log 2>&1 \
   || { cat profile.log; fail "cleave profile"; }
 grep -q "^p2p  *ranks  2" profile.log || { cat profile.log; fail "no p2p fit printed"; }
+# Progress on stderr while it works (into a file: the first and last block and at most one line per 10 s).
+grep -q "^profile: block 1/[0-9]* (embedding .*, tp 1, micro-batch 1, round 1/2), [0-9]* s, about" profile.log \
+  && grep -q "^profile: block \([0-9]*\)/\1 (.*round 2/2), [0-9]*" profile.log \
+  && grep -q "^profile: optimizer updates" profile.log && grep -q "^profile: p2p and collectives over 2 ranks" profile.log \
+  || { cat profile.log; fail "no progress lines"; }
+[ "$(grep -c '^profile: block' profile.log)" -le 40 ] || fail "progress lines spam the log"
 python3 - prof.json << 'PY' || fail "profile contents"
 import json, sys
 p = json.load(open(sys.argv[1]))
@@ -46,6 +53,35 @@ grep -q "profile: this machine" plan.log || { cat plan.log; fail "plan did not n
 [ "$(wc -l < run/metrics.jsonl)" -eq 3 ] || fail "the written plan did not run 3 steps"
 "$cleave" simulate --config best.json --world 2 --profile prof.json --json > sim.json 2> sim.log || { cat sim.log; fail "simulate --config --profile"; }
 echo "ok   plan #1 from the profile: $(sed -n 's/^  1  //p' plan.log | tr -s ' ' | cut -c1-80)"
+
+# The profile records the cores it ran on; planned for more ranks than it was taken with, every rank goes on this
+# one machine. Made a 2-core machine's profile (2 ranks, a core each), --world 4 puts 4 ranks on 2 cores: the
+# shared-core warning and compute priced 2x; the same figures for a 4-core node price no sharing.
+python3 - prof.json << 'PY' || fail "profile cores"
+import json, sys
+p = json.load(open(sys.argv[1]))
+assert p["measured_cores"] == p["cores_per_node"] >= 1 and p["measured_ranks_per_node"] == 2, p
+p["cores_per_node"] = p["measured_cores"] = 2
+json.dump(p, open("two_cores.json", "w"))
+p["cores_per_node"] = 4
+json.dump(p, open("four_cores.json", "w"))
+PY
+"$cleave" plan tiny.json --world 4 --profile two_cores.json --top 3 --json two.json > two.log 2>&1 || { cat two.log; fail "plan --world 4 on 2 cores"; }
+grep -q "^  cores: 2 per node; the profile's compute was measured with 2 rank(s) on 2 cores; 4 rank(s) per node planned (a cpu profile: every rank on the machine it describes): each computes on 0.50 of a core, priced 2.00x" two.log \
+  && grep -q "^warning: tp[0-9] pp[0-9] dp[0-9] puts 4 ranks on a node of 2 cores (2.0 ranks per core)" two.log \
+  || { cat two.log; fail "no shared-core line or warning from a measured profile"; }
+"$cleave" plan tiny.json --world 4 --profile four_cores.json --top 3 --json four.json > four.log 2>&1 || { cat four.log; fail "plan --world 4 on 4 cores"; }
+grep -q "ranks on a node" four.log && { cat four.log; fail "4 ranks on 4 cores warned"; }
+python3 - two.json four.json << 'PY' || fail "sharing not priced"
+import json, sys
+two, four = ({tuple(p["overrides"]): p["step_s"] for p in json.load(open(f))["plans"]} for f in sys.argv[1:3])
+common = set(two) & set(four)
+assert common, "no plan in both"
+ratios = sorted(two[k] / four[k] for k in common)
+# Compute x2, communication unchanged: between 1 and 2, near 2 where compute dominates.
+assert ratios[0] >= 1 - 1e-9 and 1.5 < ratios[-1] <= 2.0 + 1e-9, ratios
+print(f"ok   4 ranks on 2 cores: warned, priced {ratios[0]:.2f}-{ratios[-1]:.2f}x the same plans on 4 cores")
+PY
 
 # Mixed precision: the blocks are timed in bf16 (slower than fp32 here: every GEMM converts), the profile says
 # so, a bf16 plan reads it and trains, and an fp32 plan refuses it by name.

@@ -1,7 +1,10 @@
 // Ranks sharing a node's cores: a profile measured with R ranks on C cores prices a plan with R' ranks per node
 // by the cores each rank then gets (the trainer's thread rule), so an oversubscribed layout is never predicted
 // faster than the cores allow: 4 ranks on 2 cores cannot beat one rank that had both cores to itself. Without a
-// core count (a GPU profile) nothing is scaled. The warning names the layout, the ranks and the cores.
+// core count (a GPU profile) nothing is scaled. The warning names the layout, the ranks and the cores. A CPU
+// profile made for fewer ranks than the plan's world puts the world on its one node (planning_setup); the cores the
+// figures were measured on (measured_cores) price them, and a profile without the key is taken as measured on its
+// cores_per_node.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -10,6 +13,10 @@
 #include <fstream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
+#include "engine/config/config.hpp"
+#include "engine/core/error.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
 
@@ -102,12 +109,76 @@ TEST_F(CoreSharing, NoLayoutOfFourRanksOnTwoCoresBeatsOneRankWithBothCores) {
   EXPECT_NEAR(blind.ranked.front().step_s, c1 / 4, 1e-9 * c1);
 }
 
+TEST_F(CoreSharing, ACpuProfileForFewerRanksPlansTheWorldOnItsOneNode) {
+  // The case: `cleave profile` under mpiexec -n 2 on 2 cores wrote ranks_per_node 2; `cleave plan --world 4
+  // --profile` spread the 4 ranks over two imaginary 2-core nodes: no warning, no sharing priced.
+  HardwareProfile p = machine(2, 2);
+  p.ranks_per_node = 2;
+  const std::string path = (dir_ / "two_ranks.json").string();
+  std::ofstream(path) << profile_to_json(p).dump();
+  const PlanningSetup setup = planning_setup(config::load_config(config_, {}), path, "", 4);
+  EXPECT_EQ(setup.profile.ranks_per_node, 4);
+  EXPECT_EQ(setup.options.memory_limit, (1LL << 30) / 2);  // the machine's memory over 4 ranks, not 2
+  PlanChoice c{1, 1, 4, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8, false};
+  const PlanEstimate shared = estimate_plan(config_, {}, c, setup.profile, setup.options);
+  ASSERT_TRUE(shared.fits) << shared.reason;
+  EXPECT_EQ(shared.ranks_on_node, 4);
+  EXPECT_DOUBLE_EQ(shared.core_sharing, 2.0);
+  EXPECT_NE(oversubscription_warning(shared).find("puts 4 ranks on a node of 2 cores"), std::string::npos);
+  // As it was read before: two nodes of 2 ranks each, priced as measured.
+  const PlanEstimate spread = estimate_plan(config_, {}, c, p, SearchOptions{4, 0});
+  EXPECT_EQ(spread.ranks_on_node, 2);
+  EXPECT_FALSE(spread.oversubscribed());
+  EXPECT_GT(shared.breakdown.compute_s, 1.99 * spread.breakdown.compute_s);
+  // A cuda profile keeps its devices per node.
+  HardwareProfile gpu = machine(0, 1);
+  gpu.device_type = "cuda";
+  gpu.ranks_per_node = 2;
+  const std::string gpu_path = (dir_ / "gpu.json").string();
+  std::ofstream(gpu_path) << profile_to_json(gpu).dump();
+  EXPECT_EQ(planning_setup(config::load_config(config_, {}), gpu_path, "", 4).profile.ranks_per_node, 2);
+}
+
+TEST_F(CoreSharing, MeasuredCoresPriceTheFiguresConditionsAndOldProfilesAssumeTheNodes) {
+  // Measured with 2 ranks on 2 cores (a core each), planned on a node of 8 cores with 4 ranks (2 cores each):
+  // compute takes half as long. The same file without measured_cores (written before the key) is taken as
+  // measured on the node's 8 cores (4 each with 2 ranks): 4 ranks then take twice as long.
+  HardwareProfile p = machine(8, 2);
+  p.measured_cores = 2;
+  EXPECT_DOUBLE_EQ(p.core_sharing(4), 0.5);
+  const std::string path = (dir_ / "target.json").string();
+  std::ofstream(path) << profile_to_json(p).dump();
+  const HardwareProfile back = load_profile(path);
+  EXPECT_EQ(back.measured_cores, 2);
+  EXPECT_DOUBLE_EQ(back.core_sharing(4), 0.5);
+  nlohmann::json old = profile_to_json(p);
+  old.erase("measured_cores");
+  const std::string old_path = (dir_ / "old.json").string();
+  std::ofstream(old_path) << old.dump();
+  const HardwareProfile assumed = load_profile(old_path);
+  EXPECT_EQ(assumed.measured_cores, 8);
+  EXPECT_DOUBLE_EQ(assumed.core_sharing(4), 2.0);
+  // measured_cores without cores_per_node (a cuda profile) is refused naming the key.
+  nlohmann::json bad = profile_to_json(machine(0, 1));
+  bad["device_type"] = "cuda";
+  bad["measured_cores"] = 4;
+  const std::string bad_path = (dir_ / "bad.json").string();
+  std::ofstream(bad_path) << bad.dump();
+  try {
+    load_profile(bad_path);
+    ADD_FAILURE() << "measured_cores without cores_per_node accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'measured_cores' needs 'cores_per_node'"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(CoreSharing, ProfileFileKeepsCoresAndMeasuredRanks) {
   const std::string path = (dir_ / "p.json").string();
   std::ofstream(path) << profile_to_json(machine(6, 3)).dump();
   const HardwareProfile back = load_profile(path);
   EXPECT_EQ(back.cores_per_node, 6);
   EXPECT_EQ(back.measured_ranks_per_node, 3);
+  EXPECT_EQ(back.measured_cores, 6);  // written as the node's cores when not set
   EXPECT_EQ(profile_to_json(back).dump(), profile_to_json(machine(6, 3)).dump());
 }
 

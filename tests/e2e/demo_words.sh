@@ -1,16 +1,18 @@
 #!/usr/bin/env bash
 # `make demo`'s training and sample, as the Makefile runs them: examples/demo_fortunes.json trained in full on
 # the CPU, then `cleave generate` with the Makefile's flags. The sample must read as words: at least
-# 65% of its words (runs of letters, 2 or more, lower-cased) are words of the training text, Debian's
+# 50% of its words (runs of letters, 2 or more, lower-cased) are words of the training text, Debian's
 # fortunes `cookie` file. Measured (2-core AMD EPYC Zen 4, OpenBLAS): 29 of 38 words (76%) after the 1800 steps
-# (2 min 16 s with the sample); 21 of 35 (60%) from the same model trained 900 steps (warm-up 50, min_lr 3e-4),
-# which this bound fails.
+# (2 min 16 s with the sample); 21 of 35 (60%) from the same model trained 900 steps (warm-up 50, min_lr 3e-4).
+# Another CPU's kernels give another sample of the same quality: over ~38 words the share has a standard
+# deviation of about 7 points, so the bound sits 3.7 of them below 76% (a model that spells letters at random
+# scores about 10%). It catches a demo that does not learn, not a small loss of quality.
 # Usage: demo_words.sh CLEAVE SOURCE_DIR [STEPS]   (STEPS overrides train.steps, to see a weaker model fail)
 set -u
 cleave=$1
 src=$2
 steps=${3:-}
-min_percent=65
+min_percent=50
 data=/usr/share/games/fortunes/cookie
 [ -f "$data" ] || { echo "SKIP: $data missing (scripts/install-deps.sh installs the fortunes package)"; exit 77; }
 work=$(mktemp -d)

@@ -57,7 +57,8 @@ if [[ $do_build -eq 1 ]]; then
   if [[ ! -f "$build/CMakeCache.txt" ]]; then
     say "configuring $build (Release, CUDA architectures $archs)"
     locked cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release "-DCMAKE_CUDA_ARCHITECTURES=$archs" \
-      -DCLEAVE_BUILD_BENCHMARKS=OFF "${launchers[@]}" >"$build.configure.log" 2>&1 \
+      -DCLEAVE_BUILD_BENCHMARKS=OFF -DCLEAVE_USE_ONEDNN=OFF -DCLEAVE_USE_BLIS=OFF "${launchers[@]}" \
+      >"$build.configure.log" 2>&1 \
       || { tail -n 30 "$build.configure.log" >&2; die "cmake configure failed (log: $build.configure.log)"; }
     rm -f "$build.configure.log"
   fi

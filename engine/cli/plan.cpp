@@ -25,6 +25,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/one_line.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
 
@@ -177,7 +178,7 @@ int run_plan(int argc, char** argv) {
   std::printf("\n%d of %zu plans that fit shown; %d over the memory cap, %d the engine refuses%s.\n", shown,
               result.ranked.size(), over, invalid,
               most == refusals.end() ? ""
-                                     : fmt::format(" ({} of them: {})", most->second, most->first.substr(0, 160)).c_str());
+                                     : fmt::format(" ({} of them: {})", most->second, shorten_at_word(most->first, 200)).c_str());
   if (explain && shown > 1) {
     const auto& best = result.ranked.front().breakdown;
     std::printf("\nwhere the runner-ups lose time against #1 (busiest rank; compute / tp all-reduce / idle incl. "

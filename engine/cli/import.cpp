@@ -51,7 +51,7 @@ int run_import(int argc, char** argv) {
   CLEAVE_CHECK(!out.empty(), "import: --out CKPT is required");
   check_output_file("import: --out", out);  // new, in a writable place, before anything is read
   const hf::HfCheckpoint weights = hf::read_hf_checkpoint(source);
-  for (const auto& [name, values] : weights.tensors) check_finite_weights("import: " + source, name, values);
+  for (const auto& [name, values] : weights.tensors) train::check_finite_weights("import: " + source, name, values);
   const std::string config_json = (std::filesystem::path(source) / "config.json").string();
   // The model section through the config reader: Cleave's own rules (sizes, limits) and its canonical form.
   const config::RunConfig config =

@@ -170,7 +170,7 @@ std::string ProgressPrinter::format_line(const StepMetrics& m) const {
   std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.1e} | gnorm {:.3g} | {} {}/s | {}/rank", m.step,
                                  width, total_steps_, m.loss, m.lr, m.grad_norm, format_rate(m.tokens_per_s), unit_,
                                  format_flops(m.flops_per_rank));
-  if (std::isfinite(m.mfu)) line += fmt::format(" | MFU {:.1f}%", 100.0 * m.mfu);
+  if (std::isfinite(m.mfu)) line += fmt::format(" | MFU {:.3g}%", 100.0 * m.mfu);
   line += fmt::format(" | {:.1f} ms/step | peak {}", m.step_ms, format_memory(m.peak_bytes));
   if (m.nonfinite_steps > 0) line += fmt::format(" | non-finite {} (skipped {})", m.nonfinite_steps, m.skipped_steps);
   return line;
@@ -245,7 +245,7 @@ void ProgressPrinter::summary(std::string_view outputs) {
     line += fmt::format(" | loss {:.4f} -> {:.4f} (min {:.4f}) | {} {}/s | {}/rank", first_loss_, last_loss_,
                         min_loss_, format_rate(seconds > 0 ? total_items_ / seconds : 0.0), unit_,
                         format_flops(seconds > 0 ? total_flops_ / seconds : 0.0));
-    if (peak_flops_ > 0 && seconds > 0) line += fmt::format(" (MFU {:.1f}%)", 100.0 * total_flops_ / seconds / peak_flops_);
+    if (peak_flops_ > 0 && seconds > 0) line += fmt::format(" (MFU {:.3g}%)", 100.0 * total_flops_ / seconds / peak_flops_);
     line += fmt::format(" | peak {} | non-finite {} (skipped {})", format_memory(peak_bytes_), counts_.nonfinite_steps,
                         counts_.skipped_steps);
   }

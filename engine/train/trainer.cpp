@@ -509,10 +509,11 @@ TrainSummary Trainer::train(const TrainOptions& options) {
               s.grid.dp_size(), impl.train_data->describe());
   }
   if (s.reports()) {
-    log::info("throughput: {:.4g} model FLOPs per step (docs/report.md), per rank over {} rank{}; MFU {}",
+    log::info("throughput: {:.4g} model FLOPs per step (cost model, recomputation not counted; docs/report.md) "
+              "shared by {} rank{}; {}",
               impl.throughput.model_flops_per_step, s.world.size(), s.world.size() == 1 ? "" : "s",
-              options.peak.per_rank > 0 ? "against " + options.peak.source
-                                        : std::string("not shown (give cleave train --profile FILE for a peak)"));
+              options.peak.per_rank > 0 ? "MFU against the " + options.peak.source
+                                        : std::string("no MFU without a peak (cleave train --profile FILE)"));
   }
   // Peak memory counts the model, not whatever earlier runs in this process left behind.
   s.allocator->reset_peak();

@@ -17,8 +17,12 @@ trap 'rm -rf "$work"' EXIT
 cd "$work"
 failures=0
 
-# The first N lines of FILE, warnings left out, every number as N.
-first_lines() { grep -v '^warning: ' "$2" | sed -E 's/[0-9]+(\.[0-9]+)?(e[-+]?[0-9]+)?/N/g' | head -n "$1"; }
+# The first N lines of FILE, warnings left out, every number as N (rates with their unit's prefix: N tok/s,
+# N FLOP/s, whatever this machine's speed).
+first_lines() {
+  grep -av '^warning: ' "$2" | sed -E -e 's/[0-9]+(\.[0-9]+)?(e[-+]?[0-9]+)?/N/g' -e 's/N[kM] tok\/s/N tok\/s/g' \
+    -e 's/N [MGT]FLOP\/s/N FLOP\/s/g' | head -n "$1"
+}
 
 # expect NAME LOG < expected lines: the first lines of LOG must be these (in first_lines' form).
 expect() {
@@ -46,8 +50,8 @@ refuse() {
 
 # never NAME LOG REGEX: no line of LOG matches.
 never() {
-  if grep -Eq -- "$3" "$2"; then
-    echo "FAIL $1: says /$3/:"; grep -E -- "$3" "$2" | sed 's/^/    /'; failures=$((failures + 1))
+  if grep -aEq -- "$3" "$2"; then
+    echo "FAIL $1: says /$3/:"; grep -aE -- "$3" "$2" | sed 's/^/    /'; failures=$((failures + 1))
   fi
 }
 
@@ -60,16 +64,16 @@ cp "$src/profiles/h100_sxm.json" h100.json
   --profile h100.json > train.log 2>&1 || { cat train.log; echo "FAIL train"; exit 1; }
 grep -v '^comm backend' train.log > train.lines
 expect train-first-lines train.lines <<'EOF'
-cleave: tp=N dp=N pp=N (world N) | single stage | model gpt (N blocks in N stage: embed+blocks.N-N+head+loss) | batch N = micro N x accum N x dp N | data synthetic (seed N)
-throughput: N model FLOPs per step (docs/report.md), per rank over N rank; MFU against fN peak N TFLOP/s of HN SXM (ANY)
+cleave: tp=N dp=N pp=N (world N) | single stage | model gpt (N blocks in N stage: blocks per stage [N]) | batch N = micro N x accum N x dp N | data synthetic tokens: train split, Markov chain over N tokens with N successors each (loss floor N nats, ln V = N), seq_len N
+throughput: N model FLOPs per step (cost model, recomputation not counted; docs/report.md) shared by N rank; MFU against the fN peak N FLOP/s of NVIDIA HN SXMN NGB, DGX HN nodes (N GPUs, NVLink N / NVSwitch, Nx NDR InfiniBand) (hN.json)
 EOF
 grep -E '^step ' train.log > steps.lines
 expect train-step-line steps.lines <<'EOF'
-step N/N | loss N | lr N.Ne-N | gnorm N | N.Nk tok/s | N MFLOP/s/rank | MFU N% | N ms/step | peak N KiB
+step N/N | loss N | lr N | gnorm N | N tok/s | N FLOP/s/rank | MFU N% | N ms/step | peak N KiB
 EOF
 grep -E '^done: ' train.log > done.lines
 expect train-summary done.lines <<'EOF'
-done: N steps in N s | loss N -> N (min N) | N.Nk tok/s | N MFLOP/s/rank (MFU N%) | peak N KiB | non-finite N (skipped N) | run
+done: N steps in N s | loss N -> N (min N) | N tok/s | N FLOP/s/rank (MFU N%) | peak N KiB | non-finite N (skipped N) | run
 EOF
 never train-plural train.log 'in 1 stages'
 
@@ -147,13 +151,13 @@ python3 "$src/tests/e2e/hf_fixture.py" hf_nan --nan transformer.h.1.mlp.c_fc.wei
 "$cleave" import hf_nan --out nan_ck > import_nan.log 2>&1
 refuse import-nan $? import_nan.log nan_ck
 expect import-nan import_nan.log <<'EOF'
-error: import: hf_nan: tensor blocks.N.mlp.fcN.weight holds N non-finite value of N (first: element N is nan); nothing was loaded. The file is damaged or was saved from a diverged model: convert or download it again
+error: import: hf_nan: tensor blocks.N.mlp.fc.weight holds N non-finite value of N (first: element N is nan); nothing was loaded. The file is damaged or was saved from a diverged model: convert or download it again
 EOF
 "$cleave" train --init-from hf_nan --set train.steps=1 --set train.out_dir=nan_run > init_nan.log 2>&1
 refuse init-from-nan $? init_nan.log nan_run
 grep -v '^comm backend' init_nan.log > init_nan.lines
 expect init-from-nan init_nan.lines <<'EOF'
-error: Hugging Face GPTNLMHeadModel in hf_nan: tensor blocks.N.mlp.fcN.weight holds N non-finite value of N (first: element N is nan); nothing was loaded. The file is damaged or was saved from a diverged model: convert or download it again
+error: Hugging Face GPTNLMHeadModel in hf_nan: tensor blocks.N.mlp.fc.weight holds N non-finite value of N (first: element N is nan); nothing was loaded. The file is damaged or was saved from a diverged model: convert or download it again
 EOF
 
 if [ "$failures" -gt 0 ]; then

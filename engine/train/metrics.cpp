@@ -217,9 +217,10 @@ void ProgressPrinter::update(const StepMetrics& m) {
   total_items_ += m.tokens_per_s * m.step_ms / 1000.0;
   if (std::isfinite(m.flops_per_rank)) total_flops_ += m.flops_per_rank * m.step_ms / 1000.0;
   if (std::isfinite(m.mfu) && m.mfu > 0) peak_flops_ = m.flops_per_rank / m.mfu;
+  const bool new_nonfinite = m.nonfinite_steps > counts_.nonfinite_steps;  // shown at once, whatever the interval
   counts_ = {m.nonfinite_steps, m.skipped_steps};
   peak_bytes_ = std::max(peak_bytes_, m.peak_bytes);
-  const bool keep = m.step == 1 || m.step % log_interval_ == 0 || m.step == total_steps_;
+  const bool keep = m.step == 1 || m.step % log_interval_ == 0 || m.step == total_steps_ || new_nonfinite;
   if (keep) emit(format_line(m), true);
   if (live_ && m.step < total_steps_) {
     const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();

@@ -95,7 +95,8 @@ class ProgressPrinter {
   ProgressPrinter(std::int64_t total_steps, std::int64_t log_interval, std::string unit = "tok",
                   std::FILE* out = stdout, std::optional<bool> live = std::nullopt);
 
-  // Records the step; prints a line at step 1, every log_interval steps and the last step.
+  // Records the step; prints a line at step 1, every log_interval steps, the last step and every step that
+  // was not finite (its nonfinite_steps count rose).
   void update(const StepMetrics& metrics);
   // "eval step 200/500 | loss 1.4123 | accuracy 93.1%" (accuracy omitted when not given).
   void eval(std::int64_t step, double loss, std::optional<double> accuracy = std::nullopt);

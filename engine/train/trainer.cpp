@@ -565,8 +565,8 @@ TrainSummary Trainer::train(const TrainOptions& options) {
       if (progress) progress->update(m);
       CLEAVE_CHECK(nonfinite_in_a_row <= cfg.train.skip_nonfinite_steps,
                    "training diverged at step {}: loss is {}, gradient norm {} ({} non-finite step{} in a row, "
-                   "train.skip_nonfinite_steps is {}); {}. Lower optimizer.lr, or check the data and the initial "
-                   "weights",
+                   "train.skip_nonfinite_steps is {}); {}. Lower optimizer.lr, check the data and the initial "
+                   "weights, or let the run skip such steps (train.skip_nonfinite_steps)",
                    step + 1, stats.loss, stats.grad_norm, nonfinite_in_a_row, nonfinite_in_a_row == 1 ? "" : "s",
                    cfg.train.skip_nonfinite_steps,
                    stats.skipped ? "its update was not applied (the weights are those the step began with)"

@@ -238,6 +238,27 @@ TEST(Progress, SummaryFlopsMfuAndCounts) {
       << text;
 }
 
+// A non-finite step is shown when it happens, between log intervals too.
+TEST(Progress, NonFiniteStepsArePrintedAtOnce) {
+  std::FILE* out = std::tmpfile();
+  ProgressPrinter printer(30, 10, "tok", out, false);
+  for (int step = 1; step <= 12; ++step) {
+    StepMetrics m = sample_metrics(step);
+    m.nonfinite_steps = step >= 4 ? 1 : 0;  // step 4 only
+    m.skipped_steps = m.nonfinite_steps;
+    printer.update(m);
+  }
+  const std::string text = read_stream(out);
+  std::fclose(out);
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u) << text;  // steps 1, 4 and 10
+  EXPECT_TRUE(lines[1].starts_with("step  4/30 |")) << lines[1];
+  EXPECT_TRUE(lines[1].ends_with("| non-finite 1 (skipped 1)")) << lines[1];
+  EXPECT_TRUE(lines[2].starts_with("step 10/30 |")) << lines[2];
+}
+
 // A resumed run counts only the steps it ran (it said "done: 25 steps" after running 5).
 TEST(Progress, SummaryAfterAResumeCountsThisProcessesSteps) {
   std::FILE* out = std::tmpfile();

@@ -121,7 +121,7 @@ int run_train(int argc, char** argv) {
     config.parallel.comm_backend = world.choice.backend;  // the resolved config.json records what ran
     if (!profile_path.empty()) options.peak = peak_of(profile_path, config);
     train::Trainer trainer(config, *world.comm);
-    if (init) trainer.load_weights(*init);
+    if (init) options.init = &*init;  // loaded by train() once the output paths are checked
     const train::TrainSummary summary = trainer.train(options);
     return summary.completed ? 0 : 1;
   });

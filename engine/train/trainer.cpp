@@ -460,6 +460,9 @@ TrainSummary Trainer::train(const TrainOptions& options) {
     }
     throw_if_any_rank_failed(s.world, error);
   }
+  CLEAVE_CHECK(options.init == nullptr || options.resume.empty(),
+               "train: --init-from starts a fresh run from weights and --resume continues a run; give one of them");
+  if (options.init != nullptr) load_weights(*options.init);
   // Resume first: a checkpoint that cannot be loaded fails before anything is written.
   std::int64_t start_step = 0;
   bool resumed = false;
@@ -507,8 +510,6 @@ TrainSummary Trainer::train(const TrainOptions& options) {
               s.plan.describe_partition(),
               s.batch.global_batch_size, s.batch.micro_batch_size, s.batch.gradient_accumulation_steps,
               s.grid.dp_size(), impl.train_data->describe());
-  }
-  if (s.reports()) {
     log::info("throughput: {:.4g} model FLOPs per step (cost model, recomputation not counted; docs/report.md) "
               "shared by {} rank{}; {}",
               impl.throughput.model_flops_per_step, s.world.size(), s.world.size() == 1 ? "" : "s",

@@ -64,11 +64,13 @@ struct TrainSummary {
 // checkpoint.dir, or a fresh start when there is none; otherwise a checkpoint directory (step_NNNNNNN) or a
 // checkpoint.dir-style root (its latest complete checkpoint). allow_config_change: keys a resumed run may
 // change beyond those that change freely (engine/train/config_change.hpp).
-// peak: one rank's peak FLOP/s that MFU is measured against (cleave train --profile; throughput.hpp); none = no
-// MFU, the achieved FLOP/s is reported all the same.
+// init (train --init-from; may be null): weights loaded by train() after its output paths are checked, so a bad
+// path fails before any load. peak: one rank's peak FLOP/s that MFU is measured against (cleave train --profile;
+// throughput.hpp); none = no MFU, the achieved FLOP/s is reported all the same.
 struct TrainOptions {
   std::string resume;
   std::vector<std::string> allow_config_change;
+  const WeightSource* init = nullptr;
   PeakFlops peak;
 };
 

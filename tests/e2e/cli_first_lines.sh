@@ -146,6 +146,14 @@ expect import-out-under-file importfile.log <<'EOF'
 error: import: --out afile/ck: afile is a file, not a directory, so nothing can be created under it; choose another path
 EOF
 
+# --init-from with a checkpoint.dir that is a file: refused before the weights are read.
+"$cleave" train --init-from hf --set train.steps=1 --set train.out_dir=r3 --set checkpoint.dir=afile > initck.log 2>&1
+refuse init-from-checkpoint-dir-file $? initck.log r3
+grep -v '^comm backend' initck.log > initck.lines
+expect init-from-checkpoint-dir-file initck.lines <<'EOF'
+error: checkpoint.dir afile exists and is not a directory; nothing was written (choose another path or remove it)
+EOF
+
 # NaN weights: refused at import and at --init-from, naming the tensor, before anything is written or trained.
 python3 "$src/tests/e2e/hf_fixture.py" hf_nan --nan transformer.h.1.mlp.c_fc.weight || { echo "FAIL fixture"; exit 1; }
 "$cleave" import hf_nan --out nan_ck > import_nan.log 2>&1

@@ -22,6 +22,7 @@
 #include "engine/cli/runtime_env.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/output_path.hpp"
 #include "engine/core/log.hpp"
 
 namespace cleave::cli {
@@ -80,6 +81,7 @@ int run_bench(int argc, char** argv) {
     CLEAVE_CHECK(!std::filesystem::exists(path), "bench: {} exists; not overwriting it (choose another --out)",
                  path.string());
   }
+  check_output_dir("bench: --out", o.out);
 
   CommandRuntime runtime(&argc, &argv);
   return runtime.run([&] {

@@ -24,7 +24,9 @@
 #include "engine/core/dtype.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/core/output_path.hpp"
 #include "engine/hf/hf_export.hpp"
+#include "engine/hf/hf_import.hpp"
 #include "engine/train/checkpoint_reader.hpp"
 
 namespace cleave::cli {
@@ -76,10 +78,13 @@ int run_export(int argc, char** argv) {
   CLEAVE_CHECK(format == "cleave" || format == "hf", "export: --format must be cleave or hf, got '{}'", format);
   CLEAVE_CHECK(format == "hf" || !args.given("--max-shard-size"),
                "export: --max-shard-size applies to --format hf (a cleave export is one file)");
-  CLEAVE_CHECK(!std::filesystem::exists(out), "export: {} already exists; nothing was written (remove it or choose "
-               "another --out)", out);
+  check_output_file("export: --out", out);  // a file (cleave) or a directory (hf): new, in a writable place
   std::string dir = source;
   if (!std::filesystem::exists(std::filesystem::path(source) / "index.json")) {
+    CLEAVE_CHECK(!hf::is_hf_dir(source),
+                 "export: {} is a Hugging Face model directory already, not a Cleave checkpoint (cleave import {} "
+                 "--out CKPT converts it into one)",
+                 source, source);
     const auto latest = checkpoint::latest_step_dir(source);
     CLEAVE_CHECK(latest.has_value(), "export: {} is not a checkpoint (no index.json, no complete step_NNNNNNN/)",
                  source);

@@ -26,6 +26,8 @@
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/core/output_path.hpp"
+#include "engine/hf/hf_import.hpp"
 #include "engine/train/checkpoint_reader.hpp"
 #include "engine/tokenizer/tokenizer_json.hpp"
 #include "engine/train/trainer.hpp"
@@ -91,8 +93,14 @@ int run_generate(int argc, char** argv) {
   const std::string tokenizer_path = args.text("--tokenizer");
   CLEAVE_CHECK(!source.empty(), "generate: no CHECKPOINT given (see cleave generate --help)");
   CLEAVE_CHECK(!prompt.empty(), "generate: --prompt TEXT is required (a non-empty context)");
+  // Every output path before any work.
+  if (!logits_path.empty()) check_output_file("generate: --logits", logits_path);
   std::string dir = source;
   if (!std::filesystem::exists(std::filesystem::path(source) / "index.json")) {
+    CLEAVE_CHECK(!hf::is_hf_dir(source),
+                 "generate: {} is a Hugging Face model directory, not a Cleave checkpoint; convert it first with "
+                 "cleave import {} --out CKPT, then cleave generate CKPT",
+                 source, source);
     const auto latest = checkpoint::latest_step_dir(source);
     CLEAVE_CHECK(latest.has_value(), "generate: {} is not a checkpoint (no index.json, no complete step_NNNNNNN/)",
                  source);
@@ -136,8 +144,6 @@ int run_generate(int argc, char** argv) {
   else for (unsigned char c : prompt) context.push_back(c);
   CLEAVE_CHECK(!context.empty(), "generate: the prompt encodes to no tokens");
   if (!logits_path.empty()) {
-    CLEAVE_CHECK(!std::filesystem::exists(logits_path), "generate: --logits {} exists; not overwriting it",
-                 logits_path);
     CLEAVE_CHECK(context.size() <= static_cast<std::size_t>(seq_len),
                  "generate: --logits needs a prompt of at most model.seq_len {} tokens, got {}", seq_len,
                  context.size());

@@ -2,8 +2,9 @@
 // config.json plus model.safetensors or shards with model.safetensors.index.json) converted into a weights-only
 // Cleave checkpoint (engine/train/weights_only.hpp): CKPT/step_0000000 with index.json and one safetensors
 // file under Cleave's names and shapes (engine/hf/hf_layout.hpp). No MPI: it reads and writes files only.
-// Invariant: everything is read and checked (names, shapes, config.json's settings, the model section through
-// the config reader) before anything is written, and an existing CKPT is refused.
+// Invariant: everything is read and checked (names, shapes, every value finite, config.json's settings, the model
+// section through the config reader) before anything is written, and an existing or unwritable CKPT is refused
+// before anything is read.
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -16,7 +17,9 @@
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/core/output_path.hpp"
 #include "engine/hf/hf_import.hpp"
+#include "engine/train/finite_weights.hpp"
 #include "engine/train/weights_only.hpp"
 
 namespace cleave::cli {
@@ -46,9 +49,9 @@ int run_import(int argc, char** argv) {
   const std::string out = args.text("--out");
   CLEAVE_CHECK(!source.empty(), "import: no HF_DIR given (see cleave import --help)");
   CLEAVE_CHECK(!out.empty(), "import: --out CKPT is required");
-  CLEAVE_CHECK(!std::filesystem::exists(out),
-               "import: {} already exists; nothing was written (remove it or choose another --out)", out);
+  check_output_file("import: --out", out);  // new, in a writable place, before anything is read
   const hf::HfCheckpoint weights = hf::read_hf_checkpoint(source);
+  for (const auto& [name, values] : weights.tensors) train::check_finite_weights("import: " + source, name, values);
   const std::string config_json = (std::filesystem::path(source) / "config.json").string();
   // The model section through the config reader: Cleave's own rules (sizes, limits) and its canonical form.
   const config::RunConfig config =

@@ -30,6 +30,7 @@
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/progress.hpp"
+#include "engine/core/one_line.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_ranking.hpp"
 #include "engine/planner/plan_search.hpp"
@@ -228,7 +229,7 @@ int run_plan(int argc, char** argv) {
   std::printf("\n%d of %zu plans that fit shown; %d over the memory cap, %d the engine refuses%s.\n", shown,
               result.ranked.size(), over, invalid,
               most == refusals.end() ? ""
-                                     : fmt::format(" ({} of them: {})", most->second, most->first.substr(0, 160)).c_str());
+                                     : fmt::format(" ({} of them: {})", most->second, shorten_at_word(most->first, 200)).c_str());
   if (explain && shown > 1) {
     const auto& first = *ordered.front();
     const auto& best = first.breakdown;

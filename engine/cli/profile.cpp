@@ -28,6 +28,7 @@
 #include "engine/cli/runtime_env.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/output_path.hpp"
 #include "engine/core/log.hpp"
 #include "engine/core/progress.hpp"
 #include "engine/planner/hardware_profile.hpp"
@@ -107,6 +108,7 @@ int run_profile(int argc, char** argv) {
   CLEAVE_CHECK(!config_path.empty(), "profile: give the config whose model to measure (see cleave profile --help)");
   CLEAVE_CHECK(!std::filesystem::exists(out_path), "profile: {} exists; not overwriting it (choose another --out)",
                out_path);
+  check_output_file("profile: --out", out_path);  // its directory writable, before minutes of measuring
   const config::RunConfig config = config::load_config(config_path, overrides);
   CLEAVE_CHECK(config.device.type == DeviceType::kCpu,
                "profile: device.type {} is not profiled yet: cleave profile times CPU ranks; use a shipped profile "

@@ -20,6 +20,7 @@
 #include "engine/cli/commands.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/progress.hpp"
+#include "engine/core/output_path.hpp"
 #include "engine/planner/gemm_profile.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "kernels/ops/ops.hpp"
@@ -92,6 +93,7 @@ int run_profile_gemm(int argc, char** argv) {
                "efficiencies are fractions of (e.g. profiles/h100_sxm.json; H200 SXM has the same peaks)");
   CLEAVE_CHECK(!std::filesystem::exists(out_path), "profile --gemm: {} exists; not overwriting it (choose another --out)",
                out_path);
+  check_output_file("profile --gemm: --out", out_path);
   const Device device = parse_device(args.text("--device"));
   planner::HardwareProfile base = planner::load_profile(base_path);
   CLEAVE_CHECK(base.has_roofline(), "profile --gemm: {} has no peak_tflops / gemm_efficiency (a measured CPU profile?): "

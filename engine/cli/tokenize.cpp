@@ -21,6 +21,7 @@
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/output_path.hpp"
 #include "engine/tokenizer/tokenizer_json.hpp"
 #include "engine/tokenizer/unicode_classes.hpp"
 #include "engine/train/data/token_shard_writer.hpp"
@@ -122,6 +123,7 @@ int run_tokenize(int argc, char** argv) {
   const std::string val_path = (dir / "val.bin").string();
   CLEAVE_CHECK(!std::filesystem::exists(dir) || std::filesystem::is_directory(dir),
                "tokenize: --out {} exists and is not a directory", out_dir);
+  check_output_dir("tokenize: --out", out_dir);
   for (const std::string& shard : {train_path, val_path}) {
     CLEAVE_CHECK(!std::filesystem::exists(shard), "tokenize: {} already exists; nothing was written (remove it or "
                  "choose another --out)", shard);

@@ -3,6 +3,7 @@
 // parallel.comm_backend asks for, logged and recorded in the resolved config.json), builds the trainer
 // for this rank and runs it. The trainer's world rank 0 writes report.html into the run directory at the end,
 // or after a failure with the steps that finished (train.report, default on; engine/report/html_report.hpp).
+// --profile FILE gives the peak FLOP/s per rank that MFU is measured against (engine/train/throughput.hpp).
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/planner/hardware_profile.hpp"
 #include "engine/train/config_change.hpp"
 #include "engine/train/trainer.hpp"
 #include "engine/train/weight_source.hpp"
@@ -49,6 +51,10 @@ with an ETA; redirected to a file it is plain lines.)");
             "safetensors; GPT2LMHeadModel or LlamaForCausalLM) or a Cleave checkpoint (e.g.\n"
             "from cleave import). Any layout; the optimizer starts fresh at step 0. The model\n"
             "keys the weights fix are taken from them; a CONFIG value that differs is refused.")
+      .text("--profile", "FILE",
+            "a hardware profile (profiles/*.json, or one cleave profile wrote): MFU per step\n"
+            "against its peak FLOP/s for the run's dtype (the sustained GEMM rate when the\n"
+            "profile has no peak). Without it the achieved TFLOP/s per rank is shown, no MFU.")
       .repeated("--allow-config-change", "KEY[,KEY...]",
                 "with --resume: allow these keys to differ from the checkpoint's config\n"
                 "(e.g. optimizer.lr,optimizer.warmup_steps)")
@@ -59,6 +65,17 @@ multi-rank:  mpirun -np 8 cleave train CONFIG --set parallel.pipeline_model_para
 examples:    cleave train examples/gpt_fortunes.json
              cleave train examples/cnn_digits.json --set train.steps=200 --set train.out_dir=runs/cnn)");
   return p;
+}
+
+// One rank's peak FLOP/s for the run's compute dtype: the profile's peak (a roofline profile), else its sustained
+// GEMM rate (a measured CPU profile has only that; the source says which).
+train::PeakFlops peak_of(const std::string& path, const config::RunConfig& run) {
+  const planner::HardwareProfile profile = planner::load_profile(path);
+  const bool bf16 = run.device.precision == config::Precision::kBf16;
+  const double peak = bf16 ? profile.peak_flops_bf16 : profile.peak_flops_f32;
+  const double rate = peak > 0 ? peak : profile.flops(bf16);
+  return {rate, fmt::format("{} {} {:.4g} TFLOP/s of {} ({})", bf16 ? "bf16" : "f32",
+                            peak > 0 ? "peak" : "sustained GEMM rate", rate / 1e12, profile.name, path)};
 }
 
 }  // namespace
@@ -80,6 +97,7 @@ int run_train(int argc, char** argv) {
   CLEAVE_CHECK(options.allow_config_change.empty() || !options.resume.empty(),
                "train: --allow-config-change applies to a resumed run; give --resume auto|PATH too");
   const std::string init_from = args.text("--init-from");
+  const std::string profile_path = args.text("--profile");
   CLEAVE_CHECK(init_from.empty() || options.resume.empty(),
                "train: --init-from starts a fresh run from weights and --resume continues a run; give one of them");
   CommandRuntime runtime(&argc, &argv);
@@ -101,8 +119,9 @@ int run_train(int argc, char** argv) {
                 config.parallel.p2p_progress);
     }
     config.parallel.comm_backend = world.choice.backend;  // the resolved config.json records what ran
+    if (!profile_path.empty()) options.peak = peak_of(profile_path, config);
     train::Trainer trainer(config, *world.comm);
-    if (init) trainer.load_weights(*init);
+    if (init) options.init = &*init;  // loaded by train() once the output paths are checked
     const train::TrainSummary summary = trainer.train(options);
     return summary.completed ? 0 : 1;
   });

@@ -143,6 +143,9 @@ struct TrainConfig {
   std::int64_t eval_batches = 8;   // global batches per evaluation (0 = no evaluation)
   Recompute recompute = Recompute::kNone;  // gpt transformer blocks (partition/cost_model.hpp)
   bool report = true;              // write report.html into out_dir at the end (cleave report RUN_DIR redoes it)
+  // Steps in a row whose loss or gradient norm is not finite that the run survives (each skipped: no update);
+  // one more stops it. 0 = the first non-finite step stops the run (its update is never applied).
+  std::int64_t skip_nonfinite_steps = 0;
   friend bool operator==(const TrainConfig&, const TrainConfig&) = default;
 };
 

@@ -158,7 +158,7 @@ inline constexpr std::array<Field<OptimizerConfig>, 13> kOptimizerFields = {{
      "ZeRO-2/3: reduce-scatter gradients per micro-batch (peak 1/dp) or once per step"},
 }};
 
-inline constexpr std::array<Field<TrainConfig>, 11> kTrainFields = {{
+inline constexpr std::array<Field<TrainConfig>, 12> kTrainFields = {{
     {"steps", &TrainConfig::steps, FieldKind::kInteger, "optimizer steps to train", 1},
     {"seed", &TrainConfig::seed, FieldKind::kUnsigned, "random seed of weights and data"},
     {"log_interval", &TrainConfig::log_interval, FieldKind::kInteger, "log every N steps", 1},
@@ -171,6 +171,8 @@ inline constexpr std::array<Field<TrainConfig>, 11> kTrainFields = {{
     {"eval_batches", &TrainConfig::eval_batches, FieldKind::kInteger, "global batches per evaluation; 0 = none"},
     {"recompute", &TrainConfig::recompute, FieldKind::kChoice, "activation recomputation of gpt blocks"},
     {"report", &TrainConfig::report, FieldKind::kBoolean, "write report.html at the end"},
+    {"skip_nonfinite_steps", &TrainConfig::skip_nonfinite_steps, FieldKind::kInteger,
+     "non-finite steps in a row skipped before the run stops"},
 }};
 
 inline constexpr std::array<Field<CheckpointConfig>, 5> kCheckpointFields = {{

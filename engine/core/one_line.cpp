@@ -21,6 +21,16 @@ std::string escape_control(std::string_view text) {
   return out;
 }
 
+std::string shorten_at_word(std::string_view text, std::size_t limit) {
+  if (text.size() <= limit) return std::string(text);
+  std::size_t cut = text.rfind(' ', limit);
+  if (cut == std::string_view::npos || cut == 0) cut = limit;  // one long word: cut it, but say so
+  while (cut > 0 && (text[cut - 1] == ',' || text[cut - 1] == ';' || text[cut - 1] == ':' || text[cut - 1] == ' ')) {
+    --cut;
+  }
+  return std::string(text.substr(0, cut)) + " ...";
+}
+
 void rethrow_one_line(const Error& error) {
   const std::string_view message = error.what();
   const bool clean = std::none_of(message.begin(), message.end(), [](char c) {

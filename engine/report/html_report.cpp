@@ -142,6 +142,30 @@ std::string summary_table(const RunFiles& run) {
   if (rate.n > 0) html += row("throughput", fmt::format("{} {}/s mean (after step 1)", format_number(rate.sum / rate.n), unit));
   const ColumnStats ms = stats_of(m, "step_ms", skip);
   if (ms.n > 0) html += row("step time", fmt::format("{:.1f} ms mean, {:.1f} ms max (after step 1)", ms.sum / ms.n, ms.max));
+  const ColumnStats tflops = stats_of(m, "tflops_per_rank", skip);
+  if (tflops.n > 0) {
+    const ColumnStats mfu = stats_of(m, "mfu", skip);
+    std::string text = fmt::format("{} TFLOP/s per rank mean (after step 1)", format_number(tflops.sum / tflops.n));
+    if (mfu.n > 0) {
+      text += fmt::format("; MFU {:.1f}%", 100.0 * mfu.sum / mfu.n);
+      if (run.summary && !run.summary->peak_source.empty()) text += " of " + run.summary->peak_source;
+    } else {
+      text += "; no MFU (no peak given: cleave train --profile FILE)";
+    }
+    html += row("model FLOP/s", text);
+  }
+  if (run.summary && run.summary->model_flops_per_step > 0) {
+    html += row("model FLOPs", fmt::format("{:.4g} per step (the cost model's forward and backward FLOPs of every "
+                                           "block; recomputation not counted; docs/report.md)",
+                                           run.summary->model_flops_per_step));
+  }
+  // Counts carried on from row to row: the last row's are the run's.
+  const ColumnStats nonfinite = stats_of(m, "nonfinite_steps");
+  if (nonfinite.n > 0) {
+    const ColumnStats skipped = stats_of(m, "skipped_steps");
+    html += row("non-finite steps", fmt::format("{:.0f} (skipped, no update applied: {:.0f})", nonfinite.last,
+                                                skipped.n > 0 ? skipped.last : 0.0));
+  }
   const ColumnStats peak = stats_of(m, "peak_bytes");
   if (peak.n > 0) html += row("peak memory", format_bytes(static_cast<std::int64_t>(peak.max)) + " (max over ranks)");
   if (run.summary) {
@@ -238,6 +262,10 @@ std::string build_report_html(const RunFiles& run) {
   html += chart(m, fmt::format("throughput ({}/s, all ranks)", unit), unit + "/s", {{"tokens_per_s", "#9467bd"}},
                 false);
   html += chart(m, "step time (ms)", "ms", {{"step_ms", "#8c564b"}}, false);
+  if (m.column("tflops_per_rank")) {  // runs before it was recorded have none
+    html += chart(m, "achieved model TFLOP/s per rank", "TFLOP/s", {{"tflops_per_rank", "#bcbd22"}}, false);
+  }
+  if (m.column("mfu")) html += chart(m, "MFU (fraction of the peak)", "MFU", {{"mfu", "#e377c2"}}, false);
   html += chart(m, "gradient norm (before clipping)", "norm", {{"grad_norm", "#ff7f0e"}}, false);
   if (m.column("eval_accuracy")) html += chart(m, "eval accuracy", "accuracy", {{"eval_accuracy", "#17becf"}});
   html += "</div>\n";

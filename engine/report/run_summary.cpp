@@ -19,6 +19,9 @@ std::string to_json_text(const RunSummary& s) {
   j["memory_limit"] = s.memory_limit;
   j["cpu"] = s.cpu;
   j["cpu_kernels"] = s.cpu_kernels;
+  j["model_flops_per_step"] = s.model_flops_per_step;
+  j["peak_flops_per_rank"] = s.peak_flops_per_rank;
+  j["peak_source"] = s.peak_source;
   j["categories"] = s.categories;
   j["ranks"] = nlohmann::ordered_json::array();
   for (const RankSummary& r : s.ranks) {
@@ -68,6 +71,9 @@ RunSummary parse_run_summary(const std::string& text, const std::string& path) {
     s.memory_limit = j.value("memory_limit", std::int64_t{0});
     s.cpu = j.value("cpu", std::string());
     s.cpu_kernels = j.value("cpu_kernels", std::string());
+    s.model_flops_per_step = j.value("model_flops_per_step", 0.0);
+    s.peak_flops_per_rank = j.value("peak_flops_per_rank", 0.0);
+    s.peak_source = j.value("peak_source", "");
     s.categories = j.at("categories").get<std::vector<std::string>>();
     for (const auto& row : j.at("ranks")) {
       RankSummary r;

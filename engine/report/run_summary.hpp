@@ -56,6 +56,11 @@ struct RunSummary {
   std::vector<std::string> categories;
   std::vector<RankSummary> ranks;
   std::vector<ResumeRecord> resumes;  // every resume of this run directory, oldest first
+  // Throughput (engine/train/throughput.hpp, docs/report.md): the model FLOPs of one step, and the peak FLOP/s
+  // per rank MFU is measured against with where it comes from (0 and "" = none given). Absent in older files.
+  double model_flops_per_step = 0;
+  double peak_flops_per_rank = 0;
+  std::string peak_source;
 };
 
 // Pretty JSON text (ends with a newline).

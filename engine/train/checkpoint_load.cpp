@@ -115,7 +115,8 @@ std::int64_t load_checkpoint(RankSetup& s, RankModel& model, StepTail& tail, con
   else layers::refresh_working_copies(model.params(), s.context);
   if (s.reports()) {
     const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    log::info("checkpoint: resumed from {} (step {}; rank 0 read {} in {:.1f} ms, {:.1f} MB/s)", step_dir, step,
+    log::info("checkpoint: {} {} (step {}; rank 0 read {} in {:.1f} ms, {:.1f} MB/s)",
+              continue_run ? "resumed from" : "loaded", step_dir, step,
               format_bytes(bytes_read), ms, static_cast<double>(bytes_read) / 1e6 / std::max(ms * 1e-3, 1e-9));
   }
   return step;

@@ -15,9 +15,9 @@ namespace {
 using nlohmann::json;
 
 // A key or a whole section ("parallel" covers parallel.partition.method).
-constexpr std::array<std::string_view, 17> kFree = {
+constexpr std::array<std::string_view, 18> kFree = {
     "train.steps",        "train.log_interval",       "train.eval_interval",
-    "train.eval_batches", "train.report",             "train.trace",
+    "train.eval_batches", "train.report",             "train.trace",  "train.skip_nonfinite_steps",
     "train.comm_timeout_s", "train.out_dir",          "train.recompute",
     "train.deterministic", "checkpoint",              "parallel",
     "batch.micro_batch_size", "batch.gradient_accumulation_steps", "device.memory_limit",

@@ -52,9 +52,10 @@ void write_text_file(const std::string& path, const std::string& text) {
                std::strerror(written ? errno : code), text.size());
 }
 
-void keep_metrics_through(const std::string& path, std::int64_t step) {
+StepCounts keep_metrics_through(const std::string& path, std::int64_t step) {
+  StepCounts counts;
   std::error_code ec;
-  if (!fs::exists(path, ec)) return;
+  if (!fs::exists(path, ec)) return counts;
   std::ifstream in(path);
   CLEAVE_CHECK(in.good(), "metrics file {}: cannot open for reading", path);
   std::string kept;
@@ -67,10 +68,17 @@ void keep_metrics_through(const std::string& path, std::int64_t step) {
     } catch (const std::exception& e) {
       CLEAVE_THROW("metrics file {}: line {} does not parse ({}); cannot resume into it", path, number, e.what());
     }
-    if (row.value("step", std::int64_t{0}) <= step) kept += line + "\n";
+    if (row.value("step", std::int64_t{0}) > step) continue;
+    kept += line + "\n";
+    const auto count = [&row](const char* key) {
+      const auto it = row.find(key);
+      return it != row.end() && it->is_number_integer() ? it->get<std::int64_t>() : std::int64_t{0};
+    };
+    counts = {count("nonfinite_steps"), count("skipped_steps")};
   }
   in.close();
   write_text_file(path, kept);
+  return counts;
 }
 
 MetricsWriter::MetricsWriter(std::string path, bool append) : path_(std::move(path)) {
@@ -93,8 +101,13 @@ void MetricsWriter::write(const StepMetrics& m) {
   j["lr"] = number(m.lr);
   j["grad_norm"] = number(m.grad_norm);
   j["tokens_per_s"] = number(m.tokens_per_s);
+  j["tflops_per_rank"] = number(m.flops_per_rank / 1e12);
+  if (std::isfinite(m.mfu)) j["mfu"] = m.mfu;
   j["step_ms"] = number(m.step_ms);
   j["peak_bytes"] = m.peak_bytes;
+  j["nonfinite_steps"] = m.nonfinite_steps;
+  j["skipped_steps"] = m.skipped_steps;
+  for (const auto& [key, value] : m.counts) j[key] = value;
   for (const auto& [key, value] : m.extra) j[key] = number(value);
   const std::string line = j.dump() + "\n";
   CLEAVE_CHECK(!failed_, "metrics file {}: an earlier write failed; no more rows are written", path_);
@@ -129,6 +142,13 @@ std::string format_duration(double seconds) {
   return fmt::format("{}h{:02}m", s / 3600, (s % 3600) / 60);
 }
 
+std::string format_flops(double f) {
+  if (!std::isfinite(f)) return "-";
+  if (f >= 1e12) return fmt::format("{:.2f} TFLOP/s", f / 1e12);
+  if (f >= 1e9) return fmt::format("{:.1f} GFLOP/s", f / 1e9);
+  return fmt::format("{:.1f} MFLOP/s", f / 1e6);
+}
+
 std::string format_memory(std::int64_t bytes) {
   const double b = static_cast<double>(bytes);
   if (bytes >= (std::int64_t{1} << 30)) return fmt::format("{:.2f} GiB", b / static_cast<double>(1 << 30));
@@ -147,9 +167,13 @@ ProgressPrinter::ProgressPrinter(std::int64_t total_steps, std::int64_t log_inte
 
 std::string ProgressPrinter::format_line(const StepMetrics& m) const {
   const int width = static_cast<int>(fmt::format("{}", total_steps_).size());
-  return fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.1e} | {} {}/s | {:.1f} ms/step | peak {}", m.step, width,
-                     total_steps_, m.loss, m.lr, format_rate(m.tokens_per_s), unit_, m.step_ms,
-                     format_memory(m.peak_bytes));
+  std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.1e} | gnorm {:.3g} | {} {}/s | {}/rank", m.step,
+                                 width, total_steps_, m.loss, m.lr, m.grad_norm, format_rate(m.tokens_per_s), unit_,
+                                 format_flops(m.flops_per_rank));
+  if (std::isfinite(m.mfu)) line += fmt::format(" | MFU {:.3g}%", 100.0 * m.mfu);
+  line += fmt::format(" | {:.1f} ms/step | peak {}", m.step_ms, format_memory(m.peak_bytes));
+  if (m.nonfinite_steps > 0) line += fmt::format(" | non-finite {} (skipped {})", m.nonfinite_steps, m.skipped_steps);
+  return line;
 }
 
 std::string ProgressPrinter::format_live_line(const StepMetrics& m, std::int64_t steps_done, double elapsed_s) const {
@@ -191,8 +215,12 @@ void ProgressPrinter::update(const StepMetrics& m) {
   if (std::isfinite(m.loss)) min_loss_ = std::min(min_loss_, m.loss);
   total_ms_ += m.step_ms;
   total_items_ += m.tokens_per_s * m.step_ms / 1000.0;
+  if (std::isfinite(m.flops_per_rank)) total_flops_ += m.flops_per_rank * m.step_ms / 1000.0;
+  if (std::isfinite(m.mfu) && m.mfu > 0) peak_flops_ = m.flops_per_rank / m.mfu;
+  const bool new_nonfinite = m.nonfinite_steps > counts_.nonfinite_steps;  // shown at once, whatever the interval
+  counts_ = {m.nonfinite_steps, m.skipped_steps};
   peak_bytes_ = std::max(peak_bytes_, m.peak_bytes);
-  const bool keep = m.step == 1 || m.step % log_interval_ == 0 || m.step == total_steps_;
+  const bool keep = m.step == 1 || m.step % log_interval_ == 0 || m.step == total_steps_ || new_nonfinite;
   if (keep) emit(format_line(m), true);
   if (live_ && m.step < total_steps_) {
     const double now = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -215,9 +243,12 @@ void ProgressPrinter::summary(std::string_view outputs) {
                        last_step_, first_step_ - 1, seconds);
   }
   if (steps_seen_ > 0) {
-    line += fmt::format(" | loss {:.4f} -> {:.4f} (min {:.4f}) | {} {}/s | peak {}", first_loss_, last_loss_,
+    line += fmt::format(" | loss {:.4f} -> {:.4f} (min {:.4f}) | {} {}/s | {}/rank", first_loss_, last_loss_,
                         min_loss_, format_rate(seconds > 0 ? total_items_ / seconds : 0.0), unit_,
-                        format_memory(peak_bytes_));
+                        format_flops(seconds > 0 ? total_flops_ / seconds : 0.0));
+    if (peak_flops_ > 0 && seconds > 0) line += fmt::format(" (MFU {:.3g}%)", 100.0 * total_flops_ / seconds / peak_flops_);
+    line += fmt::format(" | peak {} | non-finite {} (skipped {})", format_memory(peak_bytes_), counts_.nonfinite_steps,
+                        counts_.skipped_steps);
   }
   if (!outputs.empty()) line += fmt::format(" | {}", outputs);
   emit(line, true);

@@ -10,14 +10,17 @@
 //    before throwing, so every earlier row stays intact and the file never ends in half a row.
 //  - ProgressPrinter prints plain lines when its stream is not a terminal (logs, CI); on a terminal it also
 //    redraws a live bar with an ETA every step (carriage return, no newline). Kept lines look like
-//      step 120/500 | loss 2.3412 | lr 3.0e-04 | 12.3k tok/s | 84.1 ms/step | peak 123.4 MiB
-//    and the live line like
+//      step 120/500 | loss 2.3412 | lr 3.0e-04 | gnorm 0.842 | 12.3k tok/s | 1.52 TFLOP/s/rank | MFU 41.3% |
+//      84.1 ms/step | peak 123.4 MiB
+//    (one line; MFU only with a peak, "| non-finite N (skipped M)" appended once a step was not finite) and the
+//    live line like
 //      [#########...........]  24% 120/500 | loss 2.3412 | 12.3k tok/s | ETA 1m02s
 // Only rank 0 should create these (the caller decides); nothing here knows about ranks.
 #pragma once
 
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -32,9 +35,22 @@ struct StepMetrics {
   double lr = 0.0;            // learning rate used by this step
   double grad_norm = 0.0;     // global gradient norm before clipping
   double tokens_per_s = 0.0;  // items per second over all ranks (tokens for gpt, samples for mlp / cnn)
+  double flops_per_rank = std::numeric_limits<double>::quiet_NaN();  // achieved model FLOP/s per rank
+  double mfu = std::numeric_limits<double>::quiet_NaN();  // flops_per_rank / peak; NaN = no peak known
   double step_ms = 0.0;       // wall time of the step
   std::int64_t peak_bytes = 0;  // peak device memory (allocator) so far on this rank
-  std::vector<std::pair<std::string, double>> extra;  // more fields: eval_loss, eval_accuracy, clip_scale, ...
+  // Steps so far in this run directory (a resumed run carries its earlier rows' counts on) whose loss or
+  // gradient norm was not finite, and those of them whose update was skipped (train.skip_nonfinite_steps).
+  std::int64_t nonfinite_steps = 0;
+  std::int64_t skipped_steps = 0;
+  std::vector<std::pair<std::string, double>> extra;  // more fields: eval_loss, eval_accuracy, ...
+  std::vector<std::pair<std::string, std::int64_t>> counts;  // integer fields: resumed_at_step, config_changes
+};
+
+// The counts a metrics row carries on (StepMetrics::nonfinite_steps, skipped_steps).
+struct StepCounts {
+  std::int64_t nonfinite_steps = 0;
+  std::int64_t skipped_steps = 0;
 };
 
 // Creates `path` (with parents) for a new run. Throws cleave::Error naming the path when it already holds
@@ -47,9 +63,9 @@ void prepare_out_dir(const std::string& path);
 void write_text_file(const std::string& path, const std::string& text);
 
 // A resumed run at step k: keeps the rows of `path` whose "step" is <= k (in order) and drops the rest, so
-// appending from step k + 1 duplicates no step. A missing file is left missing. Throws Error naming the file
-// and line when a row does not parse.
-void keep_metrics_through(const std::string& path, std::int64_t step);
+// appending from step k + 1 duplicates no step. A missing file is left missing. Returns the last kept row's
+// counts (zero when it has none). Throws Error naming the file and line when a row does not parse.
+StepCounts keep_metrics_through(const std::string& path, std::int64_t step);
 
 class MetricsWriter {
  public:
@@ -60,8 +76,9 @@ class MetricsWriter {
   MetricsWriter(const MetricsWriter&) = delete;
   MetricsWriter& operator=(const MetricsWriter&) = delete;
 
-  // {"step": .., "loss": .., "lr": .., "grad_norm": .., "tokens_per_s": .., "step_ms": .., "peak_bytes": ..,
-  //  <extra>...}; non-finite numbers are written as null (JSON has no NaN).
+  // {"step": .., "loss": .., "lr": .., "grad_norm": .., "tokens_per_s": .., "tflops_per_rank": .., "mfu": ..,
+  //  "step_ms": .., "peak_bytes": .., "nonfinite_steps": .., "skipped_steps": .., <counts>..., <extra>...}; mfu
+  // only when known; the counts as integers; other non-finite numbers as null (JSON has no NaN).
   void write(const StepMetrics& metrics);
   const std::string& path() const { return path_; }
 
@@ -78,13 +95,15 @@ class ProgressPrinter {
   ProgressPrinter(std::int64_t total_steps, std::int64_t log_interval, std::string unit = "tok",
                   std::FILE* out = stdout, std::optional<bool> live = std::nullopt);
 
-  // Records the step; prints a line at step 1, every log_interval steps and the last step.
+  // Records the step; prints a line at step 1, every log_interval steps, the last step and every step that
+  // was not finite (its nonfinite_steps count rose).
   void update(const StepMetrics& metrics);
   // "eval step 200/500 | loss 1.4123 | accuracy 93.1%" (accuracy omitted when not given).
   void eval(std::int64_t step, double loss, std::optional<double> accuracy = std::nullopt);
-  // "done: 500 steps in 42.1 s | loss 5.5412 -> 1.4023 (min 1.3871) | 12.3k tok/s | peak 123.4 MiB | <where>",
-  // counting the steps this printer saw: after a resume at step 300, "done: 200 steps (301 to 500, resumed at
-  // step 300) in ..." with the loss, rate and peak of those steps.
+  // "done: 500 steps in 42.1 s | loss 5.5412 -> 1.4023 (min 1.3871) | 12.3k tok/s | 1.52 TFLOP/s/rank (MFU
+  // 41.3%) | peak 123.4 MiB | non-finite 0 (skipped 0) | <where>", counting the steps this printer saw: after a
+  // resume at step 300, "done: 200 steps (301 to 500, resumed at step 300) in ..." with the loss, rates and
+  // peak of those steps; the rates are totals over the total time, MFU shown when the steps had a peak.
   void summary(std::string_view outputs = {});
 
   // Ends an open live line (a newline), so a log line printed next starts on a line of its own.
@@ -111,6 +130,9 @@ class ProgressPrinter {
   std::int64_t last_step_ = 0;
   double total_ms_ = 0.0;
   double total_items_ = 0.0;
+  double total_flops_ = 0.0;  // per rank: the sum of flops_per_rank x seconds
+  double peak_flops_ = 0.0;   // per rank, from the steps' MFU (0 = none had one)
+  StepCounts counts_;         // the last step's
   double first_loss_ = 0.0;
   double last_loss_ = 0.0;
   double min_loss_ = 0.0;
@@ -122,5 +144,7 @@ class ProgressPrinter {
 std::string format_rate(double per_second);
 std::string format_duration(double seconds);
 std::string format_memory(std::int64_t bytes);
+// "1.52 TFLOP/s", "312.4 GFLOP/s", "85.0 MFLOP/s" ("-" when not finite).
+std::string format_flops(double flops_per_s);
 
 }  // namespace cleave::train

@@ -27,8 +27,8 @@ report::RunSummary gather_run_summary(RankSetup& s) {
   summary.grid = s.grid.str();
   summary.schedule = s.grid.pp_size() > 1 ? s.plan.schedule.name : std::string("single stage");
   summary.partition = s.plan.describe_partition();
-  summary.model = fmt::format("{}, {} blocks in {} stages", s.plan.spec.type, s.plan.spec.blocks.size(),
-                              s.plan.num_stages());
+  summary.model = fmt::format("{}, {} blocks in {} stage{}", s.plan.spec.type, s.plan.spec.blocks.size(),
+                              s.plan.num_stages(), s.plan.num_stages() == 1 ? "" : "s");
   summary.batch = fmt::format("global {} = micro {} x accum {} x dp {}", s.batch.global_batch_size,
                               s.batch.micro_batch_size, s.batch.gradient_accumulation_steps, s.grid.dp_size());
   summary.throughput_unit = std::string(s.plan.spec.throughput_unit());

@@ -92,12 +92,18 @@ void StepTail::optimizer_step() {
       data_parallel_ ? std::sqrt(reduce_doubles(setup_.world, {data_parallel_->local_grad_sum_of_squares(counted)},
                                                 comm::ReduceOp::kSum)[0])
                      : optim::global_grad_norm(model_.params(), across_stages, counted, setup_.context);
+  result_.lr = lr_schedule_.lr_at(step_);
+  // A NaN or an infinity anywhere would reach every weight through the update (and a checkpoint after it): the
+  // step is skipped instead. The norm is the same reduced value on every rank, so they all skip.
+  if (!std::isfinite(result_.grad_norm)) {
+    result_.skipped = true;
+    return;
+  }
   const double max_norm = setup_.config.optimizer.grad_clip;
   if (max_norm > 0) {
     if (data_parallel_) data_parallel_->clip(max_norm, result_.grad_norm);
     else optim::clip_grads(model_.params(), max_norm, result_.grad_norm, setup_.context);
   }
-  result_.lr = lr_schedule_.lr_at(step_);
   if (optimizer_) optimizer_->step(result_.lr);
   else data_parallel_->sharded_step(result_.lr);  // ZeRO-3 refreshes its working shards itself
   if (parameter_shards() == nullptr) layers::refresh_working_copies(model_.params(), setup_.context);

@@ -7,7 +7,10 @@
 // Invariants: the norm counts every logical gradient element once (tp-replicated parameters on tp rank 0,
 // a split tied table on the embedding's rank; with dp each rank its shard, summed over the world); the
 // update sees gradients that are the global-batch mean (the loss scale divides by every micro-batch of every
-// replica, so no division follows the reduction); the LR is the schedule's value at the step begin() named.
+// replica, so no division follows the reduction); the LR is the schedule's value at the step begin() named; a
+// step whose global norm is not finite (NaN or an infinity in any gradient) changes no weight and no optimizer
+// state: every rank sees the same reduced norm, so every rank skips together (the trainer decides whether the run
+// goes on, train.skip_nonfinite_steps).
 #pragma once
 
 #include <cstdint>
@@ -25,8 +28,9 @@ namespace cleave::train {
 // What one step's tail did.
 struct StepTailResult {
   double grad_norm = 0;         // before clipping
-  double lr = 0;                // the learning rate the update used
+  double lr = 0;                // the learning rate the update used (or would have used, when skipped)
   std::int64_t dp_bytes = 0;    // bytes this rank's data-parallel gradient collectives carried (0 without dp)
+  bool skipped = false;         // the norm was not finite: no update was applied (the weights are unchanged)
 };
 
 class StepTail {
@@ -44,8 +48,8 @@ class StepTail {
   void begin(std::int64_t step);
   // REDUCE_GRAD of `stage`: once every local stage has reported, finishes the gradient reduction.
   void reduce_grads(int stage);
-  // OPTIMIZER_STEP: the global norm, clipping, the update, the working-copy refresh. Collective over the
-  // replica's model-parallel ranks (and the world under dp).
+  // OPTIMIZER_STEP: the global norm, clipping, the update, the working-copy refresh; with a non-finite norm only
+  // the norm (the step is skipped). Collective over the replica's model-parallel ranks (and the world under dp).
   void optimizer_step();
   // After the step: its numbers.
   StepTailResult finish() const { return result_; }

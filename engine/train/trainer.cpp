@@ -18,6 +18,7 @@
 #include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/core/output_path.hpp"
 #include "engine/report/html_report.hpp"
 #include "engine/train/checkpoint_io.hpp"
 #include "engine/train/checkpoint_pieces.hpp"
@@ -183,6 +184,7 @@ struct Trainer::Impl {
   std::optional<FaultPlan> fault;  // usually empty
   std::int64_t current_step = 0;   // the step running (0-based): data and fault hooks read it
   StepTail tail;
+  Throughput throughput;           // model FLOPs per step; the peak comes with train()'s options
   std::unique_ptr<DataSource> train_data;
   std::unique_ptr<DataSource> eval_data;
   BatchLayout layout;
@@ -244,6 +246,7 @@ Trainer::Impl::Impl(config::RunConfig config, comm::Communicator& world, const o
         }
       }) {
   const config::RunConfig& cfg = setup.config;
+  throughput = make_throughput(setup.plan.spec, setup.batch.global_batch_size, setup.world.size(), {});
   train_data = make_data_source(cfg, Split::kTrain);
   if (cfg.train.eval_batches > 0) eval_data = make_data_source(cfg, Split::kEval);
   layout.global_batch_size = setup.batch.global_batch_size;
@@ -361,7 +364,10 @@ std::int64_t Trainer::load_checkpoint(const std::string& step_dir, bool continue
                  "--resume {}: this checkpoint holds weights only (written by cleave import): there is no run to "
                  "continue; start one from it with cleave train CONFIG --init-from {}",
                  step_dir, step_dir);
-    load_weights(open_weight_source(step_dir));
+    const WeightSource source = open_weight_source(step_dir);
+    FullParameters whole(impl_->tail.parameter_shards());
+    const std::size_t tensors = train::load_weights(impl_->setup, impl_->model, source);
+    if (impl_->setup.reports()) log::info("checkpoint: loaded {} (weights only, {} tensors on rank 0)", step_dir, tensors);
     return 0;
   }
   return train::load_checkpoint(impl_->setup, impl_->model, impl_->tail, step_dir, continue_run);
@@ -369,7 +375,11 @@ std::int64_t Trainer::load_checkpoint(const std::string& step_dir, bool continue
 
 void Trainer::load_weights(const WeightSource& source) {
   FullParameters whole(impl_->tail.parameter_shards());
-  train::load_weights(impl_->setup, impl_->model, source);
+  const std::size_t tensors = train::load_weights(impl_->setup, impl_->model, source);
+  if (impl_->setup.reports()) {
+    log::info("init: parameters from {} ({} tensors on rank 0); the optimizer state starts fresh at step 0",
+              source.origin, tensors);
+  }
 }
 
 EvalResult Trainer::evaluate(std::int64_t batches) {
@@ -422,6 +432,9 @@ StepStats Trainer::step(std::int64_t step) {
   stats.step_ms = elapsed_ms(start);
   const double items = static_cast<double>(s.setup.batch.global_batch_size * s.setup.plan.spec.items_per_sample());
   stats.tokens_per_s = items / (stats.step_ms * 1e-3);
+  stats.flops_per_rank = s.throughput.flops_per_rank(stats.step_ms);
+  stats.mfu = s.throughput.mfu(stats.step_ms);
+  stats.skipped = tail.skipped;
   stats.peak_bytes = static_cast<std::int64_t>(peaks[0]);
   stats.p2p_bytes = outcome.p2p_bytes_sent;
   stats.dp_grad_bytes = tail.dp_bytes;
@@ -433,8 +446,24 @@ TrainSummary Trainer::train(const TrainOptions& options) {
   RankSetup& s = impl.setup;
   const auto& cfg = s.config;
   const std::string unit(s.plan.spec.throughput_unit());
-  // Resume first: a checkpoint that cannot be loaded fails before anything is written.
   const std::string checkpoints = checkpoint_root();
+  impl.throughput.peak = options.peak;
+  // Every output path before any work: a checkpoint.dir that is a file, or an out_dir under one, is an error
+  // now, not after the steps it was meant to keep. Every rank writes checkpoint files; rank 0 the run files.
+  {
+    std::string error;
+    try {
+      if (s.reports()) check_output_dir("train.out_dir", cfg.train.out_dir);
+      if (cfg.checkpoint.interval > 0 || cfg.checkpoint.save_final) check_output_dir("checkpoint.dir", checkpoints);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    throw_if_any_rank_failed(s.world, error);
+  }
+  CLEAVE_CHECK(options.init == nullptr || options.resume.empty(),
+               "train: --init-from starts a fresh run from weights and --resume continues a run; give one of them");
+  if (options.init != nullptr) load_weights(*options.init);
+  // Resume first: a checkpoint that cannot be loaded fails before anything is written.
   std::int64_t start_step = 0;
   bool resumed = false;
   std::string resumed_from;
@@ -462,6 +491,7 @@ TrainSummary Trainer::train(const TrainOptions& options) {
   }
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<ProgressPrinter> progress;
+  StepCounts counts;  // carried on from the kept rows of a resumed run (rank 0 reads them; all ranks count)
   if (s.reports()) {
     // A resumed run continues in its own directory: metrics rows after the checkpoint's step are dropped.
     if (options.resume.empty()) prepare_out_dir(cfg.train.out_dir);
@@ -469,19 +499,26 @@ TrainSummary Trainer::train(const TrainOptions& options) {
     if (resumed) keep_previous_config(cfg.train.out_dir, config::to_json(cfg) + "\n", start_step);
     write_text_file(cfg.train.out_dir + "/config.json", config::to_json(cfg) + "\n");
     const std::string metrics_path = cfg.train.out_dir + "/metrics.jsonl";
-    if (!options.resume.empty()) keep_metrics_through(metrics_path, start_step);
+    if (!options.resume.empty()) counts = keep_metrics_through(metrics_path, start_step);
     metrics = std::make_unique<MetricsWriter>(metrics_path, !options.resume.empty());
     progress = std::make_unique<ProgressPrinter>(cfg.train.steps, cfg.train.log_interval, unit, stderr);
-    log::info("cleave: {} | {} | model {} ({} blocks in {} stages: {}) | batch {} = micro {} x accum {} x dp {} | "
+    log::info("cleave: {} | {} | model {} ({} blocks in {} stage{}: {}) | batch {} = micro {} x accum {} x dp {} | "
               "data {}",
               s.grid.str(), cfg.parallel.pipeline_model_parallel_size > 1 ? "schedule " + s.plan.schedule.name
                                                                           : std::string("single stage"),
-              s.plan.spec.type, s.plan.spec.blocks.size(), s.plan.num_stages(), s.plan.describe_partition(),
+              s.plan.spec.type, s.plan.spec.blocks.size(), s.plan.num_stages(), s.plan.num_stages() == 1 ? "" : "s",
+              s.plan.describe_partition(),
               s.batch.global_batch_size, s.batch.micro_batch_size, s.batch.gradient_accumulation_steps,
               s.grid.dp_size(), impl.train_data->describe());
+    log::info("throughput: {:.4g} model FLOPs per step (cost model, recomputation not counted; docs/report.md) "
+              "shared by {} rank{}; {}",
+              impl.throughput.model_flops_per_step, s.world.size(), s.world.size() == 1 ? "" : "s",
+              options.peak.per_rank > 0 ? "MFU against the " + options.peak.source
+                                        : std::string("no MFU without a peak (cleave train --profile FILE)"));
   }
   // Peak memory counts the model, not whatever earlier runs in this process left behind.
   s.allocator->reset_peak();
+  std::int64_t nonfinite_in_a_row = 0;
 
   TrainSummary summary;
   try {
@@ -500,11 +537,19 @@ TrainSummary Trainer::train(const TrainOptions& options) {
       m.lr = stats.lr;
       m.grad_norm = stats.grad_norm;
       m.tokens_per_s = stats.tokens_per_s;
+      m.flops_per_rank = stats.flops_per_rank;
+      m.mfu = stats.mfu;
       m.step_ms = stats.step_ms;
       m.peak_bytes = stats.peak_bytes;
+      const bool finite = std::isfinite(stats.loss) && std::isfinite(stats.grad_norm);
+      nonfinite_in_a_row = finite ? 0 : nonfinite_in_a_row + 1;
+      counts.nonfinite_steps += finite ? 0 : 1;
+      counts.skipped_steps += stats.skipped ? 1 : 0;
+      m.nonfinite_steps = counts.nonfinite_steps;
+      m.skipped_steps = counts.skipped_steps;
       if (resumed && step == start_step) {  // the report marks where the run resumed
-        m.extra.emplace_back("resumed_at_step", static_cast<double>(start_step));
-        m.extra.emplace_back("config_changes", static_cast<double>(resume_changes.size()));
+        m.counts.emplace_back("resumed_at_step", start_step);
+        m.counts.emplace_back("config_changes", static_cast<std::int64_t>(resume_changes.size()));
       }
       // Evaluation every eval_interval steps and after the last one, on that step's metrics row.
       const bool last = step + 1 == cfg.train.steps;
@@ -519,8 +564,14 @@ TrainSummary Trainer::train(const TrainOptions& options) {
       }
       if (metrics) metrics->write(m);
       if (progress) progress->update(m);
-      CLEAVE_CHECK(std::isfinite(stats.loss), "training diverged at step {}: loss is {} (lower optimizer.lr?)",
-                   step + 1, stats.loss);
+      CLEAVE_CHECK(nonfinite_in_a_row <= cfg.train.skip_nonfinite_steps,
+                   "training diverged at step {}: loss is {}, gradient norm {} ({} non-finite step{} in a row, "
+                   "train.skip_nonfinite_steps is {}); {}. Lower optimizer.lr, check the data and the initial "
+                   "weights, or let the run skip such steps (train.skip_nonfinite_steps)",
+                   step + 1, stats.loss, stats.grad_norm, nonfinite_in_a_row, nonfinite_in_a_row == 1 ? "" : "s",
+                   cfg.train.skip_nonfinite_steps,
+                   stats.skipped ? "its update was not applied (the weights are those the step began with)"
+                                 : "its update was applied (the gradient norm was finite)");
       const bool periodic = cfg.checkpoint.interval > 0 && (step + 1) % cfg.checkpoint.interval == 0;
       if (periodic || (last && cfg.checkpoint.save_final)) {
         if (progress) progress->interrupt();  // the checkpoint's log line gets a line of its own
@@ -542,7 +593,10 @@ TrainSummary Trainer::train(const TrainOptions& options) {
   summary.peak_bytes = summary.steps.empty() ? 0 : summary.steps.back().peak_bytes;
   // Every rank's own peak (the memory a layout needs per device) by category, with its coordinates: run.json
   // for the report, and the per-rank totals on one line.
-  const report::RunSummary record = gather_run_summary(s);
+  report::RunSummary record = gather_run_summary(s);
+  record.model_flops_per_step = impl.throughput.model_flops_per_step;
+  record.peak_flops_per_rank = impl.throughput.peak.per_rank;
+  record.peak_source = impl.throughput.peak.source;
   if (s.reports()) {
     write_run_summary(with_resume(record, cfg.train.out_dir, resumed, start_step, resumed_from, resume_changes),
                       cfg.train.out_dir);

@@ -22,6 +22,7 @@
 #include "engine/config/config.hpp"
 #include "engine/planning/plan.hpp"
 #include "kernels/ops/host_waits.hpp"
+#include "engine/train/throughput.hpp"
 #include "engine/train/weight_source.hpp"
 #include "pipeline/timeline.hpp"
 
@@ -38,6 +39,9 @@ struct StepStats {
   double grad_norm = 0;  // before clipping
   double step_ms = 0;
   double tokens_per_s = 0;       // items (tokens, or samples for mlp/cnn) per second, global
+  double flops_per_rank = 0;     // achieved model FLOP/s per rank (throughput.hpp)
+  double mfu = 0;                // flops_per_rank / the peak given to train(); NaN without one
+  bool skipped = false;          // the gradient norm was not finite: no update was applied
   std::int64_t peak_bytes = 0;   // max over ranks of the allocator's peak so far
   std::int64_t p2p_bytes = 0;    // boundary bytes (activations, gradients) this rank sent to other pp ranks
   std::int64_t dp_grad_bytes = 0;  // bytes this rank's data-parallel gradient collectives carried (0 without dp)
@@ -60,9 +64,14 @@ struct TrainSummary {
 // checkpoint.dir, or a fresh start when there is none; otherwise a checkpoint directory (step_NNNNNNN) or a
 // checkpoint.dir-style root (its latest complete checkpoint). allow_config_change: keys a resumed run may
 // change beyond those that change freely (engine/train/config_change.hpp).
+// init (train --init-from; may be null): weights loaded by train() after its output paths are checked, so a bad
+// path fails before any load. peak: one rank's peak FLOP/s that MFU is measured against (cleave train --profile;
+// throughput.hpp); none = no MFU, the achieved FLOP/s is reported all the same.
 struct TrainOptions {
   std::string resume;
   std::vector<std::string> allow_config_change;
+  const WeightSource* init = nullptr;
+  PeakFlops peak;
 };
 
 struct CheckpointSaveStats {
@@ -86,7 +95,11 @@ class Trainer {
 
   // The whole run: output directory, metrics, progress, evaluation, checkpoints, summary, run.json and (on world
   // rank 0, train.report) report.html, also written when a step throws. Collective.
+  // Before anything is loaded or run, train.out_dir (rank 0) and the checkpoint root (every rank, when the run
+  // saves) are checked writable (engine/core/output_path.hpp); an error names the key and the path.
   // Resuming at step k keeps metrics.jsonl rows 1..k and appends from k + 1.
+  // A step whose loss or gradient norm is not finite applies no update; more than train.skip_nonfinite_steps of
+  // them in a row stop the run with an error naming the step.
   TrainSummary train(const TrainOptions& options = {});
   // One optimizer step (0-based). Collective.
   StepStats step(std::int64_t step);

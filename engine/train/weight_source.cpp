@@ -10,10 +10,10 @@
 
 #include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/error.hpp"
-#include "engine/core/log.hpp"
 #include "engine/hf/hf_import.hpp"
 #include "engine/train/checkpoint_pieces.hpp"
 #include "engine/train/checkpoint_reader.hpp"
+#include "engine/train/finite_weights.hpp"
 #include "engine/train/rank_model.hpp"
 #include "engine/train/rank_setup.hpp"
 #include "kernels/ops/ops.hpp"
@@ -123,7 +123,7 @@ config::RunConfig config_for_init(const std::string& config_path, const std::vec
   return config;
 }
 
-void load_weights(RankSetup& s, RankModel& model, const WeightSource& source) {
+std::size_t load_weights(RankSetup& s, RankModel& model, const WeightSource& source) {
   std::string error;
   const auto& params = model.params();
   std::vector<std::vector<float>> values(params.size());
@@ -139,6 +139,7 @@ void load_weights(RankSetup& s, RankModel& model, const WeightSource& source) {
       const Shape shape = logical_shape(p);
       const std::vector<std::int64_t> dims(shape.dims().begin(), shape.dims().end());
       std::vector<float> logical = source.tensor(p.name, dims);
+      check_finite_weights(source.origin, p.name, logical);
       values[i] = p.shard.dim < 0 ? std::move(logical) : layers::shard_of(logical, p.shard);
       CLEAVE_ASSERT(static_cast<std::int64_t>(values[i].size()) == p.value.numel(), "{}: shard of {} elements for {}",
                     p.name, values[i].size(), p.value.numel());
@@ -158,10 +159,7 @@ void load_weights(RankSetup& s, RankModel& model, const WeightSource& source) {
     }
   }
   layers::refresh_working_copies(params, s.context);
-  if (s.reports()) {
-    log::info("init: parameters from {} ({} tensors on rank 0); the optimizer state starts fresh at step 0",
-              source.origin, params.size());
-  }
+  return params.size();
 }
 
 }  // namespace cleave::train

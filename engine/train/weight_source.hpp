@@ -8,9 +8,11 @@
 //    is ONE Error naming model.<key> and both values. Everything else of CONFIG is read as usual.
 //  - load_weights is collective: every rank takes its tp shard of each parameter its stages hold (any tp, pp,
 //    dp layout; the tied table on both pp ends); all are read and checked before any is assigned, and an
-//    error on any rank is thrown on every rank.
+//    error on any rank is thrown on every rank. A tensor holding a NaN or an infinity is such an error, naming
+//    the tensor (finite_weights.hpp).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -42,7 +44,9 @@ WeightSource open_weight_source(const std::string& path);
 config::RunConfig config_for_init(const std::string& config_path, const std::vector<std::string>& overrides,
                                   const WeightSource& source);
 
-// Assigns every parameter of this rank from `source` (collective; see above). The optimizer is untouched.
-void load_weights(RankSetup& setup, RankModel& model, const WeightSource& source);
+// Assigns every parameter of this rank from `source` (collective; see above). The optimizer is untouched. Logs
+// nothing: the caller says what the weights are for (a run's start, or generation). Returns the tensors
+// assigned on this rank.
+std::size_t load_weights(RankSetup& setup, RankModel& model, const WeightSource& source);
 
 }  // namespace cleave::train

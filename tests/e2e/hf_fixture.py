@@ -3,9 +3,10 @@
 and an untied head) directory with the standard library only (no torch, no downloads): config.json as
 transformers writes it and seeded random weights (normal, std 0.3: far from a fresh model's) under
 transformers' names and shapes (GPT-2's Conv1D weights [in, out]) in model.safetensors, or in --shards files
-with model.safetensors.index.json. --drop / --extra / --reshape NAME make bad inputs.
+with model.safetensors.index.json. --drop / --extra / --reshape / --nan NAME make bad inputs (--nan: element 3
+of NAME is a NaN).
 
-    hf_fixture.py OUT_DIR [--llama] [--shards N] [--seed S] [--drop NAME] [--extra NAME] [--reshape NAME]
+    hf_fixture.py OUT_DIR [--llama] [--shards N] [--seed S] [--drop NAME] [--extra NAME] [--reshape NAME] [--nan NAME]
 """
 import argparse
 import json
@@ -88,6 +89,7 @@ def main():
     ap.add_argument("--drop")
     ap.add_argument("--extra")
     ap.add_argument("--reshape")
+    ap.add_argument("--nan")
     a = ap.parse_args()
     w = tensors(a.seed, a.llama)
     if a.drop:
@@ -97,6 +99,8 @@ def main():
     if a.reshape:
         shape, values = w[a.reshape]
         w[a.reshape] = (list(reversed(shape)), values)
+    if a.nan:
+        w[a.nan][1][3] = float("nan")
     os.makedirs(a.out)
     config = {"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": V, "n_embd": D,
               "n_layer": LAYERS, "n_head": HEADS, "n_positions": T, "n_inner": F, "activation_function": "gelu_new",

@@ -1,11 +1,20 @@
 // End-to-end training on one rank: the tiny GPT learns the synthetic task, the digits models reach a
-// stated test accuracy, runs are bit-for-bit repeatable, and the steady-state step allocates nothing.
+// stated test accuracy, runs are bit-for-bit repeatable, the steady-state step allocates nothing, and a
+// non-finite step applies no update, is counted and stops the run (or not, within train.skip_nonfinite_steps).
 // Runs in-process (MPI singleton world of one).
 #include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
 
 #include "engine/core/allocator.hpp"
 #include "engine/planning/memory_plan.hpp"
@@ -156,6 +165,86 @@ TEST(TrainE2E, Bf16WorkspacePlanMatchesTheAllocator) {
     EXPECT_GE(planned, measured * 0.95) << "planned " << planned << " B, measured " << measured << " B";
     EXPECT_LE(planned, measured * 1.05) << "planned " << planned << " B, measured " << measured << " B";
   }
+}
+
+// A learning rate of 1e25 blows the weights up in step 1, so step 2's loss and gradients are not finite. That
+// step applies no update (the weights stay those after step 1, bit for bit), is counted, and stops the run
+// under train.skip_nonfinite_steps 0 with the step named; with a budget the run goes on, every such step
+// skipped and counted in metrics.jsonl. Its achieved FLOP/s is reported, MFU only with a peak.
+config::RunConfig exploding_gpt(std::int64_t steps, std::int64_t skip, const std::string& out_dir) {
+  auto config = tiny_gpt(steps);
+  config.optimizer.type = config::OptimizerType::kSgd;
+  config.optimizer.momentum = 0;
+  config.optimizer.lr = 1e25;
+  config.optimizer.warmup_steps = 0;
+  config.optimizer.grad_clip = 0;
+  config.optimizer.schedule = config::LrScheduleType::kConstant;
+  config.train.eval_batches = 0;
+  config.train.skip_nonfinite_steps = skip;
+  config.train.out_dir = out_dir;
+  config.train.report = false;
+  config.checkpoint.save_final = false;
+  return config;
+}
+
+std::vector<nlohmann::json> metrics_rows(const std::string& out_dir) {
+  std::ifstream in(out_dir + "/metrics.jsonl");
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(in, line);) rows.push_back(nlohmann::json::parse(line));
+  return rows;
+}
+
+TEST(TrainE2E, NonFiniteStepsApplyNoUpdateAreCountedAndStopTheRun) {
+  auto world = make_world();
+  {
+    train::Trainer trainer(exploding_gpt(4, 0, ""), *world);
+    const auto first = trainer.step(0);
+    ASSERT_TRUE(std::isfinite(first.loss) && std::isfinite(first.grad_norm)) << first.loss << " " << first.grad_norm;
+    EXPECT_FALSE(first.skipped);
+    EXPECT_GT(first.flops_per_rank, 0);
+    EXPECT_TRUE(std::isnan(first.mfu));  // no peak given
+    const auto after_first = trainer.gather_parameters();
+    const auto second = trainer.step(1);
+    ASSERT_FALSE(std::isfinite(second.grad_norm)) << "lr 1e25 did not blow up: norm " << second.grad_norm;
+    EXPECT_TRUE(second.skipped);
+    EXPECT_EQ(trainer.gather_parameters(), after_first);  // finite and untouched
+  }
+  const std::string root = ::testing::TempDir() + "cleave_nonfinite_" + std::to_string(::getpid());
+  std::filesystem::remove_all(root);
+  {
+    train::Trainer trainer(exploding_gpt(4, 0, root + "/stop"), *world);
+    try {
+      trainer.train();
+      FAIL() << "a non-finite step did not stop the run";
+    } catch (const Error& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find("training diverged at step 2: loss is "), std::string::npos) << what;
+      EXPECT_NE(what.find("(1 non-finite step in a row, train.skip_nonfinite_steps is 0); its update was not applied"),
+                std::string::npos)
+          << what;
+    }
+    const auto rows = metrics_rows(root + "/stop");
+    ASSERT_EQ(rows.size(), 2u);
+    EXPECT_EQ(rows[0]["nonfinite_steps"], 0);
+    EXPECT_EQ(rows[1]["nonfinite_steps"], 1);
+    EXPECT_EQ(rows[1]["skipped_steps"], 1);
+    EXPECT_TRUE(rows[1]["grad_norm"].is_null());
+    EXPECT_GT(rows[0]["tflops_per_rank"].get<double>(), 0);
+    EXPECT_FALSE(rows[0].contains("mfu"));
+  }
+  {
+    train::Trainer trainer(exploding_gpt(4, 3, root + "/go_on"), *world);
+    train::TrainOptions options;
+    options.peak = {1e12, "a 1 TFLOP/s test peak"};
+    const train::TrainSummary summary = trainer.train(options);
+    EXPECT_TRUE(summary.completed);
+    const auto rows = metrics_rows(root + "/go_on");
+    ASSERT_EQ(rows.size(), 4u);
+    EXPECT_EQ(rows[3]["nonfinite_steps"], 3);  // steps 2, 3 and 4
+    EXPECT_EQ(rows[3]["skipped_steps"], 3);
+    EXPECT_NEAR(rows[3]["mfu"].get<double>(), rows[3]["tflops_per_rank"].get<double>(), 1e-12);  // peak 1 TFLOP/s
+  }
+  std::filesystem::remove_all(root);
 }
 
 TEST(TrainE2E, DigitsCnnReachesTestAccuracy) {

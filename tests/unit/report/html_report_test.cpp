@@ -210,6 +210,42 @@ TEST(HtmlReport, MarksWhereTheRunResumed) {
   EXPECT_EQ(build_report_html(run).find("class=\"xmarker\""), std::string::npos);  // not resumed: no marker
 }
 
+// Throughput and non-finite steps: the TFLOP/s and MFU curves, the means after step 1 with the peak's source,
+// the model FLOPs, and the run's counts from the last row.
+TEST(HtmlReport, ThroughputMfuAndNonFiniteSteps) {
+  std::string rows;
+  for (int i = 1; i <= 6; ++i) {
+    rows += "{\"step\":" + std::to_string(i) + ",\"loss\":2.5,\"tflops_per_rank\":" + (i == 1 ? "0.5" : "2.0") +
+            ",\"mfu\":" + (i == 1 ? "0.1" : "0.4") + ",\"step_ms\":10,\"nonfinite_steps\":" +
+            std::to_string(i >= 4 ? 2 : 0) + ",\"skipped_steps\":" + std::to_string(i >= 4 ? 1 : 0) + "}\n";
+  }
+  RunFiles run;
+  run.dir = "throughput";
+  run.metrics = parse_metrics(rows, "m");
+  run.summary = two_rank_summary();
+  run.summary->model_flops_per_step = 1.5e12;
+  run.summary->peak_flops_per_rank = 5e12;
+  run.summary->peak_source = "bf16 peak 5 TFLOP/s of a test GPU (t.json)";
+  const std::string html = build_report_html(run);
+  EXPECT_EQ(polyline_points(html, "tflops_per_rank"), 6);
+  EXPECT_EQ(polyline_points(html, "mfu"), 6);
+  EXPECT_NE(html.find("2 TFLOP/s per rank mean (after step 1); MFU 40.0% of bf16 peak 5 TFLOP/s of a test GPU "
+                      "(t.json)"),
+            std::string::npos)
+      << html;
+  EXPECT_NE(html.find("1.5e+12 per step"), std::string::npos);
+  EXPECT_NE(html.find("<td>2 (skipped, no update applied: 1)</td>"), std::string::npos);
+  // A run without a peak says how to get one; one without the fields draws no such curve.
+  run.metrics = parse_metrics(metrics_rows(4, 100), "m");
+  const std::string old_run = build_report_html(run);
+  EXPECT_EQ(polyline_points(old_run, "tflops_per_rank"), -1);
+  EXPECT_EQ(old_run.find("non-finite steps"), std::string::npos);
+  const RunSummary back = parse_run_summary(to_json_text(*run.summary), "run.json");
+  EXPECT_DOUBLE_EQ(back.model_flops_per_step, 1.5e12);
+  EXPECT_DOUBLE_EQ(back.peak_flops_per_rank, 5e12);
+  EXPECT_EQ(back.peak_source, run.summary->peak_source);
+}
+
 TEST(HtmlReport, WithoutRunJsonStillDrawsCurves) {
   RunFiles run;
   run.dir = "old_run";

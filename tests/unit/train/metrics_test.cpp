@@ -47,6 +47,7 @@ StepMetrics sample_metrics(std::int64_t step) {
   m.lr = 3e-4;
   m.grad_norm = 0.75;
   m.tokens_per_s = 12345;
+  m.flops_per_rank = 1.52e12;
   m.step_ms = 84.12;
   m.peak_bytes = static_cast<std::int64_t>(123.4 * 1024 * 1024);
   return m;
@@ -87,9 +88,17 @@ TEST(MetricsWriter, ResumeKeepsRowsThroughTheStepAndAppends) {
   const fs::path path = root / "metrics.jsonl";
   {
     MetricsWriter writer(path.string());
-    for (int step = 1; step <= 4; ++step) writer.write(sample_metrics(step));
+    for (int step = 1; step <= 4; ++step) {
+      StepMetrics m = sample_metrics(step);
+      m.nonfinite_steps = step >= 2 ? step - 1 : 0;  // steps 2, 3, 4 were not finite
+      m.skipped_steps = step >= 2 ? 1 : 0;
+      writer.write(m);
+    }
   }
-  keep_metrics_through(path.string(), 2);
+  // The counts of the last kept row carry on: 1 non-finite step, 1 skipped, by step 2.
+  const StepCounts counts = keep_metrics_through(path.string(), 2);
+  EXPECT_EQ(counts.nonfinite_steps, 1);
+  EXPECT_EQ(counts.skipped_steps, 1);
   {
     MetricsWriter writer(path.string(), /*append=*/true);
     writer.write(sample_metrics(3));
@@ -110,6 +119,7 @@ TEST(MetricsWriter, OneFlushedJsonObjectPerStep) {
   MetricsWriter writer(path.string());
   StepMetrics m = sample_metrics(1);
   m.extra = {{"eval_loss", 1.25}, {"clip_scale", 0.5}};
+  m.counts = {{"resumed_at_step", 4}};
   writer.write(m);
   // Flushed: visible while the writer is alive.
   auto lines = read_file(path);
@@ -117,6 +127,9 @@ TEST(MetricsWriter, OneFlushedJsonObjectPerStep) {
   StepMetrics bad = sample_metrics(2);
   bad.loss = std::nan("");
   bad.grad_norm = INFINITY;
+  bad.mfu = 0.25;
+  bad.nonfinite_steps = 1;
+  bad.skipped_steps = 1;
   writer.write(bad);
   lines = read_file(path);
   std::istringstream in(lines);
@@ -130,12 +143,21 @@ TEST(MetricsWriter, OneFlushedJsonObjectPerStep) {
   EXPECT_DOUBLE_EQ(first["tokens_per_s"].get<double>(), 12345);
   EXPECT_DOUBLE_EQ(first["step_ms"].get<double>(), 84.12);
   EXPECT_EQ(first["peak_bytes"], m.peak_bytes);
+  EXPECT_DOUBLE_EQ(first["tflops_per_rank"].get<double>(), 1.52);
+  EXPECT_FALSE(first.contains("mfu"));  // no peak: no field
+  EXPECT_TRUE(first["nonfinite_steps"].is_number_integer());
+  EXPECT_TRUE(first["skipped_steps"].is_number_integer());
+  EXPECT_TRUE(first["resumed_at_step"].is_number_integer());  // never 4.0
+  EXPECT_EQ(first["resumed_at_step"], 4);
   EXPECT_DOUBLE_EQ(first["eval_loss"].get<double>(), 1.25);
   std::getline(in, line);
   const auto second = nlohmann::json::parse(line);
   EXPECT_TRUE(second["loss"].is_null());
   EXPECT_TRUE(second["grad_norm"].is_null());
   EXPECT_EQ(second["step"], 2);
+  EXPECT_DOUBLE_EQ(second["mfu"].get<double>(), 0.25);
+  EXPECT_EQ(second["nonfinite_steps"], 1);
+  EXPECT_EQ(second["skipped_steps"], 1);
   fs::remove_all(root);
   EXPECT_THROW(MetricsWriter((root / "no" / "such" / "dir" / "m.jsonl").string()), Error);
 }
@@ -144,13 +166,27 @@ TEST(Progress, LineFormat) {
   ProgressPrinter printer(500, 10, "tok", stdout, false);
   StepMetrics m = sample_metrics(120);
   m.loss = 2.3412;
-  EXPECT_EQ(printer.format_line(m), "step 120/500 | loss 2.3412 | lr 3.0e-04 | 12.3k tok/s | 84.1 ms/step | peak 123.4 MiB");
+  EXPECT_EQ(printer.format_line(m), "step 120/500 | loss 2.3412 | lr 3.0e-04 | gnorm 0.75 | 12.3k tok/s | "
+                                    "1.52 TFLOP/s/rank | 84.1 ms/step | peak 123.4 MiB");
   m.step = 7;
   m.tokens_per_s = 2.5e6;
   m.peak_bytes = 3LL << 30;
-  EXPECT_EQ(printer.format_line(m), "step   7/500 | loss 2.3412 | lr 3.0e-04 | 2.50M tok/s | 84.1 ms/step | peak 3.00 GiB");
+  m.grad_norm = 1234.5;
+  m.flops_per_rank = 3.125e9;
+  m.mfu = 0.4134;
+  EXPECT_EQ(printer.format_line(m), "step   7/500 | loss 2.3412 | lr 3.0e-04 | gnorm 1.23e+03 | 2.50M tok/s | "
+                                    "3.1 GFLOP/s/rank | MFU 41.3% | 84.1 ms/step | peak 3.00 GiB");
+  // Non-finite steps appear once there is one.
+  m.nonfinite_steps = 2;
+  m.skipped_steps = 1;
+  m.grad_norm = std::nan("");
+  EXPECT_TRUE(printer.format_line(m).ends_with("| gnorm nan | 2.50M tok/s | 3.1 GFLOP/s/rank | MFU 41.3% | 84.1 "
+                                               "ms/step | peak 3.00 GiB | non-finite 2 (skipped 1)"))
+      << printer.format_line(m);
   EXPECT_EQ(format_rate(950), "950.0");
   EXPECT_EQ(format_memory(2048), "2.0 KiB");
+  EXPECT_EQ(format_flops(85e6), "85.0 MFLOP/s");
+  EXPECT_EQ(format_flops(std::nan("")), "-");
 }
 
 TEST(Progress, PlainLinesAtIntervalsAndSummary) {
@@ -173,8 +209,54 @@ TEST(Progress, PlainLinesAtIntervalsAndSummary) {
   EXPECT_NE(lines[0].find("samples/s"), std::string::npos);
   EXPECT_EQ(lines[4], "eval step 25/25 | loss 1.5000 | accuracy 93.1%");
   // 25 steps of 84.12 ms = 2.1 s; loss 2.3512 -> 2.5912, min = first; 12.3k samples/s.
-  EXPECT_EQ(lines[5], "done: 25 steps in 2.1 s | loss 2.3512 -> 2.5912 (min 2.3512) | 12.3k samples/s | peak 123.4 MiB "
-                      "| outputs in runs/x");
+  EXPECT_EQ(lines[5], "done: 25 steps in 2.1 s | loss 2.3512 -> 2.5912 (min 2.3512) | 12.3k samples/s | "
+                      "1.52 TFLOP/s/rank | peak 123.4 MiB | non-finite 0 (skipped 0) | outputs in runs/x");
+}
+
+// The summary's rate is the total over the total time, and its MFU that rate over the peak the steps had.
+TEST(Progress, SummaryFlopsMfuAndCounts) {
+  std::FILE* out = std::tmpfile();
+  ProgressPrinter printer(2, 1, "tok", out, false);
+  StepMetrics a = sample_metrics(1);
+  a.step_ms = 100;
+  a.flops_per_rank = 1e12;
+  a.mfu = 0.5;  // a peak of 2 TFLOP/s
+  StepMetrics b = sample_metrics(2);
+  b.step_ms = 300;
+  b.flops_per_rank = 3e12;
+  b.mfu = 1.5;
+  b.nonfinite_steps = 1;
+  b.skipped_steps = 1;
+  printer.update(a);
+  printer.update(b);
+  printer.summary();
+  const std::string text = read_stream(out);
+  std::fclose(out);
+  // (0.1 s x 1 + 0.3 s x 3) TFLOP / 0.4 s = 2.5 TFLOP/s; MFU 2.5 / 2 = 125% (3 significant digits).
+  EXPECT_NE(text.find("| 2.50 TFLOP/s/rank (MFU 125%) | peak 123.4 MiB | non-finite 1 (skipped 1)"),
+            std::string::npos)
+      << text;
+}
+
+// A non-finite step is shown when it happens, between log intervals too.
+TEST(Progress, NonFiniteStepsArePrintedAtOnce) {
+  std::FILE* out = std::tmpfile();
+  ProgressPrinter printer(30, 10, "tok", out, false);
+  for (int step = 1; step <= 12; ++step) {
+    StepMetrics m = sample_metrics(step);
+    m.nonfinite_steps = step >= 4 ? 1 : 0;  // step 4 only
+    m.skipped_steps = m.nonfinite_steps;
+    printer.update(m);
+  }
+  const std::string text = read_stream(out);
+  std::fclose(out);
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 3u) << text;  // steps 1, 4 and 10
+  EXPECT_TRUE(lines[1].starts_with("step  4/30 |")) << lines[1];
+  EXPECT_TRUE(lines[1].ends_with("| non-finite 1 (skipped 1)")) << lines[1];
+  EXPECT_TRUE(lines[2].starts_with("step 10/30 |")) << lines[2];
 }
 
 // A resumed run counts only the steps it ran (it said "done: 25 steps" after running 5).

@@ -1,0 +1,60 @@
+// Output path checks (output_path.hpp).
+#include "engine/core/output_path.hpp"
+
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "engine/core/error.hpp"
+
+namespace cleave {
+namespace fs = std::filesystem;
+
+namespace {
+
+// The nearest existing ancestor of `path` (path itself when it exists) must be a directory that entries can be
+// created in; a file on the way is named.
+void check_creatable(std::string_view what, const std::string& path, const fs::path& start) {
+  std::error_code ec;
+  fs::path existing = start;
+  while (!existing.empty() && !fs::exists(existing, ec)) existing = existing.parent_path();
+  if (existing.empty()) existing = fs::current_path(ec);
+  CLEAVE_CHECK(fs::is_directory(existing, ec),
+               "{} {}: {} is a file, not a directory, so nothing can be created under it; choose another path", what,
+               path, existing.string());
+  CLEAVE_CHECK(::access(existing.c_str(), W_OK | X_OK) == 0,
+               "{} {}: cannot create files in {} ({}); choose a writable path", what, path, existing.string(),
+               std::strerror(errno));
+}
+
+}  // namespace
+
+void check_output_dir(std::string_view what, const std::string& path) {
+  CLEAVE_CHECK(!path.empty(), "{} is empty; give a directory to write into", what);
+  std::error_code ec;
+  if (fs::exists(path, ec)) {
+    CLEAVE_CHECK(fs::is_directory(path, ec),
+                 "{} {} exists and is not a directory; nothing was written (choose another path or remove it)", what,
+                 path);
+  }
+  check_creatable(what, path, fs::path(path));
+}
+
+void check_output_file(std::string_view what, const std::string& path, bool may_exist) {
+  CLEAVE_CHECK(!path.empty(), "{} is empty; give a file to write", what);
+  std::error_code ec;
+  if (fs::exists(path, ec)) {
+    CLEAVE_CHECK(may_exist, "{} {} already exists; nothing was written (remove it or choose another path)", what,
+                 path);
+    CLEAVE_CHECK(fs::is_regular_file(path, ec), "{} {} exists and is not a regular file; choose another path", what,
+                 path);
+    CLEAVE_CHECK(::access(path.c_str(), W_OK) == 0, "{} {}: cannot write it ({})", what, path, std::strerror(errno));
+    return;
+  }
+  const fs::path parent = fs::path(path).parent_path();
+  check_creatable(what, path, parent.empty() ? fs::path(".") : parent);
+}
+
+}  // namespace cleave

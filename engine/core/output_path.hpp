@@ -1,0 +1,24 @@
+// Output paths checked before work: a command that will write a directory or a file checks, before its first
+// step or its first byte, that it can, so a bad path fails in the first second, naming the key or option and
+// the path, and never after the work it was meant to keep (a checkpoint.dir that is a file used to be found at
+// the first save).
+//
+// Invariant: these functions create, write and remove nothing. A path that does not exist yet passes when its
+// nearest existing ancestor is a directory this process may create entries in (access(2) W_OK | X_OK, which
+// also reports a read-only file system); anything else throws cleave::Error "<what> <path>: <why>".
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace cleave {
+
+// `path` will be a directory the caller writes into: it is a writable directory, or can be created. `what`
+// names the setting: "train.out_dir", "checkpoint.dir", "--out".
+void check_output_dir(std::string_view what, const std::string& path);
+
+// `path` will be a new file: it does not exist (unless `may_exist`; then, if it does, it is a regular file that
+// can be written), and its directory is writable or can be created.
+void check_output_file(std::string_view what, const std::string& path, bool may_exist = false);
+
+}  // namespace cleave

@@ -1,0 +1,102 @@
+// Output paths checked before work (engine/core/output_path.hpp): a new or existing writable directory passes and
+// nothing is created; a file where a directory should be, a directory under a file, an existing output file and
+// a read-only directory are errors naming the setting and the path.
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "engine/core/error.hpp"
+#include "engine/core/output_path.hpp"
+
+namespace cleave {
+namespace {
+
+namespace fs = std::filesystem;
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path p = fs::temp_directory_path() / ("cleave_output_path_" + name + "_" + std::to_string(::getpid()));
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+// The error's message, or "" when `f` does not throw.
+template <typename F>
+std::string error_of(F f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(OutputDir, NewAndExistingDirectoriesPassAndNothingIsCreated) {
+  const fs::path root = temp_dir("dirs");
+  const std::string fresh = (root / "a" / "b" / "c").string();
+  check_output_dir("checkpoint.dir", fresh);
+  EXPECT_FALSE(fs::exists(root / "a"));
+  check_output_dir("train.out_dir", root.string());
+  EXPECT_EQ(std::distance(fs::directory_iterator(root), fs::directory_iterator()), 0);
+  fs::remove_all(root);
+}
+
+TEST(OutputDir, AFileIsRefusedNamingTheKeyAndThePath) {
+  const fs::path root = temp_dir("file");
+  const std::string file = (root / "ck").string();
+  std::ofstream(file) << "not a directory";
+  const std::string message = error_of([&] { check_output_dir("checkpoint.dir", file); });
+  EXPECT_EQ(message, "checkpoint.dir " + file + " exists and is not a directory; nothing was written (choose another "
+                     "path or remove it)");
+  // A directory under that file: the file on the way is named.
+  const std::string under = (fs::path(file) / "step" / "x").string();
+  const std::string nested = error_of([&] { check_output_dir("train.out_dir", under); });
+  EXPECT_NE(nested.find("train.out_dir " + under + ": " + file + " is a file, not a directory"), std::string::npos)
+      << nested;
+  EXPECT_NE(error_of([] { check_output_dir("train.out_dir", ""); }).find("train.out_dir is empty"), std::string::npos);
+  fs::remove_all(root);
+}
+
+TEST(OutputFile, ExistingFilesAndFilesUnderFilesAreRefused) {
+  const fs::path root = temp_dir("files");
+  const std::string file = (root / "logits.json").string();
+  check_output_file("--logits", file);  // new, in a writable directory
+  check_output_file("--out", (root / "new" / "dir" / "f.safetensors").string());
+  EXPECT_EQ(std::distance(fs::directory_iterator(root), fs::directory_iterator()), 0);
+  std::ofstream(file) << "{}";
+  EXPECT_EQ(error_of([&] { check_output_file("--logits", file); }),
+            "--logits " + file + " already exists; nothing was written (remove it or choose another path)");
+  check_output_file("--logits", file, /*may_exist=*/true);
+  const std::string under = (fs::path(file) / "x.json").string();
+  EXPECT_NE(error_of([&] { check_output_file("--out", under); }).find(file + " is a file, not a directory"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] { check_output_file("--out", root.string(), true); }).find("is not a regular file"),
+            std::string::npos);
+  fs::remove_all(root);
+}
+
+// Permissions bind only a non-root user (root writes anywhere except a read-only file system).
+TEST(OutputDir, AReadOnlyDirectoryIsRefused) {
+  if (::geteuid() == 0) GTEST_SKIP() << "running as root: permissions do not apply";
+  const fs::path root = temp_dir("readonly");
+  ASSERT_EQ(::chmod(root.c_str(), 0555), 0);
+  const std::string message = error_of([&] { check_output_dir("checkpoint.dir", (root / "ck").string()); });
+  EXPECT_NE(message.find("cannot create files in " + root.string()), std::string::npos) << message;
+  ::chmod(root.c_str(), 0755);
+  fs::remove_all(root);
+}
+
+// /proc/self takes no new entries, root's included (the kernel's access check says so): refused as root too.
+TEST(OutputDir, AnUnwritableFileSystemIsRefused) {
+  if (!fs::is_directory("/proc/self") || ::access("/proc/self", W_OK) == 0) GTEST_SKIP() << "no read-only /proc/self";
+  const std::string message = error_of([] { check_output_dir("train.out_dir", "/proc/self/cleave_run"); });
+  EXPECT_NE(message.find("train.out_dir /proc/self/cleave_run: cannot create files in /proc/self"), std::string::npos)
+      << message;
+}
+
+}  // namespace
+}  // namespace cleave

@@ -1,21 +1,17 @@
 # Helpers that turn a source folder into a library and a test folder into a test binary, so adding a file
 # never needs a CMake edit. Files under any `cuda/` folder are left to the CUDA build.
 #
-# Build speed (docs/building.md): every library and the cleave executable compile their .cpp files in unity
+# Build speed (docs/building.md), opt-in: every library and the cleave executable can compile their .cpp files in unity
 # batches (CLEAVE_UNITY_BUILD) and against precompiled STL, fmt and nlohmann/json headers
 # (CLEAVE_PRECOMPILE_HEADERS). Both are plain CMake switches, so a build with either off is the same code.
 # A unity batch is one translation unit: two files of one library must not define the same name at file scope
 # with internal linkage (anonymous namespace or `static`) with the same signature. Rename one (prefer a name
 # that says what it does), or list the file in CLEAVE_UNITY_SKIP, which compiles it alone.
-# Both default to ON for a build without a compiler launcher (a fresh clone's `make demo`) and to OFF under ccache
-# (CMAKE_CXX_COMPILER_LAUNCHER, e.g. from the environment): ccache does not cache a compile that uses a precompiled
-# header unless its sloppiness allows it, and a unity file names its sources by absolute path, so two checkouts
-# would share no cache entries. -D on the command line overrides either default.
-if(CMAKE_CXX_COMPILER_LAUNCHER)
-  set(CLEAVE_BUILD_FASTER_DEFAULT OFF)
-else()
-  set(CLEAVE_BUILD_FASTER_DEFAULT ON)
-endif()
+# Both are OFF by default (opt in with -D...=ON): a unity build breaks whenever two files of a library gain
+# file-scope helpers of the same name, and builds under ccache (which most development builds use) would never
+# see such a break, so a default-ON unity build would fail first in a fresh clone. docs/building.md has the
+# measured gain.
+set(CLEAVE_BUILD_FASTER_DEFAULT OFF)
 option(CLEAVE_UNITY_BUILD "Compile each library's .cpp files in unity batches (fewer, larger compiles)"
        ${CLEAVE_BUILD_FASTER_DEFAULT})
 set(CLEAVE_UNITY_BATCH_SIZE 8 CACHE STRING "Source files per unity translation unit (CLEAVE_UNITY_BUILD)")

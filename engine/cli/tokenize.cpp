@@ -1,12 +1,15 @@
-// `cleave tokenize TEXT_FILES... --tokenizer tokenizer.json --out DIR [--val-fraction F] [--eot TOKEN]`:
-// encodes UTF-8 text files with a Hugging Face byte-level BPE tokenizer (engine/tokenizer) into llm.c token
-// shards, DIR/train.bin and (with --val-fraction) DIR/val.bin, which `data.type "tokens"` reads.
+// `cleave tokenize TEXT_FILES... --tokenizer tokenizer.json --out DIR [--val-fraction F] [--eot TOKEN]
+// [--bos-eos auto|none] [--bits auto|16|32] [--shard-tokens N]`: encodes UTF-8 text files with a Hugging Face
+// tokenizer.json (engine/tokenizer: byte-level or SentencePiece-style BPE) into llm.c token shards, which
+// `data.type "tokens"` reads, and DIR/manifest.json listing them.
 //
-// Invariants: the ids are the `tokenizers` package's for encode(file text, add_special_tokens=False), file
-// by file, concatenated in the order given (each file preceded by --eot's id when given, as llm.c starts each
-// document with <|endoftext|>); the validation split is the last F of the tokens. Every check (inputs exist,
-// tokenizer supported, ids fit uint16, outputs absent, text valid UTF-8) runs before the first byte is written;
-// a shard appears whole or not at all. Encoding runs on one core.
+// Invariants: each file is one document: its ids are the `tokenizers` package's for encode(file text,
+// add_special_tokens=False), preceded by --eot's id when given and surrounded by the BOS/EOS the model's
+// tokenizer config gives (document_template.hpp) unless --bos-eos none; documents are concatenated in the order
+// given; the validation split is the last F of the tokens. Shards hold uint16 ids when the vocabulary fits
+// (≤ 65,536 ids), else uint32 (llm.c's Llama 3 header). Every check (inputs exist, tokenizer supported, outputs
+// absent, text valid UTF-8) runs before the first byte is written; a shard appears whole or not at all, and the
+// manifest last. Encoding runs on one core.
 #include <unistd.h>
 
 #include <chrono>
@@ -22,25 +25,38 @@
 #include "engine/cli/commands.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/output_path.hpp"
+#include "engine/tokenizer/document_template.hpp"
 #include "engine/tokenizer/tokenizer_json.hpp"
 #include "engine/tokenizer/unicode_classes.hpp"
+#include "engine/train/data/token_manifest.hpp"
 #include "engine/train/data/token_shard_writer.hpp"
 
 namespace cleave::cli {
 namespace {
 
 ArgParser tokenize_args() {
-  ArgParser p("tokenize", "cleave tokenize TEXT_FILES... --tokenizer tokenizer.json --out DIR [--val-fraction F] [--eot TOKEN]",
-              R"(Encodes UTF-8 text files with a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3 and tokenizers
-trained like them) into llm.c token shards: DIR/train.bin, and DIR/val.bin holding the last F of the tokens.
-The ids equal the `tokenizers` package's (encode(text, add_special_tokens=False), one file at a time). Train
-on them with data.type "tokens", data.path DIR/train.bin, data.val_path DIR/val.bin and model.vocab_size at
-least the tokenizer's vocabulary (printed at the end). Existing shards are never overwritten.)");
+  ArgParser p("tokenize",
+              "cleave tokenize TEXT_FILES... --tokenizer tokenizer.json --out DIR [--val-fraction F] [--eot TOKEN] "
+              "[--bos-eos auto|none] [--bits auto|16|32] [--shard-tokens N]",
+              R"(Encodes UTF-8 text files with a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3; SentencePiece-style
+BPE: Llama 2, Mistral, TinyLlama, Gemma) into llm.c token shards: DIR/train.bin, and DIR/val.bin holding the
+last F of the tokens (with --shard-tokens N: DIR/train_00000.bin, ... of N tokens each), and DIR/manifest.json
+listing them. Each file is one document; the ids equal the `tokenizers` package's (encode(text,
+add_special_tokens=False)), with the BOS/EOS the model's tokenizer config puts around a document. Train on
+them with data.type "tokens", data.path DIR/train.bin (or data.paths ["DIR/train_*.bin"]) and
+model.vocab_size at least the tokenizer's vocabulary (printed at the end). Existing shards are never
+overwritten.)");
   p.positionals("TEXT_FILES...", "text file")
-      .text("--tokenizer", "FILE", "a Hugging Face tokenizer.json (required)")
-      .text("--out", "DIR", "the directory for train.bin and val.bin (required; created if missing)")
+      .text("--tokenizer", "FILE", "a Hugging Face tokenizer.json (required); tokenizer_config.json beside it is read")
+      .text("--out", "DIR", "the directory for the shards and manifest.json (required; created if missing)")
       .number("--val-fraction", "F", "the last F of the tokens go to val.bin (default 0: no val.bin; F < 1)", 0.0)
-      .text("--eot", "TOKEN", "an added token written before each file's tokens, e.g. '<|endoftext|>'");
+      .text("--eot", "TOKEN", "an added token written before each file's tokens, e.g. '<|endoftext|>'")
+      .text("--bos-eos", "auto|none",
+            "auto: the BOS/EOS tokenizer_config.json's add_bos_token/add_eos_token or the post_processor template "
+            "puts around each document; none: no template tokens", "auto")
+      .text("--bits", "auto|16|32", "id width in the shards; auto: 16 when the vocabulary has at most 65,536 ids, "
+            "else 32", "auto")
+      .count("--shard-tokens", "N", "at most N tokens per shard (default: one train and one val shard)", std::nullopt);
   return p;
 }
 
@@ -106,10 +122,16 @@ int run_tokenize(int argc, char** argv) {
   const std::string out_dir = args.text("--out");
   const double val_fraction = args.number("--val-fraction");
   const std::string eot = args.text("--eot");
+  const std::string bos_eos = args.text("--bos-eos");
+  const std::string bits_arg = args.text("--bits");
+  const std::int64_t shard_tokens = args.given("--shard-tokens") ? args.count("--shard-tokens") : 0;
   CLEAVE_CHECK(!inputs.empty(), "tokenize: no TEXT_FILES given (see cleave tokenize --help)");
   CLEAVE_CHECK(!tokenizer_path.empty(), "tokenize: --tokenizer tokenizer.json is required");
   CLEAVE_CHECK(!out_dir.empty(), "tokenize: --out DIR is required");
   CLEAVE_CHECK(val_fraction < 1.0, "tokenize: --val-fraction must be in [0, 1), got {}", val_fraction);
+  CLEAVE_CHECK(bos_eos == "auto" || bos_eos == "none", "tokenize: --bos-eos is '{}'; expected auto or none", bos_eos);
+  CLEAVE_CHECK(bits_arg == "auto" || bits_arg == "16" || bits_arg == "32", "tokenize: --bits is '{}'; expected auto, "
+               "16 or 32", bits_arg);
 
   std::uint64_t total_bytes = 0;
   for (const std::string& input : inputs) {
@@ -119,29 +141,37 @@ int run_tokenize(int argc, char** argv) {
     total_bytes += std::filesystem::file_size(input);
   }
   const std::filesystem::path dir(out_dir);
-  const std::string train_path = (dir / "train.bin").string();
-  const std::string val_path = (dir / "val.bin").string();
   CLEAVE_CHECK(!std::filesystem::exists(dir) || std::filesystem::is_directory(dir),
                "tokenize: --out {} exists and is not a directory", out_dir);
   check_output_dir("tokenize: --out", out_dir);
-  for (const std::string& shard : {train_path, val_path}) {
-    CLEAVE_CHECK(!std::filesystem::exists(shard), "tokenize: {} already exists; nothing was written (remove it or "
-                 "choose another --out)", shard);
+  const std::string manifest_path = (dir / "manifest.json").string();
+  // With --shard-tokens the names are numbered; any existing shard of either naming, or a manifest, is refused.
+  for (const auto& entry : std::filesystem::exists(dir) ? std::filesystem::directory_iterator(dir)
+                                                        : std::filesystem::directory_iterator()) {
+    const std::string name = entry.path().filename().string();
+    const bool ours = name == "manifest.json" || ((name.rfind("train", 0) == 0 || name.rfind("val", 0) == 0) &&
+                                                  entry.path().extension() == ".bin");
+    CLEAVE_CHECK(!ours, "tokenize: {} already exists; nothing was written (remove it or choose another --out)",
+                 entry.path().string());
   }
 
   tokenizer::Tokenizer tok = tokenizer::read_tokenizer_json(tokenizer_path);
-  CLEAVE_CHECK(tok.vocab_size() <= 65536,
-               "tokenize: {} has a vocabulary of {} tokens; llm.c shards store uint16 ids, so at most 65536 fit",
-               tok.source(), tok.vocab_size());
+  const int bits = bits_arg == "16" ? 16 : bits_arg == "32" ? 32 : tok.vocab_size() > 65536 ? 32 : 16;
+  CLEAVE_CHECK(bits == 32 || tok.vocab_size() <= 65536,
+               "tokenize: {} has a vocabulary of {} tokens; 16-bit shards hold ids up to 65,535 (use --bits 32 or "
+               "--bits auto)", tok.source(), tok.vocab_size());
   std::optional<std::int32_t> eot_id;
   if (!eot.empty()) {
     eot_id = tok.added_token_id(eot);
     CLEAVE_CHECK(eot_id.has_value(), "tokenize: --eot '{}' is not an added token of {}", eot, tok.source());
   }
-  std::fprintf(stderr, "tokenize: %s (%s), %zu file%s, %.1f MB\n", tokenizer_path.c_str(), tok.describe().c_str(),
-               inputs.size(), inputs.size() == 1 ? "" : "s", total_bytes / 1e6);
+  tokenizer::DocumentTemplate doc;
+  if (bos_eos == "auto") doc = tokenizer::read_document_template(tok, tokenizer_path);
+  else doc.source = "--bos-eos none: nothing before or after each document";
+  std::fprintf(stderr, "tokenize: %s (%s), %zu file%s, %.1f MB, %d-bit shards\ntokenize: BOS/EOS from %s\n",
+               tokenizer_path.c_str(), tok.describe().c_str(), inputs.size(), inputs.size() == 1 ? "" : "s",
+               total_bytes / 1e6, bits, doc.source.c_str());
 
-  std::vector<std::uint16_t> tokens;
   std::vector<std::int32_t> ids;
   ProgressBar bar(total_bytes);
   std::uint64_t done = 0;
@@ -150,29 +180,51 @@ int run_tokenize(int argc, char** argv) {
     const std::size_t bad = tokenizer::first_invalid_utf8(text);
     CLEAVE_CHECK(bad == text.size(), "tokenize: text file {} is not valid UTF-8 at byte {} ({}: 0x{:02x}); nothing "
                  "was written", input, bad, line_and_column(text, bad), static_cast<unsigned char>(text[bad]));
-    ids.clear();
     if (eot_id) ids.push_back(*eot_id);
+    ids.insert(ids.end(), doc.before.begin(), doc.before.end());
     tok.encode(text, ids, [&](std::size_t bytes) { bar.update(done + bytes); });
+    ids.insert(ids.end(), doc.after.begin(), doc.after.end());
     done += text.size();
-    tokens.insert(tokens.end(), ids.begin(), ids.end());  // every id < vocab_size <= 65536
   }
   bar.update(done, true);
   const double seconds = bar.elapsed();
 
-  const auto n = static_cast<std::int64_t>(tokens.size());
+  const auto n = static_cast<std::int64_t>(ids.size());
   const auto held_out = static_cast<std::int64_t>(std::floor(static_cast<double>(n) * val_fraction));
   CLEAVE_CHECK(val_fraction == 0.0 || held_out > 0,
                "tokenize: --val-fraction {} of {} tokens is less than one token; nothing was written", val_fraction, n);
   CLEAVE_CHECK(n - held_out > 0, "tokenize: the text files hold no tokens; nothing was written");
   std::filesystem::create_directories(dir);
-  const std::span<const std::uint16_t> all(tokens);
-  train::write_llmc_shard(train_path, all.first(static_cast<std::size_t>(n - held_out)));
-  if (held_out > 0) train::write_llmc_shard(val_path, all.last(static_cast<std::size_t>(held_out)));
-  std::printf("tokenize: %.1f MB -> %lld tokens in %.3f s (%.1f MB/s): %s %lld tokens", total_bytes / 1e6,
-              static_cast<long long>(n), seconds, seconds > 0 ? total_bytes / 1e6 / seconds : 0.0, train_path.c_str(),
-              static_cast<long long>(n - held_out));
-  if (held_out > 0) std::printf(", %s %lld tokens", val_path.c_str(), static_cast<long long>(held_out));
-  std::printf("\ntokenize: train with data.type \"tokens\" and model.vocab_size >= %d\n", tok.vocab_size());
+  const std::span<const std::int32_t> all(ids);
+  train::TokenManifest manifest;
+  manifest.bits = bits;
+  manifest.tokenizer = std::filesystem::absolute(tokenizer_path).lexically_normal().string();
+  manifest.tokenizer_description = tok.describe();
+  manifest.vocab_size = tok.vocab_size();
+  manifest.documents = static_cast<std::int64_t>(inputs.size());
+  manifest.document_template = doc.source;
+  const auto write_split = [&](std::span<const std::int32_t> tokens, const std::string& split,
+                               std::vector<train::TokenManifest::Shard>& shards) {
+    const std::size_t per = shard_tokens > 0 ? static_cast<std::size_t>(shard_tokens) : tokens.size();
+    for (std::size_t begin = 0, index = 0; begin < tokens.size(); begin += per, ++index) {
+      const std::string name = shard_tokens > 0 ? fmt::format("{}_{:05d}.bin", split, index) : split + ".bin";
+      const auto part = tokens.subspan(begin, std::min(per, tokens.size() - begin));
+      train::write_llmc_shard((dir / name).string(), part, bits);
+      shards.push_back({name, static_cast<std::int64_t>(part.size())});
+    }
+  };
+  write_split(all.first(static_cast<std::size_t>(n - held_out)), "train", manifest.train);
+  if (held_out > 0) write_split(all.last(static_cast<std::size_t>(held_out)), "val", manifest.val);
+  train::write_token_manifest(manifest_path, manifest);
+  std::printf("tokenize: %.1f MB -> %lld tokens in %.3f s (%.1f MB/s): %zu train shard%s %lld tokens", total_bytes / 1e6,
+              static_cast<long long>(n), seconds, seconds > 0 ? total_bytes / 1e6 / seconds : 0.0, manifest.train.size(),
+              manifest.train.size() == 1 ? "" : "s", static_cast<long long>(n - held_out));
+  if (held_out > 0) {
+    std::printf(", %zu val shard%s %lld tokens", manifest.val.size(), manifest.val.size() == 1 ? "" : "s",
+                static_cast<long long>(held_out));
+  }
+  std::printf(" (%d-bit ids), %s\ntokenize: train with data.type \"tokens\" and model.vocab_size >= %d\n", bits,
+              manifest_path.c_str(), tok.vocab_size());
   return 0;
 }
 

@@ -210,6 +210,34 @@ class Reader {
     }
     return true;
   }
+  bool string_list(std::string_view key, std::vector<std::string>& out) {
+    const json* v = get(key);
+    if (v == nullptr) return false;
+    if (v->is_string()) {  // --set data.paths=a.bin: one entry
+      out = {v->get<std::string>()};
+      return true;
+    }
+    if (!v->is_array()) fail(state_, key_path(key), "expected an array of strings, got {}", show(*v));
+    out.clear();
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      if (!(*v)[i].is_string()) fail(state_, fmt::format("{}[{}]", key_path(key), i), "expected a string, got {}", show((*v)[i]));
+      out.push_back((*v)[i].get<std::string>());
+    }
+    return true;
+  }
+  bool number_list(std::string_view key, std::vector<double>& out, double min, double max) {
+    const json* v = get(key);
+    if (v == nullptr) return false;
+    if (!v->is_array()) fail(state_, key_path(key), "expected an array of numbers, got {}", show(*v));
+    out.clear();
+    for (std::size_t i = 0; i < v->size(); ++i) {
+      const std::string element = fmt::format("{}[{}]", key_path(key), i);
+      const double value = to_number((*v)[i], element);
+      check_range(element, value, min, max, false, false);
+      out.push_back(value);
+    }
+    return true;
+  }
   bool number_pair(std::string_view key, std::array<double, 2>& out, double min, double max) {
     const json* v = get(key);
     if (v == nullptr) return false;
@@ -352,6 +380,10 @@ void read_fields(Reader& r, Section& s, std::span<const Field<Section>> fields) 
             r.integer_list(f.key, out, f.min_int, f.max_int);
           } else if constexpr (std::same_as<T, std::array<double, 2>>) {
             r.number_pair(f.key, out, f.min, f.max);
+          } else if constexpr (std::same_as<T, std::vector<std::string>>) {
+            r.string_list(f.key, out);
+          } else if constexpr (std::same_as<T, std::vector<double>>) {
+            r.number_list(f.key, out, f.min, f.max);
           } else if constexpr (std::same_as<T, std::optional<std::int64_t>>) {
             std::int64_t value = 0;
             if (r.integer(f.key, value, f.min_int, f.max_int)) out = value;
@@ -533,6 +565,11 @@ RunConfig parse_config(std::string_view json_text, std::string_view origin, cons
   }
 }
 
+namespace {
+void resolve_input_paths(RunConfig& c, const std::string& config_path, const nlohmann::json& file,
+                         const std::vector<std::string>& overrides);
+}  // namespace
+
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
   if (path.empty()) return parse_config("", "<defaults>", overrides);
   std::error_code ec;
@@ -545,8 +582,35 @@ RunConfig load_config(const std::string& path, const std::vector<std::string>& o
   const std::string text = buffer.str();
   const bool blank = std::all_of(text.begin(), text.end(), [](unsigned char ch) { return std::isspace(ch); });
   CLEAVE_CHECK(!blank, "config {}: file is empty; write {{}} for all defaults", path);
-  return parse_config(text, path, overrides);
+  RunConfig c = parse_config(text, path, overrides);
+  resolve_input_paths(c, path, parse_json_strict(text, "config " + path), overrides);
+  return c;
 }
+
+namespace {
+// Input files named in a config file are relative to the file, so a config moves with its data; a --set value
+// is a command-line value, relative to the working directory like --init-from. Outputs (train.out_dir,
+// checkpoint.dir) stay relative to the working directory: runs are made where the command runs.
+void resolve_input_paths(RunConfig& c, const std::string& config_path, const nlohmann::json& file,
+                         const std::vector<std::string>& overrides) {
+  const auto overridden = [&](std::string_view key) {
+    return std::any_of(overrides.begin(), overrides.end(), [&](const std::string& o) {
+      return o.size() > key.size() && o.compare(0, key.size(), key) == 0 && o[key.size()] == '=';
+    });
+  };
+  const auto data = file.find("data");
+  if (data == file.end() || !data->is_object()) return;
+  const std::filesystem::path dir = std::filesystem::absolute(config_path).parent_path();
+  const auto resolve = [&](std::string& p) {
+    if (!p.empty() && std::filesystem::path(p).is_relative()) p = (dir / p).lexically_normal().string();
+  };
+  if (data->contains("path") && !overridden("data.path")) resolve(c.data.path);
+  if (data->contains("val_path") && !overridden("data.val_path")) resolve(c.data.val_path);
+  if (data->contains("paths") && !overridden("data.paths")) {
+    for (std::string& p : c.data.paths) resolve(p);
+  }
+}
+}  // namespace
 
 std::string keyed_message(const ConfigKeyError& error, std::string_view origin,
                           const std::vector<std::string>& overrides) {

@@ -160,7 +160,9 @@ struct CheckpointConfig {
 
 struct DataConfig {
   DataType type = DataType::kSynthetic;
-  std::string path;                // text, tokens: required; digits: defaults to data/digits.csv.gz
+  std::string path;                // text, tokens: required unless paths; digits: defaults to data/digits.csv.gz
+  std::vector<std::string> paths;  // tokens: shard files or globs, each one source (instead of path)
+  std::vector<double> weights;     // tokens: a weight per entry of paths (empty: every window equally likely)
   std::string val_path;            // text, tokens: evaluation file (else the last val_fraction of path)
   double val_fraction = 0.1;       // held-out tail of the file (digits: default 0.2, its test split)
   TokenFileFormat format = TokenFileFormat::kLlmc;  // tokens only
@@ -205,6 +207,8 @@ ZeroReduce resolved_zero_reduce(const RunConfig& config);
 
 // Parses a config file (empty path: the defaults) and applies `overrides` ("key.path=value", value parsed
 // as JSON when it parses, else taken as a string). Validates everything that needs no world size.
+// Input paths the file names (data.path, data.val_path, data.paths) are resolved against the file's
+// directory (made absolute); values from `overrides` and output paths stay relative to the working directory.
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 // Same from JSON text; `origin` names it in messages (a file name, "--set", "<string>").
 RunConfig parse_config(std::string_view json_text, std::string_view origin = "<string>",

@@ -39,6 +39,8 @@ enum class FieldKind {
   kBytes,        // bytes: an integer ≥ 0 or a string like "512MiB"
   kIntegerList,  // array of integers, each in [min_int, max_int]
   kNumberPair,   // array of 2 numbers, each in [min, max)
+  kStringList,   // array of strings
+  kNumberList,   // array of numbers, each in [min, max]
 };
 
 // The member a key reads into and writes from; the alternative picks the C++ type.
@@ -46,6 +48,7 @@ template <typename Section>
 using FieldMember =
     std::variant<int Section::*, std::int64_t Section::*, std::optional<std::int64_t> Section::*, std::uint64_t Section::*, double Section::*,
                  bool Section::*, std::string Section::*, std::vector<std::int64_t> Section::*,
+                 std::vector<std::string> Section::*, std::vector<double> Section::*,
                  std::array<double, 2> Section::*, PartitionMethod Section::*, GradReduceDtype Section::*, ZeroReduce Section::*,
                  CommBackend Section::*, P2PProgress Section::*, OptimizerType Section::*,
                  LrScheduleType Section::*, Recompute Section::*, DataType Section::*,
@@ -84,6 +87,8 @@ constexpr bool kind_fits(const Field<Section>& field) {
           case FieldKind::kBytes: return std::is_same_v<T, std::int64_t>;
           case FieldKind::kIntegerList: return std::is_same_v<T, std::vector<std::int64_t>>;
           case FieldKind::kNumberPair: return std::is_same_v<T, std::array<double, 2>>;
+          case FieldKind::kStringList: return std::is_same_v<T, std::vector<std::string>>;
+          case FieldKind::kNumberList: return std::is_same_v<T, std::vector<double>>;
         }
         return false;
       },
@@ -184,9 +189,11 @@ inline constexpr std::array<Field<CheckpointConfig>, 5> kCheckpointFields = {{
 }};
 
 // data.val_fraction and data.path have digits defaults applied after the loop (config.cpp read_data).
-inline constexpr std::array<Field<DataConfig>, 5> kDataFields = {{
+inline constexpr std::array<Field<DataConfig>, 7> kDataFields = {{
     {"type", &DataConfig::type, FieldKind::kChoice, "data source"},
     {"path", &DataConfig::path, FieldKind::kString, "training data file"},
+    {"paths", &DataConfig::paths, FieldKind::kStringList, "token shards or globs, one source each"},
+    {"weights", &DataConfig::weights, FieldKind::kNumberList, "sampling weight of each entry of paths", 0, 0, 0.0},
     {"val_path", &DataConfig::val_path, FieldKind::kString, "evaluation data file"},
     {"val_fraction", &DataConfig::val_fraction, FieldKind::kNumber, "held-out tail of the file for evaluation", 0,
      0, 0.0, 1.0, false, /*max_open=*/true},

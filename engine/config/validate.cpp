@@ -129,8 +129,31 @@ void validate(const RunConfig& c) {
   if (c.train.out_dir.empty()) refuse("train.out_dir", "must not be empty");
 
   const auto& d = c.data;
-  if ((d.type == DataType::kText || d.type == DataType::kTokens) && d.path.empty()) {
-    refuse("data.path", "missing; required for data.type \"{}\"", d.type);
+  if (!d.paths.empty() && d.type != DataType::kTokens) {
+    refuse("data.paths", "is for data.type \"tokens\" (data.type is \"{}\"); use data.path", d.type);
+  }
+  if (!d.paths.empty() && !d.path.empty()) {
+    refuse("data.paths", "and data.path are both set; give one (data.paths: a list of shards or globs)");
+  }
+  if ((d.type == DataType::kText || d.type == DataType::kTokens) && d.path.empty() && d.paths.empty()) {
+    refuse("data.path", "missing; required for data.type \"{}\"{}", d.type,
+           d.type == DataType::kTokens ? " (or data.paths, a list of shards or globs)" : "");
+  }
+  for (std::size_t i = 0; i < d.paths.size(); ++i) {
+    if (d.paths[i].empty()) refuse(fmt::format("data.paths[{}]", i), "is empty; expected a shard file or a glob");
+  }
+  if (!d.weights.empty()) {
+    if (d.paths.empty()) refuse("data.weights", "needs data.paths (a weight for each of its entries)");
+    if (d.weights.size() != d.paths.size()) {
+      refuse("data.weights", "has {} entries but data.paths has {}; give one weight per entry of data.paths (or no "
+             "weights: every window of every shard equally likely)", d.weights.size(), d.paths.size());
+    }
+    double sum = 0;
+    for (double w : d.weights) sum += w;
+    if (!(sum > 0)) {
+      refuse("data.weights", "sum to {}; at least one weight must be positive (weights are relative: [0.3, 0.7] "
+             "and [3, 7] sample alike)", sum);
+    }
   }
   if (d.type == DataType::kText || d.type == DataType::kTokens) {
     if (!partition::is_language_model(c.model.type)) {

@@ -15,6 +15,14 @@ void BpeMerges::merge_word(std::string_view word, Scratch& scratch, std::vector<
   for (std::int32_t i = 0; i < n; ++i) {
     symbols.push_back({byte_ids_[static_cast<unsigned char>(word[i])], i - 1, i + 1 < n ? i + 1 : -1, 1});
   }
+  merge_symbols(scratch, out);
+}
+
+void BpeMerges::merge_symbols(Scratch& scratch, std::vector<std::int32_t>& out) const {
+  auto& symbols = scratch.symbols;
+  auto& queue = scratch.queue;
+  queue.clear();
+  const auto n = static_cast<std::int32_t>(symbols.size());
   // std heap functions keep the largest first: "later" means a higher rank, then a later position.
   const auto later = [](const Scratch::Candidate& a, const Scratch::Candidate& b) {
     return a.rank != b.rank ? a.rank > b.rank : a.pos > b.pos;

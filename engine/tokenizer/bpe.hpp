@@ -1,5 +1,6 @@
-// Byte-level BPE merging within one pre-token word, exactly as Hugging Face `tokenizers` (models/bpe/word.rs)
-// does it: the word starts as one symbol per byte; the pair with the lowest merge rank is merged first, the
+// BPE merging within one pre-token word, exactly as Hugging Face `tokenizers` (models/bpe/word.rs) does it:
+// the word starts as one symbol per byte (byte-level BPE) or per character, byte-fallback byte or unknown run
+// (SentencePiece-style BPE, built by the caller with start_word/add_symbol); the pair with the lowest merge rank is merged first, the
 // leftmost among equal ranks; each merge may create pairs with its neighbours, which join the queue.
 //
 // Invariant: BpeMerges is immutable once built; merge_word() is a pure function of the word (the scratch
@@ -49,8 +50,20 @@ class BpeMerges {
     std::vector<Symbol> symbols;
     std::vector<Candidate> queue;
   };
-  // Appends the ids of `word` (non-empty bytes) after all merges to `out`.
+  // Appends the ids of `word` (non-empty bytes, one starting symbol per byte) after all merges to `out`.
   void merge_word(std::string_view word, Scratch& scratch, std::vector<std::int32_t>& out) const;
+  // The same for starting symbols given one by one: start_word, then add_symbol for each (at least one),
+  // then merge_symbols.
+  static void start_word(Scratch& scratch) {
+    scratch.symbols.clear();
+    scratch.queue.clear();
+  }
+  static void add_symbol(Scratch& scratch, std::int32_t id, std::uint32_t bytes) {
+    const auto i = static_cast<std::int32_t>(scratch.symbols.size());
+    if (i > 0) scratch.symbols.back().next = i;
+    scratch.symbols.push_back({id, i - 1, -1, bytes});
+  }
+  void merge_symbols(Scratch& scratch, std::vector<std::int32_t>& out) const;
 
  private:
   static std::uint64_t key(std::int32_t left, std::int32_t right) {

@@ -11,6 +11,29 @@ namespace cleave::tokenizer {
 namespace {
 
 constexpr std::size_t kProgressEvery = std::size_t{1} << 20;
+constexpr std::size_t kCacheMaxBytes = 256;
+
+std::string replace_all(const std::string& text, std::string_view from, std::string_view to) {
+  std::string out;
+  std::size_t pos = 0;
+  for (std::size_t hit = text.find(from); hit != std::string::npos; hit = text.find(from, pos)) {
+    out.append(text, pos, hit - pos).append(to);
+    pos = hit + from.size();
+  }
+  return out.append(text, pos);
+}
+
+// The byte of a "<0xNN>" byte-fallback token (hex digits upper case, as `tokenizers` writes them), else -1.
+int fallback_byte(std::string_view token) {
+  if (token.size() != 6 || token.substr(0, 3) != "<0x" || token[5] != '>') return -1;
+  int value = 0;
+  for (char c : token.substr(3, 2)) {
+    const int digit = c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+    if (digit < 0) return -1;
+    value = value * 16 + digit;
+  }
+  return value;
+}
 
 std::string printable(std::string_view s) {
   std::string out;
@@ -25,10 +48,17 @@ std::string printable(std::string_view s) {
 
 Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
   const std::string& what = spec_.source;
+  const bool byte_level = spec_.kind == TokenizerKind::kByteLevel;
   const ByteLevelAlphabet alphabet;
   // The ByteLevel decoder's rule: a token whose characters are all in the alphabet stands for their bytes,
-  // any other for its own UTF-8 text.
-  const auto token_bytes_of = [&](const std::string& token) { return alphabet.to_bytes(token).value_or(token); };
+  // any other for its own UTF-8 text. SentencePiece-style: "▁" is a space, <0xNN> its byte.
+  const auto token_bytes_of = [&](const std::string& token) {
+    if (byte_level) return alphabet.to_bytes(token).value_or(token);
+    if (spec_.decode_byte_fallback) {
+      if (const int b = fallback_byte(token); b >= 0) return std::string(1, static_cast<char>(b));
+    }
+    return spec_.decode_space.empty() ? token : replace_all(token, spec_.decode_space, " ");
+  };
   std::int32_t max_id = -1;
   for (const auto& [token, id] : spec_.vocab) max_id = std::max(max_id, id);
   for (const auto& added : spec_.added_tokens) max_id = std::max(max_id, added.id);
@@ -49,7 +79,24 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
   }
 
   std::array<std::int32_t, 256> byte_ids{};
-  for (int b = 0; b < 256; ++b) {
+  fallback_ids_.fill(-1);
+  for (int b = 0; b < 256 && !byte_level; ++b) {
+    const auto it = ids.find(fmt::format("<0x{:02X}>", b));
+    if (it != ids.end()) fallback_ids_[b] = it->second;
+  }
+  if (!byte_level) {
+    for (const auto& [token, id] : spec_.vocab) {
+      const CodePoint cp = decode_utf8(token, 0);
+      if (cp.bytes == token.size()) char_ids_.emplace(cp.value, id);
+    }
+    if (!spec_.unk_token.empty()) {
+      const auto it = ids.find(spec_.unk_token);
+      CLEAVE_CHECK(it != ids.end(), "{}: model.unk_token \"{}\" is not in model.vocab; the file is inconsistent",
+                   what, printable(spec_.unk_token));
+      unk_id_ = it->second;
+    }
+  }
+  for (int b = 0; b < 256 && byte_level; ++b) {
     const std::string token = alphabet.to_token(std::string(1, static_cast<char>(b)));
     const auto it = ids.find(token);
     CLEAVE_CHECK(it != ids.end(),
@@ -76,7 +123,8 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
 
   if (spec_.ignore_merges) {
     for (const auto& [token, id] : spec_.vocab) {
-      if (auto bytes = alphabet.to_bytes(token)) word_ids_.emplace(std::move(*bytes), id);
+      if (!byte_level) word_ids_.emplace(token, id);
+      else if (auto bytes = alphabet.to_bytes(token)) word_ids_.emplace(std::move(*bytes), id);
     }
   }
   // `tokenizers` does not take an added token's id from the file: a token in model.vocab keeps its vocabulary id,
@@ -109,8 +157,21 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
   }
   for (const AddedToken& added : spec_.added_tokens) {
     id_present_[added.id] = true;
-    id_bytes_[added.id] = token_bytes_of(added.content);
-    (added.normalized ? normalized_added_ : raw_added_).add(added.content, added.id);
+    // `tokenizers` decodes a normalized added token as its normalized content ("ab cd" -> "▁ab▁cd" -> " ab cd").
+    id_bytes_[added.id] = byte_level        ? token_bytes_of(added.content)
+                          : added.normalized ? token_bytes_of(normalize(spec_.normalizer, added.content))
+                                             : added.content;
+  }
+  for (const auto* side : {&spec_.template_prefix, &spec_.template_suffix}) {
+    for (const std::int32_t id : *side) {
+      CLEAVE_CHECK(has_token(id), "{}: post_processor adds id {}, which no token has (vocabulary of {}); the file is "
+                   "inconsistent", what, id, vocab_size());
+    }
+  }
+  for (const AddedToken& added : spec_.added_tokens) {
+    // `tokenizers` matches a normalized added token by its normalized content (AddedVocabulary).
+    if (added.normalized) normalized_added_.add(normalize(spec_.normalizer, added.content), added.id);
+    else raw_added_.add(added.content, added.id);
   }
 }
 
@@ -132,7 +193,14 @@ void Tokenizer::encode(std::string_view text, std::vector<std::int32_t>& out, co
   while (pos < text.size()) {
     const auto m = raw_added_.find(text, pos);
     const std::size_t gap_end = m ? m->begin : text.size();
-    if (gap_end > pos) encode_between_added(text.substr(pos, gap_end - pos), out);
+    if (gap_end > pos) {
+      if (spec_.normalizer.empty()) {
+        encode_between_added(text.substr(pos, gap_end - pos), pos == 0, out);
+      } else {
+        encode_between_added(normalize(spec_.normalizer, text.substr(pos, gap_end - pos)), pos == 0, out);
+        if (progress_ != nullptr && gap_end - reported_ >= kProgressEvery) progress(reported_ = gap_end);
+      }
+    }
     if (m) out.push_back(m->id);
     pos = m ? m->end : text.size();
   }
@@ -140,21 +208,37 @@ void Tokenizer::encode(std::string_view text, std::vector<std::int32_t>& out, co
   progress_ = nullptr;
 }
 
-void Tokenizer::encode_between_added(std::string_view text, std::vector<std::int32_t>& out) {
+void Tokenizer::encode_between_added(std::string_view text, bool at_text_start, std::vector<std::int32_t>& out) {
   std::size_t pos = 0;
   while (pos < text.size()) {
     const auto m = normalized_added_.find(text, pos);
     const std::size_t gap_end = m ? m->begin : text.size();
-    if (gap_end > pos) encode_segment(text.substr(pos, gap_end - pos), out);
+    if (gap_end > pos) encode_segment(text.substr(pos, gap_end - pos), at_text_start && pos == 0, out);
     if (m) out.push_back(m->id);
     pos = m ? m->end : text.size();
   }
 }
 
-void Tokenizer::encode_segment(std::string_view segment, std::vector<std::int32_t>& out) {
+void Tokenizer::encode_segment(std::string_view segment, bool at_text_start, std::vector<std::int32_t>& out) {
+  if (spec_.kind == TokenizerKind::kSentencePiece) {
+    if (!spec_.metaspace) {
+      encode_word(segment, out);
+      return;
+    }
+    sp_words_.clear();
+    metaspace_words(*spec_.metaspace, segment, at_text_start, sp_words_);
+    for (const std::string& word : sp_words_) encode_word(word, out);
+    if (progress_ != nullptr && spec_.normalizer.empty()) {
+      const auto end = static_cast<std::size_t>(segment.data() + segment.size() - text_begin_);
+      if (end - reported_ >= kProgressEvery) (*progress_)(reported_ = end);
+    }
+    return;
+  }
+  // Offsets into normalized text are not the text's: encode() reports progress per piece then.
+  const bool report = progress_ != nullptr && spec_.normalizer.empty();
   const bool prefix_each_word = spec_.add_prefix_space && spec_.split_before_byte_level;
   // Where segment[0] lies in the text passed to encode(), for progress reports.
-  std::size_t text_offset = static_cast<std::size_t>(segment.data() - text_begin_);
+  std::size_t text_offset = report ? static_cast<std::size_t>(segment.data() - text_begin_) : 0;
   if (spec_.add_prefix_space && !spec_.split_before_byte_level && segment[0] != ' ') {
     prefixed_.assign(1, ' ');
     prefixed_.append(segment);
@@ -172,23 +256,59 @@ void Tokenizer::encode_segment(std::string_view segment, std::vector<std::int32_
       encode_word(word, out);
     }
     pos = end;
-    if (progress_ != nullptr && text_offset + pos - reported_ >= kProgressEvery) (*progress_)(reported_ = text_offset + pos);
+    if (report && text_offset + pos - reported_ >= kProgressEvery) (*progress_)(reported_ = text_offset + pos);
   }
 }
 
 void Tokenizer::encode_word(std::string_view word, std::vector<std::int32_t>& out) {
-  const std::uint64_t hash = WordCache::hash(word);
-  const auto cached = cache_.find(word, hash);
-  if (!cached.empty()) {
-    out.insert(out.end(), cached.begin(), cached.end());
-    return;
+  // Long words (a whole text under a SentencePiece-style tokenizer with no pre-tokenizer) are not cached,
+  // as `tokenizers` caches words under 256 bytes.
+  const bool cacheable = word.size() < kCacheMaxBytes;
+  const std::uint64_t hash = cacheable ? WordCache::hash(word) : 0;
+  if (cacheable) {
+    const auto cached = cache_.find(word, hash);
+    if (!cached.empty()) {
+      out.insert(out.end(), cached.begin(), cached.end());
+      return;
+    }
   }
   word_out_.clear();
   const auto whole = spec_.ignore_merges ? word_ids_.find(std::string(word)) : word_ids_.end();
   if (whole != word_ids_.end()) word_out_.push_back(whole->second);
-  else merges_->merge_word(word, scratch_, word_out_);
-  cache_.insert(word, hash, word_out_);
+  else if (spec_.kind == TokenizerKind::kByteLevel) merges_->merge_word(word, scratch_, word_out_);
+  else merge_characters(word, word_out_);
+  if (cacheable && !word_out_.empty()) cache_.insert(word, hash, word_out_);
   out.insert(out.end(), word_out_.begin(), word_out_.end());
+}
+
+// `tokenizers`' BPE::merge_word: one symbol per character; a character without a token becomes its bytes'
+// <0xNN> tokens when all exist (byte_fallback), else the unknown token (runs fused under fuse_unk), else
+// nothing.
+void Tokenizer::merge_characters(std::string_view word, std::vector<std::int32_t>& out) {
+  BpeMerges::start_word(scratch_);
+  std::uint32_t unk_bytes = 0;  // > 0: an unknown symbol is pending
+  for (std::size_t pos = 0; pos < word.size();) {
+    const CodePoint cp = decode_utf8(word, pos);
+    const auto len = static_cast<std::uint32_t>(cp.bytes);
+    const auto it = char_ids_.find(cp.value);
+    if (it != char_ids_.end()) {
+      if (unk_bytes > 0) BpeMerges::add_symbol(scratch_, unk_id_, unk_bytes), unk_bytes = 0;
+      BpeMerges::add_symbol(scratch_, it->second, len);
+    } else {
+      bool fell_back = spec_.byte_fallback;
+      for (std::size_t i = 0; fell_back && i < len; ++i) fell_back = fallback_ids_[static_cast<unsigned char>(word[pos + i])] >= 0;
+      if (fell_back) {
+        // As `tokenizers` does, a pending unknown token is not flushed first: it follows the bytes.
+        for (std::size_t i = 0; i < len; ++i) BpeMerges::add_symbol(scratch_, fallback_ids_[static_cast<unsigned char>(word[pos + i])], 1);
+      } else if (unk_id_ >= 0) {
+        if (unk_bytes > 0 && !spec_.fuse_unk) BpeMerges::add_symbol(scratch_, unk_id_, unk_bytes), unk_bytes = 0;
+        unk_bytes += len;
+      }
+    }
+    pos += len;
+  }
+  if (unk_bytes > 0) BpeMerges::add_symbol(scratch_, unk_id_, unk_bytes);
+  if (!scratch_.symbols.empty()) merges_->merge_symbols(scratch_, out);
 }
 
 bool Tokenizer::has_token(std::int32_t id) const {
@@ -206,6 +326,7 @@ std::string Tokenizer::decode(std::span<const std::int32_t> ids) const {
                  "(vocabulary of {})", spec_.source, ids[i], i, vocab_size());
     out.append(id_bytes_[static_cast<std::size_t>(ids[i])]);
   }
+  if (spec_.decode_strip_space && !out.empty() && out[0] == ' ') out.erase(0, 1);
   return out;
 }
 
@@ -217,9 +338,23 @@ std::optional<std::int32_t> Tokenizer::added_token_id(std::string_view content) 
 }
 
 std::string Tokenizer::describe() const {
-  return fmt::format("byte-level BPE, {} tokens, {} merges, {} pre-tokenizer, {} added token{}", vocab_size(),
-                     spec_.merges.size(), split_pattern_name(spec_.pattern), spec_.added_tokens.size(),
-                     spec_.added_tokens.size() == 1 ? "" : "s");
+  const std::string added =
+      fmt::format("{} added token{}", spec_.added_tokens.size(), spec_.added_tokens.size() == 1 ? "" : "s");
+  if (spec_.kind == TokenizerKind::kByteLevel) {
+    return fmt::format("byte-level BPE, {} tokens, {} merges, {} pre-tokenizer, {}", vocab_size(), spec_.merges.size(),
+                       split_pattern_name(spec_.pattern), added);
+  }
+  std::string steps;
+  for (const NormalizerStep& step : spec_.normalizer) {
+    steps += fmt::format("{}{}", steps.empty() ? "" : "+", step.kind == NormalizerStep::Kind::kPrepend ? "Prepend" : "Replace");
+  }
+  return fmt::format("SentencePiece-style BPE, {} tokens, {} merges, {}, {}{}, {}", vocab_size(), spec_.merges.size(),
+                     steps.empty() ? "no normalizer" : "normalizer " + steps,
+                     spec_.metaspace ? fmt::format("Metaspace pre-tokenizer (prepend {}{})",
+                                                   prepend_scheme_name(spec_.metaspace->prepend),
+                                                   spec_.metaspace->split ? ", split" : "")
+                                     : "no pre-tokenizer",
+                     spec_.byte_fallback ? ", byte fallback" : "", added);
 }
 
 }  // namespace cleave::tokenizer

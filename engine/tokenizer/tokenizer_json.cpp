@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.hpp"
+#include "engine/tokenizer/unicode_classes.hpp"
 
 namespace cleave::tokenizer {
 namespace {
@@ -15,9 +16,10 @@ namespace {
 using nlohmann::json;
 
 constexpr std::string_view kSupported =
-    "cleave supports byte-level BPE tokenizers (GPT-2, Llama 3 and ones trained like them): model.type \"BPE\", "
-    "normalizer null, pre_tokenizer ByteLevel or Sequence [Split (GPT-2 or Llama 3 pattern), ByteLevel], decoder "
-    "ByteLevel";
+    "cleave supports BPE tokenizers (model.type \"BPE\") of two kinds: byte-level (GPT-2, Llama 3: pre_tokenizer "
+    "ByteLevel or Sequence [Split (GPT-2 or Llama 3 pattern), ByteLevel], decoder ByteLevel) and SentencePiece-style "
+    "(Llama 2, Mistral, Gemma: pre_tokenizer Metaspace or null, normalizer null or Prepend/Replace/Sequence, decoder "
+    "Metaspace or Sequence [Replace, ByteFallback, Fuse, Strip]); see docs/tokenizer.md";
 
 std::string shown(const json& value) {
   std::string text = value.dump();
@@ -58,9 +60,12 @@ void read_model(const json& model, TokenizerSpec& spec) {
     CLEAVE_CHECK(it == model.end() || it->is_null() || (it->is_string() && it->get<std::string>().empty()),
                  "{}: model.{} is {}; byte-level BPE has none (null). {}", src, key, shown(*it), kSupported);
   }
-  CLEAVE_CHECK(!flag(model, "byte_fallback", false, "model", src),
-               "{}: model.byte_fallback is true: a SentencePiece-style BPE (as Llama 2 uses), not byte-level. {}", src,
-               kSupported);
+  spec.byte_fallback = flag(model, "byte_fallback", false, "model", src);
+  spec.fuse_unk = flag(model, "fuse_unk", false, "model", src);
+  if (const auto unk = model.find("unk_token"); unk != model.end() && !unk->is_null()) {
+    CLEAVE_CHECK(unk->is_string(), "{}: model.unk_token is {}; expected a string or null", src, shown(*unk));
+    spec.unk_token = unk->get<std::string>();
+  }
   spec.ignore_merges = flag(model, "ignore_merges", false, "model", src);
 
   const json& vocab = member(model, "vocab", "model", src);
@@ -125,10 +130,51 @@ void read_split(const json& split, const std::string& where, TokenizerSpec& spec
   CLEAVE_CHECK(!flag(split, "invert", false, where, src), "{}: {}.invert is true; cleave supports false", src, where);
 }
 
+// Metaspace's prepend_scheme as `tokenizers` reads it: prepend_scheme when given (default "always");
+// add_prefix_space false (older files) means "never".
+PrependScheme read_prepend_scheme(const json& meta, const std::string& where, const std::string& src) {
+  PrependScheme scheme = PrependScheme::kAlways;
+  const auto it = meta.find("prepend_scheme");
+  const bool given = it != meta.end() && !it->is_null();
+  if (given) {
+    const std::string name = it->is_string() ? it->get<std::string>() : "";
+    CLEAVE_CHECK(name == "always" || name == "first" || name == "never",
+                 "{}: {}.prepend_scheme is {}; expected \"always\", \"first\" or \"never\"", src, where, shown(*it));
+    scheme = name == "always" ? PrependScheme::kAlways : name == "first" ? PrependScheme::kFirst : PrependScheme::kNever;
+  }
+  if (!flag(meta, "add_prefix_space", true, where, src)) {
+    CLEAVE_CHECK(!given || scheme == PrependScheme::kNever,
+                 "{}: {}.add_prefix_space is false but prepend_scheme is \"{}\"; they disagree (drop add_prefix_space)",
+                 src, where, prepend_scheme_name(scheme));
+    scheme = PrependScheme::kNever;
+  }
+  return scheme;
+}
+
+std::string read_replacement(const json& meta, const std::string& where, const std::string& src) {
+  const json& rep = member(meta, "replacement", where, src);
+  CLEAVE_CHECK(rep.is_string() && !rep.get<std::string>().empty() &&
+                   decode_utf8(rep.get<std::string>(), 0).bytes == rep.get<std::string>().size(),
+               "{}: {}.replacement is {}; expected one character (\"\u2581\")", src, where, shown(rep));
+  return rep.get<std::string>();
+}
+
 void read_pre_tokenizer(const json& pre, TokenizerSpec& spec) {
   const std::string& src = spec.source;
-  CLEAVE_CHECK(!pre.is_null(), "{}: pre_tokenizer is null; {}", src, kSupported);
+  if (pre.is_null()) {  // SentencePiece-style with the spaces replaced by a normalizer: each piece is one word
+    spec.kind = TokenizerKind::kSentencePiece;
+    return;
+  }
   const std::string type = type_of(pre, "pre_tokenizer", src);
+  if (type == "Metaspace") {
+    spec.kind = TokenizerKind::kSentencePiece;
+    MetaspaceSpec meta;
+    meta.replacement = read_replacement(pre, "pre_tokenizer", src);
+    meta.prepend = read_prepend_scheme(pre, "pre_tokenizer", src);
+    meta.split = flag(pre, "split", true, "pre_tokenizer", src);
+    spec.metaspace = meta;
+    return;
+  }
   if (type == "ByteLevel") {
     spec.pattern = SplitPattern::kGpt2;
     spec.split_before_byte_level = false;
@@ -147,6 +193,135 @@ void read_pre_tokenizer(const json& pre, TokenizerSpec& spec) {
   read_split(list[0], "pre_tokenizer.pretokenizers[0]", spec);
   spec.split_before_byte_level = true;
   read_byte_level(list[1], "pre_tokenizer.pretokenizers[1]", true, spec);
+}
+
+void read_normalizer(const json& n, const std::string& where, TokenizerSpec& spec) {
+  const std::string& src = spec.source;
+  const std::string type = type_of(n, where, src);
+  if (type == "Sequence") {
+    const json& list = member(n, "normalizers", where, src);
+    CLEAVE_CHECK(list.is_array(), "{}: {}.normalizers is {}; expected an array", src, where, shown(list));
+    for (std::size_t i = 0; i < list.size(); ++i) read_normalizer(list[i], fmt::format("{}.normalizers[{}]", where, i), spec);
+  } else if (type == "Prepend") {
+    const json& prepend = member(n, "prepend", where, src);
+    CLEAVE_CHECK(prepend.is_string(), "{}: {}.prepend is {}; expected a string", src, where, shown(prepend));
+    spec.normalizer.push_back({NormalizerStep::Kind::kPrepend, "", prepend.get<std::string>()});
+  } else if (type == "Replace") {
+    const json& pattern = member(n, "pattern", where, src);
+    const auto string = pattern.is_object() ? pattern.find("String") : pattern.end();
+    CLEAVE_CHECK(pattern.is_object() && string != pattern.end() && string->is_string() && !string->get<std::string>().empty(),
+                 "{}: {}.pattern is {}; cleave supports a {{\"String\": \"...\"}} pattern (not a Regex)", src, where,
+                 shown(pattern));
+    const json& content = member(n, "content", where, src);
+    CLEAVE_CHECK(content.is_string(), "{}: {}.content is {}; expected a string", src, where, shown(content));
+    spec.normalizer.push_back({NormalizerStep::Kind::kReplace, string->get<std::string>(), content.get<std::string>()});
+  } else {
+    CLEAVE_THROW("{}: {}.type is \"{}\"; cleave supports the normalizers SentencePiece-style tokenizers use: "
+                 "Prepend, Replace (a String pattern) and Sequence of them, or null (Unicode normalization such as "
+                 "NFC/NFKC, Lowercase, Strip are not implemented)", src, where, type);
+  }
+}
+
+void read_decoder(const json& d, const std::string& where, TokenizerSpec& spec) {
+  const std::string& src = spec.source;
+  const std::string type = type_of(d, where, src);
+  const bool byte_level = spec.kind == TokenizerKind::kByteLevel;
+  if (byte_level) {
+    CLEAVE_CHECK(type == "ByteLevel", "{}: {}.type is \"{}\" with a ByteLevel pre-tokenizer; cleave supports the "
+                 "ByteLevel decoder there. {}", src, where, type, kSupported);
+    return;
+  }
+  if (type == "Sequence") {
+    const json& list = member(d, "decoders", where, src);
+    CLEAVE_CHECK(list.is_array(), "{}: {}.decoders is {}; expected an array", src, where, shown(list));
+    for (std::size_t i = 0; i < list.size(); ++i) read_decoder(list[i], fmt::format("{}.decoders[{}]", where, i), spec);
+  } else if (type == "Metaspace") {
+    spec.decode_space = read_replacement(d, where, src);
+    spec.decode_strip_space = read_prepend_scheme(d, where, src) != PrependScheme::kNever;
+  } else if (type == "Replace") {
+    const json& pattern = member(d, "pattern", where, src);
+    const auto string = pattern.is_object() ? pattern.find("String") : pattern.end();
+    const auto content = d.find("content");
+    CLEAVE_CHECK(string != pattern.end() && string->is_string() && !string->get<std::string>().empty() &&
+                     content != d.end() && *content == " ",
+                 "{}: {} is {}; cleave supports a Replace decoder of a String pattern by \" \" (\"\u2581\" -> \" \")",
+                 src, where, shown(d));
+    spec.decode_space = string->get<std::string>();
+  } else if (type == "ByteFallback") {
+    spec.decode_byte_fallback = true;
+  } else if (type == "Fuse") {
+  } else if (type == "Strip") {
+    const auto content = d.find("content");
+    const auto start = d.find("start");
+    const auto stop = d.find("stop");
+    CLEAVE_CHECK(content != d.end() && *content == " " && start != d.end() && start->is_number_unsigned() &&
+                     start->get<std::uint64_t>() <= 1 && (stop == d.end() || *stop == 0),
+                 "{}: {} is {}; cleave supports Strip of at most one leading \" \" (content \" \", start 0 or 1, stop 0)",
+                 src, where, shown(d));
+    spec.decode_strip_space = start->get<std::uint64_t>() == 1;
+  } else {
+    CLEAVE_THROW("{}: {}.type is \"{}\"; cleave supports, for a SentencePiece-style tokenizer, the decoders "
+                 "Metaspace, Replace, ByteFallback, Fuse, Strip and Sequence of them", src, where, type);
+  }
+}
+
+std::vector<std::int32_t> special_ids(const json& specials, const std::string& name, const std::string& where,
+                                      const std::string& src) {
+  const auto it = specials.is_object() ? specials.find(name) : specials.end();
+  CLEAVE_CHECK(it != specials.end() && it->is_object() && it->contains("ids") && (*it)["ids"].is_array(),
+               "{}: {}.single names special token \"{}\", but {}.special_tokens has no \"{}\" with \"ids\"", src,
+               where, name, where, name);
+  std::vector<std::int32_t> ids;
+  for (const json& id : (*it)["ids"]) {
+    CLEAVE_CHECK(id.is_number_unsigned() && id.get<std::uint64_t>() < std::numeric_limits<std::int32_t>::max(),
+                 "{}: {}.special_tokens[\"{}\"].ids holds {}; expected ids", src, where, name, shown(id));
+    ids.push_back(static_cast<std::int32_t>(id.get<std::uint64_t>()));
+  }
+  return ids;
+}
+
+// The ids a post-processor puts around one sequence (TemplateProcessing "single", Roberta/Bert's cls and sep).
+void read_post_processor(const json& p, const std::string& where, TokenizerSpec& spec) {
+  const std::string& src = spec.source;
+  if (p.is_null()) return;
+  const std::string type = type_of(p, where, src);
+  if (type == "Sequence") {
+    const json& list = member(p, "processors", where, src);
+    CLEAVE_CHECK(list.is_array(), "{}: {}.processors is {}; expected an array", src, where, shown(list));
+    for (std::size_t i = 0; i < list.size(); ++i) read_post_processor(list[i], fmt::format("{}.processors[{}]", where, i), spec);
+  } else if (type == "ByteLevel") {  // offsets only
+  } else if (type == "TemplateProcessing") {
+    const json& single = member(p, "single", where, src);
+    const json& specials = member(p, "special_tokens", where, src);
+    CLEAVE_CHECK(single.is_array(), "{}: {}.single is {}; expected an array", src, where, shown(single));
+    bool seen_sequence = false;
+    for (const json& piece : single) {
+      if (piece.is_object() && piece.contains("Sequence")) {
+        CLEAVE_CHECK(!seen_sequence, "{}: {}.single has two sequences; expected one ($A)", src, where);
+        seen_sequence = true;
+        continue;
+      }
+      const auto token = piece.is_object() ? piece.find("SpecialToken") : piece.end();
+      CLEAVE_CHECK(token != piece.end() && token->is_object() && token->contains("id") && (*token)["id"].is_string(),
+                   "{}: {}.single holds {}; expected {{\"SpecialToken\": {{\"id\": ...}}}} or {{\"Sequence\": ...}}", src,
+                   where, shown(piece));
+      const auto ids = special_ids(specials, (*token)["id"].get<std::string>(), where, src);
+      auto& side = seen_sequence ? spec.template_suffix : spec.template_prefix;
+      side.insert(side.end(), ids.begin(), ids.end());
+    }
+    CLEAVE_CHECK(seen_sequence, "{}: {}.single has no {{\"Sequence\": ...}} ($A)", src, where);
+  } else if (type == "RobertaProcessing" || type == "BertProcessing") {
+    for (const char* key : {"cls", "sep"}) {
+      const json& pair = member(p, key, where, src);
+      CLEAVE_CHECK(pair.is_array() && pair.size() == 2 && pair[1].is_number_unsigned(),
+                   "{}: {}.{} is {}; expected [token, id]", src, where, key, shown(pair));
+      (std::string_view(key) == "cls" ? spec.template_prefix : spec.template_suffix)
+          .push_back(static_cast<std::int32_t>(pair[1].get<std::uint64_t>()));
+    }
+  } else {
+    CLEAVE_THROW("{}: {}.type is \"{}\"; cleave supports the post-processors TemplateProcessing, ByteLevel, "
+                 "RobertaProcessing, BertProcessing, Sequence of them, or null", src, where, type);
+  }
 }
 
 void read_added_tokens(const json& root, TokenizerSpec& spec) {
@@ -188,14 +363,16 @@ TokenizerSpec parse_tokenizer_json(std::string_view json_text, const std::string
   CLEAVE_CHECK(root.is_object(), "{}: the file holds {}, not a tokenizer.json object", source, shown(root));
   read_model(member(root, "model", "the file", source), spec);
   const auto normalizer = root.find("normalizer");
-  CLEAVE_CHECK(normalizer == root.end() || normalizer->is_null(),
-               "{}: normalizer is {}; cleave supports no normalizer (null), as GPT-2 and Llama 3 have", source,
-               shown(*normalizer));
+  if (normalizer != root.end() && !normalizer->is_null()) read_normalizer(*normalizer, "normalizer", spec);
   read_pre_tokenizer(member(root, "pre_tokenizer", "the file", source), spec);
+  const bool byte_level = spec.kind == TokenizerKind::kByteLevel;
+  CLEAVE_CHECK(!byte_level || !spec.byte_fallback,
+               "{}: model.byte_fallback is true with a ByteLevel pre-tokenizer; byte fallback belongs to "
+               "SentencePiece-style BPE (a Metaspace pre-tokenizer or a Replace normalizer). {}", source, kSupported);
   const json& decoder = member(root, "decoder", "the file", source);
   CLEAVE_CHECK(!decoder.is_null(), "{}: decoder is null; {}", source, kSupported);
-  const std::string decoder_type = type_of(decoder, "decoder", source);
-  CLEAVE_CHECK(decoder_type == "ByteLevel", "{}: decoder.type is \"{}\"; {}", source, decoder_type, kSupported);
+  read_decoder(decoder, "decoder", spec);
+  if (const auto post = root.find("post_processor"); post != root.end()) read_post_processor(*post, "post_processor", spec);
   read_added_tokens(root, spec);
   return spec;
 }

@@ -1,11 +1,16 @@
 #!/usr/bin/env bash
 # `cleave tokenize` end to end on a tiny GPT-2-style byte-level BPE tokenizer.json written here (256 byte
 # tokens, 12 merges, "<|endoftext|>"; the ids below were worked by hand and agree with `tokenizers` 0.23.3):
-# two text files with --eot and --val-fraction give llm.c shards holding exactly the expected ids, which
-# `cleave train` then reads (data.type tokens). Bad inputs (a missing text file or tokenizer, WordPiece, an
-# unsupported pre-tokenizer pattern, a malformed merge, invalid UTF-8, an existing output, a vocabulary too
-# large for uint16) each fail with one line naming the file and the key, and write nothing. `cleave generate
-# --tokenizer` on the trained model encodes the prompt with the tokenizer and decodes the output.
+# two text files with --eot and --val-fraction give llm.c shards holding exactly the expected ids and a
+# manifest.json, which `cleave train` then reads (data.type tokens). A vocabulary over 65,536 gives 32-bit
+# shards (llm.c's Llama 3 header) that train reads. A tiny SentencePiece-style (Llama 2) tokenizer.json with
+# byte fallback: BOS per document from its post_processor, BOS and EOS when tokenizer_config.json says
+# add_eos_token; --shard-tokens writes numbered shards that data.paths reads by glob; a model vocab_size
+# below the manifest's is refused before training. Bad inputs (a missing text file or tokenizer, WordPiece,
+# an unsupported pre-tokenizer pattern, an unknown normalizer, a malformed merge, invalid UTF-8, an existing
+# output, a vocabulary too large for --bits 16) each fail with one line naming the file and the key, and
+# write nothing. `cleave generate --tokenizer` on the trained model encodes the prompt with the tokenizer and
+# decodes the output.
 # Usage: cli_tokenize.sh CLEAVE
 set -u
 cleave=$1
@@ -43,6 +48,27 @@ elif variant == "merge":
 elif variant == "big":
     model["vocab"]["zz"] = 70000
     eot_id = 269
+elif variant.startswith("sp"):
+    # Llama 2 style: <unk> <s> </s>, 256 byte-fallback tokens, then ▁ h e l l o and four merges.
+    vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab["<0x%02X>" % b] = 3 + b
+    for t in ["▁", "h", "e", "l", "o", "▁h", "ll", "▁he", "▁hell"]:
+        vocab[t] = len(vocab)
+    norm = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
+            {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}
+    if variant == "sp_nfkc":
+        norm["normalizers"].append({"type": "NFKC"})
+    specials = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+                 "special": True} for i, c in enumerate(["<unk>", "<s>", "</s>"])]
+    print(json.dumps({"version": "1.0", "added_tokens": specials, "normalizer": norm, "pre_tokenizer": None,
+        "post_processor": {"type": "TemplateProcessing", "single": [{"SpecialToken": {"id": "<s>", "type_id": 0}},
+            {"Sequence": {"id": "A", "type_id": 0}}], "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+        "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
+            {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "fuse_unk": True, "byte_fallback": True,
+                  "vocab": vocab, "merges": [["▁", "h"], ["l", "l"], ["▁h", "e"], ["▁he", "ll"]]}}))
+    sys.exit(0)
 print(json.dumps({"version": "1.0", "added_tokens": [
     {"id": eot_id, "content": "<|endoftext|>", "single_word": False, "lstrip": False, "rstrip": False,
      "normalized": False, "special": True}],
@@ -68,6 +94,10 @@ def read(path):
 expected = [268, 262, 111, 258, 260, 265, 32, 105, 116, 267, 260, 263, 97, 268, 97, 268, 98, 10]
 train, val = read("shards/train.bin"), read("shards/val.bin")
 assert train + val == expected and len(val) == 4, (train, val)
+import json
+m = json.load(open("shards/manifest.json"))
+assert m["bits"] == 16 and m["vocab_size"] == 269 and m["documents"] == 2, m
+assert m["train"] == [{"path": "train.bin", "tokens": 14}] and m["val"] == [{"path": "val.bin", "tokens": 4}], m
 PY
 echo "ok   tokenize: $(head -1 out.log)"
 
@@ -76,6 +106,61 @@ echo "ok   tokenize: $(head -1 out.log)"
   --set train.out_dir=run > train.log 2>&1 || { cat train.log; fail "training on the shards"; }
 grep -q "llm.c token shard shards/train.bin" train.log || grep -q "done: 2 steps" train.log || { cat train.log; fail "train log"; }
 echo "ok   cleave train reads the shards: $(grep -o 'done: 2 steps.*' train.log | cut -c1-60)"
+
+# 32 bits: a vocabulary over 65,536 (70,001 here) gives llm.c's Llama 3 shards, which train reads.
+"$cleave" tokenize a.txt --tokenizer big.json --out wide > wide.log 2>&1 || { cat wide.log; fail "tokenize 32-bit"; }
+python3 - <<'PY' || fail "32-bit shard"
+import struct, json
+data = open("wide/train.bin", "rb").read()
+header = struct.unpack("<256i", data[:1024])
+assert header[:3] == (20240801, 7, (len(data) - 1024) // 4), header[:3]
+assert list(struct.unpack("<%dI" % header[2], data[1024:])) == [262, 111, 258, 260, 265, 32, 105, 116, 267, 260, 263, 97]
+assert json.load(open("wide/manifest.json"))["bits"] == 32
+PY
+"$cleave" train --set data.type=tokens --set data.path=wide/train.bin --set data.val_fraction=0.2 \
+  --set model.vocab_size=70001 --set model.seq_len=3 --set model.d_model=16 --set model.n_heads=2 --set train.steps=1 \
+  --set train.eval_batches=0 --set train.out_dir=wide_run > wide_train.log 2>&1 || { cat wide_train.log; fail "training on 32-bit shards"; }
+echo "ok   a 70,001-token vocabulary writes 32-bit shards that train reads"
+
+# SentencePiece-style (Llama 2): "hello" -> ▁hell o; "hi!" -> ▁h <0x69> <0x21> (byte fallback); <s> per document
+# from the post_processor, and </s> too once tokenizer_config.json says add_eos_token.
+mkdir -p sp sp_eos && python3 mk.py sp > sp/tokenizer.json && cp sp/tokenizer.json sp_eos/tokenizer.json
+printf '{"add_bos_token": true, "add_eos_token": true, "bos_token": "<s>", "eos_token": {"content": "</s>"}}' \
+  > sp_eos/tokenizer_config.json
+printf 'hello' > h.txt
+printf 'hi!' > i.txt
+"$cleave" tokenize h.txt i.txt --tokenizer sp/tokenizer.json --out sp_out > sp.log 2>&1 || { cat sp.log; fail "tokenize sp"; }
+grep -q "SentencePiece-style BPE" sp.log || { cat sp.log; fail "sp describe"; }
+"$cleave" tokenize h.txt i.txt h.txt --tokenizer sp_eos/tokenizer.json --out sp_eos_out --shard-tokens 4 \
+  > sp_eos.log 2>&1 || { cat sp_eos.log; fail "tokenize sp eos"; }
+grep -q "tokenizer_config.json (add_bos_token true, add_eos_token true)" sp_eos.log || { cat sp_eos.log; fail "eos source"; }
+python3 - <<'PY' || fail "sp shards"
+import struct, json, glob
+def read(path):
+    data = open(path, "rb").read()
+    header = struct.unpack("<256i", data[:1024])
+    return list(struct.unpack("<%dH" % header[2], data[1024:]))
+assert read("sp_out/train.bin") == [1, 267, 263, 1, 264, 108, 36], read("sp_out/train.bin")
+shards = sorted(glob.glob("sp_eos_out/train_*.bin"))
+assert [len(read(s)) for s in shards] == [4, 4, 4, 1], shards
+ids = sum((read(s) for s in shards), [])
+assert ids == [1, 267, 263, 2, 1, 264, 108, 36, 2, 1, 267, 263, 2], ids
+m = json.load(open("sp_eos_out/manifest.json"))
+assert [s["path"] for s in m["train"]] == ["train_00000.bin", "train_00001.bin", "train_00002.bin", "train_00003.bin"]
+PY
+echo "ok   SentencePiece-style ids with byte fallback, BOS/EOS per document, 4-token shards"
+"$cleave" train --set data.type=tokens --set 'data.paths=["sp_eos_out/train_*.bin"]' --set data.val_fraction=0.25 \
+  --set model.vocab_size=268 --set model.seq_len=2 --set model.d_model=16 --set model.n_heads=2 --set train.steps=1 \
+  --set train.eval_batches=0 --set train.out_dir=sp_run > sp_train.log 2>&1 || { cat sp_train.log; fail "training on data.paths"; }
+"$cleave" train --set data.type=tokens --set 'data.paths=["sp_eos_out/train_*.bin"]' --set model.vocab_size=265 \
+  --set model.seq_len=2 --set model.d_model=16 --set model.n_heads=2 --set train.steps=1 --set train.eval_batches=0 \
+  --set train.out_dir=sp_bad > sp_bad.log 2>&1 && fail "a model vocab smaller than the tokenizer's was accepted"
+grep -q "vocabulary of 268 ids (sp_eos_out/manifest.json), but model.vocab_size is 265" sp_bad.log || { cat sp_bad.log; fail "vocab mismatch message"; }
+"$cleave" train --set data.type=tokens --set 'data.paths=["sp_eos_out/nothing_*.bin"]' --set model.vocab_size=268 \
+  --set model.seq_len=2 --set model.d_model=16 --set model.n_heads=2 --set train.steps=1 --set train.eval_batches=0 \
+  --set train.out_dir=sp_none > sp_none.log 2>&1 && fail "an empty glob was accepted"
+grep -q 'data.paths\[0\]: the glob "sp_eos_out/nothing_\*.bin" matches no file' sp_none.log || { cat sp_none.log; fail "empty glob message"; }
+echo "ok   data.paths by glob trains; a smaller model vocabulary and an empty glob are refused: $(grep -o 'error.*' sp_bad.log | cut -c1-120)"
 
 # generate --tokenizer: the prompt is encoded by the tokenizer (its ids are the context --logits reports) and
 # the output is decoded text that starts with the prompt.
@@ -109,8 +194,10 @@ python3 mk.py wordpiece > wordpiece.json && refuse "WordPiece" 'wordpiece.json: 
 python3 mk.py pattern > pattern.json && refuse "another pattern" "pattern.json: pre_tokenizer.pretokenizers\[0\].pattern.Regex" \
   a.txt --tokenizer pattern.json --out out
 python3 mk.py merge > merge.json && refuse "a malformed merge" "merge.json: model.merges\[4\]" a.txt --tokenizer merge.json --out out
-python3 mk.py big > big.json && refuse "a vocabulary over 65536" "70001 tokens; llm.c shards store uint16" \
-  a.txt --tokenizer big.json --out out
+python3 mk.py big > big.json && refuse "a vocabulary over 65536 in 16 bits" "70001 tokens; 16-bit shards hold ids up to 65,535" \
+  a.txt --tokenizer big.json --out out --bits 16
+python3 mk.py sp_nfkc > nfkc.json && refuse "an unknown normalizer" 'nfkc.json: normalizer.normalizers\[2\].type is "NFKC"' \
+  a.txt --tokenizer nfkc.json --out out
 printf 'ok\nbad \xff here\n' > bad.txt
 refuse "invalid UTF-8" "bad.txt is not valid UTF-8 at byte 7 (line 2, byte 5 of the line" a.txt bad.txt --tokenizer tok.json --out out
 refuse "an unknown --eot" "not an added token" a.txt --tokenizer tok.json --out out --eot '<|eot|>'

@@ -24,13 +24,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   for (TokenFormat format : {TokenFormat::kLlmc, TokenFormat::kUint16, TokenFormat::kText}) {
     TokenRange range;
     if (!fuzz::parses_or_errors(kTarget, [&] { range = locate_tokens(bytes, format, "data file <fuzz>"); })) continue;
-    const std::int64_t width = format == TokenFormat::kText ? 1 : 2;
+    const std::int64_t width = range.width;
     fuzz::expect(range.offset >= 0 && range.count > 0 &&
                      range.offset + range.count * width == static_cast<std::int64_t>(size),
                  kTarget, "accepted token range does not end at the end of the file");
-    volatile std::uint16_t sink = 0;  // reads every token the range claims (ASan checks the bounds)
+    volatile std::uint32_t sink = 0;  // reads every token the range claims (ASan checks the bounds)
     for (std::int64_t i = 0; i < range.count; ++i) {
-      std::uint16_t token = 0;
+      std::uint32_t token = 0;
       std::memcpy(&token, data + range.offset + i * width, static_cast<std::size_t>(width));
       sink = token;
     }

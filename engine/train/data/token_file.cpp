@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 
 #include "engine/core/error.hpp"
 
@@ -27,12 +28,12 @@ TokenRange locate_tokens(std::span<const std::uint8_t> bytes, TokenFormat format
   const auto file_bytes = static_cast<std::int64_t>(bytes.size());
   CLEAVE_CHECK(file_bytes > 0, "{}: the file is empty (0 bytes)", what);
   switch (format) {
-    case TokenFormat::kText: return {0, file_bytes};
+    case TokenFormat::kText: return {0, file_bytes, 1};
     case TokenFormat::kUint16:
       CLEAVE_CHECK(file_bytes % 2 == 0,
                    "{}: {} bytes is not a whole number of uint16 tokens (odd size: truncated or not uint16 tokens)",
                    what, file_bytes);
-      return {0, file_bytes / 2};
+      return {0, file_bytes / 2, 2};
     case TokenFormat::kLlmc: {
       CLEAVE_CHECK(file_bytes >= kLlmcHeaderBytes,
                    "{}: {} bytes is shorter than the {}-byte llm.c header (truncated; for headerless tokens set "
@@ -40,20 +41,23 @@ TokenRange locate_tokens(std::span<const std::uint8_t> bytes, TokenFormat format
                    what, file_bytes, kLlmcHeaderBytes);
       std::int32_t header[3];
       std::memcpy(header, bytes.data(), sizeof header);
-      CLEAVE_CHECK(header[0] == kLlmcMagic,
-                   "{}: wrong magic number {} (expected {}): not an llm.c token shard (for headerless uint16 "
-                   "tokens set data.format=uint16)",
-                   what, header[0], kLlmcMagic);
-      CLEAVE_CHECK(header[1] == kLlmcVersion, "{}: llm.c shard version {}, expected {} (uint16 tokens)", what,
-                   header[1], kLlmcVersion);
+      CLEAVE_CHECK(header[0] == kLlmcMagic || header[0] == kLlmcMagic32,
+                   "{}: wrong magic number {} (expected {} for uint16 ids or {} for uint32 ids): not an llm.c token "
+                   "shard (for headerless uint16 tokens set data.format=uint16)",
+                   what, header[0], kLlmcMagic, kLlmcMagic32);
+      const bool wide = header[0] == kLlmcMagic32;
+      const std::int32_t version = wide ? kLlmcVersion32 : kLlmcVersion;
+      CLEAVE_CHECK(header[1] == version, "{}: llm.c shard version {}, expected {} (magic {}: {} tokens)", what,
+                   header[1], version, header[0], wide ? "uint32" : "uint16");
       CLEAVE_CHECK(header[2] > 0, "{}: the header says {} tokens (empty shard)", what, header[2]);
       // header[2] is at most 2^31 - 1, so the expected size cannot overflow.
-      const std::int64_t expected = kLlmcHeaderBytes + 2 * static_cast<std::int64_t>(header[2]);
+      const int width = wide ? 4 : 2;
+      const std::int64_t expected = kLlmcHeaderBytes + width * static_cast<std::int64_t>(header[2]);
       CLEAVE_CHECK(file_bytes == expected,
-                   "{}: the header says {} tokens ({} + 2 × {} = {} bytes) but the file has {} bytes ({})", what,
-                   header[2], kLlmcHeaderBytes, header[2], expected, file_bytes,
+                   "{}: the header says {} tokens ({} + {} × {} = {} bytes) but the file has {} bytes ({})", what,
+                   header[2], kLlmcHeaderBytes, width, header[2], expected, file_bytes,
                    file_bytes < expected ? "truncated" : fmt::format("{} extra bytes", file_bytes - expected));
-      return {kLlmcHeaderBytes, header[2]};
+      return {kLlmcHeaderBytes, header[2], width};
     }
   }
   CLEAVE_ASSERT(false, "locate_tokens: unknown TokenFormat {}", static_cast<int>(format));
@@ -89,8 +93,10 @@ TokenFile::TokenFile(std::string path, TokenFormat format) : path_(std::move(pat
   const auto* base = static_cast<const std::uint8_t*>(map_);
   try {
     const TokenRange range = locate_tokens(std::span(base, map_bytes_), format_, what);
-    if (format_ == TokenFormat::kText) bytes_ = base;
-    else tokens_ = reinterpret_cast<const std::uint16_t*>(base + range.offset);
+    width_ = range.width;
+    if (width_ == 1) bytes_ = base;
+    else if (width_ == 2) tokens_ = reinterpret_cast<const std::uint16_t*>(base + range.offset);
+    else tokens32_ = reinterpret_cast<const std::uint32_t*>(base + range.offset);
     count_ = range.count;
   } catch (...) {
     ::munmap(map_, map_bytes_);
@@ -105,13 +111,13 @@ TokenFile::~TokenFile() {
 
 std::pair<std::int32_t, std::int64_t> TokenFile::max_token(std::int64_t begin, std::int64_t end) const {
   CLEAVE_ASSERT(0 <= begin && begin <= end && end <= count_, "max_token [{}, {}) of {}", begin, end, count_);
-  std::int32_t best = -1;
+  std::int64_t best = -1;  // 32-bit ids are compared unsigned: one ≥ 2^31 is reported as 2^31 - 1 at least
   std::int64_t where = begin;
   for (std::int64_t i = begin; i < end; ++i) {
-    const std::int32_t t = at(i);
+    const std::int64_t t = width_ == 4 ? static_cast<std::int64_t>(tokens32_[i]) : at(i);
     if (t > best) best = t, where = i;
   }
-  return {best, where};
+  return {static_cast<std::int32_t>(std::min<std::int64_t>(best, std::numeric_limits<std::int32_t>::max())), where};
 }
 
 }  // namespace cleave::train

@@ -42,21 +42,22 @@ TEST(TokenizerJson, TheTinyFileIsAccepted) { EXPECT_EQ(refusal(tiny_tokenizer_js
 
 TEST(TokenizerJson, RefusesOtherModelTypes) {
   for (const char* type : {"WordPiece", "Unigram", "WordLevel"}) {
-    expect_refused([&](json& j) { j["model"]["type"] = type; }, {"model.type", type, "byte-level BPE"});
+    expect_refused([&](json& j) { j["model"]["type"] = type; }, {"model.type", type, "BPE tokenizers", "byte-level", "SentencePiece-style"});
   }
   expect_refused([](json& j) { j["model"].erase("type"); }, {"model", "\"type\""});
 }
 
-TEST(TokenizerJson, RefusesBpeThatIsNotByteLevel) {
+TEST(TokenizerJson, RefusesWhatNeitherKindHas) {
   expect_refused([](json& j) { j["model"]["byte_fallback"] = true; }, {"model.byte_fallback", "SentencePiece"});
   expect_refused([](json& j) { j["model"]["continuing_subword_prefix"] = "##"; }, {"model.continuing_subword_prefix"});
   expect_refused([](json& j) { j["model"]["end_of_word_suffix"] = "</w>"; }, {"model.end_of_word_suffix"});
   expect_refused([](json& j) { j["model"]["dropout"] = 0.1; }, {"model.dropout"});
   expect_refused([](json& j) { j["model"]["vocab"].erase("\xC4\x8A"); }, {"byte 0x0a", "not a byte-level vocabulary"});
   expect_refused([](json& j) { j["pre_tokenizer"] = {{"type", "Whitespace"}}; }, {"pre_tokenizer.type", "Whitespace"});
+  // Metaspace or no pre-tokenizer makes a SentencePiece-style tokenizer, whose decoder cannot be ByteLevel.
   expect_refused([](json& j) { j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "_"}}; },
-                 {"pre_tokenizer.type", "Metaspace"});
-  expect_refused([](json& j) { j["pre_tokenizer"] = nullptr; }, {"pre_tokenizer is null"});
+                 {"decoder.type", "ByteLevel", "SentencePiece-style"});
+  expect_refused([](json& j) { j["pre_tokenizer"] = nullptr; }, {"decoder.type", "ByteLevel"});
   expect_refused([](json& j) { j["pre_tokenizer"]["use_regex"] = false; }, {"pre_tokenizer.use_regex"});
   expect_refused([](json& j) { j["decoder"] = {{"type", "WordPiece"}}; }, {"decoder.type", "WordPiece"});
   expect_refused([](json& j) { j["normalizer"] = {{"type", "NFC"}}; }, {"normalizer", "NFC", "null"});

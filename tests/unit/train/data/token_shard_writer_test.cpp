@@ -54,6 +54,40 @@ TEST(TokenShardWriter, ReadsBackThroughTokenFileAndTheLoader) {
   }
 }
 
+// 32-bit shards (llm.c's Llama 3 header {20240801, 7}) hold ids of any vocabulary: Llama 3's 128,256 here.
+TEST(TokenShardWriter, ThirtyTwoBitShardsHoldLargeVocabularies) {
+  TempDir dir;
+  const auto path = dir.file("wide.bin");
+  std::mt19937 rng(11);
+  std::vector<std::int32_t> ids(999);
+  for (auto& t : ids) t = static_cast<std::int32_t>(rng() % 128256);
+  ids[17] = 128255;
+  write_llmc_shard(path, ids, 32);
+  EXPECT_EQ(std::filesystem::file_size(path), 1024u + 4 * ids.size());
+  const TokenFile file(path, TokenFormat::kLlmc);
+  EXPECT_EQ(file.bits(), 32);
+  ASSERT_EQ(file.size(), static_cast<std::int64_t>(ids.size()));
+  for (std::size_t i = 0; i < ids.size(); ++i) ASSERT_EQ(file.at(static_cast<std::int64_t>(i)), ids[i]) << i;
+  EXPECT_EQ(file.max_token(0, file.size()), (std::pair<std::int32_t, std::int64_t>{128255, 17}));
+  // The loader reads it, and a vocabulary too small for it is refused naming the id.
+  const auto config = [&](const char* vocab) {
+    return config::parse_config("{}", "test", {"data.type=tokens", "data.path=" + path, "model.seq_len=5",
+                                               std::string("model.vocab_size=") + vocab, "model.d_model=16",
+                                               "model.n_heads=2"});
+  };
+  auto source = make_data_source(config("128256"), Split::kTrain);
+  const Batch b = source->next_batch(0, 0, BatchLayout{2, 2, 0, 1});
+  EXPECT_GE(b.inputs.data<std::int32_t>()[0], 0);
+  expect_error([&] { (void)make_data_source(config("65536"), Split::kTrain); }, {"wide.bin", "128255", "65536"});
+  // The same ids as a 16-bit shard are refused, naming the id and the fix.
+  expect_error([&] { write_llmc_shard(dir.file("narrow.bin"), ids, 16); }, {"narrow.bin", "does not fit", "32 bits"});
+  EXPECT_FALSE(std::filesystem::exists(dir.file("narrow.bin")));
+  // Ids that fit 16 bits written as 16-bit shards have GPT-2's header.
+  const std::vector<std::int32_t> small = {1, 2, 65535};
+  write_llmc_shard(dir.file("small.bin"), small, 16);
+  EXPECT_EQ(TokenFile(dir.file("small.bin"), TokenFormat::kLlmc).bits(), 16);
+}
+
 TEST(TokenShardWriter, RefusesAnExistingFileNoTokensAndAnUnwritablePath) {
   TempDir dir;
   const auto path = dir.file("train.bin");

@@ -1,0 +1,160 @@
+// SentencePiece-style BPE against ids stored from Hugging Face `tokenizers` (tests/unit/tokenizer/data, written
+// once by benchmarks/peers/sentencepiece_styles.py --write-fixture): one tokenizer trained there, laid out as
+// Llama 2's (<unk> <s> </s>, 256 <0xNN> byte tokens, learned tokens), in seven styles (Prepend/Replace normalizer
+// with no pre-tokenizer, Metaspace first/always/never, split or not, ignore_merges, no byte fallback, the older
+// add_prefix_space form, merges as strings and as pairs, a normalized added token), each encoding the same
+// awkward text (scripts, emoji, digits, runs of spaces, "▁" in the text, <s> inside text). Every id must match;
+// the post-processor's template and the decoded text too. Hand-worked cases check Metaspace's split and the
+// normalizer steps on their own.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/error.hpp"
+#include "engine/tokenizer/normalizer.hpp"
+#include "engine/tokenizer/tokenizer_json.hpp"
+
+namespace cleave::tokenizer {
+namespace {
+
+using nlohmann::json;
+using Ids = std::vector<std::int32_t>;
+
+json load(const std::string& name) {
+  const std::string path = std::string(CLEAVE_SOURCE_DIR) + "/tests/unit/tokenizer/data/" + name;
+  std::ifstream file(path);
+  EXPECT_TRUE(file.good()) << path;
+  std::stringstream text;
+  text << file.rdbuf();
+  return json::parse(text.str());
+}
+
+// The base file with a style's keys replaced, as the fixture writer made it.
+json styled(const json& base, const json& style) {
+  json j = base;
+  for (const auto& [key, value] : style["set"].items()) j[key] = value;
+  for (const auto& [key, value] : style["model"].items()) j["model"][key] = value;
+  json merges = json::array();
+  for (const json& m : j["model"]["merges"]) {
+    const std::string a = m.is_string() ? m.get<std::string>().substr(0, m.get<std::string>().find(' ')) : m[0].get<std::string>();
+    const std::string b = m.is_string() ? m.get<std::string>().substr(m.get<std::string>().find(' ') + 1) : m[1].get<std::string>();
+    merges.push_back(style["merges_as"] == "strings" ? json(a + " " + b) : json::array({a, b}));
+  }
+  j["model"]["merges"] = merges;
+  return j;
+}
+
+TEST(SentencePiece, EveryStyleMatchesTokenizersIdForId) {
+  const json base = load("sp_base.json");
+  const json fixture = load("sp_expected.json");
+  const std::string text = fixture["text"];
+  ASSERT_EQ(fixture["styles"].size(), 7u);
+  for (const json& style : fixture["styles"]) {
+    const std::string name = style["name"];
+    SCOPED_TRACE(name);
+    Tokenizer tok(parse_tokenizer_json(styled(base, style).dump(), "tokenizer " + name));
+    EXPECT_EQ(tok.kind(), TokenizerKind::kSentencePiece);
+    const Ids expected = style["ids"].get<Ids>();
+    const Ids got = tok.encode(text);
+    ASSERT_GT(expected.size(), 500u);
+    EXPECT_EQ(got.size(), expected.size());
+    std::size_t first = 0;
+    while (first < got.size() && first < expected.size() && got[first] == expected[first]) ++first;
+    EXPECT_EQ(first, expected.size()) << "first difference at token " << first;
+    // The template (Llama 2's "<s> $A") gives the first ids of encode(text, add_special_tokens=True).
+    Ids with_special = tok.template_prefix();
+    with_special.insert(with_special.end(), got.begin(), got.end());
+    with_special.resize(3);
+    EXPECT_EQ(with_special, style["with_special"].get<Ids>());
+    EXPECT_EQ(tok.decode(got), style["decoded"].get<std::string>());
+  }
+}
+
+TEST(SentencePiece, StylesDiffer) {
+  // A fixture whose styles all gave the same ids would not test the differences.
+  const json fixture = load("sp_expected.json");
+  const json& styles = fixture["styles"];
+  for (std::size_t i = 0; i + 1 < styles.size(); ++i) {
+    if (styles[i]["name"] == "metaspace_always" || styles[i]["name"] == "ignore_merges") continue;
+    EXPECT_NE(styles[i]["ids"], styles[i + 1]["ids"]) << styles[i]["name"] << " vs " << styles[i + 1]["name"];
+  }
+  EXPECT_EQ(fixture["styles"][0]["with_special"][0], 1);  // llama2 adds <s>
+}
+
+TEST(SentencePiece, MetaspaceSplitsBeforeEachReplacement) {
+  const std::string r = "\xE2\x96\x81";
+  std::vector<std::string> words;
+  metaspace_words({r, PrependScheme::kAlways, true}, "a  b", false, words);
+  EXPECT_EQ(words, (std::vector<std::string>{r + "a", r, r + "b"}));
+  words.clear();
+  metaspace_words({r, PrependScheme::kFirst, true}, "x y", false, words);  // not at the text's start: no prefix
+  EXPECT_EQ(words, (std::vector<std::string>{"x", r + "y"}));
+  words.clear();
+  metaspace_words({r, PrependScheme::kFirst, false}, "x y", true, words);
+  EXPECT_EQ(words, (std::vector<std::string>{r + "x" + r + "y"}));
+  words.clear();
+  metaspace_words({r, PrependScheme::kNever, true}, " ", true, words);
+  EXPECT_EQ(words, (std::vector<std::string>{r}));
+}
+
+TEST(SentencePiece, NormalizerStepsRunInOrder) {
+  const std::string r = "\xE2\x96\x81";
+  const std::vector<NormalizerStep> llama2 = {{NormalizerStep::Kind::kPrepend, "", r},
+                                              {NormalizerStep::Kind::kReplace, " ", r}};
+  EXPECT_EQ(normalize(llama2, "a b"), r + "a" + r + "b");
+  EXPECT_EQ(normalize(llama2, ""), "");  // Prepend leaves an empty piece empty
+  const std::vector<NormalizerStep> replace_first = {{NormalizerStep::Kind::kReplace, " ", r},
+                                                     {NormalizerStep::Kind::kPrepend, "", "X"}};
+  EXPECT_EQ(normalize(replace_first, "  "), "X" + r + r);
+  EXPECT_EQ(normalize({{NormalizerStep::Kind::kReplace, "aa", "b"}}, "aaa"), "ba");  // non-overlapping, leftmost
+}
+
+std::string refusal(const json& j) {
+  try {
+    Tokenizer tok(parse_tokenizer_json(j.dump(), "tokenizer t.json"));
+    return "";
+  } catch (const Error& e) {
+    return e.what();
+  }
+}
+
+TEST(SentencePiece, RefusesWhatIsNotImplementedByName) {
+  const json base = load("sp_base.json");
+  const json fixture = load("sp_expected.json");
+  const json llama2 = styled(base, fixture["styles"][0]);
+  ASSERT_EQ(refusal(llama2), "");
+  const auto with = [&](const char* key, json value) {
+    json j = llama2;
+    j[key] = std::move(value);
+    return refusal(j);
+  };
+  json nfkc = llama2;
+  nfkc["normalizer"]["normalizers"].push_back({{"type", "NFKC"}});
+  EXPECT_NE(refusal(nfkc).find("normalizer.normalizers[2].type is \"NFKC\""), std::string::npos) << refusal(nfkc);
+  EXPECT_NE(refusal(nfkc).find("tokenizer t.json"), std::string::npos);
+  EXPECT_NE(with("normalizer", {{"type", "Replace"}, {"pattern", {{"Regex", " +"}}}, {"content", "_"}}).find("not a Regex"),
+            std::string::npos);
+  EXPECT_NE(with("pre_tokenizer", {{"type", "Whitespace"}}).find("pre_tokenizer.type is \"Whitespace\""), std::string::npos);
+  EXPECT_NE(with("decoder", {{"type", "WordPiece"}}).find("decoder.type is \"WordPiece\""), std::string::npos);
+  EXPECT_NE(with("post_processor", {{"type", "Mystery"}}).find("post_processor.type is \"Mystery\""), std::string::npos);
+  json metaspace = llama2;
+  metaspace["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "sometimes"}};
+  EXPECT_NE(refusal(metaspace).find("pre_tokenizer.prepend_scheme is \"sometimes\""), std::string::npos);
+  json unigram = llama2;
+  unigram["model"]["type"] = "Unigram";
+  EXPECT_NE(refusal(unigram).find("model.type is \"Unigram\""), std::string::npos);
+  json bad_unk = llama2;
+  bad_unk["model"]["unk_token"] = "<nope>";
+  EXPECT_NE(refusal(bad_unk).find("model.unk_token \"<nope>\" is not in model.vocab"), std::string::npos);
+  json byte_level_fallback = llama2;  // byte_fallback with a ByteLevel pre-tokenizer mixes the two kinds
+  byte_level_fallback["pre_tokenizer"] = {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}};
+  EXPECT_NE(refusal(byte_level_fallback).find("byte_fallback is true with a ByteLevel pre-tokenizer"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cleave::tokenizer

@@ -108,6 +108,7 @@ grep -q "llm.c token shard shards/train.bin" train.log || grep -q "done: 2 steps
 echo "ok   cleave train reads the shards: $(grep -o 'done: 2 steps.*' train.log | cut -c1-60)"
 
 # 32 bits: a vocabulary over 65,536 (70,001 here) gives llm.c's Llama 3 shards, which train reads.
+python3 mk.py big > big.json || fail "writing big.json"
 "$cleave" tokenize a.txt --tokenizer big.json --out wide > wide.log 2>&1 || { cat wide.log; fail "tokenize 32-bit"; }
 python3 - <<'PY' || fail "32-bit shard"
 import struct, json
@@ -160,6 +161,7 @@ grep -q "vocabulary of 268 ids (sp_eos_out/manifest.json), but model.vocab_size 
   --set model.seq_len=2 --set model.d_model=16 --set model.n_heads=2 --set train.steps=1 --set train.eval_batches=0 \
   --set train.out_dir=sp_none > sp_none.log 2>&1 && fail "an empty glob was accepted"
 grep -q 'data.paths\[0\]: the glob "sp_eos_out/nothing_\*.bin" matches no file' sp_none.log || { cat sp_none.log; fail "empty glob message"; }
+[ ! -e sp_bad ] && [ ! -e sp_none ] || fail "a refused run wrote its out_dir"
 echo "ok   data.paths by glob trains; a smaller model vocabulary and an empty glob are refused: $(grep -o 'error.*' sp_bad.log | cut -c1-120)"
 
 # generate --tokenizer: the prompt is encoded by the tokenizer (its ids are the context --logits reports) and

@@ -121,6 +121,16 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
     merges_->add(left_id, right_id, static_cast<std::uint32_t>(rank), find(left + right));
   }
 
+  if (!byte_level) {
+    const std::string rep = spec_.metaspace ? spec_.metaspace->replacement : spec_.decode_space;
+    // ignore_merges would look up each cut piece whole, where `tokenizers` looks up the uncut word: no cutting.
+    bool exact = !rep.empty() && ids.count(rep) > 0 && !spec_.ignore_merges;
+    for (const auto& [token, id] : spec_.vocab) {
+      if (!exact) break;
+      exact = token.find(rep, 1) == std::string::npos;
+    }
+    if (exact) safe_cut_ = rep;
+  }
   if (spec_.ignore_merges) {
     for (const auto& [token, id] : spec_.vocab) {
       if (!byte_level) word_ids_.emplace(token, id);
@@ -221,13 +231,22 @@ void Tokenizer::encode_between_added(std::string_view text, bool at_text_start, 
 
 void Tokenizer::encode_segment(std::string_view segment, bool at_text_start, std::vector<std::int32_t>& out) {
   if (spec_.kind == TokenizerKind::kSentencePiece) {
-    if (!spec_.metaspace) {
-      encode_word(segment, out);
-      return;
-    }
     sp_words_.clear();
-    metaspace_words(*spec_.metaspace, segment, at_text_start, sp_words_);
-    for (const std::string& word : sp_words_) encode_word(word, out);
+    if (spec_.metaspace) metaspace_words(*spec_.metaspace, segment, at_text_start, sp_words_);
+    else sp_words_.emplace_back(segment);
+    for (const std::string& word : sp_words_) {
+      if (safe_cut_.empty() || (spec_.metaspace && spec_.metaspace->split)) {
+        encode_word(word, out);
+        continue;
+      }
+      const std::string_view w(word);
+      std::size_t begin = 0;
+      for (std::size_t hit = w.find(safe_cut_, 1); hit != std::string_view::npos; hit = w.find(safe_cut_, hit + safe_cut_.size())) {
+        if (hit > begin) encode_word(w.substr(begin, hit - begin), out);
+        begin = hit;
+      }
+      encode_word(w.substr(begin), out);
+    }
     if (progress_ != nullptr && spec_.normalizer.empty()) {
       const auto end = static_cast<std::size_t>(segment.data() + segment.size() - text_begin_);
       if (end - reported_ >= kProgressEvery) (*progress_)(reported_ = end);

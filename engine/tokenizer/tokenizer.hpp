@@ -111,6 +111,10 @@ class Tokenizer {
   std::array<std::int32_t, 256> fallback_ids_{};
   std::int32_t unk_id_ = -1;
   std::vector<std::string> sp_words_;
+  // SentencePiece-style with no Metaspace split: the word may still be cut before each "▁" (exact when "▁" is a
+  // token and no token holds "▁" after its start, so no merge can cross the cut; not under ignore_merges), which
+  // lets the cache work.
+  std::string safe_cut_;  // "" when cutting is not exact
   AddedTokenMatcher raw_added_, normalized_added_;
   WordCache cache_;
   BpeMerges::Scratch scratch_;

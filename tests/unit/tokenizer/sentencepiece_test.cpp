@@ -114,6 +114,30 @@ TEST(SentencePiece, NormalizerStepsRunInOrder) {
   EXPECT_EQ(normalize({{NormalizerStep::Kind::kReplace, "aa", "b"}}, "aaa"), "ba");  // non-overlapping, leftmost
 }
 
+// Without a pre-tokenizer the whole piece is one word. Cleave cuts it before each "▁" only when no token holds
+// "▁" after its start; here "o▁" and "o▁b" do, so the merge must cross the "▁" as in `tokenizers`.
+TEST(SentencePiece, MergesAcrossTheSpaceMarkWhenTheVocabularyHasThem) {
+  const std::string r = "\xE2\x96\x81";
+  json j = {{"normalizer", {{"type", "Sequence"}, {"normalizers", {{{"type", "Prepend"}, {"prepend", r}},
+                                                                 {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", r}}}}}},
+            {"pre_tokenizer", nullptr},
+            {"decoder", {{"type", "Metaspace"}, {"replacement", r}, {"prepend_scheme", "always"}}},
+            {"model", {{"type", "BPE"}, {"unk_token", "<unk>"}, {"byte_fallback", false},
+                       {"vocab", {{"<unk>", 0}, {r, 1}, {"a", 2}, {"b", 3}, {"o", 4}, {"o" + r, 5}, {"o" + r + "b", 6}}},
+                       {"merges", {"o " + r, "o" + r + " b"}}}}};
+  Tokenizer crossing(parse_tokenizer_json(j.dump(), "tokenizer x.json"));
+  EXPECT_EQ(crossing.encode("ao b"), (Ids{1, 2, 6}));
+  EXPECT_EQ(crossing.encode("ab"), (Ids{1, 2, 3}));
+  EXPECT_EQ(crossing.encode("aq"), (Ids{1, 2, 0}));  // no byte fallback: the unknown token
+  EXPECT_EQ(crossing.decode(crossing.encode("ao b")), "ao b");
+  // Without the crossing tokens the word is cut before each "▁": the same ids as one uncut word would give.
+  j["model"]["vocab"].erase("o" + r + "b");
+  j["model"]["vocab"].erase("o" + r);
+  j["model"]["merges"] = json::array();
+  Tokenizer cut(parse_tokenizer_json(j.dump(), "tokenizer y.json"));
+  EXPECT_EQ(cut.encode("ao b"), (Ids{1, 2, 4, 1, 3}));
+}
+
 std::string refusal(const json& j) {
   try {
     Tokenizer tok(parse_tokenizer_json(j.dump(), "tokenizer t.json"));

@@ -77,7 +77,7 @@ Shape with_batch(std::int64_t batch, const Shape& per_sample) {
 }
 
 Tensor filled_like(const Shape& shape, float value, DType dtype = DType::kF32) {
-  Tensor t = Tensor::empty(shape, dtype, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty(shape, dtype, MemoryCategory::kActivations, cpu_allocator());
   ops::fill(ops::Context{}, t, value);
   return t;
 }
@@ -234,7 +234,8 @@ std::vector<partition::MeasuredBlock> measure_round(const partition::ModelSpec& 
         }
         if (!current.defined()) {
           current = block.input_dtype == DType::kI32
-                        ? Tensor::zeros(with_batch(micro, block.input), DType::kI32, MemoryCategory::kActivations)
+                        ? Tensor::zeros(with_batch(micro, block.input), DType::kI32, MemoryCategory::kActivations,
+                                        cpu_allocator())
                         : filled_like(with_batch(micro, block.input), 0.1f, ctx.compute_dtype());
         }
         auto layers = layers::build_blocks(spec, i, i + 1, build);
@@ -242,8 +243,8 @@ std::vector<partition::MeasuredBlock> measure_round(const partition::ModelSpec& 
         layers::refresh_working_copies(layer.params(), ctx);  // bf16: the copies training computes with
         if (block.kind == partition::BlockKind::kSoftmaxCrossEntropy) {
           std::vector<std::int64_t> rows(current.shape().dims().begin(), current.shape().dims().end() - 1);
-          ctx.targets =
-              Tensor::zeros(Shape(std::span<const std::int64_t>(rows)), DType::kI32, MemoryCategory::kActivations);
+          ctx.targets = Tensor::zeros(Shape(std::span<const std::int64_t>(rows)), DType::kI32,
+                                      MemoryCategory::kActivations, cpu_allocator());
         }
         if (comm != nullptr) comm->barrier()->wait();  // every rank computes at once, as in training
         Tensor output;
@@ -355,8 +356,8 @@ void measure_collectives(partition::MeasuredCosts& costs, comm::Communicator& wo
       std::vector<std::pair<double, double>> points;
       for (std::int64_t bytes : sizes) {
         const std::int64_t n = bytes / 4 / g * g;  // elements of the whole buffer, divisible by the group
-        Tensor whole = Tensor::zeros(Shape{n}, DType::kF32, MemoryCategory::kWorkspace);
-        Tensor part = Tensor::zeros(Shape{n / g}, DType::kF32, MemoryCategory::kWorkspace);
+        Tensor whole = Tensor::zeros(Shape{n}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
+        Tensor part = Tensor::zeros(Shape{n / g}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
         std::vector<double> times;
         world.barrier()->wait();
         for (int rep = 0; rep <= repeats; ++rep) {

@@ -56,13 +56,13 @@ constexpr double kTol = 1e-5;
 // ---- values -------------------------------------------------------------------------------------------
 
 Tensor random_tensor(const Shape& shape, std::uint64_t seed, float scale = 1.0f) {
-  Tensor t = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   rng::fill_normal(t.data<float>(), t.numel(), seed, rng::hash_key("tp-test-input"), 0.0f, scale);
   return t;
 }
 
 Tensor random_ids(const Shape& shape, std::int64_t vocab, std::uint64_t seed, bool with_ignored = false) {
-  Tensor t = Tensor::empty(shape, DType::kI32, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty(shape, DType::kI32, MemoryCategory::kActivations, cpu_allocator());
   for (std::int64_t i = 0; i < t.numel(); ++i) {
     const auto draw = rng::bits64(seed, rng::hash_key("tp-test-ids"), static_cast<std::uint64_t>(i));
     t.data<std::int32_t>()[i] = static_cast<std::int32_t>(draw % static_cast<std::uint64_t>(vocab));
@@ -142,7 +142,7 @@ void randomize_both(const std::vector<std::shared_ptr<Param>>& parallel,
 // bit-identical on every rank; padding rows must hold exactly 0.
 std::vector<float> gather_grad(const Param& p, comm::Communicator& tp) {
   const std::int64_t n = p.grad.numel();
-  Tensor all = Tensor::empty(Shape{n * tp.size()}, DType::kF32, MemoryCategory::kCommunication);
+  Tensor all = Tensor::empty(Shape{n * tp.size()}, DType::kF32, MemoryCategory::kCommunication, cpu_allocator());
   tp.all_gather(p.grad, all)->wait();
   const auto gathered = all.to_floats();
   std::vector<float> logical;
@@ -587,7 +587,7 @@ TEST(TensorParallel, WholeTinyGptMatchesOneRank) {
     }
     // The loss is the same scalar on every tp rank.
     Tensor mine = Tensor::from_floats(got, Shape{static_cast<std::int64_t>(got.size())});
-    Tensor all = Tensor::empty(Shape{mine.numel() * tp}, DType::kF32, MemoryCategory::kCommunication);
+    Tensor all = Tensor::empty(Shape{mine.numel() * tp}, DType::kF32, MemoryCategory::kCommunication, cpu_allocator());
     world->all_gather(mine, all)->wait();
     const auto losses = all.to_floats();
     for (int q = 0; q < tp; ++q) {

@@ -396,7 +396,8 @@ WorkPtr MpiCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, cons
     const std::int64_t mine_begin = detail::block_begin(count, n, r);
     const std::int64_t mine = detail::block_begin(count, n, r + 1) - mine_begin;
     const std::size_t elem = dtype_size(dtype);
-    Tensor staging = Tensor::empty({static_cast<std::int64_t>(n) * mine}, dtype, MemoryCategory::kCommunication);
+    Tensor staging =
+        Tensor::empty({static_cast<std::int64_t>(n) * mine}, dtype, MemoryCategory::kCommunication, cpu_allocator());
     work->keep(staging);
     const std::uint64_t seq = s.next_seq++;
     char* data = detail::bytes(tensor);
@@ -463,7 +464,8 @@ WorkPtr MpiCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor& 
   if (detail::rank_ordered(dtype)) {
     const int n = s.size;
     const int r = s.rank;
-    Tensor staging = Tensor::empty({static_cast<std::int64_t>(n) * count}, dtype, MemoryCategory::kCommunication);
+    Tensor staging =
+        Tensor::empty({static_cast<std::int64_t>(n) * count}, dtype, MemoryCategory::kCommunication, cpu_allocator());
     work->keep(staging);
     const std::uint64_t seq = s.next_seq++;
     for (int q = 0; q < n; ++q) {
@@ -494,7 +496,7 @@ WorkPtr MpiCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor& 
   // In place (output is the input's own block): MPI's MPI_IN_PLACE puts the result at the buffer's start,
   // not at block r, so receive into a temporary and copy.
   const bool in_place = tensors_overlap(input, output);
-  Tensor target = in_place ? Tensor::empty({count}, dtype, MemoryCategory::kCommunication) : output;
+  Tensor target = in_place ? Tensor::empty({count}, dtype, MemoryCategory::kCommunication, cpu_allocator()) : output;
   work->keep(target);
   MPI_Request request = MPI_REQUEST_NULL;
   CLEAVE_MPI_CHECK(MPI_Ireduce_scatter_block(input.raw_data(), target.raw_data(), static_cast<int>(count),

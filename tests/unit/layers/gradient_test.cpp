@@ -155,7 +155,7 @@ TEST(LayerGradients, Conv2d) {
 TEST(LayerGradients, MaxPool) {
   Context ctx;
   // Distinct values 0.05 apart in random order: a step of 1e-2 never changes which input wins a window.
-  Tensor x = Tensor::empty({2, 3, 6, 5}, DType::kF32, MemoryCategory::kActivations);
+  Tensor x = Tensor::empty({2, 3, 6, 5}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   std::vector<int> order(static_cast<std::size_t>(x.numel()));
   std::iota(order.begin(), order.end(), 0);
   for (std::size_t i = order.size() - 1; i > 0; --i) {

@@ -22,13 +22,13 @@
 namespace cleave::layers::testing {
 
 inline Tensor random_tensor(const Shape& shape, std::uint64_t seed, float scale = 1.0f) {
-  Tensor t = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   rng::fill_normal(t.data<float>(), t.numel(), seed, rng::hash_key("test-input"), 0.0f, scale);
   return t;
 }
 
 inline Tensor random_ids(const Shape& shape, std::int64_t vocab, std::uint64_t seed) {
-  Tensor t = Tensor::empty(shape, DType::kI32, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty(shape, DType::kI32, MemoryCategory::kActivations, cpu_allocator());
   for (std::int64_t i = 0; i < t.numel(); ++i) {
     t.data<std::int32_t>()[i] =
         static_cast<std::int32_t>(rng::bits64(seed, rng::hash_key("test-ids"), static_cast<std::uint64_t>(i)) %

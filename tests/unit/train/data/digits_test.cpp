@@ -50,7 +50,7 @@ TEST(Digits, GzipRoundTripSplitAndShapes) {
   auto test = make_data_source(digits_config(csv + ".gz", "mlp"), Split::kEval);
   EXPECT_EQ(train->size(), 20);
   EXPECT_EQ(test->size(), 5);
-  const Batch all_test = test->samples(0, 5);
+  const Batch all_test = test->samples(0, 5, cpu_allocator());
   EXPECT_EQ(all_test.inputs.shape(), (Shape{5, 64}));
   EXPECT_EQ(all_test.targets.shape(), Shape{5});
   for (int r = 0; r < 5; ++r) {

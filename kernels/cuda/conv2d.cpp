@@ -37,7 +37,6 @@ ConvContext::~ConvContext() {
   if (impl_->handle != nullptr) cudnnDestroy(impl_->handle);  // not checked: a destructor must not throw
 }
 
-std::size_t ConvContext::algorithms_cached() const { return impl_->choices.size(); }
 
 namespace {
 

@@ -332,7 +332,6 @@ const std::vector<int>& MpiCommunicator::world_ranks() const { return state_->wo
 const CommOptions& MpiCommunicator::options() const { return state_->options; }
 const MpiOptions& MpiCommunicator::mpi_options() const { return state_->options; }
 MPI_Comm MpiCommunicator::native() const { return state_->comm; }
-int MpiCommunicator::max_tag() const { return state_->tag_ub; }
 const std::shared_ptr<LivenessProbe>& MpiCommunicator::probe() const { return state_->probe; }
 const std::vector<int>& MpiCommunicator::probe_ranks() const { return state_->probe_ranks; }
 const ProgressThread* MpiCommunicator::progress_thread() const { return state_->progress.get(); }

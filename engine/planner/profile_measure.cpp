@@ -171,7 +171,8 @@ void CacheEvictor::evict() {
 }
 
 partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Tensor& dy, layers::Context& ctx,
-                                 int repeats, Tensor* output, CacheEvictor* evictor, partition::BlockTimes* warm) {
+                                 int repeats, Tensor* output, CacheEvictor* evictor, partition::BlockTimes* warm,
+                                 const Tensor& targets) {
   CLEAVE_CHECK(repeats >= 1, "profile: repeats must be >= 1, got {}", repeats);
   // One forward, input-gradient and weight-gradient pass, each timed alone; `cold` evicts the caches before each.
   const auto pass = [&](bool cold) {
@@ -181,7 +182,7 @@ partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Te
     layers::Stash stash;
     evict();
     auto start = clock::now();
-    Tensor y = layer.forward(x, stash, ctx);
+    Tensor y = layers::forward_block(layer, x, targets, stash, ctx);
     const double tf = since(start);
     evict();
     start = clock::now();
@@ -241,22 +242,24 @@ std::vector<partition::MeasuredBlock> measure_round(const partition::ModelSpec& 
         auto layers = layers::build_blocks(spec, i, i + 1, build);
         layers::Layer& layer = *layers.front();
         layers::refresh_working_copies(layer.params(), ctx);  // bf16: the copies training computes with
+        Tensor targets;  // the loss block's (undefined for the others)
         if (block.kind == partition::BlockKind::kSoftmaxCrossEntropy) {
           std::vector<std::int64_t> rows(current.shape().dims().begin(), current.shape().dims().end() - 1);
-          ctx.targets = Tensor::zeros(Shape(std::span<const std::int64_t>(rows)), DType::kI32,
-                                      MemoryCategory::kActivations, cpu_allocator());
+          targets = Tensor::zeros(Shape(std::span<const std::int64_t>(rows)), DType::kI32, MemoryCategory::kActivations,
+                                  cpu_allocator());
         }
         if (comm != nullptr) comm->barrier()->wait();  // every rank computes at once, as in training
         Tensor output;
         {  // the output gradient has the output's shape (the loss takes a one-element scale)
           layers::Stash probe;
-          output = layer.forward(current, probe, ctx);
+          output = layers::forward_block(layer, current, targets, probe, ctx);
         }
         const Tensor dy = block.kind == partition::BlockKind::kSoftmaxCrossEntropy
                               ? filled_like(Shape{1}, 1.0f)
                               : filled_like(output.shape(), 0.01f, output.dtype());
         partition::BlockTimes warm;
-        const partition::BlockTimes t = time_block(layer, current, dy, ctx, request.repeats, &output, evictor, &warm);
+        const partition::BlockTimes t =
+            time_block(layer, current, dy, ctx, request.repeats, &output, evictor, &warm, targets);
         measured.push_back({key, tp, micro, t.forward_s, t.input_grad_s, t.weight_grad_s, warm.forward_s,
                             warm.input_grad_s, warm.weight_grad_s});
         output_of[key] = output;

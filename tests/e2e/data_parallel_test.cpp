@@ -577,13 +577,13 @@ TEST(ZeroTwo, ShardsHoldTheReducedGradientAndNothingElse) {
 
   const std::int64_t micro = 2;
   layers::Context ctx;
-  ctx.targets = random_tokens(micro, plan.spec.gpt.seq_len, plan.spec.gpt.vocab_size, 300u + world->rank());
+  const Tensor targets = random_tokens(micro, plan.spec.gpt.seq_len, plan.spec.gpt.vocab_size, 300u + world->rank());
   const Tensor ids = random_tokens(micro, plan.spec.gpt.seq_len, plan.spec.gpt.vocab_size, 400u + world->rank());
   Tensor dy = Tensor::empty({1}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
   dy.data<float>()[0] = 1.0f;
   for (auto* dp : {&plain, &sharded}) dp->begin_step();
   for (auto* stage : {&plain_stage, &sharded_stage}) {
-    stage->forward(0, ids, ctx);
+    stage->forward(0, ids, targets, ctx);
     stage->backward(0, dy, ctx, /*final=*/true);
   }
   plain.end_step();
@@ -705,12 +705,13 @@ TEST(ZeroThree, BlocksHoldTheirParametersOnlyWhileTheyRun) {
   Tensor dy = Tensor::empty({1}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
   dy.data<float>()[0] = 1.0f;
   for (int step = 0; step < 3; ++step) {
-    ctx.targets = random_tokens(micro, plan.spec.gpt.seq_len, plan.spec.gpt.vocab_size, 300u + 7 * step + world->rank());
+    const Tensor targets =
+        random_tokens(micro, plan.spec.gpt.seq_len, plan.spec.gpt.vocab_size, 300u + 7 * step + world->rank());
     const Tensor ids = random_tokens(micro, plan.spec.gpt.seq_len, plan.spec.gpt.vocab_size, 400u + 7 * step + world->rank());
     for (auto* dp : {&plain, &sharded}) dp->begin_step();
     const std::int64_t gathers_before = sharded.parameter_shards()->gathers();
     for (auto* stage : {&plain_stage, &sharded_stage}) {
-      stage->forward(0, ids, ctx);
+      stage->forward(0, ids, targets, ctx);
       stage->backward_input(0, dy, ctx);  // the split backward: W afterwards, without gathering
       stage->backward_weight(0, ctx, /*final=*/true);
     }
@@ -775,7 +776,8 @@ TEST(DataParallelOverlap, BucketsStartDuringBackwardInCallbackOrder) {
   const std::int64_t micro = 2;
   const std::int64_t seq = plan.spec.gpt.seq_len;
   layers::Context ctx;
-  ctx.targets = random_tokens(micro, seq, plan.spec.gpt.vocab_size, 1000u + static_cast<unsigned>(world->rank()));
+  const Tensor targets =
+      random_tokens(micro, seq, plan.spec.gpt.vocab_size, 1000u + static_cast<unsigned>(world->rank()));
   const Tensor ids = random_tokens(micro, seq, plan.spec.gpt.vocab_size, 2000u + static_cast<unsigned>(world->rank()));
   Tensor dy = Tensor::empty({1}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
   dy.data<float>()[0] = 1.0f;
@@ -783,7 +785,7 @@ TEST(DataParallelOverlap, BucketsStartDuringBackwardInCallbackOrder) {
   train::DataParallelStepReport report;
   for (int step = 0; step < 2; ++step) {  // twice: the second step starts from zeroed bucket buffers
     dp.begin_step();
-    stage.forward(0, ids, ctx);
+    stage.forward(0, ids, targets, ctx);
     stage.backward(0, dy, ctx, /*final=*/true);
     report = dp.end_step();
   }

@@ -97,6 +97,25 @@ inline std::vector<double> numeric_grad(float* values, const std::vector<std::in
   return out;
 }
 
+// A loss layer with its targets bound, seen as a plain Layer (so the generic checks here can drive it).
+class LossWithTargets final : public Layer {
+ public:
+  LossWithTargets(LossLayer& loss, Tensor targets) : loss_(loss), targets_(std::move(targets)) {}
+  std::string_view kind() const override { return loss_.kind(); }
+  Tensor forward(const Tensor& x, Stash& stash, Context& ctx) override {
+    return loss_.forward(x, targets_, stash, ctx);
+  }
+  Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override {
+    return loss_.backward_input(dy, stash, ctx);
+  }
+  void backward_weight(Stash& stash, Context& ctx) override { loss_.backward_weight(stash, ctx); }
+  std::vector<std::shared_ptr<Param>> params() const override { return loss_.params(); }
+
+ private:
+  LossLayer& loss_;
+  Tensor targets_;
+};
+
 // Checks backward_input (when x is f32) and backward_weight of `layer` at x by central differences of
 // loss = Σ r ⊙ forward(x), r a fixed random projection. Param grads are zeroed first.
 inline void check_gradients(Layer& layer, const Tensor& x, Context& ctx, const GradCheck& opt = {},

@@ -29,7 +29,7 @@ int Executor::tag(ActionKind direction, int stage, int microbatch) const {
 
 const MicrobatchData& Executor::microbatch_data(int microbatch) {
   auto it = data_.find(microbatch);
-  if (it == data_.end()) it = data_.emplace(microbatch, options_.data(microbatch)).first;
+  if (it == data_.end()) it = data_.emplace(microbatch, options_.data(batch_, microbatch)).first;
   return it->second;
 }
 
@@ -137,7 +137,8 @@ Tensor Executor::backward_dy(int stage, int microbatch) {
   return dy;
 }
 
-StepOutcome Executor::run_step() {
+StepOutcome Executor::run_step(std::int64_t batch) {
+  batch_ = batch;
   StepOutcome outcome;
   const auto& actions = options_.schedule->ranks.at(static_cast<std::size_t>(options_.pp_rank));
   layers::Context& ctx = *options_.context;

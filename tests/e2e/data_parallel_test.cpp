@@ -790,7 +790,7 @@ TEST(DataParallelOverlap, BucketsStartDuringBackwardInCallbackOrder) {
     report = dp.end_step();
   }
   for (const auto& p : reference.params()) p->grad.zero_();
-  reference.forward(0, ids, ctx);
+  reference.forward(0, ids, targets, ctx);
   reference.backward(0, dy, ctx, /*final=*/true);
 
   // Overlap: every bucket started from a callback, most of them before the last block reported.

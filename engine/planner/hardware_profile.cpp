@@ -240,9 +240,9 @@ HardwareProfile calibrate_this_machine(int ranks, std::int64_t m, std::int64_t n
   n = std::clamp<std::int64_t>(n, 16, 4096);
   k = std::clamp<std::int64_t>(k, 16, 4096);
   const ops::Context ctx;
-  Tensor a = Tensor::empty({m, k}, DType::kF32, MemoryCategory::kWorkspace);
-  Tensor b = Tensor::empty({k, n}, DType::kF32, MemoryCategory::kWorkspace);
-  Tensor c = Tensor::empty({m, n}, DType::kF32, MemoryCategory::kWorkspace);
+  Tensor a = Tensor::empty({m, k}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
+  Tensor b = Tensor::empty({k, n}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
+  Tensor c = Tensor::empty({m, n}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
   ops::fill(ctx, a, 0.5f);
   ops::fill(ctx, b, 0.25f);
   ops::gemm(ctx, a, b, c);  // warm-up
@@ -259,8 +259,8 @@ HardwareProfile calibrate_this_machine(int ranks, std::int64_t m, std::int64_t n
   p.flops_f32 = share * 2.0 * static_cast<double>(m * n * k) * reps / elapsed;
   p.flops_bf16 = p.flops_f32 * 0.8;  // the CPU bf16 path widens to f32 GEMMs and narrows back
   // Memory bandwidth: y += x over 8 MiB vectors.
-  Tensor x = Tensor::empty({1 << 21}, DType::kF32, MemoryCategory::kWorkspace);
-  Tensor y = Tensor::empty({1 << 21}, DType::kF32, MemoryCategory::kWorkspace);
+  Tensor x = Tensor::empty({1 << 21}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
+  Tensor y = Tensor::empty({1 << 21}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
   ops::fill(ctx, x, 1.0f);
   ops::fill(ctx, y, 0.0f);
   const auto s2 = std::chrono::steady_clock::now();
@@ -302,8 +302,8 @@ void measure_block_rates(HardwareProfile& profile, const partition::ModelSpec& s
   layers::Layer& block = *layers.front();
   const partition::BlockCost cost = partition::block_cost(spec.blocks[index]);
   const std::int64_t t = spec.token_sizes().seq_len, d = spec.token_sizes().d_model;
-  Tensor x = Tensor::empty({1, t, d}, DType::kF32, MemoryCategory::kActivations);
-  Tensor dy = Tensor::empty({1, t, d}, DType::kF32, MemoryCategory::kActivations);
+  Tensor x = Tensor::empty({1, t, d}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  Tensor dy = Tensor::empty({1, t, d}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   layers::Context ctx;
   ops::fill(ctx, x, 0.1f);
   ops::fill(ctx, dy, 0.01f);

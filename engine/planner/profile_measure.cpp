@@ -371,7 +371,8 @@ void measure_collectives(partition::MeasuredCosts& costs, comm::Communicator& wo
   groups.push_back(world.size());
   for (int g : groups) {
     auto group = world.split(rank / g, rank, fmt::format("profile{}", g));
-    for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"}) {
+    for (const auto& entry : enum_table<partition::Collective>()) {
+      const partition::Collective op = entry.value;
       std::vector<std::pair<double, double>> points;
       for (std::int64_t bytes : sizes) {
         const std::int64_t n = bytes / 4 / g * g;  // elements of the whole buffer, divisible by the group
@@ -381,22 +382,17 @@ void measure_collectives(partition::MeasuredCosts& costs, comm::Communicator& wo
         world.barrier()->wait();
         for (int rep = 0; rep <= repeats; ++rep) {
           const auto start = clock::now();
-          if (std::string(op) == "all_reduce") {
-            group->all_reduce(whole, comm::ReduceOp::kSum)->wait();
-          } else if (std::string(op) == "reduce_scatter") {
-            group->reduce_scatter(whole, part)->wait();
-          } else {
-            group->all_gather(part, whole)->wait();
+          switch (op) {
+            case partition::Collective::kAllReduce: group->all_reduce(whole, comm::ReduceOp::kSum)->wait(); break;
+            case partition::Collective::kReduceScatter: group->reduce_scatter(whole, part)->wait(); break;
+            case partition::Collective::kAllGather: group->all_gather(part, whole)->wait(); break;
           }
           if (rep > 0) times.push_back(since(start));
         }
         points.push_back({static_cast<double>(n * 4), max_over_ranks(median(times), world)});
       }
       const partition::AlphaBeta fit = partition::fit_alpha_beta(points, g);
-      (std::string(op) == "all_reduce"       ? costs.all_reduce
-       : std::string(op) == "reduce_scatter" ? costs.reduce_scatter
-                                             : costs.all_gather)
-          .push_back(fit);
+      costs.fits(op).push_back(fit);
     }
   }
 }

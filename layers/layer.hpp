@@ -72,7 +72,6 @@ struct Stash {
 // What a layer runs in: the op context (device, allocator, stream, GEMM mode, precision; kernels/ops) plus
 // what only layers need.
 struct Context : ops::Context {
-  Tensor targets;                       // integer class / next-token targets for loss layers (i32)
   comm::Communicator* tp_comm = nullptr;  // tensor-parallel group (null when tp = 1)
   // Megatron sequence parallelism (parallel.sequence_parallel, needs tp_comm): the activations between the
   // tensor-parallel regions (embedding output, norms, residual stream, final norm) are sequence shards
@@ -111,12 +110,26 @@ struct EvalCounts {
   std::int64_t rows = 0;
 };
 
-// A loss block (the last block of a model). evaluate() scores logits against ctx.targets without keeping
-// anything for a backward; under tensor parallelism it combines the vocabulary shards over ctx.tp_comm, and
-// every rank of the tp group gets the same counts.
+// A loss block (the last block of a model). Its targets (i32, one per logits row, -1 = ignored) are an
+// argument, as in PyTorch pipelining's loss call, never a value left in the context: forward() returns the
+// micro-batch's mean loss; evaluate() scores the logits without keeping anything for a backward. Under tensor
+// parallelism both combine the vocabulary shards over ctx.tp_comm, and every rank of the tp group gets the
+// same result.
 class LossLayer : public Layer {
  public:
-  virtual EvalCounts evaluate(const Tensor& logits, Context& ctx) = 0;
+  virtual Tensor forward(const Tensor& logits, const Tensor& targets, Stash& stash, Context& ctx) = 0;
+  virtual EvalCounts evaluate(const Tensor& logits, const Tensor& targets, Context& ctx) = 0;
+  // The target-less Layer entry point: a loss refuses it (forward_block below passes the targets).
+  Tensor forward(const Tensor& logits, Stash& stash, Context& ctx) final {
+    (void)logits, (void)stash, (void)ctx;
+    throw Error(std::string(kind()) + ": a loss layer needs its targets: call forward(logits, targets, stash, ctx)");
+  }
 };
+
+// One block's forward: a loss block scores x against `targets`, any other block ignores them.
+inline Tensor forward_block(Layer& block, const Tensor& x, const Tensor& targets, Stash& stash, Context& ctx) {
+  if (auto* loss = dynamic_cast<LossLayer*>(&block)) return loss->forward(x, targets, stash, ctx);
+  return block.forward(x, stash, ctx);
+}
 
 }  // namespace cleave::layers

@@ -6,17 +6,17 @@
 
 namespace cleave::layers {
 
-Tensor SoftmaxCrossEntropy::forward(const Tensor& logits, Stash& stash, Context& ctx) {
+Tensor SoftmaxCrossEntropy::forward(const Tensor& logits, const Tensor& targets, Stash& stash, Context& ctx) {
   check_input(ctx, logits, DType::kF32, -1, 1, "softmax_cross_entropy");
   const std::int64_t rows = logits.shape().rows();
-  CLEAVE_CHECK(ctx.targets.defined(), "softmax_cross_entropy: no targets in the context (Context::targets)");
-  CLEAVE_CHECK(ctx.targets.dtype() == DType::kI32 && ctx.targets.numel() == rows,
+  CLEAVE_CHECK(targets.defined(), "softmax_cross_entropy: no targets for logits {}", logits.shape().str());
+  CLEAVE_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows,
                "softmax_cross_entropy: expected {} i32 targets for logits {}, got {} {}", rows, logits.shape().str(),
-               ctx.targets.shape().str(), dtype_name(ctx.targets.dtype()));
+               targets.shape().str(), dtype_name(targets.dtype()));
   Tensor lse = new_activation(ctx, Shape{rows}, DType::kF32);
   Tensor loss = new_activation(ctx, Shape{}, DType::kF32);
-  ops::cross_entropy_forward(ctx, logits, ctx.targets, lse, loss);
-  stash.tensors = {logits, ctx.targets, lse};
+  ops::cross_entropy_forward(ctx, logits, targets, lse, loss);
+  stash.tensors = {logits, targets, lse};
   return loss;
 }
 
@@ -33,16 +33,16 @@ Tensor SoftmaxCrossEntropy::backward_input(const Tensor& dy, Stash& stash, Conte
   return dlogits;
 }
 
-EvalCounts SoftmaxCrossEntropy::evaluate(const Tensor& logits, Context& ctx) {
+EvalCounts SoftmaxCrossEntropy::evaluate(const Tensor& logits, const Tensor& targets, Context& ctx) {
   Stash scratch;
-  const Tensor loss = forward(logits, scratch, ctx);
+  const Tensor loss = forward(logits, targets, scratch, ctx);
   const std::int64_t rows = logits.shape().rows(), classes = logits.shape().last();
   const ops::VocabRange all{0, classes, classes};
   Tensor row_max = new_workspace(ctx, Shape{rows});
   Tensor neg_index = new_workspace(ctx, Shape{rows});
   ops::cross_entropy_shard_max(ctx, logits, all, row_max);
   ops::cross_entropy_shard_argmax(ctx, logits, all, row_max, neg_index);
-  const ops::CorrectCount count = ops::count_correct(ctx, neg_index, ctx.targets);
+  const ops::CorrectCount count = ops::count_correct(ctx, neg_index, targets);
   EvalCounts out;
   out.rows = count.rows;
   out.correct = count.correct;

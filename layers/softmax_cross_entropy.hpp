@@ -1,4 +1,4 @@
-// SoftmaxCrossEntropy: logits [..., K] and ctx.targets (i32, one per logits row, -1 = ignored) -> a
+// SoftmaxCrossEntropy: logits [..., K] and targets (i32, one per logits row, -1 = ignored) -> a
 // scalar tensor (shape [], one element) holding the MEAN loss over the valid targets of this micro-batch.
 // With no valid target the loss is 0 and the gradient is zero.
 //
@@ -17,9 +17,10 @@ class SoftmaxCrossEntropy final : public LossLayer {
   SoftmaxCrossEntropy() = default;
 
   std::string_view kind() const override { return "softmax_cross_entropy"; }
-  Tensor forward(const Tensor& logits, Stash& stash, Context& ctx) override;
+  using LossLayer::forward;
+  Tensor forward(const Tensor& logits, const Tensor& targets, Stash& stash, Context& ctx) override;
   Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override;
-  EvalCounts evaluate(const Tensor& logits, Context& ctx) override;
+  EvalCounts evaluate(const Tensor& logits, const Tensor& targets, Context& ctx) override;
 };
 
 }  // namespace cleave::layers

@@ -3,9 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <set>
-#include <sstream>
 
 #include <fmt/format.h>
 
@@ -114,13 +112,21 @@ BlockTimes MeasuredCosts::block_times(const BlockSpec& block, int tp, std::int64
           lerp(ta.weight_grad_s, tb.weight_grad_s)};
 }
 
-const AlphaBeta* MeasuredCosts::collective(std::string_view op, int group) const {
-  const std::vector<AlphaBeta>* list = op == "all_reduce"       ? &all_reduce
-                                       : op == "reduce_scatter" ? &reduce_scatter
-                                       : op == "all_gather"     ? &all_gather
-                                                                : nullptr;
-  CLEAVE_ASSERT(list != nullptr, "unknown collective {}", op);
-  for (const auto& f : *list) {
+std::vector<AlphaBeta>& MeasuredCosts::fits(Collective op) {
+  switch (op) {
+    case Collective::kAllReduce: return all_reduce;
+    case Collective::kReduceScatter: return reduce_scatter;
+    case Collective::kAllGather: return all_gather;
+  }
+  CLEAVE_ASSERT(false, "unknown collective {}", static_cast<int>(op));
+}
+
+const std::vector<AlphaBeta>& MeasuredCosts::fits(Collective op) const {
+  return const_cast<MeasuredCosts*>(this)->fits(op);
+}
+
+const AlphaBeta* MeasuredCosts::collective(Collective op, int group) const {
+  for (const auto& f : fits(op)) {
     if (f.ranks == group) return &f;
   }
   return nullptr;
@@ -144,6 +150,19 @@ AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& points, i
   return {ranks, alpha, 1.0 / beta};
 }
 
+std::string_view profile_dtype_name(DType dtype) {
+  CLEAVE_ASSERT(dtype == DType::kF32 || dtype == DType::kBF16, "a profile holds f32 or bf16 timings, not {}",
+                dtype_name(dtype));
+  return dtype_name(dtype);
+}
+
+DType parse_profile_dtype(const json& value, const std::string& where) {
+  const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
+  if (text == "f32" || text == "fp32") return DType::kF32;  // "fp32": the old spelling of "measured.dtype"
+  if (text == "bf16") return DType::kBF16;
+  CLEAVE_THROW("{} must be \"f32\" or \"bf16\", got {}", where, value.dump());
+}
+
 json measured_to_json(const MeasuredCosts& c) {
   json blocks = json::array();
   for (const auto& b : c.blocks) {
@@ -157,7 +176,8 @@ json measured_to_json(const MeasuredCosts& c) {
     }
     blocks.push_back(entry);
   }
-  json out = {{"ranks", c.ranks}, {"threads_per_rank", c.threads_per_rank}, {"dtype", c.dtype}, {"blocks", blocks}};
+  json out = {{"ranks", c.ranks}, {"threads_per_rank", c.threads_per_rank}, {"dtype", profile_dtype_name(c.dtype)},
+              {"blocks", blocks}};
   if (c.cache_bytes_per_rank > 0) out["cache_bytes_per_rank"] = c.cache_bytes_per_rank;
   if (c.p2p) out["p2p"] = fit_to_json(*c.p2p);
   if (c.adamw_s_per_param > 0) {
@@ -165,46 +185,18 @@ json measured_to_json(const MeasuredCosts& c) {
                                      {"sgd", file_number(c.sgd_s_per_param * 1e9)},
                                      {"sgd_momentum", file_number(c.sgd_momentum_s_per_param * 1e9)}};
   }
-  for (const auto& [key, list] : {std::pair{"all_reduce", &c.all_reduce}, std::pair{"reduce_scatter", &c.reduce_scatter},
-                                  std::pair{"all_gather", &c.all_gather}}) {
-    if (list->empty()) continue;
+  for (const auto& [op, key] : enum_table<Collective>()) {
+    if (c.fits(op).empty()) continue;
     json fits = json::array();
-    for (const auto& f : *list) fits.push_back(fit_to_json(f));
-    out[key] = fits;
+    for (const auto& f : c.fits(op)) fits.push_back(fit_to_json(f));
+    out[std::string(key)] = fits;
   }
   return out;
 }
 
-json read_profile_file(const std::string& path) {
-  std::ifstream in(path);
-  CLEAVE_CHECK(in.good(), "profile {}: cannot open it", path);
-  std::stringstream text;
-  text << in.rdbuf();
-  json root;
-  try {
-    root = json::parse(text.str());
-  } catch (const std::exception& e) {
-    CLEAVE_THROW("profile {}: not valid JSON ({})", path, e.what());
-  }
-  CLEAVE_CHECK(root.is_object() && root.value("format", "") == "cleave-hardware-profile",
-               "profile {}: expected an object with \"format\": \"cleave-hardware-profile\"", path);
-  return root;
-}
-
-MeasuredCosts load_measured_costs(const std::string& path) {
-  const json root = read_profile_file(path);
-  CLEAVE_CHECK(root.contains("measured"),
-               "profile {}: has no measured costs (a shipped hardware profile); write one with `cleave profile CONFIG`",
-               path);
-  MeasuredCosts costs = measured_from_json(root.at("measured"), path);
-  CLEAVE_CHECK(costs.has_blocks(), "profile {}: 'measured.blocks' is empty", path);
-  return costs;
-}
-
-void check_measured_covers(const MeasuredCosts& costs, const ModelSpec& spec, int tp, const std::string& dtype,
-                           const std::string& path) {
+void check_measured_covers(const MeasuredCosts& costs, const ModelSpec& spec, int tp, DType dtype, const std::string& path) {
   CLEAVE_CHECK(costs.dtype == dtype, "profile {}: its blocks were timed in {} but the config trains in {}", path,
-               costs.dtype, dtype);
+               dtype_name(costs.dtype), dtype_name(dtype));
   for (const auto& block : spec.blocks) {
     CLEAVE_CHECK(costs.covers(block_shape_key(block), tp),
                  "profile {}: no measurement of '{}' at tensor-parallel width {} (it holds: {}); run `cleave profile` "
@@ -218,8 +210,7 @@ MeasuredCosts measured_from_json(const json& node, const std::string& file) {
   MeasuredCosts c;
   c.ranks = static_cast<int>(number(node, "ranks", where, false));
   c.threads_per_rank = static_cast<int>(number(node, "threads_per_rank", where, false));
-  c.dtype = node.value("dtype", "fp32");
-  CLEAVE_CHECK(c.dtype == "fp32" || c.dtype == "bf16", "{}: 'dtype' must be fp32 or bf16, got {}", where, c.dtype);
+  c.dtype = node.contains("dtype") ? parse_profile_dtype(node.at("dtype"), where + ": 'dtype'") : DType::kF32;
   CLEAVE_CHECK(node.contains("blocks") && node.at("blocks").is_array(), "{}: missing array 'blocks'", where);
   for (std::size_t i = 0; i < node.at("blocks").size(); ++i) {
     const json& b = node.at("blocks")[i];
@@ -260,12 +251,12 @@ MeasuredCosts measured_from_json(const json& node, const std::string& file) {
     c.sgd_s_per_param = number(o, "sgd", at, false) * 1e-9;
     c.sgd_momentum_s_per_param = number(o, "sgd_momentum", at, false) * 1e-9;
   }
-  for (const auto& [key, list] : {std::pair{"all_reduce", &c.all_reduce}, std::pair{"reduce_scatter", &c.reduce_scatter},
-                                  std::pair{"all_gather", &c.all_gather}}) {
+  for (const auto& [op, name] : enum_table<Collective>()) {
+    const std::string key(name);
     if (!node.contains(key)) continue;
     CLEAVE_CHECK(node.at(key).is_array(), "{}: '{}' must be an array of fits", where, key);
     for (std::size_t i = 0; i < node.at(key).size(); ++i) {
-      list->push_back(fit_from_json(node.at(key)[i], fmt::format("{}.{}[{}]", where, key, i)));
+      c.fits(op).push_back(fit_from_json(node.at(key)[i], fmt::format("{}.{}[{}]", where, key, i)));
     }
   }
   return c;

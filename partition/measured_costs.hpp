@@ -12,6 +12,7 @@
 // per-sample work), which the profile's README states.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -21,9 +22,20 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/core/dtype.hpp"
+#include "engine/core/enum_names.hpp"
 #include "partition/model_spec.hpp"
 
 namespace cleave::partition {
+
+// The collectives a profile fits (file keys "all_reduce", "reduce_scatter", "all_gather" under "measured"; the
+// planner prices a plan's collectives by them).
+enum class Collective { kAllReduce, kReduceScatter, kAllGather };
+constexpr std::array<EnumName<Collective>, 3> enum_names(Collective) {
+  return {{{Collective::kAllReduce, "all_reduce"},
+           {Collective::kReduceScatter, "reduce_scatter"},
+           {Collective::kAllGather, "all_gather"}}};
+}
 
 struct MeasuredBlock {
   std::string shape;             // block_shape_key(): "transformer_block d256 h4 ff1024 T64"
@@ -49,7 +61,7 @@ struct BlockTimes {
 struct MeasuredCosts {
   int ranks = 1;                 // ranks that ran the measurement together
   int threads_per_rank = 1;
-  std::string dtype = "fp32";    // the precision the blocks were timed in (device.precision)
+  DType dtype = DType::kF32;     // the compute dtype the blocks were timed in (device.precision): f32 or bf16
   std::vector<MeasuredBlock> blocks;
   std::optional<AlphaBeta> p2p;
   std::vector<AlphaBeta> all_reduce, reduce_scatter, all_gather;
@@ -74,8 +86,11 @@ struct MeasuredCosts {
   // 0 where the cache size is unknown. A linear stand-in for the hit rate, between the cold tables (nothing left
   // in cache, a working set far larger) and the warm ones (everything still there).
   double warm_fraction(std::int64_t working_set_bytes) const;
-  // The fit of `op` ("all_reduce", "reduce_scatter", "all_gather") for `ranks` members, or null.
-  const AlphaBeta* collective(std::string_view op, int ranks) const;
+  // The fits of `op`, one per group size.
+  std::vector<AlphaBeta>& fits(Collective op);
+  const std::vector<AlphaBeta>& fits(Collective op) const;
+  // The fit of `op` for `ranks` members, or null.
+  const AlphaBeta* collective(Collective op, int ranks) const;
 };
 
 // A block's identity for the tables: its kind and every size its cost depends on.
@@ -86,19 +101,20 @@ std::string block_shape_key(const BlockSpec& block);
 // usable even from noisy points. Needs two or more distinct sizes.
 AlphaBeta fit_alpha_beta(const std::vector<std::pair<double, double>>& bytes_seconds, int ranks);
 
+// A dtype in a profile file ("measured.dtype", "gemm_measured[].dtype"): "f32" or "bf16", the names of
+// engine/core/dtype.hpp and the one spelling written. One old spelling is read: "fp32" means f32 (`cleave
+// profile` wrote device.precision's name into "measured.dtype" before; profiles/README.md).
+std::string_view profile_dtype_name(DType dtype);
+// Throws Error naming `where` unless `value` is one of those strings.
+DType parse_profile_dtype(const nlohmann::json& value, const std::string& where);
+
 // Numbers are written to 9 significant digits, so writing what was read gives the same text (round trip).
 double file_number(double value);
 nlohmann::json measured_to_json(const MeasuredCosts& costs);
-// Reads the "measured" object of a profile file; throws Error naming `file` and the key.
+// Reads the "measured" object of a profile file (a part of load_profile, partition/hardware_profile.hpp, the one
+// reader of profile files); throws Error naming `file` and the key.
 MeasuredCosts measured_from_json(const nlohmann::json& node, const std::string& file);
-// The JSON object of a hardware profile file (format "cleave-hardware-profile"); throws Error naming the file
-// when it is missing, not JSON or not a profile.
-nlohmann::json read_profile_file(const std::string& path);
-// The measured costs of the profile file at `path` (written by `cleave profile`); throws Error naming the file
-// when it is missing, not JSON, not a profile, or has no measured block table.
-MeasuredCosts load_measured_costs(const std::string& path);
 // Throws Error naming `path` unless every block of `spec` was measured at tp width `tp` in `dtype`.
-void check_measured_covers(const MeasuredCosts& costs, const ModelSpec& spec, int tp, const std::string& dtype,
-                           const std::string& path);
+void check_measured_covers(const MeasuredCosts& costs, const ModelSpec& spec, int tp, DType dtype, const std::string& path);
 
 }  // namespace cleave::partition

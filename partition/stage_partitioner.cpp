@@ -201,10 +201,6 @@ StagePartition partition_stages(const std::vector<BlockProfile>& blocks, int num
   return result;
 }
 
-std::string_view stage_placement_name(StagePlacement placement) {
-  return placement == StagePlacement::kLooped ? "looped" : "v";
-}
-
 std::vector<int> place_stages(int pp_size, int virtual_stages, StagePlacement placement) {
   CLEAVE_CHECK(pp_size >= 1, "placement: pp_size must be at least 1, got {}", pp_size);
   CLEAVE_CHECK(virtual_stages >= 1, "placement: virtual stages per rank must be at least 1, got {}", virtual_stages);

@@ -83,8 +83,6 @@ StagePartition partition_stages(const std::vector<BlockProfile>& blocks, int num
 // v = 2 (ZB-V): the turn between chunks stays on one rank.
 enum class StagePlacement { kLooped, kVShape };
 
-std::string_view stage_placement_name(StagePlacement placement);  // "looped", "v"
-
 // stage → pp rank for p · v stages. Throws Error if pp_size < 1 or virtual_stages < 1.
 std::vector<int> place_stages(int pp_size, int virtual_stages, StagePlacement placement);
 

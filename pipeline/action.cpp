@@ -14,21 +14,20 @@ namespace {
 struct KindInfo {
   ActionKind kind;
   std::string_view token;
-  std::string_view description;
 };
 
 // The parser reads the whole upper-case run of a token and looks it up here.
 constexpr KindInfo kKindTokens[] = {
-    {ActionKind::kForward, "F", "forward"},
-    {ActionKind::kBackwardInput, "I", "backward-input"},
-    {ActionKind::kBackwardWeight, "W", "backward-weight"},
-    {ActionKind::kBackward, "B", "backward"},
-    {ActionKind::kSendF, "SEND_F", "send-activation"},
-    {ActionKind::kRecvF, "RECV_F", "receive-activation"},
-    {ActionKind::kSendB, "SEND_B", "send-gradient"},
-    {ActionKind::kRecvB, "RECV_B", "receive-gradient"},
-    {ActionKind::kReduceGrad, "REDUCE_GRAD", "gradient-reduction"},
-    {ActionKind::kOptimizerStep, "OPTIMIZER_STEP", "optimizer-step"},
+    {ActionKind::kForward, "F"},
+    {ActionKind::kBackwardInput, "I"},
+    {ActionKind::kBackwardWeight, "W"},
+    {ActionKind::kBackward, "B"},
+    {ActionKind::kSendF, "SEND_F"},
+    {ActionKind::kRecvF, "RECV_F"},
+    {ActionKind::kSendB, "SEND_B"},
+    {ActionKind::kRecvB, "RECV_B"},
+    {ActionKind::kReduceGrad, "REDUCE_GRAD"},
+    {ActionKind::kOptimizerStep, "OPTIMIZER_STEP"},
 };
 
 const KindInfo& info(ActionKind kind) {
@@ -64,7 +63,6 @@ bool has_microbatch(ActionKind kind) {
 }
 
 std::string_view action_kind_token(ActionKind kind) { return info(kind).token; }
-std::string_view action_kind_description(ActionKind kind) { return info(kind).description; }
 
 std::string format_action(const Action& action) {
   const auto token = action_kind_token(action.kind);

@@ -64,8 +64,6 @@ bool has_microbatch(ActionKind kind);
 
 // "F", "SEND_F", "REDUCE_GRAD", ...
 std::string_view action_kind_token(ActionKind kind);
-// "forward", "backward-input", ... for messages.
-std::string_view action_kind_description(ActionKind kind);
 
 // "2F5", "1SEND_B3", "0REDUCE_GRAD", "OPTIMIZER_STEP".
 std::string format_action(const Action& action);

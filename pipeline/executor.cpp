@@ -29,7 +29,7 @@ int Executor::tag(ActionKind direction, int stage, int microbatch) const {
 
 const MicrobatchData& Executor::microbatch_data(int microbatch) {
   auto it = data_.find(microbatch);
-  if (it == data_.end()) it = data_.emplace(microbatch, options_.data(microbatch)).first;
+  if (it == data_.end()) it = data_.emplace(microbatch, options_.data(batch_, microbatch)).first;
   return it->second;
 }
 
@@ -137,7 +137,8 @@ Tensor Executor::backward_dy(int stage, int microbatch) {
   return dy;
 }
 
-StepOutcome Executor::run_step() {
+StepOutcome Executor::run_step(std::int64_t batch) {
+  batch_ = batch;
   StepOutcome outcome;
   const auto& actions = options_.schedule->ranks.at(static_cast<std::size_t>(options_.pp_rank));
   layers::Context& ctx = *options_.context;
@@ -173,16 +174,16 @@ StepOutcome Executor::run_step() {
         StageModule& stage = stage_module(a);
         Tensor x = forward_input(a.stage, a.microbatch);
         if (timed) start = timeline_.mark();  // waiting for a peer's tensor is idle, not compute
-        if (a.stage == last_stage_) ctx.targets = microbatch_data(a.microbatch).targets;
+        const Tensor targets = a.stage == last_stage_ ? microbatch_data(a.microbatch).targets : Tensor{};
         if (options_.mode == ExecutorMode::kEvaluate) {
           if (a.stage == last_stage_) {
-            outcome.evaluations.emplace_back(a.microbatch, stage.evaluate(x, ctx));
+            outcome.evaluations.emplace_back(a.microbatch, stage.evaluate(x, targets, ctx));
           } else {
-            forward_out_[{a.stage, a.microbatch}] = stage.infer(x, ctx, /*skip_loss=*/false);
+            forward_out_[{a.stage, a.microbatch}] = stage.infer(x, ctx);
           }
           break;
         }
-        Tensor y = stage.forward(a.microbatch, x, ctx);
+        Tensor y = stage.forward(a.microbatch, x, targets, ctx);
         if (a.stage == last_stage_) {
           CLEAVE_ASSERT(y.numel() == 1 && y.dtype() == DType::kF32, "stage {} returned a loss {} {}, not one f32",
                         a.stage, y.shape().str(), dtype_name(y.dtype()));

@@ -28,6 +28,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
@@ -58,7 +59,9 @@ struct ExecutorOptions {
   std::map<int, StageModule*> stages;      // the stages this rank holds, by stage index
   // Micro-batch boundary shape entering `stage` (stage > 0) — e.g. [micro_batch, T, D].
   std::function<Shape(int stage)> boundary_shape;
-  std::function<MicrobatchData(int microbatch)> data;  // called on the ranks of the first and last stage
+  // Micro-batch `microbatch` of batch `batch` (run_step's argument); called on the ranks of the first and last
+  // stage.
+  std::function<MicrobatchData(std::int64_t batch, int microbatch)> data;
   float loss_scale = 1.0f;                 // dy of each micro-batch's mean loss (1 / micro-batches)
   std::function<void(int stage)> reduce_grads;  // REDUCE_GRAD: the stage's gradients are final (may be empty)
   std::function<void()> optimizer_step;         // OPTIMIZER_STEP: reduce, clip, update (may be empty)
@@ -84,7 +87,9 @@ struct StepOutcome {
 class Executor {
  public:
   explicit Executor(ExecutorOptions options);
-  StepOutcome run_step();
+  // Runs this rank's action list once over batch `batch` (the training step, or the evaluation batch), which
+  // the data callback receives.
+  StepOutcome run_step(std::int64_t batch);
 
  private:
   using Key = std::pair<int, int>;  // (stage, micro-batch)
@@ -115,6 +120,7 @@ class Executor {
   std::map<Key, Tensor> backward_out_;  // stage input gradient, until sent or consumed locally
   std::map<Key, Received> forward_in_;   // received activations
   std::map<Key, Received> backward_in_;  // received gradients
+  std::int64_t batch_ = 0;               // run_step's batch, for the data callback
   std::map<int, MicrobatchData> data_;
   std::vector<comm::WorkPtr> works_;  // every batch posted this step (waited for at the end)
   std::map<std::size_t, P2PBlock> blocks_;  // this rank's communication blocks by first action (p2p_posting.hpp)

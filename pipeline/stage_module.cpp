@@ -67,7 +67,7 @@ void StageModule::enable_ordered_accumulation(int microbatches, const std::vecto
   ordered_ = std::make_unique<OrderedGradAccumulator>(std::move(ordered), microbatches, ctx);
 }
 
-Tensor StageModule::forward(int microbatch, const Tensor& x, layers::Context& ctx) {
+Tensor StageModule::forward(int microbatch, const Tensor& x, const Tensor& targets, layers::Context& ctx) {
   auto [it, inserted] = stashes_.try_emplace(microbatch);
   CLEAVE_ASSERT(inserted, "forward of micro-batch {} while its previous stash is still alive", microbatch);
   it->second.resize(blocks_.size());
@@ -75,13 +75,13 @@ Tensor StageModule::forward(int microbatch, const Tensor& x, layers::Context& ct
   const std::size_t n = blocks_.size();
   for (std::size_t i = 0; i < n; ++i) {
     Resident resident(residency_, i, i + 1 < n ? static_cast<std::ptrdiff_t>(i + 1) : -1);
-    h = blocks_[i]->forward(h, it->second[i], ctx);
+    h = layers::forward_block(*blocks_[i], h, targets, it->second[i], ctx);
   }
   return h;
 }
 
-Tensor StageModule::infer(const Tensor& x, layers::Context& ctx, bool skip_loss) {
-  const std::size_t end = is_last_ && skip_loss ? blocks_.size() - 1 : blocks_.size();
+Tensor StageModule::infer(const Tensor& x, layers::Context& ctx) {
+  const std::size_t end = is_last_ ? blocks_.size() - 1 : blocks_.size();
   Tensor h = x;
   for (std::size_t i = 0; i < end; ++i) {
     Resident resident(residency_, i, i + 1 < end ? static_cast<std::ptrdiff_t>(i + 1) : -1);
@@ -91,13 +91,13 @@ Tensor StageModule::infer(const Tensor& x, layers::Context& ctx, bool skip_loss)
   return h;
 }
 
-layers::EvalCounts StageModule::evaluate(const Tensor& x, layers::Context& ctx) {
+layers::EvalCounts StageModule::evaluate(const Tensor& x, const Tensor& targets, layers::Context& ctx) {
   CLEAVE_ASSERT(is_last_, "evaluate() on a stage that is not the last");
   auto* loss = dynamic_cast<layers::LossLayer*>(blocks_.back().get());
   CLEAVE_ASSERT(loss != nullptr, "the last block ({}) is not a loss layer", blocks_.back()->kind());
-  const Tensor logits = infer(x, ctx, /*skip_loss=*/true);
+  const Tensor logits = infer(x, ctx);
   Resident resident(residency_, blocks_.size() - 1, -1);
-  return loss->evaluate(logits, ctx);
+  return loss->evaluate(logits, targets, ctx);
 }
 
 Tensor StageModule::backward_input(int microbatch, const Tensor& dy, layers::Context& ctx) {

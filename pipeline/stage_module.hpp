@@ -26,8 +26,9 @@ class StageModule {
  public:
   StageModule(std::vector<layers::LayerPtr> blocks, bool is_first, bool is_last);
 
-  // x: the stage input (token ids / features on the first stage, the boundary activation otherwise).
-  Tensor forward(int microbatch, const Tensor& x, layers::Context& ctx);
+  // x: the stage input (token ids / features on the first stage, the boundary activation otherwise);
+  // targets: the loss block's targets on the last stage (ignored, and may be undefined, on the others).
+  Tensor forward(int microbatch, const Tensor& x, const Tensor& targets, layers::Context& ctx);
   // dy: boundary gradient (or, on the last stage, a 1-element tensor holding the loss scale).
   // Returns the gradient for the previous stage (undefined on the first stage).
   Tensor backward_input(int microbatch, const Tensor& dy, layers::Context& ctx);
@@ -69,11 +70,11 @@ class StageModule {
   // backward_weight (W visits blocks in reverse in both), so the results are bit-identical.
   Tensor backward(int microbatch, const Tensor& dy, layers::Context& ctx, bool final = false);
 
-  // Forward without keeping anything for a backward (evaluation). On the last stage `skip_loss` stops
-  // before the loss block and returns the logits.
-  Tensor infer(const Tensor& x, layers::Context& ctx, bool skip_loss);
-  // Last stage only: the loss block's evaluation counts of x against ctx.targets, keeping nothing.
-  layers::EvalCounts evaluate(const Tensor& x, layers::Context& ctx);
+  // Forward without keeping anything for a backward (evaluation). On the last stage it stops before the
+  // loss block and returns the logits.
+  Tensor infer(const Tensor& x, layers::Context& ctx);
+  // Last stage only: the loss block's evaluation counts of x against `targets`, keeping nothing.
+  layers::EvalCounts evaluate(const Tensor& x, const Tensor& targets, layers::Context& ctx);
 
   const std::vector<std::shared_ptr<layers::Param>>& params() const { return params_; }
   std::size_t num_blocks() const { return blocks_.size(); }

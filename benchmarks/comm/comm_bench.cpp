@@ -152,7 +152,7 @@ class MpiBackend final : public Backend {
   }
   comm::Communicator& comm() override { return *comm_; }
   Tensor make(std::int64_t count, DType dtype) override {
-    return Tensor::empty({count}, dtype, MemoryCategory::kCommunication);
+    return Tensor::empty({count}, dtype, MemoryCategory::kCommunication, cpu_allocator());
   }
   void upload(const Tensor& t, const std::vector<char>& host) override { std::memcpy(t.raw_data(), host.data(), t.nbytes()); }
   std::vector<char> download(const Tensor& t) override {

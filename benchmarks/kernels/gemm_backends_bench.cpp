@@ -73,7 +73,7 @@ Tensor random_tensor(const Shape& shape, DType dtype, std::uint64_t seed, float 
   for (float& x : v) x = dist(rng);
   Tensor f = Tensor::from_floats(v, shape);
   if (dtype == DType::kF32) return f;
-  Tensor out = Tensor::empty(shape, dtype, MemoryCategory::kActivations);
+  Tensor out = Tensor::empty(shape, dtype, MemoryCategory::kActivations, cpu_allocator());
   ops::copy(ops::Context{}, f, out);
   return out;
 }
@@ -86,7 +86,7 @@ Problem make_problem(const LinearShape& s, Pass pass, DType dtype) {
   if (pass == Pass::kForward) {
     p.a = random_tensor({s.rows, s.in}, dtype, 2);
     p.b = w;
-    p.c = Tensor::empty({s.rows, s.out}, dtype, MemoryCategory::kActivations);
+    p.c = Tensor::empty({s.rows, s.out}, dtype, MemoryCategory::kActivations, cpu_allocator());
     p.bias = random_tensor({s.out}, dtype, 3);
     p.options.trans_b = true;
     p.options.epilogue = ops::GemmEpilogue::kBias;
@@ -95,7 +95,7 @@ Problem make_problem(const LinearShape& s, Pass pass, DType dtype) {
   } else if (pass == Pass::kInputGrad) {
     p.a = random_tensor({s.rows, s.out}, dtype, 4);
     p.b = w;
-    p.c = Tensor::empty({s.rows, s.in}, dtype, MemoryCategory::kActivations);
+    p.c = Tensor::empty({s.rows, s.in}, dtype, MemoryCategory::kActivations, cpu_allocator());
     p.m = s.rows, p.n = s.in, p.k = s.out;
   } else {
     p.a = random_tensor({s.rows, s.out}, dtype, 5);

@@ -141,7 +141,7 @@ int run_plan(int argc, char** argv) {
                 "node planned%s: each computes on %.2f of a core, priced %.2fx the profile's compute\n",
                 profile.cores_per_node, profile.measured_ranks_per_node,
                 profile.measured_cores > 0 ? profile.measured_cores : profile.cores_per_node, on_node,
-                profile.device_type == "cpu" ? " (a cpu profile: every rank on the machine it describes)" : "",
+                profile.device_type == DeviceType::kCpu ? " (a cpu profile: every rank on the machine it describes)" : "",
                 profile.cores_per_rank(on_node), profile.core_sharing(on_node));
   }
   int invalid = 0, over = 0;
@@ -346,7 +346,7 @@ int run_plan(int argc, char** argv) {
     std::vector<std::string> all = overrides;
     for (const auto& o : best.choice.overrides()) all.push_back(o);
     config::RunConfig chosen = config::load_config(config_path, all);
-    if (chosen.device.type == DeviceType::kCpu && profile.device_type == "cuda") chosen.device.type = DeviceType::kCuda;
+    if (chosen.device.type == DeviceType::kCpu && profile.device_type == DeviceType::kCuda) chosen.device.type = DeviceType::kCuda;
     // The cap asked for on the command line travels with the plan: training then refuses a plan over it and
     // the allocator enforces it (a cap from the config is there already).
     if (!limit_text.empty()) chosen.device.memory_limit = result.memory_limit;

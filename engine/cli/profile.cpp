@@ -202,7 +202,7 @@ int run_profile(int argc, char** argv) {
     ops::configure_cpu_threads(threads);  // calibrate set its own thread count
     profile.measured.ranks = comm.size();
     profile.measured.threads_per_rank = threads;
-    profile.measured.dtype = enum_name(config.device.precision);
+    profile.measured.dtype = config.device.precision == config::Precision::kBf16 ? DType::kBF16 : DType::kF32;
     if (cold_caches) {  // both tables: the planner needs each rank's share of the cache to choose between them
       profile.measured.cache_bytes_per_rank =
           planner::cache_bytes_per_rank(planner::last_level_cache(), machine.ranks_on_node, threads);
@@ -257,17 +257,17 @@ int run_profile(int argc, char** argv) {
         }
         std::printf("\n");
       }
-      const auto print_fit = [](const char* op, const partition::AlphaBeta& f) {
-        std::printf("%-16s ranks %2d: latency %8.1f us, bandwidth %7.2f GB/s\n", op, f.ranks, f.latency_s * 1e6,
+      const auto print_fit = [](std::string_view op, const partition::AlphaBeta& f) {
+        std::printf("%-16s ranks %2d: latency %8.1f us, bandwidth %7.2f GB/s\n", std::string(op).c_str(), f.ranks, f.latency_s * 1e6,
                     f.bandwidth_Bps / 1e9);
       };
       std::printf("optimizer update per parameter: adamw %.2f ns, sgd %.2f ns, sgd with momentum %.2f ns\n",
                   profile.measured.adamw_s_per_param * 1e9, profile.measured.sgd_s_per_param * 1e9,
                   profile.measured.sgd_momentum_s_per_param * 1e9);
       if (profile.measured.p2p) print_fit("p2p", *profile.measured.p2p);
-      for (const auto& f : profile.measured.all_reduce) print_fit("all_reduce", f);
-      for (const auto& f : profile.measured.reduce_scatter) print_fit("reduce_scatter", f);
-      for (const auto& f : profile.measured.all_gather) print_fit("all_gather", f);
+      for (const auto& entry : enum_table<partition::Collective>()) {
+        for (const auto& f : profile.measured.fits(entry.value)) print_fit(entry.name, f);
+      }
       std::printf("wrote %s (%.1f s)\n", out_path.c_str(), seconds);
     }
     return 0;

@@ -122,7 +122,7 @@ class GradientBucketer {
 
   // `dp` must outlive the bucketer; it is used for every bucket's collective.
   GradientBucketer(std::vector<GradientSpec> grads_in_ready_order, Communicator& dp, const BucketerOptions& options,
-                   Allocator& allocator = cpu_allocator(), const Stream& stream = cpu_stream());
+                   Allocator& allocator, const Stream& stream = cpu_stream());
   ~GradientBucketer();  // waits for buckets still in flight
   GradientBucketer(const GradientBucketer&) = delete;
   GradientBucketer& operator=(const GradientBucketer&) = delete;

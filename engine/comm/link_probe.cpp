@@ -20,7 +20,7 @@ std::vector<std::pair<double, double>> time_ping_pong(Communicator& comm, const 
   std::vector<std::pair<double, double>> points;
   for (std::int64_t bytes : sizes) {
     CLEAVE_CHECK(bytes >= 4 && bytes % 4 == 0, "link probe: message size {} is not a positive multiple of 4", bytes);
-    Tensor buf = Tensor::zeros(Shape{bytes / 4}, DType::kF32, MemoryCategory::kWorkspace);
+    Tensor buf = Tensor::zeros(Shape{bytes / 4}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
     std::vector<double> times;
     comm.barrier()->wait();
     for (int rep = 0; rep <= repeats && paired; ++rep) {

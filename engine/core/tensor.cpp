@@ -26,7 +26,7 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, MemoryCategory category, A
 Tensor Tensor::from_floats(std::span<const float> values, const Shape& shape, MemoryCategory category) {
   CLEAVE_CHECK(static_cast<std::int64_t>(values.size()) == shape.numel(), "from_floats: {} values for shape {}",
                values.size(), shape.str());
-  Tensor t = empty(shape, DType::kF32, category);
+  Tensor t = empty(shape, DType::kF32, category, cpu_allocator());
   std::copy(values.begin(), values.end(), t.data<float>());
   return t;
 }
@@ -62,7 +62,7 @@ Tensor Tensor::slice(std::int64_t begin, std::int64_t end) const {
 
 Tensor Tensor::clone(MemoryCategory category) const {
   CLEAVE_ASSERT(device().is_cpu(), "Tensor::clone on {} belongs to the CUDA backend", device().str());
-  Tensor t = empty(shape_, dtype_, category);
+  Tensor t = empty(shape_, dtype_, category, cpu_allocator());
   t.copy_from(*this);
   return t;
 }

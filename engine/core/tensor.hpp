@@ -21,10 +21,8 @@ class Tensor {
  public:
   Tensor() = default;
 
-  static Tensor empty(const Shape& shape, DType dtype, MemoryCategory category,
-                      Allocator& allocator = cpu_allocator());
-  static Tensor zeros(const Shape& shape, DType dtype, MemoryCategory category,
-                      Allocator& allocator = cpu_allocator());
+  static Tensor empty(const Shape& shape, DType dtype, MemoryCategory category, Allocator& allocator);
+  static Tensor zeros(const Shape& shape, DType dtype, MemoryCategory category, Allocator& allocator);
   // CPU f32 tensor holding a copy of `values` (values.size() must equal shape.numel()).
   static Tensor from_floats(std::span<const float> values, const Shape& shape,
                             MemoryCategory category = MemoryCategory::kActivations);

@@ -33,7 +33,7 @@ Tensor to_device(const Tensor& src, Allocator& allocator, MemoryCategory categor
 }
 
 Tensor to_host(const Tensor& src, const Stream& stream) {
-  Tensor dst = Tensor::empty(src.shape(), src.dtype(), src.category());
+  Tensor dst = Tensor::empty(src.shape(), src.dtype(), src.category(), cpu_allocator());
   copy(dst, src, stream);
   return dst;
 }

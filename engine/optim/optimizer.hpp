@@ -79,7 +79,7 @@ struct AdamWOptions {
 
 class AdamW final : public Optimizer {
  public:
-  AdamW(const ParamList& params, const AdamWOptions& options, Allocator& allocator = cpu_allocator());
+  AdamW(const ParamList& params, const AdamWOptions& options, Allocator& allocator);
 
  private:
   void update(std::size_t i, float lr, std::int64_t step) override;
@@ -94,7 +94,7 @@ struct SgdOptions {
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(const ParamList& params, const SgdOptions& options, Allocator& allocator = cpu_allocator());
+  Sgd(const ParamList& params, const SgdOptions& options, Allocator& allocator);
 
  private:
   void update(std::size_t i, float lr, std::int64_t step) override;

@@ -12,6 +12,6 @@
 namespace cleave::optim {
 
 std::unique_ptr<Optimizer> make_optimizer(const config::OptimizerConfig& config, const ParamList& params,
-                                          Allocator& allocator = cpu_allocator());
+                                          Allocator& allocator);
 
 }  // namespace cleave::optim

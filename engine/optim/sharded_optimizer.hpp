@@ -94,7 +94,7 @@ class ShardedOptimizer {
 
 class ShardedAdamW final : public ShardedOptimizer {
  public:
-  ShardedAdamW(std::vector<FlatShard> shards, const AdamWOptions& options, Allocator& allocator = cpu_allocator());
+  ShardedAdamW(std::vector<FlatShard> shards, const AdamWOptions& options, Allocator& allocator);
 
  private:
   void update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) override;
@@ -103,7 +103,7 @@ class ShardedAdamW final : public ShardedOptimizer {
 
 class ShardedSgd final : public ShardedOptimizer {
  public:
-  ShardedSgd(std::vector<FlatShard> shards, const SgdOptions& options, Allocator& allocator = cpu_allocator());
+  ShardedSgd(std::vector<FlatShard> shards, const SgdOptions& options, Allocator& allocator);
 
  private:
   void update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) override;
@@ -112,8 +112,7 @@ class ShardedSgd final : public ShardedOptimizer {
 
 // optimizer.type -> ShardedAdamW or ShardedSgd with the section's hyper-parameters.
 std::unique_ptr<ShardedOptimizer> make_sharded_optimizer(const config::OptimizerConfig& config,
-                                                         std::vector<FlatShard> shards,
-                                                         Allocator& allocator = cpu_allocator());
+                                                         std::vector<FlatShard> shards, Allocator& allocator);
 
 // Sum of g² over the segments of `shards` whose Param `counted` accepts (all when empty), accumulated in
 // double over fixed chunks in a fixed order (bit-identical for any thread count), like grad_clip.hpp.

@@ -336,7 +336,7 @@ HardwareProfile measured_gemm_profile(const HardwareProfile& base, const GemmPro
     p.gemm_efficiency_f32 = base.gemm_efficiency;  // f32 keeps the base's (assumed) curve, not bf16's measured one
   }
   for (const GemmTiming& t : result.timings) {
-    p.measured_gemms.push_back({std::string(dtype_name(t.dtype)), t.gemm.what, t.gemm.m, t.gemm.n, t.gemm.k, t.seconds});
+    p.measured_gemms.push_back({t.dtype, t.gemm.what, t.gemm.m, t.gemm.n, t.gemm.k, t.seconds});
   }
   return p;
 }

@@ -63,9 +63,10 @@ std::int64_t fixed_global_batch(const config::RunConfig& base, int world) {
 void check_profile_matches(const HardwareProfile& profile, const partition::ModelSpec& spec, bool bf16) {
   const partition::MeasuredCosts& m = profile.measured;
   if (!m.has_blocks()) return;
-  CLEAVE_CHECK(m.dtype == (bf16 ? "bf16" : "fp32"),
-               "profile '{}' timed its blocks in {} but the config trains in {} (device.precision): profile again with "
-               "this config", profile.name, m.dtype, bf16 ? "bf16" : "fp32");
+  const DType trains_in = bf16 ? DType::kBF16 : DType::kF32;
+  CLEAVE_CHECK(m.dtype == trains_in,
+               "profile '{}' timed its blocks in {} but the config trains in {} (device.precision \"{}\"): profile again "
+               "with this config", profile.name, dtype_name(m.dtype), dtype_name(trains_in), bf16 ? "bf16" : "fp32");
   std::string missing;
   for (const auto& block : spec.blocks) {
     const std::string key = partition::block_shape_key(block);
@@ -248,12 +249,13 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   est.core_sharing = profile.core_sharing(est.ranks_on_node);
   // A collective over `ranks` ranks of `bytes` per rank: the profile's measured fit where it has one for that
   // group size (inside a node), else the ring formula over the link.
-  const auto collective_s = [&](const char* op, double bytes, int ranks, const Link& link) {
+  using partition::Collective;
+  const auto collective_s = [&](Collective op, double bytes, int ranks, const Link& link) {
     if (ranks <= 1 || bytes <= 0) return 0.0;
     if (const partition::AlphaBeta* fit = measured.collective(op, ranks); fit != nullptr && &link == &profile.intra_node) {
       return fit->seconds(bytes);
     }
-    return std::string_view(op) == "all_reduce" ? link.all_reduce_s(bytes, ranks) : link.all_reduce_s(bytes, ranks) / 2;
+    return op == Collective::kAllReduce ? link.all_reduce_s(bytes, ranks) : link.all_reduce_s(bytes, ranks) / 2;
   };
   const double micro = static_cast<double>(choice.micro_batch);
   const double micro_batches = static_cast<double>(config.resolved_batch().gradient_accumulation_steps);
@@ -309,7 +311,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
       block_b.push_back(p.i - i_before + (fused_backward ? p.w - w_before : 0.0));
       // ZeRO-3 gathers the block's parameters (one tp rank's, in the compute dtype) from the dp group.
       const double block_params = act_bytes * static_cast<double>(c.param_count) / choice.tp;
-      block_gather.push_back(zero == 3 ? collective_s("all_gather", block_params, choice.dp, dp_link) : 0.0);
+      block_gather.push_back(zero == 3 ? collective_s(Collective::kAllGather, block_params, choice.dp, dp_link) : 0.0);
       if (zero == 3) p.comm_bytes += 2 * micro_batches * ring_bytes(block_params, choice.dp, false);
       if (choice.tp > 1 && partition::is_language_model(plan.spec.type)) {
         const auto sizes = plan.spec.token_sizes();
@@ -317,9 +319,9 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
         // One tp all-reduce of [micro, T, D]; under sequence parallelism a reduce-scatter and an all-gather of the
         // same tensor take its place (the same bytes on the wire).
         const double exchange = choice.sequence_parallel
-                                    ? collective_s("reduce_scatter", activation, choice.tp, profile.intra_node) +
-                                          collective_s("all_gather", activation, choice.tp, profile.intra_node)
-                                    : collective_s("all_reduce", activation, choice.tp, profile.intra_node);
+                                    ? collective_s(Collective::kReduceScatter, activation, choice.tp, profile.intra_node) +
+                                          collective_s(Collective::kAllGather, activation, choice.tp, profile.intra_node)
+                                    : collective_s(Collective::kAllReduce, activation, choice.tp, profile.intra_node);
         double exchanges = 0;
         if (partition::is_repeated_layer(block.kind)) {
           p.f_tp += 2 * exchange;
@@ -349,9 +351,9 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     // ZeRO 0 all-reduces the gradients; 1, 2 and 3 reduce-scatter them (half an all-reduce's bytes: each replica
     // keeps its shard); 1 and 2 then all-gather the updated parameters after the optimizer step (3 keeps them
     // sharded and gathers per block, above).
-    p.reduce = zero == 0 ? collective_s("all_reduce", wire, choice.dp, dp_link)
-                         : collective_s("reduce_scatter", wire, choice.dp, dp_link);
-    p.step_gather = zero == 1 || zero == 2 ? collective_s("all_gather", grad_bytes, choice.dp, dp_link) : 0.0;
+    p.reduce = zero == 0 ? collective_s(Collective::kAllReduce, wire, choice.dp, dp_link)
+                         : collective_s(Collective::kReduceScatter, wire, choice.dp, dp_link);
+    p.step_gather = zero == 1 || zero == 2 ? collective_s(Collective::kAllGather, grad_bytes, choice.dp, dp_link) : 0.0;
     p.comm_bytes += ring_bytes(wire, choice.dp, zero == 0) + (zero == 1 || zero == 2 ? ring_bytes(grad_bytes, choice.dp, false) : 0.0);
     if (per_microbatch) {
       // optimizer.zero_reduce per_microbatch: every micro-batch reduce-scatters the stage's gradients. The last
@@ -374,8 +376,8 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
       // group all-gathers it inside the node (before F from the stage before, before I from the stage after).
       const double whole = sc.output_bytes;
       sc.output_bytes = whole / choice.tp;
-      parts[static_cast<std::size_t>(s + 1)].f_tp += collective_s("all_gather", whole, choice.tp, profile.intra_node);
-      p.i_tp += collective_s("all_gather", whole, choice.tp, profile.intra_node);
+      parts[static_cast<std::size_t>(s + 1)].f_tp += collective_s(Collective::kAllGather, whole, choice.tp, profile.intra_node);
+      p.i_tp += collective_s(Collective::kAllGather, whole, choice.tp, profile.intra_node);
     }
   }
   for (int s = 0; s < num_stages; ++s) {  // every part known (a boundary's gather lands on the next stage)
@@ -507,7 +509,7 @@ PlanningSetup planning_setup(const config::RunConfig& base, const std::string& p
   // its cores (its ranks_per_node, the ranks the profile was made for, would otherwise spread a larger world over
   // imaginary nodes of the same cores, and the sharing would go unpriced and unsaid).
   // Its device memory (the machine's memory over the ranks it was made for) is shared by the world the same way.
-  if (s.profile.device_type == "cpu" && s.profile.cores_per_node > 0 && world > s.profile.ranks_per_node) {
+  if (s.profile.device_type == DeviceType::kCpu && s.profile.cores_per_node > 0 && world > s.profile.ranks_per_node) {
     s.profile.device_memory = s.profile.device_memory * s.profile.ranks_per_node / world;
     s.profile.ranks_per_node = world;
   }

@@ -78,7 +78,7 @@ Shape with_batch(std::int64_t batch, const Shape& per_sample) {
 }
 
 Tensor filled_like(const Shape& shape, float value, DType dtype = DType::kF32) {
-  Tensor t = Tensor::empty(shape, dtype, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty(shape, dtype, MemoryCategory::kActivations, cpu_allocator());
   ops::fill(ops::Context{}, t, value);
   return t;
 }
@@ -172,7 +172,8 @@ void CacheEvictor::evict() {
 }
 
 partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Tensor& dy, layers::Context& ctx,
-                                 int repeats, Tensor* output, CacheEvictor* evictor, partition::BlockTimes* warm) {
+                                 int repeats, Tensor* output, CacheEvictor* evictor, partition::BlockTimes* warm,
+                                 const Tensor& targets) {
   CLEAVE_CHECK(repeats >= 1, "profile: repeats must be >= 1, got {}", repeats);
   // One forward, input-gradient and weight-gradient pass, each timed alone; `cold` evicts the caches before each.
   const auto pass = [&](bool cold) {
@@ -182,7 +183,7 @@ partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Te
     layers::Stash stash;
     evict();
     auto start = clock::now();
-    Tensor y = layer.forward(x, stash, ctx);
+    Tensor y = layers::forward_block(layer, x, targets, stash, ctx);
     const double tf = since(start);
     evict();
     start = clock::now();
@@ -245,28 +246,31 @@ std::vector<partition::MeasuredBlock> measure_round(const partition::ModelSpec& 
         }
         if (!current.defined()) {
           current = block.input_dtype == DType::kI32
-                        ? Tensor::zeros(with_batch(micro, block.input), DType::kI32, MemoryCategory::kActivations)
+                        ? Tensor::zeros(with_batch(micro, block.input), DType::kI32, MemoryCategory::kActivations,
+                                        cpu_allocator())
                         : filled_like(with_batch(micro, block.input), 0.1f, ctx.compute_dtype());
         }
         auto layers = layers::build_blocks(spec, i, i + 1, build);
         layers::Layer& layer = *layers.front();
         layers::refresh_working_copies(layer.params(), ctx);  // bf16: the copies training computes with
+        Tensor targets;  // the loss block's (undefined for the others)
         if (block.kind == partition::BlockKind::kSoftmaxCrossEntropy) {
           std::vector<std::int64_t> rows(current.shape().dims().begin(), current.shape().dims().end() - 1);
-          ctx.targets =
-              Tensor::zeros(Shape(std::span<const std::int64_t>(rows)), DType::kI32, MemoryCategory::kActivations);
+          targets = Tensor::zeros(Shape(std::span<const std::int64_t>(rows)), DType::kI32, MemoryCategory::kActivations,
+                                  cpu_allocator());
         }
         if (comm != nullptr) comm->barrier()->wait();  // every rank computes at once, as in training
         Tensor output;
         {  // the output gradient has the output's shape (the loss takes a one-element scale)
           layers::Stash probe;
-          output = layer.forward(current, probe, ctx);
+          output = layers::forward_block(layer, current, targets, probe, ctx);
         }
         const Tensor dy = block.kind == partition::BlockKind::kSoftmaxCrossEntropy
                               ? filled_like(Shape{1}, 1.0f)
                               : filled_like(output.shape(), 0.01f, output.dtype());
         partition::BlockTimes warm;
-        const partition::BlockTimes t = time_block(layer, current, dy, ctx, request.repeats, &output, evictor, &warm);
+        const partition::BlockTimes t =
+            time_block(layer, current, dy, ctx, request.repeats, &output, evictor, &warm, targets);
         measured.push_back({key, tp, micro, t.forward_s, t.input_grad_s, t.weight_grad_s, warm.forward_s,
                             warm.input_grad_s, warm.weight_grad_s});
         output_of[key] = output;
@@ -367,32 +371,28 @@ void measure_collectives(partition::MeasuredCosts& costs, comm::Communicator& wo
   groups.push_back(world.size());
   for (int g : groups) {
     auto group = world.split(rank / g, rank, fmt::format("profile{}", g));
-    for (const char* op : {"all_reduce", "reduce_scatter", "all_gather"}) {
+    for (const auto& entry : enum_table<partition::Collective>()) {
+      const partition::Collective op = entry.value;
       std::vector<std::pair<double, double>> points;
       for (std::int64_t bytes : sizes) {
         const std::int64_t n = bytes / 4 / g * g;  // elements of the whole buffer, divisible by the group
-        Tensor whole = Tensor::zeros(Shape{n}, DType::kF32, MemoryCategory::kWorkspace);
-        Tensor part = Tensor::zeros(Shape{n / g}, DType::kF32, MemoryCategory::kWorkspace);
+        Tensor whole = Tensor::zeros(Shape{n}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
+        Tensor part = Tensor::zeros(Shape{n / g}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
         std::vector<double> times;
         world.barrier()->wait();
         for (int rep = 0; rep <= repeats; ++rep) {
           const auto start = clock::now();
-          if (std::string(op) == "all_reduce") {
-            group->all_reduce(whole, comm::ReduceOp::kSum)->wait();
-          } else if (std::string(op) == "reduce_scatter") {
-            group->reduce_scatter(whole, part)->wait();
-          } else {
-            group->all_gather(part, whole)->wait();
+          switch (op) {
+            case partition::Collective::kAllReduce: group->all_reduce(whole, comm::ReduceOp::kSum)->wait(); break;
+            case partition::Collective::kReduceScatter: group->reduce_scatter(whole, part)->wait(); break;
+            case partition::Collective::kAllGather: group->all_gather(part, whole)->wait(); break;
           }
           if (rep > 0) times.push_back(since(start));
         }
         points.push_back({static_cast<double>(n * 4), max_over_ranks(median(times), world)});
       }
       const partition::AlphaBeta fit = partition::fit_alpha_beta(points, g);
-      (std::string(op) == "all_reduce"       ? costs.all_reduce
-       : std::string(op) == "reduce_scatter" ? costs.reduce_scatter
-                                             : costs.all_gather)
-          .push_back(fit);
+      costs.fits(op).push_back(fit);
     }
   }
 }

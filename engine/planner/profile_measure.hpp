@@ -77,10 +77,11 @@ class CacheEvictor {
 // Medians of `repeats` timed forward / backward_input / backward_weight runs of `layer` on `x` with output
 // gradient `dy`, after one untimed run (first touch of buffers, thread pool start). `output`, when given,
 // receives the last forward's output. `evictor`, when given, evicts the caches before each timed pass; then
-// `warm`, when given, receives the medians of the same passes run again right after each cold one.
+// `warm`, when given, receives the medians of the same passes run again right after each cold one. `targets`:
+// a loss block's targets (ignored by other blocks).
 partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Tensor& dy, layers::Context& ctx,
                                  int repeats, Tensor* output = nullptr, CacheEvictor* evictor = nullptr,
-                                 partition::BlockTimes* warm = nullptr);
+                                 partition::BlockTimes* warm = nullptr, const Tensor& targets = {});
 
 // Appends to costs.blocks; `comm` (null = this process alone) averages the ranks' medians.
 void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec& spec, const BlockProfileRequest& request,

@@ -11,7 +11,7 @@
 #include "partition/cost_model.hpp"
 #include "pipeline/lowering.hpp"
 #include "pipeline/schedule_text.hpp"
-#include "partition/measured_costs.hpp"
+#include "partition/hardware_profile.hpp"
 #include "partition/tp_rules.hpp"
 #include "pipeline/schedules/auto_schedule.hpp"
 #include "pipeline/schedules/schedules.hpp"
@@ -37,10 +37,15 @@ pipeline::Schedule make_auto_schedule(const config::RunConfig& config, int num_m
   options.memory_limit = config.parallel.auto_schedule_memory_limit;
   if (const std::string& path = config.parallel.auto_schedule_profile; !path.empty()) {
     const partition::ModelSpec spec = model_spec(config.model);
-    const partition::MeasuredCosts measured = partition::load_measured_costs(path);
+    const partition::MeasuredCosts measured = partition::load_profile(path).measured;
+    CLEAVE_CHECK(measured.has_blocks(),
+                 "parallel.auto_schedule_profile: profile {} has no measured costs (a shipped hardware profile, or no "
+                 "block table); write one with `cleave profile CONFIG`",
+                 path);
     const int tp = config.parallel.tensor_model_parallel_size;
     const std::int64_t micro = config.resolved_batch().micro_batch_size;
-    partition::check_measured_covers(measured, spec, tp, std::string(enum_name(config.device.precision)), path);
+    const DType timed_in = config.device.precision == config::Precision::kBf16 ? DType::kBF16 : DType::kF32;
+    partition::check_measured_covers(measured, spec, tp, timed_in, path);
     const auto plain = partition::model_costs(spec);
     const auto costs = partition::model_costs(spec, DType::kF32, config.train.recompute);
     double f = 0, i = 0, w = 0;

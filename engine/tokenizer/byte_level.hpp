@@ -18,7 +18,6 @@ namespace cleave::tokenizer {
 class ByteLevelAlphabet {
  public:
   ByteLevelAlphabet();
-  char32_t code_point(std::uint8_t byte) const { return to_code_point_[byte]; }
   // The byte a code point stands for, if it is one of the 256.
   std::optional<std::uint8_t> byte(char32_t cp) const;
   // A vocabulary string (UTF-8 of alphabet code points) back to its bytes; nullopt when a code point of it is

@@ -11,13 +11,11 @@
 
 namespace cleave::train {
 
-EvalResult evaluate_batches(RankSetup& s, pipeline::Executor& executor, std::int64_t& eval_batch,
-                            std::int64_t batches) {
+EvalResult evaluate_batches(RankSetup& s, pipeline::Executor& executor, std::int64_t batches) {
   const bool counts = s.counts_loss();
   double loss_sum = 0, correct = 0, items = 0;
   for (std::int64_t b = 0; b < batches; ++b) {
-    eval_batch = b;
-    const pipeline::StepOutcome outcome = executor.run_step();
+    const pipeline::StepOutcome outcome = executor.run_step(b);
     ops::check_device_status(s.context);  // bad token ids / targets a GPU kernel recorded (no-op on the CPU)
     if (!counts) continue;
     for (const auto& [microbatch, c] : outcome.evaluations) {

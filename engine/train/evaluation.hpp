@@ -10,9 +10,8 @@
 
 namespace cleave::train {
 
-// `eval_batch` is the variable the executor's data callback reads: set to each batch index in turn.
+// Runs the executor over evaluation batches 0 .. batches - 1 (each index goes to its data callback).
 // Collective over the world.
-EvalResult evaluate_batches(RankSetup& setup, pipeline::Executor& executor, std::int64_t& eval_batch,
-                            std::int64_t batches);
+EvalResult evaluate_batches(RankSetup& setup, pipeline::Executor& executor, std::int64_t batches);
 
 }  // namespace cleave::train

@@ -20,7 +20,7 @@ std::vector<float> next_token_logits(RankSetup& s, const RankModel& model, const
   Tensor host = Tensor::empty(window, DType::kI32, MemoryCategory::kActivations, s.host_allocator());
   std::memcpy(host.data<std::int32_t>(), tokens.data(), tokens.size() * sizeof(std::int32_t));
   Tensor ids = s.on_device() ? ops::to_device(s.context, host, MemoryCategory::kActivations) : host;
-  const Tensor logits = model.stages().front()->infer(ids, s.context, /*skip_loss=*/true);
+  const Tensor logits = model.stages().front()->infer(ids, s.context);
   ops::check_device_status(s.context);  // a token id a GPU kernel found outside the vocabulary (no-op on the CPU)
   const std::int64_t vocab = logits.dim(logits.rank() - 1);
   const std::vector<float> all = (s.on_device() ? ops::to_host(s.context, logits) : logits).to_floats();

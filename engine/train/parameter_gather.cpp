@@ -39,7 +39,7 @@ std::map<std::string, std::vector<float>> gather_parameters(RankSetup& s, const 
           if (p->name == name) local = p;
         }
       }
-      Tensor meta = Tensor::zeros({kMeta}, DType::kI64, MemoryCategory::kCommunication);
+      Tensor meta = Tensor::zeros({kMeta}, DType::kI64, MemoryCategory::kCommunication, cpu_allocator());
       if (local) {
         std::int64_t* m = meta.data<std::int64_t>();
         const layers::ShardSpec& spec = local->shard;
@@ -55,9 +55,10 @@ std::map<std::string, std::vector<float>> gather_parameters(RankSetup& s, const 
       const std::int64_t* m = meta.data<std::int64_t>();
       if (m[1] < 0 && tp_rank != 0) continue;  // replicated: tp rank 0's copy is the logical tensor
       // A GPU run's parameter is read back to the host first (one tensor at a time).
-      Tensor values = !local ? Tensor::empty({m[0]}, DType::kF32, MemoryCategory::kCommunication)
-                      : local->value.device().is_cpu() ? local->value.view({local->value.numel()})
-                                                       : ops::to_host(s.context, local->value.view({local->value.numel()}));
+      Tensor values = !local ? Tensor::empty({m[0]}, DType::kF32, MemoryCategory::kCommunication, cpu_allocator())
+                      : local->value.device().is_cpu()
+                          ? local->value.view({local->value.numel()})
+                          : ops::to_host(s.context, local->value.view({local->value.numel()}));
       s.world.broadcast(values, rank)->wait();
       if (m[1] < 0) {
         logical = values.to_floats();

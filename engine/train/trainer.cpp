@@ -182,7 +182,7 @@ struct Trainer::Impl {
   RankSetup setup;
   RankModel model;
   std::optional<FaultPlan> fault;  // usually empty
-  std::int64_t current_step = 0;   // the step running (0-based): data and fault hooks read it
+  std::int64_t current_step = 0;   // the step running (0-based): fault hooks read it
   StepTail tail;
   Throughput throughput;           // model FLOPs per step; the peak comes with train()'s options
   std::unique_ptr<DataSource> train_data;
@@ -191,7 +191,6 @@ struct Trainer::Impl {
   std::unique_ptr<pipeline::Executor> executor;       // the training step
   pipeline::Schedule eval_schedule;                   // forward-only (pipeline/forward_only.hpp)
   std::unique_ptr<pipeline::Executor> eval_executor;  // evaluation through the same interpreter
-  std::int64_t eval_batch = 0;                        // the evaluation batch the eval executor is reading
   std::vector<pipeline::TimedAction> last_timeline;
   Tensor microbatch_losses;  // [dp * micro-batches] f32 (host): the step's loss of every global micro-batch
   std::vector<Tensor> staged_batches;  // host halves of this step's uploads (on_run_device), freed at its end
@@ -262,9 +261,9 @@ Trainer::Impl::Impl(config::RunConfig config, comm::Communicator& world, const o
   options.stages = model.stage_by_index();
   const std::int64_t micro = setup.batch.micro_batch_size;
   options.boundary_shape = [&plan = setup.plan, micro](int stage) { return plan.boundary_shape(stage, micro); };
-  options.data = [this](int microbatch) {
-    Batch b = on_run_device(setup, train_data->next_batch(current_step, microbatch, layout, setup.host_allocator()),
-                            staged_batches);
+  options.data = [this](std::int64_t step, int microbatch) {
+    Batch b =
+        on_run_device(setup, train_data->next_batch(step, microbatch, layout, setup.host_allocator()), staged_batches);
     return pipeline::MicrobatchData{in_compute_dtype(setup, b.inputs), b.targets};
   };
   // dy of each micro-batch's mean loss: 1 / (micro-batches of the global batch), the same factor on one rank
@@ -298,8 +297,8 @@ Trainer::Impl::Impl(config::RunConfig config, comm::Communicator& world, const o
     eval_options.reduce_grads = {};
     eval_options.optimizer_step = {};
     eval_options.before_compute = {};
-    eval_options.data = [this](int microbatch) {
-      Batch b = on_run_device(setup, eval_data->next_batch(eval_batch, microbatch, layout, setup.host_allocator()),
+    eval_options.data = [this](std::int64_t batch, int microbatch) {
+      Batch b = on_run_device(setup, eval_data->next_batch(batch, microbatch, layout, setup.host_allocator()),
                               staged_batches);
       return pipeline::MicrobatchData{in_compute_dtype(setup, b.inputs), b.targets};
     };
@@ -384,7 +383,7 @@ void Trainer::load_weights(const WeightSource& source) {
 
 EvalResult Trainer::evaluate(std::int64_t batches) {
   CLEAVE_ASSERT(impl_->eval_executor != nullptr, "evaluate() without an evaluation data source (train.eval_batches 0)");
-  EvalResult result = evaluate_batches(impl_->setup, *impl_->eval_executor, impl_->eval_batch, batches);
+  EvalResult result = evaluate_batches(impl_->setup, *impl_->eval_executor, batches);
   impl_->staged_batches.clear();  // each pass ended in check_device_status, which waited for the stream
   return result;
 }
@@ -408,7 +407,7 @@ StepStats Trainer::step(std::int64_t step) {
   const auto start = Clock::now();
   s.current_step = step;
   s.tail.begin(step);
-  pipeline::StepOutcome outcome = s.executor->run_step();  // forward, backward, reduction, optimizer
+  pipeline::StepOutcome outcome = s.executor->run_step(step);  // forward, backward, reduction, optimizer
   ops::check_device_status(s.setup.context);  // bad token ids / targets a GPU kernel recorded (CPU: no-op)
   s.staged_batches.clear();  // check_device_status waited for the stream: the uploads have finished
   if (s.setup.config.train.trace) s.last_timeline = std::move(outcome.timeline);

@@ -40,7 +40,6 @@ ConvContext::~ConvContext() {
   cudnnDestroy(impl_->handle);  // not checked: a destructor must not throw
 }
 
-std::size_t ConvContext::algorithms_cached() const { return impl_->choices.size(); }
 
 namespace {
 

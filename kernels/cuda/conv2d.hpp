@@ -35,8 +35,6 @@ class ConvContext {
   ConvContext(const ConvContext&) = delete;
   ConvContext& operator=(const ConvContext&) = delete;
 
-  std::size_t algorithms_cached() const;
-
   struct Impl;
   Impl& impl() { return *impl_; }
 

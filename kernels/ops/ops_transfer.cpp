@@ -74,7 +74,7 @@ void synchronize(const Context& ctx) {
 
 Tensor to_host(const Context& ctx, const Tensor& src) {
   CLEAVE_CHECK(src.defined(), "to_host: the tensor is undefined");
-  Tensor host = Tensor::empty(src.shape(), src.dtype(), src.category());
+  Tensor host = Tensor::empty(src.shape(), src.dtype(), src.category(), cpu_allocator());
   transfer(ctx, src, host);
   synchronize(ctx);
   return host;

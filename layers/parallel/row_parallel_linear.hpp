@@ -40,7 +40,6 @@ class RowParallelLinear final : public Layer {
   void backward_weight(Stash& stash, Context& ctx) override;
   std::vector<std::shared_ptr<Param>> params() const override;
 
-  std::int64_t local_in_features() const { return local_.in_features(); }
   std::int64_t out_features() const { return local_.out_features(); }
 
  private:

@@ -25,13 +25,13 @@ VocabParallelCrossEntropy::VocabParallelCrossEntropy(std::int64_t vocab_size, in
   valid_ = std::clamp<std::int64_t>(vocab_size - first_, 0, local_);
 }
 
-std::int64_t VocabParallelCrossEntropy::check(const Tensor& logits, const Context& ctx) const {
+std::int64_t VocabParallelCrossEntropy::check(const Tensor& logits, const Tensor& targets, const Context& ctx) const {
   check_input(ctx, logits, DType::kF32, local_, 1, kWho);
   const std::int64_t rows = logits.shape().rows();
-  CLEAVE_CHECK(ctx.targets.defined(), "{}: no targets in the context (Context::targets)", kWho);
-  CLEAVE_CHECK(ctx.targets.dtype() == DType::kI32 && ctx.targets.numel() == rows,
+  CLEAVE_CHECK(targets.defined(), "{}: no targets for logits {}", kWho, logits.shape().str());
+  CLEAVE_CHECK(targets.dtype() == DType::kI32 && targets.numel() == rows,
                "{}: expected {} i32 targets for logits {}, got {} {}", kWho, rows, logits.shape().str(),
-               ctx.targets.shape().str(), dtype_name(ctx.targets.dtype()));
+               targets.shape().str(), dtype_name(targets.dtype()));
   tp_group(ctx, tp_size_, tp_rank_, kWho);
   return rows;
 }
@@ -43,16 +43,16 @@ Tensor VocabParallelCrossEntropy::row_max(const Tensor& logits, Context& ctx) co
   return mx;
 }
 
-Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, Stash& stash, Context& ctx) {
-  const std::int64_t rows = check(logits, ctx);
+Tensor VocabParallelCrossEntropy::forward(const Tensor& logits, const Tensor& targets, Stash& stash, Context& ctx) {
+  const std::int64_t rows = check(logits, targets, ctx);
   const Tensor mx = row_max(logits, ctx);
   Tensor sums = new_workspace(ctx, Shape{2, rows});  // row 0: sum exp(x - max); row 1: the target logit
-  ops::cross_entropy_shard_sum_exp_and_target(ctx, logits, ctx.targets, range(), mx, sums);
+  ops::cross_entropy_shard_sum_exp_and_target(ctx, logits, targets, range(), mx, sums);
   tp_all_reduce(sums, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, kWho);
   Tensor lse = new_activation(ctx, Shape{rows}, DType::kF32);
   Tensor loss = new_activation(ctx, Shape{}, DType::kF32);
-  ops::cross_entropy_loss(ctx, mx, sums, ctx.targets, lse, loss);
-  stash.tensors = {logits, ctx.targets, lse};
+  ops::cross_entropy_loss(ctx, mx, sums, targets, lse, loss);
+  stash.tensors = {logits, targets, lse};
   return loss;
 }
 
@@ -68,14 +68,14 @@ Tensor VocabParallelCrossEntropy::backward_input(const Tensor& dy, Stash& stash,
   return dlogits;
 }
 
-EvalCounts VocabParallelCrossEntropy::evaluate(const Tensor& logits, Context& ctx) {
+EvalCounts VocabParallelCrossEntropy::evaluate(const Tensor& logits, const Tensor& targets, Context& ctx) {
   Stash scratch;
-  const Tensor loss = forward(logits, scratch, ctx);
+  const Tensor loss = forward(logits, targets, scratch, ctx);
   const Tensor mx = row_max(logits, ctx);
   Tensor neg_index = new_workspace(ctx, Shape{logits.shape().rows()});
   ops::cross_entropy_shard_argmax(ctx, logits, range(), mx, neg_index);
   tp_all_reduce(neg_index, comm::ReduceOp::kMax, ctx, tp_size_, tp_rank_, kWho);  // the first arg-max of the row
-  const ops::CorrectCount count = ops::count_correct(ctx, neg_index, ctx.targets);
+  const ops::CorrectCount count = ops::count_correct(ctx, neg_index, targets);
   EvalCounts out;
   out.rows = count.rows;
   out.correct = count.correct;

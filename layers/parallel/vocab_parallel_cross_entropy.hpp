@@ -3,7 +3,7 @@
 //
 // Input: this rank's logits [..., P] from VocabParallelLmHead (columns = vocabulary ids [r·P, r·P + P),
 // P = ceil(V / tp); ids >= V are padding, treated as -inf: no probability mass, no gradient) and
-// ctx.targets (i32 GLOBAL ids in [0, V) or -1 = ignored, one per row, the same on every tp rank).
+// targets (i32 GLOBAL ids in [0, V) or -1 = ignored, one per row, the same on every tp rank).
 // Forward: the row max is all-reduced (max), then the row sums of exp(x - max) and the target logits (each
 // held by exactly one rank) are all-reduced (sum) in one call; lse = max + log(sum). Returns, on every tp
 // rank, the scalar MEAN loss over the valid targets, like SoftmaxCrossEntropy (0 when none is valid).
@@ -24,16 +24,17 @@ class VocabParallelCrossEntropy final : public LossLayer {
   VocabParallelCrossEntropy(std::int64_t vocab_size, int tp_size, int tp_rank);
 
   std::string_view kind() const override { return "vocab_parallel_cross_entropy"; }
-  Tensor forward(const Tensor& logits, Stash& stash, Context& ctx) override;
+  using LossLayer::forward;
+  Tensor forward(const Tensor& logits, const Tensor& targets, Stash& stash, Context& ctx) override;
   Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override;
-  EvalCounts evaluate(const Tensor& logits, Context& ctx) override;
+  EvalCounts evaluate(const Tensor& logits, const Tensor& targets, Context& ctx) override;
 
   std::int64_t local_vocab() const { return local_; }
 
  private:
   ops::VocabRange range() const { return {first_, valid_, vocab_}; }
   // Checks logits and targets; returns the rows.
-  std::int64_t check(const Tensor& logits, const Context& ctx) const;
+  std::int64_t check(const Tensor& logits, const Tensor& targets, const Context& ctx) const;
   // The all-reduced row max of the shards.
   Tensor row_max(const Tensor& logits, Context& ctx) const;
 

@@ -90,7 +90,7 @@ PY
 python3 - prof.json bf16.json << 'PY' || fail "bf16 profile contents"
 import json, sys
 fp32, bf16 = (json.load(open(f))["measured"] for f in sys.argv[1:3])
-assert fp32["dtype"] == "fp32" and bf16["dtype"] == "bf16", (fp32["dtype"], bf16["dtype"])
+assert fp32["dtype"] == "f32" and bf16["dtype"] == "bf16", (fp32["dtype"], bf16["dtype"])
 sources = [json.load(open(f))["source"] for f in sys.argv[1:3]]
 assert "cold caches" in sources[0] and "warm caches" in sources[1], sources
 assert {(b["tp"], b["micro_batch"]) for b in bf16["blocks"]} == {(1, 4)}
@@ -100,7 +100,7 @@ PY
 "${mpiexec[@]}" -n 2 "$cleave" train best_bf16.json --set train.out_dir=run_bf16 > train_bf16.log 2>&1 \
   || { cat best_bf16.json train_bf16.log; fail "the bf16 plan does not train"; }
 "$cleave" plan tiny.json --world 2 --profile bf16.json > plan_mixed.log 2>&1 && fail "an fp32 plan read a bf16 profile"
-grep -q "timed its blocks in bf16 but the config trains in fp32" plan_mixed.log || { cat plan_mixed.log; fail "dtype message"; }
+grep -q "timed its blocks in bf16 but the config trains in f32" plan_mixed.log || { cat plan_mixed.log; fail "dtype message"; }
 echo "ok   bf16 profile: read by a bf16 plan that trains, refused by an fp32 one"
 
 # `auto` built from the measured profile trains to one rank's losses and weights.

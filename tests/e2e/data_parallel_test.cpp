@@ -251,7 +251,7 @@ TEST(ZeroOne, OptimizerStateIsOneOverDp) {
     EXPECT_GE(ratio, 1.0 / dp);  // a shard cannot hold less than its share
     EXPECT_LE(ratio, 1.05 / dp);
     // Summed over the replicas, the shards cover the model once (plus padding).
-    Tensor total = Tensor::empty({1}, DType::kI64, MemoryCategory::kCommunication);
+    Tensor total = Tensor::empty({1}, DType::kI64, MemoryCategory::kCommunication, cpu_allocator());
     total.data<std::int64_t>()[0] = sharded;
     world->all_reduce(total, comm::ReduceOp::kSum)->wait();
     EXPECT_GE(total.data<std::int64_t>()[0], plain);
@@ -528,7 +528,7 @@ TEST(ZeroPerMicrobatch, GradientPeakIsTheShardsPlusTwoBucketsAsPlanned) {
 
 // Deterministic random token ids in [0, vocab) for this rank.
 Tensor random_tokens(std::int64_t rows, std::int64_t cols, std::int64_t vocab, unsigned seed) {
-  Tensor t = Tensor::empty({rows, cols}, DType::kI32, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty({rows, cols}, DType::kI32, MemoryCategory::kActivations, cpu_allocator());
   std::mt19937 gen(seed);
   std::uniform_int_distribution<int> dist(0, static_cast<int>(vocab) - 1);
   for (auto& v : t.span<std::int32_t>()) v = dist(gen);
@@ -577,13 +577,13 @@ TEST(ZeroTwo, ShardsHoldTheReducedGradientAndNothingElse) {
 
   const std::int64_t micro = 2;
   layers::Context ctx;
-  ctx.targets = random_tokens(micro, plan.spec.gpt.seq_len, plan.spec.gpt.vocab_size, 300u + world->rank());
+  const Tensor targets = random_tokens(micro, plan.spec.gpt.seq_len, plan.spec.gpt.vocab_size, 300u + world->rank());
   const Tensor ids = random_tokens(micro, plan.spec.gpt.seq_len, plan.spec.gpt.vocab_size, 400u + world->rank());
-  Tensor dy = Tensor::empty({1}, DType::kF32, MemoryCategory::kWorkspace);
+  Tensor dy = Tensor::empty({1}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
   dy.data<float>()[0] = 1.0f;
   for (auto* dp : {&plain, &sharded}) dp->begin_step();
   for (auto* stage : {&plain_stage, &sharded_stage}) {
-    stage->forward(0, ids, ctx);
+    stage->forward(0, ids, targets, ctx);
     stage->backward(0, dy, ctx, /*final=*/true);
   }
   plain.end_step();
@@ -612,7 +612,7 @@ TEST(ZeroTwo, ShardsHoldTheReducedGradientAndNothingElse) {
   }
   EXPECT_EQ(wrong, 0);
   EXPECT_GT(largest, 0.0);
-  Tensor sum = Tensor::empty({1}, DType::kI64, MemoryCategory::kCommunication);
+  Tensor sum = Tensor::empty({1}, DType::kI64, MemoryCategory::kCommunication, cpu_allocator());
   sum.data<std::int64_t>()[0] = covered;
   world->all_reduce(sum, comm::ReduceOp::kSum)->wait();
   EXPECT_EQ(sum.data<std::int64_t>()[0], total);
@@ -702,15 +702,16 @@ TEST(ZeroThree, BlocksHoldTheirParametersOnlyWhileTheyRun) {
 
   const std::int64_t micro = 2;
   layers::Context ctx;
-  Tensor dy = Tensor::empty({1}, DType::kF32, MemoryCategory::kWorkspace);
+  Tensor dy = Tensor::empty({1}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
   dy.data<float>()[0] = 1.0f;
   for (int step = 0; step < 3; ++step) {
-    ctx.targets = random_tokens(micro, plan.spec.gpt.seq_len, plan.spec.gpt.vocab_size, 300u + 7 * step + world->rank());
+    const Tensor targets =
+        random_tokens(micro, plan.spec.gpt.seq_len, plan.spec.gpt.vocab_size, 300u + 7 * step + world->rank());
     const Tensor ids = random_tokens(micro, plan.spec.gpt.seq_len, plan.spec.gpt.vocab_size, 400u + 7 * step + world->rank());
     for (auto* dp : {&plain, &sharded}) dp->begin_step();
     const std::int64_t gathers_before = sharded.parameter_shards()->gathers();
     for (auto* stage : {&plain_stage, &sharded_stage}) {
-      stage->forward(0, ids, ctx);
+      stage->forward(0, ids, targets, ctx);
       stage->backward_input(0, dy, ctx);  // the split backward: W afterwards, without gathering
       stage->backward_weight(0, ctx, /*final=*/true);
     }
@@ -775,20 +776,21 @@ TEST(DataParallelOverlap, BucketsStartDuringBackwardInCallbackOrder) {
   const std::int64_t micro = 2;
   const std::int64_t seq = plan.spec.gpt.seq_len;
   layers::Context ctx;
-  ctx.targets = random_tokens(micro, seq, plan.spec.gpt.vocab_size, 1000u + static_cast<unsigned>(world->rank()));
+  const Tensor targets =
+      random_tokens(micro, seq, plan.spec.gpt.vocab_size, 1000u + static_cast<unsigned>(world->rank()));
   const Tensor ids = random_tokens(micro, seq, plan.spec.gpt.vocab_size, 2000u + static_cast<unsigned>(world->rank()));
-  Tensor dy = Tensor::empty({1}, DType::kF32, MemoryCategory::kWorkspace);
+  Tensor dy = Tensor::empty({1}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
   dy.data<float>()[0] = 1.0f;
 
   train::DataParallelStepReport report;
   for (int step = 0; step < 2; ++step) {  // twice: the second step starts from zeroed bucket buffers
     dp.begin_step();
-    stage.forward(0, ids, ctx);
+    stage.forward(0, ids, targets, ctx);
     stage.backward(0, dy, ctx, /*final=*/true);
     report = dp.end_step();
   }
   for (const auto& p : reference.params()) p->grad.zero_();
-  reference.forward(0, ids, ctx);
+  reference.forward(0, ids, targets, ctx);
   reference.backward(0, dy, ctx, /*final=*/true);
 
   // Overlap: every bucket started from a callback, most of them before the last block reported.

@@ -69,7 +69,7 @@ void fill_grads(GradientBucketer& b, int rank, int step) {
 
 TEST(GradientBucketer, LayoutFollowsReadyOrderCapDtypeAndAlignment) {
   auto world = make_world();
-  GradientBucketer b(specs(), *world, options(kBucketMib, 1.0f, BucketReduction::kAllReduce));
+  GradientBucketer b(specs(), *world, options(kBucketMib, 1.0f, BucketReduction::kAllReduce), cpu_allocator());
   ASSERT_GE(b.num_buckets(), 4);
   int expected_first = 0;
   for (int k = 0; k < b.num_buckets(); ++k) {
@@ -105,7 +105,7 @@ TEST_P(BucketerModes, AllReduceTwoStepsWithOverlap) {
   const int n = world->size();
   const int r = world->rank();
   const float scale = 1.0f / static_cast<float>(n);
-  GradientBucketer b(specs(), *world, options(kBucketMib, scale, BucketReduction::kAllReduce));
+  GradientBucketer b(specs(), *world, options(kBucketMib, scale, BucketReduction::kAllReduce), cpu_allocator());
   for (int step = 0; step < 2; ++step) {
     b.zero_grads();
     fill_grads(b, r, step);
@@ -144,7 +144,7 @@ TEST_P(BucketerModes, ReduceScatterShardsForZero1) {
   const int n = world->size();
   const int r = world->rank();
   const float scale = 0.5f;
-  GradientBucketer b(specs(), *world, options(kBucketMib, scale, BucketReduction::kReduceScatter));
+  GradientBucketer b(specs(), *world, options(kBucketMib, scale, BucketReduction::kReduceScatter), cpu_allocator());
   b.zero_grads();
   fill_grads(b, r, 3);
   EXPECT_EQ(b.finish(), 0) << "nothing marked: everything launched by finish()";
@@ -170,7 +170,7 @@ TEST_P(BucketerModes, ReduceScatterShardsForZero1) {
   std::int64_t total = 0;
   for (const auto& spec : specs()) total += spec.shape.numel();
   std::int64_t all_checked = 0;
-  Tensor count = Tensor::empty({1}, DType::kI64, MemoryCategory::kActivations);
+  Tensor count = Tensor::empty({1}, DType::kI64, MemoryCategory::kActivations, cpu_allocator());
   set_value(count, 0, static_cast<double>(checked));
   world->all_reduce(count, comm::ReduceOp::kSum)->wait();
   all_checked = static_cast<std::int64_t>(get_value(count, 0));
@@ -182,7 +182,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, BucketerModes, ::testing::Values(false, true),
 
 TEST(GradientBucketer, MisuseIsRefused) {
   auto world = make_world();
-  GradientBucketer b(specs(), *world, options(kBucketMib, 1.0f, BucketReduction::kAllReduce));
+  GradientBucketer b(specs(), *world, options(kBucketMib, 1.0f, BucketReduction::kAllReduce), cpu_allocator());
   b.zero_grads();
   b.mark_ready(0);
   EXPECT_THROW(b.mark_ready(0), Error);
@@ -191,8 +191,9 @@ TEST(GradientBucketer, MisuseIsRefused) {
   EXPECT_THROW(b.zero_grads(), Error);  // buckets in flight
   b.finish();
   EXPECT_THROW(b.shard(0), Error);  // all-reduce mode has no shards
-  EXPECT_THROW(GradientBucketer({{"w", {3}, DType::kI32}}, *world, {}), Error);
-  EXPECT_THROW(GradientBucketer(specs(), *world, options(0.0, 1.0f, BucketReduction::kAllReduce)), Error);
+  EXPECT_THROW(GradientBucketer({{"w", {3}, DType::kI32}}, *world, {}, cpu_allocator()), Error);
+  EXPECT_THROW(GradientBucketer(specs(), *world, options(0.0, 1.0f, BucketReduction::kAllReduce), cpu_allocator()),
+               Error);
 }
 
 }  // namespace

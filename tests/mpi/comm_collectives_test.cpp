@@ -27,7 +27,9 @@ struct Mode {
 
 const std::int64_t kSizes[] = {0, 1, 2, 13, 1021, 40009};
 
-Tensor make(std::int64_t count, DType dtype) { return Tensor::empty({count}, dtype, MemoryCategory::kActivations); }
+Tensor make(std::int64_t count, DType dtype) {
+  return Tensor::empty({count}, dtype, MemoryCategory::kActivations, cpu_allocator());
+}
 
 // First mismatch, for the failure message.
 struct Wrong {

@@ -41,7 +41,7 @@ float quantize(float x, DType dtype) {
 }
 
 Tensor tensor_of(const std::vector<float>& v, DType dtype) {
-  Tensor t = Tensor::empty({static_cast<std::int64_t>(v.size())}, dtype, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty({static_cast<std::int64_t>(v.size())}, dtype, MemoryCategory::kActivations, cpu_allocator());
   for (std::size_t i = 0; i < v.size(); ++i) set_value(t, static_cast<std::int64_t>(i), v[i]);
   return t;
 }
@@ -120,7 +120,7 @@ TEST_P(Deterministic, ReduceScatterEqualsOrderedSumBitForBit) {
     for (bool in_place : {false, true}) {
       Tensor input = tensor_of(input_of(r, per_rank * n, 2, dtype), dtype);
       Tensor output = in_place ? input.slice(r * per_rank, (r + 1) * per_rank)
-                               : Tensor::empty({per_rank}, dtype, MemoryCategory::kActivations);
+                               : Tensor::empty({per_rank}, dtype, MemoryCategory::kActivations, cpu_allocator());
       comm->reduce_scatter(input, output)->wait();
       EXPECT_EQ(bit_mismatches(output, expected), 0)
           << dtype_name(dtype) << (in_place ? " in place" : "") << (comm == plain.get() ? " plain mode" : "");
@@ -144,7 +144,7 @@ TEST(DeterministicBlocks, RanksSummingTheirBlocksEqualOneRankSummingEverything) 
     std::vector<float> column(terms.size());
     std::vector<float> expected(static_cast<std::size_t>(count));
     std::vector<float> left_to_right(static_cast<std::size_t>(count));
-    Tensor mine = Tensor::empty({count}, DType::kF32, MemoryCategory::kActivations);
+    Tensor mine = Tensor::empty({count}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
     for (std::int64_t i = 0; i < count; ++i) {
       const auto e = static_cast<std::size_t>(i);
       for (std::size_t t = 0; t < terms.size(); ++t) column[t] = terms[t][e];

@@ -36,8 +36,8 @@ int main(int argc, char** argv) {
     auto world = runtime.world(options);
     const int n = world->size();
     const int r = world->rank();
-    Tensor t = Tensor::empty({4096}, DType::kF32, MemoryCategory::kActivations);
-    Tensor in = Tensor::empty({4096}, DType::kF32, MemoryCategory::kActivations);
+    Tensor t = Tensor::empty({4096}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+    Tensor in = Tensor::empty({4096}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
     for (int step = 0; step < 6; ++step) {
       t.fill_(static_cast<float>(r + step));
       in.fill_(0.5f);

@@ -24,7 +24,7 @@ void expect_group(comm::Communicator* group, const std::vector<int>& members, in
   ASSERT_NE(group, nullptr) << family << " " << grid.str() << " rank " << world_rank;
   EXPECT_EQ(group->world_ranks(), members) << family << " " << grid.str();
   EXPECT_EQ(members[static_cast<std::size_t>(group->rank())], world_rank) << family << " " << grid.str();
-  Tensor t = Tensor::empty({37}, DType::kI64, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty({37}, DType::kI64, MemoryCategory::kActivations, cpu_allocator());
   for (std::int64_t i = 0; i < 37; ++i) set_value(t, i, static_cast<double>((world_rank + 1) * (i + 1)));
   group->all_reduce(t, comm::ReduceOp::kSum)->wait();
   std::int64_t member_sum = 0;

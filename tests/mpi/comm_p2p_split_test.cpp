@@ -15,7 +15,9 @@ namespace {
 using comm::P2POp;
 using comm::ReduceOp;
 
-Tensor make(std::int64_t count, DType dtype) { return Tensor::empty({count}, dtype, MemoryCategory::kActivations); }
+Tensor make(std::int64_t count, DType dtype) {
+  return Tensor::empty({count}, dtype, MemoryCategory::kActivations, cpu_allocator());
+}
 
 std::int64_t count_wrong(const Tensor& t, int from_rank, int salt) {
   std::int64_t wrong = 0;

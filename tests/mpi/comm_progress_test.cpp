@@ -64,12 +64,12 @@ double compute_without_mpi(std::chrono::milliseconds duration) {
 // Rank 0 sends kElements fresh random floats to rank 1 and then computes for kBusy; rank 1 waits for them.
 // Returns, on rank 1, how long its wait took (ms) after checking every value; -1 on other ranks.
 double receive_while_sender_computes(comm::MpiCommunicator& comm) {
-  Tensor seed = Tensor::empty({1}, DType::kI64, MemoryCategory::kActivations);
+  Tensor seed = Tensor::empty({1}, DType::kI64, MemoryCategory::kActivations, cpu_allocator());
   seed.data<std::int64_t>()[0] = static_cast<std::int64_t>(std::random_device{}());
   comm.broadcast(seed, 0)->wait();  // fresh values every run, known to both sides
   std::mt19937 generator(static_cast<std::uint32_t>(seed.data<std::int64_t>()[0]));
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
-  Tensor expected = Tensor::empty({kElements}, DType::kF32, MemoryCategory::kActivations);
+  Tensor expected = Tensor::empty({kElements}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   for (std::int64_t i = 0; i < kElements; ++i) expected.data<float>()[i] = uniform(generator);
 
   double waited_ms = -1;
@@ -79,7 +79,7 @@ double receive_while_sender_computes(comm::MpiCommunicator& comm) {
     EXPECT_NE(compute_without_mpi(kBusy), 0.0);
     send->wait();
   } else if (comm.rank() == 1) {
-    Tensor received = Tensor::empty({kElements}, DType::kF32, MemoryCategory::kActivations);
+    Tensor received = Tensor::empty({kElements}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
     for (std::int64_t i = 0; i < kElements; ++i) received.data<float>()[i] = -7.0f;  // poison
     const auto start = Clock::now();
     comm.batch_p2p({P2POp::recv(received, 0, 11)})->wait();

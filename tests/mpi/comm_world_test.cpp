@@ -29,7 +29,7 @@ TEST(CommWorld, AutoAndMpiOnTheCpuGiveAnMpiWorld) {
     const int n = world.comm->size();
     EXPECT_EQ(n, mpi_runtime().world_size());
     EXPECT_EQ(world.comm->rank(), mpi_runtime().world_rank());
-    Tensor t = Tensor::empty({3}, DType::kF32, MemoryCategory::kActivations);
+    Tensor t = Tensor::empty({3}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
     for (int i = 0; i < 3; ++i) t.data<float>()[i] = static_cast<float>(small_value(world.comm->rank(), i));
     world.comm->all_reduce(t, comm::ReduceOp::kSum)->wait();
     for (int i = 0; i < 3; ++i) {

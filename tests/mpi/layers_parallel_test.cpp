@@ -56,13 +56,13 @@ constexpr double kTol = 1e-5;
 // ---- values -------------------------------------------------------------------------------------------
 
 Tensor random_tensor(const Shape& shape, std::uint64_t seed, float scale = 1.0f) {
-  Tensor t = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   rng::fill_normal(t.data<float>(), t.numel(), seed, rng::hash_key("tp-test-input"), 0.0f, scale);
   return t;
 }
 
 Tensor random_ids(const Shape& shape, std::int64_t vocab, std::uint64_t seed, bool with_ignored = false) {
-  Tensor t = Tensor::empty(shape, DType::kI32, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty(shape, DType::kI32, MemoryCategory::kActivations, cpu_allocator());
   for (std::int64_t i = 0; i < t.numel(); ++i) {
     const auto draw = rng::bits64(seed, rng::hash_key("tp-test-ids"), static_cast<std::uint64_t>(i));
     t.data<std::int32_t>()[i] = static_cast<std::int32_t>(draw % static_cast<std::uint64_t>(vocab));
@@ -142,7 +142,7 @@ void randomize_both(const std::vector<std::shared_ptr<Param>>& parallel,
 // bit-identical on every rank; padding rows must hold exactly 0.
 std::vector<float> gather_grad(const Param& p, comm::Communicator& tp) {
   const std::int64_t n = p.grad.numel();
-  Tensor all = Tensor::empty(Shape{n * tp.size()}, DType::kF32, MemoryCategory::kCommunication);
+  Tensor all = Tensor::empty(Shape{n * tp.size()}, DType::kF32, MemoryCategory::kCommunication, cpu_allocator());
   tp.all_gather(p.grad, all)->wait();
   const auto gathered = all.to_floats();
   std::vector<float> logical;
@@ -203,10 +203,10 @@ void compare_two_microbatches(LayerPair pair, const std::vector<Tensor>& xs, con
   std::vector<Tensor> ys(static_cast<std::size_t>(mbs)), par_ys(static_cast<std::size_t>(mbs));
   for (int mb = 0; mb < mbs; ++mb) {
     const auto i = static_cast<std::size_t>(mb);
-    if (!targets.empty()) ref_ctx.targets = par_ctx.targets = targets[i];
-    ys[i] = pair.reference.forward(xs[i], ref_stash[i], ref_ctx);
+    const Tensor tg = targets.empty() ? Tensor() : targets[i];
+    ys[i] = forward_block(pair.reference, xs[i], tg, ref_stash[i], ref_ctx);
     const Tensor px = pair.input_split ? slice_of(xs[i], pair.input_split(xs[i].shape())) : xs[i];
-    par_ys[i] = pair.parallel.forward(px, par_stash[i], par_ctx);
+    par_ys[i] = forward_block(pair.parallel, px, tg, par_stash[i], par_ctx);
     const Tensor want = pair.output_split ? slice_of(ys[i], pair.output_split(ys[i].shape())) : ys[i];
     ASSERT_EQ(par_ys[i].shape(), want.shape()) << what;
     expect_close(par_ys[i].to_floats(), want.to_floats(), what + " forward, micro-batch " + std::to_string(mb));
@@ -382,10 +382,9 @@ TEST(TensorParallel, VocabParallelCrossEntropy) {
   }
   Context ctx, par_ctx;
   par_ctx.tp_comm = world.get();
-  ctx.targets = par_ctx.targets = targets[0];
   Stash s, ps;
-  const float want = reference.forward(logits[0], s, ctx).data<float>()[0];
-  const float got = parallel.forward(local, ps, par_ctx).data<float>()[0];
+  const float want = reference.forward(logits[0], targets[0], s, ctx).data<float>()[0];
+  const float got = parallel.forward(local, targets[0], ps, par_ctx).data<float>()[0];
   EXPECT_LE(std::abs(got - want), kTol * std::abs(want)) << "padding logits must not enter the loss";
   const auto dlocal = parallel.backward_input(loss_scale(Shape{}, 0), ps, par_ctx).to_floats();
   for (std::size_t i = 0; i < dlocal.size(); ++i) {
@@ -433,11 +432,11 @@ TEST(TensorParallel, StashBytesMatchTheCostModelsTpLayout) {
     Context ctx;
     ctx.tp_comm = world.get();
     ctx.sequence_parallel = sp;
-    ctx.targets = random_ids(Shape{batch, g.seq_len}, g.vocab_size, 61);
+    const Tensor targets = random_ids(Shape{batch, g.seq_len}, g.vocab_size, 61);
     Tensor x = random_ids(Shape{batch, g.seq_len}, g.vocab_size, 62);
     std::vector<Stash> stashes(layers.size());
     for (std::size_t i = 0; i < layers.size(); ++i) {
-      x = layers[i]->forward(x, stashes[i], ctx);
+      x = forward_block(*layers[i], x, targets, stashes[i], ctx);
       std::set<const void*> seen;
       EXPECT_EQ(distinct_stash_bytes(stashes[i], seen),
                 partition::block_cost(spec.blocks[i], DType::kF32, mode, tp, sp).activation_bytes * batch)
@@ -535,9 +534,8 @@ std::vector<float> run_gpt(std::vector<LayerPtr>& layers, const std::vector<Tens
   std::vector<std::vector<Stash>> stash(mbs, std::vector<Stash>(n));
   std::vector<float> losses;
   for (std::size_t mb = 0; mb < mbs; ++mb) {
-    ctx.targets = targets[mb];
     Tensor x = ids[mb];
-    for (std::size_t l = 0; l < n; ++l) x = layers[l]->forward(x, stash[mb][l], ctx);
+    for (std::size_t l = 0; l < n; ++l) x = forward_block(*layers[l], x, targets[mb], stash[mb][l], ctx);
     losses.push_back(x.data<float>()[0]);
   }
   for (std::size_t m = mbs; m-- > 0;) {
@@ -587,7 +585,7 @@ TEST(TensorParallel, WholeTinyGptMatchesOneRank) {
     }
     // The loss is the same scalar on every tp rank.
     Tensor mine = Tensor::from_floats(got, Shape{static_cast<std::int64_t>(got.size())});
-    Tensor all = Tensor::empty(Shape{mine.numel() * tp}, DType::kF32, MemoryCategory::kCommunication);
+    Tensor all = Tensor::empty(Shape{mine.numel() * tp}, DType::kF32, MemoryCategory::kCommunication, cpu_allocator());
     world->all_gather(mine, all)->wait();
     const auto losses = all.to_floats();
     for (int q = 0; q < tp; ++q) {

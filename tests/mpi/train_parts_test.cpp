@@ -94,7 +94,7 @@ void check_tail(double grad_clip) {
       local += g * g;
     }
   }
-  Tensor sum = Tensor::empty({1}, DType::kF32, MemoryCategory::kCommunication);
+  Tensor sum = Tensor::empty({1}, DType::kF32, MemoryCategory::kCommunication, cpu_allocator());
   sum.data<float>()[0] = static_cast<float>(local);
   world->all_reduce(sum, comm::ReduceOp::kSum)->wait();
   const double want_norm = std::sqrt(static_cast<double>(sum.data<float>()[0]));

@@ -332,7 +332,6 @@ const std::vector<int>& MpiCommunicator::world_ranks() const { return state_->wo
 const CommOptions& MpiCommunicator::options() const { return state_->options; }
 const MpiOptions& MpiCommunicator::mpi_options() const { return state_->options; }
 MPI_Comm MpiCommunicator::native() const { return state_->comm; }
-int MpiCommunicator::max_tag() const { return state_->tag_ub; }
 const std::shared_ptr<LivenessProbe>& MpiCommunicator::probe() const { return state_->probe; }
 const std::vector<int>& MpiCommunicator::probe_ranks() const { return state_->probe_ranks; }
 const ProgressThread* MpiCommunicator::progress_thread() const { return state_->progress.get(); }
@@ -396,7 +395,8 @@ WorkPtr MpiCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, cons
     const std::int64_t mine_begin = detail::block_begin(count, n, r);
     const std::int64_t mine = detail::block_begin(count, n, r + 1) - mine_begin;
     const std::size_t elem = dtype_size(dtype);
-    Tensor staging = Tensor::empty({static_cast<std::int64_t>(n) * mine}, dtype, MemoryCategory::kCommunication);
+    Tensor staging =
+        Tensor::empty({static_cast<std::int64_t>(n) * mine}, dtype, MemoryCategory::kCommunication, cpu_allocator());
     work->keep(staging);
     const std::uint64_t seq = s.next_seq++;
     char* data = detail::bytes(tensor);
@@ -463,7 +463,8 @@ WorkPtr MpiCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor& 
   if (detail::rank_ordered(dtype)) {
     const int n = s.size;
     const int r = s.rank;
-    Tensor staging = Tensor::empty({static_cast<std::int64_t>(n) * count}, dtype, MemoryCategory::kCommunication);
+    Tensor staging =
+        Tensor::empty({static_cast<std::int64_t>(n) * count}, dtype, MemoryCategory::kCommunication, cpu_allocator());
     work->keep(staging);
     const std::uint64_t seq = s.next_seq++;
     for (int q = 0; q < n; ++q) {
@@ -494,7 +495,7 @@ WorkPtr MpiCommunicator::reduce_scatter_impl(const Tensor& input, const Tensor& 
   // In place (output is the input's own block): MPI's MPI_IN_PLACE puts the result at the buffer's start,
   // not at block r, so receive into a temporary and copy.
   const bool in_place = tensors_overlap(input, output);
-  Tensor target = in_place ? Tensor::empty({count}, dtype, MemoryCategory::kCommunication) : output;
+  Tensor target = in_place ? Tensor::empty({count}, dtype, MemoryCategory::kCommunication, cpu_allocator()) : output;
   work->keep(target);
   MPI_Request request = MPI_REQUEST_NULL;
   CLEAVE_MPI_CHECK(MPI_Ireduce_scatter_block(input.raw_data(), target.raw_data(), static_cast<int>(count),

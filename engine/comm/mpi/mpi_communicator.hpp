@@ -85,8 +85,6 @@ class MpiCommunicator final : public Communicator {
 
   // The duplicate that carries user traffic (for MPI code that must join this group, e.g. NCCL bootstrap).
   MPI_Comm native() const;
-  // Largest tag a batch_p2p op may use (MPI_TAG_UB).
-  int max_tag() const;
   // The probe shared by every communicator split from the same root; the NCCL backend reuses it.
   const std::shared_ptr<LivenessProbe>& probe() const;
   // Members' ranks in the probe's communicator.

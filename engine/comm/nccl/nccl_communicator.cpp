@@ -26,13 +26,6 @@
 
 namespace cleave::comm {
 
-std::string nccl_version_string() {
-  int version = 0;
-  ncclGetVersion(&version);
-  // NCCL >= 2.9 encodes major * 10000 + minor * 100 + patch.
-  return fmt::format("{}.{}.{}", version / 10000, (version / 100) % 100, version % 100);
-}
-
 namespace detail {
 
 struct NcclCommState {

@@ -100,7 +100,4 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<detail::NcclCommState> state_;
 };
 
-// NCCL's version as "2.28.3" (for the configure/bench banners).
-std::string nccl_version_string();
-
 }  // namespace cleave::comm

@@ -65,10 +65,9 @@ class DataSource {
 
   // Micro-batch `microbatch` of this rank's shard of the global batch at `step` (0-based), allocated from
   // `allocator` (kActivations). Throws Error when the layout is inconsistent.
-  Batch next_batch(std::int64_t step, std::int64_t microbatch, const BatchLayout& layout,
-                   Allocator& allocator = cpu_allocator()) const;
+  Batch next_batch(std::int64_t step, std::int64_t microbatch, const BatchLayout& layout, Allocator& allocator) const;
   // Finite sets only: samples [first, first + count) in stored order (a full pass over a test split).
-  Batch samples(std::int64_t first, std::int64_t count, Allocator& allocator = cpu_allocator()) const;
+  Batch samples(std::int64_t first, std::int64_t count, Allocator& allocator) const;
 
  protected:
   // `stream` separates the random streams of the splits ("train", "eval").

@@ -56,7 +56,6 @@ class SyntheticClassSource final : public DataSource {
   DType input_dtype() const override { return DType::kF32; }
   Shape target_shape() const override { return Shape{}; }
 
-  float sigma() const { return sigma_; }
   const float* centre(std::int64_t c) const { return centres_.data() + c * shape_.numel(); }
 
  private:

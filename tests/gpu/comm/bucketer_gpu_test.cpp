@@ -85,7 +85,7 @@ TEST_P(GpuBucketer, DeviceBucketsEqualHostBucketsBitForBit) {
   options.scale = 1.0f / static_cast<float>(mpi_->size() + 2);  // not a power of two: the scaling rounds
   options.reduction = reduction;
   if (bf16_wire) options.wire_dtype = DType::kBF16;
-  GradientBucketer host(specs(), *mpi_, options);
+  GradientBucketer host(specs(), *mpi_, options, cpu_allocator());
   GradientBucketer device(specs(), *nccl_, options, *allocator_, stream_->stream());
   ASSERT_EQ(device.num_buckets(), host.num_buckets());
   ASSERT_GT(host.num_buckets(), 2);

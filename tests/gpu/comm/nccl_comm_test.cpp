@@ -58,7 +58,7 @@ class Nccl : public ::testing::Test {
     return Tensor::empty({count}, dtype, MemoryCategory::kCommunication, *allocator_);
   }
   Tensor host(std::int64_t count, DType dtype) {
-    return Tensor::empty({count}, dtype, MemoryCategory::kActivations);
+    return Tensor::empty({count}, dtype, MemoryCategory::kActivations, cpu_allocator());
   }
   static void to_device(const Tensor& dev, const Tensor& h) {
     CLEAVE_CUDA_CHECK(cudaMemcpy(dev.raw_data(), h.raw_data(), h.nbytes(), cudaMemcpyHostToDevice));

@@ -90,7 +90,7 @@ int int_value(std::uint64_t seed, int rank, std::int64_t i, int salt) {
 // CPU tensor of `count` int_values of `rank` (shifted to 1..31 for u16, which holds no negative values; u16 is
 // only moved, never reduced, here).
 Tensor host_values(std::uint64_t seed, std::int64_t count, DType dtype, int rank, int salt) {
-  Tensor t = Tensor::empty({count}, dtype, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty({count}, dtype, MemoryCategory::kActivations, cpu_allocator());
   const int shift = dtype == DType::kU16 ? 16 : 0;
   for (std::int64_t i = 0; i < count; ++i) set_value(t, i, int_value(seed, rank, i, salt) + shift);
   return t;
@@ -103,7 +103,7 @@ Tensor spread_values(std::uint64_t seed, std::int64_t count, DType dtype, int ra
   std::uniform_real_distribution<float> mantissa(0.5f, 1.0f);
   std::uniform_int_distribution<int> exponent(-4, 4);
   std::bernoulli_distribution sign(0.5);
-  Tensor t = Tensor::empty({count}, dtype, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty({count}, dtype, MemoryCategory::kActivations, cpu_allocator());
   for (std::int64_t i = 0; i < count; ++i) {
     const float x = (sign(gen) ? -1.0f : 1.0f) * mantissa(gen) * std::pow(10.0f, static_cast<float>(exponent(gen)));
     set_value(t, i, x);
@@ -241,7 +241,7 @@ TEST_F(Staged, DeterministicModeIsBitIdenticalToTheCpuPath) {
       std::vector<Tensor> inputs;
       for (int q = 0; q < n(); ++q) inputs.push_back(spread_values(seed_, count, dtype, q, salt));
       // Closed form: the library's rank-ordered reduction of every rank's input, computed here.
-      Tensor reference = Tensor::empty({count}, dtype, MemoryCategory::kActivations);
+      Tensor reference = Tensor::empty({count}, dtype, MemoryCategory::kActivations, cpu_allocator());
       std::vector<const void*> slots;
       for (const Tensor& t : inputs) slots.push_back(t.raw_data());
       comm::ordered_reduce(dtype, ReduceOp::kSum, slots, reference.raw_data(), count);
@@ -258,11 +258,11 @@ TEST_F(Staged, DeterministicModeIsBitIdenticalToTheCpuPath) {
       const std::int64_t block = count;
       std::vector<Tensor> wholes;
       for (int q = 0; q < n(); ++q) {
-        Tensor w = Tensor::empty({block * n()}, dtype, MemoryCategory::kActivations);
+        Tensor w = Tensor::empty({block * n()}, dtype, MemoryCategory::kActivations, cpu_allocator());
         for (int b = 0; b < n(); ++b) w.slice(b * block, (b + 1) * block).copy_from(spread_values(seed_, block, dtype, q, salt * 31 + b));
         wholes.push_back(w);
       }
-      Tensor rs_reference = Tensor::empty({block}, dtype, MemoryCategory::kActivations);
+      Tensor rs_reference = Tensor::empty({block}, dtype, MemoryCategory::kActivations, cpu_allocator());
       std::vector<const void*> rs_slots;
       for (const Tensor& w : wholes) rs_slots.push_back(w.slice(r() * block, (r() + 1) * block).raw_data());
       comm::ordered_reduce(dtype, ReduceOp::kSum, rs_slots, rs_reference.raw_data(), block);
@@ -270,7 +270,7 @@ TEST_F(Staged, DeterministicModeIsBitIdenticalToTheCpuPath) {
       Tensor gpu_out = device({block}, dtype);
       poison(gpu_out);
       det_->reduce_scatter(gpu_in, gpu_out, ReduceOp::kSum, stream())->wait();
-      Tensor cpu_out = Tensor::empty({block}, dtype, MemoryCategory::kActivations);
+      Tensor cpu_out = Tensor::empty({block}, dtype, MemoryCategory::kActivations, cpu_allocator());
       det_->reduce_scatter(wholes[static_cast<std::size_t>(r())], cpu_out)->wait();
       const Tensor rs_got = download(gpu_out);
       EXPECT_EQ(byte_mismatches(rs_got, cpu_out), 0) << "reduce_scatter " << dtype_name(dtype) << ": GPU vs CPU path";
@@ -378,7 +378,7 @@ TEST_F(Staged, BatchP2PRingWithGpuSendsAndReceives) {
     Tensor gpu_send = upload(host_values(seed_, 257, dtype, r(), 501));
     Tensor gpu_recv = device({513}, dtype);
     poison(gpu_recv);
-    Tensor cpu_recv = Tensor::empty({257}, dtype, MemoryCategory::kActivations);
+    Tensor cpu_recv = Tensor::empty({257}, dtype, MemoryCategory::kActivations, cpu_allocator());
     plain_->batch_p2p({P2POp::send(cpu_send, right, 0), P2POp::send(gpu_send, right, 1), P2POp::recv(gpu_recv, left, 0),
                        P2POp::recv(cpu_recv, left, 1)},
                       stream())
@@ -534,7 +534,7 @@ TEST_F(StagedHost, CpuTensorsGoToTheMpiBackendUnchanged) {
   EXPECT_EQ(staged_->size(), world_size());
   const std::int64_t count = 1031;
   for (DType dtype : {DType::kF32, DType::kBF16, DType::kI32}) {
-    Tensor t = Tensor::empty({count}, dtype, MemoryCategory::kActivations);
+    Tensor t = Tensor::empty({count}, dtype, MemoryCategory::kActivations, cpu_allocator());
     for (std::int64_t i = 0; i < count; ++i) set_value(t, i, small_value(r(), i, 1));
     staged_->all_reduce(t, ReduceOp::kSum)->wait();
     std::int64_t wrong = 0;
@@ -545,9 +545,9 @@ TEST_F(StagedHost, CpuTensorsGoToTheMpiBackendUnchanged) {
     }
     EXPECT_EQ(wrong, 0) << "all_reduce " << dtype_name(dtype);
 
-    Tensor in = Tensor::empty({count * n()}, dtype, MemoryCategory::kActivations);
+    Tensor in = Tensor::empty({count * n()}, dtype, MemoryCategory::kActivations, cpu_allocator());
     for (std::int64_t i = 0; i < count * n(); ++i) set_value(in, i, small_value(r(), i, 2));
-    Tensor out = Tensor::empty({count}, dtype, MemoryCategory::kActivations);
+    Tensor out = Tensor::empty({count}, dtype, MemoryCategory::kActivations, cpu_allocator());
     staged_->reduce_scatter(in, out)->wait();
     wrong = 0;
     for (std::int64_t i = 0; i < count; ++i) {
@@ -557,7 +557,7 @@ TEST_F(StagedHost, CpuTensorsGoToTheMpiBackendUnchanged) {
     }
     EXPECT_EQ(wrong, 0) << "reduce_scatter " << dtype_name(dtype);
 
-    Tensor gathered = Tensor::empty({count * n()}, dtype, MemoryCategory::kActivations);
+    Tensor gathered = Tensor::empty({count * n()}, dtype, MemoryCategory::kActivations, cpu_allocator());
     staged_->all_gather(out, gathered)->wait();
     wrong = 0;
     for (int q = 0; q < n(); ++q) {
@@ -569,16 +569,16 @@ TEST_F(StagedHost, CpuTensorsGoToTheMpiBackendUnchanged) {
     }
     EXPECT_EQ(wrong, 0) << "all_gather " << dtype_name(dtype);
 
-    Tensor b = Tensor::empty({count}, dtype, MemoryCategory::kActivations);
+    Tensor b = Tensor::empty({count}, dtype, MemoryCategory::kActivations, cpu_allocator());
     for (std::int64_t i = 0; i < count; ++i) set_value(b, i, small_value(r(), i, 3));
     staged_->broadcast(b, n() - 1)->wait();
     wrong = 0;
     for (std::int64_t i = 0; i < count; ++i) wrong += get_value(b, i) != small_value(n() - 1, i, 3);
     EXPECT_EQ(wrong, 0) << "broadcast " << dtype_name(dtype);
 
-    Tensor send = Tensor::empty({count}, dtype, MemoryCategory::kActivations);
+    Tensor send = Tensor::empty({count}, dtype, MemoryCategory::kActivations, cpu_allocator());
     for (std::int64_t i = 0; i < count; ++i) set_value(send, i, small_value(r(), i, 4));
-    Tensor recv = Tensor::empty({count}, dtype, MemoryCategory::kActivations);
+    Tensor recv = Tensor::empty({count}, dtype, MemoryCategory::kActivations, cpu_allocator());
     const int right = (r() + 1) % n();
     const int left = (r() + n() - 1) % n();
     staged_->batch_p2p({P2POp::send(send, right), P2POp::recv(recv, left)})->wait();
@@ -599,7 +599,7 @@ TEST_F(StagedHost, SplitWrapsTheInnerSplitAndSharesThePinnedAllocator) {
   ASSERT_NE(staged, nullptr);
   EXPECT_EQ(&staged->pinned_allocator(), &staged_->pinned_allocator());
   EXPECT_EQ(staged->inner().name(), "world/parity");
-  Tensor t = Tensor::empty({5}, DType::kI32, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty({5}, DType::kI32, MemoryCategory::kActivations, cpu_allocator());
   for (std::int64_t i = 0; i < 5; ++i) set_value(t, i, small_value(r(), i));
   parity->all_reduce(t, ReduceOp::kSum)->wait();
   std::int64_t wrong = 0;
@@ -622,8 +622,8 @@ TEST_F(StagedHost, ArgumentErrorsNameTheOpAndBothDevices) {
   const Tensor gpu_in = Tensor::empty({4 * n()}, DType::kF32, MemoryCategory::kActivations, cuda0);
   const Tensor gpu_small = Tensor::empty({4}, DType::kF32, MemoryCategory::kActivations, cuda0);
   const Tensor gpu_other = Tensor::empty({4}, DType::kF32, MemoryCategory::kActivations, cuda1);
-  const Tensor cpu_small = Tensor::empty({4}, DType::kF32, MemoryCategory::kActivations);
-  const Tensor cpu_big = Tensor::empty({4 * n()}, DType::kF32, MemoryCategory::kActivations);
+  const Tensor cpu_small = Tensor::empty({4}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  const Tensor cpu_big = Tensor::empty({4 * n()}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
 
   std::string message = error_of([&] { staged_->reduce_scatter(gpu_in, cpu_small); });
   EXPECT_NE(message.find("reduce_scatter"), std::string::npos) << message;

@@ -48,7 +48,7 @@ TEST_F(GemmProfileGpu, MeasuresAndChecksTheTrainingGemms) {
   planner::HardwareProfile base;
   base.name = "generous peaks";
   base.source = "test";
-  base.device_type = "cuda";
+  base.device_type = DeviceType::kCuda;
   base.flops_f32 = 50e12;
   base.flops_bf16 = 500e12;
   base.peak_flops_f32 = 200e12;   // above any GPU's f32 (non-tensor) rate today

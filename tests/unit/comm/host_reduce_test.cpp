@@ -146,8 +146,8 @@ TEST(HostReduce, ScaleInPlace) {
 }
 
 TEST(CommHelpers, AliasingClassification) {
-  Tensor whole = Tensor::empty({12}, DType::kF32, MemoryCategory::kActivations);
-  Tensor other = Tensor::empty({3}, DType::kF32, MemoryCategory::kActivations);
+  Tensor whole = Tensor::empty({12}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  Tensor other = Tensor::empty({3}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   EXPECT_TRUE(is_block_of(whole.slice(6, 9), whole, 2, 4));
   EXPECT_FALSE(is_block_of(whole.slice(6, 9), whole, 1, 4));
   EXPECT_FALSE(is_block_of(whole.slice(5, 8), whole, 2, 4));

@@ -8,6 +8,7 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "partition/measured_costs.hpp"
 
 namespace cleave::config {
 namespace {
@@ -59,6 +60,7 @@ TEST(ConfigEnums, EveryNameTableRoundTrips) {
   expect_round_trip<DeviceType>("device.type", 2);
   expect_round_trip<Precision>("device.precision", 2);
   expect_round_trip<CpuBlas>("device.blas", 4);
+  expect_round_trip<partition::Collective>("profile measured collective", 3);
 }
 
 TEST(ConfigEnums, NearMissSuggestsTheClosestName) {

@@ -17,7 +17,7 @@ class TestAllocator final : public Allocator {
 };
 
 TEST(Tensor, ViewsShareStorageAndSliceRows) {
-  Tensor t = Tensor::empty({4, 3}, DType::kF32, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty({4, 3}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   for (int i = 0; i < 12; ++i) t.data<float>()[i] = static_cast<float>(i);
   Tensor rows = t.slice(1, 3);
   EXPECT_EQ(rows.shape(), Shape({2, 3}));
@@ -31,7 +31,7 @@ TEST(Tensor, ViewsShareStorageAndSliceRows) {
 }
 
 TEST(Tensor, DtypeMismatchIsABug) {
-  Tensor t = Tensor::zeros({2}, DType::kI32, MemoryCategory::kWorkspace);
+  Tensor t = Tensor::zeros({2}, DType::kI32, MemoryCategory::kWorkspace, cpu_allocator());
   EXPECT_THROW(t.data<float>(), InternalError);
 }
 

@@ -152,10 +152,11 @@ TEST(Builder, RejectsBadRanges) {
 }
 
 // Runs the whole layer list forward (loss last) and backward; returns the loss.
-float run_model(std::vector<LayerPtr>& layers, const Tensor& input, Context& ctx, bool backward) {
+float run_model(std::vector<LayerPtr>& layers, const Tensor& input, const Tensor& targets, Context& ctx,
+                bool backward) {
   std::vector<Stash> stashes(layers.size());
   Tensor x = input;
-  for (std::size_t i = 0; i < layers.size(); ++i) x = layers[i]->forward(x, stashes[i], ctx);
+  for (std::size_t i = 0; i < layers.size(); ++i) x = forward_block(*layers[i], x, targets, stashes[i], ctx);
   const float loss = x.data<float>()[0];
   if (backward) {
     Tensor dy = Tensor::from_floats(std::vector<float>{1.0f}, Shape{});
@@ -168,8 +169,7 @@ TEST(Builder, GptInitialLossIsLogVocab) {
   const auto spec = tiny_gpt();
   auto layers = build_blocks(spec, 0, spec.blocks.size());
   Context ctx;
-  ctx.targets = random_ids({4, 16}, 65, 2);
-  const float loss = run_model(layers, random_ids({4, 16}, 65, 1), ctx, false);
+  const float loss = run_model(layers, random_ids({4, 16}, 65, 1), random_ids({4, 16}, 65, 2), ctx, false);
   EXPECT_NEAR(loss, std::log(65.0), 0.05);
 }
 
@@ -189,14 +189,14 @@ void check_model_gradients(const partition::ModelSpec& spec, const Tensor& input
     }
   }
   Context ctx;
-  ctx.targets = targets;
-  run_model(layers, input, ctx, true);
+  run_model(layers, input, targets, ctx, true);
   for (auto& p : collect_params(layers)) {
     const auto idx = testing::sample_indices(p->value.numel(), 6, ++s);
     std::vector<double> analytic, numeric;
     for (auto i : idx) analytic.push_back(p->grad.data<float>()[i]);
-    numeric = testing::numeric_grad(p->value.data<float>(), idx,
-                                    [&] { return static_cast<double>(run_model(layers, input, ctx, false)); }, 1e-2f);
+    numeric = testing::numeric_grad(
+        p->value.data<float>(), idx, [&] { return static_cast<double>(run_model(layers, input, targets, ctx, false)); },
+        1e-2f);
     double norm = 0;
     for (double a : analytic) norm += a * a;
     EXPECT_GT(norm, 0.0) << p->name;

@@ -25,6 +25,7 @@ namespace cleave::layers {
 namespace {
 
 using testing::check_gradients;
+using testing::LossWithTargets;
 using testing::random_ids;
 using testing::random_tensor;
 using testing::randomize;
@@ -155,7 +156,7 @@ TEST(LayerGradients, Conv2d) {
 TEST(LayerGradients, MaxPool) {
   Context ctx;
   // Distinct values 0.05 apart in random order: a step of 1e-2 never changes which input wins a window.
-  Tensor x = Tensor::empty({2, 3, 6, 5}, DType::kF32, MemoryCategory::kActivations);
+  Tensor x = Tensor::empty({2, 3, 6, 5}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   std::vector<int> order(static_cast<std::size_t>(x.numel()));
   std::iota(order.begin(), order.end(), 0);
   for (std::size_t i = order.size() - 1; i > 0; --i) {
@@ -195,17 +196,17 @@ TEST(LayerGradients, SoftmaxCrossEntropyValueAndGradient) {
   Context ctx;
   const std::int64_t rows = 6, classes = 7;
   Tensor logits = random_tensor({2, 3, classes}, 20, 2.0f);
-  ctx.targets = random_ids({2, 3}, classes, 21);
-  ctx.targets.data<std::int32_t>()[2] = -1;  // ignored
-  ctx.targets.data<std::int32_t>()[4] = -1;
+  Tensor targets = random_ids({2, 3}, classes, 21);
+  targets.data<std::int32_t>()[2] = -1;  // ignored
+  targets.data<std::int32_t>()[4] = -1;
   SoftmaxCrossEntropy loss;
   Stash stash;
-  Tensor out = loss.forward(logits, stash, ctx);
+  Tensor out = loss.forward(logits, targets, stash, ctx);
   EXPECT_EQ(out.numel(), 1);
   // Double-precision reference: mean over the 4 valid rows.
   double expected = 0;
   for (std::int64_t r = 0; r < rows; ++r) {
-    const int t = ctx.targets.data<std::int32_t>()[r];
+    const int t = targets.data<std::int32_t>()[r];
     if (t < 0) continue;
     const float* row = logits.data<float>() + r * classes;
     double mx = row[0];
@@ -225,16 +226,17 @@ TEST(LayerGradients, SoftmaxCrossEntropyValueAndGradient) {
   double row_sum = 0;
   for (int c = 0; c < classes; ++c) row_sum += dlogits.data<float>()[c];
   EXPECT_NEAR(row_sum, 0.0, 1e-6);  // softmax - onehot sums to zero
-  check_gradients(loss, logits, ctx);
+  LossWithTargets bound(loss, targets);
+  check_gradients(bound, logits, ctx);
 }
 
 TEST(LayerGradients, SoftmaxCrossEntropyNeedsTargets) {
   Context ctx;
   SoftmaxCrossEntropy loss;
   Stash stash;
-  EXPECT_THROW(loss.forward(random_tensor({4, 3}, 1), stash, ctx), Error);
-  ctx.targets = random_ids({5}, 3, 2);
-  EXPECT_THROW(loss.forward(random_tensor({4, 3}, 1), stash, ctx), Error);
+  EXPECT_THROW(loss.forward(random_tensor({4, 3}, 1), stash, ctx), Error);  // the Layer entry point has none
+  EXPECT_THROW(loss.forward(random_tensor({4, 3}, 1), Tensor(), stash, ctx), Error);
+  EXPECT_THROW(loss.forward(random_tensor({4, 3}, 1), random_ids({5}, 3, 2), stash, ctx), Error);
 }
 
 }  // namespace

@@ -22,13 +22,13 @@
 namespace cleave::layers::testing {
 
 inline Tensor random_tensor(const Shape& shape, std::uint64_t seed, float scale = 1.0f) {
-  Tensor t = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   rng::fill_normal(t.data<float>(), t.numel(), seed, rng::hash_key("test-input"), 0.0f, scale);
   return t;
 }
 
 inline Tensor random_ids(const Shape& shape, std::int64_t vocab, std::uint64_t seed) {
-  Tensor t = Tensor::empty(shape, DType::kI32, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty(shape, DType::kI32, MemoryCategory::kActivations, cpu_allocator());
   for (std::int64_t i = 0; i < t.numel(); ++i) {
     t.data<std::int32_t>()[i] =
         static_cast<std::int32_t>(rng::bits64(seed, rng::hash_key("test-ids"), static_cast<std::uint64_t>(i)) %
@@ -96,6 +96,25 @@ inline std::vector<double> numeric_grad(float* values, const std::vector<std::in
   }
   return out;
 }
+
+// A loss layer with its targets bound, seen as a plain Layer (so the generic checks here can drive it).
+class LossWithTargets final : public Layer {
+ public:
+  LossWithTargets(LossLayer& loss, Tensor targets) : loss_(loss), targets_(std::move(targets)) {}
+  std::string_view kind() const override { return loss_.kind(); }
+  Tensor forward(const Tensor& x, Stash& stash, Context& ctx) override {
+    return loss_.forward(x, targets_, stash, ctx);
+  }
+  Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override {
+    return loss_.backward_input(dy, stash, ctx);
+  }
+  void backward_weight(Stash& stash, Context& ctx) override { loss_.backward_weight(stash, ctx); }
+  std::vector<std::shared_ptr<Param>> params() const override { return loss_.params(); }
+
+ private:
+  LossLayer& loss_;
+  Tensor targets_;
+};
 
 // Checks backward_input (when x is f32) and backward_weight of `layer` at x by central differences of
 // loss = Σ r ⊙ forward(x), r a fixed random projection. Param grads are zeroed first.

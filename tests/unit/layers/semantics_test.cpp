@@ -118,12 +118,11 @@ void expect_stash_matches_cost_model(const partition::ModelSpec& spec, const Ten
   options.recompute = recompute;
   auto layers = build_blocks(spec, 0, spec.blocks.size(), options);
   Context ctx;
-  ctx.targets = targets;
   const std::int64_t batch = input.dim(0);
   Tensor x = input;
   std::vector<Stash> stashes(layers.size());
   for (std::size_t i = 0; i < layers.size(); ++i) {
-    x = layers[i]->forward(x, stashes[i], ctx);
+    x = forward_block(*layers[i], x, targets, stashes[i], ctx);
     const auto cost = partition::block_cost(spec.blocks[i], DType::kF32, recompute);
     EXPECT_EQ(testing::stash_bytes(stashes[i]), cost.activation_bytes * batch)
         << enum_name(spec.type) << " block " << spec.blocks[i].name << " (" << layers[i]->kind() << "), recompute "

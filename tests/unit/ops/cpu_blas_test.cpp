@@ -43,7 +43,7 @@ TEST(CpuBlasChoice, AutoFollowsTheRecordedFacts) {
 }
 
 Tensor cast_to(const Context& ctx, const Tensor& t, DType dtype) {
-  Tensor out = Tensor::empty(t.shape(), dtype, MemoryCategory::kActivations);
+  Tensor out = Tensor::empty(t.shape(), dtype, MemoryCategory::kActivations, cpu_allocator());
   copy(ctx, t, out);
   return out;
 }
@@ -70,11 +70,11 @@ TEST_P(CpuBlasGemm, MatchesTheWidenedF32GemmOfTheRoundedOperands) {
     fwd.trans_b = true;
     fwd.epilogue = GemmEpilogue::kBias;
     fwd.bias = b;
-    Tensor y = Tensor::empty({rows, out}, dtype, MemoryCategory::kActivations);
+    Tensor y = Tensor::empty({rows, out}, dtype, MemoryCategory::kActivations, cpu_allocator());
     gemm(ctx, x, w, y, fwd);
     GemmOptions fwd_ref = fwd;
     fwd_ref.bias = cast_to(ref_ctx, b, DType::kF32);
-    Tensor y_ref = Tensor::empty({rows, out}, DType::kF32, MemoryCategory::kActivations);
+    Tensor y_ref = Tensor::empty({rows, out}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
     gemm(ref_ctx, cast_to(ref_ctx, x, DType::kF32), cast_to(ref_ctx, w, DType::kF32), y_ref, fwd_ref);
     // f32 accumulation either way; a bf16 C is one rounding (2^-8 relative) from its f32 value.
     kernels::test::expect_close(y.to_floats(), y_ref.to_floats(), 1e-4, dtype == DType::kBF16 ? 1.0 / 128 : 1e-5,
@@ -111,7 +111,7 @@ TEST_P(CpuBlasGemm, DeterministicModeIsIndependentOfTheThreadCount) {
     std::vector<std::vector<float>> runs;
     for (const int threads : {1, 2}) {
       configure_cpu_threads(threads);
-      Tensor y = Tensor::empty({rows, out}, DType::kF32, MemoryCategory::kActivations);
+      Tensor y = Tensor::empty({rows, out}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
       gemm(ctx, x, w, y, fwd);
       runs.push_back(y.to_floats());
     }

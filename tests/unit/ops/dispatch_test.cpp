@@ -61,21 +61,21 @@ TEST(OpsDispatch, MissingKernelIsNamedNotFallenBack) {
 TEST(OpsDispatch, TensorsOnAnotherDeviceAreRefusedBeforeAnyKernel) {
   Context cuda;
   cuda.device = Device::cuda(0);
-  const Tensor x = Tensor::zeros({4}, DType::kF32, MemoryCategory::kActivations);
+  const Tensor x = Tensor::zeros({4}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   const std::string msg = message_of([&] { gelu_forward(cuda, x, x); });
   EXPECT_NE(msg.find("gelu_forward: x [4] is on cpu, but the op runs on cuda:0"), std::string::npos) << msg;
 }
 
 TEST(OpsDispatch, ShapeAndDtypeErrorsNameTheOpAndTensors) {
   const Context ctx;
-  const Tensor a = Tensor::zeros({3, 5}, DType::kF32, MemoryCategory::kActivations);
-  const Tensor b = Tensor::zeros({4, 2}, DType::kF32, MemoryCategory::kActivations);
-  const Tensor c = Tensor::zeros({3, 2}, DType::kF32, MemoryCategory::kActivations);
+  const Tensor a = Tensor::zeros({3, 5}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  const Tensor b = Tensor::zeros({4, 2}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  const Tensor c = Tensor::zeros({3, 2}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   std::string msg = message_of([&] { gemm(ctx, a, b, c); });
   EXPECT_NE(msg.find("gemm: op(A) is 3x5 but op(B) is 4x2"), std::string::npos) << msg;
-  const Tensor ids = Tensor::zeros({2, 3}, DType::kF32, MemoryCategory::kActivations);
-  const Tensor table = Tensor::zeros({10, 4}, DType::kF32, MemoryCategory::kParameters);
-  const Tensor out = Tensor::zeros({2, 3, 4}, DType::kF32, MemoryCategory::kActivations);
+  const Tensor ids = Tensor::zeros({2, 3}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  const Tensor table = Tensor::zeros({10, 4}, DType::kF32, MemoryCategory::kParameters, cpu_allocator());
+  const Tensor out = Tensor::zeros({2, 3, 4}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   msg = message_of([&] { embedding_forward(ctx, ids, table, out, {0, 10, 10}); });
   EXPECT_NE(msg.find("embedding_forward: ids [2,3] is f32; expected i32"), std::string::npos) << msg;
 }

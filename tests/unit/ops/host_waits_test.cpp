@@ -17,7 +17,8 @@ namespace cleave::ops {
 namespace {
 
 Tensor floats(const std::vector<float>& values) {
-  Tensor t = Tensor::empty({static_cast<std::int64_t>(values.size())}, DType::kF32, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty({static_cast<std::int64_t>(values.size())}, DType::kF32, MemoryCategory::kActivations,
+                           cpu_allocator());
   std::copy(values.begin(), values.end(), t.data<float>());
   return t;
 }
@@ -32,7 +33,7 @@ void call_every_host_value_op(const Context& ctx) {
   const std::array<Tensor, 2> xs = {x, x};
   EXPECT_DOUBLE_EQ(sum_squares_many(ctx, xs), 12.625);
   const Tensor neg_index = floats({-1.0f, -0.0f});
-  Tensor targets = Tensor::empty({2}, DType::kI32, MemoryCategory::kActivations);
+  Tensor targets = Tensor::empty({2}, DType::kI32, MemoryCategory::kActivations, cpu_allocator());
   targets.data<std::int32_t>()[0] = 1;
   targets.data<std::int32_t>()[1] = 1;
   EXPECT_EQ(count_correct(ctx, neg_index, targets).correct, 1);

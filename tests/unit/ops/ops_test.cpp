@@ -22,16 +22,16 @@ TEST(OpsCrossEntropy, PaddedVocabShardsCombineToTheFusedLossGradientAndArgmax) {
   const std::int64_t rows = 7, vocab = 23, tp = 3, width = (vocab + tp - 1) / tp;  // 8 wide, last shard 7 valid
   const auto logits = random_floats(static_cast<size_t>(rows * vocab), 11, 3.0f);
   std::vector<std::int32_t> target_values{0, 22, 5, -1, 16, 8, 15};
-  Tensor targets = Tensor::empty({rows}, DType::kI32, MemoryCategory::kActivations);
+  Tensor targets = Tensor::empty({rows}, DType::kI32, MemoryCategory::kActivations, cpu_allocator());
   std::copy(target_values.begin(), target_values.end(), targets.data<std::int32_t>());
 
   // Reference: the fused ops on the whole vocabulary.
   const Tensor whole = f32(logits, {rows, vocab});
-  Tensor lse = Tensor::empty({rows}, DType::kF32, MemoryCategory::kActivations);
-  Tensor loss = Tensor::empty({1}, DType::kF32, MemoryCategory::kActivations);
+  Tensor lse = Tensor::empty({rows}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  Tensor loss = Tensor::empty({1}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   cross_entropy_forward(ctx, whole, targets, lse, loss);
   Tensor dloss = f32({0.5f}, {1});
-  Tensor dwhole = Tensor::empty({rows, vocab}, DType::kF32, MemoryCategory::kActivations);
+  Tensor dwhole = Tensor::empty({rows, vocab}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   cross_entropy_backward(ctx, whole, targets, lse, dloss, dwhole, {0, vocab, vocab});
   EXPECT_GT(loss.to_floats()[0], 0.0f);
 
@@ -48,7 +48,7 @@ TEST(OpsCrossEntropy, PaddedVocabShardsCombineToTheFusedLossGradientAndArgmax) {
     ranges.push_back({first, valid, vocab});
   }
   // "all-reduce" by hand: max, then sums.
-  Tensor row_max = Tensor::empty({rows}, DType::kF32, MemoryCategory::kActivations);
+  Tensor row_max = Tensor::empty({rows}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   std::vector<float> mx(static_cast<size_t>(rows), -INFINITY);
   for (std::int64_t r = 0; r < tp; ++r) {
     cross_entropy_shard_max(ctx, shards[static_cast<size_t>(r)], ranges[static_cast<size_t>(r)], row_max);
@@ -56,16 +56,16 @@ TEST(OpsCrossEntropy, PaddedVocabShardsCombineToTheFusedLossGradientAndArgmax) {
   }
   const Tensor reduced_max = f32(mx, {rows});
   std::vector<float> sums(static_cast<size_t>(2 * rows), 0.0f), neg_index(static_cast<size_t>(rows), -INFINITY);
-  Tensor piece = Tensor::empty({2, rows}, DType::kF32, MemoryCategory::kActivations);
-  Tensor index_piece = Tensor::empty({rows}, DType::kF32, MemoryCategory::kActivations);
+  Tensor piece = Tensor::empty({2, rows}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  Tensor index_piece = Tensor::empty({rows}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   for (std::int64_t r = 0; r < tp; ++r) {
     cross_entropy_shard_sum_exp_and_target(ctx, shards[static_cast<size_t>(r)], targets, ranges[static_cast<size_t>(r)], reduced_max, piece);
     for (std::int64_t i = 0; i < 2 * rows; ++i) sums[static_cast<size_t>(i)] += piece.data<float>()[i];
     cross_entropy_shard_argmax(ctx, shards[static_cast<size_t>(r)], ranges[static_cast<size_t>(r)], reduced_max, index_piece);
     for (std::int64_t i = 0; i < rows; ++i) neg_index[static_cast<size_t>(i)] = std::max(neg_index[static_cast<size_t>(i)], index_piece.data<float>()[i]);
   }
-  Tensor shard_lse = Tensor::empty({rows}, DType::kF32, MemoryCategory::kActivations);
-  Tensor shard_loss = Tensor::empty({1}, DType::kF32, MemoryCategory::kActivations);
+  Tensor shard_lse = Tensor::empty({rows}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  Tensor shard_loss = Tensor::empty({1}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   cross_entropy_loss(ctx, reduced_max, f32(sums, {2, rows}), targets, shard_lse, shard_loss);
   EXPECT_NEAR(shard_loss.to_floats()[0], loss.to_floats()[0], 1e-5f * loss.to_floats()[0]);
 
@@ -84,7 +84,7 @@ TEST(OpsCrossEntropy, PaddedVocabShardsCombineToTheFusedLossGradientAndArgmax) {
   // Gradients: each shard's valid columns match the fused gradient; padding columns are exactly zero.
   for (std::int64_t r = 0; r < tp; ++r) {
     const VocabRange& range = ranges[static_cast<size_t>(r)];
-    Tensor d = Tensor::empty({rows, width}, DType::kF32, MemoryCategory::kActivations);
+    Tensor d = Tensor::empty({rows, width}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
     cross_entropy_backward(ctx, shards[static_cast<size_t>(r)], targets, shard_lse, dloss, d, range);
     for (std::int64_t i = 0; i < rows; ++i) {
       for (std::int64_t c = 0; c < width; ++c) {
@@ -100,7 +100,7 @@ TEST(OpsCrossEntropy, PaddedVocabShardsCombineToTheFusedLossGradientAndArgmax) {
 }
 
 Tensor to_bf16(const Context& ctx, const Tensor& t) {
-  Tensor out = Tensor::empty(t.shape(), DType::kBF16, MemoryCategory::kActivations);
+  Tensor out = Tensor::empty(t.shape(), DType::kBF16, MemoryCategory::kActivations, cpu_allocator());
   copy(ctx, t, out);
   return out;
 }
@@ -114,20 +114,20 @@ TEST(OpsBf16, GemmWidensAtTheEdgesAndAccumulatesInF32) {
   const Tensor b = f32(random_floats(static_cast<size_t>(n * k), 2), {n, k});
   const Tensor a16 = to_bf16(ctx, a), b16 = to_bf16(ctx, b);
   // Reference: the f32 GEMM of the bf16-rounded operands.
-  Tensor a_rounded = Tensor::empty({m, k}, DType::kF32, MemoryCategory::kActivations);
-  Tensor b_rounded = Tensor::empty({n, k}, DType::kF32, MemoryCategory::kActivations);
+  Tensor a_rounded = Tensor::empty({m, k}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  Tensor b_rounded = Tensor::empty({n, k}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   copy(ctx, a16, a_rounded);
   copy(ctx, b16, b_rounded);
   GemmOptions transposed_b;
   transposed_b.trans_b = true;
-  Tensor want = Tensor::empty({m, n}, DType::kF32, MemoryCategory::kActivations);
+  Tensor want = Tensor::empty({m, n}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   gemm(ctx, a_rounded, b_rounded, want, transposed_b);
   // f32 output from bf16 operands: bit for bit the reference.
-  Tensor got = Tensor::empty({m, n}, DType::kF32, MemoryCategory::kActivations);
+  Tensor got = Tensor::empty({m, n}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   gemm(ctx, a16, b16, got, transposed_b);
   EXPECT_EQ(got.to_floats(), want.to_floats());
   // bf16 output: the reference rounded once.
-  Tensor got16 = Tensor::empty({m, n}, DType::kBF16, MemoryCategory::kActivations);
+  Tensor got16 = Tensor::empty({m, n}, DType::kBF16, MemoryCategory::kActivations, cpu_allocator());
   gemm(ctx, a16, b16, got16, transposed_b);
   const auto narrowed = to_bf16(ctx, want).to_floats();
   EXPECT_EQ(got16.to_floats(), narrowed);

@@ -24,7 +24,7 @@ TEST(OpsSumSquaresMany, EqualsTheOrderedLoopBitForBit) {
   }
   std::vector<float> wide(1001);
   for (float& v : wide) v = dist(rng);
-  Tensor bf16 = Tensor::empty({1001}, DType::kBF16, MemoryCategory::kActivations);
+  Tensor bf16 = Tensor::empty({1001}, DType::kBF16, MemoryCategory::kActivations, cpu_allocator());
   copy(ctx, Tensor::from_floats(wide, Shape{1001}), bf16);
   xs.push_back(bf16);
   double loop = 0.0;
@@ -38,7 +38,7 @@ TEST(OpsSumSquaresMany, EqualsTheOrderedLoopBitForBit) {
 TEST(OpsSumSquaresMany, RefusesATensorOnAnotherDevice) {
   Context cuda;
   cuda.device = Device::cuda(0);
-  const std::vector<Tensor> xs = {Tensor::zeros({3}, DType::kF32, MemoryCategory::kGradients)};
+  const std::vector<Tensor> xs = {Tensor::zeros({3}, DType::kF32, MemoryCategory::kGradients, cpu_allocator())};
   try {
     (void)sum_squares_many(cuda, xs);
     FAIL() << "a CPU tensor was accepted for a cuda context";

@@ -12,8 +12,8 @@ namespace {
 std::shared_ptr<layers::Param> param_with_grad(const std::string& name, std::int64_t n, std::uint64_t seed) {
   auto p = std::make_shared<layers::Param>();
   p->name = name;
-  p->value = Tensor::zeros(Shape{n}, DType::kF32, MemoryCategory::kParameters);
-  p->grad = Tensor::empty(Shape{n}, DType::kF32, MemoryCategory::kGradients);
+  p->value = Tensor::zeros(Shape{n}, DType::kF32, MemoryCategory::kParameters, cpu_allocator());
+  p->grad = Tensor::empty(Shape{n}, DType::kF32, MemoryCategory::kGradients, cpu_allocator());
   rng::fill_normal(p->grad.data<float>(), n, seed, rng::hash_key(name), 0.1f, 2.0f);
   return p;
 }

@@ -18,8 +18,8 @@ std::shared_ptr<layers::Param> random_param(const std::string& name, const Shape
                                             std::uint64_t seed) {
   auto p = std::make_shared<layers::Param>();
   p->name = name;
-  p->value = Tensor::empty(shape, DType::kF32, MemoryCategory::kParameters);
-  p->grad = Tensor::zeros(shape, DType::kF32, MemoryCategory::kGradients);
+  p->value = Tensor::empty(shape, DType::kF32, MemoryCategory::kParameters, cpu_allocator());
+  p->grad = Tensor::zeros(shape, DType::kF32, MemoryCategory::kGradients, cpu_allocator());
   p->shard.logical = shape;
   p->weight_decay = weight_decay;
   rng::fill_normal(p->value.data<float>(), p->value.numel(), seed, rng::hash_key(name), 0.0f, 1.0f);
@@ -83,7 +83,7 @@ TEST(AdamW, MatchesDoubleReferenceOverSteps) {
   auto b = random_param("b", Shape{13}, false, 1);
   const double lrs[] = {1e-2, 3e-3, 5e-2, 1e-3, 2e-2, 7e-3};
   const AdamWOptions options{0.85, 0.98, 1e-6, 0.1};
-  AdamW opt({w, b, w}, options);  // w listed twice, as a tied head would: updated once
+  AdamW opt({w, b, w}, options, cpu_allocator());  // w listed twice, as a tied head would: updated once
   EXPECT_EQ(opt.params().size(), 2u);
   AdamRef rw{to_double(w->value), std::vector<double>(91, 0), std::vector<double>(91, 0)};
   AdamRef rb{to_double(b->value), std::vector<double>(13, 0), std::vector<double>(13, 0)};
@@ -106,7 +106,7 @@ TEST(Sgd, MatchesDoubleReferenceWithMomentumAndNesterov) {
   for (bool nesterov : {false, true}) {
     auto w = random_param("w", Shape{5, 3, 3}, true, 2);
     auto b = random_param("b", Shape{11}, false, 2);
-    Sgd opt({w, b}, SgdOptions{0.9, 0.05, nesterov});
+    Sgd opt({w, b}, SgdOptions{0.9, 0.05, nesterov}, cpu_allocator());
     SgdRef rw{to_double(w->value), std::vector<double>(45, 0)};
     SgdRef rb{to_double(b->value), std::vector<double>(11, 0)};
     for (int t = 1; t <= 5; ++t) {
@@ -124,7 +124,7 @@ TEST(Sgd, MatchesDoubleReferenceWithMomentumAndNesterov) {
 
 TEST(Sgd, PlainSgdHasNoState) {
   auto w = random_param("w", Shape{9}, true, 3);
-  Sgd opt({w}, SgdOptions{0.0, 0.0, false});
+  Sgd opt({w}, SgdOptions{0.0, 0.0, false}, cpu_allocator());
   EXPECT_EQ(opt.state_bytes(), 0);
   SgdRef r{to_double(w->value), {}};
   fill_grad(*w, 1);
@@ -138,7 +138,7 @@ TEST(Optimizer, StateAllocatedOnceInOptimizerCategory) {
   auto b = random_param("b", Shape{17}, false, 4);
   Allocator& alloc = cpu_allocator();
   const std::int64_t before = alloc.stats().current_of(MemoryCategory::kOptimizerState);
-  AdamW opt({w, b}, AdamWOptions{});
+  AdamW opt({w, b}, AdamWOptions{}, cpu_allocator());
   EXPECT_EQ(opt.state_bytes(), 2 * (33 * 17 + 17) * 4);
   EXPECT_EQ(alloc.stats().current_of(MemoryCategory::kOptimizerState) - before, opt.state_bytes());
   fill_grad(*w, 1);
@@ -155,15 +155,15 @@ TEST(Optimizer, FactoryFollowsConfig) {
   config::OptimizerConfig c;
   c.type = config::OptimizerType::kSgd;
   c.momentum = 0.5;
-  auto sgd = make_optimizer(c, {w});
+  auto sgd = make_optimizer(c, {w}, cpu_allocator());
   EXPECT_NE(dynamic_cast<Sgd*>(sgd.get()), nullptr);
   EXPECT_EQ(sgd->state_bytes(), 6 * 4);
   EXPECT_EQ(sgd->state_bytes(), 6 * 4 * c.state_tensors_per_param());
   c.momentum = 0.0;
-  EXPECT_EQ(make_optimizer(c, {w})->state_bytes(), 0);
+  EXPECT_EQ(make_optimizer(c, {w}, cpu_allocator())->state_bytes(), 0);
   EXPECT_EQ(c.state_tensors_per_param(), 0);
   c.type = config::OptimizerType::kAdamw;
-  auto adamw = make_optimizer(c, {w});
+  auto adamw = make_optimizer(c, {w}, cpu_allocator());
   EXPECT_NE(dynamic_cast<AdamW*>(adamw.get()), nullptr);
   EXPECT_EQ(adamw->state_bytes(), 2 * 6 * 4);
   EXPECT_EQ(adamw->state_bytes(), 6 * 4 * c.state_tensors_per_param());
@@ -172,10 +172,10 @@ TEST(Optimizer, FactoryFollowsConfig) {
 TEST(Optimizer, RejectsNonF32Params) {
   auto p = std::make_shared<layers::Param>();
   p->name = "table";
-  p->value = Tensor::zeros(Shape{4}, DType::kI32, MemoryCategory::kParameters);
-  p->grad = Tensor::zeros(Shape{4}, DType::kI32, MemoryCategory::kGradients);
+  p->value = Tensor::zeros(Shape{4}, DType::kI32, MemoryCategory::kParameters, cpu_allocator());
+  p->grad = Tensor::zeros(Shape{4}, DType::kI32, MemoryCategory::kGradients, cpu_allocator());
   try {
-    AdamW opt({p}, AdamWOptions{});
+    AdamW opt({p}, AdamWOptions{}, cpu_allocator());
     ADD_FAILURE();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("table"), std::string::npos) << e.what();

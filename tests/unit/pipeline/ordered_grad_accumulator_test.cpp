@@ -20,8 +20,8 @@ namespace {
 std::shared_ptr<layers::Param> make_param(const std::string& name, std::int64_t n) {
   auto p = std::make_shared<layers::Param>();
   p->name = name;
-  p->value = Tensor::zeros({n}, DType::kF32, MemoryCategory::kParameters);
-  p->grad = Tensor::zeros({n}, DType::kF32, MemoryCategory::kGradients);
+  p->value = Tensor::zeros({n}, DType::kF32, MemoryCategory::kParameters, cpu_allocator());
+  p->grad = Tensor::zeros({n}, DType::kF32, MemoryCategory::kGradients, cpu_allocator());
   return p;
 }
 

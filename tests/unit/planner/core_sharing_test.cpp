@@ -41,7 +41,7 @@ class CoreSharing : public ::testing::Test {
   static HardwareProfile machine(int cores, int measured_ranks) {
     HardwareProfile p;
     p.name = p.source = "test";
-    p.device_type = "cpu";
+    p.device_type = DeviceType::kCpu;
     p.flops_f32 = p.flops_bf16 = 3e9;
     p.memory_bandwidth_Bps = 1e30;
     p.intra_node = p.inter_node = Link{1e-30, 1e30};
@@ -132,7 +132,7 @@ TEST_F(CoreSharing, ACpuProfileForFewerRanksPlansTheWorldOnItsOneNode) {
   EXPECT_GT(shared.breakdown.compute_s, 1.99 * spread.breakdown.compute_s);
   // A cuda profile keeps its devices per node.
   HardwareProfile gpu = machine(0, 1);
-  gpu.device_type = "cuda";
+  gpu.device_type = DeviceType::kCuda;
   gpu.ranks_per_node = 2;
   const std::string gpu_path = (dir_ / "gpu.json").string();
   std::ofstream(gpu_path) << profile_to_json(gpu).dump();

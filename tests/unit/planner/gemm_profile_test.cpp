@@ -319,7 +319,7 @@ TEST_F(GemmProfile, BadMeasuredKeysAreRefusedByName) {
   EXPECT_NE(m.find("gemm_efficiency_f32 entry [100000000.0,0] needs flops > 0 and a fraction in (0, 1]"),
             std::string::npos) << m;
   m = message("\"dtype\": \"bf16\"", "\"dtype\": \"f16\"");
-  EXPECT_NE(m.find("gemm_measured entry 0: 'dtype' must be bf16 or f32, got 'f16'"), std::string::npos) << m;
+  EXPECT_NE(m.find("gemm_measured entry 0: 'dtype' must be \"f32\" or \"bf16\", got \"f16\""), std::string::npos) << m;
   m = message("\"ms\": 0.05", "\"ms\": -1");
   EXPECT_NE(m.find("gemm_measured entry 0: 'ms' must be a number > 0"), std::string::npos) << m;
   m = message("\"peak_tflops\": {\"f32\": 20, \"bf16\": 200}, \"gemm_efficiency\": [[1e8, 0.2], [1e10, 0.8]],", "");

@@ -164,6 +164,50 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
   }
 }
 
+// One spelling of each dtype ("f32", "bf16") is written; the old "fp32" of measured.dtype is read as f32. The device
+// type and the collectives are enums with one name table: an unknown name is refused naming the key.
+TEST_F(MeasuredProfile, OneDtypeSpellingWrittenTheOldOneRead) {
+  HardwareProfile p = table_profile();
+  p.device_type = DeviceType::kCuda;
+  p.measured.all_reduce = {partition::AlphaBeta{2, 1e-5, 4e9}};
+  const nlohmann::json written = profile_to_json(p);
+  EXPECT_EQ(written["measured"]["dtype"], "f32");
+  EXPECT_EQ(written["device_type"], "cuda");
+  ASSERT_TRUE(written["measured"].contains("all_reduce"));
+  const auto load = [&](const nlohmann::json& j) {
+    const std::string path = (dir_ / "dtype.json").string();
+    std::ofstream(path) << j.dump();
+    return load_profile(path);
+  };
+  nlohmann::json old = written;
+  old["measured"]["dtype"] = "fp32";  // what `cleave profile` wrote before
+  const HardwareProfile read = load(old);
+  EXPECT_EQ(read.measured.dtype, DType::kF32);
+  EXPECT_EQ(read.device_type, DeviceType::kCuda);
+  ASSERT_NE(read.measured.collective(partition::Collective::kAllReduce, 2), nullptr);
+  EXPECT_EQ(read.measured.collective(partition::Collective::kAllGather, 2), nullptr);
+  EXPECT_EQ(profile_to_json(read)["measured"]["dtype"], "f32");
+  nlohmann::json bf16 = written;
+  bf16["measured"]["dtype"] = "bf16";
+  EXPECT_EQ(load(bf16).measured.dtype, DType::kBF16);
+  const auto refused = [&](const nlohmann::json& j) -> std::string {
+    try {
+      load(j);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "accepted";
+  };
+  nlohmann::json f16 = written;
+  f16["measured"]["dtype"] = "f16";
+  EXPECT_NE(refused(f16).find("measured: 'dtype' must be \"f32\" or \"bf16\", got \"f16\""), std::string::npos)
+      << refused(f16);
+  nlohmann::json gpu = written;
+  gpu["device_type"] = "gpu";
+  EXPECT_NE(refused(gpu).find("'device_type' must be one of \"cpu\", \"cuda\", got \"gpu\""), std::string::npos)
+      << refused(gpu);
+}
+
 TEST_F(MeasuredProfile, PlannerTimesAStepFromTheTable) {
   const HardwareProfile p = table_profile();
   PlanChoice c;

@@ -50,7 +50,7 @@ TEST(Digits, GzipRoundTripSplitAndShapes) {
   auto test = make_data_source(digits_config(csv + ".gz", "mlp"), Split::kEval);
   EXPECT_EQ(train->size(), 20);
   EXPECT_EQ(test->size(), 5);
-  const Batch all_test = test->samples(0, 5);
+  const Batch all_test = test->samples(0, 5, cpu_allocator());
   EXPECT_EQ(all_test.inputs.shape(), (Shape{5, 64}));
   EXPECT_EQ(all_test.targets.shape(), Shape{5});
   for (int r = 0; r < 5; ++r) {
@@ -58,7 +58,7 @@ TEST(Digits, GzipRoundTripSplitAndShapes) {
     EXPECT_FLOAT_EQ(all_test.inputs.data<float>()[r * 64 + 13], pixels[(20 + r) * 64 + 13] / 16.0f);
   }
   auto cnn = make_data_source(digits_config(csv + ".gz", "cnn"), Split::kTrain);
-  EXPECT_EQ(cnn->next_batch(0, 0, BatchLayout{4, 2, 0, 1}).inputs.shape(), (Shape{2, 1, 8, 8}));
+  EXPECT_EQ(cnn->next_batch(0, 0, BatchLayout{4, 2, 0, 1}, cpu_allocator()).inputs.shape(), (Shape{2, 1, 8, 8}));
 }
 
 TEST(Digits, MalformedRowsNameFileLineAndValue) {

@@ -31,7 +31,7 @@ std::vector<std::byte> row_bytes(const Batch& b, std::int64_t row) {
 // For every layout of a 12-sample global batch, the rows each (rank, micro-batch) reads equal the
 // corresponding rows of the single-rank, single-micro-batch reference.
 void expect_layout_invariant(const DataSource& source, std::int64_t step) {
-  const Batch whole = source.next_batch(step, 0, BatchLayout{12, 12, 0, 1});
+  const Batch whole = source.next_batch(step, 0, BatchLayout{12, 12, 0, 1}, cpu_allocator());
   ASSERT_EQ(whole.size(), 12);
   std::set<std::uint64_t> distinct;  // rows by content hash
   for (std::int64_t i = 0; i < 12; ++i) {
@@ -47,7 +47,7 @@ void expect_layout_invariant(const DataSource& source, std::int64_t step) {
         BatchLayout mine = layout;
         mine.dp_rank = rank;
         for (std::int64_t j = 0; j < mine.microbatches(); ++j) {
-          const Batch part = source.next_batch(step, j, mine);
+          const Batch part = source.next_batch(step, j, mine, cpu_allocator());
           ASSERT_EQ(part.size(), micro);
           for (std::int64_t r = 0; r < micro; ++r) {
             const std::int64_t global_row = rank * mine.per_rank() + j * micro + r;
@@ -65,18 +65,21 @@ TEST(Sharding, SyntheticTokensAreLayoutInvariantAndDeterministic) {
   for (std::int64_t step : {0, 1, 7}) expect_layout_invariant(source, step);
   const SyntheticTokenSource again(97, 11, 42, Split::kTrain);
   const BatchLayout layout{8, 2, 1, 2};
-  EXPECT_EQ(row_bytes(source.next_batch(5, 1, layout), 1), row_bytes(again.next_batch(5, 1, layout), 1));
+  EXPECT_EQ(row_bytes(source.next_batch(5, 1, layout, cpu_allocator()), 1),
+            row_bytes(again.next_batch(5, 1, layout, cpu_allocator()), 1));
   // Another step, seed or split gives other samples.
-  const Batch a = source.next_batch(5, 0, layout);
-  EXPECT_NE(row_bytes(a, 0), row_bytes(source.next_batch(6, 0, layout), 0));
-  EXPECT_NE(row_bytes(a, 0), row_bytes(SyntheticTokenSource(97, 11, 43, Split::kTrain).next_batch(5, 0, layout), 0));
-  EXPECT_NE(row_bytes(a, 0), row_bytes(SyntheticTokenSource(97, 11, 42, Split::kEval).next_batch(5, 0, layout), 0));
+  const Batch a = source.next_batch(5, 0, layout, cpu_allocator());
+  EXPECT_NE(row_bytes(a, 0), row_bytes(source.next_batch(6, 0, layout, cpu_allocator()), 0));
+  EXPECT_NE(row_bytes(a, 0),
+            row_bytes(SyntheticTokenSource(97, 11, 43, Split::kTrain).next_batch(5, 0, layout, cpu_allocator()), 0));
+  EXPECT_NE(row_bytes(a, 0),
+            row_bytes(SyntheticTokenSource(97, 11, 42, Split::kEval).next_batch(5, 0, layout, cpu_allocator()), 0));
 }
 
 TEST(Sharding, SyntheticClassesAreLayoutInvariant) {
   const SyntheticClassSource source(Shape{1, 5, 3}, 7, 3, Split::kTrain);
   expect_layout_invariant(source, 4);
-  const Batch b = source.next_batch(0, 0, BatchLayout{4, 4, 0, 1});
+  const Batch b = source.next_batch(0, 0, BatchLayout{4, 4, 0, 1}, cpu_allocator());
   EXPECT_EQ(b.inputs.shape(), (Shape{4, 1, 5, 3}));
   EXPECT_EQ(b.targets.shape(), Shape{4});
 }
@@ -98,25 +101,39 @@ TEST(Sharding, FiniteSetWalksAPermutationPerEpoch) {
   for (int epoch = 0; epoch < 2; ++epoch) {
     std::multiset<std::pair<float, float>> seen;
     for (int step = 3 * epoch; step < 3 * epoch + 3; ++step) {
-      const Batch b = source.next_batch(step, 0, BatchLayout{12, 12, 0, 1});
+      const Batch b = source.next_batch(step, 0, BatchLayout{12, 12, 0, 1}, cpu_allocator());
       for (int r = 0; r < 12; ++r) seen.insert({b.inputs.data<float>()[r * 64], b.inputs.data<float>()[r * 64 + 1]});
     }
     std::set<std::pair<float, float>> unique(seen.begin(), seen.end());
     EXPECT_EQ(unique.size(), 36u) << "epoch " << epoch;
   }
   // The two epochs are in different orders.
-  EXPECT_NE(row_bytes(source.next_batch(0, 0, BatchLayout{12, 12, 0, 1}), 0),
-            row_bytes(source.next_batch(3, 0, BatchLayout{12, 12, 0, 1}), 0));
+  EXPECT_NE(row_bytes(source.next_batch(0, 0, BatchLayout{12, 12, 0, 1}, cpu_allocator()), 0),
+            row_bytes(source.next_batch(3, 0, BatchLayout{12, 12, 0, 1}, cpu_allocator()), 0));
 }
 
 TEST(Sharding, InconsistentLayoutsAreErrors) {
   const SyntheticTokenSource source(16, 4, 1, Split::kTrain);
-  test_util::expect_error([&] { (void)source.next_batch(0, 0, BatchLayout{10, 2, 0, 3}); },
-                        {"global batch 10", "dp size 3"});
-  test_util::expect_error([&] { (void)source.next_batch(0, 0, BatchLayout{12, 5, 0, 2}); },
-                        {"6 samples per dp rank", "micro batch 5"});
-  test_util::expect_error([&] { (void)source.next_batch(0, 3, BatchLayout{12, 2, 0, 2}); }, {"micro-batch 3", "[0, 3)"});
-  test_util::expect_error([&] { (void)source.next_batch(0, 0, BatchLayout{12, 2, 2, 2}); }, {"dp rank 2"});
+  test_util::expect_error(
+      [&] {
+        (void)source.next_batch(0, 0, BatchLayout{10, 2, 0, 3}, cpu_allocator());
+      },
+      {"global batch 10", "dp size 3"});
+  test_util::expect_error(
+      [&] {
+        (void)source.next_batch(0, 0, BatchLayout{12, 5, 0, 2}, cpu_allocator());
+      },
+      {"6 samples per dp rank", "micro batch 5"});
+  test_util::expect_error(
+      [&] {
+        (void)source.next_batch(0, 3, BatchLayout{12, 2, 0, 2}, cpu_allocator());
+      },
+      {"micro-batch 3", "[0, 3)"});
+  test_util::expect_error(
+      [&] {
+        (void)source.next_batch(0, 0, BatchLayout{12, 2, 2, 2}, cpu_allocator());
+      },
+      {"dp rank 2"});
 }
 
 }  // namespace

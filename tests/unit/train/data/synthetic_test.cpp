@@ -16,7 +16,7 @@ namespace {
 TEST(Synthetic, TokensFollowTheChain) {
   const SyntheticTokenSource source(256, 32, 1234, Split::kTrain);
   EXPECT_NEAR(source.entropy_floor(), std::log(4.0), 1e-12);
-  const Batch b = source.next_batch(3, 0, BatchLayout{8, 8, 0, 1});
+  const Batch b = source.next_batch(3, 0, BatchLayout{8, 8, 0, 1}, cpu_allocator());
   const auto* in = b.inputs.data<std::int32_t>();
   const auto* tg = b.targets.data<std::int32_t>();
   for (int r = 0; r < 8; ++r) {
@@ -37,7 +37,7 @@ TEST(Synthetic, TokenTaskIsLearnableToTheFloor) {
   std::map<std::pair<int, int>, double> counts;
   std::vector<double> totals(vocab, 0.0);
   for (int step = 0; step < 200; ++step) {
-    const Batch b = train.next_batch(step, 0, BatchLayout{8, 8, 0, 1});
+    const Batch b = train.next_batch(step, 0, BatchLayout{8, 8, 0, 1}, cpu_allocator());
     for (int i = 0; i < 8 * 32; ++i) {
       counts[{b.inputs.data<std::int32_t>()[i], b.targets.data<std::int32_t>()[i]}] += 1;
       totals[static_cast<std::size_t>(b.inputs.data<std::int32_t>()[i])] += 1;
@@ -46,7 +46,7 @@ TEST(Synthetic, TokenTaskIsLearnableToTheFloor) {
   double nll = 0;
   int n = 0;
   for (int step = 0; step < 20; ++step) {
-    const Batch b = eval.next_batch(step, 0, BatchLayout{8, 8, 0, 1});
+    const Batch b = eval.next_batch(step, 0, BatchLayout{8, 8, 0, 1}, cpu_allocator());
     for (int i = 0; i < 8 * 32; ++i) {
       const int x = b.inputs.data<std::int32_t>()[i], y = b.targets.data<std::int32_t>()[i];
       const double p = (counts[{x, y}] + 0.01) / (totals[static_cast<std::size_t>(x)] + 0.01 * vocab);
@@ -66,7 +66,7 @@ TEST(Synthetic, ClustersAreSeparableButNotTrivially) {
   int correct = 0, total = 0;
   std::vector<int> per_class(10, 0);
   for (int step = 0; step < 50; ++step) {
-    const Batch b = eval.next_batch(step, 0, BatchLayout{20, 20, 0, 1});
+    const Batch b = eval.next_batch(step, 0, BatchLayout{20, 20, 0, 1}, cpu_allocator());
     for (int r = 0; r < 20; ++r) {
       const float* x = b.inputs.data<float>() + r * 64;
       int best = -1;

@@ -50,9 +50,9 @@ TEST(TokenFiles, LlmcShardWindowsAndSplits) {
   EXPECT_EQ(train->input_dtype(), DType::kI32);
   const BatchLayout layout{16, 8, 0, 1};
   for (int step = 0; step < 5; ++step) {
-    expect_windows(train->next_batch(step, 0, layout), 0, 900);
-    expect_windows(train->next_batch(step, 1, layout), 0, 900);
-    expect_windows(eval->next_batch(step, 0, layout), 900, 1000);
+    expect_windows(train->next_batch(step, 0, layout, cpu_allocator()), 0, 900);
+    expect_windows(train->next_batch(step, 1, layout, cpu_allocator()), 0, 900);
+    expect_windows(eval->next_batch(step, 0, layout, cpu_allocator()), 900, 1000);
   }
   EXPECT_NE(train->describe().find("shard.bin"), std::string::npos);
 }
@@ -67,8 +67,9 @@ TEST(TokenFiles, Uint16AndSeparateValidationFile) {
   auto train = make_data_source(c, Split::kTrain);
   auto eval = make_data_source(c, Split::kEval);
   const BatchLayout layout{6, 3, 0, 1};
-  expect_windows(train->next_batch(3, 1, layout), 0, 300);  // whole file: no held-out tail with val_path
-  expect_windows(eval->next_batch(3, 1, layout), 400, 500);
+  expect_windows(train->next_batch(3, 1, layout, cpu_allocator()), 0,
+                 300);  // whole file: no held-out tail with val_path
+  expect_windows(eval->next_batch(3, 1, layout, cpu_allocator()), 400, 500);
 }
 
 TEST(TokenFiles, TextBytes) {
@@ -78,7 +79,7 @@ TEST(TokenFiles, TextBytes) {
   write_bytes(dir.file("a.txt"), text.data(), text.size());
   auto c = config::parse_config("{}", "test", {"data.type=text", "data.path=" + dir.file("a.txt"), "model.seq_len=9"});
   auto train = make_data_source(c, Split::kTrain);
-  const Batch b = train->next_batch(0, 0, BatchLayout{4, 4, 0, 1});
+  const Batch b = train->next_batch(0, 0, BatchLayout{4, 4, 0, 1}, cpu_allocator());
   const auto* in = b.inputs.data<std::int32_t>();
   const auto* tg = b.targets.data<std::int32_t>();
   for (int r = 0; r < 4; ++r) {

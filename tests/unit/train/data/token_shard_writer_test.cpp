@@ -36,7 +36,7 @@ TEST(TokenShardWriter, ReadsBackThroughTokenFileAndTheLoader) {
                                                      "model.seq_len=5", "model.vocab_size=65536", "model.d_model=16",
                                                      "model.n_heads=2"});
   auto source = make_data_source(c, Split::kTrain);
-  const Batch b = source->next_batch(0, 0, BatchLayout{4, 4, 0, 1});
+  const Batch b = source->next_batch(0, 0, BatchLayout{4, 4, 0, 1}, cpu_allocator());
   const auto* in = b.inputs.data<std::int32_t>();
   const auto* tg = b.targets.data<std::int32_t>();
   for (std::int64_t r = 0; r < 4; ++r) {

@@ -1,0 +1,245 @@
+// See hardware_profile.hpp.
+#include "partition/hardware_profile.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <sstream>
+#include <thread>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/core/enum_names.hpp"
+#include "engine/core/error.hpp"
+
+namespace cleave::partition {
+namespace {
+
+using nlohmann::json;
+
+// The JSON object of the profile file at `path`; throws Error naming the file when it is missing, not JSON or not
+// a profile.
+json read_profile_file(const std::string& path) {
+  std::ifstream in(path);
+  CLEAVE_CHECK(in.good(), "profile {}: cannot open it", path);
+  std::stringstream text;
+  text << in.rdbuf();
+  json root;
+  try {
+    root = json::parse(text.str());
+  } catch (const std::exception& e) {
+    CLEAVE_THROW("profile {}: not valid JSON ({})", path, e.what());
+  }
+  CLEAVE_CHECK(root.is_object() && root.value("format", "") == "cleave-hardware-profile",
+               "profile {}: expected an object with \"format\": \"cleave-hardware-profile\"", path);
+  return root;
+}
+
+double positive(const json& section, const std::string& key, const std::string& where) {
+  CLEAVE_CHECK(section.contains(key), "{}: missing key '{}'", where, key);
+  const json& v = section.at(key);
+  CLEAVE_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0,
+               "{}: '{}' must be a number > 0, got {}", where, key, v.dump());
+  return v.get<double>();
+}
+
+// [[flops per GEMM, fraction of peak], ...] in increasing size, each fraction in (0, 1].
+std::vector<std::pair<double, double>> read_curve(const json& root, const std::string& key, const std::string& path) {
+  const json& curve = root.at(key);
+  CLEAVE_CHECK(curve.is_array() && !curve.empty(),
+               "profile {}: '{}' must be a non-empty list of [flops per GEMM, fraction of peak]", path, key);
+  std::vector<std::pair<double, double>> out;
+  for (const json& point : curve) {
+    CLEAVE_CHECK(point.is_array() && point.size() == 2 && point[0].is_number() && point[1].is_number(),
+                 "profile {}: {} entry {} is not [flops per GEMM, fraction of peak]", path, key, point.dump());
+    const double flops = point[0].get<double>(), fraction = point[1].get<double>();
+    CLEAVE_CHECK(std::isfinite(flops) && flops > 0 && fraction > 0 && fraction <= 1,
+                 "profile {}: {} entry {} needs flops > 0 and a fraction in (0, 1]", path, key, point.dump());
+    CLEAVE_CHECK(out.empty() || flops > out.back().first,
+                 "profile {}: {} must list GEMM sizes in increasing order ({} after {})", path, key, flops,
+                 out.empty() ? 0.0 : out.back().first);
+    out.emplace_back(flops, fraction);
+  }
+  return out;
+}
+
+json curve_to_json(const std::vector<std::pair<double, double>>& curve) {
+  json out = json::array();
+  for (const auto& [flops, fraction] : curve) out.push_back({file_number(flops), file_number(fraction)});
+  return out;
+}
+
+std::vector<HardwareProfile::MeasuredGemm> read_measured_gemms(const json& list, const std::string& path) {
+  CLEAVE_CHECK(list.is_array(), "profile {}: 'gemm_measured' must be a list of {{\"dtype\", \"what\", \"m\", \"n\", "
+               "\"k\", \"ms\"}}", path);
+  std::vector<HardwareProfile::MeasuredGemm> out;
+  for (const json& e : list) {
+    const std::string where = fmt::format("profile {}: gemm_measured entry {}", path, out.size());
+    CLEAVE_CHECK(e.is_object(), "{}: expected an object, got {}", where, e.dump());
+    HardwareProfile::MeasuredGemm g;
+    CLEAVE_CHECK(e.contains("dtype"), "{}: missing key 'dtype' (\"f32\" or \"bf16\")", where);
+    g.dtype = parse_profile_dtype(e.at("dtype"), where + ": 'dtype'");
+    g.what = e.value("what", "");
+    g.m = static_cast<std::int64_t>(positive(e, "m", where));
+    g.n = static_cast<std::int64_t>(positive(e, "n", where));
+    g.k = static_cast<std::int64_t>(positive(e, "k", where));
+    g.seconds = positive(e, "ms", where) * 1e-3;
+    out.push_back(std::move(g));
+  }
+  return out;
+}
+
+Link read_link(const json& root, const std::string& key, const std::string& file) {
+  const std::string where = fmt::format("profile {}: {}", file, key);
+  CLEAVE_CHECK(root.contains(key) && root.at(key).is_object(), "profile {}: missing object '{}'", file, key);
+  const json& s = root.at(key);
+  return {positive(s, "latency_us", where) * 1e-6, positive(s, "bandwidth_GBps", where) * 1e9};
+}
+
+}  // namespace
+
+double HardwareProfile::gemm_efficiency_at(double flops, bool bf16) const {
+  CLEAVE_ASSERT(has_roofline(), "profile '{}' has no gemm_efficiency curve", name);
+  const auto& c = !bf16 && !gemm_efficiency_f32.empty() ? gemm_efficiency_f32 : gemm_efficiency;
+  if (flops <= c.front().first) return c.front().second;
+  if (flops >= c.back().first) return c.back().second;
+  std::size_t i = 1;
+  while (c[i].first < flops) ++i;
+  const double x = (std::log(flops) - std::log(c[i - 1].first)) / (std::log(c[i].first) - std::log(c[i - 1].first));
+  return c[i - 1].second + x * (c[i].second - c[i - 1].second);
+}
+
+double HardwareProfile::roofline_seconds(const PassWork& work, bool bf16) const {
+  const double peak = bf16 ? peak_flops_bf16 : peak_flops_f32;
+  const double element = bf16 ? 2.0 : 4.0;
+  double seconds = work.stream_bytes / memory_bandwidth_Bps;
+  for (const Gemm& g : work.gemms) {
+    const double flops = g.flops();
+    if (flops <= 0) continue;
+    // A batched GEMM is one launch: its efficiency is that of its whole work.
+    seconds += std::max(flops / (peak * gemm_efficiency_at(flops, bf16)), g.operand_bytes(element) / memory_bandwidth_Bps);
+  }
+  return seconds;
+}
+
+double HardwareProfile::cores_per_rank(int cores, int ranks) {
+  if (cores <= 0) return 0.0;
+  ranks = std::max(1, ranks);
+  return ranks <= cores ? static_cast<double>(cores / ranks) : static_cast<double>(cores) / ranks;
+}
+
+double HardwareProfile::cores_per_rank(int ranks) const { return cores_per_rank(cores_per_node, ranks); }
+
+double HardwareProfile::core_sharing(int ranks_on_node) const {
+  if (cores_per_node <= 0) return 1.0;
+  const int measured_on = measured_cores > 0 ? measured_cores : cores_per_node;
+  return cores_per_rank(measured_on, measured_ranks_per_node) / cores_per_rank(ranks_on_node);
+}
+
+double Link::all_reduce_s(double bytes, int ranks) const {
+  if (ranks <= 1 || bytes <= 0) return 0.0;
+  const double n = ranks;
+  return 2.0 * (n - 1) / n * bytes / bandwidth_Bps + 2.0 * (n - 1) * latency_s;
+}
+
+HardwareProfile load_profile(const std::string& path) {
+  const json root = read_profile_file(path);
+  HardwareProfile p;
+  p.name = root.value("name", path);
+  p.source = root.value("source", "");
+  CLEAVE_CHECK(!p.source.empty(), "profile {}: 'source' must say where the numbers come from", path);
+  const std::string device_type = root.value("device_type", "cuda");
+  const auto type = enum_from_name<DeviceType>(device_type);
+  CLEAVE_CHECK(type.has_value(), "profile {}: 'device_type' must be one of {}, got \"{}\"", path,
+               enum_choices<DeviceType>(), device_type);
+  p.device_type = *type;
+  const std::string where = "profile " + path;
+  CLEAVE_CHECK(root.contains("sustained_gemm_tflops") && root.at("sustained_gemm_tflops").is_object(),
+               "profile {}: missing object 'sustained_gemm_tflops' {{\"f32\": .., \"bf16\": ..}}", path);
+  p.flops_f32 = positive(root.at("sustained_gemm_tflops"), "f32", where + ": sustained_gemm_tflops") * 1e12;
+  p.flops_bf16 = positive(root.at("sustained_gemm_tflops"), "bf16", where + ": sustained_gemm_tflops") * 1e12;
+  p.memory_bandwidth_Bps = positive(root, "memory_bandwidth_GBps", where) * 1e9;
+  p.intra_node = read_link(root, "intra_node", path);
+  p.inter_node = read_link(root, "inter_node", path);
+  p.ranks_per_node = static_cast<int>(positive(root, "ranks_per_node", where));
+  p.device_memory = static_cast<std::int64_t>(positive(root, "device_memory_GiB", where) * 1024.0 * 1024.0 * 1024.0);
+  if (root.contains("peak_tflops") || root.contains("gemm_efficiency")) {
+    CLEAVE_CHECK(root.contains("peak_tflops") && root.at("peak_tflops").is_object() && root.contains("gemm_efficiency"),
+                 "profile {}: 'peak_tflops' {{\"f32\", \"bf16\"}} and 'gemm_efficiency' come together (the roofline "
+                 "needs both)", path);
+    p.peak_flops_f32 = positive(root.at("peak_tflops"), "f32", where + ": peak_tflops") * 1e12;
+    p.peak_flops_bf16 = positive(root.at("peak_tflops"), "bf16", where + ": peak_tflops") * 1e12;
+    p.gemm_efficiency = read_curve(root, "gemm_efficiency", path);
+  }
+  if (root.contains("gemm_efficiency_f32")) {
+    CLEAVE_CHECK(p.has_roofline(), "profile {}: 'gemm_efficiency_f32' needs 'peak_tflops' and 'gemm_efficiency' (the "
+                 "roofline it refines)", path);
+    p.gemm_efficiency_f32 = read_curve(root, "gemm_efficiency_f32", path);
+  }
+  if (root.contains("gemm_measured")) p.measured_gemms = read_measured_gemms(root.at("gemm_measured"), path);
+  if (root.contains("measured")) p.measured = measured_from_json(root.at("measured"), path);
+  // Cores: the file's, else (a cpu profile) this machine's; the ranks that shared them when it was measured.
+  if (root.contains("cores_per_node")) {
+    p.cores_per_node = static_cast<int>(positive(root, "cores_per_node", where));
+  } else if (p.device_type == DeviceType::kCpu) {
+    p.cores_per_node = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  }
+  // The cores the figures were taken on: the file's, else (written before the key) the node's.
+  if (root.contains("measured_cores")) {
+    CLEAVE_CHECK(p.cores_per_node > 0, "profile {}: 'measured_cores' needs 'cores_per_node' (the cores a plan's ranks "
+                 "share; a cuda profile has a device per rank)", path);
+    p.measured_cores = static_cast<int>(positive(root, "measured_cores", where));
+  } else {
+    p.measured_cores = p.cores_per_node;
+  }
+  p.measured_ranks_per_node = root.contains("measured_ranks_per_node")
+                                  ? static_cast<int>(positive(root, "measured_ranks_per_node", where))
+                                  : p.measured.has_blocks() ? std::max(1, std::min(p.measured.ranks, p.ranks_per_node))
+                                                            : 1;
+  return p;
+}
+
+json profile_to_json(const HardwareProfile& p) {
+  json out = {{"format", "cleave-hardware-profile"},
+              {"name", p.name},
+              {"source", p.source},
+              {"device_type", std::string(enum_name(p.device_type))},
+              {"sustained_gemm_tflops", {{"f32", file_number(p.flops_f32 / 1e12)}, {"bf16", file_number(p.flops_bf16 / 1e12)}}},
+              {"memory_bandwidth_GBps", file_number(p.memory_bandwidth_Bps / 1e9)},
+              {"intra_node", {{"latency_us", file_number(p.intra_node.latency_s * 1e6)}, {"bandwidth_GBps", file_number(p.intra_node.bandwidth_Bps / 1e9)}}},
+              {"inter_node", {{"latency_us", file_number(p.inter_node.latency_s * 1e6)}, {"bandwidth_GBps", file_number(p.inter_node.bandwidth_Bps / 1e9)}}},
+              {"ranks_per_node", p.ranks_per_node},
+              {"device_memory_GiB", static_cast<double>(p.device_memory) / (1024.0 * 1024.0 * 1024.0)}};
+  if (p.cores_per_node > 0) {
+    out["cores_per_node"] = p.cores_per_node;
+    out["measured_ranks_per_node"] = p.measured_ranks_per_node;
+    out["measured_cores"] = p.measured_cores > 0 ? p.measured_cores : p.cores_per_node;
+  }
+  if (p.has_roofline()) {
+    out["peak_tflops"] = {{"f32", file_number(p.peak_flops_f32 / 1e12)},
+                          {"bf16", file_number(p.peak_flops_bf16 / 1e12)}};
+    out["gemm_efficiency"] = curve_to_json(p.gemm_efficiency);
+    if (!p.gemm_efficiency_f32.empty()) out["gemm_efficiency_f32"] = curve_to_json(p.gemm_efficiency_f32);
+  }
+  if (!p.measured_gemms.empty()) {
+    // TFLOP/s and the fraction of the profile's peak are written for a reader (from the written ms, so a file
+    // read and written again is the same text); the reader takes m, n, k and ms.
+    json list = json::array();
+    for (const HardwareProfile::MeasuredGemm& g : p.measured_gemms) {
+      const double ms = file_number(g.seconds * 1e3);
+      const double rate = g.flops() / (ms * 1e-3);
+      const double peak = g.dtype == DType::kBF16 ? p.peak_flops_bf16 : p.peak_flops_f32;
+      json e = {{"dtype", std::string(profile_dtype_name(g.dtype))}, {"what", g.what}, {"m", g.m}, {"n", g.n}, {"k", g.k}, {"ms", ms},
+                {"tflops", file_number(rate / 1e12)}};
+      if (peak > 0) e["fraction_of_peak"] = file_number(rate / peak);
+      list.push_back(e);
+    }
+    out["gemm_measured"] = list;
+  }
+  if (p.measured.has_blocks() || p.measured.p2p) out["measured"] = measured_to_json(p.measured);
+  return out;
+}
+
+}  // namespace cleave::partition

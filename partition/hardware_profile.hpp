@@ -1,0 +1,117 @@
+// HardwareProfile: what the planner assumes about the machine a plan will run on: sustained GEMM FLOP/s by
+// dtype, the link between ranks inside a node and between nodes (alpha-beta: latency + bytes / bandwidth),
+// the memory bandwidth an optimizer step streams at, ranks per node (tensor parallelism stays inside a
+// node) and device memory. Loaded from a JSON profile file (profiles/*.json ship published hardware, with
+// their sources in the file) or measured on this machine (engine/planner/hardware_profile.hpp:
+// calibrate_this_machine). This file holds the format: the struct, its one reader and its writer.
+// A profile written by `cleave profile` also carries MeasuredCosts (partition/measured_costs.hpp): per-block times by
+// tp width and micro-batch, and alpha-beta fits of P2P and collectives, which the planner then uses instead
+// of FLOPs over a rate and the link formulas.
+// A GPU profile written by `cleave profile --gemm` (engine/planner/gemm_profile.hpp) carries a MEASURED efficiency
+// curve per dtype (gemm_efficiency for bf16, gemm_efficiency_f32 for f32) and the timed GEMMs behind it.
+// CPU profiles also say how many cores a node has and how many ranks shared them while the compute figures were
+// taken, so a plan for another number of ranks per node is priced by its share of the cores (core_sharing).
+// Invariant: every number is finite and > 0 once a profile is returned; a bad file is an Error naming the
+// file and the key; profile_to_json(load_profile(f)) reads back to the same profile (round trip).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/device.hpp"
+#include "engine/core/dtype.hpp"
+#include "partition/block_work.hpp"
+#include "partition/measured_costs.hpp"
+
+namespace cleave::partition {
+
+struct Link {
+  double latency_s = 20e-6;        // per message
+  double bandwidth_Bps = 2e9;      // bytes per second, one direction
+  // Ring all-reduce of `bytes` over `ranks`: 2 (n - 1) / n · bytes / bandwidth + 2 (n - 1) · latency.
+  double all_reduce_s(double bytes, int ranks) const;
+};
+
+struct HardwareProfile {
+  std::string name;                   // "A100 80GB SXM (DGX A100)", "this machine (measured)"
+  std::string source;                 // where the numbers come from
+  DeviceType device_type = DeviceType::kCpu;  // file key device_type: "cpu" | "cuda" (what the written config uses)
+  double flops_f32 = 0;               // sustained GEMM FLOP/s of one rank at training shapes
+  double flops_bf16 = 0;
+  double memory_bandwidth_Bps = 0;    // per rank, for optimizer steps
+  Link intra_node;                    // tp collectives, p2p and dp inside a node
+  Link inter_node;                    // between nodes
+  int ranks_per_node = 1;             // tp never crosses a node
+  std::int64_t device_memory = 0;     // bytes per rank; 0 = unknown (then only --memory-limit caps)
+  // Cores a node's ranks compute on (CPU profiles; file key cores_per_node, else this machine's count for a
+  // cpu profile); 0 = every rank has a device of its own (GPU profiles): never shared.
+  int cores_per_node = 0;
+  // Ranks that shared those cores when the compute figures (rates, measured tables, optimizer) were taken:
+  // the rank count `cleave profile` ran with, the ranks calibrate_this_machine priced (file key
+  // measured_ranks_per_node; default measured.ranks for a measured profile, else 1).
+  int measured_ranks_per_node = 1;
+  // Cores of the machine the compute figures were taken on (file key measured_cores; `cleave profile` and
+  // calibrate_this_machine write it). 0 = not recorded (a profile written before the key): assumed to be
+  // cores_per_node, i.e. measured on a node like the one planned for. A profile edited for another node keeps
+  // its figures' conditions here and the target's cores in cores_per_node.
+  int measured_cores = 0;
+
+  // Measured on this machine (calibrate_this_machine with a model): the FLOP/s a real transformer block
+  // reaches in its forward, input-gradient and weight-gradient passes (f32), which the planner uses instead
+  // of the GEMM rate; 0 = not measured.
+  double block_forward_flops = 0, block_input_grad_flops = 0, block_weight_grad_flops = 0;
+
+  // Roofline (shipped profiles of hardware not measured here; optional): peak GEMM FLOP/s by dtype and the
+  // fraction of it one GEMM reaches by its FLOPs per call, (flops, fraction) ascending, piecewise linear in
+  // log FLOPs and flat beyond the ends. When present, blocks are priced kernel by kernel (roofline_seconds)
+  // instead of FLOPs over the sustained rate.
+  double peak_flops_f32 = 0, peak_flops_bf16 = 0;
+  std::vector<std::pair<double, double>> gemm_efficiency;
+  // f32 GEMMs' own curve (file key gemm_efficiency_f32, optional; a measured profile has it: f32 GEMMs run on
+  // other units than bf16 ones); empty = f32 uses gemm_efficiency too, as the shipped profiles do.
+  std::vector<std::pair<double, double>> gemm_efficiency_f32;
+  // The GEMMs `cleave profile --gemm` timed (file key gemm_measured; the curves are fitted to them). Evidence
+  // for a reader and for tests: the planner prices from the curves only.
+  struct MeasuredGemm {
+    DType dtype = DType::kF32;  // bf16 (bf16 inputs, f32 accumulation) or f32 (TF32 off)
+    std::string what;      // "fc1 forward d768 ff3072 tokens 4096"
+    std::int64_t m = 0, n = 0, k = 0;
+    double seconds = 0;    // one GEMM, median over the samples
+    double flops() const { return 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k); }
+  };
+  std::vector<MeasuredGemm> measured_gemms;
+
+  MeasuredCosts measured;  // empty unless written by `cleave profile`
+
+  double flops(bool bf16) const { return bf16 ? flops_bf16 : flops_f32; }
+  // Cores one rank computes on when `ranks` ranks share a node's cores, by the trainer's thread rule
+  // (engine/train/threads.hpp): floor(cores / ranks) threads while every rank fits, else cores / ranks of a
+  // core (time-shared). 0 when the profile has no core count.
+  double cores_per_rank(int ranks) const;
+  // The same rule for `ranks` ranks on `cores` cores (0 when cores <= 0).
+  static double cores_per_rank(int cores, int ranks);
+  // How many times longer a rank's compute takes with `ranks_on_node` ranks on a node than under the conditions
+  // the profile's figures were taken in: cores_per_rank(measured_cores, measured_ranks_per_node) /
+  // cores_per_rank(ranks_on_node); 1 without a core count. Above 1 with more ranks than cores: a rank waiting for
+  // a core does not compute.
+  double core_sharing(int ranks_on_node) const;
+  bool has_roofline() const { return !gemm_efficiency.empty(); }
+  // The fraction of peak a GEMM of `flops` FLOPs reaches (has_roofline() only): bf16's curve, and for f32
+  // (bf16 false) gemm_efficiency_f32 when the profile has one.
+  double gemm_efficiency_at(double flops, bool bf16 = true) const;
+  // One pass of a block: each GEMM at max(FLOPs / (peak x efficiency), operand bytes / memory bandwidth),
+  // plus the streamed bytes over memory bandwidth (has_roofline() only).
+  double roofline_seconds(const PassWork& work, bool bf16) const;
+};
+
+// Reads a profile file (format: profiles/README.md): the one reader of profile files. Throws Error naming the file
+// and the key (a missing file, not JSON, not a profile, a bad value).
+HardwareProfile load_profile(const std::string& path);
+// The profile in that file format (what `cleave profile` writes).
+nlohmann::json profile_to_json(const HardwareProfile& profile);
+
+}  // namespace cleave::partition

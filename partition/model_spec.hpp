@@ -41,6 +41,7 @@ struct BlockSpec {
   std::int64_t n_experts = 0;         // MoeBlock: routed experts (each a SwiGLU of width d_ff)
   std::int64_t top_k = 0;             // MoeBlock: experts per token
   std::int64_t n_shared_experts = 0;  // MoeBlock: always-on experts (one SwiGLU of n_shared_experts · d_ff)
+  bool router_bias = false;           // MoeBlock: the router holds a per-expert selection bias [n_experts]
   std::int64_t kernel = 0;        // Conv2d kernel, MaxPool window
   bool tied = false;              // LmHead shares the Embedding's token table
 };

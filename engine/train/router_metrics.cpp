@@ -5,7 +5,9 @@
 
 #include <algorithm>
 
+#include "engine/core/error.hpp"
 #include "engine/train/collectives.hpp"
+#include "kernels/ops/ops.hpp"
 
 namespace cleave::train {
 
@@ -17,7 +19,32 @@ RouterMetrics::RouterMetrics(const partition::ModelSpec& spec) {
   }
 }
 
-std::vector<std::pair<std::string, double>> RouterMetrics::finish(comm::Communicator& world, int tp_rank) {
+namespace {
+
+// b_e += rate · sign(mean - count_e) on the bias's device; its bf16 working copy refreshed.
+void move_bias(layers::Param& bias, const std::vector<double>& counts, double rate, const ops::Context& ctx) {
+  CLEAVE_CHECK(bias.value.defined(),
+               "model.bias_update_rate: the sigmoid router's bias {} is not held whole between steps (optimizer."
+               "zero_stage 3 keeps only shards); set model.bias_update_rate=0 or optimizer.zero_stage to 2 or less",
+               bias.name);
+  Tensor host = ops::to_host(ctx, bias.value);
+  double total = 0;
+  for (double c : counts) total += c;
+  const double mean = total / static_cast<double>(counts.size());
+  float* b = host.data<float>();
+  for (std::size_t e = 0; e < counts.size() && static_cast<std::int64_t>(e) < host.numel(); ++e) {
+    const double sign = counts[e] < mean ? 1.0 : (counts[e] > mean ? -1.0 : 0.0);
+    b[e] = static_cast<float>(static_cast<double>(b[e]) + rate * sign);
+  }
+  ops::transfer(ctx, host, bias.value);
+  if (bias.working.defined()) ops::copy(ctx, bias.value, bias.working);
+  ops::synchronize(ctx);  // `host` goes when this returns
+}
+
+}  // namespace
+
+std::vector<std::pair<std::string, double>> RouterMetrics::finish(comm::Communicator& world, int tp_rank,
+                                                                  const ops::Context& ctx) {
   if (!active()) return {};
   const std::size_t e = static_cast<std::size_t>(experts_), per = e + 3;
   std::vector<double> v(blocks_.size() * per, 0.0);
@@ -46,6 +73,13 @@ std::vector<std::pair<std::string, double>> RouterMetrics::finish(comm::Communic
     aux += sum[i * per + e];
     z += sum[i * per + e + 1];
     micro = std::max(micro, sum[i * per + e + 2]);
+  }
+  for (std::size_t i = 0; i < blocks_.size(); ++i) {
+    const layers::BlockRouting* b = log_.find(blocks_[i]);
+    if (b == nullptr || b->bias == nullptr || b->bias_update_rate <= 0) continue;
+    move_bias(*b->bias, std::vector<double>(sum.begin() + static_cast<std::ptrdiff_t>(i * per),
+                                            sum.begin() + static_cast<std::ptrdiff_t>(i * per + e)),
+              b->bias_update_rate, ctx);
   }
   std::vector<std::pair<std::string, double>> out;
   if (micro == 0) return out;  // nothing routed (no training step ran a backward)

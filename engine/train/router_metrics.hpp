@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
+#include "kernels/ops/context.hpp"
 #include "layers/moe/router_log.hpp"
 #include "partition/model_spec.hpp"
 
@@ -30,8 +31,11 @@ class RouterMetrics {
   layers::RouterLog& log() { return log_; }
 
   void begin_step() { log_.clear(); }
-  // Sums the logs over `world` (collective when active) and returns the fields; counts only on tp rank 0.
-  std::vector<std::pair<std::string, double>> finish(comm::Communicator& world, int tp_rank);
+  // Sums the logs over `world` (collective when active) and returns the fields; counts only on tp rank 0. Then
+  // moves every selection bias this rank holds (RouterLog::note_bias) by its rate against the block's global
+  // load of the step: b_e += rate · sign(mean - count_e) (DeepSeek-V3), the same on every rank holding it, and
+  // refreshes its working copy. Call it after the optimizer step.
+  std::vector<std::pair<std::string, double>> finish(comm::Communicator& world, int tp_rank, const ops::Context& ctx);
 
  private:
   std::vector<std::string> blocks_;

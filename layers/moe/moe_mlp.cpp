@@ -61,7 +61,7 @@ MoeMlp::MoeMlp(std::string prefix, std::int64_t d, std::int64_t f, const RouterO
 
 Routing MoeMlp::route_stashed(const Tensor& logits, Context& ctx) const {
   std::vector<float> bias;
-  if (router_bias_) bias = download(ctx, router_bias_->value);
+  if (router_bias_) bias = download(ctx, router_bias_->compute());
   return route(download(ctx, logits), bias, router_);
 }
 
@@ -158,7 +158,12 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   stats_.counts = routing.counts;
   stats_.aux_loss = routing.aux_loss;
   stats_.z_loss = routing.z_loss;
-  if (ctx.router_log != nullptr) ctx.router_log->add(block_, routing.counts, routing.aux_loss, routing.z_loss);
+  if (ctx.router_log != nullptr) {
+    ctx.router_log->add(block_, routing.counts, routing.aux_loss, routing.z_loss);
+    if (router_bias_ && router_.bias_update_rate > 0) {
+      ctx.router_log->note_bias(block_, router_bias_.get(), router_.bias_update_rate);
+    }
+  }
 
   Tensor dx = dx_full;
   if (sp) {

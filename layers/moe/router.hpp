@@ -31,6 +31,7 @@ struct RouterOptions {
   bool normalize = true;
   double aux_coef = 0.0;
   double z_coef = 0.0;
+  double bias_update_rate = 0.0;  // sigmoid: the selection bias's step per optimizer step (router_log.hpp)
 };
 
 struct Routing {

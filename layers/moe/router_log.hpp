@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "layers/layer.hpp"
+
 namespace cleave::layers {
 
 struct BlockRouting {
@@ -20,6 +22,10 @@ struct BlockRouting {
   double aux_loss = 0.0;
   double z_loss = 0.0;
   std::int64_t micro_batches = 0;
+  // The sigmoid router's selection bias and its step per optimizer step (DeepSeek-V3's auxiliary-loss-free
+  // balancing): the run moves it by the step's global load (engine/train/router_metrics.hpp). Null: none.
+  Param* bias = nullptr;
+  double bias_update_rate = 0.0;
 };
 
 class RouterLog {
@@ -31,6 +37,11 @@ class RouterLog {
     b.aux_loss += aux_loss;
     b.z_loss += z_loss;
     ++b.micro_batches;
+  }
+  void note_bias(const std::string& block, Param* bias, double rate) {
+    BlockRouting& b = blocks_[block];
+    b.bias = bias;
+    b.bias_update_rate = rate;
   }
   void clear() { blocks_.clear(); }
   // The block's record; null when it routed nothing on this rank this step.

@@ -54,6 +54,7 @@ ModelSpec make_moe_spec(const MoeConfig& given) {
     b.n_experts = config.n_experts;
     b.top_k = config.top_k;
     b.n_shared_experts = config.n_shared_experts;
+    b.router_bias = router_kind(config.router) == RouterKind::kSigmoid;
   }
   return spec;
 }

@@ -41,7 +41,7 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
   BlockCost cost = llama_rules().cost(active_llama_block(block), dtype, recompute, tp, sequence_parallel);
   const auto b = static_cast<std::int64_t>(dtype_size(dtype));
   const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff, e = block.n_experts, k = block.top_k;
-  const std::int64_t extra_params = 3 * d * f * (e - k) + d * e;
+  const std::int64_t extra_params = 3 * d * f * (e - k) + d * e + (block.router_bias ? e : 0);
   cost.param_count += extra_params;
   cost.param_bytes += extra_params * b;
   const double router = 2.0 * static_cast<double>(t * d * e);

@@ -4,7 +4,11 @@
 // losses and final parameters of ONE rank from the same seed (the reference runs inside rank 0 on a
 // communicator of its own), as tests/e2e/llama_equivalence_test.cpp does for llama. The model is tiny: 4
 // experts, top-2, a softmax router with the load-balancing and z losses on (so their gradients' scaling is
-// checked on every layout), and a sigmoid-router variant with a shared expert.
+// checked on every layout), and a sigmoid-router variant (its selection bias moved after every step by the
+// global load, so every layout must agree on the load) with a shared expert. Checkpoints: a run saved at step 2
+// and resumed gives the uninterrupted run's losses and parameters bit for bit (tp2 with sequence parallelism and
+// the sigmoid router's bias, pp2 with ZeRO-1); a checkpoint saved at tp2 continues on one rank, and one saved on
+// one rank continues at tp2, like one rank continuing its own (resharding the [E, F, D] expert tensors).
 //
 // Tolerances are llama's (the reasons are in llama_equivalence_test.cpp and pipeline_equivalence_test.cpp):
 // pipeline splits in deterministic mode bit-identical; sums that associate differently (data parallel, ZeRO)
@@ -12,12 +16,16 @@
 // logits, but a difference of 1e-6 flips a token only if two of its experts score within 1e-6 of each other;
 // the seeds here have no such token (a flip would show as a loss difference far above the tolerance).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <filesystem>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/train/collectives.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "train_harness.hpp"
 
@@ -72,6 +80,7 @@ std::vector<Layout> layouts_for(int world) {
             {"dp2_zero1", {"batch.micro_batch_size=1", "optimizer.zero_stage=1"}, kRounding},
             {"dp2_zero2", {"batch.micro_batch_size=1", "optimizer.zero_stage=2"}, kRounding},
             {"dp2_zero3", {"batch.micro_batch_size=1", "optimizer.zero_stage=3"}, kRounding},
+            {"dp2_zero1_sigmoid_bias", {"batch.micro_batch_size=1", "optimizer.zero_stage=1", sigmoid}, kRounding},
             {"bf16_pp2_zb_h1", {pp(2), schedule("zb_h1"), bf16}, 0, true},
             {"bf16_tp2", {tp(2), bf16}, kBf16TensorParallel, true}};
   }
@@ -100,6 +109,12 @@ TEST(MoeEquivalence, EveryLayoutMatchesOneRank) {
     ASSERT_EQ(parallel.losses.size(), reference.losses.size());
     ASSERT_EQ(parallel.params.count("blocks.0.moe.experts.gate.weight"), 1u);
     EXPECT_EQ(parallel.params.at("blocks.0.moe.experts.gate.weight").size(), 4u * 12u * 16u);
+    if (layout.name.find("sigmoid") != std::string::npos) {  // the balancing bias moved with the load
+      ASSERT_EQ(reference.params.count("blocks.0.moe.router.bias"), 1u);
+      double moved = 0;
+      for (float b : reference.params.at("blocks.0.moe.router.bias")) moved += std::abs(b);
+      EXPECT_GT(moved, 0.0);
+    }
     std::string worst;
     const double param_diff = max_param_rel_diff(parallel, reference, &worst);
     const double loss_diff = max_loss_rel_diff(parallel, reference);
@@ -119,6 +134,82 @@ TEST(MoeEquivalence, EveryLayoutMatchesOneRank) {
     std::printf("[ moe ] %-34s max loss rel diff %.3g, max param rel diff %.3g (%s)\n", layout.name.c_str(), loss_diff,
                 param_diff, worst.c_str());
   }
+}
+
+
+namespace fs = std::filesystem;
+
+// A directory every rank of `world` names the same (rank 0's pid), emptied.
+std::string shared_dir(comm::Communicator& world, const std::string& name) {
+  const std::int64_t pid = ::getpid();
+  const auto pids = train::all_gather_values<std::int64_t>(world, std::span(&pid, 1));
+  const fs::path dir = fs::temp_directory_path() / ("cleave_moe_" + name + "_" + std::to_string(pids[0][0]));
+  if (world.rank() == 0) fs::remove_all(dir);
+  world.barrier()->wait();
+  return dir.string();
+}
+
+RunRecord run_from(const config::RunConfig& config, comm::Communicator& world, std::int64_t first, std::int64_t last,
+                   const std::string& load = "", const std::string& save_root = "") {
+  train::Trainer trainer(config, world);
+  if (!load.empty()) EXPECT_EQ(trainer.load_checkpoint(load), first);
+  RunRecord record;
+  for (std::int64_t s = first; s < last; ++s) record.losses.push_back(trainer.step(s).loss);
+  if (!save_root.empty()) trainer.save_checkpoint(save_root, last);
+  record.params = trainer.gather_parameters();
+  return record;
+}
+
+constexpr std::int64_t kSteps = 4, kSaveAt = 2;
+
+TEST(MoeCheckpoint, ResumeIsBitIdenticalAndReshards) {
+  auto world = make_world(/*deterministic=*/true);
+  if (world->size() != 2) GTEST_SKIP() << "runs at 2 ranks";
+  auto self = world->split(world->rank(), 0, "self");
+  const std::string tp2 = "parallel.tensor_model_parallel_size=2";
+  for (const auto& [name, overrides] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"tp2_sp_sigmoid", {tp2, "parallel.sequence_parallel=true", "model.router=sigmoid"}},
+           {"pp2_zero1", {"parallel.pipeline_model_parallel_size=2", "optimizer.zero_stage=1"}}}) {
+    SCOPED_TRACE(name);
+    const auto config = tiny_moe(overrides);
+    const std::string root = shared_dir(*world, name);
+    const RunRecord whole = run_from(config, *world, 0, kSteps);
+    const RunRecord first = run_from(config, *world, 0, kSaveAt, "", root);
+    const RunRecord rest = run_from(config, *world, kSaveAt, kSteps, root + "/" + checkpoint::step_dir_name(kSaveAt));
+    ASSERT_EQ(rest.losses.size(), 2u);
+    EXPECT_EQ(first.losses[0], whole.losses[0]);
+    EXPECT_EQ(rest.losses[0], whole.losses[2]);
+    EXPECT_EQ(rest.losses[1], whole.losses[3]);
+    std::string worst;
+    EXPECT_EQ(max_param_rel_diff(rest, whole, &worst), 0.0) << "worst " << worst;
+    if (world->rank() == 0) fs::remove_all(root);
+  }
+  // Reshard: saved at tp2, continued on one rank; saved on one rank, continued at tp2. Each against one rank
+  // continuing the same checkpoint, within 1e-5 relative (tp sums associate differently).
+  const auto one = tiny_moe({});
+  const std::string tp_root = shared_dir(*world, "reshard_tp"), one_root = shared_dir(*world, "reshard_one");
+  run_from(tiny_moe({tp2}), *world, 0, kSaveAt, "", tp_root);
+  if (world->rank() == 0) run_from(one, *self, 0, kSaveAt, "", one_root);
+  world->barrier()->wait();
+  const std::string tp_dir = tp_root + "/" + checkpoint::step_dir_name(kSaveAt);
+  const std::string one_dir = one_root + "/" + checkpoint::step_dir_name(kSaveAt);
+  const RunRecord from_one_at_tp2 = run_from(tiny_moe({tp2}), *world, kSaveAt, kSteps, one_dir);
+  if (world->rank() == 0) {
+    const RunRecord from_one_on_one = run_from(one, *self, kSaveAt, kSteps, one_dir);
+    for (std::size_t i = 0; i < 2; ++i) {
+      EXPECT_NEAR(from_one_at_tp2.losses[i], from_one_on_one.losses[i], 1e-5 * std::abs(from_one_on_one.losses[i]));
+    }
+  }
+  const RunRecord from_tp_at_tp2 = run_from(tiny_moe({tp2}), *world, kSaveAt, kSteps, tp_dir);
+  if (world->rank() == 0) {
+    const RunRecord from_tp_on_one = run_from(one, *self, kSaveAt, kSteps, tp_dir);
+    for (std::size_t i = 0; i < 2; ++i) {
+      EXPECT_NEAR(from_tp_on_one.losses[i], from_tp_at_tp2.losses[i], 1e-5 * std::abs(from_tp_at_tp2.losses[i]));
+    }
+    fs::remove_all(tp_root);
+    fs::remove_all(one_root);
+  }
+  world->barrier()->wait();
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 #include "layers/moe/moe_block.hpp"
 #include "layers/moe/moe_mlp.hpp"
 #include "layers/moe/router.hpp"
+#include "partition/cost_model.hpp"
 #include "layer_test_util.hpp"
 
 namespace cleave::layers {
@@ -394,7 +395,12 @@ TEST(MoeBlock, ParameterNamesAndShapes) {
   ASSERT_EQ(spec.blocks[1].kind, partition::BlockKind::kMoeBlock);
   auto block = make_moe_block(spec.blocks[1], spec.moe, moe_init(), 1, 0);
   std::vector<std::string> names;
-  for (const auto& p : block->params()) names.push_back(p->name + " " + p->value.shape().str());
+  std::int64_t count = 0;
+  for (const auto& p : block->params()) {
+    names.push_back(p->name + " " + p->value.shape().str());
+    count += p->value.numel();
+  }
+  EXPECT_EQ(count, partition::block_cost(spec.blocks[1]).param_count);  // the cost model counts every expert
   EXPECT_EQ(names, (std::vector<std::string>{
                        "blocks.0.attn_norm.weight [8]", "blocks.0.attn.q.weight [8,8]", "blocks.0.attn.k.weight [8,8]",
                        "blocks.0.attn.v.weight [8,8]", "blocks.0.attn.o.weight [8,8]", "blocks.0.mlp_norm.weight [8]",

@@ -26,6 +26,8 @@ class Communicator;
 
 namespace cleave::layers {
 
+class RouterLog;  // layers/moe/router_log.hpp
+
 // How a parameter is split across tensor-parallel ranks. dim = -1: replicated.
 //
 // The split dimension (extent E = logical[dim]) is made of `groups` equal blocks of G = E / groups rows
@@ -81,6 +83,13 @@ struct Context : ops::Context {
   // their output); every replicated parameter's gradient is then a partial sum over the tp group that the
   // trainer sums once per step (layers/parallel/tp_util.hpp, sum_sequence_parallel_grads).
   bool sequence_parallel = false;
+  // dy of each micro-batch's mean loss (the executor's loss scale, 1 / micro-batches of the global batch): a
+  // layer that adds a loss of its own (the moe router's auxiliary losses) scales that loss's gradient by it, so
+  // its share of the summed gradient is the same on every layout.
+  float loss_scale = 1.0f;
+  // Where the mixture-of-experts layers record what they routed this step (layers/moe/router_log.hpp); null:
+  // nothing is recorded.
+  RouterLog* router_log = nullptr;
 };
 
 class Layer {

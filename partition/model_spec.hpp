@@ -34,10 +34,14 @@ struct BlockSpec {
   std::int64_t vocab_size = 0;    // Embedding, LmHead, loss over tokens
   std::int64_t seq_len = 0;       // Embedding (learned positions; 0 = none), TransformerBlock, LlamaBlock
   std::int64_t n_heads = 0;       // TransformerBlock
-  std::int64_t d_ff = 0;          // TransformerBlock, LlamaBlock (ffn_hidden_size)
-  std::int64_t n_kv_heads = 0;    // LlamaBlock (key/value heads; divides n_heads)
-  double rope_theta = 0;          // LlamaBlock
+  std::int64_t d_ff = 0;          // TransformerBlock, LlamaBlock (ffn_hidden_size), MoeBlock (each expert's)
+  std::int64_t n_kv_heads = 0;    // LlamaBlock, MoeBlock (key/value heads; divides n_heads)
+  double rope_theta = 0;          // LlamaBlock, MoeBlock
   double norm_eps = 0;            // LlamaBlock, RmsNorm
+  std::int64_t n_experts = 0;         // MoeBlock: routed experts (each a SwiGLU of width d_ff)
+  std::int64_t top_k = 0;             // MoeBlock: experts per token
+  std::int64_t n_shared_experts = 0;  // MoeBlock: always-on experts (one SwiGLU of n_shared_experts · d_ff)
+  bool router_bias = false;           // MoeBlock: the router holds a per-expert selection bias [n_experts]
   std::int64_t kernel = 0;        // Conv2d kernel, MaxPool window
   bool tied = false;              // LmHead shares the Embedding's token table
 };

@@ -15,6 +15,7 @@ Executor::Executor(ExecutorOptions options) : options_(std::move(options)) {
   // Written on the run's stream, so on a GPU the host never touches device memory.
   loss_scale_tensor_ = Tensor::empty({1}, DType::kF32, MemoryCategory::kWorkspace, *options_.context->allocator);
   ops::fill(*options_.context, loss_scale_tensor_, options_.loss_scale);
+  options_.context->loss_scale = options_.loss_scale;  // layers' own losses (layers/layer.hpp)
   const auto& actions = options_.schedule->ranks.at(static_cast<std::size_t>(options_.pp_rank));
   for (std::size_t i = 0; i < actions.size(); ++i) {
     if (frees_stash(actions[i].kind)) final_weight_action_[actions[i].stage] = i;

@@ -27,6 +27,7 @@ using partition::CnnConfig;
 using partition::GptConfig;
 using partition::LlamaConfig;
 using partition::MlpConfig;
+using partition::MoeConfig;
 
 // How a key is read (the matching config.cpp Reader method) and what its JSON value is.
 enum class FieldKind {
@@ -236,6 +237,35 @@ inline constexpr std::array<Field<LlamaConfig>, 10> kLlamaFields = {{
     {"tie_embeddings", &LlamaConfig::tie_embeddings, FieldKind::kBoolean, "the LM head shares the embedding table"},
 }};
 
+// model.type "moe": llama's keys (ffn_hidden_size is each expert's width), then the mixture's (moe.hpp).
+inline constexpr std::array<Field<MoeConfig>, 18> kMoeFields = {{
+    {"vocab_size", &MoeConfig::vocab_size, FieldKind::kInteger, "vocabulary size (token ids 0..V-1)", 1, kMaxFeatures},
+    {"d_model", &MoeConfig::d_model, FieldKind::kInteger, "hidden width", 1, kMaxFeatures},
+    {"n_layers", &MoeConfig::n_layers, FieldKind::kInteger, "moe blocks", 1, kMaxCount},
+    {"n_heads", &MoeConfig::n_heads, FieldKind::kInteger, "query heads", 1, kMaxCount},
+    {"n_kv_heads", &MoeConfig::n_kv_heads, FieldKind::kInteger, "key/value heads (grouped-query); absent = n_heads",
+     1, kMaxCount},
+    {"seq_len", &MoeConfig::seq_len, FieldKind::kInteger, "tokens per sample", 1, kMaxFeatures},
+    {"ffn_hidden_size", &MoeConfig::ffn_hidden_size, FieldKind::kInteger,
+     "each expert's SwiGLU width; absent = 8/3 x d_model rounded up to a multiple of 64", 1, kMaxFeatures},
+    {"rope_theta", &MoeConfig::rope_theta, FieldKind::kNumber, "rotary embedding base", 0, 0, 0.0, kInf,
+     /*min_open=*/true},
+    {"norm_eps", &MoeConfig::norm_eps, FieldKind::kNumber, "RMSNorm epsilon", 0, 0, 0.0, kInf, /*min_open=*/true},
+    {"tie_embeddings", &MoeConfig::tie_embeddings, FieldKind::kBoolean, "the LM head shares the embedding table"},
+    {"n_experts", &MoeConfig::n_experts, FieldKind::kInteger, "routed experts per block", 0, kMaxCount},
+    {"top_k", &MoeConfig::top_k, FieldKind::kInteger, "experts each token is routed to (<= n_experts)", 0, kMaxCount},
+    {"n_shared_experts", &MoeConfig::n_shared_experts, FieldKind::kInteger,
+     "experts every token runs through, unweighted (Qwen2-MoE, DeepSeek)", 0, kMaxCount},
+    {"router", &MoeConfig::router, FieldKind::kString, "router kind: softmax (top-k) or sigmoid (with balancing bias)"},
+    {"normalize_top_k", &MoeConfig::normalize_top_k, FieldKind::kBoolean,
+     "divide each token's k routing weights by their sum"},
+    {"aux_loss_coef", &MoeConfig::aux_loss_coef, FieldKind::kNumber, "load-balancing loss coefficient (0: off)", 0, 0,
+     0.0, kInf},
+    {"z_loss_coef", &MoeConfig::z_loss_coef, FieldKind::kNumber, "router z-loss coefficient (0: off)", 0, 0, 0.0, kInf},
+    {"bias_update_rate", &MoeConfig::bias_update_rate, FieldKind::kNumber,
+     "sigmoid router: the selection bias's step per optimizer step", 0, 0, 0.0, kInf},
+}};
+
 inline constexpr std::array<Field<MlpConfig>, 4> kMlpFields = {{
     {"in_features", &MlpConfig::in_features, FieldKind::kInteger, "input features per sample", 1, kMaxFeatures},
     {"hidden", &MlpConfig::hidden, FieldKind::kIntegerList, "hidden layer widths", 1, kMaxFeatures},
@@ -266,7 +296,8 @@ inline constexpr auto kModelFields =
     std::make_tuple(ModelFields<GptConfig>{ModelType::kGpt, &partition::FamilyConfigs::gpt, kGptFields},
                     ModelFields<MlpConfig>{ModelType::kMlp, &partition::FamilyConfigs::mlp, kMlpFields},
                     ModelFields<CnnConfig>{ModelType::kCnn, &partition::FamilyConfigs::cnn, kCnnFields},
-                    ModelFields<LlamaConfig>{ModelType::kLlama, &partition::FamilyConfigs::llama, kLlamaFields});
+                    ModelFields<LlamaConfig>{ModelType::kLlama, &partition::FamilyConfigs::llama, kLlamaFields},
+                    ModelFields<MoeConfig>{ModelType::kMoe, &partition::FamilyConfigs::moe, kMoeFields});
 
 // visit(row) for every row of kModelFields, in order.
 template <typename Visit>
@@ -286,7 +317,8 @@ inline constexpr std::array<Field<BatchConfig>, 3> kBatchFields = {{
 
 static_assert(kinds_fit(kBatchFields), "a batch field table row does not match its member's type");
 
-static_assert(kinds_fit(kGptFields) && kinds_fit(kLlamaFields) && kinds_fit(kMlpFields) && kinds_fit(kCnnFields),
+static_assert(kinds_fit(kGptFields) && kinds_fit(kLlamaFields) && kinds_fit(kMoeFields) && kinds_fit(kMlpFields) &&
+                  kinds_fit(kCnnFields),
               "a model field table row's kind does not match its member's type, or its meaning is empty");
 
 static_assert(kinds_fit(kParallelFields) && kinds_fit(kPartitionFields) && kinds_fit(kOptimizerFields) &&

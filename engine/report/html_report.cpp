@@ -64,7 +64,28 @@ std::size_t thin(std::vector<double>& x, std::vector<double>& y) {
 }
 
 std::string chart(const MetricsTable& m, std::string title, const std::string& y_label,
-                  std::vector<std::pair<std::string, std::string>> keys_and_colors, bool markers_for_sparse = true) {
+                  std::vector<std::pair<std::string, std::string>> keys_and_colors, bool markers_for_sparse = true);
+
+// Mixture-of-experts runs (metrics.jsonl moe_* fields, engine/train/router_metrics.hpp): the auxiliary losses,
+// the load imbalance (max / mean tokens per expert) and the tokens each expert received per step.
+std::string expert_load_section(const MetricsTable& m) {
+  static constexpr const char* kColors[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b",
+                                            "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
+  std::vector<std::pair<std::string, std::string>> experts;
+  for (int e = 0; m.column(fmt::format("moe_tokens_e{}", e)); ++e) {
+    experts.emplace_back(fmt::format("moe_tokens_e{}", e), kColors[e % 10]);
+  }
+  std::string html = "<h2>Expert load</h2>\n<div class=\"charts\">\n";
+  html += chart(m, "router losses (per micro-batch, all blocks)", "loss",
+                {{"moe_aux_loss", "#1f77b4"}, {"moe_z_loss", "#d62728"}}, false);
+  html += chart(m, "load imbalance (max / mean tokens per expert, mean over blocks)", "ratio",
+                {{"moe_load_imbalance", "#ff7f0e"}}, false);
+  html += chart(m, "tokens per expert (all blocks, global batch)", "tokens", experts, false);
+  return html + "</div>\n";
+}
+
+std::string chart(const MetricsTable& m, std::string title, const std::string& y_label,
+                  std::vector<std::pair<std::string, std::string>> keys_and_colors, bool markers_for_sparse) {
   LineChart c;
   c.x_label = "step";
   c.y_label = y_label;
@@ -269,6 +290,7 @@ std::string build_report_html(const RunFiles& run) {
   html += chart(m, "gradient norm (before clipping)", "norm", {{"grad_norm", "#ff7f0e"}}, false);
   if (m.column("eval_accuracy")) html += chart(m, "eval accuracy", "accuracy", {{"eval_accuracy", "#17becf"}});
   html += "</div>\n";
+  if (m.column("moe_aux_loss")) html += expert_load_section(m);
 
   html += "<h2>Memory</h2>\n";
   if (run.summary) {

@@ -22,6 +22,7 @@
 #include "engine/report/html_report.hpp"
 #include "engine/train/checkpoint_io.hpp"
 #include "engine/train/checkpoint_pieces.hpp"
+#include "engine/train/router_metrics.hpp"
 #include "engine/train/checkpoint_reader.hpp"
 #include "engine/train/collectives.hpp"
 #include "engine/train/config_change.hpp"
@@ -184,6 +185,7 @@ struct Trainer::Impl {
   std::optional<FaultPlan> fault;  // usually empty
   std::int64_t current_step = 0;   // the step running (0-based): fault hooks read it
   StepTail tail;
+  RouterMetrics router_metrics{setup.plan.spec};  // mixture-of-experts models' routing fields
   Throughput throughput;           // model FLOPs per step; the peak comes with train()'s options
   std::unique_ptr<DataSource> train_data;
   std::unique_ptr<DataSource> eval_data;
@@ -245,6 +247,7 @@ Trainer::Impl::Impl(config::RunConfig config, comm::Communicator& world, const o
         }
       }) {
   const config::RunConfig& cfg = setup.config;
+  if (router_metrics.active()) setup.context.router_log = &router_metrics.log();
   throughput = make_throughput(setup.plan.spec, setup.batch.global_batch_size, setup.world.size(), {});
   train_data = make_data_source(cfg, Split::kTrain);
   if (cfg.train.eval_batches > 0) eval_data = make_data_source(cfg, Split::kEval);
@@ -407,6 +410,7 @@ StepStats Trainer::step(std::int64_t step) {
   const auto start = Clock::now();
   s.current_step = step;
   s.tail.begin(step);
+  s.router_metrics.begin_step();
   pipeline::StepOutcome outcome = s.executor->run_step(step);  // forward, backward, reduction, optimizer
   ops::check_device_status(s.setup.context);  // bad token ids / targets a GPU kernel recorded (CPU: no-op)
   s.staged_batches.clear();  // check_device_status waited for the stream: the uploads have finished
@@ -437,6 +441,7 @@ StepStats Trainer::step(std::int64_t step) {
   stats.peak_bytes = static_cast<std::int64_t>(peaks[0]);
   stats.p2p_bytes = outcome.p2p_bytes_sent;
   stats.dp_grad_bytes = tail.dp_bytes;
+  stats.routing = s.router_metrics.finish(s.setup.world, s.setup.coords.tp_rank, s.setup.context);
   return stats;
 }
 
@@ -540,6 +545,7 @@ TrainSummary Trainer::train(const TrainOptions& options) {
       m.mfu = stats.mfu;
       m.step_ms = stats.step_ms;
       m.peak_bytes = stats.peak_bytes;
+      m.extra = stats.routing;
       const bool finite = std::isfinite(stats.loss) && std::isfinite(stats.grad_norm);
       nonfinite_in_a_row = finite ? 0 : nonfinite_in_a_row + 1;
       counts.nonfinite_steps += finite ? 0 : 1;

@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
@@ -45,6 +46,8 @@ struct StepStats {
   std::int64_t peak_bytes = 0;   // max over ranks of the allocator's peak so far
   std::int64_t p2p_bytes = 0;    // boundary bytes (activations, gradients) this rank sent to other pp ranks
   std::int64_t dp_grad_bytes = 0;  // bytes this rank's data-parallel gradient collectives carried (0 without dp)
+  // Mixture-of-experts models: the routing fields of the step (engine/train/router_metrics.hpp), on every rank.
+  std::vector<std::pair<std::string, double>> routing;
 };
 
 struct EvalResult {

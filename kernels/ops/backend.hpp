@@ -77,6 +77,10 @@ struct Backend {
                             const VocabRange& range);
   void (*embedding_backward)(const Context&, const Tensor& ids, const Tensor& dout, const Tensor& dtable,
                              const VocabRange& range);
+  void (*moe_gather)(const Context&, const Tensor& x, const Tensor& index, const Tensor& scale, const Tensor& out);
+  void (*moe_combine)(const Context&, const Tensor& src, const Tensor& rows, const Tensor& weight, const Tensor& out);
+  void (*moe_combine_weight_grad)(const Context&, const Tensor& dy, const Tensor& src, const Tensor& rows,
+                                  const Tensor& dweight);
   void (*position_embedding_forward)(const Context&, const Tensor& x, const Tensor& pos);
   void (*position_embedding_backward)(const Context&, const Tensor& dx, const Tensor& dpos);
   void (*cross_entropy_forward)(const Context&, const Tensor& logits, const Tensor& targets, const Tensor& lse,

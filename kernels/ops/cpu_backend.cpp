@@ -21,6 +21,7 @@
 #include "kernels/cpu/sgd.hpp"
 #include "kernels/cpu/softmax.hpp"
 #include "kernels/cpu/swiglu.hpp"
+#include "kernels/cpu/moe.hpp"
 
 #include <cmath>
 #include <cstring>
@@ -311,6 +312,27 @@ void embedding_backward(const Context& ctx, const Tensor& ids, const Tensor& dou
                                range.first, range.valid);
 }
 
+void moe_gather(const Context& ctx, const Tensor& x, const Tensor& index, const Tensor& scale, const Tensor& out) {
+  F32In in(ctx, x);
+  F32Out o(ctx, out, false);
+  kc::moe_gather(in.get(), index.data<std::int32_t>(), scale.defined() ? scale.data<float>() : nullptr, o.get(),
+                 index.numel(), x.numel() / x.shape().last(), x.shape().last());
+}
+
+void moe_combine(const Context& ctx, const Tensor& src, const Tensor& rows, const Tensor& weight, const Tensor& out) {
+  F32In in(ctx, src);
+  F32Out o(ctx, out, false);
+  kc::moe_combine(in.get(), rows.data<std::int32_t>(), weight.defined() ? weight.data<float>() : nullptr, o.get(),
+                  rows.dim(0), rows.dim(1), src.numel() / src.shape().last(), src.shape().last());
+}
+
+void moe_combine_weight_grad(const Context& ctx, const Tensor& dy, const Tensor& src, const Tensor& rows,
+                             const Tensor& dweight) {
+  F32In g(ctx, dy), in(ctx, src);
+  kc::moe_combine_weight_grad(g.get(), in.get(), rows.data<std::int32_t>(), dweight.data<float>(), rows.dim(0),
+                              rows.dim(1), src.numel() / src.shape().last(), src.shape().last());
+}
+
 void position_embedding_forward(const Context& ctx, const Tensor& x, const Tensor& pos) {
   F32In p(ctx, pos);
   F32Out out(ctx, x, true);
@@ -523,6 +545,9 @@ constexpr Backend kCpuBackend{
     .rope_pack_qkv_backward = rope_pack_qkv_backward,
     .embedding_forward = embedding_forward,
     .embedding_backward = embedding_backward,
+    .moe_gather = moe_gather,
+    .moe_combine = moe_combine,
+    .moe_combine_weight_grad = moe_combine_weight_grad,
     .position_embedding_forward = position_embedding_forward,
     .position_embedding_backward = position_embedding_backward,
     .cross_entropy_forward = cross_entropy_forward,

@@ -54,6 +54,34 @@ struct GemmOptions {
 };
 void gemm(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c, const GemmOptions& options = {});
 
+// ---- Mixture of experts: grouped GEMMs and token routing --------------------------------------------------
+// Grouped GEMM, one GEMM per expert (group): `groups` (host) lists the rows of each group, in order; they sum
+// to the rows of the grouped operands. Groups of 0 rows are skipped (their C is left as it is). Each group runs
+// as one gemm() on the backend (same dtypes, same determinism), so the op serves every device gemm serves.
+//   grouped_gemm:             C_g = alpha · A_g · op(B[g]) + beta · C_g; A [rows, k] and C [rows, n] in
+//                             consecutive row blocks A_g, C_g; B [G, k, n] (trans_b: [G, n, k]).
+//   grouped_gemm_weight_grad: C[g] = alpha · A_g^T · B_g + beta · C[g]; A [rows, m], B [rows, n] in row
+//                             blocks; C [G, m, n] (a weight gradient: beta 1 accumulates).
+struct GroupedGemmOptions {
+  bool trans_b = false;
+  float alpha = 1.0f;
+  float beta = 0.0f;
+};
+void grouped_gemm(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
+                  std::span<const std::int64_t> groups, const GroupedGemmOptions& options = {});
+void grouped_gemm_weight_grad(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
+                              std::span<const std::int64_t> groups, const GroupedGemmOptions& options = {});
+// Routing: R routed rows (token-expert pairs, grouped per expert) of N tokens [N, D], each token in k rows.
+// moe_gather: out[r, :] = scale[r] · x[index[r], :] (written); index [R] i32 in [0, N); scale [R] f32, or
+// undefined for 1. The dispatch of tokens to their experts' rows (and, scaled, the combine's backward).
+void moe_gather(const Context& ctx, const Tensor& x, const Tensor& index, const Tensor& scale, const Tensor& out);
+// moe_combine: out[n, :] = Σ_{j<k} weight[n, j] · src[rows[n, j], :] (written, j in order: deterministic);
+// src [R, D], rows [N, k] i32 in [0, R), weight [N, k] f32 or undefined for 1, out [N, D].
+void moe_combine(const Context& ctx, const Tensor& src, const Tensor& rows, const Tensor& weight, const Tensor& out);
+// dweight[n, j] = Σ_c dy[n, c] · src[rows[n, j], c] (f32 [N, k], written): the combine's weight gradient.
+void moe_combine_weight_grad(const Context& ctx, const Tensor& dy, const Tensor& src, const Tensor& rows,
+                             const Tensor& dweight);
+
 // ---- Element-wise and bias -------------------------------------------------------------------------------
 void fill(const Context& ctx, const Tensor& t, float value);            // every element := value (float dtypes)
 void copy(const Context& ctx, const Tensor& src, const Tensor& dst);    // same numel; f32 <-> bf16 converts

@@ -33,5 +33,6 @@ const BlockLayers* family_block_layers(partition::BlockKind kind);
 // The families' rows (layers/families/<family>.cpp).
 BlockLayers gpt_block_layers();
 BlockLayers llama_block_layers();
+BlockLayers moe_block_layers();
 
 }  // namespace cleave::layers

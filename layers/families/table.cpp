@@ -7,9 +7,9 @@
 namespace cleave::layers {
 namespace {
 
-const std::array<BlockLayers, 2>& rows() {
-  static const std::array<BlockLayers, 2> table = [] {
-    const std::array<BlockLayers, 2> t = {gpt_block_layers(), llama_block_layers()};
+const std::array<BlockLayers, 3>& rows() {
+  static const std::array<BlockLayers, 3> table = [] {
+    const std::array<BlockLayers, 3> t = {gpt_block_layers(), llama_block_layers(), moe_block_layers()};
     for (const BlockLayers& row : t) {
       CLEAVE_ASSERT(row.build != nullptr && partition::family_block_rules(row.kind) != nullptr,
                     "layer table row '{}' has no build function or no partition block rules",

@@ -21,8 +21,8 @@ struct Tables {
 
 // The rows, checked once against the invariants of family.hpp (a row that breaks them is a bug).
 Tables make_tables() {
-  Tables t{{gpt_family(), mlp_family(), cnn_family(), llama_family()},
-           {transformer_block_rules(), llama_block_rules()}};
+  Tables t{{gpt_family(), mlp_family(), cnn_family(), llama_family(), moe_family()},
+           {transformer_block_rules(), llama_block_rules(), moe_block_rules()}};
   for (std::size_t i = 0; i < t.families.size(); ++i) {
     const Family& f = t.families[i];
     CLEAVE_ASSERT(static_cast<std::size_t>(f.type) == i && f.name == enum_name(f.type),

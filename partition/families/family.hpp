@@ -29,6 +29,7 @@
 #include "partition/families/kinds.hpp"
 #include "partition/families/llama.hpp"
 #include "partition/families/mlp.hpp"
+#include "partition/families/moe.hpp"
 
 namespace cleave::partition {
 
@@ -46,6 +47,7 @@ struct FamilyConfigs {
   MlpConfig mlp;
   CnnConfig cnn;
   LlamaConfig llama;  // n_kv_heads and ffn_hidden_size resolved (llama_defaults) by the config reader and the spec
+  MoeConfig moe;      // as llama's (moe_defaults)
 };
 
 // The sizes the language-model families share (llama: d_ff is ffn_hidden_size).

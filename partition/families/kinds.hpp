@@ -20,9 +20,13 @@
 namespace cleave::partition {
 
 // model.type: which family (and which config struct of FamilyConfigs) is built.
-enum class ModelType { kGpt, kMlp, kCnn, kLlama };
-constexpr std::array<EnumName<ModelType>, 4> enum_names(ModelType) {
-  return {{{ModelType::kGpt, "gpt"}, {ModelType::kMlp, "mlp"}, {ModelType::kCnn, "cnn"}, {ModelType::kLlama, "llama"}}};
+enum class ModelType { kGpt, kMlp, kCnn, kLlama, kMoe };
+constexpr std::array<EnumName<ModelType>, 5> enum_names(ModelType) {
+  return {{{ModelType::kGpt, "gpt"},
+           {ModelType::kMlp, "mlp"},
+           {ModelType::kCnn, "cnn"},
+           {ModelType::kLlama, "llama"},
+           {ModelType::kMoe, "moe"}}};
 }
 
 enum class BlockKind {
@@ -39,9 +43,10 @@ enum class BlockKind {
   kSoftmaxCrossEntropy,  // logits [.., K] + integer targets -> scalar mean loss
   kLlamaBlock,  // llama's block: pre-RMSNorm: x + attn(attn_norm(x)) with rope and grouped-query heads; x + swiglu(mlp_norm(x))
   kRmsNorm,     // final norm of a llama
+  kMoeBlock,    // moe's block: llama attention; x + moe(mlp_norm(x)), k of E SwiGLU experts per token
 };
 
-constexpr std::array<EnumName<BlockKind>, 13> enum_names(BlockKind) {
+constexpr std::array<EnumName<BlockKind>, 14> enum_names(BlockKind) {
   return {{{BlockKind::kEmbedding, "embedding"},
            {BlockKind::kTransformerBlock, "transformer_block"},
            {BlockKind::kLayerNorm, "layernorm"},
@@ -54,7 +59,8 @@ constexpr std::array<EnumName<BlockKind>, 13> enum_names(BlockKind) {
            {BlockKind::kFlatten, "flatten"},
            {BlockKind::kSoftmaxCrossEntropy, "softmax_cross_entropy"},
            {BlockKind::kLlamaBlock, "llama_block"},
-           {BlockKind::kRmsNorm, "rmsnorm"}}};
+           {BlockKind::kRmsNorm, "rmsnorm"},
+           {BlockKind::kMoeBlock, "moe_block"}}};
 }
 constexpr std::string_view block_kind_name(BlockKind kind) { return enum_name(kind); }
 

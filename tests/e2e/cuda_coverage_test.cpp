@@ -37,7 +37,7 @@ namespace {
   X(layernorm_backward_weight) X(attention_forward) X(attention_backward) X(rmsnorm_forward)                     \
   X(rmsnorm_backward_input) X(rmsnorm_backward_weight) X(swiglu_forward) X(swiglu_backward) X(rope_pack_qkv)      \
   X(rope_pack_qkv_backward) X(embedding_forward)                                                                 \
-  X(embedding_backward) X(position_embedding_forward) X(position_embedding_backward) X(cross_entropy_forward)    \
+  X(embedding_backward) X(moe_gather) X(moe_combine) X(moe_combine_weight_grad) X(position_embedding_forward) X(position_embedding_backward) X(cross_entropy_forward)    \
   X(cross_entropy_backward) X(cross_entropy_shard_max) X(cross_entropy_shard_sum_exp_and_target)                 \
   X(cross_entropy_loss) X(cross_entropy_shard_argmax) X(count_correct) X(conv2d_forward)                         \
   X(conv2d_backward_input) X(conv2d_backward_weight) X(maxpool2d_forward) X(maxpool2d_backward) X(adamw_update)   \
@@ -198,6 +198,21 @@ TEST(CudaCoverage, Llama) {
     }
     expect_cuda_covers(bf16 ? "llama (bf16)" : "llama (fp32)", used);
   }
+}
+
+// A moe step (routing ops, grouped GEMMs through the gemm slot) uses only slots the CUDA backend has.
+TEST(CudaCoverage, Moe) {
+  const std::set<std::string> used = slots_used(config::parse_config(R"({
+    "model": {"type": "moe", "vocab_size": 67, "d_model": 32, "n_layers": 2, "n_heads": 4, "seq_len": 16,
+              "ffn_hidden_size": 24, "n_experts": 4, "top_k": 2, "n_shared_experts": 1},
+    "batch": {"global_batch_size": 4, "micro_batch_size": 2},
+    "train": {"steps": 1, "seed": 3, "eval_batches": 1},
+    "data": {"type": "synthetic"}
+  })", "coverage_moe"));
+  for (const char* slot : {"moe_gather", "moe_combine", "moe_combine_weight_grad", "gemm"}) {
+    EXPECT_TRUE(used.count(slot)) << slot << " was not recorded during a moe step";
+  }
+  expect_cuda_covers("moe (fp32)", used);
 }
 
 // The recording itself: a step of the GPT must see its characteristic ops, so the test cannot pass by

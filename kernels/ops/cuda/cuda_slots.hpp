@@ -118,6 +118,10 @@ void rmsnorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor& 
                             const Tensor& rstd, const Tensor& dx);
 void rmsnorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& rstd,
                              const Tensor& dweight);
+void moe_gather(const Context& ctx, const Tensor& x, const Tensor& index, const Tensor& scale, const Tensor& out);
+void moe_combine(const Context& ctx, const Tensor& src, const Tensor& rows, const Tensor& weight, const Tensor& out);
+void moe_combine_weight_grad(const Context& ctx, const Tensor& dy, const Tensor& src, const Tensor& rows,
+                             const Tensor& dweight);
 void swiglu_forward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& h);
 void swiglu_backward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
                      const Tensor& dup);

@@ -372,7 +372,7 @@ TEST(Config, ModelRulesAreThePartitionsOwn) {
   expect_error(R"({"model": {"n_heads": 4}, "parallel": {"tensor_model_parallel_size": 8}})",
                {"parallel.tensor_model_parallel_size: 8 is larger than model.n_heads 4", "use tp in {1, 2, 4}"});
   expect_error(R"({"model": {"type": "mlp"}, "parallel": {"tensor_model_parallel_size": 2}})",
-               {"parallel.tensor_model_parallel_size: 2", "model.type gpt and llama only", "mlp"});
+               {"parallel.tensor_model_parallel_size: 2", "model.type gpt, llama and moe only", "mlp"});
 }
 
 // parallel.schedule accepts exactly the schedule registry's names (pipeline/schedules/registry.cpp), and its

@@ -45,7 +45,7 @@ void expect_round_trip(std::string_view key, std::size_t expected_size) {
 }
 
 TEST(ConfigEnums, EveryNameTableRoundTrips) {
-  expect_round_trip<ModelType>("model.type", 4);
+  expect_round_trip<ModelType>("model.type", 5);
   expect_round_trip<Activation>("model.activation", 2);
   expect_round_trip<PartitionMethod>("parallel.partition.method", 4);
   expect_round_trip<GradReduceDtype>("parallel.grad_reduce_dtype", 2);

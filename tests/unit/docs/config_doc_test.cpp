@@ -27,7 +27,7 @@ namespace {
 
 using nlohmann::json;
 
-const std::vector<std::string> kModelTypes = {"gpt", "mlp", "cnn", "llama"};
+const std::vector<std::string> kModelTypes = {"gpt", "mlp", "cnn", "llama", "moe"};
 
 // Leaf key paths of a written config ("parallel.partition.method" -> value); arrays are leaves.
 void flatten(const json& node, const std::string& prefix, std::map<std::string, json>& out) {
@@ -59,7 +59,7 @@ CodeKeys code_keys() {
       if (key == "model.type" && type != "gpt") continue;  // the default is the empty config's
       // llama shares gpt's keys; where its default differs (tie_embeddings false) the row says so in words,
       // checked by LlamaDefaultsThatDifferFromGptAreDocumented.
-      if (type == "llama" && code.defaults.count(key) && code.defaults.at(key) != value) {
+      if ((type == "llama" || type == "moe") && code.defaults.count(key) && code.defaults.at(key) != value) {
         code.all.insert(key);
         continue;
       }

@@ -298,3 +298,33 @@ TEST(HtmlReport, WriteReportRegeneratesTheSameBytes) {
 
 }  // namespace
 }  // namespace cleave::report
+
+namespace cleave::report {
+namespace {
+
+// A mixture-of-experts run (metrics.jsonl moe_* fields, engine/train/router_metrics.hpp): the "Expert load"
+// section draws the router losses, the load imbalance and one series per expert; a dense run has no section.
+TEST(HtmlReport, ExpertLoadOfMixtureOfExpertsRuns) {
+  std::string text;
+  for (int i = 1; i <= 4; ++i) {
+    text += "{\"step\":" + std::to_string(i) + ",\"loss\":3.0,\"lr\":0.001,\"grad_norm\":1.0,\"tokens_per_s\":100,"
+            "\"step_ms\":10,\"peak_bytes\":1000,\"moe_aux_loss\":0.02,\"moe_load_imbalance\":1.3," +
+            "\"moe_tokens_e0\":10,\"moe_tokens_e1\":20,\"moe_tokens_e2\":" + std::to_string(i) + "}\n";
+  }
+  RunFiles run;
+  run.dir = "moe_run";
+  run.metrics = parse_metrics(text, "m");
+  const std::string html = build_report_html(run);
+  EXPECT_NE(html.find("Expert load"), std::string::npos);
+  for (const char* series : {"moe_aux_loss", "moe_load_imbalance", "moe_tokens_e0", "moe_tokens_e1", "moe_tokens_e2"}) {
+    EXPECT_EQ(polyline_points(html, series), 4) << series;
+  }
+  EXPECT_EQ(polyline_points(html, "moe_tokens_e3"), -1);
+  RunFiles dense;
+  dense.dir = "dense";
+  dense.metrics = parse_metrics(metrics_rows(3, 100), "m");
+  EXPECT_EQ(build_report_html(dense).find("Expert load"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace cleave::report

@@ -29,7 +29,7 @@ TEST(FamilyLayers, EveryFamilyOwnedKindHasABuilder) {
       ++owned;
     }
   }
-  EXPECT_EQ(owned, 2);
+  EXPECT_EQ(owned, 3);
 }
 
 TEST(FamilyLayers, EveryFamilyBuildsItsWholeModel) {

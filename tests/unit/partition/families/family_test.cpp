@@ -141,13 +141,13 @@ TEST(FamilyTable, ResolveFillsWhatTheSpecResolves) {
 
 TEST(FamilyTable, MessagesNameTheFamiliesFromTheTable) {
   const auto can_split = [](const Family& f) { return f.check_tensor_parallel != nullptr; };
-  EXPECT_EQ(family_names(can_split, "or"), "gpt or llama");
-  EXPECT_EQ(family_names(can_split, "and", true), "\"gpt\" and \"llama\"");
-  EXPECT_EQ(family_names([](const Family&) { return true; }, "or"), "gpt, mlp, cnn or llama");
+  EXPECT_EQ(family_names(can_split, "or"), "gpt, llama or moe");
+  EXPECT_EQ(family_names(can_split, "and", true), "\"gpt\", \"llama\" and \"moe\"");
+  EXPECT_EQ(family_names([](const Family&) { return true; }, "or"), "gpt, mlp, cnn, llama or moe");
   const std::string refusal = error_of([] { check_tensor_parallel(make_mlp_spec(MlpConfig{}), 2); });
-  EXPECT_NE(refusal.find("needs a gpt or llama model"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("needs a gpt, llama or moe model"), std::string::npos) << refusal;
   const std::string sp = error_of([] { check_sequence_parallel(make_cnn_spec(CnnConfig{}), 2, true); });
-  EXPECT_NE(sp.find("needs a gpt or llama model (got model.type cnn)"), std::string::npos) << sp;
+  EXPECT_NE(sp.find("needs a gpt, llama or moe model (got model.type cnn)"), std::string::npos) << sp;
 }
 
 std::string read_text(const fs::path& path) {
@@ -185,9 +185,9 @@ TEST(FamilySites, NoGenericSourceSwitchesOnAFamily) {
   for (const auto& entry : enum_names(BlockKind{})) {
     if (family_block_rules(entry.value) != nullptr) names.push_back(enumerator("BlockKind::", entry.name));
   }
-  ASSERT_EQ(names.back(), "BlockKind::kLlamaBlock");
+  ASSERT_EQ(names.back(), "BlockKind::kMoeBlock");
   names.push_back("Architecture::k");  // engine/hf's key (GPT2LMHeadModel, LlamaForCausalLM)
-  const std::vector<std::string> homes = {"partition/families/", "layers/families/", "layers/llama/",
+  const std::vector<std::string> homes = {"partition/families/", "layers/families/", "layers/llama/", "layers/moe/",
                                           "engine/config/fields.hpp", "engine/hf/families/"};
   int scanned = 0;
   for (const char* dir : {"engine", "layers", "partition", "pipeline", "kernels"}) {

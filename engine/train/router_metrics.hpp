@@ -1,0 +1,49 @@
+// The step metrics of mixture-of-experts models: every rank's RouterLog (layers/moe/router_log.hpp) summed over
+// the world and turned into metrics.jsonl fields and the progress line's tail.
+//
+// Fields (only when the model has routed blocks, BlockSpec::n_experts > 0; nothing here names a family):
+//   moe_aux_loss        the load-balancing loss added per micro-batch, summed over the blocks, averaged over the
+//                       step's micro-batches (coefficient included)
+//   moe_z_loss          the same for the router z-loss (only when z_loss_coef > 0)
+//   moe_load_imbalance  max / mean tokens per expert of each block, averaged over the blocks (1 = balanced)
+//   moe_tokens_e<i>     tokens routed to expert i in the step, summed over the blocks and the global batch
+// Invariant: every rank calls finish() each step (a collective); tp ranks other than 0 contribute zeros, since
+// every rank of a tp group routes the same tokens.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "engine/comm/communicator.hpp"
+#include "kernels/ops/context.hpp"
+#include "layers/moe/router_log.hpp"
+#include "partition/model_spec.hpp"
+
+namespace cleave::train {
+
+class RouterMetrics {
+ public:
+  // The routed blocks of `spec` (none: a no-op).
+  explicit RouterMetrics(const partition::ModelSpec& spec);
+  bool active() const { return !blocks_.empty(); }
+  layers::RouterLog& log() { return log_; }
+
+  void begin_step() { log_.clear(); }
+  // Sums the logs over `world` (collective when active) and returns the fields; counts only on tp rank 0. Then
+  // moves every selection bias this rank holds (RouterLog::note_bias) by its rate against the block's global
+  // load of the step: b_e += rate · sign(mean - count_e) (DeepSeek-V3), the same on every rank holding it, and
+  // refreshes its working copy. Call it after the optimizer step.
+  std::vector<std::pair<std::string, double>> finish(comm::Communicator& world, int tp_rank, const ops::Context& ctx);
+
+ private:
+  std::vector<std::string> blocks_;
+  std::int64_t experts_ = 0;
+  layers::RouterLog log_;
+};
+
+// " | aux 0.0123 | imbalance 1.31" for the progress line (empty without the fields).
+std::string router_progress(const std::vector<std::pair<std::string, double>>& fields);
+
+}  // namespace cleave::train

@@ -1,0 +1,70 @@
+// The moe block's parts for any tp size, wired by TransformerBlock (see moe_block.hpp).
+#include "layers/moe/moe_block.hpp"
+
+#include "layers/linear.hpp"
+#include "layers/llama/llama_attention.hpp"
+#include "layers/llama/rmsnorm.hpp"
+#include "layers/llama/swiglu_mlp.hpp"
+#include "layers/moe/moe_mlp.hpp"
+#include "layers/parallel/column_parallel_linear.hpp"
+#include "layers/parallel/row_parallel_linear.hpp"
+
+namespace cleave::layers {
+namespace {
+
+// A projection without bias: a Linear on one rank, else this tp rank's column- or row-parallel shard.
+enum class Split { kColumns, kRows };
+LayerPtr projection(const std::string& name, std::int64_t in, std::int64_t out, Split split, const ParamInit& init,
+                    int tp_size, int tp_rank) {
+  if (tp_size == 1) return std::make_unique<Linear>(name, in, out, false, init);
+  if (split == Split::kColumns) {
+    return std::make_unique<ColumnParallelLinear>(name, in, out, false, init, tp_size, tp_rank);
+  }
+  return std::make_unique<RowParallelLinear>(name, in, out, false, init, tp_size, tp_rank);
+}
+
+}  // namespace
+
+std::unique_ptr<TransformerBlock> make_moe_block(const partition::BlockSpec& b, const partition::MoeConfig& config,
+                                                 const ParamInit& init, int tp_size, int tp_rank) {
+  CLEAVE_ASSERT(b.kind == partition::BlockKind::kMoeBlock && tp_size >= 1 && b.n_heads % tp_size == 0 &&
+                    b.n_kv_heads % tp_size == 0 && b.d_ff % tp_size == 0,
+                "make_moe_block: block '{}' ({} heads, {} kv heads, expert ffn {}) cannot split over tp {}", b.name,
+                b.n_heads, b.n_kv_heads, b.d_ff, tp_size);
+  const std::int64_t d = b.in_features, hd = d / b.n_heads, f = b.d_ff;
+  const bool tp = tp_size > 1;
+  const std::string& p = b.name;
+  const float eps = static_cast<float>(b.norm_eps);
+  auto attn_norm = std::make_unique<RmsNorm>(p + ".attn_norm", d, eps, init);
+  auto q = projection(p + ".attn.q", d, b.n_heads * hd, Split::kColumns, init, tp_size, tp_rank);
+  auto k = projection(p + ".attn.k", d, b.n_kv_heads * hd, Split::kColumns, init, tp_size, tp_rank);
+  auto v = projection(p + ".attn.v", d, b.n_kv_heads * hd, Split::kColumns, init, tp_size, tp_rank);
+  auto o = projection(p + ".attn.o", b.n_heads * hd, d, Split::kRows, init, tp_size, tp_rank);
+  LlamaHeads heads{d, b.n_heads, b.n_kv_heads, b.n_heads / tp_size, b.n_kv_heads / tp_size,
+                   static_cast<float>(b.rope_theta)};
+  auto attn = std::make_unique<LlamaAttention>(p + ".attn", heads, std::move(q), std::move(k), std::move(v),
+                                               std::move(o), tp);
+  auto mlp_norm = std::make_unique<RmsNorm>(p + ".mlp_norm", d, eps, init);
+  RouterOptions router;
+  router.kind = partition::router_kind(config.router);
+  router.experts = b.n_experts;
+  router.top_k = b.top_k;
+  router.normalize = config.normalize_top_k;
+  router.aux_coef = config.aux_loss_coef;
+  router.z_coef = config.z_loss_coef;
+  router.bias_update_rate = router.kind == partition::RouterKind::kSigmoid ? config.bias_update_rate : 0.0;
+  const std::string m = p + ".moe";
+  LayerPtr shared;
+  if (b.n_shared_experts > 0) {
+    const std::int64_t s = b.n_shared_experts * f;
+    auto gate = projection(m + ".shared.gate", d, s, Split::kColumns, init, tp_size, tp_rank);
+    auto up = projection(m + ".shared.up", d, s, Split::kColumns, init, tp_size, tp_rank);
+    auto down = projection(m + ".shared.down", s, d, Split::kRows, init, tp_size, tp_rank);
+    shared = std::make_unique<SwigluMlp>(m + ".shared", std::move(gate), std::move(up), std::move(down), tp);
+  }
+  auto moe = std::make_unique<MoeMlp>(m, d, f, router, std::move(shared), init, tp_size, tp_rank);
+  return std::make_unique<TransformerBlock>(p, std::move(attn_norm), std::move(attn), std::move(mlp_norm),
+                                            std::move(moe), tp, TransformerBlock::Family::kLlama);
+}
+
+}  // namespace cleave::layers

@@ -1,0 +1,208 @@
+// The mixture-of-experts feed-forward (see moe_mlp.hpp).
+#include "layers/moe/moe_mlp.hpp"
+
+#include <cstring>
+
+#include "kernels/ops/ops.hpp"
+#include "layers/layer_util.hpp"
+#include "layers/moe/router_log.hpp"
+#include "layers/parallel/shard.hpp"
+#include "layers/parallel/sharded_param.hpp"
+#include "layers/parallel/tp_util.hpp"
+
+namespace cleave::layers {
+namespace {
+
+enum Slot : std::size_t { kX, kLogits, kXp, kG, kU, kH, kO, kRowToken, kTokenRow, kWeight, kRowWeight };
+enum BackSlot : std::size_t { kBX, kBDlogits, kBXp, kBDg, kBDu, kBDo, kBH };
+
+// A tensor on ctx.device holding `values` (i32 or f32 host data).
+template <typename T>
+Tensor upload(const Context& ctx, const std::vector<T>& values, const Shape& shape, DType dtype) {
+  Tensor host = Tensor::empty(shape, dtype, MemoryCategory::kActivations, cpu_allocator());
+  if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(T));
+  return ops::to_device(ctx, host, MemoryCategory::kActivations);
+}
+
+std::vector<float> download(const Context& ctx, const Tensor& t) { return ops::to_host(ctx, t).to_floats(); }
+
+Tensor rows_of(const Tensor& t) { return t.view(Shape{t.numel() / t.shape().last(), t.shape().last()}); }
+
+std::shared_ptr<Param> expert_param(const std::string& name, const Shape& logical, int dim, std::int64_t fan_in,
+                                    const ParamInit& init, int tp_size, int tp_rank) {
+  auto p = make_sharded_param(name, tp_size > 1 ? make_shard_spec(logical, dim, tp_size, tp_rank) : replicated_spec(logical),
+                              true, init.alloc());
+  init_shard_weight(*p, fan_in, init);
+  return p;
+}
+
+}  // namespace
+
+MoeMlp::MoeMlp(std::string prefix, std::int64_t d, std::int64_t f, const RouterOptions& router, LayerPtr shared,
+               const ParamInit& init, int tp_size, int tp_rank)
+    : prefix_(std::move(prefix)), block_(prefix_.substr(0, prefix_.rfind('.'))), d_(d), router_(router), tp_size_(tp_size), tp_rank_(tp_rank), shared_(std::move(shared)) {
+  check_tp_coordinates(tp_size, tp_rank, who());
+  CLEAVE_ASSERT(d > 0 && f > 0 && f % tp_size == 0 && router.experts > 0 && router.top_k > 0 &&
+                    router.top_k <= router.experts,
+                "{}: d {} f {} experts {} top_k {} tp {}", who(), d, f, router.experts, router.top_k, tp_size);
+  f_local_ = f / tp_size;
+  const std::int64_t e = router.experts;
+  // Built in parameter order (router, experts, shared), the same on every layout.
+  router_weight_ = make_sharded_param(prefix_ + ".router.weight", replicated_spec(Shape{e, d}), true, init.alloc());
+  init_shard_weight(*router_weight_, d, init);
+  if (router.kind == partition::RouterKind::kSigmoid) {
+    router_bias_ = make_sharded_param(prefix_ + ".router.bias", replicated_spec(Shape{e}), false, init.alloc());
+    router_bias_->value.zero_();
+  }
+  gate_ = expert_param(prefix_ + ".experts.gate.weight", Shape{e, f, d}, 1, d, init, tp_size, tp_rank);
+  up_ = expert_param(prefix_ + ".experts.up.weight", Shape{e, f, d}, 1, d, init, tp_size, tp_rank);
+  down_ = expert_param(prefix_ + ".experts.down.weight", Shape{e, d, f}, 2, f, init, tp_size, tp_rank);
+}
+
+Routing MoeMlp::route_stashed(const Tensor& logits, Context& ctx) const {
+  std::vector<float> bias;
+  if (router_bias_) bias = download(ctx, router_bias_->compute());
+  return route(download(ctx, logits), bias, router_);
+}
+
+Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
+  check_input(ctx, x, DType::kF32, d_, 2, who());
+  stash.clear();
+  stash.children.resize(1);
+  const bool sp = sequence_parallel(ctx, tp_size_);
+  tp_group(ctx, tp_size_, tp_rank_, who());
+  const Tensor full = sp ? sequence_all_gather(x, ctx, tp_size_, tp_rank_, who()) : x;
+  const Tensor xf = rows_of(full);
+  const std::int64_t n = xf.dim(0), e = router_.experts, k = router_.top_k, r = n * k;
+  Tensor logits = new_activation(ctx, Shape{n, e}, DType::kF32);
+  ops::GemmOptions nt;
+  nt.trans_b = true;
+  ops::gemm(ctx, xf, router_weight_->compute(), logits, nt);
+  const Routing routing = route_stashed(logits, ctx);
+
+  const Tensor row_token = upload(ctx, routing.row_token, Shape{r}, DType::kI32);
+  const Tensor token_row = upload(ctx, routing.token_row, Shape{n, k}, DType::kI32);
+  const Tensor weight = upload(ctx, routing.weight, Shape{n, k}, DType::kF32);
+  const Tensor row_weight = upload(ctx, routing.row_weight, Shape{r}, DType::kF32);
+  Tensor xp = new_activation(ctx, Shape{r, d_});
+  ops::moe_gather(ctx, xf, row_token, Tensor(), xp);
+  Tensor g = new_activation(ctx, Shape{r, f_local_}), u = new_activation(ctx, Shape{r, f_local_});
+  ops::GroupedGemmOptions bt;
+  bt.trans_b = true;
+  ops::grouped_gemm(ctx, xp, gate_->compute(), g, routing.counts, bt);
+  ops::grouped_gemm(ctx, xp, up_->compute(), u, routing.counts, bt);
+  Tensor h = new_activation(ctx, Shape{r, f_local_});
+  ops::swiglu_forward(ctx, g, u, h);
+  Tensor o = new_activation(ctx, Shape{r, d_});
+  ops::grouped_gemm(ctx, h, down_->compute(), o, routing.counts, bt);
+  Tensor y_full = new_activation(ctx, full.shape());
+  ops::moe_combine(ctx, o, token_row, weight, rows_of(y_full));
+  Tensor y = y_full;
+  if (sp) {
+    y = sequence_reduce_scatter(y_full, ctx, tp_size_, tp_rank_, who());
+  } else if (tp_size_ > 1) {
+    tp_all_reduce(y_full, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
+  }
+  if (shared_) ops::add_inplace(ctx, y, shared_->forward(x, stash.children[0], ctx));
+  stash.tensors = {full, logits, xp, g, u, h, o, row_token, token_row, weight, row_weight};
+  return y;
+}
+
+Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
+  CLEAVE_ASSERT(stash.tensors.size() == 11, "{}: backward_input without forward", who());
+  const bool sp = sequence_parallel(ctx, tp_size_);
+  const Tensor full = stash.tensors[kX];
+  const Tensor xf = rows_of(full);
+  const std::int64_t n = xf.dim(0), e = router_.experts, k = router_.top_k, r = n * k;
+  const Routing routing = route_stashed(stash.tensors[kLogits], ctx);
+  const Tensor dy_full = sp ? sequence_all_gather(dy, ctx, tp_size_, tp_rank_, who()) : dy;
+  const Tensor dyf = rows_of(dy_full);
+
+  // The routing weights' gradient (summed over tp: each rank's expert outputs are partial sums).
+  Tensor dweight = new_workspace(ctx, Shape{n, k});
+  ops::moe_combine_weight_grad(ctx, dyf, stash.tensors[kO], stash.tensors[kTokenRow], dweight);
+  if (tp_size_ > 1) tp_all_reduce(dweight, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
+
+  // The experts, backwards.
+  Tensor d_o = new_activation(ctx, Shape{r, d_});
+  ops::moe_gather(ctx, dyf, stash.tensors[kRowToken], stash.tensors[kRowWeight], d_o);
+  Tensor dh = new_activation(ctx, Shape{r, f_local_});
+  ops::grouped_gemm(ctx, d_o, down_->compute(), dh, routing.counts);
+  Tensor dg = new_activation(ctx, Shape{r, f_local_}), du = new_activation(ctx, Shape{r, f_local_});
+  ops::swiglu_backward(ctx, stash.tensors[kG], stash.tensors[kU], dh, dg, du);
+  Tensor dxp = new_activation(ctx, Shape{r, d_});
+  ops::grouped_gemm(ctx, dg, gate_->compute(), dxp, routing.counts);
+  ops::GroupedGemmOptions accumulate;
+  accumulate.beta = 1.0f;
+  ops::grouped_gemm(ctx, du, up_->compute(), dxp, routing.counts, accumulate);
+  Tensor dx_full = new_activation(ctx, full.shape());
+  ops::moe_combine(ctx, dxp, stash.tensors[kTokenRow], Tensor(), rows_of(dx_full));
+
+  // The router: the weights' gradient and the aux and z losses', this rank's rows only where they are summed.
+  std::vector<bool> mine;  // sequence parallelism: this rank's tokens
+  if (sp) {
+    const std::int64_t t = full.dim(full.rank() - 2), local = t / tp_size_;
+    mine.resize(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) mine[static_cast<std::size_t>(i)] = (i % t) / local == tp_rank_;
+  }
+  const std::vector<float> dlogits_host =
+      router_backward(routing, download(ctx, dweight), ctx.loss_scale, router_, mine);
+  Tensor dlogits_f32 = upload(ctx, dlogits_host, Shape{n, e}, DType::kF32);
+  Tensor dlogits = new_activation(ctx, Shape{n, e});
+  ops::copy(ctx, dlogits_f32, dlogits);
+  if (sp || tp_rank_ == 0) {
+    ops::GemmOptions acc;
+    acc.beta = 1.0f;
+    ops::gemm(ctx, dlogits, router_weight_->compute(), rows_of(dx_full), acc);
+  }
+  stats_.counts = routing.counts;
+  stats_.aux_loss = routing.aux_loss;
+  stats_.z_loss = routing.z_loss;
+  if (ctx.router_log != nullptr) {
+    ctx.router_log->add(block_, routing.counts, routing.aux_loss, routing.z_loss);
+    if (router_bias_ && router_.bias_update_rate > 0) {
+      ctx.router_log->note_bias(block_, router_bias_.get(), router_.bias_update_rate);
+    }
+  }
+
+  Tensor dx = dx_full;
+  if (sp) {
+    dx = sequence_reduce_scatter(dx_full, ctx, tp_size_, tp_rank_, who());
+  } else if (tp_size_ > 1) {
+    tp_all_reduce(dx_full, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
+  }
+  if (shared_) ops::add_inplace(ctx, dx, shared_->backward_input(dy, stash.children[0], ctx));
+  stash.tensors = {full, dlogits, stash.tensors[kXp], dg, du, d_o, stash.tensors[kH],
+                   upload(ctx, std::vector<float>(routing.counts.begin(), routing.counts.end()),
+                          Shape{e}, DType::kF32)};
+  return dx;
+}
+
+void MoeMlp::backward_weight(Stash& stash, Context& ctx) {
+  CLEAVE_ASSERT(stash.tensors.size() == 8, "{}: backward_weight without backward_input", who());
+  const std::vector<float> counts_f = download(ctx, stash.tensors[7]);
+  const std::vector<std::int64_t> counts(counts_f.begin(), counts_f.end());
+  ops::GroupedGemmOptions accumulate;
+  accumulate.beta = 1.0f;
+  ops::grouped_gemm_weight_grad(ctx, stash.tensors[kBDg], stash.tensors[kBXp], gate_->grad, counts, accumulate);
+  ops::grouped_gemm_weight_grad(ctx, stash.tensors[kBDu], stash.tensors[kBXp], up_->grad, counts, accumulate);
+  ops::grouped_gemm_weight_grad(ctx, stash.tensors[kBDo], stash.tensors[kBH], down_->grad, counts, accumulate);
+  ops::GemmOptions tn;
+  tn.trans_a = true;
+  tn.beta = 1.0f;
+  ops::gemm(ctx, stash.tensors[kBDlogits], rows_of(stash.tensors[kBX]), router_weight_->grad, tn);
+  if (shared_) shared_->backward_weight(stash.children[0], ctx);
+  stash.clear();
+}
+
+std::vector<std::shared_ptr<Param>> MoeMlp::params() const {
+  std::vector<std::shared_ptr<Param>> out = {router_weight_};
+  if (router_bias_) out.push_back(router_bias_);
+  for (const auto& p : {gate_, up_, down_}) out.push_back(p);
+  if (shared_) {
+    for (auto& p : shared_->params()) out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace cleave::layers

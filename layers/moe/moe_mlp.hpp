@@ -1,0 +1,81 @@
+// MoeMlp: the mixture-of-experts feed-forward of a moe block (partition/families/moe.hpp). For x [B, T, D]:
+//   logits = x · router^T (f32 [N, E], N = B·T)  ->  routing on the host (router.hpp: k experts and weights per
+//   token, rows grouped per expert)  ->  xp = the tokens gathered into their experts' rows [N·k, D] (moe_gather)
+//   ->  per expert e: h = silu(xp_e · gate_e^T) * (xp_e · up_e^T), o_e = h · down_e^T (one grouped GEMM each,
+//   ops::grouped_gemm)  ->  y[n] = Σ_j weight[n, j] · o[row of (n, j)] (moe_combine)  (+ shared(x) when the
+//   block has shared experts: a SwigluMlp every token runs through, unweighted).
+// Dropless: every token reaches its k experts; a group may hold 0 rows (its GEMMs are skipped).
+//
+// Parameters (logical names; no biases):
+//   <prefix>.router.weight [E, D]            replicated; init as a projection of fan-in D
+//   <prefix>.router.bias [E]                 sigmoid router only: the selection bias (no gradient, no decay)
+//   <prefix>.experts.gate.weight [E, F, D]   <prefix>.experts.up.weight [E, F, D]   <prefix>.experts.down.weight [E, D, F]
+//   <prefix>.shared.{gate,up,down}.weight    shared experts (SwigluMlp of width n_shared · F)
+//
+// Tensor parallelism (Megatron's expert tensor parallelism): every tp rank holds every expert's F / tp gate and
+// up rows and down columns (ShardSpec dim 1 of gate and up, dim 2 of down), routes all N tokens itself (the
+// router is replicated and its input is the same on every rank, so the routing is too), and the partial
+// outputs are all-reduced (sequence parallelism: the input shard is all-gathered first and the partial output
+// reduce-scattered). The gradient of the router's input is added on one rank only (tp rank 0; under sequence
+// parallelism each rank adds its own tokens' rows) before the same reduction, and the router's weight
+// gradient is each rank's full one (sequence parallelism: its own tokens', summed over tp by the trainer with
+// the other replicated parameters). The combine's weight gradient is summed over tp before the routing's
+// backward (each rank's expert outputs are partial sums).
+//
+// Auxiliary losses: the router's aux and z losses (router.hpp) add their gradients, scaled by ctx.loss_scale,
+// in backward_input; their values and the per-expert counts of the last micro-batch are readable (stats()) and
+// added to ctx.router_log when the run keeps one (router_log.hpp: the step's metrics).
+// Routing is recomputed from the stashed logits in backward (deterministic), so a fully recomputed block
+// routes exactly as its forward did.
+//
+// Stash layout: tensors {x (all-gathered under sequence parallelism), logits, xp, g, u, h, o, row_token,
+// token_row, weight, row_weight}; backward_input replaces them by {x, dlogits (compute dtype, the rows this
+// rank's weight gradient counts), xp, dg, du, do, h}; children {shared}.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "layers/layer.hpp"
+#include "layers/moe/router.hpp"
+#include "layers/param_init.hpp"
+
+namespace cleave::layers {
+
+struct MoeStats {
+  std::vector<std::int64_t> counts;  // tokens per expert, last micro-batch routed in backward
+  double aux_loss = 0.0;
+  double z_loss = 0.0;
+};
+
+class MoeMlp final : public Layer {
+ public:
+  // d: model width, f: each expert's width (logical), router: the kinds and sizes; shared: a SwigluMlp (or null).
+  MoeMlp(std::string prefix, std::int64_t d, std::int64_t f, const RouterOptions& router, LayerPtr shared,
+         const ParamInit& init, int tp_size, int tp_rank);
+
+  std::string_view kind() const override { return tp_size_ > 1 ? "parallel_moe_mlp" : "moe_mlp"; }
+  Tensor forward(const Tensor& x, Stash& stash, Context& ctx) override;
+  Tensor backward_input(const Tensor& dy, Stash& stash, Context& ctx) override;
+  void backward_weight(Stash& stash, Context& ctx) override;
+  std::vector<std::shared_ptr<Param>> params() const override;
+
+  const MoeStats& stats() const { return stats_; }
+  const RouterOptions& router_options() const { return router_; }
+
+ private:
+  std::string who() const { return std::string(kind()) + " " + prefix_; }
+  Routing route_stashed(const Tensor& logits, Context& ctx) const;
+
+  std::string prefix_;
+  std::string block_;  // the block's name: the prefix without its last part ("blocks.3" of "blocks.3.moe")
+  std::int64_t d_ = 0, f_local_ = 0;
+  RouterOptions router_;
+  int tp_size_ = 1, tp_rank_ = 0;
+  std::shared_ptr<Param> router_weight_, router_bias_, gate_, up_, down_;
+  LayerPtr shared_;
+  MoeStats stats_;  // written by backward_input: what the last micro-batch routed (read by logs and tests)
+};
+
+}  // namespace cleave::layers

@@ -1,0 +1,161 @@
+// The router's arithmetic (see router.hpp).
+#include "layers/moe/router.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "engine/core/error.hpp"
+
+namespace cleave::layers {
+namespace {
+
+using partition::RouterKind;
+
+double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+}  // namespace
+
+Routing route(std::span<const float> logits, std::span<const float> bias, const RouterOptions& o) {
+  const std::int64_t e = o.experts, k = o.top_k;
+  CLEAVE_ASSERT(e > 0 && k > 0 && k <= e && static_cast<std::int64_t>(logits.size()) % e == 0,
+                "route: {} logits for {} experts, top {}", logits.size(), e, k);
+  CLEAVE_ASSERT(bias.empty() || static_cast<std::int64_t>(bias.size()) == e, "route: bias of {} for {} experts",
+                bias.size(), e);
+  Routing r;
+  const std::int64_t n = static_cast<std::int64_t>(logits.size()) / e;
+  r.tokens = n;
+  r.experts = e;
+  r.top_k = k;
+  r.expert.resize(static_cast<std::size_t>(n * k));
+  r.weight.resize(static_cast<std::size_t>(n * k));
+  r.counts.assign(static_cast<std::size_t>(e), 0);
+  r.scores.resize(static_cast<std::size_t>(n * e));
+  r.lse.resize(static_cast<std::size_t>(n));
+  r.logits.assign(logits.begin(), logits.end());
+  std::vector<double> key(static_cast<std::size_t>(e));
+  std::vector<std::int32_t> order(static_cast<std::size_t>(e));
+  std::vector<double> mean_q(static_cast<std::size_t>(e), 0.0);
+  double z_sum = 0.0;
+  for (std::int64_t t = 0; t < n; ++t) {
+    const float* l = logits.data() + t * e;
+    double* s = r.scores.data() + t * e;
+    double mx = l[0];
+    for (std::int64_t i = 1; i < e; ++i) mx = std::max(mx, static_cast<double>(l[i]));
+    double sum = 0.0;
+    for (std::int64_t i = 0; i < e; ++i) sum += std::exp(static_cast<double>(l[i]) - mx);
+    r.lse[static_cast<std::size_t>(t)] = mx + std::log(sum);
+    z_sum += r.lse[static_cast<std::size_t>(t)] * r.lse[static_cast<std::size_t>(t)];
+    double s_sum = 0.0;
+    for (std::int64_t i = 0; i < e; ++i) {
+      s[i] = o.kind == RouterKind::kSoftmax ? std::exp(static_cast<double>(l[i]) - mx) / sum : sigmoid(l[i]);
+      s_sum += s[i];
+      key[static_cast<std::size_t>(i)] = s[i] + (o.kind == RouterKind::kSigmoid && !bias.empty() ? bias[i] : 0.0);
+    }
+    for (std::int64_t i = 0; i < e; ++i) mean_q[static_cast<std::size_t>(i)] += s[i] / s_sum / static_cast<double>(n);
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
+      return key[static_cast<std::size_t>(a)] > key[static_cast<std::size_t>(b)];
+    });
+    double chosen = 0.0;
+    for (std::int64_t j = 0; j < k; ++j) chosen += s[order[static_cast<std::size_t>(j)]];
+    for (std::int64_t j = 0; j < k; ++j) {
+      const std::int32_t x = order[static_cast<std::size_t>(j)];
+      r.expert[static_cast<std::size_t>(t * k + j)] = x;
+      r.weight[static_cast<std::size_t>(t * k + j)] = static_cast<float>(o.normalize ? s[x] / chosen : s[x]);
+      ++r.counts[static_cast<std::size_t>(x)];
+    }
+  }
+  // Rows grouped per expert, tokens ascending within an expert.
+  std::vector<std::int64_t> next(static_cast<std::size_t>(e), 0);
+  for (std::int64_t i = 1; i < e; ++i) next[static_cast<std::size_t>(i)] = next[static_cast<std::size_t>(i - 1)] + r.counts[static_cast<std::size_t>(i - 1)];
+  r.row_token.resize(static_cast<std::size_t>(n * k));
+  r.row_weight.resize(static_cast<std::size_t>(n * k));
+  r.token_row.resize(static_cast<std::size_t>(n * k));
+  for (std::int64_t t = 0; t < n; ++t) {
+    for (std::int64_t j = 0; j < k; ++j) {
+      const auto slot = static_cast<std::size_t>(t * k + j);
+      const std::int64_t row = next[static_cast<std::size_t>(r.expert[slot])]++;
+      r.row_token[static_cast<std::size_t>(row)] = static_cast<std::int32_t>(t);
+      r.row_weight[static_cast<std::size_t>(row)] = r.weight[slot];
+      r.token_row[slot] = static_cast<std::int32_t>(row);
+    }
+  }
+  if (n > 0) {
+    double aux = 0.0;
+    for (std::int64_t i = 0; i < e; ++i) {
+      aux += static_cast<double>(r.counts[static_cast<std::size_t>(i)]) / static_cast<double>(n * k) *
+             mean_q[static_cast<std::size_t>(i)];
+    }
+    r.aux_loss = o.aux_coef * static_cast<double>(e) * aux;
+    r.z_loss = o.z_coef * z_sum / static_cast<double>(n);
+  }
+  return r;
+}
+
+std::vector<float> router_backward(const Routing& r, std::span<const float> dweight, double loss_scale,
+                                   const RouterOptions& o, const std::vector<bool>& token_mask) {
+  const std::int64_t n = r.tokens, e = r.experts, k = r.top_k;
+  CLEAVE_ASSERT(static_cast<std::int64_t>(dweight.size()) == n * k, "router_backward: {} weight gradients for {} x {}",
+                dweight.size(), n, k);
+  std::vector<float> out(static_cast<std::size_t>(n * e), 0.0f);
+  std::vector<double> dq(static_cast<std::size_t>(e)), ds(static_cast<std::size_t>(e));
+  for (std::int64_t t = 0; t < n; ++t) {
+    if (!token_mask.empty() && !token_mask[static_cast<std::size_t>(t)]) continue;
+    const double* s = r.scores.data() + t * e;
+    std::fill(ds.begin(), ds.end(), 0.0);
+    // The routing weights: w_j = s_j (/ S).
+    double chosen = 0.0, dot = 0.0;
+    for (std::int64_t j = 0; j < k; ++j) {
+      const auto slot = static_cast<std::size_t>(t * k + j);
+      chosen += s[r.expert[slot]];
+      dot += static_cast<double>(dweight[slot]) * static_cast<double>(r.weight[slot]);
+    }
+    for (std::int64_t j = 0; j < k; ++j) {
+      const auto slot = static_cast<std::size_t>(t * k + j);
+      const double dw = dweight[slot];
+      ds[static_cast<std::size_t>(r.expert[slot])] += o.normalize ? (dw - dot) / chosen : dw;
+    }
+    // The aux loss: d/dq_e = aux_coef · E · f_e / N, q = s / Σ s (for softmax Σ s = 1).
+    double s_sum = 0.0;
+    for (std::int64_t i = 0; i < e; ++i) s_sum += s[i];
+    double q_dot = 0.0;
+    for (std::int64_t i = 0; i < e; ++i) {
+      dq[static_cast<std::size_t>(i)] = loss_scale * o.aux_coef * static_cast<double>(e) *
+                                        static_cast<double>(r.counts[static_cast<std::size_t>(i)]) /
+                                        static_cast<double>(n * k) / static_cast<double>(n);
+      q_dot += dq[static_cast<std::size_t>(i)] * s[i] / s_sum;
+    }
+    for (std::int64_t i = 0; i < e; ++i) ds[static_cast<std::size_t>(i)] += (dq[static_cast<std::size_t>(i)] - q_dot) / s_sum;
+    // Through the scores to the logits; the z loss: 2 · z_coef · lse · softmax / N.
+    const double lse = r.lse[static_cast<std::size_t>(t)];
+    double sd = 0.0;
+    if (o.kind == partition::RouterKind::kSoftmax) {
+      for (std::int64_t i = 0; i < e; ++i) sd += ds[static_cast<std::size_t>(i)] * s[i];
+    }
+    float* dl = out.data() + t * e;
+    for (std::int64_t i = 0; i < e; ++i) {
+      const double d = ds[static_cast<std::size_t>(i)];
+      double g = o.kind == partition::RouterKind::kSoftmax ? s[i] * (d - sd) : d * s[i] * (1.0 - s[i]);
+      if (o.z_coef != 0.0) {
+        const double logit = r.logits[static_cast<std::size_t>(t * e + i)];
+        g += loss_scale * 2.0 * o.z_coef * lse * std::exp(logit - lse) / static_cast<double>(n);
+      }
+      dl[i] = static_cast<float>(g);
+    }
+  }
+  return out;
+}
+
+double load_imbalance(std::span<const std::int64_t> counts) {
+  if (counts.empty()) return 0.0;
+  std::int64_t total = 0, most = 0;
+  for (std::int64_t c : counts) {
+    total += c;
+    most = std::max(most, c);
+  }
+  if (total == 0) return 0.0;
+  return static_cast<double>(most) * static_cast<double>(counts.size()) / static_cast<double>(total);
+}
+
+}  // namespace cleave::layers

@@ -1,0 +1,64 @@
+// The mixture-of-experts router's arithmetic, on the host: from the router logits of N tokens over E experts to
+// each token's k experts and weights, the routed-row layout (tokens grouped per expert), the auxiliary losses,
+// and back from the weights' gradient to the logits' gradient. Pure functions of their arguments (no devices,
+// no state), so the layer (moe_mlp.hpp) and the tests' double reference share one definition of routing.
+//
+// Routing (partition/families/moe.hpp has the user's view):
+//   softmax: p = softmax(logits); chosen: the k largest p; weight_j = p_j (/ Σ_chosen p when normalize).
+//   sigmoid: s = sigmoid(logits); chosen: the k largest s + bias; weight_j = s_j (/ Σ_chosen s when normalize).
+//   Ties are broken by the LOWER expert index (a stable order: score descending, then index ascending), and a
+//   token's k slots are listed in that order.
+// Routed rows: R = N·k rows, expert 0's tokens first, then expert 1's, ...; within an expert, tokens ascending.
+// Losses of one call (one micro-batch), with f_e = count_e / (N·k) and P_e = mean over tokens of q_e, q = p
+// (softmax) or s / Σ_e s (sigmoid):
+//   aux = aux_coef · E · Σ_e f_e · P_e (f_e is a constant: counts have no gradient);
+//   z   = z_coef · mean over tokens of logsumexp(logits)².
+// Arithmetic is double; what is handed back is rounded to f32.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "partition/families/moe.hpp"
+
+namespace cleave::layers {
+
+struct RouterOptions {
+  partition::RouterKind kind = partition::RouterKind::kSoftmax;
+  std::int64_t experts = 0;
+  std::int64_t top_k = 0;
+  bool normalize = true;
+  double aux_coef = 0.0;
+  double z_coef = 0.0;
+  double bias_update_rate = 0.0;  // sigmoid: the selection bias's step per optimizer step (router_log.hpp)
+};
+
+struct Routing {
+  std::int64_t tokens = 0, experts = 0, top_k = 0;
+  std::vector<std::int32_t> expert;       // [N·k] the expert of token n's slot j
+  std::vector<float> weight;              // [N·k] its routing weight
+  std::vector<std::int64_t> counts;       // [E] tokens per expert (the grouped GEMMs' groups)
+  std::vector<std::int32_t> row_token;    // [R] the token of routed row r
+  std::vector<std::int32_t> token_row;    // [N·k] the routed row of token n's slot j
+  std::vector<float> row_weight;          // [R] the weight of routed row r
+  std::vector<double> scores;             // [N·E] p (softmax) or s (sigmoid)
+  std::vector<double> lse;                // [N] logsumexp of each token's logits
+  std::vector<float> logits;              // [N·E] the logits routed
+  double aux_loss = 0.0;                  // coefficient included
+  double z_loss = 0.0;
+};
+
+// logits [N·E] row-major; bias [E] (sigmoid only; empty = 0).
+Routing route(std::span<const float> logits, std::span<const float> bias, const RouterOptions& options);
+
+// The gradient of the router logits [N·E]: from dweight [N·k] (the gradient of the routing weights, already
+// scaled as the loss), plus loss_scale times the gradients of the aux and z losses. Rows whose token_mask entry
+// is false are 0 (empty mask: every row).
+std::vector<float> router_backward(const Routing& routing, std::span<const float> dweight, double loss_scale,
+                                   const RouterOptions& options, const std::vector<bool>& token_mask = {});
+
+// max / mean of counts (1 = balanced; 0 when no token was routed).
+double load_imbalance(std::span<const std::int64_t> counts);
+
+}  // namespace cleave::layers

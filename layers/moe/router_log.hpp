@@ -1,0 +1,57 @@
+// RouterLog: what the mixture-of-experts layers routed during one optimizer step on this rank, per block (its
+// name): tokens per expert summed over the step's micro-batches, the aux and z losses summed, and how many
+// micro-batches added to it. Owned by the run (the trainer, engine/train/router_metrics.hpp), reached through
+// layers::Context::router_log (null: nothing is recorded), cleared at the start of every step.
+//
+// Invariant: a block adds once per micro-batch, in backward_input (which runs exactly once per micro-batch in
+// training, whatever the recomputation; evaluation runs no backward and records nothing).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "layers/layer.hpp"
+
+namespace cleave::layers {
+
+struct BlockRouting {
+  std::vector<std::int64_t> counts;  // tokens per expert
+  double aux_loss = 0.0;
+  double z_loss = 0.0;
+  std::int64_t micro_batches = 0;
+  // The sigmoid router's selection bias and its step per optimizer step (DeepSeek-V3's auxiliary-loss-free
+  // balancing): the run moves it by the step's global load (engine/train/router_metrics.hpp). Null: none.
+  Param* bias = nullptr;
+  double bias_update_rate = 0.0;
+};
+
+class RouterLog {
+ public:
+  void add(const std::string& block, std::span<const std::int64_t> counts, double aux_loss, double z_loss) {
+    BlockRouting& b = blocks_[block];
+    if (b.counts.size() < counts.size()) b.counts.resize(counts.size(), 0);
+    for (std::size_t i = 0; i < counts.size(); ++i) b.counts[i] += counts[i];
+    b.aux_loss += aux_loss;
+    b.z_loss += z_loss;
+    ++b.micro_batches;
+  }
+  void note_bias(const std::string& block, Param* bias, double rate) {
+    BlockRouting& b = blocks_[block];
+    b.bias = bias;
+    b.bias_update_rate = rate;
+  }
+  void clear() { blocks_.clear(); }
+  // The block's record; null when it routed nothing on this rank this step.
+  const BlockRouting* find(const std::string& block) const {
+    const auto it = blocks_.find(block);
+    return it == blocks_.end() ? nullptr : &it->second;
+  }
+
+ private:
+  std::map<std::string, BlockRouting> blocks_;
+};
+
+}  // namespace cleave::layers

@@ -1,0 +1,65 @@
+// The moe family below the layers (Mixtral, Qwen3-MoE, DeepSeek-style routers): a llama (RMSNorm, rotary
+// grouped-query attention, no biases) whose feed-forward is a mixture of experts. Its config keys (model.* for
+// model.type "moe": every llama key plus the router's), their defaults and checks, its block list, its
+// tensor-parallel rules, and the moe block's costs (moe_block.cpp). Layer builder: layers/families/moe.cpp
+// (layers/moe/); config fields: engine/config/fields.hpp kMoeFields.
+//
+// The feed-forward of each block: a router (a [E, D] linear, no bias) scores the E experts for every token
+// and picks k of them; each expert is a SwiGLU of width ffn_hidden_size (gate, up: D -> F; down: F -> D);
+// the token's output is the weighted sum of its k experts' outputs, plus the shared experts' (a SwiGLU of
+// width n_shared_experts * F every token goes through, unweighted) when n_shared_experts > 0. Dropless: no
+// capacity, every token reaches its k experts.
+//
+// Routers (model.router):
+//   "softmax": p = softmax(logits) over the E experts; the k largest p are chosen (ties: the lower expert
+//              index); weights p of the chosen, divided by their sum when normalize_top_k (Mixtral's form).
+//   "sigmoid": s = sigmoid(logits); the k largest s + bias are chosen (bias: a per-expert vector used for the
+//              choice only, DeepSeek-V3's auxiliary-loss-free balancing, moved by bias_update_rate per step
+//              against the load); weights s of the chosen, normalised as above when normalize_top_k.
+// Losses added to the model's (their gradients scaled as the main loss's, per micro-batch):
+//   aux_loss_coef a: a · E · Σ_e f_e · P_e (Switch / Mixtral), f_e the fraction of the micro-batch's N·k
+//              assignments that went to e, P_e the mean over tokens of p_e (sigmoid: s_e / Σ s).
+//   z_loss_coef  z: z · mean over tokens of logsumexp(logits)² (ST-MoE).
+//
+// Block order: as llama's, with moe blocks in place of llama blocks (names "blocks.<i>").
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "partition/families/llama.hpp"
+
+namespace cleave::partition {
+
+struct ModelSpec;
+struct Family;
+struct BlockRules;
+
+// The llama keys (ffn_hidden_size: each expert's SwiGLU width) and the mixture's.
+struct MoeConfig : LlamaConfig {
+  std::int64_t n_experts = 4;         // E routed experts per block
+  std::int64_t top_k = 2;             // experts per token (<= n_experts)
+  std::int64_t n_shared_experts = 0;  // always-on experts (one SwiGLU of n_shared_experts x ffn_hidden_size)
+  std::string router = "softmax";     // "softmax" | "sigmoid"
+  bool normalize_top_k = true;        // the k weights divided by their sum
+  double aux_loss_coef = 0.01;        // load-balancing loss (0: off)
+  double z_loss_coef = 0.0;           // router z-loss (0: off)
+  double bias_update_rate = 0.001;    // sigmoid router: the selection bias's step per optimizer step
+};
+
+// The router kinds model.router names.
+enum class RouterKind { kSoftmax, kSigmoid };
+// Throws ConfigKeyError naming model.router and the kinds there are unless `name` is one.
+RouterKind router_kind(const std::string& name);
+
+// `config` with llama's defaults resolved (n_kv_heads, ffn_hidden_size).
+MoeConfig moe_defaults(MoeConfig config);
+
+// Checks the sizes (ConfigKeyError naming model.<key> and the numbers) and builds the block list.
+ModelSpec make_moe_spec(const MoeConfig& config);
+
+// The family's rows in the tables of family.hpp.
+Family moe_family();
+BlockRules moe_block_rules();  // moe_block.cpp
+
+}  // namespace cleave::partition

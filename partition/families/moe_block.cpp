@@ -1,0 +1,87 @@
+// moe's block below the layers: its FLOPs, parameter, activation, weight-stash and backward bytes (block_cost),
+// its roofline work (block_work), its tensor-parallel collectives and the memory plan's widening figure,
+// registered as moe_block_rules() in the family table.
+//
+// APPROXIMATE (issue 33 part 5 makes it exact): the block is costed as llama's block (through the table's
+// llama rules) with the SwiGLU width of the experts a token actually runs through, (top_k + n_shared_experts)
+// · d_ff, plus what that leaves out: the parameters of the experts no token of that width runs (E - k experts)
+// and of the router [E, D], the router's GEMMs (2·T·D·E per pass and weight gradient), and the stash the
+// routing adds per sample (the gathered input and the experts' output, [T·k, D] each, and the f32 router
+// logits [T, E]). Uneven loads (a micro-batch whose tokens crowd into few experts) change none of the byte
+// counts here, since every token always reaches exactly k experts (dropless).
+#include <fmt/format.h>
+
+#include <string>
+
+#include "engine/core/error.hpp"
+#include "partition/block_work.hpp"
+#include "partition/cost_model.hpp"
+#include "partition/families/family.hpp"
+#include "partition/model_spec.hpp"
+
+namespace cleave::partition {
+namespace {
+
+const BlockRules& llama_rules() {
+  const BlockRules* rules = family_block_rules(BlockKind::kLlamaBlock);
+  CLEAVE_ASSERT(rules != nullptr, "the family table has no llama block rules");
+  return *rules;
+}
+
+// The llama block a token of this moe block runs through: the active SwiGLU width.
+BlockSpec active_llama_block(const BlockSpec& b) {
+  CLEAVE_ASSERT(b.n_experts > 0 && b.top_k > 0 && b.d_ff > 0, "moe block {} has unset sizes", b.name);
+  BlockSpec l = b;
+  l.kind = BlockKind::kLlamaBlock;
+  l.d_ff = (b.top_k + b.n_shared_experts) * b.d_ff;
+  return l;
+}
+
+BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int tp, bool sequence_parallel) {
+  BlockCost cost = llama_rules().cost(active_llama_block(block), dtype, recompute, tp, sequence_parallel);
+  const auto b = static_cast<std::int64_t>(dtype_size(dtype));
+  const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff, e = block.n_experts, k = block.top_k;
+  const std::int64_t extra_params = 3 * d * f * (e - k) + d * e + (block.router_bias ? e : 0);
+  cost.param_count += extra_params;
+  cost.param_bytes += extra_params * b;
+  const double router = 2.0 * static_cast<double>(t * d * e);
+  cost.forward_flops += router;
+  cost.input_grad_flops += router;
+  cost.weight_grad_flops += router;
+  if (recompute != Recompute::kFull) cost.activation_bytes += 2 * t * k * d * b + t * e * 4;
+  return cost;
+}
+
+BlockWork moe_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch) {
+  return llama_rules().work(active_llama_block(block), dtype, recompute, tp, micro_batch);
+}
+
+TpBlockComm moe_tp_comm(const BlockSpec& block, DType dtype, int tp, bool sequence_parallel, Recompute recompute) {
+  return llama_rules().tp_comm(active_llama_block(block), dtype, tp, sequence_parallel, recompute);
+}
+
+double moe_widest_f32(const BlockSpec& block, int tp) {
+  return llama_rules().widest_f32_elementwise_bytes(active_llama_block(block), tp);
+}
+
+std::string moe_shape_key(const BlockSpec& b) {
+  return fmt::format("{} d{} h{} kv{} ff{} e{} k{} s{} T{}", block_kind_name(b.kind), b.in_features, b.n_heads,
+                     b.n_kv_heads, b.d_ff, b.n_experts, b.top_k, b.n_shared_experts, b.seq_len);
+}
+
+}  // namespace
+
+BlockRules moe_block_rules() {
+  BlockRules r;
+  r.kind = BlockKind::kMoeBlock;
+  r.repeated_layer = true;
+  r.sequence_sharded = true;
+  r.cost = moe_cost;
+  r.work = moe_work;
+  r.tp_comm = moe_tp_comm;
+  r.widest_f32_elementwise_bytes = moe_widest_f32;
+  r.shape_key = moe_shape_key;
+  return r;
+}
+
+}  // namespace cleave::partition

@@ -1,0 +1,84 @@
+// Seam parity of the mixture-of-experts ops (ops::grouped_gemm, grouped_gemm_weight_grad, moe_gather,
+// moe_combine, moe_combine_weight_grad) on cuda:0 against the CPU backend, f32 and bf16: groups of 0 rows
+// (skipped, C left as it was), a group holding every row, uneven groups; gather with and without scales; a
+// combine whose rows come from every expert. Skips without a device (parity_util.hpp). Compiled, not run on a
+// GPU yet.
+//
+// Tolerances: the grouped GEMMs are the backend's gemm per group (gemm_parity_test.cpp's 1e-5 relative to the
+// tensor's scale for f32 sums of up to 64 terms); gather is exact (one multiply); combine and the weight
+// gradient sum k and d terms in the CPU's order with f32 FMAs possible: 1e-5; bf16 outputs 8e-3 (one rounding).
+#include <vector>
+
+#include "tests/gpu/ops/parity_util.hpp"
+
+namespace cleave::testing {
+namespace {
+
+using MoeParity = OpsParity;
+
+double tolerance(DType dtype, double f32_tol) { return dtype == DType::kBF16 ? 8e-3 : f32_tol; }
+
+TEST_F(MoeParity, GroupedGemmsMatchCpu) {
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (const std::vector<std::int64_t>& groups :
+         {std::vector<std::int64_t>{3, 0, 5, 1}, std::vector<std::int64_t>{0, 9, 0, 0}, std::vector<std::int64_t>{1, 2, 3, 4}}) {
+      std::int64_t rows = 0;
+      for (auto g : groups) rows += g;
+      const auto e = static_cast<std::int64_t>(groups.size());
+      const std::int64_t k = 37, n = 24;
+      const std::string what = std::string(dtype_name(dtype)) + " rows " + std::to_string(rows);
+      const Tensor a = random(Shape{rows, k}, dtype), b = random(Shape{e, n, k}, dtype);
+      Tensor c = random(Shape{rows, n}, dtype);
+      Tensor gpu_c = to_gpu(c);
+      ops::GroupedGemmOptions bt;
+      bt.trans_b = true;
+      bt.beta = 1.0f;
+      ops::grouped_gemm(cpu(), a, b, c, groups, bt);
+      ops::grouped_gemm(gpu(), to_gpu(a), to_gpu(b), gpu_c, groups, bt);
+      expect_close(c, gpu_c, tolerance(dtype, 1e-5), "grouped_gemm " + what);
+
+      const Tensor dy = random(Shape{rows, n}, dtype);
+      Tensor dw = random(Shape{e, n, k}, DType::kF32);
+      Tensor gpu_dw = to_gpu(dw);
+      ops::GroupedGemmOptions acc;
+      acc.beta = 1.0f;
+      ops::grouped_gemm_weight_grad(cpu(), dy, a, dw, groups, acc);
+      ops::grouped_gemm_weight_grad(gpu(), to_gpu(dy), to_gpu(a), gpu_dw, groups, acc);
+      expect_close(dw, gpu_dw, 1e-5, "grouped_gemm_weight_grad " + what);
+    }
+  }
+}
+
+TEST_F(MoeParity, GatherCombineAndWeightGradMatchCpu) {
+  const std::int64_t n = 257, k = 3, d = 65, r = n * k;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    const std::string what(dtype_name(dtype));
+    const Tensor x = random(Shape{n, d}, dtype);
+    const Tensor index = random(Shape{r}, DType::kI32, 0, static_cast<float>(n - 1));
+    const Tensor scale = random(Shape{r}, DType::kF32, 0.1f, 1.0f);
+    for (bool scaled : {false, true}) {
+      Tensor out = empty_cpu(Shape{r, d}, dtype);
+      Tensor gpu_out = poisoned_gpu(Shape{r, d}, dtype);
+      ops::moe_gather(cpu(), x, index, scaled ? scale : Tensor(), out);
+      ops::moe_gather(gpu(), to_gpu(x), to_gpu(index), scaled ? to_gpu(scale) : Tensor(), gpu_out);
+      expect_close(out, gpu_out, scaled ? tolerance(dtype, 1e-7) : 0.0, "moe_gather " + what);
+    }
+    const Tensor src = random(Shape{r, d}, dtype);
+    const Tensor rows = random(Shape{n, k}, DType::kI32, 0, static_cast<float>(r - 1));
+    const Tensor weight = random(Shape{n, k}, DType::kF32);
+    Tensor y = empty_cpu(Shape{n, d}, dtype);
+    Tensor gpu_y = poisoned_gpu(Shape{n, d}, dtype);
+    ops::moe_combine(cpu(), src, rows, weight, y);
+    ops::moe_combine(gpu(), to_gpu(src), to_gpu(rows), to_gpu(weight), gpu_y);
+    expect_close(y, gpu_y, tolerance(dtype, 1e-5), "moe_combine " + what);
+    const Tensor dy = random(Shape{n, d}, dtype);
+    Tensor dw = empty_cpu(Shape{n, k}, DType::kF32);
+    Tensor gpu_dw = poisoned_gpu(Shape{n, k}, DType::kF32);
+    ops::moe_combine_weight_grad(cpu(), dy, src, rows, dw);
+    ops::moe_combine_weight_grad(gpu(), to_gpu(dy), to_gpu(src), to_gpu(rows), gpu_dw);
+    expect_close(dw, gpu_dw, 1e-5, "moe_combine_weight_grad " + what);
+  }
+}
+
+}  // namespace
+}  // namespace cleave::testing

@@ -1,0 +1,110 @@
+// The mixture-of-experts ops on the CPU: grouped GEMMs against one gemm per group on copies (groups of 0 rows
+// included, which leave C untouched), moe_gather / moe_combine / moe_combine_weight_grad against loops in double,
+// and the seam's checks of the groups.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "engine/core/error.hpp"
+#include "engine/core/rng.hpp"
+#include "kernels/ops/ops.hpp"
+
+namespace cleave::ops {
+namespace {
+
+Tensor random(const Shape& shape, std::uint64_t seed) {
+  Tensor t = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations);
+  rng::fill_normal(t.data<float>(), t.numel(), seed, 7, 0.0f, 1.0f);
+  return t;
+}
+
+Tensor ints(const std::vector<std::int32_t>& v, const Shape& shape) {
+  Tensor t = Tensor::empty(shape, DType::kI32, MemoryCategory::kActivations);
+  for (std::size_t i = 0; i < v.size(); ++i) t.data<std::int32_t>()[i] = v[i];
+  return t;
+}
+
+TEST(MoeOps, GroupedGemmIsOneGemmPerGroup) {
+  const Context ctx;
+  const std::vector<std::int64_t> groups = {2, 0, 3, 1};
+  const std::int64_t rows = 6, k = 5, n = 4, g = 4;
+  const Tensor a = random({rows, k}, 1), b = random({g, n, k}, 2);
+  const Tensor c = random({rows, n}, 3);
+  GroupedGemmOptions opt;
+  opt.trans_b = true;
+  opt.beta = 1.0f;
+  const auto before = c.to_floats();
+  grouped_gemm(ctx, a, b, c, groups, opt);
+  const auto got = c.to_floats();
+  std::int64_t first = 0;
+  for (std::int64_t e = 0; e < g; ++e) {
+    for (std::int64_t r = first; r < first + groups[static_cast<std::size_t>(e)]; ++r) {
+      for (std::int64_t j = 0; j < n; ++j) {
+        double acc = before[static_cast<std::size_t>(r * n + j)];
+        for (std::int64_t i = 0; i < k; ++i) acc += double(a.data<float>()[r * k + i]) * b.data<float>()[(e * n + j) * k + i];
+        EXPECT_NEAR(got[static_cast<std::size_t>(r * n + j)], acc, 1e-5);
+      }
+    }
+    first += groups[static_cast<std::size_t>(e)];
+  }
+  // The weight gradient: C[e] += A_e^T B_e; an empty group's C stays as it was.
+  const Tensor da = random({rows, n}, 4);
+  const Tensor dw = random({g, n, k}, 5);
+  const auto dw_before = dw.to_floats();
+  GroupedGemmOptions acc;
+  acc.beta = 1.0f;
+  grouped_gemm_weight_grad(ctx, da, a, dw, groups, acc);
+  const auto dw_got = dw.to_floats();
+  first = 0;
+  for (std::int64_t e = 0; e < g; ++e) {
+    for (std::int64_t j = 0; j < n; ++j)
+      for (std::int64_t i = 0; i < k; ++i) {
+        double s = dw_before[static_cast<std::size_t>((e * n + j) * k + i)];
+        for (std::int64_t r = first; r < first + groups[static_cast<std::size_t>(e)]; ++r)
+          s += double(da.data<float>()[r * n + j]) * a.data<float>()[r * k + i];
+        EXPECT_NEAR(dw_got[static_cast<std::size_t>((e * n + j) * k + i)], s, 1e-5);
+      }
+    first += groups[static_cast<std::size_t>(e)];
+  }
+  const std::vector<std::int64_t> wrong = {2, 0, 3, 2};
+  EXPECT_THROW(grouped_gemm(ctx, a, b, c, wrong, opt), Error);
+}
+
+TEST(MoeOps, GatherCombineAndWeightGrad) {
+  const Context ctx;
+  const std::int64_t n = 3, k = 2, d = 4, r = n * k;
+  const Tensor x = random({n, d}, 8);
+  const Tensor index = ints({0, 2, 1, 0, 2, 1}, {r});
+  const Tensor scale = random({r}, 9);
+  const Tensor out = Tensor::empty({r, d}, DType::kF32, MemoryCategory::kActivations);
+  moe_gather(ctx, x, index, scale, out);
+  for (std::int64_t i = 0; i < r; ++i)
+    for (std::int64_t c = 0; c < d; ++c)
+      EXPECT_FLOAT_EQ(out.data<float>()[i * d + c],
+                      scale.data<float>()[i] * x.data<float>()[index.data<std::int32_t>()[i] * d + c]);
+  const Tensor rows = ints({0, 3, 2, 5, 1, 4}, {n, k});
+  const Tensor weight = random({n, k}, 10);
+  const Tensor y = Tensor::empty({n, d}, DType::kF32, MemoryCategory::kActivations);
+  moe_combine(ctx, out, rows, weight, y);
+  const Tensor dy = random({n, d}, 11);
+  const Tensor dw = Tensor::empty({n, k}, DType::kF32, MemoryCategory::kActivations);
+  moe_combine_weight_grad(ctx, dy, out, rows, dw);
+  for (std::int64_t t = 0; t < n; ++t) {
+    for (std::int64_t c = 0; c < d; ++c) {
+      double s = 0;
+      for (std::int64_t j = 0; j < k; ++j)
+        s += double(weight.data<float>()[t * k + j]) * out.data<float>()[rows.data<std::int32_t>()[t * k + j] * d + c];
+      EXPECT_NEAR(y.data<float>()[t * d + c], s, 1e-5);
+    }
+    for (std::int64_t j = 0; j < k; ++j) {
+      double s = 0;
+      for (std::int64_t c = 0; c < d; ++c)
+        s += double(dy.data<float>()[t * d + c]) * out.data<float>()[rows.data<std::int32_t>()[t * k + j] * d + c];
+      EXPECT_NEAR(dw.data<float>()[t * k + j], s, 1e-5);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cleave::ops

@@ -82,9 +82,9 @@ def torch_worker(rank, port, warmup, steps, out_path):
         t0 = time.perf_counter()
         opt.zero_grad(set_to_none=True)
         if rank == 0:
-            schedule.step(data[:, :-1])
+            schedule.step(data[:, :-1].contiguous())
         else:
-            schedule.step(target=data[:, 1:])
+            schedule.step(target=data[:, 1:].contiguous())
         torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
         opt.step()
         dist.barrier()

@@ -124,28 +124,9 @@ CLEAVE_GELU_TARGET("avx512f") void backward_avx512(const float* x, const float* 
 }
 #endif
 
-bool isa_available(VectorIsa isa) {
-#if defined(__x86_64__)
-  switch (isa) {
-    case VectorIsa::kBaseline: return true;
-    case VectorIsa::kAvx2: return __builtin_cpu_supports("avx2");
-    case VectorIsa::kAvx512: return __builtin_cpu_supports("avx512f");
-  }
-  return false;
-#else
-  return isa == VectorIsa::kBaseline;
-#endif
-}
+bool isa_available(VectorIsa isa) { return vector_isa_available(isa); }
 
 }  // namespace
-
-VectorIsa best_vector_isa() {
-  if (isa_available(VectorIsa::kAvx512)) return VectorIsa::kAvx512;
-  if (isa_available(VectorIsa::kAvx2)) return VectorIsa::kAvx2;
-  return VectorIsa::kBaseline;
-}
-
-bool vector_isa_available(VectorIsa isa) { return isa_available(isa); }
 
 void gelu_forward_isa(VectorIsa isa, const float* x, float* y, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "gelu_forward: negative size {}", n);

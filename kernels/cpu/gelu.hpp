@@ -6,16 +6,14 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/vector_isa.hpp"
+
 namespace cleave::kernels::cpu {
 
 void gelu_forward(const float* x, float* y, int64_t n);
 void gelu_backward(const float* x, const float* dy, float* dx, int64_t n);
 
-// The vector paths gelu_forward/backward choose from at run time (the widest the CPU and OS support):
-// baseline (the build's own vectors), AVX2 (8 lanes), AVX-512 (16 lanes). For tests and benchmarks.
-enum class VectorIsa { kBaseline, kAvx2, kAvx512 };
-VectorIsa best_vector_isa();
-bool vector_isa_available(VectorIsa isa);
+// One vector path (vector_isa.hpp); gelu_forward/backward run the widest. For tests and benchmarks.
 void gelu_forward_isa(VectorIsa isa, const float* x, float* y, int64_t n);
 void gelu_backward_isa(VectorIsa isa, const float* x, const float* dy, float* dx, int64_t n);
 

@@ -23,20 +23,30 @@
 #include "kernels/cpu/swiglu.hpp"
 #include "kernels/cpu/moe.hpp"
 
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <optional>
 #include <span>
 
 #include "kernels/ops/backend.hpp"
+#include "kernels/ops/cpu_chunked_view.hpp"
 #include "kernels/ops/cpu_f32_view.hpp"
 
 namespace cleave::ops {
 namespace {
 
 namespace kc = kernels::cpu;
+using cpu_detail::ChunkIn;
+using cpu_detail::ChunkOut;
 using cpu_detail::F32In;
 using cpu_detail::F32Out;
+using cpu_detail::run_chunked;
+using In1 = std::array<const float*, 1>;
+using In2 = std::array<const float*, 2>;
+using In3 = std::array<const float*, 3>;
+using Out1 = std::array<float*, 1>;
+using Out2 = std::array<float*, 2>;
 
 kc::GemmSlicing slicing(const Context& ctx) {
   return ctx.gemm_mode == GemmMode::kDeterministic ? kc::GemmSlicing::kShapeFixed : kc::GemmSlicing::kPerThread;
@@ -64,6 +74,22 @@ void gemm_bf16_native(const Context& ctx, const GemmProblem& p, kc::GemmBackend 
   const bool bias = p.epilogue == GemmEpilogue::kBias;
   std::optional<F32Out> c_view;
   kc::Bf16GemmOut out;
+  if (bias && p.c.dtype() == DType::kBF16 && p.beta == 0.0f) {
+    // The forward of a Linear: the product in f32, then bias added and C narrowed in one cache-sized pass.
+    const Tensor acc = Tensor::empty(p.c.shape(), DType::kF32, MemoryCategory::kWorkspace, *ctx.allocator);
+    out.f32 = acc.data<float>();
+    kc::gemm_bf16_strided_batched(library, p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, a, p.lda, p.stride_a, b,
+                                  p.ldb, p.stride_b, p.beta, out, p.ldc, p.stride_c, p.batch, slicing(ctx));
+    F32In bias_f32(ctx, p.bias);
+    const float* bias_data = bias_f32.get();
+    const std::int64_t n = p.n;
+    run_chunked<1, 1>({ChunkIn{&acc}}, {ChunkOut{&p.c, false}}, p.batch * p.m, n,
+                      [bias_data, n](const In1& in, const Out1& o, int64_t, int64_t rows) {
+                        std::memcpy(o[0], in[0], static_cast<std::size_t>(rows * n) * sizeof(float));
+                        kc::bias_add_forward(o[0], bias_data, rows, n);
+                      });
+    return;
+  }
   if (p.c.dtype() == DType::kF32) {
     out.f32 = p.c.data<float>();
   } else if (bias) {
@@ -120,27 +146,28 @@ void copy(const Context& ctx, const Tensor& src, const Tensor& dst) {
   (void)ctx;
 }
 
-void add(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out) {
-  F32In x(ctx, a), y(ctx, b);
-  F32Out o(ctx, out, false);
-  kc::add(x.get(), y.get(), o.get(), a.numel());
+// Element-wise and row-wise kernels run through run_chunked (cpu_chunked_view.hpp): bf16 tensors are widened
+// and narrowed a cache-sized chunk at a time, all-f32 calls run the kernel once.
+void add(const Context&, const Tensor& a, const Tensor& b, const Tensor& out) {
+  run_chunked<2, 1>({ChunkIn{&a}, ChunkIn{&b}}, {ChunkOut{&out, false}}, a.numel(), 1,
+                    [](const In2& in, const Out1& o, int64_t, int64_t n) { kc::add(in[0], in[1], o[0], n); });
 }
 
-void add_inplace(const Context& ctx, const Tensor& y, const Tensor& x) {
-  F32In in(ctx, x);
-  F32Out out(ctx, y, true);
-  kc::add_inplace(out.get(), in.get(), y.numel());
+void add_inplace(const Context&, const Tensor& y, const Tensor& x) {
+  run_chunked<1, 1>({ChunkIn{&x}}, {ChunkOut{&y, true}}, y.numel(), 1,
+                    [](const In1& in, const Out1& o, int64_t, int64_t n) { kc::add_inplace(o[0], in[0], n); });
 }
 
-void scale_inplace(const Context& ctx, const Tensor& y, float alpha) {
-  F32Out out(ctx, y, true);
-  kc::scale_inplace(out.get(), alpha, y.numel());
+void scale_inplace(const Context&, const Tensor& y, float alpha) {
+  run_chunked<0, 1>({}, {ChunkOut{&y, true}}, y.numel(), 1,
+                    [alpha](const std::array<const float*, 0>&, const Out1& o, int64_t, int64_t n) {
+                      kc::scale_inplace(o[0], alpha, n);
+                    });
 }
 
-void axpy(const Context& ctx, float alpha, const Tensor& x, const Tensor& y) {
-  F32In in(ctx, x);
-  F32Out out(ctx, y, true);
-  kc::axpy(alpha, in.get(), out.get(), y.numel());
+void axpy(const Context&, float alpha, const Tensor& x, const Tensor& y) {
+  run_chunked<1, 1>({ChunkIn{&x}}, {ChunkOut{&y, true}}, y.numel(), 1,
+                    [alpha](const In1& in, const Out1& o, int64_t, int64_t n) { kc::axpy(alpha, in[0], o[0], n); });
 }
 
 double sum_squares(const Context& ctx, const Tensor& x) {
@@ -160,8 +187,12 @@ double sum_squares_many(const Context& ctx, std::span<const Tensor> xs) {
 
 void bias_add_forward(const Context& ctx, const Tensor& y, const Tensor& bias) {
   F32In b(ctx, bias);
-  F32Out out(ctx, y, true);
-  kc::bias_add_forward(out.get(), b.get(), y.shape().rows(), y.shape().last());
+  const float* bias_f32 = b.get();
+  const int64_t cols = y.shape().last();
+  run_chunked<0, 1>({}, {ChunkOut{&y, true}}, y.shape().rows(), cols,
+                    [bias_f32, cols](const std::array<const float*, 0>&, const Out1& o, int64_t, int64_t rows) {
+                      kc::bias_add_forward(o[0], bias_f32, rows, cols);
+                    });
 }
 
 void bias_backward(const Context& ctx, const Tensor& dy, const Tensor& dbias) {
@@ -170,17 +201,15 @@ void bias_backward(const Context& ctx, const Tensor& dy, const Tensor& dbias) {
 }
 
 template <void (*Kernel)(const float*, float*, int64_t)>
-void unary(const Context& ctx, const Tensor& x, const Tensor& y) {
-  F32In in(ctx, x);
-  F32Out out(ctx, y, false);
-  Kernel(in.get(), out.get(), x.numel());
+void unary(const Context&, const Tensor& x, const Tensor& y) {
+  run_chunked<1, 1>({ChunkIn{&x}}, {ChunkOut{&y, false}}, x.numel(), 1,
+                    [](const In1& in, const Out1& o, int64_t, int64_t n) { Kernel(in[0], o[0], n); });
 }
 
 template <void (*Kernel)(const float*, const float*, float*, int64_t)>
-void unary_backward(const Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx) {
-  F32In in(ctx, x), d(ctx, dy);
-  F32Out out(ctx, dx, false);
-  Kernel(in.get(), d.get(), out.get(), x.numel());
+void unary_backward(const Context&, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  run_chunked<2, 1>({ChunkIn{&x}, ChunkIn{&dy}}, {ChunkOut{&dx, false}}, x.numel(), 1,
+                    [](const In2& in, const Out1& o, int64_t, int64_t n) { Kernel(in[0], in[1], o[0], n); });
 }
 
 void softmax_forward(const Context& ctx, const Tensor& x, const Tensor& y) {
@@ -197,18 +226,26 @@ void softmax_backward(const Context& ctx, const Tensor& y, const Tensor& dy, con
 
 void layernorm_forward(const Context& ctx, const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& y,
                        const Tensor& mean, const Tensor& rstd, float eps) {
-  F32In in(ctx, x), g(ctx, gamma), b(ctx, beta);
-  F32Out out(ctx, y, false);
-  kc::layernorm_forward(in.get(), g.get(), b.get(), out.get(), mean.data<float>(), rstd.data<float>(),
-                        x.shape().rows(), x.shape().last(), eps);
+  F32In g(ctx, gamma), b(ctx, beta);
+  const float *gf = g.get(), *bf = b.get();
+  float *mf = mean.data<float>(), *rf = rstd.data<float>();
+  const int64_t cols = x.shape().last();
+  run_chunked<1, 1>({ChunkIn{&x}}, {ChunkOut{&y, false}}, x.shape().rows(), cols,
+                    [=](const In1& in, const Out1& o, int64_t first, int64_t rows) {
+                      kc::layernorm_forward(in[0], gf, bf, o[0], mf + first, rf + first, rows, cols, eps);
+                    });
 }
 
 void layernorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& gamma,
                               const Tensor& mean, const Tensor& rstd, const Tensor& dx) {
-  F32In d(ctx, dy), in(ctx, x), g(ctx, gamma);
-  F32Out out(ctx, dx, false);
-  kc::layernorm_backward_input(d.get(), in.get(), g.get(), mean.data<float>(), rstd.data<float>(), out.get(),
-                               x.shape().rows(), x.shape().last());
+  F32In g(ctx, gamma);
+  const float* gf = g.get();
+  const float *mf = mean.data<float>(), *rf = rstd.data<float>();
+  const int64_t cols = x.shape().last();
+  run_chunked<2, 1>({ChunkIn{&dy}, ChunkIn{&x}}, {ChunkOut{&dx, false}}, x.shape().rows(), cols,
+                    [=](const In2& in, const Out1& o, int64_t first, int64_t rows) {
+                      kc::layernorm_backward_input(in[0], in[1], gf, mf + first, rf + first, o[0], rows, cols);
+                    });
 }
 
 void layernorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& mean,
@@ -237,17 +274,26 @@ void attention_backward(const Context& ctx, const Tensor& dout, const Tensor& qk
 
 void rmsnorm_forward(const Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd,
                      float eps) {
-  F32In in(ctx, x), w(ctx, weight);
-  F32Out out(ctx, y, false);
-  kc::rmsnorm_forward(in.get(), w.get(), out.get(), rstd.data<float>(), x.shape().rows(), x.shape().last(), eps);
+  F32In w(ctx, weight);
+  const float* wf = w.get();
+  float* rf = rstd.data<float>();
+  const int64_t cols = x.shape().last();
+  run_chunked<1, 1>({ChunkIn{&x}}, {ChunkOut{&y, false}}, x.shape().rows(), cols,
+                    [=](const In1& in, const Out1& o, int64_t first, int64_t rows) {
+                      kc::rmsnorm_forward(in[0], wf, o[0], rf + first, rows, cols, eps);
+                    });
 }
 
 void rmsnorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& weight,
                             const Tensor& rstd, const Tensor& dx) {
-  F32In d(ctx, dy), in(ctx, x), w(ctx, weight);
-  F32Out out(ctx, dx, false);
-  kc::rmsnorm_backward_input(d.get(), in.get(), w.get(), rstd.data<float>(), out.get(), x.shape().rows(),
-                             x.shape().last());
+  F32In w(ctx, weight);
+  const float* wf = w.get();
+  const float* rf = rstd.data<float>();
+  const int64_t cols = x.shape().last();
+  run_chunked<2, 1>({ChunkIn{&dy}, ChunkIn{&x}}, {ChunkOut{&dx, false}}, x.shape().rows(), cols,
+                    [=](const In2& in, const Out1& o, int64_t first, int64_t rows) {
+                      kc::rmsnorm_backward_input(in[0], in[1], wf, rf + first, o[0], rows, cols);
+                    });
 }
 
 void rmsnorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& rstd,
@@ -257,17 +303,17 @@ void rmsnorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor&
                               x.shape().last());
 }
 
-void swiglu_forward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& h) {
-  F32In g(ctx, gate), u(ctx, up);
-  F32Out out(ctx, h, false);
-  kc::swiglu_forward(g.get(), u.get(), out.get(), gate.numel());
+void swiglu_forward(const Context&, const Tensor& gate, const Tensor& up, const Tensor& h) {
+  run_chunked<2, 1>({ChunkIn{&gate}, ChunkIn{&up}}, {ChunkOut{&h, false}}, gate.numel(), 1,
+                    [](const In2& in, const Out1& o, int64_t, int64_t n) { kc::swiglu_forward(in[0], in[1], o[0], n); });
 }
 
-void swiglu_backward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
+void swiglu_backward(const Context&, const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
                      const Tensor& dup) {
-  F32In g(ctx, gate), u(ctx, up), d(ctx, dh);
-  F32Out dg(ctx, dgate, false), du(ctx, dup, false);
-  kc::swiglu_backward(g.get(), u.get(), d.get(), dg.get(), du.get(), gate.numel());
+  run_chunked<3, 2>({ChunkIn{&gate}, ChunkIn{&up}, ChunkIn{&dh}}, {ChunkOut{&dgate, false}, ChunkOut{&dup, false}},
+                    gate.numel(), 1, [](const In3& in, const Out2& o, int64_t, int64_t n) {
+                      kc::swiglu_backward(in[0], in[1], in[2], o[0], o[1], n);
+                    });
 }
 
 // q [B, T, Hq*hd] (the op checked the shapes): the kernel's shape from it and the params.

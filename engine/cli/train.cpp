@@ -4,8 +4,8 @@
 // for this rank and runs it. The trainer's world rank 0 writes report.html into the run directory at the end,
 // or after a failure with the steps that finished (train.report, default on; engine/report/html_report.hpp).
 // --profile FILE gives the peak FLOP/s per rank that MFU is measured against (engine/train/throughput.hpp).
-// SIGUSR1 (what `cleave run` forwards on SIGTERM) saves a checkpoint at the next step and exits 75
-// (engine/train/stop_request.hpp).
+// SIGUSR1 (what `cleave run` forwards on SIGTERM) saves a checkpoint at the next step and exits 0 with a log line
+// saying so (engine/train/stop_request.hpp).
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -130,9 +130,10 @@ int run_train(int argc, char** argv) {
     if (!profile_path.empty()) options.peak = peak_of(profile_path, config);
     train::Trainer trainer(config, *world.comm);
     if (init) options.init = &*init;  // loaded by train() once the output paths are checked
-    train::install_stop_request_handler();  // SIGUSR1: save a checkpoint at the next step and stop (exit 75)
+    train::install_stop_request_handler();  // SIGUSR1: save a checkpoint at the next step and stop
     const train::TrainSummary summary = trainer.train(options);
-    if (summary.stopped) return train::kStoppedExitCode;
+    // A stop on request exits 0 on every rank: under mpirun a rank's non-zero exit would end its peers while they
+    // still finish the run's files; the log line (and cleave run's own exit code 75) say it stopped early.
     return summary.completed ? 0 : 1;
   });
 }

@@ -26,6 +26,7 @@
 #include "engine/planning/plan.hpp"
 #include "engine/supervise/job_process.hpp"
 #include "engine/supervise/restart_record.hpp"
+#include "engine/train/stop_request.hpp"
 
 namespace cleave::supervise {
 namespace {
@@ -238,7 +239,8 @@ int supervise(const SuperviseOptions& o) {
       if (detected_at == 0 && exit_code != 0) detected_at = a.ended_unix_s;
       if (!record.restarts.empty()) fill_phase_times(record.restarts.back(), metrics_path);
 
-      if (exit_code == 0) {
+      const bool stopped = forwarded && output.find("stopped on request (SIGUSR1") != std::string::npos;
+      if (exit_code == 0 && !stopped) {
         a.outcome = "completed";
         record.attempts.push_back(a);
         record.outcome = "completed";
@@ -264,7 +266,7 @@ int supervise(const SuperviseOptions& o) {
         save_record();
         log::info("run: stopped on SIGTERM; newest complete checkpoint: {}; continue with the same command and "
                   "--resume auto after the --", latest.value_or("(none)"));
-        return exit_code == 75 ? 75 : 1;
+        return exit_code == 0 ? train::kStoppedExitCode : 1;
       }
     }
     // A failure: what, where, what is left.

@@ -10,7 +10,7 @@
 #            choice does not depend on this machine's timing); bit-identical to resuming by hand at that layout,
 #            within the layout-change bound (1e-4 relative) of the uninterrupted run.
 #   hang     dp2: rank 1 SIGSTOPs itself inside a gradient reduction; the watchdog ends the job naming it; restart.
-#   save     dp2: rank 1 SIGKILLed inside its checkpoint writer (step 4): the previous checkpoint (step 2) is used.
+#   save     dp2: rank 0 SIGKILLed inside its checkpoint writer (step 4): the previous checkpoint (step 2) is used.
 #   budget   a fault that repeats on every attempt: --max-restarts 2 ends the job with the report; the newest
 #            checkpoint and the metrics rows are intact.
 #   refuse   bad input: fewer ranks left than --min-ranks; no checkpoint yet (restart from step 0, said so); a
@@ -26,7 +26,7 @@ shift 3
 mpiexec=("$@")
 launcher="${mpiexec[*]}"
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT; echo "work $work"
 cd "$work"
 fail() { echo "FAIL $scenario: $*"; exit 1; }
 losses_from() { python3 -c "
@@ -142,7 +142,7 @@ hang)
   echo "ok   hang: watchdog named rank 1; restarted from step $step on 1 rank; bit-identical to the by-hand resume"
   ;;
 save)
-  export CLEAVE_FAULT_INJECT_1=1:4:save:kill
+  export CLEAVE_FAULT_INJECT_1=0:4:save:kill
   timed sup --slots 2 --keep-layout -- tiny.json --set train.out_dir=run > run.log 2>&1 || { cat run.log; fail "cleave run did not complete"; }
   unset CLEAVE_FAULT_INJECT_1
   grep -E "run: restart|run: completed" run.log
@@ -165,7 +165,8 @@ budget)
   ;;
 refuse)
   # Fewer ranks left than --min-ranks.
-  CLEAVE_FAULT_INJECT_1=1:3:forward:kill sup --slots 2 --min-ranks 2 -- tiny.json --set train.out_dir=few > few.log 2>&1 \
+  CLEAVE_FAULT_INJECT_1=1:3:forward:kill sup --slots 2 --min-ranks 2 -- tiny.json --set train.out_dir=few \
+    --set checkpoint.background=false > few.log 2>&1 \
     && fail "--min-ranks 2 with 1 rank left exited 0"
   grep -q "giving up: 1 rank left, fewer than --min-ranks 2; nothing is lost: the newest complete checkpoint is .*step_0000002" few.log \
     || { cat few.log; fail "--min-ranks refusal unclear"; }
@@ -181,7 +182,7 @@ refuse)
     || fail "cleave plan --world 1"
   cap=$(python3 -c "import json; d=json.load(open('one.json')); p=d['plans'] if isinstance(d,dict) else d; print(int(min(x['peak_bytes'] for x in p) * 0.9))")
   CLEAVE_FAULT_INJECT_1=1:3:forward:kill sup --slots 2 --profile "$src/profiles/h100_sxm.json" --memory-limit "$cap" -- \
-    tiny.json "${pp2[@]}" --set train.out_dir=cap > cap.log 2>&1 && fail "a cap no plan meets exited 0"
+    tiny.json "${pp2[@]}" --set train.out_dir=cap --set checkpoint.background=false > cap.log 2>&1 && fail "a cap no plan meets exited 0"
   grep -q "giving up: no layout fits at the 1 rank left (no plan on 1 ranks fits the memory cap .*); the smallest world that fits is 2 ranks" cap.log \
     || { cat cap.log; fail "the memory-cap refusal does not name the smallest world"; }
   [ -f cap/checkpoints/step_0000002/index.json ] || fail "memory cap: checkpoint gone"
@@ -193,8 +194,8 @@ refuse)
   ;;
 sigterm)
   sed 's/"steps": 12/"steps": 100000/' tiny.json > long.json
-  sup --slots 2 -- long.json --set train.out_dir=run --set checkpoint.interval=0 --set checkpoint.save_final=false \
-    > run.log 2>&1 &
+  "$cleave" run --launcher "$launcher" --slots 2 -- long.json --set train.out_dir=run --set checkpoint.interval=0 \
+    --set checkpoint.save_final=false > run.log 2>&1 &
   pid=$!
   for _ in $(seq 1 600); do [ "$(wc -l < run/metrics.jsonl 2> /dev/null || echo 0)" -ge 3 ] && break; sleep 0.05; done
   kill -TERM $pid

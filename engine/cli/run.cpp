@@ -48,8 +48,8 @@ restart is recorded in <train.out_dir>/supervisor/supervisor.json, run.json ("re
               "steps (checkpoint.interval), from the step time measured before the failure", 0.0, 0)
       .number("--teardown-grace", "S", "after a failure line, seconds the launcher may take to end the job", 20.0, 0)
       .text("--launcher", "CMD",
-            "launcher words before `-n N` (default mpiexec; srun --mpi=pmix inside a SLURM\n"
-            "allocation), e.g. \"mpiexec --oversubscribe --hostfile hosts\"")
+            "launcher words before `-n N` (default mpiexec; srun --mpi=pmix --kill-on-bad-exit=1 in a\n"
+            "SLURM allocation), e.g. \"mpiexec --oversubscribe\"")
       .text("--profile", "FILE", "hardware profile for the planner (default: measure this machine once)")
       .text("--memory-limit", "SIZE", "the planner's cap per rank (default: device.memory_limit)")
       .epilog(R"(example:   cleave run --slots 4 --max-restarts 3 -- examples/gpt_fortunes.json --set train.steps=2000 \

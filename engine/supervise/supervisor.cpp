@@ -59,7 +59,7 @@ std::string slot_name(const Slot& s) { return fmt::format("{}:{}", s.host, s.ind
 // A line that says the job failed, as it streams in (the detection moment).
 bool names_a_failure(const std::string& text) {
   static const std::regex failure(
-      R"(exited on signal|not answering within|\] error: |MPI_ABORT was invoked|task [0-9]+: (Killed|Terminated|Exited)|comm timeout after)");
+      R"(exited on signal|the job has been aborted|not answering within|\] error: |MPI_ABORT was invoked|task [0-9]+: (Killed|Terminated|Exited)|comm timeout after)");
   return std::regex_search(text, failure);
 }
 
@@ -172,7 +172,7 @@ int supervise(const SuperviseOptions& o) {
     const int world = choice.tp * choice.pp * choice.dp;
     const std::vector<Slot> used(slots.begin(), slots.begin() + world);
     std::vector<std::string> argv = o.launcher;
-    if (argv.empty()) argv = o.slurm ? std::vector<std::string>{"srun", "--mpi=pmix"} : std::vector<std::string>{"mpiexec"};
+    if (argv.empty()) argv = o.slurm ? std::vector<std::string>{"srun", "--mpi=pmix", "--kill-on-bad-exit=1"} : std::vector<std::string>{"mpiexec"};
     argv.insert(argv.end(), {"-n", std::to_string(world)});
     if (o.use_hostfile && !o.slurm) {
       const std::string hosts = (fs::path(dir) / fmt::format("hosts.attempt_{}", attempt)).string();

@@ -28,7 +28,7 @@ struct SuperviseOptions {
   std::string health_check;         // shell command per slot (CLEAVE_SLOT_HOST, CLEAVE_SLOT_INDEX); non-zero = bad
   double max_lost_seconds = 0;      // > 0: checkpoint.interval of a restart from the measured step time
   double teardown_grace_s = 20;     // after a failure line, how long the launcher may take to end the job itself
-  std::vector<std::string> launcher;  // words before "-n N"; empty = mpiexec (srun --mpi=pmix under SLURM)
+  std::vector<std::string> launcher;  // words before "-n N"; empty = mpiexec (srun --mpi=pmix --kill-on-bad-exit=1 under SLURM)
   std::string profile;              // hardware profile for the planner ("" = measure this machine once)
   std::string memory_limit;         // the planner's cap ("" = device.memory_limit, else the profile's memory)
   std::string cleave;               // this executable

@@ -144,7 +144,8 @@ void JobProcess::end_group(int grace_ms) {
   }
   ::kill(-pid_, SIGKILL);
   reap(true);
-  while (group_alive()) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  // SIGKILL cannot be refused; a process in uninterruptible sleep (D state) may take a moment, not forever.
+  for (int i = 0; i < 1000 && group_alive(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
 }
 
 }  // namespace cleave::supervise

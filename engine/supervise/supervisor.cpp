@@ -146,6 +146,13 @@ int supervise(const SuperviseOptions& o) {
   CLEAVE_CHECK(static_cast<int>(o.slots.size()) >= o.min_ranks, "run: {} slots is fewer than --min-ranks {}",
                o.slots.size(), o.min_ranks);
   planner::PlanChoice choice = planner::choice_of_config(o.config_path, o.overrides, static_cast<int>(o.slots.size()));
+  try {
+    static_cast<void>(choice.apply_to(base));  // the config's own checks at this world, before anything starts
+  } catch (const std::exception& e) {
+    CLEAVE_THROW("run: the config does not run on the {} slots given: {}; nothing was started (set parallel.* "
+                 "after the -- or give other --slots)",
+                 o.slots.size(), e.what());
+  }
   const int first_world = choice.tp * choice.pp * choice.dp;
   CLEAVE_CHECK(first_world <= static_cast<int>(o.slots.size()),
                "run: the config's layout {} needs {} ranks but only {} slots are given", choice.layout(), first_world,
@@ -230,7 +237,12 @@ int supervise(const SuperviseOptions& o) {
           job.end_group(2000);
         }
       }
-      while (job.group_alive()) job.poll(10);  // teardown ends when no process of the job is left
+      // Teardown ends when no process of the job is left (the launcher's ranks may outlive it briefly).
+      const double exited_at = unix_now();
+      while (job.group_alive()) {
+        job.poll(10);
+        if (unix_now() - exited_at > o.teardown_grace_s) job.end_group(2000);
+      }
       for (std::string more = job.poll(0); !more.empty(); more = job.poll(0)) {}
       exit_code = job.exit_code();
       output = job.output();

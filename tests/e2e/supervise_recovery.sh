@@ -10,10 +10,12 @@
 #            choice does not depend on this machine's timing); bit-identical to resuming by hand at that layout,
 #            within the layout-change bound (1e-4 relative) of the uninterrupted run.
 #   hang     dp2: rank 1 SIGSTOPs itself inside a gradient reduction; the watchdog ends the job naming it; restart.
-#   save     dp2: rank 0 SIGKILLed inside its checkpoint writer (step 4): the previous checkpoint (step 2) is used.
+#   save     dp2: rank 0 SIGKILLed inside its checkpoint writer (step 4): the previous checkpoint (step 2) is used;
+#            --max-lost-seconds sets the restart's checkpoint.interval from the measured step time.
 #   budget   a fault that repeats on every attempt: --max-restarts 2 ends the job with the report; the newest
 #            checkpoint and the metrics rows are intact.
-#   refuse   bad input: fewer ranks left than --min-ranks; no checkpoint yet (restart from step 0, said so); a
+#   refuse   bad input: fewer ranks left than --min-ranks; no checkpoint yet (restart from step 0, said so; a
+#            --health-check drops a slot too); a
 #            memory cap no plan meets on the ranks left (the error names the smallest world that fits); an
 #            out_dir that holds a run (nothing started).
 #   sigterm  SIGTERM to cleave run: every rank saves the current step and the job exits 75; the checkpoint resumes.
@@ -143,9 +145,13 @@ hang)
   ;;
 save)
   export CLEAVE_FAULT_INJECT_1=0:4:save:kill
-  timed sup --slots 2 --keep-layout -- tiny.json --set train.out_dir=run > run.log 2>&1 || { cat run.log; fail "cleave run did not complete"; }
+  timed sup --slots 2 --keep-layout --max-lost-seconds 0.05 -- tiny.json --set train.out_dir=run > run.log 2>&1 \
+    || { cat run.log; fail "cleave run did not complete"; }
   unset CLEAVE_FAULT_INJECT_1
-  grep -E "run: restart|run: completed" run.log
+  grep -E "run: restart|run: completed|run: checkpoint.interval" run.log
+  grep -q "run: checkpoint.interval [0-9]* (--max-lost-seconds 0.05 at" run.log || fail "--max-lost-seconds set no interval"
+  field run/supervisor/supervisor.json 'd["attempts"][1]["command"]' | grep -q "checkpoint.interval=" \
+    || fail "the restart does not carry the checkpoint interval"
   [ "$(field run/run.json 'd["restarts"][0]["resumed_at_step"]')" = 2 ] || fail "the previous checkpoint (step 2) was not used"
   by_hand run 2 ref_hand run/checkpoints/step_0000002
   diff <(losses_from run/metrics.jsonl 3) <(losses_from ref_hand/metrics.jsonl 3) > /dev/null || fail "losses differ from the by-hand resume"
@@ -172,8 +178,17 @@ refuse)
     || { cat few.log; fail "--min-ranks refusal unclear"; }
   [ -f few/checkpoints/step_0000002/index.json ] || fail "--min-ranks: checkpoint gone"
   # No checkpoint yet: restart from step 0 and say so (checkpoint.interval 0: only the final one).
-  CLEAVE_FAULT_INJECT_1=1:3:forward:kill sup --slots 2 --keep-layout -- tiny.json --set train.out_dir=fresh \
-    --set checkpoint.interval=0 > fresh.log 2>&1 || { cat fresh.log; fail "restart without a checkpoint"; }
+  # (3 slots, dp2 on the first two, and a health check that refuses slot 2: the dead rank's slot and slot 2 are
+  # both dropped.) A config that does not run on the slots given is refused before anything starts.
+  sup --slots 3 -- tiny.json --set train.out_dir=odd > odd.log 2>&1 && fail "dp3 of a global batch of 8 accepted"
+  grep -q "run: the config does not run on the 3 slots given: .*global_batch_size 8 is not divisible.*nothing was started" \
+    odd.log || { cat odd.log; fail "the refusal of a config that does not fit the slots"; }
+  [ ! -e odd ] || fail "the refused run created its out_dir"
+  CLEAVE_FAULT_INJECT_1=1:3:forward:kill sup --slots 3 --keep-layout --health-check 'test "$CLEAVE_SLOT_INDEX" != 2' \
+    -- tiny.json --set parallel.data_parallel_size=2 --set train.out_dir=fresh --set checkpoint.interval=0 > fresh.log 2>&1 \
+    || { cat fresh.log; fail "restart without a checkpoint"; }
+  [ "$(field fresh/run.json 'd["restarts"][0]["dropped_slots"]')" = "['localhost:1', 'localhost:2']" ] \
+    || fail "the dead rank's slot and the unhealthy one are not both dropped"
   grep -q "no checkpoint yet under .*: restarting from step 0 (2 steps done so far are redone)" fresh.log \
     || { cat fresh.log; fail "the restart from step 0 is not said"; }
   [ "$(field fresh/run.json 'd["restarts"][0]["steps_redone"]')" = 2 ] || fail "steps redone"

@@ -145,8 +145,14 @@ int supervise(const SuperviseOptions& o) {
                out_dir);
   CLEAVE_CHECK(static_cast<int>(o.slots.size()) >= o.min_ranks, "run: {} slots is fewer than --min-ranks {}",
                o.slots.size(), o.min_ranks);
-  planner::PlanChoice choice = planner::choice_of_config(o.config_path, o.overrides, static_cast<int>(o.slots.size()));
+  planner::PlanChoice choice;
   try {
+    // A config that fixes dp uses tp x pp x dp of the slots (the rest idle); dp -1 fills them.
+    const auto& p = base.parallel;
+    const int world = p.data_parallel_size > 0
+                          ? p.tensor_model_parallel_size * p.pipeline_model_parallel_size * p.data_parallel_size
+                          : static_cast<int>(o.slots.size());
+    choice = planner::choice_of_config(o.config_path, o.overrides, world);
     static_cast<void>(choice.apply_to(base));  // the config's own checks at this world, before anything starts
   } catch (const std::exception& e) {
     CLEAVE_THROW("run: the config does not run on the {} slots given: {}; nothing was started (set parallel.* "

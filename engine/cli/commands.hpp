@@ -20,5 +20,7 @@ int run_profile(int argc, char** argv);
 // `cleave profile --gemm ...` (profile_gemm.cpp): run_profile hands over when --gemm is given.
 int run_profile_gemm(int argc, char** argv);
 int run_report(int argc, char** argv);
+// `cleave run`: the supervisor (engine/supervise/); no MPI in its own process.
+int run_run(int argc, char** argv);
 
 }  // namespace cleave::cli

@@ -59,6 +59,8 @@ constexpr Command kCommands[] = {
      cleave::cli::run_generate},
     {"report", "write report.html for a run directory (curves, memory per rank, layout, config)",
      cleave::cli::run_report},
+    {"run", "supervise cleave train: restart on the ranks left after a failure, re-planned, from the newest checkpoint",
+     cleave::cli::run_run},
     {"version", "print the version and the compiled backends", run_version},
 };
 

@@ -4,6 +4,8 @@
 // for this rank and runs it. The trainer's world rank 0 writes report.html into the run directory at the end,
 // or after a failure with the steps that finished (train.report, default on; engine/report/html_report.hpp).
 // --profile FILE gives the peak FLOP/s per rank that MFU is measured against (engine/train/throughput.hpp).
+// SIGUSR1 (what `cleave run` forwards on SIGTERM) saves a checkpoint at the next step and exits 0 with a log line
+// saying so (engine/train/stop_request.hpp).
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -18,6 +20,7 @@
 #include "engine/core/log.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/train/config_change.hpp"
+#include "engine/train/stop_request.hpp"
 #include "engine/train/trainer.hpp"
 #include "engine/train/weight_source.hpp"
 
@@ -55,6 +58,10 @@ with an ETA; redirected to a file it is plain lines.)");
             "a hardware profile (profiles/*.json, or one cleave profile wrote): MFU per step\n"
             "against its peak FLOP/s for the run's dtype (the sustained GEMM rate when the\n"
             "profile has no peak). Without it the achieved TFLOP/s per rank is shown, no MFU.")
+      .text("--restart-record", "FILE",
+            "written by cleave run on a restart (docs/multi-rank.md, \"Recovery\"): the restart's\n"
+            "number and launch time, put on the first metrics row with its start-up, checkpoint\n"
+            "load and first-step times")
       .repeated("--allow-config-change", "KEY[,KEY...]",
                 "with --resume: allow these keys to differ from the checkpoint's config\n"
                 "(e.g. optimizer.lr,optimizer.warmup_steps)")
@@ -91,6 +98,7 @@ int run_train(int argc, char** argv) {
   const std::vector<std::string> overrides = args.all("--set");
   train::TrainOptions options;
   options.resume = args.text("--resume");
+  options.restart_record = args.text("--restart-record");
   for (const auto& list : args.all("--allow-config-change")) {
     for (auto& key : train::split_key_list(list)) options.allow_config_change.push_back(std::move(key));
   }
@@ -122,7 +130,10 @@ int run_train(int argc, char** argv) {
     if (!profile_path.empty()) options.peak = peak_of(profile_path, config);
     train::Trainer trainer(config, *world.comm);
     if (init) options.init = &*init;  // loaded by train() once the output paths are checked
+    train::install_stop_request_handler();  // SIGUSR1: save a checkpoint at the next step and stop
     const train::TrainSummary summary = trainer.train(options);
+    // A stop on request exits 0 on every rank: under mpirun a rank's non-zero exit would end its peers while they
+    // still finish the run's files; the log line (and cleave run's own exit code 75) say it stopped early.
     return summary.completed ? 0 : 1;
   });
 }

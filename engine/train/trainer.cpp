@@ -38,6 +38,7 @@
 #include "engine/train/rank_setup.hpp"
 #include "engine/train/run_record.hpp"
 #include "engine/train/step_tail.hpp"
+#include "engine/train/stop_request.hpp"
 #include "engine/train/weights_only.hpp"
 #include "kernels/ops/ops.hpp"
 #include "pipeline/executor.hpp"
@@ -170,6 +171,31 @@ report::RunSummary with_resume(report::RunSummary record, const std::string& out
   }
   record.resumes.push_back(std::move(now));
   return record;
+}
+
+// TrainOptions::restart_record, read on world rank 0 (the only rank that writes metrics); number 0 = none.
+struct RestartRecord {
+  std::int64_t number = 0;
+  double launched_unix_s = 0;
+};
+RestartRecord read_restart_record(const std::string& path, bool reads) {
+  RestartRecord r;
+  if (path.empty() || !reads) return r;
+  try {
+    std::ifstream in(path);
+    CLEAVE_CHECK(in.good(), "cannot read it");
+    const nlohmann::json j = nlohmann::json::parse(in);
+    r.number = j.at("restart").get<std::int64_t>();
+    r.launched_unix_s = j.at("launched_unix_s").get<double>();
+  } catch (const std::exception& e) {
+    log::warn("restart record {}: {}; the restart's timings are not recorded", path, e.what());
+    r = {};
+  }
+  return r;
+}
+
+double unix_seconds() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
 }  // namespace
@@ -419,10 +445,12 @@ StepStats Trainer::step(std::int64_t step) {
 
   const double loss = s.global_mean_loss(outcome);
   // A background checkpoint's writers ride on this reduction: when none is still writing, it is committed now.
+  // So does the save-and-stop request (stop_request.hpp): every rank sees one that reached any rank.
   const bool writing = s.pending_save && s.pending_save->writing();
-  const auto peaks = reduce_doubles(
-      s.setup.world, {static_cast<double>(s.setup.allocator->stats().peak_total), writing ? 1.0 : 0.0},
-      comm::ReduceOp::kMax);
+  const auto peaks = reduce_doubles(s.setup.world,
+                                    {static_cast<double>(s.setup.allocator->stats().peak_total), writing ? 1.0 : 0.0,
+                                     stop_requested() ? 1.0 : 0.0},
+                                    comm::ReduceOp::kMax);
   if (s.pending_save && peaks[1] == 0.0) {
     const std::int64_t saved = s.pending_save->steps_done();
     s.committed_in_step = {saved, s.commit_pending_save()};
@@ -442,6 +470,7 @@ StepStats Trainer::step(std::int64_t step) {
   stats.p2p_bytes = outcome.p2p_bytes_sent;
   stats.dp_grad_bytes = tail.dp_bytes;
   stats.routing = s.router_metrics.finish(s.setup.world, s.setup.coords.tp_rank, s.setup.context);
+  stats.stop_requested = peaks[2] != 0.0;
   return stats;
 }
 
@@ -472,6 +501,9 @@ TrainSummary Trainer::train(const TrainOptions& options) {
   bool resumed = false;
   std::string resumed_from;
   std::vector<ConfigChange> resume_changes;
+  const RestartRecord restart = read_restart_record(options.restart_record, s.reports());
+  const double load_began_unix_s = unix_seconds();
+  const auto load_began = Clock::now();
   if (!options.resume.empty()) {
     std::optional<std::string> dir;
     if (options.resume == "auto") {
@@ -493,6 +525,7 @@ TrainSummary Trainer::train(const TrainOptions& options) {
       resumed = true;
     }
   }
+  const double load_s = elapsed_ms(load_began) * 1e-3;
   std::unique_ptr<MetricsWriter> metrics;
   std::unique_ptr<ProgressPrinter> progress;
   StepCounts counts;  // carried on from the kept rows of a resumed run (rank 0 reads them; all ranks count)
@@ -556,6 +589,12 @@ TrainSummary Trainer::train(const TrainOptions& options) {
         m.counts.emplace_back("resumed_at_step", start_step);
         m.counts.emplace_back("config_changes", static_cast<std::int64_t>(resume_changes.size()));
       }
+      if (restart.number > 0 && step == start_step) {  // cleave run's restart: its start-up, load and first step
+        m.counts.emplace_back("restart", restart.number);
+        m.extra.emplace_back("restart_startup_s", load_began_unix_s - restart.launched_unix_s);
+        m.extra.emplace_back("restart_load_s", load_s);
+        m.extra.emplace_back("restart_first_step_s", stats.step_ms * 1e-3);
+      }
       // Evaluation every eval_interval steps and after the last one, on that step's metrics row.
       const bool last = step + 1 == cfg.train.steps;
       const bool eval_now =
@@ -581,6 +620,18 @@ TrainSummary Trainer::train(const TrainOptions& options) {
       if (periodic || (last && cfg.checkpoint.save_final)) {
         if (progress) progress->interrupt();  // the checkpoint's log line gets a line of its own
         impl.save_in_train_loop(checkpoints, step + 1);
+      }
+      if (stats.stop_requested) {  // the preemption notice: save this step (unless just saved) and end
+        if (progress) progress->interrupt();
+        if (!(periodic || (last && cfg.checkpoint.save_final))) impl.save_in_train_loop(checkpoints, step + 1);
+        if (impl.pending_save) impl.commit_pending_save();
+        if (s.reports()) {
+          log::info("stopped on request (SIGUSR1, the preemption notice) after step {}: checkpoint {} saved; "
+                    "continue with --resume auto",
+                    step + 1, (fs::path(checkpoints) / checkpoint::step_dir_name(step + 1)).string());
+        }
+        summary.stopped = true;
+        break;
       }
     }
     if (impl.pending_save) impl.commit_pending_save();  // the run ends when its last checkpoint is committed

@@ -48,6 +48,7 @@ struct StepStats {
   std::int64_t dp_grad_bytes = 0;  // bytes this rank's data-parallel gradient collectives carried (0 without dp)
   // Mixture-of-experts models: the routing fields of the step (engine/train/router_metrics.hpp), on every rank.
   std::vector<std::pair<std::string, double>> routing;
+  bool stop_requested = false;     // some rank received the save-and-stop signal (stop_request.hpp) by this step
 };
 
 struct EvalResult {
@@ -58,6 +59,7 @@ struct EvalResult {
 
 struct TrainSummary {
   bool completed = false;
+  bool stopped = false;  // ended early on the save-and-stop signal, after saving a checkpoint (stop_request.hpp)
   std::vector<StepStats> steps;
   EvalResult eval;  // items == 0 when no evaluation ran
   std::int64_t peak_bytes = 0;
@@ -70,8 +72,13 @@ struct TrainSummary {
 // init (train --init-from; may be null): weights loaded by train() after its output paths are checked, so a bad
 // path fails before any load. peak: one rank's peak FLOP/s that MFU is measured against (cleave train --profile;
 // throughput.hpp); none = no MFU, the achieved FLOP/s is reported all the same.
+// restart_record (set by `cleave run` on a restart; engine/supervise/): a JSON file {"restart": N,
+// "launched_unix_s": T} whose numbers world rank 0 puts on the first metrics row with the restart's start-up
+// (T to the checkpoint load), checkpoint load and first step times (restart, restart_startup_s, restart_load_s,
+// restart_first_step_s).
 struct TrainOptions {
   std::string resume;
+  std::string restart_record;
   std::vector<std::string> allow_config_change;
   const WeightSource* init = nullptr;
   PeakFlops peak;

@@ -1,0 +1,187 @@
+// The supervisor's decisions (recovery_policy.hpp).
+#include "engine/supervise/recovery_policy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "engine/core/error.hpp"
+
+namespace cleave::supervise {
+namespace {
+
+std::string trim(std::string_view s) {
+  const auto b = s.find_first_not_of(" \t\r");
+  if (b == std::string_view::npos) return {};
+  const auto e = s.find_last_not_of(" \t\r");
+  return std::string(s.substr(b, e - b + 1));
+}
+
+std::vector<int> ints_after(const std::string& list, const std::regex& each) {
+  std::vector<int> out;
+  for (auto it = std::sregex_iterator(list.begin(), list.end(), each); it != std::sregex_iterator(); ++it) {
+    out.push_back(std::stoi((*it)[1].str()));
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Slot> local_slots(int n) {
+  std::vector<Slot> slots;
+  for (int i = 0; i < n; ++i) slots.push_back({"localhost", i});
+  return slots;
+}
+
+std::vector<Slot> parse_hostfile(std::string_view text, std::string_view path) {
+  std::vector<Slot> slots;
+  std::map<std::string, int> used;
+  std::istringstream in{std::string(text)};
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    const std::string body = trim(line.substr(0, line.find('#')));
+    if (body.empty()) continue;
+    std::istringstream words(body);
+    std::string host, word;
+    words >> host;
+    int count = 1;
+    while (words >> word) {
+      const auto eq = word.find('=');
+      const std::string key = word.substr(0, eq);
+      CLEAVE_CHECK(eq != std::string::npos && (key == "slots" || key == "max_slots"),
+                   "hostfile {} line {}: '{}' is not 'HOST [slots=N]' (unknown word '{}')", path, number, body, word);
+      if (key != "slots") continue;
+      const std::string value = word.substr(eq + 1);
+      CLEAVE_CHECK(!value.empty() && value.find_first_not_of("0123456789") == std::string::npos && std::stoi(value) > 0,
+                   "hostfile {} line {}: slots must be a whole number >= 1, got '{}'", path, number, value);
+      count = std::stoi(value);
+    }
+    for (int i = 0; i < count; ++i) slots.push_back({host, used[host]++});
+  }
+  CLEAVE_CHECK(!slots.empty(), "hostfile {}: no slots (expected lines 'HOST slots=N')", path);
+  return slots;
+}
+
+std::string hostfile_text(const std::vector<Slot>& slots) {
+  std::vector<std::string> order;
+  std::map<std::string, int> count;
+  for (const Slot& s : slots) {
+    if (count[s.host]++ == 0) order.push_back(s.host);
+  }
+  std::string out;
+  for (const auto& host : order) out += fmt::format("{} slots={}\n", host, count[host]);
+  return out;
+}
+
+std::string_view failure_kind_name(FailureKind kind) {
+  switch (kind) {
+    case FailureKind::kKilled: return "killed";
+    case FailureKind::kHung: return "hung";
+    case FailureKind::kError: return "error";
+    case FailureKind::kUnknown: return "unknown";
+  }
+  return "unknown";
+}
+
+Failure classify_failure(std::string_view output, int exit_code) {
+  const std::string text(output);
+  std::smatch m;
+  // The watchdog: "[rank 0/4] not answering within 1.5s: rank 1, rank 3 (stopped, dead, ...); aborting the job".
+  static const std::regex hung(R"(not answering within [0-9.]+s: ((?:rank [0-9]+(?:, )?)+))");
+  if (std::regex_search(text, m, hung)) {
+    Failure f{FailureKind::kHung, ints_after(m[1].str(), std::regex(R"(rank ([0-9]+))")), ""};
+    f.why = fmt::format("hang: the watchdog found {} not answering", trim(m[1].str()));
+    return f;
+  }
+  // Open MPI: "mpirun noticed that process rank 1 with PID 123 on node n exited on signal 9 (Killed)."
+  static const std::regex killed(R"(process rank ([0-9]+) with PID [0-9]+ on node \S+ exited on signal ([0-9]+)( \([^)]*\))?)");
+  if (std::regex_search(text, m, killed)) {
+    return {FailureKind::kKilled, {std::stoi(m[1].str())},
+            fmt::format("rank {} exited on signal {}{}", m[1].str(), m[2].str(), m[3].str())};
+  }
+  // srun: "srun: error: node: task 1: Killed" (or "Terminated" after a peer's death: the Killed one first).
+  static const std::regex srun_killed(R"(task ([0-9]+): (Killed|Segmentation fault|Aborted|Bus error))");
+  if (std::regex_search(text, m, srun_killed)) {
+    return {FailureKind::kKilled, {std::stoi(m[1].str())}, fmt::format("rank {}: {} (srun)", m[1].str(), m[2].str())};
+  }
+  // A rank's own error line: "[rank 1/4] error: ...".
+  static const std::regex error(R"(\[rank ([0-9]+)/[0-9]+\] error: ([^\n]*))");
+  if (std::regex_search(text, m, error)) {
+    std::string what = m[2].str();
+    if (what.size() > 200) what = what.substr(0, 197) + "...";
+    return {FailureKind::kError, {std::stoi(m[1].str())}, fmt::format("rank {} error: {}", m[1].str(), what)};
+  }
+  return {FailureKind::kUnknown, {}, fmt::format("the job exited with code {} and no line names a rank", exit_code)};
+}
+
+std::vector<Slot> remaining_slots(const std::vector<Slot>& slots, const Failure& failure,
+                                  const std::vector<bool>& healthy) {
+  std::set<int> drop;
+  if (failure.kind == FailureKind::kKilled || failure.kind == FailureKind::kHung) {
+    drop.insert(failure.ranks.begin(), failure.ranks.end());
+  }
+  std::vector<Slot> left;
+  for (std::size_t i = 0; i < slots.size(); ++i) {
+    if (drop.count(static_cast<int>(i)) > 0) continue;
+    if (!healthy.empty() && !healthy[i]) continue;
+    left.push_back(slots[i]);
+  }
+  return left;
+}
+
+RestartDecision decide_restart(int restarts_done, int max_restarts, int ranks_left, int min_ranks) {
+  if (restarts_done >= max_restarts) {
+    return {false, fmt::format("the restart budget is spent: {} restart{} made, --max-restarts {}", restarts_done,
+                               restarts_done == 1 ? "" : "s", max_restarts)};
+  }
+  if (ranks_left < min_ranks) {
+    return {false, fmt::format("{} rank{} left, fewer than --min-ranks {}", ranks_left, ranks_left == 1 ? "" : "s",
+                               min_ranks)};
+  }
+  if (ranks_left < 1) return {false, "no rank left"};
+  return {true, ""};
+}
+
+std::optional<planner::PlanChoice> keep_layout(const planner::PlanChoice& old, int world) {
+  const int model_ranks = old.tp * old.pp;
+  if (world < model_ranks) return std::nullopt;
+  const std::int64_t global = old.global_batch;
+  CLEAVE_ASSERT(global > 0, "keep_layout: the old plan has no global batch");
+  for (int dp = world / model_ranks; dp >= 1; --dp) {
+    if (global % dp != 0) continue;
+    const std::int64_t per_replica = global / dp;
+    std::int64_t micro = std::min(old.micro_batch, per_replica);
+    while (per_replica % micro != 0) --micro;
+    // Pipeline schedules need at least pp micro-batches per replica in some generators; the config's own check
+    // refuses what does not work, so keep the largest micro-batch that divides.
+    planner::PlanChoice next = old;
+    next.dp = dp;
+    next.micro_batch = micro;
+    if (dp == 1) {
+      next.zero_stage = 0;
+      next.zero_reduce = config::ZeroReduce::kAuto;
+    }
+    return next;
+  }
+  return std::nullopt;
+}
+
+std::optional<int> smallest_world(int from, int to, const std::function<bool(int)>& fits) {
+  for (int w = std::max(1, from); w <= to; ++w) {
+    if (fits(w)) return w;
+  }
+  return std::nullopt;
+}
+
+std::int64_t checkpoint_interval_for(double max_lost_s, double step_s) {
+  CLEAVE_ASSERT(step_s > 0, "checkpoint_interval_for: step time must be > 0");
+  const double steps = std::floor(max_lost_s / step_s);
+  return std::max<std::int64_t>(1, static_cast<std::int64_t>(std::min(steps, 1e9)));
+}
+
+}  // namespace cleave::supervise

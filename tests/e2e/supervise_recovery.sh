@@ -1,0 +1,226 @@
+#!/usr/bin/env bash
+# `cleave run` (engine/supervise/) keeping a job going through failures, one scenario per ctest test. Faults come
+# from the test hook CLEAVE_FAULT_INJECT_<attempt> (engine/train/fault_injection.hpp; the supervisor hands it to
+# that attempt only) or CLEAVE_FAULT_INJECT (every attempt). A tiny GPT in deterministic mode, 12 steps.
+#   keep     4 ranks dp2 x pp2, rank 3 SIGKILLed at step 5, then (at dp1 x pp2) rank 1 at step 8: --keep-layout
+#            restarts twice on 2 ranks; from the first checkpoint on the losses equal, bit for bit, a run resuming
+#            that checkpoint at dp1 x pp2 by hand, and (a dp-only change keeps the reduction order) the
+#            uninterrupted 4-rank run; run.json, metrics.jsonl and supervisor.json record both restarts.
+#   plan     the same kill, default layout choice: the planner's best plan for 3 ranks (a fixed profile, so the
+#            choice does not depend on this machine's timing); bit-identical to resuming by hand at that layout,
+#            within the layout-change bound (1e-4 relative) of the uninterrupted run.
+#   hang     dp2: rank 1 SIGSTOPs itself inside a gradient reduction; the watchdog ends the job naming it; restart.
+#   save     dp2: rank 0 SIGKILLed inside its checkpoint writer (step 4): the previous checkpoint (step 2) is used;
+#            --max-lost-seconds sets the restart's checkpoint.interval from the measured step time.
+#   budget   a fault that repeats on every attempt: --max-restarts 2 ends the job with the report; the newest
+#            checkpoint and the metrics rows are intact.
+#   refuse   bad input: fewer ranks left than --min-ranks; no checkpoint yet (restart from step 0, said so; a
+#            --health-check drops a slot too); a
+#            memory cap no plan meets on the ranks left (the error names the smallest world that fits); an
+#            out_dir that holds a run (nothing started).
+#   sigterm  SIGTERM to cleave run: every rank saves the current step and the job exits 75; the checkpoint resumes.
+# usage: supervise_recovery.sh SCENARIO CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
+set -u
+scenario=$1
+cleave=$(realpath "$2")
+src=$(realpath "$3")
+shift 3
+mpiexec=("$@")
+launcher="${mpiexec[*]}"
+work=$(mktemp -d)
+trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT; echo "work $work"
+cd "$work"
+fail() { echo "FAIL $scenario: $*"; exit 1; }
+losses_from() { python3 -c "
+import json,sys
+for l in open(sys.argv[1]):
+    r=json.loads(l)
+    if r['step']>=int(sys.argv[2]): print(r['step'], repr(r['loss']))" "$1" "$2"; }
+field() { python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print(eval(sys.argv[2], {}, {'d': d}))" "$1" "$2"; }
+
+cat > tiny.json <<'JSON'
+{
+  "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 2, "seq_len": 16},
+  "batch": {"global_batch_size": 8, "micro_batch_size": 2},
+  "optimizer": {"type": "adamw", "lr": 0.003},
+  "train": {"steps": 12, "seed": 5, "deterministic": true, "eval_batches": 0, "log_interval": 100,
+            "comm_timeout_s": 3, "report": false},
+  "checkpoint": {"interval": 2},
+  "data": {"type": "synthetic"}
+}
+JSON
+pp2=(--set parallel.pipeline_model_parallel_size=2)
+sup() { "$cleave" run --launcher "$launcher" --teardown-grace 10 "$@"; }
+timed() { local t0=$(date +%s%N); "$@"; local rc=$?; echo "     ($(( ($(date +%s%N) - t0) / 1000000 )) ms)"; return $rc; }
+
+# The command attempt N ran (supervisor.json), re-run by hand: its out_dir replaced, resuming CKPT.
+by_hand() {  # by_hand RUN_DIR ATTEMPT OUT CKPT
+  python3 - "$1/supervisor/supervisor.json" "$2" "$3" "$4" > cmd.txt << 'PY'
+import json, sys
+rec = json.load(open(sys.argv[1])); cmd = rec["attempts"][int(sys.argv[2]) - 1]["command"]
+out, ckpt = sys.argv[3], sys.argv[4]
+i = cmd.index("--resume"); cmd = cmd[:i]   # drop --resume auto --restart-record FILE (last on the line)
+print("\0".join(cmd + ["--set", "train.out_dir=" + out, "--resume", ckpt]), end="")
+PY
+  local args=()
+  while IFS= read -r -d '' a; do args+=("$a"); done < <(cat cmd.txt; printf '\0')
+  "${args[@]}" > "$3.log" 2>&1 || { cat "$3.log"; fail "the by-hand resume failed: ${args[*]}"; }
+}
+
+check_restart_rows() {  # the first row after each restart carries its number and timings
+  python3 - "$1" "$2" << 'PY' || fail "metrics.jsonl does not record the restarts"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1] + "/metrics.jsonl")]
+assert [r["step"] for r in rows] == list(range(1, 13)), [r["step"] for r in rows]
+marked = [r for r in rows if "restart" in r]
+assert len(marked) == int(sys.argv[2]), marked
+for r in marked:
+    assert r["restart_startup_s"] > 0 and r["restart_load_s"] >= 0 and r["restart_first_step_s"] > 0, r
+PY
+}
+
+case $scenario in
+keep)
+  export CLEAVE_FAULT_INJECT_1=3:5:forward:kill CLEAVE_FAULT_INJECT_2=1:8:forward:kill
+  timed sup --slots 4 --keep-layout -- tiny.json "${pp2[@]}" --set train.out_dir=run --set checkpoint.background=false \
+    > run.log 2>&1 || { cat run.log; fail "cleave run did not complete"; }
+  unset CLEAVE_FAULT_INJECT_1 CLEAVE_FAULT_INJECT_2
+  grep -E "run: restart|run: completed|run: attempt . failed" run.log
+  [ "$(field run/run.json 'len(d["restarts"])')" = 2 ] || fail "run.json does not hold 2 restarts"
+  [ "$(field run/run.json 'd["restarts"][0]["failed_ranks"]')" = "[3]" ] || fail "restart 1 does not name rank 3"
+  [ "$(field run/run.json 'd["restarts"][0]["new_layout"].split(",")[0]')" = "tp1 pp2 dp1" ] || fail "not dp shrunk"
+  [ "$(field run/run.json 'd["restarts"][0]["resumed_at_step"]')" = 4 ] || fail "restart 1 not from step 4"
+  [ "$(field run/run.json 'd["restarts"][1]["steps_redone"]')" = 1 ] || fail "restart 2 should redo step 7"
+  field run/run.json '[round(r["seconds_lost"],2) for r in d["restarts"]]' | grep -q '^\[[0-9.]*, [0-9.]*\]$' || fail "seconds lost"
+  check_restart_rows run 2
+  by_hand run 2 ref_hand run/checkpoints/step_0000004
+  diff <(losses_from run/metrics.jsonl 5) <(losses_from ref_hand/metrics.jsonl 5) > /dev/null \
+    || { paste <(losses_from run/metrics.jsonl 5) <(losses_from ref_hand/metrics.jsonl 5); fail "losses differ from the by-hand resume"; }
+  "${mpiexec[@]}" -n 4 "$cleave" train tiny.json "${pp2[@]}" --set train.out_dir=ref_full > ref_full.log 2>&1 \
+    || { cat ref_full.log; fail "uninterrupted run"; }
+  diff <(losses_from run/metrics.jsonl 1) <(losses_from ref_full/metrics.jsonl 1) > /dev/null \
+    || { paste <(losses_from run/metrics.jsonl 1) <(losses_from ref_full/metrics.jsonl 1); fail "losses differ from the uninterrupted run"; }
+  ls run/supervisor/attempt_1.metrics.jsonl run/supervisor/attempt_2.metrics.jsonl > /dev/null || fail "attempt metrics not kept"
+  echo "ok   keep: 2 restarts (dp2 x pp2 -> dp1 x pp2 twice); steps 5-12 bit-identical to the by-hand resume and all 12 to the uninterrupted run"
+  ;;
+plan)
+  export CLEAVE_FAULT_INJECT_1=3:5:forward:kill
+  timed sup --slots 4 --profile "$src/profiles/h100_sxm.json" -- tiny.json "${pp2[@]}" --set train.out_dir=run \
+    --set checkpoint.background=false > run.log 2>&1 || { cat run.log; fail "cleave run did not complete"; }
+  unset CLEAVE_FAULT_INJECT_1
+  grep -E "run: restart|run: completed" run.log
+  [ "$(field run/run.json 'd["restarts"][0]["new_world"]')" = 3 ] || fail "the planner's plan does not use the 3 ranks left"
+  field run/run.json 'd["restarts"][0]["layout_choice"]' | grep -q "planner's best" || fail "layout not the planner's"
+  check_restart_rows run 1
+  by_hand run 2 ref_hand run/checkpoints/step_0000004
+  diff <(losses_from run/metrics.jsonl 5) <(losses_from ref_hand/metrics.jsonl 5) > /dev/null \
+    || { paste <(losses_from run/metrics.jsonl 5) <(losses_from ref_hand/metrics.jsonl 5); fail "losses differ from the by-hand resume"; }
+  "${mpiexec[@]}" -n 4 "$cleave" train tiny.json "${pp2[@]}" --set train.out_dir=ref_full > ref_full.log 2>&1 \
+    || { cat ref_full.log; fail "uninterrupted run"; }
+  python3 - << 'PY' || fail "the planner's layout is outside the layout-change bound of the uninterrupted run"
+import json
+a = [json.loads(l)["loss"] for l in open("run/metrics.jsonl")]
+b = [json.loads(l)["loss"] for l in open("ref_full/metrics.jsonl")]
+worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+print(f"     largest relative loss difference from the uninterrupted dp2 x pp2 run: {worst:.2e} (bound 1e-4)")
+assert len(a) == len(b) == 12 and worst <= 1e-4
+PY
+  echo "ok   plan: restart on 3 ranks at $(field run/run.json 'd["restarts"][0]["new_layout"]'); bit-identical to the by-hand resume"
+  ;;
+hang)
+  export CLEAVE_FAULT_INJECT_1=1:5:dp_reduce:stop
+  timed sup --slots 2 --keep-layout -- tiny.json --set train.out_dir=run --set train.comm_timeout_s=2 \
+    > run.log 2>&1 || { cat run.log; fail "cleave run did not complete"; }
+  unset CLEAVE_FAULT_INJECT_1
+  grep -E "not answering|run: restart|run: completed" run.log
+  [ "$(field run/run.json 'd["restarts"][0]["kind"]')" = hung ] || fail "not recorded as a hang"
+  [ "$(field run/run.json 'd["restarts"][0]["failed_ranks"]')" = "[1]" ] || fail "the hung rank is not rank 1"
+  check_restart_rows run 1
+  ckpt=$(field run/run.json 'd["restarts"][0]["checkpoint"]')
+  step=$(field run/run.json 'd["restarts"][0]["resumed_at_step"]')
+  by_hand run 2 ref_hand "$ckpt"
+  diff <(losses_from run/metrics.jsonl $((step + 1))) <(losses_from ref_hand/metrics.jsonl $((step + 1))) > /dev/null \
+    || fail "losses differ from the by-hand resume"
+  echo "ok   hang: watchdog named rank 1; restarted from step $step on 1 rank; bit-identical to the by-hand resume"
+  ;;
+save)
+  export CLEAVE_FAULT_INJECT_1=0:4:save:kill
+  timed sup --slots 2 --keep-layout --max-lost-seconds 0.05 -- tiny.json --set train.out_dir=run > run.log 2>&1 \
+    || { cat run.log; fail "cleave run did not complete"; }
+  unset CLEAVE_FAULT_INJECT_1
+  grep -E "run: restart|run: completed|run: checkpoint.interval" run.log
+  grep -q "run: checkpoint.interval [0-9]* (--max-lost-seconds 0.05 at" run.log || fail "--max-lost-seconds set no interval"
+  field run/supervisor/supervisor.json 'd["attempts"][1]["command"]' | grep -q "checkpoint.interval=" \
+    || fail "the restart does not carry the checkpoint interval"
+  [ "$(field run/run.json 'd["restarts"][0]["resumed_at_step"]')" = 2 ] || fail "the previous checkpoint (step 2) was not used"
+  by_hand run 2 ref_hand run/checkpoints/step_0000002
+  diff <(losses_from run/metrics.jsonl 3) <(losses_from ref_hand/metrics.jsonl 3) > /dev/null || fail "losses differ from the by-hand resume"
+  echo "ok   save: killed inside the step-4 checkpoint write; resumed from step 2; bit-identical to the by-hand resume"
+  ;;
+budget)
+  export CLEAVE_FAULT_INJECT=0:4:forward:throw
+  sup --slots 2 --max-restarts 2 --keep-layout -- tiny.json --set train.out_dir=run --set checkpoint.background=false > run.log 2>&1 \
+    && fail "a job failing on every attempt exited 0"
+  unset CLEAVE_FAULT_INJECT
+  grep -q "giving up: the restart budget is spent: 2 restarts made, --max-restarts 2; nothing is lost: the newest complete checkpoint is .*step_0000002" run.log \
+    || { cat run.log; fail "no clear report of the spent budget"; }
+  [ -f run/checkpoints/step_0000002/index.json ] || fail "the newest checkpoint is gone"
+  [ "$(wc -l < run/metrics.jsonl)" = 3 ] || fail "metrics rows 1..3 not intact"
+  [ "$(field run/supervisor/supervisor.json 'len(d["attempts"])')" = 3 ] || fail "not 3 attempts"
+  echo "ok   budget: $(grep -o 'giving up: [^;]*' run.log)"
+  ;;
+refuse)
+  # Fewer ranks left than --min-ranks.
+  CLEAVE_FAULT_INJECT_1=1:3:forward:kill sup --slots 2 --min-ranks 2 -- tiny.json --set train.out_dir=few \
+    --set checkpoint.background=false > few.log 2>&1 \
+    && fail "--min-ranks 2 with 1 rank left exited 0"
+  grep -q "giving up: 1 rank left, fewer than --min-ranks 2; nothing is lost: the newest complete checkpoint is .*step_0000002" few.log \
+    || { cat few.log; fail "--min-ranks refusal unclear"; }
+  [ -f few/checkpoints/step_0000002/index.json ] || fail "--min-ranks: checkpoint gone"
+  # No checkpoint yet: restart from step 0 and say so (checkpoint.interval 0: only the final one).
+  # (3 slots, dp2 on the first two, and a health check that refuses slot 2: the dead rank's slot and slot 2 are
+  # both dropped.) A config that does not run on the slots given is refused before anything starts.
+  sup --slots 3 -- tiny.json --set train.out_dir=odd > odd.log 2>&1 && fail "dp3 of a global batch of 8 accepted"
+  grep -q "run: the config does not run on the 3 slots given: .*global_batch_size 8 is not divisible.*nothing was started" \
+    odd.log || { cat odd.log; fail "the refusal of a config that does not fit the slots"; }
+  [ ! -e odd ] || fail "the refused run created its out_dir"
+  CLEAVE_FAULT_INJECT_1=1:3:forward:kill sup --slots 3 --keep-layout --health-check 'test "$CLEAVE_SLOT_INDEX" != 2' \
+    -- tiny.json --set parallel.data_parallel_size=2 --set train.out_dir=fresh --set checkpoint.interval=0 > fresh.log 2>&1 \
+    || { cat fresh.log; fail "restart without a checkpoint"; }
+  [ "$(field fresh/run.json 'd["restarts"][0]["dropped_slots"]')" = "['localhost:1', 'localhost:2']" ] \
+    || fail "the dead rank's slot and the unhealthy one are not both dropped"
+  grep -q "no checkpoint yet under .*: restarting from step 0 (2 steps done so far are redone)" fresh.log \
+    || { cat fresh.log; fail "the restart from step 0 is not said"; }
+  [ "$(field fresh/run.json 'd["restarts"][0]["steps_redone"]')" = 2 ] || fail "steps redone"
+  # A memory cap no plan meets on the one rank left: the error names the smallest world that fits.
+  "$cleave" plan tiny.json --world 1 --profile "$src/profiles/h100_sxm.json" --json one.json > /dev/null 2>&1 \
+    || fail "cleave plan --world 1"
+  cap=$(python3 -c "import json; d=json.load(open('one.json')); p=d['plans'] if isinstance(d,dict) else d; print(int(min(x['peak_bytes'] for x in p) * 0.9))")
+  CLEAVE_FAULT_INJECT_1=1:3:forward:kill sup --slots 2 --profile "$src/profiles/h100_sxm.json" --memory-limit "$cap" -- \
+    tiny.json "${pp2[@]}" --set train.out_dir=cap --set checkpoint.background=false > cap.log 2>&1 && fail "a cap no plan meets exited 0"
+  grep -q "giving up: no layout fits at the 1 rank left (no plan on 1 ranks fits the memory cap .*); the smallest world that fits is 2 ranks" cap.log \
+    || { cat cap.log; fail "the memory-cap refusal does not name the smallest world"; }
+  [ -f cap/checkpoints/step_0000002/index.json ] || fail "memory cap: checkpoint gone"
+  # An out_dir that holds a run: refused before anything starts.
+  sup --slots 2 -- tiny.json --set train.out_dir=few > again.log 2>&1 && fail "a run directory was reused"
+  grep -q "train.out_dir few already holds a run; nothing was started" again.log || { cat again.log; fail "out_dir refusal"; }
+  [ ! -d few/supervisor.2 ] || fail "the refused run created files"
+  echo "ok   refuse: --min-ranks, no checkpoint (restart from 0), memory cap (smallest world 2), out_dir in use"
+  ;;
+sigterm)
+  sed 's/"steps": 12/"steps": 100000/' tiny.json > long.json
+  "$cleave" run --launcher "$launcher" --slots 2 -- long.json --set train.out_dir=run --set checkpoint.interval=0 \
+    --set checkpoint.save_final=false > run.log 2>&1 &
+  pid=$!
+  for _ in $(seq 1 600); do [ "$(wc -l < run/metrics.jsonl 2> /dev/null || echo 0)" -ge 3 ] && break; sleep 0.05; done
+  kill -TERM $pid
+  wait $pid
+  rc=$?
+  [ $rc = 75 ] || { cat run.log; fail "exit code $rc after SIGTERM (expected 75)"; }
+  last=$(tail -n 1 run/metrics.jsonl | python3 -c "import json,sys; print(json.load(sys.stdin)['step'])")
+  [ -f "run/checkpoints/step_$(printf %07d "$last")/index.json" ] || { cat run.log; fail "no checkpoint of step $last"; }
+  grep -q "stopped on request (SIGUSR1, the preemption notice) after step $last" run.log || fail "the stop is not said"
+  echo "ok   sigterm: exit 75 with checkpoint step $last saved"
+  ;;
+*) fail "unknown scenario" ;;
+esac

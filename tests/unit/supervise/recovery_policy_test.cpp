@@ -1,0 +1,170 @@
+// The supervisor's decisions (engine/supervise/recovery_policy.hpp) on the launcher's and ranks' real lines:
+// which rank failed and why, which slots are left, whether to restart, the --keep-layout layout (the global batch
+// kept), the smallest world that fits, and the checkpoint interval from --max-lost-seconds. Plus the records'
+// arithmetic (restart_record.hpp): steps redone, seconds lost, run.json merge keeping the trainer's keys.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/error.hpp"
+#include "engine/supervise/recovery_policy.hpp"
+#include "engine/supervise/restart_record.hpp"
+
+namespace cleave::supervise {
+namespace {
+
+TEST(ClassifyFailure, OpenMpiKilledRankIsNamed) {
+  const std::string out =
+      "[rank 3] fault injection (CLEAVE_FAULT_INJECT): step 4, stage 1 forward of micro-batch 1: rank 3 SIGKILLs itself\n"
+      "[rank 0/4] terminated by SIGTERM (the launcher is ending the job; another rank failed?) while waiting\n"
+      "mpirun noticed that process rank 3 with PID 4242 on node box exited on signal 9 (Killed).\n";
+  const Failure f = classify_failure(out, 137);
+  EXPECT_EQ(f.kind, FailureKind::kKilled);
+  EXPECT_EQ(f.ranks, std::vector<int>{3});
+  EXPECT_EQ(f.why, "rank 3 exited on signal 9 (Killed)");
+}
+
+TEST(ClassifyFailure, WatchdogHangOutranksTheAbortAndNamesEverySilentRank) {
+  const std::string out =
+      "[rank 0/4] comm timeout after 2.0s in all_reduce (group 'world/dp' = world ranks [0,1]; pending: rank 1)\n"
+      "[rank 0/4] not answering within 1.0s: rank 1, rank 3 (stopped, dead, or busy outside communication); aborting\n"
+      "MPI_ABORT was invoked on rank 0 in communicator MPI_COMM_WORLD with errorcode 3.\n"
+      "mpirun noticed that process rank 2 with PID 11 on node box exited on signal 15 (Terminated).\n";
+  const Failure f = classify_failure(out, 3);
+  EXPECT_EQ(f.kind, FailureKind::kHung);
+  EXPECT_EQ(f.ranks, (std::vector<int>{1, 3}));
+  EXPECT_NE(f.why.find("rank 1, rank 3"), std::string::npos) << f.why;
+}
+
+TEST(ClassifyFailure, ErrorLineSrunAndUnknown) {
+  const Failure e = classify_failure("[rank 2/4] error: injected fault (CLEAVE_FAULT_INJECT) in step 3\n", 1);
+  EXPECT_EQ(e.kind, FailureKind::kError);
+  EXPECT_EQ(e.ranks, std::vector<int>{2});
+  const Failure s = classify_failure("srun: error: node1: task 1: Killed\nsrun: error: node1: task 0: Terminated\n", 137);
+  EXPECT_EQ(s.kind, FailureKind::kKilled);
+  EXPECT_EQ(s.ranks, std::vector<int>{1});
+  const Failure u = classify_failure("something else\n", 2);
+  EXPECT_EQ(u.kind, FailureKind::kUnknown);
+  EXPECT_TRUE(u.ranks.empty());
+  EXPECT_NE(u.why.find("code 2"), std::string::npos);
+}
+
+TEST(RemainingSlots, DropsDeadAndHungRanksAndUnhealthySlotsOnly) {
+  const auto slots = local_slots(4);
+  EXPECT_EQ(remaining_slots(slots, {FailureKind::kKilled, {2}, ""}, {}),
+            (std::vector<Slot>{{"localhost", 0}, {"localhost", 1}, {"localhost", 3}}));
+  EXPECT_EQ(remaining_slots(slots, {FailureKind::kError, {2}, ""}, {}).size(), 4u);  // software fault: slots stay
+  EXPECT_EQ(remaining_slots(slots, {FailureKind::kHung, {0, 3}, ""}, {true, false, true, true}),
+            (std::vector<Slot>{{"localhost", 2}}));
+}
+
+TEST(Hostfile, ParsesSlotsAndWritesThemBack) {
+  const auto slots = parse_hostfile("# nodes\nnodeA slots=2\nnodeB\n\nnodeA slots=1 max_slots=4\n", "hosts");
+  ASSERT_EQ(slots.size(), 4u);
+  EXPECT_EQ(slots[2], (Slot{"nodeB", 0}));
+  EXPECT_EQ(slots[3], (Slot{"nodeA", 2}));
+  EXPECT_EQ(hostfile_text(slots), "nodeA slots=3\nnodeB slots=1\n");
+  EXPECT_THROW(parse_hostfile("nodeA slots=x\n", "hosts"), Error);
+  EXPECT_THROW(parse_hostfile("nodeA cpus=2\n", "hosts"), Error);
+  EXPECT_THROW(parse_hostfile("# empty\n", "hosts"), Error);
+}
+
+TEST(DecideRestart, BudgetThenMinRanks) {
+  EXPECT_TRUE(decide_restart(0, 3, 3, 2).restart);
+  const auto spent = decide_restart(3, 3, 3, 2);
+  EXPECT_FALSE(spent.restart);
+  EXPECT_NE(spent.reason.find("--max-restarts 3"), std::string::npos);
+  const auto few = decide_restart(1, 3, 2, 3);
+  EXPECT_FALSE(few.restart);
+  EXPECT_EQ(few.reason, "2 ranks left, fewer than --min-ranks 3");
+  EXPECT_FALSE(decide_restart(0, 0, 4, 1).restart);  // --max-restarts 0: never restart
+}
+
+planner::PlanChoice dp2_pp2() {
+  planner::PlanChoice c;
+  c.tp = 1, c.pp = 2, c.dp = 2, c.micro_batch = 2, c.global_batch = 8, c.schedule = "1f1b", c.zero_stage = 1;
+  return c;
+}
+
+TEST(KeepLayout, ShrinksDpKeepsTpPpAndTheGlobalBatch) {
+  const auto three = keep_layout(dp2_pp2(), 3);  // 3 ranks: one pp2 replica, a slot idle
+  ASSERT_TRUE(three);
+  EXPECT_EQ(three->pp, 2);
+  EXPECT_EQ(three->dp, 1);
+  EXPECT_EQ(three->micro_batch, 2);
+  EXPECT_EQ(three->global_batch, 8);
+  EXPECT_EQ(three->zero_stage, 0);  // ZeRO at dp 1 shards nothing
+  EXPECT_FALSE(keep_layout(dp2_pp2(), 1));
+  // dp 3 does not divide 8: dp 2 is taken; a micro-batch that no longer divides the replica's share shrinks.
+  planner::PlanChoice c = dp2_pp2();
+  c.pp = 1, c.dp = 4, c.micro_batch = 2, c.global_batch = 12;
+  const auto k = keep_layout(c, 3);
+  ASSERT_TRUE(k);
+  EXPECT_EQ(k->dp, 3);
+  EXPECT_EQ(k->micro_batch, 2);
+  c.global_batch = 8;
+  c.micro_batch = 2;
+  const auto k2 = keep_layout(c, 3);
+  ASSERT_TRUE(k2);
+  EXPECT_EQ(k2->dp, 2);
+  EXPECT_EQ(k2->global_batch % (k2->dp * k2->micro_batch), 0);
+}
+
+TEST(SmallestWorld, FirstThatFits) {
+  EXPECT_EQ(smallest_world(3, 8, [](int w) { return w >= 5; }), 5);
+  EXPECT_FALSE(smallest_world(3, 8, [](int) { return false; }));
+}
+
+TEST(CheckpointInterval, FromTheLostWorkTarget) {
+  EXPECT_EQ(checkpoint_interval_for(10.0, 0.3), 33);
+  EXPECT_EQ(checkpoint_interval_for(0.1, 0.3), 1);  // at least every step
+}
+
+TEST(RestartRecord, SecondsLostSumTheirPartsAndRunJsonKeepsTheTrainersKeys) {
+  RestartRecord r;
+  r.number = 1;
+  r.redone_s = 1.5;
+  r.detection_s = 0.25;
+  r.teardown_s = 0.5;
+  EXPECT_DOUBLE_EQ(r.seconds_lost(), 2.25);  // the restart's own phases not measured yet
+  r.startup_s = 1.0, r.load_s = 0.125, r.first_step_s = 0.125;
+  EXPECT_DOUBLE_EQ(r.seconds_lost(), 3.5);
+
+  const auto dir = std::filesystem::temp_directory_path() / "cleave_restart_record_test";
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  const std::string metrics = (dir / "metrics.jsonl").string();
+  {
+    std::ofstream out(metrics);
+    out << "{\"step\":1,\"loss\":4.1,\"step_ms\":100}\n{\"step\":2,\"loss\":4.0,\"step_ms\":120}\n"
+        << "{\"step\":3,\"loss\":3.9,\"step_ms\":300,\"restart\":1,\"restart_startup_s\":0.75,\"restart_load_s\":0.5,"
+           "\"restart_first_step_s\":0.3}\n";
+  }
+  const MetricsRows rows = read_metrics_rows(metrics);
+  EXPECT_EQ(rows.last_step, 3);
+  EXPECT_DOUBLE_EQ(rows.ms_after(1), 420.0);
+  RestartRecord filled;
+  filled.number = 1;
+  ASSERT_TRUE(fill_phase_times(filled, metrics));
+  EXPECT_DOUBLE_EQ(*filled.startup_s, 0.75);
+  filled.number = 2;
+  EXPECT_FALSE(fill_phase_times(filled, metrics));
+
+  const std::string run_json = (dir / "run.json").string();
+  { std::ofstream(run_json) << "{\"world_size\": 3, \"resumes\": []}\n"; }
+  SupervisorRecord record;
+  record.restarts.push_back(r);
+  ASSERT_TRUE(merge_restarts_into_run_json(run_json, record));
+  std::ifstream in(run_json);
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j.at("world_size"), 3);
+  EXPECT_DOUBLE_EQ(j.at("restarts").at(0).at("seconds_lost").get<double>(), 3.5);
+  EXPECT_FALSE(merge_restarts_into_run_json((dir / "none.json").string(), record));
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cleave::supervise

@@ -38,6 +38,8 @@ struct BlockSpec {
   std::int64_t n_kv_heads = 0;    // LlamaBlock (key/value heads; divides n_heads)
   double rope_theta = 0;          // LlamaBlock
   double norm_eps = 0;            // LlamaBlock, RmsNorm
+  std::int64_t attention_window = 0;  // LlamaBlock: a query sees the last `window` keys (itself included); 0 = all
+  bool qkv_bias = false;          // LlamaBlock: q, k and v projections carry biases (Qwen2)
   std::int64_t kernel = 0;        // Conv2d kernel, MaxPool window
   bool tied = false;              // LmHead shares the Embedding's token table
 };

@@ -31,6 +31,7 @@ struct LlamaHeads {
   std::int64_t n_heads = 0, n_kv_heads = 0;          // of the whole model
   std::int64_t local_heads = 0, local_kv_heads = 0;  // this layer's share
   float rope_theta = 10000.0f;
+  std::int64_t window = 0;  // sliding window: query t attends to keys t-window+1..t; 0 = keys 0..t
 };
 
 class LlamaAttention final : public Layer, public RecomputableScores {

@@ -75,7 +75,7 @@ HfExportStats write_into(const fs::path& tmp, const json& model, const std::vect
   const json source_config = options.source.is_object() ? options.source.value("config", json()) : json();
   const json config_doc = hf_config_json(model, options.bf16 ? "bfloat16" : "float32", source_config);
   // What transformers will read back must be this model: the same sizes and settings as a fresh export's.
-  const HfModelConfig back = read_hf_config(config_doc, "export: config.json");
+  const HfModelConfig back = read_hf_config(config_doc, "the exported config.json");
   const HfModelConfig fresh = read_hf_config(hf_config_json(model, "float32"), "export: config.json");
   CLEAVE_ASSERT(back.model == fresh.model, "export: config.json from the source reads as {}, the model is {}",
                 back.model.dump(), fresh.model.dump());

@@ -76,9 +76,9 @@ HfModelConfig read_gpt2(const Keys& k) {
   for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) {
     const double p = k.number_or(key, 0.1);  // GPT2Config's default
     if (p != 0.0) {
-      out.notes.push_back(fmt::format("{}: {} is {} but Cleave trains without dropout (the key has no Cleave "
+      out.notes.push_back(fmt::format("{}: {} is {}{} but Cleave trains without dropout (the key has no Cleave "
                                       "meaning; export writes it back unchanged)",
-                                      k.origin(), key, p));
+                                      k.origin(), key, p, k.find(key) == nullptr ? " (absent: GPT2Config's default)" : ""));
     }
   }
   out.model = {{"type", "gpt"},          {"vocab_size", d.vocab_size}, {"d_model", d.d_model},

@@ -39,6 +39,13 @@ std::string CausalSelfAttention::who() const {
   return (tensor_parallel_ ? "parallel attention " : "attention ") + prefix_;
 }
 
+ops::AttentionParams CausalSelfAttention::core_params() const {
+  ops::AttentionParams params;
+  params.q_heads = local_heads_;
+  params.kv_heads = local_heads_;
+  return params;
+}
+
 Tensor CausalSelfAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
   const std::string who = this->who();
   check_input(ctx, x, DType::kF32, d_model_, 3, who);
@@ -50,28 +57,29 @@ Tensor CausalSelfAttention::forward(const Tensor& x, Stash& stash, Context& ctx)
   // column-parallel qkv part returns every token (layers/parallel/column_parallel_linear.hpp).
   const std::int64_t b = qkv.dim(0), t = qkv.dim(1), hd = d_model_ / n_heads_;
   Tensor out = new_activation(ctx, Shape{b, t, local_heads_ * hd});
-  Tensor probs = new_activation(ctx, Shape{b, local_heads_, t, t});
-  ops::attention_forward(ctx, qkv, out, probs, local_heads_);
-  if (recompute_scores_) stash.tensors = {qkv};
-  else stash.tensors = {qkv, probs};
+  Tensor lse = new_activation(ctx, Shape{b, local_heads_, t}, DType::kF32);
+  ops::attention_forward_packed(ctx, qkv, out, lse, core_params());
+  // out is also proj's stashed input (one storage); selective recomputation drops only the statistics.
+  if (recompute_scores_) stash.tensors = {qkv, out};
+  else stash.tensors = {qkv, out, lse};
   return proj_->forward(out, stash.children[1], ctx);
 }
 
 Tensor CausalSelfAttention::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const std::string who = this->who();
   const Tensor qkv = stash_at(stash, 0, who);
-  Tensor probs;
+  const Tensor out = stash_at(stash, 1, who);
+  Tensor lse;
   if (recompute_scores_) {
-    const std::int64_t b = qkv.dim(0), t = qkv.dim(1), hd = d_model_ / n_heads_;
-    probs = new_activation(ctx, Shape{b, local_heads_, t, t});
-    const Tensor scratch_out = new_activation(ctx, Shape{b, t, local_heads_ * hd});
-    ops::attention_forward(ctx, qkv, scratch_out, probs, local_heads_);
+    lse = new_activation(ctx, Shape{qkv.dim(0), local_heads_, qkv.dim(1)}, DType::kF32);
+    const Tensor scratch_out = new_activation(ctx, out.shape());
+    ops::attention_forward_packed(ctx, qkv, scratch_out, lse, core_params());
   } else {
-    probs = stash_at(stash, 1, who);
+    lse = stash_at(stash, 2, who);
   }
   Tensor dout = proj_->backward_input(dy, stash.children[1], ctx);
   Tensor dqkv = new_activation(ctx, qkv.shape());
-  ops::attention_backward(ctx, dout, qkv, probs, dqkv, local_heads_);
+  ops::attention_backward_packed(ctx, qkv, out, lse, dout, dqkv, core_params());
   stash.tensors.clear();
   return qkv_->backward_input(dqkv, stash.children[0], ctx);
 }

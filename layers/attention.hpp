@@ -9,21 +9,26 @@
 // With hd = D / H and L local heads, the qkv part maps [B, T, D] to [B, T, 3·L·hd] (q, k, v of the local
 // heads) and the proj part maps [B, T, L·hd] to [B, T, D].
 //
-// Stash layout: tensors {qkv, probs [B, L, T, T]} ({qkv} under selective recomputation), children {qkv, proj}. backward_input releases qkv and
-// probs (only the input gradient needs them); the children keep what their weight gradients need. The
-// attention-probability gradient is scratch (kWorkspace), freed on return.
+// The core is memory-efficient attention (ops::attention_forward_packed): no [T, T] probabilities are kept.
+// Stash layout: tensors {qkv, out [B, T, L·hd], lse [B, L, T] f32} ({qkv, out} under selective recomputation,
+// which rebuilds lse), children {qkv, proj}; out is proj's stashed input too (one storage). backward_input
+// releases the tensors (only the input gradient needs them); the children keep what their weight gradients
+// need.
 #pragma once
 
 #include <memory>
 #include <string>
 
+#include "kernels/ops/ops.hpp"
 #include "layers/layer.hpp"
 #include "layers/param_init.hpp"
 
 namespace cleave::layers {
 
-// An attention part that can drop its probabilities and rebuild them in backward (train.recompute
-// "selective"): what a pre-norm block (TransformerBlock) switches, whichever attention it holds.
+// An attention part that can drop its softmax statistics and rebuild them in backward (train.recompute
+// "selective"): what a pre-norm block (TransformerBlock) switches, whichever attention it holds. With the
+// memory-efficient core only the per-row log-sum-exp ([B, H, T] f32) is dropped; the O(T^2) probabilities this
+// once saved no longer exist.
 class RecomputableScores {
  public:
   virtual ~RecomputableScores() = default;
@@ -48,13 +53,14 @@ class CausalSelfAttention final : public Layer, public RecomputableScores {
   void backward_weight(Stash& stash, Context& ctx) override;
   std::vector<std::shared_ptr<Param>> params() const override;
 
-  // Selective recomputation (train.recompute "selective"): forward keeps {qkv} only, and backward_input
-  // reruns the attention core on the stashed qkv to rebuild the probabilities (bit-identical: the same op
-  // on the same input) and frees them on return.
+  // Selective recomputation (train.recompute "selective"): forward keeps {qkv, out}, and backward_input
+  // reruns the attention core on the stashed qkv to rebuild lse (bit-identical: the same op on the same
+  // input; its out goes to scratch) and frees it on return.
   void set_recompute_scores(bool on) override { recompute_scores_ = on; }
 
  private:
   std::string who() const;
+  ops::AttentionParams core_params() const;
 
   std::string prefix_;
   std::int64_t d_model_, n_heads_, local_heads_;

@@ -41,7 +41,7 @@ class TransformerBlock final : public Layer {
   std::vector<std::shared_ptr<Param>> params() const override;
 
   // Selective recomputation: the attention part (a RecomputableScores, layers/attention.hpp) keeps no
-  // probabilities.
+  // softmax statistics (rebuilt in backward).
   void set_selective_recompute(bool on);
 
  private:

@@ -25,14 +25,14 @@
 //
 // Per block, with T = seq_len, D = d_model, F = d_ff, H = n_heads, V = vocab:
 //  embedding        params V·D + T·D; activation T·4 (ids)
-//  transformer      forward   8TD² + 4TDF + 4T²D GEMM (+ elementwise); input_grad 8TD² + 4TDF + 8T²D;
-//                   weight_grad 8TD² + 4TDF; params 4D² + 2DF + 9D + F;
-//                   activation (8TD + 2TF + H·T²)·b + 4T·4: ln1 input, ln1 output, qkv [T,3D], attention
-//                   probabilities [H,T,T], attention output, ln2 input, ln2 output, fc output [T,F],
-//                   gelu output [T,F], and mean + rstd of both norms
+//  transformer      forward   8TD² + 4TDF + 4T²D GEMM (+ elementwise); input_grad 8TD² + 4TDF + 10T²D (the
+//                   memory-efficient attention recomputes Q·Kᵀ); weight_grad 8TD² + 4TDF; params 4D² + 2DF + 9D + F;
+//                   activation (8TD + 2TF)·b + H·T·4 + 4T·4: ln1 input, ln1 output, qkv [T,3D], attention
+//                   log-sum-exp [H,T] (f32; no [H,T,T] probabilities), attention output, ln2 input, ln2 output,
+//                   fc output [T,F], gelu output [T,F], and mean + rstd of both norms
 //  llama block      (Hkv·hd = K) forward 4TD² + 4TDK + 6TDF + 4T²D GEMM; params 2D² + 2DK + 3DF + 2D;
-//                   activation (8TD + 3TF + H·T²)·b + 2T·4: attn_norm input and output (q, k, v share it),
-//                   packed rope'd qkv [T,3D] (kv heads repeated), probabilities, attention output, mlp_norm
+//                   activation (8TD + 3TF)·b + H·T·4 + 2T·4: attn_norm input and output (q, k, v share it),
+//                   packed rope'd qkv [T,3D] (kv heads repeated), attention lse [H,T], attention output, mlp_norm
 //                   input and output (gate and up share it), gate and up outputs, h [T,F], two rstd.
 //                   RMSNorm 4 forward, 6 input-grad, 3 weight-grad per element; rope 6 / 8; SwiGLU 5 / 10.
 //                   The embedding of a llama has no position table (seq_len 0 in its BlockSpec).
@@ -49,8 +49,10 @@
 //  flatten          zero (a view)
 //
 // Activation recomputation (train.recompute) changes only transformer and llama blocks (the same rules):
-//  selective  the attention probabilities [H, T, T] are not kept; backward_input reruns the attention core
-//             (Q·Kᵀ, softmax, P·V: 4T²D + 5HT² FLOPs) to rebuild them. activation −H·T²·b; transient H·T²·b.
+//  selective  the attention statistics (log-sum-exp [H, T], f32) are not kept; backward_input reruns the
+//             attention core (Q·Kᵀ, softmax, P·V: 4T²D + 5HT² FLOPs) to rebuild them. activation −H·T·4;
+//             transient H·T·4. (With memory-efficient attention there are no [H, T, T] probabilities to drop, so
+//             selective saves little; it stays for its semantics and its tests.)
 //  full       only the block's input [T, D] is kept; backward_input reruns the whole block's forward first.
 //             activation T·D·b; input_grad + the block's forward FLOPs; transient = the block's whole stash.
 #pragma once
@@ -90,8 +92,8 @@ struct BlockCost {
   // Per sample: the most activation bytes live while backward_input runs beyond the block's forward stash: its
   // output gradient dy, the gradients it allocates (a transformer block: GELU's input and output gradients in
   // the MLP, 2·T·d_ff + T·d, or the attention's dy, dm, dx1, da, dout and dqkv, 4·T·d + 4·T·d/tp, whichever
-  // is larger) and, under recomputation, the stash it rebuilds (selective: the probabilities, in the attention
-  // part; full: everything but the kept input). Counted from allocator snapshots at the peak of one rank's
+  // is larger) and, under recomputation, the stash it rebuilds (selective: the attention statistics, in the
+  // attention part; full: everything but the kept input). Counted from allocator snapshots at the peak of one rank's
   // 1F1B step (tests/e2e/recompute_test.cpp's model and two variants).
   std::int64_t backward_extra_bytes = 0;
 
@@ -101,7 +103,7 @@ struct BlockCost {
 // Cost of one block for element type `dtype` (activations and parameters; see the counting rules above).
 // `tp` > 1: the activation, weight-stash, transient and output bytes are one tensor-parallel rank's (Megatron
 // layout: LayerNorm inputs and the inputs of the column-parallel qkv and fc1 are whole on every rank; q, k, v,
-// the attention probabilities (heads / tp), the row-parallel proj and fc2 inputs, the GELU input and the
+// the attention statistics (heads / tp), the row-parallel proj and fc2 inputs, the GELU input and the
 // vocab-parallel logits are shards); FLOPs and parameters stay whole-model (callers divide by tp).
 // `sequence_parallel` (parallel.sequence_parallel, tp > 1; layers/parallel/): the tensors the tp layout keeps
 // whole are [T / tp, ...] sequence shards instead — the norms' inputs and statistics, the column-parallel

@@ -71,14 +71,20 @@ inline Parts relu(std::int64_t n) {
   return p;
 }
 
-// Core attention on qkv [T, 3D] -> [T, D]; stashes qkv and the probabilities [H, T, T].
+// Core attention on qkv [T, 3D] -> [T, D], memory-efficient (kernels/ops/ops.hpp "Attention"): stashes qkv and the
+// per-row log-sum-exp [H, T] (f32), never the [H, T, T] probabilities; its output is the output projection's
+// stashed input (one storage, counted there). FLOPs count the full T x T products (the causal half the kernels
+// skip is not modelled); the backward recomputes S = Q·Kᵀ.
+inline std::int64_t attention_stats_bytes(std::int64_t t, std::int64_t heads) { return heads * t * kStatBytes; }
+
 inline Parts attention(std::int64_t t, std::int64_t d, std::int64_t heads) {
   const double td = static_cast<double>(t) * static_cast<double>(t) * static_cast<double>(d);
   const double scores = static_cast<double>(heads) * static_cast<double>(t) * static_cast<double>(t);
   Parts p;
-  p.fwd = 2 * (2 * td) + 5 * scores;  // Q·Kᵀ, P·V, softmax
-  p.in = 4 * (2 * td) + 5 * scores;   // dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q, softmax backward
-  p.act_float = 3 * t * d + heads * t * t;
+  p.fwd = 2 * (2 * td) + 5 * scores;  // Q·Kᵀ, P·V, online softmax
+  p.in = 5 * (2 * td) + 5 * scores;   // S again, dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q, softmax backward
+  p.act_float = 3 * t * d;
+  p.act_fixed = attention_stats_bytes(t, heads);
   return p;
 }
 
@@ -103,13 +109,13 @@ inline Parts rmsnorm(std::int64_t rows, std::int64_t cols) {
 }
 
 // A transformer-like block's forward stash under train.recompute: `plain` is what it keeps without
-// recomputation; selective drops the attention probabilities (`probs`) and rebuilds them inside I; full keeps
-// only `input` and rebuilds all of `plain` inside I.
-inline void apply_recompute(BlockCost& cost, Recompute recompute, std::int64_t plain, std::int64_t probs,
+// recomputation; selective drops the attention statistics (`stats`, the log-sum-exp) and rebuilds them inside I;
+// full keeps only `input` and rebuilds all of `plain` inside I.
+inline void apply_recompute(BlockCost& cost, Recompute recompute, std::int64_t plain, std::int64_t stats,
                      std::int64_t input) {
   if (recompute == Recompute::kSelective) {
-    cost.recompute_transient_bytes = probs;
-    cost.activation_bytes = plain - probs;
+    cost.recompute_transient_bytes = stats;
+    cost.activation_bytes = plain - stats;
   } else if (recompute == Recompute::kFull) {
     cost.recompute_transient_bytes = plain;
     cost.activation_bytes = input;
@@ -133,14 +139,15 @@ inline BlockCost base_cost(const Parts& p, std::int64_t b, std::int64_t output_b
 }
 
 // train.recompute on a family's repeated layer without tensor parallelism (cost_model.hpp): selective reruns
-// the attention core inside I and drops the probabilities from the stash; full keeps only the input [T, D].
+// the attention core inside I and drops its statistics (lse) from the stash; full keeps only the input [T, D].
 inline void recompute_repeated_layer(BlockCost& cost, const BlockSpec& block, Recompute recompute, std::int64_t b) {
   if (recompute == Recompute::kNone) return;
   const std::int64_t t = block.seq_len, d = block.in_features, h = block.n_heads;
   if (recompute == Recompute::kSelective) {
     const Parts core = attention(t, d, h);
     cost.input_grad_flops += core.fwd;
-    cost.recompute_transient_bytes = h * t * t * b;
+    (void)b;
+    cost.recompute_transient_bytes = attention_stats_bytes(t, h);
     cost.activation_bytes -= cost.recompute_transient_bytes;
   } else {
     cost.input_grad_flops += cost.forward_flops;

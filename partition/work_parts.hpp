@@ -34,20 +34,23 @@ inline void residual(BlockWork& w, D n, D b) {  // y = x + f(x): reads two, writ
   w.input_grad.stream_bytes += 3 * n * b;
 }
 
-// Core attention for `batch` (samples x local heads) heads of width dh over T positions.
+// Core attention for `batch` (samples x local heads) heads of width dh over T positions, memory-efficient: the
+// scores and probabilities stay in on-chip blocks (no [T, T] stream); the backward recomputes S. The output
+// and statistics are a few [T, dh] streams, small beside the GEMMs.
 inline PassWork attention_forward(D batch, D t, D dh, D b) {
   PassWork p;
   p.gemms.push_back({t, t, dh, batch});  // S = Q·Kᵀ
-  p.stream_bytes += 2 * batch * t * t * b;  // softmax: reads S, writes P
   p.gemms.push_back({t, dh, t, batch});  // O = P·V
+  p.stream_bytes += batch * t * (dh * b + 4);  // out rescaled once, lse
   return p;
 }
 
 inline PassWork attention_backward(D batch, D t, D dh, D b) {
   PassWork p;
+  p.gemms.push_back({t, t, dh, batch});  // S = Q·Kᵀ again
   p.gemms.push_back({t, t, dh, batch});  // dP = dO·Vᵀ
   p.gemms.push_back({t, dh, t, batch});  // dV = Pᵀ·dO
-  p.stream_bytes += 3 * batch * t * t * b;  // softmax backward: reads P and dP, writes dS
+  p.stream_bytes += 2 * batch * t * dh * b;  // D = rowsum(dO * O)
   p.gemms.push_back({t, dh, t, batch});  // dQ = dS·K
   p.gemms.push_back({t, dh, t, batch});  // dK = dSᵀ·Q
   return p;

@@ -19,7 +19,7 @@ namespace {
 // CPU mixed precision: the CPU backend widens every bf16 operand of a kernel into f32 scratch for the kernel's
 // duration (kernels/ops/cpu_f32_view.hpp), so the workspace peaks at the widest kernel: a GEMM's three operands
 // (the weight's working copy included) or an elementwise backward's input, output gradient and input gradient
-// (GELU over d_ff, softmax over the T x T scores, any block's output). Bytes for `micro` samples on one tp rank.
+// (GELU over d_ff, the attention backward's q/k/v, output and gradients, any block's output). Bytes for `micro` samples on one tp rank.
 std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const partition::BlockCost& shard,
                                      partition::Recompute recompute, int tp, std::int64_t micro) {
   const partition::BlockWork work = partition::block_work(block, DType::kBF16, recompute, tp, micro);

@@ -51,6 +51,9 @@ constexpr int64_t kSumSquaresPerThread = 8;
 constexpr int64_t kSumSquaresMaxBlocks = 1024;    // = 4 * kThreads: the second pass is one block
 constexpr int kScanThreads = 1024;                // embedding backward's one-block scan
 constexpr int kEmbeddingRowThreads = 128;         // embedding rows: one block of 128 threads per token
+constexpr int64_t kFlashRowsPerBlock = kThreads / kWarp;  // flash attention: one query row per warp
+constexpr int64_t kFlashKeysPerBlock = 2 * (kThreads / kWarp);  // flash dk/dv: two keys per warp
+constexpr int64_t kMaxGridYZ = 65535;
 
 constexpr int64_t clamp_blocks(int64_t blocks, int64_t cap) { return blocks < 1 ? 1 : (blocks > cap ? cap : blocks); }
 
@@ -85,6 +88,20 @@ inline LaunchConfig sum_squares_partial(int64_t n) {
           0};
 }
 
+// Flash attention (flash_attention.cu): blocks over (query rows | keys, heads, batch). grid.y and grid.z are the
+// heads and the batch, which the launcher checks against kMaxGridYZ.
+inline LaunchConfig flash_query_rows(int64_t q_len, int64_t heads, int64_t batch) {
+  return {{clamp_blocks((q_len + kFlashRowsPerBlock - 1) / kFlashRowsPerBlock, (int64_t{1} << 31) - 1), heads, batch},
+          {kThreads},
+          0};
+}
+inline LaunchConfig flash_key_rows(int64_t kv_len, int64_t kv_heads, int64_t batch) {
+  return {{clamp_blocks((kv_len + kFlashKeysPerBlock - 1) / kFlashKeysPerBlock, (int64_t{1} << 31) - 1), kv_heads,
+           batch},
+          {kThreads},
+          0};
+}
+
 // ---- Every kernel's launch for one problem (the catalogue the CPU test and the resource check read) ---------
 // The sizes a launcher sees; a launcher returns before launching on empty sizes, so each field is >= 1 here.
 struct Problem {
@@ -94,6 +111,8 @@ struct Problem {
   int64_t tokens = 1;  // embedding: batch x seq ids
   int64_t seq = 1;     // position embedding: sequence length
   int64_t dim = 1;     // embedding width
+  int64_t heads = 1;   // attention: heads (query heads; kv heads for the dk/dv kernel) ...
+  int64_t batch = 1;   // ... and batch; seq is the sequence length
 };
 
 // Each __global__ function of kernels/cuda/*.cu, by name, with the config its launcher gives it for `p` (one
@@ -105,6 +124,11 @@ inline std::vector<KernelLaunch> kernel_launches(const Problem& p) {
   const LaunchConfig token_rows = block_per_row(p.tokens, kEmbeddingRowThreads);
   return {
       {"adamw_kernel", elementwise},                                // adamw.cu
+      {"flash_forward_kernel", flash_query_rows(p.seq, p.heads, p.batch)},  // flash_attention.cu
+      {"flash_backward_dot_kernel", warp_per_row(p.batch * p.heads * p.seq)},
+      {"flash_backward_dq_kernel", flash_query_rows(p.seq, p.heads, p.batch)},
+      {"flash_backward_dkdv_kernel", flash_key_rows(p.seq, p.heads, p.batch)},
+      {"attention_merge_kernel", warp_per_row(p.batch * p.heads * p.seq)},
       {"bias_add_forward_kernel", grid_stride(p.rows * p.cols)},    // bias.cu
       {"bias_partial_kernel", column_partial(p.rows, p.cols)},
       {"bias_final_kernel", grid_stride(p.cols)},

@@ -31,6 +31,23 @@ struct GemmProblem {
   GemmEpilogue epilogue = GemmEpilogue::kNone;
 };
 
+// A checked attention call with its layout resolved (ops.hpp "Attention"): each operand is a tensor, the column
+// of its head 0 and its row stride in elements. The packed form points q, k and v (and dq, dk, dv) at one
+// tensor with three column offsets; the unpacked form has col 0 and ld = heads * head_dim. The backward-only
+// operands (dout, dq, dk, dv) are undefined in a forward problem. params.scale is resolved (never 0).
+struct AttentionOperand {
+  Tensor t;
+  std::int64_t col = 0;
+  std::int64_t ld = 0;
+};
+struct AttentionProblem {
+  AttentionOperand q, k, v, out;
+  AttentionOperand dout, dq, dk, dv;
+  Tensor lse;  // [B, Hq, Tq] f32
+  std::int64_t batch = 0, q_len = 0, kv_len = 0, head_dim = 0;
+  AttentionParams params;
+};
+
 struct Backend {
   const char* name;
   void (*gemm)(const Context&, const GemmProblem&);
@@ -56,10 +73,10 @@ struct Backend {
                                    const Tensor& mean, const Tensor& rstd, const Tensor& dx);
   void (*layernorm_backward_weight)(const Context&, const Tensor& dy, const Tensor& x, const Tensor& mean,
                                     const Tensor& rstd, const Tensor& dgamma, const Tensor& dbeta);
-  void (*attention_forward)(const Context&, const Tensor& qkv, const Tensor& out, const Tensor& probs,
-                            std::int64_t heads);
-  void (*attention_backward)(const Context&, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
-                             const Tensor& dqkv, std::int64_t heads);
+  void (*attention_forward)(const Context&, const AttentionProblem& problem);
+  void (*attention_backward)(const Context&, const AttentionProblem& problem);
+  void (*attention_merge)(const Context&, const Tensor& out_a, const Tensor& lse_a, const Tensor& out_b,
+                          const Tensor& lse_b, const Tensor& out, const Tensor& lse);
   void (*rmsnorm_forward)(const Context&, const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd,
                           float eps);
   void (*rmsnorm_backward_input)(const Context&, const Tensor& dy, const Tensor& x, const Tensor& weight,

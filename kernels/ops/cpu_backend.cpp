@@ -4,13 +4,13 @@
 // GEMMs run on the library of device.blas (ctx.cpu_blas); with bf16 operands on a library that has bf16
 // kernels (oneDNN) the operands are not widened: bf16 products, f32 accumulation, C rounded once.
 #include "kernels/cpu/adamw.hpp"
-#include "kernels/cpu/attention.hpp"
 #include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/blas_runtime.hpp"
 #include "kernels/cpu/conv2d.hpp"
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/elementwise.hpp"
 #include "kernels/cpu/embedding.hpp"
+#include "kernels/cpu/flash_attention.hpp"
 #include "kernels/cpu/gelu.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/layernorm.hpp"
@@ -217,21 +217,91 @@ void layernorm_backward_weight(const Context& ctx, const Tensor& dy, const Tenso
                                 dbeta.data<float>(), x.shape().rows(), x.shape().last());
 }
 
-void attention_forward(const Context& ctx, const Tensor& qkv, const Tensor& out, const Tensor& probs,
-                       std::int64_t heads) {
-  F32In in(ctx, qkv);
-  F32Out o(ctx, out, false), p(ctx, probs, false);
-  const std::int64_t b = qkv.dim(0), t = qkv.dim(1), hd = qkv.dim(2) / 3 / heads;
-  kc::attention_forward(in.get(), o.get(), p.get(), b, t, heads, hd, slicing(ctx));
+// f32 views of an attention problem's operands: a tensor that several operands share (the packed qkv, dqkv) is
+// widened once; pointers address each operand's head 0 column.
+class AttentionViews {
+ public:
+  const float* in(const Context& ctx, const AttentionOperand& op) {
+    for (auto& [t, view] : ins_) {
+      if (t.raw_data() == op.t.raw_data()) return view->get() + op.col;
+    }
+    ins_.emplace_back(op.t, std::make_unique<F32In>(ctx, op.t));
+    return ins_.back().second->get() + op.col;
+  }
+  float* out(const Context& ctx, const AttentionOperand& op, bool read) {
+    for (auto& [t, view] : outs_) {
+      if (t.raw_data() == op.t.raw_data()) return view->get() + op.col;
+    }
+    outs_.emplace_back(op.t, std::make_unique<F32Out>(ctx, op.t, read));
+    return outs_.back().second->get() + op.col;
+  }
+
+ private:
+  std::vector<std::pair<Tensor, std::unique_ptr<F32In>>> ins_;
+  std::vector<std::pair<Tensor, std::unique_ptr<F32Out>>> outs_;
+};
+
+kc::FlashAttentionShape flash_shape(const AttentionProblem& p) {
+  kc::FlashAttentionShape s;
+  s.batch = p.batch;
+  s.q_len = p.q_len;
+  s.kv_len = p.kv_len;
+  s.q_heads = p.params.q_heads;
+  s.kv_heads = p.params.kv_heads;
+  s.head_dim = p.head_dim;
+  s.ld_q = p.q.ld;
+  s.ld_k = p.k.ld;
+  s.ld_v = p.v.ld;
+  s.ld_o = p.out.ld;
+  s.q_offset = p.params.q_offset;
+  s.k_offset = p.params.k_offset;
+  s.window = p.params.window;
+  s.causal = p.params.causal;
+  s.scale = p.params.scale;
+  return s;
 }
 
-void attention_backward(const Context& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
-                        const Tensor& dqkv, std::int64_t heads) {
-  F32In d(ctx, dout), in(ctx, qkv), p(ctx, probs);
-  F32Out out(ctx, dqkv, false);
-  Tensor dprobs = Tensor::empty(probs.shape(), DType::kF32, MemoryCategory::kWorkspace, *ctx.allocator);
-  const std::int64_t b = qkv.dim(0), t = qkv.dim(1), hd = qkv.dim(2) / 3 / heads;
-  kc::attention_backward(d.get(), in.get(), p.get(), out.get(), dprobs.data<float>(), b, t, heads, hd, slicing(ctx));
+Tensor flash_workspace(const Context& ctx, const kc::FlashAttentionShape& s, int threads) {
+  const auto floats = static_cast<std::int64_t>(kc::flash_attention_workspace_floats(s, threads));
+  return Tensor::empty(Shape{floats}, DType::kF32, MemoryCategory::kWorkspace, *ctx.allocator);
+}
+
+void attention_forward(const Context& ctx, const AttentionProblem& p) {
+  AttentionViews views;
+  const float* q = views.in(ctx, p.q);
+  const float* k = views.in(ctx, p.k);
+  const float* v = views.in(ctx, p.v);
+  float* out = views.out(ctx, p.out, false);
+  const kc::FlashAttentionShape s = flash_shape(p);
+  const int threads = kc::kernel_threads();
+  const Tensor ws = flash_workspace(ctx, s, threads);
+  kc::flash_attention_forward(q, k, v, out, p.lse.data<float>(), s, ws.data<float>(), threads);
+}
+
+void attention_backward(const Context& ctx, const AttentionProblem& p) {
+  AttentionViews views;
+  const float* q = views.in(ctx, p.q);
+  const float* k = views.in(ctx, p.k);
+  const float* v = views.in(ctx, p.v);
+  const float* out = views.in(ctx, p.out);
+  const float* dout = views.in(ctx, p.dout);
+  const bool acc = p.params.accumulate_grads;
+  float* dq = views.out(ctx, p.dq, acc);
+  float* dk = views.out(ctx, p.dk, acc);
+  float* dv = views.out(ctx, p.dv, acc);
+  const kc::FlashAttentionShape s = flash_shape(p);
+  const int threads = kc::kernel_threads();
+  const Tensor ws = flash_workspace(ctx, s, threads);
+  kc::flash_attention_backward(q, k, v, out, p.lse.data<float>(), dout, dq, dk, dv, s, acc, ws.data<float>(),
+                               threads);
+}
+
+void attention_merge(const Context& ctx, const Tensor& out_a, const Tensor& lse_a, const Tensor& out_b,
+                     const Tensor& lse_b, const Tensor& out, const Tensor& lse) {
+  F32In a(ctx, out_a), b(ctx, out_b);
+  F32Out o(ctx, out, false);  // out may alias out_a / out_b: widened copies above; in f32 each element is read first
+  kc::attention_merge(a.get(), lse_a.data<float>(), b.get(), lse_b.data<float>(), o.get(), lse.data<float>(),
+                      out_a.dim(0), out_a.dim(1), lse_a.dim(1), out_a.dim(2) / lse_a.dim(1));
 }
 
 void rmsnorm_forward(const Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd,
@@ -514,6 +584,7 @@ constexpr Backend kCpuBackend{
     .layernorm_backward_weight = layernorm_backward_weight,
     .attention_forward = attention_forward,
     .attention_backward = attention_backward,
+    .attention_merge = attention_merge,
     .rmsnorm_forward = rmsnorm_forward,
     .rmsnorm_backward_input = rmsnorm_backward_input,
     .rmsnorm_backward_weight = rmsnorm_backward_weight,

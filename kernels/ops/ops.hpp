@@ -87,14 +87,51 @@ void layernorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor
 void layernorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& mean,
                                const Tensor& rstd, const Tensor& dgamma, const Tensor& dbeta);
 
-// ---- Attention -------------------------------------------------------------------------------------------
-// Causal multi-head self-attention core: qkv [B, T, 3C] (q | k | v, head h at columns h*hd of each third),
-// out [B, T, C], probs [B, H, T, T] (the saved causal softmax, zeros above the diagonal). Backward
-// overwrites dqkv [B, T, 3C].
-void attention_forward(const Context& ctx, const Tensor& qkv, const Tensor& out, const Tensor& probs,
-                       std::int64_t heads);
-void attention_backward(const Context& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
-                        const Tensor& dqkv, std::int64_t heads);
+// ---- Attention ----------------------------------------------------------------------------------------
+// Memory-efficient multi-head attention (FlashAttention-2's blockwise algorithm with an online softmax): the
+// forward keeps the output and the per-row log-sum-exp, never the [T, T] probabilities; the backward
+// recomputes them block by block from q, k and the saved lse. docs/ops.md ("Attention") has the math.
+//
+// Shapes (B batch, Tq queries, Tk keys, hd head dim, head h at columns h*hd):
+//   q, out, dout, dq [B, Tq, Hq*hd];  k, v, dk, dv [B, Tk, Hkv*hd];  lse [B, Hq, Tq] (always f32).
+//   Query head h reads key/value head h / (Hq / Hkv) (grouped-query attention; Hkv divides Hq).
+// Visibility: query row i sits at global position pi = q_offset + i, key row j at pj = k_offset + j; key j
+// is visible to query i iff (not causal or pj <= pi) and (window <= 0 or pi - pj < window). Offsets let a
+// chunk of queries attend a chunk of keys (ring context parallelism); window is a sliding window (Mistral).
+// A row that sees no key gets out = 0 and lse = -inf (a partial result that attention_merge ignores).
+// out = softmax(scale * q k^T + mask) v per head; lse[b, h, i] = log sum_j exp(scale * q_i . k_j) over the
+// visible j. f32 or bf16 tensors (one dtype for q, k, v, out, dout, dq, dk, dv); statistics and
+// accumulation in f32.
+// Backward: dq, dk, dv from q, k, v, the saved out and lse, and dout; overwritten, or accumulated (+=) with
+// accumulate_grads (ring attention adds one step's partial gradients; the out and lse it passes are the
+// merged, final ones). Deterministic: the same bits for any thread count.
+struct AttentionParams {
+  std::int64_t q_heads = 0;    // Hq
+  std::int64_t kv_heads = 0;   // Hkv, divides Hq
+  std::int64_t q_offset = 0;   // global position of query row 0
+  std::int64_t k_offset = 0;   // global position of key row 0
+  std::int64_t window = 0;     // sliding window (<= 0: none); causal only
+  bool causal = true;          // false: every key is visible (window must be <= 0)
+  float scale = 0.0f;          // softmax scale; 0 means 1 / sqrt(hd)
+  bool accumulate_grads = false;  // backward only: dq, dk, dv += instead of =
+};
+void attention_forward(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                       const Tensor& lse, const AttentionParams& params);
+void attention_backward(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                        const Tensor& lse, const Tensor& dout, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                        const AttentionParams& params);
+// Packed form (what a fused projection writes): qkv [B, T, (Hq + 2 Hkv) * hd] = q | k | v column blocks
+// (Tq = Tk = T; GPT's [B, T, 3C] is Hq = Hkv); dqkv the same layout. Same math as the unpacked form.
+void attention_forward_packed(const Context& ctx, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                              const AttentionParams& params);
+void attention_backward_packed(const Context& ctx, const Tensor& qkv, const Tensor& out, const Tensor& lse,
+                               const Tensor& dout, const Tensor& dqkv, const AttentionParams& params);
+// Merge of two partial results over disjoint key sets (ring attention): with lse = log(exp(lse_a) + exp(lse_b)),
+// out = exp(lse_a - lse) out_a + exp(lse_b - lse) out_b, per row (a -inf side contributes nothing; both -inf
+// gives out 0, lse -inf). out [B, T, H*hd] (f32 or bf16, one dtype), lse [B, H, T] f32. out and lse may alias
+// out_a / lse_a (in-place accumulation); computed in f32.
+void attention_merge(const Context& ctx, const Tensor& out_a, const Tensor& lse_a, const Tensor& out_b,
+                     const Tensor& lse_b, const Tensor& out, const Tensor& lse);
 
 // ---- Llama pieces: RMSNorm, SwiGLU, rotary embeddings with grouped-query packing ------------------------
 // RMSNorm over the last dimension (cols): rstd[r] = 1 / sqrt(mean over cols of x[r]^2 + eps) (f32 [rows]),
@@ -111,7 +148,8 @@ void rmsnorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor&
 void swiglu_forward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& h);
 void swiglu_backward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
                      const Tensor& dup);
-// Rotary position embedding and grouped-query packing into attention_forward's layout.
+// Rotary position embedding and grouped-query packing into attention_forward_packed's layout (with Hkv = Hq:
+// the key/value heads are repeated per query head).
 // q [B, T, Hq*hd], k and v [B, T, Hkv*hd] (Hkv divides Hq, hd even) -> qkv [B, T, 3*Hq*hd]: query head h is
 // rope(q head h), key head h is rope(k head h / g) and value head h is v head h / g, g = Hq / Hkv.
 // rope is Hugging Face's "rotate_half" layout (the layout LlamaForCausalLM's weights are stored for): for

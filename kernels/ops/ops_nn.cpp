@@ -1,4 +1,4 @@
-// LayerNorm, attention, embeddings, convolution and pooling: checks and dispatch (contracts in ops.hpp).
+// LayerNorm, embeddings, convolution and pooling: checks and dispatch (contracts in ops.hpp).
 #include "kernels/ops/dispatch.hpp"
 
 namespace cleave::ops {
@@ -51,40 +51,6 @@ void layernorm_backward_weight(const Context& ctx, const Tensor& dy, const Tenso
   check_numel(op, "dgamma", dgamma, x.shape().last());
   check_numel(op, "dbeta", dbeta, x.shape().last());
   slot_of(ctx, &Backend::layernorm_backward_weight, op)(ctx, dy, x, mean, rstd, dgamma, dbeta);
-}
-
-namespace {
-void check_attention_shapes(std::string_view op, const Tensor& qkv, const Tensor& out, const Tensor& probs,
-                            std::int64_t heads) {
-  CLEAVE_CHECK(qkv.rank() == 3 && qkv.dim(2) % 3 == 0, "{}: qkv {} should be [batch, seq, 3 * channels]", op,
-               qkv.shape().str());
-  const std::int64_t b = qkv.dim(0), t = qkv.dim(1), c = qkv.dim(2) / 3;
-  CLEAVE_CHECK(heads > 0 && c % heads == 0, "{}: {} channels do not split into {} heads", op, c, heads);
-  check_numel(op, "out", out, b * t * c);
-  check_numel(op, "probs", probs, b * heads * t * t);
-}
-}  // namespace
-
-void attention_forward(const Context& ctx, const Tensor& qkv, const Tensor& out, const Tensor& probs,
-                       std::int64_t heads) {
-  constexpr std::string_view op = "attention_forward";
-  check_float(ctx, op, "qkv", qkv);
-  check_float(ctx, op, "out", out);
-  check_float(ctx, op, "probs", probs);
-  check_attention_shapes(op, qkv, out, probs, heads);
-  slot_of(ctx, &Backend::attention_forward, op)(ctx, qkv, out, probs, heads);
-}
-
-void attention_backward(const Context& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
-                        const Tensor& dqkv, std::int64_t heads) {
-  constexpr std::string_view op = "attention_backward";
-  check_float(ctx, op, "dout", dout);
-  check_float(ctx, op, "qkv", qkv);
-  check_float(ctx, op, "dqkv", dqkv);
-  check_float(ctx, op, "probs", probs);
-  check_attention_shapes(op, qkv, dout, probs, heads);
-  check_same_numel(op, "dqkv", dqkv, "qkv", qkv);
-  slot_of(ctx, &Backend::attention_backward, op)(ctx, dout, qkv, probs, dqkv, heads);
 }
 
 namespace {

@@ -28,6 +28,14 @@ std::string LlamaAttention::who() const {
   return (tensor_parallel_ ? "parallel llama attention " : "llama attention ") + prefix_;
 }
 
+// rope_pack_qkv repeats each key/value head for its query heads, so the core sees Lq heads of each.
+ops::AttentionParams LlamaAttention::core_params() const {
+  ops::AttentionParams params;
+  params.q_heads = heads_.local_heads;
+  params.kv_heads = heads_.local_heads;
+  return params;
+}
+
 Tensor LlamaAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
   check_input(ctx, x, DType::kF32, heads_.d_model, 3, who());
   CLEAVE_CHECK(x.rank() == 3, "{}: expected [batch, seq, {}], got {}", who(), heads_.d_model, x.shape().str());
@@ -46,10 +54,11 @@ Tensor LlamaAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
   Tensor qkv = new_activation(ctx, Shape{b, t, 3 * lq * hd});
   ops::rope_pack_qkv(ctx, q, k, v, qkv, {lq, heads_.local_kv_heads, heads_.rope_theta, 0});
   Tensor out = new_activation(ctx, Shape{b, t, lq * hd});
-  Tensor probs = new_activation(ctx, Shape{b, lq, t, t});
-  ops::attention_forward(ctx, qkv, out, probs, lq);
-  if (recompute_scores_) stash.tensors = {qkv};
-  else stash.tensors = {qkv, probs};
+  Tensor lse = new_activation(ctx, Shape{b, lq, t}, DType::kF32);
+  ops::attention_forward_packed(ctx, qkv, out, lse, core_params());
+  // out is also o's stashed input (one storage); selective recomputation drops only the statistics.
+  if (recompute_scores_) stash.tensors = {qkv, out};
+  else stash.tensors = {qkv, out, lse};
   return o_->forward(out, stash.children[3], ctx);
 }
 
@@ -59,19 +68,20 @@ Tensor LlamaAttention::backward_input(const Tensor& dy, Stash& stash, Context& c
   Tensor dq = new_activation(ctx, Shape{b, t, lq * hd});
   Tensor dk = new_activation(ctx, Shape{b, t, lkv * hd});
   Tensor dv = new_activation(ctx, Shape{b, t, lkv * hd});
-  {  // qkv, the probabilities and their gradients are released before the projections' backward
+  {  // qkv, the statistics and their gradients are released before the projections' backward
     const Tensor qkv = stash_at(stash, 0, who());
-    Tensor probs;
+    const Tensor out = stash_at(stash, 1, who());
+    Tensor lse;
     if (recompute_scores_) {
-      probs = new_activation(ctx, Shape{b, lq, t, t});
+      lse = new_activation(ctx, Shape{b, lq, t}, DType::kF32);
       const Tensor scratch_out = new_activation(ctx, Shape{b, t, lq * hd});
-      ops::attention_forward(ctx, qkv, scratch_out, probs, lq);
+      ops::attention_forward_packed(ctx, qkv, scratch_out, lse, core_params());
     } else {
-      probs = stash_at(stash, 1, who());
+      lse = stash_at(stash, 2, who());
     }
     const Tensor dout = o_->backward_input(dy, stash.children[3], ctx);
     const Tensor dqkv = new_activation(ctx, qkv.shape());
-    ops::attention_backward(ctx, dout, qkv, probs, dqkv, lq);
+    ops::attention_backward_packed(ctx, qkv, out, lse, dout, dqkv, core_params());
     stash.tensors.clear();
     ops::rope_pack_qkv_backward(ctx, dqkv, dq, dk, dv, {lq, lkv, heads_.rope_theta, 0});
   }

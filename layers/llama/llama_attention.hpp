@@ -1,5 +1,5 @@
 // LlamaAttention: x [B, T, D] -> q, k, v projections (no biases) -> rotary embeddings and grouped-query
-// packing (ops::rope_pack_qkv) -> causal attention (ops::attention_forward on [B, T, 3·Lq·hd]) -> o
+// packing (ops::rope_pack_qkv) -> causal memory-efficient attention (ops::attention_forward_packed on [B, T, 3·Lq·hd]) -> o
 // projection -> y [B, T, D]. hd = D / n_heads; Lq / Lkv are the query / key-value heads this layer computes.
 //
 // One implementation serves every layout; only the four projections and the local head counts differ:
@@ -13,8 +13,9 @@
 // gather the full sequence and o reduce-scatters back, so the core and rope always see all T positions;
 // q, k and v share one all-gather of x and one reduce-scatter of their summed dx (shared_input.hpp).
 //
-// Stash layout: tensors {qkv, probs [B, Lq, T, T]} ({qkv} under selective recomputation), children
-// {q, k, v, o}. backward_input releases qkv and probs; the children keep what their weight gradients need.
+// Stash layout: tensors {qkv, out [B, T, Lq·hd], lse [B, Lq, T] f32} ({qkv, out} under selective
+// recomputation, which rebuilds lse), children {q, k, v, o}; out is o's stashed input too. backward_input
+// releases the tensors; the children keep what their weight gradients need.
 #pragma once
 
 #include <memory>
@@ -45,12 +46,13 @@ class LlamaAttention final : public Layer, public RecomputableScores {
   void backward_weight(Stash& stash, Context& ctx) override;
   std::vector<std::shared_ptr<Param>> params() const override;
 
-  // Selective recomputation: forward keeps {qkv} only; backward_input reruns the attention core on it.
+  // Selective recomputation: forward keeps {qkv, out}; backward_input reruns the attention core to rebuild lse.
   void set_recompute_scores(bool on) override { recompute_scores_ = on; }
 
  private:
   std::string who() const;
   std::int64_t head_dim() const { return heads_.d_model / heads_.n_heads; }
+  ops::AttentionParams core_params() const;
 
   std::string prefix_;
   LlamaHeads heads_;

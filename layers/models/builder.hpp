@@ -47,7 +47,7 @@ struct BuildOptions {
   int tp_size = 1;
   int tp_rank = 0;
   // Activation recomputation of transformer blocks (partition/cost_model.hpp): none, selective (attention
-  // probabilities rebuilt in backward) or full (only each block's input kept; layers/recomputed.hpp).
+  // statistics rebuilt in backward) or full (only each block's input kept; layers/recomputed.hpp).
   partition::Recompute recompute = partition::Recompute::kNone;
 };
 

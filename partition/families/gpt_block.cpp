@@ -49,18 +49,18 @@ BlockCost transformer_cost(const BlockSpec& block, DType dtype, Recompute recomp
   recompute_repeated_layer(cost, block, recompute, b);
   if (tp > 1) {
     // One tp rank's share (cost_model.hpp): only the sharded tensors divide.
-    const std::int64_t plain = (4 * t * d + (3 * t * d + t * d + 2 * t * f) / tp + (h / tp) * t * t) * b +
+    const std::int64_t plain = (4 * t * d + (3 * t * d + t * d + 2 * t * f) / tp) * b + (h / tp) * t * kStatBytes +
                                4 * t * kStatBytes;
     cost.weight_stash_bytes = (8 * t * d + (4 * t * d + 2 * t * f) / tp) * b + 4 * t * kStatBytes;
-    apply_recompute(cost, recompute, plain, (h / tp) * t * t * b, t * d * b);
+    apply_recompute(cost, recompute, plain, attention_stats_bytes(t, h / tp), t * d * b);
   }
   if (sequence_parallel && tp > 1) {
     const std::int64_t ts = t / tp;
     // ln1 / ln2 inputs, qkv / fc1 inputs (shards), qkv [T, 3D/tp], attention output [T, D/tp], fc1 and GELU
-    // outputs [T, F/tp], the probabilities [H/tp, T, T], the norms' statistics of T/tp rows.
-    const std::int64_t plain = (8 * t * d + 2 * t * f) / tp * b + (h / tp) * t * t * b + 4 * ts * kStatBytes;
+    // outputs [T, F/tp], the attention statistics [H/tp, T] (f32), the norms' statistics of T/tp rows.
+    const std::int64_t plain = (8 * t * d + 2 * t * f) / tp * b + (h / tp) * t * kStatBytes + 4 * ts * kStatBytes;
     cost.weight_stash_bytes = (2 * t * d + (12 * t * d + 2 * t * f) / tp) * b + 4 * ts * kStatBytes;
-    apply_recompute(cost, recompute, plain, (h / tp) * t * t * b, ts * d * b);
+    apply_recompute(cost, recompute, plain, attention_stats_bytes(t, h / tp), ts * d * b);
     cost.output_bytes = ts * d * b;
     // backward_extra: mlp: fc2's gathered dy [T, D], GELU's input and output gradients [T, F/tp], fc1's partial
     // dx [T, D] and its reduce-scattered shard; attention: proj's gathered dy, dout and dqkv [T, 4D/tp], qkv's
@@ -75,7 +75,7 @@ BlockCost transformer_cost(const BlockSpec& block, DType dtype, Recompute recomp
   }
   const std::int64_t mlp = (2 * t * f / tp + t * d) * b;
   std::int64_t attention = (4 * t * d + 4 * t * d / tp) * b;
-  if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;  // the probabilities
+  if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;  // the attention statistics
   std::int64_t extra = std::max(mlp, attention);
   if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - t * d * b;  // input kept, shared
   cost.backward_extra_bytes = extra;
@@ -141,13 +141,13 @@ TpBlockComm transformer_tp_comm(const BlockSpec& block, DType dtype, int /*tp*/,
   return c;
 }
 
-// GELU's backward widens its input, output gradient and input gradient over [T, F / tp]; softmax's backward
-// three [H / tp, T, T] views.
+// GELU's backward widens its input, output gradient and input gradient over [T, F / tp]; the attention backward
+// qkv, out, dout and dqkv: eight [T, D / tp] views.
 double transformer_widest_f32(const BlockSpec& block, int tp) {
   const double seq = static_cast<double>(block.seq_len);
   const double ff = static_cast<double>(block.d_ff) / tp;
-  const double heads = static_cast<double>(block.n_heads) / tp;
-  return std::max(3.0 * 4.0 * seq * ff, 3.0 * 4.0 * heads * seq * seq);
+  const double d = static_cast<double>(block.in_features) / tp;
+  return std::max(3.0 * 4.0 * seq * ff, 8.0 * 4.0 * seq * d);
 }
 
 std::string transformer_shape_key(const BlockSpec& b) {

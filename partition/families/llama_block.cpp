@@ -26,7 +26,7 @@ namespace cost {
 using namespace cost_parts;
 
 // Llama block: q, k, v share their input (stashed once), rope packs q|k|v into [T, 3D] (kv heads repeated),
-// the attention core stashes that and the probabilities; gate and up share their input; SwiGLU stashes gate
+// the attention core stashes that and its statistics (lse); gate and up share their input; SwiGLU stashes gate
 // and up outputs, down its input h.
 Parts llama_parts(const BlockSpec& b) {
   const std::int64_t t = b.seq_len, d = b.in_features, f = b.d_ff, h = b.n_heads;
@@ -70,22 +70,22 @@ BlockCost llama_cost(const BlockSpec& block, DType dtype, Recompute recompute, i
   cost.weight_stash_bytes = t * (10 * d + 3 * f + 2 * kv) * b + 2 * t * kStatBytes;
   recompute_repeated_layer(cost, block, recompute, b);
   if (tp > 1) {
-    // Replicated: x, attn_norm's output, x1, mlp_norm's output; sharded: qkv, probabilities, attention output,
+    // Replicated: x, attn_norm's output, x1, mlp_norm's output; sharded: qkv, attention statistics, attention output,
     // gate, up, h.
-    const std::int64_t plain = (4 * t * d + (3 * t * d + t * d + 3 * t * f) / tp + (h / tp) * t * t) * b +
+    const std::int64_t plain = (4 * t * d + (3 * t * d + t * d + 3 * t * f) / tp) * b + (h / tp) * t * kStatBytes +
                                2 * t * kStatBytes;
     cost.weight_stash_bytes = (8 * t * d + (2 * t * d + 2 * t * kv + 3 * t * f) / tp) * b + 2 * t * kStatBytes;
-    apply_recompute(cost, recompute, plain, (h / tp) * t * t * b, t * d * b);
+    apply_recompute(cost, recompute, plain, attention_stats_bytes(t, h / tp), t * d * b);
   }
   if (sequence_parallel && tp > 1) {
     const std::int64_t ts = t / tp;
     // attn_norm / mlp_norm inputs and outputs (shards; q, k, v share attn_norm's, gate and up mlp_norm's),
-    // qkv [T, 3D/tp], attention output [T, D/tp], gate, up and h [T, F/tp], the probabilities [H/tp, T, T],
+    // qkv [T, 3D/tp], attention output [T, D/tp], gate, up and h [T, F/tp], the attention statistics [H/tp, T] (f32),
     // two rstd of T/tp rows.
-    const std::int64_t plain = (8 * t * d + 3 * t * f) / tp * b + (h / tp) * t * t * b + 2 * ts * kStatBytes;
+    const std::int64_t plain = (8 * t * d + 3 * t * f) / tp * b + (h / tp) * t * kStatBytes + 2 * ts * kStatBytes;
     // o's and down's gathered dy [T, D] from I to W; the rest as plain tp with the replicated tensors as shards.
     cost.weight_stash_bytes = (2 * t * d + (8 * t * d + 2 * t * kv + 3 * t * f) / tp) * b + 2 * ts * kStatBytes;
-    apply_recompute(cost, recompute, plain, (h / tp) * t * t * b, ts * d * b);
+    apply_recompute(cost, recompute, plain, attention_stats_bytes(t, h / tp), ts * d * b);
     cost.output_bytes = ts * d * b;
     // backward_extra: mlp: the dy shard, down's gathered dy [T, D], dh, dgate, dup [T, F/tp]; then gate's and
     // up's partial dx [T, D] (one at a time) and their reduce-scattered shards. attention: down's and o's
@@ -105,7 +105,7 @@ BlockCost llama_cost(const BlockSpec& block, DType dtype, Recompute recompute, i
   // dv and the three input gradients of q, k, v (summed into the first).
   const std::int64_t mlp = std::max(t * d + 3 * t * f / tp, 3 * t * d + 2 * t * f / tp) * b;
   std::int64_t attention = std::max(2 * t * d + 4 * t * d / tp, 4 * t * d + (t * d + 2 * t * kv) / tp) * b;
-  if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;  // the probabilities
+  if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;  // the attention statistics
   std::int64_t extra = std::max(mlp, attention);
   if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - t * d * b;  // input kept, shared
   cost.backward_extra_bytes = extra;
@@ -158,13 +158,13 @@ BlockWork llama_block_work(const BlockSpec& block, DType dtype, Recompute recomp
 
 TpBlockComm llama_tp_comm(const BlockSpec&, DType, int, bool, Recompute) { return {}; }
 
-// swiglu_backward widens gate, up, dh and writes dgate, dup: five [T, F / tp] f32 views; softmax's backward
-// three [H / tp, T, T] views.
+// swiglu_backward widens gate, up, dh and writes dgate, dup: five [T, F / tp] f32 views; the attention backward
+// qkv, out, dout and dqkv: eight [T, D / tp] views.
 double llama_widest_f32(const BlockSpec& block, int tp) {
   const double seq = static_cast<double>(block.seq_len);
   const double ff = static_cast<double>(block.d_ff) / tp;
-  const double heads = static_cast<double>(block.n_heads) / tp;
-  return std::max(5.0 * 4.0 * seq * ff, 3.0 * 4.0 * heads * seq * seq);
+  const double d = static_cast<double>(block.in_features) / tp;
+  return std::max(5.0 * 4.0 * seq * ff, 8.0 * 4.0 * seq * d);
 }
 
 std::string llama_shape_key(const BlockSpec& b) {

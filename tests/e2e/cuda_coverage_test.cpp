@@ -34,8 +34,9 @@ namespace {
   X(gemm) X(fill) X(copy) X(add) X(add_inplace) X(scale_inplace) X(axpy) X(sum_squares) X(sum_squares_many)       \
   X(bias_add_forward) X(bias_backward) X(gelu_forward) X(gelu_backward) X(relu_forward) X(relu_backward)          \
   X(softmax_forward) X(softmax_backward) X(layernorm_forward) X(layernorm_backward_input)                         \
-  X(layernorm_backward_weight) X(attention_forward) X(attention_backward) X(rmsnorm_forward)                     \
-  X(rmsnorm_backward_input) X(rmsnorm_backward_weight) X(swiglu_forward) X(swiglu_backward) X(rope_pack_qkv)      \
+  X(layernorm_backward_weight) X(attention_forward) X(attention_backward) X(attention_merge)                     \
+  X(rmsnorm_forward) X(rmsnorm_backward_input) X(rmsnorm_backward_weight) X(swiglu_forward) X(swiglu_backward)     \
+  X(rope_pack_qkv)                                                                                               \
   X(rope_pack_qkv_backward) X(embedding_forward)                                                                 \
   X(embedding_backward) X(position_embedding_forward) X(position_embedding_backward) X(cross_entropy_forward)    \
   X(cross_entropy_backward) X(cross_entropy_shard_max) X(cross_entropy_shard_sum_exp_and_target)                 \

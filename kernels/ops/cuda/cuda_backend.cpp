@@ -23,7 +23,6 @@
 #include "engine/cuda/device.hpp"
 #include "engine/cuda/stream.hpp"
 #include "kernels/cuda/adamw.hpp"
-#include "kernels/cuda/attention.hpp"
 #include "kernels/cuda/bias.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/floats.hpp"
@@ -252,32 +251,6 @@ void layernorm_backward_weight(const Context& ctx, const Tensor& dy, const Tenso
                                 x.shape().last(), ws.raw_data(), bytes, stream_of(ctx));
 }
 
-kd::AttentionShape attention_shape(const Tensor& qkv, std::int64_t heads) {
-  return {qkv.dim(0), qkv.dim(1), heads, qkv.dim(2) / 3 / heads};
-}
-
-void attention_forward(const Context& ctx, const Tensor& qkv, const Tensor& out, const Tensor& probs,
-                       std::int64_t heads) {
-  const DType dtype = one_dtype("attention_forward", ctx, {&qkv, &out, &probs});
-  const kd::AttentionShape shape = attention_shape(qkv, heads);
-  const std::size_t bytes = kd::attention_forward_workspace_size(shape, dtype);
-  Tensor ws = scratch(ctx, bytes);
-  CudaResources& r = resources(ctx);
-  kd::attention_forward(r.gemm(), dtype, qkv.raw_data(), out.raw_data(), probs.raw_data(), shape, ws.raw_data(), bytes,
-                        r.gemm_workspace(), r.gemm_workspace_bytes(), stream_of(ctx));
-}
-
-void attention_backward(const Context& ctx, const Tensor& dout, const Tensor& qkv, const Tensor& probs,
-                        const Tensor& dqkv, std::int64_t heads) {
-  const DType dtype = one_dtype("attention_backward", ctx, {&dout, &qkv, &probs, &dqkv});
-  const kd::AttentionShape shape = attention_shape(qkv, heads);
-  const std::size_t bytes = kd::attention_backward_workspace_size(shape, dtype);
-  Tensor ws = scratch(ctx, bytes);
-  CudaResources& r = resources(ctx);
-  kd::attention_backward(r.gemm(), dtype, dout.raw_data(), qkv.raw_data(), probs.raw_data(), dqkv.raw_data(), shape,
-                         ws.raw_data(), bytes, r.gemm_workspace(), r.gemm_workspace_bytes(), stream_of(ctx));
-}
-
 void adamw_update(const Context& ctx, const Tensor& param, const Tensor& grad, const Tensor& m, const Tensor& v,
                   const AdamWHyper& h) {
   kd::adamw_update(f(param), in(grad), f(m), f(v), param.numel(), h.lr, h.beta1, h.beta2, h.eps, h.weight_decay,
@@ -320,8 +293,9 @@ constexpr Backend kCudaBackend{
     .layernorm_forward = layernorm_forward,
     .layernorm_backward_input = layernorm_backward_input,
     .layernorm_backward_weight = layernorm_backward_weight,
-    .attention_forward = attention_forward,
-    .attention_backward = attention_backward,
+    .attention_forward = cuda_detail::attention_forward,
+    .attention_backward = cuda_detail::attention_backward,
+    .attention_merge = cuda_detail::attention_merge,
     .rmsnorm_forward = cuda_detail::rmsnorm_forward,
     .rmsnorm_backward_input = cuda_detail::rmsnorm_backward_input,
     .rmsnorm_backward_weight = cuda_detail::rmsnorm_backward_weight,

@@ -1,6 +1,7 @@
 // Internal to the CUDA backend (kernels/ops/cuda): what its slot files share — the per-device resources, the
 // stream and scratch of a Context, the f32 views of bf16 tensors — and the slots defined outside
-// cuda_backend.cpp (one file per op family: cuda_loss.cpp, cuda_embedding.cpp, cuda_conv.cpp, cuda_llama.cpp), which
+// cuda_backend.cpp (one file per op family: cuda_loss.cpp, cuda_embedding.cpp, cuda_conv.cpp, cuda_llama.cpp,
+// cuda_attention.cpp), which
 // cuda_backend.cpp puts in the table.
 //
 // Invariants: every slot launches on ctx.stream and returns without waiting unless ops.hpp calls its op a
@@ -110,6 +111,12 @@ void embedding_backward(const Context& ctx, const Tensor& ids, const Tensor& dou
                         const VocabRange& range);
 void position_embedding_forward(const Context& ctx, const Tensor& x, const Tensor& pos);
 void position_embedding_backward(const Context& ctx, const Tensor& dx, const Tensor& dpos);
+
+// cuda_attention.cpp
+void attention_forward(const Context& ctx, const AttentionProblem& problem);
+void attention_backward(const Context& ctx, const AttentionProblem& problem);
+void attention_merge(const Context& ctx, const Tensor& out_a, const Tensor& lse_a, const Tensor& out_b,
+                     const Tensor& lse_b, const Tensor& out, const Tensor& lse);
 
 // cuda_llama.cpp
 void rmsnorm_forward(const Context& ctx, const Tensor& x, const Tensor& weight, const Tensor& y, const Tensor& rstd,

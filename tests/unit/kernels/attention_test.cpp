@@ -2,7 +2,7 @@
 // (exactly 0 above the diagonal), and every part of dqkv (q, k and v columns), then finite differences of
 // the kernel's forward on a sample of qkv elements. Shapes include T = 1 and a case above OpenBLAS's
 // single-thread size so both batched-GEMM paths run.
-#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/attention_probs.hpp"
 
 #include <gtest/gtest.h>
 
@@ -89,7 +89,7 @@ TEST_P(KernelAttention, MatchesDoubleReference) {
 
   auto out = test::poisoned(dout.size());
   auto probs = test::poisoned(static_cast<size_t>(s.B * s.H * s.T * s.T));
-  attention_forward(qkv.data(), out.data(), probs.data(), s.B, s.T, s.H, s.hd);
+  attention_probs_forward(qkv.data(), out.data(), probs.data(), s.B, s.T, s.H, s.hd);
   test::expect_close(out, ref.out, 1e-5, 1e-4, "out");
   test::expect_close(probs, ref.probs, 1e-6, 1e-4, "probs");  // includes the exact zeros above the diagonal
   for (int64_t row = 0; row < s.B * s.H * s.T; ++row)
@@ -98,14 +98,14 @@ TEST_P(KernelAttention, MatchesDoubleReference) {
 
   auto dqkv = test::poisoned(qkv.size());
   auto workspace = test::poisoned(probs.size());
-  attention_backward(dout.data(), qkv.data(), probs.data(), dqkv.data(), workspace.data(), s.B, s.T, s.H, s.hd);
+  attention_probs_backward(dout.data(), qkv.data(), probs.data(), dqkv.data(), workspace.data(), s.B, s.T, s.H, s.hd);
   test::expect_close(dqkv, ref.dqkv, 1e-5, 1e-4, "dqkv");
   EXPECT_GT(test::l2_norm(dqkv), 0.0);
 
   // Finite differences of L = sum(dout * attention(qkv)) on a sample of q, k and v elements.
   std::vector<float> out_fd(out.size()), probs_fd(probs.size());
   auto loss = [&] {
-    attention_forward(qkv.data(), out_fd.data(), probs_fd.data(), s.B, s.T, s.H, s.hd);
+    attention_probs_forward(qkv.data(), out_fd.data(), probs_fd.data(), s.B, s.T, s.H, s.hd);
     double l = 0.0;
     for (size_t i = 0; i < out_fd.size(); ++i) l += double(dout[i]) * out_fd[i];
     return l;

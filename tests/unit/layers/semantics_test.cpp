@@ -231,7 +231,7 @@ TEST(LayerContract, IntermediatesComeFromTheContextAllocatorAndAreReleased) {
     EXPECT_EQ(after_forward.current_of(MemoryCategory::kActivations),
               testing::stash_bytes(stash) - static_cast<std::int64_t>(x.nbytes()) + static_cast<std::int64_t>(y.nbytes()));
     Tensor dx = block.backward(random_tensor({2, 5, 8}, 2), stash, ctx);
-    EXPECT_GT(alloc.stats().peak_of(MemoryCategory::kWorkspace), 0);  // attention's dprobs scratch
+    EXPECT_GT(alloc.stats().peak_of(MemoryCategory::kWorkspace), 0);  // the attention kernel's block scratch
     EXPECT_EQ(alloc.stats().current_of(MemoryCategory::kWorkspace), 0);
   }
   {

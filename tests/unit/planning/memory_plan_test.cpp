@@ -63,7 +63,8 @@ TEST(MemoryPlan, FusedBackwardIsPeakLiveStashesPlusOneBlocksExtra) {
 }
 
 // A transformer block's backward extra by hand (per sample, tp 1 and 2): the MLP part's dy, dg and dh, or the
-// attention part's gradients, whichever is larger, plus what recomputation rebuilds.
+// attention part's gradients, whichever is larger, plus what recomputation rebuilds (selective: the attention's
+// log-sum-exp; memory-efficient attention keeps no probabilities).
 TEST(MemoryPlan, TransformerBackwardExtraByHand) {
   partition::GptConfig g;
   g.vocab_size = 64, g.d_model = 32, g.n_layers = 1, g.n_heads = 4, g.seq_len = 16;
@@ -75,11 +76,11 @@ TEST(MemoryPlan, TransformerBackwardExtraByHand) {
     const std::int64_t t = 16, d = 32, h = 4;
     for (int tp : {1, 2}) {
       const std::int64_t mlp = 4 * (2 * t * d_ff / tp + t * d), attention = 4 * (4 * t * d + 4 * t * d / tp);
-      const std::int64_t probs = 4 * (h / tp) * t * t;
+      const std::int64_t stats = 4 * (h / tp) * t;  // the attention's lse [H/tp, T] f32, rebuilt under selective
       EXPECT_EQ(partition::block_cost(block, DType::kF32, partition::Recompute::kNone, tp).backward_extra_bytes,
                 std::max(mlp, attention)) << "d_ff " << d_ff << " tp " << tp;
       EXPECT_EQ(partition::block_cost(block, DType::kF32, partition::Recompute::kSelective, tp).backward_extra_bytes,
-                std::max(mlp, attention + probs)) << "d_ff " << d_ff << " tp " << tp;
+                std::max(mlp, attention + stats)) << "d_ff " << d_ff << " tp " << tp;
       const auto full = partition::block_cost(block, DType::kF32, partition::Recompute::kFull, tp);
       const auto none = partition::block_cost(block, DType::kF32, partition::Recompute::kNone, tp);
       EXPECT_EQ(full.backward_extra_bytes, none.activation_bytes - 4 * t * d + std::max(mlp, attention))

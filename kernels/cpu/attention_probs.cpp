@@ -1,11 +1,11 @@
-// Causal multi-head attention core over batched GEMMs. See attention.hpp.
+// Causal multi-head attention core over batched GEMMs. See attention_probs.hpp.
 //
 // Per (batch b, head h), with Q, K, V the [T, hd] column blocks of qkv (row stride 3C):
 //   forward:  S = Q K^T / sqrt(hd); P = causal_softmax(S); O = P V
 //   backward: dP = dO V^T; dV = P^T dO; dS = P * (dP - rowsum(P * dP)) / sqrt(hd); dQ = dS K; dK = dS^T Q
 // The full T x T products are computed (the masked half is ~2x the minimal flops) because one large
 // GEMM beats T small ones; P and dS are exactly 0 above the diagonal, so the masked half contributes 0.
-#include "kernels/cpu/attention.hpp"
+#include "kernels/cpu/attention_probs.hpp"
 
 #include <cmath>
 
@@ -23,7 +23,7 @@ void check_attention(const char* op, int64_t B, int64_t T, int64_t H, int64_t hd
 
 }  // namespace
 
-void attention_forward(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t H, int64_t hd,
+void attention_probs_forward(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t H, int64_t hd,
                        GemmSlicing slicing) {
   check_attention("attention_forward", B, T, H, hd);
   const int64_t C = H * hd;
@@ -55,7 +55,7 @@ void attention_forward(const float* qkv, float* out, float* probs, int64_t B, in
   }
 }
 
-void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv, float* dprobs_workspace,
+void attention_probs_backward(const float* dout, const float* qkv, const float* probs, float* dqkv, float* dprobs_workspace,
                         int64_t B, int64_t T, int64_t H, int64_t hd, GemmSlicing slicing) {
   check_attention("attention_backward", B, T, H, hd);
   const int64_t C = H * hd;

@@ -1,4 +1,6 @@
-// Causal multi-head self-attention core (llm.c layout), built on batched GEMMs.
+// The probabilities path of causal multi-head self-attention (llm.c layout), built on batched GEMMs: the
+// REFERENCE that the memory-efficient kernel (flash_attention.hpp) is tested and benchmarked against; no
+// op of the seam calls it.
 //
 // qkv is [B, T, 3C] with C = H * hd: q = columns [0, C), k = [C, 2C), v = [2C, 3C); head h uses columns
 // h*hd .. (h+1)*hd inside each third. out is [B, T, C] (heads concatenated, same column layout as q).
@@ -14,10 +16,10 @@
 namespace cleave::kernels::cpu {
 
 // slicing: how the batched GEMMs inside are cut over threads (gemm.hpp; kShapeFixed in deterministic mode).
-void attention_forward(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t H, int64_t hd,
+void attention_probs_forward(const float* qkv, float* out, float* probs, int64_t B, int64_t T, int64_t H, int64_t hd,
                        GemmSlicing slicing = GemmSlicing::kPerThread);
 
-void attention_backward(const float* dout, const float* qkv, const float* probs, float* dqkv, float* dprobs_workspace,
+void attention_probs_backward(const float* dout, const float* qkv, const float* probs, float* dqkv, float* dprobs_workspace,
                         int64_t B, int64_t T, int64_t H, int64_t hd, GemmSlicing slicing = GemmSlicing::kPerThread);
 
 }  // namespace cleave::kernels::cpu

@@ -1,0 +1,277 @@
+// FlashAttention-2 on the CPU (see flash_attention.hpp; the math is in docs/ops.md "Attention").
+//
+// Forward, one task per (batch, query head, query block of kFlashBlockQ rows): S = scale * Q K^T over key
+// blocks of kFlashBlockK (one small GEMM each), the online-softmax update of the row maxima m, sums l and the
+// unnormalised accumulator, then acc += P V (GEMM). Backward, one task per (batch, kv head) so dK and dV of a
+// key block are summed over the query heads of the group in one place and dQ rows of the group's heads have a
+// single writer: per key block and query block it recomputes P = exp(S - lse) and runs the four GEMMs
+// dV += P^T dO, dP = dO V^T, dQ += dS K, dK += dS^T Q with dS = P (dP - D) scale, D = rowsum(dO * O).
+// Masked entries of P and dS are written as exact zeros (exp_vec never returns 0).
+#include "kernels/cpu/flash_attention.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "engine/core/error.hpp"
+#include "kernels/cpu/gemm_kernels.hpp"
+#include "kernels/cpu/parallel.hpp"
+#include "kernels/cpu/vec_math.hpp"
+
+namespace cleave::kernels::cpu {
+namespace {
+
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+
+void check_shape(const char* op, const FlashAttentionShape& s) {
+  CLEAVE_ASSERT(s.batch >= 0 && s.q_len >= 0 && s.kv_len >= 0 && s.q_heads > 0 && s.kv_heads > 0 &&
+                    s.q_heads % s.kv_heads == 0 && s.head_dim > 0,
+                "{}: bad shape batch {} q_len {} kv_len {} heads {}/{} head_dim {}", op, s.batch, s.q_len, s.kv_len,
+                s.q_heads, s.kv_heads, s.head_dim);
+  CLEAVE_ASSERT(s.ld_q >= s.q_heads * s.head_dim && s.ld_o >= s.q_heads * s.head_dim &&
+                    s.ld_k >= s.kv_heads * s.head_dim && s.ld_v >= s.kv_heads * s.head_dim,
+                "{}: row strides q {} k {} v {} out {} too small for {}/{} heads of {}", op, s.ld_q, s.ld_k, s.ld_v,
+                s.ld_o, s.q_heads, s.kv_heads, s.head_dim);
+  CLEAVE_ASSERT(s.causal || s.window <= 0, "{}: a sliding window ({}) needs causal attention", op, s.window);
+}
+
+// Keys visible to query position pi: [key_lo, key_hi) (local key indices).
+int64_t key_hi(const FlashAttentionShape& s, int64_t pi) {
+  return s.causal ? std::clamp<int64_t>(pi - s.k_offset + 1, 0, s.kv_len) : s.kv_len;
+}
+int64_t key_lo(const FlashAttentionShape& s, int64_t pi) {
+  return s.window > 0 ? std::clamp<int64_t>(pi - s.window + 1 - s.k_offset, 0, s.kv_len) : 0;
+}
+
+// Query rows [lo, hi) that see at least one key of [kb, ke).
+void query_range(const FlashAttentionShape& s, int64_t kb, int64_t ke, int64_t& lo, int64_t& hi) {
+  lo = s.causal ? std::clamp<int64_t>(s.k_offset + kb - s.q_offset, 0, s.q_len) : 0;
+  hi = s.window > 0 ? std::clamp<int64_t>(s.k_offset + ke - 1 + s.window - s.q_offset, 0, s.q_len) : s.q_len;
+}
+
+// Block rows actually used (a short sequence takes less scratch).
+int64_t block_q(const FlashAttentionShape& s) { return std::max<int64_t>(1, std::min(kFlashBlockQ, s.q_len)); }
+int64_t block_k(const FlashAttentionShape& s) { return std::max<int64_t>(1, std::min(kFlashBlockK, s.kv_len)); }
+
+// Forward: S [bq, bk], acc [bq, hd], m and l [bq]; backward: P and dS [bq, bk], D [bq], dK and dV [bk, hd].
+int64_t per_thread_floats(const FlashAttentionShape& s) {
+  const int64_t bq = block_q(s), bk = block_k(s), hd = s.head_dim;
+  return std::max(bq * bk + bq * hd + 2 * bq, 2 * bq * bk + bq + 2 * bk * hd);
+}
+
+// One block GEMM on the calling thread alone (gemm_kernels.hpp): never sliced, so its bits depend only on its
+// arguments, inside or outside the parallel region (an `if (false)` region is inactive, and gemm() would cut a
+// large enough block over the whole team there).
+void single_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
+                 const float* b, int64_t ldb, float beta, float* c, int64_t ldc) {
+  if (m == 0 || n == 0 || k == 0) return;  // k == 0 never happens here (head_dim, rows, cols > 0)
+  gemm_detail::sgemm_openblas(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+}  // namespace
+
+std::size_t flash_attention_workspace_floats(const FlashAttentionShape& shape, int threads) {
+  return static_cast<std::size_t>(std::max(threads, 1) * per_thread_floats(shape));
+}
+
+void flash_attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
+                             const FlashAttentionShape& s, float* workspace, int threads) {
+  check_shape("flash_attention_forward", s);
+  const int64_t hd = s.head_dim, group = s.q_heads / s.kv_heads;
+  const int64_t bq = block_q(s), bk = block_k(s);
+  const int64_t q_blocks = (s.q_len + bq - 1) / bq;
+  const int64_t tasks = s.batch * s.q_heads * q_blocks;
+  const int64_t scratch = per_thread_floats(s);
+  const bool parallel = tasks > 1 && detail::worth_parallel(s.q_len * s.kv_len * hd * s.batch * s.q_heads / 2);
+#pragma omp parallel num_threads(std::max(threads, 1)) if (parallel)
+  {
+    float* S = workspace + omp_get_thread_num() * scratch;
+    float* acc = S + bq * bk;
+    float* m = acc + bq * hd;
+    float* l = m + bq;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t qb = task % q_blocks, h = (task / q_blocks) % s.q_heads, b = task / (q_blocks * s.q_heads);
+      const int64_t g = h / group;
+      const int64_t i0 = qb * bq, rows = std::min(bq, s.q_len - i0);
+      const float* qh = q + (b * s.q_len + i0) * s.ld_q + h * hd;
+      const float* kg = k + b * s.kv_len * s.ld_k + g * hd;
+      const float* vg = v + b * s.kv_len * s.ld_v + g * hd;
+      std::fill(acc, acc + rows * hd, 0.0f);
+      std::fill(m, m + rows, kNegInf);
+      std::fill(l, l + rows, 0.0f);
+      const int64_t p_first = s.q_offset + i0, p_last = p_first + rows - 1;
+      const int64_t j_begin = key_lo(s, p_first), j_end = key_hi(s, p_last);
+      for (int64_t kb = j_begin; kb < j_end; kb += bk) {
+        const int64_t cols = std::min(bk, j_end - kb);
+        single_gemm(false, true, rows, cols, hd, s.scale, qh, s.ld_q, kg + kb * s.ld_k, s.ld_k, 0.0f, S, bk);
+        for (int64_t r = 0; r < rows; ++r) {
+          float* srow = S + r * bk;
+          const int64_t pi = p_first + r;
+          const int64_t a = std::clamp<int64_t>(key_lo(s, pi) - kb, 0, cols);
+          const int64_t e = std::clamp<int64_t>(key_hi(s, pi) - kb, 0, cols);
+          if (a >= e) {
+            std::fill(srow, srow + cols, 0.0f);
+            continue;
+          }
+          const float m_new = std::max(m[r], detail::max_of(srow + a, e - a));
+          const float alpha = m[r] == kNegInf ? 0.0f : detail::exp_scalar(m[r] - m_new);
+          const float sum = detail::exp_store_sum(srow + a, m_new, srow + a, e - a);
+          std::fill(srow, srow + a, 0.0f);
+          std::fill(srow + e, srow + cols, 0.0f);
+          l[r] = l[r] * alpha + sum;
+          m[r] = m_new;
+          if (alpha != 1.0f) {
+            float* arow = acc + r * hd;
+#pragma omp simd
+            for (int64_t d = 0; d < hd; ++d) arow[d] *= alpha;
+          }
+        }
+        single_gemm(false, false, rows, hd, cols, 1.0f, S, bk, vg + kb * s.ld_v, s.ld_v, 1.0f, acc, hd);
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        float* orow = out + (b * s.q_len + i0 + r) * s.ld_o + h * hd;
+        const float* arow = acc + r * hd;
+        float* lrow = lse + (b * s.q_heads + h) * s.q_len + i0 + r;
+        if (l[r] > 0.0f) {
+          const float inv = 1.0f / l[r];
+#pragma omp simd
+          for (int64_t d = 0; d < hd; ++d) orow[d] = arow[d] * inv;
+          *lrow = m[r] + std::log(l[r]);
+        } else {
+          std::fill(orow, orow + hd, 0.0f);
+          *lrow = kNegInf;
+        }
+      }
+    }
+  }
+}
+
+void flash_attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                              const float* dout, float* dq, float* dk, float* dv, const FlashAttentionShape& s,
+                              bool accumulate, float* workspace, int threads) {
+  check_shape("flash_attention_backward", s);
+  const int64_t hd = s.head_dim, group = s.q_heads / s.kv_heads;
+  const int nt = std::max(threads, 1);
+  const int64_t bq = block_q(s), bk = block_k(s);
+  const int64_t tasks = s.batch * s.kv_heads;
+  const int64_t scratch = per_thread_floats(s);
+  const bool parallel = tasks > 1 && detail::worth_parallel(s.q_len * s.kv_len * hd * s.batch * s.q_heads / 2);
+#pragma omp parallel num_threads(nt) if (parallel)
+  {
+    float* P = workspace + omp_get_thread_num() * scratch;
+    float* dP = P + bq * bk;
+    float* D = dP + bq * bk;
+    float* dk_acc = D + bq;
+    float* dv_acc = dk_acc + bk * hd;
+#pragma omp for schedule(dynamic, 1)
+    for (int64_t task = 0; task < tasks; ++task) {
+      const int64_t g = task % s.kv_heads, b = task / s.kv_heads;
+      const float* kg = k + b * s.kv_len * s.ld_k + g * hd;
+      const float* vg = v + b * s.kv_len * s.ld_v + g * hd;
+      if (!accumulate) {
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+          for (int64_t i = 0; i < s.q_len; ++i) std::fill_n(dq + (b * s.q_len + i) * s.ld_q + h * hd, hd, 0.0f);
+        }
+      }
+      for (int64_t kb = 0; kb < s.kv_len; kb += bk) {
+        const int64_t cols = std::min(bk, s.kv_len - kb);
+        std::fill(dk_acc, dk_acc + cols * hd, 0.0f);
+        std::fill(dv_acc, dv_acc + cols * hd, 0.0f);
+        int64_t i_begin = 0, i_end = 0;
+        query_range(s, kb, kb + cols, i_begin, i_end);
+        for (int64_t h = g * group; h < (g + 1) * group && i_begin < i_end; ++h) {
+          const float* qh = q + b * s.q_len * s.ld_q + h * hd;
+          const float* doh = dout + b * s.q_len * s.ld_o + h * hd;
+          float* dqh = dq + b * s.q_len * s.ld_q + h * hd;
+          const float* oh = out + b * s.q_len * s.ld_o + h * hd;
+          const float* lse_h = lse + (b * s.q_heads + h) * s.q_len;
+          for (int64_t i0 = i_begin; i0 < i_end; i0 += bq) {
+            const int64_t rows = std::min(bq, i_end - i0);
+            // D = rowsum(dO * O), recomputed per block (rows x hd, against the block's 5 rows x cols x hd GEMMs).
+            for (int64_t r = 0; r < rows; ++r) {
+              const float* o = oh + (i0 + r) * s.ld_o;
+              const float* d_o = doh + (i0 + r) * s.ld_o;
+              float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+              for (int64_t d = 0; d < hd; ++d) dot += o[d] * d_o[d];
+              D[r] = dot;
+            }
+            single_gemm(false, true, rows, cols, hd, s.scale, qh + i0 * s.ld_q, s.ld_q, kg + kb * s.ld_k, s.ld_k,
+                        0.0f, P, bk);
+            for (int64_t r = 0; r < rows; ++r) {
+              float* prow = P + r * bk;
+              const int64_t pi = s.q_offset + i0 + r;
+              const float L = lse_h[i0 + r];
+              const int64_t a = std::clamp<int64_t>(key_lo(s, pi) - kb, 0, cols);
+              const int64_t e = std::clamp<int64_t>(key_hi(s, pi) - kb, 0, cols);
+              if (a >= e || L == kNegInf) {
+                std::fill(prow, prow + cols, 0.0f);
+                continue;
+              }
+              detail::exp_store_sum(prow + a, L, prow + a, e - a);
+              std::fill(prow, prow + a, 0.0f);
+              std::fill(prow + e, prow + cols, 0.0f);
+            }
+            single_gemm(true, false, cols, hd, rows, 1.0f, P, bk, doh + i0 * s.ld_o, s.ld_o, 1.0f, dv_acc, hd);
+            single_gemm(false, true, rows, cols, hd, 1.0f, doh + i0 * s.ld_o, s.ld_o, vg + kb * s.ld_v, s.ld_v, 0.0f,
+                        dP, bk);
+            for (int64_t r = 0; r < rows; ++r) {
+              const float* prow = P + r * bk;
+              float* dsrow = dP + r * bk;
+              const float Di = D[r];
+              const float scale = s.scale;
+#pragma omp simd
+              for (int64_t j = 0; j < cols; ++j) dsrow[j] = prow[j] * (dsrow[j] - Di) * scale;
+            }
+            single_gemm(false, false, rows, hd, cols, 1.0f, dP, bk, kg + kb * s.ld_k, s.ld_k, 1.0f, dqh + i0 * s.ld_q,
+                        s.ld_q);
+            single_gemm(true, false, cols, hd, rows, 1.0f, dP, bk, qh + i0 * s.ld_q, s.ld_q, 1.0f, dk_acc, hd);
+          }
+        }
+        for (int64_t j = 0; j < cols; ++j) {
+          float* dkrow = dk + (b * s.kv_len + kb + j) * s.ld_k + g * hd;
+          float* dvrow = dv + (b * s.kv_len + kb + j) * s.ld_v + g * hd;
+          const float* ka = dk_acc + j * hd;
+          const float* va = dv_acc + j * hd;
+          if (accumulate) {
+#pragma omp simd
+            for (int64_t d = 0; d < hd; ++d) {
+              dkrow[d] += ka[d];
+              dvrow[d] += va[d];
+            }
+          } else {
+            std::memcpy(dkrow, ka, hd * sizeof(float));
+            std::memcpy(dvrow, va, hd * sizeof(float));
+          }
+        }
+      }
+    }
+  }
+}
+
+void attention_merge(const float* out_a, const float* lse_a, const float* out_b, const float* lse_b, float* out,
+                     float* lse, int64_t batch, int64_t len, int64_t heads, int64_t head_dim) {
+  const int64_t n_rows = batch * heads * len;
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(n_rows * head_dim))
+  for (int64_t row = 0; row < n_rows; ++row) {
+    const int64_t t = row % len, h = (row / len) % heads, b = row / (len * heads);
+    const int64_t at = (b * len + t) * heads * head_dim + h * head_dim;
+    const float la = lse_a[row], lb = lse_b[row];
+    const float mx = std::max(la, lb);
+    if (mx == kNegInf) {
+      std::fill_n(out + at, head_dim, 0.0f);
+      lse[row] = kNegInf;
+      continue;
+    }
+    const float l = mx + std::log(std::exp(la - mx) + std::exp(lb - mx));
+    const float wa = std::exp(la - l), wb = std::exp(lb - l);
+    for (int64_t d = 0; d < head_dim; ++d) out[at + d] = wa * out_a[at + d] + wb * out_b[at + d];
+    lse[row] = l;
+  }
+}
+
+}  // namespace cleave::kernels::cpu

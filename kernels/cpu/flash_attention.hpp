@@ -1,0 +1,50 @@
+// Memory-efficient multi-head attention on the CPU: FlashAttention-2's blockwise algorithm with an online
+// softmax (docs/ops.md "Attention" has the math), over single-threaded BLAS GEMMs on small blocks.
+//
+// Layout: every operand is a stack of row-major [len, *] matrices, one per batch entry (batch stride len * ld),
+// and the pointer addresses head 0's first column; head h of q / out / dout / dq starts h * head_dim columns
+// further, head g of k / v / dk / dv likewise. Query head h reads key/value head h / (q_heads / kv_heads).
+// lse is [batch, q_heads, q_len] f32.
+//
+// Invariants: forward writes every row of out and lse (a row with no visible key: out 0, lse -inf); backward
+// writes (or with accumulate adds into) every element of dq, dk, dv of the covered heads. The forward threads
+// over (batch, head, query block) and the backward over (batch, kv head): every output element has one writer
+// and a fixed order of additions, so the bits do not depend on the thread count. Scratch comes from the
+// caller (`workspace`, flash_attention_workspace_floats floats); nothing allocates.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace cleave::kernels::cpu {
+
+struct FlashAttentionShape {
+  int64_t batch = 0, q_len = 0, kv_len = 0;
+  int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
+  int64_t ld_q = 0, ld_k = 0, ld_v = 0, ld_o = 0;  // row strides (elements); dq/dk/dv/dout share q/k/v/out's
+  int64_t q_offset = 0, k_offset = 0;             // global positions of query row 0 and key row 0
+  int64_t window = 0;                             // sliding window, <= 0: none (causal only)
+  bool causal = true;
+  float scale = 1.0f;
+};
+
+// Block sizes (rows of a query block, rows of a key block). Public so tests can pick shapes on their edges.
+inline constexpr int64_t kFlashBlockQ = 64;
+inline constexpr int64_t kFlashBlockK = 128;
+
+// Floats of workspace for `threads` OpenMP threads (forward and backward share the bound).
+std::size_t flash_attention_workspace_floats(const FlashAttentionShape& shape, int threads);
+
+void flash_attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
+                             const FlashAttentionShape& shape, float* workspace, int threads);
+
+void flash_attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                              const float* dout, float* dq, float* dk, float* dv, const FlashAttentionShape& shape,
+                              bool accumulate, float* workspace, int threads);
+
+// Partial results merged by their log-sum-exp (ops::attention_merge): rows = batch * heads * len, out rows
+// [batch, len, heads * head_dim]; out / lse may alias out_a / lse_a.
+void attention_merge(const float* out_a, const float* lse_a, const float* out_b, const float* lse_b, float* out,
+                     float* lse, int64_t batch, int64_t len, int64_t heads, int64_t head_dim);
+
+}  // namespace cleave::kernels::cpu

@@ -1,0 +1,300 @@
+// Memory-efficient attention (flash_attention.hpp) against a naive double reference: out, lse, dq, dk, dv on
+// awkward shapes (T = 1, 17, 130, 1000; head dims 6 and 64; 6 query heads over 2 key/value heads), with
+// query/key position offsets, a sliding window, non-causal attention, rows that see no key, the packed
+// q | k | v layout and accumulation into the gradients. Every output starts NaN-poisoned and its norm is
+// checked, so a skipped element or an all-zero result fails. Also: the bits do not depend on the thread
+// count, and attention_merge of two key chunks' partial results equals attention over all keys.
+#include "kernels/cpu/flash_attention.hpp"
+
+#include <gtest/gtest.h>
+#include <omp.h>
+
+#include <cmath>
+#include <limits>
+#include <string>
+
+#include "kernel_test_util.hpp"
+
+namespace cleave::kernels::cpu {
+namespace {
+
+using test::expect_close;
+using test::l2_norm;
+using test::poisoned;
+using test::random_floats;
+
+struct Case {
+  const char* name;
+  int64_t B, Tq, Tk, Hq, Hkv, hd;
+  int64_t q0 = 0, k0 = 0, window = 0;
+  bool causal = true;
+};
+
+struct Ref {
+  std::vector<double> out, lse, dq, dk, dv;
+};
+
+bool visible(const Case& c, int64_t i, int64_t j) {
+  const int64_t pi = c.q0 + i, pj = c.k0 + j;
+  return (!c.causal || pj <= pi) && (c.window <= 0 || pi - pj < c.window);
+}
+
+// Unpacked layout: q/out/dout [B, Tq, Hq*hd], k/v [B, Tk, Hkv*hd].
+Ref reference(const Case& c, const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+              const std::vector<float>& dout) {
+  const int64_t hd = c.hd, group = c.Hq / c.Hkv, ldq = c.Hq * hd, ldk = c.Hkv * hd;
+  const double scale = 1.0 / std::sqrt(double(hd));
+  Ref r;
+  r.out.assign(q.size(), 0.0);
+  r.dq.assign(q.size(), 0.0);
+  r.dk.assign(k.size(), 0.0);
+  r.dv.assign(v.size(), 0.0);
+  r.lse.assign(static_cast<size_t>(c.B * c.Hq * c.Tq), -std::numeric_limits<double>::infinity());
+  std::vector<double> p(static_cast<size_t>(c.Tk));
+  for (int64_t b = 0; b < c.B; ++b) {
+    for (int64_t h = 0; h < c.Hq; ++h) {
+      const int64_t g = h / group;
+      for (int64_t i = 0; i < c.Tq; ++i) {
+        const float* qi = &q[(b * c.Tq + i) * ldq + h * hd];
+        double mx = -1e300;
+        bool any = false;
+        for (int64_t j = 0; j < c.Tk; ++j) {
+          if (!visible(c, i, j)) continue;
+          double dot = 0.0;
+          for (int64_t d = 0; d < hd; ++d) dot += double(qi[d]) * k[(b * c.Tk + j) * ldk + g * hd + d];
+          p[j] = dot * scale;
+          mx = std::max(mx, p[j]);
+          any = true;
+        }
+        if (!any) continue;  // out 0, lse -inf, no gradient
+        double sum = 0.0;
+        for (int64_t j = 0; j < c.Tk; ++j) {
+          if (visible(c, i, j)) sum += std::exp(p[j] - mx);
+        }
+        r.lse[(b * c.Hq + h) * c.Tq + i] = mx + std::log(sum);
+        for (int64_t j = 0; j < c.Tk; ++j) p[j] = visible(c, i, j) ? std::exp(p[j] - mx) / sum : 0.0;
+        double* oi = &r.out[(b * c.Tq + i) * ldq + h * hd];
+        for (int64_t j = 0; j < c.Tk; ++j) {
+          for (int64_t d = 0; d < hd && p[j] != 0.0; ++d) oi[d] += p[j] * v[(b * c.Tk + j) * ldk + g * hd + d];
+        }
+        const float* doi = &dout[(b * c.Tq + i) * ldq + h * hd];
+        double D = 0.0;
+        for (int64_t d = 0; d < hd; ++d) D += double(doi[d]) * oi[d];
+        for (int64_t j = 0; j < c.Tk; ++j) {
+          if (p[j] == 0.0) continue;
+          double dp = 0.0;
+          for (int64_t d = 0; d < hd; ++d) dp += double(doi[d]) * v[(b * c.Tk + j) * ldk + g * hd + d];
+          const double ds = p[j] * (dp - D) * scale;
+          for (int64_t d = 0; d < hd; ++d) {
+            r.dq[(b * c.Tq + i) * ldq + h * hd + d] += ds * k[(b * c.Tk + j) * ldk + g * hd + d];
+            r.dk[(b * c.Tk + j) * ldk + g * hd + d] += ds * qi[d];
+            r.dv[(b * c.Tk + j) * ldk + g * hd + d] += p[j] * doi[d];
+          }
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// -inf (a row that sees no key) as a finite sentinel, so expect_close can compare it (inf - inf is NaN).
+template <typename T>
+std::vector<double> no_inf(const std::vector<T>& x) {
+  std::vector<double> y(x.begin(), x.end());
+  for (auto& e : y) e = e == -std::numeric_limits<double>::infinity() ? -1e30 : e;
+  return y;
+}
+
+FlashAttentionShape shape_of(const Case& c) {
+  FlashAttentionShape s;
+  s.batch = c.B;
+  s.q_len = c.Tq;
+  s.kv_len = c.Tk;
+  s.q_heads = c.Hq;
+  s.kv_heads = c.Hkv;
+  s.head_dim = c.hd;
+  s.ld_q = s.ld_o = c.Hq * c.hd;
+  s.ld_k = s.ld_v = c.Hkv * c.hd;
+  s.q_offset = c.q0;
+  s.k_offset = c.k0;
+  s.window = c.window;
+  s.causal = c.causal;
+  s.scale = 1.0f / std::sqrt(static_cast<float>(c.hd));
+  return s;
+}
+
+struct KernelRun {
+  std::vector<float> out, lse, dq, dk, dv;
+};
+
+KernelRun run_kernel(const Case& c, const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+               const std::vector<float>& dout, int threads) {
+  const FlashAttentionShape s = shape_of(c);
+  std::vector<float> ws(flash_attention_workspace_floats(s, threads), std::numeric_limits<float>::quiet_NaN());
+  KernelRun r;
+  r.out = poisoned(q.size());
+  r.lse = poisoned(static_cast<size_t>(c.B * c.Hq * c.Tq));
+  r.dq = poisoned(q.size());
+  r.dk = poisoned(k.size());
+  r.dv = poisoned(v.size());
+  flash_attention_forward(q.data(), k.data(), v.data(), r.out.data(), r.lse.data(), s, ws.data(), threads);
+  flash_attention_backward(q.data(), k.data(), v.data(), r.out.data(), r.lse.data(), dout.data(), r.dq.data(),
+                           r.dk.data(), r.dv.data(), s, false, ws.data(), threads);
+  return r;
+}
+
+class FlashAttentionTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FlashAttentionTest, MatchesDoubleReference) {
+  const Case c = GetParam();
+  const auto q = random_floats(static_cast<size_t>(c.B * c.Tq * c.Hq * c.hd), 1);
+  const auto k = random_floats(static_cast<size_t>(c.B * c.Tk * c.Hkv * c.hd), 2);
+  const auto v = random_floats(static_cast<size_t>(c.B * c.Tk * c.Hkv * c.hd), 3);
+  const auto dout = random_floats(q.size(), 4);
+  const Ref want = reference(c, q, k, v, dout);
+  const KernelRun got = run_kernel(c, q, k, v, dout, omp_get_max_threads());
+  // f32 GEMMs and exp_vec (relative error < 3e-7) against double: errors grow with the row length.
+  const double tol = 2e-5 * std::sqrt(static_cast<double>(std::max<int64_t>(c.Tk, 1)));
+  expect_close(got.out, want.out, tol, tol, std::string(c.name) + " out");
+  expect_close(no_inf(got.lse), no_inf(want.lse), tol, tol, std::string(c.name) + " lse");
+  expect_close(got.dq, want.dq, tol, 4 * tol, std::string(c.name) + " dq");
+  expect_close(got.dk, want.dk, tol, 4 * tol, std::string(c.name) + " dk");
+  expect_close(got.dv, want.dv, tol, 4 * tol, std::string(c.name) + " dv");
+  if (l2_norm(want.out) > 0.0) {
+    EXPECT_GT(l2_norm(got.out), 0.0) << c.name;
+    EXPECT_GT(l2_norm(got.dk), 0.0) << c.name;
+  } else {  // no query sees a key: every lse is -inf (out and the gradients were compared as zeros above)
+    for (float x : got.lse) EXPECT_EQ(x, -std::numeric_limits<float>::infinity()) << c.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, FlashAttentionTest,
+    ::testing::Values(Case{"T1_hd6", 2, 1, 1, 6, 2, 6}, Case{"T17_hd6", 2, 17, 17, 6, 2, 6},
+                      Case{"T130_hd64", 1, 130, 130, 6, 2, 64}, Case{"T130_hd6_mha", 2, 130, 130, 3, 3, 6},
+                      Case{"T1000_hd64", 1, 1000, 1000, 2, 1, 64},
+                      Case{"window37_T130", 1, 130, 130, 6, 2, 6, 0, 0, 37},
+                      Case{"window1_T17", 1, 17, 17, 2, 1, 6, 0, 0, 1},
+                      // a later query chunk against earlier keys (ring attention's past step), with a window
+                      Case{"q_chunk_after_keys", 2, 17, 130, 6, 2, 6, 130, 0},
+                      Case{"q_chunk_window", 1, 130, 200, 6, 2, 64, 150, 20, 90},
+                      // the diagonal chunk at an offset, and a chunk entirely in the future (no key visible)
+                      Case{"diagonal_offset", 1, 70, 70, 2, 1, 6, 500, 500},
+                      Case{"keys_in_future", 1, 17, 30, 2, 1, 6, 0, 100},
+                      Case{"non_causal", 2, 17, 33, 6, 2, 6, 0, 0, 0, false}),
+    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+
+TEST(FlashAttention, BitsDoNotDependOnThreadCount) {
+  const Case c{"threads", 2, 200, 200, 6, 2, 64};
+  const auto q = random_floats(static_cast<size_t>(c.B * c.Tq * c.Hq * c.hd), 5);
+  const auto k = random_floats(static_cast<size_t>(c.B * c.Tk * c.Hkv * c.hd), 6);
+  const auto v = random_floats(k.size(), 7);
+  const auto dout = random_floats(q.size(), 8);
+  const KernelRun one = run_kernel(c, q, k, v, dout, 1);
+  const KernelRun two = run_kernel(c, q, k, v, dout, 2);
+  EXPECT_EQ(one.out, two.out);
+  EXPECT_EQ(one.lse, two.lse);
+  EXPECT_EQ(one.dq, two.dq);
+  EXPECT_EQ(one.dk, two.dk);
+  EXPECT_EQ(one.dv, two.dv);
+}
+
+// The packed layout (q | k | v column blocks of one [B, T, (Hq + 2 Hkv) hd] tensor, dq/dk/dv likewise) and
+// accumulation give the unpacked results, and accumulate adds onto what is there.
+TEST(FlashAttention, PackedLayoutAndAccumulate) {
+  const Case c{"packed", 2, 70, 70, 6, 2, 6, 0, 0, 20};
+  const int64_t hd = c.hd, ld = (c.Hq + 2 * c.Hkv) * hd;
+  const auto q = random_floats(static_cast<size_t>(c.B * c.Tq * c.Hq * hd), 9);
+  const auto k = random_floats(static_cast<size_t>(c.B * c.Tk * c.Hkv * hd), 10);
+  const auto v = random_floats(k.size(), 11);
+  const auto dout = random_floats(q.size(), 12);
+  const KernelRun want = run_kernel(c, q, k, v, dout, 2);
+  std::vector<float> qkv(static_cast<size_t>(c.B * c.Tq * ld));
+  for (int64_t row = 0; row < c.B * c.Tq; ++row) {
+    for (int64_t x = 0; x < c.Hq * hd; ++x) qkv[row * ld + x] = q[row * c.Hq * hd + x];
+    for (int64_t x = 0; x < c.Hkv * hd; ++x) {
+      qkv[row * ld + c.Hq * hd + x] = k[row * c.Hkv * hd + x];
+      qkv[row * ld + (c.Hq + c.Hkv) * hd + x] = v[row * c.Hkv * hd + x];
+    }
+  }
+  FlashAttentionShape s = shape_of(c);
+  s.ld_q = s.ld_k = s.ld_v = ld;
+  std::vector<float> ws(flash_attention_workspace_floats(s, 2));
+  auto out = poisoned(q.size()), lse = poisoned(want.lse.size());
+  flash_attention_forward(qkv.data(), qkv.data() + c.Hq * hd, qkv.data() + (c.Hq + c.Hkv) * hd, out.data(),
+                          lse.data(), s, ws.data(), 2);
+  EXPECT_EQ(out, want.out);
+  EXPECT_EQ(lse, want.lse);
+  std::vector<float> dqkv(qkv.size(), 1.0f);  // accumulate onto ones
+  flash_attention_backward(qkv.data(), qkv.data() + c.Hq * hd, qkv.data() + (c.Hq + c.Hkv) * hd, out.data(),
+                           lse.data(), dout.data(), dqkv.data(), dqkv.data() + c.Hq * hd,
+                           dqkv.data() + (c.Hq + c.Hkv) * hd, s, true, ws.data(), 2);
+  size_t wrong = 0;
+  for (int64_t row = 0; row < c.B * c.Tq; ++row) {
+    for (int64_t x = 0; x < c.Hq * hd; ++x) wrong += dqkv[row * ld + x] != 1.0f + want.dq[row * c.Hq * hd + x];
+    for (int64_t x = 0; x < c.Hkv * hd; ++x) {
+      wrong += dqkv[row * ld + c.Hq * hd + x] != 1.0f + want.dk[row * c.Hkv * hd + x];
+      wrong += dqkv[row * ld + (c.Hq + c.Hkv) * hd + x] != 1.0f + want.dv[row * c.Hkv * hd + x];
+    }
+  }
+  EXPECT_EQ(wrong, 0u);
+}
+
+// Ring attention's step: queries attend keys [0, 60) and [60, 130) separately (offsets), the partials merge
+// by log-sum-exp into the full result, and the chunks' backward passes (given the merged out and lse),
+// accumulated, give the full gradients.
+TEST(FlashAttention, MergedKeyChunksEqualFullAttention) {
+  const Case full{"full", 2, 130, 130, 6, 2, 6, 0, 0, 50};
+  const int64_t hd = full.hd, split = 60;
+  const auto q = random_floats(static_cast<size_t>(full.B * full.Tq * full.Hq * hd), 13);
+  const auto k = random_floats(static_cast<size_t>(full.B * full.Tk * full.Hkv * hd), 14);
+  const auto v = random_floats(k.size(), 15);
+  const auto dout = random_floats(q.size(), 16);
+  const KernelRun want = run_kernel(full, q, k, v, dout, 2);
+  auto chunk = [&](const std::vector<float>& x, int64_t lo, int64_t hi) {
+    std::vector<float> c;
+    const int64_t w = full.Hkv * hd;
+    for (int64_t b = 0; b < full.B; ++b) {
+      c.insert(c.end(), x.begin() + (b * full.Tk + lo) * w, x.begin() + (b * full.Tk + hi) * w);
+    }
+    return c;
+  };
+  const Case a{"a", full.B, full.Tq, split, 6, 2, hd, 0, 0, full.window};
+  const Case b{"b", full.B, full.Tq, full.Tk - split, 6, 2, hd, 0, split, full.window};
+  const auto ka = chunk(k, 0, split), va = chunk(v, 0, split), kb = chunk(k, split, full.Tk), vb = chunk(v, split, full.Tk);
+  const KernelRun ra = run_kernel(a, q, ka, va, dout, 2), rb = run_kernel(b, q, kb, vb, dout, 2);
+  std::vector<float> out = ra.out, lse = ra.lse;  // merged in place
+  attention_merge(out.data(), lse.data(), rb.out.data(), rb.lse.data(), out.data(), lse.data(), full.B, full.Tq,
+                  full.Hq, hd);
+  expect_close(out, want.out, 1e-6, 1e-5, "merged out");
+  expect_close(lse, want.lse, 1e-6, 1e-6, "merged lse");
+  // Backward per chunk with the merged statistics, dq accumulated over the chunks.
+  std::vector<float> dq(q.size(), 0.0f), dka(ka.size()), dva(va.size()), dkb(kb.size()), dvb(vb.size());
+  for (const auto* cs : {&a, &b}) {
+    const FlashAttentionShape s = shape_of(*cs);
+    std::vector<float> ws(flash_attention_workspace_floats(s, 2));
+    const bool first = cs == &a;
+    flash_attention_backward(q.data(), (first ? ka : kb).data(), (first ? va : vb).data(), out.data(), lse.data(),
+                             dout.data(), dq.data(), (first ? dka : dkb).data(), (first ? dva : dvb).data(), s, true,
+                             ws.data(), 2);
+  }
+  expect_close(dq, want.dq, 1e-5, 1e-4, "chunked dq");
+  expect_close(dka, chunk(want.dk, 0, split), 1e-5, 1e-4, "chunk a dk");
+  expect_close(dva, chunk(want.dv, 0, split), 1e-5, 1e-4, "chunk a dv");
+  expect_close(dvb, chunk(want.dv, split, full.Tk), 1e-5, 1e-4, "chunk b dv");
+  expect_close(dkb, chunk(want.dk, split, full.Tk), 1e-5, 1e-4, "chunk b dk");
+}
+
+TEST(FlashAttention, MergeWithAnEmptySide) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> out_a = {1, 2, 3, 4}, lse_a = {-inf, 0.5f}, out_b = {5, 6, 7, 8}, lse_b = {-inf, -inf};
+  std::vector<float> out(4, std::nanf("")), lse(2, std::nanf(""));
+  // batch 1, len 2, heads 1, head_dim 2: row 0 has no key on either side, row 1 only on side a.
+  attention_merge(out_a.data(), lse_a.data(), out_b.data(), lse_b.data(), out.data(), lse.data(), 1, 2, 1, 2);
+  EXPECT_EQ(out, (std::vector<float>{0, 0, 3, 4}));
+  EXPECT_EQ(lse[0], -inf);
+  EXPECT_FLOAT_EQ(lse[1], 0.5f);
+}
+
+}  // namespace
+}  // namespace cleave::kernels::cpu

@@ -1,0 +1,179 @@
+// The attention ops through the seam on the CPU backend: the packed form equals the unpacked one (bits), bf16
+// tensors give the f32 op on the bf16-rounded inputs with each output rounded once (lse stays f32, bit-equal),
+// attention_merge works in place, accumulate_grads adds, and bad arguments fail naming the op and the numbers.
+// The numerics against a double reference are kernels/cpu's (tests/unit/kernels/flash_attention_test.cpp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <string>
+
+#include "engine/core/error.hpp"
+#include "kernels/ops/ops.hpp"
+#include "unit/kernels/kernel_test_util.hpp"
+
+namespace cleave::ops {
+namespace {
+
+using cleave::kernels::test::random_floats;
+
+Tensor f32(const std::vector<float>& v, const Shape& shape) { return Tensor::from_floats(v, shape); }
+Tensor empty(const Shape& shape, DType dtype = DType::kF32) {
+  return Tensor::empty(shape, dtype, MemoryCategory::kActivations);
+}
+Tensor cast(const Context& ctx, const Tensor& t, DType dtype) {
+  Tensor out = empty(t.shape(), dtype);
+  copy(ctx, t, out);
+  return out;
+}
+Tensor rounded(const Context& ctx, const std::vector<float>& v, const Shape& shape) {
+  return cast(ctx, cast(ctx, f32(v, shape), DType::kBF16), DType::kF32);
+}
+double norm(const Tensor& t) {
+  double s = 0;
+  for (float x : t.to_floats()) s += double(x) * x;
+  return s;
+}
+
+constexpr std::int64_t B = 2, T = 37, Hq = 6, Hkv = 2, hd = 6;
+
+// Packs q [B, T, Hq hd], k, v [B, T, Hkv hd] into [B, T, (Hq + 2 Hkv) hd].
+std::vector<float> pack(const Tensor& q, const Tensor& k, const Tensor& v) {
+  const auto qv = q.to_floats(), kv = k.to_floats(), vv = v.to_floats();
+  const std::int64_t ld = (Hq + 2 * Hkv) * hd;
+  std::vector<float> out(static_cast<size_t>(B * T * ld));
+  for (std::int64_t r = 0; r < B * T; ++r) {
+    for (std::int64_t x = 0; x < Hq * hd; ++x) out[r * ld + x] = qv[r * Hq * hd + x];
+    for (std::int64_t x = 0; x < Hkv * hd; ++x) {
+      out[r * ld + Hq * hd + x] = kv[r * Hkv * hd + x];
+      out[r * ld + (Hq + Hkv) * hd + x] = vv[r * Hkv * hd + x];
+    }
+  }
+  return out;
+}
+
+AttentionParams params() {
+  AttentionParams p;
+  p.q_heads = Hq;
+  p.kv_heads = Hkv;
+  p.window = 11;
+  p.q_offset = p.k_offset = 5;
+  return p;
+}
+
+TEST(OpsAttention, PackedEqualsUnpacked) {
+  const Context ctx;
+  const Tensor q = f32(random_floats(B * T * Hq * hd, 1), {B, T, Hq * hd});
+  const Tensor k = f32(random_floats(B * T * Hkv * hd, 2), {B, T, Hkv * hd});
+  const Tensor v = f32(random_floats(B * T * Hkv * hd, 3), {B, T, Hkv * hd});
+  const Tensor dout = f32(random_floats(B * T * Hq * hd, 4), {B, T, Hq * hd});
+  Tensor out = empty(q.shape()), lse = empty({B, Hq, T});
+  attention_forward(ctx, q, k, v, out, lse, params());
+  Tensor dq = empty(q.shape()), dk = empty(k.shape()), dv = empty(v.shape());
+  attention_backward(ctx, q, k, v, out, lse, dout, dq, dk, dv, params());
+  EXPECT_GT(norm(out), 0.0);
+  EXPECT_GT(norm(dk), 0.0);
+
+  const Tensor qkv = f32(pack(q, k, v), {B, T, (Hq + 2 * Hkv) * hd});
+  Tensor out_p = empty(q.shape()), lse_p = empty({B, Hq, T});
+  attention_forward_packed(ctx, qkv, out_p, lse_p, params());
+  EXPECT_EQ(out_p.to_floats(), out.to_floats());
+  EXPECT_EQ(lse_p.to_floats(), lse.to_floats());
+  Tensor dqkv = empty(qkv.shape());
+  attention_backward_packed(ctx, qkv, out_p, lse_p, dout, dqkv, params());
+  EXPECT_EQ(dqkv.to_floats(), pack(dq, dk, dv));
+}
+
+TEST(OpsAttention, Bf16WidensAtTheEdges) {
+  const Context ctx;
+  const Tensor q = rounded(ctx, random_floats(B * T * Hq * hd, 5), {B, T, Hq * hd});
+  const Tensor k = rounded(ctx, random_floats(B * T * Hkv * hd, 6), {B, T, Hkv * hd});
+  const Tensor v = rounded(ctx, random_floats(B * T * Hkv * hd, 7), {B, T, Hkv * hd});
+  const Tensor dout = rounded(ctx, random_floats(B * T * Hq * hd, 8), {B, T, Hq * hd});
+  Tensor out = empty(q.shape()), lse = empty({B, Hq, T});
+  attention_forward(ctx, q, k, v, out, lse, params());
+  const Tensor out_r = rounded(ctx, out.to_floats(), out.shape());  // the bf16 out the backward reads
+  Tensor dq = empty(q.shape()), dk = empty(k.shape()), dv = empty(v.shape());
+  attention_backward(ctx, q, k, v, out_r, lse, dout, dq, dk, dv, params());
+
+  const auto b16 = [&](const Tensor& t) { return cast(ctx, t, DType::kBF16); };
+  Tensor out16 = empty(q.shape(), DType::kBF16), lse16 = empty({B, Hq, T});
+  attention_forward(ctx, b16(q), b16(k), b16(v), out16, lse16, params());
+  EXPECT_EQ(out16.to_floats(), b16(out).to_floats());
+  EXPECT_EQ(lse16.to_floats(), lse.to_floats());  // f32 statistics
+  Tensor dq16 = empty(q.shape(), DType::kBF16), dk16 = empty(k.shape(), DType::kBF16),
+         dv16 = empty(v.shape(), DType::kBF16);
+  attention_backward(ctx, b16(q), b16(k), b16(v), out16, lse16, b16(dout), dq16, dk16, dv16, params());
+  EXPECT_EQ(dq16.to_floats(), b16(dq).to_floats());
+  EXPECT_EQ(dk16.to_floats(), b16(dk).to_floats());
+  EXPECT_EQ(dv16.to_floats(), b16(dv).to_floats());
+  EXPECT_GT(norm(dq16), 0.0);
+}
+
+TEST(OpsAttention, AccumulateAddsOntoTheGradients) {
+  const Context ctx;
+  const Tensor q = f32(random_floats(B * T * Hq * hd, 9), {B, T, Hq * hd});
+  const Tensor k = f32(random_floats(B * T * Hkv * hd, 10), {B, T, Hkv * hd});
+  const Tensor v = f32(random_floats(B * T * Hkv * hd, 11), {B, T, Hkv * hd});
+  const Tensor dout = f32(random_floats(B * T * Hq * hd, 12), {B, T, Hq * hd});
+  Tensor out = empty(q.shape()), lse = empty({B, Hq, T});
+  attention_forward(ctx, q, k, v, out, lse, params());
+  Tensor dq = empty(q.shape()), dk = empty(k.shape()), dv = empty(v.shape());
+  attention_backward(ctx, q, k, v, out, lse, dout, dq, dk, dv, params());
+  Tensor dq2 = f32(dq.to_floats(), dq.shape()), dk2 = f32(dk.to_floats(), dk.shape()),
+         dv2 = f32(dv.to_floats(), dv.shape());
+  AttentionParams acc = params();
+  acc.accumulate_grads = true;
+  attention_backward(ctx, q, k, v, out, lse, dout, dq2, dk2, dv2, acc);
+  auto twice = [](const Tensor& t) {
+    auto x = t.to_floats();
+    for (auto& e : x) e += e;
+    return x;
+  };
+  EXPECT_EQ(dq2.to_floats(), twice(dq));
+  EXPECT_EQ(dk2.to_floats(), twice(dk));
+  EXPECT_EQ(dv2.to_floats(), twice(dv));
+}
+
+TEST(OpsAttention, MergeInPlace) {
+  const Context ctx;
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor out_a = f32({1, 2, 3, 4}, {1, 2, 2}), lse_a = f32({0.0f, -inf}, {1, 1, 2});
+  const Tensor out_b = f32({5, 6, 7, 8}, {1, 2, 2}), lse_b = f32({0.0f, 1.0f}, {1, 1, 2});
+  attention_merge(ctx, out_a, lse_a, out_b, lse_b, out_a, lse_a);
+  // row 0: equal weights; row 1: only b.
+  EXPECT_EQ(out_a.to_floats(), (std::vector<float>{3, 4, 7, 8}));
+  EXPECT_FLOAT_EQ(lse_a.to_floats()[0], std::log(2.0f));
+  EXPECT_FLOAT_EQ(lse_a.to_floats()[1], 1.0f);
+}
+
+void expect_error(const std::function<void()>& f, const std::string& part) {
+  try {
+    f();
+    FAIL() << "no error; expected one mentioning: " << part;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+TEST(OpsAttention, BadArgumentsNameTheOpAndTheNumbers) {
+  const Context ctx;
+  const Tensor q = f32(random_floats(B * T * Hq * hd, 13), {B, T, Hq * hd});
+  const Tensor k = f32(random_floats(B * T * Hkv * hd, 14), {B, T, Hkv * hd});
+  Tensor out = empty(q.shape()), lse = empty({B, Hq, T});
+  AttentionParams p = params();
+  p.kv_heads = 4;
+  expect_error([&] { attention_forward(ctx, q, k, k, out, lse, p); },
+               "attention_forward: 6 query heads do not split into groups over 4 key/value heads");
+  p = params();
+  p.causal = false;
+  expect_error([&] { attention_forward(ctx, q, k, k, out, lse, p); }, "sliding window (11) needs causal attention");
+  expect_error([&] { attention_forward(ctx, q, k, k, out, empty({B, Hq, T}, DType::kBF16), params()); },
+               "attention_forward: lse");
+  expect_error([&] { attention_forward(ctx, q, k, k, out, empty({B, Hq, T + 1}), params()); }, "lse");
+  expect_error([&] { attention_forward_packed(ctx, q, out, lse, params()); }, "attention_forward_packed: qkv");
+}
+
+}  // namespace
+}  // namespace cleave::ops

@@ -33,6 +33,7 @@ ops::AttentionParams LlamaAttention::core_params() const {
   ops::AttentionParams params;
   params.q_heads = heads_.local_heads;
   params.kv_heads = heads_.local_heads;
+  params.window = heads_.window;  // Mistral's sliding window (0: none); positions are 0..T-1 within the sample
   return params;
 }
 
@@ -47,10 +48,6 @@ Tensor LlamaAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
   // Under sequence parallelism x is this rank's sequence shard and q, k, v (column-parallel) cover the
   // gathered full sequence: T and the rope positions 0..T-1 come from them, not from x.
   const std::int64_t b = q.dim(0), t = q.dim(1), hd = head_dim(), lq = heads_.local_heads;
-  // A window at least as long as the sequence hides nothing: plain causal attention.
-  CLEAVE_CHECK(heads_.window == 0 || heads_.window >= t,
-               "{}: model.sliding_window {} is shorter than the sequence ({} tokens), which this attention does not "
-               "implement yet", who(), heads_.window, t);
   Tensor qkv = new_activation(ctx, Shape{b, t, 3 * lq * hd});
   ops::rope_pack_qkv(ctx, q, k, v, qkv, {lq, heads_.local_kv_heads, heads_.rope_theta, 0});
   Tensor out = new_activation(ctx, Shape{b, t, lq * hd});

@@ -1,5 +1,5 @@
 // LlamaAttention: x [B, T, D] -> q, k, v projections (no biases) -> rotary embeddings and grouped-query
-// packing (ops::rope_pack_qkv) -> causal memory-efficient attention (ops::attention_forward_packed on [B, T, 3·Lq·hd]) -> o
+// packing (ops::rope_pack_qkv) -> causal (optionally sliding-window) memory-efficient attention (ops::attention_forward_packed on [B, T, 3·Lq·hd]) -> o
 // projection -> y [B, T, D]. hd = D / n_heads; Lq / Lkv are the query / key-value heads this layer computes.
 //
 // One implementation serves every layout; only the four projections and the local head counts differ:

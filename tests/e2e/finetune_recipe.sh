@@ -8,7 +8,8 @@
 #    dtype (docs/checkpoints.md), max_position_embeddings stays 32, generation_config.json and the tokenizer
 #    files are there; re-importing it gives bit for bit the logits `cleave generate --logits` gives on the
 #    run's checkpoint, which differ from the source model's (the run trained);
-#  - Mistral (sliding window 4 under seq_len 8) and Qwen2 (q/k/v biases): tp2 x pp2 against one rank;
+#  - Mistral (sliding window 4 under seq_len 8) and Qwen2 (q/k/v biases): tp2 x pp2 against one rank, and the
+#    window changes the loss (the same weights with sliding_window null give another);
 #  - bad input, one error naming it, nothing written: seq_len above the maximum, a relabelled Mistral, an
 #    unknown config key, a model_type that contradicts architectures.
 # Usage: finetune_recipe.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
@@ -77,6 +78,17 @@ assert abs(ft - one) <= 1e-5 * abs(one), f"{name} tp2 x pp2 first-step loss {ft}
 print(f"ok   {name}: tp2 x pp2 first-step loss {ft} = one rank's {one}")
 PY
 done
+
+# The window is applied: the same weights without it (sliding_window null) give another loss.
+fixture mistral_full --mistral 0 --max-positions 32
+"$cleave" train --init-from mistral_full "${common[@]}" --set train.steps=1 --set checkpoint.save_final=false \
+  --set train.out_dir=full_one > full_one.log 2>&1 || { cat full_one.log; fail "mistral without a window"; }
+python3 - "$(loss mistral_one)" "$(loss full_one)" <<'PY' || fail "window"
+import sys
+window, full = map(float, sys.argv[1:])
+assert abs(window - full) > 1e-4, f"window 4 under seq_len 8 gives the loss {window} of no window {full}"
+print(f"ok   sliding window 4 under seq_len 8: first-step loss {window}, without the window {full}")
+PY
 
 refuse() {  # refuse NAME EXPECTED_TEXT OUT_PATH -- command...
   local name=$1 want=$2 out=$3; shift 4

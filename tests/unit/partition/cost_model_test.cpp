@@ -27,21 +27,21 @@ TEST(CostModel, TinyGptTransformerBlock) {
   // GEMMs: 8TD² = 2048, 4TDF = 4096, attention 4T²D = 512. Elementwise: LN 2·8TD = 512, bias adds
   // 3TD + TD + TF + TD = 288, residuals 2TD = 64, GELU 8TF = 1024, softmax 5HT² = 160.
   EXPECT_DOUBLE_EQ(c.forward_flops, 2048 + 4096 + 512 + 512 + 288 + 64 + 1024 + 160);
-  // 6144 weight-shaped GEMMs + attention 8T²D = 1024 + softmax 160 + LN 2·10TD = 640 + residuals 64 +
-  // GELU 12TF = 1536.
-  EXPECT_DOUBLE_EQ(c.input_grad_flops, 6144 + 1024 + 160 + 640 + 64 + 1536);
+  // 6144 weight-shaped GEMMs + attention 10T²D = 1280 (Q·Kᵀ recomputed) + softmax 160 + LN 2·10TD = 640 +
+  // residuals 64 + GELU 12TF = 1536.
+  EXPECT_DOUBLE_EQ(c.input_grad_flops, 6144 + 1280 + 160 + 640 + 64 + 1536);
   // 6144 + bias grads 288 + LN weights 2·5TD = 320.
   EXPECT_DOUBLE_EQ(c.weight_grad_flops, 6144 + 288 + 320);
-  EXPECT_DOUBLE_EQ(c.total_flops(), 8704 + 9568 + 6752);
+  EXPECT_DOUBLE_EQ(c.total_flops(), 8704 + 9824 + 6752);
   // 4D² + 2DF + 9D + F = 256 + 512 + 72 + 32.
   EXPECT_EQ(c.param_count, 872);
   EXPECT_EQ(c.param_bytes, 872 * 4);
-  // (8TD + 2TF + HT²)·4 + 4T·4 = (256 + 256 + 32)·4 + 64.
-  EXPECT_EQ(c.activation_bytes, 2240);
+  // (8TD + 2TF)·4 + HT·4 (the attention's lse, f32; no HT² probabilities) + 4T·4 = (256 + 256)·4 + 32 + 64.
+  EXPECT_EQ(c.activation_bytes, 2144);
   EXPECT_EQ(c.output_bytes, 4 * 8 * 4);
 
   const BlockCost half = block_cost(spec.blocks[1], DType::kBF16);
-  EXPECT_EQ(half.activation_bytes, 544 * 2 + 64);  // statistics stay f32
+  EXPECT_EQ(half.activation_bytes, 512 * 2 + 32 + 64);  // statistics stay f32
   EXPECT_EQ(half.param_bytes, 872 * 2);
   EXPECT_DOUBLE_EQ(half.forward_flops, c.forward_flops);
 }
@@ -148,10 +148,10 @@ TEST(CostModel, SequenceParallelDividesTheWholeTensorsByTp) {
   const ModelSpec spec = tiny_gpt();
   const BlockCost plain = block_cost(spec.blocks[1], DType::kF32, Recompute::kNone, 2);
   const BlockCost sp = block_cost(spec.blocks[1], DType::kF32, Recompute::kNone, 2, true);
-  // Plain tp: (4TD + (3TD + TD + 2TF)/2 + (H/2)T²)·4 + 4T·4 = (128 + 192 + 16)·4 + 64 = 1408.
-  EXPECT_EQ(plain.activation_bytes, 1408);
-  // SP: (8TD + 2TF)/2·4 + (H/2)T²·4 + 4(T/2)·4 = 1024 + 64 + 32 = 1120.
-  EXPECT_EQ(sp.activation_bytes, 1120);
+  // Plain tp: (4TD + (3TD + TD + 2TF)/2)·4 + (H/2)T·4 (the attention's lse) + 4T·4 = 1280 + 16 + 64 = 1360.
+  EXPECT_EQ(plain.activation_bytes, 1360);
+  // SP: (8TD + 2TF)/2·4 + (H/2)T·4 + 4(T/2)·4 = 1024 + 16 + 32 = 1072.
+  EXPECT_EQ(sp.activation_bytes, 1072);
   // I to W: (2TD + (12TD + 2TF)/2)·4 + 4(T/2)·4 = (64 + 320)·4 + 32 = 1568.
   EXPECT_EQ(sp.weight_stash_bytes, 1568);
   EXPECT_EQ(sp.output_bytes, 2 * 8 * 4);  // [T/2, D]

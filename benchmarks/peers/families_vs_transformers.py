@@ -134,6 +134,17 @@ def main():
             log = run([cleave, "import", src, "--out", ckpt], ckpt + ".log")
             print("     " + [l for l in log.splitlines() if "seq_len" in l][0].split("] ", 1)[-1][:150])
             ok &= compare(f"import {name}", model, cleave, ckpt, args.prompt, tmp, args.tolerance)
+            if short == "mistral":  # control: the window matters at this prompt length
+                cfg = MistralConfig.from_dict(model.config.to_dict())
+                cfg.sliding_window = None
+                full = MistralForCausalLM(cfg).eval()
+                full.load_state_dict(model.state_dict())
+                ids = torch.tensor([list(args.prompt.encode())])
+                with torch.no_grad():
+                    moved = (full(ids).logits - model(ids).logits).abs().max().item()
+                print(f"{'PASS' if moved > 100 * args.tolerance else 'FAIL'} control: the same weights without the "
+                      f"window give logits {moved:.3g} away (the comparison above sees the window)")
+                ok &= moved > 100 * args.tolerance
             # Export of the imported checkpoint: the source's config, generation config and tokenizer.
             run([cleave, "export", ckpt, "--format", "hf", "--out", out], out + ".log")
             diff = config_diff(json.load(open(os.path.join(src, "config.json"))),

@@ -8,12 +8,14 @@
 // the dtype and the model section (JSON text).
 // --format hf: a Hugging Face model directory (engine/hf/hf_export.hpp: config.json, model.safetensors or
 // shards of at most --max-shard-size with model.safetensors.index.json) that transformers' from_pretrained
-// loads as GPT2LMHeadModel (gpt) or LlamaForCausalLM (llama).
+// loads as GPT2LMHeadModel (gpt) or LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM (llama), carrying
+// what the checkpoint's index.json "source" recorded of a Hugging Face origin (hf_export.hpp).
 #include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
 
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/checkpoint_dir.hpp"
@@ -39,7 +41,10 @@ ArgParser export_args() {
 latest complete one), consolidated from whatever layout it was saved under. --format cleave: one safetensors
 file under Cleave's logical parameter names (as in index.json; a tied LM head is the embedding table).
 --format hf: a Hugging Face model directory (config.json + safetensors) that transformers' from_pretrained
-loads: GPT2LMHeadModel for a gpt model, LlamaForCausalLM for a llama one.)");
+loads: GPT2LMHeadModel for a gpt model; LlamaForCausalLM, MistralForCausalLM (a sliding window) or
+Qwen2ForCausalLM (q/k/v biases) for a llama one. A model imported from Hugging Face (cleave import, train
+--init-from) exports as its source class with the source's config.json keys (token ids, dropout, ...),
+generation_config.json and the tokenizer files the source directory has (docs/checkpoints.md).)");
   p.positional("CHECKPOINT", "checkpoint")
       .text("--out", "PATH", "the file (cleave) or directory (hf) to write (required; an existing one is refused)")
       .text("--format", "F", "cleave (default) or hf", "cleave")
@@ -52,10 +57,17 @@ loads: GPT2LMHeadModel for a gpt model, LlamaForCausalLM for a llama one.)");
 
 int export_hf(train::CheckpointReader& reader, const std::string& out, bool bf16, std::int64_t max_shard_bytes) {
   const auto& model = reader.index().at("model");
+  const nlohmann::json source = reader.index().value("source", nlohmann::json());
   const hf::HfExportStats stats = hf::write_hf_checkpoint(
-      out, model, [&](const std::string& name) { return reader.logical(name); }, {bf16, max_shard_bytes});
-  log::info("export: {} tensors of {} -> {} (Hugging Face, {} safetensors file{}, {})", stats.tensors, reader.dir(),
-            out, stats.files, stats.files == 1 ? "" : "s", format_bytes(stats.bytes));
+      out, model, [&](const std::string& name) { return reader.logical(name); },
+      {bf16, max_shard_bytes, source.is_object() && source.value("format", "") == "huggingface" ? source : nlohmann::json()});
+  for (const std::string& note : stats.notes) log::warn("export: {}", note);
+  log::info("export: {} tensors of {} -> {} (Hugging Face {}, {} safetensors file{}, config.json{}, "
+            "generation_config.json{}{}, {})",
+            stats.tensors, reader.dir(), out, stats.architecture, stats.files, stats.files == 1 ? "" : "s",
+            source.is_object() ? fmt::format(" from {}'s", source.value("path", "the source")) : "",
+            stats.tokenizer_files.empty() ? "" : ", tokenizer files: ",
+            fmt::format("{}", fmt::join(stats.tokenizer_files, " ")), format_bytes(stats.bytes));
   return 0;
 }
 

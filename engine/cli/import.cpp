@@ -1,4 +1,4 @@
-// `cleave import HF_DIR --out CKPT`: a Hugging Face model directory (GPT2LMHeadModel or LlamaForCausalLM:
+// `cleave import HF_DIR --out CKPT`: a Hugging Face model directory (GPT2LMHeadModel or a Llama-like class:
 // config.json plus model.safetensors or shards with model.safetensors.index.json) converted into a weights-only
 // Cleave checkpoint (engine/train/weights_only.hpp): CKPT/step_0000000 with index.json and one safetensors
 // file under Cleave's names and shapes (engine/hf/hf_layout.hpp). No MPI: it reads and writes files only.
@@ -28,8 +28,10 @@ namespace {
 ArgParser import_args() {
   ArgParser p("import", "cleave import HF_DIR --out CKPT",
               R"(Converts a Hugging Face model directory (config.json and safetensors weights, one file or shards with
-model.safetensors.index.json; GPT2LMHeadModel or LlamaForCausalLM) into a Cleave checkpoint of weights only
-(CKPT/step_0000000). Start training from it, at any layout, with cleave train CONFIG --init-from CKPT (or
+model.safetensors.index.json; GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM) into
+a Cleave checkpoint of weights only (CKPT/step_0000000). A Llama-like model's model.seq_len is
+min(max_position_embeddings, 1024) (max_seq_len records the maximum; choose another with --set model.seq_len
+at train time); a GPT-2's is n_positions. Start training from it, at any layout, with cleave train CONFIG --init-from CKPT (or
 --init-from HF_DIR directly); generate and export read it like any checkpoint.)");
   p.positional("HF_DIR", "Hugging Face model directory")
       .text("--out", "CKPT", "the checkpoint directory to write (required; an existing path is refused)");
@@ -51,6 +53,7 @@ int run_import(int argc, char** argv) {
   CLEAVE_CHECK(!out.empty(), "import: --out CKPT is required");
   check_output_file("import: --out", out);  // new, in a writable place, before anything is read
   const hf::HfCheckpoint weights = hf::read_hf_checkpoint(source);
+  for (const std::string& note : weights.config.notes) log::warn("import: {}", note);
   for (const auto& [name, values] : weights.tensors) train::check_finite_weights("import: " + source, name, values);
   const std::string config_json = (std::filesystem::path(source) / "config.json").string();
   // The model section through the config reader: Cleave's own rules (sizes, limits) and its canonical form.
@@ -60,11 +63,18 @@ int run_import(int argc, char** argv) {
   const std::string architecture(hf::architecture_class(weights.config.dims.architecture));
   const train::WeightsOnlyStats stats = train::write_weights_checkpoint(
       out, model, weights.tensors, weights.shapes,
-      {{"format", "huggingface"}, {"architecture", architecture}, {"path", source}});
+      hf::hf_source_record(source, weights));
   log::info("import: {} {} ({} tensors from {} file{}) -> {} ({}, weights only: training from it starts a fresh "
             "optimizer at step 0)",
             architecture, source, stats.tensors, weights.files.size(), weights.files.size() == 1 ? "" : "s", stats.path,
             format_bytes(stats.bytes));
+  if (model.contains("max_seq_len")) {
+    const auto seq = model.at("seq_len").get<std::int64_t>(), max = model.at("max_seq_len").get<std::int64_t>();
+    log::info("import: model.seq_len {} (the model serves up to {}, its max_position_embeddings{}); train at "
+              "another length with --set model.seq_len=N, N <= {}",
+              seq, max, seq < max ? fmt::format("; {} is Cleave's default, min(max, {})", seq, hf::kImportSeqLen) : "",
+              max);
+  }
   return 0;
 }
 

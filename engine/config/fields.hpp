@@ -221,7 +221,7 @@ inline constexpr std::array<Field<GptConfig>, 7> kGptFields = {{
 }};
 
 // Absent n_kv_heads and ffn_hidden_size resolve on reading (n_heads; Llama's width rule) and are written resolved.
-inline constexpr std::array<Field<LlamaConfig>, 10> kLlamaFields = {{
+inline constexpr std::array<Field<LlamaConfig>, 13> kLlamaFields = {{
     {"vocab_size", &LlamaConfig::vocab_size, FieldKind::kInteger, "vocabulary size (token ids 0..V-1)", 1, kMaxFeatures},
     {"d_model", &LlamaConfig::d_model, FieldKind::kInteger, "hidden width", 1, kMaxFeatures},
     {"n_layers", &LlamaConfig::n_layers, FieldKind::kInteger, "llama blocks", 1, kMaxCount},
@@ -235,6 +235,12 @@ inline constexpr std::array<Field<LlamaConfig>, 10> kLlamaFields = {{
      /*min_open=*/true},
     {"norm_eps", &LlamaConfig::norm_eps, FieldKind::kNumber, "RMSNorm epsilon", 0, 0, 0.0, kInf, /*min_open=*/true},
     {"tie_embeddings", &LlamaConfig::tie_embeddings, FieldKind::kBoolean, "the LM head shares the embedding table"},
+    {"max_seq_len", &LlamaConfig::max_seq_len, FieldKind::kInteger,
+     "the longest sequence the model serves (HF max_position_embeddings); absent = seq_len; seq_len <= it", 1,
+     kMaxFeatures},
+    {"sliding_window", &LlamaConfig::sliding_window, FieldKind::kInteger,
+     "each query attends to the last N keys, itself included (Mistral); 0 = all earlier keys", 0, kMaxFeatures},
+    {"qkv_bias", &LlamaConfig::qkv_bias, FieldKind::kBoolean, "q, k and v projections carry biases (Qwen2)"},
 }};
 
 // model.type "moe": llama's keys (ffn_hidden_size is each expert's width), then the mixture's (moe.hpp).

@@ -10,14 +10,16 @@
 namespace cleave::hf {
 namespace {
 
-const std::array<HfArchitecture, 2>& rows() {
-  static const std::array<HfArchitecture, 2> table = [] {
-    const std::array<HfArchitecture, 2> t = {gpt2_architecture(), llama_architecture()};
+const std::array<HfArchitecture, 4>& rows() {
+  static const std::array<HfArchitecture, 4> table = [] {
+    const std::array<HfArchitecture, 4> t = {gpt2_architecture(), llama_architecture(), mistral_architecture(),
+                                             qwen2_architecture()};
     for (std::size_t i = 0; i < t.size(); ++i) {
       const HfArchitecture& a = t[i];
       CLEAVE_ASSERT(static_cast<std::size_t>(a.architecture) == i, "HF architecture table row {} is {}", i,
                     a.class_name);
-      CLEAVE_ASSERT(a.read_config != nullptr && a.model_dims != nullptr && a.write_config != nullptr &&
+      CLEAVE_ASSERT(a.read_config != nullptr && a.model_dims != nullptr && a.holds != nullptr &&
+                        a.write_config != nullptr && !a.keys.empty() &&
                         a.tensor_map != nullptr && a.is_buffer != nullptr && a.canonical_name != nullptr,
                     "HF architecture {} leaves a function unset", a.class_name);
     }
@@ -50,6 +52,7 @@ std::string hf_export_names() {
   for (std::size_t i = 0; i < rows().size(); ++i) {
     if (i > 0) out += ", ";
     out += fmt::format("{} {} {}", rows()[i].cleave_type, i == 0 ? "exports as" : "as", rows()[i].class_name);
+    out += rows()[i].export_note;
   }
   return out;
 }

@@ -1,5 +1,6 @@
 // The Hugging Face level of the model-family table: one HfArchitecture row per transformers class Cleave
-// imports and exports (GPT2LMHeadModel for the gpt family, LlamaForCausalLM for llama). hf_config.cpp,
+// imports and exports (GPT2LMHeadModel for the gpt family; LlamaForCausalLM, MistralForCausalLM and
+// Qwen2ForCausalLM for llama, told apart by model.sliding_window and model.qkv_bias). hf_config.cpp,
 // hf_layout.cpp and hf_import.cpp ask this table instead of switching on Architecture.
 //
 // A family's home at this level is engine/hf/families/<architecture>.cpp: the config.json keys it reads and
@@ -32,11 +33,19 @@ struct HfArchitecture {
   std::string_view model_type;   // config.json "model_type": "gpt2"
   std::string_view cleave_type;  // the Cleave family it maps to (model.type): "gpt"
   std::string_view embedding;    // the HF name of the token table: "transformer.wte.weight"
+  std::string_view export_note;  // when it exports, beside another row of the same family: " (with q/k/v biases)"
+  // Every config.json key the class reads, checks or knows to be harmless, besides hf_config.cpp's common
+  // ones (PretrainedConfig's generation and bookkeeping keys); any other key is refused by name, since Cleave
+  // cannot know it leaves the numbers alone.
+  std::span<const std::string_view> keys;
   // config.json -> the sizes and the Cleave model section; refuses (Error naming the key) every setting Cleave
   // would compute differently.
   HfModelConfig (*read_config)(const Keys& config) = nullptr;
   // The family's own sizes of a Cleave model section (dims_of_model reads the shared ones first).
   void (*model_dims)(const Keys& model, ModelDims& dims) = nullptr;
+  // Whether this class can express the model (llama: Llama neither a window nor biases, Mistral a window,
+  // Qwen2 biases); export takes the source's class when it holds the model, else the first row that does.
+  bool (*holds)(const ModelDims& dims, const nlohmann::json& model) = nullptr;
   // The family's own config.json keys for export (hf_config_json writes the shared ones).
   void (*write_config)(const ModelDims& dims, const nlohmann::json& model, nlohmann::json& out) = nullptr;
   // Every tensor, in Cleave's block order (hf_layout.hpp).
@@ -58,5 +67,7 @@ std::string hf_export_names();
 // The rows (engine/hf/families/).
 HfArchitecture gpt2_architecture();
 HfArchitecture llama_architecture();
+HfArchitecture mistral_architecture();
+HfArchitecture qwen2_architecture();
 
 }  // namespace cleave::hf

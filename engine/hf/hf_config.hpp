@@ -14,12 +14,27 @@
 //     norm_eps, max_position_embeddings -> seq_len, tie_word_embeddings (default false) -> tie_embeddings;
 //     hidden_act must be silu, attention_bias and mlp_bias false, rope scaling absent or "default", head_dim
 //     absent or hidden_size / num_attention_heads.
-// Export (hf_config_json) writes the same keys back, with architectures, model_type and torch_dtype, so that
-// read_hf_config(hf_config_json(m)) gives m again.
+//   MistralForCausalLM: Llama's keys (no attention_bias / mlp_bias) plus sliding_window (null: none) ->
+//     sliding_window. Qwen2ForCausalLM: Llama's keys with q/k/v biases -> qkv_bias true; use_sliding_window
+//     must be false (sliding_window and max_window_layers then mean nothing). A LlamaForCausalLM whose
+//     config.json sets sliding_window (a relabelled Mistral) is refused; so is a model_type that is not the
+//     class's, a layer_types entry other than the one attention Cleave runs, and rope keys it does not know.
+//   Llama-like classes: seq_len is min(max_position_embeddings, kImportSeqLen) and max_seq_len
+//     max_position_embeddings (rotary positions: any seq_len up to it trains the same weights). GPT-2: seq_len
+//     is n_positions (the learned table; a run at a shorter seq_len slices it).
+//   Every other key must be in the class's list (hf_architecture.hpp) or the common list in hf_config.cpp
+//     (PretrainedConfig's bookkeeping and generation keys, token ids): an unknown key is refused by name, as
+//     Cleave cannot know it leaves the numbers alone. Keys Cleave reads but gives no meaning (dropout) are
+//     returned as notes for the caller to print.
+// Export (hf_config_json) writes the same keys back, with architectures, model_type and dtype, so that
+// read_hf_config(hf_config_json(m)) gives m again; given the source's config.json (the model was imported),
+// it starts from that document, so the keys Cleave does not compute (token ids, dropout, transformers_version)
+// are carried, and differs from it only as docs/checkpoints.md lists.
 #pragma once
 
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -30,19 +45,32 @@ namespace cleave::hf {
 // Cleave's GPT LayerNorm epsilon (layers/layernorm.hpp); a GPT-2 with another one would compute differently.
 inline constexpr double kGptLayerNormEps = 1e-5;
 
+// The default model.seq_len of an imported llama-like model: min(max_position_embeddings, this). 1024 is
+// GPT-2's context and a common fine-tuning length for small models; a whole 8192 or 131072 would plan
+// gigabytes of activations per sample (the attention probabilities grow with seq_len squared) before anyone
+// asked for it. model.seq_len (or --set) chooses any length up to the maximum.
+inline constexpr std::int64_t kImportSeqLen = 1024;
+inline std::int64_t import_seq_len(std::int64_t max_positions) {
+  return max_positions < kImportSeqLen ? max_positions : kImportSeqLen;
+}
+
 struct HfModelConfig {
   ModelDims dims;
   nlohmann::json model;  // the Cleave model section it determines: {"type": "gpt" | "llama", ...}
+  std::vector<std::string> notes;  // keys read that have no Cleave meaning (dropout), one sentence each
 };
 
 // `config` is config.json's parsed document; `path` names it in messages. Throws Error.
 HfModelConfig read_hf_config(const nlohmann::json& config, const std::string& path);
 
 // The sizes of a Cleave model section (index.json "model"); `origin` names it in messages. Throws Error for a
-// model type HF export does not cover (mlp, cnn).
-ModelDims dims_of_model(const nlohmann::json& model, const std::string& origin);
+// model type HF export does not cover (mlp, cnn) or a llama with both a window and biases. The architecture
+// is `preferred_class` when that class holds the model, else the first row that does.
+ModelDims dims_of_model(const nlohmann::json& model, const std::string& origin, std::string_view preferred_class = {});
 
-// config.json for a Cleave model section; torch_dtype "float32" or "bfloat16".
-nlohmann::json hf_config_json(const nlohmann::json& model, std::string_view torch_dtype);
+// config.json for a Cleave model section; dtype "float32" or "bfloat16". `source`: the config.json the model
+// was imported from (null: none; see above).
+nlohmann::json hf_config_json(const nlohmann::json& model, std::string_view dtype,
+                              const nlohmann::json& source = nlohmann::json());
 
 }  // namespace cleave::hf

@@ -12,6 +12,7 @@
 #include "engine/core/dtype.hpp"
 #include "engine/core/error.hpp"
 #include "engine/hf/hf_config.hpp"
+#include "engine/hf/hf_import.hpp"
 #include "engine/hf/hf_layout.hpp"
 
 namespace cleave::hf {
@@ -71,9 +72,44 @@ HfExportStats write_into(const fs::path& tmp, const json& model, const std::vect
     checkpoint::write_file_durable((tmp / "model.safetensors.index.json").string(), index);
     stats.bytes += static_cast<std::int64_t>(index.size());
   }
-  const std::string config = hf_config_json(model, options.bf16 ? "bfloat16" : "float32").dump(2) + "\n";
+  const json source_config = options.source.is_object() ? options.source.value("config", json()) : json();
+  const json config_doc = hf_config_json(model, options.bf16 ? "bfloat16" : "float32", source_config);
+  // What transformers will read back must be this model: the same sizes and settings as a fresh export's.
+  const HfModelConfig back = read_hf_config(config_doc, "the exported config.json");
+  const HfModelConfig fresh = read_hf_config(hf_config_json(model, "float32"), "export: config.json");
+  CLEAVE_ASSERT(back.model == fresh.model, "export: config.json from the source reads as {}, the model is {}",
+                back.model.dump(), fresh.model.dump());
+  stats.architecture = std::string(architecture_class(back.dims.architecture));
+  stats.notes = back.notes;
+  const std::string config = config_doc.dump(2) + "\n";
   checkpoint::write_file_durable((tmp / "config.json").string(), config);
   stats.bytes += static_cast<std::int64_t>(config.size());
+  // generation_config.json: the source's, else the token ids config.json carries (as save_pretrained does).
+  json generation = options.source.is_object() ? options.source.value("generation_config", json()) : json();
+  if (!generation.is_object()) {
+    generation = {{"_from_model_config", true}};
+    for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+      if (config_doc.contains(key) && !config_doc.at(key).is_null()) generation[key] = config_doc.at(key);
+    }
+  }
+  const std::string generation_text = generation.dump(2) + "\n";
+  checkpoint::write_file_durable((tmp / "generation_config.json").string(), generation_text);
+  stats.bytes += static_cast<std::int64_t>(generation_text.size());
+  // The tokenizer files, from the directory the model was imported from.
+  const std::string source_dir = options.source.is_object() ? options.source.value("path", "") : "";
+  if (!source_dir.empty()) {
+    for (const char* name : kTokenizerFiles) {
+      const fs::path from = fs::path(source_dir) / name;
+      if (!fs::is_regular_file(from)) continue;
+      fs::copy_file(from, tmp / name);
+      stats.bytes += static_cast<std::int64_t>(fs::file_size(from));
+      stats.tokenizer_files.push_back(name);
+    }
+    if (stats.tokenizer_files.empty()) {
+      stats.notes.push_back(fmt::format("no tokenizer files written: the source directory {} {}", source_dir,
+                                        fs::is_directory(source_dir) ? "has none" : "is gone"));
+    }
+  }
   return stats;
 }
 
@@ -84,7 +120,9 @@ HfExportStats write_hf_checkpoint(const std::string& dir, const json& model,
                                   const HfExportOptions& options) {
   CLEAVE_CHECK(!fs::exists(dir), "export: {} already exists; nothing was written (remove it or choose another --out)",
                dir);
-  const ModelDims dims = dims_of_model(model, "export");
+  std::string preferred;
+  if (options.source.is_object()) preferred = options.source.value("architecture", "");
+  const ModelDims dims = dims_of_model(model, "export", preferred);
   const std::vector<TensorMap> maps = tensor_map(dims);
   std::vector<Converted> tensors;
   tensors.reserve(maps.size());

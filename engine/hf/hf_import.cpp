@@ -108,7 +108,11 @@ HfCheckpoint read(const std::string& dir_text) {
   const fs::path config_path = dir / "config.json";
   CLEAVE_CHECK(fs::exists(config_path), "{}: no config.json (not a Hugging Face model directory)", dir_text);
   HfCheckpoint out;
-  out.config = read_hf_config(read_json(config_path), config_path.string());
+  out.source_config = read_json(config_path);
+  out.config = read_hf_config(out.source_config, config_path.string());
+  if (const fs::path generation = dir / "generation_config.json"; fs::exists(generation)) {
+    out.generation_config = read_json(generation);
+  }
   const Architecture arch = out.config.dims.architecture;
   const Files files = list_files(dir);
 
@@ -184,6 +188,15 @@ bool is_hf_dir(const std::string& dir) {
   std::ifstream in(config, std::ios::binary);
   const json doc = json::parse(in, nullptr, /*allow_exceptions=*/false);
   return doc.is_object() && (doc.contains("architectures") || doc.contains("model_type"));
+}
+
+json hf_source_record(const std::string& dir, const HfCheckpoint& checkpoint) {
+  json out = {{"format", "huggingface"},
+              {"architecture", std::string(architecture_class(checkpoint.config.dims.architecture))},
+              {"path", fs::absolute(dir).lexically_normal().string()},
+              {"config", checkpoint.source_config}};
+  if (!checkpoint.generation_config.is_null()) out["generation_config"] = checkpoint.generation_config;
+  return out;
 }
 
 HfCheckpoint read_hf_checkpoint(const std::string& dir) {

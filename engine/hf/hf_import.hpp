@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/hf/hf_config.hpp"
 #include "engine/hf/hf_layout.hpp"
 
@@ -24,6 +26,8 @@ namespace cleave::hf {
 
 struct HfCheckpoint {
   HfModelConfig config;
+  nlohmann::json source_config;      // config.json as read (export starts from it)
+  nlohmann::json generation_config;  // generation_config.json when the directory has one, else null
   std::map<std::string, std::vector<float>> tensors;  // Cleave name -> values in Cleave's shape and order
   std::map<std::string, std::vector<std::int64_t>> shapes;  // Cleave name -> Cleave shape
   std::vector<std::string> files;                     // the safetensors files read
@@ -34,5 +38,15 @@ struct HfCheckpoint {
 bool is_hf_dir(const std::string& dir);
 
 HfCheckpoint read_hf_checkpoint(const std::string& dir);
+
+// The tokenizer files transformers' AutoTokenizer reads, in the order they are looked for; export copies those
+// the source directory has.
+inline constexpr const char* kTokenizerFiles[] = {"tokenizer.json",   "tokenizer_config.json", "special_tokens_map.json",
+                                                  "tokenizer.model",  "vocab.json",            "merges.txt",
+                                                  "added_tokens.json"};
+
+// index.json "source" of a model imported from `dir` (absolute path, class, config.json and
+// generation_config.json as read): what export carries back and where it finds the tokenizer files.
+nlohmann::json hf_source_record(const std::string& dir, const HfCheckpoint& checkpoint);
 
 }  // namespace cleave::hf

@@ -28,6 +28,8 @@
 //     model.layers.{i}.mlp.{gate,up,down}_proj.weight  -> blocks.{i}.mlp.{gate,up,down}.weight ([F,D],[F,D],[D,F])
 //     model.norm.weight                       -> final_norm.weight
 //     lm_head.weight                          -> head.weight (only when untied)
+//   MistralForCausalLM: Llama's names. Qwen2ForCausalLM: Llama's names plus
+//     model.layers.{i}.self_attn.{q,k,v}_proj.bias -> blocks.{i}.attn.{q,k,v}.bias ([Hq·hd], [Hkv·hd], [Hkv·hd])
 // Extending: a new architecture is an enum value here, its names in engine/hf/families/<architecture>.cpp with a
 // row in hf_architecture.cpp (hf_architecture.hpp), and its config keys in hf_config.hpp's comment.
 #pragma once
@@ -39,7 +41,7 @@
 
 namespace cleave::hf {
 
-enum class Architecture { kGpt2, kLlama };
+enum class Architecture { kGpt2, kLlama, kMistral, kQwen2 };
 
 // transformers' class name: "GPT2LMHeadModel", "LlamaForCausalLM".
 std::string_view architecture_class(Architecture a);
@@ -55,8 +57,9 @@ struct ModelDims {
   std::int64_t n_heads = 0;
   std::int64_t n_kv_heads = 0;  // llama; gpt2: n_heads
   std::int64_t ffn = 0;         // gpt2 d_ff, llama ffn_hidden_size
-  std::int64_t seq_len = 0;     // gpt2: the position table's rows
+  std::int64_t seq_len = 0;     // gpt2: the position table's rows; llama-like: max_position_embeddings
   bool tied = true;             // the LM head is the embedding table (no head.weight / lm_head.weight)
+  bool qkv_bias = false;        // llama-like: q, k, v projections carry biases (Qwen2)
 };
 
 enum class Transform {

@@ -22,6 +22,7 @@ std::string to_json_text(const RunSummary& s) {
   j["model_flops_per_step"] = s.model_flops_per_step;
   j["peak_flops_per_rank"] = s.peak_flops_per_rank;
   j["peak_source"] = s.peak_source;
+  if (!s.init_from.empty()) j["init_from"] = s.init_from;
   j["categories"] = s.categories;
   j["ranks"] = nlohmann::ordered_json::array();
   for (const RankSummary& r : s.ranks) {
@@ -74,6 +75,7 @@ RunSummary parse_run_summary(const std::string& text, const std::string& path) {
     s.model_flops_per_step = j.value("model_flops_per_step", 0.0);
     s.peak_flops_per_rank = j.value("peak_flops_per_rank", 0.0);
     s.peak_source = j.value("peak_source", "");
+    s.init_from = j.value("init_from", "");
     s.categories = j.at("categories").get<std::vector<std::string>>();
     for (const auto& row : j.at("ranks")) {
       RankSummary r;

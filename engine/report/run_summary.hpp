@@ -61,6 +61,9 @@ struct RunSummary {
   double model_flops_per_step = 0;
   double peak_flops_per_rank = 0;
   std::string peak_source;
+  // train --init-from: the weights' source and the context length it trained at ("Hugging Face
+  // LlamaForCausalLM in DIR: seq_len 64 of at most 8192 (rotary positions: nothing sliced)"); "" otherwise.
+  std::string init_from;
 };
 
 // Pretty JSON text (ends with a newline).

@@ -179,6 +179,7 @@ CheckpointSave::CheckpointSave(RankSetup& s, RankModel& model, StepTail& tail, s
                      {"optimizer",
                       {{"type", std::string(enum_name(s.config.optimizer.type))},
                        {"steps_done", tail.optimizer_steps_done()}}}};
+      if (!s.source.is_null()) job_->index["source"] = s.source;
     }
   } catch (const std::exception& e) {
     error = e.what();

@@ -17,6 +17,8 @@
 // (rank r then uses cuda:<local rank mod GPUs>).
 #pragma once
 
+#include <nlohmann/json.hpp>
+
 #include <memory>
 
 #include "engine/comm/communicator.hpp"
@@ -52,6 +54,10 @@ struct RankSetup {
   std::unique_ptr<comm::Communicator> model_parallel;  // tp × pp ranks of this replica (norms, losses)
   config::ResolvedBatch batch;
   planning::Plan plan;
+  // Where the weights came from (train --init-from, or the checkpoint a run resumed): written as index.json
+  // "source" of every checkpoint, so export finds a Hugging Face origin's config and tokenizer. Null: a run
+  // that started from its own initialisation.
+  nlohmann::json source;
 
   // Host memory for batches before their upload and for host control tensors: the run's own allocator on the
   // CPU (accounted as before), pinned memory on a GPU.

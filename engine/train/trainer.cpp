@@ -226,6 +226,7 @@ struct Trainer::Impl {
   // every rank's writer done, the next save or the end of the run. Last member: its writer is joined first.
   std::unique_ptr<CheckpointSave> pending_save;
   std::optional<std::pair<std::int64_t, double>> committed_in_step;  // (step saved, ms), for train()'s log
+  std::string init_from;  // run.json "init_from": the --init-from source and the context length taken
 
   // Commits pending_save (waiting for the writers); collective. Returns how long that took.
   double commit_pending_save();
@@ -404,9 +405,13 @@ std::int64_t Trainer::load_checkpoint(const std::string& step_dir, bool continue
 void Trainer::load_weights(const WeightSource& source) {
   FullParameters whole(impl_->tail.parameter_shards());
   const std::size_t tensors = train::load_weights(impl_->setup, impl_->model, source);
+  impl_->setup.source = source.source;
+  impl_->init_from = fmt::format("{}: {}", source.origin, describe_context(source, impl_->setup.config));
   if (impl_->setup.reports()) {
+    for (const std::string& note : source.notes) log::warn("init: {}", note);
     log::info("init: parameters from {} ({} tensors on rank 0); the optimizer state starts fresh at step 0",
               source.origin, tensors);
+    log::info("init: {}", describe_context(source, impl_->setup.config));
   }
 }
 
@@ -521,6 +526,7 @@ TrainSummary Trainer::train(const TrainOptions& options) {
     if (dir) {
       resume_changes = check_resumed_config(s, *dir, options.allow_config_change);
       start_step = load_checkpoint(*dir, /*continue_run=*/true);
+      s.source = CheckpointReader(*dir).index().value("source", nlohmann::json());
       resumed_from = *dir;
       resumed = true;
     }
@@ -653,6 +659,7 @@ TrainSummary Trainer::train(const TrainOptions& options) {
   record.model_flops_per_step = impl.throughput.model_flops_per_step;
   record.peak_flops_per_rank = impl.throughput.peak.per_rank;
   record.peak_source = impl.throughput.peak.source;
+  record.init_from = impl.init_from;
   if (s.reports()) {
     write_run_summary(with_resume(record, cfg.train.out_dir, resumed, start_step, resumed_from, resume_changes),
                       cfg.train.out_dir);

@@ -26,17 +26,32 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
+// The learned position table (gpt's embed.position [positions, d_model]) of a run at a shorter seq_len.
+constexpr const char* kPositionTable = "embed.position";
+bool is_sliced_positions(const std::string& name, const std::vector<std::int64_t>& have,
+                         const std::vector<std::int64_t>& want) {
+  return name == kPositionTable && have.size() == 2 && want.size() == 2 && have[1] == want[1] && want[0] < have[0];
+}
+std::vector<float> first_rows(const std::vector<float>& values, const std::vector<std::int64_t>& have,
+                              const std::vector<std::int64_t>& want) {
+  CLEAVE_ASSERT(static_cast<std::int64_t>(values.size()) == have[0] * have[1], "position table of {} values", values.size());
+  return {values.begin(), values.begin() + static_cast<std::ptrdiff_t>(want[0] * want[1])};
+}
+
 WeightSource hf_source(const std::string& dir) {
   auto weights = std::make_shared<hf::HfCheckpoint>(hf::read_hf_checkpoint(dir));
   WeightSource out;
   out.origin = fmt::format("Hugging Face {} in {}", hf::architecture_class(weights->config.dims.architecture), dir);
   out.model_origin = (fs::path(dir) / "config.json").string();
   out.model = weights->config.model;
+  out.source = hf::hf_source_record(dir, *weights);
+  out.notes = weights->config.notes;
   out.tensor = [weights, dir](const std::string& name, const std::vector<std::int64_t>& shape) {
     auto it = weights->tensors.find(name);
     CLEAVE_CHECK(it != weights->tensors.end(), "--init-from {}: holds no tensor for Cleave's {} (this model needs it)",
                  dir, name);
     const std::vector<std::int64_t>& have = weights->shapes.at(name);
+    if (is_sliced_positions(name, have, shape)) return first_rows(it->second, have, shape);
     CLEAVE_CHECK(have == shape, "--init-from {}: {} has shape {}, this model's is {}", dir, name, hf::shape_text(have),
                  hf::shape_text(shape));
     return it->second;
@@ -60,7 +75,12 @@ WeightSource checkpoint_source(const std::string& path) {
   out.origin = "checkpoint " + dir;
   out.model_origin = (fs::path(dir) / "index.json").string();
   out.model = reader->index().at("model");
+  out.source = reader->index().value("source", json());
   out.tensor = [reader](const std::string& name, const std::vector<std::int64_t>& shape) {
+    if (name == kPositionTable) {
+      const std::vector<std::int64_t> have = reader->shape_of(name);
+      if (is_sliced_positions(name, have, shape)) return first_rows(reader->logical(name, &have), have, shape);
+    }
     return reader->logical(name, &shape);
   };
   return out;
@@ -75,6 +95,25 @@ json read_config_json(const std::string& path) {
 }
 
 }  // namespace
+
+std::int64_t max_seq_len_of(const WeightSource& source) {
+  const json& m = source.model;
+  if (m.contains("max_seq_len") && m.at("max_seq_len").is_number_integer()) return m.at("max_seq_len").get<std::int64_t>();
+  return m.value("seq_len", std::int64_t{0});
+}
+
+std::string describe_context(const WeightSource& source, const config::RunConfig& config) {
+  const std::int64_t seq = config::token_seq_len(config.model), max = max_seq_len_of(source);
+  const bool learned = !source.model.contains("max_seq_len");
+  std::string how;
+  if (learned) {
+    how = seq < max ? fmt::format("learned position table sliced to its first {} of {} rows", seq, max)
+                    : "the whole learned position table";
+  } else {
+    how = "rotary positions: nothing sliced";
+  }
+  return fmt::format("seq_len {} of at most {} ({})", seq, max, how);
+}
 
 WeightSource open_weight_source(const std::string& path) {
   CLEAVE_CHECK(fs::is_directory(path), "--init-from {}: no such directory", path);
@@ -109,10 +148,31 @@ config::RunConfig config_for_init(const std::string& config_path, const std::vec
   for (const auto& [key, value] : source.model.items()) {
     if (given.count(key) == 0) model[key] = value;
   }
+  // model.seq_len: any length up to the model's maximum, refused above it before anything else is read.
+  const std::int64_t max_len = max_seq_len_of(source);
+  const std::string max_key = source.model.contains("max_seq_len") ? "max_position_embeddings" : "its position table's rows";
+  if (given.count("seq_len") != 0) {
+    // A --set wins over the file; a value that is no integer (-1 here): the ordinary reader says so below.
+    std::int64_t seq = -1;
+    if (auto v = model.find("seq_len"); v != model.end() && v->is_number_integer()) seq = v->get<std::int64_t>();
+    for (const std::string& assignment : overrides) {
+      if (assignment.rfind("model.seq_len=", 0) != 0) continue;
+      try {
+        seq = std::stoll(assignment.substr(14));
+      } catch (const std::exception&) {
+        seq = -1;
+      }
+    }
+    CLEAVE_CHECK(seq <= max_len,
+                 "train --init-from: model.seq_len {} is above the model's maximum {} ({} in {}); set model.seq_len "
+                 "to at most {} (nothing was written)",
+                 seq, max_len, max_key, source.model_origin, max_len);
+  }
   const config::RunConfig config =
       config::parse_config(root.dump(), config_path.empty() ? "<defaults>" : config_path, overrides);
   const json run = json::parse(config::to_json(config)).at("model");
   for (const auto& [key, value] : source.model.items()) {
+    if (key == "seq_len") continue;  // checked above
     const json have = run.contains(key) ? run.at(key) : json();
     CLEAVE_CHECK(have == value,
                  "train --init-from: model.{} is {} in {}, but {} in {}; remove model.{} from the config (it is taken "
@@ -131,6 +191,7 @@ std::size_t load_weights(RankSetup& s, RankModel& model, const WeightSource& sou
     const json run = json::parse(config::to_json(s.config)).at("model");
     for (const auto& [key, value] : source.model.items()) {
       const json have = run.contains(key) ? run.at(key) : json();
+      if (key == "seq_len" && have.is_number_integer() && have.get<std::int64_t>() <= max_seq_len_of(source)) continue;
       CLEAVE_CHECK(have == value, "{} was saved from a different model: model.{} is {} there, {} in this run",
                    source.origin, key, value.dump(), have.dump());
     }

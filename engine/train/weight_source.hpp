@@ -5,7 +5,11 @@
 // Invariants:
 //  - config_for_init: the model keys SOURCE fixes (all of them for a checkpoint; those config.json gives for
 //    HF) are taken from SOURCE when CONFIG does not set them; a key CONFIG (or --set) sets to another value
-//    is ONE Error naming model.<key> and both values. Everything else of CONFIG is read as usual.
+//    is ONE Error naming model.<key> and both values. Everything else of CONFIG is read as usual. The one
+//    exception is model.seq_len: any length up to the model's maximum (max_seq_len: a Llama-like model's
+//    max_position_embeddings; a GPT's position table rows) is taken; a GPT's learned position table is then
+//    sliced to its first seq_len rows; rotary positions need nothing. Above the maximum: one Error naming
+//    the numbers and the source, before any work.
 //  - load_weights is collective: every rank takes its tp shard of each parameter its stages hold (any tp, pp,
 //    dp layout; the tied table on both pp ends); all are read and checked before any is assigned, and an
 //    error on any rank is thrown on every rank. A tensor holding a NaN or an infinity is such an error, naming
@@ -31,6 +35,10 @@ struct WeightSource {
   std::string origin;     // "Hugging Face GPT2LMHeadModel in DIR" | "checkpoint DIR"
   std::string model_origin;  // where the model keys come from, for messages ("DIR/config.json")
   nlohmann::json model;   // the model keys the weights fix ({"type", ...}), as config::to_json writes them
+  // Where the weights were made: index.json "source" of the checkpoints a run from them saves (a Hugging Face
+  // directory: hf::hf_source_record; a checkpoint: the "source" it carries; null: none).
+  nlohmann::json source;
+  std::vector<std::string> notes;  // keys of the source without Cleave meaning (printed by the caller)
   // The logical tensor `name` (f32, Cleave's order); throws Error naming the source when it has no such tensor
   // or another shape.
   std::function<std::vector<float>(const std::string& name, const std::vector<std::int64_t>& shape)> tensor;
@@ -43,6 +51,11 @@ WeightSource open_weight_source(const std::string& path);
 // The run config of `train CONFIG_PATH --set ... --init-from SOURCE` (see the invariants above).
 config::RunConfig config_for_init(const std::string& config_path, const std::vector<std::string>& overrides,
                                   const WeightSource& source);
+
+// The longest model.seq_len `source` serves: its model's max_seq_len when it has one, else its seq_len.
+std::int64_t max_seq_len_of(const WeightSource& source);
+// "seq_len 64 of at most 8192 (rotary positions: nothing sliced)" for the run record and the log.
+std::string describe_context(const WeightSource& source, const config::RunConfig& config);
 
 // Assigns every parameter of this rank from `source` (collective; see above). The optimizer is untouched. Logs
 // nothing: the caller says what the weights are for (a run's start, or generation). Returns the tensors

@@ -33,6 +33,7 @@ ops::AttentionParams LlamaAttention::core_params() const {
   ops::AttentionParams params;
   params.q_heads = heads_.local_heads;
   params.kv_heads = heads_.local_heads;
+  params.window = heads_.window;  // Mistral's sliding window (0: none); positions are 0..T-1 within the sample
   return params;
 }
 

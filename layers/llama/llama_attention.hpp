@@ -1,5 +1,5 @@
 // LlamaAttention: x [B, T, D] -> q, k, v projections (no biases) -> rotary embeddings and grouped-query
-// packing (ops::rope_pack_qkv) -> causal memory-efficient attention (ops::attention_forward_packed on [B, T, 3·Lq·hd]) -> o
+// packing (ops::rope_pack_qkv) -> causal (optionally sliding-window) memory-efficient attention (ops::attention_forward_packed on [B, T, 3·Lq·hd]) -> o
 // projection -> y [B, T, D]. hd = D / n_heads; Lq / Lkv are the query / key-value heads this layer computes.
 //
 // One implementation serves every layout; only the four projections and the local head counts differ:
@@ -32,6 +32,7 @@ struct LlamaHeads {
   std::int64_t n_heads = 0, n_kv_heads = 0;          // of the whole model
   std::int64_t local_heads = 0, local_kv_heads = 0;  // this layer's share
   float rope_theta = 10000.0f;
+  std::int64_t window = 0;  // sliding window: query t attends to keys t-window+1..t; 0 = keys 0..t
 };
 
 class LlamaAttention final : public Layer, public RecomputableScores {

@@ -12,15 +12,16 @@ namespace cleave::layers {
 
 namespace {
 
-// A projection without bias, [..., in] -> [..., out]: a Linear on one rank, else this tp rank's
+// A projection (biased only where asked: Qwen2's q, k, v), [..., in] -> [..., out]: a Linear on one rank, else this tp rank's
 // column-parallel (output features split) or row-parallel (input features split) shard.
 enum class Split { kColumns, kRows };
 LayerPtr projection(const std::string& name, std::int64_t in, std::int64_t out, Split split, const ParamInit& init,
-                    int tp_size, int tp_rank) {
-  if (tp_size == 1) return std::make_unique<Linear>(name, in, out, false, init);
+                    int tp_size, int tp_rank, bool bias = false) {
+  if (tp_size == 1) return std::make_unique<Linear>(name, in, out, bias, init);
   if (split == Split::kColumns) {
-    return std::make_unique<ColumnParallelLinear>(name, in, out, false, init, tp_size, tp_rank);
+    return std::make_unique<ColumnParallelLinear>(name, in, out, bias, init, tp_size, tp_rank);
   }
+  CLEAVE_ASSERT(!bias, "projection {}: a row-parallel llama projection has no bias", name);
   return std::make_unique<RowParallelLinear>(name, in, out, false, init, tp_size, tp_rank);
 }
 
@@ -38,12 +39,12 @@ std::unique_ptr<TransformerBlock> make_llama_block(const partition::BlockSpec& b
   const float eps = static_cast<float>(b.norm_eps);
   // Built in parameter order, so errors and allocations come in the same order on every layout.
   auto attn_norm = std::make_unique<RmsNorm>(p + ".attn_norm", d, eps, init);
-  auto q = projection(p + ".attn.q", d, b.n_heads * hd, Split::kColumns, init, tp_size, tp_rank);
-  auto k = projection(p + ".attn.k", d, b.n_kv_heads * hd, Split::kColumns, init, tp_size, tp_rank);
-  auto v = projection(p + ".attn.v", d, b.n_kv_heads * hd, Split::kColumns, init, tp_size, tp_rank);
+  auto q = projection(p + ".attn.q", d, b.n_heads * hd, Split::kColumns, init, tp_size, tp_rank, b.qkv_bias);
+  auto k = projection(p + ".attn.k", d, b.n_kv_heads * hd, Split::kColumns, init, tp_size, tp_rank, b.qkv_bias);
+  auto v = projection(p + ".attn.v", d, b.n_kv_heads * hd, Split::kColumns, init, tp_size, tp_rank, b.qkv_bias);
   auto o = projection(p + ".attn.o", b.n_heads * hd, d, Split::kRows, init, tp_size, tp_rank);
   LlamaHeads heads{d, b.n_heads, b.n_kv_heads, b.n_heads / tp_size, b.n_kv_heads / tp_size,
-                   static_cast<float>(b.rope_theta)};
+                   static_cast<float>(b.rope_theta), b.attention_window};
   auto attn = std::make_unique<LlamaAttention>(p + ".attn", heads, std::move(q), std::move(k), std::move(v),
                                                std::move(o), tp);
   auto mlp_norm = std::make_unique<RmsNorm>(p + ".mlp_norm", d, eps, init);

@@ -27,6 +27,7 @@ std::int64_t llama_ffn_hidden_size(std::int64_t d_model) {
 LlamaConfig llama_defaults(LlamaConfig config) {
   if (config.n_kv_heads == 0) config.n_kv_heads = config.n_heads;
   if (config.ffn_hidden_size == 0) config.ffn_hidden_size = llama_ffn_hidden_size(config.d_model);
+  if (config.max_seq_len == 0) config.max_seq_len = config.seq_len;
   return config;
 }
 
@@ -40,7 +41,15 @@ ModelSpec make_llama_spec(const LlamaConfig& given) {
                    given.n_kv_heads);
   CLEAVE_CHECK_KEY(given.ffn_hidden_size >= 0, "model.ffn_hidden_size",
                    "must be > 0 (absent means Llama's rule from d_model), got {}", given.ffn_hidden_size);
+  CLEAVE_CHECK_KEY(given.max_seq_len >= 0, "model.max_seq_len", "must be > 0 (absent means model.seq_len), got {}",
+                   given.max_seq_len);
+  CLEAVE_CHECK_KEY(given.sliding_window >= 0, "model.sliding_window", "must be >= 0 (0: no window), got {}",
+                   given.sliding_window);
   const LlamaConfig config = llama_defaults(given);
+  CLEAVE_CHECK_KEY(config.seq_len <= config.max_seq_len, "model.seq_len",
+                   "{} is above model.max_seq_len {} (the longest sequence this model's positions were made for; a "
+                   "Hugging Face model's max_position_embeddings); set model.seq_len to at most {}",
+                   config.seq_len, config.max_seq_len, config.max_seq_len);
   CLEAVE_CHECK_KEY(config.d_model % config.n_heads == 0, "model.d_model",
                    "{} is not divisible by model.n_heads {} (head size would be {:.3g}): each head gets d_model / "
                    "n_heads columns",
@@ -77,6 +86,8 @@ ModelSpec make_llama_spec(const LlamaConfig& given) {
     block.d_ff = config.ffn_hidden_size;
     block.rope_theta = config.rope_theta;
     block.norm_eps = config.norm_eps;
+    block.attention_window = config.sliding_window;
+    block.qkv_bias = config.qkv_bias;
     spec.blocks.push_back(block);
   }
 

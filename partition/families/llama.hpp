@@ -16,7 +16,11 @@ struct ModelSpec;
 struct Family;
 struct BlockRules;
 
-// 0 in n_kv_heads / ffn_hidden_size means "not given" (resolved by llama_defaults).
+// 0 in n_kv_heads / ffn_hidden_size / max_seq_len means "not given" (resolved by llama_defaults).
+// max_seq_len: the longest sequence the model's positions serve (a Hugging Face model's
+// max_position_embeddings); rotary positions need no table, so any seq_len up to it trains the same weights.
+// sliding_window: each query attends to the last sliding_window keys, itself included (Mistral); 0 = every
+// earlier key. qkv_bias: q, k and v projections carry biases (Qwen2).
 struct LlamaConfig {
   std::int64_t vocab_size = 256;
   std::int64_t d_model = 64;
@@ -28,6 +32,9 @@ struct LlamaConfig {
   double rope_theta = 10000.0;
   double norm_eps = 1e-5;
   bool tie_embeddings = false;
+  std::int64_t max_seq_len = 0;      // 0 = seq_len
+  std::int64_t sliding_window = 0;   // 0 = full causal attention
+  bool qkv_bias = false;
 };
 
 // Llama's MLP width rule: 2/3 of 4 · d_model (integer), rounded up to a multiple of 64.

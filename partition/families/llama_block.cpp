@@ -33,8 +33,8 @@ Parts llama_parts(const BlockSpec& b) {
   CLEAVE_ASSERT(t > 0 && d > 0 && f > 0 && h > 0 && b.n_kv_heads > 0, "llama block {} has unset sizes", b.name);
   const std::int64_t kv = b.n_kv_heads * (d / h);
   Parts p = rmsnorm(t, d);
-  p += linear(t, d, d, false);
-  Parts kv_proj = linear(t, d, kv, false);
+  p += linear(t, d, d, b.qkv_bias);
+  Parts kv_proj = linear(t, d, kv, b.qkv_bias);
   kv_proj.act_float = 0;  // the input q stashed
   p += kv_proj;
   p += kv_proj;
@@ -127,9 +127,9 @@ BlockWork llama_work(const BlockSpec& blk, D b, int tp, D micro, Recompute recom
   const D rows = micro * t, p = tp;
   BlockWork w;
   layernorm(w, rows * d, b);  // RMSNorm streams like a LayerNorm
-  linear(w, rows, d, d / p, false, b);
-  linear(w, rows, d, kv / p, false, b);
-  linear(w, rows, d, kv / p, false, b);
+  linear(w, rows, d, d / p, blk.qkv_bias, b);
+  linear(w, rows, d, kv / p, blk.qkv_bias, b);
+  linear(w, rows, d, kv / p, blk.qkv_bias, b);
   const D packed = rows * 3 * d / p;  // rope: reads q, k, v, writes qkv; backward the reverse
   w.forward.stream_bytes += (rows * (d + 2 * kv) / p + packed) * b;
   w.input_grad.stream_bytes += (rows * (d + 2 * kv) / p + packed) * b;

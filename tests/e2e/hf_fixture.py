@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """Writes a tiny Hugging Face GPT2LMHeadModel (or, with --llama, LlamaForCausalLM with grouped-query attention
-and an untied head) directory with the standard library only (no torch, no downloads): config.json as
+and an untied head; --mistral W / --qwen2 its MistralForCausalLM with sliding_window W / Qwen2ForCausalLM with
+q/k/v biases variants; --max-positions N its max_position_embeddings) directory with the standard library only (no torch, no downloads): config.json as
 transformers writes it and seeded random weights (normal, std 0.3: far from a fresh model's) under
 transformers' names and shapes (GPT-2's Conv1D weights [in, out]) in model.safetensors, or in --shards files
 with model.safetensors.index.json. --drop / --extra / --reshape / --nan NAME make bad inputs (--nan: element 3
 of NAME is a NaN).
 
-    hf_fixture.py OUT_DIR [--llama] [--shards N] [--seed S] [--drop NAME] [--extra NAME] [--reshape NAME] [--nan NAME]
+    hf_fixture.py OUT_DIR [--llama [--mistral W | --qwen2] [--max-positions N] [--tokenizer]] [--shards N] [--seed S] [--drop NAME] [--extra NAME] [--reshape NAME] [--nan NAME]
 """
 import argparse
 import json
@@ -18,7 +19,7 @@ V, D, LAYERS, HEADS, T, F = 261, 16, 2, 4, 12, 24
 KV_HEADS = 2  # llama
 
 
-def tensors(seed, llama):
+def tensors(seed, llama, qkv_bias=False):
     rng = random.Random(seed)
     out = {}
 
@@ -39,6 +40,10 @@ def tensors(seed, llama):
             add(p + "self_attn.k_proj.weight", KV_HEADS * hd, D)
             add(p + "self_attn.v_proj.weight", KV_HEADS * hd, D)
             add(p + "self_attn.o_proj.weight", D, HEADS * hd)
+            if qkv_bias:
+                add(p + "self_attn.q_proj.bias", HEADS * hd)
+                add(p + "self_attn.k_proj.bias", KV_HEADS * hd)
+                add(p + "self_attn.v_proj.bias", KV_HEADS * hd)
             add(p + "post_attention_layernorm.weight", D)
             add(p + "mlp.gate_proj.weight", F, D)
             add(p + "mlp.up_proj.weight", F, D)
@@ -90,8 +95,13 @@ def main():
     ap.add_argument("--extra")
     ap.add_argument("--reshape")
     ap.add_argument("--nan")
+    ap.add_argument("--mistral", type=int, help="MistralForCausalLM with this sliding_window (0: null)")
+    ap.add_argument("--qwen2", action="store_true")
+    ap.add_argument("--max-positions", type=int, default=T)
+    ap.add_argument("--tokenizer", action="store_true", help="also a (dummy) tokenizer.json and tokenizer_config.json")
     a = ap.parse_args()
-    w = tensors(a.seed, a.llama)
+    a.llama = a.llama or a.qwen2 or a.mistral is not None
+    w = tensors(a.seed, a.llama, qkv_bias=a.qwen2)
     if a.drop:
         del w[a.drop]
     if a.extra:
@@ -110,9 +120,24 @@ def main():
                   "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
                   "intermediate_size": F, "max_position_embeddings": T, "rms_norm_eps": 1e-06,
                   "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}, "hidden_act": "silu",
-                  "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False, "torch_dtype": "float32"}
+                  "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False, "torch_dtype": "float32",
+                  "bos_token_id": 1, "eos_token_id": 2, "transformers_version": "4.57.1"}
+        config["max_position_embeddings"] = a.max_positions
+        if a.mistral is not None or a.qwen2:
+            del config["attention_bias"], config["mlp_bias"]
+        if a.mistral is not None:
+            config.update(architectures=["MistralForCausalLM"], model_type="mistral",
+                          sliding_window=a.mistral if a.mistral > 0 else None)
+        if a.qwen2:
+            config.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2", use_sliding_window=False,
+                          sliding_window=a.max_positions, max_window_layers=LAYERS)
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
+    if a.tokenizer:  # contents do not matter here: export copies the files
+        with open(os.path.join(a.out, "tokenizer.json"), "w") as f:
+            json.dump({"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": []}}, f)
+        with open(os.path.join(a.out, "tokenizer_config.json"), "w") as f:
+            json.dump({"bos_token": "<s>", "eos_token": "</s>"}, f)
     names = sorted(w)
     if a.shards == 1:
         write_safetensors(os.path.join(a.out, "model.safetensors"), [(n, w[n]) for n in names])

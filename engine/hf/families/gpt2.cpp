@@ -1,5 +1,7 @@
 // The gpt family at the Hugging Face level: transformers' GPT2LMHeadModel (hf_layout.hpp lists its names,
 // hf_config.hpp its config.json keys). Its row of the architecture table (hf_architecture.hpp).
+#include <array>
+
 #include <fmt/format.h>
 
 #include "engine/hf/families/map_util.hpp"
@@ -33,6 +35,16 @@ std::vector<TensorMap> gpt2_map(const ModelDims& m) {
   return out;
 }
 
+// The config.json keys GPT2LMHeadModel reads that hf_config.cpp's common list does not hold. The summary_*
+// keys configure GPT2DoubleHeadsModel's classification head, which a causal LM does not have.
+constexpr std::array<std::string_view, 23> kKeys = {
+    "vocab_size",          "n_embd",           "n_layer",           "n_head",
+    "n_positions",         "n_ctx",            "n_inner",           "tie_word_embeddings",
+    "activation_function", "layer_norm_epsilon", "scale_attn_weights", "scale_attn_by_inverse_layer_idx",
+    "add_cross_attention", "reorder_and_upcast_attn", "resid_pdrop",  "embd_pdrop",
+    "attn_pdrop",          "summary_type",     "summary_use_proj",  "summary_activation",
+    "summary_proj_to_labels", "summary_first_dropout", "n_special"};
+
 HfModelConfig read_gpt2(const Keys& k) {
   HfModelConfig out;
   ModelDims& d = out.dims;
@@ -59,6 +71,16 @@ HfModelConfig read_gpt2(const Keys& k) {
   k.require("scale_attn_by_inverse_layer_idx", k.flag_or("scale_attn_by_inverse_layer_idx", false), false,
             "no per-layer attention scaling");
   k.require("add_cross_attention", k.flag_or("add_cross_attention", false), false, "a decoder without cross-attention");
+  k.require("n_special", k.number_or("n_special", 0.0), 0.0, "no extra special-token rows");
+  // reorder_and_upcast_attn only computes the scores in f32 under autocast; Cleave's f32 scores are the same.
+  for (const char* key : {"resid_pdrop", "embd_pdrop", "attn_pdrop"}) {
+    const double p = k.number_or(key, 0.1);  // GPT2Config's default
+    if (p != 0.0) {
+      out.notes.push_back(fmt::format("{}: {} is {}{} but Cleave trains without dropout (the key has no Cleave "
+                                      "meaning; export writes it back unchanged)",
+                                      k.origin(), key, p, k.find(key) == nullptr ? " (absent: GPT2Config's default)" : ""));
+    }
+  }
   out.model = {{"type", "gpt"},          {"vocab_size", d.vocab_size}, {"d_model", d.d_model},
                {"n_layers", d.n_layers}, {"n_heads", d.n_heads},       {"seq_len", d.seq_len},
                {"d_ff", d.ffn},          {"tie_embeddings", d.tied}};
@@ -70,11 +92,14 @@ void gpt2_model_dims(const Keys& k, ModelDims& d) {
   d.ffn = k.size("d_ff");
 }
 
+bool gpt2_holds(const ModelDims&, const json&) { return true; }
+
 void gpt2_write_config(const ModelDims& d, const json&, json& out) {
   out["n_embd"] = d.d_model;
   out["n_layer"] = d.n_layers;
   out["n_head"] = d.n_heads;
   out["n_positions"] = d.seq_len;
+  out["n_ctx"] = d.seq_len;  // the legacy name of n_positions; a source's value must not contradict it
   out["n_inner"] = d.ffn;
   out["activation_function"] = "gelu_new";
   out["layer_norm_epsilon"] = kGptLayerNormEps;
@@ -105,7 +130,9 @@ HfArchitecture gpt2_architecture() {
   a.model_type = "gpt2";
   a.cleave_type = "gpt";
   a.embedding = "transformer.wte.weight";
+  a.keys = kKeys;
   a.read_config = read_gpt2;
+  a.holds = gpt2_holds;
   a.model_dims = gpt2_model_dims;
   a.write_config = gpt2_write_config;
   a.tensor_map = gpt2_map;

@@ -32,7 +32,8 @@ const json kGpt = {{"type", "gpt"}, {"vocab_size", 259}, {"d_model", 16}, {"n_la
                    {"seq_len", 9}, {"d_ff", 40}, {"tie_embeddings", false}};
 const json kLlama = {{"type", "llama"}, {"vocab_size", 300}, {"d_model", 32}, {"n_layers", 2}, {"n_heads", 8},
                      {"n_kv_heads", 2}, {"seq_len", 16}, {"ffn_hidden_size", 40}, {"rope_theta", 10000.0},
-                     {"norm_eps", 1e-5}, {"tie_embeddings", true}};
+                     {"norm_eps", 1e-5}, {"tie_embeddings", true}, {"max_seq_len", 16}, {"sliding_window", 0},
+                     {"qkv_bias", false}};
 
 void round_trip(const json& model, std::int64_t max_shard_bytes, std::size_t expect_files) {
   const auto tensors = random_model(model, 3);
@@ -66,7 +67,8 @@ TEST(HfExport, ConfigJsonIsWhatTransformersReads) {
   const json config = json::parse(in);
   EXPECT_EQ(config.at("architectures"), json({"GPT2LMHeadModel"}));
   EXPECT_EQ(config.at("model_type"), "gpt2");
-  EXPECT_EQ(config.at("torch_dtype"), "bfloat16");
+  EXPECT_EQ(config.at("dtype"), "bfloat16");  // transformers' current key; torch_dtype is deprecated
+  EXPECT_FALSE(config.contains("torch_dtype"));
   EXPECT_EQ(config.at("n_inner"), 40);
   EXPECT_EQ(config.at("activation_function"), "gelu_new");
   // bf16: every value is the nearest-even rounding of the f32 one.

@@ -1,6 +1,6 @@
 // Hugging Face model directories written by the tests themselves (no downloads): a config.json as
 // transformers writes it for GPT2LMHeadModel / LlamaForCausalLM and the weights under transformers' names and
-// shapes, drawn fresh (normal, seeded; non-zero), in one model.safetensors or in shards with
+// shapes (MistralForCausalLM and Qwen2ForCausalLM as variants of the Llama one), drawn fresh (normal, seeded; non-zero), in one model.safetensors or in shards with
 // model.safetensors.index.json, stored as F32, BF16 or F16. Tests edit `config` and `tensors` before write() to make bad inputs.
 #pragma once
 
@@ -136,6 +136,39 @@ inline HfFixture llama_fixture(bool tied = false, unsigned seed = 12) {
   }
   w["model.norm.weight"] = random_tensor({d}, rng);
   if (!tied) w["lm_head.weight"] = random_tensor({v, d}, rng);
+  return out;
+}
+
+// The llama fixture as transformers' MistralForCausalLM with sliding_window `window` (<= 0: null).
+inline HfFixture mistral_fixture(std::int64_t window = 4, unsigned seed = 13) {
+  HfFixture out = llama_fixture(false, seed);
+  out.config["architectures"] = {"MistralForCausalLM"};
+  out.config["model_type"] = "mistral";
+  out.config.erase("attention_bias");
+  out.config.erase("mlp_bias");
+  out.config["sliding_window"] = window > 0 ? nlohmann::json(window) : nlohmann::json();
+  return out;
+}
+
+// The llama fixture as transformers' Qwen2ForCausalLM: q, k and v biases, tied head, window off.
+inline HfFixture qwen2_fixture(unsigned seed = 14) {
+  HfFixture out = llama_fixture(true, seed);
+  std::mt19937 rng(seed + 100);
+  out.config["architectures"] = {"Qwen2ForCausalLM"};
+  out.config["model_type"] = "qwen2";
+  out.config.erase("attention_bias");
+  out.config.erase("mlp_bias");
+  out.config["use_sliding_window"] = false;
+  out.config["sliding_window"] = 16;
+  out.config["max_window_layers"] = 2;
+  out.config["bos_token_id"] = 1;
+  out.config["eos_token_id"] = 2;
+  for (int i = 0; i < 2; ++i) {
+    const std::string p = fmt::format("model.layers.{}.self_attn.", i);
+    out.tensors[p + "q_proj.bias"] = random_tensor({32}, rng);
+    out.tensors[p + "k_proj.bias"] = random_tensor({8}, rng);
+    out.tensors[p + "v_proj.bias"] = random_tensor({8}, rng);
+  }
   return out;
 }
 

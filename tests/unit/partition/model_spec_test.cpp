@@ -4,6 +4,7 @@
 #include <string>
 
 #include "engine/core/error.hpp"
+#include "partition/cost_model.hpp"
 #include "partition/model_spec.hpp"
 #include "partition/tp_rules.hpp"
 
@@ -255,6 +256,27 @@ TEST(ModelSpec, LlamaErrorsNameKeyNumbersAndFix) {
   EXPECT_EQ(key_of([&] { check_tensor_parallel(make_llama_spec(c), 8); }), "model.ffn_hidden_size");
   c.ffn_hidden_size = 96;
   EXPECT_EQ(error_of([&] { check_tensor_parallel(make_llama_spec(c), 8); }), "(no error)");
+}
+
+// issue 35: the context a model serves, Mistral's window and Qwen2's biases reach the llama block.
+TEST(ModelSpec, LlamaMaxSeqLenWindowAndBiases) {
+  LlamaConfig c;
+  c.seq_len = 16;
+  EXPECT_EQ(make_llama_spec(c).llama.max_seq_len, 16);  // absent: seq_len
+  c.max_seq_len = 8;
+  EXPECT_EQ(key_of([&] { make_llama_spec(c); }), "model.seq_len");
+  EXPECT_NE(error_of([&] { make_llama_spec(c); }).find("16 is above model.max_seq_len 8"), std::string::npos);
+  c.max_seq_len = 64;
+  c.sliding_window = 4;
+  const ModelSpec plain = make_llama_spec(c);
+  EXPECT_EQ(plain.blocks[1].attention_window, 4);
+  c.qkv_bias = true;
+  const ModelSpec biased = make_llama_spec(c);
+  EXPECT_TRUE(biased.blocks[1].qkv_bias);
+  // q, k and v biases: Hq·hd + 2·Hkv·hd parameters more per block.
+  const std::int64_t hd = c.d_model / c.n_heads, kv = biased.llama.n_kv_heads;
+  EXPECT_EQ(block_cost(biased.blocks[1]).param_count - block_cost(plain.blocks[1]).param_count,
+            c.n_heads * hd + 2 * kv * hd);
 }
 
 TEST(ModelSpec, BlockKindNames) {

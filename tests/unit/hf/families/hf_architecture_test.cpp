@@ -33,6 +33,9 @@ TEST(HfArchitectureTable, EveryRowRoundTripsItsFamilysModelSection) {
     ASSERT_TRUE(type.has_value()) << a.class_name << " maps to model.type " << a.cleave_type << ", not a family";
     config::RunConfig c;
     c.model.type = *type;
+    // The llama rows hold a llama without a window or biases (Llama), with a window (Mistral), with biases (Qwen2).
+    if (a.architecture == Architecture::kMistral) c.model.llama.sliding_window = 4;
+    if (a.architecture == Architecture::kQwen2) c.model.llama.qkv_bias = true;
     const json model = json::parse(config::to_json(c)).at("model");
     const json hf = hf_config_json(model, "float32");
     EXPECT_EQ(hf.at("architectures").at(0).get<std::string>(), a.class_name);
@@ -50,14 +53,15 @@ TEST(HfArchitectureTable, EveryRowRoundTripsItsFamilysModelSection) {
     EXPECT_EQ(a.canonical_name(std::string(a.embedding)), a.embedding);
     ++rows;
   }
-  EXPECT_EQ(rows, 2);
+  EXPECT_EQ(rows, 4);
 }
 
 TEST(HfArchitectureTable, RefusalsNameEveryRow) {
   const std::string unknown = error_of([] { read_hf_config(json{{"architectures", {"BertModel"}}}, "config.json"); });
-  EXPECT_NE(unknown.find("cleave imports GPT2LMHeadModel and LlamaForCausalLM"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("cleave imports GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM"), std::string::npos) << unknown;
   const std::string mlp = error_of([] { dims_of_model(json{{"type", "mlp"}}, "ckpt"); });
-  EXPECT_NE(mlp.find("(gpt exports as GPT2LMHeadModel, llama as LlamaForCausalLM)"), std::string::npos) << mlp;
+  EXPECT_NE(mlp.find("(gpt exports as GPT2LMHeadModel, llama as LlamaForCausalLM, llama as MistralForCausalLM (with a sliding "
+                      "window), llama as Qwen2ForCausalLM (with q/k/v biases))"), std::string::npos) << mlp;
 }
 
 }  // namespace

@@ -1,0 +1,29 @@
+// What LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM share at the Hugging Face level: the three are
+// one Cleave family (model.type "llama") and differ only in a sliding window (Mistral) and q/k/v biases (Qwen2).
+// Internal to engine/hf/families/.
+//
+// Invariant: read_llama_like refuses (one Error naming config.json and the key) every setting of the variant
+// that Cleave would compute differently, so an imported model gives transformers' logits; write_llama_like
+// writes the keys read_llama_like reads, so reading them back gives the same model section.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "engine/hf/hf_architecture.hpp"
+
+namespace cleave::hf::llama_like {
+
+struct Variant {
+  Architecture architecture = Architecture::kLlama;
+  bool sliding_window = false;  // Mistral: sliding_window (null = none) is read
+  bool qwen2 = false;           // Qwen2: q/k/v biases always; use_sliding_window must be false
+};
+
+HfModelConfig read(const Keys& config, const Variant& variant);
+void model_dims(const Keys& model, ModelDims& dims);
+void write(const Variant& variant, const ModelDims& dims, const nlohmann::json& model, nlohmann::json& out);
+std::vector<TensorMap> tensor_map(const ModelDims& dims);
+bool is_buffer(std::string_view hf_name);
+std::string canonical_name(const std::string& hf_name);
+
+}  // namespace cleave::hf::llama_like

@@ -1,0 +1,46 @@
+// transformers' MistralForCausalLM at the Hugging Face level: Llama's tensors and keys (llama_like.cpp) plus
+// sliding_window (null: none, then the model is exactly Llama), which Cleave runs as model.sliding_window.
+// Its row of the architecture table (hf_architecture.hpp).
+#include <array>
+
+#include "engine/hf/families/llama_like.hpp"
+
+namespace cleave::hf {
+namespace {
+
+constexpr llama_like::Variant kVariant{Architecture::kMistral, true, false};
+
+constexpr std::array<std::string_view, 18> kKeys = {
+    "vocab_size",    "hidden_size",     "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "intermediate_size", "max_position_embeddings", "tie_word_embeddings", "head_dim", "hidden_act",
+    "rope_theta",    "rope_scaling",    "rope_parameters",   "rms_norm_eps",        "attention_dropout",
+    "layer_types",   "sliding_window",  "max_window_layers"};
+
+HfModelConfig read_mistral(const Keys& k) { return llama_like::read(k, kVariant); }
+void write_mistral(const ModelDims& d, const nlohmann::json& model, nlohmann::json& out) {
+  llama_like::write(kVariant, d, model, out);
+}
+bool mistral_holds(const ModelDims& d, const nlohmann::json&) { return !d.qkv_bias; }
+
+}  // namespace
+
+HfArchitecture mistral_architecture() {
+  HfArchitecture a;
+  a.architecture = Architecture::kMistral;
+  a.class_name = "MistralForCausalLM";
+  a.model_type = "mistral";
+  a.cleave_type = "llama";
+  a.embedding = "model.embed_tokens.weight";
+  a.export_note = " (with a sliding window)";
+  a.keys = kKeys;
+  a.read_config = read_mistral;
+  a.model_dims = llama_like::model_dims;
+  a.holds = mistral_holds;
+  a.write_config = write_mistral;
+  a.tensor_map = llama_like::tensor_map;
+  a.is_buffer = llama_like::is_buffer;
+  a.canonical_name = llama_like::canonical_name;
+  return a;
+}
+
+}  // namespace cleave::hf

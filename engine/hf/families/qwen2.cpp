@@ -1,0 +1,50 @@
+// transformers' Qwen2ForCausalLM at the Hugging Face level: Llama's tensors and keys (llama_like.cpp) with
+// biases on q, k and v (always: Qwen2 has no attention_bias key), which Cleave runs as model.qkv_bias.
+// use_sliding_window must be false (Qwen2's window from layer max_window_layers on is not implemented);
+// sliding_window and max_window_layers mean nothing then and are written back as they were.
+// Its row of the architecture table (hf_architecture.hpp).
+#include <array>
+
+#include "engine/hf/families/llama_like.hpp"
+
+namespace cleave::hf {
+namespace {
+
+constexpr llama_like::Variant kVariant{Architecture::kQwen2, false, true};
+
+constexpr std::array<std::string_view, 19> kKeys = {
+    "vocab_size",    "hidden_size",     "num_hidden_layers", "num_attention_heads", "num_key_value_heads",
+    "intermediate_size", "max_position_embeddings", "tie_word_embeddings", "head_dim", "hidden_act",
+    "rope_theta",    "rope_scaling",    "rope_parameters",   "rms_norm_eps",        "attention_dropout",
+    "layer_types",   "use_sliding_window", "sliding_window", "max_window_layers"};
+
+HfModelConfig read_qwen2(const Keys& k) { return llama_like::read(k, kVariant); }
+void write_qwen2(const ModelDims& d, const nlohmann::json& model, nlohmann::json& out) {
+  llama_like::write(kVariant, d, model, out);
+}
+bool qwen2_holds(const ModelDims& d, const nlohmann::json& model) {
+  return d.qkv_bias && model.value("sliding_window", std::int64_t{0}) == 0;
+}
+
+}  // namespace
+
+HfArchitecture qwen2_architecture() {
+  HfArchitecture a;
+  a.architecture = Architecture::kQwen2;
+  a.class_name = "Qwen2ForCausalLM";
+  a.model_type = "qwen2";
+  a.cleave_type = "llama";
+  a.embedding = "model.embed_tokens.weight";
+  a.export_note = " (with q/k/v biases)";
+  a.keys = kKeys;
+  a.read_config = read_qwen2;
+  a.model_dims = llama_like::model_dims;
+  a.holds = qwen2_holds;
+  a.write_config = write_qwen2;
+  a.tensor_map = llama_like::tensor_map;
+  a.is_buffer = llama_like::is_buffer;
+  a.canonical_name = llama_like::canonical_name;
+  return a;
+}
+
+}  // namespace cleave::hf

@@ -1,0 +1,119 @@
+#!/usr/bin/env bash
+# The fine-tuning recipe of docs/models.md end to end, on Hugging Face directories this test writes itself
+# (hf_fixture.py: tiny Llama / Mistral / Qwen2 with max_position_embeddings 32 and a tokenizer.json; no
+# downloads, no torch):
+#  - train --init-from HF_DIR at model.seq_len 8 (of 32) at tp2 x pp2 (mpiexec -n 4) has one rank's first-step
+#    loss; the resolved config.json says seq_len 8 and max_seq_len 32, run.json's init_from says which;
+#  - export --format hf of the fine-tuned run: config.json differs from the source's only in torch_dtype ->
+#    dtype (docs/checkpoints.md), max_position_embeddings stays 32, generation_config.json and the tokenizer
+#    files are there; re-importing it gives bit for bit the logits `cleave generate --logits` gives on the
+#    run's checkpoint, which differ from the source model's (the run trained);
+#  - Mistral (sliding window 4 under seq_len 8) and Qwen2 (q/k/v biases): tp2 x pp2 against one rank, and the
+#    window changes the loss (the same weights with sliding_window null give another);
+#  - bad input, one error naming it, nothing written: seq_len above the maximum, a relabelled Mistral, an
+#    unknown config key, a model_type that contradicts architectures.
+# Usage: finetune_recipe.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
+set -u
+cleave=$1; src=$2; shift 2
+mpiexec=("$@")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+fail() { echo "FAIL $*"; exit 1; }
+fixture() { python3 "$src/tests/e2e/hf_fixture.py" "$@" || fail "fixture $*"; }
+loss() { python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['loss'])" "$1/metrics.jsonl"; }
+common=(--set train.eval_batches=0 --set model.seq_len=8 --set optimizer.lr=0.01)
+layout=(--set parallel.tensor_model_parallel_size=2 --set parallel.pipeline_model_parallel_size=2)
+
+fixture llama --llama --max-positions 32 --tokenizer
+"$cleave" train --init-from llama "${common[@]}" --set train.steps=1 --set checkpoint.save_final=false \
+  --set train.out_dir=one > one.log 2>&1 || { cat one.log; fail "one rank"; }
+"${mpiexec[@]}" -n 4 "$cleave" train --init-from llama "${common[@]}" "${layout[@]}" --set train.steps=3 \
+  --set train.out_dir=ft > ft.log 2>&1 || { cat ft.log; fail "tp2 x pp2 fine-tune"; }
+grep -q "init: seq_len 8 of at most 32 (rotary positions: nothing sliced)" ft.log || { cat ft.log; fail "no context line"; }
+python3 - "$(loss one)" "$(loss ft)" <<'PY' || fail "first-step loss"
+import json, sys
+one, ft = map(float, sys.argv[1:])
+assert abs(ft - one) <= 1e-5 * abs(one), f"tp2 x pp2 first-step loss {ft} != one rank's {one}"
+model = json.load(open("ft/config.json"))["model"]
+assert (model["seq_len"], model["max_seq_len"]) == (8, 32), model
+record = json.load(open("ft/run.json"))["init_from"]
+assert "LlamaForCausalLM in llama: seq_len 8 of at most 32" in record, record
+print(f"ok   --init-from at seq_len 8 of 32: tp2 x pp2 first-step loss {ft} = one rank's {one}; run.json: {record}")
+PY
+
+"$cleave" export ft/checkpoints --format hf --out exported > export.log 2>&1 || { cat export.log; fail "export"; }
+"$cleave" import exported --out back > back.log 2>&1 || { cat back.log; fail "re-import"; }
+"$cleave" import llama --out source > source.log 2>&1 || { cat source.log; fail "source import"; }
+for f in generation_config.json tokenizer.json tokenizer_config.json; do [ -f exported/$f ] || fail "export has no $f: $(ls exported)"; done
+"$cleave" generate ft/checkpoints --prompt "finetune" --tokens 0 --logits run.json.logits > g1.log 2>&1 || { cat g1.log; fail "generate run"; }
+"$cleave" generate back --prompt "finetune" --tokens 0 --logits back.logits > g2.log 2>&1 || { cat g2.log; fail "generate back"; }
+"$cleave" generate source --prompt "finetune" --tokens 0 --logits source.logits > g3.log 2>&1 || { cat g3.log; fail "generate source"; }
+python3 - <<'PY' || fail "export"
+import json
+src, out = json.load(open("llama/config.json")), json.load(open("exported/config.json"))
+diff = sorted(k for k in set(src) | set(out) if src.get(k, "<absent>") != out.get(k, "<absent>"))
+assert set(diff) <= {"torch_dtype", "dtype"}, f"exported config.json differs from the source in {diff}"
+assert out["max_position_embeddings"] == 32 and out["bos_token_id"] == 1 and out["eos_token_id"] == 2, out
+run, back, source = (json.load(open(f))["logits"] for f in ("run.json.logits", "back.logits", "source.logits"))
+assert run == back, "re-imported export's logits differ from the run's"
+moved = max(abs(a - b) for r, s in zip(run, source) for a, b in zip(r, s))
+assert moved > 1e-4, f"the fine-tuned logits equal the source model's (moved {moved}): nothing trained?"
+print(f"ok   export -> import: logits bit for bit the run's (moved {moved:.3g} from the source's); config.json "
+      f"differs from the source only in {diff}; generation_config.json and tokenizer files carried")
+PY
+
+# Mistral (window 4 < seq_len 8) and Qwen2 (biases): tp2 x pp2 against one rank.
+fixture mistral --mistral 4 --max-positions 32
+fixture qwen2 --qwen2 --max-positions 32
+for m in mistral qwen2; do
+  "$cleave" train --init-from $m "${common[@]}" --set train.steps=1 --set checkpoint.save_final=false \
+    --set train.out_dir=${m}_one > ${m}_one.log 2>&1 || { cat ${m}_one.log; fail "$m one rank"; }
+  "${mpiexec[@]}" -n 4 "$cleave" train --init-from $m "${common[@]}" "${layout[@]}" --set train.steps=1 \
+    --set checkpoint.save_final=false --set train.out_dir=${m}_ft > ${m}_ft.log 2>&1 || { cat ${m}_ft.log; fail "$m tp2 x pp2"; }
+  python3 - "$m" "$(loss ${m}_one)" "$(loss ${m}_ft)" <<'PY' || fail "$m losses"
+import sys
+name, one, ft = sys.argv[1], float(sys.argv[2]), float(sys.argv[3])
+assert abs(ft - one) <= 1e-5 * abs(one), f"{name} tp2 x pp2 first-step loss {ft} != one rank's {one}"
+print(f"ok   {name}: tp2 x pp2 first-step loss {ft} = one rank's {one}")
+PY
+done
+
+# The window is applied: the same weights without it (sliding_window null) give another loss.
+fixture mistral_full --mistral 0 --max-positions 32
+"$cleave" train --init-from mistral_full "${common[@]}" --set train.steps=1 --set checkpoint.save_final=false \
+  --set train.out_dir=full_one > full_one.log 2>&1 || { cat full_one.log; fail "mistral without a window"; }
+python3 - "$(loss mistral_one)" "$(loss full_one)" <<'PY' || fail "window"
+import sys
+window, full = map(float, sys.argv[1:])
+assert abs(window - full) > 1e-4, f"window 4 under seq_len 8 gives the loss {window} of no window {full}"
+print(f"ok   sliding window 4 under seq_len 8: first-step loss {window}, without the window {full}")
+PY
+
+refuse() {  # refuse NAME EXPECTED_TEXT OUT_PATH -- command...
+  local name=$1 want=$2 out=$3; shift 4
+  "$@" > bad.log 2>&1 && fail "$name: accepted"
+  grep -qF -- "$want" bad.log || { cat bad.log; fail "$name: no '$want' in the message"; }
+  [ "$(grep -c 'error' bad.log)" -eq 1 ] || { cat bad.log; fail "$name: not one error line"; }
+  [ ! -e "$out" ] || fail "$name: $out was written"
+  echo "ok   refused $name: $(grep error bad.log | cut -c1-160)"
+}
+refuse "seq_len above the maximum" "model.seq_len 33 is above the model's maximum 32 (max_position_embeddings in llama/config.json)" \
+  run1 -- "$cleave" train --init-from llama --set model.seq_len=33 --set train.out_dir=run1
+refuse "seq_len above the maximum (checkpoint)" "model.seq_len 40 is above the model's maximum 32" \
+  run2 -- "$cleave" train --init-from source --set model.seq_len=40 --set train.out_dir=run2
+cp -r mistral relabelled && python3 -c "
+import json; c = json.load(open('relabelled/config.json')); c.update(architectures=['LlamaForCausalLM'], model_type='llama')
+json.dump(c, open('relabelled/config.json', 'w'))"
+refuse "relabelled Mistral" "sliding_window is 4, a MistralForCausalLM key that LlamaForCausalLM ignores" out3 -- \
+  "$cleave" import relabelled --out out3
+refuse "relabelled Mistral (--init-from)" "sliding_window is 4" run4 -- "$cleave" train --init-from relabelled --set train.out_dir=run4
+cp -r llama unknown && python3 -c "
+import json; c = json.load(open('unknown/config.json')); c['attn_logit_softcapping'] = 50.0
+json.dump(c, open('unknown/config.json', 'w'))"
+refuse "unknown key" 'key "attn_logit_softcapping"' out5 -- "$cleave" import unknown --out out5
+cp -r qwen2 mixed && python3 -c "
+import json; c = json.load(open('mixed/config.json')); c['model_type'] = 'mistral'
+json.dump(c, open('mixed/config.json', 'w'))"
+refuse "model_type against architectures" 'architectures names Qwen2ForCausalLM but model_type is "mistral"' out6 -- \
+  "$cleave" import mixed --out out6

@@ -2,6 +2,7 @@
 #include "layers/attention.hpp"
 
 #include "kernels/ops/ops.hpp"
+#include "layers/attention_core.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/linear.hpp"
 
@@ -45,34 +46,17 @@ Tensor CausalSelfAttention::forward(const Tensor& x, Stash& stash, Context& ctx)
   CLEAVE_CHECK(x.rank() == 3, "{}: expected [batch, seq, {}], got {}", who, d_model_, x.shape().str());
   stash.clear();
   stash.children.resize(2);
-  Tensor qkv = qkv_->forward(x, stash.children[0], ctx);
   // The sequence from qkv, not x: under sequence parallelism x is this tp rank's shard of the tokens and the
   // column-parallel qkv part returns every token (layers/parallel/column_parallel_linear.hpp).
-  const std::int64_t b = qkv.dim(0), t = qkv.dim(1), hd = d_model_ / n_heads_;
-  Tensor out = new_activation(ctx, Shape{b, t, local_heads_ * hd});
-  Tensor probs = new_activation(ctx, Shape{b, local_heads_, t, t});
-  ops::attention_forward(ctx, qkv, out, probs, local_heads_);
-  if (recompute_scores_) stash.tensors = {qkv};
-  else stash.tensors = {qkv, probs};
+  const Tensor qkv = qkv_->forward(x, stash.children[0], ctx);
+  const Tensor out = attention_core_forward(ctx, qkv, local_heads_, d_model_ / n_heads_, recompute_scores_, stash, who);
   return proj_->forward(out, stash.children[1], ctx);
 }
 
 Tensor CausalSelfAttention::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const std::string who = this->who();
-  const Tensor qkv = stash_at(stash, 0, who);
-  Tensor probs;
-  if (recompute_scores_) {
-    const std::int64_t b = qkv.dim(0), t = qkv.dim(1), hd = d_model_ / n_heads_;
-    probs = new_activation(ctx, Shape{b, local_heads_, t, t});
-    const Tensor scratch_out = new_activation(ctx, Shape{b, t, local_heads_ * hd});
-    ops::attention_forward(ctx, qkv, scratch_out, probs, local_heads_);
-  } else {
-    probs = stash_at(stash, 1, who);
-  }
-  Tensor dout = proj_->backward_input(dy, stash.children[1], ctx);
-  Tensor dqkv = new_activation(ctx, qkv.shape());
-  ops::attention_backward(ctx, dout, qkv, probs, dqkv, local_heads_);
-  stash.tensors.clear();
+  const Tensor dout = proj_->backward_input(dy, stash.children[1], ctx);
+  const Tensor dqkv = attention_core_backward(ctx, dout, local_heads_, d_model_ / n_heads_, recompute_scores_, stash, who);
   return qkv_->backward_input(dqkv, stash.children[0], ctx);
 }
 

@@ -19,6 +19,7 @@
 #include "engine/core/stream.hpp"
 #include "engine/core/tensor.hpp"
 #include "kernels/ops/context.hpp"
+#include "layers/context_parallel/cp_layout.hpp"
 
 namespace cleave::comm {
 class Communicator;
@@ -82,6 +83,11 @@ struct Context : ops::Context {
   // their output); every replicated parameter's gradient is then a partial sum over the tp group that the
   // trainer sums once per step (layers/parallel/tp_util.hpp, sum_sequence_parallel_grads).
   bool sequence_parallel = false;
+  // Context parallelism (parallel.context_parallel_size > 1; layers/context_parallel/): every activation holds
+  // this rank's tokens of each sample, `cp` says which (their global positions) and how attention exchanges
+  // keys and values over cp_comm. cp_comm is null when cp = 1.
+  comm::Communicator* cp_comm = nullptr;
+  CpLayout cp;
 };
 
 class Layer {

@@ -2,6 +2,7 @@
 #include "layers/llama/llama_attention.hpp"
 
 #include "kernels/ops/ops.hpp"
+#include "layers/attention_core.hpp"
 #include "layers/layer_util.hpp"
 
 namespace cleave::layers {
@@ -28,6 +29,51 @@ std::string LlamaAttention::who() const {
   return (tensor_parallel_ ? "parallel llama attention " : "llama attention ") + prefix_;
 }
 
+namespace {
+
+// rope + packing over the rank's tokens: one call from position 0 without context parallelism, else one per
+// run of consecutive global positions (Context::cp; two runs per sample under ring), on views of each sample.
+void rope_pack_runs(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
+                    ops::RopeParams rope) {
+  const std::int64_t b = q.dim(0), t = q.dim(1);
+  const std::vector<CpSegment> runs = ctx.cp.segments(t);
+  if (runs.size() == 1) {
+    rope.position_offset = runs[0].global_begin;
+    ops::rope_pack_qkv(ctx, q, k, v, qkv, rope);
+    return;
+  }
+  for (std::int64_t s = 0; s < b; ++s) {
+    for (const CpSegment& run : runs) {
+      rope.position_offset = run.global_begin;
+      ops::rope_pack_qkv(ctx, token_run(q, s, run.local_begin, run.length), token_run(k, s, run.local_begin, run.length),
+                         token_run(v, s, run.local_begin, run.length), token_run(qkv, s, run.local_begin, run.length),
+                         rope);
+    }
+  }
+}
+
+void rope_unpack_runs(const Context& ctx, const Tensor& dqkv, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                      ops::RopeParams rope) {
+  const std::int64_t b = dq.dim(0), t = dq.dim(1);
+  const std::vector<CpSegment> runs = ctx.cp.segments(t);
+  if (runs.size() == 1) {
+    rope.position_offset = runs[0].global_begin;
+    ops::rope_pack_qkv_backward(ctx, dqkv, dq, dk, dv, rope);
+    return;
+  }
+  for (std::int64_t s = 0; s < b; ++s) {
+    for (const CpSegment& run : runs) {
+      rope.position_offset = run.global_begin;
+      ops::rope_pack_qkv_backward(ctx, token_run(dqkv, s, run.local_begin, run.length),
+                                  token_run(dq, s, run.local_begin, run.length),
+                                  token_run(dk, s, run.local_begin, run.length),
+                                  token_run(dv, s, run.local_begin, run.length), rope);
+    }
+  }
+}
+
+}  // namespace
+
 Tensor LlamaAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
   check_input(ctx, x, DType::kF32, heads_.d_model, 3, who());
   CLEAVE_CHECK(x.rank() == 3, "{}: expected [batch, seq, {}], got {}", who(), heads_.d_model, x.shape().str());
@@ -37,39 +83,25 @@ Tensor LlamaAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
       qkv_.forward(x, {&stash.children[0], &stash.children[1], &stash.children[2]}, ctx);
   const Tensor &q = projected[0], &k = projected[1], &v = projected[2];
   // Under sequence parallelism x is this rank's sequence shard and q, k, v (column-parallel) cover the
-  // gathered full sequence: T and the rope positions 0..T-1 come from them, not from x.
+  // gathered sequence of this cp rank: T and the rope positions come from them (and Context::cp), not from x.
   const std::int64_t b = q.dim(0), t = q.dim(1), hd = head_dim(), lq = heads_.local_heads;
   Tensor qkv = new_activation(ctx, Shape{b, t, 3 * lq * hd});
-  ops::rope_pack_qkv(ctx, q, k, v, qkv, {lq, heads_.local_kv_heads, heads_.rope_theta, 0});
-  Tensor out = new_activation(ctx, Shape{b, t, lq * hd});
-  Tensor probs = new_activation(ctx, Shape{b, lq, t, t});
-  ops::attention_forward(ctx, qkv, out, probs, lq);
-  if (recompute_scores_) stash.tensors = {qkv};
-  else stash.tensors = {qkv, probs};
+  rope_pack_runs(ctx, q, k, v, qkv, {lq, heads_.local_kv_heads, heads_.rope_theta, 0});
+  const Tensor out = attention_core_forward(ctx, qkv, lq, hd, recompute_scores_, stash, who());
   return o_->forward(out, stash.children[3], ctx);
 }
 
 Tensor LlamaAttention::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
-  const std::int64_t b = stash_at(stash, 0, who()).dim(0), t = stash_at(stash, 0, who()).dim(1), hd = head_dim(),
-                     lq = heads_.local_heads, lkv = heads_.local_kv_heads;
-  Tensor dq = new_activation(ctx, Shape{b, t, lq * hd});
-  Tensor dk = new_activation(ctx, Shape{b, t, lkv * hd});
-  Tensor dv = new_activation(ctx, Shape{b, t, lkv * hd});
-  {  // qkv, the probabilities and their gradients are released before the projections' backward
-    const Tensor qkv = stash_at(stash, 0, who());
-    Tensor probs;
-    if (recompute_scores_) {
-      probs = new_activation(ctx, Shape{b, lq, t, t});
-      const Tensor scratch_out = new_activation(ctx, Shape{b, t, lq * hd});
-      ops::attention_forward(ctx, qkv, scratch_out, probs, lq);
-    } else {
-      probs = stash_at(stash, 1, who());
-    }
+  const std::int64_t hd = head_dim(), lq = heads_.local_heads, lkv = heads_.local_kv_heads;
+  Tensor dq, dk, dv;
+  {  // the core's tensors and their gradients are released before the projections' backward
     const Tensor dout = o_->backward_input(dy, stash.children[3], ctx);
-    const Tensor dqkv = new_activation(ctx, qkv.shape());
-    ops::attention_backward(ctx, dout, qkv, probs, dqkv, lq);
-    stash.tensors.clear();
-    ops::rope_pack_qkv_backward(ctx, dqkv, dq, dk, dv, {lq, lkv, heads_.rope_theta, 0});
+    const Tensor dqkv = attention_core_backward(ctx, dout, lq, hd, recompute_scores_, stash, who());
+    const std::int64_t b = dqkv.dim(0), t = dqkv.dim(1);
+    dq = new_activation(ctx, Shape{b, t, lq * hd});
+    dk = new_activation(ctx, Shape{b, t, lkv * hd});
+    dv = new_activation(ctx, Shape{b, t, lkv * hd});
+    rope_unpack_runs(ctx, dqkv, dq, dk, dv, {lq, lkv, heads_.rope_theta, 0});
   }
   return qkv_.backward_input({dq, dk, dv}, {&stash.children[0], &stash.children[1], &stash.children[2]}, ctx);
 }

@@ -1,0 +1,64 @@
+// The attention core over the op seam in every context-parallel mode (see attention_core.hpp).
+#include "layers/attention_core.hpp"
+
+#include "kernels/ops/ops.hpp"
+#include "layers/context_parallel/ring_attention.hpp"
+#include "layers/context_parallel/ulysses.hpp"
+#include "layers/layer_util.hpp"
+
+namespace cleave::layers {
+namespace {
+
+bool all_to_all(const Context& ctx) { return ctx.cp.active() && ctx.cp.exchange == CpExchange::kAllToAll; }
+bool ring(const Context& ctx) { return ctx.cp.active() && ctx.cp.exchange == CpExchange::kRing; }
+
+// probs of `core_qkv` ([B, T, 3·H·hd], H heads) and the output they give.
+void full_forward(const Context& ctx, const Tensor& core_qkv, std::int64_t h, std::int64_t hd, Tensor& out,
+                  Tensor& probs) {
+  const std::int64_t b = core_qkv.dim(0), t = core_qkv.dim(1);
+  out = new_activation(ctx, Shape{b, t, h * hd});
+  probs = new_activation(ctx, Shape{b, h, t, t});
+  ops::attention_forward(ctx, core_qkv, out, probs, h);
+}
+
+}  // namespace
+
+Tensor token_run(const Tensor& x, std::int64_t b, std::int64_t begin, std::int64_t length) {
+  const std::int64_t t = x.dim(1), c = x.numel() / (x.dim(0) * t);
+  return x.slice(b, b + 1).view(Shape{t, c}).slice(begin, begin + length).view(Shape{1, length, c});
+}
+
+Tensor attention_core_forward(Context& ctx, const Tensor& qkv, std::int64_t heads, std::int64_t hd, bool recompute,
+                              Stash& stash, const std::string& who) {
+  if (ring(ctx)) return ring_attention_forward(ctx, qkv, {heads, heads, hd}, recompute, stash, who);
+  const bool a2a = all_to_all(ctx);
+  const Tensor core_qkv = a2a ? seq_to_heads(ctx, qkv, {heads, heads, heads}, hd) : qkv;
+  const std::int64_t h = a2a ? heads / ctx.cp.size : heads;
+  Tensor out, probs;
+  full_forward(ctx, core_qkv, h, hd, out, probs);
+  if (recompute) stash.tensors = {core_qkv};
+  else stash.tensors = {core_qkv, probs};
+  return a2a ? heads_to_seq(ctx, out, {heads}, hd) : out;
+}
+
+Tensor attention_core_backward(Context& ctx, const Tensor& dout, std::int64_t heads, std::int64_t hd, bool recompute,
+                               Stash& stash, const std::string& who) {
+  if (ring(ctx)) return ring_attention_backward(ctx, dout, {heads, heads, hd}, recompute, stash, who);
+  const bool a2a = all_to_all(ctx);
+  const std::int64_t h = a2a ? heads / ctx.cp.size : heads;
+  const Tensor core_qkv = stash_at(stash, 0, who);
+  Tensor probs;
+  if (recompute) {
+    Tensor scratch_out;  // rebuilt bit-identically: the same op on the same input
+    full_forward(ctx, core_qkv, h, hd, scratch_out, probs);
+  } else {
+    probs = stash_at(stash, 1, who);
+  }
+  const Tensor core_dout = a2a ? seq_to_heads(ctx, dout, {heads}, hd) : dout;
+  Tensor dqkv = new_activation(ctx, core_qkv.shape());
+  ops::attention_backward(ctx, core_dout, core_qkv, probs, dqkv, h);
+  stash.tensors.clear();
+  return a2a ? heads_to_seq(ctx, dqkv, {heads, heads, heads}, hd) : dqkv;
+}
+
+}  // namespace cleave::layers

@@ -1,0 +1,121 @@
+// Context-parallel attention under mpiexec (the cp group is the whole world, cp = 2 or 4): the attention core
+// (layers/attention_core.hpp) with every exchange, forward and backward, against the same core on one rank
+// over the whole sequence, on random inputs of an awkward size (batch 2, 24 tokens, head dim 6).
+//
+// Each rank feeds its tokens of the whole-sequence qkv (CpLayout: chunk r under all_to_all, chunks r and
+// 2cp-1-r under ring) and a random dout; its out and dqkv must equal the reference's rows of those tokens.
+// Bounds: all_to_all runs the very op of one rank on the same whole sequence per head (the exchange moves
+// values without arithmetic), so it must be bit-identical; ring merges per-block partial results by their
+// log-sum-exp, a different order of the same sums: max |got - want| <= 1e-6 · max |want| per tensor (fp32),
+// and every reference is checked non-zero so an all-zero result cannot pass. Heads: 4 (divisible by cp, as
+// all_to_all needs) and, for ring, 3 (odd).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "engine/core/rng.hpp"
+#include "layers/attention_core.hpp"
+#include "layers/context_parallel/cp_layout.hpp"
+#include "tests/mpi/mpi_test_env.hpp"
+
+namespace cleave::layers {
+namespace {
+
+constexpr std::int64_t kBatch = 2;
+constexpr std::int64_t kSeq = 24;
+constexpr std::int64_t kHeadDim = 6;
+
+Tensor random_tensor(const Shape& shape, std::uint64_t seed) {
+  Tensor t = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations);
+  rng::fill_normal(t.data<float>(), t.numel(), seed, rng::hash_key("cp-attention-test"), 0.0f, 1.0f);
+  return t;
+}
+
+// This rank's tokens of x [B, T, C] as [B, T / cp, C].
+Tensor local_tokens(const Tensor& x, const CpLayout& cp) {
+  const std::int64_t b = x.dim(0), t = x.dim(1), c = x.dim(2), tl = t / cp.size;
+  Tensor out = Tensor::empty(Shape{b, tl, c}, DType::kF32, MemoryCategory::kActivations);
+  for (std::int64_t s = 0; s < b; ++s) {
+    for (const CpSegment& run : cp.segments(tl)) {
+      std::copy_n(x.data<float>() + (s * t + run.global_begin) * c, run.length * c,
+                  out.data<float>() + (s * tl + run.local_begin) * c);
+    }
+  }
+  return out;
+}
+
+// max |got - want| / max |want|; the reference must not be all zeros.
+double scaled_error(const Tensor& got, const Tensor& want, const std::string& what) {
+  EXPECT_EQ(got.shape(), want.shape()) << what;
+  double err = 0, scale = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    err = std::max(err, std::abs(static_cast<double>(got.data<float>()[i]) - want.data<float>()[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(want.data<float>()[i])));
+  }
+  EXPECT_GT(scale, 0.0) << what << ": the reference is all zeros, the comparison would prove nothing";
+  return scale > 0 ? err / scale : INFINITY;
+}
+
+void check_exchange(CpExchange exchange, std::int64_t heads, bool recompute) {
+  auto world = testing::make_world();
+  const int cp = world->size();
+  const std::string name = std::string(exchange == CpExchange::kRing ? "ring" : "all_to_all") + " cp" +
+                           std::to_string(cp) + " heads " + std::to_string(heads) +
+                           (recompute ? " recompute" : "");
+  SCOPED_TRACE(name);
+  const std::int64_t width = heads * kHeadDim;
+  const Tensor qkv = random_tensor(Shape{kBatch, kSeq, 3 * width}, 11);
+  const Tensor dout = random_tensor(Shape{kBatch, kSeq, width}, 12);
+
+  Context one;  // one rank, the whole sequence
+  Stash one_stash;
+  const Tensor want_out = attention_core_forward(one, qkv, heads, kHeadDim, recompute, one_stash, "reference");
+  const Tensor want_dqkv = attention_core_backward(one, dout, heads, kHeadDim, recompute, one_stash, "reference");
+
+  Context ctx;
+  ctx.cp_comm = world.get();
+  ctx.cp = {cp, world->rank(), exchange};
+  Stash stash;
+  const Tensor out = attention_core_forward(ctx, local_tokens(qkv, ctx.cp), heads, kHeadDim, recompute, stash, name);
+  const Tensor dqkv = attention_core_backward(ctx, local_tokens(dout, ctx.cp), heads, kHeadDim, recompute, stash, name);
+  EXPECT_TRUE(stash.tensors.empty()) << "backward must release the stash";
+
+  const double bound = exchange == CpExchange::kAllToAll ? 0.0 : 1e-6;
+  EXPECT_LE(scaled_error(out, local_tokens(want_out, ctx.cp), "out"), bound);
+  EXPECT_LE(scaled_error(dqkv, local_tokens(want_dqkv, ctx.cp), "dqkv"), bound);
+}
+
+TEST(ContextParallelAttention, AllToAllMatchesOneRank) {
+  check_exchange(CpExchange::kAllToAll, 4, false);
+  check_exchange(CpExchange::kAllToAll, 4, true);
+  if (testing::make_world()->size() == 2) check_exchange(CpExchange::kAllToAll, 6, false);
+}
+
+TEST(ContextParallelAttention, RingMatchesOneRank) {
+  check_exchange(CpExchange::kRing, 4, false);
+  check_exchange(CpExchange::kRing, 3, false);  // odd heads: ring has no head rule
+  check_exchange(CpExchange::kRing, 3, true);
+}
+
+// all_to_all with heads cp does not divide: a clear error, on every rank alike, before any exchange.
+TEST(ContextParallelAttention, AllToAllRefusesIndivisibleHeads) {
+  auto world = testing::make_world();
+  Context ctx;
+  ctx.cp_comm = world.get();
+  ctx.cp = {world->size(), world->rank(), CpExchange::kAllToAll};
+  const std::int64_t heads = world->size() + 1;
+  const Tensor qkv = random_tensor(Shape{kBatch, kSeq / world->size(), 3 * heads * kHeadDim}, 3);
+  Stash stash;
+  try {
+    attention_core_forward(ctx, qkv, heads, kHeadDim, false, stash, "attention");
+    ADD_FAILURE() << "accepted " << heads << " heads over cp " << world->size();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.context_parallel_size"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace cleave::layers

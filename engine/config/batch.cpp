@@ -77,7 +77,10 @@ void RunConfig::resolve(int world_size) {
                  "{}); launch a multiple of {} ranks{}",
                  world_size, tp, cp, pp, model, cp, model,
                  world_size % (tp * pp) == 0
-                     ? fmt::format(", or set parallel.context_parallel_size to a divisor of {}", world_size / (tp * pp))
+                     ? (world_size / (tp * pp) == 1
+                            ? std::string(", or set parallel.context_parallel_size to 1")
+                            : fmt::format(", or set parallel.context_parallel_size to a divisor of {}",
+                                          world_size / (tp * pp)))
                      : std::string());
   }
   const int dp = static_cast<int>(world_size / model);

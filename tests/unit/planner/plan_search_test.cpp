@@ -287,7 +287,7 @@ TEST_F(PlanSearch, SearchesZeroStagesWithDataParallelAndSequenceParallelWithTens
   for (const auto* list : {&r.ranked, &r.rejected}) {
     for (const auto& e : *list) {
       if (e.choice.dp == 2) zero_dp2.insert(e.choice.zero_stage);
-      if (e.choice.dp == 1) {
+      if (e.choice.dp * e.choice.cp == 1) {  // no replica (dp × cp) to shard over
         EXPECT_EQ(e.choice.zero_stage, 0);
       }
       sp_seen |= e.choice.sequence_parallel && e.choice.tp == 2;

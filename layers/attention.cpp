@@ -55,9 +55,10 @@ Tensor CausalSelfAttention::forward(const Tensor& x, Stash& stash, Context& ctx)
 
 Tensor CausalSelfAttention::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const std::string who = this->who();
-  const Tensor dout = proj_->backward_input(dy, stash.children[1], ctx);
-  const Tensor dqkv = attention_core_backward(ctx, dout, local_heads_, d_model_ / n_heads_, recompute_scores_, stash, who);
-  return qkv_->backward_input(dqkv, stash.children[0], ctx);
+  return attention_core_backward(
+      ctx, [&] { return proj_->backward_input(dy, stash.children[1], ctx); }, local_heads_, d_model_ / n_heads_,
+      recompute_scores_, stash, who,
+      [&](const Tensor& dqkv) { return qkv_->backward_input(dqkv, stash.children[0], ctx); });
 }
 
 void CausalSelfAttention::backward_weight(Stash& stash, Context& ctx) {

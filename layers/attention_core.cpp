@@ -41,24 +41,38 @@ Tensor attention_core_forward(Context& ctx, const Tensor& qkv, std::int64_t head
   return a2a ? heads_to_seq(ctx, out, {heads}, hd) : out;
 }
 
-Tensor attention_core_backward(Context& ctx, const Tensor& dout, std::int64_t heads, std::int64_t hd, bool recompute,
-                               Stash& stash, const std::string& who) {
-  if (ring(ctx)) return ring_attention_backward(ctx, dout, {heads, heads, hd}, recompute, stash, who);
+Tensor attention_core_backward(Context& ctx, const std::function<Tensor()>& dout_of, std::int64_t heads,
+                               std::int64_t hd, bool recompute, Stash& stash, const std::string& who,
+                               const std::function<Tensor(const Tensor&)>& then) {
+  if (ring(ctx)) {
+    const Tensor dqkv = ring_attention_backward(ctx, dout_of(), {heads, heads, hd}, recompute, stash, who);
+    return then ? then(dqkv) : dqkv;
+  }
   const bool a2a = all_to_all(ctx);
   const std::int64_t h = a2a ? heads / ctx.cp.size : heads;
   const Tensor core_qkv = stash_at(stash, 0, who);
   Tensor probs;
   if (recompute) {
-    Tensor scratch_out;  // rebuilt bit-identically: the same op on the same input
+    Tensor scratch_out;  // freed here: only the rebuilt probabilities (bit-identical: the same op, same input) stay
     full_forward(ctx, core_qkv, h, hd, scratch_out, probs);
   } else {
     probs = stash_at(stash, 1, who);
   }
+  const Tensor dout = dout_of();
   const Tensor core_dout = a2a ? seq_to_heads(ctx, dout, {heads}, hd) : dout;
   Tensor dqkv = new_activation(ctx, core_qkv.shape());
   ops::attention_backward(ctx, core_dout, core_qkv, probs, dqkv, h);
   stash.tensors.clear();
-  return a2a ? heads_to_seq(ctx, dqkv, {heads, heads, heads}, hd) : dqkv;
+  const Tensor local = a2a ? heads_to_seq(ctx, dqkv, {heads, heads, heads}, hd) : dqkv;
+  return then ? then(local) : local;  // core_qkv and probs held until `then` returns
+}
+
+std::pair<std::int64_t, std::int64_t> attention_core_tokens(const Context& ctx, const Stash& stash, bool recompute,
+                                                            const std::string& who) {
+  const Tensor& first = stash_at(stash, 0, who);
+  if (ring(ctx) && !recompute) return {first.dim(0), 2 * first.dim(1)};  // chunk-major copies of two chunks
+  if (all_to_all(ctx)) return {first.dim(0), first.dim(1) / ctx.cp.size};  // the exchanged whole sequence
+  return {first.dim(0), first.dim(1)};
 }
 
 }  // namespace cleave::layers

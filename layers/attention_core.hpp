@@ -11,6 +11,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
 
 #include "layers/layer.hpp"
 
@@ -18,8 +21,18 @@ namespace cleave::layers {
 
 Tensor attention_core_forward(Context& ctx, const Tensor& qkv, std::int64_t heads, std::int64_t head_dim,
                               bool recompute, Stash& stash, const std::string& who);
-Tensor attention_core_backward(Context& ctx, const Tensor& dout, std::int64_t heads, std::int64_t head_dim,
-                               bool recompute, Stash& stash, const std::string& who);
+// `dout_of` computes dout (the output projection's backward): called after a recomputed core has rebuilt its
+// probabilities, so the allocations happen in the order the memory plan counts (the rebuilt probabilities and
+// scratch output live through the whole backward of the core).
+// `then` (optional) continues with dqkv (the qkv projection's backward) while the core's saved tensors are still
+// held, and its result is returned instead of dqkv: GPT's layer keeps them through that backward, as the memory
+// plan counts; Llama's releases them first (no `then`).
+Tensor attention_core_backward(Context& ctx, const std::function<Tensor()>& dout_of, std::int64_t heads,
+                               std::int64_t head_dim, bool recompute, Stash& stash, const std::string& who,
+                               const std::function<Tensor(const Tensor&)>& then = {});
+// [B, Tl]: the batch and this rank's token count of the micro-batch whose core state `stash` holds.
+std::pair<std::int64_t, std::int64_t> attention_core_tokens(const Context& ctx, const Stash& stash, bool recompute,
+                                                            const std::string& who);
 
 // One sample's run of tokens as a [1, length, C] view of x [B, T, C] (sample b, tokens [begin, begin + length)).
 Tensor token_run(const Tensor& x, std::int64_t b, std::int64_t begin, std::int64_t length);

@@ -93,14 +93,13 @@ Tensor LlamaAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
 
 Tensor LlamaAttention::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const std::int64_t hd = head_dim(), lq = heads_.local_heads, lkv = heads_.local_kv_heads;
-  Tensor dq, dk, dv;
+  const auto [b, t] = attention_core_tokens(ctx, stash, recompute_scores_, who());
+  Tensor dq = new_activation(ctx, Shape{b, t, lq * hd});
+  Tensor dk = new_activation(ctx, Shape{b, t, lkv * hd});
+  Tensor dv = new_activation(ctx, Shape{b, t, lkv * hd});
   {  // the core's tensors and their gradients are released before the projections' backward
-    const Tensor dout = o_->backward_input(dy, stash.children[3], ctx);
-    const Tensor dqkv = attention_core_backward(ctx, dout, lq, hd, recompute_scores_, stash, who());
-    const std::int64_t b = dqkv.dim(0), t = dqkv.dim(1);
-    dq = new_activation(ctx, Shape{b, t, lq * hd});
-    dk = new_activation(ctx, Shape{b, t, lkv * hd});
-    dv = new_activation(ctx, Shape{b, t, lkv * hd});
+    const Tensor dqkv = attention_core_backward(
+        ctx, [&] { return o_->backward_input(dy, stash.children[3], ctx); }, lq, hd, recompute_scores_, stash, who());
     rope_unpack_runs(ctx, dqkv, dq, dk, dv, {lq, lkv, heads_.rope_theta, 0});
   }
   return qkv_.backward_input({dq, dk, dv}, {&stash.children[0], &stash.children[1], &stash.children[2]}, ctx);

@@ -8,7 +8,8 @@
 // values without arithmetic), so it must be bit-identical; ring merges per-block partial results by their
 // log-sum-exp, a different order of the same sums: max |got - want| <= 1e-6 · max |want| per tensor (fp32),
 // and every reference is checked non-zero so an all-zero result cannot pass. Heads: 4 (divisible by cp, as
-// all_to_all needs) and, for ring, 3 (odd).
+// all_to_all needs) and, for ring, 3 (odd). Grouped-query attention: ring attention on q | k | v with 6 query
+// heads over 2 kv heads (unexpanded) against the same block attention over the whole sequence at once.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,7 +19,9 @@
 
 #include "engine/core/rng.hpp"
 #include "layers/attention_core.hpp"
+#include "layers/context_parallel/block_attention_local.hpp"
 #include "layers/context_parallel/cp_layout.hpp"
+#include "layers/context_parallel/ring_attention.hpp"
 #include "tests/mpi/mpi_test_env.hpp"
 
 namespace cleave::layers {
@@ -73,14 +76,14 @@ void check_exchange(CpExchange exchange, std::int64_t heads, bool recompute) {
   Context one;  // one rank, the whole sequence
   Stash one_stash;
   const Tensor want_out = attention_core_forward(one, qkv, heads, kHeadDim, recompute, one_stash, "reference");
-  const Tensor want_dqkv = attention_core_backward(one, dout, heads, kHeadDim, recompute, one_stash, "reference");
+  const Tensor want_dqkv = attention_core_backward(one, [&] { return dout; }, heads, kHeadDim, recompute, one_stash, "reference");
 
   Context ctx;
   ctx.cp_comm = world.get();
   ctx.cp = {cp, world->rank(), exchange};
   Stash stash;
   const Tensor out = attention_core_forward(ctx, local_tokens(qkv, ctx.cp), heads, kHeadDim, recompute, stash, name);
-  const Tensor dqkv = attention_core_backward(ctx, local_tokens(dout, ctx.cp), heads, kHeadDim, recompute, stash, name);
+  const Tensor dqkv = attention_core_backward(ctx, [&] { return local_tokens(dout, ctx.cp); }, heads, kHeadDim, recompute, stash, name);
   EXPECT_TRUE(stash.tensors.empty()) << "backward must release the stash";
 
   const double bound = exchange == CpExchange::kAllToAll ? 0.0 : 1e-6;
@@ -98,6 +101,47 @@ TEST(ContextParallelAttention, RingMatchesOneRank) {
   check_exchange(CpExchange::kRing, 4, false);
   check_exchange(CpExchange::kRing, 3, false);  // odd heads: ring has no head rule
   check_exchange(CpExchange::kRing, 3, true);
+}
+
+TEST(ContextParallelAttention, RingMatchesOneRankWithGroupedQueryHeads) {
+  auto world = testing::make_world();
+  const std::int64_t hq = 6, hkv = 2, q_cols = hq * kHeadDim, kv_cols = hkv * kHeadDim;
+  const Tensor qkv = random_tensor(Shape{kBatch, kSeq, q_cols + 2 * kv_cols}, 21);
+  const Tensor dout = random_tensor(Shape{kBatch, kSeq, q_cols}, 22);
+  // The reference: the whole sequence as one causal block, from separate q, k, v.
+  const auto part = [&](std::int64_t col, std::int64_t cols) {
+    Tensor out = Tensor::empty(Shape{kBatch, kSeq, cols}, DType::kF32, MemoryCategory::kActivations);
+    for (std::int64_t i = 0; i < kBatch * kSeq; ++i) {
+      std::copy_n(qkv.data<float>() + i * qkv.dim(2) + col, cols, out.data<float>() + i * cols);
+    }
+    return out;
+  };
+  const Tensor q = part(0, q_cols), k = part(q_cols, kv_cols), v = part(q_cols + kv_cols, kv_cols);
+  Context one;
+  const local_block_attention::Params whole{hq, hkv, 0, 0, true, false};
+  Tensor want_out = Tensor::empty(q.shape(), DType::kF32, MemoryCategory::kActivations);
+  Tensor lse = Tensor::empty(Shape{kBatch, hq, kSeq}, DType::kF32, MemoryCategory::kActivations);
+  local_block_attention::forward(one, q, k, v, want_out, lse, whole);
+  Tensor dq = Tensor::empty(q.shape(), DType::kF32, MemoryCategory::kActivations);
+  Tensor dk = Tensor::empty(k.shape(), DType::kF32, MemoryCategory::kActivations);
+  Tensor dv = Tensor::empty(v.shape(), DType::kF32, MemoryCategory::kActivations);
+  local_block_attention::backward(one, q, k, v, want_out, lse, dout, dq, dk, dv, whole);
+  Tensor want_dqkv = Tensor::empty(qkv.shape(), DType::kF32, MemoryCategory::kActivations);
+  for (std::int64_t i = 0; i < kBatch * kSeq; ++i) {
+    float* row = want_dqkv.data<float>() + i * qkv.dim(2);
+    std::copy_n(dq.data<float>() + i * q_cols, q_cols, row);
+    std::copy_n(dk.data<float>() + i * kv_cols, kv_cols, row + q_cols);
+    std::copy_n(dv.data<float>() + i * kv_cols, kv_cols, row + q_cols + kv_cols);
+  }
+
+  Context ctx;
+  ctx.cp_comm = world.get();
+  ctx.cp = {world->size(), world->rank(), CpExchange::kRing};
+  Stash stash;
+  const Tensor out = ring_attention_forward(ctx, local_tokens(qkv, ctx.cp), {hq, hkv, kHeadDim}, false, stash, "gqa");
+  const Tensor dqkv = ring_attention_backward(ctx, local_tokens(dout, ctx.cp), {hq, hkv, kHeadDim}, false, stash, "gqa");
+  EXPECT_LE(scaled_error(out, local_tokens(want_out, ctx.cp), "out"), 1e-6);
+  EXPECT_LE(scaled_error(dqkv, local_tokens(want_dqkv, ctx.cp), "dqkv"), 1e-6);
 }
 
 // all_to_all with heads cp does not divide: a clear error, on every rank alike, before any exchange.

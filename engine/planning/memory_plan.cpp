@@ -350,7 +350,10 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   const bool sp = config.parallel.sequence_parallel && tp > 1;  // residual stream split along the sequence
   const auto shard = partition::model_costs(plan.spec, DType::kF32, recompute, tp, sp);
   const std::int64_t micro = config.resolved_batch().micro_batch_size;
-  const int dp = std::max(1, config.parallel.data_parallel_size);
+  // Context parallelism: every activation holds T / cp tokens of each sample (the attention state too: all_to_all
+  // keeps heads / cp of the whole sequence), and gradients and ZeRO shards spread over dp × cp ranks.
+  const int cp = std::max(1, config.parallel.context_parallel_size);
+  const int dp = std::max(1, config.parallel.data_parallel_size) * cp;
   const bool bf16 = config.device.precision == config::Precision::kBf16;
   const bool widens = bf16 && config.device.type == DeviceType::kCpu;  // see cpu_bf16_widening_bytes
   std::int64_t param_bytes = 0, largest_output = 0, boundary = 0, widening = 0;
@@ -482,11 +485,11 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // activation peak, d256 GPT at pp2: ZB-V micro-batch 4 went from +6.1% / +2.5% (rank 0 / 1, one send per live
   // micro-batch) to +2.4% / -1.2%. Still over and not explained: ZB-H2 and interleaved at micro-batch 16,
   // +6.0..+7.1% on the ranks it hits (about 3 x T x d per sample).
-  at(MemoryCategory::kActivations) = (peak_stash + 3 * boundary) * micro / (bf16 ? 2 : 1);
+  at(MemoryCategory::kActivations) = (peak_stash + 3 * boundary) * micro / (bf16 ? 2 : 1) / cp;
   // Workspace: the largest block output of a micro-batch (a transient output or gradient; the allocator's
   // workspace peak equalled it in every fp32 layout measured, pp2 1F1B / ZB-V / interleaved, dp2 ZeRO-1; tp2
   // half of it), or CPU bf16's widened operands.
-  at(MemoryCategory::kWorkspace) = std::max(largest_output * micro, widening);
+  at(MemoryCategory::kWorkspace) = std::max(largest_output * micro / cp, widening / cp);
   return m;
 }
 

@@ -20,7 +20,7 @@ using cleave::kernels::test::random_floats;
 
 Tensor f32(const std::vector<float>& v, const Shape& shape) { return Tensor::from_floats(v, shape); }
 Tensor empty(const Shape& shape, DType dtype = DType::kF32) {
-  return Tensor::empty(shape, dtype, MemoryCategory::kActivations);
+  return Tensor::empty(shape, dtype, MemoryCategory::kActivations, cpu_allocator());
 }
 Tensor cast(const Context& ctx, const Tensor& t, DType dtype) {
   Tensor out = empty(t.shape(), dtype);

@@ -30,19 +30,19 @@ const Shape2 kShapes[] = {{1, 1}, {3, 7}, {37, 29}, {2, 5000}, {301, 129}, {1024
 Tensor make(const std::vector<float>& v, const Shape& shape, DType dtype) {
   Tensor f = Tensor::from_floats(v, shape);
   if (dtype == DType::kF32) return f;
-  Tensor out = Tensor::empty(shape, dtype, MemoryCategory::kActivations);
+  Tensor out = Tensor::empty(shape, dtype, MemoryCategory::kActivations, cpu_allocator());
   copy(Context{}, f, out);
   return out;
 }
 
 // The tensor's values as f32 (exact for bf16).
 Tensor widened(const Tensor& t) {
-  Tensor out = Tensor::empty(t.shape(), DType::kF32, MemoryCategory::kActivations);
+  Tensor out = Tensor::empty(t.shape(), DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   copy(Context{}, t, out);
   return out;
 }
 
-Tensor like(const Tensor& t, DType dtype) { return Tensor::empty(t.shape(), dtype, MemoryCategory::kActivations); }
+Tensor like(const Tensor& t, DType dtype) { return Tensor::empty(t.shape(), dtype, MemoryCategory::kActivations, cpu_allocator()); }
 
 // The reference's output narrowed to `dtype`, as bits.
 std::vector<float> narrowed(const Tensor& f32_out, DType dtype) {
@@ -155,7 +155,7 @@ TEST_P(OpsBf16Chunked, RowOpsMatchTheWholeTensorReference) {
     const Tensor xf = widened(x), dyf = widened(dy);
     const Tensor gamma = make(random_floats(cols, 13), Shape{s.cols}, bf);
     const Tensor beta = make(random_floats(cols, 14), Shape{s.cols}, bf);
-    auto stats = [&] { return Tensor::empty(Shape{s.rows}, DType::kF32, MemoryCategory::kActivations); };
+    auto stats = [&] { return Tensor::empty(Shape{s.rows}, DType::kF32, MemoryCategory::kActivations, cpu_allocator()); };
 
     Tensor bias_y = make(random_floats(n, 15), shape, bf);
     Tensor bias_yf = widened(bias_y);
@@ -201,13 +201,13 @@ TEST_P(OpsBf16Chunked, LinearForwardAddsTheBiasInF32AndRoundsOnce) {
     const Tensor bias = make(random_floats(static_cast<std::size_t>(n), 23, 4.0f), Shape{n}, bf);
     GemmOptions plain;
     plain.trans_b = true;
-    Tensor want = Tensor::empty(Shape{m, n}, DType::kF32, MemoryCategory::kActivations);
+    Tensor want = Tensor::empty(Shape{m, n}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
     gemm(ctx_, a, w, want, plain);  // bf16 operands, f32 C: the product the epilogue starts from
     bias_add_forward(ctx_, want, widened(bias));
     GemmOptions with_bias = plain;
     with_bias.epilogue = GemmEpilogue::kBias;
     with_bias.bias = bias;
-    Tensor got = Tensor::empty(Shape{m, n}, bf, MemoryCategory::kActivations);
+    Tensor got = Tensor::empty(Shape{m, n}, bf, MemoryCategory::kActivations, cpu_allocator());
     gemm(ctx_, a, w, got, with_bias);
     expect_same(got, want, "gemm + bias" + at);
   }

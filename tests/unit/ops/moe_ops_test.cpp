@@ -14,13 +14,13 @@ namespace cleave::ops {
 namespace {
 
 Tensor random(const Shape& shape, std::uint64_t seed) {
-  Tensor t = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   rng::fill_normal(t.data<float>(), t.numel(), seed, 7, 0.0f, 1.0f);
   return t;
 }
 
 Tensor ints(const std::vector<std::int32_t>& v, const Shape& shape) {
-  Tensor t = Tensor::empty(shape, DType::kI32, MemoryCategory::kActivations);
+  Tensor t = Tensor::empty(shape, DType::kI32, MemoryCategory::kActivations, cpu_allocator());
   for (std::size_t i = 0; i < v.size(); ++i) t.data<std::int32_t>()[i] = v[i];
   return t;
 }
@@ -77,7 +77,7 @@ TEST(MoeOps, GatherCombineAndWeightGrad) {
   const Tensor x = random({n, d}, 8);
   const Tensor index = ints({0, 2, 1, 0, 2, 1}, {r});
   const Tensor scale = random({r}, 9);
-  const Tensor out = Tensor::empty({r, d}, DType::kF32, MemoryCategory::kActivations);
+  const Tensor out = Tensor::empty({r, d}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   moe_gather(ctx, x, index, scale, out);
   for (std::int64_t i = 0; i < r; ++i)
     for (std::int64_t c = 0; c < d; ++c)
@@ -85,10 +85,10 @@ TEST(MoeOps, GatherCombineAndWeightGrad) {
                       scale.data<float>()[i] * x.data<float>()[index.data<std::int32_t>()[i] * d + c]);
   const Tensor rows = ints({0, 3, 2, 5, 1, 4}, {n, k});
   const Tensor weight = random({n, k}, 10);
-  const Tensor y = Tensor::empty({n, d}, DType::kF32, MemoryCategory::kActivations);
+  const Tensor y = Tensor::empty({n, d}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   moe_combine(ctx, out, rows, weight, y);
   const Tensor dy = random({n, d}, 11);
-  const Tensor dw = Tensor::empty({n, k}, DType::kF32, MemoryCategory::kActivations);
+  const Tensor dw = Tensor::empty({n, k}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   moe_combine_weight_grad(ctx, dy, out, rows, dw);
   for (std::int64_t t = 0; t < n; ++t) {
     for (std::int64_t c = 0; c < d; ++c) {

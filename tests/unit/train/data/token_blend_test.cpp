@@ -43,7 +43,7 @@ TEST(TokenBlend, WeightsPickSourcesAndWindowsStayInsideShards) {
   EXPECT_NE(train->describe().find("2 shards"), std::string::npos) << train->describe();
   std::int64_t from_a = 0, rows = 0;
   for (int step = 0; step < 64; ++step) {
-    const Batch b = train->next_batch(step, 0, BatchLayout{64, 64, 0, 1});
+    const Batch b = train->next_batch(step, 0, BatchLayout{64, 64, 0, 1}, cpu_allocator());
     const auto* in = b.inputs.data<std::int32_t>();
     const auto* tg = b.targets.data<std::int32_t>();
     for (std::int64_t r = 0; r < 64; ++r, ++rows) {
@@ -62,7 +62,7 @@ TEST(TokenBlend, WeightsPickSourcesAndWindowsStayInsideShards) {
   EXPECT_NEAR(static_cast<double>(from_a) / static_cast<double>(rows), p, 4 * sd);
   // The eval split is the tail of each shard.
   auto eval = make_data_source(c, Split::kEval);
-  const Batch e = eval->next_batch(0, 0, BatchLayout{32, 32, 0, 1});
+  const Batch e = eval->next_batch(0, 0, BatchLayout{32, 32, 0, 1}, cpu_allocator());
   for (std::int64_t r = 0; r < 32; ++r) {
     const std::int32_t o = e.inputs.data<std::int32_t>()[r * 8];
     EXPECT_TRUE((o >= 270 && o < 300) || (o >= 1270 && o < 1300) || (o >= 30450 && o < 30500)) << o;
@@ -75,14 +75,14 @@ TEST(TokenBlend, OneShardThroughPathsIsDataPathAndLayoutDoesNotMatter) {
   auto single = make_data_source(blend_config({"data.path=" + dir.file("s.bin")}), Split::kTrain);
   auto listed = make_data_source(blend_config({"data.paths=[\"" + dir.file("s.bin") + "\"]"}), Split::kTrain);
   for (int step = 0; step < 3; ++step) {
-    const Batch a = single->next_batch(step, 0, BatchLayout{16, 16, 0, 1});
-    const Batch whole = listed->next_batch(step, 0, BatchLayout{16, 16, 0, 1});
+    const Batch a = single->next_batch(step, 0, BatchLayout{16, 16, 0, 1}, cpu_allocator());
+    const Batch whole = listed->next_batch(step, 0, BatchLayout{16, 16, 0, 1}, cpu_allocator());
     ASSERT_EQ(a.inputs.numel(), whole.inputs.numel());
     for (std::int64_t i = 0; i < a.inputs.numel(); ++i) ASSERT_EQ(a.inputs.data<std::int32_t>()[i], whole.inputs.data<std::int32_t>()[i]);
     // dp 2 × micro-batch 4: rank r's micro-batch j is rows [8r + 4j, 8r + 4j + 4) of the global batch.
     for (int rank = 0; rank < 2; ++rank) {
       for (int mb = 0; mb < 2; ++mb) {
-        const Batch part = listed->next_batch(step, mb, BatchLayout{16, 4, rank, 2});
+        const Batch part = listed->next_batch(step, mb, BatchLayout{16, 4, rank, 2}, cpu_allocator());
         for (std::int64_t i = 0; i < part.inputs.numel(); ++i) {
           ASSERT_EQ(part.inputs.data<std::int32_t>()[i], whole.inputs.data<std::int32_t>()[(8 * rank + 4 * mb) * 8 + i]);
         }

@@ -76,7 +76,7 @@ TEST(TokenShardWriter, ThirtyTwoBitShardsHoldLargeVocabularies) {
                                                "model.n_heads=2"});
   };
   auto source = make_data_source(config("128256"), Split::kTrain);
-  const Batch b = source->next_batch(0, 0, BatchLayout{2, 2, 0, 1});
+  const Batch b = source->next_batch(0, 0, BatchLayout{2, 2, 0, 1}, cpu_allocator());
   EXPECT_GE(b.inputs.data<std::int32_t>()[0], 0);
   expect_error([&] { (void)make_data_source(config("65536"), Split::kTrain); }, {"wide.bin", "128255", "65536"});
   // The same ids as a 16-bit shard are refused, naming the id and the fix.

@@ -174,10 +174,10 @@ TEST(ContextParallel, CheckpointSavedAtCp2ResumesAtCp1AndTp2) {
 
 // The memory plan knows cp: the allocator's measured activation peak against the plan's (÷ cp), GPipe on one pp
 // rank so the stashes the plan counts dominate (as in tests/e2e/sequence_parallel_test.cpp), at cp = world size.
-// all_to_all keeps what one rank keeps, divided by cp (heads / cp of the probabilities over the whole sequence,
-// the exchanged qkv in place of the local one): bound 2%. ring keeps per-chunk outputs and log-sum-exps instead
-// of probabilities, which the cost model does not count yet (it prices the probabilities path): printed, and
-// checked only to stay under the plan.
+// all_to_all keeps what one rank keeps, divided by cp (heads / cp of the statistics over the whole sequence,
+// the exchanged qkv in place of the local one); ring keeps chunk copies of q, k, v and the outputs besides the
+// assembled output, and dout's and dq's chunks in its backward (memory_plan.cpp's add_ring_attention_state).
+// Both within 2%.
 struct MemoryRun {
   std::int64_t measured = 0, planned = 0;
 };
@@ -207,7 +207,7 @@ TEST(ContextParallel, ActivationMemoryFollowsThePlan) {
   const MemoryRun a2a = memory_run(*world, "all_to_all");
   const MemoryRun ring = memory_run(*world, "ring");
   EXPECT_NEAR(static_cast<double>(a2a.planned), static_cast<double>(a2a.measured), 0.02 * a2a.measured);
-  EXPECT_LE(ring.measured, ring.planned);
+  EXPECT_NEAR(static_cast<double>(ring.planned), static_cast<double>(ring.measured), 0.02 * ring.measured);
   std::printf("[ memory ] cp%d rank %d activations: all_to_all measured %lld B planned %lld B (%+.2f%%); ring measured "
               "%lld B planned %lld B (%+.2f%%)\n",
               world->size(), world->rank(), static_cast<long long>(a2a.measured), static_cast<long long>(a2a.planned),

@@ -2,6 +2,7 @@
 #include "layers/attention.hpp"
 
 #include "kernels/ops/ops.hpp"
+#include "layers/attention_core.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/linear.hpp"
 
@@ -39,49 +40,25 @@ std::string CausalSelfAttention::who() const {
   return (tensor_parallel_ ? "parallel attention " : "attention ") + prefix_;
 }
 
-ops::AttentionParams CausalSelfAttention::core_params() const {
-  ops::AttentionParams params;
-  params.q_heads = local_heads_;
-  params.kv_heads = local_heads_;
-  return params;
-}
-
 Tensor CausalSelfAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
   const std::string who = this->who();
   check_input(ctx, x, DType::kF32, d_model_, 3, who);
   CLEAVE_CHECK(x.rank() == 3, "{}: expected [batch, seq, {}], got {}", who, d_model_, x.shape().str());
   stash.clear();
   stash.children.resize(2);
-  Tensor qkv = qkv_->forward(x, stash.children[0], ctx);
   // The sequence from qkv, not x: under sequence parallelism x is this tp rank's shard of the tokens and the
   // column-parallel qkv part returns every token (layers/parallel/column_parallel_linear.hpp).
-  const std::int64_t b = qkv.dim(0), t = qkv.dim(1), hd = d_model_ / n_heads_;
-  Tensor out = new_activation(ctx, Shape{b, t, local_heads_ * hd});
-  Tensor lse = new_activation(ctx, Shape{b, local_heads_, t}, DType::kF32);
-  ops::attention_forward_packed(ctx, qkv, out, lse, core_params());
-  // out is also proj's stashed input (one storage); selective recomputation drops only the statistics.
-  if (recompute_scores_) stash.tensors = {qkv, out};
-  else stash.tensors = {qkv, out, lse};
+  const Tensor qkv = qkv_->forward(x, stash.children[0], ctx);
+  const Tensor out = attention_core_forward(ctx, qkv, local_heads_, d_model_ / n_heads_, 0, recompute_scores_, stash, who);
   return proj_->forward(out, stash.children[1], ctx);
 }
 
 Tensor CausalSelfAttention::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const std::string who = this->who();
-  const Tensor qkv = stash_at(stash, 0, who);
-  const Tensor out = stash_at(stash, 1, who);
-  Tensor lse;
-  if (recompute_scores_) {
-    lse = new_activation(ctx, Shape{qkv.dim(0), local_heads_, qkv.dim(1)}, DType::kF32);
-    const Tensor scratch_out = new_activation(ctx, out.shape());
-    ops::attention_forward_packed(ctx, qkv, scratch_out, lse, core_params());
-  } else {
-    lse = stash_at(stash, 2, who);
-  }
-  Tensor dout = proj_->backward_input(dy, stash.children[1], ctx);
-  Tensor dqkv = new_activation(ctx, qkv.shape());
-  ops::attention_backward_packed(ctx, qkv, out, lse, dout, dqkv, core_params());
-  stash.tensors.clear();
-  return qkv_->backward_input(dqkv, stash.children[0], ctx);
+  return attention_core_backward(
+      ctx, [&] { return proj_->backward_input(dy, stash.children[1], ctx); }, local_heads_, d_model_ / n_heads_, 0,
+      recompute_scores_, stash, who,
+      [&](const Tensor& dqkv) { return qkv_->backward_input(dqkv, stash.children[0], ctx); });
 }
 
 void CausalSelfAttention::backward_weight(Stash& stash, Context& ctx) {

@@ -60,7 +60,6 @@ class CausalSelfAttention final : public Layer, public RecomputableScores {
 
  private:
   std::string who() const;
-  ops::AttentionParams core_params() const;
 
   std::string prefix_;
   std::int64_t d_model_, n_heads_, local_heads_;

@@ -2,6 +2,7 @@
 #include "layers/embedding.hpp"
 
 #include "kernels/ops/ops.hpp"
+#include "layers/context_parallel/positions.hpp"
 #include "layers/layer_util.hpp"
 
 namespace cleave::layers {
@@ -35,7 +36,7 @@ Tensor Embedding::forward(const Tensor& ids, Stash& stash, Context& ctx) {
                "{}: sequence of {} tokens exceeds the {} learned positions (model.seq_len)", who, t, seq_len_);
   Tensor y = new_activation(ctx, Shape{b, t, dim_});
   ops::embedding_forward(ctx, ids, token_->compute(), y, {0, vocab_, vocab_});
-  if (position_) ops::position_embedding_forward(ctx, y, position_->compute());
+  if (position_) add_positions(ctx, y, position_->compute(), t, 0);
   stash.tensors = {ids};
   return y;
 }
@@ -54,7 +55,7 @@ void Embedding::backward_weight(Stash& stash, Context& ctx) {
   const Tensor& ids = stash_at(stash, 0, "embedding " + prefix_);
   const Tensor& dy = stash_at(stash, 1, "embedding " + prefix_);
   ops::embedding_backward(ctx, ids, dy, token_->grad, {0, vocab_, vocab_});
-  if (position_) ops::position_embedding_backward(ctx, dy.view(Shape{ids.dim(0), ids.dim(1), dim_}), position_->grad);
+  if (position_) add_position_grads(ctx, dy.view(Shape{ids.dim(0), ids.dim(1), dim_}), position_->grad, ids.dim(1), 0);
   stash.clear();
 }
 

@@ -19,6 +19,7 @@
 #include "engine/core/stream.hpp"
 #include "engine/core/tensor.hpp"
 #include "kernels/ops/context.hpp"
+#include "layers/context_parallel/cp_layout.hpp"
 
 namespace cleave::comm {
 class Communicator;
@@ -90,6 +91,11 @@ struct Context : ops::Context {
   // Where the mixture-of-experts layers record what they routed this step (layers/moe/router_log.hpp); null:
   // nothing is recorded.
   RouterLog* router_log = nullptr;
+  // Context parallelism (parallel.context_parallel_size > 1; layers/context_parallel/): every activation holds
+  // this rank's tokens of each sample, `cp` says which (their global positions) and how attention exchanges
+  // keys and values over cp_comm. cp_comm is null when cp = 1.
+  comm::Communicator* cp_comm = nullptr;
+  CpLayout cp;
 };
 
 class Layer {

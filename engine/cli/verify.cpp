@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/cli/runtime_env.hpp"
@@ -61,12 +63,15 @@ int run_verify(int argc, char** argv) {
     const train::VerifyReport report = train::verify_layout(config, *world.comm, options);
     if (world.comm->rank() != 0) return 0;
     const int size = world.comm->size();
-    std::printf("verify: tp=%d pp=%d dp=%d (world %d), schedule %s, comm backend %s (%s), %lld steps, against one "
-                "rank\n\n",
-                config.parallel.tensor_model_parallel_size, config.parallel.pipeline_model_parallel_size,
-                size / (config.parallel.tensor_model_parallel_size * config.parallel.pipeline_model_parallel_size),
-                size, config.parallel.schedule.c_str(), std::string(world.comm->backend()).c_str(),
-                world.choice.reason.c_str(), static_cast<long long>(steps));
+    const auto& p = config.parallel;
+    const int tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size, cp = p.context_parallel_size;
+    // The grid's own wording under context parallelism (engine/comm/grid.hpp); the historical one otherwise.
+    const std::string layout = cp > 1 ? fmt::format("tp={} cp={} dp={} pp={} (world {})", tp, cp,
+                                                    size / (tp * cp * pp), pp, size)
+                                      : fmt::format("tp={} pp={} dp={} (world {})", tp, pp, size / (tp * pp), size);
+    std::printf("verify: %s, schedule %s, comm backend %s (%s), %lld steps, against one rank\n\n", layout.c_str(),
+                p.schedule.c_str(), std::string(world.comm->backend()).c_str(), world.choice.reason.c_str(),
+                static_cast<long long>(steps));
     std::fputs(train::format_report(report, options).c_str(), stdout);
     return report.passed ? 0 : 1;
   });

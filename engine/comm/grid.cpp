@@ -5,11 +5,19 @@
 
 namespace cleave::comm {
 
-ProcessGrid ProcessGrid::create(int world_size, int tp, int pp, int dp) {
+ProcessGrid ProcessGrid::create(int world_size, int tp, int pp, int dp, int cp) {
   CLEAVE_CHECK(world_size >= 1, "process grid: world size must be at least 1, got {}", world_size);
   CLEAVE_CHECK(tp >= 1, "parallel.tensor_model_parallel_size must be at least 1, got {}", tp);
   CLEAVE_CHECK(pp >= 1, "parallel.pipeline_model_parallel_size must be at least 1, got {}", pp);
   CLEAVE_CHECK(dp == -1 || dp >= 1, "parallel.data_parallel_size must be -1 (inferred) or at least 1, got {}", dp);
+  CLEAVE_CHECK(cp >= 1, "parallel.context_parallel_size must be at least 1, got {}", cp);
+  if (cp > 1) {
+    const long long model = static_cast<long long>(tp) * cp * pp;
+    CLEAVE_CHECK(world_size % model == 0 && (dp == -1 || model * dp == world_size),
+                 "world size {} does not divide into tp({}) × cp({}) × pp({}) = {}{}; launch a multiple of {} ranks",
+                 world_size, tp, cp, pp, model, dp == -1 ? std::string() : fmt::format(" × dp({})", dp), model);
+    return ProcessGrid(tp, static_cast<int>(world_size / model), pp, cp);
+  }
   const long long model = static_cast<long long>(tp) * pp;
   if (dp == -1) {
     CLEAVE_CHECK(world_size >= model,
@@ -27,21 +35,26 @@ ProcessGrid ProcessGrid::create(int world_size, int tp, int pp, int dp) {
                  "it to -1 to infer it from the world size)",
                  world_size, tp, dp, pp, model * dp, dp);
   }
-  return ProcessGrid(tp, dp, pp);
+  return ProcessGrid(tp, dp, pp, 1);
 }
 
 int ProcessGrid::rank_of(const GridCoords& c) const {
   CLEAVE_CHECK(c.tp_rank >= 0 && c.tp_rank < tp_ && c.dp_rank >= 0 && c.dp_rank < dp_ && c.pp_rank >= 0 &&
-                   c.pp_rank < pp_,
-               "process grid {}: coordinates (tp {}, dp {}, pp {}) out of range", str(), c.tp_rank, c.dp_rank,
-               c.pp_rank);
-  return c.tp_rank + tp_ * (c.dp_rank + dp_ * c.pp_rank);
+                   c.pp_rank < pp_ && c.cp_rank >= 0 && c.cp_rank < cp_,
+               "process grid {}: coordinates (tp {}, cp {}, dp {}, pp {}) out of range", str(), c.tp_rank, c.cp_rank,
+               c.dp_rank, c.pp_rank);
+  return c.tp_rank + tp_ * (c.cp_rank + cp_ * (c.dp_rank + dp_ * c.pp_rank));
 }
 
 GridCoords ProcessGrid::coords_of(int rank) const {
   CLEAVE_CHECK(rank >= 0 && rank < world_size(), "process grid {}: rank {} is not in 0..{}", str(), rank,
                world_size() - 1);
-  return {rank % tp_, (rank / tp_) % dp_, rank / (tp_ * dp_)};
+  GridCoords c;
+  c.tp_rank = rank % tp_;
+  c.cp_rank = (rank / tp_) % cp_;
+  c.dp_rank = (rank / (tp_ * cp_)) % dp_;
+  c.pp_rank = rank / (tp_ * cp_ * dp_);
+  return c;
 }
 
 std::vector<int> ProcessGrid::tp_group(int rank) const {
@@ -55,6 +68,22 @@ std::vector<int> ProcessGrid::dp_group(int rank) const {
   GridCoords c = coords_of(rank);
   std::vector<int> out;
   for (c.dp_rank = 0; c.dp_rank < dp_; ++c.dp_rank) out.push_back(rank_of(c));
+  return out;
+}
+
+std::vector<int> ProcessGrid::cp_group(int rank) const {
+  GridCoords c = coords_of(rank);
+  std::vector<int> out;
+  for (c.cp_rank = 0; c.cp_rank < cp_; ++c.cp_rank) out.push_back(rank_of(c));
+  return out;
+}
+
+std::vector<int> ProcessGrid::dp_cp_group(int rank) const {
+  GridCoords c = coords_of(rank);
+  std::vector<int> out;
+  for (c.dp_rank = 0; c.dp_rank < dp_; ++c.dp_rank) {
+    for (c.cp_rank = 0; c.cp_rank < cp_; ++c.cp_rank) out.push_back(rank_of(c));
+  }
   return out;
 }
 
@@ -82,10 +111,14 @@ std::vector<int> ProcessGrid::embedding_group(int rank) const {
   return out;
 }
 
+// Each family's groups in the order of their split colors (build_grid_communicators): enumerated by the
+// coordinates the family does not span, in rank order (tp fastest, then cp, dp, pp).
 std::vector<std::vector<int>> ProcessGrid::tp_groups() const {
   std::vector<std::vector<int>> out;
   for (int pp = 0; pp < pp_; ++pp) {
-    for (int dp = 0; dp < dp_; ++dp) out.push_back(tp_group(rank_of({0, dp, pp})));
+    for (int dp = 0; dp < dp_; ++dp) {
+      for (int cp = 0; cp < cp_; ++cp) out.push_back(tp_group(rank_of({0, dp, pp, cp})));
+    }
   }
   return out;
 }
@@ -93,7 +126,27 @@ std::vector<std::vector<int>> ProcessGrid::tp_groups() const {
 std::vector<std::vector<int>> ProcessGrid::dp_groups() const {
   std::vector<std::vector<int>> out;
   for (int pp = 0; pp < pp_; ++pp) {
-    for (int tp = 0; tp < tp_; ++tp) out.push_back(dp_group(rank_of({tp, 0, pp})));
+    for (int cp = 0; cp < cp_; ++cp) {
+      for (int tp = 0; tp < tp_; ++tp) out.push_back(dp_group(rank_of({tp, 0, pp, cp})));
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> ProcessGrid::cp_groups() const {
+  std::vector<std::vector<int>> out;
+  for (int pp = 0; pp < pp_; ++pp) {
+    for (int dp = 0; dp < dp_; ++dp) {
+      for (int tp = 0; tp < tp_; ++tp) out.push_back(cp_group(rank_of({tp, dp, pp, 0})));
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> ProcessGrid::dp_cp_groups() const {
+  std::vector<std::vector<int>> out;
+  for (int pp = 0; pp < pp_; ++pp) {
+    for (int tp = 0; tp < tp_; ++tp) out.push_back(dp_cp_group(rank_of({tp, 0, pp, 0})));
   }
   return out;
 }
@@ -101,7 +154,9 @@ std::vector<std::vector<int>> ProcessGrid::dp_groups() const {
 std::vector<std::vector<int>> ProcessGrid::pp_groups() const {
   std::vector<std::vector<int>> out;
   for (int dp = 0; dp < dp_; ++dp) {
-    for (int tp = 0; tp < tp_; ++tp) out.push_back(pp_group(rank_of({tp, dp, 0})));
+    for (int cp = 0; cp < cp_; ++cp) {
+      for (int tp = 0; tp < tp_; ++tp) out.push_back(pp_group(rank_of({tp, dp, 0, cp})));
+    }
   }
   return out;
 }
@@ -109,12 +164,15 @@ std::vector<std::vector<int>> ProcessGrid::pp_groups() const {
 std::vector<std::vector<int>> ProcessGrid::embedding_groups() const {
   std::vector<std::vector<int>> out;
   for (int dp = 0; dp < dp_; ++dp) {
-    for (int tp = 0; tp < tp_; ++tp) out.push_back(embedding_group(rank_of({tp, dp, 0})));
+    for (int cp = 0; cp < cp_; ++cp) {
+      for (int tp = 0; tp < tp_; ++tp) out.push_back(embedding_group(rank_of({tp, dp, 0, cp})));
+    }
   }
   return out;
 }
 
 std::string ProcessGrid::str() const {
+  if (cp_ > 1) return fmt::format("tp={} cp={} dp={} pp={} (world {})", tp_, cp_, dp_, pp_, world_size());
   return fmt::format("tp={} dp={} pp={} (world {})", tp_, dp_, pp_, world_size());
 }
 
@@ -125,13 +183,18 @@ GridCommunicators build_grid_communicators(Communicator& world, const ProcessGri
   const GridCoords c = grid.coords_of(rank);
   const int tp = grid.tp_size();
   const int dp = grid.dp_size();
+  const int cp = grid.cp_size();
   GridCommunicators out;
   // Colors are the group's index in tp_groups() / dp_groups() / ...; keys are the rank within the group.
-  out.tp = world.split(c.dp_rank + dp * c.pp_rank, c.tp_rank, "tp");
-  out.dp = world.split(c.tp_rank + tp * c.pp_rank, c.dp_rank, "dp");
-  out.pp = world.split(c.tp_rank + tp * c.dp_rank, c.pp_rank, "pp");
-  out.embedding = world.split(grid.in_embedding_group(rank) ? c.tp_rank + tp * c.dp_rank : -1, c.pp_rank,
-                              "embedding");
+  out.tp = world.split(c.cp_rank + cp * (c.dp_rank + dp * c.pp_rank), c.tp_rank, "tp");
+  out.dp = world.split(c.tp_rank + tp * (c.cp_rank + cp * c.pp_rank), c.dp_rank, "dp");
+  out.pp = world.split(c.tp_rank + tp * (c.cp_rank + cp * c.dp_rank), c.pp_rank, "pp");
+  out.embedding = world.split(grid.in_embedding_group(rank) ? c.tp_rank + tp * (c.cp_rank + cp * c.dp_rank) : -1,
+                              c.pp_rank, "embedding");
+  if (cp > 1) {
+    out.cp = world.split(c.tp_rank + tp * (c.dp_rank + dp * c.pp_rank), c.cp_rank, "cp");
+    out.dp_cp = world.split(c.tp_rank + tp * c.pp_rank, c.cp_rank + cp * c.dp_rank, "dp_cp");
+  }
   return out;
 }
 

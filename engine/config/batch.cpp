@@ -63,17 +63,32 @@ ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size) {
 
 void RunConfig::resolve(int world_size) {
   CLEAVE_CHECK(world_size >= 1, "world size must be positive, got {}", world_size);
-  const std::int64_t tp = parallel.tensor_model_parallel_size;  // 64-bit: tp × pp may pass INT_MAX
+  const std::int64_t tp = parallel.tensor_model_parallel_size;  // 64-bit: tp × cp × pp may pass INT_MAX
   const std::int64_t pp = parallel.pipeline_model_parallel_size;
-  CLEAVE_CHECK(world_size % (tp * pp) == 0,
-               "world size {} is not divisible by tp({}) × pp({}) = {}; launch a multiple of {} ranks", world_size, tp,
-               pp, tp * pp, tp * pp);
-  const int dp = static_cast<int>(world_size / (tp * pp));
+  const std::int64_t cp = parallel.context_parallel_size;
+  const std::int64_t model = tp * cp * pp;
+  if (cp == 1) {
+    CLEAVE_CHECK(world_size % model == 0,
+                 "world size {} is not divisible by tp({}) × pp({}) = {}; launch a multiple of {} ranks", world_size,
+                 tp, pp, model, model);
+  } else {
+    CLEAVE_CHECK(world_size % model == 0,
+                 "world size {} is not divisible by tp({}) × cp({}) × pp({}) = {} (parallel.context_parallel_size = "
+                 "{}); launch a multiple of {} ranks{}",
+                 world_size, tp, cp, pp, model, cp, model,
+                 world_size % (tp * pp) == 0
+                     ? (world_size / (tp * pp) == 1
+                            ? std::string(", or set parallel.context_parallel_size to 1")
+                            : fmt::format(", or set parallel.context_parallel_size to a divisor of {}",
+                                          world_size / (tp * pp)))
+                     : std::string());
+  }
+  const int dp = static_cast<int>(world_size / model);
   if (parallel.data_parallel_size != -1) {
     CLEAVE_CHECK(parallel.data_parallel_size == dp,
-                 "parallel.data_parallel_size is {}, but world size {} / (tp {} × pp {}) = {}; launch {} ranks or set "
-                 "it to -1",
-                 parallel.data_parallel_size, world_size, tp, pp, dp, tp * pp * parallel.data_parallel_size);
+                 "parallel.data_parallel_size is {}, but world size {} / (tp {} × cp {} × pp {}) = {}; launch {} ranks "
+                 "or set it to -1",
+                 parallel.data_parallel_size, world_size, tp, cp, pp, dp, model * parallel.data_parallel_size);
   }
   parallel.data_parallel_size = dp;
   if (checkpoint.dir.empty()) checkpoint.dir = (std::filesystem::path(train.out_dir) / "checkpoints").string();

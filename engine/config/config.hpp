@@ -57,7 +57,7 @@ struct PartitionConfig {
 struct ParallelConfig {
   int tensor_model_parallel_size = 1;
   int pipeline_model_parallel_size = 1;
-  int data_parallel_size = -1;  // -1: world size / (tp × pp), filled in by RunConfig::resolve
+  int data_parallel_size = -1;  // -1: world size / (tp × cp × pp), filled in by RunConfig::resolve
   int virtual_pipeline_stages = 1;
   std::string schedule = "1f1b";  // a schedule registry name (pipeline/schedules) or a schedule file path
   // schedule "auto" only: live micro-batch stashes (activations of one micro-batch on one stage) each pp rank
@@ -85,6 +85,13 @@ struct ParallelConfig {
   // residuals, dropout-free elementwise work) are split along the sequence; each tp all-reduce becomes a
   // reduce-scatter and an all-gather. Needs tensor_model_parallel_size > 1.
   bool sequence_parallel = false;
+  // Context parallelism: every sequence split across this many ranks (grid tp × cp × dp × pp, tp fastest;
+  // docs/multi-rank.md#context-parallelism). The ranks exchange keys and values inside attention, by
+  // context_parallel_comm: "ring" (K/V blocks rotated point to point; rank r holds chunks r and 2cp-1-r of
+  // 2cp, so causal work is balanced) or "all_to_all" (DeepSpeed-Ulysses: heads exchanged for sequence; rank r
+  // holds the contiguous chunk r; needs the heads and kv heads per tp rank divisible by cp).
+  int context_parallel_size = 1;
+  ContextParallelComm context_parallel_comm = ContextParallelComm::kRing;
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 

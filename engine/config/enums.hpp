@@ -63,6 +63,12 @@ constexpr std::array<EnumName<CommBackend>, 3> enum_names(CommBackend) {
   return {{{CommBackend::kAuto, "auto"}, {CommBackend::kMpi, "mpi"}, {CommBackend::kNccl, "nccl"}}};
 }
 
+// parallel.context_parallel_comm: how context-parallel ranks exchange keys and values (docs/multi-rank.md).
+enum class ContextParallelComm { kRing, kAllToAll };
+constexpr std::array<EnumName<ContextParallelComm>, 2> enum_names(ContextParallelComm) {
+  return {{{ContextParallelComm::kRing, "ring"}, {ContextParallelComm::kAllToAll, "all_to_all"}}};
+}
+
 // data.type
 enum class DataType { kText, kTokens, kDigits, kSynthetic };
 constexpr std::array<EnumName<DataType>, 4> enum_names(DataType) {

@@ -50,7 +50,7 @@ using FieldMember =
     std::variant<int Section::*, std::int64_t Section::*, std::optional<std::int64_t> Section::*, std::uint64_t Section::*, double Section::*,
                  bool Section::*, std::string Section::*, std::vector<std::int64_t> Section::*,
                  std::vector<std::string> Section::*, std::vector<double> Section::*,
-                 std::array<double, 2> Section::*, PartitionMethod Section::*, GradReduceDtype Section::*, ZeroReduce Section::*,
+                 std::array<double, 2> Section::*, PartitionMethod Section::*, GradReduceDtype Section::*, ZeroReduce Section::*, ContextParallelComm Section::*,
                  CommBackend Section::*, P2PProgress Section::*, OptimizerType Section::*,
                  LrScheduleType Section::*, Recompute Section::*, DataType Section::*,
                  TokenFileFormat Section::*, DeviceType Section::*, Precision Section::*, Activation Section::*,
@@ -113,7 +113,7 @@ constexpr int kMaxParallel = 1 << 16;                        // tp, pp, dp, virt
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // parallel.*: the keys before the partition subsection, then the ones after it (kParallelPartitionAt).
-inline constexpr std::array<Field<ParallelConfig>, 12> kParallelFields = {{
+inline constexpr std::array<Field<ParallelConfig>, 14> kParallelFields = {{
     {"tensor_model_parallel_size", &ParallelConfig::tensor_model_parallel_size, FieldKind::kInteger,
      "tensor-parallel width (ranks sharing each layer)", 1, kMaxParallel},
     {"pipeline_model_parallel_size", &ParallelConfig::pipeline_model_parallel_size, FieldKind::kInteger,
@@ -135,6 +135,10 @@ inline constexpr std::array<Field<ParallelConfig>, 12> kParallelFields = {{
     {"p2p_progress", &ParallelConfig::p2p_progress, FieldKind::kChoice, "background progress of MPI transfers"},
     {"sequence_parallel", &ParallelConfig::sequence_parallel, FieldKind::kBoolean,
      "split tp-replicated regions along the sequence (needs tp > 1)"},
+    {"context_parallel_size", &ParallelConfig::context_parallel_size, FieldKind::kInteger,
+     "context-parallel width (ranks sharing each sequence)", 1, kMaxParallel},
+    {"context_parallel_comm", &ParallelConfig::context_parallel_comm, FieldKind::kChoice,
+     "how context-parallel ranks exchange keys and values: ring or all_to_all"},
 }};
 constexpr std::size_t kParallelPartitionAt = 7;  // parallel.partition sits before kParallelFields[7]
 

@@ -14,6 +14,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/edit_distance.hpp"
 #include "engine/core/error.hpp"
+#include "partition/cp_rules.hpp"
 #include "partition/tp_rules.hpp"
 #include "pipeline/schedules/schedules.hpp"
 
@@ -39,6 +40,9 @@ void check_model_rules(const RunConfig& c) {
   const partition::ModelSpec spec = partition::make_model_spec(m.type, m);
   partition::check_tensor_parallel(spec, c.parallel.tensor_model_parallel_size);
   partition::check_sequence_parallel(spec, c.parallel.tensor_model_parallel_size, c.parallel.sequence_parallel);
+  partition::check_context_parallel(spec, c.parallel.tensor_model_parallel_size, c.parallel.context_parallel_size,
+                                    c.parallel.context_parallel_comm == ContextParallelComm::kRing,
+                                    c.parallel.sequence_parallel && c.parallel.tensor_model_parallel_size > 1);
 }
 
 }  // namespace
@@ -189,7 +193,7 @@ void validate(const RunConfig& c) {
 
 ZeroReduce resolved_zero_reduce(const RunConfig& config) {
   const auto& p = config.parallel;
-  if (config.optimizer.zero_stage < 2 || p.data_parallel_size <= 1) return ZeroReduce::kAuto;
+  if (config.optimizer.zero_stage < 2 || p.data_parallel_size * p.context_parallel_size <= 1) return ZeroReduce::kAuto;
   if (config.optimizer.zero_reduce != ZeroReduce::kAuto) return config.optimizer.zero_reduce;
   const bool sequence_parallel = p.sequence_parallel && p.tensor_model_parallel_size > 1;
   return config.train.deterministic || sequence_parallel ? ZeroReduce::kPerStep : ZeroReduce::kPerMicrobatch;

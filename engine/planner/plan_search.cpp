@@ -13,6 +13,7 @@
 #include "engine/planning/plan.hpp"
 #include "partition/block_work.hpp"
 #include "partition/cost_model.hpp"
+#include "partition/cp_rules.hpp"
 #include "partition/tp_rules.hpp"
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/simulator.hpp"
@@ -89,7 +90,13 @@ std::string oversubscription_warning(const PlanEstimate& e) {
                      static_cast<double>(e.cores_per_node) / e.ranks_on_node, e.core_sharing);
 }
 
-std::string PlanChoice::layout() const { return fmt::format("tp{} pp{} dp{}", tp, pp, dp); }
+std::string PlanChoice::layout() const {
+  if (cp > 1) {
+    return fmt::format("tp{} cp{}{} pp{} dp{}", tp, cp, cp_comm == config::ContextParallelComm::kAllToAll ? "a2a" : "",
+                       pp, dp);
+  }
+  return fmt::format("tp{} pp{} dp{}", tp, pp, dp);
+}
 
 std::string PlanChoice::zero_label() const {
   const char* reduce = zero_stage < 2                                   ? ""
@@ -114,6 +121,10 @@ std::vector<std::string> PlanChoice::overrides() const {
   if (zero_stage >= 2 && zero_reduce != config::ZeroReduce::kAuto) {
     keys.push_back(fmt::format("optimizer.zero_reduce={}", zero_reduce));
   }
+  if (cp > 1) {
+    keys.push_back(fmt::format("parallel.context_parallel_size={}", cp));
+    keys.push_back(fmt::format("parallel.context_parallel_comm={}", cp_comm));
+  }
   return keys;
 }
 
@@ -131,6 +142,8 @@ config::RunConfig PlanChoice::apply_to(const config::RunConfig& base) const {
   c.optimizer.zero_stage = zero_stage;
   if (zero_stage >= 2 && zero_reduce != config::ZeroReduce::kAuto) c.optimizer.zero_reduce = zero_reduce;
   p.sequence_parallel = sequence_parallel;
+  p.context_parallel_size = cp;
+  p.context_parallel_comm = cp_comm;
   c.train.recompute = recompute;
   config::validate(c);
   return c;
@@ -153,6 +166,8 @@ PlanChoice choice_of_config(const std::string& config_path, const std::vector<st
   c.global_batch = batch.global_batch_size;
   c.sequence_parallel = config.parallel.sequence_parallel;
   c.zero_reduce = config::resolved_zero_reduce(config);
+  c.cp = config.parallel.context_parallel_size;
+  c.cp_comm = config.parallel.context_parallel_comm;
   return c;
 }
 
@@ -171,6 +186,46 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
   return estimate_plan(base, config_path.empty() ? "<defaults>" : config_path, overrides, choice, profile, options,
                        details);
 }
+
+namespace {
+
+// What context parallelism adds to one attention layer per micro-batch on one cp rank.
+struct ContextExchange {
+  double forward_s = 0, backward_s = 0;  // exposed (not hidden behind compute)
+  double bytes = 0;                      // sent by this rank
+};
+
+// The exchange of keys and values (docs/planner.md, "Context parallelism"), with unit = one [micro, T/cp, D/tp]
+// activation:
+//  - all_to_all: q, k, v there and the output back in the forward, dout there and dq, dk, dv back in the
+//    backward (4 all-to-alls each way); (cp-1)/cp of each leaves the rank, priced as a reduce-scatter of the same
+//    bytes from the profile's fits; nothing overlaps (attention waits for its heads).
+//  - ring: cp-1 hops of K and V (2 units) in the forward, each in flight while the layer's blocks of the step
+//    before compute, so only what the compute cannot hide is exposed; the backward's K/V hops overlap its
+//    compute the same way, the cp hops of dK, dV do not (each waits for the blocks that add to it).
+template <typename CollectiveCost>
+ContextExchange context_exchange(const partition::ModelSpec& spec, const PlanChoice& c, double micro, double act_bytes,
+                                 double layer_f, double layer_b, double core_sharing, const Link& link,
+                                 const CollectiveCost& collective_s) {
+  const auto sizes = spec.token_sizes();
+  const double unit = micro * static_cast<double>(sizes.seq_len / c.cp) *
+                      static_cast<double>(sizes.d_model / c.tp) * act_bytes;
+  ContextExchange x;
+  if (c.cp_comm == config::ContextParallelComm::kAllToAll) {
+    x.forward_s = 4 * collective_s(partition::Collective::kReduceScatter, unit, c.cp, link);
+    x.backward_s = x.forward_s;
+    x.bytes = 8 * unit * (c.cp - 1) / c.cp;
+    return x;
+  }
+  const double hop = link.latency_s + 2 * unit / link.bandwidth_Bps;
+  const double hops = c.cp - 1;
+  x.forward_s = std::max(0.0, hops * hop - core_sharing * layer_f);
+  x.backward_s = std::max(0.0, hops * hop - core_sharing * layer_b) + c.cp * hop;
+  x.bytes = (2 * hops + c.cp) * 2 * unit;
+  return x;
+}
+
+}  // namespace
 
 PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origin,
                            const std::vector<std::string>& overrides, const PlanChoice& choice,
@@ -259,11 +314,15 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   };
   const double micro = static_cast<double>(choice.micro_batch);
   const double micro_batches = static_cast<double>(config.resolved_batch().gradient_accumulation_steps);
-  const int zero = choice.dp > 1 ? config.optimizer.zero_stage : 0;
+  const int replicas = choice.dp * choice.cp;  // ranks holding the same parameters
+  const int zero = replicas > 1 ? config.optimizer.zero_stage : 0;
   const bool per_microbatch = zero >= 2 && config::resolved_zero_reduce(config) == config::ZeroReduce::kPerMicrobatch;
   const double flops = profile.flops(bf16);
   const Link& p2p_link = options.world > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
-  const Link& dp_link = choice.tp * choice.dp > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
+  // Gradients are reduced over dp × cp ranks (ZeRO shards over them too): the replicas the tail sees.
+  const Link& dp_link =
+      choice.tp * choice.cp * choice.dp > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
+  const Link& cp_link = choice.tp * choice.cp > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
   const double act_bytes = static_cast<double>(dtype_size(dtype));
   const int num_stages = plan.num_stages();
   std::vector<StageParts> parts(static_cast<std::size_t>(num_stages));
@@ -306,16 +365,22 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
         p.i += c.input_grad_flops * micro / choice.tp / (rates ? profile.block_input_grad_flops : flops);
         p.w += c.weight_grad_flops * micro / choice.tp / (rates ? profile.block_weight_grad_flops : flops);
       }
+      if (choice.cp > 1) {  // each cp rank computes its T / cp tokens (ring's chunk pairs balance the causal work)
+        p.f = f_before + (p.f - f_before) / choice.cp;
+        p.i = i_before + (p.i - i_before) / choice.cp;
+        p.w = w_before + (p.w - w_before) / choice.cp;
+      }
       grad_bytes += 4.0 * static_cast<double>(c.param_count) / choice.tp;
       block_f.push_back(p.f - f_before);
       block_b.push_back(p.i - i_before + (fused_backward ? p.w - w_before : 0.0));
       // ZeRO-3 gathers the block's parameters (one tp rank's, in the compute dtype) from the dp group.
       const double block_params = act_bytes * static_cast<double>(c.param_count) / choice.tp;
-      block_gather.push_back(zero == 3 ? collective_s(Collective::kAllGather, block_params, choice.dp, dp_link) : 0.0);
-      if (zero == 3) p.comm_bytes += 2 * micro_batches * ring_bytes(block_params, choice.dp, false);
+      block_gather.push_back(zero == 3 ? collective_s(Collective::kAllGather, block_params, replicas, dp_link) : 0.0);
+      if (zero == 3) p.comm_bytes += 2 * micro_batches * ring_bytes(block_params, replicas, false);
       if (choice.tp > 1 && partition::is_language_model(plan.spec.type)) {
         const auto sizes = plan.spec.token_sizes();
-        const double activation = micro * static_cast<double>(sizes.seq_len * sizes.d_model) * act_bytes;
+        const double activation =
+            micro * static_cast<double>(sizes.seq_len / choice.cp * sizes.d_model) * act_bytes;
         // One tp all-reduce of [micro, T, D]; under sequence parallelism a reduce-scatter and an all-gather of the
         // same tensor take its place (the same bytes on the wire).
         const double exchange = choice.sequence_parallel
@@ -335,8 +400,15 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
         }
         p.comm_bytes += micro_batches * exchanges * ring_bytes(activation, choice.tp, true);
       }
+      if (choice.cp > 1 && partition::is_repeated_layer(block.kind)) {
+        const ContextExchange x = context_exchange(plan.spec, choice, micro, act_bytes, p.f - f_before,
+                                                   p.i - i_before, est.core_sharing, cp_link, collective_s);
+        p.f_tp += x.forward_s;
+        p.i_tp += x.backward_s + (recompute == partition::Recompute::kFull ? x.forward_s : 0.0);
+        p.comm_bytes += micro_batches * x.bytes;
+      }
     }
-    if (zero == 3 && choice.dp > 1) {
+    if (zero == 3 && replicas > 1) {
       // Prefetched: a block's gather runs while the block before it computes (forward: first to last; backward:
       // last to first, under the block's I, or its I and W in a fused B); a stage's first gather waits in full.
       const std::size_t n = block_gather.size();
@@ -351,17 +423,17 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     // ZeRO 0 all-reduces the gradients; 1, 2 and 3 reduce-scatter them (half an all-reduce's bytes: each replica
     // keeps its shard); 1 and 2 then all-gather the updated parameters after the optimizer step (3 keeps them
     // sharded and gathers per block, above).
-    p.reduce = zero == 0 ? collective_s(Collective::kAllReduce, wire, choice.dp, dp_link)
-                         : collective_s(Collective::kReduceScatter, wire, choice.dp, dp_link);
-    p.step_gather = zero == 1 || zero == 2 ? collective_s(Collective::kAllGather, grad_bytes, choice.dp, dp_link) : 0.0;
-    p.comm_bytes += ring_bytes(wire, choice.dp, zero == 0) + (zero == 1 || zero == 2 ? ring_bytes(grad_bytes, choice.dp, false) : 0.0);
+    p.reduce = zero == 0 ? collective_s(Collective::kAllReduce, wire, replicas, dp_link)
+                         : collective_s(Collective::kReduceScatter, wire, replicas, dp_link);
+    p.step_gather = zero == 1 || zero == 2 ? collective_s(Collective::kAllGather, grad_bytes, replicas, dp_link) : 0.0;
+    p.comm_bytes += ring_bytes(wire, replicas, zero == 0) + (zero == 1 || zero == 2 ? ring_bytes(grad_bytes, replicas, false) : 0.0);
     if (per_microbatch) {
       // optimizer.zero_reduce per_microbatch: every micro-batch reduce-scatters the stage's gradients. The last
       // one is REDUCE_GRAD's (above); each earlier one runs behind the next weight-gradient pass, and what the
       // pass cannot hide lengthens it (spread over the stage's W actions).
       const double hidden_by = est.core_sharing * p.w;
       p.w_exposed = micro_batches > 1 ? std::max(0.0, p.reduce - hidden_by) * (micro_batches - 1) / micro_batches : 0.0;
-      p.comm_bytes += (micro_batches - 1) * ring_bytes(wire, choice.dp, false);
+      p.comm_bytes += (micro_batches - 1) * ring_bytes(wire, replicas, false);
     }
     p.f *= est.core_sharing, p.i *= est.core_sharing, p.w *= est.core_sharing;
     rank_params[static_cast<std::size_t>(plan.stage_to_rank(s))] += grad_bytes / 4.0;
@@ -389,7 +461,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   local_params = *std::max_element(rank_params.begin(), rank_params.end());
   // The update streams the value and gradient in and the value out, and each state tensor in and out (f32).
   const double optimizer_bytes_per_param = 4.0 * (3 + 2 * config.optimizer.state_tensors_per_param());
-  const int shards = zero >= 1 ? choice.dp : 1;  // ZeRO: each replica updates its shard
+  const int shards = zero >= 1 ? replicas : 1;  // ZeRO: each replica updates its shard
   sim.optimizer_step = local_params * optimizer_bytes_per_param / shards / profile.memory_bandwidth_Bps;
   if (measured.adamw_s_per_param > 0) {  // timed by `cleave profile`
     const double per_param = config.optimizer.type == config::OptimizerType::kAdamw ? measured.adamw_s_per_param
@@ -545,13 +617,28 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
       partition::is_language_model(base.model.type)
           ? std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull}
           : std::vector<Recompute>{Recompute::kNone};
+  // Context parallelism (language models): each cp size the model allows for some exchange, with each exchange
+  // that allows it (ring first: no head rule); the config checks refuse the rest as invalid candidates.
+  const partition::ModelSpec spec = partition::make_model_spec(base.model.type, base.model);
+  using CpComm = config::ContextParallelComm;
   int layouts = 0;
   for (int tp : tps) {
-    for (int pp : divisors(options.world / tp)) {
-      const int dp = options.world / (tp * pp);
+   std::vector<std::pair<int, CpComm>> cps = {{1, CpComm::kRing}};
+   for (int cp : divisors(options.world / tp)) {
+    if (cp == 1 || !partition::has_attention(spec)) continue;
+    for (CpComm comm : {CpComm::kRing, CpComm::kAllToAll}) {
+      const auto ok = partition::allowed_cp_sizes(spec, tp, comm == CpComm::kRing, false, cp);
+      if (ok.back() == cp) cps.push_back({cp, comm});
+    }
+   }
+   for (const auto& [cp, cp_comm] : cps) {
+    for (int pp : divisors(options.world / (tp * cp))) {
+      const int dp = options.world / (tp * cp * pp);
       if (global % dp != 0) {
         PlanEstimate refused;
         refused.choice = PlanChoice{tp, pp, dp, 1, "-", 1, 0, partition::Recompute::kNone, global, false};
+        refused.choice.cp = cp;
+        refused.choice.cp_comm = cp_comm;
         refused.reason = fmt::format("batch.global_batch_size {} is not divisible by dp {}", global, dp);
         out.rejected.push_back(std::move(refused));
         continue;
@@ -569,7 +656,7 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
       }
       for (const auto& [schedule, v] : schedules) {
         for (int micro : divisors(global / dp)) {
-          for (int zero : dp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}) {
+          for (int zero : dp * cp > 1 ? std::vector<int>{0, 1, 2, 3} : std::vector<int>{0}) {
             for (bool sp : tp > 1 ? std::vector<bool>{false, true} : std::vector<bool>{false}) {
               // ZeRO-2/3: both reduction forms, where the per-micro-batch one applies (config::resolved_zero_reduce).
               std::vector<config::ZeroReduce> reduces = {config::ZeroReduce::kAuto};
@@ -579,7 +666,7 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
               }
               for (const config::ZeroReduce reduce : reduces) {
                 for (const Recompute recompute : recomputes) {
-                  PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp, reduce};
+                  PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp, reduce, cp, cp_comm};
                   PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts);
                   (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
                 }
@@ -589,6 +676,7 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
         }
       }
     }
+   }
   }
   CLEAVE_CHECK(layouts > 0, "plan: no layout of {} ranks fits this config: tp must divide n_heads and d_ff (and stay "
                "within a node of {} ranks), and dp must divide batch.global_batch_size {}", options.world,

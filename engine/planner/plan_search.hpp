@@ -51,7 +51,11 @@ struct PlanChoice {
   bool sequence_parallel = false; // parallel.sequence_parallel (tp > 1 only)
   // optimizer.zero_reduce for ZeRO-2 and 3 (the search prices per_microbatch and per_step; kAuto below stage 2).
   config::ZeroReduce zero_reduce = config::ZeroReduce::kAuto;
-  std::string layout() const;   // "tp2 pp2 dp1"
+  // Context parallelism (parallel.context_parallel_size, _comm): searched beside tp, pp and dp for language
+  // models; dp above is the data-parallel size proper (world = tp × cp × dp × pp).
+  int cp = 1;
+  config::ContextParallelComm cp_comm = config::ContextParallelComm::kRing;
+  std::string layout() const;   // "tp2 pp2 dp1"; "tp2 cp2 pp2 dp1" (ring) or "... cp2a2a ..." when cp > 1
   // The zero column of `cleave plan`: the stage, with "m" (per micro-batch) or "s" (per step) for ZeRO-2/3.
   std::string zero_label() const;
   // The --set overrides that select this plan (parallel.*, batch.*, optimizer.zero_stage, train.recompute).

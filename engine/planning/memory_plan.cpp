@@ -307,6 +307,30 @@ MicrobatchPeak microbatch_peak(const MicrobatchBuckets& m, const Plan& plan, int
   return result;
 }
 
+// Context-parallel attention (layers/attention_core.hpp) keeps, per attention block and sample, more than the
+// one-rank core the cost model prices (whose figures the plan divides by cp), where the core's output is also
+// the output projection's stashed input (one storage). Whole-sequence bytes of [T, D/tp], like the costs.
+//  - ring (ring_attention.hpp): the stash holds chunk-major copies of q, k, v (in place of qkv: the same bytes)
+//    and of the two chunks' outputs besides the assembled output: one [T, D/tp] more. Its backward holds dout's
+//    chunk copies and the dq chunks until dqkv is assembled: two more. Selective recomputation reruns the
+//    forward ring inside the backward (q, k, v and the output chunks: four more, on top of the statistics the
+//    cost model counts). dK and dV travel in communication buffers, the block partials in the workspace.
+//  - all_to_all (ulysses.hpp): the stash holds the core's output in the heads layout besides the exchanged-back
+//    output the projection keeps: one more, with or without selective recomputation. Its backward holds dout in
+//    the heads layout and dqkv in both layouts: four more.
+// Full recomputation rebuilds the larger stash inside the backward.
+void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSpec& block,
+                            partition::Recompute recompute, int tp, bool ring) {
+  if (block.kind != partition::BlockKind::kTransformerBlock && block.kind != partition::BlockKind::kLlamaBlock) return;
+  const std::int64_t td = block.seq_len * block.in_features / tp * 4;  // f32; bf16 halves all activations below
+  const bool stashed = ring ? recompute == partition::Recompute::kNone : recompute != partition::Recompute::kFull;
+  if (stashed) cost.activation_bytes += td;
+  std::int64_t extra = ring ? 2 * td : 4 * td;
+  if (ring && recompute == partition::Recompute::kSelective) extra += 4 * td;
+  if (recompute == partition::Recompute::kFull) extra += td;
+  cost.backward_extra_bytes += extra;
+}
+
 }  // namespace
 
 StageBackwardMemory stage_backward_memory(const std::vector<partition::BlockCost>& blocks) {
@@ -350,7 +374,11 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   const bool sp = config.parallel.sequence_parallel && tp > 1;  // residual stream split along the sequence
   const auto shard = partition::model_costs(plan.spec, DType::kF32, recompute, tp, sp);
   const std::int64_t micro = config.resolved_batch().micro_batch_size;
-  const int dp = std::max(1, config.parallel.data_parallel_size);
+  // Context parallelism: every activation holds T / cp tokens of each sample (the attention state too: all_to_all
+  // keeps heads / cp of the whole sequence), and gradients and ZeRO shards spread over dp × cp ranks.
+  const int cp = std::max(1, config.parallel.context_parallel_size);
+  const int dp = std::max(1, config.parallel.data_parallel_size) * cp;
+  const bool ring = cp > 1 && config.parallel.context_parallel_comm == config::ContextParallelComm::kRing;
   const bool bf16 = config.device.precision == config::Precision::kBf16;
   const bool widens = bf16 && config.device.type == DeviceType::kCpu;  // see cpu_bf16_widening_bytes
   std::int64_t param_bytes = 0, largest_output = 0, boundary = 0, widening = 0;
@@ -372,7 +400,8 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
                                         block.kind == partition::BlockKind::kLmHead);
       param_bytes += holds_table && table_seen ? c.param_bytes - table_bytes : c.param_bytes;
       table_seen = table_seen || holds_table;
-      const auto& a = shard[static_cast<std::size_t>(b)];
+      partition::BlockCost a = shard[static_cast<std::size_t>(b)];
+      if (cp > 1) add_cp_attention_state(a, block, recompute, tp, ring);
       stage_blocks[static_cast<std::size_t>(stage)].push_back(a);
       largest_output = std::max(largest_output, a.output_bytes);
       if (widens) {
@@ -482,11 +511,11 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // activation peak, d256 GPT at pp2: ZB-V micro-batch 4 went from +6.1% / +2.5% (rank 0 / 1, one send per live
   // micro-batch) to +2.4% / -1.2%. Still over and not explained: ZB-H2 and interleaved at micro-batch 16,
   // +6.0..+7.1% on the ranks it hits (about 3 x T x d per sample).
-  at(MemoryCategory::kActivations) = (peak_stash + 3 * boundary) * micro / (bf16 ? 2 : 1);
+  at(MemoryCategory::kActivations) = (peak_stash + 3 * boundary) * micro / (bf16 ? 2 : 1) / cp;
   // Workspace: the largest block output of a micro-batch (a transient output or gradient; the allocator's
   // workspace peak equalled it in every fp32 layout measured, pp2 1F1B / ZB-V / interleaved, dp2 ZeRO-1; tp2
   // half of it), or CPU bf16's widened operands.
-  at(MemoryCategory::kWorkspace) = std::max(largest_output * micro, widening);
+  at(MemoryCategory::kWorkspace) = std::max(largest_output * micro / cp, widening / cp);
   return m;
 }
 

@@ -12,6 +12,8 @@
 #include "pipeline/lowering.hpp"
 #include "pipeline/schedule_text.hpp"
 #include "partition/hardware_profile.hpp"
+#include "partition/measured_costs.hpp"
+#include "partition/cp_rules.hpp"
 #include "partition/tp_rules.hpp"
 #include "pipeline/schedules/auto_schedule.hpp"
 #include "pipeline/schedules/schedules.hpp"
@@ -178,6 +180,10 @@ Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_ran
   if (plan.tp_size > 1) partition::check_tensor_parallel(plan.spec, plan.tp_size);
   plan.sequence_parallel = config.parallel.sequence_parallel;
   partition::check_sequence_parallel(plan.spec, plan.tp_size, plan.sequence_parallel);
+  plan.cp_size = config.parallel.context_parallel_size;
+  partition::check_context_parallel(plan.spec, plan.tp_size, plan.cp_size,
+                                    config.parallel.context_parallel_comm == config::ContextParallelComm::kRing,
+                                    plan.sequence_parallel && plan.tp_size > 1);
   // Balance time first; only when that split exceeds the memory cap ask the partitioner for one that
   // respects it. The message that reaches the user is the per-category estimate of the balanced split.
   plan.partition = partition::partition_stages(blocks, num_stages, options);
@@ -206,6 +212,7 @@ Shape Plan::boundary_shape(int stage, std::int64_t micro_batch) const {
   const auto& block = spec.blocks[static_cast<std::size_t>(partition.stages[static_cast<std::size_t>(stage)].begin)];
   std::vector<std::int64_t> dims = {micro_batch};
   for (auto d : partition::tp_block_input(block, tp_size, sequence_parallel).dims()) dims.push_back(d);
+  if (cp_size > 1) dims[1] /= cp_size;  // the sequence dimension of every language-model boundary
   return Shape(std::span<const std::int64_t>(dims));
 }
 

@@ -20,6 +20,7 @@ struct Plan {
   std::vector<int> local_stages;        // stages this pp rank holds, ascending
   int tp_size = 1;                      // boundary tensors of the loss block are vocab shards
   bool sequence_parallel = false;       // residual-stream boundaries are sequence shards [micro, T / tp, D]
+  int cp_size = 1;                      // context parallel: every boundary holds T / cp tokens of each sample
 
   int num_stages() const { return partition.num_stages(); }
   int stage_to_rank(int stage) const { return schedule.rank_of(stage); }

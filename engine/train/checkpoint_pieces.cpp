@@ -40,14 +40,14 @@ std::vector<LocalPiece> local_pieces(const RankSetup& setup, const RankModel& mo
   } else {
     for (const auto& p : model.params()) {
       out.push_back({p->name, p.get(), p->value.view({p->value.numel()}), 0,
-                     setup.coords.dp_rank == 0 && writes_copy(*p)});
+                     setup.coords.dp_rank == 0 && setup.coords.cp_rank == 0 && writes_copy(*p)});
     }
   }
   if (tail.optimizer() != nullptr) {
     for (auto& [name, tensor] : tail.optimizer()->state()) {
       const std::string param_name = name.substr(0, name.rfind('.'));
       const layers::Param* p = by_name.at(param_name);
-      out.push_back({name, p, tensor.view({tensor.numel()}), 0, setup.coords.dp_rank == 0 && writes_copy(*p)});
+      out.push_back({name, p, tensor.view({tensor.numel()}), 0, setup.coords.dp_rank == 0 && setup.coords.cp_rank == 0 && writes_copy(*p)});
     }
   } else {
     CLEAVE_ASSERT(sharded != nullptr, "a trainer with neither an optimizer nor a ZeRO-1 sharded optimizer");

@@ -13,7 +13,7 @@ namespace cleave::train {
 // Measured timelines of every pp rank of replica 0 (dp 0, tp 0), merged on world rank 0.
 pipeline::Timeline gather_timeline(RankSetup& s, const std::vector<pipeline::TimedAction>& last_step) {
   pipeline::Timeline timeline;
-  if (s.coords.dp_rank != 0 || s.coords.tp_rank != 0) return timeline;
+  if (s.coords.dp_rank != 0 || s.coords.cp_rank != 0 || s.coords.tp_rank != 0) return timeline;
   struct Row {
     std::int32_t kind, stage, microbatch;
     std::int64_t start_ns, end_ns;

@@ -17,7 +17,7 @@ std::map<std::string, std::vector<float>> gather_parameters(RankSetup& s, const 
   std::map<std::string, std::map<int, int>> holders;  // name -> tp rank -> lowest world rank in replica 0
   for (int r = 0; r < s.world.size(); ++r) {
     const comm::GridCoords c = s.grid.coords_of(r);
-    if (c.dp_rank != 0) continue;
+    if (c.dp_rank != 0 || c.cp_rank != 0) continue;
     std::string line;
     for (char ch : texts[static_cast<std::size_t>(r)]) {
       if (ch == '\n') {

@@ -60,7 +60,8 @@ RankModel::RankModel(RankSetup& setup) {
     const int embedding_stage = plan.stage_of_block(partition::BlockKind::kEmbedding);
     const int head_stage = plan.stage_of_block(partition::BlockKind::kLmHead);
     const bool member = holds_stage(embedding_stage) || holds_stage(head_stage);
-    const int replica = setup.coords.tp_rank + setup.grid.tp_size() * setup.coords.dp_rank;
+    const int replica = setup.coords.tp_rank +
+                        setup.grid.tp_size() * (setup.coords.cp_rank + setup.grid.cp_size() * setup.coords.dp_rank);
     tied_group_ = setup.world.split(member ? replica : -1, setup.coords.pp_rank, "tied_embedding");
     for (const auto& p : params_) {
       if (p->name == tied_name_) tied_table_ = p;

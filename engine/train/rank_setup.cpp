@@ -12,7 +12,8 @@ namespace {
 comm::ProcessGrid make_grid(config::RunConfig& config, int world_size) {
   config.resolve(world_size);
   return comm::ProcessGrid::create(world_size, config.parallel.tensor_model_parallel_size,
-                                   config.parallel.pipeline_model_parallel_size, config.parallel.data_parallel_size);
+                                   config.parallel.pipeline_model_parallel_size, config.parallel.data_parallel_size,
+                                   config.parallel.context_parallel_size);
 }
 
 // The device of this rank (see rank_setup.hpp, placement).
@@ -65,15 +66,23 @@ RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Back
 
   batch = config.resolved_batch();
   groups = comm::build_grid_communicators(world, grid);
-  model_parallel = world.split(coords.dp_rank, world.rank(), "model_parallel");
+  // One model replica: the tp × pp ranks of one (cp, dp) coordinate (each cp rank's replica has its own tokens).
+  model_parallel = world.split(coords.cp_rank + grid.cp_size() * coords.dp_rank, world.rank(), "model_parallel");
   // Host waits on device work inside the run's own communicators count in the run's counter (kCommunication);
   // `world` is the caller's and outlives this setup, so it is not handed the counter.
   for (comm::Communicator* c : {groups.tp.get(), groups.dp.get(), groups.pp.get(), groups.embedding.get(),
-                                model_parallel.get()}) {
+                                groups.cp.get(), groups.dp_cp.get(), model_parallel.get()}) {
     if (c != nullptr) c->count_host_waits(&host_waits);
   }
   if (grid.tp_size() > 1) context.tp_comm = groups.tp.get();
   context.sequence_parallel = config.parallel.sequence_parallel && grid.tp_size() > 1;
+  if (grid.cp_size() > 1) {
+    context.cp_comm = groups.cp.get();
+    context.cp = {grid.cp_size(), coords.cp_rank,
+                  config.parallel.context_parallel_comm == config::ContextParallelComm::kRing
+                      ? layers::CpExchange::kRing
+                      : layers::CpExchange::kAllToAll};
+  }
   plan = planning::make_plan(config, static_cast<int>(batch.gradient_accumulation_steps), coords.pp_rank);
 }
 

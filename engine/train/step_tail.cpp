@@ -17,11 +17,12 @@ StepTail::StepTail(RankSetup& setup, RankModel& model, std::function<void(int bu
   const config::RunConfig& cfg = setup.config;
   // Data parallel: grads (and, under ZeRO-1, values) become views into flat bucket buffers before any
   // optimizer sees them; the tied table's copies are summed inside the reduction, before dp.
-  if (cfg.optimizer.zero_stage > 0 && setup.grid.dp_size() == 1 && setup.world.rank() == 0) {
+  const int replicas = setup.grid.dp_size() * setup.grid.cp_size();  // dp × cp ranks hold the same parameters
+  if (cfg.optimizer.zero_stage > 0 && replicas == 1 && setup.world.rank() == 0) {
     log::warn("optimizer.zero_stage {} has no effect with parallel.data_parallel_size 1 (there is no replica to "
               "shard over); training unsharded", cfg.optimizer.zero_stage);
   }
-  if (setup.grid.dp_size() > 1) {
+  if (replicas > 1) {
     DataParallelOptions options;
     options.bucket_mib = cfg.parallel.dp_bucket_mb;
     options.grad_wire_dtype = cfg.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16 ? DType::kBF16 : DType::kF32;
@@ -29,10 +30,10 @@ StepTail::StepTail(RankSetup& setup, RankModel& model, std::function<void(int bu
     options.per_microbatch = config::resolved_zero_reduce(cfg) == config::ZeroReduce::kPerMicrobatch;
     options.optimizer = cfg.optimizer;
     options.context = setup.context;
-    options.average = false;  // the loss scale divides by dp
+    options.average = false;  // the loss scale divides by dp × cp
     options.after_bucket_launch = std::move(after_bucket_launch);
     data_parallel_ = std::make_unique<DataParallel>(setup.plan, setup.coords.pp_rank, model.stage_by_index(),
-                                                    model.params(), *setup.groups.dp, model.tied_group(), options);
+                                                    model.params(), *setup.groups.replicas(), model.tied_group(), options);
   }
   // Deterministic mode: micro-batch gradients summed in the canonical order, so that n micro-batches on one
   // rank and the same n spread over dp replicas add the same floats in the same order (sum_tree.hpp). After

@@ -26,6 +26,7 @@
 #include "engine/train/checkpoint_reader.hpp"
 #include "engine/train/collectives.hpp"
 #include "engine/train/config_change.hpp"
+#include "engine/train/data/cp_shard.hpp"
 #include "engine/train/data/data_source.hpp"
 #include "engine/train/data/make_data_source.hpp"
 #include "engine/train/evaluation.hpp"
@@ -292,14 +293,19 @@ Trainer::Impl::Impl(config::RunConfig config, comm::Communicator& world, const o
   const std::int64_t micro = setup.batch.micro_batch_size;
   options.boundary_shape = [&plan = setup.plan, micro](int stage) { return plan.boundary_shape(stage, micro); };
   options.data = [this](std::int64_t step, int microbatch) {
-    Batch b =
-        on_run_device(setup, train_data->next_batch(step, microbatch, layout, setup.host_allocator()), staged_batches);
+    Batch b = on_run_device(setup,
+                            cp_shard(train_data->next_batch(step, microbatch, layout, setup.host_allocator()),
+                                     setup.context.cp, setup.host_allocator()),
+                            staged_batches);
     return pipeline::MicrobatchData{in_compute_dtype(setup, b.inputs), b.targets};
   };
   // dy of each micro-batch's mean loss: 1 / (micro-batches of the global batch), the same factor on one rank
   // and on every replica, so the summed gradient is the global mean without a division after the reduction.
+  // Under context parallelism each cp rank's loss is the mean over its T / cp tokens, so the cp ranks' mean is
+  // the sequence's mean: the factor divides by cp too, and the gradients are summed over dp × cp.
   options.loss_scale = 1.0f / static_cast<float>(setup.batch.gradient_accumulation_steps *
-                                                 static_cast<std::int64_t>(setup.grid.dp_size()));
+                                                 static_cast<std::int64_t>(setup.grid.dp_size()) *
+                                                 static_cast<std::int64_t>(setup.grid.cp_size()));
   options.context = &setup.context;
   options.record_timeline = cfg.train.trace;
   // The step's tail runs inside the schedule: REDUCE_GRAD after a stage's last weight gradient, then
@@ -328,7 +334,9 @@ Trainer::Impl::Impl(config::RunConfig config, comm::Communicator& world, const o
     eval_options.optimizer_step = {};
     eval_options.before_compute = {};
     eval_options.data = [this](std::int64_t batch, int microbatch) {
-      Batch b = on_run_device(setup, eval_data->next_batch(batch, microbatch, layout, setup.host_allocator()),
+      Batch b = on_run_device(setup,
+                              cp_shard(eval_data->next_batch(batch, microbatch, layout, setup.host_allocator()),
+                                       setup.context.cp, setup.host_allocator()),
                               staged_batches);
       return pipeline::MicrobatchData{in_compute_dtype(setup, b.inputs), b.targets};
     };
@@ -345,7 +353,8 @@ double Trainer::Impl::global_mean_loss(const pipeline::StepOutcome& outcome) {
   Tensor& all = microbatch_losses;
   if (!all.defined()) {
     // A host control tensor (the losses arrive on the host, read back once by the executor).
-    all = Tensor::empty({per_replica * setup.grid.dp_size()}, DType::kF32, MemoryCategory::kCommunication,
+    all = Tensor::empty({per_replica * setup.grid.dp_size() * setup.grid.cp_size()}, DType::kF32,
+                        MemoryCategory::kCommunication,
                         setup.host_allocator());
   }
   all.fill_(0.0f);
@@ -353,7 +362,9 @@ double Trainer::Impl::global_mean_loss(const pipeline::StepOutcome& outcome) {
     CLEAVE_ASSERT(static_cast<std::int64_t>(outcome.losses.size()) == per_replica,
                   "the last stage computed {} micro-batch losses, expected {}", outcome.losses.size(), per_replica);
     for (const auto& [microbatch, loss] : outcome.losses) {
-      all.data<float>()[setup.coords.dp_rank * per_replica + microbatch] = loss;
+      // Under cp, each cp rank's mean over its tokens (equal counts): their mean is the sequence's.
+      const std::int64_t replica = setup.coords.dp_rank * setup.grid.cp_size() + setup.coords.cp_rank;
+      all.data<float>()[replica * per_replica + microbatch] = loss;
     }
   }
   setup.world.all_reduce(all, comm::ReduceOp::kSum)->wait();

@@ -33,6 +33,7 @@ config::RunConfig single_rank_reference(const config::RunConfig& config) {
   config::RunConfig single = config;
   single.parallel.tensor_model_parallel_size = 1;
   single.parallel.sequence_parallel = false;
+  single.parallel.context_parallel_size = 1;  // the whole sequence on one rank, positions from 0
   single.parallel.pipeline_model_parallel_size = 1;
   single.parallel.data_parallel_size = -1;
   single.parallel.virtual_pipeline_stages = 1;

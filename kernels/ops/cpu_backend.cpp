@@ -146,6 +146,19 @@ void copy(const Context& ctx, const Tensor& src, const Tensor& dst) {
   (void)ctx;
 }
 
+void copy_2d(const Context& ctx, const Tensor& src, const Tensor& dst, const Copy2d& s) {
+  const std::size_t elem = dtype_size(src.dtype());
+  const auto* from = static_cast<const unsigned char*>(src.raw_data());
+  auto* to = static_cast<unsigned char*>(dst.raw_data());
+#pragma omp parallel for schedule(static) if (s.rows * s.cols > (1 << 16))
+  for (std::int64_t r = 0; r < s.rows; ++r) {
+    std::memcpy(to + static_cast<std::size_t>(s.dst_offset + r * s.dst_stride) * elem,
+                from + static_cast<std::size_t>(s.src_offset + r * s.src_stride) * elem,
+                static_cast<std::size_t>(s.cols) * elem);
+  }
+  (void)ctx;
+}
+
 // Element-wise and row-wise kernels run through run_chunked (cpu_chunked_view.hpp): bf16 tensors are widened
 // and narrowed a cache-sized chunk at a time, all-f32 calls run the kernel once.
 void add(const Context&, const Tensor& a, const Tensor& b, const Tensor& out) {
@@ -633,6 +646,7 @@ constexpr Backend kCpuBackend{
     .gemm = gemm,
     .fill = fill,
     .copy = copy,
+    .copy_2d = copy_2d,
     .add = add,
     .add_inplace = add_inplace,
     .scale_inplace = scale_inplace,

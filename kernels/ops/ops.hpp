@@ -85,6 +85,15 @@ void moe_combine_weight_grad(const Context& ctx, const Tensor& dy, const Tensor&
 // ---- Element-wise and bias -------------------------------------------------------------------------------
 void fill(const Context& ctx, const Tensor& t, float value);            // every element := value (float dtypes)
 void copy(const Context& ctx, const Tensor& src, const Tensor& dst);    // same numel; f32 <-> bf16 converts
+// Strided 2D copy (cudaMemcpy2D's shape), in elements of the one dtype src and dst share: for r < rows and
+// c < cols, dst[dst_offset + r·dst_stride + c] = src[src_offset + r·src_stride + c]. Every row must lie
+// inside its tensor (checked); src and dst must not overlap. What packs head blocks for context parallelism.
+struct Copy2d {
+  std::int64_t rows = 0, cols = 0;
+  std::int64_t src_offset = 0, src_stride = 0;
+  std::int64_t dst_offset = 0, dst_stride = 0;
+};
+void copy_2d(const Context& ctx, const Tensor& src, const Tensor& dst, const Copy2d& shape);
 void add(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out);  // out = a + b
 void add_inplace(const Context& ctx, const Tensor& y, const Tensor& x);             // y += x
 void scale_inplace(const Context& ctx, const Tensor& y, float alpha);              // y *= alpha

@@ -21,6 +21,23 @@ void copy(const Context& ctx, const Tensor& src, const Tensor& dst) {
   slot_of(ctx, &Backend::copy, "copy")(ctx, src, dst);
 }
 
+void copy_2d(const Context& ctx, const Tensor& src, const Tensor& dst, const Copy2d& s) {
+  check_on(ctx, "copy_2d", "src", src);
+  check_on(ctx, "copy_2d", "dst", dst);
+  CLEAVE_CHECK(src.dtype() == dst.dtype(), "copy_2d: src is {} and dst {}; both must have one dtype",
+               dtype_name(src.dtype()), dtype_name(dst.dtype()));
+  CLEAVE_CHECK(s.rows >= 0 && s.cols >= 0 && s.src_offset >= 0 && s.dst_offset >= 0 && s.src_stride >= s.cols &&
+                   s.dst_stride >= s.cols,
+               "copy_2d: bad shape rows {} cols {} src offset {} stride {} dst offset {} stride {}", s.rows, s.cols,
+               s.src_offset, s.src_stride, s.dst_offset, s.dst_stride);
+  if (s.rows == 0 || s.cols == 0) return;
+  const auto end = [&](std::int64_t offset, std::int64_t stride) { return offset + (s.rows - 1) * stride + s.cols; };
+  CLEAVE_CHECK(end(s.src_offset, s.src_stride) <= src.numel() && end(s.dst_offset, s.dst_stride) <= dst.numel(),
+               "copy_2d: {} rows of {} reach element {} of src ({} elements) and {} of dst ({})", s.rows, s.cols,
+               end(s.src_offset, s.src_stride), src.numel(), end(s.dst_offset, s.dst_stride), dst.numel());
+  slot_of(ctx, &Backend::copy_2d, "copy_2d")(ctx, src, dst, s);
+}
+
 void add(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out) {
   check_float(ctx, "add", "a", a);
   check_float(ctx, "add", "b", b);

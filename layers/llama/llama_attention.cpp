@@ -2,6 +2,7 @@
 #include "layers/llama/llama_attention.hpp"
 
 #include "kernels/ops/ops.hpp"
+#include "layers/attention_core.hpp"
 #include "layers/layer_util.hpp"
 
 namespace cleave::layers {
@@ -28,14 +29,50 @@ std::string LlamaAttention::who() const {
   return (tensor_parallel_ ? "parallel llama attention " : "llama attention ") + prefix_;
 }
 
-// rope_pack_qkv repeats each key/value head for its query heads, so the core sees Lq heads of each.
-ops::AttentionParams LlamaAttention::core_params() const {
-  ops::AttentionParams params;
-  params.q_heads = heads_.local_heads;
-  params.kv_heads = heads_.local_heads;
-  params.window = heads_.window;  // Mistral's sliding window (0: none); positions are 0..T-1 within the sample
-  return params;
+namespace {
+
+// rope + packing over the rank's tokens: one call from position 0 without context parallelism, else one per
+// run of consecutive global positions (Context::cp; two runs per sample under ring), on views of each sample.
+void rope_pack_runs(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
+                    ops::RopeParams rope) {
+  const std::int64_t b = q.dim(0), t = q.dim(1);
+  const std::vector<CpSegment> runs = ctx.cp.segments(t);
+  if (runs.size() == 1) {
+    rope.position_offset = runs[0].global_begin;
+    ops::rope_pack_qkv(ctx, q, k, v, qkv, rope);
+    return;
+  }
+  for (std::int64_t s = 0; s < b; ++s) {
+    for (const CpSegment& run : runs) {
+      rope.position_offset = run.global_begin;
+      ops::rope_pack_qkv(ctx, token_run(q, s, run.local_begin, run.length), token_run(k, s, run.local_begin, run.length),
+                         token_run(v, s, run.local_begin, run.length), token_run(qkv, s, run.local_begin, run.length),
+                         rope);
+    }
+  }
 }
+
+void rope_unpack_runs(const Context& ctx, const Tensor& dqkv, const Tensor& dq, const Tensor& dk, const Tensor& dv,
+                      ops::RopeParams rope) {
+  const std::int64_t b = dq.dim(0), t = dq.dim(1);
+  const std::vector<CpSegment> runs = ctx.cp.segments(t);
+  if (runs.size() == 1) {
+    rope.position_offset = runs[0].global_begin;
+    ops::rope_pack_qkv_backward(ctx, dqkv, dq, dk, dv, rope);
+    return;
+  }
+  for (std::int64_t s = 0; s < b; ++s) {
+    for (const CpSegment& run : runs) {
+      rope.position_offset = run.global_begin;
+      ops::rope_pack_qkv_backward(ctx, token_run(dqkv, s, run.local_begin, run.length),
+                                  token_run(dq, s, run.local_begin, run.length),
+                                  token_run(dk, s, run.local_begin, run.length),
+                                  token_run(dv, s, run.local_begin, run.length), rope);
+    }
+  }
+}
+
+}  // namespace
 
 Tensor LlamaAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
   check_input(ctx, x, DType::kF32, heads_.d_model, 3, who());
@@ -46,41 +83,24 @@ Tensor LlamaAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
       qkv_.forward(x, {&stash.children[0], &stash.children[1], &stash.children[2]}, ctx);
   const Tensor &q = projected[0], &k = projected[1], &v = projected[2];
   // Under sequence parallelism x is this rank's sequence shard and q, k, v (column-parallel) cover the
-  // gathered full sequence: T and the rope positions 0..T-1 come from them, not from x.
+  // gathered sequence of this cp rank: T and the rope positions come from them (and Context::cp), not from x.
   const std::int64_t b = q.dim(0), t = q.dim(1), hd = head_dim(), lq = heads_.local_heads;
   Tensor qkv = new_activation(ctx, Shape{b, t, 3 * lq * hd});
-  ops::rope_pack_qkv(ctx, q, k, v, qkv, {lq, heads_.local_kv_heads, heads_.rope_theta, 0});
-  Tensor out = new_activation(ctx, Shape{b, t, lq * hd});
-  Tensor lse = new_activation(ctx, Shape{b, lq, t}, DType::kF32);
-  ops::attention_forward_packed(ctx, qkv, out, lse, core_params());
-  // out is also o's stashed input (one storage); selective recomputation drops only the statistics.
-  if (recompute_scores_) stash.tensors = {qkv, out};
-  else stash.tensors = {qkv, out, lse};
+  rope_pack_runs(ctx, q, k, v, qkv, {lq, heads_.local_kv_heads, heads_.rope_theta, 0});
+  const Tensor out = attention_core_forward(ctx, qkv, lq, hd, heads_.window, recompute_scores_, stash, who());
   return o_->forward(out, stash.children[3], ctx);
 }
 
 Tensor LlamaAttention::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
-  const std::int64_t b = stash_at(stash, 0, who()).dim(0), t = stash_at(stash, 0, who()).dim(1), hd = head_dim(),
-                     lq = heads_.local_heads, lkv = heads_.local_kv_heads;
+  const std::int64_t hd = head_dim(), lq = heads_.local_heads, lkv = heads_.local_kv_heads;
+  const auto [b, t] = attention_core_tokens(ctx, stash, recompute_scores_, who());
   Tensor dq = new_activation(ctx, Shape{b, t, lq * hd});
   Tensor dk = new_activation(ctx, Shape{b, t, lkv * hd});
   Tensor dv = new_activation(ctx, Shape{b, t, lkv * hd});
-  {  // qkv, the statistics and their gradients are released before the projections' backward
-    const Tensor qkv = stash_at(stash, 0, who());
-    const Tensor out = stash_at(stash, 1, who());
-    Tensor lse;
-    if (recompute_scores_) {
-      lse = new_activation(ctx, Shape{b, lq, t}, DType::kF32);
-      const Tensor scratch_out = new_activation(ctx, Shape{b, t, lq * hd});
-      ops::attention_forward_packed(ctx, qkv, scratch_out, lse, core_params());
-    } else {
-      lse = stash_at(stash, 2, who());
-    }
-    const Tensor dout = o_->backward_input(dy, stash.children[3], ctx);
-    const Tensor dqkv = new_activation(ctx, qkv.shape());
-    ops::attention_backward_packed(ctx, qkv, out, lse, dout, dqkv, core_params());
-    stash.tensors.clear();
-    ops::rope_pack_qkv_backward(ctx, dqkv, dq, dk, dv, {lq, lkv, heads_.rope_theta, 0});
+  {  // the core's tensors and their gradients are released before the projections' backward
+    const Tensor dqkv = attention_core_backward(
+        ctx, [&] { return o_->backward_input(dy, stash.children[3], ctx); }, lq, hd, heads_.window, recompute_scores_, stash, who());
+    rope_unpack_runs(ctx, dqkv, dq, dk, dv, {lq, lkv, heads_.rope_theta, 0});
   }
   return qkv_.backward_input({dq, dk, dv}, {&stash.children[0], &stash.children[1], &stash.children[2]}, ctx);
 }

@@ -52,7 +52,6 @@ class LlamaAttention final : public Layer, public RecomputableScores {
  private:
   std::string who() const;
   std::int64_t head_dim() const { return heads_.d_model / heads_.n_heads; }
-  ops::AttentionParams core_params() const;
 
   std::string prefix_;
   LlamaHeads heads_;

@@ -6,6 +6,7 @@
 
 #include "engine/core/error.hpp"
 #include "kernels/ops/ops.hpp"
+#include "layers/context_parallel/positions.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/parallel/shard.hpp"
 #include "layers/parallel/sharded_param.hpp"
@@ -61,11 +62,11 @@ Tensor VocabParallelEmbedding::forward(const Tensor& ids, Stash& stash, Context&
     // Each element has one non-zero contribution: the reduce-scatter is exact, like the all-reduce.
     y = sequence_reduce_scatter(y, ctx, tp_size_, tp_rank_, who());
     const std::int64_t first = y.dim(1) * tp_rank_;
-    if (position_) ops::position_embedding_forward(ctx, y, position_->compute().slice(first, first + y.dim(1)));
+    if (position_) add_positions(ctx, y, position_->compute(), t, first);
     return y;
   }
   tp_all_reduce(y, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
-  if (position_) ops::position_embedding_forward(ctx, y, position_->compute());
+  if (position_) add_positions(ctx, y, position_->compute(), t, 0);
   return y;
 }
 
@@ -97,9 +98,9 @@ void VocabParallelEmbedding::backward_weight(Stash& stash, Context& ctx) {
     // once per step (tp_util.hpp) like every replicated parameter's.
     const Tensor& shard = stash.tensors[2];
     const std::int64_t first = shard.dim(1) * tp_rank_;
-    ops::position_embedding_backward(ctx, shard, position_->grad.slice(first, first + shard.dim(1)));
+    add_position_grads(ctx, shard, position_->grad, ids.dim(1), first);
   } else {
-    ops::position_embedding_backward(ctx, dy.view(Shape{ids.dim(0), ids.dim(1), dim_}), position_->grad);
+    add_position_grads(ctx, dy.view(Shape{ids.dim(0), ids.dim(1), dim_}), position_->grad, ids.dim(1), 0);
   }
   stash.clear();
 }

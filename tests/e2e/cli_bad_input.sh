@@ -54,6 +54,10 @@ expect_error missing-data   'no/such/file\.txt'                         "${set_o
 expect_error wrong-magic    'bad\.bin.*(magic|size|header)'            "${set_out[@]}" --set data.type=tokens --set data.path=bad.bin
 expect_error zero-magic     'zeros\.bin.*magic'                         "${set_out[@]}" --set data.type=tokens --set data.path=zeros.bin
 expect_error unknown-option 'unknown option'                            "${set_out[@]}" --frobnicate
+expect_error cp-ring-chunks 'parallel\.context_parallel_size: 3 with context_parallel_comm "ring" cuts each sequence into 2 × 3 = 6 chunks.*use context_parallel_size in \{1, 2' "${set_out[@]}" --set parallel.context_parallel_size=3
+expect_error cp-a2a-heads 'parallel\.context_parallel_size: 2 with context_parallel_comm "all_to_all".*3 query and 3 kv heads' "${set_out[@]}" --set model.n_heads=3 --set model.d_model=96 --set parallel.context_parallel_size=2 --set parallel.context_parallel_comm=all_to_all
+expect_error cp-no-attention 'parallel\.context_parallel_size: 2 .*model\.type mlp has no attention; use 1' "${set_out[@]}" --set model.type=mlp --set parallel.context_parallel_size=2
+expect_error cp-world 'world size 1 is not divisible by tp\(1\) × cp\(2\) × pp\(1\) = 2.*context_parallel_size to 1' "${set_out[@]}" --set parallel.context_parallel_size=2
 expect_error zero-stage-4   'optimizer\.zero_stage.*or 3 \(and parameters\), got 4' "${set_out[@]}" --set optimizer.zero_stage=4
 # Mixture of experts (issue 33 part 7): each refused naming the key and the numbers, nothing written.
 moe=(--set 'model.type="moe"')

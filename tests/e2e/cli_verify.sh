@@ -5,6 +5,8 @@
 #    above 0 (tensor parallelism sums partial products, so parameters differ from one rank in the last bits);
 #    an error exit would have no report, so the exit code alone cannot pass this case;
 #  - a llama (grouped-query) at tp 2 x pp 2 against one rank passes (np 4);
+#  - context parallelism: the tiny gpt at cp 2 (ring and all_to_all, np 2) and the llama at cp 2 x tp 2 (ring,
+#    np 4) against one rank pass;
 #  - a bad option value is refused before MPI starts.
 # Usage: cli_verify.sh CLEAVE MPIEXEC [FLAGS...]
 set -u
@@ -61,6 +63,25 @@ if [ $status -ne 0 ] || ! grep -q ': PASS$' llama.log || ! grep -q 'tp=2 pp=2 dp
   fail "llama-tp2-pp2-passes: status $status" llama.log
 else
   echo "ok   llama-tp2-pp2-passes: $(grep -E ': PASS$' llama.log)"
+fi
+
+for comm in ring all_to_all; do
+  "${mpiexec[@]}" -n 2 "$cleave" verify tiny.json --steps 3 --set parallel.context_parallel_size=2 \
+      --set parallel.context_parallel_comm=$comm > cp2_$comm.log 2>&1
+  status=$?
+  if [ $status -ne 0 ] || ! grep -q ': PASS$' cp2_$comm.log || ! grep -q 'tp=1 cp=2 dp=1 pp=1 (world 2)' cp2_$comm.log; then
+    fail "cp2-$comm-passes: status $status" cp2_$comm.log
+  else
+    echo "ok   cp2-$comm-passes: $(grep -E ': PASS$' cp2_$comm.log)"
+  fi
+done
+"${mpiexec[@]}" -n 4 "$cleave" verify llama.json --steps 3 --set parallel.tensor_model_parallel_size=2 \
+    --set parallel.context_parallel_size=2 > llama_cp2.log 2>&1
+status=$?
+if [ $status -ne 0 ] || ! grep -q ': PASS$' llama_cp2.log || ! grep -q 'tp=2 cp=2 dp=1 pp=1 (world 4)' llama_cp2.log; then
+  fail "llama-cp2-tp2-passes: status $status" llama_cp2.log
+else
+  echo "ok   llama-cp2-tp2-passes: $(grep -E ': PASS$' llama_cp2.log)"
 fi
 
 out=$("$cleave" verify tiny.json --param-tolerance fast 2>&1); status=$?

@@ -41,12 +41,13 @@ inline RunRecord train_steps(const config::RunConfig& config, comm::Communicator
   return record;
 }
 
-// The same run on one rank: no pipeline, tensor or data parallelism, plain 1F1B, no ZeRO; the global batch
+// The same run on one rank: no pipeline, tensor, context or data parallelism, plain 1F1B, no ZeRO; the global batch
 // (and so the losses) unchanged, gradient accumulation re-derived from it.
 inline config::RunConfig single_rank_config(config::RunConfig config) {
   config.parallel.pipeline_model_parallel_size = 1;
   config.parallel.tensor_model_parallel_size = 1;
   config.parallel.sequence_parallel = false;
+  config.parallel.context_parallel_size = 1;
   config.optimizer.zero_stage = 0;
   config.parallel.data_parallel_size = -1;
   config.parallel.schedule = "1f1b";

@@ -169,6 +169,14 @@ void copy(const Context& ctx, const Tensor& src, const Tensor& dst) {
   }
 }
 
+void copy_2d(const Context& ctx, const Tensor& src, const Tensor& dst, const Copy2d& s) {
+  const std::size_t elem = dtype_size(src.dtype());
+  CLEAVE_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(dst.raw_data()) + s.dst_offset * elem, s.dst_stride * elem,
+                                      static_cast<const char*>(src.raw_data()) + s.src_offset * elem,
+                                      s.src_stride * elem, s.cols * elem, s.rows, cudaMemcpyDeviceToDevice,
+                                      stream_of(ctx)));
+}
+
 void add(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& result) {
   kd::add(in(a), in(b), out(result), a.numel(), stream_of(ctx));
 }
@@ -276,6 +284,7 @@ constexpr Backend kCudaBackend{
     .gemm = gemm,
     .fill = fill,
     .copy = copy,
+    .copy_2d = copy_2d,
     .add = add,
     .add_inplace = add_inplace,
     .scale_inplace = scale_inplace,

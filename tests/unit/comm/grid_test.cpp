@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <set>
 
 #include "engine/comm/grid.hpp"
@@ -118,6 +119,47 @@ TEST(Grid, ErrorsNameTheNumbers) {
   const ProcessGrid grid = ProcessGrid::create(8, 2, 2);
   EXPECT_THROW(grid.coords_of(8), Error);
   EXPECT_THROW(grid.rank_of({2, 0, 0}), Error);
+}
+
+// Context parallelism: tp × cp × dp × pp with tp fastest, then cp (Megatron's order, docs/multi-rank.md).
+TEST(Grid, ContextParallelRankOrderAndGroups) {
+  for (const auto& [tp, cp, dp, pp] : std::vector<std::array<int, 4>>{{2, 2, 2, 1}, {1, 4, 1, 2}, {2, 2, 1, 2}, {1, 2, 3, 1}}) {
+    const int world = tp * cp * dp * pp;
+    const ProcessGrid grid = ProcessGrid::create(world, tp, pp, -1, cp);
+    SCOPED_TRACE(grid.str());
+    ASSERT_EQ(grid.cp_size(), cp);
+    ASSERT_EQ(grid.dp_size(), dp);
+    for (int r = 0; r < world; ++r) {
+      const GridCoords c = grid.coords_of(r);
+      EXPECT_EQ(grid.rank_of(c), r);
+      EXPECT_EQ(r, c.tp_rank + tp * (c.cp_rank + cp * (c.dp_rank + dp * c.pp_rank)));  // written out independently
+      const auto cpg = grid.cp_group(r);
+      ASSERT_EQ(cpg.size(), static_cast<std::size_t>(cp));
+      for (int i = 0; i < cp; ++i) {
+        GridCoords want = c;
+        want.cp_rank = i;
+        EXPECT_EQ(grid.coords_of(cpg[static_cast<std::size_t>(i)]), want);
+      }
+      // dp × cp: the ranks holding the same parameters, cp fastest.
+      const auto both = grid.dp_cp_group(r);
+      ASSERT_EQ(both.size(), static_cast<std::size_t>(cp * dp));
+      for (std::size_t i = 0; i < both.size(); ++i) {
+        const GridCoords m = grid.coords_of(both[i]);
+        EXPECT_EQ(m.tp_rank, c.tp_rank);
+        EXPECT_EQ(m.pp_rank, c.pp_rank);
+        EXPECT_EQ(m.cp_rank + cp * m.dp_rank, static_cast<int>(i));
+      }
+      // tp peers stay neighbours.
+      const auto tpg = grid.tp_group(r);
+      EXPECT_EQ(tpg.back() - tpg.front(), tp - 1);
+    }
+    expect_partition(grid, grid.cp_groups(), [&](int r) { return grid.cp_group(r); }, cp, "cp");
+    expect_partition(grid, grid.dp_cp_groups(), [&](int r) { return grid.dp_cp_group(r); }, cp * dp, "dp_cp");
+    expect_partition(grid, grid.dp_groups(), [&](int r) { return grid.dp_group(r); }, dp, "dp");
+    expect_partition(grid, grid.tp_groups(), [&](int r) { return grid.tp_group(r); }, tp, "tp");
+    expect_partition(grid, grid.pp_groups(), [&](int r) { return grid.pp_group(r); }, pp, "pp");
+  }
+  EXPECT_THROW(ProcessGrid::create(6, 1, 1, -1, 4), Error);
 }
 
 }  // namespace

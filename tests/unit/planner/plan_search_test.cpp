@@ -92,7 +92,7 @@ TEST_F(PlanSearch, TensorParallelOnlyWhereHeadsDivideAndDataParallelOnlyWhereThe
   for (const auto& e : r.ranked) {
     tps.insert(e.choice.tp);
     dps.insert(e.choice.dp);
-    EXPECT_EQ(e.choice.tp * e.choice.pp * e.choice.dp, 4);
+    EXPECT_EQ(e.choice.tp * e.choice.cp * e.choice.pp * e.choice.dp, 4);
     EXPECT_EQ(6 % (e.choice.dp * e.choice.micro_batch), 0);
   }
   EXPECT_EQ(tps, (std::set<int>{1, 2}));
@@ -287,7 +287,7 @@ TEST_F(PlanSearch, SearchesZeroStagesWithDataParallelAndSequenceParallelWithTens
   for (const auto* list : {&r.ranked, &r.rejected}) {
     for (const auto& e : *list) {
       if (e.choice.dp == 2) zero_dp2.insert(e.choice.zero_stage);
-      if (e.choice.dp == 1) {
+      if (e.choice.dp * e.choice.cp == 1) {  // no replica (dp × cp) to shard over
         EXPECT_EQ(e.choice.zero_stage, 0);
       }
       sp_seen |= e.choice.sequence_parallel && e.choice.tp == 2;
@@ -420,6 +420,34 @@ TEST_F(PlanSearch, ChoosesZeroThreeWhenOnlyItFits) {
   ASSERT_FALSE(capped.ranked.empty());
   for (const auto& e : capped.ranked) EXPECT_EQ(e.choice.zero_stage, 3) << e.choice.layout();
   EXPECT_LE(capped.ranked.front().peak_bytes, (zero3 + other) / 2);
+}
+
+TEST_F(PlanSearch, ChoosesContextParallelWhenOnlyItFits) {
+  // A long sequence with one head (tp stays 1), one layer (pp cannot split the attention block) and a global
+  // batch of 1 (no dp) on 2 ranks: only context parallelism divides the attention's activations. Under a cap
+  // between the cp layouts' need and the best of the rest, every plan that fits is a cp2 plan (ring: one head
+  // rules all_to_all out), and its --set lines select it.
+  const std::string config = write("long.json", R"({"model": {"type": "gpt", "vocab_size": 64, "d_model": 16,
+    "n_layers": 1, "n_heads": 1, "seq_len": 1024}, "batch": {"global_batch_size": 1},
+    "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})");
+  const SearchResult all = search_plans(config, {}, free_links(), SearchOptions{2, 0});
+  std::int64_t with_cp = -1, without = -1;
+  for (const auto& e : all.ranked) {
+    EXPECT_EQ(e.choice.tp * e.choice.cp * e.choice.pp * e.choice.dp, 2) << e.choice.layout();
+    if (e.choice.cp > 1) EXPECT_EQ(e.choice.cp_comm, config::ContextParallelComm::kRing) << e.choice.layout();
+    auto& least = e.choice.cp > 1 ? with_cp : without;
+    if (least < 0 || e.peak_bytes < least) least = e.peak_bytes;
+  }
+  ASSERT_GT(with_cp, 0) << "no cp layout was searched";
+  ASSERT_LT(with_cp, without) << "cp does not need the least memory for this model";
+  const SearchResult capped = search_plans(config, {}, free_links(), SearchOptions{2, (with_cp + without) / 2});
+  ASSERT_FALSE(capped.ranked.empty());
+  for (const auto& e : capped.ranked) EXPECT_EQ(e.choice.cp, 2) << e.choice.layout();
+  const PlanChoice& best = capped.ranked.front().choice;
+  EXPECT_EQ(best.layout(), "tp1 cp2 pp1 dp1");
+  const std::vector<std::string> keys = best.overrides();
+  EXPECT_NE(std::find(keys.begin(), keys.end(), "parallel.context_parallel_size=2"), keys.end());
+  EXPECT_NE(std::find(keys.begin(), keys.end(), "parallel.context_parallel_comm=ring"), keys.end());
 }
 
 TEST_F(PlanSearch, ScatterGatherSendsATensorParallelShareOfEachBoundary) {

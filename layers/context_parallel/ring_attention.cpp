@@ -1,0 +1,232 @@
+// Ring attention: blocks of keys and values rotated around the cp group, partial results merged by their
+// log-sum-exp (see ring_attention.hpp).
+#include "layers/context_parallel/ring_attention.hpp"
+
+#include <array>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "engine/comm/communicator.hpp"
+#include "kernels/ops/ops.hpp"
+#include "layers/layer_util.hpp"
+
+namespace cleave::layers {
+namespace {
+
+// The block attention with log-sum-exp ring attention is built on: the seam's memory-efficient attention
+// (ops::attention_forward / attention_backward / attention_merge, docs/ops.md "Attention").
+using BlockParams = ops::AttentionParams;
+
+constexpr int kChunks = 2;
+
+// Columns [col, col + cols) of tokens [tok, tok + n) of every sample of x [B, Tl, W], as a new [B, n, cols].
+Tensor take(const Context& ctx, const Tensor& x, std::int64_t col, std::int64_t cols, std::int64_t tok, std::int64_t n,
+            MemoryCategory category = MemoryCategory::kActivations) {
+  const std::int64_t b = x.dim(0), tl = x.dim(1), w = x.dim(2);
+  Tensor out = Tensor::empty(Shape{b, n, cols}, x.dtype(), category, *ctx.allocator);
+  for (std::int64_t s = 0; s < b; ++s) {
+    ops::copy_2d(ctx, x, out, {n, cols, (s * tl + tok) * w + col, w, s * n * cols, cols});
+  }
+  return out;
+}
+
+// The inverse: part [B, n, cols] into columns [col, ...) of tokens [tok, ...) of x [B, Tl, W].
+void put(const Context& ctx, const Tensor& part, const Tensor& x, std::int64_t col, std::int64_t tok) {
+  const std::int64_t b = x.dim(0), tl = x.dim(1), w = x.dim(2), n = part.dim(1), cols = part.dim(2);
+  for (std::int64_t s = 0; s < b; ++s) {
+    ops::copy_2d(ctx, part, x, {n, cols, s * n * cols, cols, (s * tl + tok) * w + col, w});
+  }
+}
+
+struct Geometry {
+  int cp = 1, rank = 0;
+  std::int64_t b = 0, c = 0;  // batch, chunk length
+  std::int64_t hq = 0, hkv = 0, hd = 0;
+  std::int64_t q_cols() const { return hq * hd; }
+  std::int64_t kv_cols() const { return hkv * hd; }
+  // Global chunk index of chunk k (0 or 1) of rank `of`.
+  int chunk(int of, int k) const { return k == 0 ? of : 2 * cp - 1 - of; }
+};
+
+Geometry geometry(const Context& ctx, std::int64_t b, std::int64_t tl, const RingHeads& h, const std::string& who) {
+  CLEAVE_ASSERT(ctx.cp_comm != nullptr && ctx.cp_comm->size() == ctx.cp.size && ctx.cp_comm->rank() == ctx.cp.rank,
+                "{}: ring attention without its cp group", who);
+  CLEAVE_CHECK(tl % kChunks == 0, "{}: ring attention needs an even number of local tokens, got {}", who, tl);
+  return {ctx.cp.size, ctx.cp.rank, b, tl / kChunks, h.q_heads, h.kv_heads, h.head_dim};
+}
+
+BlockParams block_params(const Geometry& g, int q_chunk, int k_chunk) {
+  BlockParams p;
+  p.q_heads = g.hq;
+  p.kv_heads = g.hkv;
+  p.q_offset = q_chunk * g.c;
+  p.k_offset = k_chunk * g.c;
+  p.causal = true;  // the diagonal block masks; an earlier chunk is wholly visible either way
+  return p;
+}
+
+// Keys and values of one rank in flight: two chunks each.
+struct KvBlocks {
+  std::array<Tensor, kChunks> k, v;
+};
+
+KvBlocks empty_like(const Context& ctx, const KvBlocks& like) {
+  KvBlocks out;
+  for (int m = 0; m < kChunks; ++m) {
+    out.k[m] = Tensor::empty(like.k[m].shape(), like.k[m].dtype(), MemoryCategory::kCommunication, *ctx.allocator);
+    out.v[m] = Tensor::empty(like.v[m].shape(), like.v[m].dtype(), MemoryCategory::kCommunication, *ctx.allocator);
+  }
+  return out;
+}
+
+// Posts this rank's `send` to rank + 1 and the receive of rank - 1's into `recv`; returns the Work.
+comm::WorkPtr rotate(Context& ctx, const std::vector<Tensor>& send, const std::vector<Tensor>& recv) {
+  const int cp = ctx.cp.size, next = (ctx.cp.rank + 1) % cp, prev = (ctx.cp.rank + cp - 1) % cp;
+  std::vector<comm::P2POp> ops;
+  for (std::size_t i = 0; i < recv.size(); ++i) ops.push_back(comm::P2POp::recv(recv[i], prev, static_cast<int>(i)));
+  for (std::size_t i = 0; i < send.size(); ++i) ops.push_back(comm::P2POp::send(send[i], next, static_cast<int>(i)));
+  return ctx.cp_comm->batch_p2p(std::move(ops), *ctx.stream);
+}
+
+std::vector<Tensor> flat(const KvBlocks& kv) { return {kv.k[0], kv.k[1], kv.v[0], kv.v[1]}; }
+
+// Whether query chunk gi attends key chunk gj at all (causal: not wholly in its future).
+bool visible(int gi, int gj) { return gj <= gi; }
+
+struct ForwardResult {
+  std::array<Tensor, kChunks> q, out, lse;
+  KvBlocks own;
+};
+
+ForwardResult run_forward(Context& ctx, const Tensor& qkv, const RingHeads& h, const std::string& who) {
+  const Geometry g = geometry(ctx, qkv.dim(0), qkv.dim(1), h, who);
+  CLEAVE_ASSERT(qkv.dim(2) == g.q_cols() + 2 * g.kv_cols(), "{}: qkv {} is not q | k | v of {} + 2 × {} heads", who,
+                qkv.shape().str(), g.hq, g.hkv);
+  ForwardResult r;
+  for (int k = 0; k < kChunks; ++k) {
+    r.q[k] = take(ctx, qkv, 0, g.q_cols(), k * g.c, g.c);
+    r.own.k[k] = take(ctx, qkv, g.q_cols(), g.kv_cols(), k * g.c, g.c);
+    r.own.v[k] = take(ctx, qkv, g.q_cols() + g.kv_cols(), g.kv_cols(), k * g.c, g.c);
+    r.out[k] = new_activation(ctx, Shape{g.b, g.c, g.q_cols()});
+    r.lse[k] = new_activation(ctx, Shape{g.b, g.hq, g.c}, DType::kF32);
+    ops::fill(ctx, r.out[k], 0.0f);
+    ops::fill(ctx, r.lse[k], -std::numeric_limits<float>::infinity());
+  }
+  const Tensor part_out = new_workspace(ctx, Shape{g.b, g.c, g.q_cols()}, r.out[0].dtype());
+  const Tensor part_lse = new_workspace(ctx, Shape{g.b, g.hq, g.c}, DType::kF32);
+  KvBlocks held = r.own;
+  for (int step = 0; step < g.cp; ++step) {
+    const int src = (g.rank - step + g.cp) % g.cp;
+    KvBlocks next;
+    comm::WorkPtr in_flight;
+    if (step + 1 < g.cp) {  // the next block travels while this one computes
+      next = empty_like(ctx, held);
+      in_flight = rotate(ctx, flat(held), flat(next));
+    }
+    for (int k = 0; k < kChunks; ++k) {
+      const int gi = g.chunk(g.rank, k);
+      for (int m = 0; m < kChunks; ++m) {
+        const int gj = g.chunk(src, m);
+        if (!visible(gi, gj)) continue;
+        ops::attention_forward(ctx, r.q[k], held.k[m], held.v[m], part_out, part_lse, block_params(g, gi, gj));
+        ops::attention_merge(ctx, r.out[k], r.lse[k], part_out, part_lse, r.out[k], r.lse[k]);
+      }
+    }
+    if (in_flight) {
+      in_flight->wait();
+      held = next;
+    }
+  }
+  return r;
+}
+
+Tensor assemble_out(Context& ctx, const ForwardResult& r) {
+  const std::int64_t b = r.out[0].dim(0), c = r.out[0].dim(1), w = r.out[0].dim(2);
+  Tensor out = new_activation(ctx, Shape{b, kChunks * c, w}, r.out[0].dtype());
+  for (int k = 0; k < kChunks; ++k) put(ctx, r.out[k], out, 0, k * c);
+  return out;
+}
+
+}  // namespace
+
+Tensor ring_attention_forward(Context& ctx, const Tensor& qkv, const RingHeads& heads, bool recompute, Stash& stash,
+                              const std::string& who) {
+  ForwardResult r = run_forward(ctx, qkv, heads, who);
+  Tensor out = assemble_out(ctx, r);
+  if (recompute) {
+    stash.tensors = {qkv};
+  } else {
+    stash.tensors = {r.q[0], r.q[1], r.own.k[0], r.own.k[1], r.own.v[0], r.own.v[1],
+                     r.out[0], r.out[1], r.lse[0], r.lse[1]};
+  }
+  return out;
+}
+
+Tensor ring_attention_backward(Context& ctx, const Tensor& dout, const RingHeads& heads, bool recompute, Stash& stash,
+                               const std::string& who) {
+  ForwardResult r;
+  if (recompute) {
+    r = run_forward(ctx, stash_at(stash, 0, who), heads, who);
+  } else {
+    for (int k = 0; k < kChunks; ++k) {
+      r.q[k] = stash_at(stash, static_cast<std::size_t>(k), who);
+      r.own.k[k] = stash_at(stash, static_cast<std::size_t>(2 + k), who);
+      r.own.v[k] = stash_at(stash, static_cast<std::size_t>(4 + k), who);
+      r.out[k] = stash_at(stash, static_cast<std::size_t>(6 + k), who);
+      r.lse[k] = stash_at(stash, static_cast<std::size_t>(8 + k), who);
+    }
+  }
+  stash.tensors.clear();
+  const Geometry g = geometry(ctx, dout.dim(0), dout.dim(1), heads, who);
+  std::array<Tensor, kChunks> d_out, dq;
+  KvBlocks dkv;  // the gradient of the held block, travelling with it
+  for (int k = 0; k < kChunks; ++k) {
+    d_out[k] = take(ctx, dout, 0, g.q_cols(), k * g.c, g.c);
+    dq[k] = new_activation(ctx, r.q[k].shape());
+    ops::fill(ctx, dq[k], 0.0f);
+    dkv.k[k] = Tensor::empty(r.own.k[k].shape(), r.own.k[k].dtype(), MemoryCategory::kCommunication, *ctx.allocator);
+    dkv.v[k] = Tensor::empty(r.own.v[k].shape(), r.own.v[k].dtype(), MemoryCategory::kCommunication, *ctx.allocator);
+    ops::fill(ctx, dkv.k[k], 0.0f);
+    ops::fill(ctx, dkv.v[k], 0.0f);
+  }
+  KvBlocks held = r.own;
+  for (int step = 0; step < g.cp; ++step) {
+    const int src = (g.rank - step + g.cp) % g.cp;
+    KvBlocks next;
+    comm::WorkPtr in_flight;
+    if (step + 1 < g.cp) {
+      next = empty_like(ctx, held);
+      in_flight = rotate(ctx, flat(held), flat(next));
+    }
+    for (int k = 0; k < kChunks; ++k) {
+      const int gi = g.chunk(g.rank, k);
+      for (int m = 0; m < kChunks; ++m) {
+        const int gj = g.chunk(src, m);
+        if (!visible(gi, gj)) continue;
+        BlockParams p = block_params(g, gi, gj);
+        p.accumulate_grads = true;
+        ops::attention_backward(ctx, r.q[k], held.k[m], held.v[m], r.out[k], r.lse[k], d_out[k], dq[k], dkv.k[m],
+                                dkv.v[m], p);
+      }
+    }
+    // The gradient travels on once this rank has added to it; after cp hops it is home.
+    KvBlocks dkv_next = empty_like(ctx, dkv);
+    rotate(ctx, flat(dkv), flat(dkv_next))->wait();
+    dkv = dkv_next;
+    if (in_flight) {
+      in_flight->wait();
+      held = next;
+    }
+  }
+  const std::int64_t tl = kChunks * g.c;
+  Tensor dqkv = new_activation(ctx, Shape{g.b, tl, g.q_cols() + 2 * g.kv_cols()}, dout.dtype());
+  for (int k = 0; k < kChunks; ++k) {
+    put(ctx, dq[k], dqkv, 0, k * g.c);
+    put(ctx, dkv.k[k], dqkv, g.q_cols(), k * g.c);
+    put(ctx, dkv.v[k], dqkv, g.q_cols() + g.kv_cols(), k * g.c);
+  }
+  return dqkv;
+}
+
+}  // namespace cleave::layers

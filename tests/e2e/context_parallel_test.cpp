@@ -1,0 +1,264 @@
+// Context parallelism (parallel.context_parallel_size), run under mpiexec: the tiny GPT and the tiny
+// grouped-query llama trained with every sequence split over cp ranks, alone and with tp (and sequence
+// parallelism), pp (1f1b, zb_v), dp with ZeRO-3, recomputation and bf16, give the per-step losses and final
+// parameters of one rank from the same seed (the one-rank reference runs inside rank 0 on a communicator of
+// its own). Both exchanges: all_to_all (Ulysses) and ring.
+//
+// Bounds, and why:
+//  - fp32, kContextParallel 2e-5 (relative, losses per step and parameters element-wise): cp splits every
+//    weight gradient's sum over tokens into cp partial sums added by the dp × cp reduction, and the loss
+//    into cp means averaged; ring also merges attention over key blocks by log-sum-exp. These are the
+//    reassociations tensor parallelism makes (row-parallel partial sums), so cp takes tp's bound
+//    (tests/e2e/pipeline_equivalence_test.cpp: 2e-5, observed there <= 5.2e-6); composed with tp the same
+//    bound holds (the two reassociations are of the same size).
+//  - bf16: the bf16 tensor-parallel bounds of tests/e2e/mixed_precision_test.cpp (3e-2 per tensor scaled,
+//    1e-3 per step on losses): a different summation order of bf16 partial results moves whole bf16 ulps.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <span>
+#include <string>
+
+#include <unistd.h>
+#include <vector>
+
+#include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/core/allocator.hpp"
+#include "engine/core/error.hpp"
+#include "engine/planning/memory_plan.hpp"
+#include "engine/train/collectives.hpp"
+#include "mpi/mpi_test_env.hpp"
+#include "train_harness.hpp"
+
+namespace cleave::testing {
+namespace {
+
+constexpr double kContextParallel = 2e-5;
+constexpr double kBf16 = 3e-2;      // max |diff| / max |value| per tensor
+constexpr double kBf16Loss = 1e-3;  // relative, per step
+
+config::RunConfig tiny_gpt(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"train.steps=20"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return config::parse_config(R"({
+    "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 4, "seq_len": 16},
+    "batch": {"global_batch_size": 4, "micro_batch_size": 2},
+    "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "grad_clip": 0.0, "warmup_steps": 0},
+    "train": {"seed": 5, "deterministic": true, "eval_batches": 0},
+    "data": {"type": "synthetic"}
+  })", "tiny_gpt", all);
+}
+
+// 4 query heads over 2 key/value heads (GQA).
+config::RunConfig tiny_llama(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"train.steps=20"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return config::parse_config(R"({
+    "model": {"type": "llama", "vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+              "seq_len": 16, "ffn_hidden_size": 48},
+    "batch": {"global_batch_size": 4, "micro_batch_size": 2},
+    "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "grad_clip": 0.0, "warmup_steps": 0},
+    "train": {"seed": 5, "deterministic": true, "eval_batches": 0},
+    "data": {"type": "synthetic"}
+  })", "tiny_llama", all);
+}
+
+using MakeConfig = config::RunConfig (*)(const std::vector<std::string>&);
+
+struct Layout {
+  std::string name;
+  MakeConfig model;
+  std::vector<std::string> overrides;
+  bool bf16 = false;
+};
+
+std::string cp(int c) { return "parallel.context_parallel_size=" + std::to_string(c); }
+std::string comm(const char* c) { return std::string("parallel.context_parallel_comm=") + c; }
+std::string tp(int t) { return "parallel.tensor_model_parallel_size=" + std::to_string(t); }
+std::string pp(int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); }
+
+std::vector<Layout> layouts_for(int world, const char* exchange) {
+  const std::string x = exchange;
+  const std::string c = comm(exchange);
+  if (world == 2) {
+    return {{x + "_cp2", tiny_gpt, {cp(2), c}},
+            {x + "_cp2_untied_selective", tiny_gpt, {cp(2), c, "model.tie_embeddings=false", "train.recompute=selective"}},
+            {x + "_cp2_recompute_full", tiny_gpt, {cp(2), c, "train.recompute=full"}},
+            {x + "_llama_cp2", tiny_llama, {cp(2), c}},
+            {x + "_cp2_bf16", tiny_gpt, {cp(2), c, "device.precision=bf16"}, true}};
+  }
+  if (world == 4) {
+    std::vector<Layout> out = {
+        {x + "_cp4", tiny_gpt, {cp(4), c}},
+        {x + "_cp2_tp2_sp", tiny_gpt, {cp(2), c, tp(2), "parallel.sequence_parallel=true"}},
+        {x + "_cp2_pp2_1f1b", tiny_gpt, {cp(2), c, pp(2), "parallel.schedule=1f1b"}},
+        {x + "_cp2_pp2_zb_v", tiny_gpt, {cp(2), c, pp(2), "parallel.schedule=zb_v"}},
+        {x + "_cp2_dp2_zero3", tiny_gpt, {cp(2), c, "optimizer.zero_stage=3", "batch.micro_batch_size=1"}}};
+    // all_to_all needs kv heads per tp rank divisible by cp: the GQA llama's 2 kv heads over tp 2 leave 1.
+    if (x == "ring") out.push_back({x + "_llama_cp2_tp2", tiny_llama, {cp(2), c, tp(2)}});
+    else out.push_back({x + "_llama_cp2_pp2", tiny_llama, {cp(2), c, pp(2)}});
+    return out;
+  }
+  return {};
+}
+
+void expect_layouts_match(const char* exchange) {
+  auto world = make_world(/*deterministic=*/true);
+  auto self = world->split(world->rank(), 0, "self");
+  const auto layouts = layouts_for(world->size(), exchange);
+  if (layouts.empty()) GTEST_SKIP() << "no layouts for world size " << world->size();
+  for (const auto& layout : layouts) {
+    SCOPED_TRACE(layout.name);
+    const config::RunConfig config = layout.model(layout.overrides);
+    const RunRecord got = train_steps(config, *world);
+    if (world->rank() != 0) continue;
+    const RunRecord one = train_steps(single_rank_config(config), *self);
+    EXPECT_LT(got.losses.back(), got.losses.front());  // it trained
+    std::string worst;
+    const double loss_diff = max_loss_rel_diff(got, one);
+    const double param_diff =
+        layout.bf16 ? max_scaled_param_diff(got, one, &worst) : max_param_rel_diff(got, one, &worst);
+    EXPECT_LE(loss_diff, layout.bf16 ? kBf16Loss : kContextParallel);
+    EXPECT_LE(param_diff, layout.bf16 ? kBf16 : kContextParallel) << "worst " << worst;
+    std::printf("[ layout ] %-30s vs one rank: loss %.3g param %.3g\n", layout.name.c_str(), loss_diff, param_diff);
+  }
+}
+
+TEST(ContextParallel, AllToAllMatchesOneRank) { expect_layouts_match("all_to_all"); }
+
+TEST(ContextParallel, RingMatchesOneRank) { expect_layouts_match("ring"); }
+
+// Checkpoints hold logical tensors: a run saved at cp2 (ring) after 4 steps resumes at cp1 (one rank) and at
+// tp2, and the next 4 steps match the uninterrupted cp2 run within the cp bound (the layouts differ only in
+// summation order).
+TEST(ContextParallel, CheckpointSavedAtCp2ResumesAtCp1AndTp2) {
+  auto world = make_world(/*deterministic=*/true);
+  if (world->size() != 2) GTEST_SKIP() << "needs 2 ranks";
+  auto self = world->split(world->rank(), 0, "self");
+  const std::int64_t pid = ::getpid();
+  const auto pids = train::all_gather_values<std::int64_t>(*world, std::span(&pid, 1));
+  const std::string root =
+      (std::filesystem::temp_directory_path() / ("cleave_cp_ckpt_" + std::to_string(pids[0][0]))).string();
+  if (world->rank() == 0) std::filesystem::remove_all(root);
+  world->barrier()->wait();
+  const config::RunConfig cp2 = tiny_gpt({cp(2), comm("ring"), "train.steps=8"});
+  std::vector<double> whole;
+  {
+    train::Trainer trainer(cp2, *world);
+    for (std::int64_t s = 0; s < 8; ++s) {
+      whole.push_back(trainer.step(s).loss);
+      if (s == 3) trainer.save_checkpoint(root, 4);
+    }
+  }
+  const std::string dir = root + "/" + checkpoint::step_dir_name(4);
+  const auto resume = [&](const config::RunConfig& config, comm::Communicator& group, const char* name) {
+    SCOPED_TRACE(name);
+    train::Trainer trainer(config, group);
+    EXPECT_EQ(trainer.load_checkpoint(dir), 4);
+    double worst = 0;
+    for (std::int64_t s = 4; s < 8; ++s) {
+      const double loss = trainer.step(s).loss;
+      worst = std::max(worst, std::abs(loss - whole[static_cast<std::size_t>(s)]) / whole[static_cast<std::size_t>(s)]);
+    }
+    EXPECT_LE(worst, kContextParallel);
+    if (group.rank() == 0) std::printf("[ resume ] cp2 -> %s: loss %.3g\n", name, worst);
+  };
+  resume(tiny_gpt({tp(2), "train.steps=8"}), *world, "tp2");
+  if (world->rank() == 0) resume(single_rank_config(cp2), *self, "cp1");
+  world->barrier()->wait();
+  if (world->rank() == 0) std::filesystem::remove_all(root);
+}
+
+// The memory plan knows cp: the allocator's measured activation peak against the plan's (÷ cp), GPipe on one pp
+// rank so the stashes the plan counts dominate (as in tests/e2e/sequence_parallel_test.cpp), at cp = world size.
+// all_to_all keeps what one rank keeps, divided by cp (heads / cp of the statistics over the whole sequence,
+// the exchanged qkv in place of the local one); ring keeps chunk copies of q, k, v and the outputs besides the
+// assembled output, and dout's and dq's chunks in its backward (memory_plan.cpp's add_ring_attention_state).
+// Both within 2%.
+struct MemoryRun {
+  std::int64_t measured = 0, planned = 0;
+};
+
+MemoryRun memory_run(comm::Communicator& world, const char* exchange) {
+  const config::RunConfig config = config::parse_config(R"({
+    "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 4, "seq_len": 64},
+    "batch": {"global_batch_size": 8, "micro_batch_size": 2},
+    "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "warmup_steps": 0},
+    "parallel": {"schedule": "gpipe"},
+    "train": {"seed": 5, "eval_batches": 0, "steps": 2},
+    "data": {"type": "synthetic"}
+  })", "memory_gpt", {cp(world.size()), comm(exchange)});
+  train::Trainer trainer(config, world);
+  for (std::int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
+  MemoryRun out;
+  out.measured = trainer.memory_stats().peak_of(MemoryCategory::kActivations);
+  config::RunConfig resolved = config;
+  resolved.resolve(world.size());
+  out.planned = planning::estimate_rank_memory(trainer.plan(), resolved, 0)
+                    .bytes[static_cast<std::size_t>(MemoryCategory::kActivations)];
+  return out;
+}
+
+TEST(ContextParallel, ActivationMemoryFollowsThePlan) {
+  auto world = make_world();
+  const MemoryRun a2a = memory_run(*world, "all_to_all");
+  const MemoryRun ring = memory_run(*world, "ring");
+  EXPECT_NEAR(static_cast<double>(a2a.planned), static_cast<double>(a2a.measured), 0.02 * a2a.measured);
+  EXPECT_NEAR(static_cast<double>(ring.planned), static_cast<double>(ring.measured), 0.02 * ring.measured);
+  std::printf("[ memory ] cp%d rank %d activations: all_to_all measured %lld B planned %lld B (%+.2f%%); ring measured "
+              "%lld B planned %lld B (%+.2f%%)\n",
+              world->size(), world->rank(), static_cast<long long>(a2a.measured), static_cast<long long>(a2a.planned),
+              100.0 * (static_cast<double>(a2a.planned) / a2a.measured - 1), static_cast<long long>(ring.measured),
+              static_cast<long long>(ring.planned), 100.0 * (static_cast<double>(ring.planned) / ring.measured - 1));
+}
+
+// One clear error for each bad input, naming the key, the numbers and a valid choice, before anything is built.
+TEST(ContextParallel, BadInputIsOneClearError) {
+  auto expect_refused = [](MakeConfig make, const std::vector<std::string>& overrides, const std::string& key,
+                           const std::vector<std::string>& fragments) {
+    try {
+      make(overrides);
+      ADD_FAILURE() << "accepted: " << overrides.back();
+    } catch (const Error& e) {  // parse_config: "<where>: <key>: <detail>", one line
+      const std::string message = e.what();
+      EXPECT_NE(message.find(key + ": "), std::string::npos) << message;
+      for (const auto& f : fragments) EXPECT_NE(message.find(f), std::string::npos) << message;
+      EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    }
+  };
+  const std::string key = "parallel.context_parallel_size";
+  // ring: seq_len 16 over 2 × 3 chunks.
+  expect_refused(tiny_gpt, {cp(3), comm("ring")}, key, {"2 × 3 = 6 chunks", "model.seq_len 16", "{1, 2, 4, 8}"});
+  // all_to_all: seq_len 18 over 4.
+  expect_refused(tiny_gpt, {"model.seq_len=18", cp(4), comm("all_to_all")}, key,
+                 {"model.seq_len 18 is not divisible by 4", "use context_parallel_size in {1, 2"});
+  // all_to_all: 4 heads over cp 8 (seq_len 16 divides by 8).
+  expect_refused(tiny_gpt, {cp(8), comm("all_to_all")}, key, {"4 query and 4 kv heads", "{1, 2, 4}"});
+  // all_to_all: the llama's 2 kv heads over cp 4.
+  expect_refused(tiny_llama, {cp(4), comm("all_to_all")}, key, {"2 kv heads", "{1, 2}"});
+  // A model without attention.
+  expect_refused(
+      [](const std::vector<std::string>& o) {
+        return config::parse_config(R"({"model": {"type": "mlp"}, "data": {"type": "synthetic"}})", "mlp", o);
+      },
+      {cp(2)}, key, {"model.type mlp has no attention", "use 1"});
+  EXPECT_NO_THROW(tiny_gpt({cp(4), comm("ring")}));
+  EXPECT_NO_THROW(tiny_llama({cp(2), comm("all_to_all")}));
+  // The world size: 3 ranks do not split into cp 2.
+  config::RunConfig c = tiny_gpt({cp(2)});
+  try {
+    c.resolve(3);
+    ADD_FAILURE() << "world 3 accepted at cp 2";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("world size 3 is not divisible by tp(1) × cp(2) × pp(1) = 2"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find("parallel.context_parallel_size"), std::string::npos) << message;
+  }
+}
+
+}  // namespace
+}  // namespace cleave::testing

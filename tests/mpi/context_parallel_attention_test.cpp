@@ -1,0 +1,167 @@
+// Context-parallel attention under mpiexec (the cp group is the whole world, cp = 2 or 4): the attention core
+// (layers/attention_core.hpp) with every exchange, forward and backward, against the same core on one rank
+// over the whole sequence, on random inputs of an awkward size (batch 2, 24 tokens, head dim 6).
+//
+// Each rank feeds its tokens of the whole-sequence qkv (CpLayout: chunk r under all_to_all, chunks r and
+// 2cp-1-r under ring) and a random dout; its out and dqkv must equal the reference's rows of those tokens.
+// Bounds: all_to_all runs the very op of one rank on the same whole sequence per head (the exchange moves
+// values without arithmetic), so it must be bit-identical; ring merges per-block partial results by their
+// log-sum-exp, a different order of the same sums: max |got - want| <= 1e-6 · max |want| per tensor (fp32),
+// and every reference is checked non-zero so an all-zero result cannot pass. Heads: 4 (divisible by cp, as
+// all_to_all needs) and, for ring, 3 (odd). Grouped-query attention: ring attention on q | k | v with 6 query
+// heads over 2 kv heads (unexpanded) against the same block attention over the whole sequence at once.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "engine/core/rng.hpp"
+#include "kernels/ops/ops.hpp"
+#include "layers/attention_core.hpp"
+#include "layers/context_parallel/cp_layout.hpp"
+#include "layers/context_parallel/ring_attention.hpp"
+#include "tests/mpi/mpi_test_env.hpp"
+
+namespace cleave::layers {
+namespace {
+
+constexpr std::int64_t kBatch = 2;
+constexpr std::int64_t kSeq = 24;
+constexpr std::int64_t kHeadDim = 6;
+
+Tensor random_tensor(const Shape& shape, std::uint64_t seed) {
+  Tensor t = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  rng::fill_normal(t.data<float>(), t.numel(), seed, rng::hash_key("cp-attention-test"), 0.0f, 1.0f);
+  return t;
+}
+
+// This rank's tokens of x [B, T, C] as [B, T / cp, C].
+Tensor local_tokens(const Tensor& x, const CpLayout& cp) {
+  const std::int64_t b = x.dim(0), t = x.dim(1), c = x.dim(2), tl = t / cp.size;
+  Tensor out = Tensor::empty(Shape{b, tl, c}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  for (std::int64_t s = 0; s < b; ++s) {
+    for (const CpSegment& run : cp.segments(tl)) {
+      std::copy_n(x.data<float>() + (s * t + run.global_begin) * c, run.length * c,
+                  out.data<float>() + (s * tl + run.local_begin) * c);
+    }
+  }
+  return out;
+}
+
+// max |got - want| / max |want|; the reference must not be all zeros.
+double scaled_error(const Tensor& got, const Tensor& want, const std::string& what) {
+  EXPECT_EQ(got.shape(), want.shape()) << what;
+  double err = 0, scale = 0;
+  for (std::int64_t i = 0; i < want.numel(); ++i) {
+    err = std::max(err, std::abs(static_cast<double>(got.data<float>()[i]) - want.data<float>()[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(want.data<float>()[i])));
+  }
+  EXPECT_GT(scale, 0.0) << what << ": the reference is all zeros, the comparison would prove nothing";
+  return scale > 0 ? err / scale : INFINITY;
+}
+
+void check_exchange(CpExchange exchange, std::int64_t heads, bool recompute) {
+  auto world = testing::make_world();
+  const int cp = world->size();
+  const std::string name = std::string(exchange == CpExchange::kRing ? "ring" : "all_to_all") + " cp" +
+                           std::to_string(cp) + " heads " + std::to_string(heads) +
+                           (recompute ? " recompute" : "");
+  SCOPED_TRACE(name);
+  const std::int64_t width = heads * kHeadDim;
+  const Tensor qkv = random_tensor(Shape{kBatch, kSeq, 3 * width}, 11);
+  const Tensor dout = random_tensor(Shape{kBatch, kSeq, width}, 12);
+
+  Context one;  // one rank, the whole sequence
+  Stash one_stash;
+  const Tensor want_out = attention_core_forward(one, qkv, heads, kHeadDim, 0, recompute, one_stash, "reference");
+  const Tensor want_dqkv = attention_core_backward(one, [&] { return dout; }, heads, kHeadDim, 0, recompute, one_stash, "reference");
+
+  Context ctx;
+  ctx.cp_comm = world.get();
+  ctx.cp = {cp, world->rank(), exchange};
+  Stash stash;
+  const Tensor out = attention_core_forward(ctx, local_tokens(qkv, ctx.cp), heads, kHeadDim, 0, recompute, stash, name);
+  const Tensor dqkv = attention_core_backward(ctx, [&] { return local_tokens(dout, ctx.cp); }, heads, kHeadDim, 0, recompute, stash, name);
+  EXPECT_TRUE(stash.tensors.empty()) << "backward must release the stash";
+
+  const double bound = exchange == CpExchange::kAllToAll ? 0.0 : 1e-6;
+  EXPECT_LE(scaled_error(out, local_tokens(want_out, ctx.cp), "out"), bound);
+  EXPECT_LE(scaled_error(dqkv, local_tokens(want_dqkv, ctx.cp), "dqkv"), bound);
+}
+
+TEST(ContextParallelAttention, AllToAllMatchesOneRank) {
+  check_exchange(CpExchange::kAllToAll, 4, false);
+  check_exchange(CpExchange::kAllToAll, 4, true);
+  if (testing::make_world()->size() == 2) check_exchange(CpExchange::kAllToAll, 6, false);
+}
+
+TEST(ContextParallelAttention, RingMatchesOneRank) {
+  check_exchange(CpExchange::kRing, 4, false);
+  check_exchange(CpExchange::kRing, 3, false);  // odd heads: ring has no head rule
+  check_exchange(CpExchange::kRing, 3, true);
+}
+
+TEST(ContextParallelAttention, RingMatchesOneRankWithGroupedQueryHeads) {
+  auto world = testing::make_world();
+  const std::int64_t hq = 6, hkv = 2, q_cols = hq * kHeadDim, kv_cols = hkv * kHeadDim;
+  const Tensor qkv = random_tensor(Shape{kBatch, kSeq, q_cols + 2 * kv_cols}, 21);
+  const Tensor dout = random_tensor(Shape{kBatch, kSeq, q_cols}, 22);
+  // The reference: the whole sequence as one causal block, from separate q, k, v.
+  const auto part = [&](std::int64_t col, std::int64_t cols) {
+    Tensor out = Tensor::empty(Shape{kBatch, kSeq, cols}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+    for (std::int64_t i = 0; i < kBatch * kSeq; ++i) {
+      std::copy_n(qkv.data<float>() + i * qkv.dim(2) + col, cols, out.data<float>() + i * cols);
+    }
+    return out;
+  };
+  const Tensor q = part(0, q_cols), k = part(q_cols, kv_cols), v = part(q_cols + kv_cols, kv_cols);
+  Context one;
+  ops::AttentionParams whole;
+  whole.q_heads = hq;
+  whole.kv_heads = hkv;
+  Tensor want_out = Tensor::empty(q.shape(), DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  Tensor lse = Tensor::empty(Shape{kBatch, hq, kSeq}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  ops::attention_forward(one, q, k, v, want_out, lse, whole);
+  Tensor dq = Tensor::empty(q.shape(), DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  Tensor dk = Tensor::empty(k.shape(), DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  Tensor dv = Tensor::empty(v.shape(), DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  ops::attention_backward(one, q, k, v, want_out, lse, dout, dq, dk, dv, whole);
+  Tensor want_dqkv = Tensor::empty(qkv.shape(), DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  for (std::int64_t i = 0; i < kBatch * kSeq; ++i) {
+    float* row = want_dqkv.data<float>() + i * qkv.dim(2);
+    std::copy_n(dq.data<float>() + i * q_cols, q_cols, row);
+    std::copy_n(dk.data<float>() + i * kv_cols, kv_cols, row + q_cols);
+    std::copy_n(dv.data<float>() + i * kv_cols, kv_cols, row + q_cols + kv_cols);
+  }
+
+  Context ctx;
+  ctx.cp_comm = world.get();
+  ctx.cp = {world->size(), world->rank(), CpExchange::kRing};
+  Stash stash;
+  const Tensor out = ring_attention_forward(ctx, local_tokens(qkv, ctx.cp), {hq, hkv, kHeadDim}, false, stash, "gqa");
+  const Tensor dqkv = ring_attention_backward(ctx, local_tokens(dout, ctx.cp), {hq, hkv, kHeadDim}, false, stash, "gqa");
+  EXPECT_LE(scaled_error(out, local_tokens(want_out, ctx.cp), "out"), 1e-6);
+  EXPECT_LE(scaled_error(dqkv, local_tokens(want_dqkv, ctx.cp), "dqkv"), 1e-6);
+}
+
+// all_to_all with heads cp does not divide: a clear error, on every rank alike, before any exchange.
+TEST(ContextParallelAttention, AllToAllRefusesIndivisibleHeads) {
+  auto world = testing::make_world();
+  Context ctx;
+  ctx.cp_comm = world.get();
+  ctx.cp = {world->size(), world->rank(), CpExchange::kAllToAll};
+  const std::int64_t heads = world->size() + 1;
+  const Tensor qkv = random_tensor(Shape{kBatch, kSeq / world->size(), 3 * heads * kHeadDim}, 3);
+  Stash stash;
+  try {
+    attention_core_forward(ctx, qkv, heads, kHeadDim, 0, false, stash, "attention");
+    ADD_FAILURE() << "accepted " << heads << " heads over cp " << world->size();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.context_parallel_size"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace cleave::layers

@@ -10,9 +10,9 @@
 namespace cleave::hf {
 namespace {
 
-const std::array<HfArchitecture, 2>& rows() {
-  static const std::array<HfArchitecture, 2> table = [] {
-    const std::array<HfArchitecture, 2> t = {gpt2_architecture(), llama_architecture()};
+const std::array<HfArchitecture, 3>& rows() {
+  static const std::array<HfArchitecture, 3> table = [] {
+    const std::array<HfArchitecture, 3> t = {gpt2_architecture(), llama_architecture(), mixtral_architecture()};
     for (std::size_t i = 0; i < t.size(); ++i) {
       const HfArchitecture& a = t[i];
       CLEAVE_ASSERT(static_cast<std::size_t>(a.architecture) == i, "HF architecture table row {} is {}", i,

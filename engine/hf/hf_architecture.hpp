@@ -1,5 +1,6 @@
 // The Hugging Face level of the model-family table: one HfArchitecture row per transformers class Cleave
-// imports and exports (GPT2LMHeadModel for the gpt family, LlamaForCausalLM for llama). hf_config.cpp,
+// imports and exports (GPT2LMHeadModel for the gpt family, LlamaForCausalLM for llama,
+// MixtralForCausalLM for moe). hf_config.cpp,
 // hf_layout.cpp and hf_import.cpp ask this table instead of switching on Architecture.
 //
 // A family's home at this level is engine/hf/families/<architecture>.cpp: the config.json keys it reads and
@@ -58,5 +59,6 @@ std::string hf_export_names();
 // The rows (engine/hf/families/).
 HfArchitecture gpt2_architecture();
 HfArchitecture llama_architecture();
+HfArchitecture mixtral_architecture();
 
 }  // namespace cleave::hf

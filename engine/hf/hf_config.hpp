@@ -14,6 +14,11 @@
 //     norm_eps, max_position_embeddings -> seq_len, tie_word_embeddings (default false) -> tie_embeddings;
 //     hidden_act must be silu, attention_bias and mlp_bias false, rope scaling absent or "default", head_dim
 //     absent or hidden_size / num_attention_heads.
+//   MixtralForCausalLM (engine/hf/families/mixtral.cpp): Llama's keys (rms_norm_eps default 1e-5, rope_theta
+//     default 1e6) plus num_local_experts -> n_experts, num_experts_per_tok -> top_k, router_aux_loss_coef
+//     (default 0.001) -> aux_loss_coef, router_z_loss_coef (default 0) -> z_loss_coef; the model section is
+//     type "moe", router "softmax", normalize_top_k true, n_shared_experts 0; router_jitter_noise must be 0 and
+//     sliding_window null or >= max_position_embeddings.
 // Export (hf_config_json) writes the same keys back, with architectures, model_type and torch_dtype, so that
 // read_hf_config(hf_config_json(m)) gives m again.
 #pragma once

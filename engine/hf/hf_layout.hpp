@@ -28,6 +28,13 @@
 //     model.layers.{i}.mlp.{gate,up,down}_proj.weight  -> blocks.{i}.mlp.{gate,up,down}.weight ([F,D],[F,D],[D,F])
 //     model.norm.weight                       -> final_norm.weight
 //     lm_head.weight                          -> head.weight (only when untied)
+//   MixtralForCausalLM (Cleave model.type "moe", softmax router, k weights renormalised, no shared experts):
+//     the Llama names above for embedding, attention, norms and head, and per block i, expert j:
+//     model.layers.{i}.block_sparse_moe.gate.weight [E,D]      -> blocks.{i}.moe.router.weight [E,D]
+//     model.layers.{i}.block_sparse_moe.experts.{j}.w1.weight [F,D] -> slice j of blocks.{i}.moe.experts.gate.weight [E,F,D]
+//     model.layers.{i}.block_sparse_moe.experts.{j}.w3.weight [F,D] -> slice j of blocks.{i}.moe.experts.up.weight [E,F,D]
+//     model.layers.{i}.block_sparse_moe.experts.{j}.w2.weight [D,F] -> slice j of blocks.{i}.moe.experts.down.weight [E,D,F]
+//     (the per-expert names save_pretrained writes; a sliced row's cleave_shape is the whole stacked tensor)
 // Extending: a new architecture is an enum value here, its names in engine/hf/families/<architecture>.cpp with a
 // row in hf_architecture.cpp (hf_architecture.hpp), and its config keys in hf_config.hpp's comment.
 #pragma once
@@ -39,7 +46,7 @@
 
 namespace cleave::hf {
 
-enum class Architecture { kGpt2, kLlama };
+enum class Architecture { kGpt2, kLlama, kMixtral };
 
 // transformers' class name: "GPT2LMHeadModel", "LlamaForCausalLM".
 std::string_view architecture_class(Architecture a);
@@ -57,6 +64,8 @@ struct ModelDims {
   std::int64_t ffn = 0;         // gpt2 d_ff, llama ffn_hidden_size
   std::int64_t seq_len = 0;     // gpt2: the position table's rows
   bool tied = true;             // the LM head is the embedding table (no head.weight / lm_head.weight)
+  std::int64_t n_experts = 0;   // moe: routed experts per block (0 otherwise)
+  std::int64_t top_k = 0;       // moe: experts per token
 };
 
 enum class Transform {
@@ -70,6 +79,10 @@ struct TensorMap {
   std::string cleave_name;
   std::vector<std::int64_t> cleave_shape;
   Transform transform = Transform::kCopy;
+  // >= 0: the HF tensor (hf_shape) is slice `slice` along dim 0 of the Cleave tensor, whose whole shape
+  // cleave_shape is (one expert of Cleave's stacked [E, ...] expert weights); several rows share cleave_name.
+  // -1: the HF tensor is the whole Cleave tensor.
+  std::int64_t slice = -1;
 };
 
 // Every tensor of the model, in Cleave's block order (embedding, blocks, final norm, head).

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Writes a tiny Hugging Face GPT2LMHeadModel (or, with --llama, LlamaForCausalLM with grouped-query attention
-and an untied head) directory with the standard library only (no torch, no downloads): config.json as
+and an untied head; with --mixtral, MixtralForCausalLM: the Llama with E 4 experts, top-2, one tensor per expert
+as save_pretrained writes them; with --qwen3moe, a Qwen3MoeForCausalLM config, for its refusal) directory with the standard library only (no torch, no downloads): config.json as
 transformers writes it and seeded random weights (normal, std 0.3: far from a fresh model's) under
 transformers' names and shapes (GPT-2's Conv1D weights [in, out]) in model.safetensors, or in --shards files
 with model.safetensors.index.json. --drop / --extra / --reshape / --nan NAME make bad inputs (--nan: element 3
@@ -18,7 +19,10 @@ V, D, LAYERS, HEADS, T, F = 261, 16, 2, 4, 12, 24
 KV_HEADS = 2  # llama
 
 
-def tensors(seed, llama):
+EXPERTS, TOP_K = 4, 2  # mixtral
+
+
+def tensors(seed, llama, mixtral=False):
     rng = random.Random(seed)
     out = {}
 
@@ -40,6 +44,13 @@ def tensors(seed, llama):
             add(p + "self_attn.v_proj.weight", KV_HEADS * hd, D)
             add(p + "self_attn.o_proj.weight", D, HEADS * hd)
             add(p + "post_attention_layernorm.weight", D)
+            if mixtral:
+                add(p + "block_sparse_moe.gate.weight", EXPERTS, D)
+                for j in range(EXPERTS):
+                    add(p + f"block_sparse_moe.experts.{j}.w1.weight", F, D)
+                    add(p + f"block_sparse_moe.experts.{j}.w2.weight", D, F)
+                    add(p + f"block_sparse_moe.experts.{j}.w3.weight", F, D)
+                continue
             add(p + "mlp.gate_proj.weight", F, D)
             add(p + "mlp.up_proj.weight", F, D)
             add(p + "mlp.down_proj.weight", D, F)
@@ -84,6 +95,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--llama", action="store_true")
+    ap.add_argument("--mixtral", action="store_true")
+    ap.add_argument("--qwen3moe", action="store_true")
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--drop")
@@ -91,7 +104,8 @@ def main():
     ap.add_argument("--reshape")
     ap.add_argument("--nan")
     a = ap.parse_args()
-    w = tensors(a.seed, a.llama)
+    moe = a.mixtral or a.qwen3moe
+    w = tensors(a.seed, a.llama or moe, moe)
     if a.drop:
         del w[a.drop]
     if a.extra:
@@ -111,6 +125,18 @@ def main():
                   "intermediate_size": F, "max_position_embeddings": T, "rms_norm_eps": 1e-06,
                   "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}, "hidden_act": "silu",
                   "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False, "torch_dtype": "float32"}
+    if moe:
+        config = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "vocab_size": V,
+                  "hidden_size": D, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+                  "num_key_value_heads": KV_HEADS, "head_dim": None, "intermediate_size": F,
+                  "max_position_embeddings": T, "rms_norm_eps": 1e-05, "num_local_experts": EXPERTS,
+                  "num_experts_per_tok": TOP_K, "router_aux_loss_coef": 0.02, "router_jitter_noise": 0.0,
+                  "output_router_logits": False, "sliding_window": None,
+                  "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "hidden_act": "silu",
+                  "tie_word_embeddings": False, "dtype": "float32"}
+    if a.qwen3moe:
+        config.update({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_experts": EXPERTS,
+                       "moe_intermediate_size": F, "norm_topk_prob": True})
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     names = sorted(w)

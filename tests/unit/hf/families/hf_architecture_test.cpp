@@ -50,14 +50,14 @@ TEST(HfArchitectureTable, EveryRowRoundTripsItsFamilysModelSection) {
     EXPECT_EQ(a.canonical_name(std::string(a.embedding)), a.embedding);
     ++rows;
   }
-  EXPECT_EQ(rows, 2);
+  EXPECT_EQ(rows, 3);
 }
 
 TEST(HfArchitectureTable, RefusalsNameEveryRow) {
   const std::string unknown = error_of([] { read_hf_config(json{{"architectures", {"BertModel"}}}, "config.json"); });
-  EXPECT_NE(unknown.find("cleave imports GPT2LMHeadModel and LlamaForCausalLM"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("cleave imports GPT2LMHeadModel, LlamaForCausalLM and MixtralForCausalLM"), std::string::npos) << unknown;
   const std::string mlp = error_of([] { dims_of_model(json{{"type", "mlp"}}, "ckpt"); });
-  EXPECT_NE(mlp.find("(gpt exports as GPT2LMHeadModel, llama as LlamaForCausalLM)"), std::string::npos) << mlp;
+  EXPECT_NE(mlp.find("(gpt exports as GPT2LMHeadModel, llama as LlamaForCausalLM, moe as MixtralForCausalLM)"), std::string::npos) << mlp;
 }
 
 }  // namespace

@@ -113,6 +113,7 @@ struct Problem {
   int64_t dim = 1;     // embedding width
   int64_t heads = 1;   // attention: heads (query heads; kv heads for the dk/dv kernel) ...
   int64_t batch = 1;   // ... and batch; seq is the sequence length
+  int64_t top_k = 1;   // mixture of experts: experts per token (routed rows = tokens x top_k)
 };
 
 // Each __global__ function of kernels/cuda/*.cu, by name, with the config its launcher gives it for `p` (one
@@ -163,6 +164,9 @@ inline std::vector<KernelLaunch> kernel_launches(const Problem& p) {
       {"layernorm_weight_final_kernel", grid_stride(p.cols)},
       {"maxpool_forward_kernel", elementwise},                      // maxpool.cu
       {"maxpool_backward_kernel", elementwise},
+      {"moe_gather_kernel", grid_stride(p.tokens * p.top_k * p.dim)},  // moe.cu: routed rows x width
+      {"moe_combine_kernel", grid_stride(p.tokens * p.dim)},
+      {"moe_combine_weight_grad_kernel", grid_stride(p.tokens * p.top_k)},
       {"relu_forward_kernel", elementwise},                         // relu.cu
       {"relu_backward_kernel", elementwise},
       {"rmsnorm_forward_kernel", warp_per_row(p.rows)},             // rmsnorm.cu

@@ -141,13 +141,13 @@ TpBlockComm transformer_tp_comm(const BlockSpec& block, DType dtype, int /*tp*/,
   return c;
 }
 
-// GELU's backward widens its input, output gradient and input gradient over [T, F / tp]; the attention backward
-// qkv, out, dout and dqkv: eight [T, D / tp] views.
+// The elementwise ops (GELU, LayerNorm, residual adds) widen bf16 in per-thread chunks of 2,048 elements
+// (kernels/ops/cpu_chunked_view.hpp), which the plan does not count; the attention backward widens qkv, out,
+// dout and dqkv whole: eight [T, D / tp] views.
 double transformer_widest_f32(const BlockSpec& block, int tp) {
   const double seq = static_cast<double>(block.seq_len);
-  const double ff = static_cast<double>(block.d_ff) / tp;
   const double d = static_cast<double>(block.in_features) / tp;
-  return std::max(3.0 * 4.0 * seq * ff, 8.0 * 4.0 * seq * d);
+  return 8.0 * 4.0 * seq * d;
 }
 
 std::string transformer_shape_key(const BlockSpec& b) {

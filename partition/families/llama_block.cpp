@@ -158,13 +158,13 @@ BlockWork llama_block_work(const BlockSpec& block, DType dtype, Recompute recomp
 
 TpBlockComm llama_tp_comm(const BlockSpec&, DType, int, bool, Recompute) { return {}; }
 
-// swiglu_backward widens gate, up, dh and writes dgate, dup: five [T, F / tp] f32 views; the attention backward
-// qkv, out, dout and dqkv: eight [T, D / tp] views.
+// SwiGLU, RMSNorm and the residual adds widen bf16 in per-thread chunks of 2,048 elements
+// (kernels/ops/cpu_chunked_view.hpp), which the plan does not count; the attention backward widens qkv, out,
+// dout and dqkv whole: eight [T, D / tp] views.
 double llama_widest_f32(const BlockSpec& block, int tp) {
   const double seq = static_cast<double>(block.seq_len);
-  const double ff = static_cast<double>(block.d_ff) / tp;
   const double d = static_cast<double>(block.in_features) / tp;
-  return std::max(5.0 * 4.0 * seq * ff, 8.0 * 4.0 * seq * d);
+  return 8.0 * 4.0 * seq * d;
 }
 
 std::string llama_shape_key(const BlockSpec& b) {

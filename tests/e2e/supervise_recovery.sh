@@ -4,8 +4,8 @@
 # that attempt only) or CLEAVE_FAULT_INJECT (every attempt). A tiny GPT in deterministic mode, 12 steps.
 #   keep     4 ranks dp2 x pp2, rank 3 SIGKILLed at step 5, then (at dp1 x pp2) rank 1 at step 8: --keep-layout
 #            restarts twice on 2 ranks; from the first checkpoint on the losses equal, bit for bit, a run resuming
-#            that checkpoint at dp1 x pp2 by hand, and (a dp-only change keeps the reduction order) the
-#            uninterrupted 4-rank run; run.json, metrics.jsonl and supervisor.json record both restarts.
+#            that checkpoint at dp1 x pp2 by hand, and within 1e-6 the uninterrupted 4-rank run (the reported loss
+#            sums the dp ranks' means in another order); run.json, metrics.jsonl and supervisor.json record both restarts.
 #   plan     the same kill, default layout choice: the planner's best plan for 3 ranks (a fixed profile, so the
 #            choice does not depend on this machine's timing); bit-identical to resuming by hand at that layout,
 #            within the layout-change bound (1e-4 relative) of the uninterrupted run.
@@ -98,10 +98,18 @@ keep)
     || { paste <(losses_from run/metrics.jsonl 5) <(losses_from ref_hand/metrics.jsonl 5); fail "losses differ from the by-hand resume"; }
   "${mpiexec[@]}" -n 4 "$cleave" train tiny.json "${pp2[@]}" --set train.out_dir=ref_full > ref_full.log 2>&1 \
     || { cat ref_full.log; fail "uninterrupted run"; }
-  diff <(losses_from run/metrics.jsonl 1) <(losses_from ref_full/metrics.jsonl 1) > /dev/null \
-    || { paste <(losses_from run/metrics.jsonl 1) <(losses_from ref_full/metrics.jsonl 1); fail "losses differ from the uninterrupted run"; }
+  # The reported step loss adds the dp ranks' partial means, in another order at dp1 than at dp2: its last bits
+  # may differ (3e-8 relative measured, docs/multi-rank.md), while the by-hand resume above is bit-identical.
+  python3 - << 'PY' || fail "losses differ from the uninterrupted run beyond 1e-6"
+import json
+a = [json.loads(l)["loss"] for l in open("run/metrics.jsonl")]
+b = [json.loads(l)["loss"] for l in open("ref_full/metrics.jsonl")]
+worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+print(f"     largest relative loss difference from the uninterrupted dp2 x pp2 run: {worst:.2e} (bound 1e-6)")
+assert len(a) == len(b) == 12 and worst <= 1e-6
+PY
   ls run/supervisor/attempt_1.metrics.jsonl run/supervisor/attempt_2.metrics.jsonl > /dev/null || fail "attempt metrics not kept"
-  echo "ok   keep: 2 restarts (dp2 x pp2 -> dp1 x pp2 twice); steps 5-12 bit-identical to the by-hand resume and all 12 to the uninterrupted run"
+  echo "ok   keep: 2 restarts (dp2 x pp2 -> dp1 x pp2 twice); steps 5-12 bit-identical to the by-hand resume, all 12 within 1e-6 of the uninterrupted run"
   ;;
 plan)
   export CLEAVE_FAULT_INJECT_1=3:5:forward:kill

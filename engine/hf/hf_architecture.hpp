@@ -1,6 +1,7 @@
 // The Hugging Face level of the model-family table: one HfArchitecture row per transformers class Cleave
 // imports and exports (GPT2LMHeadModel for the gpt family; LlamaForCausalLM, MistralForCausalLM and
-// Qwen2ForCausalLM for llama, told apart by model.sliding_window and model.qkv_bias). hf_config.cpp,
+// Qwen2ForCausalLM for llama, told apart by model.sliding_window and model.qkv_bias; MixtralForCausalLM for
+// moe). hf_config.cpp,
 // hf_layout.cpp and hf_import.cpp ask this table instead of switching on Architecture.
 //
 // A family's home at this level is engine/hf/families/<architecture>.cpp: the config.json keys it reads and
@@ -69,5 +70,6 @@ HfArchitecture gpt2_architecture();
 HfArchitecture llama_architecture();
 HfArchitecture mistral_architecture();
 HfArchitecture qwen2_architecture();
+HfArchitecture mixtral_architecture();
 
 }  // namespace cleave::hf

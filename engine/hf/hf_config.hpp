@@ -19,6 +19,12 @@
 //     must be false (sliding_window and max_window_layers then mean nothing). A LlamaForCausalLM whose
 //     config.json sets sliding_window (a relabelled Mistral) is refused; so is a model_type that is not the
 //     class's, a layer_types entry other than the one attention Cleave runs, and rope keys it does not know.
+//   MixtralForCausalLM (engine/hf/families/mixtral.cpp): Llama's keys (no attention_bias / mlp_bias;
+//     rms_norm_eps default 1e-5, rope_theta default 1e6) plus num_local_experts -> n_experts,
+//     num_experts_per_tok -> top_k, router_aux_loss_coef (default 0.001) -> aux_loss_coef, router_z_loss_coef
+//     (default 0) -> z_loss_coef; the model section is type "moe", router "softmax", normalize_top_k true,
+//     n_shared_experts 0; router_jitter_noise must be 0 and sliding_window null or >= max_position_embeddings;
+//     seq_len is max_position_embeddings (the moe section has no max_seq_len).
 //   Llama-like classes: seq_len is min(max_position_embeddings, kImportSeqLen) and max_seq_len
 //     max_position_embeddings (rotary positions: any seq_len up to it trains the same weights). GPT-2: seq_len
 //     is n_positions (the learned table; a run at a shorter seq_len slices it).

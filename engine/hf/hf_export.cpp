@@ -126,13 +126,30 @@ HfExportStats write_hf_checkpoint(const std::string& dir, const json& model,
   const std::vector<TensorMap> maps = tensor_map(dims);
   std::vector<Converted> tensors;
   tensors.reserve(maps.size());
+  std::string stacked_name;  // the stacked expert tensor the sliced rows read (fetched once for its E rows)
+  std::vector<float> stacked;
   for (const TensorMap& m : maps) {
-    const std::vector<float> values = tensor(m.cleave_name);
     std::int64_t numel = 1;
     for (std::int64_t e : m.hf_shape) numel *= e;
-    CLEAVE_CHECK(static_cast<std::int64_t>(values.size()) == numel,
-                 "export: tensor {} has {} elements, but the model section gives it shape {}", m.cleave_name,
-                 values.size(), shape_text(m.cleave_shape));
+    std::vector<float> values;
+    if (m.slice < 0) {
+      values = tensor(m.cleave_name);
+      CLEAVE_CHECK(static_cast<std::int64_t>(values.size()) == numel,
+                   "export: tensor {} has {} elements, but the model section gives it shape {}", m.cleave_name,
+                   values.size(), shape_text(m.cleave_shape));
+    } else {
+      if (stacked_name != m.cleave_name) {
+        stacked = tensor(m.cleave_name);
+        stacked_name = m.cleave_name;
+        std::int64_t whole = 1;
+        for (std::int64_t e : m.cleave_shape) whole *= e;
+        CLEAVE_CHECK(static_cast<std::int64_t>(stacked.size()) == whole,
+                     "export: tensor {} has {} elements, but the model section gives it shape {}", m.cleave_name,
+                     stacked.size(), shape_text(m.cleave_shape));
+      }
+      const auto begin = stacked.begin() + static_cast<std::ptrdiff_t>(m.slice * numel);
+      values.assign(begin, begin + static_cast<std::ptrdiff_t>(numel));
+    }
     Converted c{&m, to_hf(m, values), {}};
     if (options.bf16) {
       c.bf16.reserve(c.f32.size());

@@ -1,6 +1,7 @@
 // read_hf_checkpoint (hf_import.hpp).
 #include "engine/hf/hf_import.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -173,8 +174,21 @@ HfCheckpoint read(const std::string& dir_text) {
                  stray_head_file, embed);
   }
   for (const auto& [name, m] : expected) {
-    out.tensors[m.cleave_name] = to_cleave(m, hf_values.at(name));
+    std::vector<float> values = to_cleave(m, hf_values.at(name));
     out.shapes[m.cleave_name] = m.cleave_shape;
+    if (m.slice < 0) {
+      out.tensors[m.cleave_name] = std::move(values);
+      continue;
+    }
+    // One expert of a stacked [E, ...] tensor: its rows at slice · (its size).
+    std::int64_t whole = 1;
+    for (std::int64_t e : m.cleave_shape) whole *= e;
+    std::vector<float>& stacked = out.tensors[m.cleave_name];
+    if (stacked.empty()) stacked.assign(static_cast<std::size_t>(whole), 0.0f);
+    const std::size_t offset = static_cast<std::size_t>(m.slice) * values.size();
+    CLEAVE_ASSERT(offset + values.size() <= stacked.size(), "slice {} of {} ({} elements) past its {} elements",
+                  m.slice, m.cleave_name, values.size(), stacked.size());
+    std::copy(values.begin(), values.end(), stacked.begin() + static_cast<std::ptrdiff_t>(offset));
   }
   return out;
 }

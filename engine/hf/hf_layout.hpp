@@ -30,6 +30,13 @@
 //     lm_head.weight                          -> head.weight (only when untied)
 //   MistralForCausalLM: Llama's names. Qwen2ForCausalLM: Llama's names plus
 //     model.layers.{i}.self_attn.{q,k,v}_proj.bias -> blocks.{i}.attn.{q,k,v}.bias ([Hq·hd], [Hkv·hd], [Hkv·hd])
+//   MixtralForCausalLM (Cleave model.type "moe", softmax router, k weights renormalised, no shared experts):
+//     the Llama names above for embedding, attention, norms and head, and per block i, expert j:
+//     model.layers.{i}.block_sparse_moe.gate.weight [E,D]      -> blocks.{i}.moe.router.weight [E,D]
+//     model.layers.{i}.block_sparse_moe.experts.{j}.w1.weight [F,D] -> slice j of blocks.{i}.moe.experts.gate.weight [E,F,D]
+//     model.layers.{i}.block_sparse_moe.experts.{j}.w3.weight [F,D] -> slice j of blocks.{i}.moe.experts.up.weight [E,F,D]
+//     model.layers.{i}.block_sparse_moe.experts.{j}.w2.weight [D,F] -> slice j of blocks.{i}.moe.experts.down.weight [E,D,F]
+//     (the per-expert names save_pretrained writes; a sliced row's cleave_shape is the whole stacked tensor)
 // Extending: a new architecture is an enum value here, its names in engine/hf/families/<architecture>.cpp with a
 // row in hf_architecture.cpp (hf_architecture.hpp), and its config keys in hf_config.hpp's comment.
 #pragma once
@@ -41,7 +48,7 @@
 
 namespace cleave::hf {
 
-enum class Architecture { kGpt2, kLlama, kMistral, kQwen2 };
+enum class Architecture { kGpt2, kLlama, kMistral, kQwen2, kMixtral };
 
 // transformers' class name: "GPT2LMHeadModel", "LlamaForCausalLM".
 std::string_view architecture_class(Architecture a);
@@ -60,6 +67,8 @@ struct ModelDims {
   std::int64_t seq_len = 0;     // gpt2: the position table's rows; llama-like: max_position_embeddings
   bool tied = true;             // the LM head is the embedding table (no head.weight / lm_head.weight)
   bool qkv_bias = false;        // llama-like: q, k, v projections carry biases (Qwen2)
+  std::int64_t n_experts = 0;   // moe: routed experts per block (0 otherwise)
+  std::int64_t top_k = 0;       // moe: experts per token
 };
 
 enum class Transform {
@@ -73,6 +82,10 @@ struct TensorMap {
   std::string cleave_name;
   std::vector<std::int64_t> cleave_shape;
   Transform transform = Transform::kCopy;
+  // >= 0: the HF tensor (hf_shape) is slice `slice` along dim 0 of the Cleave tensor, whose whole shape
+  // cleave_shape is (one expert of Cleave's stacked [E, ...] expert weights); several rows share cleave_name.
+  // -1: the HF tensor is the whole Cleave tensor.
+  std::int64_t slice = -1;
 };
 
 // Every tensor of the model, in Cleave's block order (embedding, blocks, final norm, head).

@@ -2,7 +2,8 @@
 // its roofline work (block_work), its tensor-parallel collectives and the memory plan's widening figure,
 // registered as moe_block_rules() in the family table.
 //
-// APPROXIMATE (issue 33 part 5 makes it exact): the block is costed as llama's block (through the table's
+// Exact at tp 1 for the stash (activation_bytes, and weight_stash_bytes up to the E·4 bytes of expert counts a
+// micro-batch keeps: unit_layers LayerContract.MoeStashBytesMatchCostModel); the rest APPROXIMATE: the block is costed as llama's block (through the table's
 // llama rules) with the SwiGLU width of the experts a token actually runs through, (top_k + n_shared_experts)
 // · d_ff, plus what that leaves out: the parameters of the experts no token of that width runs (E - k experts)
 // and of the router [E, D], the router's GEMMs (2·T·D·E per pass and weight gradient), and the stash the
@@ -48,7 +49,12 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
   cost.forward_flops += router;
   cost.input_grad_flops += router;
   cost.weight_grad_flops += router;
-  if (recompute != Recompute::kFull) cost.activation_bytes += 2 * t * k * d * b + t * e * 4;
+  // Forward stash beyond the active llama block's: xp and o [T·k, D], the f32 logits [T, E], and the four
+  // routing tables of T·k 4-byte entries (row_token, token_row int32; weight, row_weight f32).
+  if (recompute != Recompute::kFull) cost.activation_bytes += 2 * t * k * d * b + t * e * 4 + 4 * t * k * 4;
+  // Weight stash beyond it: xp [T·k, D], the down projection's dy is [T·k, D] where llama's is [T, D], and
+  // dlogits [T, E]; plus the E f32 counts per micro-batch, which no per-sample figure holds (E·4 bytes).
+  cost.weight_stash_bytes += (t * k * d + (k - 1) * t * d + t * e) * b;
   return cost;
 }
 

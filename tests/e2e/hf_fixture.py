@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Writes a tiny Hugging Face GPT2LMHeadModel (or, with --llama, LlamaForCausalLM with grouped-query attention
 and an untied head; --mistral W / --qwen2 its MistralForCausalLM with sliding_window W / Qwen2ForCausalLM with
-q/k/v biases variants; --max-positions N its max_position_embeddings) directory with the standard library only (no torch, no downloads): config.json as
+q/k/v biases variants; --max-positions N its max_position_embeddings; with --mixtral, MixtralForCausalLM: the
+Llama with E 4 experts, top-2, one tensor per expert as save_pretrained writes them; with --qwen3moe, a
+Qwen3MoeForCausalLM config, for its refusal) directory with the standard library only (no torch, no downloads): config.json as
 transformers writes it and seeded random weights (normal, std 0.3: far from a fresh model's) under
 transformers' names and shapes (GPT-2's Conv1D weights [in, out]) in model.safetensors, or in --shards files
 with model.safetensors.index.json. --drop / --extra / --reshape / --nan NAME make bad inputs (--nan: element 3
@@ -19,7 +21,10 @@ V, D, LAYERS, HEADS, T, F = 261, 16, 2, 4, 12, 24
 KV_HEADS = 2  # llama
 
 
-def tensors(seed, llama, qkv_bias=False):
+EXPERTS, TOP_K = 4, 2  # mixtral
+
+
+def tensors(seed, llama, qkv_bias=False, mixtral=False):
     rng = random.Random(seed)
     out = {}
 
@@ -45,6 +50,13 @@ def tensors(seed, llama, qkv_bias=False):
                 add(p + "self_attn.k_proj.bias", KV_HEADS * hd)
                 add(p + "self_attn.v_proj.bias", KV_HEADS * hd)
             add(p + "post_attention_layernorm.weight", D)
+            if mixtral:
+                add(p + "block_sparse_moe.gate.weight", EXPERTS, D)
+                for j in range(EXPERTS):
+                    add(p + f"block_sparse_moe.experts.{j}.w1.weight", F, D)
+                    add(p + f"block_sparse_moe.experts.{j}.w2.weight", D, F)
+                    add(p + f"block_sparse_moe.experts.{j}.w3.weight", F, D)
+                continue
             add(p + "mlp.gate_proj.weight", F, D)
             add(p + "mlp.up_proj.weight", F, D)
             add(p + "mlp.down_proj.weight", D, F)
@@ -89,6 +101,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--llama", action="store_true")
+    ap.add_argument("--mixtral", action="store_true")
+    ap.add_argument("--qwen3moe", action="store_true")
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--drop")
@@ -101,7 +115,8 @@ def main():
     ap.add_argument("--tokenizer", action="store_true", help="also a (dummy) tokenizer.json and tokenizer_config.json")
     a = ap.parse_args()
     a.llama = a.llama or a.qwen2 or a.mistral is not None
-    w = tensors(a.seed, a.llama, qkv_bias=a.qwen2)
+    moe = a.mixtral or a.qwen3moe
+    w = tensors(a.seed, a.llama or moe, qkv_bias=a.qwen2, mixtral=moe)
     if a.drop:
         del w[a.drop]
     if a.extra:
@@ -131,6 +146,18 @@ def main():
         if a.qwen2:
             config.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2", use_sliding_window=False,
                           sliding_window=a.max_positions, max_window_layers=LAYERS)
+    if moe:
+        config = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "vocab_size": V,
+                  "hidden_size": D, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
+                  "num_key_value_heads": KV_HEADS, "head_dim": None, "intermediate_size": F,
+                  "max_position_embeddings": T, "rms_norm_eps": 1e-05, "num_local_experts": EXPERTS,
+                  "num_experts_per_tok": TOP_K, "router_aux_loss_coef": 0.02, "router_jitter_noise": 0.0,
+                  "output_router_logits": False, "sliding_window": None,
+                  "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "hidden_act": "silu",
+                  "tie_word_embeddings": False, "dtype": "float32"}
+    if a.qwen3moe:
+        config.update({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_experts": EXPERTS,
+                       "moe_intermediate_size": F, "norm_topk_prob": True})
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     if a.tokenizer:  # contents do not matter here: export copies the files

@@ -102,13 +102,14 @@ HfModelConfig read(const Keys& k, const Variant& v) {
   // The window. Mistral: sliding_window (null: none, then it is exactly Llama). Qwen2: a window only under
   // use_sliding_window, which Cleave does not do (it applies from layer max_window_layers on). Llama: the key
   // does not exist, so a value there is a relabelled Mistral whose logits would depend on the class that reads it.
+  // Mixtral (mixtral.cpp) checks its own sliding_window.
   std::int64_t window = 0;
   if (v.sliding_window) {
     window = k.size_or("sliding_window", 0);
   } else if (v.qwen2) {
     k.require("use_sliding_window", k.flag_or("use_sliding_window", false), false,
               "full attention in every layer; a window from layer max_window_layers on is not implemented");
-  } else if (const json* w = k.find("sliding_window"); w != nullptr) {
+  } else if (const json* w = k.find("sliding_window"); w != nullptr && v.architecture == Architecture::kLlama) {
     CLEAVE_THROW("{}: sliding_window is {}, a MistralForCausalLM key that {} ignores (a relabelled Mistral?); set "
                  "\"architectures\": [\"MistralForCausalLM\"] and \"model_type\": \"mistral\" if the model was trained "
                  "with the window, or remove sliding_window if it was not",

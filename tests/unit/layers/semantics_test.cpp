@@ -13,6 +13,7 @@
 #include "layers/transformer_block.hpp"
 #include "layer_test_util.hpp"
 #include "partition/cost_model.hpp"
+#include "partition/families/moe.hpp"
 
 namespace cleave::layers {
 namespace {
@@ -139,6 +140,47 @@ void expect_stash_matches_cost_model(const partition::ModelSpec& spec, const Ten
     EXPECT_EQ(testing::stash_bytes(stashes[i]), cost.weight_stash_bytes * batch)
         << enum_name(spec.type) << " block " << spec.blocks[i].name << " after backward_input, recompute "
         << enum_name(recompute);
+  }
+}
+
+// The moe block's stash against its cost (partition/families/moe_block.cpp), no shared experts, tp 1: after
+// forward exactly activation_bytes per sample; after backward_input weight_stash_bytes per sample plus the E
+// f32 expert counts the micro-batch keeps for its weight gradient.
+TEST(LayerContract, MoeStashBytesMatchCostModel) {
+  partition::MoeConfig m;
+  m.vocab_size = 17;
+  m.d_model = 12;
+  m.n_layers = 2;
+  m.n_heads = 6;
+  m.n_kv_heads = 2;
+  m.seq_len = 5;
+  m.ffn_hidden_size = 8;
+  m.n_experts = 4;
+  m.top_k = 2;
+  const auto spec = partition::make_moe_spec(m);
+  for (auto recompute : {partition::Recompute::kNone, partition::Recompute::kFull}) {
+    BuildOptions options;
+    options.recompute = recompute;
+    auto layers = build_blocks(spec, 0, spec.blocks.size(), options);
+    Context ctx;
+    const Tensor targets = random_ids({3, 5}, 17, 2);
+    const std::int64_t batch = 3;
+    Tensor x = random_ids({3, 5}, 17, 1);
+    std::vector<Stash> stashes(layers.size());
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      x = forward_block(*layers[i], x, targets, stashes[i], ctx);
+      const auto cost = partition::block_cost(spec.blocks[i], DType::kF32, recompute);
+      EXPECT_EQ(testing::stash_bytes(stashes[i]), cost.activation_bytes * batch)
+          << spec.blocks[i].name << " after forward, recompute " << enum_name(recompute);
+    }
+    Tensor dy = Tensor::from_floats(std::vector<float>{1.0f}, Shape{1});
+    for (std::size_t i = layers.size(); i-- > 0;) {
+      dy = layers[i]->backward_input(dy, stashes[i], ctx);
+      const auto cost = partition::block_cost(spec.blocks[i], DType::kF32, recompute);
+      const std::int64_t counts = spec.blocks[i].kind == partition::BlockKind::kMoeBlock ? m.n_experts * 4 : 0;
+      EXPECT_EQ(testing::stash_bytes(stashes[i]), cost.weight_stash_bytes * batch + counts)
+          << spec.blocks[i].name << " after backward_input, recompute " << enum_name(recompute);
+    }
   }
 }
 

@@ -53,15 +53,16 @@ TEST(HfArchitectureTable, EveryRowRoundTripsItsFamilysModelSection) {
     EXPECT_EQ(a.canonical_name(std::string(a.embedding)), a.embedding);
     ++rows;
   }
-  EXPECT_EQ(rows, 4);
+  EXPECT_EQ(rows, 5);
 }
 
 TEST(HfArchitectureTable, RefusalsNameEveryRow) {
   const std::string unknown = error_of([] { read_hf_config(json{{"architectures", {"BertModel"}}}, "config.json"); });
-  EXPECT_NE(unknown.find("cleave imports GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("cleave imports GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and "
+                         "MixtralForCausalLM"), std::string::npos) << unknown;
   const std::string mlp = error_of([] { dims_of_model(json{{"type", "mlp"}}, "ckpt"); });
   EXPECT_NE(mlp.find("(gpt exports as GPT2LMHeadModel, llama as LlamaForCausalLM, llama as MistralForCausalLM (with a sliding "
-                      "window), llama as Qwen2ForCausalLM (with q/k/v biases))"), std::string::npos) << mlp;
+                      "window), llama as Qwen2ForCausalLM (with q/k/v biases), moe as MixtralForCausalLM)"), std::string::npos) << mlp;
 }
 
 }  // namespace

@@ -98,8 +98,12 @@ TEST(HfLlamaLike, EveryKeyThatChangesTheNumbersIsChecked) {
       "pretraining_tp is 2");
   has(import_error(testing::gpt2_fixture(), [](HfFixture& f) { f.config["model_type"] = "llama"; }),
       "model_type is \"llama\"");
+  // A class Cleave does not import (MixtralForCausalLM now is one it does: mixtral_test.cpp).
+  has(import_error(testing::gpt2_fixture(), [](HfFixture& f) { f.config["architectures"] = {"GemmaForCausalLM"}; }),
+      "architecture GemmaForCausalLM is not supported");
+  // A supported class with another class's model_type.
   has(import_error(testing::gpt2_fixture(), [](HfFixture& f) { f.config["architectures"] = {"MixtralForCausalLM"}; }),
-      "architecture MixtralForCausalLM is not supported");
+      "architectures names MixtralForCausalLM but model_type is \"gpt2\" (that class's model_type is \"mixtral\")");
 }
 
 TEST(HfLlamaLike, LongContextModelsImportAtADefaultSeqLen) {

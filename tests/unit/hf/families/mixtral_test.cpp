@@ -1,0 +1,146 @@
+// MixtralForCausalLM through the HF table (engine/hf/families/mixtral.cpp): a fixture written by the test (one
+// tensor per expert, as save_pretrained writes them) imports into Cleave's stacked expert tensors row for row,
+// exports back to the same tensors bit for bit with the same model section, and every setting Cleave computes
+// differently (router jitter, a sliding window; on export another router, no renormalisation, shared experts)
+// or another mixture (Qwen3-MoE) is one error naming it.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+
+#include "engine/core/error.hpp"
+#include "engine/hf/hf_config.hpp"
+#include "engine/hf/hf_export.hpp"
+#include "engine/hf/hf_import.hpp"
+#include "unit/hf/hf_fixture.hpp"
+
+namespace cleave::hf {
+namespace {
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+using testing::HfFixture;
+
+constexpr std::int64_t kV = 50, kD = 16, kF = 12, kE = 4, kQ = 16, kKv = 8;
+
+HfFixture mixtral_fixture(unsigned seed = 21) {
+  std::mt19937 rng(seed);
+  HfFixture out;
+  out.config = {{"architectures", {"MixtralForCausalLM"}}, {"model_type", "mixtral"}, {"vocab_size", kV},
+                {"hidden_size", kD}, {"num_hidden_layers", 2}, {"num_attention_heads", 4},
+                {"num_key_value_heads", 2}, {"head_dim", nullptr}, {"intermediate_size", kF},
+                {"max_position_embeddings", 16}, {"rms_norm_eps", 1e-5}, {"num_local_experts", kE},
+                {"num_experts_per_tok", 2}, {"router_aux_loss_coef", 0.02}, {"router_jitter_noise", 0.0},
+                {"sliding_window", nullptr}, {"rope_parameters", {{"rope_theta", 1e6}, {"rope_type", "default"}}},
+                {"hidden_act", "silu"}, {"tie_word_embeddings", false}};
+  auto& w = out.tensors;
+  w["model.embed_tokens.weight"] = testing::random_tensor({kV, kD}, rng);
+  for (int i = 0; i < 2; ++i) {
+    const std::string p = fmt::format("model.layers.{}.", i);
+    w[p + "input_layernorm.weight"] = testing::random_tensor({kD}, rng);
+    w[p + "self_attn.q_proj.weight"] = testing::random_tensor({kQ, kD}, rng);
+    w[p + "self_attn.k_proj.weight"] = testing::random_tensor({kKv, kD}, rng);
+    w[p + "self_attn.v_proj.weight"] = testing::random_tensor({kKv, kD}, rng);
+    w[p + "self_attn.o_proj.weight"] = testing::random_tensor({kD, kQ}, rng);
+    w[p + "post_attention_layernorm.weight"] = testing::random_tensor({kD}, rng);
+    w[p + "block_sparse_moe.gate.weight"] = testing::random_tensor({kE, kD}, rng);
+    for (int j = 0; j < kE; ++j) {
+      const std::string e = fmt::format("{}block_sparse_moe.experts.{}.", p, j);
+      w[e + "w1.weight"] = testing::random_tensor({kF, kD}, rng);
+      w[e + "w2.weight"] = testing::random_tensor({kD, kF}, rng);
+      w[e + "w3.weight"] = testing::random_tensor({kF, kD}, rng);
+    }
+  }
+  w["model.norm.weight"] = testing::random_tensor({kD}, rng);
+  w["lm_head.weight"] = testing::random_tensor({kV, kD}, rng);
+  return out;
+}
+
+std::string error_of(auto&& fn) {
+  try {
+    fn();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(HfMixtral, ImportStacksTheExpertsAndExportGivesEveryTensorBack) {
+  const HfFixture f = mixtral_fixture();
+  const fs::path dir = testing::fresh_dir("mixtral");
+  f.write(dir, 3);
+  const HfCheckpoint ck = read_hf_checkpoint(dir.string());
+  EXPECT_EQ(ck.config.model.at("type"), "moe");
+  EXPECT_EQ(ck.config.model.at("n_experts"), kE);
+  EXPECT_EQ(ck.config.model.at("top_k"), 2);
+  EXPECT_EQ(ck.config.model.at("router"), "softmax");
+  EXPECT_EQ(ck.config.model.at("normalize_top_k"), true);
+  EXPECT_EQ(ck.config.model.at("aux_loss_coef"), 0.02);
+  EXPECT_EQ(ck.config.model.at("rope_theta"), 1e6);
+  EXPECT_EQ(ck.config.model.at("norm_eps"), 1e-5);
+  // Row j of each stacked tensor is expert j's tensor.
+  const std::vector<float>& gate = ck.tensors.at("blocks.1.moe.experts.gate.weight");
+  const std::vector<float>& down = ck.tensors.at("blocks.1.moe.experts.down.weight");
+  EXPECT_EQ(ck.shapes.at("blocks.1.moe.experts.down.weight"), (std::vector<std::int64_t>{kE, kD, kF}));
+  ASSERT_EQ(gate.size(), static_cast<std::size_t>(kE * kF * kD));
+  for (int j = 0; j < kE; ++j) {
+    const auto& w1 = f.tensors.at(fmt::format("model.layers.1.block_sparse_moe.experts.{}.w1.weight", j)).values;
+    const auto& w2 = f.tensors.at(fmt::format("model.layers.1.block_sparse_moe.experts.{}.w2.weight", j)).values;
+    EXPECT_TRUE(std::equal(w1.begin(), w1.end(), gate.begin() + j * kF * kD)) << "gate row " << j;
+    EXPECT_TRUE(std::equal(w2.begin(), w2.end(), down.begin() + j * kD * kF)) << "down row " << j;
+  }
+  EXPECT_EQ(ck.tensors.at("blocks.0.moe.router.weight"), f.tensors.at("model.layers.0.block_sparse_moe.gate.weight").values);
+
+  const fs::path out = testing::fresh_dir("mixtral_out");
+  write_hf_checkpoint(out.string(), ck.config.model, [&](const std::string& n) { return ck.tensors.at(n); },
+                      {false, 4096});
+  const json config = json::parse(std::ifstream(out / "config.json"));
+  EXPECT_EQ(config.at("architectures").at(0), "MixtralForCausalLM");
+  EXPECT_EQ(config.at("num_local_experts"), kE);
+  EXPECT_EQ(config.at("num_experts_per_tok"), 2);
+  const HfCheckpoint back = read_hf_checkpoint(out.string());
+  EXPECT_EQ(back.config.model, ck.config.model);
+  EXPECT_EQ(back.tensors, ck.tensors);  // bit for bit
+  fs::remove_all(dir);
+  fs::remove_all(out);
+}
+
+TEST(HfMixtral, WhatCleaveComputesDifferentlyIsOneErrorNamingIt) {
+  const auto import_error = [](auto edit) {
+    HfFixture f = mixtral_fixture();
+    edit(f);
+    const fs::path dir = testing::fresh_dir("mixtral_bad");
+    f.write(dir);
+    const std::string e = error_of([&] { read_hf_checkpoint(dir.string()); });
+    fs::remove_all(dir);
+    return e;
+  };
+  const auto has = [](const std::string& text, const std::string& want) {
+    EXPECT_NE(text.find(want), std::string::npos) << text;
+  };
+  has(import_error([](HfFixture& f) { f.config["router_jitter_noise"] = 0.1; }), "router_jitter_noise is 0.1");
+  has(import_error([](HfFixture& f) { f.config["sliding_window"] = 4; }), "sliding_window is 4");
+  has(import_error([](HfFixture& f) { f.config["num_experts_per_tok"] = 5; }),
+      "num_experts_per_tok 5 is larger than num_local_experts 4");
+  // An expert count the tensors do not have: the router's shape names both.
+  has(import_error([](HfFixture& f) { f.config["num_local_experts"] = 3; }),
+      "block_sparse_moe.gate.weight has shape [4,16], but config.json's sizes give [3,16]");
+  has(import_error([](HfFixture& f) {
+        f.config["architectures"] = {"Qwen3MoeForCausalLM"};
+        f.config["model_type"] = "qwen3_moe";
+      }),
+      "architecture Qwen3MoeForCausalLM is not supported");
+
+  const json model = read_hf_config(mixtral_fixture().config, "config.json").model;
+  const auto export_error = [&](const char* key, json value) {
+    json m = model;
+    m[key] = std::move(value);
+    return error_of([&] { hf_config_json(m, "float32"); });
+  };
+  has(export_error("router", "sigmoid"), "model.router is \"sigmoid\"");
+  has(export_error("normalize_top_k", false), "model.normalize_top_k is false");
+  has(export_error("n_shared_experts", 1), "model.n_shared_experts is 1");
+}
+
+}  // namespace
+}  // namespace cleave::hf

@@ -21,7 +21,7 @@
 #include <vector>
 
 #include "pipeline/dependencies.hpp"
-#include "pipeline/grid.hpp"
+#include "pipeline/schedule_chart.hpp"
 #include "pipeline/schedule.hpp"
 
 namespace cleave::pipeline {

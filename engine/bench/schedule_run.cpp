@@ -11,7 +11,7 @@
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/train/collectives.hpp"
-#include "engine/planning/plan.hpp"
+#include "engine/run_plan/plan.hpp"
 #include "engine/train/trainer.hpp"
 #include "partition/cost_model.hpp"
 #include "pipeline/schedules/schedules.hpp"
@@ -144,7 +144,7 @@ std::string schedule_problem(const std::string& config_path, const std::vector<s
   try {
     config::RunConfig config = config::load_config(config_path, schedule_overrides(overrides, choice, 1));
     config.resolve(world_size);
-    (void)planning::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0);
+    (void)run_plan::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0);
     return {};
   } catch (const Error& e) {
     return e.what();

@@ -34,7 +34,7 @@
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/profile_measure.hpp"
 #include "kernels/ops/ops.hpp"
-#include "engine/planning/plan.hpp"
+#include "engine/run_plan/plan.hpp"
 #include "partition/tp_rules.hpp"
 
 namespace cleave::cli {
@@ -126,7 +126,7 @@ int run_profile(int argc, char** argv) {
     const bool root = comm.rank() == 0;
     if (plan_world == 0) plan_world = comm.size();
 
-    const partition::ModelSpec spec = planning::model_spec(config.model);
+    const partition::ModelSpec spec = run_plan::model_spec(config.model);
     planner::BlockProfileRequest request;
     request.repeats = repeats;
     request.rounds = rounds;

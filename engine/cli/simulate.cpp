@@ -21,7 +21,7 @@
 #include "engine/cli/commands.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
-#include "pipeline/grid.hpp"
+#include "pipeline/schedule_chart.hpp"
 #include "pipeline/schedule_text.hpp"
 #include "pipeline/schedules/auto_schedule.hpp"
 #include "pipeline/schedules/schedules.hpp"

@@ -65,7 +65,7 @@ int run_verify(int argc, char** argv) {
     const int size = world.comm->size();
     const auto& p = config.parallel;
     const int tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size, cp = p.context_parallel_size;
-    // The grid's own wording under context parallelism (engine/comm/grid.hpp); the historical one otherwise.
+    // The grid's own wording under context parallelism (engine/comm/process_grid.hpp); the historical one otherwise.
     const std::string layout = cp > 1 ? fmt::format("tp={} cp={} dp={} pp={} (world {})", tp, cp,
                                                     size / (tp * cp * pp), pp, size)
                                       : fmt::format("tp={} pp={} dp={} (world {})", tp, pp, size / (tp * pp), size);

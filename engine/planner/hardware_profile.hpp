@@ -1,5 +1,5 @@
 // The planner's hardware profiles: the format (HardwareProfile, load_profile, profile_to_json) lives in
-// partition/hardware_profile.hpp, where the plan (engine/planning) reads it too; this header adds what measures
+// partition/hardware_profile.hpp, where the plan (engine/run_plan) reads it too; this header adds what measures
 // one on this machine (calibrate_this_machine, measure_block_rates, measure_this_machine).
 // Invariant: a measured profile satisfies the format's invariants (every number finite and > 0).
 #pragma once

@@ -9,8 +9,8 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
-#include "engine/planning/memory_plan.hpp"
-#include "engine/planning/plan.hpp"
+#include "engine/run_plan/memory_plan.hpp"
+#include "engine/run_plan/plan.hpp"
 #include "partition/block_work.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/cp_rules.hpp"
@@ -158,7 +158,7 @@ PlanChoice choice_of_config(const std::string& config_path, const std::vector<st
   c.tp = config.parallel.tensor_model_parallel_size;
   c.pp = config.parallel.pipeline_model_parallel_size;
   c.dp = config.parallel.data_parallel_size;
-  c.virtual_stages = planning::effective_virtual_stages(config);
+  c.virtual_stages = run_plan::effective_virtual_stages(config);
   c.schedule = config.parallel.schedule;
   c.micro_batch = batch.micro_batch_size;
   c.zero_stage = config.optimizer.zero_stage;
@@ -233,7 +233,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   PlanEstimate est;
   est.choice = choice;
   config::RunConfig config;
-  planning::Plan plan;
+  run_plan::Plan plan;
   try {
     config = choice.apply_to(base);
   } catch (const ConfigKeyError& e) {
@@ -248,7 +248,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     // The search applies its own cap (options.memory_limit, which a cap in the config already became) below:
     // a plan over it is valid but does not fit. Left in the config, make_plan would refuse it as invalid.
     config.device.memory_limit = 0;
-    plan = planning::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0);
+    plan = run_plan::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0);
   } catch (const Error& e) {
     est.reason = e.what();
     return est;
@@ -259,7 +259,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   // but the optimizer state, which only the optimizer step reads) decides how warm its caches stay.
   std::vector<std::int64_t> working_set(static_cast<std::size_t>(choice.pp), 0);
   for (int r = 0; r < choice.pp; ++r) {
-    const planning::MemoryPlan memory = planning::estimate_rank_memory(plan, config, r);
+    const run_plan::MemoryPlan memory = run_plan::estimate_rank_memory(plan, config, r);
     working_set[static_cast<std::size_t>(r)] =
         memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
     if (details) details->memory_plan.push_back(memory.bytes);
@@ -516,10 +516,10 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     const double per_micro = micro / (bf16 ? 2.0 : 1.0);
     // One tp rank's activations (the cost model's tp layout), as the memory plan counts them.
     const auto shard = partition::model_costs(plan.spec, DType::kF32, choice.recompute, choice.tp);
-    std::vector<planning::StageBackwardMemory> stage_memory;
+    std::vector<run_plan::StageBackwardMemory> stage_memory;
     for (int s = 0; s < num_stages; ++s) {
       const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
-      stage_memory.push_back(planning::stage_backward_memory(
+      stage_memory.push_back(run_plan::stage_backward_memory(
           std::vector<partition::BlockCost>(shard.begin() + range.begin, shard.begin() + range.end)));
     }
     for (std::size_t r = 0; r < result.timeline.ranks.size(); ++r) {
@@ -533,7 +533,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
       std::vector<std::pair<double, double>> events;  // (time, delta bytes)
       for (const auto& a : result.timeline.ranks[r]) {
         if (a.action.stage < 0) continue;
-        const planning::StageBackwardMemory& sm = stage_memory[static_cast<std::size_t>(a.action.stage)];
+        const run_plan::StageBackwardMemory& sm = stage_memory[static_cast<std::size_t>(a.action.stage)];
         const double act = static_cast<double>(sm.forward_stash) * per_micro;
         const double held_for_w = static_cast<double>(sm.weight_stash) * per_micro;
         switch (a.action.kind) {
@@ -576,7 +576,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
 PlanningSetup planning_setup(const config::RunConfig& base, const std::string& profile_path,
                              const std::string& limit_text, int world) {
   PlanningSetup s;
-  s.profile = profile_path.empty() ? measure_this_machine(planning::model_spec(base.model), world) : load_profile(profile_path);
+  s.profile = profile_path.empty() ? measure_this_machine(run_plan::model_spec(base.model), world) : load_profile(profile_path);
   // A CPU profile describes the machine it measured, and a plan runs there: every rank on that one node, sharing
   // its cores (its ranks_per_node, the ranks the profile was made for, would otherwise spread a larger world over
   // imaginary nodes of the same cores, and the sharing would go unpriced and unsaid).
@@ -585,7 +585,7 @@ PlanningSetup planning_setup(const config::RunConfig& base, const std::string& p
     s.profile.device_memory = s.profile.device_memory * s.profile.ranks_per_node / world;
     s.profile.ranks_per_node = world;
   }
-  check_profile_matches(s.profile, planning::model_spec(base.model), base.device.precision == config::Precision::kBf16);
+  check_profile_matches(s.profile, run_plan::model_spec(base.model), base.device.precision == config::Precision::kBf16);
   s.options.world = world;
   s.options.memory_limit = !limit_text.empty()            ? parse_bytes(limit_text, "--memory-limit")
                            : base.device.memory_limit > 0 ? base.device.memory_limit

@@ -3,7 +3,7 @@
 // every micro-batch size dividing the per-replica batch; ZeRO 0 to 3 when dp > 1; sequence parallelism off
 // and on when tp > 1; recomputation none, selective and full for a gpt), each checked by the
 // engine's own config and plan code (so a plan the search returns is one `cleave train` accepts), its
-// memory estimated per pp rank by the trainer's memory plan (engine/planning/memory_plan.hpp) and its step
+// memory estimated per pp rank by the trainer's memory plan (engine/run_plan/memory_plan.hpp) and its step
 // timed by the pipeline simulator with per-stage costs from a hardware profile: a profile written by
 // `cleave profile` gives F, I, W per block from its measured tables (interpolated in the micro-batch; a
 // recomputed block adds its rerun share of the measured forward to I) and P2P, tp and dp collectives from its

@@ -221,7 +221,7 @@ std::string memory_section(const RunSummary& s) {
   html += "<div class=\"charts\">" + stacked_bars_svg(bars) + "</div>\n";
   html += fmt::format(
       "<p>Each category's bar is that category's own peak during the run (they need not coincide); the marker is "
-      "the peak of the total. Cap: {}. Estimates are the memory plan's (engine/planning/memory_plan.hpp).</p>\n",
+      "the peak of the total. Cap: {}. Estimates are the memory plan's (engine/run_plan/memory_plan.hpp).</p>\n",
       s.memory_limit > 0 ? format_bytes(s.memory_limit) : std::string("none (device.memory_limit unset)"));
   html += "<table>\n<tr><th class=\"l\">rank</th>";
   for (const auto& c : s.categories) html += fmt::format("<th>{}</th>", xml_escape(c));

@@ -23,7 +23,7 @@
 #include "engine/core/log.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
-#include "engine/planning/plan.hpp"
+#include "engine/run_plan/plan.hpp"
 #include "engine/supervise/job_process.hpp"
 #include "engine/supervise/restart_record.hpp"
 #include "engine/train/stop_request.hpp"
@@ -100,7 +100,7 @@ class Planner {
     const std::string path = (fs::path(dir_) / "profile.json").string();
     if (!fs::exists(path)) {
       log::info("run: measuring this machine for the planner (once; kept as {}; --profile FILE skips this)", path);
-      const auto profile = planner::measure_this_machine(planning::model_spec(base_.model), world);
+      const auto profile = planner::measure_this_machine(run_plan::model_spec(base_.model), world);
       replace_file(path, planner::profile_to_json(profile).dump(2) + "\n");
     }
     return path;

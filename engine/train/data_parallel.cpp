@@ -18,7 +18,7 @@ std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value
 
 // Local stages in the order their last weight-gradient pass runs (the executor marks a stage's last W or B
 // action of the step as final).
-std::vector<int> stages_by_final_weight_pass(const planning::Plan& plan, int pp_rank,
+std::vector<int> stages_by_final_weight_pass(const run_plan::Plan& plan, int pp_rank,
                                              const std::map<int, pipeline::StageModule*>& stages) {
   std::map<int, std::size_t> last;
   const auto& actions = plan.schedule.ranks.at(static_cast<std::size_t>(pp_rank));
@@ -48,7 +48,7 @@ std::vector<comm::GradientSpec> specs_of(const std::vector<ParamPtr>& params) {
 
 }  // namespace
 
-DataParallel::DataParallel(const planning::Plan& plan, int pp_rank, const std::map<int, pipeline::StageModule*>& stages,
+DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::map<int, pipeline::StageModule*>& stages,
                            const optim::ParamList& params, comm::Communicator& dp, comm::Communicator* tied_group,
                            const DataParallelOptions& options)
     : options_(options), dp_(dp), tied_group_(tied_group) {

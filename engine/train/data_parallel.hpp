@@ -74,7 +74,7 @@
 #include "engine/comm/gradient_bucketer.hpp"
 #include "engine/config/config.hpp"
 #include "engine/optim/sharded_optimizer.hpp"
-#include "engine/planning/plan.hpp"
+#include "engine/run_plan/plan.hpp"
 #include "engine/train/parameter_shards.hpp"
 #include "pipeline/stage_module.hpp"
 
@@ -107,7 +107,7 @@ class DataParallel {
   // `tied_group`, non-null when this rank holds one copy of a tied table split over pp ranks) must outlive
   // this object, as must the stages. Adopts grad views (and, ZeRO-1, value views) into every Param and
   // installs the grad-final callback on every stage. Collective over nothing; cheap to construct.
-  DataParallel(const planning::Plan& plan, int pp_rank, const std::map<int, pipeline::StageModule*>& stages,
+  DataParallel(const run_plan::Plan& plan, int pp_rank, const std::map<int, pipeline::StageModule*>& stages,
                const optim::ParamList& params, comm::Communicator& dp, comm::Communicator* tied_group,
                const DataParallelOptions& options);
   ~DataParallel();

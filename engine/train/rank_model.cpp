@@ -11,7 +11,7 @@
 namespace cleave::train {
 
 RankModel::RankModel(RankSetup& setup) {
-  const planning::Plan& plan = setup.plan;
+  const run_plan::Plan& plan = setup.plan;
   const config::RunConfig& cfg = setup.config;
   layers::BuildOptions build;
   build.seed = cfg.train.seed;

@@ -83,7 +83,7 @@ RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Back
                       ? layers::CpExchange::kRing
                       : layers::CpExchange::kAllToAll};
   }
-  plan = planning::make_plan(config, static_cast<int>(batch.gradient_accumulation_steps), coords.pp_rank);
+  plan = run_plan::make_plan(config, static_cast<int>(batch.gradient_accumulation_steps), coords.pp_rank);
 }
 
 bool RankSetup::counts_loss() const {

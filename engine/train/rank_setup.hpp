@@ -1,5 +1,5 @@
 // RankSetup: what one rank of a training run is, fixed when the run starts: the resolved config, the process
-// grid with this rank's coordinates and groups, the plan every rank computes alike (engine/planning), the
+// grid with this rank's coordinates and groups, the plan every rank computes alike (engine/run_plan), the
 // batch arithmetic, and the run's own memory and op context. The other parts of a trainer (RankModel,
 // StepTail, Trainer) and the free functions over them (checkpoints, gather, generation, run record) read it.
 //
@@ -22,10 +22,10 @@
 #include <memory>
 
 #include "engine/comm/communicator.hpp"
-#include "engine/comm/grid.hpp"
+#include "engine/comm/process_grid.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
-#include "engine/planning/plan.hpp"
+#include "engine/run_plan/plan.hpp"
 #include "kernels/ops/ops.hpp"
 #include "layers/layer.hpp"
 
@@ -53,7 +53,7 @@ struct RankSetup {
   layers::Context context;                             // device, allocator, stream, GEMM mode, precision, tp group
   std::unique_ptr<comm::Communicator> model_parallel;  // tp × pp ranks of this replica (norms, losses)
   config::ResolvedBatch batch;
-  planning::Plan plan;
+  run_plan::Plan plan;
   // Where the weights came from (train --init-from, or the checkpoint a run resumed): written as index.json
   // "source" of every checkpoint, so export finds a Hugging Face origin's config and tokenizer. Null: a run
   // that started from its own initialisation.

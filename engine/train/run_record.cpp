@@ -6,7 +6,7 @@
 #include "engine/core/cpu_features.hpp"
 #include "engine/core/error.hpp"
 #include "engine/train/collectives.hpp"
-#include "engine/planning/memory_plan.hpp"
+#include "engine/run_plan/memory_plan.hpp"
 #include "engine/train/metrics.hpp"
 #include "engine/train/run_record.hpp"
 #include "kernels/ops/ops.hpp"
@@ -53,7 +53,7 @@ report::RunSummary gather_run_summary(RankSetup& s) {
     const std::size_t count = static_cast<std::size_t>(row[4 + kNumMemoryCategories]);
     for (std::size_t i = 0; i < count; ++i) r.stages.push_back(static_cast<int>(row[5 + kNumMemoryCategories + i]));
     if (!estimates.count(r.pp_rank)) {
-      const planning::MemoryPlan plan = planning::estimate_rank_memory(s.plan, s.config, r.pp_rank);
+      const run_plan::MemoryPlan plan = run_plan::estimate_rank_memory(s.plan, s.config, r.pp_rank);
       estimates[r.pp_rank].assign(plan.bytes.begin(), plan.bytes.end());
     }
     r.estimate_bytes = estimates[r.pp_rank];

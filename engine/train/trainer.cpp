@@ -380,7 +380,7 @@ Trainer::~Trainer() = default;
 
 const config::RunConfig& Trainer::config() const { return impl_->setup.config; }
 
-const planning::Plan& Trainer::plan() const { return impl_->setup.plan; }
+const run_plan::Plan& Trainer::plan() const { return impl_->setup.plan; }
 
 MemoryStats Trainer::memory_stats() const { return impl_->setup.allocator->stats(); }
 

@@ -21,7 +21,7 @@
 
 #include "engine/comm/communicator.hpp"
 #include "engine/config/config.hpp"
-#include "engine/planning/plan.hpp"
+#include "engine/run_plan/plan.hpp"
 #include "kernels/ops/host_waits.hpp"
 #include "engine/train/throughput.hpp"
 #include "engine/train/weight_source.hpp"
@@ -144,7 +144,7 @@ class Trainer {
   std::string checkpoint_root() const;
 
   const config::RunConfig& config() const;
-  const planning::Plan& plan() const;
+  const run_plan::Plan& plan() const;
   // This run's memory (its own allocator: every parameter, gradient, state and activation of the run).
   MemoryStats memory_stats() const;
   // The host waits this rank's run has made so far, by kind (kernels/ops/host_waits.hpp: every "(host value)" op

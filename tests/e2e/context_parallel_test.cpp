@@ -28,7 +28,7 @@
 #include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
-#include "engine/planning/memory_plan.hpp"
+#include "engine/run_plan/memory_plan.hpp"
 #include "engine/train/collectives.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "train_harness.hpp"
@@ -197,7 +197,7 @@ MemoryRun memory_run(comm::Communicator& world, const char* exchange) {
   out.measured = trainer.memory_stats().peak_of(MemoryCategory::kActivations);
   config::RunConfig resolved = config;
   resolved.resolve(world.size());
-  out.planned = planning::estimate_rank_memory(trainer.plan(), resolved, 0)
+  out.planned = run_plan::estimate_rank_memory(trainer.plan(), resolved, 0)
                     .bytes[static_cast<std::size_t>(MemoryCategory::kActivations)];
   return out;
 }

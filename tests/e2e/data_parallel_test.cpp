@@ -53,8 +53,8 @@
 
 #include "engine/core/allocator.hpp"
 #include "engine/train/data_parallel.hpp"
-#include "engine/planning/memory_plan.hpp"
-#include "engine/planning/plan.hpp"
+#include "engine/run_plan/memory_plan.hpp"
+#include "engine/run_plan/plan.hpp"
 #include "layers/models/builder.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "pipeline/stage_module.hpp"
@@ -271,7 +271,7 @@ TEST(ZeroOne, OptimizerStateIsOneOverDp) {
 // are what is held: checked through the sharded optimizer's own view of them in
 // ZeroTwo.ShardsHoldTheReducedGradientAndNothingElse.
 //
-// The memory plan (engine/planning/memory_plan.hpp) for ZeRO 0, 1 and 2 against the allocator's counters,
+// The memory plan (engine/run_plan/memory_plan.hpp) for ZeRO 0, 1 and 2 against the allocator's counters,
 // within 5%: the peaks of parameters, gradients and optimizer state over a step, and the gradients held
 // after it (MemoryPlan::gradients_between_steps).
 TEST(ZeroMemory, HeldBetweenStepsAndPeaksMatchThePlan) {
@@ -298,7 +298,7 @@ TEST(ZeroMemory, HeldBetweenStepsAndPeaksMatchThePlan) {
     current[stage] = stats.current_of(MemoryCategory::kGradients);
     params_between_steps[stage] = stats.current_of(MemoryCategory::kParameters);
     peak[stage] = stats.peak_of(MemoryCategory::kGradients);
-    const planning::MemoryPlan plan = planning::estimate_rank_memory(trainer.plan(), trainer.config(), 0);
+    const run_plan::MemoryPlan plan = run_plan::estimate_rank_memory(trainer.plan(), trainer.config(), 0);
     for (MemoryCategory c : {MemoryCategory::kParameters, MemoryCategory::kGradients, MemoryCategory::kOptimizerState}) {
       const std::int64_t planned = plan.bytes[static_cast<std::size_t>(c)];
       EXPECT_GT(planned, 0);
@@ -498,7 +498,7 @@ TEST(ZeroPerMicrobatch, GradientPeakIsTheShardsPlusTwoBucketsAsPlanned) {
       trainer.reset_peak_memory();
       trainer.step(1);
       const MemoryStats stats = trainer.memory_stats();
-      const planning::MemoryPlan plan = planning::estimate_rank_memory(trainer.plan(), trainer.config(), 0);
+      const run_plan::MemoryPlan plan = run_plan::estimate_rank_memory(trainer.plan(), trainer.config(), 0);
       for (MemoryCategory category :
            {MemoryCategory::kParameters, MemoryCategory::kGradients, MemoryCategory::kOptimizerState}) {
         const std::int64_t planned = plan.bytes[static_cast<std::size_t>(category)];
@@ -538,14 +538,14 @@ Tensor random_tokens(std::int64_t rows, std::int64_t cols, std::int64_t vocab, u
 // Two copies of the tiny GPT's one stage built from the same seed: one for plain (or ZeRO-1) data parallelism
 // as the reference, one for the stage under test.
 struct TwinStages {
-  planning::Plan plan;
+  run_plan::Plan plan;
   std::size_t num_blocks = 0;
   std::unique_ptr<pipeline::StageModule> reference;
   std::unique_ptr<pipeline::StageModule> tested;
 };
 
 TwinStages twin_stages(const config::RunConfig& config) {  // config resolved
-  TwinStages twins{planning::make_plan(config, 1, 0), 0, nullptr, nullptr};
+  TwinStages twins{run_plan::make_plan(config, 1, 0), 0, nullptr, nullptr};
   twins.num_blocks = twins.plan.spec.blocks.size();
   layers::BuildOptions build;
   build.seed = config.train.seed;
@@ -565,7 +565,7 @@ TEST(ZeroTwo, ShardsHoldTheReducedGradientAndNothingElse) {
   auto config = tiny_gpt({"batch.micro_batch_size=2", kTinyBuckets, "optimizer.type=adamw"});
   config.resolve(world->size());
   TwinStages twins = twin_stages(config);
-  const planning::Plan& plan = twins.plan;
+  const run_plan::Plan& plan = twins.plan;
   pipeline::StageModule& plain_stage = *twins.reference;
   pipeline::StageModule& sharded_stage = *twins.tested;
   train::DataParallelOptions options;
@@ -668,7 +668,7 @@ TEST(ZeroThree, BlocksHoldTheirParametersOnlyWhileTheyRun) {
   auto config = tiny_gpt({"batch.micro_batch_size=2", "optimizer.type=adamw", "optimizer.lr=0.01"});
   config.resolve(world->size());
   TwinStages twins = twin_stages(config);
-  const planning::Plan& plan = twins.plan;
+  const run_plan::Plan& plan = twins.plan;
   const std::size_t num_blocks = twins.num_blocks;
   pipeline::StageModule& plain_stage = *twins.reference;
   pipeline::StageModule& sharded_stage = *twins.tested;
@@ -749,7 +749,7 @@ TEST(DataParallelOverlap, BucketsStartDuringBackwardInCallbackOrder) {
   auto world = make_world(/*deterministic=*/true);
   auto config = tiny_gpt({"batch.micro_batch_size=2", kTinyBuckets});
   config.resolve(world->size());
-  const planning::Plan plan = planning::make_plan(config, 1, 0);
+  const run_plan::Plan plan = run_plan::make_plan(config, 1, 0);
   ASSERT_EQ(plan.num_stages(), 1);
   const std::size_t num_blocks = plan.spec.blocks.size();
   layers::BuildOptions build;

@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "engine/core/allocator.hpp"
-#include "engine/planning/memory_plan.hpp"
+#include "engine/run_plan/memory_plan.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "train_harness.hpp"
 
@@ -138,7 +138,7 @@ TEST(LlamaMemory, MeasuredPeakIsNearThePlan) {
     trainer.reset_peak_memory();
     trainer.step(1);
     const std::int64_t measured = trainer.memory_stats().peak_total;
-    const planning::MemoryPlan plan = planning::estimate_rank_memory(trainer.plan(), trainer.config(), world->rank());
+    const run_plan::MemoryPlan plan = run_plan::estimate_rank_memory(trainer.plan(), trainer.config(), world->rank());
     std::printf("[ memory ] llama %s rank %d: planned %lld B, measured %lld B\n", schedule, world->rank(),
                 static_cast<long long>(plan.total()), static_cast<long long>(measured));
     EXPECT_NEAR(static_cast<double>(plan.total()), static_cast<double>(measured),

@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "engine/core/allocator.hpp"
-#include "engine/planning/memory_plan.hpp"
+#include "engine/run_plan/memory_plan.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "pipeline/action.hpp"
 #include "pipeline/timeline.hpp"
@@ -206,7 +206,7 @@ TEST(PipelineMemory, SentTensorsAreFreedWhenTheirSendCompletes) {
     trainer.step(1);
     peak.push_back(trainer.memory_stats().peak_of(MemoryCategory::kActivations));
     peak_total.push_back(trainer.memory_stats().peak_total);
-    const planning::MemoryPlan plan = planning::estimate_rank_memory(trainer.plan(), trainer.config(), world->rank());
+    const run_plan::MemoryPlan plan = run_plan::estimate_rank_memory(trainer.plan(), trainer.config(), world->rank());
     planned.push_back(plan.bytes[static_cast<std::size_t>(MemoryCategory::kActivations)]);
     planned_total.push_back(plan.total());
   }

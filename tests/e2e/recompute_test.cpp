@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "engine/core/allocator.hpp"
-#include "engine/planning/memory_plan.hpp"
+#include "engine/run_plan/memory_plan.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "train_harness.hpp"
 
@@ -55,7 +55,7 @@ ModeRun run(const config::RunConfig& config, comm::Communicator& world) {
   resolved.resolve(world.size());
   const auto& plan = trainer.plan();
   const int pp_rank = world.rank() / (world.size() / config.parallel.pipeline_model_parallel_size);
-  out.planned_activations = planning::estimate_rank_memory(plan, resolved, pp_rank)
+  out.planned_activations = run_plan::estimate_rank_memory(plan, resolved, pp_rank)
                                 .bytes[static_cast<std::size_t>(MemoryCategory::kActivations)];
   return out;
 }

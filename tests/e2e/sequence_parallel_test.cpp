@@ -25,7 +25,7 @@
 #include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
-#include "engine/planning/memory_plan.hpp"
+#include "engine/run_plan/memory_plan.hpp"
 #include "engine/train/collectives.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "train_harness.hpp"
@@ -207,7 +207,7 @@ namespace cleave::testing {
 namespace {
 
 // Activation memory: the allocator's measured activation peak against the memory plan's (one tp rank's
-// share, engine/planning/memory_plan.hpp), with and without sequence parallelism, and the drop between them.
+// share, engine/run_plan/memory_plan.hpp), with and without sequence parallelism, and the drop between them.
 // GPipe on one pp rank keeps every micro-batch's stash alive at once, so the stashes the plan counts dominate
 // the peak (as in tests/e2e/recompute_test.cpp).
 struct MemoryRun {
@@ -238,7 +238,7 @@ MemoryRun memory_run(const std::vector<std::string>& overrides, comm::Communicat
   config::RunConfig resolved = config;
   resolved.resolve(world.size());
   const int pp_rank = world.rank() / (world.size() / config.parallel.pipeline_model_parallel_size);
-  out.planned = planning::estimate_rank_memory(trainer.plan(), resolved, pp_rank)
+  out.planned = run_plan::estimate_rank_memory(trainer.plan(), resolved, pp_rank)
                     .bytes[static_cast<std::size_t>(MemoryCategory::kActivations)];
   return out;
 }

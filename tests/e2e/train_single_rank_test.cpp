@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "engine/core/allocator.hpp"
-#include "engine/planning/memory_plan.hpp"
+#include "engine/run_plan/memory_plan.hpp"
 #include "kernels/cpu/flash_attention.hpp"
 #include "kernels/ops/cpu_blas.hpp"
 #include "mpi/mpi_test_env.hpp"
@@ -126,7 +126,7 @@ TEST(TrainE2E, DeterministicAccumulationMemoryIsPlannedAndReused) {
   config.train.deterministic = true;
   config.batch.micro_batch_size = 4;  // 16 / 4 = 4 micro-batches
   train::Trainer trainer(config, *world);
-  const planning::MemoryPlan planned = planning::estimate_rank_memory(trainer.plan(), trainer.config(), 0);
+  const run_plan::MemoryPlan planned = run_plan::estimate_rank_memory(trainer.plan(), trainer.config(), 0);
   const std::int64_t param_bytes = planned.bytes[static_cast<std::size_t>(MemoryCategory::kParameters)];
   EXPECT_EQ(planned.bytes[static_cast<std::size_t>(MemoryCategory::kGradients)], 3 * param_bytes);
 
@@ -146,7 +146,7 @@ TEST(TrainE2E, DeterministicAccumulationMemoryIsPlannedAndReused) {
               static_cast<long long>(grads_peak));
   auto plain = trainer.config();  // resolved
   plain.train.deterministic = false;
-  EXPECT_EQ(planning::estimate_rank_memory(trainer.plan(), plain, 0).bytes[static_cast<std::size_t>(MemoryCategory::kGradients)],
+  EXPECT_EQ(run_plan::estimate_rank_memory(trainer.plan(), plain, 0).bytes[static_cast<std::size_t>(MemoryCategory::kGradients)],
             param_bytes);
 }
 
@@ -167,7 +167,7 @@ TEST(TrainE2E, Bf16WorkspacePlanMatchesTheAllocator) {
       config.batch.micro_batch_size = micro;
       train::Trainer trainer(config, *world);
       const auto workspace = static_cast<std::size_t>(MemoryCategory::kWorkspace);
-      const std::int64_t planned = planning::estimate_rank_memory(trainer.plan(), trainer.config(), 0).bytes[workspace];
+      const std::int64_t planned = run_plan::estimate_rank_memory(trainer.plan(), trainer.config(), 0).bytes[workspace];
       for (int s = 0; s < 2; ++s) trainer.step(s);
       const std::int64_t measured = trainer.memory_stats().peak_of(MemoryCategory::kWorkspace);
       EXPECT_GT(measured, 0);

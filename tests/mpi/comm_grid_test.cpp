@@ -5,7 +5,7 @@
 
 #include <vector>
 
-#include "engine/comm/grid.hpp"
+#include "engine/comm/process_grid.hpp"
 #include "tests/mpi/mpi_test_env.hpp"
 #include "tests/mpi/tensor_values.hpp"
 

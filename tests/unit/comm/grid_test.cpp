@@ -7,7 +7,7 @@
 #include <array>
 #include <set>
 
-#include "engine/comm/grid.hpp"
+#include "engine/comm/process_grid.hpp"
 
 namespace cleave::comm {
 namespace {

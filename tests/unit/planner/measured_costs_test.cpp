@@ -16,7 +16,7 @@
 #include "partition/measured_costs.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "engine/planner/profile_measure.hpp"
-#include "engine/planning/plan.hpp"
+#include "engine/run_plan/plan.hpp"
 #include "partition/cost_model.hpp"
 
 namespace cleave::planner {
@@ -33,7 +33,7 @@ class MeasuredProfile : public ::testing::Test {
     std::ofstream(config_) << R"({"model": {"type": "gpt", "vocab_size": 64, "d_model": 48, "n_layers": 4,
       "n_heads": 4, "seq_len": 16}, "batch": {"global_batch_size": 8}, "optimizer": {"type": "adamw"},
       "data": {"type": "synthetic"}})";
-    spec_ = planning::model_spec(config::load_config(config_, {}).model);
+    spec_ = run_plan::model_spec(config::load_config(config_, {}).model);
   }
   void TearDown() override { fs::remove_all(dir_); }
 

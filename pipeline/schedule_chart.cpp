@@ -1,5 +1,5 @@
-// Step × rank grid rendering (see grid.hpp).
-#include "pipeline/grid.hpp"
+// Step × rank grid rendering (see schedule_chart.hpp).
+#include "pipeline/schedule_chart.hpp"
 
 #include <fmt/format.h>
 

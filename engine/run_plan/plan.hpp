@@ -11,7 +11,7 @@
 #include "partition/stage_partitioner.hpp"
 #include "pipeline/schedule.hpp"
 
-namespace cleave::planning {
+namespace cleave::run_plan {
 
 struct Plan {
   partition::ModelSpec spec;
@@ -47,4 +47,4 @@ partition::ModelSpec model_spec(const config::ModelConfig& model);
 // value (adamw: 1 + 2, sgd with momentum: 1 + 1, plain sgd: 1).
 double training_bytes_per_param_byte(const config::OptimizerConfig& optimizer);
 
-}  // namespace cleave::planning
+}  // namespace cleave::run_plan

@@ -50,10 +50,10 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
-#include "engine/planning/plan.hpp"
+#include "engine/run_plan/plan.hpp"
 #include "partition/cost_model.hpp"
 
-namespace cleave::planning {
+namespace cleave::run_plan {
 
 struct MemoryPlan {
   std::array<std::int64_t, kNumMemoryCategories> bytes{};  // peak per category within a step
@@ -79,4 +79,4 @@ StageBackwardMemory stage_backward_memory(const std::vector<partition::BlockCost
 // bytes by category, the cap and what to change), or an empty string when every rank fits or no cap is set.
 std::string memory_plan_violation(const Plan& plan, const config::RunConfig& config);
 
-}  // namespace cleave::planning
+}  // namespace cleave::run_plan

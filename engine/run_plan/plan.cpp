@@ -1,13 +1,13 @@
 // Plan construction: schedule first (it fixes the stage → rank placement and how many micro-batches each
 // rank keeps in flight), then the stage partition balanced by the cost model under that in-flight count.
-#include "engine/planning/plan.hpp"
+#include "engine/run_plan/plan.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
 
 #include "engine/core/error.hpp"
-#include "engine/planning/memory_plan.hpp"
+#include "engine/run_plan/memory_plan.hpp"
 #include "partition/cost_model.hpp"
 #include "pipeline/lowering.hpp"
 #include "pipeline/schedule_text.hpp"
@@ -20,7 +20,7 @@
 #include "pipeline/timeline.hpp"
 #include "pipeline/validator.hpp"
 
-namespace cleave::planning {
+namespace cleave::run_plan {
 namespace {
 
 // `auto`: the automatic zero-bubble scheduler with equal stages (the partition balances them) whose F, I and W
@@ -237,4 +237,4 @@ std::string Plan::describe_partition() const {
   return fmt::format("blocks per stage [{}]", fmt::join(partition.blocks_per_stage(), ","));
 }
 
-}  // namespace cleave::planning
+}  // namespace cleave::run_plan

@@ -12,12 +12,12 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
-#include "engine/planning/memory_plan.hpp"
-#include "engine/planning/plan.hpp"
+#include "engine/run_plan/memory_plan.hpp"
+#include "engine/run_plan/plan.hpp"
 #include "partition/cost_model.hpp"
 #include "pipeline/timeline.hpp"
 
-namespace cleave::planning {
+namespace cleave::run_plan {
 namespace {
 
 config::RunConfig pp2(const std::string& schedule, const std::string& recompute) {
@@ -105,4 +105,4 @@ TEST(MemoryPlan, SplitBackwardHoldsWhatWeightGradientsNeedUntilW) {
 }
 
 }  // namespace
-}  // namespace cleave::planning
+}  // namespace cleave::run_plan

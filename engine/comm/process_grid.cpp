@@ -1,5 +1,5 @@
-// ProcessGrid arithmetic and the split-based communicator factory (grid.hpp).
-#include "engine/comm/grid.hpp"
+// ProcessGrid arithmetic and the split-based communicator factory (process_grid.hpp).
+#include "engine/comm/process_grid.hpp"
 
 #include "engine/core/error.hpp"
 

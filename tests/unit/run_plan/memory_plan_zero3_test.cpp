@@ -17,10 +17,10 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
-#include "engine/planning/memory_plan.hpp"
-#include "engine/planning/plan.hpp"
+#include "engine/run_plan/memory_plan.hpp"
+#include "engine/run_plan/plan.hpp"
 
-namespace cleave::planning {
+namespace cleave::run_plan {
 namespace {
 
 constexpr std::int64_t kD = 24, kFf = 96, kT = 10, kDp = 3;
@@ -210,4 +210,4 @@ TEST(MemoryPlanZeroThree, OverTheCapMessageEstimatesEachHigherStage) {
 }
 
 }  // namespace
-}  // namespace cleave::planning
+}  // namespace cleave::run_plan

@@ -1,5 +1,5 @@
 // See memory_plan.hpp.
-#include "engine/planning/memory_plan.hpp"
+#include "engine/run_plan/memory_plan.hpp"
 
 #include <fmt/format.h>
 
@@ -13,7 +13,7 @@
 #include "partition/cost_model.hpp"
 #include "pipeline/timeline.hpp"
 
-namespace cleave::planning {
+namespace cleave::run_plan {
 namespace {
 
 // CPU mixed precision: the CPU backend widens every bf16 operand of a kernel into f32 scratch for the kernel's
@@ -563,4 +563,4 @@ std::string memory_plan_violation(const Plan& plan, const config::RunConfig& con
   return {};
 }
 
-}  // namespace cleave::planning
+}  // namespace cleave::run_plan

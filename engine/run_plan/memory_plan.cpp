@@ -321,7 +321,7 @@ MicrobatchPeak microbatch_peak(const MicrobatchBuckets& m, const Plan& plan, int
 // Full recomputation rebuilds the larger stash inside the backward.
 void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSpec& block,
                             partition::Recompute recompute, int tp, bool ring) {
-  if (block.kind != partition::BlockKind::kTransformerBlock && block.kind != partition::BlockKind::kLlamaBlock) return;
+  if (block.n_heads <= 0) return;  // a block without attention (embedding, head, MLP and CNN layers)
   const std::int64_t td = block.seq_len * block.in_features / tp * 4;  // f32; bf16 halves all activations below
   const bool stashed = ring ? recompute == partition::Recompute::kNone : recompute != partition::Recompute::kFull;
   if (stashed) cost.activation_bytes += td;

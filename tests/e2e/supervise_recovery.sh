@@ -54,6 +54,18 @@ sup() { "$cleave" run --launcher "$launcher" --teardown-grace 10 "$@"; }
 timed() { local t0=$(date +%s%N); "$@"; local rc=$?; echo "     ($(( ($(date +%s%N) - t0) / 1000000 )) ms)"; return $rc; }
 
 # The command attempt N ran (supervisor.json), re-run by hand: its out_dir replaced, resuming CKPT.
+# within_bound RUN REF BOUND: all 12 step losses of RUN within BOUND (relative) of REF's; prints the largest.
+within_bound() {
+  python3 - "$1/metrics.jsonl" "$2/metrics.jsonl" "$3" << 'PY'
+import json, sys
+a = [json.loads(l)["loss"] for l in open(sys.argv[1])]
+b = [json.loads(l)["loss"] for l in open(sys.argv[2])]
+bound = float(sys.argv[3])
+worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
+print(f"     largest relative loss difference from the uninterrupted dp2 x pp2 run: {worst:.2e} (bound {bound:g})")
+assert len(a) == len(b) == 12 and worst <= bound
+PY
+}
 by_hand() {  # by_hand RUN_DIR ATTEMPT OUT CKPT
   python3 - "$1/supervisor/supervisor.json" "$2" "$3" "$4" > cmd.txt << 'PY'
 import json, sys
@@ -100,14 +112,7 @@ keep)
     || { cat ref_full.log; fail "uninterrupted run"; }
   # The reported step loss adds the dp ranks' partial means, in another order at dp1 than at dp2: its last bits
   # may differ (3e-8 relative measured, docs/multi-rank.md), while the by-hand resume above is bit-identical.
-  python3 - << 'PY' || fail "losses differ from the uninterrupted run beyond 1e-6"
-import json
-a = [json.loads(l)["loss"] for l in open("run/metrics.jsonl")]
-b = [json.loads(l)["loss"] for l in open("ref_full/metrics.jsonl")]
-worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
-print(f"     largest relative loss difference from the uninterrupted dp2 x pp2 run: {worst:.2e} (bound 1e-6)")
-assert len(a) == len(b) == 12 and worst <= 1e-6
-PY
+  within_bound run ref_full 1e-6 || fail "losses differ from the uninterrupted run beyond 1e-6"
   ls run/supervisor/attempt_1.metrics.jsonl run/supervisor/attempt_2.metrics.jsonl > /dev/null || fail "attempt metrics not kept"
   echo "ok   keep: 2 restarts (dp2 x pp2 -> dp1 x pp2 twice); steps 5-12 bit-identical to the by-hand resume, all 12 within 1e-6 of the uninterrupted run"
   ;;
@@ -125,14 +130,7 @@ plan)
     || { paste <(losses_from run/metrics.jsonl 5) <(losses_from ref_hand/metrics.jsonl 5); fail "losses differ from the by-hand resume"; }
   "${mpiexec[@]}" -n 4 "$cleave" train tiny.json "${pp2[@]}" --set train.out_dir=ref_full > ref_full.log 2>&1 \
     || { cat ref_full.log; fail "uninterrupted run"; }
-  python3 - << 'PY' || fail "the planner's layout is outside the layout-change bound of the uninterrupted run"
-import json
-a = [json.loads(l)["loss"] for l in open("run/metrics.jsonl")]
-b = [json.loads(l)["loss"] for l in open("ref_full/metrics.jsonl")]
-worst = max(abs(x - y) / abs(y) for x, y in zip(a, b))
-print(f"     largest relative loss difference from the uninterrupted dp2 x pp2 run: {worst:.2e} (bound 1e-4)")
-assert len(a) == len(b) == 12 and worst <= 1e-4
-PY
+  within_bound run ref_full 1e-4 || fail "the planner's layout is outside the layout-change bound of the uninterrupted run"
   echo "ok   plan: restart on 3 ranks at $(field run/run.json 'd["restarts"][0]["new_layout"]'); bit-identical to the by-hand resume"
   ;;
 hang)

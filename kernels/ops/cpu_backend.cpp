@@ -29,6 +29,7 @@
 #include <optional>
 #include <span>
 
+#include "kernels/ops/attention_shape.hpp"
 #include "kernels/ops/backend.hpp"
 #include "kernels/ops/cpu_chunked_view.hpp"
 #include "kernels/ops/cpu_f32_view.hpp"
@@ -292,25 +293,7 @@ class AttentionViews {
   std::vector<std::pair<Tensor, std::unique_ptr<F32Out>>> outs_;
 };
 
-kc::FlashAttentionShape flash_shape(const AttentionProblem& p) {
-  kc::FlashAttentionShape s;
-  s.batch = p.batch;
-  s.q_len = p.q_len;
-  s.kv_len = p.kv_len;
-  s.q_heads = p.params.q_heads;
-  s.kv_heads = p.params.kv_heads;
-  s.head_dim = p.head_dim;
-  s.ld_q = p.q.ld;
-  s.ld_k = p.k.ld;
-  s.ld_v = p.v.ld;
-  s.ld_o = p.out.ld;
-  s.q_offset = p.params.q_offset;
-  s.k_offset = p.params.k_offset;
-  s.window = p.params.window;
-  s.causal = p.params.causal;
-  s.scale = p.params.scale;
-  return s;
-}
+kc::FlashAttentionShape flash_shape(const AttentionProblem& p) { return flash_shape_of<kc::FlashAttentionShape>(p); }
 
 Tensor flash_workspace(const Context& ctx, const kc::FlashAttentionShape& s, int threads) {
   const auto floats = static_cast<std::int64_t>(kc::flash_attention_workspace_floats(s, threads));

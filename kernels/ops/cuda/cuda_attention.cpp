@@ -6,28 +6,14 @@
 #include "engine/core/error.hpp"
 #include "kernels/cuda/flash_attention.hpp"
 #include "kernels/cuda/launch_config.hpp"
+#include "kernels/ops/attention_shape.hpp"
 #include "kernels/ops/cuda/cuda_slots.hpp"
 
 namespace cleave::ops::cuda_detail {
 namespace {
 
 kd::FlashAttentionShape flash_shape(const AttentionProblem& p) {
-  kd::FlashAttentionShape s;
-  s.batch = p.batch;
-  s.q_len = p.q_len;
-  s.kv_len = p.kv_len;
-  s.q_heads = p.params.q_heads;
-  s.kv_heads = p.params.kv_heads;
-  s.head_dim = p.head_dim;
-  s.ld_q = p.q.ld;
-  s.ld_k = p.k.ld;
-  s.ld_v = p.v.ld;
-  s.ld_o = p.out.ld;
-  s.q_offset = p.params.q_offset;
-  s.k_offset = p.params.k_offset;
-  s.window = p.params.window;
-  s.causal = p.params.causal;
-  s.scale = p.params.scale;
+  const auto s = flash_shape_of<kd::FlashAttentionShape>(p);
   CLEAVE_CHECK(s.batch <= kd::launch::kMaxGridYZ && s.q_heads <= kd::launch::kMaxGridYZ,
                "attention on cuda: batch {} and heads {} must each be at most {} (grid limits)", s.batch, s.q_heads,
                kd::launch::kMaxGridYZ);

@@ -17,8 +17,8 @@ Conv2d::Conv2d(std::string prefix, std::int64_t in_channels, std::int64_t out_ch
                "conv2d {}: in_channels ({}), out_channels ({}), kernel ({}) and stride ({}) must be > 0", prefix_,
                in_channels, out_channels, kernel, stride);
   const std::int64_t fan_in = in_channels * kernel * kernel;
-  weight_ = make_param(prefix_ + ".weight", Shape{out_channels, in_channels, kernel, kernel}, true, init.alloc());
-  bias_ = make_param(prefix_ + ".bias", Shape{out_channels}, false, init.alloc());
+  weight_ = make_param(prefix_ + ".weight", Shape{out_channels, in_channels, kernel, kernel}, true, init.allocator);
+  bias_ = make_param(prefix_ + ".bias", Shape{out_channels}, false, init.allocator);
   init_weight(*weight_, fan_in, init);
   init_bias(*bias_, fan_in, init);
 }

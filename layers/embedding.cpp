@@ -9,7 +9,7 @@ namespace cleave::layers {
 
 std::shared_ptr<Param> make_token_table(const std::string& prefix, std::int64_t vocab_size, std::int64_t dim,
                                         const ParamInit& init) {
-  auto token = make_param(prefix + ".token", Shape{vocab_size, dim}, true, init.alloc());
+  auto token = make_param(prefix + ".token", Shape{vocab_size, dim}, true, init.allocator);
   init_normal(*token, init.seed, 0.02f);
   return token;
 }
@@ -22,7 +22,7 @@ Embedding::Embedding(std::string prefix, std::int64_t vocab_size, std::int64_t s
                prefix_, vocab_size, dim, seq_len);
   token_ = make_token_table(prefix_, vocab_size, dim, init);
   if (seq_len > 0) {  // else positions come from elsewhere (llama: rotary embeddings in the attention)
-    position_ = make_param(prefix_ + ".position", Shape{seq_len, dim}, false, init.alloc());
+    position_ = make_param(prefix_ + ".position", Shape{seq_len, dim}, false, init.allocator);
     init_normal(*position_, init.seed, 0.02f);
   }
 }

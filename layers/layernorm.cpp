@@ -9,8 +9,8 @@ namespace cleave::layers {
 LayerNorm::LayerNorm(std::string prefix, std::int64_t dim, const ParamInit& init, float eps)
     : prefix_(std::move(prefix)), dim_(dim), eps_(eps) {
   CLEAVE_CHECK(dim > 0, "layernorm {}: dim must be > 0, got {}", prefix_, dim);
-  gamma_ = make_param(prefix_ + ".weight", Shape{dim}, false, init.alloc());
-  beta_ = make_param(prefix_ + ".bias", Shape{dim}, false, init.alloc());
+  gamma_ = make_param(prefix_ + ".weight", Shape{dim}, false, init.allocator);
+  beta_ = make_param(prefix_ + ".bias", Shape{dim}, false, init.allocator);
   init_constant(*gamma_, 1.0f);
   init_constant(*beta_, 0.0f);
 }

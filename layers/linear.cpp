@@ -12,10 +12,10 @@ Linear::Linear(std::string prefix, std::int64_t in_features, std::int64_t out_fe
     : prefix_(std::move(prefix)), in_(in_features), out_(out_features) {
   CLEAVE_CHECK(in_features > 0 && out_features > 0, "linear {}: sizes must be > 0, got in {} out {}", prefix_,
                in_features, out_features);
-  weight_ = make_param(prefix_ + ".weight", Shape{out_, in_}, true, init.alloc());
+  weight_ = make_param(prefix_ + ".weight", Shape{out_, in_}, true, init.allocator);
   init_weight(*weight_, in_, init);
   if (bias) {
-    bias_ = make_param(prefix_ + ".bias", Shape{out_}, false, init.alloc());
+    bias_ = make_param(prefix_ + ".bias", Shape{out_}, false, init.allocator);
     init_bias(*bias_, in_, init);
   }
 }

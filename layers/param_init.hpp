@@ -22,13 +22,14 @@ namespace cleave::layers {
 
 enum class InitScheme { kGpt2, kTorchDefault };
 
+// `allocator` has no default: parameters live where the run says (its capped allocator, or the host
+// allocator a GPU run builds on), never on a fallback the run's memory cap does not see.
 struct ParamInit {
+  Allocator& allocator;  // where values and grads live
   std::uint64_t seed = 1234;
   InitScheme scheme = InitScheme::kTorchDefault;
-  float std = 0.02f;               // kGpt2 weight std
-  Allocator* allocator = nullptr;  // where values and grads live; null = cpu_allocator()
+  float std = 0.02f;  // kGpt2 weight std
 
-  Allocator& alloc() const { return allocator ? *allocator : cpu_allocator(); }
   ParamInit with_std(float s) const {
     ParamInit copy = *this;
     copy.std = s;

@@ -194,13 +194,30 @@ json measured_to_json(const MeasuredCosts& c) {
   return out;
 }
 
-void check_measured_covers(const MeasuredCosts& costs, const ModelSpec& spec, int tp, DType dtype, const std::string& path) {
-  CLEAVE_CHECK(costs.dtype == dtype, "profile {}: its blocks were timed in {} but the config trains in {}", path,
-               dtype_name(costs.dtype), dtype_name(dtype));
+void check_measured_covers(const MeasuredCosts& costs, const ModelSpec& spec, DType dtype, int tp, const std::string& source) {
+  CLEAVE_CHECK(costs.dtype == dtype,
+               "profile {} timed its blocks in {} but the config trains in {} (device.precision \"{}\"): profile again "
+               "with this config (`cleave profile CONFIG`)",
+               source, dtype_name(costs.dtype), dtype_name(dtype), dtype == DType::kBF16 ? "bf16" : "fp32");
+  std::set<std::string> never;  // shapes measured at no width
+  for (const auto& block : spec.blocks) {
+    const std::string key = block_shape_key(block);
+    if (std::none_of(costs.blocks.begin(), costs.blocks.end(), [&](const MeasuredBlock& b) { return b.shape == key; })) {
+      never.insert(key);
+    }
+  }
+  std::string missing;
+  for (const auto& key : never) missing += (missing.empty() ? "" : ", ") + key;
+  CLEAVE_CHECK(never.empty(),
+               "profile {} was measured for another model: it has no measurement of {} (it holds: {}); run `cleave "
+               "profile CONFIG` for this config",
+               source, missing, costs.blocks.empty() ? std::string("nothing") : measured_list(costs.blocks));
+  if (tp == kAnyWidth) return;
   for (const auto& block : spec.blocks) {
     CLEAVE_CHECK(costs.covers(block_shape_key(block), tp),
-                 "profile {}: no measurement of '{}' at tensor-parallel width {} (it holds: {}); run `cleave profile` "
-                 "for this config", path, block_shape_key(block), tp, measured_list(costs.blocks));
+                 "profile {}: no measurement of '{}' at tensor-parallel width {} (it holds: {}); run `cleave profile "
+                 "CONFIG --tp {}`",
+                 source, block_shape_key(block), tp, measured_list(costs.blocks), tp);
   }
 }
 

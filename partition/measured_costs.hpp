@@ -114,7 +114,10 @@ nlohmann::json measured_to_json(const MeasuredCosts& costs);
 // Reads the "measured" object of a profile file (a part of load_profile, partition/hardware_profile.hpp, the one
 // reader of profile files); throws Error naming `file` and the key.
 MeasuredCosts measured_from_json(const nlohmann::json& node, const std::string& file);
-// Throws Error naming `path` unless every block of `spec` was measured at tp width `tp` in `dtype`.
-void check_measured_covers(const MeasuredCosts& costs, const ModelSpec& spec, int tp, DType dtype, const std::string& path);
+// The one check that a profile's block table fits a config: throws Error naming `source` unless the blocks were
+// timed in `dtype` and every block shape of `spec` was measured, at tensor-parallel width `tp` (kAnyWidth: at
+// some width, as the planner needs before it picks one). A shape measured at no width means another model.
+inline constexpr int kAnyWidth = 0;
+void check_measured_covers(const MeasuredCosts& costs, const ModelSpec& spec, DType dtype, int tp, const std::string& source);
 
 }  // namespace cleave::partition

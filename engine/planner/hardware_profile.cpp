@@ -90,7 +90,7 @@ void measure_block_rates(HardwareProfile& profile, const partition::ModelSpec& s
     }
   }
   if (index == spec.blocks.size()) return;
-  auto layers = layers::build_blocks(spec, index, index + 1);
+  auto layers = layers::build_blocks(spec, index, index + 1, layers::BuildOptions{cpu_allocator()});  // CPU rates
   layers::Layer& block = *layers.front();
   const partition::BlockCost cost = partition::block_cost(spec.blocks[index]);
   const std::int64_t t = spec.token_sizes().seq_len, d = spec.token_sizes().d_model;

@@ -62,22 +62,9 @@ std::int64_t fixed_global_batch(const config::RunConfig& base, int world) {
 }  // namespace
 
 void check_profile_matches(const HardwareProfile& profile, const partition::ModelSpec& spec, bool bf16) {
-  const partition::MeasuredCosts& m = profile.measured;
-  if (!m.has_blocks()) return;
-  const DType trains_in = bf16 ? DType::kBF16 : DType::kF32;
-  CLEAVE_CHECK(m.dtype == trains_in,
-               "profile '{}' timed its blocks in {} but the config trains in {} (device.precision \"{}\"): profile again "
-               "with this config", profile.name, dtype_name(m.dtype), dtype_name(trains_in), bf16 ? "bf16" : "fp32");
-  std::string missing;
-  for (const auto& block : spec.blocks) {
-    const std::string key = partition::block_shape_key(block);
-    const bool any = std::any_of(m.blocks.begin(), m.blocks.end(), [&](const partition::MeasuredBlock& b) { return b.shape == key; });
-    if (!any && missing.find(key) == std::string::npos) missing += (missing.empty() ? "" : ", ") + key;
-  }
-  CLEAVE_CHECK(missing.empty(),
-               "profile '{}' was measured for another model: it has no measurement of {} (it holds {}); run `cleave "
-               "profile CONFIG` for this config", profile.name, missing,
-               m.blocks.empty() ? std::string("nothing") : m.blocks.front().shape + ", ...");
+  if (!profile.measured.has_blocks()) return;
+  partition::check_measured_covers(profile.measured, spec, bf16 ? DType::kBF16 : DType::kF32, partition::kAnyWidth,
+                                   "'" + profile.name + "'");
 }
 
 std::string oversubscription_warning(const PlanEstimate& e) {

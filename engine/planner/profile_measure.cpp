@@ -229,7 +229,7 @@ std::vector<partition::MeasuredBlock> measure_round(const partition::ModelSpec& 
   std::vector<partition::MeasuredBlock> measured;
   for (int tp : request.tp_widths) {
     ShardTimingComm shard_comm(tp);
-    layers::BuildOptions build;
+    layers::BuildOptions build{cpu_allocator()};  // a CPU profile: host memory, no run cap to respect
     build.tp_size = tp;
     for (std::int64_t micro : request.micro_batches) {
       layers::Context ctx;

@@ -47,7 +47,7 @@ pipeline::Schedule make_auto_schedule(const config::RunConfig& config, int num_m
     const int tp = config.parallel.tensor_model_parallel_size;
     const std::int64_t micro = config.resolved_batch().micro_batch_size;
     const DType timed_in = config.device.precision == config::Precision::kBf16 ? DType::kBF16 : DType::kF32;
-    partition::check_measured_covers(measured, spec, tp, timed_in, path);
+    partition::check_measured_covers(measured, spec, timed_in, tp, path);
     const auto plain = partition::model_costs(spec);
     const auto costs = partition::model_costs(spec, DType::kF32, config.train.recompute);
     double f = 0, i = 0, w = 0;

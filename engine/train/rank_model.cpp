@@ -13,14 +13,13 @@ namespace cleave::train {
 RankModel::RankModel(RankSetup& setup) {
   const run_plan::Plan& plan = setup.plan;
   const config::RunConfig& cfg = setup.config;
-  layers::BuildOptions build;
-  build.seed = cfg.train.seed;
-  build.tp_size = setup.grid.tp_size();
-  build.tp_rank = setup.coords.tp_rank;
   // On a GPU the parameters are built on a host allocator, exactly as on the CPU (same seeds, same values;
   // initialisation writes through host pointers), then moved to the device below.
   if (setup.on_device()) host_build_ = make_cpu_allocator();
-  build.allocator = host_build_ ? host_build_.get() : setup.allocator.get();
+  layers::BuildOptions build{host_build_ ? *host_build_ : *setup.allocator};
+  build.seed = cfg.train.seed;
+  build.tp_size = setup.grid.tp_size();
+  build.tp_rank = setup.coords.tp_rank;
   build.recompute = cfg.train.recompute;
   tied_name_ = plan.spec.tied_parameters.empty() ? std::string() : plan.spec.tied_parameters.front();
   for (int stage : plan.local_stages) {

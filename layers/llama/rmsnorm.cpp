@@ -9,7 +9,7 @@ namespace cleave::layers {
 RmsNorm::RmsNorm(std::string prefix, std::int64_t dim, float eps, const ParamInit& init)
     : prefix_(std::move(prefix)), dim_(dim), eps_(eps) {
   CLEAVE_CHECK(dim > 0 && eps > 0.0f, "rmsnorm {}: dim ({}) and eps ({}) must be > 0", prefix_, dim, eps);
-  weight_ = make_param(prefix_ + ".weight", Shape{dim}, false, init.alloc());
+  weight_ = make_param(prefix_ + ".weight", Shape{dim}, false, init.allocator);
   init_constant(*weight_, 1.0f);
 }
 

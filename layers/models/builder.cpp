@@ -128,9 +128,8 @@ std::vector<LayerPtr> build_blocks(const ModelSpec& spec, std::size_t first_bloc
   CLEAVE_CHECK(first_block < last_block && last_block <= spec.blocks.size(),
                "build_blocks: block range [{}, {}) is empty or outside the model's {} blocks", first_block,
                last_block, spec.blocks.size());
-  ParamInit init;
+  ParamInit init{options.allocator};
   init.seed = options.seed;
-  init.allocator = options.allocator;
   // gpt and llama: normal(0, 0.02) (llama: transformers' initializer_range, no residual scaling).
   init.scheme = partition::is_language_model(spec.type) ? InitScheme::kGpt2 : InitScheme::kTorchDefault;
   init.std = 0.02f;
@@ -164,7 +163,7 @@ std::vector<LayerPtr> build_blocks(const ModelSpec& spec, std::size_t first_bloc
         if (b.tied) {
           weight = tied_head_table(spec, b, token_table, options, init);
         } else {
-          weight = make_param(b.name + ".weight", Shape{b.out_features, b.in_features}, true, init.alloc());
+          weight = make_param(b.name + ".weight", Shape{b.out_features, b.in_features}, true, init.allocator);
           init_normal(*weight, init.seed, init.std);
         }
         layers.push_back(std::make_unique<LmHead>(b.name, std::move(weight), b.tied));

@@ -27,9 +27,10 @@
 
 namespace cleave::layers {
 
+// `allocator` has no default (see ParamInit): the caller names where parameters and gradients live.
 struct BuildOptions {
+  Allocator& allocator;  // where parameters and gradients live
   std::uint64_t seed = 1234;
-  Allocator* allocator = nullptr;  // where parameters and gradients live; null = cpu_allocator()
   // A tied head whose embedding is outside the range uses this table when set: the embedding was built
   // in another range held by the same rank (ZB-V puts the first and last stage on rank 0), so both must
   // share one Param. Unset: the head creates its own copy (to be kept equal by the embedding group).
@@ -53,7 +54,7 @@ struct BuildOptions {
 
 // One Layer per block in [first_block, last_block). Throws Error for an empty or out-of-range block range.
 std::vector<LayerPtr> build_blocks(const partition::ModelSpec& spec, std::size_t first_block,
-                                   std::size_t last_block, const BuildOptions& options = {});
+                                   std::size_t last_block, const BuildOptions& options);
 
 // The Params of `layers`, in layer order, each shared Param (a tied table) listed once.
 std::vector<std::shared_ptr<Param>> collect_params(const std::vector<LayerPtr>& layers);

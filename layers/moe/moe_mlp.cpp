@@ -31,7 +31,7 @@ Tensor rows_of(const Tensor& t) { return t.view(Shape{t.numel() / t.shape().last
 std::shared_ptr<Param> expert_param(const std::string& name, const Shape& logical, int dim, std::int64_t fan_in,
                                     const ParamInit& init, int tp_size, int tp_rank) {
   auto p = make_sharded_param(name, tp_size > 1 ? make_shard_spec(logical, dim, tp_size, tp_rank) : replicated_spec(logical),
-                              true, init.alloc());
+                              true, init.allocator);
   init_shard_weight(*p, fan_in, init);
   return p;
 }
@@ -48,10 +48,10 @@ MoeMlp::MoeMlp(std::string prefix, std::int64_t d, std::int64_t f, const RouterO
   f_local_ = f / tp_size;
   const std::int64_t e = router.experts;
   // Built in parameter order (router, experts, shared), the same on every layout.
-  router_weight_ = make_sharded_param(prefix_ + ".router.weight", replicated_spec(Shape{e, d}), true, init.alloc());
+  router_weight_ = make_sharded_param(prefix_ + ".router.weight", replicated_spec(Shape{e, d}), true, init.allocator);
   init_shard_weight(*router_weight_, d, init);
   if (router.kind == partition::RouterKind::kSigmoid) {
-    router_bias_ = make_sharded_param(prefix_ + ".router.bias", replicated_spec(Shape{e}), false, init.alloc());
+    router_bias_ = make_sharded_param(prefix_ + ".router.bias", replicated_spec(Shape{e}), false, init.allocator);
     router_bias_->value.zero_();
   }
   gate_ = expert_param(prefix_ + ".experts.gate.weight", Shape{e, f, d}, 1, d, init, tp_size, tp_rank);

@@ -22,7 +22,7 @@ std::shared_ptr<Param> column_weight(const std::string& prefix, std::int64_t in,
                "{}: {} output features do not split into {} group(s) x {} tensor-parallel ranks", who, out, groups,
                tp_size);
   auto w = make_sharded_param(prefix + ".weight", make_shard_spec(Shape{out, in}, 0, tp_size, tp_rank, groups), true,
-                              init.alloc());
+                              init.allocator);
   init_shard_weight(*w, in, init);
   return w;
 }
@@ -31,7 +31,7 @@ std::shared_ptr<Param> column_bias(const std::string& prefix, std::int64_t in, s
                                    const ParamInit& init, int tp_size, int tp_rank, int groups) {
   if (!bias) return nullptr;
   auto b = make_sharded_param(prefix + ".bias", make_shard_spec(Shape{out}, 0, tp_size, tp_rank, groups), false,
-                              init.alloc());
+                              init.allocator);
   init_shard_bias(*b, in, init);
   return b;
 }

@@ -21,7 +21,7 @@ std::shared_ptr<Param> row_weight(const std::string& prefix, std::int64_t in, st
   CLEAVE_CHECK(in % tp_size == 0, "{}: {} input features do not split over {} tensor-parallel ranks", who, in,
                tp_size);
   auto w = make_sharded_param(prefix + ".weight", make_shard_spec(Shape{out, in}, 1, tp_size, tp_rank), true,
-                              init.alloc());
+                              init.allocator);
   init_shard_weight(*w, in, init);
   return w;
 }
@@ -35,7 +35,7 @@ RowParallelLinear::RowParallelLinear(std::string prefix, std::int64_t in_feature
       tp_rank_(tp_rank),
       local_(prefix_, row_weight(prefix_, in_features, out_features, init, tp_size, tp_rank), nullptr) {
   if (bias) {
-    bias_ = make_param(prefix_ + ".bias", Shape{out_features}, false, init.alloc());
+    bias_ = make_param(prefix_ + ".bias", Shape{out_features}, false, init.allocator);
     init_bias(*bias_, in_features, init);
   }
 }

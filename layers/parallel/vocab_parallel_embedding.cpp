@@ -20,7 +20,7 @@ std::shared_ptr<Param> make_vocab_parallel_table(const std::string& name, std::i
   CLEAVE_CHECK(vocab_size > 0 && dim > 0, "vocab-parallel table {}: vocab_size ({}) and dim ({}) must be > 0", name,
                vocab_size, dim);
   auto table = make_sharded_param(name, make_shard_spec(Shape{vocab_size, dim}, 0, tp_size, tp_rank), true,
-                                  init.alloc());
+                                  init.allocator);
   init_shard_normal(*table, init.seed, std);
   return table;
 }
@@ -40,7 +40,7 @@ VocabParallelEmbedding::VocabParallelEmbedding(std::string prefix, std::int64_t 
                vocab_size, dim, seq_len);
   token_ = make_vocab_parallel_token_table(prefix_, vocab_size, dim, init, tp_size, tp_rank);
   if (seq_len > 0) {  // else positions come from elsewhere (llama: rotary embeddings in the attention)
-    position_ = make_param(prefix_ + ".position", Shape{seq_len, dim}, false, init.alloc());
+    position_ = make_param(prefix_ + ".position", Shape{seq_len, dim}, false, init.allocator);
     init_normal(*position_, init.seed, 0.02f);
   }
   const std::int64_t rows = shard_rows(token_->shard);

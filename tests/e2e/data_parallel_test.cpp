@@ -547,7 +547,7 @@ struct TwinStages {
 TwinStages twin_stages(const config::RunConfig& config) {  // config resolved
   TwinStages twins{run_plan::make_plan(config, 1, 0), 0, nullptr, nullptr};
   twins.num_blocks = twins.plan.spec.blocks.size();
-  layers::BuildOptions build;
+  layers::BuildOptions build{cpu_allocator()};
   build.seed = config.train.seed;
   for (auto* stage : {&twins.reference, &twins.tested}) {
     *stage = std::make_unique<pipeline::StageModule>(layers::build_blocks(twins.plan.spec, 0, twins.num_blocks, build),
@@ -752,7 +752,7 @@ TEST(DataParallelOverlap, BucketsStartDuringBackwardInCallbackOrder) {
   const run_plan::Plan plan = run_plan::make_plan(config, 1, 0);
   ASSERT_EQ(plan.num_stages(), 1);
   const std::size_t num_blocks = plan.spec.blocks.size();
-  layers::BuildOptions build;
+  layers::BuildOptions build{cpu_allocator()};
   build.seed = config.train.seed;
 
   // Two identical copies of the whole model: one reduced by DataParallel, one by hand.

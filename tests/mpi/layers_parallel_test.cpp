@@ -239,14 +239,14 @@ std::vector<Tensor> two_inputs(const Shape& shape, std::uint64_t seed) {
 }
 
 ParamInit torch_init(std::uint64_t seed) {
-  ParamInit init;
+  ParamInit init{cpu_allocator()};
   init.seed = seed;
   init.scheme = InitScheme::kTorchDefault;
   return init;
 }
 
 ParamInit gpt_init(std::uint64_t seed) {
-  ParamInit init;
+  ParamInit init{cpu_allocator()};
   init.seed = seed;
   init.scheme = InitScheme::kGpt2;
   return init;
@@ -339,7 +339,7 @@ TEST(TensorParallel, VocabParallelLmHead) {
   auto world = testing::make_world();
   const int tp = world->size(), r = world->rank();
   const ParamInit init = gpt_init(17);
-  auto weight = make_param("head.weight", Shape{kVocab, 10}, true, init.alloc());
+  auto weight = make_param("head.weight", Shape{kVocab, 10}, true, init.allocator);
   init_normal(*weight, init.seed, init.std);
   LmHead reference("head", weight, false);
   VocabParallelLmHead parallel("head", make_vocab_parallel_table("head.weight", kVocab, 10, init.std, init, tp, r),
@@ -424,7 +424,7 @@ TEST(TensorParallel, StashBytesMatchTheCostModelsTpLayout) {
     const bool sp = run >= 3;  // every recompute mode without, then with sequence parallelism
     const partition::Recompute mode = modes[run % 3];
     SCOPED_TRACE(std::string(enum_name(mode)) + (sp ? " sequence parallel" : ""));
-    BuildOptions options;
+    BuildOptions options{cpu_allocator()};
     options.tp_size = tp;
     options.tp_rank = world->rank();
     options.recompute = mode;
@@ -561,7 +561,7 @@ TEST(TensorParallel, WholeTinyGptMatchesOneRank) {
     config.seq_len = 9;
     config.tie_embeddings = tied;
     const auto spec = partition::make_gpt_spec(config);
-    BuildOptions one, sharded;
+    BuildOptions one{cpu_allocator()}, sharded{cpu_allocator()};
     one.seed = sharded.seed = 99;
     sharded.tp_size = tp;
     sharded.tp_rank = r;

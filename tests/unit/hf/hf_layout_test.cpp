@@ -15,6 +15,9 @@
 namespace cleave::hf {
 namespace {
 
+// Parameters on host memory: the test runs without a run's memory cap.
+layers::BuildOptions on_host() { return layers::BuildOptions{cpu_allocator()}; }
+
 std::map<std::string, std::vector<std::int64_t>> cleave_side(const std::vector<TensorMap>& table) {
   std::map<std::string, std::vector<std::int64_t>> out;
   for (const TensorMap& m : table) EXPECT_TRUE(out.emplace(m.cleave_name, m.cleave_shape).second) << m.cleave_name;
@@ -38,7 +41,7 @@ TEST(HfLayout, GptTableIsExactlyTheParametersCleaveBuilds) {
     config.d_ff = d.ffn;
     config.tie_embeddings = tied;
     const partition::ModelSpec spec = partition::make_gpt_spec(config);
-    const auto layers = layers::build_blocks(spec, 0, spec.blocks.size());
+    const auto layers = layers::build_blocks(spec, 0, spec.blocks.size(), on_host());
     std::map<std::string, std::vector<std::int64_t>> built;
     for (const auto& p : layers::collect_params(layers)) {
       built[p->name] = {p->value.shape().dims().begin(), p->value.shape().dims().end()};
@@ -82,7 +85,7 @@ TEST(HfLayout, LlamaTableIsExactlyTheParametersCleaveBuilds) {
     config.ffn_hidden_size = d.ffn;
     config.tie_embeddings = tied;
     const partition::ModelSpec spec = partition::make_llama_spec(config);
-    const auto layers = layers::build_blocks(spec, 0, spec.blocks.size());
+    const auto layers = layers::build_blocks(spec, 0, spec.blocks.size(), on_host());
     std::map<std::string, std::vector<std::int64_t>> built;
     for (const auto& p : layers::collect_params(layers)) {
       built[p->name] = {p->value.shape().dims().begin(), p->value.shape().dims().end()};

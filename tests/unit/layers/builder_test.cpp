@@ -17,11 +17,12 @@ namespace cleave::layers {
 namespace {
 
 BuildOptions seeded(std::uint64_t seed) {
-  BuildOptions options;
+  BuildOptions options = testing::on_host();
   options.seed = seed;
   return options;
 }
 
+using testing::on_host;
 using testing::random_ids;
 using testing::random_tensor;
 
@@ -61,7 +62,7 @@ std::vector<std::pair<std::string, Shape>> expected_gpt_params(bool tied) {
 TEST(Builder, TinyGptParamNamesShapesAndCounts) {
   for (bool tied : {true, false}) {
     const auto spec = tiny_gpt(tied);
-    auto layers = build_blocks(spec, 0, spec.blocks.size());
+    auto layers = build_blocks(spec, 0, spec.blocks.size(), on_host());
     ASSERT_EQ(layers.size(), spec.blocks.size());
     EXPECT_EQ(layers[0]->kind(), "embedding");
     EXPECT_EQ(layers[1]->kind(), "transformer_block");
@@ -117,7 +118,7 @@ TEST(Builder, GptInitFollowsGpt2) {
 
 TEST(Builder, TiedHeadSharesWithinARangeAndCopiesAcrossRanges) {
   const auto spec = tiny_gpt(true);
-  auto whole = build_blocks(spec, 0, spec.blocks.size());
+  auto whole = build_blocks(spec, 0, spec.blocks.size(), on_host());
   auto* embed = dynamic_cast<Embedding*>(whole[0].get());
   auto* head = dynamic_cast<LmHead*>(whole[4].get());
   ASSERT_TRUE(embed && head);
@@ -125,8 +126,8 @@ TEST(Builder, TiedHeadSharesWithinARangeAndCopiesAcrossRanges) {
   EXPECT_EQ(head->weight().get(), embed->token_table().get());
 
   // Pipeline split: the embedding on one stage, the head on another.
-  auto first = build_blocks(spec, 0, 2);
-  auto last = build_blocks(spec, 2, spec.blocks.size());
+  auto first = build_blocks(spec, 0, 2, on_host());
+  auto last = build_blocks(spec, 2, spec.blocks.size(), on_host());
   auto* embed_a = dynamic_cast<Embedding*>(first[0].get());
   auto* head_b = dynamic_cast<LmHead*>(last[2].get());
   ASSERT_TRUE(embed_a && head_b);
@@ -147,8 +148,8 @@ TEST(Builder, TiedHeadSharesWithinARangeAndCopiesAcrossRanges) {
 
 TEST(Builder, RejectsBadRanges) {
   const auto spec = tiny_gpt();
-  EXPECT_THROW(build_blocks(spec, 2, 2), Error);
-  EXPECT_THROW(build_blocks(spec, 0, 7), Error);
+  EXPECT_THROW(build_blocks(spec, 2, 2, on_host()), Error);
+  EXPECT_THROW(build_blocks(spec, 0, 7, on_host()), Error);
 }
 
 // Runs the whole layer list forward (loss last) and backward; returns the loss.
@@ -167,7 +168,7 @@ float run_model(std::vector<LayerPtr>& layers, const Tensor& input, const Tensor
 
 TEST(Builder, GptInitialLossIsLogVocab) {
   const auto spec = tiny_gpt();
-  auto layers = build_blocks(spec, 0, spec.blocks.size());
+  auto layers = build_blocks(spec, 0, spec.blocks.size(), on_host());
   Context ctx;
   const float loss = run_model(layers, random_ids({4, 16}, 65, 1), random_ids({4, 16}, 65, 2), ctx, false);
   EXPECT_NEAR(loss, std::log(65.0), 0.05);

@@ -31,7 +31,7 @@ using testing::random_tensor;
 using testing::randomize;
 
 ParamInit gpt_init() {
-  ParamInit init;
+  ParamInit init{cpu_allocator()};
   init.scheme = InitScheme::kGpt2;
   init.seed = 77;
   return init;
@@ -44,17 +44,17 @@ void randomize_all(const Layer& layer, float scale = 0.3f) {
 
 TEST(LayerGradients, LinearWithAndWithoutBias) {
   Context ctx;
-  Linear with_bias("fc", 5, 4, true, ParamInit{});
+  Linear with_bias("fc", 5, 4, true, ParamInit{cpu_allocator()});
   check_gradients(with_bias, random_tensor({2, 3, 5}, 1), ctx);
   EXPECT_EQ(with_bias.params().size(), 2u);
-  Linear no_bias("nb", 7, 3, false, ParamInit{});
+  Linear no_bias("nb", 7, 3, false, ParamInit{cpu_allocator()});
   check_gradients(no_bias, random_tensor({5, 7}, 2), ctx);
   EXPECT_EQ(no_bias.params().size(), 1u);
 }
 
 TEST(LayerGradients, LinearRejectsWrongInputWidth) {
   Context ctx;
-  Linear fc("layers.0", 5, 4, true, ParamInit{});
+  Linear fc("layers.0", 5, 4, true, ParamInit{cpu_allocator()});
   Stash stash;
   try {
     fc.forward(random_tensor({2, 6}, 1), stash, ctx);
@@ -147,9 +147,9 @@ TEST(LayerGradients, TransformerBlock) {
 
 TEST(LayerGradients, Conv2d) {
   Context ctx;
-  Conv2d conv("conv", 3, 4, 3, ParamInit{});
+  Conv2d conv("conv", 3, 4, 3, ParamInit{cpu_allocator()});
   check_gradients(conv, random_tensor({2, 3, 5, 6}, 14), ctx);
-  Conv2d strided("strided", 2, 3, 3, ParamInit{}, 2, 0);
+  Conv2d strided("strided", 2, 3, 3, ParamInit{cpu_allocator()}, 2, 0);
   check_gradients(strided, random_tensor({1, 2, 7, 6}, 15), ctx);
 }
 

@@ -18,8 +18,12 @@
 #include "engine/core/rng.hpp"
 #include "engine/core/tensor.hpp"
 #include "layers/layer.hpp"
+#include "layers/models/builder.hpp"
 
 namespace cleave::layers::testing {
+
+// Build options with parameters on host memory: unit tests run without a run's memory cap.
+inline BuildOptions on_host() { return BuildOptions{cpu_allocator()}; }
 
 inline Tensor random_tensor(const Shape& shape, std::uint64_t seed, float scale = 1.0f) {
   Tensor t = Tensor::empty(shape, DType::kF32, MemoryCategory::kActivations, cpu_allocator());

@@ -38,7 +38,7 @@ partition::BlockSpec llama_block_spec(std::int64_t d, std::int64_t heads, std::i
 }
 
 ParamInit llama_init() {
-  ParamInit init;
+  ParamInit init{cpu_allocator()};
   init.scheme = InitScheme::kGpt2;
   init.seed = 31;
   return init;

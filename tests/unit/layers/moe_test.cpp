@@ -157,7 +157,7 @@ RefMoe ref_moe(const MoeMlp& layer, const Tensor& x, std::int64_t d, std::int64_
 // ---- building the layer ------------------------------------------------------------------------------------
 
 ParamInit moe_init() {
-  ParamInit init;
+  ParamInit init{cpu_allocator()};
   init.scheme = InitScheme::kGpt2;
   init.seed = 41;
   return init;

@@ -25,7 +25,7 @@ using testing::run_zero_bubble_order;
 using testing::zero_grads;
 
 ParamInit gpt_init() {
-  ParamInit init;
+  ParamInit init{cpu_allocator()};
   init.scheme = InitScheme::kGpt2;
   init.seed = 5;
   return init;
@@ -66,7 +66,7 @@ TEST(LayerContract, BackwardEqualsInputThenWeight) {
 TEST(LayerContract, TwoBackwardsAccumulateTwice) {
   Context ctx;
   TransformerBlock block("blocks.0", 8, 2, 16, 2, gpt_init());
-  Conv2d conv("conv", 2, 3, 3, ParamInit{});
+  Conv2d conv("conv", 2, 3, 3, ParamInit{cpu_allocator()});
   struct Case {
     Layer* layer;
     Shape in, out;
@@ -115,7 +115,7 @@ TEST(LayerContract, MicroBatchesInFlightMatchSequential) {
 // Stash bytes after forward == cost model activation_bytes × batch, for every block of each model type.
 void expect_stash_matches_cost_model(const partition::ModelSpec& spec, const Tensor& input, const Tensor& targets,
                                      partition::Recompute recompute = partition::Recompute::kNone) {
-  BuildOptions options;
+  BuildOptions options{cpu_allocator()};
   options.recompute = recompute;
   auto layers = build_blocks(spec, 0, spec.blocks.size(), options);
   Context ctx;
@@ -159,7 +159,7 @@ TEST(LayerContract, MoeStashBytesMatchCostModel) {
   m.top_k = 2;
   const auto spec = partition::make_moe_spec(m);
   for (auto recompute : {partition::Recompute::kNone, partition::Recompute::kFull}) {
-    BuildOptions options;
+    BuildOptions options{cpu_allocator()};
     options.recompute = recompute;
     auto layers = build_blocks(spec, 0, spec.blocks.size(), options);
     Context ctx;
@@ -262,7 +262,7 @@ TEST(LayerContract, IntermediatesComeFromTheContextAllocatorAndAreReleased) {
   Context ctx;
   ctx.allocator = &alloc;
   TransformerBlock block("blocks.0", 8, 2, 16, 2, gpt_init());
-  Conv2d conv("conv", 2, 3, 3, ParamInit{});
+  Conv2d conv("conv", 2, 3, 3, ParamInit{cpu_allocator()});
   {
     Tensor x = random_tensor({2, 5, 8}, 1);
     Stash stash;

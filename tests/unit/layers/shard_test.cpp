@@ -10,6 +10,7 @@
 
 #include "engine/core/error.hpp"
 #include "layers/models/builder.hpp"
+#include "layer_test_util.hpp"
 #include "layers/parallel/shard.hpp"
 #include "layers/parallel/sharded_param.hpp"
 #include "layers/parallel/tp_layout.hpp"
@@ -17,6 +18,8 @@
 
 namespace cleave::layers {
 namespace {
+
+using testing::on_host;
 
 std::vector<float> iota_values(std::int64_t n) {
   std::vector<float> v(static_cast<std::size_t>(n));
@@ -101,27 +104,27 @@ TEST(Shard, CountedOnceAcrossTheTpGroup) {
 
 TEST(ShardedInit, ShardEqualsTheSliceOfTheLogicalParamBitForBit) {
   for (InitScheme scheme : {InitScheme::kGpt2, InitScheme::kTorchDefault}) {
-    ParamInit init;
+    ParamInit init{cpu_allocator()};
     init.scheme = scheme;
     init.seed = 77;
     init.std = 0.03f;
-    auto logical = make_param("x.weight", Shape{37, 6}, true, init.alloc());
+    auto logical = make_param("x.weight", Shape{37, 6}, true, init.allocator);
     init_weight(*logical, 6, init);
-    auto bias = make_param("x.bias", Shape{12}, false, init.alloc());
+    auto bias = make_param("x.bias", Shape{12}, false, init.allocator);
     init_bias(*bias, 5, init);
     for (int parts : {1, 2, 3, 4}) {
       for (int r = 0; r < parts; ++r) {
         for (int dim : {0, 1}) {
           if (dim == 1 && 6 % parts != 0) continue;
           const ShardSpec spec = make_shard_spec(Shape{37, 6}, dim, parts, r);
-          auto shard = make_sharded_param("x.weight", spec, true, init.alloc());
+          auto shard = make_sharded_param("x.weight", spec, true, init.allocator);
           init_shard_weight(*shard, 6, init);
           EXPECT_EQ(shard->value.to_floats(), shard_of(logical->value.to_floats(), spec))
               << "dim " << dim << " rank " << r << " of " << parts;
         }
         if (12 % (3 * parts) == 0) {
           const ShardSpec spec = make_shard_spec(Shape{12}, 0, parts, r, 3);
-          auto shard = make_sharded_param("x.bias", spec, false, init.alloc());
+          auto shard = make_sharded_param("x.bias", spec, false, init.allocator);
           init_shard_bias(*shard, 5, init);
           EXPECT_EQ(shard->value.to_floats(), shard_of(bias->value.to_floats(), spec));
         }
@@ -144,13 +147,13 @@ partition::ModelSpec tiny_gpt(bool tied, std::int64_t vocab = 37, std::int64_t h
 TEST(ShardedInit, TensorParallelGptBuildIsASliceOfTheSingleRankBuild) {
   for (bool tied : {true, false}) {
     const auto spec = tiny_gpt(tied);
-    auto reference_layers = build_blocks(spec, 0, spec.blocks.size());
+    auto reference_layers = build_blocks(spec, 0, spec.blocks.size(), on_host());
     std::map<std::string, std::shared_ptr<Param>> reference;
     for (auto& p : collect_params(reference_layers)) reference[p->name] = p;
     for (int tp : {2, 4}) {
       std::map<std::string, std::vector<float>> rebuilt;
       for (int r = 0; r < tp; ++r) {
-        BuildOptions options;
+        BuildOptions options{cpu_allocator()};
         options.tp_size = tp;
         options.tp_rank = r;
         auto layers = build_blocks(spec, 0, spec.blocks.size(), options);
@@ -205,7 +208,7 @@ TEST(ShardedInit, TensorParallelGptBuildIsASliceOfTheSingleRankBuild) {
 TEST(ShardedInit, TiedHeadSharesTheEmbeddingShardOrCopiesItAcrossRanges) {
   const auto spec = tiny_gpt(true);
   const std::size_t head = 4;
-  BuildOptions options;
+  BuildOptions options{cpu_allocator()};
   options.tp_size = 2;
   options.tp_rank = 1;
   auto whole = build_blocks(spec, 0, spec.blocks.size(), options);
@@ -224,7 +227,7 @@ TEST(ShardedInit, TiedHeadSharesTheEmbeddingShardOrCopiesItAcrossRanges) {
 }
 
 std::string build_error(const partition::ModelSpec& spec, int tp) {
-  BuildOptions options;
+  BuildOptions options{cpu_allocator()};
   options.tp_size = tp;
   try {
     build_blocks(spec, 0, spec.blocks.size(), options);
@@ -252,7 +255,7 @@ TEST(TpLayout, ErrorsSayWhichSizesWork) {
   EXPECT_NE(mlp.find("tensor parallelism supports model.type gpt"), std::string::npos) << mlp;
   EXPECT_NE(build_error(partition::make_cnn_spec({}), 2).find("model.type cnn"), std::string::npos);
   EXPECT_NE(build_error(tiny_gpt(true), 0).find(">= 1"), std::string::npos);
-  BuildOptions bad_rank;
+  BuildOptions bad_rank{cpu_allocator()};
   bad_rank.tp_size = 2;
   bad_rank.tp_rank = 2;
   EXPECT_THROW(build_blocks(tiny_gpt(true), 0, 6, bad_rank), Error);

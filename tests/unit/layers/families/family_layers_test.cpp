@@ -6,11 +6,14 @@
 
 #include "layers/families/family_layers.hpp"
 #include "layers/models/builder.hpp"
+#include "../layer_test_util.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/model_spec.hpp"
 
 namespace cleave::layers {
 namespace {
+
+using testing::on_host;
 
 std::int64_t param_elements(const std::vector<LayerPtr>& layers) {
   std::int64_t n = 0;
@@ -36,7 +39,7 @@ TEST(FamilyLayers, EveryFamilyBuildsItsWholeModel) {
   for (const partition::Family& f : partition::families()) {
     const partition::ModelSpec spec = f.make_spec(partition::FamilyConfigs{});
     const std::size_t n = spec.blocks.size();
-    const auto layers = build_blocks(spec, 0, n);
+    const auto layers = build_blocks(spec, 0, n, on_host());
     ASSERT_EQ(layers.size(), n) << f.name;
     const std::int64_t expected = partition::unique_param_count(spec, 0, n);
     EXPECT_EQ(param_elements(layers), expected) << f.name;
@@ -56,10 +59,10 @@ TEST(FamilyLayers, TensorParallelRanksHoldShardsOfTheFamilyBlock) {
       }
     }
     ASSERT_LT(block, spec.blocks.size()) << f.name << " has no repeated layer";
-    const std::int64_t whole = param_elements(build_blocks(spec, block, block + 1));
+    const std::int64_t whole = param_elements(build_blocks(spec, block, block + 1, on_host()));
     std::int64_t sharded = 0;
     for (int rank = 0; rank < 2; ++rank) {
-      BuildOptions options;
+      BuildOptions options{cpu_allocator()};
       options.tp_size = 2;
       options.tp_rank = rank;
       const auto layers = build_blocks(spec, block, block + 1, options);

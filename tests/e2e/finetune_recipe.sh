@@ -11,8 +11,9 @@
 #    dtype (docs/checkpoints.md), max_position_embeddings stays 32, generation_config.json and the tokenizer
 #    files are there; re-importing it gives bit for bit the logits `cleave generate --tokenizer --logits` gives
 #    on the run's checkpoint, which differ from the source model's (the run trained);
-#  - Mistral (sliding window 4 under seq_len 8) and Qwen2 (q/k/v biases): tp2 x pp2 against one rank, and the
-#    window changes the loss (the same weights with sliding_window null give another);
+#  - Mistral (sliding window 4 under seq_len 8), Qwen2 (q/k/v biases) and Qwen2 with use_sliding_window (window 4
+#    from layer 1 on): tp2 x pp2 against one rank, and each window changes the loss (the same weights without it
+#    give another);
 #  - bad input, one error naming it, nothing written: seq_len above the maximum, a relabelled Mistral, an
 #    unknown config key, a model_type that contradicts architectures.
 # Usage: finetune_recipe.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
@@ -101,7 +102,8 @@ PY
 # Mistral (window 4 < seq_len 8) and Qwen2 (biases): tp2 x pp2 against one rank.
 fixture mistral --mistral 4 --max-positions 32
 fixture qwen2 --qwen2 --max-positions 32
-for m in mistral qwen2; do
+fixture qwen2_window --qwen2 --qwen2-window 4 --max-window-layers 1 --max-positions 32
+for m in mistral qwen2 qwen2_window; do
   "$cleave" train --init-from $m "${common[@]}" --set train.steps=1 --set checkpoint.save_final=false \
     --set train.out_dir=${m}_one > ${m}_one.log 2>&1 || { cat ${m}_one.log; fail "$m one rank"; }
   "${mpiexec[@]}" -n 4 "$cleave" train --init-from $m "${common[@]}" "${layout[@]}" --set train.steps=1 \
@@ -118,11 +120,13 @@ done
 fixture mistral_full --mistral 0 --max-positions 32
 "$cleave" train --init-from mistral_full "${common[@]}" --set train.steps=1 --set checkpoint.save_final=false \
   --set train.out_dir=full_one > full_one.log 2>&1 || { cat full_one.log; fail "mistral without a window"; }
-python3 - "$(loss mistral_one)" "$(loss full_one)" <<'PY' || fail "window"
+python3 - "$(loss mistral_one)" "$(loss full_one)" "$(loss qwen2_window_one)" "$(loss qwen2_one)" <<'PY' || fail "window"
 import sys
-window, full = map(float, sys.argv[1:])
+window, full, qwen_window, qwen_full = map(float, sys.argv[1:])
 assert abs(window - full) > 1e-4, f"window 4 under seq_len 8 gives the loss {window} of no window {full}"
-print(f"ok   sliding window 4 under seq_len 8: first-step loss {window}, without the window {full}")
+assert abs(qwen_window - qwen_full) > 1e-4, f"Qwen2's window from layer 1 gives the loss {qwen_window} of none"
+print(f"ok   sliding window 4 under seq_len 8: first-step loss {window}, without the window {full}; Qwen2 with the "
+      f"window from layer 1 {qwen_window}, without {qwen_full}")
 PY
 
 refuse() {  # refuse NAME EXPECTED_TEXT OUT_PATH -- command...

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes a tiny Hugging Face GPT2LMHeadModel (or, with --llama, LlamaForCausalLM with grouped-query attention
 and an untied head; --mistral W / --qwen2 its MistralForCausalLM with sliding_window W / Qwen2ForCausalLM with
-q/k/v biases variants; --max-positions N its max_position_embeddings; --tokenizer a Llama 2-style
+q/k/v biases variants, --qwen2-window W [--max-window-layers L] its window W from layer L on; --max-positions N its max_position_embeddings; --tokenizer a Llama 2-style
 tokenizer.json (byte fallback, six merges; vocab_size 272 then) and tokenizer_config.json; with --mixtral, MixtralForCausalLM: the
 Llama with E 4 experts, top-2, one tensor per expert as save_pretrained writes them; with --qwen3moe, a
 Qwen3MoeForCausalLM config, for its refusal) directory with the standard library only (no torch, no downloads): config.json as
@@ -142,6 +142,9 @@ def main():
     ap.add_argument("--nan")
     ap.add_argument("--mistral", type=int, help="MistralForCausalLM with this sliding_window (0: null)")
     ap.add_argument("--qwen2", action="store_true")
+    ap.add_argument("--qwen2-window", type=int, default=0,
+                    help="with --qwen2: use_sliding_window true with this sliding_window, from --max-window-layers on")
+    ap.add_argument("--max-window-layers", type=int, default=LAYERS)
     ap.add_argument("--max-positions", type=int, default=T)
     ap.add_argument("--tokenizer", action="store_true",
                     help="also a SentencePiece-style tokenizer.json (vocab_size 272) and tokenizer_config.json")
@@ -179,6 +182,11 @@ def main():
         if a.qwen2:
             config.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2", use_sliding_window=False,
                           sliding_window=a.max_positions, max_window_layers=LAYERS)
+            if a.qwen2_window:
+                config.update(use_sliding_window=True, sliding_window=a.qwen2_window,
+                              max_window_layers=a.max_window_layers,
+                              layer_types=["sliding_attention" if i >= a.max_window_layers else "full_attention"
+                                           for i in range(LAYERS)])
     if moe:
         config = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "vocab_size": V,
                   "hidden_size": D, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,

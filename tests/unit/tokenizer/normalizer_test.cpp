@@ -42,6 +42,17 @@ TEST(UnicodeNormalization, CompatibilityForms) {
   EXPECT_EQ(nf("x\u00a0y", UnicodeForm::kNFKC), "x y");
 }
 
+// Where `tokenizers` 0.23.3 differs from Unicode 14.0 (scripts/gen_unicode_normalization.py pins it), Cleave
+// follows `tokenizers`: no decomposition for newer compatibility characters, class 0 for newer marks, Rust's newer
+// lowercase mappings.
+TEST(UnicodeNormalization, FollowsTokenizersWhereItsUnicodeDiffers) {
+  EXPECT_EQ(nf("\U0001fbf5", UnicodeForm::kNFKC), "\U0001fbf5");  // SEGMENTED DIGIT FIVE: "5" in Unicode 14.0
+  EXPECT_EQ(nf("\U00010793", UnicodeForm::kNFKD), "\U00010793");  // "\u0260" in Unicode 14.0
+  EXPECT_EQ(nf("\U00011935\U00011930", UnicodeForm::kNFC), "\U00011935\U00011930");  // U+11938 in 14.0
+  EXPECT_EQ(nf("a\u1acb\u0334", UnicodeForm::kNFD), "a\u1acb\u0334");  // U+1ACB a starter: not reordered
+  EXPECT_EQ(lowercase("\U00010d50\ua7cb"), "\U00010d70\u0264");
+}
+
 TEST(UnicodeNormalization, LowercaseOneCharacterAtATime) {
   EXPECT_EQ(lowercase("\u0130"), "i\u0307");
   EXPECT_EQ(lowercase("\u0391\u03a3"), "\u03b1\u03c3");  // no final-sigma context, as char::to_lowercase

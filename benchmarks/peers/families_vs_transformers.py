@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""MistralForCausalLM (a sliding window shorter than the prompt) and Qwen2ForCausalLM (q/k/v biases) against
+"""MistralForCausalLM (a sliding window shorter than the prompt) and Qwen2ForCausalLM (q/k/v biases; and with
+use_sliding_window: the window from layer max_window_layers on, as its layer_types) against
 transformers, through `cleave import`, `train --init-from` and `export --format hf` (not CI: it needs torch and
 transformers, e.g. a venv outside the repository: python3 -m venv /work/venv-ft && /work/venv-ft/bin/pip
 install torch transformers safetensors):
@@ -89,12 +90,14 @@ def tiny_mistral(window):
     return MistralForCausalLM(config).eval()
 
 
-def tiny_qwen2():
+def tiny_qwen2(window=None, from_layer=28):
     torch.manual_seed(0)
     config = Qwen2Config(vocab_size=300, hidden_size=48, num_hidden_layers=3, num_attention_heads=4,
                          num_key_value_heads=2, intermediate_size=80, max_position_embeddings=64, rms_norm_eps=1e-6,
-                         rope_theta=1000000.0, use_sliding_window=False, initializer_range=0.2, bos_token_id=1,
-                         eos_token_id=2, tie_word_embeddings=True)
+                         rope_theta=1000000.0, use_sliding_window=window is not None,
+                         sliding_window=window if window is not None else 4096, max_window_layers=from_layer,
+                         initializer_range=0.2, bos_token_id=1, eos_token_id=2, tie_word_embeddings=True)
+    config._attn_implementation = "eager"
     model = Qwen2ForCausalLM(config).eval()
     with torch.no_grad():  # biases are zero at init: make them count
         for layer in model.model.layers:
@@ -113,18 +116,19 @@ def main():
     ap.add_argument("--cleave", default="build/bin/cleave")
     ap.add_argument("--prompt", default="Sliding windows!")  # 16 tokens: the fine-tuned seq_len
     ap.add_argument("--tolerance", type=float, default=1e-4)
-    ap.add_argument("--cases", default="mistral,mistral_null,qwen2", help="comma-separated subset")
+    ap.add_argument("--cases", default="mistral,mistral_null,qwen2,qwen2_window", help="comma-separated subset")
     args = ap.parse_args()
     cleave = os.path.abspath(args.cleave)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        for name, make in [("MistralForCausalLM sliding_window 5", lambda: tiny_mistral(5)),
-                           ("MistralForCausalLM sliding_window null", lambda: tiny_mistral(None)),
-                           ("Qwen2ForCausalLM", tiny_qwen2)]:
-            tag = name.split()[0] + ("_null" if "null" in name else "")
-            short = {"MistralForCausalLM": "mistral", "MistralForCausalLM_null": "mistral_null",
-                     "Qwen2ForCausalLM": "qwen2"}[tag]
+        for short, name, make in [
+                ("mistral", "MistralForCausalLM sliding_window 5", lambda: tiny_mistral(5)),
+                ("mistral_null", "MistralForCausalLM sliding_window null", lambda: tiny_mistral(None)),
+                ("qwen2", "Qwen2ForCausalLM", tiny_qwen2),
+                ("qwen2_window", "Qwen2ForCausalLM use_sliding_window, sliding_window 5 from layer 1",
+                 lambda: tiny_qwen2(5, 1))]:
+            tag = short
             if short not in args.cases.split(","):
                 continue
             model = make()
@@ -145,6 +149,26 @@ def main():
                 print(f"{'PASS' if moved > 100 * args.tolerance else 'FAIL'} control: the same weights without the "
                       f"window give logits {moved:.3g} away (the comparison above sees the window)")
                 ok &= moved > 100 * args.tolerance
+            if short == "qwen2_window":  # control: the window (layers 1 and 2 only) matters at this prompt length
+                cfg = Qwen2Config.from_dict(model.config.to_dict())
+                cfg.layer_types = ["full_attention"] * cfg.num_hidden_layers
+                cfg._attn_implementation = "eager"
+                full = Qwen2ForCausalLM(cfg).eval()
+                full.load_state_dict(model.state_dict())
+                every = Qwen2Config.from_dict(model.config.to_dict())
+                every.layer_types = ["sliding_attention"] * every.num_hidden_layers
+                every._attn_implementation = "eager"
+                all_windowed = Qwen2ForCausalLM(every).eval()
+                all_windowed.load_state_dict(model.state_dict())
+                ids = torch.tensor([list(args.prompt.encode())])
+                with torch.no_grad():
+                    moved = (full(ids).logits - model(ids).logits).abs().max().item()
+                    moved_all = (all_windowed(ids).logits - model(ids).logits).abs().max().item()
+                print(f"{'PASS' if min(moved, moved_all) > 100 * args.tolerance else 'FAIL'} control: the same weights "
+                      f"with no window give logits {moved:.3g} away, with the window in every layer {moved_all:.3g} "
+                      f"away (the comparison above sees which layers have it); layer_types "
+                      f"{model.config.layer_types}")
+                ok &= min(moved, moved_all) > 100 * args.tolerance
             # Export of the imported checkpoint: the source's config, generation config and tokenizer.
             run([cleave, "export", ckpt, "--format", "hf", "--out", out], out + ".log")
             diff = config_diff(json.load(open(os.path.join(src, "config.json"))),

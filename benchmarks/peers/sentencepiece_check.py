@@ -6,7 +6,9 @@ A tokenizer is trained here, offline, on this repository's text and laid out as 
 <unk> <s> </s>, 256 <0xNN> byte-fallback tokens, learned tokens), then written in each style models ship
 (Llama 2's Prepend/Replace normalizer with no pre-tokenizer, Metaspace first/always/never with and without split,
 ignore_merges, no byte fallback (unknown token), the older add_prefix_space form) plus `llama2_wide`: the llama2
-style with its learned tokens moved above id 70,000, so ids need 32-bit shards. The test file is the awkward
+style with its learned tokens moved above id 70,000, so ids need 32-bit shards. Then (--normalizers) one tokenizer
+trained with each normalizer (NFC, NFD, NFKC, NFKD, Lowercase, Strip, Replace Regex " {2,}", and a Sequence of
+NFKC, Lowercase, Replace Regex "\\.\\.\\." and Strip right) in the metaspace_always style, each checked the same way. The test file is the awkward
 text of the byte-level proof (tokenizer_check.py: random code points of many scripts, emoji, digit runs, runs of
 spaces, \\r\\n, "▁" and "<s>" inside text) followed by repository text repeated to --mb MB. For each style
 `cleave tokenize FILE --tokenizer T --out DIR --bos-eos none` must give exactly
@@ -76,8 +78,9 @@ def main():
     ap.add_argument("--cleave", default=os.path.join(sp.ROOT, "build", "bin", "cleave"))
     ap.add_argument("--mb", type=float, default=4.0)
     ap.add_argument("--vocab", type=int, default=8000)
-    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs", type=int, default=5, help="timed runs per style (0: check the ids only)")
     ap.add_argument("--styles", default=",".join(sp.STYLES + ["llama2_wide"]))
+    ap.add_argument("--normalizers", default=",".join(sp.NORMALIZERS), help="trained-with normalizers ('' for none)")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="sentencepiece_check_")
     rng = random.Random(1234)
@@ -96,14 +99,26 @@ def main():
     print(f"test file: {mb:.2f} MB ({len(text)} code points); tokenizers {tokenizers.__version__}; "
           f"vocabulary {args.vocab}")
     base = sp.train_base(corpus_path, args.vocab)
+    # The normalizer cases read the same text after a line of their edge cases.
+    norm_text = ("  \u00a0 \ufb01 \u212b \uff76\uff9e \u1e9b\u0323 a\u0301\u0323 \u0958 \ud55c \u1112\u1161\u11ab "
+                 "\u0130STANBUL \u0391\u03a3 \u01c4 \u1e9e \u212a ... .... x    y\t\u3000 \u2460\u2461 \u00bd \u33a1 "
+                 "\U0001d400 \u0b47\u0b3e \u0345\u0301 \n") + text + " \u3000 "
+    norm_path = os.path.join(work, "test_norm.txt")
+    open(norm_path, "w", encoding="utf-8", newline="").write(norm_text)
     ok = True
-    for name in args.styles.split(","):
-        tok = wide(sp.style(base, "llama2")) if name == "llama2_wide" else sp.style(base, name)
+    cases = [(name, None) for name in args.styles.split(",") if name]
+    cases += [("norm_" + n, n) for n in args.normalizers.split(",") if n]
+    for name, normalizer in cases:
+        if normalizer is not None:
+            tok = sp.style(sp.train_base(corpus_path, args.vocab, normalizer), "metaspace_always")
+        else:
+            tok = wide(sp.style(base, "llama2")) if name == "llama2_wide" else sp.style(base, name)
         tok_path = os.path.join(work, f"{name}.json")
         tok.save(tok_path)
-        expected = tok.encode(text, add_special_tokens=False).ids
+        case_text, case_path = (norm_text, norm_path) if normalizer is not None else (text, text_path)
+        expected = tok.encode(case_text, add_special_tokens=False).ids
         out = os.path.join(work, "out")
-        cleave_tokenize(args.cleave, text_path, tok_path, out)
+        cleave_tokenize(args.cleave, case_path, tok_path, out)
         got = read_shard(os.path.join(out, "train.bin"))
         bits = json.load(open(os.path.join(out, "manifest.json")))["bits"]
         if got != expected:
@@ -115,12 +130,14 @@ def main():
             print("  cleave  ", [tok.id_to_token(i) for i in got[lo:first + 8]])
             continue
         print(f"{name}: exact match, {len(got)} tokens, {bits}-bit shard, max id {max(got)}")
-        lines = text.splitlines(keepends=True)
+        if args.runs == 0:  # exactness only
+            continue
+        lines = case_text.splitlines(keepends=True)
         cleave_s, hf_s, hf_batch_s = [], [], []
         for _ in range(args.runs):
-            cleave_s.append(cleave_tokenize(args.cleave, text_path, tok_path, out))
+            cleave_s.append(cleave_tokenize(args.cleave, case_path, tok_path, out))
             start = time.perf_counter()
-            tok.encode(text, add_special_tokens=False)
+            tok.encode(case_text, add_special_tokens=False)
             hf_s.append(time.perf_counter() - start)
             start = time.perf_counter()
             tok.encode_batch(lines, add_special_tokens=False)

@@ -24,12 +24,26 @@ import os
 import random
 import sys
 
-from tokenizers import AddedToken, Tokenizer, models, normalizers, pre_tokenizers, trainers
+from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SP = "\u2581"
 STYLES = ["llama2", "metaspace_first", "metaspace_always", "metaspace_never", "ignore_merges", "unk",
           "legacy_metaspace"]
+
+# Normalizers a tokenizer is trained with (train_base(normalizer=...)), then written in the metaspace_always style.
+NORMALIZERS = {
+    "nfc": lambda: normalizers.NFC(),
+    "nfd": lambda: normalizers.NFD(),
+    "nfkc": lambda: normalizers.NFKC(),
+    "nfkd": lambda: normalizers.NFKD(),
+    "lowercase": lambda: normalizers.Lowercase(),
+    "strip": lambda: normalizers.Strip(left=True, right=True),
+    "regex_spaces": lambda: normalizers.Replace(Regex(" {2,}"), " "),
+    "nfkc_lower_strip": lambda: normalizers.Sequence([normalizers.NFKC(), normalizers.Lowercase(),
+                                                      normalizers.Replace(Regex("\\.\\.\\."), "\u2026"),
+                                                      normalizers.Strip(left=False, right=True)]),
+}
 
 
 def repo_text():
@@ -62,8 +76,10 @@ def awkward_text(rng, chars):
     return "".join(out)
 
 
-def train_base(corpus_path, vocab):
+def train_base(corpus_path, vocab, normalizer=None):
     tok = Tokenizer(models.BPE(byte_fallback=True, unk_token="<unk>", fuse_unk=True))
+    if normalizer is not None:
+        tok.normalizer = NORMALIZERS[normalizer]()
     tok.pre_tokenizer = pre_tokenizers.Metaspace()
     trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=["<unk>", "<s>", "</s>"], show_progress=False)
     tok.train([corpus_path], trainer)

@@ -1,14 +1,16 @@
 // `cleave tokenize TEXT_FILES... --tokenizer tokenizer.json --out DIR [--val-fraction F] [--eot TOKEN]
-// [--bos-eos auto|none] [--bits auto|16|32] [--shard-tokens N]`: encodes UTF-8 text files with a Hugging Face
-// tokenizer.json (engine/tokenizer: byte-level or SentencePiece-style BPE) into llm.c token shards, which
-// `data.type "tokens"` reads, and DIR/manifest.json listing them.
+// [--bos-eos auto|none] [--bits auto|16|32] [--shard-tokens N] [--doc-separator STR | --jsonl KEY]`: encodes UTF-8
+// text files with a Hugging Face tokenizer.json (engine/tokenizer: byte-level or SentencePiece-style BPE) into
+// llm.c token shards, which `data.type "tokens"` reads, and DIR/manifest.json listing them.
 //
-// Invariants: each file is one document: its ids are the `tokenizers` package's for encode(file text,
-// add_special_tokens=False), preceded by --eot's id when given and surrounded by the BOS/EOS the model's
+// Invariants: each file is one document, or with --doc-separator STR each non-empty piece between occurrences
+// of STR (STR dropped), or with --jsonl KEY the string at KEY of each non-blank line's JSON object; a document's
+// ids are the `tokenizers` package's for encode(document text, add_special_tokens=False), preceded by --eot's id
+// when given and surrounded by the BOS/EOS the model's
 // tokenizer config gives (document_template.hpp) unless --bos-eos none; documents are concatenated in the order
 // given; the validation split is the last F of the tokens. Shards hold uint16 ids when the vocabulary fits
 // (≤ 65,536 ids), else uint32 (llm.c's Llama 3 header). Every check (inputs exist, tokenizer supported, outputs
-// absent, text valid UTF-8) runs before the first byte is written; a shard appears whole or not at all, and the
+// absent, text valid UTF-8, JSONL lines objects with a string at KEY) runs before the first byte is written; a shard appears whole or not at all, and the
 // manifest last. Encoding runs on one core.
 #include <unistd.h>
 
@@ -20,6 +22,8 @@
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
@@ -37,12 +41,13 @@ namespace {
 ArgParser tokenize_args() {
   ArgParser p("tokenize",
               "cleave tokenize TEXT_FILES... --tokenizer tokenizer.json --out DIR [--val-fraction F] [--eot TOKEN] "
-              "[--bos-eos auto|none] [--bits auto|16|32] [--shard-tokens N]",
+              "[--bos-eos auto|none] [--bits auto|16|32] [--shard-tokens N] [--doc-separator STR | --jsonl KEY]",
               R"(Encodes UTF-8 text files with a Hugging Face tokenizer.json (byte-level BPE: GPT-2, Llama 3; SentencePiece-style
 BPE: Llama 2, Mistral, TinyLlama, Gemma) into llm.c token shards: DIR/train.bin, and DIR/val.bin holding the
 last F of the tokens (with --shard-tokens N: DIR/train_00000.bin, ... of N tokens each), and DIR/manifest.json
-listing them. Each file is one document; the ids equal the `tokenizers` package's (encode(text,
-add_special_tokens=False)), with the BOS/EOS the model's tokenizer config puts around a document. Train on
+listing them. Each file is one document (or, with --doc-separator STR, each piece between STRs; with
+--jsonl KEY, the string at KEY of each line's JSON object); a document's ids equal the `tokenizers` package's
+(encode(text, add_special_tokens=False)), with the BOS/EOS the model's tokenizer config puts around it. Train on
 them with data.type "tokens", data.path DIR/train.bin (or data.paths ["DIR/train_*.bin"]) and
 model.vocab_size at least the tokenizer's vocabulary (printed at the end). Existing shards are never
 overwritten.)");
@@ -50,13 +55,18 @@ overwritten.)");
       .text("--tokenizer", "FILE", "a Hugging Face tokenizer.json (required); tokenizer_config.json beside it is read")
       .text("--out", "DIR", "the directory for the shards and manifest.json (required; created if missing)")
       .number("--val-fraction", "F", "the last F of the tokens go to val.bin (default 0: no val.bin; F < 1)", 0.0)
-      .text("--eot", "TOKEN", "an added token written before each file's tokens, e.g. '<|endoftext|>'")
+      .text("--eot", "TOKEN", "an added token written before each document's tokens, e.g. '<|endoftext|>'")
       .text("--bos-eos", "auto|none",
             "auto: the BOS/EOS tokenizer_config.json's add_bos_token/add_eos_token or the post_processor template "
             "puts around each document; none: no template tokens", "auto")
       .text("--bits", "auto|16|32", "id width in the shards; auto: 16 when the vocabulary has at most 65,536 ids, "
             "else 32", "auto")
-      .count("--shard-tokens", "N", "at most N tokens per shard (default: one train and one val shard)", std::nullopt);
+      .count("--shard-tokens", "N", "at most N tokens per shard (default: one train and one val shard)", std::nullopt)
+      .text("--doc-separator", "STR",
+            "documents within a file: the pieces between occurrences of STR (dropped; empty pieces skipped); "
+            "\\n, \\t and \\\\ in STR are a newline, a tab and a backslash, e.g. '\\n\\n' for blank lines")
+      .text("--jsonl", "KEY", "each non-blank line of a file is a JSON object whose string at KEY is a document "
+            "(e.g. text)");
   return p;
 }
 
@@ -108,6 +118,79 @@ std::string line_and_column(const std::string& text, std::size_t offset) {
   return fmt::format("line {}, byte {} of the line", line, offset - line_start + 1);
 }
 
+// --doc-separator's value with \n, \t, \\ turned into the characters.
+std::string unescape_separator(const std::string& arg) {
+  std::string out;
+  for (std::size_t i = 0; i < arg.size(); ++i) {
+    if (arg[i] == '\\' && i + 1 < arg.size() && (arg[i + 1] == 'n' || arg[i + 1] == 't' || arg[i + 1] == '\\')) {
+      out.push_back(arg[i + 1] == 'n' ? '\n' : arg[i + 1] == 't' ? '\t' : '\\');
+      ++i;
+    } else {
+      out.push_back(arg[i]);
+    }
+  }
+  return out;
+}
+
+// The documents of one file: views into `text`, or (JSONL) into `owned`. `ends[i]`: the byte offset in `text`
+// where document i ends, for the progress bar.
+struct Documents {
+  std::vector<std::string_view> texts;
+  std::vector<std::size_t> ends;
+  std::vector<std::string> owned;
+};
+
+Documents split_documents(const std::string& text, const std::string& path, const std::string& separator,
+                          const std::string& jsonl_key) {
+  Documents docs;
+  if (!jsonl_key.empty()) {
+    std::size_t line_number = 0;
+    for (std::size_t pos = 0; pos < text.size();) {
+      const std::size_t newline = text.find('\n', pos);
+      const std::size_t end = newline == std::string::npos ? text.size() : newline;
+      const std::string_view line(text.data() + pos, end - pos);
+      ++line_number;
+      pos = newline == std::string::npos ? text.size() : newline + 1;
+      if (line.find_first_not_of(" \t\r") == std::string_view::npos) continue;
+      nlohmann::json object;
+      try {
+        object = nlohmann::json::parse(line);
+      } catch (const nlohmann::json::exception& e) {
+        CLEAVE_THROW("tokenize: text file {} line {} is not JSON ({}); --jsonl {} reads one JSON object per line; "
+                     "nothing was written", path, line_number, e.what(), jsonl_key);
+      }
+      const auto value = object.is_object() ? object.find(jsonl_key) : object.end();
+      CLEAVE_CHECK(object.is_object() && value != object.end() && value->is_string(),
+                   "tokenize: text file {} line {}: {}; --jsonl {} needs a JSON object with a string at \"{}\" on every "
+                   "non-blank line (or choose the key with --jsonl KEY); nothing was written", path, line_number,
+                   !object.is_object() ? "not a JSON object"
+                   : value == object.end() ? fmt::format("no key \"{}\"", jsonl_key)
+                                           : fmt::format("\"{}\" is not a string", jsonl_key),
+                   jsonl_key, jsonl_key);
+      docs.owned.push_back(value->get<std::string>());
+      docs.ends.push_back(end);
+    }
+    for (const std::string& d : docs.owned) docs.texts.emplace_back(d);
+    return docs;
+  }
+  if (separator.empty()) {
+    docs.texts.emplace_back(text);
+    docs.ends.push_back(text.size());
+    return docs;
+  }
+  for (std::size_t pos = 0; pos <= text.size();) {
+    const std::size_t hit = text.find(separator, pos);
+    const std::size_t end = hit == std::string::npos ? text.size() : hit;
+    if (end > pos) {
+      docs.texts.emplace_back(text.data() + pos, end - pos);
+      docs.ends.push_back(end);
+    }
+    if (hit == std::string::npos) break;
+    pos = hit + separator.size();
+  }
+  return docs;
+}
+
 }  // namespace
 
 int run_tokenize(int argc, char** argv) {
@@ -125,6 +208,13 @@ int run_tokenize(int argc, char** argv) {
   const std::string bos_eos = args.text("--bos-eos");
   const std::string bits_arg = args.text("--bits");
   const std::int64_t shard_tokens = args.given("--shard-tokens") ? args.count("--shard-tokens") : 0;
+  const std::string separator = unescape_separator(args.text("--doc-separator"));
+  const std::string jsonl_key = args.text("--jsonl");
+  CLEAVE_CHECK(!(args.given("--doc-separator") && args.given("--jsonl")),
+               "tokenize: --doc-separator and --jsonl both given; a JSONL line is already one document (give one)");
+  CLEAVE_CHECK(!args.given("--doc-separator") || !separator.empty(),
+               "tokenize: --doc-separator is empty; give the string between documents, e.g. '\\n\\n'");
+  CLEAVE_CHECK(!args.given("--jsonl") || !jsonl_key.empty(), "tokenize: --jsonl needs a KEY, e.g. --jsonl text");
   CLEAVE_CHECK(!inputs.empty(), "tokenize: no TEXT_FILES given (see cleave tokenize --help)");
   CLEAVE_CHECK(!tokenizer_path.empty(), "tokenize: --tokenizer tokenizer.json is required");
   CLEAVE_CHECK(!out_dir.empty(), "tokenize: --out DIR is required");
@@ -168,22 +258,32 @@ int run_tokenize(int argc, char** argv) {
   tokenizer::DocumentTemplate doc;
   if (bos_eos == "auto") doc = tokenizer::read_document_template(tok, tokenizer_path);
   else doc.source = "--bos-eos none: nothing before or after each document";
-  std::fprintf(stderr, "tokenize: %s (%s), %zu file%s, %.1f MB, %d-bit shards\ntokenize: BOS/EOS from %s\n",
-               tokenizer_path.c_str(), tok.describe().c_str(), inputs.size(), inputs.size() == 1 ? "" : "s",
-               total_bytes / 1e6, bits, doc.source.c_str());
+  const std::string documents_are = !jsonl_key.empty() ? fmt::format("the string at \"{}\" of each JSONL line", jsonl_key)
+                                   : !separator.empty() ? "the pieces between --doc-separator strings"
+                                                        : "whole files";
+  std::fprintf(stderr, "tokenize: %s (%s), %zu file%s, %.1f MB, %d-bit shards\ntokenize: BOS/EOS from %s\n"
+               "tokenize: documents are %s\n", tokenizer_path.c_str(), tok.describe().c_str(), inputs.size(),
+               inputs.size() == 1 ? "" : "s", total_bytes / 1e6, bits, doc.source.c_str(), documents_are.c_str());
 
   std::vector<std::int32_t> ids;
   ProgressBar bar(total_bytes);
   std::uint64_t done = 0;
+  std::int64_t documents = 0;
   for (const std::string& input : inputs) {
     const std::string text = read_file(input);
     const std::size_t bad = tokenizer::first_invalid_utf8(text);
     CLEAVE_CHECK(bad == text.size(), "tokenize: text file {} is not valid UTF-8 at byte {} ({}: 0x{:02x}); nothing "
                  "was written", input, bad, line_and_column(text, bad), static_cast<unsigned char>(text[bad]));
-    if (eot_id) ids.push_back(*eot_id);
-    ids.insert(ids.end(), doc.before.begin(), doc.before.end());
-    tok.encode(text, ids, [&](std::size_t bytes) { bar.update(done + bytes); });
-    ids.insert(ids.end(), doc.after.begin(), doc.after.end());
+    const Documents docs = split_documents(text, input, separator, jsonl_key);
+    for (std::size_t d = 0; d < docs.texts.size(); ++d) {
+      if (eot_id) ids.push_back(*eot_id);
+      ids.insert(ids.end(), doc.before.begin(), doc.before.end());
+      tok.encode(docs.texts[d], ids, [&](std::size_t bytes) {
+        bar.update(done + std::min(docs.ends[d], (d > 0 ? docs.ends[d - 1] : 0) + bytes));
+      });
+      ids.insert(ids.end(), doc.after.begin(), doc.after.end());
+    }
+    documents += static_cast<std::int64_t>(docs.texts.size());
     done += text.size();
   }
   bar.update(done, true);
@@ -201,7 +301,7 @@ int run_tokenize(int argc, char** argv) {
   manifest.tokenizer = std::filesystem::absolute(tokenizer_path).lexically_normal().string();
   manifest.tokenizer_description = tok.describe();
   manifest.vocab_size = tok.vocab_size();
-  manifest.documents = static_cast<std::int64_t>(inputs.size());
+  manifest.documents = documents;
   manifest.document_template = doc.source;
   const auto write_split = [&](std::span<const std::int32_t> tokens, const std::string& split,
                                std::vector<train::TokenManifest::Shard>& shards) {
@@ -223,8 +323,8 @@ int run_tokenize(int argc, char** argv) {
     std::printf(", %zu val shard%s %lld tokens", manifest.val.size(), manifest.val.size() == 1 ? "" : "s",
                 static_cast<long long>(held_out));
   }
-  std::printf(" (%d-bit ids), %s\ntokenize: train with data.type \"tokens\" and model.vocab_size >= %d\n", bits,
-              manifest_path.c_str(), tok.vocab_size());
+  std::printf(" (%d-bit ids), %lld document%s, %s\ntokenize: train with data.type \"tokens\" and model.vocab_size >= %d\n", bits,
+              static_cast<long long>(documents), documents == 1 ? "" : "s", manifest_path.c_str(), tok.vocab_size());
   return 0;
 }
 

@@ -225,7 +225,7 @@ inline constexpr std::array<Field<GptConfig>, 7> kGptFields = {{
 }};
 
 // Absent n_kv_heads and ffn_hidden_size resolve on reading (n_heads; Llama's width rule) and are written resolved.
-inline constexpr std::array<Field<LlamaConfig>, 13> kLlamaFields = {{
+inline constexpr std::array<Field<LlamaConfig>, 14> kLlamaFields = {{
     {"vocab_size", &LlamaConfig::vocab_size, FieldKind::kInteger, "vocabulary size (token ids 0..V-1)", 1, kMaxFeatures},
     {"d_model", &LlamaConfig::d_model, FieldKind::kInteger, "hidden width", 1, kMaxFeatures},
     {"n_layers", &LlamaConfig::n_layers, FieldKind::kInteger, "llama blocks", 1, kMaxCount},
@@ -244,6 +244,8 @@ inline constexpr std::array<Field<LlamaConfig>, 13> kLlamaFields = {{
      kMaxFeatures},
     {"sliding_window", &LlamaConfig::sliding_window, FieldKind::kInteger,
      "each query attends to the last N keys, itself included (Mistral); 0 = all earlier keys", 0, kMaxFeatures},
+    {"sliding_window_from_layer", &LlamaConfig::sliding_window_from_layer, FieldKind::kInteger,
+     "the window applies to blocks from this one on (Qwen2's max_window_layers); 0 = every block", 0, kMaxCount},
     {"qkv_bias", &LlamaConfig::qkv_bias, FieldKind::kBoolean, "q, k and v projections carry biases (Qwen2)"},
 }};
 

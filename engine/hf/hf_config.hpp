@@ -16,7 +16,8 @@
 //     absent or hidden_size / num_attention_heads.
 //   MistralForCausalLM: Llama's keys (no attention_bias / mlp_bias) plus sliding_window (null: none) ->
 //     sliding_window. Qwen2ForCausalLM: Llama's keys with q/k/v biases -> qkv_bias true; use_sliding_window
-//     must be false (sliding_window and max_window_layers then mean nothing). A LlamaForCausalLM whose
+//     true -> sliding_window from block sliding_window_from_layer (max_window_layers) on; false: sliding_window
+//     and max_window_layers mean nothing. A LlamaForCausalLM whose
 //     config.json sets sliding_window (a relabelled Mistral) is refused; so is a model_type that is not the
 //     class's, a layer_types entry other than the one attention Cleave runs, and rope keys it does not know.
 //   MixtralForCausalLM (engine/hf/families/mixtral.cpp): Llama's keys (no attention_bias / mlp_bias;

@@ -365,7 +365,7 @@ std::string Tokenizer::describe() const {
   }
   std::string steps;
   for (const NormalizerStep& step : spec_.normalizer) {
-    steps += fmt::format("{}{}", steps.empty() ? "" : "+", step.kind == NormalizerStep::Kind::kPrepend ? "Prepend" : "Replace");
+    steps += fmt::format("{}{}", steps.empty() ? "" : "+", normalizer_step_name(step));
   }
   return fmt::format("SentencePiece-style BPE, {} tokens, {} merges, {}, {}{}, {}", vocab_size(), spec_.merges.size(),
                      steps.empty() ? "no normalizer" : "normalizer " + steps,

@@ -45,6 +45,13 @@ ModelSpec make_llama_spec(const LlamaConfig& given) {
                    given.max_seq_len);
   CLEAVE_CHECK_KEY(given.sliding_window >= 0, "model.sliding_window", "must be >= 0 (0: no window), got {}",
                    given.sliding_window);
+  CLEAVE_CHECK_KEY(given.sliding_window_from_layer >= 0 && given.sliding_window_from_layer < given.n_layers,
+                   "model.sliding_window_from_layer",
+                   "is {}; the first block with the window must be one of the {} blocks (0 .. {}; 0: every block)",
+                   given.sliding_window_from_layer, given.n_layers, given.n_layers - 1);
+  CLEAVE_CHECK_KEY(given.sliding_window_from_layer == 0 || given.sliding_window > 0, "model.sliding_window_from_layer",
+                   "is {} but model.sliding_window is 0 (no window to apply); set model.sliding_window or remove it",
+                   given.sliding_window_from_layer);
   const LlamaConfig config = llama_defaults(given);
   CLEAVE_CHECK_KEY(config.seq_len <= config.max_seq_len, "model.seq_len",
                    "{} is above model.max_seq_len {} (the longest sequence this model's positions were made for; a "
@@ -86,7 +93,7 @@ ModelSpec make_llama_spec(const LlamaConfig& given) {
     block.d_ff = config.ffn_hidden_size;
     block.rope_theta = config.rope_theta;
     block.norm_eps = config.norm_eps;
-    block.attention_window = config.sliding_window;
+    block.attention_window = i >= config.sliding_window_from_layer ? config.sliding_window : 0;
     block.qkv_bias = config.qkv_bias;
     spec.blocks.push_back(block);
   }

@@ -20,7 +20,8 @@ struct BlockRules;
 // max_seq_len: the longest sequence the model's positions serve (a Hugging Face model's
 // max_position_embeddings); rotary positions need no table, so any seq_len up to it trains the same weights.
 // sliding_window: each query attends to the last sliding_window keys, itself included (Mistral); 0 = every
-// earlier key. qkv_bias: q, k and v projections carry biases (Qwen2).
+// earlier key; sliding_window_from_layer: the window applies to blocks i >= it only (Qwen2's max_window_layers; 0:
+// every block). qkv_bias: q, k and v projections carry biases (Qwen2).
 struct LlamaConfig {
   std::int64_t vocab_size = 256;
   std::int64_t d_model = 64;
@@ -34,6 +35,7 @@ struct LlamaConfig {
   bool tie_embeddings = false;
   std::int64_t max_seq_len = 0;      // 0 = seq_len
   std::int64_t sliding_window = 0;   // 0 = full causal attention
+  std::int64_t sliding_window_from_layer = 0;  // blocks below it attend to every earlier key
   bool qkv_bias = false;
 };
 

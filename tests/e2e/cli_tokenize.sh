@@ -5,10 +5,10 @@
 # manifest.json, which `cleave train` then reads (data.type tokens). A vocabulary over 65,536 gives 32-bit
 # shards (llm.c's Llama 3 header) that train reads. A tiny SentencePiece-style (Llama 2) tokenizer.json with
 # byte fallback: BOS per document from its post_processor, BOS and EOS when tokenizer_config.json says
-# add_eos_token; --shard-tokens writes numbered shards that data.paths reads by glob; a model vocab_size
-# below the manifest's is refused before training. Bad inputs (a missing text file or tokenizer, WordPiece,
-# an unsupported pre-tokenizer pattern, an unknown normalizer, a malformed merge, invalid UTF-8, an existing
-# output, a vocabulary too large for --bits 16) each fail with one line naming the file and the key, and
+# add_eos_token; --shard-tokens writes numbered shards that data.paths reads by glob; --doc-separator and
+# --jsonl make documents within a file; a model vocab_size below the manifest's is refused before training. Bad inputs (a missing text file or tokenizer, WordPiece,
+# an unsupported pre-tokenizer pattern, an unknown normalizer, a malformed merge, invalid UTF-8, bad JSONL
+# lines, --doc-separator with --jsonl, an existing output, a vocabulary too large for --bits 16) each fail with one line naming the file and the key, and
 # write nothing. `cleave generate --tokenizer` on the trained model encodes the prompt with the tokenizer and
 # decodes the output.
 # Usage: cli_tokenize.sh CLEAVE
@@ -57,8 +57,8 @@ elif variant.startswith("sp"):
         vocab[t] = len(vocab)
     norm = {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": "▁"},
             {"type": "Replace", "pattern": {"String": " "}, "content": "▁"}]}
-    if variant == "sp_nfkc":
-        norm["normalizers"].append({"type": "NFKC"})
+    if variant == "sp_bert":
+        norm["normalizers"].append({"type": "BertNormalizer"})
     specials = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
                  "special": True} for i, c in enumerate(["<unk>", "<s>", "</s>"])]
     print(json.dumps({"version": "1.0", "added_tokens": specials, "normalizer": norm, "pre_tokenizer": None,
@@ -150,6 +150,27 @@ m = json.load(open("sp_eos_out/manifest.json"))
 assert [s["path"] for s in m["train"]] == ["train_00000.bin", "train_00001.bin", "train_00002.bin", "train_00003.bin"]
 PY
 echo "ok   SentencePiece-style ids with byte fallback, BOS/EOS per document, 4-token shards"
+# Documents within a file: --doc-separator (blank lines; leading, repeated and trailing separators make no empty
+# document) and --jsonl KEY give the three documents of h.txt i.txt h.txt above, each with <s> ... </s>.
+printf '\n\nhello\n\nhi!\n\n\n\nhello\n\n' > docs.txt
+printf '{"text": "hello", "id": 1}\n\n{"id": 2, "text": "hi!"}\n{"text": "hello"}' > docs.jsonl
+"$cleave" tokenize docs.txt --tokenizer sp_eos/tokenizer.json --out sep_out --doc-separator '\n\n' > sep.log 2>&1 \
+  || { cat sep.log; fail "tokenize --doc-separator"; }
+grep -q "documents are the pieces between --doc-separator strings" sep.log || { cat sep.log; fail "separator describe"; }
+"$cleave" tokenize docs.jsonl --tokenizer sp_eos/tokenizer.json --out jsonl_out --jsonl text > jsonl.log 2>&1 \
+  || { cat jsonl.log; fail "tokenize --jsonl"; }
+python3 - <<'PY' || fail "documents within a file"
+import struct, json
+def read(path):
+    data = open(path, "rb").read()
+    header = struct.unpack("<256i", data[:1024])
+    return list(struct.unpack("<%dH" % header[2], data[1024:]))
+want = [1, 267, 263, 2, 1, 264, 108, 36, 2, 1, 267, 263, 2]
+for d in ("sep_out", "jsonl_out"):
+    assert read(d + "/train.bin") == want, (d, read(d + "/train.bin"))
+    assert json.load(open(d + "/manifest.json"))["documents"] == 3, d
+PY
+echo "ok   --doc-separator '\n\n' and --jsonl text: three documents per file, <s> ... </s> each"
 "$cleave" train --set data.type=tokens --set 'data.paths=["sp_eos_out/train_*.bin"]' --set data.val_fraction=0.25 \
   --set model.vocab_size=268 --set model.seq_len=2 --set model.d_model=16 --set model.n_heads=2 --set train.steps=1 \
   --set train.eval_batches=0 --set train.out_dir=sp_run > sp_train.log 2>&1 || { cat sp_train.log; fail "training on data.paths"; }
@@ -198,8 +219,13 @@ python3 mk.py pattern > pattern.json && refuse "another pattern" "pattern.json: 
 python3 mk.py merge > merge.json && refuse "a malformed merge" "merge.json: model.merges\[4\]" a.txt --tokenizer merge.json --out out
 python3 mk.py big > big.json && refuse "a vocabulary over 65536 in 16 bits" "70001 tokens; 16-bit shards hold ids up to 65,535" \
   a.txt --tokenizer big.json --out out --bits 16
-python3 mk.py sp_nfkc > nfkc.json && refuse "an unknown normalizer" 'nfkc.json: normalizer.normalizers\[2\].type is "NFKC"' \
-  a.txt --tokenizer nfkc.json --out out
+python3 mk.py sp_bert > bert.json && refuse "an unknown normalizer" 'bert.json: normalizer.normalizers\[2\].type is "BertNormalizer"' \
+  a.txt --tokenizer bert.json --out out
+printf '{"text": "a"}\nnot json\n' > bad1.jsonl
+refuse "a JSONL line that is not JSON" "text file bad1.jsonl line 2 is not JSON" bad1.jsonl --tokenizer tok.json --out out --jsonl text
+printf '{"text": "a"}\n{"body": "b"}\n' > bad2.jsonl
+refuse "a JSONL line without the key" 'text file bad2.jsonl line 2: no key "text"' bad2.jsonl --tokenizer tok.json --out out --jsonl text
+refuse "--doc-separator with --jsonl" "both given" a.txt --tokenizer tok.json --out out --jsonl text --doc-separator x
 printf 'ok\nbad \xff here\n' > bad.txt
 refuse "invalid UTF-8" "bad.txt is not valid UTF-8 at byte 7 (line 2, byte 5 of the line" a.txt bad.txt --tokenizer tok.json --out out
 refuse "an unknown --eot" "not an added token" a.txt --tokenizer tok.json --out out --eot '<|eot|>'

@@ -1,15 +1,19 @@
 #!/usr/bin/env bash
 # The fine-tuning recipe of docs/models.md end to end, on Hugging Face directories this test writes itself
-# (hf_fixture.py: tiny Llama / Mistral / Qwen2 with max_position_embeddings 32 and a tokenizer.json; no
-# downloads, no torch):
-#  - train --init-from HF_DIR at model.seq_len 8 (of 32) at tp2 x pp2 (mpiexec -n 4) has one rank's first-step
-#    loss; the resolved config.json says seq_len 8 and max_seq_len 32, run.json's init_from says which;
+# (hf_fixture.py: tiny Llama / Mistral / Qwen2 with max_position_embeddings 32; the Llama with a Llama 2-style
+# SentencePiece tokenizer.json (byte fallback, six merges, vocab 272); no downloads, no torch):
+#  - cleave tokenize: text files -> token shards with the model's own tokenizer.json, ids checked against ids
+#    worked by hand (and equal to `tokenizers` 0.23.3's), <s> before each document as its post_processor says;
+#  - train --init-from HF_DIR on those shards at model.seq_len 8 (of 32) at tp2 x pp2 (mpiexec -n 4) has one
+#    rank's first-step loss; the resolved config.json says seq_len 8 and max_seq_len 32, run.json's init_from
+#    says which;
 #  - export --format hf of the fine-tuned run: config.json differs from the source's only in torch_dtype ->
 #    dtype (docs/checkpoints.md), max_position_embeddings stays 32, generation_config.json and the tokenizer
-#    files are there; re-importing it gives bit for bit the logits `cleave generate --logits` gives on the
-#    run's checkpoint, which differ from the source model's (the run trained);
-#  - Mistral (sliding window 4 under seq_len 8) and Qwen2 (q/k/v biases): tp2 x pp2 against one rank, and the
-#    window changes the loss (the same weights with sliding_window null give another);
+#    files are there; re-importing it gives bit for bit the logits `cleave generate --tokenizer --logits` gives
+#    on the run's checkpoint, which differ from the source model's (the run trained);
+#  - Mistral (sliding window 4 under seq_len 8), Qwen2 (q/k/v biases) and Qwen2 with use_sliding_window (window 4
+#    from layer 1 on): tp2 x pp2 against one rank, and each window changes the loss (the same weights without it
+#    give another);
 #  - bad input, one error naming it, nothing written: seq_len above the maximum, a relabelled Mistral, an
 #    unknown config key, a model_type that contradicts architectures.
 # Usage: finetune_recipe.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
@@ -26,9 +30,41 @@ common=(--set train.eval_batches=0 --set model.seq_len=8 --set optimizer.lr=0.01
 layout=(--set parallel.tensor_model_parallel_size=2 --set parallel.pipeline_model_parallel_size=2)
 
 fixture llama --llama --max-positions 32 --tokenizer
-"$cleave" train --init-from llama "${common[@]}" --set train.steps=1 --set checkpoint.save_final=false \
+# Text: two files, each one document. "the and hat" is ▁the ▁and ▁ h a t after <s>; "Tea!" is ▁ T e a ! with
+# T and ! as byte-fallback tokens <0x54> <0x21>.
+python3 - <<'PY' || fail "writing the corpus"
+import random
+rng = random.Random(35)
+words = ["the", "and", "hat", "Tea!", "then", "hand", "at", "dad", "ant"]
+for name, first in (("a.txt", "the and hat"), ("b.txt", "Tea! the")):
+    text = first + " " + " ".join(rng.choice(words) for _ in range(700)) + "\n"
+    open(name, "w").write(text)
+PY
+"$cleave" tokenize a.txt b.txt --tokenizer llama/tokenizer.json --out shards --val-fraction 0.1 > tok.log 2>&1 \
+  || { cat tok.log; fail "tokenize with the model's tokenizer.json"; }
+grep -q "SentencePiece-style BPE, 272 tokens, 6 merges" tok.log || { cat tok.log; fail "tokenize describe"; }
+python3 - <<'PY' || fail "token shards"
+import json, struct
+def read(path):
+    data = open(path, "rb").read()
+    header = struct.unpack("<256i", data[:1024])
+    assert header[:2] == (20240520, 1), header[:3]
+    return list(struct.unpack("<%dH" % header[2], data[1024:]))
+train = read("shards/train.bin")
+assert train[:7] == [1, 268, 271, 259, 261, 263, 260], train[:7]
+starts = [i for i, t in enumerate(train + read("shards/val.bin")) if t == 1]
+assert len(starts) == 2, f"<s> at {starts}: expected one per document"
+b = (train + read("shards/val.bin"))[starts[1]:starts[1] + 7]
+assert b == [1, 259, 87, 262, 263, 36, 268], b
+m = json.load(open("shards/manifest.json"))
+assert m["vocab_size"] == 272 and m["documents"] == 2, m
+print(f"ok   cleave tokenize with the model's tokenizer.json: {len(train)} train tokens, <s> per document, "
+      f"'the and hat' -> {train[1:7]}")
+PY
+data=(--set data.type=tokens --set data.path=shards/train.bin --set data.val_path=shards/val.bin)
+"$cleave" train --init-from llama "${common[@]}" "${data[@]}" --set train.steps=1 --set checkpoint.save_final=false \
   --set train.out_dir=one > one.log 2>&1 || { cat one.log; fail "one rank"; }
-"${mpiexec[@]}" -n 4 "$cleave" train --init-from llama "${common[@]}" "${layout[@]}" --set train.steps=3 \
+"${mpiexec[@]}" -n 4 "$cleave" train --init-from llama "${common[@]}" "${data[@]}" "${layout[@]}" --set train.steps=3 \
   --set train.out_dir=ft > ft.log 2>&1 || { cat ft.log; fail "tp2 x pp2 fine-tune"; }
 grep -q "init: seq_len 8 of at most 32 (rotary positions: nothing sliced)" ft.log || { cat ft.log; fail "no context line"; }
 python3 - "$(loss one)" "$(loss ft)" <<'PY' || fail "first-step loss"
@@ -46,9 +82,9 @@ PY
 "$cleave" import exported --out back > back.log 2>&1 || { cat back.log; fail "re-import"; }
 "$cleave" import llama --out source > source.log 2>&1 || { cat source.log; fail "source import"; }
 for f in generation_config.json tokenizer.json tokenizer_config.json; do [ -f exported/$f ] || fail "export has no $f: $(ls exported)"; done
-"$cleave" generate ft/checkpoints --prompt "finetune" --tokens 0 --logits run.json.logits > g1.log 2>&1 || { cat g1.log; fail "generate run"; }
-"$cleave" generate back --prompt "finetune" --tokens 0 --logits back.logits > g2.log 2>&1 || { cat g2.log; fail "generate back"; }
-"$cleave" generate source --prompt "finetune" --tokens 0 --logits source.logits > g3.log 2>&1 || { cat g3.log; fail "generate source"; }
+"$cleave" generate ft/checkpoints --tokenizer llama/tokenizer.json --prompt "the and hat" --tokens 0 --logits run.json.logits > g1.log 2>&1 || { cat g1.log; fail "generate run"; }
+"$cleave" generate back --tokenizer exported/tokenizer.json --prompt "the and hat" --tokens 0 --logits back.logits > g2.log 2>&1 || { cat g2.log; fail "generate back"; }
+"$cleave" generate source --tokenizer llama/tokenizer.json --prompt "the and hat" --tokens 0 --logits source.logits > g3.log 2>&1 || { cat g3.log; fail "generate source"; }
 python3 - <<'PY' || fail "export"
 import json
 src, out = json.load(open("llama/config.json")), json.load(open("exported/config.json"))
@@ -66,7 +102,8 @@ PY
 # Mistral (window 4 < seq_len 8) and Qwen2 (biases): tp2 x pp2 against one rank.
 fixture mistral --mistral 4 --max-positions 32
 fixture qwen2 --qwen2 --max-positions 32
-for m in mistral qwen2; do
+fixture qwen2_window --qwen2 --qwen2-window 4 --max-window-layers 1 --max-positions 32
+for m in mistral qwen2 qwen2_window; do
   "$cleave" train --init-from $m "${common[@]}" --set train.steps=1 --set checkpoint.save_final=false \
     --set train.out_dir=${m}_one > ${m}_one.log 2>&1 || { cat ${m}_one.log; fail "$m one rank"; }
   "${mpiexec[@]}" -n 4 "$cleave" train --init-from $m "${common[@]}" "${layout[@]}" --set train.steps=1 \
@@ -83,11 +120,13 @@ done
 fixture mistral_full --mistral 0 --max-positions 32
 "$cleave" train --init-from mistral_full "${common[@]}" --set train.steps=1 --set checkpoint.save_final=false \
   --set train.out_dir=full_one > full_one.log 2>&1 || { cat full_one.log; fail "mistral without a window"; }
-python3 - "$(loss mistral_one)" "$(loss full_one)" <<'PY' || fail "window"
+python3 - "$(loss mistral_one)" "$(loss full_one)" "$(loss qwen2_window_one)" "$(loss qwen2_one)" <<'PY' || fail "window"
 import sys
-window, full = map(float, sys.argv[1:])
+window, full, qwen_window, qwen_full = map(float, sys.argv[1:])
 assert abs(window - full) > 1e-4, f"window 4 under seq_len 8 gives the loss {window} of no window {full}"
-print(f"ok   sliding window 4 under seq_len 8: first-step loss {window}, without the window {full}")
+assert abs(qwen_window - qwen_full) > 1e-4, f"Qwen2's window from layer 1 gives the loss {qwen_window} of none"
+print(f"ok   sliding window 4 under seq_len 8: first-step loss {window}, without the window {full}; Qwen2 with the "
+      f"window from layer 1 {qwen_window}, without {qwen_full}")
 PY
 
 refuse() {  # refuse NAME EXPECTED_TEXT OUT_PATH -- command...

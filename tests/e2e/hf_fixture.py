@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Writes a tiny Hugging Face GPT2LMHeadModel (or, with --llama, LlamaForCausalLM with grouped-query attention
 and an untied head; --mistral W / --qwen2 its MistralForCausalLM with sliding_window W / Qwen2ForCausalLM with
-q/k/v biases variants; --max-positions N its max_position_embeddings; with --mixtral, MixtralForCausalLM: the
+q/k/v biases variants, --qwen2-window W [--max-window-layers L] its window W from layer L on; --max-positions N its max_position_embeddings; --tokenizer a Llama 2-style
+tokenizer.json (byte fallback, six merges; vocab_size 272 then) and tokenizer_config.json; with --mixtral, MixtralForCausalLM: the
 Llama with E 4 experts, top-2, one tensor per expert as save_pretrained writes them; with --qwen3moe, a
 Qwen3MoeForCausalLM config, for its refusal) directory with the standard library only (no torch, no downloads): config.json as
 transformers writes it and seeded random weights (normal, std 0.3: far from a fresh model's) under
@@ -24,7 +25,7 @@ KV_HEADS = 2  # llama
 EXPERTS, TOP_K = 4, 2  # mixtral
 
 
-def tensors(seed, llama, qkv_bias=False, mixtral=False):
+def tensors(seed, llama, qkv_bias=False, mixtral=False, vocab=V):
     rng = random.Random(seed)
     out = {}
 
@@ -37,7 +38,7 @@ def tensors(seed, llama, qkv_bias=False, mixtral=False):
 
     if llama:
         hd = D // HEADS
-        add("model.embed_tokens.weight", V, D)
+        add("model.embed_tokens.weight", vocab, D)
         for i in range(LAYERS):
             p = f"model.layers.{i}."
             add(p + "input_layernorm.weight", D)
@@ -61,7 +62,7 @@ def tensors(seed, llama, qkv_bias=False, mixtral=False):
             add(p + "mlp.up_proj.weight", F, D)
             add(p + "mlp.down_proj.weight", D, F)
         add("model.norm.weight", D)
-        add("lm_head.weight", V, D)
+        add("lm_head.weight", vocab, D)
         return out
 
     add("transformer.wte.weight", V, D)
@@ -82,6 +83,36 @@ def tensors(seed, llama, qkv_bias=False, mixtral=False):
     add("transformer.ln_f.weight", D)
     add("transformer.ln_f.bias", D)
     return out
+
+
+# The --tokenizer vocabulary, laid out as Llama 2's: <unk> <s> </s>, the 256 byte-fallback tokens <0x00>..<0xFF>,
+# then the learned tokens; six merges make "the" and "and" one token each after "▁". With it the model's
+# vocab_size is len(SP_VOCAB) (272), not V.
+SP = "\u2581"
+SP_LEARNED = [SP, "t", "h", "e", "a", "n", "d", SP + "t", "he", SP + "the", "an", SP + "an", SP + "and"]
+SP_MERGES = [SP + " t", "h e", SP + "t he", "a n", SP + " an", SP + "an d"]
+SP_VOCAB = ["<unk>", "<s>", "</s>"] + ["<0x%02X>" % b for b in range(256)] + SP_LEARNED
+
+
+def sentencepiece_tokenizer():
+    """A Llama 2-style tokenizer.json: Prepend/Replace normalizer, byte fallback, "<s> $A" post-processor."""
+    specials = [{"id": i, "content": c, "single_word": False, "lstrip": False, "rstrip": False, "normalized": False,
+                 "special": True} for i, c in enumerate(SP_VOCAB[:3])]
+    bos = {"SpecialToken": {"id": "<s>", "type_id": 0}}
+    return {"version": "1.0", "truncation": None, "padding": None, "added_tokens": specials,
+            "normalizer": {"type": "Sequence", "normalizers": [{"type": "Prepend", "prepend": SP},
+                           {"type": "Replace", "pattern": {"String": " "}, "content": SP}]},
+            "pre_tokenizer": None,
+            "post_processor": {"type": "TemplateProcessing", "single": [bos, {"Sequence": {"id": "A", "type_id": 0}}],
+                               "pair": [bos, {"Sequence": {"id": "A", "type_id": 0}}, bos,
+                                        {"Sequence": {"id": "B", "type_id": 1}}],
+                               "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
+            "decoder": {"type": "Sequence", "decoders": [
+                {"type": "Replace", "pattern": {"String": SP}, "content": " "}, {"type": "ByteFallback"},
+                {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
+            "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "continuing_subword_prefix": None,
+                      "end_of_word_suffix": None, "fuse_unk": True, "byte_fallback": True, "ignore_merges": False,
+                      "vocab": {t: i for i, t in enumerate(SP_VOCAB)}, "merges": SP_MERGES}}
 
 
 def write_safetensors(path, items):
@@ -111,12 +142,17 @@ def main():
     ap.add_argument("--nan")
     ap.add_argument("--mistral", type=int, help="MistralForCausalLM with this sliding_window (0: null)")
     ap.add_argument("--qwen2", action="store_true")
+    ap.add_argument("--qwen2-window", type=int, default=0,
+                    help="with --qwen2: use_sliding_window true with this sliding_window, from --max-window-layers on")
+    ap.add_argument("--max-window-layers", type=int, default=LAYERS)
     ap.add_argument("--max-positions", type=int, default=T)
-    ap.add_argument("--tokenizer", action="store_true", help="also a (dummy) tokenizer.json and tokenizer_config.json")
+    ap.add_argument("--tokenizer", action="store_true",
+                    help="also a SentencePiece-style tokenizer.json (vocab_size 272) and tokenizer_config.json")
     a = ap.parse_args()
     a.llama = a.llama or a.qwen2 or a.mistral is not None
     moe = a.mixtral or a.qwen3moe
-    w = tensors(a.seed, a.llama or moe, qkv_bias=a.qwen2, mixtral=moe)
+    vocab = len(SP_VOCAB) if a.tokenizer else V
+    w = tensors(a.seed, a.llama or moe, qkv_bias=a.qwen2, mixtral=moe, vocab=vocab)
     if a.drop:
         del w[a.drop]
     if a.extra:
@@ -131,7 +167,7 @@ def main():
               "n_layer": LAYERS, "n_head": HEADS, "n_positions": T, "n_inner": F, "activation_function": "gelu_new",
               "layer_norm_epsilon": 1e-05, "tie_word_embeddings": True, "torch_dtype": "float32"}
     if a.llama:
-        config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": V, "hidden_size": D,
+        config = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "vocab_size": vocab, "hidden_size": D,
                   "num_hidden_layers": LAYERS, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
                   "intermediate_size": F, "max_position_embeddings": T, "rms_norm_eps": 1e-06,
                   "rope_parameters": {"rope_theta": 500000.0, "rope_type": "default"}, "hidden_act": "silu",
@@ -146,6 +182,11 @@ def main():
         if a.qwen2:
             config.update(architectures=["Qwen2ForCausalLM"], model_type="qwen2", use_sliding_window=False,
                           sliding_window=a.max_positions, max_window_layers=LAYERS)
+            if a.qwen2_window:
+                config.update(use_sliding_window=True, sliding_window=a.qwen2_window,
+                              max_window_layers=a.max_window_layers,
+                              layer_types=["sliding_attention" if i >= a.max_window_layers else "full_attention"
+                                           for i in range(LAYERS)])
     if moe:
         config = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "vocab_size": V,
                   "hidden_size": D, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
@@ -160,11 +201,12 @@ def main():
                        "moe_intermediate_size": F, "norm_topk_prob": True})
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
-    if a.tokenizer:  # contents do not matter here: export copies the files
-        with open(os.path.join(a.out, "tokenizer.json"), "w") as f:
-            json.dump({"version": "1.0", "model": {"type": "BPE", "vocab": {}, "merges": []}}, f)
+    if a.tokenizer:
+        with open(os.path.join(a.out, "tokenizer.json"), "w", encoding="utf-8") as f:
+            json.dump(sentencepiece_tokenizer(), f, ensure_ascii=False, indent=1)
         with open(os.path.join(a.out, "tokenizer_config.json"), "w") as f:
-            json.dump({"bos_token": "<s>", "eos_token": "</s>"}, f)
+            json.dump({"add_bos_token": True, "add_eos_token": False, "bos_token": "<s>", "eos_token": "</s>",
+                       "unk_token": "<unk>", "tokenizer_class": "LlamaTokenizer"}, f, indent=1)
     names = sorted(w)
     if a.shards == 1:
         write_safetensors(os.path.join(a.out, "model.safetensors"), [(n, w[n]) for n in names])

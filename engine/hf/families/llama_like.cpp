@@ -99,16 +99,20 @@ HfModelConfig read(const Keys& k, const Variant& v) {
     }
     theta = r.number_or("rope_theta", theta);
   }
-  // The window. Mistral: sliding_window (null: none, then it is exactly Llama). Qwen2: a window only under
-  // use_sliding_window, which Cleave does not do (it applies from layer max_window_layers on). Llama: the key
-  // does not exist, so a value there is a relabelled Mistral whose logits would depend on the class that reads it.
-  // Mixtral (mixtral.cpp) checks its own sliding_window.
-  std::int64_t window = 0;
+  // The window. Mistral: sliding_window (null: none, then it is exactly Llama) in every layer. Qwen2: a window
+  // only under use_sliding_window, from layer max_window_layers on (transformers' layer_types; none at all when
+  // that is past the last layer). Llama: the key does not exist, so a value there is a relabelled Mistral whose
+  // logits would depend on the class that reads it. Mixtral (mixtral.cpp) checks its own sliding_window.
+  std::int64_t window = 0, window_from = 0;
   if (v.sliding_window) {
     window = k.size_or("sliding_window", 0);
-  } else if (v.qwen2) {
-    k.require("use_sliding_window", k.flag_or("use_sliding_window", false), false,
-              "full attention in every layer; a window from layer max_window_layers on is not implemented");
+  } else if (v.qwen2 && k.flag_or("use_sliding_window", false)) {
+    const json* w = k.find("sliding_window");
+    CLEAVE_CHECK(w != nullptr && !w->is_null(), "{}: use_sliding_window is true but sliding_window is absent or null; "
+                 "give the window's length or set use_sliding_window false", k.origin());
+    window = k.size("sliding_window");
+    window_from = k.size_or("max_window_layers", 28);  // transformers' Qwen2Config default
+    if (window_from >= d.n_layers) window = window_from = 0;  // no layer has the window
   } else if (const json* w = k.find("sliding_window"); w != nullptr && v.architecture == Architecture::kLlama) {
     CLEAVE_THROW("{}: sliding_window is {}, a MistralForCausalLM key that {} ignores (a relabelled Mistral?); set "
                  "\"architectures\": [\"MistralForCausalLM\"] and \"model_type\": \"mistral\" if the model was trained "
@@ -117,10 +121,13 @@ HfModelConfig read(const Keys& k, const Variant& v) {
   }
   if (const json* types = k.find("layer_types"); types != nullptr) {
     CLEAVE_CHECK(types->is_array(), "{}: layer_types must be a list, got {}", k.origin(), types->dump());
-    for (const json& t : *types) {
-      const bool ok = t == (window > 0 ? "sliding_attention" : "full_attention");
-      CLEAVE_CHECK(ok, "{}: layer_types holds {}, but Cleave runs every layer with {}; this checkpoint cannot be "
-                   "imported", k.origin(), t.dump(), window > 0 ? "the sliding window" : "full attention");
+    for (std::size_t i = 0; i < types->size(); ++i) {
+      const bool sliding = window > 0 && static_cast<std::int64_t>(i) >= window_from;
+      const json& t = (*types)[i];
+      CLEAVE_CHECK(t == (sliding ? "sliding_attention" : "full_attention"),
+                   "{}: layer_types[{}] is {}, but the other keys (sliding_window, use_sliding_window, "
+                   "max_window_layers) give layer {} {}; this checkpoint cannot be imported", k.origin(), i, t.dump(),
+                   i, sliding ? "the sliding window" : "full attention");
     }
   }
   note_dropout(k, "attention_dropout", out);
@@ -137,6 +144,7 @@ HfModelConfig read(const Keys& k, const Variant& v) {
                {"tie_embeddings", d.tied},
                {"max_seq_len", d.seq_len},
                {"sliding_window", window},
+               {"sliding_window_from_layer", window_from},
                {"qkv_bias", d.qkv_bias}};
   return out;
 }
@@ -168,7 +176,11 @@ void write(const Variant& v, const ModelDims& d, const json& model, json& out) {
   } else if (v.sliding_window) {
     out["sliding_window"] = window > 0 ? json(window) : json();
   } else if (v.qwen2) {
-    out["use_sliding_window"] = false;
+    out["use_sliding_window"] = window > 0;
+    if (window > 0) {
+      out["sliding_window"] = window;
+      out["max_window_layers"] = model.value("sliding_window_from_layer", std::int64_t{0});
+    }
   }
 }
 

@@ -90,6 +90,7 @@ HfModelConfig read_mixtral(const Keys& k) {
   m["seq_len"] = d.seq_len;
   m.erase("max_seq_len");
   m.erase("sliding_window");
+  m.erase("sliding_window_from_layer");
   m.erase("qkv_bias");
   m["norm_eps"] = k.number_or("rms_norm_eps", 1e-5);  // Mixtral's default
   if (k.find("rope_theta") == nullptr && k.find("rope_parameters") == nullptr && k.find("rope_scaling") == nullptr)

@@ -1,7 +1,8 @@
 // transformers' Qwen2ForCausalLM at the Hugging Face level: Llama's tensors and keys (llama_like.cpp) with
 // biases on q, k and v (always: Qwen2 has no attention_bias key), which Cleave runs as model.qkv_bias.
-// use_sliding_window must be false (Qwen2's window from layer max_window_layers on is not implemented);
-// sliding_window and max_window_layers mean nothing then and are written back as they were.
+// use_sliding_window true gives model.sliding_window (sliding_window) from block model.sliding_window_from_layer
+// (max_window_layers) on, as transformers' layer_types; false: sliding_window and max_window_layers mean nothing
+// and are written back as they were.
 // Its row of the architecture table (hf_architecture.hpp).
 #include <array>
 
@@ -22,9 +23,7 @@ HfModelConfig read_qwen2(const Keys& k) { return llama_like::read(k, kVariant); 
 void write_qwen2(const ModelDims& d, const nlohmann::json& model, nlohmann::json& out) {
   llama_like::write(kVariant, d, model, out);
 }
-bool qwen2_holds(const ModelDims& d, const nlohmann::json& model) {
-  return d.qkv_bias && model.value("sliding_window", std::int64_t{0}) == 0;
-}
+bool qwen2_holds(const ModelDims& d, const nlohmann::json&) { return d.qkv_bias; }
 
 }  // namespace
 

@@ -270,6 +270,18 @@ TEST(ModelSpec, LlamaMaxSeqLenWindowAndBiases) {
   c.sliding_window = 4;
   const ModelSpec plain = make_llama_spec(c);
   EXPECT_EQ(plain.blocks[1].attention_window, 4);
+  // Qwen2: the window from a later block on (blocks[0] is the embedding).
+  c.sliding_window_from_layer = 1;
+  const ModelSpec later = make_llama_spec(c);
+  EXPECT_EQ(later.blocks[1].attention_window, 0);
+  EXPECT_EQ(later.blocks[2].attention_window, 4);
+  c.sliding_window_from_layer = 2;  // n_layers 2
+  EXPECT_EQ(key_of([&] { make_llama_spec(c); }), "model.sliding_window_from_layer");
+  c.sliding_window = 0;
+  c.sliding_window_from_layer = 1;
+  EXPECT_NE(error_of([&] { make_llama_spec(c); }).find("model.sliding_window is 0"), std::string::npos);
+  c.sliding_window = 4;
+  c.sliding_window_from_layer = 0;
   c.qkv_bias = true;
   const ModelSpec biased = make_llama_spec(c);
   EXPECT_TRUE(biased.blocks[1].qkv_bias);

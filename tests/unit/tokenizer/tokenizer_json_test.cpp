@@ -60,7 +60,7 @@ TEST(TokenizerJson, RefusesWhatNeitherKindHas) {
   expect_refused([](json& j) { j["pre_tokenizer"] = nullptr; }, {"decoder.type", "ByteLevel"});
   expect_refused([](json& j) { j["pre_tokenizer"]["use_regex"] = false; }, {"pre_tokenizer.use_regex"});
   expect_refused([](json& j) { j["decoder"] = {{"type", "WordPiece"}}; }, {"decoder.type", "WordPiece"});
-  expect_refused([](json& j) { j["normalizer"] = {{"type", "NFC"}}; }, {"normalizer", "NFC", "null"});
+  expect_refused([](json& j) { j["normalizer"] = {{"type", "Precompiled"}}; }, {"normalizer", "Precompiled", "null"});
 }
 
 TEST(TokenizerJson, RefusesOtherSplitPatterns) {

@@ -74,6 +74,28 @@ TEST(HfLlamaLike, Qwen2BiasesAreImported) {
       "missing tensor model.layers.0.self_attn.v_proj.bias");
 }
 
+// Qwen2's window: from layer max_window_layers on, as transformers' layer_types; none past the last layer.
+TEST(HfLlamaLike, Qwen2WindowFromALayerOn) {
+  HfFixture f = testing::qwen2_fixture();
+  f.config["use_sliding_window"] = true;
+  f.config["sliding_window"] = 4;
+  f.config["max_window_layers"] = 1;
+  f.config["layer_types"] = {"full_attention", "sliding_attention"};
+  const HfCheckpoint q = import(f, "qwen2_window");
+  EXPECT_EQ(q.config.model.at("sliding_window"), 4);
+  EXPECT_EQ(q.config.model.at("sliding_window_from_layer"), 1);
+  const json out = hf_config_json(q.config.model, "float32");
+  EXPECT_EQ(out.at("architectures"), json({"Qwen2ForCausalLM"}));
+  EXPECT_EQ(out.at("use_sliding_window"), true);
+  EXPECT_EQ(out.at("sliding_window"), 4);
+  EXPECT_EQ(out.at("max_window_layers"), 1);
+  f.config["max_window_layers"] = 2;  // past the last layer: no window
+  f.config["layer_types"] = {"full_attention", "full_attention"};
+  const HfCheckpoint none = import(f, "qwen2_no_window");
+  EXPECT_EQ(none.config.model.at("sliding_window"), 0);
+  EXPECT_EQ(none.config.model.at("sliding_window_from_layer"), 0);
+}
+
 TEST(HfLlamaLike, EveryKeyThatChangesTheNumbersIsChecked) {
   // A Mistral relabelled as Llama: transformers would ignore the window, the weights were trained with it.
   has(import_error(testing::llama_fixture(), [](HfFixture& f) { f.config["sliding_window"] = 16; }),
@@ -84,10 +106,14 @@ TEST(HfLlamaLike, EveryKeyThatChangesTheNumbersIsChecked) {
   EXPECT_EQ(import(null_window, "llama_null").config.model.at("sliding_window"), 0);
   has(import_error(testing::mistral_fixture(), [](HfFixture& f) { f.config["model_type"] = "llama"; }),
       "architectures names MistralForCausalLM but model_type is \"llama\"");
-  has(import_error(testing::qwen2_fixture(), [](HfFixture& f) { f.config["use_sliding_window"] = true; }),
-      "use_sliding_window is true");
+  has(import_error(testing::qwen2_fixture(), [](HfFixture& f) {
+        f.config["use_sliding_window"] = true;
+        f.config["sliding_window"] = nullptr;
+      }),
+      "use_sliding_window is true but sliding_window is absent or null");
   has(import_error(testing::qwen2_fixture(), [](HfFixture& f) { f.config["layer_types"] = {"full_attention", "sliding_attention"}; }),
-      "layer_types holds \"sliding_attention\"");
+      "layer_types[1] is \"sliding_attention\", but the other keys (sliding_window, use_sliding_window, "
+      "max_window_layers) give layer 1 full attention");
   has(import_error(testing::llama_fixture(), [](HfFixture& f) { f.config["quantization_config"] = {{"bits", 4}}; }),
       "key \"quantization_config\"");
   has(import_error(testing::mistral_fixture(), [](HfFixture& f) { f.config["logit_softcapping"] = 30.0; }),
@@ -187,11 +213,18 @@ TEST(HfLlamaLike, ExportWithoutASourcePicksTheClassThatHoldsTheModel) {
   EXPECT_EQ(hf_config_json(window, "float32").at("architectures"), json({"MistralForCausalLM"}));
   EXPECT_EQ(hf_config_json(window, "float32").at("sliding_window"), 8);
   EXPECT_EQ(hf_config_json(bias, "float32").at("architectures"), json({"Qwen2ForCausalLM"}));
+  EXPECT_EQ(hf_config_json(bias, "float32").at("use_sliding_window"), false);
+  // A window with biases: Qwen2's window from layer 0.
+  EXPECT_EQ(hf_config_json(both, "float32").at("architectures"), json({"Qwen2ForCausalLM"}));
+  EXPECT_EQ(hf_config_json(both, "float32").at("use_sliding_window"), true);
+  EXPECT_EQ(hf_config_json(both, "float32").at("max_window_layers"), 0);
+  json later = window;
+  later["sliding_window_from_layer"] = 1;
   try {
-    hf_config_json(both, "float32");
-    ADD_FAILURE() << "a window with biases was exported";
+    hf_config_json(later, "float32");
+    ADD_FAILURE() << "a window from block 1 without biases was exported";
   } catch (const Error& e) {
-    has(e.what(), "no Hugging Face class holds this llama model");
+    has(e.what(), "no Hugging Face class holds this llama model (model.sliding_window 8 from block 1");
   }
 }
 

@@ -25,6 +25,8 @@ enum class InitScheme { kGpt2, kTorchDefault };
 // `allocator` has no default: parameters live where the run says (its capped allocator, or the host
 // allocator a GPU run builds on), never on a fallback the run's memory cap does not see.
 struct ParamInit {
+  explicit ParamInit(Allocator& where) : allocator(where) {}
+
   Allocator& allocator;  // where values and grads live
   std::uint64_t seed = 1234;
   InitScheme scheme = InitScheme::kTorchDefault;

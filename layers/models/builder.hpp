@@ -29,6 +29,8 @@ namespace cleave::layers {
 
 // `allocator` has no default (see ParamInit): the caller names where parameters and gradients live.
 struct BuildOptions {
+  explicit BuildOptions(Allocator& where) : allocator(where) {}
+
   Allocator& allocator;  // where parameters and gradients live
   std::uint64_t seed = 1234;
   // A tied head whose embedding is outside the range uses this table when set: the embedding was built

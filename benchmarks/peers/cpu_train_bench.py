@@ -155,14 +155,17 @@ def cleave_args(cfg, precision, steps):
 
 
 class CleaveContender:
-    def __init__(self, name, binary, cfg, precision, threads):
+    def __init__(self, name, binary, cfg, precision, threads, wait_policy=""):
         self.name, self.binary, self.cfg, self.precision, self.threads = name, binary, cfg, precision, threads
+        self.wait_policy = wait_policy  # "": cleave's own choice; else exported as OMP_WAIT_POLICY
 
     def run(self, warmup, steps):
         with tempfile.TemporaryDirectory() as tmp:
             out = os.path.join(tmp, "run")
             env = dict(os.environ, CLEAVE_THREADS=str(self.threads))
             env.pop("OMP_WAIT_POLICY", None)
+            if self.wait_policy:
+                env["OMP_WAIT_POLICY"] = self.wait_policy
             r = subprocess.run([self.binary, "train", *cleave_args(self.cfg, self.precision, warmup + steps),
                                 "--set", f"train.out_dir={out}"], env=env, capture_output=True, text=True)
             if r.returncode != 0:
@@ -213,7 +216,9 @@ def main():
     ap.add_argument("--models", default="small,large,llama")
     ap.add_argument("--cleave-before", default="",
                     help="a second cleave binary (the code before a change): adds cleave_fp32_before, cleave_bf16_before")
-    ap.add_argument("--contenders", default="cleave_fp32,cleave_bf16,torch_eager,torch_compile,torch_bf16")
+    ap.add_argument("--contenders", default="cleave_fp32,cleave_bf16,torch_eager,torch_compile,torch_bf16",
+                    help="also cleave_fp32_active, cleave_bf16_active: cleave with OMP_WAIT_POLICY=active exported "
+                         "(its threads spin between parallel regions, as PyTorch's libgomp threads do by default)")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--warmup", type=int, default=5)
@@ -240,7 +245,8 @@ def main():
         for name in names:
             if name.startswith("cleave_"):
                 binary = a.cleave_before if name.endswith("_before") else a.cleave
-                contenders.append(CleaveContender(name, binary, cfg, name.split("_")[1], a.threads))
+                policy = "active" if name.endswith("_active") else ""
+                contenders.append(CleaveContender(name, binary, cfg, name.split("_")[1], a.threads, policy))
             else:
                 contenders.append(TorchContender(name, cfg, ffn, name == "torch_compile", name == "torch_bf16"))
         for c in contenders:  # compile and first touch outside the lock and the timing

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <type_traits>
 
 #include "engine/core/error.hpp"
 #include "kernels/cpu/cast.hpp"
@@ -97,10 +98,31 @@ F32Library f32_library(GemmBackend backend) {
   CLEAVE_ASSERT(false, "unknown GemmBackend {}", static_cast<int>(backend));
 }
 
+// C = bias in every row (the k == 0 product plus the bias, with beta 0).
+void fill_bias(int64_t m, int64_t n, const float* bias, float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) std::copy(bias, bias + n, c + i * ldc);
+}
+void fill_bias(int64_t m, int64_t n, const float* bias, std::uint16_t* c, int64_t ldc) {
+  for (int64_t i = 0; i < m; ++i) cast_f32_to_bf16(bias, c + i * ldc, n);
+}
+
+// `bias` (n floats or null; only with bf16 operands, alpha 1 and beta 0) runs the library's bias-epilogue kernel.
 template <typename In, typename Out>
 void gemm_unchecked(Kernel<In, Out> kernel, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
-                    const In* a, int64_t lda, const In* b, int64_t ldb, float beta, Out* c, int64_t ldc) {
+                    const In* a, int64_t lda, const In* b, int64_t ldb, float beta, Out* c, int64_t ldc,
+                    const float* bias = nullptr) {
   if (m == 0 || n == 0) return;
+  if (bias != nullptr) {
+    if (k == 0) return fill_bias(m, n, bias, c, ldc);
+    if constexpr (std::is_same_v<In, std::uint16_t> && std::is_same_v<Out, float>) {
+      gemm_detail::bf16gemm_onednn_f32_bias(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
+    } else if constexpr (std::is_same_v<In, std::uint16_t> && std::is_same_v<Out, std::uint16_t>) {
+      gemm_detail::bf16gemm_onednn_bf16_bias(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
+    } else {
+      CLEAVE_ASSERT(false, "gemm: a bias epilogue needs bf16 operands");
+    }
+    return;
+  }
   if (k == 0) {
     scale_c(m, n, beta, c, ldc);
     return;
@@ -112,14 +134,16 @@ void gemm_unchecked(Kernel<In, Out> kernel, bool trans_a, bool trans_b, int64_t 
 template <typename In, typename Out>
 void gemm_slice(Kernel<In, Out> kernel, const GemmSlice& slice, bool trans_a, bool trans_b, int64_t m, int64_t n,
                 int64_t k, float alpha, const In* a, int64_t lda, const In* b, int64_t ldb, float beta, Out* c,
-                int64_t ldc) {
+                int64_t ldc, const float* bias) {
   const int64_t lo = slice.lo, hi = slice.hi;
   if (slice.split_n) {
     const In* b_slice = trans_b ? b + lo * ldb : b + lo;
-    gemm_unchecked(kernel, trans_a, trans_b, m, hi - lo, k, alpha, a, lda, b_slice, ldb, beta, c + lo, ldc);
+    gemm_unchecked(kernel, trans_a, trans_b, m, hi - lo, k, alpha, a, lda, b_slice, ldb, beta, c + lo, ldc,
+                   bias != nullptr ? bias + lo : nullptr);
   } else {
     const In* a_slice = trans_a ? a + lo : a + lo * lda;
-    gemm_unchecked(kernel, trans_a, trans_b, hi - lo, n, k, alpha, a_slice, lda, b, ldb, beta, c + lo * ldc, ldc);
+    gemm_unchecked(kernel, trans_a, trans_b, hi - lo, n, k, alpha, a_slice, lda, b, ldb, beta, c + lo * ldc, ldc,
+                   bias);
   }
 }
 
@@ -128,13 +152,13 @@ void gemm_slice(Kernel<In, Out> kernel, const GemmSlice& slice, bool trans_a, bo
 template <typename In, typename Out>
 void gemm_threaded(Kernel<In, Out> kernel, bool threads_itself, bool trans_a, bool trans_b, int64_t m, int64_t n,
                    int64_t k, float alpha, const In* a, int64_t lda, const In* b, int64_t ldb, float beta, Out* c,
-                   int64_t ldc, GemmSlicing slicing) {
+                   int64_t ldc, GemmSlicing slicing, const float* bias = nullptr) {
   // kPerThread slicing only pays when the library is single-threaded and a team is free.
   const bool sliceable = slicing == GemmSlicing::kShapeFixed || (!omp_in_parallel() && !threads_itself);
   const int threads = sliceable ? omp_get_max_threads() : 1;
   const std::vector<GemmSlice> plan = gemm_slice_plan(slicing, m, n, k, threads);
   if (plan.size() == 1) {
-    gemm_unchecked(kernel, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    gemm_unchecked(kernel, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias);
     return;
   }
   const auto count = static_cast<int64_t>(plan.size());
@@ -142,13 +166,13 @@ void gemm_threaded(Kernel<In, Out> kernel, bool threads_itself, bool trans_a, bo
   if (slicing == GemmSlicing::kShapeFixed) {
 #pragma omp parallel for schedule(static) if (team)
     for (int64_t s = 0; s < count; ++s) {
-      gemm_slice(kernel, plan[s], trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+      gemm_slice(kernel, plan[s], trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias);
     }
     return;
   }
 #pragma omp parallel for schedule(static, 1) num_threads(static_cast<int>(count))
   for (int64_t s = 0; s < count; ++s) {
-    gemm_slice(kernel, plan[s], trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    gemm_slice(kernel, plan[s], trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias);
   }
 }
 
@@ -156,7 +180,7 @@ template <typename In, typename Out>
 void gemm_batched(Kernel<In, Out> kernel, bool threads_itself, bool trans_a, bool trans_b, int64_t m, int64_t n,
                   int64_t k, float alpha, const In* a, int64_t lda, int64_t stride_a, const In* b, int64_t ldb,
                   int64_t stride_b, float beta, Out* c, int64_t ldc, int64_t stride_c, int64_t batch,
-                  GemmSlicing slicing) {
+                  GemmSlicing slicing, const float* bias = nullptr) {
   if (m == 0 || n == 0 || batch == 0) return;
   const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   // Tiny batches are not worth an OpenMP fork/join (a few microseconds).
@@ -165,13 +189,13 @@ void gemm_batched(Kernel<In, Out> kernel, bool threads_itself, bool trans_a, boo
 #pragma omp parallel for schedule(static)
     for (int64_t i = 0; i < batch; ++i) {
       gemm_unchecked(kernel, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
-                     c + i * stride_c, ldc);
+                     c + i * stride_c, ldc, bias);
     }
     return;
   }
   for (int64_t i = 0; i < batch; ++i) {
     gemm_threaded(kernel, threads_itself, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b,
-                  ldb, beta, c + i * stride_c, ldc, slicing);
+                  ldb, beta, c + i * stride_c, ldc, slicing, bias);
   }
 }
 
@@ -237,27 +261,31 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
 
 void gemm_bf16(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const std::uint16_t* a, int64_t lda, const std::uint16_t* b, int64_t ldb, float beta, Bf16GemmOut c,
-               int64_t ldc, GemmSlicing slicing) {
+               int64_t ldc, GemmSlicing slicing, const float* bias) {
   gemm_bf16_strided_batched(backend, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1,
-                            slicing);
+                            slicing, bias);
 }
 
 void gemm_bf16_strided_batched(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                                float alpha, const std::uint16_t* a, int64_t lda, int64_t stride_a,
                                const std::uint16_t* b, int64_t ldb, int64_t stride_b, float beta, Bf16GemmOut c,
-                               int64_t ldc, int64_t stride_c, int64_t batch, GemmSlicing slicing) {
+                               int64_t ldc, int64_t stride_c, int64_t batch, GemmSlicing slicing,
+                               const float* bias) {
   check_gemm("gemm_bf16", trans_a, trans_b, m, n, k, lda, ldb, ldc);
   check_bf16_backend("gemm_bf16", backend, c);
   CLEAVE_ASSERT(batch >= 0, "gemm_bf16: negative batch {}", batch);
+  CLEAVE_ASSERT(bias == nullptr || (alpha == 1.0f && beta == 0.0f),
+                "gemm_bf16: a bias epilogue needs alpha 1 and beta 0 (got alpha {}, beta {})", alpha, beta);
   if (m == 0 || n == 0 || batch == 0) return;
   CLEAVE_ASSERT(k == 0 || (a != nullptr && b != nullptr), "gemm_bf16: null A or B");
   if (c.f32 != nullptr) {
     gemm_batched<std::uint16_t, float>(gemm_detail::bf16gemm_onednn_f32, false, trans_a, trans_b, m, n, k, alpha, a,
-                                       lda, stride_a, b, ldb, stride_b, beta, c.f32, ldc, stride_c, batch, slicing);
+                                       lda, stride_a, b, ldb, stride_b, beta, c.f32, ldc, stride_c, batch, slicing,
+                                       bias);
   } else {
     gemm_batched<std::uint16_t, std::uint16_t>(gemm_detail::bf16gemm_onednn_bf16, false, trans_a, trans_b, m, n, k,
                                                alpha, a, lda, stride_a, b, ldb, stride_b, beta, c.bf16, ldc, stride_c,
-                                               batch, slicing);
+                                               batch, slicing, bias);
   }
 }
 

@@ -54,17 +54,20 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
 // bf16 operands (bit patterns of round-to-nearest-even bf16), f32 accumulation, on a library with bf16 kernels
 // (gemm_backend_has_bf16; others throw). C is f32 (c_f32) or bf16 (c_bf16, rounded once at the end); exactly
 // one is non-null. Same contract, slicing and determinism as gemm.
+// `bias` (null, or n floats; alpha 1 and beta 0 only): C = op(A) op(B) + bias in every row, the bias added to the
+// f32 accumulator in the library's epilogue before C is stored (rounded once when bf16): one pass over C, the
+// same bits as the product in f32 followed by a bias pass (KernelGemmBf16Bias.*).
 struct Bf16GemmOut {
   float* f32 = nullptr;
   std::uint16_t* bf16 = nullptr;
 };
 void gemm_bf16(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const std::uint16_t* a, int64_t lda, const std::uint16_t* b, int64_t ldb, float beta, Bf16GemmOut c,
-               int64_t ldc, GemmSlicing slicing = GemmSlicing::kPerThread);
+               int64_t ldc, GemmSlicing slicing = GemmSlicing::kPerThread, const float* bias = nullptr);
 void gemm_bf16_strided_batched(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                                float alpha, const std::uint16_t* a, int64_t lda, int64_t stride_a,
                                const std::uint16_t* b, int64_t ldb, int64_t stride_b, float beta, Bf16GemmOut c,
                                int64_t ldc, int64_t stride_c, int64_t batch,
-                               GemmSlicing slicing = GemmSlicing::kPerThread);
+                               GemmSlicing slicing = GemmSlicing::kPerThread, const float* bias = nullptr);
 
 }  // namespace cleave::kernels::cpu

@@ -29,4 +29,13 @@ void bf16gemm_onednn_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64
                           const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb,
                           float beta, std::uint16_t* c, std::int64_t ldc);
 
+// The same with an f32 bias of n elements added to every row of C in the kernel's epilogue, before C is stored
+// (rounded once when bf16): C = A B + bias, alpha 1 and beta 0.
+void bf16gemm_onednn_f32_bias(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                              const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb,
+                              const float* bias, float* c, std::int64_t ldc);
+void bf16gemm_onednn_bf16_bias(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                               const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb,
+                               const float* bias, std::uint16_t* c, std::int64_t ldc);
+
 }  // namespace cleave::kernels::cpu::gemm_detail

@@ -24,6 +24,7 @@
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
+#include <unordered_map>
 #include <vector>
 #endif
 
@@ -44,13 +45,14 @@ struct ProblemKey {
   std::int64_t m, n, k, lda, ldb, ldc;
   float alpha, beta;
   dt in, out;
-  auto tie() const { return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, in, out); }
+  bool bias = false;  // an f32 bias of n elements added in the kernel's epilogue (alpha 1, beta 0)
+  auto tie() const { return std::tie(trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, in, out, bias); }
   bool operator<(const ProblemKey& o) const { return tie() < o.tie(); }
 };
 
 struct Matmul {
   dnnl::matmul primitive;
-  dnnl::memory::desc a, b, c, scratchpad;
+  dnnl::memory::desc a, b, c, bias, scratchpad;
 };
 
 Matmul make_matmul(const ProblemKey& p) {
@@ -67,8 +69,15 @@ Matmul make_matmul(const ProblemKey& p) {
     ops.append_sum(p.beta);
     attr.set_post_ops(ops);
   }
+  if (p.bias) {
+    // oneDNN adds the bias to the f32 accumulator in the kernel's epilogue, before C is converted to its dtype:
+    // C = round(A B + bias) in one pass, the same arithmetic as the product in f32 followed by a bias pass.
+    const dnnl::memory::desc bias(dims{1, p.n}, dt::f32, dims{p.n, 1});
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, c), attr, cpu_engine());
+    return {dnnl::matmul(pd), a, b, c, bias, pd.scratchpad_desc()};
+  }
   const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
-  return {dnnl::matmul(pd), a, b, c, pd.scratchpad_desc()};
+  return {dnnl::matmul(pd), a, b, c, {}, pd.scratchpad_desc()};
 }
 
 const Matmul& cached_matmul(const ProblemKey& key) {
@@ -80,7 +89,7 @@ const Matmul& cached_matmul(const ProblemKey& key) {
   return it->second;  // std::map nodes never move; entries are never erased
 }
 
-void run_matmul(const ProblemKey& key, const void* a, const void* b, void* c) {
+void run_matmul(const ProblemKey& key, const void* a, const void* b, void* c, const float* bias) {
   const Matmul& mm = cached_matmul(key);
   dnnl::stream stream(cpu_engine());
   dnnl::memory ma(mm.a, cpu_engine(), const_cast<void*>(a));
@@ -90,17 +99,20 @@ void run_matmul(const ProblemKey& key, const void* a, const void* b, void* c) {
   thread_local std::vector<std::byte> scratch;
   if (scratch.size() < mm.scratchpad.get_size()) scratch.resize(mm.scratchpad.get_size());
   dnnl::memory ms(mm.scratchpad, cpu_engine(), scratch.data());
-  mm.primitive.execute(stream,
-                       {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}});
+  std::unordered_map<int, dnnl::memory> args{
+      {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
+  if (key.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(mm.bias, cpu_engine(), const_cast<float*>(bias)));
+  mm.primitive.execute(stream, args);
   stream.wait();
 }
 
 // Runs the matmul as the single-thread primitive (see the file comment).
-void run_single_threaded(const ProblemKey& key, const void* a, const void* b, void* c) {
+void run_single_threaded(const ProblemKey& key, const void* a, const void* b, void* c,
+                         const float* bias = nullptr) {
   try {
     if (omp_in_parallel()) {
       omp_set_num_threads(1);  // this task's setting only; ends with the enclosing region
-      run_matmul(key, a, b, c);
+      run_matmul(key, a, b, c, bias);
       return;
     }
     std::exception_ptr failure;
@@ -108,7 +120,7 @@ void run_single_threaded(const ProblemKey& key, const void* a, const void* b, vo
     {
       omp_set_num_threads(1);
       try {
-        run_matmul(key, a, b, c);
+        run_matmul(key, a, b, c, bias);
       } catch (...) {
         failure = std::current_exception();
       }
@@ -173,6 +185,22 @@ void bf16gemm_onednn_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64
   run_single_threaded({trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, dt::bf16, dt::bf16}, a, b, c);
 }
 
+void bf16gemm_onednn_f32_bias(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                              const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb,
+                              const float* bias, float* c, std::int64_t ldc) {
+  ProblemKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, 1.0f, 0.0f, dt::bf16, dt::f32};
+  key.bias = true;
+  run_single_threaded(key, a, b, c, bias);
+}
+
+void bf16gemm_onednn_bf16_bias(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                               const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb,
+                               const float* bias, std::uint16_t* c, std::int64_t ldc) {
+  ProblemKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, 1.0f, 0.0f, dt::bf16, dt::bf16};
+  key.bias = true;
+  run_single_threaded(key, a, b, c, bias);
+}
+
 }  // namespace gemm_detail
 
 #else  // !CLEAVE_WITH_ONEDNN
@@ -199,6 +227,15 @@ void bf16gemm_onednn_f32(bool, bool, std::int64_t, std::int64_t, std::int64_t, f
 }
 void bf16gemm_onednn_bf16(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const std::uint16_t*,
                           std::int64_t, const std::uint16_t*, std::int64_t, float, std::uint16_t*, std::int64_t) {
+  not_built();
+}
+void bf16gemm_onednn_f32_bias(bool, bool, std::int64_t, std::int64_t, std::int64_t, const std::uint16_t*,
+                              std::int64_t, const std::uint16_t*, std::int64_t, const float*, float*, std::int64_t) {
+  not_built();
+}
+void bf16gemm_onednn_bf16_bias(bool, bool, std::int64_t, std::int64_t, std::int64_t, const std::uint16_t*,
+                               std::int64_t, const std::uint16_t*, std::int64_t, const float*, std::uint16_t*,
+                               std::int64_t) {
   not_built();
 }
 

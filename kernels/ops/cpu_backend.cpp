@@ -67,30 +67,27 @@ kc::GemmBackend gemm_library(CpuBlas library) {
   }
 }
 
-// bf16 operands on a library with bf16 kernels: no widening; C written in its own dtype, or through an f32 view
-// when a bias follows (the bias is added in f32 and C rounded once, as on the widened path).
+// bf16 operands on a library with bf16 kernels: no widening; C written in its own dtype. A bias with alpha 1 and
+// beta 0 (the forward of a Linear) goes to the library's epilogue: C = round(A B + bias) in one pass over C.
+// Otherwise C goes through an f32 view when a bias follows (the bias is added in f32 and C rounded once).
 void gemm_bf16_native(const Context& ctx, const GemmProblem& p, kc::GemmBackend library) {
   const auto* a = cpu_detail::bf16_data(p.a);
   const auto* b = cpu_detail::bf16_data(p.b);
   const bool bias = p.epilogue == GemmEpilogue::kBias;
-  std::optional<F32Out> c_view;
   kc::Bf16GemmOut out;
-  if (bias && p.c.dtype() == DType::kBF16 && p.beta == 0.0f) {
-    // The forward of a Linear: the product in f32, then bias added and C narrowed in one cache-sized pass.
-    const Tensor acc = Tensor::empty(p.c.shape(), DType::kF32, MemoryCategory::kWorkspace, *ctx.allocator);
-    out.f32 = acc.data<float>();
-    kc::gemm_bf16_strided_batched(library, p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, a, p.lda, p.stride_a, b,
-                                  p.ldb, p.stride_b, p.beta, out, p.ldc, p.stride_c, p.batch, slicing(ctx));
+  if (bias && p.alpha == 1.0f && p.beta == 0.0f) {
     F32In bias_f32(ctx, p.bias);
-    const float* bias_data = bias_f32.get();
-    const std::int64_t n = p.n;
-    run_chunked<1, 1>({ChunkIn{&acc}}, {ChunkOut{&p.c, false}}, p.batch * p.m, n,
-                      [bias_data, n](const In1& in, const Out1& o, int64_t, int64_t rows) {
-                        std::memcpy(o[0], in[0], static_cast<std::size_t>(rows * n) * sizeof(float));
-                        kc::bias_add_forward(o[0], bias_data, rows, n);
-                      });
+    if (p.c.dtype() == DType::kF32) {
+      out.f32 = p.c.data<float>();
+    } else {
+      out.bf16 = cpu_detail::bf16_data(p.c);
+    }
+    kc::gemm_bf16_strided_batched(library, p.trans_a, p.trans_b, p.m, p.n, p.k, p.alpha, a, p.lda, p.stride_a, b,
+                                  p.ldb, p.stride_b, p.beta, out, p.ldc, p.stride_c, p.batch, slicing(ctx),
+                                  bias_f32.get());
     return;
   }
+  std::optional<F32Out> c_view;
   if (p.c.dtype() == DType::kF32) {
     out.f32 = p.c.data<float>();
   } else if (bias) {

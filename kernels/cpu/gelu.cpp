@@ -15,6 +15,7 @@
 #include "engine/core/error.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cpu/vec_math.hpp"
+#include "kernels/cpu/wide_vectors.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -22,26 +23,11 @@ namespace {
 constexpr float kSqrt2OverPi = 0.7978845608028654f;
 constexpr float kCoeff = 0.044715f;
 
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef float f32x16 __attribute__((vector_size(64)));
-
-template <class F>
-[[gnu::always_inline]] inline F load(const float* p) {
-  F v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class F>
-[[gnu::always_inline]] inline void store(float* p, F v) {
-  __builtin_memcpy(p, &v, sizeof v);
-}
-
-// All lanes = v. Written as v - 0 because the usual splat, F{} + v, turns -0.0 into +0.0 (0 + -0 = +0), so a
-// tail element would differ from the same value inside a full vector.
-template <class F>
-[[gnu::always_inline]] inline F broadcast(float v) {
-  return v - F{};
-}
+using detail::broadcast;
+using detail::f32x16;
+using detail::f32x8;
+using detail::load;
+using detail::store;
 
 template <class F>
 [[gnu::always_inline]] inline F gelu_vec(F x) {

@@ -17,28 +17,16 @@
 #include "engine/core/error.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cpu/vec_math.hpp"
+#include "kernels/cpu/wide_vectors.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
 
-typedef float f32x8 __attribute__((vector_size(32)));
-typedef float f32x16 __attribute__((vector_size(64)));
-
-template <class F>
-[[gnu::always_inline]] inline F load(const float* p) {
-  F v;
-  __builtin_memcpy(&v, p, sizeof v);
-  return v;
-}
-template <class F>
-[[gnu::always_inline]] inline void store(float* p, F v) {
-  __builtin_memcpy(p, &v, sizeof v);
-}
-// All lanes = v (v - 0 keeps a -0.0, which F{} + v would turn into +0.0; see gelu.cpp).
-template <class F>
-[[gnu::always_inline]] inline F broadcast(float v) {
-  return v - F{};
-}
+using detail::broadcast;
+using detail::f32x16;
+using detail::f32x8;
+using detail::load;
+using detail::store;
 
 template <class F>
 [[gnu::always_inline]] inline F sigmoid_vec(F g) {

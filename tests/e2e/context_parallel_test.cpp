@@ -182,15 +182,21 @@ struct MemoryRun {
   std::int64_t measured = 0, planned = 0;
 };
 
-MemoryRun memory_run(comm::Communicator& world, const char* exchange) {
-  const config::RunConfig config = config::parse_config(R"({
-    "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 4, "seq_len": 64},
+constexpr const char* kMemoryGpt =
+    R"("model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 4, "seq_len": 64})";
+// Grouped-query: 8 query over 4 kv heads, packed unexpanded (K/V stash and exchanges Hkv-sized).
+constexpr const char* kMemoryLlama =
+    R"("model": {"type": "llama", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 8, "n_kv_heads": 4,
+                 "seq_len": 64, "ffn_hidden_size": 48})";
+
+MemoryRun memory_run(comm::Communicator& world, const char* exchange, const char* model = kMemoryGpt) {
+  const config::RunConfig config = config::parse_config(std::string("{") + model + R"(,
     "batch": {"global_batch_size": 8, "micro_batch_size": 2},
     "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "warmup_steps": 0},
     "parallel": {"schedule": "gpipe"},
     "train": {"seed": 5, "eval_batches": 0, "steps": 2},
     "data": {"type": "synthetic"}
-  })", "memory_gpt", {cp(world.size()), comm(exchange)});
+  })", "memory_run", {cp(world.size()), comm(exchange)});
   train::Trainer trainer(config, world);
   for (std::int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
   MemoryRun out;
@@ -213,6 +219,15 @@ TEST(ContextParallel, ActivationMemoryFollowsThePlan) {
               world->size(), world->rank(), static_cast<long long>(a2a.measured), static_cast<long long>(a2a.planned),
               100.0 * (static_cast<double>(a2a.planned) / a2a.measured - 1), static_cast<long long>(ring.measured),
               static_cast<long long>(ring.planned), 100.0 * (static_cast<double>(ring.planned) / ring.measured - 1));
+  // Llama with grouped-query attention: the plan counts the packed q | k | v at D + 2K columns.
+  for (const char* exchange : {"all_to_all", "ring"}) {
+    const MemoryRun llama = memory_run(*world, exchange, kMemoryLlama);
+    EXPECT_NEAR(static_cast<double>(llama.planned), static_cast<double>(llama.measured), 0.02 * llama.measured)
+        << "llama " << exchange;
+    std::printf("[ memory ] cp%d rank %d llama (8/4 heads) activations, %s: measured %lld B planned %lld B (%+.2f%%)\n",
+                world->size(), world->rank(), exchange, static_cast<long long>(llama.measured),
+                static_cast<long long>(llama.planned), 100.0 * (static_cast<double>(llama.planned) / llama.measured - 1));
+  }
 }
 
 // One clear error for each bad input, naming the key, the numbers and a valid choice, before anything is built.

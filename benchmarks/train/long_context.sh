@@ -46,7 +46,7 @@ echo "machine: $(lscpu | sed -n 's/^Model name: *//p'), $cores cores"
 if "$cleave" train "$work/long.json" --set train.out_dir="$work/cp1" > "$work/cp1.log" 2>&1; then
   echo "cp1 trained under the cap: the cap does not force context parallelism; lower CAP"; exit 1
 fi
-echo "cp1: $(grep -m1 -E 'memory' "$work/cp1.log" | cut -c1-400)"
+echo "cp1 refused: $(grep -m1 -E '^error: memory' "$work/cp1.log")"
 
 # 2. The planner's profile of this machine (2 ranks computing at once, as the cp2 runs do).
 mpiexec -n 2 --oversubscribe "$cleave" profile "$work/long.json" --set parallel.context_parallel_size=2 \
@@ -81,8 +81,10 @@ peak_act = max(r["peak_bytes"][act] for r in run["ranks"])
 mib = lambda b: b / 2**20
 print(f"{name:<16} {ranks:5d} {pred_ms:9.1f} {meas_ms:9.1f} {meas_ms / pred_ms:6.2f} | {mib(plan_total):9.2f} "
       f"{mib(peak):9.2f} {peak / plan_total:6.3f} | {mib(plan_act):9.2f} {mib(peak_act):9.2f} {peak_act / plan_act:6.3f}")
-print(f"{'':16} per-rank peak MiB {' '.join(f'{mib(r['peak_total']):.2f}' for r in run['ranks'])}; step ms "
-      f"{' '.join(f'{r['step_ms']:.0f}' for r in rows)}; losses {' '.join(f'{r['loss']:.4f}' for r in rows)}")
+ranks_mib = " ".join(f"{mib(r['peak_total']):.2f}" for r in run["ranks"])
+steps_ms = " ".join(f"{r['step_ms']:.0f}" for r in rows)
+losses = " ".join(f"{r['loss']:.4f}" for r in rows)
+print(f"{'':16} per-rank peak MiB {ranks_mib}; step ms {steps_ms}; losses {losses}")
 PY
   done
 done

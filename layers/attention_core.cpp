@@ -26,14 +26,6 @@ ops::AttentionParams core_params(std::int64_t h, std::int64_t hkv, std::int64_t 
   return params;
 }
 
-// Ring attention rotates key blocks without a window: a windowed model runs under all_to_all or without cp.
-void check_ring_window(const Context& ctx, std::int64_t window, const std::string& who) {
-  if (ring(ctx) && window > 0) {
-    throw Error(who + ": model.sliding_window " + std::to_string(window) +
-                " is not supported with parallel.context_parallel_comm \"ring\"; use \"all_to_all\" (or cp 1)");
-  }
-}
-
 // out and lse of `core_qkv` ([B, T, (H + 2·Hkv)·hd]): memory-efficient attention, nothing of size T x T kept.
 void full_forward(const Context& ctx, const Tensor& core_qkv, std::int64_t h, std::int64_t hkv, std::int64_t hd,
                   std::int64_t window, Tensor& out, Tensor& lse) {
@@ -53,10 +45,9 @@ Tensor token_run(const Tensor& x, std::int64_t b, std::int64_t begin, std::int64
 Tensor attention_core_forward(Context& ctx, const Tensor& qkv, std::int64_t heads, std::int64_t kv_heads,
                               std::int64_t hd, std::int64_t window, bool recompute, Stash& stash,
                               const std::string& who) {
-  check_ring_window(ctx, window, who);
   CLEAVE_ASSERT(kv_heads > 0 && heads % kv_heads == 0 && qkv.dim(2) == (heads + 2 * kv_heads) * hd,
                 "{}: qkv {} is not {} query and {} key/value heads of {}", who, qkv.shape().str(), heads, kv_heads, hd);
-  if (ring(ctx)) return ring_attention_forward(ctx, qkv, {heads, kv_heads, hd}, recompute, stash, who);
+  if (ring(ctx)) return ring_attention_forward(ctx, qkv, {heads, kv_heads, hd, window}, recompute, stash, who);
   const bool a2a = all_to_all(ctx);
   const Tensor core_qkv = a2a ? seq_to_heads(ctx, qkv, {heads, kv_heads, kv_heads}, hd) : qkv;
   const std::int64_t h = a2a ? heads / ctx.cp.size : heads;
@@ -75,7 +66,8 @@ Tensor attention_core_backward(Context& ctx, const std::function<Tensor()>& dout
                                Stash& stash, const std::string& who,
                                const std::function<Tensor(const Tensor&)>& then) {
   if (ring(ctx)) {
-    const Tensor dqkv = ring_attention_backward(ctx, dout_of(), {heads, kv_heads, hd}, recompute, stash, who);
+    const Tensor dqkv =
+        ring_attention_backward(ctx, dout_of(), {heads, kv_heads, hd, window}, recompute, stash, who);
     return then ? then(dqkv) : dqkv;
   }
   const bool a2a = all_to_all(ctx);

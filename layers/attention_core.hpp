@@ -23,7 +23,7 @@
 
 namespace cleave::layers {
 
-// `window`: Mistral's sliding window in keys (0: none); refused under ring context parallelism.
+// `window`: Mistral's sliding window in keys (0: none), in every mode (ring skips the chunk pairs outside it).
 Tensor attention_core_forward(Context& ctx, const Tensor& qkv, std::int64_t heads, std::int64_t kv_heads,
                               std::int64_t head_dim, std::int64_t window, bool recompute, Stash& stash,
                               const std::string& who);

@@ -88,6 +88,8 @@ std::vector<Layout> layouts_for(int world, const char* exchange) {
             {x + "_cp2_untied_selective", tiny_gpt, {cp(2), c, "model.tie_embeddings=false", "train.recompute=selective"}},
             {x + "_cp2_recompute_full", tiny_gpt, {cp(2), c, "train.recompute=full"}},
             {x + "_llama_cp2", tiny_llama, {cp(2), c}},
+            // Mistral-like sliding window: 5 keys over chunks of 4 (ring skips the pairs of chunks beyond it).
+            {x + "_llama_window5_cp2", tiny_llama, {cp(2), c, "model.sliding_window=5"}},
             {x + "_cp2_bf16", tiny_gpt, {cp(2), c, "device.precision=bf16"}, true}};
   }
   if (world == 4) {
@@ -98,8 +100,11 @@ std::vector<Layout> layouts_for(int world, const char* exchange) {
         {x + "_cp2_pp2_zb_v", tiny_gpt, {cp(2), c, pp(2), "parallel.schedule=zb_v"}},
         {x + "_cp2_dp2_zero3", tiny_gpt, {cp(2), c, "optimizer.zero_stage=3", "batch.micro_batch_size=1"}}};
     // all_to_all needs kv heads per tp rank divisible by cp: the GQA llama's 2 kv heads over tp 2 leave 1.
-    if (x == "ring") out.push_back({x + "_llama_cp2_tp2", tiny_llama, {cp(2), c, tp(2)}});
-    else out.push_back({x + "_llama_cp2_pp2", tiny_llama, {cp(2), c, pp(2)}});
+    if (x == "ring") {
+      out.push_back({x + "_llama_cp2_tp2", tiny_llama, {cp(2), c, tp(2)}});
+      out.push_back({x + "_llama_window5_cp4", tiny_llama, {cp(4), c, "model.sliding_window=5"}});  // chunks of 2
+    }
+    else { out.push_back({x + "_llama_cp2_pp2", tiny_llama, {cp(2), c, pp(2)}}); }
     return out;
   }
   return {};

@@ -62,12 +62,14 @@ double scaled_error(const Tensor& got, const Tensor& want, const std::string& wh
   return scale > 0 ? err / scale : INFINITY;
 }
 
-void check_exchange(CpExchange exchange, std::int64_t heads, bool recompute, std::int64_t kv_heads = 0) {
+void check_exchange(CpExchange exchange, std::int64_t heads, bool recompute, std::int64_t kv_heads = 0,
+                    std::int64_t window = 0) {
   if (kv_heads == 0) kv_heads = heads;
   auto world = testing::make_world();
   const int cp = world->size();
   const std::string name = std::string(exchange == CpExchange::kRing ? "ring" : "all_to_all") + " cp" +
                            std::to_string(cp) + " heads " + std::to_string(heads) + "/" + std::to_string(kv_heads) +
+                           " window " + std::to_string(window) +
                            (recompute ? " recompute" : "");
   SCOPED_TRACE(name);
   const std::int64_t width = heads * kHeadDim;
@@ -77,18 +79,18 @@ void check_exchange(CpExchange exchange, std::int64_t heads, bool recompute, std
   Context one;  // one rank, the whole sequence
   Stash one_stash;
   const Tensor want_out =
-      attention_core_forward(one, qkv, heads, kv_heads, kHeadDim, 0, recompute, one_stash, "reference");
-  const Tensor want_dqkv = attention_core_backward(one, [&] { return dout; }, heads, kv_heads, kHeadDim, 0, recompute,
-                                                   one_stash, "reference");
+      attention_core_forward(one, qkv, heads, kv_heads, kHeadDim, window, recompute, one_stash, "reference");
+  const Tensor want_dqkv = attention_core_backward(one, [&] { return dout; }, heads, kv_heads, kHeadDim, window,
+                                                   recompute, one_stash, "reference");
 
   Context ctx;
   ctx.cp_comm = world.get();
   ctx.cp = {cp, world->rank(), exchange};
   Stash stash;
   const Tensor out =
-      attention_core_forward(ctx, local_tokens(qkv, ctx.cp), heads, kv_heads, kHeadDim, 0, recompute, stash, name);
+      attention_core_forward(ctx, local_tokens(qkv, ctx.cp), heads, kv_heads, kHeadDim, window, recompute, stash, name);
   const Tensor dqkv = attention_core_backward(ctx, [&] { return local_tokens(dout, ctx.cp); }, heads, kv_heads,
-                                              kHeadDim, 0, recompute, stash, name);
+                                              kHeadDim, window, recompute, stash, name);
   EXPECT_TRUE(stash.tensors.empty()) << "backward must release the stash";
 
   const double bound = exchange == CpExchange::kAllToAll ? 0.0 : 1e-6;
@@ -110,6 +112,21 @@ TEST(ContextParallelAttention, RingMatchesOneRank) {
   check_exchange(CpExchange::kRing, 3, true);
   check_exchange(CpExchange::kRing, 6, false, 2);  // grouped-query through the core (Llama's packing)
   check_exchange(CpExchange::kRing, 6, true, 2);
+}
+
+// Sliding window (Mistral) against one rank's windowed attention over the whole sequence: 24 tokens in 2·cp
+// chunks of 6 (cp2) or 3 (cp4); window 1 (each query sees itself only), 5 (within a chunk and its neighbour at
+// cp2, up to two chunks back at cp4: pairs of chunks beyond it are skipped), 13 (several chunks). The ring must
+// skip only chunk pairs with no visible query/key pair: a wrongly skipped pair loses keys (a large error; window
+// 5 at cp4 puts the edge inside a skipped-or-not pair), while a pair kept needlessly is masked whole by the op;
+// the bound is the one without a window.
+TEST(ContextParallelAttention, RingMatchesOneRankWithSlidingWindow) {
+  for (const std::int64_t window : {1, 5, 13}) {
+    check_exchange(CpExchange::kRing, 4, false, 4, window);
+    check_exchange(CpExchange::kRing, 6, false, 2, window);
+  }
+  check_exchange(CpExchange::kRing, 6, true, 2, 5);  // selective recomputation reruns the windowed ring
+  check_exchange(CpExchange::kAllToAll, 4, false, 4, 5);
 }
 
 TEST(ContextParallelAttention, RingMatchesOneRankWithGroupedQueryHeads) {

@@ -34,8 +34,8 @@ Tensor attention_core_forward(Context& ctx, const Tensor& qkv, std::int64_t head
 // held, and its result is returned instead of dqkv: GPT's layer keeps them through that backward, as the memory
 // plan counts; Llama's releases them first (no `then`).
 Tensor attention_core_backward(Context& ctx, const std::function<Tensor()>& dout_of, std::int64_t heads,
-                               std::int64_t kv_heads, std::int64_t head_dim, std::int64_t window, bool recompute, Stash& stash,
-                               const std::string& who,
+                               std::int64_t kv_heads, std::int64_t head_dim, std::int64_t window, bool recompute,
+                               Stash& stash, const std::string& who,
                                const std::function<Tensor(const Tensor&)>& then = {});
 // [B, Tl]: the batch and this rank's token count of the micro-batch whose core state `stash` holds.
 std::pair<std::int64_t, std::int64_t> attention_core_tokens(const Context& ctx, const Stash& stash, bool recompute,

@@ -558,11 +558,12 @@ std::string memory_plan_violation(const Plan& plan, const config::RunConfig& con
       }
     }
     // A model with attention can also split every sequence (activations divide by cp).
-    const std::string sequence = partition::has_attention(plan.spec)
-                                     ? fmt::format(", split every sequence over more ranks (parallel.context_parallel_size, "
-                                                   "now {}: activations divide by it)",
-                                                   config.parallel.context_parallel_size)
-                                     : std::string();
+    const std::string sequence =
+        partition::has_attention(plan.spec)
+            ? fmt::format(", split every sequence over more ranks (parallel.context_parallel_size, now {}: "
+                          "activations divide by it)",
+                          config.parallel.context_parallel_size)
+            : std::string();
     return fmt::format(
         "memory: pp rank {} needs about {} ({}) but device.memory_limit is {}; activations are {} ({:.0f}%){}{}. "
         "Otherwise split the model over more ranks (parallel.pipeline_model_parallel_size / "

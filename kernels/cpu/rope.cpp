@@ -1,5 +1,5 @@
-// RoPE + packing (grouped or repeated key/value heads), forward and backward. See rope.hpp. Parallel over (batch, position) rows;
-// cos and sin come from a [T, hd/2] table built once per call (f32 angles, f32 cos/sin).
+// RoPE + packing (grouped or repeated key/value heads), forward and backward. See rope.hpp. Parallel over
+// (batch, position) rows; cos and sin come from a [T, hd/2] table built once per call (f32 angles, f32 cos/sin).
 #include "kernels/cpu/rope.hpp"
 
 #include <cmath>

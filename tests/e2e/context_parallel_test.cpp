@@ -231,7 +231,8 @@ TEST(ContextParallel, ActivationMemoryFollowsThePlan) {
         << "llama " << exchange;
     std::printf("[ memory ] cp%d rank %d llama (8/4 heads) activations, %s: measured %lld B planned %lld B (%+.2f%%)\n",
                 world->size(), world->rank(), exchange, static_cast<long long>(llama.measured),
-                static_cast<long long>(llama.planned), 100.0 * (static_cast<double>(llama.planned) / llama.measured - 1));
+                static_cast<long long>(llama.planned),
+                100.0 * (static_cast<double>(llama.planned) / llama.measured - 1));
   }
 }
 

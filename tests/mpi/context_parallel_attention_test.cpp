@@ -8,7 +8,8 @@
 // values without arithmetic), so it must be bit-identical; ring merges per-block partial results by their
 // log-sum-exp, a different order of the same sums: max |got - want| <= 1e-6 · max |want| per tensor (fp32),
 // and every reference is checked non-zero so an all-zero result cannot pass. Heads: 4 (divisible by cp, as
-// all_to_all needs) and, for ring, 3 (odd); grouped-query through the core: 8 query over 4 kv heads (all_to_all), 6 over 2 (ring). Grouped-query attention: ring attention on q | k | v with 6 query
+// all_to_all needs) and, for ring, 3 (odd); grouped-query through the core: 8 query over 4 kv heads
+// (all_to_all), 6 over 2 (ring). Grouped-query attention: ring attention on q | k | v with 6 query
 // heads over 2 kv heads (unexpanded) against the same block attention over the whole sequence at once.
 #include <gtest/gtest.h>
 

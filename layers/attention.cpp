@@ -49,14 +49,16 @@ Tensor CausalSelfAttention::forward(const Tensor& x, Stash& stash, Context& ctx)
   // The sequence from qkv, not x: under sequence parallelism x is this tp rank's shard of the tokens and the
   // column-parallel qkv part returns every token (layers/parallel/column_parallel_linear.hpp).
   const Tensor qkv = qkv_->forward(x, stash.children[0], ctx);
-  const Tensor out = attention_core_forward(ctx, qkv, local_heads_, d_model_ / n_heads_, 0, recompute_scores_, stash, who);
+  const Tensor out = attention_core_forward(ctx, qkv, local_heads_, local_heads_, d_model_ / n_heads_, 0,
+                                            recompute_scores_, stash, who);
   return proj_->forward(out, stash.children[1], ctx);
 }
 
 Tensor CausalSelfAttention::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const std::string who = this->who();
   return attention_core_backward(
-      ctx, [&] { return proj_->backward_input(dy, stash.children[1], ctx); }, local_heads_, d_model_ / n_heads_, 0,
+      ctx, [&] { return proj_->backward_input(dy, stash.children[1], ctx); }, local_heads_, local_heads_,
+      d_model_ / n_heads_, 0,
       recompute_scores_, stash, who,
       [&](const Tensor& dqkv) { return qkv_->backward_input(dqkv, stash.children[0], ctx); });
 }

@@ -15,32 +15,24 @@ namespace {
 bool all_to_all(const Context& ctx) { return ctx.cp.active() && ctx.cp.exchange == CpExchange::kAllToAll; }
 bool ring(const Context& ctx) { return ctx.cp.active() && ctx.cp.exchange == CpExchange::kRing; }
 
-// The op's parameters for a core of h heads of each of q, k, v (Llama's packing repeats each kv head for its
-// query heads): causal over the whole sequence the core sees (positions from 0), with Mistral's sliding window
-// (`window` keys, 0: none).
-ops::AttentionParams core_params(std::int64_t h, std::int64_t window) {
+// The op's parameters for a core of h query and hkv key/value heads (grouped-query attention when hkv < h):
+// causal over the whole sequence the core sees (positions from 0), with Mistral's sliding window (`window` keys,
+// 0: none).
+ops::AttentionParams core_params(std::int64_t h, std::int64_t hkv, std::int64_t window) {
   ops::AttentionParams params;
   params.q_heads = h;
-  params.kv_heads = h;
+  params.kv_heads = hkv;
   params.window = window;
   return params;
 }
 
-// Ring attention rotates key blocks without a window: a windowed model runs under all_to_all or without cp.
-void check_ring_window(const Context& ctx, std::int64_t window, const std::string& who) {
-  if (ring(ctx) && window > 0) {
-    throw Error(who + ": model.sliding_window " + std::to_string(window) +
-                " is not supported with parallel.context_parallel_comm \"ring\"; use \"all_to_all\" (or cp 1)");
-  }
-}
-
-// out and lse of `core_qkv` ([B, T, 3·H·hd], H heads): memory-efficient attention, nothing of size T x T kept.
-void full_forward(const Context& ctx, const Tensor& core_qkv, std::int64_t h, std::int64_t hd, std::int64_t window,
-                  Tensor& out, Tensor& lse) {
+// out and lse of `core_qkv` ([B, T, (H + 2·Hkv)·hd]): memory-efficient attention, nothing of size T x T kept.
+void full_forward(const Context& ctx, const Tensor& core_qkv, std::int64_t h, std::int64_t hkv, std::int64_t hd,
+                  std::int64_t window, Tensor& out, Tensor& lse) {
   const std::int64_t b = core_qkv.dim(0), t = core_qkv.dim(1);
   out = new_activation(ctx, Shape{b, t, h * hd});
   lse = new_activation(ctx, Shape{b, h, t}, DType::kF32);
-  ops::attention_forward_packed(ctx, core_qkv, out, lse, core_params(h, window));
+  ops::attention_forward_packed(ctx, core_qkv, out, lse, core_params(h, hkv, window));
 }
 
 }  // namespace
@@ -50,16 +42,18 @@ Tensor token_run(const Tensor& x, std::int64_t b, std::int64_t begin, std::int64
   return x.slice(b, b + 1).view(Shape{t, c}).slice(begin, begin + length).view(Shape{1, length, c});
 }
 
-Tensor attention_core_forward(Context& ctx, const Tensor& qkv, std::int64_t heads, std::int64_t hd,
-                              std::int64_t window, bool recompute,
-                              Stash& stash, const std::string& who) {
-  check_ring_window(ctx, window, who);
-  if (ring(ctx)) return ring_attention_forward(ctx, qkv, {heads, heads, hd}, recompute, stash, who);
+Tensor attention_core_forward(Context& ctx, const Tensor& qkv, std::int64_t heads, std::int64_t kv_heads,
+                              std::int64_t hd, std::int64_t window, bool recompute, Stash& stash,
+                              const std::string& who) {
+  CLEAVE_ASSERT(kv_heads > 0 && heads % kv_heads == 0 && qkv.dim(2) == (heads + 2 * kv_heads) * hd,
+                "{}: qkv {} is not {} query and {} key/value heads of {}", who, qkv.shape().str(), heads, kv_heads, hd);
+  if (ring(ctx)) return ring_attention_forward(ctx, qkv, {heads, kv_heads, hd, window}, recompute, stash, who);
   const bool a2a = all_to_all(ctx);
-  const Tensor core_qkv = a2a ? seq_to_heads(ctx, qkv, {heads, heads, heads}, hd) : qkv;
+  const Tensor core_qkv = a2a ? seq_to_heads(ctx, qkv, {heads, kv_heads, kv_heads}, hd) : qkv;
   const std::int64_t h = a2a ? heads / ctx.cp.size : heads;
+  const std::int64_t hkv = a2a ? kv_heads / ctx.cp.size : kv_heads;
   Tensor out, lse;
-  full_forward(ctx, core_qkv, h, hd, window, out, lse);
+  full_forward(ctx, core_qkv, h, hkv, hd, window, out, lse);
   // Without all_to_all, out is also the output projection's stashed input (one storage); selective
   // recomputation drops only the statistics.
   if (recompute) stash.tensors = {core_qkv, out};
@@ -68,29 +62,32 @@ Tensor attention_core_forward(Context& ctx, const Tensor& qkv, std::int64_t head
 }
 
 Tensor attention_core_backward(Context& ctx, const std::function<Tensor()>& dout_of, std::int64_t heads,
-                               std::int64_t hd, std::int64_t window, bool recompute, Stash& stash,
-                               const std::string& who, const std::function<Tensor(const Tensor&)>& then) {
+                               std::int64_t kv_heads, std::int64_t hd, std::int64_t window, bool recompute,
+                               Stash& stash, const std::string& who,
+                               const std::function<Tensor(const Tensor&)>& then) {
   if (ring(ctx)) {
-    const Tensor dqkv = ring_attention_backward(ctx, dout_of(), {heads, heads, hd}, recompute, stash, who);
+    const Tensor dqkv =
+        ring_attention_backward(ctx, dout_of(), {heads, kv_heads, hd, window}, recompute, stash, who);
     return then ? then(dqkv) : dqkv;
   }
   const bool a2a = all_to_all(ctx);
   const std::int64_t h = a2a ? heads / ctx.cp.size : heads;
+  const std::int64_t hkv = a2a ? kv_heads / ctx.cp.size : kv_heads;
   const Tensor core_qkv = stash_at(stash, 0, who);
   const Tensor out = stash_at(stash, 1, who);
   Tensor lse;
   if (recompute) {
     Tensor scratch_out;  // freed here: only the rebuilt statistics (bit-identical: the same op, same input) stay
-    full_forward(ctx, core_qkv, h, hd, window, scratch_out, lse);
+    full_forward(ctx, core_qkv, h, hkv, hd, window, scratch_out, lse);
   } else {
     lse = stash_at(stash, 2, who);
   }
   const Tensor dout = dout_of();
   const Tensor core_dout = a2a ? seq_to_heads(ctx, dout, {heads}, hd) : dout;
   Tensor dqkv = new_activation(ctx, core_qkv.shape());
-  ops::attention_backward_packed(ctx, core_qkv, out, lse, core_dout, dqkv, core_params(h, window));
+  ops::attention_backward_packed(ctx, core_qkv, out, lse, core_dout, dqkv, core_params(h, hkv, window));
   stash.tensors.clear();
-  const Tensor local = a2a ? heads_to_seq(ctx, dqkv, {heads, heads, heads}, hd) : dqkv;
+  const Tensor local = a2a ? heads_to_seq(ctx, dqkv, {heads, kv_heads, kv_heads}, hd) : dqkv;
   return then ? then(local) : local;  // core_qkv, out and lse held until `then` returns
 }
 

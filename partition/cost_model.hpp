@@ -23,18 +23,22 @@
 //    max-pool window² comparisons per output forward, 1 per output backward; embedding: position add 1 per
 //    element forward, token + position scatter-add 2 per element weight-grad, no input gradient.
 //
-// Per block, with T = seq_len, D = d_model, F = d_ff, H = n_heads, V = vocab:
+// Per block, with T = seq_len, D = d_model, F = d_ff, H = n_heads, V = vocab, and P = the query/key pairs
+// attention computes (cost_parts::attended_pairs: T(T+1)/2 causal, w(w+1)/2 + (T-w)w with a sliding window w;
+// the kernels skip the masked key blocks, so the softmax counts 5HP):
 //  embedding        params V·D + T·D; activation T·4 (ids)
-//  transformer      forward   8TD² + 4TDF + 4T²D GEMM (+ elementwise); input_grad 8TD² + 4TDF + 10T²D (the
+//  transformer      forward   8TD² + 4TDF + 4PD GEMM (+ elementwise); input_grad 8TD² + 4TDF + 10PD (the
 //                   memory-efficient attention recomputes Q·Kᵀ); weight_grad 8TD² + 4TDF; params 4D² + 2DF + 9D + F;
 //                   activation (8TD + 2TF)·b + H·T·4 + 4T·4: ln1 input, ln1 output, qkv [T,3D], attention
 //                   log-sum-exp [H,T] (f32; no [H,T,T] probabilities), attention output, ln2 input, ln2 output,
 //                   fc output [T,F], gelu output [T,F], and mean + rstd of both norms
-//  llama block      (Hkv·hd = K) forward 4TD² + 4TDK + 6TDF + 4T²D GEMM; params 2D² + 2DK + 3DF + 2D;
-//                   activation (8TD + 3TF)·b + H·T·4 + 2T·4: attn_norm input and output (q, k, v share it),
-//                   packed rope'd qkv [T,3D] (kv heads repeated), attention lse [H,T], attention output, mlp_norm
+//  llama block      (Hkv·hd = K) forward 4TD² + 4TDK + 6TDF + 4PD GEMM; params 2D² + 2DK + 3DF + 2D;
+//                   activation (6TD + 2TK + 3TF)·b + H·T·4 + 2T·4: attn_norm input and output (q, k, v share it),
+//                   packed rope'd qkv [T,D+2K] (kv heads once: grouped-query attention in the op), attention
+//                   lse [H,T], attention output, mlp_norm
 //                   input and output (gate and up share it), gate and up outputs, h [T,F], two rstd.
-//                   RMSNorm 4 forward, 6 input-grad, 3 weight-grad per element; rope 6 / 8; SwiGLU 5 / 10.
+//                   RMSNorm 4 forward, 6 input-grad, 3 weight-grad per element; rope 3 / 3 per element of q
+//                   and k; SwiGLU 5 / 10.
 //                   The embedding of a llama has no position table (seq_len 0 in its BlockSpec).
 //  final layernorm  params 2D; activation T·D·b + 2T·4
 //  lm head          2TDV each for forward / input_grad / weight_grad; params V·D (the tied table too: the
@@ -50,7 +54,7 @@
 //
 // Activation recomputation (train.recompute) changes only transformer and llama blocks (the same rules):
 //  selective  the attention statistics (log-sum-exp [H, T], f32) are not kept; backward_input reruns the
-//             attention core (Q·Kᵀ, softmax, P·V: 4T²D + 5HT² FLOPs) to rebuild them. activation −H·T·4;
+//             attention core (Q·Kᵀ, softmax, P·V: 4PD + 5HP FLOPs) to rebuild them. activation −H·T·4;
 //             transient H·T·4. (With memory-efficient attention there are no [H, T, T] probabilities to drop, so
 //             selective saves little; it stays for its semantics and its tests.)
 //  full       only the block's input [T, D] is kept; backward_input reruns the whole block's forward first.

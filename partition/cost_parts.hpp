@@ -71,15 +71,27 @@ inline Parts relu(std::int64_t n) {
   return p;
 }
 
+// Query/key pairs causal attention computes over T positions: key j is visible to query i iff j <= i and, with a
+// sliding window w > 0, i - j < w (kernels/ops/ops.hpp "Attention"). Both kernels (kernels/cpu/flash_attention.cpp,
+// kernels/cuda/flash_attention.cu) skip every key block that no query row of the tile sees, so their work is these
+// pairs plus the masked part of the tiles on the mask's edge (at most one tile width per row, not counted).
+inline double attended_pairs(std::int64_t t, std::int64_t window) {
+  const double n = static_cast<double>(t);
+  if (window <= 0 || window >= t) return n * (n + 1) / 2;  // the causal half, diagonal included
+  const double w = static_cast<double>(window);
+  return w * (w + 1) / 2 + (n - w) * w;  // the first w rows see i + 1 keys, the rest w
+}
+
 // Core attention on qkv [T, 3D] -> [T, D], memory-efficient (kernels/ops/ops.hpp "Attention"): stashes qkv and the
 // per-row log-sum-exp [H, T] (f32), never the [H, T, T] probabilities; its output is the output projection's
-// stashed input (one storage, counted there). FLOPs count the full T x T products (the causal half the kernels
-// skip is not modelled); the backward recomputes S = Q·Kᵀ.
+// stashed input (one storage, counted there). FLOPs count the visible query/key pairs (attended_pairs: the causal
+// half, or the sliding window), as the kernels compute; the backward recomputes S = Q·Kᵀ.
 inline std::int64_t attention_stats_bytes(std::int64_t t, std::int64_t heads) { return heads * t * kStatBytes; }
 
-inline Parts attention(std::int64_t t, std::int64_t d, std::int64_t heads) {
-  const double td = static_cast<double>(t) * static_cast<double>(t) * static_cast<double>(d);
-  const double scores = static_cast<double>(heads) * static_cast<double>(t) * static_cast<double>(t);
+inline Parts attention(std::int64_t t, std::int64_t d, std::int64_t heads, std::int64_t window = 0) {
+  const double pairs = attended_pairs(t, window);
+  const double td = pairs * static_cast<double>(d);  // multiply-adds of one masked [T, T] product, all heads
+  const double scores = static_cast<double>(heads) * pairs;
   Parts p;
   p.fwd = 2 * (2 * td) + 5 * scores;  // Q·Kᵀ, P·V, online softmax
   p.in = 5 * (2 * td) + 5 * scores;   // S again, dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q, softmax backward
@@ -144,7 +156,7 @@ inline void recompute_repeated_layer(BlockCost& cost, const BlockSpec& block, Re
   if (recompute == Recompute::kNone) return;
   const std::int64_t t = block.seq_len, d = block.in_features, h = block.n_heads;
   if (recompute == Recompute::kSelective) {
-    const Parts core = attention(t, d, h);
+    const Parts core = attention(t, d, h, block.attention_window);
     cost.input_grad_flops += core.fwd;
     (void)b;
     cost.recompute_transient_bytes = attention_stats_bytes(t, h);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include "partition/block_work.hpp"
+#include "partition/cost_parts.hpp"
 
 namespace cleave::partition::work_parts {
 
@@ -36,23 +37,27 @@ inline void residual(BlockWork& w, D n, D b) {  // y = x + f(x): reads two, writ
 
 // Core attention for `batch` (samples x local heads) heads of width dh over T positions, memory-efficient: the
 // scores and probabilities stay in on-chip blocks (no [T, T] stream); the backward recomputes S. The output
-// and statistics are a few [T, dh] streams, small beside the GEMMs.
-inline PassWork attention_forward(D batch, D t, D dh, D b) {
+// and statistics are a few [T, dh] streams, small beside the GEMMs. Only the visible query/key pairs are
+// computed (`pairs`, cost_parts::attended_pairs: the causal half or the sliding window; the kernels skip fully
+// masked key blocks), so each [T, T]-shaped product is priced as T rows by pairs / T keys.
+inline PassWork attention_forward(D batch, D t, D dh, D b, D pairs) {
+  const D keys = pairs / t;  // mean visible keys per query row
   PassWork p;
-  p.gemms.push_back({t, t, dh, batch});  // S = Q·Kᵀ
-  p.gemms.push_back({t, dh, t, batch});  // O = P·V
+  p.gemms.push_back({t, keys, dh, batch});  // S = Q·Kᵀ
+  p.gemms.push_back({t, dh, keys, batch});  // O = P·V
   p.stream_bytes += batch * t * (dh * b + 4);  // out rescaled once, lse
   return p;
 }
 
-inline PassWork attention_backward(D batch, D t, D dh, D b) {
+inline PassWork attention_backward(D batch, D t, D dh, D b, D pairs) {
+  const D keys = pairs / t;
   PassWork p;
-  p.gemms.push_back({t, t, dh, batch});  // S = Q·Kᵀ again
-  p.gemms.push_back({t, t, dh, batch});  // dP = dO·Vᵀ
-  p.gemms.push_back({t, dh, t, batch});  // dV = Pᵀ·dO
+  p.gemms.push_back({t, keys, dh, batch});  // S = Q·Kᵀ again
+  p.gemms.push_back({t, keys, dh, batch});  // dP = dO·Vᵀ
+  p.gemms.push_back({t, dh, keys, batch});  // dV = Pᵀ·dO
   p.stream_bytes += 2 * batch * t * dh * b;  // D = rowsum(dO * O)
-  p.gemms.push_back({t, dh, t, batch});  // dQ = dS·K
-  p.gemms.push_back({t, dh, t, batch});  // dK = dSᵀ·Q
+  p.gemms.push_back({t, dh, keys, batch});  // dQ = dS·K
+  p.gemms.push_back({t, dh, keys, batch});  // dK = dSᵀ·Q
   return p;
 }
 

@@ -11,6 +11,7 @@
 #include "engine/core/error.hpp"
 #include "partition/block_work.hpp"
 #include "partition/cost_model.hpp"
+#include "partition/cp_rules.hpp"
 #include "pipeline/timeline.hpp"
 
 namespace cleave::run_plan {
@@ -318,15 +319,20 @@ MicrobatchPeak microbatch_peak(const MicrobatchBuckets& m, const Plan& plan, int
 //  - all_to_all (ulysses.hpp): the stash holds the core's output in the heads layout besides the exchanged-back
 //    output the projection keeps: one more, with or without selective recomputation. Its backward holds dout in
 //    the heads layout and dqkv in both layouts: four more.
+// With grouped-query attention (Llama, Hkv < H) k and v are [T, K/tp], K = Hkv·hd, so "q, k, v" above is
+// [T, (D + 2K)/tp] and all_to_all's second dqkv likewise.
 // Full recomputation rebuilds the larger stash inside the backward.
 void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSpec& block,
                             partition::Recompute recompute, int tp, bool ring) {
   if (block.n_heads <= 0) return;  // a block without attention (embedding, head, MLP and CNN layers)
   const std::int64_t td = block.seq_len * block.in_features / tp * 4;  // f32; bf16 halves all activations below
+  const std::int64_t kv_heads = block.n_kv_heads > 0 ? block.n_kv_heads : block.n_heads;
+  const std::int64_t tqkv = block.seq_len * (block.in_features + 2 * kv_heads * (block.in_features / block.n_heads)) /
+                            tp * 4;  // packed q | k | v
   const bool stashed = ring ? recompute == partition::Recompute::kNone : recompute != partition::Recompute::kFull;
   if (stashed) cost.activation_bytes += td;
-  std::int64_t extra = ring ? 2 * td : 4 * td;
-  if (ring && recompute == partition::Recompute::kSelective) extra += 4 * td;
+  std::int64_t extra = ring ? 2 * td : td + tqkv;
+  if (ring && recompute == partition::Recompute::kSelective) extra += tqkv + td;
   if (recompute == partition::Recompute::kFull) extra += td;
   cost.backward_extra_bytes += extra;
 }
@@ -551,14 +557,21 @@ std::string memory_plan_violation(const Plan& plan, const config::RunConfig& con
                             with.total() <= cap ? " (fits)" : "");
       }
     }
+    // A model with attention can also split every sequence (activations divide by cp).
+    const std::string sequence =
+        partition::has_attention(plan.spec)
+            ? fmt::format(", split every sequence over more ranks (parallel.context_parallel_size, now {}: "
+                          "activations divide by it)",
+                          config.parallel.context_parallel_size)
+            : std::string();
     return fmt::format(
         "memory: pp rank {} needs about {} ({}) but device.memory_limit is {}; activations are {} ({:.0f}%){}{}. "
         "Otherwise split the model over more ranks (parallel.pipeline_model_parallel_size / "
-        "tensor_model_parallel_size), use optimizer.zero_stage 1, 2 or 3 with data parallelism (3 shards the "
+        "tensor_model_parallel_size){}, use optimizer.zero_stage 1, 2 or 3 with data parallelism (3 shards the "
         "parameters too), or lower batch.micro_batch_size; `cleave plan CONFIG --world N` searches layouts, "
         "schedules, ZeRO stages and recompute modes under this cap",
         r, format_bytes(m.total()), m.breakdown(), format_bytes(cap), format_bytes(activations),
-        100.0 * static_cast<double>(activations) / static_cast<double>(m.total()), recompute, zero);
+        100.0 * static_cast<double>(activations) / static_cast<double>(m.total()), recompute, zero, sequence);
   }
   return {};
 }

@@ -1,5 +1,5 @@
-// RoPE + grouped-query packing, forward and backward. See rope.hpp. Parallel over (batch, position) rows;
-// cos and sin come from a [T, hd/2] table built once per call (f32 angles, f32 cos/sin).
+// RoPE + packing (grouped or repeated key/value heads), forward and backward. See rope.hpp. Parallel over
+// (batch, position) rows; cos and sin come from a [T, hd/2] table built once per call (f32 angles, f32 cos/sin).
 #include "kernels/cpu/rope.hpp"
 
 #include <cmath>
@@ -16,6 +16,8 @@ void check_shape(const RopeShape& s, const char* op) {
                     s.head_dim > 0 && s.head_dim % 2 == 0 && s.position_offset >= 0 && s.theta > 0.0f,
                 "{}: bad shape B {} T {} Hq {} Hkv {} hd {} offset {} theta {}", op, s.batch, s.seq, s.q_heads,
                 s.kv_heads, s.head_dim, s.position_offset, s.theta);
+  CLEAVE_ASSERT(s.packed_kv_heads == 0 || s.packed_kv_heads == s.kv_heads || s.packed_kv_heads == s.q_heads,
+                "{}: packed kv heads {} must be Hkv {} or Hq {}", op, s.packed_kv_heads, s.kv_heads, s.q_heads);
 }
 
 struct Table {
@@ -55,6 +57,9 @@ inline void unrotate(const float* x, float* out, const float* c, const float* sn
   }
 }
 
+// P (packed key/value heads): the shape's, or Hq (the repeated layout) when unset.
+int64_t packed_heads(const RopeShape& s) { return s.packed_kv_heads > 0 ? s.packed_kv_heads : s.q_heads; }
+
 }  // namespace
 
 float rope_inv_freq(int64_t i, int64_t head_dim, float theta) {
@@ -69,10 +74,10 @@ float rope_angle(int64_t t, int64_t i, const RopeShape& s) {
 void rope_pack_qkv(const float* q, const float* k, const float* v, float* qkv, const RopeShape& s) {
   check_shape(s, "rope_pack_qkv");
   const Table tab = make_table(s);
-  const int64_t hd = s.head_dim, half = hd / 2, g = s.q_heads / s.kv_heads;
-  const int64_t cq = s.q_heads * hd, ckv = s.kv_heads * hd;
+  const int64_t hd = s.head_dim, half = hd / 2, P = packed_heads(s), r_copies = P / s.kv_heads;
+  const int64_t cq = s.q_heads * hd, ckv = s.kv_heads * hd, cp = P * hd, width = cq + 2 * cp;
   const int64_t rows = s.batch * s.seq;
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * 3 * cq))
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * width))
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = r % s.seq;
     const float* c = tab.cos.data() + t * half;
@@ -80,12 +85,12 @@ void rope_pack_qkv(const float* q, const float* k, const float* v, float* qkv, c
     const float* qr = q + r * cq;
     const float* kr = k + r * ckv;
     const float* vr = v + r * ckv;
-    float* out = qkv + r * 3 * cq;
-    for (int64_t h = 0; h < s.q_heads; ++h) {
-      const int64_t kvh = h / g;
-      rotate(qr + h * hd, out + h * hd, c, sn, half);
-      rotate(kr + kvh * hd, out + cq + h * hd, c, sn, half);
-      for (int64_t j = 0; j < hd; ++j) out[2 * cq + h * hd + j] = vr[kvh * hd + j];
+    float* out = qkv + r * width;
+    for (int64_t h = 0; h < s.q_heads; ++h) rotate(qr + h * hd, out + h * hd, c, sn, half);
+    for (int64_t j = 0; j < P; ++j) {
+      const int64_t kvh = j / r_copies;
+      rotate(kr + kvh * hd, out + cq + j * hd, c, sn, half);
+      for (int64_t x = 0; x < hd; ++x) out[cq + cp + j * hd + x] = vr[kvh * hd + x];
     }
   }
 }
@@ -93,29 +98,29 @@ void rope_pack_qkv(const float* q, const float* k, const float* v, float* qkv, c
 void rope_pack_qkv_backward(const float* dqkv, float* dq, float* dk, float* dv, const RopeShape& s) {
   check_shape(s, "rope_pack_qkv_backward");
   const Table tab = make_table(s);
-  const int64_t hd = s.head_dim, half = hd / 2, g = s.q_heads / s.kv_heads;
-  const int64_t cq = s.q_heads * hd, ckv = s.kv_heads * hd;
+  const int64_t hd = s.head_dim, half = hd / 2, P = packed_heads(s), r_copies = P / s.kv_heads;
+  const int64_t cq = s.q_heads * hd, ckv = s.kv_heads * hd, cp = P * hd, width = cq + 2 * cp;
   const int64_t rows = s.batch * s.seq;
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * 3 * cq))
+#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * width))
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t t = r % s.seq;
     const float* c = tab.cos.data() + t * half;
     const float* sn = tab.sin.data() + t * half;
-    const float* in = dqkv + r * 3 * cq;
+    const float* in = dqkv + r * width;
     float* dqr = dq + r * cq;
     float* dkr = dk + r * ckv;
     float* dvr = dv + r * ckv;
     for (int64_t h = 0; h < s.q_heads; ++h) unrotate(in + h * hd, dqr + h * hd, c, sn, half);
     for (int64_t kvh = 0; kvh < s.kv_heads; ++kvh) {
       float* dkh = dkr + kvh * hd;
-      for (int64_t j = 0; j < hd; ++j) {
-        float ks = 0.0f, vs = 0.0f;
-        for (int64_t h = kvh * g; h < (kvh + 1) * g; ++h) {  // query heads sharing this kv head, in order
-          ks += in[cq + h * hd + j];
-          vs += in[2 * cq + h * hd + j];
+      for (int64_t x = 0; x < hd; ++x) {
+        float ks = in[cq + kvh * r_copies * hd + x], vs = in[cq + cp + kvh * r_copies * hd + x];
+        for (int64_t j = kvh * r_copies + 1; j < (kvh + 1) * r_copies; ++j) {  // the copies, in head order
+          ks += in[cq + j * hd + x];
+          vs += in[cq + cp + j * hd + x];
         }
-        dkh[j] = ks;
-        dvr[kvh * hd + j] = vs;
+        dkh[x] = ks;
+        dvr[kvh * hd + x] = vs;
       }
       unrotate(dkh, dkh, c, sn, half);  // in place: each pair is read before it is written
     }

@@ -1,14 +1,15 @@
-// Rotary position embedding (Hugging Face "rotate_half" layout) fused with grouped-query packing into the
-// attention core's qkv layout (attention.hpp: q | k | v thirds of Hq·hd columns each).
+// Rotary position embedding (Hugging Face "rotate_half" layout) fused with packing into the attention core's
+// qkv layout (ops.hpp: q | k | v blocks of Hq·hd, P·hd and P·hd columns).
 //
-// q [B, T, Hq·hd], k and v [B, T, Hkv·hd], g = Hq / Hkv. qkv [B, T, 3·Hq·hd]: query head h = rope(q head h),
-// key head h = rope(k head h / g), value head h = v head h / g. For i < hd/2, with
+// q [B, T, Hq·hd], k and v [B, T, Hkv·hd]. qkv [B, T, (Hq + 2P)·hd] with P packed key/value heads, Hkv (grouped)
+// or Hq (repeated), r = P / Hkv: query head h = rope(q head h), key head j = rope(k head j / r), value head
+// j = v head j / r. For i < hd/2, with
 //   inv_freq_i = 1 / theta^(2i / hd)   and   angle = (position_offset + t) · inv_freq_i,
 // both in f32 exactly as transformers' LlamaRotaryEmbedding computes them (f32 pow, f32 product),
 //   out[i] = x[i] cos - x[i + hd/2] sin,   out[i + hd/2] = x[i + hd/2] cos + x[i] sin.
 // Invariant: forward writes qkv completely; backward overwrites dq, dk, dv completely: the rotation undone
-// (its transpose) and each key/value head the sum of the g query-head slices sharing it, summed in head
-// order before the rotation is undone (deterministic).
+// (its transpose) and each key/value head the sum of its r packed copies, summed in head order before the
+// rotation is undone (deterministic; r = 1 copies it bit for bit).
 #pragma once
 
 #include <cstdint>
@@ -20,6 +21,7 @@ struct RopeShape {
   int64_t q_heads = 0, kv_heads = 0, head_dim = 0;  // Hkv divides Hq, head_dim even
   float theta = 10000.0f;
   int64_t position_offset = 0;
+  int64_t packed_kv_heads = 0;  // P: kv_heads (grouped) or q_heads (repeated); 0 means q_heads
 };
 
 // inv_freq_i (f32), the frequency of rotation pair i < head_dim / 2.

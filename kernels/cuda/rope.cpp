@@ -1,4 +1,4 @@
-// Checked entry points for the RoPE + grouped-query packing kernels (rope.hpp); the kernels are in rope.cu.
+// Checked entry points for the RoPE + packing kernels (rope.hpp); the kernels are in rope.cu.
 #include "kernels/cuda/rope.hpp"
 
 #include "engine/cuda/cuda_check.hpp"
@@ -11,6 +11,9 @@ void check_shape(const char* op, const RopeShape& s) {
                     s.head_dim > 0 && s.head_dim % 2 == 0 && s.theta > 0.0f && s.position_offset >= 0,
                 "cuda {}: bad shape [{}, {}], {} query / {} key-value heads of {}, theta {}, offset {}", op, s.batch,
                 s.seq, s.q_heads, s.kv_heads, s.head_dim, s.theta, s.position_offset);
+  CLEAVE_ASSERT(s.packed_kv_heads == 0 || s.packed_kv_heads == s.kv_heads || s.packed_kv_heads == s.q_heads,
+                "cuda {}: packed key-value heads {} must be Hkv {} or Hq {}", op, s.packed_kv_heads, s.kv_heads,
+                s.q_heads);
 }
 
 }  // namespace

@@ -1,7 +1,7 @@
-// RoPE + grouped-query packing kernels (rope.hpp). One thread per rotation pair (i, i + hd/2): forward over
-// [B, T, Hq, hd/2], writing the pair of the query head, of the key head and of the value head h (all three
-// thirds of qkv); backward over [B, T, Hkv, hd/2], writing the pair of the g query heads of kv head j, of key head
-// j and of value head j, so every output element has exactly one writer and no atomics are needed. i is the
+// RoPE + packing kernels (rope.hpp). One thread per rotation pair (i, i + hd/2): forward over [B, T, Hq, hd/2],
+// writing the pair of query head h and, for h < P, of packed key head h and value head h; backward over
+// [B, T, Hkv, hd/2], writing the pair of the g query heads of kv head j, of key head j and of value head j (the
+// sum of its P / Hkv packed copies), so every output element has exactly one writer and no atomics are needed. i is the
 // fastest index: neighbouring threads touch neighbouring columns.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/rope.hpp"
@@ -31,10 +31,18 @@ __device__ __forceinline__ void rope_cos_sin(int64_t position, int64_t i, int64_
   *c = static_cast<float>(cd);
 }
 
+// P, the key / value heads packed into qkv: the shape's, or Hq (the repeated layout) when unset.
+__device__ __forceinline__ int64_t packed_heads(const RopeShape& shape) {
+  return shape.packed_kv_heads > 0 ? shape.packed_kv_heads : shape.q_heads;
+}
+
 __global__ void rope_pack_qkv_kernel(ConstFloats q, ConstFloats k, ConstFloats v, Floats qkv, RopeShape shape) {
   const int64_t half = shape.head_dim / 2;
-  const int64_t group = shape.q_heads / shape.kv_heads;
+  const int64_t packed = packed_heads(shape);     // P key / value heads in qkv
+  const int64_t copies = packed / shape.kv_heads;  // of each kv head
   const int64_t q_width = shape.q_heads * shape.head_dim;
+  const int64_t p_width = packed * shape.head_dim;
+  const int64_t width = q_width + 2 * p_width;
   const int64_t kv_width = shape.kv_heads * shape.head_dim;
   const int64_t n = shape.batch * shape.seq * shape.q_heads * half;
   for (int64_t p = global_thread(); p < n; p += grid_threads()) {
@@ -46,16 +54,17 @@ __global__ void rope_pack_qkv_kernel(ConstFloats q, ConstFloats k, ConstFloats v
     float s = 0.0f;
     rope_cos_sin(shape.position_offset + t, i, shape.head_dim, shape.theta, &c, &s);
     const int64_t q_at = bt * q_width + h * shape.head_dim + i;
-    const int64_t kv_at = bt * kv_width + (h / group) * shape.head_dim + i;
-    const int64_t out_at = bt * 3 * q_width + h * shape.head_dim + i;
+    const int64_t out_at = bt * width + h * shape.head_dim + i;
     const float q0 = load(q, q_at), q1 = load(q, q_at + half);
     store(qkv, out_at, q0 * c - q1 * s);
     store(qkv, out_at + half, q1 * c + q0 * s);
+    if (h >= packed) continue;  // grouped: only the first Hkv threads of a row write key / value heads
+    const int64_t kv_at = bt * kv_width + (h / copies) * shape.head_dim + i;
     const float k0 = load(k, kv_at), k1 = load(k, kv_at + half);
     store(qkv, out_at + q_width, k0 * c - k1 * s);
     store(qkv, out_at + q_width + half, k1 * c + k0 * s);
-    store(qkv, out_at + 2 * q_width, load(v, kv_at));
-    store(qkv, out_at + 2 * q_width + half, load(v, kv_at + half));
+    store(qkv, out_at + q_width + p_width, load(v, kv_at));
+    store(qkv, out_at + q_width + p_width + half, load(v, kv_at + half));
   }
 }
 
@@ -63,7 +72,11 @@ __global__ void rope_pack_qkv_kernel(ConstFloats q, ConstFloats k, ConstFloats v
 __global__ void rope_pack_qkv_backward_kernel(ConstFloats dqkv, Floats dq, Floats dk, Floats dv, RopeShape shape) {
   const int64_t half = shape.head_dim / 2;
   const int64_t group = shape.q_heads / shape.kv_heads;
+  const int64_t packed = packed_heads(shape);
+  const int64_t copies = packed / shape.kv_heads;
   const int64_t q_width = shape.q_heads * shape.head_dim;
+  const int64_t p_width = packed * shape.head_dim;
+  const int64_t width = q_width + 2 * p_width;
   const int64_t kv_width = shape.kv_heads * shape.head_dim;
   const int64_t n = shape.batch * shape.seq * shape.kv_heads * half;
   for (int64_t p = global_thread(); p < n; p += grid_threads()) {
@@ -74,18 +87,21 @@ __global__ void rope_pack_qkv_backward_kernel(ConstFloats dqkv, Floats dq, Float
     float c = 0.0f;
     float s = 0.0f;
     rope_cos_sin(shape.position_offset + t, i, shape.head_dim, shape.theta, &c, &s);
-    float k0 = 0.0f, k1 = 0.0f, v0 = 0.0f, v1 = 0.0f;
     for (int64_t m = 0; m < group; ++m) {
       const int64_t h = j * group + m;
-      const int64_t in_at = bt * 3 * q_width + h * shape.head_dim + i;
+      const int64_t in_at = bt * width + h * shape.head_dim + i;
       const float o0 = load(dqkv, in_at), o1 = load(dqkv, in_at + half);
       const int64_t q_at = bt * q_width + h * shape.head_dim + i;
       store(dq, q_at, o0 * c + o1 * s);
       store(dq, q_at + half, o1 * c - o0 * s);
-      k0 += load(dqkv, in_at + q_width);
-      k1 += load(dqkv, in_at + q_width + half);
-      v0 += load(dqkv, in_at + 2 * q_width);
-      v1 += load(dqkv, in_at + 2 * q_width + half);
+    }
+    float k0 = 0.0f, k1 = 0.0f, v0 = 0.0f, v1 = 0.0f;
+    for (int64_t m = 0; m < copies; ++m) {  // the packed copies of kv head j, in head order
+      const int64_t in_at = bt * width + q_width + (j * copies + m) * shape.head_dim + i;
+      k0 += load(dqkv, in_at);
+      k1 += load(dqkv, in_at + half);
+      v0 += load(dqkv, in_at + p_width);
+      v1 += load(dqkv, in_at + p_width + half);
     }
     const int64_t kv_at = bt * kv_width + j * shape.head_dim + i;
     store(dk, kv_at, k0 * c + k1 * s);

@@ -389,6 +389,7 @@ kc::RopeShape rope_shape(const Tensor& q, const RopeParams& p) {
   s.head_dim = q.dim(2) / p.q_heads;
   s.theta = p.theta;
   s.position_offset = p.position_offset;
+  s.packed_kv_heads = p.packed_kv_heads();
   return s;
 }
 

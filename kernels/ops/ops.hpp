@@ -185,20 +185,23 @@ void rmsnorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor&
 void swiglu_forward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& h);
 void swiglu_backward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
                      const Tensor& dup);
-// Rotary position embedding and grouped-query packing into attention_forward_packed's layout (with Hkv = Hq:
-// the key/value heads are repeated per query head).
-// q [B, T, Hq*hd], k and v [B, T, Hkv*hd] (Hkv divides Hq, hd even) -> qkv [B, T, 3*Hq*hd]: query head h is
-// rope(q head h), key head h is rope(k head h / g) and value head h is v head h / g, g = Hq / Hkv.
+// Rotary position embedding and packing into attention_forward_packed's layout q | k | v.
+// q [B, T, Hq*hd], k and v [B, T, Hkv*hd] (Hkv divides Hq, hd even) -> qkv [B, T, (Hq + 2P)*hd] with P key/value
+// heads: grouped (repeat_kv_heads false, P = Hkv, the attention ops' GQA layout: key head j is rope(k head j),
+// value head j is v head j) or repeated (true, P = Hq, for a core that takes Hq = Hkv: key head h is
+// rope(k head h / g), value head h is v head h / g, g = Hq / Hkv). Query head h is rope(q head h).
 // rope is Hugging Face's "rotate_half" layout (the layout LlamaForCausalLM's weights are stored for): for
 // i < hd/2, with inv_freq_i = theta^(-2i/hd) and angle = (position_offset + t) * inv_freq_i (both f32, as
 // transformers computes them), out[i] = x[i] cos - x[i + hd/2] sin, out[i + hd/2] = x[i + hd/2] cos + x[i] sin.
-// backward overwrites dq, dk, dv from dqkv: rotations undone, each key/value head the sum over the g query
-// heads sharing it (in head order).
+// backward overwrites dq, dk, dv from dqkv: rotations undone, each key/value head the sum over its P / Hkv packed
+// copies (in head order; grouped: the one copy, bit for bit).
 struct RopeParams {
   std::int64_t q_heads = 0;   // Hq (this tp rank's share)
   std::int64_t kv_heads = 0;  // Hkv (this tp rank's share); divides q_heads
   float theta = 10000.0f;
   std::int64_t position_offset = 0;  // position of token t = 0
+  bool repeat_kv_heads = true;  // true: qkv holds Hq key/value heads (repeated); false: the Hkv heads once
+  std::int64_t packed_kv_heads() const { return repeat_kv_heads ? q_heads : kv_heads; }
 };
 void rope_pack_qkv(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
                    const RopeParams& params);

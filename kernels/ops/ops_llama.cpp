@@ -90,7 +90,7 @@ void check_rope_shapes(std::string_view op, const Tensor& q, const Tensor& k, co
   const std::int64_t b = q.dim(0), t = q.dim(1), hd = q.dim(2) / p.q_heads;
   check_numel(op, "k", k, b * t * p.kv_heads * hd);
   check_numel(op, "v", v, b * t * p.kv_heads * hd);
-  check_numel(op, "qkv", qkv, b * t * 3 * p.q_heads * hd);
+  check_numel(op, "qkv", qkv, b * t * (p.q_heads + 2 * p.packed_kv_heads()) * hd);
 }
 }  // namespace
 

@@ -43,6 +43,7 @@ struct Geometry {
   int cp = 1, rank = 0;
   std::int64_t b = 0, c = 0;  // batch, chunk length
   std::int64_t hq = 0, hkv = 0, hd = 0;
+  std::int64_t window = 0;  // sliding window in keys, 0: none
   std::int64_t q_cols() const { return hq * hd; }
   std::int64_t kv_cols() const { return hkv * hd; }
   // Global chunk index of chunk k (0 or 1) of rank `of`.
@@ -53,7 +54,8 @@ Geometry geometry(const Context& ctx, std::int64_t b, std::int64_t tl, const Rin
   CLEAVE_ASSERT(ctx.cp_comm != nullptr && ctx.cp_comm->size() == ctx.cp.size && ctx.cp_comm->rank() == ctx.cp.rank,
                 "{}: ring attention without its cp group", who);
   CLEAVE_CHECK(tl % kChunks == 0, "{}: ring attention needs an even number of local tokens, got {}", who, tl);
-  return {ctx.cp.size, ctx.cp.rank, b, tl / kChunks, h.q_heads, h.kv_heads, h.head_dim};
+  CLEAVE_ASSERT(h.window >= 0, "{}: sliding window {} must be >= 0", who, h.window);
+  return {ctx.cp.size, ctx.cp.rank, b, tl / kChunks, h.q_heads, h.kv_heads, h.head_dim, h.window};
 }
 
 BlockParams block_params(const Geometry& g, int q_chunk, int k_chunk) {
@@ -62,7 +64,8 @@ BlockParams block_params(const Geometry& g, int q_chunk, int k_chunk) {
   p.kv_heads = g.hkv;
   p.q_offset = q_chunk * g.c;
   p.k_offset = k_chunk * g.c;
-  p.causal = true;  // the diagonal block masks; an earlier chunk is wholly visible either way
+  p.causal = true;  // the diagonal block masks; an earlier chunk is wholly visible without a window
+  p.window = g.window;  // over the global positions the offsets give
   return p;
 }
 
@@ -91,8 +94,13 @@ comm::WorkPtr rotate(Context& ctx, const std::vector<Tensor>& send, const std::v
 
 std::vector<Tensor> flat(const KvBlocks& kv) { return {kv.k[0], kv.k[1], kv.v[0], kv.v[1]}; }
 
-// Whether query chunk gi attends key chunk gj at all (causal: not wholly in its future).
-bool visible(int gi, int gj) { return gj <= gi; }
+// Whether query chunk gi attends key chunk gj at all: not wholly in its future (causal) and, with a sliding
+// window, its nearest key (the last of gj) within the window of gi's first query: (gi - gj - 1)·c + 1 < w.
+bool visible(const Geometry& g, int gi, int gj) {
+  if (gj > gi) return false;
+  if (gj == gi || g.window <= 0) return true;
+  return static_cast<std::int64_t>(gi - gj - 1) * g.c + 1 < g.window;
+}
 
 struct ForwardResult {
   std::array<Tensor, kChunks> q, out, lse;
@@ -128,7 +136,7 @@ ForwardResult run_forward(Context& ctx, const Tensor& qkv, const RingHeads& h, c
       const int gi = g.chunk(g.rank, k);
       for (int m = 0; m < kChunks; ++m) {
         const int gj = g.chunk(src, m);
-        if (!visible(gi, gj)) continue;
+        if (!visible(g, gi, gj)) continue;
         ops::attention_forward(ctx, r.q[k], held.k[m], held.v[m], part_out, part_lse, block_params(g, gi, gj));
         ops::attention_merge(ctx, r.out[k], r.lse[k], part_out, part_lse, r.out[k], r.lse[k]);
       }
@@ -203,7 +211,7 @@ Tensor ring_attention_backward(Context& ctx, const Tensor& dout, const RingHeads
       const int gi = g.chunk(g.rank, k);
       for (int m = 0; m < kChunks; ++m) {
         const int gj = g.chunk(src, m);
-        if (!visible(gi, gj)) continue;
+        if (!visible(g, gi, gj)) continue;
         BlockParams p = block_params(g, gi, gj);
         p.accumulate_grads = true;
         ops::attention_backward(ctx, r.q[k], held.k[m], held.v[m], r.out[k], r.lse[k], d_out[k], dq[k], dkv.k[m],

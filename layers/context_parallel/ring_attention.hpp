@@ -16,6 +16,10 @@
 // qkv [B, Tl, (Hq + 2·Hkv)·hd] packed q | k | v; out [B, Tl, Hq·hd]; dqkv like qkv. Stash: {q chunk 0, q
 // chunk 1, k 0, k 1, v 0, v 1, out 0, out 1, lse 0, lse 1} (chunk-major copies [B, c, ...], lse [B, Hq, c]
 // f32), or {qkv} under selective recomputation (backward reruns the forward ring first).
+// Sliding window (RingHeads::window w > 0): the block op gets w with the chunks' global offsets, and a pair of
+// chunks whose nearest query/key distance is w or more is skipped (no op call, nothing merged): a chunk of c
+// tokens then attends only the ceil(w / c) + 1 nearest chunks at most, in the forward and the backward alike.
+// The K/V blocks still travel the whole ring (every step's send is posted before its compute is known).
 // The block attention is the seam's memory-efficient attention (ops::attention_forward with q_offset /
 // k_offset, attention_backward with accumulate_grads, attention_merge): CPU and CUDA.
 #pragma once
@@ -29,6 +33,7 @@ namespace cleave::layers {
 
 struct RingHeads {
   std::int64_t q_heads = 0, kv_heads = 0, head_dim = 0;
+  std::int64_t window = 0;  // Mistral's sliding window in keys (0: none), over global positions
 };
 
 Tensor ring_attention_forward(Context& ctx, const Tensor& qkv, const RingHeads& heads, bool recompute, Stash& stash,

@@ -1,4 +1,5 @@
-// Llama attention: separate q/k/v projections, rope + grouped-query packing, the seam's attention core, o.
+// Llama attention: separate q/k/v projections, rope + packing of the Hkv key/value heads as they are (grouped-query
+// attention in the op, nothing repeated), the seam's attention core, o.
 #include "layers/llama/llama_attention.hpp"
 
 #include "kernels/ops/ops.hpp"
@@ -23,6 +24,15 @@ LlamaAttention::LlamaAttention(std::string prefix, const LlamaHeads& heads, Laye
                     heads.local_heads * heads.n_kv_heads == heads.local_kv_heads * heads.n_heads,
                 "{}: bad heads: d_model {}, {} query / {} kv heads, {} / {} local", who(), heads.d_model,
                 heads.n_heads, heads.n_kv_heads, heads.local_heads, heads.local_kv_heads);
+}
+
+ops::RopeParams LlamaAttention::rope_params() const {
+  ops::RopeParams rope;
+  rope.q_heads = heads_.local_heads;
+  rope.kv_heads = heads_.local_kv_heads;
+  rope.theta = heads_.rope_theta;
+  rope.repeat_kv_heads = false;  // the attention op takes Hq != Hkv: K/V stay Hkv-sized
+  return rope;
 }
 
 std::string LlamaAttention::who() const {
@@ -85,9 +95,11 @@ Tensor LlamaAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
   // Under sequence parallelism x is this rank's sequence shard and q, k, v (column-parallel) cover the
   // gathered sequence of this cp rank: T and the rope positions come from them (and Context::cp), not from x.
   const std::int64_t b = q.dim(0), t = q.dim(1), hd = head_dim(), lq = heads_.local_heads;
-  Tensor qkv = new_activation(ctx, Shape{b, t, 3 * lq * hd});
-  rope_pack_runs(ctx, q, k, v, qkv, {lq, heads_.local_kv_heads, heads_.rope_theta, 0});
-  const Tensor out = attention_core_forward(ctx, qkv, lq, hd, heads_.window, recompute_scores_, stash, who());
+  const std::int64_t lkv = heads_.local_kv_heads;
+  // Grouped-query packing: the Lkv key/value heads once (the op reads kv head h / (L / Lkv) for query head h).
+  Tensor qkv = new_activation(ctx, Shape{b, t, (lq + 2 * lkv) * hd});
+  rope_pack_runs(ctx, q, k, v, qkv, rope_params());
+  const Tensor out = attention_core_forward(ctx, qkv, lq, lkv, hd, heads_.window, recompute_scores_, stash, who());
   return o_->forward(out, stash.children[3], ctx);
 }
 
@@ -99,8 +111,9 @@ Tensor LlamaAttention::backward_input(const Tensor& dy, Stash& stash, Context& c
   Tensor dv = new_activation(ctx, Shape{b, t, lkv * hd});
   {  // the core's tensors and their gradients are released before the projections' backward
     const Tensor dqkv = attention_core_backward(
-        ctx, [&] { return o_->backward_input(dy, stash.children[3], ctx); }, lq, hd, heads_.window, recompute_scores_, stash, who());
-    rope_unpack_runs(ctx, dqkv, dq, dk, dv, {lq, lkv, heads_.rope_theta, 0});
+        ctx, [&] { return o_->backward_input(dy, stash.children[3], ctx); }, lq, lkv, hd, heads_.window,
+        recompute_scores_, stash, who());
+    rope_unpack_runs(ctx, dqkv, dq, dk, dv, rope_params());
   }
   return qkv_.backward_input({dq, dk, dv}, {&stash.children[0], &stash.children[1], &stash.children[2]}, ctx);
 }

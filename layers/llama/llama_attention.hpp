@@ -1,5 +1,6 @@
 // LlamaAttention: x [B, T, D] -> q, k, v projections (no biases) -> rotary embeddings and grouped-query
-// packing (ops::rope_pack_qkv) -> causal (optionally sliding-window) memory-efficient attention (ops::attention_forward_packed on [B, T, 3·Lq·hd]) -> o
+// packing (ops::rope_pack_qkv, the Lkv key/value heads once) -> causal (optionally sliding-window)
+// memory-efficient grouped-query attention (ops::attention_forward_packed on [B, T, (Lq + 2·Lkv)·hd]) -> o
 // projection -> y [B, T, D]. hd = D / n_heads; Lq / Lkv are the query / key-value heads this layer computes.
 //
 // One implementation serves every layout; only the four projections and the local head counts differ:
@@ -21,6 +22,7 @@
 #include <memory>
 #include <string>
 
+#include "kernels/ops/ops.hpp"
 #include "layers/attention.hpp"
 #include "layers/layer.hpp"
 #include "layers/parallel/shared_input.hpp"
@@ -51,6 +53,7 @@ class LlamaAttention final : public Layer, public RecomputableScores {
 
  private:
   std::string who() const;
+  ops::RopeParams rope_params() const;  // this rank's heads, grouped packing; the offset is set per run
   std::int64_t head_dim() const { return heads_.d_model / heads_.n_heads; }
 
   std::string prefix_;

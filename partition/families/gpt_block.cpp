@@ -92,12 +92,13 @@ BlockWork transformer_work(const BlockSpec& blk, D b, int tp, D micro, Recompute
   const D t = static_cast<D>(blk.seq_len), d = static_cast<D>(blk.in_features), f = static_cast<D>(blk.d_ff);
   const D heads = static_cast<D>(blk.n_heads / tp), dh = d / static_cast<D>(blk.n_heads);
   const D rows = micro * t, p = tp;
+  const D pairs = cost_parts::attended_pairs(blk.seq_len, 0);
   BlockWork w;
   layernorm(w, rows * d, b);
   linear(w, rows, d, 3 * d / p, true, b);
-  const PassWork core_forward = attention_forward(micro * heads, t, dh, b);
+  const PassWork core_forward = attention_forward(micro * heads, t, dh, b, pairs);
   w.forward += core_forward;
-  w.input_grad += attention_backward(micro * heads, t, dh, b);
+  w.input_grad += attention_backward(micro * heads, t, dh, b, pairs);
   linear(w, rows, d / p, d, true, b);
   residual(w, rows * d, b);
   layernorm(w, rows * d, b);

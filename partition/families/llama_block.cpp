@@ -25,9 +25,9 @@ namespace cost {
 
 using namespace cost_parts;
 
-// Llama block: q, k, v share their input (stashed once), rope packs q|k|v into [T, 3D] (kv heads repeated),
-// the attention core stashes that and its statistics (lse); gate and up share their input; SwiGLU stashes gate
-// and up outputs, down its input h.
+// Llama block: q, k, v share their input (stashed once), rope packs q|k|v into [T, D + 2K] (K = Hkv·hd: the kv
+// heads once, grouped-query attention in the op), the attention core stashes that and its statistics (lse);
+// gate and up share their input; SwiGLU stashes gate and up outputs, down its input h.
 Parts llama_parts(const BlockSpec& b) {
   const std::int64_t t = b.seq_len, d = b.in_features, f = b.d_ff, h = b.n_heads;
   CLEAVE_ASSERT(t > 0 && d > 0 && f > 0 && h > 0 && b.n_kv_heads > 0, "llama block {} has unset sizes", b.name);
@@ -39,10 +39,12 @@ Parts llama_parts(const BlockSpec& b) {
   p += kv_proj;
   p += kv_proj;
   Parts rope;
-  rope.fwd = 6.0 * static_cast<double>(t * d);  // rotate q and the packed k: 3 per element
-  rope.in = 6.0 * static_cast<double>(t * d) + 2.0 * static_cast<double>(t * d);  // + sums over shared heads
+  rope.fwd = 3.0 * static_cast<double>(t * (d + kv));  // rotate q and k: 3 per element
+  rope.in = 3.0 * static_cast<double>(t * (d + kv));   // the rotations undone (k and v packed once: no sums)
   p += rope;
-  p += attention(t, d, h);
+  Parts core = attention(t, d, h, b.attention_window);  // FLOPs per query head: GQA changes none
+  core.act_float = t * (d + 2 * kv);                     // the packed q | k | v
+  p += core;
   p += linear(t, d, d, false);
   p += residual_add(t * d);
   p += rmsnorm(t, d);
@@ -70,30 +72,32 @@ BlockCost llama_cost(const BlockSpec& block, DType dtype, Recompute recompute, i
   cost.weight_stash_bytes = t * (10 * d + 3 * f + 2 * kv) * b + 2 * t * kStatBytes;
   recompute_repeated_layer(cost, block, recompute, b);
   if (tp > 1) {
-    // Replicated: x, attn_norm's output, x1, mlp_norm's output; sharded: qkv, attention statistics, attention output,
-    // gate, up, h.
-    const std::int64_t plain = (4 * t * d + (3 * t * d + t * d + 3 * t * f) / tp) * b + (h / tp) * t * kStatBytes +
-                               2 * t * kStatBytes;
+    // Replicated: x, attn_norm's output, x1, mlp_norm's output; sharded: qkv [T, (D + 2K)/tp], attention
+    // statistics, attention output, gate, up, h.
+    const std::int64_t plain = (4 * t * d + (t * (d + 2 * kv) + t * d + 3 * t * f) / tp) * b +
+                               (h / tp) * t * kStatBytes + 2 * t * kStatBytes;
     cost.weight_stash_bytes = (8 * t * d + (2 * t * d + 2 * t * kv + 3 * t * f) / tp) * b + 2 * t * kStatBytes;
     apply_recompute(cost, recompute, plain, attention_stats_bytes(t, h / tp), t * d * b);
   }
   if (sequence_parallel && tp > 1) {
     const std::int64_t ts = t / tp;
     // attn_norm / mlp_norm inputs and outputs (shards; q, k, v share attn_norm's, gate and up mlp_norm's),
-    // qkv [T, 3D/tp], attention output [T, D/tp], gate, up and h [T, F/tp], the attention statistics [H/tp, T] (f32),
-    // two rstd of T/tp rows.
-    const std::int64_t plain = (8 * t * d + 3 * t * f) / tp * b + (h / tp) * t * kStatBytes + 2 * ts * kStatBytes;
+    // qkv [T, (D + 2K)/tp], attention output [T, D/tp], gate, up and h [T, F/tp], the attention statistics
+    // [H/tp, T] (f32), two rstd of T/tp rows.
+    const std::int64_t plain =
+        (6 * t * d + 2 * t * kv + 3 * t * f) / tp * b + (h / tp) * t * kStatBytes + 2 * ts * kStatBytes;
     // o's and down's gathered dy [T, D] from I to W; the rest as plain tp with the replicated tensors as shards.
     cost.weight_stash_bytes = (2 * t * d + (8 * t * d + 2 * t * kv + 3 * t * f) / tp) * b + 2 * ts * kStatBytes;
     apply_recompute(cost, recompute, plain, attention_stats_bytes(t, h / tp), ts * d * b);
     cost.output_bytes = ts * d * b;
     // backward_extra: mlp: the dy shard, down's gathered dy [T, D], dh, dgate, dup [T, F/tp]; then gate's and
     // up's partial dx [T, D] (one at a time) and their reduce-scattered shards. attention: down's and o's
-    // gathered dy, the shards dy and dx1, dout and dqkv [T, 4D/tp]; then dq, dk, dv, one projection's partial
-    // dx [T, D] and the shards it and the one before reduce-scattered.
+    // gathered dy, the shards dy and dx1, dout and dqkv [T, (2D + 2K)/tp]; then dq, dk, dv, one projection's
+    // partial dx [T, D] and the shards it and the one before reduce-scattered.
     const std::int64_t mlp = std::max(ts * d + t * d + 3 * t * f / tp, 2 * t * d + 3 * ts * d + 2 * t * f / tp) * b;
     std::int64_t attention =
-        std::max(2 * t * d + 2 * ts * d + 4 * t * d / tp, 3 * t * d + 4 * ts * d + (t * d + 2 * t * kv) / tp) * b;
+        std::max(2 * t * d + 2 * ts * d + (2 * t * d + 2 * t * kv) / tp,
+                 3 * t * d + 4 * ts * d + (t * d + 2 * t * kv) / tp) * b;
     if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;
     std::int64_t extra = std::max(mlp, attention);
     if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - ts * d * b;
@@ -104,7 +108,8 @@ BlockCost llama_cost(const BlockSpec& block, DType dtype, Recompute recompute, i
   // gradients of gate and up; attention: dy, dx1, dout, dqkv during the core's backward, then dy, dx1, dq, dk,
   // dv and the three input gradients of q, k, v (summed into the first).
   const std::int64_t mlp = std::max(t * d + 3 * t * f / tp, 3 * t * d + 2 * t * f / tp) * b;
-  std::int64_t attention = std::max(2 * t * d + 4 * t * d / tp, 4 * t * d + (t * d + 2 * t * kv) / tp) * b;
+  std::int64_t attention =
+      std::max(2 * t * d + (2 * t * d + 2 * t * kv) / tp, 4 * t * d + (t * d + 2 * t * kv) / tp) * b;
   if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;  // the attention statistics
   std::int64_t extra = std::max(mlp, attention);
   if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - t * d * b;  // input kept, shared
@@ -118,24 +123,25 @@ namespace work {
 
 using namespace work_parts;
 
-// Llama block: RMSNorms, separate q/k/v projections (k, v of Hkv heads), rope + packing, attention over the
-// packed q|k|v (kv heads repeated), o; gate and up, SwiGLU, down. No biases.
+// Llama block: RMSNorms, separate q/k/v projections (k, v of Hkv heads), rope + packing, grouped-query
+// attention over the packed q|k|v (kv heads once), o; gate and up, SwiGLU, down. No biases.
 BlockWork llama_work(const BlockSpec& blk, D b, int tp, D micro, Recompute recompute) {
   const D t = static_cast<D>(blk.seq_len), d = static_cast<D>(blk.in_features), f = static_cast<D>(blk.d_ff);
   const D heads = static_cast<D>(blk.n_heads / tp), dh = d / static_cast<D>(blk.n_heads);
   const D kv = static_cast<D>(blk.n_kv_heads) * dh;  // k and v width
   const D rows = micro * t, p = tp;
+  const D pairs = cost_parts::attended_pairs(blk.seq_len, blk.attention_window);
   BlockWork w;
   layernorm(w, rows * d, b);  // RMSNorm streams like a LayerNorm
   linear(w, rows, d, d / p, blk.qkv_bias, b);
   linear(w, rows, d, kv / p, blk.qkv_bias, b);
   linear(w, rows, d, kv / p, blk.qkv_bias, b);
-  const D packed = rows * 3 * d / p;  // rope: reads q, k, v, writes qkv; backward the reverse
+  const D packed = rows * (d + 2 * kv) / p;  // rope: reads q, k, v, writes qkv; backward the reverse
   w.forward.stream_bytes += (rows * (d + 2 * kv) / p + packed) * b;
   w.input_grad.stream_bytes += (rows * (d + 2 * kv) / p + packed) * b;
-  const PassWork core_forward = attention_forward(micro * heads, t, dh, b);
+  const PassWork core_forward = attention_forward(micro * heads, t, dh, b, pairs);
   w.forward += core_forward;
-  w.input_grad += attention_backward(micro * heads, t, dh, b);
+  w.input_grad += attention_backward(micro * heads, t, dh, b, pairs);
   linear(w, rows, d / p, d, false, b);
   residual(w, rows * d, b);
   layernorm(w, rows * d, b);
@@ -160,11 +166,12 @@ TpBlockComm llama_tp_comm(const BlockSpec&, DType, int, bool, Recompute) { retur
 
 // SwiGLU, RMSNorm and the residual adds widen bf16 in per-thread chunks of 2,048 elements
 // (kernels/ops/cpu_chunked_view.hpp), which the plan does not count; the attention backward widens qkv, out,
-// dout and dqkv whole: eight [T, D / tp] views.
+// dout and dqkv whole: qkv and dqkv [T, (D + 2K) / tp], out and dout [T, D / tp].
 double llama_widest_f32(const BlockSpec& block, int tp) {
   const double seq = static_cast<double>(block.seq_len);
   const double d = static_cast<double>(block.in_features) / tp;
-  return 8.0 * 4.0 * seq * d;
+  const double kv = static_cast<double>(block.n_kv_heads * (block.in_features / block.n_heads)) / tp;
+  return 4.0 * seq * (4 * d + 4 * kv);
 }
 
 std::string llama_shape_key(const BlockSpec& b) {

@@ -88,6 +88,8 @@ std::vector<Layout> layouts_for(int world, const char* exchange) {
             {x + "_cp2_untied_selective", tiny_gpt, {cp(2), c, "model.tie_embeddings=false", "train.recompute=selective"}},
             {x + "_cp2_recompute_full", tiny_gpt, {cp(2), c, "train.recompute=full"}},
             {x + "_llama_cp2", tiny_llama, {cp(2), c}},
+            // Mistral-like sliding window: 5 keys over chunks of 4 (ring skips the pairs of chunks beyond it).
+            {x + "_llama_window5_cp2", tiny_llama, {cp(2), c, "model.sliding_window=5"}},
             {x + "_cp2_bf16", tiny_gpt, {cp(2), c, "device.precision=bf16"}, true}};
   }
   if (world == 4) {
@@ -98,8 +100,11 @@ std::vector<Layout> layouts_for(int world, const char* exchange) {
         {x + "_cp2_pp2_zb_v", tiny_gpt, {cp(2), c, pp(2), "parallel.schedule=zb_v"}},
         {x + "_cp2_dp2_zero3", tiny_gpt, {cp(2), c, "optimizer.zero_stage=3", "batch.micro_batch_size=1"}}};
     // all_to_all needs kv heads per tp rank divisible by cp: the GQA llama's 2 kv heads over tp 2 leave 1.
-    if (x == "ring") out.push_back({x + "_llama_cp2_tp2", tiny_llama, {cp(2), c, tp(2)}});
-    else out.push_back({x + "_llama_cp2_pp2", tiny_llama, {cp(2), c, pp(2)}});
+    if (x == "ring") {
+      out.push_back({x + "_llama_cp2_tp2", tiny_llama, {cp(2), c, tp(2)}});
+      out.push_back({x + "_llama_window5_cp4", tiny_llama, {cp(4), c, "model.sliding_window=5"}});  // chunks of 2
+    }
+    else { out.push_back({x + "_llama_cp2_pp2", tiny_llama, {cp(2), c, pp(2)}}); }
     return out;
   }
   return {};
@@ -182,15 +187,21 @@ struct MemoryRun {
   std::int64_t measured = 0, planned = 0;
 };
 
-MemoryRun memory_run(comm::Communicator& world, const char* exchange) {
-  const config::RunConfig config = config::parse_config(R"({
-    "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 4, "seq_len": 64},
+constexpr const char* kMemoryGpt =
+    R"("model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 4, "seq_len": 64})";
+// Grouped-query: 8 query over 4 kv heads, packed unexpanded (K/V stash and exchanges Hkv-sized).
+constexpr const char* kMemoryLlama =
+    R"("model": {"type": "llama", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 8, "n_kv_heads": 4,
+                 "seq_len": 64, "ffn_hidden_size": 48})";
+
+MemoryRun memory_run(comm::Communicator& world, const char* exchange, const char* model = kMemoryGpt) {
+  const config::RunConfig config = config::parse_config(std::string("{") + model + R"(,
     "batch": {"global_batch_size": 8, "micro_batch_size": 2},
     "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "warmup_steps": 0},
     "parallel": {"schedule": "gpipe"},
     "train": {"seed": 5, "eval_batches": 0, "steps": 2},
     "data": {"type": "synthetic"}
-  })", "memory_gpt", {cp(world.size()), comm(exchange)});
+  })", "memory_run", {cp(world.size()), comm(exchange)});
   train::Trainer trainer(config, world);
   for (std::int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
   MemoryRun out;
@@ -213,6 +224,16 @@ TEST(ContextParallel, ActivationMemoryFollowsThePlan) {
               world->size(), world->rank(), static_cast<long long>(a2a.measured), static_cast<long long>(a2a.planned),
               100.0 * (static_cast<double>(a2a.planned) / a2a.measured - 1), static_cast<long long>(ring.measured),
               static_cast<long long>(ring.planned), 100.0 * (static_cast<double>(ring.planned) / ring.measured - 1));
+  // Llama with grouped-query attention: the plan counts the packed q | k | v at D + 2K columns.
+  for (const char* exchange : {"all_to_all", "ring"}) {
+    const MemoryRun llama = memory_run(*world, exchange, kMemoryLlama);
+    EXPECT_NEAR(static_cast<double>(llama.planned), static_cast<double>(llama.measured), 0.02 * llama.measured)
+        << "llama " << exchange;
+    std::printf("[ memory ] cp%d rank %d llama (8/4 heads) activations, %s: measured %lld B planned %lld B (%+.2f%%)\n",
+                world->size(), world->rank(), exchange, static_cast<long long>(llama.measured),
+                static_cast<long long>(llama.planned),
+                100.0 * (static_cast<double>(llama.planned) / llama.measured - 1));
+  }
 }
 
 // One clear error for each bad input, naming the key, the numbers and a valid choice, before anything is built.

@@ -8,7 +8,8 @@
 // values without arithmetic), so it must be bit-identical; ring merges per-block partial results by their
 // log-sum-exp, a different order of the same sums: max |got - want| <= 1e-6 · max |want| per tensor (fp32),
 // and every reference is checked non-zero so an all-zero result cannot pass. Heads: 4 (divisible by cp, as
-// all_to_all needs) and, for ring, 3 (odd). Grouped-query attention: ring attention on q | k | v with 6 query
+// all_to_all needs) and, for ring, 3 (odd); grouped-query through the core: 8 query over 4 kv heads
+// (all_to_all), 6 over 2 (ring). Grouped-query attention: ring attention on q | k | v with 6 query
 // heads over 2 kv heads (unexpanded) against the same block attention over the whole sequence at once.
 #include <gtest/gtest.h>
 
@@ -62,28 +63,35 @@ double scaled_error(const Tensor& got, const Tensor& want, const std::string& wh
   return scale > 0 ? err / scale : INFINITY;
 }
 
-void check_exchange(CpExchange exchange, std::int64_t heads, bool recompute) {
+void check_exchange(CpExchange exchange, std::int64_t heads, bool recompute, std::int64_t kv_heads = 0,
+                    std::int64_t window = 0) {
+  if (kv_heads == 0) kv_heads = heads;
   auto world = testing::make_world();
   const int cp = world->size();
   const std::string name = std::string(exchange == CpExchange::kRing ? "ring" : "all_to_all") + " cp" +
-                           std::to_string(cp) + " heads " + std::to_string(heads) +
+                           std::to_string(cp) + " heads " + std::to_string(heads) + "/" + std::to_string(kv_heads) +
+                           " window " + std::to_string(window) +
                            (recompute ? " recompute" : "");
   SCOPED_TRACE(name);
   const std::int64_t width = heads * kHeadDim;
-  const Tensor qkv = random_tensor(Shape{kBatch, kSeq, 3 * width}, 11);
+  const Tensor qkv = random_tensor(Shape{kBatch, kSeq, width + 2 * kv_heads * kHeadDim}, 11);
   const Tensor dout = random_tensor(Shape{kBatch, kSeq, width}, 12);
 
   Context one;  // one rank, the whole sequence
   Stash one_stash;
-  const Tensor want_out = attention_core_forward(one, qkv, heads, kHeadDim, 0, recompute, one_stash, "reference");
-  const Tensor want_dqkv = attention_core_backward(one, [&] { return dout; }, heads, kHeadDim, 0, recompute, one_stash, "reference");
+  const Tensor want_out =
+      attention_core_forward(one, qkv, heads, kv_heads, kHeadDim, window, recompute, one_stash, "reference");
+  const Tensor want_dqkv = attention_core_backward(one, [&] { return dout; }, heads, kv_heads, kHeadDim, window,
+                                                   recompute, one_stash, "reference");
 
   Context ctx;
   ctx.cp_comm = world.get();
   ctx.cp = {cp, world->rank(), exchange};
   Stash stash;
-  const Tensor out = attention_core_forward(ctx, local_tokens(qkv, ctx.cp), heads, kHeadDim, 0, recompute, stash, name);
-  const Tensor dqkv = attention_core_backward(ctx, [&] { return local_tokens(dout, ctx.cp); }, heads, kHeadDim, 0, recompute, stash, name);
+  const Tensor out =
+      attention_core_forward(ctx, local_tokens(qkv, ctx.cp), heads, kv_heads, kHeadDim, window, recompute, stash, name);
+  const Tensor dqkv = attention_core_backward(ctx, [&] { return local_tokens(dout, ctx.cp); }, heads, kv_heads,
+                                              kHeadDim, window, recompute, stash, name);
   EXPECT_TRUE(stash.tensors.empty()) << "backward must release the stash";
 
   const double bound = exchange == CpExchange::kAllToAll ? 0.0 : 1e-6;
@@ -95,12 +103,31 @@ TEST(ContextParallelAttention, AllToAllMatchesOneRank) {
   check_exchange(CpExchange::kAllToAll, 4, false);
   check_exchange(CpExchange::kAllToAll, 4, true);
   if (testing::make_world()->size() == 2) check_exchange(CpExchange::kAllToAll, 6, false);
+  check_exchange(CpExchange::kAllToAll, 8, false, 4);  // grouped-query: each rank takes 8/cp query heads and
+  check_exchange(CpExchange::kAllToAll, 8, true, 4);   // their 4/cp kv heads, unexpanded
 }
 
 TEST(ContextParallelAttention, RingMatchesOneRank) {
   check_exchange(CpExchange::kRing, 4, false);
   check_exchange(CpExchange::kRing, 3, false);  // odd heads: ring has no head rule
   check_exchange(CpExchange::kRing, 3, true);
+  check_exchange(CpExchange::kRing, 6, false, 2);  // grouped-query through the core (Llama's packing)
+  check_exchange(CpExchange::kRing, 6, true, 2);
+}
+
+// Sliding window (Mistral) against one rank's windowed attention over the whole sequence: 24 tokens in 2·cp
+// chunks of 6 (cp2) or 3 (cp4); window 1 (each query sees itself only), 5 (within a chunk and its neighbour at
+// cp2, up to two chunks back at cp4: pairs of chunks beyond it are skipped), 13 (several chunks). The ring must
+// skip only chunk pairs with no visible query/key pair: a wrongly skipped pair loses keys (a large error; window
+// 5 at cp4 puts the edge inside a skipped-or-not pair), while a pair kept needlessly is masked whole by the op;
+// the bound is the one without a window.
+TEST(ContextParallelAttention, RingMatchesOneRankWithSlidingWindow) {
+  for (const std::int64_t window : {1, 5, 13}) {
+    check_exchange(CpExchange::kRing, 4, false, 4, window);
+    check_exchange(CpExchange::kRing, 6, false, 2, window);
+  }
+  check_exchange(CpExchange::kRing, 6, true, 2, 5);  // selective recomputation reruns the windowed ring
+  check_exchange(CpExchange::kAllToAll, 4, false, 4, 5);
 }
 
 TEST(ContextParallelAttention, RingMatchesOneRankWithGroupedQueryHeads) {
@@ -156,7 +183,7 @@ TEST(ContextParallelAttention, AllToAllRefusesIndivisibleHeads) {
   const Tensor qkv = random_tensor(Shape{kBatch, kSeq / world->size(), 3 * heads * kHeadDim}, 3);
   Stash stash;
   try {
-    attention_core_forward(ctx, qkv, heads, kHeadDim, 0, false, stash, "attention");
+    attention_core_forward(ctx, qkv, heads, heads, kHeadDim, 0, false, stash, "attention");
     ADD_FAILURE() << "accepted " << heads << " heads over cp " << world->size();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("parallel.context_parallel_size"), std::string::npos) << e.what();

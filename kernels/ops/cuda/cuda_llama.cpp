@@ -17,7 +17,8 @@ kd::Floats out(const Tensor& t) { return kd::Floats(t.raw_data(), float_type(t))
 
 // q (or dq) is [B, T, Hq*hd]: the seam checked the shapes (ops_llama.cpp check_rope_shapes).
 kd::RopeShape rope_shape(const Tensor& q, const RopeParams& p) {
-  return {q.dim(0), q.dim(1), p.q_heads, p.kv_heads, q.dim(2) / p.q_heads, p.theta, p.position_offset};
+  return {q.dim(0), q.dim(1), p.q_heads, p.kv_heads, q.dim(2) / p.q_heads, p.theta, p.position_offset,
+          p.packed_kv_heads()};
 }
 
 }  // namespace

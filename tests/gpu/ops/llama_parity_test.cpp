@@ -124,34 +124,38 @@ TEST_F(LlamaParity, RopePackQkvForwardAndBackwardMatchCpu) {
       {2, 3, 6, 1, 4, 100, 10000.0f},  // one key/value head for all, a later chunk of the sequence
       {1, 17, 8, 2, 64, 3, 500000.0f}, // Llama 3's head_dim and theta
   };
-  for (DType dtype : {DType::kF32, DType::kBF16}) {
-    for (const RopeCase& c : cases) {
-      const std::string what = name(c, dtype);
-      const double tol = tolerance(dtype, 5e-5);
-      const ops::RopeParams params{c.q_heads, c.kv_heads, c.theta, c.position_offset};
-      const Shape q_shape{c.batch, c.seq, c.q_heads * c.head_dim}, kv_shape{c.batch, c.seq, c.kv_heads * c.head_dim};
-      const Shape qkv_shape{c.batch, c.seq, 3 * c.q_heads * c.head_dim};
-      const Tensor q = random(q_shape, dtype), k = random(kv_shape, dtype), v = random(kv_shape, dtype);
-      Tensor qkv = empty_cpu(qkv_shape, dtype);
-      ops::rope_pack_qkv(cpu(), q, k, v, qkv, params);
-      Tensor gpu_qkv = poisoned_gpu(qkv_shape, dtype);
-      ops::rope_pack_qkv(gpu(), to_gpu(q), to_gpu(k), to_gpu(v), gpu_qkv, params);
-      expect_close(qkv, gpu_qkv, tol, "rope_pack_qkv " + what);
+  for (const bool repeat : {true, false}) {  // kv heads repeated per query head, or packed once (grouped)
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      for (const RopeCase& c : cases) {
+        const std::string what = name(c, dtype) + (repeat ? " repeated" : " grouped");
+        const double tol = tolerance(dtype, 5e-5);
+        const ops::RopeParams params{c.q_heads, c.kv_heads, c.theta, c.position_offset, repeat};
+        const Shape q_shape{c.batch, c.seq, c.q_heads * c.head_dim};
+        const Shape kv_shape{c.batch, c.seq, c.kv_heads * c.head_dim};
+        const Shape qkv_shape{c.batch, c.seq, (c.q_heads + 2 * params.packed_kv_heads()) * c.head_dim};
+        const Tensor q = random(q_shape, dtype), k = random(kv_shape, dtype), v = random(kv_shape, dtype);
+        Tensor qkv = empty_cpu(qkv_shape, dtype);
+        ops::rope_pack_qkv(cpu(), q, k, v, qkv, params);
+        Tensor gpu_qkv = poisoned_gpu(qkv_shape, dtype);
+        ops::rope_pack_qkv(gpu(), to_gpu(q), to_gpu(k), to_gpu(v), gpu_qkv, params);
+        expect_close(qkv, gpu_qkv, tol, "rope_pack_qkv " + what);
 
-      const Tensor dqkv = random(qkv_shape, dtype);
-      Tensor dq = empty_cpu(q_shape, dtype), dk = empty_cpu(kv_shape, dtype), dv = empty_cpu(kv_shape, dtype);
-      ops::rope_pack_qkv_backward(cpu(), dqkv, dq, dk, dv, params);
-      Tensor gpu_dq = poisoned_gpu(q_shape, dtype), gpu_dk = poisoned_gpu(kv_shape, dtype);
-      Tensor gpu_dv = poisoned_gpu(kv_shape, dtype);
-      ops::rope_pack_qkv_backward(gpu(), to_gpu(dqkv), gpu_dq, gpu_dk, gpu_dv, params);
-      expect_close(dq, gpu_dq, tol, "rope_pack_qkv_backward dq " + what);
-      expect_close(dk, gpu_dk, tol, "rope_pack_qkv_backward dk " + what);
-      expect_close(dv, gpu_dv, tol, "rope_pack_qkv_backward dv " + what);
+        const Tensor dqkv = random(qkv_shape, dtype);
+        Tensor dq = empty_cpu(q_shape, dtype), dk = empty_cpu(kv_shape, dtype), dv = empty_cpu(kv_shape, dtype);
+        ops::rope_pack_qkv_backward(cpu(), dqkv, dq, dk, dv, params);
+        Tensor gpu_dq = poisoned_gpu(q_shape, dtype), gpu_dk = poisoned_gpu(kv_shape, dtype);
+        Tensor gpu_dv = poisoned_gpu(kv_shape, dtype);
+        ops::rope_pack_qkv_backward(gpu(), to_gpu(dqkv), gpu_dq, gpu_dk, gpu_dv, params);
+        expect_close(dq, gpu_dq, tol, "rope_pack_qkv_backward dq " + what);
+        expect_close(dk, gpu_dk, tol, "rope_pack_qkv_backward dk " + what);
+        expect_close(dv, gpu_dv, tol, "rope_pack_qkv_backward dv " + what);
 
-      if (dtype == DType::kF32) {  // the adjoint identity on the GPU's own results (f32 roundings only)
-        const double lhs = dot(to_cpu(gpu_qkv), dqkv);
-        const double rhs = dot(q, to_cpu(gpu_dq)) + dot(k, to_cpu(gpu_dk)) + dot(v, to_cpu(gpu_dv));
-        EXPECT_NEAR(lhs, rhs, 1e-4 * (std::fabs(lhs) + 1.0)) << "rope backward is not the adjoint of forward, " << what;
+        if (dtype == DType::kF32) {  // the adjoint identity on the GPU's own results (f32 roundings only)
+          const double lhs = dot(to_cpu(gpu_qkv), dqkv);
+          const double rhs = dot(q, to_cpu(gpu_dq)) + dot(k, to_cpu(gpu_dk)) + dot(v, to_cpu(gpu_dv));
+          EXPECT_NEAR(lhs, rhs, 1e-4 * (std::fabs(lhs) + 1.0))
+              << "rope backward is not the adjoint of forward, " << what;
+        }
       }
     }
   }

@@ -6,7 +6,9 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "kernel_test_util.hpp"
 
@@ -115,6 +117,65 @@ TEST(KernelRope, BackwardIsTheTransposeAndSumsSharedHeads) {
     rope_pack_qkv(q.data(), k.data(), v.data(), qkv.data(), shape_of(c));
     double lhs = 0.0, rhs = 0.0;
     for (size_t i = 0; i < qkv.size(); ++i) lhs += double(qkv[i]) * dqkv[i];
+    for (size_t i = 0; i < q.size(); ++i) rhs += double(q[i]) * dq[i];
+    for (size_t i = 0; i < k.size(); ++i) rhs += double(k[i]) * dk[i] + double(v[i]) * dv[i];
+    EXPECT_NEAR(lhs, rhs, 1e-4 * (1.0 + std::fabs(lhs)));
+  }
+}
+
+// The grouped layout (P = Hkv: what LlamaAttention packs for the grouped-query attention op) holds each kv
+// head once: its q block and key/value head j are bit for bit the repeated layout's q block and copy j·g
+// (the same rotation of the same inputs), and its backward equals the repeated backward fed a dqkv whose
+// other copies are zero (a sum with exact zeros); the adjoint identity holds on the grouped form too.
+TEST(KernelRope, GroupedPackingKeepsEachKvHeadOnce) {
+  for (const Case& c : kCases) {
+    const int64_t cq = c.hq * c.hd, ckv = c.hkv * c.hd, rows = c.b * c.t, g = c.hq / c.hkv;
+    const int64_t wide = cq + 2 * cq, narrow = cq + 2 * ckv;
+    RopeShape grouped = shape_of(c);
+    grouped.packed_kv_heads = c.hkv;
+    const auto q = test::random_floats(static_cast<size_t>(rows * cq), 11);
+    const auto k = test::random_floats(static_cast<size_t>(rows * ckv), 12);
+    const auto v = test::random_floats(static_cast<size_t>(rows * ckv), 13);
+    auto repeated = test::poisoned(static_cast<size_t>(rows * wide));
+    auto packed = test::poisoned(static_cast<size_t>(rows * narrow));
+    rope_pack_qkv(q.data(), k.data(), v.data(), repeated.data(), shape_of(c));
+    rope_pack_qkv(q.data(), k.data(), v.data(), packed.data(), grouped);
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* a = repeated.data() + r * wide;
+      const float* b = packed.data() + r * narrow;
+      for (int64_t x = 0; x < cq; ++x) wrong += a[x] != b[x];
+      for (int64_t j = 0; j < c.hkv; ++j) {
+        for (int64_t x = 0; x < c.hd; ++x) {
+          wrong += a[cq + j * g * c.hd + x] != b[cq + j * c.hd + x];
+          wrong += a[2 * cq + j * g * c.hd + x] != b[cq + ckv + j * c.hd + x];
+        }
+      }
+    }
+    EXPECT_EQ(wrong, 0) << "hq " << c.hq << " hkv " << c.hkv;
+    EXPECT_GT(test::l2_norm(packed), 0.0);
+
+    const auto dpacked = test::random_floats(static_cast<size_t>(rows * narrow), 14);
+    std::vector<float> drepeated(static_cast<size_t>(rows * wide), 0.0f);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* in = dpacked.data() + r * narrow;
+      float* out = drepeated.data() + r * wide;
+      std::copy_n(in, cq, out);
+      for (int64_t j = 0; j < c.hkv; ++j) {
+        std::copy_n(in + cq + j * c.hd, c.hd, out + cq + j * g * c.hd);
+        std::copy_n(in + cq + ckv + j * c.hd, c.hd, out + 2 * cq + j * g * c.hd);
+      }
+    }
+    std::vector<float> dq(static_cast<size_t>(rows * cq)), dk(static_cast<size_t>(rows * ckv)), dv(dk.size());
+    std::vector<float> eq(dq.size()), ek(dk.size()), ev(dv.size());
+    rope_pack_qkv_backward(dpacked.data(), dq.data(), dk.data(), dv.data(), grouped);
+    rope_pack_qkv_backward(drepeated.data(), eq.data(), ek.data(), ev.data(), shape_of(c));
+    EXPECT_EQ(dq, eq);
+    EXPECT_EQ(dk, ek);
+    EXPECT_EQ(dv, ev);
+    EXPECT_GT(test::l2_norm(dk), 0.0);
+    double lhs = 0.0, rhs = 0.0;
+    for (size_t i = 0; i < packed.size(); ++i) lhs += double(packed[i]) * dpacked[i];
     for (size_t i = 0; i < q.size(); ++i) rhs += double(q[i]) * dq[i];
     for (size_t i = 0; i < k.size(); ++i) rhs += double(k[i]) * dk[i] + double(v[i]) * dv[i];
     EXPECT_NEAR(lhs, rhs, 1e-4 * (1.0 + std::fabs(lhs)));

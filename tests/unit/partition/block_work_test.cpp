@@ -21,10 +21,11 @@ ModelSpec gpt(std::int64_t d, std::int64_t heads, std::int64_t t, std::int64_t v
 TEST(BlockWork, TransformerGemmFlopsMatchTheCostModelFormulas) {
   const ModelSpec spec = gpt(64, 4, 16, 50);  // F = 4D = 256
   const double t = 16, d = 64, f = 256;
+  const double pairs = t * (t + 1) / 2;  // causal: the kernels skip the masked key blocks
   const BlockWork w = block_work(spec.blocks[1], DType::kBF16, Recompute::kNone, 1, 1);
-  EXPECT_DOUBLE_EQ(w.forward.gemm_flops(), 8 * t * d * d + 4 * t * d * f + 4 * t * t * d);
-  // The memory-efficient attention's backward recomputes Q·Kᵀ: 10T²D.
-  EXPECT_DOUBLE_EQ(w.input_grad.gemm_flops(), 8 * t * d * d + 4 * t * d * f + 10 * t * t * d);
+  EXPECT_DOUBLE_EQ(w.forward.gemm_flops(), 8 * t * d * d + 4 * t * d * f + 4 * pairs * d);
+  // The memory-efficient attention's backward recomputes Q·Kᵀ: 10PD.
+  EXPECT_DOUBLE_EQ(w.input_grad.gemm_flops(), 8 * t * d * d + 4 * t * d * f + 10 * pairs * d);
   EXPECT_DOUBLE_EQ(w.weight_grad.gemm_flops(), 8 * t * d * d + 4 * t * d * f);
   // Streamed: LN 2·(2TD) fwd, residuals 2·3TD, GELU 2TF in bf16 (2 bytes); the attention writes out [T, D] and
   // lse [H, T] f32 once (no [H, T, T] stream).
@@ -64,7 +65,7 @@ TEST(BlockWork, RecomputationAddsTheRerunToInputGrad) {
   const BlockWork sel = block_work(block, DType::kF32, Recompute::kSelective, 1, 2);
   const BlockWork full = block_work(block, DType::kF32, Recompute::kFull, 1, 2);
   const double t = 16, d = 64, heads = 4, micro = 2;
-  EXPECT_DOUBLE_EQ(sel.input_grad.gemm_flops() - none.input_grad.gemm_flops(), micro * 4 * t * t * d);
+  EXPECT_DOUBLE_EQ(sel.input_grad.gemm_flops() - none.input_grad.gemm_flops(), micro * 4 * (t * (t + 1) / 2) * d);
   EXPECT_DOUBLE_EQ(sel.input_grad.stream_bytes - none.input_grad.stream_bytes, micro * heads * t * (d / heads * 4 + 4));
   EXPECT_DOUBLE_EQ(full.input_grad.gemm_flops() - none.input_grad.gemm_flops(), none.forward.gemm_flops());
   EXPECT_DOUBLE_EQ(full.input_grad.stream_bytes - none.input_grad.stream_bytes, none.forward.stream_bytes);
@@ -91,9 +92,10 @@ TEST(BlockWork, LlamaGemmFlopsMatchTheCostModelFormulas) {
   EXPECT_EQ(spec.llama.ffn_hidden_size, 192);  // 2/3 of 256 = 170, rounded up to a multiple of 64
   const BlockSpec& block = spec.blocks[1];
   const double t = 16, d = 64, f = 192, k = 16;
+  const double pairs = t * (t + 1) / 2;
   const BlockWork w = block_work(block, DType::kF32, Recompute::kNone, 1, 1);
-  EXPECT_DOUBLE_EQ(w.forward.gemm_flops(), 4 * t * d * d + 4 * t * d * k + 6 * t * d * f + 4 * t * t * d);
-  EXPECT_DOUBLE_EQ(w.input_grad.gemm_flops(), 4 * t * d * d + 4 * t * d * k + 6 * t * d * f + 10 * t * t * d);
+  EXPECT_DOUBLE_EQ(w.forward.gemm_flops(), 4 * t * d * d + 4 * t * d * k + 6 * t * d * f + 4 * pairs * d);
+  EXPECT_DOUBLE_EQ(w.input_grad.gemm_flops(), 4 * t * d * d + 4 * t * d * k + 6 * t * d * f + 10 * pairs * d);
   EXPECT_DOUBLE_EQ(w.weight_grad.gemm_flops(), 4 * t * d * d + 4 * t * d * k + 6 * t * d * f);
   const BlockCost cost = block_cost(block);
   EXPECT_LE(w.forward.gemm_flops(), cost.forward_flops);
@@ -105,6 +107,36 @@ TEST(BlockWork, LlamaGemmFlopsMatchTheCostModelFormulas) {
   EXPECT_DOUBLE_EQ(tp2.weight_grad.gemm_flops() * 2, w.weight_grad.gemm_flops());
   // Embedding without a position table: token ids only, no position parameters.
   EXPECT_EQ(block_cost(spec.blocks[0]).param_count, 50 * 64);
+}
+
+// A sliding window (Mistral) prices only the keys a query sees, as the kernels skip blocks outside it: with
+// w = 4 over T = 16 the first 4 rows see 1..4 keys and the other 12 see 4, P = 10 + 48 = 58 pairs; the cost
+// model's attention terms shrink by the same pairs, and a window at least T is plain causal attention.
+TEST(BlockWork, SlidingWindowCountsOnlyTheWindowsPairs) {
+  LlamaConfig c;
+  c.vocab_size = 50;
+  c.d_model = 64;
+  c.n_layers = 1;
+  c.n_heads = 8;
+  c.n_kv_heads = 2;
+  c.seq_len = 16;
+  const ModelSpec causal = make_llama_spec(c);
+  c.sliding_window = 4;
+  const ModelSpec windowed = make_llama_spec(c);
+  c.sliding_window = 16;
+  const ModelSpec whole = make_llama_spec(c);
+  ASSERT_EQ(windowed.blocks[1].attention_window, 4);
+  const double t = 16, d = 64, heads = 8, causal_pairs = t * (t + 1) / 2, window_pairs = 58;
+  const BlockWork a = block_work(causal.blocks[1], DType::kF32, Recompute::kNone, 1, 1);
+  const BlockWork w = block_work(windowed.blocks[1], DType::kF32, Recompute::kNone, 1, 1);
+  EXPECT_DOUBLE_EQ(a.forward.gemm_flops() - w.forward.gemm_flops(), 4 * (causal_pairs - window_pairs) * d);
+  EXPECT_DOUBLE_EQ(a.input_grad.gemm_flops() - w.input_grad.gemm_flops(), 10 * (causal_pairs - window_pairs) * d);
+  EXPECT_DOUBLE_EQ(a.weight_grad.gemm_flops(), w.weight_grad.gemm_flops());
+  const BlockCost ca = block_cost(causal.blocks[1]), cw = block_cost(windowed.blocks[1]);
+  EXPECT_DOUBLE_EQ(ca.forward_flops - cw.forward_flops, (4 * d + 5 * heads) * (causal_pairs - window_pairs));
+  EXPECT_DOUBLE_EQ(ca.input_grad_flops - cw.input_grad_flops, (10 * d + 5 * heads) * (causal_pairs - window_pairs));
+  EXPECT_GT(cw.forward_flops, 0);
+  EXPECT_DOUBLE_EQ(block_cost(whole.blocks[1]).forward_flops, ca.forward_flops);
 }
 
 }  // namespace

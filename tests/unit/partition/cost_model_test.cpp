@@ -24,15 +24,16 @@ ModelSpec tiny_gpt(bool tied = true) {
 TEST(CostModel, TinyGptTransformerBlock) {
   const ModelSpec spec = tiny_gpt();
   const BlockCost c = block_cost(spec.blocks[1]);
-  // GEMMs: 8TD² = 2048, 4TDF = 4096, attention 4T²D = 512. Elementwise: LN 2·8TD = 512, bias adds
-  // 3TD + TD + TF + TD = 288, residuals 2TD = 64, GELU 8TF = 1024, softmax 5HT² = 160.
-  EXPECT_DOUBLE_EQ(c.forward_flops, 2048 + 4096 + 512 + 512 + 288 + 64 + 1024 + 160);
-  // 6144 weight-shaped GEMMs + attention 10T²D = 1280 (Q·Kᵀ recomputed) + softmax 160 + LN 2·10TD = 640 +
+  // GEMMs: 8TD² = 2048, 4TDF = 4096, attention 4PD = 320 over the P = T(T+1)/2 = 10 causal query/key pairs
+  // (the kernels skip masked blocks). Elementwise: LN 2·8TD = 512, bias adds 3TD + TD + TF + TD = 288,
+  // residuals 2TD = 64, GELU 8TF = 1024, softmax 5HP = 100.
+  EXPECT_DOUBLE_EQ(c.forward_flops, 2048 + 4096 + 320 + 512 + 288 + 64 + 1024 + 100);
+  // 6144 weight-shaped GEMMs + attention 10PD = 800 (Q·Kᵀ recomputed) + softmax 100 + LN 2·10TD = 640 +
   // residuals 64 + GELU 12TF = 1536.
-  EXPECT_DOUBLE_EQ(c.input_grad_flops, 6144 + 1280 + 160 + 640 + 64 + 1536);
+  EXPECT_DOUBLE_EQ(c.input_grad_flops, 6144 + 800 + 100 + 640 + 64 + 1536);
   // 6144 + bias grads 288 + LN weights 2·5TD = 320.
   EXPECT_DOUBLE_EQ(c.weight_grad_flops, 6144 + 288 + 320);
-  EXPECT_DOUBLE_EQ(c.total_flops(), 8704 + 9824 + 6752);
+  EXPECT_DOUBLE_EQ(c.total_flops(), 8452 + 9284 + 6752);
   // 4D² + 2DF + 9D + F = 256 + 512 + 72 + 32.
   EXPECT_EQ(c.param_count, 872);
   EXPECT_EQ(c.param_bytes, 872 * 4);

@@ -22,8 +22,10 @@ TEST(Throughput, GptModelFlopsMatchTheClosedForm) {
   c.d_ff = 512;
   const partition::ModelSpec spec = partition::make_gpt_spec(c);
   const double T = 64, D = 128, F = 512, V = 512, L = 3;
-  // Per token: 6 x (each block's GEMM weights 4D² + 2DF, and the head's D·V) + 12·L·D·T (attention).
-  const double closed_form = T * (6.0 * (L * (4 * D * D + 2 * D * F) + D * V) + 12.0 * L * D * T);
+  // Per token: 6 x (each block's GEMM weights 4D² + 2DF, and the head's D·V), plus attention's 12·L·D per
+  // query/key pair over the T(T+1)/2 causal pairs the kernels compute (Megatron's 12·L·D·T per token counts
+  // all T² scores).
+  const double closed_form = T * 6.0 * (L * (4 * D * D + 2 * D * F) + D * V) + 12.0 * L * D * T * (T + 1) / 2;
   const double model = model_flops_per_sample(spec);
   EXPECT_GE(model, closed_form);                 // the elementwise work comes on top, never below
   EXPECT_LT(model, closed_form * 1.05) << model / closed_form;  // and is a few percent here

@@ -88,13 +88,27 @@ inline double attended_pairs(std::int64_t t, std::int64_t window) {
 // half, or the sliding window), as the kernels compute; the backward recomputes S = Q·Kᵀ.
 inline std::int64_t attention_stats_bytes(std::int64_t t, std::int64_t heads) { return heads * t * kStatBytes; }
 
+// The products' FLOPs attention() counts: 2·d per visible pair and product; 2 products forward (Q·Kᵀ, P·V), 5 in the
+// backward (S again, dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q).
+inline double attention_product_flops(std::int64_t t, std::int64_t d, std::int64_t window, int products) {
+  return products * 2 * attended_pairs(t, window) * static_cast<double>(d);
+}
+inline constexpr int kAttentionForwardProducts = 2;
+inline constexpr int kAttentionBackwardProducts = 5;
+
+// The same products as Megatron and torchtitan count model FLOPs (their 12·L·d·T per token): every one of the T²
+// scores, no causal half, no window, no recomputed S: 4·d per score forward and 8·d backward. Used for MFU only
+// (engine/train/throughput.hpp), so that an MFU printed here compares with theirs.
+inline double attention_product_flops_as_peers_count(std::int64_t t, std::int64_t d) {
+  const double n = static_cast<double>(t);
+  return 12 * n * n * static_cast<double>(d);
+}
+
 inline Parts attention(std::int64_t t, std::int64_t d, std::int64_t heads, std::int64_t window = 0) {
-  const double pairs = attended_pairs(t, window);
-  const double td = pairs * static_cast<double>(d);  // multiply-adds of one masked [T, T] product, all heads
-  const double scores = static_cast<double>(heads) * pairs;
+  const double scores = static_cast<double>(heads) * attended_pairs(t, window);
   Parts p;
-  p.fwd = 2 * (2 * td) + 5 * scores;  // Q·Kᵀ, P·V, online softmax
-  p.in = 5 * (2 * td) + 5 * scores;   // S again, dP = dO·Vᵀ, dV = Pᵀ·dO, dQ = dS·K, dK = dSᵀ·Q, softmax backward
+  p.fwd = attention_product_flops(t, d, window, kAttentionForwardProducts) + 5 * scores;  // + online softmax
+  p.in = attention_product_flops(t, d, window, kAttentionBackwardProducts) + 5 * scores;  // + softmax backward
   p.act_float = 3 * t * d;
   p.act_fixed = attention_stats_bytes(t, heads);
   return p;

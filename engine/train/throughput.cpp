@@ -3,14 +3,25 @@
 
 #include <limits>
 #include <utility>
+#include <vector>
 
 #include "partition/cost_model.hpp"
+#include "partition/cost_parts.hpp"
 
 namespace cleave::train {
 
 double model_flops_per_sample(const partition::ModelSpec& spec) {
+  const std::vector<partition::BlockCost> costs = partition::model_costs(spec);
   double flops = 0;
-  for (const partition::BlockCost& c : partition::model_costs(spec)) flops += c.total_flops();
+  for (std::size_t i = 0; i < costs.size(); ++i) {
+    flops += costs[i].total_flops();
+    const partition::BlockSpec& b = spec.blocks[i];
+    if (b.n_heads <= 0 || b.seq_len <= 0) continue;  // no attention in this block
+    // Attention's products as peers count them (every T² score) instead of the pairs the kernels compute.
+    const int products = partition::cost_parts::kAttentionForwardProducts + partition::cost_parts::kAttentionBackwardProducts;
+    flops += partition::cost_parts::attention_product_flops_as_peers_count(b.seq_len, b.in_features) -
+             partition::cost_parts::attention_product_flops(b.seq_len, b.in_features, b.attention_window, products);
+  }
   return flops;
 }
 

@@ -10,19 +10,24 @@
 // trains (losses finite, experts 0 and 1 move, the idle experts keep their initial values: no gradient reaches them)
 // and matches ep 1 bit for bit.
 //
-// At np 4 also ep 2 inside dp 4 (an expert-dp group of 2 reduces the expert gradients) and ep 2 × pp 2 under zb_v
+// At np 2 also ep 2 taken from cp 2 (the ep group is the cp group: each rank routes its own tokens of every
+// sample). At np 4 also ep 2 inside dp 4 (an expert-dp group of 2 reduces the expert gradients) and ep 2 × pp 2 under zb_v
 // and dualpipev (the all-to-alls inside the F, I and W actions as the executor runs them).
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/error.hpp"
+#include "engine/train/collectives.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "train_harness.hpp"
 
@@ -75,7 +80,8 @@ std::vector<Case> cases_for(int world) {
   if (world == 2) {
     return {{"ep2_fp32", 2, 20, {}},
             {"ep2_bf16", 2, 20, {bf16}},
-            {"ep2_sigmoid_shared_selective", 2, 8, {sigmoid, shared, "train.recompute=selective"}}};
+            {"ep2_sigmoid_shared_selective", 2, 8, {sigmoid, shared, "train.recompute=selective"}},
+            {"ep2_from_cp2", 2, 6, {"parallel.context_parallel_size=2"}}};
   }
   if (world == 4) {
     const std::string pp2 = "parallel.pipeline_model_parallel_size=2";
@@ -176,6 +182,55 @@ TEST(EpEquivalence, ForcedImbalanceLeavesRanksWithoutTokensAndMatches) {
   }
   EXPECT_GT(moved_busy, 0.0);
   EXPECT_EQ(moved_idle, 0.0);
+}
+
+namespace fs = std::filesystem;
+
+// A directory every rank of `world` names the same (rank 0's pid), emptied.
+std::string shared_dir(comm::Communicator& world, const std::string& name) {
+  const std::int64_t pid = ::getpid();
+  const auto pids = train::all_gather_values<std::int64_t>(world, std::span(&pid, 1));
+  const fs::path dir = fs::temp_directory_path() / ("cleave_ep_" + name + "_" + std::to_string(pids[0][0]));
+  if (world.rank() == 0) fs::remove_all(dir);
+  world.barrier()->wait();
+  return dir.string();
+}
+
+RunRecord run_from(const config::RunConfig& config, comm::Communicator& world, std::int64_t first, std::int64_t last,
+                   const std::string& load = "", const std::string& save_root = "") {
+  train::Trainer trainer(config, world);
+  if (!load.empty()) EXPECT_EQ(trainer.load_checkpoint(load), first);
+  RunRecord record;
+  for (std::int64_t s = first; s < last; ++s) record.losses.push_back(trainer.step(s).loss);
+  if (!save_root.empty()) trainer.save_checkpoint(save_root, last);
+  record.params = trainer.gather_parameters();
+  return record;
+}
+
+// Checkpoints are layout-independent: saved at ep = world size (each rank writes its experts' slice, the expert-dp
+// replicas none twice), resumed at ep 1 and at the same ep, each continuing the uninterrupted ep 1 run bit for bit
+// (parameters and AdamW state travel exactly).
+TEST(EpCheckpoint, SavedAtEpResumesAtEpOneAndAtEp) {
+  auto world = make_world(/*deterministic=*/true);
+  const int size = world->size();
+  if (size != 2 && size != 4) GTEST_SKIP() << "runs at 2 and 4 ranks";
+  constexpr std::int64_t kSteps = 4, kSaveAt = 2;
+  const auto one = tiny_moe(kSteps, {});
+  const auto with_ep = tiny_moe(kSteps, {ep(size)});
+  const std::string root = shared_dir(*world, "resume");
+  const RunRecord whole = run_from(one, *world, 0, kSteps);
+  run_from(with_ep, *world, 0, kSaveAt, "", root);
+  const std::string dir = root + "/" + checkpoint::step_dir_name(kSaveAt);
+  for (const auto* config : {&one, &with_ep}) {
+    const RunRecord rest = run_from(*config, *world, kSaveAt, kSteps, dir);
+    ASSERT_EQ(rest.losses.size(), 2u);
+    EXPECT_EQ(rest.losses[0], whole.losses[2]);
+    EXPECT_EQ(rest.losses[1], whole.losses[3]);
+    std::string worst;
+    EXPECT_EQ(max_param_rel_diff(rest, whole, &worst), 0.0) << "worst " << worst;
+  }
+  world->barrier()->wait();
+  if (world->rank() == 0) fs::remove_all(root);
 }
 
 // Bad input under mpiexec: ep 3 does not divide the 4 experts, refused on every rank before any work.

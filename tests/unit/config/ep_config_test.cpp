@@ -1,7 +1,8 @@
 // parallel.expert_model_parallel_size (issue 36 parts 1 and 8): the key read and written back, and bad input
 // refused while the config is read or resolved, before any work, with one error naming the key and the numbers:
 // experts not divisible by ep, ep not dividing the dp × cp ranks (at resolve, when the world size gives dp, and
-// at read when parallel.data_parallel_size is set), ep on a dense model, and ZeRO with ep (not supported yet).
+// at read when parallel.data_parallel_size is set), ep on a dense model, and ZeRO or tp with ep (not supported
+// yet).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -54,9 +55,14 @@ TEST(EpConfig, EpNotDividingDpTimesCpIsRefused) {
   // At read, when dp is set: dp 2 × cp 1 cannot hold ep 4.
   expect_error(error_of(kMoe, {"parallel.expert_model_parallel_size=4", "parallel.data_parallel_size=2"}),
                {"parallel.expert_model_parallel_size", "dp × cp = 2 × 1 = 2"});
-  // tp and pp ranks are not dp ranks: 4 ranks at tp 2 leave dp 2.
-  expect_error(error_of(kMoe, {"parallel.expert_model_parallel_size=4", "parallel.tensor_model_parallel_size=2"}, 4),
+  // pp ranks are not dp ranks: 4 ranks at pp 2 leave dp 2.
+  expect_error(error_of(kMoe, {"parallel.expert_model_parallel_size=4", "parallel.pipeline_model_parallel_size=2"}, 4),
                {"parallel.expert_model_parallel_size", "2 × 1 = 2"});
+}
+
+TEST(EpConfig, EpWithTensorParallelismIsRefusedNamingBothKeys) {
+  expect_error(error_of(kMoe, {"parallel.expert_model_parallel_size=2", "parallel.tensor_model_parallel_size=2"}),
+               {"parallel.expert_model_parallel_size", "parallel.tensor_model_parallel_size 2", "set one of them to 1"});
 }
 
 TEST(EpConfig, EpOnADenseModelIsRefused) {

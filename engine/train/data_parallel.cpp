@@ -107,7 +107,7 @@ DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::m
   for (const auto& p : sequence) {
     if (p == split_table_) continue;
     if (p->ep_size > 1) {
-      CLEAVE_ASSERT(options.expert_replicas != nullptr && options.zero_stage == 0,
+      CLEAVE_ASSERT(options.expert_replicas != nullptr && options.zero_stage <= 1,
                     "data parallel: expert-parallel parameter {} without an expert-dp group, or with ZeRO-{}", p->name,
                     options.zero_stage);
       expert_order_.push_back(p);
@@ -189,13 +189,14 @@ DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::m
   if (options.zero_stage == 1 || options.zero_stage == 2) {
     values_ = flatten_values(*bucketer_, order_);
     if (table_bucketer_) table_values_ = flatten_values(*table_bucketer_, table_order);
+    if (expert_bucketer_) expert_values_ = flatten_values(*expert_bucketer_, expert_order_);
   }
   shards_ = make_shards(*bucketer_, order_, values_, dp_);
   if (table_bucketer_) {
     for (auto& shard : make_shards(*table_bucketer_, table_order, table_values_, dp_)) shards_.push_back(std::move(shard));
   }
   if (expert_bucketer_) {
-    for (auto& shard : make_shards(*expert_bucketer_, expert_order_, {}, *options.expert_replicas)) {
+    for (auto& shard : make_shards(*expert_bucketer_, expert_order_, expert_values_, *options.expert_replicas)) {
       shards_.push_back(std::move(shard));
     }
   }
@@ -426,12 +427,12 @@ double DataParallel::clip(double max_norm, double norm) {
 }
 
 void DataParallel::all_gather_values(const comm::GradientBucketer& bucketer, const std::vector<Tensor>& values,
-                                     std::vector<comm::WorkPtr>& works) const {
+                                     std::vector<comm::WorkPtr>& works, comm::Communicator& group) const {
   for (int b = 0; b < bucketer.num_buckets(); ++b) {
     const Tensor& flat = values[static_cast<std::size_t>(b)];
     const std::int64_t begin = bucketer.shard_begin(b);
-    works.push_back(dp_.all_gather(flat.slice(begin, begin + bucketer.bucket(b).numel / dp_.size()), flat,
-                                   *options_.context.stream));
+    works.push_back(group.all_gather(flat.slice(begin, begin + bucketer.bucket(b).numel / group.size()), flat,
+                                     *options_.context.stream));
   }
 }
 
@@ -442,8 +443,9 @@ void DataParallel::sharded_step(double lr) {
     parameter_shards_->refresh_working();  // the next forward gathers the updated shards
   } else {
     std::vector<comm::WorkPtr> works;
-    all_gather_values(*bucketer_, values_, works);
-    if (table_bucketer_) all_gather_values(*table_bucketer_, table_values_, works);
+    all_gather_values(*bucketer_, values_, works, dp_);
+    if (table_bucketer_) all_gather_values(*table_bucketer_, table_values_, works, dp_);
+    if (expert_bucketer_) all_gather_values(*expert_bucketer_, expert_values_, works, *options_.expert_replicas);
     for (auto& w : works) w->wait();
   }
   if (options_.zero_stage >= 2) {  // the update has used the gradient shards: none is held until the next reduction

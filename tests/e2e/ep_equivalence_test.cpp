@@ -81,13 +81,15 @@ std::vector<Case> cases_for(int world) {
     return {{"ep2_fp32", 2, 20, {}},
             {"ep2_bf16", 2, 20, {bf16}},
             {"ep2_sigmoid_shared_selective", 2, 8, {sigmoid, shared, "train.recompute=selective"}},
-            {"ep2_from_cp2", 2, 6, {"parallel.context_parallel_size=2"}}};
+            {"ep2_from_cp2", 2, 6, {"parallel.context_parallel_size=2"}},
+            {"ep2_zero1", 2, 6, {"optimizer.zero_stage=1"}}};
   }
   if (world == 4) {
     const std::string pp2 = "parallel.pipeline_model_parallel_size=2";
     return {{"ep4_fp32", 4, 20, {}},
             {"ep4_bf16", 4, 20, {bf16}},
             {"ep2_in_dp4", 2, 10, {}},
+            {"ep2_in_dp4_zero1", 2, 6, {"optimizer.zero_stage=1"}},
             {"ep2_pp2_zb_v", 2, 6, {pp2, "parallel.schedule=zb_v"}},
             {"ep2_pp2_dualpipev_bf16", 2, 6, {pp2, "parallel.schedule=dualpipev", bf16}}};
   }

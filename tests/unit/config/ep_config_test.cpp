@@ -1,8 +1,8 @@
 // parallel.expert_model_parallel_size (issue 36 parts 1 and 8): the key read and written back, and bad input
 // refused while the config is read or resolved, before any work, with one error naming the key and the numbers:
 // experts not divisible by ep, ep not dividing the dp × cp ranks (at resolve, when the world size gives dp, and
-// at read when parallel.data_parallel_size is set), ep on a dense model, and ZeRO or tp with ep (not supported
-// yet).
+// at read when parallel.data_parallel_size is set), ep on a dense model, and ZeRO-2/3 or tp with ep (not
+// supported yet).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -73,8 +73,11 @@ TEST(EpConfig, EpOnADenseModelIsRefused) {
 }
 
 TEST(EpConfig, ZeroWithEpIsRefusedNamingBothKeys) {
-  expect_error(error_of(kMoe, {"parallel.expert_model_parallel_size=2", "optimizer.zero_stage=1"}),
-               {"optimizer.zero_stage", "parallel.expert_model_parallel_size 2"});
+  for (const char* stage : {"optimizer.zero_stage=2", "optimizer.zero_stage=3"}) {
+    expect_error(error_of(kMoe, {"parallel.expert_model_parallel_size=2", stage}),
+                 {"optimizer.zero_stage", "parallel.expert_model_parallel_size 2"});
+  }
+  EXPECT_EQ(error_of(kMoe, {"parallel.expert_model_parallel_size=2", "optimizer.zero_stage=1"}), "");
 }
 
 }  // namespace

@@ -211,28 +211,38 @@ RunRecord run_from(const config::RunConfig& config, comm::Communicator& world, s
 
 // Checkpoints are layout-independent: saved at ep = world size (each rank writes its experts' slice, the expert-dp
 // replicas none twice), resumed at ep 1 and at the same ep, each continuing the uninterrupted ep 1 run bit for bit
-// (parameters and AdamW state travel exactly).
+// (parameters and AdamW state travel exactly); at np 4 also under ZeRO-1 with ep 2 (state in expert-dp segments).
 TEST(EpCheckpoint, SavedAtEpResumesAtEpOneAndAtEp) {
   auto world = make_world(/*deterministic=*/true);
   const int size = world->size();
   if (size != 2 && size != 4) GTEST_SKIP() << "runs at 2 and 4 ranks";
   constexpr std::int64_t kSteps = 4, kSaveAt = 2;
-  const auto one = tiny_moe(kSteps, {});
-  const auto with_ep = tiny_moe(kSteps, {ep(size)});
-  const std::string root = shared_dir(*world, "resume");
-  const RunRecord whole = run_from(one, *world, 0, kSteps);
-  run_from(with_ep, *world, 0, kSaveAt, "", root);
-  const std::string dir = root + "/" + checkpoint::step_dir_name(kSaveAt);
-  for (const auto* config : {&one, &with_ep}) {
-    const RunRecord rest = run_from(*config, *world, kSaveAt, kSteps, dir);
-    ASSERT_EQ(rest.losses.size(), 2u);
-    EXPECT_EQ(rest.losses[0], whole.losses[2]);
-    EXPECT_EQ(rest.losses[1], whole.losses[3]);
-    std::string worst;
-    EXPECT_EQ(max_param_rel_diff(rest, whole, &worst), 0.0) << "worst " << worst;
+  // Plain, and ZeRO-1 at np 4 (ep 2 in dp 4: the expert state sharded over an expert-dp group of 2).
+  for (const bool zero1 : {false, true}) {
+    if (zero1 && size != 4) continue;
+    SCOPED_TRACE(zero1 ? "zero1" : "plain");
+    const int ep_size = zero1 ? 2 : size;
+    const std::vector<std::string> base = zero1 ? std::vector<std::string>{"optimizer.zero_stage=1"}
+                                                : std::vector<std::string>{};
+    std::vector<std::string> with = base;
+    with.push_back(ep(ep_size));
+    const auto one = tiny_moe(kSteps, base);
+    const auto with_ep = tiny_moe(kSteps, with);
+    const std::string root = shared_dir(*world, zero1 ? "resume_zero1" : "resume");
+    const RunRecord whole = run_from(one, *world, 0, kSteps);
+    run_from(with_ep, *world, 0, kSaveAt, "", root);
+    const std::string dir = root + "/" + checkpoint::step_dir_name(kSaveAt);
+    for (const auto* config : {&one, &with_ep}) {
+      const RunRecord rest = run_from(*config, *world, kSaveAt, kSteps, dir);
+      ASSERT_EQ(rest.losses.size(), 2u);
+      EXPECT_EQ(rest.losses[0], whole.losses[2]);
+      EXPECT_EQ(rest.losses[1], whole.losses[3]);
+      std::string worst;
+      EXPECT_EQ(max_param_rel_diff(rest, whole, &worst), 0.0) << "worst " << worst;
+    }
+    world->barrier()->wait();
+    if (world->rank() == 0) fs::remove_all(root);
   }
-  world->barrier()->wait();
-  if (world->rank() == 0) fs::remove_all(root);
 }
 
 // Bad input under mpiexec: ep 3 does not divide the 4 experts, refused on every rank before any work.

@@ -20,6 +20,8 @@ RankModel::RankModel(RankSetup& setup) {
   build.seed = cfg.train.seed;
   build.tp_size = setup.grid.tp_size();
   build.tp_rank = setup.coords.tp_rank;
+  build.ep_size = setup.grid.ep_size();
+  build.ep_rank = setup.coords.ep_rank;
   build.recompute = cfg.train.recompute;
   tied_name_ = plan.spec.tied_parameters.empty() ? std::string() : plan.spec.tied_parameters.front();
   for (int stage : plan.local_stages) {

@@ -7,6 +7,8 @@
 #  - a llama (grouped-query) at tp 2 x pp 2 against one rank passes (np 4);
 #  - context parallelism: the tiny gpt at cp 2 (ring and all_to_all, np 2) and the llama at cp 2 x tp 2 (ring,
 #    np 4) against one rank pass;
+#  - expert parallelism: a tiny moe at ep 2 (dp 2) against one rank passes, the layout line naming ep=2; ep 3 on
+#    4 experts is refused with one error naming the key, before any step (nothing trained);
 #  - a bad option value is refused before MPI starts.
 # Usage: cli_verify.sh CLEAVE MPIEXEC [FLAGS...]
 set -u
@@ -82,6 +84,31 @@ if [ $status -ne 0 ] || ! grep -q ': PASS$' llama_cp2.log || ! grep -q 'tp=2 cp=
   fail "llama-cp2-tp2-passes: status $status" llama_cp2.log
 else
   echo "ok   llama-cp2-tp2-passes: $(grep -E ': PASS$' llama_cp2.log)"
+fi
+
+cat > moe.json <<'JSON'
+{
+  "model": {"type": "moe", "vocab_size": 64, "d_model": 16, "n_layers": 2, "n_heads": 2, "seq_len": 8,
+            "ffn_hidden_size": 12, "n_experts": 4, "top_k": 2},
+  "batch": {"global_batch_size": 4, "micro_batch_size": 1},
+  "optimizer": {"type": "sgd", "lr": 0.05},
+  "data": {"type": "synthetic"}
+}
+JSON
+"${mpiexec[@]}" -n 2 "$cleave" verify moe.json --steps 3 --set parallel.expert_model_parallel_size=2 > ep2.log 2>&1
+status=$?
+if [ $status -ne 0 ] || ! grep -q ': PASS$' ep2.log || ! grep -q 'tp=1 pp=1 dp=2 ep=2 (world 2)' ep2.log; then
+  fail "moe-ep2-passes: status $status" ep2.log
+else
+  echo "ok   moe-ep2-passes: $(grep -E ': PASS$' ep2.log)"
+fi
+"${mpiexec[@]}" -n 2 "$cleave" verify moe.json --steps 3 --set parallel.expert_model_parallel_size=3 > ep3.log 2>&1
+status=$?
+if [ $status -eq 0 ] || ! grep -q 'parallel.expert_model_parallel_size: 3 does not divide model.n_experts 4' ep3.log ||
+   grep -q ': PASS$' ep3.log; then
+  fail "moe-ep3-refused: status $status" ep3.log
+else
+  echo "ok   moe-ep3-refused: $(grep -m1 'expert_model_parallel_size' ep3.log)"
 fi
 
 out=$("$cleave" verify tiny.json --param-tolerance fast 2>&1); status=$?

@@ -80,6 +80,63 @@ TEST(OrderedGradAccumulator, EveryMicrobatchCountGivesTheCanonicalSumInHome) {
   }
 }
 
+// Expert parallelism (Param::ep_size = lanes): every micro-batch gets a zeroed [lanes · rows, ...] buffer, each lane
+// is summed over the micro-batches canonically, then the lanes canonically into home. With lanes and micro-batches
+// powers of two that is the canonical sum over the lane-major list of all lanes × micro-batches: ep 1's order over
+// its data-parallel ranks (lane = source rank).
+TEST(OrderedGradAccumulator, ExpertLanesAreSummedPerLaneThenAcrossLanes) {
+  const std::int64_t rows = 3, width = 5, n = rows * width;
+  for (int lanes : {2, 3, 4}) {
+    for (int microbatches : {1, 2, 3, 4}) {
+      SCOPED_TRACE(::testing::Message() << lanes << " lanes, " << microbatches << " micro-batches");
+      auto p = std::make_shared<layers::Param>();
+      p->name = "experts.w";
+      p->value = Tensor::zeros({rows, width}, DType::kF32, MemoryCategory::kParameters, cpu_allocator());
+      p->grad = Tensor::zeros({rows, width}, DType::kF32, MemoryCategory::kGradients, cpu_allocator());
+      p->ep_size = lanes;
+      const Tensor home = p->grad;
+      OrderedGradAccumulator acc({p}, microbatches);
+      // terms[l · microbatches + mb]: lane l's contribution in micro-batch mb.
+      const auto terms = contributions(lanes * microbatches, n, 7u * static_cast<unsigned>(lanes) + microbatches);
+      for (int mb = 0; mb < microbatches; ++mb) {
+        acc.begin_microbatch(mb);
+        ASSERT_EQ(p->grad.numel(), lanes * n) << "no lane buffer";
+        ASSERT_NE(p->grad.raw_data(), home.raw_data());
+        for (std::int64_t i = 0; i < lanes * n; ++i) ASSERT_EQ(p->grad.data<float>()[i], 0.0f) << "not zeroed";
+        float* g = p->grad.data<float>();
+        for (int l = 0; l < lanes; ++l) {
+          for (std::int64_t i = 0; i < n; ++i) {
+            g[l * n + i] += terms[static_cast<std::size_t>(l * microbatches + mb)][static_cast<std::size_t>(i)];
+          }
+        }
+        acc.param_done(*p);
+      }
+      ASSERT_EQ(p->grad.raw_data(), home.raw_data()) << "Param::grad not restored to its own tensor";
+      ASSERT_EQ(p->grad.shape(), home.shape());
+      std::int64_t wrong = 0, wrong_flat = 0;
+      const bool powers = (lanes & (lanes - 1)) == 0 && (microbatches & (microbatches - 1)) == 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        std::vector<float> lane_totals, flat;
+        for (int l = 0; l < lanes; ++l) {
+          std::vector<float> column;
+          for (int mb = 0; mb < microbatches; ++mb) {
+            column.push_back(terms[static_cast<std::size_t>(l * microbatches + mb)][static_cast<std::size_t>(i)]);
+            flat.push_back(column.back());
+          }
+          lane_totals.push_back(testing::canonical_sum_reference(column, 0, column.size()));
+        }
+        const float want = testing::canonical_sum_reference(lane_totals, 0, lane_totals.size());
+        const float got = home.data<float>()[i];
+        wrong += std::memcmp(&want, &got, sizeof got) != 0;
+        const float flat_sum = testing::canonical_sum_reference(flat, 0, flat.size());
+        wrong_flat += powers && std::memcmp(&flat_sum, &got, sizeof got) != 0;
+      }
+      EXPECT_EQ(wrong, 0);
+      EXPECT_EQ(wrong_flat, 0) << "differs from the canonical sum over all lanes × micro-batches";
+    }
+  }
+}
+
 TEST(OrderedGradAccumulator, OutOfOrderOrUnfinishedMicrobatchesAreBugs) {
   auto p = make_param("w", 3);
   OrderedGradAccumulator acc({p}, 4);

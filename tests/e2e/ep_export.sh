@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Expert parallelism through the CLI (issue 36 part 3): a tiny moe trained 2 steps on 2 ranks at ep 2 and at ep 1
+# (deterministic mode) saves its final checkpoint; `cleave export` of each, in Cleave's format and as a Hugging Face
+# Mixtral directory, must give byte-identical files (the ep 2 checkpoint holds each rank's experts; export gathers
+# them into the logical [E, ...] tensors and the per-expert HF names). The ep 2 run's log names the layout.
+# Usage: ep_export.sh CLEAVE MPIEXEC [FLAGS...]
+set -u
+cleave=$1; shift
+mpiexec=("$@")
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+cat > moe.json <<'JSON'
+{
+  "model": {"type": "moe", "vocab_size": 64, "d_model": 16, "n_layers": 2, "n_heads": 2, "seq_len": 8,
+            "ffn_hidden_size": 12, "n_experts": 4, "top_k": 2},
+  "batch": {"global_batch_size": 4, "micro_batch_size": 1},
+  "optimizer": {"type": "sgd", "lr": 0.05},
+  "train": {"steps": 2, "eval_batches": 0, "deterministic": true},
+  "checkpoint": {"save_final": true},
+  "data": {"type": "synthetic"}
+}
+JSON
+for ep in 1 2; do
+  "${mpiexec[@]}" -n 2 "$cleave" train moe.json --set train.out_dir=run$ep \
+      --set parallel.expert_model_parallel_size=$ep > train$ep.log 2>&1 || { cat train$ep.log; echo "FAIL train ep$ep"; exit 1; }
+  "$cleave" export run$ep/checkpoints --out cleave$ep.safetensors --format cleave > export$ep.log 2>&1 &&
+    "$cleave" export run$ep/checkpoints --out hf$ep --format hf >> export$ep.log 2>&1 ||
+    { cat export$ep.log; echo "FAIL export ep$ep"; exit 1; }
+done
+grep -q 'tp=1 dp=2 ep=2 pp=1 (world 2)' train2.log || { cat train2.log; echo "FAIL the ep 2 run does not name its layout"; exit 1; }
+cmp cleave1.safetensors cleave2.safetensors || { echo "FAIL cleave export differs between ep 1 and ep 2"; exit 1; }
+cmp hf1/model.safetensors hf2/model.safetensors || { echo "FAIL hf export differs between ep 1 and ep 2"; exit 1; }
+echo "ok   ep 2 checkpoint exports byte-identical to ep 1 ($(stat -c %s hf2/model.safetensors) bytes of Mixtral weights)"

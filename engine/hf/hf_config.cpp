@@ -115,8 +115,10 @@ ModelDims dims_of_model(const json& model, const std::string& origin, std::strin
     if (arch == nullptr && type == a.cleave_type && a.holds(d, model)) arch = &a;
   }
   CLEAVE_CHECK(arch != nullptr,
-               "{}: no Hugging Face class holds this {} model (model.sliding_window {} with model.qkv_bias {}); {}",
-               origin, type, model.value("sliding_window", 0), model.value("qkv_bias", false), hf_export_names());
+               "{}: no Hugging Face class holds this {} model (model.sliding_window {} with model.qkv_bias {} and "
+               "model.qk_norm {}); {}",
+               origin, type, model.value("sliding_window", 0), model.value("qkv_bias", false),
+               model.value("qk_norm", false), hf_export_names());
   d.architecture = arch->architecture;
   return d;
 }

@@ -64,7 +64,7 @@ std::vector<Layout> layouts_for(int world) {
   auto tp = [](int t) { return "parallel.tensor_model_parallel_size=" + std::to_string(t); };
   auto schedule = [](const char* name) { return std::string("parallel.schedule=") + name; };
   const std::string sp = "parallel.sequence_parallel=true", bf16 = "device.precision=bf16";
-  const std::string sigmoid = "model.router=sigmoid", shared = "model.n_shared_experts=1";
+  const std::string sigmoid = "model.router=sigmoid", shared = "model.n_shared_experts=1", qk_norm = "model.qk_norm=true";
   if (world == 2) {
     return {{"tp2", {tp(2)}, kTensorParallel},
             {"tp2_sp", {tp(2), sp}, kTensorParallel},
@@ -83,7 +83,8 @@ std::vector<Layout> layouts_for(int world) {
             {"dp2_zero3", {"batch.micro_batch_size=1", "optimizer.zero_stage=3"}, kRounding},
             {"dp2_zero1_sigmoid_bias", {"batch.micro_batch_size=1", "optimizer.zero_stage=1", sigmoid}, kRounding},
             {"bf16_pp2_zb_h1", {pp(2), schedule("zb_h1"), bf16}, 0, true},
-            {"bf16_tp2", {tp(2), bf16}, kBf16TensorParallel, true}};
+            {"bf16_tp2", {tp(2), bf16}, kBf16TensorParallel, true},
+            {"tp2_qk_norm_unnormalized", {tp(2), qk_norm, "model.normalize_top_k=false"}, kTensorParallel}};  // Qwen3-MoE
   }
   if (world == 4) {
     return {{"tp2_pp2_1f1b", {tp(2), pp(2)}, kTensorParallel},

@@ -20,7 +20,7 @@ HfModelConfig read_mistral(const Keys& k) { return llama_like::read(k, kVariant)
 void write_mistral(const ModelDims& d, const nlohmann::json& model, nlohmann::json& out) {
   llama_like::write(kVariant, d, model, out);
 }
-bool mistral_holds(const ModelDims& d, const nlohmann::json&) { return !d.qkv_bias; }
+bool mistral_holds(const ModelDims& d, const nlohmann::json&) { return !d.qkv_bias && !d.qk_norm; }
 
 }  // namespace
 

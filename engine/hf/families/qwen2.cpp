@@ -23,7 +23,7 @@ void write_qwen2(const ModelDims& d, const nlohmann::json& model, nlohmann::json
   llama_like::write(kVariant, d, model, out);
 }
 bool qwen2_holds(const ModelDims& d, const nlohmann::json& model) {
-  return d.qkv_bias && model.value("sliding_window", std::int64_t{0}) == 0;
+  return d.qkv_bias && !d.qk_norm && model.value("sliding_window", std::int64_t{0}) == 0;
 }
 
 }  // namespace

@@ -151,8 +151,8 @@ HfModelConfig read(const Keys& k, const Variant& v) {
                {"tie_embeddings", d.tied},
                {"max_seq_len", d.seq_len},
                {"sliding_window", window},
-               {"qkv_bias", d.qkv_bias}};
-  if (d.qk_norm) out.model["qk_norm"] = true;
+               {"qkv_bias", d.qkv_bias},
+               {"qk_norm", d.qk_norm}};
   return out;
 }
 

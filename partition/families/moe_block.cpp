@@ -13,6 +13,7 @@
 // counts here, since every token always reaches exactly k experts (dropless).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 
 #include "engine/core/error.hpp"
@@ -58,6 +59,21 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
   // Weight stash beyond it: xp [T·k, D], the down projection's dy is [T·k, D] where llama's is [T, D], and
   // dlogits [T, E]; plus the E f32 counts per micro-batch, which no per-sample figure holds (E·4 bytes).
   cost.weight_stash_bytes += (t * k * d + (k - 1) * t * d + t * e) * b;
+  const bool sp = sequence_parallel && tp > 1;
+  const std::int64_t ts = sp ? t / tp : t;
+  // Sequence parallelism: the mixture stashes its gathered input [T, D] (every rank routes every token), where
+  // llama's column-parallel projections keep the shard.
+  if (sp && recompute != Recompute::kFull) cost.activation_bytes += (t - ts) * d * b;
+  // The input gradient's peak is the mixture's, not a SwiGLU's of the active width: dy (and under sequence
+  // parallelism its gathered copy), the experts' d_o and dxp [T·k, D], dh, dg, du [T·k, F/tp], dx [T, D], the
+  // logits' gradient [T, E] in f32 and in the compute dtype, all live until the shared expert's backward, which
+  // adds its SwiGLU's (dh, dg, du [T, S·F/tp] and two input gradients [T, D]). Measured against the allocator's
+  // peak by e2e MoeMemory.ActivationMemoryFollowsThePlan.
+  const std::int64_t shared = block.n_shared_experts * f;
+  std::int64_t mixture = ((sp ? ts * d + t * d : t * d) + 2 * t * k * d + 3 * t * k * f / tp + t * d) * b + t * e * (4 + b);
+  if (shared > 0) mixture += (3 * t * shared / tp + 2 * t * d) * b;
+  if (recompute == Recompute::kFull) mixture += cost.recompute_transient_bytes - ts * d * b;
+  cost.backward_extra_bytes = std::max(cost.backward_extra_bytes, mixture);
   return cost;
 }
 

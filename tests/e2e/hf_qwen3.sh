@@ -71,10 +71,10 @@ edit() {  # edit SRC DST KEY JSON_VALUE
 import json, sys; p = sys.argv[1] + '/config.json'; c = json.load(open(p)); c[sys.argv[2]] = json.loads(sys.argv[3])
 json.dump(c, open(p, 'w'))" "$2" "$3" "$4"
 }
-edit q3m dense q3m mlp_only_layers "[1]"
+edit q3m dense mlp_only_layers "[1]"
 refuse "mlp_only_layers" "mlp_only_layers is [1]" out1 -- "$cleave" import dense --out out1
-edit q3m step q3m decoder_sparse_step 2
+edit q3m step decoder_sparse_step 2
 refuse "decoder_sparse_step" "decoder_sparse_step is 2" out2 -- "$cleave" import step --out out2
-edit q3 biased q3 attention_bias true
+edit q3 biased attention_bias true
 refuse "Qwen3 attention_bias" "attention_bias is true" out3 -- "$cleave" import biased --out out3
 echo "all ok"

@@ -224,4 +224,14 @@ std::int64_t unique_param_count(const ModelSpec& spec, std::size_t first_block, 
   return count;
 }
 
+std::int64_t active_param_count(const ModelSpec& spec) {
+  std::int64_t count = unique_param_count(spec, 0, spec.blocks.size());
+  for (const BlockSpec& b : spec.blocks) {
+    if (const BlockRules* rules = family_block_rules(b.kind); rules != nullptr) {
+      count -= rules->cost(b, DType::kF32, Recompute::kNone, 1, false).inactive_param_count;
+    }
+  }
+  return count;
+}
+
 }  // namespace cleave::partition

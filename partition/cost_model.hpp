@@ -88,6 +88,8 @@ struct BlockCost {
   std::int64_t activation_bytes = 0;  // saved for backward by forward(), per sample
   std::int64_t output_bytes = 0;      // boundary tensor sent to the next block / stage, per sample
   std::int64_t param_count = 0;       // parameters held by the block (a tied head counts the table)
+  // Of param_count, those a token does not run through: a moe block's E - top_k unchosen experts (0 elsewhere).
+  std::int64_t inactive_param_count = 0;
   std::int64_t recompute_transient_bytes = 0;  // per sample: what recomputation rebuilds (in backward_extra_bytes)
   // Per sample: what the block holds from backward_input until backward_weight (split backward, zero-bubble
   // schedules): each weight's input and output gradient and the norms' statistics; the forward stash's
@@ -154,5 +156,10 @@ TpBlockComm tp_block_comm(const BlockSpec& block, DType dtype, int tp, bool sequ
 // embedding and the tied head are in the range (they share one Param then; in different ranges each holds
 // its own copy). Throws Error if the range is empty or out of bounds.
 std::int64_t unique_param_count(const ModelSpec& spec, std::size_t first_block, std::size_t last_block);
+
+// The parameters one token runs through: unique_param_count of the whole model less every block's
+// inactive_param_count (a mixture of experts: top_k of n_experts experts per block). Equal to the total for dense
+// models.
+std::int64_t active_param_count(const ModelSpec& spec);
 
 }  // namespace cleave::partition

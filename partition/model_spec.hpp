@@ -44,6 +44,7 @@ struct BlockSpec {
   bool router_bias = false;           // MoeBlock: the router holds a per-expert selection bias [n_experts]
   std::int64_t attention_window = 0;  // LlamaBlock: a query sees the last `window` keys (itself included); 0 = all
   bool qkv_bias = false;          // LlamaBlock: q, k and v projections carry biases (Qwen2)
+  bool qk_norm = false;           // LlamaBlock, MoeBlock: per-head RMSNorm of q and k before rope (Qwen3)
   std::int64_t kernel = 0;        // Conv2d kernel, MaxPool window
   bool tied = false;              // LmHead shares the Embedding's token table
 };

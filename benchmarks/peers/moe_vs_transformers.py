@@ -6,11 +6,14 @@ it needs torch and transformers, e.g. /work/venv-peers; issue 33 part 4):
    with initializer_range 0.2 so logits and router scores are spread), saved with save_pretrained (the
    per-expert safetensors names), goes through `cleave import`; `cleave generate --logits` equals transformers'
    logits at every prefix of the prompt within --tolerance.
-2. refusal: a tiny Qwen3MoeForCausalLM (its attention has per-head q/k RMSNorm, which Cleave's moe block does not
-   compute) and a Qwen2MoeForCausalLM (q/k/v biases and a sigmoid-gated shared expert) are refused by
-   `cleave import` with one error naming the architecture.
-3. export: a Cleave moe model trained 10 steps at tp2 x pp2 (mpiexec -n 4 --oversubscribe) goes through
-   `cleave export --format hf` (one file and shards); from_pretrained loads a MixtralForCausalLM with the logits
+   The same for a tiny random Qwen3MoeForCausalLM (per-head q/k RMSNorm before rope: model.qk_norm; norm_topk_prob
+   false and true) and a dense Qwen3ForCausalLM (model.type llama with qk_norm), with every RMSNorm scale (q_norm and
+   k_norm included) drawn around 1 so a missed norm shows.
+2. refusal: a Qwen2MoeForCausalLM (q/k/v biases and a sigmoid-gated shared expert) is refused by `cleave import`
+   with one error naming the architecture.
+3. export: Cleave moe models trained 10 steps at tp2 x pp2 (mpiexec -n 4 --oversubscribe) go through
+   `cleave export --format hf` (one file and shards); from_pretrained loads a MixtralForCausalLM (no q/k norms) or a
+   Qwen3MoeForCausalLM (model.qk_norm true), and a trained llama with qk_norm a Qwen3ForCausalLM, with the logits
    `cleave generate --logits` gives on the checkpoint.
 
 Tolerance 1e-4 (absolute, fp32 logits of magnitude up to ~10): both sides compute in fp32 but sum in different
@@ -32,7 +35,7 @@ import tempfile
 import torch
 import transformers
 from transformers import (AutoModelForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig,
-                          Qwen2MoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
+                          Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_roundtrip import compare, run, trained_model  # noqa: E402
@@ -45,6 +48,34 @@ def tiny_mixtral(tied=False):
                            max_position_embeddings=32, rms_norm_eps=1e-5, rope_theta=1e6, tie_word_embeddings=tied,
                            initializer_range=0.2, bos_token_id=None, eos_token_id=None, pad_token_id=None)
     return MixtralForCausalLM(config).eval()
+
+
+def spread_norms(model):
+    """Every RMSNorm scale (input / post-attention / final, q_norm, k_norm) drawn 1 + N(0, 0.3)."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("norm.weight"):
+                p.copy_(1.0 + 0.3 * torch.randn_like(p))
+    return model
+
+
+def tiny_qwen3_moe(normalize, tied=False):
+    torch.manual_seed(0)
+    config = Qwen3MoeConfig(vocab_size=300, hidden_size=48, num_hidden_layers=3, num_attention_heads=6,
+                            num_key_value_heads=2, head_dim=8, intermediate_size=64, moe_intermediate_size=40,
+                            num_experts=4, num_experts_per_tok=2, norm_topk_prob=normalize, max_position_embeddings=32,
+                            rms_norm_eps=1e-6, tie_word_embeddings=tied, initializer_range=0.2, bos_token_id=None,
+                            eos_token_id=None, pad_token_id=None)
+    return spread_norms(Qwen3MoeForCausalLM(config)).eval()
+
+
+def tiny_qwen3():
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=300, hidden_size=48, num_hidden_layers=3, num_attention_heads=6,
+                         num_key_value_heads=2, head_dim=8, intermediate_size=80, max_position_embeddings=32,
+                         rms_norm_eps=1e-6, rope_theta=1e6, tie_word_embeddings=False, initializer_range=0.2,
+                         bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    return spread_norms(Qwen3ForCausalLM(config)).eval()
 
 
 def refused(cleave, tmp, model, name):
@@ -69,8 +100,11 @@ def main():
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     ok = True
     with tempfile.TemporaryDirectory() as tmp:
-        for name, make in [("MixtralForCausalLM", tiny_mixtral), ("MixtralForCausalLM tied",
-                                                                  lambda: tiny_mixtral(tied=True))]:
+        for name, make in [("MixtralForCausalLM", tiny_mixtral),
+                           ("MixtralForCausalLM tied", lambda: tiny_mixtral(tied=True)),
+                           ("Qwen3MoeForCausalLM", lambda: tiny_qwen3_moe(normalize=False)),
+                           ("Qwen3MoeForCausalLM norm_topk_prob tied", lambda: tiny_qwen3_moe(normalize=True, tied=True)),
+                           ("Qwen3ForCausalLM", tiny_qwen3)]:
             model = make()
             tag = name.replace(" ", "_")
             hf_dir, ckpt = os.path.join(tmp, f"hf_{tag}"), os.path.join(tmp, f"ck_{tag}")
@@ -82,7 +116,6 @@ def main():
         small = dict(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
                      num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8, intermediate_size=16,
                      max_position_embeddings=16)
-        ok &= refused(cleave, tmp, Qwen3MoeForCausalLM(Qwen3MoeConfig(**small)), "Qwen3MoeForCausalLM")
         ok &= refused(cleave, tmp, Qwen2MoeForCausalLM(Qwen2MoeConfig(shared_expert_intermediate_size=8, **small)),
                       "Qwen2MoeForCausalLM")
 
@@ -91,7 +124,13 @@ def main():
                             "rope_theta": 1e6, "norm_eps": 1e-5, "tie_embeddings": False}),
                    ("moe_tied_top1", {"type": "moe", "vocab_size": 256, "d_model": 32, "n_layers": 2, "n_heads": 4,
                                       "n_kv_heads": 2, "seq_len": 32, "ffn_hidden_size": 32, "n_experts": 8,
-                                      "top_k": 1, "tie_embeddings": True})]
+                                      "top_k": 1, "tie_embeddings": True}),
+                   ("moe_qk_norm", {"type": "moe", "vocab_size": 300, "d_model": 48, "n_layers": 4, "n_heads": 6,
+                                    "n_kv_heads": 2, "seq_len": 32, "ffn_hidden_size": 40, "n_experts": 4, "top_k": 2,
+                                    "qk_norm": True, "normalize_top_k": False, "norm_eps": 1e-6}),
+                   ("llama_qk_norm", {"type": "llama", "vocab_size": 300, "d_model": 48, "n_layers": 4, "n_heads": 6,
+                                      "n_kv_heads": 2, "seq_len": 32, "ffn_hidden_size": 80, "qk_norm": True,
+                                      "norm_eps": 1e-6})]
         for name, model_section in trained:
             ckpt = trained_model(cleave, tmp, model_section, f"trained_{name}")
             for shard in (None, "16KiB"):

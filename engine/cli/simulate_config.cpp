@@ -18,6 +18,8 @@
 #include "engine/core/error.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
+#include "engine/run_plan/plan.hpp"
+#include "partition/cost_model.hpp"
 #include "pipeline/trace.hpp"
 
 namespace cleave::cli {
@@ -72,6 +74,10 @@ int run_simulate_config(int argc, char** argv) {
   const planner::PlanEstimate e = planner::estimate_plan(config_path, overrides, choice, profile, options, &details);
   CLEAVE_CHECK(e.valid, "simulate --config: {}", e.reason);
   const std::string unit = partition::is_language_model(base.model.type) ? "tok" : "samples";
+  // Total parameters, and those one token runs through (fewer in a mixture of experts: top_k of n_experts).
+  const partition::ModelSpec spec = run_plan::model_spec(base.model);
+  const std::int64_t total_params = partition::unique_param_count(spec, 0, spec.blocks.size());
+  const std::int64_t active_params = partition::active_param_count(spec);
   const pipeline::TraceOptions trace_options{
       fmt::format("{} {} micro {} recompute {}: simulated with {}", choice.layout(), choice.schedule, choice.micro_batch,
                   choice.recompute, profile.name),
@@ -86,6 +92,8 @@ int run_simulate_config(int argc, char** argv) {
                           {"zero_stage", choice.zero_stage},
                           {"sequence_parallel", choice.sequence_parallel},
                           {"comm_bytes", e.comm_bytes},
+                          {"param_count", total_params},
+                          {"active_param_count", active_params},
                           {"recompute", std::string(enum_name(choice.recompute))},
                           {"profile", profile.name},
                           {"step_s", e.step_s},
@@ -118,6 +126,9 @@ int run_simulate_config(int argc, char** argv) {
               "profile: %s\n",
               config_path.c_str(), world, choice.layout().c_str(), choice.schedule.c_str(), choice.virtual_stages,
               static_cast<long long>(choice.micro_batch), choice.zero_stage, std::string(enum_name(choice.recompute)).c_str(), profile.name.c_str());
+  std::printf("parameters: %lld total, %lld active per %s (%.1f%%)\n", static_cast<long long>(total_params),
+              static_cast<long long>(active_params), unit == "tok" ? "token" : "sample",
+              100.0 * static_cast<double>(active_params) / static_cast<double>(total_params));
   std::printf("predicted step %.3f ms | %.0f %s/s | bubble %.3f\n", e.step_s * 1e3, e.items_per_s, unit.c_str(), e.bubble);
   std::printf("busiest rank: compute %.3f ms, tp all-reduce %.3f ms, idle %.3f ms, dp reduction %.3f ms, optimizer "
               "%.3f ms\n",

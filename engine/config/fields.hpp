@@ -227,7 +227,7 @@ inline constexpr std::array<Field<GptConfig>, 7> kGptFields = {{
 }};
 
 // Absent n_kv_heads and ffn_hidden_size resolve on reading (n_heads; Llama's width rule) and are written resolved.
-inline constexpr std::array<Field<LlamaConfig>, 14> kLlamaFields = {{
+inline constexpr std::array<Field<LlamaConfig>, 15> kLlamaFields = {{
     {"vocab_size", &LlamaConfig::vocab_size, FieldKind::kInteger, "vocabulary size (token ids 0..V-1)", 1, kMaxFeatures},
     {"d_model", &LlamaConfig::d_model, FieldKind::kInteger, "hidden width", 1, kMaxFeatures},
     {"n_layers", &LlamaConfig::n_layers, FieldKind::kInteger, "llama blocks", 1, kMaxCount},
@@ -249,10 +249,12 @@ inline constexpr std::array<Field<LlamaConfig>, 14> kLlamaFields = {{
     {"sliding_window_from_layer", &LlamaConfig::sliding_window_from_layer, FieldKind::kInteger,
      "the window applies to blocks from this one on (Qwen2's max_window_layers); 0 = every block", 0, kMaxCount},
     {"qkv_bias", &LlamaConfig::qkv_bias, FieldKind::kBoolean, "q, k and v projections carry biases (Qwen2)"},
+    {"qk_norm", &LlamaConfig::qk_norm, FieldKind::kBoolean,
+     "RMSNorm over each head of q and k before the rotary embedding (Qwen3)"},
 }};
 
 // model.type "moe": llama's keys (ffn_hidden_size is each expert's width), then the mixture's (moe.hpp).
-inline constexpr std::array<Field<MoeConfig>, 18> kMoeFields = {{
+inline constexpr std::array<Field<MoeConfig>, 20> kMoeFields = {{
     {"vocab_size", &MoeConfig::vocab_size, FieldKind::kInteger, "vocabulary size (token ids 0..V-1)", 1, kMaxFeatures},
     {"d_model", &MoeConfig::d_model, FieldKind::kInteger, "hidden width", 1, kMaxFeatures},
     {"n_layers", &MoeConfig::n_layers, FieldKind::kInteger, "moe blocks", 1, kMaxCount},
@@ -266,6 +268,11 @@ inline constexpr std::array<Field<MoeConfig>, 18> kMoeFields = {{
      /*min_open=*/true},
     {"norm_eps", &MoeConfig::norm_eps, FieldKind::kNumber, "RMSNorm epsilon", 0, 0, 0.0, kInf, /*min_open=*/true},
     {"tie_embeddings", &MoeConfig::tie_embeddings, FieldKind::kBoolean, "the LM head shares the embedding table"},
+    {"max_seq_len", &MoeConfig::max_seq_len, FieldKind::kInteger,
+     "the longest sequence the model serves (HF max_position_embeddings); absent = seq_len; seq_len <= it", 1,
+     kMaxFeatures},
+    {"qk_norm", &MoeConfig::qk_norm, FieldKind::kBoolean,
+     "RMSNorm over each head of q and k before the rotary embedding (Qwen3-MoE)"},
     {"n_experts", &MoeConfig::n_experts, FieldKind::kInteger, "routed experts per block", 0, kMaxCount},
     {"top_k", &MoeConfig::top_k, FieldKind::kInteger, "experts each token is routed to (<= n_experts)", 0, kMaxCount},
     {"n_shared_experts", &MoeConfig::n_shared_experts, FieldKind::kInteger,

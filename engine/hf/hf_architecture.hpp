@@ -1,7 +1,7 @@
 // The Hugging Face level of the model-family table: one HfArchitecture row per transformers class Cleave
 // imports and exports (GPT2LMHeadModel for the gpt family; LlamaForCausalLM, MistralForCausalLM and
-// Qwen2ForCausalLM for llama, told apart by model.sliding_window and model.qkv_bias; MixtralForCausalLM for
-// moe). hf_config.cpp,
+// Qwen2ForCausalLM and Qwen3ForCausalLM for llama, told apart by model.sliding_window, model.qkv_bias and
+// model.qk_norm; MixtralForCausalLM and Qwen3MoeForCausalLM for moe, told apart by model.qk_norm). hf_config.cpp,
 // hf_layout.cpp and hf_import.cpp ask this table instead of switching on Architecture.
 //
 // A family's home at this level is engine/hf/families/<architecture>.cpp: the config.json keys it reads and
@@ -71,5 +71,7 @@ HfArchitecture llama_architecture();
 HfArchitecture mistral_architecture();
 HfArchitecture qwen2_architecture();
 HfArchitecture mixtral_architecture();
+HfArchitecture qwen3_architecture();
+HfArchitecture qwen3_moe_architecture();
 
 }  // namespace cleave::hf

@@ -116,9 +116,10 @@ ModelDims dims_of_model(const json& model, const std::string& origin, std::strin
   }
   CLEAVE_CHECK(arch != nullptr,
                "{}: no Hugging Face class holds this {} model (model.sliding_window {} from block {} with model.qkv_bias "
-               "{}; a window from a later block needs q/k/v biases: Qwen2ForCausalLM); {}",
+               "{} and model.qk_norm {}; a window from a later block needs q/k/v biases: Qwen2ForCausalLM; q/k norms "
+               "take no window and no biases: Qwen3ForCausalLM); {}",
                origin, type, model.value("sliding_window", 0), model.value("sliding_window_from_layer", 0),
-               model.value("qkv_bias", false), hf_export_names());
+               model.value("qkv_bias", false), model.value("qk_norm", false), hf_export_names());
   d.architecture = arch->architecture;
   return d;
 }

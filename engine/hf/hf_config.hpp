@@ -24,9 +24,13 @@
 //     rms_norm_eps default 1e-5, rope_theta default 1e6) plus num_local_experts -> n_experts,
 //     num_experts_per_tok -> top_k, router_aux_loss_coef (default 0.001) -> aux_loss_coef, router_z_loss_coef
 //     (default 0) -> z_loss_coef; the model section is type "moe", router "softmax", normalize_top_k true,
-//     n_shared_experts 0; router_jitter_noise must be 0 and sliding_window null or >= max_position_embeddings;
-//     seq_len is max_position_embeddings (the moe section has no max_seq_len).
-//   Llama-like classes: seq_len is min(max_position_embeddings, kImportSeqLen) and max_seq_len
+//     n_shared_experts 0; router_jitter_noise must be 0 and sliding_window null or >= max_position_embeddings.
+//   Qwen3ForCausalLM (qwen3.cpp): Qwen2's keys without biases (attention_bias must be false) -> qk_norm true.
+//   Qwen3MoeForCausalLM (qwen3_moe.cpp): Qwen3's attention keys, moe_intermediate_size -> ffn_hidden_size,
+//     num_experts (or num_local_experts) -> n_experts, num_experts_per_tok -> top_k, norm_topk_prob (default
+//     false) -> normalize_top_k, router_aux_loss_coef -> aux_loss_coef; decoder_sparse_step must be 1 and
+//     mlp_only_layers empty (no dense layers between the mixtures).
+//   Llama-like classes (the moe ones too): seq_len is min(max_position_embeddings, kImportSeqLen) and max_seq_len
 //     max_position_embeddings (rotary positions: any seq_len up to it trains the same weights). GPT-2: seq_len
 //     is n_positions (the learned table; a run at a shorter seq_len slices it).
 //   Every other key must be in the class's list (hf_architecture.hpp) or the common list in hf_config.cpp

@@ -56,6 +56,7 @@ class Keys {
                  key, nlohmann::json(got).dump(), nlohmann::json(cleave).dump(), why);
   }
   const std::string& origin() const { return origin_; }
+  const nlohmann::json& doc() const { return doc_; }
 
  private:
   std::int64_t positive(const std::string& key, const nlohmann::json& v) const {

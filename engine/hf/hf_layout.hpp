@@ -37,6 +37,11 @@
 //     model.layers.{i}.block_sparse_moe.experts.{j}.w3.weight [F,D] -> slice j of blocks.{i}.moe.experts.up.weight [E,F,D]
 //     model.layers.{i}.block_sparse_moe.experts.{j}.w2.weight [D,F] -> slice j of blocks.{i}.moe.experts.down.weight [E,D,F]
 //     (the per-expert names save_pretrained writes; a sliced row's cleave_shape is the whole stacked tensor)
+//   Qwen3ForCausalLM (model.type "llama", model.qk_norm true): Llama's names plus, after o_proj,
+//     model.layers.{i}.self_attn.{q,k}_norm.weight [hd] -> blocks.{i}.attn.{q,k}_norm.weight [hd]
+//   Qwen3MoeForCausalLM (model.type "moe", model.qk_norm true): Qwen3's attention names and per block i, expert j:
+//     model.layers.{i}.mlp.gate.weight [E,D]   -> blocks.{i}.moe.router.weight [E,D]
+//     model.layers.{i}.mlp.experts.{j}.{gate,up,down}_proj.weight -> slice j of blocks.{i}.moe.experts.{gate,up,down}.weight
 // Extending: a new architecture is an enum value here, its names in engine/hf/families/<architecture>.cpp with a
 // row in hf_architecture.cpp (hf_architecture.hpp), and its config keys in hf_config.hpp's comment.
 #pragma once
@@ -48,7 +53,7 @@
 
 namespace cleave::hf {
 
-enum class Architecture { kGpt2, kLlama, kMistral, kQwen2, kMixtral };
+enum class Architecture { kGpt2, kLlama, kMistral, kQwen2, kMixtral, kQwen3, kQwen3Moe };
 
 // transformers' class name: "GPT2LMHeadModel", "LlamaForCausalLM".
 std::string_view architecture_class(Architecture a);
@@ -67,6 +72,7 @@ struct ModelDims {
   std::int64_t seq_len = 0;     // gpt2: the position table's rows; llama-like: max_position_embeddings
   bool tied = true;             // the LM head is the embedding table (no head.weight / lm_head.weight)
   bool qkv_bias = false;        // llama-like: q, k, v projections carry biases (Qwen2)
+  bool qk_norm = false;         // llama-like: per-head RMSNorm of q and k before rope (Qwen3, Qwen3-MoE)
   std::int64_t n_experts = 0;   // moe: routed experts per block (0 otherwise)
   std::int64_t top_k = 0;       // moe: experts per token
 };

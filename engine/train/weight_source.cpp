@@ -104,7 +104,7 @@ std::int64_t max_seq_len_of(const WeightSource& source) {
 
 std::string describe_context(const WeightSource& source, const config::RunConfig& config) {
   const std::int64_t seq = config::token_seq_len(config.model), max = max_seq_len_of(source);
-  // gpt: a learned table; llama (max_seq_len) and moe (rotary, its seq_len the maximum): nothing to slice.
+  // gpt: a learned table; llama and moe (rotary positions, max_seq_len): nothing to slice.
   const bool learned = !source.model.contains("max_seq_len") && source.model.value("type", "gpt") == "gpt";
   std::string how;
   if (learned) {

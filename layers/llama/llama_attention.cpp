@@ -9,15 +9,17 @@
 namespace cleave::layers {
 
 LlamaAttention::LlamaAttention(std::string prefix, const LlamaHeads& heads, LayerPtr q, LayerPtr k, LayerPtr v,
-                               LayerPtr o, bool tensor_parallel)
+                               LayerPtr o, bool tensor_parallel, QkNorms qk_norms)
     : prefix_(std::move(prefix)),
       heads_(heads),
       tensor_parallel_(tensor_parallel),
       q_(std::move(q)),
       k_(std::move(k)),
       v_(std::move(v)),
-      o_(std::move(o)) {
+      o_(std::move(o)),
+      norms_(std::move(qk_norms)) {
   CLEAVE_ASSERT(q_ && k_ && v_ && o_, "{}: needs q, k, v and o parts", who());
+  CLEAVE_ASSERT((norms_.q == nullptr) == (norms_.k == nullptr), "{}: q and k norms come together", who());
   CLEAVE_ASSERT(heads.n_heads > 0 && heads.d_model % heads.n_heads == 0 && head_dim() % 2 == 0 &&
                     heads.local_heads > 0 && heads.local_kv_heads > 0 &&
                     heads.local_heads % heads.local_kv_heads == 0 &&
@@ -88,9 +90,12 @@ Tensor LlamaAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
   check_input(ctx, x, DType::kF32, heads_.d_model, 3, who());
   CLEAVE_CHECK(x.rank() == 3, "{}: expected [batch, seq, {}], got {}", who(), heads_.d_model, x.shape().str());
   stash.clear();
-  stash.children.resize(4);
-  const std::vector<Tensor> projected =
-      qkv_.forward(x, {&stash.children[0], &stash.children[1], &stash.children[2]}, ctx);
+  stash.children.resize(norms_.q ? 6 : 4);
+  std::vector<Tensor> projected = qkv_.forward(x, {&stash.children[0], &stash.children[1], &stash.children[2]}, ctx);
+  if (norms_.q) {
+    projected[0] = norms_.q->forward(projected[0], stash.children[4], ctx);
+    projected[1] = norms_.k->forward(projected[1], stash.children[5], ctx);
+  }
   const Tensor &q = projected[0], &k = projected[1], &v = projected[2];
   // Under sequence parallelism x is this rank's sequence shard and q, k, v (column-parallel) cover the
   // gathered sequence of this cp rank: T and the rope positions come from them (and Context::cp), not from x.
@@ -115,19 +120,28 @@ Tensor LlamaAttention::backward_input(const Tensor& dy, Stash& stash, Context& c
         recompute_scores_, stash, who());
     rope_unpack_runs(ctx, dqkv, dq, dk, dv, rope_params());
   }
+  if (norms_.q) {
+    dq = norms_.q->backward_input(dq, stash.children[4], ctx);
+    dk = norms_.k->backward_input(dk, stash.children[5], ctx);
+  }
   return qkv_.backward_input({dq, dk, dv}, {&stash.children[0], &stash.children[1], &stash.children[2]}, ctx);
 }
 
 void LlamaAttention::backward_weight(Stash& stash, Context& ctx) {
-  CLEAVE_ASSERT(stash.children.size() == 4, "{}: backward_weight without forward", who());
+  CLEAVE_ASSERT(stash.children.size() == (norms_.q ? 6u : 4u), "{}: backward_weight without forward", who());
   qkv_.backward_weight({&stash.children[0], &stash.children[1], &stash.children[2]}, ctx);
   o_->backward_weight(stash.children[3], ctx);
+  if (norms_.q) {
+    norms_.q->backward_weight(stash.children[4], ctx);
+    norms_.k->backward_weight(stash.children[5], ctx);
+  }
   stash.clear();
 }
 
 std::vector<std::shared_ptr<Param>> LlamaAttention::params() const {
   std::vector<std::shared_ptr<Param>> out;
-  for (const Layer* part : {q_.get(), k_.get(), v_.get(), o_.get()}) {
+  for (const Layer* part : {q_.get(), k_.get(), v_.get(), o_.get(), norms_.q.get(), norms_.k.get()}) {
+    if (part == nullptr) continue;
     for (auto& p : part->params()) out.push_back(p);
   }
   return out;

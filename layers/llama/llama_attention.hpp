@@ -14,9 +14,12 @@
 // gather the full sequence and o reduce-scatters back, so the core and rope always see all T positions;
 // q, k and v share one all-gather of x and one reduce-scatter of their summed dx (shared_input.hpp).
 //
+// Per-head q/k norms (Qwen3, LlamaHeads::qk_norm): q and k each pass a HeadRmsNorm over hd columns per head
+// ("<prefix>.q_norm.weight", "<prefix>.k_norm.weight" [hd]) between their projection and the rotary embedding.
+//
 // Stash layout: tensors {qkv, out [B, T, Lq·hd], lse [B, Lq, T] f32} ({qkv, out} under selective
-// recomputation, which rebuilds lse), children {q, k, v, o}; out is o's stashed input too. backward_input
-// releases the tensors; the children keep what their weight gradients need.
+// recomputation, which rebuilds lse), children {q, k, v, o} (+ {q_norm, k_norm} with qk norms); out is o's
+// stashed input too. backward_input releases the tensors; the children keep what their weight gradients need.
 #pragma once
 
 #include <memory>
@@ -37,10 +40,15 @@ struct LlamaHeads {
   std::int64_t window = 0;  // sliding window: query t attends to keys t-window+1..t; 0 = keys 0..t
 };
 
+// The optional per-head norms of q and k (both or neither; HeadRmsNorm layers, layers/llama/head_rmsnorm.hpp).
+struct QkNorms {
+  LayerPtr q, k;
+};
+
 class LlamaAttention final : public Layer, public RecomputableScores {
  public:
   LlamaAttention(std::string prefix, const LlamaHeads& heads, LayerPtr q, LayerPtr k, LayerPtr v, LayerPtr o,
-                 bool tensor_parallel);
+                 bool tensor_parallel, QkNorms qk_norms = {});
 
   std::string_view kind() const override { return tensor_parallel_ ? "parallel_llama_attention" : "llama_attention"; }
   Tensor forward(const Tensor& x, Stash& stash, Context& ctx) override;
@@ -61,6 +69,7 @@ class LlamaAttention final : public Layer, public RecomputableScores {
   bool tensor_parallel_ = false;
   bool recompute_scores_ = false;
   LayerPtr q_, k_, v_, o_;
+  QkNorms norms_;  // null without qk norms
   SharedInputParts qkv_{{q_.get(), k_.get(), v_.get()}};  // one gather / reduce-scatter under sequence parallelism
 };
 

@@ -2,6 +2,7 @@
 #include "layers/llama/llama_block.hpp"
 
 #include "layers/linear.hpp"
+#include "layers/llama/head_rmsnorm.hpp"
 #include "layers/llama/llama_attention.hpp"
 #include "layers/llama/rmsnorm.hpp"
 #include "layers/llama/swiglu_mlp.hpp"
@@ -27,26 +28,38 @@ LayerPtr projection(const std::string& name, std::int64_t in, std::int64_t out, 
 
 }  // namespace
 
+LayerPtr make_llama_attention(const partition::BlockSpec& b, const ParamInit& init, int tp_size, int tp_rank) {
+  const std::int64_t d = b.in_features, hd = d / b.n_heads;
+  const std::string p = b.name + ".attn";
+  auto q = projection(p + ".q", d, b.n_heads * hd, Split::kColumns, init, tp_size, tp_rank, b.qkv_bias);
+  auto k = projection(p + ".k", d, b.n_kv_heads * hd, Split::kColumns, init, tp_size, tp_rank, b.qkv_bias);
+  auto v = projection(p + ".v", d, b.n_kv_heads * hd, Split::kColumns, init, tp_size, tp_rank, b.qkv_bias);
+  auto o = projection(p + ".o", b.n_heads * hd, d, Split::kRows, init, tp_size, tp_rank);
+  QkNorms norms;
+  if (b.qk_norm) {
+    const float eps = static_cast<float>(b.norm_eps);
+    norms.q = std::make_unique<HeadRmsNorm>(p + ".q_norm", hd, eps, init, tp_size, tp_rank);
+    norms.k = std::make_unique<HeadRmsNorm>(p + ".k_norm", hd, eps, init, tp_size, tp_rank);
+  }
+  LlamaHeads heads{d, b.n_heads, b.n_kv_heads, b.n_heads / tp_size, b.n_kv_heads / tp_size,
+                   static_cast<float>(b.rope_theta), b.attention_window};
+  return std::make_unique<LlamaAttention>(p, heads, std::move(q), std::move(k), std::move(v), std::move(o),
+                                          tp_size > 1, std::move(norms));
+}
+
 std::unique_ptr<TransformerBlock> make_llama_block(const partition::BlockSpec& b, const ParamInit& init, int tp_size,
                                                    int tp_rank) {
   CLEAVE_ASSERT(b.kind == partition::BlockKind::kLlamaBlock && tp_size >= 1 && b.n_heads % tp_size == 0 &&
                     b.n_kv_heads % tp_size == 0 && b.d_ff % tp_size == 0,
                 "make_llama_block: block '{}' ({} heads, {} kv heads, ffn {}) cannot split over tp {}", b.name,
                 b.n_heads, b.n_kv_heads, b.d_ff, tp_size);
-  const std::int64_t d = b.in_features, hd = d / b.n_heads, f = b.d_ff;
+  const std::int64_t d = b.in_features, f = b.d_ff;
   const bool tp = tp_size > 1;
   const std::string& p = b.name;
   const float eps = static_cast<float>(b.norm_eps);
   // Built in parameter order, so errors and allocations come in the same order on every layout.
   auto attn_norm = std::make_unique<RmsNorm>(p + ".attn_norm", d, eps, init);
-  auto q = projection(p + ".attn.q", d, b.n_heads * hd, Split::kColumns, init, tp_size, tp_rank, b.qkv_bias);
-  auto k = projection(p + ".attn.k", d, b.n_kv_heads * hd, Split::kColumns, init, tp_size, tp_rank, b.qkv_bias);
-  auto v = projection(p + ".attn.v", d, b.n_kv_heads * hd, Split::kColumns, init, tp_size, tp_rank, b.qkv_bias);
-  auto o = projection(p + ".attn.o", b.n_heads * hd, d, Split::kRows, init, tp_size, tp_rank);
-  LlamaHeads heads{d, b.n_heads, b.n_kv_heads, b.n_heads / tp_size, b.n_kv_heads / tp_size,
-                   static_cast<float>(b.rope_theta), b.attention_window};
-  auto attn = std::make_unique<LlamaAttention>(p + ".attn", heads, std::move(q), std::move(k), std::move(v),
-                                               std::move(o), tp);
+  auto attn = make_llama_attention(b, init, tp_size, tp_rank);
   auto mlp_norm = std::make_unique<RmsNorm>(p + ".mlp_norm", d, eps, init);
   auto gate = projection(p + ".mlp.gate", d, f, Split::kColumns, init, tp_size, tp_rank);
   auto up = projection(p + ".mlp.up", d, f, Split::kColumns, init, tp_size, tp_rank);

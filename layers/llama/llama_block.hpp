@@ -5,6 +5,7 @@
 //   <prefix>.attn.k.weight [Hkv·hd, D]     <prefix>.mlp.up.weight [F, D]
 //   <prefix>.attn.v.weight [Hkv·hd, D]     <prefix>.mlp.down.weight [D, F]
 //   <prefix>.attn.o.weight [D, Hq·hd]
+//   <prefix>.attn.q_norm.weight [hd]       <prefix>.attn.k_norm.weight [hd]   (block.qk_norm only: Qwen3)
 // Projections start normal(0, init.std) (transformers' initializer_range 0.02, no residual scaling).
 //
 // make_llama_block builds every layout: tp_size 1 gives Linears; tp_size > 1 this tp rank's shards (q, k,
@@ -31,6 +32,10 @@ namespace cleave::layers {
 
 // A llama block (partition::BlockKind::kLlamaBlock) for tp rank tp_rank of tp_size. The tp rules
 // (partition/tp_rules.hpp) must hold; the builder checks them first.
+// The attention of a llama or moe block (its q, k, v, o projections, biased where block.qkv_bias, and the
+// per-head q/k norms where block.qk_norm) for tp rank tp_rank of tp_size; named "<block>.attn".
+LayerPtr make_llama_attention(const partition::BlockSpec& block, const ParamInit& init, int tp_size, int tp_rank);
+
 std::unique_ptr<TransformerBlock> make_llama_block(const partition::BlockSpec& block, const ParamInit& init,
                                                    int tp_size, int tp_rank);
 

@@ -2,7 +2,7 @@
 #include "layers/moe/moe_block.hpp"
 
 #include "layers/linear.hpp"
-#include "layers/llama/llama_attention.hpp"
+#include "layers/llama/llama_block.hpp"
 #include "layers/llama/rmsnorm.hpp"
 #include "layers/llama/swiglu_mlp.hpp"
 #include "layers/moe/moe_mlp.hpp"
@@ -32,19 +32,12 @@ std::unique_ptr<TransformerBlock> make_moe_block(const partition::BlockSpec& b, 
                     b.n_kv_heads % tp_size == 0 && b.d_ff % tp_size == 0,
                 "make_moe_block: block '{}' ({} heads, {} kv heads, expert ffn {}) cannot split over tp {}", b.name,
                 b.n_heads, b.n_kv_heads, b.d_ff, tp_size);
-  const std::int64_t d = b.in_features, hd = d / b.n_heads, f = b.d_ff;
+  const std::int64_t d = b.in_features, f = b.d_ff;
   const bool tp = tp_size > 1;
   const std::string& p = b.name;
   const float eps = static_cast<float>(b.norm_eps);
   auto attn_norm = std::make_unique<RmsNorm>(p + ".attn_norm", d, eps, init);
-  auto q = projection(p + ".attn.q", d, b.n_heads * hd, Split::kColumns, init, tp_size, tp_rank);
-  auto k = projection(p + ".attn.k", d, b.n_kv_heads * hd, Split::kColumns, init, tp_size, tp_rank);
-  auto v = projection(p + ".attn.v", d, b.n_kv_heads * hd, Split::kColumns, init, tp_size, tp_rank);
-  auto o = projection(p + ".attn.o", b.n_heads * hd, d, Split::kRows, init, tp_size, tp_rank);
-  LlamaHeads heads{d, b.n_heads, b.n_kv_heads, b.n_heads / tp_size, b.n_kv_heads / tp_size,
-                   static_cast<float>(b.rope_theta)};
-  auto attn = std::make_unique<LlamaAttention>(p + ".attn", heads, std::move(q), std::move(k), std::move(v),
-                                               std::move(o), tp);
+  auto attn = make_llama_attention(b, init, tp_size, tp_rank);  // llama's (q/k norms where b.qk_norm: Qwen3-MoE)
   auto mlp_norm = std::make_unique<RmsNorm>(p + ".mlp_norm", d, eps, init);
   RouterOptions router;
   router.kind = partition::router_kind(config.router);

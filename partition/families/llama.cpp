@@ -95,6 +95,7 @@ ModelSpec make_llama_spec(const LlamaConfig& given) {
     block.norm_eps = config.norm_eps;
     block.attention_window = i >= config.sliding_window_from_layer ? config.sliding_window : 0;
     block.qkv_bias = config.qkv_bias;
+    block.qk_norm = config.qk_norm;
     spec.blocks.push_back(block);
   }
 
@@ -114,22 +115,13 @@ ModelSpec make_llama_spec(const LlamaConfig& given) {
   return spec;
 }
 
-namespace {
-
-ModelSpec llama_spec(const FamilyConfigs& c) { return make_llama_spec(c.llama); }
-
-void llama_resolve(FamilyConfigs& c) { c.llama = llama_defaults(c.llama); }
-
-TokenSizes llama_token_sizes(const FamilyConfigs& c) {
-  const LlamaConfig& l = c.llama;
+TokenSizes llama_token_sizes(const LlamaConfig& l) {
   return {l.vocab_size, l.d_model, l.n_layers, l.n_heads, l.seq_len, l.ffn_hidden_size, l.tie_embeddings};
 }
 
-constexpr const char* kTpKey = "parallel.tensor_model_parallel_size";
-
 // Every tp rank holds whole query heads, whole key/value heads and an equal share of the SwiGLU width.
-void llama_check_tensor_parallel(const FamilyConfigs& c, int tp_size) {
-  const LlamaConfig& m = c.llama;
+void check_llama_tensor_parallel(const LlamaConfig& m, int tp_size, const char* ffn_share) {
+  constexpr const char* kTpKey = "parallel.tensor_model_parallel_size";
   const std::int64_t g = std::gcd(std::gcd(m.n_heads, m.n_kv_heads), m.ffn_hidden_size);
   const std::string allowed = fmt::format("{{{}}}", fmt::join(allowed_tp_sizes(g, g), ", "));
   const auto rule = [&](std::int64_t value, const char* key, const char* what) {
@@ -140,13 +132,23 @@ void llama_check_tensor_parallel(const FamilyConfigs& c, int tp_size) {
   };
   rule(m.n_heads, "model.n_heads", "whole query heads");
   rule(m.n_kv_heads, "model.n_kv_heads", "whole key/value heads");
-  rule(m.ffn_hidden_size, "model.ffn_hidden_size", "an equal share of the SwiGLU columns");
+  rule(m.ffn_hidden_size, "model.ffn_hidden_size", ffn_share);
 }
 
-std::vector<std::int64_t> llama_tp_sizes(const FamilyConfigs& c) {
-  const LlamaConfig& l = c.llama;
+std::vector<std::int64_t> llama_tp_sizes(const LlamaConfig& l) {
   return allowed_tp_sizes(std::gcd(l.n_heads, l.n_kv_heads), l.ffn_hidden_size);
 }
+
+namespace {
+
+void llama_resolve(FamilyConfigs& c) { c.llama = llama_defaults(c.llama); }
+
+ModelSpec llama_spec_of(const FamilyConfigs& c) { return make_llama_spec(c.llama); }
+TokenSizes llama_token_sizes_of(const FamilyConfigs& c) { return llama_token_sizes(c.llama); }
+void llama_check_tensor_parallel_of(const FamilyConfigs& c, int tp_size) {
+  check_llama_tensor_parallel(c.llama, tp_size, "an equal share of the SwiGLU columns");
+}
+std::vector<std::int64_t> llama_tp_sizes_of(const FamilyConfigs& c) { return llama_tp_sizes(c.llama); }
 
 }  // namespace
 
@@ -155,11 +157,11 @@ Family llama_family() {
   f.type = ModelType::kLlama;
   f.name = "llama";
   f.language_model = true;
-  f.make_spec = llama_spec;
+  f.make_spec = llama_spec_of;
   f.resolve = llama_resolve;
-  f.token_sizes = llama_token_sizes;
-  f.check_tensor_parallel = llama_check_tensor_parallel;
-  f.tp_sizes = llama_tp_sizes;
+  f.token_sizes = llama_token_sizes_of;
+  f.check_tensor_parallel = llama_check_tensor_parallel_of;
+  f.tp_sizes = llama_tp_sizes_of;
   f.sequence_parallel = true;
   return f;
 }

@@ -9,19 +9,23 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace cleave::partition {
 
 struct ModelSpec;
 struct Family;
 struct BlockRules;
+struct TokenSizes;
 
 // 0 in n_kv_heads / ffn_hidden_size / max_seq_len means "not given" (resolved by llama_defaults).
 // max_seq_len: the longest sequence the model's positions serve (a Hugging Face model's
 // max_position_embeddings); rotary positions need no table, so any seq_len up to it trains the same weights.
 // sliding_window: each query attends to the last sliding_window keys, itself included (Mistral); 0 = every
 // earlier key; sliding_window_from_layer: the window applies to blocks i >= it only (Qwen2's max_window_layers; 0:
-// every block). qkv_bias: q, k and v projections carry biases (Qwen2).
+// every block). qkv_bias: q, k and v projections carry biases (Qwen2). qk_norm: q and k pass an RMSNorm over
+// each head's head_dim columns (one learned scale [head_dim] each, eps norm_eps) before the rotary embedding
+// (Qwen3).
 struct LlamaConfig {
   std::int64_t vocab_size = 256;
   std::int64_t d_model = 64;
@@ -37,6 +41,7 @@ struct LlamaConfig {
   std::int64_t sliding_window = 0;   // 0 = full causal attention
   std::int64_t sliding_window_from_layer = 0;  // blocks below it attend to every earlier key
   bool qkv_bias = false;
+  bool qk_norm = false;
 };
 
 // Llama's MLP width rule: 2/3 of 4 · d_model (integer), rounded up to a multiple of 64.
@@ -46,6 +51,13 @@ LlamaConfig llama_defaults(LlamaConfig config);
 
 // Checks the sizes (ConfigKeyError naming model.<key> and the numbers) and builds the block list.
 ModelSpec make_llama_spec(const LlamaConfig& config);
+
+// The llama rules the moe family (a llama with a mixture feed-forward) shares: its token sizes, its
+// tensor-parallel check (ConfigKeyError naming the first of n_heads, n_kv_heads, ffn_hidden_size that tp does
+// not divide; `ffn_share` says what each rank holds of ffn_hidden_size) and the tp sizes it allows.
+TokenSizes llama_token_sizes(const LlamaConfig& config);
+void check_llama_tensor_parallel(const LlamaConfig& config, int tp_size, const char* ffn_share);
+std::vector<std::int64_t> llama_tp_sizes(const LlamaConfig& config);
 
 // The family's rows in the tables of family.hpp.
 Family llama_family();

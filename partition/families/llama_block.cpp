@@ -62,7 +62,8 @@ Parts llama_parts(const BlockSpec& b) {
   return p;
 }
 
-BlockCost llama_cost(const BlockSpec& block, DType dtype, Recompute recompute, int tp, bool sequence_parallel) {
+BlockCost llama_cost_without_qk_norms(const BlockSpec& block, DType dtype, Recompute recompute, int tp,
+                                      bool sequence_parallel) {
   const auto b = static_cast<std::int64_t>(dtype_size(dtype));
   BlockCost cost = base_cost(llama_parts(block), b, block.output.numel() * b);
   const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff, h = block.n_heads;
@@ -117,6 +118,31 @@ BlockCost llama_cost(const BlockSpec& block, DType dtype, Recompute recompute, i
   return cost;
 }
 
+
+// Qwen3's per-head q/k norms (BlockSpec::qk_norm), on the full sequence of this rank's heads in every layout:
+// two scales [hd]; FLOPs as an RMSNorm over q and k; forward stash q and k before the norm and one f32 rstd per
+// head row; from I to W also their dy. Added to any layout's figures (they scale with 1 / tp, as the heads).
+void add_qk_norms(BlockCost& cost, const BlockSpec& block, std::int64_t b, Recompute recompute, int tp) {
+  if (!block.qk_norm) return;
+  const std::int64_t t = block.seq_len, d = block.in_features, h = block.n_heads, hd = d / h;
+  const std::int64_t kv = block.n_kv_heads * hd;
+  const std::int64_t cols = t * (d + kv) / tp, rstd = t * (h + block.n_kv_heads) / tp * kStatBytes;
+  const double n = static_cast<double>(t * (d + kv));
+  cost.param_count += 2 * hd;
+  cost.param_bytes += 2 * hd * b;
+  cost.forward_flops += 4 * n;
+  cost.input_grad_flops += 6 * n;
+  cost.weight_grad_flops += 3 * n;
+  if (recompute != Recompute::kFull) cost.activation_bytes += cols * b + rstd;
+  cost.weight_stash_bytes += 2 * cols * b + rstd;
+}
+
+BlockCost llama_cost(const BlockSpec& block, DType dtype, Recompute recompute, int tp, bool sequence_parallel) {
+  BlockCost cost = llama_cost_without_qk_norms(block, dtype, recompute, tp, sequence_parallel);
+  add_qk_norms(cost, block, static_cast<std::int64_t>(dtype_size(dtype)), recompute, tp);
+  return cost;
+}
+
 }  // namespace cost
 
 namespace work {
@@ -142,6 +168,7 @@ BlockWork llama_work(const BlockSpec& blk, D b, int tp, D micro, Recompute recom
   const PassWork core_forward = attention_forward(micro * heads, t, dh, b, pairs);
   w.forward += core_forward;
   w.input_grad += attention_backward(micro * heads, t, dh, b, pairs);
+  if (blk.qk_norm) layernorm(w, rows * (d + kv) / p, b);  // Qwen3's per-head q/k norms
   linear(w, rows, d / p, d, false, b);
   residual(w, rows * d, b);
   layernorm(w, rows * d, b);
@@ -175,8 +202,8 @@ double llama_widest_f32(const BlockSpec& block, int tp) {
 }
 
 std::string llama_shape_key(const BlockSpec& b) {
-  return fmt::format("{} d{} h{} kv{} ff{} T{}", block_kind_name(b.kind), b.in_features, b.n_heads, b.n_kv_heads, b.d_ff,
-                     b.seq_len);
+  return fmt::format("{} d{} h{} kv{} ff{} T{}{}", block_kind_name(b.kind), b.in_features, b.n_heads, b.n_kv_heads,
+                     b.d_ff, b.seq_len, b.qk_norm ? " qk_norm" : "");
 }
 
 }  // namespace

@@ -6,13 +6,10 @@
 #include "partition/families/moe.hpp"
 
 #include <fmt/format.h>
-#include <fmt/ranges.h>
-
-#include <numeric>
 
 #include "engine/core/error.hpp"
+#include "partition/families/family.hpp"
 #include "partition/model_spec.hpp"
-#include "partition/tp_rules.hpp"
 
 namespace cleave::partition {
 
@@ -65,35 +62,15 @@ ModelSpec moe_spec(const FamilyConfigs& c) { return make_moe_spec(c.moe); }
 
 void moe_resolve(FamilyConfigs& c) { c.moe = moe_defaults(c.moe); }
 
-TokenSizes moe_token_sizes(const FamilyConfigs& c) {
-  const MoeConfig& l = c.moe;
-  return {l.vocab_size, l.d_model, l.n_layers, l.n_heads, l.seq_len, l.ffn_hidden_size, l.tie_embeddings};
-}
+TokenSizes moe_token_sizes(const FamilyConfigs& c) { return llama_token_sizes(c.moe); }
 
-constexpr const char* kTpKey = "parallel.tensor_model_parallel_size";
-
-// Every tp rank holds whole query and key/value heads and an equal share of every expert's SwiGLU width
-// (Megatron's expert tensor parallelism: each expert's gate and up split by columns, down by rows); the router
-// and the expert count are not split.
+// Llama's rules (whole heads per rank), with each expert's SwiGLU split as Megatron's expert tensor parallelism
+// (gate and up by columns, down by rows); the router and the expert count are not split.
 void moe_check_tensor_parallel(const FamilyConfigs& c, int tp_size) {
-  const MoeConfig& m = c.moe;
-  const std::int64_t g = std::gcd(std::gcd(m.n_heads, m.n_kv_heads), m.ffn_hidden_size);
-  const std::string allowed = fmt::format("{{{}}}", fmt::join(allowed_tp_sizes(g, g), ", "));
-  const auto rule = [&](std::int64_t value, const char* key, const char* what) {
-    CLEAVE_CHECK_KEY(value % tp_size == 0, key,
-                     "{} is not divisible by {} {}: each tp rank needs {}; use tp in {} (divisors of n_heads, "
-                     "n_kv_heads and ffn_hidden_size)",
-                     value, kTpKey, tp_size, what, allowed);
-  };
-  rule(m.n_heads, "model.n_heads", "whole query heads");
-  rule(m.n_kv_heads, "model.n_kv_heads", "whole key/value heads");
-  rule(m.ffn_hidden_size, "model.ffn_hidden_size", "an equal share of every expert's SwiGLU columns");
+  check_llama_tensor_parallel(c.moe, tp_size, "an equal share of every expert's SwiGLU columns");
 }
 
-std::vector<std::int64_t> moe_tp_sizes(const FamilyConfigs& c) {
-  const MoeConfig& l = c.moe;
-  return allowed_tp_sizes(std::gcd(l.n_heads, l.n_kv_heads), l.ffn_hidden_size);
-}
+std::vector<std::int64_t> moe_tp_sizes(const FamilyConfigs& c) { return llama_tp_sizes(c.moe); }
 
 }  // namespace
 

@@ -8,10 +8,12 @@
 // · d_ff, plus what that leaves out: the parameters of the experts no token of that width runs (E - k experts)
 // and of the router [E, D], the router's GEMMs (2·T·D·E per pass and weight gradient), and the stash the
 // routing adds per sample (the gathered input and the experts' output, [T·k, D] each, and the f32 router
-// logits [T, E]). Uneven loads (a micro-batch whose tokens crowd into few experts) change none of the byte
+// logits [T, E]); the roofline adds the router's GEMM and its f32 logits' traffic to the active block's work.
+// Uneven loads (a micro-batch whose tokens crowd into few experts) change none of the byte
 // counts here, since every token always reaches exactly k experts (dropless).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <string>
 
 #include "engine/core/error.hpp"
@@ -19,6 +21,7 @@
 #include "partition/cost_model.hpp"
 #include "partition/families/family.hpp"
 #include "partition/model_spec.hpp"
+#include "partition/work_parts.hpp"
 
 namespace cleave::partition {
 namespace {
@@ -45,6 +48,7 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
   const std::int64_t extra_params = 3 * d * f * (e - k) + d * e + (block.router_bias ? e : 0);
   cost.param_count += extra_params;
   cost.param_bytes += extra_params * b;
+  cost.inactive_param_count = 3 * d * f * (e - k);  // the experts a token is not routed to
   const double router = 2.0 * static_cast<double>(t * d * e);
   cost.forward_flops += router;
   cost.input_grad_flops += router;
@@ -55,11 +59,41 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
   // Weight stash beyond it: xp [T·k, D], the down projection's dy is [T·k, D] where llama's is [T, D], and
   // dlogits [T, E]; plus the E f32 counts per micro-batch, which no per-sample figure holds (E·4 bytes).
   cost.weight_stash_bytes += (t * k * d + (k - 1) * t * d + t * e) * b;
+  const bool sp = sequence_parallel && tp > 1;
+  const std::int64_t ts = sp ? t / tp : t;
+  // Sequence parallelism: the mixture stashes its gathered input [T, D] (every rank routes every token), where
+  // llama's column-parallel projections keep the shard.
+  if (sp && recompute != Recompute::kFull) cost.activation_bytes += (t - ts) * d * b;
+  // The input gradient's peak is the mixture's, not a SwiGLU's of the active width: dy (and under sequence
+  // parallelism its gathered copy), the experts' d_o and dxp [T·k, D], dh, dg, du [T·k, F/tp], dx [T, D], the
+  // logits' gradient [T, E] in f32 and in the compute dtype, all live until the shared expert's backward, which
+  // adds its SwiGLU's (dh, dg, du [T, S·F/tp] and two input gradients [T, D]). Measured against the allocator's
+  // peak by e2e MoeMemory.ActivationMemoryFollowsThePlan.
+  const std::int64_t shared = block.n_shared_experts * f;
+  std::int64_t mixture = ((sp ? ts * d + t * d : t * d) + 2 * t * k * d + 3 * t * k * f / tp + t * d) * b + t * e * (4 + b);
+  if (shared > 0) mixture += (3 * t * shared / tp + 2 * t * d) * b;
+  if (recompute == Recompute::kFull) mixture += cost.recompute_transient_bytes - ts * d * b;
+  cost.backward_extra_bytes = std::max(cost.backward_extra_bytes, mixture);
   return cost;
 }
 
+// The active llama block's work plus the router's GEMM ([rows, D] x [D, E], replicated over tp: every rank
+// routes every token) and its softmax / top-k over the f32 logits [rows, E] (read, written, and read back with
+// their gradient in backward). Under full recomputation the router's forward runs again in I.
 BlockWork moe_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch) {
-  return llama_rules().work(active_llama_block(block), dtype, recompute, tp, micro_batch);
+  BlockWork w = llama_rules().work(active_llama_block(block), dtype, recompute, tp, micro_batch);
+  using work_parts::D;
+  const D rows = static_cast<D>(micro_batch * block.seq_len), d = static_cast<D>(block.in_features);
+  const D e = static_cast<D>(block.n_experts), b = static_cast<D>(dtype_size(dtype));
+  BlockWork router;
+  work_parts::linear(router, rows, d, e, false, b);
+  router.forward.stream_bytes += 2 * rows * e * 4;
+  router.input_grad.stream_bytes += 3 * rows * e * 4;
+  w.forward += router.forward;
+  w.input_grad += router.input_grad;
+  w.weight_grad += router.weight_grad;
+  if (recompute == Recompute::kFull) w.input_grad += router.forward;
+  return w;
 }
 
 TpBlockComm moe_tp_comm(const BlockSpec& block, DType dtype, int tp, bool sequence_parallel, Recompute recompute) {

@@ -90,6 +90,24 @@ PY
 "$cleave" simulate --config best.json --world 3 > sim3.log 2>&1 && fail "simulate --config on a world the layout does not divide"
 grep -q "world size 3\|3 ranks\|world 3" sim3.log || { cat sim3.log; fail "simulate --config world message"; }
 
+# A mixture of experts: total and active parameters (top_k of n_experts experts per block), in both forms.
+"$cleave" simulate --config "$source_dir/examples/moe/config.json" --set data.type=synthetic --world 2 > moe.log 2>&1 \
+  || { cat moe.log; fail "simulate --config moe"; }
+"$cleave" simulate --config "$source_dir/examples/moe/config.json" --set data.type=synthetic --world 2 --json \
+  > moe.json 2> moe_json.log || { cat moe_json.log; fail "simulate --config moe --json"; }
+python3 - moe.log moe.json "$source_dir/examples/moe/config.json" << 'PY' || fail "moe parameters"
+import json, re, sys
+text, out, m = open(sys.argv[1]).read(), json.load(open(sys.argv[2])), json.load(open(sys.argv[3]))["model"]
+got = re.search(r"parameters: (\d+) total, (\d+) active per token", text)
+assert got, text
+total, active = int(got.group(1)), int(got.group(2))
+assert (out["param_count"], out["active_param_count"]) == (total, active), out
+d, f, e, k = m["d_model"], m["ffn_hidden_size"], m["n_experts"], m["top_k"]
+# Every block's unchosen experts (e - k SwiGLUs of 3·d·f) are the difference.
+assert total - active == m["n_layers"] * 3 * d * f * (e - k), (total, active)
+print(f"ok   simulate --config moe: {total} parameters, {active} active per token")
+PY
+
 # Bad input.
 "$cleave" plan tiny.json --world 7 --set model.n_layers=2 > bad1.log 2>&1 && fail "world 7 accepted"
 grep -q "plan: none of the .* plans of 7 ranks is valid\|no layout of 7 ranks fits" bad1.log || { cat bad1.log; fail "world 7 message"; }

@@ -15,8 +15,7 @@ mpiexec=("$@")
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-fail() { echo "FAIL $*"; exit 1; }
-fixture() { python3 "$src/tests/e2e/hf_fixture.py" "$@" || fail "fixture $*"; }
+source "$src/tests/e2e/hf_lib.sh"  # fail, fixture, loss, refuse
 fixture hf
 fixture hf_sharded --shards 3
 
@@ -36,8 +35,6 @@ for e in exported exported_sharded; do
 done
 echo "ok   export --format hf -> import is bit-exact ($(ls exported_sharded | grep -c safetensors$) shards with an index too)"
 
-# The first step's loss from metrics.jsonl.
-loss() { python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['loss'])" "$1/metrics.jsonl"; }
 common=(--set train.steps=1 --set train.eval_batches=0 --set checkpoint.save_final=false)
 "$cleave" train --init-from hf "${common[@]}" --set train.out_dir=one > one.log 2>&1 || { cat one.log; fail "init one rank"; }
 "${mpiexec[@]}" -n 2 "$cleave" train --init-from hf "${common[@]}" --set parallel.tensor_model_parallel_size=2 \
@@ -84,14 +81,6 @@ print(f"ok   llama (GQA 4/2): shards, export round trip; --init-from first-step 
 PY
 
 # Bad inputs: one error line naming the problem, exit 1, nothing written.
-refuse() {  # refuse NAME EXPECTED_TEXT OUT_PATH -- command...
-  local name=$1 want=$2 out=$3; shift 4
-  "$@" > bad.log 2>&1 && fail "$name: accepted"
-  grep -qF -- "$want" bad.log || { cat bad.log; fail "$name: no '$want' in the message"; }
-  [ "$(grep -c 'error' bad.log)" -eq 1 ] || { cat bad.log; fail "$name: not one error line"; }
-  [ ! -e "$out" ] || fail "$name: $out was written"
-  echo "ok   refused $name: $(grep error bad.log | cut -c1-150)"
-}
 cp -r hf_sharded no_shard && rm no_shard/model-00002-of-00003.safetensors
 refuse "missing shard" "shard model-00002-of-00003.safetensors is missing" out1 -- "$cleave" import no_shard --out out1
 fixture wrong_shape --reshape transformer.h.1.mlp.c_fc.weight

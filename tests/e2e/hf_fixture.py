@@ -1,10 +1,13 @@
 #!/usr/bin/env python3
 """Writes a tiny Hugging Face GPT2LMHeadModel (or, with --llama, LlamaForCausalLM with grouped-query attention
 and an untied head; --mistral W / --qwen2 its MistralForCausalLM with sliding_window W / Qwen2ForCausalLM with
-q/k/v biases variants, --qwen2-window W [--max-window-layers L] its window W from layer L on; --max-positions N its max_position_embeddings; --tokenizer a Llama 2-style
-tokenizer.json (byte fallback, six merges; vocab_size 272 then) and tokenizer_config.json; with --mixtral, MixtralForCausalLM: the
-Llama with E 4 experts, top-2, one tensor per expert as save_pretrained writes them; with --qwen3moe, a
-Qwen3MoeForCausalLM config, for its refusal) directory with the standard library only (no torch, no downloads): config.json as
+q/k/v biases variants, --qwen2-window W [--max-window-layers L] its window W from layer L on; --max-positions N
+its max_position_embeddings; --tokenizer a Llama 2-style tokenizer.json (byte fallback, six merges; vocab_size 272
+then) and tokenizer_config.json; with --mixtral, MixtralForCausalLM: the Llama with E 4 experts, top-2, one tensor
+per expert as save_pretrained writes them; with --qwen3 a Qwen3ForCausalLM (Llama with per-head q_norm / k_norm);
+with --qwen3moe a Qwen3MoeForCausalLM (Qwen3's attention, mlp.gate and mlp.experts.{j}.{gate,up,down}_proj,
+norm_topk_prob false); with --qwen2moe a Qwen2MoeForCausalLM config, for its refusal) directory with the standard
+library only (no torch, no downloads): config.json as
 transformers writes it and seeded random weights (normal, std 0.3: far from a fresh model's) under
 transformers' names and shapes (GPT-2's Conv1D weights [in, out]) in model.safetensors, or in --shards files
 with model.safetensors.index.json. --drop / --extra / --reshape / --nan NAME make bad inputs (--nan: element 3
@@ -25,7 +28,7 @@ KV_HEADS = 2  # llama
 EXPERTS, TOP_K = 4, 2  # mixtral
 
 
-def tensors(seed, llama, qkv_bias=False, mixtral=False, vocab=V):
+def tensors(seed, llama, qkv_bias=False, mixtral=False, qk_norm=False, qwen3moe=False, vocab=V):
     rng = random.Random(seed)
     out = {}
 
@@ -50,7 +53,17 @@ def tensors(seed, llama, qkv_bias=False, mixtral=False, vocab=V):
                 add(p + "self_attn.q_proj.bias", HEADS * hd)
                 add(p + "self_attn.k_proj.bias", KV_HEADS * hd)
                 add(p + "self_attn.v_proj.bias", KV_HEADS * hd)
+            if qk_norm:
+                add(p + "self_attn.q_norm.weight", hd)
+                add(p + "self_attn.k_norm.weight", hd)
             add(p + "post_attention_layernorm.weight", D)
+            if qwen3moe:
+                add(p + "mlp.gate.weight", EXPERTS, D)
+                for j in range(EXPERTS):
+                    add(p + f"mlp.experts.{j}.gate_proj.weight", F, D)
+                    add(p + f"mlp.experts.{j}.up_proj.weight", F, D)
+                    add(p + f"mlp.experts.{j}.down_proj.weight", D, F)
+                continue
             if mixtral:
                 add(p + "block_sparse_moe.gate.weight", EXPERTS, D)
                 for j in range(EXPERTS):
@@ -134,6 +147,8 @@ def main():
     ap.add_argument("--llama", action="store_true")
     ap.add_argument("--mixtral", action="store_true")
     ap.add_argument("--qwen3moe", action="store_true")
+    ap.add_argument("--qwen3", action="store_true")
+    ap.add_argument("--qwen2moe", action="store_true")
     ap.add_argument("--shards", type=int, default=1)
     ap.add_argument("--seed", type=int, default=5)
     ap.add_argument("--drop")
@@ -149,10 +164,11 @@ def main():
     ap.add_argument("--tokenizer", action="store_true",
                     help="also a SentencePiece-style tokenizer.json (vocab_size 272) and tokenizer_config.json")
     a = ap.parse_args()
-    a.llama = a.llama or a.qwen2 or a.mistral is not None
-    moe = a.mixtral or a.qwen3moe
+    a.llama = a.llama or a.qwen2 or a.qwen3 or a.mistral is not None
+    moe = a.mixtral or a.qwen3moe or a.qwen2moe
     vocab = len(SP_VOCAB) if a.tokenizer else V
-    w = tensors(a.seed, a.llama or moe, qkv_bias=a.qwen2, mixtral=moe, vocab=vocab)
+    w = tensors(a.seed, a.llama or moe, qkv_bias=a.qwen2, mixtral=moe, qk_norm=a.qwen3 or a.qwen3moe,
+                qwen3moe=a.qwen3moe, vocab=vocab)
     if a.drop:
         del w[a.drop]
     if a.extra:
@@ -174,8 +190,10 @@ def main():
                   "attention_bias": False, "mlp_bias": False, "tie_word_embeddings": False, "torch_dtype": "float32",
                   "bos_token_id": 1, "eos_token_id": 2, "transformers_version": "4.57.1"}
         config["max_position_embeddings"] = a.max_positions
+        if a.mistral is not None or a.qwen2 or a.qwen3:
+            del config["mlp_bias"]
         if a.mistral is not None or a.qwen2:
-            del config["attention_bias"], config["mlp_bias"]
+            del config["attention_bias"]
         if a.mistral is not None:
             config.update(architectures=["MistralForCausalLM"], model_type="mistral",
                           sliding_window=a.mistral if a.mistral > 0 else None)
@@ -187,6 +205,10 @@ def main():
                               max_window_layers=a.max_window_layers,
                               layer_types=["sliding_attention" if i >= a.max_window_layers else "full_attention"
                                            for i in range(LAYERS)])
+        if a.qwen3:
+            config.update(architectures=["Qwen3ForCausalLM"], model_type="qwen3", use_sliding_window=False,
+                          sliding_window=None, max_window_layers=LAYERS, head_dim=D // HEADS,
+                          layer_types=["full_attention"] * LAYERS)
     if moe:
         config = {"architectures": ["MixtralForCausalLM"], "model_type": "mixtral", "vocab_size": V,
                   "hidden_size": D, "num_hidden_layers": LAYERS, "num_attention_heads": HEADS,
@@ -196,9 +218,17 @@ def main():
                   "output_router_logits": False, "sliding_window": None,
                   "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}, "hidden_act": "silu",
                   "tie_word_embeddings": False, "dtype": "float32"}
-    if a.qwen3moe:
-        config.update({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "num_experts": EXPERTS,
-                       "moe_intermediate_size": F, "norm_topk_prob": True})
+        config["max_position_embeddings"] = a.max_positions
+    if a.qwen3moe:  # as transformers 5 writes it (num_local_experts for num_experts, an unused dense width)
+        config.update({"architectures": ["Qwen3MoeForCausalLM"], "model_type": "qwen3_moe", "head_dim": D // HEADS,
+                       "intermediate_size": 40, "moe_intermediate_size": F, "norm_topk_prob": False,
+                       "decoder_sparse_step": 1, "mlp_only_layers": [], "attention_bias": False,
+                       "use_sliding_window": False, "rms_norm_eps": 1e-06,
+                       "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}})
+        del config["router_jitter_noise"]
+    if a.qwen2moe:
+        config.update({"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "num_experts": EXPERTS,
+                       "moe_intermediate_size": F, "shared_expert_intermediate_size": F})
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     if a.tokenizer:

@@ -53,7 +53,7 @@ std::vector<Layout> layouts_for(int world) {
   auto pp = [](int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); };
   auto tp = [](int t) { return "parallel.tensor_model_parallel_size=" + std::to_string(t); };
   auto schedule = [](const char* name) { return std::string("parallel.schedule=") + name; };
-  const std::string tied = "model.tie_embeddings=true", bf16 = "device.precision=bf16";
+  const std::string tied = "model.tie_embeddings=true", bf16 = "device.precision=bf16", qk_norm = "model.qk_norm=true";
   if (world == 2) {
     return {{"tp2", {tp(2)}, kTensorParallel},
             {"tp2_tied_selective", {tp(2), tied, "train.recompute=selective"}, kTensorParallel},
@@ -63,7 +63,12 @@ std::vector<Layout> layouts_for(int world) {
             {"dp2_zero1", {"batch.micro_batch_size=2", "optimizer.zero_stage=1"}, kRounding},
             {"dp2_zero3", {"batch.micro_batch_size=2", "optimizer.zero_stage=3"}, kRounding},
             {"bf16_pp2_zb_h1", {pp(2), schedule("zb_h1"), bf16}, 0, true},
-            {"bf16_tp2", {tp(2), bf16}, kBf16TensorParallel, true}};
+            {"bf16_tp2", {tp(2), bf16}, kBf16TensorParallel, true},
+            // Qwen3's per-head q/k norms: their scale's gradient is a partial sum over the heads' tp ranks.
+            {"tp2_qk_norm", {tp(2), qk_norm}, kTensorParallel},
+            {"tp2_sp_qk_norm_selective", {tp(2), qk_norm, "parallel.sequence_parallel=true", "train.recompute=selective"},
+             kTensorParallel},
+            {"pp2_zb_h1_qk_norm", {pp(2), schedule("zb_h1"), qk_norm}, 0}};
   }
   if (world == 4) {
     return {{"tp2_pp2_1f1b", {tp(2), pp(2)}, kTensorParallel},
@@ -72,7 +77,9 @@ std::vector<Layout> layouts_for(int world) {
             {"dp2_pp2_zero1_full_recompute",
              {pp(2), "batch.micro_batch_size=1", "optimizer.zero_stage=1", "train.recompute=full"}, kRounding},
             {"dp2_pp2_zero3_zb_h1", {pp(2), schedule("zb_h1"), "batch.micro_batch_size=1", "optimizer.zero_stage=3"},
-             kRounding}};
+             kRounding},
+            {"tp2_dp2_qk_norm_zero1", {tp(2), qk_norm, "batch.micro_batch_size=2", "optimizer.zero_stage=1"},
+             kTensorParallel}};
   }
   return {};
 }

@@ -25,7 +25,9 @@
 #include <vector>
 
 #include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "engine/run_plan/memory_plan.hpp"
 #include "engine/train/collectives.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "train_harness.hpp"
@@ -64,7 +66,7 @@ std::vector<Layout> layouts_for(int world) {
   auto tp = [](int t) { return "parallel.tensor_model_parallel_size=" + std::to_string(t); };
   auto schedule = [](const char* name) { return std::string("parallel.schedule=") + name; };
   const std::string sp = "parallel.sequence_parallel=true", bf16 = "device.precision=bf16";
-  const std::string sigmoid = "model.router=sigmoid", shared = "model.n_shared_experts=1";
+  const std::string sigmoid = "model.router=sigmoid", shared = "model.n_shared_experts=1", qk_norm = "model.qk_norm=true";
   if (world == 2) {
     return {{"tp2", {tp(2)}, kTensorParallel},
             {"tp2_sp", {tp(2), sp}, kTensorParallel},
@@ -83,7 +85,8 @@ std::vector<Layout> layouts_for(int world) {
             {"dp2_zero3", {"batch.micro_batch_size=1", "optimizer.zero_stage=3"}, kRounding},
             {"dp2_zero1_sigmoid_bias", {"batch.micro_batch_size=1", "optimizer.zero_stage=1", sigmoid}, kRounding},
             {"bf16_pp2_zb_h1", {pp(2), schedule("zb_h1"), bf16}, 0, true},
-            {"bf16_tp2", {tp(2), bf16}, kBf16TensorParallel, true}};
+            {"bf16_tp2", {tp(2), bf16}, kBf16TensorParallel, true},
+            {"tp2_qk_norm_unnormalized", {tp(2), qk_norm, "model.normalize_top_k=false"}, kTensorParallel}};  // Qwen3-MoE
   }
   if (world == 4) {
     return {{"tp2_pp2_1f1b", {tp(2), pp(2)}, kTensorParallel},
@@ -227,6 +230,74 @@ TEST(MoeCheckpoint, ResumeIsBitIdenticalAndReshards) {
     fs::remove_all(one_root);
   }
   world->barrier()->wait();
+}
+
+// The memory plan counts moe blocks (issue 33 part 5): the allocator's measured activation peak against the plan's
+// on rank 0, GPipe so the stashes the plan counts dominate (as tests/e2e/sequence_parallel_test.cpp), for one
+// rank, tp2 and tp2 with sequence parallelism (every expert's SwiGLU split), with and without a shared expert and
+// Qwen3-MoE's q/k norms: within 2% (measured -0.35% .. +1.37%), except sequence parallelism with a shared expert
+// (-3.4%, bound 5%).
+struct MoeMemoryRun {
+  std::int64_t measured = 0, planned = 0;
+};
+
+MoeMemoryRun moe_memory_run(comm::Communicator& world, std::vector<std::string> overrides) {
+  overrides.push_back("parallel.schedule=gpipe");
+  const config::RunConfig config = config::parse_config(R"({
+    "model": {"type": "moe", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 4, "n_kv_heads": 2,
+              "seq_len": 32, "ffn_hidden_size": 24, "n_experts": 4, "top_k": 2},
+    "batch": {"global_batch_size": 8, "micro_batch_size": 2},
+    "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "warmup_steps": 0},
+    "train": {"seed": 5, "eval_batches": 0, "steps": 2},
+    "data": {"type": "synthetic"}
+  })", "memory_moe", overrides);
+  train::Trainer trainer(config, world);
+  for (std::int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
+  MoeMemoryRun out;
+  out.measured = trainer.memory_stats().peak_of(MemoryCategory::kActivations);
+  config::RunConfig resolved = config;
+  resolved.resolve(world.size());
+  out.planned = run_plan::estimate_rank_memory(trainer.plan(), resolved, 0)
+                    .bytes[static_cast<std::size_t>(MemoryCategory::kActivations)];
+  return out;
+}
+
+TEST(MoeMemory, ActivationMemoryFollowsThePlan) {
+  auto world = make_world();
+  if (world->size() != 2) GTEST_SKIP() << "runs at 2 ranks";
+  auto self = world->split(world->rank(), 0, "self");
+  const std::string tp2 = "parallel.tensor_model_parallel_size=2", sp = "parallel.sequence_parallel=true";
+  const std::string shared = "model.n_shared_experts=1", qk = "model.qk_norm=true";
+  struct Case {
+    const char* name;
+    std::vector<std::string> overrides;
+    bool one_rank;
+    double bound = 0.02;
+  } cases[] = {{"one rank", {"batch.global_batch_size=4"}, true},
+               {"one rank shared qk_norm", {"batch.global_batch_size=4", shared, qk}, true},
+               {"tp2", {tp2}, false},
+               {"tp2 shared", {tp2, shared}, false},
+               {"tp2 qk_norm", {tp2, qk}, false},
+               {"tp2 sp", {tp2, sp}, false},
+               // Sequence parallelism with a shared expert: the plan is 3.4% under the measured peak (the shared
+               // SwiGLU's gathered / reduce-scattered transients are not counted yet).
+               {"tp2 sp shared", {tp2, sp, shared}, false, 0.05},
+               {"tp2 sp shared qk_norm", {tp2, sp, shared, qk}, false, 0.05}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    MoeMemoryRun r;
+    if (c.one_rank) {
+      if (world->rank() == 0) r = moe_memory_run(*self, c.overrides);
+    } else {
+      r = moe_memory_run(*world, c.overrides);
+    }
+    world->barrier()->wait();
+    if (world->rank() != 0) continue;
+    EXPECT_NEAR(static_cast<double>(r.planned), static_cast<double>(r.measured), c.bound * r.measured);
+    std::printf("[ memory ] moe %-24s activations: measured %lld B planned %lld B (%+.2f%%)\n", c.name,
+                static_cast<long long>(r.measured), static_cast<long long>(r.planned),
+                100.0 * (static_cast<double>(r.planned) / r.measured - 1));
+  }
 }
 
 }  // namespace

@@ -24,7 +24,7 @@ void write_llama(const ModelDims& d, const nlohmann::json& model, nlohmann::json
 }
 // No window, no biases.
 bool llama_holds(const ModelDims& d, const nlohmann::json& model) {
-  return !d.qkv_bias && model.value("sliding_window", std::int64_t{0}) == 0;
+  return !d.qkv_bias && !d.qk_norm && model.value("sliding_window", std::int64_t{0}) == 0;
 }
 
 }  // namespace

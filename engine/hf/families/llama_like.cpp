@@ -13,24 +13,34 @@ namespace cleave::hf::llama_like {
 using map_util::add;
 using nlohmann::json;
 
+void add_attention(std::vector<TensorMap>& out, const ModelDims& m, std::int64_t i) {
+  const std::int64_t d = m.d_model, hd = d / m.n_heads;
+  const std::int64_t q = m.n_heads * hd, kv = m.n_kv_heads * hd;
+  const std::string hf = fmt::format("model.layers.{}.", i);
+  const std::string ours = fmt::format("blocks.{}.", i);
+  add(out, hf + "input_layernorm.weight", {d}, ours + "attn_norm.weight", {d});
+  add(out, hf + "self_attn.q_proj.weight", {q, d}, ours + "attn.q.weight", {q, d});
+  if (m.qkv_bias) add(out, hf + "self_attn.q_proj.bias", {q}, ours + "attn.q.bias", {q});
+  add(out, hf + "self_attn.k_proj.weight", {kv, d}, ours + "attn.k.weight", {kv, d});
+  if (m.qkv_bias) add(out, hf + "self_attn.k_proj.bias", {kv}, ours + "attn.k.bias", {kv});
+  add(out, hf + "self_attn.v_proj.weight", {kv, d}, ours + "attn.v.weight", {kv, d});
+  if (m.qkv_bias) add(out, hf + "self_attn.v_proj.bias", {kv}, ours + "attn.v.bias", {kv});
+  add(out, hf + "self_attn.o_proj.weight", {d, q}, ours + "attn.o.weight", {d, q});
+  if (m.qk_norm) {
+    add(out, hf + "self_attn.q_norm.weight", {hd}, ours + "attn.q_norm.weight", {hd});
+    add(out, hf + "self_attn.k_norm.weight", {hd}, ours + "attn.k_norm.weight", {hd});
+  }
+  add(out, hf + "post_attention_layernorm.weight", {d}, ours + "mlp_norm.weight", {d});
+}
+
 std::vector<TensorMap> tensor_map(const ModelDims& m) {
   const std::int64_t d = m.d_model, f = m.ffn;
-  const std::int64_t hd = d / m.n_heads;
-  const std::int64_t q = m.n_heads * hd, kv = m.n_kv_heads * hd;
   std::vector<TensorMap> out;
   add(out, "model.embed_tokens.weight", {m.vocab_size, d}, "embed.token", {m.vocab_size, d});
   for (std::int64_t i = 0; i < m.n_layers; ++i) {
     const std::string hf = fmt::format("model.layers.{}.", i);
     const std::string ours = fmt::format("blocks.{}.", i);
-    add(out, hf + "input_layernorm.weight", {d}, ours + "attn_norm.weight", {d});
-    add(out, hf + "self_attn.q_proj.weight", {q, d}, ours + "attn.q.weight", {q, d});
-    if (m.qkv_bias) add(out, hf + "self_attn.q_proj.bias", {q}, ours + "attn.q.bias", {q});
-    add(out, hf + "self_attn.k_proj.weight", {kv, d}, ours + "attn.k.weight", {kv, d});
-    if (m.qkv_bias) add(out, hf + "self_attn.k_proj.bias", {kv}, ours + "attn.k.bias", {kv});
-    add(out, hf + "self_attn.v_proj.weight", {kv, d}, ours + "attn.v.weight", {kv, d});
-    if (m.qkv_bias) add(out, hf + "self_attn.v_proj.bias", {kv}, ours + "attn.v.bias", {kv});
-    add(out, hf + "self_attn.o_proj.weight", {d, q}, ours + "attn.o.weight", {d, q});
-    add(out, hf + "post_attention_layernorm.weight", {d}, ours + "mlp_norm.weight", {d});
+    add_attention(out, m, i);
     add(out, hf + "mlp.gate_proj.weight", {f, d}, ours + "mlp.gate.weight", {f, d});
     add(out, hf + "mlp.up_proj.weight", {f, d}, ours + "mlp.up.weight", {f, d});
     add(out, hf + "mlp.down_proj.weight", {d, f}, ours + "mlp.down.weight", {d, f});
@@ -69,6 +79,7 @@ HfModelConfig read(const Keys& k, const Variant& v) {
   d.seq_len = k.size("max_position_embeddings");
   d.tied = k.flag_or("tie_word_embeddings", false);
   d.qkv_bias = v.qwen2;
+  d.qk_norm = v.qk_norm;
   CLEAVE_CHECK(d.d_model % d.n_heads == 0, "{}: hidden_size {} is not divisible by num_attention_heads {}", k.origin(),
                d.d_model, d.n_heads);
   CLEAVE_CHECK(d.n_heads % d.n_kv_heads == 0,
@@ -81,6 +92,9 @@ HfModelConfig read(const Keys& k, const Variant& v) {
     k.require("attention_bias", k.flag_or("attention_bias", false), false, "its Llama has no attention biases");
     k.require("mlp_bias", k.flag_or("mlp_bias", false), false, "its Llama has no MLP biases");
     k.require("pretraining_tp", k.size_or("pretraining_tp", 1), std::int64_t{1}, "one matrix per projection");
+  }
+  if (v.qk_norm) {  // Qwen3's attention_bias puts biases on q, k, v and o
+    k.require("attention_bias", k.flag_or("attention_bias", false), false, "its Qwen3 attention has no biases");
   }
   // transformers 4 keeps rope_theta and rope_scaling at the top level, 5 in rope_parameters.
   double theta = k.number_or("rope_theta", v.qwen2 ? 10000.0 : 10000.0);
@@ -113,6 +127,9 @@ HfModelConfig read(const Keys& k, const Variant& v) {
     window = k.size("sliding_window");
     window_from = k.size_or("max_window_layers", 28);  // transformers' Qwen2Config default
     if (window_from >= d.n_layers) window = window_from = 0;  // no layer has the window
+  } else if (v.qk_norm) {
+    k.require("use_sliding_window", k.flag_or("use_sliding_window", false), false,
+              "full attention in every layer; a window from layer max_window_layers on is not implemented for Qwen3");
   } else if (const json* w = k.find("sliding_window"); w != nullptr && v.architecture == Architecture::kLlama) {
     CLEAVE_THROW("{}: sliding_window is {}, a MistralForCausalLM key that {} ignores (a relabelled Mistral?); set "
                  "\"architectures\": [\"MistralForCausalLM\"] and \"model_type\": \"mistral\" if the model was trained "
@@ -145,7 +162,8 @@ HfModelConfig read(const Keys& k, const Variant& v) {
                {"max_seq_len", d.seq_len},
                {"sliding_window", window},
                {"sliding_window_from_layer", window_from},
-               {"qkv_bias", d.qkv_bias}};
+               {"qkv_bias", d.qkv_bias},
+               {"qk_norm", d.qk_norm}};
   return out;
 }
 
@@ -154,6 +172,7 @@ void model_dims(const Keys& k, ModelDims& d) {
   d.ffn = k.size("ffn_hidden_size");
   d.seq_len = k.size_or("max_seq_len", d.seq_len);  // max_position_embeddings, not the training length
   d.qkv_bias = k.flag_or("qkv_bias", false);
+  d.qk_norm = k.flag_or("qk_norm", false);
 }
 
 void write(const Variant& v, const ModelDims& d, const json& model, json& out) {
@@ -181,7 +200,10 @@ void write(const Variant& v, const ModelDims& d, const json& model, json& out) {
       out["sliding_window"] = window;
       out["max_window_layers"] = model.value("sliding_window_from_layer", std::int64_t{0});
     }
+  } else if (v.qk_norm) {
+    out["use_sliding_window"] = false;
   }
+  if (v.qk_norm) out["attention_bias"] = false;
 }
 
 bool is_buffer(std::string_view name) { return map_util::ends_with(name, ".rotary_emb.inv_freq"); }

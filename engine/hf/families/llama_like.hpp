@@ -1,5 +1,6 @@
-// What LlamaForCausalLM, MistralForCausalLM and Qwen2ForCausalLM share at the Hugging Face level: the three are
-// one Cleave family (model.type "llama") and differ only in a sliding window (Mistral) and q/k/v biases (Qwen2).
+// What LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and Qwen3ForCausalLM share at the Hugging Face level:
+// the four are one Cleave family (model.type "llama") and differ only in a sliding window (Mistral), q/k/v biases
+// (Qwen2) and per-head q/k norms (Qwen3); the moe rows (mixtral.cpp, qwen3_moe.cpp) read their attention here too.
 // Internal to engine/hf/families/.
 //
 // Invariant: read_llama_like refuses (one Error naming config.json and the key) every setting of the variant
@@ -17,6 +18,8 @@ struct Variant {
   Architecture architecture = Architecture::kLlama;
   bool sliding_window = false;  // Mistral: sliding_window (null = none) is read
   bool qwen2 = false;           // Qwen2: q/k/v biases always; use_sliding_window must be false
+  bool qk_norm = false;         // Qwen3 (and Qwen3-MoE): q_norm / k_norm always; attention_bias and
+                                // use_sliding_window must be false
 };
 
 HfModelConfig read(const Keys& config, const Variant& variant);
@@ -24,6 +27,8 @@ void model_dims(const Keys& model, ModelDims& dims);
 void write(const Variant& variant, const ModelDims& dims, const nlohmann::json& model, nlohmann::json& out);
 std::vector<TensorMap> tensor_map(const ModelDims& dims);
 bool is_buffer(std::string_view hf_name);
+// The attention's tensors of block i (q, k, v, o; biases where dims.qkv_bias; q/k norms where dims.qk_norm).
+void add_attention(std::vector<TensorMap>& out, const ModelDims& dims, std::int64_t i);
 std::string canonical_name(const std::string& hf_name);
 
 }  // namespace cleave::hf::llama_like

@@ -21,7 +21,7 @@ void write_mistral(const ModelDims& d, const nlohmann::json& model, nlohmann::js
   llama_like::write(kVariant, d, model, out);
 }
 bool mistral_holds(const ModelDims& d, const nlohmann::json& model) {
-  return !d.qkv_bias && model.value("sliding_window_from_layer", std::int64_t{0}) == 0;
+  return !d.qkv_bias && !d.qk_norm && model.value("sliding_window_from_layer", std::int64_t{0}) == 0;
 }
 
 }  // namespace

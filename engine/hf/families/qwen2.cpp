@@ -23,7 +23,7 @@ HfModelConfig read_qwen2(const Keys& k) { return llama_like::read(k, kVariant); 
 void write_qwen2(const ModelDims& d, const nlohmann::json& model, nlohmann::json& out) {
   llama_like::write(kVariant, d, model, out);
 }
-bool qwen2_holds(const ModelDims& d, const nlohmann::json&) { return d.qkv_bias; }
+bool qwen2_holds(const ModelDims& d, const nlohmann::json&) { return d.qkv_bias && !d.qk_norm; }
 
 }  // namespace
 

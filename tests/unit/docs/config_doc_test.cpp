@@ -217,6 +217,7 @@ TEST(ConfigDoc, EveryModelTypeTableKeyIsDocumentedAndWritten) {
   expect_model_table("mlp", config::kMlpFields, rows);
   expect_model_table("cnn", config::kCnnFields, rows);
   expect_model_table("llama", config::kLlamaFields, rows);
+  expect_model_table("moe", config::kMoeFields, rows);
 }
 
 TEST(ConfigDoc, LlamaDefaultsThatDifferFromGptAreDocumented) {

@@ -33,7 +33,7 @@ const json kGpt = {{"type", "gpt"}, {"vocab_size", 259}, {"d_model", 16}, {"n_la
 const json kLlama = {{"type", "llama"}, {"vocab_size", 300}, {"d_model", 32}, {"n_layers", 2}, {"n_heads", 8},
                      {"n_kv_heads", 2}, {"seq_len", 16}, {"ffn_hidden_size", 40}, {"rope_theta", 10000.0},
                      {"norm_eps", 1e-5}, {"tie_embeddings", true}, {"max_seq_len", 16}, {"sliding_window", 0},
-                     {"sliding_window_from_layer", 0}, {"qkv_bias", false}};
+                     {"sliding_window_from_layer", 0}, {"qkv_bias", false}, {"qk_norm", false}};
 
 void round_trip(const json& model, std::int64_t max_shard_bytes, std::size_t expect_files) {
   const auto tensors = random_model(model, 3);

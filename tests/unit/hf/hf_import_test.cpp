@@ -118,7 +118,8 @@ TEST(HfImport, LlamaCopiesEveryTensorAndReadsRopeParameters) {
             (nlohmann::json{{"type", "llama"}, {"vocab_size", 300}, {"d_model", 32}, {"n_layers", 2}, {"n_heads", 8},
                             {"n_kv_heads", 2}, {"seq_len", 16}, {"ffn_hidden_size", 40}, {"rope_theta", 500000.0},
                             {"norm_eps", 1e-6}, {"tie_embeddings", false}, {"max_seq_len", 16},
-                            {"sliding_window", 0}, {"sliding_window_from_layer", 0}, {"qkv_bias", false}}));
+                            {"sliding_window", 0}, {"sliding_window_from_layer", 0}, {"qkv_bias", false},
+                            {"qk_norm", false}}));
   fs::remove_all(dir);
 }
 

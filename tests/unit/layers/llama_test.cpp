@@ -2,11 +2,13 @@
 // transformers' LlamaDecoderLayer (RMSNorm, q/k/v, rotate_half RoPE, grouped-query causal attention, o,
 // SwiGLU), on grouped-query (Hq 6, Hkv 2, hd 2) and plain multi-head shapes; every parameter's and the input's
 // gradient by central finite differences; the fixed parameter names and shapes; recomputation (selective,
-// full) bit-identical to the plain block, also in the zero-bubble order with two micro-batches in flight.
+// full) bit-identical to the plain block, also in the zero-bubble order with two micro-batches in flight. With
+// model.qk_norm (Qwen3) the reference applies Qwen3Attention's per-head q_norm / k_norm before rope.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
+#include <tuple>
 
 #include "layers/llama/llama_block.hpp"
 #include "layers/llama/rmsnorm.hpp"
@@ -23,7 +25,7 @@ using testing::run_zero_bubble_order;
 using testing::randomize;
 
 partition::BlockSpec llama_block_spec(std::int64_t d, std::int64_t heads, std::int64_t kv_heads, std::int64_t ffn,
-                                      std::int64_t seq, double theta = 10000.0) {
+                                      std::int64_t seq, double theta = 10000.0, bool qk_norm = false) {
   partition::LlamaConfig c;
   c.vocab_size = 11;
   c.d_model = d;
@@ -34,6 +36,7 @@ partition::BlockSpec llama_block_spec(std::int64_t d, std::int64_t heads, std::i
   c.seq_len = seq;
   c.rope_theta = theta;
   c.norm_eps = 1e-5;
+  c.qk_norm = qk_norm;
   return partition::make_llama_spec(c).blocks[1];
 }
 
@@ -101,6 +104,10 @@ std::vector<double> reference_block(const partition::BlockSpec& b, std::map<std:
   auto q = matmul_t(a, p[n + ".attn.q.weight"], rows, d, hq * hd);
   auto k = matmul_t(a, p[n + ".attn.k.weight"], rows, d, hkv * hd);
   const auto v = matmul_t(a, p[n + ".attn.v.weight"], rows, d, hkv * hd);
+  if (b.qk_norm) {  // Qwen3Attention: q_norm / k_norm over each head's hd columns, before rope
+    q = rms_norm(q, p[n + ".attn.q_norm.weight"], rows * hq, hd, b.norm_eps);
+    k = rms_norm(k, p[n + ".attn.k_norm.weight"], rows * hkv, hd, b.norm_eps);
+  }
   for (std::int64_t r = 0; r < rows; ++r) {
     for (std::int64_t h = 0; h < hq; ++h) rope(&q[(r * hq + h) * hd], hd, r % t, b.rope_theta);
     for (std::int64_t h = 0; h < hkv; ++h) rope(&k[(r * hkv + h) * hd], hd, r % t, b.rope_theta);
@@ -149,9 +156,14 @@ TEST(LlamaBlock, ForwardMatchesTheTransformersFormulasInDouble) {
   struct Case {
     std::int64_t d, hq, hkv, f, t, batch;
     double theta;
-  } cases[] = {{12, 6, 2, 10, 5, 2, 10000.0}, {16, 2, 2, 24, 7, 1, 500000.0}, {12, 2, 1, 8, 3, 3, 100.0}};
+    bool qk_norm = false;
+  } cases[] = {{12, 6, 2, 10, 5, 2, 10000.0},
+               {16, 2, 2, 24, 7, 1, 500000.0},
+               {12, 2, 1, 8, 3, 3, 100.0},
+               {12, 6, 2, 10, 5, 2, 10000.0, true},  // Qwen3's per-head q/k norms
+               {16, 4, 2, 8, 4, 2, 1e6, true}};
   for (const Case& c : cases) {
-    const auto spec = llama_block_spec(c.d, c.hq, c.hkv, c.f, c.t, c.theta);
+    const auto spec = llama_block_spec(c.d, c.hq, c.hkv, c.f, c.t, c.theta, c.qk_norm);
     auto block = make_llama_block(spec, llama_init(), 1, 0);
     randomize_llama(*block);
     Context ctx;
@@ -166,7 +178,7 @@ TEST(LlamaBlock, ForwardMatchesTheTransformersFormulasInDouble) {
       err = std::max(err, std::fabs(y[i] - want[i]));
       norm += want[i] * want[i];
     }
-    EXPECT_LT(err, 2e-4) << "d " << c.d << " hq " << c.hq << " hkv " << c.hkv;
+    EXPECT_LT(err, 2e-4) << "d " << c.d << " hq " << c.hq << " hkv " << c.hkv << " qk_norm " << c.qk_norm;
     EXPECT_GT(norm, 0.0);
   }
 }
@@ -186,6 +198,14 @@ TEST(LlamaBlock, ParameterNamesAndShapesAreTheFixedOnes) {
       {"blocks.0.mlp.gate.weight", Shape{10, 12}}, {"blocks.0.mlp.up.weight", Shape{10, 12}},
       {"blocks.0.mlp.down.weight", Shape{12, 10}}};
   EXPECT_EQ(got, want);
+  // Qwen3's q/k norms: one scale per head column each, after o.
+  std::vector<std::string> names;
+  for (const auto& p : make_llama_block(llama_block_spec(12, 6, 2, 10, 5, 1e4, true), llama_init(), 1, 0)->params()) {
+    names.push_back(p->name + " " + p->value.shape().str());
+  }
+  ASSERT_EQ(names.size(), want.size() + 2);
+  EXPECT_EQ(names[5], "blocks.0.attn.q_norm.weight " + Shape{2}.str());
+  EXPECT_EQ(names[6], "blocks.0.attn.k_norm.weight " + Shape{2}.str());
   // Norms start at 1; projections normal(0, 0.02).
   for (const auto& p : block->params()) {
     const auto v = p->value.to_floats();
@@ -198,8 +218,9 @@ TEST(LlamaBlock, ParameterNamesAndShapesAreTheFixedOnes) {
 }
 
 TEST(LlamaBlock, GradientsMatchFiniteDifferences) {
-  for (auto [hq, hkv] : {std::pair<std::int64_t, std::int64_t>{6, 2}, {2, 2}}) {
-    const auto spec = llama_block_spec(12, hq, hkv, 10, 5);
+  for (auto [hq, hkv, qk] : {std::tuple<std::int64_t, std::int64_t, bool>{6, 2, false}, {2, 2, false}, {3, 1, true}}) {
+    SCOPED_TRACE(qk ? "qk_norm" : "plain");
+    const auto spec = llama_block_spec(12, hq, hkv, 10, 5, 10000.0, qk);
     auto block = make_llama_block(spec, llama_init(), 1, 0);
     randomize_llama(*block);
     Context ctx;
@@ -212,7 +233,7 @@ TEST(LlamaBlock, GradientsMatchFiniteDifferences) {
 }
 
 TEST(LlamaBlock, RecomputationIsBitIdenticalInTheZeroBubbleOrder) {
-  const auto spec = llama_block_spec(12, 6, 2, 10, 5);
+  const auto spec = llama_block_spec(12, 6, 2, 10, 5, 10000.0, /*qk_norm=*/true);
   Context ctx;
   Tensor xa = random_tensor({2, 5, 12}, 15), xb = random_tensor({3, 5, 12}, 16);
   Tensor dya = random_tensor({2, 5, 12}, 17), dyb = random_tensor({3, 5, 12}, 18);

@@ -157,6 +157,9 @@ TEST(LayerContract, MoeStashBytesMatchCostModel) {
   m.ffn_hidden_size = 8;
   m.n_experts = 4;
   m.top_k = 2;
+  for (const bool qk_norm : {false, true}) {  // Qwen3-MoE's q/k norms
+  SCOPED_TRACE(qk_norm ? "qk_norm" : "plain");
+  m.qk_norm = qk_norm;
   const auto spec = partition::make_moe_spec(m);
   for (auto recompute : {partition::Recompute::kNone, partition::Recompute::kFull}) {
     BuildOptions options{cpu_allocator()};
@@ -181,6 +184,7 @@ TEST(LayerContract, MoeStashBytesMatchCostModel) {
       EXPECT_EQ(testing::stash_bytes(stashes[i]), cost.weight_stash_bytes * batch + counts)
           << spec.blocks[i].name << " after backward_input, recompute " << enum_name(recompute);
     }
+  }
   }
 }
 
@@ -225,9 +229,13 @@ TEST(LayerContract, StashBytesMatchCostModelAfterForwardAndAfterInputGrad) {
   l.seq_len = 5;
   l.ffn_hidden_size = 20;
   l.tie_embeddings = true;
-  for (auto recompute : {partition::Recompute::kNone, partition::Recompute::kSelective, partition::Recompute::kFull}) {
-    expect_stash_matches_cost_model(partition::make_llama_spec(l), random_ids({3, 5}, 17, 1), random_ids({3, 5}, 17, 2),
-                                    recompute);
+  for (const bool qk_norm : {false, true}) {  // Qwen3's per-head q/k norms stash q, k and their rstd
+    l.qk_norm = qk_norm;
+    for (auto recompute : {partition::Recompute::kNone, partition::Recompute::kSelective, partition::Recompute::kFull}) {
+      SCOPED_TRACE(qk_norm ? "qk_norm" : "plain");
+      expect_stash_matches_cost_model(partition::make_llama_spec(l), random_ids({3, 5}, 17, 1),
+                                      random_ids({3, 5}, 17, 2), recompute);
+    }
   }
 
   partition::MlpConfig m;

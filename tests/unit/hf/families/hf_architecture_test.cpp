@@ -36,6 +36,9 @@ TEST(HfArchitectureTable, EveryRowRoundTripsItsFamilysModelSection) {
     // The llama rows hold a llama without a window or biases (Llama), with a window (Mistral), with biases (Qwen2).
     if (a.architecture == Architecture::kMistral) c.model.llama.sliding_window = 4;
     if (a.architecture == Architecture::kQwen2) c.model.llama.qkv_bias = true;
+    // ... with q/k norms (Qwen3); the moe rows without (Mixtral) and with them (Qwen3-MoE).
+    if (a.architecture == Architecture::kQwen3) c.model.llama.qk_norm = true;
+    if (a.architecture == Architecture::kQwen3Moe) c.model.moe.qk_norm = true;
     const json model = json::parse(config::to_json(c)).at("model");
     const json hf = hf_config_json(model, "float32");
     EXPECT_EQ(hf.at("architectures").at(0).get<std::string>(), a.class_name);
@@ -53,16 +56,18 @@ TEST(HfArchitectureTable, EveryRowRoundTripsItsFamilysModelSection) {
     EXPECT_EQ(a.canonical_name(std::string(a.embedding)), a.embedding);
     ++rows;
   }
-  EXPECT_EQ(rows, 5);
+  EXPECT_EQ(rows, 7);
 }
 
 TEST(HfArchitectureTable, RefusalsNameEveryRow) {
   const std::string unknown = error_of([] { read_hf_config(json{{"architectures", {"BertModel"}}}, "config.json"); });
-  EXPECT_NE(unknown.find("cleave imports GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM and "
-                         "MixtralForCausalLM"), std::string::npos) << unknown;
+  EXPECT_NE(unknown.find("cleave imports GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
+                         "MixtralForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM"), std::string::npos) << unknown;
   const std::string mlp = error_of([] { dims_of_model(json{{"type", "mlp"}}, "ckpt"); });
   EXPECT_NE(mlp.find("(gpt exports as GPT2LMHeadModel, llama as LlamaForCausalLM, llama as MistralForCausalLM (with a sliding "
-                      "window), llama as Qwen2ForCausalLM (with q/k/v biases), moe as MixtralForCausalLM)"), std::string::npos) << mlp;
+                      "window), llama as Qwen2ForCausalLM (with q/k/v biases), moe as MixtralForCausalLM, llama as "
+                      "Qwen3ForCausalLM (with q/k norms), moe as Qwen3MoeForCausalLM (with q/k norms))"),
+            std::string::npos) << mlp;
 }
 
 }  // namespace

@@ -2,7 +2,7 @@
 // tensor per expert, as save_pretrained writes them) imports into Cleave's stacked expert tensors row for row,
 // exports back to the same tensors bit for bit with the same model section, and every setting Cleave computes
 // differently (router jitter, a sliding window; on export another router, no renormalisation, shared experts)
-// or another mixture (Qwen3-MoE) is one error naming it.
+// or another mixture (Qwen2-MoE) is one error naming it.
 #include <gtest/gtest.h>
 
 #include <random>
@@ -126,10 +126,10 @@ TEST(HfMixtral, WhatCleaveComputesDifferentlyIsOneErrorNamingIt) {
   has(import_error([](HfFixture& f) { f.config["num_local_experts"] = 3; }),
       "block_sparse_moe.gate.weight has shape [4,16], but config.json's sizes give [3,16]");
   has(import_error([](HfFixture& f) {
-        f.config["architectures"] = {"Qwen3MoeForCausalLM"};
-        f.config["model_type"] = "qwen3_moe";
+        f.config["architectures"] = {"Qwen2MoeForCausalLM"};
+        f.config["model_type"] = "qwen2_moe";
       }),
-      "architecture Qwen3MoeForCausalLM is not supported");
+      "architecture Qwen2MoeForCausalLM is not supported");
 
   const json model = read_hf_config(mixtral_fixture().config, "config.json").model;
   const auto export_error = [&](const char* key, json value) {
@@ -140,6 +140,9 @@ TEST(HfMixtral, WhatCleaveComputesDifferentlyIsOneErrorNamingIt) {
   has(export_error("router", "sigmoid"), "model.router is \"sigmoid\"");
   has(export_error("normalize_top_k", false), "model.normalize_top_k is false");
   has(export_error("n_shared_experts", 1), "model.n_shared_experts is 1");
+  // A Mixtral import keeps llama's lengths: seq_len min(max_position_embeddings, 1024), max_seq_len the maximum.
+  EXPECT_EQ(model.at("seq_len"), 16);
+  EXPECT_EQ(model.at("max_seq_len"), 16);
 }
 
 }  // namespace

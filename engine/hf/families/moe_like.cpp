@@ -1,0 +1,85 @@
+// MixtralForCausalLM's and Qwen3MoeForCausalLM's shared reading, checks and tensor names (moe_like.hpp).
+#include "engine/hf/families/moe_like.hpp"
+
+#include <fmt/format.h>
+
+#include "engine/core/error.hpp"
+#include "engine/hf/families/llama_like.hpp"
+#include "engine/hf/families/map_util.hpp"
+
+namespace cleave::hf::moe_like {
+
+using map_util::add;
+using map_util::Dims;
+using nlohmann::json;
+
+void to_moe_section(const Keys& k, const char* experts_key, const Routing& r, HfModelConfig& out) {
+  ModelDims& d = out.dims;
+  d.n_experts = r.n_experts;
+  d.top_k = r.top_k;
+  CLEAVE_CHECK(d.top_k <= d.n_experts, "{}: num_experts_per_tok {} is larger than {} {}", k.origin(), d.top_k,
+               experts_key, d.n_experts);
+  json& m = out.model;
+  m["type"] = "moe";
+  // The moe section has no window and no biases (the classes' checks refused them); seq_len and max_seq_len
+  // stay llama's: min(max_position_embeddings, kImportSeqLen) and max_position_embeddings.
+  m.erase("sliding_window");
+  m.erase("sliding_window_from_layer");
+  m.erase("qkv_bias");
+  m["n_experts"] = d.n_experts;
+  m["top_k"] = d.top_k;
+  m["n_shared_experts"] = 0;
+  m["router"] = "softmax";
+  m["normalize_top_k"] = r.normalize_top_k;
+  m["aux_loss_coef"] = r.aux_loss_coef;
+  m["z_loss_coef"] = r.z_loss_coef;  // a training loss only; written back on export
+  m["bias_update_rate"] = 0.001;     // the sigmoid router's; unused by softmax
+}
+
+void model_dims(const Keys& k, ModelDims& d) {
+  llama_like::model_dims(k, d);
+  d.n_experts = k.size("n_experts");
+  d.top_k = k.size("top_k");
+  const std::string router = k.text_or("router", "softmax");
+  CLEAVE_CHECK(router == "softmax", "{}: model.router is \"{}\", but MixtralForCausalLM and Qwen3MoeForCausalLM "
+               "route with a softmax; only router \"softmax\" exports", k.origin(), router);
+  const std::int64_t shared = k.find("n_shared_experts") == nullptr ? 0 : k.find("n_shared_experts")->get<std::int64_t>();
+  CLEAVE_CHECK(shared == 0, "{}: model.n_shared_experts is {}, but neither MixtralForCausalLM nor "
+               "Qwen3MoeForCausalLM has shared experts; only n_shared_experts 0 exports", k.origin(), shared);
+  CLEAVE_CHECK(d.qk_norm || k.flag_or("normalize_top_k", true), "{}: model.normalize_top_k is false, but "
+               "MixtralForCausalLM always renormalises the k weights (Qwen3MoeForCausalLM's norm_topk_prob can be false, "
+               "but that class has q/k norms: model.qk_norm true); only normalize_top_k true exports without q/k norms",
+               k.origin());
+}
+
+std::vector<TensorMap> tensor_map(const ModelDims& m, const ExpertNames& names) {
+  const std::int64_t d = m.d_model, f = m.ffn, e = m.n_experts;
+  std::vector<TensorMap> out;
+  add(out, "model.embed_tokens.weight", {m.vocab_size, d}, "embed.token", {m.vocab_size, d});
+  for (std::int64_t i = 0; i < m.n_layers; ++i) {
+    llama_like::add_attention(out, m, i);
+    const std::string hf = fmt::format("model.layers.{}.{}.", i, names.block);
+    const std::string ours = fmt::format("blocks.{}.", i);
+    add(out, hf + names.router + ".weight", {e, d}, ours + "moe.router.weight", {e, d});
+    // Each stacked tensor's E rows consecutively (export fetches it once).
+    const struct {
+      const char* hf;
+      const char* ours;
+      bool down;
+    } experts[] = {{names.gate, "gate", false}, {names.up, "up", false}, {names.down, "down", true}};
+    for (const auto& x : experts) {
+      for (std::int64_t j = 0; j < e; ++j) {
+        const Dims one = x.down ? Dims{d, f} : Dims{f, d};
+        const Dims all = x.down ? Dims{e, d, f} : Dims{e, f, d};
+        add(out, fmt::format("{}experts.{}.{}.weight", hf, j, x.hf), one,
+            fmt::format("{}moe.experts.{}.weight", ours, x.ours), all);
+        out.back().slice = j;
+      }
+    }
+  }
+  add(out, "model.norm.weight", {d}, "final_norm.weight", {d});
+  if (!m.tied) add(out, "lm_head.weight", {m.vocab_size, d}, "head.weight", {m.vocab_size, d});
+  return out;
+}
+
+}  // namespace cleave::hf::moe_like

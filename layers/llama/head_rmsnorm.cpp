@@ -13,7 +13,7 @@ HeadRmsNorm::HeadRmsNorm(std::string prefix, std::int64_t head_dim, float eps, c
   CLEAVE_CHECK(head_dim > 0 && eps > 0.0f, "head rmsnorm {}: head_dim ({}) and eps ({}) must be > 0", prefix_,
                head_dim, eps);
   check_tp_coordinates(tp_size, tp_rank, who());
-  weight_ = make_param(prefix_ + ".weight", Shape{head_dim}, false, init.alloc());
+  weight_ = make_param(prefix_ + ".weight", Shape{head_dim}, false, init.allocator);
   init_constant(*weight_, 1.0f);
 }
 

@@ -87,6 +87,16 @@ struct HardwareProfile {
 
   MeasuredCosts measured;  // empty unless written by `cleave profile`
 
+  // Where each number comes from (file key `sources`, optional): (key, citation) for every number of the profile
+  // the cost model reads, keyed by its name in the file ("peak_tflops.bf16", "intra_node.bandwidth_GBps",
+  // "gemm_efficiency", ...: sourced_keys()). When present the reader refuses a key the profile does not have and a
+  // number without its entry, so a shipped profile cannot gain an uncited number. Empty = the profile only has
+  // the free-text `source` (measured profiles, older files). The core counts (cores_per_node, measured_ranks_per_node,
+  // measured_cores) may be cited and need not be: they describe the node a user plans for.
+  std::vector<std::pair<std::string, std::string>> sources;
+  // The numbers of this profile that `sources` must cite, by file key, in file order.
+  std::vector<std::string> sourced_keys() const;
+
   double flops(bool bf16) const { return bf16 ? flops_bf16 : flops_f32; }
   // Cores one rank computes on when `ranks` ranks share a node's cores, by the trainer's thread rule
   // (engine/train/threads.hpp): floor(cores / ranks) threads while every rank fits, else cores / ranks of a

@@ -185,6 +185,18 @@ double HardwareProfile::core_sharing(int ranks_on_node) const {
   return cores_per_rank(measured_on, measured_ranks_per_node) / cores_per_rank(ranks_on_node);
 }
 
+double HardwareProfile::spread_collective_s(double bytes, int ranks, int per_node, bool all_reduce) const {
+  if (ranks <= 1 || bytes <= 0) return 0.0;
+  const double f = all_reduce ? 2.0 : 1.0;
+  const int g = std::clamp(per_node, 1, ranks);
+  const int k = (ranks + g - 1) / g;
+  if (k <= 1) return f / 2.0 * intra_node.all_reduce_s(bytes, ranks);
+  const double n = ranks;
+  const double nic = f * (k - 1) / k * (bytes / g) / inter_node.bandwidth_Bps;
+  const double nvlink = g > 1 ? f * (n - 1) / n * bytes / intra_node.bandwidth_Bps : 0.0;
+  return std::max(nic, nvlink) + f * ((ranks - k) * intra_node.latency_s + (k - 1) * inter_node.latency_s);
+}
+
 double Link::all_reduce_s(double bytes, int ranks) const {
   if (ranks <= 1 || bytes <= 0) return 0.0;
   const double n = ranks;

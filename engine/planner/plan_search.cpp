@@ -310,6 +310,10 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     if (const partition::AlphaBeta* fit = measured.collective(op, ranks); fit != nullptr && &link == &profile.intra_node) {
       return fit->seconds(bytes);
     }
+    if (&link == &profile.inter_node) {  // dp / cp groups have stride tp: ranks_per_node / tp of them on a node
+      return profile.spread_collective_s(bytes, ranks, std::max(1, profile.ranks_per_node / choice.tp),
+                                         op == Collective::kAllReduce);
+    }
     return op == Collective::kAllReduce ? link.all_reduce_s(bytes, ranks) : link.all_reduce_s(bytes, ranks) / 2;
   };
   const double micro = static_cast<double>(choice.micro_batch);

@@ -107,5 +107,31 @@ TEST_F(ProfileSources, AMissingOrUnknownCitationIsRefusedByName) {
   EXPECT_TRUE(load_profile(write("none.json", none.dump())).sources.empty());
 }
 
+TEST(SpreadCollective, NicsInParallelAcrossNodesAndTheFlatRingAtOnePerNode) {
+  HardwareProfile p;
+  p.intra_node = {3e-6, 235e9};
+  p.inter_node = {12e-6, 25e9};
+  const double bytes = 4e9;
+  // One node: the intra-node ring, as before.
+  EXPECT_DOUBLE_EQ(p.spread_collective_s(bytes, 8, 8, true), p.intra_node.all_reduce_s(bytes, 8));
+  EXPECT_DOUBLE_EQ(p.spread_collective_s(bytes, 8, 8, false), p.intra_node.all_reduce_s(bytes, 8) / 2);
+  // One rank per node (a tp8 group's dp peers): the flat ring over the NICs, as the link formula.
+  EXPECT_DOUBLE_EQ(p.spread_collective_s(bytes, 4, 1, true), p.inter_node.all_reduce_s(bytes, 4));
+  // 32 ranks, 8 per node: each NIC carries 2 · 3/4 · bytes/8 (0.030 s at 25 GB/s), NVLink 2 · 31/32 · bytes
+  // (0.033 s at 235 GB/s): NVLink sets it, 7x faster than one flat ring through a single NIC (0.31 s).
+  const double nvlink = 2.0 * 31 / 32 * bytes / 235e9;
+  EXPECT_NEAR(p.spread_collective_s(bytes, 32, 8, true), nvlink + 2 * (28 * 3e-6 + 3 * 12e-6), 1e-12);
+  // Half the NIC bandwidth: the NICs set it.
+  p.inter_node.bandwidth_Bps = 12.5e9;
+  EXPECT_NEAR(p.spread_collective_s(bytes, 32, 8, true), 2.0 * 3 / 4 * bytes / 8 / 12.5e9 + 2 * (28 * 3e-6 + 3 * 12e-6),
+              1e-12);
+  p.inter_node.bandwidth_Bps = 25e9;
+  EXPECT_LT(p.spread_collective_s(bytes, 32, 8, true) * 7, p.inter_node.all_reduce_s(bytes, 32));
+  // A fast NIC leaves NVLink the bottleneck (H100-like: 50 GB/s NICs, 367 GB/s NVLink).
+  p.intra_node = {3e-6, 367e9};
+  p.inter_node = {12e-6, 50e9};
+  EXPECT_NEAR(p.spread_collective_s(bytes, 32, 8, false), 31.0 / 32 * bytes / 367e9 + 28 * 3e-6 + 3 * 12e-6, 1e-12);
+}
+
 }  // namespace
 }  // namespace cleave::partition

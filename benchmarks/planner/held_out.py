@@ -205,13 +205,21 @@ def ranking_check(results):
             groups.setdefault(key, []).append((row["id"].rsplit("-", 1)[1], predicted, published))
     if not groups:
         return ""
-    lines, kept = [], 0
+    lines, kept, kept3 = [], 0, 0
     for key, g in groups.items():
         order_pred = [s for s, _, _ in sorted(g, key=lambda x: -x[1])]
         order_pub = [s for s, _, _ in sorted(g, key=lambda x: -x[2])]
         kept += order_pred == order_pub
-        lines.append(f"  {key}: published {' > '.join(order_pub)}; predicted {' > '.join(order_pred)}")
-    return f"zero-bubble schedule ranking kept in {kept} of {len(groups)} settings:\n" + "\n".join(lines)
+        three = ("1f1b", "zb1p", "zb2p")  # the paper's 1F1B and its two zero-bubble schedules, without 1F1B-I
+        kept3 += [s for s in order_pred if s in three] == [s for s in order_pub if s in three]
+        by = {s: (p, q) for s, p, q in g}
+        speedup = ""
+        if all(s in by for s in three):
+            speedup = "; over 1F1B: " + ", ".join(f"{s} {by[s][0] / by['1f1b'][0]:.3f} (published {by[s][1] / by['1f1b'][1]:.3f})"
+                                                  for s in ("zb1p", "zb2p"))
+        lines.append(f"  {key}: published {' > '.join(order_pub)}; predicted {' > '.join(order_pred)}{speedup}")
+    return (f"zero-bubble schedule ranking: 1F1B, ZB-1p, ZB-2p kept in {kept3} of {len(groups)} settings; with 1F1B-I "
+            f"in {kept} of {len(groups)}:\n" + "\n".join(lines))
 
 
 if __name__ == "__main__":

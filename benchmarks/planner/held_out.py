@@ -31,6 +31,10 @@ import tempfile
 COLUMNS = ("id profile family vocab d_model n_layers n_heads n_kv_heads ffn seq tp pp gpus schedule v batch micro "
            "recompute zero sp scatter metric published note").split()
 SMOKE_ID = "sc21-1.7B"
+# --breakdown's columns: groups of `simulate --json`'s breakdown_s terms (docs/planner.md, "The step, term by term").
+BREAKDOWN = (("forward", "input_grad", "weight_grad"), ("recompute",), ("tensor_parallel", "context_parallel"),
+             ("data_parallel", "zero_gather"), ("optimizer",), ("point_to_point",), ("bubble",))
+BREAKDOWN_HEAD = "F+I+W/recompute/tp+cp/dp+zero/optimizer/p2p/bubble %"
 
 
 def read_table(path):
@@ -117,8 +121,8 @@ def main():
                     "ratio is finite and within 0.5-2")
     ap.add_argument("--only", default="", help="rows whose id starts with this")
     ap.add_argument("--markdown", action="store_true", help="print a markdown table")
-    ap.add_argument("--breakdown", action="store_true", help="add each row's step breakdown (compute, tp, dp, "
-                    "optimizer, idle: % of the step)")
+    ap.add_argument("--breakdown", action="store_true", help="add each row's step breakdown (% of the step: "
+                    + BREAKDOWN_HEAD.rstrip(" %") + ")")
     args = ap.parse_args()
 
     tables = sorted(glob.glob(os.path.join(args.tables, "*.tsv")))
@@ -153,7 +157,7 @@ def main():
     sep = " | " if args.markdown else "  "
     head = ["run", "layout", "schedule", "metric", "predicted", "published", "ratio"]
     if args.breakdown:
-        head.append("compute/tp/dp/opt/idle %")
+        head.append(BREAKDOWN_HEAD)
     head.append("note")
     if args.markdown:
         print("| " + " | ".join(head) + " |")
@@ -169,8 +173,8 @@ def main():
         if args.breakdown:
             if out and "breakdown_s" in out and out["step_s"] > 0:
                 b = out["breakdown_s"]
-                cells.append("/".join(f"{100 * b.get(k, 0) / out['step_s']:.0f}"
-                                      for k in ("compute", "tp_comm", "dp_comm", "optimizer", "idle")))
+                parts = [sum(b.get(k, 0) for k in group) for group in BREAKDOWN]
+                cells.append("/".join(f"{100 * x / out['step_s']:.0f}" for x in parts))
             else:
                 cells.append("-")
         cells.append(note)

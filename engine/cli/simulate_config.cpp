@@ -28,7 +28,8 @@ namespace {
 ArgParser simulate_config_args() {
   ArgParser p("simulate --config",
               "cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--set k=v ...]\n"
-              "                [--json] [--svg FILE] [--trace FILE] [--scatter-gather] [--explain]",
+              "                [--json] [--svg FILE] [--trace FILE] [--scatter-gather] [--explain]\n"
+              "                [--attention memory_efficient|probabilities|probabilities_dropout]",
               R"(Simulates one training step of the plan CONFIG describes on N ranks with the planner's costs (cost model
 FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer) and prints the step time,
 bubble, where the time goes, and per pp rank the memory plan by category and its timeline's peak.)");
@@ -45,7 +46,11 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
       .text("--trace", "FILE", "write a Chrome trace JSON")
       .flag("--scatter-gather",
             "price Megatron-LM's scatter/gather of boundary tensors: each tp rank sends 1/tp of a\n"
-            "stage's output, the receiving tp group all-gathers it (the engine sends whole tensors)");
+            "stage's output, the receiving tp group all-gathers it (the engine sends whole tensors)")
+      .text("--attention", "KIND",
+            "the attention kernel the simulated run used (the engine runs memory_efficient, the default):\n"
+            "probabilities stores the [T, T] scores and runs softmax over them (Megatron-LM's fused\n"
+            "scale-mask-softmax), probabilities_dropout also attention dropout; roofline profiles only");
   return p;
 }
 
@@ -95,6 +100,17 @@ int run_simulate_config(int argc, char** argv) {
   const config::RunConfig base = config::load_config(config_path, overrides);
   auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
   options.scatter_gather_boundaries = args.on("--scatter-gather");
+  if (args.given("--attention")) {
+    const std::string kind = args.text("--attention");
+    const auto parsed = partition::attention_kind_from(kind);
+    CLEAVE_CHECK(parsed.has_value(), "simulate --config: --attention '{}' is not an attention kind (memory_efficient, "
+                 "probabilities, probabilities_dropout)", kind);
+    CLEAVE_CHECK(*parsed == partition::AttentionKind::kMemoryEfficient ||
+                     (profile.has_roofline() && !profile.measured.has_blocks()),
+                 "simulate --config: --attention {} needs a roofline profile (profiles/*.json with gemm_efficiency); "
+                 "profile '{}' times the engine's own memory-efficient attention", kind, profile.name);
+    options.attention = *parsed;
+  }
   const planner::PlanChoice choice = planner::choice_of_config(config_path, overrides, world);
   planner::PlanDetails details;
   const planner::PlanEstimate e = planner::estimate_plan(config_path, overrides, choice, profile, options, &details);
@@ -116,6 +132,7 @@ int run_simulate_config(int argc, char** argv) {
                           {"comm_bytes", e.comm_bytes},
                           {"recompute", std::string(enum_name(choice.recompute))},
                           {"profile", profile.name},
+                          {"attention", std::string(partition::attention_kind_name(options.attention))},
                           {"step_s", e.step_s},
                           {unit + "_per_s", e.items_per_s},
                           {"bubble_fraction", e.bubble},

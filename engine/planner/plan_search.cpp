@@ -173,10 +173,28 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
 
 namespace {
 
+// Per stage, the bytes one micro-batch's forward keeps for the backward under SearchOptions::attention beyond
+// memory-efficient attention (partition::attention_probabilities_work's saved_bytes; none under recomputation,
+// whose rerun rebuilds them inside I).
+std::vector<double> probabilities_saved(const run_plan::Plan& plan, const PlanChoice& choice, const SearchOptions& options,
+                                        DType dtype) {
+  std::vector<double> saved(static_cast<std::size_t>(plan.num_stages()), 0.0);
+  if (choice.recompute != partition::Recompute::kNone) return saved;
+  for (int s = 0; s < plan.num_stages(); ++s) {
+    const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
+    for (int b = range.begin; b < range.end; ++b) {
+      saved[static_cast<std::size_t>(s)] +=
+          partition::attention_probabilities_work(plan.spec.blocks[static_cast<std::size_t>(b)], dtype, options.attention,
+                                                  choice.tp, choice.micro_batch).saved_bytes / choice.cp;
+    }
+  }
+  return saved;
+}
+
 // Memory over the step per pp rank (PlanDetails::memory_timeline): the memory plan's static categories plus the
 // activations the simulated timeline holds.
 void memory_over_step(const run_plan::Plan& plan, const PlanChoice& choice, bool bf16, double step_s,
-                      PlanDetails& details) {
+                      const std::vector<double>& saved, PlanDetails& details) {
   const pipeline::SimulationResult& result = details.simulated;
   const int num_stages = plan.num_stages();
   // Memory over the step per pp rank: static categories plus the activations the timeline holds.
@@ -201,7 +219,7 @@ void memory_over_step(const run_plan::Plan& plan, const PlanChoice& choice, bool
     for (const auto& a : result.timeline.ranks[r]) {
       if (a.action.stage < 0) continue;
       const run_plan::StageBackwardMemory& sm = stage_memory[static_cast<std::size_t>(a.action.stage)];
-      const double act = static_cast<double>(sm.forward_stash) * per_micro;
+      const double act = static_cast<double>(sm.forward_stash) * per_micro + saved[static_cast<std::size_t>(a.action.stage)];
       const double held_for_w = static_cast<double>(sm.weight_stash) * per_micro;
       switch (a.action.kind) {
         case pipeline::ActionKind::kForward: events.push_back({a.start, act}); break;
@@ -270,8 +288,27 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   // Memory: the trainer's own estimate for every pp rank. What a rank touches over and over in a step (all of it
   // but the optimizer state, which only the optimizer step reads) decides how warm its caches stay.
   std::vector<std::int64_t> working_set(static_cast<std::size_t>(choice.pp), 0);
+  const bool bf16 = config.device.precision == config::Precision::kBf16;
+  const std::vector<double> saved = probabilities_saved(plan, choice, options, bf16 ? DType::kBF16 : DType::kF32);
+  const auto shard = partition::model_costs(plan.spec, DType::kF32, choice.recompute, choice.tp);
   for (int r = 0; r < choice.pp; ++r) {
-    const run_plan::MemoryPlan memory = run_plan::estimate_rank_memory(plan, config, r);
+    run_plan::MemoryPlan memory = run_plan::estimate_rank_memory(plan, config, r);
+    // A run storing attention probabilities keeps them with every micro-batch's stash: the activations grow by
+    // their share of a micro-batch's stash on each of the rank's stages (the trainer's plan counts its own,
+    // memory-efficient attention).
+    double stash = 0, extra = 0;
+    for (int s = 0; s < plan.num_stages(); ++s) {
+      if (plan.stage_to_rank(s) != r || saved[static_cast<std::size_t>(s)] <= 0) continue;
+      const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
+      stash += static_cast<double>(run_plan::stage_backward_memory(std::vector<partition::BlockCost>(
+                   shard.begin() + range.begin, shard.begin() + range.end)).forward_stash) *
+               static_cast<double>(choice.micro_batch) / (bf16 ? 2.0 : 1.0) / choice.cp;
+      extra += saved[static_cast<std::size_t>(s)];
+    }
+    if (stash > 0) {
+      auto& act = memory.bytes[static_cast<std::size_t>(MemoryCategory::kActivations)];
+      act += static_cast<std::int64_t>(static_cast<double>(act) * extra / stash);
+    }
     working_set[static_cast<std::size_t>(r)] =
         memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
     if (details) details->memory_plan.push_back(memory.bytes);
@@ -288,7 +325,6 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   }
 
   // Time: the step's terms per stage (step_terms.hpp), timed by the simulator, then split back term by term.
-  const bool bf16 = config.device.precision == config::Precision::kBf16;
   if (profile.measured.has_blocks()) {
     check_profile_matches(profile, plan.spec, bf16);
     for (const auto& block : plan.spec.blocks) {
@@ -318,7 +354,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   est.breakdown = step_breakdown(terms, stages, optimizer, sim, result);
   if (details) {
     details->simulated = result;
-    memory_over_step(plan, choice, bf16, est.step_s, *details);
+    memory_over_step(plan, choice, bf16, est.step_s, saved, *details);
   }
   return est;
 }

@@ -22,6 +22,7 @@
 #include "engine/core/allocator.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/step_breakdown.hpp"
+#include "partition/block_work.hpp"
 #include "pipeline/simulator.hpp"
 
 namespace cleave::planner {
@@ -97,6 +98,9 @@ struct SearchOptions {
   // Megatron-LM's scatter/gather of boundary tensors (a model option; the engine sends whole tensors): each tp
   // rank sends 1/tp of a stage's output and the receiving tp group all-gathers it inside the node.
   bool scatter_gather_boundaries = false;
+  // The attention kernel the simulated run used (a model option; the engine runs memory-efficient attention):
+  // `cleave simulate --attention`, priced by attention_probabilities_compute (step_terms.hpp) on a roofline profile.
+  partition::AttentionKind attention = partition::AttentionKind::kMemoryEfficient;
 };
 
 struct SearchResult {

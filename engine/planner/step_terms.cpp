@@ -63,6 +63,22 @@ TermContext make_term_context(const run_plan::Plan& plan, const config::RunConfi
 
 // --- Terms -------------------------------------------------------------------------------------------------
 
+ProbabilitiesCompute attention_probabilities_compute(const TermContext& c, int b) {
+  ProbabilitiesCompute x;
+  if (c.options->attention == partition::AttentionKind::kMemoryEfficient || !c.profile->has_roofline()) return x;
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  const partition::ProbabilitiesWork w =
+      partition::attention_probabilities_work(block, c.dtype, c.options->attention, c.choice->tp, c.choice->micro_batch);
+  if (w.elements <= 0) return x;
+  const double bandwidth = c.profile->memory_bandwidth_Bps;
+  partition::PassWork scores;
+  scores.gemms.push_back(w.recomputed_scores);
+  x.forward_s = w.forward_bytes / bandwidth;
+  x.input_grad_s = w.backward_bytes / bandwidth - c.profile->roofline_seconds(scores, c.bf16);
+  x.recompute_s = c.choice->recompute == Recompute::kNone ? 0.0 : x.forward_s;
+  return x;
+}
+
 BlockCompute block_compute(const TermContext& c, int b, double warm) {
   const PlanChoice& choice = *c.choice;
   const HardwareProfile& profile = *c.profile;
@@ -92,6 +108,10 @@ BlockCompute block_compute(const TermContext& c, int b, double warm) {
                                c.bf16);
     x.recompute_s = input_grad - x.input_grad_s;
     x.weight_grad_s = profile.roofline_seconds(work.weight_grad, c.bf16);
+    x.probabilities = attention_probabilities_compute(c, b);
+    x.forward_s += x.probabilities.forward_s;
+    x.input_grad_s += x.probabilities.input_grad_s;
+    x.recompute_s += x.probabilities.recompute_s;
   } else {
     const bool rates = !c.bf16 && profile.block_forward_flops > 0;
     const double flops = profile.flops(c.bf16);
@@ -107,6 +127,9 @@ BlockCompute block_compute(const TermContext& c, int b, double warm) {
     x.input_grad_s /= choice.cp;
     x.recompute_s /= choice.cp;
     x.weight_grad_s /= choice.cp;
+    x.probabilities.forward_s /= choice.cp;
+    x.probabilities.input_grad_s /= choice.cp;
+    x.probabilities.recompute_s /= choice.cp;
   }
   return x;
 }

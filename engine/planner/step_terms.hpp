@@ -63,8 +63,20 @@ double ring_bytes(double bytes, int n, bool all_reduce);
 // Compute of one block, one micro-batch, on one rank's share of the tokens (÷ cp), before core sharing:
 // measured tables, else the roofline of its kernels, else FLOPs over the profile's rate. `warm`: the fraction of
 // the rank's working set in cache (measured tables only). input_grad_s excludes recompute_s, the forward rerun.
+// The part of a block's compute (included in BlockCompute's F, I and rerun) that a run storing the [T, T]
+// attention probabilities spends beyond memory-efficient attention (SearchOptions::attention): its passes'
+// bytes (partition::attention_probabilities_work) over the profile's memory bandwidth, less the backward's
+// S = Q·Kᵀ GEMM at its roofline (the stored probabilities replace it); the rerun repeats the forward passes
+// under selective or full recomputation. Zero for memory_efficient and blocks without attention; roofline
+// profiles only (a measured profile times the engine's own attention).
+struct ProbabilitiesCompute {
+  double forward_s = 0, input_grad_s = 0, recompute_s = 0;
+};
+ProbabilitiesCompute attention_probabilities_compute(const TermContext& c, int block);
+
 struct BlockCompute {
   double forward_s = 0, input_grad_s = 0, weight_grad_s = 0, recompute_s = 0;
+  ProbabilitiesCompute probabilities;  // already in the four above (÷ cp like them)
   double backward_input_s() const { return input_grad_s + recompute_s; }  // all of I
 };
 BlockCompute block_compute(const TermContext& c, int block, double warm);

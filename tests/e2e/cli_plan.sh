@@ -115,6 +115,24 @@ print(f"ok   simulate --config: step {out['step_s'] * 1e3:.2f} ms, peaks {[r['ti
 PY
 "$cleave" simulate --config best.json --world 3 > sim3.log 2>&1 && fail "simulate --config on a world the layout does not divide"
 grep -q "world size 3\|3 ranks\|world 3" sim3.log || { cat sim3.log; fail "simulate --config world message"; }
+# --attention: the kernel a simulated run used. Stored probabilities cost more on a roofline profile; a measured
+# profile (this machine) times the engine's own attention and refuses them; an unknown kind is named.
+a100="$source_dir/profiles/a100_80gb_sxm.json"
+"$cleave" simulate --config best.json --world 2 --profile "$a100" --json > att_me.json || fail "simulate --attention default"
+"$cleave" simulate --config best.json --world 2 --profile "$a100" --attention probabilities_dropout --json > att_p.json \
+  || fail "simulate --attention probabilities_dropout"
+python3 - att_me.json att_p.json << 'PY' || fail "--attention probabilities_dropout is not dearer"
+import json, sys
+me, p = (json.load(open(f)) for f in sys.argv[1:3])
+assert me["attention"] == "memory_efficient" and p["attention"] == "probabilities_dropout", (me["attention"], p["attention"])
+assert p["step_s"] > me["step_s"], (p["step_s"], me["step_s"])
+print(f"ok   simulate --attention: step {me['step_s'] * 1e6:.1f} us -> {p['step_s'] * 1e6:.1f} us with stored probabilities")
+PY
+"$cleave" simulate --config best.json --world 2 --attention probabilities > att1.log 2>&1 && fail "--attention on a measured profile"
+grep -q "needs a roofline profile" att1.log || { cat att1.log; fail "--attention measured-profile message"; }
+"$cleave" simulate --config best.json --world 2 --profile "$a100" --attention flash > att2.log 2>&1 && fail "--attention flash accepted"
+grep -q "'flash' is not an attention kind (memory_efficient, probabilities, probabilities_dropout)" att2.log \
+  || { cat att2.log; fail "--attention unknown-kind message"; }
 
 # Bad input.
 "$cleave" plan tiny.json --world 7 --set model.n_layers=2 > bad1.log 2>&1 && fail "world 7 accepted"

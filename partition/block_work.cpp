@@ -83,3 +83,40 @@ BlockWork block_work(const BlockSpec& block, DType dtype, Recompute recompute, i
 }
 
 }  // namespace cleave::partition
+
+namespace cleave::partition {
+
+std::string_view attention_kind_name(AttentionKind kind) {
+  switch (kind) {
+    case AttentionKind::kMemoryEfficient: return "memory_efficient";
+    case AttentionKind::kProbabilities: return "probabilities";
+    case AttentionKind::kProbabilitiesDropout: return "probabilities_dropout";
+  }
+  return "?";
+}
+
+std::optional<AttentionKind> attention_kind_from(std::string_view name) {
+  for (AttentionKind k : {AttentionKind::kMemoryEfficient, AttentionKind::kProbabilities, AttentionKind::kProbabilitiesDropout}) {
+    if (attention_kind_name(k) == name) return k;
+  }
+  return std::nullopt;
+}
+
+ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dtype, AttentionKind kind, int tp,
+                                               std::int64_t micro_batch) {
+  CLEAVE_CHECK(tp >= 1 && micro_batch >= 1, "attention probabilities: tp {} and micro-batch {} must be >= 1", tp, micro_batch);
+  ProbabilitiesWork w;
+  if (kind == AttentionKind::kMemoryEfficient || block.n_heads <= 0 || block.seq_len <= 0) return w;
+  const double b = static_cast<double>(dtype_size(dtype)), t = static_cast<double>(block.seq_len);
+  const double heads = static_cast<double>(micro_batch) * static_cast<double>(block.n_heads / tp);
+  const double dh = static_cast<double>(block.in_features / block.n_heads);
+  const bool dropout = kind == AttentionKind::kProbabilitiesDropout;
+  w.elements = heads * t * t;
+  w.forward_bytes = w.elements * (2 * b + (dropout ? 2 * b + 1 : 0));
+  w.backward_bytes = w.elements * (3 * b + (dropout ? 2 * b + 1 : 0));
+  w.saved_bytes = w.elements * (b + (dropout ? 2 * b + 1 : 0));
+  w.recomputed_scores = {t, t, dh, heads};  // as work_parts::attention_backward's first GEMM
+  return w;
+}
+
+}  // namespace cleave::partition

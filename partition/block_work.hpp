@@ -13,6 +13,8 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
+#include <string_view>
 #include <vector>
 
 #include "engine/core/dtype.hpp"
@@ -42,5 +44,32 @@ struct BlockWork {
 // The work of `block` for a micro-batch of `micro_batch` samples on one of `tp` ranks. Recomputation adds the
 // rerun to input_grad: selective the attention core's forward (scores, softmax, P·V), full the block's forward.
 BlockWork block_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch);
+
+// The attention kernel a simulated run used (`cleave simulate --attention`; the engine itself always runs the
+// memory-efficient kind that block_work prices). kProbabilities: the run stores the [T, T] scores and
+// probabilities per head (Megatron-LM's fused scale-mask-softmax), kProbabilitiesDropout: and applies attention
+// dropout to them (a [T, T] byte mask too).
+enum class AttentionKind { kMemoryEfficient, kProbabilities, kProbabilitiesDropout };
+std::string_view attention_kind_name(AttentionKind kind);
+std::optional<AttentionKind> attention_kind_from(std::string_view name);
+
+// What a probabilities kind costs beyond block_work's memory-efficient attention, over n = micro_batch x
+// (n_heads / tp) x T x T score elements of b bytes (zero for a block without attention or for kMemoryEfficient):
+//   forward   scale-mask-softmax reads S, writes P: 2·n·b; dropout reads P, writes P' and a byte mask: n·(2b + 1)
+//   backward  dropout's gradient reads dP' and the mask, writes dP: n·(2b + 1); softmax's reads P and dP,
+//             writes dS: 3·n·b
+//   saved     P (n·b), with dropout also P' and the mask (n·(2b + 1) more), for the backward (Korthikanti et al.
+//             2022: 5·a·s²·b bytes per layer in 16-bit)
+// and the backward no longer recomputes S = Q·Kᵀ (`recomputed_scores`, a GEMM of block_work's input_grad that
+// the probabilities kind does not run). Recomputation reruns the forward passes inside I (selective and full).
+struct ProbabilitiesWork {
+  double elements = 0;          // n
+  double forward_bytes = 0;     // streamed by the forward passes
+  double backward_bytes = 0;    // streamed by the backward passes
+  double saved_bytes = 0;       // held from F to I (none under recomputation: the rerun rebuilds them)
+  Gemm recomputed_scores;       // removed from input_grad (batch 0 when nothing is removed)
+};
+ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dtype, AttentionKind kind, int tp,
+                                               std::int64_t micro_batch);
 
 }  // namespace cleave::partition

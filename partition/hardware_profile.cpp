@@ -98,7 +98,54 @@ Link read_link(const json& root, const std::string& key, const std::string& file
   return {positive(s, "latency_us", where) * 1e-6, positive(s, "bandwidth_GBps", where) * 1e9};
 }
 
+// `sources` (profiles/README.md): an object of citations, one per number the profile has, each a non-empty string.
+std::vector<std::pair<std::string, std::string>> read_sources(const json& root, const HardwareProfile& p,
+                                                              const std::string& path) {
+  const json& s = root.at("sources");
+  CLEAVE_CHECK(s.is_object(), "profile {}: 'sources' must be an object {{\"<number's key>\": \"where it comes from\", ...}}",
+               path);
+  // The core counts (cpu profiles: the node a plan runs on, which a user edits for the target) may be cited and need
+  // not be; every other number must.
+  const auto is_cores = [](const std::string& k) {
+    return k == "cores_per_node" || k == "measured_ranks_per_node" || k == "measured_cores";
+  };
+  std::vector<std::string> keys;
+  for (const std::string& k : p.sourced_keys()) {
+    if (!is_cores(k) || root.contains(k)) keys.push_back(k);
+  }
+  std::string allowed;
+  for (const std::string& k : keys) allowed += (allowed.empty() ? "" : ", ") + k;
+  for (const auto& [key, value] : s.items()) {
+    CLEAVE_CHECK(std::find(keys.begin(), keys.end(), key) != keys.end(),
+                 "profile {}: sources has '{}', which is not a number of this profile (its numbers: {})", path, key, allowed);
+    CLEAVE_CHECK(value.is_string() && !value.get<std::string>().empty(),
+                 "profile {}: sources.{} must be a non-empty string naming where the number comes from", path, key);
+  }
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const std::string& k : keys) {
+    if (is_cores(k) && !s.contains(k)) continue;
+    CLEAVE_CHECK(s.contains(k), "profile {}: sources has no entry for '{}' (a profile with sources cites every number: "
+                 "add \"{}\": \"<document, table or figure, URL>\")", path, k, k);
+    out.emplace_back(k, s.at(k).get<std::string>());
+  }
+  return out;
+}
+
 }  // namespace
+
+std::vector<std::string> HardwareProfile::sourced_keys() const {
+  std::vector<std::string> keys = {"sustained_gemm_tflops.f32", "sustained_gemm_tflops.bf16", "memory_bandwidth_GBps",
+                                   "intra_node.latency_us", "intra_node.bandwidth_GBps", "inter_node.latency_us",
+                                   "inter_node.bandwidth_GBps", "ranks_per_node", "device_memory_GiB"};
+  if (has_roofline()) {
+    for (const char* k : {"peak_tflops.f32", "peak_tflops.bf16", "gemm_efficiency"}) keys.emplace_back(k);
+    if (!gemm_efficiency_f32.empty()) keys.emplace_back("gemm_efficiency_f32");
+  }
+  if (cores_per_node > 0) {
+    for (const char* k : {"cores_per_node", "measured_ranks_per_node", "measured_cores"}) keys.emplace_back(k);
+  }
+  return keys;
+}
 
 double HardwareProfile::gemm_efficiency_at(double flops, bool bf16) const {
   CLEAVE_ASSERT(has_roofline(), "profile '{}' has no gemm_efficiency curve", name);
@@ -136,6 +183,18 @@ double HardwareProfile::core_sharing(int ranks_on_node) const {
   if (cores_per_node <= 0) return 1.0;
   const int measured_on = measured_cores > 0 ? measured_cores : cores_per_node;
   return cores_per_rank(measured_on, measured_ranks_per_node) / cores_per_rank(ranks_on_node);
+}
+
+double HardwareProfile::spread_collective_s(double bytes, int ranks, int per_node, bool all_reduce) const {
+  if (ranks <= 1 || bytes <= 0) return 0.0;
+  const double f = all_reduce ? 2.0 : 1.0;
+  const int g = std::clamp(per_node, 1, ranks);
+  const int k = (ranks + g - 1) / g;
+  if (k <= 1) return f / 2.0 * intra_node.all_reduce_s(bytes, ranks);
+  const double n = ranks;
+  const double nic = f * (k - 1) / k * (bytes / g) / inter_node.bandwidth_Bps;
+  const double nvlink = g > 1 ? f * (n - 1) / n * bytes / intra_node.bandwidth_Bps : 0.0;
+  return std::max(nic, nvlink) + f * ((ranks - k) * intra_node.latency_s + (k - 1) * inter_node.latency_s);
 }
 
 double Link::all_reduce_s(double bytes, int ranks) const {
@@ -198,6 +257,7 @@ HardwareProfile load_profile(const std::string& path) {
                                   ? static_cast<int>(positive(root, "measured_ranks_per_node", where))
                                   : p.measured.has_blocks() ? std::max(1, std::min(p.measured.ranks, p.ranks_per_node))
                                                             : 1;
+  if (root.contains("sources")) p.sources = read_sources(root, p, path);
   return p;
 }
 
@@ -239,6 +299,11 @@ json profile_to_json(const HardwareProfile& p) {
     out["gemm_measured"] = list;
   }
   if (p.measured.has_blocks() || p.measured.p2p) out["measured"] = measured_to_json(p.measured);
+  if (!p.sources.empty()) {
+    json sources = json::object();
+    for (const auto& [key, citation] : p.sources) sources[key] = citation;
+    out["sources"] = sources;
+  }
   return out;
 }
 

@@ -87,6 +87,16 @@ struct HardwareProfile {
 
   MeasuredCosts measured;  // empty unless written by `cleave profile`
 
+  // Where each number comes from (file key `sources`, optional): (key, citation) for every number of the profile
+  // the cost model reads, keyed by its name in the file ("peak_tflops.bf16", "intra_node.bandwidth_GBps",
+  // "gemm_efficiency", ...: sourced_keys()). When present the reader refuses a key the profile does not have and a
+  // number without its entry, so a shipped profile cannot gain an uncited number. Empty = the profile only has
+  // the free-text `source` (measured profiles, older files). The core counts (cores_per_node, measured_ranks_per_node,
+  // measured_cores) may be cited and need not be: they describe the node a user plans for.
+  std::vector<std::pair<std::string, std::string>> sources;
+  // The numbers of this profile that `sources` must cite, by file key, in file order.
+  std::vector<std::string> sourced_keys() const;
+
   double flops(bool bf16) const { return bf16 ? flops_bf16 : flops_f32; }
   // Cores one rank computes on when `ranks` ranks share a node's cores, by the trainer's thread rule
   // (engine/train/threads.hpp): floor(cores / ranks) threads while every rank fits, else cores / ranks of a
@@ -99,6 +109,15 @@ struct HardwareProfile {
   // cores_per_rank(ranks_on_node); 1 without a core count. Above 1 with more ranks than cores: a rank waiting for
   // a core does not compute.
   double core_sharing(int ranks_on_node) const;
+  // A collective over `ranks` ranks, `per_node` of them on each node (a group with stride tp has ranks_per_node / tp
+  // per node), of `bytes` per rank (the all-reduced tensor, the reduce-scatter input, the all-gather output): NCCL's
+  // ring over the nodes runs one ring per GPU of a node, each through that GPU's own NIC, so each NIC carries
+  // f (k - 1) / k · bytes / per_node over k nodes while NVLink carries each rank's f (n - 1) / n · bytes; the slower
+  // of the two sets the time (f = 2 for an all-reduce, 1 for a reduce-scatter or an all-gather), plus a latency per
+  // ring step (n - k inside nodes, k - 1 between). One node: the intra-node ring. per_node 1: the flat ring over the
+  // inter-node link, as Link::all_reduce_s. (stas00/ml-engineering network/README.md, "Inter-node speed depends on
+  // intra-node speed".)
+  double spread_collective_s(double bytes, int ranks, int per_node, bool all_reduce) const;
   bool has_roofline() const { return !gemm_efficiency.empty(); }
   // The fraction of peak a GEMM of `flops` FLOPs reaches (has_roofline() only): bf16's curve, and for f32
   // (bf16 false) gemm_efficiency_f32 when the profile has one.

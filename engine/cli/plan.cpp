@@ -60,7 +60,8 @@ Run it without mpiexec: --trial K starts `mpiexec -n N cleave train` itself for 
       .text("--write", "FILE",
             "write the best plan as a config for `mpirun -np N cleave train FILE`, with a\n"
             "fresh train.out_dir beside the source's, named after FILE (runs/best for best.json)")
-      .flag("--explain", "say, for each runner-up, where its extra time goes against the best plan")
+      .flag("--explain", "print plan #1's predicted step term by term (compute per block and pass, tp, cp,\n"
+                         "ZeRO, dp, optimizer, P2P, bubble) and each runner-up's difference per term")
       .text("--json", "FILE",
             "also write every plan that fits (ranked) with its overrides, predicted step time,\n"
             "throughput, bubble and peak memory per rank (refuses to overwrite FILE)")
@@ -99,6 +100,31 @@ std::string plan_out_dir(const std::string& source, const std::string& plan_file
 std::string ms(double seconds) { return fmt::format("{:.2f}", seconds * 1e3); }
 
 std::string signed_ms(double seconds) { return fmt::format("{:+.2f} ms", seconds * 1e3); }
+
+// --explain: plan #1's predicted step term by term (they sum to its step), then per runner-up the terms where it
+// differs from #1.
+void print_explain(const std::vector<const planner::PlanEstimate*>& ordered, int shown) {
+  if (shown < 1) return;
+  const auto& first = *ordered.front();
+  std::printf("\nplan #1's predicted step, term by term (busiest pp rank %d; the terms sum to the step):\n",
+              first.breakdown.rank);
+  for (const auto& line : planner::breakdown_table(first.breakdown)) std::printf("%s\n", line.c_str());
+  if (shown < 2) return;
+  std::printf("\nwhere the runner-ups lose time against #1 (busiest rank, term by term; terms within 0.005 ms of "
+              "#1's left out):\n");
+  for (int i = 1; i < shown; ++i) {
+    const auto& e = *ordered[static_cast<std::size_t>(i)];
+    std::string terms;
+    for (int t = 0; t < planner::kNumStepTerms; ++t) {
+      const double d = e.breakdown.seconds[static_cast<std::size_t>(t)] - first.breakdown.seconds[static_cast<std::size_t>(t)];
+      if (std::abs(d) < 5e-6) continue;
+      terms += fmt::format("{}{} {}", terms.empty() ? "" : ", ",
+                           planner::step_term_info(static_cast<planner::StepTerm>(t)).name, signed_ms(d));
+    }
+    std::printf("%3d  %s: %s\n", i + 1, signed_ms(e.step_s - first.step_s).c_str(),
+                terms.empty() ? "the same terms" : terms.c_str());
+  }
+}
 
 }  // namespace
 
@@ -230,20 +256,7 @@ int run_plan(int argc, char** argv) {
               result.ranked.size(), over, invalid,
               most == refusals.end() ? ""
                                      : fmt::format(" ({} of them: {})", most->second, shorten_at_word(most->first, 200)).c_str());
-  if (explain && shown > 1) {
-    const auto& first = *ordered.front();
-    const auto& best = first.breakdown;
-    std::printf("\nwhere the runner-ups lose time against #1 (busiest rank; compute / tp all-reduce / idle incl. "
-                "bubble and P2P / dp reduction / optimizer):\n");
-    for (int i = 1; i < shown; ++i) {
-      const auto& e = *ordered[static_cast<std::size_t>(i)];
-      const auto& b = e.breakdown;
-      std::printf("%3d  %s: compute %s, tp %s, idle %s, dp %s, optimizer %s\n", i + 1,
-                  signed_ms(e.step_s - first.step_s).c_str(), signed_ms(b.compute_s - best.compute_s).c_str(),
-                  signed_ms(b.tp_comm_s - best.tp_comm_s).c_str(), signed_ms(b.idle_s - best.idle_s).c_str(),
-                  signed_ms(b.dp_comm_s - best.dp_comm_s).c_str(), signed_ms(b.optimizer_s - best.optimizer_s).c_str());
-    }
-  }
+  if (explain) print_explain(ordered, shown);
   // --trial: the top plans trained for real in interleaved rounds, re-ranked where the measurement is clear.
   TrialOutcome trial;
   if (trials > 0) {

@@ -1,8 +1,9 @@
 // `cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--set k=v ...]
-// [--json] [--svg FILE] [--trace FILE]`: one training step of the plan a config describes (its own layout,
+// [--json] [--svg FILE] [--trace FILE] [--explain]`: one training step of the plan a config describes (its own layout,
 // schedule, micro-batch, ZeRO and recompute) on N ranks, timed with the planner's costs (cost model +
 // hardware profile: engine/planner/plan_search.hpp) instead of uniform ones. Prints the predicted step
-// time, throughput, bubble, where the busiest rank's time goes, and per pp rank the memory plan by category
+// time, throughput, bubble, where the busiest rank's time goes (--explain: term by term, planner::StepBreakdown),
+// and per pp rank the memory plan by category
 // and the peak of the memory timeline over the step (bytes). No MPI: it simulates.
 #include <cstdio>
 #include <string>
@@ -29,7 +30,8 @@ namespace {
 ArgParser simulate_config_args() {
   ArgParser p("simulate --config",
               "cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--set k=v ...]\n"
-              "                [--json] [--svg FILE] [--trace FILE] [--scatter-gather]",
+              "                [--json] [--svg FILE] [--trace FILE] [--scatter-gather] [--explain]\n"
+              "                [--attention memory_efficient|probabilities|probabilities_dropout]",
               R"(Simulates one training step of the plan CONFIG describes on N ranks with the planner's costs (cost model
 FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer) and prints the step time,
 bubble, where the time goes, and per pp rank the memory plan by category and its timeline's peak.)");
@@ -38,13 +40,43 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
       .text("--profile", "FILE", "hardware profile (profiles/*.json); default: measure this machine now")
       .size("--memory-limit", "SIZE", "cap per rank, e.g. 64MiB (default: device.memory_limit, else the profile's)")
       .config_overrides()
-      .flag("--json", "print one JSON object (with the memory timeline) instead of the summary")
+      .flag("--json", "print one JSON object (with the memory timeline and breakdown_s, the step term by term)\n"
+                      "instead of the summary")
+      .flag("--explain", "print the predicted step term by term (compute per block and pass, recomputation,\n"
+                         "tp, cp, ZeRO, dp, optimizer, P2P, bubble; they sum to the step)")
       .text("--svg", "FILE", "write an SVG timeline")
       .text("--trace", "FILE", "write a Chrome trace JSON")
       .flag("--scatter-gather",
             "price Megatron-LM's scatter/gather of boundary tensors: each tp rank sends 1/tp of a\n"
-            "stage's output, the receiving tp group all-gathers it (the engine sends whole tensors)");
+            "stage's output, the receiving tp group all-gathers it (the engine sends whole tensors)")
+      .text("--attention", "KIND",
+            "the attention kernel the simulated run used (the engine runs memory_efficient, the default):\n"
+            "probabilities stores the [T, T] scores and runs softmax over them (Megatron-LM's fused\n"
+            "scale-mask-softmax), probabilities_dropout also attention dropout; roofline profiles only");
   return p;
+}
+
+// Every term by name (seconds per step; they sum to step_s), the hidden time, the busiest rank, compute per
+// block kind and pass, and the five coarse groups under their earlier names.
+nlohmann::json breakdown_json(const planner::StepBreakdown& b) {
+  nlohmann::json terms = nlohmann::json::object(), hidden = nlohmann::json::object(), blocks = nlohmann::json::array();
+  for (int t = 0; t < planner::kNumStepTerms; ++t) {
+    const std::string name(planner::step_term_info(static_cast<planner::StepTerm>(t)).name);
+    terms[name] = b.seconds[static_cast<std::size_t>(t)];
+    hidden[name] = b.hidden[static_cast<std::size_t>(t)];
+  }
+  for (const auto& k : b.blocks) {
+    blocks.push_back({{"block", k.block}, {"blocks", k.blocks}, {"forward", k.forward_s}, {"input_grad", k.input_grad_s},
+                      {"weight_grad", k.weight_grad_s}, {"recompute", k.recompute_s}});
+  }
+  nlohmann::json out = terms;
+  out["total"] = b.total();
+  out["hidden"] = hidden;
+  out["rank"] = b.rank;
+  out["blocks"] = blocks;
+  out["groups"] = {{"compute", b.compute_s}, {"tp_comm", b.tp_comm_s}, {"idle", b.idle_s}, {"dp_comm", b.dp_comm_s},
+                   {"optimizer", b.optimizer_s}};
+  return out;
 }
 
 }  // namespace
@@ -65,10 +97,22 @@ int run_simulate_config(int argc, char** argv) {
   const std::vector<std::string> overrides = args.all("--set");
   const int world = args.given("--world") ? static_cast<int>(args.count("--world")) : 0;
   const bool json = args.on("--json");
+  const bool explain = args.on("--explain");
   CLEAVE_CHECK(world >= 1, "simulate --config: --world N is required (the ranks the config runs on)");
   const config::RunConfig base = config::load_config(config_path, overrides);
   auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
   options.scatter_gather_boundaries = args.on("--scatter-gather");
+  if (args.given("--attention")) {
+    const std::string kind = args.text("--attention");
+    const auto parsed = partition::attention_kind_from(kind);
+    CLEAVE_CHECK(parsed.has_value(), "simulate --config: --attention '{}' is not an attention kind (memory_efficient, "
+                 "probabilities, probabilities_dropout)", kind);
+    CLEAVE_CHECK(*parsed == partition::AttentionKind::kMemoryEfficient ||
+                     (profile.has_roofline() && !profile.measured.has_blocks()),
+                 "simulate --config: --attention {} needs a roofline profile (profiles/*.json with gemm_efficiency); "
+                 "profile '{}' times the engine's own memory-efficient attention", kind, profile.name);
+    options.attention = *parsed;
+  }
   const planner::PlanChoice choice = planner::choice_of_config(config_path, overrides, world);
   planner::PlanDetails details;
   const planner::PlanEstimate e = planner::estimate_plan(config_path, overrides, choice, profile, options, &details);
@@ -96,18 +140,14 @@ int run_simulate_config(int argc, char** argv) {
                           {"active_param_count", active_params},
                           {"recompute", std::string(enum_name(choice.recompute))},
                           {"profile", profile.name},
+                          {"attention", std::string(partition::attention_kind_name(options.attention))},
                           {"step_s", e.step_s},
                           {unit + "_per_s", e.items_per_s},
                           {"bubble_fraction", e.bubble},
                           {"fits", e.fits},
                           {"core_sharing", e.core_sharing},
                           {"memory_limit", options.memory_limit},
-                          {"breakdown_s",
-                           {{"compute", e.breakdown.compute_s},
-                            {"tp_comm", e.breakdown.tp_comm_s},
-                            {"idle", e.breakdown.idle_s},
-                            {"dp_comm", e.breakdown.dp_comm_s},
-                            {"optimizer", e.breakdown.optimizer_s}}},
+                          {"breakdown_s", breakdown_json(e.breakdown)},
                           {"ranks", nlohmann::json::array()}};
     for (std::size_t r = 0; r < details.memory_plan.size(); ++r) {
       nlohmann::json plan = nlohmann::json::object();
@@ -134,6 +174,10 @@ int run_simulate_config(int argc, char** argv) {
               "%.3f ms\n",
               e.breakdown.compute_s * 1e3, e.breakdown.tp_comm_s * 1e3, e.breakdown.idle_s * 1e3,
               e.breakdown.dp_comm_s * 1e3, e.breakdown.optimizer_s * 1e3);
+  if (explain) {
+    std::printf("the predicted step, term by term (busiest pp rank %d):\n", e.breakdown.rank);
+    for (const auto& line : planner::breakdown_table(e.breakdown, true)) std::printf("%s\n", line.c_str());
+  }
   for (std::size_t r = 0; r < details.memory_plan.size(); ++r) {
     std::string parts;
     std::int64_t total = 0;

@@ -338,6 +338,29 @@ HardwareProfile measured_gemm_profile(const HardwareProfile& base, const GemmPro
   for (const GemmTiming& t : result.timings) {
     p.measured_gemms.push_back({t.dtype, t.gemm.what, t.gemm.m, t.gemm.n, t.gemm.k, t.seconds});
   }
+  if (!base.sources.empty()) {
+    // The base cites each of its numbers (profiles/README.md, `sources`): the numbers measured here now cite this
+    // measurement, the rest keep the base's citation; a curve f32 inherits is cited as what it is.
+    const std::string measured = fmt::format("measured by `cleave profile --gemm` ({}): the GEMMs in gemm_measured", name);
+    const auto cite = [&](const std::string& key, const std::string& text) {
+      auto it = std::find_if(p.sources.begin(), p.sources.end(), [&](const auto& s) { return s.first == key; });
+      if (it != p.sources.end()) it->second = text;
+      else p.sources.emplace_back(key, text);
+    };
+    const auto base_cite = [&](const std::string& key) {
+      auto it = std::find_if(base.sources.begin(), base.sources.end(), [&](const auto& s) { return s.first == key; });
+      return it != base.sources.end() ? it->second : std::string("the base profile '" + base.name + "'");
+    };
+    cite("gemm_efficiency", measured + " (bf16)");
+    cite("sustained_gemm_tflops.bf16", measured + " (bf16: the curve's largest bin)");
+    if (has(DType::kF32)) {
+      cite("gemm_efficiency_f32", measured + " (f32)");
+      cite("sustained_gemm_tflops.f32", measured + " (f32: the curve's largest bin)");
+    } else if (base.gemm_efficiency_f32.empty()) {
+      cite("gemm_efficiency_f32", "the base profile's gemm_efficiency, not measured here: " + base_cite("gemm_efficiency"));
+    }
+    if (device_memory > 0) cite("device_memory_GiB", "the device's total memory, read when `cleave profile --gemm` ran");
+  }
   return p;
 }
 

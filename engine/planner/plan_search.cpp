@@ -9,6 +9,7 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/planner/step_terms.hpp"
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/block_work.hpp"
@@ -27,23 +28,6 @@ std::vector<int> divisors(std::int64_t n) {
     if (n % d == 0) out.push_back(static_cast<int>(d));
   }
   return out;
-}
-
-// Per-stage costs in seconds, split so the breakdown can be reported.
-struct StageParts {
-  double f = 0, i = 0, w = 0;        // compute
-  double f_tp = 0, i_tp = 0;         // tp all-reduces (or SP's reduce-scatter + all-gather) inside F and I
-  double f_gather = 0, i_gather = 0; // ZeRO-3: the parameter all-gathers F and I wait for (not hidden by prefetch)
-  double reduce = 0;                 // REDUCE_GRAD
-  double step_gather = 0;            // ZeRO-1/2: the updated parameters' all-gather after the optimizer step
-  double w_exposed = 0;              // ZeRO-2/3 per micro-batch: per W, the earlier reductions W cannot hide
-  double comm_bytes = 0;             // bytes a rank of this stage sends per step (tp, dp, ZeRO-3, P2P)
-};
-
-// Bytes each rank sends in a ring collective of `bytes` per rank over n ranks: (n - 1) / n of it for a
-// reduce-scatter or all-gather, twice that for an all-reduce.
-double ring_bytes(double bytes, int n, bool all_reduce) {
-  return n <= 1 ? 0.0 : (all_reduce ? 2.0 : 1.0) * (n - 1) / n * bytes;
 }
 
 // The global batch a plan keeps: the config's batch.global_batch_size, or what its own layout resolves to.
@@ -176,40 +160,86 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
 
 namespace {
 
-// What context parallelism adds to one attention layer per micro-batch on one cp rank.
-struct ContextExchange {
-  double forward_s = 0, backward_s = 0;  // exposed (not hidden behind compute)
-  double bytes = 0;                      // sent by this rank
-};
-
-// The exchange of keys and values (docs/planner.md, "Context parallelism"), with unit = one [micro, T/cp, D/tp]
-// activation:
-//  - all_to_all: q, k, v there and the output back in the forward, dout there and dq, dk, dv back in the
-//    backward (4 all-to-alls each way); (cp-1)/cp of each leaves the rank, priced as a reduce-scatter of the same
-//    bytes from the profile's fits; nothing overlaps (attention waits for its heads).
-//  - ring: cp-1 hops of K and V (2 units) in the forward, each in flight while the layer's blocks of the step
-//    before compute, so only what the compute cannot hide is exposed; the backward's K/V hops overlap its
-//    compute the same way, the cp hops of dK, dV do not (each waits for the blocks that add to it).
-template <typename CollectiveCost>
-ContextExchange context_exchange(const partition::ModelSpec& spec, const PlanChoice& c, double micro, double act_bytes,
-                                 double layer_f, double layer_b, double core_sharing, const Link& link,
-                                 const CollectiveCost& collective_s) {
-  const auto sizes = spec.token_sizes();
-  const double unit = micro * static_cast<double>(sizes.seq_len / c.cp) *
-                      static_cast<double>(sizes.d_model / c.tp) * act_bytes;
-  ContextExchange x;
-  if (c.cp_comm == config::ContextParallelComm::kAllToAll) {
-    x.forward_s = 4 * collective_s(partition::Collective::kReduceScatter, unit, c.cp, link);
-    x.backward_s = x.forward_s;
-    x.bytes = 8 * unit * (c.cp - 1) / c.cp;
-    return x;
+// Per stage, the bytes one micro-batch's forward keeps for the backward under SearchOptions::attention beyond
+// memory-efficient attention (partition::attention_probabilities_work's saved_bytes; none under recomputation,
+// whose rerun rebuilds them inside I).
+std::vector<double> probabilities_saved(const run_plan::Plan& plan, const PlanChoice& choice, const SearchOptions& options,
+                                        DType dtype) {
+  std::vector<double> saved(static_cast<std::size_t>(plan.num_stages()), 0.0);
+  if (choice.recompute != partition::Recompute::kNone) return saved;
+  for (int s = 0; s < plan.num_stages(); ++s) {
+    const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
+    for (int b = range.begin; b < range.end; ++b) {
+      saved[static_cast<std::size_t>(s)] +=
+          partition::attention_probabilities_work(plan.spec.blocks[static_cast<std::size_t>(b)], dtype, options.attention,
+                                                  choice.tp, choice.micro_batch).saved_bytes / choice.cp;
+    }
   }
-  const double hop = link.latency_s + 2 * unit / link.bandwidth_Bps;
-  const double hops = c.cp - 1;
-  x.forward_s = std::max(0.0, hops * hop - core_sharing * layer_f);
-  x.backward_s = std::max(0.0, hops * hop - core_sharing * layer_b) + c.cp * hop;
-  x.bytes = (2 * hops + c.cp) * 2 * unit;
-  return x;
+  return saved;
+}
+
+// Memory over the step per pp rank (PlanDetails::memory_timeline): the memory plan's static categories plus the
+// activations the simulated timeline holds.
+void memory_over_step(const run_plan::Plan& plan, const PlanChoice& choice, bool bf16, double step_s,
+                      const std::vector<double>& saved, PlanDetails& details) {
+  const pipeline::SimulationResult& result = details.simulated;
+  const int num_stages = plan.num_stages();
+  // Memory over the step per pp rank: static categories plus the activations the timeline holds.
+  const double per_micro = static_cast<double>(choice.micro_batch) / (bf16 ? 2.0 : 1.0);
+  // One tp rank's activations (the cost model's tp layout), as the memory plan counts them.
+  const auto shard = partition::model_costs(plan.spec, DType::kF32, choice.recompute, choice.tp);
+  std::vector<run_plan::StageBackwardMemory> stage_memory;
+  for (int s = 0; s < num_stages; ++s) {
+    const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
+    stage_memory.push_back(run_plan::stage_backward_memory(
+        std::vector<partition::BlockCost>(shard.begin() + range.begin, shard.begin() + range.end)));
+  }
+  for (std::size_t r = 0; r < result.timeline.ranks.size(); ++r) {
+    const auto& plan_bytes = details.memory_plan[r];
+    std::int64_t fixed = 0;
+    for (int c = 0; c < kNumMemoryCategories; ++c) {
+      if (c != static_cast<int>(MemoryCategory::kActivations) && c != static_cast<int>(MemoryCategory::kWorkspace)) {
+        fixed += plan_bytes[static_cast<std::size_t>(c)];
+      }
+    }
+    std::vector<std::pair<double, double>> events;  // (time, delta bytes)
+    for (const auto& a : result.timeline.ranks[r]) {
+      if (a.action.stage < 0) continue;
+      const run_plan::StageBackwardMemory& sm = stage_memory[static_cast<std::size_t>(a.action.stage)];
+      const double act = static_cast<double>(sm.forward_stash) * per_micro + saved[static_cast<std::size_t>(a.action.stage)];
+      const double held_for_w = static_cast<double>(sm.weight_stash) * per_micro;
+      switch (a.action.kind) {
+        case pipeline::ActionKind::kForward: events.push_back({a.start, act}); break;
+        case pipeline::ActionKind::kBackwardInput: {  // each block's backward holds its extra while it runs
+          const double extra = static_cast<double>(sm.input_peak) * per_micro;
+          events.push_back({a.start, extra});
+          events.push_back({a.end, held_for_w - act - extra});
+          break;
+        }
+        case pipeline::ActionKind::kBackwardWeight: events.push_back({a.end, -held_for_w}); break;
+        case pipeline::ActionKind::kBackward: {
+          const double extra = static_cast<double>(sm.fused_peak) * per_micro;
+          events.push_back({a.start, extra});
+          events.push_back({a.end, -act - extra});
+          break;
+        }
+        default: break;
+      }
+    }
+    std::stable_sort(events.begin(), events.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
+    std::vector<MemoryPoint> line = {{0.0, fixed}};
+    double live = 0;
+    std::int64_t peak = fixed;
+    for (const auto& [time, delta] : events) {
+      live += delta;
+      const std::int64_t bytes = fixed + static_cast<std::int64_t>(std::max(0.0, live));
+      line.push_back({time, bytes});
+      peak = std::max(peak, bytes);
+    }
+    line.push_back({step_s, fixed});
+    details.memory_timeline.push_back(std::move(line));
+    details.timeline_peak.push_back(peak);
+  }
 }
 
 }  // namespace
@@ -245,8 +275,27 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   // Memory: the trainer's own estimate for every pp rank. What a rank touches over and over in a step (all of it
   // but the optimizer state, which only the optimizer step reads) decides how warm its caches stay.
   std::vector<std::int64_t> working_set(static_cast<std::size_t>(choice.pp), 0);
+  const bool bf16 = config.device.precision == config::Precision::kBf16;
+  const std::vector<double> saved = probabilities_saved(plan, choice, options, bf16 ? DType::kBF16 : DType::kF32);
+  const auto shard = partition::model_costs(plan.spec, DType::kF32, choice.recompute, choice.tp);
   for (int r = 0; r < choice.pp; ++r) {
-    const run_plan::MemoryPlan memory = run_plan::estimate_rank_memory(plan, config, r);
+    run_plan::MemoryPlan memory = run_plan::estimate_rank_memory(plan, config, r);
+    // A run storing attention probabilities keeps them with every micro-batch's stash: the activations grow by
+    // their share of a micro-batch's stash on each of the rank's stages (the trainer's plan counts its own,
+    // memory-efficient attention).
+    double stash = 0, extra = 0;
+    for (int s = 0; s < plan.num_stages(); ++s) {
+      if (plan.stage_to_rank(s) != r || saved[static_cast<std::size_t>(s)] <= 0) continue;
+      const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
+      stash += static_cast<double>(run_plan::stage_backward_memory(std::vector<partition::BlockCost>(
+                   shard.begin() + range.begin, shard.begin() + range.end)).forward_stash) *
+               static_cast<double>(choice.micro_batch) / (bf16 ? 2.0 : 1.0) / choice.cp;
+      extra += saved[static_cast<std::size_t>(s)];
+    }
+    if (stash > 0) {
+      auto& act = memory.bytes[static_cast<std::size_t>(MemoryCategory::kActivations)];
+      act += static_cast<std::int64_t>(static_cast<double>(act) * extra / stash);
+    }
     working_set[static_cast<std::size_t>(r)] =
         memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
     if (details) details->memory_plan.push_back(memory.bytes);
@@ -262,19 +311,11 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     est.reason = fmt::format("pp rank {} needs {} > cap {}", est.peak_rank, format_bytes(est.peak_bytes), format_bytes(cap));
   }
 
-  // Time: per-stage costs from the profile's measured tables (cleave profile), else a roofline over the
-  // block's kernels (a shipped profile with peak_tflops and gemm_efficiency), else the cost model's FLOPs over
-  // the profile's rates; timed by the simulator.
-  const bool bf16 = config.device.precision == config::Precision::kBf16;
-  const DType dtype = bf16 ? DType::kBF16 : DType::kF32;
-  const partition::Recompute recompute = choice.recompute;
-  const auto costs = partition::model_costs(plan.spec, dtype, recompute);
-  const partition::MeasuredCosts& measured = profile.measured;
-  const bool use_table = measured.has_blocks();
-  if (use_table) {
+  // Time: the step's terms per stage (step_terms.hpp), timed by the simulator, then split back term by term.
+  if (profile.measured.has_blocks()) {
     check_profile_matches(profile, plan.spec, bf16);
     for (const auto& block : plan.spec.blocks) {
-      if (!measured.covers(partition::block_shape_key(block), choice.tp)) {
+      if (!profile.measured.covers(partition::block_shape_key(block), choice.tp)) {
         est.valid = est.fits = false;
         est.reason = fmt::format("profile '{}' has no measurement at tensor-parallel width {} (run cleave profile with "
                                  "--world {})", profile.name, choice.tp, options.world);
@@ -282,280 +323,25 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
       }
     }
   }
-  const auto plain_costs = partition::model_costs(plan.spec, dtype, partition::Recompute::kNone);
-  const bool one_node = options.world <= profile.ranks_per_node;
   // Ranks sharing a node's cores: each computes on its share (HardwareProfile::core_sharing), so a layout with
   // more ranks than cores is never priced faster than the cores allow.
   est.ranks_on_node = std::min(options.world, std::max(1, profile.ranks_per_node));
   est.cores_per_node = profile.cores_per_node;
   est.core_sharing = profile.core_sharing(est.ranks_on_node);
-  // A collective over `ranks` ranks of `bytes` per rank: the profile's measured fit where it has one for that
-  // group size (inside a node), else the ring formula over the link.
-  using partition::Collective;
-  const auto collective_s = [&](Collective op, double bytes, int ranks, const Link& link) {
-    if (ranks <= 1 || bytes <= 0) return 0.0;
-    if (const partition::AlphaBeta* fit = measured.collective(op, ranks); fit != nullptr && &link == &profile.intra_node) {
-      return fit->seconds(bytes);
-    }
-    return op == Collective::kAllReduce ? link.all_reduce_s(bytes, ranks) : link.all_reduce_s(bytes, ranks) / 2;
-  };
-  const double micro = static_cast<double>(choice.micro_batch);
-  const double micro_batches = static_cast<double>(config.resolved_batch().gradient_accumulation_steps);
-  const int replicas = choice.dp * choice.cp;  // ranks holding the same parameters
-  const int zero = replicas > 1 ? config.optimizer.zero_stage : 0;
-  const bool per_microbatch = zero >= 2 && config::resolved_zero_reduce(config) == config::ZeroReduce::kPerMicrobatch;
-  const double flops = profile.flops(bf16);
-  const Link& p2p_link = options.world > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
-  // Gradients are reduced over dp × cp ranks (ZeRO shards over them too): the replicas the tail sees.
-  const Link& dp_link =
-      choice.tp * choice.cp * choice.dp > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
-  const Link& cp_link = choice.tp * choice.cp > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
-  const double act_bytes = static_cast<double>(dtype_size(dtype));
-  const int num_stages = plan.num_stages();
-  std::vector<StageParts> parts(static_cast<std::size_t>(num_stages));
-  // A fused backward (B) runs each block's I then W before the next block's, so W hides a prefetch too.
-  bool fused_backward = false;
-  for (const auto& rank : plan.schedule.ranks) {
-    for (const auto& a : rank) fused_backward = fused_backward || a.kind == pipeline::ActionKind::kBackward;
-  }
-  pipeline::SimulationCosts sim = pipeline::SimulationCosts::uniform(num_stages, 0, 0, 0);
-  double local_params = 0;  // elements on the busiest pp rank, for the optimizer step
-  std::vector<double> rank_params(static_cast<std::size_t>(choice.pp), 0.0);
-  for (int s = 0; s < num_stages; ++s) {
-    const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
-    StageParts& p = parts[static_cast<std::size_t>(s)];
-    const double warm = measured.warm_fraction(working_set[static_cast<std::size_t>(plan.stage_to_rank(s))]);
-    double grad_bytes = 0;
-    // ZeRO-3, per block of the stage: its compute in F and in the backward (I; a fused B's W too) and the
-    // all-gather of its parameters.
-    std::vector<double> block_f, block_b, block_gather;
-    for (int b = range.begin; b < range.end; ++b) {
-      const auto& c = costs[static_cast<std::size_t>(b)];
-      const auto& block = plan.spec.blocks[static_cast<std::size_t>(b)];
-      const double f_before = p.f, i_before = p.i, w_before = p.w;
-      if (use_table) {
-        const partition::BlockTimes t = measured.block_times(block, choice.tp, choice.micro_batch, profile.name, warm);
-        // Recomputation reruns part of the forward inside I: its share of the measured forward time.
-        const auto& plain = plain_costs[static_cast<std::size_t>(b)];
-        const double rerun = plain.forward_flops > 0 ? (c.input_grad_flops - plain.input_grad_flops) / plain.forward_flops : 0.0;
-        p.f += t.forward_s;
-        p.i += t.input_grad_s + std::max(0.0, rerun) * t.forward_s;
-        p.w += t.weight_grad_s;
-      } else if (profile.has_roofline()) {  // a shipped profile: kernel by kernel
-        const partition::BlockWork work = partition::block_work(block, dtype, recompute, choice.tp, choice.micro_batch);
-        p.f += profile.roofline_seconds(work.forward, bf16);
-        p.i += profile.roofline_seconds(work.input_grad, bf16);
-        p.w += profile.roofline_seconds(work.weight_grad, bf16);
-      } else {
-        const bool rates = !bf16 && profile.block_forward_flops > 0;
-        p.f += c.forward_flops * micro / choice.tp / (rates ? profile.block_forward_flops : flops);
-        p.i += c.input_grad_flops * micro / choice.tp / (rates ? profile.block_input_grad_flops : flops);
-        p.w += c.weight_grad_flops * micro / choice.tp / (rates ? profile.block_weight_grad_flops : flops);
-      }
-      if (choice.cp > 1) {  // each cp rank computes its T / cp tokens (ring's chunk pairs balance the causal work)
-        p.f = f_before + (p.f - f_before) / choice.cp;
-        p.i = i_before + (p.i - i_before) / choice.cp;
-        p.w = w_before + (p.w - w_before) / choice.cp;
-      }
-      grad_bytes += 4.0 * static_cast<double>(c.param_count) / choice.tp;
-      block_f.push_back(p.f - f_before);
-      block_b.push_back(p.i - i_before + (fused_backward ? p.w - w_before : 0.0));
-      // ZeRO-3 gathers the block's parameters (one tp rank's, in the compute dtype) from the dp group.
-      const double block_params = act_bytes * static_cast<double>(c.param_count) / choice.tp;
-      block_gather.push_back(zero == 3 ? collective_s(Collective::kAllGather, block_params, replicas, dp_link) : 0.0);
-      if (zero == 3) p.comm_bytes += 2 * micro_batches * ring_bytes(block_params, replicas, false);
-      if (choice.tp > 1 && partition::is_language_model(plan.spec.type)) {
-        const auto sizes = plan.spec.token_sizes();
-        const double activation =
-            micro * static_cast<double>(sizes.seq_len / choice.cp * sizes.d_model) * act_bytes;
-        // One tp all-reduce of [micro, T, D]; under sequence parallelism a reduce-scatter and an all-gather of the
-        // same tensor take its place (the same bytes on the wire).
-        const double exchange = choice.sequence_parallel
-                                    ? collective_s(Collective::kReduceScatter, activation, choice.tp, profile.intra_node) +
-                                          collective_s(Collective::kAllGather, activation, choice.tp, profile.intra_node)
-                                    : collective_s(Collective::kAllReduce, activation, choice.tp, profile.intra_node);
-        double exchanges = 0;
-        if (partition::is_repeated_layer(block.kind)) {
-          p.f_tp += 2 * exchange;
-          // Full recomputation reruns the forward, its two exchanges included, inside I.
-          const double rerun = recompute == partition::Recompute::kFull ? 2 : 0;
-          p.i_tp += (2 + rerun) * exchange;
-          exchanges = 4 + rerun;
-        } else if (block.kind == partition::BlockKind::kEmbedding) {
-          p.f_tp += exchange;
-          exchanges = 1;
-        }
-        p.comm_bytes += micro_batches * exchanges * ring_bytes(activation, choice.tp, true);
-      }
-      if (choice.cp > 1 && partition::is_repeated_layer(block.kind)) {
-        const ContextExchange x = context_exchange(plan.spec, choice, micro, act_bytes, p.f - f_before,
-                                                   p.i - i_before, est.core_sharing, cp_link, collective_s);
-        p.f_tp += x.forward_s;
-        p.i_tp += x.backward_s + (recompute == partition::Recompute::kFull ? x.forward_s : 0.0);
-        p.comm_bytes += micro_batches * x.bytes;
-      }
-    }
-    if (zero == 3 && replicas > 1) {
-      // Prefetched: a block's gather runs while the block before it computes (forward: first to last; backward:
-      // last to first, under the block's I, or its I and W in a fused B); a stage's first gather waits in full.
-      const std::size_t n = block_gather.size();
-      p.f_gather = block_gather.front();
-      p.i_gather = block_gather.back();
-      for (std::size_t k = 1; k < n; ++k) {
-        p.f_gather += std::max(0.0, block_gather[k] - est.core_sharing * block_f[k - 1]);
-        p.i_gather += std::max(0.0, block_gather[n - 1 - k] - est.core_sharing * block_b[n - k]);
-      }
-    }
-    const double wire = config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16 ? grad_bytes / 2 : grad_bytes;
-    // ZeRO 0 all-reduces the gradients; 1, 2 and 3 reduce-scatter them (half an all-reduce's bytes: each replica
-    // keeps its shard); 1 and 2 then all-gather the updated parameters after the optimizer step (3 keeps them
-    // sharded and gathers per block, above).
-    p.reduce = zero == 0 ? collective_s(Collective::kAllReduce, wire, replicas, dp_link)
-                         : collective_s(Collective::kReduceScatter, wire, replicas, dp_link);
-    p.step_gather = zero == 1 || zero == 2 ? collective_s(Collective::kAllGather, grad_bytes, replicas, dp_link) : 0.0;
-    p.comm_bytes += ring_bytes(wire, replicas, zero == 0) + (zero == 1 || zero == 2 ? ring_bytes(grad_bytes, replicas, false) : 0.0);
-    if (per_microbatch) {
-      // optimizer.zero_reduce per_microbatch: every micro-batch reduce-scatters the stage's gradients. The last
-      // one is REDUCE_GRAD's (above); each earlier one runs behind the next weight-gradient pass, and what the
-      // pass cannot hide lengthens it (spread over the stage's W actions).
-      const double hidden_by = est.core_sharing * p.w;
-      p.w_exposed = micro_batches > 1 ? std::max(0.0, p.reduce - hidden_by) * (micro_batches - 1) / micro_batches : 0.0;
-      p.comm_bytes += (micro_batches - 1) * ring_bytes(wire, replicas, false);
-    }
-    p.f *= est.core_sharing, p.i *= est.core_sharing, p.w *= est.core_sharing;
-    rank_params[static_cast<std::size_t>(plan.stage_to_rank(s))] += grad_bytes / 4.0;
-    auto& sc = sim.stages[static_cast<std::size_t>(s)];
-    sc.backward_weight = p.w + p.w_exposed;
-    sc.reduce_grad = p.reduce;
-    sc.output_bytes = static_cast<double>(costs[static_cast<std::size_t>(range.end - 1)].output_bytes) * micro;
-    if (s + 1 < num_stages) p.comm_bytes += 2 * micro_batches * sc.output_bytes;  // activation out, gradient back
-    const bool sent = s + 1 < num_stages && plan.stage_to_rank(s + 1) != plan.stage_to_rank(s);  // V's turn stays
-    if (options.scatter_gather_boundaries && choice.tp > 1 && sent) {
-      // Megatron's scatter/gather: each tp rank sends 1/tp of the boundary tensor, and the receiving stage's tp
-      // group all-gathers it inside the node (before F from the stage before, before I from the stage after).
-      const double whole = sc.output_bytes;
-      sc.output_bytes = whole / choice.tp;
-      parts[static_cast<std::size_t>(s + 1)].f_tp += collective_s(Collective::kAllGather, whole, choice.tp, profile.intra_node);
-      p.i_tp += collective_s(Collective::kAllGather, whole, choice.tp, profile.intra_node);
-    }
-  }
-  for (int s = 0; s < num_stages; ++s) {  // every part known (a boundary's gather lands on the next stage)
-    const StageParts& p = parts[static_cast<std::size_t>(s)];
-    auto& sc = sim.stages[static_cast<std::size_t>(s)];
-    sc.forward = p.f + p.f_tp + p.f_gather;
-    sc.backward_input = p.i + p.i_tp + p.i_gather;
-  }
-  local_params = *std::max_element(rank_params.begin(), rank_params.end());
-  // The update streams the value and gradient in and the value out, and each state tensor in and out (f32).
-  const double optimizer_bytes_per_param = 4.0 * (3 + 2 * config.optimizer.state_tensors_per_param());
-  const int shards = zero >= 1 ? replicas : 1;  // ZeRO: each replica updates its shard
-  sim.optimizer_step = local_params * optimizer_bytes_per_param / shards / profile.memory_bandwidth_Bps;
-  if (measured.adamw_s_per_param > 0) {  // timed by `cleave profile`
-    const double per_param = config.optimizer.type == config::OptimizerType::kAdamw ? measured.adamw_s_per_param
-                             : config.optimizer.momentum != 0.0 ? measured.sgd_momentum_s_per_param
-                                                                : measured.sgd_s_per_param;
-    sim.optimizer_step = local_params * per_param / shards;
-  }
-  sim.optimizer_step *= est.core_sharing;
-  // ZeRO-1/2's all-gather of the updated parameters follows the update on every rank: the busiest rank's.
-  std::vector<double> rank_gather(static_cast<std::size_t>(choice.pp), 0.0);
-  for (int s = 0; s < num_stages; ++s) rank_gather[static_cast<std::size_t>(plan.stage_to_rank(s))] += parts[static_cast<std::size_t>(s)].step_gather;
-  const double step_gather = *std::max_element(rank_gather.begin(), rank_gather.end());
-  sim.optimizer_step += step_gather;
-  for (const StageParts& p : parts) est.comm_bytes += p.comm_bytes / choice.pp;
-  sim.p2p_latency = choice.pp > 1 ? p2p_link.latency_s : 0.0;
-  sim.p2p_bandwidth = p2p_link.bandwidth_Bps;
-  if (measured.p2p && one_node && choice.pp > 1) {
-    sim.p2p_latency = measured.p2p->latency_s;
-    sim.p2p_bandwidth = measured.p2p->bandwidth_Bps;
-  }
+  const TermContext terms = make_term_context(plan, config, choice, profile, options, est.core_sharing);
+  const std::vector<StageCosts> stages = stage_costs(terms, working_set);
+  ActionTerms optimizer;
+  const pipeline::SimulationCosts sim = simulation_costs(terms, stages, optimizer);
+  for (const StageCosts& st : stages) est.comm_bytes += st.comm_bytes / choice.pp;
   const pipeline::SimulationResult result = pipeline::simulate(plan.schedule, sim);
   est.step_s = result.stats.makespan;
   est.bubble = result.stats.bubble_fraction;
   const double items = static_cast<double>(config.resolved_batch().global_batch_size * plan.spec.items_per_sample());
   est.items_per_s = est.step_s > 0 ? items / est.step_s : 0.0;
-
-  // Breakdown on the busiest pp rank.
-  int busiest = 0;
-  for (std::size_t r = 0; r < result.stats.ranks.size(); ++r) {
-    if (result.stats.ranks[r].busy > result.stats.ranks[static_cast<std::size_t>(busiest)].busy) busiest = static_cast<int>(r);
-  }
-  StepBreakdown& bd = est.breakdown;
-  for (const auto& a : plan.schedule.ranks[static_cast<std::size_t>(busiest)]) {
-    const StageParts& p = parts[static_cast<std::size_t>(std::max(0, a.stage))];
-    switch (a.kind) {
-      case pipeline::ActionKind::kForward: bd.compute_s += p.f, bd.tp_comm_s += p.f_tp, bd.dp_comm_s += p.f_gather; break;
-      case pipeline::ActionKind::kBackwardInput: bd.compute_s += p.i, bd.tp_comm_s += p.i_tp, bd.dp_comm_s += p.i_gather; break;
-      case pipeline::ActionKind::kBackwardWeight: bd.compute_s += p.w, bd.dp_comm_s += p.w_exposed; break;
-      case pipeline::ActionKind::kBackward:
-        bd.compute_s += p.i + p.w, bd.tp_comm_s += p.i_tp, bd.dp_comm_s += p.i_gather + p.w_exposed;
-        break;
-      case pipeline::ActionKind::kReduceGrad: bd.dp_comm_s += p.reduce; break;
-      case pipeline::ActionKind::kOptimizerStep:
-        bd.optimizer_s += sim.optimizer_step - step_gather, bd.dp_comm_s += step_gather;
-        break;
-      default: break;
-    }
-  }
-  bd.idle_s = std::max(0.0, est.step_s - bd.compute_s - bd.tp_comm_s - bd.dp_comm_s - bd.optimizer_s);
+  est.breakdown = step_breakdown(terms, stages, optimizer, sim, result);
   if (details) {
-    // Memory over the step per pp rank: static categories plus the activations the timeline holds.
-    const double per_micro = micro / (bf16 ? 2.0 : 1.0);
-    // One tp rank's activations (the cost model's tp layout), as the memory plan counts them.
-    const auto shard = partition::model_costs(plan.spec, DType::kF32, choice.recompute, choice.tp);
-    std::vector<run_plan::StageBackwardMemory> stage_memory;
-    for (int s = 0; s < num_stages; ++s) {
-      const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
-      stage_memory.push_back(run_plan::stage_backward_memory(
-          std::vector<partition::BlockCost>(shard.begin() + range.begin, shard.begin() + range.end)));
-    }
-    for (std::size_t r = 0; r < result.timeline.ranks.size(); ++r) {
-      const auto& plan_bytes = details->memory_plan[r];
-      std::int64_t fixed = 0;
-      for (int c = 0; c < kNumMemoryCategories; ++c) {
-        if (c != static_cast<int>(MemoryCategory::kActivations) && c != static_cast<int>(MemoryCategory::kWorkspace)) {
-          fixed += plan_bytes[static_cast<std::size_t>(c)];
-        }
-      }
-      std::vector<std::pair<double, double>> events;  // (time, delta bytes)
-      for (const auto& a : result.timeline.ranks[r]) {
-        if (a.action.stage < 0) continue;
-        const run_plan::StageBackwardMemory& sm = stage_memory[static_cast<std::size_t>(a.action.stage)];
-        const double act = static_cast<double>(sm.forward_stash) * per_micro;
-        const double held_for_w = static_cast<double>(sm.weight_stash) * per_micro;
-        switch (a.action.kind) {
-          case pipeline::ActionKind::kForward: events.push_back({a.start, act}); break;
-          case pipeline::ActionKind::kBackwardInput: {  // each block's backward holds its extra while it runs
-            const double extra = static_cast<double>(sm.input_peak) * per_micro;
-            events.push_back({a.start, extra});
-            events.push_back({a.end, held_for_w - act - extra});
-            break;
-          }
-          case pipeline::ActionKind::kBackwardWeight: events.push_back({a.end, -held_for_w}); break;
-          case pipeline::ActionKind::kBackward: {
-            const double extra = static_cast<double>(sm.fused_peak) * per_micro;
-            events.push_back({a.start, extra});
-            events.push_back({a.end, -act - extra});
-            break;
-          }
-          default: break;
-        }
-      }
-      std::stable_sort(events.begin(), events.end(), [](const auto& x, const auto& y) { return x.first < y.first; });
-      std::vector<MemoryPoint> line = {{0.0, fixed}};
-      double live = 0;
-      std::int64_t peak = fixed;
-      for (const auto& [time, delta] : events) {
-        live += delta;
-        const std::int64_t bytes = fixed + static_cast<std::int64_t>(std::max(0.0, live));
-        line.push_back({time, bytes});
-        peak = std::max(peak, bytes);
-      }
-      line.push_back({est.step_s, fixed});
-      details->memory_timeline.push_back(std::move(line));
-      details->timeline_peak.push_back(peak);
-    }
     details->simulated = result;
+    memory_over_step(plan, choice, bf16, est.step_s, saved, *details);
   }
   return est;
 }

@@ -4,26 +4,11 @@
 // and on when tp > 1; recomputation none, selective and full for a gpt), each checked by the
 // engine's own config and plan code (so a plan the search returns is one `cleave train` accepts), its
 // memory estimated per pp rank by the trainer's memory plan (engine/run_plan/memory_plan.hpp) and its step
-// timed by the pipeline simulator with per-stage costs from a hardware profile: a profile written by
-// `cleave profile` gives F, I, W per block from its measured tables (interpolated in the micro-batch; a
-// recomputed block adds its rerun share of the measured forward to I) and P2P, tp and dp collectives from its
-// alpha-beta fits; otherwise, from the cost model:
-//   F, I, W of a stage = its blocks' FLOPs x micro-batch / tp / sustained FLOP/s, plus the tensor-parallel
-//     all-reduces of its transformer blocks (2 in F, 2 in I, of [micro, T, D]; 1 for the vocab-parallel
-//     embedding in F) on the intra-node link; with sequence parallelism each is a reduce-scatter + all-gather
-//     of the same tensor (the same bytes);
-//   ZeRO-3: before F and before I the stage's blocks' parameters are all-gathered from the dp group, each
-//     block's gather prefetched under the previous block's compute (a fused B's W included; only what it
-//     cannot hide is charged; a stage's first gather in each pass in full); W gathers nothing;
-//   P2P = the stage's boundary bytes over the intra- or inter-node link (latency + bytes / bandwidth);
-//   REDUCE_GRAD (dp > 1) = a ring all-reduce of the stage's gradient bytes (ZeRO 1-3: a reduce-scatter, half
-//     the bytes), placed by the schedule where the engine places it; ZeRO 1 and 2 all-gather the updated
-//     parameters after the optimizer step (the step waits for it; ZeRO-3 keeps them sharded);
-//   compute (F, I, W and the optimizer step) x HardwareProfile::core_sharing: with more ranks on a node than
-//     it has cores (or another count than the profile was measured with) a rank gets its share of the cores;
-//   OPTIMIZER_STEP = bytes the optimizer streams (AdamW 28 B, SGD with momentum 16 B, SGD 12 B per local
-//     parameter; / dp with ZeRO-1) over the memory bandwidth.
-// Recomputation adds its rerun FLOPs to I and changes the stashes the memory plan counts (cost_model.hpp).
+// timed by the pipeline simulator with per-stage costs from a hardware profile, priced term by term
+// (engine/planner/step_terms.hpp: compute per block and pass, recomputation, tensor-parallel collectives, the
+// context-parallel exchange, ZeRO's gathers, the data-parallel reduction, the optimizer step; the formulas in
+// docs/planner.md, "The step, term by term"), and split back into those terms on the busiest rank, with its idle
+// time as point-to-point waits and bubble (PlanEstimate::breakdown; `cleave plan --explain`).
 // Invariant: a plan whose estimated peak on any pp rank exceeds the cap is never ranked; it is kept with
 // the reason so the caller can say why nothing fits.
 #pragma once
@@ -36,6 +21,8 @@
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/planner/hardware_profile.hpp"
+#include "engine/planner/step_breakdown.hpp"
+#include "partition/block_work.hpp"
 #include "pipeline/simulator.hpp"
 
 namespace cleave::planner {
@@ -65,15 +52,6 @@ struct PlanChoice {
   config::RunConfig apply_to(const config::RunConfig& base) const;
 };
 
-// Where a plan's predicted step time goes, per step (seconds); sums to step_s.
-struct StepBreakdown {
-  double compute_s = 0;     // the busiest rank's F/I/W compute (tp all-reduces excluded)
-  double tp_comm_s = 0;     // the busiest rank's tp all-reduces
-  double idle_s = 0;        // the busiest rank's idle time inside the pipeline makespan (bubble + P2P waits)
-  double dp_comm_s = 0;     // REDUCE_GRAD on the busiest rank
-  double optimizer_s = 0;
-};
-
 struct PlanEstimate {
   PlanChoice choice;
   bool valid = false;          // the engine accepts the layout (else `reason` says why)
@@ -86,7 +64,7 @@ struct PlanEstimate {
   std::int64_t peak_bytes = 0; // max over pp ranks of the memory plan's total
   int peak_rank = 0;
   std::array<std::int64_t, kNumMemoryCategories> peak_by_category{};  // of that rank
-  StepBreakdown breakdown;
+  StepBreakdown breakdown;     // where step_s goes, term by term (sums to it)
   // Ranks on a node and its cores (0 = a device per rank); compute and the optimizer step are priced
   // core_sharing times what the profile measured (HardwareProfile::core_sharing); oversubscribed() when ranks
   // outnumber cores.
@@ -120,6 +98,9 @@ struct SearchOptions {
   // Megatron-LM's scatter/gather of boundary tensors (a model option; the engine sends whole tensors): each tp
   // rank sends 1/tp of a stage's output and the receiving tp group all-gathers it inside the node.
   bool scatter_gather_boundaries = false;
+  // The attention kernel the simulated run used (a model option; the engine runs memory-efficient attention):
+  // `cleave simulate --attention`, priced by attention_probabilities_compute (step_terms.hpp) on a roofline profile.
+  partition::AttentionKind attention = partition::AttentionKind::kMemoryEfficient;
 };
 
 struct SearchResult {

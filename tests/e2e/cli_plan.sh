@@ -2,7 +2,8 @@
 # `cleave plan`: the search on 2 ranks under a memory cap prints a ranked table whose plans are all under the
 # cap; --write saves plan #1 as a config that `mpiexec -n 2 cleave train` runs unchanged (into a fresh out_dir
 # named after the plan file, while the source config's directory holds a run) (and the measured
-# peak is reported next to the plan's estimate); --explain says where runner-ups lose time. Bad input:
+# peak is reported next to the plan's estimate); --explain prints plan #1's step term by term (the term rows sum
+# to the total row, which is #1's predicted step) and where runner-ups lose time, per term. Bad input:
 # a world no layout fits, a cap no plan meets (smallest need per category and the closest plan; the same with
 # the cap from the config), an
 # unreadable or malformed profile, and --write onto an existing file: one clear error each, nothing written.
@@ -31,6 +32,31 @@ JSON
   || { cat plan.log; fail "cleave plan"; }
 grep -q "^  1  tp" plan.log || { cat plan.log; fail "no ranked table"; }
 grep -q "where the runner-ups lose time" plan.log || { cat plan.log; fail "no --explain"; }
+python3 - plan.log << 'PY' || { cat plan.log; fail "--explain's terms do not sum to plan #1's step"; }
+import re, sys
+lines = open(sys.argv[1]).read().split("\n")
+step_ms = float(next(l for l in lines if re.match(r"^\s+1\s+tp\d", l)).split()[10])
+start = lines.index(next(l for l in lines if l.startswith("plan #1's predicted step, term by term")))
+terms = {"forward", "input_grad", "weight_grad", "recompute", "tensor_parallel", "context_parallel", "zero_gather",
+         "data_parallel", "optimizer", "point_to_point", "bubble"}
+rows, total, blocks = {}, None, 0
+for l in lines[start + 2:]:
+    if not l.startswith("  "):
+        break
+    name = l.split()[0]
+    if l.startswith("    "):
+        blocks += 1
+    elif name in terms:
+        rows[name] = float(l.split()[1])
+    elif name == "total":
+        total = float(l.split()[1])
+assert {"forward", "input_grad", "weight_grad"} <= set(rows) and blocks >= 3, (rows, blocks)
+assert total is not None and abs(total - step_ms) <= 0.01, (total, step_ms)
+assert abs(sum(rows.values()) - total) <= 0.001 * len(rows) + 1e-9, (rows, total)
+runner = [l for l in lines if re.match(r"^\s+2  [+-]\d+\.\d\d ms: ", l)]
+assert runner, "no per-term line for runner-up #2"
+print(f"ok   --explain: {len(rows)} terms, {blocks} block rows, sum {sum(rows.values()):.3f} = total {total:.3f} ms = #1's step")
+PY
 grep -q "^plans predicted within 5.0% of their group's fastest are tied" plan.log || { cat plan.log; fail "no tie rule stated"; }
 python3 - plan.log << 'PY' || { cat plan.log; fail "a ranked plan is over the 1 MiB cap or the order breaks the tie rule"; }
 import re, sys
@@ -89,6 +115,24 @@ print(f"ok   simulate --config: step {out['step_s'] * 1e3:.2f} ms, peaks {[r['ti
 PY
 "$cleave" simulate --config best.json --world 3 > sim3.log 2>&1 && fail "simulate --config on a world the layout does not divide"
 grep -q "world size 3\|3 ranks\|world 3" sim3.log || { cat sim3.log; fail "simulate --config world message"; }
+# --attention: the kernel a simulated run used. Stored probabilities cost more on a roofline profile; a measured
+# profile (this machine) times the engine's own attention and refuses them; an unknown kind is named.
+a100="$source_dir/profiles/a100_80gb_sxm.json"
+"$cleave" simulate --config best.json --world 2 --profile "$a100" --json > att_me.json || fail "simulate --attention default"
+"$cleave" simulate --config best.json --world 2 --profile "$a100" --attention probabilities_dropout --json > att_p.json \
+  || fail "simulate --attention probabilities_dropout"
+python3 - att_me.json att_p.json << 'PY' || fail "--attention probabilities_dropout is not dearer"
+import json, sys
+me, p = (json.load(open(f)) for f in sys.argv[1:3])
+assert me["attention"] == "memory_efficient" and p["attention"] == "probabilities_dropout", (me["attention"], p["attention"])
+assert p["step_s"] > me["step_s"], (p["step_s"], me["step_s"])
+print(f"ok   simulate --attention: step {me['step_s'] * 1e6:.1f} us -> {p['step_s'] * 1e6:.1f} us with stored probabilities")
+PY
+"$cleave" simulate --config best.json --world 2 --attention probabilities > att1.log 2>&1 && fail "--attention on a measured profile"
+grep -q "needs a roofline profile" att1.log || { cat att1.log; fail "--attention measured-profile message"; }
+"$cleave" simulate --config best.json --world 2 --profile "$a100" --attention flash > att2.log 2>&1 && fail "--attention flash accepted"
+grep -q "'flash' is not an attention kind (memory_efficient, probabilities, probabilities_dropout)" att2.log \
+  || { cat att2.log; fail "--attention unknown-kind message"; }
 
 # A mixture of experts: total and active parameters (top_k of n_experts experts per block), in both forms.
 "$cleave" simulate --config "$source_dir/examples/moe/config.json" --set data.type=synthetic --world 2 > moe.log 2>&1 \

@@ -240,6 +240,48 @@ TEST_F(PlanSearch, ShippedA100ProfilePricesSmallModelsLowerThanTheSustainedRate)
   EXPECT_GT(large, 0.8 * a100.peak_flops_bf16 * a100.gemm_efficiency.back().second);
 }
 
+TEST_F(PlanSearch, AttentionProbabilitiesCostTheirPassesLessTheRecomputedScores) {
+  // --attention probabilities_dropout on the shipped A100 profile, one rank, 8 micro-batches of 1 sample: per
+  // attention block and micro-batch, n = heads x T x T = 4 x 16 x 16 f32 elements; the forward streams
+  // n (2b + 2b + 1) bytes, the backward n (3b + 2b + 1) bytes and skips the S = Q·Kᵀ GEMM [16 x 16 x 12] x 4.
+  const HardwareProfile a100 = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/a100_80gb_sxm.json");
+  const std::string config = tiny_gpt();
+  PlanChoice c;
+  c.global_batch = 8;
+  SearchOptions options{1, 0};
+  const PlanEstimate plain = estimate_plan(config, {}, c, a100, options);
+  options.attention = partition::AttentionKind::kProbabilitiesDropout;
+  const PlanEstimate stored = estimate_plan(config, {}, c, a100, options);
+  ASSERT_TRUE(plain.valid && stored.valid) << plain.reason << stored.reason;
+  const double n = 4.0 * 16 * 16, b = 4, bw = a100.memory_bandwidth_Bps;
+  partition::PassWork scores;
+  scores.gemms.push_back({16, 16, 12, 4});
+  const double forward = n * (4 * b + 1) / bw, backward = n * (5 * b + 1) / bw - a100.roofline_seconds(scores, false);
+  const double blocks = 4, micro_batches = 8;
+  EXPECT_NEAR(stored.breakdown[StepTerm::kForward] - plain.breakdown[StepTerm::kForward], blocks * micro_batches * forward,
+              1e-9 * plain.step_s);
+  EXPECT_NEAR(stored.breakdown[StepTerm::kInputGrad] - plain.breakdown[StepTerm::kInputGrad],
+              blocks * micro_batches * backward, 1e-9 * plain.step_s);
+  EXPECT_NEAR(stored.step_s - plain.step_s, blocks * micro_batches * (forward + backward), 1e-9 * plain.step_s);
+  EXPECT_GT(stored.step_s, plain.step_s);
+  // The stored probabilities and dropout output and mask are held from F to I: n (2b + 1) bytes more per block.
+  EXPECT_GT(stored.peak_bytes, plain.peak_bytes);
+  // Under recomputation nothing more is held, and the rerun repeats the forward passes inside I.
+  c.recompute = partition::Recompute::kSelective;
+  const PlanEstimate rerun = estimate_plan(config, {}, c, a100, options);
+  options.attention = partition::AttentionKind::kMemoryEfficient;
+  const PlanEstimate rerun_plain = estimate_plan(config, {}, c, a100, options);
+  EXPECT_EQ(rerun.peak_bytes, rerun_plain.peak_bytes);
+  EXPECT_NEAR(rerun.breakdown[StepTerm::kRecompute] - rerun_plain.breakdown[StepTerm::kRecompute],
+              blocks * micro_batches * forward, 1e-9 * plain.step_s);
+  // The kind's names round trip; an unknown one is refused.
+  for (auto k : {partition::AttentionKind::kMemoryEfficient, partition::AttentionKind::kProbabilities,
+                 partition::AttentionKind::kProbabilitiesDropout}) {
+    EXPECT_EQ(partition::attention_kind_from(partition::attention_kind_name(k)), k);
+  }
+  EXPECT_FALSE(partition::attention_kind_from("flash").has_value());
+}
+
 TEST_F(PlanSearch, RanksTheHandCheckedBestPlanFirst) {
   // 2 ranks, every message costs a latency L and nothing per byte, compute C per step on one rank (flops, so
   // independent of the micro-batch). By hand: tp2 pays 2L per all-reduce, 17 per micro-batch; pp2 pays its

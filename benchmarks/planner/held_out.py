@@ -1,0 +1,234 @@
+#!/usr/bin/env python3
+"""Held-out published training runs re-simulated by `cleave simulate --config` (issue 38 part 3).
+
+Each table in benchmarks/planner/held_out/*.tsv is one publication: '#' lines cite it, then one row per run with
+the run's own model, layout, schedule, batch, micro-batch, recomputation, ZeRO stage, the attention kernel it
+used (`simulate --attention`: memory_efficient, probabilities, probabilities_dropout) and the hardware profile to
+price it with. For every row this writes the run's config, simulates one step on the profile and converts the
+step time into the publication's own metric:
+
+  tflops_sc21      teraFLOP/s per GPU, FLOPs by Narayanan et al. (SC'21) equation 3 (recomputation included):
+                   96 B s l h^2 (1 + s / (6h) + V / (16 l h))
+  tflops_model     teraFLOP/s per GPU, model FLOPs (Korthikanti et al. 2022): 72 B s l h^2 (1 + s / (6h) + V / (12 l h))
+  samples_per_gpu  samples per second per GPU
+  tokens_per_gpu   tokens per second per GPU
+
+and prints predicted, published, ratio (predicted / published) and the row's note (what the run used that Cleave
+does not model, what the publication does not say). The published figures are never read by the cost model:
+nothing here is fitted (docs/planner.md, "Held-out runs").
+
+Invariant: every row is printed, simulated or not: a row Cleave refuses keeps its line with the reason.
+Usage: held_out.py --cleave BIN [--tables DIR] [--smoke] [--markdown] [--only PREFIX] [--breakdown]
+"""
+import argparse
+import glob
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+COLUMNS = ("id profile family vocab d_model n_layers n_heads n_kv_heads ffn seq tp pp gpus schedule v batch micro "
+           "recompute zero sp scatter attention metric published note").split()
+SMOKE_ID = "sc21-1.7B"
+# --breakdown's columns: groups of `simulate --json`'s breakdown_s terms (docs/planner.md, "The step, term by term").
+BREAKDOWN = (("forward", "input_grad", "weight_grad"), ("recompute",), ("tensor_parallel", "context_parallel"),
+             ("data_parallel", "zero_gather"), ("optimizer",), ("point_to_point",), ("bubble",))
+BREAKDOWN_HEAD = "F+I+W/recompute/tp+cp/dp+zero/optimizer/p2p/bubble %"
+
+
+def read_table(path):
+    """(citation lines, rows as dicts) of one table file; raises ValueError naming the file and line."""
+    cite, rows, header = [], [], None
+    with open(path) as f:
+        for number, line in enumerate(f, 1):
+            line = line.rstrip("\n")
+            if not line.strip():
+                continue
+            if line.startswith("#"):
+                cite.append(line[1:].strip())
+                continue
+            fields = line.split("\t")
+            if header is None:
+                if fields != COLUMNS:
+                    raise ValueError(f"{path}:{number}: header must be the columns {' '.join(COLUMNS)}")
+                header = fields
+                continue
+            if len(fields) != len(COLUMNS):
+                raise ValueError(f"{path}:{number}: {len(fields)} fields, expected {len(COLUMNS)} ({' '.join(COLUMNS)})")
+            rows.append(dict(zip(COLUMNS, fields), table=os.path.basename(path)))
+    return cite, rows
+
+
+def config_of(row):
+    model = {"type": row["family"], "vocab_size": int(row["vocab"]), "d_model": int(row["d_model"]),
+             "n_layers": int(row["n_layers"]), "n_heads": int(row["n_heads"]), "seq_len": int(row["seq"])}
+    if row["family"] == "llama":
+        model["n_kv_heads"] = int(row["n_kv_heads"])
+        model["ffn_hidden_size"] = int(row["ffn"])
+    elif row["ffn"] != "-":
+        model["d_ff"] = int(row["ffn"])
+    return {
+        "model": model,
+        "parallel": {"tensor_model_parallel_size": int(row["tp"]), "pipeline_model_parallel_size": int(row["pp"]),
+                     "schedule": row["schedule"], "virtual_pipeline_stages": int(row["v"]),
+                     "sequence_parallel": row["sp"] == "1"},
+        "batch": {"global_batch_size": int(row["batch"]), "micro_batch_size": int(row["micro"])},
+        "optimizer": {"type": "adamw", "zero_stage": int(row["zero"])},
+        "train": {"recompute": row["recompute"]},
+        "device": {"type": "cpu", "precision": "bf16"},
+        "data": {"type": "synthetic"},
+    }
+
+
+def metric(row, step_s):
+    B, s, l, h = (float(row[k]) for k in ("batch", "seq", "n_layers", "d_model"))
+    V, gpus = float(row["vocab"]), float(row["gpus"])
+    m = row["metric"]
+    if m == "tflops_sc21":
+        return 96 * B * s * l * h * h * (1 + s / (6 * h) + V / (16 * l * h)) / step_s / gpus / 1e12
+    if m == "tflops_model":
+        return 72 * B * s * l * h * h * (1 + s / (6 * h) + V / (12 * l * h)) / step_s / gpus / 1e12
+    if m == "samples_per_gpu":
+        return B / step_s / gpus
+    if m == "tokens_per_gpu":
+        return B * s / step_s / gpus
+    raise ValueError(f"{row['table']}: row {row['id']}: unknown metric '{m}' (tflops_sc21, tflops_model, "
+                     "samples_per_gpu, tokens_per_gpu)")
+
+
+def simulate(row, cleave, profiles, work):
+    cfg = os.path.join(work, row["id"] + ".json")
+    with open(cfg, "w") as f:
+        json.dump(config_of(row), f)
+    cmd = [cleave, "simulate", "--config", cfg, "--world", row["gpus"], "--profile",
+           os.path.join(profiles, row["profile"] + ".json"), "--json"]
+    if row["scatter"] == "1":
+        cmd.append("--scatter-gather")
+    cmd += ["--attention", row["attention"]]  # the attention kernel the run used (memory_efficient, probabilities...)
+    done = subprocess.run(cmd, capture_output=True, text=True)
+    if done.returncode == 1 and done.stdout.lstrip().startswith("{"):  # simulated, over the memory cap: keep the row
+        return json.loads(done.stdout), ""
+    if done.returncode != 0:
+        return None, (done.stderr.strip().splitlines() or ["cleave simulate failed"])[-1]
+    return json.loads(done.stdout), ""
+
+
+def main():
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--cleave", required=True, help="the cleave binary")
+    ap.add_argument("--tables", default=os.path.join(root, "benchmarks/planner/held_out"))
+    ap.add_argument("--profiles", default=os.path.join(root, "profiles"))
+    ap.add_argument("--smoke", action="store_true", help=f"one row ({SMOKE_ID}); fails unless it simulates and its "
+                    "ratio is finite and within 0.5-2")
+    ap.add_argument("--only", default="", help="rows whose id starts with this")
+    ap.add_argument("--markdown", action="store_true", help="print a markdown table")
+    ap.add_argument("--breakdown", action="store_true", help="add each row's step breakdown (% of the step: "
+                    + BREAKDOWN_HEAD.rstrip(" %") + ")")
+    args = ap.parse_args()
+
+    tables = sorted(glob.glob(os.path.join(args.tables, "*.tsv")))
+    if not tables:
+        sys.exit(f"held_out.py: no tables (*.tsv) in {args.tables}")
+    rows, cites = [], {}
+    for t in tables:
+        cite, r = read_table(t)
+        cites[os.path.basename(t)] = cite
+        rows += r
+    if args.smoke:
+        rows = [r for r in rows if r["id"] == SMOKE_ID]
+    elif args.only:
+        rows = [r for r in rows if r["id"].startswith(args.only)]
+    if not rows:
+        sys.exit("held_out.py: no row selected")
+
+    results = []
+    with tempfile.TemporaryDirectory() as work:
+        for row in rows:
+            out, why = simulate(row, args.cleave, args.profiles, work)
+            published = float(row["published"])
+            if out is None or out.get("step_s", 0) <= 0:
+                results.append((row, None, published, None, why or "no step time", out))
+                continue
+            predicted = metric(row, out["step_s"])
+            note = row["note"] if row["note"] != "-" else ""
+            if not out.get("fits", True):
+                note = (note + "; " if note else "") + "over the profile's memory in Cleave's plan"
+            results.append((row, predicted, published, predicted / published, note, out))
+
+    sep = " | " if args.markdown else "  "
+    head = ["run", "layout", "schedule", "metric", "predicted", "published", "ratio"]
+    if args.breakdown:
+        head.append(BREAKDOWN_HEAD)
+    head.append("note")
+    if args.markdown:
+        print("| " + " | ".join(head) + " |")
+        print("|" + "|".join("---:" if h in ("predicted", "published", "ratio") else "---" for h in head) + "|")
+    else:
+        print(sep.join(head))
+    for row, predicted, published, ratio, note, out in results:
+        layout = f"tp{row['tp']} pp{row['pp']} dp{int(row['gpus']) // (int(row['tp']) * int(row['pp']))}"
+        schedule = row["schedule"] + (f" v{row['v']}" if row["v"] != "1" else "") + f" mb{row['micro']}"
+        cells = [row["id"], layout, schedule, row["metric"],
+                 f"{predicted:.3g}" if predicted is not None else "-", f"{published:g}",
+                 f"{ratio:.3f}" if ratio is not None else "not modelled"]
+        if args.breakdown:
+            if out and "breakdown_s" in out and out["step_s"] > 0:
+                b = out["breakdown_s"]
+                parts = [sum(b.get(k, 0) for k in group) for group in BREAKDOWN]
+                cells.append("/".join(f"{100 * x / out['step_s']:.0f}" for x in parts))
+            else:
+                cells.append("-")
+        cells.append(note)
+        print(("| " if args.markdown else "") + sep.join(cells) + (" |" if args.markdown else ""))
+
+    ratios = [r[3] for r in results if r[3] is not None]
+    if ratios:
+        errors = sorted(abs(x - 1) for x in ratios)
+        within = sum(e <= 0.05 for e in errors)
+        print(f"\n{len(ratios)} of {len(results)} rows simulated; |ratio - 1|: median {100 * statistics.median(errors):.1f}%, "
+              f"worst {100 * errors[-1]:.1f}%, within 5%: {within} of {len(ratios)}")
+        for table in sorted({r[0]["table"] for r in results}):
+            e = sorted(abs(r[3] - 1) for r in results if r[0]["table"] == table and r[3] is not None)
+            if e:
+                print(f"  {table}: median {100 * statistics.median(e):.1f}%, worst {100 * e[-1]:.1f}% ({len(e)} rows)")
+    zb = ranking_check(results)
+    if zb:
+        print(zb)
+    if args.smoke:
+        row, predicted, published, ratio, note, _ = results[0]
+        if ratio is None or not (0.5 <= ratio <= 2.0):
+            sys.exit(f"held_out.py --smoke: {row['id']} predicted {predicted} against published {published}: ratio "
+                     f"{ratio} outside 0.5-2 ({note})")
+
+
+def ranking_check(results):
+    """Whether each zero-bubble setting ranks its schedules as the paper does (by samples per GPU per second)."""
+    groups = {}
+    for row, predicted, published, ratio, _, _ in results:
+        if row["table"].startswith("zero_bubble") and predicted is not None:
+            key = row["id"].rsplit("-", 1)[0]
+            groups.setdefault(key, []).append((row["id"].rsplit("-", 1)[1], predicted, published))
+    if not groups:
+        return ""
+    lines, kept, kept3 = [], 0, 0
+    for key, g in groups.items():
+        order_pred = [s for s, _, _ in sorted(g, key=lambda x: -x[1])]
+        order_pub = [s for s, _, _ in sorted(g, key=lambda x: -x[2])]
+        kept += order_pred == order_pub
+        three = ("1f1b", "zb1p", "zb2p")  # the paper's 1F1B and its two zero-bubble schedules, without 1F1B-I
+        kept3 += [s for s in order_pred if s in three] == [s for s in order_pub if s in three]
+        by = {s: (p, q) for s, p, q in g}
+        speedup = ""
+        if all(s in by for s in three):
+            speedup = "; over 1F1B: " + ", ".join(f"{s} {by[s][0] / by['1f1b'][0]:.3f} (published {by[s][1] / by['1f1b'][1]:.3f})"
+                                                  for s in ("zb1p", "zb2p"))
+        lines.append(f"  {key}: published {' > '.join(order_pub)}; predicted {' > '.join(order_pred)}{speedup}")
+    return (f"zero-bubble schedule ranking: 1F1B, ZB-1p, ZB-2p kept in {kept3} of {len(groups)} settings; with 1F1B-I "
+            f"in {kept} of {len(groups)}:\n" + "\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,88 @@
+// See step_breakdown.hpp.
+#include "engine/planner/step_breakdown.hpp"
+
+#include <fmt/format.h>
+
+namespace cleave::planner {
+namespace {
+
+constexpr std::array<StepTermInfo, kNumStepTerms> kStepTermInfo = {{
+    {"forward", "F compute"},
+    {"input_grad", "I compute (input gradients)"},
+    {"weight_grad", "W compute (weight gradients)"},
+    {"recompute", "forward rerun inside I (train.recompute)"},
+    {"tensor_parallel", "tp all-reduces / SP reduce-scatter + all-gather, boundary all-gathers"},
+    {"context_parallel", "cp key/value exchange not hidden by compute"},
+    {"zero_gather", "ZeRO parameter all-gathers not hidden by prefetch"},
+    {"data_parallel", "gradient reduction over the dp x cp replicas"},
+    {"optimizer", "optimizer step"},
+    {"point_to_point", "idle: pipeline boundary transfers (P2P)"},
+    {"bubble", "idle: pipeline bubble"},
+}};
+
+}  // namespace
+
+const StepTermInfo& step_term_info(StepTerm term) { return kStepTermInfo[static_cast<std::size_t>(term)]; }
+
+double ActionTerms::total() const {
+  double sum = 0;
+  for (double s : exposed) sum += s;
+  return sum;
+}
+
+ActionTerms& ActionTerms::operator+=(const ActionTerms& o) {
+  for (int t = 0; t < kNumStepTerms; ++t) {
+    exposed[static_cast<std::size_t>(t)] += o.exposed[static_cast<std::size_t>(t)];
+    hidden[static_cast<std::size_t>(t)] += o.hidden[static_cast<std::size_t>(t)];
+  }
+  return *this;
+}
+
+double StepBreakdown::total() const {
+  double sum = 0;
+  for (double s : seconds) sum += s;
+  return sum;
+}
+
+void StepBreakdown::set_groups() {
+  using T = StepTerm;
+  const auto& b = *this;
+  compute_s = b[T::kForward] + b[T::kInputGrad] + b[T::kWeightGrad] + b[T::kRecompute];
+  tp_comm_s = b[T::kTensorParallel] + b[T::kContextParallel];
+  idle_s = b[T::kPointToPoint] + b[T::kBubble];
+  dp_comm_s = b[T::kZeroGather] + b[T::kDataParallel];
+  optimizer_s = b[T::kOptimizer];
+}
+
+std::vector<std::string> breakdown_table(const StepBreakdown& b, bool all) {
+  std::vector<std::string> lines;
+  const double total = b.total();
+  const auto percent = [&](double s) { return total > 0 ? 100 * s / total : 0.0; };
+  const auto row = [&](std::string_view name, double s, std::string_view what, double hidden) {
+    std::string line = fmt::format("  {:<24} {:>10.3f} {:>6.1f}%  {:<68}", name, s * 1e3, percent(s), what);
+    if (hidden > 0) line += fmt::format(" {:.3f}", hidden * 1e3);
+    while (!line.empty() && line.back() == ' ') line.pop_back();
+    return line;
+  };
+  lines.push_back(fmt::format("  {:<24} {:>10} {:>7}  {:<68} {}", "term", "ms/step", "share", "what",
+                              "hidden ms (overlapped, not in the sum)"));
+  for (int t = 0; t < kNumStepTerms; ++t) {
+    const auto term = static_cast<StepTerm>(t);
+    const double s = b.seconds[static_cast<std::size_t>(t)], h = b.hidden[static_cast<std::size_t>(t)];
+    if (!all && s == 0 && h == 0) continue;
+    const StepTermInfo& info = step_term_info(term);
+    lines.push_back(row(info.name, s, info.description, h));
+    for (const BlockPassSeconds& k : b.blocks) {  // compute per block kind under its pass
+      const double pass = term == StepTerm::kForward     ? k.forward_s
+                          : term == StepTerm::kInputGrad  ? k.input_grad_s
+                          : term == StepTerm::kWeightGrad ? k.weight_grad_s
+                          : term == StepTerm::kRecompute  ? k.recompute_s
+                                                          : 0.0;
+      if (pass > 0) lines.push_back(row(fmt::format("  {}", k.block), pass, fmt::format("{} on the rank", k.blocks), 0));
+    }
+  }
+  lines.push_back(row("total", total, fmt::format("the predicted step (pp rank {}, the busiest)", b.rank), 0));
+  return lines;
+}
+
+}  // namespace cleave::planner

@@ -1,0 +1,84 @@
+// Where a plan's predicted step goes, term by term (docs/planner.md, "The step, term by term").
+//
+// Every action the simulator times is priced as a sum of terms (ActionTerms: forward compute, tensor-parallel
+// collectives, ...); the breakdown walks the busiest pp rank's actions and adds up their terms, then splits the
+// rank's idle time into point-to-point waits and bubble. Invariant: the terms of StepBreakdown::seconds sum to
+// the predicted step (PlanEstimate::step_s) up to rounding; StepBreakdown::hidden holds what overlapped with
+// compute and is therefore in no term of the sum.
+//
+// Adding a term (an expert-parallel all-to-all, say): an enumerator before kCount with its row in
+// kStepTermInfo, a function in step_terms.hpp that prices it into the ActionTerms of the actions that wait for it,
+// and its formula in docs/planner.md. Nothing else changes: the simulator reads ActionTerms::total(), and
+// `--explain` prints every term.
+#pragma once
+
+#include <array>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace cleave::planner {
+
+enum class StepTerm {
+  kForward,          // F compute of the blocks (per block and pass: StepBreakdown::blocks)
+  kInputGrad,        // I compute, without the recomputed forward
+  kWeightGrad,       // W compute
+  kRecompute,        // the forward rerun inside I (train.recompute); its collectives are in their own terms
+  kTensorParallel,   // tp all-reduces, or sequence parallelism's reduce-scatter + all-gather; boundary all-gathers
+  kContextParallel,  // cp's key/value exchange, what compute does not hide
+  kZeroGather,       // ZeRO-3 parameter gathers the prefetch does not hide; ZeRO-1/2 gather after the step
+  kDataParallel,     // the gradients' reduction over dp x cp replicas (REDUCE_GRAD; per-micro-batch ZeRO behind W)
+  kOptimizer,        // the optimizer step
+  kPointToPoint,     // idle: what the pipeline's boundary transfers add to the step
+  kBubble,           // idle: the rest (waiting for the stages before and after)
+  kCount
+};
+constexpr int kNumStepTerms = static_cast<int>(StepTerm::kCount);
+
+struct StepTermInfo {
+  std::string_view name;         // "forward", ... (JSON key, --explain row)
+  std::string_view description;  // what --explain prints beside it
+};
+const StepTermInfo& step_term_info(StepTerm term);
+
+using TermSeconds = std::array<double, kNumStepTerms>;
+
+// One action's cost (one micro-batch's F, I or W of a stage, or a REDUCE_GRAD or OPTIMIZER_STEP): `exposed` is
+// what the simulator times (its total), `hidden` what ran under it and costs nothing.
+struct ActionTerms {
+  TermSeconds exposed{};
+  TermSeconds hidden{};
+  double& operator[](StepTerm t) { return exposed[static_cast<std::size_t>(t)]; }
+  double operator[](StepTerm t) const { return exposed[static_cast<std::size_t>(t)]; }
+  double& hidden_at(StepTerm t) { return hidden[static_cast<std::size_t>(t)]; }
+  double total() const;
+  ActionTerms& operator+=(const ActionTerms& o);
+};
+
+// Compute of one block kind in one pass on the busiest rank, over the step.
+struct BlockPassSeconds {
+  std::string block;  // the block kind ("transformer_block")
+  int blocks = 0;     // blocks of that kind on the rank
+  double forward_s = 0, input_grad_s = 0, weight_grad_s = 0, recompute_s = 0;
+};
+
+struct StepBreakdown {
+  TermSeconds seconds{};  // per step on the busiest pp rank; sums to the step
+  TermSeconds hidden{};   // overlapped with compute (not in the sum): ZeRO-3 prefetch, ring hops, early reductions
+  int rank = 0;           // the busiest pp rank (most busy time)
+  std::vector<BlockPassSeconds> blocks;  // its compute by block kind; sums to forward + input_grad + weight_grad + recompute
+  // The five coarse groups earlier tools printed: compute (F, I, W, recomputation), tp (and cp) collectives, idle
+  // (P2P and bubble), dp reduction (and ZeRO's gathers), optimizer. Sums of `seconds`, set by set_groups().
+  double compute_s = 0, tp_comm_s = 0, idle_s = 0, dp_comm_s = 0, optimizer_s = 0;
+
+  double operator[](StepTerm t) const { return seconds[static_cast<std::size_t>(t)]; }
+  double total() const;
+  void set_groups();
+};
+
+// The breakdown as a table: a header, one line per term (`all` false: terms and hidden time both 0 left out) with
+// its milliseconds per step, share of the step, what it is and any hidden time, the compute terms' block kinds
+// indented under them ("    transformer_block   0.217  20.0%  2 on the rank"), and the total last.
+std::vector<std::string> breakdown_table(const StepBreakdown& b, bool all = false);
+
+}  // namespace cleave::planner

@@ -1,0 +1,451 @@
+// See step_terms.hpp. The formulas are in docs/planner.md, "The step, term by term".
+#include "engine/planner/step_terms.hpp"
+
+#include <algorithm>
+
+#include "engine/core/enum_names.hpp"
+#include "partition/block_work.hpp"
+#include "partition/cp_rules.hpp"
+#include "partition/measured_costs.hpp"
+#include "partition/tp_rules.hpp"
+
+namespace cleave::planner {
+
+using partition::Collective;
+using partition::Recompute;
+
+double ring_bytes(double bytes, int n, bool all_reduce) {
+  return n <= 1 ? 0.0 : (all_reduce ? 2.0 : 1.0) * (n - 1) / n * bytes;
+}
+
+double TermContext::collective_s(Collective op, double bytes, int ranks, const Link& link) const {
+  if (ranks <= 1 || bytes <= 0) return 0.0;
+  if (const partition::AlphaBeta* fit = profile->measured.collective(op, ranks);
+      fit != nullptr && &link == &profile->intra_node) {
+    return fit->seconds(bytes);
+  }
+  if (&link == &profile->inter_node) {  // dp / cp groups have stride tp: ranks_per_node / tp of them on a node
+    return profile->spread_collective_s(bytes, ranks, std::max(1, profile->ranks_per_node / choice->tp),
+                                        op == Collective::kAllReduce);
+  }
+  return op == Collective::kAllReduce ? link.all_reduce_s(bytes, ranks) : link.all_reduce_s(bytes, ranks) / 2;
+}
+
+TermContext make_term_context(const run_plan::Plan& plan, const config::RunConfig& config, const PlanChoice& choice,
+                              const HardwareProfile& profile, const SearchOptions& options, double core_sharing) {
+  TermContext c;
+  c.plan = &plan;
+  c.config = &config;
+  c.choice = &choice;
+  c.profile = &profile;
+  c.options = &options;
+  c.bf16 = config.device.precision == config::Precision::kBf16;
+  c.dtype = c.bf16 ? DType::kBF16 : DType::kF32;
+  c.act_bytes = static_cast<double>(dtype_size(c.dtype));
+  c.micro = static_cast<double>(choice.micro_batch);
+  c.micro_batches = static_cast<double>(config.resolved_batch().gradient_accumulation_steps);
+  c.replicas = choice.dp * choice.cp;
+  c.zero = c.replicas > 1 ? config.optimizer.zero_stage : 0;
+  c.per_microbatch = c.zero >= 2 && config::resolved_zero_reduce(config) == config::ZeroReduce::kPerMicrobatch;
+  for (const auto& rank : plan.schedule.ranks) {
+    for (const auto& a : rank) c.fused_backward = c.fused_backward || a.kind == pipeline::ActionKind::kBackward;
+  }
+  c.core_sharing = core_sharing;
+  c.one_node = options.world <= profile.ranks_per_node;
+  c.p2p_link = options.world > profile.ranks_per_node ? &profile.inter_node : &profile.intra_node;
+  // Gradients are reduced over dp × cp ranks (ZeRO shards over them too): the replicas the tail sees.
+  c.dp_link = choice.tp * choice.cp * choice.dp > profile.ranks_per_node ? &profile.inter_node : &profile.intra_node;
+  c.cp_link = choice.tp * choice.cp > profile.ranks_per_node ? &profile.inter_node : &profile.intra_node;
+  c.costs = partition::model_costs(plan.spec, c.dtype, choice.recompute);
+  c.plain_costs = partition::model_costs(plan.spec, c.dtype, Recompute::kNone);
+  return c;
+}
+
+// --- Terms -------------------------------------------------------------------------------------------------
+
+ProbabilitiesCompute attention_probabilities_compute(const TermContext& c, int b) {
+  ProbabilitiesCompute x;
+  if (c.options->attention == partition::AttentionKind::kMemoryEfficient || !c.profile->has_roofline()) return x;
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  const partition::ProbabilitiesWork w =
+      partition::attention_probabilities_work(block, c.dtype, c.options->attention, c.choice->tp, c.choice->micro_batch);
+  if (w.elements <= 0) return x;
+  const double bandwidth = c.profile->memory_bandwidth_Bps;
+  partition::PassWork scores;
+  scores.gemms.push_back(w.recomputed_scores);
+  x.forward_s = w.forward_bytes / bandwidth;
+  x.input_grad_s = w.backward_bytes / bandwidth - c.profile->roofline_seconds(scores, c.bf16);
+  x.recompute_s = c.choice->recompute == Recompute::kNone ? 0.0 : x.forward_s;
+  return x;
+}
+
+BlockCompute block_compute(const TermContext& c, int b, double warm) {
+  const PlanChoice& choice = *c.choice;
+  const HardwareProfile& profile = *c.profile;
+  const partition::MeasuredCosts& measured = profile.measured;
+  const auto& cost = c.costs[static_cast<std::size_t>(b)];
+  const auto& plain = c.plain_costs[static_cast<std::size_t>(b)];
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  BlockCompute x;
+  if (measured.has_blocks()) {
+    const partition::BlockTimes t = measured.block_times(block, choice.tp, choice.micro_batch, profile.name, warm);
+    // Recomputation reruns part of the forward inside I: its share of the measured forward time.
+    const double rerun = plain.forward_flops > 0 ? (cost.input_grad_flops - plain.input_grad_flops) / plain.forward_flops : 0.0;
+    x.forward_s = t.forward_s;
+    x.input_grad_s = t.input_grad_s;
+    x.recompute_s = std::max(0.0, rerun) * t.forward_s;
+    x.weight_grad_s = t.weight_grad_s;
+  } else if (profile.has_roofline()) {  // a shipped profile: kernel by kernel
+    const partition::BlockWork work = partition::block_work(block, c.dtype, choice.recompute, choice.tp, choice.micro_batch);
+    x.forward_s = profile.roofline_seconds(work.forward, c.bf16);
+    const double input_grad = profile.roofline_seconds(work.input_grad, c.bf16);
+    // The rerun's kernels are appended to input_grad's, and the roofline prices kernel by kernel: the difference
+    // is the rerun's own cost.
+    x.input_grad_s = choice.recompute == Recompute::kNone
+                         ? input_grad
+                         : profile.roofline_seconds(
+                               partition::block_work(block, c.dtype, Recompute::kNone, choice.tp, choice.micro_batch).input_grad,
+                               c.bf16);
+    x.recompute_s = input_grad - x.input_grad_s;
+    x.weight_grad_s = profile.roofline_seconds(work.weight_grad, c.bf16);
+    x.probabilities = attention_probabilities_compute(c, b);
+    x.forward_s += x.probabilities.forward_s;
+    x.input_grad_s += x.probabilities.input_grad_s;
+    x.recompute_s += x.probabilities.recompute_s;
+  } else {
+    const bool rates = !c.bf16 && profile.block_forward_flops > 0;
+    const double flops = profile.flops(c.bf16);
+    const double per_flop = c.micro / choice.tp;
+    x.forward_s = cost.forward_flops * per_flop / (rates ? profile.block_forward_flops : flops);
+    const double input_rate = rates ? profile.block_input_grad_flops : flops;
+    x.input_grad_s = plain.input_grad_flops * per_flop / input_rate;
+    x.recompute_s = (cost.input_grad_flops - plain.input_grad_flops) * per_flop / input_rate;
+    x.weight_grad_s = cost.weight_grad_flops * per_flop / (rates ? profile.block_weight_grad_flops : flops);
+  }
+  if (choice.cp > 1) {  // each cp rank computes its T / cp tokens (ring's chunk pairs balance the causal work)
+    x.forward_s /= choice.cp;
+    x.input_grad_s /= choice.cp;
+    x.recompute_s /= choice.cp;
+    x.weight_grad_s /= choice.cp;
+    x.probabilities.forward_s /= choice.cp;
+    x.probabilities.input_grad_s /= choice.cp;
+    x.probabilities.recompute_s /= choice.cp;
+  }
+  return x;
+}
+
+BlockCollectives tensor_parallel_collectives(const TermContext& c, int b) {
+  const PlanChoice& choice = *c.choice;
+  const auto& spec = c.plan->spec;
+  BlockCollectives x;
+  if (choice.tp <= 1 || !partition::is_language_model(spec.type)) return x;
+  const auto& block = spec.blocks[static_cast<std::size_t>(b)];
+  const auto sizes = spec.token_sizes();
+  const double activation = c.micro * static_cast<double>(sizes.seq_len / choice.cp * sizes.d_model) * c.act_bytes;
+  const Link& link = c.profile->intra_node;
+  // One tp all-reduce of [micro, T, D]; under sequence parallelism a reduce-scatter and an all-gather of the same
+  // tensor take its place (the same bytes on the wire).
+  const double exchange = choice.sequence_parallel
+                              ? c.collective_s(Collective::kReduceScatter, activation, choice.tp, link) +
+                                    c.collective_s(Collective::kAllGather, activation, choice.tp, link)
+                              : c.collective_s(Collective::kAllReduce, activation, choice.tp, link);
+  double exchanges = 0;
+  if (partition::is_repeated_layer(block.kind)) {
+    x.forward_s = 2 * exchange;
+    x.backward_s = 2 * exchange;
+    // Full recomputation reruns the forward, its two exchanges included, inside I.
+    const bool full = choice.recompute == Recompute::kFull;
+    x.rerun_s = full ? 2 * exchange : 0.0;
+    exchanges = full ? 6 : 4;
+  } else if (block.kind == partition::BlockKind::kEmbedding) {
+    x.forward_s = exchange;
+    exchanges = 1;
+  }
+  x.bytes = c.micro_batches * exchanges * ring_bytes(activation, choice.tp, true);
+  return x;
+}
+
+// The exchange of keys and values, with unit = one [micro, T/cp, D/tp] activation:
+//  - all_to_all: q, k, v there and the output back in the forward, dout there and dq, dk, dv back in the
+//    backward (4 all-to-alls each way); (cp-1)/cp of each leaves the rank, priced as a reduce-scatter of the same
+//    bytes from the profile's fits; nothing overlaps (attention waits for its heads).
+//  - ring: cp-1 hops of K and V (2 units) in the forward, each in flight while the layer's blocks of the step
+//    before compute, so only what the compute cannot hide is exposed; the backward's K/V hops overlap its
+//    compute the same way, the cp hops of dK, dV do not (each waits for the blocks that add to it).
+BlockCollectives context_parallel_exchange(const TermContext& c, int b, double forward_s, double backward_s) {
+  const PlanChoice& choice = *c.choice;
+  const auto& spec = c.plan->spec;
+  BlockCollectives x;
+  if (choice.cp <= 1 || !partition::is_repeated_layer(spec.blocks[static_cast<std::size_t>(b)].kind)) return x;
+  const auto sizes = spec.token_sizes();
+  const double unit = c.micro * static_cast<double>(sizes.seq_len / choice.cp) *
+                      static_cast<double>(sizes.d_model / choice.tp) * c.act_bytes;
+  const bool full = choice.recompute == Recompute::kFull;  // the rerun forward exchanges again inside I
+  if (choice.cp_comm == config::ContextParallelComm::kAllToAll) {
+    x.forward_s = 4 * c.collective_s(Collective::kReduceScatter, unit, choice.cp, *c.cp_link);
+    x.backward_s = x.forward_s;
+    x.rerun_s = full ? x.forward_s : 0.0;
+    x.bytes = c.micro_batches * 8 * unit * (choice.cp - 1) / choice.cp;
+    return x;
+  }
+  const Link& link = *c.cp_link;
+  const double hop = link.latency_s + 2 * unit / link.bandwidth_Bps;
+  const double hops = choice.cp - 1;
+  const double hidden_by_forward = c.core_sharing * forward_s, hidden_by_backward = c.core_sharing * backward_s;
+  x.forward_s = std::max(0.0, hops * hop - hidden_by_forward);
+  x.backward_s = std::max(0.0, hops * hop - hidden_by_backward) + choice.cp * hop;
+  x.rerun_s = full ? x.forward_s : 0.0;
+  x.hidden_forward_s = std::min(hops * hop, hidden_by_forward);
+  x.hidden_backward_s = std::min(hops * hop, hidden_by_backward) + (full ? x.hidden_forward_s : 0.0);
+  x.bytes = c.micro_batches * (2 * hops + choice.cp) * 2 * unit;
+  return x;
+}
+
+double zero3_block_gather_s(const TermContext& c, int b) {
+  if (c.zero != 3) return 0.0;
+  const auto& cost = c.costs[static_cast<std::size_t>(b)];
+  const double block_params = c.act_bytes * static_cast<double>(cost.param_count) / c.choice->tp;
+  return c.collective_s(Collective::kAllGather, block_params, c.replicas, *c.dp_link);
+}
+
+StageGathers zero3_stage_gathers(const TermContext& c, const std::vector<double>& g,
+                                 const std::vector<double>& block_forward, const std::vector<double>& block_backward) {
+  StageGathers x;
+  if (c.zero != 3 || c.replicas <= 1 || g.empty()) return x;
+  const std::size_t n = g.size();
+  x.forward_s = g.front();
+  x.backward_s = g.back();
+  double all = g.front();
+  for (std::size_t k = 1; k < n; ++k) {
+    x.forward_s += std::max(0.0, g[k] - c.core_sharing * block_forward[k - 1]);
+    x.backward_s += std::max(0.0, g[n - 1 - k] - c.core_sharing * block_backward[n - k]);
+    all += g[k];
+  }
+  x.hidden_forward_s = all - x.forward_s;
+  x.hidden_backward_s = all - x.backward_s;
+  return x;
+}
+
+GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, double stage_w) {
+  const config::RunConfig& config = *c.config;
+  const int n = c.replicas;
+  const Link& link = *c.dp_link;
+  GradientReduction x;
+  const double wire = config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16 ? grad_bytes / 2 : grad_bytes;
+  const bool gathers_after_step = c.zero == 1 || c.zero == 2;
+  // ZeRO 0 all-reduces the gradients; 1, 2 and 3 reduce-scatter them (half an all-reduce's bytes: each replica
+  // keeps its shard); 1 and 2 then all-gather the updated parameters after the optimizer step (3 keeps them
+  // sharded and gathers per block, zero3_stage_gathers).
+  x.reduce_s = c.zero == 0 ? c.collective_s(Collective::kAllReduce, wire, n, link)
+                           : c.collective_s(Collective::kReduceScatter, wire, n, link);
+  x.step_gather_s = gathers_after_step ? c.collective_s(Collective::kAllGather, grad_bytes, n, link) : 0.0;
+  x.bytes = ring_bytes(wire, n, c.zero == 0) + (gathers_after_step ? ring_bytes(grad_bytes, n, false) : 0.0);
+  if (c.per_microbatch) {
+    // optimizer.zero_reduce per_microbatch: every micro-batch reduce-scatters the stage's gradients. The last
+    // one is REDUCE_GRAD's (above); each earlier one runs behind the next weight-gradient pass, and what the
+    // pass cannot hide lengthens it (spread over the stage's W actions).
+    const double m = c.micro_batches;
+    const double hidden_by = c.core_sharing * stage_w;
+    x.per_w_exposed_s = m > 1 ? std::max(0.0, x.reduce_s - hidden_by) * (m - 1) / m : 0.0;
+    x.per_w_hidden_s = m > 1 ? std::min(x.reduce_s, hidden_by) * (m - 1) / m : 0.0;
+    x.bytes += (m - 1) * ring_bytes(wire, n, false);
+  }
+  return x;
+}
+
+double optimizer_step_s(const TermContext& c, double local_params) {
+  const config::RunConfig& config = *c.config;
+  const partition::MeasuredCosts& measured = c.profile->measured;
+  // The update streams the value and gradient in and the value out, and each state tensor in and out (f32).
+  const double bytes_per_param = 4.0 * (3 + 2 * config.optimizer.state_tensors_per_param());
+  const int shards = c.zero >= 1 ? c.replicas : 1;  // ZeRO: each replica updates its shard
+  double seconds = local_params * bytes_per_param / shards / c.profile->memory_bandwidth_Bps;
+  if (measured.adamw_s_per_param > 0) {  // timed by `cleave profile`
+    const double per_param = config.optimizer.type == config::OptimizerType::kAdamw ? measured.adamw_s_per_param
+                             : config.optimizer.momentum != 0.0 ? measured.sgd_momentum_s_per_param
+                                                                : measured.sgd_s_per_param;
+    seconds = local_params * per_param / shards;
+  }
+  return seconds * c.core_sharing;
+}
+
+// --- Assembly ----------------------------------------------------------------------------------------------
+
+namespace {
+
+void add_block_seconds(std::vector<BlockPassSeconds>& into, const BlockPassSeconds& b) {
+  auto it = std::find_if(into.begin(), into.end(), [&](const BlockPassSeconds& k) { return k.block == b.block; });
+  if (it == into.end()) {
+    into.push_back({b.block, 0, 0, 0, 0, 0});
+    it = into.end() - 1;
+  }
+  it->forward_s += b.forward_s;
+  it->input_grad_s += b.input_grad_s;
+  it->weight_grad_s += b.weight_grad_s;
+  it->recompute_s += b.recompute_s;
+}
+
+}  // namespace
+
+std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std::int64_t>& working_set) {
+  using T = StepTerm;
+  const run_plan::Plan& plan = *c.plan;
+  const PlanChoice& choice = *c.choice;
+  const int num_stages = plan.num_stages();
+  std::vector<StageCosts> stages(static_cast<std::size_t>(num_stages));
+  for (int s = 0; s < num_stages; ++s) {
+    const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
+    StageCosts& st = stages[static_cast<std::size_t>(s)];
+    const double warm = c.profile->measured.warm_fraction(working_set[static_cast<std::size_t>(plan.stage_to_rank(s))]);
+    double grad_bytes = 0, stage_w = 0;
+    std::vector<double> block_f, block_b, gathers;  // per block, for ZeRO-3's prefetch
+    for (int b = range.begin; b < range.end; ++b) {
+      const BlockCompute compute = block_compute(c, b, warm);
+      const BlockCollectives tp = tensor_parallel_collectives(c, b);
+      const BlockCollectives cp = context_parallel_exchange(c, b, compute.forward_s, compute.backward_input_s());
+      st.forward[T::kForward] += c.core_sharing * compute.forward_s;
+      st.input_grad[T::kInputGrad] += c.core_sharing * compute.input_grad_s;
+      st.input_grad[T::kRecompute] += c.core_sharing * compute.recompute_s;
+      st.weight_grad[T::kWeightGrad] += c.core_sharing * compute.weight_grad_s;
+      st.forward[T::kTensorParallel] += tp.forward_s;
+      st.input_grad[T::kTensorParallel] += tp.backward_s + tp.rerun_s;
+      st.forward[T::kContextParallel] += cp.forward_s;
+      st.input_grad[T::kContextParallel] += cp.backward_s + cp.rerun_s;
+      st.forward.hidden_at(T::kContextParallel) += cp.hidden_forward_s;
+      st.input_grad.hidden_at(T::kContextParallel) += cp.hidden_backward_s;
+      st.comm_bytes += tp.bytes + cp.bytes;
+      const auto& block = plan.spec.blocks[static_cast<std::size_t>(b)];
+      add_block_seconds(st.blocks, {std::string(enum_name(block.kind)), 1, compute.forward_s * c.core_sharing,
+                                    compute.input_grad_s * c.core_sharing, compute.weight_grad_s * c.core_sharing,
+                                    compute.recompute_s * c.core_sharing});
+      grad_bytes += 4.0 * static_cast<double>(c.costs[static_cast<std::size_t>(b)].param_count) / choice.tp;
+      stage_w += compute.weight_grad_s;
+      block_f.push_back(compute.forward_s);
+      block_b.push_back(compute.backward_input_s() + (c.fused_backward ? compute.weight_grad_s : 0.0));
+      gathers.push_back(zero3_block_gather_s(c, b));
+      if (c.zero == 3) {
+        const double block_params = c.act_bytes * static_cast<double>(c.costs[static_cast<std::size_t>(b)].param_count) / choice.tp;
+        st.comm_bytes += 2 * c.micro_batches * ring_bytes(block_params, c.replicas, false);
+      }
+    }
+    const StageGathers g = zero3_stage_gathers(c, gathers, block_f, block_b);
+    st.forward[T::kZeroGather] += g.forward_s;
+    st.input_grad[T::kZeroGather] += g.backward_s;
+    st.forward.hidden_at(T::kZeroGather) += g.hidden_forward_s;
+    st.input_grad.hidden_at(T::kZeroGather) += g.hidden_backward_s;
+    const GradientReduction r = gradient_reduction(c, grad_bytes, stage_w);
+    st.reduce_grad[T::kDataParallel] = r.reduce_s;
+    st.weight_grad[T::kDataParallel] = r.per_w_exposed_s;
+    st.weight_grad.hidden_at(T::kDataParallel) = r.per_w_hidden_s;
+    st.step_gather_s = r.step_gather_s;
+    st.comm_bytes += r.bytes;
+    st.params = grad_bytes / 4.0;
+    // The boundary: the activation out and its gradient back each micro-batch.
+    st.output_bytes = static_cast<double>(c.costs[static_cast<std::size_t>(range.end - 1)].output_bytes) * c.micro;
+    if (s + 1 < num_stages) st.comm_bytes += 2 * c.micro_batches * st.output_bytes;
+  }
+  // Megatron's scatter/gather of boundary tensors: each tp rank sends 1/tp of the boundary tensor, and the
+  // receiving stage's tp group all-gathers it inside the node (before F from the stage before, before I from the
+  // stage after). A V schedule's turn stays on its rank and sends nothing.
+  for (int s = 0; s + 1 < num_stages && c.options->scatter_gather_boundaries && choice.tp > 1; ++s) {
+    if (plan.stage_to_rank(s + 1) == plan.stage_to_rank(s)) continue;
+    StageCosts& st = stages[static_cast<std::size_t>(s)];
+    const double whole = st.output_bytes;
+    const double gather = c.collective_s(Collective::kAllGather, whole, choice.tp, c.profile->intra_node);
+    st.output_bytes = whole / choice.tp;
+    stages[static_cast<std::size_t>(s + 1)].forward[T::kTensorParallel] += gather;
+    st.input_grad[T::kTensorParallel] += gather;
+  }
+  return stages;
+}
+
+pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vector<StageCosts>& stages,
+                                           ActionTerms& optimizer) {
+  const run_plan::Plan& plan = *c.plan;
+  const int num_stages = plan.num_stages();
+  pipeline::SimulationCosts sim = pipeline::SimulationCosts::uniform(num_stages, 0, 0, 0);
+  std::vector<double> rank_params(static_cast<std::size_t>(c.choice->pp), 0.0);
+  std::vector<double> rank_gather(static_cast<std::size_t>(c.choice->pp), 0.0);
+  for (int s = 0; s < num_stages; ++s) {
+    const StageCosts& st = stages[static_cast<std::size_t>(s)];
+    auto& sc = sim.stages[static_cast<std::size_t>(s)];
+    sc.forward = st.forward.total();
+    sc.backward_input = st.input_grad.total();
+    sc.backward_weight = st.weight_grad.total();
+    sc.reduce_grad = st.reduce_grad.total();
+    sc.output_bytes = st.output_bytes;
+    rank_params[static_cast<std::size_t>(plan.stage_to_rank(s))] += st.params;
+    rank_gather[static_cast<std::size_t>(plan.stage_to_rank(s))] += st.step_gather_s;
+  }
+  // The busiest rank's update; ZeRO-1/2's all-gather of the updated parameters follows it on every rank.
+  optimizer = ActionTerms{};
+  optimizer[StepTerm::kOptimizer] = optimizer_step_s(c, *std::max_element(rank_params.begin(), rank_params.end()));
+  optimizer[StepTerm::kZeroGather] = *std::max_element(rank_gather.begin(), rank_gather.end());
+  sim.optimizer_step = optimizer.total();
+  sim.p2p_latency = c.choice->pp > 1 ? c.p2p_link->latency_s : 0.0;
+  sim.p2p_bandwidth = c.p2p_link->bandwidth_Bps;
+  const partition::MeasuredCosts& measured = c.profile->measured;
+  if (measured.p2p && c.one_node && c.choice->pp > 1) {
+    sim.p2p_latency = measured.p2p->latency_s;
+    sim.p2p_bandwidth = measured.p2p->bandwidth_Bps;
+  }
+  return sim;
+}
+
+StepBreakdown step_breakdown(const TermContext& c, const std::vector<StageCosts>& stages, const ActionTerms& optimizer,
+                             const pipeline::SimulationCosts& sim, const pipeline::SimulationResult& result) {
+  const run_plan::Plan& plan = *c.plan;
+  StepBreakdown bd;
+  for (std::size_t r = 0; r < result.stats.ranks.size(); ++r) {
+    if (result.stats.ranks[r].busy > result.stats.ranks[static_cast<std::size_t>(bd.rank)].busy) bd.rank = static_cast<int>(r);
+  }
+  ActionTerms busy;
+  for (const auto& a : plan.schedule.ranks[static_cast<std::size_t>(bd.rank)]) {
+    const StageCosts& st = stages[static_cast<std::size_t>(std::max(0, a.stage))];
+    switch (a.kind) {
+      case pipeline::ActionKind::kForward: busy += st.forward; break;
+      case pipeline::ActionKind::kBackwardInput: busy += st.input_grad; break;
+      case pipeline::ActionKind::kBackwardWeight: busy += st.weight_grad; break;
+      case pipeline::ActionKind::kBackward: busy += st.input_grad, busy += st.weight_grad; break;
+      case pipeline::ActionKind::kReduceGrad: busy += st.reduce_grad; break;
+      case pipeline::ActionKind::kOptimizerStep: busy += optimizer; break;
+      default: break;
+    }
+    // Compute per block kind: each F, I, W (B = I + W) of the stage adds its blocks' share of that pass.
+    const bool f = a.kind == pipeline::ActionKind::kForward;
+    const bool i = a.kind == pipeline::ActionKind::kBackwardInput || a.kind == pipeline::ActionKind::kBackward;
+    const bool w = a.kind == pipeline::ActionKind::kBackwardWeight || a.kind == pipeline::ActionKind::kBackward;
+    if (!f && !i && !w) continue;
+    for (const BlockPassSeconds& k : st.blocks) {
+      add_block_seconds(bd.blocks, {k.block, 0, f ? k.forward_s : 0.0, i ? k.input_grad_s : 0.0,
+                                    w ? k.weight_grad_s : 0.0, i ? k.recompute_s : 0.0});
+    }
+  }
+  for (int s = 0; s < plan.num_stages(); ++s) {  // the blocks the rank holds, by kind
+    if (plan.stage_to_rank(s) != bd.rank) continue;
+    const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
+    for (int b = range.begin; b < range.end; ++b) {
+      const std::string kind(enum_name(plan.spec.blocks[static_cast<std::size_t>(b)].kind));
+      for (auto& k : bd.blocks) k.blocks += k.block == kind ? 1 : 0;
+    }
+  }
+  bd.seconds = busy.exposed;
+  bd.hidden = busy.hidden;
+  // Idle: what free point-to-point transfers would remove is theirs, the rest is bubble.
+  const double step = result.stats.makespan;
+  const double busy_s = busy.total();
+  double p2p = 0;
+  if (c.choice->pp > 1 && (sim.p2p_latency > 0 || sim.p2p_bandwidth > 0)) {
+    pipeline::SimulationCosts free_p2p = sim;
+    free_p2p.p2p_latency = 0;
+    free_p2p.p2p_bandwidth = 0;  // infinite
+    const double without = pipeline::simulate(plan.schedule, free_p2p).stats.makespan;
+    p2p = std::clamp(step - without, 0.0, std::max(0.0, step - busy_s));
+  }
+  bd.seconds[static_cast<std::size_t>(StepTerm::kPointToPoint)] = p2p;
+  bd.seconds[static_cast<std::size_t>(StepTerm::kBubble)] = std::max(0.0, step - busy_s - p2p);
+  bd.set_groups();
+  return bd;
+}
+
+}  // namespace cleave::planner

@@ -1,0 +1,146 @@
+// The cost terms of one plan's step, one function per term (docs/planner.md, "The step, term by term"). Each
+// prices its term for one block or one stage, per micro-batch (or per step where it says so), in seconds on one
+// rank; stage_costs() assembles them into the ActionTerms of every F, I, W and REDUCE_GRAD the simulator times,
+// and step_breakdown() walks the busiest rank's timeline back into a StepBreakdown.
+//
+// Invariants: a term never reads another term's output except where it overlaps with it (the ring exchange and
+// ZeRO-3's prefetch hide behind the compute of their block, per-micro-batch reductions behind W), and then it
+// takes that compute as an argument; compute terms are priced for one rank's share of a core by
+// TermContext::core_sharing, communication terms are not. To add a term: see step_breakdown.hpp.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/config/config.hpp"
+#include "engine/planner/hardware_profile.hpp"
+#include "engine/planner/plan_search.hpp"
+#include "engine/planner/step_breakdown.hpp"
+#include "engine/run_plan/plan.hpp"
+#include "partition/cost_model.hpp"
+#include "pipeline/simulator.hpp"
+
+namespace cleave::planner {
+
+// What every term of one plan reads; built once per plan by make_term_context().
+struct TermContext {
+  const run_plan::Plan* plan = nullptr;
+  const config::RunConfig* config = nullptr;
+  const PlanChoice* choice = nullptr;
+  const HardwareProfile* profile = nullptr;
+  const SearchOptions* options = nullptr;
+  bool bf16 = false;
+  DType dtype = DType::kF32;
+  double act_bytes = 4;          // bytes of one activation element in the compute dtype
+  double micro = 1;              // samples per micro-batch
+  double micro_batches = 1;      // micro-batches per step per replica
+  int replicas = 1;              // dp x cp: ranks holding the same parameters
+  int zero = 0;                  // the ZeRO stage in effect (0 without replicas)
+  bool per_microbatch = false;   // ZeRO-2/3 reduce-scatter every micro-batch
+  bool fused_backward = false;   // the schedule has B actions (a block's W runs right after its I)
+  double core_sharing = 1.0;     // compute priced this many times the profile's (HardwareProfile::core_sharing)
+  bool one_node = true;          // every rank on one node
+  const Link* p2p_link = nullptr;
+  const Link* dp_link = nullptr;
+  const Link* cp_link = nullptr;
+  std::vector<partition::BlockCost> costs;        // per block, with the plan's recomputation
+  std::vector<partition::BlockCost> plain_costs;  // per block, without recomputation
+
+  // A collective over `ranks` ranks of `bytes` per rank: the profile's measured fit where it has one for that
+  // group size (inside a node), else the ring formula over the link; over the inter-node link, NCCL's ring per GPU
+  // of a node through its own NIC (HardwareProfile::spread_collective_s, ranks_per_node / tp of the group per node).
+  double collective_s(partition::Collective op, double bytes, int ranks, const Link& link) const;
+};
+TermContext make_term_context(const run_plan::Plan& plan, const config::RunConfig& config, const PlanChoice& choice,
+                              const HardwareProfile& profile, const SearchOptions& options, double core_sharing);
+
+// Bytes each rank sends in a ring collective of `bytes` per rank over n ranks: (n - 1) / n of it for a
+// reduce-scatter or all-gather, twice that for an all-reduce.
+double ring_bytes(double bytes, int n, bool all_reduce);
+
+// --- Terms -------------------------------------------------------------------------------------------------
+
+// Compute of one block, one micro-batch, on one rank's share of the tokens (÷ cp), before core sharing:
+// measured tables, else the roofline of its kernels, else FLOPs over the profile's rate. `warm`: the fraction of
+// the rank's working set in cache (measured tables only). input_grad_s excludes recompute_s, the forward rerun.
+// The part of a block's compute (included in BlockCompute's F, I and rerun) that a run storing the [T, T]
+// attention probabilities spends beyond memory-efficient attention (SearchOptions::attention): its passes'
+// bytes (partition::attention_probabilities_work) over the profile's memory bandwidth, less the backward's
+// S = Q·Kᵀ GEMM at its roofline (the stored probabilities replace it); the rerun repeats the forward passes
+// under selective or full recomputation. Zero for memory_efficient and blocks without attention; roofline
+// profiles only (a measured profile times the engine's own attention).
+struct ProbabilitiesCompute {
+  double forward_s = 0, input_grad_s = 0, recompute_s = 0;
+};
+ProbabilitiesCompute attention_probabilities_compute(const TermContext& c, int block);
+
+struct BlockCompute {
+  double forward_s = 0, input_grad_s = 0, weight_grad_s = 0, recompute_s = 0;
+  ProbabilitiesCompute probabilities;  // already in the four above (÷ cp like them)
+  double backward_input_s() const { return input_grad_s + recompute_s; }  // all of I
+};
+BlockCompute block_compute(const TermContext& c, int block, double warm);
+
+// A block's collectives per micro-batch: exposed in F and in I (the rerun forward's inside I apart), hidden
+// under compute, and the bytes this rank sends per step.
+struct BlockCollectives {
+  double forward_s = 0, backward_s = 0, rerun_s = 0;
+  double hidden_forward_s = 0, hidden_backward_s = 0;
+  double bytes = 0;
+};
+// Tensor parallelism: 2 all-reduces of [micro, T/cp, D] in F and 2 in I per transformer block, 1 in F for the
+// vocab-parallel embedding; sequence parallelism's reduce-scatter + all-gather of the same tensor in their place.
+BlockCollectives tensor_parallel_collectives(const TermContext& c, int block);
+// Context parallelism: the key/value exchange of an attention layer (docs/planner.md, "Context parallelism");
+// `forward_s` / `backward_s`: the block's compute in F and I (÷ cp, before core sharing), which the ring hides
+// its K/V hops behind.
+BlockCollectives context_parallel_exchange(const TermContext& c, int block, double forward_s, double backward_s);
+
+// ZeRO-3's all-gather of one block's parameters (one tp rank's, in the compute dtype) from the replicas.
+double zero3_block_gather_s(const TermContext& c, int block);
+// A stage's ZeRO-3 gathers per micro-batch: each block's gather prefetched under the compute of the block before
+// it in the pass (forward first to last, backward last to first), a pass's first in full.
+struct StageGathers {
+  double forward_s = 0, backward_s = 0, hidden_forward_s = 0, hidden_backward_s = 0;
+};
+StageGathers zero3_stage_gathers(const TermContext& c, const std::vector<double>& gathers,
+                                 const std::vector<double>& block_forward, const std::vector<double>& block_backward);
+
+// The stage's gradient reduction over the replicas (ZeRO 0: all-reduce; 1-3: reduce-scatter) in REDUCE_GRAD,
+// ZeRO-1/2's all-gather of the updated parameters after the optimizer step, and, reducing per micro-batch, what
+// each W action cannot hide of the earlier reductions (`stage_w`: the stage's W compute before core sharing).
+struct GradientReduction {
+  double reduce_s = 0, step_gather_s = 0;
+  double per_w_exposed_s = 0, per_w_hidden_s = 0;
+  double bytes = 0;
+};
+GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, double stage_w);
+
+// The optimizer step of `local_params` parameters (the busiest rank's), ZeRO-sharded, at the core sharing.
+double optimizer_step_s(const TermContext& c, double local_params);
+
+// --- Assembly ----------------------------------------------------------------------------------------------
+
+// One stage's actions, term by term, per micro-batch (F, I, W) or per step (REDUCE_GRAD).
+struct StageCosts {
+  ActionTerms forward, input_grad, weight_grad, reduce_grad;
+  double step_gather_s = 0;   // ZeRO-1/2, after the optimizer step
+  double output_bytes = 0;    // the boundary tensor sent per micro-batch (1/tp of it with scatter/gather)
+  double comm_bytes = 0;      // sent per step by a rank of the stage
+  double params = 0;          // parameter elements of one tp rank
+  std::vector<BlockPassSeconds> blocks;  // compute per block kind, per micro-batch, at the core sharing
+};
+// Every stage's costs; `working_set` per pp rank (bytes touched over a step) picks the warm or cold tables.
+std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std::int64_t>& working_set);
+
+// The simulator's inputs from the stage costs: F, I, W, REDUCE_GRAD per stage, the optimizer step (and the
+// busiest rank's ZeRO-1/2 gather), the boundary link. `optimizer` receives that step's terms.
+pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vector<StageCosts>& stages,
+                                           ActionTerms& optimizer);
+
+// The breakdown of a simulated step: the busiest rank's actions term by term; its idle time split into what a
+// second simulation with free P2P removes (point_to_point) and the rest (bubble).
+StepBreakdown step_breakdown(const TermContext& c, const std::vector<StageCosts>& stages, const ActionTerms& optimizer,
+                             const pipeline::SimulationCosts& sim, const pipeline::SimulationResult& result);
+
+}  // namespace cleave::planner

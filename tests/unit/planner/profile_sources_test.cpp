@@ -1,0 +1,137 @@
+// A profile's `sources` (profiles/README.md): the shipped GPU profiles cite every number the cost model reads, the
+// reader refuses a sources object that misses a number or names one the profile does not have, and the citations
+// survive a write and a read.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/core/error.hpp"
+#include "partition/hardware_profile.hpp"
+
+namespace cleave::partition {
+namespace {
+
+namespace fs = std::filesystem;
+
+class ProfileSources : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("cleave_profile_sources_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    const fs::path p = dir_ / name;
+    std::ofstream(p) << text;
+    return p.string();
+  }
+  // The error load_profile throws for `j`, or "" when it loads.
+  std::string refusal(const nlohmann::json& j) {
+    try {
+      load_profile(write("p.json", j.dump()));
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  }
+  fs::path dir_;
+};
+
+nlohmann::json shipped(const std::string& name) {
+  std::ifstream in(std::string(CLEAVE_SOURCE_DIR) + "/profiles/" + name);
+  return nlohmann::json::parse(in);
+}
+
+TEST_F(ProfileSources, ShippedGpuProfilesCiteEveryNumberTheModelReads) {
+  for (const char* name : {"a100_80gb_sxm.json", "h100_sxm.json"}) {
+    const HardwareProfile p = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/" + name);
+    const auto keys = p.sourced_keys();
+    ASSERT_EQ(p.sources.size(), keys.size()) << name;
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      EXPECT_EQ(p.sources[i].first, keys[i]) << name;
+      EXPECT_FALSE(p.sources[i].second.empty()) << name << " " << keys[i];
+    }
+    // Links, collectives and the GEMM curve are all among them.
+    for (const char* k : {"intra_node.bandwidth_GBps", "inter_node.latency_us", "gemm_efficiency", "peak_tflops.bf16"}) {
+      EXPECT_NE(std::find(keys.begin(), keys.end(), k), keys.end()) << name << " " << k;
+    }
+    // Written back with its citations, read again to the same profile.
+    const nlohmann::json out = profile_to_json(p);
+    ASSERT_TRUE(out.contains("sources")) << name;
+    EXPECT_EQ(profile_to_json(load_profile(write("again.json", out.dump()))), out) << name;
+  }
+}
+
+TEST_F(ProfileSources, AMissingOrUnknownCitationIsRefusedByName) {
+  nlohmann::json j = shipped("a100_80gb_sxm.json");
+  ASSERT_EQ(refusal(j), "");
+  nlohmann::json missing = j;
+  missing["sources"].erase("intra_node.bandwidth_GBps");
+  EXPECT_NE(refusal(missing).find("sources has no entry for 'intra_node.bandwidth_GBps'"), std::string::npos)
+      << refusal(missing);
+  nlohmann::json unknown = j;
+  unknown["sources"]["nvlink_magic"] = "a blog";
+  EXPECT_NE(refusal(unknown).find("'nvlink_magic', which is not a number of this profile"), std::string::npos)
+      << refusal(unknown);
+  nlohmann::json empty = j;
+  empty["sources"]["memory_bandwidth_GBps"] = "";
+  EXPECT_NE(refusal(empty).find("sources.memory_bandwidth_GBps must be a non-empty string"), std::string::npos)
+      << refusal(empty);
+  nlohmann::json not_object = j;
+  not_object["sources"] = "the datasheet";
+  EXPECT_NE(refusal(not_object).find("'sources' must be an object"), std::string::npos) << refusal(not_object);
+  // Without a roofline the curve's key is not a number of the profile.
+  nlohmann::json flat = j;
+  flat.erase("peak_tflops");
+  flat.erase("gemm_efficiency");
+  EXPECT_NE(refusal(flat).find("'gemm_efficiency', which is not a number of this profile"), std::string::npos)
+      << refusal(flat);
+  // The node's core counts (edited for a target node) need no citation, and may have one.
+  nlohmann::json cores = j;
+  cores["cores_per_node"] = 2;
+  cores["measured_ranks_per_node"] = 2;
+  EXPECT_EQ(refusal(cores), "");
+  cores["sources"]["cores_per_node"] = "the target machine's lscpu";
+  EXPECT_EQ(refusal(cores), "");
+  // A profile without sources still loads (measured profiles carry their own evidence).
+  nlohmann::json none = j;
+  none.erase("sources");
+  EXPECT_EQ(refusal(none), "");
+  EXPECT_TRUE(load_profile(write("none.json", none.dump())).sources.empty());
+}
+
+TEST(SpreadCollective, NicsInParallelAcrossNodesAndTheFlatRingAtOnePerNode) {
+  HardwareProfile p;
+  p.intra_node = {3e-6, 235e9};
+  p.inter_node = {12e-6, 25e9};
+  const double bytes = 4e9;
+  // One node: the intra-node ring, as before.
+  EXPECT_DOUBLE_EQ(p.spread_collective_s(bytes, 8, 8, true), p.intra_node.all_reduce_s(bytes, 8));
+  EXPECT_DOUBLE_EQ(p.spread_collective_s(bytes, 8, 8, false), p.intra_node.all_reduce_s(bytes, 8) / 2);
+  // One rank per node (a tp8 group's dp peers): the flat ring over the NICs, as the link formula.
+  EXPECT_DOUBLE_EQ(p.spread_collective_s(bytes, 4, 1, true), p.inter_node.all_reduce_s(bytes, 4));
+  // 32 ranks, 8 per node: each NIC carries 2 · 3/4 · bytes/8 (0.030 s at 25 GB/s), NVLink 2 · 31/32 · bytes
+  // (0.033 s at 235 GB/s): NVLink sets it, 7x faster than one flat ring through a single NIC (0.31 s).
+  const double nvlink = 2.0 * 31 / 32 * bytes / 235e9;
+  EXPECT_NEAR(p.spread_collective_s(bytes, 32, 8, true), nvlink + 2 * (28 * 3e-6 + 3 * 12e-6), 1e-12);
+  // Half the NIC bandwidth: the NICs set it.
+  p.inter_node.bandwidth_Bps = 12.5e9;
+  EXPECT_NEAR(p.spread_collective_s(bytes, 32, 8, true), 2.0 * 3 / 4 * bytes / 8 / 12.5e9 + 2 * (28 * 3e-6 + 3 * 12e-6),
+              1e-12);
+  p.inter_node.bandwidth_Bps = 25e9;
+  EXPECT_LT(p.spread_collective_s(bytes, 32, 8, true) * 7, p.inter_node.all_reduce_s(bytes, 32));
+  // A fast NIC leaves NVLink the bottleneck (H100-like: 50 GB/s NICs, 367 GB/s NVLink).
+  p.intra_node = {3e-6, 367e9};
+  p.inter_node = {12e-6, 50e9};
+  EXPECT_NEAR(p.spread_collective_s(bytes, 32, 8, false), 31.0 / 32 * bytes / 367e9 + 28 * 3e-6 + 3 * 12e-6, 1e-12);
+}
+
+}  // namespace
+}  // namespace cleave::partition

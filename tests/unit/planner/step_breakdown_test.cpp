@@ -1,0 +1,146 @@
+// The predicted step term by term (engine/planner/step_breakdown.hpp, step_terms.hpp): for every plan the search
+// ranks, on a profile where every term costs something, the terms sum to the predicted step and the block rows to
+// the compute terms; each term appears where its lever is and only there (tp, cp, ZeRO, dp, recomputation, P2P,
+// bubble); the hidden time (ring hops, ZeRO-3 prefetch) is reported beside the sum, not in it; the --explain table
+// has a row per term and a total equal to the step.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "engine/planner/plan_search.hpp"
+#include "engine/planner/step_breakdown.hpp"
+
+namespace cleave::planner {
+namespace {
+
+namespace fs = std::filesystem;
+using T = StepTerm;
+
+class StepBreakdownTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("cleave_step_breakdown_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    config_ = (dir_ / "tiny.json").string();
+    std::ofstream(config_) << R"({"model": {"type": "gpt", "vocab_size": 64, "d_model": 48, "n_layers": 4,
+      "n_heads": 4, "seq_len": 16}, "batch": {"global_batch_size": 8}, "optimizer": {"type": "adamw"},
+      "data": {"type": "synthetic"}})";
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  // Every term costs time: compute at 1 GFLOP/s, links with latency and finite bandwidth, a slow memory.
+  static HardwareProfile costly() {
+    HardwareProfile p;
+    p.name = p.source = "test";
+    p.flops_f32 = p.flops_bf16 = 1e9;
+    p.memory_bandwidth_Bps = 1e9;
+    p.intra_node = Link{2e-5, 1e9};
+    p.inter_node = Link{5e-5, 1e8};
+    p.ranks_per_node = 2;  // world 4 spans two nodes: the inter-node link is used too
+    return p;
+  }
+  PlanEstimate estimate(PlanChoice c, const HardwareProfile& p = costly(), int world = 4) {
+    c.global_batch = 8;
+    PlanEstimate e = estimate_plan(config_, {}, c, p, SearchOptions{world, 0});
+    EXPECT_TRUE(e.valid) << c.layout() << ": " << e.reason;
+    return e;
+  }
+  static void expect_sums(const PlanEstimate& e) {
+    const StepBreakdown& b = e.breakdown;
+    EXPECT_NEAR(b.total(), e.step_s, 1e-9 * e.step_s) << e.choice.layout() << " " << e.choice.schedule;
+    EXPECT_NEAR(b.compute_s + b.tp_comm_s + b.idle_s + b.dp_comm_s + b.optimizer_s, e.step_s, 1e-9 * e.step_s);
+    double blocks = 0;
+    for (const auto& k : b.blocks) blocks += k.forward_s + k.input_grad_s + k.weight_grad_s + k.recompute_s;
+    EXPECT_NEAR(blocks, b[T::kForward] + b[T::kInputGrad] + b[T::kWeightGrad] + b[T::kRecompute], 1e-9 * e.step_s);
+    for (int t = 0; t < kNumStepTerms; ++t) {
+      EXPECT_GE(b.seconds[static_cast<std::size_t>(t)], 0.0) << step_term_info(static_cast<StepTerm>(t)).name;
+      EXPECT_GE(b.hidden[static_cast<std::size_t>(t)], 0.0);
+    }
+  }
+
+  fs::path dir_;
+  std::string config_;
+};
+
+TEST_F(StepBreakdownTest, TermsSumToTheStepForEveryRankedPlan) {
+  const SearchResult r = search_plans(config_, {}, costly(), SearchOptions{4, 0});
+  ASSERT_GT(r.ranked.size(), 100u);
+  int pipelined = 0;
+  for (const auto& e : r.ranked) {
+    expect_sums(e);
+    pipelined += e.choice.pp > 1;
+  }
+  EXPECT_GT(pipelined, 0);
+}
+
+TEST_F(StepBreakdownTest, EachTermAppearsWithItsLever) {
+  using partition::Recompute;
+  // dp4, ZeRO 0, no recomputation: compute, the dp all-reduce and the optimizer only.
+  const PlanEstimate dp = estimate(PlanChoice{1, 1, 4, 1, "1f1b", 2, 0, Recompute::kNone, 8, false});
+  expect_sums(dp);
+  EXPECT_GT(dp.breakdown[T::kForward], 0.0);
+  EXPECT_GT(dp.breakdown[T::kDataParallel], 0.0);
+  EXPECT_GT(dp.breakdown[T::kOptimizer], 0.0);
+  for (T t : {T::kRecompute, T::kTensorParallel, T::kContextParallel, T::kZeroGather, T::kPointToPoint, T::kBubble}) {
+    EXPECT_EQ(dp.breakdown[t], 0.0) << step_term_info(t).name;
+  }
+  // The same with ZeRO-3 and full recomputation: the gathers, some hidden by the prefetch; the rerun forward.
+  const PlanEstimate z3 = estimate(PlanChoice{1, 1, 4, 1, "1f1b", 2, 3, Recompute::kFull, 8, false,
+                                              config::ZeroReduce::kPerStep});
+  expect_sums(z3);
+  EXPECT_GT(z3.breakdown[T::kZeroGather], 0.0);
+  EXPECT_GT(z3.breakdown.hidden[static_cast<std::size_t>(T::kZeroGather)], 0.0);
+  EXPECT_GT(z3.breakdown[T::kRecompute], 0.0);
+  EXPECT_NEAR(z3.breakdown[T::kForward], dp.breakdown[T::kForward], 1e-12);  // recomputation is not forward
+  // tp2: the all-reduces; full recomputation reruns them too (6 per block against 4).
+  const PlanEstimate tp = estimate(PlanChoice{2, 1, 2, 1, "1f1b", 2, 0, Recompute::kNone, 8, false});
+  const PlanEstimate tp_full = estimate(PlanChoice{2, 1, 2, 1, "1f1b", 2, 0, Recompute::kFull, 8, false});
+  expect_sums(tp);
+  EXPECT_GT(tp.breakdown[T::kTensorParallel], 0.0);
+  EXPECT_GT(tp_full.breakdown[T::kTensorParallel], tp.breakdown[T::kTensorParallel]);
+  // cp2 with all_to_all: the exchange, nothing hidden; with the ring, some of it hidden behind compute.
+  PlanChoice cp{1, 1, 2, 1, "1f1b", 2, 0, Recompute::kNone, 8, false};
+  cp.cp = 2;
+  cp.cp_comm = config::ContextParallelComm::kAllToAll;
+  const PlanEstimate a2a = estimate(cp);
+  expect_sums(a2a);
+  EXPECT_GT(a2a.breakdown[T::kContextParallel], 0.0);
+  EXPECT_EQ(a2a.breakdown.hidden[static_cast<std::size_t>(T::kContextParallel)], 0.0);
+  cp.cp_comm = config::ContextParallelComm::kRing;
+  const PlanEstimate ring = estimate(cp);
+  expect_sums(ring);
+  EXPECT_GT(ring.breakdown[T::kContextParallel], 0.0);  // the dK/dV hops are never hidden
+  EXPECT_GT(ring.breakdown.hidden[static_cast<std::size_t>(T::kContextParallel)], 0.0);
+  // pp4 1f1b: bubble, and P2P over the slow inter-node link; free links leave the bubble alone.
+  const PlanEstimate pp = estimate(PlanChoice{1, 4, 1, 1, "1f1b", 1, 0, Recompute::kNone, 8, false});
+  expect_sums(pp);
+  EXPECT_GT(pp.breakdown[T::kBubble], 0.0);
+  EXPECT_GT(pp.breakdown[T::kPointToPoint], 0.0);
+  HardwareProfile free_p2p = costly();
+  free_p2p.intra_node = free_p2p.inter_node = Link{0, 0};
+  const PlanEstimate pp_free = estimate(PlanChoice{1, 4, 1, 1, "1f1b", 1, 0, Recompute::kNone, 8, false}, free_p2p);
+  EXPECT_EQ(pp_free.breakdown[T::kPointToPoint], 0.0);
+  EXPECT_NEAR(pp_free.step_s, pp.step_s - pp.breakdown[T::kPointToPoint], 1e-9 * pp.step_s);
+}
+
+TEST_F(StepBreakdownTest, TableHasARowPerTermAndTheTotal) {
+  const PlanEstimate e = estimate(PlanChoice{2, 2, 1, 1, "1f1b", 1, 0, partition::Recompute::kNone, 8, false});
+  const auto lines = breakdown_table(e.breakdown, true);
+  for (int t = 0; t < kNumStepTerms; ++t) {
+    const std::string name(step_term_info(static_cast<StepTerm>(t)).name);
+    EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.rfind("  " + name + " ", 0) == 0; }))
+        << name;
+  }
+  EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [](const std::string& l) { return l.find("    transformer_block") == 0; }));
+  ASSERT_EQ(lines.back().rfind("  total", 0), 0u) << lines.back();
+  const double total_ms = std::stod(lines.back().substr(26, 11));
+  EXPECT_NEAR(total_ms, e.step_s * 1e3, 1e-3);
+}
+
+}  // namespace
+}  // namespace cleave::planner

@@ -12,6 +12,8 @@
 # When the best measured plan is not the planner's #1, both run again in CONFIRM fresh interleaved pairs and the
 # median ratio over those pairs is printed: the best of ~10 noisy figures is biased low, so #1 is compared with it
 # on runs that did not pick it.
+# The planner's --explain output (plan #1's step term by term, the runner-ups' differences per term) is printed
+# before the runs.
 # Usage: benchmarks/planner/predicted_vs_measured.sh [BUILD_DIR] [WORLD] [STEPS] [PLANS] [PASSES] [PRECISION] [CONFIRM]
 # PRECISION: fp32 (default) or bf16 (mixed precision: profiled, planned and trained in bf16). CONFIRM: pairs (5).
 # WORLD above the core count oversubscribes the ranks: the script says so (timings then mean little).
@@ -40,7 +42,12 @@ over=()
 mpiexec -n "$world" "${over[@]}" "$cleave" profile "$work/gpt.json" --out "$work/profile.json" < /dev/null \
   > "$work/profile.log" 2>&1 || { cat "$work/profile.log"; exit 1; }
 grep -E "^(p2p|all_reduce)" "$work/profile.log" || true
-"$cleave" plan "$work/gpt.json" --world "$world" --profile "$work/profile.json" --top 5 --json "$work/plans.json" | head -n 12
+"$cleave" plan "$work/gpt.json" --world "$world" --profile "$work/profile.json" --top 5 --explain --json "$work/plans.json" \
+  > "$work/plan.log"
+head -n 12 "$work/plan.log"
+# The prediction term by term (#1's terms, then each runner-up's difference per term): what a measured step that
+# disagrees is compared against (docs/planner.md, "The step, term by term").
+sed -n "/^plan #1's predicted step, term by term/,\$p" "$work/plan.log"
 python3 - "$work/plans.json" "$plans" > "$work/picked.txt" << 'PY'
 import json, sys
 plans = json.load(open(sys.argv[1]))["plans"]

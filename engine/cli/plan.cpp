@@ -126,6 +126,80 @@ void print_explain(const std::vector<const planner::PlanEstimate*>& ordered, int
   }
 }
 
+// No plan fits the cap: the smallest need per category over the valid plans, and the plan that came closest.
+[[noreturn]] void throw_nothing_fits(const planner::SearchResult& result, int world, const std::string& limit_text) {
+  int invalid = 0, over = 0;
+  for (const auto& r : result.rejected) (r.valid ? over : invalid) += 1;
+  const planner::PlanEstimate* closest = nullptr;
+  std::array<std::int64_t, kNumMemoryCategories> least{};
+  least.fill(-1);
+  for (const auto& r : result.rejected) {
+    if (!r.valid) continue;
+    if (!closest || r.peak_bytes < closest->peak_bytes) closest = &r;
+    for (int c = 0; c < kNumMemoryCategories; ++c) {
+      if (least[c] < 0 || r.peak_by_category[c] < least[c]) least[c] = r.peak_by_category[c];
+    }
+  }
+  CLEAVE_CHECK(closest != nullptr, "plan: none of the {} plans of {} ranks is valid for this config; first "
+               "reason: {}", result.rejected.size(), world, result.rejected.empty() ? "-" : result.rejected.front().reason);
+  std::string needs;
+  for (int c = 0; c < kNumMemoryCategories; ++c) {
+    if (least[c] > 0) {
+      needs += fmt::format("{}{} {}", needs.empty() ? "" : ", ", memory_category_name(static_cast<MemoryCategory>(c)),
+                           format_bytes(least[c]));
+    }
+  }
+  CLEAVE_THROW("plan: no plan fits the memory cap {} per rank ({} plans over it, {} invalid). The smallest need per "
+               "category over all plans: {}. Closest: {} {} micro {} zero {} recompute {} needs {} on pp rank {}; raise "
+               "{}, add ranks (--world) or shrink the model or batch",
+               format_bytes(result.memory_limit), over, invalid, needs, closest->choice.layout(),
+               closest->choice.schedule, closest->choice.micro_batch, closest->choice.zero_stage,
+               closest->choice.recompute, format_bytes(closest->peak_bytes), closest->peak_rank,
+               limit_text.empty() ? "device.memory_limit (the cap came from the config)" : "--memory-limit");
+}
+
+// --json: every plan that fits in the order shown, with the --trial measurements beside the predictions.
+void write_plans_json(const std::string& json_path, const std::vector<const planner::PlanEstimate*>& ordered,
+                      const std::vector<planner::Placed>& placed, const std::vector<planner::PredictedPlan>& predicted,
+                      const TrialOutcome& trial, int world, const planner::HardwareProfile& profile,
+                      const planner::SearchResult& result, double tie_within) {
+  nlohmann::json plans = nlohmann::json::array();
+  for (std::size_t i = 0; i < ordered.size(); ++i) {
+    const auto& e = *ordered[i];
+    plans.push_back({{"place", i + 1},
+                     {"tie_group", placed[i].place},
+                     {"memory_fraction", predicted[placed[i].index].memory_fraction},
+                     {"layout", e.choice.layout()},
+                     {"schedule", e.choice.schedule},
+                     {"virtual_stages", e.choice.virtual_stages},
+                     {"micro_batch", e.choice.micro_batch},
+                     {"zero_stage", e.choice.zero_stage},
+                     {"zero_reduce", std::string(enum_name(e.choice.zero_reduce))},
+                     {"sequence_parallel", e.choice.sequence_parallel},
+                     {"comm_bytes", e.comm_bytes},
+                     {"recompute", std::string(enum_name(e.choice.recompute))},
+                     {"overrides", e.choice.overrides()},
+                     {"step_s", e.step_s},
+                     {"items_per_s", e.items_per_s},
+                     {"bubble", e.bubble},
+                     {"peak_bytes", e.peak_bytes},
+                     {"peak_rank", e.peak_rank}});
+  }
+  for (const auto& t : trial.ranked) {  // measured by --trial: beside the prediction, in the predicted order
+    auto& entry = plans[static_cast<std::size_t>(t.predicted_place - 1)];
+    const bool ok = t.measured.measured;
+    entry["measured_step_s"] = ok ? nlohmann::json(t.measured.median_s) : nlohmann::json(nullptr);
+    entry["measured_spread"] = ok && std::isfinite(t.measured.spread) ? nlohmann::json(t.measured.spread) : nlohmann::json(nullptr);
+    entry["measured_rounds"] = t.round_medians;
+    entry["measured_place"] = ok ? nlohmann::json(t.place) : nlohmann::json(nullptr);
+  }
+  std::ofstream out(json_path);
+  out << nlohmann::json{{"world", world}, {"profile", profile.name}, {"memory_limit", result.memory_limit},
+                        {"tie_within", tie_within}, {"plans", plans}}.dump(1)
+      << "\n";
+  CLEAVE_CHECK(out.good(), "plan: could not write {}", json_path);
+}
+
 }  // namespace
 
 int run_plan(int argc, char** argv) {
@@ -172,35 +246,7 @@ int run_plan(int argc, char** argv) {
   }
   int invalid = 0, over = 0;
   for (const auto& r : result.rejected) (r.valid ? over : invalid) += 1;
-  if (result.ranked.empty()) {
-    // The smallest need per category over the valid plans, and the plan that came closest.
-    const planner::PlanEstimate* closest = nullptr;
-    std::array<std::int64_t, kNumMemoryCategories> least{};
-    least.fill(-1);
-    for (const auto& r : result.rejected) {
-      if (!r.valid) continue;
-      if (!closest || r.peak_bytes < closest->peak_bytes) closest = &r;
-      for (int c = 0; c < kNumMemoryCategories; ++c) {
-        if (least[c] < 0 || r.peak_by_category[c] < least[c]) least[c] = r.peak_by_category[c];
-      }
-    }
-    CLEAVE_CHECK(closest != nullptr, "plan: none of the {} plans of {} ranks is valid for this config; first "
-                 "reason: {}", result.rejected.size(), world, result.rejected.empty() ? "-" : result.rejected.front().reason);
-    std::string needs;
-    for (int c = 0; c < kNumMemoryCategories; ++c) {
-      if (least[c] > 0) {
-        needs += fmt::format("{}{} {}", needs.empty() ? "" : ", ", memory_category_name(static_cast<MemoryCategory>(c)),
-                             format_bytes(least[c]));
-      }
-    }
-    CLEAVE_THROW("plan: no plan fits the memory cap {} per rank ({} plans over it, {} invalid). The smallest need per "
-                 "category over all plans: {}. Closest: {} {} micro {} zero {} recompute {} needs {} on pp rank {}; raise "
-                 "{}, add ranks (--world) or shrink the model or batch",
-                 format_bytes(result.memory_limit), over, invalid, needs, closest->choice.layout(),
-                 closest->choice.schedule, closest->choice.micro_batch, closest->choice.zero_stage,
-                 closest->choice.recompute, format_bytes(closest->peak_bytes), closest->peak_rank,
-                 limit_text.empty() ? "device.memory_limit (the cap came from the config)" : "--memory-limit");
-  }
+  if (result.ranked.empty()) throw_nothing_fits(result, world, limit_text);
   // The order shown: by predicted time, near-ties (within the model's stated error) to the more headroom.
   std::int64_t largest_peak = 1;
   for (const auto& e : result.ranked) largest_peak = std::max(largest_peak, e.peak_bytes);
@@ -317,43 +363,7 @@ int run_plan(int argc, char** argv) {
       std::printf("the planner's #1 measured clearly fastest\n");
     }
   }
-  if (!json_path.empty()) {
-    nlohmann::json plans = nlohmann::json::array();
-    for (std::size_t i = 0; i < ordered.size(); ++i) {
-      const auto& e = *ordered[i];
-      plans.push_back({{"place", i + 1},
-                       {"tie_group", placed[i].place},
-                       {"memory_fraction", predicted[placed[i].index].memory_fraction},
-                       {"layout", e.choice.layout()},
-                       {"schedule", e.choice.schedule},
-                       {"virtual_stages", e.choice.virtual_stages},
-                       {"micro_batch", e.choice.micro_batch},
-                       {"zero_stage", e.choice.zero_stage},
-                       {"zero_reduce", std::string(enum_name(e.choice.zero_reduce))},
-                       {"sequence_parallel", e.choice.sequence_parallel},
-                       {"comm_bytes", e.comm_bytes},
-                       {"recompute", std::string(enum_name(e.choice.recompute))},
-                       {"overrides", e.choice.overrides()},
-                       {"step_s", e.step_s},
-                       {"items_per_s", e.items_per_s},
-                       {"bubble", e.bubble},
-                       {"peak_bytes", e.peak_bytes},
-                       {"peak_rank", e.peak_rank}});
-    }
-    for (const auto& t : trial.ranked) {  // measured by --trial: beside the prediction, in the predicted order
-      auto& entry = plans[static_cast<std::size_t>(t.predicted_place - 1)];
-      const bool ok = t.measured.measured;
-      entry["measured_step_s"] = ok ? nlohmann::json(t.measured.median_s) : nlohmann::json(nullptr);
-      entry["measured_spread"] = ok && std::isfinite(t.measured.spread) ? nlohmann::json(t.measured.spread) : nlohmann::json(nullptr);
-      entry["measured_rounds"] = t.round_medians;
-      entry["measured_place"] = ok ? nlohmann::json(t.place) : nlohmann::json(nullptr);
-    }
-    std::ofstream out(json_path);
-    out << nlohmann::json{{"world", world}, {"profile", profile.name}, {"memory_limit", result.memory_limit},
-                          {"tie_within", tie_within}, {"plans", plans}}.dump(1)
-        << "\n";
-    CLEAVE_CHECK(out.good(), "plan: could not write {}", json_path);
-  }
+  if (!json_path.empty()) write_plans_json(json_path, ordered, placed, predicted, trial, world, profile, result, tie_within);
   if (!write_path.empty()) {
     const auto& best = trial.ranked.empty() ? *ordered.front() : trial.ranked.front().plan;
     std::vector<std::string> all = overrides;

@@ -172,7 +172,7 @@ BlockCollectives tensor_parallel_collectives(const TermContext& c, int b) {
 //  - ring: cp-1 hops of K and V (2 units) in the forward, each in flight while the layer's blocks of the step
 //    before compute, so only what the compute cannot hide is exposed; the backward's K/V hops overlap its
 //    compute the same way, the cp hops of dK, dV do not (each waits for the blocks that add to it).
-BlockCollectives context_parallel_exchange(const TermContext& c, int b, double forward_s, double backward_s) {
+BlockCollectives context_parallel_exchange(const TermContext& c, int b, const BlockCompute& compute) {
   const PlanChoice& choice = *c.choice;
   const auto& spec = c.plan->spec;
   BlockCollectives x;
@@ -191,12 +191,15 @@ BlockCollectives context_parallel_exchange(const TermContext& c, int b, double f
   const Link& link = *c.cp_link;
   const double hop = link.latency_s + 2 * unit / link.bandwidth_Bps;
   const double hops = choice.cp - 1;
-  const double hidden_by_forward = c.core_sharing * forward_s, hidden_by_backward = c.core_sharing * backward_s;
-  x.forward_s = std::max(0.0, hops * hop - hidden_by_forward);
-  x.backward_s = std::max(0.0, hops * hop - hidden_by_backward) + choice.cp * hop;
-  x.rerun_s = full ? x.forward_s : 0.0;
-  x.hidden_forward_s = std::min(hops * hop, hidden_by_forward);
-  x.hidden_backward_s = std::min(hops * hop, hidden_by_backward) + (full ? x.hidden_forward_s : 0.0);
+  // Each pass's K/V hops hide under that pass's own compute: F's under the forward, the rerun forward's under the
+  // rerun, the backward's under the rest of I (a second of compute hides one transfer).
+  const double by_forward = c.core_sharing * compute.forward_s, by_backward = c.core_sharing * compute.input_grad_s;
+  const double by_rerun = c.core_sharing * compute.recompute_s;
+  x.forward_s = std::max(0.0, hops * hop - by_forward);
+  x.backward_s = std::max(0.0, hops * hop - by_backward) + choice.cp * hop;
+  x.rerun_s = full ? std::max(0.0, hops * hop - by_rerun) : 0.0;
+  x.hidden_forward_s = std::min(hops * hop, by_forward);
+  x.hidden_backward_s = std::min(hops * hop, by_backward) + (full ? std::min(hops * hop, by_rerun) : 0.0);
   x.bytes = c.micro_batches * (2 * hops + choice.cp) * 2 * unit;
   return x;
 }
@@ -217,8 +220,8 @@ StageGathers zero3_stage_gathers(const TermContext& c, const std::vector<double>
   x.backward_s = g.back();
   double all = g.front();
   for (std::size_t k = 1; k < n; ++k) {
-    x.forward_s += std::max(0.0, g[k] - c.core_sharing * block_forward[k - 1]);
-    x.backward_s += std::max(0.0, g[n - 1 - k] - c.core_sharing * block_backward[n - k]);
+    x.forward_s += std::max(0.0, g[k] - block_forward[k - 1]);
+    x.backward_s += std::max(0.0, g[n - 1 - k] - block_backward[n - k]);
     all += g[k];
   }
   x.hidden_forward_s = all - x.forward_s;
@@ -226,7 +229,7 @@ StageGathers zero3_stage_gathers(const TermContext& c, const std::vector<double>
   return x;
 }
 
-GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, double stage_w) {
+GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, double w_free) {
   const config::RunConfig& config = *c.config;
   const int n = c.replicas;
   const Link& link = *c.dp_link;
@@ -245,7 +248,7 @@ GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, do
     // one is REDUCE_GRAD's (above); each earlier one runs behind the next weight-gradient pass, and what the
     // pass cannot hide lengthens it (spread over the stage's W actions).
     const double m = c.micro_batches;
-    const double hidden_by = c.core_sharing * stage_w;
+    const double hidden_by = w_free;
     x.per_w_exposed_s = m > 1 ? std::max(0.0, x.reduce_s - hidden_by) * (m - 1) / m : 0.0;
     x.per_w_hidden_s = m > 1 ? std::min(x.reduce_s, hidden_by) * (m - 1) / m : 0.0;
     x.bytes += (m - 1) * ring_bytes(wire, n, false);
@@ -297,12 +300,12 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
     const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
     StageCosts& st = stages[static_cast<std::size_t>(s)];
     const double warm = c.profile->measured.warm_fraction(working_set[static_cast<std::size_t>(plan.stage_to_rank(s))]);
-    double grad_bytes = 0, stage_w = 0;
-    std::vector<double> block_f, block_b, gathers;  // per block, for ZeRO-3's prefetch
+    double grad_bytes = 0, stage_w = 0, stage_i = 0, cp_hidden_backward = 0;
+    std::vector<double> block_f, block_b, gathers;  // per block, for ZeRO-3's prefetch (seconds free to hide it)
     for (int b = range.begin; b < range.end; ++b) {
       const BlockCompute compute = block_compute(c, b, warm);
       const BlockCollectives tp = tensor_parallel_collectives(c, b);
-      const BlockCollectives cp = context_parallel_exchange(c, b, compute.forward_s, compute.backward_input_s());
+      const BlockCollectives cp = context_parallel_exchange(c, b, compute);
       st.forward[T::kForward] += c.core_sharing * compute.forward_s;
       st.input_grad[T::kInputGrad] += c.core_sharing * compute.input_grad_s;
       st.input_grad[T::kRecompute] += c.core_sharing * compute.recompute_s;
@@ -320,8 +323,13 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
                                     compute.recompute_s * c.core_sharing});
       grad_bytes += 4.0 * static_cast<double>(c.costs[static_cast<std::size_t>(b)].param_count) / choice.tp;
       stage_w += compute.weight_grad_s;
-      block_f.push_back(compute.forward_s);
-      block_b.push_back(compute.backward_input_s() + (c.fused_backward ? compute.weight_grad_s : 0.0));
+      stage_i += compute.backward_input_s();
+      cp_hidden_backward += cp.hidden_backward_s;
+      // What of the block's compute is left to hide the next block's prefetch: the ring's K/V hops hide under the
+      // same compute first (the same seconds cannot hide two transfers).
+      block_f.push_back(c.core_sharing * compute.forward_s - cp.hidden_forward_s);
+      block_b.push_back(c.core_sharing * (compute.backward_input_s() + (c.fused_backward ? compute.weight_grad_s : 0.0)) -
+                        cp.hidden_backward_s);
       gathers.push_back(zero3_block_gather_s(c, b));
       if (c.zero == 3) {
         const double block_params = c.act_bytes * static_cast<double>(c.costs[static_cast<std::size_t>(b)].param_count) / choice.tp;
@@ -333,7 +341,11 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
     st.input_grad[T::kZeroGather] += g.backward_s;
     st.forward.hidden_at(T::kZeroGather) += g.hidden_forward_s;
     st.input_grad.hidden_at(T::kZeroGather) += g.hidden_backward_s;
-    const GradientReduction r = gradient_reduction(c, grad_bytes, stage_w);
+    // Reducing per micro-batch, W hides the earlier reductions; in a fused B, ZeRO-3's backward prefetch hid under
+    // the I compute first and then under W: what it took of W is not there twice.
+    double w_free = c.core_sharing * stage_w;
+    if (c.fused_backward) w_free -= std::max(0.0, g.hidden_backward_s - (c.core_sharing * stage_i - cp_hidden_backward));
+    const GradientReduction r = gradient_reduction(c, grad_bytes, std::max(0.0, w_free));
     st.reduce_grad[T::kDataParallel] = r.reduce_s;
     st.weight_grad[T::kDataParallel] = r.per_w_exposed_s;
     st.weight_grad.hidden_at(T::kDataParallel) = r.per_w_hidden_s;

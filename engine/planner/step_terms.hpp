@@ -5,8 +5,9 @@
 //
 // Invariants: a term never reads another term's output except where it overlaps with it (the ring exchange and
 // ZeRO-3's prefetch hide behind the compute of their block, per-micro-batch reductions behind W), and then it
-// takes that compute as an argument; compute terms are priced for one rank's share of a core by
-// TermContext::core_sharing, communication terms are not. To add a term: see step_breakdown.hpp.
+// takes that compute as an argument; a second of compute hides at most one transfer (ZeRO-3's prefetch gets what
+// the ring left); compute terms are priced for one rank's share of a core by TermContext::core_sharing,
+// communication terms are not. To add a term: see step_breakdown.hpp.
 #pragma once
 
 #include <cstdint>
@@ -92,14 +93,15 @@ struct BlockCollectives {
 // vocab-parallel embedding; sequence parallelism's reduce-scatter + all-gather of the same tensor in their place.
 BlockCollectives tensor_parallel_collectives(const TermContext& c, int block);
 // Context parallelism: the key/value exchange of an attention layer (docs/planner.md, "Context parallelism");
-// `forward_s` / `backward_s`: the block's compute in F and I (÷ cp, before core sharing), which the ring hides
-// its K/V hops behind.
-BlockCollectives context_parallel_exchange(const TermContext& c, int block, double forward_s, double backward_s);
-
+// the ring hides each pass's K/V hops behind that pass's compute of the block (`compute`: ÷ cp, before core
+// sharing): F's behind the forward, the backward's behind I without the rerun, a full rerun's behind the rerun.
+BlockCollectives context_parallel_exchange(const TermContext& c, int block, const BlockCompute& compute);
 // ZeRO-3's all-gather of one block's parameters (one tp rank's, in the compute dtype) from the replicas.
 double zero3_block_gather_s(const TermContext& c, int block);
 // A stage's ZeRO-3 gathers per micro-batch: each block's gather prefetched under the compute of the block before
-// it in the pass (forward first to last, backward last to first), a pass's first in full.
+// it in the pass (forward first to last, backward last to first), a pass's first in full. `block_forward` /
+// `block_backward`: per block, the seconds of its F / backward (I, and W in a fused B) at the core sharing that
+// are free to hide a prefetch (what context parallelism's ring hops did not already hide under).
 struct StageGathers {
   double forward_s = 0, backward_s = 0, hidden_forward_s = 0, hidden_backward_s = 0;
 };
@@ -108,13 +110,14 @@ StageGathers zero3_stage_gathers(const TermContext& c, const std::vector<double>
 
 // The stage's gradient reduction over the replicas (ZeRO 0: all-reduce; 1-3: reduce-scatter) in REDUCE_GRAD,
 // ZeRO-1/2's all-gather of the updated parameters after the optimizer step, and, reducing per micro-batch, what
-// each W action cannot hide of the earlier reductions (`stage_w`: the stage's W compute before core sharing).
+// each W action cannot hide of the earlier reductions (`w_free`: the seconds of the stage's W compute, at the core
+// sharing, not already hiding ZeRO-3's prefetch).
 struct GradientReduction {
   double reduce_s = 0, step_gather_s = 0;
   double per_w_exposed_s = 0, per_w_hidden_s = 0;
   double bytes = 0;
 };
-GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, double stage_w);
+GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, double w_free);
 
 // The optimizer step of `local_params` parameters (the busiest rank's), ZeRO-sharded, at the core sharing.
 double optimizer_step_s(const TermContext& c, double local_params);

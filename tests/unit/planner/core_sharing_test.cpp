@@ -4,14 +4,16 @@
 // core count (a GPU profile) nothing is scaled. The warning names the layout, the ranks and the cores. A CPU
 // profile made for fewer ranks than the plan's world puts the world on its one node (planning_setup); the cores the
 // figures were measured on (measured_cores) price them, and a profile without the key is taken as measured on its
-// cores_per_node.
+// cores_per_node. Sharing cores never prices a plan below itself on more cores, overlaps included.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -107,6 +109,39 @@ TEST_F(CoreSharing, NoLayoutOfFourRanksOnTwoCoresBeatsOneRankWithBothCores) {
   unknown.cores_per_node = 0;
   const SearchResult blind = search_plans(config_, {}, unknown, SearchOptions{4, 0});
   EXPECT_NEAR(blind.ranked.front().step_s, c1 / 4, 1e-9 * c1);
+}
+
+TEST_F(CoreSharing, SharedCoresNeverPriceAPlanBelowItsTwinOnMoreCores) {
+  // The same plans, 4 ranks on a 2-core node (compute x2) and on a 4-core one, with links that cost time: every
+  // plan costs between 1 and 2 times its 4-core twin, context parallelism's ring and ZeRO-3 included, at compute
+  // rates from where compute dominates to where the links do. (The ring's K/V hops and ZeRO-3's prefetch used to
+  // hide under the same compute, so doubling the compute hid both twice over: cp4 ring + ZeRO-3 plans were priced
+  // below their twin; so did a per-micro-batch reduction and a fused backward's prefetch, both under W.)
+  for (const double flops : {3e9, 3e10, 3e11}) {
+    HardwareProfile two = machine(2, 2), four = machine(4, 2);
+    two.intra_node = two.inter_node = four.intra_node = four.inter_node = Link{2e-5, 2e9};
+    two.measured_cores = four.measured_cores = 2;
+    two.flops_f32 = two.flops_bf16 = four.flops_f32 = four.flops_bf16 = flops;
+    const SearchResult shared = search_plans(config_, {}, two, SearchOptions{4, 0});
+    const SearchResult spread = search_plans(config_, {}, four, SearchOptions{4, 0});
+    std::map<std::vector<std::string>, double> twin;
+    for (const auto& e : spread.ranked) twin[e.choice.overrides()] = e.step_s;
+    int compared = 0, context_parallel = 0;
+    double highest = 1;
+    for (const auto& e : shared.ranked) {
+      const auto it = twin.find(e.choice.overrides());
+      if (it == twin.end()) continue;
+      ++compared;
+      context_parallel += e.choice.cp > 1;
+      highest = std::max(highest, e.step_s / it->second);
+      EXPECT_GE(e.step_s, it->second * (1 - 1e-9)) << flops << " FLOP/s: " << e.choice.layout() << " "
+                                                   << e.choice.schedule << " zero " << e.choice.zero_label()
+                                                   << " micro " << e.choice.micro_batch;
+    }
+    EXPECT_LE(highest, 2 * (1 + 1e-9)) << flops;
+    EXPECT_GT(compared, 1000);
+    EXPECT_GT(context_parallel, 100);
+  }
 }
 
 TEST_F(CoreSharing, ACpuProfileForFewerRanksPlansTheWorldOnItsOneNode) {

@@ -3,6 +3,7 @@
 #include "partition/block_work.hpp"
 
 #include "engine/core/error.hpp"
+#include "partition/cost_parts.hpp"
 #include "partition/work_parts.hpp"
 
 namespace cleave::partition {
@@ -115,7 +116,14 @@ ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dty
   w.forward_bytes = w.elements * (2 * b + (dropout ? 2 * b + 1 : 0));
   w.backward_bytes = w.elements * (3 * b + (dropout ? 2 * b + 1 : 0));
   w.saved_bytes = w.elements * (b + (dropout ? 2 * b + 1 : 0));
-  w.recomputed_scores = {t, t, dh, heads};  // as work_parts::attention_backward's first GEMM
+  // The memory-efficient kernel's products over the visible pairs, exactly as block_work prices them.
+  const double pairs = cost_parts::attended_pairs(block.seq_len, block.attention_window);
+  w.replaced_forward = work_parts::attention_forward(heads, t, dh, b, pairs);
+  w.replaced_backward = work_parts::attention_backward(heads, t, dh, b, pairs);
+  w.replaced_forward.stream_bytes = w.replaced_backward.stream_bytes = 0;  // the GEMMs only
+  // The probabilities kind's: every key, and no rerun of S in the backward.
+  w.stored_forward.gemms = {{t, t, dh, heads}, {t, dh, t, heads}};  // S = Q·Kᵀ, O = P·V
+  w.stored_backward.gemms = {{t, t, dh, heads}, {t, dh, t, heads}, {t, dh, t, heads}, {t, dh, t, heads}};  // dP, dV, dQ, dK
   return w;
 }
 

@@ -60,14 +60,19 @@ std::optional<AttentionKind> attention_kind_from(std::string_view name);
 //             writes dS: 3·n·b
 //   saved     P (n·b), with dropout also P' and the mask (n·(2b + 1) more), for the backward (Korthikanti et al.
 //             2022: 5·a·s²·b bytes per layer in 16-bit)
-// and the backward no longer recomputes S = Q·Kᵀ (`recomputed_scores`, a GEMM of block_work's input_grad that
-// the probabilities kind does not run). Recomputation reruns the forward passes inside I (selective and full).
+// and its products run over every key, where block_work prices the memory-efficient kernel's over the pairs it
+// computes (the causal half or a window, cost_parts::attended_pairs) and reruns S = Q·Kᵀ in the backward:
+// `stored_*` are the probabilities kind's GEMMs (forward S, P·V; backward dP, dV, dQ, dK, all [T, T]), `replaced_*`
+// the memory-efficient kernel's that block_work counted (forward 2, backward 5 over the visible pairs), so the kind
+// costs roofline(stored) - roofline(replaced) more per pass. Recomputation reruns the forward passes inside I
+// (selective and full).
 struct ProbabilitiesWork {
-  double elements = 0;          // n
-  double forward_bytes = 0;     // streamed by the forward passes
-  double backward_bytes = 0;    // streamed by the backward passes
-  double saved_bytes = 0;       // held from F to I (none under recomputation: the rerun rebuilds them)
-  Gemm recomputed_scores;       // removed from input_grad (batch 0 when nothing is removed)
+  double elements = 0;       // n
+  double forward_bytes = 0;  // streamed by the forward passes
+  double backward_bytes = 0;  // streamed by the backward passes
+  double saved_bytes = 0;     // held from F to I (none under recomputation: the rerun rebuilds them)
+  PassWork stored_forward, stored_backward;      // the probabilities kind's products
+  PassWork replaced_forward, replaced_backward;  // the memory-efficient kernel's, as block_work priced them
 };
 ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dtype, AttentionKind kind, int tp,
                                                std::int64_t micro_batch);

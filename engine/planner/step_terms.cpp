@@ -71,10 +71,9 @@ ProbabilitiesCompute attention_probabilities_compute(const TermContext& c, int b
       partition::attention_probabilities_work(block, c.dtype, c.options->attention, c.choice->tp, c.choice->micro_batch);
   if (w.elements <= 0) return x;
   const double bandwidth = c.profile->memory_bandwidth_Bps;
-  partition::PassWork scores;
-  scores.gemms.push_back(w.recomputed_scores);
-  x.forward_s = w.forward_bytes / bandwidth;
-  x.input_grad_s = w.backward_bytes / bandwidth - c.profile->roofline_seconds(scores, c.bf16);
+  const auto gemm_s = [&](const partition::PassWork& p) { return c.profile->roofline_seconds(p, c.bf16); };
+  x.forward_s = w.forward_bytes / bandwidth + gemm_s(w.stored_forward) - gemm_s(w.replaced_forward);
+  x.input_grad_s = w.backward_bytes / bandwidth + gemm_s(w.stored_backward) - gemm_s(w.replaced_backward);
   x.recompute_s = c.choice->recompute == Recompute::kNone ? 0.0 : x.forward_s;
   return x;
 }

@@ -240,10 +240,12 @@ TEST_F(PlanSearch, ShippedA100ProfilePricesSmallModelsLowerThanTheSustainedRate)
   EXPECT_GT(large, 0.8 * a100.peak_flops_bf16 * a100.gemm_efficiency.back().second);
 }
 
-TEST_F(PlanSearch, AttentionProbabilitiesCostTheirPassesLessTheRecomputedScores) {
+TEST_F(PlanSearch, AttentionProbabilitiesCostTheirPassesAndEveryScore) {
   // --attention probabilities_dropout on the shipped A100 profile, one rank, 8 micro-batches of 1 sample: per
   // attention block and micro-batch, n = heads x T x T = 4 x 16 x 16 f32 elements; the forward streams
-  // n (2b + 2b + 1) bytes, the backward n (3b + 2b + 1) bytes and skips the S = Q·Kᵀ GEMM [16 x 16 x 12] x 4.
+  // n (2b + 2b + 1) bytes, the backward n (3b + 2b + 1) bytes, and the products run over all 16 keys (forward S,
+  // P·V; backward dP, dV, dQ, dK) instead of the memory-efficient kernel's mean 8.5 visible keys (16·17/2 causal
+  // pairs over 16 rows; its backward reruns S: 5 products).
   const HardwareProfile a100 = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/a100_80gb_sxm.json");
   const std::string config = tiny_gpt();
   PlanChoice c;
@@ -254,9 +256,16 @@ TEST_F(PlanSearch, AttentionProbabilitiesCostTheirPassesLessTheRecomputedScores)
   const PlanEstimate stored = estimate_plan(config, {}, c, a100, options);
   ASSERT_TRUE(plain.valid && stored.valid) << plain.reason << stored.reason;
   const double n = 4.0 * 16 * 16, b = 4, bw = a100.memory_bandwidth_Bps;
-  partition::PassWork scores;
-  scores.gemms.push_back({16, 16, 12, 4});
-  const double forward = n * (4 * b + 1) / bw, backward = n * (5 * b + 1) / bw - a100.roofline_seconds(scores, false);
+  const double keys = 16.0 * 17 / 2 / 16;
+  const auto gemm_s = [&](std::vector<partition::Gemm> gemms) {
+    partition::PassWork p;
+    p.gemms = std::move(gemms);
+    return a100.roofline_seconds(p, false);
+  };
+  const partition::Gemm qk{16, 16, 12, 4}, pv{16, 12, 16, 4}, qk_causal{16, keys, 12, 4}, pv_causal{16, 12, keys, 4};
+  const double forward = n * (4 * b + 1) / bw + gemm_s({qk, pv}) - gemm_s({qk_causal, pv_causal});
+  const double backward = n * (5 * b + 1) / bw + gemm_s({qk, pv, pv, pv}) -
+                          gemm_s({qk_causal, qk_causal, pv_causal, pv_causal, pv_causal});
   const double blocks = 4, micro_batches = 8;
   EXPECT_NEAR(stored.breakdown[StepTerm::kForward] - plain.breakdown[StepTerm::kForward], blocks * micro_batches * forward,
               1e-9 * plain.step_s);

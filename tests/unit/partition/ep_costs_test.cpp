@@ -1,4 +1,4 @@
-// partition/ep_rules: the rows and bytes of the expert-parallel all-to-alls for a known routing (counted by hand),
+// partition/ep_costs: the rows and bytes of the expert-parallel all-to-alls for a known routing (counted by hand),
 // the default imbalance factor against a Monte Carlo of uniformly random top-k routing, the exchange bytes the
 // planner prices, and the expert rows the memory plan adds for an imbalanced rank.
 #include <gtest/gtest.h>
@@ -11,13 +11,13 @@
 #include <random>
 
 #include "engine/core/error.hpp"
-#include "partition/ep_rules.hpp"
+#include "partition/ep_costs.hpp"
 #include "partition/families/moe.hpp"
 
 namespace cleave::partition {
 namespace {
 
-TEST(EpRules, TrafficOfAKnownRouting) {
+TEST(EpCosts, TrafficOfAKnownRouting) {
   // 8 experts over ep 2 (rank 0: experts 0-3, rank 1: 4-7), top-2, three tokens per rank.
   const std::vector<std::vector<std::int32_t>> routing = {
       {0, 5, 1, 2, 6, 7},  // rank 0: rows to rank 0: 3 (0, 1, 2), to rank 1: 3 (5, 6, 7)
@@ -38,7 +38,7 @@ TEST(EpRules, TrafficOfAKnownRouting) {
   EXPECT_EQ(t.computed(0) + t.computed(1), 12);
 }
 
-TEST(EpRules, TrafficAllToOneExpertAndEmptyRank) {
+TEST(EpCosts, TrafficAllToOneExpertAndEmptyRank) {
   // ep 4 of 8 experts: every row to expert 7 (rank 3); ranks 0-2 compute nothing.
   std::vector<std::vector<std::int32_t>> routing(4, std::vector<std::int32_t>(10, 7));
   const EpTraffic t = ep_traffic(routing, 8, 4);
@@ -51,13 +51,13 @@ TEST(EpRules, TrafficAllToOneExpertAndEmptyRank) {
   EXPECT_EQ(t.sent(3), 0);
 }
 
-TEST(EpRules, TrafficRefusesBadInput) {
+TEST(EpCosts, TrafficRefusesBadInput) {
   EXPECT_THROW(ep_traffic({{0}, {9}}, 8, 2), Error);   // expert out of range
   EXPECT_THROW(ep_traffic({{0}, {1}, {2}}, 8, 3), Error);  // 8 experts not divisible by 3
   EXPECT_THROW(ep_traffic({{0}}, 8, 2), Error);        // one routing for two ranks
 }
 
-TEST(EpRules, ExpectedMaxOfNormals) {
+TEST(EpCosts, ExpectedMaxOfNormals) {
   EXPECT_DOUBLE_EQ(expected_max_standard_normal(1), 0.0);
   EXPECT_NEAR(expected_max_standard_normal(2), 1.0 / std::sqrt(std::numbers::pi), 1e-6);  // 0.5642
   EXPECT_NEAR(expected_max_standard_normal(4), 1.029375, 1e-5);
@@ -85,7 +85,7 @@ double monte_carlo_imbalance(std::int64_t tokens, int experts, int top_k, int ep
   return sum / trials;
 }
 
-TEST(EpRules, ImbalanceFactorMatchesRandomRouting) {
+TEST(EpCosts, ImbalanceFactorMatchesRandomRouting) {
   EXPECT_DOUBLE_EQ(expected_ep_imbalance(256, 8, 2, 1), 1.0);
   EXPECT_DOUBLE_EQ(expected_ep_imbalance(256, 8, 8, 4), 1.0);  // every token to every expert
   for (const auto& [tokens, experts, k, ep] : std::vector<std::array<int, 4>>{
@@ -109,7 +109,7 @@ BlockSpec moe_block() {
   return make_moe_spec(c).blocks[1];
 }
 
-TEST(EpRules, ExchangeBytes) {
+TEST(EpCosts, ExchangeBytes) {
   const BlockSpec b = moe_block();
   ASSERT_EQ(b.kind, BlockKind::kMoeBlock);
   EXPECT_EQ(ep_exchange_bytes(b, DType::kF32, 4, 1, 1, 1.0).busiest, 0.0);  // ep 1 moves nothing
@@ -122,7 +122,7 @@ TEST(EpRules, ExchangeBytes) {
   EXPECT_DOUBLE_EQ(ep_exchange_bytes(b, DType::kBF16, 4, 2, 4, 1.0).busiest, 32.0 * 32);
 }
 
-TEST(EpRules, ExpertParametersAndRows) {
+TEST(EpCosts, ExpertParametersAndRows) {
   const BlockSpec b = moe_block();
   EXPECT_EQ(expert_param_count(b), 3 * 16 * 8 * 8);
   // The cost model counts every expert's parameters: the experts are a part of the block's count.

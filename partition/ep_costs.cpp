@@ -1,5 +1,5 @@
-// Expert-parallel arithmetic (see ep_rules.hpp).
-#include "partition/ep_rules.hpp"
+// Expert-parallel arithmetic (see ep_costs.hpp).
+#include "partition/ep_costs.hpp"
 
 #include <algorithm>
 #include <cmath>

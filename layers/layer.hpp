@@ -96,6 +96,9 @@ struct Context : ops::Context {
   // keys and values over cp_comm. cp_comm is null when cp = 1.
   comm::Communicator* cp_comm = nullptr;
   CpLayout cp;
+  // The optimizer step being computed (0-based; the trainer sets it before each step). Read only by
+  // model.forced_routing's workloads (layers/moe/forced_routing.hpp), which may change with the step.
+  std::int64_t step = 0;
 };
 
 class Layer {

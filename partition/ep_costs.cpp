@@ -41,6 +41,14 @@ double expected_ep_imbalance(std::int64_t tokens, std::int64_t experts, std::int
   return std::min(bound, expected_max / mean);
 }
 
+double workload_ep_imbalance(const ModelSpec& spec, std::int64_t micro, int cp, int ep) {
+  if (ep <= 1) return 1.0;
+  for (const BlockSpec& b : spec.blocks) {
+    if (b.n_experts > 0) return expected_ep_imbalance(ep * micro * (b.seq_len / std::max(1, cp)), b.n_experts, b.top_k, ep);
+  }
+  return 1.0;
+}
+
 std::int64_t EpTraffic::sent(int rank) const {
   std::int64_t s = 0;
   for (int d = 0; d < ep; ++d) s += d == rank ? 0 : at(rank, d);

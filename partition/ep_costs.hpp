@@ -34,6 +34,10 @@ namespace cleave::partition {
 // 1.0294 at 4). 1 for ep = 1 or top_k = experts; at most the bound min(k, E/ep)·ep / k.
 double expected_ep_imbalance(std::int64_t tokens, std::int64_t experts, std::int64_t top_k, int ep);
 
+// The default imbalance of a model at a layout: expected_ep_imbalance of its first moe block for the tokens one
+// micro-batch brings to the ep group (ep · micro · T / cp); 1 for ep 1 or a model without experts.
+double workload_ep_imbalance(const ModelSpec& spec, std::int64_t micro, int cp, int ep);
+
 // E[max of n independent standard normals] (numerical integration; 0 for n = 1).
 double expected_max_standard_normal(int n);
 

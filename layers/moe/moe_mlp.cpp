@@ -5,6 +5,7 @@
 
 #include "kernels/ops/ops.hpp"
 #include "layers/layer_util.hpp"
+#include "layers/moe/forced_routing.hpp"
 #include "layers/moe/router_log.hpp"
 #include "layers/parallel/shard.hpp"
 #include "layers/parallel/sharded_param.hpp"
@@ -62,7 +63,10 @@ MoeMlp::MoeMlp(std::string prefix, std::int64_t d, std::int64_t f, const RouterO
 Routing MoeMlp::route_stashed(const Tensor& logits, Context& ctx) const {
   std::vector<float> bias;
   if (router_bias_) bias = download(ctx, router_bias_->compute());
-  return route(download(ctx, logits), bias, router_);
+  // model.forced_routing (test/benchmark only): the workload's experts for this micro-batch's tokens at this step.
+  const std::vector<std::int32_t> forced =
+      forced_experts(router_.forced, ctx.step, logits.dim(0), router_.experts, router_.top_k);
+  return route(download(ctx, logits), bias, router_, forced);
 }
 
 Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {

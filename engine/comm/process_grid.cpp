@@ -5,7 +5,18 @@
 
 namespace cleave::comm {
 
-ProcessGrid ProcessGrid::create(int world_size, int tp, int pp, int dp, int cp) {
+ProcessGrid ProcessGrid::create(int world_size, int tp, int pp, int dp, int cp, int ep) {
+  CLEAVE_CHECK(ep >= 1, "parallel.expert_model_parallel_size must be at least 1, got {}", ep);
+  ProcessGrid grid = create_without_ep(world_size, tp, pp, dp, cp);
+  CLEAVE_CHECK(grid.dp_ * grid.cp_ % ep == 0,
+               "parallel.expert_model_parallel_size {} does not divide the dp × cp = {} × {} = {} ranks it is taken "
+               "from (process grid {})",
+               ep, grid.dp_, grid.cp_, grid.dp_ * grid.cp_, grid.str());
+  grid.ep_ = ep;
+  return grid;
+}
+
+ProcessGrid ProcessGrid::create_without_ep(int world_size, int tp, int pp, int dp, int cp) {
   CLEAVE_CHECK(world_size >= 1, "process grid: world size must be at least 1, got {}", world_size);
   CLEAVE_CHECK(tp >= 1, "parallel.tensor_model_parallel_size must be at least 1, got {}", tp);
   CLEAVE_CHECK(pp >= 1, "parallel.pipeline_model_parallel_size must be at least 1, got {}", pp);
@@ -16,7 +27,7 @@ ProcessGrid ProcessGrid::create(int world_size, int tp, int pp, int dp, int cp) 
     CLEAVE_CHECK(world_size % model == 0 && (dp == -1 || model * dp == world_size),
                  "world size {} does not divide into tp({}) × cp({}) × pp({}) = {}{}; launch a multiple of {} ranks",
                  world_size, tp, cp, pp, model, dp == -1 ? std::string() : fmt::format(" × dp({})", dp), model);
-    return ProcessGrid(tp, static_cast<int>(world_size / model), pp, cp);
+    return ProcessGrid(tp, static_cast<int>(world_size / model), pp, cp, 1);
   }
   const long long model = static_cast<long long>(tp) * pp;
   if (dp == -1) {
@@ -35,7 +46,7 @@ ProcessGrid ProcessGrid::create(int world_size, int tp, int pp, int dp, int cp) 
                  "it to -1 to infer it from the world size)",
                  world_size, tp, dp, pp, model * dp, dp);
   }
-  return ProcessGrid(tp, dp, pp, 1);
+  return ProcessGrid(tp, dp, pp, 1, 1);
 }
 
 int ProcessGrid::rank_of(const GridCoords& c) const {
@@ -54,6 +65,9 @@ GridCoords ProcessGrid::coords_of(int rank) const {
   c.cp_rank = (rank / tp_) % cp_;
   c.dp_rank = (rank / (tp_ * cp_)) % dp_;
   c.pp_rank = rank / (tp_ * cp_ * dp_);
+  const int i = c.cp_rank + cp_ * c.dp_rank;
+  c.ep_rank = i % ep_;
+  c.expert_dp_rank = i / ep_;
   return c;
 }
 
@@ -91,6 +105,27 @@ std::vector<int> ProcessGrid::pp_group(int rank) const {
   GridCoords c = coords_of(rank);
   std::vector<int> out;
   for (c.pp_rank = 0; c.pp_rank < pp_; ++c.pp_rank) out.push_back(rank_of(c));
+  return out;
+}
+
+int ProcessGrid::dp_cp_member(int rank, int i) const {
+  GridCoords c = coords_of(rank);
+  c.cp_rank = i % cp_;
+  c.dp_rank = i / cp_;
+  return rank_of(c);
+}
+
+std::vector<int> ProcessGrid::ep_group(int rank) const {
+  const GridCoords c = coords_of(rank);
+  std::vector<int> out;
+  for (int e = 0; e < ep_; ++e) out.push_back(dp_cp_member(rank, c.expert_dp_rank * ep_ + e));
+  return out;
+}
+
+std::vector<int> ProcessGrid::expert_dp_group(int rank) const {
+  const GridCoords c = coords_of(rank);
+  std::vector<int> out;
+  for (int a = 0; a < expert_dp_size(); ++a) out.push_back(dp_cp_member(rank, a * ep_ + c.ep_rank));
   return out;
 }
 
@@ -171,9 +206,30 @@ std::vector<std::vector<int>> ProcessGrid::embedding_groups() const {
   return out;
 }
 
+std::vector<std::vector<int>> ProcessGrid::ep_groups() const {
+  std::vector<std::vector<int>> out;
+  for (int pp = 0; pp < pp_; ++pp) {
+    for (int tp = 0; tp < tp_; ++tp) {
+      for (int a = 0; a < expert_dp_size(); ++a) out.push_back(ep_group(dp_cp_member(rank_of({tp, 0, pp, 0}), a * ep_)));
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<int>> ProcessGrid::expert_dp_groups() const {
+  std::vector<std::vector<int>> out;
+  for (int pp = 0; pp < pp_; ++pp) {
+    for (int tp = 0; tp < tp_; ++tp) {
+      for (int e = 0; e < ep_; ++e) out.push_back(expert_dp_group(dp_cp_member(rank_of({tp, 0, pp, 0}), e)));
+    }
+  }
+  return out;
+}
+
 std::string ProcessGrid::str() const {
-  if (cp_ > 1) return fmt::format("tp={} cp={} dp={} pp={} (world {})", tp_, cp_, dp_, pp_, world_size());
-  return fmt::format("tp={} dp={} pp={} (world {})", tp_, dp_, pp_, world_size());
+  const std::string ep = ep_ > 1 ? fmt::format(" ep={}", ep_) : std::string();
+  if (cp_ > 1) return fmt::format("tp={} cp={} dp={}{} pp={} (world {})", tp_, cp_, dp_, ep, pp_, world_size());
+  return fmt::format("tp={} dp={}{} pp={} (world {})", tp_, dp_, ep, pp_, world_size());
 }
 
 GridCommunicators build_grid_communicators(Communicator& world, const ProcessGrid& grid) {
@@ -194,6 +250,11 @@ GridCommunicators build_grid_communicators(Communicator& world, const ProcessGri
   if (cp > 1) {
     out.cp = world.split(c.tp_rank + tp * (c.dp_rank + dp * c.pp_rank), c.cp_rank, "cp");
     out.dp_cp = world.split(c.tp_rank + tp * c.pp_rank, c.cp_rank + cp * c.dp_rank, "dp_cp");
+  }
+  const int ep = grid.ep_size();
+  if (ep > 1) {  // colors: the group's index in ep_groups() / expert_dp_groups()
+    out.ep = world.split(c.expert_dp_rank + grid.expert_dp_size() * (c.tp_rank + tp * c.pp_rank), c.ep_rank, "ep");
+    out.expert_dp = world.split(c.ep_rank + ep * (c.tp_rank + tp * c.pp_rank), c.expert_dp_rank, "expert_dp");
   }
   return out;
 }

@@ -5,6 +5,7 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "partition/ep_rules.hpp"
 
 namespace cleave::config {
 namespace {
@@ -91,6 +92,10 @@ void RunConfig::resolve(int world_size) {
                  parallel.data_parallel_size, world_size, tp, cp, pp, dp, model * parallel.data_parallel_size);
   }
   parallel.data_parallel_size = dp;
+  if (parallel.expert_model_parallel_size > 1) {  // ep is taken from dp × cp, known only now
+    partition::check_expert_parallel(partition::make_model_spec(this->model.type, this->model), parallel.expert_model_parallel_size,
+                                     dp, static_cast<int>(cp));
+  }
   if (checkpoint.dir.empty()) checkpoint.dir = (std::filesystem::path(train.out_dir) / "checkpoints").string();
   const ResolvedBatch r = resolve_batch(batch, dp);
   batch = {r.global_batch_size, r.micro_batch_size, r.gradient_accumulation_steps};

@@ -92,6 +92,13 @@ struct ParallelConfig {
   // holds the contiguous chunk r; needs the heads and kv heads per tp rank divisible by cp).
   int context_parallel_size = 1;
   ContextParallelComm context_parallel_comm = ContextParallelComm::kRing;
+  // Expert parallelism (model.type moe): each MoE block's experts split over this many ranks, folded out of the
+  // dp × cp ranks as Megatron does (docs/multi-rank.md#expert-parallelism): within the dp × cp group (index
+  // cp_rank + cp · dp_rank) ep_rank = index mod ep, the expert-data-parallel rank = index / ep. Tokens travel to
+  // their experts' ranks and back by all-to-all; expert gradients are reduced over the dp × cp / ep ranks that
+  // hold the same experts, every other gradient over dp × cp as without ep. Must divide model.n_experts and
+  // dp × cp.
+  int expert_model_parallel_size = 1;
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 

@@ -15,6 +15,7 @@
 #include "engine/core/edit_distance.hpp"
 #include "engine/core/error.hpp"
 #include "partition/cp_rules.hpp"
+#include "partition/ep_rules.hpp"
 #include "partition/tp_rules.hpp"
 #include "pipeline/schedules/schedules.hpp"
 
@@ -43,6 +44,9 @@ void check_model_rules(const RunConfig& c) {
   partition::check_context_parallel(spec, c.parallel.tensor_model_parallel_size, c.parallel.context_parallel_size,
                                     c.parallel.context_parallel_comm == ContextParallelComm::kRing,
                                     c.parallel.sequence_parallel && c.parallel.tensor_model_parallel_size > 1);
+  // dp is known here only when set (-1: inferred at resolve(), which runs the dp × cp rule again).
+  partition::check_expert_parallel(spec, c.parallel.expert_model_parallel_size, c.parallel.data_parallel_size,
+                                   c.parallel.context_parallel_size);
 }
 
 }  // namespace
@@ -53,6 +57,12 @@ void validate(const RunConfig& c) {
     refuse("parallel.data_parallel_size", "must be -1 (inferred from the world size) or positive, got 0");
   }
   check_model_rules(c);
+  if (p.expert_model_parallel_size > 1 && c.optimizer.zero_stage > 0) {
+    refuse("optimizer.zero_stage", "{} with parallel.expert_model_parallel_size {}: ZeRO does not shard expert "
+           "parameters over their own expert-data-parallel group yet; use optimizer.zero_stage 0 with expert "
+           "parallelism, or parallel.expert_model_parallel_size 1",
+           c.optimizer.zero_stage, p.expert_model_parallel_size);
+  }
   if (c.train.recompute != Recompute::kNone && !partition::is_language_model(c.model.type)) {
     refuse("train.recompute", "\"{}\" recomputes transformer blocks, and model.type {} has none; use \"none\"",
          c.train.recompute, c.model.type);

@@ -13,7 +13,7 @@ comm::ProcessGrid make_grid(config::RunConfig& config, int world_size) {
   config.resolve(world_size);
   return comm::ProcessGrid::create(world_size, config.parallel.tensor_model_parallel_size,
                                    config.parallel.pipeline_model_parallel_size, config.parallel.data_parallel_size,
-                                   config.parallel.context_parallel_size);
+                                   config.parallel.context_parallel_size, config.parallel.expert_model_parallel_size);
 }
 
 // The device of this rank (see rank_setup.hpp, placement).
@@ -71,7 +71,8 @@ RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Back
   // Host waits on device work inside the run's own communicators count in the run's counter (kCommunication);
   // `world` is the caller's and outlives this setup, so it is not handed the counter.
   for (comm::Communicator* c : {groups.tp.get(), groups.dp.get(), groups.pp.get(), groups.embedding.get(),
-                                groups.cp.get(), groups.dp_cp.get(), model_parallel.get()}) {
+                                groups.cp.get(), groups.dp_cp.get(), groups.ep.get(), groups.expert_dp.get(),
+                                model_parallel.get()}) {
     if (c != nullptr) c->count_host_waits(&host_waits);
   }
   if (grid.tp_size() > 1) context.tp_comm = groups.tp.get();

@@ -162,5 +162,57 @@ TEST(Grid, ContextParallelRankOrderAndGroups) {
   EXPECT_THROW(ProcessGrid::create(6, 1, 1, -1, 4), Error);
 }
 
+// Expert parallelism (Megatron's folding): ep splits the dp × cp group, ep fastest inside it; the ep group and
+// the expert-dp group partition every dp × cp group; ep does not change the world or any other group.
+TEST(Grid, ExpertParallelFoldsOutOfDpTimesCp) {
+  for (const auto& [tp, cp, dp, pp, ep] : std::vector<std::array<int, 5>>{
+           {1, 1, 2, 1, 2}, {1, 1, 4, 1, 4}, {1, 1, 4, 1, 2}, {2, 1, 2, 2, 2}, {1, 2, 2, 1, 4}, {2, 2, 3, 1, 2}}) {
+    const int world = tp * cp * dp * pp;
+    const ProcessGrid grid = ProcessGrid::create(world, tp, pp, -1, cp, ep);
+    SCOPED_TRACE(grid.str());
+    ASSERT_EQ(grid.ep_size(), ep);
+    ASSERT_EQ(grid.expert_dp_size(), dp * cp / ep);
+    EXPECT_NE(grid.str().find("ep=" + std::to_string(ep)), std::string::npos);
+    for (int r = 0; r < world; ++r) {
+      const GridCoords c = grid.coords_of(r);
+      const int i = c.cp_rank + cp * c.dp_rank;  // index in the dp × cp group, written out independently
+      EXPECT_EQ(c.ep_rank, i % ep);
+      EXPECT_EQ(c.expert_dp_rank, i / ep);
+      const auto epg = grid.ep_group(r);
+      ASSERT_EQ(epg.size(), static_cast<std::size_t>(ep));
+      for (int e = 0; e < ep; ++e) {
+        const GridCoords m = grid.coords_of(epg[static_cast<std::size_t>(e)]);
+        EXPECT_EQ(m.tp_rank, c.tp_rank);
+        EXPECT_EQ(m.pp_rank, c.pp_rank);
+        EXPECT_EQ(m.ep_rank, e);
+        EXPECT_EQ(m.expert_dp_rank, c.expert_dp_rank);
+      }
+      const auto edp = grid.expert_dp_group(r);
+      ASSERT_EQ(edp.size(), static_cast<std::size_t>(dp * cp / ep));
+      for (std::size_t a = 0; a < edp.size(); ++a) {
+        const GridCoords m = grid.coords_of(edp[a]);
+        EXPECT_EQ(m.tp_rank, c.tp_rank);
+        EXPECT_EQ(m.pp_rank, c.pp_rank);
+        EXPECT_EQ(m.ep_rank, c.ep_rank);
+        EXPECT_EQ(m.expert_dp_rank, static_cast<int>(a));
+      }
+    }
+    expect_partition(grid, grid.ep_groups(), [&](int r) { return grid.ep_group(r); }, ep, "ep");
+    expect_partition(grid, grid.expert_dp_groups(), [&](int r) { return grid.expert_dp_group(r); }, dp * cp / ep,
+                     "expert_dp");
+    expect_partition(grid, grid.dp_cp_groups(), [&](int r) { return grid.dp_cp_group(r); }, cp * dp, "dp_cp");
+  }
+  // ep must divide dp × cp: the message names the key and the numbers.
+  try {
+    (void)ProcessGrid::create(6, 1, 1, -1, 1, 4);
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("parallel.expert_model_parallel_size 4"), std::string::npos) << message;
+    EXPECT_NE(message.find("= 6 ranks"), std::string::npos) << message;
+  }
+  EXPECT_THROW(ProcessGrid::create(4, 1, 1, -1, 1, 0), Error);
+}
+
 }  // namespace
 }  // namespace cleave::comm

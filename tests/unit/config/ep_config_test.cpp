@@ -1,0 +1,75 @@
+// parallel.expert_model_parallel_size (issue 36 parts 1 and 8): the key read and written back, and bad input
+// refused while the config is read or resolved, before any work, with one error naming the key and the numbers:
+// experts not divisible by ep, ep not dividing the dp × cp ranks (at resolve, when the world size gives dp, and
+// at read when parallel.data_parallel_size is set), ep on a dense model, and ZeRO with ep (not supported yet).
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "engine/config/config.hpp"
+
+namespace cleave::config {
+namespace {
+
+const std::string kMoe = R"({"model": {"type": "moe", "d_model": 32, "n_heads": 4, "n_experts": 4, "top_k": 2}})";
+
+std::string error_of(const std::string& text, const std::vector<std::string>& overrides, int world = 0) {
+  try {
+    RunConfig c = parse_config(text, "run.json", overrides);
+    if (world > 0) c.resolve(world);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return {};
+}
+
+void expect_error(const std::string& message, const std::vector<std::string>& needles) {
+  ASSERT_FALSE(message.empty()) << "no error";
+  EXPECT_EQ(message.find('\n'), std::string::npos) << "message is not one line: " << message;
+  for (const auto& needle : needles) {
+    EXPECT_NE(message.find(needle), std::string::npos) << "message lacks '" << needle << "': " << message;
+  }
+}
+
+TEST(EpConfig, ReadsResolvesAndRoundTrips) {
+  RunConfig c = parse_config(kMoe, "run.json", {"parallel.expert_model_parallel_size=2"});
+  EXPECT_EQ(c.parallel.expert_model_parallel_size, 2);
+  EXPECT_EQ(parse_config(to_json(c), "again"), c);
+  EXPECT_NE(to_json(c).find("\"expert_model_parallel_size\": 2"), std::string::npos);
+  c.resolve(4);  // dp 4, ep 2: expert-dp 2
+  EXPECT_EQ(c.parallel.data_parallel_size, 4);
+  EXPECT_EQ(parse_config("{}").parallel.expert_model_parallel_size, 1);
+}
+
+TEST(EpConfig, ExpertsNotDivisibleByEpAreRefused) {
+  expect_error(error_of(kMoe, {"parallel.expert_model_parallel_size=3"}),
+               {"parallel.expert_model_parallel_size", "3 does not divide model.n_experts 4", "{1, 2, 4}"});
+}
+
+TEST(EpConfig, EpNotDividingDpTimesCpIsRefused) {
+  // At resolve: 6 ranks give dp 6, which 4 does not divide.
+  expect_error(error_of(kMoe, {"parallel.expert_model_parallel_size=4"}, 6),
+               {"parallel.expert_model_parallel_size", "4 does not divide the dp × cp = 6 × 1 = 6 ranks", "{1, 2}"});
+  // At read, when dp is set: dp 2 × cp 1 cannot hold ep 4.
+  expect_error(error_of(kMoe, {"parallel.expert_model_parallel_size=4", "parallel.data_parallel_size=2"}),
+               {"parallel.expert_model_parallel_size", "dp × cp = 2 × 1 = 2"});
+  // tp and pp ranks are not dp ranks: 4 ranks at tp 2 leave dp 2.
+  expect_error(error_of(kMoe, {"parallel.expert_model_parallel_size=4", "parallel.tensor_model_parallel_size=2"}, 4),
+               {"parallel.expert_model_parallel_size", "2 × 1 = 2"});
+}
+
+TEST(EpConfig, EpOnADenseModelIsRefused) {
+  expect_error(error_of(R"({"model": {"type": "llama", "d_model": 32, "n_heads": 4}})",
+                        {"parallel.expert_model_parallel_size=2"}),
+               {"parallel.expert_model_parallel_size", "2", "has none", "set it to 1"});
+  expect_error(error_of("{}", {"parallel.expert_model_parallel_size=2"}), {"parallel.expert_model_parallel_size"});
+}
+
+TEST(EpConfig, ZeroWithEpIsRefusedNamingBothKeys) {
+  expect_error(error_of(kMoe, {"parallel.expert_model_parallel_size=2", "optimizer.zero_stage=1"}),
+               {"optimizer.zero_stage", "parallel.expert_model_parallel_size 2"});
+}
+
+}  // namespace
+}  // namespace cleave::config

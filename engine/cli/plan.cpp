@@ -67,6 +67,10 @@ Run it without mpiexec: --trial K starts `mpiexec -n N cleave train` itself for 
       .number("--tie-within", "F",
               "the model's stated error: plans predicted within this fraction of their group's\n"
               "fastest are tied, and the one with the lowest peak / cap comes first", planner::kPredictionError, 0)
+      .number("--ep-imbalance", "F",
+              "expert parallelism (moe): the busiest ep rank's routed rows over the mean, pricing the\n"
+              "all-to-alls, its expert GEMMs and stash (default 0: the expected figure for uniformly\n"
+              "random top-k routing of the plan's tokens; docs/planner.md#expert-parallelism)", 0, 0)
       .count("--trial", "K",
              "train the top K plans under mpiexec in interleaved rounds (A B C A B C ...), print\n"
              "predicted against measured (median and spread of the rounds) and re-rank only where\n"
@@ -129,7 +133,11 @@ int run_plan(int argc, char** argv) {
                json_path);
   const config::RunConfig base = config::load_config(config_path, overrides);
 
-  const auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
+  auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
+  options.ep_imbalance = args.number("--ep-imbalance");
+  CLEAVE_CHECK(options.ep_imbalance == 0 || options.ep_imbalance >= 1,
+               "plan: --ep-imbalance {} is below 1 (the busiest rank's rows over the mean); use 0 for the workload's "
+               "figure or a value >= 1", options.ep_imbalance);
   const planner::SearchResult result = planner::search_plans(config_path, overrides, profile, options);
 
   std::printf("cleave plan: %s on %d ranks | profile: %s\n  (%s)\n  memory cap per rank: %s\n",
@@ -318,6 +326,8 @@ int run_plan(int argc, char** argv) {
                        {"zero_stage", e.choice.zero_stage},
                        {"zero_reduce", std::string(enum_name(e.choice.zero_reduce))},
                        {"sequence_parallel", e.choice.sequence_parallel},
+                       {"expert_parallel", e.choice.ep},
+                       {"ep_imbalance", e.ep_imbalance},
                        {"comm_bytes", e.comm_bytes},
                        {"recompute", std::string(enum_name(e.choice.recompute))},
                        {"overrides", e.choice.overrides()},

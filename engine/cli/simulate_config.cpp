@@ -27,7 +27,7 @@ namespace {
 ArgParser simulate_config_args() {
   ArgParser p("simulate --config",
               "cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--set k=v ...]\n"
-              "                [--json] [--svg FILE] [--trace FILE] [--scatter-gather]",
+              "                [--json] [--svg FILE] [--trace FILE] [--scatter-gather] [--ep-imbalance F]",
               R"(Simulates one training step of the plan CONFIG describes on N ranks with the planner's costs (cost model
 FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer) and prints the step time,
 bubble, where the time goes, and per pp rank the memory plan by category and its timeline's peak.)");
@@ -41,7 +41,10 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
       .text("--trace", "FILE", "write a Chrome trace JSON")
       .flag("--scatter-gather",
             "price Megatron-LM's scatter/gather of boundary tensors: each tp rank sends 1/tp of a\n"
-            "stage's output, the receiving tp group all-gathers it (the engine sends whole tensors)");
+            "stage's output, the receiving tp group all-gathers it (the engine sends whole tensors)")
+      .number("--ep-imbalance", "F",
+              "expert parallelism: the busiest ep rank's routed rows over the mean (default 0: the\n"
+              "expected figure for uniformly random top-k routing; docs/planner.md#expert-parallelism)", 0, 0);
   return p;
 }
 
@@ -67,6 +70,10 @@ int run_simulate_config(int argc, char** argv) {
   const config::RunConfig base = config::load_config(config_path, overrides);
   auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
   options.scatter_gather_boundaries = args.on("--scatter-gather");
+  options.ep_imbalance = args.number("--ep-imbalance");
+  CLEAVE_CHECK(options.ep_imbalance == 0 || options.ep_imbalance >= 1,
+               "simulate --config: --ep-imbalance {} is below 1 (the busiest rank's rows over the mean); use 0 for the "
+               "workload's figure or a value >= 1", options.ep_imbalance);
   const planner::PlanChoice choice = planner::choice_of_config(config_path, overrides, world);
   planner::PlanDetails details;
   const planner::PlanEstimate e = planner::estimate_plan(config_path, overrides, choice, profile, options, &details);
@@ -85,6 +92,9 @@ int run_simulate_config(int argc, char** argv) {
                           {"micro_batch", choice.micro_batch},
                           {"zero_stage", choice.zero_stage},
                           {"sequence_parallel", choice.sequence_parallel},
+                          {"expert_parallel", choice.ep},
+                          {"ep_imbalance", e.ep_imbalance},
+                          {"ep_all_to_all_s", e.ep_all_to_all_s},
                           {"comm_bytes", e.comm_bytes},
                           {"recompute", std::string(enum_name(choice.recompute))},
                           {"profile", profile.name},
@@ -123,6 +133,11 @@ int run_simulate_config(int argc, char** argv) {
               "%.3f ms\n",
               e.breakdown.compute_s * 1e3, e.breakdown.tp_comm_s * 1e3, e.breakdown.idle_s * 1e3,
               e.breakdown.dp_comm_s * 1e3, e.breakdown.optimizer_s * 1e3);
+  if (choice.ep > 1) {
+    std::printf("expert parallelism ep%d: busiest rank's routed rows %.3fx the mean (expected for uniform top-k routing; "
+                "cleave plan --ep-imbalance sets it); one moe block's four all-to-alls per micro-batch %.3f ms (in the tp "
+                "figure above)\n", choice.ep, e.ep_imbalance, e.ep_all_to_all_s * 1e3);
+  }
   for (std::size_t r = 0; r < details.memory_plan.size(); ++r) {
     std::string parts;
     std::int64_t total = 0;

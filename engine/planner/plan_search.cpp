@@ -14,6 +14,8 @@
 #include "partition/block_work.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/cp_rules.hpp"
+#include "partition/ep_costs.hpp"
+#include "partition/ep_rules.hpp"
 #include "partition/tp_rules.hpp"
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/simulator.hpp"
@@ -90,12 +92,17 @@ std::string oversubscription_warning(const PlanEstimate& e) {
                      static_cast<double>(e.cores_per_node) / e.ranks_on_node, e.core_sharing);
 }
 
-std::string PlanChoice::layout() const {
+std::string PlanChoice::dense_layout() const {
   if (cp > 1) {
     return fmt::format("tp{} cp{}{} pp{} dp{}", tp, cp, cp_comm == config::ContextParallelComm::kAllToAll ? "a2a" : "",
                        pp, dp);
   }
   return fmt::format("tp{} pp{} dp{}", tp, pp, dp);
+}
+
+std::string PlanChoice::layout() const {
+  const std::string ep_part = ep > 1 ? fmt::format(" ep{}", ep) : "";
+  return dense_layout() + ep_part;
 }
 
 std::string PlanChoice::zero_label() const {
@@ -125,6 +132,7 @@ std::vector<std::string> PlanChoice::overrides() const {
     keys.push_back(fmt::format("parallel.context_parallel_size={}", cp));
     keys.push_back(fmt::format("parallel.context_parallel_comm={}", cp_comm));
   }
+  if (ep > 1) keys.push_back(fmt::format("parallel.expert_model_parallel_size={}", ep));
   return keys;
 }
 
@@ -144,6 +152,7 @@ config::RunConfig PlanChoice::apply_to(const config::RunConfig& base) const {
   p.sequence_parallel = sequence_parallel;
   p.context_parallel_size = cp;
   p.context_parallel_comm = cp_comm;
+  p.expert_model_parallel_size = ep;
   c.train.recompute = recompute;
   config::validate(c);
   return c;
@@ -168,6 +177,7 @@ PlanChoice choice_of_config(const std::string& config_path, const std::vector<st
   c.zero_reduce = config::resolved_zero_reduce(config);
   c.cp = config.parallel.context_parallel_size;
   c.cp_comm = config.parallel.context_parallel_comm;
+  c.ep = config.parallel.expert_model_parallel_size;
   return c;
 }
 
@@ -225,6 +235,39 @@ ContextExchange context_exchange(const partition::ModelSpec& spec, const PlanCho
   return x;
 }
 
+// What expert parallelism adds to one moe block per micro-batch on the busiest ep rank (docs/planner.md, "Expert
+// parallelism"): the four all-to-alls, each of imbalance × micro × T/cp × k rows of D values priced as a
+// reduce-scatter of those bytes over the ep ranks (the profile's fits; no overlap with compute), and the extra
+// time of its expert GEMMs, which run imbalance × the mean rows: their FLOP share of the block's pass times
+// (imbalance - 1), per pass.
+struct ExpertExchange {
+  double forward_s = 0, backward_s = 0;  // all-to-all time in F (dispatch, combine) and in I (their gradients)
+  double bytes = 0;                      // sent by a rank (mean), per micro-batch
+  double f_share = 0, i_share = 0, w_share = 0;  // (imbalance - 1) × the expert GEMMs' share of F, I, W
+};
+
+template <typename CollectiveCost>
+ExpertExchange expert_exchange(const partition::BlockSpec& block, const partition::BlockCost& cost, const PlanChoice& c,
+                               double micro, DType dtype, double imbalance, const Link& link,
+                               const CollectiveCost& collective_s) {
+  ExpertExchange x;
+  const partition::EpExchangeBytes b = partition::ep_exchange_bytes(block, dtype, micro, c.cp, c.ep, imbalance);
+  x.forward_s = 2 * collective_s(partition::Collective::kReduceScatter, b.busiest, c.ep, link);
+  x.backward_s = x.forward_s;
+  x.bytes = 4 * b.sent_mean;
+  // Expert GEMMs per sample: gate, up (D -> F/tp) and down (F/tp -> D) over T·k rows, 2 FLOPs a multiply-add, the
+  // same count in each pass (input gradient: dx of each; weight gradient: dW of each).
+  const double expert_flops = 3.0 * 2.0 * static_cast<double>(block.seq_len * block.top_k * block.in_features) *
+                              static_cast<double>(block.d_ff);
+  const auto share = [&](double pass_flops) {
+    return pass_flops > 0 ? (imbalance - 1.0) * std::min(1.0, expert_flops / pass_flops) : 0.0;
+  };
+  x.f_share = share(cost.forward_flops);
+  x.i_share = share(cost.input_grad_flops);
+  x.w_share = share(cost.weight_grad_flops);
+  return x;
+}
+
 }  // namespace
 
 PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origin,
@@ -259,7 +302,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   // but the optimizer state, which only the optimizer step reads) decides how warm its caches stay.
   std::vector<std::int64_t> working_set(static_cast<std::size_t>(choice.pp), 0);
   for (int r = 0; r < choice.pp; ++r) {
-    const run_plan::MemoryPlan memory = run_plan::estimate_rank_memory(plan, config, r);
+    const run_plan::MemoryPlan memory = run_plan::estimate_rank_memory(plan, config, r, options.ep_imbalance);
     working_set[static_cast<std::size_t>(r)] =
         memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
     if (details) details->memory_plan.push_back(memory.bytes);
@@ -323,6 +366,11 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   const Link& dp_link =
       choice.tp * choice.cp * choice.dp > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
   const Link& cp_link = choice.tp * choice.cp > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
+  // ep is the fastest coordinate inside dp × cp: an ep group spans tp × ep consecutive ranks.
+  const Link& ep_link = choice.tp * choice.ep > profile.ranks_per_node ? profile.inter_node : profile.intra_node;
+  est.ep_imbalance = choice.ep == 1        ? 1.0
+                     : options.ep_imbalance > 0 ? options.ep_imbalance
+                                                : partition::workload_ep_imbalance(plan.spec, choice.micro_batch, choice.cp, choice.ep);
   const double act_bytes = static_cast<double>(dtype_size(dtype));
   const int num_stages = plan.num_stages();
   std::vector<StageParts> parts(static_cast<std::size_t>(num_stages));
@@ -406,6 +454,19 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
         p.f_tp += x.forward_s;
         p.i_tp += x.backward_s + (recompute == partition::Recompute::kFull ? x.forward_s : 0.0);
         p.comm_bytes += micro_batches * x.bytes;
+      }
+      if (choice.ep > 1 && block.n_experts > 0) {
+        const ExpertExchange x =
+            expert_exchange(block, c, choice, micro, dtype, est.ep_imbalance, ep_link, collective_s);
+        p.f += x.f_share * (p.f - f_before);
+        p.i += x.i_share * (p.i - i_before);
+        p.w += x.w_share * (p.w - w_before);
+        est.ep_all_to_all_s = x.forward_s + x.backward_s;
+        p.f_tp += x.forward_s;
+        p.i_tp += x.backward_s + (recompute == partition::Recompute::kFull ? x.forward_s : 0.0);
+        p.comm_bytes += micro_batches * x.bytes;
+        // The rank holds (and reduces, and updates) E / ep of the block's experts.
+        grad_bytes -= 4.0 * static_cast<double>(partition::expert_param_count(block)) / choice.tp * (choice.ep - 1) / choice.ep;
       }
     }
     if (zero == 3 && replicas > 1) {
@@ -644,6 +705,13 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
         continue;
       }
       ++layouts;
+      // Expert parallelism (moe models): every ep the experts and the dp × cp ranks allow (partition/ep_rules.hpp).
+      std::vector<int> eps = {1};
+      if (partition::routed_experts(spec) > 0) {
+        for (const std::int64_t ep : partition::allowed_ep_sizes(spec, static_cast<std::int64_t>(dp) * cp)) {
+          if (ep > 1) eps.push_back(static_cast<int>(ep));
+        }
+      }
       std::vector<std::pair<std::string, int>> schedules;
       if (pp == 1) {
         schedules.push_back({"1f1b", 1});
@@ -666,9 +734,12 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
               }
               for (const config::ZeroReduce reduce : reduces) {
                 for (const Recompute recompute : recomputes) {
-                  PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp, reduce, cp, cp_comm};
-                  PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts);
-                  (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
+                  for (const int ep : eps) {
+                    PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp, reduce, cp, cp_comm};
+                    c.ep = ep;
+                    PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts);
+                    (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
+                  }
                 }
               }
             }

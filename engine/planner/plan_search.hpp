@@ -1,6 +1,7 @@
 // The plan search behind `cleave plan`: every layout of a config on `world` ranks (tp dividing heads and
 // d_ff and within a node, pp up to the block count, dp the rest; every schedule with its virtual stages;
-// every micro-batch size dividing the per-replica batch; ZeRO 0 to 3 when dp > 1; sequence parallelism off
+// every micro-batch size dividing the per-replica batch; ZeRO 0 to 3 when dp > 1; for a moe model every expert-
+// parallel size ep dividing the experts and dp × cp (ep > 1 with ZeRO 0 only, as the engine allows); sequence parallelism off
 // and on when tp > 1; recomputation none, selective and full for a gpt), each checked by the
 // engine's own config and plan code (so a plan the search returns is one `cleave train` accepts), its
 // memory estimated per pp rank by the trainer's memory plan (engine/run_plan/memory_plan.hpp) and its step
@@ -15,6 +16,12 @@
 //   ZeRO-3: before F and before I the stage's blocks' parameters are all-gathered from the dp group, each
 //     block's gather prefetched under the previous block's compute (a fused B's W included; only what it
 //     cannot hide is charged; a stage's first gather in each pass in full); W gathers nothing;
+//   ep > 1 (moe blocks): four all-to-alls per block and micro-batch (dispatch and combine in F, their gradients in
+//     I; a full recompute reruns F's two in I) of the busiest rank's rows, imbalance × micro × T / cp × k rows of
+//     D values, each priced as a reduce-scatter of those bytes over the ep ranks (the profile's fit inside a
+//     node, else the link's ring formula), not overlapped with compute; the busiest rank's expert GEMMs
+//     (3 per pass, 2·T·k·D·F / tp FLOPs each) take imbalance × their share of the block's F, I and W; the
+//     stage's gradients hold E / ep experts (REDUCE_GRAD and the optimizer step price those);
 //   P2P = the stage's boundary bytes over the intra- or inter-node link (latency + bytes / bandwidth);
 //   REDUCE_GRAD (dp > 1) = a ring all-reduce of the stage's gradient bytes (ZeRO 1-3: a reduce-scatter, half
 //     the bytes), placed by the schedule where the engine places it; ZeRO 1 and 2 all-gather the updated
@@ -55,7 +62,12 @@ struct PlanChoice {
   // models; dp above is the data-parallel size proper (world = tp × cp × dp × pp).
   int cp = 1;
   config::ContextParallelComm cp_comm = config::ContextParallelComm::kRing;
-  std::string layout() const;   // "tp2 pp2 dp1"; "tp2 cp2 pp2 dp1" (ring) or "... cp2a2a ..." when cp > 1
+  // Expert parallelism (parallel.expert_model_parallel_size; moe models): ep ranks taken from the dp × cp ranks
+  // split each moe block's experts (the world stays tp × cp × dp × pp).
+  int ep = 1;
+  // "tp2 pp2 dp1"; "tp2 cp2 pp2 dp1" (ring) or "... cp2a2a ..." when cp > 1; " ep2" appended when ep > 1
+  std::string layout() const;
+  std::string dense_layout() const;  // layout() without the ep part
   // The zero column of `cleave plan`: the stage, with "m" (per micro-batch) or "s" (per step) for ZeRO-2/3.
   std::string zero_label() const;
   // The --set overrides that select this plan (parallel.*, batch.*, optimizer.zero_stage, train.recompute).
@@ -90,6 +102,10 @@ struct PlanEstimate {
   // Ranks on a node and its cores (0 = a device per rank); compute and the optimizer step are priced
   // core_sharing times what the profile measured (HardwareProfile::core_sharing); oversubscribed() when ranks
   // outnumber cores.
+  double ep_imbalance = 1.0;  // the factor the plan was priced with (1 without ep)
+  // The four all-to-alls of one moe block and micro-batch on the busiest ep rank, forward and backward (0 at ep 1);
+  // inside breakdown.tp_comm_s with the tp and cp exchanges.
+  double ep_all_to_all_s = 0;
   int ranks_on_node = 1, cores_per_node = 0;
   double core_sharing = 1.0;
   bool oversubscribed() const { return cores_per_node > 0 && ranks_on_node > cores_per_node; }
@@ -120,6 +136,10 @@ struct SearchOptions {
   // Megatron-LM's scatter/gather of boundary tensors (a model option; the engine sends whole tensors): each tp
   // rank sends 1/tp of a stage's output and the receiving tp group all-gathers it inside the node.
   bool scatter_gather_boundaries = false;
+  // Expert parallelism: the busiest ep rank's routed rows over the mean, which times the all-to-alls and the
+  // busiest rank's expert GEMMs and sizes its stash (`cleave plan --ep-imbalance`); 0 = the workload's
+  // expected figure for uniformly random top-k routing (partition::workload_ep_imbalance).
+  double ep_imbalance = 0;
 };
 
 struct SearchResult {

@@ -56,6 +56,14 @@ struct Param {
   Tensor working;
   ShardSpec shard;
   bool weight_decay = true;  // false for biases, norms and position tables
+  // Expert parallelism (parallel.expert_model_parallel_size = ep > 1): ep > 1 marks an expert tensor split over
+  // the ep group (ShardSpec dim 0, ep parts: this rank's experts). Its gradient is reduced over the expert-dp
+  // group, not dp × cp, and its weight gradient gets one contribution per ep source rank ("lane"). Deterministic
+  // mode's accumulator (pipeline/ordered_grad_accumulator.hpp) then hands backward_weight a grad of ep × the
+  // value's rows, [ep · rows, ...]: the layer adds source s's contribution into rows [s · rows, (s + 1) · rows),
+  // so each lane is summed over micro-batches canonically before the lanes are (ep 1's order); a grad of the
+  // value's shape (plain mode) takes every lane's contribution in lane order.
+  int ep_size = 1;
 
   // What compute reads: the working copy when there is one, else the master value.
   const Tensor& compute() const { return working.defined() ? working : value; }
@@ -96,6 +104,9 @@ struct Context : ops::Context {
   // keys and values over cp_comm. cp_comm is null when cp = 1.
   comm::Communicator* cp_comm = nullptr;
   CpLayout cp;
+  // Expert parallelism (parallel.expert_model_parallel_size > 1): the ep group over which the mixture-of-experts
+  // layers exchange tokens (layers/moe/expert_dispatch.hpp). Null when ep = 1.
+  comm::Communicator* ep_comm = nullptr;
   // The optimizer step being computed (0-based; the trainer sets it before each step). Read only by
   // model.forced_routing's workloads (layers/moe/forced_routing.hpp), which may change with the step.
   std::int64_t step = 0;

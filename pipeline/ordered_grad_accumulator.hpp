@@ -13,7 +13,13 @@
 //    every Param::grad is its own tensor again ("home"), holding the canonical sum.
 //  - Micro-batches arrive in order 0, 1, ..., n-1 (every schedule runs a stage's weight gradients in
 //    micro-batch order; checked). Micro-batch 0 accumulates straight into home, which the caller zeroed.
-//  - At most floor(log2 n) extra gradient copies are alive (category kGradients, from the allocator's cache:
+//  - Expert parallelism (Param::ep_size = ep > 1): the parameter's gradient comes in ep lanes, one per ep source
+//    rank, and each lane is a sum of its own. Every micro-batch (0 included) gets a zeroed [ep · rows, ...] buffer
+//    whose lane s (rows [s · rows, (s + 1) · rows)) the layer writes; each lane is summed over the micro-batches
+//    canonically, then the lanes canonically into home. That is the order of ep 1's canonical sum over the dp × cp
+//    ranks restricted to one aligned block of ep ranks (the expert-dp reduction sums the blocks), so for ep a power
+//    of two the total is ep 1's bit for bit.
+//  - At most floor(log2 n) extra gradient copies are alive (ep lanes: that per lane) (category kGradients, from the allocator's cache:
 //    after the first step no system allocation).
 #pragma once
 
@@ -51,7 +57,10 @@ class OrderedGradAccumulator {
     Tensor home;
     std::vector<Partial> stack;  // sizes strictly decreasing; stack[0].sum is home once started
     bool done_this_microbatch = false;
+    int lanes = 1;                            // Param::ep_size
+    std::vector<std::vector<Partial>> lane_stacks;  // lanes > 1: one stack per lane (views into lane buffers)
   };
+  void lane_done(layers::Param& param, Entry& e);
 
   std::unordered_map<const layers::Param*, Entry> entries_;
   std::vector<std::shared_ptr<layers::Param>> params_;

@@ -66,9 +66,10 @@ int run_verify(int argc, char** argv) {
     const auto& p = config.parallel;
     const int tp = p.tensor_model_parallel_size, pp = p.pipeline_model_parallel_size, cp = p.context_parallel_size;
     // The grid's own wording under context parallelism (engine/comm/process_grid.hpp); the historical one otherwise.
-    const std::string layout = cp > 1 ? fmt::format("tp={} cp={} dp={} pp={} (world {})", tp, cp,
-                                                    size / (tp * cp * pp), pp, size)
-                                      : fmt::format("tp={} pp={} dp={} (world {})", tp, pp, size / (tp * pp), size);
+    const std::string ep = p.expert_model_parallel_size > 1 ? fmt::format(" ep={}", p.expert_model_parallel_size) : "";
+    const std::string layout = cp > 1 ? fmt::format("tp={} cp={} dp={}{} pp={} (world {})", tp, cp,
+                                                    size / (tp * cp * pp), ep, pp, size)
+                                      : fmt::format("tp={} pp={} dp={}{} (world {})", tp, pp, size / (tp * pp), ep, size);
     std::printf("verify: %s, schedule %s, comm backend %s (%s), %lld steps, against one rank\n\n", layout.c_str(),
                 p.schedule.c_str(), std::string(world.comm->backend()).c_str(), world.choice.reason.c_str(),
                 static_cast<long long>(steps));

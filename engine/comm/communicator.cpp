@@ -139,4 +139,67 @@ WorkPtr Communicator::batch_p2p(std::vector<P2POp> ops, const Stream& stream) {
   return batch_p2p_impl(std::move(ops), stream);
 }
 
+WorkPtr Communicator::all_to_all_v(const Tensor& send, std::span<const std::int64_t> send_rows, const Tensor& recv,
+                                   std::span<const std::int64_t> recv_rows, const Stream& stream) {
+  const std::string at = where("all_to_all_v");
+  check_defined(send, at, "the send");
+  check_defined(recv, at, "the receive");
+  const auto n = static_cast<std::size_t>(size());
+  CLEAVE_CHECK(send_rows.size() == n && recv_rows.size() == n, "{}: {} send and {} receive counts for {} ranks", at,
+               send_rows.size(), recv_rows.size(), n);
+  CLEAVE_CHECK(send.dtype() == recv.dtype(), "{}: send is {} but receive is {}", at, dtype_name(send.dtype()),
+               dtype_name(recv.dtype()));
+  CLEAVE_CHECK(send.device() == recv.device(), "{}: send on {} but receive on {}", at, send.device().str(),
+               recv.device().str());
+  CLEAVE_CHECK(send.rank() >= 1 && recv.rank() >= 1, "{}: send {} and receive {} need a row dimension", at,
+               send.shape().str(), recv.shape().str());
+  const std::int64_t width = send.dim(0) > 0 ? send.numel() / send.dim(0) : -1;
+  const std::int64_t recv_width = recv.dim(0) > 0 ? recv.numel() / recv.dim(0) : -1;
+  CLEAVE_CHECK(width < 0 || recv_width < 0 || width == recv_width, "{}: send rows of {} elements, receive rows of {}",
+               at, width, recv_width);
+  CLEAVE_CHECK(!tensors_overlap(send, recv), "{}: send and receive overlap", at);
+  const auto cut = [&](const Tensor& t, std::span<const std::int64_t> rows, const char* what) {
+    std::int64_t total = 0;
+    for (std::size_t q = 0; q < n; ++q) {
+      CLEAVE_CHECK(rows[q] >= 0, "{}: {} count for rank {} is {}", at, what, q, rows[q]);
+      total += rows[q];
+    }
+    CLEAVE_CHECK(total == t.dim(0), "{}: {} counts sum to {} rows but the tensor {} has {}", at, what, total,
+                 t.shape().str(), t.dim(0));
+    std::vector<Tensor> blocks;
+    std::int64_t first = 0;
+    for (std::size_t q = 0; q < n; ++q) {
+      blocks.push_back(t.slice(first, first + rows[q]));
+      first += rows[q];
+    }
+    return blocks;
+  };
+  std::vector<Tensor> send_blocks = cut(send, send_rows, "send");
+  std::vector<Tensor> recv_blocks = cut(recv, recv_rows, "receive");
+  if (send.numel() == 0 && recv.numel() == 0) return std::make_unique<CompletedWork>();
+  return all_to_all_v_impl(std::move(send_blocks), std::move(recv_blocks), stream);
+}
+
+WorkPtr Communicator::all_to_all_v_impl(std::vector<Tensor> send_blocks, std::vector<Tensor> recv_blocks,
+                                        const Stream& stream) {
+  std::vector<P2POp> ops;  // receives first (batch_p2p_impl's contract), empty blocks left out
+  for (std::size_t p = 0; p < recv_blocks.size(); ++p) {
+    if (recv_blocks[p].numel() > 0) ops.push_back(P2POp::recv(std::move(recv_blocks[p]), static_cast<int>(p)));
+  }
+  for (std::size_t q = 0; q < send_blocks.size(); ++q) {
+    if (send_blocks[q].numel() > 0) ops.push_back(P2POp::send(std::move(send_blocks[q]), static_cast<int>(q)));
+  }
+  if (ops.empty()) return std::make_unique<CompletedWork>();
+  return batch_p2p_impl(std::move(ops), stream);
+}
+
+WorkPtr exchange_counts(Communicator& comm, const Tensor& send, const Tensor& recv, const Stream& stream) {
+  CLEAVE_CHECK(send.defined() && recv.defined() && send.dtype() == DType::kI64 && send.rank() == 2 &&
+                   send.dim(0) == comm.size() && recv.shape() == send.shape() && recv.dtype() == DType::kI64,
+               "exchange_counts on comm '{}' of {} ranks: send and receive must be i64 [{}, per_peer]", comm.name(),
+               comm.size(), comm.size());
+  const std::vector<std::int64_t> ones(static_cast<std::size_t>(comm.size()), 1);
+  return comm.all_to_all_v(send, ones, recv, ones, stream);
+}
+
 }  // namespace cleave::comm

@@ -1,6 +1,6 @@
 // Communicator: the small asynchronous interface every backend implements (docs/architecture.md).
 //
-//   rank size split | all_reduce reduce_scatter all_gather broadcast barrier | batch_p2p | abort
+//   rank size split | all_reduce reduce_scatter all_gather broadcast barrier | batch_p2p all_to_all_v | abort
 //
 // Invariants every backend keeps:
 //  - Ops return at once with a Work handle; the tensors must not be read or written by the caller until
@@ -38,6 +38,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -140,6 +141,15 @@ class Communicator {
   // All sends and receives are posted together (one ncclGroupStart/End on NCCL), so a ring or any
   // exchange pattern cannot deadlock on ordering. Messages between one pair with one tag match in order.
   WorkPtr batch_p2p(std::vector<P2POp> ops, const Stream& stream = cpu_stream());
+  // All-to-all with variable counts (expert parallelism's token dispatch, layers/moe/expert_dispatch.hpp).
+  // `send` holds size() consecutive blocks of rows (a row: the elements of one index of dim 0), block q of
+  // send_rows[q] rows going to rank q; `recv` receives, in rank order, block p of recv_rows[p] rows from rank p.
+  // Every rank's recv_rows[p] must equal rank p's send_rows[rank()] (exchange them first: exchange_counts); row
+  // width, dtype and device are the same on every rank. send and recv must not overlap. Blocks of 0 rows move
+  // nothing (a rank may send or receive no rows at all). The data is copied exactly (no arithmetic), so the
+  // result does not depend on the backend's algorithm. Matched by call order like a collective.
+  WorkPtr all_to_all_v(const Tensor& send, std::span<const std::int64_t> send_rows, const Tensor& recv,
+                       std::span<const std::int64_t> recv_rows, const Stream& stream = cpu_stream());
 
   // Tears the job down: logs `[rank r/N] reason`, aborts the backend's in-flight operations
   // (ncclCommAbort on NCCL) and calls MPI_Abort so every rank ends. For fatal errors only.
@@ -162,10 +172,20 @@ class Communicator {
   virtual WorkPtr barrier_impl(const Stream& stream) = 0;
   // Receives all precede sends in `ops` (sorted by the caller, stable otherwise).
   virtual WorkPtr batch_p2p_impl(std::vector<P2POp> ops, const Stream& stream) = 0;
+  // Optional: the default posts one batch of point-to-point messages, each non-empty block a send or a receive
+  // (on MPI a batch of Isend/Irecv, on NCCL one ncclGroupStart/End of ncclSend/ncclRecv: the grouped
+  // send/receive all-to-all). `send_blocks[q]` / `recv_blocks[p]` are the row blocks cut by the caller.
+  virtual WorkPtr all_to_all_v_impl(std::vector<Tensor> send_blocks, std::vector<Tensor> recv_blocks,
+                                    const Stream& stream);
 
   // "all_reduce on comm 'world/dp' (rank 1 of 4)": prefix for argument errors.
   std::string where(std::string_view op) const;
 };
+
+// The count exchange that precedes an all_to_all_v: `send` [size(), per_peer] (i64, on the communicator's
+// device: CPU for MPI, the GPU for NCCL), row q going to rank q; `recv` (same shape) gets, in rank order, the row
+// each peer sent this rank. An all_to_all_v of one row per peer.
+WorkPtr exchange_counts(Communicator& comm, const Tensor& send, const Tensor& recv, const Stream& stream = cpu_stream());
 
 // True when the byte ranges of a and b intersect (same storage only).
 bool tensors_overlap(const Tensor& a, const Tensor& b);

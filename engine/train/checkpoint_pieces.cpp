@@ -26,6 +26,11 @@ std::vector<LocalPiece> local_pieces(const RankSetup& setup, const RankModel& mo
     if (!layers::counted_on_tp_rank(p.shard, tp_rank)) return false;
     return model.counts_tied_copy() || p.name != model.tied_name();
   };
+  // The first replica writes: dp rank 0 and cp rank 0, or for an expert-parallel tensor (this rank's experts, held
+  // alike only by the expert-dp group) expert-dp rank 0.
+  const auto first_replica = [&](const layers::Param& p) {
+    return p.ep_size > 1 ? setup.coords.expert_dp_rank == 0 : setup.coords.dp_rank == 0 && setup.coords.cp_rank == 0;
+  };
   std::vector<LocalPiece> out;
   const optim::ShardedOptimizer* sharded =
       tail.data_parallel() != nullptr ? tail.data_parallel()->sharded_optimizer() : nullptr;
@@ -39,15 +44,14 @@ std::vector<LocalPiece> local_pieces(const RankSetup& setup, const RankModel& mo
     }
   } else {
     for (const auto& p : model.params()) {
-      out.push_back({p->name, p.get(), p->value.view({p->value.numel()}), 0,
-                     setup.coords.dp_rank == 0 && setup.coords.cp_rank == 0 && writes_copy(*p)});
+      out.push_back({p->name, p.get(), p->value.view({p->value.numel()}), 0, first_replica(*p) && writes_copy(*p)});
     }
   }
   if (tail.optimizer() != nullptr) {
     for (auto& [name, tensor] : tail.optimizer()->state()) {
       const std::string param_name = name.substr(0, name.rfind('.'));
       const layers::Param* p = by_name.at(param_name);
-      out.push_back({name, p, tensor.view({tensor.numel()}), 0, setup.coords.dp_rank == 0 && setup.coords.cp_rank == 0 && writes_copy(*p)});
+      out.push_back({name, p, tensor.view({tensor.numel()}), 0, first_replica(*p) && writes_copy(*p)});
     }
   } else {
     CLEAVE_ASSERT(sharded != nullptr, "a trainer with neither an optimizer nor a ZeRO-1 sharded optimizer");

@@ -105,7 +105,15 @@ DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::m
                   reports[split_table_.get()]);
   }
   for (const auto& p : sequence) {
-    if (p != split_table_) order_.push_back(p);
+    if (p == split_table_) continue;
+    if (p->ep_size > 1) {
+      CLEAVE_ASSERT(options.expert_replicas != nullptr && options.zero_stage == 0,
+                    "data parallel: expert-parallel parameter {} without an expert-dp group, or with ZeRO-{}", p->name,
+                    options.zero_stage);
+      expert_order_.push_back(p);
+    } else {
+      order_.push_back(p);
+    }
   }
 
   comm::BucketerOptions bucket_options;
@@ -154,6 +162,21 @@ DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::m
     split_table_->grad = table_bucketer_->grad(0);
     entries_[split_table_.get()] = Entry{split_table_.get(), table_bucketer_.get(), 0, 1, 0};
   }
+  if (!expert_order_.empty()) {
+    bucket_options.on_release = {};
+    bucket_options.per_microbatch = false;
+    bucket_options.pack_units = false;
+    bucket_options.after_launch = {};
+    bucket_options.scale = options.average ? 1.0f / static_cast<float>(options.expert_replicas->size()) : 1.0f;
+    expert_bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(expert_order_), *options.expert_replicas,
+                                                              bucket_options, *options.context.allocator,
+                                                              *options.context.stream);
+    for (int i = 0; i < expert_bucketer_->num_grads(); ++i) {
+      layers::Param* p = expert_order_[static_cast<std::size_t>(i)].get();
+      p->grad = expert_bucketer_->grad(i);
+      entries_[p] = Entry{p, expert_bucketer_.get(), i, reports[p], 0};
+    }
+  }
   for (int b = 0; b < bucketer_->num_buckets(); ++b) {
     const auto& bucket = bucketer_->bucket(b);
     unready_in_bucket_.push_back(bucket.end_grad - bucket.first_grad);
@@ -167,9 +190,14 @@ DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::m
     values_ = flatten_values(*bucketer_, order_);
     if (table_bucketer_) table_values_ = flatten_values(*table_bucketer_, table_order);
   }
-  shards_ = make_shards(*bucketer_, order_, values_);
+  shards_ = make_shards(*bucketer_, order_, values_, dp_);
   if (table_bucketer_) {
-    for (auto& shard : make_shards(*table_bucketer_, table_order, table_values_)) shards_.push_back(std::move(shard));
+    for (auto& shard : make_shards(*table_bucketer_, table_order, table_values_, dp_)) shards_.push_back(std::move(shard));
+  }
+  if (expert_bucketer_) {
+    for (auto& shard : make_shards(*expert_bucketer_, expert_order_, {}, *options.expert_replicas)) {
+      shards_.push_back(std::move(shard));
+    }
   }
   if (options.zero_stage == 3) {  // the shards' values are the store's masters; the Params keep no value
     std::vector<ParameterUnit> parameter_units;
@@ -265,18 +293,19 @@ std::vector<Tensor> DataParallel::flatten_values(const comm::GradientBucketer& b
 
 std::vector<optim::FlatShard> DataParallel::make_shards(const comm::GradientBucketer& bucketer,
                                                         const std::vector<ParamPtr>& order,
-                                                        const std::vector<Tensor>& values) const {
+                                                        const std::vector<Tensor>& values,
+                                                        const comm::Communicator& group) const {
   // Shard b of a bucket of n elements: [r·s, (r+1)·s) ∩ [0, n) with s = ceil(n / dp), the bucketer's
   // ZeRO-1 shards (which pad n to a multiple of dp) whichever the mode.
   std::vector<optim::FlatShard> shards;
-  const int dp_size = dp_.size();
+  const int dp_size = group.size();
   for (int b = 0; b < bucketer.num_buckets(); ++b) {
     const auto& bucket = bucketer.bucket(b);
     const std::int64_t length = round_up(bucket.numel, dp_size) / dp_size;
-    const std::int64_t begin = std::min(bucket.numel, length * dp_.rank());
+    const std::int64_t begin = std::min(bucket.numel, length * group.rank());
     const std::int64_t end = std::min(bucket.numel, begin + length);
     if (sharded()) CLEAVE_ASSERT(begin == bucketer.shard_begin(b) && end - begin == bucket.numel / dp_size,
-                               "data parallel: shard {} of bucket {} differs from the bucketer's", dp_.rank(), b);
+                               "data parallel: shard {} of bucket {} differs from the bucketer's", group.rank(), b);
     optim::FlatShard shard;
     // ZeRO-2's shard is a buffer of its own (the bucket buffer is released after each reduction).
     shard.grad = bucketer.sharded() ? bucketer.shard(b) : bucketer.bucket_buffer(b).slice(begin, end);
@@ -297,6 +326,7 @@ void DataParallel::begin_step() {
   CLEAVE_ASSERT(!tied_work_, "data parallel: begin_step() with the tied sum of the previous step in flight");
   bucketer_->zero_grads();
   if (table_bucketer_) table_bucketer_->zero_grads();
+  if (expert_bucketer_) expert_bucketer_->zero_grads();
   if (options_.zero_stage >= 2) {  // the buffers released by the last step's reduction are new: view them again
     for (int i = 0; i < bucketer_->num_grads(); ++i) order_[static_cast<std::size_t>(i)]->grad = bucketer_->grad(i);
     if (table_bucketer_) split_table_->grad = table_bucketer_->grad(0);
@@ -326,6 +356,7 @@ void DataParallel::on_grad_final(const layers::Param& param) {
     return;
   }
   e.bucketer->mark_ready(e.index);
+  if (e.bucketer != bucketer_.get()) return;  // the expert bucketer launches its own buckets
   const int b = bucketer_->slot(e.index).bucket;
   --unready_in_bucket_[static_cast<std::size_t>(b)];
   while (launched_ < bucketer_->num_buckets() && unready_in_bucket_[static_cast<std::size_t>(launched_)] == 0) {
@@ -374,9 +405,11 @@ DataParallelStepReport DataParallel::end_step() {
   }
   report.launched_before_finish = bucketer_->finish();
   if (table_bucketer_) table_bucketer_->finish();
+  if (expert_bucketer_) expert_bucketer_->finish();
   if (options_.zero_stage >= 2) adopt_shard_grads();
   if (parameter_shards_) parameter_shards_->release_unused();
-  report.wire_bytes = bucketer_->wire_bytes_per_step() + (table_bucketer_ ? table_bucketer_->wire_bytes_per_step() : 0);
+  report.wire_bytes = bucketer_->wire_bytes_per_step() + (table_bucketer_ ? table_bucketer_->wire_bytes_per_step() : 0) +
+                      (expert_bucketer_ ? expert_bucketer_->wire_bytes_per_step() : 0);
   return report;
 }
 
@@ -388,6 +421,7 @@ double DataParallel::clip(double max_norm, double norm) {
   if (sharded()) return optim::clip_shard_grads(shards_, max_norm, norm, options_.context);
   optim::ParamList all(order_.begin(), order_.end());
   if (split_table_) all.push_back(split_table_);
+  all.insert(all.end(), expert_order_.begin(), expert_order_.end());
   return optim::clip_grads(all, max_norm, norm, options_.context);
 }
 
@@ -435,6 +469,7 @@ std::vector<std::string> DataParallel::ready_order() const {
   std::vector<std::string> names;
   for (const auto& p : order_) names.push_back(p->name);
   if (split_table_) names.push_back(split_table_->name);
+  for (const auto& p : expert_order_) names.push_back(p->name);
   return names;
 }
 

@@ -52,6 +52,11 @@
 // is all-gathered after the step — and gathers each block's bucket around the block's forward and
 // input-gradient pass, prefetching the next block's. Between steps no Param has a value.
 //
+// Expert parallelism (Param::ep_size > 1; options.expert_replicas): the expert tensors are this rank's experts, held
+// alike only by the expert-dp group (dp × cp / ep ranks), so they have a bucketer of their own over that group,
+// reduced after the main buckets (launched as their gradients become final, finished after the main ones in
+// end_step). Their shards (for the norm) are over the expert-dp group. Only with ZeRO 0 (config refuses more).
+//
 // Gradient norm: every rank sums the squares of its shard of each bucket (the same dp shards in both
 // modes, so plain data parallel and ZeRO-1 compute the same norm bit for bit), the caller reduces the sum
 // over the whole world (dp × tp × pp) and filters parameters another rank counts.
@@ -91,6 +96,8 @@ struct DataParallelOptions {
   bool per_microbatch = false;  // zero_stage >= 2: reduce-scatter every micro-batch (optimizer.zero_reduce)
   ops::Context context;                // the run's op context: buckets, shards and state use its allocator
   std::function<void(int bucket)> after_bucket_launch;  // test hook (BucketerOptions::after_launch), main buckets
+  // Expert parallelism: the expert-dp group that reduces parameters with ep_size > 1 (null: there are none).
+  comm::Communicator* expert_replicas = nullptr;
 };
 
 // What one step's reduction did (for tests and benchmarks).
@@ -157,7 +164,7 @@ class DataParallel {
   void adopt_shard_grads();
   std::vector<optim::FlatShard> make_shards(const comm::GradientBucketer& bucketer,
                                             const std::vector<std::shared_ptr<layers::Param>>& order,
-                                            const std::vector<Tensor>& values) const;
+                                            const std::vector<Tensor>& values, const comm::Communicator& group) const;
   std::vector<Tensor> flatten_values(const comm::GradientBucketer& bucketer,
                                      const std::vector<std::shared_ptr<layers::Param>>& order) const;
   void all_gather_values(const comm::GradientBucketer& bucketer, const std::vector<Tensor>& values,
@@ -171,6 +178,8 @@ class DataParallel {
   std::shared_ptr<layers::Param> split_table_;          // null unless the tied table is split over pp ranks
   std::unique_ptr<comm::GradientBucketer> bucketer_;
   std::unique_ptr<comm::GradientBucketer> table_bucketer_;
+  std::vector<std::shared_ptr<layers::Param>> expert_order_;  // expert-parallel parameters, in ready order
+  std::unique_ptr<comm::GradientBucketer> expert_bucketer_;   // over options_.expert_replicas
   std::vector<Tensor> values_;        // ZeRO-1: flat parameter buffers, one per bucket of bucketer_
   std::vector<Tensor> table_values_;  // ZeRO-1: the same for table_bucketer_
   std::vector<optim::FlatShard> shards_;  // this rank's shard of every bucket (both bucketers)

@@ -10,18 +10,21 @@ namespace cleave::train {
 std::map<std::string, std::vector<float>> gather_parameters(RankSetup& s, const RankModel& model) {
   // Which rank holds which name: every rank publishes its names. For each name, replica 0 (dp 0) supplies it:
   // per tp rank the lowest world rank holding it broadcasts its shard and its ShardSpec, and every rank places
-  // the shards into the logical tensor.
+  // the shards into the logical tensor. Under expert parallelism replica 0 is expert-dp rank 0, whose ep ranks hold
+  // one slice of the experts each: each (tp, ep) rank's shard is placed (a non-expert tensor is then placed ep
+  // times, the same values).
   std::string mine;
   for (const auto& p : model.params()) mine += p->name + "\n";
   const auto texts = all_gather_values<char>(s.world, std::span<const char>(mine.data(), mine.size()));
-  std::map<std::string, std::map<int, int>> holders;  // name -> tp rank -> lowest world rank in replica 0
+  // name -> (tp rank, ep rank) -> lowest world rank in replica 0
+  std::map<std::string, std::map<std::pair<int, int>, int>> holders;
   for (int r = 0; r < s.world.size(); ++r) {
     const comm::GridCoords c = s.grid.coords_of(r);
-    if (c.dp_rank != 0 || c.cp_rank != 0) continue;
+    if (c.expert_dp_rank != 0) continue;  // ep 1: dp rank 0 and cp rank 0
     std::string line;
     for (char ch : texts[static_cast<std::size_t>(r)]) {
       if (ch == '\n') {
-        holders[line].try_emplace(c.tp_rank, r);
+        holders[line].try_emplace(std::pair{c.tp_rank, c.ep_rank}, r);
         line.clear();
       } else {
         line += ch;
@@ -32,7 +35,8 @@ std::map<std::string, std::vector<float>> gather_parameters(RankSetup& s, const 
   std::map<std::string, std::vector<float>> out;
   for (const auto& [name, by_tp] : holders) {
     std::vector<float> logical;
-    for (const auto& [tp_rank, rank] : by_tp) {
+    for (const auto& [tp_ep, rank] : by_tp) {
+      const int tp_rank = tp_ep.first;
       std::shared_ptr<layers::Param> local;
       if (rank == s.world.rank()) {
         for (const auto& p : model.params()) {

@@ -17,6 +17,8 @@ RankModel::RankModel(RankSetup& setup) {
   build.seed = cfg.train.seed;
   build.tp_size = setup.grid.tp_size();
   build.tp_rank = setup.coords.tp_rank;
+  build.ep_size = setup.grid.ep_size();
+  build.ep_rank = setup.coords.ep_rank;
   // On a GPU the parameters are built on a host allocator, exactly as on the CPU (same seeds, same values;
   // initialisation writes through host pointers), then moved to the device below.
   if (setup.on_device()) host_build_ = make_cpu_allocator();

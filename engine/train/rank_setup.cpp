@@ -84,6 +84,7 @@ RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Back
                       ? layers::CpExchange::kRing
                       : layers::CpExchange::kAllToAll};
   }
+  if (grid.ep_size() > 1) context.ep_comm = groups.ep.get();
   plan = run_plan::make_plan(config, static_cast<int>(batch.gradient_accumulation_steps), coords.pp_rank);
 }
 

@@ -44,9 +44,12 @@ void move_bias(layers::Param& bias, const std::vector<double>& counts, double ra
 }  // namespace
 
 std::vector<std::pair<std::string, double>> RouterMetrics::finish(comm::Communicator& world, int tp_rank,
-                                                                  const ops::Context& ctx) {
+                                                                  const ops::Context& ctx, int ep_size,
+                                                                  int ep_rank) {
   if (!active()) return {};
-  const std::size_t e = static_cast<std::size_t>(experts_), per = e + 3;
+  const std::size_t e = static_cast<std::size_t>(experts_), ep = static_cast<std::size_t>(ep_size);
+  const std::size_t moved = ep > 1 ? 2 * ep * ep : 0;  // rows then bytes, [source][destination]
+  const std::size_t per = e + 3 + moved;
   std::vector<double> v(blocks_.size() * per, 0.0);
   if (tp_rank == 0) {
     for (std::size_t i = 0; i < blocks_.size(); ++i) {
@@ -56,6 +59,11 @@ std::vector<std::pair<std::string, double>> RouterMetrics::finish(comm::Communic
       v[i * per + e] = b->aux_loss;
       v[i * per + e + 1] = b->z_loss;
       v[i * per + e + 2] = static_cast<double>(b->micro_batches);
+      for (std::size_t d = 0; moved > 0 && d < b->sent_rows.size() && d < ep; ++d) {
+        const std::size_t at = i * per + e + 3 + static_cast<std::size_t>(ep_rank) * ep + d;
+        v[at] = static_cast<double>(b->sent_rows[d]);
+        v[at + ep * ep] = static_cast<double>(b->sent_bytes[d]);
+      }
     }
   }
   const std::vector<double> sum = reduce_doubles(world, v, comm::ReduceOp::kSum);
@@ -87,6 +95,15 @@ std::vector<std::pair<std::string, double>> RouterMetrics::finish(comm::Communic
   if (z != 0) out.emplace_back("moe_z_loss", z / micro);
   out.emplace_back("moe_load_imbalance", imbalance / static_cast<double>(blocks_.size()));
   for (std::size_t x = 0; x < e; ++x) out.emplace_back(fmt::format("moe_tokens_e{}", x), tokens[x]);
+  for (std::size_t i = 0; moved > 0 && i < blocks_.size(); ++i) {
+    for (std::size_t src = 0; src < ep; ++src) {
+      for (std::size_t d = 0; d < ep; ++d) {
+        const std::size_t at = i * per + e + 3 + src * ep + d;
+        out.emplace_back(fmt::format("moe_ep_rows_b{}_s{}_d{}", i, src, d), sum[at]);
+        out.emplace_back(fmt::format("moe_ep_bytes_b{}_s{}_d{}", i, src, d), sum[at + ep * ep]);
+      }
+    }
+  }
   return out;
 }
 

@@ -7,6 +7,11 @@
 //   moe_z_loss          the same for the router z-loss (only when z_loss_coef > 0)
 //   moe_load_imbalance  max / mean tokens per expert of each block, averaged over the blocks (1 = balanced)
 //   moe_tokens_e<i>     tokens routed to expert i in the step, summed over the blocks and the global batch
+//   moe_ep_rows_b<i>_s<s>_d<d>, moe_ep_bytes_b<i>_s<s>_d<d>   expert parallelism only (ep > 1): the routed rows
+//                       (and their bytes, rows × d_model × the activation dtype's size) ep rank s sent to ep rank d
+//                       in routed block i's forward dispatch during the step, summed over the micro-batches and
+//                       the expert-dp replicas (layers/moe/expert_dispatch.hpp; the combine returns the same
+//                       counts, the backward moves them again). s = d is the part that stays on the rank.
 // Invariant: every rank calls finish() each step (a collective); tp ranks other than 0 contribute zeros, since
 // every rank of a tp group routes the same tokens.
 #pragma once
@@ -35,7 +40,9 @@ class RouterMetrics {
   // moves every selection bias this rank holds (RouterLog::note_bias) by its rate against the block's global
   // load of the step: b_e += rate · sign(mean - count_e) (DeepSeek-V3), the same on every rank holding it, and
   // refreshes its working copy. Call it after the optimizer step.
-  std::vector<std::pair<std::string, double>> finish(comm::Communicator& world, int tp_rank, const ops::Context& ctx);
+  // ep_size, ep_rank: this rank's place in its ep group (the moe_ep_* fields when ep_size > 1).
+  std::vector<std::pair<std::string, double>> finish(comm::Communicator& world, int tp_rank, const ops::Context& ctx,
+                                                     int ep_size = 1, int ep_rank = 0);
 
  private:
   std::vector<std::string> blocks_;

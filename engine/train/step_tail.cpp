@@ -32,6 +32,7 @@ StepTail::StepTail(RankSetup& setup, RankModel& model, std::function<void(int bu
     options.context = setup.context;
     options.average = false;  // the loss scale divides by dp × cp
     options.after_bucket_launch = std::move(after_bucket_launch);
+    if (setup.grid.ep_size() > 1) options.expert_replicas = setup.groups.expert_replicas();
     data_parallel_ = std::make_unique<DataParallel>(setup.plan, setup.coords.pp_rank, model.stage_by_index(),
                                                     model.params(), *setup.groups.replicas(), model.tied_group(), options);
   }

@@ -34,6 +34,7 @@ config::RunConfig single_rank_reference(const config::RunConfig& config) {
   single.parallel.tensor_model_parallel_size = 1;
   single.parallel.sequence_parallel = false;
   single.parallel.context_parallel_size = 1;  // the whole sequence on one rank, positions from 0
+  single.parallel.expert_model_parallel_size = 1;  // every expert on the one rank
   single.parallel.pipeline_model_parallel_size = 1;
   single.parallel.data_parallel_size = -1;
   single.parallel.virtual_pipeline_stages = 1;

@@ -20,11 +20,18 @@
 
 namespace cleave::layers {
 
+// Expert parallelism (BuildOptions::ep_size, ep_rank): which slice of a block's experts this rank builds. Only
+// families with experts read it.
+struct ExpertLayout {
+  int size = 1;
+  int rank = 0;
+};
+
 struct BlockLayers {
   partition::BlockKind kind{};
   // Required. The family's config is the ModelSpec's (spec.gpt.n_layers for gpt's residual init scale).
   LayerPtr (*build)(const partition::BlockSpec& block, const partition::ModelSpec& spec, const ParamInit& init,
-                    int tp_size, int tp_rank) = nullptr;
+                    int tp_size, int tp_rank, const ExpertLayout& ep) = nullptr;
 };
 
 // The row of a family-owned kind; null for a common kind.

@@ -9,7 +9,7 @@ namespace cleave::layers {
 namespace {
 
 LayerPtr build_transformer_block(const partition::BlockSpec& b, const partition::ModelSpec& spec, const ParamInit& init,
-                                 int tp_size, int tp_rank) {
+                                 int tp_size, int tp_rank, const ExpertLayout&) {
   if (tp_size > 1) {
     return make_parallel_transformer_block(b.name, b.in_features, b.n_heads, b.d_ff, spec.gpt.n_layers, init, tp_size,
                                            tp_rank);

@@ -7,7 +7,7 @@ namespace cleave::layers {
 namespace {
 
 LayerPtr build_llama_block(const partition::BlockSpec& b, const partition::ModelSpec&, const ParamInit& init,
-                           int tp_size, int tp_rank) {
+                           int tp_size, int tp_rank, const ExpertLayout&) {
   return make_llama_block(b, init, tp_size, tp_rank);
 }
 

@@ -8,8 +8,8 @@ namespace cleave::layers {
 namespace {
 
 LayerPtr build_moe_block(const partition::BlockSpec& b, const partition::ModelSpec& spec, const ParamInit& init,
-                         int tp_size, int tp_rank) {
-  return make_moe_block(b, spec.moe, init, tp_size, tp_rank);
+                         int tp_size, int tp_rank, const ExpertLayout& ep) {
+  return make_moe_block(b, spec.moe, init, tp_size, tp_rank, ep.size, ep.rank);
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ std::vector<LayerPtr> build_tensor_parallel_blocks(const ModelSpec& spec, std::s
   for (std::size_t i = first_block; i < last_block; ++i) {
     const BlockSpec& b = spec.blocks[i];
     if (const BlockLayers* family = family_block_layers(b.kind)) {
-      layers.push_back(with_recompute(family->build(b, spec, init, tp, rank), options.recompute));
+      layers.push_back(with_recompute(family->build(b, spec, init, tp, rank, {options.ep_size, options.ep_rank}), options.recompute));
       continue;
     }
     switch (b.kind) {
@@ -143,7 +143,7 @@ std::vector<LayerPtr> build_blocks(const ModelSpec& spec, std::size_t first_bloc
   for (std::size_t i = first_block; i < last_block; ++i) {
     const BlockSpec& b = spec.blocks[i];
     if (const BlockLayers* family = family_block_layers(b.kind)) {
-      layers.push_back(with_recompute(family->build(b, spec, init, 1, 0), options.recompute));
+      layers.push_back(with_recompute(family->build(b, spec, init, 1, 0, {options.ep_size, options.ep_rank}), options.recompute));
       continue;
     }
     switch (b.kind) {

@@ -46,6 +46,10 @@ struct BuildOptions {
   // (layers/parallel/tp_layout.hpp).
   int tp_size = 1;
   int tp_rank = 0;
+  // Expert parallelism (parallel.expert_model_parallel_size): a moe block builds experts
+  // [ep_rank · E / ep_size, (ep_rank + 1) · E / ep_size) only, with the values of the ep 1 build's slice.
+  int ep_size = 1;
+  int ep_rank = 0;
   // Activation recomputation of transformer blocks (partition/cost_model.hpp): none, selective (attention
   // statistics rebuilt in backward) or full (only each block's input kept; layers/recomputed.hpp).
   partition::Recompute recompute = partition::Recompute::kNone;

@@ -26,7 +26,8 @@ LayerPtr projection(const std::string& name, std::int64_t in, std::int64_t out, 
 }  // namespace
 
 std::unique_ptr<TransformerBlock> make_moe_block(const partition::BlockSpec& b, const partition::MoeConfig& config,
-                                                 const ParamInit& init, int tp_size, int tp_rank) {
+                                                 const ParamInit& init, int tp_size, int tp_rank, int ep_size,
+                                                 int ep_rank) {
   CLEAVE_ASSERT(b.kind == partition::BlockKind::kMoeBlock && tp_size >= 1 && b.n_heads % tp_size == 0 &&
                     b.n_kv_heads % tp_size == 0 && b.d_ff % tp_size == 0,
                 "make_moe_block: block '{}' ({} heads, {} kv heads, expert ffn {}) cannot split over tp {}", b.name,
@@ -63,7 +64,7 @@ std::unique_ptr<TransformerBlock> make_moe_block(const partition::BlockSpec& b, 
     auto down = projection(m + ".shared.down", s, d, Split::kRows, init, tp_size, tp_rank);
     shared = std::make_unique<SwigluMlp>(m + ".shared", std::move(gate), std::move(up), std::move(down), tp);
   }
-  auto moe = std::make_unique<MoeMlp>(m, d, f, router, std::move(shared), init, tp_size, tp_rank);
+  auto moe = std::make_unique<MoeMlp>(m, d, f, router, std::move(shared), init, tp_size, tp_rank, ep_size, ep_rank);
   return std::make_unique<TransformerBlock>(p, std::move(attn_norm), std::move(attn), std::move(mlp_norm),
                                             std::move(moe), tp, TransformerBlock::Family::kLlama);
 }

@@ -17,9 +17,11 @@
 
 namespace cleave::layers {
 
-// A moe block (partition::BlockKind::kMoeBlock) for tp rank tp_rank of tp_size; `config` is the spec's
+// A moe block (partition::BlockKind::kMoeBlock) for tp rank tp_rank of tp_size and ep rank ep_rank of ep_size
+// (MoeMlp's expert parallelism); `config` is the spec's
 // (router kind and coefficients). The tp rules (partition/families/moe.cpp) must hold.
 std::unique_ptr<TransformerBlock> make_moe_block(const partition::BlockSpec& block, const partition::MoeConfig& config,
-                                                 const ParamInit& init, int tp_size, int tp_rank);
+                                                 const ParamInit& init, int tp_size, int tp_rank, int ep_size = 1,
+                                                 int ep_rank = 0);
 
 }  // namespace cleave::layers

@@ -5,6 +5,7 @@
 
 #include "kernels/ops/ops.hpp"
 #include "layers/layer_util.hpp"
+#include "layers/moe/expert_dispatch.hpp"
 #include "layers/moe/forced_routing.hpp"
 #include "layers/moe/router_log.hpp"
 #include "layers/parallel/shard.hpp"
@@ -14,8 +15,31 @@
 namespace cleave::layers {
 namespace {
 
-enum Slot : std::size_t { kX, kLogits, kXp, kG, kU, kH, kO, kRowToken, kTokenRow, kWeight, kRowWeight };
-enum BackSlot : std::size_t { kBX, kBDlogits, kBXp, kBDg, kBDu, kBDo, kBH };
+enum Slot : std::size_t { kX, kLogits, kXp, kG, kU, kH, kO, kRowToken, kTokenRow, kWeight, kRowWeight, kPlan };
+enum BackSlot : std::size_t { kBX, kBDlogits, kBXp, kBDg, kBDu, kBDo, kBH, kBCounts, kBPlan };
+
+using Blocks = std::vector<std::pair<std::int64_t, std::vector<std::int64_t>>>;  // (first row, groups) per source
+
+// The grouped GEMMs' blocks: at ep 1 one block (all routed rows, E groups); under ep one per source rank (its
+// received rows, El groups), so each GEMM has the rows and shape it has at ep 1.
+Blocks blocks_of(const std::vector<std::int64_t>& counts, const Tensor& plan_tensor) {
+  if (!plan_tensor.defined()) return {{0, counts}};
+  const DispatchPlan plan = plan_from_tensor(plan_tensor);
+  Blocks blocks;
+  for (int p = 0; p < plan.ep_size; ++p) {
+    const auto c = plan.counts_from(p);
+    blocks.push_back({plan.first_row_from(p), std::vector<std::int64_t>(c.begin(), c.end())});
+  }
+  return blocks;
+}
+
+std::int64_t rows_of_blocks(const Blocks& blocks) {
+  std::int64_t n = 0;
+  for (const auto& [first, groups] : blocks) {
+    for (std::int64_t g : groups) n += g;
+  }
+  return n;
+}
 
 // A tensor on ctx.device holding `values` (i32 or f32 host data).
 template <typename T>
@@ -40,14 +64,18 @@ std::shared_ptr<Param> expert_param(const std::string& name, const Shape& logica
 }  // namespace
 
 MoeMlp::MoeMlp(std::string prefix, std::int64_t d, std::int64_t f, const RouterOptions& router, LayerPtr shared,
-               const ParamInit& init, int tp_size, int tp_rank)
-    : prefix_(std::move(prefix)), block_(prefix_.substr(0, prefix_.rfind('.'))), d_(d), router_(router), tp_size_(tp_size), tp_rank_(tp_rank), shared_(std::move(shared)) {
+               const ParamInit& init, int tp_size, int tp_rank, int ep_size, int ep_rank)
+    : prefix_(std::move(prefix)), block_(prefix_.substr(0, prefix_.rfind('.'))), d_(d), router_(router),
+      tp_size_(tp_size), tp_rank_(tp_rank), ep_size_(ep_size), ep_rank_(ep_rank), shared_(std::move(shared)) {
   check_tp_coordinates(tp_size, tp_rank, who());
   CLEAVE_ASSERT(d > 0 && f > 0 && f % tp_size == 0 && router.experts > 0 && router.top_k > 0 &&
                     router.top_k <= router.experts,
                 "{}: d {} f {} experts {} top_k {} tp {}", who(), d, f, router.experts, router.top_k, tp_size);
   f_local_ = f / tp_size;
   const std::int64_t e = router.experts;
+  CLEAVE_ASSERT(ep_size >= 1 && ep_rank >= 0 && ep_rank < ep_size && e % ep_size == 0 && (ep_size == 1 || tp_size == 1),
+                "{}: {} experts over ep {} (rank {}), tp {}", who(), e, ep_size, ep_rank, tp_size);
+  local_experts_ = e / ep_size;
   // Built in parameter order (router, experts, shared), the same on every layout.
   router_weight_ = make_sharded_param(prefix_ + ".router.weight", replicated_spec(Shape{e, d}), true, init.alloc());
   init_shard_weight(*router_weight_, d, init);
@@ -55,9 +83,41 @@ MoeMlp::MoeMlp(std::string prefix, std::int64_t d, std::int64_t f, const RouterO
     router_bias_ = make_sharded_param(prefix_ + ".router.bias", replicated_spec(Shape{e}), false, init.alloc());
     router_bias_->value.zero_();
   }
-  gate_ = expert_param(prefix_ + ".experts.gate.weight", Shape{e, f, d}, 1, d, init, tp_size, tp_rank);
-  up_ = expert_param(prefix_ + ".experts.up.weight", Shape{e, f, d}, 1, d, init, tp_size, tp_rank);
-  down_ = expert_param(prefix_ + ".experts.down.weight", Shape{e, d, f}, 2, f, init, tp_size, tp_rank);
+  if (ep_size > 1) {  // this rank's experts: dim 0 in ep contiguous parts (each element drawn at its logical index)
+    const auto ep_param = [&](const std::string& name, const Shape& logical, std::int64_t fan_in) {
+      auto p = make_sharded_param(name, make_shard_spec(logical, 0, ep_size, ep_rank), true, init.alloc());
+      init_shard_weight(*p, fan_in, init);
+      p->ep_size = ep_size;
+      return p;
+    };
+    gate_ = ep_param(prefix_ + ".experts.gate.weight", Shape{e, f, d}, d);
+    up_ = ep_param(prefix_ + ".experts.up.weight", Shape{e, f, d}, d);
+    down_ = ep_param(prefix_ + ".experts.down.weight", Shape{e, d, f}, f);
+  } else {
+    gate_ = expert_param(prefix_ + ".experts.gate.weight", Shape{e, f, d}, 1, d, init, tp_size, tp_rank);
+    up_ = expert_param(prefix_ + ".experts.up.weight", Shape{e, f, d}, 1, d, init, tp_size, tp_rank);
+    down_ = expert_param(prefix_ + ".experts.down.weight", Shape{e, d, f}, 2, f, init, tp_size, tp_rank);
+  }
+}
+
+bool MoeMlp::expert_parallel(const Context& ctx) const {
+  if (ep_size_ == 1) return false;
+  CLEAVE_CHECK(ctx.ep_comm != nullptr && ctx.ep_comm->size() == ep_size_ && ctx.ep_comm->rank() == ep_rank_,
+               "{}: built for ep rank {} of {} but the context's ep group is {}", who(), ep_rank_, ep_size_,
+               ctx.ep_comm ? fmt::format("rank {} of {}", ctx.ep_comm->rank(), ctx.ep_comm->size()) : "missing");
+  return true;
+}
+
+void MoeMlp::grouped(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c, const Blocks& blocks, bool trans_b,
+                     float beta) const {
+  ops::GroupedGemmOptions options;
+  options.trans_b = trans_b;
+  options.beta = beta;
+  for (const auto& [first, groups] : blocks) {
+    std::int64_t rows = 0;
+    for (std::int64_t g : groups) rows += g;
+    if (rows > 0) ops::grouped_gemm(ctx, a.slice(first, first + rows), b, c.slice(first, first + rows), groups, options);
+  }
 }
 
 Routing MoeMlp::route_stashed(const Tensor& logits, Context& ctx) const {
@@ -74,6 +134,7 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   stash.clear();
   stash.children.resize(1);
   const bool sp = sequence_parallel(ctx, tp_size_);
+  const bool ep = expert_parallel(ctx);
   tp_group(ctx, tp_size_, tp_rank_, who());
   const Tensor full = sp ? sequence_all_gather(x, ctx, tp_size_, tp_rank_, who()) : x;
   const Tensor xf = rows_of(full);
@@ -90,15 +151,23 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   const Tensor row_weight = upload(ctx, routing.row_weight, Shape{r}, DType::kF32);
   Tensor xp = new_activation(ctx, Shape{r, d_});
   ops::moe_gather(ctx, xf, row_token, Tensor(), xp);
-  Tensor g = new_activation(ctx, Shape{r, f_local_}), u = new_activation(ctx, Shape{r, f_local_});
-  ops::GroupedGemmOptions bt;
-  bt.trans_b = true;
-  ops::grouped_gemm(ctx, xp, gate_->compute(), g, routing.counts, bt);
-  ops::grouped_gemm(ctx, xp, up_->compute(), u, routing.counts, bt);
-  Tensor h = new_activation(ctx, Shape{r, f_local_});
-  ops::swiglu_forward(ctx, g, u, h);
-  Tensor o = new_activation(ctx, Shape{r, d_});
-  ops::grouped_gemm(ctx, h, down_->compute(), o, routing.counts, bt);
+  // Under ep the rows go to their experts' ranks (counts exchanged first); this rank's experts run on what arrives.
+  Tensor plan_tensor;
+  if (ep) {
+    const DispatchPlan plan = plan_dispatch(routing.counts, ctx);
+    plan_tensor = plan_to_tensor(plan);
+    xp = dispatch_rows(xp, plan, ctx);
+  }
+  const Blocks blocks = blocks_of(routing.counts, plan_tensor);
+  const std::int64_t rows = rows_of_blocks(blocks);
+  Tensor g = new_activation(ctx, Shape{rows, f_local_}), u = new_activation(ctx, Shape{rows, f_local_});
+  grouped(ctx, xp, gate_->compute(), g, blocks, true, 0.0f);
+  grouped(ctx, xp, up_->compute(), u, blocks, true, 0.0f);
+  Tensor h = new_activation(ctx, Shape{rows, f_local_});
+  if (rows > 0) ops::swiglu_forward(ctx, g, u, h);
+  Tensor o = new_activation(ctx, Shape{rows, d_});
+  grouped(ctx, h, down_->compute(), o, blocks, true, 0.0f);
+  if (ep) o = combine_rows(o, plan_from_tensor(plan_tensor), ctx);  // back into this rank's routed-row layout
   Tensor y_full = new_activation(ctx, full.shape());
   ops::moe_combine(ctx, o, token_row, weight, rows_of(y_full));
   Tensor y = y_full;
@@ -108,17 +177,21 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
     tp_all_reduce(y_full, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
   }
   if (shared_) ops::add_inplace(ctx, y, shared_->forward(x, stash.children[0], ctx));
-  stash.tensors = {full, logits, xp, g, u, h, o, row_token, token_row, weight, row_weight};
+  stash.tensors = {full, logits, xp, g, u, h, o, row_token, token_row, weight, row_weight, plan_tensor};
   return y;
 }
 
 Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
-  CLEAVE_ASSERT(stash.tensors.size() == 11, "{}: backward_input without forward", who());
+  CLEAVE_ASSERT(stash.tensors.size() == 12, "{}: backward_input without forward", who());
   const bool sp = sequence_parallel(ctx, tp_size_);
+  const bool ep = expert_parallel(ctx);
   const Tensor full = stash.tensors[kX];
   const Tensor xf = rows_of(full);
   const std::int64_t n = xf.dim(0), e = router_.experts, k = router_.top_k, r = n * k;
   const Routing routing = route_stashed(stash.tensors[kLogits], ctx);
+  const Tensor plan_tensor = stash.tensors[kPlan];
+  const Blocks blocks = blocks_of(routing.counts, plan_tensor);
+  const std::int64_t rows = rows_of_blocks(blocks);
   const Tensor dy_full = sp ? sequence_all_gather(dy, ctx, tp_size_, tp_rank_, who()) : dy;
   const Tensor dyf = rows_of(dy_full);
 
@@ -127,18 +200,18 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   ops::moe_combine_weight_grad(ctx, dyf, stash.tensors[kO], stash.tensors[kTokenRow], dweight);
   if (tp_size_ > 1) tp_all_reduce(dweight, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
 
-  // The experts, backwards.
+  // The experts, backwards (under ep: the output gradients travel to the experts' ranks, the input gradients back).
   Tensor d_o = new_activation(ctx, Shape{r, d_});
   ops::moe_gather(ctx, dyf, stash.tensors[kRowToken], stash.tensors[kRowWeight], d_o);
-  Tensor dh = new_activation(ctx, Shape{r, f_local_});
-  ops::grouped_gemm(ctx, d_o, down_->compute(), dh, routing.counts);
-  Tensor dg = new_activation(ctx, Shape{r, f_local_}), du = new_activation(ctx, Shape{r, f_local_});
-  ops::swiglu_backward(ctx, stash.tensors[kG], stash.tensors[kU], dh, dg, du);
-  Tensor dxp = new_activation(ctx, Shape{r, d_});
-  ops::grouped_gemm(ctx, dg, gate_->compute(), dxp, routing.counts);
-  ops::GroupedGemmOptions accumulate;
-  accumulate.beta = 1.0f;
-  ops::grouped_gemm(ctx, du, up_->compute(), dxp, routing.counts, accumulate);
+  if (ep) d_o = dispatch_rows(d_o, plan_from_tensor(plan_tensor), ctx);
+  Tensor dh = new_activation(ctx, Shape{rows, f_local_});
+  grouped(ctx, d_o, down_->compute(), dh, blocks, false, 0.0f);
+  Tensor dg = new_activation(ctx, Shape{rows, f_local_}), du = new_activation(ctx, Shape{rows, f_local_});
+  if (rows > 0) ops::swiglu_backward(ctx, stash.tensors[kG], stash.tensors[kU], dh, dg, du);
+  Tensor dxp = new_activation(ctx, Shape{rows, d_});
+  grouped(ctx, dg, gate_->compute(), dxp, blocks, false, 0.0f);
+  grouped(ctx, du, up_->compute(), dxp, blocks, false, 1.0f);
+  if (ep) dxp = combine_rows(dxp, plan_from_tensor(plan_tensor), ctx);
   Tensor dx_full = new_activation(ctx, full.shape());
   ops::moe_combine(ctx, dxp, stash.tensors[kTokenRow], Tensor(), rows_of(dx_full));
 
@@ -162,8 +235,19 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   stats_.counts = routing.counts;
   stats_.aux_loss = routing.aux_loss;
   stats_.z_loss = routing.z_loss;
+  stats_.sent_rows.clear();
+  stats_.received_rows.clear();
+  if (ep) {
+    const DispatchPlan plan = plan_from_tensor(plan_tensor);
+    stats_.sent_rows = plan.send_rows;
+    stats_.received_rows = plan.recv_rows;
+  }
   if (ctx.router_log != nullptr) {
     ctx.router_log->add(block_, routing.counts, routing.aux_loss, routing.z_loss);
+    if (ep) {
+      ctx.router_log->add_dispatch(block_, stats_.sent_rows, stats_.received_rows,
+                                   d_ * static_cast<std::int64_t>(dtype_size(ctx.compute_dtype())));
+    }
     if (router_bias_ && router_.bias_update_rate > 0) {
       ctx.router_log->note_bias(block_, router_bias_.get(), router_.bias_update_rate);
     }
@@ -178,19 +262,35 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   if (shared_) ops::add_inplace(ctx, dx, shared_->backward_input(dy, stash.children[0], ctx));
   stash.tensors = {full, dlogits, stash.tensors[kXp], dg, du, d_o, stash.tensors[kH],
                    upload(ctx, std::vector<float>(routing.counts.begin(), routing.counts.end()),
-                          Shape{e}, DType::kF32)};
+                          Shape{e}, DType::kF32),
+                   plan_tensor};
   return dx;
 }
 
 void MoeMlp::backward_weight(Stash& stash, Context& ctx) {
-  CLEAVE_ASSERT(stash.tensors.size() == 8, "{}: backward_weight without backward_input", who());
-  const std::vector<float> counts_f = download(ctx, stash.tensors[7]);
+  CLEAVE_ASSERT(stash.tensors.size() == 9, "{}: backward_weight without backward_input", who());
+  const std::vector<float> counts_f = download(ctx, stash.tensors[kBCounts]);
   const std::vector<std::int64_t> counts(counts_f.begin(), counts_f.end());
+  const Blocks blocks = blocks_of(counts, stash.tensors[kBPlan]);
   ops::GroupedGemmOptions accumulate;
   accumulate.beta = 1.0f;
-  ops::grouped_gemm_weight_grad(ctx, stash.tensors[kBDg], stash.tensors[kBXp], gate_->grad, counts, accumulate);
-  ops::grouped_gemm_weight_grad(ctx, stash.tensors[kBDu], stash.tensors[kBXp], up_->grad, counts, accumulate);
-  ops::grouped_gemm_weight_grad(ctx, stash.tensors[kBDo], stash.tensors[kBH], down_->grad, counts, accumulate);
+  // Under ep each source's rows go into its own lane when the grad holds ep lanes (deterministic mode's
+  // accumulator, layer.hpp Param::ep_size), else all into the grad in source order.
+  for (std::size_t s = 0; s < blocks.size(); ++s) {
+    const auto& [first, groups] = blocks[s];
+    std::int64_t rows = 0;
+    for (std::int64_t g : groups) rows += g;
+    if (rows == 0) continue;
+    const auto lane = [&](const Tensor& grad) {
+      const bool lanes = blocks.size() > 1 && grad.dim(0) == static_cast<std::int64_t>(blocks.size()) * local_experts_;
+      const auto b = static_cast<std::int64_t>(s);
+      return lanes ? grad.slice(b * local_experts_, (b + 1) * local_experts_) : grad;
+    };
+    const auto part = [&](std::size_t slot) { return stash.tensors[slot].slice(first, first + rows); };
+    ops::grouped_gemm_weight_grad(ctx, part(kBDg), part(kBXp), lane(gate_->grad), groups, accumulate);
+    ops::grouped_gemm_weight_grad(ctx, part(kBDu), part(kBXp), lane(up_->grad), groups, accumulate);
+    ops::grouped_gemm_weight_grad(ctx, part(kBDo), part(kBH), lane(down_->grad), groups, accumulate);
+  }
   ops::GemmOptions tn;
   tn.trans_a = true;
   tn.beta = 1.0f;

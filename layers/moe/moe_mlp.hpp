@@ -22,6 +22,14 @@
 // the other replicated parameters). The combine's weight gradient is summed over tp before the routing's
 // backward (each rank's expert outputs are partial sums).
 //
+// Expert parallelism (ep_size > 1, ctx.ep_comm: docs/multi-rank.md#expert-parallelism): this rank holds experts
+// [ep_rank · E/ep, (ep_rank + 1) · E/ep) only (ShardSpec dim 0 of the three expert tensors, ep parts; Param::ep_size),
+// still routes its own tokens over all E experts, and between the gather and the combine sends the routed rows to
+// their experts' ranks and the outputs back (expert_dispatch.hpp). Its experts run on the received rows one grouped
+// GEMM per source rank (the same GEMM shapes as at ep 1); the backward sends the output gradients the same way and
+// returns the input gradients; the weight gradient adds each source's rows into its own lane (Param::ep_size). So
+// every value is ep 1's bit for bit, and in deterministic mode the summed gradients too. Not with tp > 1 yet.
+//
 // Auxiliary losses: the router's aux and z losses (router.hpp) add their gradients, scaled by ctx.loss_scale,
 // in backward_input; their values and the per-expert counts of the last micro-batch are readable (stats()) and
 // added to ctx.router_log when the run keeps one (router_log.hpp: the step's metrics).
@@ -29,8 +37,10 @@
 // routes exactly as its forward did.
 //
 // Stash layout: tensors {x (all-gathered under sequence parallelism), logits, xp, g, u, h, o, row_token,
-// token_row, weight, row_weight}; backward_input replaces them by {x, dlogits (compute dtype, the rows this
-// rank's weight gradient counts), xp, dg, du, do, h}; children {shared}.
+// token_row, weight, row_weight, plan}; backward_input replaces them by {x, dlogits (compute dtype, the rows this
+// rank's weight gradient counts), xp, dg, du, do, h, counts, plan}; children {shared}. Under ep, xp, g, u, h (and
+// dg, du, do) are the received rows of this rank's experts, o the outputs returned to this rank's routed rows, and
+// plan the dispatch plan (plan_to_tensor; an empty tensor at ep 1).
 #pragma once
 
 #include <memory>
@@ -47,13 +57,17 @@ struct MoeStats {
   std::vector<std::int64_t> counts;  // tokens per expert, last micro-batch routed in backward
   double aux_loss = 0.0;
   double z_loss = 0.0;
+  // Expert parallelism: the routed rows this rank sent to / received from each ep rank in the last micro-batch's
+  // dispatch (the combine moves the same counts back; empty at ep 1).
+  std::vector<std::int64_t> sent_rows;
+  std::vector<std::int64_t> received_rows;
 };
 
 class MoeMlp final : public Layer {
  public:
   // d: model width, f: each expert's width (logical), router: the kinds and sizes; shared: a SwigluMlp (or null).
   MoeMlp(std::string prefix, std::int64_t d, std::int64_t f, const RouterOptions& router, LayerPtr shared,
-         const ParamInit& init, int tp_size, int tp_rank);
+         const ParamInit& init, int tp_size, int tp_rank, int ep_size = 1, int ep_rank = 0);
 
   std::string_view kind() const override { return tp_size_ > 1 ? "parallel_moe_mlp" : "moe_mlp"; }
   Tensor forward(const Tensor& x, Stash& stash, Context& ctx) override;
@@ -67,12 +81,20 @@ class MoeMlp final : public Layer {
  private:
   std::string who() const { return std::string(kind()) + " " + prefix_; }
   Routing route_stashed(const Tensor& logits, Context& ctx) const;
+  bool expert_parallel(const Context& ctx) const;
+  // The expert SwiGLU on rows grouped by local expert: one grouped GEMM per block of `blocks` (a source rank's
+  // rows under ep; the whole at ep 1), each with that block's groups.
+  void grouped(Context& ctx, const Tensor& a, const Tensor& b, const Tensor& c,
+               const std::vector<std::pair<std::int64_t, std::vector<std::int64_t>>>& blocks, bool trans_b,
+               float beta) const;
 
   std::string prefix_;
   std::string block_;  // the block's name: the prefix without its last part ("blocks.3" of "blocks.3.moe")
   std::int64_t d_ = 0, f_local_ = 0;
   RouterOptions router_;
   int tp_size_ = 1, tp_rank_ = 0;
+  int ep_size_ = 1, ep_rank_ = 0;
+  std::int64_t local_experts_ = 0;
   std::shared_ptr<Param> router_weight_, router_bias_, gate_, up_, down_;
   LayerPtr shared_;
   MoeStats stats_;  // written by backward_input: what the last micro-batch routed (read by logs and tests)

@@ -26,6 +26,12 @@ struct BlockRouting {
   // balancing): the run moves it by the step's global load (engine/train/router_metrics.hpp). Null: none.
   Param* bias = nullptr;
   double bias_update_rate = 0.0;
+  // Expert parallelism (layers/moe/expert_dispatch.hpp), summed over the step's micro-batches: routed rows and
+  // bytes this rank sent to each ep rank in the forward dispatch (the combine returns the same counts; the
+  // backward moves the same again, gradients out and back), and rows received from each. Empty at ep 1.
+  std::vector<std::int64_t> sent_rows;
+  std::vector<std::int64_t> sent_bytes;
+  std::vector<std::int64_t> received_rows;
 };
 
 class RouterLog {
@@ -37,6 +43,21 @@ class RouterLog {
     b.aux_loss += aux_loss;
     b.z_loss += z_loss;
     ++b.micro_batches;
+  }
+  // row_bytes: one row's bytes on the wire (d_model × the activation dtype's size).
+  void add_dispatch(const std::string& block, std::span<const std::int64_t> sent, std::span<const std::int64_t> received,
+                    std::int64_t row_bytes) {
+    BlockRouting& b = blocks_[block];
+    if (b.sent_rows.size() < sent.size()) {
+      b.sent_rows.resize(sent.size(), 0);
+      b.sent_bytes.resize(sent.size(), 0);
+    }
+    if (b.received_rows.size() < received.size()) b.received_rows.resize(received.size(), 0);
+    for (std::size_t i = 0; i < sent.size(); ++i) {
+      b.sent_rows[i] += sent[i];
+      b.sent_bytes[i] += sent[i] * row_bytes;
+    }
+    for (std::size_t i = 0; i < received.size(); ++i) b.received_rows[i] += received[i];
   }
   void note_bias(const std::string& block, Param* bias, double rate) {
     BlockRouting& b = blocks_[block];

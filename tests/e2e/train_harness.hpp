@@ -48,6 +48,7 @@ inline config::RunConfig single_rank_config(config::RunConfig config) {
   config.parallel.tensor_model_parallel_size = 1;
   config.parallel.sequence_parallel = false;
   config.parallel.context_parallel_size = 1;
+  config.parallel.expert_model_parallel_size = 1;
   config.optimizer.zero_stage = 0;
   config.parallel.data_parallel_size = -1;
   config.parallel.schedule = "1f1b";

@@ -1,0 +1,114 @@
+// Expert parallelism's dispatch and combine (see expert_dispatch.hpp).
+#include "layers/moe/expert_dispatch.hpp"
+
+#include <cstring>
+
+#include "engine/comm/communicator.hpp"
+#include "engine/core/error.hpp"
+#include "kernels/ops/ops.hpp"
+#include "layers/layer_util.hpp"
+
+namespace cleave::layers {
+
+std::int64_t DispatchPlan::received() const {
+  std::int64_t n = 0;
+  for (std::int64_t r : recv_rows) n += r;
+  return n;
+}
+
+std::span<const std::int64_t> DispatchPlan::counts_from(int p) const {
+  return std::span<const std::int64_t>(recv_counts).subspan(static_cast<std::size_t>(p * local_experts),
+                                                            static_cast<std::size_t>(local_experts));
+}
+
+std::int64_t DispatchPlan::first_row_from(int p) const {
+  std::int64_t first = 0;
+  for (int q = 0; q < p; ++q) first += recv_rows[static_cast<std::size_t>(q)];
+  return first;
+}
+
+DispatchPlan plan_dispatch(std::span<const std::int64_t> counts, Context& ctx) {
+  CLEAVE_ASSERT(ctx.ep_comm != nullptr, "plan_dispatch without an ep communicator");
+  comm::Communicator& ep = *ctx.ep_comm;
+  DispatchPlan plan;
+  plan.ep_size = ep.size();
+  plan.ep_rank = ep.rank();
+  const auto e = static_cast<std::int64_t>(counts.size());
+  CLEAVE_ASSERT(e % plan.ep_size == 0, "plan_dispatch: {} experts over ep {}", e, plan.ep_size);
+  plan.local_experts = e / plan.ep_size;
+  plan.send_rows.assign(static_cast<std::size_t>(plan.ep_size), 0);
+  for (std::int64_t x = 0; x < e; ++x) plan.send_rows[static_cast<std::size_t>(x / plan.local_experts)] += counts[static_cast<std::size_t>(x)];
+  // The counts travel on the communicator's device (NCCL moves device memory only).
+  Tensor send_host = Tensor::empty({plan.ep_size, plan.local_experts}, DType::kI64, MemoryCategory::kCommunication,
+                                   cpu_allocator());
+  std::memcpy(send_host.raw_data(), counts.data(), counts.size() * sizeof(std::int64_t));
+  const bool host = ctx.device.is_cpu();
+  Tensor send = host ? send_host : ops::to_device(ctx, send_host, MemoryCategory::kCommunication);
+  Tensor recv = host ? Tensor::empty(send.shape(), DType::kI64, MemoryCategory::kCommunication, cpu_allocator())
+                     : ops::to_device(ctx, send_host, MemoryCategory::kCommunication);
+  comm::exchange_counts(ep, send, recv, *ctx.stream)->wait();
+  const Tensor got = host ? recv : ops::to_host(ctx, recv);
+  const auto* r = got.data<std::int64_t>();
+  plan.recv_counts.assign(r, r + e);
+  plan.recv_rows.assign(static_cast<std::size_t>(plan.ep_size), 0);
+  for (std::int64_t i = 0; i < e; ++i) {
+    CLEAVE_ASSERT(plan.recv_counts[static_cast<std::size_t>(i)] >= 0, "plan_dispatch: a negative count from ep rank {}",
+                  i / plan.local_experts);
+    plan.recv_rows[static_cast<std::size_t>(i / plan.local_experts)] += plan.recv_counts[static_cast<std::size_t>(i)];
+  }
+  return plan;
+}
+
+Tensor plan_to_tensor(const DispatchPlan& plan) {
+  std::vector<std::int64_t> v = {plan.ep_size, plan.ep_rank, plan.local_experts};
+  v.insert(v.end(), plan.send_rows.begin(), plan.send_rows.end());
+  v.insert(v.end(), plan.recv_counts.begin(), plan.recv_counts.end());
+  Tensor t = Tensor::empty({static_cast<std::int64_t>(v.size())}, DType::kI64, MemoryCategory::kActivations,
+                           cpu_allocator());
+  std::memcpy(t.raw_data(), v.data(), v.size() * sizeof(std::int64_t));
+  return t;
+}
+
+DispatchPlan plan_from_tensor(const Tensor& t) {
+  const auto* v = t.data<std::int64_t>();
+  DispatchPlan plan;
+  plan.ep_size = static_cast<int>(v[0]);
+  plan.ep_rank = static_cast<int>(v[1]);
+  plan.local_experts = v[2];
+  const auto ep = static_cast<std::size_t>(plan.ep_size);
+  CLEAVE_ASSERT(t.numel() == static_cast<std::int64_t>(3 + ep + ep * static_cast<std::size_t>(plan.local_experts)),
+                "plan_from_tensor: {} values", t.numel());
+  plan.send_rows.assign(v + 3, v + 3 + ep);
+  plan.recv_counts.assign(v + 3 + ep, v + t.numel());
+  plan.recv_rows.assign(ep, 0);
+  for (std::size_t i = 0; i < plan.recv_counts.size(); ++i) {
+    plan.recv_rows[i / static_cast<std::size_t>(plan.local_experts)] += plan.recv_counts[i];
+  }
+  return plan;
+}
+
+namespace {
+
+Tensor exchange(const Tensor& rows, std::span<const std::int64_t> send_rows, std::span<const std::int64_t> recv_rows,
+                std::int64_t out_rows, Context& ctx) {
+  CLEAVE_ASSERT(ctx.ep_comm != nullptr, "expert dispatch without an ep communicator");
+  const std::int64_t width = rows.shape().last();
+  Tensor out = new_activation(ctx, Shape{out_rows, width}, rows.dtype());
+  ctx.ep_comm->all_to_all_v(rows.view(Shape{rows.numel() / width, width}), send_rows, out, recv_rows, *ctx.stream)
+      ->wait();
+  return out;
+}
+
+}  // namespace
+
+Tensor dispatch_rows(const Tensor& rows, const DispatchPlan& plan, Context& ctx) {
+  return exchange(rows, plan.send_rows, plan.recv_rows, plan.received(), ctx);
+}
+
+Tensor combine_rows(const Tensor& rows, const DispatchPlan& plan, Context& ctx) {
+  std::int64_t sent = 0;
+  for (std::int64_t r : plan.send_rows) sent += r;
+  return exchange(rows, plan.recv_rows, plan.send_rows, sent, ctx);
+}
+
+}  // namespace cleave::layers

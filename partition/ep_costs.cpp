@@ -98,14 +98,20 @@ std::int64_t expert_param_count(const BlockSpec& block) {
 
 void add_ep_expert_rows(BlockCost& cost, const BlockSpec& block, DType dtype, Recompute recompute, int tp,
                         double imbalance) {
-  if (block.n_experts <= 0 || imbalance == 1.0) return;
+  if (block.n_experts <= 0) return;
   const double b = static_cast<double>(dtype_size(dtype));
-  const double rows = static_cast<double>(block.seq_len * block.top_k);
-  // xp and o [rows, D]; g, u, h [rows, F / tp] (forward); xp, do [rows, D] and dg, du, h [rows, F / tp] (weight stash).
-  const double per_row = (2.0 * static_cast<double>(block.in_features) + 3.0 * static_cast<double>(block.d_ff / tp)) * b;
-  const auto extra = static_cast<std::int64_t>(std::llround((imbalance - 1.0) * rows * per_row));
-  if (recompute != Recompute::kFull) cost.activation_bytes += extra;
-  cost.weight_stash_bytes += extra;
+  const double more_rows = (imbalance - 1.0) * static_cast<double>(block.seq_len * block.top_k);
+  const double d = static_cast<double>(block.in_features), f = static_cast<double>(block.d_ff / tp);
+  // The rows a rank's experts run (layers/moe/moe_mlp.cpp under ep): the forward stash's xp [rows, D] and g, u, h
+  // [rows, F / tp] (o is combined back into the rank's own T·k rows); the weight stash's xp, do [rows, D] and
+  // dg, du, h [rows, F / tp].
+  if (recompute != Recompute::kFull) cost.activation_bytes += std::llround(more_rows * (d + 3.0 * f) * b);
+  cost.weight_stash_bytes += std::llround(more_rows * (2.0 * d + 3.0 * f) * b);
+  // The backward's transients on the received rows (d_o and dxp [rows, D], dh, dg, du [rows, F / tp]) scale the
+  // same way, and the all-to-alls' row buffers add three [T·k, D] beyond ep 1's (the routed rows sent and the
+  // gradients on both sides of the exchange): measured against the allocator's peak, ep_memory_plan_test.
+  cost.backward_extra_bytes += std::llround(more_rows * (2.0 * d + 3.0 * f) * b) +
+                               3 * block.seq_len * block.top_k * block.in_features * static_cast<std::int64_t>(b);
 }
 
 }  // namespace cleave::partition

@@ -68,9 +68,11 @@ EpExchangeBytes ep_exchange_bytes(const BlockSpec& block, DType dtype, double mi
 std::int64_t expert_param_count(const BlockSpec& block);
 
 // What ep changes in one moe block's per-sample activations on one tp rank (`cost`: the cost model's, at ep 1):
-// the routed-row tensors of the stash (xp and o of D, g, u and h of F / tp; the weight stash the same widths)
-// scale from T·k rows to imbalance · T·k rows, the rows the busiest rank's experts run. A no-op at ep 1 or for
-// a block without experts; under full recomputation the forward stash keeps no rows.
+// the routed-row tensors its experts run on scale from T·k rows to imbalance · T·k rows, the rows the busiest
+// rank receives: in the forward stash xp (D) and g, u, h (F / tp; o returns to the rank's own T·k rows), in the
+// weight stash xp and do (D) and dg, du, h (F / tp), in the backward's transients d_o, dxp (D) and dh, dg, du
+// (F / tp); the all-to-alls' buffers add three [T·k, D] to the backward's transients. Call it at ep > 1 only; a
+// no-op for a block without experts; under full recomputation the forward stash keeps no rows.
 void add_ep_expert_rows(BlockCost& cost, const BlockSpec& block, DType dtype, Recompute recompute, int tp,
                         double imbalance);
 

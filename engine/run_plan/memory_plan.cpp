@@ -507,6 +507,9 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     const auto bucket_bytes = static_cast<std::int64_t>(config.parallel.dp_bucket_mb * 1024.0 * 1024.0);
     const std::int64_t first_shard = zero_stage >= 2 ? std::min(grad_bytes, bucket_bytes) / dp : 0;
     at(MemoryCategory::kGradients) = std::max((1 + partial_sums) * grad_bytes, grad_bytes + first_shard);
+    // ep > 1: the expert gradients also live in the expert-dp group's bucket (engine/train/data_parallel.hpp)
+    // beside the parameters' own (measured: ep_memory_plan_test).
+    if (ep > 1) at(MemoryCategory::kGradients) += expert_bytes / ep / tp;
     m.gradients_between_steps = zero_stage >= 2 ? 0 : grad_bytes;
     at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
         zero_stage >= 1 ? state * static_cast<double>(sharded_bytes / tp) / dp : state * static_cast<double>(param_bytes / tp));

@@ -37,8 +37,8 @@
 //   communication    parallel.grad_reduce_dtype bf16 with dp > 1: a bf16 twin of every gradient bucket (per
 //                    micro-batch: of the largest, one in flight at a time)
 //   experts          parallel.expert_model_parallel_size ep > 1: the routed experts' parameters, gradients and
-//                    (without ZeRO) optimizer state ÷ ep; each moe block's routed-row stash (xp, o of D; g, u, h
-//                    of F / tp) at imbalance x T·k rows instead of T·k (partition/ep_costs.hpp); ZeRO-3 with ep
+//                    (without ZeRO) optimizer state ÷ ep; each moe block's routed-row stash (xp of D; g, u, h of
+//                    F / tp; the weight stash's xp, do of D, dg, du, h of F / tp) at imbalance x T·k rows, not T·k (partition/ep_costs.hpp); ZeRO-3 with ep
 //                    is not counted apart (the engine refuses ZeRO with ep for now)
 //   workspace        the largest block output of a micro-batch (a transient output or gradient); under
 //                    bf16 on the CPU at least the widest kernel's operands widened to f32

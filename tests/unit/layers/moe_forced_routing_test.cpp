@@ -52,7 +52,7 @@ TEST(MoeForcedRouting, EveryWorkloadMatchesTheOracle) {
   if (std::system("python3 -c pass > /dev/null 2>&1") != 0) GTEST_SKIP() << "python3 not found";
   constexpr int kExperts = 8, kTopK = 2, kTokens = 48, kSteps = 3;
   for (const int ep : {2, 4}) {
-    for (const std::string workload :
+    for (const std::string& workload :
          std::vector<std::string>{"uniform", "zipf", "one_expert", "empty_rank:" + std::to_string(ep), "moving_hot"}) {
       const nlohmann::json expected = oracle(workload, kExperts, kTopK, ep, kTokens, kSteps);
       ASSERT_EQ(expected.size(), static_cast<std::size_t>(kSteps)) << workload;
@@ -84,8 +84,12 @@ TEST(MoeForcedRouting, EveryWorkloadMatchesTheOracle) {
           }
           EXPECT_EQ(t.computed(q), want["computed_rows"][q].get<std::int64_t>()) << workload;
         }
-        if (workload.starts_with("empty_rank")) EXPECT_EQ(t.computed(ep - 1), 0) << workload;
-        if (workload == "one_expert") EXPECT_EQ(t.computed(0), ep * kTokens * kTopK);
+        if (workload.starts_with("empty_rank")) {
+          EXPECT_EQ(t.computed(ep - 1), 0) << workload;
+        }
+        if (workload == "one_expert") {
+          EXPECT_EQ(t.computed(0), ep * kTokens * kTopK);
+        }
       }
     }
   }

@@ -132,10 +132,11 @@ TEST(EpCosts, ExpertParametersAndRows) {
   BlockCost balanced = c, hot = c;
   add_ep_expert_rows(balanced, b, DType::kF32, Recompute::kNone, 1, 1.0);
   EXPECT_EQ(balanced.activation_bytes, c.activation_bytes);
+  EXPECT_EQ(balanced.backward_extra_bytes - c.backward_extra_bytes, 3 * 8 * 2 * 16 * 4);  // the all-to-alls' buffers
   add_ep_expert_rows(hot, b, DType::kF32, Recompute::kNone, 1, 1.5);
-  const std::int64_t extra = 8 * 2 / 2 * (2 * 16 + 3 * 8) * 4;
-  EXPECT_EQ(hot.activation_bytes - c.activation_bytes, extra);
-  EXPECT_EQ(hot.weight_stash_bytes - c.weight_stash_bytes, extra);
+  const std::int64_t rows = 8 * 2 / 2;  // half of T·k
+  EXPECT_EQ(hot.activation_bytes - c.activation_bytes, rows * (16 + 3 * 8) * 4);        // xp; g, u, h
+  EXPECT_EQ(hot.weight_stash_bytes - c.weight_stash_bytes, rows * (2 * 16 + 3 * 8) * 4);  // xp, do; dg, du, h
   BlockCost full = c;
   add_ep_expert_rows(full, b, DType::kF32, Recompute::kFull, 1, 1.5);
   EXPECT_EQ(full.activation_bytes, c.activation_bytes);  // full recomputation keeps only the input

@@ -51,22 +51,25 @@ TEST(EpPlan, ExpertMemoryPerRankAtEp124) {
   for (const int ep : {2, 4}) {
     const run_plan::MemoryPlan m = memory(ep, 1.0);
     // Two blocks of E experts: the rank drops (ep - 1) / ep of them, in each of parameters, gradients and AdamW's
-    // two moments.
+    // two moments; its experts' gradients are held twice (theirs and the expert-dp bucket's).
     const std::int64_t dropped = 2 * 4 * kExpertParams / ep * (ep - 1);
     EXPECT_EQ(one.bytes[at(MemoryCategory::kParameters)] - m.bytes[at(MemoryCategory::kParameters)], dropped) << ep;
-    EXPECT_EQ(one.bytes[at(MemoryCategory::kGradients)] - m.bytes[at(MemoryCategory::kGradients)], dropped) << ep;
+    EXPECT_EQ(one.bytes[at(MemoryCategory::kGradients)] - m.bytes[at(MemoryCategory::kGradients)],
+              dropped - 2 * 4 * kExpertParams / ep) << ep;
     EXPECT_EQ(one.bytes[at(MemoryCategory::kOptimizerState)] - m.bytes[at(MemoryCategory::kOptimizerState)],
               2 * dropped) << ep;
-    // A balanced routing stashes what ep 1 does.
-    EXPECT_EQ(m.bytes[at(MemoryCategory::kActivations)], one.bytes[at(MemoryCategory::kActivations)]) << ep;
+    // A balanced routing stashes what ep 1 does, plus the all-to-alls' buffers in the backward (three [T·k, D]).
+    EXPECT_GE(m.bytes[at(MemoryCategory::kActivations)] - one.bytes[at(MemoryCategory::kActivations)], 0) << ep;
+    EXPECT_LE(m.bytes[at(MemoryCategory::kActivations)] - one.bytes[at(MemoryCategory::kActivations)],
+              3 * 16 * 2 * 32 * 4) << ep;
   }
   // The busiest rank of an imbalanced routing (1.5x the mean) stashes half of T·k rows more per moe block:
-  // xp, o [., D] and g, u, h [., F] f32, per block in the forward stash (1F1B at pp 1: one micro-batch's).
+  // xp [., D] and g, u, h [., F] f32, per block in the forward stash (1F1B at pp 1: one micro-batch's).
   const run_plan::MemoryPlan hot = memory(2, 1.5);
   const run_plan::MemoryPlan even = memory(2, 1.0);
   const std::int64_t rows = 16 * 2 / 2;
   EXPECT_GE(hot.bytes[at(MemoryCategory::kActivations)] - even.bytes[at(MemoryCategory::kActivations)],
-            2 * rows * (2 * 32 + 3 * 64) * 4);
+            2 * rows * (32 + 3 * 64) * 4);
   // The default factor is the workload's: above 1 at ep 2, and what partition::workload_ep_imbalance says.
   const run_plan::MemoryPlan expected = memory(2, 0);
   EXPECT_GT(expected.bytes[at(MemoryCategory::kActivations)], even.bytes[at(MemoryCategory::kActivations)]);
@@ -133,7 +136,9 @@ TEST_F(EpPlanSearch, SearchesEpOnlyForMoeModelsWhereItDivides) {
   for (const auto& e : r.ranked) {
     eps.insert(e.choice.ep);
     EXPECT_EQ((e.choice.dp * e.choice.cp) % e.choice.ep, 0) << e.choice.layout();
-    if (e.choice.ep > 1) EXPECT_EQ(e.choice.zero_stage, 0) << e.choice.layout();  // the engine refuses ZeRO with ep
+    if (e.choice.ep > 1) {
+      EXPECT_EQ(e.choice.zero_stage, 0) << e.choice.layout();  // the engine refuses ZeRO with ep
+    }
   }
   EXPECT_EQ(eps, (std::set<int>{1, 2, 4}));
   const std::string dense = write("gpt.json", R"({"model": {"type": "gpt", "vocab_size": 64, "d_model": 32,
@@ -144,11 +149,13 @@ TEST_F(EpPlanSearch, SearchesEpOnlyForMoeModelsWhereItDivides) {
 
 TEST_F(EpPlanSearch, ChoosesExpertParallelWhenExpertsDoNotFitOtherwise) {
   // One moe block (pp cannot split its experts) and two heads (tp at most 2 splits them in two): with X the
-  // experts' f32 bytes, ep 4 (or ep 2 x tp 2) holds X in all (a quarter each of parameters, gradients and AdamW's
-  // two moments), while tp2 with ZeRO 1 or 2 needs about 1.5 X and tp2 with ZeRO-3 about 1.75 X (the block's
-  // experts gathered in full, their gradients in full until reduced).
+  // experts' f32 bytes, ep 4 (or ep 2 x tp 2) holds 1.25 X in all (a quarter each of parameters, AdamW's two
+  // moments and the gradients, held twice), while tp2 with ZeRO 1 or 2 needs about 1.5 X and tp2 with ZeRO-3
+  // about 1.75 X (the block's experts gathered in full, their gradients in full until reduced); experts of width
+  // 512 make X dominate the activations.
   std::string text = kMoe;
   text.replace(text.find("\"n_layers\": 2, \"n_heads\": 4"), 27, "\"n_layers\": 1, \"n_heads\": 2");
+  text.replace(text.find("\"ffn_hidden_size\": 64"), 21, "\"ffn_hidden_size\": 512");
   const std::string config = write("moe.json", text);
   const SearchResult open = search_plans(config, {}, profile(), SearchOptions{4, 0});
   std::int64_t least_without = -1, least_with = -1;

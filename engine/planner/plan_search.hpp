@@ -1,7 +1,7 @@
 // The plan search behind `cleave plan`: every layout of a config on `world` ranks (tp dividing heads and
 // d_ff and within a node, pp up to the block count, dp the rest; every schedule with its virtual stages;
 // every micro-batch size dividing the per-replica batch; ZeRO 0 to 3 when dp > 1; for a moe model every expert-
-// parallel size ep dividing the experts and dp × cp (ep > 1 with ZeRO 0 only, as the engine allows); sequence parallelism off
+// parallel size ep dividing the experts and dp × cp (with the ZeRO stages the engine allows it); sequence parallelism off
 // and on when tp > 1; recomputation none, selective and full for a gpt), each checked by the
 // engine's own config and plan code (so a plan the search returns is one `cleave train` accepts), its
 // memory estimated per pp rank by the trainer's memory plan (engine/run_plan/memory_plan.hpp) and its step

@@ -38,8 +38,9 @@
 //                    micro-batch: of the largest, one in flight at a time)
 //   experts          parallel.expert_model_parallel_size ep > 1: the routed experts' parameters, gradients and
 //                    (without ZeRO) optimizer state ÷ ep; each moe block's routed-row stash (xp of D; g, u, h of
-//                    F / tp; the weight stash's xp, do of D, dg, du, h of F / tp) at imbalance x T·k rows, not T·k (partition/ep_costs.hpp); ZeRO-3 with ep
-//                    is not counted apart (the engine refuses ZeRO with ep for now)
+//                    F / tp; the weight stash's xp, do of D, dg, du, h of F / tp) at imbalance x T·k rows, not T·k (partition/ep_costs.hpp); ZeRO 1-2 shard the
+//                    experts' state over the dp x cp / ep ranks holding them: the same bytes per rank as at ep 1;
+//                    ZeRO-3 with ep is not counted apart
 //   workspace        the largest block output of a micro-batch (a transient output or gradient); under
 //                    bf16 on the CPU at least the widest kernel's operands widened to f32
 // It is an estimate; the allocator's cap still enforces the real limit at run time, and the measured peaks

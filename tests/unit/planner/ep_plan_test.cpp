@@ -137,7 +137,7 @@ TEST_F(EpPlanSearch, SearchesEpOnlyForMoeModelsWhereItDivides) {
     eps.insert(e.choice.ep);
     EXPECT_EQ((e.choice.dp * e.choice.cp) % e.choice.ep, 0) << e.choice.layout();
     if (e.choice.ep > 1) {
-      EXPECT_EQ(e.choice.zero_stage, 0) << e.choice.layout();  // the engine refuses ZeRO with ep
+      EXPECT_LE(e.choice.zero_stage, 1) << e.choice.layout();  // the engine refuses ZeRO-2 and 3 with ep
     }
   }
   EXPECT_EQ(eps, (std::set<int>{1, 2, 4}));

@@ -107,6 +107,9 @@ struct Context : ops::Context {
   // Expert parallelism (parallel.expert_model_parallel_size > 1): the ep group over which the mixture-of-experts
   // layers exchange tokens (layers/moe/expert_dispatch.hpp). Null when ep = 1.
   comm::Communicator* ep_comm = nullptr;
+  // The optimizer step being computed (0-based; the trainer sets it before each step). Read only by
+  // model.forced_routing's workloads (layers/moe/forced_routing.hpp), which may change with the step.
+  std::int64_t step = 0;
 };
 
 class Layer {

@@ -33,7 +33,7 @@ COLUMNS = ("id profile family vocab d_model n_layers n_heads n_kv_heads ffn seq 
            "recompute zero sp scatter attention metric published note").split()
 SMOKE_ID = "sc21-1.7B"
 # --breakdown's columns: groups of `simulate --json`'s breakdown_s terms (docs/planner.md, "The step, term by term").
-BREAKDOWN = (("forward", "input_grad", "weight_grad"), ("recompute",), ("tensor_parallel", "context_parallel"),
+BREAKDOWN = (("forward", "input_grad", "weight_grad"), ("recompute",), ("tensor_parallel", "context_parallel", "expert_all_to_all"),
              ("data_parallel", "zero_gather"), ("optimizer",), ("point_to_point",), ("bubble",))
 BREAKDOWN_HEAD = "F+I+W/recompute/tp+cp/dp+zero/optimizer/p2p/bubble %"
 

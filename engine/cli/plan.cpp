@@ -41,7 +41,7 @@ namespace {
 ArgParser plan_args() {
   ArgParser p("plan",
               "cleave plan CONFIG.json --world N [--profile FILE] [--memory-limit SIZE] [--top K]\n"
-              "                   [--write BEST.json] [--explain] [--json FILE] [--tie-within F]\n"
+              "                   [--write BEST.json] [--explain] [--json FILE] [--tie-within F] [--ep-imbalance F]\n"
               "                   [--trial K [--trial-steps N] [--trial-rounds R] [--trial-spread F]\n"
               "                   [--trial-budget SECONDS] [--launcher CMD]] [--set key.path=value ...]",
               R"(Searches every plan of CONFIG on N ranks: tensor-parallel size (dividing n_heads and d_ff, within a node),
@@ -61,13 +61,17 @@ Run it without mpiexec: --trial K starts `mpiexec -n N cleave train` itself for 
             "write the best plan as a config for `mpirun -np N cleave train FILE`, with a\n"
             "fresh train.out_dir beside the source's, named after FILE (runs/best for best.json)")
       .flag("--explain", "print plan #1's predicted step term by term (compute per block and pass, tp, cp,\n"
-                         "ZeRO, dp, optimizer, P2P, bubble) and each runner-up's difference per term")
+                         "ep, ZeRO, dp, optimizer, P2P, bubble) and each runner-up's difference per term")
       .text("--json", "FILE",
             "also write every plan that fits (ranked) with its overrides, predicted step time,\n"
             "throughput, bubble and peak memory per rank (refuses to overwrite FILE)")
       .number("--tie-within", "F",
               "the model's stated error: plans predicted within this fraction of their group's\n"
               "fastest are tied, and the one with the lowest peak / cap comes first", planner::kPredictionError, 0)
+      .number("--ep-imbalance", "F",
+              "expert parallelism (moe): the busiest ep rank's routed rows over the mean, pricing the\n"
+              "all-to-alls, its expert GEMMs and stash (default 0: the expected figure for uniformly\n"
+              "random top-k routing of the plan's tokens; docs/planner.md#expert-parallelism)", 0, 0)
       .count("--trial", "K",
              "train the top K plans under mpiexec in interleaved rounds (A B C A B C ...), print\n"
              "predicted against measured (median and spread of the rounds) and re-rank only where\n"
@@ -176,6 +180,8 @@ void write_plans_json(const std::string& json_path, const std::vector<const plan
                      {"zero_stage", e.choice.zero_stage},
                      {"zero_reduce", std::string(enum_name(e.choice.zero_reduce))},
                      {"sequence_parallel", e.choice.sequence_parallel},
+                     {"expert_parallel", e.choice.ep},
+                     {"ep_imbalance", e.ep_imbalance},
                      {"comm_bytes", e.comm_bytes},
                      {"recompute", std::string(enum_name(e.choice.recompute))},
                      {"overrides", e.choice.overrides()},
@@ -229,7 +235,11 @@ int run_plan(int argc, char** argv) {
                json_path);
   const config::RunConfig base = config::load_config(config_path, overrides);
 
-  const auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
+  auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
+  options.ep_imbalance = args.number("--ep-imbalance");
+  CLEAVE_CHECK(options.ep_imbalance == 0 || options.ep_imbalance >= 1,
+               "plan: --ep-imbalance {} is below 1 (the busiest rank's rows over the mean); use 0 for the workload's "
+               "figure or a value >= 1", options.ep_imbalance);
   const planner::SearchResult result = planner::search_plans(config_path, overrides, profile, options);
 
   std::printf("cleave plan: %s on %d ranks | profile: %s\n  (%s)\n  memory cap per rank: %s\n",

@@ -31,7 +31,7 @@ ArgParser simulate_config_args() {
   ArgParser p("simulate --config",
               "cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--set k=v ...]\n"
               "                [--json] [--svg FILE] [--trace FILE] [--scatter-gather] [--explain]\n"
-              "                [--attention memory_efficient|probabilities|probabilities_dropout]",
+              "                [--attention memory_efficient|probabilities|probabilities_dropout] [--ep-imbalance F]",
               R"(Simulates one training step of the plan CONFIG describes on N ranks with the planner's costs (cost model
 FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer) and prints the step time,
 bubble, where the time goes, and per pp rank the memory plan by category and its timeline's peak.)");
@@ -43,7 +43,7 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
       .flag("--json", "print one JSON object (with the memory timeline and breakdown_s, the step term by term)\n"
                       "instead of the summary")
       .flag("--explain", "print the predicted step term by term (compute per block and pass, recomputation,\n"
-                         "tp, cp, ZeRO, dp, optimizer, P2P, bubble; they sum to the step)")
+                         "tp, cp, ep, ZeRO, dp, optimizer, P2P, bubble; they sum to the step)")
       .text("--svg", "FILE", "write an SVG timeline")
       .text("--trace", "FILE", "write a Chrome trace JSON")
       .flag("--scatter-gather",
@@ -52,7 +52,10 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
       .text("--attention", "KIND",
             "the attention kernel the simulated run used (the engine runs memory_efficient, the default):\n"
             "probabilities stores the [T, T] scores and runs softmax over them (Megatron-LM's fused\n"
-            "scale-mask-softmax), probabilities_dropout also attention dropout; roofline profiles only");
+            "scale-mask-softmax), probabilities_dropout also attention dropout; roofline profiles only")
+      .number("--ep-imbalance", "F",
+              "expert parallelism: the busiest ep rank's routed rows over the mean (default 0: the\n"
+              "expected figure for uniformly random top-k routing; docs/planner.md#expert-parallelism)", 0, 0);
   return p;
 }
 
@@ -113,6 +116,10 @@ int run_simulate_config(int argc, char** argv) {
                  "profile '{}' times the engine's own memory-efficient attention", kind, profile.name);
     options.attention = *parsed;
   }
+  options.ep_imbalance = args.number("--ep-imbalance");
+  CLEAVE_CHECK(options.ep_imbalance == 0 || options.ep_imbalance >= 1,
+               "simulate --config: --ep-imbalance {} is below 1 (the busiest rank's rows over the mean); use 0 for the "
+               "workload's figure or a value >= 1", options.ep_imbalance);
   const planner::PlanChoice choice = planner::choice_of_config(config_path, overrides, world);
   planner::PlanDetails details;
   const planner::PlanEstimate e = planner::estimate_plan(config_path, overrides, choice, profile, options, &details);
@@ -135,6 +142,9 @@ int run_simulate_config(int argc, char** argv) {
                           {"micro_batch", choice.micro_batch},
                           {"zero_stage", choice.zero_stage},
                           {"sequence_parallel", choice.sequence_parallel},
+                          {"expert_parallel", choice.ep},
+                          {"ep_imbalance", e.ep_imbalance},
+                          {"ep_all_to_all_s", e.ep_all_to_all_s},
                           {"comm_bytes", e.comm_bytes},
                           {"param_count", total_params},
                           {"active_param_count", active_params},
@@ -174,6 +184,11 @@ int run_simulate_config(int argc, char** argv) {
               "%.3f ms\n",
               e.breakdown.compute_s * 1e3, e.breakdown.tp_comm_s * 1e3, e.breakdown.idle_s * 1e3,
               e.breakdown.dp_comm_s * 1e3, e.breakdown.optimizer_s * 1e3);
+  if (choice.ep > 1) {
+    std::printf("expert parallelism ep%d: busiest rank's routed rows %.3fx the mean (expected for uniform top-k routing; "
+                "cleave plan --ep-imbalance sets it); one moe block's four all-to-alls per micro-batch %.3f ms (the "
+                "expert_all_to_all term, in the tp figure above)\n", choice.ep, e.ep_imbalance, e.ep_all_to_all_s * 1e3);
+  }
   if (explain) {
     std::printf("the predicted step, term by term (busiest pp rank %d):\n", e.breakdown.rank);
     for (const auto& line : planner::breakdown_table(e.breakdown, true)) std::printf("%s\n", line.c_str());

@@ -254,7 +254,7 @@ inline constexpr std::array<Field<LlamaConfig>, 15> kLlamaFields = {{
 }};
 
 // model.type "moe": llama's keys (ffn_hidden_size is each expert's width), then the mixture's (moe.hpp).
-inline constexpr std::array<Field<MoeConfig>, 20> kMoeFields = {{
+inline constexpr std::array<Field<MoeConfig>, 21> kMoeFields = {{
     {"vocab_size", &MoeConfig::vocab_size, FieldKind::kInteger, "vocabulary size (token ids 0..V-1)", 1, kMaxFeatures},
     {"d_model", &MoeConfig::d_model, FieldKind::kInteger, "hidden width", 1, kMaxFeatures},
     {"n_layers", &MoeConfig::n_layers, FieldKind::kInteger, "moe blocks", 1, kMaxCount},
@@ -285,6 +285,8 @@ inline constexpr std::array<Field<MoeConfig>, 20> kMoeFields = {{
     {"z_loss_coef", &MoeConfig::z_loss_coef, FieldKind::kNumber, "router z-loss coefficient (0: off)", 0, 0, 0.0, kInf},
     {"bias_update_rate", &MoeConfig::bias_update_rate, FieldKind::kNumber,
      "sigmoid router: the selection bias's step per optimizer step", 0, 0, 0.0, kInf},
+    {"forced_routing", &MoeConfig::forced_routing, FieldKind::kString,
+     "test/benchmark only: a named routing workload replacing the router's choice (\"\": off)"},
 }};
 
 inline constexpr std::array<Field<MlpConfig>, 4> kMlpFields = {{

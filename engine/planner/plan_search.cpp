@@ -15,6 +15,7 @@
 #include "partition/block_work.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/cp_rules.hpp"
+#include "partition/ep_rules.hpp"
 #include "partition/tp_rules.hpp"
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/simulator.hpp"
@@ -61,12 +62,17 @@ std::string oversubscription_warning(const PlanEstimate& e) {
                      static_cast<double>(e.cores_per_node) / e.ranks_on_node, e.core_sharing);
 }
 
-std::string PlanChoice::layout() const {
+std::string PlanChoice::dense_layout() const {
   if (cp > 1) {
     return fmt::format("tp{} cp{}{} pp{} dp{}", tp, cp, cp_comm == config::ContextParallelComm::kAllToAll ? "a2a" : "",
                        pp, dp);
   }
   return fmt::format("tp{} pp{} dp{}", tp, pp, dp);
+}
+
+std::string PlanChoice::layout() const {
+  const std::string ep_part = ep > 1 ? fmt::format(" ep{}", ep) : "";
+  return dense_layout() + ep_part;
 }
 
 std::string PlanChoice::zero_label() const {
@@ -96,6 +102,7 @@ std::vector<std::string> PlanChoice::overrides() const {
     keys.push_back(fmt::format("parallel.context_parallel_size={}", cp));
     keys.push_back(fmt::format("parallel.context_parallel_comm={}", cp_comm));
   }
+  if (ep > 1) keys.push_back(fmt::format("parallel.expert_model_parallel_size={}", ep));
   return keys;
 }
 
@@ -115,6 +122,7 @@ config::RunConfig PlanChoice::apply_to(const config::RunConfig& base) const {
   p.sequence_parallel = sequence_parallel;
   p.context_parallel_size = cp;
   p.context_parallel_comm = cp_comm;
+  p.expert_model_parallel_size = ep;
   c.train.recompute = recompute;
   config::validate(c);
   return c;
@@ -139,6 +147,7 @@ PlanChoice choice_of_config(const std::string& config_path, const std::vector<st
   c.zero_reduce = config::resolved_zero_reduce(config);
   c.cp = config.parallel.context_parallel_size;
   c.cp_comm = config.parallel.context_parallel_comm;
+  c.ep = config.parallel.expert_model_parallel_size;
   return c;
 }
 
@@ -279,7 +288,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   const std::vector<double> saved = probabilities_saved(plan, choice, options, bf16 ? DType::kBF16 : DType::kF32);
   const auto shard = partition::model_costs(plan.spec, DType::kF32, choice.recompute, choice.tp);
   for (int r = 0; r < choice.pp; ++r) {
-    run_plan::MemoryPlan memory = run_plan::estimate_rank_memory(plan, config, r);
+    run_plan::MemoryPlan memory = run_plan::estimate_rank_memory(plan, config, r, options.ep_imbalance);
     // A run storing attention probabilities keeps them with every micro-batch's stash: the activations grow by
     // their share of a micro-batch's stash on each of the rank's stages (the trainer's plan counts its own,
     // memory-efficient attention).
@@ -333,6 +342,11 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   ActionTerms optimizer;
   const pipeline::SimulationCosts sim = simulation_costs(terms, stages, optimizer);
   for (const StageCosts& st : stages) est.comm_bytes += st.comm_bytes / choice.pp;
+  est.ep_imbalance = terms.ep_imbalance;
+  for (int b = 0; b < static_cast<int>(plan.spec.blocks.size()) && est.ep_all_to_all_s == 0; ++b) {
+    const BlockCollectives x = expert_all_to_all(terms, b);  // one moe block's four, per micro-batch
+    est.ep_all_to_all_s = x.forward_s + x.backward_s;
+  }
   const pipeline::SimulationResult result = pipeline::simulate(plan.schedule, sim);
   est.step_s = result.stats.makespan;
   est.bubble = result.stats.bubble_fraction;
@@ -417,6 +431,13 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
         continue;
       }
       ++layouts;
+      // Expert parallelism (moe models): every ep the experts and the dp × cp ranks allow (partition/ep_rules.hpp).
+      std::vector<int> eps = {1};
+      if (partition::routed_experts(spec) > 0) {
+        for (const std::int64_t ep : partition::allowed_ep_sizes(spec, static_cast<std::int64_t>(dp) * cp)) {
+          if (ep > 1) eps.push_back(static_cast<int>(ep));
+        }
+      }
       std::vector<std::pair<std::string, int>> schedules;
       if (pp == 1) {
         schedules.push_back({"1f1b", 1});
@@ -439,9 +460,12 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
               }
               for (const config::ZeroReduce reduce : reduces) {
                 for (const Recompute recompute : recomputes) {
-                  PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp, reduce, cp, cp_comm};
-                  PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts);
-                  (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
+                  for (const int ep : eps) {
+                    PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp, reduce, cp, cp_comm};
+                    c.ep = ep;
+                    PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts);
+                    (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
+                  }
                 }
               }
             }

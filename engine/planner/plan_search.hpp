@@ -1,14 +1,16 @@
 // The plan search behind `cleave plan`: every layout of a config on `world` ranks (tp dividing heads and
 // d_ff and within a node, pp up to the block count, dp the rest; every schedule with its virtual stages;
-// every micro-batch size dividing the per-replica batch; ZeRO 0 to 3 when dp > 1; sequence parallelism off
+// every micro-batch size dividing the per-replica batch; ZeRO 0 to 3 when dp > 1; for a moe model every expert-
+// parallel size ep dividing the experts and dp × cp (with the ZeRO stages the engine allows it); sequence parallelism off
 // and on when tp > 1; recomputation none, selective and full for a gpt), each checked by the
 // engine's own config and plan code (so a plan the search returns is one `cleave train` accepts), its
 // memory estimated per pp rank by the trainer's memory plan (engine/run_plan/memory_plan.hpp) and its step
 // timed by the pipeline simulator with per-stage costs from a hardware profile, priced term by term
 // (engine/planner/step_terms.hpp: compute per block and pass, recomputation, tensor-parallel collectives, the
-// context-parallel exchange, ZeRO's gathers, the data-parallel reduction, the optimizer step; the formulas in
-// docs/planner.md, "The step, term by term"), and split back into those terms on the busiest rank, with its idle
-// time as point-to-point waits and bubble (PlanEstimate::breakdown; `cleave plan --explain`).
+// context-parallel exchange, expert parallelism's all-to-alls and its busiest rank's expert GEMMs, ZeRO's gathers,
+// the data-parallel reduction, the optimizer step; the formulas in docs/planner.md, "The step, term by term"), and
+// split back into those terms on the busiest rank, with its idle time as point-to-point waits and bubble
+// (PlanEstimate::breakdown; `cleave plan --explain`).
 // Invariant: a plan whose estimated peak on any pp rank exceeds the cap is never ranked; it is kept with
 // the reason so the caller can say why nothing fits.
 #pragma once
@@ -42,7 +44,12 @@ struct PlanChoice {
   // models; dp above is the data-parallel size proper (world = tp × cp × dp × pp).
   int cp = 1;
   config::ContextParallelComm cp_comm = config::ContextParallelComm::kRing;
-  std::string layout() const;   // "tp2 pp2 dp1"; "tp2 cp2 pp2 dp1" (ring) or "... cp2a2a ..." when cp > 1
+  // Expert parallelism (parallel.expert_model_parallel_size; moe models): ep ranks taken from the dp × cp ranks
+  // split each moe block's experts (the world stays tp × cp × dp × pp).
+  int ep = 1;
+  // "tp2 pp2 dp1"; "tp2 cp2 pp2 dp1" (ring) or "... cp2a2a ..." when cp > 1; " ep2" appended when ep > 1
+  std::string layout() const;
+  std::string dense_layout() const;  // layout() without the ep part
   // The zero column of `cleave plan`: the stage, with "m" (per micro-batch) or "s" (per step) for ZeRO-2/3.
   std::string zero_label() const;
   // The --set overrides that select this plan (parallel.*, batch.*, optimizer.zero_stage, train.recompute).
@@ -65,6 +72,10 @@ struct PlanEstimate {
   int peak_rank = 0;
   std::array<std::int64_t, kNumMemoryCategories> peak_by_category{};  // of that rank
   StepBreakdown breakdown;     // where step_s goes, term by term (sums to it)
+  double ep_imbalance = 1.0;  // the factor the plan was priced with (1 without ep)
+  // The four all-to-alls of one moe block and micro-batch on the busiest ep rank, forward and backward (0 at ep 1);
+  // over the step they are breakdown's expert_all_to_all term (in breakdown.tp_comm_s with the tp and cp exchanges).
+  double ep_all_to_all_s = 0;
   // Ranks on a node and its cores (0 = a device per rank); compute and the optimizer step are priced
   // core_sharing times what the profile measured (HardwareProfile::core_sharing); oversubscribed() when ranks
   // outnumber cores.
@@ -101,6 +112,10 @@ struct SearchOptions {
   // The attention kernel the simulated run used (a model option; the engine runs memory-efficient attention):
   // `cleave simulate --attention`, priced by attention_probabilities_compute (step_terms.hpp) on a roofline profile.
   partition::AttentionKind attention = partition::AttentionKind::kMemoryEfficient;
+  // Expert parallelism: the busiest ep rank's routed rows over the mean, which times the all-to-alls and the
+  // busiest rank's expert GEMMs and sizes its stash (`cleave plan --ep-imbalance`); 0 = the workload's
+  // expected figure for uniformly random top-k routing (partition::workload_ep_imbalance).
+  double ep_imbalance = 0;
 };
 
 struct SearchResult {

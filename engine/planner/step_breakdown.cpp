@@ -13,6 +13,7 @@ constexpr std::array<StepTermInfo, kNumStepTerms> kStepTermInfo = {{
     {"recompute", "forward rerun inside I (train.recompute)"},
     {"tensor_parallel", "tp all-reduces / SP reduce-scatter + all-gather, boundary all-gathers"},
     {"context_parallel", "cp key/value exchange not hidden by compute"},
+    {"expert_all_to_all", "ep all-to-alls: dispatch, combine and their gradients"},
     {"zero_gather", "ZeRO parameter all-gathers not hidden by prefetch"},
     {"data_parallel", "gradient reduction over the dp x cp replicas"},
     {"optimizer", "optimizer step"},
@@ -48,7 +49,7 @@ void StepBreakdown::set_groups() {
   using T = StepTerm;
   const auto& b = *this;
   compute_s = b[T::kForward] + b[T::kInputGrad] + b[T::kWeightGrad] + b[T::kRecompute];
-  tp_comm_s = b[T::kTensorParallel] + b[T::kContextParallel];
+  tp_comm_s = b[T::kTensorParallel] + b[T::kContextParallel] + b[T::kExpertAllToAll];
   idle_s = b[T::kPointToPoint] + b[T::kBubble];
   dp_comm_s = b[T::kZeroGather] + b[T::kDataParallel];
   optimizer_s = b[T::kOptimizer];

@@ -6,7 +6,7 @@
 // the predicted step (PlanEstimate::step_s) up to rounding; StepBreakdown::hidden holds what overlapped with
 // compute and is therefore in no term of the sum.
 //
-// Adding a term (an expert-parallel all-to-all, say): an enumerator before kCount with its row in
+// Adding a term (as kExpertAllToAll was): an enumerator before kCount with its row in
 // kStepTermInfo, a function in step_terms.hpp that prices it into the ActionTerms of the actions that wait for it,
 // and its formula in docs/planner.md. Nothing else changes: the simulator reads ActionTerms::total(), and
 // `--explain` prints every term.
@@ -26,6 +26,7 @@ enum class StepTerm {
   kRecompute,        // the forward rerun inside I (train.recompute); its collectives are in their own terms
   kTensorParallel,   // tp all-reduces, or sequence parallelism's reduce-scatter + all-gather; boundary all-gathers
   kContextParallel,  // cp's key/value exchange, what compute does not hide
+  kExpertAllToAll,   // ep's four all-to-alls per moe block and micro-batch (dispatch, combine, their gradients)
   kZeroGather,       // ZeRO-3 parameter gathers the prefetch does not hide; ZeRO-1/2 gather after the step
   kDataParallel,     // the gradients' reduction over dp x cp replicas (REDUCE_GRAD; per-micro-batch ZeRO behind W)
   kOptimizer,        // the optimizer step
@@ -67,7 +68,7 @@ struct StepBreakdown {
   TermSeconds hidden{};   // overlapped with compute (not in the sum): ZeRO-3 prefetch, ring hops, early reductions
   int rank = 0;           // the busiest pp rank (most busy time)
   std::vector<BlockPassSeconds> blocks;  // its compute by block kind; sums to forward + input_grad + weight_grad + recompute
-  // The five coarse groups earlier tools printed: compute (F, I, W, recomputation), tp (and cp) collectives, idle
+  // The five coarse groups earlier tools printed: compute (F, I, W, recomputation), tp (and cp, ep) collectives, idle
   // (P2P and bubble), dp reduction (and ZeRO's gathers), optimizer. Sums of `seconds`, set by set_groups().
   double compute_s = 0, tp_comm_s = 0, idle_s = 0, dp_comm_s = 0, optimizer_s = 0;
 

@@ -6,6 +6,7 @@
 #include "engine/core/enum_names.hpp"
 #include "partition/block_work.hpp"
 #include "partition/cp_rules.hpp"
+#include "partition/ep_costs.hpp"
 #include "partition/measured_costs.hpp"
 #include "partition/tp_rules.hpp"
 
@@ -56,6 +57,10 @@ TermContext make_term_context(const run_plan::Plan& plan, const config::RunConfi
   // Gradients are reduced over dp × cp ranks (ZeRO shards over them too): the replicas the tail sees.
   c.dp_link = choice.tp * choice.cp * choice.dp > profile.ranks_per_node ? &profile.inter_node : &profile.intra_node;
   c.cp_link = choice.tp * choice.cp > profile.ranks_per_node ? &profile.inter_node : &profile.intra_node;
+  c.ep_link = choice.tp * choice.ep > profile.ranks_per_node ? &profile.inter_node : &profile.intra_node;
+  c.ep_imbalance = choice.ep == 1                ? 1.0
+                   : options.ep_imbalance > 0 ? options.ep_imbalance
+                                              : partition::workload_ep_imbalance(plan.spec, choice.micro_batch, choice.cp, choice.ep);
   c.costs = partition::model_costs(plan.spec, c.dtype, choice.recompute);
   c.plain_costs = partition::model_costs(plan.spec, c.dtype, Recompute::kNone);
   return c;
@@ -203,6 +208,58 @@ BlockCollectives context_parallel_exchange(const TermContext& c, int b, const Bl
   return x;
 }
 
+namespace {
+
+bool has_expert_parallelism(const TermContext& c, int b) {
+  return c.choice->ep > 1 && c.plan->spec.blocks[static_cast<std::size_t>(b)].n_experts > 0;
+}
+
+}  // namespace
+
+BlockCollectives expert_all_to_all(const TermContext& c, int b) {
+  BlockCollectives x;
+  if (!has_expert_parallelism(c, b)) return x;
+  const PlanChoice& choice = *c.choice;
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  const partition::EpExchangeBytes bytes =
+      partition::ep_exchange_bytes(block, c.dtype, c.micro, choice.cp, choice.ep, c.ep_imbalance);
+  const double pair = 2 * c.collective_s(Collective::kReduceScatter, bytes.busiest, choice.ep, *c.ep_link);
+  x.forward_s = pair;   // dispatch and combine
+  x.backward_s = pair;  // their gradients
+  x.rerun_s = choice.recompute == Recompute::kFull ? pair : 0.0;
+  x.bytes = c.micro_batches * 4 * bytes.sent_mean;
+  return x;
+}
+
+BlockCompute expert_imbalance_compute(const TermContext& c, int b, const BlockCompute& compute) {
+  if (!has_expert_parallelism(c, b)) return compute;
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  const auto& cost = c.costs[static_cast<std::size_t>(b)];
+  // Expert GEMMs per sample: gate, up (D -> F/tp) and down (F/tp -> D) over T·k rows, 2 FLOPs a multiply-add, the
+  // same count in each pass (input gradient: dx of each; weight gradient: dW of each).
+  const double expert_flops = 3.0 * 2.0 * static_cast<double>(block.seq_len * block.top_k * block.in_features) *
+                              static_cast<double>(block.d_ff);
+  const auto share = [&](double pass_flops) {
+    return pass_flops > 0 ? (c.ep_imbalance - 1.0) * std::min(1.0, expert_flops / pass_flops) : 0.0;
+  };
+  const double f = share(cost.forward_flops), i = share(cost.input_grad_flops), w = share(cost.weight_grad_flops);
+  const ProbabilitiesCompute& p = compute.probabilities;
+  BlockCompute x = compute;
+  x.forward_s += f * (compute.forward_s - p.forward_s);
+  x.input_grad_s += i * (compute.input_grad_s - p.input_grad_s);
+  x.recompute_s += i * (compute.recompute_s - p.recompute_s);
+  x.weight_grad_s += w * compute.weight_grad_s;
+  return x;
+}
+
+double block_local_params(const TermContext& c, int b) {
+  const double params = static_cast<double>(c.costs[static_cast<std::size_t>(b)].param_count) / c.choice->tp;
+  if (!has_expert_parallelism(c, b)) return params;
+  const int ep = c.choice->ep;
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  return params - static_cast<double>(partition::expert_param_count(block)) / c.choice->tp * (ep - 1) / ep;
+}
+
 double zero3_block_gather_s(const TermContext& c, int b) {
   if (c.zero != 3) return 0.0;
   const auto& cost = c.costs[static_cast<std::size_t>(b)];
@@ -302,9 +359,11 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
     double grad_bytes = 0, stage_w = 0, stage_i = 0, cp_hidden_backward = 0;
     std::vector<double> block_f, block_b, gathers;  // per block, for ZeRO-3's prefetch (seconds free to hide it)
     for (int b = range.begin; b < range.end; ++b) {
-      const BlockCompute compute = block_compute(c, b, warm);
+      const BlockCompute even = block_compute(c, b, warm);  // every ep rank's mean rows
       const BlockCollectives tp = tensor_parallel_collectives(c, b);
-      const BlockCollectives cp = context_parallel_exchange(c, b, compute);
+      const BlockCollectives cp = context_parallel_exchange(c, b, even);
+      const BlockCollectives ep = expert_all_to_all(c, b);
+      const BlockCompute compute = expert_imbalance_compute(c, b, even);  // the busiest ep rank's
       st.forward[T::kForward] += c.core_sharing * compute.forward_s;
       st.input_grad[T::kInputGrad] += c.core_sharing * compute.input_grad_s;
       st.input_grad[T::kRecompute] += c.core_sharing * compute.recompute_s;
@@ -315,12 +374,14 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
       st.input_grad[T::kContextParallel] += cp.backward_s + cp.rerun_s;
       st.forward.hidden_at(T::kContextParallel) += cp.hidden_forward_s;
       st.input_grad.hidden_at(T::kContextParallel) += cp.hidden_backward_s;
-      st.comm_bytes += tp.bytes + cp.bytes;
+      st.forward[T::kExpertAllToAll] += ep.forward_s;
+      st.input_grad[T::kExpertAllToAll] += ep.backward_s + ep.rerun_s;
+      st.comm_bytes += tp.bytes + cp.bytes + ep.bytes;
       const auto& block = plan.spec.blocks[static_cast<std::size_t>(b)];
       add_block_seconds(st.blocks, {std::string(enum_name(block.kind)), 1, compute.forward_s * c.core_sharing,
                                     compute.input_grad_s * c.core_sharing, compute.weight_grad_s * c.core_sharing,
                                     compute.recompute_s * c.core_sharing});
-      grad_bytes += 4.0 * static_cast<double>(c.costs[static_cast<std::size_t>(b)].param_count) / choice.tp;
+      grad_bytes += 4.0 * block_local_params(c, b);  // E / ep of a moe block's experts under ep
       stage_w += compute.weight_grad_s;
       stage_i += compute.backward_input_s();
       cp_hidden_backward += cp.hidden_backward_s;

@@ -44,6 +44,10 @@ struct TermContext {
   const Link* p2p_link = nullptr;
   const Link* dp_link = nullptr;
   const Link* cp_link = nullptr;
+  const Link* ep_link = nullptr;  // an ep group spans tp × ep consecutive ranks (ep is the fastest inside dp × cp)
+  // Expert parallelism: the busiest ep rank's routed rows over the mean (SearchOptions::ep_imbalance, else the
+  // workload's expected figure, partition::workload_ep_imbalance); 1 without ep.
+  double ep_imbalance = 1.0;
   std::vector<partition::BlockCost> costs;        // per block, with the plan's recomputation
   std::vector<partition::BlockCost> plain_costs;  // per block, without recomputation
 
@@ -96,6 +100,21 @@ BlockCollectives tensor_parallel_collectives(const TermContext& c, int block);
 // the ring hides each pass's K/V hops behind that pass's compute of the block (`compute`: ÷ cp, before core
 // sharing): F's behind the forward, the backward's behind I without the rerun, a full rerun's behind the rerun.
 BlockCollectives context_parallel_exchange(const TermContext& c, int block, const BlockCompute& compute);
+// Expert parallelism (ep > 1, a block with routed experts; docs/planner.md, "Expert parallelism"): the four
+// all-to-alls per micro-batch, dispatch and combine in F and their gradients in I (a full recompute reruns F's two
+// in I), each of the busiest rank's rows, ep_imbalance × b × T/cp × k rows of D values, priced as a reduce-scatter
+// of those bytes over the ep ranks (the profile's fits inside a node); none hidden under compute. `bytes`: what a
+// rank sends off-rank per step, on average (partition::ep_exchange_bytes). Zero for other blocks and at ep 1.
+BlockCollectives expert_all_to_all(const TermContext& c, int block);
+// The busiest ep rank's compute of a block with routed experts: its expert GEMMs (gate, up, down: 3 per pass,
+// 2·T·k·D·F / tp FLOPs each per sample) run ep_imbalance × the mean rows, so each pass of `compute` (without the
+// attention-probabilities part) grows by (ep_imbalance - 1) × the expert GEMMs' FLOP share of that pass (capped at
+// 1); I's share applies to the rerun too. `compute` itself at ep 1 or for other blocks.
+BlockCompute expert_imbalance_compute(const TermContext& c, int block, const BlockCompute& compute);
+// The parameter elements one tp rank of a block holds, reduces and updates: the block's, less the (ep - 1) / ep of
+// its routed experts that live on the other ranks of its ep group.
+double block_local_params(const TermContext& c, int block);
+
 // ZeRO-3's all-gather of one block's parameters (one tp rank's, in the compute dtype) from the replicas.
 double zero3_block_gather_s(const TermContext& c, int block);
 // A stage's ZeRO-3 gathers per micro-batch: each block's gather prefetched under the compute of the block before

@@ -12,6 +12,7 @@
 #include "partition/block_work.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/cp_rules.hpp"
+#include "partition/ep_costs.hpp"
 #include "pipeline/timeline.hpp"
 
 namespace cleave::run_plan {
@@ -372,7 +373,7 @@ std::string MemoryPlan::breakdown() const {
   return out + "total " + format_bytes(total());
 }
 
-MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank) {
+MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, double ep_imbalance) {
   const int tp = config.parallel.tensor_model_parallel_size;
   // Parameters: whole-model (÷ tp below); activations: one tp rank's (the cost model's tp layout).
   const partition::Recompute recompute = config.train.recompute;
@@ -385,9 +386,17 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   const int cp = std::max(1, config.parallel.context_parallel_size);
   const int dp = std::max(1, config.parallel.data_parallel_size) * cp;
   const bool ring = cp > 1 && config.parallel.context_parallel_comm == config::ContextParallelComm::kRing;
+  // Expert parallelism (partition/ep_costs.hpp): a rank holds E / ep of each moe block's experts and runs the rows
+  // its experts receive, imbalance x the mean on the busiest rank.
+  const int ep = std::max(1, config.parallel.expert_model_parallel_size);
+  const double imbalance =
+      ep == 1 ? 1.0
+      : ep_imbalance > 0 ? ep_imbalance
+                         : partition::workload_ep_imbalance(plan.spec, config.resolved_batch().micro_batch_size, cp, ep);
   const bool bf16 = config.device.precision == config::Precision::kBf16;
   const bool widens = bf16 && config.device.type == DeviceType::kCpu;  // see cpu_bf16_widening_bytes
   std::int64_t param_bytes = 0, largest_output = 0, boundary = 0, widening = 0;
+  std::int64_t expert_bytes = 0;  // f32 bytes of the routed experts of the rank's blocks (all E of each)
   // Per stage held by this rank, per sample: its blocks' costs in model order (one tp rank's).
   std::vector<std::vector<partition::BlockCost>> stage_blocks(static_cast<std::size_t>(plan.num_stages()));
   // With tied embeddings the token table appears in the embedding's and the head's cost; a rank holding
@@ -406,8 +415,10 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
                                         block.kind == partition::BlockKind::kLmHead);
       param_bytes += holds_table && table_seen ? c.param_bytes - table_bytes : c.param_bytes;
       table_seen = table_seen || holds_table;
+      expert_bytes += 4 * partition::expert_param_count(block);
       partition::BlockCost a = shard[static_cast<std::size_t>(b)];
       if (cp > 1) add_cp_attention_state(a, block, recompute, tp, ring);
+      if (ep > 1) partition::add_ep_expert_rows(a, block, DType::kF32, recompute, tp, imbalance);
       stage_blocks[static_cast<std::size_t>(stage)].push_back(a);
       largest_output = std::max(largest_output, a.output_bytes);
       if (widens) {
@@ -487,6 +498,11 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     m.gradients_between_steps = 0;
     at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(state * static_cast<double>(grad_bytes / dp));
   } else {
+    // Expert parallelism: the rank holds E / ep of the experts (parameters, gradients, and without ZeRO their
+    // optimizer state). ZeRO shards the experts over the dp x cp / ep ranks holding the same ones, so a rank's
+    // share of the state, (E / ep) / (dp / ep), is what it was at ep 1: the sharded state below keeps param_bytes.
+    const std::int64_t sharded_bytes = param_bytes;
+    param_bytes -= expert_bytes / ep * (ep - 1);
     // Mixed precision: bf16 working copies of the parameters besides the f32 masters.
     at(MemoryCategory::kParameters) = param_bytes / tp + (bf16 ? param_bytes / tp / 2 : 0);
     // ZeRO-2 (engine/train/data_parallel.hpp): a reduced bucket's block is copied into a shard buffer of its own
@@ -497,9 +513,12 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     const auto bucket_bytes = static_cast<std::int64_t>(config.parallel.dp_bucket_mb * 1024.0 * 1024.0);
     const std::int64_t first_shard = zero_stage >= 2 ? std::min(grad_bytes, bucket_bytes) / dp : 0;
     at(MemoryCategory::kGradients) = std::max((1 + partial_sums) * grad_bytes, grad_bytes + first_shard);
+    // ep > 1: the expert gradients also live in the expert-dp group's bucket (engine/train/data_parallel.hpp)
+    // beside the parameters' own (measured: ep_memory_plan_test).
+    if (ep > 1) at(MemoryCategory::kGradients) += expert_bytes / ep / tp;
     m.gradients_between_steps = zero_stage >= 2 ? 0 : grad_bytes;
-    at(MemoryCategory::kOptimizerState) =
-        static_cast<std::int64_t>(state * static_cast<double>(param_bytes / tp) / (zero_stage >= 1 ? dp : 1));
+    at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
+        zero_stage >= 1 ? state * static_cast<double>(sharded_bytes / tp) / dp : state * static_cast<double>(param_bytes / tp));
     // parallel.grad_reduce_dtype bf16: every gradient bucket has a bf16 twin the collective carries.
     const bool staged = dp > 1 && config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16;
     if (staged) at(MemoryCategory::kCommunication) = param_bytes / tp / 2;

@@ -36,6 +36,11 @@
 //                    just posted)
 //   communication    parallel.grad_reduce_dtype bf16 with dp > 1: a bf16 twin of every gradient bucket (per
 //                    micro-batch: of the largest, one in flight at a time)
+//   experts          parallel.expert_model_parallel_size ep > 1: the routed experts' parameters, gradients and
+//                    (without ZeRO) optimizer state ÷ ep; each moe block's routed-row stash (xp of D; g, u, h of
+//                    F / tp; the weight stash's xp, do of D, dg, du, h of F / tp) at imbalance x T·k rows, not T·k (partition/ep_costs.hpp); ZeRO 1-2 shard the
+//                    experts' state over the dp x cp / ep ranks holding them: the same bytes per rank as at ep 1;
+//                    ZeRO-3 with ep is not counted apart
 //   workspace        the largest block output of a micro-batch (a transient output or gradient); under
 //                    bf16 on the CPU at least the widest kernel's operands widened to f32
 // It is an estimate; the allocator's cap still enforces the real limit at run time, and the measured peaks
@@ -64,7 +69,10 @@ struct MemoryPlan {
   std::string breakdown() const;  // "parameters 1.2 MiB, gradients ..., total ..."
 };
 
-MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank);
+// ep_imbalance: the busiest ep rank's routed rows over the mean (expert parallelism; 0: the workload's expected
+// figure, partition::workload_ep_imbalance; `cleave plan --ep-imbalance` passes its own).
+MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank,
+                                double ep_imbalance = 0);
 
 // One stage's activations per sample over its backward, from its blocks' costs in model order (one tp rank's):
 // the forward stash F leaves, what I leaves for W, and how far above what was held when it started a split I

@@ -50,7 +50,8 @@ std::vector<std::pair<std::string, double>> RouterMetrics::finish(comm::Communic
   const std::size_t e = static_cast<std::size_t>(experts_), ep = static_cast<std::size_t>(ep_size);
   const std::size_t moved = ep > 1 ? 2 * ep * ep : 0;  // rows then bytes, [source][destination]
   const std::size_t per = e + 3 + moved;
-  std::vector<double> v(blocks_.size() * per, 0.0);
+  // Two slots after the blocks: the all-to-all seconds of this rank (all blocks) and 1 for a contributing rank.
+  std::vector<double> v(blocks_.size() * per + 2, 0.0);
   if (tp_rank == 0) {
     for (std::size_t i = 0; i < blocks_.size(); ++i) {
       const layers::BlockRouting* b = log_.find(blocks_[i]);
@@ -64,7 +65,9 @@ std::vector<std::pair<std::string, double>> RouterMetrics::finish(comm::Communic
         v[at] = static_cast<double>(b->sent_rows[d]);
         v[at + ep * ep] = static_cast<double>(b->sent_bytes[d]);
       }
+      v[blocks_.size() * per] += b->all_to_all_s;
     }
+    v[blocks_.size() * per + 1] = 1.0;
   }
   const std::vector<double> sum = reduce_doubles(world, v, comm::ReduceOp::kSum);
   double aux = 0, z = 0, imbalance = 0, micro = 0;
@@ -103,6 +106,9 @@ std::vector<std::pair<std::string, double>> RouterMetrics::finish(comm::Communic
         out.emplace_back(fmt::format("moe_ep_bytes_b{}_s{}_d{}", i, src, d), sum[at + ep * ep]);
       }
     }
+  }
+  if (moved > 0 && sum[blocks_.size() * per + 1] > 0) {
+    out.emplace_back("moe_ep_all_to_all_ms", 1e3 * sum[blocks_.size() * per] / sum[blocks_.size() * per + 1]);
   }
   return out;
 }

@@ -12,6 +12,9 @@
 //                       in routed block i's forward dispatch during the step, summed over the micro-batches and
 //                       the expert-dp replicas (layers/moe/expert_dispatch.hpp; the combine returns the same
 //                       counts, the backward moves them again). s = d is the part that stays on the rank.
+//   moe_ep_all_to_all_ms  expert parallelism only: a rank's time in the step's all-to-alls (count exchanges,
+//                       dispatch and combine, forward and backward, all moe blocks; each waits for its slowest
+//                       peer), the mean over the ranks (tp rank 0 of each tp group)
 // Invariant: every rank calls finish() each step (a collective); tp ranks other than 0 contribute zeros, since
 // every rank of a tp group routes the same tokens.
 #pragma once

@@ -451,6 +451,7 @@ StepStats Trainer::step(std::int64_t step) {
   Impl& s = *impl_;
   const auto start = Clock::now();
   s.current_step = step;
+  s.setup.context.step = step;  // model.forced_routing's workloads (layers/layer.hpp)
   s.tail.begin(step);
   s.router_metrics.begin_step();
   pipeline::StepOutcome outcome = s.executor->run_step(step);  // forward, backward, reduction, optimizer

@@ -47,6 +47,7 @@ std::unique_ptr<TransformerBlock> make_moe_block(const partition::BlockSpec& b, 
   router.aux_coef = config.aux_loss_coef;
   router.z_coef = config.z_loss_coef;
   router.bias_update_rate = router.kind == partition::RouterKind::kSigmoid ? config.bias_update_rate : 0.0;
+  router.forced = partition::forced_routing(config.forced_routing, b.n_experts, b.top_k);
   const std::string m = p + ".moe";
   LayerPtr shared;
   if (b.n_shared_experts > 0) {

@@ -1,11 +1,13 @@
 // The mixture-of-experts feed-forward (see moe_mlp.hpp).
 #include "layers/moe/moe_mlp.hpp"
 
+#include <chrono>
 #include <cstring>
 
 #include "kernels/ops/ops.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/moe/expert_dispatch.hpp"
+#include "layers/moe/forced_routing.hpp"
 #include "layers/moe/router_log.hpp"
 #include "layers/parallel/shard.hpp"
 #include "layers/parallel/sharded_param.hpp"
@@ -47,6 +49,26 @@ Tensor upload(const Context& ctx, const std::vector<T>& values, const Shape& sha
   if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(T));
   return ops::to_device(ctx, host, MemoryCategory::kActivations);
 }
+
+// Adds the wall time of the (blocking) all-to-all in its scope to the run's router log (moe_ep_all_to_all_ms, the
+// imbalance benchmark's measured figure); nothing when the run keeps no log.
+class AllToAllTimer {
+ public:
+  AllToAllTimer(const Context& ctx, const std::string& block)
+      : log_(ctx.router_log), block_(block), start_(std::chrono::steady_clock::now()) {}
+  ~AllToAllTimer() {
+    if (log_ != nullptr) {
+      log_->add_all_to_all_time(block_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+    }
+  }
+  AllToAllTimer(const AllToAllTimer&) = delete;
+  AllToAllTimer& operator=(const AllToAllTimer&) = delete;
+
+ private:
+  RouterLog* log_;
+  const std::string& block_;
+  std::chrono::steady_clock::time_point start_;
+};
 
 std::vector<float> download(const Context& ctx, const Tensor& t) { return ops::to_host(ctx, t).to_floats(); }
 
@@ -122,7 +144,10 @@ void MoeMlp::grouped(Context& ctx, const Tensor& a, const Tensor& b, const Tenso
 Routing MoeMlp::route_stashed(const Tensor& logits, Context& ctx) const {
   std::vector<float> bias;
   if (router_bias_) bias = download(ctx, router_bias_->compute());
-  return route(download(ctx, logits), bias, router_);
+  // model.forced_routing (test/benchmark only): the workload's experts for this micro-batch's tokens at this step.
+  const std::vector<std::int32_t> forced =
+      forced_experts(router_.forced, ctx.step, logits.dim(0), router_.experts, router_.top_k);
+  return route(download(ctx, logits), bias, router_, forced);
 }
 
 Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
@@ -150,6 +175,7 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   // Under ep the rows go to their experts' ranks (counts exchanged first); this rank's experts run on what arrives.
   Tensor plan_tensor;
   if (ep) {
+    const AllToAllTimer timer(ctx, block_);
     const DispatchPlan plan = plan_dispatch(routing.counts, ctx);
     plan_tensor = plan_to_tensor(plan);
     xp = dispatch_rows(xp, plan, ctx);
@@ -163,7 +189,10 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   if (rows > 0) ops::swiglu_forward(ctx, g, u, h);
   Tensor o = new_activation(ctx, Shape{rows, d_});
   grouped(ctx, h, down_->compute(), o, blocks, true, 0.0f);
-  if (ep) o = combine_rows(o, plan_from_tensor(plan_tensor), ctx);  // back into this rank's routed-row layout
+  if (ep) {  // back into this rank's routed-row layout
+    const AllToAllTimer timer(ctx, block_);
+    o = combine_rows(o, plan_from_tensor(plan_tensor), ctx);
+  }
   Tensor y_full = new_activation(ctx, full.shape());
   ops::moe_combine(ctx, o, token_row, weight, rows_of(y_full));
   Tensor y = y_full;
@@ -199,7 +228,10 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   // The experts, backwards (under ep: the output gradients travel to the experts' ranks, the input gradients back).
   Tensor d_o = new_activation(ctx, Shape{r, d_});
   ops::moe_gather(ctx, dyf, stash.tensors[kRowToken], stash.tensors[kRowWeight], d_o);
-  if (ep) d_o = dispatch_rows(d_o, plan_from_tensor(plan_tensor), ctx);
+  if (ep) {
+    const AllToAllTimer timer(ctx, block_);
+    d_o = dispatch_rows(d_o, plan_from_tensor(plan_tensor), ctx);
+  }
   Tensor dh = new_activation(ctx, Shape{rows, f_local_});
   grouped(ctx, d_o, down_->compute(), dh, blocks, false, 0.0f);
   Tensor dg = new_activation(ctx, Shape{rows, f_local_}), du = new_activation(ctx, Shape{rows, f_local_});
@@ -207,7 +239,10 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   Tensor dxp = new_activation(ctx, Shape{rows, d_});
   grouped(ctx, dg, gate_->compute(), dxp, blocks, false, 0.0f);
   grouped(ctx, du, up_->compute(), dxp, blocks, false, 1.0f);
-  if (ep) dxp = combine_rows(dxp, plan_from_tensor(plan_tensor), ctx);
+  if (ep) {
+    const AllToAllTimer timer(ctx, block_);
+    dxp = combine_rows(dxp, plan_from_tensor(plan_tensor), ctx);
+  }
   Tensor dx_full = new_activation(ctx, full.shape());
   ops::moe_combine(ctx, dxp, stash.tensors[kTokenRow], Tensor(), rows_of(dx_full));
 

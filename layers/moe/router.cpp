@@ -16,7 +16,8 @@ double sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 }  // namespace
 
-Routing route(std::span<const float> logits, std::span<const float> bias, const RouterOptions& o) {
+Routing route(std::span<const float> logits, std::span<const float> bias, const RouterOptions& o,
+              std::span<const std::int32_t> forced) {
   const std::int64_t e = o.experts, k = o.top_k;
   CLEAVE_ASSERT(e > 0 && k > 0 && k <= e && static_cast<std::int64_t>(logits.size()) % e == 0,
                 "route: {} logits for {} experts, top {}", logits.size(), e, k);
@@ -24,6 +25,8 @@ Routing route(std::span<const float> logits, std::span<const float> bias, const 
                 bias.size(), e);
   Routing r;
   const std::int64_t n = static_cast<std::int64_t>(logits.size()) / e;
+  CLEAVE_ASSERT(forced.empty() || static_cast<std::int64_t>(forced.size()) == n * k, "route: {} forced experts for {} x {}",
+                forced.size(), n, k);
   r.tokens = n;
   r.experts = e;
   r.top_k = k;
@@ -53,6 +56,11 @@ Routing route(std::span<const float> logits, std::span<const float> bias, const 
       key[static_cast<std::size_t>(i)] = s[i] + (o.kind == RouterKind::kSigmoid && !bias.empty() ? bias[i] : 0.0);
     }
     for (std::int64_t i = 0; i < e; ++i) mean_q[static_cast<std::size_t>(i)] += s[i] / s_sum / static_cast<double>(n);
+    // Forced routing: the forced experts' keys lifted above any score (slot 0 highest), so the sort below picks
+    // them in slot order.
+    for (std::int64_t j = 0; !forced.empty() && j < k; ++j) {
+      key[static_cast<std::size_t>(forced[static_cast<std::size_t>(t * k + j)])] += 1e9 * static_cast<double>(k - j);
+    }
     std::iota(order.begin(), order.end(), 0);
     std::stable_sort(order.begin(), order.end(), [&](std::int32_t a, std::int32_t b) {
       return key[static_cast<std::size_t>(a)] > key[static_cast<std::size_t>(b)];

@@ -32,6 +32,7 @@ struct RouterOptions {
   double aux_coef = 0.0;
   double z_coef = 0.0;
   double bias_update_rate = 0.0;  // sigmoid: the selection bias's step per optimizer step (router_log.hpp)
+  partition::ForcedRouting forced;  // model.forced_routing (test/benchmark only; forced_routing.hpp)
 };
 
 struct Routing {
@@ -49,8 +50,12 @@ struct Routing {
   double z_loss = 0.0;
 };
 
-// logits [N·E] row-major; bias [E] (sigmoid only; empty = 0).
-Routing route(std::span<const float> logits, std::span<const float> bias, const RouterOptions& options);
+// logits [N·E] row-major; bias [E] (sigmoid only; empty = 0). forced [N·k] (model.forced_routing; empty: none):
+// token n's k experts in slot order are forced[n·k .. n·k + k) instead of its top-k; the weights are still its
+// scores of those experts (normalised as configured), so everything downstream, the losses and the backward,
+// is unchanged.
+Routing route(std::span<const float> logits, std::span<const float> bias, const RouterOptions& options,
+              std::span<const std::int32_t> forced = {});
 
 // The gradient of the router logits [N·E]: from dweight [N·k] (the gradient of the routing weights, already
 // scaled as the loss), plus loss_scale times the gradients of the aux and z losses. Rows whose token_mask entry

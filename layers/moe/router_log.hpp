@@ -32,6 +32,9 @@ struct BlockRouting {
   std::vector<std::int64_t> sent_rows;
   std::vector<std::int64_t> sent_bytes;
   std::vector<std::int64_t> received_rows;
+  // Seconds this rank spent in the block's all-to-alls (count exchange, dispatch and combine, forward and
+  // backward; each waits for its slowest peer), summed over the step's micro-batches. 0 at ep 1.
+  double all_to_all_s = 0.0;
 };
 
 class RouterLog {
@@ -59,6 +62,7 @@ class RouterLog {
     }
     for (std::size_t i = 0; i < received.size(); ++i) b.received_rows[i] += received[i];
   }
+  void add_all_to_all_time(const std::string& block, double seconds) { blocks_[block].all_to_all_s += seconds; }
   void note_bias(const std::string& block, Param* bias, double rate) {
     BlockRouting& b = blocks_[block];
     b.bias = bias;

@@ -22,6 +22,39 @@ RouterKind router_kind(const std::string& name) {
                                    name));
 }
 
+ForcedRouting forced_routing(const std::string& text, std::int64_t n_experts, std::int64_t top_k) {
+  using Kind = ForcedRouting::Kind;
+  ForcedRouting f;
+  const std::string name = text.substr(0, text.find(':'));
+  const std::string arg = text.find(':') == std::string::npos ? "" : text.substr(text.find(':') + 1);
+  if (name.empty() && arg.empty()) return f;
+  if (name == "uniform") f.kind = Kind::kUniform;
+  else if (name == "zipf") f.kind = Kind::kZipf;
+  else if (name == "one_expert") f.kind = Kind::kOneExpert;
+  else if (name == "empty_rank") f.kind = Kind::kEmptyRank;
+  else if (name == "moving_hot") f.kind = Kind::kMovingHot;
+  else {
+    throw ConfigKeyError("model.forced_routing",
+                         fmt::format("\"{}\" is not a routing workload; use \"\" (the router chooses), \"uniform\", "
+                                     "\"zipf\", \"one_expert\", \"empty_rank\", \"empty_rank:P\" or \"moving_hot\" "
+                                     "(test and benchmark only: benchmarks/moe/)", text));
+  }
+  CLEAVE_CHECK_KEY(arg.empty() || f.kind == Kind::kEmptyRank, "model.forced_routing",
+                   "\"{}\": only empty_rank takes a parameter (empty_rank:P)", text);
+  if (!arg.empty()) {
+    CLEAVE_CHECK_KEY(arg.find_first_not_of("0123456789") == std::string::npos && arg.size() < 6, "model.forced_routing",
+                     "\"{}\": P of empty_rank:P must be a positive integer", text);
+    f.parts = std::stoll(arg);
+  }
+  if (f.kind == Kind::kEmptyRank) {
+    CLEAVE_CHECK_KEY(f.parts >= 2 && n_experts % f.parts == 0 && n_experts - n_experts / f.parts >= top_k,
+                     "model.forced_routing", "\"{}\" leaves the last {} / {} experts empty: P must be >= 2 and divide "
+                     "model.n_experts {}, and the other experts must be at least model.top_k {}", text, n_experts,
+                     f.parts, n_experts, top_k);
+  }
+  return f;
+}
+
 MoeConfig moe_defaults(MoeConfig config) {
   static_cast<LlamaConfig&>(config) = llama_defaults(config);
   return config;
@@ -37,6 +70,7 @@ ModelSpec make_moe_spec(const MoeConfig& given) {
   CLEAVE_CHECK_KEY(given.n_shared_experts >= 0, "model.n_shared_experts", "must be >= 0, got {}",
                    given.n_shared_experts);
   router_kind(given.router);
+  forced_routing(given.forced_routing, given.n_experts, given.top_k);
   CLEAVE_CHECK_KEY(given.aux_loss_coef >= 0.0, "model.aux_loss_coef", "must be >= 0, got {}", given.aux_loss_coef);
   CLEAVE_CHECK_KEY(given.z_loss_coef >= 0.0, "model.z_loss_coef", "must be >= 0, got {}", given.z_loss_coef);
   CLEAVE_CHECK_KEY(given.bias_update_rate >= 0.0, "model.bias_update_rate", "must be >= 0, got {}",

@@ -45,7 +45,28 @@ struct MoeConfig : LlamaConfig {
   double aux_loss_coef = 0.01;        // load-balancing loss (0: off)
   double z_loss_coef = 0.0;           // router z-loss (0: off)
   double bias_update_rate = 0.001;    // sigmoid router: the selection bias's step per optimizer step
+  // Test and benchmark only (benchmarks/moe/): a named routing workload that overrides the router's choice of
+  // experts ("": the router chooses). See ForcedRouting.
+  std::string forced_routing;
 };
+
+// model.forced_routing: the k experts of token n (of its micro-batch; n < micro_batch_size · seq_len / cp) in
+// slot j at optimizer step s (0-based, the trainer's) are a pure function of (s, n, j), so the imbalance
+// benchmark's oracle (benchmarks/moe/oracle.py) computes every rank's rows independently. With
+// h = splitmix64((s << 40) ^ (n << 8) ^ j):
+//   "uniform"      h mod E                    "zipf"        the expert where h mod W falls, weights 2^20 / (e+1)
+//   "one_expert"   expert j (all rows to experts 0..k-1)   "moving_hot"  slot 0: s mod E; others h mod E
+//   "empty_rank:P" h mod (E - E/P): the last E/P experts never chosen (one empty rank at ep = P; "empty_rank": P 2)
+// A candidate an earlier slot took moves to the next expert (wrapping within the workload's range). The weights
+// stay the router's (its scores of the forced experts, normalised as configured), so training and the router's
+// gradients run as usual. The router's own choice is ignored: not for real training (docs/models.md).
+struct ForcedRouting {
+  enum class Kind { kNone, kUniform, kZipf, kOneExpert, kEmptyRank, kMovingHot };
+  Kind kind = Kind::kNone;
+  std::int64_t parts = 2;  // empty_rank: the last n_experts / parts experts stay empty
+};
+// Throws ConfigKeyError naming model.forced_routing, the workloads there are and the sizes at fault.
+ForcedRouting forced_routing(const std::string& text, std::int64_t n_experts, std::int64_t top_k);
 
 // The router kinds model.router names.
 enum class RouterKind { kSoftmax, kSigmoid };

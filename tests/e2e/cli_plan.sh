@@ -37,7 +37,7 @@ import re, sys
 lines = open(sys.argv[1]).read().split("\n")
 step_ms = float(next(l for l in lines if re.match(r"^\s+1\s+tp\d", l)).split()[10])
 start = lines.index(next(l for l in lines if l.startswith("plan #1's predicted step, term by term")))
-terms = {"forward", "input_grad", "weight_grad", "recompute", "tensor_parallel", "context_parallel", "zero_gather",
+terms = {"forward", "input_grad", "weight_grad", "recompute", "tensor_parallel", "context_parallel", "expert_all_to_all", "zero_gather",
          "data_parallel", "optimizer", "point_to_point", "bubble"}
 rows, total, blocks = {}, None, 0
 for l in lines[start + 2:]:

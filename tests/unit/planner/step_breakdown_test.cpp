@@ -1,6 +1,6 @@
 // The predicted step term by term (engine/planner/step_breakdown.hpp, step_terms.hpp): for every plan the search
 // ranks, on a profile where every term costs something, the terms sum to the predicted step and the block rows to
-// the compute terms; each term appears where its lever is and only there (tp, cp, ZeRO, dp, recomputation, P2P,
+// the compute terms; each term appears where its lever is and only there (tp, cp, ep, ZeRO, dp, recomputation, P2P,
 // bubble); the hidden time (ring hops, ZeRO-3 prefetch) is reported beside the sum, not in it; the --explain table
 // has a row per term and a total equal to the step.
 #include <gtest/gtest.h>
@@ -10,6 +10,7 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "engine/planner/plan_search.hpp"
@@ -78,6 +79,45 @@ TEST_F(StepBreakdownTest, TermsSumToTheStepForEveryRankedPlan) {
   EXPECT_GT(pipelined, 0);
 }
 
+// A moe model: every plan the search ranks, ep 1, 2 and 4 among them, sums to its step; the expert all-to-alls
+// appear exactly where ep > 1, and the busiest ep rank's expert GEMMs make its compute grow with the imbalance.
+TEST_F(StepBreakdownTest, TermsSumToTheStepForEveryRankedEpPlan) {
+  const std::string moe = (dir_ / "moe.json").string();
+  std::ofstream(moe) << R"({"model": {"type": "moe", "vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 4,
+      "seq_len": 16, "ffn_hidden_size": 64, "n_experts": 8, "top_k": 2}, "batch": {"global_batch_size": 8},
+      "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})";
+  const SearchResult r = search_plans(moe, {}, costly(), SearchOptions{4, 0});
+  std::set<int> eps;
+  for (const auto& e : r.ranked) {
+    expect_sums(e);
+    eps.insert(e.choice.ep);
+    if (e.choice.ep > 1) {
+      EXPECT_GT(e.breakdown[T::kExpertAllToAll], 0.0) << e.choice.layout();
+      EXPECT_GT(e.ep_all_to_all_s, 0.0) << e.choice.layout();
+    } else {
+      EXPECT_EQ(e.breakdown[T::kExpertAllToAll], 0.0) << e.choice.layout();
+    }
+    EXPECT_EQ(e.breakdown.hidden[static_cast<std::size_t>(T::kExpertAllToAll)], 0.0);
+  }
+  EXPECT_EQ(eps, (std::set<int>{1, 2, 4}));
+  // One plan at ep 2: one moe block's four all-to-alls, per micro-batch, times the blocks and micro-batches (pp 1).
+  PlanChoice c = choice_of_config(moe, {}, 4);
+  c.ep = 2;
+  SearchOptions options{4, 0};
+  options.ep_imbalance = 1.5;
+  const PlanEstimate hot = estimate_plan(moe, {}, c, costly(), options);
+  ASSERT_TRUE(hot.valid) << hot.reason;
+  expect_sums(hot);
+  const double micro_batches = 8.0 / c.dp / c.micro_batch;
+  EXPECT_NEAR(hot.breakdown[T::kExpertAllToAll], 2 * micro_batches * hot.ep_all_to_all_s, 1e-9 * hot.step_s);
+  options.ep_imbalance = 1.0;
+  const PlanEstimate even = estimate_plan(moe, {}, c, costly(), options);
+  expect_sums(even);
+  EXPECT_GT(hot.breakdown[T::kForward], even.breakdown[T::kForward]);
+  EXPECT_GT(hot.breakdown[T::kExpertAllToAll], even.breakdown[T::kExpertAllToAll]);
+  EXPECT_EQ(hot.breakdown[T::kDataParallel], even.breakdown[T::kDataParallel]);
+}
+
 TEST_F(StepBreakdownTest, EachTermAppearsWithItsLever) {
   using partition::Recompute;
   // dp4, ZeRO 0, no recomputation: compute, the dp all-reduce and the optimizer only.
@@ -86,7 +126,8 @@ TEST_F(StepBreakdownTest, EachTermAppearsWithItsLever) {
   EXPECT_GT(dp.breakdown[T::kForward], 0.0);
   EXPECT_GT(dp.breakdown[T::kDataParallel], 0.0);
   EXPECT_GT(dp.breakdown[T::kOptimizer], 0.0);
-  for (T t : {T::kRecompute, T::kTensorParallel, T::kContextParallel, T::kZeroGather, T::kPointToPoint, T::kBubble}) {
+  for (T t : {T::kRecompute, T::kTensorParallel, T::kContextParallel, T::kExpertAllToAll, T::kZeroGather,
+              T::kPointToPoint, T::kBubble}) {
     EXPECT_EQ(dp.breakdown[t], 0.0) << step_term_info(t).name;
   }
   // The same with ZeRO-3 and full recomputation: the gathers, some hidden by the prefetch; the rerun forward.

@@ -1,0 +1,118 @@
+// Expert-parallel arithmetic (see ep_costs.hpp).
+#include "partition/ep_costs.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+#include "engine/core/error.hpp"
+
+namespace cleave::partition {
+
+double expected_max_standard_normal(int n) {
+  if (n <= 1) return 0.0;
+  // E[max] = ∫ x · n φ(x) Φ(x)^(n-1) dx; the integrand is negligible outside [-12, 12].
+  constexpr int kSteps = 24000;
+  constexpr double kLo = -12.0, kHi = 12.0;
+  const double h = (kHi - kLo) / kSteps;
+  double sum = 0.0;
+  for (int i = 0; i <= kSteps; ++i) {
+    const double x = kLo + i * h;
+    const double phi = std::exp(-0.5 * x * x) / std::sqrt(2.0 * std::numbers::pi);
+    const double cdf = 0.5 * std::erfc(-x / std::numbers::sqrt2);
+    const double f = x * n * phi * std::pow(cdf, n - 1);
+    sum += (i == 0 || i == kSteps) ? 0.5 * f : f;
+  }
+  return sum * h;
+}
+
+double expected_ep_imbalance(std::int64_t tokens, std::int64_t experts, std::int64_t top_k, int ep) {
+  CLEAVE_CHECK(experts > 0 && top_k > 0 && top_k <= experts && ep >= 1 && experts % ep == 0,
+               "expert parallelism: {} experts, top_k {} and ep {}: need 1 <= top_k <= experts and experts divisible "
+               "by ep", experts, top_k, ep);
+  if (ep == 1 || tokens <= 0 || top_k == experts) return 1.0;
+  const double e = static_cast<double>(experts), k = static_cast<double>(top_k), n = static_cast<double>(tokens);
+  const double share = 1.0 / ep;  // E/ep marked experts of E
+  const double per_token_var = k * share * (1.0 - share) * (e - k) / (e - 1.0);
+  const double mean = n * k * share;
+  const double sigma = std::sqrt(n * per_token_var);
+  const double expected_max = mean + sigma * std::sqrt(static_cast<double>(ep) / (ep - 1)) * expected_max_standard_normal(ep);
+  const double bound = static_cast<double>(std::min<std::int64_t>(top_k, experts / ep)) * ep / k;
+  return std::min(bound, expected_max / mean);
+}
+
+double workload_ep_imbalance(const ModelSpec& spec, std::int64_t micro, int cp, int ep) {
+  if (ep <= 1) return 1.0;
+  for (const BlockSpec& b : spec.blocks) {
+    if (b.n_experts > 0) return expected_ep_imbalance(ep * micro * (b.seq_len / std::max(1, cp)), b.n_experts, b.top_k, ep);
+  }
+  return 1.0;
+}
+
+std::int64_t EpTraffic::sent(int rank) const {
+  std::int64_t s = 0;
+  for (int d = 0; d < ep; ++d) s += d == rank ? 0 : at(rank, d);
+  return s;
+}
+
+std::int64_t EpTraffic::received(int rank) const {
+  std::int64_t s = 0;
+  for (int src = 0; src < ep; ++src) s += src == rank ? 0 : at(src, rank);
+  return s;
+}
+
+std::int64_t EpTraffic::computed(int rank) const { return received(rank) + at(rank, rank); }
+
+EpTraffic ep_traffic(const std::vector<std::vector<std::int32_t>>& expert_of_slot, std::int64_t experts, int ep) {
+  CLEAVE_CHECK(ep >= 1 && experts > 0 && experts % ep == 0 && static_cast<int>(expert_of_slot.size()) == ep,
+               "expert parallelism: {} experts over ep {} with routings of {} ranks: experts must be divisible by ep "
+               "and there must be one routing per rank", experts, ep, expert_of_slot.size());
+  EpTraffic t;
+  t.ep = ep;
+  t.rows.assign(static_cast<std::size_t>(ep * ep), 0);
+  const std::int64_t per_rank = experts / ep;
+  for (int src = 0; src < ep; ++src) {
+    for (const std::int32_t expert : expert_of_slot[static_cast<std::size_t>(src)]) {
+      CLEAVE_CHECK(expert >= 0 && expert < experts, "expert parallelism: rank {} routed a row to expert {} of {}", src,
+                   expert, experts);
+      ++t.rows[static_cast<std::size_t>(src * ep + expert / per_rank)];
+    }
+  }
+  return t;
+}
+
+EpExchangeBytes ep_exchange_bytes(const BlockSpec& block, DType dtype, double micro, int cp, int ep, double imbalance) {
+  EpExchangeBytes x;
+  if (block.n_experts <= 0 || ep <= 1) return x;
+  x.rows = micro * static_cast<double>(block.seq_len / std::max(1, cp)) * static_cast<double>(block.top_k);
+  x.row_bytes = static_cast<double>(block.in_features) * static_cast<double>(dtype_size(dtype));
+  x.busiest = imbalance * x.rows * x.row_bytes;
+  x.sent_mean = static_cast<double>(ep - 1) / ep * x.rows * x.row_bytes;
+  return x;
+}
+
+std::int64_t expert_param_count(const BlockSpec& block) {
+  if (block.n_experts <= 0) return 0;
+  return 3 * block.in_features * block.d_ff * block.n_experts;
+}
+
+void add_ep_expert_rows(BlockCost& cost, const BlockSpec& block, DType dtype, Recompute recompute, int tp,
+                        double imbalance) {
+  if (block.n_experts <= 0) return;
+  const double b = static_cast<double>(dtype_size(dtype));
+  const double more_rows = (imbalance - 1.0) * static_cast<double>(block.seq_len * block.top_k);
+  const double d = static_cast<double>(block.in_features), f = static_cast<double>(block.d_ff / tp);
+  // The rows a rank's experts run (layers/moe/moe_mlp.cpp under ep): the forward stash's xp [rows, D] and g, u, h
+  // [rows, F / tp] (o is combined back into the rank's own T·k rows); the weight stash's xp, do [rows, D] and
+  // dg, du, h [rows, F / tp].
+  if (recompute != Recompute::kFull) cost.activation_bytes += std::llround(more_rows * (d + 3.0 * f) * b);
+  cost.weight_stash_bytes += std::llround(more_rows * (2.0 * d + 3.0 * f) * b);
+  // The backward's transients on the received rows (d_o and dxp [rows, D], dh, dg, du [rows, F / tp]) scale the
+  // same way, and the all-to-alls' row buffers add one [T·k, D] beyond ep 1's mixture peak (moe_cost counts the
+  // experts' d_o and dxp [T·k, D], dx and dlogits at ep 1; fitted against the allocator's peak with the rest of
+  // ep 1's peak as moe_cost has it, ep_memory_plan_test: three [T·k, D] when ep 1's peak was a SwiGLU's).
+  cost.backward_extra_bytes += std::llround(more_rows * (2.0 * d + 3.0 * f) * b) +
+                               block.seq_len * block.top_k * block.in_features * static_cast<std::int64_t>(b);
+}
+
+}  // namespace cleave::partition

@@ -1,0 +1,79 @@
+// Expert-parallel costs for the planner and the memory plan (parallel.expert_model_parallel_size, ep; its size
+// rules are partition/ep_rules.hpp): pure functions over a moe block's sizes and a routing, no layers, no devices. The planner prices the all-to-alls
+// from these figures (engine/planner/step_terms.cpp, expert_all_to_all) and the memory plan counts a rank's
+// experts and the rows it receives (engine/run_plan/memory_plan.cpp); the imbalance benchmark's oracle
+// (benchmarks/moe/oracle.py) computes the same counts independently, in Python.
+//
+// Placement: rank r of an ep group holds the E / ep experts [r·E/ep, (r+1)·E/ep) (contiguous, as Megatron).
+// A routed row is one (token, chosen expert) pair; a token whose k experts live on one rank sends k rows there
+// (no de-duplication), so a rank of N tokens sends N·k rows per dispatch, (ep - 1) / ep of them off-rank on
+// average. Per moe block and micro-batch, four all-to-alls of rows of D values (one tp rank's routing is the
+// same as every other's, and each moves whole rows):
+//   forward:  dispatch (rows to their experts' ranks)          and combine (expert outputs back to the tokens);
+//   backward: the combine's gradient (token rank -> expert rank) and the dispatch's gradient (back again).
+// The time of an all-to-all is set by its busiest rank: imbalance = (max over ranks of the rows an expert rank
+// receives) / (their mean). The default is what uniformly random top-k routing gives (expected_ep_imbalance);
+// `cleave plan --ep-imbalance F` sets it (docs/planner.md, "Expert parallelism").
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "engine/core/dtype.hpp"
+#include "partition/cost_model.hpp"
+#include "partition/model_spec.hpp"
+
+namespace cleave::partition {
+
+// E[max_r X_r] / E[X_r] for X_r the rows the E/ep experts of rank r receive when each of `tokens` tokens (of
+// the whole ep group) picks top_k distinct experts of `experts` uniformly at random. Each token adds a
+// hypergeometric count to X_r (k draws, E/ep marked, E in all: mean k/ep, variance k·(1/ep)·(1-1/ep)·(E-k)/(E-1));
+// the sum over tokens is taken as normal, and the ep loads, which sum to tokens·k, as exchangeable: the
+// expected maximum is mean + σ·sqrt(ep/(ep-1))·c(ep), c(ep) = E[max of ep standard normals] (0.5642 at 2,
+// 1.0294 at 4). 1 for ep = 1 or top_k = experts; at most the bound min(k, E/ep)·ep / k.
+double expected_ep_imbalance(std::int64_t tokens, std::int64_t experts, std::int64_t top_k, int ep);
+
+// The default imbalance of a model at a layout: expected_ep_imbalance of its first moe block for the tokens one
+// micro-batch brings to the ep group (ep · micro · T / cp); 1 for ep 1 or a model without experts.
+double workload_ep_imbalance(const ModelSpec& spec, std::int64_t micro, int cp, int ep);
+
+// E[max of n independent standard normals] (numerical integration; 0 for n = 1).
+double expected_max_standard_normal(int n);
+
+// The rows of one dispatch in an ep group for a known routing: rows[src · ep + dst] = routed rows from the
+// tokens of rank src to the experts of rank dst (dst = src included: rows that stay).
+struct EpTraffic {
+  int ep = 1;
+  std::vector<std::int64_t> rows;
+  std::int64_t at(int src, int dst) const { return rows[static_cast<std::size_t>(src * ep + dst)]; }
+  std::int64_t sent(int rank) const;      // rows rank sends off-rank in the dispatch (= it receives in the combine)
+  std::int64_t received(int rank) const;  // rows it receives from other ranks in the dispatch (= sends in combine)
+  std::int64_t computed(int rank) const;  // rows its experts run (received + kept)
+};
+// expert_of_slot[src]: the chosen expert of every (token, slot) of rank src's tokens (any order).
+// Throws Error for an expert outside [0, experts) or experts not divisible by ep.
+EpTraffic ep_traffic(const std::vector<std::vector<std::int32_t>>& expert_of_slot, std::int64_t experts, int ep);
+
+// Per moe block, per micro-batch of `micro` samples on one rank: what the planner prices.
+struct EpExchangeBytes {
+  double rows = 0;        // mean routed rows a rank holds before the dispatch: micro · T / cp · k
+  double row_bytes = 0;   // D · the compute dtype's bytes
+  double busiest = 0;     // bytes the busiest rank moves in one all-to-all: imbalance · rows · row_bytes
+  double sent_mean = 0;   // bytes a rank sends off-rank in one all-to-all, on average: (ep-1)/ep · rows · row_bytes
+};
+EpExchangeBytes ep_exchange_bytes(const BlockSpec& block, DType dtype, double micro, int cp, int ep, double imbalance);
+
+// The routed experts' parameters of a moe block (gate, up, down of all E: 3·D·F·E); 0 for other blocks.
+std::int64_t expert_param_count(const BlockSpec& block);
+
+// What ep changes in one moe block's per-sample activations on one tp rank (`cost`: the cost model's, at ep 1):
+// the routed-row tensors its experts run on scale from T·k rows to imbalance · T·k rows, the rows the busiest
+// rank receives: in the forward stash xp (D) and g, u, h (F / tp; o returns to the rank's own T·k rows), in the
+// weight stash xp and do (D) and dg, du, h (F / tp), in the backward's transients d_o, dxp (D) and dh, dg, du
+// (F / tp); the all-to-alls' buffers add one [T·k, D] to the backward's transients (beyond moe_cost's mixture peak). Call it at ep > 1 only; a
+// no-op for a block without experts; under full recomputation the forward stash keeps no rows.
+void add_ep_expert_rows(BlockCost& cost, const BlockSpec& block, DType dtype, Recompute recompute, int tp,
+                        double imbalance);
+
+}  // namespace cleave::partition

@@ -1,0 +1,146 @@
+// partition/ep_costs: the rows and bytes of the expert-parallel all-to-alls for a known routing (counted by hand),
+// the default imbalance factor against a Monte Carlo of uniformly random top-k routing, the exchange bytes the
+// planner prices, and the expert rows the memory plan adds for an imbalanced rank.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <numbers>
+#include <numeric>
+#include <random>
+
+#include "engine/core/error.hpp"
+#include "partition/ep_costs.hpp"
+#include "partition/families/moe.hpp"
+
+namespace cleave::partition {
+namespace {
+
+TEST(EpCosts, TrafficOfAKnownRouting) {
+  // 8 experts over ep 2 (rank 0: experts 0-3, rank 1: 4-7), top-2, three tokens per rank.
+  const std::vector<std::vector<std::int32_t>> routing = {
+      {0, 5, 1, 2, 6, 7},  // rank 0: rows to rank 0: 3 (0, 1, 2), to rank 1: 3 (5, 6, 7)
+      {4, 5, 0, 4, 3, 6},  // rank 1: rows to rank 0: 2 (0, 3), to rank 1: 4
+  };
+  const EpTraffic t = ep_traffic(routing, 8, 2);
+  EXPECT_EQ(t.at(0, 0), 3);
+  EXPECT_EQ(t.at(0, 1), 3);
+  EXPECT_EQ(t.at(1, 0), 2);
+  EXPECT_EQ(t.at(1, 1), 4);
+  EXPECT_EQ(t.sent(0), 3);
+  EXPECT_EQ(t.received(0), 2);
+  EXPECT_EQ(t.sent(1), 2);
+  EXPECT_EQ(t.received(1), 3);
+  EXPECT_EQ(t.computed(0), 5);
+  EXPECT_EQ(t.computed(1), 7);
+  // Every row goes somewhere: rows computed sum to tokens x k.
+  EXPECT_EQ(t.computed(0) + t.computed(1), 12);
+}
+
+TEST(EpCosts, TrafficAllToOneExpertAndEmptyRank) {
+  // ep 4 of 8 experts: every row to expert 7 (rank 3); ranks 0-2 compute nothing.
+  std::vector<std::vector<std::int32_t>> routing(4, std::vector<std::int32_t>(10, 7));
+  const EpTraffic t = ep_traffic(routing, 8, 4);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(t.computed(r), 0);
+    EXPECT_EQ(t.sent(r), 10);
+  }
+  EXPECT_EQ(t.received(3), 30);
+  EXPECT_EQ(t.computed(3), 40);
+  EXPECT_EQ(t.sent(3), 0);
+}
+
+TEST(EpCosts, TrafficRefusesBadInput) {
+  EXPECT_THROW(ep_traffic({{0}, {9}}, 8, 2), Error);   // expert out of range
+  EXPECT_THROW(ep_traffic({{0}, {1}, {2}}, 8, 3), Error);  // 8 experts not divisible by 3
+  EXPECT_THROW(ep_traffic({{0}}, 8, 2), Error);        // one routing for two ranks
+}
+
+TEST(EpCosts, ExpectedMaxOfNormals) {
+  EXPECT_DOUBLE_EQ(expected_max_standard_normal(1), 0.0);
+  EXPECT_NEAR(expected_max_standard_normal(2), 1.0 / std::sqrt(std::numbers::pi), 1e-6);  // 0.5642
+  EXPECT_NEAR(expected_max_standard_normal(4), 1.029375, 1e-5);
+  EXPECT_NEAR(expected_max_standard_normal(8), 1.423600, 1e-5);
+}
+
+// Mean over trials of max_r(rows of rank r) / mean_r, each token choosing top_k distinct experts uniformly.
+double monte_carlo_imbalance(std::int64_t tokens, int experts, int top_k, int ep, int trials) {
+  std::mt19937_64 rng(1234);
+  std::vector<int> order(static_cast<std::size_t>(experts));
+  double sum = 0;
+  for (int trial = 0; trial < trials; ++trial) {
+    std::vector<std::int64_t> load(static_cast<std::size_t>(ep), 0);
+    for (std::int64_t n = 0; n < tokens; ++n) {
+      std::iota(order.begin(), order.end(), 0);
+      for (int j = 0; j < top_k; ++j) {  // partial Fisher-Yates: k distinct experts
+        std::uniform_int_distribution<int> pick(j, experts - 1);
+        std::swap(order[static_cast<std::size_t>(j)], order[static_cast<std::size_t>(pick(rng))]);
+        ++load[static_cast<std::size_t>(order[static_cast<std::size_t>(j)] / (experts / ep))];
+      }
+    }
+    const double mean = static_cast<double>(tokens * top_k) / ep;
+    sum += static_cast<double>(*std::max_element(load.begin(), load.end())) / mean;
+  }
+  return sum / trials;
+}
+
+TEST(EpCosts, ImbalanceFactorMatchesRandomRouting) {
+  EXPECT_DOUBLE_EQ(expected_ep_imbalance(256, 8, 2, 1), 1.0);
+  EXPECT_DOUBLE_EQ(expected_ep_imbalance(256, 8, 8, 4), 1.0);  // every token to every expert
+  for (const auto& [tokens, experts, k, ep] : std::vector<std::array<int, 4>>{
+           {64, 8, 2, 2}, {64, 8, 2, 4}, {256, 8, 2, 4}, {128, 16, 4, 4}, {512, 64, 8, 8}}) {
+    const double analytic = expected_ep_imbalance(tokens, experts, k, ep);
+    const double sampled = monte_carlo_imbalance(tokens, experts, k, ep, 3000);
+    EXPECT_GT(analytic, 1.0);
+    EXPECT_NEAR(analytic, sampled, 0.01 * sampled) << tokens << " tokens, E " << experts << ", k " << k << ", ep " << ep;
+  }
+  // More tokens even the load out; more ranks make the busiest one busier.
+  EXPECT_LT(expected_ep_imbalance(4096, 8, 2, 4), expected_ep_imbalance(256, 8, 2, 4));
+  EXPECT_LT(expected_ep_imbalance(256, 8, 2, 2), expected_ep_imbalance(256, 8, 2, 4));
+  // Never above the bound: one token, k = 1, ep 4: everything on one rank is 4x the mean.
+  EXPECT_LE(expected_ep_imbalance(1, 8, 1, 4), 4.0);
+}
+
+BlockSpec moe_block() {
+  MoeConfig c;
+  c.vocab_size = 32, c.d_model = 16, c.n_layers = 1, c.n_heads = 2, c.ffn_hidden_size = 8, c.seq_len = 8;
+  c.n_experts = 8, c.top_k = 2;
+  return make_moe_spec(c).blocks[1];
+}
+
+TEST(EpCosts, ExchangeBytes) {
+  const BlockSpec b = moe_block();
+  ASSERT_EQ(b.kind, BlockKind::kMoeBlock);
+  EXPECT_EQ(ep_exchange_bytes(b, DType::kF32, 4, 1, 1, 1.0).busiest, 0.0);  // ep 1 moves nothing
+  const EpExchangeBytes x = ep_exchange_bytes(b, DType::kF32, 4, 1, 4, 1.25);
+  EXPECT_DOUBLE_EQ(x.rows, 4.0 * 8 * 2);       // micro x T x k
+  EXPECT_DOUBLE_EQ(x.row_bytes, 16.0 * 4);     // D f32
+  EXPECT_DOUBLE_EQ(x.busiest, 1.25 * 64 * 64);
+  EXPECT_DOUBLE_EQ(x.sent_mean, 0.75 * 64 * 64);
+  // cp halves the tokens a rank holds; bf16 halves the row.
+  EXPECT_DOUBLE_EQ(ep_exchange_bytes(b, DType::kBF16, 4, 2, 4, 1.0).busiest, 32.0 * 32);
+}
+
+TEST(EpCosts, ExpertParametersAndRows) {
+  const BlockSpec b = moe_block();
+  EXPECT_EQ(expert_param_count(b), 3 * 16 * 8 * 8);
+  // The cost model counts every expert's parameters: the experts are a part of the block's count.
+  const BlockCost c = block_cost(b, DType::kF32, Recompute::kNone);
+  EXPECT_LT(expert_param_count(b), c.param_count);
+  // Rows: 1.5x the mean adds half of T·k rows of (2D + 3F) f32 to both stashes; balanced adds nothing.
+  BlockCost balanced = c, hot = c;
+  add_ep_expert_rows(balanced, b, DType::kF32, Recompute::kNone, 1, 1.0);
+  EXPECT_EQ(balanced.activation_bytes, c.activation_bytes);
+  EXPECT_EQ(balanced.backward_extra_bytes - c.backward_extra_bytes, 8 * 2 * 16 * 4);  // the all-to-alls' buffers (one [T·k, D])
+  add_ep_expert_rows(hot, b, DType::kF32, Recompute::kNone, 1, 1.5);
+  const std::int64_t rows = 8 * 2 / 2;  // half of T·k
+  EXPECT_EQ(hot.activation_bytes - c.activation_bytes, rows * (16 + 3 * 8) * 4);        // xp; g, u, h
+  EXPECT_EQ(hot.weight_stash_bytes - c.weight_stash_bytes, rows * (2 * 16 + 3 * 8) * 4);  // xp, do; dg, du, h
+  BlockCost full = c;
+  add_ep_expert_rows(full, b, DType::kF32, Recompute::kFull, 1, 1.5);
+  EXPECT_EQ(full.activation_bytes, c.activation_bytes);  // full recomputation keeps only the input
+}
+
+}  // namespace
+}  // namespace cleave::partition

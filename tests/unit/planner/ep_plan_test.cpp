@@ -1,0 +1,175 @@
+// The planner and the memory plan with expert parallelism (docs/planner.md, "Expert parallelism"): a rank's
+// experts, gradients and optimizer state at ep 1, 2 and 4 counted by hand; the routed-row stash of an imbalanced
+// rank; the four all-to-alls priced from a link's alpha-beta figures, by hand; ep searched only for moe models and
+// only where it divides the experts and dp × cp; and an ep layout chosen when the experts fit no other way.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+
+#include "engine/config/config.hpp"
+#include "engine/core/allocator.hpp"
+#include "engine/planner/hardware_profile.hpp"
+#include "engine/planner/plan_search.hpp"
+#include "engine/run_plan/memory_plan.hpp"
+#include "engine/run_plan/plan.hpp"
+#include "partition/ep_costs.hpp"
+
+namespace cleave::planner {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A moe model whose experts dominate its parameters: D 32, F 64, E 8, k 2, two blocks.
+constexpr const char* kMoe = R"({
+  "model": {"type": "moe", "vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 4, "seq_len": 16,
+            "ffn_hidden_size": 64, "n_experts": 8, "top_k": 2},
+  "batch": {"global_batch_size": 8, "micro_batch_size": 1},
+  "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})";
+
+constexpr std::int64_t kExpertParams = 3 * 32 * 64 * 8;  // per moe block
+
+std::size_t at(MemoryCategory c) { return static_cast<std::size_t>(c); }
+
+run_plan::MemoryPlan memory(int ep, double imbalance) {
+  config::RunConfig c =
+      config::parse_config(kMoe, "<string>", {"parallel.expert_model_parallel_size=" + std::to_string(ep)});
+  c.resolve(4);
+  const run_plan::Plan plan =
+      run_plan::make_plan(c, static_cast<int>(c.resolved_batch().gradient_accumulation_steps), 0);
+  return run_plan::estimate_rank_memory(plan, c, 0, imbalance);
+}
+
+TEST(EpPlan, ExpertMemoryPerRankAtEp124) {
+  const run_plan::MemoryPlan one = memory(1, 1.0);
+  ASSERT_GT(one.bytes[at(MemoryCategory::kParameters)], 2 * 4 * kExpertParams);  // every expert, f32
+  for (const int ep : {2, 4}) {
+    const run_plan::MemoryPlan m = memory(ep, 1.0);
+    // Two blocks of E experts: the rank drops (ep - 1) / ep of them, in each of parameters, gradients and AdamW's
+    // two moments; its experts' gradients are held twice (theirs and the expert-dp bucket's).
+    const std::int64_t dropped = 2 * 4 * kExpertParams / ep * (ep - 1);
+    EXPECT_EQ(one.bytes[at(MemoryCategory::kParameters)] - m.bytes[at(MemoryCategory::kParameters)], dropped) << ep;
+    EXPECT_EQ(one.bytes[at(MemoryCategory::kGradients)] - m.bytes[at(MemoryCategory::kGradients)],
+              dropped - 2 * 4 * kExpertParams / ep) << ep;
+    EXPECT_EQ(one.bytes[at(MemoryCategory::kOptimizerState)] - m.bytes[at(MemoryCategory::kOptimizerState)],
+              2 * dropped) << ep;
+    // A balanced routing stashes what ep 1 does, plus the all-to-alls' buffers in the backward (one [T·k, D]).
+    EXPECT_GE(m.bytes[at(MemoryCategory::kActivations)] - one.bytes[at(MemoryCategory::kActivations)], 0) << ep;
+    EXPECT_LE(m.bytes[at(MemoryCategory::kActivations)] - one.bytes[at(MemoryCategory::kActivations)],
+              16 * 2 * 32 * 4) << ep;
+  }
+  // The busiest rank of an imbalanced routing (1.5x the mean) stashes half of T·k rows more per moe block:
+  // xp [., D] and g, u, h [., F] f32, per block in the forward stash (1F1B at pp 1: one micro-batch's).
+  const run_plan::MemoryPlan hot = memory(2, 1.5);
+  const run_plan::MemoryPlan even = memory(2, 1.0);
+  const std::int64_t rows = 16 * 2 / 2;
+  EXPECT_GE(hot.bytes[at(MemoryCategory::kActivations)] - even.bytes[at(MemoryCategory::kActivations)],
+            2 * rows * (32 + 3 * 64) * 4);
+  // The default factor is the workload's: above 1 at ep 2, and what partition::workload_ep_imbalance says.
+  const run_plan::MemoryPlan expected = memory(2, 0);
+  EXPECT_GT(expected.bytes[at(MemoryCategory::kActivations)], even.bytes[at(MemoryCategory::kActivations)]);
+  EXPECT_LT(expected.bytes[at(MemoryCategory::kActivations)], hot.bytes[at(MemoryCategory::kActivations)]);
+}
+
+class EpPlanSearch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("cleave_ep_plan_test_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  std::string write(const std::string& name, const std::string& text) {
+    const auto path = (dir_ / name).string();
+    std::ofstream(path) << text;
+    return path;
+  }
+  // Compute and the optimizer cost (almost) nothing; the link has the given latency and bandwidth.
+  static HardwareProfile profile(double latency_s = 1e-30, double bandwidth_Bps = 1e30) {
+    HardwareProfile p;
+    p.name = p.source = "test";
+    p.flops_f32 = p.flops_bf16 = 1e30;
+    p.memory_bandwidth_Bps = 1e30;
+    p.intra_node = p.inter_node = Link{latency_s, bandwidth_Bps};
+    p.ranks_per_node = 8;
+    return p;
+  }
+  fs::path dir_;
+};
+
+TEST_F(EpPlanSearch, PricesTheFourAllToAllsFromTheLink) {
+  const std::string config = write("moe.json", kMoe);
+  const double latency = 1e-5, bandwidth = 1e8;
+  PlanChoice c = choice_of_config(config, {}, 4);
+  ASSERT_EQ(c.dp, 4);
+  SearchOptions options{4, 0};
+  options.ep_imbalance = 1.25;
+  const PlanEstimate one = estimate_plan(config, {}, c, profile(latency, bandwidth), options);
+  ASSERT_TRUE(one.valid) << one.reason;
+  EXPECT_EQ(one.ep_all_to_all_s, 0.0);
+  EXPECT_DOUBLE_EQ(one.ep_imbalance, 1.0);
+  for (const int ep : {2, 4}) {
+    c.ep = ep;
+    const PlanEstimate e = estimate_plan(config, {}, c, profile(latency, bandwidth), options);
+    ASSERT_TRUE(e.valid) << e.reason;
+    EXPECT_EQ(e.choice.layout(), "tp1 pp1 dp4 ep" + std::to_string(ep));
+    EXPECT_DOUBLE_EQ(e.ep_imbalance, 1.25);
+    // Busiest rank: 1.25 x (micro 1 x T 16 x k 2) rows of D 32 f32; an all-to-all priced as a ring reduce-scatter:
+    // (ep-1)/ep x bytes / bandwidth + (ep-1) x latency; four per moe block and micro-batch.
+    const double bytes = 1.25 * 16 * 2 * 32 * 4;
+    const double one_all_to_all = (ep - 1.0) / ep * bytes / bandwidth + (ep - 1) * latency;
+    EXPECT_NEAR(e.ep_all_to_all_s, 4 * one_all_to_all, 1e-12) << ep;
+    // Both moe blocks' exchanges, in every micro-batch (2 per rank), land in the busiest rank's communication.
+    EXPECT_GT(e.breakdown.tp_comm_s, 2 * 2 * 4 * one_all_to_all * 0.999) << ep;
+    const auto keys = e.choice.overrides();
+    EXPECT_NE(std::find(keys.begin(), keys.end(), "parallel.expert_model_parallel_size=" + std::to_string(ep)), keys.end());
+  }
+}
+
+TEST_F(EpPlanSearch, SearchesEpOnlyForMoeModelsWhereItDivides) {
+  const SearchResult r = search_plans(write("moe.json", kMoe), {}, profile(), SearchOptions{4, 0});
+  std::set<int> eps;
+  for (const auto& e : r.ranked) {
+    eps.insert(e.choice.ep);
+    EXPECT_EQ((e.choice.dp * e.choice.cp) % e.choice.ep, 0) << e.choice.layout();
+    if (e.choice.ep > 1) {
+      EXPECT_LE(e.choice.zero_stage, 1) << e.choice.layout();  // the engine refuses ZeRO-2 and 3 with ep
+    }
+  }
+  EXPECT_EQ(eps, (std::set<int>{1, 2, 4}));
+  const std::string dense = write("gpt.json", R"({"model": {"type": "gpt", "vocab_size": 64, "d_model": 32,
+    "n_layers": 2, "n_heads": 4, "seq_len": 16}, "batch": {"global_batch_size": 8}, "optimizer": {"type": "adamw"},
+    "data": {"type": "synthetic"}})");
+  for (const auto& e : search_plans(dense, {}, profile(), SearchOptions{4, 0}).ranked) EXPECT_EQ(e.choice.ep, 1);
+}
+
+TEST_F(EpPlanSearch, ChoosesExpertParallelWhenExpertsDoNotFitOtherwise) {
+  // One moe block (pp cannot split its experts) and two heads (tp at most 2 splits them in two): with X the
+  // experts' f32 bytes, ep 4 (or ep 2 x tp 2) holds 1.25 X in all (a quarter each of parameters, AdamW's two
+  // moments and the gradients, held twice), while tp2 with ZeRO 1 or 2 needs about 1.5 X and tp2 with ZeRO-3
+  // about 1.75 X (the block's experts gathered in full, their gradients in full until reduced); experts of width
+  // 512 make X dominate the activations.
+  std::string text = kMoe;
+  text.replace(text.find("\"n_layers\": 2, \"n_heads\": 4"), 27, "\"n_layers\": 1, \"n_heads\": 2");
+  text.replace(text.find("\"ffn_hidden_size\": 64"), 21, "\"ffn_hidden_size\": 512");
+  const std::string config = write("moe.json", text);
+  const SearchResult open = search_plans(config, {}, profile(), SearchOptions{4, 0});
+  std::int64_t least_without = -1, least_with = -1;
+  for (const auto& e : open.ranked) {
+    std::int64_t& least = e.choice.ep > 1 ? least_with : least_without;
+    if (least < 0 || e.peak_bytes < least) least = e.peak_bytes;
+  }
+  ASSERT_GT(least_without, 0);
+  ASSERT_GT(least_with, 0);
+  ASSERT_LT(least_with, least_without);  // the experts dominate: splitting them beats any ZeRO stage, tp or pp
+  const SearchResult capped = search_plans(config, {}, profile(), SearchOptions{4, least_without - 1});
+  ASSERT_FALSE(capped.ranked.empty());
+  for (const auto& e : capped.ranked) EXPECT_GT(e.choice.ep, 1) << e.choice.layout();
+}
+
+}  // namespace
+}  // namespace cleave::planner

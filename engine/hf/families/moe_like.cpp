@@ -33,6 +33,7 @@ void to_moe_section(const Keys& k, const char* experts_key, const Routing& r, Hf
   m["normalize_top_k"] = r.normalize_top_k;
   m["aux_loss_coef"] = r.aux_loss_coef;
   m["z_loss_coef"] = r.z_loss_coef;  // a training loss only; written back on export
+  m["forced_routing"] = "";  // the router chooses (a test and benchmark key; none in a Hugging Face model)
   m["bias_update_rate"] = 0.001;     // the sigmoid router's; unused by softmax
 }
 

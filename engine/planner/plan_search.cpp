@@ -194,7 +194,8 @@ void memory_over_step(const run_plan::Plan& plan, const PlanChoice& choice, bool
   const pipeline::SimulationResult& result = details.simulated;
   const int num_stages = plan.num_stages();
   // Memory over the step per pp rank: static categories plus the activations the timeline holds.
-  const double per_micro = static_cast<double>(choice.micro_batch) / (bf16 ? 2.0 : 1.0);
+  // A cp rank holds its T / cp tokens of every micro-batch's stash (the memory plan divides the same way).
+  const double per_micro = static_cast<double>(choice.micro_batch) / (bf16 ? 2.0 : 1.0) / choice.cp;
   // One tp rank's activations (the cost model's tp layout), as the memory plan counts them.
   const auto shard = partition::model_costs(plan.spec, DType::kF32, choice.recompute, choice.tp);
   std::vector<run_plan::StageBackwardMemory> stage_memory;

@@ -291,6 +291,33 @@ TEST_F(PlanSearch, AttentionProbabilitiesCostTheirPassesAndEveryScore) {
   EXPECT_FALSE(partition::attention_kind_from("flash").has_value());
 }
 
+// The simulated step's memory timeline holds a cp rank's T / cp tokens of each micro-batch's stash: at cp2 the
+// activations over the fixed categories are half of cp1's for the same micro-batches (simulate --config showed
+// one peak at cp1, 2 and 4 before).
+TEST_F(PlanSearch, MemoryTimelineHoldsACpRanksShareOfTheStash) {
+  const HardwareProfile a100 = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/a100_80gb_sxm.json");
+  const std::string config = tiny_gpt();
+  const auto live_activations = [&](int cp) {
+    PlanChoice c;
+    c.global_batch = 8;
+    c.cp = cp;
+    c.cp_comm = config::ContextParallelComm::kAllToAll;
+    PlanDetails details;
+    const PlanEstimate e = estimate_plan(config, {}, c, a100, SearchOptions{cp, 0}, &details);
+    EXPECT_TRUE(e.valid) << e.reason;
+    std::int64_t fixed = 0;
+    for (int k = 0; k < kNumMemoryCategories; ++k) {
+      if (k != static_cast<int>(MemoryCategory::kActivations) && k != static_cast<int>(MemoryCategory::kWorkspace)) {
+        fixed += details.memory_plan.at(0)[static_cast<std::size_t>(k)];
+      }
+    }
+    return static_cast<double>(details.timeline_peak.at(0) - fixed);
+  };
+  const double one = live_activations(1), two = live_activations(2);
+  ASSERT_GT(one, 0.0);
+  EXPECT_NEAR(two, one / 2, 1e-6 * one + 8);  // whole bytes on each side
+}
+
 TEST_F(PlanSearch, RanksTheHandCheckedBestPlanFirst) {
   // 2 ranks, every message costs a latency L and nothing per byte, compute C per step on one rank (flops, so
   // independent of the micro-batch). By hand: tp2 pays 2L per all-reduce, 17 per micro-batch; pp2 pays its

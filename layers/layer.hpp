@@ -45,6 +45,12 @@ struct ShardSpec {
   int index = 0;              // tp rank
   int groups = 1;             // equal blocks along dim, each split into `parts` (3 for a fused QKV weight)
   Shape logical;              // shape of the unsharded tensor (== value's shape when replicated)
+  // Expert parallelism × tensor parallelism (an expert tensor [E, ...] split over tp along dim >= 1): the stored
+  // tensor is piece ep_index of ep_parts equal contiguous pieces of dim 0 of the tp shard above (this ep rank's
+  // experts, each still split over tp). ep_parts 1: the whole tp shard. An ep-only split (tp 1) is a plain
+  // {dim 0, ep parts} spec instead, so these stay 1 and 0 there.
+  int ep_parts = 1;
+  int ep_index = 0;
 };
 
 struct Param {

@@ -17,7 +17,10 @@
 // With i = cp_rank + cp · dp_rank a rank's index in its dp_cp group, ep_rank = i mod ep and
 // expert_dp_rank = i / ep. Groups: ep (same tp, pp, expert_dp_rank: the ranks that split one set of experts and
 // exchange tokens by all-to-all), expert_dp (same tp, pp, ep_rank: the dp × cp / ep ranks holding the same
-// experts, over which expert gradients are reduced). Non-expert parameters keep dp_cp.
+// experts, over which expert gradients are reduced). Non-expert parameters keep dp_cp. With tp > 1 (expert tensor
+// parallelism) the order stays tp fastest: rank = tp_rank + tp · (i + dp · cp · pp_rank), ep_rank = i mod ep; the
+// tp ranks of one ep rank are neighbours holding the same experts split over tp, and every ep group lies inside
+// one tp rank (tp 2, dp 2, ep 2: ep groups {0, 2} and {1, 3}, tp groups {0, 1} and {2, 3}).
 //
 // build_grid_communicators() turns a grid into communicators by splitting a world communicator; it is the
 // only part that communicates.

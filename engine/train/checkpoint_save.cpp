@@ -10,7 +10,8 @@
 //   "tensors": {logical name: {"kind": "parameter" | "optimizer_state", "shape", "dtype": "F32", "pieces": [{"file",
 //   "name", "dim", "parts", "index", "groups", "begin", "end", "chunk_bytes", "chunks"}]}}}
 // A piece holds elements [begin, end) of tp shard `index` of `parts` along `dim` (in `groups` blocks;
-// dim -1: the whole tensor), flattened; layers/parallel/shard.hpp places it. chunks: fnv1a64 of each
+// dim -1: the whole tensor), flattened; layers/parallel/shard.hpp places it. An ep × tp expert tensor (ShardSpec::
+// ep_parts) is written as its range of the tp shard (its ep rank's experts), so the pieces of the ep ranks tile it. chunks: fnv1a64 of each
 // chunk_bytes of its bytes, so a loading rank verifies just the ranges it reads (checkpoint_reader.hpp).
 #include <algorithm>
 #include <chrono>
@@ -28,6 +29,7 @@
 #include "engine/train/checkpoint_pieces.hpp"
 #include "engine/train/checkpoint_reader.hpp"
 #include "engine/train/collectives.hpp"
+#include "layers/parallel/shard.hpp"
 #include "engine/core/allocator.hpp"
 
 namespace cleave::train {
@@ -97,8 +99,8 @@ RankSaveJob snapshot_rank(const RankSetup& s, const RankModel& model, StepTail& 
                               {"parts", spec.dim < 0 ? 1 : spec.parts},
                               {"index", spec.dim < 0 ? 0 : spec.index},
                               {"groups", spec.dim < 0 ? 1 : spec.groups},
-                              {"begin", piece.offset},
-                              {"end", piece.offset + piece.data.numel()}});
+                              {"begin", piece.offset + layers::expert_split_offset(spec)},
+                              {"end", piece.offset + layers::expert_split_offset(spec) + piece.data.numel()}});
   }
   return job;
 }

@@ -31,7 +31,9 @@ std::map<std::string, std::vector<float>> gather_parameters(RankSetup& s, const 
       }
     }
   }
-  constexpr int kMeta = 4 + Shape::kMaxDims + 2;  // numel, dim, parts, index, groups, rank, logical dims
+  // numel, dim, parts, index, groups, rank, logical dims, ep_parts, ep_index
+  constexpr int kMeta = 4 + Shape::kMaxDims + 2 + 2;
+  constexpr int kEp = 6 + Shape::kMaxDims;
   std::map<std::string, std::vector<float>> out;
   for (const auto& [name, by_tp] : holders) {
     std::vector<float> logical;
@@ -54,6 +56,8 @@ std::map<std::string, std::vector<float>> gather_parameters(RankSetup& s, const 
         m[4] = spec.groups;
         m[5] = spec.logical.rank();
         for (int d = 0; d < spec.logical.rank(); ++d) m[6 + d] = spec.logical[d];
+        m[kEp] = spec.ep_parts;
+        m[kEp + 1] = spec.ep_index;
       }
       s.world.broadcast(meta, rank)->wait();
       const std::int64_t* m = meta.data<std::int64_t>();
@@ -74,6 +78,8 @@ std::map<std::string, std::vector<float>> gather_parameters(RankSetup& s, const 
       spec.index = static_cast<int>(m[3]);
       spec.groups = static_cast<int>(m[4]);
       spec.logical = Shape(std::span<const std::int64_t>(m + 6, static_cast<std::size_t>(m[5])));
+      spec.ep_parts = static_cast<int>(m[kEp]);
+      spec.ep_index = static_cast<int>(m[kEp + 1]);
       layers::place_shard(logical, values.to_floats(), spec);
     }
     out[name] = std::move(logical);

@@ -94,8 +94,8 @@ MoeMlp::MoeMlp(std::string prefix, std::int64_t d, std::int64_t f, const RouterO
                 "{}: d {} f {} experts {} top_k {} tp {}", who(), d, f, router.experts, router.top_k, tp_size);
   f_local_ = f / tp_size;
   const std::int64_t e = router.experts;
-  CLEAVE_ASSERT(ep_size >= 1 && ep_rank >= 0 && ep_rank < ep_size && e % ep_size == 0 && (ep_size == 1 || tp_size == 1),
-                "{}: {} experts over ep {} (rank {}), tp {}", who(), e, ep_size, ep_rank, tp_size);
+  CLEAVE_ASSERT(ep_size >= 1 && ep_rank >= 0 && ep_rank < ep_size && e % ep_size == 0,
+                "{}: {} experts over ep {} (rank {})", who(), e, ep_size, ep_rank);
   local_experts_ = e / ep_size;
   // Built in parameter order (router, experts, shared), the same on every layout.
   router_weight_ = make_sharded_param(prefix_ + ".router.weight", replicated_spec(Shape{e, d}), true, init.allocator);
@@ -104,16 +104,19 @@ MoeMlp::MoeMlp(std::string prefix, std::int64_t d, std::int64_t f, const RouterO
     router_bias_ = make_sharded_param(prefix_ + ".router.bias", replicated_spec(Shape{e}), false, init.allocator);
     router_bias_->value.zero_();
   }
-  if (ep_size > 1) {  // this rank's experts: dim 0 in ep contiguous parts (each element drawn at its logical index)
-    const auto ep_param = [&](const std::string& name, const Shape& logical, std::int64_t fan_in) {
-      auto p = make_sharded_param(name, make_shard_spec(logical, 0, ep_size, ep_rank), true, init.allocator);
+  if (ep_size > 1) {  // this rank's experts: dim 0 in ep contiguous parts (each element drawn at its logical index),
+                     // each expert's F split over tp as without ep (ep × tp: ShardSpec::ep_parts)
+    const auto ep_param = [&](const std::string& name, const Shape& logical, std::int64_t fan_in, int tp_dim) {
+      const ShardSpec spec = tp_size > 1 ? with_expert_split(make_shard_spec(logical, tp_dim, tp_size, tp_rank), ep_size, ep_rank)
+                                         : make_shard_spec(logical, 0, ep_size, ep_rank);
+      auto p = make_sharded_param(name, spec, true, init.allocator);
       init_shard_weight(*p, fan_in, init);
       p->ep_size = ep_size;
       return p;
     };
-    gate_ = ep_param(prefix_ + ".experts.gate.weight", Shape{e, f, d}, d);
-    up_ = ep_param(prefix_ + ".experts.up.weight", Shape{e, f, d}, d);
-    down_ = ep_param(prefix_ + ".experts.down.weight", Shape{e, d, f}, f);
+    gate_ = ep_param(prefix_ + ".experts.gate.weight", Shape{e, f, d}, d, 1);
+    up_ = ep_param(prefix_ + ".experts.up.weight", Shape{e, f, d}, d, 1);
+    down_ = ep_param(prefix_ + ".experts.down.weight", Shape{e, d, f}, f, 2);
   } else {
     gate_ = expert_param(prefix_ + ".experts.gate.weight", Shape{e, f, d}, 1, d, init, tp_size, tp_rank);
     up_ = expert_param(prefix_ + ".experts.up.weight", Shape{e, f, d}, 1, d, init, tp_size, tp_rank);

@@ -28,7 +28,12 @@
 // their experts' ranks and the outputs back (expert_dispatch.hpp). Its experts run on the received rows one grouped
 // GEMM per source rank (the same GEMM shapes as at ep 1); the backward sends the output gradients the same way and
 // returns the input gradients; the weight gradient adds each source's rows into its own lane (Param::ep_size). So
-// every value is ep 1's bit for bit, and in deterministic mode the summed gradients too. Not with tp > 1 yet.
+// every value is ep 1's bit for bit, and in deterministic mode the summed gradients too.
+// ep × tp (expert tensor parallelism under ep): the tp ranks of an ep rank hold the same E/ep experts, each split
+// over tp as above (ShardSpec::ep_parts on the tp split). The tp ranks route the same tokens (the same rows, the
+// same plan), and the ep group holds one tp rank (engine/comm/process_grid.hpp), so tp rank t's rows reach the tp
+// rank t of each expert's ep rank, its partial outputs (F/tp of each expert) come back, and the combined partial
+// sums are all-reduced (or reduce-scattered) over tp exactly as without ep: ep × tp equals tp at ep 1 bit for bit.
 //
 // Auxiliary losses: the router's aux and z losses (router.hpp) add their gradients, scaled by ctx.loss_scale,
 // in backward_input; their values and the per-expert counts of the last micro-batch are readable (stats()) and

@@ -67,6 +67,10 @@ Routing route(std::span<const float> logits, std::span<const float> bias, const 
     });
     double chosen = 0.0;
     for (std::int64_t j = 0; j < k; ++j) chosen += s[order[static_cast<std::size_t>(j)]];
+    // The token's slots in expert-index order: the combine sums them in slot order, so by token, then by expert
+    // index, whatever the scores' order (issue 36: a fixed order every layout shares). The normaliser above was
+    // summed in selection order, as before.
+    std::sort(order.begin(), order.begin() + k);
     for (std::int64_t j = 0; j < k; ++j) {
       const std::int32_t x = order[static_cast<std::size_t>(j)];
       r.expert[static_cast<std::size_t>(t * k + j)] = x;

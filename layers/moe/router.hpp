@@ -6,8 +6,10 @@
 // Routing (partition/families/moe.hpp has the user's view):
 //   softmax: p = softmax(logits); chosen: the k largest p; weight_j = p_j (/ Σ_chosen p when normalize).
 //   sigmoid: s = sigmoid(logits); chosen: the k largest s + bias; weight_j = s_j (/ Σ_chosen s when normalize).
-//   Ties are broken by the LOWER expert index (a stable order: score descending, then index ascending), and a
-//   token's k slots are listed in that order.
+//   Ties are broken by the LOWER expert index (a stable order: score descending, then index ascending). A
+//   token's k slots are then listed by expert index ascending (not by score), so the combine (moe_combine: a
+//   token's slots summed in slot order, f32) sums by token, then by expert index; normalising sums the chosen
+//   scores in selection order.
 // Routed rows: R = N·k rows, expert 0's tokens first, then expert 1's, ...; within an expert, tokens ascending.
 // Losses of one call (one micro-batch), with f_e = count_e / (N·k) and P_e = mean over tokens of q_e, q = p
 // (softmax) or s / Σ_e s (sigmoid):
@@ -51,7 +53,7 @@ struct Routing {
 };
 
 // logits [N·E] row-major; bias [E] (sigmoid only; empty = 0). forced [N·k] (model.forced_routing; empty: none):
-// token n's k experts in slot order are forced[n·k .. n·k + k) instead of its top-k; the weights are still its
+// token n's k experts are forced[n·k .. n·k + k) instead of its top-k (slots still listed by expert index); the weights are still its
 // scores of those experts (normalised as configured), so everything downstream, the losses and the backward,
 // is unchanged.
 Routing route(std::span<const float> logits, std::span<const float> bias, const RouterOptions& options,

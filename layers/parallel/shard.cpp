@@ -28,6 +28,17 @@ void check_spec(const ShardSpec& spec) {
   CLEAVE_CHECK(spec.groups >= 1 && extent % spec.groups == 0,
                "shard spec: groups ({}) must be >= 1 and divide the extent {} of dim {} of {}", spec.groups, extent,
                spec.dim, spec.logical.str());
+  CLEAVE_CHECK(spec.ep_parts >= 1 && spec.ep_index >= 0 && spec.ep_index < spec.ep_parts,
+               "shard spec: ep_index {} must be in [0, ep_parts {}) and ep_parts >= 1", spec.ep_index, spec.ep_parts);
+  CLEAVE_CHECK(spec.ep_parts == 1 || (spec.dim >= 1 && spec.logical[0] % spec.ep_parts == 0),
+               "shard spec: an expert split in {} parts needs a tp split along dim >= 1 (got {}) and parts dividing "
+               "dim 0 of {}",
+               spec.ep_parts, spec.dim, spec.logical.str());
+}
+
+// The tp shard's shape (ep_parts ignored).
+Shape tp_shard_shape(const ShardSpec& spec, std::int64_t piece) {
+  return spec.logical.with_dim(spec.dim, spec.groups * piece);
 }
 
 Layout layout_of(const ShardSpec& spec) {
@@ -62,6 +73,18 @@ ShardSpec make_shard_spec(const Shape& logical, int dim, int parts, int index, i
   return spec;
 }
 
+ShardSpec with_expert_split(ShardSpec spec, int parts, int index) {
+  spec.ep_parts = parts;
+  spec.ep_index = index;
+  check_spec(spec);
+  return spec;
+}
+
+std::int64_t expert_split_offset(const ShardSpec& spec) {
+  if (spec.ep_parts == 1) return 0;
+  return tp_shard_shape(spec, layout_of(spec).piece).numel() / spec.ep_parts * spec.ep_index;
+}
+
 ShardSpec replicated_spec(const Shape& logical) {
   ShardSpec spec;
   spec.logical = logical;
@@ -72,7 +95,8 @@ std::int64_t shard_rows(const ShardSpec& spec) { return layout_of(spec).piece; }
 
 Shape shard_shape(const ShardSpec& spec) {
   if (spec.dim < 0) return spec.logical;
-  return spec.logical.with_dim(spec.dim, spec.groups * layout_of(spec).piece);
+  const Shape tp = tp_shard_shape(spec, layout_of(spec).piece);
+  return spec.ep_parts == 1 ? tp : tp.with_dim(0, tp[0] / spec.ep_parts);
 }
 
 void for_each_shard_run(const ShardSpec& spec,
@@ -83,11 +107,14 @@ void for_each_shard_run(const ShardSpec& spec,
     return;
   }
   if (l.valid == 0 || l.inner == 0) return;
+  // An expert split keeps the tp shard's elements [lo, hi) (contiguous: dim 0 is outermost and not the tp dim).
+  const std::int64_t lo = expert_split_offset(spec), hi = lo + shard_shape(spec).numel();
   for (std::int64_t o = 0; o < l.outer; ++o) {
     for (std::int64_t g = 0; g < spec.groups; ++g) {
-      const std::int64_t logical_row = o * l.extent + g * l.group + l.first;
-      const std::int64_t shard_row = (o * spec.groups + g) * l.piece;
-      fn(logical_row * l.inner, shard_row * l.inner, l.valid * l.inner);
+      const std::int64_t logical_at = (o * l.extent + g * l.group + l.first) * l.inner;
+      const std::int64_t shard_at = (o * spec.groups + g) * l.piece * l.inner;
+      const std::int64_t from = std::max(shard_at, lo), to = std::min(shard_at + l.valid * l.inner, hi);
+      if (from < to) fn(logical_at + from - shard_at, from - lo, to - from);
     }
   }
 }

@@ -21,6 +21,14 @@ namespace cleave::layers {
 // or groups does not divide the extent.
 ShardSpec make_shard_spec(const Shape& logical, int dim, int parts, int index, int groups = 1);
 
+// `spec` (a tp split along dim >= 1) narrowed to piece `index` of `parts` of its dim 0 (ShardSpec::ep_parts: an
+// ep rank's experts of a tp-split expert tensor). Throws Error when dim < 1 or parts does not divide logical[0].
+ShardSpec with_expert_split(ShardSpec spec, int parts, int index);
+
+// The element offset of the stored tensor inside the flattened tp shard {dim, parts, index, groups} (0 unless
+// ep_parts > 1): where a checkpoint piece of it begins.
+std::int64_t expert_split_offset(const ShardSpec& spec);
+
 // A replicated spec (dim -1) for a tensor of shape `logical`.
 ShardSpec replicated_spec(const Shape& logical);
 
@@ -28,7 +36,7 @@ ShardSpec replicated_spec(const Shape& logical);
 // replicated.
 std::int64_t shard_rows(const ShardSpec& spec);
 
-// The shape of the stored shard (padding included).
+// The shape of the stored shard (padding included; dim 0 divided by ep_parts).
 Shape shard_shape(const ShardSpec& spec);
 
 // Calls fn(logical_offset, shard_offset, length) for every contiguous run of real (non-padding) logical

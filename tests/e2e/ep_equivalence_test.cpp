@@ -12,7 +12,14 @@
 //
 // At np 2 also ep 2 taken from cp 2 (the ep group is the cp group: each rank routes its own tokens of every
 // sample). At np 4 also ep 2 inside dp 4 (an expert-dp group of 2 reduces the expert gradients) and ep 2 × pp 2 under zb_v
-// and dualpipev (the all-to-alls inside the F, I and W actions as the executor runs them).
+// and dualpipev (the all-to-alls inside the F, I and W actions as the executor runs them), and ep 2 × tp 2 (expert
+// tensor parallelism: each ep rank's experts split over tp; with and without sequence parallelism) against tp 2 at
+// ep 1, bit for bit.
+//
+// ep 2 × tp 2 against ONE rank (tp sums associate differently, so not bit-exact): within kTensorParallel, the bound
+// tests/e2e/moe_equivalence_test.cpp holds tp 2 to. Checkpoints across ep × tp: saved at ep 4, loaded at ep 2 × tp 2
+// (and saved at ep 2 × tp 2, loaded at ep 4), the loaded parameters equal the saved ones bit for bit and the run
+// continues within kTensorParallel of the uninterrupted one-rank run.
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -85,12 +92,14 @@ std::vector<Case> cases_for(int world) {
             {"ep2_zero1", 2, 6, {"optimizer.zero_stage=1"}}};
   }
   if (world == 4) {
-    const std::string pp2 = "parallel.pipeline_model_parallel_size=2";
+    const std::string pp2 = "parallel.pipeline_model_parallel_size=2", tp2 = "parallel.tensor_model_parallel_size=2";
     return {{"ep4_fp32", 4, 20, {}},
             {"ep4_bf16", 4, 20, {bf16}},
             {"ep2_in_dp4", 2, 10, {}},
             {"ep2_in_dp4_zero1", 2, 6, {"optimizer.zero_stage=1"}},
             {"ep2_pp2_zb_v", 2, 6, {pp2, "parallel.schedule=zb_v"}},
+            {"ep2_tp2", 2, 6, {tp2}},
+            {"ep2_tp2_sp_sigmoid_shared", 2, 4, {tp2, "parallel.sequence_parallel=true", sigmoid, shared}},
             {"ep2_pp2_dualpipev_bf16", 2, 6, {pp2, "parallel.schedule=dualpipev", bf16}}};
   }
   return {};
@@ -242,6 +251,92 @@ TEST(EpCheckpoint, SavedAtEpResumesAtEpOneAndAtEp) {
     }
     world->barrier()->wait();
     if (world->rank() == 0) fs::remove_all(root);
+  }
+}
+
+constexpr double kTensorParallel = 2e-5;  // tests/e2e/moe_equivalence_test.cpp's tp bound
+
+const std::string kTp2 = "parallel.tensor_model_parallel_size=2";
+// Against one rank: SGD, as tests/e2e/moe_equivalence_test.cpp (AdamW's m / sqrt(v) turns a rounding difference in a
+// near-zero gradient into a whole step).
+const std::vector<std::string> kSgd = {"optimizer.type=sgd", "optimizer.lr=0.05"};
+
+std::vector<std::string> sgd_with(std::vector<std::string> overrides) {
+  overrides.insert(overrides.end(), kSgd.begin(), kSgd.end());
+  return overrides;
+}
+
+TEST(EpTensorParallel, EpTwoTimesTpTwoMatchesOneRankWithinBound) {
+  auto world = make_world(/*deterministic=*/true);
+  if (world->size() != 4) GTEST_SKIP() << "runs at 4 ranks";
+  auto self = world->split(world->rank(), 0, "self");
+  for (const auto& [name, overrides] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"ep2_tp2", {kTp2, ep(2)}}, {"ep2_tp2_sp", {kTp2, ep(2), "parallel.sequence_parallel=true"}}}) {
+    SCOPED_TRACE(name);
+    const config::RunConfig config = tiny_moe(6, sgd_with(overrides));
+    const RunRecord parallel = train_steps(config, *world);
+    if (world->rank() != 0) continue;
+    const RunRecord reference = train_steps(single_rank_config(config), *self);
+    std::string worst;
+    const double param_diff = max_param_rel_diff(parallel, reference, &worst);
+    const double loss_diff = max_loss_rel_diff(parallel, reference);
+    EXPECT_LE(loss_diff, kTensorParallel);
+    EXPECT_LE(param_diff, kTensorParallel) << "worst " << worst;
+    EXPECT_GT(std::abs(parallel.losses.front() - parallel.losses.back()), 0.0);  // it trained
+    std::printf("[ ep ] %-30s max loss rel diff %.3g, max param rel diff %.3g against one rank\n", name.c_str(),
+                loss_diff, param_diff);
+  }
+  world->barrier()->wait();
+}
+
+// The parameters a trainer of `config` holds after loading `dir` (no step taken).
+std::map<std::string, std::vector<float>> loaded(const config::RunConfig& config, comm::Communicator& world,
+                                                 const std::string& dir, std::int64_t step) {
+  train::Trainer trainer(config, world);
+  EXPECT_EQ(trainer.load_checkpoint(dir), step);
+  return trainer.gather_parameters();
+}
+
+void expect_same_params(const std::map<std::string, std::vector<float>>& got,
+                        const std::map<std::string, std::vector<float>>& want) {
+  RunRecord a, b;
+  a.params = got;
+  b.params = want;
+  expect_bit_identical(a, b);
+}
+
+TEST(EpCheckpoint, SavedAtEpFourResumesAtEpTwoTimesTpTwoAndBack) {
+  auto world = make_world(/*deterministic=*/true);
+  if (world->size() != 4) GTEST_SKIP() << "runs at 4 ranks";
+  constexpr std::int64_t kSteps = 4, kSaveAt = 2;
+  const auto ep4 = tiny_moe(kSteps, sgd_with({ep(4)}));
+  const auto ep2_tp2 = tiny_moe(kSteps, sgd_with({ep(2), kTp2}));
+  auto self = world->split(world->rank(), 0, "self");
+  const RunRecord whole = world->rank() == 0 ? run_from(single_rank_config(ep4), *self, 0, kSteps) : RunRecord{};
+  // ep 4 -> ep 2 x tp 2: the experts' [E, F, D] tensors written as four expert slices, read as two slices of each
+  // tp shard.
+  const std::string root = shared_dir(*world, "ep4_to_ep2tp2");
+  const RunRecord saved = run_from(ep4, *world, 0, kSaveAt, "", root);
+  const std::string dir = root + "/" + checkpoint::step_dir_name(kSaveAt);
+  expect_same_params(loaded(ep2_tp2, *world, dir, kSaveAt), saved.params);
+  const RunRecord rest = run_from(ep2_tp2, *world, kSaveAt, kSteps, dir);
+  if (world->rank() == 0) {
+    ASSERT_EQ(rest.losses.size(), 2u);
+    for (std::size_t i = 0; i < 2; ++i) {
+      EXPECT_NEAR(rest.losses[i], whole.losses[kSaveAt + i], kTensorParallel * std::abs(whole.losses[kSaveAt + i]));
+    }
+    std::string worst;
+    EXPECT_LE(max_param_rel_diff(rest, whole, &worst), kTensorParallel) << "worst " << worst;
+  }
+  // ep 2 x tp 2 -> ep 4: the pieces of each tp shard, one per ep rank, tile it; ep 4 reads its expert slices.
+  const std::string back_root = shared_dir(*world, "ep2tp2_to_ep4");
+  const RunRecord saved_back = run_from(ep2_tp2, *world, 0, kSaveAt, "", back_root);
+  const std::string back_dir = back_root + "/" + checkpoint::step_dir_name(kSaveAt);
+  expect_same_params(loaded(ep4, *world, back_dir, kSaveAt), saved_back.params);
+  world->barrier()->wait();
+  if (world->rank() == 0) {
+    fs::remove_all(root);
+    fs::remove_all(back_root);
   }
 }
 

@@ -2,7 +2,7 @@
 // the stashes the plan counts dominate), every rank's measured allocator peaks against its memory plan, with the
 // rank's exact imbalance from a forced routing (model.forced_routing "zipf": the rows its experts run, max over
 // the steps, over the mean, computed from the workload as the oracle does) passed as ep_imbalance. Parameters,
-// gradients and optimizer state (E / ep experts) exactly; activations within 2%.
+// gradients and optimizer state (E / ep experts) exactly; activations within 2%. At 4 ranks also ep 2 × tp 2.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -36,11 +36,10 @@ double exact_imbalance(const std::string& workload, int ep, int rank) {
   return most;
 }
 
-TEST(ExpertParallel, MemoryPlanFollowsTheMeasuredPeak) {
-  auto world = make_world();
-  const int ep = world->size();
-  if (ep != 2 && ep != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+// One run at ep × tp on `world` (dp = world / tp = ep): every category of this rank's peak against its plan.
+void check_plan(comm::Communicator& world, int ep, int tp) {
   const std::string workload = "zipf";
+  const int dp = world.size() / tp;
   const config::RunConfig config = config::parse_config(R"({
     "model": {"type": "moe", "vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 4, "seq_len": 32,
               "ffn_hidden_size": 64, "n_experts": 8, "top_k": 2, "forced_routing": "zipf"},
@@ -50,24 +49,41 @@ TEST(ExpertParallel, MemoryPlanFollowsTheMeasuredPeak) {
     "train": {"seed": 5, "eval_batches": 0, "steps": 3},
     "data": {"type": "synthetic"}
   })", "ep_memory", {"parallel.expert_model_parallel_size=" + std::to_string(ep),
-                     "batch.global_batch_size=" + std::to_string(2 * kMicro * ep)});
-  train::Trainer trainer(config, *world);
+                     "parallel.tensor_model_parallel_size=" + std::to_string(tp),
+                     "batch.global_batch_size=" + std::to_string(2 * kMicro * dp)});
+  train::Trainer trainer(config, world);
   for (std::int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
   config::RunConfig resolved = config;
-  resolved.resolve(ep);
-  const double imbalance = exact_imbalance(workload, ep, world->rank());
+  resolved.resolve(world.size());
+  const int ep_rank = (world.rank() / tp) % ep;  // dp × cp index mod ep (process_grid.hpp), cp 1
+  const double imbalance = exact_imbalance(workload, ep, ep_rank);
   const run_plan::MemoryPlan plan = run_plan::estimate_rank_memory(trainer.plan(), resolved, 0, imbalance);
   const auto& stats = trainer.memory_stats();
   for (const MemoryCategory c : {MemoryCategory::kParameters, MemoryCategory::kGradients,
                                  MemoryCategory::kOptimizerState, MemoryCategory::kActivations}) {
     const auto planned = static_cast<double>(plan.bytes[static_cast<std::size_t>(c)]);
     const auto measured = static_cast<double>(stats.peak_of(c));
-    std::printf("[ memory ] ep%d rank %d (imbalance %.3f) %s: measured %.0f B planned %.0f B (%+.2f%%)\n", ep,
-                world->rank(), imbalance, std::string(memory_category_name(c)).c_str(), measured, planned,
+    std::printf("[ memory ] ep%d tp%d rank %d (imbalance %.3f) %s: measured %.0f B planned %.0f B (%+.2f%%)\n", ep, tp,
+                world.rank(), imbalance, std::string(memory_category_name(c)).c_str(), measured, planned,
                 100.0 * (planned / measured - 1));
     EXPECT_GT(measured, 0) << memory_category_name(c);
-    EXPECT_NEAR(planned, measured, 0.02 * measured) << memory_category_name(c) << " on rank " << world->rank();
+    EXPECT_NEAR(planned, measured, 0.02 * measured) << memory_category_name(c) << " on rank " << world.rank();
   }
+}
+
+TEST(ExpertParallel, MemoryPlanFollowsTheMeasuredPeak) {
+  auto world = make_world();
+  const int ep = world->size();
+  if (ep != 2 && ep != 4) GTEST_SKIP() << "needs 2 or 4 ranks";
+  check_plan(*world, ep, 1);
+}
+
+// ep 2 × tp 2 on 4 ranks: each rank holds E / ep experts, each split over tp (parameters, gradients and state
+// E / ep / tp of the experts' bytes), and runs its F / tp of the rows its ep rank receives.
+TEST(ExpertParallel, MemoryPlanFollowsTheMeasuredPeakAtEpTimesTp) {
+  auto world = make_world();
+  if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
+  check_plan(*world, 2, 2);
 }
 
 }  // namespace

@@ -214,5 +214,19 @@ TEST(Grid, ExpertParallelFoldsOutOfDpTimesCp) {
   EXPECT_THROW(ProcessGrid::create(4, 1, 1, -1, 1, 0), Error);
 }
 
+// ep × tp (expert tensor parallelism), written out by hand: tp 2, dp 2, ep 2 on 4 ranks. tp stays fastest; the ep
+// groups pair the ranks of one tp rank ({0, 2}, {1, 3}: the all-to-alls); the tp groups ({0, 1}, {2, 3}) are the two
+// halves of one ep rank's experts; ep takes all of dp, so each expert-dp group is one rank.
+TEST(Grid, ExpertParallelTimesTensorParallelByHand) {
+  const ProcessGrid grid = ProcessGrid::create(4, 2, 1, -1, 1, 2);
+  EXPECT_EQ(grid.str(), "tp=2 dp=2 ep=2 pp=1 (world 4)");
+  EXPECT_EQ(grid.ep_groups(), (std::vector<std::vector<int>>{{0, 2}, {1, 3}}));
+  EXPECT_EQ(grid.tp_groups(), (std::vector<std::vector<int>>{{0, 1}, {2, 3}}));
+  EXPECT_EQ(grid.expert_dp_group(3), (std::vector<int>{3}));
+  EXPECT_EQ(grid.coords_of(2).ep_rank, 1);
+  EXPECT_EQ(grid.coords_of(3).ep_rank, 1);
+  EXPECT_EQ(grid.coords_of(1).ep_rank, 0);
+}
+
 }  // namespace
 }  // namespace cleave::comm

@@ -1,8 +1,8 @@
 // parallel.expert_model_parallel_size (issue 36 parts 1 and 8): the key read and written back, and bad input
 // refused while the config is read or resolved, before any work, with one error naming the key and the numbers:
 // experts not divisible by ep, ep not dividing the dp × cp ranks (at resolve, when the world size gives dp, and
-// at read when parallel.data_parallel_size is set), ep on a dense model, and ZeRO-2/3 or tp with ep (not
-// supported yet).
+// at read when parallel.data_parallel_size is set), ep on a dense model, and ZeRO-2/3 with ep (not supported
+// yet); ep with tp (expert tensor parallelism) accepted.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -60,9 +60,15 @@ TEST(EpConfig, EpNotDividingDpTimesCpIsRefused) {
                {"parallel.expert_model_parallel_size", "2 × 1 = 2"});
 }
 
-TEST(EpConfig, EpWithTensorParallelismIsRefusedNamingBothKeys) {
-  expect_error(error_of(kMoe, {"parallel.expert_model_parallel_size=2", "parallel.tensor_model_parallel_size=2"}),
-               {"parallel.expert_model_parallel_size", "parallel.tensor_model_parallel_size 2", "set one of them to 1"});
+// ep × tp (expert tensor parallelism) composes: each ep rank's experts are split over tp (docs/multi-rank.md).
+TEST(EpConfig, EpWithTensorParallelismIsAccepted) {
+  EXPECT_EQ(error_of(kMoe, {"parallel.expert_model_parallel_size=2", "parallel.tensor_model_parallel_size=2"}, 4), "");
+  EXPECT_EQ(error_of(kMoe, {"parallel.expert_model_parallel_size=2", "parallel.tensor_model_parallel_size=2",
+                            "parallel.sequence_parallel=true"}, 4),
+            "");
+  // ep still folds out of dp × cp only: tp 2 of 4 ranks leaves dp 2, too few for ep 4.
+  expect_error(error_of(kMoe, {"parallel.expert_model_parallel_size=4", "parallel.tensor_model_parallel_size=2"}, 4),
+               {"parallel.expert_model_parallel_size", "2 × 1 = 2"});
 }
 
 TEST(EpConfig, EpOnADenseModelIsRefused) {

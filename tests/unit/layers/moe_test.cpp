@@ -11,6 +11,7 @@
 #include <map>
 #include <numeric>
 
+#include "kernels/ops/ops.hpp"
 #include "layers/linear.hpp"
 #include "layers/llama/swiglu_mlp.hpp"
 #include "layers/moe/moe_block.hpp"
@@ -71,6 +72,7 @@ RefRoute ref_route(const std::vector<double>& logits, std::int64_t n, std::int64
     }
     double sum = 0;
     for (int c : chosen) sum += s[static_cast<size_t>(c)];
+    std::sort(chosen.begin(), chosen.end());  // slots listed by expert index (router.hpp)
     for (int c : chosen) {
       r.expert.push_back(c);
       r.weight.push_back(normalize ? s[static_cast<size_t>(c)] / sum : s[static_cast<size_t>(c)]);
@@ -238,6 +240,43 @@ TEST(MoeRouter, SigmoidBiasChoosesButDoesNotWeigh) {
   const Routing r = route(logits, std::vector<float>{0.0f, 0.0f, 5.0f}, options(RouterKind::kSigmoid, 3, 1, false));
   EXPECT_EQ(r.expert[0], 2);
   EXPECT_NEAR(r.weight[0], 1.0 / (1.0 + std::exp(1.0)), 1e-7);
+}
+
+// The combine's order (issue 36): a token's k outputs are summed in f32 by expert index, not by score. Token 0
+// scores experts 3 > 0 > 2 > 1 (expert 3 at about twice expert 0's weight); its slots must list 0, 2, 3, and
+// moe_combine over the routing must equal the f32 sum (w0·o0 + w2·o2) + w3·o3 bit for bit. The outputs are powers of
+// two (every product w·o exact, so the expected value does not depend on fused multiply-adds): by index, w2·1 is lost
+// against w0·2^25 before w3·(-2^24) cancels it; by score the two large terms cancel first (exactly) and w2 survives,
+// so the orders differ (checked: the test can fail).
+TEST(MoeRouter, CombineSumsByTokenThenExpertIndex) {
+  const std::vector<float> logits = {0.0f, -3.0f, -1.0f, 0.6931472f};
+  const Routing r = route(logits, {}, options(RouterKind::kSoftmax, 4, 3, true));
+  ASSERT_EQ(r.expert, (std::vector<std::int32_t>{0, 2, 3}));
+  const std::map<std::int32_t, float> out_of = {{0, 33554432.0f}, {2, 1.0f}, {3, -16777216.0f}};  // 2^25, 1, -2^24
+  std::vector<float> src(3);  // routed rows: one per chosen expert, in row order
+  for (int j = 0; j < 3; ++j) src[static_cast<size_t>(r.token_row[static_cast<size_t>(j)])] = out_of.at(r.expert[static_cast<size_t>(j)]);
+  const auto w = [&](std::int32_t expert) {
+    for (int j = 0; j < 3; ++j) {
+      if (r.expert[static_cast<size_t>(j)] == expert) return r.weight[static_cast<size_t>(j)];
+    }
+    return 0.0f;
+  };
+  volatile float by_index = 0.0f, by_score = 0.0f;  // volatile: each step rounded to f32
+  for (std::int32_t x : {0, 2, 3}) by_index = by_index + w(x) * out_of.at(x);
+  for (std::int32_t x : {3, 0, 2}) by_score = by_score + w(x) * out_of.at(x);
+  ASSERT_NE(by_index, by_score) << "the two orders must round differently for this test to mean anything";
+  Tensor src_t = Tensor::empty({3, 1}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  Tensor rows_t = Tensor::empty({1, 3}, DType::kI32, MemoryCategory::kActivations, cpu_allocator());
+  Tensor weight_t = Tensor::empty({1, 3}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  for (int j = 0; j < 3; ++j) {
+    src_t.data<float>()[j] = src[static_cast<size_t>(j)];
+    rows_t.data<std::int32_t>()[j] = r.token_row[static_cast<size_t>(j)];
+    weight_t.data<float>()[j] = r.weight[static_cast<size_t>(j)];
+  }
+  Tensor out = Tensor::zeros({1, 1}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  Context ctx;
+  ops::moe_combine(ctx, src_t, rows_t, weight_t, out);
+  EXPECT_EQ(out.data<float>()[0], by_index);
 }
 
 // ---- the feed-forward ---------------------------------------------------------------------------------------

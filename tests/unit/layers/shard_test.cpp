@@ -4,6 +4,7 @@
 // a gpt), and the tensor-parallel layout errors with their messages.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <numeric>
 #include <string>
@@ -94,6 +95,41 @@ TEST(Shard, RejectsBadSpecsAndSizes) {
   EXPECT_THROW(place_shard(logical, iota_values(5), spec), Error);
   std::vector<float> wrong(5);
   EXPECT_THROW(place_shard(wrong, iota_values(6), spec), Error);
+}
+
+// ep × tp (ShardSpec::ep_parts): an expert tensor [E, F, D] split over tp along F, each ep rank keeping E / ep of
+// its tp shard's experts. Against a hand-written slice, and every (ep, tp) piece together rebuilds the tensor once.
+TEST(Shard, ExpertSplitOfATensorParallelShard) {
+  const Shape logical{4, 6, 2};  // E 4, F 6, D 2
+  const auto values = iota_values(logical.numel());
+  const ShardSpec spec = with_expert_split(make_shard_spec(logical, 1, 2, 1), 2, 1);  // tp rank 1, ep rank 1
+  EXPECT_EQ(shard_shape(spec), (Shape{2, 3, 2}));
+  EXPECT_EQ(expert_split_offset(spec), 2 * 3 * 2);
+  std::vector<float> want;
+  for (int e = 2; e < 4; ++e) {
+    for (int f = 3; f < 6; ++f) {
+      for (int d = 0; d < 2; ++d) want.push_back(values[static_cast<std::size_t>((e * 6 + f) * 2 + d)]);
+    }
+  }
+  EXPECT_EQ(shard_of(values, spec), want);
+  for (int dim : {1, 2}) {  // gate/up split along F (dim 1), down along its F (dim 2)
+    std::vector<float> rebuilt;
+    std::vector<int> seen(static_cast<std::size_t>(logical.numel()), 0);
+    for (int tp = 0; tp < 2; ++tp) {
+      for (int ep = 0; ep < 2; ++ep) {
+        const ShardSpec s = with_expert_split(make_shard_spec(logical, dim, 2, tp), 2, ep);
+        place_shard(rebuilt, shard_of(values, s), s);
+        for_each_shard_run(s, [&](std::int64_t at, std::int64_t, std::int64_t n) {
+          for (std::int64_t i = 0; i < n; ++i) ++seen[static_cast<std::size_t>(at + i)];
+        });
+      }
+    }
+    EXPECT_EQ(rebuilt, values) << "dim " << dim;
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), logical.numel()) << "dim " << dim;
+  }
+  EXPECT_THROW(with_expert_split(make_shard_spec(logical, 0, 2, 0), 2, 0), Error);  // tp along dim 0
+  EXPECT_THROW(with_expert_split(make_shard_spec(logical, 1, 2, 0), 3, 0), Error);  // 3 does not divide 4
+  EXPECT_THROW(with_expert_split(make_shard_spec(logical, 1, 2, 0), 2, 2), Error);  // ep index out of range
 }
 
 TEST(Shard, CountedOnceAcrossTheTpGroup) {

@@ -147,6 +147,25 @@ TEST_F(EpPlanSearch, SearchesEpOnlyForMoeModelsWhereItDivides) {
   for (const auto& e : search_plans(dense, {}, profile(), SearchOptions{4, 0}).ranked) EXPECT_EQ(e.choice.ep, 1);
 }
 
+// ep × tp (expert tensor parallelism) is searched like any other layout: on 4 ranks tp 2 leaves dp 2, which holds
+// ep 2; its plan holds less than tp 2 at ep 1 (E / ep experts, each ÷ tp) and no more than ep 2 at tp 1 holds.
+TEST_F(EpPlanSearch, SearchesEpTimesTensorParallel) {
+  const SearchResult r = search_plans(write("moe.json", kMoe), {}, profile(), SearchOptions{4, 0});
+  std::int64_t ep_tp = -1, tp_only = -1;
+  for (const auto& e : r.ranked) {
+    if (e.choice.pp != 1 || e.choice.zero_stage != 0 || e.choice.sequence_parallel || e.choice.cp != 1) continue;
+    if (e.choice.tp == 2 && e.choice.ep == 2) ep_tp = ep_tp < 0 ? e.peak_bytes : std::min(ep_tp, e.peak_bytes);
+    if (e.choice.tp == 2 && e.choice.ep == 1) tp_only = tp_only < 0 ? e.peak_bytes : std::min(tp_only, e.peak_bytes);
+  }
+  for (const auto& e : r.rejected) {
+    EXPECT_FALSE(e.choice.tp > 1 && e.choice.ep > 1 && e.reason.find("tensor_model_parallel") != std::string::npos)
+        << e.choice.layout() << ": " << e.reason;
+  }
+  ASSERT_GT(ep_tp, 0) << "no tp2 ep2 plan ranked";
+  ASSERT_GT(tp_only, 0);
+  EXPECT_LT(ep_tp, tp_only);
+}
+
 TEST_F(EpPlanSearch, ChoosesExpertParallelWhenExpertsDoNotFitOtherwise) {
   // One moe block (pp cannot split its experts) and two heads (tp at most 2 splits them in two): with X the
   // experts' f32 bytes, ep 4 (or ep 2 x tp 2) holds 1.25 X in all (a quarter each of parameters, AdamW's two

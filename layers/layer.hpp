@@ -63,8 +63,9 @@ struct Param {
   ShardSpec shard;
   bool weight_decay = true;  // false for biases, norms and position tables
   // Expert parallelism (parallel.expert_model_parallel_size = ep > 1): ep > 1 marks an expert tensor split over
-  // the ep group (ShardSpec dim 0, ep parts: this rank's experts). Its gradient is reduced over the expert-dp
-  // group, not dp × cp, and its weight gradient gets one contribution per ep source rank ("lane"). Deterministic
+  // the ep group (ShardSpec dim 0, ep parts: this rank's experts; with tp > 1 the tp split's ep_parts). Its
+  // gradient is reduced over the expert-dp group, not dp × cp, and its weight gradient gets one contribution per
+  // ep source rank ("lane"). Deterministic
   // mode's accumulator (pipeline/ordered_grad_accumulator.hpp) then hands backward_weight a grad of ep × the
   // value's rows, [ep · rows, ...]: the layer adds source s's contribution into rows [s · rows, (s + 1) · rows),
   // so each lane is summed over micro-batches canonically before the lanes are (ep 1's order); a grad of the

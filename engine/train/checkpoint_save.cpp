@@ -11,8 +11,9 @@
 //   "name", "dim", "parts", "index", "groups", "begin", "end", "chunk_bytes", "chunks"}]}}}
 // A piece holds elements [begin, end) of tp shard `index` of `parts` along `dim` (in `groups` blocks;
 // dim -1: the whole tensor), flattened; layers/parallel/shard.hpp places it. An ep × tp expert tensor (ShardSpec::
-// ep_parts) is written as its range of the tp shard (its ep rank's experts), so the pieces of the ep ranks tile it. chunks: fnv1a64 of each
-// chunk_bytes of its bytes, so a loading rank verifies just the ranges it reads (checkpoint_reader.hpp).
+// ep_parts) is written as its range of the tp shard (its ep rank's experts), so the pieces of the ep ranks tile it.
+// chunks: fnv1a64 of each chunk_bytes of its bytes, so a loading rank verifies just the ranges it reads
+// (checkpoint_reader.hpp).
 #include <algorithm>
 #include <chrono>
 #include <filesystem>

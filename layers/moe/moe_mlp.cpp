@@ -107,8 +107,9 @@ MoeMlp::MoeMlp(std::string prefix, std::int64_t d, std::int64_t f, const RouterO
   if (ep_size > 1) {  // this rank's experts: dim 0 in ep contiguous parts (each element drawn at its logical index),
                      // each expert's F split over tp as without ep (ep × tp: ShardSpec::ep_parts)
     const auto ep_param = [&](const std::string& name, const Shape& logical, std::int64_t fan_in, int tp_dim) {
-      const ShardSpec spec = tp_size > 1 ? with_expert_split(make_shard_spec(logical, tp_dim, tp_size, tp_rank), ep_size, ep_rank)
-                                         : make_shard_spec(logical, 0, ep_size, ep_rank);
+      const ShardSpec spec =
+          tp_size > 1 ? with_expert_split(make_shard_spec(logical, tp_dim, tp_size, tp_rank), ep_size, ep_rank)
+                      : make_shard_spec(logical, 0, ep_size, ep_rank);
       auto p = make_sharded_param(name, spec, true, init.allocator);
       init_shard_weight(*p, fan_in, init);
       p->ep_size = ep_size;

@@ -53,8 +53,8 @@ struct Routing {
 };
 
 // logits [N·E] row-major; bias [E] (sigmoid only; empty = 0). forced [N·k] (model.forced_routing; empty: none):
-// token n's k experts are forced[n·k .. n·k + k) instead of its top-k (slots still listed by expert index); the weights are still its
-// scores of those experts (normalised as configured), so everything downstream, the losses and the backward,
+// token n's k experts are forced[n·k .. n·k + k) instead of its top-k (slots still listed by expert index); the
+// weights are still its scores of those experts (normalised as configured), so everything downstream, the losses and the backward,
 // is unchanged.
 Routing route(std::span<const float> logits, std::span<const float> bias, const RouterOptions& options,
               std::span<const std::int32_t> forced = {});

@@ -4,7 +4,9 @@
 // the elements it read, and placing the shards of all `parts` indices fills every logical element once.
 // Padding rows (a split extent not divisible by parts) read as 0 in shard_of and are skipped by
 // place_shard. All functions are pure (no devices, no communication); a replicated spec (dim -1) maps
-// the whole tensor onto itself.
+// the whole tensor onto itself. An expert split (ShardSpec::ep_parts > 1, ep × tp) keeps a contiguous element
+// range of the tp shard: its runs are the tp shard's runs clipped to that range, so the invariant holds for it too
+// and the ep_parts × parts pieces together fill every logical element once.
 #pragma once
 
 #include <cstdint>

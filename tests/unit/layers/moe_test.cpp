@@ -254,7 +254,7 @@ TEST(MoeRouter, CombineSumsByTokenThenExpertIndex) {
   ASSERT_EQ(r.expert, (std::vector<std::int32_t>{0, 2, 3}));
   const std::map<std::int32_t, float> out_of = {{0, 33554432.0f}, {2, 1.0f}, {3, -16777216.0f}};  // 2^25, 1, -2^24
   std::vector<float> src(3);  // routed rows: one per chosen expert, in row order
-  for (int j = 0; j < 3; ++j) src[static_cast<size_t>(r.token_row[static_cast<size_t>(j)])] = out_of.at(r.expert[static_cast<size_t>(j)]);
+  for (size_t j = 0; j < 3; ++j) src[static_cast<size_t>(r.token_row[j])] = out_of.at(r.expert[j]);
   const auto w = [&](std::int32_t expert) {
     for (int j = 0; j < 3; ++j) {
       if (r.expert[static_cast<size_t>(j)] == expert) return r.weight[static_cast<size_t>(j)];

@@ -7,7 +7,8 @@
 #  - a llama (grouped-query) at tp 2 x pp 2 against one rank passes (np 4);
 #  - context parallelism: the tiny gpt at cp 2 (ring and all_to_all, np 2) and the llama at cp 2 x tp 2 (ring,
 #    np 4) against one rank pass;
-#  - expert parallelism: a tiny moe at ep 2 (dp 2) against one rank passes, the layout line naming ep=2; ep 3 on
+#  - expert parallelism: a tiny moe at ep 2 (dp 2), and at ep 2 × tp 2 on 4 ranks, against one rank passes, the
+#    layout line naming ep=2; ep 3 on
 #    4 experts is refused with one error naming the key, before any step (nothing trained);
 #  - a bad option value is refused before MPI starts.
 # Usage: cli_verify.sh CLEAVE MPIEXEC [FLAGS...]
@@ -101,6 +102,14 @@ if [ $status -ne 0 ] || ! grep -q ': PASS$' ep2.log || ! grep -q 'tp=1 pp=1 dp=2
   fail "moe-ep2-passes: status $status" ep2.log
 else
   echo "ok   moe-ep2-passes: $(grep -E ': PASS$' ep2.log)"
+fi
+"${mpiexec[@]}" -n 4 "$cleave" verify moe.json --steps 3 --set parallel.expert_model_parallel_size=2 \
+    --set parallel.tensor_model_parallel_size=2 > ep2tp2.log 2>&1
+status=$?
+if [ $status -ne 0 ] || ! grep -q ': PASS$' ep2tp2.log || ! grep -q 'tp=2 pp=1 dp=2 ep=2 (world 4)' ep2tp2.log; then
+  fail "moe-ep2-tp2-passes: status $status" ep2tp2.log
+else
+  echo "ok   moe-ep2-tp2-passes: $(grep -E ': PASS$' ep2tp2.log)"
 fi
 "${mpiexec[@]}" -n 2 "$cleave" verify moe.json --steps 3 --set parallel.expert_model_parallel_size=3 > ep3.log 2>&1
 status=$?

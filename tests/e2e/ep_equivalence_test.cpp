@@ -13,8 +13,8 @@
 // At np 2 also ep 2 taken from cp 2 (the ep group is the cp group: each rank routes its own tokens of every
 // sample). At np 4 also ep 2 inside dp 4 (an expert-dp group of 2 reduces the expert gradients) and ep 2 × pp 2 under zb_v
 // and dualpipev (the all-to-alls inside the F, I and W actions as the executor runs them), and ep 2 × tp 2 (expert
-// tensor parallelism: each ep rank's experts split over tp; with and without sequence parallelism) against tp 2 at
-// ep 1, bit for bit.
+// tensor parallelism: each ep rank's experts split over tp; with and without sequence parallelism, and in bf16 with
+// ZeRO-1) against tp 2 at ep 1, bit for bit.
 //
 // ep 2 × tp 2 against ONE rank (tp sums associate differently, so not bit-exact): within kTensorParallel, the bound
 // tests/e2e/moe_equivalence_test.cpp holds tp 2 to. Checkpoints across ep × tp: saved at ep 4, loaded at ep 2 × tp 2
@@ -100,6 +100,7 @@ std::vector<Case> cases_for(int world) {
             {"ep2_pp2_zb_v", 2, 6, {pp2, "parallel.schedule=zb_v"}},
             {"ep2_tp2", 2, 6, {tp2}},
             {"ep2_tp2_sp_sigmoid_shared", 2, 4, {tp2, "parallel.sequence_parallel=true", sigmoid, shared}},
+            {"ep2_tp2_bf16_zero1", 2, 4, {tp2, bf16, "optimizer.zero_stage=1"}},
             {"ep2_pp2_dualpipev_bf16", 2, 6, {pp2, "parallel.schedule=dualpipev", bf16}}};
   }
   return {};

@@ -83,21 +83,15 @@ std::vector<LayoutCase> layouts_for(int world) {
 
 TEST(LlamaEquivalence, EveryLayoutMatchesOneRank) {
   auto world = make_world(/*deterministic=*/true);
-  auto self = world->split(world->rank(), 0, "self");
   const auto layouts = layouts_for(world->size());
   if (layouts.empty()) GTEST_SKIP() << "no layouts for world size " << world->size();
-  for (const auto& layout : layouts) {
-    SCOPED_TRACE(layout.name);
-    const auto runs = run_against_one_rank(tiny_llama(layout.overrides), *world, *self, [](config::RunConfig& one) {
-      one.train.recompute = partition::Recompute::kNone;  // the plain block is the reference
-    });
-    if (!runs) continue;
-    ASSERT_FALSE(runs->reference.losses.empty());
-    EXPECT_LT(runs->reference.losses.back(), runs->reference.losses.front());  // it trained
-    ASSERT_EQ(runs->parallel.params.count("blocks.0.attn.k.weight"), 1u);
-    EXPECT_EQ(runs->parallel.params.at("blocks.0.attn.k.weight").size(), 16u * 32u);  // 2 kv heads x hd 8, d 32
-    print_comparison("llama", layout.name, expect_within(runs->parallel, runs->reference, layout.bound));
-  }
+  const auto plain_reference = [](config::RunConfig& one) { one.train.recompute = partition::Recompute::kNone; };
+  const auto check = [](const LayoutCase& layout, const LayoutRuns& runs) {
+    expect_reference_trained(layout, runs);
+    ASSERT_EQ(runs.parallel.params.count("blocks.0.attn.k.weight"), 1u);
+    EXPECT_EQ(runs.parallel.params.at("blocks.0.attn.k.weight").size(), 16u * 32u);  // 2 kv heads x hd 8, d 32
+  };
+  expect_every_layout_matches_one_rank(*world, layouts, tiny_llama, "llama", 30, plain_reference, check);
 }
 
 // Every rank's whole memory peak near the memory plan for a llama pipeline (as the GPT test in

@@ -93,25 +93,20 @@ std::vector<LayoutCase> layouts_for(int world) {
 
 TEST(MoeEquivalence, EveryLayoutMatchesOneRank) {
   auto world = make_world(/*deterministic=*/true);
-  auto self = world->split(world->rank(), 0, "self");
   const auto layouts = layouts_for(world->size());
   if (layouts.empty()) GTEST_SKIP() << "no layouts for world size " << world->size();
-  for (const auto& layout : layouts) {
-    SCOPED_TRACE(layout.name);
-    const auto runs = run_against_one_rank(tiny_moe(layout.overrides), *world, *self, [](config::RunConfig& one) {
-      one.train.recompute = partition::Recompute::kNone;  // the plain block is the reference
-    });
-    if (!runs) continue;
-    ASSERT_EQ(runs->parallel.params.count("blocks.0.moe.experts.gate.weight"), 1u);
-    EXPECT_EQ(runs->parallel.params.at("blocks.0.moe.experts.gate.weight").size(), 4u * 12u * 16u);
+  const auto plain_reference = [](config::RunConfig& one) { one.train.recompute = partition::Recompute::kNone; };
+  const auto check = [](const LayoutCase& layout, const LayoutRuns& runs) {
+    ASSERT_EQ(runs.parallel.params.count("blocks.0.moe.experts.gate.weight"), 1u);
+    EXPECT_EQ(runs.parallel.params.at("blocks.0.moe.experts.gate.weight").size(), 4u * 12u * 16u);
     if (layout.name.find("sigmoid") != std::string::npos) {  // the balancing bias moved with the load
-      ASSERT_EQ(runs->reference.params.count("blocks.0.moe.router.bias"), 1u);
+      ASSERT_EQ(runs.reference.params.count("blocks.0.moe.router.bias"), 1u);
       double moved = 0;
-      for (float b : runs->reference.params.at("blocks.0.moe.router.bias")) moved += std::abs(b);
+      for (float b : runs.reference.params.at("blocks.0.moe.router.bias")) moved += std::abs(b);
       EXPECT_GT(moved, 0.0);
     }
-    print_comparison("moe", layout.name, expect_within(runs->parallel, runs->reference, layout.bound), 34);
-  }
+  };
+  expect_every_layout_matches_one_rank(*world, layouts, tiny_moe, "moe", 34, plain_reference, check);
 }
 
 

@@ -11,9 +11,13 @@
 // Invariants: the helpers report through EXPECT_* only (a failed check never leaves one rank out of the next
 // collective), and every helper that takes a communicator is called by every rank of it in the same order.
 //
-// Adopting it (tests/e2e/ep_equivalence_test.cpp, when it is next free to edit): its expect_bit_identical is
-// expect_within(got, want, Bound::bit_exact()); its shared_dir and run_from are the ones below (prefix "ep"), so
-// EpCheckpoint.SavedAtEpResumesAtEpOneAndAtEp keeps its loop and calls run_from / expect_continues_bit_identical.
+// Users: moe_equivalence, llama_equivalence, mixed_precision, pipeline_equivalence (expect_every_layout_matches_one_rank)
+// and checkpoint_test, moe_equivalence's MoeCheckpoint (shared_dir, run_from, expect_resume_exact).
+// Adopting it in tests/e2e/ep_equivalence_test.cpp (left alone while the ep work adds cases to it): its reference is
+// ep 1 on the same world, not one rank, so it keeps its own loop; its expect_bit_identical (losses finite and equal,
+// parameters memcmp-equal) is expect_within(got, want, Bound::bit_exact()), and its shared_dir / run_from are the
+// ones below (shared_dir(world, "ep", name) keeps its directory names); EpCheckpoint.SavedAtEpResumesAtEpOneAndAtEp
+// then checks each resumed run with expect_continues_bit_identical(rest, whole, kSaveAt).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -50,8 +54,10 @@ struct Bound {
 struct Comparison {
   double loss_diff = 0;    // max per-step relative difference
   double param_diff = 0;   // max element-wise relative difference (max_param_rel_diff)
-  double scaled_diff = 0;  // kScaled: max per-tensor scaled difference
-  std::string worst;       // the element of param_diff (kScaled: the tensor of scaled_diff)
+  std::string worst;       // the element of param_diff
+  bool scaled = false;     // kScaled: the two below were measured
+  double scaled_diff = 0;  // max per-tensor scaled difference (max_scaled_param_diff)
+  std::string worst_tensor;
 };
 
 // Parameter elements of `got` that differ bit for bit from `want`'s, one failure per tensor with a count.
@@ -89,21 +95,23 @@ inline Comparison expect_within(const RunRecord& got, const RunRecord& want, con
       EXPECT_LE(c.loss_diff, bound.losses);
       EXPECT_LE(c.param_diff, bound.params) << "worst " << c.worst;
       break;
-    case Bound::Kind::kScaled: {
-      std::string tensor;
-      c.scaled_diff = max_scaled_param_diff(got, want, &tensor);
+    case Bound::Kind::kScaled:
+      c.scaled = true;
+      c.scaled_diff = max_scaled_param_diff(got, want, &c.worst_tensor);
       EXPECT_LE(c.loss_diff, bound.losses);
-      EXPECT_LE(c.scaled_diff, bound.params) << tensor;
+      EXPECT_LE(c.scaled_diff, bound.params) << "worst tensor " << c.worst_tensor;
       break;
-    }
   }
   return c;
 }
 
-// "[ tag ] name  max loss rel diff ..., max param rel diff ... (worst)", name padded to `width`.
+// "[ tag ] name  max loss rel diff ..., max param rel diff ... (worst)[, max param diff / tensor scale ... (tensor)]",
+// name padded to `width`.
 inline void print_comparison(const char* tag, const std::string& name, const Comparison& c, int width = 30) {
-  std::printf("[ %s ] %-*s max loss rel diff %.3g, max param rel diff %.3g (%s)\n", tag, width, name.c_str(),
+  std::printf("[ %s ] %-*s max loss rel diff %.3g, max param rel diff %.3g (%s)", tag, width, name.c_str(),
               c.loss_diff, c.param_diff, c.worst.c_str());
+  if (c.scaled) std::printf(", max param diff / tensor scale %.3g (%s)", c.scaled_diff, c.worst_tensor.c_str());
+  std::printf("\n");
 }
 
 // A layout case: overrides on the test's model and the bound its run must meet.
@@ -128,6 +136,33 @@ inline std::optional<LayoutRuns> run_against_one_rank(const config::RunConfig& c
   if (adjust) adjust(one);
   runs.reference = train_steps(one, self);
   return runs;
+}
+
+// What a layout test checks on rank 0's two runs beyond the bound (a parameter's shape, that it trained). ASSERT_*
+// inside ends only the check, and the other ranks' next collective still finds rank 0.
+using LayoutCheck = std::function<void(const LayoutCase&, const LayoutRuns&)>;
+
+// The reference lowered its loss: the model trained, so equal runs are not equally idle.
+inline void expect_reference_trained(const LayoutCase&, const LayoutRuns& runs) {
+  ASSERT_FALSE(runs.reference.losses.empty());
+  EXPECT_LT(runs.reference.losses.back(), runs.reference.losses.front());
+}
+
+// The layout test: every case `make(overrides)` trained on `world` against one rank (run_against_one_rank, the
+// reference adjusted by `adjust`), `check`ed, compared within its bound, and printed as one line tagged `tag`.
+// Every rank of `world` calls it.
+inline void expect_every_layout_matches_one_rank(
+    comm::Communicator& world, const std::vector<LayoutCase>& cases,
+    const std::function<config::RunConfig(const std::vector<std::string>&)>& make, const char* tag, int width = 30,
+    const std::function<void(config::RunConfig&)>& adjust = {}, const LayoutCheck& check = {}) {
+  auto self = world.split(world.rank(), 0, "self");
+  for (const LayoutCase& layout : cases) {
+    SCOPED_TRACE(layout.name);
+    const auto runs = run_against_one_rank(make(layout.overrides), world, *self, adjust);
+    if (!runs) continue;
+    if (check) check(layout, *runs);
+    print_comparison(tag, layout.name, expect_within(runs->parallel, runs->reference, layout.bound), width);
+  }
 }
 
 // ---- Checkpoints -------------------------------------------------------------------------------------------

@@ -31,6 +31,7 @@
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/train/collectives.hpp"
 #include "mpi/mpi_test_env.hpp"
+#include "support/memory_compare.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
@@ -209,21 +210,19 @@ MemoryRun memory_run(comm::Communicator& world, const char* exchange, const char
     "train": {"seed": 5, "eval_batches": 0, "steps": 2},
     "data": {"type": "synthetic"}
   })", "memory_run", {cp(world.size()), comm(exchange)});
-  train::Trainer trainer(config, world);
-  for (std::int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
+  const PlannedAndMeasured r = train_against_plan(config, world);
   MemoryRun out;
-  const MemoryStats stats = trainer.memory_stats();
-  out.measured = stats.peak_of(MemoryCategory::kActivations);
-  out.comm_measured = stats.peak_of(MemoryCategory::kCommunication);
-  out.total_measured = stats.peak_total;
+  out.measured = r.measured_peak(MemoryCategory::kActivations);
+  out.comm_measured = r.measured_peak(MemoryCategory::kCommunication);
+  out.total_measured = r.measured.peak_total;
+  out.planned = r.planned_peak(MemoryCategory::kActivations);
+  out.comm_planned = r.planned_peak(MemoryCategory::kCommunication);
+  out.cp_exchange = r.planned.cp_exchange;
+  out.total_planned = r.planned.total();
+  // One f32 per micro-batch of a replica for each of the dp x cp ranks (the world here).
   config::RunConfig resolved = config;
   resolved.resolve(world.size());
-  const run_plan::MemoryPlan plan = run_plan::estimate_rank_memory(trainer.plan(), resolved, 0);
-  out.planned = plan.bytes[static_cast<std::size_t>(MemoryCategory::kActivations)];
-  out.comm_planned = plan.bytes[static_cast<std::size_t>(MemoryCategory::kCommunication)];
-  out.cp_exchange = plan.cp_exchange;
-  out.total_planned = plan.total();
-  out.loss_slots = 4 * resolved.resolved_batch().gradient_accumulation_steps * world.size();  // dp x cp = world
+  out.loss_slots = 4 * resolved.resolved_batch().gradient_accumulation_steps * world.size();
   return out;
 }
 

@@ -28,6 +28,7 @@
 #include "engine/run_plan/memory_plan.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "support/layout_compare.hpp"
+#include "support/memory_compare.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
@@ -183,15 +184,8 @@ MoeMemoryRun moe_memory_run(comm::Communicator& world, std::vector<std::string> 
     "train": {"seed": 5, "eval_batches": 0, "steps": 2},
     "data": {"type": "synthetic"}
   })", "memory_moe", overrides);
-  train::Trainer trainer(config, world);
-  for (std::int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
-  MoeMemoryRun out;
-  out.measured = trainer.memory_stats().peak_of(MemoryCategory::kActivations);
-  config::RunConfig resolved = config;
-  resolved.resolve(world.size());
-  out.planned = run_plan::estimate_rank_memory(trainer.plan(), resolved, 0)
-                    .bytes[static_cast<std::size_t>(MemoryCategory::kActivations)];
-  return out;
+  const PlannedAndMeasured r = train_against_plan(config, world);
+  return {r.measured_peak(MemoryCategory::kActivations), r.planned_peak(MemoryCategory::kActivations)};
 }
 
 TEST(MoeMemory, ActivationMemoryFollowsThePlan) {

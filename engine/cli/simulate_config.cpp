@@ -166,8 +166,8 @@ int run_simulate_config(int argc, char** argv) {
       }
       nlohmann::json line = nlohmann::json::array();
       for (const auto& p : details.memory_timeline[r]) line.push_back({p.time_s, p.bytes});
-      out["ranks"].push_back({{"pp_rank", r}, {"memory_plan", plan}, {"timeline_peak_bytes", details.timeline_peak[r]},
-                              {"memory_timeline", line}});
+      out["ranks"].push_back({{"pp_rank", r}, {"memory_plan", plan}, {"cp_exchange_bytes", details.cp_exchange[r]},
+                              {"timeline_peak_bytes", details.timeline_peak[r]}, {"memory_timeline", line}});
     }
     std::printf("%s\n", out.dump(2).c_str());
     return e.fits ? 0 : 1;
@@ -200,6 +200,9 @@ int run_simulate_config(int argc, char** argv) {
       const std::int64_t b = details.memory_plan[r][static_cast<std::size_t>(c)];
       total += b;
       if (b > 0) parts += fmt::format("{}{} {}", parts.empty() ? "" : ", ", memory_category_name(static_cast<MemoryCategory>(c)), format_bytes(b));
+      if (c == static_cast<int>(MemoryCategory::kCommunication) && details.cp_exchange[r] > 0) {
+        parts += fmt::format(" (cp K/V exchange {})", format_bytes(details.cp_exchange[r]));
+      }
     }
     std::printf("pp rank %zu: memory plan %s (%s); timeline peak %s\n", r, format_bytes(total).c_str(), parts.c_str(),
                 format_bytes(details.timeline_peak[r]).c_str());

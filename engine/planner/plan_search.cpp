@@ -308,7 +308,10 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     }
     working_set[static_cast<std::size_t>(r)] =
         memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
-    if (details) details->memory_plan.push_back(memory.bytes);
+    if (details) {
+      details->memory_plan.push_back(memory.bytes);
+      details->cp_exchange.push_back(memory.cp_exchange);
+    }
     if (memory.total() > est.peak_bytes) {
       est.peak_bytes = memory.total();
       est.peak_rank = r;

@@ -89,7 +89,8 @@ std::string oversubscription_warning(const PlanEstimate& estimate);
 
 // What estimate_plan can also hand back for one plan (cleave simulate --config): the simulated step, the
 // memory plan of every pp rank, and each rank's memory over the step in bytes: the static part
-// (parameters, gradients, optimizer state, communication buffers) plus activations, which rise by a stage's
+// (parameters, gradients, optimizer state, communication buffers: under cp these hold one attention block's K/V
+// exchange buffers all step, as the memory plan's peak counts them) plus activations, which rise by a stage's
 // stash at each F; at the end of I the stash becomes what W needs (cost model: weight_stash_bytes), freed by W (a
 // fused B frees the forward stash); a recomputed block's rebuilt stash counts on top while its I or B runs.
 struct MemoryPoint {
@@ -99,6 +100,7 @@ struct MemoryPoint {
 struct PlanDetails {
   pipeline::SimulationResult simulated;
   std::vector<std::array<std::int64_t, kNumMemoryCategories>> memory_plan;  // per pp rank
+  std::vector<std::int64_t> cp_exchange;  // per pp rank: of memory_plan's communication, cp's K/V exchange buffers
   std::vector<std::vector<MemoryPoint>> memory_timeline;                   // per pp rank
   std::vector<std::int64_t> timeline_peak;                                 // per pp rank
 };

@@ -340,6 +340,28 @@ void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSp
 
 }  // namespace
 
+// Context parallelism's exchange buffers (MemoryCategory::kCommunication), per attention block and micro-batch of
+// b samples: Tl = T / cp tokens, Q = D / tp query and K = Hkv·hd / tp key (and value) columns per token, s bytes an
+// element (4; bf16 2). See memory_plan.hpp for the formula and ring_attention.cpp / ulysses.cpp for the buffers.
+std::int64_t cp_exchange_bytes(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp, bool ring,
+                               std::int64_t dtype_bytes) {
+  if (cp <= 1 || block.n_heads <= 0) return 0;  // no exchange, or a block without attention
+  const std::int64_t kv_heads = block.n_kv_heads > 0 ? block.n_kv_heads : block.n_heads;
+  const std::int64_t q_cols = block.in_features / tp;
+  const std::int64_t kv_cols = kv_heads * (block.in_features / block.n_heads) / tp;
+  const std::int64_t local_tokens = micro * (block.seq_len / cp);
+  if (ring) {
+    // One rank's K/V blocks (k and v, both chunks): U. Forward: the held block and the next in flight, 2U from
+    // step 1 on. Backward: the travelling dK/dV and its rotation target (2U) besides the K/V in flight: the next
+    // block (steps before the last) and the held one (steps after the first), 4U at cp >= 3, 3U at cp 2.
+    const std::int64_t unit = local_tokens * 2 * kv_cols * dtype_bytes;
+    return (2 + std::min(cp - 1, 2)) * unit;
+  }
+  // all_to_all: an exchange of a [b, Tl, W] tensor holds cp send blocks and cp - 1 receive blocks of W / cp
+  // columns (the own block is not copied twice); the widest is q | k | v (forward) and dqkv (backward).
+  return (2 * cp - 1) * local_tokens * ((q_cols + 2 * kv_cols) / cp) * dtype_bytes;
+}
+
 StageBackwardMemory stage_backward_memory(const std::vector<partition::BlockCost>& blocks) {
   StageBackwardMemory m;
   for (const auto& b : blocks) m.forward_stash += b.activation_bytes, m.weight_stash += b.weight_stash_bytes;
@@ -397,6 +419,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   const bool widens = bf16 && config.device.type == DeviceType::kCpu;  // see cpu_bf16_widening_bytes
   std::int64_t param_bytes = 0, largest_output = 0, boundary = 0, widening = 0;
   std::int64_t expert_bytes = 0;  // f32 bytes of the routed experts of the rank's blocks (all E of each)
+  std::int64_t cp_exchange = 0;   // the largest cp exchange of the rank's attention blocks (one runs at a time)
   // Per stage held by this rank, per sample: its blocks' costs in model order (one tp rank's).
   std::vector<std::vector<partition::BlockCost>> stage_blocks(static_cast<std::size_t>(plan.num_stages()));
   // With tied embeddings the token table appears in the embedding's and the head's cost; a rank holding
@@ -418,6 +441,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       expert_bytes += 4 * partition::expert_param_count(block);
       partition::BlockCost a = shard[static_cast<std::size_t>(b)];
       if (cp > 1) add_cp_attention_state(a, block, recompute, tp, ring);
+      cp_exchange = std::max(cp_exchange, cp_exchange_bytes(block, micro, tp, cp, ring, bf16 ? 2 : 4));
       if (ep > 1) partition::add_ep_expert_rows(a, block, DType::kF32, recompute, tp, imbalance);
       stage_blocks[static_cast<std::size_t>(stage)].push_back(a);
       largest_output = std::max(largest_output, a.output_bytes);
@@ -541,6 +565,11 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // workspace peak equalled it in every fp32 layout measured, pp2 1F1B / ZB-V / interleaved, dp2 ZeRO-1; tp2
   // half of it), or CPU bf16's widened operands.
   at(MemoryCategory::kWorkspace) = std::max(largest_output * micro / cp, widening / cp);
+  // Context parallelism's K/V exchange buffers: one attention block's at a time, on top of the gradient
+  // reduction's bf16 twins (which may be alive meanwhile: the persistent ones are). Measured against the allocator's
+  // communication peak in ContextParallel.ActivationMemoryFollowsThePlan.
+  m.cp_exchange = cp_exchange;
+  at(MemoryCategory::kCommunication) += cp_exchange;
   return m;
 }
 

@@ -35,7 +35,14 @@
 //                    × micro-batch; plus boundary tensors in flight (two receives posted ahead and the send
 //                    just posted)
 //   communication    parallel.grad_reduce_dtype bf16 with dp > 1: a bf16 twin of every gradient bucket (per
-//                    micro-batch: of the largest, one in flight at a time)
+//                    micro-batch: of the largest, one in flight at a time); plus, under context parallelism, the
+//                    K/V exchange buffers of one attention block (cp_exchange_bytes, the largest of the rank's):
+//                    with b the micro-batch, Tl = T / cp, Q = D / tp, K = Hkv·hd / tp, s the compute dtype's bytes,
+//                      ring        (2 + min(cp - 1, 2)) · U,  U = b·Tl·2K·s one rank's K and V blocks: the held
+//                                  and the next block in flight, and in the backward the travelling dK/dV with
+//                                  its rotation target (3U at cp 2, 4U from cp 3)
+//                      all_to_all  (2cp - 1) · b·Tl·(Q + 2K)/cp · s: cp send and cp - 1 receive blocks of the
+//                                  widest tensor exchanged (q | k | v there, dqkv back)
 //   experts          parallel.expert_model_parallel_size ep > 1: the routed experts' parameters, gradients and
 //                    (without ZeRO) optimizer state ÷ ep; each moe block's routed-row stash (xp of D; g, u, h of
 //                    F / tp; the weight stash's xp, do of D, dg, du, h of F / tp) at imbalance x T·k rows, not T·k (partition/ep_costs.hpp); ZeRO 1-2 shard the
@@ -65,6 +72,8 @@ struct MemoryPlan {
   // Gradient bytes held between steps: all of them under ZeRO 0 and 1 (the buckets are reused), none under
   // ZeRO-2 and 3 (which hold only their shards, ÷ dp, from the reduction to the end of the optimizer step).
   std::int64_t gradients_between_steps = 0;
+  // Of bytes[communication]: context parallelism's K/V exchange buffers (cp_exchange_bytes; 0 without cp).
+  std::int64_t cp_exchange = 0;
   std::int64_t total() const;
   std::string breakdown() const;  // "parameters 1.2 MiB, gradients ..., total ..."
 };
@@ -73,6 +82,12 @@ struct MemoryPlan {
 // figure, partition::workload_ep_imbalance; `cleave plan --ep-imbalance` passes its own).
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank,
                                 double ep_imbalance = 0);
+
+// Context parallelism's exchange buffers while one attention block's forward or backward runs, for a micro-batch
+// of `micro` samples at tp, cp (ring or all_to_all) and `dtype_bytes` per element (the header comment's formula);
+// 0 at cp 1 and for a block without attention.
+std::int64_t cp_exchange_bytes(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp, bool ring,
+                               std::int64_t dtype_bytes);
 
 // One stage's activations per sample over its backward, from its blocks' costs in model order (one tp rank's):
 // the forward stash F leaves, what I leaves for W, and how far above what was held when it started a split I

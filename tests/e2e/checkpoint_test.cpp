@@ -13,8 +13,6 @@
 //    the trainer's parameters untouched.
 #include <gtest/gtest.h>
 
-#include <unistd.h>
-
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -22,10 +20,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/error.hpp"
-#include "engine/train/collectives.hpp"
 #include "mpi/mpi_test_env.hpp"
+#include "support/layout_compare.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
@@ -48,54 +45,16 @@ config::RunConfig tiny_gpt(const std::vector<std::string>& overrides) {
   })", "tiny_gpt", all);
 }
 
-// A directory every rank of `world` names the same (rank 0's pid), emptied.
-std::string shared_dir(comm::Communicator& world, const std::string& name) {
-  const std::int64_t pid = ::getpid();
-  const auto pids = train::all_gather_values<std::int64_t>(world, std::span(&pid, 1));
-  const fs::path dir = fs::temp_directory_path() / ("cleave_ckpt_" + name + "_" + std::to_string(pids[0][0]));
-  if (world.rank() == 0) fs::remove_all(dir);
-  world.barrier()->wait();
-  return dir.string();
-}
-
-RunRecord run_from(const config::RunConfig& config, comm::Communicator& world, std::int64_t first, std::int64_t last,
-                   const std::string& load = "", const std::string& save_root = "") {
-  train::Trainer trainer(config, world);
-  if (!load.empty()) {
-    EXPECT_EQ(trainer.load_checkpoint(load), first);
-  }
-  RunRecord record;
-  for (std::int64_t s = first; s < last; ++s) record.losses.push_back(trainer.step(s).loss);
-  if (!save_root.empty()) {
-    const auto stats = trainer.save_checkpoint(save_root, last);
-    EXPECT_GT(stats.bytes, 0);
-    if (world.rank() == 0) {
-      std::printf("[ save   ] %s: %lld B in %d files, %.1f ms\n", stats.path.c_str(),
-                  static_cast<long long>(stats.bytes), stats.files, stats.ms);
-    }
-  }
-  record.params = trainer.gather_parameters();
-  return record;
-}
-
-void expect_resume_exact(const config::RunConfig& config, comm::Communicator& world, const std::string& name) {
+// Exact resume (support/layout_compare.hpp's expect_resume_exact: every step's loss and the final parameters bit
+// for bit) of a run that trains, whose saved step differs from the initial weights (an unloaded trainer could not
+// pass the comparison).
+void expect_resume_trains_exactly(const config::RunConfig& config, comm::Communicator& world, const std::string& name) {
   SCOPED_TRACE(name);
-  const std::string root = shared_dir(world, name);
-  const RunRecord whole = run_from(config, world, 0, kSteps);
-  const RunRecord first = run_from(config, world, 0, kSaveAt, "", root);
-  const std::string dir = root + "/" + checkpoint::step_dir_name(kSaveAt);
-  const RunRecord rest = run_from(config, world, kSaveAt, kSteps, dir);
-  ASSERT_EQ(first.losses.size() + rest.losses.size(), whole.losses.size());
-  for (std::int64_t s = 0; s < kSteps; ++s) {
-    const double resumed = s < kSaveAt ? first.losses[static_cast<std::size_t>(s)]
-                                       : rest.losses[static_cast<std::size_t>(s - kSaveAt)];
-    EXPECT_EQ(resumed, whole.losses[static_cast<std::size_t>(s)]) << "step " << s + 1;
-  }
-  EXPECT_LT(whole.losses.back(), whole.losses.front());  // it trained
+  const std::string root = shared_dir(world, "ckpt", name);
+  const ResumeRuns r = expect_resume_exact(config, world, root, kSaveAt);
+  EXPECT_LT(r.whole.losses.back(), r.whole.losses.front());  // it trained
   std::string worst;
-  EXPECT_EQ(max_param_rel_diff(rest, whole, &worst), 0.0) << "worst " << worst;
-  // The saved step differs from the initial weights: an unloaded trainer could not pass the comparison.
-  EXPECT_GT(max_param_rel_diff(first, run_from(config, world, 0, 0), &worst), 0.0);
+  EXPECT_GT(max_param_rel_diff(r.first, run_from(config, world, 0, 0), &worst), 0.0);
   if (world.rank() == 0) fs::remove_all(root);
 }
 
@@ -122,7 +81,7 @@ std::string tp(int t) { return "parallel.tensor_model_parallel_size=" + std::to_
 TEST(Checkpoint, ResumeIsBitIdenticalOnOneRank) {
   auto world = make_world(/*deterministic=*/true);
   auto self = world->split(world->rank(), 0, "self");
-  if (world->rank() == 0) expect_resume_exact(tiny_gpt({}), *self, "one_rank");
+  if (world->rank() == 0) expect_resume_trains_exactly(tiny_gpt({}), *self, "one_rank");
   world->barrier()->wait();
 }
 
@@ -145,7 +104,7 @@ TEST(Checkpoint, ResumeIsBitIdenticalUnderParallelLayouts) {
     layouts = {{"dp2_pp2_tp2_zero1", {tp(2), pp(2), "optimizer.zero_stage=1", "parallel.schedule=zb_h1"}}};
   }
   if (layouts.empty()) GTEST_SKIP() << "no layouts for world size " << world->size();
-  for (const auto& [name, overrides] : layouts) expect_resume_exact(tiny_gpt(overrides), *world, name);
+  for (const auto& [name, overrides] : layouts) expect_resume_trains_exactly(tiny_gpt(overrides), *world, name);
 }
 
 // The digits MLP (SGD with momentum and weight decay) and CNN (AdamW with clipping) resume exactly too,
@@ -161,14 +120,14 @@ TEST(Checkpoint, ResumeIsBitIdenticalForTheDigitsModels) {
   const std::string adamw = R"({"type": "adamw", "lr": 0.003, "grad_clip": 0.5, "warmup_steps": 2})";
   auto self = world->split(world->rank(), 0, "self");
   if (world->rank() == 0) {
-    expect_resume_exact(digits_model(mlp, sgd, {}), *self, "mlp_one_rank");
-    expect_resume_exact(digits_model(cnn, adamw, {}), *self, "cnn_one_rank");
-    expect_resume_exact(digits_model(cnn, adamw, {"device.precision=bf16"}), *self, "cnn_one_rank_bf16");
+    expect_resume_trains_exactly(digits_model(mlp, sgd, {}), *self, "mlp_one_rank");
+    expect_resume_trains_exactly(digits_model(cnn, adamw, {}), *self, "cnn_one_rank");
+    expect_resume_trains_exactly(digits_model(cnn, adamw, {"device.precision=bf16"}), *self, "cnn_one_rank_bf16");
   }
   world->barrier()->wait();
   if (world->size() == 2) {
-    expect_resume_exact(digits_model(mlp, sgd, {}), *world, "mlp_dp2");
-    expect_resume_exact(digits_model(cnn, adamw, {"optimizer.zero_stage=1"}), *world, "cnn_dp2_zero1");
+    expect_resume_trains_exactly(digits_model(mlp, sgd, {}), *world, "mlp_dp2");
+    expect_resume_trains_exactly(digits_model(cnn, adamw, {"optimizer.zero_stage=1"}), *world, "cnn_dp2_zero1");
   }
 }
 
@@ -223,9 +182,9 @@ TEST(Checkpoint, ReshardedLoadContinuesLikeOneRank) {
     from = "dp2xpp2xtp2_zero1";
     targets = {{"dp2xpp4", {pp(4)}}, {"tp2xpp4", {tp(2), pp(4)}}, {"dp8_zero1", {"optimizer.zero_stage=1"}}};
   }
-  const std::string root = shared_dir(*world, "reshard");
+  const std::string root = shared_dir(*world, "ckpt", "reshard");
   run_from(tiny_gpt(source), *world, 0, kSaveAt, "", root);
-  const std::string dir = root + "/" + checkpoint::step_dir_name(kSaveAt);
+  const std::string dir = step_dir(root, kSaveAt);
   expect_reshard_matches_one_rank(*world, *self, from, dir, targets);
   if (eight) {
     // tp2 on 2 ranks (each pair of ranks loads it; rank 0's pair is compared).
@@ -237,17 +196,17 @@ TEST(Checkpoint, ReshardedLoadContinuesLikeOneRank) {
   if (!eight) {
     // Saved under ZeRO-3 at dp2 x pp2: every rank writes its segments of the parameters, no rank holds a whole
     // one; loaded by one rank (the reference) and by tp2 x pp2.
-    const std::string zero3_root = shared_dir(*world, "reshard_zero3");
+    const std::string zero3_root = shared_dir(*world, "ckpt", "reshard_zero3");
     run_from(tiny_gpt({pp(2), "optimizer.zero_stage=3"}), *world, 0, kSaveAt, "", zero3_root);
     expect_reshard_matches_one_rank(*world, *self, "dp2xpp2_zero3",
-                                    zero3_root + "/" + checkpoint::step_dir_name(kSaveAt), {{"tp2xpp2", {tp(2), pp(2)}}});
+                                    step_dir(zero3_root, kSaveAt), {{"tp2xpp2", {tp(2), pp(2)}}});
     if (world->rank() == 0) fs::remove_all(zero3_root);
   }
 
-  const std::string single_root = shared_dir(*world, "reshard_single");
+  const std::string single_root = shared_dir(*world, "ckpt", "reshard_single");
   if (world->rank() == 0) run_from(tiny_gpt({}), *self, 0, kSaveAt, "", single_root);
   world->barrier()->wait();
-  expect_reshard_matches_one_rank(*world, *self, "one_rank", single_root + "/" + checkpoint::step_dir_name(kSaveAt),
+  expect_reshard_matches_one_rank(*world, *self, "one_rank", step_dir(single_root, kSaveAt),
                                   {{from, source}});
   if (world->rank() == 0) {
     fs::remove_all(root);
@@ -262,15 +221,15 @@ TEST(Checkpoint, ZeroStagesLoadEachOthersCheckpoints) {
   auto world = make_world(/*deterministic=*/true);
   if (world->size() != 2) GTEST_SKIP() << "runs at 2 ranks";
   auto self = world->split(world->rank(), 0, "self");
-  const std::string root = shared_dir(*world, "zero_stages");
+  const std::string root = shared_dir(*world, "ckpt", "zero_stages");
   run_from(tiny_gpt({"optimizer.zero_stage=2"}), *world, 0, kSaveAt, "", root);
-  expect_reshard_matches_one_rank(*world, *self, "dp2_zero2", root + "/" + checkpoint::step_dir_name(kSaveAt),
+  expect_reshard_matches_one_rank(*world, *self, "dp2_zero2", step_dir(root, kSaveAt),
                                   {{"dp2_zero0", {}}, {"dp2_zero1", {"optimizer.zero_stage=1"}},
                                    {"dp2_zero3", {"optimizer.zero_stage=3"}}});
   // ZeRO-3 saves whole values gathered from the shards; what it loads goes back into them.
-  const std::string zero3 = shared_dir(*world, "zero_stage_3");
+  const std::string zero3 = shared_dir(*world, "ckpt", "zero_stage_3");
   run_from(tiny_gpt({"optimizer.zero_stage=3"}), *world, 0, kSaveAt, "", zero3);
-  expect_reshard_matches_one_rank(*world, *self, "dp2_zero3", zero3 + "/" + checkpoint::step_dir_name(kSaveAt),
+  expect_reshard_matches_one_rank(*world, *self, "dp2_zero3", step_dir(zero3, kSaveAt),
                                   {{"dp2_zero0", {}}, {"dp2_zero3", {"optimizer.zero_stage=3"}}});
   if (world->rank() == 0) {
     fs::remove_all(root);
@@ -297,11 +256,11 @@ TEST(Checkpoint, BadCheckpointsFailBeforeAnyStepAndChangeNothing) {
   auto world = make_world(/*deterministic=*/true);
   if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
   auto self = world->split(world->rank(), 0, "self");
-  const std::string root = shared_dir(*world, "errors");
+  const std::string root = shared_dir(*world, "ckpt", "errors");
   run_from(tiny_gpt({tp(2), pp(2)}), *world, 0, 1, "", root);
   world->barrier()->wait();
   if (world->rank() == 0) {
-    const fs::path good = fs::path(root) / checkpoint::step_dir_name(1);
+    const fs::path good = fs::path(step_dir(root, 1));
     const auto damaged = [&](const std::string& name) {
       const fs::path copy = fs::path(root) / name;
       fs::copy(good, copy, fs::copy_options::recursive);
@@ -348,7 +307,7 @@ TEST(Checkpoint, BadCheckpointsFailBeforeAnyStepAndChangeNothing) {
   // Every rank throws, with the failing rank's message, when one rank cannot load.
   const fs::path one_missing = fs::path(root) / "one_missing";
   if (world->rank() == 0) {
-    fs::copy(fs::path(root) / checkpoint::step_dir_name(1), one_missing, fs::copy_options::recursive);
+    fs::copy(fs::path(step_dir(root, 1)), one_missing, fs::copy_options::recursive);
     fs::remove(one_missing / "rank_00000.safetensors");
   }
   world->barrier()->wait();

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "mpi/mpi_test_env.hpp"
+#include "support/layout_compare.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
@@ -43,25 +44,20 @@ config::RunConfig tiny_gpt(const std::vector<std::string>& overrides) {
   })", "tiny_gpt_bf16", all);
 }
 
-struct Layout {
-  std::string name;
-  std::vector<std::string> overrides;
-  double tolerance;  // 0 = bit-identical
-};
-
-std::vector<Layout> layouts_for(int world) {
+std::vector<LayoutCase> layouts_for(int world) {
   auto pp = [](int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); };
   auto tp = [](int t) { return "parallel.tensor_model_parallel_size=" + std::to_string(t); };
   const std::string untied = "model.tie_embeddings=false";
+  const Bound exact = Bound::bit_exact(), scaled = Bound::scaled(kBf16TensorParallel, kBf16TensorParallelLoss);
   if (world == 2) {
-    return {{"bf16_pp2_1f1b_untied", {pp(2), untied}, 0},
-            {"bf16_dp2_untied", {"batch.micro_batch_size=4", untied}, 0},
-            {"bf16_tp2_tied", {tp(2)}, kBf16TensorParallel}};
+    return {{"bf16_pp2_1f1b_untied", {pp(2), untied}, exact},
+            {"bf16_dp2_untied", {"batch.micro_batch_size=4", untied}, exact},
+            {"bf16_tp2_tied", {tp(2)}, scaled}};
   }
   if (world == 4) {
-    return {{"bf16_pp4_zb_v_untied", {pp(4), "parallel.schedule=zb_v", untied}, 0},
-            {"bf16_dp2_pp2_untied", {pp(2), "batch.micro_batch_size=1", untied}, 0},
-            {"bf16_tp2_pp2_1f1b", {tp(2), pp(2)}, kBf16TensorParallel}};
+    return {{"bf16_pp4_zb_v_untied", {pp(4), "parallel.schedule=zb_v", untied}, exact},
+            {"bf16_dp2_pp2_untied", {pp(2), "batch.micro_batch_size=1", untied}, exact},
+            {"bf16_tp2_pp2_1f1b", {tp(2), pp(2)}, scaled}};
   }
   return {};
 }
@@ -69,37 +65,9 @@ std::vector<Layout> layouts_for(int world) {
 
 TEST(MixedPrecision, EveryLayoutMatchesOneBf16Rank) {
   auto world = make_world(/*deterministic=*/true);
-  auto self = world->split(world->rank(), 0, "self");
   const auto layouts = layouts_for(world->size());
   if (layouts.empty()) GTEST_SKIP() << "no layouts for world size " << world->size();
-  for (const auto& layout : layouts) {
-    SCOPED_TRACE(layout.name);
-    const auto config = tiny_gpt(layout.overrides);
-    const RunRecord parallel = train_steps(config, *world);
-    if (world->rank() != 0) continue;
-    const RunRecord reference = train_steps(single_rank_config(config), *self);
-    ASSERT_EQ(parallel.losses.size(), reference.losses.size());
-    EXPECT_LT(reference.losses.back(), reference.losses.front());  // it trained
-    std::string worst;
-    const double param_diff = max_param_rel_diff(parallel, reference, &worst);
-    const double loss_diff = max_loss_rel_diff(parallel, reference);
-    if (layout.tolerance == 0) {
-      for (std::size_t i = 0; i < parallel.losses.size(); ++i) {
-        EXPECT_EQ(parallel.losses[i], reference.losses[i]) << "step " << i;
-      }
-      EXPECT_EQ(param_diff, 0.0) << "worst " << worst;
-      std::printf("[ bf16 ] %-22s bit-identical to one bf16 rank over %zu steps\n", layout.name.c_str(),
-                  parallel.losses.size());
-    } else {
-      std::string worst_tensor;
-      const double scaled = max_scaled_param_diff(parallel, reference, &worst_tensor);
-      EXPECT_LE(loss_diff, kBf16TensorParallelLoss);
-      EXPECT_LE(scaled, layout.tolerance) << "worst tensor " << worst_tensor;
-      std::printf("[ bf16 ] %-22s max loss rel diff %.3g, max param diff / tensor scale %.3g (%s); element-wise "
-                  "rel diff %.3g (%s)\n", layout.name.c_str(), loss_diff, scaled, worst_tensor.c_str(), param_diff,
-                  worst.c_str());
-    }
-  }
+  expect_every_layout_matches_one_rank(*world, layouts, tiny_gpt, "bf16", 22, {}, expect_reference_trained);
 }
 
 TEST(MixedPrecision, LossCurveStaysNearFp32) {

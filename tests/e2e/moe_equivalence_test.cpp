@@ -16,7 +16,6 @@
 // logits, but a difference of 1e-6 flips a token only if two of its experts score within 1e-6 of each other;
 // the seeds here have no such token (a flip would show as a loss difference far above the tolerance).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <filesystem>
@@ -24,12 +23,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/run_plan/memory_plan.hpp"
-#include "engine/train/collectives.hpp"
 #include "mpi/mpi_test_env.hpp"
+#include "support/layout_compare.hpp"
+#include "support/memory_compare.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
@@ -39,13 +38,6 @@ constexpr double kRounding = 5e-6;
 constexpr double kTensorParallel = 2e-5;
 constexpr double kBf16TensorParallel = 3e-2;  // max |diff| / the tensor's largest magnitude
 constexpr double kBf16TensorParallelLoss = 1e-3;
-
-struct Layout {
-  std::string name;
-  std::vector<std::string> overrides;
-  double tolerance;  // 0 = bit-identical
-  bool bf16 = false;
-};
 
 config::RunConfig tiny_moe(const std::vector<std::string>& overrides) {
   std::vector<std::string> all = {"train.steps=4"};
@@ -61,83 +53,61 @@ config::RunConfig tiny_moe(const std::vector<std::string>& overrides) {
   })", "tiny_moe", all);
 }
 
-std::vector<Layout> layouts_for(int world) {
+std::vector<LayoutCase> layouts_for(int world) {
   auto pp = [](int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); };
   auto tp = [](int t) { return "parallel.tensor_model_parallel_size=" + std::to_string(t); };
   auto schedule = [](const char* name) { return std::string("parallel.schedule=") + name; };
   const std::string sp = "parallel.sequence_parallel=true", bf16 = "device.precision=bf16";
   const std::string sigmoid = "model.router=sigmoid", shared = "model.n_shared_experts=1", qk_norm = "model.qk_norm=true";
+  const Bound exact = Bound::bit_exact(), rounding = Bound::relative(kRounding);
+  const Bound tensor_parallel = Bound::relative(kTensorParallel);
+  const Bound bf16_bound = Bound::scaled(kBf16TensorParallel, kBf16TensorParallelLoss);
   if (world == 2) {
-    return {{"tp2", {tp(2)}, kTensorParallel},
-            {"tp2_sp", {tp(2), sp}, kTensorParallel},
+    return {{"tp2", {tp(2)}, tensor_parallel},
+            {"tp2_sp", {tp(2), sp}, tensor_parallel},
             {"tp2_sp_sigmoid_shared_selective", {tp(2), sp, sigmoid, shared, "train.recompute=selective"},
-             kTensorParallel},
-            {"pp2_gpipe", {pp(2), schedule("gpipe")}, 0},
-            {"pp2_1f1b", {pp(2)}, 0},
-            {"pp2_interleaved", {pp(2), schedule("interleaved_1f1b"), "parallel.virtual_pipeline_stages=2"}, 0},
-            {"pp2_zb_h1_full_recompute", {pp(2), schedule("zb_h1"), "train.recompute=full"}, 0},
-            {"pp2_zb_h2", {pp(2), schedule("zb_h2")}, 0},
-            {"pp2_zb_v_sigmoid_shared", {pp(2), schedule("zb_v"), sigmoid, shared}, 0},
-            {"pp2_dualpipev", {pp(2), schedule("dualpipev")}, 0},
-            {"dp2_zero0", {"batch.micro_batch_size=1"}, kRounding},
-            {"dp2_zero1", {"batch.micro_batch_size=1", "optimizer.zero_stage=1"}, kRounding},
-            {"dp2_zero2", {"batch.micro_batch_size=1", "optimizer.zero_stage=2"}, kRounding},
-            {"dp2_zero3", {"batch.micro_batch_size=1", "optimizer.zero_stage=3"}, kRounding},
-            {"dp2_zero1_sigmoid_bias", {"batch.micro_batch_size=1", "optimizer.zero_stage=1", sigmoid}, kRounding},
-            {"bf16_pp2_zb_h1", {pp(2), schedule("zb_h1"), bf16}, 0, true},
-            {"bf16_tp2", {tp(2), bf16}, kBf16TensorParallel, true},
-            {"tp2_qk_norm_unnormalized", {tp(2), qk_norm, "model.normalize_top_k=false"}, kTensorParallel}};  // Qwen3-MoE
+             tensor_parallel},
+            {"pp2_gpipe", {pp(2), schedule("gpipe")}, exact},
+            {"pp2_1f1b", {pp(2)}, exact},
+            {"pp2_interleaved", {pp(2), schedule("interleaved_1f1b"), "parallel.virtual_pipeline_stages=2"}, exact},
+            {"pp2_zb_h1_full_recompute", {pp(2), schedule("zb_h1"), "train.recompute=full"}, exact},
+            {"pp2_zb_h2", {pp(2), schedule("zb_h2")}, exact},
+            {"pp2_zb_v_sigmoid_shared", {pp(2), schedule("zb_v"), sigmoid, shared}, exact},
+            {"pp2_dualpipev", {pp(2), schedule("dualpipev")}, exact},
+            {"dp2_zero0", {"batch.micro_batch_size=1"}, rounding},
+            {"dp2_zero1", {"batch.micro_batch_size=1", "optimizer.zero_stage=1"}, rounding},
+            {"dp2_zero2", {"batch.micro_batch_size=1", "optimizer.zero_stage=2"}, rounding},
+            {"dp2_zero3", {"batch.micro_batch_size=1", "optimizer.zero_stage=3"}, rounding},
+            {"dp2_zero1_sigmoid_bias", {"batch.micro_batch_size=1", "optimizer.zero_stage=1", sigmoid}, rounding},
+            {"bf16_pp2_zb_h1", {pp(2), schedule("zb_h1"), bf16}, bf16_bound},
+            {"bf16_tp2", {tp(2), bf16}, bf16_bound},
+            {"tp2_qk_norm_unnormalized", {tp(2), qk_norm, "model.normalize_top_k=false"}, tensor_parallel}};  // Qwen3-MoE
   }
   if (world == 4) {
-    return {{"tp2_pp2_1f1b", {tp(2), pp(2)}, kTensorParallel},
-            {"tp2_sp_dp2_zero1", {tp(2), sp, "optimizer.zero_stage=1"}, kTensorParallel},
+    return {{"tp2_pp2_1f1b", {tp(2), pp(2)}, tensor_parallel},
+            {"tp2_sp_dp2_zero1", {tp(2), sp, "optimizer.zero_stage=1"}, tensor_parallel},
             {"dp2_pp2_zero3_zb_h1_full_recompute",
-             {pp(2), schedule("zb_h1"), "optimizer.zero_stage=3", "train.recompute=full"}, kRounding}};
+             {pp(2), schedule("zb_h1"), "optimizer.zero_stage=3", "train.recompute=full"}, rounding}};
   }
   return {};
 }
 
 TEST(MoeEquivalence, EveryLayoutMatchesOneRank) {
   auto world = make_world(/*deterministic=*/true);
-  auto self = world->split(world->rank(), 0, "self");
   const auto layouts = layouts_for(world->size());
   if (layouts.empty()) GTEST_SKIP() << "no layouts for world size " << world->size();
-  for (const auto& layout : layouts) {
-    SCOPED_TRACE(layout.name);
-    const auto config = tiny_moe(layout.overrides);
-    const RunRecord parallel = train_steps(config, *world);
-    if (world->rank() != 0) continue;
-    auto one = single_rank_config(config);
-    one.train.recompute = partition::Recompute::kNone;  // the plain block is the reference
-    const RunRecord reference = train_steps(one, *self);
-    ASSERT_EQ(parallel.losses.size(), reference.losses.size());
-    ASSERT_EQ(parallel.params.count("blocks.0.moe.experts.gate.weight"), 1u);
-    EXPECT_EQ(parallel.params.at("blocks.0.moe.experts.gate.weight").size(), 4u * 12u * 16u);
+  const auto plain_reference = [](config::RunConfig& one) { one.train.recompute = partition::Recompute::kNone; };
+  const auto check = [](const LayoutCase& layout, const LayoutRuns& runs) {
+    ASSERT_EQ(runs.parallel.params.count("blocks.0.moe.experts.gate.weight"), 1u);
+    EXPECT_EQ(runs.parallel.params.at("blocks.0.moe.experts.gate.weight").size(), 4u * 12u * 16u);
     if (layout.name.find("sigmoid") != std::string::npos) {  // the balancing bias moved with the load
-      ASSERT_EQ(reference.params.count("blocks.0.moe.router.bias"), 1u);
+      ASSERT_EQ(runs.reference.params.count("blocks.0.moe.router.bias"), 1u);
       double moved = 0;
-      for (float b : reference.params.at("blocks.0.moe.router.bias")) moved += std::abs(b);
+      for (float b : runs.reference.params.at("blocks.0.moe.router.bias")) moved += std::abs(b);
       EXPECT_GT(moved, 0.0);
     }
-    std::string worst;
-    const double param_diff = max_param_rel_diff(parallel, reference, &worst);
-    const double loss_diff = max_loss_rel_diff(parallel, reference);
-    if (layout.tolerance == 0 && !layout.bf16) {
-      for (std::size_t i = 0; i < parallel.losses.size(); ++i) {
-        EXPECT_EQ(parallel.losses[i], reference.losses[i]) << "step " << i;
-      }
-      EXPECT_EQ(param_diff, 0.0) << "worst " << worst;
-    } else if (layout.bf16) {
-      std::string worst_tensor;
-      EXPECT_LE(loss_diff, kBf16TensorParallelLoss);
-      EXPECT_LE(max_scaled_param_diff(parallel, reference, &worst_tensor), kBf16TensorParallel) << worst_tensor;
-    } else {
-      EXPECT_LE(loss_diff, layout.tolerance);
-      EXPECT_LE(param_diff, layout.tolerance) << "worst " << worst;
-    }
-    std::printf("[ moe ] %-34s max loss rel diff %.3g, max param rel diff %.3g (%s)\n", layout.name.c_str(), loss_diff,
-                param_diff, worst.c_str());
-  }
+  };
+  expect_every_layout_matches_one_rank(*world, layouts, tiny_moe, "moe", 34, plain_reference, check);
 }
 
 
@@ -159,27 +129,6 @@ TEST(MoeEquivalence, SigmoidBiasUpdateUnderZero3IsRefused) {
 
 namespace fs = std::filesystem;
 
-// A directory every rank of `world` names the same (rank 0's pid), emptied.
-std::string shared_dir(comm::Communicator& world, const std::string& name) {
-  const std::int64_t pid = ::getpid();
-  const auto pids = train::all_gather_values<std::int64_t>(world, std::span(&pid, 1));
-  const fs::path dir = fs::temp_directory_path() / ("cleave_moe_" + name + "_" + std::to_string(pids[0][0]));
-  if (world.rank() == 0) fs::remove_all(dir);
-  world.barrier()->wait();
-  return dir.string();
-}
-
-RunRecord run_from(const config::RunConfig& config, comm::Communicator& world, std::int64_t first, std::int64_t last,
-                   const std::string& load = "", const std::string& save_root = "") {
-  train::Trainer trainer(config, world);
-  if (!load.empty()) EXPECT_EQ(trainer.load_checkpoint(load), first);
-  RunRecord record;
-  for (std::int64_t s = first; s < last; ++s) record.losses.push_back(trainer.step(s).loss);
-  if (!save_root.empty()) trainer.save_checkpoint(save_root, last);
-  record.params = trainer.gather_parameters();
-  return record;
-}
-
 constexpr std::int64_t kSteps = 4, kSaveAt = 2;
 
 TEST(MoeCheckpoint, ResumeIsBitIdenticalAndReshards) {
@@ -191,41 +140,25 @@ TEST(MoeCheckpoint, ResumeIsBitIdenticalAndReshards) {
            {"tp2_sp_sigmoid", {tp2, "parallel.sequence_parallel=true", "model.router=sigmoid"}},
            {"pp2_zero1", {"parallel.pipeline_model_parallel_size=2", "optimizer.zero_stage=1"}}}) {
     SCOPED_TRACE(name);
+    const std::string root = shared_dir(*world, "moe", name);
     const auto config = tiny_moe(overrides);
-    const std::string root = shared_dir(*world, name);
-    const RunRecord whole = run_from(config, *world, 0, kSteps);
-    const RunRecord first = run_from(config, *world, 0, kSaveAt, "", root);
-    const RunRecord rest = run_from(config, *world, kSaveAt, kSteps, root + "/" + checkpoint::step_dir_name(kSaveAt));
-    ASSERT_EQ(rest.losses.size(), 2u);
-    EXPECT_EQ(first.losses[0], whole.losses[0]);
-    EXPECT_EQ(rest.losses[0], whole.losses[2]);
-    EXPECT_EQ(rest.losses[1], whole.losses[3]);
-    std::string worst;
-    EXPECT_EQ(max_param_rel_diff(rest, whole, &worst), 0.0) << "worst " << worst;
+    ASSERT_EQ(config.train.steps, kSteps);
+    expect_resume_exact(config, *world, root, kSaveAt);
     if (world->rank() == 0) fs::remove_all(root);
   }
   // Reshard: saved at tp2, continued on one rank; saved on one rank, continued at tp2. Each against one rank
   // continuing the same checkpoint, within 1e-5 relative (tp sums associate differently).
   const auto one = tiny_moe({});
-  const std::string tp_root = shared_dir(*world, "reshard_tp"), one_root = shared_dir(*world, "reshard_one");
+  const std::string tp_root = shared_dir(*world, "moe", "reshard_tp"), one_root = shared_dir(*world, "moe", "reshard_one");
   run_from(tiny_moe({tp2}), *world, 0, kSaveAt, "", tp_root);
   if (world->rank() == 0) run_from(one, *self, 0, kSaveAt, "", one_root);
   world->barrier()->wait();
-  const std::string tp_dir = tp_root + "/" + checkpoint::step_dir_name(kSaveAt);
-  const std::string one_dir = one_root + "/" + checkpoint::step_dir_name(kSaveAt);
+  const std::string tp_dir = step_dir(tp_root, kSaveAt), one_dir = step_dir(one_root, kSaveAt);
   const RunRecord from_one_at_tp2 = run_from(tiny_moe({tp2}), *world, kSaveAt, kSteps, one_dir);
-  if (world->rank() == 0) {
-    const RunRecord from_one_on_one = run_from(one, *self, kSaveAt, kSteps, one_dir);
-    for (std::size_t i = 0; i < 2; ++i) {
-      EXPECT_NEAR(from_one_at_tp2.losses[i], from_one_on_one.losses[i], 1e-5 * std::abs(from_one_on_one.losses[i]));
-    }
-  }
+  if (world->rank() == 0) expect_losses_within(from_one_at_tp2, run_from(one, *self, kSaveAt, kSteps, one_dir), 1e-5);
   const RunRecord from_tp_at_tp2 = run_from(tiny_moe({tp2}), *world, kSaveAt, kSteps, tp_dir);
   if (world->rank() == 0) {
-    const RunRecord from_tp_on_one = run_from(one, *self, kSaveAt, kSteps, tp_dir);
-    for (std::size_t i = 0; i < 2; ++i) {
-      EXPECT_NEAR(from_tp_on_one.losses[i], from_tp_at_tp2.losses[i], 1e-5 * std::abs(from_tp_at_tp2.losses[i]));
-    }
+    expect_losses_within(run_from(one, *self, kSaveAt, kSteps, tp_dir), from_tp_at_tp2, 1e-5);
     fs::remove_all(tp_root);
     fs::remove_all(one_root);
   }
@@ -251,15 +184,8 @@ MoeMemoryRun moe_memory_run(comm::Communicator& world, std::vector<std::string> 
     "train": {"seed": 5, "eval_batches": 0, "steps": 2},
     "data": {"type": "synthetic"}
   })", "memory_moe", overrides);
-  train::Trainer trainer(config, world);
-  for (std::int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
-  MoeMemoryRun out;
-  out.measured = trainer.memory_stats().peak_of(MemoryCategory::kActivations);
-  config::RunConfig resolved = config;
-  resolved.resolve(world.size());
-  out.planned = run_plan::estimate_rank_memory(trainer.plan(), resolved, 0)
-                    .bytes[static_cast<std::size_t>(MemoryCategory::kActivations)];
-  return out;
+  const PlannedAndMeasured r = train_against_plan(config, world);
+  return {r.measured_peak(MemoryCategory::kActivations), r.planned_peak(MemoryCategory::kActivations)};
 }
 
 TEST(MoeMemory, ActivationMemoryFollowsThePlan) {

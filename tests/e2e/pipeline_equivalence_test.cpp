@@ -31,15 +31,20 @@
 #include "mpi/mpi_test_env.hpp"
 #include "pipeline/action.hpp"
 #include "pipeline/timeline.hpp"
+#include "support/layout_compare.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
 namespace {
 
+// A case and its tolerance: 0 bit-identical, else relative (support/layout_compare.hpp's Bound).
 struct Layout {
   std::string name;
   std::vector<std::string> overrides;
-  double tolerance;  // 0 = bit-identical
+  double tolerance;
+  operator LayoutCase() const {
+    return {name, overrides, tolerance == 0 ? Bound::bit_exact() : Bound::relative(tolerance)};
+  }
 };
 
 config::RunConfig tiny_gpt(const std::vector<std::string>& overrides) {
@@ -116,32 +121,10 @@ std::vector<Layout> layouts_for(int world) {
 
 TEST(PipelineEquivalence, EveryLayoutMatchesOneRank) {
   auto world = make_world(/*deterministic=*/true);
-  auto self = world->split(world->rank(), 0, "self");
   const auto layouts = layouts_for(world->size());
   ASSERT_FALSE(layouts.empty()) << "no layouts for world size " << world->size();
-  for (const auto& layout : layouts) {
-    SCOPED_TRACE(layout.name);
-    const auto config = tiny_gpt(layout.overrides);
-    const RunRecord parallel = train_steps(config, *world);
-    if (world->rank() != 0) continue;
-    const RunRecord reference = train_steps(single_rank_config(config), *self);
-    ASSERT_EQ(parallel.losses.size(), reference.losses.size());
-    EXPECT_LT(reference.losses.back(), reference.losses.front());  // it trained
-    std::string worst;
-    const double param_diff = max_param_rel_diff(parallel, reference, &worst);
-    const double loss_diff = max_loss_rel_diff(parallel, reference);
-    if (layout.tolerance == 0) {
-      for (std::size_t i = 0; i < parallel.losses.size(); ++i) {
-        EXPECT_EQ(parallel.losses[i], reference.losses[i]) << "step " << i;
-      }
-      EXPECT_EQ(param_diff, 0.0) << "worst " << worst;
-    } else {
-      EXPECT_LE(loss_diff, layout.tolerance);
-      EXPECT_LE(param_diff, layout.tolerance) << "worst " << worst;
-    }
-    std::printf("[ layout ] %-22s max loss rel diff %.3g, max param rel diff %.3g\n", layout.name.c_str(),
-                loss_diff, param_diff);
-  }
+  expect_every_layout_matches_one_rank(*world, {layouts.begin(), layouts.end()}, tiny_gpt, "layout", 22, {},
+                                       expect_reference_trained);
 }
 
 }  // namespace

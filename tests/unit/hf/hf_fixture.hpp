@@ -75,6 +75,19 @@ inline HfTensor random_tensor(std::vector<std::int64_t> shape, std::mt19937& rng
   return t;
 }
 
+// Layer `prefix` ("model.layers.{i}.")'s norms and attention projections under transformers' names (Llama and the
+// families built like it): input_layernorm [d], q_proj [q, d], k_proj and v_proj [kv, d], o_proj [d, q],
+// post_attention_layernorm [d], drawn in that order.
+inline void add_llama_attention(std::map<std::string, HfTensor>& w, const std::string& prefix, std::int64_t d,
+                                std::int64_t q, std::int64_t kv, std::mt19937& rng) {
+  w[prefix + "input_layernorm.weight"] = random_tensor({d}, rng);
+  w[prefix + "self_attn.q_proj.weight"] = random_tensor({q, d}, rng);
+  w[prefix + "self_attn.k_proj.weight"] = random_tensor({kv, d}, rng);
+  w[prefix + "self_attn.v_proj.weight"] = random_tensor({kv, d}, rng);
+  w[prefix + "self_attn.o_proj.weight"] = random_tensor({d, q}, rng);
+  w[prefix + "post_attention_layernorm.weight"] = random_tensor({d}, rng);
+}
+
 // A tiny GPT-2: V 261, D 16, 2 layers, 4 heads, 12 positions, n_inner 24 (not 4·D, so a swapped shape shows).
 inline HfFixture gpt2_fixture(bool tied = true, unsigned seed = 11) {
   std::mt19937 rng(seed);
@@ -124,12 +137,7 @@ inline HfFixture llama_fixture(bool tied = false, unsigned seed = 12) {
   w["model.embed_tokens.weight"] = random_tensor({v, d}, rng);
   for (int i = 0; i < 2; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
-    w[p + "input_layernorm.weight"] = random_tensor({d}, rng);
-    w[p + "self_attn.q_proj.weight"] = random_tensor({q, d}, rng);
-    w[p + "self_attn.k_proj.weight"] = random_tensor({kv, d}, rng);
-    w[p + "self_attn.v_proj.weight"] = random_tensor({kv, d}, rng);
-    w[p + "self_attn.o_proj.weight"] = random_tensor({d, q}, rng);
-    w[p + "post_attention_layernorm.weight"] = random_tensor({d}, rng);
+    add_llama_attention(w, p, d, q, kv, rng);
     w[p + "mlp.gate_proj.weight"] = random_tensor({f, d}, rng);
     w[p + "mlp.up_proj.weight"] = random_tensor({f, d}, rng);
     w[p + "mlp.down_proj.weight"] = random_tensor({d, f}, rng);

@@ -12,29 +12,17 @@
 #include "engine/core/error.hpp"
 #include "kernels/ops/ops.hpp"
 #include "unit/kernels/kernel_test_util.hpp"
+#include "unit/ops/ops_test_util.hpp"
 
 namespace cleave::ops {
 namespace {
 
 using cleave::kernels::test::random_floats;
-
-Tensor f32(const std::vector<float>& v, const Shape& shape) { return Tensor::from_floats(v, shape); }
-Tensor empty(const Shape& shape, DType dtype = DType::kF32) {
-  return Tensor::empty(shape, dtype, MemoryCategory::kActivations, cpu_allocator());
-}
-Tensor cast(const Context& ctx, const Tensor& t, DType dtype) {
-  Tensor out = empty(t.shape(), dtype);
-  copy(ctx, t, out);
-  return out;
-}
-Tensor rounded(const Context& ctx, const std::vector<float>& v, const Shape& shape) {
-  return cast(ctx, cast(ctx, f32(v, shape), DType::kBF16), DType::kF32);
-}
-double norm(const Tensor& t) {
-  double s = 0;
-  for (float x : t.to_floats()) s += double(x) * x;
-  return s;
-}
+using test::cast;
+using test::empty;
+using test::f32;
+using test::norm;
+using test::rounded;
 
 constexpr std::int64_t B = 2, T = 37, Hq = 6, Hkv = 2, hd = 6;
 

@@ -5,31 +5,17 @@
 
 #include "kernels/ops/ops.hpp"
 #include "unit/kernels/kernel_test_util.hpp"
+#include "unit/ops/ops_test_util.hpp"
 
 namespace cleave::ops {
 namespace {
 
 using cleave::kernels::test::random_floats;
-
-Tensor f32(const std::vector<float>& v, const Shape& shape) { return Tensor::from_floats(v, shape); }
-Tensor empty(const Shape& shape, DType dtype = DType::kF32) {
-  return Tensor::empty(shape, dtype, MemoryCategory::kActivations, cpu_allocator());
-}
-Tensor cast(const Context& ctx, const Tensor& t, DType dtype) {
-  Tensor out = empty(t.shape(), dtype);
-  copy(ctx, t, out);
-  return out;
-}
-// What a bf16 tensor holds, widened: the f32 values the reference ops read.
-Tensor rounded(const Context& ctx, const std::vector<float>& v, const Shape& shape) {
-  return cast(ctx, cast(ctx, f32(v, shape), DType::kBF16), DType::kF32);
-}
-void expect_rounded_once(const Context& ctx, const Tensor& got16, const Tensor& want32, const char* what) {
-  EXPECT_EQ(got16.to_floats(), cast(ctx, want32, DType::kBF16).to_floats()) << what;
-  double norm = 0;
-  for (float x : got16.to_floats()) norm += double(x) * x;
-  EXPECT_GT(norm, 0.0) << what;
-}
+using test::cast;
+using test::empty;
+using test::expect_rounded_once;
+using test::f32;
+using test::rounded;
 
 TEST(OpsLlamaBf16, RmsNormWidensAtTheEdges) {
   const Context ctx;

@@ -8,17 +8,16 @@
 #include <random>
 #include <string>
 
-#include "engine/core/error.hpp"
 #include "engine/hf/hf_config.hpp"
-#include "engine/hf/hf_export.hpp"
-#include "engine/hf/hf_import.hpp"
-#include "unit/hf/hf_fixture.hpp"
+#include "unit/hf/families/family_fixture.hpp"
 
 namespace cleave::hf {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::error_of;
+using testing::expect_contains;
 using testing::HfFixture;
 
 constexpr std::int64_t kV = 50, kD = 16, kF = 12, kE = 4, kQ = 16, kKv = 8;
@@ -37,12 +36,7 @@ HfFixture mixtral_fixture(unsigned seed = 21) {
   w["model.embed_tokens.weight"] = testing::random_tensor({kV, kD}, rng);
   for (int i = 0; i < 2; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
-    w[p + "input_layernorm.weight"] = testing::random_tensor({kD}, rng);
-    w[p + "self_attn.q_proj.weight"] = testing::random_tensor({kQ, kD}, rng);
-    w[p + "self_attn.k_proj.weight"] = testing::random_tensor({kKv, kD}, rng);
-    w[p + "self_attn.v_proj.weight"] = testing::random_tensor({kKv, kD}, rng);
-    w[p + "self_attn.o_proj.weight"] = testing::random_tensor({kD, kQ}, rng);
-    w[p + "post_attention_layernorm.weight"] = testing::random_tensor({kD}, rng);
+    testing::add_llama_attention(w, p, kD, kQ, kKv, rng);
     w[p + "block_sparse_moe.gate.weight"] = testing::random_tensor({kE, kD}, rng);
     for (int j = 0; j < kE; ++j) {
       const std::string e = fmt::format("{}block_sparse_moe.experts.{}.", p, j);
@@ -56,20 +50,10 @@ HfFixture mixtral_fixture(unsigned seed = 21) {
   return out;
 }
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 TEST(HfMixtral, ImportStacksTheExpertsAndExportGivesEveryTensorBack) {
   const HfFixture f = mixtral_fixture();
-  const fs::path dir = testing::fresh_dir("mixtral");
-  f.write(dir, 3);
-  const HfCheckpoint ck = read_hf_checkpoint(dir.string());
+  const testing::RoundTrip rt = testing::expect_round_trip(f, "mixtral", 3);
+  const HfCheckpoint& ck = rt.imported;
   EXPECT_EQ(ck.config.model.at("type"), "moe");
   EXPECT_EQ(ck.config.model.at("n_experts"), kE);
   EXPECT_EQ(ck.config.model.at("top_k"), 2);
@@ -79,30 +63,17 @@ TEST(HfMixtral, ImportStacksTheExpertsAndExportGivesEveryTensorBack) {
   EXPECT_EQ(ck.config.model.at("rope_theta"), 1e6);
   EXPECT_EQ(ck.config.model.at("norm_eps"), 1e-5);
   // Row j of each stacked tensor is expert j's tensor.
-  const std::vector<float>& gate = ck.tensors.at("blocks.1.moe.experts.gate.weight");
-  const std::vector<float>& down = ck.tensors.at("blocks.1.moe.experts.down.weight");
   EXPECT_EQ(ck.shapes.at("blocks.1.moe.experts.down.weight"), (std::vector<std::int64_t>{kE, kD, kF}));
-  ASSERT_EQ(gate.size(), static_cast<std::size_t>(kE * kF * kD));
-  for (int j = 0; j < kE; ++j) {
-    const auto& w1 = f.tensors.at(fmt::format("model.layers.1.block_sparse_moe.experts.{}.w1.weight", j)).values;
-    const auto& w2 = f.tensors.at(fmt::format("model.layers.1.block_sparse_moe.experts.{}.w2.weight", j)).values;
-    EXPECT_TRUE(std::equal(w1.begin(), w1.end(), gate.begin() + j * kF * kD)) << "gate row " << j;
-    EXPECT_TRUE(std::equal(w2.begin(), w2.end(), down.begin() + j * kD * kF)) << "down row " << j;
-  }
+  ASSERT_EQ(ck.tensors.at("blocks.1.moe.experts.gate.weight").size(), static_cast<std::size_t>(kE * kF * kD));
+  const auto expert = [](const char* w) {
+    return [w](int j) { return fmt::format("model.layers.1.block_sparse_moe.experts.{}.{}.weight", j, w); };
+  };
+  testing::expect_stacked_rows(ck, "blocks.1.moe.experts.gate.weight", f, expert("w1"), kE);
+  testing::expect_stacked_rows(ck, "blocks.1.moe.experts.down.weight", f, expert("w2"), kE);
   EXPECT_EQ(ck.tensors.at("blocks.0.moe.router.weight"), f.tensors.at("model.layers.0.block_sparse_moe.gate.weight").values);
-
-  const fs::path out = testing::fresh_dir("mixtral_out");
-  write_hf_checkpoint(out.string(), ck.config.model, [&](const std::string& n) { return ck.tensors.at(n); },
-                      {false, 4096});
-  const json config = json::parse(std::ifstream(out / "config.json"));
-  EXPECT_EQ(config.at("architectures").at(0), "MixtralForCausalLM");
-  EXPECT_EQ(config.at("num_local_experts"), kE);
-  EXPECT_EQ(config.at("num_experts_per_tok"), 2);
-  const HfCheckpoint back = read_hf_checkpoint(out.string());
-  EXPECT_EQ(back.config.model, ck.config.model);
-  EXPECT_EQ(back.tensors, ck.tensors);  // bit for bit
-  fs::remove_all(dir);
-  fs::remove_all(out);
+  EXPECT_EQ(rt.exported_config.at("architectures").at(0), "MixtralForCausalLM");
+  EXPECT_EQ(rt.exported_config.at("num_local_experts"), kE);
+  EXPECT_EQ(rt.exported_config.at("num_experts_per_tok"), 2);
 }
 
 TEST(HfMixtral, WhatCleaveComputesDifferentlyIsOneErrorNamingIt) {
@@ -115,9 +86,7 @@ TEST(HfMixtral, WhatCleaveComputesDifferentlyIsOneErrorNamingIt) {
     fs::remove_all(dir);
     return e;
   };
-  const auto has = [](const std::string& text, const std::string& want) {
-    EXPECT_NE(text.find(want), std::string::npos) << text;
-  };
+  const auto& has = expect_contains;
   has(import_error([](HfFixture& f) { f.config["router_jitter_noise"] = 0.1; }), "router_jitter_noise is 0.1");
   has(import_error([](HfFixture& f) { f.config["sliding_window"] = 4; }), "sliding_window is 4");
   has(import_error([](HfFixture& f) { f.config["num_experts_per_tok"] = 5; }),

@@ -8,17 +8,16 @@
 #include <random>
 #include <string>
 
-#include "engine/core/error.hpp"
 #include "engine/hf/hf_config.hpp"
-#include "engine/hf/hf_export.hpp"
-#include "engine/hf/hf_import.hpp"
-#include "unit/hf/hf_fixture.hpp"
+#include "unit/hf/families/family_fixture.hpp"
 
 namespace cleave::hf {
 namespace {
 
 namespace fs = std::filesystem;
 using nlohmann::json;
+using testing::error_of;
+using testing::expect_contains;
 using testing::HfFixture;
 
 constexpr std::int64_t kV = 50, kD = 16, kF = 12, kE = 4, kQ = 16, kKv = 8, kHd = 4;
@@ -44,14 +43,9 @@ HfFixture qwen3_fixture(bool moe, unsigned seed = 23) {
   w["model.embed_tokens.weight"] = testing::random_tensor({kV, kD}, rng);
   for (int i = 0; i < 2; ++i) {
     const std::string p = fmt::format("model.layers.{}.", i);
-    w[p + "input_layernorm.weight"] = testing::random_tensor({kD}, rng);
-    w[p + "self_attn.q_proj.weight"] = testing::random_tensor({kQ, kD}, rng);
-    w[p + "self_attn.k_proj.weight"] = testing::random_tensor({kKv, kD}, rng);
-    w[p + "self_attn.v_proj.weight"] = testing::random_tensor({kKv, kD}, rng);
-    w[p + "self_attn.o_proj.weight"] = testing::random_tensor({kD, kQ}, rng);
+    testing::add_llama_attention(w, p, kD, kQ, kKv, rng);
     w[p + "self_attn.q_norm.weight"] = testing::random_tensor({kHd}, rng);
     w[p + "self_attn.k_norm.weight"] = testing::random_tensor({kHd}, rng);
-    w[p + "post_attention_layernorm.weight"] = testing::random_tensor({kD}, rng);
     if (moe) {
       w[p + "mlp.gate.weight"] = testing::random_tensor({kE, kD}, rng);
       for (int j = 0; j < kE; ++j) {
@@ -71,20 +65,10 @@ HfFixture qwen3_fixture(bool moe, unsigned seed = 23) {
   return out;
 }
 
-std::string error_of(auto&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-
 void expect_round_trip(bool moe) {
   const HfFixture f = qwen3_fixture(moe);
-  const fs::path dir = testing::fresh_dir(moe ? "qwen3_moe" : "qwen3");
-  f.write(dir, 2);
-  const HfCheckpoint ck = read_hf_checkpoint(dir.string());
+  const testing::RoundTrip rt = testing::expect_round_trip(f, moe ? "qwen3_moe" : "qwen3", 2);
+  const HfCheckpoint& ck = rt.imported;
   const json& m = ck.config.model;
   EXPECT_EQ(m.at("type"), moe ? "moe" : "llama");
   EXPECT_EQ(m.at("qk_norm"), true);
@@ -96,16 +80,11 @@ void expect_round_trip(bool moe) {
   if (moe) {
     EXPECT_EQ(m.at("n_experts"), kE);
     EXPECT_EQ(m.at("normalize_top_k"), false);  // norm_topk_prob
-    const std::vector<float>& up = ck.tensors.at("blocks.1.moe.experts.up.weight");
-    for (int j = 0; j < kE; ++j) {
-      const auto& one = f.tensors.at(fmt::format("model.layers.1.mlp.experts.{}.up_proj.weight", j)).values;
-      EXPECT_TRUE(std::equal(one.begin(), one.end(), up.begin() + j * kF * kD)) << "up row " << j;
-    }
+    testing::expect_stacked_rows(ck, "blocks.1.moe.experts.up.weight", f,
+                                 [](int j) { return fmt::format("model.layers.1.mlp.experts.{}.up_proj.weight", j); }, kE);
     EXPECT_EQ(ck.tensors.at("blocks.0.moe.router.weight"), f.tensors.at("model.layers.0.mlp.gate.weight").values);
   }
-  const fs::path out = testing::fresh_dir(moe ? "qwen3_moe_out" : "qwen3_out");
-  write_hf_checkpoint(out.string(), m, [&](const std::string& n) { return ck.tensors.at(n); }, {false, 4096});
-  const json config = json::parse(std::ifstream(out / "config.json"));
+  const json& config = rt.exported_config;
   EXPECT_EQ(config.at("architectures").at(0), moe ? "Qwen3MoeForCausalLM" : "Qwen3ForCausalLM");
   EXPECT_EQ(config.at("head_dim"), kHd);
   if (moe) {
@@ -113,11 +92,6 @@ void expect_round_trip(bool moe) {
     EXPECT_EQ(config.at("norm_topk_prob"), false);
     EXPECT_EQ(config.at("mlp_only_layers"), json::array());
   }
-  const HfCheckpoint back = read_hf_checkpoint(out.string());
-  EXPECT_EQ(back.config.model, m);
-  EXPECT_EQ(back.tensors, ck.tensors);  // bit for bit
-  fs::remove_all(dir);
-  fs::remove_all(out);
 }
 
 TEST(HfQwen3, DenseImportsItsQkNormsAndExportGivesEveryTensorBack) { expect_round_trip(false); }
@@ -148,9 +122,7 @@ TEST(HfQwen3, WhatCleaveComputesDifferentlyIsOneErrorNamingIt) {
     f.config[key] = std::move(value);
     return error_of([&] { read_hf_config(f.config, "config.json"); });
   };
-  const auto has = [](const std::string& text, const std::string& want) {
-    EXPECT_NE(text.find(want), std::string::npos) << text;
-  };
+  const auto& has = expect_contains;
   has(import_error(true, "mlp_only_layers", json::array({1})), "mlp_only_layers is [1]");
   has(import_error(true, "decoder_sparse_step", 2), "decoder_sparse_step is 2");
   has(import_error(true, "num_experts_per_tok", 5), "num_experts_per_tok 5 is larger than num_local_experts 4");

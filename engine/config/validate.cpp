@@ -62,12 +62,6 @@ void validate(const RunConfig& c) {
            "does not compose with tensor parallelism yet; set one of them to 1",
            p.expert_model_parallel_size, p.tensor_model_parallel_size);
   }
-  if (p.expert_model_parallel_size > 1 && c.optimizer.zero_stage > 1) {
-    refuse("optimizer.zero_stage", "{} with parallel.expert_model_parallel_size {}: ZeRO-2 and 3 do not shard expert "
-           "gradients and parameters over their own expert-data-parallel group yet; use optimizer.zero_stage 0 or 1 "
-           "with expert parallelism, or parallel.expert_model_parallel_size 1",
-           c.optimizer.zero_stage, p.expert_model_parallel_size);
-  }
   if (c.train.recompute != Recompute::kNone && !partition::is_language_model(c.model.type)) {
     refuse("train.recompute", "\"{}\" recomputes transformer blocks, and model.type {} has none; use \"none\"",
          c.train.recompute, c.model.type);

@@ -10,7 +10,8 @@
 //    lane, then canonically); ZeRO 1-3 equal plain data parallel bit for bit (data_parallel_test.cpp: rank-ordered
 //    reduce-scatter adds what the all-reduce adds, the update is element-wise); and plain data parallel equals one
 //    rank (canonical micro-batch tree, power-of-two micro-batches per replica). Nothing here may differ in the
-//    last bit, so the bound is 0.
+//    last bit, so the bound is 0. (The clip factor is a float computed from the double norm: a last-bit norm
+//    difference could in principle flip it; these runs are deterministic and it does not, as in ZeroSharded.)
 //    Layouts: np 2: ep 2 in dp 2 (expert-dp groups of 1: the experts unsharded, the rest over 2) at ZeRO-2 and 3,
 //    ZeRO-3 in bf16 too (the bf16 working shards); np 4: ep 2 in dp 4 (two expert-dp groups of 2) at ZeRO-2 and 3,
 //    ep 4 at ZeRO-3 (expert-dp of 1), ep 2 from dp 2 × cp 2 at ZeRO-3 (against cp 2 at ep 1 without ZeRO on the same

@@ -246,6 +246,13 @@ DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::m
                              : "once per step (optimizer.zero_reduce per_step: the full local gradient is held "
                                "through the backward)");
   }
+  if (dp.rank() == 0 && expert_bucketer_) {
+    log::info("data parallel: expert parallelism: {} expert tensor(s) in {} bucket(s) reduced{} over the expert-dp group "
+              "of {} rank(s) (dp x cp / ep), the rest over dp x cp = {}",
+              expert_order_.size(), expert_bucketer_->num_buckets(),
+              options.zero_stage >= 1 ? fmt::format(" and ZeRO-{} sharded", options.zero_stage) : std::string(),
+              options.expert_replicas->size(), dp.size());
+  }
   if (dp.rank() == 0) {
     if (parameter_shards_) {
       std::int64_t kept = 0;

@@ -14,8 +14,10 @@
 //    difference could in principle flip it; these runs are deterministic and it does not, as in ZeroSharded.)
 //    Layouts: np 2: ep 2 in dp 2 (expert-dp groups of 1: the experts unsharded, the rest over 2) at ZeRO-2 and 3,
 //    ZeRO-3 in bf16 too (the bf16 working shards); np 4: ep 2 in dp 4 (two expert-dp groups of 2) at ZeRO-2 and 3,
-//    ep 4 at ZeRO-3 (expert-dp of 1), ep 2 from dp 2 × cp 2 at ZeRO-3 (against cp 2 at ep 1 without ZeRO on the same
-//    world: context parallelism's attention chunks round differently from one rank's).
+//    ep 4 at ZeRO-3 (expert-dp of 1); against the same layout at ep 1 without ZeRO on the same world (context
+//    parallelism's attention chunks and a pipeline's tied table round differently from one rank's): ep 2 from
+//    dp 2 × cp 2 at ZeRO-3, ep 2 × pp 2 under zb_v at ZeRO-3 and under dualpipev at ZeRO-2 (the split backward's W
+//    actions report the expert gradients final, the all-to-alls inside F, I and W).
 //  - optimizer.zero_reduce per_microbatch (the main buckets per micro-batch, the experts' per step) matches ZeRO-0 at
 //    the same ep within float rounding (5e-6, SGD with momentum).
 //  - Between steps a ZeRO-3 rank holds no gradient, and its f32 parameter shards are (non-expert / (dp × cp) +
@@ -63,9 +65,10 @@ struct Case {
   std::string name;
   std::int64_t steps = 10;
   std::vector<std::string> overrides;
-  // Set: the reference is this config on the same world (context parallelism's chunked attention is not bit-identical
-  // to one rank's, so the cp layout is compared with cp 2 at ep 1 without ZeRO, itself within rounding of one rank:
-  // context_parallel_test.cpp). Empty: one rank.
+  // Set: the reference is this config on the same world (context parallelism's chunked attention and a pipeline's tied
+  // table, its copies summed per micro-batch set, are not bit-identical to one rank's, so those layouts are compared
+  // with the same layout at ep 1 without ZeRO, itself within rounding of one rank: context_parallel_test.cpp,
+  // data_parallel_test.cpp). Empty: one rank.
   std::vector<std::string> world_reference;
 };
 
@@ -77,11 +80,14 @@ std::vector<Case> cases_for(int world) {
             {"ep2_dp2_zero3_bf16", 6, {ep(2), zero(3), bf16}}};
   }
   if (world == 4) {
-    const std::string cp2 = "parallel.context_parallel_size=2";
+    const std::string cp2 = "parallel.context_parallel_size=2", pp2 = "parallel.pipeline_model_parallel_size=2";
+    const std::string zb_v = "parallel.schedule=zb_v", dualpipev = "parallel.schedule=dualpipev";
     return {{"ep2_in_dp4_zero2", 8, {ep(2), zero(2)}},
             {"ep2_in_dp4_zero3", 8, {ep(2), zero(3)}},
             {"ep4_zero3", 6, {ep(4), zero(3)}},
-            {"ep2_from_dp2_cp2_zero3", 6, {ep(2), zero(3), cp2}, {cp2}}};
+            {"ep2_from_dp2_cp2_zero3", 6, {ep(2), zero(3), cp2}, {cp2}},
+            {"ep2_pp2_zb_v_zero3", 6, {ep(2), zero(3), pp2, zb_v}, {pp2, zb_v}},
+            {"ep2_pp2_dualpipev_zero2", 6, {ep(2), zero(2), pp2, dualpipev}, {pp2, dualpipev}}};
   }
   return {};
 }
@@ -119,7 +125,7 @@ TEST(EpZero, ZeroTwoAndThreeWithEpMatchOneRankBitForBit) {
     std::printf("[ ep-zero ] %-24s %lld steps: losses %.6f -> %.6f, bit-identical to %s (grad-norm rel diff "
                 "%.2g)\n",
                 c.name.c_str(), static_cast<long long>(c.steps), parallel.losses.front(), parallel.losses.back(),
-                on_world ? "cp 2 at ep 1, ZeRO-0" : "one rank", norm_diff);
+                on_world ? "its layout at ep 1, ZeRO-0" : "one rank", norm_diff);
   }
 }
 

@@ -537,8 +537,11 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       at(MemoryCategory::kGradients) = 4 * (mb.gradients + units.expert_total() + units.largest_expert_shard());
       if (staged) at(MemoryCategory::kCommunication) = 2 * std::max(mb.wire, units.expert_total());
     } else {
+      // ep > 1: an expert unit may be traded before the others have freed anything (the two bucketers' trades
+      // interleave as their collectives complete): the largest expert shard is the worst case's excess.
       at(MemoryCategory::kGradients) =
-          grad_bytes + std::max(partial_sums * grad_bytes, 4 * reduction_excess(units, plan, pp_rank));
+          grad_bytes + std::max(partial_sums * grad_bytes,
+                                4 * std::max(reduction_excess(units, plan, pp_rank), units.largest_expert_shard()));
       if (staged) at(MemoryCategory::kCommunication) = 2 * numel;
     }
     m.gradients_between_steps = 0;
@@ -562,14 +565,14 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     // ep > 1: the expert gradients also live in the expert-dp group's bucket (engine/train/data_parallel.hpp)
     // beside the parameters' own (measured: ep_memory_plan_test, from construction on).
     if (ep > 1 && zero_stage < 2) at(MemoryCategory::kGradients) += expert_bytes / ep / tp;
-    // ZeRO-2 with ep, reduced per step: the experts' buckets (over expert-dp) are traded for their shards after the
-    // others, whose trades freed (dp - 1) / dp of them: the first expert shard (at most a bucket's, over dp / ep)
-    // then rises above what is left (measured in the steady state: ep_memory_plan_test).
+    // ZeRO-2 with ep, reduced per step: a bucket is traded for its shard when a later mark_ready or finish() finds
+    // its collective done, so the expert-dp bucketer's first trade may come before any other bucket's has freed
+    // memory: the plan takes that worst case, the full buckets plus the first expert shard (at most a bucket's, over
+    // dp / ep). Measured (ep_memory_plan_test): that, or one expert shard less when the others traded first.
     if (ep > 1 && zero_stage >= 2) {
       const std::int64_t experts = expert_bytes / ep / tp;
-      const std::int64_t after_others = grad_bytes - (grad_bytes - experts) / dp * (dp - 1);
-      at(MemoryCategory::kGradients) =
-          std::max(at(MemoryCategory::kGradients), after_others + std::min(experts, bucket_bytes) / (dp / ep));
+      at(MemoryCategory::kGradients) = std::max(at(MemoryCategory::kGradients),
+                                                grad_bytes + std::min(experts, bucket_bytes) / (dp / ep));
     }
     m.gradients_between_steps = zero_stage >= 2 ? 0 : grad_bytes;
     at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
@@ -578,19 +581,16 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     const bool staged = dp > 1 && config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16;
     if (staged) at(MemoryCategory::kCommunication) = param_bytes / tp / 2;
     if (per_microbatch) {  // ZeRO-2 per micro-batch: the shards and at most two buckets (microbatch_peak)
-      const MicrobatchBuckets buckets = zero_two_buckets(plan, pp_rank, tp, dp, config.parallel.dp_bucket_mb, ep);
-      const MicrobatchPeak mb = microbatch_peak(buckets, plan, pp_rank, dp, staged);
+      const MicrobatchPeak mb = microbatch_peak(
+          zero_two_buckets(plan, pp_rank, tp, dp, config.parallel.dp_bucket_mb, ep), plan, pp_rank, dp, staged);
       at(MemoryCategory::kGradients) = 4 * mb.gradients;
-      // ep > 1: the experts' buckets are reduced once per step over expert-dp: held in full through it. Experts in
-      // one bucket trade it for its shard at the step's end, when only the other buckets' shards remain (measured:
-      // ep_memory_plan_test); in several, the first may trade while two micro-batch buckets are alive: its shard
-      // (a bucket's over dp / ep) on top.
+      // ep > 1: the experts' buckets are reduced once per step over expert-dp: held in full through it, and the first
+      // may be traded for its shard (a bucket's over dp / ep) while two micro-batch buckets are alive (when depends on
+      // the collectives' timing: the plan takes the worst case; measured, ep_memory_plan_test: that, or one expert
+      // shard less).
       if (ep > 1) {
-        const std::int64_t experts = expert_bytes / ep / tp, edp = dp / ep;
-        at(MemoryCategory::kGradients) =
-            experts <= bucket_bytes
-                ? std::max(4 * mb.gradients + experts, 4 * (buckets.shards() / dp + buckets.per_step) + experts + experts / edp)
-                : 4 * mb.gradients + experts + bucket_bytes / edp;
+        const std::int64_t experts = expert_bytes / ep / tp;
+        at(MemoryCategory::kGradients) += experts + std::min(experts, bucket_bytes) / (dp / ep);
       }
       if (staged) at(MemoryCategory::kCommunication) = 2 * mb.wire;
     }

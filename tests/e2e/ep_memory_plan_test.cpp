@@ -75,7 +75,11 @@ TEST(ExpertParallel, MemoryPlanFollowsTheMeasuredPeak) {
 // per step either way): at np 4, ep 2 inside dp 4 (two expert-dp groups of 2, so the experts really are sharded),
 // balanced routing ("uniform": imbalance 1 on every rank, as forced_routing's round
 // robin gives), 1F1B: the measured peaks of parameters, gradients and optimizer state against the memory plan, which
-// counts each moe block's E / ep experts as a unit sharded over expert-dp and the rest over dp; within 2%.
+// counts each moe block's E / ep experts as a unit sharded over expert-dp and the rest over dp. Parameters and
+// optimizer state within 2% (measured: to the byte). Gradients: when a bucket is traded for its shard depends on when
+// a later mark_ready finds its collective done, so the expert-dp bucketer's first trade may come before or after the
+// others have freed memory; the plan takes the worst case, so the measured peak must lie between the plan less one
+// expert shard (and 2% for padding) and the plan (measured: both ends, run to run).
 TEST(ExpertParallel, MemoryPlanFollowsTheMeasuredPeakUnderZero) {
   auto world = make_world();
   if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
@@ -108,7 +112,15 @@ TEST(ExpertParallel, MemoryPlanFollowsTheMeasuredPeakUnderZero) {
                     reduce.c_str(), std::string(memory_category_name(c)).c_str(), measured, planned, 100.0 * (planned / measured - 1));
       }
       EXPECT_GT(measured, 0) << memory_category_name(c);
-      EXPECT_NEAR(planned, measured, 0.02 * measured) << memory_category_name(c) << " on rank " << world->rank();
+      if (c != MemoryCategory::kGradients) {
+        EXPECT_NEAR(planned, measured, 0.02 * measured) << memory_category_name(c) << " on rank " << world->rank();
+        continue;
+      }
+      // One expert shard, f32: this rank's 4 of 8 experts (3 · D 32 · F 64 each) over expert-dp 2, both blocks' in
+      // ZeRO-2's one bucket, one block's per ZeRO-3 unit.
+      const double expert_shard = 4.0 * 3 * 32 * 64 * 4 / 2 * (zero == 2 ? 2 : 1);
+      EXPECT_LE(measured, planned * 1.001) << "gradients on rank " << world->rank();
+      EXPECT_GE(measured, planned - expert_shard - 0.02 * planned) << "gradients on rank " << world->rank();
     }
   }
 }

@@ -57,12 +57,6 @@ void validate(const RunConfig& c) {
     refuse("parallel.data_parallel_size", "must be -1 (inferred from the world size) or positive, got 0");
   }
   check_model_rules(c);
-  if (p.expert_model_parallel_size > 1 && c.optimizer.zero_stage > 1) {
-    refuse("optimizer.zero_stage", "{} with parallel.expert_model_parallel_size {}: ZeRO-2 and 3 do not shard expert "
-           "gradients and parameters over their own expert-data-parallel group yet; use optimizer.zero_stage 0 or 1 "
-           "with expert parallelism, or parallel.expert_model_parallel_size 1",
-           c.optimizer.zero_stage, p.expert_model_parallel_size);
-  }
   if (c.train.recompute != Recompute::kNone && !partition::is_language_model(c.model.type)) {
     refuse("train.recompute", "\"{}\" recomputes transformer blocks, and model.type {} has none; use \"none\"",
          c.train.recompute, c.model.type);

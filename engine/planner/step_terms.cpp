@@ -46,6 +46,7 @@ TermContext make_term_context(const run_plan::Plan& plan, const config::RunConfi
   c.micro = static_cast<double>(choice.micro_batch);
   c.micro_batches = static_cast<double>(config.resolved_batch().gradient_accumulation_steps);
   c.replicas = choice.dp * choice.cp;
+  c.expert_replicas = c.replicas / std::max(1, choice.ep);
   c.zero = c.replicas > 1 ? config.optimizer.zero_stage : 0;
   c.per_microbatch = c.zero >= 2 && config::resolved_zero_reduce(config) == config::ZeroReduce::kPerMicrobatch;
   for (const auto& rank : plan.schedule.ranks) {
@@ -260,11 +261,18 @@ double block_local_params(const TermContext& c, int b) {
   return params - static_cast<double>(partition::expert_param_count(block)) / c.choice->tp * (ep - 1) / ep;
 }
 
+double block_expert_params(const TermContext& c, int b) {
+  if (!has_expert_parallelism(c, b)) return 0.0;
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  return static_cast<double>(partition::expert_param_count(block)) / c.choice->tp / c.choice->ep;
+}
+
 double zero3_block_gather_s(const TermContext& c, int b) {
   if (c.zero != 3) return 0.0;
-  const auto& cost = c.costs[static_cast<std::size_t>(b)];
-  const double block_params = c.act_bytes * static_cast<double>(cost.param_count) / c.choice->tp;
-  return c.collective_s(Collective::kAllGather, block_params, c.replicas, *c.dp_link);
+  const double experts = block_expert_params(c, b);
+  const double rest = block_local_params(c, b) - experts;
+  return c.collective_s(Collective::kAllGather, c.act_bytes * rest, c.replicas, *c.dp_link) +
+         c.collective_s(Collective::kAllGather, c.act_bytes * experts, c.expert_replicas, *c.dp_link);
 }
 
 StageGathers zero3_stage_gathers(const TermContext& c, const std::vector<double>& g,
@@ -285,10 +293,12 @@ StageGathers zero3_stage_gathers(const TermContext& c, const std::vector<double>
   return x;
 }
 
-GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, double w_free) {
+namespace {
+
+// A reduction of `grad_bytes` over `n` ranks (the replicas, or the expert-dp group), per micro-batch or per step.
+GradientReduction reduction_over(const TermContext& c, double grad_bytes, double w_free, int n, bool per_microbatch) {
   const config::RunConfig& config = *c.config;
-  const int n = c.replicas;
-  const Link& link = *c.dp_link;
+  const Link& link = *c.dp_link;  // an expert-dp group spans the replicas' ranks with stride ep: the same link
   GradientReduction x;
   const double wire = config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16 ? grad_bytes / 2 : grad_bytes;
   const bool gathers_after_step = c.zero == 1 || c.zero == 2;
@@ -299,7 +309,7 @@ GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, do
                            : c.collective_s(Collective::kReduceScatter, wire, n, link);
   x.step_gather_s = gathers_after_step ? c.collective_s(Collective::kAllGather, grad_bytes, n, link) : 0.0;
   x.bytes = ring_bytes(wire, n, c.zero == 0) + (gathers_after_step ? ring_bytes(grad_bytes, n, false) : 0.0);
-  if (c.per_microbatch) {
+  if (per_microbatch) {
     // optimizer.zero_reduce per_microbatch: every micro-batch reduce-scatters the stage's gradients. The last
     // one is REDUCE_GRAD's (above); each earlier one runs behind the next weight-gradient pass, and what the
     // pass cannot hide lengthens it (spread over the stage's W actions).
@@ -312,18 +322,31 @@ GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, do
   return x;
 }
 
-double optimizer_step_s(const TermContext& c, double local_params) {
+}  // namespace
+
+GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, double w_free) {
+  return reduction_over(c, grad_bytes, w_free, c.replicas, c.per_microbatch);
+}
+
+GradientReduction expert_gradient_reduction(const TermContext& c, double grad_bytes) {
+  return reduction_over(c, grad_bytes, 0.0, c.expert_replicas, false);
+}
+
+double optimizer_step_s(const TermContext& c, double local_params, double expert_params) {
   const config::RunConfig& config = *c.config;
   const partition::MeasuredCosts& measured = c.profile->measured;
   // The update streams the value and gradient in and the value out, and each state tensor in and out (f32).
   const double bytes_per_param = 4.0 * (3 + 2 * config.optimizer.state_tensors_per_param());
-  const int shards = c.zero >= 1 ? c.replicas : 1;  // ZeRO: each replica updates its shard
-  double seconds = local_params * bytes_per_param / shards / c.profile->memory_bandwidth_Bps;
+  // ZeRO: each replica updates its shard (of the experts, its expert-dp group's shard).
+  const int shards = c.zero >= 1 ? c.replicas : 1;
+  const int expert_shards = c.zero >= 1 ? c.expert_replicas : 1;
+  const double updated = (local_params - expert_params) / shards + expert_params / expert_shards;
+  double seconds = updated * bytes_per_param / c.profile->memory_bandwidth_Bps;
   if (measured.adamw_s_per_param > 0) {  // timed by `cleave profile`
     const double per_param = config.optimizer.type == config::OptimizerType::kAdamw ? measured.adamw_s_per_param
                              : config.optimizer.momentum != 0.0 ? measured.sgd_momentum_s_per_param
                                                                 : measured.sgd_s_per_param;
-    seconds = local_params * per_param / shards;
+    seconds = updated * per_param;
   }
   return seconds * c.core_sharing;
 }
@@ -356,7 +379,7 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
     const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
     StageCosts& st = stages[static_cast<std::size_t>(s)];
     const double warm = c.profile->measured.warm_fraction(working_set[static_cast<std::size_t>(plan.stage_to_rank(s))]);
-    double grad_bytes = 0, stage_w = 0, stage_i = 0, cp_hidden_backward = 0;
+    double grad_bytes = 0, expert_grad_bytes = 0, stage_w = 0, stage_i = 0, cp_hidden_backward = 0;
     std::vector<double> block_f, block_b, gathers;  // per block, for ZeRO-3's prefetch (seconds free to hide it)
     for (int b = range.begin; b < range.end; ++b) {
       const BlockCompute even = block_compute(c, b, warm);  // every ep rank's mean rows
@@ -382,6 +405,7 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
                                     compute.input_grad_s * c.core_sharing, compute.weight_grad_s * c.core_sharing,
                                     compute.recompute_s * c.core_sharing});
       grad_bytes += 4.0 * block_local_params(c, b);  // E / ep of a moe block's experts under ep
+      expert_grad_bytes += 4.0 * block_expert_params(c, b);  // of which reduced over expert-dp
       stage_w += compute.weight_grad_s;
       stage_i += compute.backward_input_s();
       cp_hidden_backward += cp.hidden_backward_s;
@@ -392,8 +416,9 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
                         cp.hidden_backward_s);
       gathers.push_back(zero3_block_gather_s(c, b));
       if (c.zero == 3) {
-        const double block_params = c.act_bytes * static_cast<double>(c.costs[static_cast<std::size_t>(b)].param_count) / choice.tp;
-        st.comm_bytes += 2 * c.micro_batches * ring_bytes(block_params, c.replicas, false);
+        const double experts = block_expert_params(c, b), rest = block_local_params(c, b) - experts;
+        st.comm_bytes += 2 * c.micro_batches * (ring_bytes(c.act_bytes * rest, c.replicas, false) +
+                                                ring_bytes(c.act_bytes * experts, c.expert_replicas, false));
       }
     }
     const StageGathers g = zero3_stage_gathers(c, gathers, block_f, block_b);
@@ -405,13 +430,16 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
     // the I compute first and then under W: what it took of W is not there twice.
     double w_free = c.core_sharing * stage_w;
     if (c.fused_backward) w_free -= std::max(0.0, g.hidden_backward_s - (c.core_sharing * stage_i - cp_hidden_backward));
-    const GradientReduction r = gradient_reduction(c, grad_bytes, std::max(0.0, w_free));
-    st.reduce_grad[T::kDataParallel] = r.reduce_s;
+    // Expert parallelism: the experts' gradients over the expert-dp group, after the rest over the replicas.
+    const GradientReduction r = gradient_reduction(c, grad_bytes - expert_grad_bytes, std::max(0.0, w_free));
+    const GradientReduction e = expert_gradient_reduction(c, expert_grad_bytes);
+    st.reduce_grad[T::kDataParallel] = r.reduce_s + e.reduce_s;
     st.weight_grad[T::kDataParallel] = r.per_w_exposed_s;
     st.weight_grad.hidden_at(T::kDataParallel) = r.per_w_hidden_s;
-    st.step_gather_s = r.step_gather_s;
-    st.comm_bytes += r.bytes;
+    st.step_gather_s = r.step_gather_s + e.step_gather_s;
+    st.comm_bytes += r.bytes + e.bytes;
     st.params = grad_bytes / 4.0;
+    st.expert_params = expert_grad_bytes / 4.0;
     // The boundary: the activation out and its gradient back each micro-batch.
     st.output_bytes = static_cast<double>(c.costs[static_cast<std::size_t>(range.end - 1)].output_bytes) * c.micro;
     if (s + 1 < num_stages) st.comm_bytes += 2 * c.micro_batches * st.output_bytes;
@@ -437,6 +465,7 @@ pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vect
   const int num_stages = plan.num_stages();
   pipeline::SimulationCosts sim = pipeline::SimulationCosts::uniform(num_stages, 0, 0, 0);
   std::vector<double> rank_params(static_cast<std::size_t>(c.choice->pp), 0.0);
+  std::vector<double> rank_experts(static_cast<std::size_t>(c.choice->pp), 0.0);
   std::vector<double> rank_gather(static_cast<std::size_t>(c.choice->pp), 0.0);
   for (int s = 0; s < num_stages; ++s) {
     const StageCosts& st = stages[static_cast<std::size_t>(s)];
@@ -447,11 +476,16 @@ pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vect
     sc.reduce_grad = st.reduce_grad.total();
     sc.output_bytes = st.output_bytes;
     rank_params[static_cast<std::size_t>(plan.stage_to_rank(s))] += st.params;
+    rank_experts[static_cast<std::size_t>(plan.stage_to_rank(s))] += st.expert_params;
     rank_gather[static_cast<std::size_t>(plan.stage_to_rank(s))] += st.step_gather_s;
   }
   // The busiest rank's update; ZeRO-1/2's all-gather of the updated parameters follows it on every rank.
   optimizer = ActionTerms{};
-  optimizer[StepTerm::kOptimizer] = optimizer_step_s(c, *std::max_element(rank_params.begin(), rank_params.end()));
+  double busiest_update = 0;
+  for (std::size_t r = 0; r < rank_params.size(); ++r) {
+    busiest_update = std::max(busiest_update, optimizer_step_s(c, rank_params[r], rank_experts[r]));
+  }
+  optimizer[StepTerm::kOptimizer] = busiest_update;
   optimizer[StepTerm::kZeroGather] = *std::max_element(rank_gather.begin(), rank_gather.end());
   sim.optimizer_step = optimizer.total();
   sim.p2p_latency = c.choice->pp > 1 ? c.p2p_link->latency_s : 0.0;

@@ -36,6 +36,9 @@ struct TermContext {
   double micro = 1;              // samples per micro-batch
   double micro_batches = 1;      // micro-batches per step per replica
   int replicas = 1;              // dp x cp: ranks holding the same parameters
+  // dp x cp / ep: the expert-dp group, ranks holding the same experts; their gradients are reduced (and ZeRO shards
+  // them) over it, not over the replicas (engine/train/data_parallel.hpp). replicas without ep.
+  int expert_replicas = 1;
   int zero = 0;                  // the ZeRO stage in effect (0 without replicas)
   bool per_microbatch = false;   // ZeRO-2/3 reduce-scatter every micro-batch
   bool fused_backward = false;   // the schedule has B actions (a block's W runs right after its I)
@@ -114,8 +117,12 @@ BlockCompute expert_imbalance_compute(const TermContext& c, int block, const Blo
 // The parameter elements one tp rank of a block holds, reduces and updates: the block's, less the (ep - 1) / ep of
 // its routed experts that live on the other ranks of its ep group.
 double block_local_params(const TermContext& c, int block);
+// Of those, the routed experts that are reduced and ZeRO-sharded over the expert-dp group: the block's E / ep
+// experts (one tp rank's) under ep > 1, else 0 (at ep 1 the experts go with the rest, over the replicas).
+double block_expert_params(const TermContext& c, int block);
 
-// ZeRO-3's all-gather of one block's parameters (one tp rank's, in the compute dtype) from the replicas.
+// ZeRO-3's all-gather of one block's parameters (one tp rank's, in the compute dtype) from the replicas; under ep its
+// routed experts from the expert-dp group (a unit of their own, gathered after the rest).
 double zero3_block_gather_s(const TermContext& c, int block);
 // A stage's ZeRO-3 gathers per micro-batch: each block's gather prefetched under the compute of the block before
 // it in the pass (forward first to last, backward last to first), a pass's first in full. `block_forward` /
@@ -137,9 +144,15 @@ struct GradientReduction {
   double bytes = 0;
 };
 GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, double w_free);
+// Expert parallelism: the stage's routed-expert gradients (`grad_bytes`, the rank's E / ep experts) reduced over the
+// expert-dp group (dp x cp / ep ranks: reduce-scatter under ZeRO, all-reduce without), once per step whatever
+// optimizer.zero_reduce says, after the other buckets; ZeRO-1/2 all-gather the updated experts over it.
+GradientReduction expert_gradient_reduction(const TermContext& c, double grad_bytes);
 
-// The optimizer step of `local_params` parameters (the busiest rank's), ZeRO-sharded, at the core sharing.
-double optimizer_step_s(const TermContext& c, double local_params);
+// The optimizer step of `local_params` parameters (the busiest rank's), ZeRO-sharded, at the core sharing: the
+// `expert_params` among them (routed experts under ep > 1) sharded over the expert-dp group, the rest over the
+// replicas.
+double optimizer_step_s(const TermContext& c, double local_params, double expert_params = 0);
 
 // --- Assembly ----------------------------------------------------------------------------------------------
 
@@ -150,6 +163,7 @@ struct StageCosts {
   double output_bytes = 0;    // the boundary tensor sent per micro-batch (1/tp of it with scatter/gather)
   double comm_bytes = 0;      // sent per step by a rank of the stage
   double params = 0;          // parameter elements of one tp rank
+  double expert_params = 0;   // of them, routed experts reduced and sharded over the expert-dp group (ep > 1)
   std::vector<BlockPassSeconds> blocks;  // compute per block kind, per micro-batch, at the core sharing
 };
 // Every stage's costs; `working_set` per pp rank (bytes touched over a step) picks the warm or cold tables.

@@ -43,17 +43,40 @@ std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const pa
 // its head, it is in the embedding's unit), each as its gradient bucket lays it out
 // (engine/comm/gradient_bucketer.cpp): padded to 64 bytes (16 f32 elements), then to a multiple of dp. The
 // 64-byte alignment of each gradient inside a unit is not modelled (at most 60 bytes per parameter tensor).
+// Expert parallelism (ep > 1): a moe block's routed experts on this rank (E / ep of them) are a unit of their own,
+// sharded over the expert-dp group (dp × cp / ep ranks) and reduced after the other units
+// (engine/train/data_parallel.hpp); the block reads both of its units.
 struct ZeroThreeUnits {
   int table_unit = -1;                  // a tied table split over pp ranks: its own unit (else -1)
   std::vector<std::int64_t> numel;      // f32 elements of each unit, padded, one tp rank's
+  std::vector<int> group;               // per unit: the ranks that shard it (dp × cp, or expert-dp)
+  std::vector<char> expert;             // per unit: a block's routed experts (reduced once per step)
   std::vector<std::vector<int>> reads;  // per model block on this rank: the units its forward and I gather
   std::vector<int> first_in_bucket;     // per model block: its own unit, complete after its W (-1: none)
+  std::vector<int> expert_unit;         // per model block: its experts' unit under ep > 1 (-1: none)
   std::int64_t total() const { return std::accumulate(numel.begin(), numel.end(), std::int64_t{0}); }
+  // The elements this rank keeps: each unit's shard.
+  std::int64_t shards() const {
+    std::int64_t sum = 0;
+    for (std::size_t u = 0; u < numel.size(); ++u) sum += numel[u] / group[u];
+    return sum;
+  }
+  // The expert units: their elements in full, and the largest one's shard.
+  std::int64_t expert_total() const {
+    std::int64_t sum = 0;
+    for (std::size_t u = 0; u < numel.size(); ++u) sum += expert[u] ? numel[u] : 0;
+    return sum;
+  }
+  std::int64_t largest_expert_shard() const {
+    std::int64_t most = 0;
+    for (std::size_t u = 0; u < numel.size(); ++u) most = std::max(most, expert[u] ? numel[u] / group[u] : 0);
+    return most;
+  }
 };
 
 std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 
-ZeroThreeUnits zero_three_units(const Plan& plan, int pp_rank, int tp, int dp) {
+ZeroThreeUnits zero_three_units(const Plan& plan, int pp_rank, int tp, int dp, int ep) {
   constexpr std::int64_t kAlignElements = 16;  // gradient_bucketer.cpp's kAlignBytes / 4
   const auto& spec = plan.spec;
   const auto costs = partition::model_costs(spec, DType::kF32);
@@ -75,8 +98,12 @@ ZeroThreeUnits zero_three_units(const Plan& plan, int pp_rank, int tp, int dp) {
   ZeroThreeUnits u;
   u.reads.resize(spec.blocks.size());
   u.first_in_bucket.assign(spec.blocks.size(), -1);
-  const auto add = [&](std::int64_t elements) {
-    u.numel.push_back(round_up(round_up(elements / tp, kAlignElements), dp));
+  u.expert_unit.assign(spec.blocks.size(), -1);
+  const auto add = [&](std::int64_t elements, int group = -1, bool expert = false) {
+    group = group > 0 ? group : dp;
+    u.numel.push_back(round_up(round_up(elements / tp, kAlignElements), group));
+    u.group.push_back(group);
+    u.expert.push_back(expert ? 1 : 0);
     return static_cast<int>(u.numel.size()) - 1;
   };
   const int table_unit = tied && !same_rank && (embedding >= 0 || head >= 0) ? add(table) : -1;
@@ -84,12 +111,17 @@ ZeroThreeUnits zero_three_units(const Plan& plan, int pp_rank, int tp, int dp) {
   for (int b = 0; b < static_cast<int>(spec.blocks.size()); ++b) {
     if (!on_rank(b)) continue;
     const bool holds_table = b == embedding || b == head;
-    std::int64_t own = costs[static_cast<std::size_t>(b)].param_count - (holds_table ? table : 0);
+    const std::int64_t experts = ep > 1 ? partition::expert_param_count(spec.blocks[static_cast<std::size_t>(b)]) : 0;
+    std::int64_t own = costs[static_cast<std::size_t>(b)].param_count - (holds_table ? table : 0) - experts;
     if (same_rank && b == embedding) own += table;
     auto& reads = u.reads[static_cast<std::size_t>(b)];
     if (own > 0) {
       reads.push_back(add(own));
       u.first_in_bucket[static_cast<std::size_t>(b)] = reads.back();
+    }
+    if (experts > 0) {  // this rank's E / ep, over expert-dp
+      reads.push_back(add(experts / ep, dp / ep, true));
+      u.expert_unit[static_cast<std::size_t>(b)] = reads.back();
     }
     if (holds_table && table_unit >= 0) reads.push_back(table_unit);  // reduced after every block's unit
   }
@@ -127,7 +159,7 @@ std::int64_t gathered_peak(const ZeroThreeUnits& units, const Plan& plan, int pp
 // is released, while the buckets before it have each already traded their buffer for their shard: the excess
 // is shard_k minus what those trades freed, largest at the first bucket or at a large one right after small ones
 // (a final norm's tiny unit first, then a whole transformer block's).
-std::int64_t reduction_excess(const ZeroThreeUnits& units, const Plan& plan, int pp_rank, int dp) {
+std::int64_t reduction_excess(const ZeroThreeUnits& units, const Plan& plan, int pp_rank) {
   const auto& actions = plan.schedule.ranks[static_cast<std::size_t>(pp_rank)];
   std::vector<int> last_weight_pass(static_cast<std::size_t>(plan.num_stages()), -1);
   for (int k = 0; k < static_cast<int>(actions.size()); ++k) {
@@ -149,14 +181,19 @@ std::int64_t reduction_excess(const ZeroThreeUnits& units, const Plan& plan, int
   };
   for (int stage : stages) {
     const auto& range = plan.partition.stages[static_cast<std::size_t>(stage)];
-    for (int b = range.end; b-- > range.begin;) append(units.first_in_bucket[static_cast<std::size_t>(b)]);
+    for (int b = range.end; b-- > range.begin;) {
+      append(units.first_in_bucket[static_cast<std::size_t>(b)]);
+      append(units.expert_unit[static_cast<std::size_t>(b)]);  // measured: traded with its block (ep_memory_plan_test)
+    }
   }
-  for (int unit = 0; unit < static_cast<int>(units.numel.size()); ++unit) append(unit);  // the split table's
+  // The split table's.
+  for (int unit = 0; unit < static_cast<int>(units.numel.size()); ++unit) append(unit);
   std::int64_t freed = 0, excess = 0;
   for (int unit : order) {
     const std::int64_t full = units.numel[static_cast<std::size_t>(unit)];
-    excess = std::max(excess, full / dp - freed);
-    freed += full - full / dp;
+    const int group = units.group[static_cast<std::size_t>(unit)];
+    excess = std::max(excess, full / group - freed);
+    freed += full - full / group;
   }
   return excess;
 }
@@ -188,15 +225,19 @@ void add_writer(MicrobatchBuckets& m, int block, int bucket) {
 }
 
 // ZeRO-3: one bucket per unit; a tied head on the embedding's rank writes the embedding's unit too; the split
-// table's unit is reduced per step.
+// table's unit is reduced per step; the expert units are not here (reduced per step over expert-dp: the caller adds
+// them).
 MicrobatchBuckets zero_three_buckets(const ZeroThreeUnits& units, std::size_t blocks) {
   MicrobatchBuckets m;
   m.writes.resize(blocks);
   m.numel = units.numel;
   m.writers.assign(units.numel.size(), 0);
+  for (std::size_t u = 0; u < units.numel.size(); ++u) {
+    if (units.expert[u]) m.numel[u] = 0;
+  }
   for (std::size_t b = 0; b < blocks; ++b) {
     for (int unit : units.reads[b]) {
-      if (unit != units.table_unit) add_writer(m, static_cast<int>(b), unit);
+      if (unit != units.table_unit && !units.expert[static_cast<std::size_t>(unit)]) add_writer(m, static_cast<int>(b), unit);
     }
   }
   if (units.table_unit >= 0) {
@@ -208,7 +249,7 @@ MicrobatchBuckets zero_three_buckets(const ZeroThreeUnits& units, std::size_t bl
 
 // ZeRO-2: each stage's blocks, last to first, packed whole up to parallel.dp_bucket_mb (a block larger than that
 // alone); a tied table both of whose blocks are on this rank a bucket of its own; split over pp ranks, per step.
-MicrobatchBuckets zero_two_buckets(const Plan& plan, int pp_rank, int tp, int dp, double bucket_mib) {
+MicrobatchBuckets zero_two_buckets(const Plan& plan, int pp_rank, int tp, int dp, double bucket_mib, int ep) {
   constexpr std::int64_t kAlignElements = 16;
   const auto& spec = plan.spec;
   const auto costs = partition::model_costs(spec, DType::kF32);
@@ -238,7 +279,9 @@ MicrobatchBuckets zero_two_buckets(const Plan& plan, int pp_rank, int tp, int dp
     for (int b = range.end; b-- > range.begin;) {
       const bool holds_table = b == embedding || b == head;
       if (holds_table && table_bucket >= 0) add_writer(m, b, table_bucket);
-      const std::int64_t own = (costs[static_cast<std::size_t>(b)].param_count - (holds_table ? table : 0)) / tp;
+      // ep > 1: the routed experts are in the expert-dp bucketer, reduced per step (the caller adds them).
+      const std::int64_t experts = ep > 1 ? partition::expert_param_count(spec.blocks[static_cast<std::size_t>(b)]) : 0;
+      const std::int64_t own = (costs[static_cast<std::size_t>(b)].param_count - (holds_table ? table : 0) - experts) / tp;
       if (own <= 0) continue;
       const std::int64_t unit = round_up(own, kAlignElements);
       if (open < 0 || round_up(filled, kAlignElements) + unit > cap) {
@@ -504,23 +547,29 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     // are held at once (W gathers nothing). Gradients: the unit buckets in full until each is reduced (as
     // ZeRO-2), plus what the shards of the first reduced buckets add before their trades free more
     // (reduction_excess).
-    const ZeroThreeUnits units = zero_three_units(plan, pp_rank, tp, dp);
+    // Expert parallelism: a moe block's E / ep experts are a unit of their own sharded over the dp × cp / ep ranks
+    // of its expert-dp group (zero_three_units); the rest over dp × cp.
+    const ZeroThreeUnits units = zero_three_units(plan, pp_rank, tp, dp, ep);
     const std::int64_t numel = units.total();
-    at(MemoryCategory::kParameters) = numel / dp * (bf16 ? 6 : 4) + gathered_peak(units, plan, pp_rank) * (bf16 ? 2 : 4);
+    at(MemoryCategory::kParameters) = units.shards() * (bf16 ? 6 : 4) + gathered_peak(units, plan, pp_rank) * (bf16 ? 2 : 4);
     const std::int64_t grad_bytes = 4 * numel;
     const bool staged = config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16;
     if (per_microbatch) {
       const MicrobatchPeak mb = microbatch_peak(zero_three_buckets(units, plan.spec.blocks.size()), plan, pp_rank,
                                                 dp, staged);
-      at(MemoryCategory::kGradients) = 4 * mb.gradients;
-      if (staged) at(MemoryCategory::kCommunication) = 2 * mb.wire;
+      // The expert units are reduced once per step: held in full through it, then traded for their shards.
+      at(MemoryCategory::kGradients) = 4 * (mb.gradients + units.expert_total() + units.largest_expert_shard());
+      if (staged) at(MemoryCategory::kCommunication) = 2 * std::max(mb.wire, units.expert_total());
     } else {
+      // ep > 1: an expert unit may be traded before the others have freed anything (the two bucketers' trades
+      // interleave as their collectives complete): the largest expert shard is the worst case's excess.
       at(MemoryCategory::kGradients) =
-          grad_bytes + std::max(partial_sums * grad_bytes, 4 * reduction_excess(units, plan, pp_rank, dp));
+          grad_bytes + std::max(partial_sums * grad_bytes,
+                                4 * std::max(reduction_excess(units, plan, pp_rank), units.largest_expert_shard()));
       if (staged) at(MemoryCategory::kCommunication) = 2 * numel;
     }
     m.gradients_between_steps = 0;
-    at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(state * static_cast<double>(grad_bytes / dp));
+    at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(state * static_cast<double>(4 * units.shards()));
   } else {
     // Expert parallelism: the rank holds E / ep of the experts (parameters, gradients, and without ZeRO their
     // optimizer state). ZeRO shards the experts over the dp x cp / ep ranks holding the same ones, so a rank's
@@ -538,8 +587,17 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     const std::int64_t first_shard = zero_stage >= 2 ? std::min(grad_bytes, bucket_bytes) / dp : 0;
     at(MemoryCategory::kGradients) = std::max((1 + partial_sums) * grad_bytes, grad_bytes + first_shard);
     // ep > 1: the expert gradients also live in the expert-dp group's bucket (engine/train/data_parallel.hpp)
-    // beside the parameters' own (measured: ep_memory_plan_test).
-    if (ep > 1) at(MemoryCategory::kGradients) += expert_bytes / ep / tp;
+    // beside the parameters' own (measured: ep_memory_plan_test, from construction on).
+    if (ep > 1 && zero_stage < 2) at(MemoryCategory::kGradients) += expert_bytes / ep / tp;
+    // ZeRO-2 with ep, reduced per step: a bucket is traded for its shard when a later mark_ready or finish() finds
+    // its collective done, so the expert-dp bucketer's first trade may come before any other bucket's has freed
+    // memory: the plan takes that worst case, the full buckets plus the first expert shard (at most a bucket's, over
+    // dp / ep). Measured (ep_memory_plan_test): that, or one expert shard less when the others traded first.
+    if (ep > 1 && zero_stage >= 2) {
+      const std::int64_t experts = expert_bytes / ep / tp;
+      at(MemoryCategory::kGradients) = std::max(at(MemoryCategory::kGradients),
+                                                grad_bytes + std::min(experts, bucket_bytes) / (dp / ep));
+    }
     m.gradients_between_steps = zero_stage >= 2 ? 0 : grad_bytes;
     at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
         zero_stage >= 1 ? state * static_cast<double>(sharded_bytes / tp) / dp : state * static_cast<double>(param_bytes / tp));
@@ -548,8 +606,16 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     if (staged) at(MemoryCategory::kCommunication) = param_bytes / tp / 2;
     if (per_microbatch) {  // ZeRO-2 per micro-batch: the shards and at most two buckets (microbatch_peak)
       const MicrobatchPeak mb = microbatch_peak(
-          zero_two_buckets(plan, pp_rank, tp, dp, config.parallel.dp_bucket_mb), plan, pp_rank, dp, staged);
+          zero_two_buckets(plan, pp_rank, tp, dp, config.parallel.dp_bucket_mb, ep), plan, pp_rank, dp, staged);
       at(MemoryCategory::kGradients) = 4 * mb.gradients;
+      // ep > 1: the experts' buckets are reduced once per step over expert-dp: held in full through it, and the first
+      // may be traded for its shard (a bucket's over dp / ep) while two micro-batch buckets are alive (when depends on
+      // the collectives' timing: the plan takes the worst case; measured, ep_memory_plan_test: that, or one expert
+      // shard less).
+      if (ep > 1) {
+        const std::int64_t experts = expert_bytes / ep / tp;
+        at(MemoryCategory::kGradients) += experts + std::min(experts, bucket_bytes) / (dp / ep);
+      }
       if (staged) at(MemoryCategory::kCommunication) = 2 * mb.wire;
     }
   }

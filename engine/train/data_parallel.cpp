@@ -107,9 +107,8 @@ DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::m
   for (const auto& p : sequence) {
     if (p == split_table_) continue;
     if (p->ep_size > 1) {
-      CLEAVE_ASSERT(options.expert_replicas != nullptr && options.zero_stage <= 1,
-                    "data parallel: expert-parallel parameter {} without an expert-dp group, or with ZeRO-{}", p->name,
-                    options.zero_stage);
+      CLEAVE_ASSERT(options.expert_replicas != nullptr,
+                    "data parallel: expert-parallel parameter {} without an expert-dp group", p->name);
       expert_order_.push_back(p);
     } else {
       order_.push_back(p);
@@ -163,12 +162,23 @@ DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::m
     entries_[split_table_.get()] = Entry{split_table_.get(), table_bucketer_.get(), 0, 1, 0};
   }
   if (!expert_order_.empty()) {
-    bucket_options.on_release = {};
+    // ZeRO-2 and 3: the expert-dp group reduce-scatters into owned shards too (the grad views of a released bucket
+    // dropped); once per step whatever optimizer.zero_reduce says (its buffers live through the backward). ZeRO-3
+    // cuts its buckets at the same blocks as the main ones: a moe block's units are its non-expert parameters'
+    // (over dp × cp) and its experts' (over expert-dp).
+    bucket_options.on_release = [this](int b) {
+      const auto& bucket = expert_bucketer_->bucket(b);
+      for (int i = bucket.first_grad; i < bucket.end_grad; ++i) expert_order_[static_cast<std::size_t>(i)]->grad = Tensor();
+    };
     bucket_options.per_microbatch = false;
     bucket_options.pack_units = false;
     bucket_options.after_launch = {};
     bucket_options.scale = options.average ? 1.0f / static_cast<float>(options.expert_replicas->size()) : 1.0f;
-    expert_bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(expert_order_), *options.expert_replicas,
+    std::vector<comm::GradientSpec> expert_specs = specs_of(expert_order_);
+    if (options.zero_stage == 3) {
+      for (std::size_t i = 0; i < expert_specs.size(); ++i) expert_specs[i].unit = unit_of.at(expert_order_[i].get());
+    }
+    expert_bucketer_ = std::make_unique<comm::GradientBucketer>(std::move(expert_specs), *options.expert_replicas,
                                                               bucket_options, *options.context.allocator,
                                                               *options.context.stream);
     for (int i = 0; i < expert_bucketer_->num_grads(); ++i) {
@@ -208,6 +218,13 @@ DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::m
                                  std::vector<ParamPtr>(order_.begin() + bucket.first_grad, order_.begin() + bucket.end_grad)});
     }
     if (table_bucketer_) parameter_units.push_back({table_bucketer_.get(), 0, table_order});
+    for (int b = 0; expert_bucketer_ && b < expert_bucketer_->num_buckets(); ++b) {  // gathered over expert-dp
+      const auto& bucket = expert_bucketer_->bucket(b);
+      parameter_units.push_back({expert_bucketer_.get(), b,
+                                 std::vector<ParamPtr>(expert_order_.begin() + bucket.first_grad,
+                                                       expert_order_.begin() + bucket.end_grad),
+                                 options.expert_replicas});
+    }
     std::vector<pipeline::StageModule*> modules;
     for (const auto& [stage, module] : stages) modules.push_back(module);
     parameter_shards_ = std::make_unique<ParameterShards>(std::move(parameter_units), modules, dp, options.context);
@@ -228,6 +245,13 @@ DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::m
                                "at most two buckets)"
                              : "once per step (optimizer.zero_reduce per_step: the full local gradient is held "
                                "through the backward)");
+  }
+  if (dp.rank() == 0 && expert_bucketer_) {
+    log::info("data parallel: expert parallelism: {} expert tensor(s) in {} bucket(s) reduced{} over the expert-dp group "
+              "of {} rank(s) (dp x cp / ep), the rest over dp x cp = {}",
+              expert_order_.size(), expert_bucketer_->num_buckets(),
+              options.zero_stage >= 1 ? fmt::format(" and ZeRO-{} sharded", options.zero_stage) : std::string(),
+              options.expert_replicas->size(), dp.size());
   }
   if (dp.rank() == 0) {
     if (parameter_shards_) {
@@ -256,7 +280,8 @@ DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::m
       module->set_grad_pass_callbacks([this](const layers::Param& p) { on_grad_begin(p); },
                                       [this](const layers::Param& p) { on_grad_done(p); });
       module->set_grad_final_callback([this](const layers::Param& p) {
-        if (&p == split_table_.get()) on_grad_final(p);  // the split table is reduced once per step
+        // The split table and the experts are reduced once per step.
+        if (&p == split_table_.get() || p.ep_size > 1) on_grad_final(p);
       });
     } else {
       module->set_grad_final_callback([this](const layers::Param& p) { on_grad_final(p); });
@@ -331,6 +356,9 @@ void DataParallel::begin_step() {
   if (options_.zero_stage >= 2) {  // the buffers released by the last step's reduction are new: view them again
     for (int i = 0; i < bucketer_->num_grads(); ++i) order_[static_cast<std::size_t>(i)]->grad = bucketer_->grad(i);
     if (table_bucketer_) split_table_->grad = table_bucketer_->grad(0);
+    for (int i = 0; expert_bucketer_ && i < expert_bucketer_->num_grads(); ++i) {
+      expert_order_[static_cast<std::size_t>(i)]->grad = expert_bucketer_->grad(i);
+    }
   }
   for (auto& [param, entry] : entries_) entry.reports = 0;
   for (int b = 0; b < bucketer_->num_buckets(); ++b) {
@@ -369,6 +397,7 @@ void DataParallel::on_grad_begin(const layers::Param& param) {
   if (&param == split_table_.get()) return;  // its buffer lives through the step
   auto it = entries_.find(&param);
   CLEAVE_ASSERT(it != entries_.end(), "data parallel: parameter {} about to be written but not bucketed", param.name);
+  if (it->second.bucketer != bucketer_.get()) return;  // an expert: its buffer lives through the step
   const int b = bucketer_->slot(it->second.index).bucket;
   if (!bucketer_->ensure_buffer(b)) return;
   const auto& bucket = bucketer_->bucket(b);
@@ -380,6 +409,7 @@ void DataParallel::on_grad_done(const layers::Param& param) {
   auto it = entries_.find(&param);
   CLEAVE_ASSERT(it != entries_.end(), "data parallel: parameter {} reported done but not bucketed", param.name);
   Entry& e = it->second;
+  if (e.bucketer != bucketer_.get()) return;  // an expert: on_grad_final, once per step
   if (tied_work_) tied_work_->test();  // progress the tied sum
   if (++e.reports % e.expected_reports == 0) bucketer_->mark_ready(e.index);
 }
@@ -387,7 +417,7 @@ void DataParallel::on_grad_done(const layers::Param& param) {
 DataParallelStepReport DataParallel::end_step() {
   const bool per_microbatch = bucketer_->per_microbatch();
   for (const auto& [param, entry] : entries_) {
-    const bool per_pass = per_microbatch && entry.param != split_table_.get();
+    const bool per_pass = per_microbatch && entry.bucketer == bucketer_.get();
     CLEAVE_ASSERT(per_pass ? entry.reports > 0 && entry.reports % entry.expected_reports == 0
                            : entry.reports == entry.expected_reports,
                   "data parallel: parameter {} was reported final {} times this step, expected {} (grad-final "
@@ -451,6 +481,7 @@ void DataParallel::sharded_step(double lr) {
   if (options_.zero_stage >= 2) {  // the update has used the gradient shards: none is held until the next reduction
     bucketer_->release_shards();
     if (table_bucketer_) table_bucketer_->release_shards();
+    if (expert_bucketer_) expert_bucketer_->release_shards();
     adopt_shard_grads();
   }
 }
@@ -460,6 +491,9 @@ void DataParallel::adopt_shard_grads() {
   for (int b = 0; b < bucketer_->num_buckets(); ++b) grads.push_back(bucketer_->shard(b));
   if (table_bucketer_) {
     for (int b = 0; b < table_bucketer_->num_buckets(); ++b) grads.push_back(table_bucketer_->shard(b));
+  }
+  if (expert_bucketer_) {
+    for (int b = 0; b < expert_bucketer_->num_buckets(); ++b) grads.push_back(expert_bucketer_->shard(b));
   }
   CLEAVE_ASSERT(grads.size() == shards_.size(), "data parallel: {} shard grads for {} shards", grads.size(),
                 shards_.size());

@@ -55,8 +55,14 @@
 // Expert parallelism (Param::ep_size > 1; options.expert_replicas): the expert tensors are this rank's experts, held
 // alike only by the expert-dp group (dp × cp / ep ranks), so they have a bucketer of their own over that group,
 // reduced after the main buckets (launched as their gradients become final, finished after the main ones in
-// end_step). Their shards (for the norm, and ZeRO-1's optimizer state and update, all-gathered back over the
-// expert-dp group) are over the expert-dp group. ZeRO 0 and 1 only (config refuses 2 and 3 with ep).
+// end_step). Their shards (for the norm, and ZeRO's optimizer state and update, all-gathered back over the
+// expert-dp group) are over the expert-dp group, as Megatron's and DeepSpeed's MoE sharding does. ZeRO-2: the
+// expert buckets are reduce-scattered into owned shards and released like the main ones, always once per step
+// (optimizer.zero_reduce per_microbatch applies to the main buckets; the experts' stay whole through the
+// backward). ZeRO-3: the expert buckets are cut at the same blocks as the main ones, and each is a unit of its own
+// in ParameterShards, sharded and gathered over the expert-dp group (a moe block reads two units: its non-expert
+// parameters over dp × cp, its experts over expert-dp). The norm counts each element once: the ep ranks hold
+// different experts and the expert-dp shards partition each rank's experts.
 //
 // Gradient norm: every rank sums the squares of its shard of each bucket (the same dp shards in both
 // modes, so plain data parallel and ZeRO-1 compute the same norm bit for bit), the caller reduces the sum

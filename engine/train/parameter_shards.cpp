@@ -47,7 +47,7 @@ ParameterShards::ParameterShards(std::vector<ParameterUnit> units, const std::ve
                   "ZeRO-3: unit {} lists {} parameters, its bucket {}", u, unit.params.size(),
                   bucket.end_grad - bucket.first_grad);
     const std::int64_t begin = shard_begin(u);
-    const std::int64_t length = unit_numel(u) / dp.size();
+    const std::int64_t length = unit_numel(u) / group(u).size();
     UnitState& st = state_[static_cast<std::size_t>(u)];
     st.master = Tensor::empty({length}, DType::kF32, MemoryCategory::kParameters, allocator);
     ops::fill(context_, st.master, 0.0f);  // the padding between parameters stays zero (device-safe)
@@ -101,6 +101,11 @@ std::int64_t ParameterShards::unit_numel(int u) const {
   return unit.bucketer->bucket(unit.bucket).numel;
 }
 
+comm::Communicator& ParameterShards::group(int u) const {
+  comm::Communicator* g = units_.at(static_cast<std::size_t>(u)).group;
+  return g != nullptr ? *g : dp_;
+}
+
 std::int64_t ParameterShards::shard_begin(int u) const {
   const ParameterUnit& unit = units_.at(static_cast<std::size_t>(u));
   return unit.bucketer->shard_begin(unit.bucket);
@@ -115,7 +120,7 @@ void ParameterShards::gather(int u, DType dtype) {
   }
   st.full = Tensor::empty({unit_numel(u)}, dtype, MemoryCategory::kParameters, *context_.allocator);
   const Tensor& source = dtype == DType::kBF16 ? st.working : st.master;
-  st.work = dp_.all_gather(source, st.full, *context_.stream);
+  st.work = group(u).all_gather(source, st.full, *context_.stream);
   ++gathers_;
   const ParameterUnit& unit = units_[static_cast<std::size_t>(u)];
   const int first = unit.bucketer->bucket(unit.bucket).first_grad;

@@ -22,7 +22,8 @@
 // values again.
 //
 // Invariants: between steps no Param has a value or working tensor (only the shards exist); every gather is a
-// collective over dp posted in the same order on every replica (they run the same schedule). Not thread-safe.
+// collective over its unit's group (dp, or expert-dp for experts) posted in the same order on every member (they
+// run the same schedule). Not thread-safe.
 #pragma once
 
 #include <cstdint>
@@ -40,10 +41,13 @@
 namespace cleave::train {
 
 // One unit: bucket `bucket` of `bucketer`, whose gradients [first_grad, end_grad) belong to `params` in order.
+// `group`: the ranks that shard it, the bucketer's group (null: `dp`). Expert parallelism: a moe block's experts
+// are a unit of their own, sharded and gathered over the expert-dp group (the ranks holding the same experts).
 struct ParameterUnit {
   const comm::GradientBucketer* bucketer = nullptr;
   int bucket = 0;
   std::vector<std::shared_ptr<layers::Param>> params;
+  comm::Communicator* group = nullptr;
 };
 
 class ParameterShards {
@@ -87,6 +91,7 @@ class ParameterShards {
   };
 
   std::int64_t unit_numel(int u) const;
+  comm::Communicator& group(int u) const;
   std::int64_t shard_begin(int u) const;
   void gather(int u, DType dtype);  // starts the gather unless the unit is gathered or in flight
   void wait(int u);

@@ -44,3 +44,11 @@ done
 grep -q 'tp=2 dp=2 ep=2 pp=1 (world 4)' tp_train2.log || { cat tp_train2.log; echo "FAIL the ep 2 × tp 2 run does not name its layout"; exit 1; }
 cmp tp_hf1/model.safetensors tp_hf2/model.safetensors || { echo "FAIL hf export differs between tp 2 at ep 1 and ep 2 × tp 2"; exit 1; }
 echo "ok   ep 2 × tp 2 checkpoint exports byte-identical to tp 2 at ep 1"
+# ZeRO-3 at ep 2 (each rank keeps shards of its experts over its expert-dp group; the checkpoint holds segments of
+# them): the export gathers the same logical tensors, byte-identical to ep 1's.
+"${mpiexec[@]}" -n 2 "$cleave" train moe.json --set train.out_dir=run2z3 --set parallel.expert_model_parallel_size=2 \
+    --set optimizer.zero_stage=3 > train2z3.log 2>&1 || { cat train2z3.log; echo "FAIL train ep2 zero3"; exit 1; }
+"$cleave" export run2z3/checkpoints --out hf2z3 --format hf > export2z3.log 2>&1 ||
+  { cat export2z3.log; echo "FAIL export ep2 zero3"; exit 1; }
+cmp hf1/model.safetensors hf2z3/model.safetensors || { echo "FAIL hf export differs between ep 1 and ep 2 ZeRO-3"; exit 1; }
+echo "ok   ep 2 ZeRO-3 checkpoint exports byte-identical to ep 1"

@@ -18,6 +18,7 @@
 #include "engine/planner/plan_search.hpp"
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
+#include "partition/cost_model.hpp"
 #include "partition/ep_costs.hpp"
 
 namespace cleave::planner {
@@ -36,9 +37,9 @@ constexpr std::int64_t kExpertParams = 3 * 32 * 64 * 8;  // per moe block
 
 std::size_t at(MemoryCategory c) { return static_cast<std::size_t>(c); }
 
-run_plan::MemoryPlan memory(int ep, double imbalance) {
-  config::RunConfig c =
-      config::parse_config(kMoe, "<string>", {"parallel.expert_model_parallel_size=" + std::to_string(ep)});
+run_plan::MemoryPlan memory(int ep, double imbalance, int zero = 0) {
+  config::RunConfig c = config::parse_config(kMoe, "<string>", {"parallel.expert_model_parallel_size=" + std::to_string(ep),
+                                                               "optimizer.zero_stage=" + std::to_string(zero)});
   c.resolve(4);
   const run_plan::Plan plan =
       run_plan::make_plan(c, static_cast<int>(c.resolved_batch().gradient_accumulation_steps), 0);
@@ -74,6 +75,33 @@ TEST(EpPlan, ExpertMemoryPerRankAtEp124) {
   const run_plan::MemoryPlan expected = memory(2, 0);
   EXPECT_GT(expected.bytes[at(MemoryCategory::kActivations)], even.bytes[at(MemoryCategory::kActivations)]);
   EXPECT_LT(expected.bytes[at(MemoryCategory::kActivations)], hot.bytes[at(MemoryCategory::kActivations)]);
+}
+
+// ZeRO with ep at dp 4 (engine/train/data_parallel.hpp): the experts are sharded over the expert-dp group (dp / ep
+// ranks), the rest over dp. A rank's share of each expert tensor, (E / ep) / (dp / ep) = E / dp, is what it was at ep
+// 1: the sharded state and ZeRO-3's kept shards equal ep 1's up to the units' padding, while what ep removes is what a
+// rank holds in full: ZeRO-2's parameters and gradients, ZeRO-3's gathered blocks (both moe blocks at once, the
+// block and the prefetched next).
+TEST(EpPlan, ExpertShardsPerRankUnderZeroTwoAndThree) {
+  const std::int64_t padding = 4 * 4 * 64;  // bytes: a few units' 16-element and group-size padding
+  for (const int ep : {2, 4}) {
+    const std::int64_t others = 2 * 4 * kExpertParams / ep * (ep - 1);  // f32 bytes of other ranks' experts
+    const run_plan::MemoryPlan z2 = memory(ep, 1.0, 2), one2 = memory(1, 1.0, 2);
+    EXPECT_EQ(one2.bytes[at(MemoryCategory::kParameters)] - z2.bytes[at(MemoryCategory::kParameters)], others) << ep;
+    EXPECT_EQ(z2.bytes[at(MemoryCategory::kOptimizerState)], one2.bytes[at(MemoryCategory::kOptimizerState)]) << ep;
+    EXPECT_EQ(z2.gradients_between_steps, 0) << ep;
+    // Within the step: the rank's gradients in full (its E / ep experts, also in the expert-dp bucket) plus a shard.
+    EXPECT_LT(z2.bytes[at(MemoryCategory::kGradients)], one2.bytes[at(MemoryCategory::kGradients)]) << ep;
+    const run_plan::MemoryPlan z3 = memory(ep, 1.0, 3), one3 = memory(1, 1.0, 3);
+    EXPECT_NEAR(static_cast<double>(z3.bytes[at(MemoryCategory::kOptimizerState)]),
+                static_cast<double>(one3.bytes[at(MemoryCategory::kOptimizerState)]), 2.0 * padding) << ep;
+    // Parameters: the kept shards alike; gathered, both moe blocks hold E / ep experts instead of E.
+    EXPECT_NEAR(static_cast<double>(one3.bytes[at(MemoryCategory::kParameters)] - z3.bytes[at(MemoryCategory::kParameters)]),
+                static_cast<double>(others), padding) << ep;
+    // Gradients: the unit buckets in full until reduced, the experts' E / ep of them.
+    EXPECT_NEAR(static_cast<double>(one3.bytes[at(MemoryCategory::kGradients)] - z3.bytes[at(MemoryCategory::kGradients)]),
+                static_cast<double>(others), 4.0 * kExpertParams / 2) << ep;
+  }
 }
 
 class EpPlanSearch : public ::testing::Test {
@@ -130,17 +158,55 @@ TEST_F(EpPlanSearch, PricesTheFourAllToAllsFromTheLink) {
   }
 }
 
+// Gradient reduction with ep (step_terms.hpp, expert_gradient_reduction): the non-expert gradients over the dp 4
+// replicas, each rank's E / ep experts over its expert-dp group of dp / ep ranks, priced by hand from the link's
+// ring formulas; at ep 4 the expert-dp group is one rank and the experts reduce nothing. Pricing the experts over
+// dp x cp (the planner's former rule) would cost more.
+TEST_F(EpPlanSearch, PricesExpertGradientsOverTheExpertDpGroup) {
+  const std::string config = write("moe.json", kMoe);
+  const double latency = 1e-5, bandwidth = 1e8;
+  const Link link{latency, bandwidth};
+  config::RunConfig resolved = config::parse_config(kMoe, "<string>", {});
+  resolved.resolve(4);
+  const run_plan::Plan plan =
+      run_plan::make_plan(resolved, static_cast<int>(resolved.resolved_batch().gradient_accumulation_steps), 0);
+  std::int64_t total = 0;
+  for (const auto& cost : partition::model_costs(plan.spec, DType::kF32)) total += cost.param_count;
+  const double dense = 4.0 * static_cast<double>(total - 2 * kExpertParams);  // f32 bytes
+  for (const int zero : {0, 2}) {
+    for (const int ep : {2, 4}) {
+      PlanChoice c = choice_of_config(config, {}, 4);
+      c.ep = ep;
+      c.zero_stage = zero;
+      c.zero_reduce = zero >= 2 ? config::ZeroReduce::kPerStep : config::ZeroReduce::kAuto;
+      const PlanEstimate e = estimate_plan(config, {}, c, profile(latency, bandwidth), SearchOptions{4, 0});
+      ASSERT_TRUE(e.valid) << e.reason;
+      const double experts = 4.0 * 2 * kExpertParams / ep;  // this rank's, f32 bytes
+      const int expert_dp = 4 / ep;
+      // ZeRO 0 all-reduces; ZeRO-2 reduce-scatters (half a ring all-reduce) and all-gathers the updated values.
+      const double f = zero == 0 ? 1.0 : 0.5;
+      const double want = f * (link.all_reduce_s(dense, 4) + link.all_reduce_s(experts, expert_dp));
+      EXPECT_NEAR(e.breakdown[StepTerm::kDataParallel], want, 1e-9 * want) << "zero " << zero << " ep " << ep;
+      const double over_dp = f * (link.all_reduce_s(dense, 4) + link.all_reduce_s(experts, 4));
+      EXPECT_LT(e.breakdown[StepTerm::kDataParallel], over_dp) << "zero " << zero << " ep " << ep;
+      if (zero == 2) {
+        const double gather = 0.5 * (link.all_reduce_s(dense, 4) + link.all_reduce_s(experts, expert_dp));
+        EXPECT_NEAR(e.breakdown[StepTerm::kZeroGather], gather, 1e-9 * gather) << "ep " << ep;
+      }
+    }
+  }
+}
+
 TEST_F(EpPlanSearch, SearchesEpOnlyForMoeModelsWhereItDivides) {
   const SearchResult r = search_plans(write("moe.json", kMoe), {}, profile(), SearchOptions{4, 0});
-  std::set<int> eps;
+  std::set<int> eps, zeros_with_ep;
   for (const auto& e : r.ranked) {
     eps.insert(e.choice.ep);
     EXPECT_EQ((e.choice.dp * e.choice.cp) % e.choice.ep, 0) << e.choice.layout();
-    if (e.choice.ep > 1) {
-      EXPECT_LE(e.choice.zero_stage, 1) << e.choice.layout();  // the engine refuses ZeRO-2 and 3 with ep
-    }
+    if (e.choice.ep > 1) zeros_with_ep.insert(e.choice.zero_stage);
   }
   EXPECT_EQ(eps, (std::set<int>{1, 2, 4}));
+  EXPECT_EQ(zeros_with_ep, (std::set<int>{0, 1, 2, 3}));  // every ZeRO stage composes with ep
   const std::string dense = write("gpt.json", R"({"model": {"type": "gpt", "vocab_size": 64, "d_model": 32,
     "n_layers": 2, "n_heads": 4, "seq_len": 16}, "batch": {"global_batch_size": 8}, "optimizer": {"type": "adamw"},
     "data": {"type": "synthetic"}})");

@@ -1,8 +1,9 @@
 // DualPipeV's overlapped F&B pairs (issue 36 part 6; parallel.moe_a2a_overlap; run under mpiexec at np 4): pp 2 × ep 2
 // (ep taken from dp 2), a small MoE model, dualpipev with the pairs run interleaved (pipeline/overlap_pair.hpp:
 // while one micro-batch's dispatch or combine all-to-all is in flight the paired micro-batch computes) against the
-// same run without the overlap, in deterministic mode: per-step losses and final parameters BIT-IDENTICAL, in fp32
-// and bf16 (only the order of independent work changes). The overlapped run must have run pairs and handed the rank
+// same run without the overlap, in deterministic mode: per-step losses and final parameters BIT-IDENTICAL, in fp32,
+// bf16, with the sigmoid router and a shared expert, and under full recomputation (the forward rerun inside the
+// backward waits at its all-to-alls too); only the order of independent work changes. The overlapped run must have run pairs and handed the rank
 // over inside them (StepStats::overlapped_pairs, pair_hand_overs), so a run that silently fell back to one action at
 // a time cannot pass. Against one rank (plain 1F1B, ep 1) within the pipeline tests' rounding bound, 5e-6 relative
 // (pipeline_equivalence_test.cpp: dp2_pp2_dualpipev); against ep 1 at the same layout bit for bit, as
@@ -78,7 +79,9 @@ TEST(EpOverlap, OverlappedDualPipeVMatchesPlainBitForBit) {
   auto self = world->split(world->rank(), 0, "self");
   const std::string ep2 = "parallel.expert_model_parallel_size=2", overlap = "parallel.moe_a2a_overlap=true";
   for (const std::vector<std::string>& extra :
-       std::vector<std::vector<std::string>>{{}, {"device.precision=bf16"}, {"model.router=sigmoid", "model.n_shared_experts=1"}}) {
+       std::vector<std::vector<std::string>>{{}, {"device.precision=bf16"},
+                                            {"model.router=sigmoid", "model.n_shared_experts=1"},
+                                            {"train.recompute=full"}}) {
     const std::string name = extra.empty() ? "fp32" : extra.front();
     SCOPED_TRACE(name);
     std::vector<std::string> plain_keys = extra, overlapped_keys = extra;

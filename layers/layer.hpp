@@ -28,6 +28,7 @@ class Communicator;
 namespace cleave::layers {
 
 class RouterLog;  // layers/moe/router_log.hpp
+class CommWaiter;  // layers/comm_wait.hpp
 
 // How a parameter is split across tensor-parallel ranks. dim = -1: replicated.
 //
@@ -117,6 +118,11 @@ struct Context : ops::Context {
   // The optimizer step being computed (0-based; the trainer sets it before each step). Read only by
   // model.forced_routing's workloads (layers/moe/forced_routing.hpp), which may change with the step.
   std::int64_t step = 0;
+  // How a layer waits for a non-blocking exchange it posted (layers/comm_wait.hpp): null = a plain wait. The
+  // executor's overlapped F&B pairs (pipeline/overlap_pair.hpp) put theirs here, so that while one micro-batch's
+  // all-to-all is in flight the paired micro-batch's work runs. Never changes a value, only the order of
+  // independent work.
+  CommWaiter* comm_waiter = nullptr;
 };
 
 class Layer {

@@ -36,6 +36,13 @@ void EventTimeline::add(const Action& action, int start, int end) {
   spans_.push_back({action, start, end});
 }
 
+void EventTimeline::add_pair(const Action& first, const Action& second, int start, int end, double first_share) {
+  CLEAVE_ASSERT(0 <= start && start <= end && end < used_ && first_share >= 0.0 && first_share <= 1.0,
+                "EventTimeline: pair [{}, {}] of {} marks, share {}", start, end, used_, first_share);
+  spans_.push_back({first, start, end, 0.0, first_share});
+  spans_.push_back({second, start, end, first_share, 1.0});
+}
+
 std::vector<TimedAction> EventTimeline::finish() {
   CLEAVE_ASSERT(ctx_ != nullptr && used_ > 0, "EventTimeline::finish before begin");
   events_[static_cast<std::size_t>(used_ - 1)]->synchronize();
@@ -47,7 +54,8 @@ std::vector<TimedAction> EventTimeline::finish() {
   std::vector<TimedAction> timeline;
   timeline.reserve(spans_.size());
   for (const Span& s : spans_) {
-    timeline.push_back({s.action, at[static_cast<std::size_t>(s.start)], at[static_cast<std::size_t>(s.end)]});
+    const double a = at[static_cast<std::size_t>(s.start)], b = at[static_cast<std::size_t>(s.end)];
+    timeline.push_back({s.action, a + s.from * (b - a), a + s.to * (b - a)});
   }
   spans_.clear();
   ctx_ = nullptr;

@@ -26,6 +26,10 @@ class EventTimeline {
   int mark();
   // Books `action` from mark `start` to mark `end`.
   void add(const Action& action, int start, int end);
+  // An overlapped F&B pair (overlap_pair.hpp) between two marks: `first` gets the leading `first_share` of the
+  // span and `second` the rest, so the rank's spans still tile its time (each side's share is the time it held
+  // the rank).
+  void add_pair(const Action& first, const Action& second, int start, int end, double first_share);
   // Waits for the last mark and returns the booked spans in the order added.
   std::vector<TimedAction> finish();
 
@@ -34,6 +38,8 @@ class EventTimeline {
     Action action;
     int start = 0;
     int end = 0;
+    double from = 0.0;  // the part of [start, end] the action covers (a pair's share)
+    double to = 1.0;
   };
   const ops::Context* ctx_ = nullptr;
   std::vector<std::unique_ptr<ops::DeviceEvent>> events_;  // the pool; marks [0, used_) belong to this step

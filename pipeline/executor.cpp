@@ -4,6 +4,7 @@
 
 #include "engine/core/error.hpp"
 #include "kernels/ops/ops.hpp"
+#include "pipeline/overlap_schedule.hpp"
 
 namespace cleave::pipeline {
 
@@ -21,6 +22,9 @@ Executor::Executor(ExecutorOptions options) : options_(std::move(options)) {
     if (frees_stash(actions[i].kind)) final_weight_action_[actions[i].stage] = i;
   }
   for (P2PBlock& block : p2p_blocks(actions)) blocks_.emplace(block.first, std::move(block));
+  if (options_.mode == ExecutorMode::kTrain && count_overlapped_pairs(*options_.schedule) > 0) {
+    pair_ = std::make_unique<OverlapPair>(options_.context->device);
+  }
 }
 
 int Executor::tag(ActionKind direction, int stage, int microbatch) const {
@@ -153,6 +157,32 @@ StepOutcome Executor::run_step(std::int64_t batch) {
                   format_action(a));
     return *it->second;
   };
+  // A forward's output: the last stage's loss into the step's loss buffer, any other stage's for its consumer.
+  auto store_forward = [&](const Action& a, const Tensor& y) {
+    if (a.stage == last_stage_) {
+      CLEAVE_ASSERT(y.numel() == 1 && y.dtype() == DType::kF32, "stage {} returned a loss {} {}, not one f32",
+                    a.stage, y.shape().str(), dtype_name(y.dtype()));
+      if (!losses_device.defined()) {
+        losses_device = Tensor::empty({options_.schedule->num_microbatches}, DType::kF32, MemoryCategory::kWorkspace,
+                                      *ctx.allocator);
+      }
+      const auto k = static_cast<std::int64_t>(loss_microbatches.size());
+      ops::copy(ctx, y.view(Shape{1}), losses_device.slice(k, k + 1));
+      loss_microbatches.push_back(a.microbatch);
+    } else {
+      forward_out_[{a.stage, a.microbatch}] = y;
+    }
+  };
+  // I or B at list position `position`: the input gradient (B also accumulates the weight gradient).
+  auto run_backward = [&](const Action& a, std::size_t position, const Tensor& dy) {
+    StageModule& stage = stage_module(a);
+    return a.kind == ActionKind::kBackward
+               ? stage.backward(a.microbatch, dy, ctx, final_weight_action_[a.stage] == position)
+               : stage.backward_input(a.microbatch, dy, ctx);
+  };
+  auto store_backward = [&](const Action& a, const Tensor& dx) {
+    if (a.stage > 0) backward_out_[{a.stage, a.microbatch}] = dx;
+  };
 
   // The measured timeline: marks on the run's stream (event_timeline.hpp), so on a GPU each span is device time.
   const bool timed = options_.record_timeline;
@@ -167,6 +197,41 @@ StepOutcome Executor::run_step(std::int64_t batch) {
         const int end = timeline_.mark();
         for (std::size_t j = first; j < i; ++j) timeline_.add(actions[j], j == first ? start : end, end);
       }
+      continue;
+    }
+    if (pair_ && starts_overlapped_pair(*options_.schedule, options_.pp_rank, i)) {
+      // An overlapped F&B pair (overlap_schedule.hpp): both inputs first, then the two interleaved.
+      const Action& b = actions[i + 1];
+      if (options_.before_compute) {
+        options_.before_compute(a);
+        options_.before_compute(b);
+      }
+      StageModule& forward_stage = stage_module(a);
+      Tensor x = forward_input(a.stage, a.microbatch);
+      Tensor dy = backward_dy(b.stage, b.microbatch);
+      if (timed) start = timeline_.mark();  // waiting for a peer's tensor is idle, not compute
+      const Tensor targets = a.stage == last_stage_ ? microbatch_data(a.microbatch).targets : Tensor{};
+      Tensor y, dx;
+      ctx.comm_waiter = pair_.get();
+      PairTimes times;
+      try {
+        times = pair_->run([&] { y = forward_stage.forward(a.microbatch, x, targets, ctx); },
+                           [&] { dx = run_backward(b, i + 1, dy); });
+      } catch (...) {
+        ctx.comm_waiter = nullptr;
+        throw;
+      }
+      ctx.comm_waiter = nullptr;
+      store_forward(a, y);
+      store_backward(b, dx);
+      ++outcome.overlapped_pairs;
+      outcome.pair_hand_overs += times.hand_overs;
+      if (timed) {
+        const double total = times.first_seconds + times.second_seconds;
+        timeline_.add_pair(a, b, start, timeline_.mark(), total > 0 ? times.first_seconds / total : 0.5);
+      }
+      for (auto& work : works_) work->test();
+      i += 2;
       continue;
     }
     if (options_.before_compute && is_compute(a.kind)) options_.before_compute(a);
@@ -184,31 +249,15 @@ StepOutcome Executor::run_step(std::int64_t batch) {
           }
           break;
         }
-        Tensor y = stage.forward(a.microbatch, x, targets, ctx);
-        if (a.stage == last_stage_) {
-          CLEAVE_ASSERT(y.numel() == 1 && y.dtype() == DType::kF32, "stage {} returned a loss {} {}, not one f32",
-                        a.stage, y.shape().str(), dtype_name(y.dtype()));
-          if (!losses_device.defined()) {
-            losses_device = Tensor::empty({options_.schedule->num_microbatches}, DType::kF32,
-                                          MemoryCategory::kWorkspace, *ctx.allocator);
-          }
-          const auto k = static_cast<std::int64_t>(loss_microbatches.size());
-          ops::copy(ctx, y.view(Shape{1}), losses_device.slice(k, k + 1));
-          loss_microbatches.push_back(a.microbatch);
-        } else {
-          forward_out_[{a.stage, a.microbatch}] = y;
-        }
+        store_forward(a, stage.forward(a.microbatch, x, targets, ctx));
         break;
       }
       case ActionKind::kBackwardInput:
       case ActionKind::kBackward: {
-        StageModule& stage = stage_module(a);
+        (void)stage_module(a);  // the stage is this rank's (asserted) before waiting for its gradient
         Tensor dy = backward_dy(a.stage, a.microbatch);
         if (timed) start = timeline_.mark();  // waiting for a peer's tensor is idle, not compute
-        Tensor dx = a.kind == ActionKind::kBackward
-                        ? stage.backward(a.microbatch, dy, ctx, final_weight_action_[a.stage] == i)
-                        : stage.backward_input(a.microbatch, dy, ctx);
-        if (a.stage > 0) backward_out_[{a.stage, a.microbatch}] = dx;
+        store_backward(a, run_backward(a, i, dy));
         break;
       }
       case ActionKind::kBackwardWeight:

@@ -23,6 +23,11 @@
 //    stream (event_timeline.hpp): on a GPU they are device time, and gaps the stream's idle time.
 //  - REDUCE_GRAD and OPTIMIZER_STEP run the caller's hooks in schedule order, so the step's tail is part of
 //    the step (and of its measured timeline), not a second piece of code after it.
+//  - In a schedule with overlapped F&B pairs (Schedule::overlap_fb_pairs, overlap_schedule.hpp; the key
+//    parallel.moe_a2a_overlap) a pair's F and I (or B) take their inputs first and then run interleaved through
+//    an OverlapPair (overlap_pair.hpp) installed as the context's comm waiter for the pair only: while one side's
+//    MoE all-to-all is in flight the other computes. Their outputs are stored after both end. The timeline books
+//    the pair's span split between the two in proportion to the time each held the rank.
 //  - kEvaluate runs a forward-only schedule (forward_only.hpp): nothing is stashed, and the last stage scores
 //    its logits with the loss block's evaluate() (vocab-parallel under tp) instead of returning a loss.
 #pragma once
@@ -36,6 +41,7 @@
 
 #include "engine/comm/communicator.hpp"
 #include "pipeline/event_timeline.hpp"
+#include "pipeline/overlap_pair.hpp"
 #include "pipeline/p2p_posting.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/stage_module.hpp"
@@ -80,6 +86,8 @@ struct StepOutcome {
   std::vector<TimedAction> timeline;  // measured, in µs of the host's steady clock (device time on a GPU, see
                                       // event_timeline.hpp; same format as the simulator)
   std::int64_t p2p_bytes_sent = 0;    // bytes of the boundary tensors this rank sent (activations and gradients)
+  int overlapped_pairs = 0;           // F&B pairs run interleaved (overlap_pair.hpp)
+  int pair_hand_overs = 0;            // baton passes inside them (each is an all-to-all hidden or begun)
   // kEvaluate: the counts of each micro-batch this rank scored (last stage only), in the order computed.
   std::vector<std::pair<int, layers::EvalCounts>> evaluations;
 };
@@ -125,6 +133,7 @@ class Executor {
   std::vector<comm::WorkPtr> works_;  // every batch posted this step (waited for at the end)
   std::map<std::size_t, P2PBlock> blocks_;  // this rank's communication blocks by first action (p2p_posting.hpp)
   EventTimeline timeline_;  // record_timeline: the step's spans, from events on the run's stream
+  std::unique_ptr<OverlapPair> pair_;  // overlapped F&B pairs only
 };
 
 }  // namespace cleave::pipeline

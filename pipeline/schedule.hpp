@@ -28,6 +28,10 @@ struct Schedule {
   int virtual_stages = 1;                   // stages per rank
   std::vector<int> stage_to_rank;           // size num_stages
   std::vector<std::vector<Action>> ranks;   // size pp_size: ranks[r] is rank r's ordered action list
+  // Overlapped F&B pairs (overlap_schedule.hpp; parallel.moe_a2a_overlap): an F directly followed by an I or B of
+  // another stage on the same rank runs as one pair whose all-to-alls hide behind each other's compute. A
+  // property the executor runs and the simulator times; set only by overlap_fb_pairs().
+  bool overlap_fb_pairs = false;
 
   int rank_of(int stage) const { return stage_to_rank.at(static_cast<std::size_t>(stage)); }
   // Stages held by `rank`, ascending; chunk_of(stage) is the stage's index in that list.

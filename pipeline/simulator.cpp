@@ -10,6 +10,7 @@
 #include "engine/core/error.hpp"
 #include "pipeline/dependencies.hpp"
 #include "pipeline/lowering.hpp"
+#include "pipeline/overlap_schedule.hpp"
 
 namespace cleave::pipeline {
 namespace {
@@ -49,6 +50,8 @@ SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs
     check_cost(c.backward_weight, "backward-weight cost", s);
     check_cost(c.reduce_grad, "reduce-grad cost", s);
     check_cost(c.output_bytes, "output bytes", s);
+    check_cost(c.forward_all_to_all, "forward all-to-all", s);
+    check_cost(c.backward_all_to_all, "backward all-to-all", s);
   }
   CLEAVE_CHECK(std::isfinite(costs.optimizer_step) && costs.optimizer_step >= 0,
                "simulate: optimizer step cost is {}, expected a finite value >= 0", costs.optimizer_step);
@@ -89,6 +92,16 @@ SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs
       default: return 0.0;
     }
   };
+  // The all-to-all inside a compute action (an action alone waits for all of it).
+  auto all_to_all = [&](const Action& a) {
+    if (a.kind == ActionKind::kForward) return costs.stages[a.stage].forward_all_to_all;
+    if (is_backward_input(a.kind)) return costs.stages[a.stage].backward_all_to_all;
+    return 0.0;
+  };
+  auto total = [&](int r, int i, const Action& a) {
+    const bool replayed = !costs.action_durations.empty() && costs.action_durations[r][i] >= 0;
+    return duration(r, i, a) + (replayed ? 0.0 : all_to_all(a));  // a replayed duration was measured with it
+  };
   auto transfer_time = [&](const Action& send) {
     const int bytes_stage = send.kind == ActionKind::kSendF ? send.stage : send.stage - 1;
     const double bytes = costs.stages[bytes_stage].output_bytes;
@@ -107,6 +120,7 @@ SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs
   std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
   std::map<std::pair<int, int>, std::vector<int>> parked;  // SEND location -> ranks waiting for it
   for (int r = 0; r < p; ++r) events.push({0.0, r});
+  result.exposed_all_to_all.assign(p, 0.0);
 
   while (!events.empty()) {
     const auto [t, r] = events.top();
@@ -115,9 +129,14 @@ SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs
     if (i >= static_cast<int>(s.ranks[r].size())) continue;
     const Action& a = s.ranks[r][i];
     double start = t;
+    const bool pair = starts_overlapped_pair(s, r, static_cast<std::size_t>(i));
     if (is_compute(a.kind)) {
       bool waiting = false;
-      for (const auto& need : compute_needs(a, s.num_stages)) {
+      std::vector<Need> needs = compute_needs(a, s.num_stages);
+      if (pair) {  // a pair starts once the backward's input is there too
+        for (const auto& need : compute_needs(s.ranks[r][i + 1], s.num_stages)) needs.push_back(need);
+      }
+      for (const auto& need : needs) {
         const Location producer = index.find(need);
         if (producer.rank == r) continue;  // same rank: ran earlier in this list
         const Action send = send_for(need);
@@ -132,7 +151,22 @@ SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs
       }
       if (waiting) continue;
     }
-    const double end = start + duration(r, i, a);
+    if (pair) {
+      const Action& b = s.ranks[r][i + 1];
+      const double a_f = all_to_all(a), a_b = all_to_all(b);
+      const double c_f = total(r, i, a) - a_f, c_b = total(r, i + 1, b) - a_b;  // compute of each side
+      const double exposed_f = std::max(0.0, a_f - c_b), exposed_b = std::max(0.0, a_b - c_f);
+      const double middle = start + c_f + exposed_f, end = middle + c_b + exposed_b;
+      result.timeline.ranks[r][i] = TimedAction{a, start, middle};
+      result.timeline.ranks[r][i + 1] = TimedAction{b, middle, end};
+      result.exposed_all_to_all[r] += exposed_f + exposed_b;
+      free_at[r] = end;
+      next[r] += 2;
+      events.push({end, r});
+      continue;
+    }
+    const double end = start + total(r, i, a);
+    result.exposed_all_to_all[r] += all_to_all(a);
     result.timeline.ranks[r][i] = TimedAction{a, start, end};
     if (is_send(a.kind)) {
       send_time[r][i] = start;

@@ -7,6 +7,12 @@
 //   SEND_*            asynchronous: takes no rank time, leaves when reached (right after its producer)
 //   RECV_*            posted ahead: takes no rank time; its timeline entry spans [posted, data arrival]
 //   REDUCE_GRAD       the stage's reduce_grad cost;  OPTIMIZER_STEP  the optimizer_step cost
+//   F&B pair          a schedule with overlapped pairs (Schedule::overlap_fb_pairs, overlap_schedule.hpp): an F
+//                     and the I or B after it start together, once both inputs are there; each side's all-to-all
+//                     (forward_all_to_all, backward_all_to_all) runs while the other side computes, so only
+//                     max(0, a2a − the other's compute) of it is exposed: F takes cF + max(0, aF − cB) and the
+//                     backward, booked after it, cB + max(0, aB − cF) (cB = I, or I + W for B). DeepSeek's
+//                     DualPipe hides its MoE all-to-alls the same way. Alone, an action exposes all of its a2a.
 // Event-driven: ranks are advanced in order of the time they become free; a rank whose next compute
 // waits for a SEND not yet simulated is parked until that SEND is. Start times are max(rank free, inputs
 // ready), so the result does not depend on processing order. With zero latency the timing is exactly
@@ -29,6 +35,11 @@ struct StageCost {
   double backward_weight = 1.0;  // W   (B costs backward_input + backward_weight)
   double reduce_grad = 0.0;      // REDUCE_GRAD
   double output_bytes = 0.0;     // activation sent to stage + 1 per micro-batch (= gradient sent back)
+  // The MoE all-to-alls (expert parallelism) of one micro-batch's F and of its I (or B), on top of the costs
+  // above: an action alone waits for them (its duration is cost + all-to-all); in an overlapped F&B pair they
+  // hide behind the other side's compute (see the model above).
+  double forward_all_to_all = 0.0;
+  double backward_all_to_all = 0.0;
 };
 
 struct SimulationCosts {
@@ -50,6 +61,8 @@ struct SimulationResult {
   Schedule lowered;    // the schedule that was timed
   Timeline timeline;   // every action of `lowered`, per rank in list order
   TimelineStats stats;
+  // Per rank: the all-to-all time its actions waited for (not hidden behind a paired action's compute).
+  std::vector<double> exposed_all_to_all;
 };
 
 // Throws Error for an invalid schedule (the validator's message) or a cost table of the wrong size or

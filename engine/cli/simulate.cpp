@@ -25,6 +25,8 @@
 #include "pipeline/schedule_text.hpp"
 #include "pipeline/schedules/auto_schedule.hpp"
 #include "pipeline/schedules/schedules.hpp"
+#include "pipeline/lowering.hpp"
+#include "pipeline/overlap_schedule.hpp"
 #include "pipeline/simulator.hpp"
 #include "pipeline/trace.hpp"
 #include "pipeline/validator.hpp"
@@ -57,6 +59,11 @@ bubble fractions and the peak live activations per rank, followed by the schedul
       .text("--costs", "F,I,W",
             "ms for one stage's forward, input-gradient and weight-gradient pass\n"
             "(default 1,1,1; a fused backward B costs I + W)")
+      .text("--all-to-all", "AF,AB",
+            "ms of MoE all-to-all inside one stage's forward and its backward (expert\n"
+            "parallelism; default 0,0), on top of --costs")
+      .flag("--overlap", "run F&B pairs overlapped (parallel.moe_a2a_overlap: each side's all-to-all\n"
+            "hidden behind the other's compute; pipeline/overlap_schedule.hpp)")
       .number("--p2p-latency", "X", "ms per point-to-point message", 0)
       .number("--p2p-bandwidth", "G", "GB/s per link (default: infinite); used with --message-bytes", 0)
       .number("--message-bytes", "N", "bytes of one activation / gradient message", 0)
@@ -87,9 +94,32 @@ struct Options {
   std::optional<std::int64_t> memory_limit, stash_bytes;  // bytes, as everywhere else
   double forward = 1.0, backward_input = 1.0, backward_weight = 1.0;
   double latency_ms = 0.0, bandwidth_gbps = 0.0, message_bytes = 0.0;
+  double forward_all_to_all = 0.0, backward_all_to_all = 0.0;
+  bool overlap = false;
   std::string trace_path, svg_path, save_path;
   bool lowered = false, json = false, help = false;
 };
+
+// `count` comma-separated numbers >= 0 (ms) of `flag`.
+std::vector<double> parse_ms_list(std::string_view text, std::size_t count, const char* flag, const char* form) {
+  std::vector<double> values;
+  std::size_t pos = 0;
+  while (true) {
+    const std::size_t comma = text.find(',', pos);
+    const std::string_view part = text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
+    double value = 0;
+    auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
+    CLEAVE_CHECK(!part.empty() && ec == std::errc() && ptr == part.data() + part.size() && std::isfinite(value) &&
+                     value >= 0,
+                 "simulate: {} expects {} ({} numbers >= 0, in ms), got '{}'", flag, form, count, text);
+    values.push_back(value);
+    if (comma == std::string_view::npos) break;
+    pos = comma + 1;
+  }
+  CLEAVE_CHECK(values.size() == count, "simulate: {} expects {} ({} numbers >= 0, in ms), got '{}'", flag, form, count,
+               text);
+  return values;
+}
 
 void parse_costs(std::string_view text, Options& options) {
   std::vector<double> values;
@@ -127,6 +157,12 @@ Options read_options(const Args& args) {
   options.memory_limit = args.size("--memory-limit");
   options.stash_bytes = args.size("--stash-bytes");
   if (args.given("--costs")) parse_costs(args.text("--costs"), options);
+  if (args.given("--all-to-all")) {
+    const auto a2a = parse_ms_list(args.text("--all-to-all"), 2, "--all-to-all", "AF,AB");
+    options.forward_all_to_all = a2a[0];
+    options.backward_all_to_all = a2a[1];
+  }
+  options.overlap = args.on("--overlap");
   options.latency_ms = args.number("--p2p-latency");
   options.bandwidth_gbps = args.number("--p2p-bandwidth");
   options.message_bytes = args.number("--message-bytes");
@@ -143,7 +179,11 @@ pipeline::SimulationCosts make_costs(const Options& options, int num_stages) {
       pipeline::SimulationCosts::uniform(num_stages, options.forward, options.backward_input, options.backward_weight);
   costs.p2p_latency = options.latency_ms;
   costs.p2p_bandwidth = options.bandwidth_gbps * 1e6;  // GB/s = 1e9 bytes / 1e3 ms
-  for (auto& stage : costs.stages) stage.output_bytes = options.message_bytes;
+  for (auto& stage : costs.stages) {
+    stage.output_bytes = options.message_bytes;
+    stage.forward_all_to_all = options.forward_all_to_all;
+    stage.backward_all_to_all = options.backward_all_to_all;
+  }
   return costs;
 }
 
@@ -221,8 +261,9 @@ int run_simulate(int argc, char** argv) {
     std::fputs(parser.help_text().c_str(), stdout);
     return 0;
   }
-  const pipeline::Schedule schedule = build_schedule(options);
+  pipeline::Schedule schedule = build_schedule(options);
   pipeline::check_schedule(schedule);
+  if (options.overlap) schedule = pipeline::overlap_fb_pairs(pipeline::ensure_lowered(schedule));
 
   const pipeline::SimulationCosts costs = make_costs(options, schedule.num_stages);
   const pipeline::SimulationResult sim = pipeline::simulate(schedule, costs);
@@ -252,7 +293,11 @@ int run_simulate(int argc, char** argv) {
                                         {"p2p_latency", options.latency_ms}}},
                           {"makespan", stats.makespan},
                           {"bubble_fraction", stats.bubble_fraction},
-                          {"stage_bubble_fraction", stats.stage_bubble_fraction}};
+                          {"stage_bubble_fraction", stats.stage_bubble_fraction},
+                          {"overlapped_pairs", pipeline::count_overlapped_pairs(sim.lowered)},
+                          {"exposed_all_to_all", sim.exposed_all_to_all}};
+    out["costs_ms"]["forward_all_to_all"] = options.forward_all_to_all;
+    out["costs_ms"]["backward_all_to_all"] = options.backward_all_to_all;
     nlohmann::json ranks = nlohmann::json::array();
     for (const auto& r : stats.ranks) {
       ranks.push_back({{"rank", r.rank},
@@ -273,6 +318,14 @@ int run_simulate(int argc, char** argv) {
     text += fmt::format(", {:.6g} GB/s, {:.6g} bytes per message", options.bandwidth_gbps, options.message_bytes);
   }
   text += fmt::format("\n\nmakespan               {:.6g} ms\n", stats.makespan);
+  if (options.forward_all_to_all > 0 || options.backward_all_to_all > 0 || options.overlap) {
+    double exposed = 0;
+    for (double x : sim.exposed_all_to_all) exposed = std::max(exposed, x);
+    text += fmt::format("all-to-all per stage: F {:.6g} ms, B {:.6g} ms; {} F&B pairs overlapped; exposed all-to-all "
+                        "{:.6g} ms (the most on one rank)\n",
+                        options.forward_all_to_all, options.backward_all_to_all,
+                        pipeline::count_overlapped_pairs(sim.lowered), exposed);
+  }
   text += fmt::format("bubble_fraction        {}   idle / (ranks × makespan)\n", fraction(stats.bubble_fraction));
   text += fmt::format("stage_bubble_fraction  {}   idle between each rank's own first and last action\n\n",
                       fraction(stats.stage_bubble_fraction));

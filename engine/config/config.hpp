@@ -99,6 +99,10 @@ struct ParallelConfig {
   // hold the same experts, every other gradient over dp × cp as without ep. Must divide model.n_experts and
   // dp × cp.
   int expert_model_parallel_size = 1;
+  // DualPipeV's overlapped F&B pairs (issue 36 part 6; pipeline/overlap_schedule.hpp): each forward paired with
+  // another chunk's backward runs interleaved with it, so one micro-batch's MoE dispatch or combine all-to-all is
+  // in flight while the other computes. Results are bit-identical to false. Needs schedule dualpipev and ep > 1.
+  bool moe_a2a_overlap = false;
   friend bool operator==(const ParallelConfig&, const ParallelConfig&) = default;
 };
 

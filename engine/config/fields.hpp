@@ -113,7 +113,7 @@ constexpr int kMaxParallel = 1 << 16;                        // tp, pp, dp, virt
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // parallel.*: the keys before the partition subsection, then the ones after it (kParallelPartitionAt).
-inline constexpr std::array<Field<ParallelConfig>, 15> kParallelFields = {{
+inline constexpr std::array<Field<ParallelConfig>, 16> kParallelFields = {{
     {"tensor_model_parallel_size", &ParallelConfig::tensor_model_parallel_size, FieldKind::kInteger,
      "tensor-parallel width (ranks sharing each layer)", 1, kMaxParallel},
     {"pipeline_model_parallel_size", &ParallelConfig::pipeline_model_parallel_size, FieldKind::kInteger,
@@ -141,6 +141,8 @@ inline constexpr std::array<Field<ParallelConfig>, 15> kParallelFields = {{
      "how context-parallel ranks exchange keys and values: ring or all_to_all"},
     {"expert_model_parallel_size", &ParallelConfig::expert_model_parallel_size, FieldKind::kInteger,
      "expert-parallel width (ranks splitting each MoE block's experts, taken from dp × cp)", 1, kMaxParallel},
+    {"moe_a2a_overlap", &ParallelConfig::moe_a2a_overlap, FieldKind::kBoolean,
+     "dualpipev with ep > 1: run each F&B pair interleaved, hiding one's all-to-all behind the other's compute"},
 }};
 constexpr std::size_t kParallelPartitionAt = 7;  // parallel.partition sits before kParallelFields[7]
 

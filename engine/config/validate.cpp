@@ -57,6 +57,11 @@ void validate(const RunConfig& c) {
     refuse("parallel.data_parallel_size", "must be -1 (inferred from the world size) or positive, got 0");
   }
   check_model_rules(c);
+  if (p.moe_a2a_overlap && (p.schedule != "dualpipev" || p.expert_model_parallel_size < 2)) {
+    refuse("parallel.moe_a2a_overlap", "true needs parallel.schedule \"dualpipev\" and parallel.expert_model_parallel_size "
+           "> 1 (it overlaps DualPipeV's F&B pairs' MoE all-to-alls), got schedule \"{}\" and ep {}; set it false",
+           p.schedule, p.expert_model_parallel_size);
+  }
   if (c.train.recompute != Recompute::kNone && !partition::is_language_model(c.model.type)) {
     refuse("train.recompute", "\"{}\" recomputes transformer blocks, and model.type {} has none; use \"none\"",
          c.train.recompute, c.model.type);

@@ -472,6 +472,12 @@ pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vect
     auto& sc = sim.stages[static_cast<std::size_t>(s)];
     sc.forward = st.forward.total();
     sc.backward_input = st.input_grad.total();
+    if (plan.schedule.overlap_fb_pairs) {  // parallel.moe_a2a_overlap: the pairs hide the all-to-alls (simulator.hpp)
+      sc.forward_all_to_all = st.forward[StepTerm::kExpertAllToAll];
+      sc.backward_all_to_all = st.input_grad[StepTerm::kExpertAllToAll];
+      sc.forward -= sc.forward_all_to_all;
+      sc.backward_input -= sc.backward_all_to_all;
+    }
     sc.backward_weight = st.weight_grad.total();
     sc.reduce_grad = st.reduce_grad.total();
     sc.output_bytes = st.output_bytes;
@@ -534,6 +540,16 @@ StepBreakdown step_breakdown(const TermContext& c, const std::vector<StageCosts>
       const std::string kind(enum_name(plan.spec.blocks[static_cast<std::size_t>(b)].kind));
       for (auto& k : bd.blocks) k.blocks += k.block == kind ? 1 : 0;
     }
+  }
+  if (plan.schedule.overlap_fb_pairs) {  // what the F&B pairs hid of the rank's all-to-alls (simulator.hpp)
+    double all_to_all = 0;
+    for (const auto& a : plan.schedule.ranks[static_cast<std::size_t>(bd.rank)]) {
+      if (a.kind == pipeline::ActionKind::kForward) all_to_all += sim.stages[static_cast<std::size_t>(a.stage)].forward_all_to_all;
+      if (pipeline::is_backward_input(a.kind)) all_to_all += sim.stages[static_cast<std::size_t>(a.stage)].backward_all_to_all;
+    }
+    const double hidden = std::max(0.0, all_to_all - result.exposed_all_to_all[static_cast<std::size_t>(bd.rank)]);
+    busy[StepTerm::kExpertAllToAll] -= hidden;
+    busy.hidden_at(StepTerm::kExpertAllToAll) += hidden;
   }
   bd.seconds = busy.exposed;
   bd.hidden = busy.hidden;

@@ -10,6 +10,7 @@
 #include "engine/run_plan/memory_plan.hpp"
 #include "partition/cost_model.hpp"
 #include "pipeline/lowering.hpp"
+#include "pipeline/overlap_schedule.hpp"
 #include "pipeline/schedule_text.hpp"
 #include "partition/hardware_profile.hpp"
 #include "partition/measured_costs.hpp"
@@ -155,6 +156,7 @@ Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_ran
   const pipeline::Schedule compute = make_compute_schedule(config, num_microbatches);
   pipeline::check_schedule(compute);
   plan.schedule = pipeline::ensure_lowered(compute);
+  if (config.parallel.moe_a2a_overlap) plan.schedule = pipeline::overlap_fb_pairs(plan.schedule);
 
   const auto costs = partition::model_costs(plan.spec, DType::kF32, config.train.recompute);
   const int num_stages = plan.schedule.num_stages;

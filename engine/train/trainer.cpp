@@ -485,6 +485,8 @@ StepStats Trainer::step(std::int64_t step) {
   stats.skipped = tail.skipped;
   stats.peak_bytes = static_cast<std::int64_t>(peaks[0]);
   stats.p2p_bytes = outcome.p2p_bytes_sent;
+  stats.overlapped_pairs = outcome.overlapped_pairs;
+  stats.pair_hand_overs = outcome.pair_hand_overs;
   stats.dp_grad_bytes = tail.dp_bytes;
   stats.routing = s.router_metrics.finish(s.setup.world, s.setup.coords.tp_rank, s.setup.context, s.setup.grid.ep_size(),
                                          s.setup.coords.ep_rank);

@@ -45,6 +45,8 @@ struct StepStats {
   bool skipped = false;          // the gradient norm was not finite: no update was applied
   std::int64_t peak_bytes = 0;   // max over ranks of the allocator's peak so far
   std::int64_t p2p_bytes = 0;    // boundary bytes (activations, gradients) this rank sent to other pp ranks
+  int overlapped_pairs = 0;      // parallel.moe_a2a_overlap: F&B pairs this rank ran interleaved this step
+  int pair_hand_overs = 0;       // baton passes inside them (pipeline/overlap_pair.hpp)
   std::int64_t dp_grad_bytes = 0;  // bytes this rank's data-parallel gradient collectives carried (0 without dp)
   // Mixture-of-experts models: the routing fields of the step (engine/train/router_metrics.hpp), on every rank.
   std::vector<std::pair<std::string, double>> routing;

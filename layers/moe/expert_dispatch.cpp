@@ -6,6 +6,7 @@
 #include "engine/comm/communicator.hpp"
 #include "engine/core/error.hpp"
 #include "kernels/ops/ops.hpp"
+#include "layers/comm_wait.hpp"
 #include "layers/layer_util.hpp"
 
 namespace cleave::layers {
@@ -46,7 +47,8 @@ DispatchPlan plan_dispatch(std::span<const std::int64_t> counts, Context& ctx) {
   Tensor send = host ? send_host : ops::to_device(ctx, send_host, MemoryCategory::kCommunication);
   Tensor recv = host ? Tensor::empty(send.shape(), DType::kI64, MemoryCategory::kCommunication, cpu_allocator())
                      : ops::to_device(ctx, send_host, MemoryCategory::kCommunication);
-  comm::exchange_counts(ep, send, recv, *ctx.stream)->wait();
+  const comm::WorkPtr counts_work = comm::exchange_counts(ep, send, recv, *ctx.stream);
+  wait_comm(ctx, *counts_work);  // an overlapped pair's phase boundary (comm_wait.hpp)
   const Tensor got = host ? recv : ops::to_host(ctx, recv);
   const auto* r = got.data<std::int64_t>();
   plan.recv_counts.assign(r, r + e);
@@ -94,8 +96,9 @@ Tensor exchange(const Tensor& rows, std::span<const std::int64_t> send_rows, std
   CLEAVE_ASSERT(ctx.ep_comm != nullptr, "expert dispatch without an ep communicator");
   const std::int64_t width = rows.shape().last();
   Tensor out = new_activation(ctx, Shape{out_rows, width}, rows.dtype());
-  ctx.ep_comm->all_to_all_v(rows.view(Shape{rows.numel() / width, width}), send_rows, out, recv_rows, *ctx.stream)
-      ->wait();
+  const comm::WorkPtr work =
+      ctx.ep_comm->all_to_all_v(rows.view(Shape{rows.numel() / width, width}), send_rows, out, recv_rows, *ctx.stream);
+  wait_comm(ctx, *work);  // an overlapped pair's phase boundary (comm_wait.hpp)
   return out;
 }
 

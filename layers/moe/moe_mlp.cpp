@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kernels/ops/ops.hpp"
+#include "layers/comm_wait.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/moe/expert_dispatch.hpp"
 #include "layers/moe/forced_routing.hpp"
@@ -50,24 +51,30 @@ Tensor upload(const Context& ctx, const std::vector<T>& values, const Shape& sha
   return ops::to_device(ctx, host, MemoryCategory::kActivations);
 }
 
-// Adds the wall time of the (blocking) all-to-all in its scope to the run's router log (moe_ep_all_to_all_ms, the
-// imbalance benchmark's measured figure); nothing when the run keeps no log.
+// Adds the wall time of the all-to-all in its scope to the run's router log (moe_ep_all_to_all_ms, the imbalance
+// benchmark's measured figure); nothing when the run keeps no log. Time the rank spent on a paired micro-batch
+// while this one's exchange was in flight (an overlapped F&B pair, comm_wait.hpp) is not counted: the figure is
+// the exposed all-to-all time.
 class AllToAllTimer {
  public:
   AllToAllTimer(const Context& ctx, const std::string& block)
-      : log_(ctx.router_log), block_(block), start_(std::chrono::steady_clock::now()) {}
+      : ctx_(ctx), log_(ctx.router_log), block_(block), start_(std::chrono::steady_clock::now()),
+        handed_off_(seconds_handed_off(ctx)) {}
   ~AllToAllTimer() {
     if (log_ != nullptr) {
-      log_->add_all_to_all_time(block_, std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count());
+      const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      log_->add_all_to_all_time(block_, wall - (seconds_handed_off(ctx_) - handed_off_));
     }
   }
   AllToAllTimer(const AllToAllTimer&) = delete;
   AllToAllTimer& operator=(const AllToAllTimer&) = delete;
 
  private:
+  const Context& ctx_;
   RouterLog* log_;
   const std::string& block_;
   std::chrono::steady_clock::time_point start_;
+  double handed_off_;
 };
 
 std::vector<float> download(const Context& ctx, const Tensor& t) { return ops::to_host(ctx, t).to_floats(); }

@@ -17,9 +17,10 @@
 // This is the order of DeepSeek's reference implementation (deepseek-ai/DualPipe, dualpipev.py), which needs
 // m ≥ 2p micro-batches (fewer is an error naming the numbers).
 // What is and is not overlapped: DeepSeek runs each F&B pair as one overlapped call, hiding one pass's
-// communication (all-to-all in their MoE) behind the other's compute. Our executor runs one action at a time
-// per rank, so here a pair is the forward followed by the backward: the pairing order is kept, the overlap
-// is not. The simulator therefore times F&B as F + I + W.
+// communication (all-to-all in their MoE) behind the other's compute. This generator's schedule runs one action
+// at a time per rank (a pair is the forward followed by the backward; the simulator times F&B as F + I + W);
+// parallel.moe_a2a_overlap turns the pairs into overlapped ones (pipeline/overlap_schedule.hpp), which the
+// executor interleaves at the MoE all-to-alls and the simulator times with the all-to-alls hidden.
 // Warm-up: 2(p − r − 1) + (r + 1) chunk-0 forwards and r + 1 chunk-1 forwards before the first backward.
 // Memory bound: 2p + 1 live chunk stashes on every rank (each chunk is half a rank's layers; DeepSeek's "PP + 1"
 // with PP = 2p stages), one more than ZB-V.

@@ -1,0 +1,138 @@
+// DualPipeV's overlapped F&B pairs (issue 36 part 6; parallel.moe_a2a_overlap; run under mpiexec at np 4): pp 2 × ep 2
+// (ep taken from dp 2), a small MoE model, dualpipev with the pairs run interleaved (pipeline/overlap_pair.hpp:
+// while one micro-batch's dispatch or combine all-to-all is in flight the paired micro-batch computes) against the
+// same run without the overlap, in deterministic mode: per-step losses and final parameters BIT-IDENTICAL, in fp32,
+// bf16, with the sigmoid router and a shared expert, and under full recomputation (the forward rerun inside the
+// backward waits at its all-to-alls too); only the order of independent work changes. The overlapped run must have run pairs and handed the rank
+// over inside them (StepStats::overlapped_pairs, pair_hand_overs), so a run that silently fell back to one action at
+// a time cannot pass. Against one rank (plain 1F1B, ep 1) within the pipeline tests' rounding bound, 5e-6 relative
+// (pipeline_equivalence_test.cpp: dp2_pp2_dualpipev); against ep 1 at the same layout bit for bit, as
+// ep_equivalence_test.cpp's ep2_pp2_dualpipev is.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "engine/core/error.hpp"
+#include "mpi/mpi_test_env.hpp"
+#include "train_harness.hpp"
+
+namespace cleave::testing {
+namespace {
+
+config::RunConfig tiny_moe(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"train.steps=6", "parallel.pipeline_model_parallel_size=2",
+                                  "parallel.schedule=dualpipev"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return config::parse_config(R"({
+    "model": {"type": "moe", "vocab_size": 64, "d_model": 16, "n_layers": 4, "n_heads": 2, "n_kv_heads": 2,
+              "seq_len": 8, "ffn_hidden_size": 12, "n_experts": 4, "top_k": 2, "aux_loss_coef": 0.05,
+              "z_loss_coef": 0.01},
+    "batch": {"global_batch_size": 8, "micro_batch_size": 1},
+    "optimizer": {"type": "adamw", "lr": 0.01, "grad_clip": 0.0, "warmup_steps": 0},
+    "train": {"seed": 11, "deterministic": true, "eval_batches": 0},
+    "data": {"type": "synthetic"}
+  })", "tiny_moe_overlap", all);
+}
+
+struct OverlapRun {
+  RunRecord record;
+  int pairs = 0;       // over the steps, this rank
+  int hand_overs = 0;
+};
+
+OverlapRun run(const config::RunConfig& config, comm::Communicator& world) {
+  train::Trainer trainer(config, world);
+  OverlapRun out;
+  for (std::int64_t s = 0; s < config.train.steps; ++s) {
+    const auto stats = trainer.step(s);
+    out.record.losses.push_back(stats.loss);
+    out.pairs += stats.overlapped_pairs;
+    out.hand_overs += stats.pair_hand_overs;
+  }
+  out.record.params = trainer.gather_parameters();
+  return out;
+}
+
+void expect_bit_identical(const RunRecord& got, const RunRecord& want) {
+  ASSERT_EQ(got.losses.size(), want.losses.size());
+  for (std::size_t i = 0; i < got.losses.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(got.losses[i])) << "step " << i;
+    EXPECT_EQ(got.losses[i], want.losses[i]) << "step " << i;
+  }
+  ASSERT_EQ(got.params.size(), want.params.size());
+  for (const auto& [name, values] : want.params) {
+    ASSERT_EQ(got.params.count(name), 1u) << name;
+    const auto& other = got.params.at(name);
+    ASSERT_EQ(other.size(), values.size()) << name;
+    std::size_t wrong = 0;
+    for (std::size_t i = 0; i < values.size(); ++i) wrong += std::memcmp(&other[i], &values[i], sizeof(float)) != 0;
+    EXPECT_EQ(wrong, 0u) << name << ": " << wrong << " of " << values.size() << " elements differ";
+  }
+}
+
+TEST(EpOverlap, OverlappedDualPipeVMatchesPlainBitForBit) {
+  auto world = make_world(/*deterministic=*/true);
+  if (world->size() != 4) GTEST_SKIP() << "runs at 4 ranks (pp 2 x ep 2)";
+  auto self = world->split(world->rank(), 0, "self");
+  const std::string ep2 = "parallel.expert_model_parallel_size=2", overlap = "parallel.moe_a2a_overlap=true";
+  for (const std::vector<std::string>& extra :
+       std::vector<std::vector<std::string>>{{}, {"device.precision=bf16"},
+                                            {"model.router=sigmoid", "model.n_shared_experts=1"},
+                                            {"train.recompute=full"}}) {
+    const std::string name = extra.empty() ? "fp32" : extra.front();
+    SCOPED_TRACE(name);
+    std::vector<std::string> plain_keys = extra, overlapped_keys = extra;
+    plain_keys.push_back(ep2);
+    overlapped_keys.push_back(ep2);
+    overlapped_keys.push_back(overlap);
+    const OverlapRun overlapped = run(tiny_moe(overlapped_keys), *world);
+    const OverlapRun plain = run(tiny_moe(plain_keys), *world);
+    const OverlapRun ep1 = run(tiny_moe(extra), *world);
+    // 4 micro-batches at pp 2: each rank's steady state holds F&B pairs, and every pair hands over at least
+    // once per MoE block (the first side's count exchange).
+    EXPECT_GT(overlapped.pairs, 0) << "no F&B pair ran overlapped";
+    EXPECT_GE(overlapped.hand_overs, overlapped.pairs) << "pairs ran without handing the rank over";
+    EXPECT_EQ(plain.pairs, 0);
+    expect_bit_identical(overlapped.record, plain.record);
+    expect_bit_identical(overlapped.record, ep1.record);
+    if (world->rank() == 0) {
+      config::RunConfig one = single_rank_config(tiny_moe(extra));
+      const RunRecord single = train_steps(one, *self);
+      const double tolerance = extra.empty() || extra.front() != "device.precision=bf16" ? 5e-6 : 1e-2;
+      if (tolerance < 1e-2) {
+        std::string worst;
+        EXPECT_LE(max_loss_rel_diff(overlapped.record, single), tolerance);
+        EXPECT_LE(max_param_rel_diff(overlapped.record, single, &worst), tolerance) << "worst " << worst;
+      } else {  // bf16: the pipeline layout changes nothing but the f32 sums' order; the scaled measure
+        EXPECT_LE(max_loss_rel_diff(overlapped.record, single), tolerance);
+      }
+      std::printf("[ overlap ] %-22s %d pairs, %d hand-overs on rank 0; losses %.6f -> %.6f, bit-identical to the "
+                  "plain run and to ep 1\n",
+                  name.c_str(), overlapped.pairs, overlapped.hand_overs, overlapped.record.losses.front(),
+                  overlapped.record.losses.back());
+    }
+  }
+}
+
+TEST(EpOverlap, OverlapWithoutDualPipeVOrEpIsRefusedNamingTheKey) {
+  const auto message = [](const std::vector<std::string>& keys) {
+    try {
+      (void)tiny_moe(keys);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const std::string zb = message({"parallel.schedule=zb_v", "parallel.expert_model_parallel_size=2",
+                                  "parallel.moe_a2a_overlap=true"});
+  EXPECT_NE(zb.find("parallel.moe_a2a_overlap"), std::string::npos) << zb;
+  EXPECT_NE(zb.find("zb_v"), std::string::npos) << zb;
+  const std::string no_ep = message({"parallel.moe_a2a_overlap=true"});
+  EXPECT_NE(no_ep.find("ep 1"), std::string::npos) << no_ep;
+}
+
+}  // namespace
+}  // namespace cleave::testing

@@ -117,23 +117,19 @@ template <class F, int64_t L>
 #define CLEAVE_RMSNORM_PATHS(suffix, F, lanes, ...)                                                             \
   __VA_ARGS__ void forward_##suffix(const float* x, const float* weight, float* y, float* rstd, int64_t rows,    \
                                     int64_t cols, float eps) {                                                   \
-    _Pragma("omp parallel for schedule(static) if (detail::worth_parallel(rows * cols))")                        \
-    for (int64_t r = 0; r < rows; ++r) forward_row<F, lanes>(x + r * cols, weight, y + r * cols, rstd + r, cols, eps); \
+    CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * cols),                                            \
+      forward_row<F, lanes>(x + r * cols, weight, y + r * cols, rstd + r, cols, eps);)                           \
   }                                                                                                              \
   __VA_ARGS__ void backward_input_##suffix(const float* dy, const float* x, const float* weight,                 \
                                            const float* rstd, float* dx, int64_t rows, int64_t cols) {           \
-    _Pragma("omp parallel for schedule(static) if (detail::worth_parallel(rows * cols))")                        \
-    for (int64_t r = 0; r < rows; ++r) {                                                                         \
-      backward_input_row<F, lanes>(dy + r * cols, x + r * cols, weight, rstd[r], dx + r * cols, cols);           \
-    }                                                                                                            \
+    CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * cols),                                            \
+      backward_input_row<F, lanes>(dy + r * cols, x + r * cols, weight, rstd[r], dx + r * cols, cols);)          \
   }                                                                                                              \
   __VA_ARGS__ void backward_weight_##suffix(const float* dy, const float* x, const float* rstd, float* dweight,  \
                                             int64_t rows, int64_t cols) {                                        \
     const int64_t blocks = (cols + kWeightBlock - 1) / kWeightBlock;                                             \
-    _Pragma("omp parallel for schedule(static) if (blocks > 1 && detail::worth_parallel(rows * cols))")          \
-    for (int64_t blk = 0; blk < blocks; ++blk) {                                                                 \
-      backward_weight_block<F, lanes>(dy, x, rstd, dweight, rows, cols, blk * kWeightBlock);                     \
-    }                                                                                                            \
+    CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel(rows * cols),                          \
+      backward_weight_block<F, lanes>(dy, x, rstd, dweight, rows, cols, blk * kWeightBlock);)                    \
   }
 
 CLEAVE_RMSNORM_PATHS(baseline, detail::f32xN, detail::kLanes, __attribute__((optimize("fp-contract=off"))))

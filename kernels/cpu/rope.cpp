@@ -141,23 +141,19 @@ namespace {
                                  const Table& tab) {                                                              \
     const int64_t hd = s.head_dim, half = hd / 2, P = packed_heads(s);                                            \
     const int64_t cq = s.q_heads * hd, ckv = s.kv_heads * hd, width = cq + 2 * P * hd, rows = s.batch * s.seq;    \
-    _Pragma("omp parallel for schedule(static) if (detail::worth_parallel(rows * width))")                        \
-    for (int64_t r = 0; r < rows; ++r) {                                                                          \
+    CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * width),                                            \
       const int64_t t = r % s.seq;                                                                                \
       pack_row<F, lanes>(q + r * cq, k + r * ckv, v + r * ckv, qkv + r * width, tab.cos.data() + t * half,        \
-                         tab.sin.data() + t * half, s, P);                                                        \
-    }                                                                                                             \
+                         tab.sin.data() + t * half, s, P);)                                                       \
   }                                                                                                               \
   __VA_ARGS__ void unpack_##suffix(const float* dqkv, float* dq, float* dk, float* dv, const RopeShape& s,        \
                                    const Table& tab) {                                                            \
     const int64_t hd = s.head_dim, half = hd / 2, P = packed_heads(s);                                            \
     const int64_t cq = s.q_heads * hd, ckv = s.kv_heads * hd, width = cq + 2 * P * hd, rows = s.batch * s.seq;    \
-    _Pragma("omp parallel for schedule(static) if (detail::worth_parallel(rows * width))")                        \
-    for (int64_t r = 0; r < rows; ++r) {                                                                          \
+    CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * width),                                            \
       const int64_t t = r % s.seq;                                                                                \
       unpack_row<F, lanes>(dqkv + r * width, dq + r * cq, dk + r * ckv, dv + r * ckv, tab.cos.data() + t * half,  \
-                           tab.sin.data() + t * half, s, P);                                                      \
-    }                                                                                                             \
+                           tab.sin.data() + t * half, s, P);)                                                     \
   }
 
 CLEAVE_ROPE_PATHS(baseline, detail::f32xN, detail::kLanes, __attribute__((optimize("fp-contract=off"))))

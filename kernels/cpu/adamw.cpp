@@ -40,8 +40,7 @@ void adamw_update(float* param, const float* grad, float* m, float* v, int64_t n
   CLEAVE_CHECK(eps > 0.0f, "adamw: eps must be > 0, got {}", eps);
   const AdamWConstants k = kernels::adamw_constants(lr, beta1, beta2, eps, weight_decay, step);
   const int64_t vectors = n / kLanes;
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
-  for (int64_t vi = 0; vi < vectors; ++vi) adamw_lanes(k, param, grad, m, v, vi * kLanes);
+  CLEAVE_PARALLEL_FOR(vi, vectors, detail::worth_parallel(n), adamw_lanes(k, param, grad, m, v, vi * kLanes);)
   // Tail: pad one vector's worth into locals so the same lane arithmetic runs.
   const int64_t tail = n - vectors * kLanes;
   if (tail > 0) {

@@ -8,14 +8,18 @@
 
 namespace cleave::kernels::cpu {
 
+namespace {
+
+[[gnu::noinline]] void add_bias_row(float* row, const float* bias, int64_t cols) {
+#pragma omp simd
+  for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
+}
+
+}  // namespace
+
 void bias_add_forward(float* y, const float* bias, int64_t rows, int64_t cols) {
   CLEAVE_ASSERT(rows >= 0 && cols >= 0, "bias_add_forward: negative shape [{}, {}]", rows, cols);
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * cols))
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = y + r * cols;
-#pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) row[c] += bias[c];
-  }
+  CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * cols), add_bias_row(y + r * cols, bias, cols);)
 }
 
 void bias_backward(const float* dy, float* dbias, int64_t rows, int64_t cols) {

@@ -12,26 +12,22 @@ namespace cleave::kernels::cpu {
 
 void add(const float* a, const float* b, float* out, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "add: negative size {}", n);
-#pragma omp parallel for simd schedule(static) if (detail::worth_parallel(n))
-  for (int64_t i = 0; i < n; ++i) out[i] = a[i] + b[i];
+  CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel(n), out[i] = a[i] + b[i];)
 }
 
 void add_inplace(float* y, const float* x, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "add_inplace: negative size {}", n);
-#pragma omp parallel for simd schedule(static) if (detail::worth_parallel(n))
-  for (int64_t i = 0; i < n; ++i) y[i] += x[i];
+  CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel(n), y[i] += x[i];)
 }
 
 void scale_inplace(float* y, float alpha, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "scale_inplace: negative size {}", n);
-#pragma omp parallel for simd schedule(static) if (detail::worth_parallel(n))
-  for (int64_t i = 0; i < n; ++i) y[i] *= alpha;
+  CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel(n), y[i] *= alpha;)
 }
 
 void axpy(float alpha, const float* x, float* y, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "axpy: negative size {}", n);
-#pragma omp parallel for simd schedule(static) if (detail::worth_parallel(n))
-  for (int64_t i = 0; i < n; ++i) y[i] += alpha * x[i];
+  CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel(n), y[i] += alpha * x[i];)
 }
 
 double sum_squares(const float* x, int64_t n) {

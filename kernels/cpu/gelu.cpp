@@ -52,8 +52,7 @@ void forward_baseline(const float* x, float* y, int64_t n) {
   using F = detail::f32xN;
   constexpr int64_t lanes = sizeof(F) / 4;
   const int64_t vectors = n / lanes;
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
-  for (int64_t v = 0; v < vectors; ++v) store(y + v * lanes, gelu_vec(load<F>(x + v * lanes)));
+  CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n), store(y + v * lanes, gelu_vec(load<F>(x + v * lanes)));)
   for (int64_t i = vectors * lanes; i < n; ++i) y[i] = gelu_vec(broadcast<F>(x[i]))[0];
 }
 
@@ -61,10 +60,8 @@ void backward_baseline(const float* x, const float* dy, float* dx, int64_t n) {
   using F = detail::f32xN;
   constexpr int64_t lanes = sizeof(F) / 4;
   const int64_t vectors = n / lanes;
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
-  for (int64_t v = 0; v < vectors; ++v) {
-    store(dx + v * lanes, gelu_grad_vec(load<F>(x + v * lanes), load<F>(dy + v * lanes)));
-  }
+  CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n),
+    store(dx + v * lanes, gelu_grad_vec(load<F>(x + v * lanes), load<F>(dy + v * lanes)));)
   for (int64_t i = vectors * lanes; i < n; ++i) dx[i] = gelu_grad_vec(broadcast<F>(x[i]), broadcast<F>(dy[i]))[0];
 }
 
@@ -73,8 +70,7 @@ CLEAVE_GELU_TARGET("avx2") void forward_avx2(const float* x, float* y, int64_t n
   using F = f32x8;
   constexpr int64_t lanes = 8;
   const int64_t vectors = n / lanes;
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
-  for (int64_t v = 0; v < vectors; ++v) store(y + v * lanes, gelu_vec(load<F>(x + v * lanes)));
+  CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n), store(y + v * lanes, gelu_vec(load<F>(x + v * lanes)));)
   for (int64_t i = vectors * lanes; i < n; ++i) y[i] = gelu_vec(broadcast<F>(x[i]))[0];
 }
 
@@ -82,10 +78,8 @@ CLEAVE_GELU_TARGET("avx2") void backward_avx2(const float* x, const float* dy, f
   using F = f32x8;
   constexpr int64_t lanes = 8;
   const int64_t vectors = n / lanes;
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
-  for (int64_t v = 0; v < vectors; ++v) {
-    store(dx + v * lanes, gelu_grad_vec(load<F>(x + v * lanes), load<F>(dy + v * lanes)));
-  }
+  CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n),
+    store(dx + v * lanes, gelu_grad_vec(load<F>(x + v * lanes), load<F>(dy + v * lanes)));)
   for (int64_t i = vectors * lanes; i < n; ++i) dx[i] = gelu_grad_vec(broadcast<F>(x[i]), broadcast<F>(dy[i]))[0];
 }
 
@@ -93,8 +87,7 @@ CLEAVE_GELU_TARGET("avx512f") void forward_avx512(const float* x, float* y, int6
   using F = f32x16;
   constexpr int64_t lanes = 16;
   const int64_t vectors = n / lanes;
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
-  for (int64_t v = 0; v < vectors; ++v) store(y + v * lanes, gelu_vec(load<F>(x + v * lanes)));
+  CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n), store(y + v * lanes, gelu_vec(load<F>(x + v * lanes)));)
   for (int64_t i = vectors * lanes; i < n; ++i) y[i] = gelu_vec(broadcast<F>(x[i]))[0];
 }
 
@@ -102,10 +95,8 @@ CLEAVE_GELU_TARGET("avx512f") void backward_avx512(const float* x, const float* 
   using F = f32x16;
   constexpr int64_t lanes = 16;
   const int64_t vectors = n / lanes;
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(n))
-  for (int64_t v = 0; v < vectors; ++v) {
-    store(dx + v * lanes, gelu_grad_vec(load<F>(x + v * lanes), load<F>(dy + v * lanes)));
-  }
+  CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n),
+    store(dx + v * lanes, gelu_grad_vec(load<F>(x + v * lanes), load<F>(dy + v * lanes)));)
   for (int64_t i = vectors * lanes; i < n; ++i) dx[i] = gelu_grad_vec(broadcast<F>(x[i]), broadcast<F>(dy[i]))[0];
 }
 #endif

@@ -10,59 +10,64 @@
 
 namespace cleave::kernels::cpu {
 
+namespace {
+
+// One row of each row-wise kernel, compiled once (noinline) so that the parallel and the serial branch of
+// CLEAVE_PARALLEL_FOR run the same vectorised reduction, whatever the compiler makes of it.
+[[gnu::noinline]] void forward_row(const float* xr, const float* gamma, const float* beta, float* yr, float* mean,
+                                   float* rstd, int64_t cols, float eps) {
+  float sum = 0.0f;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t c = 0; c < cols; ++c) sum += xr[c];
+  const float mu = sum / static_cast<float>(cols);
+  float sq = 0.0f;  // two-pass variance: no cancellation for rows with a large mean
+#pragma omp simd reduction(+ : sq)
+  for (int64_t c = 0; c < cols; ++c) {
+    const float d = xr[c] - mu;
+    sq += d * d;
+  }
+  const float rs = 1.0f / std::sqrt(sq / static_cast<float>(cols) + eps);
+#pragma omp simd
+  for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
+  *mean = mu;
+  *rstd = rs;
+}
+
+// dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma.
+[[gnu::noinline]] void backward_input_row(const float* dyr, const float* xr, const float* gamma, float mu, float rs,
+                                          float* dxr, int64_t cols) {
+  float sum_g = 0.0f;
+  float sum_gx = 0.0f;
+#pragma omp simd reduction(+ : sum_g, sum_gx)
+  for (int64_t c = 0; c < cols; ++c) {
+    const float g = dyr[c] * gamma[c];
+    sum_g += g;
+    sum_gx += g * (xr[c] - mu) * rs;
+  }
+  const float mean_g = sum_g / static_cast<float>(cols);
+  const float mean_gx = sum_gx / static_cast<float>(cols);
+#pragma omp simd
+  for (int64_t c = 0; c < cols; ++c) {
+    const float xhat = (xr[c] - mu) * rs;
+    dxr[c] = rs * (dyr[c] * gamma[c] - mean_g - xhat * mean_gx);
+  }
+}
+
+}  // namespace
+
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
                        int64_t rows, int64_t cols, float eps) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "layernorm_forward: bad shape [{}, {}]", rows, cols);
   CLEAVE_ASSERT(eps >= 0.0f, "layernorm_forward: negative eps {}", eps);
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * cols))
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* xr = x + r * cols;
-    float* yr = y + r * cols;
-    float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
-    for (int64_t c = 0; c < cols; ++c) sum += xr[c];
-    const float mu = sum / static_cast<float>(cols);
-    float sq = 0.0f;  // two-pass variance: no cancellation for rows with a large mean
-#pragma omp simd reduction(+ : sq)
-    for (int64_t c = 0; c < cols; ++c) {
-      const float d = xr[c] - mu;
-      sq += d * d;
-    }
-    const float rs = 1.0f / std::sqrt(sq / static_cast<float>(cols) + eps);
-#pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) yr[c] = (xr[c] - mu) * rs * gamma[c] + beta[c];
-    mean[r] = mu;
-    rstd[r] = rs;
-  }
+  CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * cols),
+                      forward_row(x + r * cols, gamma, beta, y + r * cols, mean + r, rstd + r, cols, eps);)
 }
 
 void layernorm_backward_input(const float* dy, const float* x, const float* gamma, const float* mean, const float* rstd,
                               float* dx, int64_t rows, int64_t cols) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "layernorm_backward_input: bad shape [{}, {}]", rows, cols);
-  // dx = rstd * (g - mean(g) - xhat * mean(g * xhat)) with g = dy * gamma.
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * cols))
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* dyr = dy + r * cols;
-    const float* xr = x + r * cols;
-    float* dxr = dx + r * cols;
-    const float mu = mean[r];
-    const float rs = rstd[r];
-    float sum_g = 0.0f;
-    float sum_gx = 0.0f;
-#pragma omp simd reduction(+ : sum_g, sum_gx)
-    for (int64_t c = 0; c < cols; ++c) {
-      const float g = dyr[c] * gamma[c];
-      sum_g += g;
-      sum_gx += g * (xr[c] - mu) * rs;
-    }
-    const float mean_g = sum_g / static_cast<float>(cols);
-    const float mean_gx = sum_gx / static_cast<float>(cols);
-#pragma omp simd
-    for (int64_t c = 0; c < cols; ++c) {
-      const float xhat = (xr[c] - mu) * rs;
-      dxr[c] = rs * (dyr[c] * gamma[c] - mean_g - xhat * mean_gx);
-    }
-  }
+  CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * cols),
+                      backward_input_row(dy + r * cols, x + r * cols, gamma, mean[r], rstd[r], dx + r * cols, cols);)
 }
 
 void layernorm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd, float* dgamma,

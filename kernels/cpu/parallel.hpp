@@ -1,9 +1,12 @@
-// Internal: when an OpenMP loop pays on a few cores. Fork/join costs a few microseconds, so loops only go
-// parallel above these sizes (measured on 2 cores: below ~32K floats a streaming loop is faster serial).
+// Internal: when an OpenMP loop pays on a few cores, and the loop macro that only enters OpenMP when it does.
+// Fork/join costs a few microseconds, so loops only go parallel above these sizes (measured on 2 cores: below
+// ~32K floats a streaming loop is faster serial).
 //
 // Invariant: these thresholds only choose between serial and parallel execution of the same arithmetic;
 // every kernel gives bit-identical results either way (no parallel reductions across threads).
 #pragma once
+
+#include <omp.h>
 
 #include <cstdint>
 
@@ -13,4 +16,33 @@ inline constexpr int64_t kParallelMinElements = int64_t{1} << 15;
 
 inline bool worth_parallel(int64_t elements) { return elements >= kParallelMinElements; }
 
+// Whether a loop that is worth it (cond) may start a team here: not inside an active parallel region, where a
+// nested region would run on one thread anyway.
+inline bool parallel_here(bool cond) { return cond && !omp_in_parallel(); }
+
 }  // namespace cleave::kernels::cpu::detail
+
+// `for (int64_t var = 0; var < count; ++var) { body }`, shared out statically over the OpenMP team when
+// detail::parallel_here(cond), else a plain loop on the calling thread. Why not `#pragma omp parallel for if
+// (cond)`: GCC calls GOMP_parallel whatever the clause says, and a false clause still builds (allocates) and
+// tears down a one-thread team. The bf16 chunked view (kernels/ops/cpu_chunked_view.hpp) calls the casts and the
+// kernel once per 2,048-element chunk inside its own region: about 19,500 such calls per step of the Llama
+// example in bf16 (issue 39, counted with a uprobe on GOMP_parallel). The body must not contain a #pragma (it is
+// a macro argument); both branches run the same arithmetic, so results never depend on the branch taken.
+#define CLEAVE_PARALLEL_FOR(var, count, cond, ...)                            \
+  if (::cleave::kernels::cpu::detail::parallel_here(cond)) {                  \
+    _Pragma("omp parallel for schedule(static)")                              \
+    for (int64_t var = 0; var < (count); ++var) { __VA_ARGS__ }               \
+  } else {                                                                    \
+    for (int64_t var = 0; var < (count); ++var) { __VA_ARGS__ }               \
+  }
+
+// The same for a loop whose iterations are single elements: `omp parallel for simd` / `omp simd`.
+#define CLEAVE_PARALLEL_FOR_SIMD(var, count, cond, ...)                       \
+  if (::cleave::kernels::cpu::detail::parallel_here(cond)) {                  \
+    _Pragma("omp parallel for simd schedule(static)")                         \
+    for (int64_t var = 0; var < (count); ++var) { __VA_ARGS__ }               \
+  } else {                                                                    \
+    _Pragma("omp simd")                                                       \
+    for (int64_t var = 0; var < (count); ++var) { __VA_ARGS__ }               \
+  }

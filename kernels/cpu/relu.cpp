@@ -8,14 +8,12 @@ namespace cleave::kernels::cpu {
 
 void relu_forward(const float* x, float* y, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "relu_forward: negative size {}", n);
-#pragma omp parallel for simd schedule(static) if (detail::worth_parallel(n))
-  for (int64_t i = 0; i < n; ++i) y[i] = x[i] > 0.0f ? x[i] : 0.0f;
+  CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel(n), y[i] = x[i] > 0.0f ? x[i] : 0.0f;)
 }
 
 void relu_backward(const float* x, const float* dy, float* dx, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "relu_backward: negative size {}", n);
-#pragma omp parallel for simd schedule(static) if (detail::worth_parallel(n))
-  for (int64_t i = 0; i < n; ++i) dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;
+  CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel(n), dx[i] = x[i] > 0.0f ? dy[i] : 0.0f;)
 }
 
 }  // namespace cleave::kernels::cpu

@@ -1,10 +1,14 @@
 // RMSNorm over the last dimension of a [rows, cols] tensor (Llama's norm; no mean, no bias).
 //
 // Invariant: forward writes y and rstd[rows] = 1 / sqrt(mean(x^2) + eps); backward_input overwrites dx;
-// backward_weight ACCUMULATES (+=) into dweight. Statistics are f32 and summed in column order per row.
+// backward_weight ACCUMULATES (+=) into dweight. Statistics are f32, and a row's sum is split into 16 lane sums
+// (lane l holds the columns c = l mod 16, in column order) added in a fixed tree: the same order on every
+// instruction-set path and thread count, so every path gives the same bits (rmsnorm.cpp).
 #pragma once
 
 #include <cstdint>
+
+#include "kernels/cpu/vector_isa.hpp"
 
 namespace cleave::kernels::cpu {
 
@@ -18,5 +22,13 @@ void rmsnorm_backward_input(const float* dy, const float* x, const float* weight
 // dweight[c] += sum over rows of dy * x * rstd (rows in order per column block: deterministic).
 void rmsnorm_backward_weight(const float* dy, const float* x, const float* rstd, float* dweight, int64_t rows,
                              int64_t cols);
+
+// One vector path (vector_isa.hpp); the functions above run the widest. For tests and benchmarks.
+void rmsnorm_forward_isa(VectorIsa isa, const float* x, const float* weight, float* y, float* rstd, int64_t rows,
+                         int64_t cols, float eps);
+void rmsnorm_backward_input_isa(VectorIsa isa, const float* dy, const float* x, const float* weight,
+                                const float* rstd, float* dx, int64_t rows, int64_t cols);
+void rmsnorm_backward_weight_isa(VectorIsa isa, const float* dy, const float* x, const float* rstd, float* dweight,
+                                 int64_t rows, int64_t cols);
 
 }  // namespace cleave::kernels::cpu

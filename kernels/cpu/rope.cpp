@@ -1,15 +1,34 @@
 // RoPE + packing (grouped or repeated key/value heads), forward and backward. See rope.hpp. Parallel over
 // (batch, position) rows; cos and sin come from a [T, hd/2] table built once per call (f32 angles, f32 cos/sin).
+//
+// The rotation is written once over generic vectors (issue 39 part 4), like swiglu.cpp: the baseline path (the
+// build's own vectors), AVX2 (8 lanes) and AVX-512 (16 lanes), chosen at run time. Every element's rotation and
+// every sum of packed copies runs the same IEEE operations in the same order on every path, without contraction
+// into FMA (fp-contract=off), the pairs past the last full vector on a one-lane broadcast: every path gives the
+// same bits (KernelRope.EveryIsaPathGivesTheSameBits), and the thread count never changes a result.
 #include "kernels/cpu/rope.hpp"
 
+// Wide vectors never cross a call boundary here (the helpers are always_inline), so the ABI note GCC emits for
+// 32- and 64-byte vector arguments without AVX does not apply (before vec_math.hpp, where it is reported).
+#pragma GCC diagnostic ignored "-Wpsabi"
+
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "engine/core/error.hpp"
 #include "kernels/cpu/parallel.hpp"
+#include "kernels/cpu/vec_math.hpp"
+#include "kernels/cpu/wide_vectors.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
+
+using detail::broadcast;
+using detail::f32x16;
+using detail::f32x8;
+using detail::load;
+using detail::store;
 
 void check_shape(const RopeShape& s, const char* op) {
   CLEAVE_ASSERT(s.batch >= 0 && s.seq >= 0 && s.q_heads > 0 && s.kv_heads > 0 && s.q_heads % s.kv_heads == 0 &&
@@ -39,21 +58,63 @@ Table make_table(const RopeShape& s) {
   return tab;
 }
 
-// out = rotate(x) for one head at one position.
-inline void rotate(const float* x, float* out, const float* c, const float* sn, int64_t half) {
-  for (int64_t i = 0; i < half; ++i) {
-    const float a = x[i], b = x[i + half];
-    out[i] = a * c[i] - b * sn[i];
-    out[i + half] = b * c[i] + a * sn[i];
+// out = rotate(x) for one head at one position (kUndo: rotate^T, the rotation by -angle). x may equal out: each
+// pair block is read before it is written.
+template <class F, int64_t L, bool kUndo>
+[[gnu::always_inline]] inline void rotate(const float* x, float* out, const float* c, const float* sn, int64_t half) {
+  const int64_t full = half / L * L;
+  for (int64_t i = 0; i < full; i += L) {
+    const F a = load<F>(x + i), b = load<F>(x + i + half), cv = load<F>(c + i), sv = load<F>(sn + i);
+    store(out + i, kUndo ? a * cv + b * sv : a * cv - b * sv);
+    store(out + i + half, kUndo ? b * cv - a * sv : b * cv + a * sv);
+  }
+  for (int64_t i = full; i < half; ++i) {
+    const F a = broadcast<F>(x[i]), b = broadcast<F>(x[i + half]), cv = broadcast<F>(c[i]), sv = broadcast<F>(sn[i]);
+    out[i] = (kUndo ? a * cv + b * sv : a * cv - b * sv)[0];
+    out[i + half] = (kUndo ? b * cv - a * sv : b * cv + a * sv)[0];
   }
 }
 
-// out = rotate^T(x): the rotation by -angle.
-inline void unrotate(const float* x, float* out, const float* c, const float* sn, int64_t half) {
-  for (int64_t i = 0; i < half; ++i) {
-    const float a = x[i], b = x[i + half];
-    out[i] = a * c[i] + b * sn[i];
-    out[i + half] = b * c[i] - a * sn[i];
+// One (batch, position) row of the forward: qkv row from the q, k and v rows.
+template <class F, int64_t L>
+[[gnu::always_inline]] inline void pack_row(const float* qr, const float* kr, const float* vr, float* out,
+                                            const float* c, const float* sn, const RopeShape& s, int64_t P) {
+  const int64_t hd = s.head_dim, half = hd / 2, r_copies = P / s.kv_heads, cq = s.q_heads * hd, cp = P * hd;
+  for (int64_t h = 0; h < s.q_heads; ++h) rotate<F, L, false>(qr + h * hd, out + h * hd, c, sn, half);
+  for (int64_t j = 0; j < P; ++j) {
+    const int64_t kvh = j / r_copies;
+    rotate<F, L, false>(kr + kvh * hd, out + cq + j * hd, c, sn, half);
+    std::memcpy(out + cq + cp + j * hd, vr + kvh * hd, static_cast<size_t>(hd) * sizeof(float));
+  }
+}
+
+// dst[0, hd) = the sum of the r packed copies starting at src (stride hd), in head order.
+template <class F, int64_t L>
+[[gnu::always_inline]] inline void sum_copies(const float* src, float* dst, int64_t hd, int64_t copies) {
+  const int64_t full = hd / L * L;
+  for (int64_t x = 0; x < full; x += L) {
+    F acc = load<F>(src + x);
+    for (int64_t j = 1; j < copies; ++j) acc += load<F>(src + j * hd + x);
+    store(dst + x, acc);
+  }
+  for (int64_t x = full; x < hd; ++x) {
+    F acc = broadcast<F>(src[x]);
+    for (int64_t j = 1; j < copies; ++j) acc += broadcast<F>(src[j * hd + x]);
+    dst[x] = acc[0];
+  }
+}
+
+// One row of the backward: dq, dk, dv rows from the dqkv row.
+template <class F, int64_t L>
+[[gnu::always_inline]] inline void unpack_row(const float* in, float* dqr, float* dkr, float* dvr, const float* c,
+                                              const float* sn, const RopeShape& s, int64_t P) {
+  const int64_t hd = s.head_dim, half = hd / 2, r_copies = P / s.kv_heads, cq = s.q_heads * hd, cp = P * hd;
+  for (int64_t h = 0; h < s.q_heads; ++h) rotate<F, L, true>(in + h * hd, dqr + h * hd, c, sn, half);
+  for (int64_t kvh = 0; kvh < s.kv_heads; ++kvh) {
+    float* dkh = dkr + kvh * hd;
+    sum_copies<F, L>(in + cq + kvh * r_copies * hd, dkh, hd, r_copies);
+    sum_copies<F, L>(in + cq + cp + kvh * r_copies * hd, dvr + kvh * hd, hd, r_copies);
+    rotate<F, L, true>(dkh, dkh, c, sn, half);  // in place
   }
 }
 
@@ -71,60 +132,71 @@ float rope_angle(int64_t t, int64_t i, const RopeShape& s) {
   return static_cast<float>(s.position_offset + t) * rope_inv_freq(i, s.head_dim, s.theta);
 }
 
-void rope_pack_qkv(const float* q, const float* k, const float* v, float* qkv, const RopeShape& s) {
-  check_shape(s, "rope_pack_qkv");
-  const Table tab = make_table(s);
-  const int64_t hd = s.head_dim, half = hd / 2, P = packed_heads(s), r_copies = P / s.kv_heads;
-  const int64_t cq = s.q_heads * hd, ckv = s.kv_heads * hd, cp = P * hd, width = cq + 2 * cp;
-  const int64_t rows = s.batch * s.seq;
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * width))
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = r % s.seq;
-    const float* c = tab.cos.data() + t * half;
-    const float* sn = tab.sin.data() + t * half;
-    const float* qr = q + r * cq;
-    const float* kr = k + r * ckv;
-    const float* vr = v + r * ckv;
-    float* out = qkv + r * width;
-    for (int64_t h = 0; h < s.q_heads; ++h) rotate(qr + h * hd, out + h * hd, c, sn, half);
-    for (int64_t j = 0; j < P; ++j) {
-      const int64_t kvh = j / r_copies;
-      rotate(kr + kvh * hd, out + cq + j * hd, c, sn, half);
-      for (int64_t x = 0; x < hd; ++x) out[cq + cp + j * hd + x] = vr[kvh * hd + x];
-    }
+namespace {
+
+// The loops are spelled out per path (a macro, not a template) because OpenMP outlines a parallel region into a
+// function that takes the target of the function it is written in.
+#define CLEAVE_ROPE_PATHS(suffix, F, lanes, ...)                                                                 \
+  __VA_ARGS__ void pack_##suffix(const float* q, const float* k, const float* v, float* qkv, const RopeShape& s,  \
+                                 const Table& tab) {                                                              \
+    const int64_t hd = s.head_dim, half = hd / 2, P = packed_heads(s);                                            \
+    const int64_t cq = s.q_heads * hd, ckv = s.kv_heads * hd, width = cq + 2 * P * hd, rows = s.batch * s.seq;    \
+    CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * width),                                            \
+      const int64_t t = r % s.seq;                                                                                \
+      pack_row<F, lanes>(q + r * cq, k + r * ckv, v + r * ckv, qkv + r * width, tab.cos.data() + t * half,        \
+                         tab.sin.data() + t * half, s, P);)                                                       \
+  }                                                                                                               \
+  __VA_ARGS__ void unpack_##suffix(const float* dqkv, float* dq, float* dk, float* dv, const RopeShape& s,        \
+                                   const Table& tab) {                                                            \
+    const int64_t hd = s.head_dim, half = hd / 2, P = packed_heads(s);                                            \
+    const int64_t cq = s.q_heads * hd, ckv = s.kv_heads * hd, width = cq + 2 * P * hd, rows = s.batch * s.seq;    \
+    CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * width),                                            \
+      const int64_t t = r % s.seq;                                                                                \
+      unpack_row<F, lanes>(dqkv + r * width, dq + r * cq, dk + r * ckv, dv + r * ckv, tab.cos.data() + t * half,  \
+                           tab.sin.data() + t * half, s, P);)                                                     \
   }
+
+CLEAVE_ROPE_PATHS(baseline, detail::f32xN, detail::kLanes, __attribute__((optimize("fp-contract=off"))))
+#if defined(__x86_64__)
+CLEAVE_ROPE_PATHS(avx2, f32x8, 8, __attribute__((target("avx2"), optimize("fp-contract=off"))))
+CLEAVE_ROPE_PATHS(avx512, f32x16, 16, __attribute__((target("avx512f"), optimize("fp-contract=off"))))
+#endif
+#undef CLEAVE_ROPE_PATHS
+
+}  // namespace
+
+void rope_pack_qkv_isa(VectorIsa isa, const float* q, const float* k, const float* v, float* qkv,
+                       const RopeShape& s) {
+  check_shape(s, "rope_pack_qkv");
+  CLEAVE_ASSERT(vector_isa_available(isa), "rope_pack_qkv: instruction set {} is not available on this CPU",
+                static_cast<int>(isa));
+  const Table tab = make_table(s);
+#if defined(__x86_64__)
+  if (isa == VectorIsa::kAvx512) return pack_avx512(q, k, v, qkv, s, tab);
+  if (isa == VectorIsa::kAvx2) return pack_avx2(q, k, v, qkv, s, tab);
+#endif
+  pack_baseline(q, k, v, qkv, s, tab);
+}
+
+void rope_pack_qkv_backward_isa(VectorIsa isa, const float* dqkv, float* dq, float* dk, float* dv,
+                                const RopeShape& s) {
+  check_shape(s, "rope_pack_qkv_backward");
+  CLEAVE_ASSERT(vector_isa_available(isa), "rope_pack_qkv_backward: instruction set {} is not available on this CPU",
+                static_cast<int>(isa));
+  const Table tab = make_table(s);
+#if defined(__x86_64__)
+  if (isa == VectorIsa::kAvx512) return unpack_avx512(dqkv, dq, dk, dv, s, tab);
+  if (isa == VectorIsa::kAvx2) return unpack_avx2(dqkv, dq, dk, dv, s, tab);
+#endif
+  unpack_baseline(dqkv, dq, dk, dv, s, tab);
+}
+
+void rope_pack_qkv(const float* q, const float* k, const float* v, float* qkv, const RopeShape& s) {
+  rope_pack_qkv_isa(best_vector_isa(), q, k, v, qkv, s);
 }
 
 void rope_pack_qkv_backward(const float* dqkv, float* dq, float* dk, float* dv, const RopeShape& s) {
-  check_shape(s, "rope_pack_qkv_backward");
-  const Table tab = make_table(s);
-  const int64_t hd = s.head_dim, half = hd / 2, P = packed_heads(s), r_copies = P / s.kv_heads;
-  const int64_t cq = s.q_heads * hd, ckv = s.kv_heads * hd, cp = P * hd, width = cq + 2 * cp;
-  const int64_t rows = s.batch * s.seq;
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * width))
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t t = r % s.seq;
-    const float* c = tab.cos.data() + t * half;
-    const float* sn = tab.sin.data() + t * half;
-    const float* in = dqkv + r * width;
-    float* dqr = dq + r * cq;
-    float* dkr = dk + r * ckv;
-    float* dvr = dv + r * ckv;
-    for (int64_t h = 0; h < s.q_heads; ++h) unrotate(in + h * hd, dqr + h * hd, c, sn, half);
-    for (int64_t kvh = 0; kvh < s.kv_heads; ++kvh) {
-      float* dkh = dkr + kvh * hd;
-      for (int64_t x = 0; x < hd; ++x) {
-        float ks = in[cq + kvh * r_copies * hd + x], vs = in[cq + cp + kvh * r_copies * hd + x];
-        for (int64_t j = kvh * r_copies + 1; j < (kvh + 1) * r_copies; ++j) {  // the copies, in head order
-          ks += in[cq + j * hd + x];
-          vs += in[cq + cp + j * hd + x];
-        }
-        dkh[x] = ks;
-        dvr[kvh * hd + x] = vs;
-      }
-      unrotate(dkh, dkh, c, sn, half);  // in place: each pair is read before it is written
-    }
-  }
+  rope_pack_qkv_backward_isa(best_vector_isa(), dqkv, dq, dk, dv, s);
 }
 
 }  // namespace cleave::kernels::cpu

@@ -14,6 +14,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/vector_isa.hpp"
+
 namespace cleave::kernels::cpu {
 
 struct RopeShape {
@@ -31,5 +33,12 @@ float rope_angle(int64_t t, int64_t i, const RopeShape& s);
 
 void rope_pack_qkv(const float* q, const float* k, const float* v, float* qkv, const RopeShape& s);
 void rope_pack_qkv_backward(const float* dqkv, float* dq, float* dk, float* dv, const RopeShape& s);
+
+// One vector path (vector_isa.hpp); the functions above run the widest, all giving the same bits. For tests and
+// benchmarks.
+void rope_pack_qkv_isa(VectorIsa isa, const float* q, const float* k, const float* v, float* qkv,
+                       const RopeShape& s);
+void rope_pack_qkv_backward_isa(VectorIsa isa, const float* dqkv, float* dq, float* dk, float* dv,
+                                const RopeShape& s);
 
 }  // namespace cleave::kernels::cpu

@@ -12,8 +12,7 @@ void sgd_update(float* param, const float* grad, float* momentum_buf, int64_t n,
   CLEAVE_CHECK(momentum >= 0.0f, "sgd: momentum must be >= 0, got {}", momentum);
   CLEAVE_CHECK(!nesterov || momentum > 0.0f, "sgd: nesterov momentum requires momentum > 0, got {}", momentum);
   if (momentum == 0.0f) {
-#pragma omp parallel for simd schedule(static) if (detail::worth_parallel(n))
-    for (int64_t i = 0; i < n; ++i) param[i] -= lr * (grad[i] + weight_decay * param[i]);
+    CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel(n), param[i] -= lr * (grad[i] + weight_decay * param[i]);)
     return;
   }
   CLEAVE_ASSERT(momentum_buf != nullptr || n == 0, "sgd_update: momentum {} needs a momentum buffer", momentum);

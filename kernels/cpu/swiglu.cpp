@@ -52,8 +52,7 @@ template <class F>
 #define CLEAVE_SWIGLU_PATHS(suffix, F, lanes, ...)                                                              \
   __VA_ARGS__ void forward_##suffix(const float* gate, const float* up, float* h, int64_t n) {                  \
     const int64_t vectors = n / (lanes);                                                                        \
-    _Pragma("omp parallel for schedule(static) if (detail::worth_parallel(n))")                                 \
-    for (int64_t v = 0; v < vectors; ++v) forward_one<F>(gate, up, h, v * (lanes));                             \
+    CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n), forward_one<F>(gate, up, h, v * (lanes));)       \
     for (int64_t i = vectors * (lanes); i < n; ++i) {                                                           \
       const F g = broadcast<F>(gate[i]);                                                                        \
       h[i] = (g * sigmoid_vec(g) * broadcast<F>(up[i]))[0];                                                     \
@@ -62,14 +61,12 @@ template <class F>
   __VA_ARGS__ void backward_##suffix(const float* gate, const float* up, const float* dh, float* dgate,         \
                                      float* dup, int64_t n) {                                                   \
     const int64_t vectors = n / (lanes);                                                                        \
-    _Pragma("omp parallel for schedule(static) if (detail::worth_parallel(n))")                                 \
-    for (int64_t v = 0; v < vectors; ++v) {                                                                     \
+    CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n),                                                  \
       const int64_t i = v * (lanes);                                                                            \
       F dg, du;                                                                                                 \
       backward_vec(load<F>(gate + i), load<F>(up + i), load<F>(dh + i), dg, du);                                \
       store(dgate + i, dg);                                                                                     \
-      store(dup + i, du);                                                                                       \
-    }                                                                                                           \
+      store(dup + i, du);)                                                                                      \
     for (int64_t i = vectors * (lanes); i < n; ++i) {                                                           \
       F dg, du;                                                                                                 \
       backward_vec(broadcast<F>(gate[i]), broadcast<F>(up[i]), broadcast<F>(dh[i]), dg, du);                    \

@@ -1,11 +1,15 @@
 // RMSNorm kernels against double references on awkward shapes (odd rows, one column, a width past the
-// column block); the input gradient is also checked by central finite differences of a double loss, and
-// the weight gradient accumulates (+=) onto a non-zero start.
+// column block, rows 1 / 17 / 130 by widths 6 / 64 / 96); the input gradient is also checked by central finite
+// differences of a double loss, and the weight gradient accumulates (+=) onto a non-zero start. Every vector path
+// this CPU has (AVX2, AVX-512) gives the baseline path's bits, and 1 and 2 threads give the same bits.
 #include "kernels/cpu/rmsnorm.hpp"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 
 #include "kernel_test_util.hpp"
 
@@ -31,7 +35,8 @@ RefStats reference_forward(const std::vector<float>& x, const std::vector<float>
 }
 
 TEST(KernelRmsNorm, ForwardMatchesDoubleReference) {
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {7, 6}, {13, 37}, {33, 300}}) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 1}, {7, 6}, {13, 37}, {33, 300}, {1, 6}, {1, 64}, {1, 96},
+                            {17, 6}, {17, 64}, {17, 96}, {130, 6}, {130, 64}, {130, 96}}) {
     const auto x = test::random_floats(static_cast<size_t>(rows * cols), 1, 2.0f);
     const auto w = test::random_floats(static_cast<size_t>(cols), 2);
     auto y = test::poisoned(x.size());
@@ -45,7 +50,8 @@ TEST(KernelRmsNorm, ForwardMatchesDoubleReference) {
 }
 
 TEST(KernelRmsNorm, BackwardMatchesDoubleReferenceAndAccumulates) {
-  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 2}, {9, 6}, {17, 129}}) {
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 2}, {9, 6}, {17, 129}, {1, 6}, {1, 64}, {1, 96},
+                            {17, 6}, {17, 64}, {17, 96}, {130, 6}, {130, 64}, {130, 96}, {300, 260}}) {
     const auto x = test::random_floats(static_cast<size_t>(rows * cols), 3, 1.5f);
     const auto w = test::random_floats(static_cast<size_t>(cols), 4);
     const auto dy = test::random_floats(x.size(), 5);
@@ -94,6 +100,71 @@ TEST(KernelRmsNorm, InputGradientMatchesFiniteDifferences) {
   for (size_t i = 0; i < x.size(); ++i) {
     const double fd = test::finite_difference(x, i, 1e-3f, loss);
     EXPECT_NEAR(dx[i], fd, 2e-3 * (1.0 + std::fabs(fd))) << "element " << i;
+  }
+}
+
+struct Outputs {
+  std::vector<float> y, rstd, dx, dw;
+};
+
+Outputs run_all(VectorIsa isa, const std::vector<float>& x, const std::vector<float>& w, const std::vector<float>& dy,
+                int64_t rows, int64_t cols) {
+  Outputs o{test::poisoned(x.size()), test::poisoned(static_cast<size_t>(rows)), test::poisoned(x.size()),
+            test::random_floats(static_cast<size_t>(cols), 99)};
+  rmsnorm_forward_isa(isa, x.data(), w.data(), o.y.data(), o.rstd.data(), rows, cols, kEps);
+  rmsnorm_backward_input_isa(isa, dy.data(), x.data(), w.data(), o.rstd.data(), o.dx.data(), rows, cols);
+  rmsnorm_backward_weight_isa(isa, dy.data(), x.data(), o.rstd.data(), o.dw.data(), rows, cols);
+  return o;
+}
+
+void expect_same_bits(const Outputs& a, const Outputs& b, const std::string& what) {
+  EXPECT_EQ(std::memcmp(a.y.data(), b.y.data(), a.y.size() * sizeof(float)), 0) << "y, " << what;
+  EXPECT_EQ(std::memcmp(a.rstd.data(), b.rstd.data(), a.rstd.size() * sizeof(float)), 0) << "rstd, " << what;
+  EXPECT_EQ(std::memcmp(a.dx.data(), b.dx.data(), a.dx.size() * sizeof(float)), 0) << "dx, " << what;
+  EXPECT_EQ(std::memcmp(a.dw.data(), b.dw.data(), a.dw.size() * sizeof(float)), 0) << "dweight, " << what;
+}
+
+// Widths below, at and past 16 (the lane sums' width) and the weight gradient's 128-column block; a row count
+// large enough to go parallel; an infinity and a NaN in a row that is a full vector on one path and a tail on
+// another propagate the same way.
+TEST(KernelRmsNorm, EveryIsaPathGivesTheSameBits) {
+  EXPECT_TRUE(vector_isa_available(VectorIsa::kBaseline));
+  double norm = 0.0;
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{1, 6}, {17, 64}, {130, 96}, {3, 1}, {5, 15}, {5, 17},
+                            {9, 31}, {4, 129}, {400, 260}}) {
+    auto x = test::random_floats(static_cast<size_t>(rows * cols), 21, 3.0f);
+    const auto w = test::random_floats(static_cast<size_t>(cols), 22);
+    const auto dy = test::random_floats(x.size(), 23);
+    if (rows >= 3) {
+      x[static_cast<size_t>(cols + cols - 1)] = std::numeric_limits<float>::infinity();
+      x[static_cast<size_t>(2 * cols)] = std::numeric_limits<float>::quiet_NaN();
+    }
+    const Outputs base = run_all(VectorIsa::kBaseline, x, w, dy, rows, cols);
+    for (float v : base.dx) norm += std::isfinite(v) ? std::fabs(v) : 0.0;
+    for (VectorIsa isa : {VectorIsa::kAvx2, VectorIsa::kAvx512}) {
+      if (!vector_isa_available(isa)) continue;
+      expect_same_bits(run_all(isa, x, w, dy, rows, cols), base,
+                       "isa " + std::to_string(static_cast<int>(isa)) + ", rows " + std::to_string(rows) +
+                           ", cols " + std::to_string(cols));
+    }
+  }
+  EXPECT_GT(norm, 0.0);
+}
+
+// The deterministic contract: the thread count never changes a bit (shapes that go parallel, and one that does not).
+TEST(KernelRmsNorm, OneAndTwoThreadsGiveTheSameBits) {
+  const int saved = omp_get_max_threads();
+  for (auto [rows, cols] : {std::pair<int64_t, int64_t>{17, 96}, {1024, 128}, {520, 260}}) {
+    const auto x = test::random_floats(static_cast<size_t>(rows * cols), 31, 2.0f);
+    const auto w = test::random_floats(static_cast<size_t>(cols), 32);
+    const auto dy = test::random_floats(x.size(), 33);
+    omp_set_num_threads(1);
+    const Outputs one = run_all(best_vector_isa(), x, w, dy, rows, cols);
+    omp_set_num_threads(2);
+    const Outputs two = run_all(best_vector_isa(), x, w, dy, rows, cols);
+    omp_set_num_threads(saved);
+    expect_same_bits(one, two, "rows " + std::to_string(rows) + ", cols " + std::to_string(cols));
+    EXPECT_GT(test::l2_norm(one.dx), 0.0);
   }
 }
 

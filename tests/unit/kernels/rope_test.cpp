@@ -5,9 +5,11 @@
 #include "kernels/cpu/rope.hpp"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "kernel_test_util.hpp"
@@ -54,6 +56,10 @@ const Case kCases[] = {
     {1, 3, 4, 4, 8, 7, 10000.0f},     // Hkv = Hq, offset
     {3, 7, 3, 1, 2, 1000, 500000.0f},  // one kv head, hd 2, large offset and theta
     {4, 64, 8, 2, 32, 3, 10000.0f},   // parallel
+    {1, 1, 2, 1, 64, 0, 10000.0f},    // one row, hd 64
+    {1, 17, 4, 2, 96, 5, 10000.0f},   // 17 rows, hd 96 (48 pairs: a tail past 16 and 32 lanes)
+    {2, 65, 3, 3, 6, 2, 10000.0f},    // 130 rows, hd 6
+    {2, 65, 4, 1, 96, 0, 500000.0f},  // 130 rows, hd 96, one kv head
 };
 
 TEST(KernelRope, ForwardRotatesAndPacksGroupedHeads) {
@@ -180,6 +186,57 @@ TEST(KernelRope, GroupedPackingKeepsEachKvHeadOnce) {
     for (size_t i = 0; i < k.size(); ++i) rhs += double(k[i]) * dk[i] + double(v[i]) * dv[i];
     EXPECT_NEAR(lhs, rhs, 1e-4 * (1.0 + std::fabs(lhs)));
   }
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+// Every vector path this CPU has (AVX2, AVX-512) gives the baseline path's bits, forward and backward, repeated
+// and grouped layouts (hd 2, 6, 8: all tail; 32, 64, 96: full vectors and tails); and 1 and 2 threads agree.
+TEST(KernelRope, EveryIsaPathAndThreadCountGivesTheSameBits) {
+  double norm = 0.0;
+  const int saved = omp_get_max_threads();
+  for (const Case& c : kCases) {
+    for (bool grouped : {false, true}) {
+      RopeShape s = shape_of(c);
+      if (grouped) s.packed_kv_heads = c.hkv;
+      const int64_t P = grouped ? c.hkv : c.hq;
+      const int64_t cq = c.hq * c.hd, ckv = c.hkv * c.hd, rows = c.b * c.t, width = cq + 2 * P * c.hd;
+      const auto q = test::random_floats(static_cast<size_t>(rows * cq), 41, 2.0f);
+      const auto k = test::random_floats(static_cast<size_t>(rows * ckv), 42);
+      const auto v = test::random_floats(static_cast<size_t>(rows * ckv), 43);
+      const auto dqkv = test::random_floats(static_cast<size_t>(rows * width), 44);
+      auto run = [&](VectorIsa isa) {
+        std::vector<std::vector<float>> out{test::poisoned(static_cast<size_t>(rows * width)),
+                                            test::poisoned(q.size()), test::poisoned(k.size()),
+                                            test::poisoned(v.size())};
+        rope_pack_qkv_isa(isa, q.data(), k.data(), v.data(), out[0].data(), s);
+        rope_pack_qkv_backward_isa(isa, dqkv.data(), out[1].data(), out[2].data(), out[3].data(), s);
+        return out;
+      };
+      const auto base = run(VectorIsa::kBaseline);
+      norm += test::l2_norm(base[0]) + test::l2_norm(base[2]);
+      const std::string what = "hq " + std::to_string(c.hq) + " hkv " + std::to_string(c.hkv) + " hd " +
+                               std::to_string(c.hd) + " rows " + std::to_string(rows) + (grouped ? " grouped" : "");
+      for (VectorIsa isa : {VectorIsa::kAvx2, VectorIsa::kAvx512}) {
+        if (!vector_isa_available(isa)) continue;
+        const auto got = run(isa);
+        for (size_t i = 0; i < got.size(); ++i) {
+          EXPECT_TRUE(same_bits(got[i], base[i])) << "output " << i << ", isa " << static_cast<int>(isa) << ", " << what;
+        }
+      }
+      omp_set_num_threads(1);
+      const auto one = run(best_vector_isa());
+      omp_set_num_threads(2);
+      const auto two = run(best_vector_isa());
+      omp_set_num_threads(saved);
+      for (size_t i = 0; i < one.size(); ++i) {
+        EXPECT_TRUE(same_bits(one[i], two[i])) << "output " << i << ", 1 against 2 threads, " << what;
+      }
+    }
+  }
+  EXPECT_GT(norm, 0.0);
 }
 
 TEST(KernelRope, AngleIsTheF32ProductOfInvFreqAndPosition) {

@@ -5,7 +5,7 @@
 # gathers inside F and B). WORLD 2 (one rank per core): dp2 ZeRO-1 against cp2 ZeRO-1 (the ring's hops inside F, B).
 # Prints rank 0's F, B, REDUCE_GRAD and OPTIMIZER_STEP span sums per run (benchmarks/planner/RESULTS-trial-2026-11-28.md).
 # Usage: benchmarks/planner/trial_terms_control.sh [BUILD_DIR] [CONFIG] [WORLD]; LOCK=/work/build.lock runs each
-# step under the lock.
+# step under the lock; ROUNDS (default 3) traced runs per layout.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd); cleave="$root/${1:-build}/bin/cleave"
 cfg="$root/${2:-examples/gpt_fortunes.json}"; world=${3:-4}
@@ -25,7 +25,7 @@ names="dp4_zero0 cp2dp2_zero3"; [ "$world" = 2 ] && names="dp2_zero1 cp2_zero1"
 for name in $names; do
   echo "== $name: ${layouts[$name]}"
   $cleave simulate --config $cfg --world $world --profile prof.json --explain ${layouts[$name]} 2>&1 | grep -E "^  (forward|input_grad|weight_grad|recompute|context_parallel|zero_gather|data_parallel|optimizer|bubble|total) " || true
-  for round in 1 2 3; do
+  for round in $(seq "${ROUNDS:-3}"); do
     locked mpiexec --oversubscribe -n $world $cleave train $cfg ${layouts[$name]} "${common[@]}" --set train.out_dir=$w/$name.$round < /dev/null > $name.$round.log 2>&1 || { tail -5 $name.$round.log; exit 1; }
     python3 - $w/$name.$round/trace.json << 'PY'
 import json, sys

@@ -9,6 +9,8 @@
 // directory is left alone). No MPI: it plans; with --trial K it launches `mpiexec -n N cleave train` on the top K
 // plans in interleaved rounds, prints predicted against measured (median and spread) and re-ranks only where the
 // measurement is clearer than its spread (engine/cli/plan_trial.hpp); --write then saves the measured first.
+// --explain with --trial: each trained plan's traced step set against its prediction row by row
+// (engine/planner/measured_step.hpp), in the output and in --json.
 // Invariant: --write never overwrites a file; with no plan under the cap it exits non-zero naming the
 // smallest need per memory category and the plan that came closest.
 #include <algorithm>
@@ -32,6 +34,7 @@
 #include "engine/core/progress.hpp"
 #include "engine/core/one_line.hpp"
 #include "engine/planner/hardware_profile.hpp"
+#include "engine/planner/measured_step.hpp"
 #include "engine/planner/plan_ranking.hpp"
 #include "engine/planner/plan_search.hpp"
 
@@ -61,7 +64,9 @@ Run it without mpiexec: --trial K starts `mpiexec -n N cleave train` itself for 
             "write the best plan as a config for `mpirun -np N cleave train FILE`, with a\n"
             "fresh train.out_dir beside the source's, named after FILE (runs/best for best.json)")
       .flag("--explain", "print plan #1's predicted step term by term (compute per block and pass, tp, cp,\n"
-                         "ep, ZeRO, dp, optimizer, P2P, bubble) and each runner-up's difference per term")
+                         "ep, ZeRO, dp, optimizer, P2P, bubble) and each runner-up's difference per term;\n"
+                         "with --trial, also each trained plan's measured step (train.trace's timeline) row\n"
+                         "by row against the prediction, naming the row that disagrees most")
       .text("--json", "FILE",
             "also write every plan that fits (ranked) with its overrides, predicted step time,\n"
             "throughput, bubble and peak memory per rank (refuses to overwrite FILE)")
@@ -198,12 +203,239 @@ void write_plans_json(const std::string& json_path, const std::vector<const plan
     entry["measured_spread"] = ok && std::isfinite(t.measured.spread) ? nlohmann::json(t.measured.spread) : nlohmann::json(nullptr);
     entry["measured_rounds"] = t.round_medians;
     entry["measured_place"] = ok ? nlohmann::json(t.place) : nlohmann::json(nullptr);
+    if (!t.round_steps.empty()) {  // --explain: the traced step row by row (engine/planner/measured_step.hpp)
+      const auto rows = planner::compare_step(t.plan.breakdown, t.measured_step);
+      nlohmann::json terms = nlohmann::json::array();
+      for (const auto& r : rows) {
+        terms.push_back({{"row", r.name}, {"predicted_s", r.predicted_s}, {"measured_s", r.measured_s},
+                         {"predicted_terms", r.predicted_terms}});
+      }
+      entry["measured_terms"] = terms;
+      entry["measured_terms_pp_rank"] = t.measured_step.rank;
+      entry["traced_steps"] = t.round_steps.size();
+      const planner::TermRow* worst = planner::largest_disagreement(rows);
+      entry["largest_disagreement"] = worst ? nlohmann::json(worst->name) : nlohmann::json(nullptr);
+    }
   }
   std::ofstream out(json_path);
   out << nlohmann::json{{"world", world}, {"profile", profile.name}, {"memory_limit", result.memory_limit},
                         {"tie_within", tie_within}, {"plans", plans}}.dump(1)
       << "\n";
   CLEAVE_CHECK(out.good(), "plan: could not write {}", json_path);
+}
+
+// The search's header: the config, the profile and where it came from, the cap, and how ranks share the cores.
+void print_header(const std::string& config_path, int world, const planner::HardwareProfile& profile,
+                  const planner::SearchResult& result) {
+  std::printf("cleave plan: %s on %d ranks | profile: %s\n  (%s)\n  memory cap per rank: %s\n",
+              config_path.empty() ? "<defaults>" : config_path.c_str(), world, profile.name.c_str(),
+              profile.source.c_str(), result.memory_limit > 0 ? format_bytes(result.memory_limit).c_str() : "none");
+  if (profile.cores_per_node > 0) {  // ranks share a node's cores: say how the profile was taken and how it is scaled
+    const int on_node = std::min(world, std::max(1, profile.ranks_per_node));
+    std::printf("  cores: %d per node; the profile's compute was measured with %d rank(s) on %d cores; %d rank(s) per "
+                "node planned%s: each computes on %.2f of a core, priced %.2fx the profile's compute\n",
+                profile.cores_per_node, profile.measured_ranks_per_node,
+                profile.measured_cores > 0 ? profile.measured_cores : profile.cores_per_node, on_node,
+                profile.device_type == DeviceType::kCpu ? " (a cpu profile: every rank on the machine it describes)" : "",
+                profile.cores_per_rank(on_node), profile.core_sharing(on_node));
+  }
+}
+
+// The plans in the order shown: by predicted time, near-ties (within the model's stated error) to the more headroom.
+struct Ordering {
+  std::vector<planner::PredictedPlan> predicted;  // per plan of result.ranked: step and peak / cap
+  std::vector<planner::Placed> placed;            // the order shown, with tie groups
+  std::vector<const planner::PlanEstimate*> ordered;
+  std::vector<std::string> tie_note;              // each row's "  tie #1-#3" suffix, or ""
+};
+
+Ordering order_plans(const planner::SearchResult& result, double tie_within) {
+  Ordering o;
+  std::int64_t largest_peak = 1;
+  for (const auto& e : result.ranked) largest_peak = std::max(largest_peak, e.peak_bytes);
+  const auto headroom_denominator = static_cast<double>(result.memory_limit > 0 ? result.memory_limit : largest_peak);
+  std::vector<planner::PredictedPlan>& predicted = o.predicted;
+  for (const auto& e : result.ranked) predicted.push_back({e.step_s, static_cast<double>(e.peak_bytes) / headroom_denominator});
+  o.placed = planner::rank_predicted(predicted, tie_within);
+  const std::vector<planner::Placed>& placed = o.placed;
+  std::vector<const planner::PlanEstimate*>& ordered = o.ordered;
+  for (const auto& p : placed) ordered.push_back(&result.ranked[p.index]);
+  // Each tie group's rows ("#1-#3"), for the rows' suffix.
+  std::vector<std::string>& tie_note = o.tie_note;
+  tie_note.resize(placed.size());
+  for (std::size_t i = 0; i < placed.size();) {
+    std::size_t end = i + 1;
+    while (end < placed.size() && placed[end].place == placed[i].place) ++end;
+    if (end - i > 1) {
+      for (std::size_t k = i; k < end; ++k) tie_note[k] = fmt::format("  tie #{}-#{}", i + 1, end);
+    }
+    i = end;
+  }
+  return o;
+}
+
+// The top `shown` plans as a table, the layouts that oversubscribe the cores, and the engine's most frequent refusal.
+void print_plans(const planner::SearchResult& result, const Ordering& o, int shown, double tie_within) {
+  const auto& ordered = o.ordered;
+  const auto& tie_note = o.tie_note;
+  int invalid = 0, over = 0;
+  for (const auto& r : result.rejected) (r.valid ? over : invalid) += 1;
+  std::printf("\nplans predicted within %.1f%% of their group's fastest are tied (the model's stated error, "
+              "--tie-within); a tie goes to the lowest peak %s\n", 100 * tie_within,
+              result.memory_limit > 0 ? "/ cap" : "memory");
+  std::printf("%3s  %-13s %2s %-17s %5s %4s %2s %-9s %10s %12s %7s  %s\n", "#", "layout", "v", "schedule", "micro",
+              "zero", "sp", "recompute", "step ms", (result.unit + "/s").c_str(), "bubble", "peak memory / rank");
+  for (int i = 0; i < shown; ++i) {
+    const auto& e = *ordered[static_cast<std::size_t>(i)];
+    std::printf("%3d  %-13s %2d %-17s %5lld %4s %2s %-9s %10s %12.0f %7.3f  %s (pp rank %d)%s%s\n", i + 1,
+                e.choice.layout().c_str(), e.choice.virtual_stages, e.choice.schedule.c_str(),
+                static_cast<long long>(e.choice.micro_batch), e.choice.zero_label().c_str(), e.choice.sequence_parallel ? "y" : "-", std::string(enum_name(e.choice.recompute)).c_str(),
+                ms(e.step_s).c_str(), e.items_per_s, e.bubble, format_bytes(e.peak_bytes).c_str(), e.peak_rank,
+                result.memory_limit > 0
+                    ? fmt::format(" = {:.0f}% of cap", 100.0 * static_cast<double>(e.peak_bytes) / static_cast<double>(result.memory_limit)).c_str()
+                    : "",
+                tie_note[static_cast<std::size_t>(i)].c_str());
+  }
+  // Layouts that put more ranks on a node than it has cores: priced by their share of the cores, and said so.
+  std::vector<std::string> warned;
+  for (int i = 0; i < shown; ++i) {
+    const auto& e = *ordered[static_cast<std::size_t>(i)];
+    if (!e.oversubscribed() || std::find(warned.begin(), warned.end(), e.choice.layout()) != warned.end()) continue;
+    warned.push_back(e.choice.layout());
+    std::printf("warning: %s\n", planner::oversubscription_warning(e).c_str());
+  }
+  // The engine's most frequent refusal (more stages than blocks, a lever this build does not have, ...).
+  std::map<std::string, int> refusals;
+  for (const auto& r : result.rejected) {
+    if (!r.valid) refusals[r.reason] += 1;
+  }
+  const auto most = std::max_element(refusals.begin(), refusals.end(),
+                                     [](const auto& a, const auto& b) { return a.second < b.second; });
+  std::printf("\n%d of %zu plans that fit shown; %d over the memory cap, %d the engine refuses%s.\n", shown,
+              result.ranked.size(), over, invalid,
+              most == refusals.end() ? ""
+                                     : fmt::format(" ({} of them: {})", most->second, shorten_at_word(most->first, 200)).c_str());
+}
+
+// --trial with --explain: per plan trained, its measured step against the prediction row by row (the kinds of
+// action a timeline times apart, engine/planner/measured_step.hpp), and the row that disagrees most.
+void print_trial_terms(const TrialOutcome& trial) {
+  std::vector<const TrialResult*> by_prediction;
+  for (const auto& t : trial.ranked) by_prediction.push_back(&t);
+  std::sort(by_prediction.begin(), by_prediction.end(),
+            [](const TrialResult* a, const TrialResult* b) { return a->predicted_place < b->predicted_place; });
+  std::printf("\npredicted against measured, term by term: each round's last step (train.trace's timeline) on the "
+              "plan's busiest predicted pp rank, the median per row over the rounds; tp/cp/ep collectives and ZeRO-3 "
+              "gathers run inside the F/I/W spans and are compared with them; idle time before a tensor from a peer "
+              "is bubble until the peer sent it, point_to_point after:\n");
+  for (const TrialResult* t : by_prediction) {
+    const auto& c = t->plan.choice;
+    std::printf("plan #%d %s %s v%d micro %lld zero %s%s recompute %s, pp rank %d:", t->predicted_place,
+                c.layout().c_str(), c.schedule.c_str(), c.virtual_stages, static_cast<long long>(c.micro_batch),
+                c.zero_label().c_str(), c.sequence_parallel ? " sp" : "", std::string(enum_name(c.recompute)).c_str(),
+                t->plan.breakdown.rank);
+    if (t->round_steps.empty()) {
+      std::printf(" no traced step (%s)\n", t->error.empty() ? "no trace.json was read" : t->error.c_str());
+      continue;
+    }
+    std::printf(" %zu traced step(s); the trial's median step %s ms\n", t->round_steps.size(),
+                t->measured.measured ? ms(t->measured.median_s).c_str() : "-");
+    for (const auto& line : planner::comparison_table(planner::compare_step(t->plan.breakdown, t->measured_step))) {
+      std::printf("%s\n", line.c_str());
+    }
+  }
+}
+
+// --trial: the top `trials` plans trained for real in interleaved rounds, predicted against measured, re-ranked
+// where the measurement is clear; with --explain each plan's traced step against its prediction, term by term.
+TrialOutcome trial_plans(const Args& args, const std::string& config_path, const std::vector<std::string>& overrides,
+                         const Ordering& o, const planner::SearchResult& result, const std::string& limit_text,
+                         int world, int trials, bool explain) {
+  const auto& ordered = o.ordered;
+  TrialOutcome trial;
+  TrialOptions to;
+  to.world = world;
+  to.steps = static_cast<int>(args.count("--trial-steps"));
+  to.max_rounds = static_cast<int>(args.count("--trial-rounds"));
+  to.spread_bound = args.number("--trial-spread");
+  to.budget_s = args.number("--trial-budget");
+  to.launcher = args.text("--launcher");
+  to.memory_limit = limit_text.empty() ? 0 : result.memory_limit;
+  to.measure_terms = explain;
+  const auto launcher = trial_launcher(to.launcher, world);
+  std::string launch;
+  for (const auto& w : launcher) launch += (launch.empty() ? "" : " ") + w;
+  std::vector<planner::PlanEstimate> top_plans;
+  for (int i = 0; i < std::min<int>(trials, static_cast<int>(ordered.size())); ++i) top_plans.push_back(*ordered[static_cast<std::size_t>(i)]);
+  std::printf("\ntrial: the top %zu plans in interleaved rounds of %d steps each (%s cleave train ...; a run's figure "
+              "is its median step after the first %d); rounds until every spread <= %.1f%% (at least %d rounds), "
+              "at most %d rounds or %s:\n", top_plans.size(), to.steps, launch.c_str(), kTrialWarmupSteps,
+              100 * to.spread_bound, std::min(kTrialMinRounds, to.max_rounds), to.max_rounds,
+              format_seconds(to.budget_s).c_str());
+  std::fflush(stdout);
+  trial = run_trials(config_path, overrides, top_plans, to);
+  std::printf("%9s %3s  %-13s %2s %-17s %5s %4s %2s %-9s %10s %10s %8s %6s %9s\n", "measured", "#", "layout", "v",
+              "schedule", "micro", "zero", "sp", "recompute", "pred ms", "meas ms", "spread", "rounds", "pred/meas");
+  for (const auto& t : trial.ranked) {
+    const auto& c = t.plan.choice;
+    const bool ok = t.measured.measured;
+    const std::string place = ok ? fmt::format("{:>9}", fmt::format("{}{}", t.place, t.tied ? "=" : "")) : fmt::format("{:>9}", "failed");
+    const std::string spread = !ok ? "-" : std::isfinite(t.measured.spread) ? fmt::format("{:.1f}%", 100 * t.measured.spread) : "-";
+    std::printf("%s %3d  %-13s %2d %-17s %5lld %4s %2s %-9s %10s %10s %8s %6zu %9s%s\n", place.c_str(), t.predicted_place,
+                c.layout().c_str(), c.virtual_stages, c.schedule.c_str(), static_cast<long long>(c.micro_batch),
+                c.zero_label().c_str(), c.sequence_parallel ? "y" : "-", std::string(enum_name(c.recompute)).c_str(), ms(t.plan.step_s).c_str(),
+                ok ? ms(t.measured.median_s).c_str() : "-", spread.c_str(), t.round_medians.size(),
+                ok ? fmt::format("{:.2f}", t.plan.step_s / t.measured.median_s).c_str() : "-",
+                ok ? "" : ("  " + t.error).c_str());
+  }
+  std::printf("stopped: %s. Spread = (max - min) / 2 / median of a plan's round medians; a plan moves ahead only of "
+              "plans whose range it clears (median x (1 +- spread)), '=' marks overlapping ranges\n",
+              trial.stopped.c_str());
+  CLEAVE_CHECK(!trial.ranked.empty() && trial.ranked.front().measured.measured,
+               "plan --trial: none of the {} plans trained ({}); run one by hand with --write and `mpiexec -n {} "
+               "cleave train`", trial.ranked.size(), trial.ranked.empty() ? "-" : trial.ranked.front().error, world);
+  const auto& front = trial.ranked.front();
+  if (front.predicted_place != 1) {
+    std::string first = "failed";
+    for (const auto& t : trial.ranked) {
+      if (t.predicted_place == 1 && t.measured.measured) first = ms(t.measured.median_s) + " ms";
+    }
+    std::printf("re-ranked by measurement: plan #%d measured clearly faster (%s ms against #1's %s)\n",
+                front.predicted_place, ms(front.measured.median_s).c_str(), first.c_str());
+  } else if (front.tied) {
+    const auto overlapping = std::count_if(trial.ranked.begin(), trial.ranked.end(),
+                                           [&](const TrialResult& t) { return t.place == front.place; });
+    std::printf("the planner's #1 stays first: no plan measured clearly faster (the first %ld overlap)\n",
+                static_cast<long>(overlapping));
+  } else {
+    std::printf("the planner's #1 measured clearly fastest\n");
+  }
+  if (explain) print_trial_terms(trial);
+  return trial;
+}
+
+// --write: the best plan (the measured first after --trial) as a config `cleave train` runs unchanged.
+void write_best_plan(const std::string& write_path, const std::string& config_path,
+                     const std::vector<std::string>& overrides, const planner::PlanEstimate& best, int best_place,
+                     const planner::HardwareProfile& profile, const planner::SearchResult& result,
+                     const std::string& limit_text, int world) {
+  std::vector<std::string> all = overrides;
+  for (const auto& o : best.choice.overrides()) all.push_back(o);
+  config::RunConfig chosen = config::load_config(config_path, all);
+  if (chosen.device.type == DeviceType::kCpu && profile.device_type == DeviceType::kCuda) chosen.device.type = DeviceType::kCuda;
+  // The cap asked for on the command line travels with the plan: training then refuses a plan over it and
+  // the allocator enforces it (a cap from the config is there already).
+  if (!limit_text.empty()) chosen.device.memory_limit = result.memory_limit;
+  // The plan is a new run: its own train.out_dir beside the source's, named after the plan file (the source's
+  // directory may already hold the run the plan was made from, and train refuses to write over a run).
+  const std::string source_out_dir = chosen.train.out_dir;
+  chosen.train.out_dir = plan_out_dir(source_out_dir, write_path);
+  std::ofstream out(write_path);
+  out << config::to_json(chosen) << "\n";
+  CLEAVE_CHECK(out.good(), "plan: could not write {}", write_path);
+  std::printf("\nwrote plan #%d to %s (train.out_dir %s, a fresh directory; the source config's was %s): "
+              "mpirun -np %d cleave train %s\n",
+              best_place, write_path.c_str(), chosen.train.out_dir.c_str(), source_out_dir.c_str(), world, write_path.c_str());
 }
 
 }  // namespace
@@ -242,157 +474,19 @@ int run_plan(int argc, char** argv) {
                "figure or a value >= 1", options.ep_imbalance);
   const planner::SearchResult result = planner::search_plans(config_path, overrides, profile, options);
 
-  std::printf("cleave plan: %s on %d ranks | profile: %s\n  (%s)\n  memory cap per rank: %s\n",
-              config_path.empty() ? "<defaults>" : config_path.c_str(), world, profile.name.c_str(),
-              profile.source.c_str(), result.memory_limit > 0 ? format_bytes(result.memory_limit).c_str() : "none");
-  if (profile.cores_per_node > 0) {  // ranks share a node's cores: say how the profile was taken and how it is scaled
-    const int on_node = std::min(world, std::max(1, profile.ranks_per_node));
-    std::printf("  cores: %d per node; the profile's compute was measured with %d rank(s) on %d cores; %d rank(s) per "
-                "node planned%s: each computes on %.2f of a core, priced %.2fx the profile's compute\n",
-                profile.cores_per_node, profile.measured_ranks_per_node,
-                profile.measured_cores > 0 ? profile.measured_cores : profile.cores_per_node, on_node,
-                profile.device_type == DeviceType::kCpu ? " (a cpu profile: every rank on the machine it describes)" : "",
-                profile.cores_per_rank(on_node), profile.core_sharing(on_node));
-  }
-  int invalid = 0, over = 0;
-  for (const auto& r : result.rejected) (r.valid ? over : invalid) += 1;
+  print_header(config_path, world, profile, result);
   if (result.ranked.empty()) throw_nothing_fits(result, world, limit_text);
-  // The order shown: by predicted time, near-ties (within the model's stated error) to the more headroom.
-  std::int64_t largest_peak = 1;
-  for (const auto& e : result.ranked) largest_peak = std::max(largest_peak, e.peak_bytes);
-  const auto headroom_denominator = static_cast<double>(result.memory_limit > 0 ? result.memory_limit : largest_peak);
-  std::vector<planner::PredictedPlan> predicted;
-  for (const auto& e : result.ranked) predicted.push_back({e.step_s, static_cast<double>(e.peak_bytes) / headroom_denominator});
-  const std::vector<planner::Placed> placed = planner::rank_predicted(predicted, tie_within);
-  std::vector<const planner::PlanEstimate*> ordered;
-  for (const auto& p : placed) ordered.push_back(&result.ranked[p.index]);
-  // Each tie group's rows ("#1-#3"), for the rows' suffix.
-  std::vector<std::string> tie_note(placed.size());
-  for (std::size_t i = 0; i < placed.size();) {
-    std::size_t end = i + 1;
-    while (end < placed.size() && placed[end].place == placed[i].place) ++end;
-    if (end - i > 1) {
-      for (std::size_t k = i; k < end; ++k) tie_note[k] = fmt::format("  tie #{}-#{}", i + 1, end);
-    }
-    i = end;
-  }
-  std::printf("\nplans predicted within %.1f%% of their group's fastest are tied (the model's stated error, "
-              "--tie-within); a tie goes to the lowest peak %s\n", 100 * tie_within,
-              result.memory_limit > 0 ? "/ cap" : "memory");
-  std::printf("%3s  %-13s %2s %-17s %5s %4s %2s %-9s %10s %12s %7s  %s\n", "#", "layout", "v", "schedule", "micro",
-              "zero", "sp", "recompute", "step ms", (result.unit + "/s").c_str(), "bubble", "peak memory / rank");
-  const int shown = std::min<int>(top, static_cast<int>(ordered.size()));
-  for (int i = 0; i < shown; ++i) {
-    const auto& e = *ordered[static_cast<std::size_t>(i)];
-    std::printf("%3d  %-13s %2d %-17s %5lld %4s %2s %-9s %10s %12.0f %7.3f  %s (pp rank %d)%s%s\n", i + 1,
-                e.choice.layout().c_str(), e.choice.virtual_stages, e.choice.schedule.c_str(),
-                static_cast<long long>(e.choice.micro_batch), e.choice.zero_label().c_str(), e.choice.sequence_parallel ? "y" : "-", std::string(enum_name(e.choice.recompute)).c_str(),
-                ms(e.step_s).c_str(), e.items_per_s, e.bubble, format_bytes(e.peak_bytes).c_str(), e.peak_rank,
-                result.memory_limit > 0
-                    ? fmt::format(" = {:.0f}% of cap", 100.0 * static_cast<double>(e.peak_bytes) / static_cast<double>(result.memory_limit)).c_str()
-                    : "",
-                tie_note[static_cast<std::size_t>(i)].c_str());
-  }
-  // Layouts that put more ranks on a node than it has cores: priced by their share of the cores, and said so.
-  std::vector<std::string> warned;
-  for (int i = 0; i < shown; ++i) {
-    const auto& e = *ordered[static_cast<std::size_t>(i)];
-    if (!e.oversubscribed() || std::find(warned.begin(), warned.end(), e.choice.layout()) != warned.end()) continue;
-    warned.push_back(e.choice.layout());
-    std::printf("warning: %s\n", planner::oversubscription_warning(e).c_str());
-  }
-  // The engine's most frequent refusal (more stages than blocks, a lever this build does not have, ...).
-  std::map<std::string, int> refusals;
-  for (const auto& r : result.rejected) {
-    if (!r.valid) refusals[r.reason] += 1;
-  }
-  const auto most = std::max_element(refusals.begin(), refusals.end(),
-                                     [](const auto& a, const auto& b) { return a.second < b.second; });
-  std::printf("\n%d of %zu plans that fit shown; %d over the memory cap, %d the engine refuses%s.\n", shown,
-              result.ranked.size(), over, invalid,
-              most == refusals.end() ? ""
-                                     : fmt::format(" ({} of them: {})", most->second, shorten_at_word(most->first, 200)).c_str());
-  if (explain) print_explain(ordered, shown);
-  // --trial: the top plans trained for real in interleaved rounds, re-ranked where the measurement is clear.
-  TrialOutcome trial;
-  if (trials > 0) {
-    TrialOptions to;
-    to.world = world;
-    to.steps = static_cast<int>(args.count("--trial-steps"));
-    to.max_rounds = static_cast<int>(args.count("--trial-rounds"));
-    to.spread_bound = args.number("--trial-spread");
-    to.budget_s = args.number("--trial-budget");
-    to.launcher = args.text("--launcher");
-    to.memory_limit = limit_text.empty() ? 0 : result.memory_limit;
-    const auto launcher = trial_launcher(to.launcher, world);
-    std::string launch;
-    for (const auto& w : launcher) launch += (launch.empty() ? "" : " ") + w;
-    std::vector<planner::PlanEstimate> top_plans;
-    for (int i = 0; i < std::min<int>(trials, static_cast<int>(ordered.size())); ++i) top_plans.push_back(*ordered[static_cast<std::size_t>(i)]);
-    std::printf("\ntrial: the top %zu plans in interleaved rounds of %d steps each (%s cleave train ...; a run's figure "
-                "is its median step after the first %d); rounds until every spread <= %.1f%% (at least %d rounds), "
-                "at most %d rounds or %s:\n", top_plans.size(), to.steps, launch.c_str(), kTrialWarmupSteps,
-                100 * to.spread_bound, std::min(kTrialMinRounds, to.max_rounds), to.max_rounds,
-                format_seconds(to.budget_s).c_str());
-    std::fflush(stdout);
-    trial = run_trials(config_path, overrides, top_plans, to);
-    std::printf("%9s %3s  %-13s %2s %-17s %5s %4s %2s %-9s %10s %10s %8s %6s %9s\n", "measured", "#", "layout", "v",
-                "schedule", "micro", "zero", "sp", "recompute", "pred ms", "meas ms", "spread", "rounds", "pred/meas");
-    for (const auto& t : trial.ranked) {
-      const auto& c = t.plan.choice;
-      const bool ok = t.measured.measured;
-      const std::string place = ok ? fmt::format("{:>9}", fmt::format("{}{}", t.place, t.tied ? "=" : "")) : fmt::format("{:>9}", "failed");
-      const std::string spread = !ok ? "-" : std::isfinite(t.measured.spread) ? fmt::format("{:.1f}%", 100 * t.measured.spread) : "-";
-      std::printf("%s %3d  %-13s %2d %-17s %5lld %4s %2s %-9s %10s %10s %8s %6zu %9s%s\n", place.c_str(), t.predicted_place,
-                  c.layout().c_str(), c.virtual_stages, c.schedule.c_str(), static_cast<long long>(c.micro_batch),
-                  c.zero_label().c_str(), c.sequence_parallel ? "y" : "-", std::string(enum_name(c.recompute)).c_str(), ms(t.plan.step_s).c_str(),
-                  ok ? ms(t.measured.median_s).c_str() : "-", spread.c_str(), t.round_medians.size(),
-                  ok ? fmt::format("{:.2f}", t.plan.step_s / t.measured.median_s).c_str() : "-",
-                  ok ? "" : ("  " + t.error).c_str());
-    }
-    std::printf("stopped: %s. Spread = (max - min) / 2 / median of a plan's round medians; a plan moves ahead only of "
-                "plans whose range it clears (median x (1 +- spread)), '=' marks overlapping ranges\n",
-                trial.stopped.c_str());
-    CLEAVE_CHECK(!trial.ranked.empty() && trial.ranked.front().measured.measured,
-                 "plan --trial: none of the {} plans trained ({}); run one by hand with --write and `mpiexec -n {} "
-                 "cleave train`", trial.ranked.size(), trial.ranked.empty() ? "-" : trial.ranked.front().error, world);
-    const auto& front = trial.ranked.front();
-    if (front.predicted_place != 1) {
-      std::string first = "failed";
-      for (const auto& t : trial.ranked) {
-        if (t.predicted_place == 1 && t.measured.measured) first = ms(t.measured.median_s) + " ms";
-      }
-      std::printf("re-ranked by measurement: plan #%d measured clearly faster (%s ms against #1's %s)\n",
-                  front.predicted_place, ms(front.measured.median_s).c_str(), first.c_str());
-    } else if (front.tied) {
-      const auto overlapping = std::count_if(trial.ranked.begin(), trial.ranked.end(),
-                                             [&](const TrialResult& t) { return t.place == front.place; });
-      std::printf("the planner's #1 stays first: no plan measured clearly faster (the first %ld overlap)\n",
-                  static_cast<long>(overlapping));
-    } else {
-      std::printf("the planner's #1 measured clearly fastest\n");
-    }
-  }
-  if (!json_path.empty()) write_plans_json(json_path, ordered, placed, predicted, trial, world, profile, result, tie_within);
+  const Ordering o = order_plans(result, tie_within);
+  const int shown = std::min<int>(top, static_cast<int>(o.ordered.size()));
+  print_plans(result, o, shown, tie_within);
+  if (explain) print_explain(o.ordered, shown);
+  const TrialOutcome trial =
+      trials > 0 ? trial_plans(args, config_path, overrides, o, result, limit_text, world, trials, explain) : TrialOutcome{};
+  if (!json_path.empty()) write_plans_json(json_path, o.ordered, o.placed, o.predicted, trial, world, profile, result, tie_within);
   if (!write_path.empty()) {
-    const auto& best = trial.ranked.empty() ? *ordered.front() : trial.ranked.front().plan;
-    std::vector<std::string> all = overrides;
-    for (const auto& o : best.choice.overrides()) all.push_back(o);
-    config::RunConfig chosen = config::load_config(config_path, all);
-    if (chosen.device.type == DeviceType::kCpu && profile.device_type == DeviceType::kCuda) chosen.device.type = DeviceType::kCuda;
-    // The cap asked for on the command line travels with the plan: training then refuses a plan over it and
-    // the allocator enforces it (a cap from the config is there already).
-    if (!limit_text.empty()) chosen.device.memory_limit = result.memory_limit;
-    // The plan is a new run: its own train.out_dir beside the source's, named after the plan file (the source's
-    // directory may already hold the run the plan was made from, and train refuses to write over a run).
-    const std::string source_out_dir = chosen.train.out_dir;
-    chosen.train.out_dir = plan_out_dir(source_out_dir, write_path);
-    std::ofstream out(write_path);
-    out << config::to_json(chosen) << "\n";
-    CLEAVE_CHECK(out.good(), "plan: could not write {}", write_path);
-    std::printf("\nwrote plan #%d to %s (train.out_dir %s, a fresh directory; the source config's was %s): "
-                "mpirun -np %d cleave train %s\n",
-                trial.ranked.empty() ? 1 : trial.ranked.front().predicted_place, write_path.c_str(), chosen.train.out_dir.c_str(), source_out_dir.c_str(), world, write_path.c_str());
+    const bool measured = !trial.ranked.empty();
+    write_best_plan(write_path, config_path, overrides, measured ? trial.ranked.front().plan : *o.ordered.front(),
+                    measured ? trial.ranked.front().predicted_place : 1, profile, result, limit_text, world);
   }
   return 0;
 }

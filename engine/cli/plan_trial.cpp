@@ -10,7 +10,9 @@
 #include <chrono>
 #include <cerrno>
 #include <cstdlib>
+#include <cstdio>
 #include <filesystem>
+#include <iterator>
 #include <fstream>
 #include <sstream>
 #include <system_error>
@@ -75,6 +77,19 @@ double median_step_s(const std::string& metrics) {
   return n % 2 ? steps[n / 2] : (steps[n / 2 - 1] + steps[n / 2]) / 2;
 }
 
+// The run's traced last step (trace.json), attributed on the plan's busiest predicted pp rank; a trace that
+// cannot be read is said on stderr and adds nothing (the step time still counts).
+void add_traced_step(TrialResult& r, const std::string& trace) {
+  std::ifstream in(trace);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  try {
+    CLEAVE_CHECK(in.good() || in.eof(), "cannot read {}", trace);
+    r.round_steps.push_back(planner::measure_step(planner::read_chrome_trace(text, trace), r.plan.breakdown.rank));
+  } catch (const Error& e) {
+    std::fprintf(stderr, "trial: no term-by-term figures from this run: %s\n", e.what());
+  }
+}
+
 }  // namespace
 
 std::vector<std::string> trial_launcher(const std::string& launcher, int world) {
@@ -126,6 +141,7 @@ TrialOutcome run_trials(const std::string& config_path, const std::vector<std::s
                                 std::string("checkpoint.save_final=false"), std::string("checkpoint.interval=0")}) {
       all.push_back(o);
     }
+    if (options.measure_terms) all.push_back("train.trace=true");
     config::RunConfig trial = config::load_config(config_path, all);
     if (options.memory_limit > 0) trial.device.memory_limit = options.memory_limit;
     plan_files.push_back((dir / fmt::format("plan_{}.json", i + 1)).string());
@@ -180,11 +196,13 @@ TrialOutcome run_trials(const std::string& config_path, const std::vector<std::s
                       c.virtual_stages, c.micro_batch, c.zero_stage, c.sequence_parallel ? " sp" : "", c.recompute);
       if (median > 0) {
         r.round_medians.push_back(median);
+        if (options.measure_terms) add_traced_step(r, (run / "trace.json").string());
         any = true;
         progress.line(fmt::format("{}: median step {:.2f} ms, {}", what, median * 1e3, format_seconds(since(started))));
       } else {
         r.error = fmt::format("exit {}: {}", status, last_line(log));
         r.round_medians.clear();  // a plan that failed once is not ranked on its other rounds
+        r.round_steps.clear();
         progress.line(fmt::format("{}: failed ({})", what, r.error));
       }
     }
@@ -204,6 +222,7 @@ TrialOutcome run_trials(const std::string& config_path, const std::vector<std::s
   std::vector<planner::MeasuredPlan> figures;
   for (auto& r : results) {
     r.measured = planner::summarize_rounds(r.round_medians);
+    r.measured_step = planner::median_step(r.round_steps);
     figures.push_back(r.measured);
   }
   for (const planner::Placed& p : planner::rank_measured(figures)) {

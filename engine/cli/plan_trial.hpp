@@ -13,6 +13,9 @@
 // half-range of its round medians, engine/planner/plan_ranking.hpp) at most `spread_bound`, when `max_rounds` ran,
 // or before a round that would end past `budget_s` (the last round's length is the estimate; the first round
 // always runs). The re-ranking is planner::rank_measured.
+// With measure_terms (`--explain`) each run also sets train.trace: its trace.json (the last step's timeline) is
+// attributed term by term on the plan's busiest predicted pp rank (engine/planner/measured_step.hpp); a run whose
+// trace cannot be read keeps its step time and adds no terms.
 // Invariant: a plan that fails to train is reported with the last line of its log, runs no further rounds and is
 // ranked after every plan that measured; the trial's files live in a temporary directory removed afterwards.
 #pragma once
@@ -20,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/planner/measured_step.hpp"
 #include "engine/planner/plan_ranking.hpp"
 #include "engine/planner/plan_search.hpp"
 
@@ -36,6 +40,7 @@ struct TrialOptions {
   double budget_s = 600;      // --trial-budget: no round is started that would end after it
   std::string launcher;       // "" = mpiexec (+ --oversubscribe when world > cores)
   std::int64_t memory_limit = 0;  // a cap given on the command line, carried into each trial's config
+  bool measure_terms = false; // --explain: train.trace on, each run's last step attributed term by term
 };
 
 struct TrialResult {
@@ -46,6 +51,10 @@ struct TrialResult {
   int place = 0;                     // measured place (shared by plans whose ranges overlap)
   bool tied = false;
   std::string error;                 // why it did not measure (the log's last line)
+  // With TrialOptions::measure_terms: each round's traced last step on the plan's busiest predicted pp rank
+  // (planner::measure_step), and per field their median.
+  std::vector<planner::MeasuredStep> round_steps;
+  planner::MeasuredStep measured_step;
 };
 
 struct TrialOutcome {

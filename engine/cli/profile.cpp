@@ -86,6 +86,153 @@ std::string today() {
   return text;
 }
 
+// What one `cleave profile` run was asked for on the command line.
+struct ProfileCommand {
+  std::string config_path, out_path;
+  std::vector<std::string> overrides;
+  int plan_world = 0;  // 0: the mpirun world size
+  int repeats = 0, rounds = 0;
+  bool cold_caches = true;
+};
+
+ProfileCommand read_command(const Args& args) {
+  ProfileCommand c;
+  c.config_path = args.positional(0);
+  c.out_path = args.text("--out");
+  c.overrides = args.all("--set");
+  c.plan_world = args.given("--world") ? static_cast<int>(args.count("--world")) : 0;
+  c.repeats = static_cast<int>(args.count("--repeats"));
+  c.rounds = static_cast<int>(args.count("--rounds"));
+  c.cold_caches = !args.on("--warm-caches");
+  CLEAVE_CHECK(!c.config_path.empty(), "profile: give the config whose model to measure (see cleave profile --help)");
+  CLEAVE_CHECK(!std::filesystem::exists(c.out_path), "profile: {} exists; not overwriting it (choose another --out)",
+               c.out_path);
+  check_output_file("profile: --out", c.out_path);  // its directory writable, before minutes of measuring
+  return c;
+}
+
+// --tp t: a width the model's family splits over and that divides its heads and d_ff; throws naming both.
+void check_tp_width(const partition::ModelSpec& spec, int t) {
+  const auto can_split = [](const partition::Family& f) { return f.check_tensor_parallel != nullptr; };
+  CLEAVE_CHECK(t == 1 || can_split(partition::family(spec.type)),
+               "profile: --tp {}: only a {} splits over tensor-parallel ranks", t,
+               partition::family_names(can_split, "or"));
+  if (t == 1) return;
+  const auto allowed = partition::family(spec.type).tp_sizes(spec);
+  if (std::find(allowed.begin(), allowed.end(), t) != allowed.end()) return;
+  const auto g = spec.token_sizes();
+  std::string why = fmt::format("tp sizes this model allows: {}", fmt::join(allowed, ", "));
+  try {
+    partition::check_tensor_parallel(spec, t);
+  } catch (const ConfigKeyError& e) {
+    why = e.what();
+  }
+  CLEAVE_THROW("profile: --tp {} does not divide n_heads {} and d_ff {} ({})", t, g.n_heads, g.d_ff, why);
+}
+
+// The tensor-parallel widths to time: --tp, else every width the family allows that divides the planned world.
+std::vector<int> tp_widths_to_time(const Args& args, const partition::ModelSpec& spec, int plan_world,
+                                   std::vector<int> widths) {
+  if (args.given("--tp")) {
+    widths.clear();
+    for (auto t : args.counts("--tp")) widths.push_back(static_cast<int>(t));
+  } else if (const auto tp_sizes = partition::family(spec.type).tp_sizes) {
+    widths.clear();
+    for (auto t : tp_sizes(spec)) {
+      if (plan_world % t == 0) widths.push_back(static_cast<int>(t));
+    }
+  }
+  for (int t : widths) check_tp_width(spec, t);
+  return widths;
+}
+
+// The micro-batch sizes to time: --micro-batches, else the divisors of the global batch up to 32.
+std::vector<std::int64_t> micro_batches_to_time(const Args& args, const config::RunConfig& config, int ranks) {
+  if (args.given("--micro-batches")) return args.counts("--micro-batches");
+  config::RunConfig resolved = config;
+  std::int64_t global = config.batch.global_batch_size.value_or(0);
+  if (global == 0) {
+    resolved.resolve(ranks);
+    global = resolved.resolved_batch().global_batch_size;
+  }
+  std::vector<std::int64_t> sizes;
+  for (std::int64_t m = 1; m <= std::min<std::int64_t>(global, 32); ++m) {
+    if (global % m == 0) sizes.push_back(m);
+  }
+  return sizes;
+}
+
+// GEMM and memory rates (used only where the tables do not reach), measured by rank 0 while the others wait;
+// an empty profile on the other ranks.
+planner::HardwareProfile measure_rates(const partition::ModelSpec& spec, comm::Communicator& comm) {
+  planner::HardwareProfile profile;
+  if (comm.rank() == 0) {
+    const auto g = partition::is_language_model(spec.type) ? spec.token_sizes() : partition::ModelSpec::TokenSizes{};
+    profile = partition::is_language_model(spec.type) ? planner::calibrate_this_machine(comm.size(), 4 * g.seq_len,
+                                                                   g.d_ff > 0 ? g.d_ff : 4 * g.d_model, g.d_model)
+                                 : planner::calibrate_this_machine(comm.size(), 256, 256, 256);
+  }
+  comm.barrier()->wait();
+  return profile;
+}
+
+// Rank 0: the profile's name, node shape, memory, links and source sentence from what was measured.
+void describe_profile(planner::HardwareProfile& profile, const ProfileCommand& cmd, const bench::BenchMachine& machine,
+                      int ranks, int plan_world, double seconds) {
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  const int per_node = std::max(plan_world, machine.ranks_on_node);
+  profile.name = fmt::format("this machine: {} ({} cores), {} rank(s) x {} thread(s), profiled {}", machine.cpu_model,
+                             machine.cores, ranks, machine.threads_per_rank, today());
+  profile.ranks_per_node = per_node;
+  // The tables were timed with this node's ranks sharing its cores: a plan with more ranks per node is
+  // priced by its smaller share (HardwareProfile::core_sharing).
+  profile.cores_per_node = machine.cores;
+  profile.measured_cores = machine.cores;
+  profile.measured_ranks_per_node = machine.ranks_on_node;
+  profile.device_memory = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page / per_node : (1LL << 30);
+  if (profile.measured.p2p) {
+    profile.intra_node = {profile.measured.p2p->latency_s, profile.measured.p2p->bandwidth_Bps};
+    profile.inter_node = profile.intra_node;
+  }
+  profile.source = fmt::format(
+      "measured by `cleave profile {}` on {} rank(s) in {:.1f} s: block tables from the real layers (median of {} "
+      "rounds of the median of {} after a warm-up, {}, mean over ranks); {}; device memory = physical "
+      "memory / {} ranks. Before that: {}",
+      cmd.config_path, ranks, seconds, cmd.rounds, cmd.repeats,
+      cmd.cold_caches ? fmt::format("cold caches and again warm; {} of last-level cache per rank",
+                                    format_bytes(profile.measured.cache_bytes_per_rank))
+                      : std::string("warm caches"),
+      ranks >= 2 ? "P2P and collective fits from timed runs of 4 KiB..4 MiB (the link entries are the P2P "
+                   "fit; inter_node repeats it: one node measured)"
+                 : "no collectives measured (one rank; run under mpirun for them): links are defaults",
+      per_node, profile.source);
+}
+
+// Rank 0's stdout: the block tables, the optimizer rates and the fits.
+void print_profile(const planner::HardwareProfile& profile, bool cold_caches) {
+  std::printf("%-44s %3s %6s %10s %10s %10s %s\n", "block", "tp", "micro", "fwd ms", "igrad ms", "wgrad ms",
+              cold_caches ? "  (warm: fwd igrad wgrad)" : "");
+  for (const auto& b : profile.measured.blocks) {
+    std::printf("%-44s %3d %6lld %10.3f %10.3f %10.3f", b.shape.c_str(), b.tp, static_cast<long long>(b.micro_batch),
+                b.forward_s * 1e3, b.input_grad_s * 1e3, b.weight_grad_s * 1e3);
+    if (b.has_warm()) {
+      std::printf("   %8.3f %8.3f %8.3f", b.warm_forward_s * 1e3, b.warm_input_grad_s * 1e3, b.warm_weight_grad_s * 1e3);
+    }
+    std::printf("\n");
+  }
+  const auto print_fit = [](std::string_view op, const partition::AlphaBeta& f) {
+    std::printf("%-16s ranks %2d: latency %8.1f us, bandwidth %7.2f GB/s\n", std::string(op).c_str(), f.ranks, f.latency_s * 1e6,
+                f.bandwidth_Bps / 1e9);
+  };
+  std::printf("optimizer update per parameter: adamw %.2f ns, sgd %.2f ns, sgd with momentum %.2f ns\n",
+              profile.measured.adamw_s_per_param * 1e9, profile.measured.sgd_s_per_param * 1e9,
+              profile.measured.sgd_momentum_s_per_param * 1e9);
+  if (profile.measured.p2p) print_fit("p2p", *profile.measured.p2p);
+  for (const auto& entry : enum_table<partition::Collective>()) {
+    for (const auto& f : profile.measured.fits(entry.value)) print_fit(entry.name, f);
+  }
+}
+
 }  // namespace
 
 int run_profile(int argc, char** argv) {
@@ -98,18 +245,8 @@ int run_profile(int argc, char** argv) {
     std::fputs(parser.help_text().c_str(), stdout);
     return 0;
   }
-  const std::string config_path = args.positional(0);
-  const std::string out_path = args.text("--out");
-  const std::vector<std::string> overrides = args.all("--set");
-  int plan_world = args.given("--world") ? static_cast<int>(args.count("--world")) : 0;
-  const int repeats = static_cast<int>(args.count("--repeats"));
-  const int rounds = static_cast<int>(args.count("--rounds"));
-  const bool cold_caches = !args.on("--warm-caches");
-  CLEAVE_CHECK(!config_path.empty(), "profile: give the config whose model to measure (see cleave profile --help)");
-  CLEAVE_CHECK(!std::filesystem::exists(out_path), "profile: {} exists; not overwriting it (choose another --out)",
-               out_path);
-  check_output_file("profile: --out", out_path);  // its directory writable, before minutes of measuring
-  const config::RunConfig config = config::load_config(config_path, overrides);
+  const ProfileCommand cmd = read_command(args);
+  const config::RunConfig config = config::load_config(cmd.config_path, cmd.overrides);
   CLEAVE_CHECK(config.device.type == DeviceType::kCpu,
                "profile: device.type {} is not profiled yet: cleave profile times CPU ranks; use a shipped profile "
                "(profiles/) for GPUs, or measure its GEMM efficiency with `cleave profile --gemm --base FILE`",
@@ -124,59 +261,21 @@ int run_profile(int argc, char** argv) {
     comm::World world = runtime.world(config);
     comm::Communicator& comm = *world.comm;
     const bool root = comm.rank() == 0;
-    if (plan_world == 0) plan_world = comm.size();
+    const int plan_world = cmd.plan_world > 0 ? cmd.plan_world : comm.size();
 
     const partition::ModelSpec spec = run_plan::model_spec(config.model);
     planner::BlockProfileRequest request;
-    request.repeats = repeats;
-    request.rounds = rounds;
-    request.cold_caches = cold_caches;
+    request.repeats = cmd.repeats;
+    request.rounds = cmd.rounds;
+    request.cold_caches = cmd.cold_caches;
     request.precision = config.device.precision;  // the tables are for this precision only
-    if (args.given("--tp")) {
-      request.tp_widths.clear();
-      for (auto t : args.counts("--tp")) request.tp_widths.push_back(static_cast<int>(t));
-    } else if (const auto tp_sizes = partition::family(spec.type).tp_sizes) {
-      request.tp_widths.clear();
-      for (auto t : tp_sizes(spec)) {
-        if (plan_world % t == 0) request.tp_widths.push_back(static_cast<int>(t));
-      }
-    }
-    const auto can_split = [](const partition::Family& f) { return f.check_tensor_parallel != nullptr; };
-    for (int t : request.tp_widths) {
-      CLEAVE_CHECK(t == 1 || can_split(partition::family(spec.type)),
-                   "profile: --tp {}: only a {} splits over tensor-parallel ranks", t,
-                   partition::family_names(can_split, "or"));
-      if (t == 1) continue;
-      const auto allowed = partition::family(spec.type).tp_sizes(spec);
-      if (std::find(allowed.begin(), allowed.end(), t) == allowed.end()) {
-        const auto g = spec.token_sizes();
-        std::string why = fmt::format("tp sizes this model allows: {}", fmt::join(allowed, ", "));
-        try {
-          partition::check_tensor_parallel(spec, t);
-        } catch (const ConfigKeyError& e) {
-          why = e.what();
-        }
-        CLEAVE_THROW("profile: --tp {} does not divide n_heads {} and d_ff {} ({})", t, g.n_heads, g.d_ff, why);
-      }
-    }
-    if (args.given("--micro-batches")) {
-      request.micro_batches = args.counts("--micro-batches");
-    } else {
-      config::RunConfig resolved = config;
-      std::int64_t global = config.batch.global_batch_size.value_or(0);
-      if (global == 0) {
-        resolved.resolve(comm.size());
-        global = resolved.resolved_batch().global_batch_size;
-      }
-      request.micro_batches.clear();
-      for (std::int64_t m = 1; m <= std::min<std::int64_t>(global, 32); ++m) {
-        if (global % m == 0) request.micro_batches.push_back(m);
-      }
-    }
+    request.tp_widths = tp_widths_to_time(args, spec, plan_world, request.tp_widths);
+    request.micro_batches = micro_batches_to_time(args, config, comm.size());
 
     if (root) {
-      log::info("profile: {} on {} rank(s) x {} thread(s), for plans on {} ranks: tp {}, micro-batches {}", config_path,
-                comm.size(), threads, plan_world, fmt::join(request.tp_widths, ","), fmt::join(request.micro_batches, ","));
+      log::info("profile: {} on {} rank(s) x {} thread(s), for plans on {} ranks: tp {}, micro-batches {}",
+                cmd.config_path, comm.size(), threads, plan_world, fmt::join(request.tp_widths, ","),
+                fmt::join(request.micro_batches, ","));
       if (machine.oversubscribed) {
         log::warn("profile: {} ranks on {} cores: oversubscribed; the times include waiting for a core",
                   machine.ranks_on_node, machine.cores);
@@ -190,26 +289,18 @@ int run_profile(int argc, char** argv) {
       progress.update(done, total, "block", what);
     };
     progress.line("GEMM and memory rates (rank 0)");
-    planner::HardwareProfile profile;
-    // GEMM and memory rates (used only where the tables do not reach), measured by rank 0 while the others wait.
-    if (root) {
-      const auto g = partition::is_language_model(spec.type) ? spec.token_sizes() : partition::ModelSpec::TokenSizes{};
-      profile = partition::is_language_model(spec.type) ? planner::calibrate_this_machine(comm.size(), 4 * g.seq_len,
-                                                                     g.d_ff > 0 ? g.d_ff : 4 * g.d_model, g.d_model)
-                                   : planner::calibrate_this_machine(comm.size(), 256, 256, 256);
-    }
-    comm.barrier()->wait();
+    planner::HardwareProfile profile = measure_rates(spec, comm);
     ops::configure_cpu_threads(threads);  // calibrate set its own thread count
     profile.measured.ranks = comm.size();
     profile.measured.threads_per_rank = threads;
     profile.measured.dtype = config.device.precision == config::Precision::kBf16 ? DType::kBF16 : DType::kF32;
-    if (cold_caches) {  // both tables: the planner needs each rank's share of the cache to choose between them
+    if (cmd.cold_caches) {  // both tables: the planner needs each rank's share of the cache to choose between them
       profile.measured.cache_bytes_per_rank =
           planner::cache_bytes_per_rank(planner::last_level_cache(), machine.ranks_on_node, threads);
     }
     planner::measure_blocks(profile.measured, spec, request, &comm);
     progress.line(fmt::format("optimizer updates (adamw, sgd, sgd with momentum), {}", format_seconds(progress.elapsed_s())));
-    planner::measure_optimizer(profile.measured, 1 << 21, repeats, rounds, &comm, request.precision);
+    planner::measure_optimizer(profile.measured, 1 << 21, cmd.repeats, cmd.rounds, &comm, request.precision);
     if (comm.size() >= 2) {
       progress.line(fmt::format("p2p and collectives over {} ranks, {}", comm.size(), format_seconds(progress.elapsed_s())));
       planner::measure_collectives(profile.measured, comm);
@@ -217,58 +308,12 @@ int run_profile(int argc, char** argv) {
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
     if (root) {
-      const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-      const int per_node = std::max(plan_world, machine.ranks_on_node);
-      profile.name = fmt::format("this machine: {} ({} cores), {} rank(s) x {} thread(s), profiled {}", machine.cpu_model,
-                                 machine.cores, comm.size(), threads, today());
-      profile.ranks_per_node = per_node;
-      // The tables were timed with this node's ranks sharing its cores: a plan with more ranks per node is
-      // priced by its smaller share (HardwareProfile::core_sharing).
-      profile.cores_per_node = machine.cores;
-      profile.measured_cores = machine.cores;
-      profile.measured_ranks_per_node = machine.ranks_on_node;
-      profile.device_memory = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page / per_node : (1LL << 30);
-      if (profile.measured.p2p) {
-        profile.intra_node = {profile.measured.p2p->latency_s, profile.measured.p2p->bandwidth_Bps};
-        profile.inter_node = profile.intra_node;
-      }
-      profile.source = fmt::format(
-          "measured by `cleave profile {}` on {} rank(s) in {:.1f} s: block tables from the real layers (median of {} "
-          "rounds of the median of {} after a warm-up, {}, mean over ranks); {}; device memory = physical "
-          "memory / {} ranks. Before that: {}",
-          config_path, comm.size(), seconds, rounds, repeats,
-          cold_caches ? fmt::format("cold caches and again warm; {} of last-level cache per rank",
-                                    format_bytes(profile.measured.cache_bytes_per_rank))
-                      : std::string("warm caches"),
-          comm.size() >= 2 ? "P2P and collective fits from timed runs of 4 KiB..4 MiB (the link entries are the P2P "
-                             "fit; inter_node repeats it: one node measured)"
-                           : "no collectives measured (one rank; run under mpirun for them): links are defaults",
-          per_node, profile.source);
-      std::ofstream out(out_path);
+      describe_profile(profile, cmd, machine, comm.size(), plan_world, seconds);
+      std::ofstream out(cmd.out_path);
       out << planner::profile_to_json(profile).dump(2) << "\n";
-      CLEAVE_CHECK(out.good(), "profile: could not write {}", out_path);
-      std::printf("%-44s %3s %6s %10s %10s %10s %s\n", "block", "tp", "micro", "fwd ms", "igrad ms", "wgrad ms",
-                  cold_caches ? "  (warm: fwd igrad wgrad)" : "");
-      for (const auto& b : profile.measured.blocks) {
-        std::printf("%-44s %3d %6lld %10.3f %10.3f %10.3f", b.shape.c_str(), b.tp, static_cast<long long>(b.micro_batch),
-                    b.forward_s * 1e3, b.input_grad_s * 1e3, b.weight_grad_s * 1e3);
-        if (b.has_warm()) {
-          std::printf("   %8.3f %8.3f %8.3f", b.warm_forward_s * 1e3, b.warm_input_grad_s * 1e3, b.warm_weight_grad_s * 1e3);
-        }
-        std::printf("\n");
-      }
-      const auto print_fit = [](std::string_view op, const partition::AlphaBeta& f) {
-        std::printf("%-16s ranks %2d: latency %8.1f us, bandwidth %7.2f GB/s\n", std::string(op).c_str(), f.ranks, f.latency_s * 1e6,
-                    f.bandwidth_Bps / 1e9);
-      };
-      std::printf("optimizer update per parameter: adamw %.2f ns, sgd %.2f ns, sgd with momentum %.2f ns\n",
-                  profile.measured.adamw_s_per_param * 1e9, profile.measured.sgd_s_per_param * 1e9,
-                  profile.measured.sgd_momentum_s_per_param * 1e9);
-      if (profile.measured.p2p) print_fit("p2p", *profile.measured.p2p);
-      for (const auto& entry : enum_table<partition::Collective>()) {
-        for (const auto& f : profile.measured.fits(entry.value)) print_fit(entry.name, f);
-      }
-      std::printf("wrote %s (%.1f s)\n", out_path.c_str(), seconds);
+      CLEAVE_CHECK(out.good(), "profile: could not write {}", cmd.out_path);
+      print_profile(profile, cmd.cold_caches);
+      std::printf("wrote %s (%.1f s)\n", cmd.out_path.c_str(), seconds);
     }
     return 0;
   });

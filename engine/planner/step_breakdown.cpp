@@ -45,6 +45,11 @@ double StepBreakdown::total() const {
   return sum;
 }
 
+void StepBreakdown::add_action(StepAction kind, const ActionTerms& terms) {
+  TermSeconds& into = by_action[static_cast<std::size_t>(kind)];
+  for (std::size_t t = 0; t < into.size(); ++t) into[t] += terms.exposed[t];
+}
+
 void StepBreakdown::set_groups() {
   using T = StepTerm;
   const auto& b = *this;

@@ -44,6 +44,11 @@ const StepTermInfo& step_term_info(StepTerm term);
 
 using TermSeconds = std::array<double, kNumStepTerms>;
 
+// The kinds of action a measured timeline times apart (engine/planner/measured_step.hpp compares a trained step
+// with the prediction on these): F, I, W, REDUCE_GRAD, OPTIMIZER_STEP. A fused B counts in both I and W.
+enum class StepAction { kForward, kInputGrad, kWeightGrad, kReduceGrad, kOptimizer, kCount };
+constexpr int kNumStepActions = static_cast<int>(StepAction::kCount);
+
 // One action's cost (one micro-batch's F, I or W of a stage, or a REDUCE_GRAD or OPTIMIZER_STEP): `exposed` is
 // what the simulator times (its total), `hidden` what ran under it and costs nothing.
 struct ActionTerms {
@@ -68,6 +73,9 @@ struct StepBreakdown {
   TermSeconds hidden{};   // overlapped with compute (not in the sum): ZeRO-3 prefetch, ring hops, early reductions
   int rank = 0;           // the busiest pp rank (most busy time)
   std::vector<BlockPassSeconds> blocks;  // its compute by block kind; sums to forward + input_grad + weight_grad + recompute
+  // The same busy terms by the kind of action they are spent in (tp all-reduces inside F and I, ...); summed over
+  // the kinds they are `seconds` without point_to_point and bubble.
+  std::array<TermSeconds, kNumStepActions> by_action{};
   // The five coarse groups earlier tools printed: compute (F, I, W, recomputation), tp (and cp, ep) collectives, idle
   // (P2P and bubble), dp reduction (and ZeRO's gathers), optimizer. Sums of `seconds`, set by set_groups().
   double compute_s = 0, tp_comm_s = 0, idle_s = 0, dp_comm_s = 0, optimizer_s = 0;
@@ -75,6 +83,7 @@ struct StepBreakdown {
   double operator[](StepTerm t) const { return seconds[static_cast<std::size_t>(t)]; }
   double total() const;
   void set_groups();
+  void add_action(StepAction kind, const ActionTerms& terms);  // by_action[kind] += terms.exposed
 };
 
 // The breakdown as a table: a header, one line per term (`all` false: terms and hidden time both 0 left out) with

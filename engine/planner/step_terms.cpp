@@ -515,12 +515,15 @@ StepBreakdown step_breakdown(const TermContext& c, const std::vector<StageCosts>
   for (const auto& a : plan.schedule.ranks[static_cast<std::size_t>(bd.rank)]) {
     const StageCosts& st = stages[static_cast<std::size_t>(std::max(0, a.stage))];
     switch (a.kind) {
-      case pipeline::ActionKind::kForward: busy += st.forward; break;
-      case pipeline::ActionKind::kBackwardInput: busy += st.input_grad; break;
-      case pipeline::ActionKind::kBackwardWeight: busy += st.weight_grad; break;
-      case pipeline::ActionKind::kBackward: busy += st.input_grad, busy += st.weight_grad; break;
-      case pipeline::ActionKind::kReduceGrad: busy += st.reduce_grad; break;
-      case pipeline::ActionKind::kOptimizerStep: busy += optimizer; break;
+      case pipeline::ActionKind::kForward: busy += st.forward; bd.add_action(StepAction::kForward, st.forward); break;
+      case pipeline::ActionKind::kBackwardInput: busy += st.input_grad; bd.add_action(StepAction::kInputGrad, st.input_grad); break;
+      case pipeline::ActionKind::kBackwardWeight: busy += st.weight_grad; bd.add_action(StepAction::kWeightGrad, st.weight_grad); break;
+      case pipeline::ActionKind::kBackward:
+        busy += st.input_grad, busy += st.weight_grad;
+        bd.add_action(StepAction::kInputGrad, st.input_grad), bd.add_action(StepAction::kWeightGrad, st.weight_grad);
+        break;
+      case pipeline::ActionKind::kReduceGrad: busy += st.reduce_grad; bd.add_action(StepAction::kReduceGrad, st.reduce_grad); break;
+      case pipeline::ActionKind::kOptimizerStep: busy += optimizer; bd.add_action(StepAction::kOptimizer, optimizer); break;
       default: break;
     }
     // Compute per block kind: each F, I, W (B = I + W) of the stage adds its blocks' share of that pass.

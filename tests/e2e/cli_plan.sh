@@ -10,7 +10,9 @@
 # Plans predicted within 5% of each other are shown as tied, the lowest share of the cap first. Ranks sharing
 # cores are priced by their share and warned about; --trial 2 trains the top two plans under the launcher in
 # interleaved rounds and prints predicted against measured (median, spread, rounds), re-ranking only where one
-# plan's range clears the other's, with a progress line per run; a spent budget stops after one round.
+# plan's range clears the other's, with a progress line per run; a spent budget stops after one round; with
+# --explain the trial prints each plan's traced step against its prediction row by row, naming the largest
+# disagreement (and writes the rows in --json).
 # Usage: cli_plan.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
 cleave=$(realpath "$1"); source_dir=$(realpath "$2"); shift 2
@@ -233,6 +235,38 @@ print(f"ok   trial: #1 {a['measured_step_s']*1e3:.2f} ms +-{a['measured_spread']
       f"+-{b['measured_spread']:.1%}: {'re-ranked' if clear_b else 'tied' if tied else 'kept'}")
 PY
 echo "ok   --trial 2: $(grep -A2 'pred/meas' trial.log | tail -2 | tr -s ' ' | tr '\n' ';') $(grep -o 're-ranked.*\|the planner.s #1 .*' trial.log)"
+
+# --trial 2 --explain: each trained plan's traced step against its prediction row by row (no timing asserted):
+# a table per plan whose measured rows sum to its measured total, a row named as the largest disagreement, and the
+# same rows in --json.
+"$cleave" plan tiny.json --world 2 --top 2 --trial 2 --trial-steps 3 --trial-rounds 1 --explain --launcher "${mpiexec[*]}" \
+  --json explain.json > explain.log 2>&1 || { cat explain.log; fail "plan --trial 2 --explain"; }
+python3 - explain.log explain.json << 'PY' || { cat explain.log; fail "--trial --explain's measured rows"; }
+import json, re, sys
+text = open(sys.argv[1]).read()
+assert "predicted against measured, term by term" in text, "no term-by-term section"
+blocks = re.findall(r"^plan #(\d) .*traced step\(s\).*\n((?:  .*\n)+)", text, re.M)
+assert sorted(b[0] for b in blocks) == ["1", "2"], blocks
+for place, table in blocks:
+    lines = table.splitlines()
+    assert lines[0].split()[:3] == ["row", "(measured", "spans)"], lines[0]
+    rows = {}
+    for l in lines[1:]:
+        m = re.match(r"^  (\S.*?)\s{2,}(\d+\.\d+)\s+(\d+\.\d+)\s+(\S+)", l)
+        if m: rows[m.group(1)] = (float(m.group(2)), float(m.group(3)))
+    assert "total" in rows and "forward (F)" in rows, rows
+    parts = sum(meas for name, (pred, meas) in rows.items() if name != "total")
+    assert abs(parts - rows["total"][1]) <= 0.002 * len(rows), (place, parts, rows["total"])
+    worst = [n for n in rows if n != "total" and f"largest disagreement: {n} (" in table]
+    assert len(worst) == 1, (place, table)
+plans = json.load(open(sys.argv[2]))["plans"]
+for p in plans[:2]:
+    names = [r["row"] for r in p["measured_terms"]]
+    assert names[-1] == "total" and p["largest_disagreement"] in names[:-1] and p["traced_steps"] == 1, p
+    assert all(r["measured_s"] >= 0 and r["predicted_s"] >= 0 for r in p["measured_terms"]), p
+print(f"ok   --trial --explain: {len(blocks)} tables; largest disagreement #1 {plans[0]['largest_disagreement']}, "
+      f"#2 {plans[1]['largest_disagreement']}")
+PY
 
 # A budget spent after the first round: one round, no spread, the predicted order kept.
 "$cleave" plan tiny.json --world 2 --top 2 --trial 2 --trial-steps 3 --trial-budget 0 --launcher "${mpiexec[*]}" \

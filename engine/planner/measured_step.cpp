@@ -1,0 +1,241 @@
+// See measured_step.hpp.
+#include "engine/planner/measured_step.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <map>
+#include <set>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "engine/core/error.hpp"
+
+namespace cleave::planner {
+namespace {
+
+using pipeline::ActionKind;
+using Key = std::tuple<ActionKind, int, int>;  // kind, stage, micro-batch
+
+Key key_of(const pipeline::Action& a) { return {a.kind, a.stage, a.microbatch}; }
+
+ActionKind kind_from_token(std::string_view token, const std::string& what) {
+  for (int k = 0; k <= static_cast<int>(ActionKind::kOptimizerStep); ++k) {
+    const auto kind = static_cast<ActionKind>(k);
+    if (pipeline::action_kind_token(kind) == token) return kind;
+  }
+  CLEAVE_THROW("{}: unknown action kind '{}' in a trace event's \"cat\" (a trace.json written by train.trace holds F, "
+               "I, W, B, SEND_F, RECV_F, SEND_B, RECV_B, REDUCE_GRAD, OPTIMIZER_STEP)", what, token);
+}
+
+// Which kind of action a work span's time counts in (B with I: fused, it is the backward).
+StepAction action_row(ActionKind kind) {
+  switch (kind) {
+    case ActionKind::kForward: return StepAction::kForward;
+    case ActionKind::kBackwardInput:
+    case ActionKind::kBackward: return StepAction::kInputGrad;
+    case ActionKind::kBackwardWeight: return StepAction::kWeightGrad;
+    case ActionKind::kReduceGrad: return StepAction::kReduceGrad;
+    default: return StepAction::kOptimizer;
+  }
+}
+
+// The SEND whose tensor `action` waits for, when the rank received it from a peer (it holds the matching RECV).
+bool needed_send(const pipeline::Action& a, const std::set<Key>& recvs, Key& send) {
+  if (a.kind == ActionKind::kForward && recvs.count({ActionKind::kRecvF, a.stage, a.microbatch})) {
+    send = {ActionKind::kSendF, a.stage - 1, a.microbatch};
+    return true;
+  }
+  if (pipeline::is_backward_input(a.kind) && recvs.count({ActionKind::kRecvB, a.stage, a.microbatch})) {
+    send = {ActionKind::kSendB, a.stage + 1, a.microbatch};
+    return true;
+  }
+  return false;
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+std::string ratio_text(double predicted, double measured) {
+  return measured > 0 ? fmt::format("{:.2f}", predicted / measured) : std::string("-");
+}
+
+}  // namespace
+
+double MeasuredStep::total() const {
+  double sum = point_to_point_s + bubble_s;
+  for (double s : actions) sum += s;
+  return sum;
+}
+
+pipeline::Timeline read_chrome_trace(std::string_view json_text, const std::string& what) {
+  const auto trace = nlohmann::json::parse(json_text, nullptr, false);
+  CLEAVE_CHECK(trace.is_object() && trace.contains("traceEvents") && trace["traceEvents"].is_array(),
+               "{}: not a Chrome trace (no \"traceEvents\" array); expected the trace.json train.trace writes", what);
+  pipeline::Timeline timeline;
+  for (const auto& e : trace["traceEvents"]) {
+    if (!e.is_object() || e.value("ph", std::string()) != "X") continue;
+    CLEAVE_CHECK(e.contains("pid") && e.contains("cat") && e.contains("ts") && e.contains("dur"),
+                 "{}: a complete event (\"ph\": \"X\") without pid, cat, ts or dur: {}", what, e.dump());
+    const int rank = e["pid"].get<int>();
+    CLEAVE_CHECK(rank >= 0 && rank < 1 << 16, "{}: event pid {} is not a pp rank", what, rank);
+    pipeline::TimedAction t;
+    t.action.kind = kind_from_token(e["cat"].get<std::string>(), what);
+    const auto args = e.value("args", nlohmann::json::object());
+    t.action.stage = args.value("stage", -1);
+    t.action.microbatch = args.value("microbatch", -1);
+    t.start = e["ts"].get<double>() / 1e3;  // µs -> ms
+    t.end = t.start + e["dur"].get<double>() / 1e3;
+    if (static_cast<std::size_t>(rank) >= timeline.ranks.size()) timeline.ranks.resize(static_cast<std::size_t>(rank) + 1);
+    timeline.ranks[static_cast<std::size_t>(rank)].push_back(t);
+  }
+  return timeline;
+}
+
+MeasuredStep measure_step(const pipeline::Timeline& timeline, int rank) {
+  CLEAVE_CHECK(rank >= 0 && rank < static_cast<int>(timeline.ranks.size()),
+               "measured step: the timeline has {} pp rank(s), no rank {} (was the trace taken with the plan's pp?)",
+               timeline.ranks.size(), rank);
+  double t0 = std::numeric_limits<double>::infinity(), t1 = -t0;
+  std::map<Key, double> sends;  // every SEND's posting time, over all ranks (one clock: one node)
+  for (const auto& r : timeline.ranks) {
+    for (const auto& t : r) {
+      t0 = std::min(t0, t.start), t1 = std::max(t1, t.end);
+      if (pipeline::is_send(t.action.kind)) sends.emplace(key_of(t.action), t.start);
+    }
+  }
+  MeasuredStep m;
+  m.rank = rank;
+  if (!(t1 >= t0)) return m;
+  std::vector<pipeline::TimedAction> spans = timeline.ranks[static_cast<std::size_t>(rank)];
+  std::stable_sort(spans.begin(), spans.end(), [](const auto& a, const auto& b) { return a.start < b.start; });
+  std::set<Key> recvs;
+  for (const auto& t : spans) {
+    if (pipeline::is_recv(t.action.kind)) recvs.insert(key_of(t.action));
+  }
+  double p2p = 0, bubble = 0;
+  std::array<double, kNumStepActions> busy{};
+  // Idle from `from` to `to` before `next`: until the peer posted the tensor `next` waits for it is bubble, after
+  // that point-to-point; idle before a local action is bubble.
+  const auto idle = [&](double from, double to, const pipeline::Action& next) {
+    Key send;
+    const auto posted = needed_send(next, recvs, send) ? sends.find(send) : sends.end();
+    if (posted == sends.end()) {
+      bubble += to - from;
+      return;
+    }
+    const double arrived_from = std::clamp(posted->second, from, to);
+    bubble += arrived_from - from;
+    p2p += to - arrived_from;
+  };
+  double cursor = t0;
+  for (const auto& t : spans) {
+    if (t.start > cursor) idle(cursor, t.start, t.action);
+    const double own = std::max(0.0, t.end - std::max(t.start, cursor));  // overlapping spans count once
+    if (pipeline::is_communication(t.action.kind)) {
+      p2p += own;
+    } else {
+      busy[static_cast<std::size_t>(action_row(t.action.kind))] += own;
+      m.fused_backward = m.fused_backward || t.action.kind == ActionKind::kBackward;
+    }
+    cursor = std::max(cursor, t.end);
+  }
+  bubble += std::max(0.0, t1 - cursor);
+  for (std::size_t k = 0; k < busy.size(); ++k) m.actions[k] = busy[k] * 1e-3;  // ms -> s
+  m.point_to_point_s = p2p * 1e-3;
+  m.bubble_s = bubble * 1e-3;
+  m.step_s = (t1 - t0) * 1e-3;
+  return m;
+}
+
+MeasuredStep median_step(const std::vector<MeasuredStep>& steps) {
+  MeasuredStep m;
+  if (steps.empty()) return m;
+  m.rank = steps.front().rank;
+  const auto field = [&](auto get) {
+    std::vector<double> v;
+    for (const auto& s : steps) v.push_back(get(s));
+    return median(v);
+  };
+  for (std::size_t k = 0; k < m.actions.size(); ++k) m.actions[k] = field([k](const MeasuredStep& s) { return s.actions[k]; });
+  m.point_to_point_s = field([](const MeasuredStep& s) { return s.point_to_point_s; });
+  m.bubble_s = field([](const MeasuredStep& s) { return s.bubble_s; });
+  m.step_s = field([](const MeasuredStep& s) { return s.step_s; });
+  for (const auto& s : steps) m.fused_backward = m.fused_backward || s.fused_backward;
+  return m;
+}
+
+std::vector<TermRow> compare_step(const StepBreakdown& predicted, const MeasuredStep& measured) {
+  std::vector<TermRow> rows;
+  // A row of the kinds of action `kinds`: the planner's terms in them, and their measured spans.
+  const auto spans_row = [&](std::string name, std::initializer_list<StepAction> kinds) {
+    TermSeconds terms{};
+    TermRow row{std::move(name), "", 0, 0};
+    for (StepAction k : kinds) {
+      for (std::size_t t = 0; t < terms.size(); ++t) terms[t] += predicted.by_action[static_cast<std::size_t>(k)][t];
+      row.measured_s += measured[k];
+    }
+    for (std::size_t t = 0; t < terms.size(); ++t) {
+      row.predicted_s += terms[t];
+      if (terms[t] < 5e-7) continue;  // under 0.0005 ms: not worth a word
+      row.predicted_terms += fmt::format("{}{} {:.3f}", row.predicted_terms.empty() ? "" : " + ",
+                                         step_term_info(static_cast<StepTerm>(t)).name, terms[t] * 1e3);
+    }
+    rows.push_back(std::move(row));
+  };
+  const auto idle_row = [&](StepTerm term, double measured_s) {
+    const std::string name(step_term_info(term).name);
+    rows.push_back({name, fmt::format("{} {:.3f}", name, predicted[term] * 1e3), predicted[term], measured_s});
+  };
+  using A = StepAction;
+  spans_row("forward (F)", {A::kForward});
+  if (measured.fused_backward) {
+    spans_row("backward (B = I + W)", {A::kInputGrad, A::kWeightGrad});
+  } else {
+    spans_row("input_grad (I)", {A::kInputGrad});
+    spans_row("weight_grad (W)", {A::kWeightGrad});
+  }
+  spans_row("data_parallel (REDUCE_GRAD)", {A::kReduceGrad});
+  spans_row("optimizer (OPTIMIZER_STEP)", {A::kOptimizer});
+  idle_row(StepTerm::kPointToPoint, measured.point_to_point_s);
+  idle_row(StepTerm::kBubble, measured.bubble_s);
+  // Rows under 0.0005 ms both predicted and measured (a REDUCE_GRAD with one replica) say nothing.
+  std::erase_if(rows, [](const TermRow& r) { return r.predicted_s < 5e-7 && r.measured_s < 5e-7; });
+  rows.push_back({"total", "the predicted step", predicted.total(), measured.step_s});
+  return rows;
+}
+
+const TermRow* largest_disagreement(const std::vector<TermRow>& rows) {
+  const TermRow* worst = nullptr;
+  for (const auto& r : rows) {
+    if (r.name == "total") continue;
+    if (!worst || std::abs(r.predicted_s - r.measured_s) > std::abs(worst->predicted_s - worst->measured_s)) worst = &r;
+  }
+  return worst;
+}
+
+std::vector<std::string> comparison_table(const std::vector<TermRow>& rows) {
+  std::vector<std::string> lines;
+  lines.push_back(fmt::format("  {:<28} {:>12} {:>12} {:>9}  {}", "row (measured spans)", "predicted ms", "measured ms",
+                              "pred/meas", "the planner's terms in the row (ms)"));
+  for (const auto& r : rows) {
+    lines.push_back(fmt::format("  {:<28} {:>12.3f} {:>12.3f} {:>9}  {}", r.name, r.predicted_s * 1e3,
+                                r.measured_s * 1e3, ratio_text(r.predicted_s, r.measured_s),
+                                r.predicted_terms.empty() ? "-" : r.predicted_terms));
+  }
+  if (const TermRow* w = largest_disagreement(rows)) {
+    lines.push_back(fmt::format("  largest disagreement: {} ({}): predicted {:.3f} ms, measured {:.3f} ms ({:+.3f} ms, "
+                                "pred/meas {})", w->name, w->predicted_terms.empty() ? "no term predicted" : w->predicted_terms,
+                                w->predicted_s * 1e3, w->measured_s * 1e3, (w->predicted_s - w->measured_s) * 1e3,
+                                ratio_text(w->predicted_s, w->measured_s)));
+  }
+  return lines;
+}
+
+}  // namespace cleave::planner

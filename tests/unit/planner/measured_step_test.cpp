@@ -1,0 +1,199 @@
+// A measured step term by term (engine/planner/measured_step.hpp), from recorded synthetic timelines (no clock is
+// read, nothing is timed): each span lands in its kind's row, idle before a peer's tensor splits at the peer's
+// SEND into bubble and point_to_point, every other idle is bubble, the rows sum to the makespan; a fused B makes one
+// backward row; the Chrome trace the trainer writes reads back to the same step; the comparison names the
+// planner's terms inside each row and the row furthest from its prediction; the predicted terms by kind of action
+// (StepBreakdown::by_action) sum to the busy terms for every plan a search ranks.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "engine/core/error.hpp"
+#include "engine/planner/measured_step.hpp"
+#include "engine/planner/plan_search.hpp"
+#include "pipeline/trace.hpp"
+
+namespace cleave::planner {
+namespace {
+
+using pipeline::ActionKind;
+using A = StepAction;
+using T = StepTerm;
+
+pipeline::TimedAction span(ActionKind kind, int stage, int microbatch, double start, double end) {
+  return {{kind, stage, microbatch}, start, end};
+}
+
+// Two pp ranks, times in ms. Rank 0 (stage 0) runs F0 F1, waits for stage 1's input gradient (sent at 3.5 ms),
+// then I0 W0 and the optimizer step; rank 1 (stage 1) waits for F0 (sent at 1.0 ms), runs F0, a fused B0, sends,
+// reduces its gradients and waits (locally) for its optimizer step, which ends the step at 6.0 ms.
+pipeline::Timeline two_ranks() {
+  pipeline::Timeline t;
+  t.ranks.resize(2);
+  t.ranks[0] = {span(ActionKind::kForward, 0, 0, 0.0, 1.0),        span(ActionKind::kSendF, 0, 0, 1.0, 1.1),
+                span(ActionKind::kForward, 0, 1, 1.1, 2.1),        span(ActionKind::kSendF, 0, 1, 2.1, 2.2),
+                span(ActionKind::kRecvB, 0, 0, 2.2, 2.25),         span(ActionKind::kBackwardInput, 0, 0, 4.0, 5.0),
+                span(ActionKind::kBackwardWeight, 0, 0, 5.0, 5.5), span(ActionKind::kOptimizerStep, -1, -1, 5.5, 5.7)};
+  t.ranks[1] = {span(ActionKind::kRecvF, 1, 0, 0.0, 0.05),    span(ActionKind::kForward, 1, 0, 1.5, 2.5),
+                span(ActionKind::kBackward, 1, 0, 2.5, 3.5),  span(ActionKind::kSendB, 1, 0, 3.5, 3.6),
+                span(ActionKind::kReduceGrad, 1, -1, 3.6, 3.8), span(ActionKind::kOptimizerStep, -1, -1, 5.8, 6.0)};
+  return t;
+}
+
+TEST(MeasuredStep, SpansLandInTheirRowsAndIdleSplitsAtThePeersSend) {
+  const MeasuredStep m = measure_step(two_ranks(), 0);
+  EXPECT_EQ(m.rank, 0);
+  EXPECT_FALSE(m.fused_backward);
+  EXPECT_NEAR(m[A::kForward], 2.0e-3, 1e-12);
+  EXPECT_NEAR(m[A::kInputGrad], 1.0e-3, 1e-12);
+  EXPECT_NEAR(m[A::kWeightGrad], 0.5e-3, 1e-12);
+  EXPECT_NEAR(m[A::kReduceGrad], 0.0, 1e-12);
+  EXPECT_NEAR(m[A::kOptimizer], 0.2e-3, 1e-12);
+  // Posting the sends and the receive (0.25 ms) and, of the wait 2.25-4.0 ms, the time after stage 1 sent (0.5 ms).
+  EXPECT_NEAR(m.point_to_point_s, 0.75e-3, 1e-12);
+  // The wait before stage 1 sent (1.25 ms) and the tail after the optimizer step until rank 1 ends (0.3 ms).
+  EXPECT_NEAR(m.bubble_s, 1.55e-3, 1e-12);
+  EXPECT_NEAR(m.step_s, 6.0e-3, 1e-12);
+  EXPECT_NEAR(m.total(), m.step_s, 1e-12);
+}
+
+TEST(MeasuredStep, AFusedBackwardIsOneRowAndLocalWaitsAreBubble) {
+  const MeasuredStep m = measure_step(two_ranks(), 1);
+  EXPECT_TRUE(m.fused_backward);
+  EXPECT_NEAR(m[A::kForward], 1.0e-3, 1e-12);
+  EXPECT_NEAR(m[A::kInputGrad], 1.0e-3, 1e-12);  // the B
+  EXPECT_NEAR(m[A::kWeightGrad], 0.0, 1e-12);
+  EXPECT_NEAR(m[A::kReduceGrad], 0.2e-3, 1e-12);
+  EXPECT_NEAR(m.point_to_point_s, (0.05 + 0.5 + 0.1) * 1e-3, 1e-12);  // posts, and the wait after stage 0 sent F0
+  EXPECT_NEAR(m.bubble_s, (0.95 + 2.0) * 1e-3, 1e-12);  // before stage 0 sent; before the (local) optimizer step
+  EXPECT_NEAR(m.total(), 6.0e-3, 1e-12);
+  // A peer's tensor the rank never received (no RECV on the rank: a V schedule's local hand-over) is no transfer.
+  pipeline::Timeline local = two_ranks();
+  local.ranks[1].erase(local.ranks[1].begin());
+  const MeasuredStep l = measure_step(local, 1);
+  EXPECT_NEAR(l.point_to_point_s, 0.1e-3, 1e-12);
+  EXPECT_NEAR(l.total(), 6.0e-3, 1e-12);
+}
+
+TEST(MeasuredStep, TheTrainersChromeTraceReadsBackToTheSameStep) {
+  pipeline::TraceOptions options;  // as engine/train/measured_trace.cpp writes it: ms, 1000 µs each
+  options.unit = "ms";
+  options.microseconds_per_unit = 1000.0;
+  const std::string json = pipeline::chrome_trace_json(two_ranks(), options);
+  const pipeline::Timeline back = read_chrome_trace(json, "trace.json");
+  ASSERT_EQ(back.ranks.size(), 2u);
+  for (int r = 0; r < 2; ++r) {
+    const MeasuredStep a = measure_step(two_ranks(), r), b = measure_step(back, r);
+    for (std::size_t k = 0; k < a.actions.size(); ++k) EXPECT_NEAR(a.actions[k], b.actions[k], 1e-9);
+    EXPECT_NEAR(a.point_to_point_s, b.point_to_point_s, 1e-9);
+    EXPECT_NEAR(a.bubble_s, b.bubble_s, 1e-9);
+    EXPECT_NEAR(a.step_s, b.step_s, 1e-9);
+    EXPECT_EQ(a.fused_backward, b.fused_backward);
+  }
+}
+
+TEST(MeasuredStep, BadInputIsRefusedByName) {
+  EXPECT_THROW(measure_step(two_ranks(), 2), Error);
+  try {
+    read_chrome_trace("{}", "runs/x/trace.json");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("runs/x/trace.json"), std::string::npos) << e.what();
+  }
+  const std::string unknown = R"({"traceEvents": [{"ph": "X", "pid": 0, "cat": "Q", "ts": 0, "dur": 1}]})";
+  EXPECT_THROW(read_chrome_trace(unknown, "t.json"), Error);
+}
+
+TEST(MeasuredStep, TheMedianIsTakenPerRow) {
+  MeasuredStep a, b, c;
+  a.actions[0] = 1, b.actions[0] = 3, c.actions[0] = 2;
+  a.bubble_s = 5, b.bubble_s = 4, c.bubble_s = 6;
+  c.fused_backward = true;
+  const MeasuredStep m = median_step({a, b, c});
+  EXPECT_EQ(m.actions[0], 2);
+  EXPECT_EQ(m.bubble_s, 5);
+  EXPECT_TRUE(m.fused_backward);
+  EXPECT_EQ(median_step({}).step_s, 0);
+}
+
+// A prediction for rank 0 of two_ranks(): F holds forward and a tp all-reduce.
+StepBreakdown predicted_rank0() {
+  StepBreakdown b;
+  ActionTerms f, i, w, o;
+  f[T::kForward] = 1.5e-3, f[T::kTensorParallel] = 0.3e-3;
+  i[T::kInputGrad] = 0.9e-3;
+  w[T::kWeightGrad] = 0.5e-3;
+  o[T::kOptimizer] = 0.2e-3;
+  b.add_action(A::kForward, f), b.add_action(A::kInputGrad, i), b.add_action(A::kWeightGrad, w);
+  b.add_action(A::kOptimizer, o);
+  for (const auto& terms : b.by_action) {
+    for (std::size_t t = 0; t < terms.size(); ++t) b.seconds[t] += terms[t];
+  }
+  b.seconds[static_cast<std::size_t>(T::kPointToPoint)] = 0.2e-3;
+  b.seconds[static_cast<std::size_t>(T::kBubble)] = 1.3e-3;
+  return b;
+}
+
+TEST(MeasuredStep, TheComparisonNamesTheTermsInEachRowAndTheLargestDisagreement) {
+  const std::vector<TermRow> rows = compare_step(predicted_rank0(), measure_step(two_ranks(), 0));
+  std::vector<std::string> names;
+  for (const auto& r : rows) names.push_back(r.name);
+  // REDUCE_GRAD: neither predicted nor measured, left out.
+  EXPECT_EQ(names, (std::vector<std::string>{"forward (F)", "input_grad (I)", "weight_grad (W)",
+                                             "optimizer (OPTIMIZER_STEP)", "point_to_point", "bubble", "total"}));
+  EXPECT_EQ(rows[0].predicted_terms, "forward 1.500 + tensor_parallel 0.300");
+  EXPECT_NEAR(rows[0].predicted_s, 1.8e-3, 1e-12);
+  EXPECT_NEAR(rows[0].measured_s, 2.0e-3, 1e-12);
+  EXPECT_NEAR(rows.back().predicted_s, 4.9e-3, 1e-12);
+  EXPECT_NEAR(rows.back().measured_s, 6.0e-3, 1e-12);
+  const TermRow* worst = largest_disagreement(rows);
+  ASSERT_NE(worst, nullptr);
+  EXPECT_EQ(worst->name, "point_to_point");  // 0.55 ms apart; bubble 0.25, forward 0.2
+  const std::vector<std::string> table = comparison_table(rows);
+  ASSERT_EQ(table.size(), rows.size() + 2);
+  EXPECT_NE(table.back().find("largest disagreement: point_to_point"), std::string::npos) << table.back();
+  // Rank 1 ran a fused B: one backward row against the predicted I and W together.
+  const std::vector<TermRow> fused = compare_step(predicted_rank0(), measure_step(two_ranks(), 1));
+  ASSERT_GE(fused.size(), 2u);
+  EXPECT_EQ(fused[1].name, "backward (B = I + W)");
+  EXPECT_NEAR(fused[1].predicted_s, 1.4e-3, 1e-12);
+  EXPECT_EQ(fused[1].predicted_terms, "input_grad 0.900 + weight_grad 0.500");
+}
+
+// The predicted terms by kind of action are the busy terms: over the kinds they sum to every term but
+// point_to_point and bubble, for every plan a search ranks (pipelines, tp, dp, ZeRO among them).
+TEST(MeasuredStep, PredictedTermsByActionSumToTheBusyTerms) {
+  const auto dir = std::filesystem::temp_directory_path() / ("cleave_measured_step_test_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string config = (dir / "tiny.json").string();
+  std::ofstream(config) << R"({"model": {"type": "gpt", "vocab_size": 64, "d_model": 48, "n_layers": 4,
+      "n_heads": 4, "seq_len": 16}, "batch": {"global_batch_size": 8}, "optimizer": {"type": "adamw"},
+      "data": {"type": "synthetic"}})";
+  HardwareProfile p;
+  p.name = p.source = "test";
+  p.flops_f32 = p.flops_bf16 = 1e9;
+  p.memory_bandwidth_Bps = 1e9;
+  p.intra_node = Link{2e-5, 1e9};
+  p.inter_node = Link{5e-5, 1e8};
+  p.ranks_per_node = 2;
+  const SearchResult r = search_plans(config, {}, p, SearchOptions{4, 0});
+  std::filesystem::remove_all(dir);
+  ASSERT_GT(r.ranked.size(), 100u);
+  for (const auto& e : r.ranked) {
+    const StepBreakdown& b = e.breakdown;
+    for (int t = 0; t < kNumStepTerms; ++t) {
+      const auto term = static_cast<StepTerm>(t);
+      if (term == T::kPointToPoint || term == T::kBubble) continue;
+      double sum = 0;
+      for (const auto& terms : b.by_action) sum += terms[static_cast<std::size_t>(t)];
+      EXPECT_NEAR(sum, b[term], 1e-12 + 1e-9 * e.step_s) << e.choice.layout() << " " << step_term_info(term).name;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace cleave::planner

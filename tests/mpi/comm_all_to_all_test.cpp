@@ -65,7 +65,9 @@ TEST(AllToAllV, VariableCountsWithEmptyBlocks) {
       }
     }
     EXPECT_EQ(wrong, 0);
-    if (starve && r == n - 1) EXPECT_EQ(incoming, 0);
+    if (starve && r == n - 1) {
+      EXPECT_EQ(incoming, 0);
+    }
   }
 }
 

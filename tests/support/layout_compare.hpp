@@ -189,7 +189,9 @@ inline std::string step_dir(const std::string& root, std::int64_t step) {
 inline RunRecord run_from(const config::RunConfig& config, comm::Communicator& world, std::int64_t first,
                           std::int64_t last, const std::string& load = "", const std::string& save_root = "") {
   train::Trainer trainer(config, world);
-  if (!load.empty()) EXPECT_EQ(trainer.load_checkpoint(load), first);
+  if (!load.empty()) {
+    EXPECT_EQ(trainer.load_checkpoint(load), first);
+  }
   RunRecord record;
   for (std::int64_t s = first; s < last; ++s) record.losses.push_back(trainer.step(s).loss);
   if (!save_root.empty()) {

@@ -150,7 +150,7 @@ TEST(HfQwen2Moe, WhatCleaveCannotRepresentIsOneErrorNamingIt) {
   has(import_error("shared_expert_intermediate_size", 30),
       "shared_expert_intermediate_size 30 is not a positive multiple of moe_intermediate_size 12");
   has(import_error("shared_expert_intermediate_size", 0),
-      "shared_expert_intermediate_size 0 is not a positive multiple of moe_intermediate_size 12");
+      "shared_expert_intermediate_size must be a positive integer, got 0");
   has(import_error("mlp_only_layers", json::array({1})), "mlp_only_layers is [1]");
   has(import_error("decoder_sparse_step", 2), "decoder_sparse_step is 2");
   has(import_error("use_sliding_window", true), "use_sliding_window is true");

@@ -75,6 +75,10 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
   // Sequence parallelism: the mixture stashes its gathered input [T, D] (every rank routes every token), where
   // llama's column-parallel projections keep the shard.
   if (sp && recompute != Recompute::kFull) cost.activation_bytes += (t - ts) * d * b;
+  // ... and shared experts keep the shard [T / tp, D] their SwiGLU (and gate) read besides: at tp 1 and under plain
+  // tp it is the mixture's input itself, under sequence parallelism a tensor of its own (the plan was 3.4% under
+  // the measured peak without it; e2e MoeMemory.ActivationMemoryFollowsThePlan).
+  if (sp && recompute != Recompute::kFull && block.n_shared_experts > 0) cost.activation_bytes += ts * d * b;
   // The input gradient's peak is the mixture's, not a SwiGLU's of the active width: dy (and under sequence
   // parallelism its gathered copy), the experts' d_o and dxp [T·k, D], dh, dg, du [T·k, F/tp], dx [T, D], the
   // logits' gradient [T, E] in f32 and in the compute dtype, all live until the shared expert's backward, which

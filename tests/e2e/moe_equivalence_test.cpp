@@ -285,14 +285,15 @@ TEST(MoeMemory, ActivationMemoryFollowsThePlan) {
                {"tp2 shared", {tp2, shared}, false},
                {"tp2 qk_norm", {tp2, qk}, false},
                {"tp2 sp", {tp2, sp}, false},
-               // Sequence parallelism with a shared expert: the plan is 3.4% under the measured peak (the shared
-               // SwiGLU's gathered / reduce-scattered transients are not counted yet).
-               {"tp2 sp shared", {tp2, sp, shared}, false, 0.05},
-               {"tp2 sp shared qk_norm", {tp2, sp, shared, qk}, false, 0.05},
+               // Sequence parallelism with a shared expert: the shared SwiGLU keeps the input's shard besides the
+               // mixture's gathered copy (3.4% under before it was counted).
+               {"tp2 sp shared", {tp2, sp, shared}, false},
+               {"tp2 sp shared qk_norm", {tp2, sp, shared, qk}, false},
                // Qwen2-MoE's sigmoid-gated shared expert (its stash: the shared output, the gate's sigmoid).
                {"one rank gated shared", {"batch.global_batch_size=4", shared, gated}, true},
                {"tp2 gated shared", {tp2, shared, gated}, false},
-               {"tp2 sp gated shared", {tp2, sp, shared, gated}, false, 0.05}};
+               {"tp2 sp gated shared", {tp2, sp, shared, gated}, false},
+               {"tp2 sp gated shared 6 micro-batches", {tp2, sp, shared, gated, "batch.global_batch_size=12"}, false}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     MoeMemoryRun r;

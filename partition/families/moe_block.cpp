@@ -2,9 +2,9 @@
 // its roofline work (block_work), its tensor-parallel collectives and the memory plan's widening figure,
 // registered as moe_block_rules() in the family table.
 //
-// Exact at tp 1 for the stash, with and without (gated) shared experts (activation_bytes, and weight_stash_bytes up
-// to the E·4 bytes of expert counts a micro-batch keeps: unit_layers LayerContract.MoeStashBytesMatchCostModel);
-// the rest APPROXIMATE: the block is costed as llama's block (through the table's
+// Exact per tp rank for the stash, with and without (gated) shared experts, with and without sequence parallelism
+// (activation_bytes, and weight_stash_bytes up to the E·4 bytes of expert counts a micro-batch keeps: unit_layers
+// LayerContract.MoeStashBytesMatchCostModel at tp 1, mpi_moe_stash_test_np2 at tp 2); the rest APPROXIMATE: the block is costed as llama's block (through the table's
 // llama rules) with the SwiGLU width of the experts a token actually runs through, (top_k + n_shared_experts)
 // · d_ff, plus what that leaves out: the parameters of the experts no token of that width runs (E - k experts)
 // and of the router [E, D], the router's GEMMs (2·T·D·E per pass and weight gradient), and the stash the
@@ -79,6 +79,11 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
   // tp it is the mixture's input itself, under sequence parallelism a tensor of its own (the plan was 3.4% under
   // the measured peak without it; e2e MoeMemory.ActivationMemoryFollowsThePlan).
   if (sp && recompute != Recompute::kFull && block.n_shared_experts > 0) cost.activation_bytes += ts * d * b;
+  // The weight stash under sequence parallelism (mpi_moe_stash_test, per tp rank): the mixture keeps its gathered
+  // input [T, D] where the active llama block counts the gate's shard [T / tp, D] (with shared experts the shard
+  // is kept too: T·D more), the attention's o projection keeps its dy shard [T / tp, D] beside the gathered dy,
+  // and a shared expert's down projection likewise.
+  if (sp) cost.weight_stash_bytes += (block.n_shared_experts > 0 ? t * d + 2 * ts * d : t * d) * b;
   // The input gradient's peak is the mixture's, not a SwiGLU's of the active width: dy (and under sequence
   // parallelism its gathered copy), the experts' d_o and dxp [T·k, D], dh, dg, du [T·k, F/tp], dx [T, D], the
   // logits' gradient [T, E] in f32 and in the compute dtype, all live until the shared expert's backward, which

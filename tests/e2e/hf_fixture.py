@@ -14,7 +14,7 @@ transformers' names and shapes (GPT-2's Conv1D weights [in, out]) in model.safet
 with model.safetensors.index.json. --drop / --extra / --reshape / --nan NAME make bad inputs (--nan: element 3
 of NAME is a NaN).
 
-    hf_fixture.py OUT_DIR [--llama [--mistral W | --qwen2] [--max-positions N] [--tokenizer]] [--shards N] [--seed S] [--drop NAME] [--extra NAME] [--reshape NAME] [--nan NAME]
+    hf_fixture.py OUT_DIR [--llama [--mistral W | --qwen2] [--max-positions N] [--tokenizer]] [--mixtral | --qwen3 | --qwen3moe | --qwen2moe] [--shards N] [--seed S] [--drop NAME] [--extra NAME] [--reshape NAME] [--nan NAME]
 """
 import argparse
 import json

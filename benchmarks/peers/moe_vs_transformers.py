@@ -8,12 +8,16 @@ it needs torch and transformers, e.g. /work/venv-peers; issue 33 part 4):
    logits at every prefix of the prompt within --tolerance.
    The same for a tiny random Qwen3MoeForCausalLM (per-head q/k RMSNorm before rope: model.qk_norm; norm_topk_prob
    false and true) and a dense Qwen3ForCausalLM (model.type llama with qk_norm), with every RMSNorm scale (q_norm and
-   k_norm included) drawn around 1 so a missed norm shows.
-2. refusal: a Qwen2MoeForCausalLM (q/k/v biases and a sigmoid-gated shared expert) is refused by `cleave import`
-   with one error naming the architecture.
+   k_norm included) drawn around 1 so a missed norm shows; and a tiny random Qwen2MoeForCausalLM (q/k/v biases, a
+   shared expert twice the experts' width scaled per token by sigmoid(shared_expert_gate); norm_topk_prob false,
+   and true with a tied head), its q/k/v biases drawn N(0, 0.3) (transformers initialises them to 0, where a
+   missed bias would not show) and its RMSNorm scales around 1.
+2. refusal: a DeepseekV3ForCausalLM (latent attention, grouped routing) is refused by `cleave import` with one
+   error naming the architecture.
 3. export: Cleave moe models trained 10 steps at tp2 x pp2 (mpiexec -n 4 --oversubscribe) go through
    `cleave export --format hf` (one file and shards); from_pretrained loads a MixtralForCausalLM (no q/k norms) or a
-   Qwen3MoeForCausalLM (model.qk_norm true), and a trained llama with qk_norm a Qwen3ForCausalLM, with the logits
+   Qwen3MoeForCausalLM (model.qk_norm true) or a Qwen2MoeForCausalLM (model.qkv_bias, n_shared_experts 2 with
+   shared_expert_gate), and a trained llama with qk_norm a Qwen3ForCausalLM, with the logits
    `cleave generate --logits` gives on the checkpoint.
 
 Tolerance 1e-4 (absolute, fp32 logits of magnitude up to ~10): both sides compute in fp32 but sum in different
@@ -34,8 +38,9 @@ import tempfile
 
 import torch
 import transformers
-from transformers import (AutoModelForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig,
-                          Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
+from transformers import (AutoModelForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM, MixtralConfig,
+                          MixtralForCausalLM, Qwen2MoeConfig, Qwen2MoeForCausalLM, Qwen3Config, Qwen3ForCausalLM,
+                          Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from hf_roundtrip import compare, run, trained_model  # noqa: E402
@@ -67,6 +72,32 @@ def tiny_qwen3_moe(normalize, tied=False):
                             rms_norm_eps=1e-6, tie_word_embeddings=tied, initializer_range=0.2, bos_token_id=None,
                             eos_token_id=None, pad_token_id=None)
     return spread_norms(Qwen3MoeForCausalLM(config)).eval()
+
+
+def tiny_qwen2_moe(normalize, tied=False):
+    torch.manual_seed(0)
+    config = Qwen2MoeConfig(vocab_size=300, hidden_size=48, num_hidden_layers=3, num_attention_heads=6,
+                            num_key_value_heads=2, intermediate_size=64, moe_intermediate_size=40,
+                            shared_expert_intermediate_size=80, num_experts=4, num_experts_per_tok=2,
+                            norm_topk_prob=normalize, max_position_embeddings=32, rms_norm_eps=1e-6,
+                            tie_word_embeddings=tied, initializer_range=0.2, bos_token_id=None, eos_token_id=None,
+                            pad_token_id=None)
+    model = spread_norms(Qwen2MoeForCausalLM(config))
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("_proj.bias"):
+                p.copy_(0.3 * torch.randn_like(p))
+    return model.eval()
+
+
+def tiny_deepseek_v3():
+    torch.manual_seed(0)
+    config = DeepseekV3Config(vocab_size=64, hidden_size=16, intermediate_size=32, moe_intermediate_size=8,
+                              num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=2, n_routed_experts=4,
+                              n_shared_experts=1, num_experts_per_tok=2, n_group=1, topk_group=1, kv_lora_rank=8,
+                              q_lora_rank=8, qk_rope_head_dim=4, v_head_dim=8, qk_nope_head_dim=4,
+                              first_k_dense_replace=1, max_position_embeddings=16)
+    return DeepseekV3ForCausalLM(config)
 
 
 def tiny_qwen3():
@@ -104,6 +135,8 @@ def main():
                            ("MixtralForCausalLM tied", lambda: tiny_mixtral(tied=True)),
                            ("Qwen3MoeForCausalLM", lambda: tiny_qwen3_moe(normalize=False)),
                            ("Qwen3MoeForCausalLM norm_topk_prob tied", lambda: tiny_qwen3_moe(normalize=True, tied=True)),
+                           ("Qwen2MoeForCausalLM", lambda: tiny_qwen2_moe(normalize=False)),
+                           ("Qwen2MoeForCausalLM norm_topk_prob tied", lambda: tiny_qwen2_moe(normalize=True, tied=True)),
                            ("Qwen3ForCausalLM", tiny_qwen3)]:
             model = make()
             tag = name.replace(" ", "_")
@@ -112,12 +145,7 @@ def main():
             run([cleave, "import", hf_dir, "--out", ckpt], ckpt + ".log")
             ok &= compare(f"import {name}", model, cleave, ckpt, args.prompt, tmp, args.tolerance)
 
-        torch.manual_seed(0)
-        small = dict(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
-                     num_experts=4, num_experts_per_tok=2, moe_intermediate_size=8, intermediate_size=16,
-                     max_position_embeddings=16)
-        ok &= refused(cleave, tmp, Qwen2MoeForCausalLM(Qwen2MoeConfig(shared_expert_intermediate_size=8, **small)),
-                      "Qwen2MoeForCausalLM")
+        ok &= refused(cleave, tmp, tiny_deepseek_v3(), "DeepseekV3ForCausalLM")
 
         trained = [("moe", {"type": "moe", "vocab_size": 300, "d_model": 48, "n_layers": 4, "n_heads": 6,
                             "n_kv_heads": 2, "seq_len": 32, "ffn_hidden_size": 40, "n_experts": 4, "top_k": 2,
@@ -128,6 +156,10 @@ def main():
                    ("moe_qk_norm", {"type": "moe", "vocab_size": 300, "d_model": 48, "n_layers": 4, "n_heads": 6,
                                     "n_kv_heads": 2, "seq_len": 32, "ffn_hidden_size": 40, "n_experts": 4, "top_k": 2,
                                     "qk_norm": True, "normalize_top_k": False, "norm_eps": 1e-6}),
+                   ("moe_gated_shared", {"type": "moe", "vocab_size": 300, "d_model": 48, "n_layers": 4, "n_heads": 6,
+                                         "n_kv_heads": 2, "seq_len": 32, "ffn_hidden_size": 40, "n_experts": 4,
+                                         "top_k": 2, "n_shared_experts": 2, "shared_expert_gate": True,
+                                         "qkv_bias": True, "normalize_top_k": False, "norm_eps": 1e-6}),
                    ("llama_qk_norm", {"type": "llama", "vocab_size": 300, "d_model": 48, "n_layers": 4, "n_heads": 6,
                                       "n_kv_heads": 2, "seq_len": 32, "ffn_hidden_size": 80, "qk_norm": True,
                                       "norm_eps": 1e-6})]

@@ -256,7 +256,7 @@ inline constexpr std::array<Field<LlamaConfig>, 15> kLlamaFields = {{
 }};
 
 // model.type "moe": llama's keys (ffn_hidden_size is each expert's width), then the mixture's (moe.hpp).
-inline constexpr std::array<Field<MoeConfig>, 21> kMoeFields = {{
+inline constexpr std::array<Field<MoeConfig>, 23> kMoeFields = {{
     {"vocab_size", &MoeConfig::vocab_size, FieldKind::kInteger, "vocabulary size (token ids 0..V-1)", 1, kMaxFeatures},
     {"d_model", &MoeConfig::d_model, FieldKind::kInteger, "hidden width", 1, kMaxFeatures},
     {"n_layers", &MoeConfig::n_layers, FieldKind::kInteger, "moe blocks", 1, kMaxCount},
@@ -275,10 +275,13 @@ inline constexpr std::array<Field<MoeConfig>, 21> kMoeFields = {{
      kMaxFeatures},
     {"qk_norm", &MoeConfig::qk_norm, FieldKind::kBoolean,
      "RMSNorm over each head of q and k before the rotary embedding (Qwen3-MoE)"},
+    {"qkv_bias", &MoeConfig::qkv_bias, FieldKind::kBoolean, "q, k and v projections carry biases (Qwen2-MoE)"},
     {"n_experts", &MoeConfig::n_experts, FieldKind::kInteger, "routed experts per block", 0, kMaxCount},
     {"top_k", &MoeConfig::top_k, FieldKind::kInteger, "experts each token is routed to (<= n_experts)", 0, kMaxCount},
     {"n_shared_experts", &MoeConfig::n_shared_experts, FieldKind::kInteger,
      "experts every token runs through, unweighted (Qwen2-MoE, DeepSeek)", 0, kMaxCount},
+    {"shared_expert_gate", &MoeConfig::shared_expert_gate, FieldKind::kBoolean,
+     "the shared experts' output scaled per token by sigmoid(x · w), w [1, d_model] (Qwen2-MoE)"},
     {"router", &MoeConfig::router, FieldKind::kString, "router kind: softmax (top-k) or sigmoid (with balancing bias)"},
     {"normalize_top_k", &MoeConfig::normalize_top_k, FieldKind::kBoolean,
      "divide each token's k routing weights by their sum"},

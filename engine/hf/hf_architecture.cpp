@@ -10,11 +10,11 @@
 namespace cleave::hf {
 namespace {
 
-const std::array<HfArchitecture, 7>& rows() {
-  static const std::array<HfArchitecture, 7> table = [] {
-    const std::array<HfArchitecture, 7> t = {gpt2_architecture(),    llama_architecture(), mistral_architecture(),
+const std::array<HfArchitecture, 8>& rows() {
+  static const std::array<HfArchitecture, 8> table = [] {
+    const std::array<HfArchitecture, 8> t = {gpt2_architecture(),    llama_architecture(), mistral_architecture(),
                                              qwen2_architecture(),   mixtral_architecture(), qwen3_architecture(),
-                                             qwen3_moe_architecture()};
+                                             qwen3_moe_architecture(), qwen2_moe_architecture()};
     for (std::size_t i = 0; i < t.size(); ++i) {
       const HfArchitecture& a = t[i];
       CLEAVE_ASSERT(static_cast<std::size_t>(a.architecture) == i, "HF architecture table row {} is {}", i,

@@ -1,7 +1,8 @@
 // The Hugging Face level of the model-family table: one HfArchitecture row per transformers class Cleave
 // imports and exports (GPT2LMHeadModel for the gpt family; LlamaForCausalLM, MistralForCausalLM and
 // Qwen2ForCausalLM and Qwen3ForCausalLM for llama, told apart by model.sliding_window, model.qkv_bias and
-// model.qk_norm; MixtralForCausalLM and Qwen3MoeForCausalLM for moe, told apart by model.qk_norm). hf_config.cpp,
+// model.qk_norm; MixtralForCausalLM, Qwen3MoeForCausalLM and Qwen2MoeForCausalLM for moe, told apart by
+// model.qk_norm and the shared experts: Qwen2-MoE's sigmoid-gated one). hf_config.cpp,
 // hf_layout.cpp and hf_import.cpp ask this table instead of switching on Architecture.
 //
 // A family's home at this level is engine/hf/families/<architecture>.cpp: the config.json keys it reads and
@@ -73,5 +74,6 @@ HfArchitecture qwen2_architecture();
 HfArchitecture mixtral_architecture();
 HfArchitecture qwen3_architecture();
 HfArchitecture qwen3_moe_architecture();
+HfArchitecture qwen2_moe_architecture();
 
 }  // namespace cleave::hf

@@ -30,6 +30,9 @@
 //     num_experts (or num_local_experts) -> n_experts, num_experts_per_tok -> top_k, norm_topk_prob (default
 //     false) -> normalize_top_k, router_aux_loss_coef -> aux_loss_coef; decoder_sparse_step must be 1 and
 //     mlp_only_layers empty (no dense layers between the mixtures).
+//   Qwen2MoeForCausalLM (qwen2_moe.cpp): Qwen3-MoE's keys without q/k norms, qkv_bias (default true) -> qkv_bias,
+//     shared_expert_intermediate_size S -> n_shared_experts S / moe_intermediate_size (S must be a positive
+//     multiple of it) with shared_expert_gate true, norm_topk_prob (default false); use_sliding_window false.
 //   Llama-like classes (the moe ones too): seq_len is min(max_position_embeddings, kImportSeqLen) and max_seq_len
 //     max_position_embeddings (rotary positions: any seq_len up to it trains the same weights). GPT-2: seq_len
 //     is n_positions (the learned table; a run at a shorter seq_len slices it).

@@ -53,7 +53,7 @@
 
 namespace cleave::hf {
 
-enum class Architecture { kGpt2, kLlama, kMistral, kQwen2, kMixtral, kQwen3, kQwen3Moe };
+enum class Architecture { kGpt2, kLlama, kMistral, kQwen2, kMixtral, kQwen3, kQwen3Moe, kQwen2Moe };
 
 // transformers' class name: "GPT2LMHeadModel", "LlamaForCausalLM".
 std::string_view architecture_class(Architecture a);
@@ -75,6 +75,8 @@ struct ModelDims {
   bool qk_norm = false;         // llama-like: per-head RMSNorm of q and k before rope (Qwen3, Qwen3-MoE)
   std::int64_t n_experts = 0;   // moe: routed experts per block (0 otherwise)
   std::int64_t top_k = 0;       // moe: experts per token
+  std::int64_t n_shared_experts = 0;  // moe: the shared SwiGLU is n_shared_experts · ffn wide (0: none)
+  bool shared_expert_gate = false;    // moe: the shared experts' output is sigmoid-gated (Qwen2-MoE)
 };
 
 enum class Transform {

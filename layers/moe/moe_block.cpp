@@ -6,6 +6,7 @@
 #include "layers/llama/rmsnorm.hpp"
 #include "layers/llama/swiglu_mlp.hpp"
 #include "layers/moe/moe_mlp.hpp"
+#include "layers/moe/shared_expert_gate.hpp"
 #include "layers/parallel/column_parallel_linear.hpp"
 #include "layers/parallel/row_parallel_linear.hpp"
 
@@ -56,6 +57,7 @@ std::unique_ptr<TransformerBlock> make_moe_block(const partition::BlockSpec& b, 
     auto up = projection(m + ".shared.up", d, s, Split::kColumns, init, tp_size, tp_rank);
     auto down = projection(m + ".shared.down", s, d, Split::kRows, init, tp_size, tp_rank);
     shared = std::make_unique<SwigluMlp>(m + ".shared", std::move(gate), std::move(up), std::move(down), tp);
+    if (b.shared_expert_gate) shared = std::make_unique<SharedExpertGate>(m + ".shared_gate", d, std::move(shared), init);
   }
   auto moe = std::make_unique<MoeMlp>(m, d, f, router, std::move(shared), init, tp_size, tp_rank, ep_size, ep_rank);
   return std::make_unique<TransformerBlock>(p, std::move(attn_norm), std::move(attn), std::move(mlp_norm),

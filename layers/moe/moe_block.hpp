@@ -1,7 +1,8 @@
 // The moe block (pre-RMSNorm): x1 = x + attn(attn_norm(x)); y = x1 + moe(mlp_norm(x1)), with llama's attention
 // (layers/llama/llama_attention.hpp: rope, grouped-query heads; the same parameter names as a llama block's
 // attention) and MoeMlp (moe_mlp.hpp) as the feed-forward. Parameters: llama's <prefix>.attn_norm, .attn.{q,k,v,o},
-// .mlp_norm, then MoeMlp's under <prefix>.moe.
+// .mlp_norm, then MoeMlp's under <prefix>.moe (with block.shared_expert_gate, the shared experts are wrapped in a
+// SharedExpertGate, shared_expert_gate.hpp: <prefix>.moe.shared_gate.weight [1, D] after the shared SwiGLU's).
 //
 // make_moe_block builds every layout: tp_size 1 gives Linears; tp_size > 1 this tp rank's shards (llama's rules
 // for the attention; each expert's SwiGLU columns split, MoeMlp's expert tensor parallelism), with the values of

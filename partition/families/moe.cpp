@@ -69,6 +69,9 @@ ModelSpec make_moe_spec(const MoeConfig& given) {
                    given.top_k, given.n_experts, given.n_experts);
   CLEAVE_CHECK_KEY(given.n_shared_experts >= 0, "model.n_shared_experts", "must be >= 0, got {}",
                    given.n_shared_experts);
+  CLEAVE_CHECK_KEY(!given.shared_expert_gate || given.n_shared_experts > 0, "model.shared_expert_gate",
+                   "is true but model.n_shared_experts is 0: the gate scales the shared experts' output; set "
+                   "n_shared_experts > 0 or shared_expert_gate false");
   router_kind(given.router);
   forced_routing(given.forced_routing, given.n_experts, given.top_k);
   CLEAVE_CHECK_KEY(given.aux_loss_coef >= 0.0, "model.aux_loss_coef", "must be >= 0, got {}", given.aux_loss_coef);
@@ -85,6 +88,7 @@ ModelSpec make_moe_spec(const MoeConfig& given) {
     b.n_experts = config.n_experts;
     b.top_k = config.top_k;
     b.n_shared_experts = config.n_shared_experts;
+    b.shared_expert_gate = config.shared_expert_gate;
     b.router_bias = router_kind(config.router) == RouterKind::kSigmoid;
   }
   return spec;

@@ -7,7 +7,8 @@
 // The feed-forward of each block: a router (a [E, D] linear, no bias) scores the E experts for every token
 // and picks k of them; each expert is a SwiGLU of width ffn_hidden_size (gate, up: D -> F; down: F -> D);
 // the token's output is the weighted sum of its k experts' outputs, plus the shared experts' (a SwiGLU of
-// width n_shared_experts * F every token goes through, unweighted) when n_shared_experts > 0. Dropless: no
+// width n_shared_experts * F every token goes through, unweighted; with shared_expert_gate scaled per token by
+// sigmoid(x · w_gate), a [1, D] linear: Qwen2-MoE's shared_expert_gate) when n_shared_experts > 0. Dropless: no
 // capacity, every token reaches its k experts.
 //
 // Routers (model.router):
@@ -40,6 +41,7 @@ struct MoeConfig : LlamaConfig {
   std::int64_t n_experts = 4;         // E routed experts per block
   std::int64_t top_k = 2;             // experts per token (<= n_experts)
   std::int64_t n_shared_experts = 0;  // always-on experts (one SwiGLU of n_shared_experts x ffn_hidden_size)
+  bool shared_expert_gate = false;    // the shared experts' output scaled by sigmoid(x · w), w [1, D] (Qwen2-MoE)
   std::string router = "softmax";     // "softmax" | "sigmoid"
   bool normalize_top_k = true;        // the k weights divided by their sum
   double aux_loss_coef = 0.01;        // load-balancing loss (0: off)

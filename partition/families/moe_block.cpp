@@ -2,8 +2,9 @@
 // its roofline work (block_work), its tensor-parallel collectives and the memory plan's widening figure,
 // registered as moe_block_rules() in the family table.
 //
-// Exact at tp 1 for the stash (activation_bytes, and weight_stash_bytes up to the E·4 bytes of expert counts a
-// micro-batch keeps: unit_layers LayerContract.MoeStashBytesMatchCostModel); the rest APPROXIMATE: the block is costed as llama's block (through the table's
+// Exact per tp rank for the stash, with and without (gated) shared experts, with and without sequence parallelism
+// (activation_bytes, and weight_stash_bytes up to the E·4 bytes of expert counts a micro-batch keeps: unit_layers
+// LayerContract.MoeStashBytesMatchCostModel at tp 1, mpi_moe_stash_test_np2 at tp 2); the rest APPROXIMATE: the block is costed as llama's block (through the table's
 // llama rules) with the SwiGLU width of the experts a token actually runs through, (top_k + n_shared_experts)
 // · d_ff, plus what that leaves out: the parameters of the experts no token of that width runs (E - k experts)
 // and of the router [E, D], the router's GEMMs (2·T·D·E per pass and weight gradient), and the stash the
@@ -45,7 +46,8 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
   BlockCost cost = llama_rules().cost(active_llama_block(block), dtype, recompute, tp, sequence_parallel);
   const auto b = static_cast<std::int64_t>(dtype_size(dtype));
   const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff, e = block.n_experts, k = block.top_k;
-  const std::int64_t extra_params = 3 * d * f * (e - k) + d * e + (block.router_bias ? e : 0);
+  const std::int64_t extra_params =
+      3 * d * f * (e - k) + d * e + (block.router_bias ? e : 0) + (block.shared_expert_gate ? d : 0);
   cost.param_count += extra_params;
   cost.param_bytes += extra_params * b;
   cost.inactive_param_count = 3 * d * f * (e - k);  // the experts a token is not routed to
@@ -56,14 +58,32 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
   // Forward stash beyond the active llama block's: xp and o [T·k, D], the f32 logits [T, E], and the four
   // routing tables of T·k 4-byte entries (row_token, token_row int32; weight, row_weight f32).
   if (recompute != Recompute::kFull) cost.activation_bytes += 2 * t * k * d * b + t * e * 4 + 4 * t * k * 4;
+  // The shared experts' sigmoid gate (SharedExpertGate) stashes their output [T, D] and, per token, its f32
+  // sigmoid and i32 row index; its weight stash is the logits' gradient [T, 1].
+  const bool sp = sequence_parallel && tp > 1;
+  const std::int64_t ts = sp ? t / tp : t;
+  if (block.shared_expert_gate) {
+    if (recompute != Recompute::kFull) cost.activation_bytes += ts * d * b + ts * 8;
+    cost.weight_stash_bytes += ts * b;
+  }
   // Weight stash beyond it: xp [T·k, D], the down projection's dy is [T·k, D] where llama's is [T, D], and
   // dlogits [T, E]; plus the E f32 counts per micro-batch, which no per-sample figure holds (E·4 bytes).
   cost.weight_stash_bytes += (t * k * d + (k - 1) * t * d + t * e) * b;
-  const bool sp = sequence_parallel && tp > 1;
-  const std::int64_t ts = sp ? t / tp : t;
+  // Shared experts: their down projection keeps its own dy [T, D] (the mixture's dy, or the gated copy of it), beside
+  // the experts' d_o that the line above counts in full (unit_layers LayerContract.MoeStashBytesMatchCostModel).
+  if (block.n_shared_experts > 0) cost.weight_stash_bytes += t * d * b;
   // Sequence parallelism: the mixture stashes its gathered input [T, D] (every rank routes every token), where
   // llama's column-parallel projections keep the shard.
   if (sp && recompute != Recompute::kFull) cost.activation_bytes += (t - ts) * d * b;
+  // ... and shared experts keep the shard [T / tp, D] their SwiGLU (and gate) read besides: at tp 1 and under plain
+  // tp it is the mixture's input itself, under sequence parallelism a tensor of its own (the plan was 3.4% under
+  // the measured peak without it; e2e MoeMemory.ActivationMemoryFollowsThePlan).
+  if (sp && recompute != Recompute::kFull && block.n_shared_experts > 0) cost.activation_bytes += ts * d * b;
+  // The weight stash under sequence parallelism (mpi_moe_stash_test, per tp rank): the mixture keeps its gathered
+  // input [T, D] where the active llama block counts the gate's shard [T / tp, D] (with shared experts the shard
+  // is kept too: T·D more), the attention's o projection keeps its dy shard [T / tp, D] beside the gathered dy,
+  // and a shared expert's down projection likewise.
+  if (sp) cost.weight_stash_bytes += (block.n_shared_experts > 0 ? t * d + 2 * ts * d : t * d) * b;
   // The input gradient's peak is the mixture's, not a SwiGLU's of the active width: dy (and under sequence
   // parallelism its gathered copy), the experts' d_o and dxp [T·k, D], dh, dg, du [T·k, F/tp], dx [T, D], the
   // logits' gradient [T, E] in f32 and in the compute dtype, all live until the shared expert's backward, which
@@ -72,6 +92,7 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
   const std::int64_t shared = block.n_shared_experts * f;
   std::int64_t mixture = ((sp ? ts * d + t * d : t * d) + 2 * t * k * d + 3 * t * k * f / tp + t * d) * b + t * e * (4 + b);
   if (shared > 0) mixture += (3 * t * shared / tp + 2 * t * d) * b;
+  if (block.shared_expert_gate) mixture += ts * d * b;  // the gated dy the shared SwiGLU's backward reads
   if (recompute == Recompute::kFull) mixture += cost.recompute_transient_bytes - ts * d * b;
   cost.backward_extra_bytes = std::max(cost.backward_extra_bytes, mixture);
   return cost;
@@ -105,8 +126,9 @@ double moe_widest_f32(const BlockSpec& block, int tp) {
 }
 
 std::string moe_shape_key(const BlockSpec& b) {
-  return fmt::format("{} d{} h{} kv{} ff{} e{} k{} s{} T{}", block_kind_name(b.kind), b.in_features, b.n_heads,
-                     b.n_kv_heads, b.d_ff, b.n_experts, b.top_k, b.n_shared_experts, b.seq_len);
+  return fmt::format("{} d{} h{} kv{} ff{} e{} k{} s{}{} T{}", block_kind_name(b.kind), b.in_features, b.n_heads,
+                     b.n_kv_heads, b.d_ff, b.n_experts, b.top_k, b.n_shared_experts, b.shared_expert_gate ? "g" : "",
+                     b.seq_len);
 }
 
 }  // namespace

@@ -201,11 +201,13 @@ TEST(CudaCoverage, Llama) {
   }
 }
 
-// A moe step (routing ops, grouped GEMMs through the gemm slot) uses only slots the CUDA backend has.
+// A moe step (routing ops, grouped GEMMs through the gemm slot; Qwen2-MoE's gated shared expert and q/k/v biases)
+// uses only slots the CUDA backend has.
 TEST(CudaCoverage, Moe) {
   const std::set<std::string> used = slots_used(config::parse_config(R"({
     "model": {"type": "moe", "vocab_size": 67, "d_model": 32, "n_layers": 2, "n_heads": 4, "seq_len": 16,
-              "ffn_hidden_size": 24, "n_experts": 4, "top_k": 2, "n_shared_experts": 1},
+              "ffn_hidden_size": 24, "n_experts": 4, "top_k": 2, "n_shared_experts": 1, "shared_expert_gate": true,
+              "qkv_bias": true},
     "batch": {"global_batch_size": 4, "micro_batch_size": 2},
     "train": {"steps": 1, "seed": 3, "eval_batches": 1},
     "data": {"type": "synthetic"}

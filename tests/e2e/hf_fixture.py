@@ -6,14 +6,15 @@ its max_position_embeddings; --tokenizer a Llama 2-style tokenizer.json (byte fa
 then) and tokenizer_config.json; with --mixtral, MixtralForCausalLM: the Llama with E 4 experts, top-2, one tensor
 per expert as save_pretrained writes them; with --qwen3 a Qwen3ForCausalLM (Llama with per-head q_norm / k_norm);
 with --qwen3moe a Qwen3MoeForCausalLM (Qwen3's attention, mlp.gate and mlp.experts.{j}.{gate,up,down}_proj,
-norm_topk_prob false); with --qwen2moe a Qwen2MoeForCausalLM config, for its refusal) directory with the standard
+norm_topk_prob false); with --qwen2moe a Qwen2MoeForCausalLM (q/k/v biases, Qwen3-MoE's expert names, a shared
+expert mlp.shared_expert.{gate,up,down}_proj of width 2F and its sigmoid gate mlp.shared_expert_gate [1, D])) directory with the standard
 library only (no torch, no downloads): config.json as
 transformers writes it and seeded random weights (normal, std 0.3: far from a fresh model's) under
 transformers' names and shapes (GPT-2's Conv1D weights [in, out]) in model.safetensors, or in --shards files
 with model.safetensors.index.json. --drop / --extra / --reshape / --nan NAME make bad inputs (--nan: element 3
 of NAME is a NaN).
 
-    hf_fixture.py OUT_DIR [--llama [--mistral W | --qwen2] [--max-positions N] [--tokenizer]] [--shards N] [--seed S] [--drop NAME] [--extra NAME] [--reshape NAME] [--nan NAME]
+    hf_fixture.py OUT_DIR [--llama [--mistral W | --qwen2] [--max-positions N] [--tokenizer]] [--mixtral | --qwen3 | --qwen3moe | --qwen2moe] [--shards N] [--seed S] [--drop NAME] [--extra NAME] [--reshape NAME] [--nan NAME]
 """
 import argparse
 import json
@@ -26,9 +27,10 @@ KV_HEADS = 2  # llama
 
 
 EXPERTS, TOP_K = 4, 2  # mixtral
+SHARED = 2 * F  # qwen2moe: shared_expert_intermediate_size
 
 
-def tensors(seed, llama, qkv_bias=False, mixtral=False, qk_norm=False, qwen3moe=False, vocab=V):
+def tensors(seed, llama, qkv_bias=False, mixtral=False, qk_norm=False, qwen3moe=False, vocab=V, qwen2moe=False):
     rng = random.Random(seed)
     out = {}
 
@@ -63,6 +65,11 @@ def tensors(seed, llama, qkv_bias=False, mixtral=False, qk_norm=False, qwen3moe=
                     add(p + f"mlp.experts.{j}.gate_proj.weight", F, D)
                     add(p + f"mlp.experts.{j}.up_proj.weight", F, D)
                     add(p + f"mlp.experts.{j}.down_proj.weight", D, F)
+                if qwen2moe:
+                    add(p + "mlp.shared_expert.gate_proj.weight", SHARED, D)
+                    add(p + "mlp.shared_expert.up_proj.weight", SHARED, D)
+                    add(p + "mlp.shared_expert.down_proj.weight", D, SHARED)
+                    add(p + "mlp.shared_expert_gate.weight", 1, D)
                 continue
             if mixtral:
                 add(p + "block_sparse_moe.gate.weight", EXPERTS, D)
@@ -167,8 +174,8 @@ def main():
     a.llama = a.llama or a.qwen2 or a.qwen3 or a.mistral is not None
     moe = a.mixtral or a.qwen3moe or a.qwen2moe
     vocab = len(SP_VOCAB) if a.tokenizer else V
-    w = tensors(a.seed, a.llama or moe, qkv_bias=a.qwen2, mixtral=moe, qk_norm=a.qwen3 or a.qwen3moe,
-                qwen3moe=a.qwen3moe, vocab=vocab)
+    w = tensors(a.seed, a.llama or moe, qkv_bias=a.qwen2 or a.qwen2moe, mixtral=moe, qk_norm=a.qwen3 or a.qwen3moe,
+                qwen3moe=a.qwen3moe or a.qwen2moe, vocab=vocab, qwen2moe=a.qwen2moe)
     if a.drop:
         del w[a.drop]
     if a.extra:
@@ -226,9 +233,15 @@ def main():
                        "use_sliding_window": False, "rms_norm_eps": 1e-06,
                        "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}})
         del config["router_jitter_noise"]
-    if a.qwen2moe:
+    if a.qwen2moe:  # as transformers 5 writes it (qkv_bias, sliding_window 0 without use_sliding_window)
         config.update({"architectures": ["Qwen2MoeForCausalLM"], "model_type": "qwen2_moe", "num_experts": EXPERTS,
-                       "moe_intermediate_size": F, "shared_expert_intermediate_size": F})
+                       "intermediate_size": 40, "moe_intermediate_size": F, "shared_expert_intermediate_size": SHARED,
+                       "norm_topk_prob": False, "decoder_sparse_step": 1, "mlp_only_layers": [], "qkv_bias": True,
+                       "use_sliding_window": False, "sliding_window": 0, "max_window_layers": 28,
+                       "layer_types": ["full_attention"] * LAYERS, "rms_norm_eps": 1e-06,
+                       "rope_parameters": {"rope_theta": 10000.0, "rope_type": "default"}})
+        for key in ("router_jitter_noise", "num_local_experts", "head_dim"):
+            del config[key]
     with open(os.path.join(a.out, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
     if a.tokenizer:

@@ -5,8 +5,13 @@
 #  - import -> export --format hf writes every HF tensor byte-identical to the fixture's (the per-expert
 #    slices of Cleave's stacked expert tensors), and re-imports bit-exactly;
 #  - train --init-from at tp2 and pp2 (mpiexec -n 2) has the one-rank first-step loss, not a fresh model's;
-#  - refused with one error line, nothing written: Qwen2MoeForCausalLM (named), an expert count or top-k in the
-#    config that differs from the checkpoint's (both numbers), router_jitter_noise.
+#  - Qwen2MoeForCausalLM (hf_fixture.py --qwen2moe: q/k/v biases, a shared expert twice the experts' width with
+#    its sigmoid gate, norm_topk_prob false): import -> export byte-identical and the same class and sizes back;
+#    train --init-from at tp2 with sequence parallelism and at pp2 has the one-rank first-step loss;
+#  - refused with one error line, nothing written: a class Cleave does not build (DeepseekV3ForCausalLM, named),
+#    an expert count or top-k in the config that differs from the checkpoint's (both numbers),
+#    router_jitter_noise, a Qwen2-MoE shared_expert_intermediate_size that is no multiple of
+#    moe_intermediate_size, its use_sliding_window and mlp_only_layers.
 # Usage: hf_moe.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
 cleave=$1; src=$2; shift 2
@@ -54,7 +59,45 @@ print(f"ok   --init-from mixtral first-step loss: one rank {one}, tp2 (from the 
 PY
 
 fixture qwen --qwen2moe
-refuse "Qwen2-MoE" "architecture Qwen2MoeForCausalLM is not supported" out1 -- "$cleave" import qwen --out out1
+import_export_round_trip qwen ck_qwen exported_qwen
+python3 - qwen/config.json exported_qwen/config.json <<'PY' || fail "export config qwen2-moe"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+for key in ("architectures", "model_type", "num_experts", "num_experts_per_tok", "moe_intermediate_size",
+            "shared_expert_intermediate_size", "norm_topk_prob", "qkv_bias"):
+    assert a.get(key) == b.get(key), (key, a.get(key), b.get(key))
+print(f"ok   Qwen2MoeForCausalLM: export --format hf writes the same class and sizes")
+PY
+"$cleave" train --init-from qwen "${common[@]}" --set train.out_dir=one_q > one_q.log 2>&1 || { cat one_q.log; fail "qwen2-moe one rank"; }
+"${mpiexec[@]}" -n 2 "$cleave" train --init-from ck_qwen "${common[@]}" --set parallel.tensor_model_parallel_size=2 \
+  --set parallel.sequence_parallel=true --set train.out_dir=tp2_q > tp2_q.log 2>&1 || { cat tp2_q.log; fail "qwen2-moe tp2"; }
+"${mpiexec[@]}" -n 2 "$cleave" train --init-from qwen "${common[@]}" --set parallel.pipeline_model_parallel_size=2 \
+  --set train.out_dir=pp2_q > pp2_q.log 2>&1 || { cat pp2_q.log; fail "qwen2-moe pp2"; }
+grep -q "init: parameters from Hugging Face Qwen2MoeForCausalLM in qwen" one_q.log || { cat one_q.log; fail "no qwen2-moe init line"; }
+python3 - "$(loss one_q)" "$(loss tp2_q)" "$(loss pp2_q)" "$(loss fresh)" <<'PY' || fail "qwen2-moe losses"
+import sys
+one, tp2, pp2, fresh = map(float, sys.argv[1:])
+for name, x in (("tp2 sp", tp2), ("pp2", pp2)):
+    assert abs(x - one) <= 1e-5 * abs(one), f"qwen2-moe {name} first-step loss {x} != one rank's {one}"
+assert abs(fresh - one) > 0.05, f"the imported qwen2-moe's loss {one} is a fresh model's {fresh}"
+print(f"ok   --init-from qwen2-moe first-step loss: one rank {one}, tp2 sp {tp2}, pp2 {pp2}; fresh {fresh}")
+PY
+edit() {  # edit SRC DST KEY JSON_VALUE
+  cp -r "$1" "$2" && python3 -c "
+import json, sys; p = sys.argv[1] + '/config.json'; c = json.load(open(p)); c[sys.argv[2]] = json.loads(sys.argv[3])
+json.dump(c, open(p, 'w'))" "$2" "$3" "$4"
+}
+edit qwen deepseek architectures '["DeepseekV3ForCausalLM"]'
+python3 -c "
+import json; p = 'deepseek/config.json'; c = json.load(open(p)); c['model_type'] = 'deepseek_v3'; json.dump(c, open(p, 'w'))"
+refuse "DeepSeek-V3" "architecture DeepseekV3ForCausalLM is not supported" out1 -- "$cleave" import deepseek --out out1
+edit qwen odd_shared shared_expert_intermediate_size 36
+refuse "Qwen2-MoE shared width" "shared_expert_intermediate_size 36 is not a positive multiple of moe_intermediate_size 24" \
+  out5 -- "$cleave" import odd_shared --out out5
+edit qwen windowed use_sliding_window true
+refuse "Qwen2-MoE window" "use_sliding_window is true" out6 -- "$cleave" import windowed --out out6
+edit qwen dense_q mlp_only_layers "[0]"
+refuse "Qwen2-MoE dense layer" "mlp_only_layers is [0]" out7 -- "$cleave" import dense_q --out out7
 refuse "expert count" "model.n_experts is 8 in the config, but 4 in mix/config.json" run2 -- \
   "$cleave" train --init-from mix --set model.n_experts=8 --set train.out_dir=run2
 refuse "top-k" "model.top_k is 1 in the config, but 2 in mix/config.json" run3 -- \

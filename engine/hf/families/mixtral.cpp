@@ -60,7 +60,7 @@ HfModelConfig read_mixtral(const Keys& k) {
 
 // Mixtral holds a moe model without q/k norms (moe_like::model_dims refused what neither moe class holds).
 bool mixtral_holds(const ModelDims& d, const json& model) {
-  return !d.qkv_bias && !d.qk_norm && model.value("sliding_window", std::int64_t{0}) == 0;
+  return !d.qkv_bias && !d.qk_norm && d.n_shared_experts == 0 && model.value("sliding_window", std::int64_t{0}) == 0;
 }
 
 void mixtral_write_config(const ModelDims& d, const json& model, json& out) {

@@ -1,4 +1,4 @@
-// MixtralForCausalLM's and Qwen3MoeForCausalLM's shared reading, checks and tensor names (moe_like.hpp).
+// MixtralForCausalLM's, Qwen3MoeForCausalLM's and Qwen2MoeForCausalLM's shared reading, checks and tensor names (moe_like.hpp).
 #include "engine/hf/families/moe_like.hpp"
 
 #include <fmt/format.h>
@@ -21,14 +21,17 @@ void to_moe_section(const Keys& k, const char* experts_key, const Routing& r, Hf
                experts_key, d.n_experts);
   json& m = out.model;
   m["type"] = "moe";
-  // The moe section has no window and no biases (the classes' checks refused them); seq_len and max_seq_len
-  // stay llama's: min(max_position_embeddings, kImportSeqLen) and max_position_embeddings.
+  // The moe section has no window (the classes' checks refused one); seq_len and max_seq_len stay llama's:
+  // min(max_position_embeddings, kImportSeqLen) and max_position_embeddings.
   m.erase("sliding_window");
   m.erase("sliding_window_from_layer");
-  m.erase("qkv_bias");
+  m["qkv_bias"] = d.qkv_bias;
+  d.n_shared_experts = r.n_shared_experts;
+  d.shared_expert_gate = r.shared_expert_gate;
   m["n_experts"] = d.n_experts;
   m["top_k"] = d.top_k;
-  m["n_shared_experts"] = 0;
+  m["n_shared_experts"] = d.n_shared_experts;
+  m["shared_expert_gate"] = d.shared_expert_gate;
   m["router"] = "softmax";
   m["normalize_top_k"] = r.normalize_top_k;
   m["aux_loss_coef"] = r.aux_loss_coef;
@@ -42,15 +45,24 @@ void model_dims(const Keys& k, ModelDims& d) {
   d.n_experts = k.size("n_experts");
   d.top_k = k.size("top_k");
   const std::string router = k.text_or("router", "softmax");
-  CLEAVE_CHECK(router == "softmax", "{}: model.router is \"{}\", but MixtralForCausalLM and Qwen3MoeForCausalLM "
-               "route with a softmax; only router \"softmax\" exports", k.origin(), router);
-  const std::int64_t shared = k.find("n_shared_experts") == nullptr ? 0 : k.find("n_shared_experts")->get<std::int64_t>();
-  CLEAVE_CHECK(shared == 0, "{}: model.n_shared_experts is {}, but neither MixtralForCausalLM nor "
-               "Qwen3MoeForCausalLM has shared experts; only n_shared_experts 0 exports", k.origin(), shared);
-  CLEAVE_CHECK(d.qk_norm || k.flag_or("normalize_top_k", true), "{}: model.normalize_top_k is false, but "
-               "MixtralForCausalLM always renormalises the k weights (Qwen3MoeForCausalLM's norm_topk_prob can be false, "
-               "but that class has q/k norms: model.qk_norm true); only normalize_top_k true exports without q/k norms",
-               k.origin());
+  CLEAVE_CHECK(router == "softmax", "{}: model.router is \"{}\", but MixtralForCausalLM, Qwen3MoeForCausalLM and "
+               "Qwen2MoeForCausalLM route with a softmax; only router \"softmax\" exports", k.origin(), router);
+  d.n_shared_experts = k.find("n_shared_experts") == nullptr ? 0 : k.find("n_shared_experts")->get<std::int64_t>();
+  d.shared_expert_gate = k.flag_or("shared_expert_gate", false);
+  const std::int64_t shared = d.n_shared_experts;
+  CLEAVE_CHECK(shared == 0 || d.shared_expert_gate, "{}: model.n_shared_experts is {} with shared_expert_gate false, "
+               "but the one Hugging Face class with a shared expert, Qwen2MoeForCausalLM, gates it with a sigmoid; only "
+               "ungated n_shared_experts 0 or a gated shared expert (shared_expert_gate true) exports", k.origin(), shared);
+  CLEAVE_CHECK(shared == 0 || !d.qk_norm, "{}: model.n_shared_experts is {} with qk_norm true, but "
+               "Qwen2MoeForCausalLM (the class with a shared expert) has no q/k norms and Qwen3MoeForCausalLM no shared "
+               "expert; no Hugging Face class holds both", k.origin(), shared);
+  CLEAVE_CHECK(shared > 0 || !d.qkv_bias, "{}: model.qkv_bias is true without shared experts, but the one Hugging "
+               "Face moe class with q/k/v biases, Qwen2MoeForCausalLM, has a gated shared expert (n_shared_experts > 0, "
+               "shared_expert_gate true); MixtralForCausalLM and Qwen3MoeForCausalLM have no biases", k.origin());
+  CLEAVE_CHECK(d.qk_norm || shared > 0 || k.flag_or("normalize_top_k", true), "{}: model.normalize_top_k is false, "
+               "but MixtralForCausalLM always renormalises the k weights (Qwen3MoeForCausalLM's and "
+               "Qwen2MoeForCausalLM's norm_topk_prob can be false, but those classes have q/k norms, model.qk_norm true, "
+               "or a gated shared expert); only normalize_top_k true exports without either", k.origin());
 }
 
 std::vector<TensorMap> tensor_map(const ModelDims& m, const ExpertNames& names) {
@@ -76,6 +88,16 @@ std::vector<TensorMap> tensor_map(const ModelDims& m, const ExpertNames& names) 
             fmt::format("{}moe.experts.{}.weight", ours, x.ours), all);
         out.back().slice = j;
       }
+    }
+    if (m.n_shared_experts > 0) {
+      CLEAVE_ASSERT(names.shared != nullptr && names.shared_gate != nullptr && m.shared_expert_gate,
+                    "moe tensor_map: {} has no gated shared expert", names.block);
+      const std::int64_t s = m.n_shared_experts * f;
+      const std::string sh = hf + names.shared + ".";
+      add(out, sh + "gate_proj.weight", {s, d}, ours + "moe.shared.gate.weight", {s, d});
+      add(out, sh + "up_proj.weight", {s, d}, ours + "moe.shared.up.weight", {s, d});
+      add(out, sh + "down_proj.weight", {d, s}, ours + "moe.shared.down.weight", {d, s});
+      add(out, hf + names.shared_gate + ".weight", {1, d}, ours + "moe.shared_gate.weight", {1, d});
     }
   }
   add(out, "model.norm.weight", {d}, "final_norm.weight", {d});

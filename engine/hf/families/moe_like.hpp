@@ -1,7 +1,7 @@
-// What MixtralForCausalLM and Qwen3MoeForCausalLM share at the Hugging Face level: both are Cleave's moe family
-// (model.type "moe", a softmax router, no shared experts) with Llama's attention (llama_like.hpp; Qwen3-MoE adds
-// the per-head q/k norms), and differ in their expert tensors' names and their config keys. Internal to
-// engine/hf/families/.
+// What MixtralForCausalLM, Qwen3MoeForCausalLM and Qwen2MoeForCausalLM share at the Hugging Face level: all are
+// Cleave's moe family (model.type "moe", a softmax router) with Llama's attention (llama_like.hpp; Qwen3-MoE adds
+// the per-head q/k norms, Qwen2-MoE q/k/v biases and a sigmoid-gated shared expert), and differ in their expert
+// tensors' names and their config keys. Internal to engine/hf/families/.
 //
 // Invariant: to_moe_section turns a llama_like model section into the moe one the config reader takes (the keys
 // the moe section has; max_seq_len kept, seq_len min(max_position_embeddings, kImportSeqLen) as llama's), and
@@ -22,14 +22,17 @@ struct Routing {
   bool normalize_top_k = true;
   double aux_loss_coef = 0.001;
   double z_loss_coef = 0.0;
+  std::int64_t n_shared_experts = 0;  // the shared SwiGLU's width over the experts' (Qwen2-MoE)
+  bool shared_expert_gate = false;    // Qwen2-MoE's sigmoid gate on it
 };
 
 // out.model (llama_like::read's) becomes a moe section with `routing`; checks top_k <= n_experts (naming
 // `experts_key` and num_experts_per_tok in k's file).
 void to_moe_section(const Keys& k, const char* experts_key, const Routing& routing, HfModelConfig& out);
 
-// A moe model section's sizes (llama_like::model_dims plus n_experts, top_k); refuses a router other than softmax
-// and shared experts, which neither class has.
+// A moe model section's sizes (llama_like::model_dims plus n_experts, top_k, the shared experts); refuses (naming
+// the key) what no moe class holds: a router other than softmax, ungated shared experts, shared experts with
+// q/k norms, q/k/v biases without the gated shared expert, normalize_top_k false with neither.
 void model_dims(const Keys& model, ModelDims& dims);
 
 // The HF names of a class's expert tensors: "<block>.<router>.weight" [E, D] and
@@ -40,9 +43,13 @@ struct ExpertNames {
   const char* gate;    // "w1" | "gate_proj"
   const char* up;      // "w3" | "up_proj"
   const char* down;    // "w2" | "down_proj"
+  // Qwen2-MoE: "<block>.<shared>.{gate,up,down}_proj.weight" and "<block>.<shared_gate>.weight" [1, D].
+  const char* shared = nullptr;       // "shared_expert"
+  const char* shared_gate = nullptr;  // "shared_expert_gate"
 };
 
-// Every tensor of the model, in Cleave's block order: llama's attention and norms, the router, the experts.
+// Every tensor of the model, in Cleave's block order: llama's attention and norms, the router, the experts, the
+// shared experts and their gate (where dims has them).
 std::vector<TensorMap> tensor_map(const ModelDims& dims, const ExpertNames& names);
 
 }  // namespace cleave::hf::moe_like

@@ -63,7 +63,7 @@ HfModelConfig read_qwen3_moe(const Keys& k) {
 }
 
 bool qwen3_moe_holds(const ModelDims& d, const json& model) {
-  return d.qk_norm && !d.qkv_bias && model.value("sliding_window", std::int64_t{0}) == 0;
+  return d.qk_norm && !d.qkv_bias && d.n_shared_experts == 0 && model.value("sliding_window", std::int64_t{0}) == 0;
 }
 
 void qwen3_moe_write_config(const ModelDims& d, const json& model, json& out) {

@@ -143,7 +143,8 @@ void expect_stash_matches_cost_model(const partition::ModelSpec& spec, const Ten
   }
 }
 
-// The moe block's stash against its cost (partition/families/moe_block.cpp), no shared experts, tp 1: after
+// The moe block's stash against its cost (partition/families/moe_block.cpp), with and without (gated) shared
+// experts, tp 1: after
 // forward exactly activation_bytes per sample; after backward_input weight_stash_bytes per sample plus the E
 // f32 expert counts the micro-batch keeps for its weight gradient.
 TEST(LayerContract, MoeStashBytesMatchCostModel) {
@@ -157,9 +158,14 @@ TEST(LayerContract, MoeStashBytesMatchCostModel) {
   m.ffn_hidden_size = 8;
   m.n_experts = 4;
   m.top_k = 2;
-  for (const bool qk_norm : {false, true}) {  // Qwen3-MoE's q/k norms
-  SCOPED_TRACE(qk_norm ? "qk_norm" : "plain");
+  for (const int variant : {0, 1, 2, 3}) {  // plain, Qwen3-MoE's q/k norms, a shared expert, Qwen2-MoE's gated one
+  const bool qk_norm = variant == 1;
+  const char* const names[] = {"plain", "qk_norm", "shared", "gated shared"};
+  SCOPED_TRACE(names[variant]);
   m.qk_norm = qk_norm;
+  m.n_shared_experts = variant >= 2 ? 2 : 0;
+  m.shared_expert_gate = variant == 3;
+  m.qkv_bias = variant == 3;
   const auto spec = partition::make_moe_spec(m);
   for (auto recompute : {partition::Recompute::kNone, partition::Recompute::kFull}) {
     BuildOptions options{cpu_allocator()};

@@ -39,6 +39,12 @@ TEST(HfArchitectureTable, EveryRowRoundTripsItsFamilysModelSection) {
     // ... with q/k norms (Qwen3); the moe rows without (Mixtral) and with them (Qwen3-MoE).
     if (a.architecture == Architecture::kQwen3) c.model.llama.qk_norm = true;
     if (a.architecture == Architecture::kQwen3Moe) c.model.moe.qk_norm = true;
+    // ... and with q/k/v biases and a sigmoid-gated shared expert (Qwen2-MoE).
+    if (a.architecture == Architecture::kQwen2Moe) {
+      c.model.moe.qkv_bias = true;
+      c.model.moe.n_shared_experts = 2;
+      c.model.moe.shared_expert_gate = true;
+    }
     const json model = json::parse(config::to_json(c)).at("model");
     const json hf = hf_config_json(model, "float32");
     EXPECT_EQ(hf.at("architectures").at(0).get<std::string>(), a.class_name);
@@ -56,17 +62,19 @@ TEST(HfArchitectureTable, EveryRowRoundTripsItsFamilysModelSection) {
     EXPECT_EQ(a.canonical_name(std::string(a.embedding)), a.embedding);
     ++rows;
   }
-  EXPECT_EQ(rows, 7);
+  EXPECT_EQ(rows, 8);
 }
 
 TEST(HfArchitectureTable, RefusalsNameEveryRow) {
   const std::string unknown = error_of([] { read_hf_config(json{{"architectures", {"BertModel"}}}, "config.json"); });
   EXPECT_NE(unknown.find("cleave imports GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, "
-                         "MixtralForCausalLM, Qwen3ForCausalLM and Qwen3MoeForCausalLM"), std::string::npos) << unknown;
+                         "MixtralForCausalLM, Qwen3ForCausalLM, Qwen3MoeForCausalLM and Qwen2MoeForCausalLM"), std::string::npos)
+      << unknown;
   const std::string mlp = error_of([] { dims_of_model(json{{"type", "mlp"}}, "ckpt"); });
   EXPECT_NE(mlp.find("(gpt exports as GPT2LMHeadModel, llama as LlamaForCausalLM, llama as MistralForCausalLM (with a sliding "
                       "window), llama as Qwen2ForCausalLM (with q/k/v biases), moe as MixtralForCausalLM, llama as "
-                      "Qwen3ForCausalLM (with q/k norms), moe as Qwen3MoeForCausalLM (with q/k norms))"),
+                      "Qwen3ForCausalLM (with q/k norms), moe as Qwen3MoeForCausalLM (with q/k norms), moe as Qwen2MoeForCausalLM "
+                      "(with a gated shared expert))"),
             std::string::npos) << mlp;
 }
 

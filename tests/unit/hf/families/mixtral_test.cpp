@@ -95,10 +95,10 @@ TEST(HfMixtral, WhatCleaveComputesDifferentlyIsOneErrorNamingIt) {
   has(import_error([](HfFixture& f) { f.config["num_local_experts"] = 3; }),
       "block_sparse_moe.gate.weight has shape [4,16], but config.json's sizes give [3,16]");
   has(import_error([](HfFixture& f) {
-        f.config["architectures"] = {"Qwen2MoeForCausalLM"};
-        f.config["model_type"] = "qwen2_moe";
+        f.config["architectures"] = {"DeepseekV3ForCausalLM"};
+        f.config["model_type"] = "deepseek_v3";
       }),
-      "architecture Qwen2MoeForCausalLM is not supported");
+      "architecture DeepseekV3ForCausalLM is not supported");
 
   const json model = read_hf_config(mixtral_fixture().config, "config.json").model;
   const auto export_error = [&](const char* key, json value) {

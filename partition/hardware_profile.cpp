@@ -140,6 +140,7 @@ std::vector<std::string> HardwareProfile::sourced_keys() const {
   if (has_roofline()) {
     for (const char* k : {"peak_tflops.f32", "peak_tflops.bf16", "gemm_efficiency"}) keys.emplace_back(k);
     if (!gemm_efficiency_f32.empty()) keys.emplace_back("gemm_efficiency_f32");
+    if (attention_efficiency > 0) keys.emplace_back("attention_efficiency");
   }
   if (cores_per_node > 0) {
     for (const char* k : {"cores_per_node", "measured_ranks_per_node", "measured_cores"}) keys.emplace_back(k);
@@ -166,7 +167,9 @@ double HardwareProfile::roofline_seconds(const PassWork& work, bool bf16) const 
     const double flops = g.flops();
     if (flops <= 0) continue;
     // A batched GEMM is one launch: its efficiency is that of its whole work.
-    seconds += std::max(flops / (peak * gemm_efficiency_at(flops, bf16)), g.operand_bytes(element) / memory_bandwidth_Bps);
+    double efficiency = gemm_efficiency_at(flops, bf16);
+    if (g.fused_attention && attention_efficiency > 0) efficiency = std::min(efficiency, attention_efficiency);
+    seconds += std::max(flops / (peak * efficiency), g.traffic_bytes(element) / memory_bandwidth_Bps);
   }
   return seconds;
 }
@@ -237,6 +240,13 @@ HardwareProfile load_profile(const std::string& path) {
                  "roofline it refines)", path);
     p.gemm_efficiency_f32 = read_curve(root, "gemm_efficiency_f32", path);
   }
+  if (root.contains("attention_efficiency")) {
+    CLEAVE_CHECK(p.has_roofline(), "profile {}: 'attention_efficiency' needs 'peak_tflops' and 'gemm_efficiency' (the "
+                 "roofline it caps)", path);
+    p.attention_efficiency = positive(root, "attention_efficiency", where);
+    CLEAVE_CHECK(p.attention_efficiency <= 1, "profile {}: 'attention_efficiency' {} is a fraction of the peak (0 < x <= 1)",
+                 path, p.attention_efficiency);
+  }
   if (root.contains("gemm_measured")) p.measured_gemms = read_measured_gemms(root.at("gemm_measured"), path);
   if (root.contains("measured")) p.measured = measured_from_json(root.at("measured"), path);
   // Cores: the file's, else (a cpu profile) this machine's; the ranks that shared them when it was measured.
@@ -282,6 +292,7 @@ json profile_to_json(const HardwareProfile& p) {
                           {"bf16", file_number(p.peak_flops_bf16 / 1e12)}};
     out["gemm_efficiency"] = curve_to_json(p.gemm_efficiency);
     if (!p.gemm_efficiency_f32.empty()) out["gemm_efficiency_f32"] = curve_to_json(p.gemm_efficiency_f32);
+    if (p.attention_efficiency > 0) out["attention_efficiency"] = file_number(p.attention_efficiency);
   }
   if (!p.measured_gemms.empty()) {
     // TFLOP/s and the fraction of the profile's peak are written for a reader (from the written ms, so a file

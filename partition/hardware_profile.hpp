@@ -74,6 +74,10 @@ struct HardwareProfile {
   // f32 GEMMs' own curve (file key gemm_efficiency_f32, optional; a measured profile has it: f32 GEMMs run on
   // other units than bf16 ones); empty = f32 uses gemm_efficiency too, as the shipped profiles do.
   std::vector<std::pair<double, double>> gemm_efficiency_f32;
+  // The most the fused memory-efficient attention kernel's products reach, as a fraction of the peak (file key
+  // attention_efficiency, optional, roofline only): those products (Gemm::fused_attention) are priced at
+  // min(the curve's efficiency, this); 0 = the curve alone. A published kernel benchmark, not a GEMM one.
+  double attention_efficiency = 0;
   // The GEMMs `cleave profile --gemm` timed (file key gemm_measured; the curves are fitted to them). Evidence
   // for a reader and for tests: the planner prices from the curves only.
   struct MeasuredGemm {
@@ -122,8 +126,9 @@ struct HardwareProfile {
   // The fraction of peak a GEMM of `flops` FLOPs reaches (has_roofline() only): bf16's curve, and for f32
   // (bf16 false) gemm_efficiency_f32 when the profile has one.
   double gemm_efficiency_at(double flops, bool bf16 = true) const;
-  // One pass of a block: each GEMM at max(FLOPs / (peak x efficiency), operand bytes / memory bandwidth),
-  // plus the streamed bytes over memory bandwidth (has_roofline() only).
+  // One pass of a block: each GEMM at max(FLOPs / (peak x efficiency), operand bytes / memory bandwidth), the
+  // fused attention kernel's products at no more than attention_efficiency, plus the streamed bytes over memory
+  // bandwidth (has_roofline() only).
   double roofline_seconds(const PassWork& work, bool bf16) const;
 };
 

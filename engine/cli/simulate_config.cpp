@@ -31,7 +31,8 @@ ArgParser simulate_config_args() {
   ArgParser p("simulate --config",
               "cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--set k=v ...]\n"
               "                [--json] [--svg FILE] [--trace FILE] [--scatter-gather] [--explain]\n"
-              "                [--attention memory_efficient|probabilities|probabilities_dropout] [--ep-imbalance F]",
+              "                [--attention memory_efficient|probabilities|probabilities_dropout] [--ep-imbalance F]\n"
+              "                [--overlap-grad-reduce] [--tp-comm-overlap]",
               R"(Simulates one training step of the plan CONFIG describes on N ranks with the planner's costs (cost model
 FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer) and prints the step time,
 bubble, where the time goes, and per pp rank the memory plan by category and its timeline's peak.)");
@@ -53,6 +54,13 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
             "the attention kernel the simulated run used (the engine runs memory_efficient, the default):\n"
             "probabilities stores the [T, T] scores and runs softmax over them (Megatron-LM's fused\n"
             "scale-mask-softmax), probabilities_dropout also attention dropout; roofline profiles only")
+      .flag("--overlap-grad-reduce",
+            "price the run's gradient reduction as overlapped block by block with the last micro-batch's\n"
+            "backward, and ZeRO-1/2's parameter gather with the next forward (Megatron-LM's\n"
+            "--overlap-grad-reduce --overlap-param-gather, FSDP; the engine reduces after the backward)")
+      .flag("--tp-comm-overlap",
+            "price a block's tp collectives as running under that block's compute of the same pass\n"
+            "(Megatron-Core's --tp-comm-overlap; needs parallel.sequence_parallel)")
       .number("--ep-imbalance", "F",
               "expert parallelism: the busiest ep rank's routed rows over the mean (default 0: the\n"
               "expected figure for uniformly random top-k routing; docs/planner.md#expert-parallelism)", 0, 0);
@@ -116,6 +124,12 @@ int run_simulate_config(int argc, char** argv) {
                  "profile '{}' times the engine's own memory-efficient attention", kind, profile.name);
     options.attention = *parsed;
   }
+  options.overlap_grad_reduce = args.on("--overlap-grad-reduce");
+  options.overlap_tp_comm = args.on("--tp-comm-overlap");
+  CLEAVE_CHECK(!options.overlap_tp_comm || base.parallel.sequence_parallel,
+               "simulate --config: --tp-comm-overlap needs parallel.sequence_parallel true in {} (Megatron-Core overlaps "
+               "sequence parallelism's all-gathers and reduce-scatters with the GEMMs; set it or drop the flag)",
+               config_path);
   options.ep_imbalance = args.number("--ep-imbalance");
   CLEAVE_CHECK(options.ep_imbalance == 0 || options.ep_imbalance >= 1,
                "simulate --config: --ep-imbalance {} is below 1 (the busiest rank's rows over the mean); use 0 for the "
@@ -151,6 +165,8 @@ int run_simulate_config(int argc, char** argv) {
                           {"recompute", std::string(enum_name(choice.recompute))},
                           {"profile", profile.name},
                           {"attention", std::string(partition::attention_kind_name(options.attention))},
+                          {"overlap_grad_reduce", options.overlap_grad_reduce},
+                          {"overlap_tp_comm", options.overlap_tp_comm},
                           {"step_s", e.step_s},
                           {unit + "_per_s", e.items_per_s},
                           {"bubble_fraction", e.bubble},

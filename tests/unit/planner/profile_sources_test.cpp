@@ -59,7 +59,8 @@ TEST_F(ProfileSources, ShippedGpuProfilesCiteEveryNumberTheModelReads) {
       EXPECT_FALSE(p.sources[i].second.empty()) << name << " " << keys[i];
     }
     // Links, collectives and the GEMM curve are all among them.
-    for (const char* k : {"intra_node.bandwidth_GBps", "inter_node.latency_us", "gemm_efficiency", "peak_tflops.bf16"}) {
+    for (const char* k : {"intra_node.bandwidth_GBps", "inter_node.latency_us", "gemm_efficiency", "peak_tflops.bf16",
+                          "attention_efficiency"}) {
       EXPECT_NE(std::find(keys.begin(), keys.end(), k), keys.end()) << name << " " << k;
     }
     // Written back with its citations, read again to the same profile.
@@ -67,6 +68,40 @@ TEST_F(ProfileSources, ShippedGpuProfilesCiteEveryNumberTheModelReads) {
     ASSERT_TRUE(out.contains("sources")) << name;
     EXPECT_EQ(profile_to_json(load_profile(write("again.json", out.dump()))), out) << name;
   }
+}
+
+// attention_efficiency caps the fused attention kernel's products and nothing else; a value above 1 is refused.
+TEST_F(ProfileSources, AttentionEfficiencyCapsOnlyTheFusedAttentionProducts) {
+  HardwareProfile p = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/a100_80gb_sxm.json");
+  ASSERT_GT(p.attention_efficiency, 0.0);
+  ASSERT_LT(p.attention_efficiency, p.gemm_efficiency_at(1e12));
+  const Gemm big{8192, 8192, 8192, 1};  // past the curve's last point: its top efficiency
+  Gemm fused = big;
+  fused.fused_attention = true;
+  PassWork plain_pass, fused_pass;
+  plain_pass.gemms = {big};
+  fused_pass.gemms = {fused};
+  const double peak = p.peak_flops_bf16;
+  EXPECT_DOUBLE_EQ(p.roofline_seconds(plain_pass, true), big.flops() / (peak * p.gemm_efficiency_at(big.flops())));
+  EXPECT_DOUBLE_EQ(p.roofline_seconds(fused_pass, true), big.flops() / (peak * p.attention_efficiency));
+  // A small product below the cap keeps the curve's (lower) efficiency.
+  Gemm small{64, 64, 64, 1, true};
+  PassWork small_pass;
+  small_pass.gemms = {small};
+  const double curve = p.gemm_efficiency_at(small.flops());
+  ASSERT_LT(curve, p.attention_efficiency);
+  EXPECT_DOUBLE_EQ(p.roofline_seconds(small_pass, true),
+                   std::max(small.flops() / (peak * curve), small.traffic_bytes(2.0) / p.memory_bandwidth_Bps));
+  // The fused products read and write their operands but not the [T, T] one (here the largest, m x n).
+  EXPECT_DOUBLE_EQ(fused.traffic_bytes(2.0), (8192.0 * 8192 * 2) * 2);
+  EXPECT_DOUBLE_EQ(big.traffic_bytes(2.0), (8192.0 * 8192 * 3) * 2);
+  EXPECT_DOUBLE_EQ(fused.operand_bytes(2.0), big.operand_bytes(2.0));  // the memory plan's workspace is unchanged
+  // Without the key, the curve alone.
+  p.attention_efficiency = 0;
+  EXPECT_DOUBLE_EQ(p.roofline_seconds(fused_pass, true), p.roofline_seconds(plain_pass, true));  // compute-bound
+  nlohmann::json j = shipped("a100_80gb_sxm.json");
+  j["attention_efficiency"] = 1.5;
+  EXPECT_NE(refusal(j).find("'attention_efficiency' 1.5 is a fraction of the peak"), std::string::npos) << refusal(j);
 }
 
 TEST_F(ProfileSources, AMissingOrUnknownCitationIsRefusedByName) {
@@ -91,6 +126,8 @@ TEST_F(ProfileSources, AMissingOrUnknownCitationIsRefusedByName) {
   nlohmann::json flat = j;
   flat.erase("peak_tflops");
   flat.erase("gemm_efficiency");
+  flat.erase("attention_efficiency");
+  flat["sources"].erase("attention_efficiency");
   EXPECT_NE(refusal(flat).find("'gemm_efficiency', which is not a number of this profile"), std::string::npos)
       << refusal(flat);
   // The node's core counts (edited for a target node) need no citation, and may have one.

@@ -149,6 +149,10 @@ def simulate(row, cleave, profiles, work):
         cmd.append("--overlap-grad-reduce")
     if "tp" in overlap:
         cmd.append("--tp-comm-overlap")
+    # ZeRO-1/2 here is Megatron-LM's distributed optimizer (Megatron-Core's rows, --use-distributed-optimizer), which
+    # all-gathers the bf16 model parameters after the step, not the f32 master values the engine gathers.
+    if row["zero"] in ("1", "2"):
+        cmd += ["--param-gather-dtype", "bf16"]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode == 1 and done.stdout.lstrip().startswith("{"):  # simulated, over the memory cap: keep the row
         return json.loads(done.stdout), ""

@@ -120,6 +120,11 @@ struct SearchOptions {
   // block's compute of the same pass (tensor_parallel_overlap).
   bool overlap_grad_reduce = false;
   bool overlap_tp_comm = false;
+  // What ZeRO-1/2's parameter all-gather after the optimizer step moves (a run option): false = the f32 master
+  // values, as the engine's trainer gathers them (DataParallel::sharded_step); true = the bf16 model parameters, as
+  // Megatron-LM's distributed optimizer gathers them in a bf16 run (`cleave simulate --param-gather-dtype bf16`;
+  // needs device.precision bf16). Half the bytes.
+  bool param_gather_bf16 = false;
   // Expert parallelism: the busiest ep rank's routed rows over the mean, which times the all-to-alls and the
   // busiest rank's expert GEMMs and sizes its stash (`cleave plan --ep-imbalance`); 0 = the workload's
   // expected figure for uniformly random top-k routing (partition::workload_ep_imbalance).

@@ -314,8 +314,11 @@ GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, do
   // sharded and gathers per block, zero3_stage_gathers).
   x.reduce_s = c.zero == 0 ? c.collective_s(Collective::kAllReduce, wire, n, link)
                            : c.collective_s(Collective::kReduceScatter, wire, n, link);
-  x.step_gather_s = gathers_after_step ? c.collective_s(Collective::kAllGather, grad_bytes, n, link) : 0.0;
-  x.bytes = ring_bytes(wire, n, c.zero == 0) + (gathers_after_step ? ring_bytes(grad_bytes, n, false) : 0.0);
+  // The gather moves the f32 master values (the engine's trainer), or the bf16 parameters of a bf16 run
+  // (SearchOptions::param_gather_bf16: Megatron-LM's distributed optimizer).
+  const double gathered = c.options->param_gather_bf16 && c.bf16 ? grad_bytes / 2 : grad_bytes;
+  x.step_gather_s = gathers_after_step ? c.collective_s(Collective::kAllGather, gathered, n, link) : 0.0;
+  x.bytes = ring_bytes(wire, n, c.zero == 0) + (gathers_after_step ? ring_bytes(gathered, n, false) : 0.0);
   if (c.per_microbatch) {
     // optimizer.zero_reduce per_microbatch: every micro-batch reduce-scatters the stage's gradients. The last
     // one is REDUCE_GRAD's (above); each earlier one runs behind the next weight-gradient pass, and what the

@@ -230,6 +230,33 @@ TEST_F(StepBreakdownTest, OverlapOptionsHideCommunicationBehindCompute) {
   EXPECT_LT(hidden.step_s, exposed.step_s);
 }
 
+// ZeRO-1's parameter all-gather after the step: the engine gathers the f32 master values; with param_gather_bf16
+// (Megatron-LM's distributed optimizer) a bf16 run gathers its bf16 parameters, half the bytes, and nothing else
+// moves. An f32 run has no bf16 parameters to gather: the option changes nothing there.
+TEST_F(StepBreakdownTest, ParamGatherInBf16MovesHalfTheBytes) {
+  const std::size_t gather_at = static_cast<std::size_t>(T::kZeroGather);
+  PlanChoice c{1, 1, 4, 1, "1f1b", 2, 1, partition::Recompute::kNone, 8, false, config::ZeroReduce::kPerStep};
+  c.global_batch = 8;
+  SearchOptions f32{4, 0}, bf16{4, 0};
+  bf16.param_gather_bf16 = true;
+  HardwareProfile p = costly();
+  p.intra_node.latency_s = p.inter_node.latency_s = 0;  // bytes alone: the gather's time halves exactly
+  const PlanEstimate full = estimate_plan(config_, {"device.precision=bf16"}, c, p, f32);
+  const PlanEstimate half = estimate_plan(config_, {"device.precision=bf16"}, c, p, bf16);
+  ASSERT_TRUE(full.valid && half.valid) << full.reason << half.reason;
+  expect_sums(half);
+  ASSERT_GT(full.breakdown[T::kZeroGather], 0.0);
+  EXPECT_NEAR(half.breakdown[T::kZeroGather], full.breakdown[T::kZeroGather] / 2, 1e-12 * full.step_s);
+  EXPECT_EQ(half.breakdown.hidden[gather_at], 0.0);
+  EXPECT_DOUBLE_EQ(half.breakdown[T::kDataParallel], full.breakdown[T::kDataParallel]);  // gradients stay f32
+  EXPECT_DOUBLE_EQ(half.breakdown[T::kForward], full.breakdown[T::kForward]);
+  EXPECT_LT(half.comm_bytes, full.comm_bytes);
+  const PlanEstimate f32_run = estimate_plan(config_, {}, c, p, bf16);
+  const PlanEstimate f32_plain = estimate_plan(config_, {}, c, p, f32);
+  ASSERT_TRUE(f32_run.valid && f32_plain.valid);
+  EXPECT_DOUBLE_EQ(f32_run.breakdown[T::kZeroGather], f32_plain.breakdown[T::kZeroGather]);
+}
+
 TEST_F(StepBreakdownTest, TableHasARowPerTermAndTheTotal) {
   const PlanEstimate e = estimate(PlanChoice{2, 2, 1, 1, "1f1b", 1, 0, partition::Recompute::kNone, 8, false});
   const auto lines = breakdown_table(e.breakdown, true);

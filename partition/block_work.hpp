@@ -12,6 +12,7 @@
 // times the micro-batch, divided by tp (block_work_test checks it against the transformer formulas).
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <string_view>
@@ -26,8 +27,17 @@ namespace cleave::partition {
 struct Gemm {
   double m = 0, n = 0, k = 0;
   double batch = 1;  // independent GEMMs of this shape launched together (heads x samples)
+  // A product inside the fused memory-efficient attention kernel (work_parts::attention_forward / _backward), not a
+  // GEMM library call: a roofline profile caps its efficiency (HardwareProfile::attention_efficiency).
+  bool fused_attention = false;
   double flops() const { return 2.0 * m * n * k * batch; }
   double operand_bytes(double element_bytes) const { return (m * k + k * n + m * n) * batch * element_bytes; }
+  // What the product reads and writes in memory (the roofline's bytes): its three matrices, less the [T, T]-shaped
+  // one (the largest) inside the fused attention kernel, which stays on chip (S and P, dS and dP never reach memory).
+  double traffic_bytes(double element_bytes) const {
+    const double all = m * k + k * n + m * n;
+    return (fused_attention ? all - std::max({m * k, k * n, m * n}) : all) * batch * element_bytes;
+  }
 };
 
 struct PassWork {

@@ -1,6 +1,8 @@
 // See hardware_profile.hpp.
 #include "partition/hardware_profile.hpp"
 
+#include <limits>
+
 #include <algorithm>
 #include <cmath>
 #include <fstream>
@@ -140,6 +142,11 @@ std::vector<std::string> HardwareProfile::sourced_keys() const {
   if (has_roofline()) {
     for (const char* k : {"peak_tflops.f32", "peak_tflops.bf16", "gemm_efficiency"}) keys.emplace_back(k);
     if (!gemm_efficiency_f32.empty()) keys.emplace_back("gemm_efficiency_f32");
+    if (attention_efficiency > 0) keys.emplace_back("attention_efficiency");
+    if (sm_count > 0) {
+      keys.emplace_back("sm_count");
+      keys.emplace_back("gemm_tiles");
+    }
   }
   if (cores_per_node > 0) {
     for (const char* k : {"cores_per_node", "measured_ranks_per_node", "measured_cores"}) keys.emplace_back(k);
@@ -158,6 +165,21 @@ double HardwareProfile::gemm_efficiency_at(double flops, bool bf16) const {
   return c[i - 1].second + x * (c[i].second - c[i - 1].second);
 }
 
+double HardwareProfile::gemm_wave_seconds(const Gemm& g, bool bf16) const {
+  if (sm_count <= 0 || gemm_tiles.empty() || g.fused_attention || g.flops() <= 0) return 0.0;
+  const auto& curve = !bf16 && !gemm_efficiency_f32.empty() ? gemm_efficiency_f32 : gemm_efficiency;
+  double top = 0;
+  for (const auto& point : curve) top = std::max(top, point.second);
+  const double peak = bf16 ? peak_flops_bf16 : peak_flops_f32;
+  double best = std::numeric_limits<double>::infinity();
+  for (const auto& [tm, tn] : gemm_tiles) {
+    const double tiles = std::ceil(g.batch) * std::ceil(g.m / tm) * std::ceil(g.n / tn);
+    const double waves = std::ceil(tiles / sm_count);
+    best = std::min(best, waves * 2.0 * tm * tn * g.k * sm_count / (peak * top));
+  }
+  return best;
+}
+
 double HardwareProfile::roofline_seconds(const PassWork& work, bool bf16) const {
   const double peak = bf16 ? peak_flops_bf16 : peak_flops_f32;
   const double element = bf16 ? 2.0 : 4.0;
@@ -166,7 +188,10 @@ double HardwareProfile::roofline_seconds(const PassWork& work, bool bf16) const 
     const double flops = g.flops();
     if (flops <= 0) continue;
     // A batched GEMM is one launch: its efficiency is that of its whole work.
-    seconds += std::max(flops / (peak * gemm_efficiency_at(flops, bf16)), g.operand_bytes(element) / memory_bandwidth_Bps);
+    double efficiency = gemm_efficiency_at(flops, bf16);
+    if (g.fused_attention && attention_efficiency > 0) efficiency = std::min(efficiency, attention_efficiency);
+    seconds += std::max({flops / (peak * efficiency), gemm_wave_seconds(g, bf16),
+                         g.traffic_bytes(element) / memory_bandwidth_Bps});
   }
   return seconds;
 }
@@ -237,6 +262,28 @@ HardwareProfile load_profile(const std::string& path) {
                  "roofline it refines)", path);
     p.gemm_efficiency_f32 = read_curve(root, "gemm_efficiency_f32", path);
   }
+  if (root.contains("attention_efficiency")) {
+    CLEAVE_CHECK(p.has_roofline(), "profile {}: 'attention_efficiency' needs 'peak_tflops' and 'gemm_efficiency' (the "
+                 "roofline it caps)", path);
+    p.attention_efficiency = positive(root, "attention_efficiency", where);
+    CLEAVE_CHECK(p.attention_efficiency <= 1, "profile {}: 'attention_efficiency' {} is a fraction of the peak (0 < x <= 1)",
+                 path, p.attention_efficiency);
+  }
+  if (root.contains("sm_count") || root.contains("gemm_tiles")) {
+    CLEAVE_CHECK(p.has_roofline() && root.contains("sm_count") && root.contains("gemm_tiles"),
+                 "profile {}: 'sm_count' and 'gemm_tiles' come together and need 'peak_tflops' and 'gemm_efficiency' (the "
+                 "roofline whose GEMMs they quantize)", path);
+    p.sm_count = static_cast<int>(positive(root, "sm_count", where));
+    const json& tiles = root.at("gemm_tiles");
+    CLEAVE_CHECK(tiles.is_array() && !tiles.empty(), "profile {}: 'gemm_tiles' is a list of [tm, tn] tile shapes, e.g. "
+                 "[[256, 128], [128, 128]]", path);
+    for (const json& t : tiles) {
+      CLEAVE_CHECK(t.is_array() && t.size() == 2 && t[0].is_number_integer() && t[1].is_number_integer() &&
+                       t[0].get<int>() > 0 && t[1].get<int>() > 0,
+                   "profile {}: 'gemm_tiles' entry {} is not [tm, tn] with positive integers", path, t.dump());
+      p.gemm_tiles.emplace_back(t[0].get<int>(), t[1].get<int>());
+    }
+  }
   if (root.contains("gemm_measured")) p.measured_gemms = read_measured_gemms(root.at("gemm_measured"), path);
   if (root.contains("measured")) p.measured = measured_from_json(root.at("measured"), path);
   // Cores: the file's, else (a cpu profile) this machine's; the ranks that shared them when it was measured.
@@ -282,6 +329,13 @@ json profile_to_json(const HardwareProfile& p) {
                           {"bf16", file_number(p.peak_flops_bf16 / 1e12)}};
     out["gemm_efficiency"] = curve_to_json(p.gemm_efficiency);
     if (!p.gemm_efficiency_f32.empty()) out["gemm_efficiency_f32"] = curve_to_json(p.gemm_efficiency_f32);
+    if (p.attention_efficiency > 0) out["attention_efficiency"] = file_number(p.attention_efficiency);
+    if (p.sm_count > 0) {
+      out["sm_count"] = p.sm_count;
+      json tiles = json::array();
+      for (const auto& [tm, tn] : p.gemm_tiles) tiles.push_back({tm, tn});
+      out["gemm_tiles"] = tiles;
+    }
   }
   if (!p.measured_gemms.empty()) {
     // TFLOP/s and the fraction of the profile's peak are written for a reader (from the written ms, so a file

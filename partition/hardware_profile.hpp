@@ -74,6 +74,16 @@ struct HardwareProfile {
   // f32 GEMMs' own curve (file key gemm_efficiency_f32, optional; a measured profile has it: f32 GEMMs run on
   // other units than bf16 ones); empty = f32 uses gemm_efficiency too, as the shipped profiles do.
   std::vector<std::pair<double, double>> gemm_efficiency_f32;
+  // The most the fused memory-efficient attention kernel's products reach, as a fraction of the peak (file key
+  // attention_efficiency, optional, roofline only): those products (Gemm::fused_attention) are priced at
+  // min(the curve's efficiency, this); 0 = the curve alone. A published kernel benchmark, not a GEMM one.
+  double attention_efficiency = 0;
+  // Tile and wave quantization (file keys sm_count and gemm_tiles, optional together, roofline only; NVIDIA's
+  // "Matrix Multiplication Background User's Guide"): a library GEMM cuts its m x n output into tiles of tm x tn, one
+  // thread block each, and runs them in waves of sm_count (one block per SM at these tile sizes); a wave takes as long
+  // as a full one however few tiles it holds. 0 / empty = no quantization term.
+  int sm_count = 0;
+  std::vector<std::pair<int, int>> gemm_tiles;  // (tm, tn) the library may pick from; the fastest is taken
   // The GEMMs `cleave profile --gemm` timed (file key gemm_measured; the curves are fitted to them). Evidence
   // for a reader and for tests: the planner prices from the curves only.
   struct MeasuredGemm {
@@ -122,8 +132,14 @@ struct HardwareProfile {
   // The fraction of peak a GEMM of `flops` FLOPs reaches (has_roofline() only): bf16's curve, and for f32
   // (bf16 false) gemm_efficiency_f32 when the profile has one.
   double gemm_efficiency_at(double flops, bool bf16 = true) const;
-  // One pass of a block: each GEMM at max(FLOPs / (peak x efficiency), operand bytes / memory bandwidth),
-  // plus the streamed bytes over memory bandwidth (has_roofline() only).
+  // The quantized time of one GEMM (0 without sm_count, and for the fused attention kernel's products, which are not
+  // library GEMMs): min over gemm_tiles of ceil(batch · ceil(m / tm) · ceil(n / tn) / sm_count) waves, each
+  // 2 · tm · tn · k FLOPs on one SM at the curve's top efficiency: waves · 2 tm tn k · sm_count / (peak · top).
+  double gemm_wave_seconds(const Gemm& gemm, bool bf16) const;
+  // One pass of a block: each GEMM at max(FLOPs / (peak x efficiency), its wave-quantized time, operand bytes /
+  // memory bandwidth), the
+  // fused attention kernel's products at no more than attention_efficiency, plus the streamed bytes over memory
+  // bandwidth (has_roofline() only).
   double roofline_seconds(const PassWork& work, bool bf16) const;
 };
 

@@ -43,8 +43,8 @@ inline void residual(BlockWork& w, D n, D b) {  // y = x + f(x): reads two, writ
 inline PassWork attention_forward(D batch, D t, D dh, D b, D pairs) {
   const D keys = pairs / t;  // mean visible keys per query row
   PassWork p;
-  p.gemms.push_back({t, keys, dh, batch});  // S = Q·Kᵀ
-  p.gemms.push_back({t, dh, keys, batch});  // O = P·V
+  p.gemms.push_back({t, keys, dh, batch, true});  // S = Q·Kᵀ
+  p.gemms.push_back({t, dh, keys, batch, true});  // O = P·V
   p.stream_bytes += batch * t * (dh * b + 4);  // out rescaled once, lse
   return p;
 }
@@ -52,12 +52,12 @@ inline PassWork attention_forward(D batch, D t, D dh, D b, D pairs) {
 inline PassWork attention_backward(D batch, D t, D dh, D b, D pairs) {
   const D keys = pairs / t;
   PassWork p;
-  p.gemms.push_back({t, keys, dh, batch});  // S = Q·Kᵀ again
-  p.gemms.push_back({t, keys, dh, batch});  // dP = dO·Vᵀ
-  p.gemms.push_back({t, dh, keys, batch});  // dV = Pᵀ·dO
+  p.gemms.push_back({t, keys, dh, batch, true});  // S = Q·Kᵀ again
+  p.gemms.push_back({t, keys, dh, batch, true});  // dP = dO·Vᵀ
+  p.gemms.push_back({t, dh, keys, batch, true});  // dV = Pᵀ·dO
   p.stream_bytes += 2 * batch * t * dh * b;  // D = rowsum(dO * O)
-  p.gemms.push_back({t, dh, keys, batch});  // dQ = dS·K
-  p.gemms.push_back({t, dh, keys, batch});  // dK = dSᵀ·Q
+  p.gemms.push_back({t, dh, keys, batch, true});  // dQ = dS·K
+  p.gemms.push_back({t, dh, keys, batch, true});  // dK = dSᵀ·Q
   return p;
 }
 

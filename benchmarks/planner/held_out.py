@@ -3,8 +3,10 @@
 
 Each table in benchmarks/planner/held_out/*.tsv is one publication: '#' lines cite it, then one row per run with
 the run's own model, layout, schedule, batch, micro-batch, recomputation, ZeRO stage, the attention kernel it
-used (`simulate --attention`: memory_efficient, probabilities, probabilities_dropout) and the hardware profile to
-price it with. For every row this writes the run's config, simulates one step on the profile and converts the
+used (`simulate --attention`: memory_efficient, probabilities, probabilities_dropout), what it overlapped with
+compute (overlap: dp = `simulate --overlap-grad-reduce`, tp = `--tp-comm-overlap`, dp+tp, - none), how it split its
+layers over the pipeline (split: megatron, zb or cost; blocks_per_stage below) and the hardware profile to price it
+with. For every row this writes the run's config, simulates one step on the profile and converts the
 step time into the publication's own metric:
 
   tflops_sc21      teraFLOP/s per GPU, FLOPs by Narayanan et al. (SC'21) equation 3 (recomputation included):
@@ -30,7 +32,7 @@ import sys
 import tempfile
 
 COLUMNS = ("id profile family vocab d_model n_layers n_heads n_kv_heads ffn seq tp pp gpus schedule v batch micro "
-           "recompute zero sp scatter attention metric published note").split()
+           "recompute zero sp scatter attention overlap split metric published note").split()
 SMOKE_ID = "sc21-1.7B"
 # --breakdown's columns: groups of `simulate --json`'s breakdown_s terms (docs/planner.md, "The step, term by term").
 BREAKDOWN = (("forward", "input_grad", "weight_grad"), ("recompute",), ("tensor_parallel", "context_parallel", "expert_all_to_all"),
@@ -61,6 +63,34 @@ def read_table(path):
     return cite, rows
 
 
+def blocks_per_stage(row):
+    """The run's own split of its blocks over the pp x v pipeline chunks, in model order (None: Cleave's partitioner).
+    Cleave's GPT and Llama are [embedding, L transformer blocks, final norm, head, loss] (L + 4 blocks).
+      megatron  Megatron-LM: L / (pp v) layers per chunk, the embedding on the first, norm + head + loss on the last
+      zb        the zero-bubble paper: the embedding and the head each count as a layer, (L + 2) / (pp v) per chunk
+      cost      Cleave's partitioner (balanced by the cost model)"""
+    split, chunks, layers = row["split"], int(row["pp"]) * int(row["v"]), int(row["n_layers"])
+    if split == "cost" or chunks == 1:
+        return None
+    if split == "megatron":
+        if layers % chunks:
+            raise ValueError(f"{row['table']}: row {row['id']}: split megatron needs n_layers {layers} divisible by "
+                             f"pp x v = {chunks}")
+        counts = [layers // chunks] * chunks
+        counts[0] += 1
+        counts[-1] += 3
+        return counts
+    if split == "zb":
+        if (layers + 2) % chunks:
+            raise ValueError(f"{row['table']}: row {row['id']}: split zb needs n_layers + 2 = {layers + 2} divisible by "
+                             f"pp x v = {chunks}")
+        per = (layers + 2) // chunks
+        counts = [per] * chunks
+        counts[-1] = per - 1 + 3
+        return counts
+    raise ValueError(f"{row['table']}: row {row['id']}: split '{split}' is not cost, megatron or zb")
+
+
 def config_of(row):
     model = {"type": row["family"], "vocab_size": int(row["vocab"]), "d_model": int(row["d_model"]),
              "n_layers": int(row["n_layers"]), "n_heads": int(row["n_heads"]), "seq_len": int(row["seq"])}
@@ -69,11 +99,14 @@ def config_of(row):
         model["ffn_hidden_size"] = int(row["ffn"])
     elif row["ffn"] != "-":
         model["d_ff"] = int(row["ffn"])
+    parallel = {"tensor_model_parallel_size": int(row["tp"]), "pipeline_model_parallel_size": int(row["pp"]),
+                "schedule": row["schedule"], "virtual_pipeline_stages": int(row["v"]), "sequence_parallel": row["sp"] == "1"}
+    split = blocks_per_stage(row)
+    if split is not None:
+        parallel["partition"] = {"method": "manual", "blocks_per_stage": split}
     return {
         "model": model,
-        "parallel": {"tensor_model_parallel_size": int(row["tp"]), "pipeline_model_parallel_size": int(row["pp"]),
-                     "schedule": row["schedule"], "virtual_pipeline_stages": int(row["v"]),
-                     "sequence_parallel": row["sp"] == "1"},
+        "parallel": parallel,
         "batch": {"global_batch_size": int(row["batch"]), "micro_batch_size": int(row["micro"])},
         "optimizer": {"type": "adamw", "zero_stage": int(row["zero"])},
         "train": {"recompute": row["recompute"]},
@@ -107,6 +140,19 @@ def simulate(row, cleave, profiles, work):
     if row["scatter"] == "1":
         cmd.append("--scatter-gather")
     cmd += ["--attention", row["attention"]]  # the attention kernel the run used (memory_efficient, probabilities...)
+    # What the run overlapped with compute: dp (the gradient reduction and ZeRO's parameter gather), tp (sequence
+    # parallelism's collectives under the GEMMs), dp+tp; '-' none.
+    overlap = set(row["overlap"].split("+")) - {"-"}
+    if overlap - {"dp", "tp"}:
+        raise ValueError(f"{row['table']}: row {row['id']}: overlap '{row['overlap']}' is not -, dp, tp or dp+tp")
+    if "dp" in overlap:
+        cmd.append("--overlap-grad-reduce")
+    if "tp" in overlap:
+        cmd.append("--tp-comm-overlap")
+    # ZeRO-1/2 here is Megatron-LM's distributed optimizer (Megatron-Core's rows, --use-distributed-optimizer), which
+    # all-gathers the bf16 model parameters after the step, not the f32 master values the engine gathers.
+    if row["zero"] in ("1", "2"):
+        cmd += ["--param-gather-dtype", "bf16"]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode == 1 and done.stdout.lstrip().startswith("{"):  # simulated, over the memory cap: keep the row
         return json.loads(done.stdout), ""

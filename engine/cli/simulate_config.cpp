@@ -31,7 +31,9 @@ ArgParser simulate_config_args() {
   ArgParser p("simulate --config",
               "cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--set k=v ...]\n"
               "                [--json] [--svg FILE] [--trace FILE] [--scatter-gather] [--explain]\n"
-              "                [--attention memory_efficient|probabilities|probabilities_dropout] [--ep-imbalance F]",
+              "                [--attention memory_efficient|probabilities|probabilities_dropout] [--ep-imbalance F]\n"
+              "                [--overlap-grad-reduce] [--tp-comm-overlap]\n"
+              "                [--param-gather-dtype f32|bf16]",
               R"(Simulates one training step of the plan CONFIG describes on N ranks with the planner's costs (cost model
 FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer) and prints the step time,
 bubble, where the time goes, and per pp rank the memory plan by category and its timeline's peak.)");
@@ -53,6 +55,17 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
             "the attention kernel the simulated run used (the engine runs memory_efficient, the default):\n"
             "probabilities stores the [T, T] scores and runs softmax over them (Megatron-LM's fused\n"
             "scale-mask-softmax), probabilities_dropout also attention dropout; roofline profiles only")
+      .flag("--overlap-grad-reduce",
+            "price the run's gradient reduction as overlapped block by block with the last micro-batch's\n"
+            "backward, and ZeRO-1/2's parameter gather with the next forward (Megatron-LM's\n"
+            "--overlap-grad-reduce --overlap-param-gather, FSDP; the engine reduces after the backward)")
+      .text("--param-gather-dtype", "DTYPE",
+            "what ZeRO-1/2's parameter all-gather after the step moves: f32 (the default: the f32 master\n"
+            "values, as the engine gathers them) or bf16 (the bf16 parameters, as Megatron-LM's\n"
+            "distributed optimizer does; needs device.precision bf16)")
+      .flag("--tp-comm-overlap",
+            "price a block's tp collectives as running under that block's compute of the same pass\n"
+            "(Megatron-Core's --tp-comm-overlap; needs parallel.sequence_parallel)")
       .number("--ep-imbalance", "F",
               "expert parallelism: the busiest ep rank's routed rows over the mean (default 0: the\n"
               "expected figure for uniformly random top-k routing; docs/planner.md#expert-parallelism)", 0, 0);
@@ -116,6 +129,22 @@ int run_simulate_config(int argc, char** argv) {
                  "profile '{}' times the engine's own memory-efficient attention", kind, profile.name);
     options.attention = *parsed;
   }
+  options.overlap_grad_reduce = args.on("--overlap-grad-reduce");
+  options.overlap_tp_comm = args.on("--tp-comm-overlap");
+  if (args.given("--param-gather-dtype")) {
+    const std::string dtype = args.text("--param-gather-dtype");
+    CLEAVE_CHECK(dtype == "f32" || dtype == "bf16",
+                 "simulate --config: --param-gather-dtype '{}' is f32 (the engine's f32 master values) or bf16 (Megatron-LM's "
+                 "distributed optimizer)", dtype);
+    CLEAVE_CHECK(dtype == "f32" || base.device.precision == config::Precision::kBf16,
+                 "simulate --config: --param-gather-dtype bf16 gathers a bf16 run's parameters, but {} has device.precision "
+                 "f32 (set device.precision bf16, or drop the option)", config_path);
+    options.param_gather_bf16 = dtype == "bf16";
+  }
+  CLEAVE_CHECK(!options.overlap_tp_comm || base.parallel.sequence_parallel,
+               "simulate --config: --tp-comm-overlap needs parallel.sequence_parallel true in {} (Megatron-Core overlaps "
+               "sequence parallelism's all-gathers and reduce-scatters with the GEMMs; set it or drop the flag)",
+               config_path);
   options.ep_imbalance = args.number("--ep-imbalance");
   CLEAVE_CHECK(options.ep_imbalance == 0 || options.ep_imbalance >= 1,
                "simulate --config: --ep-imbalance {} is below 1 (the busiest rank's rows over the mean); use 0 for the "
@@ -151,6 +180,9 @@ int run_simulate_config(int argc, char** argv) {
                           {"recompute", std::string(enum_name(choice.recompute))},
                           {"profile", profile.name},
                           {"attention", std::string(partition::attention_kind_name(options.attention))},
+                          {"overlap_grad_reduce", options.overlap_grad_reduce},
+                          {"overlap_tp_comm", options.overlap_tp_comm},
+                          {"param_gather_dtype", options.param_gather_bf16 ? "bf16" : "f32"},
                           {"step_s", e.step_s},
                           {unit + "_per_s", e.items_per_s},
                           {"bubble_fraction", e.bubble},

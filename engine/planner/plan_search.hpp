@@ -114,6 +114,19 @@ struct SearchOptions {
   // The attention kernel the simulated run used (a model option; the engine runs memory-efficient attention):
   // `cleave simulate --attention`, priced by attention_probabilities_compute (step_terms.hpp) on a roofline profile.
   partition::AttentionKind attention = partition::AttentionKind::kMemoryEfficient;
+  // What the simulated run overlapped with compute (run options; the engine's trainer overlaps neither):
+  // `cleave simulate --overlap-grad-reduce` (Megatron-LM's --overlap-grad-reduce --overlap-param-gather, FSDP): the
+  // gradient reduction runs block by block behind the last micro-batch's backward and ZeRO-1/2's parameter gather
+  // behind the next step's forward (overlapped_reduction_s, overlapped_gather_s in step_terms.hpp);
+  // `--tp-comm-overlap` (Megatron-Core with Transformer Engine's userbuffers): a block's tp collectives run under that
+  // block's compute of the same pass (tensor_parallel_overlap).
+  bool overlap_grad_reduce = false;
+  bool overlap_tp_comm = false;
+  // What ZeRO-1/2's parameter all-gather after the optimizer step moves (a run option): false = the f32 master
+  // values, as the engine's trainer gathers them (DataParallel::sharded_step); true = the bf16 model parameters, as
+  // Megatron-LM's distributed optimizer gathers them in a bf16 run (`cleave simulate --param-gather-dtype bf16`;
+  // needs device.precision bf16). Half the bytes.
+  bool param_gather_bf16 = false;
   // Expert parallelism: the busiest ep rank's routed rows over the mean, which times the all-to-alls and the
   // busiest rank's expert GEMMs and sizes its stash (`cleave plan --ep-imbalance`); 0 = the workload's
   // expected figure for uniformly random top-k routing (partition::workload_ep_imbalance).

@@ -170,6 +170,23 @@ BlockCollectives tensor_parallel_collectives(const TermContext& c, int b) {
   return x;
 }
 
+BlockCollectives tensor_parallel_overlap(const TermContext& c, const BlockCollectives& tp, const BlockCompute& compute,
+                                         const BlockCollectives& cp) {
+  if (!c.options->overlap_tp_comm) return tp;
+  BlockCollectives x = tp;
+  // A second of compute hides one transfer: what the ring's hops took of the pass is not free.
+  const double free_f = std::max(0.0, c.core_sharing * compute.forward_s - cp.hidden_forward_s);
+  const double free_i = std::max(0.0, c.core_sharing * compute.input_grad_s -
+                                          std::max(0.0, cp.hidden_backward_s - c.core_sharing * compute.recompute_s));
+  const double free_r = c.core_sharing * compute.recompute_s;
+  x.forward_s = std::max(0.0, tp.forward_s - free_f);
+  x.backward_s = std::max(0.0, tp.backward_s - free_i);
+  x.rerun_s = std::max(0.0, tp.rerun_s - free_r);
+  x.hidden_forward_s = tp.forward_s - x.forward_s;
+  x.hidden_backward_s = (tp.backward_s - x.backward_s) + (tp.rerun_s - x.rerun_s);
+  return x;
+}
+
 // The exchange of keys and values, with unit = one [micro, T/cp, D/tp] activation:
 //  - all_to_all: q, k, v there and the output back in the forward, dout there and dq, dk, dv back in the
 //    backward (4 all-to-alls each way); (cp-1)/cp of each leaves the rank, priced as a reduce-scatter of the same
@@ -307,8 +324,11 @@ GradientReduction reduction_over(const TermContext& c, double grad_bytes, double
   // sharded and gathers per block, zero3_stage_gathers).
   x.reduce_s = c.zero == 0 ? c.collective_s(Collective::kAllReduce, wire, n, link)
                            : c.collective_s(Collective::kReduceScatter, wire, n, link);
-  x.step_gather_s = gathers_after_step ? c.collective_s(Collective::kAllGather, grad_bytes, n, link) : 0.0;
-  x.bytes = ring_bytes(wire, n, c.zero == 0) + (gathers_after_step ? ring_bytes(grad_bytes, n, false) : 0.0);
+  // The gather moves the f32 master values (the engine's trainer), or the bf16 parameters of a bf16 run
+  // (SearchOptions::param_gather_bf16: Megatron-LM's distributed optimizer).
+  const double gathered = c.options->param_gather_bf16 && c.bf16 ? grad_bytes / 2 : grad_bytes;
+  x.step_gather_s = gathers_after_step ? c.collective_s(Collective::kAllGather, gathered, n, link) : 0.0;
+  x.bytes = ring_bytes(wire, n, c.zero == 0) + (gathers_after_step ? ring_bytes(gathered, n, false) : 0.0);
   if (per_microbatch) {
     // optimizer.zero_reduce per_microbatch: every micro-batch reduce-scatters the stage's gradients. The last
     // one is REDUCE_GRAD's (above); each earlier one runs behind the next weight-gradient pass, and what the
@@ -330,6 +350,26 @@ GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, do
 
 GradientReduction expert_gradient_reduction(const TermContext& c, double grad_bytes) {
   return reduction_over(c, grad_bytes, 0.0, c.expert_replicas, false);
+}
+
+double overlapped_reduction_s(const std::vector<double>& transfer, const std::vector<double>& compute) {
+  double computed = 0, sent = 0;
+  for (std::size_t k = 0; k < transfer.size(); ++k) {
+    computed += k < compute.size() ? compute[k] : 0.0;
+    sent = std::max(sent, computed) + transfer[k];
+  }
+  return std::max(0.0, sent - computed);
+}
+
+double overlapped_gather_s(const std::vector<double>& transfer, const std::vector<double>& compute) {
+  double gathered = 0, computed = 0, alone = 0;
+  for (std::size_t k = 0; k < transfer.size(); ++k) {
+    gathered += transfer[k];
+    const double block = k < compute.size() ? compute[k] : 0.0;
+    computed = std::max(computed, gathered) + block;
+    alone += block;
+  }
+  return std::max(0.0, computed - alone);
 }
 
 double optimizer_step_s(const TermContext& c, double local_params, double expert_params) {
@@ -381,12 +421,14 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
     const double warm = c.profile->measured.warm_fraction(working_set[static_cast<std::size_t>(plan.stage_to_rank(s))]);
     double grad_bytes = 0, expert_grad_bytes = 0, stage_w = 0, stage_i = 0, cp_hidden_backward = 0;
     std::vector<double> block_f, block_b, gathers;  // per block, for ZeRO-3's prefetch (seconds free to hide it)
+    // Per block, for --overlap-grad-reduce: gradient bytes, and the W compute block_b leaves out (unfused schedules).
+    std::vector<double> block_grad_bytes, block_w;
     for (int b = range.begin; b < range.end; ++b) {
       const BlockCompute even = block_compute(c, b, warm);  // every ep rank's mean rows
-      const BlockCollectives tp = tensor_parallel_collectives(c, b);
       const BlockCollectives cp = context_parallel_exchange(c, b, even);
       const BlockCollectives ep = expert_all_to_all(c, b);
       const BlockCompute compute = expert_imbalance_compute(c, b, even);  // the busiest ep rank's
+      const BlockCollectives tp = tensor_parallel_overlap(c, tensor_parallel_collectives(c, b), compute, cp);
       st.forward[T::kForward] += c.core_sharing * compute.forward_s;
       st.input_grad[T::kInputGrad] += c.core_sharing * compute.input_grad_s;
       st.input_grad[T::kRecompute] += c.core_sharing * compute.recompute_s;
@@ -397,6 +439,8 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
       st.input_grad[T::kContextParallel] += cp.backward_s + cp.rerun_s;
       st.forward.hidden_at(T::kContextParallel) += cp.hidden_forward_s;
       st.input_grad.hidden_at(T::kContextParallel) += cp.hidden_backward_s;
+      st.forward.hidden_at(T::kTensorParallel) += tp.hidden_forward_s;
+      st.input_grad.hidden_at(T::kTensorParallel) += tp.hidden_backward_s;
       st.forward[T::kExpertAllToAll] += ep.forward_s;
       st.input_grad[T::kExpertAllToAll] += ep.backward_s + ep.rerun_s;
       st.comm_bytes += tp.bytes + cp.bytes + ep.bytes;
@@ -406,14 +450,16 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
                                     compute.recompute_s * c.core_sharing});
       grad_bytes += 4.0 * block_local_params(c, b);  // E / ep of a moe block's experts under ep
       expert_grad_bytes += 4.0 * block_expert_params(c, b);  // of which reduced over expert-dp
+      block_grad_bytes.push_back(4.0 * block_local_params(c, b));
+      block_w.push_back(c.fused_backward ? 0.0 : c.core_sharing * compute.weight_grad_s);
       stage_w += compute.weight_grad_s;
       stage_i += compute.backward_input_s();
       cp_hidden_backward += cp.hidden_backward_s;
       // What of the block's compute is left to hide the next block's prefetch: the ring's K/V hops hide under the
       // same compute first (the same seconds cannot hide two transfers).
-      block_f.push_back(c.core_sharing * compute.forward_s - cp.hidden_forward_s);
+      block_f.push_back(c.core_sharing * compute.forward_s - cp.hidden_forward_s - tp.hidden_forward_s);
       block_b.push_back(c.core_sharing * (compute.backward_input_s() + (c.fused_backward ? compute.weight_grad_s : 0.0)) -
-                        cp.hidden_backward_s);
+                        cp.hidden_backward_s - tp.hidden_backward_s);
       gathers.push_back(zero3_block_gather_s(c, b));
       if (c.zero == 3) {
         const double experts = block_expert_params(c, b), rest = block_local_params(c, b) - experts;
@@ -437,6 +483,29 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
     st.weight_grad[T::kDataParallel] = r.per_w_exposed_s;
     st.weight_grad.hidden_at(T::kDataParallel) = r.per_w_hidden_s;
     st.step_gather_s = r.step_gather_s + e.step_gather_s;
+    if (c.options->overlap_grad_reduce && grad_bytes > 0) {
+      // Megatron-LM's --overlap-grad-reduce / --overlap-param-gather, FSDP: block by block behind the last
+      // micro-batch's backward (last block first) and the next step's forward (first block first). What hides them
+      // is the blocks' compute less what the ring, tp overlap (block_f / block_b) and ZeRO-3's prefetch took of it.
+      const double reduce_all = r.reduce_s + e.reduce_s, gather_all = st.step_gather_s;
+      const std::size_t n = block_grad_bytes.size();
+      std::vector<double> reduce(n), gather(n), backward(n), forward(n);
+      for (std::size_t k = 0; k < n; ++k) {
+        const double share = block_grad_bytes[k] / grad_bytes;
+        reduce[k] = reduce_all * share;
+        gather[k] = gather_all * share;
+        forward[k] = std::max(0.0, block_f[k]);
+        const double prefetch = k > 0 && c.zero == 3 ? std::min(gathers[k - 1], std::max(0.0, block_b[k])) : 0.0;
+        backward[k] = std::max(0.0, block_b[k] + block_w[k] - prefetch);
+      }
+      std::vector<double> reduce_back(reduce.rbegin(), reduce.rend()), backward_back(backward.rbegin(), backward.rend());
+      const double exposed = overlapped_reduction_s(reduce_back, backward_back);
+      st.reduce_grad[T::kDataParallel] = exposed;
+      st.reduce_grad.hidden_at(T::kDataParallel) = reduce_all - exposed;
+      const double gather_exposed = overlapped_gather_s(gather, forward);
+      st.step_gather_s = gather_exposed;
+      st.step_gather_hidden_s = gather_all - gather_exposed;
+    }
     st.comm_bytes += r.bytes + e.bytes;
     st.params = grad_bytes / 4.0;
     st.expert_params = expert_grad_bytes / 4.0;
@@ -467,6 +536,7 @@ pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vect
   std::vector<double> rank_params(static_cast<std::size_t>(c.choice->pp), 0.0);
   std::vector<double> rank_experts(static_cast<std::size_t>(c.choice->pp), 0.0);
   std::vector<double> rank_gather(static_cast<std::size_t>(c.choice->pp), 0.0);
+  std::vector<double> rank_gather_hidden(static_cast<std::size_t>(c.choice->pp), 0.0);
   for (int s = 0; s < num_stages; ++s) {
     const StageCosts& st = stages[static_cast<std::size_t>(s)];
     auto& sc = sim.stages[static_cast<std::size_t>(s)];
@@ -484,6 +554,7 @@ pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vect
     rank_params[static_cast<std::size_t>(plan.stage_to_rank(s))] += st.params;
     rank_experts[static_cast<std::size_t>(plan.stage_to_rank(s))] += st.expert_params;
     rank_gather[static_cast<std::size_t>(plan.stage_to_rank(s))] += st.step_gather_s;
+    rank_gather_hidden[static_cast<std::size_t>(plan.stage_to_rank(s))] += st.step_gather_hidden_s;
   }
   // The busiest rank's update; ZeRO-1/2's all-gather of the updated parameters follows it on every rank.
   optimizer = ActionTerms{};
@@ -492,7 +563,9 @@ pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vect
     busiest_update = std::max(busiest_update, optimizer_step_s(c, rank_params[r], rank_experts[r]));
   }
   optimizer[StepTerm::kOptimizer] = busiest_update;
-  optimizer[StepTerm::kZeroGather] = *std::max_element(rank_gather.begin(), rank_gather.end());
+  const auto slowest = std::max_element(rank_gather.begin(), rank_gather.end());
+  optimizer[StepTerm::kZeroGather] = *slowest;
+  optimizer.hidden_at(StepTerm::kZeroGather) = rank_gather_hidden[static_cast<std::size_t>(slowest - rank_gather.begin())];
   sim.optimizer_step = optimizer.total();
   sim.p2p_latency = c.choice->pp > 1 ? c.p2p_link->latency_s : 0.0;
   sim.p2p_bandwidth = c.p2p_link->bandwidth_Bps;

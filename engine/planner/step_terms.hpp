@@ -99,6 +99,13 @@ struct BlockCollectives {
 // Tensor parallelism: 2 all-reduces of [micro, T/cp, D] in F and 2 in I per transformer block, 1 in F for the
 // vocab-parallel embedding; sequence parallelism's reduce-scatter + all-gather of the same tensor in their place.
 BlockCollectives tensor_parallel_collectives(const TermContext& c, int block);
+// Megatron-Core's tp communication overlap (SearchOptions::overlap_tp_comm): each of a block's tp exchanges runs
+// under the GEMMs of the same pass (Transformer Engine's userbuffers split the GEMM and the all-gather /
+// reduce-scatter into chunks), so a pass's collectives hide under that pass's compute of the block, `compute` at the
+// core sharing less what context parallelism's ring already hid there (`cp`): exposed = max(0, tp − free compute).
+// `tp` unchanged without the option.
+BlockCollectives tensor_parallel_overlap(const TermContext& c, const BlockCollectives& tp, const BlockCompute& compute,
+                                         const BlockCollectives& cp);
 // Context parallelism: the key/value exchange of an attention layer (docs/planner.md, "Context parallelism");
 // the ring hides each pass's K/V hops behind that pass's compute of the block (`compute`: ÷ cp, before core
 // sharing): F's behind the forward, the backward's behind I without the rerun, a full rerun's behind the rerun.
@@ -149,6 +156,19 @@ GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, do
 // optimizer.zero_reduce says, after the other buckets; ZeRO-1/2 all-gather the updated experts over it.
 GradientReduction expert_gradient_reduction(const TermContext& c, double grad_bytes);
 
+// Transfers overlapped with a pass over a stage's blocks (SearchOptions::overlap_grad_reduce; Megatron-LM's
+// --overlap-grad-reduce / --overlap-param-gather, FSDP), one transfer per block (the block's share of the stage's
+// collective, by its gradient bytes), run one after another on the communication stream:
+//  - overlapped_reduction_s: block k's reduction starts when the backward has passed block k (`compute`, in backward
+//    order) and the transfer before it is done; exposed = when the last transfer ends − when the backward ends.
+//  - overlapped_gather_s: block k's gather must end before block k's forward starts (`compute` in forward order);
+//    the gathers start with the forward; exposed = when the last block's forward ends − the compute alone.
+// Reducing per micro-batch, the last micro-batch's reduction (REDUCE_GRAD's) is the one overlapped here; the earlier
+// ones hide behind W as before. Both return what is exposed (≤ the sum of `transfer`, ≥ the last transfer for a
+// reduction and the first for a gather); the rest is hidden.
+double overlapped_reduction_s(const std::vector<double>& transfer, const std::vector<double>& compute);
+double overlapped_gather_s(const std::vector<double>& transfer, const std::vector<double>& compute);
+
 // The optimizer step of `local_params` parameters (the busiest rank's), ZeRO-sharded, at the core sharing: the
 // `expert_params` among them (routed experts under ep > 1) sharded over the expert-dp group, the rest over the
 // replicas.
@@ -159,7 +179,8 @@ double optimizer_step_s(const TermContext& c, double local_params, double expert
 // One stage's actions, term by term, per micro-batch (F, I, W) or per step (REDUCE_GRAD).
 struct StageCosts {
   ActionTerms forward, input_grad, weight_grad, reduce_grad;
-  double step_gather_s = 0;   // ZeRO-1/2, after the optimizer step
+  double step_gather_s = 0;   // ZeRO-1/2, after the optimizer step (exposed)
+  double step_gather_hidden_s = 0;  // of it, what overlaps the next step's forward (--overlap-grad-reduce)
   double output_bytes = 0;    // the boundary tensor sent per micro-batch (1/tp of it with scatter/gather)
   double comm_bytes = 0;      // sent per step by a rank of the stage
   double params = 0;          // parameter elements of one tp rank

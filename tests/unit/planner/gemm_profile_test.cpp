@@ -213,12 +213,17 @@ TEST_F(GemmProfile, MeasuredProfileRoundTripsAndPricesEachDtypeByItsCurve) {
   EXPECT_NEAR(p.gemm_efficiency_at(1e10, true), 0.75, 1e-9);
   EXPECT_NEAR(p.gemm_efficiency_at(1e10, false), 0.375, 1e-9);
   EXPECT_NEAR(p.flops_bf16, 0.75 * base.peak_flops_bf16, 1e3);  // sustained = the largest bin's rate
-  // A compute-bound GEMM: bf16 at its curve, f32 at the f32 curve.
+  // A compute-bound GEMM: bf16 at its curve, f32 at the f32 curve, or its wave-quantized time (the base's sm_count
+  // and tiles are kept) when that is longer.
   partition::PassWork big;
   big.gemms.push_back({4096, 4096, 4096});
   const double flops = 2.0 * 4096 * 4096 * 4096;
-  EXPECT_NEAR(p.roofline_seconds(big, true), flops / (base.peak_flops_bf16 * p.gemm_efficiency_at(flops, true)), 1e-12);
-  EXPECT_NEAR(p.roofline_seconds(big, false), flops / (base.peak_flops_f32 * p.gemm_efficiency_at(flops, false)), 1e-12);
+  EXPECT_EQ(p.sm_count, base.sm_count);
+  for (const bool bf16 : {true, false}) {
+    const double peak = bf16 ? base.peak_flops_bf16 : base.peak_flops_f32;
+    const double curve = flops / (peak * p.gemm_efficiency_at(flops, bf16));
+    EXPECT_NEAR(p.roofline_seconds(big, bf16), std::max(curve, p.gemm_wave_seconds(big.gemms[0], bf16)), 1e-12);
+  }
   // Written and read back: the same text, the same curves and timings.
   const std::string path = write("measured.json", profile_to_json(p).dump(2));
   const HardwareProfile back = load_profile(path);

@@ -59,7 +59,8 @@ TEST_F(ProfileSources, ShippedGpuProfilesCiteEveryNumberTheModelReads) {
       EXPECT_FALSE(p.sources[i].second.empty()) << name << " " << keys[i];
     }
     // Links, collectives and the GEMM curve are all among them.
-    for (const char* k : {"intra_node.bandwidth_GBps", "inter_node.latency_us", "gemm_efficiency", "peak_tflops.bf16"}) {
+    for (const char* k : {"intra_node.bandwidth_GBps", "inter_node.latency_us", "gemm_efficiency", "peak_tflops.bf16",
+                          "attention_efficiency"}) {
       EXPECT_NE(std::find(keys.begin(), keys.end(), k), keys.end()) << name << " " << k;
     }
     // Written back with its citations, read again to the same profile.
@@ -67,6 +68,78 @@ TEST_F(ProfileSources, ShippedGpuProfilesCiteEveryNumberTheModelReads) {
     ASSERT_TRUE(out.contains("sources")) << name;
     EXPECT_EQ(profile_to_json(load_profile(write("again.json", out.dump()))), out) << name;
   }
+}
+
+// attention_efficiency caps the fused attention kernel's products and nothing else; a value above 1 is refused.
+TEST_F(ProfileSources, AttentionEfficiencyCapsOnlyTheFusedAttentionProducts) {
+  HardwareProfile p = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/a100_80gb_sxm.json");
+  p.sm_count = 0;  // the curve alone: wave quantization has its test below
+  ASSERT_GT(p.attention_efficiency, 0.0);
+  ASSERT_LT(p.attention_efficiency, p.gemm_efficiency_at(1e12));
+  const Gemm big{8192, 8192, 8192, 1};  // past the curve's last point: its top efficiency
+  Gemm fused = big;
+  fused.fused_attention = true;
+  PassWork plain_pass, fused_pass;
+  plain_pass.gemms = {big};
+  fused_pass.gemms = {fused};
+  const double peak = p.peak_flops_bf16;
+  EXPECT_DOUBLE_EQ(p.roofline_seconds(plain_pass, true), big.flops() / (peak * p.gemm_efficiency_at(big.flops())));
+  EXPECT_DOUBLE_EQ(p.roofline_seconds(fused_pass, true), big.flops() / (peak * p.attention_efficiency));
+  // A small product below the cap keeps the curve's (lower) efficiency.
+  Gemm small{64, 64, 64, 1, true};
+  PassWork small_pass;
+  small_pass.gemms = {small};
+  const double curve = p.gemm_efficiency_at(small.flops());
+  ASSERT_LT(curve, p.attention_efficiency);
+  EXPECT_DOUBLE_EQ(p.roofline_seconds(small_pass, true),
+                   std::max(small.flops() / (peak * curve), small.traffic_bytes(2.0) / p.memory_bandwidth_Bps));
+  // The fused products read and write their operands but not the [T, T] one (here the largest, m x n).
+  EXPECT_DOUBLE_EQ(fused.traffic_bytes(2.0), (8192.0 * 8192 * 2) * 2);
+  EXPECT_DOUBLE_EQ(big.traffic_bytes(2.0), (8192.0 * 8192 * 3) * 2);
+  EXPECT_DOUBLE_EQ(fused.operand_bytes(2.0), big.operand_bytes(2.0));  // the memory plan's workspace is unchanged
+  // Without the key, the curve alone.
+  p.attention_efficiency = 0;
+  EXPECT_DOUBLE_EQ(p.roofline_seconds(fused_pass, true), p.roofline_seconds(plain_pass, true));  // compute-bound
+  nlohmann::json j = shipped("a100_80gb_sxm.json");
+  j["attention_efficiency"] = 1.5;
+  EXPECT_NE(refusal(j).find("'attention_efficiency' 1.5 is a fraction of the peak"), std::string::npos) << refusal(j);
+}
+
+// Tile and wave quantization (sm_count, gemm_tiles): a GEMM runs in ceil(tiles / SMs) waves of one tile per SM, each
+// at the curve's top efficiency; a tile count one past a wave multiple costs a full extra wave, and the library's
+// best tile is taken. The fused attention kernel's products are not library GEMMs: no wave term.
+TEST_F(ProfileSources, WaveQuantizationChargesAFullWaveForOneTileOver) {
+  HardwareProfile p = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/a100_80gb_sxm.json");
+  ASSERT_EQ(p.sm_count, 108);
+  p.gemm_tiles = {{256, 128}};
+  const double top = p.gemm_efficiency.back().second;
+  const double k = 8192;
+  const double wave = 2.0 * 256 * 128 * k * 108 / (p.peak_flops_bf16 * top);  // one wave: 108 tiles of 256 x 128
+  const Gemm full{256.0 * 108, 128, k, 1};       // 108 tiles: one full wave
+  const Gemm one_over{256.0 * 108 + 1, 128, k, 1};  // 109 tiles: a second wave of one tile
+  const Gemm batched{256.0 * 54, 128, k, 2};     // 2 x 54 tiles: one wave
+  EXPECT_DOUBLE_EQ(p.gemm_wave_seconds(full, true), wave);
+  EXPECT_DOUBLE_EQ(p.gemm_wave_seconds(one_over, true), 2 * wave);
+  EXPECT_DOUBLE_EQ(p.gemm_wave_seconds(batched, true), wave);
+  EXPECT_NEAR(wave, full.flops() / (p.peak_flops_bf16 * top), 1e-12 * wave);  // a full wave loses nothing
+  PassWork pass;
+  pass.gemms = {one_over};
+  EXPECT_DOUBLE_EQ(p.roofline_seconds(pass, true), 2 * wave);  // the wave term, not the curve, prices it
+  // With 128 x 128 tiles on offer: 217 tiles, 3 waves of half the work each (1.5 waves' time), beats 2 full waves.
+  p.gemm_tiles = {{256, 128}, {128, 128}};
+  EXPECT_DOUBLE_EQ(p.gemm_wave_seconds(one_over, true), 1.5 * wave);
+  Gemm fused = one_over;
+  fused.fused_attention = true;
+  EXPECT_EQ(p.gemm_wave_seconds(fused, true), 0.0);
+  p.sm_count = 0;
+  EXPECT_EQ(p.gemm_wave_seconds(one_over, true), 0.0);
+  // The keys come together, on a roofline profile; a bad tile is refused by name.
+  nlohmann::json j = shipped("a100_80gb_sxm.json");
+  nlohmann::json lone = j;
+  lone.erase("gemm_tiles");
+  EXPECT_NE(refusal(lone).find("'sm_count' and 'gemm_tiles' come together"), std::string::npos) << refusal(lone);
+  j["gemm_tiles"] = nlohmann::json::array({nlohmann::json::array({256, 0})});
+  EXPECT_NE(refusal(j).find("'gemm_tiles' entry [256,0]"), std::string::npos) << refusal(j);
 }
 
 TEST_F(ProfileSources, AMissingOrUnknownCitationIsRefusedByName) {
@@ -91,6 +164,12 @@ TEST_F(ProfileSources, AMissingOrUnknownCitationIsRefusedByName) {
   nlohmann::json flat = j;
   flat.erase("peak_tflops");
   flat.erase("gemm_efficiency");
+  flat.erase("attention_efficiency");
+  flat["sources"].erase("attention_efficiency");
+  for (const char* k : {"sm_count", "gemm_tiles"}) {
+    flat.erase(k);
+    flat["sources"].erase(k);
+  }
   EXPECT_NE(refusal(flat).find("'gemm_efficiency', which is not a number of this profile"), std::string::npos)
       << refusal(flat);
   // The node's core counts (edited for a target node) need no citation, and may have one.

@@ -15,6 +15,7 @@
 
 #include "engine/planner/plan_search.hpp"
 #include "engine/planner/step_breakdown.hpp"
+#include "engine/planner/step_terms.hpp"
 
 namespace cleave::planner {
 namespace {
@@ -167,6 +168,93 @@ TEST_F(StepBreakdownTest, EachTermAppearsWithItsLever) {
   const PlanEstimate pp_free = estimate(PlanChoice{1, 4, 1, 1, "1f1b", 1, 0, Recompute::kNone, 8, false}, free_p2p);
   EXPECT_EQ(pp_free.breakdown[T::kPointToPoint], 0.0);
   EXPECT_NEAR(pp_free.step_s, pp.step_s - pp.breakdown[T::kPointToPoint], 1e-9 * pp.step_s);
+}
+
+// The overlapped transfers' timing (step_terms.hpp): a reduction trails the backward block by block, a gather leads
+// the forward; exposed is what the last transfer (reduction) or the waits for gathers add to the compute.
+TEST(OverlappedTransfers, ExposeOnlyWhatTheComputeCannotHide) {
+  // Compute longer than each transfer: only the last reduction (it starts when the backward ends) and the first
+  // gather (the forward waits for it) are exposed.
+  EXPECT_DOUBLE_EQ(overlapped_reduction_s({1, 1, 1}, {2, 2, 2}), 1.0);
+  EXPECT_DOUBLE_EQ(overlapped_gather_s({1, 1, 1}, {2, 2, 2}), 1.0);
+  // Transfers longer than the compute: they queue; the backward ends at 1.5, the last reduction at 3.5.
+  EXPECT_DOUBLE_EQ(overlapped_reduction_s({1, 1, 1}, {0.5, 0.5, 0.5}), 2.0);
+  EXPECT_DOUBLE_EQ(overlapped_gather_s({1, 1, 1}, {0.5, 0.5, 0.5}), 2.0);
+  // Never more than the transfers in sequence, never negative; nothing to transfer exposes nothing.
+  EXPECT_DOUBLE_EQ(overlapped_reduction_s({1, 2}, {0, 0}), 3.0);
+  EXPECT_DOUBLE_EQ(overlapped_gather_s({1, 2}, {0, 0}), 3.0);
+  EXPECT_DOUBLE_EQ(overlapped_reduction_s({0, 0}, {1, 1}), 0.0);
+  EXPECT_DOUBLE_EQ(overlapped_gather_s({}, {}), 0.0);
+}
+
+// --overlap-grad-reduce: the dp reduction (and ZeRO-1's parameter gather) move from the step's sum into its hidden
+// time, part of them; --tp-comm-overlap does the same for the tp collectives. The terms still sum to the step.
+TEST_F(StepBreakdownTest, OverlapOptionsHideCommunicationBehindCompute) {
+  using partition::Recompute;
+  const std::size_t dp_at = static_cast<std::size_t>(T::kDataParallel);
+  const std::size_t gather_at = static_cast<std::size_t>(T::kZeroGather);
+  const std::size_t tp_at = static_cast<std::size_t>(T::kTensorParallel);
+  SearchOptions plain{4, 0}, overlap{4, 0};
+  overlap.overlap_grad_reduce = true;
+  for (int zero : {0, 1, 3}) {
+    PlanChoice c{1, 1, 4, 1, "1f1b", 2, zero, Recompute::kNone, 8, false, config::ZeroReduce::kPerStep};
+    c.global_batch = 8;
+    const PlanEstimate before = estimate_plan(config_, {}, c, costly(), plain);
+    const PlanEstimate after = estimate_plan(config_, {}, c, costly(), overlap);
+    ASSERT_TRUE(before.valid && after.valid) << before.reason << after.reason;
+    expect_sums(after);
+    EXPECT_EQ(before.breakdown.hidden[dp_at], 0.0) << "ZeRO " << zero;
+    EXPECT_GT(after.breakdown.hidden[dp_at], 0.0) << "ZeRO " << zero;
+    EXPECT_LT(after.breakdown[T::kDataParallel], before.breakdown[T::kDataParallel]) << "ZeRO " << zero;
+    EXPECT_GT(after.breakdown[T::kDataParallel], 0.0) << "ZeRO " << zero;  // the first block's reduction trails
+    EXPECT_NEAR(after.breakdown[T::kDataParallel] + after.breakdown.hidden[dp_at], before.breakdown[T::kDataParallel],
+                1e-9 * before.step_s);
+    EXPECT_LT(after.step_s, before.step_s) << "ZeRO " << zero;
+    if (zero == 1) {  // the parameter gather after the step overlaps the next forward
+      EXPECT_GT(after.breakdown.hidden[gather_at], 0.0);
+      EXPECT_LT(after.breakdown[T::kZeroGather], before.breakdown[T::kZeroGather]);
+    }
+  }
+  // tp2 with sequence parallelism: the reduce-scatters and all-gathers hide under their block's compute.
+  PlanChoice tp{2, 1, 2, 1, "1f1b", 2, 0, Recompute::kNone, 8, true};
+  tp.global_batch = 8;
+  SearchOptions tp_overlap{4, 0};
+  tp_overlap.overlap_tp_comm = true;
+  const PlanEstimate exposed = estimate_plan(config_, {}, tp, costly(), plain);
+  const PlanEstimate hidden = estimate_plan(config_, {}, tp, costly(), tp_overlap);
+  ASSERT_TRUE(exposed.valid && hidden.valid);
+  expect_sums(hidden);
+  EXPECT_GT(hidden.breakdown.hidden[tp_at], 0.0);
+  EXPECT_LT(hidden.breakdown[T::kTensorParallel], exposed.breakdown[T::kTensorParallel]);
+  EXPECT_NEAR(hidden.breakdown[T::kForward], exposed.breakdown[T::kForward], 1e-12);  // compute is unchanged
+  EXPECT_LT(hidden.step_s, exposed.step_s);
+}
+
+// ZeRO-1's parameter all-gather after the step: the engine gathers the f32 master values; with param_gather_bf16
+// (Megatron-LM's distributed optimizer) a bf16 run gathers its bf16 parameters, half the bytes, and nothing else
+// moves. An f32 run has no bf16 parameters to gather: the option changes nothing there.
+TEST_F(StepBreakdownTest, ParamGatherInBf16MovesHalfTheBytes) {
+  const std::size_t gather_at = static_cast<std::size_t>(T::kZeroGather);
+  PlanChoice c{1, 1, 4, 1, "1f1b", 2, 1, partition::Recompute::kNone, 8, false, config::ZeroReduce::kPerStep};
+  c.global_batch = 8;
+  SearchOptions f32{4, 0}, bf16{4, 0};
+  bf16.param_gather_bf16 = true;
+  HardwareProfile p = costly();
+  p.intra_node.latency_s = p.inter_node.latency_s = 0;  // bytes alone: the gather's time halves exactly
+  const PlanEstimate full = estimate_plan(config_, {"device.precision=bf16"}, c, p, f32);
+  const PlanEstimate half = estimate_plan(config_, {"device.precision=bf16"}, c, p, bf16);
+  ASSERT_TRUE(full.valid && half.valid) << full.reason << half.reason;
+  expect_sums(half);
+  ASSERT_GT(full.breakdown[T::kZeroGather], 0.0);
+  EXPECT_NEAR(half.breakdown[T::kZeroGather], full.breakdown[T::kZeroGather] / 2, 1e-12 * full.step_s);
+  EXPECT_EQ(half.breakdown.hidden[gather_at], 0.0);
+  EXPECT_DOUBLE_EQ(half.breakdown[T::kDataParallel], full.breakdown[T::kDataParallel]);  // gradients stay f32
+  EXPECT_DOUBLE_EQ(half.breakdown[T::kForward], full.breakdown[T::kForward]);
+  EXPECT_LT(half.comm_bytes, full.comm_bytes);
+  const PlanEstimate f32_run = estimate_plan(config_, {}, c, p, bf16);
+  const PlanEstimate f32_plain = estimate_plan(config_, {}, c, p, f32);
+  ASSERT_TRUE(f32_run.valid && f32_plain.valid);
+  EXPECT_DOUBLE_EQ(f32_run.breakdown[T::kZeroGather], f32_plain.breakdown[T::kZeroGather]);
 }
 
 TEST_F(StepBreakdownTest, TableHasARowPerTermAndTheTotal) {

@@ -21,7 +21,6 @@
 // (and saved at ep 2 × tp 2, loaded at ep 4), the loaded parameters equal the saved ones bit for bit and the run
 // continues within kTensorParallel of the uninterrupted one-rank run.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -32,10 +31,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/error.hpp"
 #include "engine/train/collectives.hpp"
 #include "mpi/mpi_test_env.hpp"
+#include "support/layout_compare.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
@@ -198,27 +197,6 @@ TEST(EpEquivalence, ForcedImbalanceLeavesRanksWithoutTokensAndMatches) {
 
 namespace fs = std::filesystem;
 
-// A directory every rank of `world` names the same (rank 0's pid), emptied.
-std::string shared_dir(comm::Communicator& world, const std::string& name) {
-  const std::int64_t pid = ::getpid();
-  const auto pids = train::all_gather_values<std::int64_t>(world, std::span(&pid, 1));
-  const fs::path dir = fs::temp_directory_path() / ("cleave_ep_" + name + "_" + std::to_string(pids[0][0]));
-  if (world.rank() == 0) fs::remove_all(dir);
-  world.barrier()->wait();
-  return dir.string();
-}
-
-RunRecord run_from(const config::RunConfig& config, comm::Communicator& world, std::int64_t first, std::int64_t last,
-                   const std::string& load = "", const std::string& save_root = "") {
-  train::Trainer trainer(config, world);
-  if (!load.empty()) EXPECT_EQ(trainer.load_checkpoint(load), first);
-  RunRecord record;
-  for (std::int64_t s = first; s < last; ++s) record.losses.push_back(trainer.step(s).loss);
-  if (!save_root.empty()) trainer.save_checkpoint(save_root, last);
-  record.params = trainer.gather_parameters();
-  return record;
-}
-
 // Checkpoints are layout-independent: saved at ep = world size (each rank writes its experts' slice, the expert-dp
 // replicas none twice), resumed at ep 1 and at the same ep, each continuing the uninterrupted ep 1 run bit for bit
 // (parameters and AdamW state travel exactly); at np 4 also under ZeRO-1 with ep 2 (state in expert-dp segments).
@@ -238,10 +216,10 @@ TEST(EpCheckpoint, SavedAtEpResumesAtEpOneAndAtEp) {
     with.push_back(ep(ep_size));
     const auto one = tiny_moe(kSteps, base);
     const auto with_ep = tiny_moe(kSteps, with);
-    const std::string root = shared_dir(*world, zero1 ? "resume_zero1" : "resume");
+    const std::string root = shared_dir(*world, "ep", zero1 ? "resume_zero1" : "resume");
     const RunRecord whole = run_from(one, *world, 0, kSteps);
     run_from(with_ep, *world, 0, kSaveAt, "", root);
-    const std::string dir = root + "/" + checkpoint::step_dir_name(kSaveAt);
+    const std::string dir = step_dir(root, kSaveAt);
     for (const auto* config : {&one, &with_ep}) {
       const RunRecord rest = run_from(*config, *world, kSaveAt, kSteps, dir);
       ASSERT_EQ(rest.losses.size(), 2u);
@@ -316,9 +294,9 @@ TEST(EpCheckpoint, SavedAtEpFourResumesAtEpTwoTimesTpTwoAndBack) {
   const RunRecord whole = world->rank() == 0 ? run_from(single_rank_config(ep4), *self, 0, kSteps) : RunRecord{};
   // ep 4 -> ep 2 x tp 2: the experts' [E, F, D] tensors written as four expert slices, read as two slices of each
   // tp shard.
-  const std::string root = shared_dir(*world, "ep4_to_ep2tp2");
+  const std::string root = shared_dir(*world, "ep", "ep4_to_ep2tp2");
   const RunRecord saved = run_from(ep4, *world, 0, kSaveAt, "", root);
-  const std::string dir = root + "/" + checkpoint::step_dir_name(kSaveAt);
+  const std::string dir = step_dir(root, kSaveAt);
   expect_same_params(loaded(ep2_tp2, *world, dir, kSaveAt), saved.params);
   const RunRecord rest = run_from(ep2_tp2, *world, kSaveAt, kSteps, dir);
   if (world->rank() == 0) {
@@ -330,9 +308,9 @@ TEST(EpCheckpoint, SavedAtEpFourResumesAtEpTwoTimesTpTwoAndBack) {
     EXPECT_LE(max_param_rel_diff(rest, whole, &worst), kTensorParallel) << "worst " << worst;
   }
   // ep 2 x tp 2 -> ep 4: the pieces of each tp shard, one per ep rank, tile it; ep 4 reads its expert slices.
-  const std::string back_root = shared_dir(*world, "ep2tp2_to_ep4");
+  const std::string back_root = shared_dir(*world, "ep", "ep2tp2_to_ep4");
   const RunRecord saved_back = run_from(ep2_tp2, *world, 0, kSaveAt, "", back_root);
-  const std::string back_dir = back_root + "/" + checkpoint::step_dir_name(kSaveAt);
+  const std::string back_dir = step_dir(back_root, kSaveAt);
   expect_same_params(loaded(ep4, *world, back_dir, kSaveAt), saved_back.params);
   world->barrier()->wait();
   if (world->rank() == 0) {

@@ -26,7 +26,6 @@
 //    of the expert and non-expert master shards and of the AdamW state) resumes at ep 1 without ZeRO and at ZeRO-3
 //    ep 2, both continuing the uninterrupted one-layout run bit for bit.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -34,10 +33,10 @@
 #include <string>
 #include <vector>
 
-#include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/train/collectives.hpp"
 #include "mpi/mpi_test_env.hpp"
+#include "support/layout_compare.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
@@ -75,16 +74,16 @@ struct Case {
 std::vector<Case> cases_for(int world) {
   const std::string bf16 = "device.precision=bf16";
   if (world == 2) {
-    return {{"ep2_dp2_zero2", 10, {ep(2), zero(2)}},
-            {"ep2_dp2_zero3", 10, {ep(2), zero(3)}},
-            {"ep2_dp2_zero3_bf16", 6, {ep(2), zero(3), bf16}}};
+    return {{"ep2_dp2_zero2", 10, {ep(2), zero(2)}, {}},
+            {"ep2_dp2_zero3", 10, {ep(2), zero(3)}, {}},
+            {"ep2_dp2_zero3_bf16", 6, {ep(2), zero(3), bf16}, {}}};
   }
   if (world == 4) {
     const std::string cp2 = "parallel.context_parallel_size=2", pp2 = "parallel.pipeline_model_parallel_size=2";
     const std::string zb_v = "parallel.schedule=zb_v", dualpipev = "parallel.schedule=dualpipev";
-    return {{"ep2_in_dp4_zero2", 8, {ep(2), zero(2)}},
-            {"ep2_in_dp4_zero3", 8, {ep(2), zero(3)}},
-            {"ep4_zero3", 6, {ep(4), zero(3)}},
+    return {{"ep2_in_dp4_zero2", 8, {ep(2), zero(2)}, {}},
+            {"ep2_in_dp4_zero3", 8, {ep(2), zero(3)}, {}},
+            {"ep4_zero3", 6, {ep(4), zero(3)}, {}},
             {"ep2_from_dp2_cp2_zero3", 6, {ep(2), zero(3), cp2}, {cp2}},
             {"ep2_pp2_zb_v_zero3", 6, {ep(2), zero(3), pp2, zb_v}, {pp2, zb_v}},
             {"ep2_pp2_dualpipev_zero2", 6, {ep(2), zero(2), pp2, dualpipev}, {pp2, dualpipev}}};
@@ -196,29 +195,9 @@ TEST(EpZero, ZeroThreeKeepsEachGroupsShareBetweenSteps) {
   EXPECT_GE(static_cast<double>(held), expected);
   // The units' padding (16 elements, then a multiple of the group's size, per unit): at most 20 units here.
   EXPECT_LE(static_cast<double>(held), expected + 20.0 * 4 * (16 + size));
-  if (expert_dp > 1) EXPECT_LT(static_cast<double>(held), unsharded_experts) << "the experts are not sharded";
-}
-
-namespace fs = std::filesystem;
-
-std::string shared_dir(comm::Communicator& world, const std::string& name) {
-  const std::int64_t pid = ::getpid();
-  const auto pids = train::all_gather_values<std::int64_t>(world, std::span(&pid, 1));
-  const fs::path dir = fs::temp_directory_path() / ("cleave_epzero_" + name + "_" + std::to_string(pids[0][0]));
-  if (world.rank() == 0) fs::remove_all(dir);
-  world.barrier()->wait();
-  return dir.string();
-}
-
-RunRecord run_from(const config::RunConfig& config, comm::Communicator& world, std::int64_t first, std::int64_t last,
-                   const std::string& load = "", const std::string& save_root = "") {
-  train::Trainer trainer(config, world);
-  if (!load.empty()) EXPECT_EQ(trainer.load_checkpoint(load), first);
-  RunRecord record;
-  for (std::int64_t s = first; s < last; ++s) record.losses.push_back(trainer.step(s).loss);
-  if (!save_root.empty()) trainer.save_checkpoint(save_root, last);
-  record.params = trainer.gather_parameters();
-  return record;
+  if (expert_dp > 1) {
+    EXPECT_LT(static_cast<double>(held), unsharded_experts) << "the experts are not sharded";
+  }
 }
 
 TEST(EpZeroCheckpoint, ZeroThreeEpTwoResumesAtEpOne) {
@@ -228,10 +207,10 @@ TEST(EpZeroCheckpoint, ZeroThreeEpTwoResumesAtEpOne) {
   constexpr std::int64_t kSteps = 4, kSaveAt = 2;
   const auto one = tiny_moe(kSteps, {});
   const auto zero3_ep2 = tiny_moe(kSteps, {ep(2), zero(3)});
-  const std::string root = shared_dir(*world, "resume");
+  const std::string root = shared_dir(*world, "epzero", "resume");
   const RunRecord whole = run_from(one, *world, 0, kSteps);
   run_from(zero3_ep2, *world, 0, kSaveAt, "", root);
-  const std::string dir = root + "/" + checkpoint::step_dir_name(kSaveAt);
+  const std::string dir = step_dir(root, kSaveAt);
   for (const auto* config : {&one, &zero3_ep2}) {
     SCOPED_TRACE(config == &one ? "resumed at ep 1, ZeRO-0" : "resumed at ep 2, ZeRO-3");
     const RunRecord rest = run_from(*config, *world, kSaveAt, kSteps, dir);
@@ -242,7 +221,7 @@ TEST(EpZeroCheckpoint, ZeroThreeEpTwoResumesAtEpOne) {
     EXPECT_EQ(max_param_rel_diff(rest, whole, &worst), 0.0) << "worst " << worst;
   }
   world->barrier()->wait();
-  if (world->rank() == 0) fs::remove_all(root);
+  if (world->rank() == 0) std::filesystem::remove_all(root);
 }
 
 }  // namespace

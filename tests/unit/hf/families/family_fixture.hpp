@@ -48,7 +48,7 @@ inline RoundTrip expect_round_trip(const HfFixture& f, const std::string& name, 
   rt.imported = read_hf_checkpoint(dir.string());
   const HfCheckpoint& ck = rt.imported;
   write_hf_checkpoint(out.string(), ck.config.model, [&](const std::string& n) { return ck.tensors.at(n); },
-                      {false, 4096});
+                      {.bf16 = false, .max_shard_bytes = 4096, .source = {}});
   rt.exported_config = nlohmann::json::parse(std::ifstream(out / "config.json"));
   const HfCheckpoint back = read_hf_checkpoint(out.string());
   EXPECT_EQ(back.config.model, ck.config.model);

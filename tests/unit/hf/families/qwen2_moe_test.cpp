@@ -100,7 +100,8 @@ TEST(HfQwen2Moe, ImportsBiasesSharedExpertAndGateAndExportGivesEveryTensorBack) 
     EXPECT_TRUE(std::equal(one.begin(), one.end(), down.begin() + j * kF * kD)) << "down row " << j;
   }
   const fs::path out = testing::fresh_dir("qwen2_moe_out");
-  write_hf_checkpoint(out.string(), m, [&](const std::string& n) { return ck.tensors.at(n); }, {false, 4096});
+  write_hf_checkpoint(out.string(), m, [&](const std::string& n) { return ck.tensors.at(n); },
+                      {.bf16 = false, .max_shard_bytes = 4096, .source = {}});
   const json config = json::parse(std::ifstream(out / "config.json"));
   EXPECT_EQ(config.at("architectures").at(0), "Qwen2MoeForCausalLM");
   EXPECT_EQ(config.at("shared_expert_intermediate_size"), kS);

@@ -65,6 +65,28 @@ void model_dims(const Keys& k, ModelDims& d) {
                "or a gated shared expert); only normalize_top_k true exports without either", k.origin());
 }
 
+Routing read_qwen_routing(const Keys& k, const char* experts_key) {
+  Routing r;
+  r.n_experts = k.size(experts_key);
+  r.top_k = k.size("num_experts_per_tok");
+  r.normalize_top_k = k.flag_or("norm_topk_prob", false);  // the configs' default
+  r.aux_loss_coef = k.number_or("router_aux_loss_coef", 0.001);
+  return r;
+}
+
+void write_qwen_moe_keys(const ModelDims& d, const nlohmann::json& model, nlohmann::json& out) {
+  out["moe_intermediate_size"] = d.ffn;
+  out["intermediate_size"] = d.ffn;  // dense layers' width; there are none (mlp_only_layers empty)
+  out["num_experts"] = d.n_experts;
+  out["num_experts_per_tok"] = d.top_k;
+  out["norm_topk_prob"] = model.value("normalize_top_k", true);
+  out["decoder_sparse_step"] = 1;
+  out["mlp_only_layers"] = nlohmann::json::array();
+  out["router_aux_loss_coef"] = model.value("aux_loss_coef", 0.001);
+  out["output_router_logits"] = false;
+  out["sliding_window"] = nullptr;
+}
+
 std::vector<TensorMap> tensor_map(const ModelDims& m, const ExpertNames& names) {
   const std::int64_t d = m.d_model, f = m.ffn, e = m.n_experts;
   std::vector<TensorMap> out;

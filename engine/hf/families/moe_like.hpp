@@ -35,6 +35,14 @@ void to_moe_section(const Keys& k, const char* experts_key, const Routing& routi
 // q/k norms, q/k/v biases without the gated shared expert, normalize_top_k false with neither.
 void model_dims(const Keys& model, ModelDims& dims);
 
+// The routing keys Qwen2MoeConfig and Qwen3MoeConfig share (num_experts_per_tok, norm_topk_prob with their default
+// false, router_aux_loss_coef), with the expert count read from `experts_key`.
+Routing read_qwen_routing(const Keys& k, const char* experts_key);
+
+// The config keys Qwen2MoeConfig and Qwen3MoeConfig share, written from a moe model section: the expert width (also
+// as the dense width: there are no dense layers), the routing, every layer sparse, no router logits, no window.
+void write_qwen_moe_keys(const ModelDims& dims, const nlohmann::json& model, nlohmann::json& out);
+
 // The HF names of a class's expert tensors: "<block>.<router>.weight" [E, D] and
 // "<block>.experts.{j}.<gate|up|down>.weight".
 struct ExpertNames {

@@ -62,11 +62,7 @@ HfModelConfig read_qwen2_moe(const Keys& k) {
   const Keys kk(with_expert_width, k.origin());
   HfModelConfig out = llama_like::read(kk, kVariant);
   out.dims.qkv_bias = k.flag_or("qkv_bias", true);  // Qwen2MoeConfig's default (transformers 4: always biased)
-  moe_like::Routing routing;
-  routing.n_experts = k.size("num_experts");
-  routing.top_k = k.size("num_experts_per_tok");
-  routing.normalize_top_k = k.flag_or("norm_topk_prob", false);  // Qwen2MoeConfig's default
-  routing.aux_loss_coef = k.number_or("router_aux_loss_coef", 0.001);
+  moe_like::Routing routing = moe_like::read_qwen_routing(k, "num_experts");
   routing.n_shared_experts = s / f;
   routing.shared_expert_gate = true;
   moe_like::to_moe_section(k, "num_experts", routing, out);
@@ -80,19 +76,10 @@ bool qwen2_moe_holds(const ModelDims& d, const json& model) {
 
 void qwen2_moe_write_config(const ModelDims& d, const json& model, json& out) {
   llama_like::write(kVariant, d, model, out);
+  moe_like::write_qwen_moe_keys(d, model, out);
   out["qkv_bias"] = d.qkv_bias;
-  out["moe_intermediate_size"] = d.ffn;
-  out["intermediate_size"] = d.ffn;  // dense layers' width; there are none (mlp_only_layers empty)
   out["shared_expert_intermediate_size"] = d.n_shared_experts * d.ffn;
-  out["num_experts"] = d.n_experts;
-  out["num_experts_per_tok"] = d.top_k;
-  out["norm_topk_prob"] = model.value("normalize_top_k", true);
-  out["decoder_sparse_step"] = 1;
-  out["mlp_only_layers"] = json::array();
-  out["router_aux_loss_coef"] = model.value("aux_loss_coef", 0.001);
-  out["output_router_logits"] = false;
   out["use_sliding_window"] = false;
-  out["sliding_window"] = nullptr;
 }
 
 std::vector<TensorMap> qwen2_moe_map(const ModelDims& m) { return moe_like::tensor_map(m, kExperts); }

@@ -53,11 +53,7 @@ HfModelConfig read_qwen3_moe(const Keys& k) {
   with_expert_width["intermediate_size"] = k.size("moe_intermediate_size");
   const Keys kk(with_expert_width, k.origin());
   HfModelConfig out = llama_like::read(kk, kVariant);
-  moe_like::Routing routing;
-  routing.n_experts = k.size(experts);
-  routing.top_k = k.size("num_experts_per_tok");
-  routing.normalize_top_k = k.flag_or("norm_topk_prob", false);  // Qwen3MoeConfig's default
-  routing.aux_loss_coef = k.number_or("router_aux_loss_coef", 0.001);
+  const moe_like::Routing routing = moe_like::read_qwen_routing(k, experts);
   moe_like::to_moe_section(k, experts, routing, out);
   return out;
 }
@@ -68,16 +64,7 @@ bool qwen3_moe_holds(const ModelDims& d, const json& model) {
 
 void qwen3_moe_write_config(const ModelDims& d, const json& model, json& out) {
   llama_like::write(kVariant, d, model, out);
-  out["moe_intermediate_size"] = d.ffn;
-  out["intermediate_size"] = d.ffn;  // dense layers' width; there are none (mlp_only_layers empty)
-  out["num_experts"] = d.n_experts;
-  out["num_experts_per_tok"] = d.top_k;
-  out["norm_topk_prob"] = model.value("normalize_top_k", true);
-  out["decoder_sparse_step"] = 1;
-  out["mlp_only_layers"] = json::array();
-  out["router_aux_loss_coef"] = model.value("aux_loss_coef", 0.001);
-  out["output_router_logits"] = false;
-  out["sliding_window"] = nullptr;
+  moe_like::write_qwen_moe_keys(d, model, out);
 }
 
 std::vector<TensorMap> qwen3_moe_map(const ModelDims& m) { return moe_like::tensor_map(m, kExperts); }

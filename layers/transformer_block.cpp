@@ -8,6 +8,7 @@
 #include "layers/layer_util.hpp"
 #include "layers/layernorm.hpp"
 #include "layers/mlp.hpp"
+#include "layers/residual_norm.hpp"
 
 namespace cleave::layers {
 
@@ -35,6 +36,7 @@ TransformerBlock::TransformerBlock(std::string prefix, LayerPtr ln1, LayerPtr at
       ln2_(std::move(ln2)),
       mlp_(std::move(mlp)) {
   CLEAVE_ASSERT(ln1_ && attn_ && ln2_ && mlp_, "{}: needs ln1, attn, ln2 and mlp parts", who());
+  ln2_residual_ = dynamic_cast<ResidualNorm*>(ln2_.get());
 }
 
 std::string_view TransformerBlock::kind() const {
@@ -52,8 +54,13 @@ Tensor TransformerBlock::forward(const Tensor& x, Stash& stash, Context& ctx) {
   stash.children.resize(4);
   Tensor a = ln1_->forward(x, stash.children[0], ctx);
   Tensor x1 = attn_->forward(a, stash.children[1], ctx);
-  ops::add_inplace(ctx, x1, x);  // x1 = x + attn(ln1(x))
-  Tensor m = ln2_->forward(x1, stash.children[2], ctx);
+  Tensor m;  // x1 = x + attn(ln1(x)); m = ln2(x1): one pass where ln2 can take the add (residual_norm.hpp)
+  if (ln2_residual_ != nullptr) {
+    m = ln2_residual_->forward_residual(x1, x, stash.children[2], ctx);
+  } else {
+    ops::add_inplace(ctx, x1, x);
+    m = ln2_->forward(x1, stash.children[2], ctx);
+  }
   Tensor y = mlp_->forward(m, stash.children[3], ctx);
   ops::add_inplace(ctx, y, x1);  // y = x1 + mlp(ln2(x1))
   return y;
@@ -64,8 +71,13 @@ Tensor TransformerBlock::backward_input(const Tensor& dy, Stash& stash, Context&
   // dy is kept by the mlp's output projection (mlp.proj / mlp.down) for its weight gradient and belongs to the
   // caller: never written here.
   Tensor dm = mlp_->backward_input(dy, stash.children[3], ctx);
-  Tensor dx1 = ln2_->backward_input(dm, stash.children[2], ctx);
-  ops::add_inplace(ctx, dx1, dy);  // residual path
+  Tensor dx1;  // ln2's input gradient plus the residual path's dy
+  if (ln2_residual_ != nullptr) {
+    dx1 = ln2_residual_->backward_input_residual(dm, dy, stash.children[2], ctx);
+  } else {
+    dx1 = ln2_->backward_input(dm, stash.children[2], ctx);
+    ops::add_inplace(ctx, dx1, dy);
+  }
   Tensor da = attn_->backward_input(dx1, stash.children[1], ctx);
   Tensor dx = ln1_->backward_input(da, stash.children[0], ctx);
   ops::add_inplace(ctx, dx, dx1);

@@ -10,6 +10,9 @@
 // make_parallel_transformer_block (layers/parallel/parallel_transformer_block.hpp) passes this tp rank's
 // head-parallel attention and column/row-parallel MLP around replicated LayerNorms.
 //
+// The first residual add and ln2 run as one op where ln2 is a ResidualNorm (RmsNorm: the Llama and MoE blocks;
+// layers/residual_norm.hpp), with the unfused pair's bits and stash; LayerNorm keeps the pair.
+//
 // Stash layout: children {ln1, attn, ln2, mlp}; no tensors of its own (the residual sums are written in
 // place into the branch outputs, which nothing stashes). What stays alive per sample is documented in
 // partition/cost_model.hpp and checked by the layer tests.
@@ -22,6 +25,8 @@
 #include "layers/param_init.hpp"
 
 namespace cleave::layers {
+
+class ResidualNorm;
 
 class TransformerBlock final : public Layer {
  public:
@@ -54,6 +59,7 @@ class TransformerBlock final : public Layer {
   LayerPtr attn_;
   LayerPtr ln2_;
   LayerPtr mlp_;
+  ResidualNorm* ln2_residual_ = nullptr;  // ln2_ when it takes the residual add with it (RmsNorm), else null
 };
 
 // `init` with std init.std / sqrt(2 · n_layers), for the residual output projections. Throws Error unless

@@ -9,6 +9,10 @@
 // to their lanes one by one, then the 16 reduced in a fixed tree; every element-wise expression runs the same
 // IEEE operations in the same order without contraction into FMA (fp-contract=off). So every path gives the same
 // bits (KernelRmsNorm.EveryIsaPathGivesTheSameBits), and the thread count never changes a result.
+//
+// The residual forms (add_rmsnorm_*, a pre-norm block's x1 = x + attn; norm(x1)) run the same row bodies: the sum
+// is written and read back per row (still in L1) and the input gradient's residual is added in the register
+// before the one store, so their bits are the unfused pair's (KernelAddRmsNorm.*).
 #include "kernels/cpu/rmsnorm.hpp"
 
 // Wide vectors never cross a call boundary here (the helpers are always_inline), so the ABI note GCC emits for
@@ -78,18 +82,41 @@ template <class F, int64_t L>
   *rstd = rs;
 }
 
+// The residual form (add_rmsnorm_forward): r = x + y written first, then the row normalised from r as stored, so
+// the sums are those of rmsnorm_forward over r, bit for bit. r may alias x or y (element c is read, then written).
 template <class F, int64_t L>
+[[gnu::always_inline]] inline void add_forward_row(const float* x, const float* y, const float* weight, float* r,
+                                                   float* out, float* rstd, int64_t cols, float eps) {
+  const int64_t full = cols / L * L;
+  for (int64_t c = 0; c < full; c += L) store(r + c, load<F>(x + c) + load<F>(y + c));
+  for (int64_t c = full; c < cols; ++c) r[c] = x[c] + y[c];
+  forward_row<F, L>(r, weight, out, rstd, cols, eps);
+}
+
+// kResidual: dx = (the plain dx, rounded to f32 as rmsnorm_backward_input stores it) + dres[c], which is what
+// rmsnorm_backward_input followed by add_inplace(dx, dres) computes. dx may alias dres.
+template <class F, int64_t L, bool kResidual = false>
 [[gnu::always_inline]] inline void backward_input_row(const float* dy, const float* x, const float* weight, float rs,
-                                                      float* dx, int64_t cols) {
+                                                      float* dx, int64_t cols, const float* dres = nullptr) {
   const float dot = lane_dot<F, L, true>(dy, weight, x, cols);  // sum_c (dy w) x
   const float k = rs * rs * rs * dot / static_cast<float>(cols);
   const F rsv = broadcast<F>(rs), kv = broadcast<F>(k);
   const int64_t full = cols / L * L;
   for (int64_t c = 0; c < full; c += L) {
-    store(dx + c, rsv * load<F>(dy + c) * load<F>(weight + c) - kv * load<F>(x + c));
+    const F v = rsv * load<F>(dy + c) * load<F>(weight + c) - kv * load<F>(x + c);
+    if constexpr (kResidual) {
+      store(dx + c, v + load<F>(dres + c));
+    } else {
+      store(dx + c, v);
+    }
   }
   for (int64_t c = full; c < cols; ++c) {
-    dx[c] = (rsv * broadcast<F>(dy[c]) * broadcast<F>(weight[c]) - kv * broadcast<F>(x[c]))[0];
+    const F v = rsv * broadcast<F>(dy[c]) * broadcast<F>(weight[c]) - kv * broadcast<F>(x[c]);
+    if constexpr (kResidual) {
+      dx[c] = (v + broadcast<F>(dres[c]))[0];
+    } else {
+      dx[c] = v[0];
+    }
   }
 }
 
@@ -124,6 +151,19 @@ template <class F, int64_t L>
                                            const float* rstd, float* dx, int64_t rows, int64_t cols) {           \
     CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * cols),                                            \
       backward_input_row<F, lanes>(dy + r * cols, x + r * cols, weight, rstd[r], dx + r * cols, cols);)          \
+  }                                                                                                              \
+  __VA_ARGS__ void add_forward_##suffix(const float* x, const float* y, const float* weight, float* r, float* out,  \
+                                        float* rstd, int64_t rows, int64_t cols, float eps) {                    \
+    CLEAVE_PARALLEL_FOR(i, rows, detail::worth_parallel(rows * cols),                                            \
+      add_forward_row<F, lanes>(x + i * cols, y + i * cols, weight, r + i * cols, out + i * cols, rstd + i, cols,  \
+                                eps);)                                                                           \
+  }                                                                                                              \
+  __VA_ARGS__ void add_backward_input_##suffix(const float* dy, const float* dres, const float* x,              \
+                                               const float* weight, const float* rstd, float* dx, int64_t rows,  \
+                                               int64_t cols) {                                                   \
+    CLEAVE_PARALLEL_FOR(i, rows, detail::worth_parallel(rows * cols),                                            \
+      backward_input_row<F, lanes, true>(dy + i * cols, x + i * cols, weight, rstd[i], dx + i * cols, cols,      \
+                                         dres + i * cols);)                                                      \
   }                                                                                                              \
   __VA_ARGS__ void backward_weight_##suffix(const float* dy, const float* x, const float* rstd, float* dweight,  \
                                             int64_t rows, int64_t cols) {                                        \
@@ -178,6 +218,39 @@ void rmsnorm_backward_weight_isa(VectorIsa isa, const float* dy, const float* x,
   if (isa == VectorIsa::kAvx2) return backward_weight_avx2(dy, x, rstd, dweight, rows, cols);
 #endif
   backward_weight_baseline(dy, x, rstd, dweight, rows, cols);
+}
+
+void add_rmsnorm_forward_isa(VectorIsa isa, const float* x, const float* y, const float* weight, float* r,
+                             float* out, float* rstd, int64_t rows, int64_t cols, float eps) {
+  CLEAVE_ASSERT(rows >= 0 && cols > 0, "add_rmsnorm_forward: bad shape [{}, {}]", rows, cols);
+  CLEAVE_ASSERT(eps > 0.0f, "add_rmsnorm_forward: eps must be > 0, got {}", eps);
+  check_isa(isa, "add_rmsnorm_forward");
+#if defined(__x86_64__)
+  if (isa == VectorIsa::kAvx512) return add_forward_avx512(x, y, weight, r, out, rstd, rows, cols, eps);
+  if (isa == VectorIsa::kAvx2) return add_forward_avx2(x, y, weight, r, out, rstd, rows, cols, eps);
+#endif
+  add_forward_baseline(x, y, weight, r, out, rstd, rows, cols, eps);
+}
+
+void add_rmsnorm_backward_input_isa(VectorIsa isa, const float* dy, const float* dres, const float* x,
+                                    const float* weight, const float* rstd, float* dx, int64_t rows, int64_t cols) {
+  CLEAVE_ASSERT(rows >= 0 && cols > 0, "add_rmsnorm_backward_input: bad shape [{}, {}]", rows, cols);
+  check_isa(isa, "add_rmsnorm_backward_input");
+#if defined(__x86_64__)
+  if (isa == VectorIsa::kAvx512) return add_backward_input_avx512(dy, dres, x, weight, rstd, dx, rows, cols);
+  if (isa == VectorIsa::kAvx2) return add_backward_input_avx2(dy, dres, x, weight, rstd, dx, rows, cols);
+#endif
+  add_backward_input_baseline(dy, dres, x, weight, rstd, dx, rows, cols);
+}
+
+void add_rmsnorm_forward(const float* x, const float* y, const float* weight, float* r, float* out, float* rstd,
+                         int64_t rows, int64_t cols, float eps) {
+  add_rmsnorm_forward_isa(best_vector_isa(), x, y, weight, r, out, rstd, rows, cols, eps);
+}
+
+void add_rmsnorm_backward_input(const float* dy, const float* dres, const float* x, const float* weight,
+                                const float* rstd, float* dx, int64_t rows, int64_t cols) {
+  add_rmsnorm_backward_input_isa(best_vector_isa(), dy, dres, x, weight, rstd, dx, rows, cols);
 }
 
 void rmsnorm_forward(const float* x, const float* weight, float* y, float* rstd, int64_t rows, int64_t cols,

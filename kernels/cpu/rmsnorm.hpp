@@ -23,6 +23,15 @@ void rmsnorm_backward_input(const float* dy, const float* x, const float* weight
 void rmsnorm_backward_weight(const float* dy, const float* x, const float* rstd, float* dweight, int64_t rows,
                              int64_t cols);
 
+// The residual add fused in (a pre-norm block's x1 = x + branch; norm(x1)), bit for bit the unfused pair:
+// forward: r = x + y (written; may alias x or y), then out and rstd as rmsnorm_forward(r) writes them.
+// backward_input: dx = rmsnorm_backward_input(dy, x, ...) + dres (the f32 sum of the two; dx may alias dres).
+// The weight gradient is rmsnorm_backward_weight's (with x = r).
+void add_rmsnorm_forward(const float* x, const float* y, const float* weight, float* r, float* out, float* rstd,
+                         int64_t rows, int64_t cols, float eps);
+void add_rmsnorm_backward_input(const float* dy, const float* dres, const float* x, const float* weight,
+                                const float* rstd, float* dx, int64_t rows, int64_t cols);
+
 // One vector path (vector_isa.hpp); the functions above run the widest. For tests and benchmarks.
 void rmsnorm_forward_isa(VectorIsa isa, const float* x, const float* weight, float* y, float* rstd, int64_t rows,
                          int64_t cols, float eps);
@@ -30,5 +39,9 @@ void rmsnorm_backward_input_isa(VectorIsa isa, const float* dy, const float* x, 
                                 const float* rstd, float* dx, int64_t rows, int64_t cols);
 void rmsnorm_backward_weight_isa(VectorIsa isa, const float* dy, const float* x, const float* rstd, float* dweight,
                                  int64_t rows, int64_t cols);
+void add_rmsnorm_forward_isa(VectorIsa isa, const float* x, const float* y, const float* weight, float* r,
+                             float* out, float* rstd, int64_t rows, int64_t cols, float eps);
+void add_rmsnorm_backward_input_isa(VectorIsa isa, const float* dy, const float* dres, const float* x,
+                                    const float* weight, const float* rstd, float* dx, int64_t rows, int64_t cols);
 
 }  // namespace cleave::kernels::cpu

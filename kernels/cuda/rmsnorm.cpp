@@ -21,6 +21,22 @@ void rmsnorm_backward_input(ConstFloats dy, ConstFloats x, ConstFloats weight, c
                            "rmsnorm_backward_input_kernel");
 }
 
+void add_rmsnorm_forward(ConstFloats x, ConstFloats y, ConstFloats weight, Floats r, Floats out, float* rstd,
+                         int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
+  CLEAVE_ASSERT(rows >= 0 && cols > 0, "cuda add_rmsnorm_forward: bad shape [{}, {}]", rows, cols);
+  CLEAVE_ASSERT(eps > 0.0f, "cuda add_rmsnorm_forward: eps {} is not > 0", eps);
+  CLEAVE_CUDA_CHECK_LAUNCH(detail::launch_add_rmsnorm_forward(x, y, weight, r, out, rstd, rows, cols, eps, stream),
+                           "add_rmsnorm_forward_kernel");
+}
+
+void add_rmsnorm_backward_input(ConstFloats dy, ConstFloats dres, ConstFloats x, ConstFloats weight,
+                                const float* rstd, Floats dx, int64_t rows, int64_t cols, cudaStream_t stream) {
+  CLEAVE_ASSERT(rows >= 0 && cols > 0, "cuda add_rmsnorm_backward_input: bad shape [{}, {}]", rows, cols);
+  CLEAVE_CUDA_CHECK_LAUNCH(
+      detail::launch_add_rmsnorm_backward_input(dy, dres, x, weight, rstd, dx, rows, cols, stream),
+      "add_rmsnorm_backward_input_kernel");
+}
+
 std::size_t rmsnorm_backward_weight_workspace_size(int64_t rows, int64_t cols) {
   return static_cast<std::size_t>(detail::column_reduction_chunks(rows) * cols) * sizeof(float);
 }

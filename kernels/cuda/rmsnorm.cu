@@ -56,6 +56,57 @@ __global__ void rmsnorm_backward_input_kernel(ConstFloats dy, ConstFloats x, Con
   }
 }
 
+// The pair add + rmsnorm_forward_kernel in one pass: each lane stores its r elements and reads them back (its own
+// writes: the stored, possibly bf16-rounded, value), so the sum and y are those of the unfused kernels.
+__global__ void add_rmsnorm_forward_kernel(ConstFloats x, ConstFloats y, ConstFloats weight, Floats r, Floats out,
+                                           float* rstd, int64_t rows, int64_t cols, float eps) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  for (int64_t row = first; row < rows; row += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const ConstFloats xr = offset_by(x, row * cols);
+    const ConstFloats yr = offset_by(y, row * cols);
+    const Floats rr = offset_by(r, row * cols);
+    float sq = 0.0f;
+    for (int64_t c = lane; c < cols; c += kWarp) {
+      store(rr, c, load(xr, c) + load(yr, c));
+      const float v = load(ConstFloats(rr), c);
+      sq += v * v;
+    }
+    const float rs = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(cols) + eps);
+    const Floats outr = offset_by(out, row * cols);
+    for (int64_t c = lane; c < cols; c += kWarp) store(outr, c, load(ConstFloats(rr), c) * rs * load(weight, c));
+    if (lane == 0) rstd[row] = rs;
+  }
+}
+
+// v as a store into t leaves it (rounded to nearest even when t is bf16).
+__device__ __forceinline__ float as_stored(Floats t, float v) {
+  return t.bf16() ? __bfloat162float(__float2bfloat16_rn(v)) : v;
+}
+
+// rmsnorm_backward_input_kernel's value as dx's type would store it, plus dres: the pair rmsnorm_backward_input +
+// add_inplace. Each lane reads its dres elements before it overwrites them.
+__global__ void add_rmsnorm_backward_input_kernel(ConstFloats dy, ConstFloats dres, ConstFloats x, ConstFloats weight,
+                                                  const float* rstd, Floats dx, int64_t rows, int64_t cols) {
+  const int lane = static_cast<int>(threadIdx.x) % kWarp;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
+  for (int64_t r = first; r < rows; r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
+    const ConstFloats dyr = offset_by(dy, r * cols);
+    const ConstFloats xr = offset_by(x, r * cols);
+    const float rs = rstd[r];
+    float sum_gx = 0.0f;
+    for (int64_t c = lane; c < cols; c += kWarp) sum_gx += load(dyr, c) * load(weight, c) * load(xr, c);
+    const float k = rs * rs * warp_sum(sum_gx) / static_cast<float>(cols);
+    const ConstFloats dresr = offset_by(dres, r * cols);
+    const Floats dxr = offset_by(dx, r * cols);
+    for (int64_t c = lane; c < cols; c += kWarp) {
+      const float g = rs * (load(dyr, c) * load(weight, c) - load(xr, c) * k);
+      // __fadd_rn: never contracted with the product above into an FMA the unfused pair would not have.
+      store(dxr, c, __fadd_rn(as_stored(dx, g), load(dresr, c)));
+    }
+  }
+}
+
 __global__ void rmsnorm_weight_partial_kernel(ConstFloats dy, ConstFloats x, const float* rstd, int64_t rows,
                                               int64_t cols, int64_t rows_per_chunk, float* partials) {
   __shared__ float tile[kTileRows][kTileCols];
@@ -98,6 +149,22 @@ cudaError_t launch_rmsnorm_backward_input(ConstFloats dy, ConstFloats x, ConstFl
                                           Floats dx, int64_t rows, int64_t cols, cudaStream_t stream) {
   if (rows == 0) return cudaSuccess;
   rmsnorm_backward_input_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(dy, x, weight, rstd, dx, rows, cols);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add_rmsnorm_forward(ConstFloats x, ConstFloats y, ConstFloats weight, Floats r, Floats out,
+                                       float* rstd, int64_t rows, int64_t cols, float eps, cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  add_rmsnorm_forward_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(x, y, weight, r, out, rstd, rows, cols, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t launch_add_rmsnorm_backward_input(ConstFloats dy, ConstFloats dres, ConstFloats x, ConstFloats weight,
+                                              const float* rstd, Floats dx, int64_t rows, int64_t cols,
+                                              cudaStream_t stream) {
+  if (rows == 0) return cudaSuccess;
+  add_rmsnorm_backward_input_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(dy, dres, x, weight, rstd, dx, rows,
+                                                                               cols);
   return cudaGetLastError();
 }
 

@@ -24,6 +24,15 @@ void rmsnorm_forward(ConstFloats x, ConstFloats weight, Floats y, float* rstd, i
 void rmsnorm_backward_input(ConstFloats dy, ConstFloats x, ConstFloats weight, const float* rstd, Floats dx,
                             int64_t rows, int64_t cols, cudaStream_t stream);
 
+// The residual add fused in (ops.hpp add_rmsnorm_*), bit for bit the unfused pair on this backend (the add kernel,
+// then the kernels above): forward stores r = x + y (r may alias x or y) and normalises the row from r as stored
+// (its bf16 rounding included), with the same warp sums; backward_input stores dx = rmsnorm_backward_input's value
+// rounded to dx's type, plus dres, rounded again (dx may alias dres).
+void add_rmsnorm_forward(ConstFloats x, ConstFloats y, ConstFloats weight, Floats r, Floats out, float* rstd,
+                         int64_t rows, int64_t cols, float eps, cudaStream_t stream);
+void add_rmsnorm_backward_input(ConstFloats dy, ConstFloats dres, ConstFloats x, ConstFloats weight,
+                                const float* rstd, Floats dx, int64_t rows, int64_t cols, cudaStream_t stream);
+
 // workspace: rmsnorm_backward_weight_workspace_size(rows, cols) bytes.
 std::size_t rmsnorm_backward_weight_workspace_size(int64_t rows, int64_t cols);
 void rmsnorm_backward_weight(ConstFloats dy, ConstFloats x, const float* rstd, float* dweight, int64_t rows,
@@ -34,6 +43,11 @@ cudaError_t launch_rmsnorm_forward(ConstFloats x, ConstFloats weight, Floats y, 
                                    int64_t cols, float eps, cudaStream_t stream);
 cudaError_t launch_rmsnorm_backward_input(ConstFloats dy, ConstFloats x, ConstFloats weight, const float* rstd,
                                           Floats dx, int64_t rows, int64_t cols, cudaStream_t stream);
+cudaError_t launch_add_rmsnorm_forward(ConstFloats x, ConstFloats y, ConstFloats weight, Floats r, Floats out,
+                                       float* rstd, int64_t rows, int64_t cols, float eps, cudaStream_t stream);
+cudaError_t launch_add_rmsnorm_backward_input(ConstFloats dy, ConstFloats dres, ConstFloats x, ConstFloats weight,
+                                              const float* rstd, Floats dx, int64_t rows, int64_t cols,
+                                              cudaStream_t stream);
 cudaError_t launch_rmsnorm_backward_weight(ConstFloats dy, ConstFloats x, const float* rstd, float* dweight,
                                            int64_t rows, int64_t cols, float* partials, cudaStream_t stream);
 }  // namespace detail

@@ -84,6 +84,10 @@ struct Backend {
                                  const Tensor& rstd, const Tensor& dx);
   void (*rmsnorm_backward_weight)(const Context&, const Tensor& dy, const Tensor& x, const Tensor& rstd,
                                   const Tensor& dweight);
+  void (*add_rmsnorm_forward)(const Context&, const Tensor& x, const Tensor& y, const Tensor& weight, const Tensor& r,
+                              const Tensor& out, const Tensor& rstd, float eps);
+  void (*add_rmsnorm_backward_input)(const Context&, const Tensor& dout, const Tensor& dresidual, const Tensor& r,
+                                     const Tensor& weight, const Tensor& rstd, const Tensor& dr);
   void (*swiglu_forward)(const Context&, const Tensor& gate, const Tensor& up, const Tensor& h);
   void (*swiglu_backward)(const Context&, const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
                           const Tensor& dup);

@@ -5,6 +5,7 @@
 // kernels (oneDNN) the operands are not widened: bf16 products, f32 accumulation, C rounded once.
 #include "kernels/cpu/adamw.hpp"
 #include "kernels/cpu/bias.hpp"
+#include "kernels/cpu/cast.hpp"
 #include "kernels/cpu/blas_runtime.hpp"
 #include "kernels/cpu/conv2d.hpp"
 #include "kernels/cpu/cross_entropy.hpp"
@@ -28,6 +29,7 @@
 #include <cstring>
 #include <optional>
 #include <span>
+#include <vector>
 
 #include "kernels/ops/attention_shape.hpp"
 #include "kernels/ops/backend.hpp"
@@ -366,6 +368,55 @@ void rmsnorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor&
                               x.shape().last());
 }
 
+// A chunk's f32 values rounded to bf16 and back (nearest even, cast.hpp): what a bf16 tensor would hold.
+void round_through_bf16(float* p, int64_t n) {
+  thread_local std::vector<std::uint16_t> bits;
+  if (bits.size() < static_cast<std::size_t>(n)) bits.resize(static_cast<std::size_t>(n));
+  kc::cast_f32_to_bf16(p, bits.data(), n);
+  kc::cast_bf16_to_f32(bits.data(), p, n);
+}
+
+// The unfused pair's bits (ops.hpp): with an f32 r (dr) the fused row kernel; with a bf16 one the chunk's sum is
+// rounded to bf16 before the norm reads it (the pair's norm reads the stored bf16 r), so the pair runs per chunk,
+// still inside the cache.
+void add_rmsnorm_forward(const Context& ctx, const Tensor& x, const Tensor& y, const Tensor& weight, const Tensor& r,
+                         const Tensor& out, const Tensor& rstd, float eps) {
+  F32In w(ctx, weight);
+  const float* wf = w.get();
+  float* rf = rstd.data<float>();
+  const int64_t cols = x.shape().last();
+  const bool bf16_r = r.dtype() == DType::kBF16;
+  run_chunked<2, 2>({ChunkIn{&x}, ChunkIn{&y}}, {ChunkOut{&r, false}, ChunkOut{&out, false}}, x.shape().rows(), cols,
+                    [=](const In2& in, const Out2& o, int64_t first, int64_t rows) {
+                      if (!bf16_r) {
+                        kc::add_rmsnorm_forward(in[0], in[1], wf, o[0], o[1], rf + first, rows, cols, eps);
+                        return;
+                      }
+                      kc::add(in[0], in[1], o[0], rows * cols);
+                      round_through_bf16(o[0], rows * cols);
+                      kc::rmsnorm_forward(o[0], wf, o[1], rf + first, rows, cols, eps);
+                    });
+}
+
+void add_rmsnorm_backward_input(const Context& ctx, const Tensor& dout, const Tensor& dresidual, const Tensor& r,
+                                const Tensor& weight, const Tensor& rstd, const Tensor& dr) {
+  F32In w(ctx, weight);
+  const float* wf = w.get();
+  const float* rf = rstd.data<float>();
+  const int64_t cols = r.shape().last();
+  const bool bf16_dr = dr.dtype() == DType::kBF16;
+  run_chunked<3, 1>({ChunkIn{&dout}, ChunkIn{&dresidual}, ChunkIn{&r}}, {ChunkOut{&dr, false}}, r.shape().rows(), cols,
+                    [=](const In3& in, const Out1& o, int64_t first, int64_t rows) {
+                      if (!bf16_dr) {
+                        kc::add_rmsnorm_backward_input(in[0], in[1], in[2], wf, rf + first, o[0], rows, cols);
+                        return;
+                      }
+                      kc::rmsnorm_backward_input(in[0], in[2], wf, rf + first, o[0], rows, cols);
+                      round_through_bf16(o[0], rows * cols);
+                      kc::add_inplace(o[0], in[1], rows * cols);
+                    });
+}
+
 void swiglu_forward(const Context&, const Tensor& gate, const Tensor& up, const Tensor& h) {
   run_chunked<2, 1>({ChunkIn{&gate}, ChunkIn{&up}}, {ChunkOut{&h, false}}, gate.numel(), 1,
                     [](const In2& in, const Out1& o, int64_t, int64_t n) { kc::swiglu_forward(in[0], in[1], o[0], n); });
@@ -651,6 +702,8 @@ constexpr Backend kCpuBackend{
     .rmsnorm_forward = rmsnorm_forward,
     .rmsnorm_backward_input = rmsnorm_backward_input,
     .rmsnorm_backward_weight = rmsnorm_backward_weight,
+    .add_rmsnorm_forward = add_rmsnorm_forward,
+    .add_rmsnorm_backward_input = add_rmsnorm_backward_input,
     .swiglu_forward = swiglu_forward,
     .swiglu_backward = swiglu_backward,
     .rope_pack_qkv = rope_pack_qkv,

@@ -180,6 +180,16 @@ void rmsnorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor& 
                             const Tensor& rstd, const Tensor& dx);
 void rmsnorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& rstd,
                              const Tensor& dweight);
+// The residual add fused into the norm (a pre-norm block's x1 = x + branch; norm(x1)), the same bits as the
+// unfused pair add(x, y, r); rmsnorm_forward(r, weight, out, rstd) on every backend:
+// add_rmsnorm_forward writes r = x + y (the new residual stream, in r's dtype; r may alias x or y) and out, rstd
+// as rmsnorm_forward(r) does. add_rmsnorm_backward_input writes dr = rmsnorm_backward_input(dout, r, weight,
+// rstd) + dresidual, the first term rounded to dr's dtype before the add as the pair's intermediate would be
+// (dr may alias dresidual, not dout or r). The weight gradient is rmsnorm_backward_weight(dout, r, rstd, dweight).
+void add_rmsnorm_forward(const Context& ctx, const Tensor& x, const Tensor& y, const Tensor& weight, const Tensor& r,
+                         const Tensor& out, const Tensor& rstd, float eps);
+void add_rmsnorm_backward_input(const Context& ctx, const Tensor& dout, const Tensor& dresidual, const Tensor& r,
+                                const Tensor& weight, const Tensor& rstd, const Tensor& dr);
 // SwiGLU gating: h = silu(gate) * up, silu(g) = g / (1 + exp(-g)); gate, up and h have one shape. backward
 // overwrites dgate and dup (neither may alias gate, up or dh).
 void swiglu_forward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& h);

@@ -52,6 +52,45 @@ void rmsnorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor&
   slot_of(ctx, &Backend::rmsnorm_backward_weight, op)(ctx, dy, x, rstd, dweight);
 }
 
+void add_rmsnorm_forward(const Context& ctx, const Tensor& x, const Tensor& y, const Tensor& weight, const Tensor& r,
+                         const Tensor& out, const Tensor& rstd, float eps) {
+  constexpr std::string_view op = "add_rmsnorm_forward";
+  check_float(ctx, op, "x", x);
+  check_float(ctx, op, "y", y);
+  check_float(ctx, op, "weight", weight);
+  check_float(ctx, op, "r", r);
+  check_float(ctx, op, "out", out);
+  check_dtype(ctx, op, "rstd", rstd, DType::kF32);
+  check_same_numel(op, "x", x, "y", y);
+  check_same_numel(op, "x", x, "r", r);
+  check_same_numel(op, "x", x, "out", out);
+  check_numel(op, "weight", weight, x.shape().last());
+  check_numel(op, "rstd", rstd, x.shape().rows());
+  CLEAVE_CHECK(eps > 0.0f, "{}: eps must be > 0, got {}", op, eps);
+  CLEAVE_CHECK(out.raw_data() != r.raw_data() && out.raw_data() != x.raw_data() && out.raw_data() != y.raw_data(),
+               "{}: out must not alias x, y or r (r is kept as the residual stream)", op);
+  slot_of(ctx, &Backend::add_rmsnorm_forward, op)(ctx, x, y, weight, r, out, rstd, eps);
+}
+
+void add_rmsnorm_backward_input(const Context& ctx, const Tensor& dout, const Tensor& dresidual, const Tensor& r,
+                                const Tensor& weight, const Tensor& rstd, const Tensor& dr) {
+  constexpr std::string_view op = "add_rmsnorm_backward_input";
+  check_float(ctx, op, "dout", dout);
+  check_float(ctx, op, "dresidual", dresidual);
+  check_float(ctx, op, "r", r);
+  check_float(ctx, op, "weight", weight);
+  check_float(ctx, op, "dr", dr);
+  check_dtype(ctx, op, "rstd", rstd, DType::kF32);
+  check_same_numel(op, "dout", dout, "r", r);
+  check_same_numel(op, "dresidual", dresidual, "r", r);
+  check_same_numel(op, "dr", dr, "r", r);
+  check_numel(op, "weight", weight, r.shape().last());
+  check_numel(op, "rstd", rstd, r.shape().rows());
+  CLEAVE_CHECK(dr.raw_data() != dout.raw_data() && dr.raw_data() != r.raw_data(),
+               "{}: dr may alias dresidual, never dout or r", op);
+  slot_of(ctx, &Backend::add_rmsnorm_backward_input, op)(ctx, dout, dresidual, r, weight, rstd, dr);
+}
+
 void swiglu_forward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& h) {
   constexpr std::string_view op = "swiglu_forward";
   check_float(ctx, op, "gate", gate);

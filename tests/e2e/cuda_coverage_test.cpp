@@ -35,7 +35,8 @@ namespace {
   X(bias_add_forward) X(bias_backward) X(gelu_forward) X(gelu_backward) X(relu_forward) X(relu_backward)          \
   X(softmax_forward) X(softmax_backward) X(layernorm_forward) X(layernorm_backward_input)                         \
   X(layernorm_backward_weight) X(attention_forward) X(attention_backward) X(attention_merge)                     \
-  X(rmsnorm_forward) X(rmsnorm_backward_input) X(rmsnorm_backward_weight) X(swiglu_forward) X(swiglu_backward)     \
+  X(rmsnorm_forward) X(rmsnorm_backward_input) X(rmsnorm_backward_weight) X(add_rmsnorm_forward)                  \
+  X(add_rmsnorm_backward_input) X(swiglu_forward) X(swiglu_backward)                                             \
   X(rope_pack_qkv)                                                                                               \
   X(rope_pack_qkv_backward) X(embedding_forward)                                                                 \
   X(embedding_backward) X(moe_gather) X(moe_combine) X(moe_combine_weight_grad) X(position_embedding_forward) X(position_embedding_backward) X(cross_entropy_forward)    \
@@ -193,7 +194,8 @@ TEST(CudaCoverage, Llama) {
   for (const bool bf16 : {false, true}) {
     const std::set<std::string> used = slots_used(llama(bf16 ? std::vector<std::string>{"device.precision=bf16"}
                                                               : std::vector<std::string>{}));
-    for (const char* slot : {"rmsnorm_forward", "rmsnorm_backward_input", "rmsnorm_backward_weight", "swiglu_forward",
+    for (const char* slot : {"rmsnorm_forward", "rmsnorm_backward_input", "rmsnorm_backward_weight",
+                             "add_rmsnorm_forward", "add_rmsnorm_backward_input", "swiglu_forward",
                              "swiglu_backward", "rope_pack_qkv", "rope_pack_qkv_backward"}) {
       EXPECT_TRUE(used.count(slot)) << slot << " was not recorded during a Llama step" << (bf16 ? " (bf16)" : "");
     }

@@ -308,6 +308,8 @@ constexpr Backend kCudaBackend{
     .rmsnorm_forward = cuda_detail::rmsnorm_forward,
     .rmsnorm_backward_input = cuda_detail::rmsnorm_backward_input,
     .rmsnorm_backward_weight = cuda_detail::rmsnorm_backward_weight,
+    .add_rmsnorm_forward = cuda_detail::add_rmsnorm_forward,
+    .add_rmsnorm_backward_input = cuda_detail::add_rmsnorm_backward_input,
     .swiglu_forward = cuda_detail::swiglu_forward,
     .swiglu_backward = cuda_detail::swiglu_backward,
     .rope_pack_qkv = cuda_detail::rope_pack_qkv,

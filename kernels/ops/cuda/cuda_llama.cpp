@@ -44,6 +44,18 @@ void rmsnorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor&
                               bytes, stream_of(ctx));
 }
 
+void add_rmsnorm_forward(const Context& ctx, const Tensor& x, const Tensor& y, const Tensor& weight, const Tensor& r,
+                         const Tensor& normed, const Tensor& rstd, float eps) {
+  kd::add_rmsnorm_forward(in(x), in(y), in(weight), out(r), out(normed), rstd.data<float>(), x.shape().rows(),
+                          x.shape().last(), eps, stream_of(ctx));
+}
+
+void add_rmsnorm_backward_input(const Context& ctx, const Tensor& dout, const Tensor& dresidual, const Tensor& r,
+                                const Tensor& weight, const Tensor& rstd, const Tensor& dr) {
+  kd::add_rmsnorm_backward_input(in(dout), in(dresidual), in(r), in(weight), rstd.data<float>(), out(dr),
+                                 r.shape().rows(), r.shape().last(), stream_of(ctx));
+}
+
 void swiglu_forward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& h) {
   kd::swiglu_forward(in(gate), in(up), out(h), gate.numel(), stream_of(ctx));
 }

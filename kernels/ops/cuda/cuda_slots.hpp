@@ -125,6 +125,10 @@ void rmsnorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor& 
                             const Tensor& rstd, const Tensor& dx);
 void rmsnorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& rstd,
                              const Tensor& dweight);
+void add_rmsnorm_forward(const Context& ctx, const Tensor& x, const Tensor& y, const Tensor& weight, const Tensor& r,
+                         const Tensor& normed, const Tensor& rstd, float eps);
+void add_rmsnorm_backward_input(const Context& ctx, const Tensor& dout, const Tensor& dresidual, const Tensor& r,
+                                const Tensor& weight, const Tensor& rstd, const Tensor& dr);
 void moe_gather(const Context& ctx, const Tensor& x, const Tensor& index, const Tensor& scale, const Tensor& out);
 void moe_combine(const Context& ctx, const Tensor& src, const Tensor& rows, const Tensor& weight, const Tensor& out);
 void moe_combine_weight_grad(const Context& ctx, const Tensor& dy, const Tensor& src, const Tensor& rows,

@@ -14,8 +14,9 @@
 // all-to-alls, ZeRO-3's parameter gathers, the expert all-to-alls) are timed where the rank blocks on them: a
 // CommWaitTimer around the posting and the wait adds the host time in its scope, less the time an overlapped pair
 // handed the rank to its other micro-batch (seconds_handed_off), to one of a fixed array of accumulators, one per
-// CommKind, in the CommWaitTimes the context points at (null: nothing is timed). The executor reads the array
-// before and after each action, so each span of the measured timeline carries its own waits. No allocation, no
+// CommKind, in the CommWaitTimes of the context's waiter (CommWaiter::wait_times; no waiter, or none kept: nothing
+// is timed). An executor that records a timeline installs a TimedWaiter for the step (and hands its accumulators
+// to its overlapped pairs' waiter) and reads the array before and after each action, so each span of the measured timeline carries its own waits. No allocation, no
 // device sync: a clock read at each end. Timer scopes never nest (each is one post-and-wait), so in an overlapped
 // pair each side's timers count that side's own blocked time: the time the other side held the rank is handed-off
 // time, subtracted. On a GPU with NCCL on a CUDA stream wait() returns at once (the wait is on the device), so the times
@@ -47,6 +48,7 @@ struct CommWaitTimes {
   std::array<double, kNumCommKinds> seconds{};
 };
 
+
 class CommWaiter {
  public:
   virtual ~CommWaiter() = default;
@@ -55,6 +57,20 @@ class CommWaiter {
   // Seconds the calling thread has so far spent handing the rank to other work inside wait() (cumulative): a
   // timer around an exchange subtracts the growth so it counts only this micro-batch's exposed time.
   virtual double seconds_handed_off() const = 0;
+  // Where CommWaitTimer adds the time blocked per kind of collective; null: nothing is timed.
+  virtual CommWaitTimes* wait_times() const { return nullptr; }
+};
+
+// A plain wait that keeps the accumulators: what the executor installs while it records a timeline.
+class TimedWaiter final : public CommWaiter {
+ public:
+  void wait(comm::Work& work) override { work.wait(); }
+  double seconds_handed_off() const override { return 0.0; }
+  CommWaitTimes* wait_times() const override { return &times_; }
+  const CommWaitTimes& times() const { return times_; }
+
+ private:
+  mutable CommWaitTimes times_;
 };
 
 inline void wait_comm(Context& ctx, comm::Work& work) {
@@ -69,19 +85,20 @@ inline double seconds_handed_off(const Context& ctx) {
   return ctx.comm_waiter != nullptr ? ctx.comm_waiter->seconds_handed_off() : 0.0;
 }
 
-// Adds the time in its scope, less what was handed to a paired micro-batch, to ctx.comm_wait_times[kind].
+// Adds the time in its scope, less what was handed to a paired micro-batch, to the waiter's accumulator of `kind`.
 class CommWaitTimer {
  public:
-  CommWaitTimer(const Context& ctx, CommKind kind) : times_(ctx.comm_wait_times), kind_(kind) {
+  CommWaitTimer(const Context& ctx, CommKind kind)
+      : times_(ctx.comm_waiter != nullptr ? ctx.comm_waiter->wait_times() : nullptr), kind_(kind) {
     if (times_ == nullptr) return;
     waiter_ = ctx.comm_waiter;
-    handed_off_ = waiter_ != nullptr ? waiter_->seconds_handed_off() : 0.0;
+    handed_off_ = waiter_->seconds_handed_off();
     start_ = std::chrono::steady_clock::now();
   }
   ~CommWaitTimer() {
     if (times_ == nullptr) return;
     const double wall = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
-    const double away = waiter_ != nullptr ? waiter_->seconds_handed_off() - handed_off_ : 0.0;
+    const double away = waiter_->seconds_handed_off() - handed_off_;
     times_->seconds[static_cast<std::size_t>(kind_)] += wall > away ? wall - away : 0.0;
   }
   CommWaitTimer(const CommWaitTimer&) = delete;

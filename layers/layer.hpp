@@ -29,7 +29,6 @@ namespace cleave::layers {
 
 class RouterLog;  // layers/moe/router_log.hpp
 class CommWaiter;  // layers/comm_wait.hpp
-struct CommWaitTimes;  // layers/comm_wait.hpp
 
 // How a parameter is split across tensor-parallel ranks. dim = -1: replicated.
 //
@@ -124,9 +123,6 @@ struct Context : ops::Context {
   // all-to-all is in flight the paired micro-batch's work runs. Never changes a value, only the order of
   // independent work.
   CommWaiter* comm_waiter = nullptr;
-  // Where the time blocked on each kind of collective inside an action is added (layers/comm_wait.hpp,
-  // CommWaitTimer): the executor's, when it records a timeline; null: nothing is timed.
-  CommWaitTimes* comm_wait_times = nullptr;
 };
 
 class Layer {

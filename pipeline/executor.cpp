@@ -190,19 +190,22 @@ StepOutcome Executor::run_step(std::int64_t batch) {
   // The measured timeline: marks on the run's stream (event_timeline.hpp), so on a GPU each span is device time.
   const bool timed = options_.record_timeline;
   if (timed) timeline_.begin(ctx);
-  // The waits on collectives inside each action (layers/comm_wait.hpp): the context's accumulators, read before
-  // and after the action (a fixed array: nothing allocated, no sync).
-  layers::CommWaitTimes* const saved_times = ctx.comm_wait_times;
-  if (timed) ctx.comm_wait_times = &wait_times_;
-  struct RestoreTimes {
+  // The waits on collectives inside each action (layers/comm_wait.hpp): the timed waiter's accumulators, read
+  // before and after the action (a fixed array: nothing allocated, no sync).
+  layers::CommWaiter* const outer_waiter = ctx.comm_waiter;
+  if (timed && outer_waiter == nullptr) ctx.comm_waiter = &timed_waiter_;
+  struct RestoreWaiter {
     layers::Context& ctx;
-    layers::CommWaitTimes* saved;
-    ~RestoreTimes() { ctx.comm_wait_times = saved; }
-  } restore_times{ctx, saved_times};
+    layers::CommWaiter* saved;
+    ~RestoreWaiter() { ctx.comm_waiter = saved; }
+  } restore_waiter{ctx, outer_waiter};
+  layers::CommWaiter* const step_waiter = ctx.comm_waiter;
+  if (pair_) pair_->set_wait_times(step_waiter != nullptr ? step_waiter->wait_times() : nullptr);
+  const layers::CommWaitTimes& wait_times = timed_waiter_.times();
   EventTimeline::Waits waits_before{};
   const auto waits_since = [&] {
     EventTimeline::Waits d{};
-    for (std::size_t k = 0; k < d.size(); ++k) d[k] = wait_times_.seconds[k] - waits_before[k];
+    for (std::size_t k = 0; k < d.size(); ++k) d[k] = wait_times.seconds[k] - waits_before[k];
     return d;
   };
   for (std::size_t i = 0; i < actions.size();) {
@@ -228,7 +231,7 @@ StepOutcome Executor::run_step(std::int64_t batch) {
       Tensor x = forward_input(a.stage, a.microbatch);
       Tensor dy = backward_dy(b.stage, b.microbatch);
       if (timed) start = timeline_.mark();  // waiting for a peer's tensor is idle, not compute
-      waits_before = wait_times_.seconds;
+      waits_before = wait_times.seconds;
       const Tensor targets = a.stage == last_stage_ ? microbatch_data(a.microbatch).targets : Tensor{};
       Tensor y, dx;
       ctx.comm_waiter = pair_.get();
@@ -237,10 +240,10 @@ StepOutcome Executor::run_step(std::int64_t batch) {
         times = pair_->run([&] { y = forward_stage.forward(a.microbatch, x, targets, ctx); },
                            [&] { dx = run_backward(b, i + 1, dy); });
       } catch (...) {
-        ctx.comm_waiter = nullptr;
+        ctx.comm_waiter = step_waiter;
         throw;
       }
-      ctx.comm_waiter = nullptr;
+      ctx.comm_waiter = step_waiter;
       store_forward(a, y);
       store_backward(b, dx);
       ++outcome.overlapped_pairs;
@@ -254,7 +257,7 @@ StepOutcome Executor::run_step(std::int64_t batch) {
       continue;
     }
     if (options_.before_compute && is_compute(a.kind)) options_.before_compute(a);
-    waits_before = wait_times_.seconds;  // (the waits for a peer's tensor below are not collectives: not timed)
+    waits_before = wait_times.seconds;  // (the waits for a peer's tensor below are not collectives: not timed)
     switch (a.kind) {
       case ActionKind::kForward: {
         StageModule& stage = stage_module(a);

@@ -30,17 +30,18 @@ int EventTimeline::mark() {
   return used_++;
 }
 
-void EventTimeline::add(const Action& action, int start, int end) {
+void EventTimeline::add(const Action& action, int start, int end, const Waits& waits) {
   CLEAVE_ASSERT(0 <= start && start <= end && end < used_, "EventTimeline: span [{}, {}] of {} marks", start, end,
                 used_);
-  spans_.push_back({action, start, end});
+  spans_.push_back({action, start, end, 0.0, 1.0, waits});
 }
 
-void EventTimeline::add_pair(const Action& first, const Action& second, int start, int end, double first_share) {
+void EventTimeline::add_pair(const Action& first, const Action& second, int start, int end, double first_share,
+                             const Waits& waits) {
   CLEAVE_ASSERT(0 <= start && start <= end && end < used_ && first_share >= 0.0 && first_share <= 1.0,
                 "EventTimeline: pair [{}, {}] of {} marks, share {}", start, end, used_, first_share);
-  spans_.push_back({first, start, end, 0.0, first_share});
-  spans_.push_back({second, start, end, first_share, 1.0});
+  spans_.push_back({first, start, end, 0.0, first_share, waits});
+  spans_.push_back({second, start, end, first_share, 1.0, waits});
 }
 
 std::vector<TimedAction> EventTimeline::finish() {
@@ -55,7 +56,9 @@ std::vector<TimedAction> EventTimeline::finish() {
   timeline.reserve(spans_.size());
   for (const Span& s : spans_) {
     const double a = at[static_cast<std::size_t>(s.start)], b = at[static_cast<std::size_t>(s.end)];
-    timeline.push_back({s.action, a + s.from * (b - a), a + s.to * (b - a)});
+    TimedAction t{s.action, a + s.from * (b - a), a + s.to * (b - a), {}};
+    for (std::size_t k = 0; k < t.comm_wait.size(); ++k) t.comm_wait[k] = s.waits[k] * (s.to - s.from) * 1e6;  // s -> µs
+    timeline.push_back(t);
   }
   spans_.clear();
   ctx_ = nullptr;

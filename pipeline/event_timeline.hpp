@@ -24,12 +24,16 @@ class EventTimeline {
   void begin(const ops::Context& ctx);
   // Marks the point ctx's stream has reached now; returns the mark's index.
   int mark();
-  // Books `action` from mark `start` to mark `end`.
-  void add(const Action& action, int start, int end);
+  // Books `action` from mark `start` to mark `end`; `waits`: the seconds it was blocked on each kind of
+  // collective (layers/comm_wait.hpp), carried into TimedAction::comm_wait in µs.
+  using Waits = std::array<double, kNumCommWaitKinds>;
+  void add(const Action& action, int start, int end, const Waits& waits = {});
   // An overlapped F&B pair (overlap_pair.hpp) between two marks: `first` gets the leading `first_share` of the
   // span and `second` the rest, so the rank's spans still tile its time (each side's share is the time it held
   // the rank).
-  void add_pair(const Action& first, const Action& second, int start, int end, double first_share);
+  // The pair's waits are split in the same proportion (which side blocked is not told apart).
+  void add_pair(const Action& first, const Action& second, int start, int end, double first_share,
+                const Waits& waits = {});
   // Waits for the last mark and returns the booked spans in the order added.
   std::vector<TimedAction> finish();
 
@@ -40,6 +44,7 @@ class EventTimeline {
     int end = 0;
     double from = 0.0;  // the part of [start, end] the action covers (a pair's share)
     double to = 1.0;
+    Waits waits{};  // seconds
   };
   const ops::Context* ctx_ = nullptr;
   std::vector<std::unique_ptr<ops::DeviceEvent>> events_;  // the pool; marks [0, used_) belong to this step

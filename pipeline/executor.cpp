@@ -4,9 +4,12 @@
 
 #include "engine/core/error.hpp"
 #include "kernels/ops/ops.hpp"
+#include "layers/comm_wait.hpp"
 #include "pipeline/overlap_schedule.hpp"
 
 namespace cleave::pipeline {
+
+static_assert(layers::kNumCommKinds == kNumCommWaitKinds, "one TimedAction::comm_wait entry per layers::CommKind");
 
 Executor::Executor(ExecutorOptions options) : options_(std::move(options)) {
   CLEAVE_ASSERT(options_.schedule != nullptr && options_.context != nullptr, "executor needs a schedule and a context");
@@ -187,6 +190,24 @@ StepOutcome Executor::run_step(std::int64_t batch) {
   // The measured timeline: marks on the run's stream (event_timeline.hpp), so on a GPU each span is device time.
   const bool timed = options_.record_timeline;
   if (timed) timeline_.begin(ctx);
+  // The waits on collectives inside each action (layers/comm_wait.hpp): the timed waiter's accumulators, read
+  // before and after the action (a fixed array: nothing allocated, no sync).
+  layers::CommWaiter* const outer_waiter = ctx.comm_waiter;
+  if (timed && outer_waiter == nullptr) ctx.comm_waiter = &timed_waiter_;
+  struct RestoreWaiter {
+    layers::Context& ctx;
+    layers::CommWaiter* saved;
+    ~RestoreWaiter() { ctx.comm_waiter = saved; }
+  } restore_waiter{ctx, outer_waiter};
+  layers::CommWaiter* const step_waiter = ctx.comm_waiter;
+  if (pair_) pair_->set_wait_times(step_waiter != nullptr ? step_waiter->wait_times() : nullptr);
+  const layers::CommWaitTimes& wait_times = timed_waiter_.times();
+  EventTimeline::Waits waits_before{};
+  const auto waits_since = [&] {
+    EventTimeline::Waits d{};
+    for (std::size_t k = 0; k < d.size(); ++k) d[k] = wait_times.seconds[k] - waits_before[k];
+    return d;
+  };
   for (std::size_t i = 0; i < actions.size();) {
     const Action& a = actions[i];
     int start = timed ? timeline_.mark() : 0;
@@ -210,6 +231,7 @@ StepOutcome Executor::run_step(std::int64_t batch) {
       Tensor x = forward_input(a.stage, a.microbatch);
       Tensor dy = backward_dy(b.stage, b.microbatch);
       if (timed) start = timeline_.mark();  // waiting for a peer's tensor is idle, not compute
+      waits_before = wait_times.seconds;
       const Tensor targets = a.stage == last_stage_ ? microbatch_data(a.microbatch).targets : Tensor{};
       Tensor y, dx;
       ctx.comm_waiter = pair_.get();
@@ -218,23 +240,24 @@ StepOutcome Executor::run_step(std::int64_t batch) {
         times = pair_->run([&] { y = forward_stage.forward(a.microbatch, x, targets, ctx); },
                            [&] { dx = run_backward(b, i + 1, dy); });
       } catch (...) {
-        ctx.comm_waiter = nullptr;
+        ctx.comm_waiter = step_waiter;
         throw;
       }
-      ctx.comm_waiter = nullptr;
+      ctx.comm_waiter = step_waiter;
       store_forward(a, y);
       store_backward(b, dx);
       ++outcome.overlapped_pairs;
       outcome.pair_hand_overs += times.hand_overs;
       if (timed) {
         const double total = times.first_seconds + times.second_seconds;
-        timeline_.add_pair(a, b, start, timeline_.mark(), total > 0 ? times.first_seconds / total : 0.5);
+        timeline_.add_pair(a, b, start, timeline_.mark(), total > 0 ? times.first_seconds / total : 0.5, waits_since());
       }
       for (auto& work : works_) work->test();
       i += 2;
       continue;
     }
     if (options_.before_compute && is_compute(a.kind)) options_.before_compute(a);
+    waits_before = wait_times.seconds;  // (the waits for a peer's tensor below are not collectives: not timed)
     switch (a.kind) {
       case ActionKind::kForward: {
         StageModule& stage = stage_module(a);
@@ -272,7 +295,7 @@ StepOutcome Executor::run_step(std::int64_t batch) {
       default:
         CLEAVE_ASSERT(false, "unexpected action {}", format_action(a));
     }
-    if (timed) timeline_.add(a, start, timeline_.mark());
+    if (timed) timeline_.add(a, start, timeline_.mark(), waits_since());
     // Completes what has arrived or left (a test each, no wait), so a transfer still counted as outstanding is
     // one really in flight; the MPI progress thread polls only while there is one.
     for (auto& work : works_) work->test();

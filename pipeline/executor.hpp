@@ -28,6 +28,9 @@
 //    an OverlapPair (overlap_pair.hpp) installed as the context's comm waiter for the pair only: while one side's
 //    MoE all-to-all is in flight the other computes. Their outputs are stored after both end. The timeline books
 //    the pair's span split between the two in proportion to the time each held the rank.
+//  - With a timeline recorded, the executor's TimedWaiter is the context's comm waiter during the step (and its
+//    accumulators the overlapped pairs', layers/comm_wait.hpp): each compute span carries the time it blocked on tp, cp, ZeRO-3 gather and expert all-to-all
+//    collectives (TimedAction::comm_wait), for `cleave plan --trial --explain`.
 //  - kEvaluate runs a forward-only schedule (forward_only.hpp): nothing is stashed, and the last stage scores
 //    its logits with the loss block's evaluate() (vocab-parallel under tp) instead of returning a loss.
 #pragma once
@@ -40,6 +43,7 @@
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
+#include "layers/comm_wait.hpp"
 #include "pipeline/event_timeline.hpp"
 #include "pipeline/overlap_pair.hpp"
 #include "pipeline/p2p_posting.hpp"
@@ -132,6 +136,7 @@ class Executor {
   std::map<int, MicrobatchData> data_;
   std::vector<comm::WorkPtr> works_;  // every batch posted this step (waited for at the end)
   std::map<std::size_t, P2PBlock> blocks_;  // this rank's communication blocks by first action (p2p_posting.hpp)
+  layers::TimedWaiter timed_waiter_;  // record_timeline: the context's comm waiter during a step (comm_wait.hpp)
   EventTimeline timeline_;  // record_timeline: the step's spans, from events on the run's stream
   std::unique_ptr<OverlapPair> pair_;  // overlapped F&B pairs only
 };

@@ -50,6 +50,9 @@ class OverlapPair final : public layers::CommWaiter {
 
   void wait(comm::Work& work) override;
   double seconds_handed_off() const override;
+  // The accumulators CommWaitTimer adds to while the pair runs (the executor's, when it records a timeline).
+  layers::CommWaitTimes* wait_times() const override { return wait_times_; }
+  void set_wait_times(layers::CommWaitTimes* times) { wait_times_ = times; }
 
  private:
   int side_of_caller() const;  // 0 first, 1 second, -1 neither (not in a pair)
@@ -72,6 +75,7 @@ class OverlapPair final : public layers::CommWaiter {
   double own_time_[2] = {0.0, 0.0};    // this run: each side's time holding the baton
   double baton_since_ = 0.0;           // steady clock seconds when the current holder took it
   int hand_overs_ = 0;
+  layers::CommWaitTimes* wait_times_ = nullptr;
 };
 
 }  // namespace cleave::pipeline

@@ -157,8 +157,8 @@ SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs
       const double c_f = total(r, i, a) - a_f, c_b = total(r, i + 1, b) - a_b;  // compute of each side
       const double exposed_f = std::max(0.0, a_f - c_b), exposed_b = std::max(0.0, a_b - c_f);
       const double middle = start + c_f + exposed_f, end = middle + c_b + exposed_b;
-      result.timeline.ranks[r][i] = TimedAction{a, start, middle};
-      result.timeline.ranks[r][i + 1] = TimedAction{b, middle, end};
+      result.timeline.ranks[r][i] = TimedAction{a, start, middle, {}};
+      result.timeline.ranks[r][i + 1] = TimedAction{b, middle, end, {}};
       result.exposed_all_to_all[r] += exposed_f + exposed_b;
       free_at[r] = end;
       next[r] += 2;
@@ -167,7 +167,7 @@ SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs
     }
     const double end = start + total(r, i, a);
     result.exposed_all_to_all[r] += all_to_all(a);
-    result.timeline.ranks[r][i] = TimedAction{a, start, end};
+    result.timeline.ranks[r][i] = TimedAction{a, start, end, {}};
     if (is_send(a.kind)) {
       send_time[r][i] = start;
       auto waiting = parked.find({r, i});

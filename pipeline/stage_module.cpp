@@ -3,16 +3,23 @@
 
 #include <algorithm>
 
+#include "layers/comm_wait.hpp"
+
 namespace cleave::pipeline {
 
 class StageModule::Resident {
  public:
-  Resident(ParameterResidency* residency, std::size_t block, std::ptrdiff_t next)
-      : residency_(residency), block_(static_cast<int>(block)) {
-    if (residency_ != nullptr) residency_->acquire(block_, static_cast<int>(next));
+  // ZeRO-3's gathers (and the wait for a prefetched one) are timed as the zero_gather wait (layers/comm_wait.hpp).
+  Resident(ParameterResidency* residency, std::size_t block, std::ptrdiff_t next, const layers::Context& ctx)
+      : residency_(residency), block_(static_cast<int>(block)), ctx_(ctx) {
+    if (residency_ == nullptr) return;
+    const layers::CommWaitTimer timer(ctx_, layers::CommKind::kZeroGather);
+    residency_->acquire(block_, static_cast<int>(next));
   }
   ~Resident() {
-    if (residency_ != nullptr) residency_->release(block_);
+    if (residency_ == nullptr) return;
+    const layers::CommWaitTimer timer(ctx_, layers::CommKind::kZeroGather);
+    residency_->release(block_);
   }
   Resident(const Resident&) = delete;
   Resident& operator=(const Resident&) = delete;
@@ -20,6 +27,7 @@ class StageModule::Resident {
  private:
   ParameterResidency* residency_;
   int block_;
+  const layers::Context& ctx_;
 };
 
 StageModule::StageModule(std::vector<layers::LayerPtr> blocks, bool is_first, bool is_last)
@@ -74,7 +82,7 @@ Tensor StageModule::forward(int microbatch, const Tensor& x, const Tensor& targe
   Tensor h = x;
   const std::size_t n = blocks_.size();
   for (std::size_t i = 0; i < n; ++i) {
-    Resident resident(residency_, i, i + 1 < n ? static_cast<std::ptrdiff_t>(i + 1) : -1);
+    Resident resident(residency_, i, i + 1 < n ? static_cast<std::ptrdiff_t>(i + 1) : -1, ctx);
     h = layers::forward_block(*blocks_[i], h, targets, it->second[i], ctx);
   }
   return h;
@@ -84,7 +92,7 @@ Tensor StageModule::infer(const Tensor& x, layers::Context& ctx) {
   const std::size_t end = is_last_ ? blocks_.size() - 1 : blocks_.size();
   Tensor h = x;
   for (std::size_t i = 0; i < end; ++i) {
-    Resident resident(residency_, i, i + 1 < end ? static_cast<std::ptrdiff_t>(i + 1) : -1);
+    Resident resident(residency_, i, i + 1 < end ? static_cast<std::ptrdiff_t>(i + 1) : -1, ctx);
     layers::Stash scratch;
     h = blocks_[i]->forward(h, scratch, ctx);
   }
@@ -96,7 +104,7 @@ layers::EvalCounts StageModule::evaluate(const Tensor& x, const Tensor& targets,
   auto* loss = dynamic_cast<layers::LossLayer*>(blocks_.back().get());
   CLEAVE_ASSERT(loss != nullptr, "the last block ({}) is not a loss layer", blocks_.back()->kind());
   const Tensor logits = infer(x, ctx);
-  Resident resident(residency_, blocks_.size() - 1, -1);
+  Resident resident(residency_, blocks_.size() - 1, -1, ctx);
   return loss->evaluate(logits, targets, ctx);
 }
 
@@ -105,7 +113,7 @@ Tensor StageModule::backward_input(int microbatch, const Tensor& dy, layers::Con
   CLEAVE_ASSERT(it != stashes_.end(), "backward of micro-batch {} before its forward", microbatch);
   Tensor g = dy;
   for (std::size_t i = blocks_.size(); i-- > 0;) {
-    Resident resident(residency_, i, static_cast<std::ptrdiff_t>(i) - 1);
+    Resident resident(residency_, i, static_cast<std::ptrdiff_t>(i) - 1, ctx);
     g = blocks_[i]->backward_input(g, it->second[i], ctx);
   }
   // The first stage consumes data (token ids or features): nothing upstream needs its input gradient.
@@ -152,7 +160,7 @@ Tensor StageModule::backward(int microbatch, const Tensor& dy, layers::Context& 
   Tensor g = dy;
   for (std::size_t i = blocks_.size(); i-- > 0;) {
     {
-      Resident resident(residency_, i, static_cast<std::ptrdiff_t>(i) - 1);
+      Resident resident(residency_, i, static_cast<std::ptrdiff_t>(i) - 1, ctx);
       g = blocks_[i]->backward_input(g, it->second[i], ctx);
     }
     block_weight(i, it->second[i], ctx, final);  // reads stashes and gradients only

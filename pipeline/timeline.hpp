@@ -15,16 +15,25 @@
 //                   (an I keeps the stash for its W). With virtual stages a stash is one chunk's.
 #pragma once
 
+#include <array>
+#include <cstddef>
 #include <vector>
 
 #include "pipeline/action.hpp"
 
 namespace cleave::pipeline {
 
+// The kinds of collective whose waits a measured compute span carries, in layers::CommKind's order (tp, cp,
+// zero_gather, expert_all_to_all; layers/comm_wait.hpp).
+inline constexpr std::size_t kNumCommWaitKinds = 4;
+
 struct TimedAction {
   Action action;
   double start = 0.0;
   double end = 0.0;
+  // Measured timelines only: the time inside [start, end] the rank was blocked on each kind of collective (same
+  // unit as start and end); zero in simulated ones.
+  std::array<double, kNumCommWaitKinds> comm_wait{};
 };
 
 // Per pp rank, its actions in execution order. Times are in any one unit (the simulator's cost unit;

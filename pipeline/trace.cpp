@@ -11,6 +11,7 @@
 #include <set>
 
 #include "engine/core/error.hpp"
+#include "layers/comm_wait.hpp"
 
 namespace cleave::pipeline {
 namespace {
@@ -74,6 +75,10 @@ std::string format_time(double t) { return fmt::format("{:.6g}", t); }
 
 }  // namespace
 
+std::string comm_wait_arg(std::size_t k) {
+  return fmt::format("wait_{}_us", layers::comm_kind_name(static_cast<layers::CommKind>(k)));
+}
+
 std::string trace_event_name(const Action& a) {
   if (!has_stage(a.kind)) return std::string(action_kind_token(a.kind));
   if (!has_microbatch(a.kind)) return fmt::format("{} s{}", action_kind_token(a.kind), a.stage);
@@ -92,6 +97,9 @@ std::string chrome_trace_json(const Timeline& timeline, const TraceOptions& opti
       json args = json::object();
       if (has_stage(t.action.kind)) args["stage"] = t.action.stage;
       if (has_microbatch(t.action.kind)) args["microbatch"] = t.action.microbatch;
+      for (std::size_t k = 0; k < t.comm_wait.size(); ++k) {  // a measured span's waits on collectives, µs
+        if (t.comm_wait[k] > 0) args[comm_wait_arg(k)] = t.comm_wait[k] * options.microseconds_per_unit;
+      }
       events.push_back({{"name", trace_event_name(t.action)},
                         {"cat", std::string(action_kind_token(t.action.kind))},
                         {"ph", "X"},

@@ -4,7 +4,8 @@
 // written the same way and can be laid side by side.
 // Chrome trace: one process per pp rank ("rank r"), thread 0 "compute" holds a complete event ("ph": "X")
 // per work action named like "F5 s2" (kind, micro-batch, stage), thread 1 "p2p" one per SEND / RECV
-// (a RECV spans from when it was posted to when its data arrived). args carry stage and micro-batch.
+// (a RECV spans from when it was posted to when its data arrived). args carry stage and micro-batch, and a
+// measured compute span its waits on collectives (comm_wait_arg).
 // SVG: ranks as rows, time to the right, one box per work action coloured by kind (lighter shades for
 // later chunks of a rank), the micro-batch number in the box, a legend and a time axis; hovering a box
 // shows its action and times.
@@ -23,6 +24,10 @@ struct TraceOptions {
   std::string unit = "ms";             // name of the timeline's time unit
   double microseconds_per_unit = 1000.0;  // Chrome traces are in µs
 };
+
+// The args key of a measured span's wait on collective kind k (TimedAction::comm_wait, layers::CommKind order):
+// "wait_tp_us", "wait_cp_us", "wait_zero_gather_us", "wait_expert_all_to_all_us". Absent: no wait.
+std::string comm_wait_arg(std::size_t k);
 
 // "F5 s2", "SEND_F5 s2", "REDUCE_GRAD s2", "OPTIMIZER_STEP".
 std::string trace_event_name(const Action& action);

@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.hpp"
+#include "pipeline/trace.hpp"
 
 namespace cleave::planner {
 namespace {
@@ -66,12 +67,27 @@ std::string ratio_text(double predicted, double measured) {
   return measured > 0 ? fmt::format("{:.2f}", predicted / measured) : std::string("-");
 }
 
+// The planner's term for each kind of measured wait (layers::CommKind order: tp, cp, zero_gather, expert_all_to_all).
+constexpr std::array<StepTerm, pipeline::kNumCommWaitKinds> kWaitTerms = {
+    StepTerm::kTensorParallel, StepTerm::kContextParallel, StepTerm::kZeroGather, StepTerm::kExpertAllToAll};
+constexpr std::array<std::string_view, pipeline::kNumCommWaitKinds> kWaitRows = {
+    "tp (waits in F/I/W)", "cp (waits in F/I/W)", "zero_gather (waits in F/I/W)", "expert_all_to_all (waits in F/I/W)"};
+
+bool is_wait_term(std::size_t t) {
+  return std::find(kWaitTerms.begin(), kWaitTerms.end(), static_cast<StepTerm>(t)) != kWaitTerms.end();
+}
+
 }  // namespace
 
 double MeasuredStep::total() const {
   double sum = point_to_point_s + bubble_s;
   for (double s : actions) sum += s;
+  for (double s : comm_wait_s) sum += s;
   return sum;
+}
+
+bool MeasuredStep::has_comm_waits() const {
+  return std::any_of(comm_wait_s.begin(), comm_wait_s.end(), [](double s) { return s > 0; });
 }
 
 pipeline::Timeline read_chrome_trace(std::string_view json_text, const std::string& what) {
@@ -92,6 +108,7 @@ pipeline::Timeline read_chrome_trace(std::string_view json_text, const std::stri
     t.action.microbatch = args.value("microbatch", -1);
     t.start = e["ts"].get<double>() / 1e3;  // µs -> ms
     t.end = t.start + e["dur"].get<double>() / 1e3;
+    for (std::size_t k = 0; k < t.comm_wait.size(); ++k) t.comm_wait[k] = args.value(pipeline::comm_wait_arg(k), 0.0) / 1e3;
     if (static_cast<std::size_t>(rank) >= timeline.ranks.size()) timeline.ranks.resize(static_cast<std::size_t>(rank) + 1);
     timeline.ranks[static_cast<std::size_t>(rank)].push_back(t);
   }
@@ -121,6 +138,7 @@ MeasuredStep measure_step(const pipeline::Timeline& timeline, int rank) {
   }
   double p2p = 0, bubble = 0;
   std::array<double, kNumStepActions> busy{};
+  std::array<double, pipeline::kNumCommWaitKinds> waits{};
   // Idle from `from` to `to` before `next`: until the peer posted the tensor `next` waits for it is bubble, after
   // that point-to-point; idle before a local action is bubble.
   const auto idle = [&](double from, double to, const pipeline::Action& next) {
@@ -141,13 +159,22 @@ MeasuredStep measure_step(const pipeline::Timeline& timeline, int rank) {
     if (pipeline::is_communication(t.action.kind)) {
       p2p += own;
     } else {
-      busy[static_cast<std::size_t>(action_row(t.action.kind))] += own;
+      // The span's waits on collectives, in the share of it not already counted (overlapping spans count once).
+      const double share = t.end > t.start ? own / (t.end - t.start) : 0.0;
+      double waited = 0;
+      for (std::size_t k = 0; k < waits.size(); ++k) {
+        const double w = std::clamp(t.comm_wait[k] * share, 0.0, std::max(0.0, own - waited));
+        waits[k] += w;
+        waited += w;
+      }
+      busy[static_cast<std::size_t>(action_row(t.action.kind))] += own - waited;
       m.fused_backward = m.fused_backward || t.action.kind == ActionKind::kBackward;
     }
     cursor = std::max(cursor, t.end);
   }
   bubble += std::max(0.0, t1 - cursor);
   for (std::size_t k = 0; k < busy.size(); ++k) m.actions[k] = busy[k] * 1e-3;  // ms -> s
+  for (std::size_t k = 0; k < waits.size(); ++k) m.comm_wait_s[k] = waits[k] * 1e-3;
   m.point_to_point_s = p2p * 1e-3;
   m.bubble_s = bubble * 1e-3;
   m.step_s = (t1 - t0) * 1e-3;
@@ -164,6 +191,9 @@ MeasuredStep median_step(const std::vector<MeasuredStep>& steps) {
     return median(v);
   };
   for (std::size_t k = 0; k < m.actions.size(); ++k) m.actions[k] = field([k](const MeasuredStep& s) { return s.actions[k]; });
+  for (std::size_t k = 0; k < m.comm_wait_s.size(); ++k) {
+    m.comm_wait_s[k] = field([k](const MeasuredStep& s) { return s.comm_wait_s[k]; });
+  }
   m.point_to_point_s = field([](const MeasuredStep& s) { return s.point_to_point_s; });
   m.bubble_s = field([](const MeasuredStep& s) { return s.bubble_s; });
   m.step_s = field([](const MeasuredStep& s) { return s.step_s; });
@@ -173,20 +203,30 @@ MeasuredStep median_step(const std::vector<MeasuredStep>& steps) {
 
 std::vector<TermRow> compare_step(const StepBreakdown& predicted, const MeasuredStep& measured) {
   std::vector<TermRow> rows;
-  // A row of the kinds of action `kinds`: the planner's terms in them, and their measured spans.
-  const auto spans_row = [&](std::string name, std::initializer_list<StepAction> kinds) {
-    TermSeconds terms{};
-    TermRow row{std::move(name), "", 0, 0};
-    for (StepAction k : kinds) {
-      for (std::size_t t = 0; t < terms.size(); ++t) terms[t] += predicted.by_action[static_cast<std::size_t>(k)][t];
-      row.measured_s += measured[k];
-    }
+  // With measured waits the collectives' terms in F, I and W leave those rows for rows of their own.
+  const bool split = measured.has_comm_waits();
+  TermSeconds split_off{};
+  const auto term_list = [](const TermSeconds& terms, TermRow& row) {
     for (std::size_t t = 0; t < terms.size(); ++t) {
       row.predicted_s += terms[t];
       if (terms[t] < 5e-7) continue;  // under 0.0005 ms: not worth a word
       row.predicted_terms += fmt::format("{}{} {:.3f}", row.predicted_terms.empty() ? "" : " + ",
                                          step_term_info(static_cast<StepTerm>(t)).name, terms[t] * 1e3);
     }
+  };
+  // A row of the kinds of action `kinds`: the planner's terms in them, and their measured spans.
+  const auto spans_row = [&](std::string name, std::initializer_list<StepAction> kinds) {
+    TermSeconds terms{};
+    TermRow row{std::move(name), "", 0, 0};
+    for (StepAction k : kinds) {
+      const bool compute = k == StepAction::kForward || k == StepAction::kInputGrad || k == StepAction::kWeightGrad;
+      for (std::size_t t = 0; t < terms.size(); ++t) {
+        const double s = predicted.by_action[static_cast<std::size_t>(k)][t];
+        (split && compute && is_wait_term(t) ? split_off[t] : terms[t]) += s;
+      }
+      row.measured_s += measured[k];
+    }
+    term_list(terms, row);
     rows.push_back(std::move(row));
   };
   const auto idle_row = [&](StepTerm term, double measured_s) {
@@ -203,6 +243,14 @@ std::vector<TermRow> compare_step(const StepBreakdown& predicted, const Measured
   }
   spans_row("data_parallel (REDUCE_GRAD)", {A::kReduceGrad});
   spans_row("optimizer (OPTIMIZER_STEP)", {A::kOptimizer});
+  for (std::size_t k = 0; split && k < kWaitTerms.size(); ++k) {
+    TermSeconds terms{};
+    const auto t = static_cast<std::size_t>(kWaitTerms[k]);
+    terms[t] = split_off[t];
+    TermRow row{std::string(kWaitRows[k]), "", 0, measured.comm_wait_s[k]};
+    term_list(terms, row);
+    rows.push_back(std::move(row));
+  }
   idle_row(StepTerm::kPointToPoint, measured.point_to_point_s);
   idle_row(StepTerm::kBubble, measured.bubble_s);
   // Rows under 0.0005 ms both predicted and measured (a REDUCE_GRAD with one replica) say nothing.
@@ -222,10 +270,10 @@ const TermRow* largest_disagreement(const std::vector<TermRow>& rows) {
 
 std::vector<std::string> comparison_table(const std::vector<TermRow>& rows) {
   std::vector<std::string> lines;
-  lines.push_back(fmt::format("  {:<28} {:>12} {:>12} {:>9}  {}", "row (measured spans)", "predicted ms", "measured ms",
+  lines.push_back(fmt::format("  {:<34} {:>12} {:>12} {:>9}  {}", "row (measured spans)", "predicted ms", "measured ms",
                               "pred/meas", "the planner's terms in the row (ms)"));
   for (const auto& r : rows) {
-    lines.push_back(fmt::format("  {:<28} {:>12.3f} {:>12.3f} {:>9}  {}", r.name, r.predicted_s * 1e3,
+    lines.push_back(fmt::format("  {:<34} {:>12.3f} {:>12.3f} {:>9}  {}", r.name, r.predicted_s * 1e3,
                                 r.measured_s * 1e3, ratio_text(r.predicted_s, r.measured_s),
                                 r.predicted_terms.empty() ? "-" : r.predicted_terms));
   }

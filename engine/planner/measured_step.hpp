@@ -10,8 +10,12 @@
 //   started -> point_to_point (the transfer, and the wait for it to be progressed); every other idle gap (before
 //   the rank's first action, after its last, between local actions) -> bubble.
 // The collectives that run inside a compute action (tp all-reduces, cp ring hops, ep all-to-alls, ZeRO-3 gathers)
-// are inside its span, so the comparison rows are per kind of action: each row's prediction is the sum of the terms
-// the planner prices into those actions (StepBreakdown::by_action), and the row names them.
+// are inside its span; the trainer times how long the rank blocked on each kind there (layers/comm_wait.hpp; the
+// trace's args wait_<kind>_us, TimedAction::comm_wait). Those waits are taken out of the span's row and make rows
+// of their own (tp, cp, zero_gather, expert_all_to_all), set beside the planner's terms of that kind in F, I and W
+// (tensor_parallel, context_parallel, zero_gather, expert_all_to_all), which leave the compute rows. So each row's
+// prediction is the sum of the terms the planner prices into it (StepBreakdown::by_action), and the row names them.
+// A trace without waits (an older trainer's) keeps the collectives inside the compute rows, as before.
 // Invariant: a MeasuredStep's seconds sum to the timeline's makespan (earliest start to latest end over all ranks),
 // as the predicted terms sum to the predicted step; the attribution reads no clock (a recorded timeline in, the
 // same rows out). The split of idle time compares the sender's clock with the receiver's: one node only.
@@ -30,6 +34,9 @@ namespace cleave::planner {
 // One pp rank's measured step, in seconds.
 struct MeasuredStep {
   std::array<double, kNumStepActions> actions{};  // F, I (and B), W, REDUCE_GRAD, OPTIMIZER_STEP spans
+  // Blocked on collectives inside the F, I, W, B spans, per layers::CommKind (tp, cp, zero_gather,
+  // expert_all_to_all): not in `actions`.
+  std::array<double, pipeline::kNumCommWaitKinds> comm_wait_s{};
   double point_to_point_s = 0;  // posting SEND/RECV, and waiting for a tensor its peer had already sent
   double bubble_s = 0;          // the rest of the idle time
   double step_s = 0;            // the timeline's makespan
@@ -37,10 +44,11 @@ struct MeasuredStep {
   int rank = 0;                 // the pp rank attributed
   double total() const;
   double operator[](StepAction a) const { return actions[static_cast<std::size_t>(a)]; }
+  bool has_comm_waits() const;  // any wait measured (the trace carried them)
 };
 
 // The Chrome trace the trainer writes (pipeline/trace.hpp: one process per pp rank, "cat" the action kind, "ts" and
-// "dur" in µs) back as a Timeline in milliseconds. Throws Error naming `what` (the file) when it is not one.
+// "dur" in µs; a compute span's args wait_<kind>_us, pipeline::comm_wait_arg) back as a Timeline in milliseconds. Throws Error naming `what` (the file) when it is not one.
 pipeline::Timeline read_chrome_trace(std::string_view json_text, const std::string& what);
 
 // Pp rank `rank`'s step of `timeline` (times in ms) attributed as in the file comment. Throws Error when the

@@ -2,6 +2,7 @@
 // written as a Chrome trace and an SVG (train.trace). REDUCE_GRAD and OPTIMIZER_STEP are actions of the step,
 // so their real duration is on the timeline.
 #include <algorithm>
+#include <array>
 #include <limits>
 
 #include "engine/train/collectives.hpp"
@@ -17,11 +18,14 @@ pipeline::Timeline gather_timeline(RankSetup& s, const std::vector<pipeline::Tim
   struct Row {
     std::int32_t kind, stage, microbatch;
     std::int64_t start_ns, end_ns;
+    std::array<std::int64_t, pipeline::kNumCommWaitKinds> wait_ns;  // TimedAction::comm_wait
   };
   std::vector<Row> mine;
   for (const auto& t : last_step) {
-    mine.push_back({static_cast<std::int32_t>(t.action.kind), t.action.stage, t.action.microbatch,
-                    static_cast<std::int64_t>(t.start * 1e3), static_cast<std::int64_t>(t.end * 1e3)});
+    Row row{static_cast<std::int32_t>(t.action.kind), t.action.stage, t.action.microbatch,
+            static_cast<std::int64_t>(t.start * 1e3), static_cast<std::int64_t>(t.end * 1e3), {}};
+    for (std::size_t k = 0; k < row.wait_ns.size(); ++k) row.wait_ns[k] = static_cast<std::int64_t>(t.comm_wait[k] * 1e3);
+    mine.push_back(row);
   }
   std::vector<std::vector<Row>> all{mine};
   if (s.grid.pp_size() > 1) all = all_gather_values<Row>(*s.groups.pp, mine);
@@ -37,6 +41,7 @@ pipeline::Timeline gather_timeline(RankSetup& s, const std::vector<pipeline::Tim
       t.action = {static_cast<pipeline::ActionKind>(row.kind), row.stage, row.microbatch};
       t.start = static_cast<double>(row.start_ns - origin) * 1e-6;  // ms
       t.end = static_cast<double>(row.end_ns - origin) * 1e-6;
+      for (std::size_t k = 0; k < row.wait_ns.size(); ++k) t.comm_wait[k] = static_cast<double>(row.wait_ns[k]) * 1e-6;
       timeline.ranks[r].push_back(t);
     }
   }

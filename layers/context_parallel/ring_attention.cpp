@@ -9,6 +9,7 @@
 
 #include "engine/comm/communicator.hpp"
 #include "kernels/ops/ops.hpp"
+#include "layers/comm_wait.hpp"
 #include "layers/layer_util.hpp"
 
 namespace cleave::layers {
@@ -85,6 +86,7 @@ KvBlocks empty_like(const Context& ctx, const KvBlocks& like) {
 
 // Posts this rank's `send` to rank + 1 and the receive of rank - 1's into `recv`; returns the Work.
 comm::WorkPtr rotate(Context& ctx, const std::vector<Tensor>& send, const std::vector<Tensor>& recv) {
+  const CommWaitTimer timer(ctx, CommKind::kContextParallel);  // the posting
   const int cp = ctx.cp.size, next = (ctx.cp.rank + 1) % cp, prev = (ctx.cp.rank + cp - 1) % cp;
   std::vector<comm::P2POp> ops;
   for (std::size_t i = 0; i < recv.size(); ++i) ops.push_back(comm::P2POp::recv(recv[i], prev, static_cast<int>(i)));
@@ -142,6 +144,7 @@ ForwardResult run_forward(Context& ctx, const Tensor& qkv, const RingHeads& h, c
       }
     }
     if (in_flight) {
+      const CommWaitTimer timer(ctx, CommKind::kContextParallel);
       in_flight->wait();
       held = next;
     }
@@ -220,9 +223,14 @@ Tensor ring_attention_backward(Context& ctx, const Tensor& dout, const RingHeads
     }
     // The gradient travels on once this rank has added to it; after cp hops it is home.
     KvBlocks dkv_next = empty_like(ctx, dkv);
-    rotate(ctx, flat(dkv), flat(dkv_next))->wait();
+    const comm::WorkPtr hop = rotate(ctx, flat(dkv), flat(dkv_next));
+    {
+      const CommWaitTimer timer(ctx, CommKind::kContextParallel);
+      hop->wait();
+    }
     dkv = dkv_next;
     if (in_flight) {
+      const CommWaitTimer timer(ctx, CommKind::kContextParallel);
       in_flight->wait();
       held = next;
     }

@@ -5,6 +5,7 @@
 
 #include "engine/comm/communicator.hpp"
 #include "kernels/ops/ops.hpp"
+#include "layers/comm_wait.hpp"
 #include "layers/layer_util.hpp"
 
 namespace cleave::layers {
@@ -48,6 +49,7 @@ void exchange(Context& ctx, const std::vector<Tensor>& send, const std::vector<T
     ops.push_back(comm::P2POp::recv(recv[static_cast<std::size_t>(j)], j));
     ops.push_back(comm::P2POp::send(send[static_cast<std::size_t>(j)], j));
   }
+  const CommWaitTimer timer(ctx, CommKind::kContextParallel);
   ctx.cp_comm->batch_p2p(std::move(ops), *ctx.stream)->wait();
 }
 

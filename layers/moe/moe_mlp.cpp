@@ -187,6 +187,7 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   Tensor plan_tensor;
   if (ep) {
     const AllToAllTimer timer(ctx, block_);
+    const CommWaitTimer wait_timer(ctx, CommKind::kExpertAllToAll);  // --explain's expert_all_to_all row
     const DispatchPlan plan = plan_dispatch(routing.counts, ctx);
     plan_tensor = plan_to_tensor(plan);
     xp = dispatch_rows(xp, plan, ctx);
@@ -202,6 +203,7 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   grouped(ctx, h, down_->compute(), o, blocks, true, 0.0f);
   if (ep) {  // back into this rank's routed-row layout
     const AllToAllTimer timer(ctx, block_);
+    const CommWaitTimer wait_timer(ctx, CommKind::kExpertAllToAll);  // --explain's expert_all_to_all row
     o = combine_rows(o, plan_from_tensor(plan_tensor), ctx);
   }
   Tensor y_full = new_activation(ctx, full.shape());
@@ -241,6 +243,7 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   ops::moe_gather(ctx, dyf, stash.tensors[kRowToken], stash.tensors[kRowWeight], d_o);
   if (ep) {
     const AllToAllTimer timer(ctx, block_);
+    const CommWaitTimer wait_timer(ctx, CommKind::kExpertAllToAll);  // --explain's expert_all_to_all row
     d_o = dispatch_rows(d_o, plan_from_tensor(plan_tensor), ctx);
   }
   Tensor dh = new_activation(ctx, Shape{rows, f_local_});
@@ -252,6 +255,7 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   grouped(ctx, du, up_->compute(), dxp, blocks, false, 1.0f);
   if (ep) {
     const AllToAllTimer timer(ctx, block_);
+    const CommWaitTimer wait_timer(ctx, CommKind::kExpertAllToAll);  // --explain's expert_all_to_all row
     dxp = combine_rows(dxp, plan_from_tensor(plan_tensor), ctx);
   }
   Tensor dx_full = new_activation(ctx, full.shape());

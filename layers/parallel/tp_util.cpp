@@ -2,6 +2,7 @@
 #include "layers/parallel/tp_util.hpp"
 
 #include "engine/core/error.hpp"
+#include "layers/comm_wait.hpp"
 #include "layers/layer_util.hpp"
 
 namespace cleave::layers {
@@ -27,6 +28,7 @@ void tp_all_reduce(const Tensor& tensor, comm::ReduceOp op, const Context& ctx, 
                    std::string_view who) {
   comm::Communicator* group = tp_group(ctx, tp_size, tp_rank, who);
   if (group == nullptr) return;
+  const CommWaitTimer timer(ctx, CommKind::kTensorParallel);
   group->all_reduce(tensor, op, *ctx.stream)->wait();
 }
 
@@ -45,7 +47,8 @@ void check_sequence_input(const Tensor& x, std::string_view who, std::string_vie
 
 // One collective per batch entry (tp_util.hpp: sample b's full sequence is contiguous), issued together.
 template <typename Issue>
-void per_sample(std::int64_t batch, Issue issue) {
+void per_sample(const Context& ctx, std::int64_t batch, Issue issue) {
+  const CommWaitTimer timer(ctx, CommKind::kTensorParallel);
   std::vector<comm::WorkPtr> works;
   works.reserve(static_cast<std::size_t>(batch));
   for (std::int64_t b = 0; b < batch; ++b) works.push_back(issue(b));
@@ -59,7 +62,7 @@ Tensor sequence_all_gather(const Tensor& local, const Context& ctx, int tp_size,
   comm::Communicator* group = tp_group(ctx, tp_size, tp_rank, who);
   CLEAVE_ASSERT(group != nullptr, "{}: sequence all-gather without a tp group", who);
   Tensor full = new_activation(ctx, with_sequence(local, local.dim(1) * tp_size), local.dtype());
-  per_sample(local.dim(0), [&](std::int64_t b) {
+  per_sample(ctx, local.dim(0), [&](std::int64_t b) {
     return group->all_gather(local.slice(b, b + 1), full.slice(b, b + 1), *ctx.stream);
   });
   return full;
@@ -76,7 +79,7 @@ Tensor sequence_reduce_scatter(const Tensor& full, const Context& ctx, int tp_si
                "has {} tokens (model.seq_len must be divisible by parallel.tensor_model_parallel_size)",
                who, tp_size, t);
   Tensor local = new_activation(ctx, with_sequence(full, t / tp_size), full.dtype());
-  per_sample(full.dim(0), [&](std::int64_t b) {
+  per_sample(ctx, full.dim(0), [&](std::int64_t b) {
     return group->reduce_scatter(full.slice(b, b + 1), local.slice(b, b + 1), comm::ReduceOp::kSum, *ctx.stream);
   });
   return local;

@@ -12,7 +12,8 @@
 # interleaved rounds and prints predicted against measured (median, spread, rounds), re-ranking only where one
 # plan's range clears the other's, with a progress line per run; a spent budget stops after one round; with
 # --explain the trial prints each plan's traced step against its prediction row by row, naming the largest
-# disagreement (and writes the rows in --json).
+# disagreement (and writes the rows in --json); a tp2 and a cp2 run's traced compute spans carry their waits on
+# collectives, which --explain shows as rows of their own.
 # Usage: cli_plan.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
 cleave=$(realpath "$1"); source_dir=$(realpath "$2"); shift 2
@@ -257,6 +258,9 @@ for place, table in blocks:
     assert "total" in rows and "forward (F)" in rows, rows
     parts = sum(meas for name, (pred, meas) in rows.items() if name != "total")
     assert abs(parts - rows["total"][1]) <= 0.002 * len(rows), (place, parts, rows["total"])
+    for name in rows:  # a wait row (layers/comm_wait.hpp) sits beside the planner's term of its kind
+        if "(waits in F/I/W)" in name:
+            assert name.split()[0] in ("tp", "cp", "zero_gather", "expert_all_to_all"), name
     worst = [n for n in rows if n != "total" and f"largest disagreement: {n} (" in table]
     assert len(worst) == 1, (place, table)
 plans = json.load(open(sys.argv[2]))["plans"]
@@ -267,6 +271,25 @@ for p in plans[:2]:
 print(f"ok   --trial --explain: {len(blocks)} tables; largest disagreement #1 {plans[0]['largest_disagreement']}, "
       f"#2 {plans[1]['largest_disagreement']}")
 PY
+
+# The trainer's waits on collectives inside compute spans (layers/comm_wait.hpp; no timing asserted): a tp2 run's
+# and a cp2 run's traced F and I/B spans carry wait_tp_us / wait_cp_us, and read back through --explain's
+# attribution they make their own rows (checked on the trial's tables above when a tp or cp plan was trained).
+for lever in tp cp; do
+  key=$([ $lever = tp ] && echo tensor_model_parallel_size || echo context_parallel_size)
+  "${mpiexec[@]}" -n 2 "$cleave" train tiny.json --set parallel.$key=2 --set train.trace=true --set train.steps=3 \
+    --set train.out_dir=runs/$lever > $lever.log 2>&1 || { cat $lever.log; fail "$lever 2 traced run"; }
+  python3 - runs/$lever/trace.json $lever << 'PY' || fail "$lever 2's trace has no waits on its collectives"
+import json, sys
+events = [e for e in json.load(open(sys.argv[1]))["traceEvents"] if e.get("ph") == "X"]
+key = f"wait_{sys.argv[2]}_us"
+waits = [e for e in events if e["cat"] in ("F", "I", "B") and e["args"].get(key, 0) > 0]
+assert {e["cat"] for e in waits} >= {"F"} and len({e["cat"] for e in waits}) >= 2, [e["args"] for e in events]
+assert all(e["args"][key] <= e["dur"] + 1 for e in waits), waits
+assert not any(k.startswith("wait_") for e in events if e["cat"] in ("SEND_F", "RECV_F", "OPTIMIZER_STEP") for k in e["args"])
+print(f"ok   {sys.argv[2]}2 trace: {len(waits)} compute spans carry {key}, {sum(e['args'][key] for e in waits):.0f} us in all")
+PY
+done
 
 # A budget spent after the first round: one round, no spread, the predicted order kept.
 "$cleave" plan tiny.json --world 2 --top 2 --trial 2 --trial-steps 3 --trial-budget 0 --launcher "${mpiexec[*]}" \

@@ -2,7 +2,8 @@
 // read, nothing is timed): each span lands in its kind's row, idle before a peer's tensor splits at the peer's
 // SEND into bubble and point_to_point, every other idle is bubble, the rows sum to the makespan; a fused B makes one
 // backward row; the Chrome trace the trainer writes reads back to the same step; the comparison names the
-// planner's terms inside each row and the row furthest from its prediction; the predicted terms by kind of action
+// planner's terms inside each row and the row furthest from its prediction; a span's measured waits on collectives
+// (tp, cp, zero_gather, expert_all_to_all) leave its row for rows of their own beside the planner's same terms; the predicted terms by kind of action
 // (StepBreakdown::by_action) sum to the busy terms for every plan a search ranks.
 #include <gtest/gtest.h>
 
@@ -25,7 +26,7 @@ using A = StepAction;
 using T = StepTerm;
 
 pipeline::TimedAction span(ActionKind kind, int stage, int microbatch, double start, double end) {
-  return {{kind, stage, microbatch}, start, end};
+  return {{kind, stage, microbatch}, start, end, {}};
 }
 
 // Two pp ranks, times in ms. Rank 0 (stage 0) runs F0 F1, waits for stage 1's input gradient (sent at 3.5 ms),
@@ -162,6 +163,83 @@ TEST(MeasuredStep, TheComparisonNamesTheTermsInEachRowAndTheLargestDisagreement)
   EXPECT_EQ(fused[1].name, "backward (B = I + W)");
   EXPECT_NEAR(fused[1].predicted_s, 1.4e-3, 1e-12);
   EXPECT_EQ(fused[1].predicted_terms, "input_grad 0.900 + weight_grad 0.500");
+}
+
+// two_ranks() as the trainer records it with wait timing (layers/comm_wait.hpp): rank 0's F0 blocked 0.2 ms on tp
+// collectives and 0.1 ms on a ZeRO-3 gather, its I0 0.3 ms on tp; the waits are in the spans' time.
+pipeline::Timeline two_ranks_with_waits() {
+  pipeline::Timeline t = two_ranks();
+  t.ranks[0][0].comm_wait = {0.2, 0.0, 0.1, 0.0};  // F0 (1.0 ms): tp 0.2, zero_gather 0.1
+  t.ranks[0][5].comm_wait = {0.3, 0.0, 0.0, 0.0};  // I0 (1.0 ms): tp 0.3
+  return t;
+}
+
+// A prediction for rank 0 with a tp term in F and I and a zero_gather term in F.
+StepBreakdown predicted_with_collectives() {
+  StepBreakdown b;
+  ActionTerms f, i, w, o;
+  f[T::kForward] = 1.5e-3, f[T::kTensorParallel] = 0.3e-3, f[T::kZeroGather] = 0.05e-3;
+  i[T::kInputGrad] = 0.9e-3, i[T::kTensorParallel] = 0.2e-3;
+  w[T::kWeightGrad] = 0.5e-3;
+  o[T::kOptimizer] = 0.2e-3;
+  b.add_action(A::kForward, f), b.add_action(A::kInputGrad, i), b.add_action(A::kWeightGrad, w);
+  b.add_action(A::kOptimizer, o);
+  for (const auto& terms : b.by_action) {
+    for (std::size_t t = 0; t < terms.size(); ++t) b.seconds[t] += terms[t];
+  }
+  b.seconds[static_cast<std::size_t>(T::kPointToPoint)] = 0.2e-3;
+  b.seconds[static_cast<std::size_t>(T::kBubble)] = 1.3e-3;
+  return b;
+}
+
+TEST(MeasuredStep, CollectiveWaitsLeaveTheComputeRowsForRowsOfTheirOwn) {
+  const MeasuredStep m = measure_step(two_ranks_with_waits(), 0);
+  ASSERT_TRUE(m.has_comm_waits());
+  EXPECT_NEAR(m[A::kForward], 2.0e-3 - 0.3e-3, 1e-12);   // F0 and F1 less F0's waits
+  EXPECT_NEAR(m[A::kInputGrad], 1.0e-3 - 0.3e-3, 1e-12);
+  EXPECT_NEAR(m.comm_wait_s[0], 0.5e-3, 1e-12);  // tp
+  EXPECT_NEAR(m.comm_wait_s[1], 0.0, 1e-12);     // cp
+  EXPECT_NEAR(m.comm_wait_s[2], 0.1e-3, 1e-12);  // zero_gather
+  EXPECT_NEAR(m.total(), m.step_s, 1e-12);       // the rows still tile the step
+  // The trace the trainer writes carries the waits (args wait_<kind>_us) and reads back to the same step.
+  pipeline::TraceOptions options;
+  options.microseconds_per_unit = 1000.0;
+  const std::string json = pipeline::chrome_trace_json(two_ranks_with_waits(), options);
+  EXPECT_NE(json.find("\"wait_tp_us\""), std::string::npos);
+  EXPECT_NE(json.find("\"wait_zero_gather_us\""), std::string::npos);
+  EXPECT_EQ(json.find("\"wait_cp_us\""), std::string::npos);  // no wait, no key
+  const MeasuredStep back = measure_step(read_chrome_trace(json, "trace.json"), 0);
+  for (std::size_t k = 0; k < m.comm_wait_s.size(); ++k) EXPECT_NEAR(back.comm_wait_s[k], m.comm_wait_s[k], 1e-9);
+  EXPECT_NEAR(back[A::kForward], m[A::kForward], 1e-9);
+  // The median keeps them per kind.
+  EXPECT_NEAR(median_step({m, back, m}).comm_wait_s[0], 0.5e-3, 1e-9);
+
+  const std::vector<TermRow> rows = compare_step(predicted_with_collectives(), m);
+  std::vector<std::string> names;
+  for (const auto& r : rows) names.push_back(r.name);
+  // cp and expert_all_to_all: neither predicted nor measured, left out.
+  EXPECT_EQ(names, (std::vector<std::string>{"forward (F)", "input_grad (I)", "weight_grad (W)",
+                                             "optimizer (OPTIMIZER_STEP)", "tp (waits in F/I/W)",
+                                             "zero_gather (waits in F/I/W)", "point_to_point", "bubble", "total"}));
+  EXPECT_EQ(rows[0].predicted_terms, "forward 1.500");  // tensor_parallel and zero_gather moved to their rows
+  EXPECT_NEAR(rows[0].predicted_s, 1.5e-3, 1e-12);
+  EXPECT_NEAR(rows[0].measured_s, 1.7e-3, 1e-12);
+  EXPECT_EQ(rows[1].predicted_terms, "input_grad 0.900");
+  EXPECT_EQ(rows[4].predicted_terms, "tensor_parallel 0.500");  // F's 0.3 and I's 0.2
+  EXPECT_NEAR(rows[4].predicted_s, 0.5e-3, 1e-12);
+  EXPECT_NEAR(rows[4].measured_s, 0.5e-3, 1e-12);
+  EXPECT_EQ(rows[5].predicted_terms, "zero_gather 0.050");
+  EXPECT_NEAR(rows[5].measured_s, 0.1e-3, 1e-12);
+  EXPECT_NEAR(rows.back().predicted_s, predicted_with_collectives().total(), 1e-12);  // the total is unchanged
+  // The rows but total sum to the predicted and to the measured step.
+  double predicted = 0, measured = 0;
+  for (std::size_t r = 0; r + 1 < rows.size(); ++r) predicted += rows[r].predicted_s, measured += rows[r].measured_s;
+  EXPECT_NEAR(predicted, rows.back().predicted_s, 1e-12);
+  EXPECT_NEAR(measured, rows.back().measured_s, 1e-12);
+  EXPECT_EQ(comparison_table(rows).size(), rows.size() + 2);
+  // Without waits (an older trainer's trace) the collectives stay in the compute rows.
+  const std::vector<TermRow> old = compare_step(predicted_with_collectives(), measure_step(two_ranks(), 0));
+  EXPECT_EQ(old[0].predicted_terms, "forward 1.500 + tensor_parallel 0.300 + zero_gather 0.050");
 }
 
 // The predicted terms by kind of action are the busy terms: over the kinds they sum to every term but

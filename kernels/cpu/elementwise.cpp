@@ -3,6 +3,8 @@
 #include "kernels/cpu/elementwise.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "engine/core/error.hpp"
@@ -47,6 +49,57 @@ double sum_squares(const float* x, int64_t n) {
   double total = 0.0;
   for (double p : partial) total += p;
   return total;
+}
+
+namespace {
+
+// One chunk of at most 2^16 elements: m² (< 2^48) summed per exponent field in 256 uint64 buckets (no overflow
+// for 2^16 terms), then each bucket folded into the digits at its scale. Bucket 255 is non-zero only when the
+// chunk holds a NaN or an infinity; those are then counted one by one.
+constexpr int64_t kExactChunk = int64_t{1} << 16;
+
+void exact_chunk(const float* x, int64_t n, ExactSquareSum& acc) {
+  uint64_t bucket[256] = {};
+  for (int64_t i = 0; i < n; ++i) {
+    uint32_t u = 0;
+    std::memcpy(&u, x + i, sizeof u);
+    const uint32_t e = (u >> 23) & 0xffu;
+    const uint64_t m = e != 0 ? ((u & 0x7fffffu) | 0x800000u) : (u & 0x7fffffu);
+    bucket[e] += m * m;
+  }
+  for (uint32_t e = 0; e < 255; ++e) {
+    if (bucket[e] != 0) acc.add_scaled(bucket[e], ExactSquareSum::square_shift(e));
+  }
+  if (bucket[255] != 0) {
+    for (int64_t i = 0; i < n; ++i) {
+      if (!std::isfinite(x[i])) acc.add_square(x[i]);
+    }
+  }
+  acc.normalize();
+}
+
+}  // namespace
+
+void sum_squares_exact(const float* x, int64_t n, ExactSquareSum& acc) {
+  CLEAVE_ASSERT(n >= 0, "sum_squares_exact: negative size {}", n);
+  const int64_t chunks = (n + kExactChunk - 1) / kExactChunk;
+  if (chunks <= 1) {
+    exact_chunk(x, n, acc);
+    return;
+  }
+  // Each thread sums its chunks into its own accumulator; the merges are exact, so their order is free.
+#pragma omp parallel
+  {
+    ExactSquareSum local;
+#pragma omp for schedule(static)
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      const int64_t begin = ch * kExactChunk;
+      exact_chunk(x + begin, std::min(n, begin + kExactChunk) - begin, local);
+    }
+#pragma omp critical(cleave_sum_squares_exact)
+    acc.merge(local);
+  }
+  acc.normalize();
 }
 
 }  // namespace cleave::kernels::cpu

@@ -32,6 +32,7 @@
 #include "kernels/cuda/relu.hpp"
 #include "kernels/cuda/sgd.hpp"
 #include "kernels/cuda/softmax.hpp"
+#include "kernels/cuda/sum_squares_exact.hpp"
 #include "kernels/cuda/sum_squares_many.hpp"
 #include "kernels/ops/backend.hpp"
 #include "kernels/ops/cuda/cuda_slots.hpp"

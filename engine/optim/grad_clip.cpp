@@ -1,5 +1,5 @@
-// Gradient norm (ops::sum_squares_many: each gradient's deterministic chunked double sum, added in parameter
-// order, with one wait for all of them) and clipping.
+// Gradient norm (ops::sum_squares_exact: an exact, order-independent sum with one wait for all gradients, reduced
+// over ranks in its exact wire form) and clipping.
 #include "engine/optim/grad_clip.hpp"
 
 #include <cmath>
@@ -9,7 +9,8 @@
 #include "kernels/ops/ops.hpp"
 
 namespace cleave::optim {
-double local_grad_sum_of_squares(const ParamList& params, const ParamFilter& counted, const ops::Context& ctx) {
+kernels::ExactSquareSum local_grad_sum_of_squares(const ParamList& params, const ParamFilter& counted,
+                                                  const ops::Context& ctx) {
   std::vector<Tensor> grads;
   for (const auto& p : unique_params(params)) {
     if (counted && !counted(*p)) continue;
@@ -17,14 +18,14 @@ double local_grad_sum_of_squares(const ParamList& params, const ParamFilter& cou
                  dtype_name(p->grad.dtype()));
     grads.push_back(p->grad);
   }
-  return ops::sum_squares_many(ctx, grads);
+  return ops::sum_squares_exact(ctx, grads);
 }
 
 double global_grad_norm(const ParamList& params, const SumReducer& all_reduce_sum, const ParamFilter& counted,
                         const ops::Context& ctx) {
-  double sum = local_grad_sum_of_squares(params, counted, ctx);
-  if (all_reduce_sum) sum = all_reduce_sum(sum);
-  return std::sqrt(sum);
+  kernels::ExactSquareSum sum = local_grad_sum_of_squares(params, counted, ctx);
+  if (all_reduce_sum) sum = kernels::ExactSquareSum::from_wire(all_reduce_sum(sum.to_wire()));
+  return std::sqrt(sum.to_double());
 }
 
 double clip_grads(const ParamList& params, double max_norm, double norm, const ops::Context& ctx) {

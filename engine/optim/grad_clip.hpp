@@ -6,27 +6,31 @@
 // replicas hold identical reduced grads) and `counted` (false for copies another rank already counts: a
 // tp-replicated LayerNorm on tp rank > 0, the tied embedding's copy on the last pipeline stage). This file
 // knows nothing of communicators: the hook is a plain std::function.
-// The local sum is accumulated in double over fixed chunks in a fixed order, so it is bit-identical for
-// any thread count.
+// The sum is exact (ops::sum_squares_exact, kernels/exact_square_sum.hpp): fixed-point digits that ranks add
+// element-wise, so the norm has the same bits for any thread count, any split of the gradients over ranks
+// (dp shards, ZeRO buckets, expert-parallel layouts) and any reduction order.
 #pragma once
 
 #include <functional>
+#include <vector>
 
 #include "engine/optim/optimizer.hpp"
+#include "kernels/exact_square_sum.hpp"
 #include "kernels/ops/context.hpp"
 
 namespace cleave::optim {
 
-// Σ g² comes from ops::sum_squares_many: each gradient's sum in double over fixed chunks, the gradients added in
-// parameter order, the same bits for any thread count; on a GPU one read-back for all of them.
+// Σ g² comes from ops::sum_squares_exact: on a GPU one read-back for all gradients.
 
-using SumReducer = std::function<double(double)>;
+// Sums a vector of doubles element-wise over the ranks (an all-reduce). The norm passes the exact sum's wire
+// form (ExactSquareSum::to_wire), whose element sums are exact in any order.
+using SumReducer = std::function<std::vector<double>(const std::vector<double>&)>;
 using ParamFilter = std::function<bool(const layers::Param&)>;
 
 // Sum over this rank's gradients of g², each Param once, only those `counted` accepts (all when empty).
 // ctx: where the gradients live and the ops run (default: the CPU).
-double local_grad_sum_of_squares(const ParamList& params, const ParamFilter& counted = {},
-                                 const ops::Context& ctx = {});
+kernels::ExactSquareSum local_grad_sum_of_squares(const ParamList& params, const ParamFilter& counted = {},
+                                                  const ops::Context& ctx = {});
 
 // sqrt(all_reduce_sum(local sum of squares)); all_reduce_sum empty = single rank. May be inf or NaN when a
 // gradient is: the caller decides whether to skip the step.

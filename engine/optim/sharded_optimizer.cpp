@@ -144,9 +144,9 @@ std::unique_ptr<ShardedOptimizer> make_sharded_optimizer(const config::Optimizer
   return nullptr;
 }
 
-double shard_grad_sum_of_squares(const std::vector<FlatShard>& shards, const ParamFilter& counted,
-                                 const ops::Context& ctx) {
-  std::vector<Tensor> segments;  // summed in this order, one wait for all (ops::sum_squares_many)
+kernels::ExactSquareSum shard_grad_sum_of_squares(const std::vector<FlatShard>& shards, const ParamFilter& counted,
+                                                  const ops::Context& ctx) {
+  std::vector<Tensor> segments;  // one wait for all (ops::sum_squares_exact; the order does not matter)
   for (const FlatShard& shard : shards) {
     CLEAVE_CHECK(shard.grad.dtype() == DType::kF32, "grad norm: a shard holds {} gradients; expected f32",
                  dtype_name(shard.grad.dtype()));
@@ -155,7 +155,7 @@ double shard_grad_sum_of_squares(const std::vector<FlatShard>& shards, const Par
       segments.push_back(shard.grad.slice(s.begin, s.begin + s.numel));
     }
   }
-  return ops::sum_squares_many(ctx, segments);
+  return ops::sum_squares_exact(ctx, segments);
 }
 
 double clip_shard_grads(const std::vector<FlatShard>& shards, double max_norm, double norm, const ops::Context& ctx) {

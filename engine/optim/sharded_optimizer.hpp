@@ -114,9 +114,9 @@ class ShardedSgd final : public ShardedOptimizer {
 std::unique_ptr<ShardedOptimizer> make_sharded_optimizer(const config::OptimizerConfig& config,
                                                          std::vector<FlatShard> shards, Allocator& allocator);
 
-// Sum of g² over the segments of `shards` whose Param `counted` accepts (all when empty), accumulated in
-// double over fixed chunks in a fixed order (bit-identical for any thread count), like grad_clip.hpp.
-double shard_grad_sum_of_squares(const std::vector<FlatShard>& shards, const ParamFilter& counted = {},
+// Exact sum of g² over the segments of `shards` whose Param `counted` accepts (all when empty), like
+// grad_clip.hpp: the same digits however the gradients are split into shards.
+kernels::ExactSquareSum shard_grad_sum_of_squares(const std::vector<FlatShard>& shards, const ParamFilter& counted = {},
                                  const ops::Context& ctx = {});
 
 // clip_grads (grad_clip.hpp) on shard grads: scales every shard grad by max_norm / (norm + 1e-6) when

@@ -444,7 +444,7 @@ DataParallelStepReport DataParallel::end_step() {
   return report;
 }
 
-double DataParallel::local_grad_sum_of_squares(const optim::ParamFilter& counted) const {
+kernels::ExactSquareSum DataParallel::local_grad_sum_of_squares(const optim::ParamFilter& counted) const {
   return optim::shard_grad_sum_of_squares(shards_, counted, options_.context);
 }
 

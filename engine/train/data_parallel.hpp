@@ -133,8 +133,8 @@ class DataParallel {
   // After the executor's step: finishes the tied sum and every bucket. Afterwards (plain) every grad holds
   // the replicas' mean, or (ZeRO-1) this rank's shard of every bucket does. Collective over dp.
   DataParallelStepReport end_step();
-  // Sum of squares of this rank's shard of every gradient that `counted` accepts (all when empty).
-  double local_grad_sum_of_squares(const optim::ParamFilter& counted = {}) const;
+  // Exact sum of squares of this rank's shard of every gradient that `counted` accepts (all when empty).
+  kernels::ExactSquareSum local_grad_sum_of_squares(const optim::ParamFilter& counted = {}) const;
   // Clips by the global norm (optim::clip_grads semantics): every grad (plain) or this rank's shard (ZeRO-1).
   double clip(double max_norm, double norm);
   // ZeRO-1: updates this rank's shard with the sharded optimizer, then all-gathers the parameters.

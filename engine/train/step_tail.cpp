@@ -86,14 +86,19 @@ void StepTail::optimizer_step() {
   const optim::ParamFilter counted = [this, tp_rank](const layers::Param& p) {
     return model_.counts_in_norm(p, tp_rank);
   };
-  const optim::SumReducer across_stages = [this](double local) {
-    return reduce_doubles(*setup_.model_parallel, {local}, comm::ReduceOp::kSum)[0];
+  const optim::SumReducer across_stages = [this](const std::vector<double>& local) {
+    return reduce_doubles(*setup_.model_parallel, local, comm::ReduceOp::kSum);
   };
-  // With dp > 1 each rank counts its dp shard of every gradient and the sum runs over the whole world.
+  // With dp > 1 each rank counts its dp shard of every gradient and the sum runs over the whole world. The sums
+  // are exact (kernels/exact_square_sum.hpp), so the norm's bits do not depend on how dp, ZeRO or ep split the
+  // gradients, nor on the reduction order.
   result_.grad_norm =
-      data_parallel_ ? std::sqrt(reduce_doubles(setup_.world, {data_parallel_->local_grad_sum_of_squares(counted)},
-                                                comm::ReduceOp::kSum)[0])
-                     : optim::global_grad_norm(model_.params(), across_stages, counted, setup_.context);
+      data_parallel_
+          ? std::sqrt(kernels::ExactSquareSum::from_wire(
+                          reduce_doubles(setup_.world, data_parallel_->local_grad_sum_of_squares(counted).to_wire(),
+                                         comm::ReduceOp::kSum))
+                          .to_double())
+          : optim::global_grad_norm(model_.params(), across_stages, counted, setup_.context);
   result_.lr = lr_schedule_.lr_at(step_);
   // A NaN or an infinity anywhere would reach every weight through the update (and a checkpoint after it): the
   // step is skipped instead. The norm is the same reduced value on every rank, so they all skip.

@@ -3,6 +3,8 @@
 #include "kernels/cpu/elementwise.hpp"
 
 #include <algorithm>
+#include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "engine/core/error.hpp"
@@ -47,6 +49,77 @@ double sum_squares(const float* x, int64_t n) {
   double total = 0.0;
   for (double p : partial) total += p;
   return total;
+}
+
+namespace {
+
+// One chunk of at most 2^16 elements: m² (< 2^48) summed per exponent field in uint64 buckets (no overflow for
+// 2^16 terms), then each bucket folded into the digits at its scale. Four bucket sets, element i in set i % 4,
+// keep consecutive elements of one exponent off a single store-to-load chain. Bucket 255 is non-zero only when
+// the chunk holds a NaN or an infinity; those are then counted one by one.
+constexpr int64_t kExactChunk = int64_t{1} << 16;
+constexpr int kBucketSets = 4;
+
+inline uint64_t mantissa_square(const float* x, uint32_t& e) {
+  uint32_t u = 0;
+  std::memcpy(&u, x, sizeof u);
+  e = (u >> 23) & 0xffu;
+  const uint64_t m = e != 0 ? ((u & 0x7fffffu) | 0x800000u) : (u & 0x7fffffu);
+  return m * m;
+}
+
+void exact_chunk(const float* x, int64_t n, ExactSquareSum& acc) {
+  uint64_t bucket[kBucketSets][256] = {};
+  int64_t i = 0;
+  for (; i + kBucketSets <= n; i += kBucketSets) {
+    for (int k = 0; k < kBucketSets; ++k) {
+      uint32_t e = 0;
+      const uint64_t sq = mantissa_square(x + i + k, e);
+      bucket[k][e] += sq;
+    }
+  }
+  for (; i < n; ++i) {
+    uint32_t e = 0;
+    const uint64_t sq = mantissa_square(x + i, e);
+    bucket[0][e] += sq;
+  }
+  for (int k = 0; k < kBucketSets; ++k) {
+    for (uint32_t e = 0; e < 255; ++e) {
+      if (bucket[k][e] != 0) acc.add_scaled(bucket[k][e], ExactSquareSum::square_shift(e));
+    }
+  }
+  bool special = false;
+  for (int k = 0; k < kBucketSets; ++k) special = special || bucket[k][255] != 0;
+  if (special) {
+    for (int64_t j = 0; j < n; ++j) {
+      if (!std::isfinite(x[j])) acc.add_square(x[j]);
+    }
+  }
+  acc.normalize();
+}
+
+}  // namespace
+
+void sum_squares_exact(const float* x, int64_t n, ExactSquareSum& acc) {
+  CLEAVE_ASSERT(n >= 0, "sum_squares_exact: negative size {}", n);
+  const int64_t chunks = (n + kExactChunk - 1) / kExactChunk;
+  if (chunks <= 1) {
+    exact_chunk(x, n, acc);
+    return;
+  }
+  // Each thread sums its chunks into its own accumulator; the merges are exact, so their order is free.
+#pragma omp parallel
+  {
+    ExactSquareSum local;
+#pragma omp for schedule(static)
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      const int64_t begin = ch * kExactChunk;
+      exact_chunk(x + begin, std::min(n, begin + kExactChunk) - begin, local);
+    }
+#pragma omp critical(cleave_sum_squares_exact)
+    acc.merge(local);
+  }
+  acc.normalize();
 }
 
 }  // namespace cleave::kernels::cpu

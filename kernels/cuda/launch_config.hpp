@@ -88,6 +88,9 @@ inline LaunchConfig sum_squares_partial(int64_t n) {
           0};
 }
 
+// Exact sum of squares (sum_squares_exact.cu): the same capped grid as the first sum-of-squares pass.
+inline LaunchConfig sum_squares_exact(int64_t n) { return sum_squares_partial(n); }
+
 // Flash attention (flash_attention.cu): blocks over (query rows | keys, heads, batch). grid.y and grid.z are the
 // heads and the batch, which the launcher checks against kMaxGridYZ.
 inline LaunchConfig flash_query_rows(int64_t q_len, int64_t heads, int64_t batch) {
@@ -145,6 +148,7 @@ inline std::vector<KernelLaunch> kernel_launches(const Problem& p) {
       {"elementwise_kernel", elementwise},                          // elementwise.cu
       {"sum_squares_partial_kernel", sum_squares_partial(p.n)},
       {"sum_squares_final_kernel", one_block(kThreads)},
+      {"sum_squares_exact_kernel", sum_squares_exact(p.n)},  // sum_squares_exact.cu
       {"cast_f32_to_bf16_kernel", elementwise},
       {"cast_bf16_to_f32_kernel", elementwise},
       {"scale_matrix_kernel", grid_stride(p.rows * p.cols)},       // gemm with k == 0: C [rows, cols] scaled

@@ -60,6 +60,7 @@ struct Backend {
   void (*axpy)(const Context&, float alpha, const Tensor& x, const Tensor& y);
   double (*sum_squares)(const Context&, const Tensor& x);
   double (*sum_squares_many)(const Context&, std::span<const Tensor> xs);
+  kernels::ExactSquareSum (*sum_squares_exact)(const Context&, std::span<const Tensor> xs);
   void (*bias_add_forward)(const Context&, const Tensor& y, const Tensor& bias);
   void (*bias_backward)(const Context&, const Tensor& dy, const Tensor& dbias);
   void (*gelu_forward)(const Context&, const Tensor& x, const Tensor& y);

@@ -198,6 +198,15 @@ double sum_squares_many(const Context& ctx, std::span<const Tensor> xs) {
   return total;
 }
 
+kernels::ExactSquareSum sum_squares_exact(const Context& ctx, std::span<const Tensor> xs) {
+  kernels::ExactSquareSum total;
+  for (const Tensor& x : xs) {
+    F32In in(ctx, x);
+    kc::sum_squares_exact(in.get(), x.numel(), total);
+  }
+  return total;
+}
+
 void bias_add_forward(const Context& ctx, const Tensor& y, const Tensor& bias) {
   F32In b(ctx, bias);
   const float* bias_f32 = b.get();
@@ -685,6 +694,7 @@ constexpr Backend kCpuBackend{
     .axpy = axpy,
     .sum_squares = sum_squares,
     .sum_squares_many = sum_squares_many,
+    .sum_squares_exact = sum_squares_exact,
     .bias_add_forward = bias_add_forward,
     .bias_backward = bias_backward,
     .gelu_forward = unary<kc::gelu_forward>,

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "engine/core/tensor.hpp"
+#include "kernels/exact_square_sum.hpp"
 #include "kernels/ops/context.hpp"
 
 namespace cleave::ops {
@@ -102,6 +103,10 @@ double sum_squares(const Context& ctx, const Tensor& x);  // sum x^2 in double (
 // Sum over xs of sum_squares(x), each term exactly as sum_squares computes it, added in the order given:
 // ((0 + s0) + s1) + ... (host value, ONE wait however many tensors: the gradient norm). Empty: 0.
 double sum_squares_many(const Context& ctx, std::span<const Tensor> xs);
+// Σ over xs of Σ x² as an exact fixed-point sum (kernels/exact_square_sum.hpp): the same digits for any order
+// and any split of the elements over tensors, threads or ranks (the gradient norm: layout-independent bits).
+// Host value, ONE wait however many tensors (counted as a sum_squares_many wait). Empty: 0.
+kernels::ExactSquareSum sum_squares_exact(const Context& ctx, std::span<const Tensor> xs);
 // y[r, :] += bias for every row r of y [..., cols]; dbias += sum over rows of dy (dbias f32).
 void bias_add_forward(const Context& ctx, const Tensor& y, const Tensor& bias);
 void bias_backward(const Context& ctx, const Tensor& dy, const Tensor& dbias);

@@ -80,6 +80,13 @@ double sum_squares_many(const Context& ctx, std::span<const Tensor> xs) {
   return slot(ctx, xs);
 }
 
+kernels::ExactSquareSum sum_squares_exact(const Context& ctx, std::span<const Tensor> xs) {
+  for (const Tensor& x : xs) check_float(ctx, "sum_squares_exact", "x", x);
+  const auto slot = slot_of(ctx, &Backend::sum_squares_exact, "sum_squares_exact");
+  note_host_wait(ctx, HostWait::kSumSquaresMany);  // the same one read-back as sum_squares_many
+  return slot(ctx, xs);
+}
+
 void bias_add_forward(const Context& ctx, const Tensor& y, const Tensor& bias) {
   check_float(ctx, "bias_add_forward", "y", y);
   check_float(ctx, "bias_add_forward", "bias", bias);

@@ -115,7 +115,7 @@ TEST(EpZero, ZeroTwoAndThreeWithEpMatchOneRankBitForBit) {
                                           reference.grad_norms[i]);
       clipped = clipped || reference.grad_norms[i] > config.optimizer.grad_clip;
     }
-    EXPECT_LE(norm_diff, 1e-14);
+    EXPECT_EQ(norm_diff, 0.0) << "the norm's sum is exact (ops::sum_squares_exact): no grouping may show";
     EXPECT_TRUE(clipped) << "clipping never engaged; the norm's grouping would go unchecked";
     EXPECT_LT(reference.losses.back(), reference.losses.front());  // it trained
     std::string worst;

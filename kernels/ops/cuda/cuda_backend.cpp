@@ -32,6 +32,7 @@
 #include "kernels/cuda/relu.hpp"
 #include "kernels/cuda/sgd.hpp"
 #include "kernels/cuda/softmax.hpp"
+#include "kernels/cuda/sum_squares_exact.hpp"
 #include "kernels/cuda/sum_squares_many.hpp"
 #include "kernels/ops/backend.hpp"
 #include "kernels/ops/cuda/cuda_slots.hpp"
@@ -291,6 +292,7 @@ constexpr Backend kCudaBackend{
     .axpy = axpy,
     .sum_squares = sum_squares,
     .sum_squares_many = cuda_detail::sum_squares_many,
+    .sum_squares_exact = cuda_detail::sum_squares_exact,
     .bias_add_forward = bias_add_forward,
     .bias_backward = bias_backward,
     .gelu_forward = gelu_forward,
@@ -364,6 +366,21 @@ double sum_squares_many(const Context& ctx, std::span<const Tensor> xs) {
   double host = 0.0;  // the one read-back
   CLEAVE_CUDA_CHECK(cudaMemcpyAsync(&host, out.raw_data(), sizeof host, cudaMemcpyDeviceToHost, stream_of(ctx)));
   CLEAVE_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+  return host;
+}
+
+kernels::ExactSquareSum sum_squares_exact(const Context& ctx, std::span<const Tensor> xs) {
+  Tensor out = scratch(ctx, sizeof(kernels::ExactSquareSum));
+  auto* acc = static_cast<kernels::ExactSquareSum*>(out.raw_data());
+  CLEAVE_CUDA_CHECK(cudaMemsetAsync(acc, 0, sizeof(kernels::ExactSquareSum), stream_of(ctx)));
+  for (const Tensor& x : xs) {
+    require_f32("sum_squares_exact", x);
+    kd::sum_squares_exact(f(x), x.numel(), acc, stream_of(ctx));
+  }
+  kernels::ExactSquareSum host;  // the one read-back
+  CLEAVE_CUDA_CHECK(cudaMemcpyAsync(&host, acc, sizeof host, cudaMemcpyDeviceToHost, stream_of(ctx)));
+  CLEAVE_CUDA_CHECK(cudaStreamSynchronize(stream_of(ctx)));
+  host.normalize();
   return host;
 }
 

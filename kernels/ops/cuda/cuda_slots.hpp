@@ -88,6 +88,7 @@ class F32Out {
 
 // ---- Slots defined in the family files --------------------------------------------------------------------
 double sum_squares_many(const Context& ctx, std::span<const Tensor> xs);  // cuda_backend.cpp
+kernels::ExactSquareSum sum_squares_exact(const Context& ctx, std::span<const Tensor> xs);  // cuda_backend.cpp
 void check_device_status(const Context& ctx);                              // cuda_backend.cpp
 
 // cuda_loss.cpp

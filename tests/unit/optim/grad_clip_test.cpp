@@ -34,9 +34,11 @@ TEST(GradNorm, EachParamOnceAndHooks) {
   EXPECT_NEAR(global_grad_norm(params), expected, 1e-12 * expected);
   // A reducer standing in for an all-reduce over 3 ranks holding the same local sum.
   int calls = 0;
-  const double reduced = global_grad_norm(params, [&](double local) {
+  const double reduced = global_grad_norm(params, [&](const std::vector<double>& local) {
     ++calls;
-    return 3.0 * local;
+    std::vector<double> sum = local;
+    for (double& v : sum) v *= 3.0;
+    return sum;
   });
   EXPECT_EQ(calls, 1);
   EXPECT_NEAR(reduced, expected * std::sqrt(3.0), 1e-12 * expected);

@@ -64,7 +64,9 @@ void expect_same(const Tensor& got, const Tensor& want_f32, const std::string& w
   EXPECT_EQ(wrong, 0) << what;
   // An all-zero output cannot pass (one element may be a true zero: ReLU of a negative, LayerNorm's gradient
   // over a single column).
-  if (g.size() > 1) EXPECT_GT(norm, 0.0) << what << ": an all-zero output cannot pass";
+  if (g.size() > 1) {
+    EXPECT_GT(norm, 0.0) << what << ": an all-zero output cannot pass";
+  }
 }
 
 class OpsBf16Chunked : public ::testing::TestWithParam<int> {

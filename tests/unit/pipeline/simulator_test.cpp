@@ -104,7 +104,9 @@ TEST(Simulator, LatencyOnlyEverDelaysTheStep) {
     // ZB-H2, whose last rank never idles once started: there it crosses only on the way down, p − 1 times.
     const int crossings = name == "zb_h2" ? 3 : 2 * 3;
     EXPECT_GE(slow, base + crossings * 0.25 - 1e-12) << name;
-    if (name == "zb_h2") EXPECT_NEAR(slow, base + 3 * 0.25, 1e-12);
+    if (name == "zb_h2") {
+      EXPECT_NEAR(slow, base + 3 * 0.25, 1e-12);
+    }
   }
 }
 

@@ -513,7 +513,9 @@ TEST_F(PlanSearch, ChoosesContextParallelWhenOnlyItFits) {
   std::int64_t with_cp = -1, without = -1;
   for (const auto& e : all.ranked) {
     EXPECT_EQ(e.choice.tp * e.choice.cp * e.choice.pp * e.choice.dp, 2) << e.choice.layout();
-    if (e.choice.cp > 1) EXPECT_EQ(e.choice.cp_comm, config::ContextParallelComm::kRing) << e.choice.layout();
+    if (e.choice.cp > 1) {
+      EXPECT_EQ(e.choice.cp_comm, config::ContextParallelComm::kRing) << e.choice.layout();
+    }
     auto& least = e.choice.cp > 1 ? with_cp : without;
     if (least < 0 || e.peak_bytes < least) least = e.peak_bytes;
   }

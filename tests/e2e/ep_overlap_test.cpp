@@ -7,10 +7,12 @@
 // over inside them (StepStats::overlapped_pairs, pair_hand_overs), so a run that silently fell back to one action at
 // a time cannot pass. Against one rank (plain 1F1B, ep 1) within the pipeline tests' rounding bound, 5e-6 relative
 // (pipeline_equivalence_test.cpp: dp2_pp2_dualpipev); against ep 1 at the same layout bit for bit, as
-// ep_equivalence_test.cpp's ep2_pp2_dualpipev is.
+// ep_equivalence_test.cpp's ep2_pp2_dualpipev is. With ZeRO-2 and ZeRO-3 the overlapped run equals the plain run
+// without ZeRO bit for bit.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -112,6 +114,33 @@ TEST(EpOverlap, OverlappedDualPipeVMatchesPlainBitForBit) {
       std::printf("[ overlap ] %-22s %d pairs, %d hand-overs on rank 0; losses %.6f -> %.6f, bit-identical to the "
                   "plain run and to ep 1\n",
                   name.c_str(), overlapped.pairs, overlapped.hand_overs, overlapped.record.losses.front(),
+                  overlapped.record.losses.back());
+    }
+  }
+}
+
+// ZeRO composes with the overlapped pairs: ZeRO-2 and ZeRO-3 (expert and non-expert shards in their own groups; at
+// ZeRO-3 both stages' parameters gathered before a pair starts, engine/train/data_parallel.hpp) with the overlapped
+// dualpipev at pp 2 x ep 2 against the PLAIN dualpipev run (no overlap, no ZeRO) bit for bit: ZeRO 1-3 equal plain
+// data parallel bit for bit (ep_zero_test.cpp's ep2_pp2_dualpipev_zero2) and the pairs change only the order of
+// independent work.
+TEST(EpOverlap, OverlappedDualPipeVWithZeroMatchesPlainBitForBit) {
+  auto world = make_world(/*deterministic=*/true);
+  if (world->size() != 4) GTEST_SKIP() << "runs at 4 ranks (pp 2 x ep 2)";
+  const std::string ep2 = "parallel.expert_model_parallel_size=2", overlap = "parallel.moe_a2a_overlap=true";
+  const OverlapRun plain = run(tiny_moe({ep2}), *world);
+  EXPECT_EQ(plain.pairs, 0);
+  for (int stage : {2, 3}) {
+    SCOPED_TRACE("zero_stage " + std::to_string(stage));
+    const OverlapRun overlapped =
+        run(tiny_moe({ep2, overlap, "optimizer.zero_stage=" + std::to_string(stage)}), *world);
+    EXPECT_GT(overlapped.pairs, 0) << "no F&B pair ran overlapped";
+    EXPECT_GE(overlapped.hand_overs, overlapped.pairs) << "pairs ran without handing the rank over";
+    expect_bit_identical(overlapped.record, plain.record);
+    if (world->rank() == 0) {
+      std::printf("[ overlap ] ZeRO-%d overlapped        %d pairs, %d hand-overs on rank 0; losses %.6f -> %.6f, "
+                  "bit-identical to plain dualpipev without ZeRO\n",
+                  stage, overlapped.pairs, overlapped.hand_overs, overlapped.record.losses.front(),
                   overlapped.record.losses.back());
     }
   }

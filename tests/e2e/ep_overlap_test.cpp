@@ -8,17 +8,22 @@
 // a time cannot pass. Against one rank (plain 1F1B, ep 1) within the pipeline tests' rounding bound, 5e-6 relative
 // (pipeline_equivalence_test.cpp: dp2_pp2_dualpipev); against ep 1 at the same layout bit for bit, as
 // ep_equivalence_test.cpp's ep2_pp2_dualpipev is. With ZeRO-2 and ZeRO-3 the overlapped run equals the plain run
-// without ZeRO bit for bit.
+// without ZeRO bit for bit; a schedule file saved with its pairs overlapped runs them overlapped.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "engine/core/error.hpp"
 #include "mpi/mpi_test_env.hpp"
+#include "pipeline/lowering.hpp"
+#include "pipeline/overlap_schedule.hpp"
+#include "pipeline/schedule_text.hpp"
+#include "pipeline/schedules/schedules.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
@@ -144,6 +149,28 @@ TEST(EpOverlap, OverlappedDualPipeVWithZeroMatchesPlainBitForBit) {
                   overlapped.record.losses.back());
     }
   }
+}
+
+// A schedule saved with its pairs overlapped (schedule_text.hpp's overlap_fb_pairs line) and named as
+// parallel.schedule runs the pairs overlapped without the key, bit-identical to the plain dualpipev run.
+TEST(EpOverlap, SavedOverlappedScheduleRunsItsPairsOverlapped) {
+  auto world = make_world(/*deterministic=*/true);
+  if (world->size() != 4) GTEST_SKIP() << "runs at 4 ranks (pp 2 x ep 2)";
+  const std::string ep2 = "parallel.expert_model_parallel_size=2";
+  // pp 2 x dp 2: 8 samples / (1 per micro-batch x 2 replicas) = 4 micro-batches per step.
+  const int v = pipeline::default_virtual_stages("dualpipev");
+  const pipeline::Schedule paired =
+      pipeline::overlap_fb_pairs(pipeline::lower_schedule(pipeline::make_schedule("dualpipev", 2, 4, v)));
+  const auto path = std::filesystem::temp_directory_path() /
+                    ("cleave_ep_overlap_saved_" + std::to_string(world->rank()) + ".sched");
+  pipeline::save_schedule(paired, path.string());
+  const OverlapRun from_file = run(tiny_moe({ep2, "parallel.schedule=" + path.string()}), *world);
+  std::filesystem::remove(path);
+  const OverlapRun plain = run(tiny_moe({ep2}), *world);
+  EXPECT_GT(from_file.pairs, 0) << "the saved schedule's pairs did not run overlapped";
+  EXPECT_GE(from_file.hand_overs, from_file.pairs);
+  EXPECT_EQ(plain.pairs, 0);
+  expect_bit_identical(from_file.record, plain.record);
 }
 
 TEST(EpOverlap, OverlapWithoutDualPipeVOrEpIsRefusedNamingTheKey) {

@@ -159,18 +159,23 @@ TEST(EpOverlap, SavedOverlappedScheduleRunsItsPairsOverlapped) {
   const std::string ep2 = "parallel.expert_model_parallel_size=2";
   // pp 2 x dp 2: 8 samples / (1 per micro-batch x 2 replicas) = 4 micro-batches per step.
   const int v = pipeline::default_virtual_stages("dualpipev");
-  const pipeline::Schedule paired =
-      pipeline::overlap_fb_pairs(pipeline::lower_schedule(pipeline::make_schedule("dualpipev", 2, 4, v)));
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("cleave_ep_overlap_saved_" + std::to_string(world->rank()) + ".sched");
-  pipeline::save_schedule(paired, path.string());
-  const OverlapRun from_file = run(tiny_moe({ep2, "parallel.schedule=" + path.string()}), *world);
-  std::filesystem::remove(path);
+  const pipeline::Schedule compute = pipeline::make_schedule("dualpipev", 2, 4, v);
+  const pipeline::Schedule paired = pipeline::overlap_fb_pairs(pipeline::lower_schedule(compute));
+  pipeline::Schedule flagged_compute = compute;  // compute actions only: the plan lowers it, then pairs it again
+  flagged_compute.overlap_fb_pairs = true;
   const OverlapRun plain = run(tiny_moe({ep2}), *world);
-  EXPECT_GT(from_file.pairs, 0) << "the saved schedule's pairs did not run overlapped";
-  EXPECT_GE(from_file.hand_overs, from_file.pairs);
   EXPECT_EQ(plain.pairs, 0);
-  expect_bit_identical(from_file.record, plain.record);
+  for (const pipeline::Schedule* saved : {&paired, static_cast<const pipeline::Schedule*>(&flagged_compute)}) {
+    SCOPED_TRACE(saved == &paired ? "lowered file" : "compute-only file");
+    const auto path = std::filesystem::temp_directory_path() /
+                      ("cleave_ep_overlap_saved_" + std::to_string(world->rank()) + ".sched");
+    pipeline::save_schedule(*saved, path.string());
+    const OverlapRun from_file = run(tiny_moe({ep2, "parallel.schedule=" + path.string()}), *world);
+    std::filesystem::remove(path);
+    EXPECT_GT(from_file.pairs, 0) << "the saved schedule's pairs did not run overlapped";
+    EXPECT_GE(from_file.hand_overs, from_file.pairs);
+    expect_bit_identical(from_file.record, plain.record);
+  }
 }
 
 TEST(EpOverlap, OverlapWithoutDualPipeVOrEpIsRefusedNamingTheKey) {

@@ -46,8 +46,8 @@ std::optional<int> to_int(std::string_view s) {
   return value;
 }
 
-constexpr std::string_view kKeys[] = {"name", "pp_size", "num_stages", "num_microbatches", "virtual_stages",
-                                      "placement"};
+constexpr std::string_view kKeys[] = {"name",           "pp_size",   "num_stages",      "num_microbatches",
+                                      "virtual_stages", "placement", "overlap_fb_pairs"};
 
 }  // namespace
 
@@ -56,6 +56,7 @@ std::string format_schedule(const Schedule& s) {
   if (!s.name.empty()) out += fmt::format("name: {}\n", s.name);
   out += fmt::format("pp_size: {}\nnum_stages: {}\nnum_microbatches: {}\nvirtual_stages: {}\nplacement: {}\n", s.pp_size,
                      s.num_stages, s.num_microbatches, s.virtual_stages, fmt::join(s.stage_to_rank, " "));
+  if (s.overlap_fb_pairs) out += "overlap_fb_pairs: true\n";  // written only when set: older files stay as they were
   for (int r = 0; r < static_cast<int>(s.ranks.size()); ++r) {
     out += fmt::format("rank {}:", r);
     for (const auto& a : s.ranks[r]) {
@@ -190,6 +191,13 @@ Schedule parse_schedule(std::string_view text, std::string_view source) {
                    "number of stages)",
                    source, s.num_stages, s.pp_size);
       s.virtual_stages = s.num_stages / s.pp_size;
+    }
+    if (header.count("overlap_fb_pairs")) {
+      const auto& [value, line] = header["overlap_fb_pairs"];
+      CLEAVE_CHECK(value == "true" || value == "false",
+                   "schedule file '{}' line {}: overlap_fb_pairs must be 'true' or 'false', got '{}'", source, line,
+                   value);
+      s.overlap_fb_pairs = value == "true";
     }
     // Shape errors name the source, not the schedule's own name.
     const std::string name = std::exchange(s.name, std::string(source));

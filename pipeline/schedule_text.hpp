@@ -8,13 +8,16 @@
 //   num_microbatches: 2
 //   virtual_stages: 1
 //   placement: 0 1                stage → rank, one number per stage
+//   overlap_fb_pairs: true        Schedule::overlap_fb_pairs (overlap_schedule.hpp); written only when set
 //   rank 0: 0F0 0F1 0B0 0B1       one line per pp rank, one action token per word (action.hpp)
 //   rank 1: 1F0 1B0 1F1 1B1
 //
 // Every header line may be left out: pp_size is the number of rank lines, num_stages and
 // num_microbatches are one more than the largest stage and micro-batch used, placement is where each
-// stage appears, virtual_stages = num_stages / pp_size. Parsing checks syntax and shape only; the
-// validator checks that the schedule runs. Errors name the source, line and token.
+// stage appears, virtual_stages = num_stages / pp_size, overlap_fb_pairs is false. Parsing checks syntax
+// and shape only; the validator checks that the schedule runs. Errors name the source, line and token. A
+// loaded schedule with overlap_fb_pairs set runs its F&B pairs overlapped once lowered (the plan and
+// `cleave simulate` make them adjacent again, overlap_schedule.hpp).
 #pragma once
 
 #include <string>

@@ -263,7 +263,9 @@ int run_simulate(int argc, char** argv) {
   }
   pipeline::Schedule schedule = build_schedule(options);
   pipeline::check_schedule(schedule);
-  if (options.overlap) schedule = pipeline::overlap_fb_pairs(pipeline::ensure_lowered(schedule));
+  if (options.overlap || schedule.overlap_fb_pairs) {  // --overlap, or a file saved with its pairs overlapped
+    schedule = pipeline::overlap_fb_pairs(pipeline::ensure_lowered(schedule));
+  }
 
   const pipeline::SimulationCosts costs = make_costs(options, schedule.num_stages);
   const pipeline::SimulationResult sim = pipeline::simulate(schedule, costs);

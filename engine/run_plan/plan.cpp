@@ -156,7 +156,11 @@ Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_ran
   const pipeline::Schedule compute = make_compute_schedule(config, num_microbatches);
   pipeline::check_schedule(compute);
   plan.schedule = pipeline::ensure_lowered(compute);
-  if (config.parallel.moe_a2a_overlap) plan.schedule = pipeline::overlap_fb_pairs(plan.schedule);
+  // The key, or a schedule file saved with its pairs overlapped (schedule_text.hpp: lowering a compute-only file
+  // puts communication between the pairs' two actions, so they are made adjacent again).
+  if (config.parallel.moe_a2a_overlap || compute.overlap_fb_pairs) {
+    plan.schedule = pipeline::overlap_fb_pairs(plan.schedule);
+  }
 
   const auto costs = partition::model_costs(plan.spec, DType::kF32, config.train.recompute);
   const int num_stages = plan.schedule.num_stages;

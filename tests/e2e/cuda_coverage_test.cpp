@@ -32,6 +32,7 @@ namespace {
 
 #define CLEAVE_BACKEND_SLOTS(X)                                                                                  \
   X(gemm) X(fill) X(copy) X(copy_2d) X(add) X(add_inplace) X(scale_inplace) X(axpy) X(sum_squares) X(sum_squares_many)       \
+  X(sum_squares_exact)                                                                                           \
   X(bias_add_forward) X(bias_backward) X(gelu_forward) X(gelu_backward) X(relu_forward) X(relu_backward)          \
   X(softmax_forward) X(softmax_backward) X(layernorm_forward) X(layernorm_backward_input)                         \
   X(layernorm_backward_weight) X(attention_forward) X(attention_backward) X(attention_merge)                     \
@@ -225,7 +226,7 @@ TEST(CudaCoverage, Moe) {
 TEST(CudaCoverage, RecordingSeesTheGptOps) {
   const std::set<std::string> used = slots_used(gpt());
   for (const char* slot : {"gemm", "attention_forward", "attention_backward", "layernorm_forward", "embedding_forward",
-                           "cross_entropy_forward", "cross_entropy_backward", "sum_squares_many",
+                           "cross_entropy_forward", "cross_entropy_backward", "sum_squares_exact",
                            "check_device_status"}) {
     EXPECT_TRUE(used.count(slot)) << slot << " was not recorded during a GPT step";
   }

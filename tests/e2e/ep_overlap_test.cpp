@@ -7,16 +7,23 @@
 // over inside them (StepStats::overlapped_pairs, pair_hand_overs), so a run that silently fell back to one action at
 // a time cannot pass. Against one rank (plain 1F1B, ep 1) within the pipeline tests' rounding bound, 5e-6 relative
 // (pipeline_equivalence_test.cpp: dp2_pp2_dualpipev); against ep 1 at the same layout bit for bit, as
-// ep_equivalence_test.cpp's ep2_pp2_dualpipev is.
+// ep_equivalence_test.cpp's ep2_pp2_dualpipev is. With ZeRO-2 and ZeRO-3 the overlapped run equals the plain run
+// without ZeRO bit for bit; a schedule file saved with its pairs overlapped runs them overlapped.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <string>
 #include <vector>
 
 #include "engine/core/error.hpp"
 #include "mpi/mpi_test_env.hpp"
+#include "pipeline/lowering.hpp"
+#include "pipeline/overlap_schedule.hpp"
+#include "pipeline/schedule_text.hpp"
+#include "pipeline/schedules/schedules.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
@@ -114,6 +121,60 @@ TEST(EpOverlap, OverlappedDualPipeVMatchesPlainBitForBit) {
                   name.c_str(), overlapped.pairs, overlapped.hand_overs, overlapped.record.losses.front(),
                   overlapped.record.losses.back());
     }
+  }
+}
+
+// ZeRO composes with the overlapped pairs: ZeRO-2 and ZeRO-3 (expert and non-expert shards in their own groups; at
+// ZeRO-3 both stages' parameters gathered before a pair starts, engine/train/data_parallel.hpp) with the overlapped
+// dualpipev at pp 2 x ep 2 against the PLAIN dualpipev run (no overlap, no ZeRO) bit for bit: ZeRO 1-3 equal plain
+// data parallel bit for bit (ep_zero_test.cpp's ep2_pp2_dualpipev_zero2) and the pairs change only the order of
+// independent work.
+TEST(EpOverlap, OverlappedDualPipeVWithZeroMatchesPlainBitForBit) {
+  auto world = make_world(/*deterministic=*/true);
+  if (world->size() != 4) GTEST_SKIP() << "runs at 4 ranks (pp 2 x ep 2)";
+  const std::string ep2 = "parallel.expert_model_parallel_size=2", overlap = "parallel.moe_a2a_overlap=true";
+  const OverlapRun plain = run(tiny_moe({ep2}), *world);
+  EXPECT_EQ(plain.pairs, 0);
+  for (int stage : {2, 3}) {
+    SCOPED_TRACE("zero_stage " + std::to_string(stage));
+    const OverlapRun overlapped =
+        run(tiny_moe({ep2, overlap, "optimizer.zero_stage=" + std::to_string(stage)}), *world);
+    EXPECT_GT(overlapped.pairs, 0) << "no F&B pair ran overlapped";
+    EXPECT_GE(overlapped.hand_overs, overlapped.pairs) << "pairs ran without handing the rank over";
+    expect_bit_identical(overlapped.record, plain.record);
+    if (world->rank() == 0) {
+      std::printf("[ overlap ] ZeRO-%d overlapped        %d pairs, %d hand-overs on rank 0; losses %.6f -> %.6f, "
+                  "bit-identical to plain dualpipev without ZeRO\n",
+                  stage, overlapped.pairs, overlapped.hand_overs, overlapped.record.losses.front(),
+                  overlapped.record.losses.back());
+    }
+  }
+}
+
+// A schedule saved with its pairs overlapped (schedule_text.hpp's overlap_fb_pairs line) and named as
+// parallel.schedule runs the pairs overlapped without the key, bit-identical to the plain dualpipev run.
+TEST(EpOverlap, SavedOverlappedScheduleRunsItsPairsOverlapped) {
+  auto world = make_world(/*deterministic=*/true);
+  if (world->size() != 4) GTEST_SKIP() << "runs at 4 ranks (pp 2 x ep 2)";
+  const std::string ep2 = "parallel.expert_model_parallel_size=2";
+  // pp 2 x dp 2: 8 samples / (1 per micro-batch x 2 replicas) = 4 micro-batches per step.
+  const int v = pipeline::default_virtual_stages("dualpipev");
+  const pipeline::Schedule compute = pipeline::make_schedule("dualpipev", 2, 4, v);
+  const pipeline::Schedule paired = pipeline::overlap_fb_pairs(pipeline::lower_schedule(compute));
+  pipeline::Schedule flagged_compute = compute;  // compute actions only: the plan lowers it, then pairs it again
+  flagged_compute.overlap_fb_pairs = true;
+  const OverlapRun plain = run(tiny_moe({ep2}), *world);
+  EXPECT_EQ(plain.pairs, 0);
+  for (const pipeline::Schedule* saved : {&paired, static_cast<const pipeline::Schedule*>(&flagged_compute)}) {
+    SCOPED_TRACE(saved == &paired ? "lowered file" : "compute-only file");
+    const auto path = std::filesystem::temp_directory_path() /
+                      ("cleave_ep_overlap_saved_" + std::to_string(world->rank()) + ".sched");
+    pipeline::save_schedule(*saved, path.string());
+    const OverlapRun from_file = run(tiny_moe({ep2, "parallel.schedule=" + path.string()}), *world);
+    std::filesystem::remove(path);
+    EXPECT_GT(from_file.pairs, 0) << "the saved schedule's pairs did not run overlapped";
+    EXPECT_GE(from_file.hand_overs, from_file.pairs);
+    expect_bit_identical(from_file.record, plain.record);
   }
 }
 

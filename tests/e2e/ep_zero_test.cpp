@@ -17,7 +17,10 @@
 //    ep 4 at ZeRO-3 (expert-dp of 1); against the same layout at ep 1 without ZeRO on the same world (context
 //    parallelism's attention chunks and a pipeline's tied table round differently from one rank's): ep 2 from
 //    dp 2 × cp 2 at ZeRO-3, ep 2 × pp 2 under zb_v at ZeRO-3 and under dualpipev at ZeRO-2 (the split backward's W
-//    actions report the expert gradients final, the all-to-alls inside F, I and W).
+//    actions report the expert gradients final, the all-to-alls inside F, I and W), and ep 2 × tp 2 (ep from dp 2,
+//    each ep rank's experts split over tp, expert-dp groups of 1) at ZeRO-2 and ZeRO-3 against tp 2 at ep 1 without
+//    ZeRO (tp's partial sums associate differently from one rank's: moe_equivalence_test.cpp's bound; against tp 2
+//    itself nothing changes but who holds which expert and which shard, so the bound is 0 here too).
 //  - optimizer.zero_reduce per_microbatch (the main buckets per micro-batch, the experts' per step) matches ZeRO-0 at
 //    the same ep within float rounding (5e-6, SGD with momentum).
 //  - Between steps a ZeRO-3 rank holds no gradient, and its f32 parameter shards are (non-expert / (dp × cp) +
@@ -81,12 +84,15 @@ std::vector<Case> cases_for(int world) {
   if (world == 4) {
     const std::string cp2 = "parallel.context_parallel_size=2", pp2 = "parallel.pipeline_model_parallel_size=2";
     const std::string zb_v = "parallel.schedule=zb_v", dualpipev = "parallel.schedule=dualpipev";
+    const std::string tp2 = "parallel.tensor_model_parallel_size=2";
     return {{"ep2_in_dp4_zero2", 8, {ep(2), zero(2)}, {}},
             {"ep2_in_dp4_zero3", 8, {ep(2), zero(3)}, {}},
             {"ep4_zero3", 6, {ep(4), zero(3)}, {}},
             {"ep2_from_dp2_cp2_zero3", 6, {ep(2), zero(3), cp2}, {cp2}},
             {"ep2_pp2_zb_v_zero3", 6, {ep(2), zero(3), pp2, zb_v}, {pp2, zb_v}},
-            {"ep2_pp2_dualpipev_zero2", 6, {ep(2), zero(2), pp2, dualpipev}, {pp2, dualpipev}}};
+            {"ep2_pp2_dualpipev_zero2", 6, {ep(2), zero(2), pp2, dualpipev}, {pp2, dualpipev}},
+            {"ep2_tp2_zero2", 6, {ep(2), zero(2), tp2}, {tp2}},
+            {"ep2_tp2_zero3", 6, {ep(2), zero(3), tp2}, {tp2}}};
   }
   return {};
 }

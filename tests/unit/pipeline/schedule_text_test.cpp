@@ -10,6 +10,7 @@
 
 #include "engine/core/error.hpp"
 #include "pipeline/lowering.hpp"
+#include "pipeline/overlap_schedule.hpp"
 #include "pipeline/schedule_text.hpp"
 #include "pipeline/schedules/schedules.hpp"
 
@@ -33,6 +34,7 @@ void expect_same(const Schedule& a, const Schedule& b) {
   EXPECT_EQ(a.virtual_stages, b.virtual_stages);
   EXPECT_EQ(a.stage_to_rank, b.stage_to_rank);
   EXPECT_EQ(a.ranks, b.ranks);
+  EXPECT_EQ(a.overlap_fb_pairs, b.overlap_fb_pairs);
 }
 
 TEST(ActionText, EveryKindRoundTrips) {
@@ -129,6 +131,42 @@ TEST(ScheduleText, ErrorsNameSourceLineAndToken) {
   EXPECT_NE(error_of([] { load_schedule("/nonexistent/cleave.sched"); }).find("cannot open schedule file "
                                                                                "'/nonexistent/cleave.sched'"),
             std::string::npos);
+}
+
+// parallel.moe_a2a_overlap's schedule property survives save -> load: DualPipeV's overlapped pairs (adjacent,
+// flag set) come back with the flag and the same pairs; a plain schedule's text has no such line; a compute-only
+// file with the flag gets its pairs made adjacent again once lowered (as make_plan and `cleave simulate` do).
+TEST(ScheduleText, OverlappedPairsRoundTrip) {
+  for (int p : {2, 4}) {
+    SCOPED_TRACE(::testing::Message() << "dualpipev p=" << p);
+    const Schedule compute = make_schedule("dualpipev", p, 2 * p, default_virtual_stages("dualpipev"));
+    const Schedule paired = overlap_fb_pairs(lower_schedule(compute));
+    ASSERT_GT(count_overlapped_pairs(paired), 0);
+    const std::string text = format_schedule(paired);
+    EXPECT_NE(text.find("\noverlap_fb_pairs: true\n"), std::string::npos) << text;
+    const Schedule loaded = parse_schedule(text);
+    expect_same(loaded, paired);
+    EXPECT_EQ(count_overlapped_pairs(loaded), count_overlapped_pairs(paired));
+    const auto path = std::filesystem::temp_directory_path() / "cleave_schedule_text_overlap.txt";
+    save_schedule(paired, path.string());
+    const Schedule from_file = load_schedule(path.string());
+    std::filesystem::remove(path);
+    EXPECT_TRUE(from_file.overlap_fb_pairs);
+    EXPECT_EQ(from_file.ranks, paired.ranks);
+
+    EXPECT_EQ(format_schedule(lower_schedule(compute)).find("overlap_fb_pairs"), std::string::npos);
+    EXPECT_FALSE(parse_schedule(format_schedule(compute)).overlap_fb_pairs);
+
+    Schedule flagged_compute = compute;  // as if hand-written: compute actions and the flag
+    flagged_compute.overlap_fb_pairs = true;
+    const Schedule reloaded = parse_schedule(format_schedule(flagged_compute));
+    EXPECT_TRUE(reloaded.overlap_fb_pairs);
+    EXPECT_EQ(overlap_fb_pairs(ensure_lowered(reloaded)).ranks, paired.ranks);
+  }
+  const std::string bad = error_of([] { parse_schedule("overlap_fb_pairs: yes\nrank 0: 0F0 0B0\n", "x.txt"); });
+  EXPECT_NE(bad.find("schedule file 'x.txt' line 1: overlap_fb_pairs must be 'true' or 'false', got 'yes'"),
+            std::string::npos)
+      << bad;
 }
 
 }  // namespace

@@ -75,9 +75,10 @@ void sequence_parallel_share(const BlockSpec& block, BlockCost& cost, int tp, st
   const std::int64_t t = block.seq_len > 0 ? block.seq_len : block.input.rows(), ts = t / tp;
   switch (block.kind) {
     case BlockKind::kEmbedding: {
-      const std::int64_t d = block.out_features;
+      // Tokens from the ids' shape [T]: seq_len is the learned positions' count, 0 for llama (which has none).
+      const std::int64_t tokens = block.input.numel(), d = block.out_features;
       cost.output_bytes /= tp;
-      cost.weight_stash_bytes = cost.activation_bytes + t * d * b + cost.output_bytes;  // ids, dy whole and shard
+      cost.weight_stash_bytes = cost.activation_bytes + tokens * d * b + cost.output_bytes;  // ids, dy whole, shard
       break;
     }
     case BlockKind::kRmsNorm:
@@ -175,7 +176,8 @@ TpBlockComm tp_block_comm(const BlockSpec& block, DType dtype, int tp, bool sequ
   using Op = TpCollectiveOp;
   switch (block.kind) {
     case BlockKind::kEmbedding: {
-      const std::int64_t stream = block.seq_len * block.out_features * b;
+      // The tokens from the ids' shape [T] (seq_len counts learned positions: 0 for llama).
+      const std::int64_t stream = block.input.numel() * block.out_features * b;
       c.forward.push_back({sp ? Op::kReduceScatter : Op::kAllReduce, stream});
       if (sp) c.input_grad.push_back({Op::kAllGather, stream});
       break;

@@ -87,8 +87,11 @@ BlockCost llama_cost_without_qk_norms(const BlockSpec& block, DType dtype, Recom
     // [H/tp, T] (f32), two rstd of T/tp rows.
     const std::int64_t plain =
         (6 * t * d + 2 * t * kv + 3 * t * f) / tp * b + (h / tp) * t * kStatBytes + 2 * ts * kStatBytes;
-    // o's and down's gathered dy [T, D] from I to W; the rest as plain tp with the replicated tensors as shards.
-    cost.weight_stash_bytes = (2 * t * d + (8 * t * d + 2 * t * kv + 3 * t * f) / tp) * b + 2 * ts * kStatBytes;
+    // From I to W o and down (row-parallel) keep the gathered dy [T, D] their weight gradients read and the dy
+    // shard [T / tp, D] they were given (RowParallelLinear::backward_input); the rest as plain tp with the
+    // replicated tensors as shards: 2TD + (8TD + 2TD + 2TK + 3TF) / tp (mpi_llama_stash_test_np2: exact per tp
+    // rank; the two shards were missing, 512 B per sample per block under that test's tiny model).
+    cost.weight_stash_bytes = (2 * t * d + (10 * t * d + 2 * t * kv + 3 * t * f) / tp) * b + 2 * ts * kStatBytes;
     apply_recompute(cost, recompute, plain, attention_stats_bytes(t, h / tp), ts * d * b);
     cost.output_bytes = ts * d * b;
     // backward_extra: mlp: the dy shard, down's gathered dy [T, D], dh, dgate, dup [T, F/tp]; then gate's and

@@ -6,6 +6,7 @@
 
 #include "engine/core/error.hpp"
 #include "partition/cost_model.hpp"
+#include "partition/families/llama.hpp"
 
 namespace cleave::partition {
 namespace {
@@ -187,6 +188,34 @@ TEST(CostModel, SequenceParallelCollectivesMoveTheSameBytes) {
   for (const auto& c : sp.forward) EXPECT_EQ(c.bytes, stream);
   EXPECT_TRUE(tp_block_comm(spec.blocks[1], DType::kF32, 1, true).forward.empty());
   EXPECT_EQ(tp_block_comm(spec.blocks[0], DType::kF32, 2, true).forward[0].op, TpCollectiveOp::kReduceScatter);
+}
+
+// Llama's embedding has no learned positions (seq_len 0): its tokens come from the ids' shape [T]. T = 8, D = 16,
+// f32, tp 2: the forward all-reduce / reduce-scatter and the input gradient's all-gather move [T, D]; under
+// sequence parallelism the weight stash is the ids (i32), the gathered dy [T, D] and the dy shard [T/2, D]
+// (800 B, as mpi_llama_stash_test_np2 measures; it was costed 352 B when the tokens came from seq_len).
+TEST(CostModel, LlamaEmbeddingCountsItsTokensFromTheIds) {
+  LlamaConfig c;
+  c.vocab_size = 32;
+  c.d_model = 16;
+  c.n_heads = 4;
+  c.seq_len = 8;
+  const ModelSpec spec = make_llama_spec(llama_defaults(c));
+  const BlockSpec& embed = spec.blocks.front();
+  ASSERT_EQ(embed.kind, BlockKind::kEmbedding);
+  ASSERT_EQ(embed.seq_len, 0);
+  const std::int64_t stream = 8 * 16 * 4;
+  const TpBlockComm plain = tp_block_comm(embed, DType::kF32, 2, false);
+  const TpBlockComm sp = tp_block_comm(embed, DType::kF32, 2, true);
+  ASSERT_EQ(plain.forward.size(), 1u);
+  EXPECT_EQ(plain.forward[0].bytes, stream);
+  ASSERT_EQ(sp.forward.size(), 1u);
+  EXPECT_EQ(sp.forward[0].bytes, stream);
+  ASSERT_EQ(sp.input_grad.size(), 1u);
+  EXPECT_EQ(sp.input_grad[0].bytes, stream);
+  const BlockCost cost = block_cost(embed, DType::kF32, Recompute::kNone, 2, true);
+  EXPECT_EQ(cost.weight_stash_bytes, 8 * 4 + stream + stream / 2);
+  EXPECT_EQ(cost.output_bytes, stream / 2);
 }
 
 }  // namespace

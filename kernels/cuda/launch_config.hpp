@@ -175,6 +175,8 @@ inline std::vector<KernelLaunch> kernel_launches(const Problem& p) {
       {"relu_backward_kernel", elementwise},
       {"rmsnorm_forward_kernel", warp_per_row(p.rows)},             // rmsnorm.cu
       {"rmsnorm_backward_input_kernel", warp_per_row(p.rows)},
+      {"add_rmsnorm_forward_kernel", warp_per_row(p.rows)},
+      {"add_rmsnorm_backward_input_kernel", warp_per_row(p.rows)},
       {"rmsnorm_weight_partial_kernel", column_partial(p.rows, p.cols)},
       {"rmsnorm_weight_final_kernel", grid_stride(p.cols)},
       {"rope_pack_qkv_kernel", elementwise},                        // rope.cu

@@ -44,6 +44,9 @@ constexpr LocalMemoryAllowance kLocalMemoryAllowed[] = {
     {"ordered_reduce_kernel", 256,
      "engine/comm/nccl/ordered_reduce.cu: a per-thread stack of 32 partial sums and sizes indexed at run time (the "
      "rank-ordered tree of deterministic NCCL reductions), one pass per gradient bucket"},
+    {"sum_squares_exact_kernel", 160,
+     "kernels/cuda/sum_squares_exact.cu: a per-thread exact accumulator (base-2^32 digits, the digit chosen by each "
+     "square's exponent at run time) for the order-independent gradient norm, once per step"},
 };
 
 // Kernels outside kernels/cuda (so outside launch_config.hpp's catalogue) and their block threads.

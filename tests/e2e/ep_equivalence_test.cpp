@@ -56,23 +56,6 @@ config::RunConfig tiny_moe(std::int64_t steps, const std::vector<std::string>& o
 
 std::string ep(int size) { return "parallel.expert_model_parallel_size=" + std::to_string(size); }
 
-void expect_bit_identical(const RunRecord& got, const RunRecord& want) {
-  ASSERT_EQ(got.losses.size(), want.losses.size());
-  for (std::size_t i = 0; i < got.losses.size(); ++i) {
-    EXPECT_TRUE(std::isfinite(got.losses[i])) << "step " << i;
-    EXPECT_EQ(got.losses[i], want.losses[i]) << "step " << i;
-  }
-  ASSERT_EQ(got.params.size(), want.params.size());
-  for (const auto& [name, values] : want.params) {
-    ASSERT_EQ(got.params.count(name), 1u) << name;
-    const auto& other = got.params.at(name);
-    ASSERT_EQ(other.size(), values.size()) << name;
-    std::size_t wrong = 0;
-    for (std::size_t i = 0; i < values.size(); ++i) wrong += std::memcmp(&other[i], &values[i], sizeof(float)) != 0;
-    EXPECT_EQ(wrong, 0u) << name << ": " << wrong << " of " << values.size() << " elements differ";
-  }
-}
-
 struct Case {
   std::string name;
   int ep = 2;

@@ -24,6 +24,7 @@
 #include "pipeline/overlap_schedule.hpp"
 #include "pipeline/schedule_text.hpp"
 #include "pipeline/schedules/schedules.hpp"
+#include "support/layout_compare.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
@@ -61,23 +62,6 @@ OverlapRun run(const config::RunConfig& config, comm::Communicator& world) {
   }
   out.record.params = trainer.gather_parameters();
   return out;
-}
-
-void expect_bit_identical(const RunRecord& got, const RunRecord& want) {
-  ASSERT_EQ(got.losses.size(), want.losses.size());
-  for (std::size_t i = 0; i < got.losses.size(); ++i) {
-    EXPECT_TRUE(std::isfinite(got.losses[i])) << "step " << i;
-    EXPECT_EQ(got.losses[i], want.losses[i]) << "step " << i;
-  }
-  ASSERT_EQ(got.params.size(), want.params.size());
-  for (const auto& [name, values] : want.params) {
-    ASSERT_EQ(got.params.count(name), 1u) << name;
-    const auto& other = got.params.at(name);
-    ASSERT_EQ(other.size(), values.size()) << name;
-    std::size_t wrong = 0;
-    for (std::size_t i = 0; i < values.size(); ++i) wrong += std::memcmp(&other[i], &values[i], sizeof(float)) != 0;
-    EXPECT_EQ(wrong, 0u) << name << ": " << wrong << " of " << values.size() << " elements differ";
-  }
 }
 
 TEST(EpOverlap, OverlappedDualPipeVMatchesPlainBitForBit) {

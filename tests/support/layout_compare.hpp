@@ -79,6 +79,16 @@ inline void expect_params_bit_identical(const RunRecord& got, const RunRecord& w
   }
 }
 
+// Every loss finite and equal to the reference's, and every parameter bit-identical.
+inline void expect_bit_identical(const RunRecord& got, const RunRecord& want) {
+  EXPECT_EQ(got.losses.size(), want.losses.size());
+  for (std::size_t i = 0; i < got.losses.size() && i < want.losses.size(); ++i) {
+    EXPECT_TRUE(std::isfinite(got.losses[i])) << "step " << i;
+    EXPECT_EQ(got.losses[i], want.losses[i]) << "step " << i;
+  }
+  expect_params_bit_identical(got, want);
+}
+
 // Expects `got` to match `want` within `bound`; returns what it measured.
 inline Comparison expect_within(const RunRecord& got, const RunRecord& want, const Bound& bound) {
   Comparison c;
@@ -88,8 +98,7 @@ inline Comparison expect_within(const RunRecord& got, const RunRecord& want, con
   c.loss_diff = max_loss_rel_diff(got, want);
   switch (bound.kind) {
     case Bound::Kind::kBitExact:
-      for (std::size_t i = 0; i < got.losses.size(); ++i) EXPECT_EQ(got.losses[i], want.losses[i]) << "step " << i;
-      expect_params_bit_identical(got, want);
+      expect_bit_identical(got, want);
       break;
     case Bound::Kind::kRelative:
       EXPECT_LE(c.loss_diff, bound.losses);

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <cstdio>
 #include <utility>
 
 #include <fmt/format.h>
@@ -291,6 +292,12 @@ Args ArgParser::parse(const std::vector<std::string>& args) const {
     out.positionals_.push_back(arg);
   }
   return out;
+}
+
+bool ArgParser::print_help_if_asked(const Args& args) const {
+  if (!args.help()) return false;
+  std::fputs(help_text().c_str(), stdout);
+  return true;
 }
 
 std::string ArgParser::help_text() const {

@@ -101,6 +101,9 @@ class ArgParser {
   Args parse(const std::vector<std::string>& args) const;
 
   std::string help_text() const;
+  // A command's entry point, after parse(): when `args` asked for --help / -h, writes help_text() to stdout and
+  // returns true (the command then returns 0 and reads nothing further); false otherwise.
+  bool print_help_if_asked(const Args& args) const;
   const std::string& command() const { return command_; }
 
  private:

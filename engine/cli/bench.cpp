@@ -64,10 +64,7 @@ the simulator's prediction from the measured per-action costs. Writes DIR/bench.
 int run_bench(int argc, char** argv) {
   const ArgParser parser = bench_args();
   const Args args = parser.parse(argc, argv);
-  if (args.help()) {
-    std::fputs(parser.help_text().c_str(), stdout);
-    return 0;
-  }
+  if (parser.print_help_if_asked(args)) return 0;
   BenchOptions o;
   o.config_path = args.positional(0);
   o.overrides = args.all("--set");

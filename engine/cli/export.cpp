@@ -10,7 +10,6 @@
 // shards of at most --max-shard-size with model.safetensors.index.json) that transformers' from_pretrained
 // loads as GPT2LMHeadModel (gpt) or LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM (llama), carrying
 // what the checkpoint's index.json "source" recorded of a Hugging Face origin (hf_export.hpp).
-#include <cstdio>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -76,10 +75,7 @@ int export_hf(train::CheckpointReader& reader, const std::string& out, bool bf16
 int run_export(int argc, char** argv) {
   const ArgParser parser = export_args();
   const Args args = parser.parse(argc, argv);
-  if (args.help()) {
-    std::fputs(parser.help_text().c_str(), stdout);
-    return 0;
-  }
+  if (parser.print_help_if_asked(args)) return 0;
   const std::string source = args.positional(0);
   const std::string out = args.text("--out");
   const std::string dtype = args.text("--dtype");

@@ -79,10 +79,7 @@ int sample(std::vector<float> logits, double temperature, int top_k, std::mt1993
 int run_generate(int argc, char** argv) {
   const ArgParser parser = generate_args();
   const Args args = parser.parse(argc, argv);
-  if (args.help()) {
-    std::fputs(parser.help_text().c_str(), stdout);
-    return 0;
-  }
+  if (parser.print_help_if_asked(args)) return 0;
   const std::string source = args.positional(0);
   const std::string prompt = args.text("--prompt");
   const std::int64_t tokens = args.count("--tokens");

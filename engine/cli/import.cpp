@@ -5,7 +5,6 @@
 // Invariant: everything is read and checked (names, shapes, every value finite, config.json's settings, the model
 // section through the config reader) before anything is written, and an existing or unwritable CKPT is refused
 // before anything is read.
-#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -43,10 +42,7 @@ at train time); a GPT-2's is n_positions. Start training from it, at any layout,
 int run_import(int argc, char** argv) {
   const ArgParser parser = import_args();
   const Args args = parser.parse(argc, argv);
-  if (args.help()) {
-    std::fputs(parser.help_text().c_str(), stdout);
-    return 0;
-  }
+  if (parser.print_help_if_asked(args)) return 0;
   const std::string source = args.positional(0);
   const std::string out = args.text("--out");
   CLEAVE_CHECK(!source.empty(), "import: no HF_DIR given (see cleave import --help)");

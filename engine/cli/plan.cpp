@@ -443,10 +443,7 @@ void write_best_plan(const std::string& write_path, const std::string& config_pa
 int run_plan(int argc, char** argv) {
   const ArgParser parser = plan_args();
   const Args args = parser.parse(argc, argv);
-  if (args.help()) {
-    std::fputs(parser.help_text().c_str(), stdout);
-    return 0;
-  }
+  if (parser.print_help_if_asked(args)) return 0;
   const std::string config_path = args.positional(0);
   const std::vector<std::string> overrides = args.all("--set");
   const std::string profile_path = args.text("--profile");

@@ -241,10 +241,7 @@ int run_profile(int argc, char** argv) {
   }
   const ArgParser parser = profile_args();
   const Args args = parser.parse(argc, argv);
-  if (args.help()) {
-    std::fputs(parser.help_text().c_str(), stdout);
-    return 0;
-  }
+  if (parser.print_help_if_asked(args)) return 0;
   const ProfileCommand cmd = read_command(args);
   const config::RunConfig config = config::load_config(cmd.config_path, cmd.overrides);
   CLEAVE_CHECK(config.device.type == DeviceType::kCpu,

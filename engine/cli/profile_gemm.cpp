@@ -83,10 +83,7 @@ std::string compare_line(const planner::HardwareProfile& measured, const planner
 int run_profile_gemm(int argc, char** argv) {
   const ArgParser parser = profile_gemm_args();
   const Args args = parser.parse(argc, argv);
-  if (args.help()) {
-    std::fputs(parser.help_text().c_str(), stdout);
-    return 0;
-  }
+  if (parser.print_help_if_asked(args)) return 0;
   const std::string base_path = args.text("--base");
   const std::string out_path = args.text("--out");
   CLEAVE_CHECK(!base_path.empty(), "profile --gemm: give --base FILE, the shipped profile of this GPU whose peaks the "

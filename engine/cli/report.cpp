@@ -28,10 +28,7 @@ config.json (optional). cleave train writes the same report at the end of every 
 int run_report(int argc, char** argv) {
   const ArgParser parser = report_args();
   const Args args = parser.parse(argc, argv);
-  if (args.help()) {
-    std::fputs(parser.help_text().c_str(), stdout);
-    return 0;
-  }
+  if (parser.print_help_if_asked(args)) return 0;
   const std::string dir = args.positional(0);
   CLEAVE_CHECK(!dir.empty(), "report: give a run directory: cleave report RUN_DIR (see cleave report --help)");
   std::printf("%s\n", report::write_report(dir).c_str());

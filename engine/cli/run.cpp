@@ -80,10 +80,7 @@ int run_run(int argc, char** argv) {
   }
   const ArgParser parser = run_args();
   const Args args = parser.parse(mine);
-  if (args.help()) {
-    std::fputs(parser.help_text().c_str(), stdout);
-    return 0;
-  }
+  if (parser.print_help_if_asked(args)) return 0;
   CLEAVE_CHECK(after, "run: put the training job after --, e.g. cleave run --slots 4 -- CONFIG.json --set ...");
   supervise::SuperviseOptions o;
   for (std::size_t i = 0; i < theirs.size(); ++i) {

@@ -97,7 +97,7 @@ struct Options {
   double forward_all_to_all = 0.0, backward_all_to_all = 0.0;
   bool overlap = false;
   std::string trace_path, svg_path, save_path;
-  bool lowered = false, json = false, help = false;
+  bool lowered = false, json = false;
 };
 
 // `count` comma-separated numbers >= 0 (ms) of `flag`.
@@ -121,30 +121,8 @@ std::vector<double> parse_ms_list(std::string_view text, std::size_t count, cons
   return values;
 }
 
-void parse_costs(std::string_view text, Options& options) {
-  std::vector<double> values;
-  std::size_t pos = 0;
-  while (true) {
-    const std::size_t comma = text.find(',', pos);
-    const std::string_view part = text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
-    double value = 0;
-    auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
-    CLEAVE_CHECK(!part.empty() && ec == std::errc() && ptr == part.data() + part.size() && std::isfinite(value) &&
-                     value >= 0,
-                 "simulate: --costs expects F,I,W (three numbers >= 0, in ms), got '{}'", text);
-    values.push_back(value);
-    if (comma == std::string_view::npos) break;
-    pos = comma + 1;
-  }
-  CLEAVE_CHECK(values.size() == 3, "simulate: --costs expects F,I,W (three numbers >= 0, in ms), got '{}'", text);
-  options.forward = values[0];
-  options.backward_input = values[1];
-  options.backward_weight = values[2];
-}
-
 Options read_options(const Args& args) {
   Options options;
-  options.help = args.help();
   const auto optional_count = [&](const char* name) -> std::optional<int> {
     if (!args.given(name)) return std::nullopt;
     return static_cast<int>(args.count(name));
@@ -156,7 +134,12 @@ Options read_options(const Args& args) {
   options.max_stashes = optional_count("--max-stashes");
   options.memory_limit = args.size("--memory-limit");
   options.stash_bytes = args.size("--stash-bytes");
-  if (args.given("--costs")) parse_costs(args.text("--costs"), options);
+  if (args.given("--costs")) {
+    const auto costs = parse_ms_list(args.text("--costs"), 3, "--costs", "F,I,W");
+    options.forward = costs[0];
+    options.backward_input = costs[1];
+    options.backward_weight = costs[2];
+  }
   if (args.given("--all-to-all")) {
     const auto a2a = parse_ms_list(args.text("--all-to-all"), 2, "--all-to-all", "AF,AB");
     options.forward_all_to_all = a2a[0];
@@ -256,11 +239,9 @@ int run_simulate(int argc, char** argv) {
     if (std::string_view(argv[i]) == "--config") return run_simulate_config(argc, argv);
   }
   const ArgParser parser = simulate_args();
-  const Options options = read_options(parser.parse(argc, argv));
-  if (options.help) {
-    std::fputs(parser.help_text().c_str(), stdout);
-    return 0;
-  }
+  const Args args = parser.parse(argc, argv);
+  const Options options = read_options(args);  // before --help: a malformed --costs is refused even then
+  if (parser.print_help_if_asked(args)) return 0;
   pipeline::Schedule schedule = build_schedule(options);
   pipeline::check_schedule(schedule);
   if (options.overlap || schedule.overlap_fb_pairs) {  // --overlap, or a file saved with its pairs overlapped

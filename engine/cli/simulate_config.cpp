@@ -100,10 +100,7 @@ nlohmann::json breakdown_json(const planner::StepBreakdown& b) {
 int run_simulate_config(int argc, char** argv) {
   const ArgParser parser = simulate_config_args();
   const Args args = parser.parse(argc, argv);
-  if (args.help()) {
-    std::fputs(parser.help_text().c_str(), stdout);
-    return 0;
-  }
+  if (parser.print_help_if_asked(args)) return 0;
   const std::string config_path = args.text("--config");
   const std::string profile_path = args.text("--profile");
   const auto limit = args.size("--memory-limit");

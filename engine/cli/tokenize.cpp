@@ -196,10 +196,7 @@ Documents split_documents(const std::string& text, const std::string& path, cons
 int run_tokenize(int argc, char** argv) {
   const ArgParser parser = tokenize_args();
   const Args args = parser.parse(argc, argv);
-  if (args.help()) {
-    std::fputs(parser.help_text().c_str(), stdout);
-    return 0;
-  }
+  if (parser.print_help_if_asked(args)) return 0;
   const std::vector<std::string>& inputs = args.positionals();
   const std::string tokenizer_path = args.text("--tokenizer");
   const std::string out_dir = args.text("--out");

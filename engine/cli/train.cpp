@@ -90,10 +90,7 @@ train::PeakFlops peak_of(const std::string& path, const config::RunConfig& run) 
 int run_train(int argc, char** argv) {
   const ArgParser parser = train_args();
   const Args args = parser.parse(argc, argv);
-  if (args.help()) {
-    std::fputs(parser.help_text().c_str(), stdout);
-    return 0;
-  }
+  if (parser.print_help_if_asked(args)) return 0;
   const std::string config_path = args.positional(0);
   const std::vector<std::string> overrides = args.all("--set");
   train::TrainOptions options;

@@ -42,10 +42,7 @@ example: mpirun -np 8 cleave verify examples/gpt_fortunes.json --set parallel.te
 int run_verify(int argc, char** argv) {
   const ArgParser parser = verify_args();
   const Args args = parser.parse(argc, argv);
-  if (args.help()) {
-    std::fputs(parser.help_text().c_str(), stdout);
-    return 0;
-  }
+  if (parser.print_help_if_asked(args)) return 0;
   const std::string config_path = args.positional(0);
   std::vector<std::string> overrides = {"train.deterministic=true", "train.eval_batches=0"};
   for (const auto& o : args.all("--set")) overrides.push_back(o);

@@ -78,6 +78,19 @@ TEST(CliArgs, HelpStopsReading) {
   EXPECT_TRUE(demo().parse(std::vector<std::string>{"c.json", "-h"}).help());
 }
 
+// Every command's entry point: the help text on stdout and true only when --help was given.
+TEST(CliArgs, HelpIsPrintedOnlyWhenAsked) {
+  const ArgParser p = demo();
+  ::testing::internal::CaptureStdout();
+  const bool asked = p.print_help_if_asked(p.parse(std::vector<std::string>{"c.json", "--help"}));
+  const std::string printed = ::testing::internal::GetCapturedStdout();
+  EXPECT_TRUE(asked);
+  EXPECT_EQ(printed, p.help_text());
+  ::testing::internal::CaptureStdout();
+  EXPECT_FALSE(p.print_help_if_asked(p.parse(std::vector<std::string>{"c.json", "--steps", "4"})));
+  EXPECT_EQ(::testing::internal::GetCapturedStdout(), "");
+}
+
 TEST(CliArgs, UnknownOptionNamesItTheKnownOnesAndTheLikelyOne) {
   const std::string m = refusal(demo(), {"--stepz", "3"});
   EXPECT_NE(m.find("demo: unknown option '--stepz'"), std::string::npos) << m;

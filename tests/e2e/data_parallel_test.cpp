@@ -58,6 +58,7 @@
 #include "layers/models/builder.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "pipeline/stage_module.hpp"
+#include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
@@ -65,19 +66,6 @@ namespace {
 
 constexpr double kRounding = 5e-6;
 const std::string kTinyBuckets = "parallel.dp_bucket_mb=0.01";
-
-config::RunConfig tiny_gpt(const std::vector<std::string>& overrides) {
-  std::vector<std::string> all = {"train.steps=6"};
-  all.insert(all.end(), overrides.begin(), overrides.end());
-  return config::parse_config(R"({
-    "model": {"type": "gpt", "vocab_size": 96, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
-    "batch": {"global_batch_size": 8, "micro_batch_size": 1},
-    "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "weight_decay": 0.01, "grad_clip": 0.0,
-                  "warmup_steps": 0},
-    "train": {"seed": 5, "deterministic": true, "eval_batches": 0},
-    "data": {"type": "synthetic"}
-  })", "tiny_gpt", all);
-}
 
 std::string pp(int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); }
 

@@ -20,6 +20,7 @@
 #include "engine/run_plan/memory_plan.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "support/layout_compare.hpp"
+#include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
@@ -29,19 +30,6 @@ constexpr double kRounding = 5e-6;
 constexpr double kTensorParallel = 2e-5;
 constexpr double kBf16TensorParallel = 3e-2;  // max |diff| / the tensor's largest magnitude
 constexpr double kBf16TensorParallelLoss = 1e-3;
-
-config::RunConfig tiny_llama(const std::vector<std::string>& overrides) {
-  std::vector<std::string> all = {"train.steps=5"};
-  all.insert(all.end(), overrides.begin(), overrides.end());
-  return config::parse_config(R"({
-    "model": {"type": "llama", "vocab_size": 96, "d_model": 32, "n_layers": 4, "n_heads": 4, "n_kv_heads": 2,
-              "seq_len": 16, "ffn_hidden_size": 48},
-    "batch": {"global_batch_size": 8, "micro_batch_size": 1},
-    "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "grad_clip": 0.0, "warmup_steps": 0},
-    "train": {"seed": 5, "deterministic": true, "eval_batches": 0},
-    "data": {"type": "synthetic"}
-  })", "tiny_llama", all);
-}
 
 std::vector<LayoutCase> layouts_for(int world) {
   auto pp = [](int p) { return "parallel.pipeline_model_parallel_size=" + std::to_string(p); };

@@ -19,6 +19,7 @@
 
 #include "mpi/mpi_test_env.hpp"
 #include "support/layout_compare.hpp"
+#include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
@@ -32,16 +33,11 @@ constexpr double kBf16TensorParallelLoss = 1e-3;
 // (observed 2.6e-5: the loss and softmax statistics are f32, only their inputs are rounded).
 constexpr double kBf16VsFp32 = 1e-3;
 
-config::RunConfig tiny_gpt(const std::vector<std::string>& overrides) {
-  std::vector<std::string> all = {"train.steps=6", "device.precision=bf16"};
+// The tiny gpt (support/tiny_models.hpp) in bf16 mixed precision.
+config::RunConfig bf16_gpt(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"device.precision=bf16"};
   all.insert(all.end(), overrides.begin(), overrides.end());
-  return config::parse_config(R"({
-    "model": {"type": "gpt", "vocab_size": 96, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
-    "batch": {"global_batch_size": 8, "micro_batch_size": 1},
-    "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "grad_clip": 0.0, "warmup_steps": 0},
-    "train": {"seed": 5, "deterministic": true, "eval_batches": 0},
-    "data": {"type": "synthetic"}
-  })", "tiny_gpt_bf16", all);
+  return tiny_gpt(all);
 }
 
 std::vector<LayoutCase> layouts_for(int world) {
@@ -67,14 +63,14 @@ TEST(MixedPrecision, EveryLayoutMatchesOneBf16Rank) {
   auto world = make_world(/*deterministic=*/true);
   const auto layouts = layouts_for(world->size());
   if (layouts.empty()) GTEST_SKIP() << "no layouts for world size " << world->size();
-  expect_every_layout_matches_one_rank(*world, layouts, tiny_gpt, "bf16", 22, {}, expect_reference_trained);
+  expect_every_layout_matches_one_rank(*world, layouts, bf16_gpt, "bf16", 22, {}, expect_reference_trained);
 }
 
 TEST(MixedPrecision, LossCurveStaysNearFp32) {
   auto world = make_world(/*deterministic=*/true);
   auto self = world->split(world->rank(), 0, "self");
   if (world->rank() != 0) return;
-  auto bf16 = single_rank_config(tiny_gpt({"train.steps=12"}));
+  auto bf16 = single_rank_config(bf16_gpt({"train.steps=12"}));
   auto fp32 = bf16;
   fp32.device.precision = config::Precision::kFp32;
   const RunRecord a = train_steps(bf16, *self);
@@ -94,7 +90,7 @@ TEST(MixedPrecision, ActivationPeakAndBoundaryBytesHalve) {
   if (world->size() != 2) GTEST_SKIP() << "needs 2 ranks";
   std::vector<double> peak, sent;
   for (const char* precision : {"fp32", "bf16"}) {
-    auto config = tiny_gpt({"parallel.pipeline_model_parallel_size=2", "batch.micro_batch_size=2",
+    auto config = bf16_gpt({"parallel.pipeline_model_parallel_size=2", "batch.micro_batch_size=2",
                             std::string("device.precision=") + precision});
     train::Trainer trainer(config, *world);
     trainer.step(0);
@@ -121,13 +117,13 @@ TEST(MixedPrecision, Bf16GradientReductionHalvesTheBytesAndStaysClose) {
   auto self = world->split(world->rank(), 0, "self");
   std::vector<double> bytes;
   for (const char* wire : {"fp32", "bf16"}) {
-    train::Trainer trainer(tiny_gpt({"batch.micro_batch_size=4", std::string("parallel.grad_reduce_dtype=") + wire}),
+    train::Trainer trainer(bf16_gpt({"batch.micro_batch_size=4", std::string("parallel.grad_reduce_dtype=") + wire}),
                            *world);
     bytes.push_back(static_cast<double>(trainer.step(0).dp_grad_bytes));
   }
   EXPECT_GT(bytes[0], 0.0);
   EXPECT_EQ(bytes[1] * 2, bytes[0]);
-  const auto config = tiny_gpt({"batch.micro_batch_size=4", "parallel.grad_reduce_dtype=bf16"});
+  const auto config = bf16_gpt({"batch.micro_batch_size=4", "parallel.grad_reduce_dtype=bf16"});
   const RunRecord parallel = train_steps(config, *world);
   if (world->rank() != 0) return;
   const RunRecord reference = train_steps(single_rank_config(config), *self);

@@ -32,6 +32,7 @@
 #include "pipeline/action.hpp"
 #include "pipeline/timeline.hpp"
 #include "support/layout_compare.hpp"
+#include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
@@ -46,18 +47,6 @@ struct Layout {
     return {name, overrides, tolerance == 0 ? Bound::bit_exact() : Bound::relative(tolerance)};
   }
 };
-
-config::RunConfig tiny_gpt(const std::vector<std::string>& overrides) {
-  std::vector<std::string> all = {"train.steps=6"};
-  all.insert(all.end(), overrides.begin(), overrides.end());
-  return config::parse_config(R"({
-    "model": {"type": "gpt", "vocab_size": 96, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
-    "batch": {"global_batch_size": 8, "micro_batch_size": 1},
-    "optimizer": {"type": "sgd", "lr": 0.05, "momentum": 0.9, "grad_clip": 0.0, "warmup_steps": 0},
-    "train": {"seed": 5, "deterministic": true, "eval_batches": 0},
-    "data": {"type": "synthetic"}
-  })", "tiny_gpt", all);
-}
 
 std::vector<Layout> layouts_for(int world) {
   constexpr double kRounding = 5e-6;

@@ -92,7 +92,9 @@ double median(std::vector<double> v) {
   return v.empty() ? 0.0 : v[v.size() / 2];
 }
 
+// A JSON number (null for a value JSON has no number for: a rate over a zero time, say).
 std::string fmt_double(double v) {
+  if (!std::isfinite(v)) return "null";
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;

@@ -5,7 +5,7 @@
 //  - DISABLED_ExactNormAgainstRoundedSum: the gradient norm's sum of squares over GPT-2 small's 148 gradient
 //    tensors (124,439,808 f32), the exact fixed-point kernel (ops::sum_squares_exact; 1 launch per tensor) against
 //    the rounded double sum it replaced (ops::sum_squares_many; 2 per tensor + 1). Checked first: the exact digits
-//    are the CPU backend's, the rounded sum is within 1e-12 of the CPU's and of the exact one. Timed: the device
+//    are the CPU backend's, the rounded sum is within 1e-9 of the CPU's and of the exact one. Timed: the device
 //    work alone (events around the launches) and the op as the trainer calls it (host clock, one read-back and
 //    wait included), interleaved rounds; the ceiling is a 1 GiB device-to-device copy (bytes read + written).
 //  - DISABLED_FusedAddRmsNormAgainstThePair: add_rmsnorm_forward against add + rmsnorm_forward, and
@@ -174,8 +174,9 @@ TEST_F(KernelTiming, DISABLED_ExactNormAgainstRoundedSum) {
   const bool digits_equal = gpu_exact == cpu_exact;
   EXPECT_TRUE(digits_equal) << "the GPU's exact digits differ from the CPU's: gpu " << gpu_exact.to_double()
                             << " cpu " << exact;
-  EXPECT_LE(std::fabs(gpu_rounded - cpu_rounded), 1e-12 * cpu_rounded) << gpu_rounded << " vs " << cpu_rounded;
-  EXPECT_LE(std::fabs(gpu_rounded - exact), 1e-12 * exact) << gpu_rounded << " vs exact " << exact;
+  // The rounded sums add 10^8 positive doubles in different orders: about sqrt(n) eps apart (1e-12), far below 1e-9.
+  EXPECT_LE(std::fabs(gpu_rounded - cpu_rounded), 1e-9 * cpu_rounded) << gpu_rounded << " vs " << cpu_rounded;
+  EXPECT_LE(std::fabs(gpu_rounded - exact), 1e-9 * exact) << gpu_rounded << " vs exact " << exact;
 
   // The device work alone: what each op enqueues (the exact op zeroes its accumulator first).
   Tensor acc = device_empty(Shape{static_cast<std::int64_t>((sizeof(ExactSquareSum) + 3) / 4)}, DType::kF32);

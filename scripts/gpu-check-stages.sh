@@ -350,7 +350,7 @@ stage_kernel_timing() {
   GTEST_ALSO_RUN_DISABLED_TESTS=1 CLEAVE_KERNEL_TIMING_OUT="$out" gtest_with_recovery "$bin" 'KernelTiming.*'
   read_result
   figure="$(sed -n 's/^kernel-timing: //p' "$CHECK_WORK/gtest.log" | paste -sd ';' - | sed 's/;/; /g')"
-  if [[ "$st" == pass ]]; then result pass "${figure:-no kernel-timing line printed}; kernel_timing.jsonl"
+  if [[ "$st" == pass ]]; then result pass "${figure:-no kernel-timing line printed}"
   else result "$st" "$fig${figure:+; $figure}"; fi
 }
 

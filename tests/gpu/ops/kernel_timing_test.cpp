@@ -235,9 +235,11 @@ TEST_F(KernelTiming, DISABLED_ExactNormAgainstRoundedSum) {
                 ",\"op_ms_with_readback\":" + fmt_double(op) + ",\"copy_ceiling_gbps\":" + fmt_double(copy_gbps) +
                 ",\"validated\":" + (digits_equal ? "true" : "false") + "}");
   }
-  std::printf("kernel-timing: norm of GPT-2 small's %lld grads: exact %.3f ms, rounded %.3f ms (%.2fx; ops with "
-              "read-back %.3f / %.3f ms; copy %.0f GB/s)%s\n", static_cast<long long>(total), e_dev, r_dev,
-              e_dev / r_dev, e_op, r_op, copy_gbps, digits_equal ? "" : " DIGITS DIFFER FROM THE CPU");
+  // The summary row's share (the row is cut at 240 characters): exact and rounded device ms, their ratio, the
+  // ops with their read-back, the copy ceiling.
+  std::printf("kernel-timing: norm 124M f32 exact %.3g ms, rounded %.3g ms (%.3gx), ops %.3g/%.3g ms, copy %.0f "
+              "GB/s%s\n", e_dev, r_dev, e_dev / r_dev, e_op, r_op, copy_gbps,
+              digits_equal ? "" : " DIGITS DIFFER FROM THE CPU");
   EXPECT_GT(e_dev, 0.0);
   EXPECT_GT(r_dev, 0.0);
 }
@@ -313,14 +315,13 @@ TEST_F(KernelTiming, DISABLED_FusedAddRmsNormAgainstThePair) {
                   fmt_double(elements * elem / (ms * 1e6)) + ",\"bit_identical\":" + (same ? "true" : "false") + "}");
     }
     char line[200];
-    std::snprintf(line, sizeof line, "%s%s fwd %.3f/%.3f ms (%.2fx) bwd %.3f/%.3f ms (%.2fx)%s",
-                  headline.empty() ? "" : "; ", what.c_str(), ff, pf, pf / ff, fb, pb, pb / fb,
-                  same ? "" : " NOT BIT-IDENTICAL");
+    std::snprintf(line, sizeof line, "%s%s fwd %.3g/%.3g bwd %.3g/%.3g%s", headline.empty() ? "" : ", ",
+                  std::string(dtype_name(c.dtype)).c_str(), ff, pf, fb, pb, same ? "" : " NOT BIT-IDENTICAL");
     if (c.cols == 4096) headline += line;
     EXPECT_GT(ff, 0.0);
     EXPECT_GT(pf, 0.0);
   }
-  std::printf("kernel-timing: add+rmsnorm fused/pair %s\n", headline.c_str());
+  std::printf("kernel-timing: add+rmsnorm 8192x4096 fused/pair ms: %s\n", headline.c_str());
 }
 
 }  // namespace

@@ -332,6 +332,28 @@ stage_test() {
   gtest_with_recovery "$CHECK_BIN/$bin" "$filter"
 }
 
+stage_kernel_timing() {
+  # tests/gpu/ops/kernel_timing_test.cpp: gpu_ops_test's DISABLED_ KernelTiming tests (gtest runs them when
+  # GTEST_ALSO_RUN_DISABLED_TESTS=1): the exact gradient-norm sum against the rounded one on GPT-2 small's 148
+  # gradients, and the fused add+RMSNorm kernels against the unfused pairs, each validated before it is timed. Each
+  # test prints one "kernel-timing: " line (the row's figure) and appends its measurements as JSON Lines to
+  # OUTDIR/kernel_timing.jsonl. Without a GPU the binary only lists the two tests (plumbing) and the stage skips.
+  local bin="$CHECK_BIN/gpu_ops_test" out="$CHECK_OUT/kernel_timing.jsonl" st fig figure listed
+  [[ -x "$bin" ]] || { result fail "gpu_ops_test is not in the bundle"; return; }
+  rm -f "$out"
+  if [[ "$CHECK_GPU" != yes ]]; then
+    listed="$("$bin" --gtest_list_tests --gtest_filter='KernelTiming.*' 2>&1 | grep -c '^  DISABLED_')"
+    if [[ "$listed" -eq 2 ]]; then result skipped "no GPU visible${CHECK_NO_GPU_NOTE}; gpu_ops_test lists its 2 timings"
+    else result fail "gpu_ops_test lists $listed KernelTiming tests (want 2)"; fi
+    return
+  fi
+  GTEST_ALSO_RUN_DISABLED_TESTS=1 CLEAVE_KERNEL_TIMING_OUT="$out" gtest_with_recovery "$bin" 'KernelTiming.*'
+  read_result
+  figure="$(sed -n 's/^kernel-timing: //p' "$CHECK_WORK/gtest.log" | paste -sd ';' - | sed 's/;/; /g')"
+  if [[ "$st" == pass ]]; then result pass "${figure:-no kernel-timing line printed}"
+  else result "$st" "$fig${figure:+; $figure}"; fi
+}
+
 # CLEAVE_SOURCE_DIR for gpu_train_test: the MLP and CNN read data/digits.csv.gz (the bundle's copy when it has one)
 train_source_dir() { if [[ -f "$CHECK_BUNDLE/data/digits.csv.gz" ]]; then echo "$CHECK_BUNDLE"; else echo "$repo"; fi; }
 
@@ -557,6 +579,7 @@ case "$CHECK_STAGE" in
   gpu-reference) stage_gpu_reference ;;
   kernels) stage_test gpu_cuda_test ;;
   ops-parity) stage_test gpu_ops_test ;;
+  kernel-timing) stage_kernel_timing ;;
   train-1rank) stage_train_1rank ;;
   comm) stage_test gpu_comm_test ;;
   test:*) stage_test "${CHECK_STAGE#test:}" ;;

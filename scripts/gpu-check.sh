@@ -13,11 +13,11 @@
 # wheels); nvidia-smi and compute-sanitizer are used when present. No build dependency of the project is needed.
 #
 # Stages, most information per second first (the bodies are in scripts/gpu-check-stages.sh; docs/cuda.md
-# describes each): probe, ldd, cpu-reference, gpu-reference, kernels, ops-parity, train-1rank, comm, test:<bin>
-# (any other gpu_*_test binary), staged-np1, staged-np2, nccl-watchdog, train-layouts, profile, bench. Each runs
-# in its own process under `timeout` (children included); a failing stage does not stop the next. The run is held
-# to the budget: a stage gets min(its limit, what is left), and one that would get less than half its limit is
-# skipped (with the reason), not started. Without a visible GPU (or with --no-gpu) the GPU stages report skipped.
+# describes each): probe, ldd, cpu-reference, gpu-reference, kernels, ops-parity, kernel-timing, train-1rank, comm,
+# test:<bin> (any other gpu_*_test binary), staged-np1, staged-np2, nccl-watchdog, train-layouts, profile, bench.
+# Each runs in its own process under `timeout` (children included); a failing stage does not stop the next. The run
+# is held to the budget: a stage gets min(its limit, what is left), and one that would get less than half its limit
+# is skipped (with the reason), not started. Without a visible GPU (or with --no-gpu) the GPU stages report skipped.
 # The check unsets NVIDIA_TF32_OVERRIDE (it would turn strict f32 GEMMs into TF32) and sets NCCL_DEBUG=WARN.
 #
 # OUTDIR, written as the check goes so that a check cut off by a time limit still leaves them:
@@ -26,6 +26,7 @@
 #   log.txt       every stage's log, streamed as it is produced, each stage headed and closed by its row
 #   probe.txt     the probe's report; gtest.xml every gtest run's suites (rewritten after each stage);
 #   gemm_profile.json  the profile stage's measured GPU profile (to commit into profiles/)
+#   kernel_timing.jsonl  the kernel-timing stage's measurements (one JSON object per line)
 # Exit status: 0 when no stage failed, 1 otherwise, 2 for bad arguments (an unknown stage name included),
 # 128+N when stopped by signal N.
 set -euo pipefail
@@ -36,8 +37,8 @@ stages_sh="$repo/scripts/gpu-check-stages.sh"
 
 # The stages in the order they run, with their own time limits in seconds. Other gpu_*_test binaries found in the
 # bundle run as test:<binary> (limit 120) after `comm`.
-plan=(probe:30 ldd:60 cpu-reference:60 gpu-reference:90 kernels:150 ops-parity:150 train-1rank:180 comm:90
-      staged-np1:60 staged-np2:90 nccl-watchdog:60 train-layouts:180 profile:60 bench:150)
+plan=(probe:30 ldd:60 cpu-reference:60 gpu-reference:90 kernels:150 ops-parity:150 kernel-timing:60 train-1rank:180
+      comm:90 staged-np1:60 staged-np2:90 nccl-watchdog:60 train-layouts:180 profile:60 bench:150)
 # Binaries with stages of their own (not run again as test:<binary>).
 own_stage_bins=" gpu_cuda_test gpu_ops_test gpu_train_test gpu_comm_test gpu_staged_comm_test "
 
@@ -81,7 +82,7 @@ done
 
 mkdir -p "$outdir"
 CHECK_OUT="$(cd "$outdir" && pwd)"
-rm -f "$CHECK_OUT"/{summary.txt,log.txt,probe.txt,gtest.xml,gemm_profile.json}
+rm -f "$CHECK_OUT"/{summary.txt,log.txt,probe.txt,gtest.xml,gemm_profile.json,kernel_timing.jsonl}
 : >"$CHECK_OUT/log.txt"
 t_start=$SECONDS
 deadline=$((t_start + budget))
@@ -225,7 +226,7 @@ write_report() {
     [[ $any_fail -eq 1 ]] && verdict+=" (a stage failed)"
   fi
   write_xml || true
-  for f in summary.txt log.txt probe.txt gtest.xml gemm_profile.json; do
+  for f in summary.txt log.txt probe.txt gtest.xml gemm_profile.json kernel_timing.jsonl; do
     [[ -s "$CHECK_OUT/$f" || "$f" == summary.txt ]] && files+=" $f"
   done
   {

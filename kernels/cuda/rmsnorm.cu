@@ -15,28 +15,58 @@ constexpr int kTileRows = launch::kTileRows;
 
 unsigned int row_blocks(int64_t rows) { return static_cast<unsigned int>(launch::warp_per_row(rows).grid.x); }
 
-// The row loop bound is the same for the 32 lanes of a warp (r depends on the warp only), so every lane reaches
-// the shuffles of warp_sum.
+// ---- One row's arithmetic, shared by the unfused and the fused kernels ------------------------------------------
+// A fused kernel's statistics are the unfused kernel's by construction: the same terms summed in the same order
+// (each lane its columns c = lane, lane + 32, ..., then warp_sum's butterfly) through the same expressions, so
+// nvcc contracts them into the same FMAs. The callers' row loops are warp-uniform (r depends on the warp only), so
+// every lane reaches the shuffles of warp_sum.
+
+// Σ term(c) over the row's cols columns, on every lane of the warp.
+template <typename Term>
+__device__ __forceinline__ float row_sum(int64_t cols, int lane, Term term) {
+  float acc = 0.0f;
+  for (int64_t c = lane; c < cols; c += kWarp) acc += term(c);
+  return warp_sum(acc);
+}
+
+// rstd = 1 / sqrt(mean(x²) + eps), from the row's Σ x².
+__device__ __forceinline__ float rms_rstd(float sum_sq, int64_t cols, float eps) {
+  return 1.0f / sqrtf(sum_sq / static_cast<float>(cols) + eps);
+}
+// The normalised, weighted value of x.
+__device__ __forceinline__ float rms_y(float x, float rs, float w) { return x * rs * w; }
+
+// y = x r w with r = (mean(x^2) + eps)^(-1/2), dr/dx_j = -r^3 x_j / cols, so
+// dx_j = r (g_j - x_j k) with g = dy w and k = r^2 mean(g x): k from the row's Σ dy w x, then dx_j.
+__device__ __forceinline__ float rms_grad_dot(ConstFloats dyr, ConstFloats weight, ConstFloats xr, int64_t c) {
+  return load(dyr, c) * load(weight, c) * load(xr, c);
+}
+__device__ __forceinline__ float rms_k(float rs, float sum_gx, int64_t cols) {
+  return rs * rs * sum_gx / static_cast<float>(cols);
+}
+__device__ __forceinline__ float rms_dx(ConstFloats dyr, ConstFloats weight, ConstFloats xr, float rs, float k,
+                                        int64_t c) {
+  return rs * (load(dyr, c) * load(weight, c) - load(xr, c) * k);
+}
+
 __global__ void rmsnorm_forward_kernel(ConstFloats x, ConstFloats weight, Floats y, float* rstd, int64_t rows,
                                        int64_t cols, float eps) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kWarp;
   for (int64_t r = first; r < rows; r += static_cast<int64_t>(gridDim.x) * kRowsPerBlock) {
     const ConstFloats xr = offset_by(x, r * cols);
-    float sq = 0.0f;
-    for (int64_t c = lane; c < cols; c += kWarp) {
-      const float v = load(xr, c);
-      sq += v * v;
-    }
-    const float rs = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(cols) + eps);
+    const float rs = rms_rstd(row_sum(cols, lane,
+                                      [&](int64_t c) {
+                                        const float v = load(xr, c);
+                                        return v * v;
+                                      }),
+                              cols, eps);
     const Floats yr = offset_by(y, r * cols);
-    for (int64_t c = lane; c < cols; c += kWarp) store(yr, c, load(xr, c) * rs * load(weight, c));
+    for (int64_t c = lane; c < cols; c += kWarp) store(yr, c, rms_y(load(xr, c), rs, load(weight, c)));
     if (lane == 0) rstd[r] = rs;
   }
 }
 
-// y = x r w with r = (mean(x^2) + eps)^(-1/2), dr/dx_j = -r^3 x_j / cols, so
-// dx_j = r (g_j - x_j r^2 mean(g x)) with g = dy w.
 __global__ void rmsnorm_backward_input_kernel(ConstFloats dy, ConstFloats x, ConstFloats weight, const float* rstd,
                                               Floats dx, int64_t rows, int64_t cols) {
   const int lane = static_cast<int>(threadIdx.x) % kWarp;
@@ -45,14 +75,10 @@ __global__ void rmsnorm_backward_input_kernel(ConstFloats dy, ConstFloats x, Con
     const ConstFloats dyr = offset_by(dy, r * cols);
     const ConstFloats xr = offset_by(x, r * cols);
     const float rs = rstd[r];
-    float sum_gx = 0.0f;
-    for (int64_t c = lane; c < cols; c += kWarp) sum_gx += load(dyr, c) * load(weight, c) * load(xr, c);
-    const float k = rs * rs * warp_sum(sum_gx) / static_cast<float>(cols);
+    const float k = rms_k(rs, row_sum(cols, lane, [&](int64_t c) { return rms_grad_dot(dyr, weight, xr, c); }), cols);
     const Floats dxr = offset_by(dx, r * cols);
     // Each lane reads its dy elements before it overwrites them, so dx may alias dy.
-    for (int64_t c = lane; c < cols; c += kWarp) {
-      store(dxr, c, rs * (load(dyr, c) * load(weight, c) - load(xr, c) * k));
-    }
+    for (int64_t c = lane; c < cols; c += kWarp) store(dxr, c, rms_dx(dyr, weight, xr, rs, k, c));
   }
 }
 
@@ -66,15 +92,17 @@ __global__ void add_rmsnorm_forward_kernel(ConstFloats x, ConstFloats y, ConstFl
     const ConstFloats xr = offset_by(x, row * cols);
     const ConstFloats yr = offset_by(y, row * cols);
     const Floats rr = offset_by(r, row * cols);
-    float sq = 0.0f;
-    for (int64_t c = lane; c < cols; c += kWarp) {
-      store(rr, c, load(xr, c) + load(yr, c));
-      const float v = load(ConstFloats(rr), c);
-      sq += v * v;
-    }
-    const float rs = 1.0f / sqrtf(warp_sum(sq) / static_cast<float>(cols) + eps);
+    const float rs = rms_rstd(row_sum(cols, lane,
+                                      [&](int64_t c) {
+                                        store(rr, c, load(xr, c) + load(yr, c));
+                                        const float v = load(ConstFloats(rr), c);
+                                        return v * v;
+                                      }),
+                              cols, eps);
     const Floats outr = offset_by(out, row * cols);
-    for (int64_t c = lane; c < cols; c += kWarp) store(outr, c, load(ConstFloats(rr), c) * rs * load(weight, c));
+    for (int64_t c = lane; c < cols; c += kWarp) {
+      store(outr, c, rms_y(load(ConstFloats(rr), c), rs, load(weight, c)));
+    }
     if (lane == 0) rstd[row] = rs;
   }
 }
@@ -94,15 +122,12 @@ __global__ void add_rmsnorm_backward_input_kernel(ConstFloats dy, ConstFloats dr
     const ConstFloats dyr = offset_by(dy, r * cols);
     const ConstFloats xr = offset_by(x, r * cols);
     const float rs = rstd[r];
-    float sum_gx = 0.0f;
-    for (int64_t c = lane; c < cols; c += kWarp) sum_gx += load(dyr, c) * load(weight, c) * load(xr, c);
-    const float k = rs * rs * warp_sum(sum_gx) / static_cast<float>(cols);
+    const float k = rms_k(rs, row_sum(cols, lane, [&](int64_t c) { return rms_grad_dot(dyr, weight, xr, c); }), cols);
     const ConstFloats dresr = offset_by(dres, r * cols);
     const Floats dxr = offset_by(dx, r * cols);
     for (int64_t c = lane; c < cols; c += kWarp) {
-      const float g = rs * (load(dyr, c) * load(weight, c) - load(xr, c) * k);
-      // __fadd_rn: never contracted with the product above into an FMA the unfused pair would not have.
-      store(dxr, c, __fadd_rn(as_stored(dx, g), load(dresr, c)));
+      // __fadd_rn: never contracted with rms_dx's product into an FMA the unfused pair would not have.
+      store(dxr, c, __fadd_rn(as_stored(dx, rms_dx(dyr, weight, xr, rs, k, c)), load(dresr, c)));
     }
   }
 }

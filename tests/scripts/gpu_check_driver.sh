@@ -8,6 +8,8 @@
 #   - a stage that would get less than half its limit is skipped with the reason, the next one still runs
 #   - gpu-reference replays the reference with device.type=cuda and comm_backend=mpi and names the first step past
 #     1e-4 and the worst difference
+#   - kernel-timing runs gpu_ops_test's disabled KernelTiming tests alone, its row is their printed figure, and
+#     their measurements land in OUTDIR/kernel_timing.jsonl
 #   - summary.txt lists the running stage while it runs, and a SIGTERM mid-stage leaves the summary (stage
 #     "stopped") and the hung stage's log in log.txt, kills the stage's processes and exits 143
 # Usage: gpu_check_driver.sh REPO_ROOT   (exit 0 when every check passes; prints what failed otherwise)
@@ -61,6 +63,11 @@ for t in Fake.First Fake.Bad Fake.Last; do
     echo "[       OK ] $t (1 ms)"; passed=$((passed + 1))
   fi
 done
+# Run with the disabled tests (the kernel-timing stage): a figure line and a measurement, as KernelTiming prints them.
+if [[ "${GTEST_ALSO_RUN_DISABLED_TESTS:-0}" == 1 ]]; then
+  echo "kernel-timing: fake timing of $me"
+  [[ -n "${CLEAVE_KERNEL_TIMING_OUT:-}" ]] && echo '{"measurement":"fake"}' >>"$CLEAVE_KERNEL_TIMING_OUT"
+fi
 echo "[==========] $((passed + ${#failed[@]})) tests from 1 test suite ran. (3 ms total)"
 echo "[  PASSED  ] $passed tests."
 [[ -n "$xml" ]] && printf '<?xml version="1.0"?>\n<testsuites>\n<testsuite name="Fake" tests="%s">\n</testsuite>\n</testsuites>\n' \
@@ -175,7 +182,17 @@ expect_grep "cpu-reference: the CPU replay matches" '^cpu-reference +pass .*tiny
 expect_grep "gpu-reference: first step past 1e-4 and the worst difference named" \
   '^gpu-reference +fail .*cuda:0 vs CPU: tiny: 5 of 5 steps, step 1 diff 0.00e\+00, first past 1e-4: step 3, worst 1.00e-03 at step 5' "$s"
 
-# ---- 7. a check stopped mid-stage: the summary and the hung stage's log are left ------------------------------------------
+# ---- 7. kernel-timing: the disabled timings run alone, their figure lines make the row, the measurements land ---------
+run_check "$tmp/o8" --only kernel-timing
+s="$tmp/o8/summary.txt"
+expect_grep "kernel-timing: the printed figure makes the row" \
+  '^kernel-timing +pass +[0-9]+ +fake timing of gpu_ops_test$' "$s"
+expect_grep "kernel-timing: gpu_ops_test ran the KernelTiming tests only" '^gpu_ops_test KernelTiming\.\*$' "$FAKE_CALLS"
+expect_grep "kernel-timing: the measurements are in OUTDIR/kernel_timing.jsonl" '"measurement":"fake"' \
+  "$tmp/o8/kernel_timing.jsonl"
+expect_grep "kernel-timing: the summary lists the file" 'files in .*kernel_timing\.jsonl' "$s"
+
+# ---- 8. a check stopped mid-stage: the summary and the hung stage's log are left ------------------------------------------
 rm -f "$FAKE_PIDFILE"
 FAKE_HANG_BIN=gpu_ops_test bash "$check" --build-dir "$build" --only kernels,ops-parity --limit ops-parity=60 \
   "$tmp/o7" >"$tmp/o7.stdout" 2>&1 &

@@ -21,6 +21,9 @@
 //    for every gradient) and check_device_status; the CPU run of the same config counts the same calls
 //    (tests/e2e/train_single_rank_test.cpp holds the CPU to 3 as well). Communicators count their host waits on
 //    device work in the same counter (kCommunication), but one rank has no device collective.
+//  - OverlapPairPartnerUsesTheRunsDevice: an overlapped F&B pair's partner thread (pipeline/overlap_pair.hpp,
+//    parallel.moe_a2a_overlap) makes the run's device current before its side runs, so its launches reach the
+//    run's stream: on the last visible GPU (a host with two or more GPUs tells a partner left on cuda:0 apart).
 //  - MeasuredTimelineIsDeviceTime: train.trace on cuda:0 gives every action in order, non-overlapping spans
 //    taken by events on the run's stream, busy > 0, the whole span within the step's host wall time.
 //  - LayoutsOnOneGpu (mpiexec -n 2, gpu_train_test_np2): pp2 under every schedule, dp2 with ZeRO 0, 1, 2 and tp2,
@@ -46,12 +49,15 @@
 
 #include "engine/comm/make_communicator.hpp"
 #include "engine/config/config.hpp"
+#include "engine/cuda/caching_allocator.hpp"
 #include "engine/cuda/device.hpp"
+#include "engine/cuda/stream.hpp"
 #include "engine/core/enum_names.hpp"
 #include "engine/train/rank_setup.hpp"
 #include "engine/train/trainer.hpp"
 #include "kernels/ops/ops.hpp"
 #include "mpi/mpi_test_env.hpp"
+#include "pipeline/overlap_pair.hpp"
 #include "pipeline/timeline.hpp"
 
 namespace cleave::testing {
@@ -131,6 +137,40 @@ TEST(GpuTraining, RankSetupMakesItsDeviceCurrent) {
         << "RankSetup on " << setup.context.device.str() << " left cuda:" << cuda::current_device() << " current";
     ops::fill(setup.context, Tensor::empty({64}, DType::kF32, MemoryCategory::kActivations, *setup.allocator), 1.5f);
     ops::synchronize(setup.context);  // a launch into the run's stream works from this thread
+  }
+  cuda::set_device(0);
+}
+
+// A new host thread starts with cuda:0 current, so the partner thread of an overlapped pair must make the run's
+// device current itself (overlap_pair.cpp): the run here is on the last visible device, whose stream a launch from
+// a thread with another device current cannot use ("invalid resource handle"). Both sides fill one tensor in
+// turn on the run's stream; the second side's value must be what is left, and its thread must report the run's
+// device. On one GPU the device check cannot fail, but the launches from the partner thread still run.
+TEST(GpuTraining, OverlapPairPartnerUsesTheRunsDevice) {
+  CLEAVE_REQUIRE_GPU();
+  const int gpus = ops::visible_devices(DeviceType::kCuda);
+  const Device device = Device::cuda(gpus - 1);
+  ops::make_device_current(device);
+  {
+    cuda::CudaStream stream(device.index);
+    cuda::CudaCachingAllocator allocator(device.index, stream.native());
+    const std::unique_ptr<ops::DeviceResources> resources = ops::make_device_resources(device);
+    ops::Context ctx;
+    ctx.device = device;
+    ctx.allocator = &allocator;
+    ctx.stream = &stream.stream();
+    ctx.resources = resources.get();
+    Tensor t = Tensor::empty({4096}, DType::kF32, MemoryCategory::kActivations, allocator);
+    int first_device = -1, second_device = -1;
+    pipeline::OverlapPair pair(device);
+    pair.run([&] { first_device = cuda::current_device(); ops::fill(ctx, t, 1.5f); },
+             [&] { second_device = cuda::current_device(); ops::fill(ctx, t, 2.5f); });
+    ops::synchronize(ctx);
+    EXPECT_EQ(first_device, device.index);
+    EXPECT_EQ(second_device, device.index) << "the pair's partner thread ran with cuda:" << second_device
+                                           << " current, the run is on " << device.str();
+    const std::vector<float> values = ops::to_host(ctx, t).to_floats();
+    EXPECT_EQ(std::count(values.begin(), values.end(), 2.5f), 4096) << "the second side's fill did not land last";
   }
   cuda::set_device(0);
 }

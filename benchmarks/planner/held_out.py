@@ -41,7 +41,8 @@ BREAKDOWN = (("forward", "input_grad", "weight_grad"), ("elementwise",), ("kerne
 BREAKDOWN_HEAD = "GEMM F+I+W/elementwise/launch/recompute/tp+cp/dp+zero/optimizer/p2p/bubble %"
 # The compute terms (the first four groups): --breakdown also prints how many times slower they would have to be for
 # the step to match the published one with every other term as predicted (published step = predicted step x ratio,
-# every metric being inversely proportional to the step): (step x ratio - (step - compute)) / compute.
+# every metric being inversely proportional to the step): (step x ratio - (step - compute)) / compute. The idle terms
+# are held as predicted too, so on a pipelined row (whose bubble grows with its compute) it is an upper bound.
 COMPUTE_TERMS = ("forward", "input_grad", "weight_grad", "elementwise", "kernel_launch", "recompute")
 COMPUTE_HEAD = "compute x to match"
 

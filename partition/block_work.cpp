@@ -22,6 +22,7 @@ double PassWork::gemm_flops() const {
 PassWork& PassWork::operator+=(const PassWork& other) {
   gemms.insert(gemms.end(), other.gemms.begin(), other.gemms.end());
   stream_bytes += other.stream_bytes;
+  kernels += other.kernels;
   return *this;
 }
 
@@ -36,6 +37,7 @@ BlockWork block_work(const BlockSpec& block, DType dtype, Recompute recompute, i
       const D tables = block.seq_len > 0 ? 3 : 2;  // with learned positions: two tables read / scattered into
       w.forward.stream_bytes = tables * n * b;
       w.weight_grad.stream_bytes = tables * n * b;
+      w.forward.kernels = w.weight_grad.kernels = tables - 1;  // a gather (scatter-add) per table
       return w;
     }
     case BlockKind::kLayerNorm:
@@ -62,12 +64,15 @@ BlockWork block_work(const BlockSpec& block, DType dtype, Recompute recompute, i
       w.input_grad.stream_bytes = 2 * micro * c * kk * hw * b;
       w.weight_grad.gemms.push_back({co, c * kk, hw, micro});
       w.weight_grad.stream_bytes = micro * (2 * c * kk * hw + co * hw) * b;
+      w.forward.kernels = w.input_grad.kernels = 2;  // im2col + GEMM; GEMM + col2im
+      w.weight_grad.kernels = 3;                     // im2col, GEMM, the bias's reduction
       return w;
     }
     case BlockKind::kMaxPool: {
       const D in = micro * static_cast<D>(block.input.numel()), out = micro * static_cast<D>(block.output.numel());
       w.forward.stream_bytes = (in + 2 * out) * b;
       w.input_grad.stream_bytes = (in + 2 * out) * b;
+      w.forward.kernels = w.input_grad.kernels = 1;
       return w;
     }
     case BlockKind::kFlatten: return w;
@@ -75,6 +80,7 @@ BlockWork block_work(const BlockSpec& block, DType dtype, Recompute recompute, i
       const D n = micro * static_cast<D>(block.input.rows() * (block.input.last() / tp));
       w.forward.stream_bytes = 2 * n * b;     // max pass, exp-sum pass
       w.input_grad.stream_bytes = 2 * n * b;  // reads logits, writes their gradient
+      w.forward.kernels = w.input_grad.kernels = 1;  // fused forward; fused backward
       return w;
     }
     default: break;
@@ -124,6 +130,9 @@ ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dty
   // The probabilities kind's: every key, and no rerun of S in the backward.
   w.stored_forward.gemms = {{t, t, dh, heads}, {t, dh, t, heads}};  // S = Q·Kᵀ, O = P·V
   w.stored_backward.gemms = {{t, t, dh, heads}, {t, dh, t, heads}, {t, dh, t, heads}, {t, dh, t, heads}};  // dP, dV, dQ, dK
+  // Kernels: the products, scale-mask-softmax (and dropout), their gradients; the fused kernel's 1 and 2 replaced.
+  w.stored_forward.kernels = 3 + (dropout ? 1 : 0);
+  w.stored_backward.kernels = 5 + (dropout ? 1 : 0);
   return w;
 }
 

@@ -7,7 +7,13 @@
 // Streamed bytes count what a one-kernel-per-op implementation reads and writes: an op of n elements that
 // reads x and writes y moves 2n·b, a backward that reads x and dy and writes dx moves 3n·b; biases are fused
 // into the GEMM epilogue (their gradients read dy once). GEMM operands and results are not counted there: the
-// roofline prices each GEMM at max(FLOPs / rate, (mk + kn + mn)·batch·b / bandwidth).
+// roofline prices each GEMM at max(FLOPs / rate, (mk + kn + mn)·batch·b / bandwidth). Where the engine fuses two
+// ops into one kernel the bytes and the kernel are counted once: the residual add before a block's second RMSNorm
+// (ops::add_rmsnorm_forward / _backward_input, layers/residual_norm.hpp) moves 4n·b in F and I, not 3n·b + 2n·b
+// and 3n·b + 3n·b (work_parts::add_norm).
+// Kernels count the launches of a pass (PassWork::kernels, priced by the profile's kernel_launch_us): one per GEMM
+// (its bias in the epilogue), one per elementwise or normalisation op, one per weight-gradient reduction (a bias's,
+// a norm's weights), the fused attention kernel one in F and two in I (its dO·O row sums, then the kernel).
 // Invariant: the GEMM FLOPs of a pass (2·m·n·k·batch summed) equal the cost model's GEMM FLOPs for that pass
 // times the micro-batch, divided by tp (block_work_test checks it against the transformer formulas).
 #pragma once
@@ -43,6 +49,7 @@ struct Gemm {
 struct PassWork {
   std::vector<Gemm> gemms;
   double stream_bytes = 0;  // elementwise traffic (see the header)
+  double kernels = 0;       // kernels launched (see the header)
   double gemm_flops() const;
   PassWork& operator+=(const PassWork& other);
 };

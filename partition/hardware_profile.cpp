@@ -147,6 +147,8 @@ std::vector<std::string> HardwareProfile::sourced_keys() const {
       keys.emplace_back("sm_count");
       keys.emplace_back("gemm_tiles");
     }
+    if (!gemm_shape_efficiency.empty()) keys.emplace_back("gemm_shape_efficiency");
+    if (kernel_launch_s > 0) keys.emplace_back("kernel_launch_us");
   }
   if (cores_per_node > 0) {
     for (const char* k : {"cores_per_node", "measured_ranks_per_node", "measured_cores"}) keys.emplace_back(k);
@@ -180,20 +182,35 @@ double HardwareProfile::gemm_wave_seconds(const Gemm& g, bool bf16) const {
   return best;
 }
 
-double HardwareProfile::roofline_seconds(const PassWork& work, bool bf16) const {
+bool HardwareProfile::uses_shape_table(const Gemm& g, bool bf16) const {
+  return bf16 && !g.fused_attention && !gemm_shape_efficiency.empty();
+}
+
+double HardwareProfile::gemm_efficiency_of(const Gemm& g, bool bf16) const {
+  if (uses_shape_table(g, bf16)) return gemm_shape_efficiency.at(g.m, g.n, g.k, g.batch);
+  // A batched GEMM is one launch: its efficiency is that of its whole work.
+  double efficiency = gemm_efficiency_at(g.flops(), bf16);
+  if (g.fused_attention && attention_efficiency > 0) efficiency = std::min(efficiency, attention_efficiency);
+  return efficiency;
+}
+
+double HardwareProfile::gemm_seconds(const Gemm& g, bool bf16) const {
+  const double flops = g.flops();
+  if (flops <= 0) return 0.0;
   const double peak = bf16 ? peak_flops_bf16 : peak_flops_f32;
   const double element = bf16 ? 2.0 : 4.0;
-  double seconds = work.stream_bytes / memory_bandwidth_Bps;
-  for (const Gemm& g : work.gemms) {
-    const double flops = g.flops();
-    if (flops <= 0) continue;
-    // A batched GEMM is one launch: its efficiency is that of its whole work.
-    double efficiency = gemm_efficiency_at(flops, bf16);
-    if (g.fused_attention && attention_efficiency > 0) efficiency = std::min(efficiency, attention_efficiency);
-    seconds += std::max({flops / (peak * efficiency), gemm_wave_seconds(g, bf16),
-                         g.traffic_bytes(element) / memory_bandwidth_Bps});
-  }
+  const double waves = uses_shape_table(g, bf16) ? 0.0 : gemm_wave_seconds(g, bf16);
+  return std::max({flops / (peak * gemm_efficiency_of(g, bf16)), waves, g.traffic_bytes(element) / memory_bandwidth_Bps});
+}
+
+double HardwareProfile::gemm_pass_seconds(const PassWork& work, bool bf16) const {
+  double seconds = 0;
+  for (const Gemm& g : work.gemms) seconds += gemm_seconds(g, bf16);
   return seconds;
+}
+
+double HardwareProfile::roofline_seconds(const PassWork& work, bool bf16) const {
+  return gemm_pass_seconds(work, bf16) + elementwise_seconds(work) + launch_seconds(work);
 }
 
 double HardwareProfile::cores_per_rank(int cores, int ranks) {
@@ -284,6 +301,24 @@ HardwareProfile load_profile(const std::string& path) {
       p.gemm_tiles.emplace_back(t[0].get<int>(), t[1].get<int>());
     }
   }
+  if (root.contains("gemm_shape_efficiency")) {
+    CLEAVE_CHECK(p.has_roofline(), "profile {}: 'gemm_shape_efficiency' needs 'peak_tflops' and 'gemm_efficiency' (the "
+                 "roofline whose GEMMs it prices)", path);
+    const json& list = root.at("gemm_shape_efficiency");
+    CLEAVE_CHECK(list.is_array(), "profile {}: 'gemm_shape_efficiency' is a list of [m, n, k, fraction of the peak]", path);
+    std::vector<GemmShapeTable::Point> points;
+    for (const json& e : list) {
+      CLEAVE_CHECK(e.is_array() && e.size() == 4 && std::all_of(e.begin(), e.end(), [](const json& x) { return x.is_number(); }),
+                   "profile {}: 'gemm_shape_efficiency' entry {} is not [m, n, k, fraction of the peak]", path, e.dump());
+      points.push_back({e[0].get<double>(), e[1].get<double>(), e[2].get<double>(), e[3].get<double>()});
+    }
+    p.gemm_shape_efficiency = GemmShapeTable(points, "profile " + path);
+  }
+  if (root.contains("kernel_launch_us")) {
+    CLEAVE_CHECK(p.has_roofline(), "profile {}: 'kernel_launch_us' needs 'peak_tflops' and 'gemm_efficiency' (the "
+                 "roofline whose kernels it prices)", path);
+    p.kernel_launch_s = positive(root, "kernel_launch_us", where) * 1e-6;
+  }
   if (root.contains("gemm_measured")) p.measured_gemms = read_measured_gemms(root.at("gemm_measured"), path);
   if (root.contains("measured")) p.measured = measured_from_json(root.at("measured"), path);
   // Cores: the file's, else (a cpu profile) this machine's; the ranks that shared them when it was measured.
@@ -336,6 +371,14 @@ json profile_to_json(const HardwareProfile& p) {
       for (const auto& [tm, tn] : p.gemm_tiles) tiles.push_back({tm, tn});
       out["gemm_tiles"] = tiles;
     }
+    if (!p.gemm_shape_efficiency.empty()) {
+      json list = json::array();
+      for (const GemmShapeTable::Point& g : p.gemm_shape_efficiency.points()) {
+        list.push_back({file_number(g.m), file_number(g.n), file_number(g.k), file_number(g.fraction)});
+      }
+      out["gemm_shape_efficiency"] = list;
+    }
+    if (p.kernel_launch_s > 0) out["kernel_launch_us"] = file_number(p.kernel_launch_s * 1e6);
   }
   if (!p.measured_gemms.empty()) {
     // TFLOP/s and the fraction of the profile's peak are written for a reader (from the written ms, so a file

@@ -25,6 +25,7 @@
 #include "engine/core/device.hpp"
 #include "engine/core/dtype.hpp"
 #include "partition/block_work.hpp"
+#include "partition/gemm_shape_table.hpp"
 #include "partition/measured_costs.hpp"
 
 namespace cleave::partition {
@@ -84,6 +85,15 @@ struct HardwareProfile {
   // as a full one however few tiles it holds. 0 / empty = no quantization term.
   int sm_count = 0;
   std::vector<std::pair<int, int>> gemm_tiles;  // (tm, tn) the library may pick from; the fastest is taken
+  // bf16 library GEMMs' efficiency by shape (file key gemm_shape_efficiency, optional, roofline only): a full grid of
+  // timed GEMMs [m, n, k, fraction of the peak] (partition/gemm_shape_table.hpp). When present a bf16 library GEMM
+  // (not the fused attention kernel's products, not f32) is priced at the table's fraction for its m, n, k in place of
+  // the size curve, and without the wave term: the timed shapes carry their own tile and wave quantization.
+  GemmShapeTable gemm_shape_efficiency;
+  // What a kernel launch costs the GPU (file key kernel_launch_us, optional, roofline only): the idle time between two
+  // dependent kernels on a stream, the previous one's teardown and the next one's setup; each kernel of a pass
+  // (PassWork::kernels) adds it. 0 = not priced.
+  double kernel_launch_s = 0;
   // The GEMMs `cleave profile --gemm` timed (file key gemm_measured; the curves are fitted to them). Evidence
   // for a reader and for tests: the planner prices from the curves only.
   struct MeasuredGemm {
@@ -136,11 +146,22 @@ struct HardwareProfile {
   // library GEMMs): min over gemm_tiles of ceil(batch · ceil(m / tm) · ceil(n / tn) / sm_count) waves, each
   // 2 · tm · tn · k FLOPs on one SM at the curve's top efficiency: waves · 2 tm tn k · sm_count / (peak · top).
   double gemm_wave_seconds(const Gemm& gemm, bool bf16) const;
-  // One pass of a block: each GEMM at max(FLOPs / (peak x efficiency), its wave-quantized time, operand bytes /
-  // memory bandwidth), the
-  // fused attention kernel's products at no more than attention_efficiency, plus the streamed bytes over memory
-  // bandwidth (has_roofline() only).
+  // The fraction of peak one GEMM reaches (has_roofline() only): the shape table's for a bf16 library GEMM when the
+  // profile has one; else the size curve's at its FLOPs, capped at attention_efficiency for the fused attention
+  // kernel's products.
+  double gemm_efficiency_of(const Gemm& gemm, bool bf16) const;
+  // One GEMM: max(FLOPs / (peak x gemm_efficiency_of), its wave-quantized time (not with the shape table, whose timed
+  // shapes are quantized already), traffic bytes / memory bandwidth) (has_roofline() only).
+  double gemm_seconds(const Gemm& gemm, bool bf16) const;
+  // The three parts of a pass on the roofline: its GEMMs (gemm_seconds summed), its elementwise, normalisation and
+  // softmax traffic (stream_bytes / memory bandwidth) and its kernel launches (kernels x kernel_launch_s).
+  double gemm_pass_seconds(const PassWork& work, bool bf16) const;
+  double elementwise_seconds(const PassWork& work) const { return work.stream_bytes / memory_bandwidth_Bps; }
+  double launch_seconds(const PassWork& work) const { return work.kernels * kernel_launch_s; }
+  // One pass of a block: the sum of its three parts above (has_roofline() only).
   double roofline_seconds(const PassWork& work, bool bf16) const;
+  // Whether gemm_efficiency_of reads the shape table for this GEMM (a bf16 library GEMM on a profile with one).
+  bool uses_shape_table(const Gemm& gemm, bool bf16) const;
 };
 
 // Reads a profile file (format: profiles/README.md): the one reader of profile files. Throws Error naming the file

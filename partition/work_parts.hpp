@@ -15,7 +15,13 @@ inline void linear(BlockWork& w, D rows, D in, D out, bool bias, D b) {
   w.forward.gemms.push_back({rows, out, in});
   w.input_grad.gemms.push_back({rows, in, out});
   w.weight_grad.gemms.push_back({out, in, rows});
-  if (bias) w.weight_grad.stream_bytes += rows * out * b;
+  w.forward.kernels += 1;
+  w.input_grad.kernels += 1;
+  w.weight_grad.kernels += 1;
+  if (bias) {
+    w.weight_grad.stream_bytes += rows * out * b;
+    w.weight_grad.kernels += 1;  // db = Σ dy
+  }
 }
 
 // Reads x, writes y; backward reads x and dy, writes dx; weight grads read x and dy.
@@ -23,16 +29,36 @@ inline void layernorm(BlockWork& w, D n, D b) {
   w.forward.stream_bytes += 2 * n * b;
   w.input_grad.stream_bytes += 3 * n * b;
   w.weight_grad.stream_bytes += 2 * n * b;
+  w.forward.kernels += 1;
+  w.input_grad.kernels += 1;
+  w.weight_grad.kernels += 1;
+}
+
+// The residual add fused into the norm after it (ops::add_rmsnorm_forward / add_rmsnorm_backward_input: a pre-norm
+// block's x1 = x + branch, norm(x1)): F reads x and branch, writes x1 and the norm's output (4n·b, one kernel); I
+// reads dout, x1 and the residual's gradient, writes dx1 (4n·b, one kernel); W as the norm's (reads dout and x1).
+// The unfused pair, residual() then layernorm(), moves 5n·b in F and 6n·b in I over two kernels each.
+inline void add_norm(BlockWork& w, D n, D b) {
+  w.forward.stream_bytes += 4 * n * b;
+  w.input_grad.stream_bytes += 4 * n * b;
+  w.weight_grad.stream_bytes += 2 * n * b;
+  w.forward.kernels += 1;
+  w.input_grad.kernels += 1;
+  w.weight_grad.kernels += 1;
 }
 
 inline void pointwise(BlockWork& w, D n, D b) {  // GELU, ReLU
   w.forward.stream_bytes += 2 * n * b;
   w.input_grad.stream_bytes += 3 * n * b;
+  w.forward.kernels += 1;
+  w.input_grad.kernels += 1;
 }
 
 inline void residual(BlockWork& w, D n, D b) {  // y = x + f(x): reads two, writes one; its gradient is summed likewise
   w.forward.stream_bytes += 3 * n * b;
   w.input_grad.stream_bytes += 3 * n * b;
+  w.forward.kernels += 1;
+  w.input_grad.kernels += 1;
 }
 
 // Core attention for `batch` (samples x local heads) heads of width dh over T positions, memory-efficient: the
@@ -46,6 +72,7 @@ inline PassWork attention_forward(D batch, D t, D dh, D b, D pairs) {
   p.gemms.push_back({t, keys, dh, batch, true});  // S = Q·Kᵀ
   p.gemms.push_back({t, dh, keys, batch, true});  // O = P·V
   p.stream_bytes += batch * t * (dh * b + 4);  // out rescaled once, lse
+  p.kernels = 1;                                // one fused kernel
   return p;
 }
 
@@ -58,6 +85,7 @@ inline PassWork attention_backward(D batch, D t, D dh, D b, D pairs) {
   p.stream_bytes += 2 * batch * t * dh * b;  // D = rowsum(dO * O)
   p.gemms.push_back({t, dh, keys, batch, true});  // dQ = dS·K
   p.gemms.push_back({t, dh, keys, batch, true});  // dK = dSᵀ·Q
+  p.kernels = 2;                                  // D = rowsum(dO * O), then the fused backward
   return p;
 }
 

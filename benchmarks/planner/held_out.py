@@ -35,9 +35,16 @@ COLUMNS = ("id profile family vocab d_model n_layers n_heads n_kv_heads ffn seq 
            "recompute zero sp scatter attention overlap split metric published note").split()
 SMOKE_ID = "sc21-1.7B"
 # --breakdown's columns: groups of `simulate --json`'s breakdown_s terms (docs/planner.md, "The step, term by term").
-BREAKDOWN = (("forward", "input_grad", "weight_grad"), ("recompute",), ("tensor_parallel", "context_parallel", "expert_all_to_all"),
-             ("data_parallel", "zero_gather"), ("optimizer",), ("point_to_point",), ("bubble",))
-BREAKDOWN_HEAD = "F+I+W/recompute/tp+cp/dp+zero/optimizer/p2p/bubble %"
+BREAKDOWN = (("forward", "input_grad", "weight_grad"), ("elementwise",), ("kernel_launch",), ("recompute",),
+             ("tensor_parallel", "context_parallel", "expert_all_to_all"), ("data_parallel", "zero_gather"), ("optimizer",),
+             ("point_to_point",), ("bubble",))
+BREAKDOWN_HEAD = "GEMM F+I+W/elementwise/launch/recompute/tp+cp/dp+zero/optimizer/p2p/bubble %"
+# The compute terms (the first four groups): --breakdown also prints how many times slower they would have to be for
+# the step to match the published one with every other term as predicted (published step = predicted step x ratio,
+# every metric being inversely proportional to the step): (step x ratio - (step - compute)) / compute. The idle terms
+# are held as predicted too, so on a pipelined row (whose bubble grows with its compute) it is an upper bound.
+COMPUTE_TERMS = ("forward", "input_grad", "weight_grad", "elementwise", "kernel_launch", "recompute")
+COMPUTE_HEAD = "compute x to match"
 
 
 def read_table(path):
@@ -207,11 +214,11 @@ def main():
     sep = " | " if args.markdown else "  "
     head = ["run", "layout", "schedule", "metric", "predicted", "published", "ratio"]
     if args.breakdown:
-        head.append(BREAKDOWN_HEAD)
+        head += [BREAKDOWN_HEAD, COMPUTE_HEAD]
     head.append("note")
     if args.markdown:
         print("| " + " | ".join(head) + " |")
-        print("|" + "|".join("---:" if h in ("predicted", "published", "ratio") else "---" for h in head) + "|")
+        print("|" + "|".join("---:" if h in ("predicted", "published", "ratio", COMPUTE_HEAD) else "---" for h in head) + "|")
     else:
         print(sep.join(head))
     for row, predicted, published, ratio, note, out in results:
@@ -225,8 +232,11 @@ def main():
                 b = out["breakdown_s"]
                 parts = [sum(b.get(k, 0) for k in group) for group in BREAKDOWN]
                 cells.append("/".join(f"{100 * x / out['step_s']:.0f}" for x in parts))
+                compute = sum(b.get(k, 0) for k in COMPUTE_TERMS)
+                step = out["step_s"]
+                cells.append(f"{(step * ratio - (step - compute)) / compute:.2f}" if compute > 0 and ratio else "-")
             else:
-                cells.append("-")
+                cells += ["-", "-"]
         cells.append(note)
         print(("| " if args.markdown else "") + sep.join(cells) + (" |" if args.markdown else ""))
 

@@ -329,6 +329,8 @@ HardwareProfile measured_gemm_profile(const HardwareProfile& base, const GemmPro
                "(give a larger --budget)", result.skipped);
   p.gemm_efficiency = efficiency_curve(result.timings, DType::kBF16, p.peak_flops_bf16);
   p.flops_bf16 = p.peak_flops_bf16 * p.gemm_efficiency.back().second;
+  // The base's published per-shape table describes another GPU's GEMMs: this one's measured curve prices bf16 now.
+  p.gemm_shape_efficiency = partition::GemmShapeTable();
   if (has(DType::kF32)) {
     p.gemm_efficiency_f32 = efficiency_curve(result.timings, DType::kF32, p.peak_flops_f32);
     p.flops_f32 = p.peak_flops_f32 * p.gemm_efficiency_f32.back().second;
@@ -360,6 +362,14 @@ HardwareProfile measured_gemm_profile(const HardwareProfile& base, const GemmPro
       cite("gemm_efficiency_f32", "the base profile's gemm_efficiency, not measured here: " + base_cite("gemm_efficiency"));
     }
     if (device_memory > 0) cite("device_memory_GiB", "the device's total memory, read when `cleave profile --gemm` ran");
+    // Keep only the citations of numbers the profile still has (the shape table is gone), in sourced_keys order.
+    const std::vector<std::string> keys = p.sourced_keys();
+    std::vector<std::pair<std::string, std::string>> kept;
+    for (const std::string& key : keys) {
+      auto it = std::find_if(p.sources.begin(), p.sources.end(), [&](const auto& s) { return s.first == key; });
+      if (it != p.sources.end()) kept.push_back(*it);
+    }
+    p.sources = std::move(kept);
   }
   return p;
 }

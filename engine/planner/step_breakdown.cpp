@@ -11,6 +11,8 @@ constexpr std::array<StepTermInfo, kNumStepTerms> kStepTermInfo = {{
     {"input_grad", "I compute (input gradients)"},
     {"weight_grad", "W compute (weight gradients)"},
     {"recompute", "forward rerun inside I (train.recompute)"},
+    {"elementwise", "memory-bound elementwise / norm / softmax traffic (roofline)"},
+    {"kernel_launch", "kernel launches x launch cost (roofline)"},
     {"tensor_parallel", "tp all-reduces / SP reduce-scatter + all-gather, boundary all-gathers"},
     {"context_parallel", "cp key/value exchange not hidden by compute"},
     {"expert_all_to_all", "ep all-to-alls: dispatch, combine and their gradients"},
@@ -53,7 +55,8 @@ void StepBreakdown::add_action(StepAction kind, const ActionTerms& terms) {
 void StepBreakdown::set_groups() {
   using T = StepTerm;
   const auto& b = *this;
-  compute_s = b[T::kForward] + b[T::kInputGrad] + b[T::kWeightGrad] + b[T::kRecompute];
+  compute_s = b[T::kForward] + b[T::kInputGrad] + b[T::kWeightGrad] + b[T::kRecompute] + b[T::kElementwise] +
+              b[T::kKernelLaunch];
   tp_comm_s = b[T::kTensorParallel] + b[T::kContextParallel] + b[T::kExpertAllToAll];
   idle_s = b[T::kPointToPoint] + b[T::kBubble];
   dp_comm_s = b[T::kZeroGather] + b[T::kDataParallel];
@@ -83,6 +86,8 @@ std::vector<std::string> breakdown_table(const StepBreakdown& b, bool all) {
                           : term == StepTerm::kInputGrad  ? k.input_grad_s
                           : term == StepTerm::kWeightGrad ? k.weight_grad_s
                           : term == StepTerm::kRecompute  ? k.recompute_s
+                          : term == StepTerm::kElementwise ? k.elementwise_total()
+                          : term == StepTerm::kKernelLaunch ? k.launch_total()
                                                           : 0.0;
       if (pass > 0) lines.push_back(row(fmt::format("  {}", k.block), pass, fmt::format("{} on the rank", k.blocks), 0));
     }

@@ -24,6 +24,8 @@ enum class StepTerm {
   kInputGrad,        // I compute, without the recomputed forward
   kWeightGrad,       // W compute
   kRecompute,        // the forward rerun inside I (train.recompute); its collectives are in their own terms
+  kElementwise,      // memory-bound elementwise, normalisation and softmax traffic of F, I, W and the rerun (roofline)
+  kKernelLaunch,     // kernels launched in F, I, W and the rerun x the profile's launch cost (roofline)
   kTensorParallel,   // tp all-reduces, or sequence parallelism's reduce-scatter + all-gather; boundary all-gathers
   kContextParallel,  // cp's key/value exchange, what compute does not hide
   kExpertAllToAll,   // ep's four all-to-alls per moe block and micro-batch (dispatch, combine, their gradients)
@@ -65,18 +67,24 @@ struct ActionTerms {
 struct BlockPassSeconds {
   std::string block;  // the block kind ("transformer_block")
   int blocks = 0;     // blocks of that kind on the rank
-  double forward_s = 0, input_grad_s = 0, weight_grad_s = 0, recompute_s = 0;
+  double forward_s = 0, input_grad_s = 0, weight_grad_s = 0, recompute_s = 0;  // the forward, ..., recompute terms
+  // Its elementwise and kernel_launch terms by pass: F, I, W and the rerun inside I (kPassF ... kPassRerun).
+  std::array<double, 4> elementwise_s{}, launch_s{};
+  double elementwise_total() const { return elementwise_s[0] + elementwise_s[1] + elementwise_s[2] + elementwise_s[3]; }
+  double launch_total() const { return launch_s[0] + launch_s[1] + launch_s[2] + launch_s[3]; }
 };
+enum BlockPass : std::size_t { kPassF = 0, kPassI = 1, kPassW = 2, kPassRerun = 3 };
 
 struct StepBreakdown {
   TermSeconds seconds{};  // per step on the busiest pp rank; sums to the step
   TermSeconds hidden{};   // overlapped with compute (not in the sum): ZeRO-3 prefetch, ring hops, early reductions
   int rank = 0;           // the busiest pp rank (most busy time)
-  std::vector<BlockPassSeconds> blocks;  // its compute by block kind; sums to forward + input_grad + weight_grad + recompute
+  // Its compute by block kind; sums to forward + input_grad + weight_grad + recompute + elementwise + kernel_launch.
+  std::vector<BlockPassSeconds> blocks;
   // The same busy terms by the kind of action they are spent in (tp all-reduces inside F and I, ...); summed over
   // the kinds they are `seconds` without point_to_point and bubble.
   std::array<TermSeconds, kNumStepActions> by_action{};
-  // The five coarse groups earlier tools printed: compute (F, I, W, recomputation), tp (and cp, ep) collectives, idle
+  // The five coarse groups earlier tools printed: compute (F, I, W, recomputation, elementwise, launches), tp (and cp, ep) collectives, idle
   // (P2P and bubble), dp reduction (and ZeRO's gathers), optimizer. Sums of `seconds`, set by set_groups().
   double compute_s = 0, tp_comm_s = 0, idle_s = 0, dp_comm_s = 0, optimizer_s = 0;
 

@@ -69,6 +69,14 @@ TermContext make_term_context(const run_plan::Plan& plan, const config::RunConfi
 
 // --- Terms -------------------------------------------------------------------------------------------------
 
+PassSplit& PassSplit::operator/=(double d) {
+  forward_s /= d;
+  input_grad_s /= d;
+  weight_grad_s /= d;
+  recompute_s /= d;
+  return *this;
+}
+
 ProbabilitiesCompute attention_probabilities_compute(const TermContext& c, int b) {
   ProbabilitiesCompute x;
   if (c.options->attention == partition::AttentionKind::kMemoryEfficient || !c.profile->has_roofline()) return x;
@@ -76,10 +84,16 @@ ProbabilitiesCompute attention_probabilities_compute(const TermContext& c, int b
   const partition::ProbabilitiesWork w =
       partition::attention_probabilities_work(block, c.dtype, c.options->attention, c.choice->tp, c.choice->micro_batch);
   if (w.elements <= 0) return x;
-  const double bandwidth = c.profile->memory_bandwidth_Bps;
-  const auto gemm_s = [&](const partition::PassWork& p) { return c.profile->roofline_seconds(p, c.bf16); };
-  x.forward_s = w.forward_bytes / bandwidth + gemm_s(w.stored_forward) - gemm_s(w.replaced_forward);
-  x.input_grad_s = w.backward_bytes / bandwidth + gemm_s(w.stored_backward) - gemm_s(w.replaced_backward);
+  const HardwareProfile& profile = *c.profile;
+  const double bandwidth = profile.memory_bandwidth_Bps;
+  const auto gemm_s = [&](const partition::PassWork& p) { return profile.gemm_pass_seconds(p, c.bf16); };
+  const auto launch_s = [&](const partition::PassWork& p) { return profile.launch_seconds(p); };
+  x.stream_forward_s = w.forward_bytes / bandwidth;
+  x.stream_input_grad_s = w.backward_bytes / bandwidth;
+  x.launch_forward_s = launch_s(w.stored_forward) - launch_s(w.replaced_forward);
+  x.launch_input_grad_s = launch_s(w.stored_backward) - launch_s(w.replaced_backward);
+  x.forward_s = x.stream_forward_s + x.launch_forward_s + gemm_s(w.stored_forward) - gemm_s(w.replaced_forward);
+  x.input_grad_s = x.stream_input_grad_s + x.launch_input_grad_s + gemm_s(w.stored_backward) - gemm_s(w.replaced_backward);
   x.recompute_s = c.choice->recompute == Recompute::kNone ? 0.0 : x.forward_s;
   return x;
 }
@@ -102,21 +116,34 @@ BlockCompute block_compute(const TermContext& c, int b, double warm) {
     x.weight_grad_s = t.weight_grad_s;
   } else if (profile.has_roofline()) {  // a shipped profile: kernel by kernel
     const partition::BlockWork work = partition::block_work(block, c.dtype, choice.recompute, choice.tp, choice.micro_batch);
-    x.forward_s = profile.roofline_seconds(work.forward, c.bf16);
-    const double input_grad = profile.roofline_seconds(work.input_grad, c.bf16);
     // The rerun's kernels are appended to input_grad's, and the roofline prices kernel by kernel: the difference
-    // is the rerun's own cost.
-    x.input_grad_s = choice.recompute == Recompute::kNone
-                         ? input_grad
-                         : profile.roofline_seconds(
-                               partition::block_work(block, c.dtype, Recompute::kNone, choice.tp, choice.micro_batch).input_grad,
-                               c.bf16);
-    x.recompute_s = input_grad - x.input_grad_s;
+    // from the plain input gradient is the rerun's own cost, part by part.
+    const partition::PassWork plain_input =
+        choice.recompute == Recompute::kNone
+            ? work.input_grad
+            : partition::block_work(block, c.dtype, Recompute::kNone, choice.tp, choice.micro_batch).input_grad;
+    x.forward_s = profile.roofline_seconds(work.forward, c.bf16);
+    x.input_grad_s = profile.roofline_seconds(plain_input, c.bf16);
+    x.recompute_s = profile.roofline_seconds(work.input_grad, c.bf16) - x.input_grad_s;
     x.weight_grad_s = profile.roofline_seconds(work.weight_grad, c.bf16);
+    x.elementwise = {profile.elementwise_seconds(work.forward), profile.elementwise_seconds(plain_input),
+                     profile.elementwise_seconds(work.weight_grad),
+                     profile.elementwise_seconds(work.input_grad) - profile.elementwise_seconds(plain_input)};
+    x.launch = {profile.launch_seconds(work.forward), profile.launch_seconds(plain_input),
+                profile.launch_seconds(work.weight_grad),
+                profile.launch_seconds(work.input_grad) - profile.launch_seconds(plain_input)};
     x.probabilities = attention_probabilities_compute(c, b);
-    x.forward_s += x.probabilities.forward_s;
-    x.input_grad_s += x.probabilities.input_grad_s;
-    x.recompute_s += x.probabilities.recompute_s;
+    const ProbabilitiesCompute& p = x.probabilities;
+    const bool rerun = choice.recompute != Recompute::kNone;
+    x.forward_s += p.forward_s;
+    x.input_grad_s += p.input_grad_s;
+    x.recompute_s += p.recompute_s;
+    x.elementwise.forward_s += p.stream_forward_s;
+    x.elementwise.input_grad_s += p.stream_input_grad_s;
+    x.elementwise.recompute_s += rerun ? p.stream_forward_s : 0.0;
+    x.launch.forward_s += p.launch_forward_s;
+    x.launch.input_grad_s += p.launch_input_grad_s;
+    x.launch.recompute_s += rerun ? p.launch_forward_s : 0.0;
   } else {
     const bool rates = !c.bf16 && profile.block_forward_flops > 0;
     const double flops = profile.flops(c.bf16);
@@ -135,6 +162,8 @@ BlockCompute block_compute(const TermContext& c, int b, double warm) {
     x.probabilities.forward_s /= choice.cp;
     x.probabilities.input_grad_s /= choice.cp;
     x.probabilities.recompute_s /= choice.cp;
+    x.elementwise /= choice.cp;
+    x.launch /= choice.cp;
   }
   return x;
 }
@@ -398,13 +427,17 @@ namespace {
 void add_block_seconds(std::vector<BlockPassSeconds>& into, const BlockPassSeconds& b) {
   auto it = std::find_if(into.begin(), into.end(), [&](const BlockPassSeconds& k) { return k.block == b.block; });
   if (it == into.end()) {
-    into.push_back({b.block, 0, 0, 0, 0, 0});
+    into.push_back({b.block, 0, 0, 0, 0, 0, {}, {}});
     it = into.end() - 1;
   }
   it->forward_s += b.forward_s;
   it->input_grad_s += b.input_grad_s;
   it->weight_grad_s += b.weight_grad_s;
   it->recompute_s += b.recompute_s;
+  for (std::size_t p = 0; p < b.elementwise_s.size(); ++p) {
+    it->elementwise_s[p] += b.elementwise_s[p];
+    it->launch_s[p] += b.launch_s[p];
+  }
 }
 
 }  // namespace
@@ -429,10 +462,27 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
       const BlockCollectives ep = expert_all_to_all(c, b);
       const BlockCompute compute = expert_imbalance_compute(c, b, even);  // the busiest ep rank's
       const BlockCollectives tp = tensor_parallel_overlap(c, tensor_parallel_collectives(c, b), compute, cp);
-      st.forward[T::kForward] += c.core_sharing * compute.forward_s;
-      st.input_grad[T::kInputGrad] += c.core_sharing * compute.input_grad_s;
-      st.input_grad[T::kRecompute] += c.core_sharing * compute.recompute_s;
-      st.weight_grad[T::kWeightGrad] += c.core_sharing * compute.weight_grad_s;
+      // Each pass's GEMMs in its own term, its elementwise traffic and launches in theirs.
+      const PassSplit& e = compute.elementwise;
+      const PassSplit& l = compute.launch;
+      const double cs = c.core_sharing;
+      BlockPassSeconds kind{std::string(enum_name(plan.spec.blocks[static_cast<std::size_t>(b)].kind)), 1,
+                            cs * (compute.forward_s - e.forward_s - l.forward_s),
+                            cs * (compute.input_grad_s - e.input_grad_s - l.input_grad_s),
+                            cs * (compute.weight_grad_s - e.weight_grad_s - l.weight_grad_s),
+                            cs * (compute.recompute_s - e.recompute_s - l.recompute_s),
+                            {cs * e.forward_s, cs * e.input_grad_s, cs * e.weight_grad_s, cs * e.recompute_s},
+                            {cs * l.forward_s, cs * l.input_grad_s, cs * l.weight_grad_s, cs * l.recompute_s}};
+      st.forward[T::kForward] += kind.forward_s;
+      st.input_grad[T::kInputGrad] += kind.input_grad_s;
+      st.input_grad[T::kRecompute] += kind.recompute_s;
+      st.weight_grad[T::kWeightGrad] += kind.weight_grad_s;
+      st.forward[T::kElementwise] += kind.elementwise_s[kPassF];
+      st.input_grad[T::kElementwise] += kind.elementwise_s[kPassI] + kind.elementwise_s[kPassRerun];
+      st.weight_grad[T::kElementwise] += kind.elementwise_s[kPassW];
+      st.forward[T::kKernelLaunch] += kind.launch_s[kPassF];
+      st.input_grad[T::kKernelLaunch] += kind.launch_s[kPassI] + kind.launch_s[kPassRerun];
+      st.weight_grad[T::kKernelLaunch] += kind.launch_s[kPassW];
       st.forward[T::kTensorParallel] += tp.forward_s;
       st.input_grad[T::kTensorParallel] += tp.backward_s + tp.rerun_s;
       st.forward[T::kContextParallel] += cp.forward_s;
@@ -444,10 +494,7 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
       st.forward[T::kExpertAllToAll] += ep.forward_s;
       st.input_grad[T::kExpertAllToAll] += ep.backward_s + ep.rerun_s;
       st.comm_bytes += tp.bytes + cp.bytes + ep.bytes;
-      const auto& block = plan.spec.blocks[static_cast<std::size_t>(b)];
-      add_block_seconds(st.blocks, {std::string(enum_name(block.kind)), 1, compute.forward_s * c.core_sharing,
-                                    compute.input_grad_s * c.core_sharing, compute.weight_grad_s * c.core_sharing,
-                                    compute.recompute_s * c.core_sharing});
+      add_block_seconds(st.blocks, kind);
       grad_bytes += 4.0 * block_local_params(c, b);  // E / ep of a moe block's experts under ep
       expert_grad_bytes += 4.0 * block_expert_params(c, b);  // of which reduced over expert-dp
       block_grad_bytes.push_back(4.0 * block_local_params(c, b));
@@ -605,8 +652,14 @@ StepBreakdown step_breakdown(const TermContext& c, const std::vector<StageCosts>
     const bool w = a.kind == pipeline::ActionKind::kBackwardWeight || a.kind == pipeline::ActionKind::kBackward;
     if (!f && !i && !w) continue;
     for (const BlockPassSeconds& k : st.blocks) {
-      add_block_seconds(bd.blocks, {k.block, 0, f ? k.forward_s : 0.0, i ? k.input_grad_s : 0.0,
-                                    w ? k.weight_grad_s : 0.0, i ? k.recompute_s : 0.0});
+      BlockPassSeconds pass{k.block, 0, f ? k.forward_s : 0.0, i ? k.input_grad_s : 0.0,
+                            w ? k.weight_grad_s : 0.0, i ? k.recompute_s : 0.0, {}, {}};
+      for (std::size_t p : {std::size_t{kPassF}, std::size_t{kPassI}, std::size_t{kPassW}, std::size_t{kPassRerun}}) {
+        const bool on = p == kPassF ? f : p == kPassW ? w : i;
+        pass.elementwise_s[p] = on ? k.elementwise_s[p] : 0.0;
+        pass.launch_s[p] = on ? k.launch_s[p] : 0.0;
+      }
+      add_block_seconds(bd.blocks, pass);
     }
   }
   for (int s = 0; s < plan.num_stages(); ++s) {  // the blocks the rank holds, by kind

@@ -79,12 +79,24 @@ double ring_bytes(double bytes, int n, bool all_reduce);
 // profiles only (a measured profile times the engine's own attention).
 struct ProbabilitiesCompute {
   double forward_s = 0, input_grad_s = 0, recompute_s = 0;
+  // Of those, the scores' streamed bytes over the bandwidth (elementwise) and the extra kernels' launches (the
+  // unfused products and softmax, dropout, over the fused kernel's one in F and two in I); the rerun's equal F's.
+  double stream_forward_s = 0, stream_input_grad_s = 0, launch_forward_s = 0, launch_input_grad_s = 0;
 };
 ProbabilitiesCompute attention_probabilities_compute(const TermContext& c, int block);
 
+// One block's compute per pass. On a roofline profile each pass is its GEMMs + its elementwise traffic + its kernel
+// launches (HardwareProfile::roofline_seconds); `elementwise` and `launch` hold the last two by pass, parts of the
+// four totals (stage_costs moves them to the elementwise and kernel_launch terms). Zero on measured and rate profiles,
+// whose figures include them.
+struct PassSplit {
+  double forward_s = 0, input_grad_s = 0, weight_grad_s = 0, recompute_s = 0;
+  PassSplit& operator/=(double d);
+};
 struct BlockCompute {
   double forward_s = 0, input_grad_s = 0, weight_grad_s = 0, recompute_s = 0;
   ProbabilitiesCompute probabilities;  // already in the four above (÷ cp like them)
+  PassSplit elementwise, launch;       // already in the four above (÷ cp like them)
   double backward_input_s() const { return input_grad_s + recompute_s; }  // all of I
 };
 BlockCompute block_compute(const TermContext& c, int block, double warm);

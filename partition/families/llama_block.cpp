@@ -168,17 +168,20 @@ BlockWork llama_work(const BlockSpec& blk, D b, int tp, D micro, Recompute recom
   const D packed = rows * (d + 2 * kv) / p;  // rope: reads q, k, v, writes qkv; backward the reverse
   w.forward.stream_bytes += (rows * (d + 2 * kv) / p + packed) * b;
   w.input_grad.stream_bytes += (rows * (d + 2 * kv) / p + packed) * b;
+  w.forward.kernels += 1;
+  w.input_grad.kernels += 1;
   const PassWork core_forward = attention_forward(micro * heads, t, dh, b, pairs);
   w.forward += core_forward;
   w.input_grad += attention_backward(micro * heads, t, dh, b, pairs);
   if (blk.qk_norm) layernorm(w, rows * (d + kv) / p, b);  // Qwen3's per-head q/k norms
   linear(w, rows, d / p, d, false, b);
-  residual(w, rows * d, b);
-  layernorm(w, rows * d, b);
+  add_norm(w, rows * d, b);  // the residual add fused into the second RMSNorm (layers/residual_norm.hpp)
   linear(w, rows, d, f / p, false, b);
   linear(w, rows, d, f / p, false, b);
   w.forward.stream_bytes += 3 * rows * f / p * b;     // swiglu: reads gate, up, writes h
   w.input_grad.stream_bytes += 5 * rows * f / p * b;  // reads gate, up, dh, writes dgate, dup
+  w.forward.kernels += 1;
+  w.input_grad.kernels += 1;
   linear(w, rows, f / p, d, false, b);
   residual(w, rows * d, b);
   if (recompute == Recompute::kSelective) w.input_grad += core_forward;

@@ -110,6 +110,8 @@ BlockWork moe_work(const BlockSpec& block, DType dtype, Recompute recompute, int
   work_parts::linear(router, rows, d, e, false, b);
   router.forward.stream_bytes += 2 * rows * e * 4;
   router.input_grad.stream_bytes += 3 * rows * e * 4;
+  router.forward.kernels += 1;  // softmax / top-k
+  router.input_grad.kernels += 1;
   w.forward += router.forward;
   w.input_grad += router.input_grad;
   w.weight_grad += router.weight_grad;

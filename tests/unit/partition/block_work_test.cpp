@@ -109,6 +109,43 @@ TEST(BlockWork, LlamaGemmFlopsMatchTheCostModelFormulas) {
   EXPECT_EQ(block_cost(spec.blocks[0]).param_count, 50 * 64);
 }
 
+// Kernels per pass (PassWork::kernels, priced by the profile's kernel_launch_us) and the llama block's fused residual
+// add: a GPT block launches LN, QKV, attention, proj, residual, LN, fc1, GELU, fc2, residual in F (10); in I the
+// same with the attention's two (11); in W the four GEMMs, their four bias reductions and the two LN weight
+// reductions (10). A llama block fuses the residual add before its second RMSNorm into one kernel
+// (ops::add_rmsnorm_forward / _backward_input): F RMSNorm, q, k, v, rope, attention, o, add+RMSNorm, gate, up,
+// SwiGLU, down, residual (13), I the same with the attention's two (14), W seven GEMMs and two norm weights (9).
+TEST(BlockWork, KernelsPerPassAndTheFusedResidualNorm) {
+  const BlockWork g = block_work(gpt(64, 4, 16, 50).blocks[1], DType::kBF16, Recompute::kNone, 1, 1);
+  EXPECT_EQ(g.forward.kernels, 10);
+  EXPECT_EQ(g.input_grad.kernels, 11);
+  EXPECT_EQ(g.weight_grad.kernels, 10);
+  LlamaConfig c;
+  c.vocab_size = 50;
+  c.d_model = 64;
+  c.n_layers = 1;
+  c.n_heads = 8;
+  c.n_kv_heads = 2;
+  c.seq_len = 16;
+  const ModelSpec spec = make_llama_spec(c);
+  const BlockWork w = block_work(spec.blocks[1], DType::kBF16, Recompute::kNone, 1, 1);
+  EXPECT_EQ(w.forward.kernels, 13);
+  EXPECT_EQ(w.input_grad.kernels, 14);
+  EXPECT_EQ(w.weight_grad.kernels, 9);
+  // Streamed bytes, b = 2, n = T·D: RMSNorm 2n, rope 2·T(D + 2K), attention T·(dh·b + 4) per head, add+RMSNorm 4n
+  // (not the unfused pair's 3n + 2n), SwiGLU 3TF, residual 3n; I: 3n, 2·T(D + 2K), 2·2·T·D, 4n (not 3n + 3n), 5TF, 3n.
+  const double t = 16, d = 64, f = 192, k = 16, heads = 8, dh = 8, b = 2, n = t * d;
+  EXPECT_DOUBLE_EQ(w.forward.stream_bytes,
+                   b * (2 * n + 2 * t * (d + 2 * k) + 4 * n + 3 * t * f + 3 * n) + heads * t * (dh * b + 4));
+  EXPECT_DOUBLE_EQ(w.input_grad.stream_bytes, b * (3 * n + 2 * t * (d + 2 * k) + 2 * t * d + 4 * n + 5 * t * f + 3 * n));
+  EXPECT_DOUBLE_EQ(w.weight_grad.stream_bytes, b * (2 * n + 2 * n));
+  // Recomputation reruns the forward's kernels inside I.
+  const BlockWork full = block_work(spec.blocks[1], DType::kBF16, Recompute::kFull, 1, 1);
+  EXPECT_EQ(full.input_grad.kernels, 14 + 13);
+  const BlockWork selective = block_work(spec.blocks[1], DType::kBF16, Recompute::kSelective, 1, 1);
+  EXPECT_EQ(selective.input_grad.kernels, 14 + 1);
+}
+
 // A sliding window (Mistral) prices only the keys a query sees, as the kernels skip blocks outside it: with
 // w = 4 over T = 16 the first 4 rows see 1..4 keys and the other 12 see 4, P = 10 + 48 = 58 pairs; the cost
 // model's attention terms shrink by the same pairs, and a window at least T is plain causal attention.

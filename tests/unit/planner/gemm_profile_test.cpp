@@ -269,6 +269,7 @@ TEST_F(GemmProfile, ThePlannerPricesPlansFromTheMeasuredCurve) {
       "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})");
   HardwareProfile base = h100();
   base.memory_bandwidth_Bps = 1e30;  // every GEMM compute-bound and nothing else costs time: the step is GEMM time
+  base.kernel_launch_s = 0;          // (launches neither)
   base.intra_node = base.inter_node = Link{1e-30, 1e30};
   GemmProfileResult r;
   for (const auto& [k, fraction] : {std::pair{5, 0.1}, std::pair{500, 0.4}, std::pair{50000, 0.8}}) {

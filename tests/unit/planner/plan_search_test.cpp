@@ -264,14 +264,25 @@ TEST_F(PlanSearch, AttentionProbabilitiesCostTheirPassesAndEveryScore) {
     return a100.roofline_seconds(p, false);
   };
   const partition::Gemm qk{16, 16, 12, 4}, pv{16, 12, 16, 4}, qk_causal{16, keys, 12, 4}, pv_causal{16, 12, keys, 4};
-  const double forward = n * (4 * b + 1) / bw + gemm_s({qk, pv}) - gemm_s({qk_causal, pv_causal});
-  const double backward = n * (5 * b + 1) / bw + gemm_s({qk, pv, pv, pv}) -
-                          gemm_s({qk_causal, qk_causal, pv_causal, pv_causal, pv_causal});
+  // The products in forward and input_grad, the scores' bytes in elementwise, the extra kernels in kernel_launch: F
+  // launches S, softmax, dropout, P·V (4) for the fused kernel's 1; I dropout's and softmax's gradients and dP, dV,
+  // dQ, dK (6) for its 2.
+  const double forward_gemms = gemm_s({qk, pv}) - gemm_s({qk_causal, pv_causal});
+  const double backward_gemms = gemm_s({qk, pv, pv, pv}) - gemm_s({qk_causal, qk_causal, pv_causal, pv_causal, pv_causal});
+  const double forward_bytes = n * (4 * b + 1) / bw, backward_bytes = n * (5 * b + 1) / bw;
+  const double forward_launch = 3 * a100.kernel_launch_s, backward_launch = 4 * a100.kernel_launch_s;
+  ASSERT_GT(a100.kernel_launch_s, 0.0);
+  const double forward = forward_gemms + forward_bytes + forward_launch;
+  const double backward = backward_gemms + backward_bytes + backward_launch;
   const double blocks = 4, micro_batches = 8;
-  EXPECT_NEAR(stored.breakdown[StepTerm::kForward] - plain.breakdown[StepTerm::kForward], blocks * micro_batches * forward,
-              1e-9 * plain.step_s);
+  EXPECT_NEAR(stored.breakdown[StepTerm::kForward] - plain.breakdown[StepTerm::kForward],
+              blocks * micro_batches * forward_gemms, 1e-9 * plain.step_s);
   EXPECT_NEAR(stored.breakdown[StepTerm::kInputGrad] - plain.breakdown[StepTerm::kInputGrad],
-              blocks * micro_batches * backward, 1e-9 * plain.step_s);
+              blocks * micro_batches * backward_gemms, 1e-9 * plain.step_s);
+  EXPECT_NEAR(stored.breakdown[StepTerm::kElementwise] - plain.breakdown[StepTerm::kElementwise],
+              blocks * micro_batches * (forward_bytes + backward_bytes), 1e-9 * plain.step_s);
+  EXPECT_NEAR(stored.breakdown[StepTerm::kKernelLaunch] - plain.breakdown[StepTerm::kKernelLaunch],
+              blocks * micro_batches * (forward_launch + backward_launch), 1e-9 * plain.step_s);
   EXPECT_NEAR(stored.step_s - plain.step_s, blocks * micro_batches * (forward + backward), 1e-9 * plain.step_s);
   EXPECT_GT(stored.step_s, plain.step_s);
   // The stored probabilities and dropout output and mask are held from F to I: n (2b + 1) bytes more per block.
@@ -283,7 +294,8 @@ TEST_F(PlanSearch, AttentionProbabilitiesCostTheirPassesAndEveryScore) {
   const PlanEstimate rerun_plain = estimate_plan(config, {}, c, a100, options);
   EXPECT_EQ(rerun.peak_bytes, rerun_plain.peak_bytes);
   EXPECT_NEAR(rerun.breakdown[StepTerm::kRecompute] - rerun_plain.breakdown[StepTerm::kRecompute],
-              blocks * micro_batches * forward, 1e-9 * plain.step_s);
+              blocks * micro_batches * forward_gemms, 1e-9 * plain.step_s);
+  EXPECT_NEAR(rerun.step_s - rerun_plain.step_s, blocks * micro_batches * (2 * forward + backward), 1e-9 * plain.step_s);
   // The kind's names round trip; an unknown one is refused.
   for (auto k : {partition::AttentionKind::kMemoryEfficient, partition::AttentionKind::kProbabilities,
                  partition::AttentionKind::kProbabilitiesDropout}) {

@@ -166,7 +166,7 @@ TEST_F(ProfileSources, AMissingOrUnknownCitationIsRefusedByName) {
   flat.erase("gemm_efficiency");
   flat.erase("attention_efficiency");
   flat["sources"].erase("attention_efficiency");
-  for (const char* k : {"sm_count", "gemm_tiles"}) {
+  for (const char* k : {"sm_count", "gemm_tiles", "kernel_launch_us", "gemm_shape_efficiency"}) {
     flat.erase(k);
     flat["sources"].erase(k);
   }

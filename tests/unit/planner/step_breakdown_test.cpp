@@ -59,6 +59,10 @@ class StepBreakdownTest : public ::testing::Test {
     double blocks = 0;
     for (const auto& k : b.blocks) blocks += k.forward_s + k.input_grad_s + k.weight_grad_s + k.recompute_s;
     EXPECT_NEAR(blocks, b[T::kForward] + b[T::kInputGrad] + b[T::kWeightGrad] + b[T::kRecompute], 1e-9 * e.step_s);
+    double elementwise = 0, launch = 0;
+    for (const auto& k : b.blocks) elementwise += k.elementwise_total(), launch += k.launch_total();
+    EXPECT_NEAR(elementwise, b[T::kElementwise], 1e-9 * e.step_s);
+    EXPECT_NEAR(launch, b[T::kKernelLaunch], 1e-9 * e.step_s);
     for (int t = 0; t < kNumStepTerms; ++t) {
       EXPECT_GE(b.seconds[static_cast<std::size_t>(t)], 0.0) << step_term_info(static_cast<StepTerm>(t)).name;
       EXPECT_GE(b.hidden[static_cast<std::size_t>(t)], 0.0);
@@ -78,6 +82,19 @@ TEST_F(StepBreakdownTest, TermsSumToTheStepForEveryRankedPlan) {
     pipelined += e.choice.pp > 1;
   }
   EXPECT_GT(pipelined, 0);
+}
+
+// On the shipped H100 roofline profile every ranked plan (recomputation, pipelining and tp among them) splits its compute
+// into GEMMs, elementwise traffic and kernel launches that still sum to the step, the last two non-zero on every plan.
+TEST_F(StepBreakdownTest, TermsSumToTheStepOnARooflineProfile) {
+  const HardwareProfile h100 = partition::load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/h100_sxm.json");
+  const SearchResult r = search_plans(config_, {}, h100, SearchOptions{4, 0});
+  ASSERT_GT(r.ranked.size(), 10u);
+  for (const auto& e : r.ranked) {
+    expect_sums(e);
+    EXPECT_GT(e.breakdown[T::kElementwise], 0.0) << e.choice.layout();
+    EXPECT_GT(e.breakdown[T::kKernelLaunch], 0.0) << e.choice.layout();
+  }
 }
 
 // A moe model: every plan the search ranks, ep 1, 2 and 4 among them, sums to its step; the expert all-to-alls

@@ -1,0 +1,133 @@
+// The compute term's parts on a roofline profile (docs/planner.md, "The step, term by term"): each bf16 library GEMM at
+// the shipped H100 profile's measured per-shape table (no wave term on top), f32 GEMMs and the fused attention
+// kernel's products at the size curve; the elementwise term is the passes' streamed bytes over the measured memory
+// bandwidth and the kernel_launch term their kernels times the cited launch cost, each equal to its formula over a
+// whole plan; the shipped profiles cite the new numbers.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include "engine/config/config.hpp"
+#include "engine/planner/plan_search.hpp"
+#include "engine/run_plan/plan.hpp"
+#include "partition/block_work.hpp"
+#include "partition/hardware_profile.hpp"
+
+namespace cleave::planner {
+namespace {
+
+namespace fs = std::filesystem;
+using partition::Gemm;
+using partition::HardwareProfile;
+using partition::PassWork;
+
+HardwareProfile shipped(const std::string& name) {
+  return partition::load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/" + name);
+}
+
+TEST(ComputeTerms, H100BfloatGemmsTakeTheMeasuredShapeTableWithoutTheWaveTerm) {
+  const HardwareProfile h100 = shipped("h100_sxm.json");
+  ASSERT_FALSE(h100.gemm_shape_efficiency.empty());
+  // 4096^3 is a table point: 783.3 TFLOP/s measured, 0.792 of 989.
+  const Gemm square{4096, 4096, 4096};
+  EXPECT_DOUBLE_EQ(h100.gemm_efficiency_of(square, true), 0.792);
+  EXPECT_DOUBLE_EQ(h100.gemm_seconds(square, true), square.flops() / (989e12 * 0.792));
+  // A narrow K runs far below the size curve's figure for the same FLOPs (4096 x 4096 x 512: 543.1 TFLOP/s, 0.5491).
+  const Gemm narrow{4096, 4096, 512};
+  EXPECT_DOUBLE_EQ(h100.gemm_efficiency_of(narrow, true), 0.5491);
+  EXPECT_LT(h100.gemm_efficiency_of(narrow, true), h100.gemm_efficiency_at(narrow.flops(), true) - 0.05);
+  // One tile past a full wave on 132 SMs: the table prices it (its shapes carry their quantization), no wave term.
+  const Gemm one_over{256.0 * 132 + 1, 128, 4096};
+  ASSERT_GT(h100.gemm_wave_seconds(one_over, true), 0.0);
+  const double eff = h100.gemm_efficiency_of(one_over, true);
+  EXPECT_DOUBLE_EQ(eff, h100.gemm_shape_efficiency.at(one_over.m, one_over.n, one_over.k));
+  EXPECT_DOUBLE_EQ(h100.gemm_seconds(one_over, true),
+                   std::max(one_over.flops() / (989e12 * eff), one_over.traffic_bytes(2.0) / h100.memory_bandwidth_Bps));
+  // f32 GEMMs and the fused attention kernel's products keep the size curve (and the attention cap).
+  EXPECT_DOUBLE_EQ(h100.gemm_efficiency_of(square, false), h100.gemm_efficiency_at(square.flops(), false));
+  Gemm fused = square;
+  fused.fused_attention = true;
+  EXPECT_DOUBLE_EQ(h100.gemm_efficiency_of(fused, true),
+                   std::min(h100.gemm_efficiency_at(fused.flops(), true), h100.attention_efficiency));
+}
+
+TEST(ComputeTerms, ElementwiseIsBytesOverMeasuredBandwidthAndLaunchIsKernelsTimesItsCost) {
+  for (const char* name : {"a100_80gb_sxm.json", "h100_sxm.json"}) {
+    const HardwareProfile p = shipped(name);
+    EXPECT_DOUBLE_EQ(p.kernel_launch_s, 1.3e-6) << name;
+    PassWork pass;
+    pass.stream_bytes = 3e9;
+    pass.kernels = 7;
+    EXPECT_DOUBLE_EQ(p.elementwise_seconds(pass), 3e9 / p.memory_bandwidth_Bps) << name;
+    EXPECT_DOUBLE_EQ(p.launch_seconds(pass), 7 * 1.3e-6) << name;
+    EXPECT_DOUBLE_EQ(p.roofline_seconds(pass, true), 3e9 / p.memory_bandwidth_Bps + 7 * 1.3e-6) << name;
+  }
+  // Measured STREAM triads (Azure's ND A100 v4 and ND H100 v5 BabelStream), not 0.8 x the datasheets.
+  EXPECT_DOUBLE_EQ(shipped("a100_80gb_sxm.json").memory_bandwidth_Bps, 1.70e12);
+  EXPECT_DOUBLE_EQ(shipped("h100_sxm.json").memory_bandwidth_Bps, 2.97e12);
+  // Every new number is cited, none ASSUMED but the A100's launch cost (the H100's figure).
+  for (const char* name : {"a100_80gb_sxm.json", "h100_sxm.json"}) {
+    const HardwareProfile p = shipped(name);
+    for (const auto& [key, citation] : p.sources) {
+      if (key == "memory_bandwidth_GBps" || key == "gemm_shape_efficiency") {
+        EXPECT_EQ(citation.find("ASSUMED"), std::string::npos) << name << " " << key;
+      }
+    }
+    const auto keys = p.sourced_keys();
+    EXPECT_NE(std::find(keys.begin(), keys.end(), "kernel_launch_us"), keys.end()) << name;
+  }
+  const auto keys = shipped("h100_sxm.json").sourced_keys();
+  EXPECT_NE(std::find(keys.begin(), keys.end(), "gemm_shape_efficiency"), keys.end());
+}
+
+// Over a whole plan (one H100, bf16, 8 micro-batches of one sample, pp 1): the elementwise term is 8 x each block's
+// streamed bytes over the bandwidth, the kernel_launch term 8 x its kernels x 1.3 us, summed over the blocks and
+// their three passes; the forward, input_grad and weight_grad terms hold the GEMMs alone.
+TEST(ComputeTerms, ThePlansElementwiseAndLaunchTermsAreTheirFormulas) {
+  const fs::path dir = fs::temp_directory_path() / ("cleave_compute_terms_test_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string text = R"({"model": {"type": "llama", "vocab_size": 256, "d_model": 128, "n_layers": 2,
+      "n_heads": 4, "n_kv_heads": 2, "seq_len": 64}, "batch": {"global_batch_size": 8, "micro_batch_size": 1},
+      "device": {"precision": "bf16"}, "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})";
+  const std::string path = (dir / "llama.json").string();
+  std::ofstream(path) << text;
+  const HardwareProfile h100 = shipped("h100_sxm.json");
+  PlanChoice choice;
+  choice.global_batch = 8;
+  const PlanEstimate e = estimate_plan(path, {}, choice, h100, SearchOptions{1, 0});
+  ASSERT_TRUE(e.valid) << e.reason;
+  config::RunConfig c = config::parse_config(text, "<string>", {});
+  c.resolve(1);
+  const run_plan::Plan plan = run_plan::make_plan(c, 8, 0);
+  double bytes = 0, kernels = 0, gemm_s = 0;
+  for (const auto& block : plan.spec.blocks) {
+    const partition::BlockWork w = partition::block_work(block, DType::kBF16, partition::Recompute::kNone, 1, 1);
+    for (const PassWork* pass : {&w.forward, &w.input_grad, &w.weight_grad}) {
+      bytes += pass->stream_bytes;
+      kernels += pass->kernels;
+      gemm_s += h100.gemm_pass_seconds(*pass, true);
+    }
+  }
+  ASSERT_GT(kernels, 0.0);
+  EXPECT_NEAR(e.breakdown[StepTerm::kElementwise], 8 * bytes / h100.memory_bandwidth_Bps, 1e-12);
+  EXPECT_NEAR(e.breakdown[StepTerm::kKernelLaunch], 8 * kernels * 1.3e-6, 1e-12);
+  EXPECT_NEAR(e.breakdown[StepTerm::kForward] + e.breakdown[StepTerm::kInputGrad] + e.breakdown[StepTerm::kWeightGrad],
+              8 * gemm_s, 1e-12);
+  // Per block kind, the two terms are listed too and sum to them.
+  double listed_bytes = 0, listed_launch = 0;
+  for (const auto& k : e.breakdown.blocks) {
+    listed_bytes += k.elementwise_total();
+    listed_launch += k.launch_total();
+  }
+  EXPECT_NEAR(listed_bytes, e.breakdown[StepTerm::kElementwise], 1e-12);
+  EXPECT_NEAR(listed_launch, e.breakdown[StepTerm::kKernelLaunch], 1e-12);
+  fs::remove_all(dir);
+}
+
+}  // namespace
+}  // namespace cleave::planner

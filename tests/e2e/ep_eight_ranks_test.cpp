@@ -16,6 +16,8 @@
 //    × tp 2 from dp 2 × cp 2 at ZeRO-2: each against its layout at ep 1 without ZeRO BIT FOR BIT (AdamW with weight
 //    decay, clipping engaged so the global norm must count every element once over both groups; its sum of squares
 //    is exact, so the norm has the same bits too).
+//  - A checkpoint saved at ep 2 × tp 2 × pp 2 loads bit for bit at ep 4 × tp 2 and ep 4 × pp 2 and continues there
+//    and on one rank within kTensorParallel of the one-rank run.
 //  - The memory plan against the allocator's peaks at ep 2 × tp 2 in dp 4, ZeRO 0 to 3 (see the test).
 // Uses the layout-compare harness (tests/support/layout_compare.hpp) for every comparison. Extending: add a row to
 // a case list below.
@@ -24,6 +26,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
@@ -192,6 +195,46 @@ TEST(EpEightRanks, ExpertDataParallelUnderZeroMatchesEpOneBitForBit) {
                   parallel.grad_norms.front(), parallel.grad_norms.back());
     }
   }
+}
+
+// Checkpoints stay layout-independent at 8 ranks: saved after 2 of 4 steps at ep 2 × tp 2 × pp 2 (zb_v; each rank
+// writes its experts' tp slice of its stages), loaded at ep 4 × tp 2 in dp 4 and at ep 4 × pp 2 in dp 4 (no step
+// taken: every parameter equals the saved one bit for bit), and continued there and on one rank, each within
+// kTensorParallel of the uninterrupted one-rank run (SGD with momentum: the momentum travels too).
+TEST(EpEightRanks, CheckpointSavedAtEpTpPpResumesAtOtherLayouts) {
+  auto world = make_world(/*deterministic=*/true);
+  if (world->size() != 8) GTEST_SKIP() << "runs at 8 ranks";
+  constexpr std::int64_t kSteps = 4, kSaveAt = 2;
+  auto self = world->split(world->rank(), 0, "self");
+  const std::vector<std::string> sgd = {"optimizer.type=sgd", "optimizer.lr=0.05", "optimizer.momentum=0.9",
+                                        "optimizer.weight_decay=0", "optimizer.grad_clip=0"};
+  const config::RunConfig saved_layout = tiny_moe(kSteps, with(sgd, {kTp2, kPp2, "parallel.schedule=zb_v", ep(2)}));
+  const RunRecord whole =
+      world->rank() == 0 ? run_from(single_rank_config(saved_layout), *self, 0, kSteps) : RunRecord{};
+  const std::string root = shared_dir(*world, "ep8", "resume");
+  const RunRecord saved = run_from(saved_layout, *world, 0, kSaveAt, "", root);
+  const std::string dir = step_dir(root, kSaveAt);
+  const auto expect_continues = [&](const std::string& name, const RunRecord& rest) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(rest.losses.size(), 2u);
+    RunRecord tail = whole;
+    tail.losses.erase(tail.losses.begin(), tail.losses.begin() + kSaveAt);
+    const Comparison c = expect_within(rest, tail, Bound::relative(kTensorParallel));
+    std::printf("[ ep-np8 ] saved at ep2 x tp2 x pp2, resumed at %-12s max loss rel diff %.3g, max param rel diff "
+                "%.3g (%s) against one rank's whole run\n",
+                name.c_str(), c.loss_diff, c.param_diff, c.worst.c_str());
+  };
+  for (const auto& [name, layout] : std::vector<std::pair<std::string, std::vector<std::string>>>{
+           {"ep4 x tp2", {kTp2, ep(4)}}, {"ep4 x pp2", {kPp2, ep(4)}}}) {
+    SCOPED_TRACE(name);
+    const config::RunConfig config = tiny_moe(kSteps, with(sgd, layout));
+    expect_params_bit_identical(run_from(config, *world, kSaveAt, kSaveAt, dir), saved);
+    const RunRecord rest = run_from(config, *world, kSaveAt, kSteps, dir);
+    if (world->rank() == 0) expect_continues(name, rest);
+  }
+  if (world->rank() == 0) expect_continues("one rank", run_from(single_rank_config(saved_layout), *self, kSaveAt, kSteps, dir));
+  world->barrier()->wait();
+  if (world->rank() == 0) std::filesystem::remove_all(root);
 }
 
 // The memory plan at 8 ranks, measured as ExpertParallel.MemoryPlanFollowsTheMeasuredPeakUnderZero measures it

@@ -586,9 +586,9 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     const auto bucket_bytes = static_cast<std::int64_t>(config.parallel.dp_bucket_mb * 1024.0 * 1024.0);
     const std::int64_t first_shard = zero_stage >= 2 ? std::min(grad_bytes, bucket_bytes) / dp : 0;
     at(MemoryCategory::kGradients) = std::max((1 + partial_sums) * grad_bytes, grad_bytes + first_shard);
-    // ep > 1: the expert gradients also live in the expert-dp group's bucket (engine/train/data_parallel.hpp)
-    // beside the parameters' own (measured: ep_memory_plan_test, from construction on).
-    if (ep > 1 && zero_stage < 2) at(MemoryCategory::kGradients) += expert_bytes / ep / tp;
+    // ep > 1 under ZeRO 0 and 1: the expert gradients live in the expert-dp group's bucket, the rest in the dp × cp
+    // one (engine/train/data_parallel.hpp), grad_bytes in all (each parameter's own gradient is dropped before its
+    // bucket is allocated; measured: ep_eight_ranks_test and ep_memory_plan_test, to the byte).
     // ZeRO-2 with ep, reduced per step: a bucket is traded for its shard when a later mark_ready or finish() finds
     // its collective done, so the expert-dp bucketer's first trade may come before any other bucket's has freed
     // memory: the plan takes that worst case, the full buckets plus the first expert shard (at most a bucket's, over

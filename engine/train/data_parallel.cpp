@@ -46,6 +46,14 @@ std::vector<comm::GradientSpec> specs_of(const std::vector<ParamPtr>& params) {
   return specs;
 }
 
+// Drops the parameters' own gradients once their specs are taken: a bucketer allocates their replacements (its
+// buffers, whose views become the grads), and the two must never be alive together, or the allocator's gradient
+// peak is each released tensor twice at construction (2x the gradients at ep 1; the experts' twice at ep > 1), a
+// peak no step reaches and the memory plan does not count, which a device.memory_limit near the plan would refuse.
+void release_grads(const std::vector<ParamPtr>& params) {
+  for (const auto& p : params) p->grad = Tensor();
+}
+
 }  // namespace
 
 DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::map<int, pipeline::StageModule*>& stages,
@@ -143,6 +151,7 @@ DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::m
       specs[i].group = shared ? -2 - static_cast<int>(i) : stage_of.at(p);
     }
   }
+  release_grads(order_);
   bucketer_ = std::make_unique<comm::GradientBucketer>(std::move(specs), dp, bucket_options,
                                                       *options.context.allocator, *options.context.stream);
   for (int i = 0; i < bucketer_->num_grads(); ++i) {
@@ -156,7 +165,9 @@ DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::m
     bucket_options.on_release = [this](int) { split_table_->grad = Tensor(); };
     bucket_options.per_microbatch = false;  // summed over the tied group once per step, then reduced
     bucket_options.pack_units = false;
-    table_bucketer_ = std::make_unique<comm::GradientBucketer>(specs_of(table_order), dp, bucket_options,
+    std::vector<comm::GradientSpec> table_specs = specs_of(table_order);
+    release_grads(table_order);
+    table_bucketer_ = std::make_unique<comm::GradientBucketer>(std::move(table_specs), dp, bucket_options,
                                                              *options.context.allocator, *options.context.stream);
     split_table_->grad = table_bucketer_->grad(0);
     entries_[split_table_.get()] = Entry{split_table_.get(), table_bucketer_.get(), 0, 1, 0};
@@ -178,6 +189,7 @@ DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::m
     if (options.zero_stage == 3) {
       for (std::size_t i = 0; i < expert_specs.size(); ++i) expert_specs[i].unit = unit_of.at(expert_order_[i].get());
     }
+    release_grads(expert_order_);
     expert_bucketer_ = std::make_unique<comm::GradientBucketer>(std::move(expert_specs), *options.expert_replicas,
                                                               bucket_options, *options.context.allocator,
                                                               *options.context.stream);

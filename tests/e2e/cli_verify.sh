@@ -7,8 +7,8 @@
 #  - a llama (grouped-query) at tp 2 x pp 2 against one rank passes (np 4);
 #  - context parallelism: the tiny gpt at cp 2 (ring and all_to_all, np 2) and the llama at cp 2 x tp 2 (ring,
 #    np 4) against one rank pass;
-#  - expert parallelism: a tiny moe at ep 2 (dp 2), and at ep 2 × tp 2 on 4 ranks, against one rank passes, the
-#    layout line naming ep=2; ep 3 on
+#  - expert parallelism: a tiny moe at ep 2 (dp 2), at ep 2 × tp 2 on 4 ranks, and at ep 2 × tp 2 × pp 2 under zb_v
+#    on 8 ranks (oversubscribed), against one rank passes, the layout line naming ep=2; ep 3 on
 #    4 experts is refused with one error naming the key, before any step (nothing trained);
 #  - a bad option value is refused before MPI starts.
 # Usage: cli_verify.sh CLEAVE MPIEXEC [FLAGS...]
@@ -110,6 +110,15 @@ if [ $status -ne 0 ] || ! grep -q ': PASS$' ep2tp2.log || ! grep -q 'tp=2 pp=1 d
   fail "moe-ep2-tp2-passes: status $status" ep2tp2.log
 else
   echo "ok   moe-ep2-tp2-passes: $(grep -E ': PASS$' ep2tp2.log)"
+fi
+"${mpiexec[@]}" -n 8 "$cleave" verify moe.json --steps 3 --set parallel.expert_model_parallel_size=2 \
+    --set parallel.tensor_model_parallel_size=2 --set parallel.pipeline_model_parallel_size=2 \
+    --set parallel.schedule=zb_v > ep2tp2pp2.log 2>&1
+status=$?
+if [ $status -ne 0 ] || ! grep -q ': PASS$' ep2tp2pp2.log || ! grep -q 'tp=2 pp=2 dp=2 ep=2 (world 8), schedule zb_v' ep2tp2pp2.log; then
+  fail "moe-ep2-tp2-pp2-zb_v-passes: status $status" ep2tp2pp2.log
+else
+  echo "ok   moe-ep2-tp2-pp2-zb_v-passes: $(grep -E ': PASS$' ep2tp2pp2.log)"
 fi
 "${mpiexec[@]}" -n 2 "$cleave" verify moe.json --steps 3 --set parallel.expert_model_parallel_size=3 > ep3.log 2>&1
 status=$?

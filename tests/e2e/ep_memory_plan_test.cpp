@@ -14,9 +14,8 @@
 
 #include "engine/core/allocator.hpp"
 #include "engine/run_plan/memory_plan.hpp"
-#include "layers/moe/forced_routing.hpp"
 #include "mpi/mpi_test_env.hpp"
-#include "partition/ep_costs.hpp"
+#include "support/memory_compare.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
@@ -27,15 +26,7 @@ constexpr std::int64_t kExperts = 8, kTopK = 2, kSeq = 32, kMicro = 2, kSteps = 
 // The rows rank r's experts run over (every source rank routes alike under forced routing), max over the steps,
 // over the mean rows (micro · T · k).
 double exact_imbalance(const std::string& workload, int ep, int rank) {
-  const partition::ForcedRouting f = partition::forced_routing(workload, kExperts, kTopK);
-  double most = 0;
-  for (std::int64_t step = 0; step < kSteps; ++step) {
-    const auto slots = layers::forced_experts(f, step, kMicro * kSeq, kExperts, kTopK);
-    const partition::EpTraffic t =
-        partition::ep_traffic(std::vector<std::vector<std::int32_t>>(static_cast<std::size_t>(ep), slots), kExperts, ep);
-    most = std::max(most, static_cast<double>(t.computed(rank)) / static_cast<double>(kMicro * kSeq * kTopK));
-  }
-  return most;
+  return forced_routing_imbalance(workload, kExperts, kTopK, kMicro * kSeq, ep, rank, 0, kSteps);
 }
 
 // One run at ep × tp on `world` (dp = world / tp = ep): every category of this rank's peak against its plan.

@@ -52,11 +52,11 @@ TEST(EpPlan, ExpertMemoryPerRankAtEp124) {
   for (const int ep : {2, 4}) {
     const run_plan::MemoryPlan m = memory(ep, 1.0);
     // Two blocks of E experts: the rank drops (ep - 1) / ep of them, in each of parameters, gradients and AdamW's
-    // two moments; its experts' gradients are held twice (theirs and the expert-dp bucket's).
+    // two moments (each gradient lives once, in the dp × cp bucket or the expert-dp one).
     const std::int64_t dropped = 2 * 4 * kExpertParams / ep * (ep - 1);
     EXPECT_EQ(one.bytes[at(MemoryCategory::kParameters)] - m.bytes[at(MemoryCategory::kParameters)], dropped) << ep;
     EXPECT_EQ(one.bytes[at(MemoryCategory::kGradients)] - m.bytes[at(MemoryCategory::kGradients)],
-              dropped - 2 * 4 * kExpertParams / ep) << ep;
+              dropped) << ep;
     EXPECT_EQ(one.bytes[at(MemoryCategory::kOptimizerState)] - m.bytes[at(MemoryCategory::kOptimizerState)],
               2 * dropped) << ep;
     // A balanced routing stashes what ep 1 does, plus the all-to-alls' buffers in the backward (one [T·k, D]).
@@ -234,8 +234,8 @@ TEST_F(EpPlanSearch, SearchesEpTimesTensorParallel) {
 
 TEST_F(EpPlanSearch, ChoosesExpertParallelWhenExpertsDoNotFitOtherwise) {
   // One moe block (pp cannot split its experts) and two heads (tp at most 2 splits them in two): with X the
-  // experts' f32 bytes, ep 4 (or ep 2 x tp 2) holds 1.25 X in all (a quarter each of parameters, AdamW's two
-  // moments and the gradients, held twice), while tp2 with ZeRO 1 or 2 needs about 1.5 X and tp2 with ZeRO-3
+  // experts' f32 bytes, ep 4 (or ep 2 x tp 2) holds 1 X in all (a quarter each of parameters, AdamW's two
+  // moments and the gradients), while tp2 with ZeRO 1 or 2 needs about 1.5 X and tp2 with ZeRO-3
   // about 1.75 X (the block's experts gathered in full, their gradients in full until reduced); experts of width
   // 512 make X dominate the activations.
   std::string text = kMoe;

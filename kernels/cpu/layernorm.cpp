@@ -53,6 +53,31 @@ namespace {
   }
 }
 
+constexpr int64_t kWeightBlock = 128;  // columns per block of the weight gradient
+
+// Columns [c0, c0 + kWeightBlock) of dgamma and dbeta, every row summed in row order.
+[[gnu::noinline]] void backward_weight_block(const float* dy, const float* x, const float* mean, const float* rstd,
+                                             float* dgamma, float* dbeta, int64_t rows, int64_t cols, int64_t c0) {
+  const int64_t width = std::min(kWeightBlock, cols - c0);
+  float acc_gamma[kWeightBlock] = {};
+  float acc_beta[kWeightBlock] = {};
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* dyr = dy + r * cols + c0;
+    const float* xr = x + r * cols + c0;
+    const float mu = mean[r];
+    const float rs = rstd[r];
+#pragma omp simd
+    for (int64_t c = 0; c < width; ++c) {
+      acc_gamma[c] += dyr[c] * (xr[c] - mu) * rs;
+      acc_beta[c] += dyr[c];
+    }
+  }
+  for (int64_t c = 0; c < width; ++c) {
+    dgamma[c0 + c] += acc_gamma[c];
+    dbeta[c0 + c] += acc_beta[c];
+  }
+}
+
 }  // namespace
 
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
@@ -73,30 +98,9 @@ void layernorm_backward_input(const float* dy, const float* x, const float* gamm
 void layernorm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd, float* dgamma,
                                float* dbeta, int64_t rows, int64_t cols) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "layernorm_backward_weight: bad shape [{}, {}]", rows, cols);
-  constexpr int64_t kBlock = 128;
-  const int64_t blocks = (cols + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (blocks > 1 && detail::worth_parallel(rows * cols))
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t c0 = blk * kBlock;
-    const int64_t width = std::min(kBlock, cols - c0);
-    float acc_gamma[kBlock] = {};
-    float acc_beta[kBlock] = {};
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* dyr = dy + r * cols + c0;
-      const float* xr = x + r * cols + c0;
-      const float mu = mean[r];
-      const float rs = rstd[r];
-#pragma omp simd
-      for (int64_t c = 0; c < width; ++c) {
-        acc_gamma[c] += dyr[c] * (xr[c] - mu) * rs;
-        acc_beta[c] += dyr[c];
-      }
-    }
-    for (int64_t c = 0; c < width; ++c) {
-      dgamma[c0 + c] += acc_gamma[c];
-      dbeta[c0 + c] += acc_beta[c];
-    }
-  }
+  const int64_t blocks = (cols + kWeightBlock - 1) / kWeightBlock;
+  CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel(rows * cols),
+                      backward_weight_block(dy, x, mean, rstd, dgamma, dbeta, rows, cols, blk * kWeightBlock);)
 }
 
 }  // namespace cleave::kernels::cpu

@@ -23,6 +23,7 @@
 #include "kernels/cpu/softmax.hpp"
 #include "kernels/cpu/swiglu.hpp"
 #include "kernels/cpu/moe.hpp"
+#include "kernels/cpu/parallel.hpp"
 
 #include <array>
 #include <cmath>
@@ -150,12 +151,10 @@ void copy_2d(const Context& ctx, const Tensor& src, const Tensor& dst, const Cop
   const std::size_t elem = dtype_size(src.dtype());
   const auto* from = static_cast<const unsigned char*>(src.raw_data());
   auto* to = static_cast<unsigned char*>(dst.raw_data());
-#pragma omp parallel for schedule(static) if (s.rows * s.cols > (1 << 16))
-  for (std::int64_t r = 0; r < s.rows; ++r) {
-    std::memcpy(to + static_cast<std::size_t>(s.dst_offset + r * s.dst_stride) * elem,
-                from + static_cast<std::size_t>(s.src_offset + r * s.src_stride) * elem,
-                static_cast<std::size_t>(s.cols) * elem);
-  }
+  CLEAVE_PARALLEL_FOR(r, s.rows, s.rows * s.cols > (1 << 16),
+                      std::memcpy(to + static_cast<std::size_t>(s.dst_offset + r * s.dst_stride) * elem,
+                                  from + static_cast<std::size_t>(s.src_offset + r * s.src_stride) * elem,
+                                  static_cast<std::size_t>(s.cols) * elem);)
   (void)ctx;
 }
 

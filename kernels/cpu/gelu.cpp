@@ -101,30 +101,16 @@ CLEAVE_GELU_TARGET("avx512f") void backward_avx512(const float* x, const float* 
 }
 #endif
 
-bool isa_available(VectorIsa isa) { return vector_isa_available(isa); }
-
 }  // namespace
 
 void gelu_forward_isa(VectorIsa isa, const float* x, float* y, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "gelu_forward: negative size {}", n);
-  CLEAVE_ASSERT(isa_available(isa), "gelu_forward: instruction set {} is not available on this CPU",
-                static_cast<int>(isa));
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return forward_avx512(x, y, n);
-  if (isa == VectorIsa::kAvx2) return forward_avx2(x, y, n);
-#endif
-  forward_baseline(x, y, n);
+  isa_path(isa, "gelu_forward", CLEAVE_ISA_PATHS(forward))(x, y, n);
 }
 
 void gelu_backward_isa(VectorIsa isa, const float* x, const float* dy, float* dx, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "gelu_backward: negative size {}", n);
-  CLEAVE_ASSERT(isa_available(isa), "gelu_backward: instruction set {} is not available on this CPU",
-                static_cast<int>(isa));
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return backward_avx512(x, dy, dx, n);
-  if (isa == VectorIsa::kAvx2) return backward_avx2(x, dy, dx, n);
-#endif
-  backward_baseline(x, dy, dx, n);
+  isa_path(isa, "gelu_backward", CLEAVE_ISA_PATHS(backward))(x, dy, dx, n);
 }
 
 void gelu_forward(const float* x, float* y, int64_t n) { gelu_forward_isa(best_vector_isa(), x, y, n); }

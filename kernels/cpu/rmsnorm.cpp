@@ -179,68 +179,38 @@ CLEAVE_RMSNORM_PATHS(avx512, f32x16, 16, __attribute__((target("avx512f"), optim
 #endif
 #undef CLEAVE_RMSNORM_PATHS
 
-void check_isa(VectorIsa isa, const char* op) {
-  CLEAVE_ASSERT(vector_isa_available(isa), "{}: instruction set {} is not available on this CPU", op,
-                static_cast<int>(isa));
-}
-
 }  // namespace
 
 void rmsnorm_forward_isa(VectorIsa isa, const float* x, const float* weight, float* y, float* rstd, int64_t rows,
                          int64_t cols, float eps) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "rmsnorm_forward: bad shape [{}, {}]", rows, cols);
   CLEAVE_ASSERT(eps > 0.0f, "rmsnorm_forward: eps must be > 0, got {}", eps);
-  check_isa(isa, "rmsnorm_forward");
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return forward_avx512(x, weight, y, rstd, rows, cols, eps);
-  if (isa == VectorIsa::kAvx2) return forward_avx2(x, weight, y, rstd, rows, cols, eps);
-#endif
-  forward_baseline(x, weight, y, rstd, rows, cols, eps);
+  isa_path(isa, "rmsnorm_forward", CLEAVE_ISA_PATHS(forward))(x, weight, y, rstd, rows, cols, eps);
 }
 
 void rmsnorm_backward_input_isa(VectorIsa isa, const float* dy, const float* x, const float* weight,
                                 const float* rstd, float* dx, int64_t rows, int64_t cols) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "rmsnorm_backward_input: bad shape [{}, {}]", rows, cols);
-  check_isa(isa, "rmsnorm_backward_input");
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return backward_input_avx512(dy, x, weight, rstd, dx, rows, cols);
-  if (isa == VectorIsa::kAvx2) return backward_input_avx2(dy, x, weight, rstd, dx, rows, cols);
-#endif
-  backward_input_baseline(dy, x, weight, rstd, dx, rows, cols);
+  isa_path(isa, "rmsnorm_backward_input", CLEAVE_ISA_PATHS(backward_input))(dy, x, weight, rstd, dx, rows, cols);
 }
 
 void rmsnorm_backward_weight_isa(VectorIsa isa, const float* dy, const float* x, const float* rstd, float* dweight,
                                  int64_t rows, int64_t cols) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "rmsnorm_backward_weight: bad shape [{}, {}]", rows, cols);
-  check_isa(isa, "rmsnorm_backward_weight");
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return backward_weight_avx512(dy, x, rstd, dweight, rows, cols);
-  if (isa == VectorIsa::kAvx2) return backward_weight_avx2(dy, x, rstd, dweight, rows, cols);
-#endif
-  backward_weight_baseline(dy, x, rstd, dweight, rows, cols);
+  isa_path(isa, "rmsnorm_backward_weight", CLEAVE_ISA_PATHS(backward_weight))(dy, x, rstd, dweight, rows, cols);
 }
 
 void add_rmsnorm_forward_isa(VectorIsa isa, const float* x, const float* y, const float* weight, float* r,
                              float* out, float* rstd, int64_t rows, int64_t cols, float eps) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "add_rmsnorm_forward: bad shape [{}, {}]", rows, cols);
   CLEAVE_ASSERT(eps > 0.0f, "add_rmsnorm_forward: eps must be > 0, got {}", eps);
-  check_isa(isa, "add_rmsnorm_forward");
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return add_forward_avx512(x, y, weight, r, out, rstd, rows, cols, eps);
-  if (isa == VectorIsa::kAvx2) return add_forward_avx2(x, y, weight, r, out, rstd, rows, cols, eps);
-#endif
-  add_forward_baseline(x, y, weight, r, out, rstd, rows, cols, eps);
+  isa_path(isa, "add_rmsnorm_forward", CLEAVE_ISA_PATHS(add_forward))(x, y, weight, r, out, rstd, rows, cols, eps);
 }
 
 void add_rmsnorm_backward_input_isa(VectorIsa isa, const float* dy, const float* dres, const float* x,
                                     const float* weight, const float* rstd, float* dx, int64_t rows, int64_t cols) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "add_rmsnorm_backward_input: bad shape [{}, {}]", rows, cols);
-  check_isa(isa, "add_rmsnorm_backward_input");
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return add_backward_input_avx512(dy, dres, x, weight, rstd, dx, rows, cols);
-  if (isa == VectorIsa::kAvx2) return add_backward_input_avx2(dy, dres, x, weight, rstd, dx, rows, cols);
-#endif
-  add_backward_input_baseline(dy, dres, x, weight, rstd, dx, rows, cols);
+  isa_path(isa, "add_rmsnorm_backward_input", CLEAVE_ISA_PATHS(add_backward_input))(dy, dres, x, weight, rstd, dx, rows, cols);
 }
 
 void add_rmsnorm_forward(const float* x, const float* y, const float* weight, float* r, float* out, float* rstd,

@@ -28,6 +28,7 @@
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <vector>
@@ -452,8 +453,22 @@ kc::RopeShape rope_shape(const Tensor& q, const RopeParams& p) {
   return s;
 }
 
+bool all_bf16(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) {
+    if (t->dtype() != DType::kBF16) return false;
+  }
+  return true;
+}
+
+// All-bf16 calls (the mixed-precision step) convert a row at a time inside the kernel; other mixes widen whole
+// tensors. Both give the same bits (rope.hpp).
 void rope_pack_qkv(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
                    const RopeParams& params) {
+  if (all_bf16({&q, &k, &v, &qkv})) {
+    kc::rope_pack_qkv(cpu_detail::bf16_data(q), cpu_detail::bf16_data(k), cpu_detail::bf16_data(v),
+                      cpu_detail::bf16_data(qkv), rope_shape(q, params));
+    return;
+  }
   F32In qi(ctx, q), ki(ctx, k), vi(ctx, v);
   F32Out out(ctx, qkv, false);
   kc::rope_pack_qkv(qi.get(), ki.get(), vi.get(), out.get(), rope_shape(q, params));
@@ -461,6 +476,11 @@ void rope_pack_qkv(const Context& ctx, const Tensor& q, const Tensor& k, const T
 
 void rope_pack_qkv_backward(const Context& ctx, const Tensor& dqkv, const Tensor& dq, const Tensor& dk,
                             const Tensor& dv, const RopeParams& params) {
+  if (all_bf16({&dqkv, &dq, &dk, &dv})) {
+    kc::rope_pack_qkv_backward(cpu_detail::bf16_data(dqkv), cpu_detail::bf16_data(dq), cpu_detail::bf16_data(dk),
+                               cpu_detail::bf16_data(dv), rope_shape(dq, params));
+    return;
+  }
   F32In in(ctx, dqkv);
   F32Out q(ctx, dq, false), k(ctx, dk, false), v(ctx, dv, false);
   kc::rope_pack_qkv_backward(in.get(), q.get(), k.get(), v.get(), rope_shape(dq, params));

@@ -1,5 +1,6 @@
 // Internal: f32 <-> bf16 conversion of a range of elements over generic integer vectors, for the kernels that
-// convert inside their own vectorised loops (cast.cpp's whole-tensor casts, rope.cpp's per-row bf16 path).
+// convert inside their own vectorised loops (cast.cpp's whole-tensor casts, rope.cpp's per-row bf16 path, the
+// weight gradients' row segments: bias.cpp, layernorm.cpp, rmsnorm.cpp).
 //
 // Invariant: narrowing is cleave::float_to_bf16 lane by lane (round to nearest even, NaN kept as a quiet NaN),
 // widening is exact, whatever the vector type the caller compiles them for (U32 x n lanes with U16 of the same
@@ -60,6 +61,14 @@ template <class U32, class U16>
     __builtin_memcpy(y + i, &out, sizeof out);
   }
   for (; i < end; ++i) y[i] = bf16_to_float(x[i]);
+}
+
+// src[0, n) as f32 values: an f32 row is read in place; a bf16 row is widened into tmp (n floats) first. For the
+// kernels that read bf16 tensors a row segment at a time instead of widening them whole (the weight gradients).
+[[gnu::always_inline]] inline const float* as_f32(const float* src, float*, int64_t) { return src; }
+[[gnu::always_inline]] inline const float* as_f32(const std::uint16_t* src, float* tmp, int64_t n) {
+  widen_range<u32x4, u16x4>(src, tmp, 0, n);
+  return tmp;
 }
 
 }  // namespace cleave::kernels::cpu::detail

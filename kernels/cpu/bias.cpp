@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/core/error.hpp"
+#include "kernels/cpu/bf16_vectors.hpp"
 #include "kernels/cpu/parallel.hpp"
 
 namespace cleave::kernels::cpu {
@@ -17,16 +18,28 @@ namespace {
 
 constexpr int64_t kBlock = 256;  // columns per block of the bias gradient
 
-// Columns [c0, c0 + kBlock) of the bias gradient, every row summed in row order.
-[[gnu::noinline]] void backward_block(const float* dy, float* dbias, int64_t rows, int64_t cols, int64_t c0) {
+// Columns [c0, c0 + kBlock) of the bias gradient, every row summed in row order (a bf16 row segment widened first:
+// the same f32 sums as over a widened copy of dy).
+template <class T>
+[[gnu::noinline]] void backward_block(const T* dy, float* dbias, int64_t rows, int64_t cols, int64_t c0) {
   const int64_t width = std::min(kBlock, cols - c0);
   float acc[kBlock] = {};
+  float widened[kBlock];
   for (int64_t r = 0; r < rows; ++r) {
-    const float* row = dy + r * cols + c0;
+    const float* row = detail::as_f32(dy + r * cols + c0, widened, width);
 #pragma omp simd
     for (int64_t c = 0; c < width; ++c) acc[c] += row[c];
   }
   for (int64_t c = 0; c < width; ++c) dbias[c0 + c] += acc[c];
+}
+
+// Each thread owns a block of columns and sums every row of it in order: deterministic, no atomics.
+template <class T>
+void backward(const T* dy, float* dbias, int64_t rows, int64_t cols) {
+  CLEAVE_ASSERT(rows >= 0 && cols >= 0, "bias_backward: negative shape [{}, {}]", rows, cols);
+  const int64_t blocks = (cols + kBlock - 1) / kBlock;
+  CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel(rows * cols),
+                      backward_block(dy, dbias, rows, cols, blk * kBlock);)
 }
 
 }  // namespace
@@ -36,12 +49,10 @@ void bias_add_forward(float* y, const float* bias, int64_t rows, int64_t cols) {
   CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * cols), add_bias_row(y + r * cols, bias, cols);)
 }
 
-void bias_backward(const float* dy, float* dbias, int64_t rows, int64_t cols) {
-  CLEAVE_ASSERT(rows >= 0 && cols >= 0, "bias_backward: negative shape [{}, {}]", rows, cols);
-  // Each thread owns a block of columns and sums every row of it in order: deterministic, no atomics.
-  const int64_t blocks = (cols + kBlock - 1) / kBlock;
-  CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel(rows * cols),
-                      backward_block(dy, dbias, rows, cols, blk * kBlock);)
+void bias_backward(const float* dy, float* dbias, int64_t rows, int64_t cols) { backward(dy, dbias, rows, cols); }
+
+void bias_backward(const std::uint16_t* dy, float* dbias, int64_t rows, int64_t cols) {
+  backward(dy, dbias, rows, cols);
 }
 
 }  // namespace cleave::kernels::cpu

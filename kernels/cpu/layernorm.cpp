@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/core/error.hpp"
+#include "kernels/cpu/bf16_vectors.hpp"
 #include "kernels/cpu/parallel.hpp"
 
 namespace cleave::kernels::cpu {
@@ -55,15 +56,18 @@ namespace {
 
 constexpr int64_t kWeightBlock = 128;  // columns per block of the weight gradient
 
-// Columns [c0, c0 + kWeightBlock) of dgamma and dbeta, every row summed in row order.
-[[gnu::noinline]] void backward_weight_block(const float* dy, const float* x, const float* mean, const float* rstd,
+// Columns [c0, c0 + kWeightBlock) of dgamma and dbeta, every row summed in row order (bf16 row segments widened
+// first: the same f32 sums as over widened copies of dy and x).
+template <class T>
+[[gnu::noinline]] void backward_weight_block(const T* dy, const T* x, const float* mean, const float* rstd,
                                              float* dgamma, float* dbeta, int64_t rows, int64_t cols, int64_t c0) {
   const int64_t width = std::min(kWeightBlock, cols - c0);
   float acc_gamma[kWeightBlock] = {};
   float acc_beta[kWeightBlock] = {};
+  float dy_f32[kWeightBlock], x_f32[kWeightBlock];
   for (int64_t r = 0; r < rows; ++r) {
-    const float* dyr = dy + r * cols + c0;
-    const float* xr = x + r * cols + c0;
+    const float* dyr = detail::as_f32(dy + r * cols + c0, dy_f32, width);
+    const float* xr = detail::as_f32(x + r * cols + c0, x_f32, width);
     const float mu = mean[r];
     const float rs = rstd[r];
 #pragma omp simd
@@ -76,6 +80,15 @@ constexpr int64_t kWeightBlock = 128;  // columns per block of the weight gradie
     dgamma[c0 + c] += acc_gamma[c];
     dbeta[c0 + c] += acc_beta[c];
   }
+}
+
+template <class T>
+void backward_weight(const T* dy, const T* x, const float* mean, const float* rstd, float* dgamma, float* dbeta,
+                     int64_t rows, int64_t cols) {
+  CLEAVE_ASSERT(rows >= 0 && cols > 0, "layernorm_backward_weight: bad shape [{}, {}]", rows, cols);
+  const int64_t blocks = (cols + kWeightBlock - 1) / kWeightBlock;
+  CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel(rows * cols),
+                      backward_weight_block(dy, x, mean, rstd, dgamma, dbeta, rows, cols, blk * kWeightBlock);)
 }
 
 }  // namespace
@@ -97,10 +110,12 @@ void layernorm_backward_input(const float* dy, const float* x, const float* gamm
 
 void layernorm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd, float* dgamma,
                                float* dbeta, int64_t rows, int64_t cols) {
-  CLEAVE_ASSERT(rows >= 0 && cols > 0, "layernorm_backward_weight: bad shape [{}, {}]", rows, cols);
-  const int64_t blocks = (cols + kWeightBlock - 1) / kWeightBlock;
-  CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel(rows * cols),
-                      backward_weight_block(dy, x, mean, rstd, dgamma, dbeta, rows, cols, blk * kWeightBlock);)
+  backward_weight(dy, x, mean, rstd, dgamma, dbeta, rows, cols);
+}
+
+void layernorm_backward_weight(const std::uint16_t* dy, const std::uint16_t* x, const float* mean, const float* rstd,
+                               float* dgamma, float* dbeta, int64_t rows, int64_t cols) {
+  backward_weight(dy, x, mean, rstd, dgamma, dbeta, rows, cols);
 }
 
 }  // namespace cleave::kernels::cpu

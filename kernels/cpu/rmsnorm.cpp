@@ -23,6 +23,7 @@
 #include <cmath>
 
 #include "engine/core/error.hpp"
+#include "kernels/cpu/bf16_vectors.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cpu/vec_math.hpp"
 #include "kernels/cpu/wide_vectors.hpp"
@@ -120,16 +121,18 @@ template <class F, int64_t L, bool kResidual = false>
   }
 }
 
-// acc[0, width) += (dy * x) * rs over the block's rows, in row order.
-template <class F, int64_t L>
-[[gnu::always_inline]] inline void backward_weight_block(const float* dy, const float* x, const float* rstd,
-                                                         float* dweight, int64_t rows, int64_t cols, int64_t c0) {
+// acc[0, width) += (dy * x) * rs over the block's rows, in row order (T: float, or uint16_t for bf16 bits, each
+// row segment widened first: the same f32 sums as over widened copies of dy and x).
+template <class F, int64_t L, class T>
+[[gnu::always_inline]] inline void backward_weight_block(const T* dy, const T* x, const float* rstd, float* dweight,
+                                                         int64_t rows, int64_t cols, int64_t c0) {
   const int64_t width = std::min(kWeightBlock, cols - c0);
   const int64_t full = width / L * L;
   float acc[kWeightBlock] = {};
+  float dy_f32[kWeightBlock], x_f32[kWeightBlock];
   for (int64_t r = 0; r < rows; ++r) {
-    const float* dyr = dy + r * cols + c0;
-    const float* xr = x + r * cols + c0;
+    const float* dyr = detail::as_f32(dy + r * cols + c0, dy_f32, width);
+    const float* xr = detail::as_f32(x + r * cols + c0, x_f32, width);
     const F rsv = broadcast<F>(rstd[r]);
     for (int64_t c = 0; c < full; c += L) store(acc + c, load<F>(acc + c) + load<F>(dyr + c) * load<F>(xr + c) * rsv);
     for (int64_t c = full; c < width; ++c) {
@@ -165,7 +168,8 @@ template <class F, int64_t L>
       backward_input_row<F, lanes, true>(dy + i * cols, x + i * cols, weight, rstd[i], dx + i * cols, cols,      \
                                          dres + i * cols);)                                                      \
   }                                                                                                              \
-  __VA_ARGS__ void backward_weight_##suffix(const float* dy, const float* x, const float* rstd, float* dweight,  \
+  template <class T>                                                                                             \
+  __VA_ARGS__ void backward_weight_##suffix(const T* dy, const T* x, const float* rstd, float* dweight,          \
                                             int64_t rows, int64_t cols) {                                        \
     const int64_t blocks = (cols + kWeightBlock - 1) / kWeightBlock;                                             \
     CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel(rows * cols),                          \
@@ -178,6 +182,17 @@ CLEAVE_RMSNORM_PATHS(avx2, f32x8, 8, __attribute__((target("avx2"), optimize("fp
 CLEAVE_RMSNORM_PATHS(avx512, f32x16, 16, __attribute__((target("avx512f"), optimize("fp-contract=off"))))
 #endif
 #undef CLEAVE_RMSNORM_PATHS
+
+template <class T>
+using BackwardWeightFn = void(const T*, const T*, const float*, float*, int64_t, int64_t);
+
+template <class T>
+void backward_weight(VectorIsa isa, const T* dy, const T* x, const float* rstd, float* dweight, int64_t rows,
+                     int64_t cols) {
+  CLEAVE_ASSERT(rows >= 0 && cols > 0, "rmsnorm_backward_weight: bad shape [{}, {}]", rows, cols);
+  isa_path<BackwardWeightFn<T>>(isa, "rmsnorm_backward_weight", CLEAVE_ISA_PATHS(backward_weight))(dy, x, rstd,
+                                                                                                   dweight, rows, cols);
+}
 
 }  // namespace
 
@@ -196,8 +211,12 @@ void rmsnorm_backward_input_isa(VectorIsa isa, const float* dy, const float* x, 
 
 void rmsnorm_backward_weight_isa(VectorIsa isa, const float* dy, const float* x, const float* rstd, float* dweight,
                                  int64_t rows, int64_t cols) {
-  CLEAVE_ASSERT(rows >= 0 && cols > 0, "rmsnorm_backward_weight: bad shape [{}, {}]", rows, cols);
-  isa_path(isa, "rmsnorm_backward_weight", CLEAVE_ISA_PATHS(backward_weight))(dy, x, rstd, dweight, rows, cols);
+  backward_weight(isa, dy, x, rstd, dweight, rows, cols);
+}
+
+void rmsnorm_backward_weight_isa(VectorIsa isa, const std::uint16_t* dy, const std::uint16_t* x, const float* rstd,
+                                 float* dweight, int64_t rows, int64_t cols) {
+  backward_weight(isa, dy, x, rstd, dweight, rows, cols);
 }
 
 void add_rmsnorm_forward_isa(VectorIsa isa, const float* x, const float* y, const float* weight, float* r,
@@ -235,6 +254,11 @@ void rmsnorm_backward_input(const float* dy, const float* x, const float* weight
 
 void rmsnorm_backward_weight(const float* dy, const float* x, const float* rstd, float* dweight, int64_t rows,
                              int64_t cols) {
+  rmsnorm_backward_weight_isa(best_vector_isa(), dy, x, rstd, dweight, rows, cols);
+}
+
+void rmsnorm_backward_weight(const std::uint16_t* dy, const std::uint16_t* x, const float* rstd, float* dweight,
+                             int64_t rows, int64_t cols) {
   rmsnorm_backward_weight_isa(best_vector_isa(), dy, x, rstd, dweight, rows, cols);
 }
 

@@ -217,7 +217,12 @@ void bias_add_forward(const Context& ctx, const Tensor& y, const Tensor& bias) {
                     });
 }
 
+// The weight gradients read a bf16 dy (and x) a row segment at a time, with the bits of the widened tensors'.
 void bias_backward(const Context& ctx, const Tensor& dy, const Tensor& dbias) {
+  if (dy.dtype() == DType::kBF16) {
+    kc::bias_backward(cpu_detail::bf16_data(dy), dbias.data<float>(), dy.shape().rows(), dy.shape().last());
+    return;
+  }
   F32In d(ctx, dy);
   kc::bias_backward(d.get(), dbias.data<float>(), dy.shape().rows(), dy.shape().last());
 }
@@ -272,6 +277,12 @@ void layernorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor
 
 void layernorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& mean,
                                const Tensor& rstd, const Tensor& dgamma, const Tensor& dbeta) {
+  if (dy.dtype() == DType::kBF16 && x.dtype() == DType::kBF16) {
+    kc::layernorm_backward_weight(cpu_detail::bf16_data(dy), cpu_detail::bf16_data(x), mean.data<float>(),
+                                  rstd.data<float>(), dgamma.data<float>(), dbeta.data<float>(), x.shape().rows(),
+                                  x.shape().last());
+    return;
+  }
   F32In d(ctx, dy), in(ctx, x);
   kc::layernorm_backward_weight(d.get(), in.get(), mean.data<float>(), rstd.data<float>(), dgamma.data<float>(),
                                 dbeta.data<float>(), x.shape().rows(), x.shape().last());
@@ -372,6 +383,11 @@ void rmsnorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor& 
 
 void rmsnorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& rstd,
                              const Tensor& dweight) {
+  if (dy.dtype() == DType::kBF16 && x.dtype() == DType::kBF16) {
+    kc::rmsnorm_backward_weight(cpu_detail::bf16_data(dy), cpu_detail::bf16_data(x), rstd.data<float>(),
+                                dweight.data<float>(), x.shape().rows(), x.shape().last());
+    return;
+  }
   F32In d(ctx, dy), in(ctx, x);
   kc::rmsnorm_backward_weight(d.get(), in.get(), rstd.data<float>(), dweight.data<float>(), x.shape().rows(),
                               x.shape().last());

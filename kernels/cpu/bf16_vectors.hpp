@@ -1,6 +1,6 @@
 // Internal: f32 <-> bf16 conversion of a range of elements over generic integer vectors, for the kernels that
 // convert inside their own vectorised loops (cast.cpp's whole-tensor casts, rope.cpp's per-row bf16 path, the
-// weight gradients' row segments: bias.cpp, layernorm.cpp, rmsnorm.cpp).
+// weight gradients' loads: bias.cpp, layernorm.cpp, rmsnorm.cpp).
 //
 // Invariant: narrowing is cleave::float_to_bf16 lane by lane (round to nearest even, NaN kept as a quiet NaN),
 // widening is exact, whatever the vector type the caller compiles them for (U32 x n lanes with U16 of the same
@@ -63,12 +63,37 @@ template <class U32, class U16>
   for (; i < end; ++i) y[i] = bf16_to_float(x[i]);
 }
 
-// src[0, n) as f32 values: an f32 row is read in place; a bf16 row is widened into tmp (n floats) first. For the
-// kernels that read bf16 tensors a row segment at a time instead of widening them whole (the weight gradients).
-[[gnu::always_inline]] inline const float* as_f32(const float* src, float*, int64_t) { return src; }
-[[gnu::always_inline]] inline const float* as_f32(const std::uint16_t* src, float* tmp, int64_t n) {
-  widen_range<u32x4, u16x4>(src, tmp, 0, n);
-  return tmp;
+// One element as f32, for loops that read f32 or bf16 rows alike (the weight gradients: bias.cpp, layernorm.cpp):
+// the widening inside the loop, which the compiler vectorises with the arithmetic.
+[[gnu::always_inline]] inline float to_f32(float x) { return x; }
+[[gnu::always_inline]] inline float to_f32(std::uint16_t x) { return __builtin_bit_cast(float, std::uint32_t{x} << 16); }
+
+// The integer vectors of L lanes (the float vector of L lanes' bf16 load).
+template <int64_t L>
+struct IntVectors;
+template <>
+struct IntVectors<4> {
+  using U16 = u16x4;
+  using U32 = u32x4;
+};
+template <>
+struct IntVectors<8> {
+  using U16 = u16x8;
+  using U32 = u32x8;
+};
+template <>
+struct IntVectors<16> {
+  using U16 = u16x16;
+  using U32 = u32x16;
+};
+
+// The float vector F loaded from L bf16 values (exact), for the kernels written over generic vectors (rmsnorm.cpp).
+template <class F>
+[[gnu::always_inline]] inline F load_bf16(const std::uint16_t* p) {
+  using V = IntVectors<static_cast<int64_t>(sizeof(F) / 4)>;
+  typename V::U16 half;
+  __builtin_memcpy(&half, p, sizeof half);
+  return __builtin_bit_cast(F, widen_vec<typename V::U32, typename V::U16>(half));
 }
 
 }  // namespace cleave::kernels::cpu::detail

@@ -18,17 +18,16 @@ namespace {
 
 constexpr int64_t kBlock = 256;  // columns per block of the bias gradient
 
-// Columns [c0, c0 + kBlock) of the bias gradient, every row summed in row order (a bf16 row segment widened first:
-// the same f32 sums as over a widened copy of dy).
+// Columns [c0, c0 + kBlock) of the bias gradient, every row summed in row order (bf16 elements widened as they are
+// loaded: the same f32 sums as over a widened copy of dy).
 template <class T>
 [[gnu::noinline]] void backward_block(const T* dy, float* dbias, int64_t rows, int64_t cols, int64_t c0) {
   const int64_t width = std::min(kBlock, cols - c0);
   float acc[kBlock] = {};
-  float widened[kBlock];
   for (int64_t r = 0; r < rows; ++r) {
-    const float* row = detail::as_f32(dy + r * cols + c0, widened, width);
+    const T* row = dy + r * cols + c0;
 #pragma omp simd
-    for (int64_t c = 0; c < width; ++c) acc[c] += row[c];
+    for (int64_t c = 0; c < width; ++c) acc[c] += detail::to_f32(row[c]);
   }
   for (int64_t c = 0; c < width; ++c) dbias[c0 + c] += acc[c];
 }

@@ -56,24 +56,24 @@ namespace {
 
 constexpr int64_t kWeightBlock = 128;  // columns per block of the weight gradient
 
-// Columns [c0, c0 + kWeightBlock) of dgamma and dbeta, every row summed in row order (bf16 row segments widened
-// first: the same f32 sums as over widened copies of dy and x).
+// Columns [c0, c0 + kWeightBlock) of dgamma and dbeta, every row summed in row order (bf16 elements widened as they
+// are loaded: the same f32 sums as over widened copies of dy and x).
 template <class T>
 [[gnu::noinline]] void backward_weight_block(const T* dy, const T* x, const float* mean, const float* rstd,
                                              float* dgamma, float* dbeta, int64_t rows, int64_t cols, int64_t c0) {
   const int64_t width = std::min(kWeightBlock, cols - c0);
   float acc_gamma[kWeightBlock] = {};
   float acc_beta[kWeightBlock] = {};
-  float dy_f32[kWeightBlock], x_f32[kWeightBlock];
   for (int64_t r = 0; r < rows; ++r) {
-    const float* dyr = detail::as_f32(dy + r * cols + c0, dy_f32, width);
-    const float* xr = detail::as_f32(x + r * cols + c0, x_f32, width);
+    const T* dyr = dy + r * cols + c0;
+    const T* xr = x + r * cols + c0;
     const float mu = mean[r];
     const float rs = rstd[r];
 #pragma omp simd
     for (int64_t c = 0; c < width; ++c) {
-      acc_gamma[c] += dyr[c] * (xr[c] - mu) * rs;
-      acc_beta[c] += dyr[c];
+      const float g = detail::to_f32(dyr[c]);
+      acc_gamma[c] += g * (detail::to_f32(xr[c]) - mu) * rs;
+      acc_beta[c] += g;
     }
   }
   for (int64_t c = 0; c < width; ++c) {

@@ -121,22 +121,34 @@ template <class F, int64_t L, bool kResidual = false>
   }
 }
 
-// acc[0, width) += (dy * x) * rs over the block's rows, in row order (T: float, or uint16_t for bf16 bits, each
-// row segment widened first: the same f32 sums as over widened copies of dy and x).
+// F loaded from f32 values, or widened from bf16 bits as it is loaded (exact).
+template <class F>
+[[gnu::always_inline]] inline F load_as_f32(const float* p) {
+  return load<F>(p);
+}
+template <class F>
+[[gnu::always_inline]] inline F load_as_f32(const std::uint16_t* p) {
+  return detail::load_bf16<F>(p);
+}
+
+// acc[0, width) += (dy * x) * rs over the block's rows, in row order (T: float, or uint16_t for bf16 bits widened as
+// they are loaded: the same f32 sums as over widened copies of dy and x).
 template <class F, int64_t L, class T>
 [[gnu::always_inline]] inline void backward_weight_block(const T* dy, const T* x, const float* rstd, float* dweight,
                                                          int64_t rows, int64_t cols, int64_t c0) {
   const int64_t width = std::min(kWeightBlock, cols - c0);
   const int64_t full = width / L * L;
   float acc[kWeightBlock] = {};
-  float dy_f32[kWeightBlock], x_f32[kWeightBlock];
   for (int64_t r = 0; r < rows; ++r) {
-    const float* dyr = detail::as_f32(dy + r * cols + c0, dy_f32, width);
-    const float* xr = detail::as_f32(x + r * cols + c0, x_f32, width);
+    const T* dyr = dy + r * cols + c0;
+    const T* xr = x + r * cols + c0;
     const F rsv = broadcast<F>(rstd[r]);
-    for (int64_t c = 0; c < full; c += L) store(acc + c, load<F>(acc + c) + load<F>(dyr + c) * load<F>(xr + c) * rsv);
+    for (int64_t c = 0; c < full; c += L) {
+      store(acc + c, load<F>(acc + c) + load_as_f32<F>(dyr + c) * load_as_f32<F>(xr + c) * rsv);
+    }
     for (int64_t c = full; c < width; ++c) {
-      acc[c] = (broadcast<F>(acc[c]) + broadcast<F>(dyr[c]) * broadcast<F>(xr[c]) * rsv)[0];
+      acc[c] = (broadcast<F>(acc[c]) + broadcast<F>(detail::to_f32(dyr[c])) * broadcast<F>(detail::to_f32(xr[c])) *
+                                           rsv)[0];
     }
   }
   for (int64_t c = 0; c < width; ++c) dweight[c0 + c] += acc[c];

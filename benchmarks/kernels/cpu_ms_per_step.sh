@@ -10,13 +10,8 @@ set -euo pipefail
 before=$1 after=$2 model=$3 precision=$4 rounds=${5:-3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-case $model in
-  small) args=(model.type=gpt model.d_model=256 model.n_layers=4 model.n_heads=8 model.seq_len=64
-               batch.global_batch_size=16 batch.micro_batch_size=16) ;;
-  llama) args=(model.type=llama model.d_model=128 model.n_layers=4 model.n_heads=4 model.n_kv_heads=2
-               model.tie_embeddings=false model.seq_len=64 batch.global_batch_size=16 batch.micro_batch_size=8) ;;
-  *) echo "model must be small or llama, got '$model'" >&2; exit 2 ;;
-esac
+source "$(dirname "$0")/peer_models.sh"
+peer_model_args "$model"
 task_ms() {  # binary steps -> task-clock milliseconds of the whole run
   local sets=()
   for a in "${args[@]}" model.vocab_size=256 train.steps=$2 train.eval_batches=0 train.log_interval=$2 \

@@ -5,6 +5,6 @@
 set -euo pipefail
 while read -r calls object offset; do
   if [[ "$object" == total || "$object" == "?" ]]; then echo "$calls $object ${offset:-}"; continue; fi
-  name=$(addr2line -f -C -e "$object" "$offset" 2>/dev/null | head -1)
+  name=$(addr2line -f -C -e "$object" "$offset" 2>/dev/null | sed -n 1p)
   echo "$calls ${name:-?} ($(basename "$object"))"
 done < "$1"

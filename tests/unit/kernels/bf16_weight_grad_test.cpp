@@ -10,7 +10,6 @@
 
 #include "kernel_test_util.hpp"
 #include "kernels/cpu/bias.hpp"
-#include "kernels/cpu/cast.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/rmsnorm.hpp"
 
@@ -22,25 +21,15 @@ struct Shape {
 };
 const Shape kShapes[] = {{1, 7}, {5, 130}, {33, 300}, {300, 333}};
 
-std::vector<uint16_t> random_bf16(size_t n, uint64_t seed) {
-  const auto f = test::random_floats(n, seed, 2.0f);
-  std::vector<uint16_t> out(n);
-  cast_f32_to_bf16(f.data(), out.data(), static_cast<int64_t>(n));
-  return out;
-}
-
-std::vector<float> widened(const std::vector<uint16_t>& x) {
-  std::vector<float> out(x.size());
-  cast_bf16_to_f32(x.data(), out.data(), static_cast<int64_t>(x.size()));
-  return out;
-}
+using test::random_bf16;
+using test::widened;
 
 TEST(KernelBf16WeightGradients, RowSegmentsGiveTheWidenedF32Bits) {
   const int saved = omp_get_max_threads();
   double norm = 0.0;
   for (const Shape& s : kShapes) {
     const auto n = static_cast<size_t>(s.rows * s.cols), cols = static_cast<size_t>(s.cols);
-    const auto dy = random_bf16(n, 61), x = random_bf16(n, 62);
+    const auto dy = random_bf16(n, 61, 2.0f), x = random_bf16(n, 62, 2.0f);
     const auto dy32 = widened(dy), x32 = widened(x);
     const auto mean = test::random_floats(static_cast<size_t>(s.rows), 63);
     const auto rstd = test::random_floats(static_cast<size_t>(s.rows), 64, 3.0f);

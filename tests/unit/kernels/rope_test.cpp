@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "kernel_test_util.hpp"
-#include "kernels/cpu/cast.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -242,24 +241,9 @@ TEST(KernelRope, EveryIsaPathAndThreadCountGivesTheSameBits) {
   EXPECT_GT(norm, 0.0);
 }
 
-std::vector<uint16_t> random_bf16(size_t n, uint64_t seed, float scale = 1.0f) {
-  const auto f = test::random_floats(n, seed, scale);
-  std::vector<uint16_t> out(n);
-  cast_f32_to_bf16(f.data(), out.data(), static_cast<int64_t>(n));
-  return out;
-}
-
-std::vector<float> widened(const std::vector<uint16_t>& x) {
-  std::vector<float> out(x.size());
-  cast_bf16_to_f32(x.data(), out.data(), static_cast<int64_t>(x.size()));
-  return out;
-}
-
-std::vector<uint16_t> narrowed(const std::vector<float>& x) {
-  std::vector<uint16_t> out(x.size());
-  cast_f32_to_bf16(x.data(), out.data(), static_cast<int64_t>(x.size()));
-  return out;
-}
+using test::narrowed;
+using test::random_bf16;
+using test::widened;
 
 // The bf16 kernels (rows converted inside the loop) against the whole-tensor path they replace: widen q, k, v (or
 // dqkv), run the f32 kernel (baseline path), narrow every output once. Bit for bit on every vector path, at 1 and

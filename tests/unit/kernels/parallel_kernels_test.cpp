@@ -177,10 +177,14 @@ TEST(ParallelKernels, OneThreadTwoThreadsAndInsideARegionGiveTheSameBits) {
     omp_set_num_threads(2);
     const Outputs two = c.run();
     Outputs nested;
+    bool active = false;
 #pragma omp parallel num_threads(2)
     {
 #pragma omp master
-      nested = c.run();  // omp_in_parallel() is true here when the runtime gave the region 2 threads
+      {
+        active = omp_in_parallel();  // false only when the runtime gave the region one thread
+        nested = c.run();
+      }
     }
     omp_set_num_threads(saved);
     double norm = 0.0;
@@ -191,6 +195,8 @@ TEST(ParallelKernels, OneThreadTwoThreadsAndInsideARegionGiveTheSameBits) {
     EXPECT_GT(norm, 0.0) << c.name;
     EXPECT_TRUE(same_bits(one, two)) << c.name << ": 1 against 2 threads";
     EXPECT_TRUE(same_bits(one, nested)) << c.name << ": 1 thread against the loop inside an active region";
+    EXPECT_TRUE(active) << c.name << ": the runtime gave the 2-thread region one thread, so the plain-loop branch "
+                        << "was not exercised (OMP_THREAD_LIMIT or OMP_DYNAMIC set?)";
   }
 }
 

@@ -13,5 +13,8 @@ void bias_add_forward(float* y, const float* bias, int64_t rows, int64_t cols);
 
 // dbias[c] += sum_r dy[r, c].
 void bias_backward(const float* dy, float* dbias, int64_t rows, int64_t cols);
+// The same from a bf16 dy (bit patterns, cast.hpp), widened a row segment at a time: the bits of bias_backward
+// over the widened tensor.
+void bias_backward(const std::uint16_t* dy, float* dbias, int64_t rows, int64_t cols);
 
 }  // namespace cleave::kernels::cpu

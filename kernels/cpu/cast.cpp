@@ -9,61 +9,21 @@
 // Wide vectors never cross a call boundary here (the helpers are always_inline): see gelu.cpp.
 #pragma GCC diagnostic ignored "-Wpsabi"
 
-#include <cstring>
-
-#include "engine/core/dtype.hpp"
 #include "engine/core/error.hpp"
+#include "kernels/cpu/bf16_vectors.hpp"
 #include "kernels/cpu/parallel.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
 
-typedef std::uint32_t u32x4 __attribute__((vector_size(16)));
-typedef std::uint16_t u16x4 __attribute__((vector_size(8)));
-typedef std::uint32_t u32x8 __attribute__((vector_size(32)));
-typedef std::uint16_t u16x8 __attribute__((vector_size(16)));
-typedef std::uint32_t u32x16 __attribute__((vector_size(64)));
-typedef std::uint16_t u16x16 __attribute__((vector_size(32)));
-
-// float_to_bf16 on every lane: NaN -> its top half with the quiet bit set; else round to nearest even.
-template <class U32, class U16>
-[[gnu::always_inline]] inline U16 narrow_vec(U32 bits) {
-  const U32 nan = (bits & 0x7fffffffu) > 0x7f800000u;  // all ones where NaN
-  const U32 rounded = (bits + (0x7fffu + ((bits >> 16) & 1u))) >> 16;
-  const U32 quiet = (bits >> 16) | 0x40u;
-  return __builtin_convertvector((quiet & nan) | (rounded & ~nan), U16);
-}
-
-template <class U32, class U16>
-[[gnu::always_inline]] inline U32 widen_vec(U16 half) {
-  return __builtin_convertvector(half, U32) << 16;
-}
-
-template <class U32, class U16>
-[[gnu::always_inline]] inline void narrow_range(const float* x, std::uint16_t* y, int64_t begin, int64_t end) {
-  constexpr int64_t lanes = sizeof(U32) / 4;
-  int64_t i = begin;
-  for (; i + lanes <= end; i += lanes) {
-    U32 bits;
-    __builtin_memcpy(&bits, x + i, sizeof bits);
-    const U16 out = narrow_vec<U32, U16>(bits);
-    __builtin_memcpy(y + i, &out, sizeof out);
-  }
-  for (; i < end; ++i) y[i] = float_to_bf16(x[i]);
-}
-
-template <class U32, class U16>
-[[gnu::always_inline]] inline void widen_range(const std::uint16_t* x, float* y, int64_t begin, int64_t end) {
-  constexpr int64_t lanes = sizeof(U32) / 4;
-  int64_t i = begin;
-  for (; i + lanes <= end; i += lanes) {
-    U16 half;
-    __builtin_memcpy(&half, x + i, sizeof half);
-    const U32 out = widen_vec<U32, U16>(half);
-    __builtin_memcpy(y + i, &out, sizeof out);
-  }
-  for (; i < end; ++i) y[i] = bf16_to_float(x[i]);
-}
+using detail::narrow_range;
+using detail::u16x16;
+using detail::u16x4;
+using detail::u16x8;
+using detail::u32x16;
+using detail::u32x4;
+using detail::u32x8;
+using detail::widen_range;
 
 // Work per OpenMP thread: contiguous blocks of a multiple of 16 elements, so the threads' ranges never split a
 // vector and the bits do not depend on the thread count (they would not anyway: every element is independent).
@@ -94,24 +54,12 @@ CLEAVE_CAST_PATH(avx512, __attribute__((target("avx512f,avx512bw"))), u32x16, u1
 
 void cast_f32_to_bf16_isa(VectorIsa isa, const float* x, std::uint16_t* y, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "cast_f32_to_bf16: negative size {}", n);
-  CLEAVE_ASSERT(vector_isa_available(isa), "cast_f32_to_bf16: instruction set {} is not available on this CPU",
-                static_cast<int>(isa));
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return narrow_avx512(x, y, n);
-  if (isa == VectorIsa::kAvx2) return narrow_avx2(x, y, n);
-#endif
-  narrow_baseline(x, y, n);
+  isa_path(isa, "cast_f32_to_bf16", CLEAVE_ISA_PATHS(narrow))(x, y, n);
 }
 
 void cast_bf16_to_f32_isa(VectorIsa isa, const std::uint16_t* x, float* y, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "cast_bf16_to_f32: negative size {}", n);
-  CLEAVE_ASSERT(vector_isa_available(isa), "cast_bf16_to_f32: instruction set {} is not available on this CPU",
-                static_cast<int>(isa));
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return widen_avx512(x, y, n);
-  if (isa == VectorIsa::kAvx2) return widen_avx2(x, y, n);
-#endif
-  widen_baseline(x, y, n);
+  isa_path(isa, "cast_bf16_to_f32", CLEAVE_ISA_PATHS(widen))(x, y, n);
 }
 
 void cast_f32_to_bf16(const float* x, std::uint16_t* y, int64_t n) {

@@ -16,8 +16,7 @@ namespace {
 void im2col(const Conv2dShape& s, const float* x, float* col) {
   const int64_t oh = s.out_height(), ow = s.out_width(), k = s.kernel;
   const int64_t rows = s.in_channels * k * k;
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * oh * ow))
-  for (int64_t row = 0; row < rows; ++row) {
+  CLEAVE_PARALLEL_FOR(row, rows, detail::worth_parallel(rows * oh * ow),
     const int64_t c = row / (k * k), ki = (row / k) % k, kj = row % k;
     const float* plane = x + c * s.height * s.width;
     float* dst = col + row * oh * ow;
@@ -33,16 +32,14 @@ void im2col(const Conv2dShape& s, const float* x, float* col) {
         const int64_t iw = xo * s.stride - s.padding + kj;
         out[xo] = (iw >= 0 && iw < s.width) ? in[iw] : 0.0f;
       }
-    }
-  }
+    })
 }
 
 // dx_n += col2im(col); parallel over input channels (each owns its plane, so no write is shared).
 void col2im_add(const Conv2dShape& s, const float* col, float* dx) {
   const int64_t oh = s.out_height(), ow = s.out_width(), k = s.kernel;
   const bool parallel = s.in_channels > 1 && detail::worth_parallel(s.in_channels * k * k * oh * ow);
-#pragma omp parallel for schedule(static) if (parallel)
-  for (int64_t c = 0; c < s.in_channels; ++c) {
+  CLEAVE_PARALLEL_FOR(c, s.in_channels, parallel,
     float* plane = dx + c * s.height * s.width;
     for (int64_t ki = 0; ki < k; ++ki) {
       for (int64_t kj = 0; kj < k; ++kj) {
@@ -57,8 +54,7 @@ void col2im_add(const Conv2dShape& s, const float* col, float* dx) {
           }
         }
       }
-    }
-  }
+    })
 }
 
 }  // namespace

@@ -22,6 +22,18 @@ void check_targets(const char* op, const int32_t* targets, int64_t rows, int64_t
   }
 }
 
+// One row of the backward (target t; dx may alias x).
+void backward_row(const float* x, int32_t t, int64_t class_offset, float row_lse, float scale, float* dx,
+                  int64_t classes, int64_t valid) {
+  for (int64_t c = t < 0 ? 0 : valid; c < classes; ++c) dx[c] = 0.0f;  // padding columns and ignored rows
+  if (t < 0) return;
+  const int64_t local = static_cast<int64_t>(t) - class_offset;
+  const bool here = local >= 0 && local < valid;
+  const float x_t = here ? x[local] : 0.0f;
+  detail::exp_scale_store(x, row_lse, scale, dx, valid);
+  if (here) dx[local] = scale * (detail::exp_scalar(x_t - row_lse) - 1.0f);
+}
+
 }  // namespace
 
 int64_t count_valid_targets(const int32_t* targets, int64_t rows) {
@@ -36,16 +48,14 @@ double softmax_cross_entropy_forward(const float* logits, const int32_t* targets
   CLEAVE_ASSERT(rows >= 0 && classes > 0, "softmax_cross_entropy_forward: bad shape [{}, {}]", rows, classes);
   check_targets("softmax_cross_entropy_forward", targets, rows, classes);
   std::vector<double> loss(static_cast<size_t>(rows), 0.0);
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * classes))
-  for (int64_t r = 0; r < rows; ++r) {
+  CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * classes),
     const float* x = logits + r * classes;
     const float mx = detail::max_of(x, classes);
     const float sum = detail::exp_sum(x, mx, classes);
     const float row_lse = mx + std::log(sum);
     lse[r] = row_lse;
     const int32_t t = targets[r];
-    loss[static_cast<size_t>(r)] = t >= 0 ? static_cast<double>(row_lse) - static_cast<double>(x[t]) : 0.0;
-  }
+    loss[static_cast<size_t>(r)] = t >= 0 ? static_cast<double>(row_lse) - static_cast<double>(x[t]) : 0.0;)
   double total = 0.0;
   for (double l : loss) total += l;
   return total;
@@ -64,10 +74,8 @@ void cross_entropy_shard_max(const float* logits, float* row_max, int64_t rows, 
   valid = valid_columns(valid, classes);
   CLEAVE_ASSERT(rows >= 0 && classes > 0 && valid <= classes, "cross_entropy_shard_max: bad shape [{}, {}] valid {}",
                 rows, classes, valid);
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * classes))
-  for (int64_t r = 0; r < rows; ++r) {
-    row_max[r] = valid > 0 ? detail::max_of(logits + r * classes, valid) : -std::numeric_limits<float>::infinity();
-  }
+  CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * classes),
+    row_max[r] = valid > 0 ? detail::max_of(logits + r * classes, valid) : -std::numeric_limits<float>::infinity();)
 }
 
 void cross_entropy_shard_sum_exp(const float* logits, const float* row_max, float* sum_exp, int64_t rows,
@@ -75,10 +83,8 @@ void cross_entropy_shard_sum_exp(const float* logits, const float* row_max, floa
   valid = valid_columns(valid, classes);
   CLEAVE_ASSERT(rows >= 0 && classes > 0 && valid <= classes,
                 "cross_entropy_shard_sum_exp: bad shape [{}, {}] valid {}", rows, classes, valid);
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * classes))
-  for (int64_t r = 0; r < rows; ++r) {
-    sum_exp[r] = valid > 0 ? detail::exp_sum(logits + r * classes, row_max[r], valid) : 0.0f;
-  }
+  CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * classes),
+    sum_exp[r] = valid > 0 ? detail::exp_sum(logits + r * classes, row_max[r], valid) : 0.0f;)
 }
 
 void cross_entropy_shard_target_logit(const float* logits, const int32_t* targets, int64_t class_offset,
@@ -123,20 +129,9 @@ void softmax_cross_entropy_backward_shard(const float* logits, const int32_t* ta
                 class_offset + valid, total_classes, rows);
   check_targets("softmax_cross_entropy_backward", targets, rows, total_classes);
   // dlogits may alias logits: every element is read before it is written, at the same index.
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(rows * classes))
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* x = logits + r * classes;
-    float* dx = dlogits + r * classes;
-    const int32_t t = targets[r];
-    for (int64_t c = t < 0 ? 0 : valid; c < classes; ++c) dx[c] = 0.0f;  // padding columns and ignored rows
-    if (t < 0) continue;
-    const int64_t local = static_cast<int64_t>(t) - class_offset;
-    const bool here = local >= 0 && local < valid;
-    const float row_lse = lse[r];
-    const float x_t = here ? x[local] : 0.0f;
-    detail::exp_scale_store(x, row_lse, scale, dx, valid);
-    if (here) dx[local] = scale * (detail::exp_scalar(x_t - row_lse) - 1.0f);
-  }
+  CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * classes),
+    backward_row(logits + r * classes, targets[r], class_offset, lse[r], scale, dlogits + r * classes, classes,
+                 valid);)
 }
 
 }  // namespace cleave::kernels::cpu

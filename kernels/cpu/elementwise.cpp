@@ -32,20 +32,28 @@ void axpy(float alpha, const float* x, float* y, int64_t n) {
   CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel(n), y[i] += alpha * x[i];)
 }
 
+namespace {
+
+constexpr int64_t kSquaresChunk = int64_t{1} << 16;
+
+// One chunk's sum of squares in double, compiled once (noinline) so both branches of CLEAVE_PARALLEL_FOR run the
+// same vectorised reduction.
+[[gnu::noinline]] double chunk_sum_squares(const float* x, int64_t n) {
+  double acc = 0.0;
+#pragma omp simd reduction(+ : acc)
+  for (int64_t i = 0; i < n; ++i) acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
+  return acc;
+}
+
+}  // namespace
+
 double sum_squares(const float* x, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "sum_squares: negative size {}", n);
-  constexpr int64_t kChunk = int64_t{1} << 16;
-  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  const int64_t chunks = (n + kSquaresChunk - 1) / kSquaresChunk;
   std::vector<double> partial(static_cast<size_t>(chunks), 0.0);
-#pragma omp parallel for schedule(static) if (chunks > 1)
-  for (int64_t ch = 0; ch < chunks; ++ch) {
-    const int64_t begin = ch * kChunk;
-    const int64_t end = std::min(n, begin + kChunk);
-    double acc = 0.0;
-#pragma omp simd reduction(+ : acc)
-    for (int64_t i = begin; i < end; ++i) acc += static_cast<double>(x[i]) * static_cast<double>(x[i]);
-    partial[static_cast<size_t>(ch)] = acc;
-  }
+  CLEAVE_PARALLEL_FOR(ch, chunks, chunks > 1,
+    const int64_t begin = ch * kSquaresChunk;
+    partial[static_cast<size_t>(ch)] = chunk_sum_squares(x + begin, std::min(n, begin + kSquaresChunk) - begin);)
   double total = 0.0;
   for (double p : partial) total += p;
   return total;
@@ -105,6 +113,14 @@ void sum_squares_exact(const float* x, int64_t n, ExactSquareSum& acc) {
   const int64_t chunks = (n + kExactChunk - 1) / kExactChunk;
   if (chunks <= 1) {
     exact_chunk(x, n, acc);
+    return;
+  }
+  if (omp_in_parallel()) {  // a nested region would have one thread: no team, the chunks in order here
+    for (int64_t ch = 0; ch < chunks; ++ch) {
+      const int64_t begin = ch * kExactChunk;
+      exact_chunk(x + begin, std::min(n, begin + kExactChunk) - begin, acc);
+    }
+    acc.normalize();
     return;
   }
   // Each thread sums its chunks into its own accumulator; the merges are exact, so their order is free.

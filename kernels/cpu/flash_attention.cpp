@@ -256,8 +256,7 @@ void flash_attention_backward(const float* q, const float* k, const float* v, co
 void attention_merge(const float* out_a, const float* lse_a, const float* out_b, const float* lse_b, float* out,
                      float* lse, int64_t batch, int64_t len, int64_t heads, int64_t head_dim) {
   const int64_t n_rows = batch * heads * len;
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(n_rows * head_dim))
-  for (int64_t row = 0; row < n_rows; ++row) {
+  CLEAVE_PARALLEL_FOR(row, n_rows, detail::worth_parallel(n_rows * head_dim),
     const int64_t t = row % len, h = (row / len) % heads, b = row / (len * heads);
     const int64_t at = (b * len + t) * heads * head_dim + h * head_dim;
     const float la = lse_a[row], lb = lse_b[row];
@@ -270,8 +269,7 @@ void attention_merge(const float* out_a, const float* lse_a, const float* out_b,
     const float l = mx + std::log(std::exp(la - mx) + std::exp(lb - mx));
     const float wa = std::exp(la - l), wb = std::exp(lb - l);
     for (int64_t d = 0; d < head_dim; ++d) out[at + d] = wa * out_a[at + d] + wb * out_b[at + d];
-    lse[row] = l;
-  }
+    lse[row] = l;)
 }
 
 }  // namespace cleave::kernels::cpu

@@ -2,10 +2,11 @@
 // instruction-set path runs it on its widest vector and on a one-lane splat of that vector for the tail.
 //
 // Why several paths: the build targets baseline x86-64 (4 lanes, SSE2) and GELU is a visible share of a
-// small model's step (issue 39: 8% of the small GPT's). The AVX2 and AVX-512 functions below compile the same
-// template for 8 and 16 lanes and are chosen at run time from the CPU. Every path performs the same IEEE
-// operations on each element, in the same order, without contraction into FMA (fp-contract=off on those
-// functions; the baseline path has no FMA), so all paths give the same bits (KernelGelu.EveryIsaPathGivesTheSameBits).
+// small model's step (issue 39: 8% of the small GPT's with libm's tanh; 2.5% of its fp32 samples and 3.5% of its
+// bf16 ones vectorised, benchmarks/peers/RESULTS-2026-11-28-e-cpu.md). The AVX2 and AVX-512 functions below
+// compile the same template for 8 and 16 lanes and are chosen at run time from the CPU. Every path performs the
+// same IEEE operations on each element, in the same order, without contraction into FMA (fp-contract=off), so all
+// paths give the same bits (KernelGelu.EveryIsaPathGivesTheSameBits).
 #include "kernels/cpu/gelu.hpp"
 
 // Wide vectors never cross a call boundary here (the helpers are always_inline), so the ABI note GCC emits for
@@ -44,87 +45,42 @@ template <class F>
   return dy * (0.5f * (1.0f + t) + 0.5f * x * sech2 * du_dx);
 }
 
-// The loops are spelled out per path (not a template) because OpenMP outlines a parallel region into a
+// The loops are spelled out per path (a macro, not a template) because OpenMP outlines a parallel region into a
 // function that takes the target of the function it is written in.
-#define CLEAVE_GELU_TARGET(isa) __attribute__((target(isa), optimize("fp-contract=off")))
+#define CLEAVE_GELU_PATHS(suffix, F, lanes, ...)                                                                \
+  __VA_ARGS__ void forward_##suffix(const float* x, float* y, int64_t n) {                                      \
+    const int64_t vectors = n / (lanes);                                                                        \
+    CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n),                                                  \
+                        store(y + v * (lanes), gelu_vec(load<F>(x + v * (lanes))));)                            \
+    for (int64_t i = vectors * (lanes); i < n; ++i) y[i] = gelu_vec(broadcast<F>(x[i]))[0];                     \
+  }                                                                                                             \
+  __VA_ARGS__ void backward_##suffix(const float* x, const float* dy, float* dx, int64_t n) {                   \
+    const int64_t vectors = n / (lanes);                                                                        \
+    CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n),                                                  \
+      store(dx + v * (lanes), gelu_grad_vec(load<F>(x + v * (lanes)), load<F>(dy + v * (lanes))));)             \
+    for (int64_t i = vectors * (lanes); i < n; ++i) {                                                           \
+      dx[i] = gelu_grad_vec(broadcast<F>(x[i]), broadcast<F>(dy[i]))[0];                                        \
+    }                                                                                                           \
+  }
 
-void forward_baseline(const float* x, float* y, int64_t n) {
-  using F = detail::f32xN;
-  constexpr int64_t lanes = sizeof(F) / 4;
-  const int64_t vectors = n / lanes;
-  CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n), store(y + v * lanes, gelu_vec(load<F>(x + v * lanes)));)
-  for (int64_t i = vectors * lanes; i < n; ++i) y[i] = gelu_vec(broadcast<F>(x[i]))[0];
-}
-
-void backward_baseline(const float* x, const float* dy, float* dx, int64_t n) {
-  using F = detail::f32xN;
-  constexpr int64_t lanes = sizeof(F) / 4;
-  const int64_t vectors = n / lanes;
-  CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n),
-    store(dx + v * lanes, gelu_grad_vec(load<F>(x + v * lanes), load<F>(dy + v * lanes)));)
-  for (int64_t i = vectors * lanes; i < n; ++i) dx[i] = gelu_grad_vec(broadcast<F>(x[i]), broadcast<F>(dy[i]))[0];
-}
-
+CLEAVE_GELU_PATHS(baseline, detail::f32xN, static_cast<int64_t>(sizeof(detail::f32xN) / 4),
+                  __attribute__((optimize("fp-contract=off"))))
 #if defined(__x86_64__)
-CLEAVE_GELU_TARGET("avx2") void forward_avx2(const float* x, float* y, int64_t n) {
-  using F = f32x8;
-  constexpr int64_t lanes = 8;
-  const int64_t vectors = n / lanes;
-  CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n), store(y + v * lanes, gelu_vec(load<F>(x + v * lanes)));)
-  for (int64_t i = vectors * lanes; i < n; ++i) y[i] = gelu_vec(broadcast<F>(x[i]))[0];
-}
-
-CLEAVE_GELU_TARGET("avx2") void backward_avx2(const float* x, const float* dy, float* dx, int64_t n) {
-  using F = f32x8;
-  constexpr int64_t lanes = 8;
-  const int64_t vectors = n / lanes;
-  CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n),
-    store(dx + v * lanes, gelu_grad_vec(load<F>(x + v * lanes), load<F>(dy + v * lanes)));)
-  for (int64_t i = vectors * lanes; i < n; ++i) dx[i] = gelu_grad_vec(broadcast<F>(x[i]), broadcast<F>(dy[i]))[0];
-}
-
-CLEAVE_GELU_TARGET("avx512f") void forward_avx512(const float* x, float* y, int64_t n) {
-  using F = f32x16;
-  constexpr int64_t lanes = 16;
-  const int64_t vectors = n / lanes;
-  CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n), store(y + v * lanes, gelu_vec(load<F>(x + v * lanes)));)
-  for (int64_t i = vectors * lanes; i < n; ++i) y[i] = gelu_vec(broadcast<F>(x[i]))[0];
-}
-
-CLEAVE_GELU_TARGET("avx512f") void backward_avx512(const float* x, const float* dy, float* dx, int64_t n) {
-  using F = f32x16;
-  constexpr int64_t lanes = 16;
-  const int64_t vectors = n / lanes;
-  CLEAVE_PARALLEL_FOR(v, vectors, detail::worth_parallel(n),
-    store(dx + v * lanes, gelu_grad_vec(load<F>(x + v * lanes), load<F>(dy + v * lanes)));)
-  for (int64_t i = vectors * lanes; i < n; ++i) dx[i] = gelu_grad_vec(broadcast<F>(x[i]), broadcast<F>(dy[i]))[0];
-}
+CLEAVE_GELU_PATHS(avx2, f32x8, 8, __attribute__((target("avx2"), optimize("fp-contract=off"))))
+CLEAVE_GELU_PATHS(avx512, f32x16, 16, __attribute__((target("avx512f"), optimize("fp-contract=off"))))
 #endif
-
-bool isa_available(VectorIsa isa) { return vector_isa_available(isa); }
+#undef CLEAVE_GELU_PATHS
 
 }  // namespace
 
 void gelu_forward_isa(VectorIsa isa, const float* x, float* y, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "gelu_forward: negative size {}", n);
-  CLEAVE_ASSERT(isa_available(isa), "gelu_forward: instruction set {} is not available on this CPU",
-                static_cast<int>(isa));
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return forward_avx512(x, y, n);
-  if (isa == VectorIsa::kAvx2) return forward_avx2(x, y, n);
-#endif
-  forward_baseline(x, y, n);
+  isa_path(isa, "gelu_forward", CLEAVE_ISA_PATHS(forward))(x, y, n);
 }
 
 void gelu_backward_isa(VectorIsa isa, const float* x, const float* dy, float* dx, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "gelu_backward: negative size {}", n);
-  CLEAVE_ASSERT(isa_available(isa), "gelu_backward: instruction set {} is not available on this CPU",
-                static_cast<int>(isa));
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return backward_avx512(x, dy, dx, n);
-  if (isa == VectorIsa::kAvx2) return backward_avx2(x, dy, dx, n);
-#endif
-  backward_baseline(x, dy, dx, n);
+  isa_path(isa, "gelu_backward", CLEAVE_ISA_PATHS(backward))(x, dy, dx, n);
 }
 
 void gelu_forward(const float* x, float* y, int64_t n) { gelu_forward_isa(best_vector_isa(), x, y, n); }

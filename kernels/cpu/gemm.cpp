@@ -21,6 +21,7 @@
 #include "engine/core/error.hpp"
 #include "kernels/cpu/cast.hpp"
 #include "kernels/cpu/gemm_kernels.hpp"
+#include "kernels/cpu/parallel.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -162,12 +163,10 @@ void gemm_threaded(Kernel<In, Out> kernel, bool threads_itself, bool trans_a, bo
     return;
   }
   const auto count = static_cast<int64_t>(plan.size());
-  const bool team = omp_get_max_threads() > 1 && !omp_in_parallel();
-  if (slicing == GemmSlicing::kShapeFixed) {
-#pragma omp parallel for schedule(static) if (team)
-    for (int64_t s = 0; s < count; ++s) {
-      gemm_slice(kernel, plan[s], trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias);
-    }
+  if (slicing == GemmSlicing::kShapeFixed) {  // the same slices on one thread (inside a region) or a team
+    CLEAVE_PARALLEL_FOR(s, count, omp_get_max_threads() > 1,
+                        gemm_slice(kernel, plan[s], trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
+                                   bias);)
     return;
   }
 #pragma omp parallel for schedule(static, 1) num_threads(static_cast<int>(count))
@@ -185,12 +184,10 @@ void gemm_batched(Kernel<In, Out> kernel, bool threads_itself, bool trans_a, boo
   const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   // Tiny batches are not worth an OpenMP fork/join (a few microseconds).
   const bool spread = batch > 1 && mnk <= kOpenBlasSingleThreadMnk && mnk * static_cast<double>(batch) >= 32768.0;
-  if (spread) {
-#pragma omp parallel for schedule(static)
-    for (int64_t i = 0; i < batch; ++i) {
-      gemm_unchecked(kernel, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
-                     c + i * stride_c, ldc, bias);
-    }
+  if (spread) {  // inside a region (or at one thread) the same calls in order on the calling thread
+    CLEAVE_PARALLEL_FOR(i, batch, omp_get_max_threads() > 1,
+                        gemm_unchecked(kernel, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda,
+                                       b + i * stride_b, ldb, beta, c + i * stride_c, ldc, bias);)
     return;
   }
   for (int64_t i = 0; i < batch; ++i) {

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/core/error.hpp"
+#include "kernels/cpu/bf16_vectors.hpp"
 #include "kernels/cpu/parallel.hpp"
 
 namespace cleave::kernels::cpu {
@@ -53,6 +54,43 @@ namespace {
   }
 }
 
+constexpr int64_t kWeightBlock = 128;  // columns per block of the weight gradient
+
+// Columns [c0, c0 + kWeightBlock) of dgamma and dbeta, every row summed in row order (bf16 elements widened as they
+// are loaded: the same f32 sums as over widened copies of dy and x).
+template <class T>
+[[gnu::noinline]] void backward_weight_block(const T* dy, const T* x, const float* mean, const float* rstd,
+                                             float* dgamma, float* dbeta, int64_t rows, int64_t cols, int64_t c0) {
+  const int64_t width = std::min(kWeightBlock, cols - c0);
+  float acc_gamma[kWeightBlock] = {};
+  float acc_beta[kWeightBlock] = {};
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* dyr = dy + r * cols + c0;
+    const T* xr = x + r * cols + c0;
+    const float mu = mean[r];
+    const float rs = rstd[r];
+#pragma omp simd
+    for (int64_t c = 0; c < width; ++c) {
+      const float g = detail::to_f32(dyr[c]);
+      acc_gamma[c] += g * (detail::to_f32(xr[c]) - mu) * rs;
+      acc_beta[c] += g;
+    }
+  }
+  for (int64_t c = 0; c < width; ++c) {
+    dgamma[c0 + c] += acc_gamma[c];
+    dbeta[c0 + c] += acc_beta[c];
+  }
+}
+
+template <class T>
+void backward_weight(const T* dy, const T* x, const float* mean, const float* rstd, float* dgamma, float* dbeta,
+                     int64_t rows, int64_t cols) {
+  CLEAVE_ASSERT(rows >= 0 && cols > 0, "layernorm_backward_weight: bad shape [{}, {}]", rows, cols);
+  const int64_t blocks = (cols + kWeightBlock - 1) / kWeightBlock;
+  CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel(rows * cols),
+                      backward_weight_block(dy, x, mean, rstd, dgamma, dbeta, rows, cols, blk * kWeightBlock);)
+}
+
 }  // namespace
 
 void layernorm_forward(const float* x, const float* gamma, const float* beta, float* y, float* mean, float* rstd,
@@ -72,31 +110,12 @@ void layernorm_backward_input(const float* dy, const float* x, const float* gamm
 
 void layernorm_backward_weight(const float* dy, const float* x, const float* mean, const float* rstd, float* dgamma,
                                float* dbeta, int64_t rows, int64_t cols) {
-  CLEAVE_ASSERT(rows >= 0 && cols > 0, "layernorm_backward_weight: bad shape [{}, {}]", rows, cols);
-  constexpr int64_t kBlock = 128;
-  const int64_t blocks = (cols + kBlock - 1) / kBlock;
-#pragma omp parallel for schedule(static) if (blocks > 1 && detail::worth_parallel(rows * cols))
-  for (int64_t blk = 0; blk < blocks; ++blk) {
-    const int64_t c0 = blk * kBlock;
-    const int64_t width = std::min(kBlock, cols - c0);
-    float acc_gamma[kBlock] = {};
-    float acc_beta[kBlock] = {};
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* dyr = dy + r * cols + c0;
-      const float* xr = x + r * cols + c0;
-      const float mu = mean[r];
-      const float rs = rstd[r];
-#pragma omp simd
-      for (int64_t c = 0; c < width; ++c) {
-        acc_gamma[c] += dyr[c] * (xr[c] - mu) * rs;
-        acc_beta[c] += dyr[c];
-      }
-    }
-    for (int64_t c = 0; c < width; ++c) {
-      dgamma[c0 + c] += acc_gamma[c];
-      dbeta[c0 + c] += acc_beta[c];
-    }
-  }
+  backward_weight(dy, x, mean, rstd, dgamma, dbeta, rows, cols);
+}
+
+void layernorm_backward_weight(const std::uint16_t* dy, const std::uint16_t* x, const float* mean, const float* rstd,
+                               float* dgamma, float* dbeta, int64_t rows, int64_t cols) {
+  backward_weight(dy, x, mean, rstd, dgamma, dbeta, rows, cols);
 }
 
 }  // namespace cleave::kernels::cpu

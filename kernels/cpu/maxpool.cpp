@@ -24,8 +24,7 @@ void maxpool2d_forward(const float* x, float* y, int32_t* argmax, int64_t N, int
                        int64_t window, int64_t stride) {
   check_pool("maxpool2d_forward", N, C, H, W, window, stride);
   const int64_t oh = (H - window) / stride + 1, ow = (W - window) / stride + 1;
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(N * C * H * W))
-  for (int64_t plane = 0; plane < N * C; ++plane) {
+  CLEAVE_PARALLEL_FOR(plane, N * C, detail::worth_parallel(N * C * H * W),
     const float* in = x + plane * H * W;
     float* out = y + plane * oh * ow;
     int32_t* arg = argmax + plane * oh * ow;
@@ -45,8 +44,7 @@ void maxpool2d_forward(const float* x, float* y, int32_t* argmax, int64_t N, int
         out[i * ow + j] = best_value;
         arg[i * ow + j] = static_cast<int32_t>(best);
       }
-    }
-  }
+    })
 }
 
 void maxpool2d_backward(const float* dy, const int32_t* argmax, float* dx, int64_t N, int64_t C, int64_t H, int64_t W,
@@ -60,14 +58,12 @@ void maxpool2d_backward(const float* dy, const int32_t* argmax, float* dx, int64
                   "{}x{} plane (not produced by maxpool2d_forward with this shape)",
                   argmax[i], i, H, W);
   }
-#pragma omp parallel for schedule(static) if (detail::worth_parallel(N * C * H * W))
-  for (int64_t plane = 0; plane < N * C; ++plane) {
+  CLEAVE_PARALLEL_FOR(plane, N * C, detail::worth_parallel(N * C * H * W),
     float* grad = dx + plane * H * W;
     for (int64_t i = 0; i < H * W; ++i) grad[i] = 0.0f;
     const float* g = dy + plane * oh * ow;
     const int32_t* arg = argmax + plane * oh * ow;
-    for (int64_t i = 0; i < oh * ow; ++i) grad[arg[i]] += g[i];
-  }
+    for (int64_t i = 0; i < oh * ow; ++i) grad[arg[i]] += g[i];)
 }
 
 }  // namespace cleave::kernels::cpu

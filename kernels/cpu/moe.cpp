@@ -1,7 +1,9 @@
-// Mixture-of-experts routing kernels on the CPU (see moe.hpp): one OpenMP thread per output row.
+// Mixture-of-experts routing kernels on the CPU (see moe.hpp): output rows shared out over the OpenMP team when
+// the call is worth one (CLEAVE_PARALLEL_FOR); each output element has one writer, so no thread count changes a bit.
 #include "kernels/cpu/moe.hpp"
 
 #include "engine/core/error.hpp"
+#include "kernels/cpu/parallel.hpp"
 
 namespace cleave::kernels::cpu {
 
@@ -11,13 +13,11 @@ void moe_gather(const float* x, const std::int32_t* index, const float* scale, f
     CLEAVE_ASSERT(index[r] >= 0 && index[r] < n_tokens, "moe_gather: index[{}] = {} is outside [0, {})", r, index[r],
                   n_tokens);
   }
-#pragma omp parallel for schedule(static)
-  for (std::int64_t r = 0; r < rows; ++r) {
+  CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * d),
     const float* src = x + static_cast<std::int64_t>(index[r]) * d;
     const float s = scale != nullptr ? scale[r] : 1.0f;
     float* dst = out + r * d;
-    for (std::int64_t c = 0; c < d; ++c) dst[c] = s * src[c];
-  }
+    for (std::int64_t c = 0; c < d; ++c) dst[c] = s * src[c];)
 }
 
 void moe_combine(const float* src, const std::int32_t* rows, const float* weight, float* out, std::int64_t tokens,
@@ -26,16 +26,14 @@ void moe_combine(const float* src, const std::int32_t* rows, const float* weight
     CLEAVE_ASSERT(rows[i] >= 0 && rows[i] < n_rows, "moe_combine: rows[{}] = {} is outside [0, {})", i, rows[i],
                   n_rows);
   }
-#pragma omp parallel for schedule(static)
-  for (std::int64_t n = 0; n < tokens; ++n) {
+  CLEAVE_PARALLEL_FOR(n, tokens, detail::worth_parallel(tokens * k * d),
     float* dst = out + n * d;
     for (std::int64_t c = 0; c < d; ++c) dst[c] = 0.0f;
     for (std::int64_t j = 0; j < k; ++j) {
       const float w = weight != nullptr ? weight[n * k + j] : 1.0f;
       const float* s = src + static_cast<std::int64_t>(rows[n * k + j]) * d;
       for (std::int64_t c = 0; c < d; ++c) dst[c] += w * s[c];
-    }
-  }
+    })
 }
 
 void moe_combine_weight_grad(const float* dy, const float* src, const std::int32_t* rows, float* dweight,
@@ -44,14 +42,12 @@ void moe_combine_weight_grad(const float* dy, const float* src, const std::int32
     CLEAVE_ASSERT(rows[i] >= 0 && rows[i] < n_rows, "moe_combine_weight_grad: rows[{}] = {} is outside [0, {})", i,
                   rows[i], n_rows);
   }
-#pragma omp parallel for schedule(static)
-  for (std::int64_t i = 0; i < tokens * k; ++i) {
+  CLEAVE_PARALLEL_FOR(i, tokens * k, detail::worth_parallel(tokens * k * d),
     const float* g = dy + (i / k) * d;
     const float* s = src + static_cast<std::int64_t>(rows[i]) * d;
     float acc = 0.0f;
     for (std::int64_t c = 0; c < d; ++c) acc += g[c] * s[c];
-    dweight[i] = acc;
-  }
+    dweight[i] = acc;)
 }
 
 }  // namespace cleave::kernels::cpu

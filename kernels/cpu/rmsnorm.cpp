@@ -23,6 +23,7 @@
 #include <cmath>
 
 #include "engine/core/error.hpp"
+#include "kernels/cpu/bf16_vectors.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cpu/vec_math.hpp"
 #include "kernels/cpu/wide_vectors.hpp"
@@ -120,20 +121,34 @@ template <class F, int64_t L, bool kResidual = false>
   }
 }
 
-// acc[0, width) += (dy * x) * rs over the block's rows, in row order.
-template <class F, int64_t L>
-[[gnu::always_inline]] inline void backward_weight_block(const float* dy, const float* x, const float* rstd,
-                                                         float* dweight, int64_t rows, int64_t cols, int64_t c0) {
+// F loaded from f32 values, or widened from bf16 bits as it is loaded (exact).
+template <class F>
+[[gnu::always_inline]] inline F load_as_f32(const float* p) {
+  return load<F>(p);
+}
+template <class F>
+[[gnu::always_inline]] inline F load_as_f32(const std::uint16_t* p) {
+  return detail::load_bf16<F>(p);
+}
+
+// acc[0, width) += (dy * x) * rs over the block's rows, in row order (T: float, or uint16_t for bf16 bits widened as
+// they are loaded: the same f32 sums as over widened copies of dy and x).
+template <class F, int64_t L, class T>
+[[gnu::always_inline]] inline void backward_weight_block(const T* dy, const T* x, const float* rstd, float* dweight,
+                                                         int64_t rows, int64_t cols, int64_t c0) {
   const int64_t width = std::min(kWeightBlock, cols - c0);
   const int64_t full = width / L * L;
   float acc[kWeightBlock] = {};
   for (int64_t r = 0; r < rows; ++r) {
-    const float* dyr = dy + r * cols + c0;
-    const float* xr = x + r * cols + c0;
+    const T* dyr = dy + r * cols + c0;
+    const T* xr = x + r * cols + c0;
     const F rsv = broadcast<F>(rstd[r]);
-    for (int64_t c = 0; c < full; c += L) store(acc + c, load<F>(acc + c) + load<F>(dyr + c) * load<F>(xr + c) * rsv);
+    for (int64_t c = 0; c < full; c += L) {
+      store(acc + c, load<F>(acc + c) + load_as_f32<F>(dyr + c) * load_as_f32<F>(xr + c) * rsv);
+    }
     for (int64_t c = full; c < width; ++c) {
-      acc[c] = (broadcast<F>(acc[c]) + broadcast<F>(dyr[c]) * broadcast<F>(xr[c]) * rsv)[0];
+      acc[c] = (broadcast<F>(acc[c]) + broadcast<F>(detail::to_f32(dyr[c])) * broadcast<F>(detail::to_f32(xr[c])) *
+                                           rsv)[0];
     }
   }
   for (int64_t c = 0; c < width; ++c) dweight[c0 + c] += acc[c];
@@ -165,7 +180,8 @@ template <class F, int64_t L>
       backward_input_row<F, lanes, true>(dy + i * cols, x + i * cols, weight, rstd[i], dx + i * cols, cols,      \
                                          dres + i * cols);)                                                      \
   }                                                                                                              \
-  __VA_ARGS__ void backward_weight_##suffix(const float* dy, const float* x, const float* rstd, float* dweight,  \
+  template <class T>                                                                                             \
+  __VA_ARGS__ void backward_weight_##suffix(const T* dy, const T* x, const float* rstd, float* dweight,          \
                                             int64_t rows, int64_t cols) {                                        \
     const int64_t blocks = (cols + kWeightBlock - 1) / kWeightBlock;                                             \
     CLEAVE_PARALLEL_FOR(blk, blocks, blocks > 1 && detail::worth_parallel(rows * cols),                          \
@@ -179,9 +195,15 @@ CLEAVE_RMSNORM_PATHS(avx512, f32x16, 16, __attribute__((target("avx512f"), optim
 #endif
 #undef CLEAVE_RMSNORM_PATHS
 
-void check_isa(VectorIsa isa, const char* op) {
-  CLEAVE_ASSERT(vector_isa_available(isa), "{}: instruction set {} is not available on this CPU", op,
-                static_cast<int>(isa));
+template <class T>
+using BackwardWeightFn = void(const T*, const T*, const float*, float*, int64_t, int64_t);
+
+template <class T>
+void backward_weight(VectorIsa isa, const T* dy, const T* x, const float* rstd, float* dweight, int64_t rows,
+                     int64_t cols) {
+  CLEAVE_ASSERT(rows >= 0 && cols > 0, "rmsnorm_backward_weight: bad shape [{}, {}]", rows, cols);
+  isa_path<BackwardWeightFn<T>>(isa, "rmsnorm_backward_weight", CLEAVE_ISA_PATHS(backward_weight))(dy, x, rstd,
+                                                                                                   dweight, rows, cols);
 }
 
 }  // namespace
@@ -190,57 +212,36 @@ void rmsnorm_forward_isa(VectorIsa isa, const float* x, const float* weight, flo
                          int64_t cols, float eps) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "rmsnorm_forward: bad shape [{}, {}]", rows, cols);
   CLEAVE_ASSERT(eps > 0.0f, "rmsnorm_forward: eps must be > 0, got {}", eps);
-  check_isa(isa, "rmsnorm_forward");
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return forward_avx512(x, weight, y, rstd, rows, cols, eps);
-  if (isa == VectorIsa::kAvx2) return forward_avx2(x, weight, y, rstd, rows, cols, eps);
-#endif
-  forward_baseline(x, weight, y, rstd, rows, cols, eps);
+  isa_path(isa, "rmsnorm_forward", CLEAVE_ISA_PATHS(forward))(x, weight, y, rstd, rows, cols, eps);
 }
 
 void rmsnorm_backward_input_isa(VectorIsa isa, const float* dy, const float* x, const float* weight,
                                 const float* rstd, float* dx, int64_t rows, int64_t cols) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "rmsnorm_backward_input: bad shape [{}, {}]", rows, cols);
-  check_isa(isa, "rmsnorm_backward_input");
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return backward_input_avx512(dy, x, weight, rstd, dx, rows, cols);
-  if (isa == VectorIsa::kAvx2) return backward_input_avx2(dy, x, weight, rstd, dx, rows, cols);
-#endif
-  backward_input_baseline(dy, x, weight, rstd, dx, rows, cols);
+  isa_path(isa, "rmsnorm_backward_input", CLEAVE_ISA_PATHS(backward_input))(dy, x, weight, rstd, dx, rows, cols);
 }
 
 void rmsnorm_backward_weight_isa(VectorIsa isa, const float* dy, const float* x, const float* rstd, float* dweight,
                                  int64_t rows, int64_t cols) {
-  CLEAVE_ASSERT(rows >= 0 && cols > 0, "rmsnorm_backward_weight: bad shape [{}, {}]", rows, cols);
-  check_isa(isa, "rmsnorm_backward_weight");
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return backward_weight_avx512(dy, x, rstd, dweight, rows, cols);
-  if (isa == VectorIsa::kAvx2) return backward_weight_avx2(dy, x, rstd, dweight, rows, cols);
-#endif
-  backward_weight_baseline(dy, x, rstd, dweight, rows, cols);
+  backward_weight(isa, dy, x, rstd, dweight, rows, cols);
+}
+
+void rmsnorm_backward_weight_isa(VectorIsa isa, const std::uint16_t* dy, const std::uint16_t* x, const float* rstd,
+                                 float* dweight, int64_t rows, int64_t cols) {
+  backward_weight(isa, dy, x, rstd, dweight, rows, cols);
 }
 
 void add_rmsnorm_forward_isa(VectorIsa isa, const float* x, const float* y, const float* weight, float* r,
                              float* out, float* rstd, int64_t rows, int64_t cols, float eps) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "add_rmsnorm_forward: bad shape [{}, {}]", rows, cols);
   CLEAVE_ASSERT(eps > 0.0f, "add_rmsnorm_forward: eps must be > 0, got {}", eps);
-  check_isa(isa, "add_rmsnorm_forward");
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return add_forward_avx512(x, y, weight, r, out, rstd, rows, cols, eps);
-  if (isa == VectorIsa::kAvx2) return add_forward_avx2(x, y, weight, r, out, rstd, rows, cols, eps);
-#endif
-  add_forward_baseline(x, y, weight, r, out, rstd, rows, cols, eps);
+  isa_path(isa, "add_rmsnorm_forward", CLEAVE_ISA_PATHS(add_forward))(x, y, weight, r, out, rstd, rows, cols, eps);
 }
 
 void add_rmsnorm_backward_input_isa(VectorIsa isa, const float* dy, const float* dres, const float* x,
                                     const float* weight, const float* rstd, float* dx, int64_t rows, int64_t cols) {
   CLEAVE_ASSERT(rows >= 0 && cols > 0, "add_rmsnorm_backward_input: bad shape [{}, {}]", rows, cols);
-  check_isa(isa, "add_rmsnorm_backward_input");
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return add_backward_input_avx512(dy, dres, x, weight, rstd, dx, rows, cols);
-  if (isa == VectorIsa::kAvx2) return add_backward_input_avx2(dy, dres, x, weight, rstd, dx, rows, cols);
-#endif
-  add_backward_input_baseline(dy, dres, x, weight, rstd, dx, rows, cols);
+  isa_path(isa, "add_rmsnorm_backward_input", CLEAVE_ISA_PATHS(add_backward_input))(dy, dres, x, weight, rstd, dx, rows, cols);
 }
 
 void add_rmsnorm_forward(const float* x, const float* y, const float* weight, float* r, float* out, float* rstd,
@@ -265,6 +266,11 @@ void rmsnorm_backward_input(const float* dy, const float* x, const float* weight
 
 void rmsnorm_backward_weight(const float* dy, const float* x, const float* rstd, float* dweight, int64_t rows,
                              int64_t cols) {
+  rmsnorm_backward_weight_isa(best_vector_isa(), dy, x, rstd, dweight, rows, cols);
+}
+
+void rmsnorm_backward_weight(const std::uint16_t* dy, const std::uint16_t* x, const float* rstd, float* dweight,
+                             int64_t rows, int64_t cols) {
   rmsnorm_backward_weight_isa(best_vector_isa(), dy, x, rstd, dweight, rows, cols);
 }
 

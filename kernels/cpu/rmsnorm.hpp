@@ -22,6 +22,10 @@ void rmsnorm_backward_input(const float* dy, const float* x, const float* weight
 // dweight[c] += sum over rows of dy * x * rstd (rows in order per column block: deterministic).
 void rmsnorm_backward_weight(const float* dy, const float* x, const float* rstd, float* dweight, int64_t rows,
                              int64_t cols);
+// The same from bf16 dy and x (bit patterns, cast.hpp), widened a row segment at a time: the bits of the f32
+// function over the widened tensors.
+void rmsnorm_backward_weight(const std::uint16_t* dy, const std::uint16_t* x, const float* rstd, float* dweight,
+                             int64_t rows, int64_t cols);
 
 // The residual add fused in (a pre-norm block's x1 = x + branch; norm(x1)), bit for bit the unfused pair:
 // forward: r = x + y (written; may alias x or y), then out and rstd as rmsnorm_forward(r) writes them.
@@ -39,6 +43,8 @@ void rmsnorm_backward_input_isa(VectorIsa isa, const float* dy, const float* x, 
                                 const float* rstd, float* dx, int64_t rows, int64_t cols);
 void rmsnorm_backward_weight_isa(VectorIsa isa, const float* dy, const float* x, const float* rstd, float* dweight,
                                  int64_t rows, int64_t cols);
+void rmsnorm_backward_weight_isa(VectorIsa isa, const std::uint16_t* dy, const std::uint16_t* x, const float* rstd,
+                                 float* dweight, int64_t rows, int64_t cols);
 void add_rmsnorm_forward_isa(VectorIsa isa, const float* x, const float* y, const float* weight, float* r,
                              float* out, float* rstd, int64_t rows, int64_t cols, float eps);
 void add_rmsnorm_backward_input_isa(VectorIsa isa, const float* dy, const float* dres, const float* x,

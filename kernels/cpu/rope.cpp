@@ -6,6 +6,11 @@
 // every sum of packed copies runs the same IEEE operations in the same order on every path, without contraction
 // into FMA (fp-contract=off), the pairs past the last full vector on a one-lane broadcast: every path gives the
 // same bits (KernelRope.EveryIsaPathGivesTheSameBits), and the thread count never changes a result.
+//
+// bf16 tensors (uint16_t bits) are converted a row at a time inside the row loop (the row's inputs widened into
+// the thread's f32 row buffer, the outputs narrowed from it, in L1), not widened whole into f32 scratch and
+// narrowed back: the same f32 arithmetic on the same values, one rounding, so the same bits
+// (KernelRope.Bf16RowsGiveTheWidenedF32Bits). Each path's dispatch is vector_isa.hpp's isa_path.
 #include "kernels/cpu/rope.hpp"
 
 // Wide vectors never cross a call boundary here (the helpers are always_inline), so the ABI note GCC emits for
@@ -17,6 +22,7 @@
 #include <vector>
 
 #include "engine/core/error.hpp"
+#include "kernels/cpu/bf16_vectors.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cpu/vec_math.hpp"
 #include "kernels/cpu/wide_vectors.hpp"
@@ -121,6 +127,107 @@ template <class F, int64_t L>
 // P (packed key/value heads): the shape's, or Hq (the repeated layout) when unset.
 int64_t packed_heads(const RopeShape& s) { return s.packed_kv_heads > 0 ? s.packed_kv_heads : s.q_heads; }
 
+// The calling thread's f32 row buffer, at least n floats (kept between calls: OpenMP's pool threads live as long
+// as the process).
+float* row_buffer(int64_t n) {
+  thread_local std::vector<float> buffer;
+  if (buffer.size() < static_cast<size_t>(n)) buffer.resize(static_cast<size_t>(n));
+  return buffer.data();
+}
+
+// The bf16 rows (issue 39): the row's inputs widened into the thread's row buffer, the f32 row body run there, its
+// outputs narrowed (round to nearest even, as cast.hpp), all in L1. Every element is computed from the same
+// widened values by the same f32 body as the whole-tensor path (widen q, k, v; rope_pack_qkv; narrow qkv), and
+// narrowed once by the same rule, so the bits are that path's (KernelRope.Bf16RowsGiveTheWidenedF32Bits).
+template <class F, int64_t L, class U32, class U16>
+[[gnu::always_inline]] inline void pack_row_of(const uint16_t* qr, const uint16_t* kr, const uint16_t* vr, uint16_t* out,
+                                            const float* c, const float* sn, const RopeShape& s, int64_t P) {
+  const int64_t cq = s.q_heads * s.head_dim, ckv = s.kv_heads * s.head_dim, width = cq + 2 * P * s.head_dim;
+  float* q = row_buffer(cq + 2 * ckv + width);
+  float *k = q + cq, *v = k + ckv, *o = v + ckv;
+  detail::widen_range<U32, U16>(qr, q, 0, cq);
+  detail::widen_range<U32, U16>(kr, k, 0, ckv);
+  detail::widen_range<U32, U16>(vr, v, 0, ckv);
+  pack_row<F, L>(q, k, v, o, c, sn, s, P);
+  detail::narrow_range<U32, U16>(o, out, 0, width);
+}
+
+template <class F, int64_t L, class U32, class U16>
+[[gnu::always_inline]] inline void unpack_row_of(const uint16_t* in, uint16_t* dqr, uint16_t* dkr, uint16_t* dvr,
+                                              const float* c, const float* sn, const RopeShape& s, int64_t P) {
+  const int64_t cq = s.q_heads * s.head_dim, ckv = s.kv_heads * s.head_dim, width = cq + 2 * P * s.head_dim;
+  float* row = row_buffer(width + cq + 2 * ckv);
+  float *dq = row + width, *dk = dq + cq, *dv = dk + ckv;
+  detail::widen_range<U32, U16>(in, row, 0, width);
+  unpack_row<F, L>(row, dq, dk, dv, c, sn, s, P);
+  detail::narrow_range<U32, U16>(dq, dqr, 0, cq);
+  detail::narrow_range<U32, U16>(dk, dkr, 0, ckv);
+  detail::narrow_range<U32, U16>(dv, dvr, 0, ckv);
+}
+
+// The f32 rows under the same name, so a path's loop is written once for both element types.
+template <class F, int64_t L, class U32, class U16>
+[[gnu::always_inline]] inline void pack_row_of(const float* qr, const float* kr, const float* vr, float* out,
+                                            const float* c, const float* sn, const RopeShape& s, int64_t P) {
+  pack_row<F, L>(qr, kr, vr, out, c, sn, s, P);
+}
+
+template <class F, int64_t L, class U32, class U16>
+[[gnu::always_inline]] inline void unpack_row_of(const float* in, float* dqr, float* dkr, float* dvr, const float* c,
+                                              const float* sn, const RopeShape& s, int64_t P) {
+  unpack_row<F, L>(in, dqr, dkr, dvr, c, sn, s, P);
+}
+
+// The loops are spelled out per path (a macro) because OpenMP outlines a parallel region into a function that
+// takes the target of the function it is written in; each is a template over the element type T (float, or
+// uint16_t for bf16 bits), with U32 x U16 the path's integer vectors for the bf16 casts.
+#define CLEAVE_ROPE_PATHS(suffix, F, lanes, U32, U16, ...)                                                        \
+  template <class T>                                                                                              \
+  __VA_ARGS__ void pack_##suffix(const T* q, const T* k, const T* v, T* qkv, const RopeShape& s, const Table& tab) { \
+    const int64_t hd = s.head_dim, half = hd / 2, P = packed_heads(s);                                            \
+    const int64_t cq = s.q_heads * hd, ckv = s.kv_heads * hd, width = cq + 2 * P * hd, rows = s.batch * s.seq;    \
+    CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * width),                                            \
+      const int64_t t = r % s.seq;                                                                                \
+      pack_row_of<F, lanes, U32, U16>(q + r * cq, k + r * ckv, v + r * ckv, qkv + r * width,                         \
+                                      tab.cos.data() + t * half, tab.sin.data() + t * half, s, P);)               \
+  }                                                                                                               \
+  template <class T>                                                                                              \
+  __VA_ARGS__ void unpack_##suffix(const T* dqkv, T* dq, T* dk, T* dv, const RopeShape& s, const Table& tab) {    \
+    const int64_t hd = s.head_dim, half = hd / 2, P = packed_heads(s);                                            \
+    const int64_t cq = s.q_heads * hd, ckv = s.kv_heads * hd, width = cq + 2 * P * hd, rows = s.batch * s.seq;    \
+    CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * width),                                            \
+      const int64_t t = r % s.seq;                                                                                \
+      unpack_row_of<F, lanes, U32, U16>(dqkv + r * width, dq + r * cq, dk + r * ckv, dv + r * ckv,                   \
+                                        tab.cos.data() + t * half, tab.sin.data() + t * half, s, P);)             \
+  }
+
+CLEAVE_ROPE_PATHS(baseline, detail::f32xN, detail::kLanes, detail::u32x4, detail::u16x4,
+                  __attribute__((optimize("fp-contract=off"))))
+#if defined(__x86_64__)
+CLEAVE_ROPE_PATHS(avx2, f32x8, 8, detail::u32x8, detail::u16x8,
+                  __attribute__((target("avx2"), optimize("fp-contract=off"))))
+CLEAVE_ROPE_PATHS(avx512, f32x16, 16, detail::u32x16, detail::u16x16,
+                  __attribute__((target("avx512f,avx512bw"), optimize("fp-contract=off"))))
+#endif
+#undef CLEAVE_ROPE_PATHS
+
+template <class T>
+using PackFn = void(const T*, const T*, const T*, T*, const RopeShape&, const Table&);
+template <class T>
+using UnpackFn = void(const T*, T*, T*, T*, const RopeShape&, const Table&);
+
+template <class T>
+void pack(VectorIsa isa, const T* q, const T* k, const T* v, T* qkv, const RopeShape& s) {
+  check_shape(s, "rope_pack_qkv");
+  isa_path<PackFn<T>>(isa, "rope_pack_qkv", CLEAVE_ISA_PATHS(pack))(q, k, v, qkv, s, make_table(s));
+}
+
+template <class T>
+void unpack(VectorIsa isa, const T* dqkv, T* dq, T* dk, T* dv, const RopeShape& s) {
+  check_shape(s, "rope_pack_qkv_backward");
+  isa_path<UnpackFn<T>>(isa, "rope_pack_qkv_backward", CLEAVE_ISA_PATHS(unpack))(dqkv, dq, dk, dv, s, make_table(s));
+}
+
 }  // namespace
 
 float rope_inv_freq(int64_t i, int64_t head_dim, float theta) {
@@ -132,63 +239,24 @@ float rope_angle(int64_t t, int64_t i, const RopeShape& s) {
   return static_cast<float>(s.position_offset + t) * rope_inv_freq(i, s.head_dim, s.theta);
 }
 
-namespace {
-
-// The loops are spelled out per path (a macro, not a template) because OpenMP outlines a parallel region into a
-// function that takes the target of the function it is written in.
-#define CLEAVE_ROPE_PATHS(suffix, F, lanes, ...)                                                                 \
-  __VA_ARGS__ void pack_##suffix(const float* q, const float* k, const float* v, float* qkv, const RopeShape& s,  \
-                                 const Table& tab) {                                                              \
-    const int64_t hd = s.head_dim, half = hd / 2, P = packed_heads(s);                                            \
-    const int64_t cq = s.q_heads * hd, ckv = s.kv_heads * hd, width = cq + 2 * P * hd, rows = s.batch * s.seq;    \
-    CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * width),                                            \
-      const int64_t t = r % s.seq;                                                                                \
-      pack_row<F, lanes>(q + r * cq, k + r * ckv, v + r * ckv, qkv + r * width, tab.cos.data() + t * half,        \
-                         tab.sin.data() + t * half, s, P);)                                                       \
-  }                                                                                                               \
-  __VA_ARGS__ void unpack_##suffix(const float* dqkv, float* dq, float* dk, float* dv, const RopeShape& s,        \
-                                   const Table& tab) {                                                            \
-    const int64_t hd = s.head_dim, half = hd / 2, P = packed_heads(s);                                            \
-    const int64_t cq = s.q_heads * hd, ckv = s.kv_heads * hd, width = cq + 2 * P * hd, rows = s.batch * s.seq;    \
-    CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * width),                                            \
-      const int64_t t = r % s.seq;                                                                                \
-      unpack_row<F, lanes>(dqkv + r * width, dq + r * cq, dk + r * ckv, dv + r * ckv, tab.cos.data() + t * half,  \
-                           tab.sin.data() + t * half, s, P);)                                                     \
-  }
-
-CLEAVE_ROPE_PATHS(baseline, detail::f32xN, detail::kLanes, __attribute__((optimize("fp-contract=off"))))
-#if defined(__x86_64__)
-CLEAVE_ROPE_PATHS(avx2, f32x8, 8, __attribute__((target("avx2"), optimize("fp-contract=off"))))
-CLEAVE_ROPE_PATHS(avx512, f32x16, 16, __attribute__((target("avx512f"), optimize("fp-contract=off"))))
-#endif
-#undef CLEAVE_ROPE_PATHS
-
-}  // namespace
-
 void rope_pack_qkv_isa(VectorIsa isa, const float* q, const float* k, const float* v, float* qkv,
                        const RopeShape& s) {
-  check_shape(s, "rope_pack_qkv");
-  CLEAVE_ASSERT(vector_isa_available(isa), "rope_pack_qkv: instruction set {} is not available on this CPU",
-                static_cast<int>(isa));
-  const Table tab = make_table(s);
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return pack_avx512(q, k, v, qkv, s, tab);
-  if (isa == VectorIsa::kAvx2) return pack_avx2(q, k, v, qkv, s, tab);
-#endif
-  pack_baseline(q, k, v, qkv, s, tab);
+  pack(isa, q, k, v, qkv, s);
 }
 
 void rope_pack_qkv_backward_isa(VectorIsa isa, const float* dqkv, float* dq, float* dk, float* dv,
                                 const RopeShape& s) {
-  check_shape(s, "rope_pack_qkv_backward");
-  CLEAVE_ASSERT(vector_isa_available(isa), "rope_pack_qkv_backward: instruction set {} is not available on this CPU",
-                static_cast<int>(isa));
-  const Table tab = make_table(s);
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return unpack_avx512(dqkv, dq, dk, dv, s, tab);
-  if (isa == VectorIsa::kAvx2) return unpack_avx2(dqkv, dq, dk, dv, s, tab);
-#endif
-  unpack_baseline(dqkv, dq, dk, dv, s, tab);
+  unpack(isa, dqkv, dq, dk, dv, s);
+}
+
+void rope_pack_qkv_isa(VectorIsa isa, const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* qkv,
+                       const RopeShape& s) {
+  pack(isa, q, k, v, qkv, s);
+}
+
+void rope_pack_qkv_backward_isa(VectorIsa isa, const uint16_t* dqkv, uint16_t* dq, uint16_t* dk, uint16_t* dv,
+                                const RopeShape& s) {
+  unpack(isa, dqkv, dq, dk, dv, s);
 }
 
 void rope_pack_qkv(const float* q, const float* k, const float* v, float* qkv, const RopeShape& s) {
@@ -196,6 +264,14 @@ void rope_pack_qkv(const float* q, const float* k, const float* v, float* qkv, c
 }
 
 void rope_pack_qkv_backward(const float* dqkv, float* dq, float* dk, float* dv, const RopeShape& s) {
+  rope_pack_qkv_backward_isa(best_vector_isa(), dqkv, dq, dk, dv, s);
+}
+
+void rope_pack_qkv(const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* qkv, const RopeShape& s) {
+  rope_pack_qkv_isa(best_vector_isa(), q, k, v, qkv, s);
+}
+
+void rope_pack_qkv_backward(const uint16_t* dqkv, uint16_t* dq, uint16_t* dk, uint16_t* dv, const RopeShape& s) {
   rope_pack_qkv_backward_isa(best_vector_isa(), dqkv, dq, dk, dv, s);
 }
 

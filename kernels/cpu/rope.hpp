@@ -34,11 +34,20 @@ float rope_angle(int64_t t, int64_t i, const RopeShape& s);
 void rope_pack_qkv(const float* q, const float* k, const float* v, float* qkv, const RopeShape& s);
 void rope_pack_qkv_backward(const float* dqkv, float* dq, float* dk, float* dv, const RopeShape& s);
 
+// bf16 tensors (bit patterns, cast.hpp), converted a row at a time: the bits of widening every input to f32
+// (exact), running the f32 functions above and narrowing every output once (round to nearest even).
+void rope_pack_qkv(const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* qkv, const RopeShape& s);
+void rope_pack_qkv_backward(const uint16_t* dqkv, uint16_t* dq, uint16_t* dk, uint16_t* dv, const RopeShape& s);
+
 // One vector path (vector_isa.hpp); the functions above run the widest, all giving the same bits. For tests and
 // benchmarks.
 void rope_pack_qkv_isa(VectorIsa isa, const float* q, const float* k, const float* v, float* qkv,
                        const RopeShape& s);
 void rope_pack_qkv_backward_isa(VectorIsa isa, const float* dqkv, float* dq, float* dk, float* dv,
+                                const RopeShape& s);
+void rope_pack_qkv_isa(VectorIsa isa, const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* qkv,
+                       const RopeShape& s);
+void rope_pack_qkv_backward_isa(VectorIsa isa, const uint16_t* dqkv, uint16_t* dq, uint16_t* dk, uint16_t* dv,
                                 const RopeShape& s);
 
 }  // namespace cleave::kernels::cpu

@@ -16,13 +16,11 @@ void sgd_update(float* param, const float* grad, float* momentum_buf, int64_t n,
     return;
   }
   CLEAVE_ASSERT(momentum_buf != nullptr || n == 0, "sgd_update: momentum {} needs a momentum buffer", momentum);
-#pragma omp parallel for simd schedule(static) if (detail::worth_parallel(n))
-  for (int64_t i = 0; i < n; ++i) {
+  CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel(n),
     const float g = grad[i] + weight_decay * param[i];
     const float buf = first_step ? g : momentum * momentum_buf[i] + g;
     momentum_buf[i] = buf;
-    param[i] -= lr * (nesterov ? g + momentum * buf : buf);
-  }
+    param[i] -= lr * (nesterov ? g + momentum * buf : buf);)
 }
 
 }  // namespace cleave::kernels::cpu

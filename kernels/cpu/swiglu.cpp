@@ -87,25 +87,13 @@ CLEAVE_SWIGLU_PATHS(avx512, f32x16, 16, __attribute__((target("avx512f"), optimi
 
 void swiglu_forward_isa(VectorIsa isa, const float* gate, const float* up, float* h, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "swiglu_forward: negative size {}", n);
-  CLEAVE_ASSERT(vector_isa_available(isa), "swiglu_forward: instruction set {} is not available on this CPU",
-                static_cast<int>(isa));
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return forward_avx512(gate, up, h, n);
-  if (isa == VectorIsa::kAvx2) return forward_avx2(gate, up, h, n);
-#endif
-  forward_baseline(gate, up, h, n);
+  isa_path(isa, "swiglu_forward", CLEAVE_ISA_PATHS(forward))(gate, up, h, n);
 }
 
 void swiglu_backward_isa(VectorIsa isa, const float* gate, const float* up, const float* dh, float* dgate,
                          float* dup, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "swiglu_backward: negative size {}", n);
-  CLEAVE_ASSERT(vector_isa_available(isa), "swiglu_backward: instruction set {} is not available on this CPU",
-                static_cast<int>(isa));
-#if defined(__x86_64__)
-  if (isa == VectorIsa::kAvx512) return backward_avx512(gate, up, dh, dgate, dup, n);
-  if (isa == VectorIsa::kAvx2) return backward_avx2(gate, up, dh, dgate, dup, n);
-#endif
-  backward_baseline(gate, up, dh, dgate, dup, n);
+  isa_path(isa, "swiglu_backward", CLEAVE_ISA_PATHS(backward))(gate, up, dh, dgate, dup, n);
 }
 
 void swiglu_forward(const float* gate, const float* up, float* h, int64_t n) {

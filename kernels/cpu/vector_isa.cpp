@@ -1,6 +1,8 @@
 // The run-time choice of vector path (see vector_isa.hpp), from the CPU's own feature bits.
 #include "kernels/cpu/vector_isa.hpp"
 
+#include "engine/core/error.hpp"
+
 namespace cleave::kernels::cpu {
 
 bool vector_isa_available(VectorIsa isa) {
@@ -14,6 +16,11 @@ bool vector_isa_available(VectorIsa isa) {
 #else
   return isa == VectorIsa::kBaseline;
 #endif
+}
+
+void check_vector_isa(VectorIsa isa, const char* op) {
+  CLEAVE_ASSERT(vector_isa_available(isa), "{}: instruction set {} is not available on this CPU", op,
+                static_cast<int>(isa));
 }
 
 VectorIsa best_vector_isa() {

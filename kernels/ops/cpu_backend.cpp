@@ -23,10 +23,12 @@
 #include "kernels/cpu/softmax.hpp"
 #include "kernels/cpu/swiglu.hpp"
 #include "kernels/cpu/moe.hpp"
+#include "kernels/cpu/parallel.hpp"
 
 #include <array>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <vector>
@@ -150,12 +152,10 @@ void copy_2d(const Context& ctx, const Tensor& src, const Tensor& dst, const Cop
   const std::size_t elem = dtype_size(src.dtype());
   const auto* from = static_cast<const unsigned char*>(src.raw_data());
   auto* to = static_cast<unsigned char*>(dst.raw_data());
-#pragma omp parallel for schedule(static) if (s.rows * s.cols > (1 << 16))
-  for (std::int64_t r = 0; r < s.rows; ++r) {
-    std::memcpy(to + static_cast<std::size_t>(s.dst_offset + r * s.dst_stride) * elem,
-                from + static_cast<std::size_t>(s.src_offset + r * s.src_stride) * elem,
-                static_cast<std::size_t>(s.cols) * elem);
-  }
+  CLEAVE_PARALLEL_FOR(r, s.rows, s.rows * s.cols > (1 << 16),
+                      std::memcpy(to + static_cast<std::size_t>(s.dst_offset + r * s.dst_stride) * elem,
+                                  from + static_cast<std::size_t>(s.src_offset + r * s.src_stride) * elem,
+                                  static_cast<std::size_t>(s.cols) * elem);)
   (void)ctx;
 }
 
@@ -217,7 +217,12 @@ void bias_add_forward(const Context& ctx, const Tensor& y, const Tensor& bias) {
                     });
 }
 
+// The weight gradients read a bf16 dy (and x) a row segment at a time, with the bits of the widened tensors'.
 void bias_backward(const Context& ctx, const Tensor& dy, const Tensor& dbias) {
+  if (dy.dtype() == DType::kBF16) {
+    kc::bias_backward(cpu_detail::bf16_data(dy), dbias.data<float>(), dy.shape().rows(), dy.shape().last());
+    return;
+  }
   F32In d(ctx, dy);
   kc::bias_backward(d.get(), dbias.data<float>(), dy.shape().rows(), dy.shape().last());
 }
@@ -272,6 +277,12 @@ void layernorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor
 
 void layernorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& mean,
                                const Tensor& rstd, const Tensor& dgamma, const Tensor& dbeta) {
+  if (dy.dtype() == DType::kBF16 && x.dtype() == DType::kBF16) {
+    kc::layernorm_backward_weight(cpu_detail::bf16_data(dy), cpu_detail::bf16_data(x), mean.data<float>(),
+                                  rstd.data<float>(), dgamma.data<float>(), dbeta.data<float>(), x.shape().rows(),
+                                  x.shape().last());
+    return;
+  }
   F32In d(ctx, dy), in(ctx, x);
   kc::layernorm_backward_weight(d.get(), in.get(), mean.data<float>(), rstd.data<float>(), dgamma.data<float>(),
                                 dbeta.data<float>(), x.shape().rows(), x.shape().last());
@@ -372,6 +383,11 @@ void rmsnorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor& 
 
 void rmsnorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor& x, const Tensor& rstd,
                              const Tensor& dweight) {
+  if (dy.dtype() == DType::kBF16 && x.dtype() == DType::kBF16) {
+    kc::rmsnorm_backward_weight(cpu_detail::bf16_data(dy), cpu_detail::bf16_data(x), rstd.data<float>(),
+                                dweight.data<float>(), x.shape().rows(), x.shape().last());
+    return;
+  }
   F32In d(ctx, dy), in(ctx, x);
   kc::rmsnorm_backward_weight(d.get(), in.get(), rstd.data<float>(), dweight.data<float>(), x.shape().rows(),
                               x.shape().last());
@@ -453,8 +469,22 @@ kc::RopeShape rope_shape(const Tensor& q, const RopeParams& p) {
   return s;
 }
 
+bool all_bf16(std::initializer_list<const Tensor*> ts) {
+  for (const Tensor* t : ts) {
+    if (t->dtype() != DType::kBF16) return false;
+  }
+  return true;
+}
+
+// All-bf16 calls (the mixed-precision step) convert a row at a time inside the kernel; other mixes widen whole
+// tensors. Both give the same bits (rope.hpp).
 void rope_pack_qkv(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
                    const RopeParams& params) {
+  if (all_bf16({&q, &k, &v, &qkv})) {
+    kc::rope_pack_qkv(cpu_detail::bf16_data(q), cpu_detail::bf16_data(k), cpu_detail::bf16_data(v),
+                      cpu_detail::bf16_data(qkv), rope_shape(q, params));
+    return;
+  }
   F32In qi(ctx, q), ki(ctx, k), vi(ctx, v);
   F32Out out(ctx, qkv, false);
   kc::rope_pack_qkv(qi.get(), ki.get(), vi.get(), out.get(), rope_shape(q, params));
@@ -462,6 +492,11 @@ void rope_pack_qkv(const Context& ctx, const Tensor& q, const Tensor& k, const T
 
 void rope_pack_qkv_backward(const Context& ctx, const Tensor& dqkv, const Tensor& dq, const Tensor& dk,
                             const Tensor& dv, const RopeParams& params) {
+  if (all_bf16({&dqkv, &dq, &dk, &dv})) {
+    kc::rope_pack_qkv_backward(cpu_detail::bf16_data(dqkv), cpu_detail::bf16_data(dq), cpu_detail::bf16_data(dk),
+                               cpu_detail::bf16_data(dv), rope_shape(dq, params));
+    return;
+  }
   F32In in(ctx, dqkv);
   F32Out q(ctx, dq, false), k(ctx, dk, false), v(ctx, dv, false);
   kc::rope_pack_qkv_backward(in.get(), q.get(), k.get(), v.get(), rope_shape(dq, params));

@@ -37,6 +37,14 @@ struct ChunkOut {
   bool read;  // the kernel reads the output's old values (in place, +=)
 };
 
+// The calling thread's chunk buffers, at least `need` floats, kept between calls (OpenMP's pool threads live as
+// long as the process).
+inline std::vector<float>& chunk_buffers(std::size_t need) {
+  thread_local std::vector<float> buffers;
+  if (buffers.size() < need) buffers.resize(need);
+  return buffers;
+}
+
 // Runs kernel(const float* in[NI], float* out[NO], first_row, rows) over `rows` rows of `cols` elements (an
 // element-wise kernel: rows = numel, cols = 1). Every tensor holds rows * cols elements, f32 or bf16.
 template <std::size_t NI, std::size_t NO, class Kernel>
@@ -59,47 +67,53 @@ void run_chunked(const std::array<ChunkIn, NI>& ins, const std::array<ChunkOut, 
   const std::int64_t chunk_elements = rows_per_chunk * cols;
   const std::int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
   const bool parallel = rows * cols >= kChunkParallelMin && chunks > 1;
-#pragma omp parallel if (parallel)
-  {
-    // The thread's own buffers, kept between calls (OpenMP's pool threads live as long as the process).
-    thread_local std::vector<float> buffers;
-    const auto need = static_cast<std::size_t>(static_cast<std::int64_t>(NI + NO) * chunk_elements);
-    if (buffers.size() < need) buffers.resize(need);
-#pragma omp for schedule(static)
-    for (std::int64_t ch = 0; ch < chunks; ++ch) {
-      const std::int64_t first = ch * rows_per_chunk;
-      const std::int64_t count = std::min(rows_per_chunk, rows - first);
-      const std::int64_t offset = first * cols, n = count * cols;
-      std::array<const float*, NI> in{};
-      std::array<float*, NO> out{};
-      for (std::size_t i = 0; i < NI; ++i) {
-        const Tensor& t = *ins[i].tensor;
-        if (t.dtype() == DType::kF32) {
-          in[i] = t.template data<float>() + offset;
-        } else {
-          float* buf = buffers.data() + static_cast<std::int64_t>(i) * chunk_elements;
-          kc::cast_bf16_to_f32(static_cast<const std::uint16_t*>(t.raw_data()) + offset, buf, n);
-          in[i] = buf;
-        }
-      }
-      for (std::size_t o = 0; o < NO; ++o) {
-        const Tensor& t = *outs[o].tensor;
-        if (t.dtype() == DType::kF32) {
-          out[o] = t.template data<float>() + offset;
-        } else {
-          float* buf = buffers.data() + static_cast<std::int64_t>(NI + o) * chunk_elements;
-          if (outs[o].read) kc::cast_bf16_to_f32(static_cast<const std::uint16_t*>(t.raw_data()) + offset, buf, n);
-          out[o] = buf;
-        }
-      }
-      kernel(in, out, first, count);
-      for (std::size_t o = 0; o < NO; ++o) {
-        const Tensor& t = *outs[o].tensor;
-        if (t.dtype() == DType::kBF16) {
-          kc::cast_f32_to_bf16(out[o], static_cast<std::uint16_t*>(t.raw_data()) + offset, n);
-        }
+  const auto need = static_cast<std::size_t>(static_cast<std::int64_t>(NI + NO) * chunk_elements);
+  auto run_chunk = [&](std::vector<float>& buffers, std::int64_t ch) {
+    const std::int64_t first = ch * rows_per_chunk;
+    const std::int64_t count = std::min(rows_per_chunk, rows - first);
+    const std::int64_t offset = first * cols, n = count * cols;
+    std::array<const float*, NI> in{};
+    std::array<float*, NO> out{};
+    for (std::size_t i = 0; i < NI; ++i) {
+      const Tensor& t = *ins[i].tensor;
+      if (t.dtype() == DType::kF32) {
+        in[i] = t.template data<float>() + offset;
+      } else {
+        float* buf = buffers.data() + static_cast<std::int64_t>(i) * chunk_elements;
+        kc::cast_bf16_to_f32(static_cast<const std::uint16_t*>(t.raw_data()) + offset, buf, n);
+        in[i] = buf;
       }
     }
+    for (std::size_t o = 0; o < NO; ++o) {
+      const Tensor& t = *outs[o].tensor;
+      if (t.dtype() == DType::kF32) {
+        out[o] = t.template data<float>() + offset;
+      } else {
+        float* buf = buffers.data() + static_cast<std::int64_t>(NI + o) * chunk_elements;
+        if (outs[o].read) kc::cast_bf16_to_f32(static_cast<const std::uint16_t*>(t.raw_data()) + offset, buf, n);
+        out[o] = buf;
+      }
+    }
+    kernel(in, out, first, count);
+    for (std::size_t o = 0; o < NO; ++o) {
+      const Tensor& t = *outs[o].tensor;
+      if (t.dtype() == DType::kBF16) {
+        kc::cast_f32_to_bf16(out[o], static_cast<std::uint16_t*>(t.raw_data()) + offset, n);
+      }
+    }
+  };
+  // A team only where one pays and none is active (kernels/cpu/parallel.hpp: `omp parallel if` would still
+  // enter OpenMP); otherwise the chunks in order on the calling thread.
+  if (!parallel || omp_in_parallel()) {
+    std::vector<float>& buffers = chunk_buffers(need);
+    for (std::int64_t ch = 0; ch < chunks; ++ch) run_chunk(buffers, ch);
+    return;
+  }
+#pragma omp parallel
+  {
+    std::vector<float>& buffers = chunk_buffers(need);
+#pragma omp for schedule(static)
+    for (std::int64_t ch = 0; ch < chunks; ++ch) run_chunk(buffers, ch);
   }
 }
 

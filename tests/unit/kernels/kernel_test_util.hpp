@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/core/error.hpp"
+#include "kernels/cpu/cast.hpp"
 
 namespace cleave::kernels::test {
 
@@ -34,6 +35,22 @@ inline std::vector<float> random_small_ints(size_t n, uint64_t seed, int range =
   std::vector<float> v(n);
   for (auto& x : v) x = static_cast<float>(negative(rng) ? -dist(rng) : dist(rng));
   return v;
+}
+
+// random_floats rounded to bf16 (bit patterns, as a bf16 tensor holds them), and the two whole-tensor casts: the
+// reference path of the kernels that convert bf16 inside their loops.
+inline std::vector<uint16_t> narrowed(const std::vector<float>& x) {
+  std::vector<uint16_t> out(x.size());
+  cpu::cast_f32_to_bf16(x.data(), out.data(), static_cast<int64_t>(x.size()));
+  return out;
+}
+inline std::vector<float> widened(const std::vector<uint16_t>& x) {
+  std::vector<float> out(x.size());
+  cpu::cast_bf16_to_f32(x.data(), out.data(), static_cast<int64_t>(x.size()));
+  return out;
+}
+inline std::vector<uint16_t> random_bf16(size_t n, uint64_t seed, float scale = 1.0f) {
+  return narrowed(random_floats(n, seed, scale));
 }
 
 inline std::vector<float> poisoned(size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }

@@ -2,6 +2,7 @@
 // way transformers does, written out here independently) on awkward shapes: hd = 6 and 2, Hq = 6 with
 // Hkv = 2, Hkv = Hq, one kv head, position offsets > 0, a size that goes parallel. Backward is checked
 // against the transposed reference and by the adjoint identity <pack(q,k,v), g> = <q,dq> + <k,dk> + <v,dv>.
+// The bf16 kernels give the bits of the f32 kernel between whole-tensor casts.
 #include "kernels/cpu/rope.hpp"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "kernel_test_util.hpp"
@@ -237,6 +239,62 @@ TEST(KernelRope, EveryIsaPathAndThreadCountGivesTheSameBits) {
     }
   }
   EXPECT_GT(norm, 0.0);
+}
+
+using test::narrowed;
+using test::random_bf16;
+using test::widened;
+
+// The bf16 kernels (rows converted inside the loop) against the whole-tensor path they replace: widen q, k, v (or
+// dqkv), run the f32 kernel (baseline path), narrow every output once. Bit for bit on every vector path, at 1 and
+// 2 threads, repeated and grouped layouts, every shape of kCases (hd 2 and 6: vectors never full; 96: tails).
+TEST(KernelRope, Bf16RowsGiveTheWidenedF32Bits) {
+  const int saved = omp_get_max_threads();
+  double norm = 0.0;
+  int compared = 0;
+  for (const Case& c : kCases) {
+    for (bool grouped : {false, true}) {
+      RopeShape s = shape_of(c);
+      if (grouped) s.packed_kv_heads = c.hkv;
+      const int64_t P = grouped ? c.hkv : c.hq;
+      const int64_t cq = c.hq * c.hd, ckv = c.hkv * c.hd, rows = c.b * c.t, width = cq + 2 * P * c.hd;
+      const auto q = random_bf16(static_cast<size_t>(rows * cq), 51, 3.0f);
+      const auto k = random_bf16(static_cast<size_t>(rows * ckv), 52);
+      const auto v = random_bf16(static_cast<size_t>(rows * ckv), 53);
+      const auto dqkv = random_bf16(static_cast<size_t>(rows * width), 54);
+
+      std::vector<float> qkv32(static_cast<size_t>(rows * width)), dq32(q.size()), dk32(k.size()), dv32(v.size());
+      rope_pack_qkv_isa(VectorIsa::kBaseline, widened(q).data(), widened(k).data(), widened(v).data(), qkv32.data(),
+                        s);
+      rope_pack_qkv_backward_isa(VectorIsa::kBaseline, widened(dqkv).data(), dq32.data(), dk32.data(), dv32.data(),
+                                 s);
+      const std::vector<std::vector<uint16_t>> want{narrowed(qkv32), narrowed(dq32), narrowed(dk32), narrowed(dv32)};
+      norm += test::l2_norm(qkv32) + test::l2_norm(dk32);
+
+      const std::string what = "hq " + std::to_string(c.hq) + " hkv " + std::to_string(c.hkv) + " hd " +
+                               std::to_string(c.hd) + " rows " + std::to_string(rows) + (grouped ? " grouped" : "");
+      for (VectorIsa isa : {VectorIsa::kBaseline, VectorIsa::kAvx2, VectorIsa::kAvx512}) {
+        if (!vector_isa_available(isa)) continue;
+        for (int threads : {1, 2}) {
+          omp_set_num_threads(threads);
+          std::vector<std::vector<uint16_t>> got{std::vector<uint16_t>(want[0].size(), 0x7fc1),
+                                                 std::vector<uint16_t>(q.size(), 0x7fc1),
+                                                 std::vector<uint16_t>(k.size(), 0x7fc1),
+                                                 std::vector<uint16_t>(v.size(), 0x7fc1)};
+          rope_pack_qkv_isa(isa, q.data(), k.data(), v.data(), got[0].data(), s);
+          rope_pack_qkv_backward_isa(isa, dqkv.data(), got[1].data(), got[2].data(), got[3].data(), s);
+          for (size_t i = 0; i < got.size(); ++i) {
+            EXPECT_EQ(got[i], want[i]) << "output " << i << ", isa " << static_cast<int>(isa) << ", threads "
+                                       << threads << ", " << what;
+            ++compared;
+          }
+        }
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+  EXPECT_GT(norm, 0.0);
+  EXPECT_GE(compared, 8 * 2 * 4 * 2);  // at least the baseline path at both thread counts
 }
 
 TEST(KernelRope, AngleIsTheF32ProductOfInvFreqAndPosition) {

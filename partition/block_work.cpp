@@ -137,3 +137,46 @@ ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dty
 }
 
 }  // namespace cleave::partition
+
+namespace cleave::partition {
+
+std::string_view cross_entropy_kind_name(CrossEntropyKind kind) {
+  return kind == CrossEntropyKind::kFloat32 ? "float32" : "fused";
+}
+
+std::optional<CrossEntropyKind> cross_entropy_kind_from(std::string_view name) {
+  for (CrossEntropyKind k : {CrossEntropyKind::kFused, CrossEntropyKind::kFloat32}) {
+    if (cross_entropy_kind_name(k) == name) return k;
+  }
+  return std::nullopt;
+}
+
+BlockWork run_kernels_work(const BlockSpec& block, DType dtype, const RunKernels& run, Recompute recompute, int tp,
+                           std::int64_t micro_batch) {
+  CLEAVE_CHECK(tp >= 1 && micro_batch >= 1, "run kernels: tp {} and micro-batch {} must be >= 1", tp, micro_batch);
+  const double b = static_cast<double>(dtype_size(dtype)), micro = static_cast<double>(micro_batch);
+  BlockWork w;
+  if (run.cross_entropy == CrossEntropyKind::kFloat32 && block.kind == BlockKind::kSoftmaxCrossEntropy) {
+    const double n = micro * static_cast<double>(block.input.rows() * (block.input.last() / tp));
+    // Beyond block_work's fused kernel (2n·b and 1 kernel per pass), which these replace.
+    w.forward.stream_bytes = n * (b + 36) - 2 * n * b;
+    w.input_grad.stream_bytes = n * (b + 12) - 2 * n * b;
+    w.forward.kernels = 6 - 1;
+    w.input_grad.kernels = 3 - 1;
+  }
+  if (run.hidden_dropout && block.kind == BlockKind::kTransformerBlock) {
+    const double n = micro * static_cast<double>(block.seq_len) * static_cast<double>(block.in_features);
+    w.forward.stream_bytes = 2 * n;  // two branches' masks, written by their bias-dropout-adds
+    w.input_grad.stream_bytes = 2 * n * (2 * b + 1);
+    w.input_grad.kernels = 2;
+    if (recompute == Recompute::kFull) w.input_grad += w.forward;
+  }
+  if (run.hidden_dropout && block.kind == BlockKind::kEmbedding) {
+    const double n = micro * static_cast<double>(block.input.numel() * block.out_features);
+    w.forward.stream_bytes = w.weight_grad.stream_bytes = n * (2 * b + 1);
+    w.forward.kernels = w.weight_grad.kernels = 1;
+  }
+  return w;
+}
+
+}  // namespace cleave::partition

@@ -2,6 +2,8 @@
 // (mirroring cost_model.cpp layer by layer); a family-owned kind through its BlockRules (family.hpp).
 #include "partition/block_work.hpp"
 
+#include <algorithm>
+
 #include "engine/core/error.hpp"
 #include "partition/cost_parts.hpp"
 #include "partition/work_parts.hpp"
@@ -175,6 +177,11 @@ BlockWork run_kernels_work(const BlockSpec& block, DType dtype, const RunKernels
     const double n = micro * static_cast<double>(block.input.numel() * block.out_features);
     w.forward.stream_bytes = w.weight_grad.stream_bytes = n * (2 * b + 1);
     w.forward.kernels = w.weight_grad.kernels = 1;
+  }
+  if (run.dense_embedding_grad && block.kind == BlockKind::kEmbedding) {
+    const double rows = static_cast<double>(block.vocab_size / tp + std::max<std::int64_t>(0, block.seq_len));
+    w.weight_grad.stream_bytes += rows * static_cast<double>(block.out_features) * (2 * b + 8);
+    w.weight_grad.kernels += block.seq_len > 0 ? 4 : 2;
   }
   return w;
 }

@@ -110,6 +110,11 @@ ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dty
 //     the mask, writes dx: n(2b + 1), one kernel), n = micro_batch x T x D; the embedding's is a kernel of its own in
 //     F and in its backward (n(2b + 1) each). Full recomputation reruns a block's F inside I. The mask (n bytes) is
 //     held from F to I.
+//   dense_embedding_grad  the embedding's gradient as PyTorch's dense embedding backward and Megatron-LM's gradient
+//     hook make it, per micro-batch: a [rows, D] gradient of the weight's dtype zero-filled (e·b) for the tokens'
+//     scatter-add, then added into the f32 main gradient (reads e·b and e·4, writes e·4): e(2b + 8) in W over 2
+//     kernels per table, e = (V/tp + P)·D for the vocab-parallel token table and the P learned positions. (The
+//     engine scatter-adds the tokens' rows into the gradient, the [T, D] traffic block_work counts.)
 // run_kernels_work gives what they add to block_work's passes (streamed bytes and kernels, no GEMMs; zero for a block
 // they do not touch), for a micro-batch on one of tp ranks, so a roofline profile prices block_work + this.
 enum class CrossEntropyKind { kFused, kFloat32 };
@@ -118,7 +123,8 @@ std::optional<CrossEntropyKind> cross_entropy_kind_from(std::string_view name);
 struct RunKernels {
   CrossEntropyKind cross_entropy = CrossEntropyKind::kFused;
   bool hidden_dropout = false;
-  bool any() const { return cross_entropy != CrossEntropyKind::kFused || hidden_dropout; }
+  bool dense_embedding_grad = false;
+  bool any() const { return cross_entropy != CrossEntropyKind::kFused || hidden_dropout || dense_embedding_grad; }
 };
 BlockWork run_kernels_work(const BlockSpec& block, DType dtype, const RunKernels& run, Recompute recompute, int tp,
                            std::int64_t micro_batch);

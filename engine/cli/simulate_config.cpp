@@ -33,7 +33,8 @@ ArgParser simulate_config_args() {
               "                [--json] [--svg FILE] [--trace FILE] [--scatter-gather] [--explain]\n"
               "                [--attention memory_efficient|probabilities|probabilities_dropout] [--ep-imbalance F]\n"
               "                [--overlap-grad-reduce] [--tp-comm-overlap]\n"
-              "                [--param-gather-dtype f32|bf16] [--cross-entropy fused|float32] [--hidden-dropout]",
+              "                [--param-gather-dtype f32|bf16] [--cross-entropy fused|float32] [--hidden-dropout]\n"
+              "                [--dense-embedding-grad]",
               R"(Simulates one training step of the plan CONFIG describes on N ranks with the planner's costs (cost model
 FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer) and prints the step time,
 bubble, where the time goes, and per pp rank the memory plan by category and its timeline's peak.)");
@@ -63,6 +64,10 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
             "price the run's hidden dropout (Megatron-LM's --hidden-dropout): a byte mask on each gpt\n"
             "block's two residual branches and the embedding's output, and its gradient; roofline profiles\n"
             "only (the engine has no dropout)")
+      .flag("--dense-embedding-grad",
+            "price the embedding's gradient as PyTorch and Megatron-LM make it: a dense [V/tp + positions, D]\n"
+            "gradient zero-filled and added into the f32 main gradient per micro-batch; roofline profiles\n"
+            "only (the engine scatter-adds the tokens' rows)")
       .flag("--overlap-grad-reduce",
             "price the run's gradient reduction as overlapped block by block with the last micro-batch's\n"
             "backward, and ZeRO-1/2's parameter gather with the next forward (Megatron-LM's\n"
@@ -141,8 +146,9 @@ int run_simulate_config(int argc, char** argv) {
     options.run_kernels.cross_entropy = *parsed;
   }
   options.run_kernels.hidden_dropout = args.on("--hidden-dropout");
+  options.run_kernels.dense_embedding_grad = args.on("--dense-embedding-grad");
   CLEAVE_CHECK(!options.run_kernels.any() || (profile.has_roofline() && !profile.measured.has_blocks()),
-               "simulate --config: --cross-entropy float32 and --hidden-dropout need a roofline profile (profiles/*.json "
+               "simulate --config: --cross-entropy float32, --hidden-dropout and --dense-embedding-grad need a roofline profile (profiles/*.json "
                "with gemm_efficiency); profile '{}' times the engine's own kernels", profile.name);
   options.overlap_grad_reduce = args.on("--overlap-grad-reduce");
   options.overlap_tp_comm = args.on("--tp-comm-overlap");
@@ -197,6 +203,7 @@ int run_simulate_config(int argc, char** argv) {
                           {"attention", std::string(partition::attention_kind_name(options.attention))},
                           {"cross_entropy", std::string(partition::cross_entropy_kind_name(options.run_kernels.cross_entropy))},
                           {"hidden_dropout", options.run_kernels.hidden_dropout},
+                          {"dense_embedding_grad", options.run_kernels.dense_embedding_grad},
                           {"overlap_grad_reduce", options.overlap_grad_reduce},
                           {"overlap_tp_comm", options.overlap_tp_comm},
                           {"param_gather_dtype", options.param_gather_bf16 ? "bf16" : "f32"},

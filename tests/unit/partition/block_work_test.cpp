@@ -230,6 +230,19 @@ TEST(BlockWork, RunKernelsFloat32CrossEntropyAndHiddenDropout) {
     const BlockWork none = run_kernels_work(spec.blocks[i], DType::kBF16, dropout, Recompute::kNone, 1, 3);
     EXPECT_EQ(none.forward.stream_bytes + none.input_grad.stream_bytes + none.input_grad.kernels, 0.0) << i;
   }
+  // The dense embedding gradient: (V/tp + T)·D rows zero-filled in b bytes and added into an f32 main gradient, per
+  // micro-batch (not scaled by it).
+  RunKernels dense;
+  dense.dense_embedding_grad = true;
+  for (const int tp : {1, 2}) {
+    const BlockWork e1 = run_kernels_work(spec.blocks[0], DType::kBF16, dense, Recompute::kNone, tp, 1);
+    const BlockWork e3 = run_kernels_work(spec.blocks[0], DType::kBF16, dense, Recompute::kNone, tp, 3);
+    EXPECT_DOUBLE_EQ(e1.weight_grad.stream_bytes, (std::floor(v / tp) + t) * d * (2 * b + 8)) << tp;
+    EXPECT_DOUBLE_EQ(e3.weight_grad.stream_bytes, e1.weight_grad.stream_bytes) << tp;
+    EXPECT_DOUBLE_EQ(e1.weight_grad.kernels, 4);
+    EXPECT_DOUBLE_EQ(e1.forward.stream_bytes + e1.input_grad.stream_bytes, 0);
+  }
+  EXPECT_TRUE(dense.any());
   EXPECT_FALSE(RunKernels{}.any());
   EXPECT_EQ(cross_entropy_kind_from("float32"), CrossEntropyKind::kFloat32);
   EXPECT_EQ(cross_entropy_kind_from("fused"), CrossEntropyKind::kFused);

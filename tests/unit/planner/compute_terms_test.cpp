@@ -129,7 +129,8 @@ TEST(ComputeTerms, ThePlansElementwiseAndLaunchTermsAreTheirFormulas) {
   fs::remove_all(dir);
 }
 
-// The run's own kernels (SearchOptions::run_kernels: simulate --cross-entropy float32, --hidden-dropout) over a whole
+// The run's own kernels (SearchOptions::run_kernels: simulate --cross-entropy float32, --hidden-dropout,
+// --dense-embedding-grad) over a whole
 // plan (one H100, gpt, bf16, 8 micro-batches, full recomputation): the elementwise and kernel_launch terms grow by 8 x
 // run_kernels_work's bytes over the bandwidth and its kernels x 1.3 us, the GEMM terms do not move, and the step grows.
 TEST(ComputeTerms, TheRunsOwnKernelsAddTheirBytesAndLaunchesOnly) {
@@ -148,6 +149,7 @@ TEST(ComputeTerms, TheRunsOwnKernelsAddTheirBytesAndLaunchesOnly) {
   SearchOptions plain{1, 0}, run{1, 0};
   run.run_kernels.cross_entropy = partition::CrossEntropyKind::kFloat32;
   run.run_kernels.hidden_dropout = true;
+  run.run_kernels.dense_embedding_grad = true;
   const PlanEstimate a = estimate_plan(path, {}, choice, h100, plain);
   const PlanEstimate e = estimate_plan(path, {}, choice, h100, run);
   ASSERT_TRUE(a.valid && e.valid) << a.reason << e.reason;

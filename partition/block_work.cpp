@@ -160,11 +160,12 @@ BlockWork run_kernels_work(const BlockSpec& block, DType dtype, const RunKernels
   BlockWork w;
   if (run.cross_entropy == CrossEntropyKind::kFloat32 && block.kind == BlockKind::kSoftmaxCrossEntropy) {
     const double n = micro * static_cast<double>(block.input.rows() * (block.input.last() / tp));
-    // Beyond block_work's fused kernel (2n·b and 1 kernel per pass), which these replace.
-    w.forward.stream_bytes = n * (b + 36) - 2 * n * b;
-    w.input_grad.stream_bytes = n * (b + 12) - 2 * n * b;
-    w.forward.kernels = 6 - 1;
-    w.input_grad.kernels = 3 - 1;
+    // Beyond block_work's fused kernel (2n·b and 1 kernel per pass), which these replace. An f32 run has no casts.
+    const bool cast = dtype != DType::kF32;
+    w.forward.stream_bytes = n * ((cast ? b + 4 : 0) + 32) - 2 * n * b;
+    w.input_grad.stream_bytes = n * ((cast ? 4 + b : 0) + 8) - 2 * n * b;
+    w.forward.kernels = (cast ? 6 : 5) - 1;
+    w.input_grad.kernels = (cast ? 3 : 2) - 1;
   }
   if (run.hidden_dropout && block.kind == BlockKind::kTransformerBlock) {
     const double n = micro * static_cast<double>(block.seq_len) * static_cast<double>(block.in_features);

@@ -94,7 +94,6 @@ struct ProbabilitiesWork {
 ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dtype, AttentionKind kind, int tp,
                                                std::int64_t micro_batch);
 
-
 // Kernels a simulated run launched that the engine does not (run options of `cleave simulate --config`, priced on a
 // roofline profile; the engine's own loss is one fused kernel per pass and it has no dropout):
 //   CrossEntropyKind::kFloat32  Megatron-LM's vocab-parallel cross-entropy (megatron/core/tensor_parallel/
@@ -103,13 +102,14 @@ ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dty
 //     torch op: F casts to f32 (n(b + 4)), takes the row max (4n), subtracts it in place (8n), exponentiates in place
 //     (8n), sums (4n) and normalises in place (8n): n(b + 36) over 6 kernels; I subtracts 1 at the targets (1 kernel,
 //     rows only), multiplies by the loss gradient in place (8n) and casts back to b bytes for the head (n(4 + b)):
-//     n(b + 12) over 3 kernels. The f32 softmax (4n bytes) is held from F to I.
+//     n(b + 12) over 3 kernels (an f32 run has no casts: 32n over 5, 8n over 2). The f32 softmax (4n bytes) is held
+//     from F to I; the memory plan does not count it, nor the dropout masks below.
 //   hidden_dropout  dropout on the two residual branches of a gpt transformer block and on the embedding's output
 //     (Megatron-LM's --hidden-dropout, default 0.1): a branch's dropout is fused into its bias-dropout-add, so F
 //     writes a byte mask (n more bytes over the add block_work counts) and I runs dropout's gradient (reads dy and
 //     the mask, writes dx: n(2b + 1), one kernel), n = micro_batch x T x D; the embedding's is a kernel of its own in
-//     F and in its backward (n(2b + 1) each). Full recomputation reruns a block's F inside I. The mask (n bytes) is
-//     held from F to I.
+//     F and in its backward (n(2b + 1) each). Full recomputation reruns a block's F inside I. The masks (n bytes
+//     each) are held from F to I.
 //   dense_embedding_grad  the embedding's gradient as PyTorch's dense embedding backward and Megatron-LM's gradient
 //     hook make it, per micro-batch: a [rows, D] gradient of the weight's dtype zero-filled (e·b) for the tokens'
 //     scatter-add, then added into the f32 main gradient (reads e·b and e·4, writes e·4): e(2b + 8) in W over 2

@@ -178,11 +178,12 @@ TEST(BlockWork, SlidingWindowCountsOnlyTheWindowsPairs) {
   EXPECT_DOUBLE_EQ(block_cost(whole.blocks[1]).forward_flops, ca.forward_flops);
 }
 
-// The run's own kernels (simulate --cross-entropy float32, --hidden-dropout): Megatron-LM's f32 cross-entropy over
-// n = micro x T x V/tp logits moves n(b + 36) in F over 6 kernels and n(b + 12) in I over 3, in place of the fused
-// kernel's 2n·b and 1 per pass; hidden dropout writes a byte mask per residual branch in F and runs its gradient in
-// I (n(2b + 1), a kernel each), n = micro x T x D, the embedding's dropout a kernel of its own in F and in W; the
-// rerun of full recomputation repeats the block's F part; blocks they do not touch get nothing.
+// The run's own kernels (simulate --cross-entropy float32, --hidden-dropout, --dense-embedding-grad): Megatron-LM's
+// f32 cross-entropy over n = micro x T x V/tp logits moves n(b + 36) in F over 6 kernels and n(b + 12) in I over 3
+// (f32 runs: no casts), in place of the fused kernel's 2n·b and 1 per pass; hidden dropout writes a byte mask per
+// residual branch in F and runs its gradient in I (n(2b + 1), a kernel each), n = micro x T x D, the embedding's
+// dropout a kernel of its own in F and in W; the rerun of full recomputation repeats the block's F part; the dense
+// embedding gradient moves (V/tp + T)·D·(2b + 8) in W per micro-batch; blocks they do not touch get nothing.
 TEST(BlockWork, RunKernelsFloat32CrossEntropyAndHiddenDropout) {
   const ModelSpec spec = gpt(64, 4, 16, 50);  // embed, block, layernorm, head, loss
   const double t = 16, d = 64, v = 50;
@@ -196,10 +197,14 @@ TEST(BlockWork, RunKernelsFloat32CrossEntropyAndHiddenDropout) {
         const double n = static_cast<double>(micro) * t * std::floor(v / tp);
         const BlockWork base = block_work(spec.blocks[4], dtype, Recompute::kNone, tp, micro);
         const BlockWork extra = run_kernels_work(spec.blocks[4], dtype, run, Recompute::kNone, tp, micro);
-        EXPECT_DOUBLE_EQ(base.forward.stream_bytes + extra.forward.stream_bytes, n * (b + 36)) << tp << " " << micro;
-        EXPECT_DOUBLE_EQ(base.input_grad.stream_bytes + extra.input_grad.stream_bytes, n * (b + 12)) << tp << " " << micro;
-        EXPECT_DOUBLE_EQ(base.forward.kernels + extra.forward.kernels, 6);
-        EXPECT_DOUBLE_EQ(base.input_grad.kernels + extra.input_grad.kernels, 3);
+        // An f32 run casts nothing: 32n over 5 kernels in F, 8n over 2 in I.
+        const bool cast = dtype == DType::kBF16;
+        EXPECT_DOUBLE_EQ(base.forward.stream_bytes + extra.forward.stream_bytes, cast ? n * (b + 36) : 32 * n)
+            << tp << " " << micro;
+        EXPECT_DOUBLE_EQ(base.input_grad.stream_bytes + extra.input_grad.stream_bytes, cast ? n * (b + 12) : 8 * n)
+            << tp << " " << micro;
+        EXPECT_DOUBLE_EQ(base.forward.kernels + extra.forward.kernels, cast ? 6 : 5);
+        EXPECT_DOUBLE_EQ(base.input_grad.kernels + extra.input_grad.kernels, cast ? 3 : 2);
         EXPECT_TRUE(extra.forward.gemms.empty() && extra.input_grad.gemms.empty() && extra.weight_grad.gemms.empty());
       }
     }

@@ -60,7 +60,10 @@ struct BlockWork {
 
 // The work of `block` for a micro-batch of `micro_batch` samples on one of `tp` ranks. Recomputation adds the
 // rerun to input_grad: selective the attention core's forward (scores, softmax, P·V), full the block's forward.
-BlockWork block_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch);
+// Sequence parallelism (`sequence_parallel`, tp > 1): the ops on the residual stream (a block's norms and residual
+// adds, the final norm) run on the rank's T/tp tokens, as layers/parallel/ and Megatron-LM run them.
+BlockWork block_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch,
+                     bool sequence_parallel = false);
 
 // The attention kernel a simulated run used (`cleave simulate --attention`; the engine itself always runs the
 // memory-efficient kind that block_work prices). kProbabilities: the run stores the [T, T] scores and
@@ -116,7 +119,8 @@ ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dty
 //     kernels per table, e = (V/tp + P)·D for the vocab-parallel token table and the P learned positions. (The
 //     engine scatter-adds the tokens' rows into the gradient, the [T, D] traffic block_work counts.)
 // run_kernels_work gives what they add to block_work's passes (streamed bytes and kernels, no GEMMs; zero for a block
-// they do not touch), for a micro-batch on one of tp ranks, so a roofline profile prices block_work + this.
+// they do not touch), for a micro-batch on one of tp ranks, so a roofline profile prices block_work + this; under
+// sequence parallelism the dropouts run on the rank's T/tp tokens.
 enum class CrossEntropyKind { kFused, kFloat32 };
 std::string_view cross_entropy_kind_name(CrossEntropyKind kind);
 std::optional<CrossEntropyKind> cross_entropy_kind_from(std::string_view name);
@@ -127,6 +131,6 @@ struct RunKernels {
   bool any() const { return cross_entropy != CrossEntropyKind::kFused || hidden_dropout || dense_embedding_grad; }
 };
 BlockWork run_kernels_work(const BlockSpec& block, DType dtype, const RunKernels& run, Recompute recompute, int tp,
-                           std::int64_t micro_batch);
+                           std::int64_t micro_batch, bool sequence_parallel = false);
 
 }  // namespace cleave::partition

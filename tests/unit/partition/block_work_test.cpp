@@ -254,5 +254,35 @@ TEST(BlockWork, RunKernelsFloat32CrossEntropyAndHiddenDropout) {
   EXPECT_FALSE(cross_entropy_kind_from("f32").has_value());
 }
 
+// Sequence parallelism (tp > 1): a block's norms and residual adds, the final norm and the hidden dropouts run on the
+// rank's T/tp tokens; the GEMMs, the attention core and the tp-sharded GELU / SwiGLU do not change; at tp 1 the flag
+// changes nothing.
+TEST(BlockWork, SequenceParallelShardsTheResidualStreamsOps) {
+  const ModelSpec spec = gpt(64, 4, 16, 50);
+  const double t = 16, d = 64, b = 2;
+  for (const int tp : {2, 4}) {
+    const BlockWork full = block_work(spec.blocks[1], DType::kBF16, Recompute::kNone, tp, 1);
+    const BlockWork sp = block_work(spec.blocks[1], DType::kBF16, Recompute::kNone, tp, 1, true);
+    const double shed = 1.0 - 1.0 / tp;
+    // Two LayerNorms (F 2n·b, I 3n·b, W 2n·b each) and two residual adds (F and I 3n·b each), n = T·D.
+    EXPECT_DOUBLE_EQ(full.forward.stream_bytes - sp.forward.stream_bytes, shed * (4 + 6) * t * d * b) << tp;
+    EXPECT_DOUBLE_EQ(full.input_grad.stream_bytes - sp.input_grad.stream_bytes, shed * (6 + 6) * t * d * b) << tp;
+    EXPECT_DOUBLE_EQ(full.weight_grad.stream_bytes - sp.weight_grad.stream_bytes, shed * 4 * t * d * b) << tp;
+    EXPECT_DOUBLE_EQ(full.forward.gemm_flops(), sp.forward.gemm_flops());
+    EXPECT_DOUBLE_EQ(full.forward.kernels, sp.forward.kernels);
+    const BlockWork norm = block_work(spec.blocks[2], DType::kBF16, Recompute::kNone, tp, 1);
+    const BlockWork norm_sp = block_work(spec.blocks[2], DType::kBF16, Recompute::kNone, tp, 1, true);
+    EXPECT_DOUBLE_EQ(norm_sp.forward.stream_bytes * tp, norm.forward.stream_bytes) << tp;
+    RunKernels dropout;
+    dropout.hidden_dropout = true;
+    const BlockWork mask = run_kernels_work(spec.blocks[1], DType::kBF16, dropout, Recompute::kNone, tp, 1);
+    const BlockWork mask_sp = run_kernels_work(spec.blocks[1], DType::kBF16, dropout, Recompute::kNone, tp, 1, true);
+    EXPECT_DOUBLE_EQ(mask_sp.input_grad.stream_bytes * tp, mask.input_grad.stream_bytes) << tp;
+  }
+  const BlockWork one = block_work(spec.blocks[1], DType::kBF16, Recompute::kNone, 1, 1);
+  const BlockWork one_sp = block_work(spec.blocks[1], DType::kBF16, Recompute::kNone, 1, 1, true);
+  EXPECT_DOUBLE_EQ(one.forward.stream_bytes, one_sp.forward.stream_bytes);
+}
+
 }  // namespace
 }  // namespace cleave::partition

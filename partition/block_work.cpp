@@ -2,6 +2,8 @@
 // (mirroring cost_model.cpp layer by layer); a family-owned kind through its BlockRules (family.hpp).
 #include "partition/block_work.hpp"
 
+#include <algorithm>
+
 #include "engine/core/error.hpp"
 #include "partition/cost_parts.hpp"
 #include "partition/work_parts.hpp"
@@ -26,10 +28,14 @@ PassWork& PassWork::operator+=(const PassWork& other) {
   return *this;
 }
 
-BlockWork block_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch) {
+BlockWork block_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch,
+                     bool sequence_parallel) {
   CLEAVE_CHECK(tp >= 1 && micro_batch >= 1, "block work: tp {} and micro-batch {} must be >= 1", tp, micro_batch);
   const D b = static_cast<D>(dtype_size(dtype)), micro = static_cast<D>(micro_batch);
-  if (const BlockRules* rules = family_block_rules(block.kind)) return rules->work(block, dtype, recompute, tp, micro_batch);
+  if (const BlockRules* rules = family_block_rules(block.kind)) {
+    return rules->work(block, dtype, recompute, tp, micro_batch, sequence_parallel);
+  }
+  const D seq = sequence_parallel && tp > 1 ? static_cast<D>(tp) : 1;  // the final norm's T/tp tokens
   BlockWork w;
   switch (block.kind) {
     case BlockKind::kEmbedding: {
@@ -41,7 +47,7 @@ BlockWork block_work(const BlockSpec& block, DType dtype, Recompute recompute, i
       return w;
     }
     case BlockKind::kLayerNorm:
-    case BlockKind::kRmsNorm: layernorm(w, micro * static_cast<D>(block.input.numel()), b); return w;
+    case BlockKind::kRmsNorm: layernorm(w, micro * static_cast<D>(block.input.numel()) / seq, b); return w;
     case BlockKind::kLmHead: {
       const D rows = micro * static_cast<D>(block.input.rows());
       linear(w, rows, static_cast<D>(block.in_features), static_cast<D>(block.out_features / tp), false, b);
@@ -133,6 +139,56 @@ ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dty
   // Kernels: the products, scale-mask-softmax (and dropout), their gradients; the fused kernel's 1 and 2 replaced.
   w.stored_forward.kernels = 3 + (dropout ? 1 : 0);
   w.stored_backward.kernels = 5 + (dropout ? 1 : 0);
+  return w;
+}
+
+}  // namespace cleave::partition
+
+namespace cleave::partition {
+
+std::string_view cross_entropy_kind_name(CrossEntropyKind kind) {
+  return kind == CrossEntropyKind::kFloat32 ? "float32" : "fused";
+}
+
+std::optional<CrossEntropyKind> cross_entropy_kind_from(std::string_view name) {
+  for (CrossEntropyKind k : {CrossEntropyKind::kFused, CrossEntropyKind::kFloat32}) {
+    if (cross_entropy_kind_name(k) == name) return k;
+  }
+  return std::nullopt;
+}
+
+BlockWork run_kernels_work(const BlockSpec& block, DType dtype, const RunKernels& run, Recompute recompute, int tp,
+                           std::int64_t micro_batch, bool sequence_parallel) {
+  CLEAVE_CHECK(tp >= 1 && micro_batch >= 1, "run kernels: tp {} and micro-batch {} must be >= 1", tp, micro_batch);
+  const double b = static_cast<double>(dtype_size(dtype)), micro = static_cast<double>(micro_batch);
+  const double seq = sequence_parallel && tp > 1 ? tp : 1;  // dropouts on the residual stream's T/tp tokens
+  BlockWork w;
+  if (run.cross_entropy == CrossEntropyKind::kFloat32 && block.kind == BlockKind::kSoftmaxCrossEntropy) {
+    const double n = micro * static_cast<double>(block.input.rows() * (block.input.last() / tp));
+    // Beyond block_work's fused kernel (2n·b and 1 kernel per pass), which these replace. An f32 run has no casts.
+    const bool cast = dtype != DType::kF32;
+    w.forward.stream_bytes = n * ((cast ? b + 4 : 0) + 32) - 2 * n * b;
+    w.input_grad.stream_bytes = n * ((cast ? 4 + b : 0) + 8) - 2 * n * b;
+    w.forward.kernels = (cast ? 6 : 5) - 1;
+    w.input_grad.kernels = (cast ? 3 : 2) - 1;
+  }
+  if (run.hidden_dropout && block.kind == BlockKind::kTransformerBlock) {
+    const double n = micro * static_cast<double>(block.seq_len) * static_cast<double>(block.in_features) / seq;
+    w.forward.stream_bytes = 2 * n;  // two branches' masks, written by their bias-dropout-adds
+    w.input_grad.stream_bytes = 2 * n * (2 * b + 1);
+    w.input_grad.kernels = 2;
+    if (recompute == Recompute::kFull) w.input_grad += w.forward;
+  }
+  if (run.hidden_dropout && block.kind == BlockKind::kEmbedding) {
+    const double n = micro * static_cast<double>(block.input.numel() * block.out_features) / seq;
+    w.forward.stream_bytes = w.weight_grad.stream_bytes = n * (2 * b + 1);
+    w.forward.kernels = w.weight_grad.kernels = 1;
+  }
+  if (run.dense_embedding_grad && block.kind == BlockKind::kEmbedding) {
+    const double rows = static_cast<double>(block.vocab_size / tp + std::max<std::int64_t>(0, block.seq_len));
+    w.weight_grad.stream_bytes += rows * static_cast<double>(block.out_features) * (2 * b + 8);
+    w.weight_grad.kernels += block.seq_len > 0 ? 4 : 2;
+  }
   return w;
 }
 

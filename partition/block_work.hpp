@@ -60,7 +60,10 @@ struct BlockWork {
 
 // The work of `block` for a micro-batch of `micro_batch` samples on one of `tp` ranks. Recomputation adds the
 // rerun to input_grad: selective the attention core's forward (scores, softmax, P·V), full the block's forward.
-BlockWork block_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch);
+// Sequence parallelism (`sequence_parallel`, tp > 1): the ops on the residual stream (a block's norms and residual
+// adds, the final norm) run on the rank's T/tp tokens, as layers/parallel/ and Megatron-LM run them.
+BlockWork block_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch,
+                     bool sequence_parallel = false);
 
 // The attention kernel a simulated run used (`cleave simulate --attention`; the engine itself always runs the
 // memory-efficient kind that block_work prices). kProbabilities: the run stores the [T, T] scores and
@@ -93,5 +96,41 @@ struct ProbabilitiesWork {
 };
 ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dtype, AttentionKind kind, int tp,
                                                std::int64_t micro_batch);
+
+// Kernels a simulated run launched that the engine does not (run options of `cleave simulate --config`, priced on a
+// roofline profile; the engine's own loss is one fused kernel per pass and it has no dropout):
+//   CrossEntropyKind::kFloat32  Megatron-LM's vocab-parallel cross-entropy (megatron/core/tensor_parallel/
+//     cross_entropy.py; the default without --cross-entropy-loss-fusion, and the 2021 code's
+//     vocab_parallel_cross_entropy(output.float())) over n = micro_batch x T x V/tp logits of b bytes, one kernel per
+//     torch op: F casts to f32 (n(b + 4)), takes the row max (4n), subtracts it in place (8n), exponentiates in place
+//     (8n), sums (4n) and normalises in place (8n): n(b + 36) over 6 kernels; I subtracts 1 at the targets (1 kernel,
+//     rows only), multiplies by the loss gradient in place (8n) and casts back to b bytes for the head (n(4 + b)):
+//     n(b + 12) over 3 kernels (an f32 run has no casts: 32n over 5, 8n over 2). The f32 softmax (4n bytes) is held
+//     from F to I; the memory plan does not count it, nor the dropout masks below.
+//   hidden_dropout  dropout on the two residual branches of a gpt transformer block and on the embedding's output
+//     (Megatron-LM's --hidden-dropout, default 0.1): a branch's dropout is fused into its bias-dropout-add, so F
+//     writes a byte mask (n more bytes over the add block_work counts) and I runs dropout's gradient (reads dy and
+//     the mask, writes dx: n(2b + 1), one kernel), n = micro_batch x T x D; the embedding's is a kernel of its own in
+//     F and in its backward (n(2b + 1) each). Full recomputation reruns a block's F inside I. The masks (n bytes
+//     each) are held from F to I.
+//   dense_embedding_grad  the embedding's gradient as PyTorch's dense embedding backward and Megatron-LM's gradient
+//     hook make it, per micro-batch: a [rows, D] gradient of the weight's dtype zero-filled (e·b) for the tokens'
+//     scatter-add, then added into the f32 main gradient (reads e·b and e·4, writes e·4): e(2b + 8) in W over 2
+//     kernels per table, e = (V/tp + P)·D for the vocab-parallel token table and the P learned positions. (The
+//     engine scatter-adds the tokens' rows into the gradient, the [T, D] traffic block_work counts.)
+// run_kernels_work gives what they add to block_work's passes (streamed bytes and kernels, no GEMMs; zero for a block
+// they do not touch), for a micro-batch on one of tp ranks, so a roofline profile prices block_work + this; under
+// sequence parallelism the dropouts run on the rank's T/tp tokens.
+enum class CrossEntropyKind { kFused, kFloat32 };
+std::string_view cross_entropy_kind_name(CrossEntropyKind kind);
+std::optional<CrossEntropyKind> cross_entropy_kind_from(std::string_view name);
+struct RunKernels {
+  CrossEntropyKind cross_entropy = CrossEntropyKind::kFused;
+  bool hidden_dropout = false;
+  bool dense_embedding_grad = false;
+  bool any() const { return cross_entropy != CrossEntropyKind::kFused || hidden_dropout || dense_embedding_grad; }
+};
+BlockWork run_kernels_work(const BlockSpec& block, DType dtype, const RunKernels& run, Recompute recompute, int tp,
+                           std::int64_t micro_batch, bool sequence_parallel = false);
 
 }  // namespace cleave::partition

@@ -3,7 +3,9 @@
 
 Each table in benchmarks/planner/held_out/*.tsv is one publication: '#' lines cite it, then one row per run with
 the run's own model, layout, schedule, batch, micro-batch, recomputation, ZeRO stage, the attention kernel it
-used (`simulate --attention`: memory_efficient, probabilities, probabilities_dropout), what it overlapped with
+used (`simulate --attention`: memory_efficient, probabilities, probabilities_dropout), the kernels it launched beyond
+Cleave's own (kernels: ce_f32 = `simulate --cross-entropy float32`, dropout = `--hidden-dropout`, emb_grad =
+`--dense-embedding-grad`), what it overlapped with
 compute (overlap: dp = `simulate --overlap-grad-reduce`, tp = `--tp-comm-overlap`, dp+tp, - none), how it split its
 layers over the pipeline (split: megatron, zb or cost; blocks_per_stage below) and the hardware profile to price it
 with. For every row this writes the run's config, simulates one step on the profile and converts the
@@ -31,8 +33,14 @@ import subprocess
 import sys
 import tempfile
 
-COLUMNS = ("id profile family vocab d_model n_layers n_heads n_kv_heads ffn seq tp pp gpus schedule v batch micro "
-           "recompute zero sp scatter attention overlap split metric published note").split()
+COLUMNS = ("id profile family vocab d_model n_layers n_heads n_kv_heads ffn seq tied tp pp gpus schedule v batch micro "
+           "recompute zero sp scatter attention kernels overlap split metric published note").split()
+# The kernels column: what the run launched beyond Cleave's own kernels ('+'-joined; '-' none):
+#   ce_f32   Megatron-LM's unfused vocab-parallel cross-entropy over f32 logits (`simulate --cross-entropy float32`)
+#   dropout  Megatron-LM's hidden dropout on the residual branches and the embedding (`simulate --hidden-dropout`)
+#   emb_grad PyTorch's dense embedding gradient added into Megatron-LM's f32 main gradient (`--dense-embedding-grad`)
+KERNELS = {"ce_f32": ["--cross-entropy", "float32"], "dropout": ["--hidden-dropout"],
+           "emb_grad": ["--dense-embedding-grad"]}
 SMOKE_ID = "sc21-1.7B"
 # --breakdown's columns: groups of `simulate --json`'s breakdown_s terms (docs/planner.md, "The step, term by term").
 BREAKDOWN = (("forward", "input_grad", "weight_grad"), ("elementwise",), ("kernel_launch",), ("recompute",),
@@ -106,6 +114,10 @@ def config_of(row):
         model["ffn_hidden_size"] = int(row["ffn"])
     elif row["ffn"] != "-":
         model["d_ff"] = int(row["ffn"])
+    if row["tied"] != "-":  # the LM head shares the embedding table (1) or not (0); '-': the family's default
+        if row["tied"] not in ("0", "1"):
+            raise ValueError(f"{row['table']}: row {row['id']}: tied '{row['tied']}' is not 0, 1 or -")
+        model["tie_embeddings"] = row["tied"] == "1"
     parallel = {"tensor_model_parallel_size": int(row["tp"]), "pipeline_model_parallel_size": int(row["pp"]),
                 "schedule": row["schedule"], "virtual_pipeline_stages": int(row["v"]), "sequence_parallel": row["sp"] == "1"}
     split = blocks_per_stage(row)
@@ -147,6 +159,12 @@ def simulate(row, cleave, profiles, work):
     if row["scatter"] == "1":
         cmd.append("--scatter-gather")
     cmd += ["--attention", row["attention"]]  # the attention kernel the run used (memory_efficient, probabilities...)
+    kernels = set(row["kernels"].split("+")) - {"-"}
+    if kernels - set(KERNELS):
+        raise ValueError(f"{row['table']}: row {row['id']}: kernels '{row['kernels']}' is not '-' or a '+'-join of "
+                         f"{', '.join(sorted(KERNELS))}")
+    for k in sorted(kernels):
+        cmd += KERNELS[k]
     # What the run overlapped with compute: dp (the gradient reduction and ZeRO's parameter gather), tp (sequence
     # parallelism's collectives under the GEMMs), dp+tp; '-' none.
     overlap = set(row["overlap"].split("+")) - {"-"}

@@ -33,7 +33,8 @@ ArgParser simulate_config_args() {
               "                [--json] [--svg FILE] [--trace FILE] [--scatter-gather] [--explain]\n"
               "                [--attention memory_efficient|probabilities|probabilities_dropout] [--ep-imbalance F]\n"
               "                [--overlap-grad-reduce] [--tp-comm-overlap]\n"
-              "                [--param-gather-dtype f32|bf16]",
+              "                [--param-gather-dtype f32|bf16] [--cross-entropy fused|float32] [--hidden-dropout]\n"
+              "                [--dense-embedding-grad]",
               R"(Simulates one training step of the plan CONFIG describes on N ranks with the planner's costs (cost model
 FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer) and prints the step time,
 bubble, where the time goes, and per pp rank the memory plan by category and its timeline's peak.)");
@@ -55,6 +56,18 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
             "the attention kernel the simulated run used (the engine runs memory_efficient, the default):\n"
             "probabilities stores the [T, T] scores and runs softmax over them (Megatron-LM's fused\n"
             "scale-mask-softmax), probabilities_dropout also attention dropout; roofline profiles only")
+      .text("--cross-entropy", "KIND",
+            "the loss kernels the simulated run used (the engine runs fused, the default: one kernel per\n"
+            "pass): float32 is Megatron-LM's unfused vocab-parallel cross-entropy over f32 logits (cast, max,\n"
+            "subtract, exp, sum, normalise; its gradient and the cast back); roofline profiles only")
+      .flag("--hidden-dropout",
+            "price the run's hidden dropout (Megatron-LM's --hidden-dropout): a byte mask on each gpt\n"
+            "block's two residual branches and the embedding's output, and its gradient; roofline profiles\n"
+            "only (the engine has no dropout)")
+      .flag("--dense-embedding-grad",
+            "price the embedding's gradient as PyTorch and Megatron-LM make it: a dense [V/tp + positions, D]\n"
+            "gradient zero-filled and added into the f32 main gradient per micro-batch; roofline profiles\n"
+            "only (the engine scatter-adds the tokens' rows)")
       .flag("--overlap-grad-reduce",
             "price the run's gradient reduction as overlapped block by block with the last micro-batch's\n"
             "backward, and ZeRO-1/2's parameter gather with the next forward (Megatron-LM's\n"
@@ -126,6 +139,17 @@ int run_simulate_config(int argc, char** argv) {
                  "profile '{}' times the engine's own memory-efficient attention", kind, profile.name);
     options.attention = *parsed;
   }
+  if (args.given("--cross-entropy")) {
+    const std::string kind = args.text("--cross-entropy");
+    const auto parsed = partition::cross_entropy_kind_from(kind);
+    CLEAVE_CHECK(parsed.has_value(), "simulate --config: --cross-entropy '{}' is not a loss kind (fused, float32)", kind);
+    options.run_kernels.cross_entropy = *parsed;
+  }
+  options.run_kernels.hidden_dropout = args.on("--hidden-dropout");
+  options.run_kernels.dense_embedding_grad = args.on("--dense-embedding-grad");
+  CLEAVE_CHECK(!options.run_kernels.any() || (profile.has_roofline() && !profile.measured.has_blocks()),
+               "simulate --config: --cross-entropy float32, --hidden-dropout and --dense-embedding-grad need a roofline profile (profiles/*.json "
+               "with gemm_efficiency); profile '{}' times the engine's own kernels", profile.name);
   options.overlap_grad_reduce = args.on("--overlap-grad-reduce");
   options.overlap_tp_comm = args.on("--tp-comm-overlap");
   if (args.given("--param-gather-dtype")) {
@@ -177,6 +201,9 @@ int run_simulate_config(int argc, char** argv) {
                           {"recompute", std::string(enum_name(choice.recompute))},
                           {"profile", profile.name},
                           {"attention", std::string(partition::attention_kind_name(options.attention))},
+                          {"cross_entropy", std::string(partition::cross_entropy_kind_name(options.run_kernels.cross_entropy))},
+                          {"hidden_dropout", options.run_kernels.hidden_dropout},
+                          {"dense_embedding_grad", options.run_kernels.dense_embedding_grad},
                           {"overlap_grad_reduce", options.overlap_grad_reduce},
                           {"overlap_tp_comm", options.overlap_tp_comm},
                           {"param_gather_dtype", options.param_gather_bf16 ? "bf16" : "f32"},

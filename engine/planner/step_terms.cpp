@@ -115,13 +115,27 @@ BlockCompute block_compute(const TermContext& c, int b, double warm) {
     x.recompute_s = std::max(0.0, rerun) * t.forward_s;
     x.weight_grad_s = t.weight_grad_s;
   } else if (profile.has_roofline()) {  // a shipped profile: kernel by kernel
-    const partition::BlockWork work = partition::block_work(block, c.dtype, choice.recompute, choice.tp, choice.micro_batch);
+    const bool sp = choice.sequence_parallel;
+    partition::BlockWork work = partition::block_work(block, c.dtype, choice.recompute, choice.tp, choice.micro_batch, sp);
     // The rerun's kernels are appended to input_grad's, and the roofline prices kernel by kernel: the difference
     // from the plain input gradient is the rerun's own cost, part by part.
-    const partition::PassWork plain_input =
+    partition::PassWork plain_input =
         choice.recompute == Recompute::kNone
             ? work.input_grad
-            : partition::block_work(block, c.dtype, Recompute::kNone, choice.tp, choice.micro_batch).input_grad;
+            : partition::block_work(block, c.dtype, Recompute::kNone, choice.tp, choice.micro_batch, sp).input_grad;
+    // The run's own kernels beyond the engine's (SearchOptions::run_kernels): streamed bytes and launches only.
+    if (c.options->run_kernels.any()) {
+      const partition::RunKernels& run = c.options->run_kernels;
+      const partition::BlockWork extra = partition::run_kernels_work(block, c.dtype, run, choice.recompute, choice.tp, choice.micro_batch, sp);
+      work.forward += extra.forward;
+      work.input_grad += extra.input_grad;
+      work.weight_grad += extra.weight_grad;
+      if (choice.recompute == Recompute::kNone) {
+        plain_input = work.input_grad;
+      } else {
+        plain_input += partition::run_kernels_work(block, c.dtype, run, Recompute::kNone, choice.tp, choice.micro_batch, sp).input_grad;
+      }
+    }
     x.forward_s = profile.roofline_seconds(work.forward, c.bf16);
     x.input_grad_s = profile.roofline_seconds(plain_input, c.bf16);
     x.recompute_s = profile.roofline_seconds(work.input_grad, c.bf16) - x.input_grad_s;

@@ -111,7 +111,8 @@ struct BlockRules {
   // cost_model.hpp's block_cost for this kind (every field, one tp rank's bytes).
   BlockCost (*cost)(const BlockSpec& block, DType dtype, Recompute recompute, int tp, bool sequence_parallel) = nullptr;
   // block_work.hpp's block_work for this kind.
-  BlockWork (*work)(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch) = nullptr;
+  BlockWork (*work)(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch,
+                    bool sequence_parallel) = nullptr;
   // cost_model.hpp's tp_block_comm for this kind (tp > 1).
   TpBlockComm (*tp_comm)(const BlockSpec& block, DType dtype, int tp, bool sequence_parallel,
                          Recompute recompute) = nullptr;

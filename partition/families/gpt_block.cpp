@@ -88,32 +88,35 @@ namespace work {
 
 using namespace work_parts;
 
-BlockWork transformer_work(const BlockSpec& blk, D b, int tp, D micro, Recompute recompute) {
+BlockWork transformer_work(const BlockSpec& blk, D b, int tp, D micro, Recompute recompute, bool sequence_parallel) {
   const D t = static_cast<D>(blk.seq_len), d = static_cast<D>(blk.in_features), f = static_cast<D>(blk.d_ff);
   const D heads = static_cast<D>(blk.n_heads / tp), dh = d / static_cast<D>(blk.n_heads);
   const D rows = micro * t, p = tp;
   const D pairs = cost_parts::attended_pairs(blk.seq_len, 0);
+  // Sequence parallelism: the norms and residual adds run on this rank's T/tp tokens (layers/parallel/).
+  const D seq = sequence_parallel && tp > 1 ? p : 1;
   BlockWork w;
-  layernorm(w, rows * d, b);
+  layernorm(w, rows * d / seq, b);
   linear(w, rows, d, 3 * d / p, true, b);
   const PassWork core_forward = attention_forward(micro * heads, t, dh, b, pairs);
   w.forward += core_forward;
   w.input_grad += attention_backward(micro * heads, t, dh, b, pairs);
   linear(w, rows, d / p, d, true, b);
-  residual(w, rows * d, b);
-  layernorm(w, rows * d, b);
+  residual(w, rows * d / seq, b);
+  layernorm(w, rows * d / seq, b);
   linear(w, rows, d, f / p, true, b);
   pointwise(w, rows * f / p, b);
   linear(w, rows, f / p, d, true, b);
-  residual(w, rows * d, b);
+  residual(w, rows * d / seq, b);
   if (recompute == Recompute::kSelective) w.input_grad += core_forward;
   if (recompute == Recompute::kFull) w.input_grad += w.forward;
   return w;
 }
 
 BlockWork transformer_block_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp,
-                                 std::int64_t micro_batch) {
-  return transformer_work(block, static_cast<D>(dtype_size(dtype)), tp, static_cast<D>(micro_batch), recompute);
+                                 std::int64_t micro_batch, bool sequence_parallel) {
+  return transformer_work(block, static_cast<D>(dtype_size(dtype)), tp, static_cast<D>(micro_batch), recompute,
+                          sequence_parallel);
 }
 
 }  // namespace work

@@ -154,14 +154,16 @@ using namespace work_parts;
 
 // Llama block: RMSNorms, separate q/k/v projections (k, v of Hkv heads), rope + packing, grouped-query
 // attention over the packed q|k|v (kv heads once), o; gate and up, SwiGLU, down. No biases.
-BlockWork llama_work(const BlockSpec& blk, D b, int tp, D micro, Recompute recompute) {
+BlockWork llama_work(const BlockSpec& blk, D b, int tp, D micro, Recompute recompute, bool sequence_parallel) {
   const D t = static_cast<D>(blk.seq_len), d = static_cast<D>(blk.in_features), f = static_cast<D>(blk.d_ff);
   const D heads = static_cast<D>(blk.n_heads / tp), dh = d / static_cast<D>(blk.n_heads);
   const D kv = static_cast<D>(blk.n_kv_heads) * dh;  // k and v width
   const D rows = micro * t, p = tp;
   const D pairs = cost_parts::attended_pairs(blk.seq_len, blk.attention_window);
+  // Sequence parallelism: the norms and residual adds run on this rank's T/tp tokens (layers/parallel/).
+  const D seq = sequence_parallel && tp > 1 ? p : 1;
   BlockWork w;
-  layernorm(w, rows * d, b);  // RMSNorm streams like a LayerNorm
+  layernorm(w, rows * d / seq, b);  // RMSNorm streams like a LayerNorm
   linear(w, rows, d, d / p, blk.qkv_bias, b);
   linear(w, rows, d, kv / p, blk.qkv_bias, b);
   linear(w, rows, d, kv / p, blk.qkv_bias, b);
@@ -175,7 +177,7 @@ BlockWork llama_work(const BlockSpec& blk, D b, int tp, D micro, Recompute recom
   w.input_grad += attention_backward(micro * heads, t, dh, b, pairs);
   if (blk.qk_norm) layernorm(w, rows * (d + kv) / p, b);  // Qwen3's per-head q/k norms
   linear(w, rows, d / p, d, false, b);
-  add_norm(w, rows * d, b);  // the residual add fused into the second RMSNorm (layers/residual_norm.hpp)
+  add_norm(w, rows * d / seq, b);  // the residual add fused into the second RMSNorm (layers/residual_norm.hpp)
   linear(w, rows, d, f / p, false, b);
   linear(w, rows, d, f / p, false, b);
   w.forward.stream_bytes += 3 * rows * f / p * b;     // swiglu: reads gate, up, writes h
@@ -183,14 +185,16 @@ BlockWork llama_work(const BlockSpec& blk, D b, int tp, D micro, Recompute recom
   w.forward.kernels += 1;
   w.input_grad.kernels += 1;
   linear(w, rows, f / p, d, false, b);
-  residual(w, rows * d, b);
+  residual(w, rows * d / seq, b);
   if (recompute == Recompute::kSelective) w.input_grad += core_forward;
   if (recompute == Recompute::kFull) w.input_grad += w.forward;
   return w;
 }
 
-BlockWork llama_block_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch) {
-  return llama_work(block, static_cast<D>(dtype_size(dtype)), tp, static_cast<D>(micro_batch), recompute);
+BlockWork llama_block_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch,
+                           bool sequence_parallel) {
+  return llama_work(block, static_cast<D>(dtype_size(dtype)), tp, static_cast<D>(micro_batch), recompute,
+                    sequence_parallel);
 }
 
 }  // namespace work

@@ -101,8 +101,9 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
 // The active llama block's work plus the router's GEMM ([rows, D] x [D, E], replicated over tp: every rank
 // routes every token) and its softmax / top-k over the f32 logits [rows, E] (read, written, and read back with
 // their gradient in backward). Under full recomputation the router's forward runs again in I.
-BlockWork moe_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch) {
-  BlockWork w = llama_rules().work(active_llama_block(block), dtype, recompute, tp, micro_batch);
+BlockWork moe_work(const BlockSpec& block, DType dtype, Recompute recompute, int tp, std::int64_t micro_batch,
+                   bool sequence_parallel) {
+  BlockWork w = llama_rules().work(active_llama_block(block), dtype, recompute, tp, micro_batch, sequence_parallel);
   using work_parts::D;
   const D rows = static_cast<D>(micro_batch * block.seq_len), d = static_cast<D>(block.in_features);
   const D e = static_cast<D>(block.n_experts), b = static_cast<D>(dtype_size(dtype));

@@ -2,6 +2,8 @@
 // by tp, scale with the micro-batch, and recomputation adds the rerun to the input-gradient pass.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "partition/block_work.hpp"
 
 namespace cleave::partition {
@@ -174,6 +176,112 @@ TEST(BlockWork, SlidingWindowCountsOnlyTheWindowsPairs) {
   EXPECT_DOUBLE_EQ(ca.input_grad_flops - cw.input_grad_flops, (10 * d + 5 * heads) * (causal_pairs - window_pairs));
   EXPECT_GT(cw.forward_flops, 0);
   EXPECT_DOUBLE_EQ(block_cost(whole.blocks[1]).forward_flops, ca.forward_flops);
+}
+
+// The run's own kernels (simulate --cross-entropy float32, --hidden-dropout, --dense-embedding-grad): Megatron-LM's
+// f32 cross-entropy over n = micro x T x V/tp logits moves n(b + 36) in F over 6 kernels and n(b + 12) in I over 3
+// (f32 runs: no casts), in place of the fused kernel's 2n·b and 1 per pass; hidden dropout writes a byte mask per
+// residual branch in F and runs its gradient in I (n(2b + 1), a kernel each), n = micro x T x D, the embedding's
+// dropout a kernel of its own in F and in W; the rerun of full recomputation repeats the block's F part; the dense
+// embedding gradient moves (V/tp + T)·D·(2b + 8) in W per micro-batch; blocks they do not touch get nothing.
+TEST(BlockWork, RunKernelsFloat32CrossEntropyAndHiddenDropout) {
+  const ModelSpec spec = gpt(64, 4, 16, 50);  // embed, block, layernorm, head, loss
+  const double t = 16, d = 64, v = 50;
+  ASSERT_EQ(spec.blocks[4].kind, BlockKind::kSoftmaxCrossEntropy);
+  RunKernels run;
+  run.cross_entropy = CrossEntropyKind::kFloat32;
+  for (const DType dtype : {DType::kBF16, DType::kF32}) {
+    const double b = dtype == DType::kBF16 ? 2 : 4;
+    for (const int tp : {1, 2}) {
+      for (const std::int64_t micro : {1, 3}) {
+        const double n = static_cast<double>(micro) * t * std::floor(v / tp);
+        const BlockWork base = block_work(spec.blocks[4], dtype, Recompute::kNone, tp, micro);
+        const BlockWork extra = run_kernels_work(spec.blocks[4], dtype, run, Recompute::kNone, tp, micro);
+        // An f32 run casts nothing: 32n over 5 kernels in F, 8n over 2 in I.
+        const bool cast = dtype == DType::kBF16;
+        EXPECT_DOUBLE_EQ(base.forward.stream_bytes + extra.forward.stream_bytes, cast ? n * (b + 36) : 32 * n)
+            << tp << " " << micro;
+        EXPECT_DOUBLE_EQ(base.input_grad.stream_bytes + extra.input_grad.stream_bytes, cast ? n * (b + 12) : 8 * n)
+            << tp << " " << micro;
+        EXPECT_DOUBLE_EQ(base.forward.kernels + extra.forward.kernels, cast ? 6 : 5);
+        EXPECT_DOUBLE_EQ(base.input_grad.kernels + extra.input_grad.kernels, cast ? 3 : 2);
+        EXPECT_TRUE(extra.forward.gemms.empty() && extra.input_grad.gemms.empty() && extra.weight_grad.gemms.empty());
+      }
+    }
+  }
+  // Only the loss block: the cross-entropy kind alone adds nothing elsewhere.
+  for (std::size_t i = 0; i < 4; ++i) {
+    const BlockWork none = run_kernels_work(spec.blocks[i], DType::kBF16, run, Recompute::kFull, 1, 2);
+    EXPECT_EQ(none.forward.stream_bytes + none.input_grad.stream_bytes + none.weight_grad.stream_bytes, 0.0) << i;
+  }
+  RunKernels dropout;
+  dropout.hidden_dropout = true;
+  const double b = 2, n = 3 * t * d;
+  const BlockWork block = run_kernels_work(spec.blocks[1], DType::kBF16, dropout, Recompute::kNone, 2, 3);
+  EXPECT_DOUBLE_EQ(block.forward.stream_bytes, 2 * n);
+  EXPECT_DOUBLE_EQ(block.forward.kernels, 0);  // fused into the bias-dropout-adds block_work counts
+  EXPECT_DOUBLE_EQ(block.input_grad.stream_bytes, 2 * n * (2 * b + 1));
+  EXPECT_DOUBLE_EQ(block.input_grad.kernels, 2);
+  EXPECT_DOUBLE_EQ(block.weight_grad.stream_bytes, 0);
+  const BlockWork full = run_kernels_work(spec.blocks[1], DType::kBF16, dropout, Recompute::kFull, 2, 3);
+  EXPECT_DOUBLE_EQ(full.input_grad.stream_bytes, 2 * n * (2 * b + 1) + 2 * n);
+  const BlockWork selective = run_kernels_work(spec.blocks[1], DType::kBF16, dropout, Recompute::kSelective, 2, 3);
+  EXPECT_DOUBLE_EQ(selective.input_grad.stream_bytes, 2 * n * (2 * b + 1));  // the attention core has no hidden dropout
+  const BlockWork embed = run_kernels_work(spec.blocks[0], DType::kBF16, dropout, Recompute::kNone, 1, 3);
+  EXPECT_DOUBLE_EQ(embed.forward.stream_bytes, n * (2 * b + 1));
+  EXPECT_DOUBLE_EQ(embed.weight_grad.stream_bytes, n * (2 * b + 1));
+  EXPECT_DOUBLE_EQ(embed.forward.kernels + embed.weight_grad.kernels, 2);
+  for (std::size_t i : {2u, 3u, 4u}) {
+    const BlockWork none = run_kernels_work(spec.blocks[i], DType::kBF16, dropout, Recompute::kNone, 1, 3);
+    EXPECT_EQ(none.forward.stream_bytes + none.input_grad.stream_bytes + none.input_grad.kernels, 0.0) << i;
+  }
+  // The dense embedding gradient: (V/tp + T)·D rows zero-filled in b bytes and added into an f32 main gradient, per
+  // micro-batch (not scaled by it).
+  RunKernels dense;
+  dense.dense_embedding_grad = true;
+  for (const int tp : {1, 2}) {
+    const BlockWork e1 = run_kernels_work(spec.blocks[0], DType::kBF16, dense, Recompute::kNone, tp, 1);
+    const BlockWork e3 = run_kernels_work(spec.blocks[0], DType::kBF16, dense, Recompute::kNone, tp, 3);
+    EXPECT_DOUBLE_EQ(e1.weight_grad.stream_bytes, (std::floor(v / tp) + t) * d * (2 * b + 8)) << tp;
+    EXPECT_DOUBLE_EQ(e3.weight_grad.stream_bytes, e1.weight_grad.stream_bytes) << tp;
+    EXPECT_DOUBLE_EQ(e1.weight_grad.kernels, 4);
+    EXPECT_DOUBLE_EQ(e1.forward.stream_bytes + e1.input_grad.stream_bytes, 0);
+  }
+  EXPECT_TRUE(dense.any());
+  EXPECT_FALSE(RunKernels{}.any());
+  EXPECT_EQ(cross_entropy_kind_from("float32"), CrossEntropyKind::kFloat32);
+  EXPECT_EQ(cross_entropy_kind_from("fused"), CrossEntropyKind::kFused);
+  EXPECT_FALSE(cross_entropy_kind_from("f32").has_value());
+}
+
+// Sequence parallelism (tp > 1): a block's norms and residual adds, the final norm and the hidden dropouts run on the
+// rank's T/tp tokens; the GEMMs, the attention core and the tp-sharded GELU / SwiGLU do not change; at tp 1 the flag
+// changes nothing.
+TEST(BlockWork, SequenceParallelShardsTheResidualStreamsOps) {
+  const ModelSpec spec = gpt(64, 4, 16, 50);
+  const double t = 16, d = 64, b = 2;
+  for (const int tp : {2, 4}) {
+    const BlockWork full = block_work(spec.blocks[1], DType::kBF16, Recompute::kNone, tp, 1);
+    const BlockWork sp = block_work(spec.blocks[1], DType::kBF16, Recompute::kNone, tp, 1, true);
+    const double shed = 1.0 - 1.0 / tp;
+    // Two LayerNorms (F 2n·b, I 3n·b, W 2n·b each) and two residual adds (F and I 3n·b each), n = T·D.
+    EXPECT_DOUBLE_EQ(full.forward.stream_bytes - sp.forward.stream_bytes, shed * (4 + 6) * t * d * b) << tp;
+    EXPECT_DOUBLE_EQ(full.input_grad.stream_bytes - sp.input_grad.stream_bytes, shed * (6 + 6) * t * d * b) << tp;
+    EXPECT_DOUBLE_EQ(full.weight_grad.stream_bytes - sp.weight_grad.stream_bytes, shed * 4 * t * d * b) << tp;
+    EXPECT_DOUBLE_EQ(full.forward.gemm_flops(), sp.forward.gemm_flops());
+    EXPECT_DOUBLE_EQ(full.forward.kernels, sp.forward.kernels);
+    const BlockWork norm = block_work(spec.blocks[2], DType::kBF16, Recompute::kNone, tp, 1);
+    const BlockWork norm_sp = block_work(spec.blocks[2], DType::kBF16, Recompute::kNone, tp, 1, true);
+    EXPECT_DOUBLE_EQ(norm_sp.forward.stream_bytes * tp, norm.forward.stream_bytes) << tp;
+    RunKernels dropout;
+    dropout.hidden_dropout = true;
+    const BlockWork mask = run_kernels_work(spec.blocks[1], DType::kBF16, dropout, Recompute::kNone, tp, 1);
+    const BlockWork mask_sp = run_kernels_work(spec.blocks[1], DType::kBF16, dropout, Recompute::kNone, tp, 1, true);
+    EXPECT_DOUBLE_EQ(mask_sp.input_grad.stream_bytes * tp, mask.input_grad.stream_bytes) << tp;
+  }
+  const BlockWork one = block_work(spec.blocks[1], DType::kBF16, Recompute::kNone, 1, 1);
+  const BlockWork one_sp = block_work(spec.blocks[1], DType::kBF16, Recompute::kNone, 1, 1, true);
+  EXPECT_DOUBLE_EQ(one.forward.stream_bytes, one_sp.forward.stream_bytes);
 }
 
 }  // namespace

@@ -129,5 +129,52 @@ TEST(ComputeTerms, ThePlansElementwiseAndLaunchTermsAreTheirFormulas) {
   fs::remove_all(dir);
 }
 
+// The run's own kernels (SearchOptions::run_kernels: simulate --cross-entropy float32, --hidden-dropout,
+// --dense-embedding-grad) over a whole
+// plan (one H100, gpt, bf16, 8 micro-batches, full recomputation): the elementwise and kernel_launch terms grow by 8 x
+// run_kernels_work's bytes over the bandwidth and its kernels x 1.3 us, the GEMM terms do not move, and the step grows.
+TEST(ComputeTerms, TheRunsOwnKernelsAddTheirBytesAndLaunchesOnly) {
+  const fs::path dir = fs::temp_directory_path() / ("cleave_compute_terms_run_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string text = R"({"model": {"type": "gpt", "vocab_size": 512, "d_model": 128, "n_layers": 2,
+      "n_heads": 4, "seq_len": 64}, "batch": {"global_batch_size": 8, "micro_batch_size": 1},
+      "train": {"recompute": "full"}, "device": {"precision": "bf16"}, "optimizer": {"type": "adamw"},
+      "data": {"type": "synthetic"}})";
+  const std::string path = (dir / "gpt.json").string();
+  std::ofstream(path) << text;
+  const HardwareProfile h100 = shipped("h100_sxm.json");
+  PlanChoice choice;
+  choice.global_batch = 8;
+  choice.recompute = partition::Recompute::kFull;
+  SearchOptions plain{1, 0}, run{1, 0};
+  run.run_kernels.cross_entropy = partition::CrossEntropyKind::kFloat32;
+  run.run_kernels.hidden_dropout = true;
+  run.run_kernels.dense_embedding_grad = true;
+  const PlanEstimate a = estimate_plan(path, {}, choice, h100, plain);
+  const PlanEstimate e = estimate_plan(path, {}, choice, h100, run);
+  ASSERT_TRUE(a.valid && e.valid) << a.reason << e.reason;
+  config::RunConfig c = config::parse_config(text, "<string>", {});
+  c.resolve(1);
+  const run_plan::Plan plan = run_plan::make_plan(c, 8, 0);
+  double bytes = 0, kernels = 0;
+  for (const auto& block : plan.spec.blocks) {
+    const partition::BlockWork w =
+        partition::run_kernels_work(block, DType::kBF16, run.run_kernels, partition::Recompute::kFull, 1, 1);
+    for (const PassWork* pass : {&w.forward, &w.input_grad, &w.weight_grad}) {
+      bytes += pass->stream_bytes;
+      kernels += pass->kernels;
+    }
+  }
+  ASSERT_GT(bytes, 0.0);
+  EXPECT_NEAR(e.breakdown[StepTerm::kElementwise] - a.breakdown[StepTerm::kElementwise],
+              8 * bytes / h100.memory_bandwidth_Bps, 1e-12);
+  EXPECT_NEAR(e.breakdown[StepTerm::kKernelLaunch] - a.breakdown[StepTerm::kKernelLaunch], 8 * kernels * 1.3e-6, 1e-12);
+  for (const StepTerm t : {StepTerm::kForward, StepTerm::kInputGrad, StepTerm::kWeightGrad, StepTerm::kRecompute}) {
+    EXPECT_NEAR(e.breakdown[t], a.breakdown[t], 1e-12);
+  }
+  EXPECT_GT(e.step_s, a.step_s);
+  fs::remove_all(dir);
+}
+
 }  // namespace
 }  // namespace cleave::planner

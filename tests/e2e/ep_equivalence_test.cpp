@@ -35,23 +35,14 @@
 #include "engine/train/collectives.hpp"
 #include "mpi/mpi_test_env.hpp"
 #include "support/layout_compare.hpp"
+#include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
 namespace {
 
 config::RunConfig tiny_moe(std::int64_t steps, const std::vector<std::string>& overrides) {
-  std::vector<std::string> all = {"train.steps=" + std::to_string(steps)};
-  all.insert(all.end(), overrides.begin(), overrides.end());
-  return config::parse_config(R"({
-    "model": {"type": "moe", "vocab_size": 64, "d_model": 16, "n_layers": 2, "n_heads": 2, "n_kv_heads": 2,
-              "seq_len": 8, "ffn_hidden_size": 12, "n_experts": 4, "top_k": 2, "aux_loss_coef": 0.05,
-              "z_loss_coef": 0.01},
-    "batch": {"global_batch_size": 8, "micro_batch_size": 1},
-    "optimizer": {"type": "adamw", "lr": 0.01, "grad_clip": 0.0, "warmup_steps": 0},
-    "train": {"seed": 11, "deterministic": true, "eval_batches": 0},
-    "data": {"type": "synthetic"}
-  })", "tiny_moe", all);
+  return tiny_ep_moe("tiny_moe", 2, steps, overrides);
 }
 
 std::string ep(int size) { return "parallel.expert_model_parallel_size=" + std::to_string(size); }

@@ -25,24 +25,17 @@
 #include "pipeline/schedule_text.hpp"
 #include "pipeline/schedules/schedules.hpp"
 #include "support/layout_compare.hpp"
+#include "support/tiny_models.hpp"
 #include "train_harness.hpp"
 
 namespace cleave::testing {
 namespace {
 
-config::RunConfig tiny_moe(const std::vector<std::string>& overrides) {
-  std::vector<std::string> all = {"train.steps=6", "parallel.pipeline_model_parallel_size=2",
-                                  "parallel.schedule=dualpipev"};
+// tiny_ep_moe with 4 layers, at pp2 under dualpipev, 6 steps.
+config::RunConfig overlap_moe(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"parallel.pipeline_model_parallel_size=2", "parallel.schedule=dualpipev"};
   all.insert(all.end(), overrides.begin(), overrides.end());
-  return config::parse_config(R"({
-    "model": {"type": "moe", "vocab_size": 64, "d_model": 16, "n_layers": 4, "n_heads": 2, "n_kv_heads": 2,
-              "seq_len": 8, "ffn_hidden_size": 12, "n_experts": 4, "top_k": 2, "aux_loss_coef": 0.05,
-              "z_loss_coef": 0.01},
-    "batch": {"global_batch_size": 8, "micro_batch_size": 1},
-    "optimizer": {"type": "adamw", "lr": 0.01, "grad_clip": 0.0, "warmup_steps": 0},
-    "train": {"seed": 11, "deterministic": true, "eval_batches": 0},
-    "data": {"type": "synthetic"}
-  })", "tiny_moe_overlap", all);
+  return tiny_ep_moe("tiny_moe_overlap", 4, 6, all);
 }
 
 struct OverlapRun {
@@ -79,9 +72,9 @@ TEST(EpOverlap, OverlappedDualPipeVMatchesPlainBitForBit) {
     plain_keys.push_back(ep2);
     overlapped_keys.push_back(ep2);
     overlapped_keys.push_back(overlap);
-    const OverlapRun overlapped = run(tiny_moe(overlapped_keys), *world);
-    const OverlapRun plain = run(tiny_moe(plain_keys), *world);
-    const OverlapRun ep1 = run(tiny_moe(extra), *world);
+    const OverlapRun overlapped = run(overlap_moe(overlapped_keys), *world);
+    const OverlapRun plain = run(overlap_moe(plain_keys), *world);
+    const OverlapRun ep1 = run(overlap_moe(extra), *world);
     // 4 micro-batches at pp 2: each rank's steady state holds F&B pairs, and every pair hands over at least
     // once per MoE block (the first side's count exchange).
     EXPECT_GT(overlapped.pairs, 0) << "no F&B pair ran overlapped";
@@ -90,7 +83,7 @@ TEST(EpOverlap, OverlappedDualPipeVMatchesPlainBitForBit) {
     expect_bit_identical(overlapped.record, plain.record);
     expect_bit_identical(overlapped.record, ep1.record);
     if (world->rank() == 0) {
-      config::RunConfig one = single_rank_config(tiny_moe(extra));
+      config::RunConfig one = single_rank_config(overlap_moe(extra));
       const RunRecord single = train_steps(one, *self);
       const double tolerance = extra.empty() || extra.front() != "device.precision=bf16" ? 5e-6 : 1e-2;
       if (tolerance < 1e-2) {
@@ -117,12 +110,12 @@ TEST(EpOverlap, OverlappedDualPipeVWithZeroMatchesPlainBitForBit) {
   auto world = make_world(/*deterministic=*/true);
   if (world->size() != 4) GTEST_SKIP() << "runs at 4 ranks (pp 2 x ep 2)";
   const std::string ep2 = "parallel.expert_model_parallel_size=2", overlap = "parallel.moe_a2a_overlap=true";
-  const OverlapRun plain = run(tiny_moe({ep2}), *world);
+  const OverlapRun plain = run(overlap_moe({ep2}), *world);
   EXPECT_EQ(plain.pairs, 0);
   for (int stage : {2, 3}) {
     SCOPED_TRACE("zero_stage " + std::to_string(stage));
     const OverlapRun overlapped =
-        run(tiny_moe({ep2, overlap, "optimizer.zero_stage=" + std::to_string(stage)}), *world);
+        run(overlap_moe({ep2, overlap, "optimizer.zero_stage=" + std::to_string(stage)}), *world);
     EXPECT_GT(overlapped.pairs, 0) << "no F&B pair ran overlapped";
     EXPECT_GE(overlapped.hand_overs, overlapped.pairs) << "pairs ran without handing the rank over";
     expect_bit_identical(overlapped.record, plain.record);
@@ -147,14 +140,14 @@ TEST(EpOverlap, SavedOverlappedScheduleRunsItsPairsOverlapped) {
   const pipeline::Schedule paired = pipeline::overlap_fb_pairs(pipeline::lower_schedule(compute));
   pipeline::Schedule flagged_compute = compute;  // compute actions only: the plan lowers it, then pairs it again
   flagged_compute.overlap_fb_pairs = true;
-  const OverlapRun plain = run(tiny_moe({ep2}), *world);
+  const OverlapRun plain = run(overlap_moe({ep2}), *world);
   EXPECT_EQ(plain.pairs, 0);
   for (const pipeline::Schedule* saved : {&paired, static_cast<const pipeline::Schedule*>(&flagged_compute)}) {
     SCOPED_TRACE(saved == &paired ? "lowered file" : "compute-only file");
     const auto path = std::filesystem::temp_directory_path() /
                       ("cleave_ep_overlap_saved_" + std::to_string(world->rank()) + ".sched");
     pipeline::save_schedule(*saved, path.string());
-    const OverlapRun from_file = run(tiny_moe({ep2, "parallel.schedule=" + path.string()}), *world);
+    const OverlapRun from_file = run(overlap_moe({ep2, "parallel.schedule=" + path.string()}), *world);
     std::filesystem::remove(path);
     EXPECT_GT(from_file.pairs, 0) << "the saved schedule's pairs did not run overlapped";
     EXPECT_GE(from_file.hand_overs, from_file.pairs);
@@ -165,7 +158,7 @@ TEST(EpOverlap, SavedOverlappedScheduleRunsItsPairsOverlapped) {
 TEST(EpOverlap, OverlapWithoutDualPipeVOrEpIsRefusedNamingTheKey) {
   const auto message = [](const std::vector<std::string>& keys) {
     try {
-      (void)tiny_moe(keys);
+      (void)overlap_moe(keys);
     } catch (const Error& e) {
       return std::string(e.what());
     }

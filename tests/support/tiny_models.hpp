@@ -57,4 +57,32 @@ inline config::RunConfig tiny_moe(const std::vector<std::string>& overrides = {}
                   "tiny_moe", 4, all);
 }
 
+// The expert-parallel tests' moe (tests/e2e/ep_*): vocabulary 64, d_model 16, `n_layers` layers of 2 heads (2
+// key/value heads), sequence 8, 4 experts of width 12 with top-2 routing, the auxiliary loss at 0.05 and the z-loss
+// at 0.01; AdamW (lr 0.01, no clipping, no warm-up, weight decay at its default) from seed 11, a global batch of 8 in
+// micro-batches of 1, deterministic GEMMs, synthetic data, no evaluation. `name` names the run in config errors.
+inline config::RunConfig tiny_ep_moe(const std::string& name, int n_layers, std::int64_t steps,
+                                     const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"train.steps=" + std::to_string(steps)};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return config::parse_config(R"({
+    "model": {"type": "moe", "vocab_size": 64, "d_model": 16, "n_layers": )" + std::to_string(n_layers) + R"(,
+              "n_heads": 2, "n_kv_heads": 2, "seq_len": 8, "ffn_hidden_size": 12, "n_experts": 4, "top_k": 2,
+              "aux_loss_coef": 0.05, "z_loss_coef": 0.01},
+    "batch": {"global_batch_size": 8, "micro_batch_size": 1},
+    "optimizer": {"type": "adamw", "lr": 0.01, "grad_clip": 0.0, "warmup_steps": 0},
+    "train": {"seed": 11, "deterministic": true, "eval_batches": 0},
+    "data": {"type": "synthetic"}
+  })", name, all);
+}
+
+// tiny_ep_moe (2 layers) with every ZeRO mechanism engaged: weight decay 0.1, clipping at 0.5 and 1 KB data-parallel
+// buckets (so that a step fills several); the ep ZeRO tests' run (tests/e2e/ep_zero_test, ep_eight_ranks_test).
+inline config::RunConfig tiny_ep_moe_zero(const std::string& name, std::int64_t steps,
+                                          const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = {"optimizer.weight_decay=0.1", "optimizer.grad_clip=0.5", "parallel.dp_bucket_mb=0.001"};
+  all.insert(all.end(), overrides.begin(), overrides.end());
+  return tiny_ep_moe(name, 2, steps, all);
+}
+
 }  // namespace cleave::testing

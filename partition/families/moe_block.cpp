@@ -81,9 +81,9 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
   if (sp && recompute != Recompute::kFull && block.n_shared_experts > 0) cost.activation_bytes += ts * d * b;
   // The weight stash under sequence parallelism (mpi_moe_stash_test, per tp rank): the mixture keeps its gathered
   // input [T, D] where the active llama block counts the gate's shard [T / tp, D] (with shared experts the shard
-  // is kept too: T·D more). The llama block counts o's and down's dy shards [T / tp, D] beside their gathered dy;
-  // a shared expert's down keeps its shard as llama's down does, the routed experts keep none (one shard less).
-  if (sp) cost.weight_stash_bytes += (block.n_shared_experts > 0 ? t * d : t * d - 2 * ts * d) * b;
+  // is kept too: T·D more). No row-parallel projection here keeps its dy shard (o and a shared expert's down are
+  // bias-free, as llama's), so nothing else differs.
+  if (sp) cost.weight_stash_bytes += (block.n_shared_experts > 0 ? t * d : t * d - ts * d) * b;
   // The input gradient's peak is the mixture's, not a SwiGLU's of the active width: dy (and under sequence
   // parallelism its gathered copy), the experts' d_o and dxp [T·k, D], dh, dg, du [T·k, F/tp], dx [T, D], the
   // logits' gradient [T, E] in f32 and in the compute dtype, all live until the shared expert's backward, which

@@ -94,6 +94,7 @@ void sequence_parallel_share(const BlockSpec& block, BlockCost& cost, int tp, st
     case BlockKind::kLmHead:
       cost.activation_bytes /= tp;  // the input shard (the gathered input is transient)
       cost.weight_stash_bytes = cost.activation_bytes + cost.output_bytes;
+      cost.weight_extra_bytes = block.input.numel() * b;  // W gathers the input [T, D] again
       break;
     default: break;  // the loss: vocab-parallel logits of every token, as without sequence parallelism
   }

@@ -102,6 +102,11 @@ struct BlockCost {
   // attention part; full: everything but the kept input). Counted from allocator snapshots at the peak of one rank's
   // 1F1B step (tests/e2e/recompute_test.cpp's model and two variants).
   std::int64_t backward_extra_bytes = 0;
+  // Per sample: the most activation bytes live while backward_weight runs beyond the weight stash it starts
+  // with: under sequence parallelism the lm head all-gathers its input shard again, [T, D], before it frees
+  // anything (a transformer block's column-parallel projections gather theirs after the row-parallel ones have
+  // freed more: 0). The memory plan adds it inside W, and inside B after the block's input gradient.
+  std::int64_t weight_extra_bytes = 0;
 
   double total_flops() const { return forward_flops + input_grad_flops + weight_grad_flops; }
 };

@@ -35,10 +35,19 @@ int Executor::tag(ActionKind direction, int stage, int microbatch) const {
   return (microbatch * options_.schedule->num_stages + stage) * 2 + backward;
 }
 
-const MicrobatchData& Executor::microbatch_data(int microbatch) {
+Tensor Executor::take_data(int microbatch, bool inputs) {
   auto it = data_.find(microbatch);
   if (it == data_.end()) it = data_.emplace(microbatch, options_.data(batch_, microbatch)).first;
-  return it->second;
+  Tensor& field = inputs ? it->second.inputs : it->second.targets;
+  CLEAVE_ASSERT(field.defined(), "micro-batch {}: its {} were taken twice in one step", microbatch,
+                inputs ? "inputs" : "targets");
+  Tensor taken = std::move(field);
+  field = Tensor();
+  // Dropped once this rank's readers have taken theirs: a field no stage here reads is not kept either.
+  const bool inputs_left = it->second.inputs.defined() && options_.stages.count(0) > 0;
+  const bool targets_left = it->second.targets.defined() && options_.stages.count(last_stage_) > 0;
+  if (!inputs_left && !targets_left) data_.erase(it);
+  return taken;
 }
 
 void Executor::post_receive(const Action& a, std::vector<comm::P2POp>& ops, std::vector<ReceiveSlot>& receives) {
@@ -124,7 +133,7 @@ Tensor Executor::take_received(std::map<Key, Received>& slots, const Key& key) {
 }
 
 Tensor Executor::forward_input(int stage, int microbatch) {
-  if (stage == 0) return microbatch_data(microbatch).inputs;
+  if (stage == 0) return take_data(microbatch, /*inputs=*/true);
   if (Tensor received = take_received(forward_in_, {stage, microbatch}); received.defined()) return received;
   auto it = forward_out_.find({stage - 1, microbatch});
   CLEAVE_ASSERT(it != forward_out_.end(), "stage {} micro-batch {}: input neither received nor local", stage,
@@ -232,7 +241,7 @@ StepOutcome Executor::run_step(std::int64_t batch) {
       Tensor dy = backward_dy(b.stage, b.microbatch);
       if (timed) start = timeline_.mark();  // waiting for a peer's tensor is idle, not compute
       waits_before = wait_times.seconds;
-      const Tensor targets = a.stage == last_stage_ ? microbatch_data(a.microbatch).targets : Tensor{};
+      const Tensor targets = a.stage == last_stage_ ? take_data(a.microbatch, /*inputs=*/false) : Tensor{};
       Tensor y, dx;
       ctx.comm_waiter = pair_.get();
       PairTimes times;
@@ -263,7 +272,7 @@ StepOutcome Executor::run_step(std::int64_t batch) {
         StageModule& stage = stage_module(a);
         Tensor x = forward_input(a.stage, a.microbatch);
         if (timed) start = timeline_.mark();  // waiting for a peer's tensor is idle, not compute
-        const Tensor targets = a.stage == last_stage_ ? microbatch_data(a.microbatch).targets : Tensor{};
+        const Tensor targets = a.stage == last_stage_ ? take_data(a.microbatch, /*inputs=*/false) : Tensor{};
         if (options_.mode == ExecutorMode::kEvaluate) {
           if (a.stage == last_stage_) {
             outcome.evaluations.emplace_back(a.microbatch, stage.evaluate(x, targets, ctx));

@@ -120,7 +120,10 @@ class Executor {
   Tensor forward_input(int stage, int microbatch);
   Tensor backward_dy(int stage, int microbatch);
   Tensor take_received(std::map<Key, Received>& slots, const Key& key);
-  const MicrobatchData& microbatch_data(int microbatch);
+  // Micro-batch `microbatch`'s inputs (stage 0's forward) or targets (the last stage's), each handed over once:
+  // the entry is fetched at the first call and dropped when this rank's readers have taken both, so the data
+  // lives as long as the stashes that keep it (the embedding's ids, the loss's targets), not to the step's end.
+  Tensor take_data(int microbatch, bool inputs);
   int tag(ActionKind direction, int stage, int microbatch) const;
 
   ExecutorOptions options_;
@@ -133,7 +136,7 @@ class Executor {
   std::map<Key, Received> forward_in_;   // received activations
   std::map<Key, Received> backward_in_;  // received gradients
   std::int64_t batch_ = 0;               // run_step's batch, for the data callback
-  std::map<int, MicrobatchData> data_;
+  std::map<int, MicrobatchData> data_;  // fetched, fields not yet taken (take_data)
   std::vector<comm::WorkPtr> works_;  // every batch posted this step (waited for at the end)
   std::map<std::size_t, P2PBlock> blocks_;  // this rank's communication blocks by first action (p2p_posting.hpp)
   layers::TimedWaiter timed_waiter_;  // record_timeline: the context's comm waiter during a step (comm_wait.hpp)

@@ -411,13 +411,18 @@ StageBackwardMemory stage_backward_memory(const std::vector<partition::BlockCost
   // Backward visits the blocks last to first. The stage's last block's dy is the boundary tensor received,
   // counted with the transfers in flight, not again here.
   std::int64_t input_offset = 0, fused_offset = 0;  // held above the action's start when block b begins
+  std::int64_t weight_offset = 0;                   // the same for a split W (it starts holding every weight stash)
   for (std::size_t k = blocks.size(); k-- > 0;) {
     const auto& b = blocks[k];
     const std::int64_t extra = b.backward_extra_bytes - (k + 1 == blocks.size() ? b.output_bytes : 0);
     m.input_peak = std::max(m.input_peak, input_offset + extra);
     m.fused_peak = std::max(m.fused_peak, fused_offset + extra);
+    // B's W of the block runs after its I has traded its stash for what W needs.
+    m.fused_peak = std::max(m.fused_peak, fused_offset + b.weight_stash_bytes - b.activation_bytes + b.weight_extra_bytes);
+    m.weight_peak = std::max(m.weight_peak, weight_offset + b.weight_extra_bytes);
     input_offset += b.weight_stash_bytes - b.activation_bytes;  // I keeps what W needs
     fused_offset -= b.activation_bytes;                         // B's W frees the block's stash
+    weight_offset -= b.weight_stash_bytes;                      // W frees it
   }
   return m;
 }
@@ -506,8 +511,9 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   }
   const auto& actions = plan.schedule.ranks[static_cast<std::size_t>(pp_rank)];
   // The rank runs its actions in order: walk them, F adding a stage's forward stash, I trading it for what W
-  // needs, W or a fused B freeing it; inside I and B each block's backward holds its extra (the stage summary
-  // above says how high that goes above what was held when the action started).
+  // needs, W or a fused B freeing it; inside I and B each block's backward holds its extra, inside W and B each
+  // block's weight gradient its weight extra (the stage summary above says how high that goes above what was
+  // held when the action started).
   std::int64_t held = 0, peak_stash = 0;
   for (const auto& a : actions) {
     if (a.stage < 0) continue;
@@ -518,7 +524,10 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
         peak_stash = std::max(peak_stash, held + sm.input_peak);
         held += sm.weight_stash - sm.forward_stash;
         break;
-      case pipeline::ActionKind::kBackwardWeight: held -= sm.weight_stash; break;
+      case pipeline::ActionKind::kBackwardWeight:
+        peak_stash = std::max(peak_stash, held + sm.weight_peak);
+        held -= sm.weight_stash;
+        break;
       case pipeline::ActionKind::kBackward:
         peak_stash = std::max(peak_stash, held + sm.fused_peak);
         held -= sm.forward_stash;

@@ -31,7 +31,9 @@
 //                    I trades it for what W needs (weight_stash_bytes: inputs and output gradients of the
 //                    weights), W or a fused B frees it; inside I and B the blocks run backward last to first,
 //                    each holding its backward_extra_bytes (dy, the gradients it allocates, a recomputed
-//                    block's rebuilt stash) on top of the stashes not yet freed (stage_backward_memory);
+//                    block's rebuilt stash) on top of the stashes not yet freed, and inside W and B each weight
+//                    gradient its weight_extra_bytes (sequence parallelism: the lm head's input gathered again)
+//                    (stage_backward_memory);
 //                    × micro-batch; plus boundary tensors in flight (two receives posted ahead and the send
 //                    just posted)
 //   communication    parallel.grad_reduce_dtype bf16 with dp > 1: a bf16 twin of every gradient bucket (per
@@ -90,11 +92,12 @@ std::int64_t cp_exchange_bytes(const partition::BlockSpec& block, std::int64_t m
                                std::int64_t dtype_bytes);
 
 // One stage's activations per sample over its backward, from its blocks' costs in model order (one tp rank's):
-// the forward stash F leaves, what I leaves for W, and how far above what was held when it started a split I
-// and a fused B (each block's I then W) go while the blocks' backwards run last to first (each block holding
-// its backward_extra_bytes on top of the stashes not yet freed or traded).
+// the forward stash F leaves, what I leaves for W, and how far above what was held when it started a split I,
+// a split W and a fused B (each block's I then W) go while the blocks' backwards run last to first (each
+// block's I holding its backward_extra_bytes, its W its weight_extra_bytes, on top of the stashes not yet
+// freed or traded).
 struct StageBackwardMemory {
-  std::int64_t forward_stash = 0, weight_stash = 0, input_peak = 0, fused_peak = 0;
+  std::int64_t forward_stash = 0, weight_stash = 0, input_peak = 0, fused_peak = 0, weight_peak = 0;
 };
 StageBackwardMemory stage_backward_memory(const std::vector<partition::BlockCost>& blocks);
 

@@ -56,7 +56,9 @@ Tensor RowParallelLinear::backward_input(const Tensor& dy, Stash& stash, Context
   if (!sequence_parallel(ctx, tp_size_)) return local_.backward_input(dy, stash, ctx);
   check_input(ctx, dy, DType::kF32, local_.out_features(), 3, who() + " (dy)");
   Tensor dx = local_.backward_input(sequence_all_gather(dy, ctx, tp_size_, tp_rank_, who()), stash, ctx);
-  stash.tensors.push_back(dy);  // the shard: the bias gradient of this rank's tokens
+  // The shard: the bias gradient of this rank's tokens. Without a bias nothing reads it (the weight gradient
+  // reads the gathered dy), so it is not kept until W.
+  if (bias_) stash.tensors.push_back(dy);
   return dx;
 }
 

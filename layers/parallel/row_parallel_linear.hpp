@@ -16,7 +16,9 @@
 // this rank's sequence shard [B, T/tp, out] and the bias is added to the shard. backward_input takes the
 // shard dy [B, T/tp, out] and all-gathers it to [B, T, out] for dx and dW. The bias gradient sums only this
 // rank's tokens (a partial gradient, summed over the tp group once per step like every replicated
-// parameter's; sum_replicated_grads_over_tp). Stash after backward_input: {x_local, dy full, dy shard}.
+// parameter's; sum_replicated_grads_over_tp). Stash after backward_input: {x_local, dy full, dy shard}, the
+// shard only with a bias (its gradient is all that reads it: a bias-free projection, llama's o and down, keeps
+// T/tp · out elements less per sample from I to W).
 #pragma once
 
 #include <memory>

@@ -87,18 +87,19 @@ BlockCost llama_cost_without_qk_norms(const BlockSpec& block, DType dtype, Recom
     // [H/tp, T] (f32), two rstd of T/tp rows.
     const std::int64_t plain =
         (6 * t * d + 2 * t * kv + 3 * t * f) / tp * b + (h / tp) * t * kStatBytes + 2 * ts * kStatBytes;
-    // From I to W o and down (row-parallel) keep the gathered dy [T, D] their weight gradients read and the dy
-    // shard [T / tp, D] they were given (RowParallelLinear::backward_input); the rest as plain tp with the
-    // replicated tensors as shards: 2TD + (8TD + 2TD + 2TK + 3TF) / tp (mpi_llama_stash_test_np2: exact per tp
-    // rank; the two shards were missing, 512 B per sample per block under that test's tiny model).
-    cost.weight_stash_bytes = (2 * t * d + (10 * t * d + 2 * t * kv + 3 * t * f) / tp) * b + 2 * ts * kStatBytes;
+    // From I to W o and down (row-parallel, bias-free) keep the gathered dy [T, D] their weight gradients read,
+    // not the dy shard [T / tp, D] they were given (RowParallelLinear::backward_input keeps it for a bias
+    // gradient only); the rest as plain tp with the replicated tensors as shards: 2TD + (8TD + 2TK + 3TF) / tp
+    // (mpi_llama_stash_test_np2: exact per tp rank).
+    cost.weight_stash_bytes = (2 * t * d + (8 * t * d + 2 * t * kv + 3 * t * f) / tp) * b + 2 * ts * kStatBytes;
     apply_recompute(cost, recompute, plain, attention_stats_bytes(t, h / tp), ts * d * b);
     cost.output_bytes = ts * d * b;
     // backward_extra: mlp: the dy shard, down's gathered dy [T, D], dh, dgate, dup [T, F/tp]; then gate's and
-    // up's partial dx [T, D] (one at a time) and their reduce-scattered shards. attention: down's and o's
-    // gathered dy, the shards dy and dx1, dout and dqkv [T, (2D + 2K)/tp]; then dq, dk, dv, one projection's
-    // partial dx [T, D] and the shards it and the one before reduce-scattered.
-    const std::int64_t mlp = std::max(ts * d + t * d + 3 * t * f / tp, 2 * t * d + 3 * ts * d + 2 * t * f / tp) * b;
+    // up's partial dx [T, D] (one at a time) and their reduce-scattered shards, with dgate and dup in place of
+    // the gate and up outputs SwigluMlp releases first (with dh). attention: down's and o's gathered dy, the
+    // shards dy and dx1, dout and dqkv [T, (2D + 2K)/tp]; then dq, dk, dv, one projection's partial dx [T, D]
+    // and the shards it and the one before reduce-scattered.
+    const std::int64_t mlp = std::max(ts * d + t * d + 3 * t * f / tp, 2 * t * d + 3 * ts * d) * b;
     std::int64_t attention =
         std::max(2 * t * d + 2 * ts * d + (2 * t * d + 2 * t * kv) / tp,
                  3 * t * d + 4 * ts * d + (t * d + 2 * t * kv) / tp) * b;
@@ -108,10 +109,12 @@ BlockCost llama_cost_without_qk_norms(const BlockSpec& block, DType dtype, Recom
     cost.backward_extra_bytes = extra;
     return cost;
   }
-  // backward_extra: mlp: dy, dh, dgate, dup during swiglu_backward, then dy, dgate, dup and the two input
-  // gradients of gate and up; attention: dy, dx1, dout, dqkv during the core's backward, then dy, dx1, dq, dk,
-  // dv and the three input gradients of q, k, v (summed into the first).
-  const std::int64_t mlp = std::max(t * d + 3 * t * f / tp, 3 * t * d + 2 * t * f / tp) * b;
+  // backward_extra: mlp: dy, dh, dgate, dup during swiglu_backward, then dy and the two input gradients of
+  // gate and up, dgate and dup taking the place of the gate and up outputs SwigluMlp releases first (with dh;
+  // measured at tp 2, T 32, D 32, F 96: the first figure is the block's whole rise inside its I);
+  // attention: dy, dx1, dout, dqkv during the core's backward, then dy, dx1, dq, dk, dv and the three input
+  // gradients of q, k, v (summed into the first).
+  const std::int64_t mlp = std::max(t * d + 3 * t * f / tp, 3 * t * d) * b;
   std::int64_t attention =
       std::max(2 * t * d + (2 * t * d + 2 * t * kv) / tp, 4 * t * d + (t * d + 2 * t * kv) / tp) * b;
   if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;  // the attention statistics

@@ -81,17 +81,27 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
   if (sp && recompute != Recompute::kFull && block.n_shared_experts > 0) cost.activation_bytes += ts * d * b;
   // The weight stash under sequence parallelism (mpi_moe_stash_test, per tp rank): the mixture keeps its gathered
   // input [T, D] where the active llama block counts the gate's shard [T / tp, D] (with shared experts the shard
-  // is kept too: T·D more). The llama block counts o's and down's dy shards [T / tp, D] beside their gathered dy;
-  // a shared expert's down keeps its shard as llama's down does, the routed experts keep none (one shard less).
-  if (sp) cost.weight_stash_bytes += (block.n_shared_experts > 0 ? t * d : t * d - 2 * ts * d) * b;
+  // is kept too: T·D more). No row-parallel projection here keeps its dy shard (o and a shared expert's down are
+  // bias-free, as llama's), so nothing else differs.
+  if (sp) cost.weight_stash_bytes += (block.n_shared_experts > 0 ? t * d : t * d - ts * d) * b;
   // The input gradient's peak is the mixture's, not a SwiGLU's of the active width: dy (and under sequence
-  // parallelism its gathered copy), the experts' d_o and dxp [T·k, D], dh, dg, du [T·k, F/tp], dx [T, D], the
-  // logits' gradient [T, E] in f32 and in the compute dtype, all live until the shared expert's backward, which
-  // adds its SwiGLU's (dh, dg, du [T, S·F/tp] and two input gradients [T, D]). Measured against the allocator's
-  // peak by e2e MoeMemory.ActivationMemoryFollowsThePlan.
+  // parallelism its gathered copy), the experts' d_o and dxp [T·k, D], dh, dg, du [T·k, F/tp], dx [T, D] (under
+  // sequence parallelism and its reduce-scattered shard [T/tp, D]), the logits' gradient [T, E] in f32 and in the
+  // compute dtype, all live until the shared expert's backward (MoeMlp::backward_input), which adds its SwiGLU's:
+  // dh, dg, du [T, S·F/tp] (under sequence parallelism beside down's gathered dy [T, D]), or after SwigluMlp has
+  // released dh and the gate and up outputs (dg and du in their place), the input gradients: two [T, D], under
+  // sequence parallelism down's gathered dy, one partial [T, D] and its shard. Measured against the allocator's
+  // peak by e2e MoeMemory.ActivationMemoryFollowsThePlan: exact at tp2 with sequence parallelism, with and without
+  // a shared expert, at zb_h1 and GPipe (the dx shard was missing: -0.35%; the shared SwiGLU's two phases were
+  // summed: +0.08% .. +1.46%).
   const std::int64_t shared = block.n_shared_experts * f;
-  std::int64_t mixture = ((sp ? ts * d + t * d : t * d) + 2 * t * k * d + 3 * t * k * f / tp + t * d) * b + t * e * (4 + b);
-  if (shared > 0) mixture += (3 * t * shared / tp + 2 * t * d) * b;
+  std::int64_t mixture =
+      ((sp ? ts * d + t * d : t * d) + 2 * t * k * d + 3 * t * k * f / tp + t * d + (sp ? ts * d : 0)) * b +
+      t * e * (4 + b);
+  if (shared > 0) {
+    mixture += (sp ? std::max(t * d + 3 * t * shared / tp, 2 * t * d + ts * d)
+                   : std::max(3 * t * shared / tp, 2 * t * d)) * b;
+  }
   if (block.shared_expert_gate) mixture += ts * d * b;  // the gated dy the shared SwiGLU's backward reads
   if (recompute == Recompute::kFull) mixture += cost.recompute_transient_bytes - ts * d * b;
   cost.backward_extra_bytes = std::max(cost.backward_extra_bytes, mixture);

@@ -172,7 +172,9 @@ BlockWork run_kernels_work(const BlockSpec& block, DType dtype, const RunKernels
     w.forward.kernels = (cast ? 6 : 5) - 1;
     w.input_grad.kernels = (cast ? 3 : 2) - 1;
   }
-  if (run.hidden_dropout && block.kind == BlockKind::kTransformerBlock) {
+  // A family's residual-stream layer (gpt, llama, moe: attention and MLP branches, each ending in a dropout-add).
+  const BlockRules* rules = family_block_rules(block.kind);
+  if (run.hidden_dropout && rules != nullptr && rules->sequence_sharded) {
     const double n = micro * static_cast<double>(block.seq_len) * static_cast<double>(block.in_features) / seq;
     w.forward.stream_bytes = 2 * n;  // two branches' masks, written by their bias-dropout-adds
     w.input_grad.stream_bytes = 2 * n * (2 * b + 1);

@@ -107,7 +107,8 @@ ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dty
 //     rows only), multiplies by the loss gradient in place (8n) and casts back to b bytes for the head (n(4 + b)):
 //     n(b + 12) over 3 kernels (an f32 run has no casts: 32n over 5, 8n over 2). The f32 softmax (4n bytes) is held
 //     from F to I; the memory plan does not count it, nor the dropout masks below.
-//   hidden_dropout  dropout on the two residual branches of a gpt transformer block and on the embedding's output
+//   hidden_dropout  dropout on the two residual branches of a transformer layer (a family's sequence-sharded
+//     block: gpt, llama, moe) and on the embedding's output
 //     (Megatron-LM's --hidden-dropout, default 0.1): a branch's dropout is fused into its bias-dropout-add, so F
 //     writes a byte mask (n more bytes over the add block_work counts) and I runs dropout's gradient (reads dy and
 //     the mask, writes dx: n(2b + 1), one kernel), n = micro_batch x T x D; the embedding's is a kernel of its own in

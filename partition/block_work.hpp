@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "engine/core/dtype.hpp"
+#include "partition/attention_rates.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/model_spec.hpp"
 
@@ -36,6 +37,12 @@ struct Gemm {
   // A product inside the fused memory-efficient attention kernel (work_parts::attention_forward / _backward), not a
   // GEMM library call: a roofline profile caps its efficiency (HardwareProfile::attention_efficiency).
   bool fused_attention = false;
+  // For a fused product: which pass of the kernel it belongs to and the kernel's shape (sequence length T, head
+  // dimension, whether keys are masked: causal or a window), by which a profile's attention_rates price it
+  // (HardwareProfile::attention_kernel); work_parts::attention_forward / _backward set them.
+  AttentionPass attention_pass = AttentionPass::kNone;
+  double attention_seq = 0, attention_head_dim = 0;
+  bool attention_causal = false;
   double flops() const { return 2.0 * m * n * k * batch; }
   double operand_bytes(double element_bytes) const { return (m * k + k * n + m * n) * batch * element_bytes; }
   // What the product reads and writes in memory (the roofline's bytes): its three matrices, less the [T, T]-shaped

@@ -143,6 +143,7 @@ std::vector<std::string> HardwareProfile::sourced_keys() const {
     for (const char* k : {"peak_tflops.f32", "peak_tflops.bf16", "gemm_efficiency"}) keys.emplace_back(k);
     if (!gemm_efficiency_f32.empty()) keys.emplace_back("gemm_efficiency_f32");
     if (attention_efficiency > 0) keys.emplace_back("attention_efficiency");
+    if (!attention_rates.empty()) keys.emplace_back("attention_rates");
     if (sm_count > 0) {
       keys.emplace_back("sm_count");
       keys.emplace_back("gemm_tiles");
@@ -188,6 +189,13 @@ bool HardwareProfile::uses_shape_table(const Gemm& g, bool bf16) const {
 
 double HardwareProfile::gemm_efficiency_of(const Gemm& g, bool bf16) const {
   if (uses_shape_table(g, bf16)) return gemm_shape_efficiency.at(g.m, g.n, g.k, g.batch);
+  if (g.fused_attention && !attention_kernel.empty() && g.attention_pass != AttentionPass::kNone) {
+    CLEAVE_CHECK(bf16, "profile '{}': attention kernel '{}' is priced from bf16 benchmarks (attention_rates); an f32 run "
+                 "has no published rate for it: leave --attention-kernel out", name, attention_kernel);
+    const double rate = attention_rates.flops_per_s(attention_kernel, g.attention_pass, g.attention_causal,
+                                                    g.attention_head_dim, g.attention_seq);
+    return std::min(1.0, rate / peak_flops_bf16);
+  }
   // A batched GEMM is one launch: its efficiency is that of its whole work.
   double efficiency = gemm_efficiency_at(g.flops(), bf16);
   if (g.fused_attention && attention_efficiency > 0) efficiency = std::min(efficiency, attention_efficiency);
@@ -286,6 +294,11 @@ HardwareProfile load_profile(const std::string& path) {
     CLEAVE_CHECK(p.attention_efficiency <= 1, "profile {}: 'attention_efficiency' {} is a fraction of the peak (0 < x <= 1)",
                  path, p.attention_efficiency);
   }
+  if (root.contains("attention_rates")) {
+    CLEAVE_CHECK(p.has_roofline(), "profile {}: 'attention_rates' needs 'peak_tflops' and 'gemm_efficiency' (the "
+                 "roofline whose attention products it prices)", path);
+    p.attention_rates = attention_rates_from_json(root.at("attention_rates"), "profile " + path);
+  }
   if (root.contains("sm_count") || root.contains("gemm_tiles")) {
     CLEAVE_CHECK(p.has_roofline() && root.contains("sm_count") && root.contains("gemm_tiles"),
                  "profile {}: 'sm_count' and 'gemm_tiles' come together and need 'peak_tflops' and 'gemm_efficiency' (the "
@@ -365,6 +378,7 @@ json profile_to_json(const HardwareProfile& p) {
     out["gemm_efficiency"] = curve_to_json(p.gemm_efficiency);
     if (!p.gemm_efficiency_f32.empty()) out["gemm_efficiency_f32"] = curve_to_json(p.gemm_efficiency_f32);
     if (p.attention_efficiency > 0) out["attention_efficiency"] = file_number(p.attention_efficiency);
+    if (!p.attention_rates.empty()) out["attention_rates"] = attention_rates_to_json(p.attention_rates);
     if (p.sm_count > 0) {
       out["sm_count"] = p.sm_count;
       json tiles = json::array();

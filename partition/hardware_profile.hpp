@@ -24,6 +24,7 @@
 
 #include "engine/core/device.hpp"
 #include "engine/core/dtype.hpp"
+#include "partition/attention_rates.hpp"
 #include "partition/block_work.hpp"
 #include "partition/gemm_shape_table.hpp"
 #include "partition/measured_costs.hpp"
@@ -79,6 +80,15 @@ struct HardwareProfile {
   // attention_efficiency, optional, roofline only): those products (Gemm::fused_attention) are priced at
   // min(the curve's efficiency, this); 0 = the curve alone. A published kernel benchmark, not a GEMM one.
   double attention_efficiency = 0;
+  // The fused attention kernels' published speed by pass, mask, head dimension and sequence length (file key
+  // attention_rates, optional, roofline only; partition/attention_rates.hpp): per kernel family, a curve each for the
+  // forward and the backward. Read only for a run that names its kernel (attention_kernel below).
+  AttentionRates attention_rates;
+  // The attention kernel family the priced run launched (not a file key: the run's option, `cleave simulate
+  // --attention-kernel`; it must be one of attention_rates' kernels). When set, the fused attention kernel's products
+  // are priced at attention_rates' FLOP/s for their pass (forward or backward), mask, head dim and sequence length,
+  // in place of the curve capped at attention_efficiency; "" = that cap (both passes alike).
+  std::string attention_kernel;
   // Tile and wave quantization (file keys sm_count and gemm_tiles, optional together, roofline only; NVIDIA's
   // "Matrix Multiplication Background User's Guide"): a library GEMM cuts its m x n output into tiles of tm x tn, one
   // thread block each, and runs them in waves of sm_count (one block per SM at these tile sizes); a wave takes as long
@@ -147,8 +157,10 @@ struct HardwareProfile {
   // 2 · tm · tn · k FLOPs on one SM at the curve's top efficiency: waves · 2 tm tn k · sm_count / (peak · top).
   double gemm_wave_seconds(const Gemm& gemm, bool bf16) const;
   // The fraction of peak one GEMM reaches (has_roofline() only): the shape table's for a bf16 library GEMM when the
-  // profile has one; else the size curve's at its FLOPs, capped at attention_efficiency for the fused attention
-  // kernel's products.
+  // profile has one; for a fused attention kernel's product, with attention_kernel set, attention_rates' FLOP/s for
+  // its pass, mask, head dim and sequence over the peak (bf16 only: the tables are bf16 benchmarks; an f32 run is
+  // refused); else the size curve's at its FLOPs, capped at attention_efficiency for the fused attention kernel's
+  // products.
   double gemm_efficiency_of(const Gemm& gemm, bool bf16) const;
   // One GEMM: max(FLOPs / (peak x gemm_efficiency_of), its wave-quantized time (not with the shape table, whose timed
   // shapes are quantized already), traffic bytes / memory bandwidth) (has_roofline() only).

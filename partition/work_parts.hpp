@@ -66,11 +66,22 @@ inline void residual(BlockWork& w, D n, D b) {  // y = x + f(x): reads two, writ
 // and statistics are a few [T, dh] streams, small beside the GEMMs. Only the visible query/key pairs are
 // computed (`pairs`, cost_parts::attended_pairs: the causal half or the sliding window; the kernels skip fully
 // masked key blocks), so each [T, T]-shaped product is priced as T rows by pairs / T keys.
+// One product of the fused kernel, tagged with its pass and the kernel's shape (Gemm::attention_pass).
+inline Gemm attention_product(D m, D n, D k, D batch, AttentionPass pass, D t, D dh, D keys) {
+  Gemm g{m, n, k, batch, true};
+  g.attention_pass = pass;
+  g.attention_seq = t;
+  g.attention_head_dim = dh;
+  g.attention_causal = keys < t;
+  return g;
+}
+
 inline PassWork attention_forward(D batch, D t, D dh, D b, D pairs) {
   const D keys = pairs / t;  // mean visible keys per query row
+  const auto product = [&](D m, D n, D k) { return attention_product(m, n, k, batch, AttentionPass::kForward, t, dh, keys); };
   PassWork p;
-  p.gemms.push_back({t, keys, dh, batch, true});  // S = Q·Kᵀ
-  p.gemms.push_back({t, dh, keys, batch, true});  // O = P·V
+  p.gemms.push_back(product(t, keys, dh));  // S = Q·Kᵀ
+  p.gemms.push_back(product(t, dh, keys));  // O = P·V
   p.stream_bytes += batch * t * (dh * b + 4);  // out rescaled once, lse
   p.kernels = 1;                                // one fused kernel
   return p;
@@ -78,13 +89,14 @@ inline PassWork attention_forward(D batch, D t, D dh, D b, D pairs) {
 
 inline PassWork attention_backward(D batch, D t, D dh, D b, D pairs) {
   const D keys = pairs / t;
+  const auto product = [&](D m, D n, D k) { return attention_product(m, n, k, batch, AttentionPass::kBackward, t, dh, keys); };
   PassWork p;
-  p.gemms.push_back({t, keys, dh, batch, true});  // S = Q·Kᵀ again
-  p.gemms.push_back({t, keys, dh, batch, true});  // dP = dO·Vᵀ
-  p.gemms.push_back({t, dh, keys, batch, true});  // dV = Pᵀ·dO
+  p.gemms.push_back(product(t, keys, dh));  // S = Q·Kᵀ again
+  p.gemms.push_back(product(t, keys, dh));  // dP = dO·Vᵀ
+  p.gemms.push_back(product(t, dh, keys));  // dV = Pᵀ·dO
   p.stream_bytes += 2 * batch * t * dh * b;  // D = rowsum(dO * O)
-  p.gemms.push_back({t, dh, keys, batch, true});  // dQ = dS·K
-  p.gemms.push_back({t, dh, keys, batch, true});  // dK = dSᵀ·Q
+  p.gemms.push_back(product(t, dh, keys));  // dQ = dS·K
+  p.gemms.push_back(product(t, dh, keys));  // dK = dSᵀ·Q
   p.kernels = 2;                                  // D = rowsum(dO * O), then the fused backward
   return p;
 }

@@ -3,7 +3,9 @@
 
 Each table in benchmarks/planner/held_out/*.tsv is one publication: '#' lines cite it, then one row per run with
 the run's own model, layout, schedule, batch, micro-batch, recomputation, ZeRO stage, the attention kernel it
-used (`simulate --attention`: memory_efficient, probabilities, probabilities_dropout), the kernels it launched beyond
+used (`simulate --attention`: memory_efficient, probabilities, probabilities_dropout; memory_efficient:NAME also
+names the fused kernel's family, `simulate --attention-kernel NAME`: cudnn, flash3, flash2, priced at that kernel's
+published per-pass rates, the profile's attention_rates), the kernels it launched beyond
 Cleave's own (kernels: ce_f32 = `simulate --cross-entropy float32`, dropout = `--hidden-dropout`, emb_grad =
 `--dense-embedding-grad`), what it overlapped with
 compute (overlap: dp = `simulate --overlap-grad-reduce`, tp = `--tp-comm-overlap`, dp+tp, - none), how it split its
@@ -158,7 +160,11 @@ def simulate(row, cleave, profiles, work):
            os.path.join(profiles, row["profile"] + ".json"), "--json"]
     if row["scatter"] == "1":
         cmd.append("--scatter-gather")
-    cmd += ["--attention", row["attention"]]  # the attention kernel the run used (memory_efficient, probabilities...)
+    # The attention kernel the run used (memory_efficient, probabilities...), and for a fused one its family.
+    kind, _, family = row["attention"].partition(":")
+    cmd += ["--attention", kind]
+    if family:
+        cmd += ["--attention-kernel", family]
     kernels = set(row["kernels"].split("+")) - {"-"}
     if kernels - set(KERNELS):
         raise ValueError(f"{row['table']}: row {row['id']}: kernels '{row['kernels']}' is not '-' or a '+'-join of "

@@ -31,7 +31,8 @@ ArgParser simulate_config_args() {
   ArgParser p("simulate --config",
               "cleave simulate --config CONFIG --world N [--profile FILE] [--memory-limit SIZE] [--set k=v ...]\n"
               "                [--json] [--svg FILE] [--trace FILE] [--scatter-gather] [--explain]\n"
-              "                [--attention memory_efficient|probabilities|probabilities_dropout] [--ep-imbalance F]\n"
+              "                [--attention memory_efficient|probabilities|probabilities_dropout]\n"
+              "                [--attention-kernel NAME] [--ep-imbalance F]\n"
               "                [--overlap-grad-reduce] [--tp-comm-overlap]\n"
               "                [--param-gather-dtype f32|bf16] [--cross-entropy fused|float32] [--hidden-dropout]\n"
               "                [--dense-embedding-grad]",
@@ -56,6 +57,11 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
             "the attention kernel the simulated run used (the engine runs memory_efficient, the default):\n"
             "probabilities stores the [T, T] scores and runs softmax over them (Megatron-LM's fused\n"
             "scale-mask-softmax), probabilities_dropout also attention dropout; roofline profiles only")
+      .text("--attention-kernel", "NAME",
+            "the fused attention kernel family the run launched (cudnn, flash3, flash2, triton: the profile's\n"
+            "attention_rates): its forward and backward priced at that kernel's published rate for the pass,\n"
+            "mask, head dim and sequence length, in place of the attention_efficiency cap; memory_efficient\n"
+            "attention, roofline profiles only")
       .text("--cross-entropy", "KIND",
             "the loss kernels the simulated run used (the engine runs fused, the default: one kernel per\n"
             "pass): float32 is Megatron-LM's unfused vocab-parallel cross-entropy over f32 logits (cast, max,\n"
@@ -138,6 +144,16 @@ int run_simulate_config(int argc, char** argv) {
                  "simulate --config: --attention {} needs a roofline profile (profiles/*.json with gemm_efficiency); "
                  "profile '{}' times the engine's own memory-efficient attention", kind, profile.name);
     options.attention = *parsed;
+  }
+  if (args.given("--attention-kernel")) {
+    const std::string kernel = args.text("--attention-kernel");
+    CLEAVE_CHECK(options.attention == partition::AttentionKind::kMemoryEfficient,
+                 "simulate --config: --attention-kernel {} names a fused memory-efficient kernel, but --attention is {} "
+                 "(drop one of them)", kernel, partition::attention_kind_name(options.attention));
+    CLEAVE_CHECK(profile.has_roofline() && !profile.measured.has_blocks() && profile.attention_rates.has_kernel(kernel),
+                 "simulate --config: --attention-kernel {}: profile '{}' has no attention_rates for it (a roofline "
+                 "profile's published kernel benchmarks; profiles/README.md)", kernel, profile.name);
+    profile.attention_kernel = kernel;
   }
   if (args.given("--cross-entropy")) {
     const std::string kind = args.text("--cross-entropy");

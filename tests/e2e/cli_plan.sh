@@ -136,6 +136,14 @@ grep -q "needs a roofline profile" att1.log || { cat att1.log; fail "--attention
 "$cleave" simulate --config best.json --world 2 --profile "$a100" --attention flash > att2.log 2>&1 && fail "--attention flash accepted"
 grep -q "'flash' is not an attention kind (memory_efficient, probabilities, probabilities_dropout)" att2.log \
   || { cat att2.log; fail "--attention unknown-kind message"; }
+# --attention-kernel: a fused kernel family priced per pass from the profile's attention_rates. The A100 profile has
+# none (refused by name); on the H100 profile this tiny model's bf16 heads have no published rate (head dim 8).
+"$cleave" simulate --config best.json --world 2 --profile "$a100" --attention-kernel cudnn > ak1.log 2>&1 \
+  && fail "--attention-kernel without attention_rates accepted"
+grep -q "has no attention_rates for it" ak1.log || { cat ak1.log; fail "--attention-kernel missing-table message"; }
+"$cleave" simulate --config best.json --world 2 --profile "$source_dir/profiles/h100_sxm.json" --attention-kernel cudnn \
+  --set device.precision=bf16 > ak2.log 2>&1 && fail "--attention-kernel at an unpublished head dim accepted"
+grep -q "attention_rates has no curve for kernel 'cudnn' forward" ak2.log || { cat ak2.log; fail "--attention-kernel head-dim message"; }
 
 # A mixture of experts: total and active parameters (top_k of n_experts experts per block), in both forms.
 "$cleave" simulate --config "$source_dir/examples/moe/config.json" --set data.type=synthetic --world 2 > moe.log 2>&1 \

@@ -217,6 +217,7 @@ int run_simulate_config(int argc, char** argv) {
                           {"recompute", std::string(enum_name(choice.recompute))},
                           {"profile", profile.name},
                           {"attention", std::string(partition::attention_kind_name(options.attention))},
+                          {"attention_kernel", profile.attention_kernel},
                           {"cross_entropy", std::string(partition::cross_entropy_kind_name(options.run_kernels.cross_entropy))},
                           {"hidden_dropout", options.run_kernels.hidden_dropout},
                           {"dense_embedding_grad", options.run_kernels.dense_embedding_grad},

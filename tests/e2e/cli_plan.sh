@@ -144,6 +144,20 @@ grep -q "has no attention_rates for it" ak1.log || { cat ak1.log; fail "--attent
 "$cleave" simulate --config best.json --world 2 --profile "$source_dir/profiles/h100_sxm.json" --attention-kernel cudnn \
   --set device.precision=bf16 > ak2.log 2>&1 && fail "--attention-kernel at an unpublished head dim accepted"
 grep -q "attention_rates has no curve for kernel 'cudnn' forward" ak2.log || { cat ak2.log; fail "--attention-kernel head-dim message"; }
+# At a published head dim (2 heads of 128, T 512, bf16) the kernel's per-pass rates price the attention: echoed, and
+# the step moves (here faster: the size curve prices these small products below cuDNN's 315 TFLOP/s at T 512).
+h100_set="--set model.d_model=256 --set model.n_heads=2 --set model.seq_len=512 --set device.precision=bf16"
+"$cleave" simulate --config tiny.json --world 2 --profile "$source_dir/profiles/h100_sxm.json" $h100_set --json \
+  > ak_plain.json 2> ak3.log || { cat ak3.log; fail "simulate on the H100 profile"; }
+"$cleave" simulate --config tiny.json --world 2 --profile "$source_dir/profiles/h100_sxm.json" $h100_set \
+  --attention-kernel cudnn --json > ak_cudnn.json 2> ak4.log || { cat ak4.log; fail "simulate --attention-kernel cudnn"; }
+python3 - ak_plain.json ak_cudnn.json << 'PY' || fail "--attention-kernel cudnn output"
+import json, sys
+plain, cudnn = (json.load(open(f)) for f in sys.argv[1:3])
+assert plain["attention_kernel"] == "" and cudnn["attention_kernel"] == "cudnn", (plain["attention_kernel"], cudnn["attention_kernel"])
+assert cudnn["step_s"] != plain["step_s"], (cudnn["step_s"], plain["step_s"])
+print(f"ok   simulate --attention-kernel cudnn: step {plain['step_s'] * 1e6:.1f} us -> {cudnn['step_s'] * 1e6:.1f} us")
+PY
 
 # A mixture of experts: total and active parameters (top_k of n_experts experts per block), in both forms.
 "$cleave" simulate --config "$source_dir/examples/moe/config.json" --set data.type=synthetic --world 2 > moe.log 2>&1 \

@@ -3,8 +3,8 @@
 // data sources and the two executors (training, and evaluation when train.eval_batches > 0), whose options share
 // one placement (placement_options()). trainer.cpp holds the public calls, train_loop.cpp the run loop.
 //
-// Invariants: members are built in declaration order and each reads only those above it; pending_save is the
-// last member, so its background writer is joined before anything it reads is destroyed.
+// Invariants: members are built in declaration order and each reads only those above it; pending_save is declared
+// after every part its background writer reads (setup, model, tail), so the writer is joined before they go.
 #pragma once
 
 #include <chrono>

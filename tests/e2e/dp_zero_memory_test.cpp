@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <string>
 
+#include "dp_test_support.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/run_plan/memory_plan.hpp"
 #include "mpi/mpi_test_env.hpp"
@@ -80,15 +81,10 @@ TEST(ZeroMemory, HeldBetweenStepsAndPeaksMatchThePlan) {
     auto config = tiny_gpt({"optimizer.type=adamw", micro, "parallel.dp_bucket_mb=0.05",
                             "batch.global_batch_size=" + std::to_string(4 * dp)});
     config.optimizer.zero_stage = stage;
-    train::Trainer trainer(config, *world);
-    trainer.step(0);
-    trainer.reset_peak_memory();
-    trainer.step(1);
-    const MemoryStats stats = trainer.memory_stats();
+    const auto [stats, plan] = steady_state_memory(config, *world);
     current[stage] = stats.current_of(MemoryCategory::kGradients);
     params_between_steps[stage] = stats.current_of(MemoryCategory::kParameters);
     peak[stage] = stats.peak_of(MemoryCategory::kGradients);
-    const run_plan::MemoryPlan plan = run_plan::estimate_rank_memory(trainer.plan(), trainer.config(), 0);
     for (MemoryCategory c : {MemoryCategory::kParameters, MemoryCategory::kGradients, MemoryCategory::kOptimizerState}) {
       const std::int64_t planned = plan.bytes[static_cast<std::size_t>(c)];
       EXPECT_GT(planned, 0);

@@ -167,12 +167,7 @@ TEST(ZeroPerMicrobatch, GradientPeakIsTheShardsPlusTwoBucketsAsPlanned) {
       SCOPED_TRACE("zero " + std::to_string(stage) + " " + std::string(enum_name(reduce)));
       config.optimizer.zero_stage = stage;
       config.optimizer.zero_reduce = reduce;
-      train::Trainer trainer(config, *world);
-      trainer.step(0);
-      trainer.reset_peak_memory();
-      trainer.step(1);
-      const MemoryStats stats = trainer.memory_stats();
-      const run_plan::MemoryPlan plan = run_plan::estimate_rank_memory(trainer.plan(), trainer.config(), 0);
+      const auto [stats, plan] = steady_state_memory(config, *world);
       for (MemoryCategory category :
            {MemoryCategory::kParameters, MemoryCategory::kGradients, MemoryCategory::kOptimizerState}) {
         const std::int64_t planned = plan.bytes[static_cast<std::size_t>(category)];

@@ -9,12 +9,10 @@
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/train/checkpoint_reader.hpp"
-#include "engine/train/collectives.hpp"
 #include "engine/train/evaluation.hpp"
 #include "engine/train/generation.hpp"
 #include "engine/train/measured_trace.hpp"
 #include "engine/train/parameter_gather.hpp"
-#include "engine/train/stop_request.hpp"
 #include "engine/train/trainer_impl.hpp"
 #include "engine/train/weights_only.hpp"
 #include "kernels/ops/ops.hpp"
@@ -109,17 +107,7 @@ StepStats Trainer::step(std::int64_t step) {
   const StepTailResult tail = s.tail.finish();
 
   const double loss = s.global_mean_loss(outcome);
-  // A background checkpoint's writers ride on this reduction: when none is still writing, it is committed now.
-  // So does the save-and-stop request (stop_request.hpp): every rank sees one that reached any rank.
-  const bool writing = s.pending_save && s.pending_save->writing();
-  const auto peaks = reduce_doubles(s.setup.world,
-                                    {static_cast<double>(s.setup.allocator->stats().peak_total), writing ? 1.0 : 0.0,
-                                     stop_requested() ? 1.0 : 0.0},
-                                    comm::ReduceOp::kMax);
-  if (s.pending_save && peaks[1] == 0.0) {
-    const std::int64_t saved = s.pending_save->steps_done();
-    s.committed_in_step = {saved, s.commit_pending_save()};
-  }
+  const StepEnd end = s.agree_on_step_end();
   StepStats stats;
   stats.step = step;
   stats.loss = loss;
@@ -131,14 +119,14 @@ StepStats Trainer::step(std::int64_t step) {
   stats.flops_per_rank = s.throughput.flops_per_rank(stats.step_ms);
   stats.mfu = s.throughput.mfu(stats.step_ms);
   stats.skipped = tail.skipped;
-  stats.peak_bytes = static_cast<std::int64_t>(peaks[0]);
+  stats.peak_bytes = end.peak_bytes;
   stats.p2p_bytes = outcome.p2p_bytes_sent;
   stats.overlapped_pairs = outcome.overlapped_pairs;
   stats.pair_hand_overs = outcome.pair_hand_overs;
   stats.dp_grad_bytes = tail.dp_bytes;
   stats.routing = s.router_metrics.finish(s.setup.world, s.setup.coords.tp_rank, s.setup.context, s.setup.grid.ep_size(),
                                          s.setup.coords.ep_rank);
-  stats.stop_requested = peaks[2] != 0.0;
+  stats.stop_requested = end.stop_requested;
   return stats;
 }
 

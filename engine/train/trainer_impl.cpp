@@ -10,6 +10,7 @@
 #include "engine/train/collectives.hpp"
 #include "engine/train/data/cp_shard.hpp"
 #include "engine/train/data/make_data_source.hpp"
+#include "engine/train/stop_request.hpp"
 #include "kernels/ops/ops.hpp"
 #include "pipeline/forward_only.hpp"
 
@@ -64,6 +65,19 @@ double Trainer::Impl::commit_pending_save() {
   std::unique_ptr<CheckpointSave> save = std::move(pending_save);
   save->commit(setup);
   return elapsed_ms(start);
+}
+
+StepEnd Trainer::Impl::agree_on_step_end() {
+  const bool writing = pending_save && pending_save->writing();
+  const auto peaks = reduce_doubles(setup.world,
+                                    {static_cast<double>(setup.allocator->stats().peak_total), writing ? 1.0 : 0.0,
+                                     stop_requested() ? 1.0 : 0.0},
+                                    comm::ReduceOp::kMax);
+  if (pending_save && peaks[1] == 0.0) {
+    const std::int64_t saved = pending_save->steps_done();
+    committed_in_step = {saved, commit_pending_save()};
+  }
+  return StepEnd{static_cast<std::int64_t>(peaks[0]), peaks[2] != 0.0};
 }
 
 void Trainer::Impl::save_in_train_loop(const std::string& root, std::int64_t steps_done) {

@@ -35,6 +35,12 @@ inline double elapsed_ms(TrainerClock::time_point since) {
   return std::chrono::duration<double, std::milli>(TrainerClock::now() - since).count();
 }
 
+// What the ranks agree on at a step's end (Trainer::Impl::agree_on_step_end).
+struct StepEnd {
+  std::int64_t peak_bytes = 0;  // the largest allocator peak of any rank
+  bool stop_requested = false;  // some rank received the save-and-stop signal
+};
+
 struct Trainer::Impl {
   Impl(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend);
 
@@ -63,6 +69,10 @@ struct Trainer::Impl {
   std::optional<std::pair<std::int64_t, double>> committed_in_step;  // (step saved, ms), for train()'s log
   std::string init_from;  // run.json "init_from": the --init-from source and the context length taken
 
+  // One reduction over the world at a step's end: the peaks, whether a background checkpoint's writer is still
+  // writing anywhere (none: pending_save is committed now, committed_in_step set) and the save-and-stop request
+  // (stop_request.hpp: every rank sees one that reached any rank). Collective.
+  StepEnd agree_on_step_end();
   // Commits pending_save (waiting for the writers); collective. Returns how long that took.
   double commit_pending_save();
   // checkpoint.background: the snapshot, the writer started; else the whole save. Collective.

@@ -21,7 +21,6 @@ option(CLEAVE_PRECOMPILE_HEADERS "Precompile the STL, fmt and nlohmann/json head
 # with the same name and signature as another file of its library (named after the #).
 set(CLEAVE_UNITY_SKIP
     pipeline/schedules/list_scheduler.cpp   # kUnknown, as schedules/auto_schedule.cpp
-    engine/config/strict_json.cpp           # join_path, as config.cpp
     engine/planner/profile_measure.cpp      # median, as gemm_profile.cpp
     engine/cli/profile_gemm.cpp)            # today, as profile.cpp
 # Targets compiled with other flags than cleave_core's (-fopenmp), which precompile the headers for themselves.

@@ -10,14 +10,12 @@
 
 namespace cleave::config {
 namespace {
-
 using json = nlohmann::json;
+}  // namespace
 
 std::string join_path(const std::string& parent, std::string_view key) {
   return parent.empty() ? std::string(key) : parent + "." + std::string(key);
 }
-
-}  // namespace
 
 // Parses strict JSON; a key repeated within one object is an error naming its path (nlohmann would keep
 // the last silently). Malformed text reports line and column.

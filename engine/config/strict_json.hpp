@@ -18,4 +18,7 @@ nlohmann::json parse_json_strict(std::string_view text, const std::string& what)
 // U+10FFFF), or npos.
 std::size_t invalid_utf8_at(std::string_view text);
 
+// A key path: `key` under `parent` ("optimizer" and "lr" give "optimizer.lr"; an empty parent gives "lr").
+std::string join_path(const std::string& parent, std::string_view key);
+
 }  // namespace cleave::config

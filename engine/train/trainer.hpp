@@ -154,7 +154,7 @@ class Trainer {
   ops::HostWaits host_waits() const;
   void reset_peak_memory();
 
-  struct Impl;  // the parts (rank_setup.hpp, rank_model.hpp, step_tail.hpp) and the executors; trainer.cpp
+  struct Impl;  // the parts (rank_setup.hpp, rank_model.hpp, step_tail.hpp) and the executors; trainer_impl.hpp
 
  private:
   std::unique_ptr<Impl> impl_;

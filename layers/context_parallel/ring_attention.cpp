@@ -104,6 +104,19 @@ bool visible(const Geometry& g, int gi, int gj) {
   return static_cast<std::int64_t>(gi - gj - 1) * g.c + 1 < g.window;
 }
 
+// Calls visit(k, m, params) for every pair of this rank's query chunk k and key chunk m of the block from rank
+// `src` whose keys the queries see (visible), with that pair's kernel parameters; query chunks outer, in order.
+template <typename Visit>
+void for_each_visible_pair(const Geometry& g, int src, Visit visit) {
+  for (int k = 0; k < kChunks; ++k) {
+    const int gi = g.chunk(g.rank, k);
+    for (int m = 0; m < kChunks; ++m) {
+      const int gj = g.chunk(src, m);
+      if (visible(g, gi, gj)) visit(k, m, block_params(g, gi, gj));
+    }
+  }
+}
+
 struct ForwardResult {
   std::array<Tensor, kChunks> q, out, lse;
   KvBlocks own;
@@ -134,15 +147,10 @@ ForwardResult run_forward(Context& ctx, const Tensor& qkv, const RingHeads& h, c
       next = empty_like(ctx, held);
       in_flight = rotate(ctx, flat(held), flat(next));
     }
-    for (int k = 0; k < kChunks; ++k) {
-      const int gi = g.chunk(g.rank, k);
-      for (int m = 0; m < kChunks; ++m) {
-        const int gj = g.chunk(src, m);
-        if (!visible(g, gi, gj)) continue;
-        ops::attention_forward(ctx, r.q[k], held.k[m], held.v[m], part_out, part_lse, block_params(g, gi, gj));
-        ops::attention_merge(ctx, r.out[k], r.lse[k], part_out, part_lse, r.out[k], r.lse[k]);
-      }
-    }
+    for_each_visible_pair(g, src, [&](int k, int m, const BlockParams& p) {
+      ops::attention_forward(ctx, r.q[k], held.k[m], held.v[m], part_out, part_lse, p);
+      ops::attention_merge(ctx, r.out[k], r.lse[k], part_out, part_lse, r.out[k], r.lse[k]);
+    });
     if (in_flight) {
       const CommWaitTimer timer(ctx, CommKind::kContextParallel);
       in_flight->wait();
@@ -210,17 +218,11 @@ Tensor ring_attention_backward(Context& ctx, const Tensor& dout, const RingHeads
       next = empty_like(ctx, held);
       in_flight = rotate(ctx, flat(held), flat(next));
     }
-    for (int k = 0; k < kChunks; ++k) {
-      const int gi = g.chunk(g.rank, k);
-      for (int m = 0; m < kChunks; ++m) {
-        const int gj = g.chunk(src, m);
-        if (!visible(g, gi, gj)) continue;
-        BlockParams p = block_params(g, gi, gj);
-        p.accumulate_grads = true;
-        ops::attention_backward(ctx, r.q[k], held.k[m], held.v[m], r.out[k], r.lse[k], d_out[k], dq[k], dkv.k[m],
-                                dkv.v[m], p);
-      }
-    }
+    for_each_visible_pair(g, src, [&](int k, int m, BlockParams p) {
+      p.accumulate_grads = true;
+      ops::attention_backward(ctx, r.q[k], held.k[m], held.v[m], r.out[k], r.lse[k], d_out[k], dq[k], dkv.k[m],
+                              dkv.v[m], p);
+    });
     // The gradient travels on once this rank has added to it; after cp hops it is home.
     KvBlocks dkv_next = empty_like(ctx, dkv);
     const comm::WorkPtr hop = rotate(ctx, flat(dkv), flat(dkv_next));

@@ -43,45 +43,38 @@ std::string LlamaAttention::who() const {
 
 namespace {
 
-// rope + packing over the rank's tokens: one call from position 0 without context parallelism, else one per
-// run of consecutive global positions (Context::cp; two runs per sample under ring), on views of each sample.
-void rope_pack_runs(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
-                    ops::RopeParams rope) {
-  const std::int64_t b = q.dim(0), t = q.dim(1);
+// Runs `apply(rope, view)` over the rank's tokens: once, from the first position, without context parallelism;
+// else once per run of consecutive global positions (Context::cp; two runs per sample under ring), where view(x)
+// is x narrowed to that sample's run. `b` samples of `t` local tokens.
+template <typename Apply>
+void over_position_runs(const Context& ctx, std::int64_t b, std::int64_t t, ops::RopeParams rope, Apply apply) {
   const std::vector<CpSegment> runs = ctx.cp.segments(t);
   if (runs.size() == 1) {
     rope.position_offset = runs[0].global_begin;
-    ops::rope_pack_qkv(ctx, q, k, v, qkv, rope);
+    apply(rope, [](const Tensor& x) { return x; });
     return;
   }
   for (std::int64_t s = 0; s < b; ++s) {
     for (const CpSegment& run : runs) {
       rope.position_offset = run.global_begin;
-      ops::rope_pack_qkv(ctx, token_run(q, s, run.local_begin, run.length), token_run(k, s, run.local_begin, run.length),
-                         token_run(v, s, run.local_begin, run.length), token_run(qkv, s, run.local_begin, run.length),
-                         rope);
+      apply(rope, [&](const Tensor& x) { return token_run(x, s, run.local_begin, run.length); });
     }
   }
 }
 
+// rope + packing over the rank's tokens, at their global positions.
+void rope_pack_runs(const Context& ctx, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& qkv,
+                    ops::RopeParams rope) {
+  over_position_runs(ctx, q.dim(0), q.dim(1), rope, [&](const ops::RopeParams& at, const auto& view) {
+    ops::rope_pack_qkv(ctx, view(q), view(k), view(v), view(qkv), at);
+  });
+}
+
 void rope_unpack_runs(const Context& ctx, const Tensor& dqkv, const Tensor& dq, const Tensor& dk, const Tensor& dv,
                       ops::RopeParams rope) {
-  const std::int64_t b = dq.dim(0), t = dq.dim(1);
-  const std::vector<CpSegment> runs = ctx.cp.segments(t);
-  if (runs.size() == 1) {
-    rope.position_offset = runs[0].global_begin;
-    ops::rope_pack_qkv_backward(ctx, dqkv, dq, dk, dv, rope);
-    return;
-  }
-  for (std::int64_t s = 0; s < b; ++s) {
-    for (const CpSegment& run : runs) {
-      rope.position_offset = run.global_begin;
-      ops::rope_pack_qkv_backward(ctx, token_run(dqkv, s, run.local_begin, run.length),
-                                  token_run(dq, s, run.local_begin, run.length),
-                                  token_run(dk, s, run.local_begin, run.length),
-                                  token_run(dv, s, run.local_begin, run.length), rope);
-    }
-  }
+  over_position_runs(ctx, dq.dim(0), dq.dim(1), rope, [&](const ops::RopeParams& at, const auto& view) {
+    ops::rope_pack_qkv_backward(ctx, view(dqkv), view(dq), view(dk), view(dv), at);
+  });
 }
 
 }  // namespace

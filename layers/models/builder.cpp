@@ -76,49 +76,74 @@ std::shared_ptr<Param> tied_head_table(const ModelSpec& spec, const BlockSpec& h
   return make_token_table(embedding_prefix(spec), head.vocab_size, head.in_features, init);
 }
 
-// build_blocks for tp_size > 1 (a gpt or llama, checked by the caller): this tp rank's shards of every block.
-std::vector<LayerPtr> build_tensor_parallel_blocks(const ModelSpec& spec, std::size_t first_block,
-                                                   std::size_t last_block, const BuildOptions& options,
-                                                   const ParamInit& init) {
+// A norm block: the same layer in every layout (its parameters are replicated across tp ranks).
+LayerPtr norm_block(const BlockSpec& b, const ParamInit& init) {
+  if (b.kind == BlockKind::kLayerNorm) return std::make_unique<LayerNorm>(b.name, b.in_features, init);
+  return std::make_unique<RmsNorm>(b.name, b.in_features, static_cast<float>(b.norm_eps), init);
+}
+
+// A common block's layer for tp_size > 1 (a gpt or llama, checked by build_blocks): this tp rank's shard.
+// `token_table` is the embedding's table once the range has built it (a tied head in the range uses it).
+LayerPtr tensor_parallel_common_block(const ModelSpec& spec, const BlockSpec& b, const BuildOptions& options,
+                                      const ParamInit& init, std::shared_ptr<Param>& token_table) {
   const int tp = options.tp_size, rank = options.tp_rank;
-  std::vector<LayerPtr> layers;
-  std::shared_ptr<Param> token_table;  // of the embedding in this range
-  for (std::size_t i = first_block; i < last_block; ++i) {
-    const BlockSpec& b = spec.blocks[i];
-    if (const BlockLayers* family = family_block_layers(b.kind)) {
-      layers.push_back(with_recompute(family->build(b, spec, init, tp, rank, {options.ep_size, options.ep_rank}), options.recompute));
-      continue;
+  switch (b.kind) {
+    case BlockKind::kEmbedding: {
+      auto layer =
+          std::make_unique<VocabParallelEmbedding>(b.name, b.vocab_size, b.seq_len, b.out_features, init, tp, rank);
+      token_table = layer->token_table();
+      return layer;
     }
-    switch (b.kind) {
-      case BlockKind::kEmbedding: {
-        auto layer =
-            std::make_unique<VocabParallelEmbedding>(b.name, b.vocab_size, b.seq_len, b.out_features, init, tp, rank);
-        token_table = layer->token_table();
-        layers.push_back(std::move(layer));
-        break;
-      }
-      case BlockKind::kLayerNorm:
-        layers.push_back(std::make_unique<LayerNorm>(b.name, b.in_features, init));
-        break;
-      case BlockKind::kRmsNorm:
-        layers.push_back(std::make_unique<RmsNorm>(b.name, b.in_features, static_cast<float>(b.norm_eps), init));
-        break;
-      case BlockKind::kLmHead: {
-        auto weight = b.tied ? tied_head_table(spec, b, token_table, options, init)
-                             : make_vocab_parallel_table(b.name + ".weight", b.vocab_size, b.in_features, init.std,
-                                                         init, tp, rank);
-        layers.push_back(std::make_unique<VocabParallelLmHead>(b.name, std::move(weight), b.tied, tp, rank));
-        break;
-      }
-      case BlockKind::kSoftmaxCrossEntropy:
-        layers.push_back(std::make_unique<VocabParallelCrossEntropy>(b.vocab_size, tp, rank));
-        break;
-      default:
-        CLEAVE_ASSERT(false, "build_blocks: block '{}' ({}) has no tensor-parallel version (check_tensor_parallel "
-                      "admits only the families that can be split)", b.name, partition::block_kind_name(b.kind));
+    case BlockKind::kLayerNorm:
+    case BlockKind::kRmsNorm:
+      return norm_block(b, init);
+    case BlockKind::kLmHead: {
+      auto weight = b.tied ? tied_head_table(spec, b, token_table, options, init)
+                           : make_vocab_parallel_table(b.name + ".weight", b.vocab_size, b.in_features, init.std,
+                                                       init, tp, rank);
+      return std::make_unique<VocabParallelLmHead>(b.name, std::move(weight), b.tied, tp, rank);
     }
+    case BlockKind::kSoftmaxCrossEntropy:
+      return std::make_unique<VocabParallelCrossEntropy>(b.vocab_size, tp, rank);
+    default:
+      CLEAVE_ASSERT(false, "build_blocks: block '{}' ({}) has no tensor-parallel version (check_tensor_parallel "
+                    "admits only the families that can be split)", b.name, partition::block_kind_name(b.kind));
   }
-  return layers;
+}
+
+// A common block's layer for one rank (tp_size 1); `token_table` as above.
+LayerPtr common_block(const ModelSpec& spec, const BlockSpec& b, const BuildOptions& options, const ParamInit& init,
+                      std::shared_ptr<Param>& token_table) {
+  switch (b.kind) {
+    case BlockKind::kEmbedding: {
+      auto layer = std::make_unique<Embedding>(b.name, b.vocab_size, b.seq_len, b.out_features, init);
+      token_table = layer->token_table();
+      return layer;
+    }
+    case BlockKind::kLayerNorm:
+    case BlockKind::kRmsNorm:
+      return norm_block(b, init);
+    case BlockKind::kLmHead: {
+      std::shared_ptr<Param> weight;
+      if (b.tied) {
+        weight = tied_head_table(spec, b, token_table, options, init);
+      } else {
+        weight = make_param(b.name + ".weight", Shape{b.out_features, b.in_features}, true, init.allocator);
+        init_normal(*weight, init.seed, init.std);
+      }
+      return std::make_unique<LmHead>(b.name, std::move(weight), b.tied);
+    }
+    case BlockKind::kLinear: return std::make_unique<Linear>(b.name, b.in_features, b.out_features, true, init);
+    case BlockKind::kRelu: return std::make_unique<Relu>(b.name);
+    case BlockKind::kGelu: return std::make_unique<Gelu>(b.name);
+    case BlockKind::kConv2d: return std::make_unique<Conv2d>(b.name, b.in_features, b.out_features, b.kernel, init);
+    case BlockKind::kMaxPool: return std::make_unique<MaxPool>(b.name, b.input[1], b.input[2], b.kernel);
+    case BlockKind::kFlatten: return std::make_unique<Flatten>(b.input);
+    case BlockKind::kSoftmaxCrossEntropy: return std::make_unique<SoftmaxCrossEntropy>();
+    default:
+      CLEAVE_ASSERT(false, "build_blocks: block '{}' ({}) is neither a common kind nor in layers/families' table",
+                    b.name, partition::block_kind_name(b.kind));
+  }
 }
 
 }  // namespace
@@ -135,56 +160,19 @@ std::vector<LayerPtr> build_blocks(const ModelSpec& spec, std::size_t first_bloc
   init.std = 0.02f;
   check_tensor_parallel(spec, options.tp_size);
   check_tp_coordinates(options.tp_size, options.tp_rank, "build_blocks");
-  if (options.tp_size > 1) return build_tensor_parallel_blocks(spec, first_block, last_block, options, init);
 
   std::vector<LayerPtr> layers;
   std::shared_ptr<Param> token_table;  // of the embedding in this range
   for (std::size_t i = first_block; i < last_block; ++i) {
     const BlockSpec& b = spec.blocks[i];
     if (const BlockLayers* family = family_block_layers(b.kind)) {
-      layers.push_back(with_recompute(family->build(b, spec, init, 1, 0, {options.ep_size, options.ep_rank}), options.recompute));
-      continue;
-    }
-    switch (b.kind) {
-      case BlockKind::kEmbedding: {
-        auto layer = std::make_unique<Embedding>(b.name, b.vocab_size, b.seq_len, b.out_features, init);
-        token_table = layer->token_table();
-        layers.push_back(std::move(layer));
-        break;
-      }
-      case BlockKind::kLayerNorm:
-        layers.push_back(std::make_unique<LayerNorm>(b.name, b.in_features, init));
-        break;
-      case BlockKind::kRmsNorm:
-        layers.push_back(std::make_unique<RmsNorm>(b.name, b.in_features, static_cast<float>(b.norm_eps), init));
-        break;
-      case BlockKind::kLmHead: {
-        std::shared_ptr<Param> weight;
-        if (b.tied) {
-          weight = tied_head_table(spec, b, token_table, options, init);
-        } else {
-          weight = make_param(b.name + ".weight", Shape{b.out_features, b.in_features}, true, init.allocator);
-          init_normal(*weight, init.seed, init.std);
-        }
-        layers.push_back(std::make_unique<LmHead>(b.name, std::move(weight), b.tied));
-        break;
-      }
-      case BlockKind::kLinear:
-        layers.push_back(std::make_unique<Linear>(b.name, b.in_features, b.out_features, true, init));
-        break;
-      case BlockKind::kRelu: layers.push_back(std::make_unique<Relu>(b.name)); break;
-      case BlockKind::kGelu: layers.push_back(std::make_unique<Gelu>(b.name)); break;
-      case BlockKind::kConv2d:
-        layers.push_back(std::make_unique<Conv2d>(b.name, b.in_features, b.out_features, b.kernel, init));
-        break;
-      case BlockKind::kMaxPool:
-        layers.push_back(std::make_unique<MaxPool>(b.name, b.input[1], b.input[2], b.kernel));
-        break;
-      case BlockKind::kFlatten: layers.push_back(std::make_unique<Flatten>(b.input)); break;
-      case BlockKind::kSoftmaxCrossEntropy: layers.push_back(std::make_unique<SoftmaxCrossEntropy>()); break;
-      default:
-        CLEAVE_ASSERT(false, "build_blocks: block '{}' ({}) is neither a common kind nor in layers/families' table",
-                      b.name, partition::block_kind_name(b.kind));
+      layers.push_back(with_recompute(
+          family->build(b, spec, init, options.tp_size, options.tp_rank, {options.ep_size, options.ep_rank}),
+          options.recompute));
+    } else if (options.tp_size > 1) {
+      layers.push_back(tensor_parallel_common_block(spec, b, options, init, token_table));
+    } else {
+      layers.push_back(common_block(spec, b, options, init, token_table));
     }
   }
   return layers;

@@ -22,9 +22,18 @@ std::shared_ptr<Param> make_sharded_param(std::string name, const ShardSpec& spe
   return p;
 }
 
-void init_shard_normal(Param& param, std::uint64_t seed, float std) {
+namespace {
+
+// A shard initialiser writes the shard's own elements: its value must have the shard's shape.
+void check_shard_shape(const Param& param) {
   CLEAVE_ASSERT(param.value.shape() == shard_shape(param.shard), "param {}: value {} is not the shard shape {}",
                 param.name, param.value.shape().str(), shard_shape(param.shard).str());
+}
+
+}  // namespace
+
+void init_shard_normal(Param& param, std::uint64_t seed, float std) {
+  check_shard_shape(param);
   float* out = param.value.data<float>();
   const std::uint64_t key = rng::hash_key(param.name);
   for_each_shard_run(param.shard, [&](std::int64_t logical, std::int64_t local, std::int64_t n) {
@@ -33,8 +42,7 @@ void init_shard_normal(Param& param, std::uint64_t seed, float std) {
 }
 
 void init_shard_uniform(Param& param, std::uint64_t seed, float bound) {
-  CLEAVE_ASSERT(param.value.shape() == shard_shape(param.shard), "param {}: value {} is not the shard shape {}",
-                param.name, param.value.shape().str(), shard_shape(param.shard).str());
+  check_shard_shape(param);
   float* out = param.value.data<float>();
   const std::uint64_t key = rng::hash_key(param.name);
   for_each_shard_run(param.shard, [&](std::int64_t logical, std::int64_t local, std::int64_t n) {

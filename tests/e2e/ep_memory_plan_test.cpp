@@ -105,7 +105,7 @@ TEST(ExpertParallel, MemoryPlanFollowsTheMeasuredPeakUnderZero) {
                             "optimizer.zero_reduce=" + reduce});
     train::Trainer trainer(config, *world);
     trainer.step(0);
-    trainer.reset_peak_memory();  // the steady state, as ZeroMemory (data_parallel_test.cpp) measures it
+    trainer.reset_peak_memory();  // the steady state, as ZeroMemory (dp_zero_memory_test.cpp) measures it
     for (std::int64_t s = 1; s < config.train.steps; ++s) trainer.step(s);
     config::RunConfig resolved = config;
     resolved.resolve(4);

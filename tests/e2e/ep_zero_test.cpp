@@ -7,7 +7,7 @@
 //    dp, no ZeRO) BIT FOR BIT in per-step losses and final logical parameters, and in the gradient norm to 1e-14
 //    relative (its squares are summed over other partitions: dp shards, expert-dp shards, ZeRO-3's per-block
 //    units). Why it can be: ep 2 and 4 equal ep 1 bit for bit (ep_equivalence_test.cpp: the dispatch sums per source
-//    lane, then canonically); ZeRO 1-3 equal plain data parallel bit for bit (data_parallel_test.cpp: rank-ordered
+//    lane, then canonically); ZeRO 1-3 equal plain data parallel bit for bit (dp_equivalence_test.cpp: rank-ordered
 //    reduce-scatter adds what the all-reduce adds, the update is element-wise); and plain data parallel equals one
 //    rank (canonical micro-batch tree, power-of-two micro-batches per replica). Nothing here may differ in the
 //    last bit, so the bound is 0. (The clip factor is a float computed from the double norm: a last-bit norm
@@ -60,7 +60,7 @@ struct Case {
   // Set: the reference is this config on the same world (context parallelism's chunked attention and a pipeline's tied
   // table, its copies summed per micro-batch set, are not bit-identical to one rank's, so those layouts are compared
   // with the same layout at ep 1 without ZeRO, itself within rounding of one rank: context_parallel_test.cpp,
-  // data_parallel_test.cpp). Empty: one rank.
+  // dp_equivalence_test.cpp). Empty: one rank.
   std::vector<std::string> world_reference;
 };
 
@@ -126,7 +126,7 @@ TEST(EpZero, ZeroTwoAndThreeWithEpMatchOneRankBitForBit) {
 
 // optimizer.zero_reduce per_microbatch (outside deterministic mode): the main buckets are reduce-scattered every
 // micro-batch, the expert buckets once per step (data_parallel.hpp). Against ZeRO-0 at the same ep on the same
-// world within float rounding (5e-6 relative, data_parallel_test.cpp's bound for the same reordering: each
+// world within float rounding (5e-6 relative, dp_equivalence_test.cpp's bound for the same reordering: each
 // replica's micro-batch-0 sum, plus micro-batch 1's, ...), SGD with momentum as there (AdamW turns rounding noise
 // in near-zero gradients into lr-sized steps).
 TEST(EpZero, PerMicrobatchReductionMatchesZeroZeroWithinRounding) {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <string>
@@ -106,6 +107,16 @@ inline double max_loss_rel_diff(const RunRecord& a, const RunRecord& b) {
   EXPECT_EQ(a.losses.size(), b.losses.size());
   for (std::size_t i = 0; i < std::min(a.losses.size(), b.losses.size()); ++i) {
     max_rel = std::max(max_rel, std::abs(a.losses[i] - b.losses[i]) / std::abs(b.losses[i]));
+  }
+  return max_rel;
+}
+
+// Max relative difference |a-b| / |b| of the per-step gradient norms (b the reference).
+inline double max_grad_norm_rel_diff(const RunRecord& a, const RunRecord& b) {
+  double max_rel = 0;
+  EXPECT_EQ(a.grad_norms.size(), b.grad_norms.size());
+  for (std::size_t i = 0; i < std::min(a.grad_norms.size(), b.grad_norms.size()); ++i) {
+    max_rel = std::max(max_rel, std::abs(a.grad_norms[i] - b.grad_norms[i]) / b.grad_norms[i]);
   }
   return max_rel;
 }

@@ -1,0 +1,124 @@
+// Resuming and restarting a run: see resume.hpp.
+#include "engine/train/resume.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+#include "engine/train/checkpoint_pieces.hpp"
+
+namespace cleave::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+nlohmann::json read_json(const fs::path& path) {
+  std::ifstream in(path);
+  CLEAVE_CHECK(in.good(), "--resume: cannot read {}", path.string());
+  return nlohmann::json::parse(in);
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+}  // namespace
+
+std::optional<std::string> resume_step_dir(const std::string& resume, const std::string& checkpoint_root,
+                                           bool reports) {
+  if (resume == "auto") {
+    std::optional<std::string> dir = checkpoint::latest_step_dir(checkpoint_root);
+    if (!dir && reports) log::info("checkpoint: --resume auto found no checkpoint under {}; starting fresh", checkpoint_root);
+    return dir;
+  }
+  CLEAVE_CHECK(fs::is_directory(resume), "--resume {}: no such checkpoint directory", resume);
+  std::optional<std::string> dir = fs::exists(fs::path(resume) / "index.json") ? std::optional<std::string>(resume)
+                                                                               : checkpoint::latest_step_dir(resume);
+  CLEAVE_CHECK(dir.has_value(), "--resume {}: holds no complete checkpoint (no index.json, no step_NNNNNNN/)", resume);
+  return dir;
+}
+
+std::vector<ConfigChange> check_resumed_config(RankSetup& setup, const std::string& step_dir,
+                                               const std::vector<std::string>& allowed) {
+  std::vector<ConfigChange> changes;
+  std::string error;
+  try {
+    const nlohmann::json index = read_json(fs::path(step_dir) / "index.json");
+    const fs::path run_config = fs::path(setup.config.train.out_dir) / "config.json";
+    std::optional<nlohmann::json> before;
+    if (index.contains("config")) before = index.at("config");
+    else if (fs::exists(run_config)) before = read_json(run_config);
+    const nlohmann::json after = nlohmann::json::parse(config::to_json(setup.config));
+    if (before) changes = config_changes(*before, after);
+    check_config_changes(changes, allowed, after, step_dir);
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  throw_if_any_rank_failed(setup.world, error);
+  if (setup.reports()) {
+    for (const ConfigChange& c : changes) {
+      log::info("resume: config changed since the checkpoint: {}{}", c.describe(),
+                c.free ? "" : " (allowed by --allow-config-change)");
+    }
+  }
+  return changes;
+}
+
+void keep_previous_config(const std::string& out_dir, const std::string& new_text, std::int64_t step) {
+  const fs::path current = fs::path(out_dir) / "config.json";
+  if (!fs::exists(current)) return;
+  if (read_text(current) == new_text) return;
+  fs::path kept = fs::path(out_dir) / fmt::format("config.before_step_{}.json", step);
+  for (int n = 2; fs::exists(kept); ++n) kept = fs::path(out_dir) / fmt::format("config.before_step_{}.{}.json", step, n);
+  fs::rename(current, kept);
+  log::info("resume: the previous config.json is kept as {}", kept.string());
+}
+
+report::RunSummary with_resume(report::RunSummary record, const std::string& out_dir, bool resumed,
+                               std::int64_t step, const std::string& step_dir,
+                               const std::vector<ConfigChange>& changes) {
+  if (!resumed) return record;
+  const fs::path path = fs::path(out_dir) / "run.json";
+  if (fs::exists(path)) {
+    try {
+      for (auto& r : report::parse_run_summary(read_text(path), path.string()).resumes) {
+        if (r.at_step < step) record.resumes.push_back(std::move(r));
+      }
+    } catch (const Error& e) {
+      log::warn("run.json: the earlier file does not parse ({}); its resume history is not carried over", e.what());
+    }
+  }
+  report::ResumeRecord now{step, step_dir, {}};
+  for (const ConfigChange& c : changes) {
+    now.config_changes.push_back({c.key, c.before.is_null() ? "absent" : c.before.dump(),
+                                  c.after.is_null() ? "absent" : c.after.dump(),
+                                  c.free ? "resume" : "--allow-config-change"});
+  }
+  record.resumes.push_back(std::move(now));
+  return record;
+}
+
+RestartRecord read_restart_record(const std::string& path, bool reads) {
+  RestartRecord r;
+  if (path.empty() || !reads) return r;
+  try {
+    std::ifstream in(path);
+    CLEAVE_CHECK(in.good(), "cannot read it");
+    const nlohmann::json j = nlohmann::json::parse(in);
+    r.number = j.at("restart").get<std::int64_t>();
+    r.launched_unix_s = j.at("launched_unix_s").get<double>();
+  } catch (const std::exception& e) {
+    log::warn("restart record {}: {}; the restart's timings are not recorded", path, e.what());
+    r = {};
+  }
+  return r;
+}
+
+}  // namespace cleave::train

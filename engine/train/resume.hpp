@@ -1,0 +1,52 @@
+// Resuming a run (train --resume) and restarting one (cleave run): which checkpoint --resume names, the resumed
+// config held against the checkpoint's, config.json's previous text kept, run.json's resume history, and the
+// restart record `cleave run` hands a restarted job.
+//
+// Invariants: a resumed config that changes a key needing --allow-config-change is refused on every rank alike
+// (the check's error is shared over the world); a kept config file is never overwritten (a second copy gets a
+// numbered name); run.json's history keeps only the resumes before this one's step, so a run resumed twice from
+// the same checkpoint records that resume once.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "engine/report/run_summary.hpp"
+#include "engine/train/config_change.hpp"
+#include "engine/train/rank_setup.hpp"
+
+namespace cleave::train {
+
+// The step directory `resume` names: "auto" = the latest complete checkpoint under `checkpoint_root` (none:
+// a fresh start, logged when `reports`); otherwise a step directory (it holds index.json) or a root whose
+// latest complete checkpoint is taken. Throws when an explicit directory is missing or holds no checkpoint.
+std::optional<std::string> resume_step_dir(const std::string& resume, const std::string& checkpoint_root,
+                                           bool reports);
+
+// A resumed run's config against the one its checkpoint was trained with (index.json "config"; a checkpoint
+// written before that field existed is compared with the run directory's config.json, when there is one).
+// Refused on every rank when a key changed that `allowed` does not cover (config_change.hpp). Collective.
+std::vector<ConfigChange> check_resumed_config(RankSetup& setup, const std::string& step_dir,
+                                               const std::vector<std::string>& allowed);
+
+// config.json of a resumed run is replaced only when it says something new, and then the old one is kept as
+// config.before_step_<step>.json.
+void keep_previous_config(const std::string& out_dir, const std::string& new_text, std::int64_t step);
+
+// run.json of a resumed run: the resumes recorded earlier in `out_dir` (before `step`) and this one, from
+// `step_dir` with `changes`. A fresh run's record (`resumed` false) is returned as it is.
+report::RunSummary with_resume(report::RunSummary record, const std::string& out_dir, bool resumed,
+                               std::int64_t step, const std::string& step_dir,
+                               const std::vector<ConfigChange>& changes);
+
+// TrainOptions::restart_record, read on world rank 0 (the only rank that writes metrics); number 0 = none.
+struct RestartRecord {
+  std::int64_t number = 0;
+  double launched_unix_s = 0;
+};
+// An empty `path` or `reads` false: none. A file that cannot be read is a warning, and none.
+RestartRecord read_restart_record(const std::string& path, bool reads);
+
+}  // namespace cleave::train

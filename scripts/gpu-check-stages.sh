@@ -335,16 +335,17 @@ stage_test() {
 stage_kernel_timing() {
   # tests/gpu/ops/kernel_timing_test.cpp: gpu_ops_test's DISABLED_ KernelTiming tests (gtest runs them when
   # GTEST_ALSO_RUN_DISABLED_TESTS=1): the exact gradient-norm sum against the rounded one on GPT-2 small's 148
-  # gradients, and the fused add+RMSNorm kernels against the unfused pairs, each validated before it is timed. Each
-  # test prints one "kernel-timing: " line (the row's figure) and appends its measurements as JSON Lines to
-  # OUTDIR/kernel_timing.jsonl. Without a GPU the binary only lists the two tests (plumbing) and the stage skips.
+  # gradients, the fused add+RMSNorm kernels against the unfused pairs and the MoE routing weights' gradient, each
+  # validated before it is timed. Each test prints one "kernel-timing: " line (the row's figure) and appends its
+  # measurements as JSON Lines to OUTDIR/kernel_timing.jsonl. Without a GPU the binary only lists the three tests
+  # (plumbing) and the stage skips.
   local bin="$CHECK_BIN/gpu_ops_test" out="$CHECK_OUT/kernel_timing.jsonl" st fig figure listed
   [[ -x "$bin" ]] || { result fail "gpu_ops_test is not in the bundle"; return; }
   rm -f "$out"
   if [[ "$CHECK_GPU" != yes ]]; then
     listed="$("$bin" --gtest_list_tests --gtest_filter='KernelTiming.*' 2>&1 | grep -c '^  DISABLED_')"
-    if [[ "$listed" -eq 2 ]]; then result skipped "no GPU visible${CHECK_NO_GPU_NOTE}; gpu_ops_test lists its 2 timings"
-    else result fail "gpu_ops_test lists $listed KernelTiming tests (want 2)"; fi
+    if [[ "$listed" -eq 3 ]]; then result skipped "no GPU visible${CHECK_NO_GPU_NOTE}; gpu_ops_test lists its 3 timings"
+    else result fail "gpu_ops_test lists $listed KernelTiming tests (want 3)"; fi
     return
   fi
   GTEST_ALSO_RUN_DISABLED_TESTS=1 CLEAVE_KERNEL_TIMING_OUT="$out" gtest_with_recovery "$bin" 'KernelTiming.*'

@@ -1,12 +1,13 @@
 // cuBLASLt GEMM (gemm.hpp). Row-major problems run as the column-major product C^T = op(B)^T op(A)^T: the
 // operands swap places, and each row-major matrix is read as its column-major transpose with the same leading
-// dimension. Plans (descriptors + algorithm) are cached per problem key in the GemmContext.
+// dimension. Plans (descriptors + algorithm) are cached per problem key in the GemmContext's bounded caches; an
+// algorithm is asked of cuBLASLt once per heuristic problem (gemm.hpp, "Plan caching").
 #include "kernels/cuda/gemm.hpp"
 
 #include <algorithm>
 #include <array>
 #include <limits>
-#include <map>
+#include <optional>
 
 #include "engine/cuda/cuda_check.hpp"
 #include "kernels/cuda/elementwise.hpp"
@@ -88,6 +89,7 @@ struct Plan {
   cublasLtMatrixLayout_t layout_b = nullptr;  // cuBLASLt's B: our A
   cublasLtMatrixLayout_t layout_c = nullptr;  // C and D
   cublasLtMatmulAlgo_t algo{};
+  bool from_bucket = false;  // algo was found for the heuristic problem (gemm_heuristic_problem), not this one
 
   Plan() = default;
   Plan(const Plan&) = delete;
@@ -124,7 +126,8 @@ void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const GemmArgs& args) {
   if (has_aux(args.epilogue)) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, args.aux);
 }
 
-std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& args, std::size_t workspace_bytes) {
+// The exact problem's descriptors (the algorithm is filled in by the caller).
+std::unique_ptr<Plan> make_descriptors(const GemmArgs& args) {
   auto plan = std::make_unique<Plan>();
   const cublasComputeType_t compute = args.math == GemmMath::kTF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   CLEAVE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
@@ -139,7 +142,12 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& args, s
   plan->layout_b = make_layout(args.input_type, args.trans_a ? args.m : args.k, args.trans_a ? args.k : args.m,
                                args.lda, args.batch, args.stride_a);
   plan->layout_c = make_layout(args.output_type, args.n, args.m, args.ldc, args.batch, args.stride_c);
+  return plan;
+}
 
+// cuBLASLt's best algorithm for `plan`'s descriptors with `args`' pointer alignments, or none.
+std::optional<cublasLtMatmulAlgo_t> query_heuristic(cublasLtHandle_t handle, const Plan& plan, const GemmArgs& args,
+                                                    std::size_t workspace_bytes) {
   cublasLtMatmulPreference_t preference = nullptr;
   CLEAVE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
   struct PreferenceGuard {
@@ -162,32 +170,91 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const GemmArgs& args, s
 
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  // "Not supported" is how cuBLASLt may say "no algorithm": report it with the problem, not as a bare status.
+  // "Not supported" is how cuBLASLt may say "no algorithm": the caller reports it with the problem.
   const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(handle, plan->desc, plan->layout_a, plan->layout_b, plan->layout_c, plan->layout_c,
+      cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.layout_a, plan.layout_b, plan.layout_c, plan.layout_c,
                                      preference, 1, &result, &found);
   if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
     CLEAVE_VENDOR_CHECK("cuBLAS", status, status == CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString(status),
                         "cublasLtMatmulAlgoGetHeuristic");
   }
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) {
-    throw BackendError(fmt::format(
-        "cuBLASLt has no algorithm for {} (pointer alignments A {} B {} C {}, workspace {} bytes); try aligned "
-        "leading dimensions (multiples of 8 elements), another epilogue, or a larger workspace",
-        args.str(), alignment_of(args.a), alignment_of(args.b), alignment_of(args.c), workspace_bytes));
-  }
-  plan->algo = result.algo;
-  return plan;
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) return std::nullopt;
+  return result.algo;
 }
+
+// Whether cuBLASLt accepts `algo` (found for another problem of the same bucket) on `plan`'s exact descriptors
+// with a workspace of at most `workspace_bytes` (cublasLtMatmulAlgoCheck: a refusal means it would not run).
+bool algorithm_fits(cublasLtHandle_t handle, const Plan& plan, const cublasLtMatmulAlgo_t& algo,
+                    std::size_t workspace_bytes) {
+  cublasLtMatmulHeuristicResult_t result{};
+  const cublasStatus_t status = cublasLtMatmulAlgoCheck(handle, plan.desc, plan.layout_a, plan.layout_b,
+                                                        plan.layout_c, plan.layout_c, &algo, &result);
+  return status == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= workspace_bytes;
+}
+
+[[noreturn]] void throw_no_algorithm(const GemmArgs& args, std::size_t workspace_bytes) {
+  throw BackendError(fmt::format(
+      "cuBLASLt has no algorithm for {} (pointer alignments A {} B {} C {}, workspace {} bytes); try aligned "
+      "leading dimensions (multiples of 8 elements), another epilogue, or a larger workspace",
+      args.str(), alignment_of(args.a), alignment_of(args.b), alignment_of(args.c), workspace_bytes));
+}
+
+// The heuristic's answer for one problem (an absent algorithm is remembered too, so it is asked once).
+struct CachedAlgorithm {
+  std::optional<cublasLtMatmulAlgo_t> algo;
+};
 
 }  // namespace
 
 struct GemmContext::Impl {
+  explicit Impl(GemmCacheCapacity capacity) : plans(capacity.plans), algorithms(capacity.algorithms) {}
+
   cublasLtHandle_t handle = nullptr;
-  std::map<PlanKey, std::unique_ptr<Plan>> plans;
+  LruCache<PlanKey, std::unique_ptr<Plan>> plans;       // exact problems
+  LruCache<PlanKey, CachedAlgorithm> algorithms;         // heuristic problems (and exact ones their bucket failed)
+  std::uint64_t heuristic_queries = 0;
+  std::uint64_t bucket_reused = 0;
+  std::uint64_t bucket_rejected = 0;
+
+  // The heuristic's answer for `args`, from the algorithm cache or one query (on `plan`, the descriptors of
+  // `args`, or on new ones when it is null).
+  const CachedAlgorithm& algorithm_for(const GemmArgs& args, const Plan* plan, std::size_t workspace_bytes) {
+    const PlanKey key = plan_key(args, workspace_bytes);
+    if (const CachedAlgorithm* hit = algorithms.find(key)) return *hit;
+    std::unique_ptr<Plan> own;
+    if (plan == nullptr) {
+      own = make_descriptors(args);
+      plan = own.get();
+    }
+    ++heuristic_queries;
+    return algorithms.insert(key, CachedAlgorithm{query_heuristic(handle, *plan, args, workspace_bytes)});
+  }
+
+  // A new plan for the exact problem `args`: its bucket's algorithm when cuBLASLt accepts it for the exact
+  // descriptors, otherwise the exact problem's own.
+  std::unique_ptr<Plan> make_plan(const GemmArgs& args, std::size_t workspace_bytes) {
+    std::unique_ptr<Plan> plan = make_descriptors(args);
+    const GemmArgs heuristic = gemm_heuristic_problem(args);
+    if (heuristic.m != args.m || heuristic.k != args.k) {
+      const CachedAlgorithm& found = algorithm_for(heuristic, nullptr, workspace_bytes);
+      if (found.algo && algorithm_fits(handle, *plan, *found.algo, workspace_bytes)) {
+        ++bucket_reused;
+        plan->algo = *found.algo;
+        plan->from_bucket = true;
+        return plan;
+      }
+      ++bucket_rejected;
+    }
+    const CachedAlgorithm& exact = algorithm_for(args, plan.get(), workspace_bytes);
+    if (!exact.algo) throw_no_algorithm(args, workspace_bytes);
+    plan->algo = *exact.algo;
+    return plan;
+  }
 };
 
-GemmContext::GemmContext() : impl_(std::make_unique<Impl>()) { CLEAVE_CUBLAS_CHECK(cublasLtCreate(&impl_->handle)); }
+GemmContext::GemmContext(GemmCacheCapacity capacity) : impl_(std::make_unique<Impl>(capacity)) {
+  CLEAVE_CUBLAS_CHECK(cublasLtCreate(&impl_->handle));
+}
 
 GemmContext::~GemmContext() {
   impl_->plans.clear();
@@ -195,6 +262,36 @@ GemmContext::~GemmContext() {
 }
 
 std::size_t GemmContext::plans_cached() const { return impl_->plans.size(); }
+
+GemmCacheStats GemmContext::cache_stats() const {
+  GemmCacheStats stats;
+  stats.plans = impl_->plans.stats();
+  stats.algorithms = impl_->algorithms.stats();
+  stats.plans_cached = impl_->plans.size();
+  stats.algorithms_cached = impl_->algorithms.size();
+  stats.heuristic_queries = impl_->heuristic_queries;
+  stats.bucket_reused = impl_->bucket_reused;
+  stats.bucket_rejected = impl_->bucket_rejected;
+  return stats;
+}
+
+std::int64_t gemm_heuristic_extent(std::int64_t extent) {
+  if (extent <= 16) return extent;
+  int log2_below = 0;  // floor(log2(extent - 1)) >= 4
+  for (std::int64_t v = extent - 1; v > 1; v >>= 1) ++log2_below;
+  const std::int64_t step = std::int64_t{1} << (log2_below - 2);
+  return (extent + step - 1) / step * step;
+}
+
+GemmArgs gemm_heuristic_problem(const GemmArgs& args) {
+  GemmArgs heuristic = args;
+  if (args.batch != 1) return heuristic;
+  const std::int64_t m = gemm_heuristic_extent(args.m);
+  if (!args.trans_a || args.lda >= m) heuristic.m = m;  // A stored [k, m] needs lda >= m
+  const std::int64_t k = gemm_heuristic_extent(args.k);
+  if ((args.trans_a || args.lda >= k) && (!args.trans_b || args.ldb >= k)) heuristic.k = k;  // [m, k] / [n, k]
+  return heuristic;
+}
 cublasLtHandle_t GemmContext::handle() const { return impl_->handle; }
 
 std::string_view gemm_epilogue_name(GemmEpilogue epilogue) {
@@ -302,16 +399,31 @@ void gemm(GemmContext& context, const GemmArgs& args, void* workspace, std::size
                              "scale_matrix_kernel (gemm with k == 0)");
     return;
   }
-  auto& plans = context.impl_->plans;
+  GemmContext::Impl& impl = *context.impl_;
   const PlanKey key = plan_key(args, workspace_bytes);
-  auto it = plans.find(key);
-  if (it == plans.end()) it = plans.emplace(key, make_plan(context.impl_->handle, args, workspace_bytes)).first;
-  const Plan& plan = *it->second;
+  std::unique_ptr<Plan>* cached = impl.plans.find(key);
+  if (cached == nullptr) cached = &impl.plans.insert(key, impl.make_plan(args, workspace_bytes));
+  Plan& plan = **cached;
   set_epilogue_pointers(plan.desc, args);
   // cuBLASLt's A is our B and its B is our A (see the top of this file).
-  CLEAVE_CUBLAS_CHECK(cublasLtMatmul(context.impl_->handle, plan.desc, &args.alpha, args.b, plan.layout_a, args.a,
-                                     plan.layout_b, &args.beta, args.c, plan.layout_c, args.c, plan.layout_c,
-                                     &plan.algo, workspace, workspace_bytes, stream));
+  const auto run = [&] {
+    return cublasLtMatmul(impl.handle, plan.desc, &args.alpha, args.b, plan.layout_a, args.a, plan.layout_b,
+                          &args.beta, args.c, plan.layout_c, args.c, plan.layout_c, &plan.algo, workspace,
+                          workspace_bytes, stream);
+  };
+  cublasStatus_t status = run();
+  if (status != CUBLAS_STATUS_SUCCESS && plan.from_bucket) {
+    // cublasLtMatmulAlgoCheck's success "doesn't fully guarantee algo will run": the exact problem's own
+    // algorithm from now on (a refusal is reported before anything is launched).
+    ++impl.bucket_rejected;
+    const CachedAlgorithm& exact = impl.algorithm_for(args, &plan, workspace_bytes);
+    if (!exact.algo) throw_no_algorithm(args, workspace_bytes);
+    plan.algo = *exact.algo;
+    plan.from_bucket = false;
+    status = run();
+  }
+  CLEAVE_VENDOR_CHECK("cuBLAS", status, status == CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString(status),
+                      fmt::format("cublasLtMatmul for {}", args.str()));
 }
 
 }  // namespace cleave::kernels::cuda

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "engine/core/dtype.hpp"
+#include "kernels/cuda/lru_cache.hpp"
 
 namespace cleave::kernels::cuda {
 
@@ -73,17 +74,53 @@ struct GemmArgs {
   std::string str() const;  // "gemm 512x768x3072 bf16->f32 NT batch 1 epilogue bias_gelu_aux"
 };
 
-// The cuBLASLt handle and a cache of planned problems (descriptors plus the heuristic's algorithm, keyed by
-// shape, types, epilogue, pointer alignments and workspace size), so a training step's repeated shapes pay
-// for the heuristic once. Not thread-safe: one per host thread (it may serve several streams of a device).
+// ---- Plan caching (gemm.cpp; docs/cuda.md "GEMM plans") ---------------------------------------------------
+// Two bounded LRU caches (lru_cache.hpp):
+//  - plans: the exact problem's descriptors and algorithm, keyed by shape, leading dimensions, types, epilogue,
+//    pointer alignments and workspace size (a hit costs one map lookup);
+//  - algorithms: the heuristic's answer for the problem's *heuristic problem* (gemm_heuristic_problem: the row
+//    extents m and k rounded up to a bucket), so problems that differ only in a row count within a bucket (a
+//    mixture-of-experts run's expert groups) share one heuristic query.
+// An algorithm found for the bucket is used for an exact problem only after cublasLtMatmulAlgoCheck accepts it
+// on the exact descriptors with a workspace that fits; otherwise the exact problem gets its own query. So the
+// algorithm a problem runs with depends on its shape alone (not on which problems came first or what was
+// evicted): runs are repeatable.
+struct GemmCacheCapacity {
+  std::size_t plans = 512;
+  std::size_t algorithms = 256;
+};
+
+struct GemmCacheStats {
+  LruCacheStats plans;
+  LruCacheStats algorithms;
+  std::size_t plans_cached = 0;
+  std::size_t algorithms_cached = 0;
+  std::uint64_t heuristic_queries = 0;  // cublasLtMatmulAlgoGetHeuristic calls
+  std::uint64_t bucket_reused = 0;      // plans that run with their bucket's algorithm
+  std::uint64_t bucket_rejected = 0;    // ... whose bucket's algorithm the check refused (an exact query instead)
+};
+
+// An extent of at most 16 unchanged; above, rounded up to a multiple of 2^(floor(log2(extent - 1)) - 2): four
+// buckets per octave, at most 25% above the extent (17 -> 20, 33 -> 40, 1000 -> 1024, 1025 -> 1280).
+std::int64_t gemm_heuristic_extent(std::int64_t extent);
+// The problem whose heuristic answer `args` reuses: batch 1 problems get m and k through gemm_heuristic_extent
+// where the larger extent keeps every leading dimension valid (m unless A is stored transposed with lda below
+// it; k unless A is stored untransposed or B transposed with a leading dimension below it); n, the leading
+// dimensions, pointers, types and epilogue unchanged. Batched problems are their own heuristic problem.
+GemmArgs gemm_heuristic_problem(const GemmArgs& args);
+
+// The cuBLASLt handle and the plan caches above, so a training step's repeated shapes pay for the heuristic
+// once and a run with many row counts keeps its memory bounded. Not thread-safe: one per host thread (it may
+// serve several streams of a device).
 class GemmContext {
  public:
-  GemmContext();
+  explicit GemmContext(GemmCacheCapacity capacity = {});
   ~GemmContext();
   GemmContext(const GemmContext&) = delete;
   GemmContext& operator=(const GemmContext&) = delete;
 
   std::size_t plans_cached() const;
+  GemmCacheStats cache_stats() const;
   cublasLtHandle_t handle() const;
 
   struct Impl;

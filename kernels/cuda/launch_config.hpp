@@ -54,6 +54,8 @@ constexpr int kEmbeddingRowThreads = 128;         // embedding rows: one block o
 constexpr int64_t kFlashRowsPerBlock = kThreads / kWarp;  // flash attention: one query row per warp
 constexpr int64_t kFlashKeysPerBlock = 2 * (kThreads / kWarp);  // flash dk/dv: two keys per warp
 constexpr int64_t kMaxGridYZ = 65535;
+constexpr int kMoeOutputsPerWarp = 32;            // moe_combine_weight_grad: one warp per 32 outputs ...
+constexpr int kMoeColumnsPerTile = 32;            // ... their rows read 32 columns at a time (a 32 x 33 f32 tile)
 
 constexpr int64_t clamp_blocks(int64_t blocks, int64_t cap) { return blocks < 1 ? 1 : (blocks > cap ? cap : blocks); }
 
@@ -103,6 +105,13 @@ inline LaunchConfig flash_key_rows(int64_t kv_len, int64_t kv_heads, int64_t bat
            batch},
           {kThreads},
           0};
+}
+
+// Mixture-of-experts routing weights' gradient (moe.cu): one warp per kMoeOutputsPerWarp outputs, grid-stride
+// over those warp tiles; each warp keeps one [32 x 33] f32 tile in static shared memory (4,224 B, 33,792 B a block).
+inline LaunchConfig moe_weight_grad_tiles(int64_t outputs) {
+  const int64_t per_block = int64_t{kMoeOutputsPerWarp} * (kThreads / kWarp);
+  return {{clamp_blocks((outputs + per_block - 1) / per_block, kMaxGridBlocks)}, {kThreads}, 0};
 }
 
 // ---- Every kernel's launch for one problem (the catalogue the CPU test and the resource check read) ---------
@@ -170,7 +179,7 @@ inline std::vector<KernelLaunch> kernel_launches(const Problem& p) {
       {"maxpool_backward_kernel", elementwise},
       {"moe_gather_kernel", grid_stride(p.tokens * p.top_k * p.dim)},  // moe.cu: routed rows x width
       {"moe_combine_kernel", grid_stride(p.tokens * p.dim)},
-      {"moe_combine_weight_grad_kernel", grid_stride(p.tokens * p.top_k)},
+      {"moe_combine_weight_grad_kernel", moe_weight_grad_tiles(p.tokens * p.top_k)},
       {"relu_forward_kernel", elementwise},                         // relu.cu
       {"relu_backward_kernel", elementwise},
       {"rmsnorm_forward_kernel", warp_per_row(p.rows)},             // rmsnorm.cu

@@ -1,5 +1,6 @@
 // Mixture-of-experts routing kernels (moe.hpp): grid-stride loops over output elements; the weight gradient is
-// one thread per (token, j) looping over the columns in order (the CPU twin's order). Compiled, not run on a GPU.
+// one warp per 32 (token, j) outputs reading rows coalesced and adding each output's products in column order (the
+// CPU twin's order and roundings: its bits). Compiled, not run on a GPU.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe.hpp"
 
@@ -30,14 +31,43 @@ __global__ void moe_combine_kernel(ConstFloats src, const std::int32_t* rows, co
   }
 }
 
+// dweight[i] = sum over c of dy[i / k, c] * src[rows[i], c], the products rounded and added one at a time in
+// column order with no FMA (__fmul_rn, __fadd_rn): the CPU twin's loop (kernels/cpu/moe.cpp, built without FMA
+// contraction), so the result is the CPU's bits. Coalesced: a warp owns 32 consecutive outputs; for each
+// 32-column chunk it reads each of their two rows with one coalesced load per lane, writes the products into a
+// [32 x 33] tile (row r: output r's 32 products), and then lane r adds row r of the tile in column order (the
+// padding column keeps both the writes and the reads free of bank conflicts).
 __global__ void moe_combine_weight_grad_kernel(ConstFloats dy, ConstFloats src, const std::int32_t* rows,
                                                float* dweight, int64_t tokens, int64_t k, int64_t d) {
+  constexpr int kOutputs = launch::kMoeOutputsPerWarp;
+  constexpr int kColumns = launch::kMoeColumnsPerTile;
+  constexpr int kWarpsPerBlock = kThreads / kWarp;
+  __shared__ float tiles[kWarpsPerBlock][kOutputs][kColumns + 1];
+  float(*tile)[kColumns + 1] = tiles[threadIdx.x / kWarp];
+  const int lane = static_cast<int>(threadIdx.x % kWarp);
   const int64_t n = tokens * k;
-  for (int64_t i = global_thread(); i < n; i += grid_threads()) {
-    const int64_t t = i / k, r = rows[i];
+  const int64_t warps = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  // Warp-uniform loops: every lane runs every iteration, so the shuffles and __syncwarp see the full warp.
+  for (int64_t first = (static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / kWarp) * kOutputs;
+       first < n; first += warps * kOutputs) {
+    const int64_t mine = first + lane;  // the output this lane adds up
+    const int64_t outputs = n - first < kOutputs ? n - first : kOutputs;
+    const std::int32_t my_row = mine < n ? rows[mine] : 0;
     float acc = 0.0f;
-    for (int64_t c = 0; c < d; ++c) acc += load(dy, t * d + c) * load(src, r * d + c);
-    dweight[i] = acc;
+    for (int64_t c0 = 0; c0 < d; c0 += kColumns) {
+      const int64_t c = c0 + lane;
+      for (int r = 0; r < outputs; ++r) {
+        const int64_t i = first + r;
+        const std::int32_t row = __shfl_sync(0xffffffffu, my_row, r);
+        tile[r][lane] = c < d ? __fmul_rn(load(dy, (i / k) * d + c), load(src, static_cast<int64_t>(row) * d + c))
+                              : 0.0f;
+      }
+      __syncwarp();
+      const int columns = d - c0 < kColumns ? static_cast<int>(d - c0) : kColumns;
+      for (int j = 0; j < columns; ++j) acc = __fadd_rn(acc, tile[lane][j]);
+      __syncwarp();  // the tile is rewritten by the next chunk
+    }
+    if (mine < n) dweight[mine] = acc;
   }
 }
 
@@ -60,7 +90,9 @@ cudaError_t launch_moe_combine(ConstFloats src, const std::int32_t* rows, const 
 cudaError_t launch_moe_combine_weight_grad(ConstFloats dy, ConstFloats src, const std::int32_t* rows, float* dweight,
                                            int64_t tokens, int64_t k, int64_t d, cudaStream_t stream) {
   if (tokens * k == 0) return cudaSuccess;
-  moe_combine_weight_grad_kernel<<<grid_for(tokens * k), kThreads, 0, stream>>>(dy, src, rows, dweight, tokens, k, d);
+  const LaunchConfig config = launch::moe_weight_grad_tiles(tokens * k);
+  moe_combine_weight_grad_kernel<<<to_grid(config), to_block(config), 0, stream>>>(dy, src, rows, dweight, tokens, k,
+                                                                                  d);
   return cudaGetLastError();
 }
 

@@ -186,6 +186,11 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   // Under ep the rows go to their experts' ranks (counts exchanged first); this rank's experts run on what arrives.
   Tensor plan_tensor;
   if (ep) {
+    // plan_dispatch reads the exchanged counts back, a host wait for everything queued on the stream before them
+    // (on a GPU: the routing uploads and the gather above). Wait for that queued compute here, outside both
+    // timers, so the expert_all_to_all row and the router log's all-to-all time hold the count exchange and the
+    // dispatch only (docs/cuda.md, "Wait timing"). A GPU only: CPU work has finished when its call returns.
+    if (!ctx.device.is_cpu()) ops::synchronize(ctx);
     const AllToAllTimer timer(ctx, block_);
     const CommWaitTimer wait_timer(ctx, CommKind::kExpertAllToAll);  // --explain's expert_all_to_all row
     const DispatchPlan plan = plan_dispatch(routing.counts, ctx);

@@ -15,6 +15,7 @@
 
 #include <cstring>
 #include <limits>
+#include <set>
 #include <tuple>
 
 #include "kernels/cpu/bias.hpp"
@@ -379,6 +380,89 @@ TEST_F(CudaGemm, PlansAreCachedPerProblem) {
   p.n = 40;
   check(p, DType::kF32, DType::kF32, kF32Tolerance);
   EXPECT_EQ(context().plans_cached(), after_first + 1);
+}
+
+// A mixture-of-experts run's expert groups: every row count from 1 to 70 in the forward shape (m = rows) and the
+// weight gradient's (k = rows), through a context bounded at 8 plans and 8 algorithms. Each result matches the
+// CPU; the caches stay at their capacity; heuristic queries are one per heuristic problem (bucket), plus one per
+// exact problem whose bucket's algorithm cuBLASLt refused; a repeated problem is a plan hit.
+TEST_F(CudaGemm, PlanCacheStaysBoundedOverManyRowCounts) {
+  context_ = std::make_unique<kc::GemmContext>(kc::GemmCacheCapacity{8, 8});
+  std::set<std::pair<int64_t, int64_t>> heuristic_problems;  // (m, k) of each gemm_heuristic_problem
+  for (int64_t rows = 1; rows <= 70; ++rows) {
+    Problem forward;
+    forward.tb = true;
+    forward.m = rows;
+    forward.n = 24;
+    forward.k = 40;
+    check(forward, DType::kF32, DType::kF32, kF32Tolerance);
+    Problem weight_grad;
+    weight_grad.ta = true;
+    weight_grad.m = 24;
+    weight_grad.n = 40;
+    weight_grad.k = rows;
+    check(weight_grad, DType::kBF16, DType::kF32, 1e-4);  // bf16 in, f32 out
+    for (const Problem& p : {forward, weight_grad}) {
+      kc::GemmArgs args;
+      args.trans_a = p.ta;
+      args.trans_b = p.tb;
+      args.m = p.m;
+      args.n = p.n;
+      args.k = p.k;
+      args.lda = p.ta ? p.m : p.k;
+      args.ldb = p.tb ? p.k : p.n;
+      const kc::GemmArgs h = kc::gemm_heuristic_problem(args);
+      heuristic_problems.insert({h.m * (p.ta ? -1 : 1), h.k});
+    }
+    const kc::GemmCacheStats stats = context().cache_stats();
+    ASSERT_LE(stats.plans_cached, 8u);
+    ASSERT_LE(stats.algorithms_cached, 8u);
+  }
+  const kc::GemmCacheStats stats = context().cache_stats();
+  EXPECT_GT(stats.plans.evictions, 0u);
+  EXPECT_GT(stats.bucket_reused, 0u) << "no row count ran with its bucket's algorithm";
+  // Alignments differ between uploads, so a heuristic problem may be asked once per alignment seen; never once
+  // per row count of a bucket when the alignments agree (the bound below allows two alignments per bucket).
+  EXPECT_LE(stats.heuristic_queries, 2 * heuristic_problems.size() + 2 * stats.bucket_rejected)
+      << "queries " << stats.heuristic_queries << ", heuristic problems " << heuristic_problems.size()
+      << ", refused bucket algorithms " << stats.bucket_rejected;
+  RecordProperty("heuristic_queries", static_cast<int>(stats.heuristic_queries));
+  RecordProperty("bucket_reused", static_cast<int>(stats.bucket_reused));
+  RecordProperty("bucket_rejected", static_cast<int>(stats.bucket_rejected));
+}
+
+// The algorithm a problem runs with depends on its shape alone: the same problem gives the same bits in a fresh
+// context and in one that planned other row counts of its bucket first (and evicted them).
+TEST_F(CudaGemm, BucketedPlansAreRepeatable) {
+  const int64_t m = 37, n = 24, k = 40;
+  const auto a = random_floats(static_cast<size_t>(m * k));
+  const auto b = random_floats(static_cast<size_t>(n * k));
+  Tensor da = upload_f32(a), db = upload_f32(b);
+  const auto run = [&](kc::GemmContext& context, int64_t rows) {
+    Tensor dc = poisoned(rows * n);
+    GemmArgs args;
+    args.trans_b = true;
+    args.m = rows;
+    args.n = n;
+    args.k = k;
+    args.a = da.raw_data();
+    args.lda = k;
+    args.b = db.raw_data();
+    args.ldb = k;
+    args.c = dc.raw_data();
+    args.ldc = n;
+    Tensor ws = workspace(kc::gemm_workspace_size(args));
+    kc::gemm(context, args, ws.raw_data(), kc::gemm_workspace_size(args), stream());
+    return download_f32(dc);
+  };
+  kc::GemmContext fresh;
+  const std::vector<float> alone = run(fresh, m);
+  kc::GemmContext busy(kc::GemmCacheCapacity{2, 2});
+  for (int64_t rows = 33; rows <= 36; ++rows) run(busy, rows);
+  const std::vector<float> after_others = run(busy, m);
+  ASSERT_EQ(alone.size(), after_others.size());
+  EXPECT_EQ(std::memcmp(alone.data(), after_others.data(), alone.size() * sizeof(float)), 0)
+      << "m = 37 gave other bits after rows 33..36 were planned";
 }
 
 TEST_F(CudaGemm, RefusesBadArgumentsWithReasons) {

@@ -14,6 +14,10 @@
 //    outputs are the pair's bit for bit. Bytes each variant must move (elements of the [rows, cols] operands): fused
 //    forward 4 (x, y read; r, out written), pair 5 (r read again); fused backward 4 (dy, x, dres read; dx written),
 //    pair 6 (dx written, read and written again), so the predicted pair/fused time ratios are 1.25 and 1.5.
+//  - DISABLED_MoeCombineWeightGrad: the mixture-of-experts routing weights' gradient (kd::moe_combine_weight_grad:
+//    one warp per 32 outputs, coalesced rows, each output's products added in column order) at 8192 tokens, top-2
+//    of width 768 and top-8 of width 4096, f32 and bf16. Checked first: the CPU backend's bits. Bytes it must move:
+//    dy [tokens, d] and the routed rows [tokens x k, d] read once (indices and output ignored).
 // Output: a table in the log, one line per test starting "kernel-timing: " (the stage's summary), and, when
 // CLEAVE_KERNEL_TIMING_OUT names a file, one JSON object per measurement appended to it (JSON Lines).
 #include <algorithm>
@@ -29,6 +33,7 @@
 
 #include "engine/cuda/stream.hpp"
 #include "kernels/cuda/elementwise.hpp"
+#include "kernels/cuda/moe.hpp"
 #include "kernels/cuda/rmsnorm.hpp"
 #include "kernels/cuda/sum_squares_exact.hpp"
 #include "kernels/cuda/sum_squares_many.hpp"
@@ -322,6 +327,51 @@ TEST_F(KernelTiming, DISABLED_FusedAddRmsNormAgainstThePair) {
     EXPECT_GT(pf, 0.0);
   }
   std::printf("kernel-timing: add+rmsnorm 8192x4096 fused/pair ms: %s\n", headline.c_str());
+}
+
+TEST_F(KernelTiming, DISABLED_MoeCombineWeightGrad) {
+  struct Case {
+    std::int64_t tokens, k, d;
+    DType dtype;
+  };
+  const Case cases[] = {{8192, 2, 768, DType::kF32}, {8192, 2, 768, DType::kBF16}, {8192, 8, 4096, DType::kF32},
+                        {8192, 8, 4096, DType::kBF16}};
+  std::string headline;
+  for (const Case& c : cases) {
+    const std::int64_t r = c.tokens * c.k;
+    const std::string what = std::to_string(c.tokens) + "x" + std::to_string(c.k) + "x" + std::to_string(c.d) + " " +
+                             std::string(dtype_name(c.dtype));
+    const std::uint64_t s = seed_ + static_cast<std::uint64_t>(c.k * 7 + c.d * 13) + (c.dtype == DType::kBF16);
+    const Tensor dy = device_values(Shape{c.tokens, c.d}, c.dtype, s + 1, 1e-2f);
+    const Tensor src = device_values(Shape{r, c.d}, c.dtype, s + 2, 1.0f);
+    const Tensor rows = to_gpu(random(Shape{c.tokens, c.k}, DType::kI32, 0, static_cast<float>(r - 1)));
+    Tensor dw = device_empty(Shape{c.tokens, c.k}, DType::kF32);
+    const auto launch = [&] {
+      kd::moe_combine_weight_grad(in(dy), in(src), rows.data<std::int32_t>(), dw.data<float>(), c.tokens, c.k, c.d,
+                                  native());
+    };
+    // Correct first: the CPU backend's bits.
+    launch();
+    Tensor want = empty_cpu(Shape{c.tokens, c.k}, DType::kF32);
+    ops::moe_combine_weight_grad(cpu(), to_cpu(dy), to_cpu(src), to_cpu(rows), want);
+    const std::int64_t bad = differing(want, to_cpu(dw));
+    EXPECT_EQ(bad, 0) << what << ": " << bad << " of " << want.numel() << " outputs differ from the CPU's";
+    const double ms = device_ms(launch);
+    const double bytes = static_cast<double>((c.tokens + r) * c.d) * static_cast<double>(dtype_size(c.dtype));
+    std::printf("[ timing ] moe_combine_weight_grad %-22s %.4f ms, %.0f GB/s%s\n", what.c_str(), ms,
+                bytes / (ms * 1e6), bad == 0 ? "" : " (NOT the CPU's bits)");
+    report_json(std::string("{\"measurement\":\"moe_weight_grad\",\"tokens\":") + std::to_string(c.tokens) +
+                ",\"top_k\":" + std::to_string(c.k) + ",\"d\":" + std::to_string(c.d) + ",\"dtype\":\"" +
+                std::string(dtype_name(c.dtype)) + "\",\"device_ms\":" + fmt_double(ms) + ",\"bytes\":" +
+                fmt_double(bytes) + ",\"gbps\":" + fmt_double(bytes / (ms * 1e6)) +
+                ",\"bit_identical\":" + (bad == 0 ? "true" : "false") + "}");
+    char line[160];
+    std::snprintf(line, sizeof line, "%s%s %.0f GB/s%s", headline.empty() ? "" : ", ", what.c_str(),
+                  bytes / (ms * 1e6), bad == 0 ? "" : " NOT THE CPU'S BITS");
+    headline += line;
+    EXPECT_GT(ms, 0.0);
+  }
+  std::printf("kernel-timing: moe weight grad: %s\n", headline.c_str());
 }
 
 }  // namespace

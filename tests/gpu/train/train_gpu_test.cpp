@@ -59,6 +59,7 @@
 #include "mpi/mpi_test_env.hpp"
 #include "pipeline/overlap_pair.hpp"
 #include "pipeline/timeline.hpp"
+#include "support/tiny_models.hpp"
 
 namespace cleave::testing {
 namespace {
@@ -391,6 +392,35 @@ TEST(GpuTraining, LayoutsOnOneGpu) {
     // Tensor parallelism splits inner sums (the CPU equivalence tests' 2e-5); the rest reorder nothing.
     if (mpi->rank() == 0) {
       EXPECT_LE(max_rel_diff(losses, reference), kFp32VsCpu + 2e-5) << layout.back();
+    }
+  }
+}
+
+// Expert parallelism with both ranks on cuda:0 through the staged world (ctest gpu_train_test_np2): the MoE
+// dispatch exchanges its counts (read back to the host, after the stream's queued compute has been waited for
+// outside the all-to-all timers: moe_mlp.cpp), its rows and the combine over the device, with and without the
+// traced timeline (whose TimedWaiter times the expert all-to-alls). The losses must match one CPU rank at ep 1
+// within the fp32 GPU-CPU bound (on the CPU ep 2 is bit-identical to ep 1: tests/e2e/ep_equivalence_test.cpp).
+TEST(GpuTraining, LayoutsOnOneGpuMoeEp2) {
+  auto mpi = make_world();
+  if (mpi->size() != 2) GTEST_SKIP() << "needs 2 ranks (ctest gpu_train_test_np2 runs it under mpiexec -n 2)";
+  CLEAVE_REQUIRE_GPU();
+  comm::CommOptions options;
+  options.timeout_s = kTestTimeoutS * 4;
+  comm::World staged = comm::make_world_communicator(mpi_runtime(), config::CommBackend::kMpi, DeviceType::kCuda, options);
+  auto self = mpi->split(mpi->rank(), 0, "self");
+  const std::int64_t steps = 6;
+  const auto reference = mpi->rank() == 0 ? train_losses(on(tiny_ep_moe("tiny_moe", 2, steps, {}), "cpu"), *self, steps)
+                                          : std::vector<double>{};
+  for (const char* trace : {"train.trace=false", "train.trace=true"}) {
+    const auto losses = train_losses(
+        on(tiny_ep_moe("tiny_moe", 2, steps, {"parallel.expert_model_parallel_size=2", "parallel.comm_backend=mpi", trace}),
+           "cuda"),
+        *staged.comm, steps);
+    if (mpi->rank() == 0) {
+      const double diff = max_rel_diff(losses, reference);
+      std::printf("[ gpu ] moe ep2 on one GPU (%s): max rel loss diff to one CPU rank %.3g\n", trace, diff);
+      EXPECT_LE(diff, kFp32VsCpu) << trace;
     }
   }
 }

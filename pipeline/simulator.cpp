@@ -285,9 +285,10 @@ SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs
   }
   for (int r = 0; r < p; ++r) {
     CLEAVE_CHECK(!costs.blocking_p2p || next[r] == static_cast<int>(s.ranks[r].size()),
-                 "simulate: schedule '{}' deadlocks with blocking point-to-point: rank {} waits at {} for a peer that "
-                 "never posts its end (Megatron-LM's blocking p2p needs its own schedules' order: 1f1b, "
-                 "interleaved_1f1b)", s.name, r, format_action(s.ranks[r][static_cast<std::size_t>(next[r])]));
+                 "simulate: schedule '{}' ({} micro-batches on {} ranks) deadlocks with blocking point-to-point: rank {} "
+                 "waits at {} for a peer that never posts its end (Megatron-LM's blocking p2p runs its own schedules: "
+                 "1f1b, and interleaved_1f1b with at least as many micro-batches as ranks)", s.name, s.num_microbatches,
+                 p, r, format_action(s.ranks[r][static_cast<std::size_t>(next[r])]));
     CLEAVE_ASSERT(next[r] == static_cast<int>(s.ranks[r].size()),
                   "simulation of a validated schedule stalled on rank {} at {}", r,
                   format_action(s.ranks[r][next[r]]));

@@ -147,11 +147,15 @@ ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dty
 namespace cleave::partition {
 
 std::string_view cross_entropy_kind_name(CrossEntropyKind kind) {
-  return kind == CrossEntropyKind::kFloat32 ? "float32" : "fused";
+  switch (kind) {
+    case CrossEntropyKind::kFloat32: return "float32";
+    case CrossEntropyKind::kTorchFloat32: return "torch_float32";
+    default: return "fused";
+  }
 }
 
 std::optional<CrossEntropyKind> cross_entropy_kind_from(std::string_view name) {
-  for (CrossEntropyKind k : {CrossEntropyKind::kFused, CrossEntropyKind::kFloat32}) {
+  for (CrossEntropyKind k : {CrossEntropyKind::kFused, CrossEntropyKind::kFloat32, CrossEntropyKind::kTorchFloat32}) {
     if (cross_entropy_kind_name(k) == name) return k;
   }
   return std::nullopt;
@@ -171,6 +175,14 @@ BlockWork run_kernels_work(const BlockSpec& block, DType dtype, const RunKernels
     w.input_grad.stream_bytes = n * ((cast ? 4 + b : 0) + 8) - 2 * n * b;
     w.forward.kernels = (cast ? 6 : 5) - 1;
     w.input_grad.kernels = (cast ? 3 : 2) - 1;
+  }
+  if (run.cross_entropy == CrossEntropyKind::kTorchFloat32 && block.kind == BlockKind::kSoftmaxCrossEntropy) {
+    const double n = micro * static_cast<double>(block.input.rows() * (block.input.last() / tp));
+    const bool cast = dtype != DType::kF32;  // beyond block_work's fused kernel, which these replace
+    w.forward.stream_bytes = n * ((cast ? b + 4 : 0) + 8) - 2 * n * b;
+    w.input_grad.stream_bytes = n * ((cast ? 4 + b : 0) + 16) - 2 * n * b;
+    w.forward.kernels = (cast ? 3 : 2) - 1;
+    w.input_grad.kernels = (cast ? 4 : 3) - 1;
   }
   // A family's residual-stream layer (gpt, llama, moe: attention and MLP branches, each ending in a dropout-add).
   const BlockRules* rules = family_block_rules(block.kind);

@@ -114,6 +114,14 @@ ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dty
 //     rows only), multiplies by the loss gradient in place (8n) and casts back to b bytes for the head (n(4 + b)):
 //     n(b + 12) over 3 kernels (an f32 run has no casts: 32n over 5, 8n over 2). The f32 softmax (4n bytes) is held
 //     from F to I; the memory plan does not count it, nor the dropout masks below.
+//   CrossEntropyKind::kTorchFloat32  PyTorch's F.cross_entropy over logits cast to f32 (torchtitan at 0413364:
+//     the Llama model's `self.output(h).float()`, then train.py's `F.cross_entropy(pred.flatten(0, 1), ...)`:
+//     log_softmax + nll_loss), one kernel per op, each tensor read once: F casts to f32 (n(b + 4)), log_softmax
+//     (reads 4n, writes 4n), nll_loss gathers the targets (rows only): n(b + 12) over 3 kernels; I: nll_loss's
+//     backward zero-fills the f32 gradient (4n) and scatters the targets' −1 (rows only), log_softmax's backward
+//     reads the gradient and the output and writes dx (12n), the cast back (n(4 + b)): n(b + 20) over 4 kernels
+//     (an f32 run has no casts: 8n over 2, 16n over 3). The f32 logits and log-probabilities (8n) are held from F
+//     to I, not in the memory plan.
 //   hidden_dropout  dropout on the two residual branches of a transformer layer (a family's sequence-sharded
 //     block: gpt, llama, moe) and on the embedding's output
 //     (Megatron-LM's --hidden-dropout, default 0.1): a branch's dropout is fused into its bias-dropout-add, so F
@@ -129,7 +137,7 @@ ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dty
 // run_kernels_work gives what they add to block_work's passes (streamed bytes and kernels, no GEMMs; zero for a block
 // they do not touch), for a micro-batch on one of tp ranks, so a roofline profile prices block_work + this; under
 // sequence parallelism the dropouts run on the rank's T/tp tokens.
-enum class CrossEntropyKind { kFused, kFloat32 };
+enum class CrossEntropyKind { kFused, kFloat32, kTorchFloat32 };
 std::string_view cross_entropy_kind_name(CrossEntropyKind kind);
 std::optional<CrossEntropyKind> cross_entropy_kind_from(std::string_view name);
 struct RunKernels {

@@ -1,11 +1,13 @@
 // Event-driven schedule simulator (model in simulator.hpp).
 #include "pipeline/simulator.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <map>
 #include <queue>
 #include <utility>
+#include <vector>
 
 #include "engine/core/error.hpp"
 #include "pipeline/dependencies.hpp"
@@ -24,6 +26,61 @@ void check_cost(double value, const char* what, int stage) {
 Action send_for(const Need& need) {
   return need.what == Need::What::kForward ? Action{ActionKind::kSendF, need.stage, need.microbatch}
                                            : Action{ActionKind::kSendB, need.stage, need.microbatch};
+}
+
+// blocking_p2p: the lowered schedule's compute with its transfers where Megatron-LM of 2021 (megatron/schedules.py at
+// de7dc40f) puts them. Work actions keep their order; before each unit of compute one batch posts the sends its
+// rank's earlier compute left pending and the receives the unit's inputs need (a unit: one action, or under
+// `fb_pairs` an F and the backward right after it, forward_backward_pipelining_with_interleaving's steady state, which
+// communicates after both); the sends still pending go out before REDUCE_GRAD / OPTIMIZER_STEP and at the end.
+Schedule blocking_order(const Schedule& lowered, bool fb_pairs) {
+  Schedule out = lowered;
+  for (int r = 0; r < lowered.pp_size; ++r) {
+    const std::vector<Action>& in = lowered.ranks[static_cast<std::size_t>(r)];
+    std::vector<Action>& list = out.ranks[static_cast<std::size_t>(r)];
+    list.clear();
+    std::vector<Action> pending;  // sends of compute already run
+    auto flush = [&](const std::vector<Action>& recvs) {
+      list.insert(list.end(), pending.begin(), pending.end());
+      list.insert(list.end(), recvs.begin(), recvs.end());
+      pending.clear();
+    };
+    std::size_t i = 0;
+    while (i < in.size()) {
+      if (is_communication(in[i].kind)) {
+        ++i;
+        continue;
+      }
+      if (!is_compute(in[i].kind)) {  // REDUCE_GRAD, OPTIMIZER_STEP
+        flush({});
+        list.push_back(in[i++]);
+        continue;
+      }
+      std::vector<std::size_t> unit = {i};
+      std::size_t after = i + 1;
+      while (after < in.size() && is_communication(in[after].kind)) ++after;
+      if (fb_pairs && in[i].kind == ActionKind::kForward && after < in.size() &&
+          (in[after].kind == ActionKind::kBackward || in[after].kind == ActionKind::kBackwardInput)) {
+        unit.push_back(after);
+      }
+      std::vector<Action> recvs;
+      for (std::size_t c : unit) {
+        for (const Need& need : compute_needs(in[c], lowered.num_stages)) {
+          if (lowered.rank_of(need.stage) != r) recvs.push_back(comm_partner(send_for(need)));
+        }
+      }
+      if (!pending.empty() || !recvs.empty()) flush(recvs);
+      for (std::size_t c : unit) {  // the unit, then its sends (the SENDs right after each in the lowered list)
+        list.push_back(in[c]);
+        for (std::size_t k = c + 1; k < in.size() && is_communication(in[k].kind); ++k) {
+          if (is_send(in[k].kind)) pending.push_back(in[k]);
+        }
+      }
+      i = unit.back() + 1;
+    }
+    flush({});
+  }
+  return out;
 }
 
 }  // namespace
@@ -62,11 +119,14 @@ SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs
 
   SimulationResult result;
   result.lowered = ensure_lowered(schedule);
+  if (costs.blocking_p2p) result.lowered = blocking_order(result.lowered, costs.blocking_fb_pairs);
   const Schedule& s = result.lowered;
   const ActionIndex index(s);
   const int p = s.pp_size;
 
   if (!costs.action_durations.empty()) {
+    CLEAVE_CHECK(!costs.blocking_p2p, "simulate: a replay of measured durations keeps the schedule's own transfers; "
+                 "blocking_p2p reorders them (use one or the other)");
     CLEAVE_CHECK(static_cast<int>(costs.action_durations.size()) == p,
                  "simulate: action_durations has {} ranks, the schedule {}", costs.action_durations.size(), p);
     for (int r = 0; r < p; ++r) {
@@ -110,9 +170,11 @@ SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs
 
   result.timeline.ranks.resize(p);
   std::vector<std::vector<double>> send_time(p);
+  std::vector<std::vector<double>> post_time(p);  // blocking_p2p: when each SEND/RECV's batch was posted
   for (int r = 0; r < p; ++r) {
     result.timeline.ranks[r].resize(s.ranks[r].size());
     send_time[r].assign(s.ranks[r].size(), -1.0);
+    post_time[r].assign(s.ranks[r].size(), -1.0);
   }
   std::vector<int> next(p, 0);
   std::vector<double> free_at(p, 0.0);
@@ -151,6 +213,47 @@ SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs
       }
       if (waiting) continue;
     }
+    if (costs.blocking_p2p && is_communication(a.kind)) {  // a blocking batch: rendezvous with every partner
+      const int n = static_cast<int>(s.ranks[r].size());
+      int j = i;
+      while (j < n && is_communication(s.ranks[r][j].kind)) ++j;
+      if (post_time[r][i] < 0) {  // posted now: partners parked on any of the batch's actions may go on
+        for (int k = i; k < j; ++k) {
+          post_time[r][k] = t;
+          if (is_send(s.ranks[r][k].kind)) send_time[r][k] = t;
+          auto waiting = parked.find({r, k});
+          if (waiting != parked.end()) {
+            for (int w : waiting->second) events.push({free_at[w], w});
+            parked.erase(waiting);
+          }
+        }
+      }
+      bool waiting = false;
+      double end = post_time[r][i];
+      std::vector<double> done(static_cast<std::size_t>(j - i), 0.0);
+      for (int k = i; k < j && !waiting; ++k) {
+        const Action& own = s.ranks[r][k];
+        const Location partner = index.find(comm_partner(own));
+        CLEAVE_ASSERT(partner.found(), "validated schedule lacks the partner of {}", format_action(own));
+        const double partner_posted = post_time[partner.rank][partner.position];
+        if (partner_posted < 0) {
+          parked[{partner.rank, partner.position}].push_back(r);
+          waiting = true;
+          break;
+        }
+        const Action send = is_send(own.kind) ? own : comm_partner(own);
+        done[static_cast<std::size_t>(k - i)] = std::max(post_time[r][k], partner_posted) + transfer_time(send);
+        end = std::max(end, done[static_cast<std::size_t>(k - i)]);
+      }
+      if (waiting) continue;
+      for (int k = i; k < j; ++k) {
+        result.timeline.ranks[r][k] = TimedAction{s.ranks[r][k], post_time[r][k], done[static_cast<std::size_t>(k - i)], {}};
+      }
+      free_at[r] = end;
+      next[r] = j;
+      events.push({end, r});
+      continue;
+    }
     if (pair) {
       const Action& b = s.ranks[r][i + 1];
       const double a_f = all_to_all(a), a_b = all_to_all(b);
@@ -181,12 +284,17 @@ SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs
     events.push({end, r});
   }
   for (int r = 0; r < p; ++r) {
+    CLEAVE_CHECK(!costs.blocking_p2p || next[r] == static_cast<int>(s.ranks[r].size()),
+                 "simulate: schedule '{}' ({} micro-batches on {} ranks) deadlocks with blocking point-to-point: rank {} "
+                 "waits at {} for a peer that never posts its end (Megatron-LM's blocking p2p runs its own schedules: "
+                 "1f1b, and interleaved_1f1b with at least as many micro-batches as ranks)", s.name, s.num_microbatches,
+                 p, r, format_action(s.ranks[r][static_cast<std::size_t>(next[r])]));
     CLEAVE_ASSERT(next[r] == static_cast<int>(s.ranks[r].size()),
                   "simulation of a validated schedule stalled on rank {} at {}", r,
                   format_action(s.ranks[r][next[r]]));
   }
-  // A RECV's entry spans from when it was posted to when its data arrived.
-  for (int r = 0; r < p; ++r) {
+  // A RECV's entry spans from when it was posted to when its data arrived (blocking: set in the loop).
+  for (int r = 0; r < p && !costs.blocking_p2p; ++r) {
     for (auto& timed : result.timeline.ranks[r]) {
       if (!is_recv(timed.action.kind)) continue;
       const Action send = comm_partner(timed.action);

@@ -6,6 +6,14 @@
 //                     matching SEND's data arrives: send time + p2p_latency + bytes / p2p_bandwidth
 //   SEND_*            asynchronous: takes no rank time, leaves when reached (right after its producer)
 //   RECV_*            posted ahead: takes no rank time; its timeline entry spans [posted, data arrival]
+//   blocking_p2p      (SimulationCosts) a run whose p2p blocks, as Megatron-LM's of 2021 did
+//                     (p2p_communication.py: batch_isend_irecv, wait on every request, torch.cuda.synchronize),
+//                     placed where its schedules.py places it: the compute keeps its order and before each
+//                     compute one batch posts the sends the rank's earlier compute left and the receives this
+//                     compute needs (with blocking_fb_pairs, the interleaved schedule's steady state: an F and
+//                     the backward right after it run back to back, one batch before the pair); a batch holds
+//                     the rank until all its transfers are done; a transfer starts when both its SEND's and its
+//                     RECV's batches are posted (rendezvous) and takes p2p_latency + bytes / p2p_bandwidth
 //   REDUCE_GRAD       the stage's reduce_grad cost;  OPTIMIZER_STEP  the optimizer_step cost
 //   F&B pair          a schedule with overlapped pairs (Schedule::overlap_fb_pairs, overlap_schedule.hpp): an F
 //                     and the I or B after it start together, once both inputs are there; each side's all-to-all
@@ -47,6 +55,9 @@ struct SimulationCosts {
   double optimizer_step = 0.0;
   double p2p_latency = 0.0;       // per message, in the time unit
   double p2p_bandwidth = 0.0;     // bytes per time unit; 0 = infinite
+  // The rank waits for its own transfers (the model above): a published run's p2p on the critical path.
+  bool blocking_p2p = false;
+  bool blocking_fb_pairs = false;  // with blocking_p2p: Megatron-LM's interleaved steady state (above)
   // Optional replay of a measured step: per rank, per action of the LOWERED schedule, the duration of that
   // work action (F / I / W / B / REDUCE_GRAD / OPTIMIZER_STEP), used instead of its cost above; a negative
   // entry (and every SEND / RECV entry) keeps the cost above. Empty = the costs above everywhere.
@@ -58,7 +69,7 @@ struct SimulationCosts {
 };
 
 struct SimulationResult {
-  Schedule lowered;    // the schedule that was timed
+  Schedule lowered;    // the schedule that was timed (blocking_p2p: with its transfers where that run posts them)
   Timeline timeline;   // every action of `lowered`, per rank in list order
   TimelineStats stats;
   // Per rank: the all-to-all time its actions waited for (not hidden behind a paired action's compute).

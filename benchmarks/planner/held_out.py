@@ -8,7 +8,8 @@ names the fused kernel's family, `simulate --attention-kernel NAME`: cudnn, flas
 published per-pass rates, the profile's attention_rates), the kernels it launched beyond
 Cleave's own (kernels: ce_f32 = `simulate --cross-entropy float32`, dropout = `--hidden-dropout`, emb_grad =
 `--dense-embedding-grad`), what it overlapped with
-compute (overlap: dp = `simulate --overlap-grad-reduce`, tp = `--tp-comm-overlap`, dp+tp, - none), how it split its
+compute (overlap: dp = `simulate --overlap-grad-reduce`, tp = `--tp-comm-overlap`, dp+tp, - none), whether its
+pipeline point-to-point blocked the rank (p2p: blocking = `simulate --blocking-p2p`, async), how it split its
 layers over the pipeline (split: megatron, zb or cost; blocks_per_stage below) and the hardware profile to price it
 with. For every row this writes the run's config, simulates one step on the profile and converts the
 step time into the publication's own metric:
@@ -36,13 +37,14 @@ import sys
 import tempfile
 
 COLUMNS = ("id profile family vocab d_model n_layers n_heads n_kv_heads ffn seq tied tp pp gpus schedule v batch micro "
-           "recompute zero sp scatter attention kernels overlap split metric published note").split()
+           "recompute zero sp scatter attention kernels overlap p2p split metric published note").split()
 # The kernels column: what the run launched beyond Cleave's own kernels ('+'-joined; '-' none):
 #   ce_f32   Megatron-LM's unfused vocab-parallel cross-entropy over f32 logits (`simulate --cross-entropy float32`)
 #   dropout  Megatron-LM's hidden dropout on the residual branches and the embedding (`simulate --hidden-dropout`)
 #   emb_grad PyTorch's dense embedding gradient added into Megatron-LM's f32 main gradient (`--dense-embedding-grad`)
+#   ce_torch_f32  PyTorch's F.cross_entropy over logits cast to f32 (torchtitan; `--cross-entropy torch_float32`)
 KERNELS = {"ce_f32": ["--cross-entropy", "float32"], "dropout": ["--hidden-dropout"],
-           "emb_grad": ["--dense-embedding-grad"]}
+           "emb_grad": ["--dense-embedding-grad"], "ce_torch_f32": ["--cross-entropy", "torch_float32"]}
 SMOKE_ID = "sc21-1.7B"
 # --breakdown's columns: groups of `simulate --json`'s breakdown_s terms (docs/planner.md, "The step, term by term").
 BREAKDOWN = (("forward", "input_grad", "weight_grad"), ("elementwise",), ("kernel_launch",), ("recompute",),
@@ -180,6 +182,12 @@ def simulate(row, cleave, profiles, work):
         cmd.append("--overlap-grad-reduce")
     if "tp" in overlap:
         cmd.append("--tp-comm-overlap")
+    # Whether the run's pipeline sends and receives held the rank until done (Megatron-LM of 2021: batch_isend_irecv,
+    # wait, torch.cuda.synchronize) or ran beside its compute (the engine's, and overlapped p2p).
+    if row["p2p"] not in ("async", "blocking"):
+        raise ValueError(f"{row['table']}: row {row['id']}: p2p '{row['p2p']}' is not async or blocking")
+    if row["p2p"] == "blocking":
+        cmd.append("--blocking-p2p")
     # ZeRO-1/2 here is Megatron-LM's distributed optimizer (Megatron-Core's rows, --use-distributed-optimizer), which
     # all-gathers the bf16 model parameters after the step, not the f32 master values the engine gathers.
     if row["zero"] in ("1", "2"):

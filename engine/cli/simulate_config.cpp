@@ -34,8 +34,8 @@ ArgParser simulate_config_args() {
               "                [--attention memory_efficient|probabilities|probabilities_dropout]\n"
               "                [--attention-kernel NAME] [--ep-imbalance F]\n"
               "                [--overlap-grad-reduce] [--tp-comm-overlap]\n"
-              "                [--param-gather-dtype f32|bf16] [--cross-entropy fused|float32] [--hidden-dropout]\n"
-              "                [--dense-embedding-grad]",
+              "                [--param-gather-dtype f32|bf16] [--cross-entropy fused|float32|torch_float32] [--hidden-dropout]\n"
+              "                [--dense-embedding-grad] [--blocking-p2p]",
               R"(Simulates one training step of the plan CONFIG describes on N ranks with the planner's costs (cost model
 FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer) and prints the step time,
 bubble, where the time goes, and per pp rank the memory plan by category and its timeline's peak.)");
@@ -65,7 +65,9 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
       .text("--cross-entropy", "KIND",
             "the loss kernels the simulated run used (the engine runs fused, the default: one kernel per\n"
             "pass): float32 is Megatron-LM's unfused vocab-parallel cross-entropy over f32 logits (cast, max,\n"
-            "subtract, exp, sum, normalise; its gradient and the cast back); roofline profiles only")
+            "subtract, exp, sum, normalise; its gradient and the cast back); torch_float32 is PyTorch's\n"
+            "F.cross_entropy over logits cast to f32 (torchtitan: cast, log_softmax, nll_loss; their\n"
+            "gradients); roofline profiles only")
       .flag("--hidden-dropout",
             "price the run's hidden dropout (Megatron-LM's --hidden-dropout): a byte mask on each gpt\n"
             "block's two residual branches and the embedding's output, and its gradient; roofline profiles\n"
@@ -82,6 +84,11 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
             "what ZeRO-1/2's parameter all-gather after the step moves: f32 (the default: the f32 master\n"
             "values, as the engine gathers them) or bf16 (the bf16 parameters, as Megatron-LM's\n"
             "distributed optimizer does; needs device.precision bf16)")
+      .flag("--blocking-p2p",
+            "price the run's pipeline point-to-point as blocking: each batch of sends and receives holds\n"
+            "the rank until all its transfers are done, a transfer starting once both ends posted\n"
+            "(Megatron-LM of 2021: batch_isend_irecv, wait, torch.cuda.synchronize; the engine's are\n"
+            "asynchronous)")
       .flag("--tp-comm-overlap",
             "price a block's tp collectives as running under that block's compute of the same pass\n"
             "(Megatron-Core's --tp-comm-overlap; needs parallel.sequence_parallel)")
@@ -158,7 +165,7 @@ int run_simulate_config(int argc, char** argv) {
   if (args.given("--cross-entropy")) {
     const std::string kind = args.text("--cross-entropy");
     const auto parsed = partition::cross_entropy_kind_from(kind);
-    CLEAVE_CHECK(parsed.has_value(), "simulate --config: --cross-entropy '{}' is not a loss kind (fused, float32)", kind);
+    CLEAVE_CHECK(parsed.has_value(), "simulate --config: --cross-entropy '{}' is not a loss kind (fused, float32, torch_float32)", kind);
     options.run_kernels.cross_entropy = *parsed;
   }
   options.run_kernels.hidden_dropout = args.on("--hidden-dropout");
@@ -168,6 +175,7 @@ int run_simulate_config(int argc, char** argv) {
                "with gemm_efficiency); profile '{}' times the engine's own kernels", profile.name);
   options.overlap_grad_reduce = args.on("--overlap-grad-reduce");
   options.overlap_tp_comm = args.on("--tp-comm-overlap");
+  options.blocking_p2p = args.on("--blocking-p2p");
   if (args.given("--param-gather-dtype")) {
     const std::string dtype = args.text("--param-gather-dtype");
     CLEAVE_CHECK(dtype == "f32" || dtype == "bf16",
@@ -223,6 +231,7 @@ int run_simulate_config(int argc, char** argv) {
                           {"dense_embedding_grad", options.run_kernels.dense_embedding_grad},
                           {"overlap_grad_reduce", options.overlap_grad_reduce},
                           {"overlap_tp_comm", options.overlap_tp_comm},
+                          {"blocking_p2p", options.blocking_p2p},
                           {"param_gather_dtype", options.param_gather_bf16 ? "bf16" : "f32"},
                           {"step_s", e.step_s},
                           {unit + "_per_s", e.items_per_s},

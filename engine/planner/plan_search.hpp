@@ -127,6 +127,11 @@ struct SearchOptions {
   // block's compute of the same pass (tensor_parallel_overlap).
   bool overlap_grad_reduce = false;
   bool overlap_tp_comm = false;
+  // Whether the simulated run's pipeline point-to-point blocks (a run option; the engine's is asynchronous):
+  // `cleave simulate --blocking-p2p`, Megatron-LM of 2021 (p2p_communication.py: batch_isend_irecv, wait on every
+  // request, torch.cuda.synchronize): each batch of SEND/RECV holds the rank until its transfers are done
+  // (pipeline::SimulationCosts::blocking_p2p).
+  bool blocking_p2p = false;
   // What ZeRO-1/2's parameter all-gather after the optimizer step moves (a run option): false = the f32 master
   // values, as the engine's trainer gathers them (DataParallel::sharded_step); true = the bf16 model parameters, as
   // Megatron-LM's distributed optimizer gathers them in a bf16 run (`cleave simulate --param-gather-dtype bf16`;

@@ -630,6 +630,8 @@ pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vect
   sim.optimizer_step = optimizer.total();
   sim.p2p_latency = c.choice->pp > 1 ? c.p2p_link->latency_s : 0.0;
   sim.p2p_bandwidth = c.p2p_link->bandwidth_Bps;
+  sim.blocking_p2p = c.options->blocking_p2p;
+  sim.blocking_fb_pairs = c.options->blocking_p2p && c.choice->schedule == "interleaved_1f1b";
   const partition::MeasuredCosts& measured = c.profile->measured;
   if (measured.p2p && c.one_node && c.choice->pp > 1) {
     sim.p2p_latency = measured.p2p->latency_s;

@@ -158,6 +158,24 @@ assert plain["attention_kernel"] == "" and cudnn["attention_kernel"] == "cudnn",
 assert cudnn["step_s"] != plain["step_s"], (cudnn["step_s"], plain["step_s"])
 print(f"ok   simulate --attention-kernel cudnn: step {plain['step_s'] * 1e6:.1f} us -> {cudnn['step_s'] * 1e6:.1f} us")
 PY
+# --blocking-p2p: Megatron-LM of 2021's point-to-point (batch_isend_irecv, wait, torch.cuda.synchronize) holds each
+# rank in its transfers: echoed, never faster; its interleaved schedule with fewer micro-batches than ranks deadlocks,
+# refused by name.
+pp2="--set parallel.pipeline_model_parallel_size=2 --set parallel.schedule=interleaved_1f1b --set parallel.virtual_pipeline_stages=2"
+"$cleave" simulate --config tiny.json --world 2 --profile "$a100" $pp2 --set batch.micro_batch_size=2 --json \
+  > p2p_async.json || fail "simulate interleaved pp2"
+"$cleave" simulate --config tiny.json --world 2 --profile "$a100" $pp2 --set batch.micro_batch_size=2 --blocking-p2p \
+  --json > p2p_blocking.json || fail "simulate --blocking-p2p"
+python3 - p2p_async.json p2p_blocking.json << 'PY' || fail "--blocking-p2p output"
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:3])
+assert a["blocking_p2p"] is False and b["blocking_p2p"] is True, (a["blocking_p2p"], b["blocking_p2p"])
+assert b["step_s"] > a["step_s"], (b["step_s"], a["step_s"])
+print(f"ok   simulate --blocking-p2p: step {a['step_s'] * 1e6:.1f} us -> {b['step_s'] * 1e6:.1f} us")
+PY
+"$cleave" simulate --config tiny.json --world 2 --profile "$a100" $pp2 --set batch.micro_batch_size=8 --blocking-p2p \
+  > p2p_m1.log 2>&1 && fail "--blocking-p2p interleaved with 1 micro-batch on 2 ranks accepted"
+grep -q "deadlocks with blocking point-to-point" p2p_m1.log || { cat p2p_m1.log; fail "--blocking-p2p deadlock message"; }
 
 # A mixture of experts: total and active parameters (top_k of n_experts experts per block), in both forms.
 "$cleave" simulate --config "$source_dir/examples/moe/config.json" --set data.type=synthetic --world 2 > moe.log 2>&1 \

@@ -184,6 +184,39 @@ TEST(BlockWork, SlidingWindowCountsOnlyTheWindowsPairs) {
 // residual branch in F and runs its gradient in I (n(2b + 1), a kernel each), n = micro x T x D, the embedding's
 // dropout a kernel of its own in F and in W; the rerun of full recomputation repeats the block's F part; the dense
 // embedding gradient moves (V/tp + T)·D·(2b + 8) in W per micro-batch; blocks they do not touch get nothing.
+TEST(BlockWork, RunKernelsTorchFloat32CrossEntropyIsCastLogSoftmaxAndNllLoss) {
+  // torchtitan's loss: logits cast to f32, then F.cross_entropy (log_softmax + nll_loss), one kernel per op.
+  const ModelSpec spec = gpt(64, 4, 16, 50);
+  const double t = 16, v = 50;
+  RunKernels run;
+  run.cross_entropy = CrossEntropyKind::kTorchFloat32;
+  EXPECT_EQ(cross_entropy_kind_name(run.cross_entropy), "torch_float32");
+  EXPECT_EQ(cross_entropy_kind_from("torch_float32"), CrossEntropyKind::kTorchFloat32);
+  for (const DType dtype : {DType::kBF16, DType::kF32}) {
+    const double b = dtype == DType::kBF16 ? 2 : 4;
+    const bool cast = dtype == DType::kBF16;
+    for (const std::int64_t micro : {1, 3}) {
+      const double n = static_cast<double>(micro) * t * v;
+      const BlockWork base = block_work(spec.blocks[4], dtype, Recompute::kNone, 1, micro);
+      const BlockWork extra = run_kernels_work(spec.blocks[4], dtype, run, Recompute::kNone, 1, micro);
+      // F: cast n(b + 4), log_softmax 8n; I: zero-fill 4n, log_softmax backward 12n, cast back n(4 + b).
+      EXPECT_DOUBLE_EQ(base.forward.stream_bytes + extra.forward.stream_bytes, cast ? n * (b + 12) : 8 * n);
+      EXPECT_DOUBLE_EQ(base.input_grad.stream_bytes + extra.input_grad.stream_bytes, cast ? n * (b + 20) : 16 * n);
+      EXPECT_DOUBLE_EQ(base.forward.kernels + extra.forward.kernels, cast ? 3 : 2);
+      EXPECT_DOUBLE_EQ(base.input_grad.kernels + extra.input_grad.kernels, cast ? 4 : 3);
+    }
+  }
+  // Fewer bytes than Megatron-LM's six-op loss, more than the fused one.
+  RunKernels megatron;
+  megatron.cross_entropy = CrossEntropyKind::kFloat32;
+  const double torch_f = run_kernels_work(spec.blocks[4], DType::kBF16, run, Recompute::kNone, 1, 1).forward.stream_bytes;
+  EXPECT_GT(torch_f, 0);
+  EXPECT_LT(torch_f, run_kernels_work(spec.blocks[4], DType::kBF16, megatron, Recompute::kNone, 1, 1).forward.stream_bytes);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(run_kernels_work(spec.blocks[i], DType::kBF16, run, Recompute::kFull, 1, 2).forward.stream_bytes, 0.0) << i;
+  }
+}
+
 TEST(BlockWork, RunKernelsFloat32CrossEntropyAndHiddenDropout) {
   const ModelSpec spec = gpt(64, 4, 16, 50);  // embed, block, layernorm, head, loss
   const double t = 16, d = 64, v = 50;

@@ -61,6 +61,69 @@ TEST(Simulator, OneFOneBWithLatencyAndBandwidthByHand) {
   EXPECT_EQ(sim.stats.ranks[1].peak_activations, 1);
 }
 
+TEST(Simulator, BlockingPointToPointHoldsTheRankUntilBothEndsPostedAndTheDataArrived) {
+  // The case above with blocking_p2p (Megatron-LM of 2021's batch_isend_irecv + wait + torch.cuda.synchronize, where
+  // its schedules.py posts them): each batch of SEND/RECV holds its rank until its transfers are done; a transfer
+  // (0.5 + 100 / 200 = 1) starts once both of its ends are posted. Megatron's order (send_forward,
+  // send_forward_recv_backward, send_backward_recv_forward): rank 0 F0 [SEND_F0] F1 [SEND_F1 RECV_B0] B0 [RECV_B1]
+  // B1, rank 1 [RECV_F0] F0 B0 [SEND_B0 RECV_F1] F1 B1 [SEND_B1]; the lowering posted rank 1's RECV_F1 before B0.
+  SimulationCosts costs = SimulationCosts::uniform(2);
+  for (auto& stage : costs.stages) stage.output_bytes = 100;
+  costs.p2p_latency = 0.5;
+  costs.p2p_bandwidth = 200;
+  costs.blocking_p2p = true;
+  const SimulationResult sim = simulate(one_f_one_b_schedule(2, 2), costs);
+  expect_span(sim, 0, "0F0", 0, 1);
+  expect_span(sim, 0, "0SEND_F0", 1, 2);  // the sender waits for its transfer (async: [1, 1])
+  expect_span(sim, 1, "1RECV_F0", 0, 2);
+  expect_span(sim, 0, "0F1", 2, 3);       // async: [1, 2]
+  expect_span(sim, 1, "1F0", 2, 3);
+  expect_span(sim, 1, "1B0", 3, 5);       // F1's receive is posted after B0, with B0's send
+  expect_span(sim, 1, "1SEND_B0", 5, 6);
+  expect_span(sim, 1, "1RECV_F1", 5, 6);
+  expect_span(sim, 0, "0SEND_F1", 3, 6);  // rank 1 posts its end at 5
+  expect_span(sim, 0, "0RECV_B0", 3, 6);
+  expect_span(sim, 0, "0B0", 6, 8);
+  expect_span(sim, 1, "1F1", 6, 7);       // async: [5, 6]
+  expect_span(sim, 1, "1B1", 7, 9);
+  expect_span(sim, 1, "1SEND_B1", 9, 10);
+  expect_span(sim, 0, "0RECV_B1", 8, 10);
+  expect_span(sim, 0, "0B1", 10, 12);
+  EXPECT_DOUBLE_EQ(sim.stats.makespan, 12);  // async: 11
+  EXPECT_DOUBLE_EQ(sim.stats.ranks[0].busy, 6);  // transfers are idle time, not busy
+  // Free transfers: only the rendezvous is left, which this schedule's dependencies already imply.
+  costs.p2p_latency = 0;
+  costs.p2p_bandwidth = 0;
+  EXPECT_DOUBLE_EQ(simulate(one_f_one_b_schedule(2, 2), costs).stats.makespan, 9);
+}
+
+TEST(Simulator, BlockingPointToPointPostsWhereMegatronsInterleavedScheduleDoes) {
+  // forward_backward_pipelining_with_interleaving (Megatron-LM de7dc40f) at p 2, v 2, m 4 on rank 0, by hand from its
+  // loops: warm-up send_forward_recv_forward after each F (the last one also receives the first backward's
+  // gradient), then F and B back to back with one send_forward_backward_recv_forward_backward after both, then
+  // send_backward_recv_backward after each B. Stages 0 and 2 are rank 0's.
+  SimulationCosts costs = SimulationCosts::uniform(4);
+  costs.blocking_p2p = true;
+  costs.blocking_fb_pairs = true;
+  const SimulationResult sim = simulate(interleaved_1f1b_schedule(2, 4, 2), costs);
+  std::string line;
+  for (const auto& a : sim.lowered.ranks[0]) line += (line.empty() ? "" : " ") + format_action(a);
+  EXPECT_EQ(line,
+            "0F0 0SEND_F0 0F1 0SEND_F1 2RECV_F0 2F0 2SEND_F0 2RECV_F1 2F1 2SEND_F1 2RECV_B0 0F2 2B0 "
+            "0SEND_F2 2SEND_B0 2RECV_B1 0F3 2B1 0SEND_F3 2SEND_B1 2RECV_F2 0RECV_B0 2F2 0B0 "
+            "2SEND_F2 2RECV_F3 0RECV_B1 2F3 0B1 2SEND_F3 2RECV_B2 2B2 2SEND_B2 2RECV_B3 2B3 "
+            "2SEND_B3 2REDUCE_GRAD 0RECV_B2 0B2 0RECV_B3 0B3 0REDUCE_GRAD OPTIMIZER_STEP");
+  // Without the pairs (the non-interleaved code's batch between each F and the backward after it) the interleaved
+  // warm-up, sized for communication after both, deadlocks: refused by name.
+  costs.blocking_fb_pairs = false;
+  try {
+    simulate(interleaved_1f1b_schedule(2, 4, 2), costs);
+    ADD_FAILURE() << "expected a deadlock";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("deadlocks with blocking point-to-point"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Simulator, PerStageCostsReductionAndOptimizerStep) {
   SimulationCosts costs;
   costs.stages = {StageCost{2, 1, 1, 0.5, 0}, StageCost{3, 2, 2, 0.25, 0}};

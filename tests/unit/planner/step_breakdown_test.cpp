@@ -12,6 +12,7 @@
 #include <fstream>
 #include <set>
 #include <string>
+#include <utility>
 
 #include "engine/planner/plan_search.hpp"
 #include "engine/planner/step_breakdown.hpp"
@@ -272,6 +273,30 @@ TEST_F(StepBreakdownTest, ParamGatherInBf16MovesHalfTheBytes) {
   const PlanEstimate f32_plain = estimate_plan(config_, {}, c, p, f32);
   ASSERT_TRUE(f32_run.valid && f32_plain.valid);
   EXPECT_DOUBLE_EQ(f32_run.breakdown[T::kZeroGather], f32_plain.breakdown[T::kZeroGather]);
+}
+
+// SearchOptions::blocking_p2p (simulate --blocking-p2p, Megatron-LM of 2021): the pipeline's transfers hold their ranks
+// at the code's own positions, so a pipelined plan is never faster and the compute terms do not move; the terms still
+// sum to the step. A plan without a pipeline has no transfers: unchanged. Interleaved runs as Megatron's (pairs).
+TEST_F(StepBreakdownTest, BlockingPointToPointSlowsOnlyPipelinedPlans) {
+  SearchOptions async{4, 0}, blocking{4, 0};
+  blocking.blocking_p2p = true;
+  for (const auto& [schedule, v] : {std::pair<std::string, int>{"1f1b", 1}, {"interleaved_1f1b", 2}}) {
+    PlanChoice c{1, 4, 1, v, schedule, 1, 0, partition::Recompute::kNone, 8, false};
+    const PlanEstimate a = estimate_plan(config_, {}, c, costly(), async);
+    const PlanEstimate b = estimate_plan(config_, {}, c, costly(), blocking);
+    ASSERT_TRUE(a.valid && b.valid) << schedule << ": " << a.reason << b.reason;
+    expect_sums(b);
+    EXPECT_GT(b.step_s, a.step_s) << schedule;
+    EXPECT_DOUBLE_EQ(b.breakdown[T::kForward], a.breakdown[T::kForward]) << schedule;
+    EXPECT_GT(b.breakdown[T::kPointToPoint] + b.breakdown[T::kBubble],
+              a.breakdown[T::kPointToPoint] + a.breakdown[T::kBubble]) << schedule;
+  }
+  PlanChoice flat{1, 1, 4, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8, false};
+  const PlanEstimate a = estimate_plan(config_, {}, flat, costly(), async);
+  const PlanEstimate b = estimate_plan(config_, {}, flat, costly(), blocking);
+  ASSERT_TRUE(a.valid && b.valid);
+  EXPECT_DOUBLE_EQ(b.step_s, a.step_s);
 }
 
 TEST_F(StepBreakdownTest, TableHasARowPerTermAndTheTotal) {

@@ -105,7 +105,8 @@ std::set<std::string> slots_used(const config::RunConfig& config, comm::Communic
     trainer.evaluate(1);
   }
   std::set<std::string> used = table.used;
-  used.insert(config.optimizer.type == config::OptimizerType::kSgd ? "sgd_update" : "adamw_update");  // B1: see the file comment
+  // B1 (see the file comment); the optimizers call the multi-tensor slot (engine/optim/optimizer.cpp).
+  used.insert(config.optimizer.type == config::OptimizerType::kSgd ? "sgd_update_many" : "adamw_update_many");
   return used;
 }
 

@@ -2,7 +2,10 @@
 // replaced (widen every bf16 input into f32 scratch, run the f32 kernel, narrow every output: what
 // kernels/ops/cpu_f32_view.hpp does; the scratch allocated once, as the allocator's cache hands it back): RoPE's
 // packing forward and backward on the Llama example's shape, the bias gradient and LayerNorm's weight gradient on
-// the small peer GPT's MLP and model widths, RMSNorm's weight gradient on the Llama example's.
+// the small peer GPT's MLP and model widths, RMSNorm's weight gradient on the Llama example's; memory-efficient
+// attention forward and backward (a block at a time) on the small peer GPT's and the Llama example's packed qkv, and
+// the fused cross-entropy forward + backward (a row at a time) at vocabulary 256 (the peer models) and 50,304
+// (GPT-2's, padded).
 //
 // What it asserts before timing: both paths give the same bits (else it exits 1 without timing). What it reports:
 // per kernel and thread count, the median of 15 timed calls (after 3 warm-up calls) of each path, interleaved call
@@ -13,6 +16,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -20,10 +24,13 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/cast.hpp"
+#include "kernels/cpu/cross_entropy.hpp"
+#include "kernels/cpu/flash_attention.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/rmsnorm.hpp"
 #include "kernels/cpu/rope.hpp"
@@ -171,6 +178,87 @@ std::vector<Kernel> kernels() {
                     kc::rmsnorm_backward_weight(dy.data(), x.data(), rstd.data(), g.data(), n, cols);
                     std::vector<std::uint8_t> b;
                     append(b, g);
+                    return b;
+                  }});
+  }
+  // Attention on a packed [B, T, (Hq + 2 Hkv) hd] qkv: the small peer GPT (16 x 64, 8 heads of 32) and the Llama
+  // example's micro-batch (8 x 64, 4 query heads over 2 kv heads of 32). Forward, then backward from its out.
+  for (auto [label, B, Hq, Hkv] : {std::tuple<const char*, int64_t, int64_t, int64_t>{"small GPT", 16, 8, 8},
+                                   {"Llama", 8, 4, 2}}) {
+    kc::FlashAttentionShape a;
+    a.batch = B, a.q_len = a.kv_len = 64, a.q_heads = Hq, a.kv_heads = Hkv, a.head_dim = 32;
+    a.ld_q = a.ld_k = a.ld_v = (Hq + 2 * Hkv) * 32;
+    a.ld_o = Hq * 32;
+    a.scale = 1.0f / std::sqrt(32.0f);
+    const int64_t tokens = B * 64;
+    const Bits qkv = random_bf16(static_cast<size_t>(tokens * a.ld_q), 9);
+    const Bits dout = random_bf16(static_cast<size_t>(tokens * a.ld_o), 10);
+    const int64_t kcol = Hq * 32, vcol = (Hq + Hkv) * 32;
+    const std::string name = std::string("attention fwd + bwd (") + label + ")";
+    ks.push_back({name,
+                  [=, sc = std::make_shared<Scratch>()] {
+                    const int threads = omp_get_max_threads();
+                    const float* x = sc->widen(0, qkv);
+                    std::vector<float>& o = sc->out(1, dout.size());
+                    std::vector<float>& lse = sc->out(2, static_cast<size_t>(B * Hq * 64));
+                    std::vector<float>& ws = sc->out(3, kc::flash_attention_workspace_floats(a, threads));
+                    kc::flash_attention_forward(x, x + kcol, x + vcol, o.data(), lse.data(), a, ws.data(), threads);
+                    Bits out(dout.size());
+                    narrow(o, out);
+                    const float* o32 = sc->widen(4, out);
+                    const float* d32 = sc->widen(5, dout);
+                    std::vector<float>& dx = sc->out(6, qkv.size());
+                    kc::flash_attention_backward(x, x + kcol, x + vcol, o32, lse.data(), d32, dx.data(),
+                                                 dx.data() + kcol, dx.data() + vcol, a, false, ws.data(), threads);
+                    Bits dqkv(qkv.size());
+                    narrow(dx, dqkv);
+                    std::vector<std::uint8_t> b;
+                    append(b, out), append(b, dqkv);
+                    return b;
+                  },
+                  [=, ws = std::make_shared<std::vector<float>>()] {
+                    const int threads = omp_get_max_threads();
+                    ws->resize(kc::flash_attention_workspace_floats(a, threads, true));
+                    Bits out(dout.size()), dqkv(qkv.size());
+                    std::vector<float> lse(static_cast<size_t>(B * Hq * 64));
+                    const std::uint16_t* x = qkv.data();
+                    kc::flash_attention_forward(x, x + kcol, x + vcol, out.data(), lse.data(), a, ws->data(), threads);
+                    kc::flash_attention_backward(x, x + kcol, x + vcol, out.data(), lse.data(), dout.data(),
+                                                 dqkv.data(), dqkv.data() + kcol, dqkv.data() + vcol, a, false,
+                                                 ws->data(), threads);
+                    std::vector<std::uint8_t> b;
+                    append(b, out), append(b, dqkv);
+                    return b;
+                  }});
+  }
+  // Cross-entropy forward + backward (gradient in place of the logits, as the loss layer does).
+  for (int64_t classes : {int64_t{256}, int64_t{50304}}) {
+    const int64_t n = classes == 256 ? 1024 : 256;
+    const Bits logits = random_bf16(static_cast<size_t>(n * classes), 11);
+    std::vector<std::int32_t> targets(static_cast<size_t>(n));
+    for (int64_t r = 0; r < n; ++r) targets[static_cast<size_t>(r)] = static_cast<std::int32_t>((r * 7919) % classes);
+    const std::string name = "cross-entropy fwd + bwd [" + std::to_string(n) + " x " + std::to_string(classes) + "]";
+    ks.push_back({name,
+                  [=, sc = std::make_shared<Scratch>()] {
+                    float* x = sc->widen(0, logits);
+                    std::vector<float>& lse = sc->out(1, static_cast<size_t>(n));
+                    const double loss = kc::softmax_cross_entropy_forward(x, targets.data(), lse.data(), n, classes);
+                    kc::softmax_cross_entropy_backward(x, targets.data(), lse.data(), 0.5f, x, n, classes);
+                    Bits g(logits.size());
+                    kc::cast_f32_to_bf16(x, g.data(), static_cast<int64_t>(g.size()));
+                    std::vector<std::uint8_t> b;
+                    append(b, std::vector<double>{loss}), append(b, g);
+                    return b;
+                  },
+                  [=] {
+                    Bits g = logits;
+                    std::vector<float> lse(static_cast<size_t>(n));
+                    const double loss =
+                        kc::softmax_cross_entropy_forward(g.data(), targets.data(), lse.data(), n, classes);
+                    kc::softmax_cross_entropy_backward_shard(g.data(), targets.data(), 0, lse.data(), 0.5f, g.data(),
+                                                             n, classes, classes);
+                    std::vector<std::uint8_t> b;
+                    append(b, std::vector<double>{loss}), append(b, g);
                     return b;
                   }});
   }

@@ -1,4 +1,5 @@
-// Optimizer bookkeeping (parameter checks, state allocation) and the AdamW / SGD per-parameter updates.
+// Optimizer bookkeeping (parameter checks, state allocation) and the AdamW / SGD updates (all parameters in one
+// multi-tensor call).
 #include "engine/optim/optimizer.hpp"
 
 #include <unordered_set>
@@ -55,7 +56,7 @@ void Optimizer::add_state(const std::string& name, Allocator& allocator) {
 
 void Optimizer::step(double lr) {
   ++steps_;
-  for (std::size_t i = 0; i < params_.size(); ++i) update(i, static_cast<float>(lr), steps_);
+  if (!params_.empty()) update(static_cast<float>(lr), steps_);
 }
 
 void Optimizer::zero_grad() {
@@ -86,12 +87,17 @@ AdamW::AdamW(const ParamList& params, const AdamWOptions& options, Allocator& al
   add_state("exp_avg_sq", allocator);
 }
 
-void AdamW::update(std::size_t i, float lr, std::int64_t step) {
-  layers::Param& p = *params_[i];
-  const float wd = p.weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
-  ops::adamw_update(ctx_, p.value, p.grad, state_[0][i], state_[1][i],
-                    {lr, static_cast<float>(options_.beta1), static_cast<float>(options_.beta2),
-                     static_cast<float>(options_.eps), wd, step});
+void AdamW::update(float lr, std::int64_t step) {
+  items_.clear();
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const layers::Param& p = *params_[i];
+    const float wd = p.weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
+    items_.push_back({p.value, p.grad, state_[0][i], state_[1][i], wd});
+  }
+  ops::adamw_update_many(ctx_, items_,
+                         {lr, static_cast<float>(options_.beta1), static_cast<float>(options_.beta2),
+                          static_cast<float>(options_.eps), 0.0f, step});
+  items_.clear();  // holds no tensor between steps
 }
 
 Sgd::Sgd(const ParamList& params, const SgdOptions& options, Allocator& allocator)
@@ -103,12 +109,15 @@ Sgd::Sgd(const ParamList& params, const SgdOptions& options, Allocator& allocato
   if (options_.momentum > 0.0) add_state("momentum_buffer", allocator);
 }
 
-void Sgd::update(std::size_t i, float lr, std::int64_t step) {
-  layers::Param& p = *params_[i];
-  const float wd = p.weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
-  const Tensor buffer = state_.empty() ? Tensor() : state_[0][i];
-  ops::sgd_update(ctx_, p.value, p.grad, buffer,
-                  {lr, static_cast<float>(options_.momentum), wd, options_.nesterov, step == 1});
+void Sgd::update(float lr, std::int64_t step) {
+  items_.clear();
+  for (std::size_t i = 0; i < params_.size(); ++i) {
+    const layers::Param& p = *params_[i];
+    const float wd = p.weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
+    items_.push_back({p.value, p.grad, state_.empty() ? Tensor() : state_[0][i], wd});
+  }
+  ops::sgd_update_many(ctx_, items_, {lr, static_cast<float>(options_.momentum), 0.0f, options_.nesterov, step == 1});
+  items_.clear();
 }
 
 }  // namespace cleave::optim

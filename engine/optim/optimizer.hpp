@@ -7,8 +7,8 @@
 //    MemoryCategory::kOptimizerState; step() allocates nothing.
 //  - step(lr) reads each grad and leaves it as it was; zero_grad() clears grads for the next accumulation.
 //  - Params with weight_decay == false (biases, norms, position tables) get no decay.
-// The math is the op seam's adamw_update / sgd_update (kernels/ops/ops.hpp; PyTorch semantics), on whatever
-// device the context names. Parameters, grads and state are f32; the ZeRO-1 sharded wrapper is separate.
+// The math is the op seam's adamw_update_many / sgd_update_many (kernels/ops/ops.hpp; PyTorch semantics; all
+// parameters in one call, bit for bit the per-parameter updates), on whatever device the context names. Parameters, grads and state are f32; the ZeRO-1 sharded wrapper is separate.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +20,7 @@
 #include "engine/core/allocator.hpp"
 #include "engine/core/tensor.hpp"
 #include "kernels/ops/context.hpp"
+#include "kernels/ops/ops.hpp"
 #include "layers/layer.hpp"
 
 namespace cleave::optim {
@@ -59,8 +60,8 @@ class Optimizer {
   // Adds one state tensor per parameter, zeroed, named `name`.
   void add_state(const std::string& name, Allocator& allocator);
   ops::Context ctx_;  // where the updates run: the parameters' device, the state's allocator, the run's stream (run_on)
-  // Updates params_[i] for update number `step` (1-based); state_[k][i] is its k-th state tensor.
-  virtual void update(std::size_t i, float lr, std::int64_t step) = 0;
+  // Updates every parameter for update number `step` (1-based); state_[k][i] is params_[i]'s k-th state tensor.
+  virtual void update(float lr, std::int64_t step) = 0;
 
   ParamList params_;
   std::vector<std::string> state_names_;
@@ -82,8 +83,9 @@ class AdamW final : public Optimizer {
   AdamW(const ParamList& params, const AdamWOptions& options, Allocator& allocator);
 
  private:
-  void update(std::size_t i, float lr, std::int64_t step) override;
+  void update(float lr, std::int64_t step) override;
   AdamWOptions options_;
+  std::vector<ops::AdamWItem> items_;  // the call's list, rebuilt each step (a grad may be re-pointed between steps)
 };
 
 struct SgdOptions {
@@ -97,8 +99,9 @@ class Sgd final : public Optimizer {
   Sgd(const ParamList& params, const SgdOptions& options, Allocator& allocator);
 
  private:
-  void update(std::size_t i, float lr, std::int64_t step) override;
+  void update(float lr, std::int64_t step) override;
   SgdOptions options_;
+  std::vector<ops::SgdItem> items_;
 };
 
 }  // namespace cleave::optim

@@ -83,9 +83,7 @@ void ShardedOptimizer::step(double lr) {
     CLEAVE_ASSERT(shards_[s].grad.defined(), "sharded optimizer: step() with shard {}'s gradient released", s);
   }
   ++steps_;
-  for (std::size_t s = 0; s < shards_.size(); ++s) {
-    for (const ShardSegment& segment : shards_[s].segments) update(s, segment, static_cast<float>(lr), steps_);
-  }
+  update(static_cast<float>(lr), steps_);
 }
 
 std::int64_t ShardedOptimizer::state_bytes() const {
@@ -102,14 +100,21 @@ ShardedAdamW::ShardedAdamW(std::vector<FlatShard> shards, const AdamWOptions& op
   add_state("exp_avg_sq", allocator);
 }
 
-void ShardedAdamW::update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) {
-  const FlatShard& shard = shards_[s];
-  const float wd = segment.param->weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
-  const std::int64_t end = segment.begin + segment.numel;
-  ops::AdamWHyper hyper{lr, static_cast<float>(options_.beta1), static_cast<float>(options_.beta2),
-                        static_cast<float>(options_.eps), wd, step};
-  ops::adamw_update(ctx_, shard.value.slice(segment.begin, end), shard.grad.slice(segment.begin, end),
-                    state_[0][s].slice(segment.begin, end), state_[1][s].slice(segment.begin, end), hyper);
+void ShardedAdamW::update(float lr, std::int64_t step) {
+  items_.clear();
+  for (std::size_t s = 0; s < shards_.size(); ++s) {
+    const FlatShard& shard = shards_[s];
+    for (const ShardSegment& segment : shard.segments) {
+      const float wd = segment.param->weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
+      const std::int64_t end = segment.begin + segment.numel;
+      items_.push_back({shard.value.slice(segment.begin, end), shard.grad.slice(segment.begin, end),
+                        state_[0][s].slice(segment.begin, end), state_[1][s].slice(segment.begin, end), wd});
+    }
+  }
+  ops::adamw_update_many(ctx_, items_,
+                         {lr, static_cast<float>(options_.beta1), static_cast<float>(options_.beta2),
+                          static_cast<float>(options_.eps), 0.0f, step});
+  items_.clear();  // holds no tensor between steps (a ZeRO-2 grad is released after the update)
 }
 
 ShardedSgd::ShardedSgd(std::vector<FlatShard> shards, const SgdOptions& options, Allocator& allocator)
@@ -121,13 +126,19 @@ ShardedSgd::ShardedSgd(std::vector<FlatShard> shards, const SgdOptions& options,
   if (options_.momentum > 0.0) add_state("momentum_buffer", allocator);
 }
 
-void ShardedSgd::update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) {
-  const FlatShard& shard = shards_[s];
-  const float wd = segment.param->weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
-  const std::int64_t end = segment.begin + segment.numel;
-  const Tensor buffer = state_.empty() ? Tensor() : state_[0][s].slice(segment.begin, end);
-  ops::sgd_update(ctx_, shard.value.slice(segment.begin, end), shard.grad.slice(segment.begin, end), buffer,
-                  {lr, static_cast<float>(options_.momentum), wd, options_.nesterov, step == 1});
+void ShardedSgd::update(float lr, std::int64_t step) {
+  items_.clear();
+  for (std::size_t s = 0; s < shards_.size(); ++s) {
+    const FlatShard& shard = shards_[s];
+    for (const ShardSegment& segment : shard.segments) {
+      const float wd = segment.param->weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
+      const std::int64_t end = segment.begin + segment.numel;
+      items_.push_back({shard.value.slice(segment.begin, end), shard.grad.slice(segment.begin, end),
+                        state_.empty() ? Tensor() : state_[0][s].slice(segment.begin, end), wd});
+    }
+  }
+  ops::sgd_update_many(ctx_, items_, {lr, static_cast<float>(options_.momentum), 0.0f, options_.nesterov, step == 1});
+  items_.clear();
 }
 
 std::unique_ptr<ShardedOptimizer> make_sharded_optimizer(const config::OptimizerConfig& config,

@@ -80,9 +80,9 @@ class ShardedOptimizer {
   // Adds one zeroed shard-sized state tensor per shard, of kind `name`.
   void add_state(const std::string& name, Allocator& allocator);
   ops::Context ctx_;  // where the updates run: the parameters' device, the state's allocator, the run's stream (run_on)
-  // Updates one segment of shard s for update number `step` (1-based); state_[k][s] is the shard's k-th
-  // state tensor (index it with segment.begin).
-  virtual void update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) = 0;
+  // Updates every segment of every shard for update number `step` (1-based), in one multi-tensor call;
+  // state_[k][s] is shard s's k-th state tensor (index it with a segment's begin).
+  virtual void update(float lr, std::int64_t step) = 0;
 
   std::vector<FlatShard> shards_;
   std::vector<std::string> state_names_;
@@ -97,8 +97,9 @@ class ShardedAdamW final : public ShardedOptimizer {
   ShardedAdamW(std::vector<FlatShard> shards, const AdamWOptions& options, Allocator& allocator);
 
  private:
-  void update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) override;
+  void update(float lr, std::int64_t step) override;
   AdamWOptions options_;
+  std::vector<ops::AdamWItem> items_;  // the call's list (empty between steps)
 };
 
 class ShardedSgd final : public ShardedOptimizer {
@@ -106,8 +107,9 @@ class ShardedSgd final : public ShardedOptimizer {
   ShardedSgd(std::vector<FlatShard> shards, const SgdOptions& options, Allocator& allocator);
 
  private:
-  void update(std::size_t s, const ShardSegment& segment, float lr, std::int64_t step) override;
+  void update(float lr, std::int64_t step) override;
   SgdOptions options_;
+  std::vector<ops::SgdItem> items_;
 };
 
 // optimizer.type -> ShardedAdamW or ShardedSgd with the section's hyper-parameters.

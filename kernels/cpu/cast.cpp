@@ -41,6 +41,12 @@ constexpr int64_t kBlock = 4096;
     const int64_t blocks = (n + kBlock - 1) / kBlock;                                                \
     CLEAVE_PARALLEL_FOR(b, blocks, detail::worth_parallel(n),                                        \
       widen_range<U32, U16>(x, y, b * kBlock, b == blocks - 1 ? n : (b + 1) * kBlock);)              \
+  }                                                                                                  \
+  target_attr void narrow_serial_##suffix(const float* x, std::uint16_t* y, int64_t n) {             \
+    narrow_range<U32, U16>(x, y, 0, n);                                                              \
+  }                                                                                                  \
+  target_attr void widen_serial_##suffix(const std::uint16_t* x, float* y, int64_t n) {              \
+    widen_range<U32, U16>(x, y, 0, n);                                                               \
   }
 
 CLEAVE_CAST_PATH(baseline, , u32x4, u16x4)
@@ -70,6 +76,17 @@ void cast_f32_to_bf16(const float* x, std::uint16_t* y, int64_t n) {
 void cast_bf16_to_f32(const std::uint16_t* x, float* y, int64_t n) {
   static const VectorIsa isa = best_vector_isa();
   cast_bf16_to_f32_isa(isa, x, y, n);
+}
+
+// Called per row or block: the path is chosen once per process.
+void cast_f32_to_bf16_serial(const float* x, std::uint16_t* y, int64_t n) {
+  static const auto path = isa_path(best_vector_isa(), "cast_f32_to_bf16_serial", CLEAVE_ISA_PATHS(narrow_serial));
+  path(x, y, n);
+}
+
+void cast_bf16_to_f32_serial(const std::uint16_t* x, float* y, int64_t n) {
+  static const auto path = isa_path(best_vector_isa(), "cast_bf16_to_f32_serial", CLEAVE_ISA_PATHS(widen_serial));
+  path(x, y, n);
 }
 
 }  // namespace cleave::kernels::cpu

@@ -14,6 +14,11 @@ namespace cleave::kernels::cpu {
 void cast_f32_to_bf16(const float* x, std::uint16_t* y, int64_t n);
 void cast_bf16_to_f32(const std::uint16_t* x, float* y, int64_t n);
 
+// The same on the calling thread alone (never an OpenMP team), for kernels that convert a row or a block at a
+// time inside their own loops (cross_entropy.cpp, flash_attention.cpp). Same bits as the two above.
+void cast_f32_to_bf16_serial(const float* x, std::uint16_t* y, int64_t n);
+void cast_bf16_to_f32_serial(const std::uint16_t* x, float* y, int64_t n);
+
 // One vector path; the two above run the widest. For tests and benchmarks.
 void cast_f32_to_bf16_isa(VectorIsa isa, const float* x, std::uint16_t* y, int64_t n);
 void cast_bf16_to_f32_isa(VectorIsa isa, const std::uint16_t* x, float* y, int64_t n);

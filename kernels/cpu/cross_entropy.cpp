@@ -1,18 +1,49 @@
 // Fused softmax cross-entropy. See cross_entropy.hpp. Each row is read once for the max and once for the
 // sum of exponentials (forward) and once more for the gradient (backward); no softmax is stored. Per-row
 // losses are summed in row order, so the total does not depend on the thread count.
+//
+// Each kernel is written once over the logits' element type: an f32 row is used in place, a bf16 row is widened
+// into the calling thread's row buffer first (RowLoad) and a bf16 gradient row is computed in a second buffer and
+// narrowed (RowStore). The f32 arithmetic is the same code on the same values either way.
 #include "kernels/cpu/cross_entropy.hpp"
 
 #include <cmath>
 #include <limits>
 #include <vector>
 
+#include "engine/core/dtype.hpp"
 #include "engine/core/error.hpp"
+#include "kernels/cpu/cast.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cpu/vec_math.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
+
+// The calling thread's two f32 row buffers (kept between calls; OpenMP's pool threads live as long as the process).
+float* row_buffer(int which, int64_t n) {
+  thread_local std::vector<float> buffers[2];
+  std::vector<float>& b = buffers[which];
+  if (b.size() < static_cast<size_t>(n)) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
+
+// A row of logits as f32: in place, or widened (exactly) into the thread's first row buffer.
+const float* load_row(const float* x, int64_t) { return x; }
+const float* load_row(const std::uint16_t* x, int64_t n) {
+  float* buf = row_buffer(0, n);
+  cast_bf16_to_f32_serial(x, buf, n);
+  return buf;
+}
+
+// Where a gradient row is computed (the row itself, or the thread's second buffer), and its store.
+float* out_row(float* y, int64_t) { return y; }
+float* out_row(std::uint16_t*, int64_t n) { return row_buffer(1, n); }
+void store_row(const float*, float*, int64_t) {}
+void store_row(const float* f, std::uint16_t* y, int64_t n) { cast_f32_to_bf16_serial(f, y, n); }
+
+float element(const float* x, int64_t i) { return x[i]; }
+float element(const std::uint16_t* x, int64_t i) { return bf16_to_float(x[i]); }
 
 void check_targets(const char* op, const int32_t* targets, int64_t rows, int64_t classes) {
   for (int64_t r = 0; r < rows; ++r) {
@@ -34,22 +65,15 @@ void backward_row(const float* x, int32_t t, int64_t class_offset, float row_lse
   if (here) dx[local] = scale * (detail::exp_scalar(x_t - row_lse) - 1.0f);
 }
 
-}  // namespace
+int64_t valid_columns(int64_t valid, int64_t classes) { return valid < 0 ? classes : valid; }
 
-int64_t count_valid_targets(const int32_t* targets, int64_t rows) {
-  CLEAVE_ASSERT(rows >= 0, "count_valid_targets: negative rows {}", rows);
-  int64_t count = 0;
-  for (int64_t r = 0; r < rows; ++r) count += targets[r] >= 0 ? 1 : 0;
-  return count;
-}
-
-double softmax_cross_entropy_forward(const float* logits, const int32_t* targets, float* lse, int64_t rows,
-                                     int64_t classes) {
+template <class T>
+double forward(const T* logits, const int32_t* targets, float* lse, int64_t rows, int64_t classes) {
   CLEAVE_ASSERT(rows >= 0 && classes > 0, "softmax_cross_entropy_forward: bad shape [{}, {}]", rows, classes);
   check_targets("softmax_cross_entropy_forward", targets, rows, classes);
   std::vector<double> loss(static_cast<size_t>(rows), 0.0);
   CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * classes),
-    const float* x = logits + r * classes;
+    const float* x = load_row(logits + r * classes, classes);
     const float mx = detail::max_of(x, classes);
     const float sum = detail::exp_sum(x, mx, classes);
     const float row_lse = mx + std::log(sum);
@@ -61,35 +85,29 @@ double softmax_cross_entropy_forward(const float* logits, const int32_t* targets
   return total;
 }
 
-void softmax_cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, float scale,
-                                    float* dlogits, int64_t rows, int64_t classes) {
-  softmax_cross_entropy_backward_shard(logits, targets, 0, lse, scale, dlogits, rows, classes, classes);
-}
-
-namespace {
-int64_t valid_columns(int64_t valid, int64_t classes) { return valid < 0 ? classes : valid; }
-}  // namespace
-
-void cross_entropy_shard_max(const float* logits, float* row_max, int64_t rows, int64_t classes, int64_t valid) {
+template <class T>
+void shard_max(const T* logits, float* row_max, int64_t rows, int64_t classes, int64_t valid) {
   valid = valid_columns(valid, classes);
   CLEAVE_ASSERT(rows >= 0 && classes > 0 && valid <= classes, "cross_entropy_shard_max: bad shape [{}, {}] valid {}",
                 rows, classes, valid);
   CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * classes),
-    row_max[r] = valid > 0 ? detail::max_of(logits + r * classes, valid) : -std::numeric_limits<float>::infinity();)
+    row_max[r] = valid > 0 ? detail::max_of(load_row(logits + r * classes, valid), valid)
+                           : -std::numeric_limits<float>::infinity();)
 }
 
-void cross_entropy_shard_sum_exp(const float* logits, const float* row_max, float* sum_exp, int64_t rows,
-                                 int64_t classes, int64_t valid) {
+template <class T>
+void shard_sum_exp(const T* logits, const float* row_max, float* sum_exp, int64_t rows, int64_t classes,
+                   int64_t valid) {
   valid = valid_columns(valid, classes);
   CLEAVE_ASSERT(rows >= 0 && classes > 0 && valid <= classes,
                 "cross_entropy_shard_sum_exp: bad shape [{}, {}] valid {}", rows, classes, valid);
   CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * classes),
-    sum_exp[r] = valid > 0 ? detail::exp_sum(logits + r * classes, row_max[r], valid) : 0.0f;)
+    sum_exp[r] = valid > 0 ? detail::exp_sum(load_row(logits + r * classes, valid), row_max[r], valid) : 0.0f;)
 }
 
-void cross_entropy_shard_target_logit(const float* logits, const int32_t* targets, int64_t class_offset,
-                                      float* target_logit, int64_t rows, int64_t classes, int64_t total_classes,
-                                      int64_t valid) {
+template <class T>
+void shard_target_logit(const T* logits, const int32_t* targets, int64_t class_offset, float* target_logit,
+                        int64_t rows, int64_t classes, int64_t total_classes, int64_t valid) {
   valid = valid_columns(valid, classes);
   CLEAVE_ASSERT(rows >= 0 && classes > 0 && valid <= classes && class_offset >= 0 &&
                     class_offset + valid <= total_classes,
@@ -98,20 +116,21 @@ void cross_entropy_shard_target_logit(const float* logits, const int32_t* target
   check_targets("cross_entropy_shard_target_logit", targets, rows, total_classes);
   for (int64_t r = 0; r < rows; ++r) {
     const int64_t local = static_cast<int64_t>(targets[r]) - class_offset;
-    target_logit[r] = (targets[r] >= 0 && local >= 0 && local < valid) ? logits[r * classes + local] : 0.0f;
+    target_logit[r] = (targets[r] >= 0 && local >= 0 && local < valid) ? element(logits, r * classes + local) : 0.0f;
   }
 }
 
-void cross_entropy_shard_argmax(const float* logits, const float* row_max, int64_t class_offset, float* neg_index,
-                                int64_t rows, int64_t classes, int64_t valid) {
+template <class T>
+void shard_argmax(const T* logits, const float* row_max, int64_t class_offset, float* neg_index, int64_t rows,
+                  int64_t classes, int64_t valid) {
   valid = valid_columns(valid, classes);
   CLEAVE_ASSERT(rows >= 0 && classes > 0 && valid <= classes && class_offset >= 0,
                 "cross_entropy_shard_argmax: bad shape [{}, {}] valid {}", rows, classes, valid);
   for (int64_t r = 0; r < rows; ++r) {
-    const float* x = logits + r * classes;
+    const T* x = logits + r * classes;
     neg_index[r] = -std::numeric_limits<float>::infinity();
     for (int64_t c = 0; c < valid; ++c) {
-      if (x[c] == row_max[r]) {
+      if (element(x, c) == row_max[r]) {
         neg_index[r] = -static_cast<float>(class_offset + c);
         break;
       }
@@ -119,19 +138,98 @@ void cross_entropy_shard_argmax(const float* logits, const float* row_max, int64
   }
 }
 
-void softmax_cross_entropy_backward_shard(const float* logits, const int32_t* targets, int64_t class_offset,
-                                          const float* lse, float scale, float* dlogits, int64_t rows, int64_t classes,
-                                          int64_t total_classes, int64_t valid) {
+template <class T, class D>
+void backward_shard(const T* logits, const int32_t* targets, int64_t class_offset, const float* lse, float scale,
+                    D* dlogits, int64_t rows, int64_t classes, int64_t total_classes, int64_t valid) {
   valid = valid_columns(valid, classes);
   CLEAVE_ASSERT(rows >= 0 && classes > 0 && valid <= classes && class_offset >= 0 &&
                     class_offset + valid <= total_classes,
                 "softmax_cross_entropy_backward: shard [{}, {}) outside {} classes (rows {})", class_offset,
                 class_offset + valid, total_classes, rows);
   check_targets("softmax_cross_entropy_backward", targets, rows, total_classes);
-  // dlogits may alias logits: every element is read before it is written, at the same index.
+  // dlogits may alias logits: every element is read before it is written, at the same index (a bf16 row is read
+  // whole into the row buffer before its gradient is stored).
   CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * classes),
-    backward_row(logits + r * classes, targets[r], class_offset, lse[r], scale, dlogits + r * classes, classes,
-                 valid);)
+    const float* x = load_row(logits + r * classes, classes);
+    float* dx = out_row(dlogits + r * classes, classes);
+    backward_row(x, targets[r], class_offset, lse[r], scale, dx, classes, valid);
+    store_row(dx, dlogits + r * classes, classes);)
+}
+
+}  // namespace
+
+int64_t count_valid_targets(const int32_t* targets, int64_t rows) {
+  CLEAVE_ASSERT(rows >= 0, "count_valid_targets: negative rows {}", rows);
+  int64_t count = 0;
+  for (int64_t r = 0; r < rows; ++r) count += targets[r] >= 0 ? 1 : 0;
+  return count;
+}
+
+double softmax_cross_entropy_forward(const float* logits, const int32_t* targets, float* lse, int64_t rows,
+                                     int64_t classes) {
+  return forward(logits, targets, lse, rows, classes);
+}
+double softmax_cross_entropy_forward(const std::uint16_t* logits, const int32_t* targets, float* lse, int64_t rows,
+                                     int64_t classes) {
+  return forward(logits, targets, lse, rows, classes);
+}
+
+void softmax_cross_entropy_backward(const float* logits, const int32_t* targets, const float* lse, float scale,
+                                    float* dlogits, int64_t rows, int64_t classes) {
+  softmax_cross_entropy_backward_shard(logits, targets, 0, lse, scale, dlogits, rows, classes, classes);
+}
+
+void cross_entropy_shard_max(const float* logits, float* row_max, int64_t rows, int64_t classes, int64_t valid) {
+  shard_max(logits, row_max, rows, classes, valid);
+}
+void cross_entropy_shard_max(const std::uint16_t* logits, float* row_max, int64_t rows, int64_t classes,
+                             int64_t valid) {
+  shard_max(logits, row_max, rows, classes, valid);
+}
+
+void cross_entropy_shard_sum_exp(const float* logits, const float* row_max, float* sum_exp, int64_t rows,
+                                 int64_t classes, int64_t valid) {
+  shard_sum_exp(logits, row_max, sum_exp, rows, classes, valid);
+}
+void cross_entropy_shard_sum_exp(const std::uint16_t* logits, const float* row_max, float* sum_exp, int64_t rows,
+                                 int64_t classes, int64_t valid) {
+  shard_sum_exp(logits, row_max, sum_exp, rows, classes, valid);
+}
+
+void cross_entropy_shard_target_logit(const float* logits, const int32_t* targets, int64_t class_offset,
+                                      float* target_logit, int64_t rows, int64_t classes, int64_t total_classes,
+                                      int64_t valid) {
+  shard_target_logit(logits, targets, class_offset, target_logit, rows, classes, total_classes, valid);
+}
+void cross_entropy_shard_target_logit(const std::uint16_t* logits, const int32_t* targets, int64_t class_offset,
+                                      float* target_logit, int64_t rows, int64_t classes, int64_t total_classes,
+                                      int64_t valid) {
+  shard_target_logit(logits, targets, class_offset, target_logit, rows, classes, total_classes, valid);
+}
+
+void cross_entropy_shard_argmax(const float* logits, const float* row_max, int64_t class_offset, float* neg_index,
+                                int64_t rows, int64_t classes, int64_t valid) {
+  shard_argmax(logits, row_max, class_offset, neg_index, rows, classes, valid);
+}
+void cross_entropy_shard_argmax(const std::uint16_t* logits, const float* row_max, int64_t class_offset,
+                                float* neg_index, int64_t rows, int64_t classes, int64_t valid) {
+  shard_argmax(logits, row_max, class_offset, neg_index, rows, classes, valid);
+}
+
+void softmax_cross_entropy_backward_shard(const float* logits, const int32_t* targets, int64_t class_offset,
+                                          const float* lse, float scale, float* dlogits, int64_t rows, int64_t classes,
+                                          int64_t total_classes, int64_t valid) {
+  backward_shard(logits, targets, class_offset, lse, scale, dlogits, rows, classes, total_classes, valid);
+}
+void softmax_cross_entropy_backward_shard(const std::uint16_t* logits, const int32_t* targets, int64_t class_offset,
+                                          const float* lse, float scale, std::uint16_t* dlogits, int64_t rows,
+                                          int64_t classes, int64_t total_classes, int64_t valid) {
+  backward_shard(logits, targets, class_offset, lse, scale, dlogits, rows, classes, total_classes, valid);
+}
+void softmax_cross_entropy_backward_shard(const std::uint16_t* logits, const int32_t* targets, int64_t class_offset,
+                                          const float* lse, float scale, float* dlogits, int64_t rows,
+                                          int64_t classes, int64_t total_classes, int64_t valid) {
+  backward_shard(logits, targets, class_offset, lse, scale, dlogits, rows, classes, total_classes, valid);
 }
 
 }  // namespace cleave::kernels::cpu

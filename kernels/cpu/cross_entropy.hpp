@@ -5,11 +5,17 @@
 // count). Forward stores every row's logsumexp in lse[rows] (also for ignored rows) and returns the SUM
 // of the per-row losses (double). Backward writes dlogits = scale * (softmax - onehot); dlogits may alias
 // logits (in place).
+//
+// Every kernel also takes bf16 logits (and a bf16 dlogits): each row is widened into the thread's f32 row buffer
+// as it is loaded and the gradient row narrowed as it is stored, so no whole-tensor f32 copy is made. The f32
+// arithmetic is the same code on the same (exactly widened) values: the bits are those of widening the whole
+// tensor, running the f32 kernel and narrowing its output (KernelCrossEntropy.Bf16RowsGiveTheWidenedF32Bits).
 #pragma once
 
 #include <cstdint>
 
 namespace cleave::kernels::cpu {
+
 
 double softmax_cross_entropy_forward(const float* logits, const int32_t* targets, float* lse, int64_t rows,
                                      int64_t classes);
@@ -47,5 +53,23 @@ void cross_entropy_shard_argmax(const float* logits, const float* row_max, int64
 void softmax_cross_entropy_backward_shard(const float* logits, const int32_t* targets, int64_t class_offset,
                                           const float* lse, float scale, float* dlogits, int64_t rows, int64_t classes,
                                           int64_t total_classes, int64_t valid = -1);
+
+// The same kernels over bf16 logits (bit patterns, cast.hpp; see the file comment); dlogits bf16 or f32, and may alias logits.
+double softmax_cross_entropy_forward(const std::uint16_t* logits, const int32_t* targets, float* lse, int64_t rows,
+                                     int64_t classes);
+void cross_entropy_shard_max(const std::uint16_t* logits, float* row_max, int64_t rows, int64_t classes, int64_t valid = -1);
+void cross_entropy_shard_sum_exp(const std::uint16_t* logits, const float* row_max, float* sum_exp, int64_t rows,
+                                 int64_t classes, int64_t valid = -1);
+void cross_entropy_shard_target_logit(const std::uint16_t* logits, const int32_t* targets, int64_t class_offset,
+                                      float* target_logit, int64_t rows, int64_t classes, int64_t total_classes,
+                                      int64_t valid = -1);
+void cross_entropy_shard_argmax(const std::uint16_t* logits, const float* row_max, int64_t class_offset, float* neg_index,
+                                int64_t rows, int64_t classes, int64_t valid = -1);
+void softmax_cross_entropy_backward_shard(const std::uint16_t* logits, const int32_t* targets, int64_t class_offset,
+                                          const float* lse, float scale, std::uint16_t* dlogits, int64_t rows,
+                                          int64_t classes, int64_t total_classes, int64_t valid = -1);
+void softmax_cross_entropy_backward_shard(const std::uint16_t* logits, const int32_t* targets, int64_t class_offset,
+                                          const float* lse, float scale, float* dlogits, int64_t rows,
+                                          int64_t classes, int64_t total_classes, int64_t valid = -1);
 
 }  // namespace cleave::kernels::cpu

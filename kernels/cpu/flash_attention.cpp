@@ -7,6 +7,12 @@
 // single writer: per key block and query block it recomputes P = exp(S - lse) and runs the four GEMMs
 // dV += P^T dO, dP = dO V^T, dQ += dS K, dK += dS^T Q with dS = P (dP - D) scale, D = rowsum(dO * O).
 // Masked entries of P and dS are written as exact zeros (exp_vec never returns 0).
+//
+// bf16 operands: written once over the element type. Each block a GEMM reads is widened (exactly) into the
+// thread's scratch as it is loaded, each output row narrowed as it is stored; the group's dQ is summed in f32 over
+// the key blocks in the thread's scratch and narrowed once when the task ends, dK and dV per key block (added to
+// the widened old row when accumulating). So every f32 operation is the f32 path's on the same values, and the bits
+// are those of widening the whole tensors, the f32 kernel, and narrowing its outputs once.
 #include "kernels/cpu/flash_attention.hpp"
 
 #include <omp.h>
@@ -15,8 +21,11 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+#include <utility>
 
 #include "engine/core/error.hpp"
+#include "kernels/cpu/cast.hpp"
 #include "kernels/cpu/gemm_kernels.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cpu/vec_math.hpp"
@@ -57,9 +66,14 @@ int64_t block_q(const FlashAttentionShape& s) { return std::max<int64_t>(1, std:
 int64_t block_k(const FlashAttentionShape& s) { return std::max<int64_t>(1, std::min(kFlashBlockK, s.kv_len)); }
 
 // Forward: S [bq, bk], acc [bq, hd], m and l [bq]; backward: P and dS [bq, bk], D [bq], dK and dV [bk, hd].
-int64_t per_thread_floats(const FlashAttentionShape& s) {
-  const int64_t bq = block_q(s), bk = block_k(s), hd = s.head_dim;
-  return std::max(bq * bk + bq * hd + 2 * bq, 2 * bq * bk + bq + 2 * bk * hd);
+// bf16 operands add the widened blocks: forward Q [bq, hd], K and V [bk, hd]; backward Q, dO and O [bq, hd], K and
+// V [bk, hd], the group's dQ in f32 [group, q_len, hd] and one row [hd].
+int64_t per_thread_floats(const FlashAttentionShape& s, bool bf16) {
+  const int64_t bq = block_q(s), bk = block_k(s), hd = s.head_dim, group = s.q_heads / s.kv_heads;
+  const int64_t forward = bq * bk + bq * hd + 2 * bq, backward = 2 * bq * bk + bq + 2 * bk * hd;
+  if (!bf16) return std::max(forward, backward);
+  return std::max(forward + bq * hd + 2 * bk * hd,
+                  backward + 3 * bq * hd + 2 * bk * hd + group * s.q_len * hd + hd);
 }
 
 // One block GEMM on the calling thread alone (gemm_kernels.hpp): never sliced, so its bits depend only on its
@@ -71,20 +85,33 @@ void single_gemm(bool ta, bool tb, int64_t m, int64_t n, int64_t k, float alpha,
   gemm_detail::sgemm_openblas(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-}  // namespace
-
-std::size_t flash_attention_workspace_floats(const FlashAttentionShape& shape, int threads) {
-  return static_cast<std::size_t>(std::max(threads, 1) * per_thread_floats(shape));
+// `rows` rows of head_dim values (row stride ld) as f32 for the block GEMMs: f32 in place; bf16 widened (exactly)
+// into buf, row stride hd. The GEMMs' bits do not depend on the strides or the alignment (the library packs both
+// operands before its kernel runs).
+struct Block {
+  const float* p;
+  int64_t ld;
+};
+Block load_block(const float* src, int64_t ld, int64_t, int64_t, float*) { return {src, ld}; }
+Block load_block(const std::uint16_t* src, int64_t ld, int64_t rows, int64_t hd, float* buf) {
+  for (int64_t r = 0; r < rows; ++r) cast_bf16_to_f32_serial(src + r * ld, buf + r * hd, hd);
+  return {buf, hd};
 }
 
-void flash_attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
-                             const FlashAttentionShape& s, float* workspace, int threads) {
+// One output row of hd f32 values into its tensor (narrowed to bf16: nearest even, as cast_f32_to_bf16).
+void store_row(const float* f, float* dst, int64_t hd) { std::memcpy(dst, f, hd * sizeof(float)); }
+void store_row(const float* f, std::uint16_t* dst, int64_t hd) { cast_f32_to_bf16_serial(f, dst, hd); }
+
+template <class T>
+void forward(const T* q, const T* k, const T* v, T* out, float* lse, const FlashAttentionShape& s, float* workspace,
+             int threads) {
+  constexpr bool kWiden = std::is_same_v<T, std::uint16_t>;
   check_shape("flash_attention_forward", s);
   const int64_t hd = s.head_dim, group = s.q_heads / s.kv_heads;
   const int64_t bq = block_q(s), bk = block_k(s);
   const int64_t q_blocks = (s.q_len + bq - 1) / bq;
   const int64_t tasks = s.batch * s.q_heads * q_blocks;
-  const int64_t scratch = per_thread_floats(s);
+  const int64_t scratch = per_thread_floats(s, kWiden);
   const bool parallel = tasks > 1 && detail::worth_parallel(s.q_len * s.kv_len * hd * s.batch * s.q_heads / 2);
 #pragma omp parallel num_threads(std::max(threads, 1)) if (parallel)
   {
@@ -92,14 +119,17 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
     float* acc = S + bq * bk;
     float* m = acc + bq * hd;
     float* l = m + bq;
+    float* q_buf = kWiden ? l + bq : nullptr;
+    float* k_buf = kWiden ? q_buf + bq * hd : nullptr;
+    float* v_buf = kWiden ? k_buf + bk * hd : nullptr;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t qb = task % q_blocks, h = (task / q_blocks) % s.q_heads, b = task / (q_blocks * s.q_heads);
       const int64_t g = h / group;
       const int64_t i0 = qb * bq, rows = std::min(bq, s.q_len - i0);
-      const float* qh = q + (b * s.q_len + i0) * s.ld_q + h * hd;
-      const float* kg = k + b * s.kv_len * s.ld_k + g * hd;
-      const float* vg = v + b * s.kv_len * s.ld_v + g * hd;
+      const Block qh = load_block(q + (b * s.q_len + i0) * s.ld_q + h * hd, s.ld_q, rows, hd, q_buf);
+      const T* kg = k + b * s.kv_len * s.ld_k + g * hd;
+      const T* vg = v + b * s.kv_len * s.ld_v + g * hd;
       std::fill(acc, acc + rows * hd, 0.0f);
       std::fill(m, m + rows, kNegInf);
       std::fill(l, l + rows, 0.0f);
@@ -107,7 +137,8 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
       const int64_t j_begin = key_lo(s, p_first), j_end = key_hi(s, p_last);
       for (int64_t kb = j_begin; kb < j_end; kb += bk) {
         const int64_t cols = std::min(bk, j_end - kb);
-        single_gemm(false, true, rows, cols, hd, s.scale, qh, s.ld_q, kg + kb * s.ld_k, s.ld_k, 0.0f, S, bk);
+        const Block kt = load_block(kg + kb * s.ld_k, s.ld_k, cols, hd, k_buf);
+        single_gemm(false, true, rows, cols, hd, s.scale, qh.p, qh.ld, kt.p, kt.ld, 0.0f, S, bk);
         for (int64_t r = 0; r < rows; ++r) {
           float* srow = S + r * bk;
           const int64_t pi = p_first + r;
@@ -130,35 +161,37 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
             for (int64_t d = 0; d < hd; ++d) arow[d] *= alpha;
           }
         }
-        single_gemm(false, false, rows, hd, cols, 1.0f, S, bk, vg + kb * s.ld_v, s.ld_v, 1.0f, acc, hd);
+        const Block vt = load_block(vg + kb * s.ld_v, s.ld_v, cols, hd, v_buf);
+        single_gemm(false, false, rows, hd, cols, 1.0f, S, bk, vt.p, vt.ld, 1.0f, acc, hd);
       }
       for (int64_t r = 0; r < rows; ++r) {
-        float* orow = out + (b * s.q_len + i0 + r) * s.ld_o + h * hd;
-        const float* arow = acc + r * hd;
+        float* arow = acc + r * hd;
         float* lrow = lse + (b * s.q_heads + h) * s.q_len + i0 + r;
         if (l[r] > 0.0f) {
           const float inv = 1.0f / l[r];
 #pragma omp simd
-          for (int64_t d = 0; d < hd; ++d) orow[d] = arow[d] * inv;
+          for (int64_t d = 0; d < hd; ++d) arow[d] *= inv;
           *lrow = m[r] + std::log(l[r]);
         } else {
-          std::fill(orow, orow + hd, 0.0f);
+          std::fill(arow, arow + hd, 0.0f);
           *lrow = kNegInf;
         }
+        store_row(arow, out + (b * s.q_len + i0 + r) * s.ld_o + h * hd, hd);
       }
     }
   }
 }
 
-void flash_attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
-                              const float* dout, float* dq, float* dk, float* dv, const FlashAttentionShape& s,
-                              bool accumulate, float* workspace, int threads) {
+template <class T>
+void backward(const T* q, const T* k, const T* v, const T* out, const float* lse, const T* dout, T* dq, T* dk, T* dv,
+              const FlashAttentionShape& s, bool accumulate, float* workspace, int threads) {
+  constexpr bool kWiden = std::is_same_v<T, std::uint16_t>;
   check_shape("flash_attention_backward", s);
   const int64_t hd = s.head_dim, group = s.q_heads / s.kv_heads;
   const int nt = std::max(threads, 1);
   const int64_t bq = block_q(s), bk = block_k(s);
   const int64_t tasks = s.batch * s.kv_heads;
-  const int64_t scratch = per_thread_floats(s);
+  const int64_t scratch = per_thread_floats(s, kWiden);
   const bool parallel = tasks > 1 && detail::worth_parallel(s.q_len * s.kv_len * hd * s.batch * s.q_heads / 2);
 #pragma omp parallel num_threads(nt) if (parallel)
   {
@@ -167,14 +200,31 @@ void flash_attention_backward(const float* q, const float* k, const float* v, co
     float* D = dP + bq * bk;
     float* dk_acc = D + bq;
     float* dv_acc = dk_acc + bk * hd;
+    float* q_buf = kWiden ? dv_acc + bk * hd : nullptr;
+    float* do_buf = kWiden ? q_buf + bq * hd : nullptr;
+    float* o_buf = kWiden ? do_buf + bq * hd : nullptr;
+    float* k_buf = kWiden ? o_buf + bq * hd : nullptr;
+    float* v_buf = kWiden ? k_buf + bk * hd : nullptr;
+    float* dq_buf = kWiden ? v_buf + bk * hd : nullptr;  // [group, q_len, hd]: the group's dQ until the task ends
+    float* row_buf = kWiden ? dq_buf + group * s.q_len * hd : nullptr;
 #pragma omp for schedule(dynamic, 1)
     for (int64_t task = 0; task < tasks; ++task) {
       const int64_t g = task % s.kv_heads, b = task / s.kv_heads;
-      const float* kg = k + b * s.kv_len * s.ld_k + g * hd;
-      const float* vg = v + b * s.kv_len * s.ld_v + g * hd;
-      if (!accumulate) {
-        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
-          for (int64_t i = 0; i < s.q_len; ++i) std::fill_n(dq + (b * s.q_len + i) * s.ld_q + h * hd, hd, 0.0f);
+      const T* kg = k + b * s.kv_len * s.ld_k + g * hd;
+      const T* vg = v + b * s.kv_len * s.ld_v + g * hd;
+      for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+        T* dq_rows = dq + b * s.q_len * s.ld_q + h * hd;
+        for (int64_t i = 0; i < s.q_len; ++i) {
+          if constexpr (kWiden) {
+            float* acc_row = dq_buf + ((h - g * group) * s.q_len + i) * hd;
+            if (accumulate) {
+              cast_bf16_to_f32_serial(dq_rows + i * s.ld_q, acc_row, hd);
+            } else {
+              std::fill_n(acc_row, hd, 0.0f);
+            }
+          } else if (!accumulate) {
+            std::fill_n(dq_rows + i * s.ld_q, hd, 0.0f);
+          }
         }
       }
       for (int64_t kb = 0; kb < s.kv_len; kb += bk) {
@@ -183,25 +233,40 @@ void flash_attention_backward(const float* q, const float* k, const float* v, co
         std::fill(dv_acc, dv_acc + cols * hd, 0.0f);
         int64_t i_begin = 0, i_end = 0;
         query_range(s, kb, kb + cols, i_begin, i_end);
+        Block kt{nullptr, 0}, vt{nullptr, 0};
+        if (i_begin < i_end) {
+          kt = load_block(kg + kb * s.ld_k, s.ld_k, cols, hd, k_buf);
+          vt = load_block(vg + kb * s.ld_v, s.ld_v, cols, hd, v_buf);
+        }
         for (int64_t h = g * group; h < (g + 1) * group && i_begin < i_end; ++h) {
-          const float* qh = q + b * s.q_len * s.ld_q + h * hd;
-          const float* doh = dout + b * s.q_len * s.ld_o + h * hd;
-          float* dqh = dq + b * s.q_len * s.ld_q + h * hd;
-          const float* oh = out + b * s.q_len * s.ld_o + h * hd;
+          const T* qh = q + b * s.q_len * s.ld_q + h * hd;
+          const T* doh = dout + b * s.q_len * s.ld_o + h * hd;
+          const T* oh = out + b * s.q_len * s.ld_o + h * hd;
+          float* dqh = nullptr;  // this head's dQ rows in f32: the tensor itself, or the task's dq_buf
+          int64_t ld_dq = 0;
+          if constexpr (kWiden) {
+            dqh = dq_buf + (h - g * group) * s.q_len * hd;
+            ld_dq = hd;
+          } else {
+            dqh = dq + b * s.q_len * s.ld_q + h * hd;
+            ld_dq = s.ld_q;
+          }
           const float* lse_h = lse + (b * s.q_heads + h) * s.q_len;
           for (int64_t i0 = i_begin; i0 < i_end; i0 += bq) {
             const int64_t rows = std::min(bq, i_end - i0);
+            const Block qi = load_block(qh + i0 * s.ld_q, s.ld_q, rows, hd, q_buf);
+            const Block doi = load_block(doh + i0 * s.ld_o, s.ld_o, rows, hd, do_buf);
+            const Block oi = load_block(oh + i0 * s.ld_o, s.ld_o, rows, hd, o_buf);
             // D = rowsum(dO * O), recomputed per block (rows x hd, against the block's 5 rows x cols x hd GEMMs).
             for (int64_t r = 0; r < rows; ++r) {
-              const float* o = oh + (i0 + r) * s.ld_o;
-              const float* d_o = doh + (i0 + r) * s.ld_o;
+              const float* o = oi.p + r * oi.ld;
+              const float* d_o = doi.p + r * doi.ld;
               float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
               for (int64_t d = 0; d < hd; ++d) dot += o[d] * d_o[d];
               D[r] = dot;
             }
-            single_gemm(false, true, rows, cols, hd, s.scale, qh + i0 * s.ld_q, s.ld_q, kg + kb * s.ld_k, s.ld_k,
-                        0.0f, P, bk);
+            single_gemm(false, true, rows, cols, hd, s.scale, qi.p, qi.ld, kt.p, kt.ld, 0.0f, P, bk);
             for (int64_t r = 0; r < rows; ++r) {
               float* prow = P + r * bk;
               const int64_t pi = s.q_offset + i0 + r;
@@ -216,9 +281,8 @@ void flash_attention_backward(const float* q, const float* k, const float* v, co
               std::fill(prow, prow + a, 0.0f);
               std::fill(prow + e, prow + cols, 0.0f);
             }
-            single_gemm(true, false, cols, hd, rows, 1.0f, P, bk, doh + i0 * s.ld_o, s.ld_o, 1.0f, dv_acc, hd);
-            single_gemm(false, true, rows, cols, hd, 1.0f, doh + i0 * s.ld_o, s.ld_o, vg + kb * s.ld_v, s.ld_v, 0.0f,
-                        dP, bk);
+            single_gemm(true, false, cols, hd, rows, 1.0f, P, bk, doi.p, doi.ld, 1.0f, dv_acc, hd);
+            single_gemm(false, true, rows, cols, hd, 1.0f, doi.p, doi.ld, vt.p, vt.ld, 0.0f, dP, bk);
             for (int64_t r = 0; r < rows; ++r) {
               const float* prow = P + r * bk;
               float* dsrow = dP + r * bk;
@@ -227,30 +291,79 @@ void flash_attention_backward(const float* q, const float* k, const float* v, co
 #pragma omp simd
               for (int64_t j = 0; j < cols; ++j) dsrow[j] = prow[j] * (dsrow[j] - Di) * scale;
             }
-            single_gemm(false, false, rows, hd, cols, 1.0f, dP, bk, kg + kb * s.ld_k, s.ld_k, 1.0f, dqh + i0 * s.ld_q,
-                        s.ld_q);
-            single_gemm(true, false, cols, hd, rows, 1.0f, dP, bk, qh + i0 * s.ld_q, s.ld_q, 1.0f, dk_acc, hd);
+            single_gemm(false, false, rows, hd, cols, 1.0f, dP, bk, kt.p, kt.ld, 1.0f, dqh + i0 * ld_dq, ld_dq);
+            single_gemm(true, false, cols, hd, rows, 1.0f, dP, bk, qi.p, qi.ld, 1.0f, dk_acc, hd);
           }
         }
         for (int64_t j = 0; j < cols; ++j) {
-          float* dkrow = dk + (b * s.kv_len + kb + j) * s.ld_k + g * hd;
-          float* dvrow = dv + (b * s.kv_len + kb + j) * s.ld_v + g * hd;
+          T* dkrow = dk + (b * s.kv_len + kb + j) * s.ld_k + g * hd;
+          T* dvrow = dv + (b * s.kv_len + kb + j) * s.ld_v + g * hd;
           const float* ka = dk_acc + j * hd;
           const float* va = dv_acc + j * hd;
-          if (accumulate) {
+          if constexpr (kWiden) {
+            // The f32 path's `dk += dk_acc` on the widened row, narrowed once (as a whole-tensor f32 view would).
+            for (auto [row, add] : {std::pair<T*, const float*>{dkrow, ka}, {dvrow, va}}) {
+              if (!accumulate) {
+                cast_f32_to_bf16_serial(add, row, hd);
+                continue;
+              }
+              cast_bf16_to_f32_serial(row, row_buf, hd);
+#pragma omp simd
+              for (int64_t d = 0; d < hd; ++d) row_buf[d] += add[d];
+              cast_f32_to_bf16_serial(row_buf, row, hd);
+            }
+          } else if (accumulate) {
 #pragma omp simd
             for (int64_t d = 0; d < hd; ++d) {
               dkrow[d] += ka[d];
               dvrow[d] += va[d];
             }
           } else {
-            std::memcpy(dkrow, ka, hd * sizeof(float));
-            std::memcpy(dvrow, va, hd * sizeof(float));
+            store_row(ka, dkrow, hd);
+            store_row(va, dvrow, hd);
+          }
+        }
+      }
+      if constexpr (kWiden) {
+        for (int64_t h = g * group; h < (g + 1) * group; ++h) {
+          for (int64_t i = 0; i < s.q_len; ++i) {
+            cast_f32_to_bf16_serial(dq_buf + ((h - g * group) * s.q_len + i) * hd,
+                                    dq + (b * s.q_len + i) * s.ld_q + h * hd, hd);
           }
         }
       }
     }
   }
+}
+
+}  // namespace
+
+std::size_t flash_attention_workspace_floats(const FlashAttentionShape& shape, int threads, bool bf16) {
+  return static_cast<std::size_t>(std::max(threads, 1) * per_thread_floats(shape, bf16));
+}
+
+void flash_attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
+                             const FlashAttentionShape& s, float* workspace, int threads) {
+  forward(q, k, v, out, lse, s, workspace, threads);
+}
+
+void flash_attention_forward(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
+                             std::uint16_t* out, float* lse, const FlashAttentionShape& s, float* workspace,
+                             int threads) {
+  forward(q, k, v, out, lse, s, workspace, threads);
+}
+
+void flash_attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
+                              const float* dout, float* dq, float* dk, float* dv, const FlashAttentionShape& s,
+                              bool accumulate, float* workspace, int threads) {
+  backward(q, k, v, out, lse, dout, dq, dk, dv, s, accumulate, workspace, threads);
+}
+
+void flash_attention_backward(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
+                              const std::uint16_t* out, const float* lse, const std::uint16_t* dout, std::uint16_t* dq,
+                              std::uint16_t* dk, std::uint16_t* dv, const FlashAttentionShape& s, bool accumulate,
+                              float* workspace, int threads) {
+  backward(q, k, v, out, lse, dout, dq, dk, dv, s, accumulate, workspace, threads);
 }
 
 void attention_merge(const float* out_a, const float* lse_a, const float* out_b, const float* lse_b, float* out,

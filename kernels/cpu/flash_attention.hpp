@@ -11,6 +11,10 @@
 // over (batch, head, query block) and the backward over (batch, kv head): every output element has one writer
 // and a fixed order of additions, so the bits do not depend on the thread count. Scratch comes from the
 // caller (`workspace`, flash_attention_workspace_floats floats); nothing allocates.
+//
+// bf16 operands (bit patterns, cast.hpp; lse stays f32): blocks are widened as they are loaded and rows narrowed as
+// they are stored, with f32 arithmetic throughout; the results are bit for bit those of widening every operand,
+// running the f32 kernel and narrowing its outputs (KernelFlashAttention.Bf16BlocksGiveTheWidenedF32Bits).
 #pragma once
 
 #include <cstddef>
@@ -32,8 +36,9 @@ struct FlashAttentionShape {
 inline constexpr int64_t kFlashBlockQ = 64;
 inline constexpr int64_t kFlashBlockK = 128;
 
-// Floats of workspace for `threads` OpenMP threads (forward and backward share the bound).
-std::size_t flash_attention_workspace_floats(const FlashAttentionShape& shape, int threads);
+// Floats of workspace for `threads` OpenMP threads (forward and backward share the bound); bf16: for the bf16
+// overloads (the widened blocks and the backward's per-task f32 dQ, group * q_len * head_dim per thread).
+std::size_t flash_attention_workspace_floats(const FlashAttentionShape& shape, int threads, bool bf16 = false);
 
 void flash_attention_forward(const float* q, const float* k, const float* v, float* out, float* lse,
                              const FlashAttentionShape& shape, float* workspace, int threads);
@@ -41,6 +46,15 @@ void flash_attention_forward(const float* q, const float* k, const float* v, flo
 void flash_attention_backward(const float* q, const float* k, const float* v, const float* out, const float* lse,
                               const float* dout, float* dq, float* dk, float* dv, const FlashAttentionShape& shape,
                               bool accumulate, float* workspace, int threads);
+
+void flash_attention_forward(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
+                             std::uint16_t* out, float* lse, const FlashAttentionShape& shape, float* workspace,
+                             int threads);
+
+void flash_attention_backward(const std::uint16_t* q, const std::uint16_t* k, const std::uint16_t* v,
+                              const std::uint16_t* out, const float* lse, const std::uint16_t* dout, std::uint16_t* dq,
+                              std::uint16_t* dk, std::uint16_t* dv, const FlashAttentionShape& shape, bool accumulate,
+                              float* workspace, int threads);
 
 // Partial results merged by their log-sum-exp (ops::attention_merge): rows = batch * heads * len, out rows
 // [batch, len, heads * head_dim]; out / lse may alias out_a / lse_a.

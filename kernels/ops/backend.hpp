@@ -133,10 +133,21 @@ struct Backend {
                        const AdamWHyper& hyper);
   void (*sgd_update)(const Context&, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                      const SgdHyper& hyper);
+  // A backend without a multi-tensor kernel fills these with detail::adamw_update_each / sgd_update_each
+  // (ops_optim.cpp: its single-tensor slot per item).
+  void (*adamw_update_many)(const Context&, std::span<const AdamWItem> items, const AdamWHyper& hyper);
+  void (*sgd_update_many)(const Context&, std::span<const SgdItem> items, const SgdHyper& hyper);
   void (*check_device_status)(const Context&);
   void (*transfer)(const Context&, const Tensor& src, const Tensor& dst);
   void (*synchronize)(const Context&);
 };
+
+namespace detail {
+// The multi-tensor slots of a backend without multi-tensor kernels: the context's backend's single-tensor slot on
+// each item in turn (ops_optim.cpp), which is the multi-tensor ops' contract by definition.
+void adamw_update_each(const Context& ctx, std::span<const AdamWItem> items, const AdamWHyper& hyper);
+void sgd_update_each(const Context& ctx, std::span<const SgdItem> items, const SgdHyper& hyper);
+}  // namespace detail
 
 // The backend serving `device` in this build; throws Error when the build has none (a cuda device in a
 // build without CUDA names the reason).

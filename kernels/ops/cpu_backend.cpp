@@ -29,6 +29,7 @@
 #include <cmath>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <vector>
@@ -314,37 +315,63 @@ class AttentionViews {
 
 kc::FlashAttentionShape flash_shape(const AttentionProblem& p) { return flash_shape_of<kc::FlashAttentionShape>(p); }
 
-Tensor flash_workspace(const Context& ctx, const kc::FlashAttentionShape& s, int threads) {
-  const auto floats = static_cast<std::int64_t>(kc::flash_attention_workspace_floats(s, threads));
+Tensor flash_workspace(const Context& ctx, const kc::FlashAttentionShape& s, int threads, bool bf16) {
+  const auto floats = static_cast<std::int64_t>(kc::flash_attention_workspace_floats(s, threads, bf16));
   return Tensor::empty(Shape{floats}, DType::kF32, MemoryCategory::kWorkspace, *ctx.allocator);
 }
 
+// An operand's head 0 column as bf16 bits.
+const std::uint16_t* bf16_at(const AttentionOperand& op) { return cpu_detail::bf16_data(op.t) + op.col; }
+std::uint16_t* bf16_out_at(const AttentionOperand& op) { return cpu_detail::bf16_data(op.t) + op.col; }
+
+bool all_bf16_operands(std::initializer_list<const AttentionOperand*> ops) {
+  for (const AttentionOperand* op : ops) {
+    if (op->t.dtype() != DType::kBF16) return false;
+  }
+  return true;
+}
+
+// All-bf16 problems (the mixed-precision step) go to the kernels' bf16 overloads, which widen a block at a time
+// with the bits of the whole-tensor views (flash_attention.hpp); other mixes widen whole tensors.
 void attention_forward(const Context& ctx, const AttentionProblem& p) {
+  const kc::FlashAttentionShape s = flash_shape(p);
+  const int threads = kc::kernel_threads();
+  if (all_bf16_operands({&p.q, &p.k, &p.v, &p.out})) {
+    const Tensor ws = flash_workspace(ctx, s, threads, true);
+    kc::flash_attention_forward(bf16_at(p.q), bf16_at(p.k), bf16_at(p.v), bf16_out_at(p.out), p.lse.data<float>(), s,
+                                ws.data<float>(), threads);
+    return;
+  }
   AttentionViews views;
   const float* q = views.in(ctx, p.q);
   const float* k = views.in(ctx, p.k);
   const float* v = views.in(ctx, p.v);
   float* out = views.out(ctx, p.out, false);
-  const kc::FlashAttentionShape s = flash_shape(p);
-  const int threads = kc::kernel_threads();
-  const Tensor ws = flash_workspace(ctx, s, threads);
+  const Tensor ws = flash_workspace(ctx, s, threads, false);
   kc::flash_attention_forward(q, k, v, out, p.lse.data<float>(), s, ws.data<float>(), threads);
 }
 
 void attention_backward(const Context& ctx, const AttentionProblem& p) {
+  const kc::FlashAttentionShape s = flash_shape(p);
+  const int threads = kc::kernel_threads();
+  const bool acc = p.params.accumulate_grads;
+  if (all_bf16_operands({&p.q, &p.k, &p.v, &p.out, &p.dout, &p.dq, &p.dk, &p.dv})) {
+    const Tensor ws = flash_workspace(ctx, s, threads, true);
+    kc::flash_attention_backward(bf16_at(p.q), bf16_at(p.k), bf16_at(p.v), bf16_at(p.out), p.lse.data<float>(),
+                                 bf16_at(p.dout), bf16_out_at(p.dq), bf16_out_at(p.dk), bf16_out_at(p.dv), s, acc,
+                                 ws.data<float>(), threads);
+    return;
+  }
   AttentionViews views;
   const float* q = views.in(ctx, p.q);
   const float* k = views.in(ctx, p.k);
   const float* v = views.in(ctx, p.v);
   const float* out = views.in(ctx, p.out);
   const float* dout = views.in(ctx, p.dout);
-  const bool acc = p.params.accumulate_grads;
   float* dq = views.out(ctx, p.dq, acc);
   float* dk = views.out(ctx, p.dk, acc);
   float* dv = views.out(ctx, p.dv, acc);
-  const kc::FlashAttentionShape s = flash_shape(p);
-  const int threads = kc::kernel_threads();
-  const Tensor ws = flash_workspace(ctx, s, threads);
+  const Tensor ws = flash_workspace(ctx, s, threads, false);
   kc::flash_attention_backward(q, k, v, out, p.lse.data<float>(), dout, dq, dk, dv, s, acc, ws.data<float>(),
                                threads);
 }
@@ -555,40 +582,69 @@ void write_mean_loss(const Tensor& loss, double sum, const Tensor& targets) {
   loss.data<float>()[0] = valid > 0 ? static_cast<float>(sum / static_cast<double>(valid)) : 0.0f;
 }
 
+// The cross-entropy kernels read bf16 logits a row at a time (cross_entropy.hpp), with the bits of the widened
+// tensor's; f32 logits are used in place.
 void cross_entropy_forward(const Context& ctx, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                            const Tensor& loss) {
-  F32In in(ctx, logits);
-  const double sum = kc::softmax_cross_entropy_forward(in.get(), targets.data<std::int32_t>(), lse.data<float>(),
-                                                       logits.shape().rows(), logits.shape().last());
+  (void)ctx;
+  const std::int64_t rows = logits.shape().rows(), classes = logits.shape().last();
+  const std::int32_t* t = targets.data<std::int32_t>();
+  const double sum = logits.dtype() == DType::kBF16
+                         ? kc::softmax_cross_entropy_forward(cpu_detail::bf16_data(logits), t, lse.data<float>(), rows,
+                                                             classes)
+                         : kc::softmax_cross_entropy_forward(logits.data<float>(), t, lse.data<float>(), rows, classes);
   write_mean_loss(loss, sum, targets);
 }
 
 void cross_entropy_backward(const Context& ctx, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                             const Tensor& dloss, const Tensor& dlogits, const VocabRange& range) {
-  const std::int64_t rows = logits.shape().rows();
-  const std::int64_t valid_rows = kc::count_valid_targets(targets.data<std::int32_t>(), rows);
+  const std::int64_t rows = logits.shape().rows(), classes = logits.shape().last();
+  const std::int32_t* t = targets.data<std::int32_t>();
+  const std::int64_t valid_rows = kc::count_valid_targets(t, rows);
   const float scale = valid_rows > 0 ? dloss.data<float>()[0] / static_cast<float>(valid_rows) : 0.0f;
-  F32In in(ctx, logits);
-  F32Out out(ctx, dlogits, false);
-  kc::softmax_cross_entropy_backward_shard(in.get(), targets.data<std::int32_t>(), range.first, lse.data<float>(),
-                                           scale, out.get(), rows, logits.shape().last(), range.vocab, range.valid);
+  if (logits.dtype() == DType::kBF16) {
+    const auto* x = cpu_detail::bf16_data(logits);
+    if (dlogits.dtype() == DType::kBF16) {
+      kc::softmax_cross_entropy_backward_shard(x, t, range.first, lse.data<float>(), scale,
+                                               cpu_detail::bf16_data(dlogits), rows, classes, range.vocab,
+                                               range.valid);
+    } else {
+      kc::softmax_cross_entropy_backward_shard(x, t, range.first, lse.data<float>(), scale, dlogits.data<float>(),
+                                               rows, classes, range.vocab, range.valid);
+    }
+    return;
+  }
+  F32Out out(ctx, dlogits, false);  // an f32 logits with a bf16 dlogits: narrowed whole
+  kc::softmax_cross_entropy_backward_shard(logits.data<float>(), t, range.first, lse.data<float>(), scale, out.get(),
+                                           rows, classes, range.vocab, range.valid);
 }
 
 void cross_entropy_shard_max(const Context& ctx, const Tensor& logits, const VocabRange& range,
                              const Tensor& row_max) {
-  F32In in(ctx, logits);
-  kc::cross_entropy_shard_max(in.get(), row_max.data<float>(), logits.shape().rows(), logits.shape().last(),
-                              range.valid);
+  (void)ctx;
+  const std::int64_t rows = logits.shape().rows(), classes = logits.shape().last();
+  if (logits.dtype() == DType::kBF16) {
+    kc::cross_entropy_shard_max(cpu_detail::bf16_data(logits), row_max.data<float>(), rows, classes, range.valid);
+  } else {
+    kc::cross_entropy_shard_max(logits.data<float>(), row_max.data<float>(), rows, classes, range.valid);
+  }
 }
 
 void cross_entropy_shard_sum_exp_and_target(const Context& ctx, const Tensor& logits, const Tensor& targets,
                                             const VocabRange& range, const Tensor& row_max, const Tensor& sums) {
-  F32In in(ctx, logits);
+  (void)ctx;
   const std::int64_t rows = logits.shape().rows(), width = logits.shape().last();
   float* sum_exp = sums.data<float>();
-  kc::cross_entropy_shard_sum_exp(in.get(), row_max.data<float>(), sum_exp, rows, width, range.valid);
-  kc::cross_entropy_shard_target_logit(in.get(), targets.data<std::int32_t>(), range.first, sum_exp + rows, rows,
-                                       width, range.vocab, range.valid);
+  const std::int32_t* t = targets.data<std::int32_t>();
+  if (logits.dtype() == DType::kBF16) {
+    const auto* x = cpu_detail::bf16_data(logits);
+    kc::cross_entropy_shard_sum_exp(x, row_max.data<float>(), sum_exp, rows, width, range.valid);
+    kc::cross_entropy_shard_target_logit(x, t, range.first, sum_exp + rows, rows, width, range.vocab, range.valid);
+    return;
+  }
+  const float* x = logits.data<float>();
+  kc::cross_entropy_shard_sum_exp(x, row_max.data<float>(), sum_exp, rows, width, range.valid);
+  kc::cross_entropy_shard_target_logit(x, t, range.first, sum_exp + rows, rows, width, range.vocab, range.valid);
 }
 
 void cross_entropy_loss(const Context& ctx, const Tensor& row_max, const Tensor& sums, const Tensor& targets,
@@ -610,9 +666,15 @@ void cross_entropy_loss(const Context& ctx, const Tensor& row_max, const Tensor&
 
 void cross_entropy_shard_argmax(const Context& ctx, const Tensor& logits, const VocabRange& range,
                                 const Tensor& row_max, const Tensor& neg_index) {
-  F32In in(ctx, logits);
-  kc::cross_entropy_shard_argmax(in.get(), row_max.data<float>(), range.first, neg_index.data<float>(),
-                                 logits.shape().rows(), logits.shape().last(), range.valid);
+  (void)ctx;
+  const std::int64_t rows = logits.shape().rows(), classes = logits.shape().last();
+  if (logits.dtype() == DType::kBF16) {
+    kc::cross_entropy_shard_argmax(cpu_detail::bf16_data(logits), row_max.data<float>(), range.first,
+                                   neg_index.data<float>(), rows, classes, range.valid);
+  } else {
+    kc::cross_entropy_shard_argmax(logits.data<float>(), row_max.data<float>(), range.first, neg_index.data<float>(),
+                                   rows, classes, range.valid);
+  }
 }
 
 CorrectCount count_correct(const Context& ctx, const Tensor& neg_index, const Tensor& targets) {
@@ -707,6 +769,38 @@ void sgd_update(const Context& ctx, const Tensor& param, const Tensor& grad, con
                  param.numel(), h.lr, h.momentum, h.weight_decay, h.nesterov, h.first_step);
 }
 
+// All items in one kernel call (one OpenMP team; adamw.hpp, sgd.hpp). A bf16 grad is widened whole, as above.
+void adamw_update_many(const Context& ctx, std::span<const AdamWItem> items, const AdamWHyper& h) {
+  std::vector<std::unique_ptr<F32In>> widened;
+  std::vector<kc::AdamWTensor> tensors;
+  tensors.reserve(items.size());
+  for (const AdamWItem& item : items) {
+    const float* grad = item.grad.dtype() == DType::kF32
+                            ? item.grad.data<float>()
+                            : widened.emplace_back(std::make_unique<F32In>(ctx, item.grad))->get();
+    tensors.push_back({item.param.data<float>(), grad, item.m.data<float>(), item.v.data<float>(), item.param.numel(),
+                       item.weight_decay});
+  }
+  kc::adamw_update_many(tensors.data(), static_cast<std::int64_t>(tensors.size()), h.lr, h.beta1, h.beta2, h.eps,
+                        h.step);
+}
+
+void sgd_update_many(const Context& ctx, std::span<const SgdItem> items, const SgdHyper& h) {
+  std::vector<std::unique_ptr<F32In>> widened;
+  std::vector<kc::SgdTensor> tensors;
+  tensors.reserve(items.size());
+  for (const SgdItem& item : items) {
+    const float* grad = item.grad.dtype() == DType::kF32
+                            ? item.grad.data<float>()
+                            : widened.emplace_back(std::make_unique<F32In>(ctx, item.grad))->get();
+    tensors.push_back({item.param.data<float>(), grad,
+                       item.momentum_buf.defined() ? item.momentum_buf.data<float>() : nullptr, item.param.numel(),
+                       item.weight_decay});
+  }
+  kc::sgd_update_many(tensors.data(), static_cast<std::int64_t>(tensors.size()), h.lr, h.momentum, h.nesterov,
+                      h.first_step);
+}
+
 // The CPU kernels throw on bad user data at once: nothing is ever deferred.
 void check_device_status(const Context&) {}
 
@@ -774,6 +868,8 @@ constexpr Backend kCpuBackend{
     .maxpool2d_backward = maxpool2d_backward,
     .adamw_update = adamw_update,
     .sgd_update = sgd_update,
+    .adamw_update_many = adamw_update_many,
+    .sgd_update_many = sgd_update_many,
     .check_device_status = check_device_status,
     .transfer = transfer,
     .synchronize = synchronize,

@@ -315,6 +315,19 @@ struct SgdHyper {
 };
 void sgd_update(const Context& ctx, const Tensor& param, const Tensor& grad, const Tensor& momentum_buf,
                 const SgdHyper& hyper);
+// Many tensors' updates in one call (a rank's parameters each step: one OpenMP team on the CPU instead of one
+// per tensor, issue 39). Each item takes its own weight decay (hyper.weight_decay is not read); the result is bit
+// for bit adamw_update / sgd_update on each item in turn, whatever the thread count. The same checks per item.
+struct AdamWItem {
+  Tensor param, grad, m, v;
+  float weight_decay = 0;
+};
+void adamw_update_many(const Context& ctx, std::span<const AdamWItem> items, const AdamWHyper& hyper);
+struct SgdItem {
+  Tensor param, grad, momentum_buf;
+  float weight_decay = 0;
+};
+void sgd_update_many(const Context& ctx, std::span<const SgdItem> items, const SgdHyper& hyper);
 
 // ---- The host-device boundary ----------------------------------------------------------------------------
 // dst <- src: same dtype and numel; each of them on ctx.device or on the CPU (one side may be host memory

@@ -44,7 +44,7 @@ namespace {
   X(cross_entropy_backward) X(cross_entropy_shard_max) X(cross_entropy_shard_sum_exp_and_target)                 \
   X(cross_entropy_loss) X(cross_entropy_shard_argmax) X(count_correct) X(conv2d_forward)                         \
   X(conv2d_backward_input) X(conv2d_backward_weight) X(maxpool2d_forward) X(maxpool2d_backward) X(adamw_update)   \
-  X(sgd_update) X(check_device_status) X(transfer) X(synchronize)
+  X(sgd_update) X(adamw_update_many) X(sgd_update_many) X(check_device_status) X(transfer) X(synchronize)
 
 #define CLEAVE_COUNT_SLOT(name) +1
 constexpr std::size_t kSlots = 0 CLEAVE_BACKEND_SLOTS(CLEAVE_COUNT_SLOT);
@@ -105,7 +105,8 @@ std::set<std::string> slots_used(const config::RunConfig& config, comm::Communic
     trainer.evaluate(1);
   }
   std::set<std::string> used = table.used;
-  used.insert(config.optimizer.type == config::OptimizerType::kSgd ? "sgd_update" : "adamw_update");  // B1: see the file comment
+  // B1 (see the file comment); the optimizers call the multi-tensor slot (engine/optim/optimizer.cpp).
+  used.insert(config.optimizer.type == config::OptimizerType::kSgd ? "sgd_update_many" : "adamw_update_many");
   return used;
 }
 

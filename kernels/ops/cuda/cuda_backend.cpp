@@ -337,6 +337,8 @@ constexpr Backend kCudaBackend{
     .maxpool2d_backward = cuda_detail::maxpool2d_backward,
     .adamw_update = adamw_update,
     .sgd_update = sgd_update,
+    .adamw_update_many = detail::adamw_update_each,  // no multi-tensor CUDA kernel yet: one launch per tensor
+    .sgd_update_many = detail::sgd_update_each,
     .check_device_status = cuda_detail::check_device_status,
     .transfer = transfer,
     .synchronize = synchronize,

@@ -2,13 +2,16 @@
 // row's logsumexp, the gradient scale*(softmax - onehot) with zero rows for ignored targets, finite
 // differences of the forward, in-place (dlogits aliasing logits) giving the same bits, stability for
 // huge logits, vocab-parallel shard pieces combining to the fused result, and out-of-range targets
-// raising cleave::Error with the row, target and class count.
+// raising cleave::Error with the row, target and class count. bf16 logits (converted a row at a time) give the
+// bits of the f32 kernels over the widened tensor, outputs narrowed, at 1 and 2 threads.
 #include "kernels/cpu/cross_entropy.hpp"
 
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "kernel_test_util.hpp"
 
@@ -121,6 +124,71 @@ TEST(KernelCrossEntropy, VocabShardsCombineToTheFusedKernel) {
   const std::vector<int32_t> bad = {static_cast<int32_t>(classes)};
   EXPECT_THROW(cross_entropy_shard_target_logit(local[0].data(), bad.data(), 0, piece.data(), 1, shard, classes),
                Error);
+}
+
+// Every kernel over bf16 logits against the f32 kernel over the exactly widened logits: lse, the loss, the shard
+// pieces (padding columns, a class offset with targets in and out of the shard) and the gradient stored as bf16
+// (into its own tensor and in place) or as f32, bit for bit. Shapes: one class, rows shorter than a vector, a
+// vocabulary that is no multiple of a vector, and one large enough to be worth a team.
+TEST(KernelCrossEntropy, Bf16RowsGiveTheWidenedF32Bits) {
+  const int saved = omp_get_max_threads();
+  for (auto [rows, classes] : {std::pair<int64_t, int64_t>{1, 1}, {3, 7}, {13, 65}, {7, 1001}, {37, 4099}}) {
+    const auto n = static_cast<size_t>(rows * classes), nr = static_cast<size_t>(rows);
+    const auto x16 = test::random_bf16(n, 71, 6.0f);
+    const auto x32 = test::widened(x16);
+    const auto targets = make_targets(rows, classes, 9);
+    const int64_t valid = classes > 3 ? classes - 3 : classes, offset = classes > 3 ? 2 : 0;
+    const int64_t total = offset + classes;  // this shard's columns [offset, offset + valid) of `total` classes
+    std::vector<int32_t> shard_targets(targets);
+    for (auto& t : shard_targets) t = t < 0 ? t : static_cast<int32_t>(t % total);
+
+    std::vector<float> lse_want(nr), max_want(nr), sum_want(nr), target_want(nr), arg_want(nr), g_want(n);
+    const double loss_want = softmax_cross_entropy_forward(x32.data(), targets.data(), lse_want.data(), rows, classes);
+    cross_entropy_shard_max(x32.data(), max_want.data(), rows, classes, valid);
+    cross_entropy_shard_sum_exp(x32.data(), max_want.data(), sum_want.data(), rows, classes, valid);
+    cross_entropy_shard_target_logit(x32.data(), shard_targets.data(), offset, target_want.data(), rows, classes,
+                                     total, valid);
+    cross_entropy_shard_argmax(x32.data(), max_want.data(), offset, arg_want.data(), rows, classes, valid);
+    softmax_cross_entropy_backward_shard(x32.data(), shard_targets.data(), offset, lse_want.data(), 0.37f,
+                                         g_want.data(), rows, classes, total, valid);
+    const auto g16_want = test::narrowed(g_want);
+    if (classes > 1) {  // (one class: softmax 1, gradient 0)
+      EXPECT_GT(test::l2_norm(g_want), 0.0);
+    }
+
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      const std::string at = " [" + std::to_string(rows) + "x" + std::to_string(classes) + "] threads " +
+                             std::to_string(threads);
+      auto lse = test::poisoned(nr), mx = test::poisoned(nr), sum = test::poisoned(nr), tl = test::poisoned(nr),
+           arg = test::poisoned(nr), g32 = test::poisoned(n);
+      const double loss = softmax_cross_entropy_forward(x16.data(), targets.data(), lse.data(), rows, classes);
+      EXPECT_EQ(std::memcmp(&loss, &loss_want, sizeof loss), 0) << "loss" << at;
+      EXPECT_TRUE(test::same_bits(lse, lse_want)) << "lse" << at;
+      cross_entropy_shard_max(x16.data(), mx.data(), rows, classes, valid);
+      EXPECT_TRUE(test::same_bits(mx, max_want)) << "shard max" << at;
+      cross_entropy_shard_sum_exp(x16.data(), max_want.data(), sum.data(), rows, classes, valid);
+      EXPECT_TRUE(test::same_bits(sum, sum_want)) << "shard sum_exp" << at;
+      cross_entropy_shard_target_logit(x16.data(), shard_targets.data(), offset, tl.data(), rows, classes, total,
+                                       valid);
+      EXPECT_TRUE(test::same_bits(tl, target_want)) << "shard target logit" << at;
+      cross_entropy_shard_argmax(x16.data(), max_want.data(), offset, arg.data(), rows, classes, valid);
+      EXPECT_TRUE(test::same_bits(arg, arg_want)) << "shard argmax" << at;
+
+      std::vector<uint16_t> g16(n, 0x7fc1);  // NaN-poisoned
+      softmax_cross_entropy_backward_shard(x16.data(), shard_targets.data(), offset, lse_want.data(), 0.37f,
+                                           g16.data(), rows, classes, total, valid);
+      EXPECT_TRUE(test::same_bits(g16, g16_want)) << "bf16 gradient" << at;
+      std::vector<uint16_t> in_place = x16;
+      softmax_cross_entropy_backward_shard(in_place.data(), shard_targets.data(), offset, lse_want.data(), 0.37f,
+                                           in_place.data(), rows, classes, total, valid);
+      EXPECT_TRUE(test::same_bits(in_place, g16_want)) << "bf16 gradient in place" << at;
+      softmax_cross_entropy_backward_shard(x16.data(), shard_targets.data(), offset, lse_want.data(), 0.37f,
+                                           g32.data(), rows, classes, total, valid);
+      EXPECT_TRUE(test::same_bits(g32, g_want)) << "f32 gradient of bf16 logits" << at;
+    }
+  }
+  omp_set_num_threads(saved);
 }
 
 TEST(KernelCrossEntropy, HugeLogitsAreStable) {

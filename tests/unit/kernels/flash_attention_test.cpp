@@ -3,13 +3,16 @@
 // query/key position offsets, a sliding window, non-causal attention, rows that see no key, the packed
 // q | k | v layout and accumulation into the gradients. Every output starts NaN-poisoned and its norm is
 // checked, so a skipped element or an all-zero result fails. Also: the bits do not depend on the thread
-// count, and attention_merge of two key chunks' partial results equals attention over all keys.
+// count, and attention_merge of two key chunks' partial results equals attention over all keys. bf16 operands give
+// the bits of the widened-f32 path they replace.
 #include "kernels/cpu/flash_attention.hpp"
 
 #include <gtest/gtest.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -168,9 +171,7 @@ TEST_P(FlashAttentionTest, MatchesDoubleReference) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Shapes, FlashAttentionTest,
-    ::testing::Values(Case{"T1_hd6", 2, 1, 1, 6, 2, 6}, Case{"T17_hd6", 2, 17, 17, 6, 2, 6},
+const Case kCases[] = {Case{"T1_hd6", 2, 1, 1, 6, 2, 6}, Case{"T17_hd6", 2, 17, 17, 6, 2, 6},
                       Case{"T130_hd64", 1, 130, 130, 6, 2, 64}, Case{"T130_hd6_mha", 2, 130, 130, 3, 3, 6},
                       Case{"T1000_hd64", 1, 1000, 1000, 2, 1, 64},
                       Case{"window37_T130", 1, 130, 130, 6, 2, 6, 0, 0, 37},
@@ -181,8 +182,10 @@ INSTANTIATE_TEST_SUITE_P(
                       // the diagonal chunk at an offset, and a chunk entirely in the future (no key visible)
                       Case{"diagonal_offset", 1, 70, 70, 2, 1, 6, 500, 500},
                       Case{"keys_in_future", 1, 17, 30, 2, 1, 6, 0, 100},
-                      Case{"non_causal", 2, 17, 33, 6, 2, 6, 0, 0, 0, false}),
-    [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
+                      Case{"non_causal", 2, 17, 33, 6, 2, 6, 0, 0, 0, false}};
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FlashAttentionTest, ::testing::ValuesIn(kCases),
+                         [](const ::testing::TestParamInfo<Case>& info) { return std::string(info.param.name); });
 
 TEST(FlashAttention, BitsDoNotDependOnThreadCount) {
   const Case c{"threads", 2, 200, 200, 6, 2, 64};
@@ -283,6 +286,79 @@ TEST(FlashAttention, MergedKeyChunksEqualFullAttention) {
   expect_close(dva, chunk(want.dv, 0, split), 1e-5, 1e-4, "chunk a dv");
   expect_close(dvb, chunk(want.dv, split, full.Tk), 1e-5, 1e-4, "chunk b dv");
   expect_close(dkb, chunk(want.dk, split, full.Tk), 1e-5, 1e-4, "chunk b dk");
+}
+
+// bf16 operands (widened a block at a time inside the kernels) give the bits of the path they replace: every operand
+// widened whole, the f32 kernel, the outputs narrowed once. Every shape above (GQA groups, head dims 6 and 64, rows
+// that see no key, windows, offsets, non-causal), 1 and 2 threads, gradients written and accumulated onto non-zero
+// bf16 values; and the packed q | k | v layout (row stride larger than a head block) against the unpacked bits.
+TEST(FlashAttention, Bf16BlocksGiveTheWidenedF32Bits) {
+  using test::narrowed;
+  using test::random_bf16;
+  using test::widened;
+  for (const Case& c : kCases) {
+    const FlashAttentionShape s = shape_of(c);
+    const auto nq = static_cast<size_t>(c.B * c.Tq * c.Hq * c.hd), nk = static_cast<size_t>(c.B * c.Tk * c.Hkv * c.hd);
+    const auto q = random_bf16(nq, 21), k = random_bf16(nk, 22), v = random_bf16(nk, 23), dout = random_bf16(nq, 24);
+    const auto dq0 = random_bf16(nq, 25), dk0 = random_bf16(nk, 26), dv0 = random_bf16(nk, 27);  // accumulated onto
+    // The replaced path: whole tensors widened, f32 kernel, outputs narrowed (the backward reads the narrowed out).
+    const auto q32 = widened(q), k32 = widened(k), v32 = widened(v), dout32 = widened(dout);
+    std::vector<float> ws32(flash_attention_workspace_floats(s, 2));
+    std::vector<float> out32(nq), lse_want(static_cast<size_t>(c.B * c.Hq * c.Tq));
+    flash_attention_forward(q32.data(), k32.data(), v32.data(), out32.data(), lse_want.data(), s, ws32.data(), 2);
+    const auto out_want = narrowed(out32);
+    const auto o32 = widened(out_want);
+    std::vector<std::vector<uint16_t>> grads_want[2];  // [accumulate] dq, dk, dv
+    for (bool acc : {false, true}) {
+      std::vector<float> dq32 = widened(dq0), dk32 = widened(dk0), dv32 = widened(dv0);
+      flash_attention_backward(q32.data(), k32.data(), v32.data(), o32.data(), lse_want.data(), dout32.data(),
+                               dq32.data(), dk32.data(), dv32.data(), s, acc, ws32.data(), 2);
+      grads_want[acc] = {narrowed(dq32), narrowed(dk32), narrowed(dv32)};
+    }
+
+    for (int threads : {1, 2}) {
+      const std::string at = std::string(c.name) + " threads " + std::to_string(threads);
+      std::vector<float> ws(flash_attention_workspace_floats(s, threads, true), std::nanf(""));
+      std::vector<uint16_t> out(nq, 0x7fc1);
+      auto lse = poisoned(lse_want.size());
+      flash_attention_forward(q.data(), k.data(), v.data(), out.data(), lse.data(), s, ws.data(), threads);
+      EXPECT_TRUE(test::same_bits(out, out_want)) << at << " out";
+      EXPECT_TRUE(test::same_bits(lse, lse_want)) << at << " lse";
+      for (bool acc : {false, true}) {
+        std::vector<uint16_t> dq = acc ? dq0 : std::vector<uint16_t>(nq, 0x7fc1);
+        std::vector<uint16_t> dk = acc ? dk0 : std::vector<uint16_t>(nk, 0x7fc1);
+        std::vector<uint16_t> dv = acc ? dv0 : std::vector<uint16_t>(nk, 0x7fc1);
+        flash_attention_backward(q.data(), k.data(), v.data(), out_want.data(), lse_want.data(), dout.data(),
+                                 dq.data(), dk.data(), dv.data(), s, acc, ws.data(), threads);
+        const std::string what = at + (acc ? " accumulate" : " write");
+        EXPECT_TRUE(test::same_bits(dq, grads_want[acc][0])) << what << " dq";
+        EXPECT_TRUE(test::same_bits(dk, grads_want[acc][1])) << what << " dk";
+        EXPECT_TRUE(test::same_bits(dv, grads_want[acc][2])) << what << " dv";
+      }
+    }
+    if (c.Tq != c.Tk) continue;
+    // Packed: [B, T, (Hq + 2 Hkv) hd] for q | k | v and for dq | dk | dv (accumulated onto dq0 | dk0 | dv0).
+    const int64_t hd = c.hd, ld = (c.Hq + 2 * c.Hkv) * hd, wq = c.Hq * hd, wk = c.Hkv * hd;
+    auto pack = [&](const std::vector<uint16_t>& a, const std::vector<uint16_t>& b, const std::vector<uint16_t>& d) {
+      std::vector<uint16_t> x(static_cast<size_t>(c.B * c.Tq * ld));
+      for (int64_t row = 0; row < c.B * c.Tq; ++row) {
+        std::copy_n(&a[row * wq], wq, &x[row * ld]);
+        std::copy_n(&b[row * wk], wk, &x[row * ld + wq]);
+        std::copy_n(&d[row * wk], wk, &x[row * ld + wq + wk]);
+      }
+      return x;
+    };
+    FlashAttentionShape packed = s;
+    packed.ld_q = packed.ld_k = packed.ld_v = ld;
+    const auto qkv = pack(q, k, v);
+    auto dqkv = pack(dq0, dk0, dv0);
+    std::vector<float> ws(flash_attention_workspace_floats(packed, 2, true));
+    flash_attention_backward(qkv.data(), qkv.data() + wq, qkv.data() + wq + wk, out_want.data(), lse_want.data(),
+                             dout.data(), dqkv.data(), dqkv.data() + wq, dqkv.data() + wq + wk, packed, true,
+                             ws.data(), 2);
+    EXPECT_TRUE(test::same_bits(dqkv, pack(grads_want[1][0], grads_want[1][1], grads_want[1][2])))
+        << c.name << " packed accumulate";
+  }
 }
 
 TEST(FlashAttention, MergeWithAnEmptySide) {

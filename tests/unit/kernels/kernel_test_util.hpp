@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdint>
 #include <limits>
 #include <random>
@@ -51,6 +52,12 @@ inline std::vector<float> widened(const std::vector<uint16_t>& x) {
 }
 inline std::vector<uint16_t> random_bf16(size_t n, uint64_t seed, float scale = 1.0f) {
   return narrowed(random_floats(n, seed, scale));
+}
+
+// Bit for bit (memcmp: -0 differs from +0, NaN payloads count).
+template <typename T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0);
 }
 
 inline std::vector<float> poisoned(size_t n) { return std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()); }

@@ -1,11 +1,16 @@
 // The seam's CPU backend against its references: vocab-parallel pieces over padded shards combine to the fused
 // loss, gradient and arg-max of the whole vocabulary (what tensor-parallel evaluation relies on), and bf16
 // tensors are widened and narrowed at the kernel edges (the GEMM of bf16 operands equals the f32 GEMM of the
-// rounded operands, rounded once).
+// rounded operands, rounded once). The multi-tensor optimizer updates equal the single-tensor ops on each item in
+// turn (a bf16 grad included), through the CPU slot and through the per-item slot other backends use.
 #include <gtest/gtest.h>
+#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
+#include <string>
+
+#include "kernels/ops/backend.hpp"
 
 #include "kernels/ops/ops.hpp"
 #include "unit/kernels/kernel_test_util.hpp"
@@ -136,6 +141,82 @@ TEST(OpsBf16, GemmWidensAtTheEdgesAndAccumulatesInF32) {
   EXPECT_GT(norm, 0.0);
   // The rounding is real: bf16 operands differ from the f32 ones.
   EXPECT_NE(a_rounded.to_floats(), a.to_floats());
+}
+
+// Items of 37, 20000 (a bf16 grad) and 70001 elements, decay on two of them; three steps at 1 and 2 threads.
+TEST(OpsOptim, ManyEqualsEachItemInTurn) {
+  const Context ctx;
+  const int saved = omp_get_max_threads();
+  const std::vector<std::int64_t> sizes = {37, 20000, 70001};
+  auto fresh = [&](std::uint64_t seed) {
+    std::vector<Tensor> t;
+    for (std::size_t i = 0; i < sizes.size(); ++i) t.push_back(f32(random_floats(sizes[i], seed + i), {sizes[i]}));
+    return t;
+  };
+  std::vector<Tensor> grads = fresh(10);
+  grads[1] = Tensor::empty(grads[1].shape(), DType::kBF16, MemoryCategory::kActivations, cpu_allocator());
+  copy(ctx, f32(random_floats(sizes[1], 99), {sizes[1]}), grads[1]);
+  auto zeros = [&] {
+    std::vector<Tensor> t;
+    for (std::int64_t n : sizes) t.push_back(f32(std::vector<float>(static_cast<std::size_t>(n), 0.0f), {n}));
+    return t;
+  };
+  const float decay[] = {0.1f, 0.0f, 0.05f};
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    // [0]: the single-tensor ops; [1]: the multi-tensor op; [2]: the per-item slot (detail::*_each).
+    std::vector<Tensor> params[3] = {fresh(1), fresh(1), fresh(1)}, m[3] = {zeros(), zeros(), zeros()},
+                        v[3] = {zeros(), zeros(), zeros()};
+    for (std::int64_t step = 1; step <= 3; ++step) {
+      std::vector<AdamWItem> items[3];
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        adamw_update(ctx, params[0][i], grads[i], m[0][i], v[0][i],
+                     {.lr = 1e-2f, .weight_decay = decay[i], .step = step});
+        for (int k : {1, 2}) items[k].push_back({params[k][i], grads[i], m[k][i], v[k][i], decay[i]});
+      }
+      const AdamWHyper hyper{.lr = 1e-2f, .weight_decay = 123.0f, .step = step};  // weight_decay: not read
+      adamw_update_many(ctx, items[1], hyper);
+      detail::adamw_update_each(ctx, items[2], hyper);
+    }
+    for (int k : {1, 2}) {
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        const std::string at = "adamw path " + std::to_string(k) + " item " + std::to_string(i) + " threads " +
+                               std::to_string(threads);
+        EXPECT_TRUE(kernels::test::same_bits(params[k][i].to_floats(), params[0][i].to_floats())) << at;
+        EXPECT_TRUE(kernels::test::same_bits(v[k][i].to_floats(), v[0][i].to_floats())) << at;
+      }
+    }
+    // SGD with Nesterov momentum.
+    std::vector<Tensor> sp[3] = {fresh(2), fresh(2), fresh(2)}, buf[3] = {zeros(), zeros(), zeros()};
+    for (int step = 0; step < 3; ++step) {
+      std::vector<SgdItem> items[3];
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        sgd_update(ctx, sp[0][i], grads[i], buf[0][i],
+                   {.lr = 0.05f, .momentum = 0.9f, .weight_decay = decay[i], .nesterov = true, .first_step = step == 0});
+        for (int k : {1, 2}) items[k].push_back({sp[k][i], grads[i], buf[k][i], decay[i]});
+      }
+      const SgdHyper hyper{.lr = 0.05f, .momentum = 0.9f, .nesterov = true, .first_step = step == 0};
+      sgd_update_many(ctx, items[1], hyper);
+      detail::sgd_update_each(ctx, items[2], hyper);
+    }
+    for (int k : {1, 2}) {
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        const std::string at = "sgd path " + std::to_string(k) + " item " + std::to_string(i) + " threads " +
+                               std::to_string(threads);
+        EXPECT_TRUE(kernels::test::same_bits(sp[k][i].to_floats(), sp[0][i].to_floats())) << at;
+        EXPECT_TRUE(kernels::test::same_bits(buf[k][i].to_floats(), buf[0][i].to_floats())) << at;
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+  // The per-item checks name the multi-tensor op.
+  std::vector<AdamWItem> bad = {{fresh(1)[0], grads[1], zeros()[0], zeros()[0], 0.0f}};
+  try {
+    adamw_update_many(ctx, bad, {.lr = 1e-2f});
+    ADD_FAILURE() << "sizes 37 and 20000 were accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("adamw_update_many"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

@@ -118,7 +118,7 @@ struct SearchOptions {
   // --cross-entropy float32` (Megatron-LM's unfused vocab-parallel cross-entropy over f32 logits) and
   // `--hidden-dropout` (Megatron-LM's hidden dropout), `--dense-embedding-grad` (PyTorch's dense embedding gradient
   // added into Megatron-LM's f32 main gradient), priced by block_compute as partition::run_kernels_work.
-  partition::RunKernels run_kernels;
+  partition::RunKernels run_kernels{};
   // What the simulated run overlapped with compute (run options; the engine's trainer overlaps neither):
   // `cleave simulate --overlap-grad-reduce` (Megatron-LM's --overlap-grad-reduce --overlap-param-gather, FSDP): the
   // gradient reduction runs block by block behind the last micro-batch's backward and ZeRO-1/2's parameter gather

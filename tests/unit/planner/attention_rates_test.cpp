@@ -130,10 +130,14 @@ TEST(AttentionRates, NamedKernelPricesEachPassAtItsOwnRate) {
   const double cudnn = p.gemm_pass_seconds(bwd, true);
   EXPECT_NEAR(cudnn, backward_flops / 499e12, 1e-9 * cudnn);  // compute-bound at these shapes
   for (const Gemm& g : w.forward.gemms) {
-    if (g.fused_attention) EXPECT_NEAR(p.gemm_efficiency_of(g, true), 518.0 / 989.0, 1e-12);
+    if (g.fused_attention) {
+      EXPECT_NEAR(p.gemm_efficiency_of(g, true), 518.0 / 989.0, 1e-12);
+    }
   }
   for (const Gemm& g : w.forward.gemms) {
-    if (!g.fused_attention) EXPECT_DOUBLE_EQ(p.gemm_efficiency_of(g, true), p.gemm_shape_efficiency.at(g.m, g.n, g.k, g.batch));
+    if (!g.fused_attention) {
+      EXPECT_DOUBLE_EQ(p.gemm_efficiency_of(g, true), p.gemm_shape_efficiency.at(g.m, g.n, g.k, g.batch));
+    }
   }
   const std::string f32 = refusal_of([&] { p.gemm_pass_seconds(bwd, false); });
   EXPECT_NE(f32.find("bf16 benchmarks"), std::string::npos) << f32;

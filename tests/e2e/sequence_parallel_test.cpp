@@ -192,6 +192,11 @@ struct MemoryRun {
 
 const std::string kMemoryGpt =
     R"("model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 4, "seq_len": 32})";
+// The same gpt at MLP widths 2·D and 8·D.
+const std::string kMemoryGptNarrow = R"("model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 3,
+    "n_heads": 4, "seq_len": 32, "d_ff": 64})";
+const std::string kMemoryGptWide = R"("model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 3,
+    "n_heads": 4, "seq_len": 32, "d_ff": 256})";
 const std::string kMemoryLlama = R"("model": {"type": "llama", "vocab_size": 64, "d_model": 32, "n_layers": 3,
     "n_heads": 4, "n_kv_heads": 2, "seq_len": 32, "ffn_hidden_size": 96})";
 
@@ -270,6 +275,9 @@ TEST(SequenceParallel, SplitBackwardMemoryFollowsThePlan) {
   const std::vector<std::string> zb = {"parallel.schedule=zb_h1"};
   expect_memory_follows_plan(*world, zb, "zb_h1", 0.02);
   expect_memory_follows_plan(*world, zb, "llama zb", 0.02, kMemoryLlama);
+  // MLP widths other than 4·D: the mlp's and the attention's backward peaks cross between them.
+  expect_memory_follows_plan(*world, zb, "zb_h1 ff2D", 0.02, kMemoryGptNarrow);
+  expect_memory_follows_plan(*world, zb, "zb_h1 ff8D", 0.02, kMemoryGptWide);
 }
 
 // Pipeline boundaries carry the sequence shard: at tp2 x pp2 every boundary of this model is on the residual

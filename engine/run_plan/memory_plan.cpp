@@ -490,7 +490,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       partition::BlockCost a = shard[static_cast<std::size_t>(b)];
       if (cp > 1) add_cp_attention_state(a, block, recompute, tp, ring);
       cp_exchange = std::max(cp_exchange, cp_exchange_bytes(block, micro, tp, cp, ring, bf16 ? 2 : 4));
-      if (ep > 1) partition::add_ep_expert_rows(a, block, DType::kF32, recompute, tp, imbalance);
+      if (ep > 1) partition::add_ep_expert_rows(a, block, DType::kF32, recompute, tp, imbalance, sp);
       stage_blocks[static_cast<std::size_t>(stage)].push_back(a);
       largest_output = std::max(largest_output, a.output_bytes);
       if (widens) {

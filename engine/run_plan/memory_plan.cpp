@@ -18,6 +18,22 @@
 namespace cleave::run_plan {
 namespace {
 
+// One tp rank's parameters of a block: its replicated ones (norms, row-parallel biases, positions, a router) whole,
+// the rest ÷ tp, a vocab-parallel table (embedding, lm head) as ceil(V / tp) rows (layers/parallel/shard.hpp pads
+// the vocabulary to a multiple of tp). Before the replicated ones were divided by tp too: 1.1% under the measured
+// parameters, gradients and optimizer state at ep2 x tp2 (ExpertParallel.MemoryPlanFollowsTheMeasuredPeakAtEpTimesTp).
+std::int64_t tp_rank_param_count(const partition::BlockSpec& block, const partition::BlockCost& cost, int tp) {
+  if (tp <= 1) return cost.param_count;
+  std::int64_t split = cost.param_count - cost.replicated_param_count;
+  std::int64_t table = 0;
+  if (block.kind == partition::BlockKind::kEmbedding || block.kind == partition::BlockKind::kLmHead) {
+    const std::int64_t d = block.kind == partition::BlockKind::kEmbedding ? block.out_features : block.in_features;
+    split -= block.vocab_size * d;
+    table = (block.vocab_size + tp - 1) / tp * d;
+  }
+  return cost.replicated_param_count + split / tp + table;
+}
+
 // CPU mixed precision: the CPU backend widens every bf16 operand of a kernel into f32 scratch for the kernel's
 // duration (kernels/ops/cpu_f32_view.hpp), so the workspace peaks at the widest kernel: a GEMM's three operands
 // (the weight's working copy included) or an elementwise backward's input, output gradient and input gradient
@@ -465,8 +481,9 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
                          : partition::workload_ep_imbalance(plan.spec, config.resolved_batch().micro_batch_size, cp, ep);
   const bool bf16 = config.device.precision == config::Precision::kBf16;
   const bool widens = bf16 && config.device.type == DeviceType::kCpu;  // see cpu_bf16_widening_bytes
-  std::int64_t param_bytes = 0, largest_output = 0, boundary = 0, widening = 0;
-  std::int64_t expert_bytes = 0;  // f32 bytes of the routed experts of the rank's blocks (all E of each)
+  std::int64_t param_bytes = 0;   // f32 bytes of the parameters one tp rank of this pp rank holds (all E experts)
+  std::int64_t largest_output = 0, boundary = 0, widening = 0;
+  std::int64_t expert_bytes = 0;  // f32 bytes of the routed experts of the rank's blocks (all E of each), ÷ tp
   std::int64_t cp_exchange = 0;   // the largest cp exchange of the rank's attention blocks (one runs at a time)
   // Per stage held by this rank, per sample: its blocks' costs in model order (one tp rank's).
   std::vector<std::vector<partition::BlockCost>> stage_blocks(static_cast<std::size_t>(plan.num_stages()));
@@ -474,7 +491,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // both (ZB-V) shares one Param, so the second occurrence adds only what is not the table.
   const bool tied = !plan.spec.tied_parameters.empty();
   const std::int64_t table_bytes =
-      tied ? plan.spec.token_sizes().vocab_size * plan.spec.token_sizes().d_model * 4 : 0;
+      tied ? (plan.spec.token_sizes().vocab_size + tp - 1) / tp * plan.spec.token_sizes().d_model * 4 : 0;  // one tp rank's
   bool table_seen = false;
   for (int stage = 0; stage < plan.num_stages(); ++stage) {
     if (plan.stage_to_rank(stage) != pp_rank) continue;
@@ -484,9 +501,10 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       const auto& c = costs[static_cast<std::size_t>(b)];
       const bool holds_table = tied && (block.kind == partition::BlockKind::kEmbedding ||
                                         block.kind == partition::BlockKind::kLmHead);
-      param_bytes += holds_table && table_seen ? c.param_bytes - table_bytes : c.param_bytes;
+      const std::int64_t rank_bytes = 4 * tp_rank_param_count(block, c, tp);
+      param_bytes += holds_table && table_seen ? rank_bytes - table_bytes : rank_bytes;
       table_seen = table_seen || holds_table;
-      expert_bytes += 4 * partition::expert_param_count(block);
+      expert_bytes += 4 * partition::expert_param_count(block) / tp;
       partition::BlockCost a = shard[static_cast<std::size_t>(b)];
       if (cp > 1) add_cp_attention_state(a, block, recompute, tp, ring);
       cp_exchange = std::max(cp_exchange, cp_exchange_bytes(block, micro, tp, cp, ring, bf16 ? 2 : 4));
@@ -583,15 +601,16 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     // Expert parallelism: the rank holds E / ep of the experts (parameters, gradients, and without ZeRO their
     // optimizer state). ZeRO shards the experts over the dp x cp / ep ranks holding the same ones, so a rank's
     // share of the state, (E / ep) / (dp / ep), is what it was at ep 1: the sharded state below keeps param_bytes.
+    // param_bytes, expert_bytes: one tp rank's (tp_rank_param_count: the replicated parameters whole).
     const std::int64_t sharded_bytes = param_bytes;
     param_bytes -= expert_bytes / ep * (ep - 1);
     // Mixed precision: bf16 working copies of the parameters besides the f32 masters.
-    at(MemoryCategory::kParameters) = param_bytes / tp + (bf16 ? param_bytes / tp / 2 : 0);
+    at(MemoryCategory::kParameters) = param_bytes + (bf16 ? param_bytes / 2 : 0);
     // ZeRO-2 (engine/train/data_parallel.hpp): a reduced bucket's block is copied into a shard buffer of its own
     // and the full bucket released; within the step the full local sum (and its partial sums, freed before the
     // buckets launch) still exists, so the peak is the full buckets plus the first reduced bucket's shard (at
     // most a bucket, parallel.dp_bucket_mb, ÷ dp); the shards are dropped after the update.
-    const std::int64_t grad_bytes = param_bytes / tp;
+    const std::int64_t grad_bytes = param_bytes;
     const auto bucket_bytes = static_cast<std::int64_t>(config.parallel.dp_bucket_mb * 1024.0 * 1024.0);
     const std::int64_t first_shard = zero_stage >= 2 ? std::min(grad_bytes, bucket_bytes) / dp : 0;
     at(MemoryCategory::kGradients) = std::max((1 + partial_sums) * grad_bytes, grad_bytes + first_shard);
@@ -603,16 +622,16 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     // memory: the plan takes that worst case, the full buckets plus the first expert shard (at most a bucket's, over
     // dp / ep). Measured (ep_memory_plan_test): that, or one expert shard less when the others traded first.
     if (ep > 1 && zero_stage >= 2) {
-      const std::int64_t experts = expert_bytes / ep / tp;
+      const std::int64_t experts = expert_bytes / ep;
       at(MemoryCategory::kGradients) = std::max(at(MemoryCategory::kGradients),
                                                 grad_bytes + std::min(experts, bucket_bytes) / (dp / ep));
     }
     m.gradients_between_steps = zero_stage >= 2 ? 0 : grad_bytes;
     at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
-        zero_stage >= 1 ? state * static_cast<double>(sharded_bytes / tp) / dp : state * static_cast<double>(param_bytes / tp));
+        zero_stage >= 1 ? state * static_cast<double>(sharded_bytes) / dp : state * static_cast<double>(param_bytes));
     // parallel.grad_reduce_dtype bf16: every gradient bucket has a bf16 twin the collective carries.
     const bool staged = dp > 1 && config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16;
-    if (staged) at(MemoryCategory::kCommunication) = param_bytes / tp / 2;
+    if (staged) at(MemoryCategory::kCommunication) = param_bytes / 2;
     if (per_microbatch) {  // ZeRO-2 per micro-batch: the shards and at most two buckets (microbatch_peak)
       const MicrobatchPeak mb = microbatch_peak(
           zero_two_buckets(plan, pp_rank, tp, dp, config.parallel.dp_bucket_mb, ep), plan, pp_rank, dp, staged);
@@ -622,7 +641,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       // the collectives' timing: the plan takes the worst case; measured, ep_memory_plan_test: that, or one expert
       // shard less).
       if (ep > 1) {
-        const std::int64_t experts = expert_bytes / ep / tp;
+        const std::int64_t experts = expert_bytes / ep;
         at(MemoryCategory::kGradients) += experts + std::min(experts, bucket_bytes) / (dp / ep);
       }
       if (staged) at(MemoryCategory::kCommunication) = 2 * mb.wire;

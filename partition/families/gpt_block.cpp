@@ -46,6 +46,7 @@ BlockCost transformer_cost(const BlockSpec& block, DType dtype, Recompute recomp
   const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff, h = block.n_heads;
   // qkv (x, dy[3D]), proj (x, dy), fc1 (x, dy[F]), fc2 (x[F], dy); two LayerNorms (x, dy, mean, rstd).
   cost.weight_stash_bytes = t * (12 * d + 2 * f) * b + 4 * t * kStatBytes;
+  cost.replicated_param_count = 6 * d;  // under tp: ln1, ln2 (weight, bias), proj's and fc2's biases
   recompute_repeated_layer(cost, block, recompute, b);
   if (tp > 1) {
     // One tp rank's share (cost_model.hpp): only the sharded tensors divide.

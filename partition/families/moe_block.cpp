@@ -70,6 +70,9 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
       3 * d * f * (e - k) + d * e + (block.router_bias ? e : 0) + (block.shared_expert_gate ? d : 0);
   cost.param_count += extra_params;
   cost.param_bytes += extra_params * b;
+  // Under tp every rank holds the router [E, D] (and its bias) and the shared experts' gate [1, D] whole: each routes
+  // every token (layers/moe/router.cpp); the experts' gate, up and down are split as llama's SwiGLU.
+  cost.replicated_param_count += d * e + (block.router_bias ? e : 0) + (block.shared_expert_gate ? d : 0);
   cost.inactive_param_count = 3 * d * f * (e - k);  // the experts a token is not routed to
   const double router = 2.0 * static_cast<double>(t * d * e);
   cost.forward_flops += router;

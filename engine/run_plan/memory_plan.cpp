@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <set>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "partition/cost_model.hpp"
 #include "partition/cp_rules.hpp"
 #include "partition/ep_costs.hpp"
+#include "pipeline/p2p_posting.hpp"
 #include "pipeline/timeline.hpp"
 
 namespace cleave::run_plan {
@@ -482,11 +484,13 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   const bool bf16 = config.device.precision == config::Precision::kBf16;
   const bool widens = bf16 && config.device.type == DeviceType::kCpu;  // see cpu_bf16_widening_bytes
   std::int64_t param_bytes = 0;   // f32 bytes of the parameters one tp rank of this pp rank holds (all E experts)
-  std::int64_t largest_output = 0, boundary = 0, widening = 0;
+  std::int64_t largest_output = 0, widening = 0;
   std::int64_t expert_bytes = 0;  // f32 bytes of the routed experts of the rank's blocks (all E of each), ÷ tp
   std::int64_t cp_exchange = 0;   // the largest cp exchange of the rank's attention blocks (one runs at a time)
   // Per stage held by this rank, per sample: its blocks' costs in model order (one tp rank's).
   std::vector<std::vector<partition::BlockCost>> stage_blocks(static_cast<std::size_t>(plan.num_stages()));
+  // Per stage held by this rank, per sample: its input and output boundary tensors (0 at the model's ends).
+  std::vector<std::int64_t> stage_in(static_cast<std::size_t>(plan.num_stages()), 0), stage_out = stage_in;
   // With tied embeddings the token table appears in the embedding's and the head's cost; a rank holding
   // both (ZB-V) shares one Param, so the second occurrence adds only what is not the table.
   const bool tied = !plan.spec.tied_parameters.empty();
@@ -518,9 +522,9 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     // Boundary tensors: what the stage receives (the previous block's output) and what it sends (its own).
     // Under sequence parallelism they are one tp rank's sequence shards.
     const auto& sent = sp ? shard : costs;
-    if (stage > 0) boundary = std::max(boundary, sent[static_cast<std::size_t>(range.begin - 1)].output_bytes);
+    if (stage > 0) stage_in[static_cast<std::size_t>(stage)] = sent[static_cast<std::size_t>(range.begin - 1)].output_bytes;
     if (stage + 1 < plan.num_stages()) {
-      boundary = std::max(boundary, sent[static_cast<std::size_t>(range.end - 1)].output_bytes);
+      stage_out[static_cast<std::size_t>(stage)] = sent[static_cast<std::size_t>(range.end - 1)].output_bytes;
     }
   }
   std::vector<StageBackwardMemory> stage_memory(stage_blocks.size());
@@ -531,28 +535,90 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // The rank runs its actions in order: walk them, F adding a stage's forward stash, I trading it for what W
   // needs, W or a fused B freeing it; inside I and B each block's backward holds its extra, inside W and B each
   // block's weight gradient its weight extra (the stage summary above says how high that goes above what was
-  // held when the action started).
-  std::int64_t held = 0, peak_stash = 0;
+  // held when the action started). Beside the stashes, the boundary tensors alive (`in_flight`, per sample): the
+  // receive buffers posted and not yet consumed (a communication block's own receives and the next block's, posted
+  // early: pipeline/p2p_posting.hpp), an I's or B's own dy through it, a compute action's output at its end and,
+  // when sent, through the next compute action (the executor tests its sends after each action: a send whose receive
+  // the peer posted early has usually completed by then, but may not have, so the plan takes the later end), and an
+  // output handed to a stage of the same rank (ZB-V's turn) until that stage consumes it. Measured at tp2 x pp2
+  // under zb_h1 (SequenceParallel.SplitBackwardMemoryFollowsThePlan): the last stage to the byte; the first stage to
+  // the byte on the tp rank whose send was still in flight in its I, one boundary tensor (1.9%) over it on the other
+  // (run to run); the former flat three boundary tensors put the plan 1.1-1.9% (first stage) and 4.7-7.8% (last
+  // stage) over the measured peak.
+  using Key = std::pair<int, int>;  // (stage, micro-batch)
+  std::map<Key, std::int64_t> forward_in, backward_in;  // posted receives or same-rank hand-overs, not consumed yet
+  std::int64_t in_flight = 0;
+  std::set<Key> sends_forward, sends_backward;  // the outputs this rank sends (the rest are handed over in place)
   for (const auto& a : actions) {
-    if (a.stage < 0) continue;
-    const StageBackwardMemory& sm = stage_memory[static_cast<std::size_t>(a.stage)];
+    if (a.kind == pipeline::ActionKind::kSendF) sends_forward.insert({a.stage, a.microbatch});
+    if (a.kind == pipeline::ActionKind::kSendB) sends_backward.insert({a.stage, a.microbatch});
+  }
+  std::map<std::size_t, const pipeline::P2PBlock*> block_at;
+  const std::vector<pipeline::P2PBlock> p2p = pipeline::p2p_blocks(actions);
+  for (const auto& block : p2p) block_at[block.first] = &block;
+  const auto post = [&](const pipeline::Action& r) {
+    const auto st = static_cast<std::size_t>(r.stage);
+    if (r.kind == pipeline::ActionKind::kRecvF) forward_in[{r.stage, r.microbatch}] = stage_in[st];
+    if (r.kind == pipeline::ActionKind::kRecvB) backward_in[{r.stage, r.microbatch}] = stage_out[st];
+    in_flight += r.kind == pipeline::ActionKind::kRecvF ? stage_in[st] : stage_out[st];
+  };
+  const auto take = [&](std::map<Key, std::int64_t>& from, const Key& key) {
+    auto it = from.find(key);
+    if (it == from.end()) return std::int64_t{0};
+    const std::int64_t bytes = it->second;
+    from.erase(it);
+    in_flight -= bytes;
+    return bytes;
+  };
+  std::int64_t held = 0, peak_stash = 0;
+  std::int64_t sending = 0;  // the previous compute action's sent output, until this one's end
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    const auto& a = actions[i];
+    if (auto found = block_at.find(i); found != block_at.end()) {
+      for (std::size_t k : found->second->posted) {
+        if (pipeline::is_recv(actions[k].kind)) post(actions[k]);
+      }
+      for (std::size_t k : found->second->next_receives) post(actions[k]);
+    }
+    if (a.stage < 0 || !pipeline::is_compute(a.kind)) continue;
+    const auto st = static_cast<std::size_t>(a.stage);
+    const StageBackwardMemory& sm = stage_memory[st];
+    const Key key{a.stage, a.microbatch};
+    std::int64_t output = 0;  // what the action leaves for a neighbour stage
     switch (a.kind) {
-      case pipeline::ActionKind::kForward: held += sm.forward_stash; break;
+      case pipeline::ActionKind::kForward:
+        take(forward_in, key);  // the input becomes the stash
+        held += sm.forward_stash;
+        output = stage_out[st];
+        break;
       case pipeline::ActionKind::kBackwardInput:
-        peak_stash = std::max(peak_stash, held + sm.input_peak);
-        held += sm.weight_stash - sm.forward_stash;
+      case pipeline::ActionKind::kBackward: {
+        const bool fused = a.kind == pipeline::ActionKind::kBackward;
+        peak_stash = std::max(peak_stash, held + (fused ? sm.fused_peak : sm.input_peak) + in_flight + sending);
+        take(backward_in, key);  // its dy, freed when the action ends
+        held += fused ? -sm.forward_stash : sm.weight_stash - sm.forward_stash;
+        output = stage_in[st];
         break;
+      }
       case pipeline::ActionKind::kBackwardWeight:
-        peak_stash = std::max(peak_stash, held + sm.weight_peak);
+        peak_stash = std::max(peak_stash, held + sm.weight_peak + in_flight + sending);
         held -= sm.weight_stash;
-        break;
-      case pipeline::ActionKind::kBackward:
-        peak_stash = std::max(peak_stash, held + sm.fused_peak);
-        held -= sm.forward_stash;
         break;
       default: break;
     }
-    peak_stash = std::max(peak_stash, held);
+    peak_stash = std::max(peak_stash, held + in_flight + sending + output);
+    sending = 0;
+    const bool sent = a.kind == pipeline::ActionKind::kForward ? sends_forward.count(key) > 0 : sends_backward.count(key) > 0;
+    if (sent) sending = output;
+    // An output no SEND carries goes to a stage of this rank: held until that stage consumes it.
+    if (output > 0 && a.kind == pipeline::ActionKind::kForward && !sends_forward.count(key)) {
+      forward_in[{a.stage + 1, a.microbatch}] = output;
+      in_flight += output;
+    }
+    if (output > 0 && a.kind != pipeline::ActionKind::kForward && !sends_backward.count(key)) {
+      backward_in[{a.stage - 1, a.microbatch}] = output;
+      in_flight += output;
+    }
   }
   MemoryPlan m;
   auto at = [&m](MemoryCategory c) -> std::int64_t& { return m.bytes[static_cast<std::size_t>(c)]; };
@@ -654,7 +720,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // activation peak, d256 GPT at pp2: ZB-V micro-batch 4 went from +6.1% / +2.5% (rank 0 / 1, one send per live
   // micro-batch) to +2.4% / -1.2%. Still over and not explained: ZB-H2 and interleaved at micro-batch 16,
   // +6.0..+7.1% on the ranks it hits (about 3 x T x d per sample).
-  at(MemoryCategory::kActivations) = (peak_stash + 3 * boundary) * micro / (bf16 ? 2 : 1) / cp;
+  at(MemoryCategory::kActivations) = peak_stash * micro / (bf16 ? 2 : 1) / cp;
   // Workspace: the largest block output of a micro-batch (a transient output or gradient; the allocator's
   // workspace peak equalled it in every fp32 layout measured, pp2 1F1B / ZB-V / interleaved, dp2 ZeRO-1; tp2
   // half of it), or CPU bf16's widened operands.

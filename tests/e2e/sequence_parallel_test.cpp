@@ -192,6 +192,9 @@ struct MemoryRun {
 
 const std::string kMemoryGpt =
     R"("model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 4, "seq_len": 32})";
+// The same gpt with six layers (tp2 x pp2: three per stage).
+const std::string kMemoryGptDeep =
+    R"("model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 6, "n_heads": 4, "seq_len": 32})";
 // The same gpt at MLP widths 2·D and 8·D.
 const std::string kMemoryGptNarrow = R"("model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 3,
     "n_heads": 4, "seq_len": 32, "d_ff": 64})";
@@ -223,8 +226,10 @@ MemoryRun memory_run(const std::vector<std::string>& overrides, comm::Communicat
   return out;
 }
 
+// `drop_bound`: the bound on the saving (default `bound`; 0: not checked).
 void expect_memory_follows_plan(comm::Communicator& world, const std::vector<std::string>& layout, const char* name,
-                                double bound, const std::string& model = kMemoryGpt) {
+                                double bound, const std::string& model = kMemoryGpt, double drop_bound = -1) {
+  if (drop_bound < 0) drop_bound = bound;
   SCOPED_TRACE(name);
   std::vector<std::string> with_sp = layout;
   with_sp.push_back(kSp);
@@ -237,7 +242,7 @@ void expect_memory_follows_plan(comm::Communicator& world, const std::vector<std
   const double measured_drop = static_cast<double>(tp.measured - sp.measured);
   const double planned_drop = static_cast<double>(tp.planned - sp.planned);
   EXPECT_GT(measured_drop, 0.0);
-  EXPECT_NEAR(measured_drop, planned_drop, bound * planned_drop);
+  if (drop_bound > 0) EXPECT_NEAR(measured_drop, planned_drop, drop_bound * planned_drop);
   std::printf("[ %-10s] rank %d activation peak without sp: measured %lld B planned %lld B; with sp: measured %lld B "
               "planned %lld B (measured %.3fx smaller); p2p bytes per step %lld -> %lld\n",
               name, world.rank(), static_cast<long long>(tp.measured), static_cast<long long>(tp.planned),
@@ -271,7 +276,17 @@ TEST(SequenceParallel, ActivationMemoryFollowsThePlan) {
 // 6.6% (llama) more saving than measured, the peaks -1.0% / -2.3% and -0.1% / -1.0% off.
 TEST(SequenceParallel, SplitBackwardMemoryFollowsThePlan) {
   auto world = make_world();
-  if (world->size() != 2) GTEST_SKIP() << "runs at 2 ranks (tp2, one pp rank)";
+  if (world->size() == 4) {
+    // tp2 x pp2: the boundary tensors in flight beside the stashes (the plan walks the receives posted, each I's
+    // dy, and a send until the test after the next compute action). When a send completes is timing: one posted
+    // before an I usually completes during it (then the peak is one boundary tensor [T, D] under the plan's), but
+    // may not have by the test after it (one over). Six layers, so that one boundary tensor is under 2% of either
+    // stage's peak; the saving is not checked (its two runs' sends may differ by a boundary tensor each).
+    const std::vector<std::string> zb = {"parallel.schedule=zb_h1", "parallel.pipeline_model_parallel_size=2"};
+    expect_memory_follows_plan(*world, zb, "zb_h1 pp2", 0.02, kMemoryGptDeep, 0);
+    return;
+  }
+  if (world->size() != 2) GTEST_SKIP() << "runs at 2 ranks (tp2, one pp rank) or 4 (tp2 x pp2)";
   const std::vector<std::string> zb = {"parallel.schedule=zb_h1"};
   expect_memory_follows_plan(*world, zb, "zb_h1", 0.02);
   expect_memory_follows_plan(*world, zb, "llama zb", 0.02, kMemoryLlama);

@@ -494,8 +494,8 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // With tied embeddings the token table appears in the embedding's and the head's cost; a rank holding
   // both (ZB-V) shares one Param, so the second occurrence adds only what is not the table.
   const bool tied = !plan.spec.tied_parameters.empty();
-  const std::int64_t table_bytes =
-      tied ? (plan.spec.token_sizes().vocab_size + tp - 1) / tp * plan.spec.token_sizes().d_model * 4 : 0;  // one tp rank's
+  std::int64_t table_bytes = 0;  // one tp rank's
+  if (tied) table_bytes = (plan.spec.token_sizes().vocab_size + tp - 1) / tp * plan.spec.token_sizes().d_model * 4;
   bool table_seen = false;
   for (int stage = 0; stage < plan.num_stages(); ++stage) {
     if (plan.stage_to_rank(stage) != pp_rank) continue;
@@ -522,10 +522,9 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     // Boundary tensors: what the stage receives (the previous block's output) and what it sends (its own).
     // Under sequence parallelism they are one tp rank's sequence shards.
     const auto& sent = sp ? shard : costs;
-    if (stage > 0) stage_in[static_cast<std::size_t>(stage)] = sent[static_cast<std::size_t>(range.begin - 1)].output_bytes;
-    if (stage + 1 < plan.num_stages()) {
-      stage_out[static_cast<std::size_t>(stage)] = sent[static_cast<std::size_t>(range.end - 1)].output_bytes;
-    }
+    const auto st = static_cast<std::size_t>(stage);
+    if (stage > 0) stage_in[st] = sent[static_cast<std::size_t>(range.begin - 1)].output_bytes;
+    if (stage + 1 < plan.num_stages()) stage_out[st] = sent[static_cast<std::size_t>(range.end - 1)].output_bytes;
   }
   std::vector<StageBackwardMemory> stage_memory(stage_blocks.size());
   for (std::size_t si = 0; si < stage_blocks.size(); ++si) {
@@ -608,7 +607,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     }
     peak_stash = std::max(peak_stash, held + in_flight + sending + output);
     sending = 0;
-    const bool sent = a.kind == pipeline::ActionKind::kForward ? sends_forward.count(key) > 0 : sends_backward.count(key) > 0;
+    const bool sent = (a.kind == pipeline::ActionKind::kForward ? sends_forward : sends_backward).count(key) > 0;
     if (sent) sending = output;
     // An output no SEND carries goes to a stage of this rank: held until that stage consumes it.
     if (output > 0 && a.kind == pipeline::ActionKind::kForward && !sends_forward.count(key)) {
@@ -714,12 +713,9 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     }
   }
   // Mixed precision: bf16 activations and boundary tensors (statistics kept in f32 are a few bytes per row, not
-  // counted). In flight besides the stashes: receives are posted one block ahead (two at a time), and a sent tensor lives
-  // until its send completes (pipeline/executor.hpp): the one just posted; earlier ones have completed by the
-  // time a backward peaks (the executor tests its sends after every action). Measured against the allocator's
-  // activation peak, d256 GPT at pp2: ZB-V micro-batch 4 went from +6.1% / +2.5% (rank 0 / 1, one send per live
-  // micro-batch) to +2.4% / -1.2%. Still over and not explained: ZB-H2 and interleaved at micro-batch 16,
-  // +6.0..+7.1% on the ranks it hits (about 3 x T x d per sample).
+  // counted). The boundary tensors in flight are in peak_stash (the walk above). History: a flat two receives and
+  // the send just posted (ZB-V at pp2, d256 GPT: +2.4% / -1.2% measured; ZB-H2 and interleaved at micro-batch 16
+  // +6.0..+7.1%; zb_h1 at tp2 x pp2 +1.1..7.8%); the walk was measured at zb_h1 tp2 x pp2 only.
   at(MemoryCategory::kActivations) = peak_stash * micro / (bf16 ? 2 : 1) / cp;
   // Workspace: the largest block output of a micro-batch (a transient output or gradient; the allocator's
   // workspace peak equalled it in every fp32 layout measured, pp2 1F1B / ZB-V / interleaved, dp2 ZeRO-1; tp2

@@ -58,7 +58,8 @@ void check_plan(comm::Communicator& world, int ep, int tp, const std::string& sc
     const auto planned = static_cast<double>(plan.bytes[static_cast<std::size_t>(c)]);
     const auto measured = static_cast<double>(stats.peak_of(c));
     std::printf("[ memory ] ep%d tp%d %s rank %d (imbalance %.3f) %s: measured %.0f B planned %.0f B (%+.2f%%)\n", ep,
-                tp, schedule.c_str(), world.rank(), imbalance, std::string(memory_category_name(c)).c_str(), measured, planned,
+                tp, schedule.c_str(), world.rank(), imbalance, std::string(memory_category_name(c)).c_str(), measured,
+                planned,
                 100.0 * (planned / measured - 1));
     EXPECT_GT(measured, 0) << memory_category_name(c);
     EXPECT_NEAR(planned, measured, 0.02 * measured) << memory_category_name(c) << " on rank " << world.rank();

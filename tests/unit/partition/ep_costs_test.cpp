@@ -135,8 +135,8 @@ TEST(EpCosts, ExpertParametersAndRows) {
   // The input gradient's two ep phases (T 8, D 16, F 8, E 8, k 2, f32): the experts' on the received rows, dy [T, D]
   // + rows x (d_o, dxp [D]; dh, dg, du [F]) + the combine's receive buffer [T·k, D]; the combine's, ep 1's mixture
   // (dy, d_o, dxp [T·k, D], dh, dg, du [T·k, F], dx [T, D], the router's gradients [T, E] f32 and compute dtype)
-  // with the rows in place of T·k for d_o, dh, dg, du. Balanced, the two are equal here (the buffer [T·k, D] = 256 f32
-  // is dx and the logits' gradients).
+  // with the rows in place of T·k for d_o, dh, dg, du. Balanced, the two are equal here (the buffer [T·k, D] = 256
+  // f32 is dx and the logits' gradients).
   const std::int64_t mixture = (8 * 16 + 2 * 16 * 16 + 3 * 16 * 8 + 8 * 16) * 4 + 8 * 8 * 8;
   const MoeBackwardPhases phases = moe_backward_phases(b, DType::kF32, Recompute::kNone, 1, false);
   EXPECT_EQ(phases.mixture, mixture);

@@ -309,8 +309,13 @@ TEST(SequenceParallel, PipelineBoundariesCarryTheShard) {
   const MemoryRun sp = memory_run(with_sp, *world);
   EXPECT_GT(sp.p2p_bytes, 0);
   EXPECT_EQ(tp.p2p_bytes, 2 * sp.p2p_bytes);
+  // The activation peak against the plan's walk of the boundary tensors (engine/run_plan/memory_plan.cpp): measured
+  // equal on every rank; a send that completes later than the plan assumes may add one boundary tensor
+  // ([T, D] x micro-batch 2, f32: 8 KiB), the latitude allowed.
+  EXPECT_NEAR(static_cast<double>(tp.planned), static_cast<double>(tp.measured), 8192.0);
+  EXPECT_NEAR(static_cast<double>(sp.planned), static_cast<double>(sp.measured), 8192.0);
   std::printf("[ tp2 pp2   ] rank %d p2p bytes per step %lld -> %lld; activation peak %lld -> %lld B (planned %lld -> "
-              "%lld B, not checked: pipeline receives move the peak)\n",
+              "%lld B)\n",
               world->rank(), static_cast<long long>(tp.p2p_bytes), static_cast<long long>(sp.p2p_bytes),
               static_cast<long long>(tp.measured), static_cast<long long>(sp.measured),
               static_cast<long long>(tp.planned), static_cast<long long>(sp.planned));

@@ -134,6 +134,12 @@ BlockCost block_cost(const BlockSpec& block, DType dtype, Recompute recompute, i
       break;
     default: break;  // no weights: backward_input frees everything
   }
+  // Under tp the final norm is replicated, and so is the embedding's position table (the token table is
+  // vocab-parallel).
+  if (block.kind == BlockKind::kRmsNorm || block.kind == BlockKind::kLayerNorm) {
+    cost.replicated_param_count = cost.param_count;
+  }
+  if (block.kind == BlockKind::kEmbedding) cost.replicated_param_count = block.seq_len * block.out_features;
   if (tp > 1) {
     // One tp rank's share (see the header): only the sharded tensors divide.
     switch (block.kind) {

@@ -90,6 +90,10 @@ struct BlockCost {
   std::int64_t param_count = 0;       // parameters held by the block (a tied head counts the table)
   // Of param_count, those a token does not run through: a moe block's E - top_k unchosen experts (0 elsewhere).
   std::int64_t inactive_param_count = 0;
+  // Of param_count, those every tp rank holds whole under tensor parallelism (norms, row-parallel biases, learned
+  // positions, a router); the rest is split over tp (a vocab-parallel table padded to a multiple of tp:
+  // tp_rank_param_count). Independent of tp.
+  std::int64_t replicated_param_count = 0;
   std::int64_t recompute_transient_bytes = 0;  // per sample: what recomputation rebuilds (in backward_extra_bytes)
   // Per sample: what the block holds from backward_input until backward_weight (split backward, zero-bubble
   // schedules): each weight's input and output gradient and the norms' statistics; the forward stash's

@@ -6,6 +6,7 @@
 #include <numbers>
 
 #include "engine/core/error.hpp"
+#include "partition/families/moe.hpp"
 
 namespace cleave::partition {
 
@@ -97,22 +98,38 @@ std::int64_t expert_param_count(const BlockSpec& block) {
 }
 
 void add_ep_expert_rows(BlockCost& cost, const BlockSpec& block, DType dtype, Recompute recompute, int tp,
-                        double imbalance) {
+                        double imbalance, bool sequence_parallel) {
   if (block.n_experts <= 0) return;
   const double b = static_cast<double>(dtype_size(dtype));
-  const double more_rows = (imbalance - 1.0) * static_cast<double>(block.seq_len * block.top_k);
+  const double mean_rows = static_cast<double>(block.seq_len * block.top_k);
+  const double more_rows = (imbalance - 1.0) * mean_rows;
   const double d = static_cast<double>(block.in_features), f = static_cast<double>(block.d_ff / tp);
   // The rows a rank's experts run (layers/moe/moe_mlp.cpp under ep): the forward stash's xp [rows, D] and g, u, h
   // [rows, F / tp] (o is combined back into the rank's own T·k rows); the weight stash's xp, do [rows, D] and
   // dg, du, h [rows, F / tp].
   if (recompute != Recompute::kFull) cost.activation_bytes += std::llround(more_rows * (d + 3.0 * f) * b);
   cost.weight_stash_bytes += std::llround(more_rows * (2.0 * d + 3.0 * f) * b);
-  // The backward's transients on the received rows (d_o and dxp [rows, D], dh, dg, du [rows, F / tp]) scale the
-  // same way, and the all-to-alls' row buffers add one [T·k, D] beyond ep 1's mixture peak (moe_cost counts the
-  // experts' d_o and dxp [T·k, D], dx and dlogits at ep 1; fitted against the allocator's peak with the rest of
-  // ep 1's peak as moe_cost has it, ep_memory_plan_test: three [T·k, D] when ep 1's peak was a SwiGLU's).
-  cost.backward_extra_bytes += std::llround(more_rows * (2.0 * d + 3.0 * f) * b) +
-                               block.seq_len * block.top_k * block.in_features * static_cast<std::int64_t>(b);
+  // The input gradient (MoeMlp::backward_input under ep), in two phases on top of dy (and under sequence
+  // parallelism its gathered copy [T, D]):
+  //   experts: the received d_o [rows, D], dh, dg, du [rows, F / tp] and dxp [rows, D], then the combine's
+  //     receive buffer [T·k, D] (the rows back at their tokens' rank) before dxp is freed;
+  //   combine: dxp freed, the received d_o, dh, dg, du and the combined dxp [T·k, D] stay (locals of the backward)
+  //     beside dx [T, D], the router's f32 and compute-dtype logits' gradients [T, E] and the shared experts'
+  //     backward: ep 1's mixture phase (moe_backward_phases) with rows in place of T·k for d_o, dh, dg, du.
+  // The busiest rank (imbalance > 1) peaks in the first, a rank receiving few rows in the second. Measured
+  // (ExpertParallel.MemoryPlanFollowsTheMeasuredPeakAtEpTimesTp, ep2 x tp2, zipf imbalance 1.531 / 0.656, allocator
+  // trace): to the byte on both ranks, GPipe and 1F1B; before, one sum of both phases plus a fitted [T·k, D] put
+  // the plan 1.4-1.9% (GPipe) and 2.5-3.5% (1F1B) over the measured activation peak.
+  const MoeBackwardPhases phases = moe_backward_phases(block, dtype, recompute, tp, sequence_parallel);
+  const bool sp = sequence_parallel && tp > 1;
+  const double t = static_cast<double>(block.seq_len), ts = sp ? t / tp : t;
+  const double dy = (sp ? ts * d + t * d : t * d) * b;
+  const double rows = imbalance * mean_rows;
+  double experts = dy + rows * (2.0 * d + 3.0 * f) * b + mean_rows * d * b;
+  if (recompute == Recompute::kFull) experts += static_cast<double>(cost.recompute_transient_bytes) - ts * d * b;
+  const double combine = static_cast<double>(phases.mixture) + more_rows * (d + 3.0 * f) * b;
+  cost.backward_extra_bytes =
+      std::max<std::int64_t>(phases.dense, std::llround(std::max(experts, combine)));
 }
 
 }  // namespace cleave::partition

@@ -70,10 +70,11 @@ std::int64_t expert_param_count(const BlockSpec& block);
 // What ep changes in one moe block's per-sample activations on one tp rank (`cost`: the cost model's, at ep 1):
 // the routed-row tensors its experts run on scale from T·k rows to imbalance · T·k rows, the rows the busiest
 // rank receives: in the forward stash xp (D) and g, u, h (F / tp; o returns to the rank's own T·k rows), in the
-// weight stash xp and do (D) and dg, du, h (F / tp), in the backward's transients d_o, dxp (D) and dh, dg, du
-// (F / tp); the all-to-alls' buffers add one [T·k, D] to the backward's transients (beyond moe_cost's mixture peak). Call it at ep > 1 only; a
+// weight stash xp and do (D) and dg, du, h (F / tp); the input gradient's rise is re-costed as the larger of its
+// two ep phases (the experts' backward on the received rows with the combine's receive buffer, then the combine
+// with dx and the router's gradients; ep_costs.cpp) and the block's dense phase. Call it at ep > 1 only; a
 // no-op for a block without experts; under full recomputation the forward stash keeps no rows.
 void add_ep_expert_rows(BlockCost& cost, const BlockSpec& block, DType dtype, Recompute recompute, int tp,
-                        double imbalance);
+                        double imbalance, bool sequence_parallel = false);
 
 }  // namespace cleave::partition

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <set>
 #include <vector>
@@ -13,10 +14,27 @@
 #include "partition/cost_model.hpp"
 #include "partition/cp_rules.hpp"
 #include "partition/ep_costs.hpp"
+#include "pipeline/p2p_posting.hpp"
 #include "pipeline/timeline.hpp"
 
 namespace cleave::run_plan {
 namespace {
+
+// One tp rank's parameters of a block: its replicated ones (norms, row-parallel biases, positions, a router) whole,
+// the rest ÷ tp, a vocab-parallel table (embedding, lm head) as ceil(V / tp) rows (layers/parallel/shard.hpp pads
+// the vocabulary to a multiple of tp). Before the replicated ones were divided by tp too: 1.1% under the measured
+// parameters, gradients and optimizer state at ep2 x tp2 (ExpertParallel.MemoryPlanFollowsTheMeasuredPeakAtEpTimesTp).
+std::int64_t tp_rank_param_count(const partition::BlockSpec& block, const partition::BlockCost& cost, int tp) {
+  if (tp <= 1) return cost.param_count;
+  std::int64_t split = cost.param_count - cost.replicated_param_count;
+  std::int64_t table = 0;
+  if (block.kind == partition::BlockKind::kEmbedding || block.kind == partition::BlockKind::kLmHead) {
+    const std::int64_t d = block.kind == partition::BlockKind::kEmbedding ? block.out_features : block.in_features;
+    split -= block.vocab_size * d;
+    table = (block.vocab_size + tp - 1) / tp * d;
+  }
+  return cost.replicated_param_count + split / tp + table;
+}
 
 // CPU mixed precision: the CPU backend widens every bf16 operand of a kernel into f32 scratch for the kernel's
 // duration (kernels/ops/cpu_f32_view.hpp), so the workspace peaks at the widest kernel: a GEMM's three operands
@@ -465,16 +483,19 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
                          : partition::workload_ep_imbalance(plan.spec, config.resolved_batch().micro_batch_size, cp, ep);
   const bool bf16 = config.device.precision == config::Precision::kBf16;
   const bool widens = bf16 && config.device.type == DeviceType::kCpu;  // see cpu_bf16_widening_bytes
-  std::int64_t param_bytes = 0, largest_output = 0, boundary = 0, widening = 0;
-  std::int64_t expert_bytes = 0;  // f32 bytes of the routed experts of the rank's blocks (all E of each)
+  std::int64_t param_bytes = 0;   // f32 bytes of the parameters one tp rank of this pp rank holds (all E experts)
+  std::int64_t largest_output = 0, widening = 0;
+  std::int64_t expert_bytes = 0;  // f32 bytes of the routed experts of the rank's blocks (all E of each), ÷ tp
   std::int64_t cp_exchange = 0;   // the largest cp exchange of the rank's attention blocks (one runs at a time)
   // Per stage held by this rank, per sample: its blocks' costs in model order (one tp rank's).
   std::vector<std::vector<partition::BlockCost>> stage_blocks(static_cast<std::size_t>(plan.num_stages()));
+  // Per stage held by this rank, per sample: its input and output boundary tensors (0 at the model's ends).
+  std::vector<std::int64_t> stage_in(static_cast<std::size_t>(plan.num_stages()), 0), stage_out = stage_in;
   // With tied embeddings the token table appears in the embedding's and the head's cost; a rank holding
   // both (ZB-V) shares one Param, so the second occurrence adds only what is not the table.
   const bool tied = !plan.spec.tied_parameters.empty();
-  const std::int64_t table_bytes =
-      tied ? plan.spec.token_sizes().vocab_size * plan.spec.token_sizes().d_model * 4 : 0;
+  std::int64_t table_bytes = 0;  // one tp rank's
+  if (tied) table_bytes = (plan.spec.token_sizes().vocab_size + tp - 1) / tp * plan.spec.token_sizes().d_model * 4;
   bool table_seen = false;
   for (int stage = 0; stage < plan.num_stages(); ++stage) {
     if (plan.stage_to_rank(stage) != pp_rank) continue;
@@ -484,13 +505,14 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       const auto& c = costs[static_cast<std::size_t>(b)];
       const bool holds_table = tied && (block.kind == partition::BlockKind::kEmbedding ||
                                         block.kind == partition::BlockKind::kLmHead);
-      param_bytes += holds_table && table_seen ? c.param_bytes - table_bytes : c.param_bytes;
+      const std::int64_t rank_bytes = 4 * tp_rank_param_count(block, c, tp);
+      param_bytes += holds_table && table_seen ? rank_bytes - table_bytes : rank_bytes;
       table_seen = table_seen || holds_table;
-      expert_bytes += 4 * partition::expert_param_count(block);
+      expert_bytes += 4 * partition::expert_param_count(block) / tp;
       partition::BlockCost a = shard[static_cast<std::size_t>(b)];
       if (cp > 1) add_cp_attention_state(a, block, recompute, tp, ring);
       cp_exchange = std::max(cp_exchange, cp_exchange_bytes(block, micro, tp, cp, ring, bf16 ? 2 : 4));
-      if (ep > 1) partition::add_ep_expert_rows(a, block, DType::kF32, recompute, tp, imbalance);
+      if (ep > 1) partition::add_ep_expert_rows(a, block, DType::kF32, recompute, tp, imbalance, sp);
       stage_blocks[static_cast<std::size_t>(stage)].push_back(a);
       largest_output = std::max(largest_output, a.output_bytes);
       if (widens) {
@@ -500,10 +522,9 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     // Boundary tensors: what the stage receives (the previous block's output) and what it sends (its own).
     // Under sequence parallelism they are one tp rank's sequence shards.
     const auto& sent = sp ? shard : costs;
-    if (stage > 0) boundary = std::max(boundary, sent[static_cast<std::size_t>(range.begin - 1)].output_bytes);
-    if (stage + 1 < plan.num_stages()) {
-      boundary = std::max(boundary, sent[static_cast<std::size_t>(range.end - 1)].output_bytes);
-    }
+    const auto st = static_cast<std::size_t>(stage);
+    if (stage > 0) stage_in[st] = sent[static_cast<std::size_t>(range.begin - 1)].output_bytes;
+    if (stage + 1 < plan.num_stages()) stage_out[st] = sent[static_cast<std::size_t>(range.end - 1)].output_bytes;
   }
   std::vector<StageBackwardMemory> stage_memory(stage_blocks.size());
   for (std::size_t si = 0; si < stage_blocks.size(); ++si) {
@@ -513,28 +534,90 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // The rank runs its actions in order: walk them, F adding a stage's forward stash, I trading it for what W
   // needs, W or a fused B freeing it; inside I and B each block's backward holds its extra, inside W and B each
   // block's weight gradient its weight extra (the stage summary above says how high that goes above what was
-  // held when the action started).
-  std::int64_t held = 0, peak_stash = 0;
+  // held when the action started). Beside the stashes, the boundary tensors alive (`in_flight`, per sample): the
+  // receive buffers posted and not yet consumed (a communication block's own receives and the next block's, posted
+  // early: pipeline/p2p_posting.hpp), an I's or B's own dy through it, a compute action's output at its end and,
+  // when sent, through the next compute action (the executor tests its sends after each action: a send whose receive
+  // the peer posted early has usually completed by then, but may not have, so the plan takes the later end), and an
+  // output handed to a stage of the same rank (ZB-V's turn) until that stage consumes it. Measured at tp2 x pp2
+  // under zb_h1 (SequenceParallel.SplitBackwardMemoryFollowsThePlan): the last stage to the byte; the first stage to
+  // the byte on the tp rank whose send was still in flight in its I, one boundary tensor (1.9%) over it on the other
+  // (run to run); the former flat three boundary tensors put the plan 1.1-1.9% (first stage) and 4.7-7.8% (last
+  // stage) over the measured peak.
+  using Key = std::pair<int, int>;  // (stage, micro-batch)
+  std::map<Key, std::int64_t> forward_in, backward_in;  // posted receives or same-rank hand-overs, not consumed yet
+  std::int64_t in_flight = 0;
+  std::set<Key> sends_forward, sends_backward;  // the outputs this rank sends (the rest are handed over in place)
   for (const auto& a : actions) {
-    if (a.stage < 0) continue;
-    const StageBackwardMemory& sm = stage_memory[static_cast<std::size_t>(a.stage)];
+    if (a.kind == pipeline::ActionKind::kSendF) sends_forward.insert({a.stage, a.microbatch});
+    if (a.kind == pipeline::ActionKind::kSendB) sends_backward.insert({a.stage, a.microbatch});
+  }
+  std::map<std::size_t, const pipeline::P2PBlock*> block_at;
+  const std::vector<pipeline::P2PBlock> p2p = pipeline::p2p_blocks(actions);
+  for (const auto& block : p2p) block_at[block.first] = &block;
+  const auto post = [&](const pipeline::Action& r) {
+    const auto st = static_cast<std::size_t>(r.stage);
+    if (r.kind == pipeline::ActionKind::kRecvF) forward_in[{r.stage, r.microbatch}] = stage_in[st];
+    if (r.kind == pipeline::ActionKind::kRecvB) backward_in[{r.stage, r.microbatch}] = stage_out[st];
+    in_flight += r.kind == pipeline::ActionKind::kRecvF ? stage_in[st] : stage_out[st];
+  };
+  const auto take = [&](std::map<Key, std::int64_t>& from, const Key& key) {
+    auto it = from.find(key);
+    if (it == from.end()) return std::int64_t{0};
+    const std::int64_t bytes = it->second;
+    from.erase(it);
+    in_flight -= bytes;
+    return bytes;
+  };
+  std::int64_t held = 0, peak_stash = 0;
+  std::int64_t sending = 0;  // the previous compute action's sent output, until this one's end
+  for (std::size_t i = 0; i < actions.size(); ++i) {
+    const auto& a = actions[i];
+    if (auto found = block_at.find(i); found != block_at.end()) {
+      for (std::size_t k : found->second->posted) {
+        if (pipeline::is_recv(actions[k].kind)) post(actions[k]);
+      }
+      for (std::size_t k : found->second->next_receives) post(actions[k]);
+    }
+    if (a.stage < 0 || !pipeline::is_compute(a.kind)) continue;
+    const auto st = static_cast<std::size_t>(a.stage);
+    const StageBackwardMemory& sm = stage_memory[st];
+    const Key key{a.stage, a.microbatch};
+    std::int64_t output = 0;  // what the action leaves for a neighbour stage
     switch (a.kind) {
-      case pipeline::ActionKind::kForward: held += sm.forward_stash; break;
+      case pipeline::ActionKind::kForward:
+        take(forward_in, key);  // the input becomes the stash
+        held += sm.forward_stash;
+        output = stage_out[st];
+        break;
       case pipeline::ActionKind::kBackwardInput:
-        peak_stash = std::max(peak_stash, held + sm.input_peak);
-        held += sm.weight_stash - sm.forward_stash;
+      case pipeline::ActionKind::kBackward: {
+        const bool fused = a.kind == pipeline::ActionKind::kBackward;
+        peak_stash = std::max(peak_stash, held + (fused ? sm.fused_peak : sm.input_peak) + in_flight + sending);
+        take(backward_in, key);  // its dy, freed when the action ends
+        held += fused ? -sm.forward_stash : sm.weight_stash - sm.forward_stash;
+        output = stage_in[st];
         break;
+      }
       case pipeline::ActionKind::kBackwardWeight:
-        peak_stash = std::max(peak_stash, held + sm.weight_peak);
+        peak_stash = std::max(peak_stash, held + sm.weight_peak + in_flight + sending);
         held -= sm.weight_stash;
-        break;
-      case pipeline::ActionKind::kBackward:
-        peak_stash = std::max(peak_stash, held + sm.fused_peak);
-        held -= sm.forward_stash;
         break;
       default: break;
     }
-    peak_stash = std::max(peak_stash, held);
+    peak_stash = std::max(peak_stash, held + in_flight + sending + output);
+    sending = 0;
+    const bool sent = (a.kind == pipeline::ActionKind::kForward ? sends_forward : sends_backward).count(key) > 0;
+    if (sent) sending = output;
+    // An output no SEND carries goes to a stage of this rank: held until that stage consumes it.
+    if (output > 0 && a.kind == pipeline::ActionKind::kForward && !sends_forward.count(key)) {
+      forward_in[{a.stage + 1, a.microbatch}] = output;
+      in_flight += output;
+    }
+    if (output > 0 && a.kind != pipeline::ActionKind::kForward && !sends_backward.count(key)) {
+      backward_in[{a.stage - 1, a.microbatch}] = output;
+      in_flight += output;
+    }
   }
   MemoryPlan m;
   auto at = [&m](MemoryCategory c) -> std::int64_t& { return m.bytes[static_cast<std::size_t>(c)]; };
@@ -583,15 +666,16 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     // Expert parallelism: the rank holds E / ep of the experts (parameters, gradients, and without ZeRO their
     // optimizer state). ZeRO shards the experts over the dp x cp / ep ranks holding the same ones, so a rank's
     // share of the state, (E / ep) / (dp / ep), is what it was at ep 1: the sharded state below keeps param_bytes.
+    // param_bytes, expert_bytes: one tp rank's (tp_rank_param_count: the replicated parameters whole).
     const std::int64_t sharded_bytes = param_bytes;
     param_bytes -= expert_bytes / ep * (ep - 1);
     // Mixed precision: bf16 working copies of the parameters besides the f32 masters.
-    at(MemoryCategory::kParameters) = param_bytes / tp + (bf16 ? param_bytes / tp / 2 : 0);
+    at(MemoryCategory::kParameters) = param_bytes + (bf16 ? param_bytes / 2 : 0);
     // ZeRO-2 (engine/train/data_parallel.hpp): a reduced bucket's block is copied into a shard buffer of its own
     // and the full bucket released; within the step the full local sum (and its partial sums, freed before the
     // buckets launch) still exists, so the peak is the full buckets plus the first reduced bucket's shard (at
     // most a bucket, parallel.dp_bucket_mb, ÷ dp); the shards are dropped after the update.
-    const std::int64_t grad_bytes = param_bytes / tp;
+    const std::int64_t grad_bytes = param_bytes;
     const auto bucket_bytes = static_cast<std::int64_t>(config.parallel.dp_bucket_mb * 1024.0 * 1024.0);
     const std::int64_t first_shard = zero_stage >= 2 ? std::min(grad_bytes, bucket_bytes) / dp : 0;
     at(MemoryCategory::kGradients) = std::max((1 + partial_sums) * grad_bytes, grad_bytes + first_shard);
@@ -603,16 +687,16 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     // memory: the plan takes that worst case, the full buckets plus the first expert shard (at most a bucket's, over
     // dp / ep). Measured (ep_memory_plan_test): that, or one expert shard less when the others traded first.
     if (ep > 1 && zero_stage >= 2) {
-      const std::int64_t experts = expert_bytes / ep / tp;
+      const std::int64_t experts = expert_bytes / ep;
       at(MemoryCategory::kGradients) = std::max(at(MemoryCategory::kGradients),
                                                 grad_bytes + std::min(experts, bucket_bytes) / (dp / ep));
     }
     m.gradients_between_steps = zero_stage >= 2 ? 0 : grad_bytes;
     at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
-        zero_stage >= 1 ? state * static_cast<double>(sharded_bytes / tp) / dp : state * static_cast<double>(param_bytes / tp));
+        zero_stage >= 1 ? state * static_cast<double>(sharded_bytes) / dp : state * static_cast<double>(param_bytes));
     // parallel.grad_reduce_dtype bf16: every gradient bucket has a bf16 twin the collective carries.
     const bool staged = dp > 1 && config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16;
-    if (staged) at(MemoryCategory::kCommunication) = param_bytes / tp / 2;
+    if (staged) at(MemoryCategory::kCommunication) = param_bytes / 2;
     if (per_microbatch) {  // ZeRO-2 per micro-batch: the shards and at most two buckets (microbatch_peak)
       const MicrobatchPeak mb = microbatch_peak(
           zero_two_buckets(plan, pp_rank, tp, dp, config.parallel.dp_bucket_mb, ep), plan, pp_rank, dp, staged);
@@ -622,20 +706,17 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       // the collectives' timing: the plan takes the worst case; measured, ep_memory_plan_test: that, or one expert
       // shard less).
       if (ep > 1) {
-        const std::int64_t experts = expert_bytes / ep / tp;
+        const std::int64_t experts = expert_bytes / ep;
         at(MemoryCategory::kGradients) += experts + std::min(experts, bucket_bytes) / (dp / ep);
       }
       if (staged) at(MemoryCategory::kCommunication) = 2 * mb.wire;
     }
   }
   // Mixed precision: bf16 activations and boundary tensors (statistics kept in f32 are a few bytes per row, not
-  // counted). In flight besides the stashes: receives are posted one block ahead (two at a time), and a sent tensor lives
-  // until its send completes (pipeline/executor.hpp): the one just posted; earlier ones have completed by the
-  // time a backward peaks (the executor tests its sends after every action). Measured against the allocator's
-  // activation peak, d256 GPT at pp2: ZB-V micro-batch 4 went from +6.1% / +2.5% (rank 0 / 1, one send per live
-  // micro-batch) to +2.4% / -1.2%. Still over and not explained: ZB-H2 and interleaved at micro-batch 16,
-  // +6.0..+7.1% on the ranks it hits (about 3 x T x d per sample).
-  at(MemoryCategory::kActivations) = (peak_stash + 3 * boundary) * micro / (bf16 ? 2 : 1) / cp;
+  // counted). The boundary tensors in flight are in peak_stash (the walk above). History: a flat two receives and
+  // the send just posted (ZB-V at pp2, d256 GPT: +2.4% / -1.2% measured; ZB-H2 and interleaved at micro-batch 16
+  // +6.0..+7.1%; zb_h1 at tp2 x pp2 +1.1..7.8%); the walk was measured at zb_h1 tp2 x pp2 only.
+  at(MemoryCategory::kActivations) = peak_stash * micro / (bf16 ? 2 : 1) / cp;
   // Workspace: the largest block output of a micro-batch (a transient output or gradient; the allocator's
   // workspace peak equalled it in every fp32 layout measured, pp2 1F1B / ZB-V / interleaved, dp2 ZeRO-1; tp2
   // half of it), or CPU bf16's widened operands.

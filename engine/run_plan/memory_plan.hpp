@@ -1,10 +1,11 @@
 // Memory plan: what one rank will hold, by allocator category, before anything is allocated — so a model
 // that does not fit under device.memory_limit is refused with the numbers instead of failing mid-step.
 //
-// Estimate per pp rank (parameters, gradients and optimizer state ÷ tp; activations are one tp rank's, the
-// cost model's tp layout: LayerNorm and column-parallel inputs whole, the rest sharded, under
+// Estimate per pp rank (parameters, gradients and optimizer state one tp rank's: the replicated parameters
+// (BlockCost::replicated_param_count) whole, the rest ÷ tp, vocab-parallel tables as ceil(V / tp) rows; activations
+// one tp rank's, the cost model's tp layout: LayerNorm and column-parallel inputs whole, the rest sharded, under
 // parallel.sequence_parallel those too as sequence shards, boundary tensors included; ZeRO-1 to 3 divide
-// optimizer state by dp):
+// optimizer state by dp; ZeRO-2's per-micro-batch buckets and ZeRO-3's units still divide every parameter by tp):
 //   parameters       Σ param bytes of the rank's stages (a tied table counted once per rank); bf16: + half that
 //                    (the working copies). ZeRO-3: units instead, one per block of a stage (the parameters whose
 //                    first block in the stage it is; a tied table split over pp ranks is a unit of its own, on its
@@ -34,8 +35,10 @@
 //                    block's rebuilt stash) on top of the stashes not yet freed, and inside W and B each weight
 //                    gradient its weight_extra_bytes (sequence parallelism: the lm head's input gathered again)
 //                    (stage_backward_memory);
-//                    × micro-batch; plus boundary tensors in flight (two receives posted ahead and the send
-//                    just posted)
+//                    × micro-batch; plus the boundary tensors in flight at each point of the walk: the receive
+//                    buffers posted and not yet consumed (a communication block's own and the next block's, posted
+//                    early), an I's or B's dy through it, an action's output at its end and, when sent, through the
+//                    next compute action, an output handed to a stage of the same rank until consumed
 //   communication    parallel.grad_reduce_dtype bf16 with dp > 1: a bf16 twin of every gradient bucket (per
 //                    micro-batch: of the largest, one in flight at a time); plus, under context parallelism, the
 //                    K/V exchange buffers of one attention block (cp_exchange_bytes, the largest of the rank's):
@@ -47,7 +50,10 @@
 //                                  widest tensor exchanged (q | k | v there, dqkv back)
 //   experts          parallel.expert_model_parallel_size ep > 1: the routed experts' parameters, gradients and
 //                    (without ZeRO) optimizer state ÷ ep; each moe block's routed-row stash (xp of D; g, u, h of
-//                    F / tp; the weight stash's xp, do of D, dg, du, h of F / tp) at imbalance x T·k rows, not T·k (partition/ep_costs.hpp); ZeRO 1-2 shard the
+//                    F / tp; the weight stash's xp, do of D, dg, du, h of F / tp) at imbalance x T·k rows, not T·k,
+//                    and its input gradient's rise the larger of the experts' phase (the received rows' d_o, dh,
+//                    dg, du, dxp and the combine's receive buffer [T·k, D]) and the combine's (ep 1's mixture with
+//                    those rows; partition/ep_costs.hpp) and the attention's; ZeRO 1-2 shard the
 //                    experts' state over the dp x cp / ep ranks holding them: the same bytes per rank as at ep 1;
 //                    ZeRO-3 with ep is not counted apart
 //   workspace        the largest block output of a micro-batch (a transient output or gradient); under

@@ -46,6 +46,7 @@ BlockCost transformer_cost(const BlockSpec& block, DType dtype, Recompute recomp
   const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff, h = block.n_heads;
   // qkv (x, dy[3D]), proj (x, dy), fc1 (x, dy[F]), fc2 (x[F], dy); two LayerNorms (x, dy, mean, rstd).
   cost.weight_stash_bytes = t * (12 * d + 2 * f) * b + 4 * t * kStatBytes;
+  cost.replicated_param_count = 6 * d;  // under tp: ln1, ln2 (weight, bias), proj's and fc2's biases
   recompute_repeated_layer(cost, block, recompute, b);
   if (tp > 1) {
     // One tp rank's share (cost_model.hpp): only the sharded tensors divide.
@@ -62,17 +63,22 @@ BlockCost transformer_cost(const BlockSpec& block, DType dtype, Recompute recomp
     cost.weight_stash_bytes = (2 * t * d + (12 * t * d + 2 * t * f) / tp) * b + 4 * ts * kStatBytes;
     apply_recompute(cost, recompute, plain, attention_stats_bytes(t, h / tp), ts * d * b);
     cost.output_bytes = ts * d * b;
-    // backward_extra: mlp: the block's dy shard [T/tp, D] (the residual branch's gradient, alive through the
-    // block's backward), fc2's gathered dy [T, D], GELU's input and output gradients [T, F/tp], fc1's partial dx
-    // [T, D] and its reduce-scattered shard; attention: proj's gathered dy, dout and dqkv [T, 4D/tp], qkv's
-    // partial dx [T, D] and the shards dy, dm, dx1, da [T/tp, D]. (Measured per micro-batch of 2 at T 32, D 32,
-    // F 128, tp 2 and tp 4: the allocator's rise inside the block's I is the mlp figure less the dy shard it
-    // started with; SequenceParallel.SplitBackwardMemoryFollowsThePlan. The dy shard was missing: the plan
-    // predicted 7.4% more saving from sequence parallelism than measured under zb_h1.) Not yet exact at other
-    // widths: at tp 2 the measured rise plus the shard is 5632 / 7168 / 9728 floats per sample at F 64 / 128 /
-    // 256 (D 32, T 32) where this gives max(mlp, attention) = 6144 / 7168 / 11264.
-    const std::int64_t mlp = (2 * t * d + 2 * t * f / tp + 2 * t * d / tp) * b;
-    std::int64_t attention = (2 * t * d + 4 * t * d / tp + 4 * t * d / tp) * b;
+    // backward_extra, the rise inside the block's I above the level it started at (the dy shard [T/tp, D] it is
+    // given, the residual branch's gradient alive through the block's backward, counted here), per phase:
+    //   mlp, GELU's backward: the dy shard, fc2's gathered dy [T, D] (kept for its W), fc2's dx dg and GELU's dh
+    //     [T, F/tp];
+    //   mlp, fc1's: GELU's input freed, dg still alive: the dy shard, fc2's gathered dy, dg, fc1's partial dx [T, D]
+    //     and its reduce-scattered shard;
+    //   attention, qkv's: the shards dy, dx1 (fc1's), dm, da [T/tp, D], fc2's gathered dy (the mlp's W stash: dh
+    //     took GELU's input's place, fc2's gathered dy is new), proj's gathered dy, dout and dqkv [T, 4D/tp], qkv's
+    //     partial dx [T, D].
+    // Measured per micro-batch of 2 at T 32, D 32, tp 2, F 64 / 128 / 256 (SequenceParallel.
+    // SplitBackwardMemoryFollowsThePlan, allocator trace): 7 / 7 / 9.5 [T, D] per sample, the attention's at 2·D and
+    // 4·D, GELU's at 8·D. Before, the mlp figure counted fc1's partial dx beside dh and the attention figure left out
+    // fc2's gathered dy, exact only at F = 4·D where the two errors met: 1.6% under the measured peak at F 2·D, 2.7%
+    // over at 8·D.
+    const std::int64_t mlp = std::max(ts * d + t * d + 2 * t * f / tp, 2 * ts * d + 2 * t * d + t * f / tp) * b;
+    std::int64_t attention = (4 * ts * d + 3 * t * d + 4 * t * d / tp) * b;
     if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;
     std::int64_t extra = std::max(mlp, attention);
     if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - (t / tp) * d * b;

@@ -71,6 +71,7 @@ BlockCost llama_cost_without_qk_norms(const BlockSpec& block, DType dtype, Recom
   // attn_norm (x, dy), q (x, dq), k (dk), v (dv) sharing q's x, o (x, dy), mlp_norm (x, dy), gate (x, dgate),
   // up (dup) sharing gate's x, down (h, dy); two rstd.
   cost.weight_stash_bytes = t * (10 * d + 3 * f + 2 * kv) * b + 2 * t * kStatBytes;
+  cost.replicated_param_count = 2 * d;  // under tp: attn_norm and mlp_norm
   recompute_repeated_layer(cost, block, recompute, b);
   if (tp > 1) {
     // Replicated: x, attn_norm's output, x1, mlp_norm's output; sharded: qkv [T, (D + 2K)/tp], attention
@@ -135,6 +136,7 @@ void add_qk_norms(BlockCost& cost, const BlockSpec& block, std::int64_t b, Recom
   const std::int64_t cols = t * (d + kv) / tp, rstd = t * (h + block.n_kv_heads) / tp * kStatBytes;
   const double n = static_cast<double>(t * (d + kv));
   cost.param_count += 2 * hd;
+  cost.replicated_param_count += 2 * hd;  // q_norm, k_norm: one head's width, on every tp rank
   cost.param_bytes += 2 * hd * b;
   cost.forward_flops += 4 * n;
   cost.input_grad_flops += 6 * n;

@@ -28,11 +28,14 @@
 #include <cstdint>
 #include <string>
 
+#include "engine/core/dtype.hpp"
 #include "partition/families/llama.hpp"
 
 namespace cleave::partition {
 
 struct ModelSpec;
+struct BlockSpec;
+enum class Recompute;  // partition/cost_model.hpp
 struct Family;
 struct BlockRules;
 
@@ -84,5 +87,15 @@ ModelSpec make_moe_spec(const MoeConfig& config);
 // The family's rows in the tables of family.hpp.
 Family moe_family();
 BlockRules moe_block_rules();  // moe_block.cpp
+
+// A moe block's input-gradient rise per sample on one tp rank, by phase (moe_block.cpp; its cost's
+// backward_extra_bytes is the larger): `dense`, the attention's (llama's), and `mixture`, MoeMlp::backward_input's
+// at ep 1 on its T·k routed rows (the shared experts' SwiGLU on top of it). Expert parallelism re-costs the mixture
+// on the rows a rank receives (partition/ep_costs.hpp).
+struct MoeBackwardPhases {
+  std::int64_t dense = 0, mixture = 0;
+};
+MoeBackwardPhases moe_backward_phases(const BlockSpec& block, DType dtype, Recompute recompute, int tp,
+                                      bool sequence_parallel);
 
 }  // namespace cleave::partition

@@ -21,6 +21,7 @@
 #include "partition/block_work.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/families/family.hpp"
+#include "partition/families/moe.hpp"
 #include "partition/model_spec.hpp"
 #include "partition/work_parts.hpp"
 
@@ -42,6 +43,25 @@ BlockSpec active_llama_block(const BlockSpec& b) {
   return l;
 }
 
+// The mixture's phase of the input gradient per sample (moe_cost's comment above its call says what it holds); `cost`
+// the block's cost so far (its recompute transient under full recomputation).
+std::int64_t mixture_phase(const BlockSpec& block, std::int64_t b, Recompute recompute, int tp, bool sp,
+                           const BlockCost& cost) {
+  const std::int64_t t = block.seq_len, d = block.in_features, f = block.d_ff, e = block.n_experts, k = block.top_k;
+  const std::int64_t ts = sp ? t / tp : t;
+  const std::int64_t shared = block.n_shared_experts * f;
+  std::int64_t mixture =
+      ((sp ? ts * d + t * d : t * d) + 2 * t * k * d + 3 * t * k * f / tp + t * d + (sp ? ts * d : 0)) * b +
+      t * e * (4 + b);
+  if (shared > 0) {
+    mixture += (sp ? std::max(t * d + 3 * t * shared / tp, 2 * t * d + ts * d)
+                   : std::max(3 * t * shared / tp, 2 * t * d)) * b;
+  }
+  if (block.shared_expert_gate) mixture += ts * d * b;  // the gated dy the shared SwiGLU's backward reads
+  if (recompute == Recompute::kFull) mixture += cost.recompute_transient_bytes - ts * d * b;
+  return mixture;
+}
+
 BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int tp, bool sequence_parallel) {
   BlockCost cost = llama_rules().cost(active_llama_block(block), dtype, recompute, tp, sequence_parallel);
   const auto b = static_cast<std::int64_t>(dtype_size(dtype));
@@ -50,6 +70,9 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
       3 * d * f * (e - k) + d * e + (block.router_bias ? e : 0) + (block.shared_expert_gate ? d : 0);
   cost.param_count += extra_params;
   cost.param_bytes += extra_params * b;
+  // Under tp every rank holds the router [E, D] (and its bias) and the shared experts' gate [1, D] whole: each routes
+  // every token (layers/moe/router.cpp); the experts' gate, up and down are split as llama's SwiGLU.
+  cost.replicated_param_count += d * e + (block.router_bias ? e : 0) + (block.shared_expert_gate ? d : 0);
   cost.inactive_param_count = 3 * d * f * (e - k);  // the experts a token is not routed to
   const double router = 2.0 * static_cast<double>(t * d * e);
   cost.forward_flops += router;
@@ -94,17 +117,7 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
   // peak by e2e MoeMemory.ActivationMemoryFollowsThePlan: exact at tp2 with sequence parallelism, with and without
   // a shared expert, at zb_h1 and GPipe (the dx shard was missing: -0.35%; the shared SwiGLU's two phases were
   // summed: +0.08% .. +1.46%).
-  const std::int64_t shared = block.n_shared_experts * f;
-  std::int64_t mixture =
-      ((sp ? ts * d + t * d : t * d) + 2 * t * k * d + 3 * t * k * f / tp + t * d + (sp ? ts * d : 0)) * b +
-      t * e * (4 + b);
-  if (shared > 0) {
-    mixture += (sp ? std::max(t * d + 3 * t * shared / tp, 2 * t * d + ts * d)
-                   : std::max(3 * t * shared / tp, 2 * t * d)) * b;
-  }
-  if (block.shared_expert_gate) mixture += ts * d * b;  // the gated dy the shared SwiGLU's backward reads
-  if (recompute == Recompute::kFull) mixture += cost.recompute_transient_bytes - ts * d * b;
-  cost.backward_extra_bytes = std::max(cost.backward_extra_bytes, mixture);
+  cost.backward_extra_bytes = std::max(cost.backward_extra_bytes, mixture_phase(block, b, recompute, tp, sp, cost));
   return cost;
 }
 
@@ -145,6 +158,23 @@ std::string moe_shape_key(const BlockSpec& b) {
 }
 
 }  // namespace
+
+MoeBackwardPhases moe_backward_phases(const BlockSpec& block, DType dtype, Recompute recompute, int tp,
+                                      bool sequence_parallel) {
+  const BlockCost cost = moe_cost(block, dtype, recompute, tp, sequence_parallel);
+  // The dense phase is the attention's: the active llama block's SwiGLU is not a phase of a moe block (the mixture
+  // is), so it is costed at the narrowest width (F / tp = 1), where llama's attention phase is the larger; under
+  // full recomputation with the moe block's whole rebuilt stash.
+  BlockSpec attention_only = active_llama_block(block);
+  attention_only.d_ff = tp;
+  const BlockCost dense = llama_rules().cost(attention_only, dtype, recompute, tp, sequence_parallel);
+  MoeBackwardPhases p;
+  p.dense = dense.backward_extra_bytes;
+  if (recompute == Recompute::kFull) p.dense += cost.recompute_transient_bytes - dense.recompute_transient_bytes;
+  p.mixture = mixture_phase(block, static_cast<std::int64_t>(dtype_size(dtype)), recompute, tp,
+                            sequence_parallel && tp > 1, cost);
+  return p;
+}
 
 BlockRules moe_block_rules() {
   BlockRules r;

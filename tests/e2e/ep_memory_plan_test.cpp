@@ -2,8 +2,10 @@
 // the stashes the plan counts dominate), every rank's measured allocator peaks against its memory plan, with the
 // rank's exact imbalance from a forced routing (model.forced_routing "zipf": the rows its experts run, max over
 // the steps, over the mean, computed from the workload as the oracle does) passed as ep_imbalance. Parameters,
-// gradients and optimizer state (E / ep experts) exactly; activations within 2%. At 4 ranks also ep 2 × tp 2 (every
-// category within 2%: the plan divides the replicated parameters by tp too, -1.1% there).
+// gradients and optimizer state (E / ep experts) to the byte; activations within 2% (measured: to the byte, less the E
+// counts of 4 bytes each a micro-batch keeps). At 4 ranks also ep 2 × tp 2, under GPipe and 1F1B (one micro-batch's
+// stash under the moe blocks' backward: the peak is the experts' or the combine's phase of the input gradient,
+// partition/ep_costs.cpp; before they were costed apart the plan was 1.4-1.9% over under GPipe, 2.5-3.5% under 1F1B).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -30,7 +32,7 @@ double exact_imbalance(const std::string& workload, int ep, int rank) {
 }
 
 // One run at ep × tp on `world` (dp = world / tp = ep): every category of this rank's peak against its plan.
-void check_plan(comm::Communicator& world, int ep, int tp) {
+void check_plan(comm::Communicator& world, int ep, int tp, const std::string& schedule = "gpipe") {
   const std::string workload = "zipf";
   const int dp = world.size() / tp;
   const config::RunConfig config = config::parse_config(R"({
@@ -38,10 +40,9 @@ void check_plan(comm::Communicator& world, int ep, int tp) {
               "ffn_hidden_size": 64, "n_experts": 8, "top_k": 2, "forced_routing": "zipf"},
     "batch": {"micro_batch_size": 2},
     "optimizer": {"type": "adamw", "lr": 0.001, "warmup_steps": 0},
-    "parallel": {"schedule": "gpipe"},
     "train": {"seed": 5, "eval_batches": 0, "steps": 3},
     "data": {"type": "synthetic"}
-  })", "ep_memory", {"parallel.expert_model_parallel_size=" + std::to_string(ep),
+  })", "ep_memory", {"parallel.schedule=" + schedule,"parallel.expert_model_parallel_size=" + std::to_string(ep),
                      "parallel.tensor_model_parallel_size=" + std::to_string(tp),
                      "batch.global_batch_size=" + std::to_string(2 * kMicro * dp)});
   train::Trainer trainer(config, world);
@@ -56,11 +57,15 @@ void check_plan(comm::Communicator& world, int ep, int tp) {
                                  MemoryCategory::kOptimizerState, MemoryCategory::kActivations}) {
     const auto planned = static_cast<double>(plan.bytes[static_cast<std::size_t>(c)]);
     const auto measured = static_cast<double>(stats.peak_of(c));
-    std::printf("[ memory ] ep%d tp%d rank %d (imbalance %.3f) %s: measured %.0f B planned %.0f B (%+.2f%%)\n", ep, tp,
-                world.rank(), imbalance, std::string(memory_category_name(c)).c_str(), measured, planned,
+    std::printf("[ memory ] ep%d tp%d %s rank %d (imbalance %.3f) %s: measured %.0f B planned %.0f B (%+.2f%%)\n", ep,
+                tp, schedule.c_str(), world.rank(), imbalance, std::string(memory_category_name(c)).c_str(), measured,
+                planned,
                 100.0 * (planned / measured - 1));
     EXPECT_GT(measured, 0) << memory_category_name(c);
     EXPECT_NEAR(planned, measured, 0.02 * measured) << memory_category_name(c) << " on rank " << world.rank();
+    // Parameters, gradients and optimizer state to the byte, at tp 2 too: the replicated parameters (norms, the
+    // router) whole on every tp rank (1.1% under when the plan divided them by tp as well).
+    if (c != MemoryCategory::kActivations) EXPECT_EQ(planned, measured) << memory_category_name(c);
   }
 }
 
@@ -77,6 +82,7 @@ TEST(ExpertParallel, MemoryPlanFollowsTheMeasuredPeakAtEpTimesTp) {
   auto world = make_world();
   if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks";
   check_plan(*world, 2, 2);
+  check_plan(*world, 2, 2, "1f1b");
 }
 
 // ZeRO-2 and 3 with ep (engine/train/data_parallel.hpp), reduced per step and per micro-batch (the experts' buckets

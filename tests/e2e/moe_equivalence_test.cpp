@@ -160,11 +160,13 @@ TEST(MoeCheckpoint, ResumeIsBitIdenticalAndReshards) {
 // The memory plan counts moe blocks (issue 33 part 5): the allocator's measured activation peak against the plan's
 // on rank 0, GPipe so the stashes the plan counts dominate (as tests/e2e/sequence_parallel_test.cpp), for one
 // rank, tp2 and tp2 with sequence parallelism (every expert's SwiGLU split), with and without a shared expert and
-// Qwen3-MoE's q/k norms, and zb_h1's split backward at tp2 with and without sequence parallelism: within 2%
-// (measured -0.05% .. +0.00%; before the mixture's dx shard and the shared SwiGLU's two phases were counted as
-// they are live, -0.35% .. +1.46%).
+// Qwen3-MoE's q/k norms, and zb_h1's split backward at tp2 with and without sequence parallelism, and the sigmoid
+// router with the z-loss at tp2: within 2% (measured -0.05% .. +0.00%; before the mixture's dx shard and the shared
+// SwiGLU's two phases were counted as they are live, -0.35% .. +1.46%); parameters and gradients to the byte.
 struct MoeMemoryRun {
   std::int64_t measured = 0, planned = 0;
+  // Parameters and gradients, measured and planned.
+  std::int64_t measured_params = 0, planned_params = 0, measured_grads = 0, planned_grads = 0;
 };
 
 MoeMemoryRun moe_memory_run(comm::Communicator& world, std::vector<std::string> overrides) {
@@ -178,7 +180,9 @@ MoeMemoryRun moe_memory_run(comm::Communicator& world, std::vector<std::string> 
     "data": {"type": "synthetic"}
   })", "memory_moe", overrides);
   const PlannedAndMeasured r = train_against_plan(config, world);
-  return {r.measured_peak(MemoryCategory::kActivations), r.planned_peak(MemoryCategory::kActivations)};
+  return {r.measured_peak(MemoryCategory::kActivations), r.planned_peak(MemoryCategory::kActivations),
+          r.measured_peak(MemoryCategory::kParameters),  r.planned_peak(MemoryCategory::kParameters),
+          r.measured_peak(MemoryCategory::kGradients),   r.planned_peak(MemoryCategory::kGradients)};
 }
 
 TEST(MoeMemory, ActivationMemoryFollowsThePlan) {
@@ -213,7 +217,11 @@ TEST(MoeMemory, ActivationMemoryFollowsThePlan) {
                // SplitBackwardMemoryFollowsThePlan does gpt and llama).
                {"tp2 zb_h1", {tp2, zb}, false},
                {"tp2 sp zb_h1", {tp2, sp, zb}, false},
-               {"tp2 sp shared zb_h1", {tp2, sp, shared, zb}, false}};
+               {"tp2 sp shared zb_h1", {tp2, sp, shared, zb}, false},
+               // The router under tp (replicated on both ranks, every token routed on each): sigmoid scores with the
+               // selection bias, the z-loss beside the aux loss (their buffers are host-side), split backward too.
+               {"tp2 sigmoid z_loss", {tp2, "model.router=sigmoid", "model.z_loss_coef=0.01"}, false},
+               {"tp2 sp sigmoid z_loss zb_h1", {tp2, sp, "model.router=sigmoid", "model.z_loss_coef=0.01", zb}, false}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.name);
     MoeMemoryRun r;
@@ -225,9 +233,16 @@ TEST(MoeMemory, ActivationMemoryFollowsThePlan) {
     world->barrier()->wait();
     if (world->rank() != 0) continue;
     EXPECT_NEAR(static_cast<double>(r.planned), static_cast<double>(r.measured), c.bound * r.measured);
-    std::printf("[ memory ] moe %-24s activations: measured %lld B planned %lld B (%+.2f%%)\n", c.name,
-                static_cast<long long>(r.measured), static_cast<long long>(r.planned),
-                100.0 * (static_cast<double>(r.planned) / r.measured - 1));
+    // Parameters and gradients to the byte: at tp2 the router (and its bias, the shared gate, the norms) whole on
+    // each rank (the plan divided them by tp before: 168 B per block short here).
+    EXPECT_EQ(r.planned_params, r.measured_params);
+    EXPECT_EQ(r.planned_grads, r.measured_grads);
+    std::printf("[ memory ] moe %-24s activations: measured %lld B planned %lld B (%+.2f%%); parameters %lld / %lld B, "
+                "gradients %lld / %lld B\n",
+                c.name, static_cast<long long>(r.measured), static_cast<long long>(r.planned),
+                100.0 * (static_cast<double>(r.planned) / r.measured - 1), static_cast<long long>(r.measured_params),
+                static_cast<long long>(r.planned_params), static_cast<long long>(r.measured_grads),
+                static_cast<long long>(r.planned_grads));
   }
 }
 

@@ -192,6 +192,14 @@ struct MemoryRun {
 
 const std::string kMemoryGpt =
     R"("model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 4, "seq_len": 32})";
+// The same gpt with six layers (tp2 x pp2: three per stage).
+const std::string kMemoryGptDeep =
+    R"("model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 6, "n_heads": 4, "seq_len": 32})";
+// The same gpt at MLP widths 2·D and 8·D.
+const std::string kMemoryGptNarrow = R"("model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 3,
+    "n_heads": 4, "seq_len": 32, "d_ff": 64})";
+const std::string kMemoryGptWide = R"("model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 3,
+    "n_heads": 4, "seq_len": 32, "d_ff": 256})";
 const std::string kMemoryLlama = R"("model": {"type": "llama", "vocab_size": 64, "d_model": 32, "n_layers": 3,
     "n_heads": 4, "n_kv_heads": 2, "seq_len": 32, "ffn_hidden_size": 96})";
 
@@ -218,8 +226,10 @@ MemoryRun memory_run(const std::vector<std::string>& overrides, comm::Communicat
   return out;
 }
 
+// `drop_bound`: the bound on the saving (default `bound`; 0: not checked).
 void expect_memory_follows_plan(comm::Communicator& world, const std::vector<std::string>& layout, const char* name,
-                                double bound, const std::string& model = kMemoryGpt) {
+                                double bound, const std::string& model = kMemoryGpt, double drop_bound = -1) {
+  if (drop_bound < 0) drop_bound = bound;
   SCOPED_TRACE(name);
   std::vector<std::string> with_sp = layout;
   with_sp.push_back(kSp);
@@ -232,7 +242,7 @@ void expect_memory_follows_plan(comm::Communicator& world, const std::vector<std
   const double measured_drop = static_cast<double>(tp.measured - sp.measured);
   const double planned_drop = static_cast<double>(tp.planned - sp.planned);
   EXPECT_GT(measured_drop, 0.0);
-  EXPECT_NEAR(measured_drop, planned_drop, bound * planned_drop);
+  if (drop_bound > 0) EXPECT_NEAR(measured_drop, planned_drop, drop_bound * planned_drop);
   std::printf("[ %-10s] rank %d activation peak without sp: measured %lld B planned %lld B; with sp: measured %lld B "
               "planned %lld B (measured %.3fx smaller); p2p bytes per step %lld -> %lld\n",
               name, world.rank(), static_cast<long long>(tp.measured), static_cast<long long>(tp.planned),
@@ -263,13 +273,28 @@ TEST(SequenceParallel, ActivationMemoryFollowsThePlan) {
 // inside its I, the lm head's input gathered again inside its W (llama's peak), llama's SwiGLU outputs released
 // before the gate and up input gradients, and before the executor dropped each micro-batch's data when its
 // stashes did (it kept every micro-batch's ids and targets to the step's end), the plan predicted 7.4% (gpt) and
-// 6.6% (llama) more saving than measured, the peaks -1.0% / -2.3% and -0.1% / -1.0% off.
+// 6.6% (llama) more saving than measured, the peaks -1.0% / -2.3% and -0.1% / -1.0% off. gpt also at d_ff 2·D and
+// 8·D (measured: exact; before the gpt block's I was costed per phase, -1.6% and +2.7% with sequence parallelism).
+// At 4 ranks, tp2 x pp2 (below).
 TEST(SequenceParallel, SplitBackwardMemoryFollowsThePlan) {
   auto world = make_world();
-  if (world->size() != 2) GTEST_SKIP() << "runs at 2 ranks (tp2, one pp rank)";
+  if (world->size() == 4) {
+    // tp2 x pp2: the boundary tensors in flight beside the stashes (the plan walks the receives posted, each I's
+    // dy, and a send until the test after the next compute action). When a send completes is timing: one posted
+    // before an I usually completes during it (then the peak is one boundary tensor [T, D] under the plan's), but
+    // may not have by the test after it (one over). Six layers, so that one boundary tensor is under 2% of either
+    // stage's peak; the saving is not checked (its two runs' sends may differ by a boundary tensor each).
+    const std::vector<std::string> zb = {"parallel.schedule=zb_h1", "parallel.pipeline_model_parallel_size=2"};
+    expect_memory_follows_plan(*world, zb, "zb_h1 pp2", 0.02, kMemoryGptDeep, 0);
+    return;
+  }
+  if (world->size() != 2) GTEST_SKIP() << "runs at 2 ranks (tp2, one pp rank) or 4 (tp2 x pp2)";
   const std::vector<std::string> zb = {"parallel.schedule=zb_h1"};
   expect_memory_follows_plan(*world, zb, "zb_h1", 0.02);
   expect_memory_follows_plan(*world, zb, "llama zb", 0.02, kMemoryLlama);
+  // MLP widths other than 4·D: the mlp's and the attention's backward peaks cross between them.
+  expect_memory_follows_plan(*world, zb, "zb_h1 ff2D", 0.02, kMemoryGptNarrow);
+  expect_memory_follows_plan(*world, zb, "zb_h1 ff8D", 0.02, kMemoryGptWide);
 }
 
 // Pipeline boundaries carry the sequence shard: at tp2 x pp2 every boundary of this model is on the residual
@@ -284,8 +309,13 @@ TEST(SequenceParallel, PipelineBoundariesCarryTheShard) {
   const MemoryRun sp = memory_run(with_sp, *world);
   EXPECT_GT(sp.p2p_bytes, 0);
   EXPECT_EQ(tp.p2p_bytes, 2 * sp.p2p_bytes);
+  // The activation peak against the plan's walk of the boundary tensors (engine/run_plan/memory_plan.cpp): measured
+  // equal on every rank; a send that completes later than the plan assumes may add one boundary tensor
+  // ([T, D] x micro-batch 2, f32: 8 KiB), the latitude allowed.
+  EXPECT_NEAR(static_cast<double>(tp.planned), static_cast<double>(tp.measured), 8192.0);
+  EXPECT_NEAR(static_cast<double>(sp.planned), static_cast<double>(sp.measured), 8192.0);
   std::printf("[ tp2 pp2   ] rank %d p2p bytes per step %lld -> %lld; activation peak %lld -> %lld B (planned %lld -> "
-              "%lld B, not checked: pipeline receives move the peak)\n",
+              "%lld B)\n",
               world->rank(), static_cast<long long>(tp.p2p_bytes), static_cast<long long>(sp.p2p_bytes),
               static_cast<long long>(tp.measured), static_cast<long long>(sp.measured),
               static_cast<long long>(tp.planned), static_cast<long long>(sp.planned));

@@ -132,11 +132,28 @@ TEST(EpCosts, ExpertParametersAndRows) {
   BlockCost balanced = c, hot = c;
   add_ep_expert_rows(balanced, b, DType::kF32, Recompute::kNone, 1, 1.0);
   EXPECT_EQ(balanced.activation_bytes, c.activation_bytes);
-  EXPECT_EQ(balanced.backward_extra_bytes - c.backward_extra_bytes, 8 * 2 * 16 * 4);  // the all-to-alls' buffers (one [T·k, D])
+  // The input gradient's two ep phases (T 8, D 16, F 8, E 8, k 2, f32): the experts' on the received rows, dy [T, D]
+  // + rows x (d_o, dxp [D]; dh, dg, du [F]) + the combine's receive buffer [T·k, D]; the combine's, ep 1's mixture
+  // (dy, d_o, dxp [T·k, D], dh, dg, du [T·k, F], dx [T, D], the router's gradients [T, E] f32 and compute dtype)
+  // with the rows in place of T·k for d_o, dh, dg, du. Balanced, the two are equal here (the buffer [T·k, D] = 256
+  // f32 is dx and the logits' gradients).
+  const std::int64_t mixture = (8 * 16 + 2 * 16 * 16 + 3 * 16 * 8 + 8 * 16) * 4 + 8 * 8 * 8;
+  const MoeBackwardPhases phases = moe_backward_phases(b, DType::kF32, Recompute::kNone, 1, false);
+  EXPECT_EQ(phases.mixture, mixture);
+  // The attention's (llama's second phase, 4TD + TD + 2TK with K = D): below every mixture phase checked here.
+  EXPECT_EQ(phases.dense, (4 * 8 * 16 + 8 * 16 + 2 * 8 * 16) * 4);
+  EXPECT_EQ(balanced.backward_extra_bytes, mixture);
+  EXPECT_EQ(balanced.backward_extra_bytes, c.backward_extra_bytes);
   add_ep_expert_rows(hot, b, DType::kF32, Recompute::kNone, 1, 1.5);
   const std::int64_t rows = 8 * 2 / 2;  // half of T·k
   EXPECT_EQ(hot.activation_bytes - c.activation_bytes, rows * (16 + 3 * 8) * 4);        // xp; g, u, h
   EXPECT_EQ(hot.weight_stash_bytes - c.weight_stash_bytes, rows * (2 * 16 + 3 * 8) * 4);  // xp, do; dg, du, h
+  // 1.5x: the experts' phase, 24 rows.
+  EXPECT_EQ(hot.backward_extra_bytes, (8 * 16 + 24 * (2 * 16 + 3 * 8) + 16 * 16) * 4);
+  // 0.5x: the combine's, 8 rows in place of 16 for d_o, dh, dg, du.
+  BlockCost cold = c;
+  add_ep_expert_rows(cold, b, DType::kF32, Recompute::kNone, 1, 0.5);
+  EXPECT_EQ(cold.backward_extra_bytes, mixture - 8 * (16 + 3 * 8) * 4);
   BlockCost full = c;
   add_ep_expert_rows(full, b, DType::kF32, Recompute::kFull, 1, 1.5);
   EXPECT_EQ(full.activation_bytes, c.activation_bytes);  // full recomputation keeps only the input

@@ -36,10 +36,13 @@ std::int64_t tp_rank_param_count(const partition::BlockSpec& block, const partit
   return cost.replicated_param_count + split / tp + table;
 }
 
-// CPU mixed precision: the CPU backend widens every bf16 operand of a kernel into f32 scratch for the kernel's
-// duration (kernels/ops/cpu_f32_view.hpp), so the workspace peaks at the widest kernel: a GEMM's three operands
-// (the weight's working copy included) or an elementwise backward's input, output gradient and input gradient
-// (GELU over d_ff, the attention backward's q/k/v, output and gradients, any block's output). Bytes for `micro` samples on one tp rank.
+// CPU mixed precision on the widened GEMM path (device.blas openblas or blis, or a CPU without bf16 instructions):
+// a GEMM's three bf16 operands are widened into f32 scratch for the GEMM's duration (kernels/ops/cpu_f32_view.hpp,
+// the weight's working copy included), and an op that widens a block's output whole holds three such tensors.
+// Elementwise ops, attention and cross-entropy widen per chunk, block or row into per-thread scratch
+// (kernels/ops/cpu_chunked_view.hpp, kernels/cpu/flash_attention.hpp: a few KiB per thread, not counted).
+// Under device.blas auto on a CPU with bf16 instructions the GEMMs run on oneDNN's bf16 kernels without widening,
+// and this figure is an upper bound (the plan does not read the machine). Bytes for `micro` samples on one tp rank.
 std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const partition::BlockCost& shard,
                                      partition::Recompute recompute, int tp, std::int64_t micro) {
   const partition::BlockWork work = partition::block_work(block, DType::kBF16, recompute, tp, micro);
@@ -49,10 +52,6 @@ std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const pa
   }
   const double samples = static_cast<double>(micro);
   widest = std::max(widest, 3.0 * static_cast<double>(shard.output_bytes) * samples);
-  if (const partition::BlockRules* rules = partition::family_block_rules(block.kind)) {
-    // A family's block: its widest elementwise backward (GELU's or SwiGLU's, softmax's) per sample.
-    widest = std::max(widest, rules->widest_f32_elementwise_bytes(block, tp) * samples);
-  }
   return static_cast<std::int64_t>(widest);
 }
 

@@ -116,9 +116,6 @@ struct BlockRules {
   // cost_model.hpp's tp_block_comm for this kind (tp > 1).
   TpBlockComm (*tp_comm)(const BlockSpec& block, DType dtype, int tp, bool sequence_parallel,
                          Recompute recompute) = nullptr;
-  // The memory plan's CPU bf16 widening (engine/run_plan/memory_plan.cpp): the most f32 bytes the block's
-  // elementwise kernels widen at once, per sample on one tp rank (beyond the GEMMs' operands and 3 x output).
-  double (*widest_f32_elementwise_bytes)(const BlockSpec& block, int tp) = nullptr;
   // measured_costs.hpp's block_shape_key: the kind's name and every size its timing depends on.
   std::string (*shape_key)(const BlockSpec& block) = nullptr;
 };

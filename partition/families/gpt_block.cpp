@@ -157,15 +157,6 @@ TpBlockComm transformer_tp_comm(const BlockSpec& block, DType dtype, int /*tp*/,
   return c;
 }
 
-// The elementwise ops (GELU, LayerNorm, residual adds) widen bf16 in per-thread chunks of 2,048 elements
-// (kernels/ops/cpu_chunked_view.hpp), which the plan does not count; the attention backward widens qkv, out,
-// dout and dqkv whole: eight [T, D / tp] views.
-double transformer_widest_f32(const BlockSpec& block, int tp) {
-  const double seq = static_cast<double>(block.seq_len);
-  const double d = static_cast<double>(block.in_features) / tp;
-  return 8.0 * 4.0 * seq * d;
-}
-
 std::string transformer_shape_key(const BlockSpec& b) {
   return fmt::format("{} d{} h{} ff{} T{}", block_kind_name(b.kind), b.in_features, b.n_heads, b.d_ff, b.seq_len);
 }
@@ -180,7 +171,6 @@ BlockRules transformer_block_rules() {
   r.cost = cost::transformer_cost;
   r.work = work::transformer_block_work;
   r.tp_comm = transformer_tp_comm;
-  r.widest_f32_elementwise_bytes = transformer_widest_f32;
   r.shape_key = transformer_shape_key;
   return r;
 }

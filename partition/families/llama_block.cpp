@@ -206,16 +206,6 @@ BlockWork llama_block_work(const BlockSpec& block, DType dtype, Recompute recomp
 
 TpBlockComm llama_tp_comm(const BlockSpec&, DType, int, bool, Recompute) { return {}; }
 
-// SwiGLU, RMSNorm and the residual adds widen bf16 in per-thread chunks of 2,048 elements
-// (kernels/ops/cpu_chunked_view.hpp), which the plan does not count; the attention backward widens qkv, out,
-// dout and dqkv whole: qkv and dqkv [T, (D + 2K) / tp], out and dout [T, D / tp].
-double llama_widest_f32(const BlockSpec& block, int tp) {
-  const double seq = static_cast<double>(block.seq_len);
-  const double d = static_cast<double>(block.in_features) / tp;
-  const double kv = static_cast<double>(block.n_kv_heads * (block.in_features / block.n_heads)) / tp;
-  return 4.0 * seq * (4 * d + 4 * kv);
-}
-
 std::string llama_shape_key(const BlockSpec& b) {
   return fmt::format("{} d{} h{} kv{} ff{} T{}{}", block_kind_name(b.kind), b.in_features, b.n_heads, b.n_kv_heads,
                      b.d_ff, b.seq_len, b.qk_norm ? " qk_norm" : "");
@@ -231,7 +221,6 @@ BlockRules llama_block_rules() {
   r.cost = cost::llama_cost;
   r.work = work::llama_block_work;
   r.tp_comm = llama_tp_comm;
-  r.widest_f32_elementwise_bytes = llama_widest_f32;
   r.shape_key = llama_shape_key;
   return r;
 }

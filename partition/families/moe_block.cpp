@@ -147,10 +147,6 @@ TpBlockComm moe_tp_comm(const BlockSpec& block, DType dtype, int tp, bool sequen
   return llama_rules().tp_comm(active_llama_block(block), dtype, tp, sequence_parallel, recompute);
 }
 
-double moe_widest_f32(const BlockSpec& block, int tp) {
-  return llama_rules().widest_f32_elementwise_bytes(active_llama_block(block), tp);
-}
-
 std::string moe_shape_key(const BlockSpec& b) {
   return fmt::format("{} d{} h{} kv{} ff{} e{} k{} s{}{} T{}", block_kind_name(b.kind), b.in_features, b.n_heads,
                      b.n_kv_heads, b.d_ff, b.n_experts, b.top_k, b.n_shared_experts, b.shared_expert_gate ? "g" : "",
@@ -184,7 +180,6 @@ BlockRules moe_block_rules() {
   r.cost = moe_cost;
   r.work = moe_work;
   r.tp_comm = moe_tp_comm;
-  r.widest_f32_elementwise_bytes = moe_widest_f32;
   r.shape_key = moe_shape_key;
   return r;
 }

@@ -65,7 +65,9 @@ void check_plan(comm::Communicator& world, int ep, int tp, const std::string& sc
     EXPECT_NEAR(planned, measured, 0.02 * measured) << memory_category_name(c) << " on rank " << world.rank();
     // Parameters, gradients and optimizer state to the byte, at tp 2 too: the replicated parameters (norms, the
     // router) whole on every tp rank (1.1% under when the plan divided them by tp as well).
-    if (c != MemoryCategory::kActivations) EXPECT_EQ(planned, measured) << memory_category_name(c);
+    if (c != MemoryCategory::kActivations) {
+      EXPECT_EQ(planned, measured) << memory_category_name(c);
+    }
   }
 }
 

@@ -242,7 +242,9 @@ void expect_memory_follows_plan(comm::Communicator& world, const std::vector<std
   const double measured_drop = static_cast<double>(tp.measured - sp.measured);
   const double planned_drop = static_cast<double>(tp.planned - sp.planned);
   EXPECT_GT(measured_drop, 0.0);
-  if (drop_bound > 0) EXPECT_NEAR(measured_drop, planned_drop, drop_bound * planned_drop);
+  if (drop_bound > 0) {
+    EXPECT_NEAR(measured_drop, planned_drop, drop_bound * planned_drop);
+  }
   std::printf("[ %-10s] rank %d activation peak without sp: measured %lld B planned %lld B; with sp: measured %lld B "
               "planned %lld B (measured %.3fx smaller); p2p bytes per step %lld -> %lld\n",
               name, world.rank(), static_cast<long long>(tp.measured), static_cast<long long>(tp.planned),

@@ -150,10 +150,9 @@ TEST(TrainE2E, DeterministicAccumulationMemoryIsPlannedAndReused) {
             param_bytes);
 }
 
-// CPU mixed precision widens each kernel's bf16 operands into f32 scratch: the memory plan's workspace is the
-// widest kernel (the attention backward's eight [T, D] views at micro-batch 4, the FFN GEMM with its weight at 1;
-// elementwise ops widen in per-thread chunks, kernels/ops/cpu_chunked_view.hpp), and it
-// matches the allocator's measured workspace peak (it had planned 2 x the largest block output, well under it).
+// CPU mixed precision on the widened GEMM path widens each GEMM's bf16 operands into f32 scratch: the memory
+// plan's workspace is the widest GEMM with its weight (elementwise ops, attention and cross-entropy widen per
+// chunk, block or row into per-thread scratch), and it matches the allocator's measured workspace peak.
 // The plan models that widened path, so the match is checked with device.blas "openblas"; with "auto" a CPU with
 // bf16 instructions runs the GEMMs on oneDNN's bf16 kernels without widening, and the plan is an upper bound.
 TEST(TrainE2E, Bf16WorkspacePlanMatchesTheAllocator) {

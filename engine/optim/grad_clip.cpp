@@ -1,5 +1,5 @@
 // Gradient norm (ops::sum_squares_exact: an exact, order-independent sum with one wait for all gradients, reduced
-// over ranks in its exact wire form) and clipping.
+// over ranks in its exact wire form) and clipping (ops::scale_inplace_many: one call for all gradients).
 #include "engine/optim/grad_clip.hpp"
 
 #include <cmath>
@@ -32,7 +32,9 @@ double clip_grads(const ParamList& params, double max_norm, double norm, const o
   if (max_norm <= 0.0 || !std::isfinite(norm) || norm <= max_norm) return 1.0;
   const double scale = max_norm / (norm + 1e-6);
   const float factor = static_cast<float>(scale);
-  for (const auto& p : unique_params(params)) ops::scale_inplace(ctx, p->grad, factor);
+  std::vector<Tensor> grads;  // one call for all (one OpenMP team on the CPU)
+  for (const auto& p : unique_params(params)) grads.push_back(p->grad);
+  ops::scale_inplace_many(ctx, grads, factor);
   return scale;
 }
 

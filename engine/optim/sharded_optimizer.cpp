@@ -173,9 +173,11 @@ double clip_shard_grads(const std::vector<FlatShard>& shards, double max_norm, d
   if (max_norm <= 0.0 || !std::isfinite(norm) || norm <= max_norm) return 1.0;
   const double scale = max_norm / (norm + 1e-6);
   const float factor = static_cast<float>(scale);
+  std::vector<Tensor> segments;  // one call for all (one OpenMP team on the CPU)
   for (const FlatShard& shard : shards) {
-    for (const ShardSegment& s : shard.segments) ops::scale_inplace(ctx, shard.grad.slice(s.begin, s.begin + s.numel), factor);
+    for (const ShardSegment& s : shard.segments) segments.push_back(shard.grad.slice(s.begin, s.begin + s.numel));
   }
+  ops::scale_inplace_many(ctx, segments, factor);
   return scale;
 }
 

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/core/error.hpp"
+#include "kernels/cpu/multi_tensor.hpp"
 #include "kernels/cpu/parallel.hpp"
 
 namespace cleave::kernels::cpu {
@@ -25,6 +26,31 @@ void add_inplace(float* y, const float* x, int64_t n) {
 void scale_inplace(float* y, float alpha, int64_t n) {
   CLEAVE_ASSERT(n >= 0, "scale_inplace: negative size {}", n);
   CLEAVE_PARALLEL_FOR_SIMD(i, n, detail::worth_parallel(n), y[i] *= alpha;)
+}
+
+namespace {
+
+// One piece of scale_inplace_many: the single-tensor loop's arithmetic (one multiply per element).
+[[gnu::noinline]] void scale_range(float* y, float alpha, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) y[i] *= alpha;
+}
+
+}  // namespace
+
+void scale_inplace_many(const FloatSpan* ys, int64_t count, float alpha) {
+  CLEAVE_ASSERT(count >= 0, "scale_inplace_many: negative tensor count {}", count);
+  std::vector<detail::MultiTensorPiece> pieces;
+  int64_t total = 0;
+  for (int64_t t = 0; t < count; ++t) {
+    CLEAVE_ASSERT(ys[t].n >= 0, "scale_inplace_many: tensor {} has negative size {}", t, ys[t].n);
+    detail::append_pieces(pieces, t, ys[t].n);
+    total += ys[t].n;
+  }
+  const auto piece_count = static_cast<int64_t>(pieces.size());
+  CLEAVE_PARALLEL_FOR(i, piece_count, detail::worth_parallel(total) && piece_count > 1,
+    const detail::MultiTensorPiece& piece = pieces[static_cast<size_t>(i)];
+    scale_range(ys[piece.tensor].data + piece.begin, alpha, piece.end - piece.begin);)
 }
 
 void axpy(float alpha, const float* x, float* y, int64_t n) {
@@ -132,6 +158,35 @@ void sum_squares_exact(const float* x, int64_t n, ExactSquareSum& acc) {
       const int64_t begin = ch * kExactChunk;
       exact_chunk(x + begin, std::min(n, begin + kExactChunk) - begin, local);
     }
+#pragma omp critical(cleave_sum_squares_exact)
+    acc.merge(local);
+  }
+  acc.normalize();
+}
+
+void sum_squares_exact_many(const ConstFloatSpan* xs, int64_t count, ExactSquareSum& acc) {
+  CLEAVE_ASSERT(count >= 0, "sum_squares_exact_many: negative tensor count {}", count);
+  std::vector<detail::MultiTensorPiece> pieces;  // pieces of at most one exact chunk (its bucket headroom)
+  for (int64_t t = 0; t < count; ++t) {
+    CLEAVE_ASSERT(xs[t].n >= 0, "sum_squares_exact_many: tensor {} has negative size {}", t, xs[t].n);
+    detail::append_pieces(pieces, t, xs[t].n, kExactChunk);
+  }
+  const auto piece_count = static_cast<int64_t>(pieces.size());
+  auto run = [&](int64_t i, ExactSquareSum& into) {
+    const detail::MultiTensorPiece& piece = pieces[static_cast<size_t>(i)];
+    exact_chunk(xs[piece.tensor].data + piece.begin, piece.end - piece.begin, into);  // normalizes `into`
+  };
+  if (!detail::parallel_here(piece_count > 1)) {  // one piece, or inside a region: the pieces in order here
+    for (int64_t i = 0; i < piece_count; ++i) run(i, acc);
+    acc.normalize();
+    return;
+  }
+  // As sum_squares_exact: each thread sums its pieces into its own accumulator; the merges are exact.
+#pragma omp parallel
+  {
+    ExactSquareSum local;
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < piece_count; ++i) run(i, local);
 #pragma omp critical(cleave_sum_squares_exact)
     acc.merge(local);
   }

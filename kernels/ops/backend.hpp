@@ -57,6 +57,8 @@ struct Backend {
   void (*add)(const Context&, const Tensor& a, const Tensor& b, const Tensor& out);
   void (*add_inplace)(const Context&, const Tensor& y, const Tensor& x);
   void (*scale_inplace)(const Context&, const Tensor& y, float alpha);
+  // A backend without a multi-tensor kernel fills this with detail::scale_inplace_each.
+  void (*scale_inplace_many)(const Context&, std::span<const Tensor> ys, float alpha);
   void (*axpy)(const Context&, float alpha, const Tensor& x, const Tensor& y);
   double (*sum_squares)(const Context&, const Tensor& x);
   double (*sum_squares_many)(const Context&, std::span<const Tensor> xs);
@@ -144,9 +146,10 @@ struct Backend {
 
 namespace detail {
 // The multi-tensor slots of a backend without multi-tensor kernels: the context's backend's single-tensor slot on
-// each item in turn (ops_optim.cpp), which is the multi-tensor ops' contract by definition.
+// each item in turn (ops_optim.cpp, ops_elementwise.cpp), which is the multi-tensor ops' contract by definition.
 void adamw_update_each(const Context& ctx, std::span<const AdamWItem> items, const AdamWHyper& hyper);
 void sgd_update_each(const Context& ctx, std::span<const SgdItem> items, const SgdHyper& hyper);
+void scale_inplace_each(const Context& ctx, std::span<const Tensor> ys, float alpha);
 }  // namespace detail
 
 // The backend serving `device` in this build; throws Error when the build has none (a cuda device in a

@@ -172,11 +172,25 @@ void add_inplace(const Context&, const Tensor& y, const Tensor& x) {
                     [](const In1& in, const Out1& o, int64_t, int64_t n) { kc::add_inplace(o[0], in[0], n); });
 }
 
-void scale_inplace(const Context&, const Tensor& y, float alpha) {
+void scale_chunked(const Tensor& y, float alpha) {
   run_chunked<0, 1>({}, {ChunkOut{&y, true}}, y.numel(), 1,
                     [alpha](const std::array<const float*, 0>&, const Out1& o, int64_t, int64_t n) {
                       kc::scale_inplace(o[0], alpha, n);
                     });
+}
+
+void scale_inplace(const Context&, const Tensor& y, float alpha) { scale_chunked(y, alpha); }
+
+// The f32 tensors in one kernel call (one OpenMP team, elementwise.hpp); a bf16 one through scale_inplace's
+// chunked widen-scale-narrow, as alone (the tensors do not overlap, so the order between the two groups is free).
+void scale_inplace_many(const Context&, std::span<const Tensor> ys, float alpha) {
+  std::vector<kc::FloatSpan> f32;
+  f32.reserve(ys.size());
+  for (const Tensor& y : ys) {
+    if (y.dtype() == DType::kF32) f32.push_back({y.data<float>(), y.numel()});
+    else scale_chunked(y, alpha);
+  }
+  kc::scale_inplace_many(f32.data(), static_cast<std::int64_t>(f32.size()), alpha);
 }
 
 void axpy(const Context&, float alpha, const Tensor& x, const Tensor& y) {
@@ -199,12 +213,19 @@ double sum_squares_many(const Context& ctx, std::span<const Tensor> xs) {
   return total;
 }
 
+// All tensors in one kernel call (one OpenMP team: the sum is exact, so the digits are those of each tensor in
+// turn). A bf16 tensor is widened whole, as alone.
 kernels::ExactSquareSum sum_squares_exact(const Context& ctx, std::span<const Tensor> xs) {
-  kernels::ExactSquareSum total;
+  std::vector<std::unique_ptr<F32In>> widened;
+  std::vector<kc::ConstFloatSpan> spans;
+  spans.reserve(xs.size());
   for (const Tensor& x : xs) {
-    F32In in(ctx, x);
-    kc::sum_squares_exact(in.get(), x.numel(), total);
+    const float* data =
+        x.dtype() == DType::kF32 ? x.data<float>() : widened.emplace_back(std::make_unique<F32In>(ctx, x))->get();
+    spans.push_back({data, x.numel()});
   }
+  kernels::ExactSquareSum total;
+  kc::sum_squares_exact_many(spans.data(), static_cast<std::int64_t>(spans.size()), total);
   return total;
 }
 
@@ -820,6 +841,7 @@ constexpr Backend kCpuBackend{
     .add = add,
     .add_inplace = add_inplace,
     .scale_inplace = scale_inplace,
+    .scale_inplace_many = scale_inplace_many,
     .axpy = axpy,
     .sum_squares = sum_squares,
     .sum_squares_many = sum_squares_many,

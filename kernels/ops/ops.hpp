@@ -98,6 +98,9 @@ void copy_2d(const Context& ctx, const Tensor& src, const Tensor& dst, const Cop
 void add(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out);  // out = a + b
 void add_inplace(const Context& ctx, const Tensor& y, const Tensor& x);             // y += x
 void scale_inplace(const Context& ctx, const Tensor& y, float alpha);              // y *= alpha
+// scale_inplace on every tensor of ys, bit for bit as on each in turn at any thread count (the gradient clip: one
+// OpenMP team on the CPU instead of one per tensor, issue 39). The tensors must not overlap.
+void scale_inplace_many(const Context& ctx, std::span<const Tensor> ys, float alpha);
 void axpy(const Context& ctx, float alpha, const Tensor& x, const Tensor& y);      // y += alpha * x
 double sum_squares(const Context& ctx, const Tensor& x);  // sum x^2 in double (host value)
 // Sum over xs of sum_squares(x), each term exactly as sum_squares computes it, added in the order given:

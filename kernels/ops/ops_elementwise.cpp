@@ -59,6 +59,20 @@ void scale_inplace(const Context& ctx, const Tensor& y, float alpha) {
   slot_of(ctx, &Backend::scale_inplace, "scale_inplace")(ctx, y, alpha);
 }
 
+void scale_inplace_many(const Context& ctx, std::span<const Tensor> ys, float alpha) {
+  for (const Tensor& y : ys) check_float(ctx, "scale_inplace_many", "y", y);
+  slot_of(ctx, &Backend::scale_inplace_many, "scale_inplace_many")(ctx, ys, alpha);
+}
+
+namespace detail {
+
+void scale_inplace_each(const Context& ctx, std::span<const Tensor> ys, float alpha) {
+  const auto slot = slot_of(ctx, &Backend::scale_inplace, "scale_inplace");
+  for (const Tensor& y : ys) slot(ctx, y, alpha);
+}
+
+}  // namespace detail
+
 void axpy(const Context& ctx, float alpha, const Tensor& x, const Tensor& y) {
   check_float(ctx, "axpy", "x", x);
   check_float(ctx, "axpy", "y", y);

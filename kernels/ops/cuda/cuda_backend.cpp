@@ -289,6 +289,7 @@ constexpr Backend kCudaBackend{
     .add = add,
     .add_inplace = add_inplace,
     .scale_inplace = scale_inplace,
+    .scale_inplace_many = detail::scale_inplace_each,  // no multi-tensor CUDA kernel yet: one launch per tensor
     .axpy = axpy,
     .sum_squares = sum_squares,
     .sum_squares_many = cuda_detail::sum_squares_many,

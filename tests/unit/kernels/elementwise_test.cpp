@@ -1,10 +1,17 @@
 // add / add_inplace / scale_inplace / axpy / sum_squares against double references; sum_squares is
 // accumulated in double (exact on small integers far beyond float's 2^24) and independent of the thread
-// count.
+// count. The multi-tensor forms (scale_inplace_many, sum_squares_exact_many) give the single-tensor bits / digits
+// of each tensor in turn at 1 and 2 threads and from inside a parallel region.
 #include "kernels/cpu/elementwise.hpp"
 
 #include <gtest/gtest.h>
 #include <omp.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <string>
+#include <vector>
 
 #include "kernel_test_util.hpp"
 
@@ -60,6 +67,91 @@ TEST(KernelElementwise, SumSquaresMatchesReferenceAndIsThreadIndependent) {
   EXPECT_NEAR(one, want, 1e-9 * want);
   EXPECT_EQ(one, two);
   EXPECT_GT(one, 0.0);
+}
+
+// Sizes around the 16,384-element piece and the 65,536-element exact chunk, an empty tensor, and a call whose
+// total is below the parallel threshold.
+const std::vector<std::vector<int64_t>> kManySizes = {{7, 0, 1, 16384, 16385, 40001, 3, 65536, 65537, 200003},
+                                                      {5, 33, 1000}};
+
+TEST(KernelElementwise, ScaleManyGivesThePerTensorBits) {
+  const int saved = omp_get_max_threads();
+  for (const std::vector<int64_t>& sizes : kManySizes) {
+    std::vector<std::vector<float>> start;
+    for (size_t t = 0; t < sizes.size(); ++t) start.push_back(test::random_floats(static_cast<size_t>(sizes[t]), 700 + t));
+    for (int threads : {1, 2}) {
+      omp_set_num_threads(threads);
+      for (bool nested : {false, true}) {
+        std::vector<std::vector<float>> got = start, ref = start;
+        std::vector<FloatSpan> spans;
+        for (size_t t = 0; t < sizes.size(); ++t) {
+          scale_inplace(ref[t].data(), 0.3728f, sizes[t]);
+          spans.push_back({got[t].data(), sizes[t]});
+        }
+        if (nested) {
+#pragma omp parallel num_threads(2)
+          {
+#pragma omp single
+            scale_inplace_many(spans.data(), static_cast<int64_t>(spans.size()), 0.3728f);
+          }
+        } else {
+          scale_inplace_many(spans.data(), static_cast<int64_t>(spans.size()), 0.3728f);
+        }
+        for (size_t t = 0; t < sizes.size(); ++t) {
+          const std::string at = "tensor " + std::to_string(t) + " (" + std::to_string(sizes[t]) + ") threads " +
+                                 std::to_string(threads) + (nested ? " nested" : "");
+          EXPECT_TRUE(test::same_bits(got[t], ref[t])) << at;
+          if (sizes[t] > 0) EXPECT_FALSE(test::same_bits(got[t], start[t])) << at << ": not scaled";
+        }
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+}
+
+TEST(KernelElementwise, SumSquaresExactManyGivesThePerTensorDigits) {
+  const int saved = omp_get_max_threads();
+  for (const std::vector<int64_t>& sizes : kManySizes) {
+    for (int special : {0, 1, 2}) {  // none, an infinity, an infinity and a NaN (the counts must match too)
+      std::vector<std::vector<float>> xs;
+      for (size_t t = 0; t < sizes.size(); ++t) {
+        xs.push_back(test::random_floats(static_cast<size_t>(sizes[t]), 800 + t, 1e3f));
+        for (size_t i = 0; i < xs.back().size(); i += 911) xs.back()[i] = std::ldexp(1.5f, -140);  // subnormal
+      }
+      const size_t last = sizes.size() - 1;
+      if (special >= 1) xs[last][2] = -std::numeric_limits<float>::infinity();
+      if (special >= 2) xs[0][1] = std::numeric_limits<float>::quiet_NaN();
+      ExactSquareSum want;
+      for (size_t t = 0; t < sizes.size(); ++t) sum_squares_exact(xs[t].data(), sizes[t], want);
+      std::vector<ConstFloatSpan> spans;
+      for (size_t t = 0; t < sizes.size(); ++t) spans.push_back({xs[t].data(), sizes[t]});
+      for (int threads : {1, 2}) {
+        omp_set_num_threads(threads);
+        for (bool nested : {false, true}) {
+          ExactSquareSum got;
+          if (nested) {
+#pragma omp parallel num_threads(2)
+            {
+#pragma omp single
+              sum_squares_exact_many(spans.data(), static_cast<int64_t>(spans.size()), got);
+            }
+          } else {
+            sum_squares_exact_many(spans.data(), static_cast<int64_t>(spans.size()), got);
+          }
+          const std::string at = "sizes " + std::to_string(sizes.size()) + " special " + std::to_string(special) +
+                                 " threads " + std::to_string(threads) + (nested ? " nested" : "");
+          EXPECT_TRUE(got == want) << at;
+          EXPECT_EQ(got.nan, want.nan) << at;
+          EXPECT_EQ(got.inf, want.inf) << at;
+          const double a = got.to_double(), b = want.to_double();
+          EXPECT_TRUE(std::memcmp(&a, &b, sizeof a) == 0) << at << ": " << a << " vs " << b;
+        }
+      }
+      if (special == 0) EXPECT_GT(want.to_double(), 0.0);
+      if (special == 1) EXPECT_EQ(want.inf, 1u);
+    }
+  }
+  omp_set_num_threads(saved);
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // loss, gradient and arg-max of the whole vocabulary (what tensor-parallel evaluation relies on), and bf16
 // tensors are widened and narrowed at the kernel edges (the GEMM of bf16 operands equals the f32 GEMM of the
 // rounded operands, rounded once). The multi-tensor optimizer updates equal the single-tensor ops on each item in
-// turn (a bf16 grad included), through the CPU slot and through the per-item slot other backends use.
+// turn (a bf16 grad included), through the CPU slot and through the per-item slot other backends use; so does the
+// gradient clip's multi-tensor scale (a bf16 tensor included).
 #include <gtest/gtest.h>
 #include <omp.h>
 
@@ -216,6 +217,47 @@ TEST(OpsOptim, ManyEqualsEachItemInTurn) {
     ADD_FAILURE() << "sizes 37 and 20000 were accepted";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("adamw_update_many"), std::string::npos) << e.what();
+  }
+}
+
+// Tensors of 37, 20000 (bf16), 70001 and 0 elements at 1 and 2 threads: scale_inplace_many, and the per-item slot
+// (detail::scale_inplace_each, what CUDA fills the slot with), equal scale_inplace on each tensor in turn.
+TEST(OpsScale, ManyEqualsEachTensorInTurn) {
+  const Context ctx;
+  const int saved = omp_get_max_threads();
+  const std::vector<std::int64_t> sizes = {37, 20000, 70001, 0};
+  auto fresh = [&] {
+    std::vector<Tensor> t;
+    for (std::size_t i = 0; i < sizes.size(); ++i) t.push_back(f32(random_floats(sizes[i], 40 + i), {sizes[i]}));
+    Tensor b = Tensor::empty({sizes[1]}, DType::kBF16, MemoryCategory::kGradients, cpu_allocator());
+    copy(ctx, t[1], b);
+    t[1] = b;
+    return t;
+  };
+  for (int threads : {1, 2}) {
+    omp_set_num_threads(threads);
+    std::vector<Tensor> ys[3] = {fresh(), fresh(), fresh()};  // [0] one op per tensor, [1] the many op, [2] each
+    for (const Tensor& y : ys[0]) scale_inplace(ctx, y, 0.61f);
+    scale_inplace_many(ctx, ys[1], 0.61f);
+    detail::scale_inplace_each(ctx, ys[2], 0.61f);
+    const std::vector<Tensor> start = fresh();
+    for (int k : {1, 2}) {
+      for (std::size_t i = 0; i < sizes.size(); ++i) {
+        const std::string at = "path " + std::to_string(k) + " tensor " + std::to_string(i) + " threads " +
+                               std::to_string(threads);
+        EXPECT_TRUE(kernels::test::same_bits(ys[k][i].to_floats(), ys[0][i].to_floats())) << at;
+        if (sizes[i] > 0) EXPECT_FALSE(kernels::test::same_bits(ys[k][i].to_floats(), start[i].to_floats())) << at;
+      }
+    }
+  }
+  omp_set_num_threads(saved);
+  const std::vector<Tensor> bad = {f32({1.0f}, {1}), Tensor::zeros({2}, DType::kI32, MemoryCategory::kActivations,
+                                                                    cpu_allocator())};
+  try {
+    scale_inplace_many(ctx, bad, 2.0f);
+    ADD_FAILURE() << "an i32 tensor was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("scale_inplace_many"), std::string::npos) << e.what();
   }
 }
 

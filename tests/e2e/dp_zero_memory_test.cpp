@@ -135,8 +135,8 @@ TEST(ZeroMemory, HeldBetweenStepsAndPeaksMatchThePlan) {
 // parameters, the replicated ones (layer norms, the row-parallel biases, the positions) whole and the vocab-parallel
 // table as ceil(V / tp) rows, as ZeRO 0 and 1 count them. Parameters, gradients and optimizer state to the byte on
 // every rank, per step and per micro-batch; ZeRO-2 per step's gradients within 2% (its first shard is a whole
-// dp_bucket_mb bucket's, an upper bound). Before, both divided every parameter by tp (measured in
-// docs/planner.md, "Memory plan": the gradients 0.5-1.6% under, ZeRO-3's parameters and state under too).
+// dp_bucket_mb bucket's, an upper bound: +0.17% measured). Before, both divided every parameter by tp: ZeRO-3's
+// parameters, gradients and state 2.0-2.7% under, ZeRO-2 per micro-batch's gradients 1.2% (docs/planner.md).
 TEST(ZeroMemory, TensorParallelBucketsAndUnitsAreExact) {
   auto world = make_world();
   if (world->size() != 4) GTEST_SKIP() << "needs 4 ranks (dp2 x tp2)";

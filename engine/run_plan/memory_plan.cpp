@@ -36,6 +36,21 @@ std::int64_t tp_rank_param_count(const partition::BlockSpec& block, const partit
   return cost.replicated_param_count + split / tp + table;
 }
 
+// One tp rank's elements of a tied token table (vocab-parallel: ceil(V / tp) rows), 0 when untied.
+std::int64_t tp_rank_table_count(const partition::ModelSpec& spec, int tp) {
+  if (spec.tied_parameters.empty()) return 0;
+  return (spec.token_sizes().vocab_size + tp - 1) / tp * spec.token_sizes().d_model;
+}
+
+// One tp rank's elements of a block that go into its ZeRO-2 bucket or ZeRO-3 unit: tp_rank_param_count less the
+// tied table (its own unit or bucket, or the embedding's) and, at ep > 1, the routed experts (split over tp, in
+// the expert-dp bucketer).
+std::int64_t tp_rank_own_count(const partition::BlockSpec& block, const partition::BlockCost& cost, int tp,
+                               std::int64_t table, bool holds_table, int ep) {
+  const std::int64_t experts = ep > 1 ? partition::expert_param_count(block) / tp : 0;
+  return tp_rank_param_count(block, cost, tp) - (holds_table ? table : 0) - experts;
+}
+
 // CPU mixed precision on the widened GEMM path (device.blas openblas or blis, or a CPU without bf16 instructions):
 // a GEMM's three bf16 operands are widened into f32 scratch for the GEMM's duration (kernels/ops/cpu_f32_view.hpp,
 // the weight's working copy included), and an op that widens a block's output whole holds three such tensors.
@@ -98,7 +113,7 @@ ZeroThreeUnits zero_three_units(const Plan& plan, int pp_rank, int tp, int dp, i
   const auto& spec = plan.spec;
   const auto costs = partition::model_costs(spec, DType::kF32);
   const bool tied = !spec.tied_parameters.empty();
-  const std::int64_t table = tied ? spec.token_sizes().vocab_size * spec.token_sizes().d_model : 0;
+  const std::int64_t table = tp_rank_table_count(spec, tp);  // one tp rank's, as every count below
   std::vector<char> here(spec.blocks.size(), 0);
   for (int stage = 0; stage < plan.num_stages(); ++stage) {
     const auto& range = plan.partition.stages[static_cast<std::size_t>(stage)];
@@ -118,7 +133,7 @@ ZeroThreeUnits zero_three_units(const Plan& plan, int pp_rank, int tp, int dp, i
   u.expert_unit.assign(spec.blocks.size(), -1);
   const auto add = [&](std::int64_t elements, int group = -1, bool expert = false) {
     group = group > 0 ? group : dp;
-    u.numel.push_back(round_up(round_up(elements / tp, kAlignElements), group));
+    u.numel.push_back(round_up(round_up(elements, kAlignElements), group));
     u.group.push_back(group);
     u.expert.push_back(expert ? 1 : 0);
     return static_cast<int>(u.numel.size()) - 1;
@@ -128,8 +143,9 @@ ZeroThreeUnits zero_three_units(const Plan& plan, int pp_rank, int tp, int dp, i
   for (int b = 0; b < static_cast<int>(spec.blocks.size()); ++b) {
     if (!on_rank(b)) continue;
     const bool holds_table = b == embedding || b == head;
-    const std::int64_t experts = ep > 1 ? partition::expert_param_count(spec.blocks[static_cast<std::size_t>(b)]) : 0;
-    std::int64_t own = costs[static_cast<std::size_t>(b)].param_count - (holds_table ? table : 0) - experts;
+    const auto& block = spec.blocks[static_cast<std::size_t>(b)];
+    const std::int64_t experts = ep > 1 ? partition::expert_param_count(block) / tp : 0;
+    std::int64_t own = tp_rank_own_count(block, costs[static_cast<std::size_t>(b)], tp, table, holds_table, ep);
     if (same_rank && b == embedding) own += table;
     auto& reads = u.reads[static_cast<std::size_t>(b)];
     if (own > 0) {
@@ -271,7 +287,7 @@ MicrobatchBuckets zero_two_buckets(const Plan& plan, int pp_rank, int tp, int dp
   const auto& spec = plan.spec;
   const auto costs = partition::model_costs(spec, DType::kF32);
   const bool tied = !spec.tied_parameters.empty();
-  const std::int64_t table = tied ? spec.token_sizes().vocab_size * spec.token_sizes().d_model : 0;
+  const std::int64_t table = tp_rank_table_count(spec, tp);  // one tp rank's, as every count below
   const auto cap = static_cast<std::int64_t>(bucket_mib * 1024.0 * 1024.0) / 4;
   MicrobatchBuckets m;
   m.writes.resize(spec.blocks.size());
@@ -286,8 +302,8 @@ MicrobatchBuckets zero_two_buckets(const Plan& plan, int pp_rank, int tp, int dp
     }
   }
   const bool same_rank = embedding >= 0 && head >= 0;
-  const int table_bucket = same_rank ? add_bucket(m, table / tp, dp) : -1;
-  if (tied && !same_rank && (embedding >= 0 || head >= 0)) m.per_step = round_up(round_up(table / tp, kAlignElements), dp);
+  const int table_bucket = same_rank ? add_bucket(m, table, dp) : -1;
+  if (tied && !same_rank && (embedding >= 0 || head >= 0)) m.per_step = round_up(round_up(table, kAlignElements), dp);
   for (int stage = 0; stage < plan.num_stages(); ++stage) {
     if (plan.stage_to_rank(stage) != pp_rank) continue;
     const auto& range = plan.partition.stages[static_cast<std::size_t>(stage)];
@@ -297,8 +313,8 @@ MicrobatchBuckets zero_two_buckets(const Plan& plan, int pp_rank, int tp, int dp
       const bool holds_table = b == embedding || b == head;
       if (holds_table && table_bucket >= 0) add_writer(m, b, table_bucket);
       // ep > 1: the routed experts are in the expert-dp bucketer, reduced per step (the caller adds them).
-      const std::int64_t experts = ep > 1 ? partition::expert_param_count(spec.blocks[static_cast<std::size_t>(b)]) : 0;
-      const std::int64_t own = (costs[static_cast<std::size_t>(b)].param_count - (holds_table ? table : 0) - experts) / tp;
+      const std::int64_t own = tp_rank_own_count(spec.blocks[static_cast<std::size_t>(b)],
+                                                 costs[static_cast<std::size_t>(b)], tp, table, holds_table, ep);
       if (own <= 0) continue;
       const std::int64_t unit = round_up(own, kAlignElements);
       if (open < 0 || round_up(filled, kAlignElements) + unit > cap) {

@@ -5,7 +5,7 @@
 // (BlockCost::replicated_param_count) whole, the rest ÷ tp, vocab-parallel tables as ceil(V / tp) rows; activations
 // one tp rank's, the cost model's tp layout: LayerNorm and column-parallel inputs whole, the rest sharded, under
 // parallel.sequence_parallel those too as sequence shards, boundary tensors included; ZeRO-1 to 3 divide
-// optimizer state by dp; ZeRO-2's per-micro-batch buckets and ZeRO-3's units still divide every parameter by tp):
+// optimizer state by dp; ZeRO-2's per-micro-batch buckets and ZeRO-3's units hold the same tp rank's counts):
 //   parameters       Σ param bytes of the rank's stages (a tied table counted once per rank); bf16: + half that
 //                    (the working copies). ZeRO-3: units instead, one per block of a stage (the parameters whose
 //                    first block in the stage it is; a tied table split over pp ranks is a unit of its own, on its

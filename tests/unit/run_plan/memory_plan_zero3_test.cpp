@@ -44,7 +44,7 @@ config::RunConfig zero3(std::int64_t vocab, bool tied, int pp, std::vector<std::
         "parallel": {"data_parallel_size": 3}, "optimizer": {"type": "adamw", "zero_stage": 3},
         "data": {"type": "synthetic"}})",
       "<string>", overrides);
-  c.resolve(3 * pp);
+  c.resolve(3 * pp * c.parallel.tensor_model_parallel_size);
   return c;
 }
 
@@ -184,6 +184,31 @@ TEST(MemoryPlanZeroThree, ZeroTwoPerMicrobatchPacksWholeBlocks) {
       0);
   // The most alive at once: the next micro-batch's first bucket opening while the last one is in flight.
   EXPECT_EQ(at(m, MemoryCategory::kGradients), 4 * ((first + 2 * middle + last) / kDp + last + first));
+}
+
+// At tp 2 a unit or bucket holds one tp rank's parameters: the replicated ones whole (a block's two layer norms and
+// its two row-parallel biases, 6·24 = 144; the final norm, 48; the positions, 10·24 = 240), the rest halved, the
+// vocab-parallel table as ceil(51 / 2) = 26 rows. Units: embedding 26·24 + 240 = 864, a block (7224 - 144) / 2 + 144 =
+// 3684 -> 3696, final norm 48, head 26·24 = 624; 16320 in all (dividing everything by tp gave 738 + 4·3618 + 33 + 624
+// = 15867). ZeRO-2 per micro-batch (0.04 MiB buckets): head, norm, blocks 3 and 2 (8064), then blocks 1, 0 and the
+// embedding (8256), both alive when the next micro-batch's first opens while the last is in flight.
+TEST(MemoryPlanZeroThree, TensorParallelUnitsKeepTheReplicatedParametersWhole) {
+  constexpr std::int64_t kBlockTp2 = 3696, kUnits = 864 + 4 * kBlockTp2 + kFinalNorm + 624;
+  const std::string tp2 = "parallel.tensor_model_parallel_size=2";
+  const MemoryPlan m = estimate(zero3(51, false, 1, {tp2}), 0);
+  EXPECT_EQ(at(m, MemoryCategory::kParameters), 4 * (kUnits / kDp + 2 * kBlockTp2));
+  EXPECT_EQ(at(m, MemoryCategory::kOptimizerState), 2 * 4 * kUnits / kDp);
+  // The head's shard first (208), then the final norm's, then block 3's (1232 less the 416 + 32 freed before it).
+  EXPECT_EQ(at(m, MemoryCategory::kGradients), 4 * kUnits + 4 * (1232 - 416 - 32));
+  const MemoryPlan two = estimate(
+      zero3(51, false, 1,
+            {tp2, "optimizer.zero_stage=2", "optimizer.zero_reduce=per_microbatch", "parallel.dp_bucket_mb=0.04"}),
+      0);
+  EXPECT_EQ(at(two, MemoryCategory::kGradients), 4 * (kUnits / kDp + 8064 + 8256));
+  // ZeRO-1 of the same run: every parameter unpadded, the same tp rank's count.
+  config::RunConfig one = zero3(51, false, 1, {tp2});
+  one.optimizer.zero_stage = 1;
+  EXPECT_EQ(at(estimate(one, 0), MemoryCategory::kParameters), 4 * (864 + 4 * 3684 + kFinalNorm + 624));
 }
 
 TEST(MemoryPlanZeroThree, OverTheCapMessageEstimatesEachHigherStage) {

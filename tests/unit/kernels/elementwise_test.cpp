@@ -101,7 +101,9 @@ TEST(KernelElementwise, ScaleManyGivesThePerTensorBits) {
           const std::string at = "tensor " + std::to_string(t) + " (" + std::to_string(sizes[t]) + ") threads " +
                                  std::to_string(threads) + (nested ? " nested" : "");
           EXPECT_TRUE(test::same_bits(got[t], ref[t])) << at;
-          if (sizes[t] > 0) EXPECT_FALSE(test::same_bits(got[t], start[t])) << at << ": not scaled";
+          if (sizes[t] > 0) {
+            EXPECT_FALSE(test::same_bits(got[t], start[t])) << at << ": not scaled";
+          }
         }
       }
     }
@@ -147,8 +149,12 @@ TEST(KernelElementwise, SumSquaresExactManyGivesThePerTensorDigits) {
           EXPECT_TRUE(std::memcmp(&a, &b, sizeof a) == 0) << at << ": " << a << " vs " << b;
         }
       }
-      if (special == 0) EXPECT_GT(want.to_double(), 0.0);
-      if (special == 1) EXPECT_EQ(want.inf, 1u);
+      if (special == 0) {
+        EXPECT_GT(want.to_double(), 0.0);
+      }
+      if (special == 1) {
+        EXPECT_EQ(want.inf, 1u);
+      }
     }
   }
   omp_set_num_threads(saved);

@@ -246,7 +246,9 @@ TEST(OpsScale, ManyEqualsEachTensorInTurn) {
         const std::string at = "path " + std::to_string(k) + " tensor " + std::to_string(i) + " threads " +
                                std::to_string(threads);
         EXPECT_TRUE(kernels::test::same_bits(ys[k][i].to_floats(), ys[0][i].to_floats())) << at;
-        if (sizes[i] > 0) EXPECT_FALSE(kernels::test::same_bits(ys[k][i].to_floats(), start[i].to_floats())) << at;
+        if (sizes[i] > 0) {
+          EXPECT_FALSE(kernels::test::same_bits(ys[k][i].to_floats(), start[i].to_floats())) << at;
+        }
       }
     }
   }

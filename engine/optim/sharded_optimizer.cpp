@@ -102,15 +102,10 @@ ShardedAdamW::ShardedAdamW(std::vector<FlatShard> shards, const AdamWOptions& op
 
 void ShardedAdamW::update(float lr, std::int64_t step) {
   items_.clear();
-  for (std::size_t s = 0; s < shards_.size(); ++s) {
-    const FlatShard& shard = shards_[s];
-    for (const ShardSegment& segment : shard.segments) {
-      const float wd = segment.param->weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
-      const std::int64_t end = segment.begin + segment.numel;
-      items_.push_back({shard.value.slice(segment.begin, end), shard.grad.slice(segment.begin, end),
-                        state_[0][s].slice(segment.begin, end), state_[1][s].slice(segment.begin, end), wd});
-    }
-  }
+  for_each_segment(options_.weight_decay, [&](std::size_t s, std::int64_t begin, std::int64_t end, float wd) {
+    items_.push_back({shards_[s].value.slice(begin, end), shards_[s].grad.slice(begin, end),
+                      state_[0][s].slice(begin, end), state_[1][s].slice(begin, end), wd});
+  });
   ops::adamw_update_many(ctx_, items_,
                          {lr, static_cast<float>(options_.beta1), static_cast<float>(options_.beta2),
                           static_cast<float>(options_.eps), 0.0f, step});
@@ -128,15 +123,10 @@ ShardedSgd::ShardedSgd(std::vector<FlatShard> shards, const SgdOptions& options,
 
 void ShardedSgd::update(float lr, std::int64_t step) {
   items_.clear();
-  for (std::size_t s = 0; s < shards_.size(); ++s) {
-    const FlatShard& shard = shards_[s];
-    for (const ShardSegment& segment : shard.segments) {
-      const float wd = segment.param->weight_decay ? static_cast<float>(options_.weight_decay) : 0.0f;
-      const std::int64_t end = segment.begin + segment.numel;
-      items_.push_back({shard.value.slice(segment.begin, end), shard.grad.slice(segment.begin, end),
-                        state_.empty() ? Tensor() : state_[0][s].slice(segment.begin, end), wd});
-    }
-  }
+  for_each_segment(options_.weight_decay, [&](std::size_t s, std::int64_t begin, std::int64_t end, float wd) {
+    items_.push_back({shards_[s].value.slice(begin, end), shards_[s].grad.slice(begin, end),
+                      state_.empty() ? Tensor() : state_[0][s].slice(begin, end), wd});
+  });
   ops::sgd_update_many(ctx_, items_, {lr, static_cast<float>(options_.momentum), 0.0f, options_.nesterov, step == 1});
   items_.clear();
 }

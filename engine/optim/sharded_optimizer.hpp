@@ -83,6 +83,17 @@ class ShardedOptimizer {
   // Updates every segment of every shard for update number `step` (1-based), in one multi-tensor call;
   // state_[k][s] is shard s's k-th state tensor (index it with a segment's begin).
   virtual void update(float lr, std::int64_t step) = 0;
+  // Calls f(s, begin, end, weight decay) for every segment of every shard in order: [begin, end) is the
+  // segment's range in shard s's flat tensors, the decay `weight_decay` or 0 for a parameter exempt from it.
+  template <class F>
+  void for_each_segment(double weight_decay, F&& f) const {
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      for (const ShardSegment& segment : shards_[s].segments) {
+        const float wd = segment.param->weight_decay ? static_cast<float>(weight_decay) : 0.0f;
+        f(s, segment.begin, segment.begin + segment.numel, wd);
+      }
+    }
+  }
 
   std::vector<FlatShard> shards_;
   std::vector<std::string> state_names_;

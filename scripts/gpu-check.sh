@@ -13,8 +13,9 @@
 # wheels); nvidia-smi and compute-sanitizer are used when present. No build dependency of the project is needed.
 #
 # Stages, most information per second first (the bodies are in scripts/gpu-check-stages.sh; docs/cuda.md
-# describes each): probe, ldd, cpu-reference, gpu-reference, kernels, ops-parity, kernel-timing, train-1rank, comm,
-# test:<bin> (any other gpu_*_test binary), staged-np1, staged-np2, nccl-watchdog, train-layouts, profile, bench.
+# describes each): probe, ldd, cpu-reference, gpu-reference, kernels, ops-parity, train-1rank, comm, test:<bin> (any
+# other gpu_*_test binary), staged-np1, staged-np2, nccl-watchdog, train-layouts, then the measurements: kernel-timing,
+# profile, bench.
 # Each runs in its own process under `timeout` (children included); a failing stage does not stop the next. The run
 # is held to the budget: a stage gets min(its limit, what is left), and one that would get less than half its limit
 # is skipped (with the reason), not started. Without a visible GPU (or with --no-gpu) the GPU stages report skipped.
@@ -36,9 +37,10 @@ repo="$(cd "$(dirname "$self")/.." && pwd)"
 stages_sh="$repo/scripts/gpu-check-stages.sh"
 
 # The stages in the order they run, with their own time limits in seconds. Other gpu_*_test binaries found in the
-# bundle run as test:<binary> (limit 120) after `comm`.
-plan=(probe:30 ldd:60 cpu-reference:60 gpu-reference:90 kernels:150 ops-parity:150 kernel-timing:60 train-1rank:180
-      comm:90 staged-np1:60 staged-np2:90 nccl-watchdog:60 train-layouts:180 profile:60 bench:150)
+# bundle run as test:<binary> (limit 120) after `comm`. The measurements (kernel-timing, profile, bench) come after
+# every test stage: what they validate, ops-parity has checked already, so under the budget they yield to diagnosis.
+plan=(probe:30 ldd:60 cpu-reference:60 gpu-reference:90 kernels:150 ops-parity:150 train-1rank:180 comm:90
+      staged-np1:60 staged-np2:90 nccl-watchdog:60 train-layouts:180 kernel-timing:60 profile:60 bench:150)
 # Binaries with stages of their own (not run again as test:<binary>).
 own_stage_bins=" gpu_cuda_test gpu_ops_test gpu_train_test gpu_comm_test gpu_staged_comm_test "
 
@@ -89,6 +91,14 @@ deadline=$((t_start + budget))
 
 CHECK_WORK="$(mktemp -d "${TMPDIR:-/tmp}/cleave-gpu-check.XXXXXX")"
 trap '[[ "${CLEAVE_GPU_CHECK_KEEP:-0}" == 1 ]] || rm -rf "$CHECK_WORK"' EXIT
+# Until the first stage starts, a failing command ends the check (set -e) before summary.txt exists: say where, in
+# summary.txt and log.txt, so a cut-short first call on a GPU host still tells why.
+setup_failed() {
+  printf 'Cleave GPU check · set-up failed (exit %s) at scripts/gpu-check.sh line %s: %s · no stage ran\n' "$1" "$2" \
+         "$3" | tee -a "$CHECK_OUT/log.txt" >"$CHECK_OUT/summary.txt"
+}
+arm_setup_trap() { trap 'setup_failed "$?" "$LINENO" "$BASH_COMMAND"' ERR; }
+arm_setup_trap
 mkdir -p "$CHECK_WORK"/{results,logs,xml}
 export CHECK_OUT CHECK_WORK
 export PATH="$PATH:/sbin:/usr/sbin"  # ldconfig, for a user whose PATH lacks them
@@ -157,10 +167,10 @@ fi
 CLEAVE_CUDA_SONAMES="$(tr '\n' ' ' 2>/dev/null <"$CHECK_BUNDLE/cuda-sonames.txt" || true)"
 CLEAVE_CUDA_SONAMES="${CLEAVE_CUDA_SONAMES:-libcudart.so.13 libcublasLt.so.13 libcudnn.so.9 libnccl.so.2}"
 export CLEAVE_CUDA_SONAMES
-set +e
+set +e; trap - ERR  # a missing library is the probe's to report
 # shellcheck source=/dev/null
 . "$repo/scripts/gpu-env.sh" --runtime >"$CHECK_WORK/cuda-env.txt" 2>&1
-set -e
+set -e; arm_setup_trap
 sed -n 's/^gpu-env: \([^ ]*\) not found.*/\1/p' "$CHECK_WORK/cuda-env.txt" >"$CHECK_WORK/cuda-missing.txt"
 export LD_LIBRARY_PATH
 
@@ -185,8 +195,11 @@ CHECK_SANITIZER="$(command -v compute-sanitizer || true)"
 for c in /usr/local/cuda/bin/compute-sanitizer /usr/local/cuda/compute-sanitizer/compute-sanitizer; do
   [[ -z "$CHECK_SANITIZER" && -x "$c" ]] && CHECK_SANITIZER="$c"
 done
-CHECK_LIBSTDCXX="$(ldconfig -p 2>/dev/null | awk '!found && $1 == "libstdc++.so.6" && /x86-64/ { print $NF; found = 1 }')"
-CHECK_GLIBCXX="$(grep -ao 'GLIBCXX_3\.4\.[0-9]*' "${CHECK_LIBSTDCXX:-/dev/null}" 2>/dev/null | sort -uV | tail -n 1)"
+# Either may find nothing (no x86-64 libstdc++ in ldconfig's cache: an aarch64 host, a container without
+# /etc/ld.so.cache, no ldconfig): the probe reports it, the check goes on.
+CHECK_LIBSTDCXX="$(ldconfig -p 2>/dev/null | awk '!found && $1 == "libstdc++.so.6" && /x86-64/ { print $NF; found = 1 }' \
+                   || true)"
+CHECK_GLIBCXX="$(grep -ao 'GLIBCXX_3\.4\.[0-9]*' "${CHECK_LIBSTDCXX:-/dev/null}" 2>/dev/null | sort -uV | tail -n 1 || true)"
 export CHECK_GPU CHECK_GPU_REASON CHECK_NO_GPU_NOTE CHECK_SANITIZER CHECK_LIBSTDCXX CHECK_GLIBCXX
 
 # ==== the report: summary.txt and gtest.xml, rewritten before and after every stage ===============================
@@ -327,6 +340,7 @@ run_stage() {
   write_report
 }
 
+trap - ERR  # set-up done: from here every stage leaves its row, and summary.txt is rewritten around each
 echo "gpu-check: bundle $CHECK_BUNDLE, GPU visible: $CHECK_GPU ($CHECK_GPU_REASON), budget ${budget}s," \
      "stages: $(for p in "${stages[@]}"; do printf '%s ' "${p%:*}"; done)"
 for p in "${stages[@]}"; do

@@ -12,6 +12,8 @@
 #     their measurements land in OUTDIR/kernel_timing.jsonl
 #   - summary.txt lists the running stage while it runs, and a SIGTERM mid-stage leaves the summary (stage
 #     "stopped") and the hung stage's log in log.txt, kills the stage's processes and exits 143
+#   - set-up: a host whose ldconfig lists no libstdc++ still runs its stages; a set-up that fails (a broken
+#     bundle) leaves summary.txt naming the failed command
 # Usage: gpu_check_driver.sh REPO_ROOT   (exit 0 when every check passes; prints what failed otherwise)
 set -uo pipefail
 root="$(cd "${1:?usage: gpu_check_driver.sh REPO_ROOT}" && pwd)"
@@ -209,6 +211,19 @@ expect_grep "SIGTERM: the hung stage's log is in log.txt" '^fake: hanging in Fak
 gone=0
 for _ in $(seq 1 50); do kill -0 "$(cat "$FAKE_PIDFILE" 2>/dev/null || echo 999999)" 2>/dev/null || { gone=1; break; }; sleep 0.1; done
 [[ $gone -eq 1 ]] && ok "SIGTERM: the stage's processes are gone" || bad "SIGTERM: the hung test still runs"
+
+# ---- 9. set-up: a host whose ldconfig lists no libstdc++ still gets its check; a failed set-up leaves its reason --------
+mkdir -p "$tmp/noldconfig"
+printf '#!/bin/sh\nexit 0\n' >"$tmp/noldconfig/ldconfig"
+chmod +x "$tmp/noldconfig/ldconfig"
+PATH="$tmp/noldconfig:$PATH" run_check "$tmp/o9" --only probe
+expect_grep "set-up: no libstdc++ in ldconfig's cache, the probe still runs" '^probe +(pass|fail) ' "$tmp/o9/summary.txt"
+echo 'not a tarball' >"$tmp/broken.tar.gz"
+rc=0
+bash "$check" --bundle "$tmp/broken.tar.gz" "$tmp/o10" >"$tmp/o10.stdout" 2>&1 || rc=$?
+[[ $rc -ne 0 ]] && ok "set-up: a broken bundle ends the check ($rc)" || bad "set-up: a broken bundle exited 0"
+expect_grep "set-up: the failed command is in summary.txt" 'set-up failed \(exit [0-9]+\) at scripts/gpu-check.sh line [0-9]+: tar ' \
+  "$tmp/o10/summary.txt"
 
 if [[ $fails -gt 0 ]]; then echo "FAIL: $fails check(s) of scripts/gpu-check.sh's driver failed" >&2; exit 1; fi
 echo "ok   scripts/gpu-check.sh driver: every check passed"

@@ -1,7 +1,9 @@
 // Seam parity of memory-efficient attention: ops::attention_forward / attention_backward (unpacked, with GQA,
 // position offsets and a sliding window), the packed forms and attention_merge on cuda:0 against the CPU backend,
 // f32 and bf16, on awkward shapes: T = 1, 17, 130 (not multiples of the 32-key tiles or 8-row blocks), head dims 6
-// and 64, 6 query heads over 2 kv heads, keys starting in the future of the first queries (rows with lse -inf).
+// and 64, 6 query heads over 2 kv heads, keys starting in the future of the first queries (rows with lse -inf);
+// head dims 80 and 128 (a lane's third and fourth dims, d + 64 and d + 96, of which hd <= 64 uses none; 128 is the
+// kernels' limit) and non-causal attention (every key visible: the tiles and the dk/dv rows' whole ranges).
 // Skips without a device (parity_util.hpp).
 //
 // Tolerances (relative to each element plus the tensor's scale, parity_util.hpp):
@@ -18,13 +20,15 @@ struct AttentionCase {
   std::int64_t batch, q_len, kv_len, q_heads, kv_heads, head_dim;
   std::int64_t q_offset, k_offset, window;
   DType dtype;
+  bool causal = true;
 };
 
 std::string name(const AttentionCase& c) {
   return "attention B=" + std::to_string(c.batch) + " Tq=" + std::to_string(c.q_len) + " Tk=" +
          std::to_string(c.kv_len) + " H=" + std::to_string(c.q_heads) + "/" + std::to_string(c.kv_heads) +
          " hd=" + std::to_string(c.head_dim) + " offsets " + std::to_string(c.q_offset) + "/" +
-         std::to_string(c.k_offset) + " window " + std::to_string(c.window) + " " + std::string(dtype_name(c.dtype));
+         std::to_string(c.k_offset) + " window " + std::to_string(c.window) + " " + std::string(dtype_name(c.dtype)) +
+         (c.causal ? "" : " non-causal");
 }
 
 double tolerance(DType dtype) { return dtype == DType::kBF16 ? 2e-2 : 1e-4; }
@@ -34,6 +38,9 @@ const AttentionCase kCases[] = {
     {1, 130, 130, 6, 2, 64, 0, 0, 0, DType::kF32},   {1, 130, 130, 3, 3, 6, 0, 0, 37, DType::kF32},
     {2, 17, 130, 6, 2, 64, 130, 0, 50, DType::kF32}, {1, 17, 30, 2, 1, 6, 0, 10, 0, DType::kF32},
     {2, 17, 17, 6, 2, 6, 0, 0, 0, DType::kBF16},     {1, 130, 130, 6, 2, 64, 0, 0, 0, DType::kBF16},
+    {1, 45, 45, 2, 1, 128, 0, 0, 0, DType::kF32},    {1, 45, 45, 2, 1, 128, 0, 0, 0, DType::kBF16},
+    {2, 33, 33, 4, 2, 80, 0, 0, 0, DType::kF32},     {2, 17, 40, 6, 2, 6, 0, 0, 0, DType::kF32, false},
+    {1, 45, 45, 2, 1, 128, 0, 0, 0, DType::kF32, false},
 };
 
 ops::AttentionParams params_of(const AttentionCase& c) {
@@ -43,6 +50,7 @@ ops::AttentionParams params_of(const AttentionCase& c) {
   p.q_offset = c.q_offset;
   p.k_offset = c.k_offset;
   p.window = c.window;
+  p.causal = c.causal;
   return p;
 }
 

@@ -45,8 +45,10 @@ DispatchPlan plan_dispatch(std::span<const std::int64_t> counts, Context& ctx) {
   std::memcpy(send_host.raw_data(), counts.data(), counts.size() * sizeof(std::int64_t));
   const bool host = ctx.device.is_cpu();
   Tensor send = host ? send_host : ops::to_device(ctx, send_host, MemoryCategory::kCommunication);
-  Tensor recv = host ? Tensor::empty(send.shape(), DType::kI64, MemoryCategory::kCommunication, cpu_allocator())
-                     : ops::to_device(ctx, send_host, MemoryCategory::kCommunication);
+  // Every row of recv is written by the exchange (one row from each peer, this rank's own included): on a GPU it
+  // needs no upload (which would cost a copy and a host wait per MoE layer forward).
+  Tensor recv = Tensor::empty(send.shape(), DType::kI64, MemoryCategory::kCommunication,
+                              host ? cpu_allocator() : *ctx.allocator);
   const comm::WorkPtr counts_work = comm::exchange_counts(ep, send, recv, *ctx.stream);
   wait_comm(ctx, *counts_work);  // an overlapped pair's phase boundary (comm_wait.hpp)
   const Tensor got = host ? recv : ops::to_host(ctx, recv);

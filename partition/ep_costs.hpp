@@ -1,6 +1,6 @@
 // Expert-parallel costs for the planner and the memory plan (parallel.expert_model_parallel_size, ep; its size
 // rules are partition/ep_rules.hpp): pure functions over a moe block's sizes and a routing, no layers, no devices. The planner prices the all-to-alls
-// from these figures (engine/planner/step_terms.cpp, expert_all_to_all) and the memory plan counts a rank's
+// from these figures (engine/planner/step_terms_expert_parallel.cpp, expert_all_to_all) and the memory plan counts a rank's
 // experts and the rows it receives (engine/run_plan/memory_plan.cpp); the imbalance benchmark's oracle
 // (benchmarks/moe/oracle.py) computes the same counts independently, in Python.
 //

@@ -3,6 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 namespace cleave::planner {
 namespace {
 
@@ -31,6 +33,22 @@ double ActionTerms::total() const {
   double sum = 0;
   for (double s : exposed) sum += s;
   return sum;
+}
+
+void add_block_seconds(std::vector<BlockPassSeconds>& into, const BlockPassSeconds& b) {
+  auto it = std::find_if(into.begin(), into.end(), [&](const BlockPassSeconds& k) { return k.block == b.block; });
+  if (it == into.end()) {
+    into.push_back({b.block, 0, 0, 0, 0, 0, {}, {}});
+    it = into.end() - 1;
+  }
+  it->forward_s += b.forward_s;
+  it->input_grad_s += b.input_grad_s;
+  it->weight_grad_s += b.weight_grad_s;
+  it->recompute_s += b.recompute_s;
+  for (std::size_t p = 0; p < b.elementwise_s.size(); ++p) {
+    it->elementwise_s[p] += b.elementwise_s[p];
+    it->launch_s[p] += b.launch_s[p];
+  }
 }
 
 ActionTerms& ActionTerms::operator+=(const ActionTerms& o) {

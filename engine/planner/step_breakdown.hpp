@@ -74,6 +74,8 @@ struct BlockPassSeconds {
   double launch_total() const { return launch_s[0] + launch_s[1] + launch_s[2] + launch_s[3]; }
 };
 enum BlockPass : std::size_t { kPassF = 0, kPassI = 1, kPassW = 2, kPassRerun = 3 };
+// Adds `b`'s seconds to the entry of its block kind in `into` (appended, with blocks 0, when the kind is new).
+void add_block_seconds(std::vector<BlockPassSeconds>& into, const BlockPassSeconds& b);
 
 struct StepBreakdown {
   TermSeconds seconds{};  // per step on the busiest pp rank; sums to the step

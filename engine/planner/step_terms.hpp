@@ -1,7 +1,8 @@
 // The cost terms of one plan's step, one function per term (docs/planner.md, "The step, term by term"). Each
 // prices its term for one block or one stage, per micro-batch (or per step where it says so), in seconds on one
 // rank; stage_costs() assembles them into the ActionTerms of every F, I, W and REDUCE_GRAD the simulator times,
-// and step_breakdown() walks the busiest rank's timeline back into a StepBreakdown.
+// and step_breakdown() walks the busiest rank's timeline back into a StepBreakdown. The definitions live one file
+// per term or group of terms, step_terms_<term>.cpp (step_terms.cpp lists them).
 //
 // Invariants: a term never reads another term's output except where it overlaps with it (the ring exchange and
 // ZeRO-3's prefetch hide behind the compute of their block, per-micro-batch reductions behind W), and then it

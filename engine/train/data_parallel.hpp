@@ -176,6 +176,8 @@ class DataParallel {
                                      const std::vector<std::shared_ptr<layers::Param>>& order) const;
   void all_gather_values(const comm::GradientBucketer& bucketer, const std::vector<Tensor>& values,
                          std::vector<comm::WorkPtr>& works, comm::Communicator& group) const;
+  // Construction's summary on dp rank 0's log (`elements`: this rank's parameter elements).
+  void log_layout(std::int64_t elements, std::int64_t state_bytes, bool per_microbatch) const;
 
   DataParallelOptions options_;
   comm::Communicator& dp_;

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "engine/core/tensor.hpp"
 #include "kernels/cpu/cast.hpp"
@@ -59,6 +61,21 @@ class F32Out {
   Tensor target_;
   Tensor scratch_;
   float* ptr_ = nullptr;
+};
+
+// f32 pointers for the inputs of one multi-tensor kernel call (the sums of squares, the optimizer updates): an f32
+// tensor in place, a bf16 one widened whole as F32In alone; the widened copies live as long as this object.
+class F32Inputs {
+ public:
+  explicit F32Inputs(const Context& ctx) : ctx_(ctx) {}
+  const float* view(const Tensor& t) {
+    if (t.dtype() == DType::kF32) return t.data<float>();
+    return widened_.emplace_back(std::make_unique<F32In>(ctx_, t))->get();
+  }
+
+ private:
+  const Context& ctx_;
+  std::vector<std::unique_ptr<F32In>> widened_;
 };
 
 }  // namespace cleave::ops::cpu_detail

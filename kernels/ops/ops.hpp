@@ -18,7 +18,7 @@
 // integer tensors (token ids, targets, arg-max) are i32.
 //
 // Adding an op: declare it here, add its slot to Backend (backend.hpp), write the checks and the dispatch in
-// the ops_*.cpp of its family, a CPU slot in cpu_backend*.cpp, a CUDA slot where a kernel exists, and a test
+// the ops_*.cpp of its family, a CPU slot in cpu/cpu_<family>.cpp, a CUDA slot where a kernel exists, and a test
 // against the CPU twin (tests/unit/ops). docs/ops.md walks through it.
 #pragma once
 

@@ -14,7 +14,7 @@
 // to everyone. Same traffic as a ring all-reduce (2(n-1)/n of the data per rank), 16-bit values on the wire,
 // memory one extra tensor. So floating-point reductions are deterministic in both modes (deterministic mode
 // changes the GEMMs, not the MPI backend), and integer reductions (MPI's own) are exact. It replaced MPI's
-// collectives for f32 because it measured 1.2-3.5x faster (mpi_communicator.cpp, rank_ordered).
+// collectives for f32 because it measured 1.2-3.5x faster (mpi_work.hpp, rank_ordered).
 // all_gather sends every rank's block straight to every other rank (copy only, any dtype); it replaced
 // MPI_Iallgather, which took 84 ms for 64 MiB on 2 ranks where this takes 25.
 // Large tensors: MPI counts are int, and a wait sees progress only when a request completes. Point-to-point

@@ -1,5 +1,5 @@
 // The planner's prediction of DualPipeV's overlapped F&B pairs (parallel.moe_a2a_overlap; engine/planner/
-// step_terms.cpp, pipeline/simulator.hpp): at pp 2 × ep 2 on a profile where the all-to-alls cost something, the
+// step_terms_step.cpp, pipeline/simulator.hpp): at pp 2 × ep 2 on a profile where the all-to-alls cost something, the
 // overlapped plan's exposed expert_all_to_all term is smaller than the plain plan's and the difference is reported
 // as hidden; the exposed and hidden parts add up to the plain plan's term; the terms still sum to the step, which
 // is no longer than the plain one. Without the key nothing is hidden.

@@ -1,0 +1,131 @@
+// The compute terms of a plan's step (docs/planner.md, "The step, term by term": forward, input_grad,
+// weight_grad, recompute, elementwise, kernel_launch): one block's compute per pass and micro-batch, from the
+// profile's measured tables, else the roofline of its kernels (GEMMs, streamed bytes, launches), else its FLOPs
+// over the profile's rate, with the stored-probabilities attention's extra cost where a run asks for it.
+// Invariant: the elementwise and launch parts are inside the pass totals (stage_costs moves them to their own
+// terms), and everything is ÷ cp and before core sharing.
+#include "engine/planner/step_terms.hpp"
+
+#include <algorithm>
+
+#include "partition/block_work.hpp"
+#include "partition/measured_costs.hpp"
+
+namespace cleave::planner {
+
+using partition::Recompute;
+
+PassSplit& PassSplit::operator/=(double d) {
+  forward_s /= d;
+  input_grad_s /= d;
+  weight_grad_s /= d;
+  recompute_s /= d;
+  return *this;
+}
+
+ProbabilitiesCompute attention_probabilities_compute(const TermContext& c, int b) {
+  ProbabilitiesCompute x;
+  if (c.options->attention == partition::AttentionKind::kMemoryEfficient || !c.profile->has_roofline()) return x;
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  const partition::ProbabilitiesWork w =
+      partition::attention_probabilities_work(block, c.dtype, c.options->attention, c.choice->tp, c.choice->micro_batch);
+  if (w.elements <= 0) return x;
+  const HardwareProfile& profile = *c.profile;
+  const double bandwidth = profile.memory_bandwidth_Bps;
+  const auto gemm_s = [&](const partition::PassWork& p) { return profile.gemm_pass_seconds(p, c.bf16); };
+  const auto launch_s = [&](const partition::PassWork& p) { return profile.launch_seconds(p); };
+  x.stream_forward_s = w.forward_bytes / bandwidth;
+  x.stream_input_grad_s = w.backward_bytes / bandwidth;
+  x.launch_forward_s = launch_s(w.stored_forward) - launch_s(w.replaced_forward);
+  x.launch_input_grad_s = launch_s(w.stored_backward) - launch_s(w.replaced_backward);
+  x.forward_s = x.stream_forward_s + x.launch_forward_s + gemm_s(w.stored_forward) - gemm_s(w.replaced_forward);
+  x.input_grad_s = x.stream_input_grad_s + x.launch_input_grad_s + gemm_s(w.stored_backward) - gemm_s(w.replaced_backward);
+  x.recompute_s = c.choice->recompute == Recompute::kNone ? 0.0 : x.forward_s;
+  return x;
+}
+
+BlockCompute block_compute(const TermContext& c, int b, double warm) {
+  const PlanChoice& choice = *c.choice;
+  const HardwareProfile& profile = *c.profile;
+  const partition::MeasuredCosts& measured = profile.measured;
+  const auto& cost = c.costs[static_cast<std::size_t>(b)];
+  const auto& plain = c.plain_costs[static_cast<std::size_t>(b)];
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  BlockCompute x;
+  if (measured.has_blocks()) {
+    const partition::BlockTimes t = measured.block_times(block, choice.tp, choice.micro_batch, profile.name, warm);
+    // Recomputation reruns part of the forward inside I: its share of the measured forward time.
+    const double rerun = plain.forward_flops > 0 ? (cost.input_grad_flops - plain.input_grad_flops) / plain.forward_flops : 0.0;
+    x.forward_s = t.forward_s;
+    x.input_grad_s = t.input_grad_s;
+    x.recompute_s = std::max(0.0, rerun) * t.forward_s;
+    x.weight_grad_s = t.weight_grad_s;
+  } else if (profile.has_roofline()) {  // a shipped profile: kernel by kernel
+    const bool sp = choice.sequence_parallel;
+    partition::BlockWork work = partition::block_work(block, c.dtype, choice.recompute, choice.tp, choice.micro_batch, sp);
+    // The rerun's kernels are appended to input_grad's, and the roofline prices kernel by kernel: the difference
+    // from the plain input gradient is the rerun's own cost, part by part.
+    partition::PassWork plain_input =
+        choice.recompute == Recompute::kNone
+            ? work.input_grad
+            : partition::block_work(block, c.dtype, Recompute::kNone, choice.tp, choice.micro_batch, sp).input_grad;
+    // The run's own kernels beyond the engine's (SearchOptions::run_kernels): streamed bytes and launches only.
+    if (c.options->run_kernels.any()) {
+      const partition::RunKernels& run = c.options->run_kernels;
+      const partition::BlockWork extra = partition::run_kernels_work(block, c.dtype, run, choice.recompute, choice.tp, choice.micro_batch, sp);
+      work.forward += extra.forward;
+      work.input_grad += extra.input_grad;
+      work.weight_grad += extra.weight_grad;
+      if (choice.recompute == Recompute::kNone) {
+        plain_input = work.input_grad;
+      } else {
+        plain_input += partition::run_kernels_work(block, c.dtype, run, Recompute::kNone, choice.tp, choice.micro_batch, sp).input_grad;
+      }
+    }
+    x.forward_s = profile.roofline_seconds(work.forward, c.bf16);
+    x.input_grad_s = profile.roofline_seconds(plain_input, c.bf16);
+    x.recompute_s = profile.roofline_seconds(work.input_grad, c.bf16) - x.input_grad_s;
+    x.weight_grad_s = profile.roofline_seconds(work.weight_grad, c.bf16);
+    x.elementwise = {profile.elementwise_seconds(work.forward), profile.elementwise_seconds(plain_input),
+                     profile.elementwise_seconds(work.weight_grad),
+                     profile.elementwise_seconds(work.input_grad) - profile.elementwise_seconds(plain_input)};
+    x.launch = {profile.launch_seconds(work.forward), profile.launch_seconds(plain_input),
+                profile.launch_seconds(work.weight_grad),
+                profile.launch_seconds(work.input_grad) - profile.launch_seconds(plain_input)};
+    x.probabilities = attention_probabilities_compute(c, b);
+    const ProbabilitiesCompute& p = x.probabilities;
+    const bool rerun = choice.recompute != Recompute::kNone;
+    x.forward_s += p.forward_s;
+    x.input_grad_s += p.input_grad_s;
+    x.recompute_s += p.recompute_s;
+    x.elementwise.forward_s += p.stream_forward_s;
+    x.elementwise.input_grad_s += p.stream_input_grad_s;
+    x.elementwise.recompute_s += rerun ? p.stream_forward_s : 0.0;
+    x.launch.forward_s += p.launch_forward_s;
+    x.launch.input_grad_s += p.launch_input_grad_s;
+    x.launch.recompute_s += rerun ? p.launch_forward_s : 0.0;
+  } else {
+    const bool rates = !c.bf16 && profile.block_forward_flops > 0;
+    const double flops = profile.flops(c.bf16);
+    const double per_flop = c.micro / choice.tp;
+    x.forward_s = cost.forward_flops * per_flop / (rates ? profile.block_forward_flops : flops);
+    const double input_rate = rates ? profile.block_input_grad_flops : flops;
+    x.input_grad_s = plain.input_grad_flops * per_flop / input_rate;
+    x.recompute_s = (cost.input_grad_flops - plain.input_grad_flops) * per_flop / input_rate;
+    x.weight_grad_s = cost.weight_grad_flops * per_flop / (rates ? profile.block_weight_grad_flops : flops);
+  }
+  if (choice.cp > 1) {  // each cp rank computes its T / cp tokens (ring's chunk pairs balance the causal work)
+    x.forward_s /= choice.cp;
+    x.input_grad_s /= choice.cp;
+    x.recompute_s /= choice.cp;
+    x.weight_grad_s /= choice.cp;
+    x.probabilities.forward_s /= choice.cp;
+    x.probabilities.input_grad_s /= choice.cp;
+    x.probabilities.recompute_s /= choice.cp;
+    x.elementwise /= choice.cp;
+    x.launch /= choice.cp;
+  }
+  return x;
+}
+
+}  // namespace cleave::planner

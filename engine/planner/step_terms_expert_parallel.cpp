@@ -1,0 +1,74 @@
+// The expert_all_to_all term and what expert parallelism changes in the others (docs/planner.md, "Expert
+// parallelism"): the four all-to-alls of a block with routed experts, the busiest ep rank's extra expert compute
+// (ep_imbalance), and the parameters a tp rank holds once (ep - 1) / ep of the experts live elsewhere. Invariant:
+// at ep 1, or for a block without routed experts, every function here leaves the others' figures unchanged.
+#include "engine/planner/step_terms.hpp"
+
+#include <algorithm>
+
+#include "partition/ep_costs.hpp"
+
+namespace cleave::planner {
+
+using partition::Collective;
+using partition::Recompute;
+
+namespace {
+
+bool has_expert_parallelism(const TermContext& c, int b) {
+  return c.choice->ep > 1 && c.plan->spec.blocks[static_cast<std::size_t>(b)].n_experts > 0;
+}
+
+}  // namespace
+
+BlockCollectives expert_all_to_all(const TermContext& c, int b) {
+  BlockCollectives x;
+  if (!has_expert_parallelism(c, b)) return x;
+  const PlanChoice& choice = *c.choice;
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  const partition::EpExchangeBytes bytes =
+      partition::ep_exchange_bytes(block, c.dtype, c.micro, choice.cp, choice.ep, c.ep_imbalance);
+  const double pair = 2 * c.collective_s(Collective::kReduceScatter, bytes.busiest, choice.ep, *c.ep_link);
+  x.forward_s = pair;   // dispatch and combine
+  x.backward_s = pair;  // their gradients
+  x.rerun_s = choice.recompute == Recompute::kFull ? pair : 0.0;
+  x.bytes = c.micro_batches * 4 * bytes.sent_mean;
+  return x;
+}
+
+BlockCompute expert_imbalance_compute(const TermContext& c, int b, const BlockCompute& compute) {
+  if (!has_expert_parallelism(c, b)) return compute;
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  const auto& cost = c.costs[static_cast<std::size_t>(b)];
+  // Expert GEMMs per sample: gate, up (D -> F/tp) and down (F/tp -> D) over T·k rows, 2 FLOPs a multiply-add, the
+  // same count in each pass (input gradient: dx of each; weight gradient: dW of each).
+  const double expert_flops = 3.0 * 2.0 * static_cast<double>(block.seq_len * block.top_k * block.in_features) *
+                              static_cast<double>(block.d_ff);
+  const auto share = [&](double pass_flops) {
+    return pass_flops > 0 ? (c.ep_imbalance - 1.0) * std::min(1.0, expert_flops / pass_flops) : 0.0;
+  };
+  const double f = share(cost.forward_flops), i = share(cost.input_grad_flops), w = share(cost.weight_grad_flops);
+  const ProbabilitiesCompute& p = compute.probabilities;
+  BlockCompute x = compute;
+  x.forward_s += f * (compute.forward_s - p.forward_s);
+  x.input_grad_s += i * (compute.input_grad_s - p.input_grad_s);
+  x.recompute_s += i * (compute.recompute_s - p.recompute_s);
+  x.weight_grad_s += w * compute.weight_grad_s;
+  return x;
+}
+
+double block_local_params(const TermContext& c, int b) {
+  const double params = static_cast<double>(c.costs[static_cast<std::size_t>(b)].param_count) / c.choice->tp;
+  if (!has_expert_parallelism(c, b)) return params;
+  const int ep = c.choice->ep;
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  return params - static_cast<double>(partition::expert_param_count(block)) / c.choice->tp * (ep - 1) / ep;
+}
+
+double block_expert_params(const TermContext& c, int b) {
+  if (!has_expert_parallelism(c, b)) return 0.0;
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  return static_cast<double>(partition::expert_param_count(block)) / c.choice->tp / c.choice->ep;
+}
+
+}  // namespace cleave::planner

@@ -1,0 +1,141 @@
+// The step as a whole: simulation_costs turns the stage costs into the simulator's inputs (with the busiest rank's
+// optimizer step and ZeRO-1/2 gather), and step_breakdown walks the simulated busiest rank back into terms, its
+// idle time split into point_to_point (what a second simulation with free transfers removes) and bubble.
+// Invariant: the breakdown's terms sum to the simulated step (StepBreakdown.SumsToTheStep).
+#include "engine/planner/step_terms.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "engine/core/enum_names.hpp"
+#include "partition/measured_costs.hpp"
+
+namespace cleave::planner {
+
+pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vector<StageCosts>& stages,
+                                           ActionTerms& optimizer) {
+  const run_plan::Plan& plan = *c.plan;
+  const int num_stages = plan.num_stages();
+  pipeline::SimulationCosts sim = pipeline::SimulationCosts::uniform(num_stages, 0, 0, 0);
+  std::vector<double> rank_params(static_cast<std::size_t>(c.choice->pp), 0.0);
+  std::vector<double> rank_experts(static_cast<std::size_t>(c.choice->pp), 0.0);
+  std::vector<double> rank_gather(static_cast<std::size_t>(c.choice->pp), 0.0);
+  std::vector<double> rank_gather_hidden(static_cast<std::size_t>(c.choice->pp), 0.0);
+  for (int s = 0; s < num_stages; ++s) {
+    const StageCosts& st = stages[static_cast<std::size_t>(s)];
+    auto& sc = sim.stages[static_cast<std::size_t>(s)];
+    sc.forward = st.forward.total();
+    sc.backward_input = st.input_grad.total();
+    if (plan.schedule.overlap_fb_pairs) {  // parallel.moe_a2a_overlap: the pairs hide the all-to-alls (simulator.hpp)
+      sc.forward_all_to_all = st.forward[StepTerm::kExpertAllToAll];
+      sc.backward_all_to_all = st.input_grad[StepTerm::kExpertAllToAll];
+      sc.forward -= sc.forward_all_to_all;
+      sc.backward_input -= sc.backward_all_to_all;
+    }
+    sc.backward_weight = st.weight_grad.total();
+    sc.reduce_grad = st.reduce_grad.total();
+    sc.output_bytes = st.output_bytes;
+    rank_params[static_cast<std::size_t>(plan.stage_to_rank(s))] += st.params;
+    rank_experts[static_cast<std::size_t>(plan.stage_to_rank(s))] += st.expert_params;
+    rank_gather[static_cast<std::size_t>(plan.stage_to_rank(s))] += st.step_gather_s;
+    rank_gather_hidden[static_cast<std::size_t>(plan.stage_to_rank(s))] += st.step_gather_hidden_s;
+  }
+  // The busiest rank's update; ZeRO-1/2's all-gather of the updated parameters follows it on every rank.
+  optimizer = ActionTerms{};
+  double busiest_update = 0;
+  for (std::size_t r = 0; r < rank_params.size(); ++r) {
+    busiest_update = std::max(busiest_update, optimizer_step_s(c, rank_params[r], rank_experts[r]));
+  }
+  optimizer[StepTerm::kOptimizer] = busiest_update;
+  const auto slowest = std::max_element(rank_gather.begin(), rank_gather.end());
+  optimizer[StepTerm::kZeroGather] = *slowest;
+  optimizer.hidden_at(StepTerm::kZeroGather) = rank_gather_hidden[static_cast<std::size_t>(slowest - rank_gather.begin())];
+  sim.optimizer_step = optimizer.total();
+  sim.p2p_latency = c.choice->pp > 1 ? c.p2p_link->latency_s : 0.0;
+  sim.p2p_bandwidth = c.p2p_link->bandwidth_Bps;
+  sim.blocking_p2p = c.options->blocking_p2p;
+  sim.blocking_fb_pairs = c.options->blocking_p2p && c.choice->schedule == "interleaved_1f1b";
+  const partition::MeasuredCosts& measured = c.profile->measured;
+  if (measured.p2p && c.one_node && c.choice->pp > 1) {
+    sim.p2p_latency = measured.p2p->latency_s;
+    sim.p2p_bandwidth = measured.p2p->bandwidth_Bps;
+  }
+  return sim;
+}
+
+StepBreakdown step_breakdown(const TermContext& c, const std::vector<StageCosts>& stages, const ActionTerms& optimizer,
+                             const pipeline::SimulationCosts& sim, const pipeline::SimulationResult& result) {
+  const run_plan::Plan& plan = *c.plan;
+  StepBreakdown bd;
+  for (std::size_t r = 0; r < result.stats.ranks.size(); ++r) {
+    if (result.stats.ranks[r].busy > result.stats.ranks[static_cast<std::size_t>(bd.rank)].busy) bd.rank = static_cast<int>(r);
+  }
+  ActionTerms busy;
+  for (const auto& a : plan.schedule.ranks[static_cast<std::size_t>(bd.rank)]) {
+    const StageCosts& st = stages[static_cast<std::size_t>(std::max(0, a.stage))];
+    switch (a.kind) {
+      case pipeline::ActionKind::kForward: busy += st.forward; bd.add_action(StepAction::kForward, st.forward); break;
+      case pipeline::ActionKind::kBackwardInput: busy += st.input_grad; bd.add_action(StepAction::kInputGrad, st.input_grad); break;
+      case pipeline::ActionKind::kBackwardWeight: busy += st.weight_grad; bd.add_action(StepAction::kWeightGrad, st.weight_grad); break;
+      case pipeline::ActionKind::kBackward:
+        busy += st.input_grad, busy += st.weight_grad;
+        bd.add_action(StepAction::kInputGrad, st.input_grad), bd.add_action(StepAction::kWeightGrad, st.weight_grad);
+        break;
+      case pipeline::ActionKind::kReduceGrad: busy += st.reduce_grad; bd.add_action(StepAction::kReduceGrad, st.reduce_grad); break;
+      case pipeline::ActionKind::kOptimizerStep: busy += optimizer; bd.add_action(StepAction::kOptimizer, optimizer); break;
+      default: break;
+    }
+    // Compute per block kind: each F, I, W (B = I + W) of the stage adds its blocks' share of that pass.
+    const bool f = a.kind == pipeline::ActionKind::kForward;
+    const bool i = a.kind == pipeline::ActionKind::kBackwardInput || a.kind == pipeline::ActionKind::kBackward;
+    const bool w = a.kind == pipeline::ActionKind::kBackwardWeight || a.kind == pipeline::ActionKind::kBackward;
+    if (!f && !i && !w) continue;
+    for (const BlockPassSeconds& k : st.blocks) {
+      BlockPassSeconds pass{k.block, 0, f ? k.forward_s : 0.0, i ? k.input_grad_s : 0.0,
+                            w ? k.weight_grad_s : 0.0, i ? k.recompute_s : 0.0, {}, {}};
+      for (std::size_t p : {std::size_t{kPassF}, std::size_t{kPassI}, std::size_t{kPassW}, std::size_t{kPassRerun}}) {
+        const bool on = p == kPassF ? f : p == kPassW ? w : i;
+        pass.elementwise_s[p] = on ? k.elementwise_s[p] : 0.0;
+        pass.launch_s[p] = on ? k.launch_s[p] : 0.0;
+      }
+      add_block_seconds(bd.blocks, pass);
+    }
+  }
+  for (int s = 0; s < plan.num_stages(); ++s) {  // the blocks the rank holds, by kind
+    if (plan.stage_to_rank(s) != bd.rank) continue;
+    const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
+    for (int b = range.begin; b < range.end; ++b) {
+      const std::string kind(enum_name(plan.spec.blocks[static_cast<std::size_t>(b)].kind));
+      for (auto& k : bd.blocks) k.blocks += k.block == kind ? 1 : 0;
+    }
+  }
+  if (plan.schedule.overlap_fb_pairs) {  // what the F&B pairs hid of the rank's all-to-alls (simulator.hpp)
+    double all_to_all = 0;
+    for (const auto& a : plan.schedule.ranks[static_cast<std::size_t>(bd.rank)]) {
+      if (a.kind == pipeline::ActionKind::kForward) all_to_all += sim.stages[static_cast<std::size_t>(a.stage)].forward_all_to_all;
+      if (pipeline::is_backward_input(a.kind)) all_to_all += sim.stages[static_cast<std::size_t>(a.stage)].backward_all_to_all;
+    }
+    const double hidden = std::max(0.0, all_to_all - result.exposed_all_to_all[static_cast<std::size_t>(bd.rank)]);
+    busy[StepTerm::kExpertAllToAll] -= hidden;
+    busy.hidden_at(StepTerm::kExpertAllToAll) += hidden;
+  }
+  bd.seconds = busy.exposed;
+  bd.hidden = busy.hidden;
+  // Idle: what free point-to-point transfers would remove is theirs, the rest is bubble.
+  const double step = result.stats.makespan;
+  const double busy_s = busy.total();
+  double p2p = 0;
+  if (c.choice->pp > 1 && (sim.p2p_latency > 0 || sim.p2p_bandwidth > 0)) {
+    pipeline::SimulationCosts free_p2p = sim;
+    free_p2p.p2p_latency = 0;
+    free_p2p.p2p_bandwidth = 0;  // infinite
+    const double without = pipeline::simulate(plan.schedule, free_p2p).stats.makespan;
+    p2p = std::clamp(step - without, 0.0, std::max(0.0, step - busy_s));
+  }
+  bd.seconds[static_cast<std::size_t>(StepTerm::kPointToPoint)] = p2p;
+  bd.seconds[static_cast<std::size_t>(StepTerm::kBubble)] = std::max(0.0, step - busy_s - p2p);
+  bd.set_groups();
+  return bd;
+}
+
+}  // namespace cleave::planner

@@ -1,0 +1,119 @@
+// The CPU backend's attention slots (contracts in ops.hpp "Attention"; the packed and unpacked forms arrive as
+// one AttentionProblem, ops_attention.cpp): the memory-efficient (flash) forward and backward of
+// kernels/cpu/flash_attention and the log-sum-exp merge of two partial attentions (ring attention).
+// Invariant: all-bf16 problems and the f32 views of any other mix give the same bits (flash_attention.hpp); the
+// kernels' workspace comes from ctx.allocator (kWorkspace) and is returned before the slot returns.
+#include <cstdint>
+#include <initializer_list>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "kernels/cpu/blas_runtime.hpp"
+#include "kernels/cpu/flash_attention.hpp"
+#include "kernels/ops/attention_shape.hpp"
+#include "kernels/ops/cpu/cpu_slots.hpp"
+#include "kernels/ops/cpu_f32_view.hpp"
+
+namespace cleave::ops::cpu_detail {
+
+namespace {
+
+// f32 views of an attention problem's operands: a tensor that several operands share (the packed qkv, dqkv) is
+// widened once; pointers address each operand's head 0 column.
+class AttentionViews {
+ public:
+  const float* in(const Context& ctx, const AttentionOperand& op) {
+    for (auto& [t, view] : ins_) {
+      if (t.raw_data() == op.t.raw_data()) return view->get() + op.col;
+    }
+    ins_.emplace_back(op.t, std::make_unique<F32In>(ctx, op.t));
+    return ins_.back().second->get() + op.col;
+  }
+  float* out(const Context& ctx, const AttentionOperand& op, bool read) {
+    for (auto& [t, view] : outs_) {
+      if (t.raw_data() == op.t.raw_data()) return view->get() + op.col;
+    }
+    outs_.emplace_back(op.t, std::make_unique<F32Out>(ctx, op.t, read));
+    return outs_.back().second->get() + op.col;
+  }
+
+ private:
+  std::vector<std::pair<Tensor, std::unique_ptr<F32In>>> ins_;
+  std::vector<std::pair<Tensor, std::unique_ptr<F32Out>>> outs_;
+};
+
+kc::FlashAttentionShape flash_shape(const AttentionProblem& p) { return flash_shape_of<kc::FlashAttentionShape>(p); }
+
+Tensor flash_workspace(const Context& ctx, const kc::FlashAttentionShape& s, int threads, bool bf16) {
+  const auto floats = static_cast<std::int64_t>(kc::flash_attention_workspace_floats(s, threads, bf16));
+  return Tensor::empty(Shape{floats}, DType::kF32, MemoryCategory::kWorkspace, *ctx.allocator);
+}
+
+// An operand's head 0 column as bf16 bits.
+const std::uint16_t* bf16_at(const AttentionOperand& op) { return cpu_detail::bf16_data(op.t) + op.col; }
+std::uint16_t* bf16_out_at(const AttentionOperand& op) { return cpu_detail::bf16_data(op.t) + op.col; }
+
+bool all_bf16_operands(std::initializer_list<const AttentionOperand*> ops) {
+  for (const AttentionOperand* op : ops) {
+    if (op->t.dtype() != DType::kBF16) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+// All-bf16 problems (the mixed-precision step) go to the kernels' bf16 overloads, which widen a block at a time
+// with the bits of the whole-tensor views (flash_attention.hpp); other mixes widen whole tensors.
+void attention_forward(const Context& ctx, const AttentionProblem& p) {
+  const kc::FlashAttentionShape s = flash_shape(p);
+  const int threads = kc::kernel_threads();
+  if (all_bf16_operands({&p.q, &p.k, &p.v, &p.out})) {
+    const Tensor ws = flash_workspace(ctx, s, threads, true);
+    kc::flash_attention_forward(bf16_at(p.q), bf16_at(p.k), bf16_at(p.v), bf16_out_at(p.out), p.lse.data<float>(), s,
+                                ws.data<float>(), threads);
+    return;
+  }
+  AttentionViews views;
+  const float* q = views.in(ctx, p.q);
+  const float* k = views.in(ctx, p.k);
+  const float* v = views.in(ctx, p.v);
+  float* out = views.out(ctx, p.out, false);
+  const Tensor ws = flash_workspace(ctx, s, threads, false);
+  kc::flash_attention_forward(q, k, v, out, p.lse.data<float>(), s, ws.data<float>(), threads);
+}
+
+void attention_backward(const Context& ctx, const AttentionProblem& p) {
+  const kc::FlashAttentionShape s = flash_shape(p);
+  const int threads = kc::kernel_threads();
+  const bool acc = p.params.accumulate_grads;
+  if (all_bf16_operands({&p.q, &p.k, &p.v, &p.out, &p.dout, &p.dq, &p.dk, &p.dv})) {
+    const Tensor ws = flash_workspace(ctx, s, threads, true);
+    kc::flash_attention_backward(bf16_at(p.q), bf16_at(p.k), bf16_at(p.v), bf16_at(p.out), p.lse.data<float>(),
+                                 bf16_at(p.dout), bf16_out_at(p.dq), bf16_out_at(p.dk), bf16_out_at(p.dv), s, acc,
+                                 ws.data<float>(), threads);
+    return;
+  }
+  AttentionViews views;
+  const float* q = views.in(ctx, p.q);
+  const float* k = views.in(ctx, p.k);
+  const float* v = views.in(ctx, p.v);
+  const float* out = views.in(ctx, p.out);
+  const float* dout = views.in(ctx, p.dout);
+  float* dq = views.out(ctx, p.dq, acc);
+  float* dk = views.out(ctx, p.dk, acc);
+  float* dv = views.out(ctx, p.dv, acc);
+  const Tensor ws = flash_workspace(ctx, s, threads, false);
+  kc::flash_attention_backward(q, k, v, out, p.lse.data<float>(), dout, dq, dk, dv, s, acc, ws.data<float>(),
+                               threads);
+}
+
+void attention_merge(const Context& ctx, const Tensor& out_a, const Tensor& lse_a, const Tensor& out_b,
+                     const Tensor& lse_b, const Tensor& out, const Tensor& lse) {
+  F32In a(ctx, out_a), b(ctx, out_b);
+  F32Out o(ctx, out, false);  // out may alias out_a / out_b: widened copies above; in f32 each element is read first
+  kc::attention_merge(a.get(), lse_a.data<float>(), b.get(), lse_b.data<float>(), o.get(), lse.data<float>(),
+                      out_a.dim(0), out_a.dim(1), lse_a.dim(1), out_a.dim(2) / lse_a.dim(1));
+}
+
+}  // namespace cleave::ops::cpu_detail

@@ -1,5 +1,6 @@
 // See gemm_profile.hpp.
 #include "engine/planner/gemm_profile.hpp"
+#include "engine/planner/median.hpp"
 
 #include <algorithm>
 #include <chrono>
@@ -20,12 +21,6 @@ namespace {
 // B's values start this many elements into the pool, so A and B differ; a multiple of 128 keeps every operand as
 // aligned as a fresh allocation (cuBLASLt chooses its kernels by pointer alignment).
 constexpr std::int64_t kShift = 1 << 16;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t h = v.size() / 2;
-  return v.size() % 2 == 1 ? v[h] : 0.5 * (v[h - 1] + v[h]);
-}
 
 // splitmix64: uniform values in [-1, 1), fast enough for a few hundred million on the host.
 std::vector<float> random_values(std::int64_t n, std::uint64_t seed) {

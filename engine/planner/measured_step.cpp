@@ -1,5 +1,6 @@
 // See measured_step.hpp.
 #include "engine/planner/measured_step.hpp"
+#include "engine/planner/median.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -54,13 +55,6 @@ bool needed_send(const pipeline::Action& a, const std::set<Key>& recvs, Key& sen
     return true;
   }
   return false;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
 std::string ratio_text(double predicted, double measured) {

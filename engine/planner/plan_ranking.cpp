@@ -1,20 +1,12 @@
 // See plan_ranking.hpp.
 #include "engine/planner/plan_ranking.hpp"
+#include "engine/planner/median.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <numeric>
 
 namespace cleave::planner {
-namespace {
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
-}  // namespace
 
 std::vector<Placed> rank_predicted(const std::vector<PredictedPlan>& plans, double error) {
   std::vector<std::size_t> by_time(plans.size());

@@ -30,7 +30,8 @@ using clock = std::chrono::steady_clock;
 
 double since(clock::time_point start) { return std::chrono::duration<double>(clock::now() - start).count(); }
 
-double median(std::vector<double> v) {
+// The upper median (the middle value, or the higher of the two middle values of an even count).
+double upper_median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
 }
@@ -205,8 +206,8 @@ partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Te
     f.push_back(t.forward_s), bi.push_back(t.input_grad_s), bw.push_back(t.weight_grad_s);
     wf.push_back(w.forward_s), wi.push_back(w.input_grad_s), ww.push_back(w.weight_grad_s);
   }
-  if (both) *warm = {median(wf), median(wi), median(ww)};
-  return {median(f), median(bi), median(bw)};
+  if (both) *warm = {upper_median(wf), upper_median(wi), upper_median(ww)};
+  return {upper_median(f), upper_median(bi), upper_median(bw)};
 }
 
 namespace {
@@ -310,7 +311,7 @@ void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec&
                             m.warm_weight_grad_s};
       for (std::size_t j = 0; j < v.size(); ++j) v[j].push_back(all[j]);
     }
-    for (const auto& x : v) values.push_back(median(x));
+    for (const auto& x : v) values.push_back(upper_median(x));
   }
   mean_over_ranks(values, comm);
   for (std::size_t k = 0; k < measured.size(); ++k) {
@@ -340,7 +341,7 @@ void measure_optimizer(partition::MeasuredCosts& costs, std::int64_t params, int
       if (working.defined()) ops::copy(ctx, param, working);
       if (rep > 0) t.push_back(since(start));
     }
-    return median(t) / static_cast<double>(params);
+    return upper_median(t) / static_cast<double>(params);
   };
   std::vector<double> adamw, sgd, momentum;  // one median per round
   for (int round = 0; round < rounds; ++round) {
@@ -351,7 +352,7 @@ void measure_optimizer(partition::MeasuredCosts& costs, std::int64_t params, int
       ops::sgd_update(ctx, param, grad, m, ops::SgdHyper{.lr = 1e-4f, .momentum = 0.9f, .first_step = step == 1});
     }));
   }
-  std::vector<double> values = {median(adamw), median(sgd), median(momentum)};
+  std::vector<double> values = {upper_median(adamw), upper_median(sgd), upper_median(momentum)};
   mean_over_ranks(values, comm);
   costs.adamw_s_per_param = values[0];
   costs.sgd_s_per_param = values[1];
@@ -389,7 +390,7 @@ void measure_collectives(partition::MeasuredCosts& costs, comm::Communicator& wo
           }
           if (rep > 0) times.push_back(since(start));
         }
-        points.push_back({static_cast<double>(n * 4), max_over_ranks(median(times), world)});
+        points.push_back({static_cast<double>(n * 4), max_over_ranks(upper_median(times), world)});
       }
       const partition::AlphaBeta fit = partition::fit_alpha_beta(points, g);
       costs.fits(op).push_back(fit);

@@ -137,7 +137,7 @@ grep -q "needs a roofline profile" att1.log || { cat att1.log; fail "--attention
 grep -q "'flash' is not an attention kind (memory_efficient, probabilities, probabilities_dropout)" att2.log \
   || { cat att2.log; fail "--attention unknown-kind message"; }
 # --attention-kernel: a fused kernel family priced per pass from the profile's attention_rates. The A100 profile has
-# none (refused by name); on the H100 profile this tiny model's bf16 heads have no published rate (head dim 8).
+# no cuDNN rates (refused by name); on the H100 profile this tiny model's bf16 heads have no published rate (head dim 8).
 "$cleave" simulate --config best.json --world 2 --profile "$a100" --attention-kernel cudnn > ak1.log 2>&1 \
   && fail "--attention-kernel without attention_rates accepted"
 grep -q "has no attention_rates for it" ak1.log || { cat ak1.log; fail "--attention-kernel missing-table message"; }

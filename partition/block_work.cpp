@@ -139,6 +139,11 @@ ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dty
   // Kernels: the products, scale-mask-softmax (and dropout), their gradients; the fused kernel's 1 and 2 replaced.
   w.stored_forward.kernels = 3 + (dropout ? 1 : 0);
   w.stored_backward.kernels = 5 + (dropout ? 1 : 0);
+  if (dropout) {
+    w.dropout_forward.stream_bytes = w.elements * (2 * b + 1);
+    w.dropout_backward.stream_bytes = w.elements * (2 * b + 1);
+    w.dropout_forward.kernels = w.dropout_backward.kernels = 1;
+  }
   return w;
 }
 

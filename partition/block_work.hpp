@@ -100,6 +100,7 @@ struct ProbabilitiesWork {
   double saved_bytes = 0;     // held from F to I (none under recomputation: the rerun rebuilds them)
   PassWork stored_forward, stored_backward;      // the probabilities kind's products
   PassWork replaced_forward, replaced_backward;  // the memory-efficient kernel's, as block_work priced them
+  PassWork dropout_forward, dropout_backward;    // of the above, dropout's bytes and kernel (probabilities_dropout)
 };
 ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dtype, AttentionKind kind, int tp,
                                                std::int64_t micro_batch);

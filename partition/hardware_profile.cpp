@@ -211,6 +211,28 @@ double HardwareProfile::gemm_seconds(const Gemm& g, bool bf16) const {
   return std::max({flops / (peak * gemm_efficiency_of(g, bf16)), waves, g.traffic_bytes(element) / memory_bandwidth_Bps});
 }
 
+std::pair<double, double> HardwareProfile::unfused_attention_seconds(const ProbabilitiesWork& work, bool bf16) const {
+  CLEAVE_CHECK(!attention_kernel.empty() && !work.stored_forward.gemms.empty(),
+               "profile '{}': the unfused attention core needs a named kernel and a probabilities run", name);
+  CLEAVE_CHECK(bf16, "profile '{}': attention kernel '{}' is priced from 16-bit benchmarks (attention_rates); an f32 "
+               "run has no published rate for it: leave --attention-kernel out", name, attention_kernel);
+  const Gemm& scores = work.stored_forward.gemms.front();  // S = Q·Kᵀ: [T, T] over d, one per head
+  const double forward_flops = 4.0 * scores.m * scores.n * scores.k * scores.batch;
+  const auto rate = [&](AttentionPass pass) {
+    return attention_rates.flops_per_s(attention_kernel, pass, /*causal=*/false, scores.k, scores.m);
+  };
+  // The rate was measured at the benchmark's occupancy (16k tokens x 2048 width); a smaller problem is never priced
+  // below what the roofline charges for the same products, softmax and launches.
+  const auto roofline = [&](const PassWork& stored, double bytes, const PassWork& dropout) {
+    return gemm_pass_seconds(stored, bf16) + (bytes - dropout.stream_bytes) / memory_bandwidth_Bps +
+           (stored.kernels - dropout.kernels) * kernel_launch_s;
+  };
+  return {std::max(forward_flops / rate(AttentionPass::kForward),
+                   roofline(work.stored_forward, work.forward_bytes, work.dropout_forward)),
+          std::max(2.5 * forward_flops / rate(AttentionPass::kBackward),
+                   roofline(work.stored_backward, work.backward_bytes, work.dropout_backward))};
+}
+
 double HardwareProfile::gemm_pass_seconds(const PassWork& work, bool bf16) const {
   double seconds = 0;
   for (const Gemm& g : work.gemms) seconds += gemm_seconds(g, bf16);

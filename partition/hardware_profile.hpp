@@ -174,6 +174,15 @@ struct HardwareProfile {
   double roofline_seconds(const PassWork& work, bool bf16) const;
   // Whether gemm_efficiency_of reads the shape table for this GEMM (a bf16 library GEMM on a profile with one).
   bool uses_shape_table(const Gemm& gemm, bool bf16) const;
+  // A probabilities run's attention core (S, softmax, P·V and their gradients, with the launches between them) at the
+  // published rate of the unfused kernel the run names (attention_kernel, e.g. "pytorch": PyTorch's standard
+  // attention in the FlashAttention-2 paper's benchmark): {forward, backward} seconds. The unfused path computes all
+  // T² scores whatever the mask, so the kernel's curve without the mask prices it, its FLOPs counted as the benchmark
+  // counts them: forward 4·T²·d per head, backward 2.5 times that; never below the roofline's price of the same
+  // products, softmax bytes and launches (the rate is the benchmark's, at 16k tokens x 2048 width: a smaller problem
+  // runs no faster). bf16 only (the benchmarks ran 16-bit); a table without that curve at the run's head dim is
+  // refused by name (AttentionRates::flops_per_s).
+  std::pair<double, double> unfused_attention_seconds(const ProbabilitiesWork& work, bool bf16) const;
 };
 
 // Reads a profile file (format: profiles/README.md): the one reader of profile files. Throws Error naming the file

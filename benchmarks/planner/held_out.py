@@ -5,7 +5,8 @@ Each table in benchmarks/planner/held_out/*.tsv is one publication: '#' lines ci
 the run's own model, layout, schedule, batch, micro-batch, recomputation, ZeRO stage, the attention kernel it
 used (`simulate --attention`: memory_efficient, probabilities, probabilities_dropout; memory_efficient:NAME also
 names the fused kernel's family, `simulate --attention-kernel NAME`: cudnn, flash3, flash2, priced at that kernel's
-published per-pass rates, the profile's attention_rates), the kernels it launched beyond
+published per-pass rates, the profile's attention_rates; probabilities_dropout:pytorch prices the unfused scores,
+softmax and products at PyTorch standard attention's published rates), the kernels it launched beyond
 Cleave's own (kernels: ce_f32 = `simulate --cross-entropy float32`, dropout = `--hidden-dropout`, emb_grad =
 `--dense-embedding-grad`), what it overlapped with
 compute (overlap: dp = `simulate --overlap-grad-reduce`, tp = `--tp-comm-overlap`, dp+tp, - none), whether its

@@ -58,10 +58,12 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
             "probabilities stores the [T, T] scores and runs softmax over them (Megatron-LM's fused\n"
             "scale-mask-softmax), probabilities_dropout also attention dropout; roofline profiles only")
       .text("--attention-kernel", "NAME",
-            "the fused attention kernel family the run launched (cudnn, flash3, flash2, triton: the profile's\n"
-            "attention_rates): its forward and backward priced at that kernel's published rate for the pass,\n"
-            "mask, head dim and sequence length, in place of the attention_efficiency cap; memory_efficient\n"
-            "attention, roofline profiles only")
+            "the attention kernel family the run launched (the profile's attention_rates: cudnn, flash3,\n"
+            "flash2, triton, ...): its forward and backward priced at that kernel's published rate for the\n"
+            "pass, mask, head dim and sequence length, in place of the attention_efficiency cap; with\n"
+            "--attention probabilities[_dropout], an unfused kernel (pytorch: PyTorch's standard attention)\n"
+            "prices the scores, softmax and products per pass at its rate without the mask (dropout apart);\n"
+            "roofline profiles only")
       .text("--cross-entropy", "KIND",
             "the loss kernels the simulated run used (the engine runs fused, the default: one kernel per\n"
             "pass): float32 is Megatron-LM's unfused vocab-parallel cross-entropy over f32 logits (cast, max,\n"
@@ -154,9 +156,6 @@ int run_simulate_config(int argc, char** argv) {
   }
   if (args.given("--attention-kernel")) {
     const std::string kernel = args.text("--attention-kernel");
-    CLEAVE_CHECK(options.attention == partition::AttentionKind::kMemoryEfficient,
-                 "simulate --config: --attention-kernel {} names a fused memory-efficient kernel, but --attention is {} "
-                 "(drop one of them)", kernel, partition::attention_kind_name(options.attention));
     CLEAVE_CHECK(profile.has_roofline() && !profile.measured.has_blocks() && profile.attention_rates.has_kernel(kernel),
                  "simulate --config: --attention-kernel {}: profile '{}' has no attention_rates for it (a roofline "
                  "profile's published kernel benchmarks; profiles/README.md)", kernel, profile.name);

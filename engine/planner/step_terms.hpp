@@ -76,8 +76,10 @@ double ring_bytes(double bytes, int n, bool all_reduce);
 // attention probabilities spends beyond memory-efficient attention (SearchOptions::attention): its passes'
 // bytes (partition::attention_probabilities_work) over the profile's memory bandwidth, less the backward's
 // S = Q·Kᵀ GEMM at its roofline (the stored probabilities replace it); the rerun repeats the forward passes
-// under selective or full recomputation. Zero for memory_efficient and blocks without attention; roofline
-// profiles only (a measured profile times the engine's own attention).
+// under selective or full recomputation. With a named unfused kernel (HardwareProfile::attention_kernel) the scores,
+// softmax and products are priced at its published rate instead (HardwareProfile::unfused_attention_seconds),
+// dropout's bytes apart. Zero for memory_efficient and blocks without attention; roofline profiles only (a measured
+// profile times the engine's own attention).
 struct ProbabilitiesCompute {
   double forward_s = 0, input_grad_s = 0, recompute_s = 0;
   // Of those, the scores' streamed bytes over the bandwidth (elementwise) and the extra kernels' launches (the

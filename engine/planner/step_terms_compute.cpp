@@ -34,6 +34,19 @@ ProbabilitiesCompute attention_probabilities_compute(const TermContext& c, int b
   const double bandwidth = profile.memory_bandwidth_Bps;
   const auto gemm_s = [&](const partition::PassWork& p) { return profile.gemm_pass_seconds(p, c.bf16); };
   const auto launch_s = [&](const partition::PassWork& p) { return profile.launch_seconds(p); };
+  if (!profile.attention_kernel.empty()) {
+    // The named kernel's published rate prices the products, softmax and their launches together; dropout (not in
+    // the benchmark) keeps its bytes and kernel (docs/planner.md, "Attention kernels by pass").
+    const auto [core_forward_s, core_backward_s] = profile.unfused_attention_seconds(w, c.bf16);
+    x.stream_forward_s = w.dropout_forward.stream_bytes / bandwidth;
+    x.stream_input_grad_s = w.dropout_backward.stream_bytes / bandwidth;
+    x.launch_forward_s = launch_s(w.dropout_forward) - launch_s(w.replaced_forward);
+    x.launch_input_grad_s = launch_s(w.dropout_backward) - launch_s(w.replaced_backward);
+    x.forward_s = x.stream_forward_s + x.launch_forward_s + core_forward_s - gemm_s(w.replaced_forward);
+    x.input_grad_s = x.stream_input_grad_s + x.launch_input_grad_s + core_backward_s - gemm_s(w.replaced_backward);
+    x.recompute_s = c.choice->recompute == Recompute::kNone ? 0.0 : x.forward_s;
+    return x;
+  }
   x.stream_forward_s = w.forward_bytes / bandwidth;
   x.stream_input_grad_s = w.backward_bytes / bandwidth;
   x.launch_forward_s = launch_s(w.stored_forward) - launch_s(w.replaced_forward);

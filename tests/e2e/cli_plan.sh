@@ -137,7 +137,7 @@ grep -q "needs a roofline profile" att1.log || { cat att1.log; fail "--attention
 grep -q "'flash' is not an attention kind (memory_efficient, probabilities, probabilities_dropout)" att2.log \
   || { cat att2.log; fail "--attention unknown-kind message"; }
 # --attention-kernel: a fused kernel family priced per pass from the profile's attention_rates. The A100 profile has
-# none (refused by name); on the H100 profile this tiny model's bf16 heads have no published rate (head dim 8).
+# no cuDNN rates (refused by name); on the H100 profile this tiny model's bf16 heads have no published rate (head dim 8).
 "$cleave" simulate --config best.json --world 2 --profile "$a100" --attention-kernel cudnn > ak1.log 2>&1 \
   && fail "--attention-kernel without attention_rates accepted"
 grep -q "has no attention_rates for it" ak1.log || { cat ak1.log; fail "--attention-kernel missing-table message"; }
@@ -158,6 +158,26 @@ assert plain["attention_kernel"] == "" and cudnn["attention_kernel"] == "cudnn",
 assert cudnn["step_s"] != plain["step_s"], (cudnn["step_s"], plain["step_s"])
 print(f"ok   simulate --attention-kernel cudnn: step {plain['step_s'] * 1e6:.1f} us -> {cudnn['step_s'] * 1e6:.1f} us")
 PY
+# An unfused run (--attention probabilities_dropout) naming PyTorch's standard attention on the A100 profile, near
+# the benchmark's shape (16 heads of 128, T 2048; 4 sequences a micro-batch, 2 ranks): its scores, softmax and
+# products at the published rates (forward 60, backward 86 TFLOP/s), slower than the roofline prices them; at an
+# unpublished head dim (the tiny model's 8) refused by name.
+a100_set="--set model.d_model=2048 --set model.n_heads=16 --set model.seq_len=2048 --set batch.micro_batch_size=4 --set device.precision=bf16"
+"$cleave" simulate --config tiny.json --world 2 --profile "$a100" $a100_set --attention probabilities_dropout --json \
+  > un_plain.json 2> un1.log || { cat un1.log; fail "simulate --attention probabilities_dropout"; }
+"$cleave" simulate --config tiny.json --world 2 --profile "$a100" $a100_set --attention probabilities_dropout \
+  --attention-kernel pytorch --json > un_pytorch.json 2> un2.log || { cat un2.log; fail "simulate --attention-kernel pytorch"; }
+python3 - un_plain.json un_pytorch.json << 'PY' || fail "--attention-kernel pytorch output"
+import json, sys
+plain, torch = (json.load(open(f)) for f in sys.argv[1:3])
+assert torch["attention_kernel"] == "pytorch" and torch["attention"] == "probabilities_dropout", torch["attention_kernel"]
+assert torch["step_s"] > plain["step_s"], (torch["step_s"], plain["step_s"])
+print(f"ok   simulate --attention probabilities_dropout --attention-kernel pytorch: step {plain['step_s'] * 1e6:.1f} us "
+      f"-> {torch['step_s'] * 1e6:.1f} us")
+PY
+"$cleave" simulate --config best.json --world 2 --profile "$a100" --attention probabilities --attention-kernel pytorch \
+  --set device.precision=bf16 > un3.log 2>&1 && fail "--attention-kernel pytorch at an unpublished head dim accepted"
+grep -q "attention_rates has no curve for kernel 'pytorch'" un3.log || { cat un3.log; fail "--attention-kernel pytorch head-dim message"; }
 # --blocking-p2p: Megatron-LM of 2021's point-to-point (batch_isend_irecv, wait, torch.cuda.synchronize) holds each
 # rank in its transfers: echoed, never faster; its interleaved schedule with fewer micro-batches than ranks deadlocks,
 # refused by name.

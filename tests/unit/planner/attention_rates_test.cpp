@@ -49,6 +49,31 @@ TEST(AttentionRates, ShippedH100TableReturnsTheRecordedFigureValues) {
   EXPECT_DOUBLE_EQ(r.flops_per_s("cudnn", AttentionPass::kForward, true, 128, 65536), 539e12);
 }
 
+
+// The shipped A100 table holds FlashAttention-2's figure values (Figures 5 and 6 of arXiv 2307.08691, A100 80GB SXM4),
+// with a causal backward of its own (no mask "any"): FA2's causal head-dim-128 forward at 8k is 200 TFLOP/s, its
+// backward 176, non-causal 193; xformers' and Triton's kernels have both passes too, and so does PyTorch's standard
+// attention (forward 60 and backward 86 TFLOP/s at head dim 128, T 2k, without the mask).
+TEST(AttentionRates, ShippedA100TableReturnsTheFlashAttention2PapersFigureValues) {
+  const HardwareProfile p = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/a100_80gb_sxm.json");
+  const AttentionRates& r = p.attention_rates;
+  ASSERT_FALSE(r.empty());
+  EXPECT_DOUBLE_EQ(r.flops_per_s("flash2", AttentionPass::kForward, true, 128, 8192), 200e12);
+  EXPECT_DOUBLE_EQ(r.flops_per_s("flash2", AttentionPass::kBackward, true, 128, 8192), 176e12);
+  EXPECT_DOUBLE_EQ(r.flops_per_s("flash2", AttentionPass::kBackward, false, 128, 8192), 193e12);
+  EXPECT_DOUBLE_EQ(r.flops_per_s("flash2", AttentionPass::kForward, false, 64, 512), 178e12);
+  EXPECT_DOUBLE_EQ(r.flops_per_s("xformers", AttentionPass::kBackward, true, 64, 4096), 62e12);
+  EXPECT_DOUBLE_EQ(r.flops_per_s("triton", AttentionPass::kBackward, false, 128, 16384), 81e12);
+  EXPECT_DOUBLE_EQ(r.flops_per_s("flash1", AttentionPass::kForward, true, 128, 2048), 65e12);
+  // PyTorch's standard attention (unfused; out of memory at 16k, so its curves end at 8k and stay flat past it).
+  EXPECT_DOUBLE_EQ(r.flops_per_s("pytorch", AttentionPass::kForward, false, 128, 2048), 60e12);
+  EXPECT_DOUBLE_EQ(r.flops_per_s("pytorch", AttentionPass::kBackward, false, 128, 2048), 86e12);
+  EXPECT_DOUBLE_EQ(r.flops_per_s("pytorch", AttentionPass::kBackward, false, 64, 16384), 51e12);
+  // Every rate is below the A100's 312 TFLOP/s peak.
+  for (const AttentionRates::Curve& c : r.curves()) {
+    for (const auto& [t, tflops] : c.points) EXPECT_LT(tflops, 312.0) << c.kernel << " " << t;
+  }
+}
 // An incomplete table is refused by name: Triton has no published backward, no kernel has head dim 96.
 TEST(AttentionRates, IncompleteTableIsRefusedByName) {
   const AttentionRates& r = h100().attention_rates;

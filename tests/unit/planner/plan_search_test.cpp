@@ -16,6 +16,7 @@
 #include "engine/core/error.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
+#include "partition/families/gpt.hpp"
 
 namespace cleave::planner {
 namespace {
@@ -302,6 +303,79 @@ TEST_F(PlanSearch, AttentionProbabilitiesCostTheirPassesAndEveryScore) {
     EXPECT_EQ(partition::attention_kind_from(partition::attention_kind_name(k)), k);
   }
   EXPECT_FALSE(partition::attention_kind_from("flash").has_value());
+}
+
+TEST_F(PlanSearch, NamedUnfusedAttentionKernelPricesTheScoresAtItsPublishedRate) {
+  // --attention probabilities_dropout --attention-kernel std (a bf16 run) on the A100 profile given a kernel "std" at
+  // head dim 12: per attention block and micro-batch (4 heads, T 16, d 12) the scores, softmax and products cost
+  // 4·T²·d·heads FLOPs at its forward rate without the mask (2 GFLOP/s: the unfused path computes every score) in F
+  // and 2.5 times those FLOPs at its backward rate (3 GFLOP/s) in I; dropout's n(2b + 1) bytes per pass and its kernel
+  // stay on the roofline; the fused kernel's products (at std's causal rates, as block_work priced them) and its 1 + 2
+  // launches are what they replace. A rate faster than the roofline's price of the same kernels does not lower it.
+  HardwareProfile a100 = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/a100_80gb_sxm.json");
+  using partition::AttentionPass;
+  a100.attention_rates = partition::AttentionRates(
+      {{"std", AttentionPass::kForward, "none", 12, {{16, 0.002}}}, {"std", AttentionPass::kForward, "causal", 12, {{16, 1}}},
+       {"std", AttentionPass::kBackward, "none", 12, {{16, 0.003}}}, {"std", AttentionPass::kBackward, "causal", 12, {{16, 1.5}}},
+       {"fast", AttentionPass::kForward, "none", 12, {{16, 1000}}}, {"fast", AttentionPass::kForward, "causal", 12, {{16, 1}}},
+       {"fast", AttentionPass::kBackward, "none", 12, {{16, 1000}}}, {"fast", AttentionPass::kBackward, "causal", 12, {{16, 1.5}}}},
+      "test");
+  a100.attention_kernel = "std";
+  const std::string config = write("bf16.json", R"({"model": {"type": "gpt", "vocab_size": 64, "d_model": 48, "n_layers": 4,
+      "n_heads": 4, "seq_len": 16}, "batch": {"global_batch_size": 8}, "optimizer": {"type": "adamw"},
+      "device": {"type": "cpu", "precision": "bf16"}, "data": {"type": "synthetic"}})");
+  PlanChoice c;
+  c.global_batch = 8;
+  SearchOptions options{1, 0};
+  const PlanEstimate plain = estimate_plan(config, {}, c, a100, options);
+  options.attention = partition::AttentionKind::kProbabilitiesDropout;
+  const PlanEstimate stored = estimate_plan(config, {}, c, a100, options);
+  ASSERT_TRUE(plain.valid && stored.valid) << plain.reason << stored.reason;
+  partition::GptConfig g;
+  g.vocab_size = 64;
+  g.d_model = 48;
+  g.n_layers = 4;
+  g.n_heads = 4;
+  g.seq_len = 16;
+  const partition::ProbabilitiesWork w = partition::attention_probabilities_work(
+      partition::make_gpt_spec(g).blocks[1], DType::kBF16, partition::AttentionKind::kProbabilitiesDropout, 1, 1);
+  const double n = 4.0 * 16 * 16, b = 2, bw = a100.memory_bandwidth_Bps, flops = 4.0 * 16 * 16 * 12 * 4;
+  const double dropout_s = n * (2 * b + 1) / bw, launch = a100.kernel_launch_s;
+  const double forward = flops / 2e9 + dropout_s + launch - a100.gemm_pass_seconds(w.replaced_forward, true) - launch;
+  const double backward =
+      2.5 * flops / 3e9 + dropout_s + launch - a100.gemm_pass_seconds(w.replaced_backward, true) - 2 * launch;
+  const double blocks = 4, micro_batches = 8;
+  EXPECT_NEAR(stored.breakdown[StepTerm::kElementwise] - plain.breakdown[StepTerm::kElementwise],
+              blocks * micro_batches * 2 * dropout_s, 1e-9 * plain.step_s);
+  EXPECT_NEAR(stored.breakdown[StepTerm::kKernelLaunch] - plain.breakdown[StepTerm::kKernelLaunch],
+              -blocks * micro_batches * launch, 1e-9 * plain.step_s);
+  EXPECT_NEAR(stored.step_s - plain.step_s, blocks * micro_batches * (forward + backward), 1e-9 * plain.step_s);
+  // A rate above what the roofline charges for these tiny products (1000 TFLOP/s) leaves the roofline's price: the
+  // same step as a run naming no kernel (the fused products the probabilities replace cancel either way).
+  HardwareProfile fast = a100;
+  fast.attention_kernel = "fast";
+  HardwareProfile unnamed = a100;
+  unnamed.attention_kernel = "";
+  EXPECT_NEAR(estimate_plan(config, {}, c, fast, options).step_s, estimate_plan(config, {}, c, unnamed, options).step_s,
+              1e-9 * plain.step_s);
+  EXPECT_GT(stored.step_s, estimate_plan(config, {}, c, unnamed, options).step_s);  // std's slow rates do raise it
+  // The head dim must be published: the shipped table (FlashAttention-2's benchmark, head dim 64 and 128) refuses 12
+  // by name; an f32 run has no published rate.
+  HardwareProfile shipped = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/a100_80gb_sxm.json");
+  shipped.attention_kernel = "pytorch";
+  try {
+    estimate_plan(config, {}, c, shipped, options);
+    ADD_FAILURE() << "head dim 12 was priced";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no curve for kernel 'pytorch' forward mask"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("head dim 12"), std::string::npos) << e.what();
+  }
+  try {
+    estimate_plan(tiny_gpt(), {}, c, a100, options);
+    ADD_FAILURE() << "an f32 run was priced";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("an f32 run has no published rate"), std::string::npos) << e.what();
+  }
 }
 
 // The simulated step's memory timeline holds a cp rank's T / cp tokens of each micro-batch's stash: at cp2 the

@@ -166,7 +166,7 @@ TEST_F(ProfileSources, AMissingOrUnknownCitationIsRefusedByName) {
   flat.erase("gemm_efficiency");
   flat.erase("attention_efficiency");
   flat["sources"].erase("attention_efficiency");
-  for (const char* k : {"sm_count", "gemm_tiles", "kernel_launch_us", "gemm_shape_efficiency"}) {
+  for (const char* k : {"sm_count", "gemm_tiles", "kernel_launch_us", "gemm_shape_efficiency", "attention_rates"}) {
     flat.erase(k);
     flat["sources"].erase(k);
   }

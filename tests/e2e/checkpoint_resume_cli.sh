@@ -93,6 +93,27 @@ grep -q "rank_00000.safetensors: checksum" broken.log || { cat broken.log; fail 
 [ -z "$(ls broken/checkpoints | grep -v step_0000004)" ] || fail "a failed resume wrote a checkpoint"
 echo "ok   corrupt checkpoint refused before any step: $(grep -o 'checkpoint file.*' broken.log | head -n 1)"
 
+# An index.json cut short (the latest checkpoint's): one error naming the file and an earlier checkpoint to use,
+# not the JSON parser's bare text; nothing written.
+cp -r one cutindex
+head -c 100 one/checkpoints/step_0000012/index.json > cutindex/checkpoints/step_0000012/index.json
+before=$(md5sum cutindex/metrics.jsonl)
+train 1 cutindex.log --set train.out_dir=cutindex --set train.steps=14 --resume auto && fail "a cut index.json was loaded"
+grep -q "error: --resume: cutindex/checkpoints/step_0000012/index.json is not valid JSON .*--resume cutindex/checkpoints/step_NNNNNNN" \
+  cutindex.log || { cat cutindex.log; fail "cut index.json message"; }
+[ "$before" = "$(md5sum cutindex/metrics.jsonl)" ] || fail "a failed resume changed metrics.jsonl"
+echo "ok   cut index.json refused: $(grep -o 'error: .*' cutindex.log | cut -c1-120)"
+
+# A model key changed on resume: the loader refuses it; the change is listed, but never as "allowed by
+# --allow-config-change" when no such flag was given.
+cp -r one remodel
+train 1 remodel.log --set train.out_dir=remodel --set model.d_model=16 --set train.steps=14 --resume auto \
+  && fail "a resume with another d_model was accepted"
+grep -q "saved from a different model: .*model.d_model: 32 in the checkpoint, 16 in the config" remodel.log \
+  || { cat remodel.log; fail "changed-model message"; }
+! grep -q "allowed by --allow-config-change" remodel.log || { cat remodel.log; fail "a refused model change was logged as allowed"; }
+echo "ok   a changed model key is refused and not logged as allowed"
+
 # A resume that would not continue the run's random streams: another seed, another global batch. Refused
 # with the key and the value that continues it; nothing written.
 cp -r one reseed

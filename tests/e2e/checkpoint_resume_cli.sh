@@ -172,6 +172,9 @@ echo "ok   a changed optimizer.lr on resume: refused without the flag, recorded 
 "$cleave" export tp2pp2/checkpoints/step_0000012 --out tp.safetensors > export2.log 2>&1 || { cat export2.log; fail "export tp2pp2"; }
 "$cleave" export one/checkpoints --out one.safetensors > export3.log 2>&1 && fail "export overwrote an existing file"
 "$cleave" export one/checkpoints --out one16.safetensors --dtype bf16 > export4.log 2>&1 || { cat export4.log; fail "export bf16"; }
+# An --out in directories that do not exist yet: the check before the work allows it, so the export creates them.
+"$cleave" export one/checkpoints --out new/dir/one.safetensors > export5.log 2>&1 && cmp -s one.safetensors new/dir/one.safetensors \
+  || { cat export5.log; fail "export into a new directory"; }
 python3 - one.safetensors tp.safetensors one/checkpoints/step_0000012/rank_00000.safetensors one16.safetensors <<'PY' || fail "export check"
 import json, struct, sys
 def parse(path):

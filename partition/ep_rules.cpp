@@ -32,12 +32,14 @@ void check_expert_parallel(const ModelSpec& spec, int ep, int dp, int cp) {
                    "{} splits the experts of a mixture-of-experts model, and this model has none (model.type \"moe\" "
                    "has experts); set it to 1",
                    ep);
+  // The sizes offered must pass both rules below, so with dp known they divide dp × cp too.
+  const std::int64_t dp_cp = dp > 0 ? static_cast<std::int64_t>(dp) * cp : 0;
   CLEAVE_CHECK_KEY(experts % ep == 0, kEpKey,
-                   "{} does not divide model.n_experts {} (each ep rank holds n_experts / ep whole experts); use "
+                   "{} does not divide model.n_experts {} (each ep rank holds n_experts / ep whole experts){}; use "
                    "expert_model_parallel_size in {{{}}}",
-                   ep, experts, fmt::join(allowed_ep_sizes(spec), ", "));
+                   ep, experts, dp_cp > 0 ? fmt::format(" and must divide the dp × cp = {} ranks", dp_cp) : "",
+                   fmt::join(allowed_ep_sizes(spec, dp_cp), ", "));
   if (dp <= 0) return;
-  const std::int64_t dp_cp = static_cast<std::int64_t>(dp) * cp;
   CLEAVE_CHECK_KEY(dp_cp % ep == 0, kEpKey,
                    "{} does not divide the dp × cp = {} × {} = {} ranks it is taken from (expert-parallel ranks are "
                    "data-parallel ranks that split the experts); use expert_model_parallel_size in {{{}}}, or launch "

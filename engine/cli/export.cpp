@@ -119,6 +119,7 @@ int run_export(int argc, char** argv) {
     tensors.push_back({names[i], dtype == "bf16" ? "BF16" : "F32", reader.shape_of(names[i]), bytes});
   }
   const auto& index = reader.index();
+  create_parent_dirs("export: --out", out);  // the check above allowed directories that do not exist yet
   const auto written = checkpoint::write_safetensors(
       out, tensors,
       {{"format", "cleave-export"},

@@ -148,6 +148,7 @@ int run_generate(int argc, char** argv) {
     for (std::size_t n = 1; n <= context.size(); ++n) {
       rows.push_back(trainer.next_token_logits(std::vector<std::int32_t>(context.begin(), context.begin() + n)));
     }
+    create_parent_dirs("generate: --logits", logits_path);
     std::ofstream file(logits_path);
     file << nlohmann::json{{"checkpoint", dir}, {"tokens", context}, {"logits", rows}}.dump() << "\n";
     CLEAVE_CHECK(file.good(), "generate: could not write --logits {}", logits_path);

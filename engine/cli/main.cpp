@@ -53,7 +53,7 @@ constexpr Command kCommands[] = {
      cleave::cli::run_export},
     {"tokenize", "encode text files with a Hugging Face tokenizer.json into llm.c token shards",
      cleave::cli::run_tokenize},
-    {"import", "convert a Hugging Face GPT-2 or Llama directory into a weights-only checkpoint",
+    {"import", "convert a Hugging Face model directory (GPT-2, Llama, Mistral, Qwen, Mixtral) into a checkpoint",
      cleave::cli::run_import},
     {"generate", "sample text from a GPT or Llama checkpoint on one CPU rank (bytes, or --tokenizer tokenizer.json)",
      cleave::cli::run_generate},

@@ -33,6 +33,7 @@
 #include "engine/core/error.hpp"
 #include "engine/core/progress.hpp"
 #include "engine/core/one_line.hpp"
+#include "engine/core/output_path.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/measured_step.hpp"
 #include "engine/planner/plan_ranking.hpp"
@@ -217,6 +218,7 @@ void write_plans_json(const std::string& json_path, const std::vector<const plan
       entry["largest_disagreement"] = worst ? nlohmann::json(worst->name) : nlohmann::json(nullptr);
     }
   }
+  create_parent_dirs("plan: --json", json_path);
   std::ofstream out(json_path);
   out << nlohmann::json{{"world", world}, {"profile", profile.name}, {"memory_limit", result.memory_limit},
                         {"tie_within", tie_within}, {"plans", plans}}.dump(1)
@@ -430,6 +432,7 @@ void write_best_plan(const std::string& write_path, const std::string& config_pa
   // directory may already hold the run the plan was made from, and train refuses to write over a run).
   const std::string source_out_dir = chosen.train.out_dir;
   chosen.train.out_dir = plan_out_dir(source_out_dir, write_path);
+  create_parent_dirs("plan: --write", write_path);
   std::ofstream out(write_path);
   out << config::to_json(chosen) << "\n";
   CLEAVE_CHECK(out.good(), "plan: could not write {}", write_path);
@@ -462,6 +465,9 @@ int run_plan(int argc, char** argv) {
                "plan: --write {} exists; not overwriting it", write_path);
   CLEAVE_CHECK(json_path.empty() || !std::filesystem::exists(json_path), "plan: --json {} exists; not overwriting it",
                json_path);
+  // Before the search (minutes at a large --world): a path that cannot be written fails now, not after it.
+  if (!write_path.empty()) check_output_file("plan: --write", write_path);
+  if (!json_path.empty()) check_output_file("plan: --json", json_path);
   const config::RunConfig base = config::load_config(config_path, overrides);
 
   auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);

@@ -306,6 +306,7 @@ int run_profile(int argc, char** argv) {
 
     if (root) {
       describe_profile(profile, cmd, machine, comm.size(), plan_world, seconds);
+      create_parent_dirs("profile: --out", cmd.out_path);
       std::ofstream out(cmd.out_path);
       out << planner::profile_to_json(profile).dump(2) << "\n";
       CLEAVE_CHECK(out.good(), "profile: could not write {}", cmd.out_path);

@@ -172,6 +172,7 @@ int run_profile_gemm(int argc, char** argv) {
       source + (f32_measured ? "" : " NO f32 GEMM was measured within the budget: gemm_efficiency_f32 is the base's "
                                     "ASSUMED curve."));
   {
+    create_parent_dirs("profile --gemm: --out", out_path);
     std::ofstream out(out_path);
     out << planner::profile_to_json(profile).dump(2) << "\n";
     CLEAVE_CHECK(out.good(), "profile --gemm: could not write {}", out_path);

@@ -21,6 +21,7 @@
 #include "engine/cli/commands.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/output_path.hpp"
 #include "pipeline/schedule_chart.hpp"
 #include "pipeline/schedule_text.hpp"
 #include "pipeline/schedules/auto_schedule.hpp"
@@ -34,6 +35,11 @@
 namespace cleave::cli {
 namespace {
 
+// Sizes past these are refused at once instead of simulated for hours: 1024 pipeline ranks take ~10 s and the
+// time grows as the square of the ranks; 65536 micro-batches on 4 ranks take ~15 s.
+constexpr std::int64_t kMaxStages = 1024;
+constexpr std::int64_t kMaxMicrobatches = 65536;
+
 ArgParser simulate_args() {
   ArgParser p("simulate", "cleave simulate --schedule S --stages P --microbatches M [options]",
               R"(Simulates one training step of a pipeline schedule with per-action costs and prints the makespan, the
@@ -42,8 +48,9 @@ bubble fractions and the peak live activations per rank, followed by the schedul
          "gpipe | 1f1b | interleaved_1f1b | zb_h1 | zb_h2 | zb_v | dualpipev | auto, or a\n"
          "schedule file in the text form (docs/schedules.md); with a file, P / M / V come\n"
          "from the file. auto builds the automatic zero-bubble schedule for the costs below")
-      .count("--stages", "P", "pipeline ranks (pp_size)", std::nullopt)
-      .count("--microbatches", "M", "micro-batches per step", std::nullopt)
+      .count("--stages", "P", "pipeline ranks (pp_size), at most 1024 (the dry run's grid grows as P x steps)",
+             std::nullopt, 1, kMaxStages)
+      .count("--microbatches", "M", "micro-batches per step, at most 65536", std::nullopt, 1, kMaxMicrobatches)
       .count("--virtual", "V",
              "stages (model chunks) per rank; default 2 for interleaved_1f1b, zb_v and\n"
              "dualpipev, else 1",
@@ -242,6 +249,14 @@ int run_simulate(int argc, char** argv) {
   const Args args = parser.parse(argc, argv);
   const Options options = read_options(args);  // before --help: a malformed --costs is refused even then
   if (parser.print_help_if_asked(args)) return 0;
+  // Output files: new, in a writable place, checked before the schedule is built (a typo such as
+  // `--trace config.json` must not replace a file).
+  const std::pair<const char*, const std::string*> outputs[] = {
+      {"simulate: --trace", &options.trace_path}, {"simulate: --svg", &options.svg_path},
+      {"simulate: --save", &options.save_path}};
+  for (const auto& [what, path] : outputs) {
+    if (!path->empty()) check_output_file(what, *path);
+  }
   pipeline::Schedule schedule = build_schedule(options);
   pipeline::check_schedule(schedule);
   if (options.overlap || schedule.overlap_fb_pairs) {  // --overlap, or a file saved with its pairs overlapped
@@ -260,6 +275,9 @@ int run_simulate(int argc, char** argv) {
                   stats.makespan, fraction(stats.bubble_fraction), fraction(stats.stage_bubble_fraction),
                   options.forward, options.backward_input, options.backward_weight);
   const pipeline::TraceOptions trace_options{title, subtitle, "ms", 1000.0};
+  for (const auto& [what, path] : outputs) {
+    if (!path->empty()) create_parent_dirs(what, *path);
+  }
   if (!options.trace_path.empty()) pipeline::write_chrome_trace(sim.timeline, options.trace_path, trace_options);
   if (!options.svg_path.empty()) pipeline::write_timeline_svg(schedule, sim.timeline, options.svg_path, trace_options);
   if (!options.save_path.empty()) pipeline::save_schedule(schedule, options.save_path);

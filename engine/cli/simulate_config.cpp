@@ -17,6 +17,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/output_path.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "engine/run_plan/plan.hpp"
@@ -140,6 +141,8 @@ int run_simulate_config(int argc, char** argv) {
   const bool json = args.on("--json");
   const bool explain = args.on("--explain");
   CLEAVE_CHECK(world >= 1, "simulate --config: --world N is required (the ranks the config runs on)");
+  if (!svg.empty()) check_output_file("simulate --config: --svg", svg);  // before the simulation, never over a file
+  if (!trace.empty()) check_output_file("simulate --config: --trace", trace);
   const config::RunConfig base = config::load_config(config_path, overrides);
   auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
   options.scatter_gather_boundaries = args.on("--scatter-gather");
@@ -206,6 +209,8 @@ int run_simulate_config(int argc, char** argv) {
       fmt::format("{} {} micro {} recompute {}: simulated with {}", choice.layout(), choice.schedule, choice.micro_batch,
                   choice.recompute, profile.name),
       fmt::format("step {:.3f} ms, bubble {:.3f}", e.step_s * 1e3, e.bubble), "s", 1e6};
+  if (!svg.empty()) create_parent_dirs("simulate --config: --svg", svg);
+  if (!trace.empty()) create_parent_dirs("simulate --config: --trace", trace);
   if (!svg.empty()) pipeline::write_timeline_svg(details.simulated.lowered, details.simulated.timeline, svg, trace_options);
   if (!trace.empty()) pipeline::write_chrome_trace(details.simulated.timeline, trace, trace_options);
   if (json) {

@@ -51,9 +51,10 @@ with an ETA; redirected to a file it is plain lines.)");
             "config.before_step_K.json.")
       .text("--init-from", "DIR",
             "start from these weights: a Hugging Face model directory (config.json +\n"
-            "safetensors; GPT2LMHeadModel or LlamaForCausalLM) or a Cleave checkpoint (e.g.\n"
-            "from cleave import). Any layout; the optimizer starts fresh at step 0. The model\n"
-            "keys the weights fix are taken from them; a CONFIG value that differs is refused.")
+            "safetensors; GPT-2, Llama, Mistral, Qwen2/3, Mixtral, Qwen2/3-MoE: docs/models.md)\n"
+            "or a Cleave checkpoint (e.g. from cleave import). Any layout; the optimizer\n"
+            "starts fresh at step 0. The model keys the weights fix are taken from them; a\n"
+            "CONFIG value that differs is refused.")
       .text("--profile", "FILE",
             "a hardware profile (profiles/*.json, or one cleave profile wrote): MFU per step\n"
             "against its peak FLOP/s for the run's dtype (the sustained GEMM rate when the\n"

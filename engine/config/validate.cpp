@@ -146,7 +146,9 @@ void validate(const RunConfig& c) {
     refuse("data.paths", "is for data.type \"tokens\" (data.type is \"{}\"); use data.path", d.type);
   }
   if (!d.paths.empty() && !d.path.empty()) {
-    refuse("data.paths", "and data.path are both set; give one (data.paths: a list of shards or globs)");
+    refuse("data.paths", "is set, and so is data.path \"{}\"; give one: remove data.path from the config or clear "
+           "it with --set data.path= (data.paths: a list of shards or globs)",
+           d.path);
   }
   if ((d.type == DataType::kText || d.type == DataType::kTokens) && d.path.empty() && d.paths.empty()) {
     refuse("data.path", "missing; required for data.type \"{}\"{}", d.type,

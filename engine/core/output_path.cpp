@@ -57,4 +57,12 @@ void check_output_file(std::string_view what, const std::string& path, bool may_
   check_creatable(what, path, parent.empty() ? fs::path(".") : parent);
 }
 
+void create_parent_dirs(std::string_view what, const std::string& path) {
+  const fs::path parent = fs::path(path).parent_path();
+  if (parent.empty()) return;
+  std::error_code ec;
+  fs::create_directories(parent, ec);
+  CLEAVE_CHECK(!ec, "{} {}: cannot create its directory {} ({})", what, path, parent.string(), ec.message());
+}
+
 }  // namespace cleave

@@ -3,7 +3,8 @@
 // the path, and never after the work it was meant to keep (a checkpoint.dir that is a file used to be found at
 // the first save).
 //
-// Invariant: these functions create, write and remove nothing. A path that does not exist yet passes when its
+// Invariant: the check_* functions create, write and remove nothing (create_parent_dirs, for the writer that
+// follows a passed check, creates the directories the check allowed). A path that does not exist yet passes when its
 // nearest existing ancestor is a directory this process may create entries in (access(2) W_OK | X_OK, which
 // also reports a read-only file system); anything else throws cleave::Error "<what> <path>: <why>".
 #pragma once
@@ -20,5 +21,9 @@ void check_output_dir(std::string_view what, const std::string& path);
 // `path` will be a new file: it does not exist (unless `may_exist`; then, if it does, it is a regular file that
 // can be written), and its directory is writable or can be created.
 void check_output_file(std::string_view what, const std::string& path, bool may_exist = false);
+
+// Creates the missing directories above the file `path` (the ones check_output_file found creatable), so
+// an ofstream opened next does not fail on a path the check passed. Throws cleave::Error naming `what`.
+void create_parent_dirs(std::string_view what, const std::string& path);
 
 }  // namespace cleave

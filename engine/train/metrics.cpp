@@ -13,8 +13,10 @@
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <iterator>
 
 #include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
 
 namespace cleave::train {
 namespace fs = std::filesystem;
@@ -56,18 +58,30 @@ StepCounts keep_metrics_through(const std::string& path, std::int64_t step) {
   StepCounts counts;
   std::error_code ec;
   if (!fs::exists(path, ec)) return counts;
-  std::ifstream in(path);
+  std::ifstream in(path, std::ios::binary);
   CLEAVE_CHECK(in.good(), "metrics file {}: cannot open for reading", path);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
   std::string kept;
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
+  std::size_t begin = 0;
+  for (int number = 1; begin < text.size(); ++number) {
+    const std::size_t newline = text.find('\n', begin);
+    const bool complete = newline != std::string::npos;  // a row is written with its newline in one write()
+    const std::string line = text.substr(begin, (complete ? newline : text.size()) - begin);
+    begin = complete ? newline + 1 : text.size();
     if (line.empty()) continue;
-    nlohmann::json row;
-    try {
-      row = nlohmann::json::parse(line);
-    } catch (const std::exception& e) {
-      CLEAVE_THROW("metrics file {}: line {} does not parse ({}); cannot resume into it", path, number, e.what());
+    nlohmann::json row = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (row.is_discarded() && !complete) {
+      // The last line, cut short without its newline (a crash, or a machine that went down, mid-row): the row
+      // never reached the file whole; the resumed run writes its step again if it is after the checkpoint.
+      log::warn("metrics file {}: its last line ({} bytes, no newline) is a row cut short; dropped", path,
+                line.size());
+      break;
     }
+    CLEAVE_CHECK(!row.is_discarded(),
+                 "metrics file {}: line {} does not parse as JSON; cannot resume into it: restore the file, or delete "
+                 "that line ({} bytes: \"{}\")",
+                 path, number, line.size(), line.substr(0, 40));
     if (row.value("step", std::int64_t{0}) > step) continue;
     kept += line + "\n";
     const auto count = [&row](const char* key) {
@@ -76,7 +90,6 @@ StepCounts keep_metrics_through(const std::string& path, std::int64_t step) {
     };
     counts = {count("nonfinite_steps"), count("skipped_steps")};
   }
-  in.close();
   write_text_file(path, kept);
   return counts;
 }

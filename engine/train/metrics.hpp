@@ -64,7 +64,8 @@ void write_text_file(const std::string& path, const std::string& text);
 
 // A resumed run at step k: keeps the rows of `path` whose "step" is <= k (in order) and drops the rest, so
 // appending from step k + 1 duplicates no step. A missing file is left missing. Returns the last kept row's
-// counts (zero when it has none). Throws Error naming the file and line when a row does not parse.
+// counts (zero when it has none). A last line cut short without its newline (a crash mid-row) is dropped with a
+// warning; any other row that does not parse throws Error naming the file, the line and the fix.
 StepCounts keep_metrics_through(const std::string& path, std::int64_t step);
 
 class MetricsWriter {

@@ -1,6 +1,7 @@
 // Resuming and restarting a run: see resume.hpp.
 #include "engine/train/resume.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -18,10 +19,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// A damaged file names itself: the parser's own text says neither which file nor what to do.
 nlohmann::json read_json(const fs::path& path) {
   std::ifstream in(path);
   CLEAVE_CHECK(in.good(), "--resume: cannot read {}", path.string());
-  return nlohmann::json::parse(in);
+  nlohmann::json doc = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  CLEAVE_CHECK(!doc.is_discarded(),
+               "--resume: {} is not valid JSON (damaged or cut short); restore it, or resume from an earlier "
+               "checkpoint with --resume {}/step_NNNNNNN",
+               path.string(), path.parent_path().parent_path().string());
+  return doc;
 }
 
 std::string read_text(const fs::path& path) {
@@ -64,8 +71,11 @@ std::vector<ConfigChange> check_resumed_config(RankSetup& setup, const std::stri
   throw_if_any_rank_failed(setup.world, error);
   if (setup.reports()) {
     for (const ConfigChange& c : changes) {
+      // A change neither free nor allowed is one the checkpoint loader refuses next (the model, the seed, ...):
+      // it is listed, but not as allowed.
+      const bool allowed_by_flag = !c.free && std::find(allowed.begin(), allowed.end(), c.key) != allowed.end();
       log::info("resume: config changed since the checkpoint: {}{}", c.describe(),
-                c.free ? "" : " (allowed by --allow-config-change)");
+                allowed_by_flag ? " (allowed by --allow-config-change)" : "");
     }
   }
   return changes;

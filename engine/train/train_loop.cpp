@@ -3,10 +3,13 @@
 // on world rank 0 (directory, config.json, metrics.jsonl, the progress line), the step loop (metrics rows,
 // evaluation and checkpoint cadence, the divergence check, the save-and-stop request), then the measured trace,
 // run.json and report.html, which a failed run gets too (of the steps it finished).
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <filesystem>
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/error.hpp"
@@ -42,13 +45,46 @@ double unix_seconds() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
 
+// The checkpoints a directory already holds (step_NNNNNNN/ and the latest pointer), for a message; none: empty.
+std::string held_checkpoints(const std::string& dir) {
+  std::error_code ec;
+  if (!std::filesystem::is_directory(dir, ec)) return {};
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "latest" || name.rfind("step_", 0) == 0) names.push_back(name);
+  }
+  std::sort(names.begin(), names.end());
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
+}
+
 // Every output path before any work: a checkpoint.dir that is a file, or an out_dir under one, is an error
-// now, not after the steps it was meant to keep. Every rank writes checkpoint files; rank 0 the run files.
-void check_output_paths(RankSetup& s, const std::string& checkpoints) {
+// now, not after the steps it was meant to keep. Every rank writes checkpoint files; rank 0 the run files. A
+// fresh run (no --resume) never writes over another run: an out_dir holding one, or a checkpoint.dir holding
+// checkpoints (another run's: the fresh run's saves would replace its steps and prune the rest), is refused
+// here, before the weights are read or a step is run.
+void check_output_paths(RankSetup& s, const std::string& checkpoints, bool fresh) {
   std::string error;
   try {
+    const bool saves = s.config.checkpoint.interval > 0 || s.config.checkpoint.save_final;
     if (s.reports()) check_output_dir("train.out_dir", s.config.train.out_dir);
-    if (s.config.checkpoint.interval > 0 || s.config.checkpoint.save_final) check_output_dir("checkpoint.dir", checkpoints);
+    if (saves) check_output_dir("checkpoint.dir", checkpoints);
+    if (fresh && s.reports()) {
+      const std::filesystem::path out = s.config.train.out_dir;
+      std::error_code ec;
+      // prepare_out_dir's refusal, without its directory creation (nothing is written before the checks pass).
+      if (std::filesystem::exists(out / "metrics.jsonl", ec) || std::filesystem::exists(out / "config.json", ec)) {
+        prepare_out_dir(out.string());
+      }
+      const std::string held = saves ? held_checkpoints(checkpoints) : std::string();
+      CLEAVE_CHECK(held.empty(),
+                   "checkpoint.dir {} already holds checkpoints ({}) of another run, which this fresh run's saves "
+                   "would replace and prune; nothing was written. Continue that run with --resume auto, or choose "
+                   "another directory with --set checkpoint.dir=...",
+                   checkpoints, held);
+    }
   } catch (const std::exception& e) {
     error = e.what();
   }
@@ -265,7 +301,7 @@ TrainSummary Trainer::train(const TrainOptions& options) {
   const auto& cfg = s.config;
   const std::string checkpoints = checkpoint_root();
   impl.throughput.peak = options.peak;
-  check_output_paths(s, checkpoints);
+  check_output_paths(s, checkpoints, /*fresh=*/options.resume.empty());
   CLEAVE_CHECK(options.init == nullptr || options.resume.empty(),
                "train: --init-from starts a fresh run from weights and --resume continues a run; give one of them");
   if (options.init != nullptr) load_weights(*options.init);

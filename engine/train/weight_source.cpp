@@ -64,6 +64,23 @@ WeightSource checkpoint_source(const std::string& path) {
   if (!fs::exists(fs::path(path) / "index.json")) {
     const auto latest = checkpoint::latest_step_dir(path);
     const bool run_dir = fs::is_directory(fs::path(path) / "checkpoints");
+    if (!latest) {
+      // A Hugging Face directory whose config.json does not parse is that, not "neither": say which file.
+      const fs::path config = fs::path(path) / "config.json";
+      std::string parse_error;
+      if (fs::is_regular_file(config)) {
+        try {
+          std::ifstream in(config, std::ios::binary);
+          (void)json::parse(in);
+        } catch (const json::exception& e) {
+          parse_error = e.what();
+        }
+      }
+      CLEAVE_CHECK(parse_error.empty(),
+                   "--init-from {}: {} is not valid JSON ({}); a Hugging Face model directory needs a config.json "
+                   "naming architectures or model_type: restore it (e.g. download it again)",
+                   path, config.string(), parse_error);
+    }
     CLEAVE_CHECK(latest.has_value(),
                  "--init-from {}: neither a Hugging Face model directory (a config.json naming architectures or "
                  "model_type) nor a Cleave checkpoint (no index.json, no complete step_NNNNNNN/){}",
@@ -181,6 +198,16 @@ config::RunConfig config_for_init(const std::string& config_path, const std::vec
                  key, have.dump(), config_path.empty() ? "the config" : config_path, value.dump(), source.model_origin,
                  key);
   }
+  // A model with a tokenizer of its own reads token ids of that tokenizer; data.type "text" feeds it raw bytes
+  // 0..255 as ids, which are other tokens to it (a training that runs and learns nothing it was meant to).
+  const std::string from = source.source.is_object() ? source.source.value("path", std::string()) : std::string();
+  const fs::path tokenizer = from.empty() ? fs::path() : fs::path(from) / "tokenizer.json";
+  CLEAVE_CHECK(config.data.type != config::DataType::kText || from.empty() || !fs::is_regular_file(tokenizer),
+               "train --init-from: the model has a tokenizer of its own ({}), but data.type is \"text\", which feeds "
+               "raw bytes 0..255 as token ids (other tokens to this model); tokenize the text with it: cleave "
+               "tokenize FILES --tokenizer {} --out DIR, then --set data.type=tokens --set data.path=DIR/train.bin "
+               "--set data.val_path=DIR/val.bin (docs/models.md, \"Fine-tuning a downloaded model\")",
+               tokenizer.string(), tokenizer.string());
   return config;
 }
 

@@ -78,6 +78,15 @@ ModelSpec make_moe_spec(const MoeConfig& given) {
   CLEAVE_CHECK_KEY(given.z_loss_coef >= 0.0, "model.z_loss_coef", "must be >= 0, got {}", given.z_loss_coef);
   CLEAVE_CHECK_KEY(given.bias_update_rate >= 0.0, "model.bias_update_rate", "must be >= 0, got {}",
                    given.bias_update_rate);
+  // The rate moves the sigmoid router's selection bias; the softmax router has none, so a rate set for it would be
+  // accepted and do nothing. The default (written into every resolved config) and 0 (off) stay accepted.
+  const double default_rate = MoeConfig{}.bias_update_rate;
+  CLEAVE_CHECK_KEY(router_kind(given.router) == RouterKind::kSigmoid || given.bias_update_rate == 0.0 ||
+                       given.bias_update_rate == default_rate,
+                   "model.bias_update_rate",
+                   "{} moves the sigmoid router's selection bias, and model.router is \"{}\" (no bias): set "
+                   "model.router \"sigmoid\" or remove model.bias_update_rate",
+                   given.bias_update_rate, given.router);
   const MoeConfig config = moe_defaults(given);
   ModelSpec spec = make_llama_spec(config);  // the attention's and the sizes' checks, llama's block order
   spec.type = ModelType::kMoe;

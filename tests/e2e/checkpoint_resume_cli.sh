@@ -93,6 +93,27 @@ grep -q "rank_00000.safetensors: checksum" broken.log || { cat broken.log; fail 
 [ -z "$(ls broken/checkpoints | grep -v step_0000004)" ] || fail "a failed resume wrote a checkpoint"
 echo "ok   corrupt checkpoint refused before any step: $(grep -o 'checkpoint file.*' broken.log | head -n 1)"
 
+# An index.json cut short (the latest checkpoint's): one error naming the file and an earlier checkpoint to use,
+# not the JSON parser's bare text; nothing written.
+cp -r one cutindex
+head -c 100 one/checkpoints/step_0000012/index.json > cutindex/checkpoints/step_0000012/index.json
+before=$(md5sum cutindex/metrics.jsonl)
+train 1 cutindex.log --set train.out_dir=cutindex --set train.steps=14 --resume auto && fail "a cut index.json was loaded"
+grep -q "error: --resume: cutindex/checkpoints/step_0000012/index.json is not valid JSON .*--resume cutindex/checkpoints/step_NNNNNNN" \
+  cutindex.log || { cat cutindex.log; fail "cut index.json message"; }
+[ "$before" = "$(md5sum cutindex/metrics.jsonl)" ] || fail "a failed resume changed metrics.jsonl"
+echo "ok   cut index.json refused: $(grep -o 'error: .*' cutindex.log | cut -c1-120)"
+
+# A model key changed on resume: the loader refuses it; the change is listed, but never as "allowed by
+# --allow-config-change" when no such flag was given.
+cp -r one remodel
+train 1 remodel.log --set train.out_dir=remodel --set model.d_model=16 --set train.steps=14 --resume auto \
+  && fail "a resume with another d_model was accepted"
+grep -q "saved from a different model: .*model.d_model: 32 in the checkpoint, 16 in the config" remodel.log \
+  || { cat remodel.log; fail "changed-model message"; }
+! grep -q "allowed by --allow-config-change" remodel.log || { cat remodel.log; fail "a refused model change was logged as allowed"; }
+echo "ok   a changed model key is refused and not logged as allowed"
+
 # A resume that would not continue the run's random streams: another seed, another global batch. Refused
 # with the key and the value that continues it; nothing written.
 cp -r one reseed
@@ -151,6 +172,9 @@ echo "ok   a changed optimizer.lr on resume: refused without the flag, recorded 
 "$cleave" export tp2pp2/checkpoints/step_0000012 --out tp.safetensors > export2.log 2>&1 || { cat export2.log; fail "export tp2pp2"; }
 "$cleave" export one/checkpoints --out one.safetensors > export3.log 2>&1 && fail "export overwrote an existing file"
 "$cleave" export one/checkpoints --out one16.safetensors --dtype bf16 > export4.log 2>&1 || { cat export4.log; fail "export bf16"; }
+# An --out in directories that do not exist yet: the check before the work allows it, so the export creates them.
+"$cleave" export one/checkpoints --out new/dir/one.safetensors > export5.log 2>&1 && cmp -s one.safetensors new/dir/one.safetensors \
+  || { cat export5.log; fail "export into a new directory"; }
 python3 - one.safetensors tp.safetensors one/checkpoints/step_0000012/rank_00000.safetensors one16.safetensors <<'PY' || fail "export check"
 import json, struct, sys
 def parse(path):

@@ -159,6 +159,21 @@ else
   echo "ok   existing-run: $(grep -m 1 prev <<<"$out")"
 fi
 
+# A fresh run whose checkpoint.dir holds another run's checkpoints is refused before any step (its saves would
+# replace that run's steps and prune the rest); the other run's checkpoints stay as they were, nothing is written.
+"$cleave" train --set train.out_dir=ck1 --set train.steps=2 --set checkpoint.interval=1 > ck1.log 2>&1 \
+  || { echo "FAIL ck1"; sed 's/^/    /' ck1.log; failures=$((failures + 1)); }
+ck_state() { ls ck1/checkpoints; cat ck1/checkpoints/latest; md5sum ck1/checkpoints/step_*/*; }
+before=$(ck_state)
+out=$("$cleave" train --set train.out_dir=ck2 --set train.steps=3 --set checkpoint.interval=1 --set checkpoint.keep_last=1 \
+      --set checkpoint.dir=ck1/checkpoints 2>&1); status=$?
+if [ $status -eq 0 ] || [ -e ck2 ] || [ "$before" != "$(ck_state)" ] ||
+   ! grep -q "checkpoint.dir ck1/checkpoints already holds checkpoints (latest, step_0000001, step_0000002) of another run.*--resume auto" <<<"$out"; then
+  echo "FAIL checkpoint-dir-of-another-run: status $status"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1))
+else
+  echo "ok   checkpoint-dir-of-another-run: $(grep -m 1 'already holds checkpoints' <<<"$out" | cut -c1-120)"
+fi
+
 # And a good run writes what docs/report.md promises, and says which communicator carried it: parallel.comm_backend
 # "auto" resolves to "mpi" on the CPU, in the log and in the resolved config.json.
 if "$cleave" train --set train.out_dir=good --set train.steps=3 --set train.log_interval=1 >good.log 2>&1 &&

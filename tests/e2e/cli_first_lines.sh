@@ -136,6 +136,9 @@ refuse logits-under-file $? logits.log afile/l.json
 expect logits-under-file logits.log <<'EOF'
 error: generate: --logits afile/l.json: afile is a file, not a directory, so nothing can be created under it; choose another path
 EOF
+# ... and a path whose directories do not exist yet passes that check, so the command creates them.
+"$cleave" generate run/checkpoints --prompt ab --tokens 2 --logits new/dir/l.json > logits_new.log 2>&1 && [ -s new/dir/l.json ] \
+  || { cat logits_new.log; echo "FAIL generate --logits into a new directory"; exit 1; }
 "$cleave" export run/checkpoints --out afile/w.safetensors > exportfile.log 2>&1
 refuse export-out-under-file $? exportfile.log afile/w.safetensors
 expect export-out-under-file exportfile.log <<'EOF'

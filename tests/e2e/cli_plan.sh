@@ -240,6 +240,15 @@ before=$(md5sum best.json)
 "$cleave" plan tiny.json --world 2 --write best.json > bad5.log 2>&1 && fail "--write overwrote a file"
 grep -q "best.json exists; not overwriting it" bad5.log || { cat bad5.log; fail "overwrite message"; }
 [ "$before" = "$(md5sum best.json)" ] || fail "best.json changed"
+# A --write or --json path that cannot be written fails before the search (minutes at a large --world), naming the
+# option: no header, no table; one whose directories do not exist yet is created.
+"$cleave" plan tiny.json --world 2 --write tiny.json/best.json > bad6.log 2>&1 && fail "--write under a file accepted"
+grep -q "error: plan: --write tiny.json/best.json" bad6.log && ! grep -q "cleave plan: tiny.json on 2 ranks" bad6.log \
+  || { cat bad6.log; fail "an unwritable --write was not refused before the search"; }
+"$cleave" plan tiny.json --world 2 --json tiny.json/plans.json > bad7.log 2>&1 && fail "--json under a file accepted"
+grep -q "error: plan: --json tiny.json/plans.json" bad7.log || { cat bad7.log; fail "an unwritable --json message"; }
+"$cleave" plan tiny.json --world 2 --write new/dir/best.json --json new/plans.json > newdir.log 2>&1 && \
+  [ -s new/dir/best.json ] && [ -s new/plans.json ] || { cat newdir.log; fail "--write / --json into new directories"; }
 "$cleave" plan tiny.json --world 16 --profile "$source_dir/profiles/h100_sxm.json" --top 1 > h100.log 2>&1 || { cat h100.log; fail "h100 profile"; }
 echo "ok   bad input refused: $(grep -o 'no plan fits the memory cap.*' bad2.log | cut -c1-100)..."
 

@@ -49,4 +49,23 @@ out=$("$cleave" simulate --schedule auto --stages 4 --microbatches 8 --memory-li
 out=$("$cleave" simulate --schedule dualpipev --stages 4 --microbatches 6 2>&1); status=$?
 [ $status -ne 0 ] && grep -q 'needs at least 2 × pp_size = 8 micro-batches per step, got 6' <<<"$out" ||
   fail "dualpipev too few: $out"
+# Output files are new: an existing one (a config, say, given by a typo) is refused before any work and left as
+# it was; one in a directory that does not exist yet is written there.
+echo '{"keep": 1}' > keep.json
+for flag in --svg --trace --save; do
+  out=$("$cleave" simulate --schedule 1f1b --stages 4 --microbatches 8 $flag keep.json 2>&1); status=$?
+  [ $status -ne 0 ] && grep -q -- "simulate: $flag keep.json already exists; nothing was written" <<<"$out" &&
+    [ "$(cat keep.json)" = '{"keep": 1}' ] || fail "$flag over an existing file: $status $out"
+done
+out=$("$cleave" simulate --config /dev/null --world 1 --svg keep.json 2>&1); status=$?
+[ $status -ne 0 ] && grep -q -- "--svg keep.json already exists" <<<"$out" || fail "simulate --config --svg over a file: $out"
+"$cleave" simulate --schedule zb_v --stages 4 --microbatches 8 --svg new/a.svg --trace new/a.json --save new/a.sched \
+  > /dev/null 2>&1 && [ -s new/a.svg ] && [ -s new/a.json ] && [ -s new/a.sched ] || fail "outputs into a new directory"
+# Sizes that would run for hours are refused at once with the bound.
+out=$("$cleave" simulate --schedule zb_v --stages 100000 --microbatches 8 2>&1); status=$?
+[ $status -ne 0 ] && grep -q -- "--stages expects a whole number >= 1 and <= 1024, got '100000'" <<<"$out" ||
+  fail "huge --stages: $status $out"
+out=$("$cleave" simulate --schedule 1f1b --stages 4 --microbatches 100000000 2>&1); status=$?
+[ $status -ne 0 ] && grep -q -- "--microbatches expects a whole number >= 1 and <= 65536" <<<"$out" ||
+  fail "huge --microbatches: $status $out"
 echo "ok   bad input rejected with one-line errors"

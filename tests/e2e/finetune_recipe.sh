@@ -15,7 +15,8 @@
 #    from layer 1 on): tp2 x pp2 against one rank, and each window changes the loss (the same weights without it
 #    give another);
 #  - bad input, one error naming it, nothing written: seq_len above the maximum, a relabelled Mistral, an
-#    unknown config key, a model_type that contradicts architectures.
+#    unknown config key, a model_type that contradicts architectures, byte-level text data on a model with a
+#    tokenizer.json of its own, a config.json cut short.
 # Usage: finetune_recipe.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
 cleave=$1; src=$2; shift 2
@@ -141,6 +142,13 @@ refuse "seq_len above the maximum" "model.seq_len 33 is above the model's maximu
   run1 -- "$cleave" train --init-from llama --set model.seq_len=33 --set train.out_dir=run1
 refuse "seq_len above the maximum (checkpoint)" "model.seq_len 40 is above the model's maximum 32" \
   run2 -- "$cleave" train --init-from source --set model.seq_len=40 --set train.out_dir=run2
+# Byte-level text data on a model with a tokenizer of its own: the bytes would be other tokens to it.
+refuse "text data on a model with its own tokenizer" 'llama/tokenizer.json), but data.type is "text"' run7 -- \
+  "$cleave" train --init-from llama --set model.seq_len=8 --set data.type=text --set data.path=a.txt --set train.out_dir=run7
+# A model directory whose config.json does not parse is named as such, not as "neither a model nor a checkpoint".
+cp -r llama cut && head -c 40 llama/config.json > cut/config.json
+refuse "config.json cut short (--init-from)" "cut/config.json is not valid JSON" run8 -- \
+  "$cleave" train --init-from cut --set model.seq_len=8 --set train.out_dir=run8
 cp -r mistral relabelled && python3 -c "
 import json; c = json.load(open('relabelled/config.json')); c.update(architectures=['LlamaForCausalLM'], model_type='llama')
 json.dump(c, open('relabelled/config.json', 'w'))"

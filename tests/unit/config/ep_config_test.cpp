@@ -48,6 +48,16 @@ TEST(EpConfig, ExpertsNotDivisibleByEpAreRefused) {
                {"parallel.expert_model_parallel_size", "3 does not divide model.n_experts 4", "{1, 2, 4}"});
 }
 
+// The sizes the message offers pass every rule it knows: with parallel.data_parallel_size set, ep 4 (a divisor of
+// the experts) does not divide dp 2 and is not offered (following the hint once led to a second error).
+TEST(EpConfig, ExpertsNotDivisibleOffersOnlySizesTheSetDpAllows) {
+  const std::string message =
+      error_of(kMoe, {"parallel.expert_model_parallel_size=3", "parallel.data_parallel_size=2"});
+  expect_error(message, {"3 does not divide model.n_experts 4", "must divide the dp × cp = 2 ranks",
+                         "use expert_model_parallel_size in {1, 2}"});
+  EXPECT_EQ(message.find("{1, 2, 4}"), std::string::npos) << message;
+}
+
 TEST(EpConfig, EpNotDividingDpTimesCpIsRefused) {
   // At resolve: 6 ranks give dp 6, which 4 does not divide.
   expect_error(error_of(kMoe, {"parallel.expert_model_parallel_size=4"}, 6),

@@ -55,6 +55,14 @@ TEST(MoeConfig, BadInputNamesTheKeyAndTheNumbers) {
                {"model.ffn_hidden_size", "30 is not divisible by parallel.tensor_model_parallel_size 4",
                 "every expert's SwiGLU columns"});
   expect_error(R"({"model": {"type": "moe", "aux_loss_coef": -1}})", {"model.aux_loss_coef"});
+  // A balancing rate for the softmax router (which has no bias) would be accepted and do nothing; the default and
+  // 0 stay accepted (every resolved config writes the key), and the sigmoid router takes any rate.
+  expect_error(R"({"model": {"type": "moe", "bias_update_rate": 0.01}})",
+               {"model.bias_update_rate", "0.01 moves the sigmoid router's selection bias", "\"softmax\"",
+                "set model.router \"sigmoid\""});
+  EXPECT_NO_THROW(parse_config(R"({"model": {"type": "moe", "bias_update_rate": 0}})"));
+  EXPECT_NO_THROW(parse_config(to_json(parse_config(R"({"model": {"type": "moe"}})")), "resolved"));
+  EXPECT_NO_THROW(parse_config(R"({"model": {"type": "moe", "router": "sigmoid", "bias_update_rate": 0.01}})"));
 }
 
 }  // namespace

@@ -112,6 +112,39 @@ TEST(MetricsWriter, ResumeKeepsRowsThroughTheStepAndAppends) {
   fs::remove_all(root);
 }
 
+// A crash mid-row leaves a last line without its newline: the resume drops it and keeps the rows before it. A
+// damaged row elsewhere is refused naming the file, the line and the fix, and the file is left as it was.
+TEST(MetricsWriter, ResumeDropsALastRowCutShortAndRefusesADamagedOne) {
+  const fs::path root = temp_dir("cut");
+  fs::create_directories(root);
+  const fs::path path = root / "metrics.jsonl";
+  {
+    MetricsWriter writer(path.string());
+    for (int step = 1; step <= 3; ++step) writer.write(sample_metrics(step));
+  }
+  const std::string whole = read_file(path);
+  {
+    std::ofstream(path, std::ios::app) << "{\"step\": 4, \"lo";  // cut short, no newline
+  }
+  EXPECT_NO_THROW(keep_metrics_through(path.string(), 3));
+  EXPECT_EQ(read_file(path), whole);
+  // The same bytes with a newline are a damaged row, not a cut-short one.
+  {
+    std::ofstream(path, std::ios::app) << "garbage\n";
+  }
+  const std::string damaged = read_file(path);
+  try {
+    keep_metrics_through(path.string(), 3);
+    ADD_FAILURE() << "a damaged row was accepted";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(path.string() + ": line 4 does not parse"), std::string::npos) << message;
+    EXPECT_NE(message.find("delete that line"), std::string::npos) << message;
+  }
+  EXPECT_EQ(read_file(path), damaged);
+  fs::remove_all(root);
+}
+
 TEST(MetricsWriter, OneFlushedJsonObjectPerStep) {
   const fs::path root = temp_dir("writer");
   fs::create_directories(root);

@@ -102,7 +102,11 @@ TEST(TokenBlend, RefusesAnEmptyGlobBadWeightsAndATooLargeVocabulary) {
   expect_error([&] { (void)blend_config({"data.paths=[\"a.bin\", \"b.bin\"]", "data.weights=[1]"}); },
                {"data.weights", "1 entries", "data.paths has 2"});
   expect_error([&] { (void)blend_config({"data.paths=[\"a.bin\"]", "data.weights=[-1]"}); }, {"data.weights[0]"});
-  expect_error([&] { (void)blend_config({"data.paths=[\"a.bin\"]", "data.path=b.bin"}); }, {"data.paths", "data.path"});
+  // Both given: the message names the path to drop and how to clear it from the command line, where a config
+  // file's data.path (every example has one) cannot be deleted: `--set data.path=` clears it, and then trains.
+  expect_error([&] { (void)blend_config({"data.paths=[\"a.bin\"]", "data.path=b.bin"}); },
+               {"data.paths", "data.path \"b.bin\"", "--set data.path="});
+  EXPECT_TRUE(blend_config({"data.path=b.bin", "data.paths=[\"a.bin\"]", "data.path="}).data.path.empty());
   // A manifest (cleave tokenize's) saying the tokenizer has more ids than the model embeds.
   TokenManifest m;
   m.bits = 32;

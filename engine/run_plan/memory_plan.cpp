@@ -584,6 +584,19 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     in_flight -= bytes;
     return bytes;
   };
+  // A rank holding the first and the last stage (ZB-V, DualPipeV) reads a micro-batch's data twice: the first stage's
+  // F takes its inputs, and its targets (i32, the loss block's rows) wait in the executor until the last stage's F
+  // takes them into the loss's stash (pipeline/executor.cpp, take_data). Before they were counted the plan was 512 B
+  // under the measured peak on rank 0 at pp2 under ZB-V and DualPipeV (two micro-batches' targets, T 32, micro-batch
+  // 2: ScheduleMemory.EveryScheduleFollowsThePlan).
+  const int last_stage = plan.num_stages() - 1;
+  const auto& loss_block = plan.spec.blocks.back();
+  const std::int64_t targets_bytes =
+      last_stage > 0 && plan.stage_to_rank(0) == pp_rank && plan.stage_to_rank(last_stage) == pp_rank &&
+              loss_block.kind == partition::BlockKind::kSoftmaxCrossEntropy
+          ? loss_block.input.rows() * static_cast<std::int64_t>(sizeof(std::int32_t))
+          : 0;
+  std::set<int> targets_waiting;  // micro-batches whose targets the executor holds
   std::int64_t held = 0, peak_stash = 0;
   std::int64_t sending = 0;  // the previous compute action's sent output, until this one's end
   for (std::size_t i = 0; i < actions.size(); ++i) {
@@ -603,6 +616,8 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       case pipeline::ActionKind::kForward:
         take(forward_in, key);  // the input becomes the stash
         held += sm.forward_stash;
+        if (targets_bytes > 0 && a.stage == 0 && targets_waiting.insert(a.microbatch).second) in_flight += targets_bytes;
+        if (a.stage == last_stage && targets_waiting.erase(a.microbatch) > 0) in_flight -= targets_bytes;
         output = stage_out[st];
         break;
       case pipeline::ActionKind::kBackwardInput:
@@ -730,7 +745,11 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // Mixed precision: bf16 activations and boundary tensors (statistics kept in f32 are a few bytes per row, not
   // counted). The boundary tensors in flight are in peak_stash (the walk above). History: a flat two receives and
   // the send just posted (ZB-V at pp2, d256 GPT: +2.4% / -1.2% measured; ZB-H2 and interleaved at micro-batch 16
-  // +6.0..+7.1%; zb_h1 at tp2 x pp2 +1.1..7.8%); the walk was measured at zb_h1 tp2 x pp2 only.
+  // +6.0..+7.1%; zb_h1 at tp2 x pp2 +1.1..7.8%). The walk, measured at zb_h1 tp2 x pp2
+  // (SequenceParallel.SplitBackwardMemoryFollowsThePlan) and at ZB-H2, interleaved 1F1B, ZB-V and DualPipeV at pp2
+  // and tp2 x pp2 with and without sequence parallelism (ScheduleMemory.EveryScheduleFollowsThePlan): every rank
+  // within one boundary tensor of the measured activation peak, two on a loaded machine (a send completing later
+  // than the test after the next compute action, or sooner).
   at(MemoryCategory::kActivations) = peak_stash * micro / (bf16 ? 2 : 1) / cp;
   // Workspace: the largest block output of a micro-batch (a transient output or gradient; the allocator's
   // workspace peak equalled it in every fp32 layout measured, pp2 1F1B / ZB-V / interleaved, dp2 ZeRO-1; tp2

@@ -38,7 +38,9 @@
 //                    × micro-batch; plus the boundary tensors in flight at each point of the walk: the receive
 //                    buffers posted and not yet consumed (a communication block's own and the next block's, posted
 //                    early), an I's or B's dy through it, an action's output at its end and, when sent, through the
-//                    next compute action, an output handed to a stage of the same rank until consumed
+//                    next compute action, an output handed to a stage of the same rank until consumed, and on a
+//                    rank holding the first and the last stage (ZB-V, DualPipeV) a micro-batch's targets from the
+//                    first stage's F to the last stage's
 //   communication    parallel.grad_reduce_dtype bf16 with dp > 1: a bf16 twin of every gradient bucket (per
 //                    micro-batch: of the largest, one in flight at a time); plus, under context parallelism, the
 //                    K/V exchange buffers of one attention block (cp_exchange_bytes, the largest of the rank's):

@@ -60,8 +60,7 @@ kc::GemmSlicing slicing(const Context& ctx) {
 
 // The library for this GEMM (device.blas; "auto" resolved per operand dtype by cpu_blas.hpp's rule).
 CpuGemmChoice gemm_choice(const Context& ctx, bool bf16_operands) {
-  static const CpuBlasFacts facts = build_cpu_blas_facts(kc::onednn_bf16_instructions());  // fixed per process
-  return choose_cpu_gemm(ctx.cpu_blas, bf16_operands, facts);
+  return resolved_cpu_gemm(ctx.cpu_blas, bf16_operands);
 }
 
 kc::GemmBackend gemm_library(CpuBlas library) {
@@ -906,5 +905,10 @@ void configure_cpu_threads(int threads) { kc::configure_kernel_threads(threads);
 int cpu_threads() { return kc::kernel_threads(); }
 
 std::string cpu_blas_description() { return kc::blas_config() + " (core " + kc::blas_core_name() + ")"; }
+
+CpuGemmChoice resolved_cpu_gemm(CpuBlas requested, bool bf16_operands) {
+  static const CpuBlasFacts facts = build_cpu_blas_facts(kc::onednn_bf16_instructions());  // fixed per process
+  return choose_cpu_gemm(requested, bf16_operands, facts);
+}
 
 }  // namespace cleave::ops

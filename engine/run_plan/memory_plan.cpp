@@ -532,7 +532,8 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   const bool on_cpu = config.device.type == DeviceType::kCpu;
   const bool widens = bf16 && on_cpu && !cpu.bf16_gemm.bf16_kernels;  // see cpu_bf16_widening_bytes
   std::int64_t param_bytes = 0;   // f32 bytes of the parameters one tp rank of this pp rank holds (all E experts)
-  std::int64_t largest_output = 0, widening = 0;
+  std::int64_t largest_output = 0;
+  std::int64_t cpu_scratch = 0;   // the CPU kernels' scratch: bf16 operands widened, the attention kernel's blocks
   std::int64_t expert_bytes = 0;  // f32 bytes of the routed experts of the rank's blocks (all E of each), ÷ tp
   std::int64_t cp_exchange = 0;   // the largest cp exchange of the rank's attention blocks (one runs at a time)
   // Per stage held by this rank, per sample: its blocks' costs in model order (one tp rank's).
@@ -564,10 +565,10 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       stage_blocks[static_cast<std::size_t>(stage)].push_back(a);
       largest_output = std::max(largest_output, a.output_bytes);
       if (widens) {
-        widening = std::max(widening, cpu_bf16_widening_bytes(block, a, recompute, tp, micro));
+        cpu_scratch = std::max(cpu_scratch, cpu_bf16_widening_bytes(block, a, recompute, tp, micro));
       }
       // The CPU attention kernel's per-thread scratch (whole sequences; under cp its chunks' are not counted).
-      if (on_cpu && cp == 1) widening = std::max(widening, cpu_attention_scratch_bytes(block, cpu.threads, bf16));
+      if (on_cpu && cp == 1) cpu_scratch = std::max(cpu_scratch, cpu_attention_scratch_bytes(block, cpu.threads, bf16));
     }
     // Boundary tensors: what the stage receives (the previous block's output) and what it sends (its own).
     // Under sequence parallelism they are one tp rank's sequence shards.
@@ -623,7 +624,8 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // F takes its inputs, and its targets (i32, the loss block's rows) wait in the executor until the last stage's F
   // takes them into the loss's stash (pipeline/executor.cpp, take_data). Before they were counted the plan was 512 B
   // under the measured peak on rank 0 at pp2 under ZB-V and DualPipeV (two micro-batches' targets, T 32, micro-batch
-  // 2: ScheduleMemory.EveryScheduleFollowsThePlan).
+  // 2: ScheduleMemory.EveryScheduleFollowsThePlan). Under bf16 they are halved with the walk's other bytes (2 B per
+  // token under the i32 they are), as the f32 statistics are.
   const int last_stage = plan.num_stages() - 1;
   const auto& loss_block = plan.spec.blocks.back();
   const std::int64_t targets_bytes =
@@ -790,7 +792,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // workspace peak equalled it in the fp32 layouts measured before attention became memory-efficient), the CPU
   // attention kernel's scratch (which is the measured fp32 workspace now: 10,368 B per rank at one thread in
   // ScheduleMemory.EveryScheduleFollowsThePlan, +4..36 B), or CPU bf16's widened operands.
-  at(MemoryCategory::kWorkspace) = std::max(largest_output * micro / cp, widening / cp);
+  at(MemoryCategory::kWorkspace) = std::max(largest_output * micro / cp, cpu_scratch / cp);
   // Context parallelism's K/V exchange buffers: one attention block's at a time, on top of the gradient
   // reduction's bf16 twins (which may be alive meanwhile: the persistent ones are). Measured against the allocator's
   // communication peak in ContextParallel.ActivationMemoryFollowsThePlan.

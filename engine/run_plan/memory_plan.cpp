@@ -51,13 +51,15 @@ std::int64_t tp_rank_own_count(const partition::BlockSpec& block, const partitio
   return tp_rank_param_count(block, cost, tp) - (holds_table ? table : 0) - experts;
 }
 
-// CPU mixed precision on the widened GEMM path (device.blas openblas or blis, or a CPU without bf16 instructions):
-// a GEMM's three bf16 operands are widened into f32 scratch for the GEMM's duration (kernels/ops/cpu_f32_view.hpp,
-// the weight's working copy included), and an op that widens a block's output whole holds three such tensors.
-// Elementwise ops, attention and cross-entropy widen per chunk, block or row into per-thread scratch
-// (kernels/ops/cpu_chunked_view.hpp, kernels/cpu/flash_attention.hpp: a few KiB per thread, not counted).
-// Under device.blas auto on a CPU with bf16 instructions the GEMMs run on oneDNN's bf16 kernels without widening,
-// and this figure is an upper bound (the plan does not read the machine). Bytes for `micro` samples on one tp rank.
+// CPU mixed precision on the widened GEMM path (CpuKernels::bf16_gemm.bf16_kernels false: device.blas openblas or
+// blis, or a CPU without bf16 instructions): a GEMM's three bf16 operands are widened into f32 scratch for the GEMM's
+// duration (kernels/ops/cpu_f32_view.hpp, the weight's working copy included), and an op that widens a block's output
+// whole holds three such tensors. On oneDNN's bf16 kernels (device.blas auto or onednn on a CPU with bf16
+// instructions) the GEMMs widen nothing but a bias row, and the training step's all-bf16 calls of the other ops widen
+// per chunk, block or row (kernels/ops/cpu_chunked_view.hpp, rope, kernels/cpu/flash_attention.hpp): the workspace
+// is then the attention kernel's scratch (cpu_attention_scratch_bytes). Measured on a CPU with bf16 instructions
+// (TrainE2E.Bf16WorkspacePlanMatchesTheAllocator, tiny GPT): 49,608 B at micro-batch 1 and 49,560 B at 4, the
+// attention scratch's 49,536 B, where this figure gave 24,576 and 98,304. Bytes for `micro` samples on one tp rank.
 std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const partition::BlockCost& shard,
                                      partition::Recompute recompute, int tp, std::int64_t micro) {
   const partition::BlockWork work = partition::block_work(block, DType::kBF16, recompute, tp, micro);
@@ -476,7 +478,37 @@ std::string MemoryPlan::breakdown() const {
   return out + "total " + format_bytes(total());
 }
 
+CpuKernels unresolved_cpu_kernels(const config::RunConfig& config) {
+  CpuKernels cpu;
+  cpu.bf16_gemm = ops::choose_cpu_gemm(config.device.blas, /*bf16_operands=*/true,
+                                       ops::build_cpu_blas_facts(/*onednn_bf16_instructions=*/false));
+  return cpu;
+}
+
+// The per-thread floats of kernels/cpu/flash_attention.cpp (per_thread_floats, its block sizes kFlashBlockQ 64 and
+// kFlashBlockK 128): the forward's score block, accumulator and row statistics, the backward's two score blocks and
+// key-block gradients; bf16 adds the widened q, k, v blocks and the backward's f32 dQ of a kv head's query heads.
+// Kept equal to the kernel's by MemoryPlanCpu.AttentionScratchIsTheKernels (tests/unit/run_plan).
+std::int64_t cpu_attention_scratch_bytes(const partition::BlockSpec& block, int threads, bool bf16) {
+  if (block.n_heads <= 0 || threads <= 0) return 0;
+  const std::int64_t t = block.seq_len, hd = block.in_features / block.n_heads;
+  const std::int64_t kv_heads = block.n_kv_heads > 0 ? block.n_kv_heads : block.n_heads;
+  const std::int64_t group = block.n_heads / kv_heads;  // the same at every tp (both are split by it)
+  const std::int64_t bq = std::max<std::int64_t>(1, std::min<std::int64_t>(64, t));
+  const std::int64_t bk = std::max<std::int64_t>(1, std::min<std::int64_t>(128, t));
+  const std::int64_t forward = bq * bk + bq * hd + 2 * bq, backward = 2 * bq * bk + bq + 2 * bk * hd;
+  const std::int64_t floats = bf16 ? std::max(forward + bq * hd + 2 * bk * hd,
+                                              backward + 3 * bq * hd + 2 * bk * hd + group * t * hd + hd)
+                                   : std::max(forward, backward);
+  return 4 * threads * floats;
+}
+
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, double ep_imbalance) {
+  return estimate_rank_memory(plan, config, pp_rank, unresolved_cpu_kernels(config), ep_imbalance);
+}
+
+MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, const CpuKernels& cpu,
+                                double ep_imbalance) {
   const int tp = config.parallel.tensor_model_parallel_size;
   // Parameters: whole-model (÷ tp below); activations: one tp rank's (the cost model's tp layout).
   const partition::Recompute recompute = config.train.recompute;
@@ -497,9 +529,11 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       : ep_imbalance > 0 ? ep_imbalance
                          : partition::workload_ep_imbalance(plan.spec, config.resolved_batch().micro_batch_size, cp, ep);
   const bool bf16 = config.device.precision == config::Precision::kBf16;
-  const bool widens = bf16 && config.device.type == DeviceType::kCpu;  // see cpu_bf16_widening_bytes
+  const bool on_cpu = config.device.type == DeviceType::kCpu;
+  const bool widens = bf16 && on_cpu && !cpu.bf16_gemm.bf16_kernels;  // see cpu_bf16_widening_bytes
   std::int64_t param_bytes = 0;   // f32 bytes of the parameters one tp rank of this pp rank holds (all E experts)
-  std::int64_t largest_output = 0, widening = 0;
+  std::int64_t largest_output = 0;
+  std::int64_t cpu_scratch = 0;   // the CPU kernels' scratch: bf16 operands widened, the attention kernel's blocks
   std::int64_t expert_bytes = 0;  // f32 bytes of the routed experts of the rank's blocks (all E of each), ÷ tp
   std::int64_t cp_exchange = 0;   // the largest cp exchange of the rank's attention blocks (one runs at a time)
   // Per stage held by this rank, per sample: its blocks' costs in model order (one tp rank's).
@@ -531,8 +565,10 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       stage_blocks[static_cast<std::size_t>(stage)].push_back(a);
       largest_output = std::max(largest_output, a.output_bytes);
       if (widens) {
-        widening = std::max(widening, cpu_bf16_widening_bytes(block, a, recompute, tp, micro));
+        cpu_scratch = std::max(cpu_scratch, cpu_bf16_widening_bytes(block, a, recompute, tp, micro));
       }
+      // The CPU attention kernel's per-thread scratch (whole sequences; under cp its chunks' are not counted).
+      if (on_cpu && cp == 1) cpu_scratch = std::max(cpu_scratch, cpu_attention_scratch_bytes(block, cpu.threads, bf16));
     }
     // Boundary tensors: what the stage receives (the previous block's output) and what it sends (its own).
     // Under sequence parallelism they are one tp rank's sequence shards.
@@ -584,6 +620,20 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
     in_flight -= bytes;
     return bytes;
   };
+  // A rank holding the first and the last stage (ZB-V, DualPipeV) reads a micro-batch's data twice: the first stage's
+  // F takes its inputs, and its targets (i32, the loss block's rows) wait in the executor until the last stage's F
+  // takes them into the loss's stash (pipeline/executor.cpp, take_data). Before they were counted the plan was 512 B
+  // under the measured peak on rank 0 at pp2 under ZB-V and DualPipeV (two micro-batches' targets, T 32, micro-batch
+  // 2: ScheduleMemory.EveryScheduleFollowsThePlan). Under bf16 they are halved with the walk's other bytes (2 B per
+  // token under the i32 they are), as the f32 statistics are.
+  const int last_stage = plan.num_stages() - 1;
+  const auto& loss_block = plan.spec.blocks.back();
+  const std::int64_t targets_bytes =
+      last_stage > 0 && plan.stage_to_rank(0) == pp_rank && plan.stage_to_rank(last_stage) == pp_rank &&
+              loss_block.kind == partition::BlockKind::kSoftmaxCrossEntropy
+          ? loss_block.input.rows() * static_cast<std::int64_t>(sizeof(std::int32_t))
+          : 0;
+  std::set<int> targets_waiting;  // micro-batches whose targets the executor holds
   std::int64_t held = 0, peak_stash = 0;
   std::int64_t sending = 0;  // the previous compute action's sent output, until this one's end
   for (std::size_t i = 0; i < actions.size(); ++i) {
@@ -603,6 +653,8 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       case pipeline::ActionKind::kForward:
         take(forward_in, key);  // the input becomes the stash
         held += sm.forward_stash;
+        if (targets_bytes > 0 && a.stage == 0 && targets_waiting.insert(a.microbatch).second) in_flight += targets_bytes;
+        if (a.stage == last_stage && targets_waiting.erase(a.microbatch) > 0) in_flight -= targets_bytes;
         output = stage_out[st];
         break;
       case pipeline::ActionKind::kBackwardInput:
@@ -730,12 +782,17 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // Mixed precision: bf16 activations and boundary tensors (statistics kept in f32 are a few bytes per row, not
   // counted). The boundary tensors in flight are in peak_stash (the walk above). History: a flat two receives and
   // the send just posted (ZB-V at pp2, d256 GPT: +2.4% / -1.2% measured; ZB-H2 and interleaved at micro-batch 16
-  // +6.0..+7.1%; zb_h1 at tp2 x pp2 +1.1..7.8%); the walk was measured at zb_h1 tp2 x pp2 only.
+  // +6.0..+7.1%; zb_h1 at tp2 x pp2 +1.1..7.8%). The walk, measured at zb_h1 tp2 x pp2
+  // (SequenceParallel.SplitBackwardMemoryFollowsThePlan) and at ZB-H2, interleaved 1F1B, ZB-V and DualPipeV at pp2
+  // and tp2 x pp2 with and without sequence parallelism (ScheduleMemory.EveryScheduleFollowsThePlan): every rank
+  // within one boundary tensor of the measured activation peak, two on a loaded machine (a send completing later
+  // than the test after the next compute action, or sooner).
   at(MemoryCategory::kActivations) = peak_stash * micro / (bf16 ? 2 : 1) / cp;
   // Workspace: the largest block output of a micro-batch (a transient output or gradient; the allocator's
-  // workspace peak equalled it in every fp32 layout measured, pp2 1F1B / ZB-V / interleaved, dp2 ZeRO-1; tp2
-  // half of it), or CPU bf16's widened operands.
-  at(MemoryCategory::kWorkspace) = std::max(largest_output * micro / cp, widening / cp);
+  // workspace peak equalled it in the fp32 layouts measured before attention became memory-efficient), the CPU
+  // attention kernel's scratch (which is the measured fp32 workspace now: 10,368 B per rank at one thread in
+  // ScheduleMemory.EveryScheduleFollowsThePlan, +4..36 B), or CPU bf16's widened operands.
+  at(MemoryCategory::kWorkspace) = std::max(largest_output * micro / cp, cpu_scratch / cp);
   // Context parallelism's K/V exchange buffers: one attention block's at a time, on top of the gradient
   // reduction's bf16 twins (which may be alive meanwhile: the persistent ones are). Measured against the allocator's
   // communication peak in ContextParallel.ActivationMemoryFollowsThePlan.
@@ -744,11 +801,11 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   return m;
 }
 
-std::string memory_plan_violation(const Plan& plan, const config::RunConfig& config) {
+std::string memory_plan_violation(const Plan& plan, const config::RunConfig& config, const CpuKernels& cpu) {
   const std::int64_t cap = config.device.memory_limit;
   if (cap <= 0) return {};
   for (int r = 0; r < plan.schedule.pp_size; ++r) {
-    const MemoryPlan m = estimate_rank_memory(plan, config, r);
+    const MemoryPlan m = estimate_rank_memory(plan, config, r, cpu);
     if (m.total() <= cap) continue;
     const std::int64_t activations = m.bytes[static_cast<std::size_t>(MemoryCategory::kActivations)];
     // Recomputation is usually the cheapest fix when activations dominate: this plan's estimate under each
@@ -759,7 +816,7 @@ std::string memory_plan_violation(const Plan& plan, const config::RunConfig& con
       if (current == partition::Recompute::kFull || current == mode) continue;
       config::RunConfig stronger = config;
       stronger.train.recompute = mode;
-      const MemoryPlan with = estimate_rank_memory(plan, stronger, r);
+      const MemoryPlan with = estimate_rank_memory(plan, stronger, r, cpu);
       recompute += fmt::format(", train.recompute={} needs about {} (activations {}{})", mode,
                                format_bytes(with.total()),
                                format_bytes(with.bytes[static_cast<std::size_t>(MemoryCategory::kActivations)]),
@@ -771,7 +828,7 @@ std::string memory_plan_violation(const Plan& plan, const config::RunConfig& con
       for (int stage = config.optimizer.zero_stage + 1; stage <= 3; ++stage) {
         config::RunConfig sharded = config;
         sharded.optimizer.zero_stage = stage;
-        const MemoryPlan with = estimate_rank_memory(plan, sharded, r);
+        const MemoryPlan with = estimate_rank_memory(plan, sharded, r, cpu);
         zero += fmt::format(", optimizer.zero_stage={} needs about {}{}", stage, format_bytes(with.total()),
                             with.total() <= cap ? " (fits)" : "");
       }

@@ -38,7 +38,9 @@
 //                    × micro-batch; plus the boundary tensors in flight at each point of the walk: the receive
 //                    buffers posted and not yet consumed (a communication block's own and the next block's, posted
 //                    early), an I's or B's dy through it, an action's output at its end and, when sent, through the
-//                    next compute action, an output handed to a stage of the same rank until consumed
+//                    next compute action, an output handed to a stage of the same rank until consumed, and on a
+//                    rank holding the first and the last stage (ZB-V, DualPipeV) a micro-batch's targets from the
+//                    first stage's F to the last stage's
 //   communication    parallel.grad_reduce_dtype bf16 with dp > 1: a bf16 twin of every gradient bucket (per
 //                    micro-batch: of the largest, one in flight at a time); plus, under context parallelism, the
 //                    K/V exchange buffers of one attention block (cp_exchange_bytes, the largest of the rank's):
@@ -56,8 +58,10 @@
 //                    those rows; partition/ep_costs.hpp) and the attention's; ZeRO 1-2 shard the
 //                    experts' state over the dp x cp / ep ranks holding them: the same bytes per rank as at ep 1;
 //                    ZeRO-3 with ep is not counted apart
-//   workspace        the largest block output of a micro-batch (a transient output or gradient); under
-//                    bf16 on the CPU at least the widest kernel's operands widened to f32
+//   workspace        the largest of: a micro-batch's largest block output (a transient output or gradient); on
+//                    the CPU the attention kernel's scratch (per thread: CpuKernels::threads); under bf16 on the
+//                    CPU's widened GEMM path (CpuKernels::bf16_gemm) the widest GEMM's operands widened to f32, or
+//                    three block outputs (an op widening its operands whole)
 // It is an estimate; the allocator's cap still enforces the real limit at run time, and the measured peaks
 // (metrics.jsonl peak_bytes) show how close it was.
 #pragma once
@@ -71,6 +75,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/run_plan/plan.hpp"
+#include "kernels/ops/cpu_blas.hpp"
 #include "partition/cost_model.hpp"
 
 namespace cleave::run_plan {
@@ -86,10 +91,35 @@ struct MemoryPlan {
   std::string breakdown() const;  // "parameters 1.2 MiB, gradients ..., total ..."
 };
 
+// What the plan reads of the CPU kernels a run uses, resolved before the plan by the caller from device.blas and the
+// machine (the trainer: cpu_kernels_of in engine/train/rank_setup.hpp); read only when device.type is cpu.
+struct CpuKernels {
+  // The GEMM choice for bf16 operands (ops::resolved_cpu_gemm(config.device.blas, true)): widened into f32 workspace
+  // (bf16_kernels false: device.blas openblas or blis, or a CPU without bf16 instructions), or oneDNN's bf16 kernels
+  // (auto or onednn on a CPU with bf16 instructions), which widen nothing.
+  ops::CpuGemmChoice bf16_gemm;
+  // The kernels' OpenMP threads (ops::cpu_threads()): the attention kernel's scratch is per thread. 0: not counted.
+  int threads = 0;
+};
+
 // ep_imbalance: the busiest ep rank's routed rows over the mean (expert parallelism; 0: the workload's expected
 // figure, partition::workload_ep_imbalance; `cleave plan --ep-imbalance` passes its own).
+// cpu: the run's resolved CPU kernels; the trainer's plan and its report pass the run's own, so the CPU workspace is
+// exact on either kind of CPU.
+MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, const CpuKernels& cpu,
+                                double ep_imbalance = 0);
+// Without the machine's facts (the planner pricing layouts, tests of other categories): unresolved_cpu_kernels, the
+// widened GEMM path (an upper bound of the bf16 workspace where the GEMMs would run on bf16 kernels) and the
+// attention kernel's per-thread scratch not counted.
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank,
                                 double ep_imbalance = 0);
+// device.blas resolved as on a CPU without bf16 instructions (bf16 operands widened to f32), threads 0.
+CpuKernels unresolved_cpu_kernels(const config::RunConfig& config);
+
+// The CPU attention kernel's scratch (kernels/cpu/flash_attention.hpp, flash_attention_workspace_floats) for one
+// attention block of `block`, whole sequences (cp 1), `threads` threads, bf16 or f32 operands; 0 for a block without
+// attention. Bytes; the same at every tp (heads split over tp change the kernel's tasks, not a thread's scratch).
+std::int64_t cpu_attention_scratch_bytes(const partition::BlockSpec& block, int threads, bool bf16);
 
 // Context parallelism's exchange buffers while one attention block's forward or backward runs, for a micro-batch
 // of `micro` samples at tp, cp (ring or all_to_all) and `dtype_bytes` per element (the header comment's formula);
@@ -109,6 +139,6 @@ StageBackwardMemory stage_backward_memory(const std::vector<partition::BlockCost
 
 // The message for the first pp rank whose estimate exceeds device.memory_limit (naming the rank, the
 // bytes by category, the cap and what to change), or an empty string when every rank fits or no cap is set.
-std::string memory_plan_violation(const Plan& plan, const config::RunConfig& config);
+std::string memory_plan_violation(const Plan& plan, const config::RunConfig& config, const CpuKernels& cpu);
 
 }  // namespace cleave::run_plan

@@ -151,6 +151,10 @@ double training_bytes_per_param_byte(const config::OptimizerConfig& optimizer) {
 }
 
 Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank) {
+  return make_plan(config, num_microbatches, pp_rank, unresolved_cpu_kernels(config));
+}
+
+Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank, const CpuKernels& cpu) {
   Plan plan;
   plan.spec = model_spec(config.model);
   const pipeline::Schedule compute = make_compute_schedule(config, num_microbatches);
@@ -193,13 +197,13 @@ Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_ran
   // Balance time first; only when that split exceeds the memory cap ask the partitioner for one that
   // respects it. The message that reaches the user is the per-category estimate of the balanced split.
   plan.partition = partition::partition_stages(blocks, num_stages, options);
-  std::string violation = memory_plan_violation(plan, config);
+  std::string violation = memory_plan_violation(plan, config, cpu);
   if (!violation.empty() && options.method == partition::PartitionMethod::kCost && num_stages > 1) {
     options.memory_cap_bytes = config.device.memory_limit;
     try {
       Plan capped = plan;
       capped.partition = partition::partition_stages(blocks, num_stages, options);
-      if (memory_plan_violation(capped, config).empty()) {
+      if (memory_plan_violation(capped, config, cpu).empty()) {
         plan.partition = capped.partition;
         violation.clear();
       }

@@ -38,7 +38,12 @@ struct Plan {
 // their default (2) when the config leaves it at 1.
 int effective_virtual_stages(const config::RunConfig& config);
 
+// The plan is refused (one error with the numbers) when a rank's memory plan exceeds device.memory_limit; cpu is
+// the run's resolved CPU kernels the memory plan reads (memory_plan.hpp, CpuKernels); without it
+// unresolved_cpu_kernels (the widened GEMM path, an upper bound).
+struct CpuKernels;
 Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank);
+Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank, const CpuKernels& cpu);
 
 // The block list of the configured model (partition/model_spec.hpp).
 partition::ModelSpec model_spec(const config::ModelConfig& model);

@@ -85,7 +85,15 @@ RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Back
                       : layers::CpExchange::kAllToAll};
   }
   if (grid.ep_size() > 1) context.ep_comm = groups.ep.get();
-  plan = run_plan::make_plan(config, static_cast<int>(batch.gradient_accumulation_steps), coords.pp_rank);
+  plan = run_plan::make_plan(config, static_cast<int>(batch.gradient_accumulation_steps), coords.pp_rank,
+                             cpu_kernels_of(config));
+}
+
+run_plan::CpuKernels cpu_kernels_of(const config::RunConfig& config) {
+  run_plan::CpuKernels cpu;
+  cpu.bf16_gemm = ops::resolved_cpu_gemm(config.device.blas, /*bf16_operands=*/true);
+  cpu.threads = ops::cpu_threads();
+  return cpu;
 }
 
 bool RankSetup::counts_loss() const {

@@ -25,11 +25,16 @@
 #include "engine/comm/process_grid.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
+#include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "kernels/ops/ops.hpp"
 #include "layers/layer.hpp"
 
 namespace cleave::train {
+
+// The CPU kernels this process runs for `config` (device.blas resolved on this machine for bf16 operands, the
+// kernels' threads), as the memory plan reads them (run_plan::CpuKernels): resolved before the plan is made.
+run_plan::CpuKernels cpu_kernels_of(const config::RunConfig& config);
 
 struct RankSetup {
   // `world` must outlive the setup. Resolves the config against world.size(), builds the grid groups

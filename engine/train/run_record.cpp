@@ -8,6 +8,7 @@
 #include "engine/train/collectives.hpp"
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/train/metrics.hpp"
+#include "engine/train/rank_setup.hpp"
 #include "engine/train/run_record.hpp"
 #include "kernels/ops/ops.hpp"
 
@@ -53,7 +54,8 @@ report::RunSummary gather_run_summary(RankSetup& s) {
     const std::size_t count = static_cast<std::size_t>(row[4 + kNumMemoryCategories]);
     for (std::size_t i = 0; i < count; ++i) r.stages.push_back(static_cast<int>(row[5 + kNumMemoryCategories + i]));
     if (!estimates.count(r.pp_rank)) {
-      const run_plan::MemoryPlan plan = run_plan::estimate_rank_memory(s.plan, s.config, r.pp_rank);
+      const run_plan::MemoryPlan plan =
+          run_plan::estimate_rank_memory(s.plan, s.config, r.pp_rank, cpu_kernels_of(s.config));
       estimates[r.pp_rank].assign(plan.bytes.begin(), plan.bytes.end());
     }
     r.estimate_bytes = estimates[r.pp_rank];

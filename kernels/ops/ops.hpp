@@ -425,5 +425,10 @@ void check_device_status(const Context& ctx);
 void configure_cpu_threads(int threads);
 int cpu_threads();  // OpenMP threads the CPU kernels use now
 std::string cpu_blas_description();
+// What the CPU backend's GEMMs run on for `requested` (device.blas) and operands of bf16 (true) or f32: the library
+// and whether bf16 operands go to its bf16 kernels or are widened to f32 first (cpu_blas.hpp's rule on this
+// process's facts: the libraries built, oneDNN's bf16 instructions). The memory plan reads it (the widened
+// operands are workspace), resolved before the plan is made.
+CpuGemmChoice resolved_cpu_gemm(CpuBlas requested, bool bf16_operands);
 
 }  // namespace cleave::ops

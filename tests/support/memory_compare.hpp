@@ -1,7 +1,8 @@
 // The memory plan against the allocator, for the e2e memory tests: a config trained its config.train.steps steps
 // in a fresh Trainer, then the allocator's peaks by category (MemoryStats) beside the memory plan of one pp rank
-// (run_plan::estimate_rank_memory on the config resolved for this world), so a test states only its model, its
-// layout and its bound. Every rank of `world` calls it (the steps are collective). forced_routing_imbalance gives an
+// (run_plan::estimate_rank_memory on the config resolved for this world, with this process's CPU kernels as the
+// trainer's own plan: the GEMM choice for bf16 operands, the threads), so a test states only its model, its layout
+// and its bound. Every rank of `world` calls it (the steps are collective). forced_routing_imbalance gives an
 // expert-parallel rank's exact imbalance under model.forced_routing, the figure the plan takes.
 #pragma once
 
@@ -15,6 +16,7 @@
 #include "engine/core/allocator.hpp"
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/train/trainer.hpp"
+#include "engine/train/rank_setup.hpp"
 #include "layers/moe/forced_routing.hpp"
 #include "partition/ep_costs.hpp"
 
@@ -33,7 +35,9 @@ inline PlannedAndMeasured train_against_plan(const config::RunConfig& config, co
   for (std::int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
   config::RunConfig resolved = config;
   resolved.resolve(world.size());
-  return {trainer.memory_stats(), run_plan::estimate_rank_memory(trainer.plan(), resolved, pp_rank)};
+  // This process's CPU kernels (GEMM choice for bf16 operands, threads), as the trainer's own plan reads them.
+  return {trainer.memory_stats(),
+          run_plan::estimate_rank_memory(trainer.plan(), resolved, pp_rank, train::cpu_kernels_of(config))};
 }
 
 // Under model.forced_routing `workload` (every source rank routes alike): the rows ep rank `ep_rank`'s experts run

@@ -19,8 +19,7 @@ namespace {
 
 // The library for this GEMM (device.blas; "auto" resolved per operand dtype by cpu_blas.hpp's rule).
 CpuGemmChoice gemm_choice(const Context& ctx, bool bf16_operands) {
-  static const CpuBlasFacts facts = build_cpu_blas_facts(kc::onednn_bf16_instructions());  // fixed per process
-  return choose_cpu_gemm(ctx.cpu_blas, bf16_operands, facts);
+  return resolved_cpu_gemm(ctx.cpu_blas, bf16_operands);
 }
 
 kc::GemmBackend gemm_library(CpuBlas library) {
@@ -92,3 +91,13 @@ void gemm(const Context& ctx, const GemmProblem& p) {
 }
 
 }  // namespace cleave::ops::cpu_detail
+
+namespace cleave::ops {
+
+CpuGemmChoice resolved_cpu_gemm(CpuBlas requested, bool bf16_operands) {
+  static const CpuBlasFacts facts =
+      build_cpu_blas_facts(kernels::cpu::onednn_bf16_instructions());  // fixed per process
+  return choose_cpu_gemm(requested, bf16_operands, facts);
+}
+
+}  // namespace cleave::ops

@@ -225,7 +225,7 @@ TEST(MemoryPlanZeroThree, OverTheCapMessageEstimatesEachHigherStage) {
   ASSERT_LT(need[1], need[2]);
   c.optimizer.zero_stage = 0;
   c.device.memory_limit = (need[1] + need[3]) / 2;
-  const std::string message = memory_plan_violation(plan, c);
+  const std::string message = memory_plan_violation(plan, c, unresolved_cpu_kernels(c));
   for (int stage = 1; stage <= 3; ++stage) {
     const std::string estimate = fmt::format("optimizer.zero_stage={} needs about {}", stage, format_bytes(need[stage]));
     const std::string fits = estimate + " (fits)";

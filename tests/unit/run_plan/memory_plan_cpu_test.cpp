@@ -1,0 +1,103 @@
+// The memory plan's CPU workspace reads the run's resolved CPU kernels (run_plan::CpuKernels: the GEMM choice for
+// bf16 operands and the threads), passed in, so these checks hold on any machine: both GEMM choices are given by
+// hand. On the widened path a bf16 GEMM's operands are widened into f32 workspace; on oneDNN's bf16 kernels nothing
+// is, and the workspace is the largest block output or the attention kernel's per-thread scratch, whose formula is
+// kept equal to the kernel's own (kernels/cpu/flash_attention.hpp).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <string>
+#include <vector>
+
+#include "engine/config/config.hpp"
+#include "engine/core/allocator.hpp"
+#include "engine/run_plan/memory_plan.hpp"
+#include "engine/run_plan/plan.hpp"
+#include "kernels/cpu/flash_attention.hpp"
+#include "partition/cost_model.hpp"
+
+namespace cleave::run_plan {
+namespace {
+
+config::RunConfig one_rank(const std::string& precision, std::int64_t micro) {
+  config::RunConfig c = config::parse_config(R"({
+    "model": {"type": "gpt", "vocab_size": 64, "d_model": 64, "n_layers": 2, "n_heads": 4, "seq_len": 32},
+    "batch": {"global_batch_size": 8},
+    "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})",
+                                             "<string>", {"device.precision=" + precision,
+                                                          "batch.micro_batch_size=" + std::to_string(micro)});
+  c.resolve(1);
+  return c;
+}
+
+std::int64_t workspace(const config::RunConfig& c, const CpuKernels& cpu) {
+  const Plan plan = make_plan(c, static_cast<int>(c.resolved_batch().gradient_accumulation_steps), 0, cpu);
+  return estimate_rank_memory(plan, c, 0, cpu).bytes[static_cast<std::size_t>(MemoryCategory::kWorkspace)];
+}
+
+CpuKernels kernels(bool bf16_kernels, int threads) {
+  CpuKernels cpu;
+  cpu.bf16_gemm = {ops::CpuBlas::kOneDnn, bf16_kernels};
+  cpu.threads = threads;
+  return cpu;
+}
+
+TEST(MemoryPlanCpu, Bf16WorkspaceFollowsTheResolvedGemmChoice) {
+  for (std::int64_t micro : {1, 4}) {
+    SCOPED_TRACE(micro);
+    const config::RunConfig bf16 = one_rank("bf16", micro);
+    const Plan plan = make_plan(bf16, 8 / static_cast<int>(micro), 0);
+    // On bf16 kernels, without the attention scratch (threads 0): the largest block output of a micro-batch (f32
+    // costs, as the plan's transient output or gradient), by hand.
+    std::int64_t largest = 0;
+    for (const auto& cost : partition::model_costs(plan.spec, DType::kF32)) largest = std::max(largest, cost.output_bytes);
+    EXPECT_EQ(workspace(bf16, kernels(true, 0)), largest * micro);
+    // Widened: the widest GEMM's operands in f32 dominate that (the MLP's fc1: x [T, D], W [D, F], y [T, F]).
+    const std::int64_t t = 32, d = 64, f = 4 * d;
+    EXPECT_EQ(workspace(bf16, kernels(false, 0)), 4 * (micro * t * d + d * f + micro * t * f));
+    // The default without the machine's facts is the widened path.
+    EXPECT_EQ(estimate_rank_memory(plan, bf16, 0).bytes[static_cast<std::size_t>(MemoryCategory::kWorkspace)],
+              workspace(bf16, kernels(false, 0)));
+    // With threads, the attention kernel's scratch where it is larger (bf16 blocks: the backward's f32 dQ too).
+    const std::int64_t scratch = cpu_attention_scratch_bytes(plan.spec.blocks[1], 2, /*bf16=*/true);
+    EXPECT_GT(scratch, 0);
+    EXPECT_EQ(workspace(bf16, kernels(true, 2)), std::max(largest * micro, scratch));
+    // fp32 runs widen nothing: the GEMM choice for bf16 operands changes nothing.
+    const config::RunConfig fp32 = one_rank("fp32", micro);
+    EXPECT_EQ(workspace(fp32, kernels(true, 2)), workspace(fp32, kernels(false, 2)));
+  }
+}
+
+TEST(MemoryPlanCpu, AttentionScratchIsTheKernels) {
+  for (std::int64_t t : {1, 17, 64, 130, 300}) {
+    for (const auto& [heads, kv_heads, d] : std::vector<std::array<std::int64_t, 3>>{{4, 4, 64}, {6, 2, 36}, {8, 1, 512}}) {
+      partition::BlockSpec block;
+      block.kind = partition::BlockKind::kTransformerBlock;
+      block.seq_len = t;
+      block.in_features = d;
+      block.n_heads = heads;
+      block.n_kv_heads = kv_heads;
+      kernels::cpu::FlashAttentionShape shape;
+      shape.batch = 2;
+      shape.q_len = shape.kv_len = t;
+      shape.q_heads = heads;
+      shape.kv_heads = kv_heads;
+      shape.head_dim = d / heads;
+      for (int threads : {1, 3}) {
+        for (bool bf16 : {false, true}) {
+          EXPECT_EQ(cpu_attention_scratch_bytes(block, threads, bf16),
+                    static_cast<std::int64_t>(4 * kernels::cpu::flash_attention_workspace_floats(shape, threads, bf16)))
+              << "T " << t << " heads " << heads << "/" << kv_heads << " d " << d << " threads " << threads
+              << (bf16 ? " bf16" : " f32");
+        }
+      }
+    }
+  }
+  partition::BlockSpec mlp;  // no attention
+  mlp.kind = partition::BlockKind::kLinear;
+  EXPECT_EQ(cpu_attention_scratch_bytes(mlp, 4, true), 0);
+}
+
+}  // namespace
+}  // namespace cleave::run_plan

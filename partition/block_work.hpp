@@ -150,4 +150,22 @@ struct RunKernels {
 BlockWork run_kernels_work(const BlockSpec& block, DType dtype, const RunKernels& run, Recompute recompute, int tp,
                            std::int64_t micro_batch, bool sequence_parallel = false);
 
+// What selective recomputation reruns in a simulated run (`cleave simulate --selective-recompute`; the engine's
+// own selective reruns the attention core, block_work's Recompute::kSelective):
+//   kAttention     the attention core's forward (scores, softmax, P·V), as the engine does
+//   kTorchtitanOp  torchtitan's "selective op" policy (torchtitan/parallelisms/parallelize_llama.py at 0413364:
+//     inside each checkpointed transformer block it saves the outputs of aten.mm, the flash / efficient SDPA and
+//     reduce-scatter, except every second mm): the backward reruns the block's 2nd, 4th, 6th, ... projection GEMM
+//     of the forward in launch order (llama: wk, wo, w3 of wq wk wv wo w1 w3 w2) and every elementwise op (norms,
+//     rope, SiLU and product, residual adds), but not the attention kernel nor the other GEMMs.
+// selective_op_rerun gives kTorchtitanOp's rerun of `block` (appended to input_grad as block_work appends a rerun;
+// each GEMM at its own shape): the block's forward less the attention core (what Recompute::kSelective reruns) and
+// less the saved GEMMs and their launches; empty for a block that is not a repeated transformer layer (embedding,
+// final norm, head: torchtitan checkpoints the TransformerBlocks only).
+enum class SelectiveRecompute { kAttention, kTorchtitanOp };
+std::string_view selective_recompute_name(SelectiveRecompute kind);
+std::optional<SelectiveRecompute> selective_recompute_from(std::string_view name);
+PassWork selective_op_rerun(const BlockSpec& block, DType dtype, int tp, std::int64_t micro_batch,
+                            bool sequence_parallel = false);
+
 }  // namespace cleave::partition

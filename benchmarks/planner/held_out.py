@@ -2,7 +2,8 @@
 """Held-out published training runs re-simulated by `cleave simulate --config` (issue 38 part 3).
 
 Each table in benchmarks/planner/held_out/*.tsv is one publication: '#' lines cite it, then one row per run with
-the run's own model, layout, schedule, batch, micro-batch, recomputation, ZeRO stage, the attention kernel it
+the run's own model, layout, schedule, batch, micro-batch, recomputation (none, selective, full;
+selective:torchtitan_op = torchtitan's per-op policy, `simulate --selective-recompute torchtitan_op`), ZeRO stage, the attention kernel it
 used (`simulate --attention`: memory_efficient, probabilities, probabilities_dropout; memory_efficient:NAME also
 names the fused kernel's family, `simulate --attention-kernel NAME`: cudnn, flash3, flash2, priced at that kernel's
 published per-pass rates, the profile's attention_rates; probabilities_dropout:pytorch prices the unfused scores,
@@ -133,7 +134,7 @@ def config_of(row):
         "parallel": parallel,
         "batch": {"global_batch_size": int(row["batch"]), "micro_batch_size": int(row["micro"])},
         "optimizer": {"type": "adamw", "zero_stage": int(row["zero"])},
-        "train": {"recompute": row["recompute"]},
+        "train": {"recompute": row["recompute"].partition(":")[0]},
         "device": {"type": "cpu", "precision": "bf16"},
         "data": {"type": "synthetic"},
     }
@@ -168,6 +169,14 @@ def simulate(row, cleave, profiles, work):
     cmd += ["--attention", kind]
     if family:
         cmd += ["--attention-kernel", family]
+    # The recomputation (none, selective, full), and for selective what it reruns: selective:torchtitan_op is
+    # torchtitan's per-op policy (`simulate --selective-recompute torchtitan_op`); plain selective the attention core.
+    recompute, _, policy = row["recompute"].partition(":")
+    if policy:
+        if recompute != "selective" or policy not in ("attention", "torchtitan_op"):
+            raise ValueError(f"{row['table']}: row {row['id']}: recompute '{row['recompute']}' is not none, full, "
+                             "selective or selective:attention|torchtitan_op")
+        cmd += ["--selective-recompute", policy]
     kernels = set(row["kernels"].split("+")) - {"-"}
     if kernels - set(KERNELS):
         raise ValueError(f"{row['table']}: row {row['id']}: kernels '{row['kernels']}' is not '-' or a '+'-join of "

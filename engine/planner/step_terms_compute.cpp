@@ -95,6 +95,14 @@ BlockCompute block_compute(const TermContext& c, int b, double warm) {
         plain_input += partition::run_kernels_work(block, c.dtype, run, Recompute::kNone, choice.tp, choice.micro_batch, sp).input_grad;
       }
     }
+    // torchtitan's per-op selective policy (SearchOptions::selective_recompute): its rerun, each GEMM at its shape,
+    // in place of the attention core's.
+    const bool op_policy = choice.recompute == Recompute::kSelective &&
+                           c.options->selective_recompute == partition::SelectiveRecompute::kTorchtitanOp;
+    if (op_policy) {
+      work.input_grad = plain_input;
+      work.input_grad += partition::selective_op_rerun(block, c.dtype, choice.tp, choice.micro_batch, sp);
+    }
     x.forward_s = profile.roofline_seconds(work.forward, c.bf16);
     x.input_grad_s = profile.roofline_seconds(plain_input, c.bf16);
     x.recompute_s = profile.roofline_seconds(work.input_grad, c.bf16) - x.input_grad_s;
@@ -106,8 +114,9 @@ BlockCompute block_compute(const TermContext& c, int b, double warm) {
                 profile.launch_seconds(work.weight_grad),
                 profile.launch_seconds(work.input_grad) - profile.launch_seconds(plain_input)};
     x.probabilities = attention_probabilities_compute(c, b);
+    if (op_policy) x.probabilities.recompute_s = 0.0;  // the policy saves the attention's outputs
     const ProbabilitiesCompute& p = x.probabilities;
-    const bool rerun = choice.recompute != Recompute::kNone;
+    const bool rerun = choice.recompute != Recompute::kNone && !op_policy;
     x.forward_s += p.forward_s;
     x.input_grad_s += p.input_grad_s;
     x.recompute_s += p.recompute_s;

@@ -1,4 +1,5 @@
-// torchtitan's per-op selective recomputation (`cleave simulate --selective-recompute torchtitan_op`,
+// The run options that price torchtitan's published runs. Per-op selective recomputation (`cleave simulate
+// --selective-recompute torchtitan_op`,
 // partition::selective_op_rerun, SearchOptions::selective_recompute): on a small llama block the rerun is, by hand,
 // the 2nd, 4th and 6th projection GEMMs (wk, wo, w3 = up) at their own shapes, the block's elementwise bytes less the
 // attention core's and 8 launches; over a whole plan the recompute term is those GEMMs' seconds per layer and
@@ -75,7 +76,7 @@ TEST(SelectiveOp, RerunsEverySecondProjectionAndTheElementwiseOpsNotTheAttention
 }
 
 TEST(SelectiveOp, PricesTheRerunGemmsAtTheirShapesInTheRecomputeTerm) {
-  const fs::path dir = fs::temp_directory_path() / ("cleave_selective_op_" + std::to_string(::getpid()));
+  const fs::path dir = fs::temp_directory_path() / ("cleave_torchtitan_options_" + std::to_string(::getpid()));
   fs::create_directories(dir);
   const std::string path = (dir / "llama.json").string();
   std::ofstream(path) << kConfig;

@@ -209,6 +209,24 @@ BlockWork run_kernels_work(const BlockSpec& block, DType dtype, const RunKernels
     w.weight_grad.stream_bytes += rows * static_cast<double>(block.out_features) * (2 * b + 8);
     w.weight_grad.kernels += block.seq_len > 0 ? 4 : 2;
   }
+  if (run.torch_rmsnorm && (block.kind == BlockKind::kLlamaBlock || block.kind == BlockKind::kRmsNorm)) {
+    // A llama block's two norms on the residual stream (T/tp tokens under sequence parallelism), the final norm.
+    const double norms = block.kind == BlockKind::kLlamaBlock ? 2 : 1;
+    const double n = block.kind == BlockKind::kLlamaBlock
+                         ? micro * static_cast<double>(block.seq_len) * static_cast<double>(block.in_features) / seq
+                         : micro * static_cast<double>(block.input.numel()) / seq;
+    BlockWork norm;
+    norm.forward.stream_bytes = norms * n * (2 * b + 28);
+    norm.forward.kernels = norms * 7;
+    norm.input_grad.stream_bytes = norms * n * (b + 60);
+    norm.input_grad.kernels = norms * 9;
+    norm.weight_grad.stream_bytes = norms * 2 * n * b;
+    norm.weight_grad.kernels = norms * 1;
+    if (recompute == Recompute::kFull && block.kind == BlockKind::kLlamaBlock) norm.input_grad += norm.forward;
+    w.forward += norm.forward;
+    w.input_grad += norm.input_grad;
+    w.weight_grad += norm.weight_grad;
+  }
   return w;
 }
 

@@ -135,6 +135,17 @@ ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dty
 //     scatter-add, then added into the f32 main gradient (reads e·b and e·4, writes e·4): e(2b + 8) in W over 2
 //     kernels per table, e = (V/tp + P)·D for the vocab-parallel token table and the P learned positions. (The
 //     engine scatter-adds the tokens' rows into the gradient, the [T, D] traffic block_work counts.)
+//   torch_rmsnorm  PyTorch's eager RMSNorm (torchtitan's norm_type "rmsnorm", torchtitan/models/norms.py at 0413364:
+//     `(x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).type_as(x) * weight`) in place of a
+//     fused norm kernel, for a llama block's two norms and the final RMSNorm, n = micro_batch x T x D elements of b
+//     bytes, one kernel per op, each tensor read once: F the cast n(b + 4), pow 8n, mean 4n, + eps and rsqrt (rows
+//     only), the product 8n, the cast back n(4 + b), the weight's product 2nb: n(4b + 28) over 8 kernels; I the
+//     weight's product's dx 2nb, the cast n(b + 4), the product's two gradients 8n and 16n (a product and a row sum),
+//     rsqrt's (rows), mean's 4n, pow's 12n, the two gradients of x.float() summed 12n, the cast back n(4 + b):
+//     n(4b + 60) over 10 kernels; W the weight's gradient (dy times the normalised output, then a column sum): 4nb
+//     over 2. Beyond the fused norm block_work counts (F 2nb, I 3nb, W 2nb, a kernel each) these add F n(2b + 28) and
+//     7 kernels, I n(b + 60) and 9, W 2nb and 1; full recomputation reruns the F part inside I. The f32 copies autograd
+//     holds from F to I are not in the memory plan.
 // run_kernels_work gives what they add to block_work's passes (streamed bytes and kernels, no GEMMs; zero for a block
 // they do not touch), for a micro-batch on one of tp ranks, so a roofline profile prices block_work + this; under
 // sequence parallelism the dropouts run on the rank's T/tp tokens.
@@ -145,7 +156,10 @@ struct RunKernels {
   CrossEntropyKind cross_entropy = CrossEntropyKind::kFused;
   bool hidden_dropout = false;
   bool dense_embedding_grad = false;
-  bool any() const { return cross_entropy != CrossEntropyKind::kFused || hidden_dropout || dense_embedding_grad; }
+  bool torch_rmsnorm = false;
+  bool any() const {
+    return cross_entropy != CrossEntropyKind::kFused || hidden_dropout || dense_embedding_grad || torch_rmsnorm;
+  }
 };
 BlockWork run_kernels_work(const BlockSpec& block, DType dtype, const RunKernels& run, Recompute recompute, int tp,
                            std::int64_t micro_batch, bool sequence_parallel = false);

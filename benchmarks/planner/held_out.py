@@ -45,8 +45,10 @@ COLUMNS = ("id profile family vocab d_model n_layers n_heads n_kv_heads ffn seq 
 #   dropout  Megatron-LM's hidden dropout on the residual branches and the embedding (`simulate --hidden-dropout`)
 #   emb_grad PyTorch's dense embedding gradient added into Megatron-LM's f32 main gradient (`--dense-embedding-grad`)
 #   ce_torch_f32  PyTorch's F.cross_entropy over logits cast to f32 (torchtitan; `--cross-entropy torch_float32`)
+#   rmsnorm_torch PyTorch's eager RMSNorm, one kernel per op (torchtitan's norm_type rmsnorm; `--norm torch_unfused`)
 KERNELS = {"ce_f32": ["--cross-entropy", "float32"], "dropout": ["--hidden-dropout"],
-           "emb_grad": ["--dense-embedding-grad"], "ce_torch_f32": ["--cross-entropy", "torch_float32"]}
+           "emb_grad": ["--dense-embedding-grad"], "ce_torch_f32": ["--cross-entropy", "torch_float32"],
+           "rmsnorm_torch": ["--norm", "torch_unfused"]}
 SMOKE_ID = "sc21-1.7B"
 # --breakdown's columns: groups of `simulate --json`'s breakdown_s terms (docs/planner.md, "The step, term by term").
 BREAKDOWN = (("forward", "input_grad", "weight_grad"), ("elementwise",), ("kernel_launch",), ("recompute",),

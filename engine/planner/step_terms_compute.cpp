@@ -9,6 +9,7 @@
 #include <algorithm>
 
 #include "partition/block_work.hpp"
+#include "partition/families/family.hpp"
 #include "partition/measured_costs.hpp"
 
 namespace cleave::planner {
@@ -102,6 +103,11 @@ BlockCompute block_compute(const TermContext& c, int b, double warm) {
     if (op_policy) {
       work.input_grad = plain_input;
       work.input_grad += partition::selective_op_rerun(block, c.dtype, choice.tp, choice.micro_batch, sp);
+      if (c.options->run_kernels.any() && partition::is_repeated_layer(block.kind)) {  // e.g. an unfused norm's F
+        work.input_grad +=
+            partition::run_kernels_work(block, c.dtype, c.options->run_kernels, Recompute::kNone, choice.tp, choice.micro_batch, sp)
+                .forward;
+      }
     }
     x.forward_s = profile.roofline_seconds(work.forward, c.bf16);
     x.input_grad_s = profile.roofline_seconds(plain_input, c.bf16);

@@ -198,6 +198,13 @@ PY
 "$cleave" simulate --config tiny.json --world 2 --profile "$a100" --selective-recompute torchtitan_op > sel3.log 2>&1 \
   && fail "--selective-recompute without train.recompute selective accepted"
 grep -q "prices train.recompute selective" sel3.log || { cat sel3.log; fail "--selective-recompute message"; }
+# --norm torch_unfused (PyTorch's eager RMSNorm for llama's norms): echoed; an unknown kind refused by name.
+"$cleave" simulate --config tiny.json --world 2 --profile "$a100" --norm torch_unfused --json > norm.json 2> norm1.log \
+  || { cat norm1.log; fail "simulate --norm torch_unfused"; }
+grep -q '"norm": "torch_unfused"' norm.json || fail "--norm not echoed"
+"$cleave" simulate --config tiny.json --world 2 --profile "$a100" --norm apex > norm2.log 2>&1 && fail "--norm apex accepted"
+grep -q "'apex' is not a norm kind (fused, torch_unfused)" norm2.log || { cat norm2.log; fail "--norm message"; }
+echo "ok   simulate --norm torch_unfused echoed, --norm apex refused"
 # --blocking-p2p: Megatron-LM of 2021's point-to-point (batch_isend_irecv, wait, torch.cuda.synchronize) holds each
 # rank in its transfers: echoed, never faster; its interleaved schedule with fewer micro-batches than ranks deadlocks,
 # refused by name.

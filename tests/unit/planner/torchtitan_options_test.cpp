@@ -110,5 +110,41 @@ TEST(SelectiveOp, PricesTheRerunGemmsAtTheirShapesInTheRecomputeTerm) {
   fs::remove_all(dir);
 }
 
+// PyTorch's eager RMSNorm (`simulate --norm torch_unfused`, RunKernels::torch_rmsnorm), by hand on the same llama
+// (n = T·D = 128 elements of 2 bytes per norm): beyond the fused norm, per norm F n(2b + 28) = 4096 bytes over 7 more
+// kernels, I n(b + 60) = 7936 over 9, W 2nb = 512 over 1; a llama block has two norms, the final norm one; full
+// recomputation reruns the block's F part; other blocks launch nothing more.
+TEST(TorchRmsNorm, AddsTheUnfusedOpsBytesAndKernelsPerNorm) {
+  const run_plan::Plan plan = small_plan();
+  partition::RunKernels run;
+  run.torch_rmsnorm = true;
+  ASSERT_TRUE(run.any());
+  int final_norms = 0;
+  for (const auto& block : plan.spec.blocks) {
+    const partition::BlockWork w = partition::run_kernels_work(block, DType::kBF16, run, partition::Recompute::kNone, 1, 1);
+    if (block.kind == partition::BlockKind::kLlamaBlock) {
+      EXPECT_DOUBLE_EQ(w.forward.stream_bytes, 2 * 4096.0);
+      EXPECT_DOUBLE_EQ(w.forward.kernels, 14.0);
+      EXPECT_DOUBLE_EQ(w.input_grad.stream_bytes, 2 * 7936.0);
+      EXPECT_DOUBLE_EQ(w.input_grad.kernels, 18.0);
+      EXPECT_DOUBLE_EQ(w.weight_grad.stream_bytes, 2 * 512.0);
+      EXPECT_DOUBLE_EQ(w.weight_grad.kernels, 2.0);
+      const partition::BlockWork full =
+          partition::run_kernels_work(block, DType::kBF16, run, partition::Recompute::kFull, 1, 1);
+      EXPECT_DOUBLE_EQ(full.input_grad.stream_bytes, 2 * (7936.0 + 4096.0));
+      EXPECT_DOUBLE_EQ(full.input_grad.kernels, 18.0 + 14.0);
+    } else if (block.kind == partition::BlockKind::kRmsNorm) {
+      ++final_norms;
+      EXPECT_DOUBLE_EQ(w.forward.stream_bytes, 4096.0);
+      EXPECT_DOUBLE_EQ(w.forward.kernels, 7.0);
+      EXPECT_DOUBLE_EQ(w.input_grad.stream_bytes, 7936.0);
+      EXPECT_DOUBLE_EQ(w.weight_grad.stream_bytes, 512.0);
+    } else {
+      EXPECT_EQ(w.forward.stream_bytes + w.input_grad.stream_bytes + w.weight_grad.stream_bytes, 0.0) << block.name;
+    }
+  }
+  EXPECT_EQ(final_norms, 1);
+}
+
 }  // namespace
 }  // namespace cleave::planner

@@ -9,7 +9,8 @@ names the fused kernel's family, `simulate --attention-kernel NAME`: cudnn, flas
 published per-pass rates, the profile's attention_rates; probabilities_dropout:pytorch prices the unfused scores,
 softmax and products at PyTorch standard attention's published rates), the kernels it launched beyond
 Cleave's own (kernels: ce_f32 = `simulate --cross-entropy float32`, dropout = `--hidden-dropout`, emb_grad =
-`--dense-embedding-grad`), what it overlapped with
+`--dense-embedding-grad`, ce_torch_f32 = `--cross-entropy torch_float32`, rmsnorm_torch = `--norm torch_unfused`),
+what it overlapped with
 compute (overlap: dp = `simulate --overlap-grad-reduce`, tp = `--tp-comm-overlap`, dp+tp, - none), whether its
 pipeline point-to-point blocked the rank (p2p: blocking = `simulate --blocking-p2p`, async), how it split its
 layers over the pipeline (split: megatron, zb or cost; blocks_per_stage below) and the hardware profile to price it

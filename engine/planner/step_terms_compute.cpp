@@ -1,7 +1,8 @@
 // The compute terms of a plan's step (docs/planner.md, "The step, term by term": forward, input_grad,
 // weight_grad, recompute, elementwise, kernel_launch): one block's compute per pass and micro-batch, from the
 // profile's measured tables, else the roofline of its kernels (GEMMs, streamed bytes, launches), else its FLOPs
-// over the profile's rate, with the stored-probabilities attention's extra cost where a run asks for it.
+// over the profile's rate, with the stored-probabilities attention's extra cost where a run asks for it, and under
+// a run's torchtitan per-op selective policy its own rerun (partition::selective_op_rerun) in the recompute terms.
 // Invariant: the elementwise and launch parts are inside the pass totals (stage_costs moves them to their own
 // terms), and everything is ÷ cp and before core sharing.
 #include "engine/planner/step_terms.hpp"

@@ -6,6 +6,7 @@
 
 #include "engine/core/error.hpp"
 #include "partition/cost_parts.hpp"
+#include "partition/families/family.hpp"
 #include "partition/work_parts.hpp"
 
 namespace cleave::partition {
@@ -208,7 +209,62 @@ BlockWork run_kernels_work(const BlockSpec& block, DType dtype, const RunKernels
     w.weight_grad.stream_bytes += rows * static_cast<double>(block.out_features) * (2 * b + 8);
     w.weight_grad.kernels += block.seq_len > 0 ? 4 : 2;
   }
+  if (run.torch_rmsnorm && (block.kind == BlockKind::kLlamaBlock || block.kind == BlockKind::kRmsNorm)) {
+    // A llama block's two norms on the residual stream (T/tp tokens under sequence parallelism), the final norm.
+    const double norms = block.kind == BlockKind::kLlamaBlock ? 2 : 1;
+    const double n = block.kind == BlockKind::kLlamaBlock
+                         ? micro * static_cast<double>(block.seq_len) * static_cast<double>(block.in_features) / seq
+                         : micro * static_cast<double>(block.input.numel()) / seq;
+    BlockWork norm;
+    norm.forward.stream_bytes = norms * n * (2 * b + 28);
+    norm.forward.kernels = norms * 7;
+    norm.input_grad.stream_bytes = norms * n * (b + 60);
+    norm.input_grad.kernels = norms * 9;
+    norm.weight_grad.stream_bytes = norms * 2 * n * b;
+    norm.weight_grad.kernels = norms * 1;
+    if (recompute == Recompute::kFull && block.kind == BlockKind::kLlamaBlock) norm.input_grad += norm.forward;
+    w.forward += norm.forward;
+    w.input_grad += norm.input_grad;
+    w.weight_grad += norm.weight_grad;
+  }
   return w;
+}
+
+std::string_view selective_recompute_name(SelectiveRecompute kind) {
+  return kind == SelectiveRecompute::kTorchtitanOp ? "torchtitan_op" : "attention";
+}
+
+std::optional<SelectiveRecompute> selective_recompute_from(std::string_view name) {
+  for (SelectiveRecompute k : {SelectiveRecompute::kAttention, SelectiveRecompute::kTorchtitanOp}) {
+    if (selective_recompute_name(k) == name) return k;
+  }
+  return std::nullopt;
+}
+
+PassWork selective_op_rerun(const BlockSpec& block, DType dtype, int tp, std::int64_t micro_batch, bool sequence_parallel) {
+  PassWork rerun;
+  if (!is_repeated_layer(block.kind)) return rerun;
+  CLEAVE_CHECK(block.kind == BlockKind::kTransformerBlock || block.kind == BlockKind::kLlamaBlock,
+               "selective recompute torchtitan_op: block {} is a {}; the per-op policy is modelled for dense gpt and llama "
+               "blocks only (torchtitan at 0413364 has no mixture of experts)", block.name, enum_name(block.kind));
+  const BlockWork plain = block_work(block, dtype, Recompute::kNone, tp, micro_batch, sequence_parallel);
+  // The attention core's forward: what the engine's selective appends to the input gradient.
+  PassWork core = block_work(block, dtype, Recompute::kSelective, tp, micro_batch, sequence_parallel).input_grad;
+  core.stream_bytes -= plain.input_grad.stream_bytes;
+  core.kernels -= plain.input_grad.kernels;
+  int mm = 0;
+  double saved = 0;  // saved GEMMs: their launches are not rerun either
+  for (const Gemm& g : plain.forward.gemms) {
+    if (g.fused_attention) continue;  // the SDPA kernel's products: saved, counted in `core`
+    if (++mm % 2 == 0) {
+      rerun.gemms.push_back(g);
+    } else {
+      saved += 1;
+    }
+  }
+  rerun.stream_bytes = plain.forward.stream_bytes - core.stream_bytes;
+  rerun.kernels = plain.forward.kernels - core.kernels - saved;
+  return rerun;
 }
 
 }  // namespace cleave::partition

@@ -135,6 +135,17 @@ ProbabilitiesWork attention_probabilities_work(const BlockSpec& block, DType dty
 //     scatter-add, then added into the f32 main gradient (reads e·b and e·4, writes e·4): e(2b + 8) in W over 2
 //     kernels per table, e = (V/tp + P)·D for the vocab-parallel token table and the P learned positions. (The
 //     engine scatter-adds the tokens' rows into the gradient, the [T, D] traffic block_work counts.)
+//   torch_rmsnorm  PyTorch's eager RMSNorm (torchtitan's norm_type "rmsnorm", torchtitan/models/norms.py at 0413364:
+//     `(x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)).type_as(x) * weight`) in place of a
+//     fused norm kernel, for a llama block's two norms and the final RMSNorm, n = micro_batch x T x D elements of b
+//     bytes, one kernel per op, each tensor read once: F the cast n(b + 4), pow 8n, mean 4n, + eps and rsqrt (rows
+//     only), the product 8n, the cast back n(4 + b), the weight's product 2nb: n(4b + 28) over 8 kernels; I the
+//     weight's product's dx 2nb, the cast n(b + 4), the product's two gradients 8n and 16n (a product and a row sum),
+//     rsqrt's (rows), mean's 4n, pow's 12n, the two gradients of x.float() summed 12n, the cast back n(4 + b):
+//     n(4b + 60) over 10 kernels; W the weight's gradient (dy times the normalised output, then a column sum): 4nb
+//     over 2. Beyond the fused norm block_work counts (F 2nb, I 3nb, W 2nb, a kernel each) these add F n(2b + 28) and
+//     7 kernels, I n(b + 60) and 9, W 2nb and 1; full recomputation reruns the F part inside I. The f32 copies autograd
+//     holds from F to I are not in the memory plan.
 // run_kernels_work gives what they add to block_work's passes (streamed bytes and kernels, no GEMMs; zero for a block
 // they do not touch), for a micro-batch on one of tp ranks, so a roofline profile prices block_work + this; under
 // sequence parallelism the dropouts run on the rank's T/tp tokens.
@@ -145,9 +156,30 @@ struct RunKernels {
   CrossEntropyKind cross_entropy = CrossEntropyKind::kFused;
   bool hidden_dropout = false;
   bool dense_embedding_grad = false;
-  bool any() const { return cross_entropy != CrossEntropyKind::kFused || hidden_dropout || dense_embedding_grad; }
+  bool torch_rmsnorm = false;
+  bool any() const {
+    return cross_entropy != CrossEntropyKind::kFused || hidden_dropout || dense_embedding_grad || torch_rmsnorm;
+  }
 };
 BlockWork run_kernels_work(const BlockSpec& block, DType dtype, const RunKernels& run, Recompute recompute, int tp,
                            std::int64_t micro_batch, bool sequence_parallel = false);
+
+// What selective recomputation reruns in a simulated run (`cleave simulate --selective-recompute`; the engine's
+// own selective reruns the attention core, block_work's Recompute::kSelective):
+//   kAttention     the attention core's forward (scores, softmax, P·V), as the engine does
+//   kTorchtitanOp  torchtitan's "selective op" policy (torchtitan/parallelisms/parallelize_llama.py at 0413364:
+//     inside each checkpointed transformer block it saves the outputs of aten.mm, the flash / efficient SDPA and
+//     reduce-scatter, except every second mm): the backward reruns the block's 2nd, 4th, 6th, ... projection GEMM
+//     of the forward in launch order (llama: wk, wo, w3 of wq wk wv wo w1 w3 w2) and every elementwise op (norms,
+//     rope, SiLU and product, residual adds), but not the attention kernel nor the other GEMMs.
+// selective_op_rerun gives kTorchtitanOp's rerun of `block` (appended to input_grad as block_work appends a rerun;
+// each GEMM at its own shape): the block's forward less the attention core (what Recompute::kSelective reruns) and
+// less the saved GEMMs and their launches; empty for a block that is not a repeated transformer layer (embedding,
+// final norm, head: torchtitan checkpoints the TransformerBlocks only).
+enum class SelectiveRecompute { kAttention, kTorchtitanOp };
+std::string_view selective_recompute_name(SelectiveRecompute kind);
+std::optional<SelectiveRecompute> selective_recompute_from(std::string_view name);
+PassWork selective_op_rerun(const BlockSpec& block, DType dtype, int tp, std::int64_t micro_batch,
+                            bool sequence_parallel = false);
 
 }  // namespace cleave::partition

@@ -2,13 +2,15 @@
 """Held-out published training runs re-simulated by `cleave simulate --config` (issue 38 part 3).
 
 Each table in benchmarks/planner/held_out/*.tsv is one publication: '#' lines cite it, then one row per run with
-the run's own model, layout, schedule, batch, micro-batch, recomputation, ZeRO stage, the attention kernel it
+the run's own model, layout, schedule, batch, micro-batch, recomputation (none, selective, full;
+selective:torchtitan_op = torchtitan's per-op policy, `simulate --selective-recompute torchtitan_op`), ZeRO stage, the attention kernel it
 used (`simulate --attention`: memory_efficient, probabilities, probabilities_dropout; memory_efficient:NAME also
 names the fused kernel's family, `simulate --attention-kernel NAME`: cudnn, flash3, flash2, priced at that kernel's
 published per-pass rates, the profile's attention_rates; probabilities_dropout:pytorch prices the unfused scores,
 softmax and products at PyTorch standard attention's published rates), the kernels it launched beyond
 Cleave's own (kernels: ce_f32 = `simulate --cross-entropy float32`, dropout = `--hidden-dropout`, emb_grad =
-`--dense-embedding-grad`), what it overlapped with
+`--dense-embedding-grad`, ce_torch_f32 = `--cross-entropy torch_float32`, rmsnorm_torch = `--norm torch_unfused`),
+what it overlapped with
 compute (overlap: dp = `simulate --overlap-grad-reduce`, tp = `--tp-comm-overlap`, dp+tp, - none), whether its
 pipeline point-to-point blocked the rank (p2p: blocking = `simulate --blocking-p2p`, async), how it split its
 layers over the pipeline (split: megatron, zb or cost; blocks_per_stage below) and the hardware profile to price it
@@ -44,8 +46,10 @@ COLUMNS = ("id profile family vocab d_model n_layers n_heads n_kv_heads ffn seq 
 #   dropout  Megatron-LM's hidden dropout on the residual branches and the embedding (`simulate --hidden-dropout`)
 #   emb_grad PyTorch's dense embedding gradient added into Megatron-LM's f32 main gradient (`--dense-embedding-grad`)
 #   ce_torch_f32  PyTorch's F.cross_entropy over logits cast to f32 (torchtitan; `--cross-entropy torch_float32`)
+#   rmsnorm_torch PyTorch's eager RMSNorm, one kernel per op (torchtitan's norm_type rmsnorm; `--norm torch_unfused`)
 KERNELS = {"ce_f32": ["--cross-entropy", "float32"], "dropout": ["--hidden-dropout"],
-           "emb_grad": ["--dense-embedding-grad"], "ce_torch_f32": ["--cross-entropy", "torch_float32"]}
+           "emb_grad": ["--dense-embedding-grad"], "ce_torch_f32": ["--cross-entropy", "torch_float32"],
+           "rmsnorm_torch": ["--norm", "torch_unfused"]}
 SMOKE_ID = "sc21-1.7B"
 # --breakdown's columns: groups of `simulate --json`'s breakdown_s terms (docs/planner.md, "The step, term by term").
 BREAKDOWN = (("forward", "input_grad", "weight_grad"), ("elementwise",), ("kernel_launch",), ("recompute",),
@@ -133,7 +137,7 @@ def config_of(row):
         "parallel": parallel,
         "batch": {"global_batch_size": int(row["batch"]), "micro_batch_size": int(row["micro"])},
         "optimizer": {"type": "adamw", "zero_stage": int(row["zero"])},
-        "train": {"recompute": row["recompute"]},
+        "train": {"recompute": row["recompute"].partition(":")[0]},
         "device": {"type": "cpu", "precision": "bf16"},
         "data": {"type": "synthetic"},
     }
@@ -168,6 +172,14 @@ def simulate(row, cleave, profiles, work):
     cmd += ["--attention", kind]
     if family:
         cmd += ["--attention-kernel", family]
+    # The recomputation (none, selective, full), and for selective what it reruns: selective:torchtitan_op is
+    # torchtitan's per-op policy (`simulate --selective-recompute torchtitan_op`); plain selective the attention core.
+    recompute, _, policy = row["recompute"].partition(":")
+    if policy:
+        if recompute != "selective" or policy not in ("attention", "torchtitan_op"):
+            raise ValueError(f"{row['table']}: row {row['id']}: recompute '{row['recompute']}' is not none, full, "
+                             "selective or selective:attention|torchtitan_op")
+        cmd += ["--selective-recompute", policy]
     kernels = set(row["kernels"].split("+")) - {"-"}
     if kernels - set(KERNELS):
         raise ValueError(f"{row['table']}: row {row['id']}: kernels '{row['kernels']}' is not '-' or a '+'-join of "

@@ -36,7 +36,8 @@ ArgParser simulate_config_args() {
               "                [--attention-kernel NAME] [--ep-imbalance F]\n"
               "                [--overlap-grad-reduce] [--tp-comm-overlap]\n"
               "                [--param-gather-dtype f32|bf16] [--cross-entropy fused|float32|torch_float32] [--hidden-dropout]\n"
-              "                [--dense-embedding-grad] [--blocking-p2p]",
+              "                [--dense-embedding-grad] [--blocking-p2p] [--selective-recompute attention|torchtitan_op]\n"
+              "                [--norm fused|torch_unfused]",
               R"(Simulates one training step of the plan CONFIG describes on N ranks with the planner's costs (cost model
 FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer) and prints the step time,
 bubble, where the time goes, and per pp rank the memory plan by category and its timeline's peak.)");
@@ -75,6 +76,17 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
             "price the run's hidden dropout (Megatron-LM's --hidden-dropout): a byte mask on each gpt\n"
             "block's two residual branches and the embedding's output, and its gradient; roofline profiles\n"
             "only (the engine has no dropout)")
+      .text("--selective-recompute", "KIND",
+            "what train.recompute selective reruns in the simulated run: attention (the default, as the engine:\n"
+            "the attention core's forward) or torchtitan_op (torchtitan's per-op policy: each transformer block\n"
+            "saves the attention's and every other GEMM's output and reruns its 2nd, 4th, 6th GEMM (llama: wk,\n"
+            "wo, w3) and all its elementwise ops); the compute term only, the memory plan keeps selective's;\n"
+            "roofline profiles only")
+      .text("--norm", "KIND",
+            "the RMSNorm kernels the simulated run used (the engine runs fused, the default: one kernel per\n"
+            "pass); torch_unfused is PyTorch's eager RMSNorm (torchtitan's norm_type rmsnorm: cast to f32, pow,\n"
+            "mean, rsqrt, products, cast back, one kernel per op) for a llama block's two norms and the final\n"
+            "norm; roofline profiles only")
       .flag("--dense-embedding-grad",
             "price the embedding's gradient as PyTorch and Megatron-LM make it: a dense [V/tp + positions, D]\n"
             "gradient zero-filled and added into the f32 main gradient per micro-batch; roofline profiles\n"
@@ -172,9 +184,30 @@ int run_simulate_config(int argc, char** argv) {
   }
   options.run_kernels.hidden_dropout = args.on("--hidden-dropout");
   options.run_kernels.dense_embedding_grad = args.on("--dense-embedding-grad");
+  if (args.given("--norm")) {
+    const std::string kind = args.text("--norm");
+    CLEAVE_CHECK(kind == "fused" || kind == "torch_unfused",
+                 "simulate --config: --norm '{}' is not a norm kind (fused, torch_unfused)", kind);
+    options.run_kernels.torch_rmsnorm = kind == "torch_unfused";
+  }
   CLEAVE_CHECK(!options.run_kernels.any() || (profile.has_roofline() && !profile.measured.has_blocks()),
-               "simulate --config: --cross-entropy float32, --hidden-dropout and --dense-embedding-grad need a roofline profile (profiles/*.json "
+               "simulate --config: --cross-entropy float32, --hidden-dropout, --dense-embedding-grad and --norm torch_unfused need a roofline profile (profiles/*.json "
                "with gemm_efficiency); profile '{}' times the engine's own kernels", profile.name);
+  if (args.given("--selective-recompute")) {
+    const std::string kind = args.text("--selective-recompute");
+    const auto parsed = partition::selective_recompute_from(kind);
+    CLEAVE_CHECK(parsed.has_value(), "simulate --config: --selective-recompute '{}' is not a policy (attention, torchtitan_op)",
+                 kind);
+    CLEAVE_CHECK(*parsed == partition::SelectiveRecompute::kAttention ||
+                     (base.train.recompute == config::Recompute::kSelective && profile.has_roofline() &&
+                      !profile.measured.has_blocks()),
+                 "simulate --config: --selective-recompute {} prices train.recompute selective on a roofline profile "
+                 "(profiles/*.json with gemm_efficiency), but {} has train.recompute {} and profile '{}'{} (set "
+                 "train.recompute selective, or drop the option)",
+                 kind, config_path, enum_name(base.train.recompute), profile.name,
+                 profile.has_roofline() && !profile.measured.has_blocks() ? "" : " times the engine's own kernels");
+    options.selective_recompute = *parsed;
+  }
   options.overlap_grad_reduce = args.on("--overlap-grad-reduce");
   options.overlap_tp_comm = args.on("--tp-comm-overlap");
   options.blocking_p2p = args.on("--blocking-p2p");
@@ -233,6 +266,8 @@ int run_simulate_config(int argc, char** argv) {
                           {"cross_entropy", std::string(partition::cross_entropy_kind_name(options.run_kernels.cross_entropy))},
                           {"hidden_dropout", options.run_kernels.hidden_dropout},
                           {"dense_embedding_grad", options.run_kernels.dense_embedding_grad},
+                          {"norm", options.run_kernels.torch_rmsnorm ? "torch_unfused" : "fused"},
+                          {"selective_recompute", std::string(partition::selective_recompute_name(options.selective_recompute))},
                           {"overlap_grad_reduce", options.overlap_grad_reduce},
                           {"overlap_tp_comm", options.overlap_tp_comm},
                           {"blocking_p2p", options.blocking_p2p},

@@ -119,6 +119,10 @@ struct SearchOptions {
   // `--hidden-dropout` (Megatron-LM's hidden dropout), `--dense-embedding-grad` (PyTorch's dense embedding gradient
   // added into Megatron-LM's f32 main gradient), priced by block_compute as partition::run_kernels_work.
   partition::RunKernels run_kernels{};
+  // What train.recompute selective reruns in the simulated run (a run option; roofline profiles): `cleave simulate
+  // --selective-recompute torchtitan_op` prices torchtitan's per-op policy (partition::selective_op_rerun) in
+  // block_compute's recompute term in place of the engine's attention-core rerun; the memory plan keeps selective's.
+  partition::SelectiveRecompute selective_recompute = partition::SelectiveRecompute::kAttention;
   // What the simulated run overlapped with compute (run options; the engine's trainer overlaps neither):
   // `cleave simulate --overlap-grad-reduce` (Megatron-LM's --overlap-grad-reduce --overlap-param-gather, FSDP): the
   // gradient reduction runs block by block behind the last micro-batch's backward and ZeRO-1/2's parameter gather

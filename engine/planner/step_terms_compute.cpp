@@ -1,7 +1,8 @@
 // The compute terms of a plan's step (docs/planner.md, "The step, term by term": forward, input_grad,
 // weight_grad, recompute, elementwise, kernel_launch): one block's compute per pass and micro-batch, from the
 // profile's measured tables, else the roofline of its kernels (GEMMs, streamed bytes, launches), else its FLOPs
-// over the profile's rate, with the stored-probabilities attention's extra cost where a run asks for it.
+// over the profile's rate, with the stored-probabilities attention's extra cost where a run asks for it, and under
+// a run's torchtitan per-op selective policy its own rerun (partition::selective_op_rerun) in the recompute terms.
 // Invariant: the elementwise and launch parts are inside the pass totals (stage_costs moves them to their own
 // terms), and everything is ÷ cp and before core sharing.
 #include "engine/planner/step_terms.hpp"
@@ -9,6 +10,7 @@
 #include <algorithm>
 
 #include "partition/block_work.hpp"
+#include "partition/families/family.hpp"
 #include "partition/measured_costs.hpp"
 
 namespace cleave::planner {
@@ -95,6 +97,19 @@ BlockCompute block_compute(const TermContext& c, int b, double warm) {
         plain_input += partition::run_kernels_work(block, c.dtype, run, Recompute::kNone, choice.tp, choice.micro_batch, sp).input_grad;
       }
     }
+    // torchtitan's per-op selective policy (SearchOptions::selective_recompute): its rerun, each GEMM at its shape,
+    // in place of the attention core's.
+    const bool op_policy = choice.recompute == Recompute::kSelective &&
+                           c.options->selective_recompute == partition::SelectiveRecompute::kTorchtitanOp;
+    if (op_policy) {
+      work.input_grad = plain_input;
+      work.input_grad += partition::selective_op_rerun(block, c.dtype, choice.tp, choice.micro_batch, sp);
+      if (c.options->run_kernels.any() && partition::is_repeated_layer(block.kind)) {  // e.g. an unfused norm's F
+        work.input_grad +=
+            partition::run_kernels_work(block, c.dtype, c.options->run_kernels, Recompute::kNone, choice.tp, choice.micro_batch, sp)
+                .forward;
+      }
+    }
     x.forward_s = profile.roofline_seconds(work.forward, c.bf16);
     x.input_grad_s = profile.roofline_seconds(plain_input, c.bf16);
     x.recompute_s = profile.roofline_seconds(work.input_grad, c.bf16) - x.input_grad_s;
@@ -106,8 +121,9 @@ BlockCompute block_compute(const TermContext& c, int b, double warm) {
                 profile.launch_seconds(work.weight_grad),
                 profile.launch_seconds(work.input_grad) - profile.launch_seconds(plain_input)};
     x.probabilities = attention_probabilities_compute(c, b);
+    if (op_policy) x.probabilities.recompute_s = 0.0;  // the policy saves the attention's outputs
     const ProbabilitiesCompute& p = x.probabilities;
-    const bool rerun = choice.recompute != Recompute::kNone;
+    const bool rerun = choice.recompute != Recompute::kNone && !op_policy;
     x.forward_s += p.forward_s;
     x.input_grad_s += p.input_grad_s;
     x.recompute_s += p.recompute_s;

@@ -178,6 +178,33 @@ PY
 "$cleave" simulate --config best.json --world 2 --profile "$a100" --attention probabilities --attention-kernel pytorch \
   --set device.precision=bf16 > un3.log 2>&1 && fail "--attention-kernel pytorch at an unpublished head dim accepted"
 grep -q "attention_rates has no curve for kernel 'pytorch'" un3.log || { cat un3.log; fail "--attention-kernel pytorch head-dim message"; }
+# --selective-recompute torchtitan_op: torchtitan's per-op policy under train.recompute selective reruns every second
+# projection GEMM and the elementwise ops instead of the attention core: echoed, the recompute term moves, and the
+# GEMM passes do not; without train.recompute selective it is refused by name.
+"$cleave" simulate --config tiny.json --world 2 --profile "$a100" --set train.recompute=selective --json \
+  > sel_att.json 2> sel1.log || { cat sel1.log; fail "simulate selective"; }
+"$cleave" simulate --config tiny.json --world 2 --profile "$a100" --set train.recompute=selective \
+  --selective-recompute torchtitan_op --json > sel_op.json 2> sel2.log || { cat sel2.log; fail "simulate --selective-recompute"; }
+python3 - sel_att.json sel_op.json << 'PY' || fail "--selective-recompute torchtitan_op output"
+import json, sys
+att, op = (json.load(open(f)) for f in sys.argv[1:3])
+assert att["selective_recompute"] == "attention" and op["selective_recompute"] == "torchtitan_op", op["selective_recompute"]
+a, o = att["breakdown_s"], op["breakdown_s"]
+assert o["recompute"] != a["recompute"] and o["recompute"] > 0, (a["recompute"], o["recompute"])
+for t in ("forward", "input_grad", "weight_grad"):
+    assert abs(o[t] - a[t]) <= 1e-12 * max(1.0, a[t]), (t, a[t], o[t])
+print(f"ok   simulate --selective-recompute torchtitan_op: recompute {a['recompute'] * 1e6:.2f} us -> {o['recompute'] * 1e6:.2f} us")
+PY
+"$cleave" simulate --config tiny.json --world 2 --profile "$a100" --selective-recompute torchtitan_op > sel3.log 2>&1 \
+  && fail "--selective-recompute without train.recompute selective accepted"
+grep -q "prices train.recompute selective" sel3.log || { cat sel3.log; fail "--selective-recompute message"; }
+# --norm torch_unfused (PyTorch's eager RMSNorm for llama's norms): echoed; an unknown kind refused by name.
+"$cleave" simulate --config tiny.json --world 2 --profile "$a100" --norm torch_unfused --json > norm.json 2> norm1.log \
+  || { cat norm1.log; fail "simulate --norm torch_unfused"; }
+grep -q '"norm": "torch_unfused"' norm.json || fail "--norm not echoed"
+"$cleave" simulate --config tiny.json --world 2 --profile "$a100" --norm apex > norm2.log 2>&1 && fail "--norm apex accepted"
+grep -q "'apex' is not a norm kind (fused, torch_unfused)" norm2.log || { cat norm2.log; fail "--norm message"; }
+echo "ok   simulate --norm torch_unfused echoed, --norm apex refused"
 # --blocking-p2p: Megatron-LM of 2021's point-to-point (batch_isend_irecv, wait, torch.cuda.synchronize) holds each
 # rank in its transfers: echoed, never faster; its interleaved schedule with fewer micro-batches than ranks deadlocks,
 # refused by name.

@@ -209,10 +209,11 @@ BlockWork run_kernels_work(const BlockSpec& block, DType dtype, const RunKernels
     w.weight_grad.stream_bytes += rows * static_cast<double>(block.out_features) * (2 * b + 8);
     w.weight_grad.kernels += block.seq_len > 0 ? 4 : 2;
   }
-  if (run.torch_rmsnorm && (block.kind == BlockKind::kLlamaBlock || block.kind == BlockKind::kRmsNorm)) {
-    // A llama block's two norms on the residual stream (T/tp tokens under sequence parallelism), the final norm.
-    const double norms = block.kind == BlockKind::kLlamaBlock ? 2 : 1;
-    const double n = block.kind == BlockKind::kLlamaBlock
+  // A family layer's norms on the residual stream (T/tp tokens under sequence parallelism), the final norm.
+  const int rms_norms = block.kind == BlockKind::kRmsNorm ? 1 : (rules != nullptr ? rules->rms_norms : 0);
+  if (run.torch_rmsnorm && rms_norms > 0) {
+    const double norms = rms_norms;
+    const double n = rules != nullptr
                          ? micro * static_cast<double>(block.seq_len) * static_cast<double>(block.in_features) / seq
                          : micro * static_cast<double>(block.input.numel()) / seq;
     BlockWork norm;
@@ -222,7 +223,7 @@ BlockWork run_kernels_work(const BlockSpec& block, DType dtype, const RunKernels
     norm.input_grad.kernels = norms * 9;
     norm.weight_grad.stream_bytes = norms * 2 * n * b;
     norm.weight_grad.kernels = norms * 1;
-    if (recompute == Recompute::kFull && block.kind == BlockKind::kLlamaBlock) norm.input_grad += norm.forward;
+    if (recompute == Recompute::kFull && rules != nullptr) norm.input_grad += norm.forward;
     w.forward += norm.forward;
     w.input_grad += norm.input_grad;
     w.weight_grad += norm.weight_grad;
@@ -243,10 +244,12 @@ std::optional<SelectiveRecompute> selective_recompute_from(std::string_view name
 
 PassWork selective_op_rerun(const BlockSpec& block, DType dtype, int tp, std::int64_t micro_batch, bool sequence_parallel) {
   PassWork rerun;
-  if (!is_repeated_layer(block.kind)) return rerun;
-  CLEAVE_CHECK(block.kind == BlockKind::kTransformerBlock || block.kind == BlockKind::kLlamaBlock,
-               "selective recompute torchtitan_op: block {} is a {}; the per-op policy is modelled for dense gpt and llama "
-               "blocks only (torchtitan at 0413364 has no mixture of experts)", block.name, enum_name(block.kind));
+  const BlockRules* rules = family_block_rules(block.kind);
+  if (rules == nullptr || !rules->repeated_layer) return rerun;
+  CLEAVE_CHECK(rules->dense_projections,
+               "selective recompute torchtitan_op: block {} is a {}; the per-op policy is modelled for layers of dense "
+               "projections only ({} blocks; torchtitan at 0413364 has no mixture of experts)", block.name,
+               enum_name(block.kind), "gpt and llama");
   const BlockWork plain = block_work(block, dtype, Recompute::kNone, tp, micro_batch, sequence_parallel);
   // The attention core's forward: what the engine's selective appends to the input gradient.
   PassWork core = block_work(block, dtype, Recompute::kSelective, tp, micro_batch, sequence_parallel).input_grad;

@@ -3,6 +3,7 @@
 
 #include <signal.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -100,7 +101,13 @@ class Planner {
     const std::string path = (fs::path(dir_) / "profile.json").string();
     if (!fs::exists(path)) {
       log::info("run: measuring this machine for the planner (once; kept as {}; --profile FILE skips this)", path);
-      const auto profile = planner::measure_this_machine(run_plan::model_spec(base_.model), world);
+      auto profile = planner::measure_this_machine(run_plan::model_spec(base_.model), world);
+      // The kept file is read back by the profile reader, which needs a memory size: as `cleave profile` states
+      // it, this node's physical memory shared by the ranks.
+      const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+      if (profile.device_memory <= 0 && pages > 0 && page > 0) {
+        profile.device_memory = static_cast<std::int64_t>(pages) * page / std::max(1, world);
+      }
       replace_file(path, planner::profile_to_json(profile).dump(2) + "\n");
     }
     return path;

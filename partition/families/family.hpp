@@ -108,6 +108,12 @@ struct BlockRules {
   bool repeated_layer = false;
   // Under sequence parallelism its input and output are [T / tp, D] sequence shards.
   bool sequence_sharded = false;
+  // RMSNorms on its residual stream (llama, moe: 2; gpt's are LayerNorms: 0); `simulate --norm torch_unfused`
+  // prices each as PyTorch's eager ops (block_work.hpp, run_kernels_work).
+  int rms_norms = 0;
+  // Its forward's GEMMs are dense projections in launch order, with no expert routing (gpt, llama): torchtitan's
+  // per-op selective policy (`simulate --selective-recompute torchtitan_op`, block_work.hpp) applies to it.
+  bool dense_projections = false;
   // cost_model.hpp's block_cost for this kind (every field, one tp rank's bytes).
   BlockCost (*cost)(const BlockSpec& block, DType dtype, Recompute recompute, int tp, bool sequence_parallel) = nullptr;
   // block_work.hpp's block_work for this kind.

@@ -168,6 +168,7 @@ BlockRules transformer_block_rules() {
   r.kind = BlockKind::kTransformerBlock;
   r.repeated_layer = true;
   r.sequence_sharded = true;
+  r.dense_projections = true;
   r.cost = cost::transformer_cost;
   r.work = work::transformer_block_work;
   r.tp_comm = transformer_tp_comm;

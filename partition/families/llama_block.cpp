@@ -218,6 +218,8 @@ BlockRules llama_block_rules() {
   r.kind = BlockKind::kLlamaBlock;
   r.repeated_layer = true;
   r.sequence_sharded = true;
+  r.rms_norms = 2;
+  r.dense_projections = true;
   r.cost = cost::llama_cost;
   r.work = work::llama_block_work;
   r.tp_comm = llama_tp_comm;

@@ -177,6 +177,7 @@ BlockRules moe_block_rules() {
   r.kind = BlockKind::kMoeBlock;
   r.repeated_layer = true;
   r.sequence_sharded = true;
+  r.rms_norms = 2;
   r.cost = moe_cost;
   r.work = moe_work;
   r.tp_comm = moe_tp_comm;

@@ -10,7 +10,8 @@
 #  - `cleave train` and `cleave run` lines get `--set train.steps=60` (3 for examples/oversized, whose steps take
 #    seconds each): 60 covers the checkpoint of step 50 that docs/checkpoints.md resumes;
 #  - `cleave profile` lines get `--repeats 1 --rounds 1` (the measurement is the same code, fewer repetitions);
-#  - ranks past the cores are allowed (OMPI_MCA_rmaps_base_oversubscribe=1, as `cleave run` starts mpiexec itself).
+#  - ranks past the cores are allowed (OMPI_MCA_rmaps_base_oversubscribe=1, as `cleave run` and `plan --trial` start
+#    mpiexec themselves), and as root so is Open MPI's root run (OMPI_ALLOW_RUN_AS_ROOT, as the test's own flags do).
 # Lines naming what this machine has not (CONFIG.json, a hostfile, models/, finetune.json, srun, salloc) are
 # skipped and listed; docs/models.md's fine-tuning recipe runs in finetune_recipe.sh on a model it writes.
 # Usage: docs_commands.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
@@ -28,6 +29,7 @@ ln -s "$cleave" "$work/bin/cleave"
 mpirun() { "${mpiexec[@]}" "$@"; }
 mpiexec() { "${mpiexec[@]}" "$@"; }
 export PATH="$work/bin:$PATH" OMP_WAIT_POLICY=passive OMPI_MCA_rmaps_base_oversubscribe=1
+[ "$(id -u)" -eq 0 ] && export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # Each sh block's commands as "BLOCK<TAB>EXPECTED_ERROR<TAB>COMMAND" (EXPECTED_ERROR "-" when it must succeed).
 for page in "$src"/docs/*.md; do

@@ -133,6 +133,18 @@ plan)
   within_bound run ref_full 1e-4 || fail "the planner's layout is outside the layout-change bound of the uninterrupted run"
   echo "ok   plan: restart on 3 ranks at $(field run/run.json 'd["restarts"][0]["new_layout"]'); bit-identical to the by-hand resume"
   ;;
+measured)
+  # No --profile: the supervisor measures this machine once for the re-plan and keeps the profile it read back.
+  export CLEAVE_FAULT_INJECT_1=3:5:forward:kill
+  timed sup --slots 4 -- tiny.json "${pp2[@]}" --set train.out_dir=run --set checkpoint.background=false > run.log 2>&1 \
+    || { cat run.log; fail "cleave run did not complete with a measured profile"; }
+  unset CLEAVE_FAULT_INJECT_1
+  grep -E "run: measuring|run: restart|run: completed" run.log
+  [ "$(field run/supervisor/profile.json 'd["device_memory_GiB"] > 0')" = True ] \
+    || fail "the kept profile has no device memory: $(cat run/supervisor/profile.json)"
+  field run/run.json 'd["restarts"][0]["layout_choice"]' | grep -q "planner's best" || fail "layout not the planner's"
+  echo "ok   measured: restart on $(field run/run.json 'd["restarts"][0]["new_world"]') ranks, planned on the measured profile"
+  ;;
 hang)
   export CLEAVE_FAULT_INJECT_1=1:5:dp_reduce:stop
   timed sup --slots 2 --keep-layout -- tiny.json --set train.out_dir=run --set train.comm_timeout_s=2 \

@@ -256,7 +256,8 @@ void memory_over_step(const run_plan::Plan& plan, const PlanChoice& choice, bool
 
 PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origin,
                            const std::vector<std::string>& overrides, const PlanChoice& choice,
-                           const HardwareProfile& profile, const SearchOptions& options, PlanDetails* details) {
+                           const HardwareProfile& profile, const SearchOptions& options, PlanDetails* details,
+                           run_plan::ScheduleCache* schedules) {
   PlanEstimate est;
   est.choice = choice;
   config::RunConfig config;
@@ -275,7 +276,8 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     // The search applies its own cap (options.memory_limit, which a cap in the config already became) below:
     // a plan over it is valid but does not fit. Left in the config, make_plan would refuse it as invalid.
     config.device.memory_limit = 0;
-    plan = run_plan::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0);
+    plan = run_plan::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0,
+                              schedules);
   } catch (const Error& e) {
     est.reason = e.what();
     return est;
@@ -395,6 +397,9 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
   out.unit = partition::is_language_model(base.model.type) ? "tok" : "samples";
   SearchOptions opts = options;
   opts.memory_limit = out.memory_limit;
+  // Every ZeRO stage, recomputation, sequence-parallel, context-parallel and tp choice of a (schedule, pp,
+  // micro-batches) reuses one schedule (the automatic scheduler's search is most of an estimate's cost).
+  run_plan::ScheduleCache schedule_cache;
 
   std::vector<int> tps = {1};
   if (const auto tp_sizes = partition::family(base.model.type).tp_sizes) {
@@ -467,7 +472,7 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
                   for (const int ep : eps) {
                     PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp, reduce, cp, cp_comm};
                     c.ep = ep;
-                    PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts);
+                    PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts, nullptr, &schedule_cache);
                     (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
                   }
                 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/config/config.hpp"
+#include "engine/run_plan/schedule_cache.hpp"
 #include "partition/model_spec.hpp"
 #include "partition/stage_partitioner.hpp"
 #include "pipeline/schedule.hpp"
@@ -38,7 +39,9 @@ struct Plan {
 // their default (2) when the config leaves it at 1.
 int effective_virtual_stages(const config::RunConfig& config);
 
-Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank);
+// Throws Error for a layout the engine cannot run (more stages than blocks, a schedule the batch cannot feed, a
+// memory cap the split exceeds, ...). `cache` (optional): schedules built by earlier calls, reused (a search).
+Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank, ScheduleCache* cache = nullptr);
 
 // The block list of the configured model (partition/model_spec.hpp).
 partition::ModelSpec model_spec(const config::ModelConfig& model);

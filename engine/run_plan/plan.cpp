@@ -172,14 +172,14 @@ std::shared_ptr<const ScheduleCache::Entry> compute_and_lowered(const config::Ru
     if (name == "auto") {
       auto_options = auto_schedule_options(config);
       pipeline::check_auto_schedule(pp, num_microbatches, *auto_options);
-      key = auto_schedule_key(pp, num_microbatches, *auto_options);
     } else {
       check_schedule_microbatches(config, num_microbatches);
       pipeline::check_schedule_args(name, pp, num_microbatches, v);
-      key = fmt::format("{} pp{} m{} v{}", name, pp, num_microbatches, v);
     }
     check_stage_count(static_cast<std::int64_t>(pp) * v, pp, v, num_blocks);
     if (cache != nullptr) {
+      key = auto_options ? auto_schedule_key(pp, num_microbatches, *auto_options)
+                         : fmt::format("{} pp{} m{} v{}", name, pp, num_microbatches, v);
       if (auto hit = cache->find(key)) return hit;
     }
   }

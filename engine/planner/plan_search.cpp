@@ -386,6 +386,32 @@ PlanningSetup planning_setup(const config::RunConfig& base, const std::string& p
   return s;
 }
 
+namespace {
+
+// The most ranks a layout of this config can use: tp (the largest size the family allows within a node) × cp
+// (at most model.seq_len: every exchange cuts a sequence into cp or 2 cp chunks) × pp (at most one block per
+// stage) × dp (a divisor of the global batch). Every candidate of a larger world is invalid, so the search is
+// refused before it starts (at --world 1000000 it would price tens of thousands of candidates only to refuse them).
+void check_world_within_reach(const config::RunConfig& base, const partition::ModelSpec& spec,
+                              const HardwareProfile& profile, int world, std::int64_t global) {
+  std::int64_t tp = 1;
+  if (const auto tp_sizes = partition::family(base.model.type).tp_sizes) {
+    for (auto t : tp_sizes(base.model)) {
+      if (t <= profile.ranks_per_node) tp = std::max<std::int64_t>(tp, t);
+    }
+  }
+  const std::int64_t cp = partition::has_attention(spec) ? spec.token_sizes().seq_len : 1;
+  const auto pp = static_cast<std::int64_t>(spec.blocks.size());
+  const std::int64_t most = tp * cp * pp * global;
+  CLEAVE_CHECK(world <= most,
+               "plan: --world {} is more ranks than any layout of this config can use: at most {} = tp {} (the largest "
+               "the model allows within a node of {} ranks) x cp {} (model.seq_len) x pp {} (one block per stage) x "
+               "dp {} (batch.global_batch_size); plan for at most {} ranks, or a larger model or global batch",
+               world, most, tp, profile.ranks_per_node, cp, pp, global, most);
+}
+
+}  // namespace
+
 SearchResult search_plans(const std::string& config_path, const std::vector<std::string>& overrides,
                           const HardwareProfile& profile, const SearchOptions& options) {
   CLEAVE_CHECK(options.world >= 1, "plan: --world must be >= 1, got {}", options.world);
@@ -416,6 +442,7 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
   // Context parallelism (language models): each cp size the model allows for some exchange, with each exchange
   // that allows it (ring first: no head rule); the config checks refuse the rest as invalid candidates.
   const partition::ModelSpec spec = partition::make_model_spec(base.model.type, base.model);
+  check_world_within_reach(base, spec, profile, options.world, global);
   using CpComm = config::ContextParallelComm;
   int layouts = 0;
   for (int tp : tps) {

@@ -2,7 +2,8 @@
 // the schedule and partition of one made from scratch, every estimate of a search equals the same candidate
 // estimated alone without the cache, and the cache tells apart what the auto scheduler reads. A layout with more
 // stages than blocks is refused before its schedule is built, with the error make_plan gave after building it,
-// and a schedule's own refusals still come first.
+// and a schedule's own refusals still come first; a world larger than any layout can use is refused before the
+// search.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -152,6 +153,28 @@ TEST(ScheduleCache, EverySearchedEstimateEqualsTheCandidateEstimatedAloneWithout
     EXPECT_EQ(alone.comm_bytes, e->comm_bytes) << what;
   }
   EXPECT_GT(autos, 20);  // the search priced auto at several pp, micro-batch counts and layouts
+  std::filesystem::remove(path);
+}
+
+TEST(ScheduleCache, AWorldNoLayoutCanUseIsRefusedBeforeTheSearch) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("cleave_world_bound_" + std::to_string(::getpid()) + ".json")).string();
+  std::ofstream(path) << kTiny;
+  SearchOptions options;
+  // tp 4 (n_heads, a node of 4 ranks) x cp 16 (seq_len) x pp 6 blocks at most x dp 16 (the global batch).
+  const partition::ModelSpec spec = run_plan::model_spec(config::parse_config(kTiny, "<string>", {}).model);
+  const auto most = 4 * 16 * static_cast<int>(spec.blocks.size()) * 16;
+  options.world = most * 2;
+  try {
+    search_plans(path, {}, links(), options);
+    ADD_FAILURE() << "world " << options.world << " searched";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--world " + std::to_string(options.world) +
+                                         " is more ranks than any layout of this config can use: at most " +
+                                         std::to_string(most)),
+              std::string::npos)
+        << e.what();
+  }
   std::filesystem::remove(path);
 }
 

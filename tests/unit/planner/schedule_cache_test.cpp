@@ -158,7 +158,8 @@ TEST(ScheduleCache, EverySearchedEstimateEqualsTheCandidateEstimatedAloneWithout
 
 TEST(ScheduleCache, AWorldNoLayoutCanUseIsRefusedBeforeTheSearch) {
   const std::string path =
-      (std::filesystem::temp_directory_path() / ("cleave_world_bound_" + std::to_string(::getpid()) + ".json")).string();
+      (std::filesystem::temp_directory_path() / ("cleave_world_bound_" + std::to_string(::getpid()) + ".json"))
+          .string();
   std::ofstream(path) << kTiny;
   SearchOptions options;
   // tp 4 (n_heads, a node of 4 ranks) x cp 16 (seq_len) x pp 6 blocks at most x dp 16 (the global batch).

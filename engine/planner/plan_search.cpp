@@ -256,7 +256,8 @@ void memory_over_step(const run_plan::Plan& plan, const PlanChoice& choice, bool
 
 PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origin,
                            const std::vector<std::string>& overrides, const PlanChoice& choice,
-                           const HardwareProfile& profile, const SearchOptions& options, PlanDetails* details) {
+                           const HardwareProfile& profile, const SearchOptions& options, PlanDetails* details,
+                           run_plan::ScheduleCache* schedules) {
   PlanEstimate est;
   est.choice = choice;
   config::RunConfig config;
@@ -275,7 +276,8 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     // The search applies its own cap (options.memory_limit, which a cap in the config already became) below:
     // a plan over it is valid but does not fit. Left in the config, make_plan would refuse it as invalid.
     config.device.memory_limit = 0;
-    plan = run_plan::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0);
+    plan = run_plan::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0,
+                              schedules);
   } catch (const Error& e) {
     est.reason = e.what();
     return est;
@@ -384,6 +386,32 @@ PlanningSetup planning_setup(const config::RunConfig& base, const std::string& p
   return s;
 }
 
+namespace {
+
+// The most ranks a layout of this config can use: tp (the largest size the family allows within a node) × cp
+// (at most model.seq_len: every exchange cuts a sequence into cp or 2 cp chunks) × pp (at most one block per
+// stage) × dp (a divisor of the global batch). Every candidate of a larger world is invalid, so the search is
+// refused before it starts (at --world 1000000 it would price tens of thousands of candidates only to refuse them).
+void check_world_within_reach(const config::RunConfig& base, const partition::ModelSpec& spec,
+                              const HardwareProfile& profile, int world, std::int64_t global) {
+  std::int64_t tp = 1;
+  if (const auto tp_sizes = partition::family(base.model.type).tp_sizes) {
+    for (auto t : tp_sizes(base.model)) {
+      if (t <= profile.ranks_per_node) tp = std::max<std::int64_t>(tp, t);
+    }
+  }
+  const std::int64_t cp = partition::has_attention(spec) ? spec.token_sizes().seq_len : 1;
+  const auto pp = static_cast<std::int64_t>(spec.blocks.size());
+  const std::int64_t most = tp * cp * pp * global;
+  CLEAVE_CHECK(world <= most,
+               "plan: --world {} is more ranks than any layout of this config can use: at most {} = tp {} (the largest "
+               "the model allows within a node of {} ranks) x cp {} (model.seq_len) x pp {} (one block per stage) x "
+               "dp {} (batch.global_batch_size); plan for at most {} ranks, or a larger model or global batch",
+               world, most, tp, profile.ranks_per_node, cp, pp, global, most);
+}
+
+}  // namespace
+
 SearchResult search_plans(const std::string& config_path, const std::vector<std::string>& overrides,
                           const HardwareProfile& profile, const SearchOptions& options) {
   CLEAVE_CHECK(options.world >= 1, "plan: --world must be >= 1, got {}", options.world);
@@ -395,6 +423,9 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
   out.unit = partition::is_language_model(base.model.type) ? "tok" : "samples";
   SearchOptions opts = options;
   opts.memory_limit = out.memory_limit;
+  // Every ZeRO stage, recomputation, sequence-parallel, context-parallel and tp choice of a (schedule, pp,
+  // micro-batches) reuses one schedule (the automatic scheduler's search is most of an estimate's cost).
+  run_plan::ScheduleCache schedule_cache;
 
   std::vector<int> tps = {1};
   if (const auto tp_sizes = partition::family(base.model.type).tp_sizes) {
@@ -411,6 +442,7 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
   // Context parallelism (language models): each cp size the model allows for some exchange, with each exchange
   // that allows it (ring first: no head rule); the config checks refuse the rest as invalid candidates.
   const partition::ModelSpec spec = partition::make_model_spec(base.model.type, base.model);
+  check_world_within_reach(base, spec, profile, options.world, global);
   using CpComm = config::ContextParallelComm;
   int layouts = 0;
   for (int tp : tps) {
@@ -467,7 +499,7 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
                   for (const int ep : eps) {
                     PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp, reduce, cp, cp_comm};
                     c.ep = ep;
-                    PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts);
+                    PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts, nullptr, &schedule_cache);
                     (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
                   }
                 }

@@ -5,6 +5,8 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <memory>
+#include <optional>
 
 #include "engine/core/error.hpp"
 #include "engine/run_plan/memory_plan.hpp"
@@ -28,8 +30,9 @@ namespace {
 // are the model's totals / pp: measured (parallel.auto_schedule_profile, a `cleave profile` file: block times
 // at this tp width and micro-batch, a recomputed block's rerun share of its forward added to I, and the
 // P2P fit for the boundary tensor), else the cost model's FLOP ratio. Memory limit:
-// parallel.auto_schedule_memory_limit stashes per rank (0 = pp, 1F1B's memory).
-pipeline::Schedule make_auto_schedule(const config::RunConfig& config, int num_microbatches) {
+// parallel.auto_schedule_memory_limit stashes per rank (0 = pp, 1F1B's memory). The options here (with their
+// checks), the search in compute_and_lowered.
+pipeline::AutoScheduleOptions auto_schedule_options(const config::RunConfig& config) {
   const int pp = config.parallel.pipeline_model_parallel_size;
   const int v = effective_virtual_stages(config);
   CLEAVE_CHECK(v == 1,
@@ -72,7 +75,7 @@ pipeline::Schedule make_auto_schedule(const config::RunConfig& config, int num_m
             static_cast<double>(sent[last].output_bytes * micro);
       }
     }
-    return pipeline::auto_schedule(pp, num_microbatches, options).schedule;
+    return options;
   }
   double forward = 0, input = 0, weight = 0;
   for (const auto& block : partition::model_costs(model_spec(config.model))) {
@@ -85,7 +88,7 @@ pipeline::Schedule make_auto_schedule(const config::RunConfig& config, int num_m
   } else {
     options.costs = pipeline::SimulationCosts::uniform(pp);
   }
-  return pipeline::auto_schedule(pp, num_microbatches, options).schedule;
+  return options;
 }
 
 // A named schedule that needs more micro-batches per step than the batch config gives: the message names
@@ -118,7 +121,7 @@ void check_schedule_microbatches(const config::RunConfig& config, int num_microb
 pipeline::Schedule make_compute_schedule(const config::RunConfig& config, int num_microbatches) {
   const int pp = config.parallel.pipeline_model_parallel_size;
   const std::string& name = config.parallel.schedule;
-  if (name == "auto") return make_auto_schedule(config, num_microbatches);
+  if (name == "auto") return pipeline::auto_schedule(pp, num_microbatches, auto_schedule_options(config)).schedule;
   if (pipeline::is_schedule_name(name)) {
     check_schedule_microbatches(config, num_microbatches);
     return pipeline::make_schedule(name, pp, num_microbatches, effective_virtual_stages(config));
@@ -133,6 +136,61 @@ pipeline::Schedule make_compute_schedule(const config::RunConfig& config, int nu
                "(batch.gradient_accumulation_steps)",
                name, schedule.num_microbatches, num_microbatches);
   return schedule;
+}
+
+// The cache key of `auto` with these options: every field the search reads, doubles exact (fmt's shortest
+// round-trip form), so two keys are equal only when the searches are.
+std::string auto_schedule_key(int pp, int num_microbatches, const pipeline::AutoScheduleOptions& o) {
+  std::string key = fmt::format("auto pp{} m{} limit{} fraction{} evaluations{} objective{} p2p{},{}", pp,
+                                num_microbatches, o.memory_limit, o.weight_stash_fraction, o.max_evaluations,
+                                static_cast<int>(o.objective), o.costs.p2p_latency, o.costs.p2p_bandwidth);
+  for (const pipeline::StageCost& s : o.costs.stages) {
+    key += fmt::format(" {},{},{},{}", s.forward, s.backward_input, s.backward_weight, s.output_bytes);
+  }
+  return key;
+}
+
+void check_stage_count(std::int64_t num_stages, int pp, int v, std::size_t num_blocks) {
+  CLEAVE_CHECK(static_cast<std::size_t>(num_stages) <= num_blocks,
+               "parallel: {} pipeline stages (pipeline_model_parallel_size {} x virtual stages {}) but the model "
+               "has only {} blocks; use fewer stages or a deeper model",
+               num_stages, pp, v, num_blocks);
+}
+
+// The compute schedule (validated) and its lowered form. A named schedule or `auto` is checked as its builder
+// would check it, then refused when it has more stages than the model has blocks, before it is built (the same
+// error make_plan gives after building it: an `auto` search on a pp of thousands of ranks would run for hours
+// only to be refused); then taken from `cache` when one is given and holds it (ScheduleCache's invariant).
+std::shared_ptr<const ScheduleCache::Entry> compute_and_lowered(const config::RunConfig& config, int num_microbatches,
+                                                                std::size_t num_blocks, ScheduleCache* cache) {
+  const std::string& name = config.parallel.schedule;
+  const int pp = config.parallel.pipeline_model_parallel_size;
+  std::string key;
+  std::optional<pipeline::AutoScheduleOptions> auto_options;
+  if (name == "auto" || pipeline::is_schedule_name(name)) {
+    const int v = effective_virtual_stages(config);
+    if (name == "auto") {
+      auto_options = auto_schedule_options(config);
+      pipeline::check_auto_schedule(pp, num_microbatches, *auto_options);
+    } else {
+      check_schedule_microbatches(config, num_microbatches);
+      pipeline::check_schedule_args(name, pp, num_microbatches, v);
+    }
+    check_stage_count(static_cast<std::int64_t>(pp) * v, pp, v, num_blocks);
+    if (cache != nullptr) {
+      key = auto_options ? auto_schedule_key(pp, num_microbatches, *auto_options)
+                         : fmt::format("{} pp{} m{} v{}", name, pp, num_microbatches, v);
+      if (auto hit = cache->find(key)) return hit;
+    }
+  }
+  ScheduleCache::Entry built;
+  built.compute = auto_options ? pipeline::auto_schedule(pp, num_microbatches, *auto_options).schedule
+                               : make_compute_schedule(config, num_microbatches);
+  pipeline::check_schedule(built.compute);
+  built.lowered = pipeline::ensure_lowered(built.compute);
+  auto entry = std::make_shared<const ScheduleCache::Entry>(std::move(built));
+  if (cache != nullptr && !key.empty()) cache->insert(key, entry);
+  return entry;
 }
 
 }  // namespace
@@ -150,28 +208,28 @@ double training_bytes_per_param_byte(const config::OptimizerConfig& optimizer) {
   return 1.0 + optimizer.state_tensors_per_param();
 }
 
-Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank) {
-  return make_plan(config, num_microbatches, pp_rank, unresolved_cpu_kernels(config));
+Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank, ScheduleCache* cache) {
+  return make_plan(config, num_microbatches, pp_rank, unresolved_cpu_kernels(config), cache);
 }
 
-Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank, const CpuKernels& cpu) {
+Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank, const CpuKernels& cpu,
+               ScheduleCache* cache) {
   Plan plan;
   plan.spec = model_spec(config.model);
-  const pipeline::Schedule compute = make_compute_schedule(config, num_microbatches);
-  pipeline::check_schedule(compute);
-  plan.schedule = pipeline::ensure_lowered(compute);
+  const auto costs = partition::model_costs(plan.spec, DType::kF32, config.train.recompute);
+  const std::shared_ptr<const ScheduleCache::Entry> schedules =
+      compute_and_lowered(config, num_microbatches, costs.size(), cache);
+  const pipeline::Schedule& compute = schedules->compute;
+  plan.schedule = schedules->lowered;
   // The key, or a schedule file saved with its pairs overlapped (schedule_text.hpp: lowering a compute-only file
   // puts communication between the pairs' two actions, so they are made adjacent again).
   if (config.parallel.moe_a2a_overlap || compute.overlap_fb_pairs) {
     plan.schedule = pipeline::overlap_fb_pairs(plan.schedule);
   }
 
-  const auto costs = partition::model_costs(plan.spec, DType::kF32, config.train.recompute);
+  // A schedule file's stages (a named schedule and auto were checked before they were built).
   const int num_stages = plan.schedule.num_stages;
-  CLEAVE_CHECK(static_cast<std::size_t>(num_stages) <= costs.size(),
-               "parallel: {} pipeline stages (pipeline_model_parallel_size {} x virtual stages {}) but the model "
-               "has only {} blocks; use fewer stages or a deeper model",
-               num_stages, plan.schedule.pp_size, plan.schedule.virtual_stages, costs.size());
+  check_stage_count(num_stages, plan.schedule.pp_size, plan.schedule.virtual_stages, costs.size());
   const std::int64_t micro = config.resolved_batch().micro_batch_size;
   const double per_param_byte = 1.0 + training_bytes_per_param_byte(config.optimizer);
   std::vector<partition::BlockProfile> blocks;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/config/config.hpp"
+#include "engine/run_plan/schedule_cache.hpp"
 #include "partition/model_spec.hpp"
 #include "partition/stage_partitioner.hpp"
 #include "pipeline/schedule.hpp"
@@ -38,12 +39,15 @@ struct Plan {
 // their default (2) when the config leaves it at 1.
 int effective_virtual_stages(const config::RunConfig& config);
 
-// The plan is refused (one error with the numbers) when a rank's memory plan exceeds device.memory_limit; cpu is
-// the run's resolved CPU kernels the memory plan reads (memory_plan.hpp, CpuKernels); without it
-// unresolved_cpu_kernels (the widened GEMM path, an upper bound).
+// Throws Error for a layout the engine cannot run (more stages than blocks, a schedule the batch cannot feed, a
+// memory cap the split exceeds: one error with the numbers, when a rank's memory plan exceeds device.memory_limit).
+// cpu is the run's resolved CPU kernels the memory plan reads (memory_plan.hpp, CpuKernels); without it
+// unresolved_cpu_kernels (the widened GEMM path, an upper bound). `cache` (optional): schedules built by earlier
+// calls, reused (a search).
 struct CpuKernels;
-Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank);
-Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank, const CpuKernels& cpu);
+Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank, ScheduleCache* cache = nullptr);
+Plan make_plan(const config::RunConfig& config, int num_microbatches, int pp_rank, const CpuKernels& cpu,
+               ScheduleCache* cache = nullptr);
 
 // The block list of the configured model (partition/model_spec.hpp).
 partition::ModelSpec model_spec(const config::ModelConfig& model);

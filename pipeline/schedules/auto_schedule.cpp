@@ -265,11 +265,10 @@ void check_positive(double value, const char* what, int stage) {
                "auto schedule: {} of stage {} is {}, expected a finite value > 0", what, stage, value);
 }
 
-}  // namespace
-
-AutoScheduleResult auto_schedule(int pp_size, int num_microbatches, const AutoScheduleOptions& options) {
+// The checks auto_schedule states (auto_schedule.hpp), and the transfer times the construction reads.
+detail::ListScheduleCosts checked_costs(int pp_size, int num_microbatches, const AutoScheduleOptions& options) {
   detail::check_generator_args("auto", pp_size, num_microbatches);
-  const int p = pp_size, m = num_microbatches;
+  const int p = pp_size;
   const int limit = options.memory_limit == 0 ? p : options.memory_limit;
   CLEAVE_CHECK(limit >= 1,
                "auto schedule: the memory limit must be at least 1 micro-batch stash per rank (0 = pp_size), got {}",
@@ -300,6 +299,18 @@ AutoScheduleResult auto_schedule(int pp_size, int num_microbatches, const AutoSc
 
   CLEAVE_CHECK(options.weight_stash_fraction > 0 && options.weight_stash_fraction <= 1,
                "auto schedule: weight_stash_fraction must be in (0, 1], got {}", options.weight_stash_fraction);
+  return costs;
+}
+}  // namespace
+
+void check_auto_schedule(int pp_size, int num_microbatches, const AutoScheduleOptions& options) {
+  checked_costs(pp_size, num_microbatches, options);
+}
+
+AutoScheduleResult auto_schedule(int pp_size, int num_microbatches, const AutoScheduleOptions& options) {
+  const detail::ListScheduleCosts costs = checked_costs(pp_size, num_microbatches, options);
+  const int p = pp_size, m = num_microbatches;
+  const int limit = options.memory_limit == 0 ? p : options.memory_limit;
   Search search(p, m, limit, options.weight_stash_fraction, costs, std::max(options.max_evaluations, 1),
                 options.objective);
   Candidate best = search.best_construction();

@@ -61,6 +61,9 @@ struct AutoScheduleResult {
 // Throws Error for pp_size < 1, m < 1, a memory limit < 1, or a cost table of the wrong size or with costs
 // that are not finite and > 0 (F, I, W) or >= 0 (P2P).
 AutoScheduleResult auto_schedule(int pp_size, int num_microbatches, const AutoScheduleOptions& options);
+// auto_schedule's checks alone (the same errors, in the same order), without the search: for a caller that
+// refuses a schedule for another reason before paying for the search (run_plan::make_plan: more stages than blocks).
+void check_auto_schedule(int pp_size, int num_microbatches, const AutoScheduleOptions& options);
 
 // The `auto` registry entry: F = I = W = 1, no P2P cost, memory limit pp_size.
 Schedule auto_schedule_uniform(int pp_size, int num_microbatches);

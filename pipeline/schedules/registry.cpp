@@ -82,7 +82,7 @@ int schedule_min_microbatches(std::string_view name, int pp_size) {
   return std::max(1, entry->min_microbatches_per_rank * pp_size);
 }
 
-Schedule make_schedule(std::string_view name, int pp_size, int num_microbatches, int virtual_stages) {
+void check_schedule_args(std::string_view name, int pp_size, int num_microbatches, int virtual_stages) {
   const Entry* entry = find(name);
   CLEAVE_CHECK(entry != nullptr, "unknown schedule '{}' (known: {}; or the path of a schedule file)", name,
                fmt::join(schedule_names(), ", "));
@@ -97,6 +97,11 @@ Schedule make_schedule(std::string_view name, int pp_size, int num_microbatches,
   const bool too_many = entry->max_virtual > 0 && virtual_stages > entry->max_virtual;
   CLEAVE_CHECK(!too_few && !too_many, "schedule {} runs {}, got virtual_stages {}", name, entry->virtual_hint,
                virtual_stages);
+}
+
+Schedule make_schedule(std::string_view name, int pp_size, int num_microbatches, int virtual_stages) {
+  check_schedule_args(name, pp_size, num_microbatches, virtual_stages);
+  const Entry* entry = find(name);
   return entry->generate(pp_size, num_microbatches, virtual_stages);
 }
 

@@ -52,6 +52,9 @@ int schedule_min_microbatches(std::string_view name, int pp_size);
 // combination (e.g. `schedule 1f1b runs one stage per rank, got virtual_stages 2 ...`) or too
 // few micro-batches (`schedule dualpipev needs at least 2 × pp_size = 8 micro-batches per step, got 6 ...`).
 Schedule make_schedule(std::string_view name, int pp_size, int num_microbatches, int virtual_stages);
+// make_schedule's checks alone (the same errors in the same order; no generator checks more): for a caller that
+// refuses the schedule for another reason before building it (run_plan::make_plan: more stages than blocks).
+void check_schedule_args(std::string_view name, int pp_size, int num_microbatches, int virtual_stages);
 
 namespace detail {
 // Shared argument checks of the generators.

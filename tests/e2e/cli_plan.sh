@@ -4,7 +4,8 @@
 # named after the plan file, while the source config's directory holds a run) (and the measured
 # peak is reported next to the plan's estimate); --explain prints plan #1's step term by term (the term rows sum
 # to the total row, which is #1's predicted step) and where runner-ups lose time, per term. Bad input:
-# a world no layout fits, a cap no plan meets (smallest need per category and the closest plan; the same with
+# a world no layout fits, a world larger than any layout can use (refused before the search; and --world 1024
+# answers within a minute), a cap no plan meets (smallest need per category and the closest plan; the same with
 # the cap from the config), an
 # unreadable or malformed profile, and --write onto an existing file: one clear error each, nothing written.
 # Plans predicted within 5% of each other are shown as tied, the lowest share of the cap first. Ranks sharing
@@ -245,6 +246,19 @@ PY
 # Bad input.
 "$cleave" plan tiny.json --world 7 --set model.n_layers=2 > bad1.log 2>&1 && fail "world 7 accepted"
 grep -q "plan: none of the .* plans of 7 ranks is valid\|no layout of 7 ranks fits" bad1.log || { cat bad1.log; fail "world 7 message"; }
+# A large world answers in seconds (each pipeline schedule is built once and reused; a layout with more stages
+# than blocks is refused before its schedule is built: before, --world 128 took over 5 minutes), and a world no
+# layout can use is refused before the search, naming the flag, the number and the limit.
+start=$(date +%s)
+"$cleave" plan tiny.json --world 1024 --profile "$source_dir/profiles/h100_sxm.json" --top 1 > big.log 2>&1 \
+  || { cat big.log; fail "--world 1024"; }
+took=$(( $(date +%s) - start ))
+grep -q "^  1  tp" big.log && [ "$took" -le 60 ] || { cat big.log; fail "--world 1024 took ${took} s (limit 60)"; }
+echo "ok   --world 1024 answered in ${took} s"
+"$cleave" plan tiny.json --world 1000000 --profile "$source_dir/profiles/h100_sxm.json" > huge.log 2>&1 \
+  && fail "--world 1000000 accepted"
+grep -q "plan: --world 1000000 is more ranks than any layout of this config can use: at most [0-9]* = tp" huge.log \
+  || { cat huge.log; fail "--world 1000000 message"; }
 "$cleave" plan tiny.json --world 2 --memory-limit 4KiB > bad2.log 2>&1 && fail "a 4 KiB cap accepted"
 grep -q "no plan fits the memory cap 4.00 KiB.*smallest need per category.*parameters.*Closest: tp" bad2.log \
   || { cat bad2.log; fail "cap message"; }

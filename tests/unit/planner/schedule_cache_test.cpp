@@ -1,0 +1,183 @@
+// The plan search's schedule reuse (run_plan::ScheduleCache) changes no result: a plan made with the cache has
+// the schedule and partition of one made from scratch, every estimate of a search equals the same candidate
+// estimated alone without the cache, and the cache tells apart what the auto scheduler reads. A layout with more
+// stages than blocks is refused before its schedule is built, with the error make_plan gave after building it,
+// and a schedule's own refusals still come first; a world larger than any layout can use is refused before the
+// search.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "engine/config/config.hpp"
+#include "engine/core/error.hpp"
+#include "engine/planner/hardware_profile.hpp"
+#include "engine/planner/plan_search.hpp"
+#include "engine/run_plan/plan.hpp"
+#include "engine/run_plan/schedule_cache.hpp"
+
+namespace cleave::planner {
+namespace {
+
+constexpr const char* kTiny = R"({
+  "model": {"type": "gpt", "vocab_size": 64, "d_model": 32, "n_layers": 4, "n_heads": 4, "seq_len": 16},
+  "batch": {"global_batch_size": 16, "micro_batch_size": 1},
+  "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})";
+
+config::RunConfig tiny(int world, const std::vector<std::string>& overrides) {
+  config::RunConfig c = config::parse_config(kTiny, "<string>", overrides);
+  c.resolve(world);
+  return c;
+}
+
+int microbatches(const config::RunConfig& c) {
+  return static_cast<int>(c.resolved_batch().gradient_accumulation_steps);
+}
+
+HardwareProfile links() {
+  HardwareProfile p;
+  p.name = p.source = "test";
+  p.flops_f32 = p.flops_bf16 = 1e9;
+  p.memory_bandwidth_Bps = 1e11;
+  p.intra_node = Link{1e-6, 1e10};
+  p.inter_node = Link{1e-5, 1e9};
+  p.ranks_per_node = 4;
+  return p;
+}
+
+TEST(ScheduleCache, APlanMadeWithTheCacheEqualsOneMadeFromScratch) {
+  run_plan::ScheduleCache cache;
+  const std::vector<std::vector<std::string>> cases = {
+      {"parallel.schedule=auto", "parallel.pipeline_model_parallel_size=4"},
+      {"parallel.schedule=auto", "parallel.pipeline_model_parallel_size=2", "train.recompute=full"},
+      {"parallel.schedule=zb_h1", "parallel.pipeline_model_parallel_size=4"},
+      {"parallel.schedule=interleaved_1f1b", "parallel.pipeline_model_parallel_size=2",
+       "parallel.virtual_pipeline_stages=2"},
+      {"parallel.schedule=dualpipev", "parallel.pipeline_model_parallel_size=2"}};
+  for (int round = 0; round < 2; ++round) {  // the first round fills the cache, the second reads it
+    for (const auto& overrides : cases) {
+      const config::RunConfig c = tiny(4, overrides);
+      const run_plan::Plan cached = run_plan::make_plan(c, microbatches(c), 0, &cache);
+      const run_plan::Plan fresh = run_plan::make_plan(c, microbatches(c), 0);
+      EXPECT_EQ(cached.schedule.ranks, fresh.schedule.ranks) << overrides.front();
+      EXPECT_EQ(cached.schedule.stage_to_rank, fresh.schedule.stage_to_rank) << overrides.front();
+      EXPECT_EQ(cached.partition.blocks_per_stage(), fresh.partition.blocks_per_stage()) << overrides.front();
+    }
+  }
+  EXPECT_EQ(cache.size(), cases.size());
+  EXPECT_EQ(cache.hits(), cases.size());
+}
+
+TEST(ScheduleCache, TheAutoSchedulesKeyHoldsWhatItsSearchReads) {
+  run_plan::ScheduleCache cache;
+  const config::RunConfig c = tiny(4, {"parallel.schedule=auto", "parallel.pipeline_model_parallel_size=4"});
+  run_plan::make_plan(c, microbatches(c), 0, &cache);
+  // Another memory limit, another micro-batch count, another model (other F : I : W ratios): three searches.
+  const config::RunConfig limited = tiny(4, {"parallel.schedule=auto", "parallel.pipeline_model_parallel_size=4",
+                                             "parallel.auto_schedule_memory_limit=2"});
+  run_plan::make_plan(limited, microbatches(limited), 0, &cache);
+  run_plan::make_plan(c, microbatches(c) / 2, 0, &cache);
+  const config::RunConfig wider = tiny(4, {"parallel.schedule=auto", "parallel.pipeline_model_parallel_size=4",
+                                           "model.d_model=64"});
+  run_plan::make_plan(wider, microbatches(wider), 0, &cache);
+  EXPECT_EQ(cache.size(), 4u);
+  EXPECT_EQ(cache.hits(), 0u);
+  // ZeRO, sequence parallelism, tp: not read by the search, one entry.
+  const config::RunConfig tp2 = tiny(8, {"parallel.schedule=auto", "parallel.pipeline_model_parallel_size=4",
+                                         "parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"});
+  run_plan::make_plan(tp2, microbatches(tp2), 0, &cache);
+  EXPECT_EQ(cache.hits(), 1u);
+}
+
+TEST(ScheduleCache, MoreStagesThanBlocksIsRefusedBeforeTheScheduleIsBuilt) {
+  // pp 4096 on a model of 6 blocks: the auto search alone would take hours; the refusal is immediate.
+  const config::RunConfig c = tiny(4096, {"parallel.schedule=auto", "parallel.pipeline_model_parallel_size=4096",
+                                          "batch.global_batch_size=4096"});
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    run_plan::make_plan(c, microbatches(c), 0);
+    FAIL() << "pp 4096 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("4096 pipeline stages (pipeline_model_parallel_size 4096 x virtual stages 1) "
+                                         "but the model has only"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  // A schedule's own refusal still comes first (as when it was built before the stage count was checked).
+  const config::RunConfig dual = tiny(64, {"parallel.schedule=dualpipev", "parallel.pipeline_model_parallel_size=64",
+                                           "batch.global_batch_size=64"});
+  try {
+    run_plan::make_plan(dual, microbatches(dual), 0);
+    FAIL() << "dualpipev at pp 64 with 64 micro-batches accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("needs at least 128 micro-batches"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ScheduleCache, EverySearchedEstimateEqualsTheCandidateEstimatedAloneWithoutTheCache) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("cleave_schedule_cache_" + std::to_string(::getpid()) + ".json"))
+          .string();
+  std::ofstream(path) << kTiny;
+  SearchOptions options;
+  options.world = 8;
+  const HardwareProfile profile = links();
+  const SearchResult searched = search_plans(path, {}, profile, options);
+  std::vector<const PlanEstimate*> all;
+  for (const auto& e : searched.ranked) all.push_back(&e);
+  for (const auto& e : searched.rejected) all.push_back(&e);
+  int autos = 0, compared = 0;
+  for (const PlanEstimate* e : all) {
+    if (e->choice.schedule == "-") continue;  // refused before any plan was made (dp does not divide the batch)
+    // Every auto plan (the search the cache saves), every third of the others.
+    if (e->choice.schedule == "auto") {
+      ++autos;
+    } else if (compared++ % 3 != 0) {
+      continue;
+    }
+    const PlanEstimate alone = estimate_plan(path, {}, e->choice, profile, options);
+    const std::string what = e->choice.layout() + " " + e->choice.schedule + " micro " +
+                             std::to_string(e->choice.micro_batch) + " zero " + e->choice.zero_label();
+    EXPECT_EQ(alone.valid, e->valid) << what;
+    EXPECT_EQ(alone.fits, e->fits) << what;
+    EXPECT_EQ(alone.reason, e->reason) << what;
+    EXPECT_EQ(alone.step_s, e->step_s) << what;  // exactly: the same arithmetic on the same schedule
+    EXPECT_EQ(alone.bubble, e->bubble) << what;
+    EXPECT_EQ(alone.peak_bytes, e->peak_bytes) << what;
+    EXPECT_EQ(alone.comm_bytes, e->comm_bytes) << what;
+  }
+  EXPECT_GT(autos, 20);  // the search priced auto at several pp, micro-batch counts and layouts
+  std::filesystem::remove(path);
+}
+
+TEST(ScheduleCache, AWorldNoLayoutCanUseIsRefusedBeforeTheSearch) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("cleave_world_bound_" + std::to_string(::getpid()) + ".json"))
+          .string();
+  std::ofstream(path) << kTiny;
+  SearchOptions options;
+  // tp 4 (n_heads, a node of 4 ranks) x cp 16 (seq_len) x pp 6 blocks at most x dp 16 (the global batch).
+  const partition::ModelSpec spec = run_plan::model_spec(config::parse_config(kTiny, "<string>", {}).model);
+  const auto most = 4 * 16 * static_cast<int>(spec.blocks.size()) * 16;
+  options.world = most * 2;
+  try {
+    search_plans(path, {}, links(), options);
+    ADD_FAILURE() << "world " << options.world << " searched";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("--world " + std::to_string(options.world) +
+                                         " is more ranks than any layout of this config can use: at most " +
+                                         std::to_string(most)),
+              std::string::npos)
+        << e.what();
+  }
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace cleave::planner

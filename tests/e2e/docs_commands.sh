@@ -15,17 +15,7 @@
 # Lines naming what this machine has not (CONFIG.json, a hostfile, models/, finetune.json, srun, salloc) are
 # skipped and listed; docs/models.md's fine-tuning recipe runs in finetune_recipe.sh on a model it writes.
 # Usage: docs_commands.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
-set -u
-cleave=$(realpath "$1"); src=$(realpath "$2"); shift 2
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL $*"; exit 1; }
-data=/usr/share/games/fortunes/cookie  # what examples/gpt_fortunes.json trains on
-[ -f "$data" ] || { echo "SKIP: $data missing (scripts/install-deps.sh installs the fortunes package)"; exit 77; }
-
-mkdir -p "$work/bin"
-ln -s "$cleave" "$work/bin/cleave"
+source "$(dirname "${BASH_SOURCE[0]}")/commands_setup.sh"
 mpirun() { "${mpiexec[@]}" "$@"; }
 mpiexec() { "${mpiexec[@]}" "$@"; }
 export PATH="$work/bin:$PATH" OMP_WAIT_POLICY=passive OMPI_MCA_rmaps_base_oversubscribe=1

@@ -5,17 +5,8 @@
 # and the block must use every main command, so a README whose examples drift from the CLI fails here.
 # Lines that need machines this test has not (hostfiles, srun, kubectl) live in README's ```text blocks.
 # Usage: readme_commands.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
-set -u
-cleave=$(realpath "$1"); src=$(realpath "$2"); shift 2
-mpiexec=("$@")
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-fail() { echo "FAIL $*"; exit 1; }
-data=/usr/share/games/fortunes/cookie  # what examples/gpt_fortunes.json trains on
-[ -f "$data" ] || { echo "SKIP: $data missing (scripts/install-deps.sh installs the fortunes package)"; exit 77; }
-
-mkdir -p "$work/bin" "$work/run"
-ln -s "$cleave" "$work/bin/cleave"
+source "$(dirname "${BASH_SOURCE[0]}")/commands_setup.sh"
+mkdir -p "$work/run"
 ln -s "$src/examples" "$work/run/examples"
 ln -s "$src/profiles" "$work/run/profiles"
 

@@ -264,7 +264,7 @@ double HardwareProfile::spread_collective_s(double bytes, int ranks, int per_nod
   const int k = (ranks + g - 1) / g;
   if (k <= 1) return f / 2.0 * intra_node.all_reduce_s(bytes, ranks);
   const double n = ranks;
-  const double nic = f * (k - 1) / k * (bytes / g) / inter_node.bandwidth_Bps;
+  const double nic = f * (n - 1) / n * (bytes / g) / inter_node.bandwidth_Bps;
   const double nvlink = g > 1 ? f * (n - 1) / n * bytes / intra_node.bandwidth_Bps : 0.0;
   return std::max(nic, nvlink) + f * ((ranks - k) * intra_node.latency_s + (k - 1) * inter_node.latency_s);
 }

@@ -141,12 +141,13 @@ struct HardwareProfile {
   double core_sharing(int ranks_on_node) const;
   // A collective over `ranks` ranks, `per_node` of them on each node (a group with stride tp has ranks_per_node / tp
   // per node), of `bytes` per rank (the all-reduced tensor, the reduce-scatter input, the all-gather output): NCCL's
-  // ring over the nodes runs one ring per GPU of a node, each through that GPU's own NIC, so each NIC carries
-  // f (k - 1) / k · bytes / per_node over k nodes while NVLink carries each rank's f (n - 1) / n · bytes; the slower
-  // of the two sets the time (f = 2 for an all-reduce, 1 for a reduce-scatter or an all-gather), plus a latency per
-  // ring step (n - k inside nodes, k - 1 between). One node: the intra-node ring. per_node 1: the flat ring over the
-  // inter-node link, as Link::all_reduce_s. (stas00/ml-engineering network/README.md, "Inter-node speed depends on
-  // intra-node speed".)
+  // ring over all n ranks, its channels spread over the node's per_node NICs: every ring edge carries
+  // f (n - 1) / n · bytes / channels, one edge per ring leaves each node, so each NIC carries f (n - 1) / n · bytes /
+  // per_node and NVLink each rank's f (n - 1) / n · bytes; the slower of the two sets the time (f = 2 for an
+  // all-reduce, 1 for a reduce-scatter or an all-gather), plus a latency per ring step (n - k inside nodes, k - 1
+  // between). So the NIC-bound bus bandwidth is per_node x the NIC's whatever the node count, as NVIDIA's published
+  // nccl-tests all-reduce figures show (DGX A100 192 GB/s = 8 x 24, DGX H100 380 = 8 x 47.5; profiles' sources).
+  // One node: the intra-node ring. per_node 1: the flat ring over the inter-node link, as Link::all_reduce_s.
   double spread_collective_s(double bytes, int ranks, int per_node, bool all_reduce) const;
   bool has_roofline() const { return !gemm_efficiency.empty(); }
   // The fraction of peak a GEMM of `flops` FLOPs reaches (has_roofline() only): bf16's curve, and for f32

@@ -196,20 +196,42 @@ TEST(SpreadCollective, NicsInParallelAcrossNodesAndTheFlatRingAtOnePerNode) {
   EXPECT_DOUBLE_EQ(p.spread_collective_s(bytes, 8, 8, false), p.intra_node.all_reduce_s(bytes, 8) / 2);
   // One rank per node (a tp8 group's dp peers): the flat ring over the NICs, as the link formula.
   EXPECT_DOUBLE_EQ(p.spread_collective_s(bytes, 4, 1, true), p.inter_node.all_reduce_s(bytes, 4));
-  // 32 ranks, 8 per node: each NIC carries 2 · 3/4 · bytes/8 (0.030 s at 25 GB/s), NVLink 2 · 31/32 · bytes
-  // (0.033 s at 235 GB/s): NVLink sets it, 7x faster than one flat ring through a single NIC (0.31 s).
-  const double nvlink = 2.0 * 31 / 32 * bytes / 235e9;
-  EXPECT_NEAR(p.spread_collective_s(bytes, 32, 8, true), nvlink + 2 * (28 * 3e-6 + 3 * 12e-6), 1e-12);
-  // Half the NIC bandwidth: the NICs set it.
-  p.inter_node.bandwidth_Bps = 12.5e9;
-  EXPECT_NEAR(p.spread_collective_s(bytes, 32, 8, true), 2.0 * 3 / 4 * bytes / 8 / 12.5e9 + 2 * (28 * 3e-6 + 3 * 12e-6),
+  // 32 ranks, 8 per node: each NIC carries 2 · 31/32 · bytes/8 (0.0388 s at 25 GB/s), NVLink 2 · 31/32 · bytes
+  // (0.0330 s at 235 GB/s): the NICs set it, 8x faster than one flat ring through a single NIC (0.31 s).
+  const double nics = 2.0 * 31 / 32 * bytes / 8 / 25e9;
+  EXPECT_NEAR(p.spread_collective_s(bytes, 32, 8, true), nics + 2 * (28 * 3e-6 + 3 * 12e-6), 1e-12);
+  // Twice the NIC bandwidth: NVLink sets it.
+  p.inter_node.bandwidth_Bps = 50e9;
+  EXPECT_NEAR(p.spread_collective_s(bytes, 32, 8, true), 2.0 * 31 / 32 * bytes / 235e9 + 2 * (28 * 3e-6 + 3 * 12e-6),
               1e-12);
   p.inter_node.bandwidth_Bps = 25e9;
   EXPECT_LT(p.spread_collective_s(bytes, 32, 8, true) * 7, p.inter_node.all_reduce_s(bytes, 32));
-  // A fast NIC leaves NVLink the bottleneck (H100-like: 50 GB/s NICs, 367 GB/s NVLink).
+  // H100-like (48 GB/s NICs, 367 GB/s NVLink): 8 x 48 = 384 > 367, NVLink sets a reduce-scatter too.
   p.intra_node = {3e-6, 367e9};
-  p.inter_node = {12e-6, 50e9};
+  p.inter_node = {12e-6, 48e9};
   EXPECT_NEAR(p.spread_collective_s(bytes, 32, 8, false), 31.0 / 32 * bytes / 367e9 + 28 * 3e-6 + 3 * 12e-6, 1e-12);
+}
+
+// NCCL's ring crosses each node boundary on every channel, so with the NICs the bottleneck the bus bandwidth
+// (nccl-tests' busbw = bytes / time x f (n - 1) / n) is per_node x the NIC's at any node count: NVIDIA's published
+// DGX A100 figure, 192 GB/s = 8 x 24 GB/s, the same as one 200 Gb NIC's 24 GB/s times 8 (profiles' sources). A
+// hierarchical form (each NIC carrying f (k - 1) / k of the bytes / per_node) would report 2x that at 2 nodes.
+TEST(SpreadCollective, NicBoundBusBandwidthIsTheNodesNicsAtAnyNodeCount) {
+  HardwareProfile p;
+  p.intra_node = {0, 232e9};
+  p.inter_node = {0, 24e9};
+  const double bytes = 16e9;
+  for (int nodes : {2, 4, 16, 64}) {
+    const int n = 8 * nodes;
+    const double busbw_ar = bytes / p.spread_collective_s(bytes, n, 8, true) * 2.0 * (n - 1) / n;
+    const double busbw_rs = bytes / p.spread_collective_s(bytes, n, 8, false) * (n - 1.0) / n;
+    EXPECT_NEAR(busbw_ar, 192e9, 1e-3 * 192e9) << nodes << " nodes";
+    EXPECT_NEAR(busbw_rs, 192e9, 1e-3 * 192e9) << nodes << " nodes";
+  }
+  // 2 nodes of 8: each NIC moves 2 · 15/16 · bytes / 8 (0.156 s at 24 GB/s), not 2 · 1/2 · bytes / 8 (0.083 s).
+  EXPECT_NEAR(p.spread_collective_s(bytes, 16, 8, true), 2.0 * 15 / 16 * bytes / 8 / 24e9, 1e-12);
+  // 4 ranks per node (a tp2 group's dp peers): 4 NICs of the node carry the group's rings.
+  EXPECT_NEAR(p.spread_collective_s(bytes, 16, 4, true), 2.0 * 15 / 16 * bytes / 4 / 24e9, 1e-12);
 }
 
 }  // namespace

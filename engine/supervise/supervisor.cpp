@@ -101,13 +101,9 @@ class Planner {
     const std::string path = (fs::path(dir_) / "profile.json").string();
     if (!fs::exists(path)) {
       log::info("run: measuring this machine for the planner (once; kept as {}; --profile FILE skips this)", path);
-      auto profile = planner::measure_this_machine(run_plan::model_spec(base_.model), world);
-      // The kept file is read back by the profile reader, which needs a memory size: as `cleave profile` states
-      // it, this node's physical memory shared by the ranks.
-      const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-      if (profile.device_memory <= 0 && pages > 0 && page > 0) {
-        profile.device_memory = static_cast<std::int64_t>(pages) * page / std::max(1, world);
-      }
+      // As `cleave plan` without --profile measures it: no memory cap of its own ("device_memory_GiB": "none"),
+      // which the profile reader takes back as it was written.
+      const auto profile = planner::measure_this_machine(run_plan::model_spec(base_.model), world);
       replace_file(path, planner::profile_to_json(profile).dump(2) + "\n");
     }
     return path;
@@ -124,6 +120,26 @@ std::string fresh_dir(const std::string& out_dir) {
   for (int n = 2; fs::exists(dir); ++n) dir = fs::path(out_dir) / fmt::format("supervisor.{}", n);
   fs::create_directories(dir);
   return dir.string();
+}
+
+// The re-plan's inputs, checked before the first attempt starts: read only at the first failure, a bad --profile or
+// --memory-limit would end the job hours in, exactly when the re-plan is needed. Under --keep-layout nothing
+// re-plans, so either would be accepted and do nothing: refused.
+void check_replan_inputs(const SuperviseOptions& o, const config::RunConfig& base, int world) {
+  if (o.keep_layout) {
+    CLEAVE_CHECK(o.profile.empty() && o.memory_limit.empty(),
+                 "run: {} prices the planner's re-plan, but --keep-layout keeps tp x pp and never re-plans; nothing "
+                 "was started (drop {} or --keep-layout)", o.profile.empty() ? "--memory-limit" : "--profile",
+                 o.profile.empty() ? "--memory-limit" : "--profile");
+    return;
+  }
+  try {
+    if (!o.profile.empty()) static_cast<void>(planner::planning_setup(base, o.profile, o.memory_limit, world));
+    else if (!o.memory_limit.empty()) static_cast<void>(parse_bytes(o.memory_limit, "--memory-limit"));
+  } catch (const Error& e) {
+    CLEAVE_THROW("run: {}; nothing was started (the re-plan after a failure reads --profile and --memory-limit)",
+                 e.what());
+  }
 }
 
 std::vector<bool> check_health(const std::string& command, const std::vector<Slot>& slots) {
@@ -170,6 +186,7 @@ int supervise(const SuperviseOptions& o) {
   CLEAVE_CHECK(first_world <= static_cast<int>(o.slots.size()),
                "run: the config's layout {} needs {} ranks but only {} slots are given", choice.layout(), first_world,
                o.slots.size());
+  check_replan_inputs(o, base, first_world);
   fs::create_directories(out_dir);
   const std::string dir = fresh_dir(out_dir);
   const std::string metrics_path = (fs::path(out_dir) / "metrics.jsonl").string();

@@ -161,7 +161,7 @@ PY
 refuse "shards of another tokenizer" "was tokenized with $work/bytes_tokenizer.json (byte-level BPE, 256 tokens" run9 -- \
   "$cleave" train --init-from llama --set model.seq_len=8 --set data.type=tokens --set data.path=other_shards/train.bin \
   --set train.out_dir=run9
-grep -qF "cleave tokenize FILES --tokenizer llama/tokenizer.json" bad.log || { cat bad.log; fail "the fix is not named"; }
+grep -qF "cleave tokenize FILES --tokenizer $work/llama/tokenizer.json --out DIR" bad.log || { cat bad.log; fail "the fix is not named"; }
 # A copy of the model's own tokenizer elsewhere is the same tokenizer: accepted.
 mkdir -p copy && cp llama/tokenizer.json llama/tokenizer_config.json copy/
 "$cleave" tokenize a.txt --tokenizer copy/tokenizer.json --out copy_shards > copy_tok.log 2>&1 || { cat copy_tok.log; fail "tokenize copy"; }

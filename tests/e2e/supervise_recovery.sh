@@ -236,7 +236,18 @@ refuse)
   grep -q "run: --profile prices the planner's re-plan, but --keep-layout .*never re-plans; nothing was started" keepprof.log \
     || { cat keepprof.log; fail "--keep-layout --profile refusal"; }
   [ ! -e badprof ] || fail "a refused run created its out_dir"
-  echo "ok   refuse: --min-ranks, no checkpoint (restart from 0), memory cap (smallest world 2), out_dir in use, re-plan inputs"
+  # A launcher that cannot start: refused before the first attempt (it used to fail every attempt with exit 127,
+  # re-planning each time, until the restart budget was spent).
+  "$cleave" run --slots 2 --launcher /nonexistent/mpiexec -- tiny.json --set train.out_dir=badprof > nolaunch.log 2>&1 \
+    && fail "a launcher that does not exist accepted"
+  grep -q "run: the launcher /nonexistent/mpiexec cannot be started (not an executable file); nothing was started" nolaunch.log \
+    || { cat nolaunch.log; fail "launcher refusal"; }
+  "$cleave" run --slots 2 --launcher "no-such-launcher-xyz -x" -- tiny.json --set train.out_dir=badprof > nolaunch2.log 2>&1 \
+    && fail "a launcher not in PATH accepted"
+  grep -q "run: the launcher no-such-launcher-xyz cannot be started (not found in PATH)" nolaunch2.log \
+    || { cat nolaunch2.log; fail "launcher (PATH) refusal"; }
+  [ ! -e badprof ] || fail "a refused run created its out_dir"
+  echo "ok   refuse: --min-ranks, no checkpoint (restart from 0), memory cap (smallest world 2), out_dir in use, re-plan inputs, launcher"
   ;;
 sigterm)
   sed 's/"steps": 12/"steps": 100000/' tiny.json > long.json

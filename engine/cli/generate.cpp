@@ -123,7 +123,8 @@ int run_generate(int argc, char** argv) {
   const config::RunConfig config = config::parse_config(run.dump(), "checkpoint " + dir);
   const bool language = partition::is_language_model(config.model.type);
   CLEAVE_CHECK(language && config::token_vocab_size(config.model) >= 256,
-               "generate: checkpoint {} holds a {} model{}; generation needs a byte-level gpt or llama (vocab_size >= 256)",
+               "generate: checkpoint {} holds a {} model{}; generation needs a language model (gpt, llama or moe) with "
+               "vocab_size >= 256",
                dir, config.model.type,
                language ? fmt::format(" with vocab_size {}", config::token_vocab_size(config.model)) : "");
   const std::int64_t seq_len = config::token_seq_len(config.model);

@@ -44,7 +44,13 @@ void check_shards_match_source_tokenizer(const config::RunConfig& config, const 
     const train::TokenManifest& m = found->second;
     if (!own_bytes) own_bytes = file_bytes(own).value_or("");
     if (file_bytes(m.tokenizer) == own_bytes) continue;
-    if (!own_tokenizer) own_tokenizer.emplace(tokenizer::read_tokenizer_json(own.string()));
+    if (!own_tokenizer) {
+      try {
+        own_tokenizer.emplace(tokenizer::read_tokenizer_json(own.string()));
+      } catch (const Error&) {
+        return;  // a tokenizer.json this reader cannot read is no evidence either way; the run does not read it
+      }
+    }
     if (own_tokenizer->vocab_size() == m.vocab_size && own_tokenizer->describe() == m.tokenizer_description) continue;
     CLEAVE_THROW("train --init-from: data file {} was tokenized with {} ({}; {}), but the weights in {} read the ids "
                  "of their own tokenizer {} ({}): those ids are other tokens to this model; nothing was written. "

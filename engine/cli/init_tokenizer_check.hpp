@@ -3,8 +3,8 @@
 // shards `cleave tokenize` wrote with another one (their manifest.json names it) hold ids that mean other tokens to
 // the model, and a fine-tune on them runs and learns nothing it was meant to. Refused before any work, naming both
 // tokenizers and the command that writes the right shards.
-// Invariant: a shard without a manifest, a source without a tokenizer.json, and a copy of the same tokenizer (the
-// same bytes, or the same vocabulary size and description) pass.
+// Invariant: a shard without a manifest, a source without a tokenizer.json (or with one the reader cannot read),
+// and a copy of the same tokenizer (the same bytes, or the same vocabulary size and description) pass.
 #pragma once
 
 #include "engine/config/config.hpp"

@@ -254,6 +254,10 @@ TEST(Config, CrossKeyChecksNameBothKeys) {
   expect_error(R"({"model": {"type": "cnn", "channels": [4, 4, 4, 4]}})", {"model.channels", "8×8", "stage 4"});
   expect_error(R"({"optimizer": {"lr": 0.001, "min_lr": 0.01}})", {"optimizer.min_lr", "0.01", "0.001"});
   expect_error(R"({"optimizer": {"type": "sgd", "momentum": 0, "nesterov": true}})", {"optimizer.nesterov"});
+  // Accepted it would do nothing: AdamW has no Nesterov momentum.
+  expect_error(R"({"optimizer": {"type": "adamw", "nesterov": true}})",
+               {"config run.json: optimizer.nesterov: is SGD's Nesterov momentum, and optimizer.type is \"adamw\""});
+  EXPECT_NO_THROW(parse_config(R"({"optimizer": {"type": "adamw", "nesterov": false}})"));
   expect_error(R"({"parallel": {"pipeline_model_parallel_size": 2, "partition": {"method": "manual",
                   "blocks_per_stage": [1, 2, 3]}}})",
                {"blocks_per_stage", "has 3 entries", "pipeline_model_parallel_size 2", "= 2"});

@@ -47,6 +47,19 @@ double positive(const json& section, const std::string& key, const std::string& 
   return v.get<double>();
 }
 
+// device_memory_GiB: a number > 0 (GiB per rank), or "none": no cap of the profile's own (a profile measured by the
+// planner, which states compute and links only). One spelling of "no cap" in the file, 0 bytes in memory.
+std::int64_t read_device_memory(const json& root, const std::string& path) {
+  CLEAVE_CHECK(root.contains("device_memory_GiB"), "profile {}: missing key 'device_memory_GiB' (GiB per rank, or "
+               "\"none\" for no cap: then only --memory-limit or device.memory_limit caps a plan)", path);
+  const json& v = root.at("device_memory_GiB");
+  if (v.is_string() && v.get<std::string>() == kNoDeviceMemoryCap) return 0;
+  CLEAVE_CHECK(v.is_number() && std::isfinite(v.get<double>()) && v.get<double>() > 0,
+               "profile {}: 'device_memory_GiB' must be a number > 0 (GiB per rank), or \"{}\" for no cap (then only "
+               "--memory-limit or device.memory_limit caps a plan), got {}", path, kNoDeviceMemoryCap, v.dump());
+  return static_cast<std::int64_t>(v.get<double>() * 1024.0 * 1024.0 * 1024.0);
+}
+
 // [[flops per GEMM, fraction of peak], ...] in increasing size, each fraction in (0, 1].
 std::vector<std::pair<double, double>> read_curve(const json& root, const std::string& key, const std::string& path) {
   const json& curve = root.at(key);
@@ -138,7 +151,8 @@ std::vector<std::pair<std::string, std::string>> read_sources(const json& root, 
 std::vector<std::string> HardwareProfile::sourced_keys() const {
   std::vector<std::string> keys = {"sustained_gemm_tflops.f32", "sustained_gemm_tflops.bf16", "memory_bandwidth_GBps",
                                    "intra_node.latency_us", "intra_node.bandwidth_GBps", "inter_node.latency_us",
-                                   "inter_node.bandwidth_GBps", "ranks_per_node", "device_memory_GiB"};
+                                   "inter_node.bandwidth_GBps", "ranks_per_node"};
+  if (device_memory > 0) keys.emplace_back("device_memory_GiB");  // "none" is no number to cite
   if (has_roofline()) {
     for (const char* k : {"peak_tflops.f32", "peak_tflops.bf16", "gemm_efficiency"}) keys.emplace_back(k);
     if (!gemm_efficiency_f32.empty()) keys.emplace_back("gemm_efficiency_f32");
@@ -295,7 +309,7 @@ HardwareProfile load_profile(const std::string& path) {
   p.intra_node = read_link(root, "intra_node", path);
   p.inter_node = read_link(root, "inter_node", path);
   p.ranks_per_node = static_cast<int>(positive(root, "ranks_per_node", where));
-  p.device_memory = static_cast<std::int64_t>(positive(root, "device_memory_GiB", where) * 1024.0 * 1024.0 * 1024.0);
+  p.device_memory = read_device_memory(root, path);
   if (root.contains("peak_tflops") || root.contains("gemm_efficiency")) {
     CLEAVE_CHECK(root.contains("peak_tflops") && root.at("peak_tflops").is_object() && root.contains("gemm_efficiency"),
                  "profile {}: 'peak_tflops' {{\"f32\", \"bf16\"}} and 'gemm_efficiency' come together (the roofline "
@@ -388,7 +402,8 @@ json profile_to_json(const HardwareProfile& p) {
               {"intra_node", {{"latency_us", file_number(p.intra_node.latency_s * 1e6)}, {"bandwidth_GBps", file_number(p.intra_node.bandwidth_Bps / 1e9)}}},
               {"inter_node", {{"latency_us", file_number(p.inter_node.latency_s * 1e6)}, {"bandwidth_GBps", file_number(p.inter_node.bandwidth_Bps / 1e9)}}},
               {"ranks_per_node", p.ranks_per_node},
-              {"device_memory_GiB", static_cast<double>(p.device_memory) / (1024.0 * 1024.0 * 1024.0)}};
+              {"device_memory_GiB", p.device_memory > 0 ? json(static_cast<double>(p.device_memory) / (1024.0 * 1024.0 * 1024.0))
+                                                        : json(kNoDeviceMemoryCap)}};
   if (p.cores_per_node > 0) {
     out["cores_per_node"] = p.cores_per_node;
     out["measured_ranks_per_node"] = p.measured_ranks_per_node;

@@ -11,7 +11,8 @@
 // curve per dtype (gemm_efficiency for bf16, gemm_efficiency_f32 for f32) and the timed GEMMs behind it.
 // CPU profiles also say how many cores a node has and how many ranks shared them while the compute figures were
 // taken, so a plan for another number of ranks per node is priced by its share of the cores (core_sharing).
-// Invariant: every number is finite and > 0 once a profile is returned; a bad file is an Error naming the
+// Invariant: every number is finite and > 0 once a profile is returned (device_memory: > 0, or 0 for the file's
+// "none", no cap); a bad file is an Error naming the
 // file and the key; profile_to_json(load_profile(f)) reads back to the same profile (round trip).
 #pragma once
 
@@ -38,6 +39,9 @@ struct Link {
   double all_reduce_s(double bytes, int ranks) const;
 };
 
+// The file's spelling of "no device memory cap" (device_memory_GiB; device_memory 0 in memory).
+inline constexpr const char* kNoDeviceMemoryCap = "none";
+
 struct HardwareProfile {
   std::string name;                   // "A100 80GB SXM (DGX A100)", "this machine (measured)"
   std::string source;                 // where the numbers come from
@@ -48,7 +52,9 @@ struct HardwareProfile {
   Link intra_node;                    // tp collectives, p2p and dp inside a node
   Link inter_node;                    // between nodes
   int ranks_per_node = 1;             // tp never crosses a node
-  std::int64_t device_memory = 0;     // bytes per rank; 0 = unknown (then only --memory-limit caps)
+  // Bytes per rank; 0 = no cap of the profile's own (file: "device_memory_GiB": "none"; a profile the planner measures
+  // itself states none): then only --memory-limit or device.memory_limit caps a plan.
+  std::int64_t device_memory = 0;
   // Cores a node's ranks compute on (CPU profiles; file key cores_per_node, else this machine's count for a
   // cpu profile); 0 = every rank has a device of its own (GPU profiles): never shared.
   int cores_per_node = 0;

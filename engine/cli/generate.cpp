@@ -35,6 +35,10 @@
 namespace cleave::cli {
 namespace {
 
+// The most tokens one call samples: a count a user can wait for (each token is a forward pass, nothing is printed
+// until the last), where a typo such as --tokens 2000000000 would run for days before printing a byte.
+constexpr std::int64_t kMaxTokens = 65536;
+
 ArgParser generate_args() {
   ArgParser p("generate", "cleave generate CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] [--tokenizer FILE]",
               R"(Samples N tokens (default 200) from a GPT checkpoint (model.vocab_size >= 256; a step_NNNNNNN directory or a
@@ -43,7 +47,10 @@ is bytes; with --tokenizer the prompt is encoded and the output decoded by that 
 larger vocabulary is printed as token ids (space-separated, prompt first).)");
   p.positional("CHECKPOINT", "checkpoint")
       .text("--prompt", "TEXT", "the context (bytes are tokens, or --tokenizer's ids; the last model.seq_len are seen)")
-      .count("--tokens", "N", "tokens to sample", 200, 0)
+      .count("--tokens", "N",
+             "tokens to sample (at most 65536: each is a forward pass over the last model.seq_len tokens, and the\n"
+             "text is printed when all are sampled; continue with the output as --prompt)",
+             200, 0, kMaxTokens)
       .number("--temperature", "T", "softmax temperature (default 0.8; 0 = greedy)", 0.8)
       .count("--top-k", "K", "sample among the K most likely tokens (default 0 = all)", 0, 0)
       .count("--seed", "S", "sampling seed", 1, 0, std::numeric_limits<std::int64_t>::max())
@@ -116,7 +123,8 @@ int run_generate(int argc, char** argv) {
   const config::RunConfig config = config::parse_config(run.dump(), "checkpoint " + dir);
   const bool language = partition::is_language_model(config.model.type);
   CLEAVE_CHECK(language && config::token_vocab_size(config.model) >= 256,
-               "generate: checkpoint {} holds a {} model{}; generation needs a byte-level gpt or llama (vocab_size >= 256)",
+               "generate: checkpoint {} holds a {} model{}; generation needs a language model (gpt, llama or moe) with "
+               "vocab_size >= 256",
                dir, config.model.type,
                language ? fmt::format(" with vocab_size {}", config::token_vocab_size(config.model)) : "");
   const std::int64_t seq_len = config::token_seq_len(config.model);

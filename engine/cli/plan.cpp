@@ -38,6 +38,8 @@
 #include "engine/planner/measured_step.hpp"
 #include "engine/planner/plan_ranking.hpp"
 #include "engine/planner/plan_search.hpp"
+#include "engine/run_plan/plan.hpp"
+#include "partition/ep_rules.hpp"
 
 namespace cleave::cli {
 namespace {
@@ -468,13 +470,23 @@ int run_plan(int argc, char** argv) {
   // Before the search (minutes at a large --world): a path that cannot be written fails now, not after it.
   if (!write_path.empty()) check_output_file("plan: --write", write_path);
   if (!json_path.empty()) check_output_file("plan: --json", json_path);
+  // An option that would be accepted and do nothing is refused, before the machine is measured.
+  for (const char* only_trial : {"--trial-steps", "--trial-rounds", "--trial-spread", "--trial-budget", "--launcher"}) {
+    CLEAVE_CHECK(trials > 0 || !args.given(only_trial),
+                 "plan: {} sets how --trial K trains the top plans, and no --trial was given; add --trial K or drop {}",
+                 only_trial, only_trial);
+  }
   const config::RunConfig base = config::load_config(config_path, overrides);
+  const double ep_imbalance = args.number("--ep-imbalance");
+  CLEAVE_CHECK(ep_imbalance == 0 || ep_imbalance >= 1,
+               "plan: --ep-imbalance {} is below 1 (the busiest rank's rows over the mean); use 0 for the workload's "
+               "figure or a value >= 1", ep_imbalance);
+  CLEAVE_CHECK(ep_imbalance == 0 || partition::routed_experts(run_plan::model_spec(base.model)) > 0,
+               "plan: --ep-imbalance {} prices expert parallelism, and model.type {} has no experts (only \"moe\" "
+               "has); drop --ep-imbalance", ep_imbalance, base.model.type);
 
   auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
-  options.ep_imbalance = args.number("--ep-imbalance");
-  CLEAVE_CHECK(options.ep_imbalance == 0 || options.ep_imbalance >= 1,
-               "plan: --ep-imbalance {} is below 1 (the busiest rank's rows over the mean); use 0 for the workload's "
-               "figure or a value >= 1", options.ep_imbalance);
+  options.ep_imbalance = ep_imbalance;
   const planner::SearchResult result = planner::search_plans(config_path, overrides, profile, options);
 
   print_header(config_path, world, profile, result);

@@ -189,7 +189,8 @@ void describe_profile(planner::HardwareProfile& profile, const ProfileCommand& c
   profile.cores_per_node = machine.cores;
   profile.measured_cores = machine.cores;
   profile.measured_ranks_per_node = machine.ranks_on_node;
-  profile.device_memory = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page / per_node : (1LL << 30);
+  // The node's memory over its ranks; unknown (sysconf cannot say): no cap ("none"), never an invented size.
+  profile.device_memory = pages > 0 && page > 0 ? static_cast<std::int64_t>(pages) * page / per_node : 0;
   if (profile.measured.p2p) {
     profile.intra_node = {profile.measured.p2p->latency_s, profile.measured.p2p->bandwidth_Bps};
     profile.inter_node = profile.intra_node;

@@ -22,6 +22,7 @@
 #include "engine/planner/plan_search.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/cost_model.hpp"
+#include "partition/ep_rules.hpp"
 #include "pipeline/trace.hpp"
 
 namespace cleave::cli {
@@ -229,6 +230,9 @@ int run_simulate_config(int argc, char** argv) {
   CLEAVE_CHECK(options.ep_imbalance == 0 || options.ep_imbalance >= 1,
                "simulate --config: --ep-imbalance {} is below 1 (the busiest rank's rows over the mean); use 0 for the "
                "workload's figure or a value >= 1", options.ep_imbalance);
+  CLEAVE_CHECK(options.ep_imbalance == 0 || partition::routed_experts(run_plan::model_spec(base.model)) > 0,
+               "simulate --config: --ep-imbalance {} prices expert parallelism, and model.type {} has no experts (only "
+               "\"moe\" has); drop --ep-imbalance", options.ep_imbalance, base.model.type);
   const planner::PlanChoice choice = planner::choice_of_config(config_path, overrides, world);
   planner::PlanDetails details;
   const planner::PlanEstimate e = planner::estimate_plan(config_path, overrides, choice, profile, options, &details);

@@ -291,7 +291,10 @@ int run_tokenize(int argc, char** argv) {
   CLEAVE_CHECK(val_fraction == 0.0 || held_out > 0,
                "tokenize: --val-fraction {} of {} tokens is less than one token; nothing was written", val_fraction, n);
   CLEAVE_CHECK(n - held_out > 0, "tokenize: the text files hold no tokens; nothing was written");
-  std::filesystem::create_directories(dir);
+  std::error_code made;
+  std::filesystem::create_directories(dir, made);
+  CLEAVE_CHECK(!made, "tokenize: --out {}: cannot create the directory ({}); nothing was written (choose another --out)",
+               out_dir, made.message());
   const std::span<const std::int32_t> all(ids);
   train::TokenManifest manifest;
   manifest.bits = bits;

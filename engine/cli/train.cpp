@@ -14,6 +14,7 @@
 
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
+#include "engine/cli/init_tokenizer_check.hpp"
 #include "engine/cli/runtime_env.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
@@ -113,6 +114,7 @@ int run_train(int argc, char** argv) {
     if (!init_from.empty()) init = train::open_weight_source(init_from);
     config::RunConfig config = init ? train::config_for_init(config_path, overrides, *init)
                                     : config::load_config(config_path, overrides);
+    if (init) check_shards_match_source_tokenizer(config, *init);
     comm::World world = runtime.world(config);
     if (runtime.world_rank() == 0) log::info("comm backend {} ({})", world.comm->backend(), world.choice.reason);
     const char* single_copy = std::getenv("OMPI_MCA_btl_vader_single_copy_mechanism");

@@ -124,9 +124,13 @@ void read_model(SectionReader r, ModelConfig& m) {
       if (std::find(own.begin(), own.end(), key) == own.end()) owners[key].push_back(type);
     }
   }
+  // A type given by --set over a file of another family's keys: the note says so (the file is named first).
+  const std::string type_where = r.where("type");
+  const std::string type_from = type_where.starts_with("--set") ? " (" + type_where + ")" : "";
   std::map<std::string, std::string> foreign;
   for (const auto& [key, types] : owners) {
-    foreign[key] = fmt::format("a key of {} models, but model.type is \"{}\"", fmt::join(types, " and "), m.type);
+    foreign[key] = fmt::format("a key of {} models, but model.type is \"{}\"{}", fmt::join(types, " and "), m.type,
+                               type_from);
   }
   r.finish(foreign);
 }

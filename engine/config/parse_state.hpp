@@ -33,10 +33,13 @@ struct ParseState {
   std::vector<std::string> unknown;                    // key paths present but never asked for
   std::map<std::string, std::string> unknown_notes;    // path -> extra explanation
 
-  // "--set a.b=v" when `path` (or a parent of it) was overridden on the command line, else the file.
+  // "--set a.b=v" when `path` (or a parent of it, or the array an element path "a.b[2]" is in) was overridden on
+  // the command line, else the file.
   std::string where(const std::string& path) const {
     for (const auto& [key, assignment] : set_assignments) {
-      if (key == path || key.starts_with(path + ".") || path.starts_with(key + ".")) return "--set " + assignment;
+      if (key == path || key.starts_with(path + ".") || path.starts_with(key + ".") || path.starts_with(key + "[")) {
+        return "--set " + assignment;
+      }
     }
     return "config " + origin;
   }

@@ -29,6 +29,8 @@ class SectionReader {
 
   const std::string& path() const { return path_; }
   std::string key_path(std::string_view key) const { return join_path(path_, key); }
+  // Where `key`'s value came from: "--set a.b=v" or "config FILE" (ParseState::where).
+  std::string where(std::string_view key) const { return state_.where(key_path(key)); }
 
   // The value of `key`, or null when absent; registers the key as known either way.
   const nlohmann::json* get(std::string_view key);

@@ -139,6 +139,11 @@ void validate(const RunConfig& c) {
   if (o.type == OptimizerType::kSgd && o.nesterov && o.momentum == 0.0) {
     refuse("optimizer.nesterov", "needs optimizer.momentum > 0 (momentum is 0)");
   }
+  // Accepted, it would do nothing: only SGD has Nesterov momentum (the written default, false, passes).
+  if (o.type != OptimizerType::kSgd && o.nesterov) {
+    refuse("optimizer.nesterov", "is SGD's Nesterov momentum, and optimizer.type is \"{}\"; set it false, or "
+           "optimizer.type \"sgd\"", o.type);
+  }
   if (c.train.out_dir.empty()) refuse("train.out_dir", "must not be empty");
 
   const auto& d = c.data;

@@ -1,7 +1,9 @@
 // The planner's hardware profiles: the format (HardwareProfile, load_profile, profile_to_json) lives in
 // partition/hardware_profile.hpp, where the plan (engine/run_plan) reads it too; this header adds what measures
 // one on this machine (calibrate_this_machine, measure_block_rates, measure_this_machine).
-// Invariant: a measured profile satisfies the format's invariants (every number finite and > 0).
+// Invariant: a measured profile satisfies the format's invariants (every number finite and > 0; device_memory 0,
+// the format's "none": the planner's own measurement sets no memory cap, so `cleave plan` and `cleave run` without
+// --profile cap a plan only by --memory-limit or device.memory_limit), and so reads back through load_profile.
 #pragma once
 
 #include <cstdint>
@@ -26,8 +28,8 @@ HardwareProfile calibrate_this_machine(int ranks, std::int64_t m, std::int64_t n
 // the block_*_flops rates from the cost model's FLOPs over the measured times.
 void measure_block_rates(HardwareProfile& profile, const partition::ModelSpec& spec, int ranks);
 
-// What `cleave plan` / `simulate --config` use without --profile: calibrate_this_machine at the model's
-// main GEMM shape, plus measure_block_rates for a gpt.
+// What `cleave plan` / `simulate --config` / `cleave run` use without --profile: calibrate_this_machine at the
+// model's main GEMM shape, plus measure_block_rates for a gpt. No device memory (device_memory 0: no cap).
 HardwareProfile measure_this_machine(const partition::ModelSpec& spec, int ranks);
 
 }  // namespace cleave::planner

@@ -10,6 +10,7 @@
 #include <sstream>
 
 #include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
 
 namespace cleave::report {
 namespace fs = std::filesystem;
@@ -37,14 +38,24 @@ const std::vector<double>* MetricsTable::column(const std::string& key) const {
 
 MetricsTable parse_metrics(const std::string& text, const std::string& path) {
   MetricsTable table;
-  std::istringstream in(text);
-  std::string line;
-  for (int number = 1; std::getline(in, line); ++number) {
+  std::size_t begin = 0;
+  for (int number = 1; begin < text.size(); ++number) {
+    const std::size_t newline = text.find('\n', begin);
+    const bool complete = newline != std::string::npos;  // the trainer writes a row with its newline in one write()
+    const std::string line = text.substr(begin, (complete ? newline : text.size()) - begin);
+    begin = complete ? newline + 1 : text.size();
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
     nlohmann::json row;
     try {
       row = nlohmann::json::parse(line);
     } catch (const std::exception& e) {
+      if (!complete) {
+        // The last line cut short without its newline (a run killed mid-row): that row never reached the file
+        // whole; the report shows the rows before it, as a resume of the run would keep them (train/metrics.cpp).
+        log::warn("report: metrics file {}: its last line ({} bytes, no newline) is a row cut short (an interrupted "
+                  "run?); left out", path, line.size());
+        break;
+      }
       CLEAVE_THROW("report: metrics file {} line {} does not parse as JSON ({}); the file is corrupt or truncated",
                    path, number, e.what());
     }

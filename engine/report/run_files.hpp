@@ -24,7 +24,8 @@ struct MetricsTable {
 };
 
 // Throws cleave::Error naming `path` and the line when a non-empty line is not a JSON object with an integer
-// "step" and number-or-null values, and naming `path` when it holds no rows.
+// "step" and number-or-null values, and naming `path` when it holds no rows. A last line without its newline that
+// does not parse (a row cut short by an interrupted run) is left out with a warning, as a resume drops it.
 MetricsTable parse_metrics(const std::string& text, const std::string& path);
 
 struct RunFiles {

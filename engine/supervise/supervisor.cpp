@@ -13,6 +13,8 @@
 #include <fstream>
 #include <optional>
 #include <regex>
+#include <sstream>
+#include <string>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -101,13 +103,9 @@ class Planner {
     const std::string path = (fs::path(dir_) / "profile.json").string();
     if (!fs::exists(path)) {
       log::info("run: measuring this machine for the planner (once; kept as {}; --profile FILE skips this)", path);
-      auto profile = planner::measure_this_machine(run_plan::model_spec(base_.model), world);
-      // The kept file is read back by the profile reader, which needs a memory size: as `cleave profile` states
-      // it, this node's physical memory shared by the ranks.
-      const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
-      if (profile.device_memory <= 0 && pages > 0 && page > 0) {
-        profile.device_memory = static_cast<std::int64_t>(pages) * page / std::max(1, world);
-      }
+      // As `cleave plan` without --profile measures it: no memory cap of its own ("device_memory_GiB": "none"),
+      // which the profile reader takes back as it was written.
+      const auto profile = planner::measure_this_machine(run_plan::model_spec(base_.model), world);
       replace_file(path, planner::profile_to_json(profile).dump(2) + "\n");
     }
     return path;
@@ -124,6 +122,61 @@ std::string fresh_dir(const std::string& out_dir) {
   for (int n = 2; fs::exists(dir); ++n) dir = fs::path(out_dir) / fmt::format("supervisor.{}", n);
   fs::create_directories(dir);
   return dir.string();
+}
+
+// --launcher's words, else srun inside a SLURM allocation, else mpiexec.
+std::vector<std::string> launcher_words(const SuperviseOptions& o) {
+  if (!o.launcher.empty()) return o.launcher;
+  return o.slurm ? std::vector<std::string>{"srun", "--mpi=pmix", "--kill-on-bad-exit=1"} : std::vector<std::string>{"mpiexec"};
+}
+
+// Whether `program` can be executed: a path (with a '/') that is an executable file, or a name an executable file
+// of the PATH directories has (as execvp looks it up).
+bool can_execute(const std::string& program) {
+  const auto executable = [](const fs::path& p) {
+    std::error_code ec;
+    return fs::is_regular_file(p, ec) && ::access(p.c_str(), X_OK) == 0;
+  };
+  if (program.find('/') != std::string::npos) return executable(program);
+  const char* path = std::getenv("PATH");
+  std::stringstream dirs(path != nullptr ? path : "/usr/bin:/bin");
+  for (std::string dir; std::getline(dirs, dir, ':');) {
+    if (executable(fs::path(dir.empty() ? "." : dir) / program)) return true;
+  }
+  return false;
+}
+
+// The launcher, checked before the first attempt: one that cannot start fails every attempt at once (exit 127),
+// and the supervisor would spend its restart budget and re-plan each time before saying so.
+void check_launcher(const SuperviseOptions& o) {
+  const std::vector<std::string> words = launcher_words(o);
+  CLEAVE_CHECK(!words.empty() && can_execute(words.front()),
+               "run: the launcher {} cannot be started ({}); nothing was started (install it, or give --launcher CMD, "
+               "e.g. --launcher \"mpiexec --oversubscribe\")",
+               words.empty() ? std::string("(none)") : words.front(),
+               words.empty() ? "--launcher is empty"
+               : words.front().find('/') != std::string::npos ? "not an executable file"
+                                                               : "not found in PATH");
+}
+
+// The re-plan's inputs, checked before the first attempt starts: read only at the first failure, a bad --profile or
+// --memory-limit would end the job hours in, exactly when the re-plan is needed. Under --keep-layout nothing
+// re-plans, so either would be accepted and do nothing: refused.
+void check_replan_inputs(const SuperviseOptions& o, const config::RunConfig& base, int world) {
+  if (o.keep_layout) {
+    CLEAVE_CHECK(o.profile.empty() && o.memory_limit.empty(),
+                 "run: {} prices the planner's re-plan, but --keep-layout keeps tp x pp and never re-plans; nothing "
+                 "was started (drop {} or --keep-layout)", o.profile.empty() ? "--memory-limit" : "--profile",
+                 o.profile.empty() ? "--memory-limit" : "--profile");
+    return;
+  }
+  try {
+    if (!o.profile.empty()) static_cast<void>(planner::planning_setup(base, o.profile, o.memory_limit, world));
+    else if (!o.memory_limit.empty()) static_cast<void>(parse_bytes(o.memory_limit, "--memory-limit"));
+  } catch (const Error& e) {
+    CLEAVE_THROW("run: {}; nothing was started (the re-plan after a failure reads --profile and --memory-limit)",
+                 e.what());
+  }
 }
 
 std::vector<bool> check_health(const std::string& command, const std::vector<Slot>& slots) {
@@ -170,6 +223,8 @@ int supervise(const SuperviseOptions& o) {
   CLEAVE_CHECK(first_world <= static_cast<int>(o.slots.size()),
                "run: the config's layout {} needs {} ranks but only {} slots are given", choice.layout(), first_world,
                o.slots.size());
+  check_launcher(o);
+  check_replan_inputs(o, base, first_world);
   fs::create_directories(out_dir);
   const std::string dir = fresh_dir(out_dir);
   const std::string metrics_path = (fs::path(out_dir) / "metrics.jsonl").string();
@@ -191,8 +246,7 @@ int supervise(const SuperviseOptions& o) {
   for (int attempt = 1;; ++attempt) {
     const int world = choice.tp * choice.pp * choice.dp;
     const std::vector<Slot> used(slots.begin(), slots.begin() + world);
-    std::vector<std::string> argv = o.launcher;
-    if (argv.empty()) argv = o.slurm ? std::vector<std::string>{"srun", "--mpi=pmix", "--kill-on-bad-exit=1"} : std::vector<std::string>{"mpiexec"};
+    std::vector<std::string> argv = launcher_words(o);
     argv.insert(argv.end(), {"-n", std::to_string(world)});
     if (o.use_hostfile && !o.slurm) {
       const std::string hosts = (fs::path(dir) / fmt::format("hosts.attempt_{}", attempt)).string();
@@ -315,9 +369,10 @@ int supervise(const SuperviseOptions& o) {
     const RestartDecision decision =
         decide_restart(static_cast<int>(record.restarts.size()), o.max_restarts, static_cast<int>(left.size()), o.min_ranks);
     const std::string keep_note = fmt::format(
-        "nothing is lost: the newest complete checkpoint is {} and metrics.jsonl holds steps 1..{} (each attempt's rows "
+        "nothing is lost: the newest complete checkpoint is {} and metrics.jsonl holds {} (each attempt's rows and log "
         "are kept in {}); continue with the same cleave run command and --resume auto after the --",
-        latest.value_or("(none: no checkpoint was written yet)"), rows.last_step, dir);
+        latest.value_or("(none: no checkpoint was written yet)"),
+        rows.last_step > 0 ? fmt::format("steps 1..{}", rows.last_step) : std::string("no step yet"), dir);
     const auto give_up = [&](const std::string& why) {
       record.outcome = "failed: " + why;
       save_record();

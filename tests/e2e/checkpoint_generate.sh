@@ -30,7 +30,7 @@ echo "ok   generate: '$a'"
 
 "$cleave" train --set train.steps=2 --set model.vocab_size=64 --set train.out_dir=small > small.log 2>&1 || { cat small.log; fail "small run"; }
 "$cleave" generate small/checkpoints --prompt "x" > refuse.log 2>&1 && fail "a vocab-64 model was sampled"
-grep -q "needs a byte-level gpt" refuse.log || { cat refuse.log; fail "refusal message"; }
+grep -q "vocab_size 64; generation needs a language model (gpt, llama or moe) with vocab_size >= 256" refuse.log || { cat refuse.log; fail "refusal message"; }
 echo "ok   generate refuses a non byte-level model: $(grep -o 'generate: .*' refuse.log)"
 
 # A vocabulary larger than bytes: token ids, not '?' per token, and a warning saying why.

@@ -62,7 +62,7 @@ expect_error zero-stage-4   'optimizer\.zero_stage.*or 3 \(and parameters\), got
 # Mixture of experts (issue 33 part 7): each refused naming the key and the numbers, nothing written.
 moe=(--set 'model.type="moe"')
 expect_error moe-top-k      'model\.top_k.*5 is larger than model\.n_experts 4' "${set_out[@]}" "${moe[@]}" --set model.n_experts=4 --set model.top_k=5
-expect_error moe-no-experts 'model\.n_experts.*must be > 0.*got 0'      "${set_out[@]}" "${moe[@]}" --set model.n_experts=0
+expect_error moe-no-experts 'model\.n_experts.*must be positive, got 0'  "${set_out[@]}" "${moe[@]}" --set model.n_experts=0
 expect_error moe-router     'model\.router.*"topk" is not a router kind' "${set_out[@]}" "${moe[@]}" --set 'model.router="topk"'
 expect_error moe-tp-split   'model\.ffn_hidden_size.*30 is not divisible by parallel\.tensor_model_parallel_size 4' "${set_out[@]}" "${moe[@]}" --set model.ffn_hidden_size=30 --set parallel.tensor_model_parallel_size=4
 # NCCL asked for where it cannot work: a CPU run (CUDA build) or a build without CUDA.

@@ -136,6 +136,12 @@ refuse logits-under-file $? logits.log afile/l.json
 expect logits-under-file logits.log <<'EOF'
 error: generate: --logits afile/l.json: afile is a file, not a directory, so nothing can be created under it; choose another path
 EOF
+# A token count past generate's limit is refused before the checkpoint loads, naming the limit.
+"$cleave" generate run/checkpoints --prompt ab --tokens 2000000000 > tokens.log 2>&1
+refuse generate-tokens-limit $? tokens.log nothing
+expect generate-tokens-limit tokens.log <<'EOF'
+error: generate: --tokens expects a whole number >= N and <= N, got 'N'
+EOF
 # ... and a path whose directories do not exist yet passes that check, so the command creates them.
 "$cleave" generate run/checkpoints --prompt ab --tokens 2 --logits new/dir/l.json > logits_new.log 2>&1 && [ -s new/dir/l.json ] \
   || { cat logits_new.log; echo "FAIL generate --logits into a new directory"; exit 1; }

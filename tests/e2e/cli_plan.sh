@@ -7,7 +7,8 @@
 # a world no layout fits, a world larger than any layout can use (refused before the search; and --world 1024
 # answers within a minute), a cap no plan meets (smallest need per category and the closest plan; the same with
 # the cap from the config), an
-# unreadable or malformed profile, and --write onto an existing file: one clear error each, nothing written.
+# unreadable or malformed profile, --write onto an existing file, a --trial setting without --trial and
+# --ep-imbalance on a model without experts: one clear error each, nothing written.
 # Plans predicted within 5% of each other are shown as tied, the lowest share of the cap first. Ranks sharing
 # cores are priced by their share and warned about; --trial 2 trains the top two plans under the launcher in
 # interleaved rounds and prints predicted against measured (median, spread, rounds), re-ranking only where one
@@ -290,6 +291,14 @@ grep -q "error: plan: --write tiny.json/best.json" bad6.log && ! grep -q "cleave
 grep -q "error: plan: --json tiny.json/plans.json" bad7.log || { cat bad7.log; fail "an unwritable --json message"; }
 "$cleave" plan tiny.json --world 2 --write new/dir/best.json --json new/plans.json > newdir.log 2>&1 && \
   [ -s new/dir/best.json ] && [ -s new/plans.json ] || { cat newdir.log; fail "--write / --json into new directories"; }
+# Options that would be accepted and do nothing: a --trial setting without --trial, --ep-imbalance on a model
+# without experts (tiny.json is a gpt). Refused before the machine is measured (no header).
+"$cleave" plan tiny.json --world 2 --trial-steps 3 > bad8.log 2>&1 && fail "--trial-steps without --trial accepted"
+grep -q "error: plan: --trial-steps sets how --trial K trains the top plans, and no --trial was given" bad8.log \
+  && ! grep -q "cleave plan: tiny.json on 2 ranks" bad8.log || { cat bad8.log; fail "--trial-steps without --trial"; }
+"$cleave" plan tiny.json --world 2 --ep-imbalance 1.5 > bad9.log 2>&1 && fail "--ep-imbalance on a gpt accepted"
+grep -q "error: plan: --ep-imbalance 1.5 prices expert parallelism, and model.type gpt has no experts" bad9.log \
+  || { cat bad9.log; fail "--ep-imbalance on a model without experts"; }
 "$cleave" plan tiny.json --world 16 --profile "$source_dir/profiles/h100_sxm.json" --top 1 > h100.log 2>&1 || { cat h100.log; fail "h100 profile"; }
 echo "ok   bad input refused: $(grep -o 'no plan fits the memory cap.*' bad2.log | cut -c1-100)..."
 

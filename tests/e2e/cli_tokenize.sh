@@ -229,6 +229,10 @@ refuse "--doc-separator with --jsonl" "both given" a.txt --tokenizer tok.json --
 printf 'ok\nbad \xff here\n' > bad.txt
 refuse "invalid UTF-8" "bad.txt is not valid UTF-8 at byte 7 (line 2, byte 5 of the line" a.txt bad.txt --tokenizer tok.json --out out
 refuse "an unknown --eot" "not an added token" a.txt --tokenizer tok.json --out out --eot '<|eot|>'
+# A directory that cannot be made (under /proc: refused by the check before work for a user, by mkdir for root):
+# one error naming --out, never the library's "filesystem error".
+refuse "an --out that cannot be created" "error: tokenize: --out /proc/cleave_tokenize_out" a.txt --tokenizer tok.json \
+  --out /proc/cleave_tokenize_out
 before=$(cksum shards/train.bin shards/val.bin)
 "$cleave" tokenize a.txt --tokenizer tok.json --out shards > refuse.log 2>&1 && fail "an existing output was overwritten"
 grep -q "shards/train.bin already exists; nothing was written" refuse.log || { cat refuse.log; fail "existing output message"; }

@@ -145,6 +145,28 @@ refuse "seq_len above the maximum (checkpoint)" "model.seq_len 40 is above the m
 # Byte-level text data on a model with a tokenizer of its own: the bytes would be other tokens to it.
 refuse "text data on a model with its own tokenizer" 'llama/tokenizer.json), but data.type is "text"' run7 -- \
   "$cleave" train --init-from llama --set model.seq_len=8 --set data.type=text --set data.path=a.txt --set train.out_dir=run7
+# Shards written by another tokenizer (the fixture's GPT-2-style one, 261 ids: they fit the vocabulary of 272)
+# hold ids that are other tokens to this model.
+python3 - <<'PY' || fail "writing a byte-level tokenizer"
+import json
+chars = [chr(c) for c in range(33, 127)] + [chr(c) for c in range(0xA1, 0xAD)] + [chr(c) for c in range(0xAE, 0x100)]
+chars += [chr(256 + n) for n in range(256 - len(chars))]
+vocab = {c: i for i, c in enumerate(chars)}
+json.dump({"model": {"type": "BPE", "vocab": vocab, "merges": []}, "added_tokens": [],
+           "pre_tokenizer": {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": True},
+           "decoder": {"type": "ByteLevel"}}, open("bytes_tokenizer.json", "w"))
+PY
+"$cleave" tokenize a.txt --tokenizer bytes_tokenizer.json --out other_shards > other_tok.log 2>&1 \
+  || { cat other_tok.log; fail "tokenize with another tokenizer"; }
+refuse "shards of another tokenizer" "was tokenized with $work/bytes_tokenizer.json (byte-level BPE, 256 tokens" run9 -- \
+  "$cleave" train --init-from llama --set model.seq_len=8 --set data.type=tokens --set data.path=other_shards/train.bin \
+  --set train.out_dir=run9
+grep -qF "cleave tokenize FILES --tokenizer $work/llama/tokenizer.json --out DIR" bad.log || { cat bad.log; fail "the fix is not named"; }
+# A copy of the model's own tokenizer elsewhere is the same tokenizer: accepted.
+mkdir -p copy && cp llama/tokenizer.json llama/tokenizer_config.json copy/
+"$cleave" tokenize a.txt --tokenizer copy/tokenizer.json --out copy_shards > copy_tok.log 2>&1 || { cat copy_tok.log; fail "tokenize copy"; }
+"$cleave" train --init-from llama "${common[@]}" --set data.type=tokens --set data.path=copy_shards/train.bin --set train.steps=1 \
+  --set checkpoint.save_final=false --set train.out_dir=copy_run > copy_run.log 2>&1 || { cat copy_run.log; fail "a copy of the model's tokenizer"; }
 # A model directory whose config.json does not parse is named as such, not as "neither a model nor a checkpoint".
 cp -r llama cut && head -c 40 llama/config.json > cut/config.json
 refuse "config.json cut short (--init-from)" "cut/config.json is not valid JSON" run8 -- \

@@ -81,9 +81,17 @@ mkdir empty
 expect_error no-metrics 'empty/metrics.jsonl not found' empty
 cp -r run corrupt
 rm corrupt/report.html
-head -c 100 run/metrics.jsonl >> corrupt/metrics.jsonl  # a truncated row after the good ones
+head -c 100 run/metrics.jsonl >> corrupt/metrics.jsonl  # a truncated row after the good ones, then another row
+printf '\n' >> corrupt/metrics.jsonl && head -n 1 run/metrics.jsonl >> corrupt/metrics.jsonl
 expect_error corrupt-metrics "corrupt/metrics.jsonl line $((steps + 1)) does not parse" corrupt
 [ -e corrupt/report.html ] && fail "a report was written from a corrupt metrics file"
+# An interrupted run's last row, cut short without its newline: left out with a warning (as a resume drops it),
+# and the page of the rows before it is written.
+cp -r run cut && rm cut/report.html && head -c 100 run/metrics.jsonl >> cut/metrics.jsonl
+"$cleave" report cut > cut.log 2>&1 || { cat cut.log; fail "a run whose last row was cut short got no report"; }
+grep -q "cut/metrics.jsonl: its last line (100 bytes, no newline) is a row cut short (an interrupted run?); left out" cut.log \
+  && [ -s cut/report.html ] || { cat cut.log; fail "the cut-short last row"; }
+echo "ok   cut-short-last-row: left out with a warning, report.html written"
 expect_error no-argument 'give a run directory' 
 
 # train.report false: no page. Progress into a file: plain lines, no carriage return.

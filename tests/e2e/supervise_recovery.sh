@@ -134,14 +134,15 @@ plan)
   echo "ok   plan: restart on 3 ranks at $(field run/run.json 'd["restarts"][0]["new_layout"]'); bit-identical to the by-hand resume"
   ;;
 measured)
-  # No --profile: the supervisor measures this machine once for the re-plan and keeps the profile it read back.
+  # No --profile: the supervisor measures this machine once for the re-plan and keeps the profile it read back,
+  # with no memory cap of its own, as `cleave plan` without --profile ("device_memory_GiB": "none").
   export CLEAVE_FAULT_INJECT_1=3:5:forward:kill
   timed sup --slots 4 -- tiny.json "${pp2[@]}" --set train.out_dir=run --set checkpoint.background=false > run.log 2>&1 \
     || { cat run.log; fail "cleave run did not complete with a measured profile"; }
   unset CLEAVE_FAULT_INJECT_1
   grep -E "run: measuring|run: restart|run: completed" run.log
-  [ "$(field run/supervisor/profile.json 'd["device_memory_GiB"] > 0')" = True ] \
-    || fail "the kept profile has no device memory: $(cat run/supervisor/profile.json)"
+  [ "$(field run/supervisor/profile.json 'd["device_memory_GiB"]')" = none ] \
+    || fail "the kept profile states a memory cap of its own: $(cat run/supervisor/profile.json)"
   field run/run.json 'd["restarts"][0]["layout_choice"]' | grep -q "planner's best" || fail "layout not the planner's"
   echo "ok   measured: restart on $(field run/run.json 'd["restarts"][0]["new_world"]') ranks, planned on the measured profile"
   ;;
@@ -223,7 +224,30 @@ refuse)
   sup --slots 2 -- tiny.json --set train.out_dir=few > again.log 2>&1 && fail "a run directory was reused"
   grep -q "train.out_dir few already holds a run; nothing was started" again.log || { cat again.log; fail "out_dir refusal"; }
   [ ! -d few/supervisor.2 ] || fail "the refused run created files"
-  echo "ok   refuse: --min-ranks, no checkpoint (restart from 0), memory cap (smallest world 2), out_dir in use"
+  # The re-plan's inputs are checked before the first attempt (they were read only at the first failure), and
+  # --keep-layout, which never re-plans, refuses them.
+  printf '{"format": "cleave-hardware-profile"' > broken.json
+  sup --slots 2 --profile broken.json -- tiny.json --set train.out_dir=badprof > badprof.log 2>&1 && fail "a broken --profile accepted"
+  grep -q "run: profile broken.json: not valid JSON .*; nothing was started" badprof.log || { cat badprof.log; fail "--profile refusal"; }
+  sup --slots 2 --memory-limit 4XB -- tiny.json --set train.out_dir=badprof > badcap.log 2>&1 && fail "--memory-limit 4XB accepted"
+  grep -q "run: --memory-limit: unknown unit 'XB' in '4XB'.*; nothing was started" badcap.log || { cat badcap.log; fail "--memory-limit refusal"; }
+  sup --slots 2 --keep-layout --profile "$src/profiles/h100_sxm.json" -- tiny.json --set train.out_dir=badprof > keepprof.log 2>&1 \
+    && fail "--keep-layout with --profile accepted"
+  grep -q "run: --profile prices the planner's re-plan, but --keep-layout .*never re-plans; nothing was started" keepprof.log \
+    || { cat keepprof.log; fail "--keep-layout --profile refusal"; }
+  [ ! -e badprof ] || fail "a refused run created its out_dir"
+  # A launcher that cannot start: refused before the first attempt (it used to fail every attempt with exit 127,
+  # re-planning each time, until the restart budget was spent).
+  "$cleave" run --slots 2 --launcher /nonexistent/mpiexec -- tiny.json --set train.out_dir=badprof > nolaunch.log 2>&1 \
+    && fail "a launcher that does not exist accepted"
+  grep -q "run: the launcher /nonexistent/mpiexec cannot be started (not an executable file); nothing was started" nolaunch.log \
+    || { cat nolaunch.log; fail "launcher refusal"; }
+  "$cleave" run --slots 2 --launcher "no-such-launcher-xyz -x" -- tiny.json --set train.out_dir=badprof > nolaunch2.log 2>&1 \
+    && fail "a launcher not in PATH accepted"
+  grep -q "run: the launcher no-such-launcher-xyz cannot be started (not found in PATH)" nolaunch2.log \
+    || { cat nolaunch2.log; fail "launcher (PATH) refusal"; }
+  [ ! -e badprof ] || fail "a refused run created its out_dir"
+  echo "ok   refuse: --min-ranks, no checkpoint (restart from 0), memory cap (smallest world 2), out_dir in use, re-plan inputs, launcher"
   ;;
 sigterm)
   sed 's/"steps": 12/"steps": 100000/' tiny.json > long.json

@@ -174,6 +174,11 @@ TEST(Config, UnknownKeysSuggestTheClosest) {
   expect_error(R"({"train": {"lr": 0.1}})", {"unknown key train.lr", "did you mean optimizer.lr?"});
   expect_error(R"({"optimiser": {}})", {"unknown key optimiser", "did you mean optimizer?"});
   expect_error(R"({"model": {"hidden": [4]}})", {"unknown key model.hidden", "mlp", "model.type is \"gpt\""});
+  // The file's keys are another family's because --set changed model.type: the note names that --set.
+  expect_error(R"({"model": {"type": "moe", "n_experts": 4}})",
+               {"config run.json: unknown key model.n_experts (a key of moe models, but model.type is \"llama\" "
+                "(--set model.type=llama))"},
+               {"model.type=llama"});
   expect_error(R"({"data": {"zzzzzz": 1}})", {"unknown key data.zzzzzz", "known keys in data", "val_fraction"});
   // All unknown keys in one message.
   expect_error(R"({"train": {"stepz": 1}, "device": {"typo": 1}})", {"train.stepz", "device.typo"});
@@ -249,6 +254,10 @@ TEST(Config, CrossKeyChecksNameBothKeys) {
   expect_error(R"({"model": {"type": "cnn", "channels": [4, 4, 4, 4]}})", {"model.channels", "8×8", "stage 4"});
   expect_error(R"({"optimizer": {"lr": 0.001, "min_lr": 0.01}})", {"optimizer.min_lr", "0.01", "0.001"});
   expect_error(R"({"optimizer": {"type": "sgd", "momentum": 0, "nesterov": true}})", {"optimizer.nesterov"});
+  // Accepted it would do nothing: AdamW has no Nesterov momentum.
+  expect_error(R"({"optimizer": {"type": "adamw", "nesterov": true}})",
+               {"config run.json: optimizer.nesterov: is SGD's Nesterov momentum, and optimizer.type is \"adamw\""});
+  EXPECT_NO_THROW(parse_config(R"({"optimizer": {"type": "adamw", "nesterov": false}})"));
   expect_error(R"({"parallel": {"pipeline_model_parallel_size": 2, "partition": {"method": "manual",
                   "blocks_per_stage": [1, 2, 3]}}})",
                {"blocks_per_stage", "has 3 entries", "pipeline_model_parallel_size 2", "= 2"});
@@ -292,6 +301,13 @@ TEST(Config, SetErrorsNameTheAssignment) {
   expect_error("{}", {"--set optimizer..lr=1", "empty component"}, {"optimizer..lr=1"});
   expect_error("{}", {"--set optimizer.lr.x=1", "optimizer.lr is not a section"}, {"optimizer.lr=0.1", "optimizer.lr.x=1"});
   expect_error("{}", {"--set foo.bar=1", "unknown key foo"}, {"foo.bar=1"});
+  // An array element's error names the --set that gave the array, not the file (which never had it).
+  expect_error(R"({"model": {"type": "mlp", "hidden": [8]}})",
+               {"--set model.hidden=[4,0]: model.hidden[1]: must be positive, got 0"}, {"model.hidden=[4,0]"});
+  expect_error("{}", {"--set model.hidden=[4,\"x\"]: model.hidden[1]: expected an integer"},
+               {"model.type=mlp", "model.hidden=[4,\"x\"]"});
+  expect_error(R"({"model": {"type": "mlp", "hidden": [4, 0]}})", {"config run.json: model.hidden[1]"},
+               {"optimizer.lr=0.1"});
   expect_error(R"({"model": {"vocab_size": 64}})", {"unknown key model.vocab_size", "gpt"}, {"model.type=mlp"});
 }
 

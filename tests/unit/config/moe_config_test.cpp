@@ -1,5 +1,5 @@
 // model.type "moe": its keys read, resolved and written back (the to_json -> parse round trip), and bad input
-// (issue 33 part 7): top_k larger than n_experts, zero experts, an expert width the tp layout cannot split, a
+// (issue 33 part 7): top_k larger than n_experts, zero or negative experts or top_k (one message), an expert width the tp layout cannot split, a
 // router kind that does not exist: one error naming the key and the numbers, raised while the config is read
 // (before any work).
 #include <gtest/gtest.h>
@@ -47,7 +47,15 @@ TEST(MoeConfig, ReadsResolvesAndRoundTrips) {
 TEST(MoeConfig, BadInputNamesTheKeyAndTheNumbers) {
   expect_error(R"({"model": {"type": "moe", "n_experts": 4, "top_k": 5}})",
                {"model.top_k", "5 is larger than model.n_experts 4"});
-  expect_error(R"({"model": {"type": "moe", "n_experts": 0}})", {"model.n_experts", "must be > 0", "0"});
+  expect_error(R"({"model": {"type": "moe", "n_experts": 0}})", {"model.n_experts", "must be positive, got 0"});
+  // 0 and a negative count get the same refusal from the reader (0 used to pass it and meet "> 0" in the family,
+  // while -1 met "≥ 0" in the reader).
+  for (const char* k : {"0", "-1"}) {
+    expect_error(std::string(R"({"model": {"type": "moe", "top_k": )") + k + "}}",
+                 {"model.top_k", std::string("must be positive, got ") + k});
+    expect_error(std::string(R"({"model": {"type": "moe", "n_experts": )") + k + "}}",
+                 {"model.n_experts", std::string("must be positive, got ") + k});
+  }
   expect_error(R"({"model": {"type": "moe", "router": "softmax_topk"}})",
                {"model.router", "\"softmax_topk\" is not a router kind", "softmax", "sigmoid"});
   expect_error(R"({"model": {"type": "moe", "d_model": 32, "n_heads": 4, "ffn_hidden_size": 30},

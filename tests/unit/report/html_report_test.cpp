@@ -99,8 +99,13 @@ TEST(RunFiles, CorruptMetricsNameFileAndLine) {
     }
     return std::string("no error");
   };
-  const std::string truncated = message("{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":2}\n{\"step\":3,\"lo");
-  EXPECT_NE(truncated.find("/runs/x/metrics.jsonl line 3 does not parse"), std::string::npos) << truncated;
+  // A line cut short in the middle of the file is corruption; one at the end without its newline is a row an
+  // interrupted run never finished writing: left out, as a resume drops it (the report of the run still draws).
+  const std::string truncated = message("{\"step\":1,\"loss\":2}\n{\"step\":2,\"lo\n{\"step\":3,\"loss\":2}\n");
+  EXPECT_NE(truncated.find("/runs/x/metrics.jsonl line 2 does not parse"), std::string::npos) << truncated;
+  const MetricsTable cut = parse_metrics("{\"step\":1,\"loss\":2}\n{\"step\":2,\"loss\":2}\n{\"step\":3,\"lo", "m");
+  EXPECT_EQ(cut.steps, (std::vector<double>{1, 2}));
+  EXPECT_NE(message("{\"step\":1,\"loss\":2}\n{\"step\":2,\"lo\n").find("line 2 does not parse"), std::string::npos);
   const std::string no_step = message("{\"step\":1}\n{\"loss\":2}\n");
   EXPECT_NE(no_step.find("line 2: expected an integer \"step\""), std::string::npos) << no_step;
   const std::string text_value = message("{\"step\":1,\"loss\":\"low\"}\n");

@@ -49,6 +49,102 @@ std::optional<int> to_int(std::string_view s) {
 constexpr std::string_view kKeys[] = {"name",           "pp_size",   "num_stages",      "num_microbatches",
                                       "virtual_stages", "placement", "overlap_fb_pairs"};
 
+// The file's lines, each checked as it is read: the header keys and the rank lines, with their line numbers.
+struct ScheduleLines {
+  std::map<std::string, std::pair<std::string, int>> header;      // key -> (value, line)
+  std::map<int, std::pair<std::vector<Action>, int>> rank_lines;  // rank -> (actions, line)
+};
+
+ScheduleLines read_lines(std::string_view text, std::string_view source) {
+  ScheduleLines lines;
+  auto& header = lines.header;
+  auto& rank_lines = lines.rank_lines;
+  int line_number = 0;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    const std::size_t eol = std::min(text.find('\n', pos), text.size());
+    std::string_view line = text.substr(pos, eol - pos);
+    pos = eol + 1;
+    ++line_number;
+    if (const auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
+    line = trim(line);
+    if (line.empty()) continue;
+    const auto colon = line.find(':');
+    CLEAVE_CHECK(colon != std::string_view::npos,
+                 "schedule file '{}' line {}: expected 'rank N: actions...' or 'key: value', got '{}'", source,
+                 line_number, line);
+    const std::string_view key = trim(line.substr(0, colon));
+    const std::string_view value = trim(line.substr(colon + 1));
+    if (key.rfind("rank", 0) == 0) {
+      const auto number = to_int(trim(key.substr(4)));
+      CLEAVE_CHECK(number.has_value() && *number >= 0,
+                   "schedule file '{}' line {}: '{}' is not 'rank N' with N a rank number >= 0", source, line_number,
+                   key);
+      CLEAVE_CHECK(!rank_lines.count(*number), "schedule file '{}' line {}: rank {} already has a line (line {})",
+                   source, line_number, *number, rank_lines[*number].second);
+      std::vector<Action> actions;
+      const auto words = split_words(value);
+      for (std::size_t t = 0; t < words.size(); ++t) {
+        Action action;
+        std::string why;
+        CLEAVE_CHECK(try_parse_action(words[t], action, why), "schedule file '{}' line {}, token {} ('{}'): {}",
+                     source, line_number, t + 1, words[t], why);
+        actions.push_back(action);
+      }
+      rank_lines[*number] = {std::move(actions), line_number};
+      continue;
+    }
+    CLEAVE_CHECK(std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys),
+                 "schedule file '{}' line {}: unknown key '{}' (known: {}, or 'rank N')", source, line_number, key,
+                 fmt::join(kKeys, ", "));
+    CLEAVE_CHECK(!header.count(std::string(key)), "schedule file '{}' line {}: '{}' is given twice (first on line {})",
+                 source, line_number, key, header[std::string(key)].second);
+    header[std::string(key)] = {std::string(value), line_number};
+  }
+  return lines;
+}
+
+// Which rank runs each stage: the 'placement:' line as written, else the rank each stage's actions are on (a
+// stage on two ranks, or a stage of [0, num_stages) on none, is refused).
+std::vector<int> stage_placement(const ScheduleLines& lines, const Schedule& s, std::string_view source) {
+  const auto& header = lines.header;
+  const auto& rank_lines = lines.rank_lines;
+  std::vector<int> placement;
+  if (header.count("placement")) {
+    const auto& [value, line] = header.at("placement");
+    for (auto word : split_words(value)) {
+      const auto rank = to_int(word);
+      CLEAVE_CHECK(rank.has_value(), "schedule file '{}' line {}: placement entry '{}' is not a rank number", source,
+                   line, word);
+      placement.push_back(*rank);
+    }
+  } else {
+    // Stages as they appear (never a table sized by a number from the file: a stage index is only read).
+    std::map<int, int> placed;  // stage -> rank
+    for (int r = 0; r < s.pp_size; ++r) {
+      for (const auto& a : s.ranks[r]) {
+        if (!has_stage(a.kind) || a.stage < 0 || a.stage >= s.num_stages) continue;
+        const auto [it, inserted] = placed.emplace(a.stage, r);
+        CLEAVE_CHECK(inserted || it->second == r,
+                     "schedule file '{}': stage {} appears on rank {} (line {}) and rank {} (line {}); a stage runs on "
+                     "one rank (add a 'placement:' line to say which)",
+                     source, a.stage, it->second, rank_lines.at(it->second).second, r, rank_lines.at(r).second);
+      }
+    }
+    int missing = 0;  // the first stage in [0, num_stages) that no action names
+    for (const auto& entry : placed) {
+      if (entry.first != missing) break;
+      ++missing;
+    }
+    CLEAVE_CHECK(missing >= s.num_stages,
+                 "schedule file '{}': stage {} appears on no rank, so its placement is unknown (add a 'placement:' "
+                 "line)",
+                 source, missing);
+    for (const auto& entry : placed) placement.push_back(entry.second);
+  }
+  return placement;
+}
+
 }  // namespace
 
 std::string format_schedule(const Schedule& s) {
@@ -70,51 +166,9 @@ std::string format_schedule(const Schedule& s) {
 
 Schedule parse_schedule(std::string_view text, std::string_view source) {
   try {
-    std::map<std::string, std::pair<std::string, int>> header;  // key -> (value, line)
-    std::map<int, std::pair<std::vector<Action>, int>> rank_lines;  // rank -> (actions, line)
-    int line_number = 0;
-    std::size_t pos = 0;
-    while (pos <= text.size()) {
-      const std::size_t eol = std::min(text.find('\n', pos), text.size());
-      std::string_view line = text.substr(pos, eol - pos);
-      pos = eol + 1;
-      ++line_number;
-      if (const auto hash = line.find('#'); hash != std::string_view::npos) line = line.substr(0, hash);
-      line = trim(line);
-      if (line.empty()) continue;
-      const auto colon = line.find(':');
-      CLEAVE_CHECK(colon != std::string_view::npos,
-                   "schedule file '{}' line {}: expected 'rank N: actions...' or 'key: value', got '{}'", source,
-                   line_number, line);
-      const std::string_view key = trim(line.substr(0, colon));
-      const std::string_view value = trim(line.substr(colon + 1));
-      if (key.rfind("rank", 0) == 0) {
-        const auto number = to_int(trim(key.substr(4)));
-        CLEAVE_CHECK(number.has_value() && *number >= 0,
-                     "schedule file '{}' line {}: '{}' is not 'rank N' with N a rank number >= 0", source, line_number,
-                     key);
-        CLEAVE_CHECK(!rank_lines.count(*number), "schedule file '{}' line {}: rank {} already has a line (line {})",
-                     source, line_number, *number, rank_lines[*number].second);
-        std::vector<Action> actions;
-        const auto words = split_words(value);
-        for (std::size_t t = 0; t < words.size(); ++t) {
-          Action action;
-          std::string why;
-          CLEAVE_CHECK(try_parse_action(words[t], action, why), "schedule file '{}' line {}, token {} ('{}'): {}",
-                       source, line_number, t + 1, words[t], why);
-          actions.push_back(action);
-        }
-        rank_lines[*number] = {std::move(actions), line_number};
-        continue;
-      }
-      CLEAVE_CHECK(std::find(std::begin(kKeys), std::end(kKeys), key) != std::end(kKeys),
-                   "schedule file '{}' line {}: unknown key '{}' (known: {}, or 'rank N')", source, line_number, key,
-                   fmt::join(kKeys, ", "));
-      CLEAVE_CHECK(!header.count(std::string(key)), "schedule file '{}' line {}: '{}' is given twice (first on line {})",
-                   source, line_number, key, header[std::string(key)].second);
-      header[std::string(key)] = {std::string(value), line_number};
-    }
-
+    ScheduleLines lines = read_lines(text, source);
+    auto& header = lines.header;
+    auto& rank_lines = lines.rank_lines;
     CLEAVE_CHECK(!rank_lines.empty(), "schedule file '{}' has no 'rank N: ...' lines", source);
     auto header_int = [&](const std::string& key) -> std::optional<int> {
       auto it = header.find(key);
@@ -151,38 +205,7 @@ Schedule parse_schedule(std::string_view text, std::string_view source) {
     CLEAVE_CHECK(s.num_microbatches >= 1, "schedule file '{}' names no micro-batch; add compute actions or "
                  "num_microbatches", source);
 
-    if (header.count("placement")) {
-      const auto& [value, line] = header["placement"];
-      for (auto word : split_words(value)) {
-        const auto rank = to_int(word);
-        CLEAVE_CHECK(rank.has_value(), "schedule file '{}' line {}: placement entry '{}' is not a rank number", source,
-                     line, word);
-        s.stage_to_rank.push_back(*rank);
-      }
-    } else {
-      // Stages as they appear (never a table sized by a number from the file: a stage index is only read).
-      std::map<int, int> placed;  // stage -> rank
-      for (int r = 0; r < s.pp_size; ++r) {
-        for (const auto& a : s.ranks[r]) {
-          if (!has_stage(a.kind) || a.stage < 0 || a.stage >= s.num_stages) continue;
-          const auto [it, inserted] = placed.emplace(a.stage, r);
-          CLEAVE_CHECK(inserted || it->second == r,
-                       "schedule file '{}': stage {} appears on rank {} (line {}) and rank {} (line {}); a stage runs on "
-                       "one rank (add a 'placement:' line to say which)",
-                       source, a.stage, it->second, rank_lines[it->second].second, r, rank_lines[r].second);
-        }
-      }
-      int missing = 0;  // the first stage in [0, num_stages) that no action names
-      for (const auto& entry : placed) {
-        if (entry.first != missing) break;
-        ++missing;
-      }
-      CLEAVE_CHECK(missing >= s.num_stages,
-                   "schedule file '{}': stage {} appears on no rank, so its placement is unknown (add a 'placement:' "
-                   "line)",
-                   source, missing);
-      for (const auto& entry : placed) s.stage_to_rank.push_back(entry.second);
-    }
+    s.stage_to_rank = stage_placement(lines, s, source);
     if (const auto v = header_int("virtual_stages")) {
       s.virtual_stages = *v;
     } else {

@@ -135,7 +135,7 @@ IndexPiece read_piece(const Fields& p, const IndexTensor& tensor, const std::map
 
 IndexTensor read_tensor(const Fields& t, const std::map<std::string, IndexFile>& files) {
   IndexTensor tensor;
-  tensor.kind = t.string("kind");
+  tensor.kind = index_tensor_kind(t.string("kind"));
   const std::string dtype = t.string("dtype");
   if (dtype != "F32") t.fail(t.where("dtype"), "'{}' is not supported (checkpoints store F32)", dtype);
   const json& shape = t.array("shape");
@@ -169,6 +169,12 @@ IndexTensor read_tensor(const Fields& t, const std::map<std::string, IndexFile>&
 }
 
 }  // namespace
+
+IndexTensorKind index_tensor_kind(std::string_view text) {
+  if (text == "parameter") return IndexTensorKind::kParameter;
+  if (text == "optimizer_state") return IndexTensorKind::kOptimizerState;
+  return IndexTensorKind::kOther;
+}
 
 CheckpointIndex parse_checkpoint_index(std::string_view text, const std::string& path) {
   try {

@@ -62,8 +62,13 @@ struct IndexPiece {
   std::vector<std::uint64_t> chunks;
 };
 
+// A tensor's role, index.json's "kind": "parameter" (a model weight), "optimizer_state" (a moment or a momentum
+// buffer); any other kind is read as kOther (kept in the index, never loaded as a parameter).
+enum class IndexTensorKind { kParameter, kOptimizerState, kOther };
+IndexTensorKind index_tensor_kind(std::string_view text);
+
 struct IndexTensor {
-  std::string kind;  // "parameter" | "optimizer_state" | ...
+  IndexTensorKind kind = IndexTensorKind::kOther;
   std::vector<std::int64_t> shape;
   std::vector<IndexPiece> pieces;  // in file order
 };

@@ -1,57 +1,24 @@
-// Gradient buckets for data parallelism (gradient_bucketer.hpp).
+// Gradient buckets for data parallelism (gradient_bucketer.hpp): construction, views, and the per-step reduction
+// (mark_ready, poll, launch, finish). The per-micro-batch reduction is in gradient_bucketer_microbatch.cpp, the
+// bucket layout in gradient_bucket_layout.cpp, the ops on the buffers in gradient_bucket_ops.cpp.
+//
+// Invariant: buckets launch in bucket order (per step) on every rank, so the collectives match even when ranks mark
+// gradients in different orders.
 #include "engine/comm/gradient_bucketer.hpp"
 
 #include <algorithm>
 #include <cmath>
 
+#include "engine/comm/gradient_bucket_ops.hpp"
 #include "engine/comm/host_reduce.hpp"
 #include "engine/core/error.hpp"
 #include "kernels/ops/ops.hpp"
 
 namespace cleave::comm {
-namespace {
 
-constexpr std::size_t kAlignBytes = 64;
-
-std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
-
-// The ops the bucketer runs on its buffers go through the op seam on the bucketer's stream, so buckets may live
-// on a device: the context carries only device, allocator and stream (zero, copy, cast and scale need no
-// per-device resources). On the CPU these ops are the host loops they replace, bit for bit (the same
-// float_to_bf16 rounding, the same f32 product).
-ops::Context ops_context(Allocator& allocator, const Stream& stream) {
-  ops::Context ctx;
-  ctx.device = allocator.device();
-  ctx.allocator = &allocator;
-  ctx.stream = &stream;
-  return ctx;
-}
-
-bool seam_dtype(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF16; }
-
-// dst := src element by element between floating dtypes (f32 in between: exact widening, nearest-even rounding).
-// f16 has no seam op: host buffers only (the constructor refuses f16 on a device).
-void convert(const ops::Context& ctx, const Tensor& src, const Tensor& dst) {
-  if (seam_dtype(src.dtype()) && seam_dtype(dst.dtype())) return ops::copy(ctx, src, dst);
-  CLEAVE_ASSERT(ctx.device.is_cpu(), "gradient bucketer: converting {} to {} on {}", dtype_name(src.dtype()),
-                dtype_name(dst.dtype()), ctx.device.str());
-  if (src.dtype() == DType::kF32) {
-    narrow_from_f32(static_cast<const float*>(src.raw_data()), dst.dtype(), dst.raw_data(), src.numel());
-  } else {
-    CLEAVE_ASSERT(dst.dtype() == DType::kF32, "gradient bucketer: converting {} to {}", dtype_name(src.dtype()),
-                  dtype_name(dst.dtype()));
-    widen_to_f32(src.raw_data(), src.dtype(), static_cast<float*>(dst.raw_data()), src.numel());
-  }
-}
-
-// t *= factor (f32 arithmetic, one rounding for bf16).
-void scale(const ops::Context& ctx, const Tensor& t, float factor) {
-  if (seam_dtype(t.dtype())) return ops::scale_inplace(ctx, t, factor);
-  CLEAVE_ASSERT(ctx.device.is_cpu(), "gradient bucketer: scaling {} on {}", dtype_name(t.dtype()), ctx.device.str());
-  scale_in_place(t.raw_data(), t.dtype(), factor, t.numel());
-}
-
-}  // namespace
+using detail::bucket_ops_context;
+using detail::convert;
+using detail::scale;
 
 GradientBucketer::GradientBucketer(std::vector<GradientSpec> grads, Communicator& dp, const BucketerOptions& options,
                                    Allocator& allocator, const Stream& stream)
@@ -67,60 +34,13 @@ GradientBucketer::GradientBucketer(std::vector<GradientSpec> grads, Communicator
                  "use f32 or bf16 gradients",
                  g.name, allocator.device().str());
   }
-  const auto cap_bytes = static_cast<std::int64_t>(options.bucket_mib * 1024.0 * 1024.0);
-  const int dp_size = dp.size();
-  const bool by_unit = std::any_of(specs_.begin(), specs_.end(), [](const GradientSpec& g) { return g.unit >= 0; });
-  for (int i = 0; i < num_grads(); ++i) {
-    const GradientSpec& g = specs_[static_cast<std::size_t>(i)];
-    CLEAVE_CHECK(is_floating(g.dtype), "gradient bucketer: gradient {} ('{}') is {}; gradients must be f32, bf16 or f16",
-                 i, g.name, dtype_name(g.dtype));
-    const auto elem = static_cast<std::int64_t>(dtype_size(g.dtype));
-    const std::int64_t align = static_cast<std::int64_t>(kAlignBytes) / elem;
-    const std::int64_t numel = g.shape.numel();
-    bool open_new = buckets_.empty() || buckets_.back().dtype != g.dtype;
-    if (by_unit && options.pack_units) {  // whole units up to the cap, one group per bucket
-      const GradientSpec* prev = i > 0 ? &specs_[static_cast<std::size_t>(i - 1)] : nullptr;
-      if (!open_new && prev->unit != g.unit) {
-        std::int64_t unit_numel = 0;  // the new unit's elements, aligned
-        for (int j = i; j < num_grads() && specs_[static_cast<std::size_t>(j)].unit == g.unit; ++j) {
-          unit_numel = round_up(unit_numel, align) + specs_[static_cast<std::size_t>(j)].shape.numel();
-        }
-        const std::int64_t end = round_up(buckets_.back().numel, align) + unit_numel;
-        open_new = prev->group != g.group || end * elem > cap_bytes;
-      }
-    } else if (by_unit) {
-      open_new = open_new || g.unit != specs_[static_cast<std::size_t>(i - 1)].unit;
-    } else if (!open_new) {
-      const Bucket& cur = buckets_.back();
-      const std::int64_t end = round_up(cur.numel, align) + numel;
-      open_new = cur.end_grad > cur.first_grad && end * elem > cap_bytes;
-    }
-    if (open_new) buckets_.push_back(Bucket{g.dtype, 0, i, i});
-    Bucket& cur = buckets_.back();
-    const std::int64_t offset = round_up(cur.numel, align);
-    slots_.push_back(Slot{num_buckets() - 1, offset, numel});
-    cur.numel = offset + numel;
-    cur.end_grad = i + 1;
-  }
-  if (by_unit) {  // a unit in two buckets would be gathered and reduced in pieces: its gradients were not adjacent
-    for (std::size_t b = 1; b < buckets_.size(); ++b) {
-      for (std::size_t c = 0; c < b; ++c) {
-        CLEAVE_ASSERT(specs_[static_cast<std::size_t>(buckets_[b].first_grad)].unit !=
-                          specs_[static_cast<std::size_t>(buckets_[c].first_grad)].unit,
-                      "gradient bucketer: unit {} ('{}') is split over buckets {} and {}",
-                      specs_[static_cast<std::size_t>(buckets_[b].first_grad)].unit,
-                      specs_[static_cast<std::size_t>(buckets_[b].first_grad)].name, c, b);
-      }
-    }
-  }
-  for (Bucket& b : buckets_) {
-    const auto elem = static_cast<std::int64_t>(dtype_size(b.dtype));
-    std::int64_t numel = round_up(b.numel, static_cast<std::int64_t>(kAlignBytes) / elem);
-    if (sharded()) numel = round_up(numel, dp_size);
-    b.numel = numel;
+  BucketLayout layout = lay_out_buckets(specs_, options.bucket_mib, options.pack_units, sharded() ? dp.size() : 1);
+  slots_ = std::move(layout.slots);
+  buckets_ = std::move(layout.buckets);
+  for (const Bucket& b : buckets_) {
     // Per micro-batch: a bucket's buffer exists only while a micro-batch writes it (ensure_buffer).
     buffers_.push_back(options.per_microbatch ? Tensor()
-                                              : Tensor::zeros({numel}, b.dtype, MemoryCategory::kGradients, allocator));
+                                              : Tensor::zeros({b.numel}, b.dtype, MemoryCategory::kGradients, allocator));
     if (owns_shards()) owned_.emplace_back();  // allocated by the bucket's first reduction
     unready_in_bucket_.push_back(b.end_grad - b.first_grad);
   }
@@ -222,7 +142,7 @@ Tensor& GradientBucketer::owned_shard(int b) {
 }
 
 void GradientBucketer::complete(int b) {
-  ops::copy(ops_context(*allocator_, stream_), block(buffers_[static_cast<std::size_t>(b)], b), owned_shard(b));
+  ops::copy(bucket_ops_context(*allocator_, stream_), block(buffers_[static_cast<std::size_t>(b)], b), owned_shard(b));
   release(b);
 }
 
@@ -236,73 +156,9 @@ void GradientBucketer::release(int b) {
   if (options_.on_release) options_.on_release(b);
 }
 
-bool GradientBucketer::ensure_buffer(int b) {
-  CLEAVE_ASSERT(per_microbatch(), "gradient bucketer: ensure_buffer() without per-micro-batch reduction");
-  const Bucket& bk = bucket(b);
-  Tensor& buffer = buffers_[static_cast<std::size_t>(b)];
-  if (buffer.defined()) return false;
-  buffer = Tensor::zeros({bk.numel}, bk.dtype, MemoryCategory::kGradients, *allocator_);
-  return true;
-}
-
-int GradientBucketer::unreported(int b) const {
-  const Bucket& bk = buckets_[static_cast<std::size_t>(b)];
-  int count = 0;
-  for (int i = bk.first_grad; i < bk.end_grad; ++i) {
-    count += reports_[static_cast<std::size_t>(i)] <= launches_[static_cast<std::size_t>(b)] ? 1 : 0;
-  }
-  return count;
-}
-
-void GradientBucketer::settle() {
-  const ops::Context ctx = ops_context(*allocator_, stream_);
-  for (InFlight& f : in_flight_) {
-    f.work->wait();
-    f.work.reset();
-    const Tensor reduced = block(f.sent, f.bucket);
-    Tensor& shard = owned_shard(f.bucket);
-    if (reduced.dtype() == shard.dtype()) {
-      ops::add_inplace(ctx, shard, reduced);
-    } else {  // a wire copy: widen, then add
-      const Tensor widened = Tensor::empty({shard.numel()}, shard.dtype(), MemoryCategory::kGradients, *allocator_);
-      convert(ctx, reduced, widened);
-      ops::add_inplace(ctx, shard, widened);
-    }
-  }
-  in_flight_.clear();  // frees the buffers
-}
-
-void GradientBucketer::launch_microbatch(int b) {
-  settle();  // at most one bucket in flight besides the one being filled (the memory plan's rule)
-  Tensor buffer = buffers_[static_cast<std::size_t>(b)];
-  ++launches_[static_cast<std::size_t>(b)];
-  if (buffer.defined()) {  // undefined: every contribution went out with the previous launch (ranks agree)
-    Tensor sent = buffer;
-    if (staged_) {
-      sent = Tensor::empty({buffer.numel()}, *options_.wire_dtype, MemoryCategory::kCommunication, *allocator_);
-      convert(ops_context(*allocator_, stream_), buffer, sent);
-    }
-    release(b);  // the owner drops its views; `sent` (or `buffer` until here) keeps what is reduced alive
-    buffer = Tensor();
-    WorkPtr work = dp_.reduce_scatter(sent, block(sent, b), ReduceOp::kSum, stream_);
-    step_wire_bytes_ += sent.numel() * static_cast<std::int64_t>(dtype_size(sent.dtype()));
-    in_flight_.push_back(InFlight{b, std::move(sent), std::move(work)});
-    if (options_.after_launch) options_.after_launch(b);
-  }
-  unready_in_bucket_[static_cast<std::size_t>(b)] = unreported(b);
-}
-
 void GradientBucketer::mark_ready(int index) {
   spec(index);
-  if (per_microbatch()) {
-    const int b = slots_[static_cast<std::size_t>(index)].bucket;
-    int& reports = reports_[static_cast<std::size_t>(index)];
-    if (reports++ == launches_[static_cast<std::size_t>(b)] && --unready_in_bucket_[static_cast<std::size_t>(b)] == 0) {
-      launch_microbatch(b);
-    }
-    poll();
-    return;
-  }
+  if (per_microbatch()) return mark_ready_microbatch(index);
   auto& flag = ready_[static_cast<std::size_t>(index)];
   CLEAVE_CHECK(!flag, "gradient bucketer: gradient {} ('{}') marked ready twice in one step", index,
                specs_[static_cast<std::size_t>(index)].name);
@@ -345,7 +201,7 @@ void GradientBucketer::launch(int b) {
   if (staged_) {  // round the bucket into the wire dtype and reduce that
     Tensor& wire = staging_[static_cast<std::size_t>(b)];
     if (!wire.defined()) wire = Tensor::empty({buffer.numel()}, *options_.wire_dtype, MemoryCategory::kCommunication, *allocator_);
-    convert(ops_context(*allocator_, stream_), buffer, wire);
+    convert(bucket_ops_context(*allocator_, stream_), buffer, wire);
     buffer = wire;
     const std::int64_t begin = options_.reduction == BucketReduction::kAllReduce ? 0 : shard_begin(b);
     out = wire.slice(begin, begin + out.numel());
@@ -367,25 +223,8 @@ std::int64_t GradientBucketer::wire_bytes_per_step() const {
 }
 
 int GradientBucketer::finish() {
-  const ops::Context ctx = ops_context(*allocator_, stream_);
-  if (per_microbatch()) {
-    int launched = 0;
-    for (int b = 0; b < num_buckets(); ++b) launched += launches_[static_cast<std::size_t>(b)] > 0 ? 1 : 0;
-    // Contributions no mark_ready sent out (a gradient never reported counts as final, as in the per-step form).
-    for (int b = 0; b < num_buckets(); ++b) {
-      if (buffers_[static_cast<std::size_t>(b)].defined()) launch_microbatch(b);
-    }
-    settle();
-    for (int b = 0; b < num_buckets(); ++b) {
-      if (options_.scale != 1.0f) scale(ctx, owned_shard(b), options_.scale);
-    }
-    std::fill(launches_.begin(), launches_.end(), 0);
-    std::fill(reports_.begin(), reports_.end(), 0);
-    for (int b = 0; b < num_buckets(); ++b) unready_in_bucket_[static_cast<std::size_t>(b)] = unreported(b);
-    last_wire_bytes_ = step_wire_bytes_;
-    step_wire_bytes_ = 0;
-    return launched;
-  }
+  if (per_microbatch()) return finish_microbatch();
+  const ops::Context ctx = bucket_ops_context(*allocator_, stream_);
   while (next_launch_ < num_buckets()) launch(next_launch_++);
   for (int b = 0; b < num_buckets(); ++b) {
     WorkPtr& work = works_[static_cast<std::size_t>(b)];

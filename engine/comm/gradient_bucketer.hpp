@@ -55,6 +55,10 @@
 // the scaling through the op seam (ops::copy, ops::scale_inplace), the collectives posted on the same stream.
 // So buckets may live on a GPU (compiled, not run on a GPU); on the CPU the ops are the former host loops, bit for
 // bit. f16 gradients have no seam ops: host buffers only.
+//
+// Files: gradient_bucket_layout.* (which bucket and offset each gradient gets: a pure function), gradient_bucket_ops.*
+// (zero, cast and scale on the buffers), gradient_bucketer.cpp (construction, views, the per-step reduction),
+// gradient_bucketer_microbatch.cpp (the per-micro-batch reduction).
 #pragma once
 
 #include <cstdint>
@@ -64,21 +68,9 @@
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
+#include "engine/comm/gradient_bucket_layout.hpp"
 
 namespace cleave::comm {
-
-struct GradientSpec {
-  std::string name;  // for messages: "blocks.3.mlp.fc1.weight"
-  Shape shape;
-  DType dtype = DType::kF32;
-  // ZeRO-3 (engine/train/parameter_shards.hpp): when any gradient has a unit >= 0, buckets are cut where the
-  // unit changes and nowhere else (bucket_mib is not used), so each unit (a block's parameters) is one bucket
-  // and one collective. Consecutive gradients of one unit must be adjacent in the ready order.
-  // With BucketerOptions::pack_units, whole units are packed into buckets up to bucket_mib instead (a unit larger
-  // than that alone), never two units of different `group`s in one bucket.
-  int unit = -1;
-  int group = -1;
-};
 
 enum class BucketReduction {
   kAllReduce,          // plain data parallel: every rank ends with the whole reduced bucket
@@ -108,17 +100,8 @@ struct BucketerOptions {
 
 class GradientBucketer {
  public:
-  struct Slot {
-    int bucket = 0;
-    std::int64_t offset = 0;  // elements from the bucket buffer's start
-    std::int64_t numel = 0;
-  };
-  struct Bucket {
-    DType dtype = DType::kF32;
-    std::int64_t numel = 0;  // including alignment (and, for kReduceScatter, dp) padding
-    int first_grad = 0;      // gradients [first_grad, end_grad) in ready order
-    int end_grad = 0;
-  };
+  using Slot = GradientSlot;      // where a gradient lives (gradient_bucket_layout.hpp)
+  using Bucket = GradientBucket;  // numel includes the alignment (and, sharded, dp) padding
 
   // `dp` must outlive the bucketer; it is used for every bucket's collective.
   GradientBucketer(std::vector<GradientSpec> grads_in_ready_order, Communicator& dp, const BucketerOptions& options,
@@ -163,6 +146,8 @@ class GradientBucketer {
 
  private:
   void launch_ready_buckets();
+  void mark_ready_microbatch(int index);  // per micro-batch: mark_ready()
+  int finish_microbatch();               // per micro-batch: finish()
   void launch_microbatch(int b);  // per micro-batch: completes the bucket in flight, then reduces bucket b
   void settle();                  // per micro-batch: completes every bucket in flight (into the shards)
   int unreported(int b) const;    // per micro-batch: gradients of b marked fewer than launches(b) + 1 times

@@ -100,12 +100,16 @@ void AdamW::update(float lr, std::int64_t step) {
   items_.clear();  // holds no tensor between steps
 }
 
-Sgd::Sgd(const ParamList& params, const SgdOptions& options, Allocator& allocator)
-    : Optimizer(params), options_(options) {
+void check_sgd_options(const SgdOptions& options) {
   CLEAVE_CHECK(options.momentum >= 0.0 && options.momentum < 1.0, "sgd: momentum must be in [0, 1), got {}",
                options.momentum);
   CLEAVE_CHECK(!options.nesterov || options.momentum > 0.0, "sgd: nesterov needs momentum > 0, got {}",
                options.momentum);
+}
+
+Sgd::Sgd(const ParamList& params, const SgdOptions& options, Allocator& allocator)
+    : Optimizer(params), options_(options) {
+  check_sgd_options(options);
   if (options_.momentum > 0.0) add_state("momentum_buffer", allocator);
 }
 

@@ -93,6 +93,8 @@ struct SgdOptions {
   double weight_decay = 0.0;  // coupled L2: g += wd * p
   bool nesterov = false;
 };
+// Throws Error unless momentum is in [0, 1) and nesterov has momentum > 0 (Sgd and ShardedSgd check alike).
+void check_sgd_options(const SgdOptions& options);
 
 class Sgd final : public Optimizer {
  public:

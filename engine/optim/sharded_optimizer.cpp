@@ -114,10 +114,7 @@ void ShardedAdamW::update(float lr, std::int64_t step) {
 
 ShardedSgd::ShardedSgd(std::vector<FlatShard> shards, const SgdOptions& options, Allocator& allocator)
     : ShardedOptimizer(std::move(shards)), options_(options) {
-  CLEAVE_CHECK(options.momentum >= 0.0 && options.momentum < 1.0, "sgd: momentum must be in [0, 1), got {}",
-               options.momentum);
-  CLEAVE_CHECK(!options.nesterov || options.momentum > 0.0, "sgd: nesterov needs momentum > 0, got {}",
-               options.momentum);
+  check_sgd_options(options);
   if (options_.momentum > 0.0) add_state("momentum_buffer", allocator);
 }
 

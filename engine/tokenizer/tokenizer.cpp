@@ -44,59 +44,24 @@ std::string printable(std::string_view s) {
   return out;
 }
 
-}  // namespace
-
-Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
-  const std::string& what = spec_.source;
-  const bool byte_level = spec_.kind == TokenizerKind::kByteLevel;
-  const ByteLevelAlphabet alphabet;
-  // The ByteLevel decoder's rule: a token whose characters are all in the alphabet stands for their bytes,
-  // any other for its own UTF-8 text. SentencePiece-style: "▁" is a space, <0xNN> its byte.
-  const auto token_bytes_of = [&](const std::string& token) {
-    if (byte_level) return alphabet.to_bytes(token).value_or(token);
-    if (spec_.decode_byte_fallback) {
-      if (const int b = fallback_byte(token); b >= 0) return std::string(1, static_cast<char>(b));
-    }
-    return spec_.decode_space.empty() ? token : replace_all(token, spec_.decode_space, " ");
-  };
-  std::int32_t max_id = -1;
-  for (const auto& [token, id] : spec_.vocab) max_id = std::max(max_id, id);
-  for (const auto& added : spec_.added_tokens) max_id = std::max(max_id, added.id);
-  CLEAVE_CHECK(max_id >= 0, "{}: model.vocab is empty", what);
-  id_bytes_.resize(static_cast<std::size_t>(max_id) + 1);
-  id_present_.assign(id_bytes_.size(), false);
-
-  std::unordered_map<std::string, std::int32_t> ids;
-  ids.reserve(spec_.vocab.size());
-  for (const auto& [token, id] : spec_.vocab) {
-    CLEAVE_CHECK(id >= 0, "{}: model.vocab[\"{}\"] is {}; ids must be >= 0", what, printable(token), id);
-    CLEAVE_CHECK(!id_present_[id], "{}: model.vocab gives id {} to two tokens (\"{}\" and \"{}\")", what, id,
-                 printable(token), printable(id_bytes_[id]));
-    CLEAVE_CHECK(!token.empty(), "{}: model.vocab has an empty token (id {})", what, id);
-    id_present_[id] = true;
-    id_bytes_[id] = token_bytes_of(token);
-    ids.emplace(token, id);
+// A token's bytes as the decoder writes them. The ByteLevel decoder's rule: a token whose characters are all in the
+// alphabet stands for their bytes, any other for its own UTF-8 text. SentencePiece-style: "▁" is a space, <0xNN> its
+// byte.
+std::string decoded_bytes(const TokenizerSpec& spec, const ByteLevelAlphabet& alphabet, const std::string& token) {
+  if (spec.kind == TokenizerKind::kByteLevel) return alphabet.to_bytes(token).value_or(token);
+  if (spec.decode_byte_fallback) {
+    if (const int b = fallback_byte(token); b >= 0) return std::string(1, static_cast<char>(b));
   }
+  return spec.decode_space.empty() ? token : replace_all(token, spec.decode_space, " ");
+}
 
+using TokenIds = std::unordered_map<std::string, std::int32_t>;
+
+// Byte-level: the id of each byte's one-character token; a vocabulary without all 256 is refused.
+std::array<std::int32_t, 256> byte_token_ids(const std::string& what, const TokenIds& ids,
+                                             const ByteLevelAlphabet& alphabet) {
   std::array<std::int32_t, 256> byte_ids{};
-  fallback_ids_.fill(-1);
-  for (int b = 0; b < 256 && !byte_level; ++b) {
-    const auto it = ids.find(fmt::format("<0x{:02X}>", b));
-    if (it != ids.end()) fallback_ids_[b] = it->second;
-  }
-  if (!byte_level) {
-    for (const auto& [token, id] : spec_.vocab) {
-      const CodePoint cp = decode_utf8(token, 0);
-      if (cp.bytes == token.size()) char_ids_.emplace(cp.value, id);
-    }
-    if (!spec_.unk_token.empty()) {
-      const auto it = ids.find(spec_.unk_token);
-      CLEAVE_CHECK(it != ids.end(), "{}: model.unk_token \"{}\" is not in model.vocab; the file is inconsistent",
-                   what, printable(spec_.unk_token));
-      unk_id_ = it->second;
-    }
-  }
-  for (int b = 0; b < 256 && byte_level; ++b) {
+  for (int b = 0; b < 256; ++b) {
     const std::string token = alphabet.to_token(std::string(1, static_cast<char>(b)));
     const auto it = ids.find(token);
     CLEAVE_CHECK(it != ids.end(),
@@ -105,11 +70,17 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
                  what, b, token);
     byte_ids[b] = it->second;
   }
+  return byte_ids;
+}
 
-  merges_ = std::make_unique<BpeMerges>(byte_ids);
-  for (std::size_t rank = 0; rank < spec_.merges.size(); ++rank) {
-    const std::string& left = spec_.merges[rank].first;  // not a structured binding: clang 14 cannot capture one
-    const std::string& right = spec_.merges[rank].second;
+// The merges as rank-ordered id pairs; a merge naming a token outside the vocabulary is refused.
+std::unique_ptr<BpeMerges> build_merges(const TokenizerSpec& spec, const TokenIds& ids,
+                                        const std::array<std::int32_t, 256>& byte_ids) {
+  const std::string& what = spec.source;
+  auto merges = std::make_unique<BpeMerges>(byte_ids);
+  for (std::size_t rank = 0; rank < spec.merges.size(); ++rank) {
+    const std::string& left = spec.merges[rank].first;  // not a structured binding: clang 14 cannot capture one
+    const std::string& right = spec.merges[rank].second;
     const auto find = [&](const std::string& token) {
       const auto it = ids.find(token);
       CLEAVE_CHECK(it != ids.end(), "{}: model.merges[{}] (\"{} {}\"): \"{}\" is not in model.vocab", what, rank,
@@ -118,33 +89,34 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
     };
     const std::int32_t left_id = find(left);  // in this order, so the message names the first missing part
     const std::int32_t right_id = find(right);
-    merges_->add(left_id, right_id, static_cast<std::uint32_t>(rank), find(left + right));
+    merges->add(left_id, right_id, static_cast<std::uint32_t>(rank), find(left + right));
   }
+  return merges;
+}
 
-  if (!byte_level) {
-    const std::string rep = spec_.metaspace ? spec_.metaspace->replacement : spec_.decode_space;
-    // ignore_merges would look up each cut piece whole, where `tokenizers` looks up the uncut word: no cutting.
-    bool exact = !rep.empty() && ids.count(rep) > 0 && !spec_.ignore_merges;
-    for (const auto& [token, id] : spec_.vocab) {
-      if (!exact) break;
-      exact = token.find(rep, 1) == std::string::npos;
-    }
-    if (exact) safe_cut_ = rep;
+// SentencePiece-style: the replacement character ("▁") when cutting a word before each one is exact, else "".
+std::string exact_cut(const TokenizerSpec& spec, const TokenIds& ids) {
+  const std::string rep = spec.metaspace ? spec.metaspace->replacement : spec.decode_space;
+  // ignore_merges would look up each cut piece whole, where `tokenizers` looks up the uncut word: no cutting.
+  bool exact = !rep.empty() && ids.count(rep) > 0 && !spec.ignore_merges;
+  for (const auto& [token, id] : spec.vocab) {
+    if (!exact) break;
+    exact = token.find(rep, 1) == std::string::npos;
   }
-  if (spec_.ignore_merges) {
-    for (const auto& [token, id] : spec_.vocab) {
-      if (!byte_level) word_ids_.emplace(token, id);
-      else if (auto bytes = alphabet.to_bytes(token)) word_ids_.emplace(std::move(*bytes), id);
-    }
-  }
-  // `tokenizers` does not take an added token's id from the file: a token in model.vocab keeps its vocabulary id,
-  // any other gets the next id after the vocabulary's entries and the added tokens before it (AddedVocabulary::
-  // add_tokens). A file whose ids disagree would encode differently there, so it is refused.
-  const auto vocab_entries = static_cast<std::int32_t>(spec_.vocab.size());
+  return exact ? rep : std::string();
+}
+
+// `tokenizers` does not take an added token's id from the file: a token in model.vocab keeps its vocabulary id,
+// any other gets the next id after the vocabulary's entries and the added tokens before it (AddedVocabulary::
+// add_tokens). A file whose ids disagree would encode differently there, so it is refused.
+void check_added_token_ids(const TokenizerSpec& spec, const TokenIds& ids, const std::vector<bool>& id_present,
+                           const std::vector<std::string>& id_bytes) {
+  const std::string& what = spec.source;
+  const auto vocab_entries = static_cast<std::int32_t>(spec.vocab.size());
   std::int32_t max_added = -1;
-  std::unordered_map<std::string, std::int32_t> added_ids;
-  for (std::size_t i = 0; i < spec_.added_tokens.size(); ++i) {
-    const AddedToken& added = spec_.added_tokens[i];
+  TokenIds added_ids;
+  for (std::size_t i = 0; i < spec.added_tokens.size(); ++i) {
+    const AddedToken& added = spec.added_tokens[i];
     CLEAVE_CHECK(!added.content.empty(), "{}: added_tokens[{}] (id {}) has an empty content", what, i, added.id);
     const auto in_vocab = ids.find(added.content);
     const auto earlier = added_ids.find(added.content);
@@ -159,12 +131,70 @@ Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
                  in_vocab != ids.end() ? "its id in model.vocab"
                                        : fmt::format("the next id after model.vocab's {} entries and the added "
                                                      "tokens before it", vocab_entries));
-    CLEAVE_CHECK(in_vocab != ids.end() || !id_present_[expected],
+    CLEAVE_CHECK(in_vocab != ids.end() || !id_present[expected],
                  "{}: added_tokens[{}] (\"{}\") has id {}, which model.vocab gives to \"{}\"; the file is inconsistent",
-                 what, i, printable(added.content), expected, printable(id_bytes_[expected]));
+                 what, i, printable(added.content), expected, printable(id_bytes[expected]));
     added_ids.emplace(added.content, expected);
     max_added = std::max(max_added, expected);
   }
+}
+
+}  // namespace
+
+Tokenizer::Tokenizer(TokenizerSpec spec) : spec_(std::move(spec)) {
+  const std::string& what = spec_.source;
+  const bool byte_level = spec_.kind == TokenizerKind::kByteLevel;
+  const ByteLevelAlphabet alphabet;
+  const auto token_bytes_of = [&](const std::string& token) { return decoded_bytes(spec_, alphabet, token); };
+  std::int32_t max_id = -1;
+  for (const auto& [token, id] : spec_.vocab) max_id = std::max(max_id, id);
+  for (const auto& added : spec_.added_tokens) max_id = std::max(max_id, added.id);
+  CLEAVE_CHECK(max_id >= 0, "{}: model.vocab is empty", what);
+  id_bytes_.resize(static_cast<std::size_t>(max_id) + 1);
+  id_present_.assign(id_bytes_.size(), false);
+
+  TokenIds ids;
+  ids.reserve(spec_.vocab.size());
+  for (const auto& [token, id] : spec_.vocab) {
+    CLEAVE_CHECK(id >= 0, "{}: model.vocab[\"{}\"] is {}; ids must be >= 0", what, printable(token), id);
+    CLEAVE_CHECK(!id_present_[id], "{}: model.vocab gives id {} to two tokens (\"{}\" and \"{}\")", what, id,
+                 printable(token), printable(id_bytes_[id]));
+    CLEAVE_CHECK(!token.empty(), "{}: model.vocab has an empty token (id {})", what, id);
+    id_present_[id] = true;
+    id_bytes_[id] = token_bytes_of(token);
+    ids.emplace(token, id);
+  }
+
+  std::array<std::int32_t, 256> byte_ids{};
+  fallback_ids_.fill(-1);
+  if (!byte_level) {
+    for (int b = 0; b < 256; ++b) {
+      const auto it = ids.find(fmt::format("<0x{:02X}>", b));
+      if (it != ids.end()) fallback_ids_[b] = it->second;
+    }
+    for (const auto& [token, id] : spec_.vocab) {
+      const CodePoint cp = decode_utf8(token, 0);
+      if (cp.bytes == token.size()) char_ids_.emplace(cp.value, id);
+    }
+    if (!spec_.unk_token.empty()) {
+      const auto it = ids.find(spec_.unk_token);
+      CLEAVE_CHECK(it != ids.end(), "{}: model.unk_token \"{}\" is not in model.vocab; the file is inconsistent",
+                   what, printable(spec_.unk_token));
+      unk_id_ = it->second;
+    }
+  } else {
+    byte_ids = byte_token_ids(what, ids, alphabet);
+  }
+
+  merges_ = build_merges(spec_, ids, byte_ids);
+  if (!byte_level) safe_cut_ = exact_cut(spec_, ids);
+  if (spec_.ignore_merges) {
+    for (const auto& [token, id] : spec_.vocab) {
+      if (!byte_level) word_ids_.emplace(token, id);
+      else if (auto bytes = alphabet.to_bytes(token)) word_ids_.emplace(std::move(*bytes), id);
+    }
+  }
+  check_added_token_ids(spec_, ids, id_present_, id_bytes_);
   for (const AddedToken& added : spec_.added_tokens) {
     id_present_[added.id] = true;
     // `tokenizers` decodes a normalized added token as its normalized content ("ab cd" -> "▁ab▁cd" -> " ab cd").

@@ -39,7 +39,7 @@ CheckpointReader::CheckpointReader(std::string dir) : dir_(std::move(dir)), inde
 std::vector<std::string> CheckpointReader::parameter_names() const {
   std::vector<std::string> out;
   for (const auto& [name, tensor] : index_.tensors) {
-    if (tensor.kind == "parameter") out.push_back(name);
+    if (tensor.kind == checkpoint::IndexTensorKind::kParameter) out.push_back(name);
   }
   return out;  // std::map iterates in key order
 }

@@ -1,7 +1,8 @@
-// cuBLASLt GEMM (gemm.hpp). Row-major problems run as the column-major product C^T = op(B)^T op(A)^T: the
-// operands swap places, and each row-major matrix is read as its column-major transpose with the same leading
-// dimension. Plans (descriptors + algorithm) are cached per problem key in the GemmContext's bounded caches; an
-// algorithm is asked of cuBLASLt once per heuristic problem (gemm.hpp, "Plan caching").
+// cuBLASLt GEMM (gemm.hpp): the context with its plan and algorithm caches, the checks of gemm_can_implement, and
+// the call. Row-major problems run as the column-major product C^T = op(B)^T op(A)^T: the operands swap places
+// (gemm_plan.hpp builds the descriptors). Plans (descriptors + algorithm) are cached per problem key in the
+// GemmContext's bounded caches; an algorithm is asked of cuBLASLt once per heuristic problem (gemm.hpp, "Plan
+// caching").
 #include "kernels/cuda/gemm.hpp"
 
 #include <algorithm>
@@ -11,186 +12,19 @@
 
 #include "engine/cuda/cuda_check.hpp"
 #include "kernels/cuda/elementwise.hpp"
+#include "kernels/cuda/gemm_plan.hpp"
 
 namespace cleave::kernels::cuda {
 namespace {
 
+using gemm_plan::alignment_of;
+using gemm_plan::has_aux;
+using gemm_plan::has_bias;
+using gemm_plan::Plan;
+using gemm_plan::PlanKey;
+using gemm_plan::plan_key;
+
 constexpr std::size_t kWorkspaceBytes = std::size_t{32} << 20;
-
-bool has_bias(GemmEpilogue e) {
-  return e == GemmEpilogue::kBias || e == GemmEpilogue::kBiasGelu || e == GemmEpilogue::kBiasGeluAux;
-}
-bool has_aux(GemmEpilogue e) {
-  return e == GemmEpilogue::kGeluAux || e == GemmEpilogue::kBiasGeluAux || e == GemmEpilogue::kGeluBackward;
-}
-
-cublasLtEpilogue_t lt_epilogue(GemmEpilogue e) {
-  switch (e) {
-    case GemmEpilogue::kNone:
-      return CUBLASLT_EPILOGUE_DEFAULT;
-    case GemmEpilogue::kBias:
-      return CUBLASLT_EPILOGUE_BIAS;
-    case GemmEpilogue::kGelu:
-      return CUBLASLT_EPILOGUE_GELU;
-    case GemmEpilogue::kBiasGelu:
-      return CUBLASLT_EPILOGUE_GELU_BIAS;
-    case GemmEpilogue::kGeluAux:
-      return CUBLASLT_EPILOGUE_GELU_AUX;
-    case GemmEpilogue::kBiasGeluAux:
-      return CUBLASLT_EPILOGUE_GELU_AUX_BIAS;
-    case GemmEpilogue::kGeluBackward:
-      return CUBLASLT_EPILOGUE_DGELU;
-  }
-  CLEAVE_ASSERT(false, "bad gemm epilogue {}", static_cast<int>(e));
-}
-
-cudaDataType_t lt_type(DType t) { return t == DType::kBF16 ? CUDA_R_16BF : CUDA_R_32F; }
-
-// Largest power of two (<= 256) dividing the address: what cuBLASLt may assume about the pointer.
-int64_t alignment_of(const void* p) {
-  const auto address = reinterpret_cast<std::uintptr_t>(p);
-  int64_t align = 256;
-  while (align > 1 && address % static_cast<std::uintptr_t>(align) != 0) align /= 2;
-  return align;
-}
-
-using PlanKey = std::array<int64_t, 24>;
-
-PlanKey plan_key(const GemmArgs& args, std::size_t workspace_bytes) {
-  return {args.trans_a,
-          args.trans_b,
-          args.m,
-          args.n,
-          args.k,
-          args.lda,
-          args.ldb,
-          args.ldc,
-          args.stride_a,
-          args.stride_b,
-          args.stride_c,
-          args.batch,
-          static_cast<int64_t>(args.input_type),
-          static_cast<int64_t>(args.output_type),
-          static_cast<int64_t>(args.epilogue),
-          args.ld_aux,
-          static_cast<int64_t>(args.math),
-          alignment_of(args.a),
-          alignment_of(args.b),
-          alignment_of(args.c),
-          has_bias(args.epilogue) ? alignment_of(args.bias) : 0,
-          has_aux(args.epilogue) ? alignment_of(args.aux) : 0,
-          static_cast<int64_t>(workspace_bytes),
-          0};
-}
-
-struct Plan {
-  cublasLtMatmulDesc_t desc = nullptr;
-  cublasLtMatrixLayout_t layout_a = nullptr;  // cuBLASLt's A: our B
-  cublasLtMatrixLayout_t layout_b = nullptr;  // cuBLASLt's B: our A
-  cublasLtMatrixLayout_t layout_c = nullptr;  // C and D
-  cublasLtMatmulAlgo_t algo{};
-  bool from_bucket = false;  // algo was found for the heuristic problem (gemm_heuristic_problem), not this one
-
-  Plan() = default;
-  Plan(const Plan&) = delete;
-  Plan& operator=(const Plan&) = delete;
-  ~Plan() {
-    if (layout_c != nullptr) cublasLtMatrixLayoutDestroy(layout_c);
-    if (layout_b != nullptr) cublasLtMatrixLayoutDestroy(layout_b);
-    if (layout_a != nullptr) cublasLtMatrixLayoutDestroy(layout_a);
-    if (desc != nullptr) cublasLtMatmulDescDestroy(desc);
-  }
-};
-
-template <typename T>
-void set_desc(cublasLtMatmulDesc_t desc, cublasLtMatmulDescAttributes_t attribute, const T& value) {
-  CLEAVE_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(desc, attribute, &value, sizeof value));
-}
-
-cublasLtMatrixLayout_t make_layout(DType type, int64_t rows, int64_t cols, int64_t ld, int64_t batch, int64_t stride) {
-  cublasLtMatrixLayout_t layout = nullptr;
-  CLEAVE_CUBLAS_CHECK(
-      cublasLtMatrixLayoutCreate(&layout, lt_type(type), static_cast<uint64_t>(rows), static_cast<uint64_t>(cols), ld));
-  if (batch > 1) {
-    const auto count = static_cast<int32_t>(batch);
-    CLEAVE_CUBLAS_CHECK(
-        cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof count));
-    CLEAVE_CUBLAS_CHECK(
-        cublasLtMatrixLayoutSetAttribute(layout, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride));
-  }
-  return layout;
-}
-
-void set_epilogue_pointers(cublasLtMatmulDesc_t desc, const GemmArgs& args) {
-  if (has_bias(args.epilogue)) set_desc(desc, CUBLASLT_MATMUL_DESC_BIAS_POINTER, args.bias);
-  if (has_aux(args.epilogue)) set_desc(desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_POINTER, args.aux);
-}
-
-// The exact problem's descriptors (the algorithm is filled in by the caller).
-std::unique_ptr<Plan> make_descriptors(const GemmArgs& args) {
-  auto plan = std::make_unique<Plan>();
-  const cublasComputeType_t compute = args.math == GemmMath::kTF32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
-  CLEAVE_CUBLAS_CHECK(cublasLtMatmulDescCreate(&plan->desc, compute, CUDA_R_32F));
-  set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSA, args.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N);
-  set_desc(plan->desc, CUBLASLT_MATMUL_DESC_TRANSB, args.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N);
-  set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE, lt_epilogue(args.epilogue));
-  if (has_aux(args.epilogue)) set_desc(plan->desc, CUBLASLT_MATMUL_DESC_EPILOGUE_AUX_LD, args.ld_aux);
-  set_epilogue_pointers(plan->desc, args);  // the heuristic reads their alignment
-
-  plan->layout_a = make_layout(args.input_type, args.trans_b ? args.k : args.n, args.trans_b ? args.n : args.k,
-                               args.ldb, args.batch, args.stride_b);
-  plan->layout_b = make_layout(args.input_type, args.trans_a ? args.m : args.k, args.trans_a ? args.k : args.m,
-                               args.lda, args.batch, args.stride_a);
-  plan->layout_c = make_layout(args.output_type, args.n, args.m, args.ldc, args.batch, args.stride_c);
-  return plan;
-}
-
-// cuBLASLt's best algorithm for `plan`'s descriptors with `args`' pointer alignments, or none.
-std::optional<cublasLtMatmulAlgo_t> query_heuristic(cublasLtHandle_t handle, const Plan& plan, const GemmArgs& args,
-                                                    std::size_t workspace_bytes) {
-  cublasLtMatmulPreference_t preference = nullptr;
-  CLEAVE_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&preference));
-  struct PreferenceGuard {
-    cublasLtMatmulPreference_t p;
-    ~PreferenceGuard() { cublasLtMatmulPreferenceDestroy(p); }
-  } preference_guard{preference};
-  const auto max_workspace = static_cast<uint64_t>(workspace_bytes);
-  CLEAVE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
-                                                           &max_workspace, sizeof max_workspace));
-  const std::array<std::pair<cublasLtMatmulPreferenceAttributes_t, const void*>, 4> alignments = {{
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, args.b},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, args.a},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, args.c},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, args.c},
-  }};
-  for (const auto& [attribute, pointer] : alignments) {
-    const auto align = static_cast<uint32_t>(alignment_of(pointer));
-    CLEAVE_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(preference, attribute, &align, sizeof align));
-  }
-
-  cublasLtMatmulHeuristicResult_t result{};
-  int found = 0;
-  // "Not supported" is how cuBLASLt may say "no algorithm": the caller reports it with the problem.
-  const cublasStatus_t status =
-      cublasLtMatmulAlgoGetHeuristic(handle, plan.desc, plan.layout_a, plan.layout_b, plan.layout_c, plan.layout_c,
-                                     preference, 1, &result, &found);
-  if (status != CUBLAS_STATUS_NOT_SUPPORTED) {
-    CLEAVE_VENDOR_CHECK("cuBLAS", status, status == CUBLAS_STATUS_SUCCESS, cublasLtGetStatusString(status),
-                        "cublasLtMatmulAlgoGetHeuristic");
-  }
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || found == 0) return std::nullopt;
-  return result.algo;
-}
-
-// Whether cuBLASLt accepts `algo` (found for another problem of the same bucket) on `plan`'s exact descriptors
-// with a workspace of at most `workspace_bytes` (cublasLtMatmulAlgoCheck: a refusal means it would not run).
-bool algorithm_fits(cublasLtHandle_t handle, const Plan& plan, const cublasLtMatmulAlgo_t& algo,
-                    std::size_t workspace_bytes) {
-  cublasLtMatmulHeuristicResult_t result{};
-  const cublasStatus_t status = cublasLtMatmulAlgoCheck(handle, plan.desc, plan.layout_a, plan.layout_b,
-                                                        plan.layout_c, plan.layout_c, &algo, &result);
-  return status == CUBLAS_STATUS_SUCCESS && result.workspaceSize <= workspace_bytes;
-}
 
 [[noreturn]] void throw_no_algorithm(const GemmArgs& args, std::size_t workspace_bytes) {
   throw BackendError(fmt::format(
@@ -223,21 +57,22 @@ struct GemmContext::Impl {
     if (const CachedAlgorithm* hit = algorithms.find(key)) return *hit;
     std::unique_ptr<Plan> own;
     if (plan == nullptr) {
-      own = make_descriptors(args);
+      own = gemm_plan::make_descriptors(args);
       plan = own.get();
     }
     ++heuristic_queries;
-    return algorithms.insert(key, CachedAlgorithm{query_heuristic(handle, *plan, args, workspace_bytes)});
+    return algorithms.insert(key,
+                             CachedAlgorithm{gemm_plan::query_heuristic(handle, *plan, args, workspace_bytes)});
   }
 
   // A new plan for the exact problem `args`: its bucket's algorithm when cuBLASLt accepts it for the exact
   // descriptors, otherwise the exact problem's own.
   std::unique_ptr<Plan> make_plan(const GemmArgs& args, std::size_t workspace_bytes) {
-    std::unique_ptr<Plan> plan = make_descriptors(args);
+    std::unique_ptr<Plan> plan = gemm_plan::make_descriptors(args);
     const GemmArgs heuristic = gemm_heuristic_problem(args);
     if (heuristic.m != args.m || heuristic.k != args.k) {
       const CachedAlgorithm& found = algorithm_for(heuristic, nullptr, workspace_bytes);
-      if (found.algo && algorithm_fits(handle, *plan, *found.algo, workspace_bytes)) {
+      if (found.algo && gemm_plan::algorithm_fits(handle, *plan, *found.algo, workspace_bytes)) {
         ++bucket_reused;
         plan->algo = *found.algo;
         plan->from_bucket = true;
@@ -404,7 +239,7 @@ void gemm(GemmContext& context, const GemmArgs& args, void* workspace, std::size
   std::unique_ptr<Plan>* cached = impl.plans.find(key);
   if (cached == nullptr) cached = &impl.plans.insert(key, impl.make_plan(args, workspace_bytes));
   Plan& plan = **cached;
-  set_epilogue_pointers(plan.desc, args);
+  gemm_plan::set_epilogue_pointers(plan.desc, args);
   // cuBLASLt's A is our B and its B is our A (see the top of this file).
   const auto run = [&] {
     return cublasLtMatmul(impl.handle, plan.desc, &args.alpha, args.b, plan.layout_a, args.a, plan.layout_b,

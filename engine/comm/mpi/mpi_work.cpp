@@ -188,8 +188,6 @@ void MpiWork::expire(double elapsed_s) {
   watchdog_expire(*state_->probe, context, elapsed_s);
 }
 
-std::string describe(const Tensor& t) { return fmt::format("{} {}", t.numel(), dtype_name(t.dtype())); }
-
 std::string peer_label(const MpiCommState& s, bool send, int peer, int tag) {
   return fmt::format("{} {} rank {} (world {}) tag {}", send ? "send" : "recv", send ? "to" : "from", peer,
                      s.world_ranks[static_cast<std::size_t>(peer)], tag);

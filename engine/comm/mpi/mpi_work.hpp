@@ -21,6 +21,7 @@
 #include "engine/comm/mpi/mpi_communicator.hpp"
 #include "engine/comm/mpi/progress_thread.hpp"
 #include "engine/comm/mpi/watchdog.hpp"
+#include "engine/comm/op_parts.hpp"
 
 namespace cleave::comm::detail {
 
@@ -73,8 +74,6 @@ inline MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kSum ? MPI_SUM : MPI_
 // 18 and 74 ms). Same traffic per rank as a ring; integers keep MPI's native (exact) reductions.
 inline bool rank_ordered(DType dtype) { return is_floating(dtype); }
 
-inline char* bytes(const Tensor& t) { return static_cast<char*>(t.raw_data()); }
-
 // One in-flight op: current requests (with a label each for the timeout report), tensors kept alive, and an
 // optional continuation run once the current requests are complete.
 class MpiWork final : public Work {
@@ -120,14 +119,9 @@ class MpiWork final : public Work {
   bool failed_ = false;
 };
 
-// "N dtype" of a tensor, for a Work's details.
-std::string describe(const Tensor& t);
 // Label of one point-to-point message, for the timeout report ("send to rank 1 (world 3) tag 7").
 std::string peer_label(const MpiCommState& s, bool send, int peer, int tag);
 // Label of a message of the deterministic protocol (phase 0: contributions in, phase 1: results out).
 std::string phase_label(const MpiCommState& s, bool send, int peer, int phase);
-
-// Block b of `count` elements cut into `n` near-equal blocks: [begin, end).
-inline std::int64_t block_begin(std::int64_t count, int n, int b) { return count * b / n; }
 
 }  // namespace cleave::comm::detail

@@ -57,7 +57,8 @@ TEST(CheckpointIndex, ValidIndexReadsIntoFields) {
   EXPECT_EQ(index.steps_done, 7);
   EXPECT_EQ(index.files.at("rank_00000.safetensors").bytes, 400);
   const IndexTensor& w = index.tensors.at("w");
-  EXPECT_EQ(w.kind, "parameter");
+  EXPECT_EQ(w.kind, IndexTensorKind::kParameter);
+  EXPECT_EQ(index.tensors.at("b").kind, IndexTensorKind::kOptimizerState);
   EXPECT_EQ(w.shape, (std::vector<std::int64_t>{4, 3}));
   ASSERT_EQ(w.pieces.size(), 2u);
   EXPECT_EQ(w.pieces[1].name, "w1");

@@ -1,0 +1,132 @@
+// The staged backend's shared pieces (staged_work.hpp): the copy streams, StagedWork's completion and copies back,
+// and the host's waits for a stream. Invariant: every wait for the inner op goes through the inner Work, so the
+// inner backend's watchdog bounds it.
+//
+// Why copies back run on a private stream: the caller's stream may hold much later work (the rest of a backward
+// pass) by the time the inner op completes; a copy queued behind it would delay completion. The private stream
+// first waits for the caller's stream as it was at issue (the host waited for it, or an event recorded then).
+#include "engine/comm/cuda/staged_work.hpp"
+
+#include "engine/cuda/copy.hpp"
+#include "engine/cuda/device.hpp"
+#include "kernels/ops/host_waits.hpp"
+
+namespace cleave::comm::detail {
+
+const Stream& StagingResources::copy_stream(int device) {
+  auto it = copy_streams.find(device);
+  if (it == copy_streams.end()) {
+    it = copy_streams.emplace(device, cuda::CudaStream(device, cuda::StreamPriority::kHigh)).first;
+  }
+  return it->second.stream();
+}
+
+void note_wait(ops::HostWaits* waits) {
+  if (waits != nullptr) waits->note(ops::HostWait::kCommunication);
+}
+
+StagedWork::StagedWork(std::shared_ptr<StagingResources> resources, std::shared_ptr<Communicator> inner,
+                       std::string op, StagedOp staged, WorkPtr inner_work, ops::HostWaits* host_waits)
+    : resources_(std::move(resources)),
+      inner_(std::move(inner)),
+      op_(std::move(op)),
+      staged_(std::move(staged)),
+      inner_work_(std::move(inner_work)),
+      host_waits_(host_waits) {
+  CLEAVE_ASSERT(inner_work_ != nullptr, "{}: the inner communicator returned no Work", op_);
+}
+
+StagedWork::~StagedWork() {
+  if (!done_ && !failed_) {
+    try {
+      complete();
+    } catch (const std::exception& e) {
+      inner_->abort(fmt::format("{} on comm '{}' (GPU tensors staged through host memory) failed while its Work "
+                                "was destroyed: {}",
+                                op_, inner_->name(), e.what()));
+    }
+  }
+  // After a failure, a copy back may still be in flight: its pinned buffers must not return to the cache yet.
+  if (failed_ && copied_.has_value()) {
+    cudaEventSynchronize(copied_->native());
+    cudaGetLastError();
+  }
+}
+
+bool StagedWork::test() {
+  if (done_) return true;
+  try {
+    if (!inner_done_) {
+      if (!inner_work_->test()) return false;
+      inner_done_ = true;
+      start_copy_back();
+    }
+    if (copied_.has_value() && !copied_->query()) return false;
+  } catch (...) {
+    failed_ = true;
+    throw;
+  }
+  finish();
+  return true;
+}
+
+void StagedWork::wait() {
+  if (done_) return;
+  note_wait(host_waits_);
+  complete();
+}
+
+void StagedWork::complete() {
+  try {
+    if (!inner_done_) {
+      inner_work_->wait();  // the inner backend's watchdog bounds this
+      inner_done_ = true;
+      start_copy_back();
+    }
+    if (copied_.has_value()) copied_->synchronize();
+  } catch (...) {
+    failed_ = true;
+    throw;
+  }
+  finish();
+}
+
+void StagedWork::start_copy_back() {
+  if (staged_.copy_back.empty()) return;
+  cuda::DeviceGuard guard(staged_.device);
+  const Stream& stream = resources_->copy_stream(staged_.device);
+  if (staged_.ready.has_value()) staged_.ready->wait(stream);
+  for (const auto& [device_output, pinned_result] : staged_.copy_back) {
+    cuda::copy_async(device_output, pinned_result, stream);
+  }
+  copied_.emplace(staged_.device);
+  copied_->record(stream);
+}
+
+void StagedWork::finish() {
+  done_ = true;
+  inner_work_.reset();
+  staged_.keep.clear();
+  staged_.copy_back.clear();
+}
+
+void host_wait(const Stream& stream, ops::HostWaits* waits) {
+  if (stream.device().is_cpu()) return;
+  note_wait(waits);
+  cuda::DeviceGuard guard(stream.device().index);  // a null native handle names this device's default stream
+  cuda::synchronize(stream);
+}
+
+Tensor block_of(const Tensor& whole, int index, int blocks, const Shape& shape) {
+  const std::int64_t n = whole.numel() / blocks;
+  return whole.view(Shape{whole.numel()}).slice(index * n, (index + 1) * n).view(shape);
+}
+
+void copy_to_host_and_wait(const Tensor& host, const Tensor& device_input, const Stream& stream,
+                           ops::HostWaits* waits) {
+  cuda::copy_async(host, device_input, stream);
+  note_wait(waits);
+  cuda::synchronize(stream);
+}
+
+}  // namespace cleave::comm::detail

@@ -182,7 +182,7 @@ TEST(ContextParallel, CheckpointSavedAtCp2ResumesAtCp1AndTp2) {
 // rank so the stashes the plan counts dominate (as in tests/e2e/sequence_parallel_test.cpp), at cp = world size.
 // all_to_all keeps what one rank keeps, divided by cp (heads / cp of the statistics over the whole sequence,
 // the exchanged qkv in place of the local one); ring keeps chunk copies of q, k, v and the outputs besides the
-// assembled output, and dout's and dq's chunks in its backward (memory_plan.cpp's add_ring_attention_state).
+// assembled output, and dout's and dq's chunks in its backward (cp_memory.cpp's add_cp_attention_state).
 // Both within 2%. The communication category holds the exchanges' buffers (the K/V blocks in flight and the
 // travelling dK/dV for ring, the per-peer send and receive blocks for all_to_all: memory_plan.hpp's cp exchange
 // term), which the plan counted as nothing before it had that term: now to the byte, besides the step's loss slots

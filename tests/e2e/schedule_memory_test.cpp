@@ -5,13 +5,13 @@
 // rank. Parameters, gradients and optimizer state do not depend on the schedule: to the byte. Activations (where the
 // schedules differ: how many stashes are alive, which boundary tensors are in flight) and the total: within 2%.
 //
-// Why 2% holds with room: the plan walks the rank's actions (memory_plan.cpp), and what it cannot know is when a send
-// completes (it assumes by the test after the next compute action); measured, every rank is within one boundary
-// tensor [T, D] x micro-batch 2 (f32 8 KiB; sequence parallelism 4 KiB) of the plan, two on a loaded machine. Sixteen
-// layers make a boundary tensor 0.2-0.8% of a rank's activation peak, so two of them stay inside the bound. Measured
-// on the 2-core development machine (activations, plan against measured): pp2 -0.95%..+0.29%, tp2 x pp2
-// -0.75%..+0.54%, totals -0.20%..+0.67% (docs/planner.md). Before the plan counted the targets a rank holding the
-// first and the last stage keeps between their forwards, ZB-V and DualPipeV were 512 B under on that rank.
+// Why 2% holds with room: the plan walks the rank's actions (engine/run_plan/activation_walk.cpp), and what it cannot
+// know is when a send completes (it assumes by the test after the next compute action); measured, every rank is within
+// one boundary tensor [T, D] x micro-batch 2 (f32 8 KiB; sequence parallelism 4 KiB) of the plan, two on a loaded
+// machine. Sixteen layers make a boundary tensor 0.2-0.8% of a rank's activation peak, so two of them stay inside the
+// bound. Measured on the 2-core development machine (activations, plan against measured): pp2 -0.95%..+0.29%, tp2 x pp2
+// -0.75%..+0.54%, totals -0.20%..+0.67% (docs/planner.md). Before the plan counted the targets a rank holding the first
+// and the last stage keeps between their forwards, ZB-V and DualPipeV were 512 B under on that rank.
 #include <gtest/gtest.h>
 
 #include <cstdio>

@@ -1,0 +1,17 @@
+// The memory plan's workspace: the CPU kernels' scratch (the attention kernel's per-thread blocks, bf16 operands
+// widened to f32 on the widened GEMM path) and the transient block outputs. Invariant: the scratch figures follow the
+// kernels' own sizes (kernels/cpu/flash_attention.cpp, kernels/ops/cpu_f32_view.hpp) for the CPU kernels the run
+// resolved (CpuKernels); cpu_attention_scratch_bytes and unresolved_cpu_kernels are declared in memory_plan.hpp.
+#pragma once
+
+#include <cstdint>
+
+#include "partition/cost_model.hpp"
+
+namespace cleave::run_plan {
+
+// Bytes of bf16 operands widened into f32 scratch for `micro` samples of `block` on one tp rank (`shard` its costs).
+std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const partition::BlockCost& shard,
+                                     partition::Recompute recompute, int tp, std::int64_t micro);
+
+}  // namespace cleave::run_plan

@@ -11,9 +11,18 @@
 
 namespace cleave::run_plan {
 
-StageBackwardMemory stage_backward_memory(const std::vector<partition::BlockCost>& blocks) {
+StageBackwardMemory stage_backward_memory(const std::vector<partition::BlockCost>& blocks,
+                                          const std::vector<BlockTransients>& transients) {
   StageBackwardMemory m;
-  for (const auto& b : blocks) m.forward_stash += b.activation_bytes, m.weight_stash += b.weight_stash_bytes;
+  const BlockTransients none;
+  const auto phases = [&](std::size_t k) -> const BlockTransients& {
+    return k < transients.size() ? transients[k] : none;
+  };
+  for (std::size_t k = 0; k < blocks.size(); ++k) {
+    const auto& b = blocks[k];
+    m.forward_stash += b.activation_bytes, m.weight_stash += b.weight_stash_bytes;
+    for (const auto& p : phases(k).forward) m.forward_transients.push_back({m.forward_stash - p.below, p.bytes});
+  }
   // Backward visits the blocks last to first. The stage's last block's dy is the boundary tensor received,
   // counted with the transfers in flight, not again here.
   std::int64_t input_offset = 0, fused_offset = 0;  // held above the action's start when block b begins
@@ -23,6 +32,10 @@ StageBackwardMemory stage_backward_memory(const std::vector<partition::BlockCost
     const std::int64_t extra = b.backward_extra_bytes - (k + 1 == blocks.size() ? b.output_bytes : 0);
     m.input_peak = std::max(m.input_peak, input_offset + extra);
     m.fused_peak = std::max(m.fused_peak, fused_offset + extra);
+    for (const auto& p : phases(k).backward) {
+      m.input_transients.push_back({input_offset + extra - p.below, p.bytes});
+      m.fused_transients.push_back({fused_offset + extra - p.below, p.bytes});
+    }
     // B's W of the block runs after its I has traded its stash for what W needs.
     m.fused_peak = std::max(m.fused_peak, fused_offset + b.weight_stash_bytes - b.activation_bytes + b.weight_extra_bytes);
     m.weight_peak = std::max(m.weight_peak, weight_offset + b.weight_extra_bytes);
@@ -33,8 +46,10 @@ StageBackwardMemory stage_backward_memory(const std::vector<partition::BlockCost
   return m;
 }
 
-std::int64_t activation_walk_peak(const Plan& plan, int pp_rank, const std::vector<StageBackwardMemory>& stage_memory,
-                                  const std::vector<std::int64_t>& stage_in, const std::vector<std::int64_t>& stage_out) {
+ActivationWalkPeaks activation_walk_peak(const Plan& plan, int pp_rank,
+                                         const std::vector<StageBackwardMemory>& stage_memory,
+                                         const std::vector<std::int64_t>& stage_in,
+                                         const std::vector<std::int64_t>& stage_out, const WalkScale& scale) {
   const auto& actions = plan.schedule.ranks[static_cast<std::size_t>(pp_rank)];
   // The rank runs its actions in order: walk them, F adding a stage's forward stash, I trading it for what W
   // needs, W or a fused B freeing it; inside I and B each block's backward holds its extra, inside W and B each
@@ -89,6 +104,10 @@ std::int64_t activation_walk_peak(const Plan& plan, int pp_rank, const std::vect
           : 0;
   std::set<int> targets_waiting;  // micro-batches whose targets the executor holds
   std::int64_t held = 0, peak_stash = 0;
+  std::int64_t peak_transients = 0;  // bytes: the walk with an attention block's transients (BlockTransients)
+  const auto hold = [&](const std::vector<StagePhase>& phases, std::int64_t base) {
+    for (const auto& p : phases) peak_transients = std::max(peak_transients, scale.bytes(base + p.held) + p.bytes);
+  };
   std::int64_t sending = 0;  // the previous compute action's sent output, until this one's end
   for (std::size_t i = 0; i < actions.size(); ++i) {
     const auto& a = actions[i];
@@ -106,6 +125,7 @@ std::int64_t activation_walk_peak(const Plan& plan, int pp_rank, const std::vect
     switch (a.kind) {
       case pipeline::ActionKind::kForward:
         take(forward_in, key);  // the input becomes the stash
+        hold(sm.forward_transients, held + in_flight + sending);
         held += sm.forward_stash;
         if (targets_bytes > 0 && a.stage == 0 && targets_waiting.insert(a.microbatch).second) in_flight += targets_bytes;
         if (a.stage == last_stage && targets_waiting.erase(a.microbatch) > 0) in_flight -= targets_bytes;
@@ -115,6 +135,7 @@ std::int64_t activation_walk_peak(const Plan& plan, int pp_rank, const std::vect
       case pipeline::ActionKind::kBackward: {
         const bool fused = a.kind == pipeline::ActionKind::kBackward;
         peak_stash = std::max(peak_stash, held + (fused ? sm.fused_peak : sm.input_peak) + in_flight + sending);
+        hold(fused ? sm.fused_transients : sm.input_transients, held + in_flight + sending);
         take(backward_in, key);  // its dy, freed when the action ends
         held += fused ? -sm.forward_stash : sm.weight_stash - sm.forward_stash;
         output = stage_in[st];
@@ -140,7 +161,7 @@ std::int64_t activation_walk_peak(const Plan& plan, int pp_rank, const std::vect
       in_flight += output;
     }
   }
-  return peak_stash;
+  return {peak_stash, std::max(scale.bytes(peak_stash), peak_transients)};
 }
 
 }  // namespace cleave::run_plan

@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/run_plan/memory_plan.hpp"
+#include "engine/run_plan/workspace_memory.hpp"
 
 namespace cleave::run_plan {
 
@@ -56,6 +57,38 @@ std::int64_t cp_exchange_bytes(const partition::BlockSpec& block, std::int64_t m
   // all_to_all: an exchange of a [b, Tl, W] tensor holds cp send blocks and cp - 1 receive blocks of W / cp
   // columns (the own block is not copied twice); the widest is q | k | v (forward) and dqkv (backward).
   return (2 * cp - 1) * local_tokens * ((q_cols + 2 * kv_cols) / cp) * dtype_bytes;
+}
+
+BlockTransients attention_transients(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp, bool ring,
+                                     bool bf16, int threads) {
+  BlockTransients x;
+  if (block.n_heads <= 0) return x;
+  const std::int64_t s = bf16 ? 2 : 4;
+  const std::int64_t kv_heads = block.n_kv_heads > 0 ? block.n_kv_heads : block.n_heads;
+  const std::int64_t kv_cols = kv_heads * (block.in_features / block.n_heads) / tp;
+  const std::int64_t dqkv = block.seq_len * (block.in_features / tp + 2 * kv_cols) * 4;  // walk units
+  if (cp <= 1) {
+    const std::int64_t scratch = cpu_attention_scratch_bytes(block, threads, bf16);
+    if (scratch > 0) x.forward.push_back({0, scratch}), x.backward.push_back({0, scratch});
+    return x;
+  }
+  const std::int64_t exchange = cp_exchange_bytes(block, micro, tp, cp, ring, s);
+  if (!ring) {
+    x.forward.push_back({0, exchange});
+    x.backward.push_back({0, exchange});
+    const std::int64_t scratch = cpu_attention_scratch_bytes(block, threads, bf16);
+    if (scratch > 0) x.forward.push_back({0, scratch}), x.backward.push_back({dqkv, scratch});
+    return x;
+  }
+  const std::int64_t unit = micro * (block.seq_len / cp) * 2 * kv_cols * s;  // U
+  partition::BlockSpec chunk = block;
+  chunk.seq_len = block.seq_len / (2 * cp);
+  const std::int64_t scratch = cpu_attention_scratch_bytes(chunk, threads, bf16);
+  const std::int64_t partials = cpu_cp_attention_scratch_bytes(block, micro, tp, cp, ring, threads, bf16) - scratch;
+  x.forward.push_back({0, std::min(cp - 1, 2) * unit + scratch + partials});
+  x.backward.push_back({0, 2 * unit});
+  x.backward.push_back({dqkv, exchange + scratch});
+  return x;
 }
 
 }  // namespace cleave::run_plan

@@ -25,7 +25,7 @@ namespace cleave::run_plan {
 std::int64_t MemoryPlan::total() const {
   std::int64_t sum = 0;
   for (auto b : bytes) sum += b;
-  return sum;
+  return sum - transients_in_categories + transients_above_activations;
 }
 
 std::string MemoryPlan::breakdown() const {
@@ -67,11 +67,15 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   const bool widens = bf16 && on_cpu && !cpu.bf16_gemm.bf16_kernels;  // see cpu_bf16_widening_bytes
   std::int64_t param_bytes = 0;   // f32 bytes of the parameters one tp rank of this pp rank holds (all E experts)
   std::int64_t largest_output = 0;
-  std::int64_t cpu_scratch = 0;   // the CPU kernels' scratch: bf16 operands widened, the attention kernel's blocks
+  std::int64_t largest_conv_output = 0;  // the CPU's stand-in for a convolution's im2col scratch
+  std::int64_t attention_scratch = 0;    // the CPU attention kernel's, cp-aware (cpu_cp_attention_scratch_bytes)
+  std::int64_t cpu_scratch = 0;   // the CPU kernels' scratch for bf16 operands widened (whole sequences)
   std::int64_t expert_bytes = 0;  // f32 bytes of the routed experts of the rank's blocks (all E of each), ÷ tp
   std::int64_t cp_exchange = 0;   // the largest cp exchange of the rank's attention blocks (one runs at a time)
   // Per stage held by this rank, per sample: its blocks' costs in model order (one tp rank's).
   std::vector<std::vector<partition::BlockCost>> stage_blocks(static_cast<std::size_t>(plan.num_stages()));
+  // Per stage, per block: the buffers it holds only while it runs (cp_memory.hpp's attention_transients).
+  std::vector<std::vector<BlockTransients>> stage_transients(stage_blocks.size());
   // Per stage held by this rank, per sample: its input and output boundary tensors (0 at the model's ends).
   std::vector<std::int64_t> stage_in(static_cast<std::size_t>(plan.num_stages()), 0), stage_out = stage_in;
   // With tied embeddings the token table appears in the embedding's and the head's cost; a rank holding
@@ -95,14 +99,20 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       partition::BlockCost a = shard[static_cast<std::size_t>(b)];
       if (cp > 1) add_cp_attention_state(a, block, recompute, tp, ring);
       cp_exchange = std::max(cp_exchange, cp_exchange_bytes(block, micro, tp, cp, ring, bf16 ? 2 : 4));
+      // The attention kernel's scratch is known with the run's CPU kernels only (threads).
+      stage_transients[static_cast<std::size_t>(stage)].push_back(
+          attention_transients(block, micro, tp, cp, ring, bf16, on_cpu ? cpu.threads : 0));
       if (ep > 1) partition::add_ep_expert_rows(a, block, DType::kF32, recompute, tp, imbalance, sp);
       stage_blocks[static_cast<std::size_t>(stage)].push_back(a);
       largest_output = std::max(largest_output, a.output_bytes);
+      // On the CPU only a convolution's im2col scales with its output (the stand-in below); the other blocks' ops
+      // take no output-sized scratch.
+      if (block.kind == partition::BlockKind::kConv2d) largest_conv_output = std::max(largest_conv_output, a.output_bytes);
+      attention_scratch = std::max(attention_scratch,
+                                   cpu_cp_attention_scratch_bytes(block, micro, tp, cp, ring, cpu.threads, bf16));
       if (widens) {
         cpu_scratch = std::max(cpu_scratch, cpu_bf16_widening_bytes(block, a, recompute, tp, micro));
       }
-      // The CPU attention kernel's per-thread scratch (whole sequences; under cp its chunks' are not counted).
-      if (on_cpu && cp == 1) cpu_scratch = std::max(cpu_scratch, cpu_attention_scratch_bytes(block, cpu.threads, bf16));
     }
     // Boundary tensors: what the stage receives (the previous block's output) and what it sends (its own).
     // Under sequence parallelism they are one tp rank's sequence shards.
@@ -113,9 +123,11 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   }
   std::vector<StageBackwardMemory> stage_memory(stage_blocks.size());
   for (std::size_t si = 0; si < stage_blocks.size(); ++si) {
-    if (!stage_blocks[si].empty()) stage_memory[si] = stage_backward_memory(stage_blocks[si]);
+    if (!stage_blocks[si].empty()) stage_memory[si] = stage_backward_memory(stage_blocks[si], stage_transients[si]);
   }
-  const std::int64_t peak_stash = activation_walk_peak(plan, pp_rank, stage_memory, stage_in, stage_out);
+  const WalkScale scale{micro, bf16 ? 2 : 1, cp};
+  const ActivationWalkPeaks walk = activation_walk_peak(plan, pp_rank, stage_memory, stage_in, stage_out, scale);
+  const std::int64_t peak_stash = walk.stashes;
   MemoryPlan m;
   auto at = [&m](MemoryCategory c) -> std::int64_t& { return m.bytes[static_cast<std::size_t>(c)]; };
   set_state_memory(m, plan, config, pp_rank, param_bytes, expert_bytes);
@@ -128,16 +140,37 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // within one boundary tensor of the measured activation peak, two on a loaded machine (a send completing later
   // than the test after the next compute action, or sooner).
   at(MemoryCategory::kActivations) = peak_stash * micro / (bf16 ? 2 : 1) / cp;
-  // Workspace: the largest block output of a micro-batch (a transient output or gradient; the allocator's
-  // workspace peak equalled it in the fp32 layouts measured before attention became memory-efficient), the CPU
-  // attention kernel's scratch (which is the measured fp32 workspace now: 10,368 B per rank at one thread in
-  // ScheduleMemory.EveryScheduleFollowsThePlan, +4..36 B), or CPU bf16's widened operands.
+  // Workspace without the run's CPU kernels (the planner pricing layouts; other devices): the largest block output
+  // of a micro-batch (a transient output or gradient; the allocator's workspace peak equalled it in the fp32 layouts
+  // measured before attention became memory-efficient) or CPU bf16's widened operands.
   at(MemoryCategory::kWorkspace) = std::max(largest_output * micro / cp, cpu_scratch / cp);
+  if (on_cpu && cpu.threads > 0) {
+    // The run's own CPU kernels (the trainer's plan): the scratch the ops take, no block output stand-in (the lm
+    // head's logits had put the workspace 5,980 B over on the head's rank, ScheduleMemory at pp2), plus what the
+    // executor holds all step (pipeline/executor.cpp): the loss scale (one f32) and, on the rank with the last
+    // stage, the step's losses (one f32 per micro-batch). The vocabulary-parallel cross-entropy's row maxima and
+    // sums (3 f32 per local row, tp > 1) are scratch too.
+    const std::int64_t rows = micro * plan.spec.blocks.back().input.rows() / cp;
+    const bool loss_here = plan.stage_to_rank(plan.num_stages() - 1) == pp_rank;
+    const std::int64_t vocab_parallel =
+        tp > 1 && loss_here && plan.spec.blocks.back().kind == partition::BlockKind::kSoftmaxCrossEntropy ? 12 * rows
+                                                                                                         : 0;
+    const std::int64_t others = std::max({cpu_scratch / cp, largest_conv_output * micro / cp, vocab_parallel});
+    const std::int64_t executor = 4 + (loss_here ? 4 * plan.schedule.num_microbatches : 0);
+    at(MemoryCategory::kWorkspace) = std::max(attention_scratch, others) + executor;
+    // The attention kernel's scratch lives inside its block (the walk's transients), where it is the largest.
+    m.transients_in_categories += std::max<std::int64_t>(0, attention_scratch - others);
+  }
   // Context parallelism's K/V exchange buffers: one attention block's at a time, on top of the gradient
   // reduction's bf16 twins (which may be alive meanwhile: the persistent ones are). Measured against the allocator's
   // communication peak in ContextParallel.ActivationMemoryFollowsThePlan.
   m.cp_exchange = cp_exchange;
   at(MemoryCategory::kCommunication) += cp_exchange;
+  // The exchange buffers (and the attention kernel's scratch) live only while their attention block runs: the total
+  // counts what the walk holding them inside their blocks adds above the activation peak, not their own peaks (the
+  // ring's were 2.04% / 1.95% over the measured total at cp2 / cp4 when added to the activation peak).
+  m.transients_in_categories += cp_exchange;
+  m.transients_above_activations = walk.with_transients - at(MemoryCategory::kActivations);
   return m;
 }
 

@@ -54,4 +54,15 @@ std::int64_t cpu_attention_scratch_bytes(const partition::BlockSpec& block, int 
   return 4 * threads * floats;
 }
 
+std::int64_t cpu_cp_attention_scratch_bytes(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp,
+                                            bool ring, int threads, bool bf16) {
+  if (block.n_heads <= 0 || threads <= 0) return 0;
+  if (cp <= 1 || !ring) return cpu_attention_scratch_bytes(block, threads, bf16);
+  partition::BlockSpec chunk = block;
+  chunk.seq_len = block.seq_len / (2 * cp);
+  const std::int64_t part_out = micro * chunk.seq_len * (block.in_features / tp) * (bf16 ? 2 : 4);
+  const std::int64_t part_lse = micro * (block.n_heads / tp) * chunk.seq_len * 4;
+  return cpu_attention_scratch_bytes(chunk, threads, bf16) + part_out + part_lse;
+}
+
 }  // namespace cleave::run_plan

@@ -93,14 +93,14 @@ ActivationWalkPeaks activation_walk_peak(const Plan& plan, int pp_rank,
   // F takes its inputs, and its targets (i32, the loss block's rows) wait in the executor until the last stage's F
   // takes them into the loss's stash (pipeline/executor.cpp, take_data). Before they were counted the plan was 512 B
   // under the measured peak on rank 0 at pp2 under ZB-V and DualPipeV (two micro-batches' targets, T 32, micro-batch
-  // 2: ScheduleMemory.EveryScheduleFollowsThePlan). Under bf16 they are halved with the walk's other bytes (2 B per
-  // token under the i32 they are), as the f32 statistics are.
+  // 2: ScheduleMemory.EveryScheduleFollowsThePlan). The walk's bytes are halved under bf16: the targets are counted
+  // twice there so they stay i32 (they were 2 B per token under).
   const int last_stage = plan.num_stages() - 1;
   const auto& loss_block = plan.spec.blocks.back();
   const std::int64_t targets_bytes =
       last_stage > 0 && plan.stage_to_rank(0) == pp_rank && plan.stage_to_rank(last_stage) == pp_rank &&
               loss_block.kind == partition::BlockKind::kSoftmaxCrossEntropy
-          ? loss_block.input.rows() * static_cast<std::int64_t>(sizeof(std::int32_t))
+          ? loss_block.input.rows() * static_cast<std::int64_t>(sizeof(std::int32_t)) * scale.dtype_divisor
           : 0;
   std::set<int> targets_waiting;  // micro-batches whose targets the executor holds
   std::int64_t held = 0, peak_stash = 0;

@@ -120,7 +120,9 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       largest_output = std::max(largest_output, a.output_bytes);
       // On the CPU only a convolution's im2col scales with its output (the stand-in below); the other blocks' ops
       // take no output-sized scratch.
-      if (block.kind == partition::BlockKind::kConv2d) largest_conv_output = std::max(largest_conv_output, a.output_bytes);
+      if (block.kind == partition::BlockKind::kConv2d) {
+        largest_conv_output = std::max(largest_conv_output, a.output_bytes);
+      }
       attention_scratch = std::max(attention_scratch,
                                    cpu_cp_attention_scratch_bytes(block, micro, tp, cp, ring, cpu.threads, bf16));
       if (widens) {

@@ -112,7 +112,8 @@ TEST(MemoryPlanCp, TheTotalHoldsTheExchangeOnlyInsideItsBlock) {
   for (const char* schedule : {"gpipe", "1f1b"}) {
     SCOPED_TRACE(schedule);
     const std::string s = std::string("parallel.schedule=") + schedule;
-    const MemoryPlan ring = plan_of(gpt_at(2, {"parallel.context_parallel_size=2", "parallel.context_parallel_comm=ring", s}));
+    const MemoryPlan ring =
+        plan_of(gpt_at(2, {"parallel.context_parallel_size=2", "parallel.context_parallel_comm=ring", s}));
     const std::int64_t unit = 2 * 32 * 64 * 4;
     EXPECT_EQ(ring.transients_in_categories, ring.cp_exchange);  // no CPU facts: no attention scratch
     EXPECT_EQ(ring.transients_above_activations, 2 * unit);

@@ -148,8 +148,8 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   set_state_memory(m, plan, config, pp_rank, param_bytes, expert_bytes);
   // Mixed precision: bf16 activations and boundary tensors (the f32 statistics and i32 ids and targets were counted
   // twice above, so they stay whole). The boundary tensors in flight are in peak_stash (the walk above). History: a
-  // flat two receives and the send just posted (ZB-V at pp2, d256 GPT: +2.4% / -1.2% measured; ZB-H2 and interleaved at micro-batch 16
-  // +6.0..+7.1%; zb_h1 at tp2 x pp2 +1.1..7.8%). The walk, measured at zb_h1 tp2 x pp2
+  // flat two receives and the send just posted (ZB-V at pp2, d256 GPT: +2.4% / -1.2% measured; ZB-H2 and
+  // interleaved at micro-batch 16 +6.0..+7.1%; zb_h1 at tp2 x pp2 +1.1..7.8%). The walk, measured at zb_h1 tp2 x pp2
   // (SequenceParallel.SplitBackwardMemoryFollowsThePlan) and at ZB-H2, interleaved 1F1B, ZB-V and DualPipeV at pp2
   // and tp2 x pp2 with and without sequence parallelism (ScheduleMemory.EveryScheduleFollowsThePlan): every rank
   // within one boundary tensor of the measured activation peak, two on a loaded machine (a send completing later

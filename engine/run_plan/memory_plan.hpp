@@ -58,10 +58,18 @@
 //                    those rows; partition/ep_costs.hpp) and the attention's; ZeRO 1-2 shard the
 //                    experts' state over the dp x cp / ep ranks holding them: the same bytes per rank as at ep 1;
 //                    ZeRO-3 with ep is not counted apart
-//   workspace        the largest of: a micro-batch's largest block output (a transient output or gradient); on
-//                    the CPU the attention kernel's scratch (per thread: CpuKernels::threads); under bf16 on the
-//                    CPU's widened GEMM path (CpuKernels::bf16_gemm) the widest GEMM's operands widened to f32, or
-//                    three block outputs (an op widening its operands whole)
+//   workspace        without the run's CPU kernels (the planner; other devices) the largest of: a micro-batch's
+//                    largest block output (a transient output or gradient), under bf16 on the CPU's widened GEMM path
+//                    (CpuKernels::bf16_gemm) the widest GEMM's operands widened to f32, or three block outputs (an op
+//                    widening its operands whole). With them (CpuKernels::threads > 0, the trainer's plan): the
+//                    largest of the attention kernel's scratch (per thread; under cp over the whole sequence for
+//                    all_to_all, over chunk pairs of T / 2cp with the partial output and log-sum-exp for ring), the
+//                    widened operands, a convolution's output (im2col's stand-in) and the vocabulary-parallel
+//                    cross-entropy's 3 f32 per row; plus the executor's loss scale (4 B) and, on the rank of the
+//                    last stage, the step's losses (4 B per micro-batch)
+//   total()          the categories summed, except the buffers an attention block holds only while it runs (the cp
+//                    exchange, the attention kernel's scratch): the activation walk holds them inside their blocks
+//                    (BlockTransients) and the total counts what they add above the activation peak
 // It is an estimate; the allocator's cap still enforces the real limit at run time, and the measured peaks
 // (metrics.jsonl peak_bytes) show how close it was.
 #pragma once
@@ -87,6 +95,14 @@ struct MemoryPlan {
   std::int64_t gradients_between_steps = 0;
   // Of bytes[communication]: context parallelism's K/V exchange buffers (cp_exchange_bytes; 0 without cp).
   std::int64_t cp_exchange = 0;
+  // Buffers alive only while an attention block runs (BlockTransients): what the categories count of them
+  // (cp_exchange, and the CPU attention kernel's scratch where it is the workspace's largest transient), and what
+  // they add above the activation peak when the walk holds them only inside their blocks (the walk with them, less
+  // the walk without). total() counts the second instead of the first.
+  std::int64_t transients_in_categories = 0;
+  std::int64_t transients_above_activations = 0;
+  // The rank's peak: the categories' peaks summed, the attention blocks' transients only where they add to the
+  // activation peak.
   std::int64_t total() const;
   std::string breakdown() const;  // "parameters 1.2 MiB, gradients ..., total ..."
 };
@@ -132,10 +148,26 @@ std::int64_t cp_exchange_bytes(const partition::BlockSpec& block, std::int64_t m
 // a split W and a fused B (each block's I then W) go while the blocks' backwards run last to first (each
 // block's I holding its backward_extra_bytes, its W its weight_extra_bytes, on top of the stashes not yet
 // freed or traded).
+// Buffers alive only while an attention block runs (context parallelism's K/V exchange, the CPU attention kernel's
+// scratch), per block (`transients`, empty where none): each phase of the block's forward or backward holds `bytes`
+// (absolute, one micro-batch) while the block holds `below` (per sample, the units above) less than at the phase's
+// reference point: in the forward the stash up to and with the block, in the backward its backward peak. The stage
+// summary keeps each phase as what the action holds above its start then, and the bytes.
+struct TransientPhase {
+  std::int64_t below = 0, bytes = 0;
+};
+struct BlockTransients {
+  std::vector<TransientPhase> forward, backward;
+};
+struct StagePhase {
+  std::int64_t held = 0, bytes = 0;
+};
 struct StageBackwardMemory {
   std::int64_t forward_stash = 0, weight_stash = 0, input_peak = 0, fused_peak = 0, weight_peak = 0;
+  std::vector<StagePhase> forward_transients, input_transients, fused_transients;
 };
-StageBackwardMemory stage_backward_memory(const std::vector<partition::BlockCost>& blocks);
+StageBackwardMemory stage_backward_memory(const std::vector<partition::BlockCost>& blocks,
+                                          const std::vector<BlockTransients>& transients = {});
 
 // The message for the first pp rank whose estimate exceeds device.memory_limit (naming the rank, the
 // bytes by category, the cap and what to change), or an empty string when every rank fits or no cap is set.

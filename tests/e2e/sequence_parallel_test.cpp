@@ -319,7 +319,7 @@ TEST(SequenceParallel, PipelineBoundariesCarryTheShard) {
   const MemoryRun sp = memory_run(with_sp, *world);
   EXPECT_GT(sp.p2p_bytes, 0);
   EXPECT_EQ(tp.p2p_bytes, 2 * sp.p2p_bytes);
-  // The activation peak against the plan's walk of the boundary tensors (engine/run_plan/memory_plan.cpp): measured
+  // The activation peak against the plan's walk of the boundary tensors (engine/run_plan/activation_walk.cpp): measured
   // equal on every rank; a send that completes later than the plan assumes may add one boundary tensor
   // ([T, D] x micro-batch 2, f32: 8 KiB), the latitude allowed.
   EXPECT_NEAR(static_cast<double>(tp.planned), static_cast<double>(tp.measured), 8192.0);

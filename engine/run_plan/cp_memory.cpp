@@ -1,0 +1,94 @@
+// See cp_memory.hpp.
+#include "engine/run_plan/cp_memory.hpp"
+
+#include <algorithm>
+
+#include "engine/run_plan/memory_plan.hpp"
+#include "engine/run_plan/workspace_memory.hpp"
+
+namespace cleave::run_plan {
+
+// Context-parallel attention (layers/attention_core.hpp) keeps, per attention block and sample, more than the
+// one-rank core the cost model prices (whose figures the plan divides by cp), where the core's output is also
+// the output projection's stashed input (one storage). Whole-sequence bytes of [T, D/tp], like the costs.
+//  - ring (ring_attention.hpp): the stash holds chunk-major copies of q, k, v (in place of qkv: the same bytes)
+//    and of the two chunks' outputs besides the assembled output: one [T, D/tp] more. Its backward holds dout's
+//    chunk copies and the dq chunks until dqkv is assembled: two more. Selective recomputation reruns the
+//    forward ring inside the backward (q, k, v and the output chunks: four more, on top of the statistics the
+//    cost model counts). dK and dV travel in communication buffers, the block partials in the workspace.
+//  - all_to_all (ulysses.hpp): the stash holds the core's output in the heads layout besides the exchanged-back
+//    output the projection keeps: one more, with or without selective recomputation. Its backward holds dout in
+//    the heads layout and dqkv in both layouts: four more.
+// With grouped-query attention (Llama, Hkv < H) k and v are [T, K/tp], K = Hkv·hd, so "q, k, v" above is
+// [T, (D + 2K)/tp] and all_to_all's second dqkv likewise.
+// Full recomputation rebuilds the larger stash inside the backward.
+void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSpec& block,
+                            partition::Recompute recompute, int tp, bool ring) {
+  if (block.n_heads <= 0) return;  // a block without attention (embedding, head, MLP and CNN layers)
+  const std::int64_t td = block.seq_len * block.in_features / tp * 4;  // f32; bf16 halves all activations below
+  const std::int64_t kv_heads = block.n_kv_heads > 0 ? block.n_kv_heads : block.n_heads;
+  const std::int64_t tqkv = block.seq_len * (block.in_features + 2 * kv_heads * (block.in_features / block.n_heads)) /
+                            tp * 4;  // packed q | k | v
+  const bool stashed = ring ? recompute == partition::Recompute::kNone : recompute != partition::Recompute::kFull;
+  if (stashed) cost.activation_bytes += td;
+  std::int64_t extra = ring ? 2 * td : td + tqkv;
+  if (ring && recompute == partition::Recompute::kSelective) extra += tqkv + td;
+  if (recompute == partition::Recompute::kFull) extra += td;
+  cost.backward_extra_bytes += extra;
+}
+
+// Context parallelism's exchange buffers (MemoryCategory::kCommunication), per attention block and micro-batch of
+// b samples: Tl = T / cp tokens, Q = D / tp query and K = Hkv·hd / tp key (and value) columns per token, s bytes an
+// element (4; bf16 2). See memory_plan.hpp for the formula and ring_attention.cpp / ulysses.cpp for the buffers.
+std::int64_t cp_exchange_bytes(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp, bool ring,
+                               std::int64_t dtype_bytes) {
+  if (cp <= 1 || block.n_heads <= 0) return 0;  // no exchange, or a block without attention
+  const std::int64_t kv_heads = block.n_kv_heads > 0 ? block.n_kv_heads : block.n_heads;
+  const std::int64_t q_cols = block.in_features / tp;
+  const std::int64_t kv_cols = kv_heads * (block.in_features / block.n_heads) / tp;
+  const std::int64_t local_tokens = micro * (block.seq_len / cp);
+  if (ring) {
+    // One rank's K/V blocks (k and v, both chunks): U. Forward: the held block and the next in flight, 2U from
+    // step 1 on. Backward: the travelling dK/dV and its rotation target (2U) besides the K/V in flight: the next
+    // block (steps before the last) and the held one (steps after the first), 4U at cp >= 3, 3U at cp 2.
+    const std::int64_t unit = local_tokens * 2 * kv_cols * dtype_bytes;
+    return (2 + std::min(cp - 1, 2)) * unit;
+  }
+  // all_to_all: an exchange of a [b, Tl, W] tensor holds cp send blocks and cp - 1 receive blocks of W / cp
+  // columns (the own block is not copied twice); the widest is q | k | v (forward) and dqkv (backward).
+  return (2 * cp - 1) * local_tokens * ((q_cols + 2 * kv_cols) / cp) * dtype_bytes;
+}
+
+BlockTransients attention_transients(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp, bool ring,
+                                     bool bf16, int threads) {
+  BlockTransients x;
+  if (block.n_heads <= 0) return x;
+  const std::int64_t s = bf16 ? 2 : 4;
+  const std::int64_t kv_heads = block.n_kv_heads > 0 ? block.n_kv_heads : block.n_heads;
+  const std::int64_t kv_cols = kv_heads * (block.in_features / block.n_heads) / tp;
+  const std::int64_t dqkv = block.seq_len * (block.in_features / tp + 2 * kv_cols) * 4;  // walk units
+  if (cp <= 1) {
+    const std::int64_t scratch = cpu_attention_scratch_bytes(block, threads, bf16);
+    if (scratch > 0) x.forward.push_back({0, scratch}), x.backward.push_back({0, scratch});
+    return x;
+  }
+  const std::int64_t exchange = cp_exchange_bytes(block, micro, tp, cp, ring, s);
+  if (!ring) {
+    x.forward.push_back({0, exchange});
+    x.backward.push_back({0, exchange});
+    const std::int64_t scratch = cpu_attention_scratch_bytes(block, threads, bf16);
+    if (scratch > 0) x.forward.push_back({0, scratch}), x.backward.push_back({dqkv, scratch});
+    return x;
+  }
+  const std::int64_t unit = micro * (block.seq_len / cp) * 2 * kv_cols * s;  // U
+  partition::BlockSpec chunk = block;
+  chunk.seq_len = block.seq_len / (2 * cp);
+  const std::int64_t scratch = cpu_attention_scratch_bytes(chunk, threads, bf16);
+  const std::int64_t partials = cpu_cp_attention_scratch_bytes(block, micro, tp, cp, ring, threads, bf16) - scratch;
+  x.forward.push_back({0, std::min(cp - 1, 2) * unit + scratch + partials});
+  x.backward.push_back({0, 2 * unit});
+  x.backward.push_back({dqkv, exchange + scratch});
+  return x;
+}
+
+}  // namespace cleave::run_plan

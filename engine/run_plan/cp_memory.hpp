@@ -1,0 +1,37 @@
+// Context parallelism in the memory plan: what a cp attention core keeps beyond one rank's (the stash and the
+// backward's extra bytes, add_cp_attention_state) and its K/V exchange buffers (cp_exchange_bytes, declared in
+// memory_plan.hpp). Invariant: both follow the buffers layers/ring_attention.cpp and layers/ulysses.cpp allocate,
+// per attention block and sample (the stash, whole-sequence f32 bytes like the cost model's, ÷ cp by the caller) or
+// per micro-batch (the exchange, in the compute dtype); a block without attention adds nothing.
+#pragma once
+
+#include "engine/run_plan/memory_plan.hpp"
+#include "partition/cost_model.hpp"
+
+namespace cleave::run_plan {
+
+// Adds to `cost` (one tp rank's, per sample) what the cp attention core of `block` keeps beyond the one-rank core.
+void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSpec& block,
+                            partition::Recompute recompute, int tp, bool ring);
+
+// The buffers one attention block holds only while it runs, for the activation walk (BlockTransients): the cp K/V
+// exchange (cp_exchange_bytes' buffers, in the compute dtype) and, with the run's CPU kernels (`threads` > 0), the
+// attention kernel's scratch. As layers/context_parallel and kernels/cpu/flash_attention allocate them:
+//  - cp 1: the kernel's scratch while dq, dk, dv are allocated (at the block's backward peak; in the forward on
+//    top of the block's stash).
+//  - ring (ring_attention.cpp), U one rank's K and V blocks: the forward holds the next block in flight and, from
+//    step 1, the received one (U at cp 2, 2U from cp 3), the partial output and log-sum-exp and the kernel's scratch
+//    on chunk pairs of T / 2cp tokens; the backward's loop holds the travelling dK/dV, its rotation target and the
+//    K/V in flight (3U at cp 2, 4U from cp 3) and the kernel's scratch before dqkv [T, Q + 2K] is allocated, then
+//    the held block and dK/dV (2U) while dqkv is assembled, the block's backward peak (measured at GPipe cp2, gpt
+//    and llama: the allocator's total peak holds the activation peak and 2U).
+//  - all_to_all (ulysses.cpp): cp send and cp - 1 receive blocks of the tensor exchanged, alive until its
+//    reassembled copy is allocated, q | k | v there in the forward and dqkv back at the end of the backward (taken
+//    at the block's backward peak: so measured for llama; a gpt block peaks one [T, D] later, after the buffers are
+//    freed, so the walk is that much over there); the kernel's scratch over the whole sequence (heads / cp) before
+//    dqkv is exchanged back.
+// Empty for a block without attention, and at cp 1 without threads.
+BlockTransients attention_transients(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp, bool ring,
+                                     bool bf16, int threads);
+
+}  // namespace cleave::run_plan

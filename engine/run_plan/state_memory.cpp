@@ -1,0 +1,112 @@
+// See state_memory.hpp.
+#include "engine/run_plan/state_memory.hpp"
+
+#include <algorithm>
+
+#include "engine/run_plan/microbatch_buckets.hpp"
+#include "engine/run_plan/zero_units.hpp"
+
+namespace cleave::run_plan {
+
+void set_state_memory(MemoryPlan& m, const Plan& plan, const config::RunConfig& config, int pp_rank,
+                      std::int64_t param_bytes, std::int64_t expert_bytes) {
+  const int tp = config.parallel.tensor_model_parallel_size;
+  const int cp = std::max(1, config.parallel.context_parallel_size);
+  const int dp = std::max(1, config.parallel.data_parallel_size) * cp;  // gradients and shards over dp × cp
+  const int ep = std::max(1, config.parallel.expert_model_parallel_size);
+  const bool bf16 = config.device.precision == config::Precision::kBf16;
+  auto at = [&m](MemoryCategory c) -> std::int64_t& { return m.bytes[static_cast<std::size_t>(c)]; };
+  // Without dp there is nothing to shard (zero_stage has no effect).
+  const int zero_stage = dp > 1 ? config.optimizer.zero_stage : 0;
+  // Deterministic mode sums micro-batch gradients in the canonical tree (pipeline/ordered_grad_accumulator.hpp):
+  // up to floor(log2(micro-batches)) partial sums besides the gradient itself.
+  int partial_sums = 0;
+  if (config.train.deterministic) {
+    for (int k = plan.schedule.num_microbatches; k > 1; k /= 2) ++partial_sums;
+  }
+  const double state = training_bytes_per_param_byte(config.optimizer) - 1.0;
+  // optimizer.zero_reduce (ZeRO-2 and 3): per micro-batch, the shards plus the buckets alive (microbatch_peak).
+  const bool per_microbatch = zero_stage >= 2 && config::resolved_zero_reduce(config) == config::ZeroReduce::kPerMicrobatch;
+  if (zero_stage == 3) {
+    // ZeRO-3 (engine/train/parameter_shards.hpp): each unit's f32 master shard (and bf16 working shard) stays;
+    // a block's units are gathered in full in the compute dtype before its forward and its I (or B) and freed
+    // after, the next block's in the same pass and stage prefetched meanwhile, so two adjacent blocks' units
+    // are held at once (W gathers nothing). Gradients: the unit buckets in full until each is reduced (as
+    // ZeRO-2), plus what the shards of the first reduced buckets add before their trades free more
+    // (reduction_excess).
+    // Expert parallelism: a moe block's E / ep experts are a unit of their own sharded over the dp × cp / ep ranks
+    // of its expert-dp group (zero_three_units); the rest over dp × cp.
+    const ZeroThreeUnits units = zero_three_units(plan, pp_rank, tp, dp, ep);
+    const std::int64_t numel = units.total();
+    at(MemoryCategory::kParameters) = units.shards() * (bf16 ? 6 : 4) + gathered_peak(units, plan, pp_rank) * (bf16 ? 2 : 4);
+    const std::int64_t grad_bytes = 4 * numel;
+    const bool staged = config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16;
+    if (per_microbatch) {
+      const MicrobatchPeak mb = microbatch_peak(zero_three_buckets(units, plan.spec.blocks.size()), plan, pp_rank,
+                                                dp, staged);
+      // The expert units are reduced once per step: held in full through it, then traded for their shards.
+      at(MemoryCategory::kGradients) = 4 * (mb.gradients + units.expert_total() + units.largest_expert_shard());
+      if (staged) at(MemoryCategory::kCommunication) = 2 * std::max(mb.wire, units.expert_total());
+    } else {
+      // ep > 1: an expert unit may be traded before the others have freed anything (the two bucketers' trades
+      // interleave as their collectives complete): the largest expert shard is the worst case's excess.
+      at(MemoryCategory::kGradients) =
+          grad_bytes + std::max(partial_sums * grad_bytes,
+                                4 * std::max(reduction_excess(units, plan, pp_rank), units.largest_expert_shard()));
+      if (staged) at(MemoryCategory::kCommunication) = 2 * numel;
+    }
+    m.gradients_between_steps = 0;
+    at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(state * static_cast<double>(4 * units.shards()));
+  } else {
+    // Expert parallelism: the rank holds E / ep of the experts (parameters, gradients, and without ZeRO their
+    // optimizer state). ZeRO shards the experts over the dp x cp / ep ranks holding the same ones, so a rank's
+    // share of the state, (E / ep) / (dp / ep), is what it was at ep 1: the sharded state below keeps param_bytes.
+    // param_bytes, expert_bytes: one tp rank's (tp_rank_param_count: the replicated parameters whole).
+    const std::int64_t sharded_bytes = param_bytes;
+    param_bytes -= expert_bytes / ep * (ep - 1);
+    // Mixed precision: bf16 working copies of the parameters besides the f32 masters.
+    at(MemoryCategory::kParameters) = param_bytes + (bf16 ? param_bytes / 2 : 0);
+    // ZeRO-2 (engine/train/data_parallel.hpp): a reduced bucket's block is copied into a shard buffer of its own
+    // and the full bucket released; within the step the full local sum (and its partial sums, freed before the
+    // buckets launch) still exists, so the peak is the full buckets plus the first reduced bucket's shard (at
+    // most a bucket, parallel.dp_bucket_mb, ÷ dp); the shards are dropped after the update.
+    const std::int64_t grad_bytes = param_bytes;
+    const auto bucket_bytes = static_cast<std::int64_t>(config.parallel.dp_bucket_mb * 1024.0 * 1024.0);
+    const std::int64_t first_shard = zero_stage >= 2 ? std::min(grad_bytes, bucket_bytes) / dp : 0;
+    at(MemoryCategory::kGradients) = std::max((1 + partial_sums) * grad_bytes, grad_bytes + first_shard);
+    // ep > 1 under ZeRO 0 and 1: the expert gradients live in the expert-dp group's bucket, the rest in the dp × cp
+    // one (engine/train/data_parallel.hpp), grad_bytes in all (each parameter's own gradient is dropped before its
+    // bucket is allocated; measured: ep_eight_ranks_test and ep_memory_plan_test, to the byte).
+    // ZeRO-2 with ep, reduced per step: a bucket is traded for its shard when a later mark_ready or finish() finds
+    // its collective done, so the expert-dp bucketer's first trade may come before any other bucket's has freed
+    // memory: the plan takes that worst case, the full buckets plus the first expert shard (at most a bucket's, over
+    // dp / ep). Measured (ep_memory_plan_test): that, or one expert shard less when the others traded first.
+    if (ep > 1 && zero_stage >= 2) {
+      const std::int64_t experts = expert_bytes / ep;
+      at(MemoryCategory::kGradients) = std::max(at(MemoryCategory::kGradients),
+                                                grad_bytes + std::min(experts, bucket_bytes) / (dp / ep));
+    }
+    m.gradients_between_steps = zero_stage >= 2 ? 0 : grad_bytes;
+    at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
+        zero_stage >= 1 ? state * static_cast<double>(sharded_bytes) / dp : state * static_cast<double>(param_bytes));
+    // parallel.grad_reduce_dtype bf16: every gradient bucket has a bf16 twin the collective carries.
+    const bool staged = dp > 1 && config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16;
+    if (staged) at(MemoryCategory::kCommunication) = param_bytes / 2;
+    if (per_microbatch) {  // ZeRO-2 per micro-batch: the shards and at most two buckets (microbatch_peak)
+      const MicrobatchPeak mb = microbatch_peak(
+          zero_two_buckets(plan, pp_rank, tp, dp, config.parallel.dp_bucket_mb, ep), plan, pp_rank, dp, staged);
+      at(MemoryCategory::kGradients) = 4 * mb.gradients;
+      // ep > 1: the experts' buckets are reduced once per step over expert-dp: held in full through it, and the first
+      // may be traded for its shard (a bucket's over dp / ep) while two micro-batch buckets are alive (when depends on
+      // the collectives' timing: the plan takes the worst case; measured, ep_memory_plan_test: that, or one expert
+      // shard less).
+      if (ep > 1) {
+        const std::int64_t experts = expert_bytes / ep;
+        at(MemoryCategory::kGradients) += experts + std::min(experts, bucket_bytes) / (dp / ep);
+      }
+      if (staged) at(MemoryCategory::kCommunication) = 2 * mb.wire;
+    }
+  }
+}
+
+}  // namespace cleave::run_plan

@@ -1,0 +1,68 @@
+// See workspace_memory.hpp.
+#include "engine/run_plan/workspace_memory.hpp"
+
+#include <algorithm>
+
+#include "engine/run_plan/memory_plan.hpp"
+#include "partition/block_work.hpp"
+
+namespace cleave::run_plan {
+
+// CPU mixed precision on the widened GEMM path (CpuKernels::bf16_gemm.bf16_kernels false: device.blas openblas or
+// blis, or a CPU without bf16 instructions): a GEMM's three bf16 operands are widened into f32 scratch for the GEMM's
+// duration (kernels/ops/cpu_f32_view.hpp, the weight's working copy included), and an op that widens a block's output
+// whole holds three such tensors. On oneDNN's bf16 kernels (device.blas auto or onednn on a CPU with bf16
+// instructions) the GEMMs widen nothing but a bias row, and the training step's all-bf16 calls of the other ops widen
+// per chunk, block or row (kernels/ops/cpu_chunked_view.hpp, rope, kernels/cpu/flash_attention.hpp): the workspace
+// is then the attention kernel's scratch (cpu_attention_scratch_bytes). Measured on a CPU with bf16 instructions
+// (TrainE2E.Bf16WorkspacePlanMatchesTheAllocator, tiny GPT): 49,608 B at micro-batch 1 and 49,560 B at 4, the
+// attention scratch's 49,536 B, where this figure gave 24,576 and 98,304. Bytes for `micro` samples on one tp rank.
+std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const partition::BlockCost& shard,
+                                     partition::Recompute recompute, int tp, std::int64_t micro) {
+  const partition::BlockWork work = partition::block_work(block, DType::kBF16, recompute, tp, micro);
+  double widest = 0;
+  for (const auto* pass : {&work.forward, &work.input_grad, &work.weight_grad}) {
+    for (const auto& gemm : pass->gemms) widest = std::max(widest, gemm.operand_bytes(4.0));
+  }
+  const double samples = static_cast<double>(micro);
+  widest = std::max(widest, 3.0 * static_cast<double>(shard.output_bytes) * samples);
+  return static_cast<std::int64_t>(widest);
+}
+
+CpuKernels unresolved_cpu_kernels(const config::RunConfig& config) {
+  CpuKernels cpu;
+  cpu.bf16_gemm = ops::choose_cpu_gemm(config.device.blas, /*bf16_operands=*/true,
+                                       ops::build_cpu_blas_facts(/*onednn_bf16_instructions=*/false));
+  return cpu;
+}
+
+// The per-thread floats of kernels/cpu/flash_attention.cpp (per_thread_floats, its block sizes kFlashBlockQ 64 and
+// kFlashBlockK 128): the forward's score block, accumulator and row statistics, the backward's two score blocks and
+// key-block gradients; bf16 adds the widened q, k, v blocks and the backward's f32 dQ of a kv head's query heads.
+// Kept equal to the kernel's by MemoryPlanCpu.AttentionScratchIsTheKernels (tests/unit/run_plan).
+std::int64_t cpu_attention_scratch_bytes(const partition::BlockSpec& block, int threads, bool bf16) {
+  if (block.n_heads <= 0 || threads <= 0) return 0;
+  const std::int64_t t = block.seq_len, hd = block.in_features / block.n_heads;
+  const std::int64_t kv_heads = block.n_kv_heads > 0 ? block.n_kv_heads : block.n_heads;
+  const std::int64_t group = block.n_heads / kv_heads;  // the same at every tp (both are split by it)
+  const std::int64_t bq = std::max<std::int64_t>(1, std::min<std::int64_t>(64, t));
+  const std::int64_t bk = std::max<std::int64_t>(1, std::min<std::int64_t>(128, t));
+  const std::int64_t forward = bq * bk + bq * hd + 2 * bq, backward = 2 * bq * bk + bq + 2 * bk * hd;
+  const std::int64_t floats = bf16 ? std::max(forward + bq * hd + 2 * bk * hd,
+                                              backward + 3 * bq * hd + 2 * bk * hd + group * t * hd + hd)
+                                   : std::max(forward, backward);
+  return 4 * threads * floats;
+}
+
+std::int64_t cpu_cp_attention_scratch_bytes(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp,
+                                            bool ring, int threads, bool bf16) {
+  if (block.n_heads <= 0 || threads <= 0) return 0;
+  if (cp <= 1 || !ring) return cpu_attention_scratch_bytes(block, threads, bf16);
+  partition::BlockSpec chunk = block;
+  chunk.seq_len = block.seq_len / (2 * cp);
+  const std::int64_t part_out = micro * chunk.seq_len * (block.in_features / tp) * (bf16 ? 2 : 4);
+  const std::int64_t part_lse = micro * (block.n_heads / tp) * chunk.seq_len * 4;
+  return cpu_attention_scratch_bytes(chunk, threads, bf16) + part_out + part_lse;
+}
+
+}  // namespace cleave::run_plan

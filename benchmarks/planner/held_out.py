@@ -121,8 +121,7 @@ def auto_schedule_keys(row):
     as Cleave's automatic scheduler under the paper's memory limit (Qi et al., section 3.1 and Table 1; the fork's
     --zero-bubble-max-pending-backward K x pp, its limit K x pp x M_F with M_F one micro-batch's activations on a
     stage): K x pp stashes per rank, a stash weighing M_W / M_B = 32h / (34h + 5as) of itself between its I and its
-    W (the paper's Table 1, the approximation the fork's scheduler starts from before it measures; h d_model, a
-    heads, s sequence), the search minimising the longest per-rank span as the paper's heuristic does. {} for any
+    W (the paper's Table 1; the fork measures it, its values are not published; h d_model, a heads, s sequence), the search minimising the longest per-rank span as the paper's heuristic does. {} for any
     other schedule. simulate() adds --auto-schedule-priced: the search reads the estimate's priced F, I, W (the
     median over the stages, as the fork's scheduler takes the median of its profiled times) and P2P transfers."""
     name, _, factor = row["schedule"].partition(":")

@@ -285,7 +285,7 @@ pipeline::Schedule priced_auto_schedule(const run_plan::Plan& plan, const config
                                                median(&pipeline::StageCost::backward_weight));
   o.costs.p2p_latency = sim.p2p_latency;
   o.costs.p2p_bandwidth = sim.p2p_bandwidth;
-  for (int s = 0; s < pp; ++s) o.costs.stages[static_cast<std::size_t>(s)].output_bytes = sim.stages[static_cast<std::size_t>(s)].output_bytes;
+  for (std::size_t s = 0; s < o.costs.stages.size(); ++s) o.costs.stages[s].output_bytes = sim.stages[s].output_bytes;
   o.memory_limit = config.parallel.auto_schedule_memory_limit;
   o.weight_stash_fraction = config.parallel.auto_schedule_weight_stash_fraction;
   o.objective = config.parallel.auto_schedule_objective == config::AutoScheduleObjectiveChoice::kSpan

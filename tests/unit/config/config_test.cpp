@@ -417,7 +417,8 @@ TEST(Config, AutoScheduleWeightStashFractionAndObjective) {
   EXPECT_NE(to_json(c).find("\"auto_schedule_objective\": \"span\""), std::string::npos) << to_json(c);
   EXPECT_EQ(parse_config(to_json(c), "x").parallel.auto_schedule_objective, AutoScheduleObjectiveChoice::kSpan);
   expect_error(R"({"parallel": {"auto_schedule_weight_stash_fraction": 0.5}})",
-               {"parallel.auto_schedule_weight_stash_fraction", "applies only to parallel.schedule \"auto\"", "\"1f1b\""});
+               {"parallel.auto_schedule_weight_stash_fraction", "applies only to parallel.schedule \"auto\"",
+                "\"1f1b\""});
   expect_error(R"({"parallel": {"schedule": "zb_h1", "auto_schedule_objective": "span"}})",
                {"parallel.auto_schedule_objective", "applies only to parallel.schedule \"auto\"", "\"zb_h1\""});
   expect_error(R"({"parallel": {"schedule": "auto", "auto_schedule_weight_stash_fraction": 0}})",

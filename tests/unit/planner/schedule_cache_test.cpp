@@ -147,7 +147,8 @@ TEST(ScheduleCache, TheZeroBubblePapersMemoryLimitReachesTheAutoSchedule) {
 // the search on the FLOP ratio; it changes nothing for a schedule that is not auto.
 TEST(ScheduleCache, ThePricedAutoScheduleIsNeverSlowerThanZbH1) {
   const std::string path =
-      (std::filesystem::temp_directory_path() / ("cleave_priced_auto_" + std::to_string(::getpid()) + ".json")).string();
+      (std::filesystem::temp_directory_path() / ("cleave_priced_auto_" + std::to_string(::getpid()) + ".json"))
+          .string();
   std::ofstream(path) << kTiny;
   HardwareProfile slow_links = links();
   slow_links.intra_node = Link{2e-3, 1e8};

@@ -2,7 +2,8 @@
 """Held-out published training runs re-simulated by `cleave simulate --config` (issue 38 part 3).
 
 Each table in benchmarks/planner/held_out/*.tsv is one publication: '#' lines cite it, then one row per run with
-the run's own model, layout, schedule, batch, micro-batch, recomputation (none, selective, full;
+the run's own model, layout, schedule (auto:Kp = the zero-bubble paper's searched ZB-Kp, Cleave's automatic
+scheduler under the paper's memory limit: auto_schedule_keys), batch, micro-batch, recomputation (none, selective, full;
 selective:torchtitan_op = torchtitan's per-op policy, `simulate --selective-recompute torchtitan_op`), ZeRO stage, the attention kernel it
 used (`simulate --attention`: memory_efficient, probabilities, probabilities_dropout; memory_efficient:NAME also
 names the fused kernel's family, `simulate --attention-kernel NAME`: cudnn, flash3, flash2, priced at that kernel's
@@ -115,6 +116,25 @@ def blocks_per_stage(row):
     raise ValueError(f"{row['table']}: row {row['id']}: split '{split}' is not cost, megatron or zb")
 
 
+def auto_schedule_keys(row):
+    """The config keys of a schedule column 'auto:Kp': the zero-bubble paper's searched schedule ZB-Kp (K = 1, 2), run
+    as Cleave's automatic scheduler under the paper's memory limit (Qi et al., section 3.1 and Table 1; the fork's
+    --zero-bubble-max-pending-backward K x pp, its limit K x pp x M_F with M_F one micro-batch's activations on a
+    stage): K x pp stashes per rank, a stash weighing M_W / M_B = 32h / (34h + 5as) of itself between its I and its
+    W (the paper's Table 1; the fork measures it, its values are not published; h d_model, a heads, s sequence), the search minimising the longest per-rank span as the paper's heuristic does. {} for any
+    other schedule. simulate() adds --auto-schedule-priced: the search reads the estimate's priced F, I, W (the
+    median over the stages, as the fork's scheduler takes the median of its profiled times) and P2P transfers."""
+    name, _, factor = row["schedule"].partition(":")
+    if name != "auto" or not factor:
+        return {}
+    if not (factor.endswith("p") and factor[:-1].isdigit() and int(factor[:-1]) >= 1):
+        raise ValueError(f"{row['table']}: row {row['id']}: schedule '{row['schedule']}' is not auto:Kp (K an "
+                         "integer >= 1: K x pp micro-batches of activation memory, the paper's ZB-Kp)")
+    h, a, seq = (float(row[k]) for k in ("d_model", "n_heads", "seq"))
+    return {"schedule": "auto", "auto_schedule_memory_limit": int(factor[:-1]) * int(row["pp"]),
+            "auto_schedule_weight_stash_fraction": 32 * h / (34 * h + 5 * a * seq), "auto_schedule_objective": "span"}
+
+
 def config_of(row):
     model = {"type": row["family"], "vocab_size": int(row["vocab"]), "d_model": int(row["d_model"]),
              "n_layers": int(row["n_layers"]), "n_heads": int(row["n_heads"]), "seq_len": int(row["seq"])}
@@ -129,6 +149,7 @@ def config_of(row):
         model["tie_embeddings"] = row["tied"] == "1"
     parallel = {"tensor_model_parallel_size": int(row["tp"]), "pipeline_model_parallel_size": int(row["pp"]),
                 "schedule": row["schedule"], "virtual_pipeline_stages": int(row["v"]), "sequence_parallel": row["sp"] == "1"}
+    parallel.update(auto_schedule_keys(row))
     split = blocks_per_stage(row)
     if split is not None:
         parallel["partition"] = {"method": "manual", "blocks_per_stage": split}
@@ -167,6 +188,8 @@ def simulate(row, cleave, profiles, work):
            os.path.join(profiles, row["profile"] + ".json"), "--json"]
     if row["scatter"] == "1":
         cmd.append("--scatter-gather")
+    if auto_schedule_keys(row):  # the paper's heuristic reads profiled F, B, W and P2P: the search reads the prices
+        cmd.append("--auto-schedule-priced")
     # The attention kernel the run used (memory_efficient, probabilities...), and for a fused one its family.
     kind, _, family = row["attention"].partition(":")
     cmd += ["--attention", kind]

@@ -95,6 +95,8 @@ std::vector<std::string> schedule_overrides(const std::vector<std::string>& over
   if (choice.name != "auto") {  // the config's settings for the automatic scheduler apply to `auto` only
     all.push_back("parallel.auto_schedule_memory_limit=0");
     all.push_back("parallel.auto_schedule_profile=\"\"");
+    all.push_back("parallel.auto_schedule_weight_stash_fraction=1");
+    all.push_back("parallel.auto_schedule_objective=\"makespan\"");
   }
   all.push_back("train.trace=true");
   all.push_back("train.steps=" + std::to_string(total_steps));

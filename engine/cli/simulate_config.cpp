@@ -38,7 +38,7 @@ ArgParser simulate_config_args() {
               "                [--overlap-grad-reduce] [--tp-comm-overlap]\n"
               "                [--param-gather-dtype f32|bf16] [--cross-entropy fused|float32|torch_float32] [--hidden-dropout]\n"
               "                [--dense-embedding-grad] [--blocking-p2p] [--selective-recompute attention|torchtitan_op]\n"
-              "                [--norm fused|torch_unfused]",
+              "                [--norm fused|torch_unfused] [--auto-schedule-priced]",
               R"(Simulates one training step of the plan CONFIG describes on N ranks with the planner's costs (cost model
 FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer) and prints the step time,
 bubble, where the time goes, and per pp rank the memory plan by category and its timeline's peak.)");
@@ -105,6 +105,10 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
             "the rank until all its transfers are done, a transfer starting once both ends posted\n"
             "(Megatron-LM of 2021: batch_isend_irecv, wait, torch.cuda.synchronize; the engine's are\n"
             "asynchronous)")
+      .flag("--auto-schedule-priced",
+            "schedule auto: search the schedule on this estimate's priced F, I, W (the median over the\n"
+            "stages, as the zero-bubble paper's scheduler) and P2P transfers, under the config's\n"
+            "parallel.auto_schedule_* memory options (without it: the cost model's FLOP ratio, no P2P)")
       .flag("--tp-comm-overlap",
             "price a block's tp collectives as running under that block's compute of the same pass\n"
             "(Megatron-Core's --tp-comm-overlap; needs parallel.sequence_parallel)")
@@ -212,6 +216,15 @@ int run_simulate_config(int argc, char** argv) {
   options.overlap_grad_reduce = args.on("--overlap-grad-reduce");
   options.overlap_tp_comm = args.on("--tp-comm-overlap");
   options.blocking_p2p = args.on("--blocking-p2p");
+  options.auto_schedule_priced = args.on("--auto-schedule-priced");
+  CLEAVE_CHECK(!options.auto_schedule_priced || base.parallel.schedule == "auto",
+               "simulate --config: --auto-schedule-priced searches schedule auto on the estimate's prices, but {} has "
+               "parallel.schedule \"{}\" (set parallel.schedule auto, or drop the option)",
+               config_path, base.parallel.schedule);
+  CLEAVE_CHECK(!options.auto_schedule_priced || !profile.measured.has_blocks(),
+               "simulate --config: --auto-schedule-priced prices from a hardware profile, but profile '{}' is measured "
+               "(use parallel.auto_schedule_profile, which the search reads directly, or drop the option)",
+               profile.name);
   if (args.given("--param-gather-dtype")) {
     const std::string dtype = args.text("--param-gather-dtype");
     CLEAVE_CHECK(dtype == "f32" || dtype == "bf16",
@@ -275,6 +288,7 @@ int run_simulate_config(int argc, char** argv) {
                           {"overlap_grad_reduce", options.overlap_grad_reduce},
                           {"overlap_tp_comm", options.overlap_tp_comm},
                           {"blocking_p2p", options.blocking_p2p},
+                          {"auto_schedule_priced", options.auto_schedule_priced},
                           {"param_gather_dtype", options.param_gather_bf16 ? "bf16" : "f32"},
                           {"step_s", e.step_s},
                           {unit + "_per_s", e.items_per_s},

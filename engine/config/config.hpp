@@ -67,6 +67,14 @@ struct ParallelConfig {
   // builds from its measured F, I, W (at this tp width and micro-batch) and P2P fit. Empty: the cost model's
   // F : I : W ratio. Either way the stages are taken as equal (the partitioner balances them).
   std::string auto_schedule_profile;
+  // schedule "auto" only: what a stash still weighs between its I and its W, as a fraction of a whole one (the
+  // zero-bubble paper's M_W / M_B; its Table 1 gives 32h / (34h + 5as) for a transformer layer). 1 = this
+  // engine's accounting (a stash is whole until its W). Under a fraction < 1 the limit above is counted the
+  // paper's way, so a schedule may hold more than the limit's whole stashes in the engine's accounting.
+  double auto_schedule_weight_stash_fraction = 1.0;
+  // schedule "auto" only: what the search minimises first: the step's makespan (this engine's synchronised
+  // optimizer step) or the longest per-rank span (the zero-bubble paper's scheduler's cost).
+  AutoScheduleObjectiveChoice auto_schedule_objective = AutoScheduleObjectiveChoice::kMakespan;
   PartitionConfig partition;
   double dp_bucket_mb = 25.0;  // gradient all-reduce bucket size
   // dtype data-parallel gradient buckets travel in: "fp32" (the f32 gradients themselves; what Megatron does

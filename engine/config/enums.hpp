@@ -69,6 +69,14 @@ constexpr std::array<EnumName<ContextParallelComm>, 2> enum_names(ContextParalle
   return {{{ContextParallelComm::kRing, "ring"}, {ContextParallelComm::kAllToAll, "all_to_all"}}};
 }
 
+// parallel.auto_schedule_objective: what schedule `auto`'s search minimises first (pipeline/schedules/
+// auto_schedule.hpp, AutoScheduleObjective): the step's makespan, or the longest per-rank span (the zero-bubble
+// paper's cost, what a step pays when the optimizer step does not synchronise the ranks).
+enum class AutoScheduleObjectiveChoice { kMakespan, kSpan };
+constexpr std::array<EnumName<AutoScheduleObjectiveChoice>, 2> enum_names(AutoScheduleObjectiveChoice) {
+  return {{{AutoScheduleObjectiveChoice::kMakespan, "makespan"}, {AutoScheduleObjectiveChoice::kSpan, "span"}}};
+}
+
 // data.type
 enum class DataType { kText, kTokens, kDigits, kSynthetic };
 constexpr std::array<EnumName<DataType>, 4> enum_names(DataType) {

@@ -51,6 +51,7 @@ using FieldMember =
                  bool Section::*, std::string Section::*, std::vector<std::int64_t> Section::*,
                  std::vector<std::string> Section::*, std::vector<double> Section::*,
                  std::array<double, 2> Section::*, PartitionMethod Section::*, GradReduceDtype Section::*, ZeroReduce Section::*, ContextParallelComm Section::*,
+                 AutoScheduleObjectiveChoice Section::*,
                  CommBackend Section::*, P2PProgress Section::*, OptimizerType Section::*,
                  LrScheduleType Section::*, Recompute Section::*, DataType Section::*,
                  TokenFileFormat Section::*, DeviceType Section::*, Precision Section::*, Activation Section::*,
@@ -113,7 +114,7 @@ constexpr int kMaxParallel = 1 << 16;                        // tp, pp, dp, virt
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
 // parallel.*: the keys before the partition subsection, then the ones after it (kParallelPartitionAt).
-inline constexpr std::array<Field<ParallelConfig>, 16> kParallelFields = {{
+inline constexpr std::array<Field<ParallelConfig>, 18> kParallelFields = {{
     {"tensor_model_parallel_size", &ParallelConfig::tensor_model_parallel_size, FieldKind::kInteger,
      "tensor-parallel width (ranks sharing each layer)", 1, kMaxParallel},
     {"pipeline_model_parallel_size", &ParallelConfig::pipeline_model_parallel_size, FieldKind::kInteger,
@@ -127,6 +128,11 @@ inline constexpr std::array<Field<ParallelConfig>, 16> kParallelFields = {{
      "schedule auto: live micro-batch stashes per pp rank; 0 = pp", 0, std::numeric_limits<int>::max()},
     {"auto_schedule_profile", &ParallelConfig::auto_schedule_profile, FieldKind::kString,
      "schedule auto: a `cleave profile` output to build from"},
+    {"auto_schedule_weight_stash_fraction", &ParallelConfig::auto_schedule_weight_stash_fraction, FieldKind::kNumber,
+     "schedule auto: what a stash weighs between its I and W (M_W / M_B); 1 = whole", 0, 0, 0.0, 1.0,
+     /*min_open=*/true},
+    {"auto_schedule_objective", &ParallelConfig::auto_schedule_objective, FieldKind::kChoice,
+     "schedule auto: what the search minimises first: makespan or span"},
     {"dp_bucket_mb", &ParallelConfig::dp_bucket_mb, FieldKind::kNumber, "gradient all-reduce bucket size in MB", 0,
      0, 0.0, kInf, /*min_open=*/true},
     {"grad_reduce_dtype", &ParallelConfig::grad_reduce_dtype, FieldKind::kChoice,
@@ -144,7 +150,7 @@ inline constexpr std::array<Field<ParallelConfig>, 16> kParallelFields = {{
     {"moe_a2a_overlap", &ParallelConfig::moe_a2a_overlap, FieldKind::kBoolean,
      "dualpipev with ep > 1: run each F&B pair interleaved, hiding one's all-to-all behind the other's compute"},
 }};
-constexpr std::size_t kParallelPartitionAt = 7;  // parallel.partition sits before kParallelFields[7]
+constexpr std::size_t kParallelPartitionAt = 9;  // parallel.partition sits before kParallelFields[9]
 
 inline constexpr std::array<Field<PartitionConfig>, 2> kPartitionFields = {{
     {"method", &PartitionConfig::method, FieldKind::kChoice, "how blocks are split into pipeline stages"},

@@ -103,6 +103,16 @@ void validate(const RunConfig& c) {
          "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
          p.schedule);
   }
+  if (p.auto_schedule_weight_stash_fraction != 1.0 && p.schedule != "auto") {
+    refuse("parallel.auto_schedule_weight_stash_fraction",
+         "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
+         p.schedule);
+  }
+  if (p.auto_schedule_objective != AutoScheduleObjectiveChoice::kMakespan && p.schedule != "auto") {
+    refuse("parallel.auto_schedule_objective",
+         "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
+         p.schedule);
+  }
 
   // What is known before launch (build, device type); the factory adds the per-rank GPU probe.
   {

@@ -17,6 +17,8 @@
 #include "partition/cp_rules.hpp"
 #include "partition/ep_rules.hpp"
 #include "partition/tp_rules.hpp"
+#include "pipeline/lowering.hpp"
+#include "pipeline/schedules/auto_schedule.hpp"
 #include "pipeline/schedules/schedules.hpp"
 #include "pipeline/simulator.hpp"
 
@@ -252,6 +254,47 @@ void memory_over_step(const run_plan::Plan& plan, const PlanChoice& choice, bool
   }
 }
 
+// SearchOptions::auto_schedule_priced: schedule `auto` searched again on this plan's priced stage costs (the
+// median F, I, W over the stages, the priced P2P transfer after each stage) under the config's memory options;
+// returns the lowered schedule. The working set per rank (which only a measured profile's warm tables read) is
+// the memory plan's, less the optimizer state, as in estimate_plan.
+pipeline::Schedule priced_auto_schedule(const run_plan::Plan& plan, const config::RunConfig& config,
+                                        const PlanChoice& choice, const HardwareProfile& profile,
+                                        const SearchOptions& options) {
+  std::vector<std::int64_t> working_set(static_cast<std::size_t>(choice.pp), 0);
+  for (int r = 0; r < choice.pp; ++r) {
+    const run_plan::MemoryPlan memory = run_plan::estimate_rank_memory(plan, config, r, options.ep_imbalance);
+    working_set[static_cast<std::size_t>(r)] =
+        memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
+  }
+  const double sharing = profile.core_sharing(std::min(options.world, std::max(1, profile.ranks_per_node)));
+  const TermContext terms = make_term_context(plan, config, choice, profile, options, sharing);
+  const std::vector<StageCosts> stages = stage_costs(terms, working_set);
+  ActionTerms optimizer;
+  const pipeline::SimulationCosts sim = simulation_costs(terms, stages, optimizer);
+  const auto median = [&](double pipeline::StageCost::*kind) {
+    std::vector<double> v;
+    for (const pipeline::StageCost& st : sim.stages) v.push_back(st.*kind);
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  };
+  const int pp = choice.pp;
+  pipeline::AutoScheduleOptions o;
+  o.costs = pipeline::SimulationCosts::uniform(pp, median(&pipeline::StageCost::forward),
+                                               median(&pipeline::StageCost::backward_input),
+                                               median(&pipeline::StageCost::backward_weight));
+  o.costs.p2p_latency = sim.p2p_latency;
+  o.costs.p2p_bandwidth = sim.p2p_bandwidth;
+  for (std::size_t s = 0; s < o.costs.stages.size(); ++s) o.costs.stages[s].output_bytes = sim.stages[s].output_bytes;
+  o.memory_limit = config.parallel.auto_schedule_memory_limit;
+  o.weight_stash_fraction = config.parallel.auto_schedule_weight_stash_fraction;
+  o.objective = config.parallel.auto_schedule_objective == config::AutoScheduleObjectiveChoice::kSpan
+                    ? pipeline::AutoScheduleObjective::kSpan
+                    : pipeline::AutoScheduleObjective::kMakespan;
+  const int microbatches = static_cast<int>(config.resolved_batch().gradient_accumulation_steps);
+  return pipeline::ensure_lowered(pipeline::auto_schedule(pp, microbatches, o).schedule);
+}
+
 }  // namespace
 
 PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origin,
@@ -278,6 +321,9 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     config.device.memory_limit = 0;
     plan = run_plan::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0,
                               schedules);
+    if (options.auto_schedule_priced && config.parallel.schedule == "auto") {
+      plan.schedule = priced_auto_schedule(plan, config, choice, profile, options);
+    }
   } catch (const Error& e) {
     est.reason = e.what();
     return est;

@@ -137,6 +137,12 @@ struct SearchOptions {
   // request, torch.cuda.synchronize): each batch of SEND/RECV holds the rank until its transfers are done
   // (pipeline::SimulationCosts::blocking_p2p).
   bool blocking_p2p = false;
+  // Schedule `auto` searched on this estimate's own prices (a run option, `cleave simulate --auto-schedule-priced`):
+  // F, I and W the median over the stages of the priced stage costs (the zero-bubble paper's scheduler takes the
+  // median of its profiled per-stage times) and the priced P2P transfers (latency + boundary bytes / bandwidth),
+  // with the config's auto_schedule_memory_limit, _weight_stash_fraction and _objective; without it the search
+  // reads the cost model's FLOP ratio and no P2P (or parallel.auto_schedule_profile). Hardware profiles only.
+  bool auto_schedule_priced = false;
   // What ZeRO-1/2's parameter all-gather after the optimizer step moves (a run option): false = the f32 master
   // values, as the engine's trainer gathers them (DataParallel::sharded_step); true = the bf16 model parameters, as
   // Megatron-LM's distributed optimizer gathers them in a bf16 run (`cleave simulate --param-gather-dtype bf16`;

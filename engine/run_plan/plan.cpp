@@ -30,7 +30,9 @@ namespace {
 // are the model's totals / pp: measured (parallel.auto_schedule_profile, a `cleave profile` file: block times
 // at this tp width and micro-batch, a recomputed block's rerun share of its forward added to I, and the
 // P2P fit for the boundary tensor), else the cost model's FLOP ratio. Memory limit:
-// parallel.auto_schedule_memory_limit stashes per rank (0 = pp, 1F1B's memory). The options here (with their
+// parallel.auto_schedule_memory_limit stashes per rank (0 = pp, 1F1B's memory), a stash weighing
+// parallel.auto_schedule_weight_stash_fraction of itself between its I and W; the search minimises
+// parallel.auto_schedule_objective first (makespan or span). The options here (with their
 // checks), the search in compute_and_lowered.
 pipeline::AutoScheduleOptions auto_schedule_options(const config::RunConfig& config) {
   const int pp = config.parallel.pipeline_model_parallel_size;
@@ -41,6 +43,10 @@ pipeline::AutoScheduleOptions auto_schedule_options(const config::RunConfig& con
                v);
   pipeline::AutoScheduleOptions options;
   options.memory_limit = config.parallel.auto_schedule_memory_limit;
+  options.weight_stash_fraction = config.parallel.auto_schedule_weight_stash_fraction;
+  options.objective = config.parallel.auto_schedule_objective == config::AutoScheduleObjectiveChoice::kSpan
+                          ? pipeline::AutoScheduleObjective::kSpan
+                          : pipeline::AutoScheduleObjective::kMakespan;
   if (const std::string& path = config.parallel.auto_schedule_profile; !path.empty()) {
     const partition::ModelSpec spec = model_spec(config.model);
     const partition::MeasuredCosts measured = partition::load_profile(path).measured;

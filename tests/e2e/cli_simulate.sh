@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # `cleave simulate` end to end: the JSON summary reproduces the 1F1B bubble (p-1)/(m+p-1) = 3/11 for p=4,
 # m=8 with per-rank peaks p-r; --svg and --trace write files of the right kind; --save round-trips through
-# --schedule FILE; bad input exits 1 with a one-line error. Usage: cli_simulate.sh CLEAVE
+# --schedule FILE; bad input exits 1 with a one-line error; simulate --config --auto-schedule-priced searches
+# schedule auto only. Usage: cli_simulate.sh CLEAVE
 set -u
 cleave=$1
+repo=$(cd "$(dirname "$0")/../.." && pwd)
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -69,3 +71,14 @@ out=$("$cleave" simulate --schedule 1f1b --stages 4 --microbatches 100000000 2>&
 [ $status -ne 0 ] && grep -q -- "--microbatches expects a whole number >= 1 and <= 65536" <<<"$out" ||
   fail "huge --microbatches: $status $out"
 echo "ok   bad input rejected with one-line errors"
+
+# --auto-schedule-priced: schedule auto searched on the estimate's prices (echoed in --json); refused, naming the
+# option and the schedule, for a config whose schedule is not auto.
+priced=(simulate --config "$repo/examples/gpt_fortunes.json" --world 2 --profile "$repo/profiles/h100_sxm.json"
+        --set parallel.pipeline_model_parallel_size=2 --auto-schedule-priced)
+out=$("$cleave" "${priced[@]}" --set parallel.schedule=auto --json) || fail "priced auto exit $?: $out"
+grep -q '"auto_schedule_priced": true' <<<"$out" || fail "priced auto json: $out"
+out=$("$cleave" "${priced[@]}" 2>&1); status=$?
+[ $status -ne 0 ] && grep -q -- '--auto-schedule-priced searches schedule auto.*parallel.schedule "1f1b"' <<<"$out" ||
+  fail "priced 1f1b: $status $out"
+echo "ok   --auto-schedule-priced on auto, refused on 1f1b"

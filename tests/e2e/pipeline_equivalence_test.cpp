@@ -69,6 +69,12 @@ std::vector<Layout> layouts_for(int world) {
     }
     out.push_back(
         {"pp2_auto_memory3_untied", {pp(2), schedule("auto"), "parallel.auto_schedule_memory_limit=3", untied}, 0});
+    // The zero-bubble paper's memory accounting (a stash lighter after its I) and its span objective.
+    out.push_back({"pp2_auto_paper_memory_untied",
+                   {pp(2), schedule("auto"), "parallel.auto_schedule_memory_limit=2",
+                    "parallel.auto_schedule_weight_stash_fraction=0.3", "parallel.auto_schedule_objective=\"span\"",
+                    untied},
+                   0});
     out.push_back({"pp2_gpipe_untied", {pp(2), schedule("gpipe"), untied}, kRounding});
     out.push_back({"pp2_1f1b_clipped", {pp(2), "optimizer.grad_clip=0.05"}, kRounding});
     out.push_back({"dp2_untied", {"batch.micro_batch_size=4", untied}, kRounding});

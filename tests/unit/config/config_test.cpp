@@ -416,6 +416,35 @@ TEST(Config, AutoScheduleMemoryLimit) {
                {"parallel.auto_schedule_memory_limit", "-2"});
 }
 
+// parallel.auto_schedule_weight_stash_fraction (the zero-bubble paper's M_W / M_B, in (0, 1], default 1) and
+// parallel.auto_schedule_objective (makespan, the default, or span): read, written back, refused out of range or
+// with another schedule, naming the key and the value.
+TEST(Config, AutoScheduleWeightStashFractionAndObjective) {
+  const RunConfig c = parse_config(
+      R"({"parallel": {"schedule": "auto", "auto_schedule_weight_stash_fraction": 0.25,
+                       "auto_schedule_objective": "span"}})",
+      "x");
+  EXPECT_EQ(c.parallel.auto_schedule_weight_stash_fraction, 0.25);
+  EXPECT_EQ(c.parallel.auto_schedule_objective, AutoScheduleObjectiveChoice::kSpan);
+  const RunConfig d = parse_config("{}", "x");
+  EXPECT_EQ(d.parallel.auto_schedule_weight_stash_fraction, 1.0);
+  EXPECT_EQ(d.parallel.auto_schedule_objective, AutoScheduleObjectiveChoice::kMakespan);
+  EXPECT_NE(to_json(c).find("\"auto_schedule_weight_stash_fraction\": 0.25"), std::string::npos) << to_json(c);
+  EXPECT_NE(to_json(c).find("\"auto_schedule_objective\": \"span\""), std::string::npos) << to_json(c);
+  EXPECT_EQ(parse_config(to_json(c), "x").parallel.auto_schedule_objective, AutoScheduleObjectiveChoice::kSpan);
+  expect_error(R"({"parallel": {"auto_schedule_weight_stash_fraction": 0.5}})",
+               {"parallel.auto_schedule_weight_stash_fraction", "applies only to parallel.schedule \"auto\"",
+                "\"1f1b\""});
+  expect_error(R"({"parallel": {"schedule": "zb_h1", "auto_schedule_objective": "span"}})",
+               {"parallel.auto_schedule_objective", "applies only to parallel.schedule \"auto\"", "\"zb_h1\""});
+  expect_error(R"({"parallel": {"schedule": "auto", "auto_schedule_weight_stash_fraction": 0}})",
+               {"parallel.auto_schedule_weight_stash_fraction", "0"});
+  expect_error(R"({"parallel": {"schedule": "auto", "auto_schedule_weight_stash_fraction": 1.5}})",
+               {"parallel.auto_schedule_weight_stash_fraction", "1.5"});
+  expect_error(R"({"parallel": {"schedule": "auto", "auto_schedule_objective": "bubble"}})",
+               {"parallel.auto_schedule_objective", "bubble", "makespan", "span"});
+}
+
 TEST(Config, ResolveBatch) {
   auto batch = [](std::optional<std::int64_t> g, std::optional<std::int64_t> m, std::optional<std::int64_t> a) {
     return BatchConfig{g, m, a};

@@ -1,6 +1,8 @@
 // The plan search's schedule reuse (run_plan::ScheduleCache) changes no result: a plan made with the cache has
 // the schedule and partition of one made from scratch, every estimate of a search equals the same candidate
-// estimated alone without the cache, and the cache tells apart what the auto scheduler reads. A layout with more
+// estimated alone without the cache, and the cache tells apart what the auto scheduler reads (its memory limit
+// counted the zero-bubble paper's way reaches the search, and a search on the estimate's prices is never slower
+// than ZB-H1). A layout with more
 // stages than blocks is refused before its schedule is built, with the error make_plan gave after building it,
 // and a schedule's own refusals still come first; a world larger than any layout can use is refused before the
 // search.
@@ -8,7 +10,9 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -92,6 +96,81 @@ TEST(ScheduleCache, TheAutoSchedulesKeyHoldsWhatItsSearchReads) {
                                          "parallel.tensor_model_parallel_size=2", "parallel.sequence_parallel=true"});
   run_plan::make_plan(tp2, microbatches(tp2), 0, &cache);
   EXPECT_EQ(cache.hits(), 1u);
+}
+
+// A memory limit counted the zero-bubble paper's way through the config (parallel.auto_schedule_memory_limit, a
+// stash weighing parallel.auto_schedule_weight_stash_fraction after its I, parallel.auto_schedule_objective span)
+// reaches the search: at a limit of 3 on pp 4 and a fraction of 0.3 some rank holds more than 3 whole stashes
+// (which the whole-stash count forbids) while the weighted count stays within 3; each key is its own cache entry.
+TEST(ScheduleCache, TheZeroBubblePapersMemoryLimitReachesTheAutoSchedule) {
+  const std::vector<std::string> base = {"parallel.schedule=auto", "parallel.pipeline_model_parallel_size=4",
+                                         "parallel.auto_schedule_memory_limit=3"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.begin(), base.begin(), base.end());
+    return tiny(4, extra);
+  };
+  // Peak live stashes over the ranks of a plan's schedule, a stash weighing `fraction` between its I and its W.
+  auto peak = [](const run_plan::Plan& plan, double fraction) {
+    double most = 0;
+    for (const auto& actions : plan.schedule.ranks) {
+      double before_input = 0, before_weight = 0;
+      for (const pipeline::Action& a : actions) {
+        if (a.kind == pipeline::ActionKind::kForward) before_input += 1;
+        if (a.kind == pipeline::ActionKind::kBackwardInput) before_input -= 1, before_weight += 1;
+        if (a.kind == pipeline::ActionKind::kBackwardWeight) before_weight -= 1;
+        most = std::max(most, before_input + fraction * before_weight);
+      }
+    }
+    return most;
+  };
+  run_plan::ScheduleCache cache;
+  const config::RunConfig whole = with({});
+  const config::RunConfig light = with({"parallel.auto_schedule_weight_stash_fraction=0.3"});
+  const config::RunConfig span = with({"parallel.auto_schedule_weight_stash_fraction=0.3",
+                                       "parallel.auto_schedule_objective=\"span\""});
+  ASSERT_EQ(microbatches(whole), 16);
+  const run_plan::Plan p_whole = run_plan::make_plan(whole, microbatches(whole), 0, &cache);
+  const run_plan::Plan p_light = run_plan::make_plan(light, microbatches(light), 0, &cache);
+  const run_plan::Plan p_span = run_plan::make_plan(span, microbatches(span), 0, &cache);
+  EXPECT_LE(peak(p_whole, 1.0), 3.0);
+  for (const run_plan::Plan* plan : {&p_light, &p_span}) {
+    EXPECT_GT(peak(*plan, 1.0), 3.0);
+    EXPECT_LE(peak(*plan, 0.3), 3.0 + 1e-9);
+  }
+  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(cache.hits(), 0u);
+}
+
+// SearchOptions::auto_schedule_priced (`simulate --auto-schedule-priced`): schedule auto searched on the estimate's
+// own priced F, I, W and P2P. With transfers as slow as a block (the FLOP-ratio search prices none), the priced
+// search, which has ZB-H1 among its candidates at 1F1B's memory, is never slower than ZB-H1 and here faster than
+// the search on the FLOP ratio; it changes nothing for a schedule that is not auto.
+TEST(ScheduleCache, ThePricedAutoScheduleIsNeverSlowerThanZbH1) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("cleave_priced_auto_" + std::to_string(::getpid()) + ".json"))
+          .string();
+  std::ofstream(path) << kTiny;
+  HardwareProfile slow_links = links();
+  slow_links.intra_node = Link{2e-3, 1e8};
+  SearchOptions options;
+  options.world = 4;
+  auto estimate = [&](const std::string& schedule, bool priced) {
+    const std::vector<std::string> overrides = {"parallel.schedule=" + schedule,
+                                                "parallel.pipeline_model_parallel_size=4"};
+    SearchOptions o = options;
+    o.auto_schedule_priced = priced;
+    return estimate_plan(path, overrides, choice_of_config(path, overrides, 4), slow_links, o);
+  };
+  const PlanEstimate h1 = estimate("zb_h1", false);
+  const PlanEstimate priced = estimate("auto", true);
+  const PlanEstimate flops = estimate("auto", false);
+  ASSERT_TRUE(h1.valid && priced.valid && flops.valid) << h1.reason << priced.reason << flops.reason;
+  EXPECT_LE(priced.step_s, h1.step_s * (1 + 1e-9));
+  EXPECT_LT(priced.step_s, flops.step_s);  // the prices reach the search (0.0703 s against 0.0768 s when written)
+  EXPECT_EQ(estimate("zb_h1", true).step_s, h1.step_s);
+  std::printf("[ priced auto ] zb_h1 %.6f s, auto on FLOP ratio %.6f s, auto on prices %.6f s\n", h1.step_s,
+              flops.step_s, priced.step_s);
+  std::filesystem::remove(path);
 }
 
 TEST(ScheduleCache, MoreStagesThanBlocksIsRefusedBeforeTheScheduleIsBuilt) {

@@ -257,7 +257,7 @@ void memory_over_step(const run_plan::Plan& plan, const PlanChoice& choice, bool
 PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origin,
                            const std::vector<std::string>& overrides, const PlanChoice& choice,
                            const HardwareProfile& profile, const SearchOptions& options, PlanDetails* details,
-                           run_plan::ScheduleCache* schedules) {
+                           SearchCache* cache) {
   PlanEstimate est;
   est.choice = choice;
   config::RunConfig config;
@@ -277,12 +277,19 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     // a plan over it is valid but does not fit. Left in the config, make_plan would refuse it as invalid.
     config.device.memory_limit = 0;
     plan = run_plan::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0,
-                              schedules);
+                              cache != nullptr ? &cache->schedules : nullptr);
   } catch (const Error& e) {
     est.reason = e.what();
     return est;
   }
   est.valid = true;
+  // The ep imbalance, when the workload's expected figure (partition::workload_ep_imbalance, as the memory plan and
+  // the step terms would each work it out again): once, with the search's integral (the same value).
+  SearchOptions opts = options;
+  if (choice.ep > 1 && opts.ep_imbalance <= 0) {
+    opts.ep_imbalance = partition::workload_ep_imbalance(plan.spec, choice.micro_batch, choice.cp, choice.ep,
+                                                         cache != nullptr ? &cache->expected_max : nullptr);
+  }
 
   // Memory: the trainer's own estimate for every pp rank. What a rank touches over and over in a step (all of it
   // but the optimizer state, which only the optimizer step reads) decides how warm its caches stay.
@@ -291,7 +298,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   const std::vector<double> saved = probabilities_saved(plan, choice, options, bf16 ? DType::kBF16 : DType::kF32);
   const auto shard = partition::model_costs(plan.spec, DType::kF32, choice.recompute, choice.tp);
   for (int r = 0; r < choice.pp; ++r) {
-    run_plan::MemoryPlan memory = run_plan::estimate_rank_memory(plan, config, r, options.ep_imbalance);
+    run_plan::MemoryPlan memory = run_plan::estimate_rank_memory(plan, config, r, opts.ep_imbalance);
     // A run storing attention probabilities keeps them with every micro-batch's stash: the activations grow by
     // their share of a micro-batch's stash on each of the rank's stages (the trainer's plan counts its own,
     // memory-efficient attention).
@@ -343,7 +350,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   est.ranks_on_node = std::min(options.world, std::max(1, profile.ranks_per_node));
   est.cores_per_node = profile.cores_per_node;
   est.core_sharing = profile.core_sharing(est.ranks_on_node);
-  const TermContext terms = make_term_context(plan, config, choice, profile, options, est.core_sharing);
+  const TermContext terms = make_term_context(plan, config, choice, profile, opts, est.core_sharing);
   const std::vector<StageCosts> stages = stage_costs(terms, working_set);
   ActionTerms optimizer;
   const pipeline::SimulationCosts sim = simulation_costs(terms, stages, optimizer);
@@ -353,12 +360,16 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     const BlockCollectives x = expert_all_to_all(terms, b);  // one moe block's four, per micro-batch
     est.ep_all_to_all_s = x.forward_s + x.backward_s;
   }
-  const pipeline::SimulationResult result = pipeline::simulate(plan.schedule, sim);
+  // In a search, the schedule validated and indexed once (SearchCache::prepared: the same timing).
+  const std::shared_ptr<const pipeline::PreparedSchedule> prepared =
+      cache != nullptr ? cache->prepared.prepare(plan.schedule) : nullptr;
+  const pipeline::SimulationResult result =
+      prepared != nullptr ? pipeline::simulate(*prepared, sim) : pipeline::simulate(plan.schedule, sim);
   est.step_s = result.stats.makespan;
   est.bubble = result.stats.bubble_fraction;
   const double items = static_cast<double>(config.resolved_batch().global_batch_size * plan.spec.items_per_sample());
   est.items_per_s = est.step_s > 0 ? items / est.step_s : 0.0;
-  est.breakdown = step_breakdown(terms, stages, optimizer, sim, result);
+  est.breakdown = step_breakdown(terms, stages, optimizer, sim, result, prepared.get());
   if (details) {
     details->simulated = result;
     memory_over_step(plan, choice, bf16, est.step_s, saved, *details);
@@ -425,7 +436,7 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
   opts.memory_limit = out.memory_limit;
   // Every ZeRO stage, recomputation, sequence-parallel, context-parallel and tp choice of a (schedule, pp,
   // micro-batches) reuses one schedule (the automatic scheduler's search is most of an estimate's cost).
-  run_plan::ScheduleCache schedule_cache;
+  SearchCache cache;
 
   std::vector<int> tps = {1};
   if (const auto tp_sizes = partition::family(base.model.type).tp_sizes) {
@@ -499,7 +510,7 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
                   for (const int ep : eps) {
                     PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp, reduce, cp, cp_comm};
                     c.ep = ep;
-                    PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts, nullptr, &schedule_cache);
+                    PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts, nullptr, &cache);
                     (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
                   }
                 }

@@ -345,6 +345,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
       }
     }
   }
+  if (!est.fits && !options.price_over_cap) return est;  // known by its memory (SearchOptions::price_over_cap)
   // Ranks sharing a node's cores: each computes on its share (HardwareProfile::core_sharing), so a layout with
   // more ranks than cores is never priced faster than the cores allow.
   est.ranks_on_node = std::min(options.world, std::max(1, profile.ranks_per_node));
@@ -454,6 +455,7 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
   out.unit = partition::is_language_model(base.model.type) ? "tok" : "samples";
   SearchOptions opts = options;
   opts.memory_limit = out.memory_limit;
+  opts.price_over_cap = false;  // cleave plan reads an over-cap plan's memory, never its time
   // Every ZeRO stage, recomputation, sequence-parallel, context-parallel and tp choice of a (schedule, pp,
   // micro-batches) reuses one schedule (the automatic scheduler's search is most of an estimate's cost).
   SearchCache cache;

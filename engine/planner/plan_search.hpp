@@ -146,12 +146,16 @@ struct SearchOptions {
   // busiest rank's expert GEMMs and sizes its stash (`cleave plan --ep-imbalance`); 0 = the workload's
   // expected figure for uniformly random top-k routing (partition::workload_ep_imbalance).
   double ep_imbalance = 0;
+  // false: a plan over the cap is returned once its memory is known (valid, fits false, the reason, the peak and
+  // its categories), without its step priced (step_s, breakdown, ... stay 0). search_plans sets it: nothing reads an
+  // over-cap plan's time (cleave plan counts those plans and names the one closest to the cap by memory).
+  bool price_over_cap = true;
 };
 
 struct SearchResult {
   // Fitting plans, fastest first; equal times: less peak memory, then fewer bytes communicated.
   std::vector<PlanEstimate> ranked;
-  std::vector<PlanEstimate> rejected;  // invalid or over the cap, with reasons
+  std::vector<PlanEstimate> rejected;  // invalid or over the cap, with reasons (over the cap: memory, no time)
   std::int64_t memory_limit = 0;       // the cap used (0 = none)
   std::string unit;                    // "tok" or "samples"
 };

@@ -2,11 +2,13 @@
 // the table is the integral bit for bit; a prepared schedule is found only by a schedule equal to the one it was made
 // from (a swapped action, a renamed schedule or the overlap flag each make another); and every candidate of a moe
 // search, at every ep, estimates exactly as the same candidate estimated alone without any cache (step, bubble,
-// every term of the breakdown, memory, imbalance, all-to-alls, reasons).
+// every term of the breakdown, memory, imbalance, all-to-alls, reasons); under a cap a plan over it is returned
+// with its memory, as alone, and no time.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -129,6 +131,52 @@ TEST(SearchCache, EveryMoeCandidateEstimatesAsTheCandidateAloneWithoutACache) {
   }
   EXPECT_EQ(eps, (std::set<int>{2, 4, 8}));
   EXPECT_GT(compared, 300);
+  std::filesystem::remove(path);
+}
+
+// Under a cap the search prices only the plans that fit: a plan over it carries what cleave plan reads of it (valid,
+// the reason, the peak, its rank and categories), equal to the plan estimated alone, and no time; a plan that fits
+// is priced as alone.
+TEST(SearchCache, APlanOverTheCapIsKnownByItsMemoryAndNotPriced) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("cleave_search_cache_cap_" + std::to_string(::getpid()) + ".json"))
+          .string();
+  std::ofstream(path) << kMoe;
+  SearchOptions options;
+  options.world = 4;
+  const HardwareProfile profile = links();
+  const SearchResult all = search_plans(path, {}, profile, options);
+  ASSERT_FALSE(all.ranked.empty());
+  std::int64_t smallest = all.ranked.front().peak_bytes, largest = 0;
+  for (const auto& e : all.ranked) smallest = std::min(smallest, e.peak_bytes), largest = std::max(largest, e.peak_bytes);
+  options.memory_limit = (smallest + largest) / 2;
+  const SearchResult capped = search_plans(path, {}, profile, options);
+  int over = 0, fit = 0;
+  for (const auto* list : {&capped.ranked, &capped.rejected}) {
+    for (std::size_t i = 0; i < list->size(); i += 3) {
+      const PlanEstimate& e = (*list)[i];
+      if (!e.valid) continue;
+      const PlanEstimate alone = estimate_plan(path, {}, e.choice, profile, options);
+      const std::string what = e.choice.layout() + " " + e.choice.schedule + " zero " + e.choice.zero_label();
+      EXPECT_EQ(alone.fits, e.fits) << what;
+      EXPECT_EQ(alone.reason, e.reason) << what;
+      EXPECT_EQ(alone.peak_bytes, e.peak_bytes) << what;
+      EXPECT_EQ(alone.peak_rank, e.peak_rank) << what;
+      EXPECT_EQ(alone.peak_by_category, e.peak_by_category) << what;
+      EXPECT_GT(alone.step_s, 0) << what;
+      if (e.fits) {
+        EXPECT_EQ(alone.step_s, e.step_s) << what;
+        EXPECT_EQ(alone.breakdown.seconds, e.breakdown.seconds) << what;
+        ++fit;
+      } else {
+        EXPECT_GT(e.peak_bytes, options.memory_limit) << what;
+        EXPECT_EQ(e.step_s, 0) << what;  // not priced
+        ++over;
+      }
+    }
+  }
+  EXPECT_GT(over, 10);
+  EXPECT_GT(fit, 10);
   std::filesystem::remove(path);
 }
 

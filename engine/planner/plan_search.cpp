@@ -10,6 +10,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/planner/step_terms.hpp"
+#include "engine/planner/world_limit.hpp"
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/block_work.hpp"
@@ -398,52 +399,6 @@ PlanningSetup planning_setup(const config::RunConfig& base, const std::string& p
   return s;
 }
 
-namespace {
-
-// The most ranks a layout of this config can use, exactly: the largest tp × cp over the tp sizes the family allows
-// within a node (and, with measured block tables, the profile measured) and the cp sizes each allows (either
-// exchange, partition::allowed_cp_sizes: ring cuts a sequence into 2 cp chunks, all_to_all splits the heads of a
-// tp rank), × pp (one block per stage) × dp (the global batch). That layout is one the engine accepts (1f1b with
-// one micro-batch per replica), and every candidate of a larger world is invalid, so the search is refused before
-// it starts (at --world 1000000 it would price tens of thousands of candidates only to refuse them).
-void check_world_within_reach(const config::RunConfig& base, const partition::ModelSpec& spec,
-                              const HardwareProfile& profile, int world, std::int64_t global) {
-  std::vector<std::int64_t> tps = {1};
-  if (const auto tp_sizes = partition::family(base.model.type).tp_sizes) tps = tp_sizes(base.model);
-  std::int64_t tp = 1, cp = 1;
-  std::string cp_comm;
-  for (const std::int64_t t : tps) {
-    if (t > std::max(1, profile.ranks_per_node)) continue;
-    if (profile.measured.has_blocks() &&
-        !std::all_of(spec.blocks.begin(), spec.blocks.end(), [&](const partition::BlockSpec& b) {
-          return profile.measured.covers(partition::block_shape_key(b), static_cast<int>(t));
-        })) {
-      continue;
-    }
-    for (const bool ring : {true, false}) {
-      const std::int64_t c =
-          partition::has_attention(spec)
-              ? partition::allowed_cp_sizes(spec, static_cast<int>(t), ring, false, spec.token_sizes().seq_len).back()
-              : 1;
-      if (t * c > tp * cp) tp = t, cp = c, cp_comm = c > 1 ? (ring ? "ring" : "all_to_all") : "";
-    }
-  }
-  const auto pp = static_cast<std::int64_t>(spec.blocks.size());
-  const std::int64_t most = tp * cp * pp * global;
-  const std::string cp_rule = partition::has_attention(spec)
-                                  ? fmt::format("cp by model.seq_len {} and the heads", spec.token_sizes().seq_len)
-                                  : std::string("no cp: the model has no attention");
-  CLEAVE_CHECK(world <= most,
-               "plan: --world {} is more ranks than any layout of this config can use: at most {} = tp {} x cp {}{} "
-               "(the largest tp x cp the model allows: tp within a node of {} ranks{}{}, {}) x pp {} (one block per "
-               "stage) x dp {} (batch.global_batch_size); plan for at most {} ranks, or a larger model or global batch",
-               world, most, tp, cp, cp_comm.empty() ? "" : " " + cp_comm, profile.ranks_per_node,
-               profile.measured.has_blocks() ? " and measured by profile " : "",
-               profile.measured.has_blocks() ? "'" + profile.name + "'" : "", cp_rule, pp, global, most);
-}
-
-}  // namespace
-
 SearchResult search_plans(const std::string& config_path, const std::vector<std::string>& overrides,
                           const HardwareProfile& profile, const SearchOptions& options) {
   CLEAVE_CHECK(options.world >= 1, "plan: --world must be >= 1, got {}", options.world);
@@ -456,8 +411,8 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
   SearchOptions opts = options;
   opts.memory_limit = out.memory_limit;
   opts.price_over_cap = false;  // cleave plan reads an over-cap plan's memory, never its time
-  // Every ZeRO stage, recomputation, sequence-parallel, context-parallel and tp choice of a (schedule, pp,
-  // micro-batches) reuses one schedule (the automatic scheduler's search is most of an estimate's cost).
+  // What the candidates share, built once (search_cache.hpp: the schedules, each validated for the simulator once,
+  // the ep imbalance's integral).
   SearchCache cache;
 
   std::vector<int> tps = {1};

@@ -27,7 +27,16 @@ double expected_max_standard_normal(int n) {
   return sum * h;
 }
 
-double expected_ep_imbalance(std::int64_t tokens, std::int64_t experts, std::int64_t top_k, int ep) {
+double ExpectedMaxTable::at(int n) {
+  const auto it = values_.find(n);
+  if (it != values_.end()) return it->second;
+  const double value = expected_max_standard_normal(n);
+  values_.emplace(n, value);
+  return value;
+}
+
+double expected_ep_imbalance(std::int64_t tokens, std::int64_t experts, std::int64_t top_k, int ep,
+                             ExpectedMaxTable* table) {
   CLEAVE_CHECK(experts > 0 && top_k > 0 && top_k <= experts && ep >= 1 && experts % ep == 0,
                "expert parallelism: {} experts, top_k {} and ep {}: need 1 <= top_k <= experts and experts divisible "
                "by ep", experts, top_k, ep);
@@ -37,15 +46,18 @@ double expected_ep_imbalance(std::int64_t tokens, std::int64_t experts, std::int
   const double per_token_var = k * share * (1.0 - share) * (e - k) / (e - 1.0);
   const double mean = n * k * share;
   const double sigma = std::sqrt(n * per_token_var);
-  const double expected_max = mean + sigma * std::sqrt(static_cast<double>(ep) / (ep - 1)) * expected_max_standard_normal(ep);
+  const double c = table != nullptr ? table->at(ep) : expected_max_standard_normal(ep);
+  const double expected_max = mean + sigma * std::sqrt(static_cast<double>(ep) / (ep - 1)) * c;
   const double bound = static_cast<double>(std::min<std::int64_t>(top_k, experts / ep)) * ep / k;
   return std::min(bound, expected_max / mean);
 }
 
-double workload_ep_imbalance(const ModelSpec& spec, std::int64_t micro, int cp, int ep) {
+double workload_ep_imbalance(const ModelSpec& spec, std::int64_t micro, int cp, int ep, ExpectedMaxTable* table) {
   if (ep <= 1) return 1.0;
   for (const BlockSpec& b : spec.blocks) {
-    if (b.n_experts > 0) return expected_ep_imbalance(ep * micro * (b.seq_len / std::max(1, cp)), b.n_experts, b.top_k, ep);
+    if (b.n_experts > 0) {
+      return expected_ep_imbalance(ep * micro * (b.seq_len / std::max(1, cp)), b.n_experts, b.top_k, ep, table);
+    }
   }
   return 1.0;
 }

@@ -33,6 +33,8 @@ struct Schedule {
   // property the executor runs and the simulator times; set only by overlap_fb_pairs().
   bool overlap_fb_pairs = false;
 
+  friend bool operator==(const Schedule&, const Schedule&) = default;  // every field, the action lists included
+
   int rank_of(int stage) const { return stage_to_rank.at(static_cast<std::size_t>(stage)); }
   // Stages held by `rank`, ascending; chunk_of(stage) is the stage's index in that list.
   std::vector<int> stages_of(int rank) const;

@@ -96,7 +96,9 @@ SimulationCosts SimulationCosts::uniform(int num_stages, double forward, double 
   return costs;
 }
 
-SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs) {
+namespace {
+
+void check_costs(const Schedule& schedule, const SimulationCosts& costs) {
   CLEAVE_CHECK(static_cast<int>(costs.stages.size()) == schedule.num_stages,
                "simulate: the cost table has {} stages but schedule '{}' has {}", costs.stages.size(), schedule.name,
                schedule.num_stages);
@@ -116,12 +118,13 @@ SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs
                "simulate: p2p latency is {}, expected a finite value >= 0", costs.p2p_latency);
   CLEAVE_CHECK(std::isfinite(costs.p2p_bandwidth) && costs.p2p_bandwidth >= 0,
                "simulate: p2p bandwidth is {}, expected a finite value >= 0 (0 = infinite)", costs.p2p_bandwidth);
+}
 
+// The timing itself, on a lowered, validated schedule (blocking_p2p: already in blocking_order) and its index.
+SimulationResult time_lowered(Schedule lowered, const ActionIndex& index, const SimulationCosts& costs) {
   SimulationResult result;
-  result.lowered = ensure_lowered(schedule);
-  if (costs.blocking_p2p) result.lowered = blocking_order(result.lowered, costs.blocking_fb_pairs);
+  result.lowered = std::move(lowered);
   const Schedule& s = result.lowered;
-  const ActionIndex index(s);
   const int p = s.pp_size;
 
   if (!costs.action_durations.empty()) {
@@ -305,6 +308,28 @@ SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs
   }
   result.stats = timeline_stats(result.timeline);
   return result;
+}
+
+}  // namespace
+
+SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs) {
+  check_costs(schedule, costs);
+  Schedule lowered = ensure_lowered(schedule);
+  if (costs.blocking_p2p) lowered = blocking_order(lowered, costs.blocking_fb_pairs);
+  const ActionIndex index(lowered);
+  return time_lowered(std::move(lowered), index, costs);
+}
+
+PreparedSchedule::PreparedSchedule(const Schedule& schedule) : lowered_(ensure_lowered(schedule)), index_(lowered_) {}
+
+SimulationResult simulate(const PreparedSchedule& prepared, const SimulationCosts& costs) {
+  check_costs(prepared.lowered(), costs);
+  if (costs.blocking_p2p) {  // a reordered list of its own (blocking_order), indexed afresh
+    Schedule blocking = blocking_order(prepared.lowered(), costs.blocking_fb_pairs);
+    const ActionIndex index(blocking);
+    return time_lowered(std::move(blocking), index, costs);
+  }
+  return time_lowered(prepared.lowered(), prepared.index(), costs);
 }
 
 }  // namespace cleave::pipeline

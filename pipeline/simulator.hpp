@@ -32,6 +32,7 @@
 
 #include <vector>
 
+#include "pipeline/dependencies.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/timeline.hpp"
 
@@ -79,5 +80,23 @@ struct SimulationResult {
 // Throws Error for an invalid schedule (the validator's message) or a cost table of the wrong size or
 // with negative / non-finite entries.
 SimulationResult simulate(const Schedule& schedule, const SimulationCosts& costs);
+
+// A schedule made ready to be timed under many cost tables (the planner prices each schedule for every ZeRO,
+// recomputation, tp, cp and ep choice of a layout; lowering, validating and indexing it were most of a
+// simulation's time): lowered if it is not, validated, and its actions indexed, once. Throws Error for an invalid
+// schedule, as simulate does. Invariant: simulate(prepared, costs) == simulate(schedule, costs) for the schedule
+// it was made from and every cost table (the same timing code on the same lowered list and index; the cost table
+// is still checked on every call).
+class PreparedSchedule {
+ public:
+  explicit PreparedSchedule(const Schedule& schedule);
+  const Schedule& lowered() const { return lowered_; }
+  const ActionIndex& index() const { return index_; }
+
+ private:
+  Schedule lowered_;
+  ActionIndex index_;
+};
+SimulationResult simulate(const PreparedSchedule& prepared, const SimulationCosts& costs);
 
 }  // namespace cleave::pipeline

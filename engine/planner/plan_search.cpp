@@ -10,6 +10,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/planner/step_terms.hpp"
+#include "engine/planner/world_limit.hpp"
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/block_work.hpp"
@@ -300,7 +301,7 @@ pipeline::Schedule priced_auto_schedule(const run_plan::Plan& plan, const config
 PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origin,
                            const std::vector<std::string>& overrides, const PlanChoice& choice,
                            const HardwareProfile& profile, const SearchOptions& options, PlanDetails* details,
-                           run_plan::ScheduleCache* schedules) {
+                           SearchCache* cache) {
   PlanEstimate est;
   est.choice = choice;
   config::RunConfig config;
@@ -320,7 +321,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     // a plan over it is valid but does not fit. Left in the config, make_plan would refuse it as invalid.
     config.device.memory_limit = 0;
     plan = run_plan::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0,
-                              schedules);
+                              cache != nullptr ? &cache->schedules : nullptr);
     if (options.auto_schedule_priced && config.parallel.schedule == "auto") {
       plan.schedule = priced_auto_schedule(plan, config, choice, profile, options);
     }
@@ -329,6 +330,13 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     return est;
   }
   est.valid = true;
+  // The ep imbalance, when the workload's expected figure (partition::workload_ep_imbalance, as the memory plan and
+  // the step terms would each work it out again): once, with the search's integral (the same value).
+  SearchOptions opts = options;
+  if (choice.ep > 1 && opts.ep_imbalance <= 0) {
+    opts.ep_imbalance = partition::workload_ep_imbalance(plan.spec, choice.micro_batch, choice.cp, choice.ep,
+                                                         cache != nullptr ? &cache->expected_max : nullptr);
+  }
 
   // Memory: the trainer's own estimate for every pp rank. What a rank touches over and over in a step (all of it
   // but the optimizer state, which only the optimizer step reads) decides how warm its caches stay.
@@ -337,7 +345,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   const std::vector<double> saved = probabilities_saved(plan, choice, options, bf16 ? DType::kBF16 : DType::kF32);
   const auto shard = partition::model_costs(plan.spec, DType::kF32, choice.recompute, choice.tp);
   for (int r = 0; r < choice.pp; ++r) {
-    run_plan::MemoryPlan memory = run_plan::estimate_rank_memory(plan, config, r, options.ep_imbalance);
+    run_plan::MemoryPlan memory = run_plan::estimate_rank_memory(plan, config, r, opts.ep_imbalance);
     // A run storing attention probabilities keeps them with every micro-batch's stash: the activations grow by
     // their share of a micro-batch's stash on each of the rank's stages (the trainer's plan counts its own,
     // memory-efficient attention).
@@ -384,12 +392,13 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
       }
     }
   }
+  if (!est.fits && !options.price_over_cap) return est;  // known by its memory (SearchOptions::price_over_cap)
   // Ranks sharing a node's cores: each computes on its share (HardwareProfile::core_sharing), so a layout with
   // more ranks than cores is never priced faster than the cores allow.
   est.ranks_on_node = std::min(options.world, std::max(1, profile.ranks_per_node));
   est.cores_per_node = profile.cores_per_node;
   est.core_sharing = profile.core_sharing(est.ranks_on_node);
-  const TermContext terms = make_term_context(plan, config, choice, profile, options, est.core_sharing);
+  const TermContext terms = make_term_context(plan, config, choice, profile, opts, est.core_sharing);
   const std::vector<StageCosts> stages = stage_costs(terms, working_set);
   ActionTerms optimizer;
   const pipeline::SimulationCosts sim = simulation_costs(terms, stages, optimizer);
@@ -399,12 +408,16 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     const BlockCollectives x = expert_all_to_all(terms, b);  // one moe block's four, per micro-batch
     est.ep_all_to_all_s = x.forward_s + x.backward_s;
   }
-  const pipeline::SimulationResult result = pipeline::simulate(plan.schedule, sim);
+  // In a search, the schedule validated and indexed once (SearchCache::prepared: the same timing).
+  const std::shared_ptr<const pipeline::PreparedSchedule> prepared =
+      cache != nullptr ? cache->prepared.prepare(plan.schedule) : nullptr;
+  const pipeline::SimulationResult result =
+      prepared != nullptr ? pipeline::simulate(*prepared, sim) : pipeline::simulate(plan.schedule, sim);
   est.step_s = result.stats.makespan;
   est.bubble = result.stats.bubble_fraction;
   const double items = static_cast<double>(config.resolved_batch().global_batch_size * plan.spec.items_per_sample());
   est.items_per_s = est.step_s > 0 ? items / est.step_s : 0.0;
-  est.breakdown = step_breakdown(terms, stages, optimizer, sim, result);
+  est.breakdown = step_breakdown(terms, stages, optimizer, sim, result, prepared.get());
   if (details) {
     details->simulated = result;
     memory_over_step(plan, choice, bf16, est.step_s, saved, *details);
@@ -432,32 +445,6 @@ PlanningSetup planning_setup(const config::RunConfig& base, const std::string& p
   return s;
 }
 
-namespace {
-
-// The most ranks a layout of this config can use: tp (the largest size the family allows within a node) × cp
-// (at most model.seq_len: every exchange cuts a sequence into cp or 2 cp chunks) × pp (at most one block per
-// stage) × dp (a divisor of the global batch). Every candidate of a larger world is invalid, so the search is
-// refused before it starts (at --world 1000000 it would price tens of thousands of candidates only to refuse them).
-void check_world_within_reach(const config::RunConfig& base, const partition::ModelSpec& spec,
-                              const HardwareProfile& profile, int world, std::int64_t global) {
-  std::int64_t tp = 1;
-  if (const auto tp_sizes = partition::family(base.model.type).tp_sizes) {
-    for (auto t : tp_sizes(base.model)) {
-      if (t <= profile.ranks_per_node) tp = std::max<std::int64_t>(tp, t);
-    }
-  }
-  const std::int64_t cp = partition::has_attention(spec) ? spec.token_sizes().seq_len : 1;
-  const auto pp = static_cast<std::int64_t>(spec.blocks.size());
-  const std::int64_t most = tp * cp * pp * global;
-  CLEAVE_CHECK(world <= most,
-               "plan: --world {} is more ranks than any layout of this config can use: at most {} = tp {} (the largest "
-               "the model allows within a node of {} ranks) x cp {} (model.seq_len) x pp {} (one block per stage) x "
-               "dp {} (batch.global_batch_size); plan for at most {} ranks, or a larger model or global batch",
-               world, most, tp, profile.ranks_per_node, cp, pp, global, most);
-}
-
-}  // namespace
-
 SearchResult search_plans(const std::string& config_path, const std::vector<std::string>& overrides,
                           const HardwareProfile& profile, const SearchOptions& options) {
   CLEAVE_CHECK(options.world >= 1, "plan: --world must be >= 1, got {}", options.world);
@@ -469,9 +456,10 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
   out.unit = partition::is_language_model(base.model.type) ? "tok" : "samples";
   SearchOptions opts = options;
   opts.memory_limit = out.memory_limit;
-  // Every ZeRO stage, recomputation, sequence-parallel, context-parallel and tp choice of a (schedule, pp,
-  // micro-batches) reuses one schedule (the automatic scheduler's search is most of an estimate's cost).
-  run_plan::ScheduleCache schedule_cache;
+  opts.price_over_cap = false;  // cleave plan reads an over-cap plan's memory, never its time
+  // What the candidates share, built once (search_cache.hpp: the schedules, each validated for the simulator once,
+  // the ep imbalance's integral).
+  SearchCache cache;
 
   std::vector<int> tps = {1};
   if (const auto tp_sizes = partition::family(base.model.type).tp_sizes) {
@@ -545,7 +533,7 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
                   for (const int ep : eps) {
                     PlanChoice c{tp, pp, dp, v, schedule, micro, zero, recompute, global, sp, reduce, cp, cp_comm};
                     c.ep = ep;
-                    PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts, nullptr, &schedule_cache);
+                    PlanEstimate e = estimate_plan(base, origin, overrides, c, profile, opts, nullptr, &cache);
                     (e.fits ? out.ranked : out.rejected).push_back(std::move(e));
                   }
                 }

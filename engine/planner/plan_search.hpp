@@ -24,7 +24,7 @@
 #include "engine/core/allocator.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/step_breakdown.hpp"
-#include "engine/run_plan/schedule_cache.hpp"
+#include "engine/planner/search_cache.hpp"
 #include "partition/block_work.hpp"
 #include "pipeline/simulator.hpp"
 
@@ -152,12 +152,16 @@ struct SearchOptions {
   // busiest rank's expert GEMMs and sizes its stash (`cleave plan --ep-imbalance`); 0 = the workload's
   // expected figure for uniformly random top-k routing (partition::workload_ep_imbalance).
   double ep_imbalance = 0;
+  // false: a plan over the cap is returned once its memory is known (valid, fits false, the reason, the peak and
+  // its categories), without its step priced (step_s, breakdown, ... stay 0). search_plans sets it: nothing reads an
+  // over-cap plan's time (cleave plan counts those plans and names the one closest to the cap by memory).
+  bool price_over_cap = true;
 };
 
 struct SearchResult {
   // Fitting plans, fastest first; equal times: less peak memory, then fewer bytes communicated.
   std::vector<PlanEstimate> ranked;
-  std::vector<PlanEstimate> rejected;  // invalid or over the cap, with reasons
+  std::vector<PlanEstimate> rejected;  // invalid or over the cap, with reasons (over the cap: memory, no time)
   std::int64_t memory_limit = 0;       // the cap used (0 = none)
   std::string unit;                    // "tok" or "samples"
 };
@@ -189,12 +193,12 @@ PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std
                            PlanDetails* details = nullptr);
 // The same from the config already read (`base`: file `origin` + `overrides`, which only name where a refused
 // key came from in the reason, as parse_config would): the candidate is a typed edit of `base`, not re-parsed.
-// `schedules` (optional): the pipeline schedules earlier estimates built, reused (run_plan::ScheduleCache; the
-// estimate is the same with or without it).
+// `cache` (optional): what earlier estimates of the search built, reused (SearchCache: the pipeline schedules, the
+// ep imbalance's integral; the estimate is the same with or without it).
 PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origin,
                            const std::vector<std::string>& overrides, const PlanChoice& choice,
                            const HardwareProfile& profile, const SearchOptions& options,
-                           PlanDetails* details = nullptr, run_plan::ScheduleCache* schedules = nullptr);
+                           PlanDetails* details = nullptr, SearchCache* cache = nullptr);
 
 // The plan a config itself describes on `world` ranks (its parallel.*, batch, ZeRO and recompute keys).
 PlanChoice choice_of_config(const std::string& config_path, const std::vector<std::string>& overrides, int world);

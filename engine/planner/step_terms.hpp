@@ -211,8 +211,10 @@ pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vect
                                            ActionTerms& optimizer);
 
 // The breakdown of a simulated step: the busiest rank's actions term by term; its idle time split into what a
-// second simulation with free P2P removes (point_to_point) and the rest (bubble).
+// second simulation with free P2P removes (point_to_point) and the rest (bubble). `prepared` (optional): the plan's
+// schedule prepared for the simulator (the same timing, without validating it again).
 StepBreakdown step_breakdown(const TermContext& c, const std::vector<StageCosts>& stages, const ActionTerms& optimizer,
-                             const pipeline::SimulationCosts& sim, const pipeline::SimulationResult& result);
+                             const pipeline::SimulationCosts& sim, const pipeline::SimulationResult& result,
+                             const pipeline::PreparedSchedule* prepared = nullptr);
 
 }  // namespace cleave::planner

@@ -64,7 +64,8 @@ pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vect
 }
 
 StepBreakdown step_breakdown(const TermContext& c, const std::vector<StageCosts>& stages, const ActionTerms& optimizer,
-                             const pipeline::SimulationCosts& sim, const pipeline::SimulationResult& result) {
+                             const pipeline::SimulationCosts& sim, const pipeline::SimulationResult& result,
+                             const pipeline::PreparedSchedule* prepared) {
   const run_plan::Plan& plan = *c.plan;
   StepBreakdown bd;
   for (std::size_t r = 0; r < result.stats.ranks.size(); ++r) {
@@ -129,7 +130,8 @@ StepBreakdown step_breakdown(const TermContext& c, const std::vector<StageCosts>
     pipeline::SimulationCosts free_p2p = sim;
     free_p2p.p2p_latency = 0;
     free_p2p.p2p_bandwidth = 0;  // infinite
-    const double without = pipeline::simulate(plan.schedule, free_p2p).stats.makespan;
+    const double without = (prepared != nullptr ? pipeline::simulate(*prepared, free_p2p)
+                                                : pipeline::simulate(plan.schedule, free_p2p)).stats.makespan;
     p2p = std::clamp(step - without, 0.0, std::max(0.0, step - busy_s));
   }
   bd.seconds[static_cast<std::size_t>(StepTerm::kPointToPoint)] = p2p;

@@ -235,26 +235,39 @@ TEST(ScheduleCache, EverySearchedEstimateEqualsTheCandidateEstimatedAloneWithout
   std::filesystem::remove(path);
 }
 
-TEST(ScheduleCache, AWorldNoLayoutCanUseIsRefusedBeforeTheSearch) {
+TEST(ScheduleCache, AWorldNoLayoutCanUseIsRefusedBeforeTheSearchAndTheLargestUsableOneIsSearched) {
   const std::string path =
       (std::filesystem::temp_directory_path() / ("cleave_world_bound_" + std::to_string(::getpid()) + ".json"))
           .string();
   std::ofstream(path) << kTiny;
   SearchOptions options;
-  // tp 4 (n_heads, a node of 4 ranks) x cp 16 (seq_len) x pp 6 blocks at most x dp 16 (the global batch).
+  // tp 4 (n_heads, a node of 4 ranks) x cp 8 (ring: seq_len 16 in 2 cp chunks; all_to_all would need the 4 / tp
+  // heads of a tp rank divisible by cp, so at most tp 1 x cp 4) x pp one block per stage x dp 16 (the global batch).
   const partition::ModelSpec spec = run_plan::model_spec(config::parse_config(kTiny, "<string>", {}).model);
-  const auto most = 4 * 16 * static_cast<int>(spec.blocks.size()) * 16;
-  options.world = most * 2;
-  try {
-    search_plans(path, {}, links(), options);
-    ADD_FAILURE() << "world " << options.world << " searched";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("--world " + std::to_string(options.world) +
-                                         " is more ranks than any layout of this config can use: at most " +
-                                         std::to_string(most)),
-              std::string::npos)
-        << e.what();
+  const auto blocks = static_cast<int>(spec.blocks.size());
+  const int most = 4 * 8 * blocks * 16;
+  // Above it, down to the bound that counted cp up to seq_len (2 x most, which was searched only to be refused).
+  for (const int world : {most * 2, most + 1}) {
+    options.world = world;
+    try {
+      search_plans(path, {}, links(), options);
+      ADD_FAILURE() << "world " << world << " searched";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("--world " + std::to_string(world) +
+                                           " is more ranks than any layout of this config can use: at most " +
+                                           std::to_string(most) + " = tp 4 x cp 8 ring"),
+                std::string::npos)
+          << e.what();
+    }
   }
+  // At it: searched, and the layout the bound names is one the engine accepts.
+  options.world = most;
+  const SearchResult at_most = search_plans(path, {}, links(), options);
+  bool named = false;
+  for (const auto& e : at_most.ranked) {
+    named |= e.choice.tp == 4 && e.choice.cp == 8 && e.choice.pp == blocks && e.choice.dp == 16;
+  }
+  EXPECT_TRUE(named) << at_most.ranked.size() << " plans fit";
   std::filesystem::remove(path);
 }
 

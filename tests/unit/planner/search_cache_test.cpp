@@ -1,0 +1,184 @@
+// The search's caches (engine/planner/search_cache.hpp) change no estimate: the ep imbalance's integral taken from
+// the table is the integral bit for bit; a prepared schedule is found only by a schedule equal to the one it was made
+// from (a swapped action, a renamed schedule or the overlap flag each make another); and every candidate of a moe
+// search, at every ep, estimates exactly as the same candidate estimated alone without any cache (step, bubble,
+// every term of the breakdown, memory, imbalance, all-to-alls, reasons); under a cap a plan over it is returned
+// with its memory, as alone, and no time.
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "engine/core/enum_names.hpp"
+#include "engine/planner/hardware_profile.hpp"
+#include "engine/planner/plan_search.hpp"
+#include "engine/planner/search_cache.hpp"
+#include "partition/ep_costs.hpp"
+#include "pipeline/lowering.hpp"
+#include "pipeline/schedules/schedules.hpp"
+
+namespace cleave::planner {
+namespace {
+
+TEST(ExpectedMaxTable, GivesTheIntegralBitForBitAndIntegratesEachArgumentOnce) {
+  partition::ExpectedMaxTable table;
+  for (const int n : {1, 2, 3, 4, 8, 16, 4, 2, 64}) {
+    EXPECT_EQ(table.at(n), partition::expected_max_standard_normal(n)) << n;
+  }
+  EXPECT_EQ(table.size(), 7u);  // 1, 2, 3, 4, 8, 16, 64
+  for (const int ep : {2, 4, 8}) {
+    for (const std::int64_t tokens : {16, 64, 4096}) {
+      EXPECT_EQ(partition::expected_ep_imbalance(tokens, 8, 2, ep, &table),
+                partition::expected_ep_imbalance(tokens, 8, 2, ep))
+          << ep << " " << tokens;
+    }
+  }
+}
+
+TEST(PreparedSchedules, FindsOnlyAnEqualSchedule) {
+  PreparedSchedules cache;
+  const pipeline::Schedule s = pipeline::lower_schedule(pipeline::make_schedule("1f1b", 2, 4, 1));
+  const auto first = cache.prepare(s);
+  EXPECT_EQ(cache.prepare(pipeline::Schedule(s)).get(), first.get());
+  EXPECT_EQ(cache.hits(), 1u);
+  EXPECT_EQ(first->lowered(), s);
+  // The same sizes and action count, but not the same schedule: each is prepared afresh.
+  pipeline::Schedule renamed = s;
+  renamed.name = "1f1b copy";
+  pipeline::Schedule other_order = pipeline::lower_schedule(pipeline::make_schedule("gpipe", 2, 4, 1));
+  ASSERT_EQ(other_order.num_actions(), s.num_actions());
+  other_order.name = s.name;
+  for (const pipeline::Schedule* x : {&renamed, &other_order}) {
+    const auto p = cache.prepare(*x);
+    EXPECT_NE(p.get(), first.get());
+    EXPECT_EQ(p->lowered(), *x);
+  }
+  EXPECT_EQ(cache.size(), 3u);
+  EXPECT_EQ(cache.hits(), 1u);
+  // A compute-only schedule is prepared lowered, and found again by the compute form it was asked with.
+  const pipeline::Schedule compute = pipeline::make_schedule("zb_h1", 2, 4, 1);
+  const auto lowered = cache.prepare(compute);
+  EXPECT_EQ(lowered->lowered(), pipeline::lower_schedule(compute));
+  EXPECT_EQ(cache.prepare(compute).get(), lowered.get());
+}
+
+// A moe model of two blocks, E 8, k 2: on 8 ranks the search holds ep 2, 4 and 8.
+constexpr const char* kMoe = R"({
+  "model": {"type": "moe", "vocab_size": 64, "d_model": 32, "n_layers": 2, "n_heads": 4, "seq_len": 16,
+            "ffn_hidden_size": 64, "n_experts": 8, "top_k": 2},
+  "batch": {"global_batch_size": 8, "micro_batch_size": 1},
+  "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})";
+
+HardwareProfile links() {
+  HardwareProfile p;
+  p.name = p.source = "test";
+  p.flops_f32 = p.flops_bf16 = 1e9;
+  p.memory_bandwidth_Bps = 1e11;
+  p.intra_node = Link{1e-6, 1e10};
+  p.inter_node = Link{1e-5, 1e9};
+  p.ranks_per_node = 4;
+  return p;
+}
+
+TEST(SearchCache, EveryMoeCandidateEstimatesAsTheCandidateAloneWithoutACache) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("cleave_search_cache_moe_" + std::to_string(::getpid()) + ".json"))
+          .string();
+  std::ofstream(path) << kMoe;
+  SearchOptions options;
+  options.world = 8;
+  const HardwareProfile profile = links();
+  const SearchResult searched = search_plans(path, {}, profile, options);
+  std::vector<const PlanEstimate*> all;
+  for (const auto& e : searched.ranked) all.push_back(&e);
+  for (const auto& e : searched.rejected) all.push_back(&e);
+  std::set<int> eps;
+  int compared = 0, skipped = 0;
+  for (const PlanEstimate* e : all) {
+    if (e->choice.schedule == "-") continue;  // refused before any plan was made (dp does not divide the batch)
+    // Every second ep plan (the imbalance the table feeds), every eighth of the others.
+    if (skipped++ % (e->choice.ep > 1 ? 2 : 8) != 0) continue;
+    const PlanEstimate alone = estimate_plan(path, {}, e->choice, profile, options);
+    const std::string what = e->choice.layout() + " " + e->choice.schedule + " micro " +
+                             std::to_string(e->choice.micro_batch) + " zero " + e->choice.zero_label() +
+                             " recompute " + std::string(enum_name(e->choice.recompute));
+    EXPECT_EQ(alone.valid, e->valid) << what;
+    EXPECT_EQ(alone.fits, e->fits) << what;
+    EXPECT_EQ(alone.reason, e->reason) << what;
+    EXPECT_EQ(alone.step_s, e->step_s) << what;  // exactly: the same arithmetic on the same schedule
+    EXPECT_EQ(alone.bubble, e->bubble) << what;
+    EXPECT_EQ(alone.items_per_s, e->items_per_s) << what;
+    EXPECT_EQ(alone.peak_bytes, e->peak_bytes) << what;
+    EXPECT_EQ(alone.peak_rank, e->peak_rank) << what;
+    EXPECT_EQ(alone.peak_by_category, e->peak_by_category) << what;
+    EXPECT_EQ(alone.comm_bytes, e->comm_bytes) << what;
+    EXPECT_EQ(alone.ep_imbalance, e->ep_imbalance) << what;
+    EXPECT_EQ(alone.ep_all_to_all_s, e->ep_all_to_all_s) << what;
+    EXPECT_EQ(alone.breakdown.seconds, e->breakdown.seconds) << what;
+    EXPECT_EQ(alone.breakdown.hidden, e->breakdown.hidden) << what;
+    EXPECT_EQ(alone.breakdown.rank, e->breakdown.rank) << what;
+    if (e->valid && e->choice.ep > 1) {
+      eps.insert(e->choice.ep);
+      EXPECT_GT(e->ep_imbalance, 1.0) << what;  // the workload's expected figure, from the table
+    }
+    ++compared;
+  }
+  EXPECT_EQ(eps, (std::set<int>{2, 4, 8}));
+  EXPECT_GT(compared, 300);
+  std::filesystem::remove(path);
+}
+
+// Under a cap the search prices only the plans that fit: a plan over it carries what cleave plan reads of it (valid,
+// the reason, the peak, its rank and categories), equal to the plan estimated alone, and no time; a plan that fits
+// is priced as alone.
+TEST(SearchCache, APlanOverTheCapIsKnownByItsMemoryAndNotPriced) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("cleave_search_cache_cap_" + std::to_string(::getpid()) + ".json"))
+          .string();
+  std::ofstream(path) << kMoe;
+  SearchOptions options;
+  options.world = 4;
+  const HardwareProfile profile = links();
+  const SearchResult all = search_plans(path, {}, profile, options);
+  ASSERT_FALSE(all.ranked.empty());
+  std::int64_t smallest = all.ranked.front().peak_bytes, largest = 0;
+  for (const auto& e : all.ranked) smallest = std::min(smallest, e.peak_bytes), largest = std::max(largest, e.peak_bytes);
+  options.memory_limit = (smallest + largest) / 2;
+  const SearchResult capped = search_plans(path, {}, profile, options);
+  int over = 0, fit = 0;
+  for (const auto* list : {&capped.ranked, &capped.rejected}) {
+    for (std::size_t i = 0; i < list->size(); i += 3) {
+      const PlanEstimate& e = (*list)[i];
+      if (!e.valid) continue;
+      const PlanEstimate alone = estimate_plan(path, {}, e.choice, profile, options);
+      const std::string what = e.choice.layout() + " " + e.choice.schedule + " zero " + e.choice.zero_label();
+      EXPECT_EQ(alone.fits, e.fits) << what;
+      EXPECT_EQ(alone.reason, e.reason) << what;
+      EXPECT_EQ(alone.peak_bytes, e.peak_bytes) << what;
+      EXPECT_EQ(alone.peak_rank, e.peak_rank) << what;
+      EXPECT_EQ(alone.peak_by_category, e.peak_by_category) << what;
+      EXPECT_GT(alone.step_s, 0) << what;
+      if (e.fits) {
+        EXPECT_EQ(alone.step_s, e.step_s) << what;
+        EXPECT_EQ(alone.breakdown.seconds, e.breakdown.seconds) << what;
+        ++fit;
+      } else {
+        EXPECT_GT(e.peak_bytes, options.memory_limit) << what;
+        EXPECT_EQ(e.step_s, 0) << what;  // not priced
+        ++over;
+      }
+    }
+  }
+  EXPECT_GT(over, 10);
+  EXPECT_GT(fit, 10);
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace cleave::planner

@@ -184,6 +184,10 @@ json measured_to_json(const MeasuredCosts& c) {
     out["optimizer_ns_per_param"] = {{"adamw", file_number(c.adamw_s_per_param * 1e9)},
                                      {"sgd", file_number(c.sgd_s_per_param * 1e9)},
                                      {"sgd_momentum", file_number(c.sgd_momentum_s_per_param * 1e9)}};
+    if (c.grad_norm_s_per_param > 0) {
+      out["optimizer_ns_per_param"]["grad_norm"] = file_number(c.grad_norm_s_per_param * 1e9);
+      out["optimizer_ns_per_param"]["grad_clip"] = file_number(c.grad_clip_s_per_param * 1e9);
+    }
   }
   for (const auto& [op, key] : enum_table<Collective>()) {
     if (c.fits(op).empty()) continue;
@@ -263,10 +267,16 @@ MeasuredCosts measured_from_json(const json& node, const std::string& file) {
   if (node.contains("optimizer_ns_per_param")) {
     const json& o = node.at("optimizer_ns_per_param");
     const std::string at = where + ".optimizer_ns_per_param";
-    CLEAVE_CHECK(o.is_object(), "{}: expected an object {{\"adamw\", \"sgd\", \"sgd_momentum\"}}", at);
+    CLEAVE_CHECK(o.is_object(),
+                 "{}: expected an object {{\"adamw\", \"sgd\", \"sgd_momentum\"}} (and \"grad_norm\", "
+                 "\"grad_clip\")", at);
     c.adamw_s_per_param = number(o, "adamw", at, false) * 1e-9;
     c.sgd_s_per_param = number(o, "sgd", at, false) * 1e-9;
     c.sgd_momentum_s_per_param = number(o, "sgd_momentum", at, false) * 1e-9;
+    if (o.contains("grad_norm") || o.contains("grad_clip")) {  // absent from profiles written before they were timed
+      c.grad_norm_s_per_param = number(o, "grad_norm", at, false) * 1e-9;
+      c.grad_clip_s_per_param = number(o, "grad_clip", at, false) * 1e-9;
+    }
   }
   for (const auto& [op, name] : enum_table<Collective>()) {
     const std::string key(name);

@@ -68,6 +68,10 @@ struct MeasuredCosts {
   // Seconds per parameter of one optimizer update on this rank (every rank updating at once); 0 = not
   // measured. Keys: "adamw", "sgd" (no momentum), "sgd_momentum".
   double adamw_s_per_param = 0, sgd_s_per_param = 0, sgd_momentum_s_per_param = 0;
+  // Seconds per gradient element of the rest of the trainer's OPTIMIZER_STEP (engine/train/step_tail.hpp): the
+  // exact gradient norm's sum of squares (every step) and the clipping scale (steps whose norm exceeds
+  // optimizer.grad_clip); 0 = not measured (a profile from before they were timed). Keys "grad_norm", "grad_clip".
+  double grad_norm_s_per_param = 0, grad_clip_s_per_param = 0;
   // The last-level cache each rank of the measurement had to itself (the cache over the ranks sharing it); 0 =
   // unknown. With it and the warm tables a plan's block times depend on whether its working set fits
   // (warm_fraction below).

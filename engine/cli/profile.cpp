@@ -225,9 +225,11 @@ void print_profile(const planner::HardwareProfile& profile, bool cold_caches) {
     std::printf("%-16s ranks %2d: latency %8.1f us, bandwidth %7.2f GB/s\n", std::string(op).c_str(), f.ranks, f.latency_s * 1e6,
                 f.bandwidth_Bps / 1e9);
   };
-  std::printf("optimizer update per parameter: adamw %.2f ns, sgd %.2f ns, sgd with momentum %.2f ns\n",
+  std::printf("optimizer step per parameter: adamw %.2f ns, sgd %.2f ns, sgd with momentum %.2f ns; "
+              "gradient norm %.2f ns, clip %.2f ns\n",
               profile.measured.adamw_s_per_param * 1e9, profile.measured.sgd_s_per_param * 1e9,
-              profile.measured.sgd_momentum_s_per_param * 1e9);
+              profile.measured.sgd_momentum_s_per_param * 1e9, profile.measured.grad_norm_s_per_param * 1e9,
+              profile.measured.grad_clip_s_per_param * 1e9);
   if (profile.measured.p2p) print_fit("p2p", *profile.measured.p2p);
   for (const auto& entry : enum_table<partition::Collective>()) {
     for (const auto& f : profile.measured.fits(entry.value)) print_fit(entry.name, f);
@@ -297,7 +299,8 @@ int run_profile(int argc, char** argv) {
           planner::cache_bytes_per_rank(planner::last_level_cache(), machine.ranks_on_node, threads);
     }
     planner::measure_blocks(profile.measured, spec, request, &comm);
-    progress.line(fmt::format("optimizer updates (adamw, sgd, sgd with momentum), {}", format_seconds(progress.elapsed_s())));
+    progress.line(fmt::format("optimizer step (adamw, sgd, sgd with momentum; gradient norm, clip), {}",
+                              format_seconds(progress.elapsed_s())));
     planner::measure_optimizer(profile.measured, 1 << 21, cmd.repeats, cmd.rounds, &comm, request.precision);
     if (comm.size() >= 2) {
       progress.line(fmt::format("p2p and collectives over {} ranks, {}", comm.size(), format_seconds(progress.elapsed_s())));

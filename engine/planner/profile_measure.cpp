@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -328,35 +329,68 @@ void measure_optimizer(partition::MeasuredCosts& costs, std::int64_t params, int
   CLEAVE_CHECK(params >= 1 && repeats >= 1 && rounds >= 1,
                "profile: optimizer timing needs params, repeats and rounds >= 1");
   const ops::Context ctx;
-  const auto make = [&](float value) { return filled_like(Shape{params}, value); };
-  Tensor param = make(0.5f), grad = make(0.01f), m = make(0.0f), v = make(0.0f);
-  // Mixed precision: the trainer refreshes each parameter's bf16 working copy after its update.
-  const Tensor working = precision == ops::Precision::kBf16 ? filled_like(Shape{params}, 0.0f, DType::kBF16) : Tensor();
-  const auto time = [&](auto&& update) {
+  // As the trainer runs its OPTIMIZER_STEP (engine/train/step_tail.hpp): one multi-tensor call per step over all
+  // of the rank's parameters, here `params` elements split into kPieces tensors.
+  constexpr std::int64_t kPieces = 16;
+  std::vector<Tensor> values, grads, ms, vs, working;
+  std::vector<float> spread;  // gradients of many magnitudes, as a step's are (the exact norm buckets by exponent)
+  for (std::int64_t p = 0; p < kPieces; ++p) {
+    const std::int64_t n = params / kPieces + (p < params % kPieces ? 1 : 0);
+    if (n == 0) continue;
+    spread.resize(static_cast<std::size_t>(n));
+    for (std::int64_t i = 0; i < n; ++i) {
+      spread[static_cast<std::size_t>(i)] = 1e-2f / static_cast<float>(1 + (i * 7919) % 4096);
+    }
+    values.push_back(filled_like(Shape{n}, 0.5f));
+    grads.push_back(Tensor::from_floats(spread, Shape{n}, MemoryCategory::kGradients));
+    ms.push_back(filled_like(Shape{n}, 0.0f));
+    vs.push_back(filled_like(Shape{n}, 0.0f));
+    // Mixed precision: the trainer refreshes each parameter's bf16 working copy after its update.
+    if (precision == ops::Precision::kBf16) working.push_back(filled_like(Shape{n}, 0.0f, DType::kBF16));
+  }
+  std::vector<ops::AdamWItem> adamw_items;
+  std::vector<ops::SgdItem> sgd_items, momentum_items;
+  for (std::size_t p = 0; p < values.size(); ++p) {
+    adamw_items.push_back({values[p], grads[p], ms[p], vs[p], 0.1f});
+    sgd_items.push_back({values[p], grads[p], Tensor(), 0.1f});
+    momentum_items.push_back({values[p], grads[p], ms[p], 0.1f});
+  }
+  const auto time = [&](auto&& run, bool update) {
     if (comm != nullptr) comm->barrier()->wait();
     std::vector<double> t;
     for (int rep = 0; rep <= repeats; ++rep) {
       const auto start = clock::now();
-      update(rep + 1);
-      if (working.defined()) ops::copy(ctx, param, working);
+      run(rep + 1);
+      if (update) {
+        for (std::size_t p = 0; p < working.size(); ++p) ops::copy(ctx, values[p], working[p]);
+      }
       if (rep > 0) t.push_back(since(start));
     }
     return upper_median(t) / static_cast<double>(params);
   };
-  std::vector<double> adamw, sgd, momentum;  // one median per round
+  double norm_sink = 0;  // keeps the sums live
+  std::vector<double> adamw, sgd, momentum, norm, clip;  // one median per round
   for (int round = 0; round < rounds; ++round) {
-    adamw.push_back(
-        time([&](int step) { ops::adamw_update(ctx, param, grad, m, v, ops::AdamWHyper{.lr = 1e-4f, .step = step}); }));
-    sgd.push_back(time([&](int) { ops::sgd_update(ctx, param, grad, Tensor(), ops::SgdHyper{.lr = 1e-4f}); }));
+    adamw.push_back(time([&](int step) {
+      ops::adamw_update_many(ctx, adamw_items, ops::AdamWHyper{.lr = 1e-4f, .step = step});
+    }, true));
+    sgd.push_back(time([&](int) { ops::sgd_update_many(ctx, sgd_items, ops::SgdHyper{.lr = 1e-4f}); }, true));
     momentum.push_back(time([&](int step) {
-      ops::sgd_update(ctx, param, grad, m, ops::SgdHyper{.lr = 1e-4f, .momentum = 0.9f, .first_step = step == 1});
-    }));
+      ops::sgd_update_many(ctx, momentum_items, ops::SgdHyper{.lr = 1e-4f, .momentum = 0.9f, .first_step = step == 1});
+    }, true));
+    norm.push_back(time([&](int) { norm_sink += ops::sum_squares_exact(ctx, grads).to_double(); }, false));
+    // Alternating factors keep the gradients' magnitudes (and so the norm's buckets) from drifting.
+    clip.push_back(time([&](int rep) { ops::scale_inplace_many(ctx, grads, rep % 2 == 0 ? 0.5f : 2.0f); }, false));
   }
-  std::vector<double> values = {upper_median(adamw), upper_median(sgd), upper_median(momentum)};
-  mean_over_ranks(values, comm);
-  costs.adamw_s_per_param = values[0];
-  costs.sgd_s_per_param = values[1];
-  costs.sgd_momentum_s_per_param = values[2];
+  CLEAVE_CHECK(std::isfinite(norm_sink), "profile: the timed gradient norm is not finite ({})", norm_sink);
+  std::vector<double> medians = {upper_median(adamw), upper_median(sgd), upper_median(momentum), upper_median(norm),
+                                 upper_median(clip)};
+  mean_over_ranks(medians, comm);
+  costs.adamw_s_per_param = medians[0];
+  costs.sgd_s_per_param = medians[1];
+  costs.sgd_momentum_s_per_param = medians[2];
+  costs.grad_norm_s_per_param = medians[3];
+  costs.grad_clip_s_per_param = medians[4];
 }
 
 void measure_collectives(partition::MeasuredCosts& costs, comm::Communicator& world, int repeats) {

@@ -87,9 +87,11 @@ partition::BlockTimes time_block(layers::Layer& layer, const Tensor& x, const Te
 void measure_blocks(partition::MeasuredCosts& costs, const partition::ModelSpec& spec, const BlockProfileRequest& request,
                     comm::Communicator* comm);
 
-// Sets costs' optimizer seconds per parameter: AdamW and SGD (with and without momentum) updates of a
-// `params`-element f32 buffer, every rank at once (`comm`: null = this process alone), median over `rounds` of the
-// median of `repeats`. Under kBf16 each update includes the refresh of a bf16 working copy, as in training.
+// Sets costs' optimizer seconds per parameter, the parts of the trainer's OPTIMIZER_STEP that are not collectives
+// (engine/train/step_tail.hpp), each as the trainer calls it, one multi-tensor call over `params` f32 elements in
+// several tensors: AdamW and SGD (with and without momentum) updates, the exact gradient norm's sum of squares and
+// the clip's scale; every rank at once (`comm`: null = this process alone), median over `rounds` of the median of
+// `repeats`. Under kBf16 each update includes the refresh of the bf16 working copies, as in training.
 void measure_optimizer(partition::MeasuredCosts& costs, std::int64_t params, int repeats, int rounds,
                        comm::Communicator* comm, ops::Precision precision = ops::Precision::kFp32);
 

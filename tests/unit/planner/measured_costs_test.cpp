@@ -120,6 +120,7 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
   p.measured.adamw_s_per_param = 2.5e-9;
   p.measured.sgd_s_per_param = 0.5e-9;
   p.measured.sgd_momentum_s_per_param = 1e-9;
+  p.measured.grad_norm_s_per_param = 0.75e-9, p.measured.grad_clip_s_per_param = 0.25e-9;
   p.measured.cache_bytes_per_rank = 16 << 20;
   p.measured.blocks[1].warm_forward_s = 1.5e-3, p.measured.blocks[1].warm_input_grad_s = 2.5e-3;
   p.measured.blocks[1].warm_weight_grad_s = 0.25e-3;
@@ -141,11 +142,22 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
     EXPECT_EQ(q->device_memory, p.device_memory);
     EXPECT_EQ(q->measured.ranks, 2);
     EXPECT_NEAR(q->measured.adamw_s_per_param, 2.5e-9, 1e-20);
+    EXPECT_NEAR(q->measured.grad_norm_s_per_param, 0.75e-9, 1e-20);
+    EXPECT_NEAR(q->measured.grad_clip_s_per_param, 0.25e-9, 1e-20);
     EXPECT_EQ(q->measured.cache_bytes_per_rank, 16 << 20);
     EXPECT_NEAR(q->measured.blocks[1].warm_input_grad_s, 2.5e-3, 1e-15);
     EXPECT_FALSE(q->measured.blocks[0].has_warm());
   }
   EXPECT_EQ(profile_to_json(loaded).dump(), profile_to_json(again).dump());
+  // A profile written before the norm and the clip were timed loads with both at 0 (the update alone is priced).
+  auto before = profile_to_json(p);
+  before["measured"]["optimizer_ns_per_param"].erase("grad_norm");
+  before["measured"]["optimizer_ns_per_param"].erase("grad_clip");
+  std::ofstream((dir_ / "before.json").string()) << before.dump();
+  const HardwareProfile old = load_profile((dir_ / "before.json").string());
+  EXPECT_NEAR(old.measured.adamw_s_per_param, 2.5e-9, 1e-20);
+  EXPECT_EQ(old.measured.grad_norm_s_per_param, 0.0);
+  EXPECT_EQ(old.measured.grad_clip_s_per_param, 0.0);
   // A table entry measured twice is refused.
   auto text = profile_to_json(p);
   text["measured"]["blocks"].push_back(text["measured"]["blocks"][0]);
@@ -349,6 +361,13 @@ TEST_F(MeasuredProfile, MeasurementTimesEveryBlockAtEachWidth) {
   request.rounds = 0;
   EXPECT_THROW(measure_blocks(costs, spec_, request, nullptr), Error);
   EXPECT_THROW(measure_optimizer(costs, 64, 1, 0, nullptr), Error);
+  // The optimizer step as the trainer runs it: the update, the exact norm and the clip's scale, each timed.
+  partition::MeasuredCosts optimizer;
+  measure_optimizer(optimizer, 4096 + 3, 1, 1, nullptr);
+  for (double rate : {optimizer.adamw_s_per_param, optimizer.sgd_s_per_param, optimizer.sgd_momentum_s_per_param,
+                      optimizer.grad_norm_s_per_param, optimizer.grad_clip_s_per_param}) {
+    EXPECT_GT(rate, 0.0);
+  }
 }
 
 }  // namespace

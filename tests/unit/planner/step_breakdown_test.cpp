@@ -275,6 +275,36 @@ TEST_F(StepBreakdownTest, ParamGatherInBf16MovesHalfTheBytes) {
   EXPECT_DOUBLE_EQ(f32_run.breakdown[T::kZeroGather], f32_plain.breakdown[T::kZeroGather]);
 }
 
+// The optimizer term prices the trainer's OPTIMIZER_STEP (engine/train/step_tail.hpp), not the update alone: at the
+// profile's measured rates, the update over what the rank updates (its ZeRO shard), the exact norm over its share
+// of the gradients (with dp its dp shard, ZeRO or not), the clip's scale over what it updates when
+// optimizer.grad_clip > 0. A profile without the norm and clip rates (written before they were timed) prices the
+// update alone, as before.
+TEST_F(StepBreakdownTest, OptimizerPricesTheNormAndClipAsTheTrainerRunsThem) {
+  HardwareProfile p = costly();
+  p.measured.adamw_s_per_param = 2e-9, p.measured.sgd_s_per_param = p.measured.sgd_momentum_s_per_param = 1e-9;
+  HardwareProfile old = p;  // a profile from before: the update's rate only
+  p.measured.grad_norm_s_per_param = 1e-9, p.measured.grad_clip_s_per_param = 0.5e-9;
+  const auto optimizer_s = [&](const HardwareProfile& profile, int zero, const std::string& clip) {
+    PlanChoice c{1, 1, 4, 1, "1f1b", 2, zero, partition::Recompute::kNone, 8, false};
+    c.global_batch = 8;
+    const PlanEstimate e = estimate_plan(config_, {"optimizer.grad_clip=" + clip}, c, profile, SearchOptions{4, 0});
+    EXPECT_TRUE(e.valid) << e.reason;
+    expect_sums(e);
+    return e.breakdown[T::kOptimizer];
+  };
+  // The update alone: the rank's parameters (ZeRO-1: a quarter of them) at 2 ns, x the core sharing.
+  const double update0 = optimizer_s(old, 0, "1"), update1 = optimizer_s(old, 1, "1");
+  ASSERT_GT(update0, 0.0);
+  EXPECT_NEAR(update1, update0 / 4, 1e-9 * update0);
+  const double per_param = update0 / 2e-9;  // parameters x core sharing
+  // dp4, ZeRO 0: the norm over a quarter of the gradients, the clip over all of them.
+  EXPECT_NEAR(optimizer_s(p, 0, "1"), per_param * (2e-9 + 1e-9 / 4 + 0.5e-9), 1e-9 * update0);
+  EXPECT_NEAR(optimizer_s(p, 0, "0"), per_param * (2e-9 + 1e-9 / 4), 1e-9 * update0);  // no clipping
+  // ZeRO-1: everything over the shard.
+  EXPECT_NEAR(optimizer_s(p, 1, "1"), per_param / 4 * (2e-9 + 1e-9 + 0.5e-9), 1e-9 * update0);
+}
+
 // SearchOptions::blocking_p2p (simulate --blocking-p2p, Megatron-LM of 2021): the pipeline's transfers hold their ranks
 // at the code's own positions, so a pipelined plan is never faster and the compute terms do not move; the terms still
 // sum to the step. A plan without a pipeline has no transfers: unchanged. Interleaved runs as Megatron's (pairs).

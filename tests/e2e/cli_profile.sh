@@ -28,7 +28,7 @@ grep -q "^p2p  *ranks  2" profile.log || { cat profile.log; fail "no p2p fit pri
 # Progress on stderr while it works (into a file: the first and last block and at most one line per 10 s).
 grep -q "^profile: block 1/[0-9]* (embedding .*, tp 1, micro-batch 1, round 1/2), [0-9]* s, about" profile.log \
   && grep -q "^profile: block \([0-9]*\)/\1 (.*round 2/2), [0-9]*" profile.log \
-  && grep -q "^profile: optimizer updates" profile.log && grep -q "^profile: p2p and collectives over 2 ranks" profile.log \
+  && grep -q "^profile: optimizer step (adamw, sgd, sgd with momentum; gradient norm, clip)" profile.log && grep -q "^profile: p2p and collectives over 2 ranks" profile.log \
   || { cat profile.log; fail "no progress lines"; }
 [ "$(grep -c '^profile: block' profile.log)" -le 40 ] || fail "progress lines spam the log"
 python3 - prof.json << 'PY' || fail "profile contents"

@@ -9,6 +9,7 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/planner/median.hpp"
 #include "engine/planner/step_terms.hpp"
 #include "engine/planner/world_limit.hpp"
 #include "engine/run_plan/memory_plan.hpp"
@@ -273,17 +274,16 @@ pipeline::Schedule priced_auto_schedule(const run_plan::Plan& plan, const config
   const std::vector<StageCosts> stages = stage_costs(terms, working_set);
   ActionTerms optimizer;
   const pipeline::SimulationCosts sim = simulation_costs(terms, stages, optimizer);
-  const auto median = [&](double pipeline::StageCost::*kind) {
+  const auto stage_median = [&](double pipeline::StageCost::*kind) {
     std::vector<double> v;
     for (const pipeline::StageCost& st : sim.stages) v.push_back(st.*kind);
-    std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
+    return median(v);
   };
   const int pp = choice.pp;
   pipeline::AutoScheduleOptions o;
-  o.costs = pipeline::SimulationCosts::uniform(pp, median(&pipeline::StageCost::forward),
-                                               median(&pipeline::StageCost::backward_input),
-                                               median(&pipeline::StageCost::backward_weight));
+  o.costs = pipeline::SimulationCosts::uniform(pp, stage_median(&pipeline::StageCost::forward),
+                                               stage_median(&pipeline::StageCost::backward_input),
+                                               stage_median(&pipeline::StageCost::backward_weight));
   o.costs.p2p_latency = sim.p2p_latency;
   o.costs.p2p_bandwidth = sim.p2p_bandwidth;
   for (std::size_t s = 0; s < o.costs.stages.size(); ++s) o.costs.stages[s].output_bytes = sim.stages[s].output_bytes;

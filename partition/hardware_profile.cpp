@@ -272,6 +272,13 @@ double HardwareProfile::core_sharing(int ranks_on_node) const {
 }
 
 double HardwareProfile::spread_collective_s(double bytes, int ranks, int per_node, bool all_reduce) const {
+  const double ring = ring_collective_s(bytes, ranks, per_node, all_reduce);
+  const int g = std::clamp(per_node, 1, std::max(1, ranks));
+  if (!all_reduce || (ranks + g - 1) / g <= 1) return ring;
+  return std::min(ring, tree_all_reduce_s(bytes, ranks, per_node));
+}
+
+double HardwareProfile::ring_collective_s(double bytes, int ranks, int per_node, bool all_reduce) const {
   if (ranks <= 1 || bytes <= 0) return 0.0;
   const double f = all_reduce ? 2.0 : 1.0;
   const int g = std::clamp(per_node, 1, ranks);
@@ -281,6 +288,17 @@ double HardwareProfile::spread_collective_s(double bytes, int ranks, int per_nod
   const double nic = f * (n - 1) / n * (bytes / g) / inter_node.bandwidth_Bps;
   const double nvlink = g > 1 ? f * (n - 1) / n * bytes / intra_node.bandwidth_Bps : 0.0;
   return std::max(nic, nvlink) + f * ((ranks - k) * intra_node.latency_s + (k - 1) * inter_node.latency_s);
+}
+
+double HardwareProfile::tree_all_reduce_s(double bytes, int ranks, int per_node) const {
+  if (ranks <= 1 || bytes <= 0) return 0.0;
+  const int g = std::clamp(per_node, 1, ranks);
+  const int k = (ranks + g - 1) / g;
+  CLEAVE_ASSERT(k >= 2, "tree_all_reduce_s: {} ranks at {} per node are one node; the tree spans nodes", ranks, g);
+  const double network = (k == 2 ? 1.0 : 2.0) * (bytes / g) / inter_node.bandwidth_Bps;
+  const double nvlink = g > 1 ? 2.0 * bytes / intra_node.bandwidth_Bps : 0.0;
+  const int depth = static_cast<int>(std::floor(std::log2(static_cast<double>(k))));
+  return std::max(network, nvlink) + 2.0 * ((g - 1) * intra_node.latency_s + depth * inter_node.latency_s);
 }
 
 double Link::all_reduce_s(double bytes, int ranks) const {

@@ -146,15 +146,28 @@ struct HardwareProfile {
   // a core does not compute.
   double core_sharing(int ranks_on_node) const;
   // A collective over `ranks` ranks, `per_node` of them on each node (a group with stride tp has ranks_per_node / tp
-  // per node), of `bytes` per rank (the all-reduced tensor, the reduce-scatter input, the all-gather output): NCCL's
-  // ring over all n ranks, its channels spread over the node's per_node NICs: every ring edge carries
+  // per node), of `bytes` per rank (the all-reduced tensor, the reduce-scatter input, the all-gather output), as
+  // NCCL runs it: a reduce-scatter or an all-gather is ring_collective_s; an all-reduce across nodes is the faster of
+  // ring_collective_s and tree_all_reduce_s (NCCL times every algorithm by its own latency-bandwidth model and runs
+  // the fastest: the ring's latency grows with the ranks, the tree's with log2 of the nodes). One node: the
+  // intra-node ring.
+  double spread_collective_s(double bytes, int ranks, int per_node, bool all_reduce) const;
+  // NCCL's ring over all n ranks, its channels spread over the node's per_node NICs: every ring edge carries
   // f (n - 1) / n · bytes / channels, one edge per ring leaves each node, so each NIC carries f (n - 1) / n · bytes /
   // per_node and NVLink each rank's f (n - 1) / n · bytes; the slower of the two sets the time (f = 2 for an
   // all-reduce, 1 for a reduce-scatter or an all-gather), plus a latency per ring step (n - k inside nodes, k - 1
   // between). So the NIC-bound bus bandwidth is per_node x the NIC's whatever the node count, as NVIDIA's published
   // nccl-tests all-reduce figures show (DGX A100 192 GB/s = 8 x 24, DGX H100 380 = 8 x 47.5; profiles' sources).
   // One node: the intra-node ring. per_node 1: the flat ring over the inter-node link, as Link::all_reduce_s.
-  double spread_collective_s(double bytes, int ranks, int per_node, bool all_reduce) const;
+  double ring_collective_s(double bytes, int ranks, int per_node, bool all_reduce) const;
+  // NCCL's tree all-reduce over k = ranks / per_node nodes (k >= 2): a chain through the node's per_node ranks and a
+  // double binary tree between nodes, reduced up and broadcast down. Each rank's NVLink carries 2 · bytes each way
+  // (the chain, both phases); each node's NICs carry bytes each way on 2 nodes and 2 · bytes on more (an inner node
+  // of one tree is a leaf of the other: 2 children's halves in, a half out, and back), spread over its per_node NICs.
+  // Latency: 2 ((per_node - 1) intra-node steps + floor(log2 k) inter-node steps), up and down. So on 2 nodes the
+  // network carries half the ring's bytes (bus bandwidth above the NICs', up to NVLink's), and at many nodes the
+  // latency is logarithmic where the ring's is linear (NVIDIA/nccl issues #330, #946; docs/planner.md).
+  double tree_all_reduce_s(double bytes, int ranks, int per_node) const;
   bool has_roofline() const { return !gemm_efficiency.empty(); }
   // The fraction of peak a GEMM of `flops` FLOPs reaches (has_roofline() only): bf16's curve, and for f32
   // (bf16 false) gemm_efficiency_f32 when the profile has one.

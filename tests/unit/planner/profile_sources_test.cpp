@@ -216,6 +216,8 @@ TEST(SpreadCollective, NicsInParallelAcrossNodesAndTheFlatRingAtOnePerNode) {
 // (nccl-tests' busbw = bytes / time x f (n - 1) / n) is per_node x the NIC's at any node count: NVIDIA's published
 // DGX A100 figure, 192 GB/s = 8 x 24 GB/s, the same as one 200 Gb NIC's 24 GB/s times 8 (profiles' sources). A
 // hierarchical form (each NIC carrying f (k - 1) / k of the bytes / per_node) would report 2x that at 2 nodes.
+// From 4 nodes on, a large all-reduce is the ring's (the tree moves 2 · bytes per node, the ring 2 (n - 1) / n);
+// on 2 nodes it is the tree's (TreeAllReduce below).
 TEST(SpreadCollective, NicBoundBusBandwidthIsTheNodesNicsAtAnyNodeCount) {
   HardwareProfile p;
   p.intra_node = {0, 232e9};
@@ -223,15 +225,73 @@ TEST(SpreadCollective, NicBoundBusBandwidthIsTheNodesNicsAtAnyNodeCount) {
   const double bytes = 16e9;
   for (int nodes : {2, 4, 16, 64}) {
     const int n = 8 * nodes;
-    const double busbw_ar = bytes / p.spread_collective_s(bytes, n, 8, true) * 2.0 * (n - 1) / n;
+    const double ring_ar = bytes / p.ring_collective_s(bytes, n, 8, true) * 2.0 * (n - 1) / n;
     const double busbw_rs = bytes / p.spread_collective_s(bytes, n, 8, false) * (n - 1.0) / n;
-    EXPECT_NEAR(busbw_ar, 192e9, 1e-3 * 192e9) << nodes << " nodes";
+    EXPECT_NEAR(ring_ar, 192e9, 1e-3 * 192e9) << nodes << " nodes";
     EXPECT_NEAR(busbw_rs, 192e9, 1e-3 * 192e9) << nodes << " nodes";
+    if (nodes > 2) {
+      const double busbw_ar = bytes / p.spread_collective_s(bytes, n, 8, true) * 2.0 * (n - 1) / n;
+      EXPECT_NEAR(busbw_ar, 192e9, 1e-3 * 192e9) << nodes << " nodes";
+    }
   }
   // 2 nodes of 8: each NIC moves 2 · 15/16 · bytes / 8 (0.156 s at 24 GB/s), not 2 · 1/2 · bytes / 8 (0.083 s).
-  EXPECT_NEAR(p.spread_collective_s(bytes, 16, 8, true), 2.0 * 15 / 16 * bytes / 8 / 24e9, 1e-12);
+  EXPECT_NEAR(p.ring_collective_s(bytes, 16, 8, true), 2.0 * 15 / 16 * bytes / 8 / 24e9, 1e-12);
   // 4 ranks per node (a tp2 group's dp peers): 4 NICs of the node carry the group's rings.
-  EXPECT_NEAR(p.spread_collective_s(bytes, 16, 4, true), 2.0 * 15 / 16 * bytes / 4 / 24e9, 1e-12);
+  EXPECT_NEAR(p.ring_collective_s(bytes, 16, 4, true), 2.0 * 15 / 16 * bytes / 4 / 24e9, 1e-12);
+}
+
+// NCCL's tree all-reduce on 2 nodes puts bytes on the network and 2 · bytes on NVLink (NVIDIA/nccl issues #330,
+// #946: "the Tree performance can go up to ~2x the network speed", NCCL picks it on 2 nodes for large sizes), so a
+// 2-node all-reduce of DGX A100s is NVLink-bound above the NICs' 192 GB/s; a reduce-scatter stays the ring's.
+TEST(TreeAllReduce, TwoNodesPutHalfTheRingsBytesOnTheNetwork) {
+  HardwareProfile p;
+  p.intra_node = {3e-6, 232e9};
+  p.inter_node = {9.95e-6, 24e9};
+  const double bytes = 16e9;
+  // Network bytes / 8 / 24e9 = 0.0833 s, NVLink 2 · bytes / 232e9 = 0.138 s: NVLink sets it; 7 chain steps and one
+  // tree level, up and down.
+  const double tree = 2.0 * bytes / 232e9 + 2 * (7 * 3e-6 + 1 * 9.95e-6);
+  EXPECT_NEAR(p.tree_all_reduce_s(bytes, 16, 8), tree, 1e-12);
+  EXPECT_NEAR(p.spread_collective_s(bytes, 16, 8, true), tree, 1e-12);
+  EXPECT_LT(tree, p.ring_collective_s(bytes, 16, 8, true));
+  const double busbw = bytes / tree * 2.0 * 15 / 16;  // 217 GB/s, above the 8 NICs' 192
+  EXPECT_GT(busbw, 215e9);
+  EXPECT_LT(busbw, 232e9);
+  // Only the all-reduce has a tree.
+  EXPECT_DOUBLE_EQ(p.spread_collective_s(bytes, 16, 8, false), p.ring_collective_s(bytes, 16, 8, false));
+  // One rank per node on 2 nodes: tree and ring both move bytes over the one NIC.
+  EXPECT_NEAR(p.tree_all_reduce_s(bytes, 2, 1), bytes / 24e9 + 2 * 9.95e-6, 1e-12);
+}
+
+// The choice NCCL makes by size and node count, on the shipped H100 links (NVLink 367.2 GB/s and 2.83 us per step,
+// 48 GB/s per NIC and 12 us): at 512 nodes of 8 the ring pays 2 (3584 · 2.83 + 511 · 12) us = 32.5 ms of latency,
+// the tree 2 (7 · 2.83 + 9 · 12) us = 0.26 ms, so a 16 GiB all-reduce runs at the tree's 366 GB/s bus bandwidth
+// where the ring alone gives 272 (the published 4-512-node nccl-tests scan, arXiv 2411.13055 as reproduced in
+// stas00/ml-engineering, shows about 345 at 512 nodes); on 4 nodes the same all-reduce is the ring's.
+TEST(TreeAllReduce, TheFasterOfRingAndTreeBySizeAndNodeCount) {
+  HardwareProfile p;
+  p.intra_node = {2.83e-6, 367.2e9};
+  p.inter_node = {12e-6, 48e9};
+  const double gib16 = 17179869184.0;
+  const int n512 = 8 * 512;
+  const double ring = 2.0 * 4095 / 4096 * gib16 / 367.2e9 + 2 * (3584 * 2.83e-6 + 511 * 12e-6);
+  const double tree = 2.0 * gib16 / 367.2e9 + 2 * (7 * 2.83e-6 + 9 * 12e-6);
+  EXPECT_NEAR(p.ring_collective_s(gib16, n512, 8, true), ring, 1e-12);
+  EXPECT_NEAR(p.tree_all_reduce_s(gib16, n512, 8), tree, 1e-12);
+  EXPECT_NEAR(p.spread_collective_s(gib16, n512, 8, true), tree, 1e-12);
+  const auto busbw = [&](double seconds, int n) { return gib16 / seconds * 2.0 * (n - 1) / n; };
+  EXPECT_NEAR(busbw(ring, n512), 272.4e9, 0.5e9);
+  EXPECT_NEAR(busbw(tree, n512), 366.1e9, 0.5e9);
+  // 4 nodes, 16 GiB: the ring's bandwidth term (2 · 31/32) beats the tree's 2 · bytes by more than its 0.23 ms of
+  // latency.
+  EXPECT_DOUBLE_EQ(p.spread_collective_s(gib16, 32, 8, true), p.ring_collective_s(gib16, 32, 8, true));
+  EXPECT_LT(p.ring_collective_s(gib16, 32, 8, true), p.tree_all_reduce_s(gib16, 32, 8));
+  // 4 nodes, 1 MiB: latency-bound, the tree's.
+  EXPECT_DOUBLE_EQ(p.spread_collective_s(1 << 20, 32, 8, true), p.tree_all_reduce_s(1 << 20, 32, 8));
+  EXPECT_LT(p.tree_all_reduce_s(1 << 20, 32, 8), p.ring_collective_s(1 << 20, 32, 8, true));
+  // A flat group (one rank per node, a tp8 layout's dp peers) of 32 nodes: the tree at 64 MiB, the ring at 16 GiB.
+  EXPECT_DOUBLE_EQ(p.spread_collective_s(64 << 20, 32, 1, true), p.tree_all_reduce_s(64 << 20, 32, 1));
+  EXPECT_DOUBLE_EQ(p.spread_collective_s(gib16, 32, 1, true), p.ring_collective_s(gib16, 32, 1, true));
 }
 
 }  // namespace

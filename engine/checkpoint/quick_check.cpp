@@ -3,7 +3,10 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
+
+#include <fmt/format.h>
 
 #include "engine/checkpoint/checkpoint_damage.hpp"
 #include "engine/checkpoint/checkpoint_index.hpp"
@@ -27,20 +30,23 @@ void check(const std::string& step_dir) {
 }  // namespace
 
 void check_checkpoint_files(const std::string& step_dir, const CheckpointIndex& index) {
+  std::map<std::string, std::string> holds;  // file -> " (it holds tensor X)", the first tensor placed in it
+  for (const auto& [tensor, entry] : index.tensors) {
+    for (const IndexPiece& piece : entry.pieces) holds.emplace(piece.file, fmt::format(" (it holds tensor {})", tensor));
+  }
   for (const auto& [name, file] : index.files) {
     const std::string path = (fs::path(step_dir) / name).string();
+    const std::string& what = holds[name];
     std::error_code ec;
-    CLEAVE_CHECK_INTACT(fs::is_regular_file(path, ec), "checkpoint file {} is missing", path);
+    CLEAVE_CHECK_INTACT(fs::is_regular_file(path, ec), "checkpoint file {} is missing{}", path, what);
     const auto size = static_cast<std::int64_t>(fs::file_size(path, ec));
     CLEAVE_CHECK_INTACT(size == file.bytes, "checkpoint file {} has {} bytes, index.json records {} (truncated or "
-                        "replaced)", path, size, file.bytes);
+                        "replaced){}", path, size, file.bytes, what);
     if (!file.header_checksum) continue;  // an older checkpoint: its files are checked whole when read
     try {
       (void)read_safetensors_header(path, file.header_checksum);
-    } catch (const CheckpointDamage&) {
-      throw;
     } catch (const Error& e) {
-      throw CheckpointDamage(e.what());
+      throw CheckpointDamage(fmt::format("{}{}", e.what(), what));
     }
   }
 }

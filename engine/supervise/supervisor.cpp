@@ -280,13 +280,14 @@ std::optional<int> after_failure(const SuperviseOptions& o, const RunPaths& path
   a.outcome = fmt::format("failed: {}", failure.why);
   SupervisorRecord& record = state.record;
   record.attempts.push_back(a);
-  const auto latest = restart_checkpoint(paths.ckpt_root);
-  std::int64_t ckpt_step = 0;
-  if (latest) ckpt_step = std::stoll(fs::path(*latest).filename().string().substr(5));
   log::warn("run: attempt {} failed after step {}: {} ({})", a.number, rows.last_step, failure.why,
             failure_kind_name(failure.kind));
 
   const std::vector<bool> healthy = check_health(o.health_check, state.slots);
+  // The checkpoint as the restart will find it: looked at after everything else that runs before it.
+  const auto latest = restart_checkpoint(paths.ckpt_root);
+  std::int64_t ckpt_step = 0;
+  if (latest) ckpt_step = std::stoll(fs::path(*latest).filename().string().substr(5));
   std::vector<Slot> left = remaining_slots(state.slots, failure, healthy);
   const RestartDecision decision =
       decide_restart(static_cast<int>(record.restarts.size()), o.max_restarts, static_cast<int>(left.size()), o.min_ranks);

@@ -24,7 +24,7 @@ export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 OMPI_MCA_btl_va
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 data=()
-[ -r /usr/share/games/fortunes/cookie ] || data=(--set data.type=synthetic)
+[ -r /usr/share/games/fortunes/cookie ] || data=(--set data.type=synthetic --set data.path=)
 common=(--set device.memory_limit=0 --set batch.global_batch_size=8 --set train.steps="$steps"
         --set train.log_interval=1 --set train.eval_interval=0 --set train.eval_batches=0
         --set checkpoint.save_final=false --set train.report=false "${data[@]}")

@@ -24,7 +24,7 @@ export OMP_WAIT_POLICY=passive
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 data=()
-[ -r /usr/share/games/fortunes/cookie ] || data=(--set data.type=synthetic)
+[ -r /usr/share/games/fortunes/cookie ] || data=(--set data.type=synthetic --set data.path=)
 common=(--set device.memory_limit=0 --set train.steps="$steps" --set train.log_interval=1
         --set train.eval_interval=0 --set train.eval_batches=0 --set checkpoint.save_final=false
         --set train.report=false --set parallel.tensor_model_parallel_size=1

@@ -19,7 +19,7 @@ trap 'rm -rf "$work"' EXIT
 export OMP_WAIT_POLICY=passive OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 mpi=(mpirun -np 2 --oversubscribe --mca btl self,vader)
 model=(--set model.type=gpt --set model.vocab_size=256 --set model.d_model=256 --set model.n_layers=4
-       --set model.n_heads=4 --set model.seq_len=64 --set data.type=synthetic --set batch.global_batch_size=16
+       --set model.n_heads=4 --set model.seq_len=64 --set data.type=synthetic --set data.path= --set batch.global_batch_size=16
        --set batch.micro_batch_size=4 --set optimizer.type=adamw --set train.steps="$steps" --set train.eval_batches=0
        --set train.log_interval=1000 --set train.report=false --set checkpoint.save_final=false
        --set train.deterministic=true)

@@ -12,6 +12,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/checkpoint/resume_candidates.hpp"
 #include "engine/core/error.hpp"
 
 namespace cleave::checkpoint {
@@ -95,8 +96,24 @@ std::string commit_step_dir(const std::string& root, std::int64_t step) {
     CLEAVE_CHECK(!ec, "checkpoint: cannot rename {} to {} ({})", tmp, final_dir, ec.message());
   }
   fsync_path(root, true);
-  write_file_durable((fs::path(root) / "latest").string(), name + "\n");
+  point_latest(root, name);
   return final_dir;
+}
+
+void point_latest(const std::string& root, const std::string& name) {
+  write_file_durable((fs::path(root) / "latest").string(), name + "\n");
+}
+
+std::string set_aside_damaged(const std::string& root, const std::string& name) {
+  std::vector<std::string> taken;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(root, ec)) taken.push_back(entry.path().filename().string());
+  const fs::path to = fs::path(root) / damaged_name(name, taken);
+  fs::rename(fs::path(root) / name, to, ec);
+  CLEAVE_CHECK(!ec, "checkpoint: cannot rename the damaged {} to {} to keep it ({}); nothing was started",
+               (fs::path(root) / name).string(), to.string(), ec.message());
+  fsync_path(root, true);
+  return to.string();
 }
 
 std::vector<std::string> complete_step_dirs(const std::string& root) {

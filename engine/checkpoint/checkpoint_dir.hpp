@@ -7,6 +7,8 @@
 //     of the same step), fsync `<root>`, then write `<root>/latest` (the directory name, one line) through
 //     a temporary file, fsync and rename, and fsync `<root>` again.
 //  3. prune_step_dirs: only after 2, remove complete checkpoints beyond the newest keep_last.
+// A damaged checkpoint that a resume fell back past is renamed damaged-step_NNNNNNN (set_aside_damaged), which no
+// function here lists, prunes or replaces.
 // A directory counts as complete when it is named step_NNNNNNN and holds index.json (written last, before
 // the rename). Pure file-system code: no ranks (the caller decides which rank runs what).
 #pragma once
@@ -39,5 +41,13 @@ int prune_step_dirs(const std::string& root, int keep_last);
 
 // The checkpoint `<root>/latest` names when it is complete, else the newest complete one, else nothing.
 std::optional<std::string> latest_step_dir(const std::string& root);
+
+// Points `<root>/latest` at `name` (temp + fsync + rename, as a commit does).
+void point_latest(const std::string& root, const std::string& name);
+
+// Renames `<root>/<name>` (a damaged checkpoint a resume fell back past) to `<root>/damaged-<name>` (or
+// `.2`, ... when taken; resume_candidates.hpp: damaged_name) and fsyncs `<root>`; returns the new path. Nothing
+// is deleted: the files stay as they were found, out of reach of pruning and of a later save of that step.
+std::string set_aside_damaged(const std::string& root, const std::string& name);
 
 }  // namespace cleave::checkpoint

@@ -7,8 +7,9 @@
 #include <charconv>
 #include <limits>
 
+#include "engine/checkpoint/checkpoint_damage.hpp"
+#include "engine/checkpoint/checksum.hpp"
 #include "engine/core/error.hpp"
-#include "engine/core/one_line.hpp"
 #include "engine/core/shape.hpp"
 
 namespace cleave::checkpoint {
@@ -70,7 +71,7 @@ class Fields {
 
   template <typename... Args>
   [[noreturn]] void fail(const std::string& at, fmt::format_string<Args...> format, Args&&... args) const {
-    throw Error(fmt::format("checkpoint index {}: {}: {}", file_, at.empty() ? "the top level" : at,
+    throw CheckpointDamage(fmt::format("checkpoint index {}: {}: {}", file_, at.empty() ? "the top level" : at,
                             fmt::format(format, std::forward<Args>(args)...)));
   }
 
@@ -184,14 +185,22 @@ CheckpointIndex parse_checkpoint_index(std::string_view text, const std::string&
     } catch (const json::exception& e) {
       std::string detail = e.what();
       if (const auto close = detail.find("] "); close != std::string::npos) detail = detail.substr(close + 2);
-      CLEAVE_THROW("checkpoint index {}: does not parse ({})", path, detail);
+      throw CheckpointDamage(fmt::format("checkpoint index {}: does not parse ({}): damaged or cut short", path, detail));
     }
     const Fields top(out.document, "", path);
     const json& format = top.get("format");
     const json& version = top.get("version");
-    if (format != "cleave-checkpoint" || version != kCheckpointFormatVersion) {
-      top.fail("format", "{} version {} is not a cleave checkpoint of format version {}", show(format), show(version),
-               kCheckpointFormatVersion);
+    if (format != "cleave-checkpoint" || (version != kCheckpointFormatVersion && version != 1)) {
+      top.fail("format", "{} version {} is not a cleave checkpoint of format version 1 or {}", show(format),
+               show(version), kCheckpointFormatVersion);
+    }
+    if (version == kCheckpointFormatVersion) {  // version 1 predates the index's own checksum
+      const std::string recorded = top.string(kIndexChecksumKey);
+      const std::string actual = checksum_text(index_checksum(out.document));
+      if (recorded != actual) {
+        top.fail(kIndexChecksumKey, "{} does not match the index's content ({}): index.json was changed after it "
+                 "was written (a flipped bit, an edit)", show(recorded), actual);
+      }
     }
     out.step = top.integer("step", 0, kMaxInt64);
     const Fields optimizer = top.object("optimizer");
@@ -221,8 +230,19 @@ CheckpointIndex parse_checkpoint_index(std::string_view text, const std::string&
     }
     return out;
   } catch (const Error& e) {
-    rethrow_one_line(e);  // names and keys quoted from the input may hold control characters
+    rethrow_one_line_keeping_damage(e);  // names and keys quoted from the input may hold control characters
   }
+}
+
+std::uint64_t index_checksum(const nlohmann::json& document) {
+  nlohmann::json rest = document;
+  if (rest.is_object()) rest.erase(std::string(kIndexChecksumKey));
+  const std::string text = rest.dump(-1, ' ', /*ensure_ascii=*/false, nlohmann::json::error_handler_t::replace);
+  return fnv1a64(std::as_bytes(std::span(text.data(), text.size())));
+}
+
+void seal_index(nlohmann::json& document) {
+  document[std::string(kIndexChecksumKey)] = checksum_text(index_checksum(document));
 }
 
 }  // namespace cleave::checkpoint

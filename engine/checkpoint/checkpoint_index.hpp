@@ -4,7 +4,7 @@
 // checked). Pure: text in, a value out; fuzzed by tests/fuzz/checkpoint_index_fuzz.cpp.
 //
 // Format (written by engine/train/checkpoint_save.cpp):
-//   {"format": "cleave-checkpoint", "version": 1, "step", "consumed_samples", "next_lr", "seed",
+//   {"format": "cleave-checkpoint", "version": 2, "index_checksum", "step", "consumed_samples", "next_lr", "seed",
 //    "model": <the config's model section>, "config": <the resolved config; optional, compared on resume>,
 //    "layout": {...}, "optimizer": {"type", "steps_done"},
 //    "files": {file: {"bytes", "checksum", "header_checksum"}},
@@ -14,6 +14,13 @@
 // A piece holds elements [begin, end) of tp shard `index` of `parts` along `dim` (dim -1: the whole tensor).
 // header_checksum, chunk_bytes and chunks are optional (older checkpoints lack them): checksums of a file's
 // header and of chunks of a piece's bytes, so a rank that reads part of a file verifies just what it reads.
+//
+// index_checksum (version 2) is "fnv1a64:<16 hex digits>" of the document without that key, serialised compactly
+// with sorted keys (index_checksum() below), so every value the readers use (step, consumed samples, the rng and
+// optimizer state, the learning rate, the config, every file's and chunk's checksum) is covered: a flipped bit
+// that changes any value is an error before anything else is read. A single flipped bit cannot turn version 2
+// into 1 ('2' and '1' differ in two bits), so a damaged version-2 index never passes as an older one.
+// Version 1 (written before the index checksum) is read without it.
 //
 // Checked here: the types above; step, steps_done, bytes >= 0; shape extents >= 0, rank <= Shape::kMaxDims,
 // numel < 2^50; dtype F32; -1 <= dim < rank; 1 <= parts <= 2^16; 0 <= index < parts; groups >= 1 dividing
@@ -35,7 +42,8 @@
 
 namespace cleave::checkpoint {
 
-inline constexpr int kCheckpointFormatVersion = 1;
+inline constexpr int kCheckpointFormatVersion = 2;
+inline constexpr const char* kIndexChecksumKey = "index_checksum";
 inline constexpr std::int64_t kMaxIndexNumel = std::int64_t{1} << 50;  // elements of one logical tensor
 inline constexpr int kMaxIndexParts = 1 << 16;                          // tp shards of one tensor
 
@@ -82,7 +90,14 @@ struct CheckpointIndex {
   std::map<std::string, IndexTensor> tensors;  // sorted by name
 };
 
-// Parses and checks index.json text (see above). `path` names it in every message. Throws Error.
+// Parses and checks index.json text (see above). `path` names it in every message. Throws CheckpointDamage
+// (checkpoint_damage.hpp) for text that does not parse, fails its checksum or breaks a rule above.
 CheckpointIndex parse_checkpoint_index(std::string_view text, const std::string& path);
+
+// fnv1a64 of `document` without its index_checksum key, dumped compactly (nlohmann::json sorts keys and prints
+// numbers so they read back to the same text: the writer's and the reader's documents hash alike).
+std::uint64_t index_checksum(const nlohmann::json& document);
+// Sets document["index_checksum"]; the writer calls it last, after every other key is in place.
+void seal_index(nlohmann::json& document);
 
 }  // namespace cleave::checkpoint

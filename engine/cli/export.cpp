@@ -100,6 +100,7 @@ int run_export(int argc, char** argv) {
   }
 
   train::CheckpointReader reader(dir);
+  reader.check_files();  // every file's size and header before a tensor is read
   if (format == "hf") return export_hf(reader, out, dtype == "bf16", args.size("--max-shard-size").value_or(0));
   const auto names = reader.parameter_names();
   CLEAVE_CHECK(!names.empty(), "export: checkpoint {} holds no parameters", dir);

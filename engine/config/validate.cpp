@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cleave/config.hpp"
@@ -164,6 +165,16 @@ void validate(const RunConfig& c) {
     refuse("data.paths", "is set, and so is data.path \"{}\"; give one: remove data.path from the config or clear "
            "it with --set data.path= (data.paths: a list of shards or globs)",
            d.path);
+  }
+  // Synthetic data reads no file: a path given with it would be ignored, and the run would train on generated
+  // samples while the config names a corpus (data.type forgotten, its default being "synthetic").
+  for (const auto& [key, value] : {std::pair<const char*, const std::string*>{"data.path", &d.path},
+                                   std::pair<const char*, const std::string*>{"data.val_path", &d.val_path}}) {
+    if (d.type == DataType::kSynthetic && !value->empty()) {
+      refuse(key, "\"{}\" is set, but data.type is \"synthetic\" (given, or by default), which generates its samples and "
+             "reads no file; set data.type to \"text\" or \"tokens\" to train on the file, or clear {} (--set {}=) "
+             "to train on synthetic data", *value, key, key);
+    }
   }
   if ((d.type == DataType::kText || d.type == DataType::kTokens) && d.path.empty() && d.paths.empty()) {
     refuse("data.path", "missing; required for data.type \"{}\"{}", d.type,

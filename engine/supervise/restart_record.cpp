@@ -135,4 +135,18 @@ bool fill_phase_times(RestartRecord& r, const std::string& metrics_path) {
   return false;
 }
 
+std::optional<std::int64_t> resumed_elsewhere(const RestartRecord& r, const std::string& metrics_path) {
+  std::ifstream in(metrics_path);
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || j.value("restart", 0) != r.number) continue;
+    const auto it = j.find("resumed_at_step");
+    if (it == j.end() || !it->is_number_integer()) return std::nullopt;
+    const auto step = it->get<std::int64_t>();
+    return step == r.resumed_at_step ? std::nullopt : std::optional<std::int64_t>(step);
+  }
+  return std::nullopt;
+}
+
 }  // namespace cleave::supervise

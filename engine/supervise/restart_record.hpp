@@ -76,5 +76,9 @@ struct MetricsRows {
 MetricsRows read_metrics_rows(const std::string& path);  // a missing file = no rows; a bad line is skipped
 // Fills the start-up, load and first-step times of `r` from the row whose "restart" is r.number; false if none yet.
 bool fill_phase_times(RestartRecord& r, const std::string& metrics_path);
+// The step the restarted job resumed from ("resumed_at_step" on the row whose "restart" is r.number) when it is not
+// the one `r` states: the trainer skipped a damaged checkpoint the supervisor's quick check had passed (a flipped
+// bit inside tensor data, engine/checkpoint/quick_check.hpp). Nothing when they agree or there is no such row.
+std::optional<std::int64_t> resumed_elsewhere(const RestartRecord& r, const std::string& metrics_path);
 
 }  // namespace cleave::supervise

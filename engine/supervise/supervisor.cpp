@@ -19,6 +19,7 @@
 #include <fmt/ranges.h>
 
 #include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/checkpoint/quick_check.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
@@ -222,8 +223,35 @@ struct RunPaths {
   std::string metrics_path;  // out_dir/metrics.jsonl
 };
 
+// The checkpoint a restart's --resume auto continues from: the newest that passes the quick check (index.json and
+// the files' headers; engine/checkpoint/quick_check.hpp). One the trainer would skip is named once, with why.
+std::optional<std::string> restart_checkpoint(const std::string& root) {
+  const auto newest = checkpoint::latest_step_dir(root);
+  const auto intact = checkpoint::newest_passing_quick_check(root);
+  if (newest && newest != intact) {
+    log::warn("run: the newest checkpoint {} is damaged ({}); the restart falls back to {}", *newest,
+              checkpoint::quick_check(*newest).value_or("?"), intact.value_or("none: no intact checkpoint"));
+  }
+  return intact;
+}
+
 void save_record(const RunPaths& paths, const SupervisorRecord& record) {
   replace_file((fs::path(paths.dir) / "supervisor.json").string(), supervisor_json_text(record));
+}
+
+// A restart whose job resumed from an older checkpoint than the record states (the trainer found damage the quick
+// check cannot see, and fell back): the record follows the job (checkpoint, step, steps redone and their time, from
+// the failed attempt's rows kept in supervisor/attempt_N.metrics.jsonl), and the log says so once.
+void follow_fallback(RestartRecord& r, const RunPaths& paths) {
+  const std::optional<std::int64_t> step = resumed_elsewhere(r, paths.metrics_path);
+  if (!step) return;
+  log::warn("run: restart {} resumed from step {}, not {}: the trainer skipped a damaged checkpoint (its log says "
+            "which and why)", r.number, *step, r.resumed_at_step);
+  r.checkpoint = (fs::path(paths.ckpt_root) / checkpoint::step_dir_name(*step)).string();
+  r.resumed_at_step = *step;
+  r.steps_redone = std::max<std::int64_t>(0, r.last_step_done - *step);
+  const std::string rows = (fs::path(paths.dir) / fmt::format("attempt_{}.metrics.jsonl", r.number)).string();
+  r.redone_s = read_metrics_rows(rows).ms_after(*step) * 1e-3;
 }
 
 // What one attempt leaves to the next.
@@ -252,18 +280,19 @@ std::optional<int> after_failure(const SuperviseOptions& o, const RunPaths& path
   a.outcome = fmt::format("failed: {}", failure.why);
   SupervisorRecord& record = state.record;
   record.attempts.push_back(a);
-  const auto latest = checkpoint::latest_step_dir(paths.ckpt_root);
-  std::int64_t ckpt_step = 0;
-  if (latest) ckpt_step = std::stoll(fs::path(*latest).filename().string().substr(5));
   log::warn("run: attempt {} failed after step {}: {} ({})", a.number, rows.last_step, failure.why,
             failure_kind_name(failure.kind));
 
   const std::vector<bool> healthy = check_health(o.health_check, state.slots);
+  // The checkpoint as the restart will find it: looked at after everything else that runs before it.
+  const auto latest = restart_checkpoint(paths.ckpt_root);
+  std::int64_t ckpt_step = 0;
+  if (latest) ckpt_step = std::stoll(fs::path(*latest).filename().string().substr(5));
   std::vector<Slot> left = remaining_slots(state.slots, failure, healthy);
   const RestartDecision decision =
       decide_restart(static_cast<int>(record.restarts.size()), o.max_restarts, static_cast<int>(left.size()), o.min_ranks);
   const std::string keep_note = fmt::format(
-      "nothing is lost: the newest complete checkpoint is {} and metrics.jsonl holds {} (each attempt's rows and log "
+      "nothing is lost: the newest intact checkpoint is {} and metrics.jsonl holds {} (each attempt's rows and log "
       "are kept in {}); continue with the same cleave run command and --resume auto after the --",
       latest.value_or("(none: no checkpoint was written yet)"),
       rows.last_step > 0 ? fmt::format("steps 1..{}", rows.last_step) : std::string("no step yet"), paths.dir);
@@ -378,7 +407,10 @@ int supervise(const SuperviseOptions& o) {
     a.ended_unix_s = run.ended_at;
     a.exit_code = exit_code;
     if (detected_at == 0 && exit_code != 0) detected_at = a.ended_unix_s;
-    if (!record.restarts.empty()) fill_phase_times(record.restarts.back(), paths.metrics_path);
+    if (!record.restarts.empty()) {
+      fill_phase_times(record.restarts.back(), paths.metrics_path);
+      follow_fallback(record.restarts.back(), paths);
+    }
 
     const bool stopped = run.forwarded && run.output.find("stopped on request (SIGUSR1") != std::string::npos;
     if (exit_code == 0 && !stopped) {
@@ -391,12 +423,12 @@ int supervise(const SuperviseOptions& o) {
       return 0;
     }
     if (run.forwarded) {
-      const auto latest = checkpoint::latest_step_dir(ckpt_root);
+      const auto latest = restart_checkpoint(ckpt_root);
       a.outcome = fmt::format("stopped on SIGTERM (exit {})", exit_code);
       record.attempts.push_back(a);
       record.outcome = a.outcome;
       save_record(paths, record);
-      log::info("run: stopped on SIGTERM; newest complete checkpoint: {}; continue with the same command and "
+      log::info("run: stopped on SIGTERM; newest intact checkpoint: {}; continue with the same command and "
                 "--resume auto after the --", latest.value_or("(none)"));
       return exit_code == 0 ? train::kStoppedExitCode : 1;
     }

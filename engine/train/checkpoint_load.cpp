@@ -2,7 +2,10 @@
 // tensor's logical shape) and reads each piece this rank holds (its tp shard, ZeRO-1 segment, its stage's
 // tensors) from only the byte ranges of the saved pieces that overlap it (checkpoint_reader.hpp: coverage and
 // sizes first, every chunk read verified against its checksum). So a checkpoint saved under one (tp, pp, dp,
-// ZeRO) layout loads under any other, and no rank builds a logical tensor it does not hold whole. Everything is read and checked before anything is assigned; an error on any rank is thrown on all.
+// ZeRO) layout loads under any other, and no rank builds a logical tensor it does not hold whole. Everything is
+// read and checked before anything is assigned; an error on any rank is thrown on all, as CheckpointDamage when
+// it was damage on every failing rank (so --resume auto may fall back to an older checkpoint with the model as it
+// was).
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -65,7 +68,7 @@ void check_continues_run(const json& index, const config::RunConfig& config, std
 std::int64_t load_checkpoint(RankSetup& s, RankModel& model, StepTail& tail, const std::string& step_dir,
                              bool continue_run) {
   const auto start = std::chrono::steady_clock::now();
-  std::string error;
+  RankFailure failure;
   std::int64_t step = 0;
   std::int64_t bytes_read = 0;
   std::int64_t steps_done = 0;
@@ -87,6 +90,9 @@ std::int64_t load_checkpoint(RankSetup& s, RankModel& model, StepTail& tail, con
     CLEAVE_CHECK(step <= s.config.train.steps,
                  "checkpoint {} holds step {}, beyond train.steps {}; raise train.steps to continue it", step_dir, step,
                  s.config.train.steps);
+    // Every file's size and header (rank 0, for all: a cut or missing file fails here, before its tensors' bytes
+    // are read; each rank checks its own files again as it opens them).
+    if (s.world.rank() == 0) reader.check_files();
     // Each piece straight from the byte ranges that hold it: never the logical tensor, nor the whole tp shard
     // when the piece is a ZeRO-1 segment of it.
     for (std::size_t i = 0; i < pieces.size(); ++i) {
@@ -98,9 +104,9 @@ std::int64_t load_checkpoint(RankSetup& s, RankModel& model, StepTail& tail, con
     }
     bytes_read = reader.bytes_read();
   } catch (const std::exception& e) {
-    error = e.what();
+    failure = rank_failure(e);
   }
-  throw_if_any_rank_failed(s.world, error);
+  throw_if_any_rank_failed(s.world, failure);
   for (std::size_t i = 0; i < pieces.size(); ++i) {
     if (pieces[i].data.device().is_cpu()) {
       std::memcpy(pieces[i].data.data<float>(), values[i].data(), values[i].size() * sizeof(float));

@@ -2,7 +2,9 @@
 #include "engine/train/checkpoint_pieces.hpp"
 
 #include <map>
+#include <optional>
 
+#include "engine/checkpoint/checkpoint_damage.hpp"
 #include "engine/core/error.hpp"
 #include "engine/train/collectives.hpp"
 #include "layers/parallel/shard.hpp"
@@ -82,6 +84,30 @@ void throw_if_any_rank_failed(comm::Communicator& world, const std::string& erro
     if (world.size() == 1) throw Error(message);
     throw Error(fmt::format("rank {}: {}", r, message));
   }
+}
+
+RankFailure rank_failure(const std::exception& e) {
+  return {e.what(), dynamic_cast<const checkpoint::CheckpointDamage*>(&e) != nullptr};
+}
+
+void throw_if_any_rank_failed(comm::Communicator& world, const RankFailure& failure) {
+  // One tag byte ('D' damage, 'E' any other error) before the message; nothing when this rank did not fail.
+  const std::string mine = failure.message.empty() ? std::string() : (failure.damage ? "D" : "E") + failure.message;
+  const auto all = all_gather_values<char>(world, std::span<const char>(mine.data(), mine.size()));
+  const auto first = [&all](char tag) -> std::optional<std::size_t> {
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      if (!all[r].empty() && all[r][0] == tag) return r;
+    }
+    return std::nullopt;
+  };
+  const std::optional<std::size_t> error = first('E');
+  const std::optional<std::size_t> damage = first('D');
+  if (!error && !damage) return;
+  const std::size_t r = error ? *error : *damage;
+  const std::string message(all[r].begin() + 1, all[r].end());
+  const std::string text = world.size() == 1 ? message : fmt::format("rank {}: {}", r, message);
+  if (error) throw Error(text);
+  throw checkpoint::CheckpointDamage(text);
 }
 
 }  // namespace cleave::train

@@ -46,4 +46,15 @@ namespace cleave::train {
 // failing rank's message (so no rank walks on into a collective its peers never join).
 void throw_if_any_rank_failed(comm::Communicator& world, const std::string& error);
 
+// One rank's failure while reading a checkpoint: its message (empty: none) and whether it was CheckpointDamage.
+struct RankFailure {
+  std::string message;
+  bool damage = false;
+};
+RankFailure rank_failure(const std::exception& e);
+// The same over a RankFailure: every rank throws the lowest failing rank's Error when any rank's failure is not
+// damage (another model, a refused config: an older checkpoint would not help), else CheckpointDamage with the
+// lowest damaged rank's message, so every rank falls back (or stops) together.
+void throw_if_any_rank_failed(comm::Communicator& world, const RankFailure& failure);
+
 }  // namespace cleave::train

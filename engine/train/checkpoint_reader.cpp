@@ -10,7 +10,9 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "engine/checkpoint/checkpoint_damage.hpp"
 #include "engine/checkpoint/checksum.hpp"
+#include "engine/checkpoint/quick_check.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/one_line.hpp"
 #include "layers/parallel/shard.hpp"
@@ -26,7 +28,7 @@ std::string shape_text(const std::vector<std::int64_t>& dims) { return fmt::form
 checkpoint::CheckpointIndex read_index(const std::string& dir) {
   const std::string path = (fs::path(dir) / "index.json").string();
   std::ifstream in(path, std::ios::binary);
-  CLEAVE_CHECK(in.good(), "checkpoint {}: no index.json (not a complete checkpoint directory)", dir);
+  CLEAVE_CHECK_INTACT(in.good(), "checkpoint {}: no index.json (not a complete checkpoint directory)", dir);
   std::stringstream text;
   text << in.rdbuf();
   return checkpoint::parse_checkpoint_index(text.str(), path);
@@ -67,13 +69,13 @@ const std::vector<CheckpointReader::SavedShard>& CheckpointReader::plan_of(
   std::map<int, SavedShard> by_index;
   const int parts = entry.pieces.front().parts;
   for (const checkpoint::IndexPiece& piece : entry.pieces) {
-    CLEAVE_CHECK(piece.parts == parts, "checkpoint {}: tensor {} mixes pieces of {} and {} tp shards", dir_, name,
-                 parts, piece.parts);
+    CLEAVE_CHECK_INTACT(piece.parts == parts, "checkpoint {}: tensor {} mixes pieces of {} and {} tp shards", dir_, name,
+                        parts, piece.parts);
     by_index[piece.index].pieces.push_back(&piece);
   }
-  CLEAVE_CHECK(static_cast<int>(by_index.size()) == parts,
-               "checkpoint {}: tensor {} has pieces of {} tp shards, but was split into {}", dir_, name,
-               by_index.size(), parts);
+  CLEAVE_CHECK_INTACT(static_cast<int>(by_index.size()) == parts,
+                      "checkpoint {}: tensor {} has pieces of {} tp shards, but was split into {}", dir_, name,
+                      by_index.size(), parts);
   std::vector<SavedShard> shards;
   for (auto& [index, plan] : by_index) {
     const checkpoint::IndexPiece& first = *plan.pieces.front();
@@ -84,17 +86,17 @@ const std::vector<CheckpointReader::SavedShard>& CheckpointReader::plan_of(
                      [](const auto* a, const auto* b) { return a->begin < b->begin; });
     std::int64_t covered = 0;
     for (const checkpoint::IndexPiece* piece : plan.pieces) {
-      CLEAVE_CHECK(piece->dim == first.dim && piece->groups == first.groups,
-                   "checkpoint {}: tensor {} shard {}: pieces split along dim {} in {} groups and dim {} in {} groups",
-                   dir_, name, index, first.dim, first.groups, piece->dim, piece->groups);
-      CLEAVE_CHECK(piece->begin == covered && piece->end <= plan.numel,
-                   "checkpoint {}: tensor {} shard {}: piece {} in {} covers [{}, {}), expected to start at {} "
-                   "within {} elements",
-                   dir_, name, index, piece->name, piece->file, piece->begin, piece->end, covered, plan.numel);
+      CLEAVE_CHECK_INTACT(piece->dim == first.dim && piece->groups == first.groups,
+                          "checkpoint {}: tensor {} shard {}: pieces split along dim {} in {} groups and dim {} in {} groups",
+                          dir_, name, index, first.dim, first.groups, piece->dim, piece->groups);
+      CLEAVE_CHECK_INTACT(piece->begin == covered && piece->end <= plan.numel,
+                          "checkpoint {}: tensor {} shard {}: piece {} in {} covers [{}, {}), expected to start at {} "
+                          "within {} elements",
+                          dir_, name, index, piece->name, piece->file, piece->begin, piece->end, covered, plan.numel);
       covered = piece->end;
     }
-    CLEAVE_CHECK(covered == plan.numel, "checkpoint {}: tensor {} shard {}: pieces cover {} of {} elements", dir_,
-                 name, index, covered, plan.numel);
+    CLEAVE_CHECK_INTACT(covered == plan.numel, "checkpoint {}: tensor {} shard {}: pieces cover {} of {} elements", dir_,
+                        name, index, covered, plan.numel);
     shards.push_back(std::move(plan));
   }
   // The files: present, of the recorded size, each piece's bytes the size index.json says.
@@ -120,7 +122,7 @@ std::vector<float> CheckpointReader::logical(const std::string& name, const std:
     read_shard_range(name, layers::replicated_spec(logical_shape), 0, out);
     return out;
   } catch (const Error& e) {
-    rethrow_one_line(e);  // names and keys quoted from the input may hold control characters
+    checkpoint::rethrow_one_line_keeping_damage(e);  // names and keys quoted from the input may hold control characters
   }
 }
 
@@ -176,7 +178,7 @@ void CheckpointReader::read_shard_range(const std::string& name, const layers::S
       }
     }
   } catch (const Error& e) {
-    rethrow_one_line(e);
+    checkpoint::rethrow_one_line_keeping_damage(e);
   }
 }
 
@@ -188,15 +190,16 @@ CheckpointReader::OpenFile& CheckpointReader::open(const std::string& file, cons
   if (it != files_.end()) return it->second;
   const std::string path = path_of(file);
   auto listed = index_.files.find(file);
-  CLEAVE_CHECK(listed != index_.files.end(), "checkpoint {}: tensor {} lives in {}, which index.json does not list",
-               dir_, tensor, file);
+  CLEAVE_CHECK_INTACT(listed != index_.files.end(), "checkpoint {}: tensor {} lives in {}, which index.json does not list",
+                      dir_, tensor, file);
   std::error_code ec;
-  CLEAVE_CHECK(fs::is_regular_file(path, ec), "checkpoint file {} is missing (it holds tensor {})", path, tensor);
+  const std::string holds = tensor.empty() ? std::string() : fmt::format(" (it holds tensor {})", tensor);
+  CLEAVE_CHECK_INTACT(fs::is_regular_file(path, ec), "checkpoint file {} is missing{}", path, holds);
   const auto size = static_cast<std::int64_t>(fs::file_size(path, ec));
   const std::int64_t expected = listed->second.bytes;
-  CLEAVE_CHECK(size == expected,
-               "checkpoint file {} has {} bytes, index.json records {} (truncated or replaced; it holds tensor {})",
-               path, size, expected, tensor);
+  CLEAVE_CHECK_INTACT(size == expected,
+                      "checkpoint file {} has {} bytes, index.json records {} (truncated or replaced){}", path, size,
+                      expected, holds);
   // An older checkpoint (no header checksum): the whole file's checksum first, as before range reads existed.
   const bool whole = !listed->second.header_checksum.has_value();
   if (whole) verify_whole_file(file, tensor);
@@ -204,7 +207,7 @@ CheckpointReader::OpenFile& CheckpointReader::open(const std::string& file, cons
   try {
     header = checkpoint::read_safetensors_header(path, listed->second.header_checksum);
   } catch (const Error& e) {
-    CLEAVE_THROW("{} (it holds tensor {})", e.what(), tensor);
+    throw checkpoint::CheckpointDamage(fmt::format("{}{}", e.what(), holds));
   }
   bytes_read_ += header.data_offset;
   return files_.emplace(file, OpenFile{std::move(header), checkpoint::RangeFile(path), whole}).first->second;
@@ -214,19 +217,30 @@ void CheckpointReader::verify_whole_file(const std::string& file, const std::str
   const std::string path = path_of(file);
   const std::string checksum = checkpoint::checksum_text(checkpoint::file_checksum(path));
   const std::string& recorded = index_.files.at(file).checksum;
-  CLEAVE_CHECK(checksum == recorded,
-               "checkpoint file {}: checksum {} does not match {} recorded in index.json (corrupt; it holds "
-               "tensor {})",
-               path, checksum, recorded, tensor);
+  CLEAVE_CHECK_INTACT(checksum == recorded,
+                      "checkpoint file {}: checksum {} does not match {} recorded in index.json (corrupt; it holds "
+                      "tensor {})",
+                      path, checksum, recorded, tensor);
   bytes_read_ += index_.files.at(file).bytes;
+}
+
+void CheckpointReader::check_files() const {
+  try {
+    checkpoint::check_checkpoint_files(dir_, index_);
+  } catch (const Error& e) {
+    checkpoint::rethrow_one_line_keeping_damage(e);
+  }
 }
 
 std::int64_t CheckpointReader::check_piece(const checkpoint::IndexPiece& piece, const std::string& tensor) {
   OpenFile& f = open(piece.file, tensor);
-  const checkpoint::TensorRecord& record = f.header.record(piece.name);
-  CLEAVE_CHECK(record.dtype == "F32" && record.end - record.begin == (piece.end - piece.begin) * 4,
-               "checkpoint file {}: tensor {} ({}) holds {} bytes, index.json says {} f32 elements",
-               path_of(piece.file), piece.name, tensor, record.end - record.begin, piece.end - piece.begin);
+  const auto found = f.header.tensors.find(piece.name);
+  CLEAVE_CHECK_INTACT(found != f.header.tensors.end(), "checkpoint file {} holds no tensor {} ({}), which index.json "
+                      "places there", path_of(piece.file), piece.name, tensor);
+  const checkpoint::TensorRecord& record = found->second;
+  CLEAVE_CHECK_INTACT(record.dtype == "F32" && record.end - record.begin == (piece.end - piece.begin) * 4,
+                      "checkpoint file {}: tensor {} ({}) holds {} bytes, index.json says {} f32 elements",
+                      path_of(piece.file), piece.name, tensor, record.end - record.begin, piece.end - piece.begin);
   return f.header.data_offset + record.begin;
 }
 
@@ -261,11 +275,11 @@ void CheckpointReader::read_piece(const checkpoint::IndexPiece& piece, const std
         f.file.read(base + chunk_begin, chunk);
         bytes_read_ += chunk_end - chunk_begin;
         const std::uint64_t hash = checkpoint::fnv1a64(chunk);
-        CLEAVE_CHECK(hash == piece.chunks[static_cast<std::size_t>(k)],
-                     "checkpoint file {}: bytes [{}, {}) of tensor {} ({}) fail their checksum ({:016x}, index.json "
-                     "records {:016x}): the file is corrupt; restore it or resume from an earlier checkpoint",
-                     path_of(piece.file), chunk_begin, chunk_end, piece.name, tensor, hash,
-                     piece.chunks[static_cast<std::size_t>(k)]);
+        CLEAVE_CHECK_INTACT(hash == piece.chunks[static_cast<std::size_t>(k)],
+                            "checkpoint file {}: bytes [{}, {}) of tensor {} ({}) fail their checksum ({:016x}, index.json "
+                            "records {:016x}): the file is corrupt; restore it or resume from an earlier checkpoint",
+                            path_of(piece.file), chunk_begin, chunk_end, piece.name, tensor, hash,
+                            piece.chunks[static_cast<std::size_t>(k)]);
         cached = k;
       }
       const std::int64_t n = std::min(to, chunk_end) - from;

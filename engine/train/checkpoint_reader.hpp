@@ -8,7 +8,10 @@
 // safetensors reader accepts and the piece's recorded byte size. Every byte handed out was verified: pieces
 // with chunk checksums (checkpoint_index.hpp) verify each chunk a read touches; pieces of older checkpoints
 // (without them) verify the whole file's checksum once, streaming, before the first read. Every failure is an
-// Error naming the checkpoint or file, the tensor and the numbers. Reads only; holds the files it opened.
+// Error naming the checkpoint or file, the tensor and the numbers; one about the bytes on disk (a missing,
+// resized or corrupt file, an index.json that fails its checks) is a CheckpointDamage
+// (engine/checkpoint/checkpoint_damage.hpp), one about the run (a tensor this model needs is absent, another
+// shape) a plain Error. Reads only; holds the files it opened.
 #pragma once
 
 #include <cstdint>
@@ -51,6 +54,10 @@ class CheckpointReader {
   // spec.logical must equal the recorded shape (a different model otherwise: Error naming both shapes).
   void read_shard_range(const std::string& name, const layers::ShardSpec& spec, std::int64_t begin,
                         std::span<float> out);
+  // Every file index.json lists: present, of the recorded size, its header intact where index.json records its
+  // checksum (reads headers only, keeps nothing open: checkpoint/quick_check.hpp). Throws CheckpointDamage naming
+  // the file.
+  void check_files() const;
   // Bytes read from disk so far: headers, the ranges and chunks read, and whole files checksummed.
   std::int64_t bytes_read() const { return bytes_read_; }
 

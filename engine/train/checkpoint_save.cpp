@@ -3,7 +3,7 @@
 // background thread, or inline from the live tensors); at the commit rank 0 gathers the pieces' placements and
 // the files' sizes and checksums, writes index.json, commits the directory and prunes (engine/checkpoint/).
 //
-// index.json: {"format": "cleave-checkpoint", "version", "step", "consumed_samples", "next_lr", "seed", "rng",
+// index.json: {"format": "cleave-checkpoint", "version", "index_checksum" (checkpoint_index.hpp), "step", "consumed_samples", "next_lr", "seed", "rng",
 //   "model": <the config's model section>, "config": <the whole resolved config, compared on resume>,
 //   "layout": {tp, pp, dp, virtual_pipeline_stages, zero_stage, world_size, schedule},
 //   "optimizer": {"type", "steps_done"}, "files": {file: {"bytes", "checksum", "header_checksum"}},
@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/checkpoint/checkpoint_index.hpp"
 #include "engine/checkpoint/checksum.hpp"
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/core/error.hpp"
@@ -247,6 +248,7 @@ CheckpointSaveStats CheckpointSave::commit(RankSetup& s) {
       }
       index["files"] = files;
       index["tensors"] = tensors;
+      checkpoint::seal_index(index);  // last: it covers every other key
       const std::string tmp_dir = job_->tmp_dir;
       const std::string index_text = index.dump(1) + "\n";
       checkpoint::write_file_durable((fs::path(tmp_dir) / "index.json").string(), index_text);

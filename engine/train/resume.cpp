@@ -9,10 +9,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/train/checkpoint_pieces.hpp"
+#include "engine/train/checkpoint_reader.hpp"
 
 namespace cleave::train {
 namespace {
@@ -38,26 +38,12 @@ std::string read_text(const fs::path& path) {
 
 }  // namespace
 
-std::optional<std::string> resume_step_dir(const std::string& resume, const std::string& checkpoint_root,
-                                           bool reports) {
-  if (resume == "auto") {
-    std::optional<std::string> dir = checkpoint::latest_step_dir(checkpoint_root);
-    if (!dir && reports) log::info("checkpoint: --resume auto found no checkpoint under {}; starting fresh", checkpoint_root);
-    return dir;
-  }
-  CLEAVE_CHECK(fs::is_directory(resume), "--resume {}: no such checkpoint directory", resume);
-  std::optional<std::string> dir = fs::exists(fs::path(resume) / "index.json") ? std::optional<std::string>(resume)
-                                                                               : checkpoint::latest_step_dir(resume);
-  CLEAVE_CHECK(dir.has_value(), "--resume {}: holds no complete checkpoint (no index.json, no step_NNNNNNN/)", resume);
-  return dir;
-}
-
 std::vector<ConfigChange> check_resumed_config(RankSetup& setup, const std::string& step_dir,
                                                const std::vector<std::string>& allowed) {
   std::vector<ConfigChange> changes;
-  std::string error;
+  RankFailure failure;
   try {
-    const nlohmann::json index = read_json(fs::path(step_dir) / "index.json");
+    const nlohmann::json index = CheckpointReader(step_dir).index();  // its checks: a damaged index is damage
     const fs::path run_config = fs::path(setup.config.train.out_dir) / "config.json";
     std::optional<nlohmann::json> before;
     if (index.contains("config")) before = index.at("config");
@@ -66,9 +52,9 @@ std::vector<ConfigChange> check_resumed_config(RankSetup& setup, const std::stri
     if (before) changes = config_changes(*before, after);
     check_config_changes(changes, allowed, after, step_dir);
   } catch (const std::exception& e) {
-    error = e.what();
+    failure = rank_failure(e);
   }
-  throw_if_any_rank_failed(setup.world, error);
+  throw_if_any_rank_failed(setup.world, failure);
   if (setup.reports()) {
     for (const ConfigChange& c : changes) {
       // A change neither free nor allowed is one the checkpoint loader refuses next (the model, the seed, ...):

@@ -1,6 +1,6 @@
-// Resuming a run (train --resume) and restarting one (cleave run): which checkpoint --resume names, the resumed
-// config held against the checkpoint's, config.json's previous text kept, run.json's resume history, and the
-// restart record `cleave run` hands a restarted job.
+// Resuming a run (train --resume) and restarting one (cleave run): the resumed config held against the
+// checkpoint's (which checkpoint --resume loads: resume_fallback.hpp), config.json's previous text kept, run.json's
+// resume history, and the restart record `cleave run` hands a restarted job.
 //
 // Invariants: a resumed config that changes a key needing --allow-config-change is refused on every rank alike
 // (the check's error is shared over the world); a kept config file is never overwritten (a second copy gets a
@@ -18,12 +18,6 @@
 #include "engine/train/rank_setup.hpp"
 
 namespace cleave::train {
-
-// The step directory `resume` names: "auto" = the latest complete checkpoint under `checkpoint_root` (none:
-// a fresh start, logged when `reports`); otherwise a step directory (it holds index.json) or a root whose
-// latest complete checkpoint is taken. Throws when an explicit directory is missing or holds no checkpoint.
-std::optional<std::string> resume_step_dir(const std::string& resume, const std::string& checkpoint_root,
-                                           bool reports);
 
 // A resumed run's config against the one its checkpoint was trained with (index.json "config"; a checkpoint
 // written before that field existed is compared with the run directory's config.json, when there is one).

@@ -22,6 +22,7 @@
 #include "engine/train/measured_trace.hpp"
 #include "engine/train/metrics.hpp"
 #include "engine/train/resume.hpp"
+#include "engine/train/resume_fallback.hpp"
 #include "engine/train/run_record.hpp"
 #include "engine/train/trainer.hpp"
 #include "engine/train/trainer_impl.hpp"
@@ -102,20 +103,22 @@ struct StartPoint {
   double load_s = 0;                  // how long the checkpoint load took
 };
 
-// The checkpoint --resume names is checked against the config and loaded (a checkpoint that cannot be loaded
-// fails before anything is written); none: a fresh start.
+// The checkpoint --resume names (auto: the newest intact one, resume_fallback.hpp) is checked against the config
+// and loaded (a checkpoint that cannot be loaded fails before anything is written); none: a fresh start.
 StartPoint start_point(Trainer& trainer, RankSetup& s, const TrainOptions& options, const std::string& checkpoints) {
   StartPoint start;
   start.restart = read_restart_record(options.restart_record, s.reports());
   start.began_unix_s = unix_seconds();
   const auto began = TrainerClock::now();
-  const std::optional<std::string> dir =
-      options.resume.empty() ? std::nullopt : resume_step_dir(options.resume, checkpoints, s.reports());
-  if (dir) {
-    start.changes = check_resumed_config(s, *dir, options.allow_config_change);
-    start.step = trainer.load_checkpoint(*dir, /*continue_run=*/true);
-    s.source = CheckpointReader(*dir).index().value("source", nlohmann::json());
-    start.from = *dir;
+  const std::optional<ResumedFrom> resumed =
+      options.resume.empty()
+          ? std::nullopt
+          : resume_from_checkpoint(trainer, s, options.resume, checkpoints, options.allow_config_change);
+  if (resumed) {
+    start.changes = resumed->changes;
+    start.step = resumed->step;
+    s.source = CheckpointReader(resumed->dir).index().value("source", nlohmann::json());
+    start.from = resumed->dir;
     start.resumed = true;
   }
   start.load_s = elapsed_ms(began) * 1e-3;

@@ -89,6 +89,7 @@ WeightSource checkpoint_source(const std::string& path) {
     dir = *latest;
   }
   auto reader = std::make_shared<CheckpointReader>(dir);
+  reader->check_files();  // every file's size and header before a tensor is read
   WeightSource out;
   out.origin = "checkpoint " + dir;
   out.model_origin = (fs::path(dir) / "index.json").string();

@@ -36,7 +36,7 @@ WeightsOnlyStats write_weights_checkpoint(const std::string& root, const json& m
     const std::string tmp = checkpoint::begin_step_dir(root, 0);
     const checkpoint::WrittenFile written = checkpoint::write_safetensors(
         (fs::path(tmp) / kFile).string(), out, {{"format", "cleave-checkpoint"}, {"weights_only", "true"}});
-    const json index = {
+    json index = {
         {"format", "cleave-checkpoint"},
         {"version", checkpoint::kCheckpointFormatVersion},
         {"step", 0},
@@ -47,6 +47,7 @@ WeightsOnlyStats write_weights_checkpoint(const std::string& root, const json& m
         {"optimizer", {{"type", "none"}, {"steps_done", 0}}},
         {"files", {{kFile, {{"bytes", written.bytes}, {"checksum", checkpoint::checksum_text(written.checksum)}}}}},
         {"tensors", entries}};
+    checkpoint::seal_index(index);
     const std::string text = index.dump(1) + "\n";
     checkpoint::write_file_durable((fs::path(tmp) / "index.json").string(), text);
     stats.path = checkpoint::commit_step_dir(root, 0);

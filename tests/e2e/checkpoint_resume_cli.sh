@@ -7,7 +7,7 @@
 #     final checkpoint whose parameter and optimizer files are byte-identical to the uninterrupted run's.
 #     Done on one rank and on tp2 x pp2 (4 ranks); the 4-rank checkpoint at step 4 also resumes on one rank
 #     with the uninterrupted losses within 1e-5 relative (resharding through the CLI).
-#  3. The out_dir refusal still holds without --resume; a corrupt checkpoint is refused before any step,
+#  3. The out_dir refusal still holds without --resume; a corrupt (only) checkpoint is refused before any step,
 #     naming the file, and writes nothing (metrics.jsonl unchanged, no new checkpoint); so is a resume that
 #     changes a training key (optimizer.lr) unless --allow-config-change names it, and then it is recorded.
 # Usage: checkpoint_resume_cli.sh CLEAVE MPIEXEC [FLAGS...]
@@ -93,16 +93,21 @@ grep -q "rank_00000.safetensors: checksum" broken.log || { cat broken.log; fail 
 [ -z "$(ls broken/checkpoints | grep -v step_0000004)" ] || fail "a failed resume wrote a checkpoint"
 echo "ok   corrupt checkpoint refused before any step: $(grep -o 'checkpoint file.*' broken.log | head -n 1)"
 
-# An index.json cut short (the latest checkpoint's): one error naming the file and an earlier checkpoint to use,
-# not the JSON parser's bare text; nothing written.
+# An index.json cut short (the latest checkpoint's): --resume of it is one error naming the file and --resume auto,
+# not the JSON parser's bare text, with nothing written; --resume auto falls back to step 8 (tests/e2e/checkpoint_damage.sh
+# covers the fallback in full).
 cp -r one cutindex
 head -c 100 one/checkpoints/step_0000012/index.json > cutindex/checkpoints/step_0000012/index.json
 before=$(md5sum cutindex/metrics.jsonl)
-train 1 cutindex.log --set train.out_dir=cutindex --set train.steps=14 --resume auto && fail "a cut index.json was loaded"
-grep -q "error: --resume: cutindex/checkpoints/step_0000012/index.json is not valid JSON .*--resume cutindex/checkpoints/step_NNNNNNN" \
+train 1 cutindex.log --set train.out_dir=cutindex --set train.steps=14 --resume cutindex/checkpoints/step_0000012 \
+  && fail "a cut index.json was loaded"
+grep -q "error: --resume cutindex/checkpoints/step_0000012: the checkpoint is damaged: checkpoint index cutindex/checkpoints/step_0000012/index.json: does not parse (.*--resume auto" \
   cutindex.log || { cat cutindex.log; fail "cut index.json message"; }
 [ "$before" = "$(md5sum cutindex/metrics.jsonl)" ] || fail "a failed resume changed metrics.jsonl"
 echo "ok   cut index.json refused: $(grep -o 'error: .*' cutindex.log | cut -c1-120)"
+train 1 cutauto.log --set train.out_dir=cutindex --set train.steps=14 --resume auto || { cat cutauto.log; fail "no fallback"; }
+grep -q "resumed from cutindex/checkpoints/step_0000008" cutauto.log || { cat cutauto.log; fail "cut index.json: no fallback to step 8"; }
+echo "ok   --resume auto fell back: $(grep -o 'skipped step_0000012 .*' cutauto.log | cut -c1-100)"
 
 # A model key changed on resume: the loader refuses it; the change is listed, but never as "allowed by
 # --allow-config-change" when no such flag was given.

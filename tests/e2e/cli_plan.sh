@@ -227,9 +227,9 @@ PY
 grep -q "deadlocks with blocking point-to-point" p2p_m1.log || { cat p2p_m1.log; fail "--blocking-p2p deadlock message"; }
 
 # A mixture of experts: total and active parameters (top_k of n_experts experts per block), in both forms.
-"$cleave" simulate --config "$source_dir/examples/moe/config.json" --set data.type=synthetic --world 2 > moe.log 2>&1 \
+"$cleave" simulate --config "$source_dir/examples/moe/config.json" --set data.type=synthetic --set data.path= --world 2 > moe.log 2>&1 \
   || { cat moe.log; fail "simulate --config moe"; }
-"$cleave" simulate --config "$source_dir/examples/moe/config.json" --set data.type=synthetic --world 2 --json \
+"$cleave" simulate --config "$source_dir/examples/moe/config.json" --set data.type=synthetic --set data.path= --world 2 --json \
   > moe.json 2> moe_json.log || { cat moe_json.log; fail "simulate --config moe --json"; }
 python3 - moe.log moe.json "$source_dir/examples/moe/config.json" << 'PY' || fail "moe parameters"
 import json, re, sys

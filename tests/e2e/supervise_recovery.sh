@@ -19,6 +19,10 @@
 #            memory cap no plan meets on the ranks left (the error names the smallest world that fits); an
 #            out_dir that holds a run (nothing started).
 #   sigterm  SIGTERM to cleave run: every rank saves the current step and the job exits 75; the checkpoint resumes.
+#   damaged  dp2, rank 1 SIGKILLed at step 5; while the job is down one bit of step 4's tensor data flips (the
+#            --health-check command, run between the failure and the restart, stands in for a disk): the restart's
+#            --resume auto skips step 4 (kept as damaged-step_0000004) for step 2, the record follows it, and the
+#            losses are bit-identical to resuming step 2 by hand.
 # usage: supervise_recovery.sh SCENARIO CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
 scenario=$1
@@ -181,7 +185,7 @@ budget)
   sup --slots 2 --max-restarts 2 --keep-layout -- tiny.json --set train.out_dir=run --set checkpoint.background=false > run.log 2>&1 \
     && fail "a job failing on every attempt exited 0"
   unset CLEAVE_FAULT_INJECT
-  grep -q "giving up: the restart budget is spent: 2 restarts made, --max-restarts 2; nothing is lost: the newest complete checkpoint is .*step_0000002" run.log \
+  grep -q "giving up: the restart budget is spent: 2 restarts made, --max-restarts 2; nothing is lost: the newest intact checkpoint is .*step_0000002" run.log \
     || { cat run.log; fail "no clear report of the spent budget"; }
   [ -f run/checkpoints/step_0000002/index.json ] || fail "the newest checkpoint is gone"
   [ "$(wc -l < run/metrics.jsonl)" = 3 ] || fail "metrics rows 1..3 not intact"
@@ -193,7 +197,7 @@ refuse)
   CLEAVE_FAULT_INJECT_1=1:3:forward:kill sup --slots 2 --min-ranks 2 -- tiny.json --set train.out_dir=few \
     --set checkpoint.background=false > few.log 2>&1 \
     && fail "--min-ranks 2 with 1 rank left exited 0"
-  grep -q "giving up: 1 rank left, fewer than --min-ranks 2; nothing is lost: the newest complete checkpoint is .*step_0000002" few.log \
+  grep -q "giving up: 1 rank left, fewer than --min-ranks 2; nothing is lost: the newest intact checkpoint is .*step_0000002" few.log \
     || { cat few.log; fail "--min-ranks refusal unclear"; }
   [ -f few/checkpoints/step_0000002/index.json ] || fail "--min-ranks: checkpoint gone"
   # No checkpoint yet: restart from step 0 and say so (checkpoint.interval 0: only the final one).
@@ -248,6 +252,39 @@ refuse)
     || { cat nolaunch2.log; fail "launcher (PATH) refusal"; }
   [ ! -e badprof ] || fail "a refused run created its out_dir"
   echo "ok   refuse: --min-ranks, no checkpoint (restart from 0), memory cap (smallest world 2), out_dir in use, re-plan inputs, launcher"
+  ;;
+damaged)
+  cat > damage.sh << 'SH'
+#!/bin/sh
+# Once (it runs for every slot): one bit in the middle of step 4's tensor data, which only a full read notices.
+[ -e damaged.done ] && exit 0
+python3 - run/checkpoints/step_0000004/rank_00000.safetensors << 'PY'
+import struct, sys
+p = sys.argv[1]; d = bytearray(open(p, "rb").read()); n = struct.unpack("<Q", d[:8])[0]
+d[(8 + n + len(d)) // 2] ^= 1; open(p, "wb").write(d)
+PY
+touch damaged.done
+SH
+  chmod +x damage.sh
+  export CLEAVE_FAULT_INJECT_1=1:5:forward:kill
+  timed sup --slots 2 --keep-layout --health-check "$work/damage.sh" -- tiny.json --set train.out_dir=run \
+    --set checkpoint.background=false > run.log 2>&1 || { cat run.log; fail "cleave run did not complete"; }
+  unset CLEAVE_FAULT_INJECT_1
+  [ -e damaged.done ] || fail "the health check did not run"
+  grep -E "run: restart|run: completed" run.log
+  grep -q "run: restart 1 resumed from step 2, not 4: the trainer skipped a damaged checkpoint" run.log \
+    || { cat run.log; fail "the supervisor did not follow the fallback"; }
+  grep -q "warning: checkpoint: --resume skipped step_0000004 (step 4), damaged: checkpoint file .*rank_00000.safetensors: bytes .* fail their checksum" \
+    run/supervisor/attempt_2.log || { cat run/supervisor/attempt_2.log; fail "the trainer's skip line"; }
+  [ -d run/checkpoints/damaged-step_0000004 ] || fail "the damaged checkpoint was not kept"
+  [ "$(field run/run.json 'd["restarts"][0]["resumed_at_step"]')" = 2 ] || fail "the record does not say step 2"
+  field run/run.json 'd["restarts"][0]["checkpoint"]' | grep -q "step_0000002$" || fail "the record names another checkpoint"
+  [ "$(field run/run.json 'd["restarts"][0]["steps_redone"]')" = 2 ] || fail "steps 3 and 4 are redone"
+  check_restart_rows run 1
+  by_hand run 2 ref_hand run/checkpoints/step_0000002
+  diff <(losses_from run/metrics.jsonl 3) <(losses_from ref_hand/metrics.jsonl 3) > /dev/null \
+    || { paste <(losses_from run/metrics.jsonl 3) <(losses_from ref_hand/metrics.jsonl 3); fail "losses differ from the by-hand resume"; }
+  echo "ok   damaged: step 4 damaged while down; restarted from step 2 (step 4 kept as damaged-step_0000004); bit-identical to the by-hand resume"
   ;;
 sigterm)
   sed 's/"steps": 12/"steps": 100000/' tiny.json > long.json

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "engine/checkpoint/checkpoint_damage.hpp"
 #include "engine/checkpoint/checkpoint_index.hpp"
 #include "engine/core/error.hpp"
 
@@ -78,9 +79,55 @@ TEST(CheckpointIndex, NotJsonOrNotACheckpoint) {
     EXPECT_EQ(m.find("[json.exception"), std::string::npos) << m;
   }
   EXPECT_NE(error_of(json::array()).find("ck/index.json: the top level: expected an object, got []"), std::string::npos);
-  EXPECT_NE(error_of(with([](json& j) { j["version"] = 2; })).find("is not a cleave checkpoint of format version 1"),
+  EXPECT_NE(error_of(with([](json& j) { j["version"] = 3; })).find("is not a cleave checkpoint of format version 1 or 2"),
             std::string::npos);
   EXPECT_NE(error_of(with([](json& j) { j.erase("format"); })).find("format: missing"), std::string::npos);
+}
+
+// Version 2 carries the index's own checksum (seal_index): it reads back; any changed value, a missing checksum
+// and a version-2 index passed off as version 1 are refused as damage.
+TEST(CheckpointIndex, SealedIndexVerifiesItsOwnChecksum) {
+  json sealed = with([](json& j) { j["version"] = 2; j["next_lr"] = 0.0029999999999999996; j["rng"] = {{"seed", 9}}; });
+  seal_index(sealed);
+  EXPECT_EQ(parse_checkpoint_index(sealed.dump(1), "ck/index.json").step, 7);
+  json changed = sealed;
+  changed["optimizer"]["steps_done"] = 6;
+  EXPECT_NE(error_of(changed).find("index_checksum: \"fnv1a64:"), std::string::npos) << error_of(changed);
+  EXPECT_NE(error_of(changed).find("does not match the index's content"), std::string::npos);
+  json unsealed = sealed;
+  unsealed.erase("index_checksum");
+  EXPECT_NE(error_of(unsealed).find("index_checksum: missing"), std::string::npos);
+  EXPECT_THROW((void)parse_checkpoint_index(changed.dump(), "ck/index.json"), CheckpointDamage);
+}
+
+// Every single flipped bit of a sealed index.json is refused as damage, unless it leaves the document as it was
+// (whitespace into whitespace): the index checksum covers the step, the consumed samples, the rng and optimizer
+// state, and every file's and chunk's checksum.
+TEST(CheckpointIndex, EveryFlippedBitIsDamageOrHarmless) {
+  json sealed = with([](json& j) {
+    j["version"] = 2;
+    j["consumed_samples"] = 56;
+    j["next_lr"] = 0.0025;
+    j["rng"] = {{"seed", 9}, {"next_step", 7}};
+    j["files"]["rank_00000.safetensors"]["header_checksum"] = "fnv1a64:00000000000000ff";
+  });
+  seal_index(sealed);
+  const std::string text = sealed.dump(1);
+  const json original = json::parse(text);
+  int refused = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    for (int bit = 0; bit < 8; ++bit) {
+      std::string flipped = text;
+      flipped[i] = static_cast<char>(flipped[i] ^ (1 << bit));
+      try {
+        const CheckpointIndex index = parse_checkpoint_index(flipped, "ck/index.json");
+        ASSERT_EQ(index.document, original) << "byte " << i << " bit " << bit << " changed the index unnoticed";
+      } catch (const CheckpointDamage&) {
+        ++refused;
+      }
+    }
+  }
+  EXPECT_GT(refused, static_cast<int>(text.size()) * 6);  // almost every flip; the rest are whitespace
 }
 
 TEST(CheckpointIndex, FieldsNameTheirPath) {  // fuzz: each was a json::type_error / out_of_range before

@@ -274,13 +274,22 @@ TEST(Config, CrossKeyChecksNameBothKeys) {
   expect_error(R"({"data": {"type": "tokens", "path": "t.bin", "val_fraction": 0}})",
                {"train.eval_batches", "8", "val_fraction"});
   expect_error(R"({"train": {"out_dir": ""}})", {"train.out_dir", "empty"});
+  // Synthetic data reads no file: a path beside it (data.type forgotten: its default is synthetic) is refused,
+  // naming both keys and both fixes; cleared with --set data.path= it trains on synthetic data.
+  expect_error(R"({"data": {"path": "corpus.txt"}})",
+               {"data.path: \"corpus.txt\" is set, but data.type is \"synthetic\"", "set data.type to \"text\" or "
+                "\"tokens\"", "--set data.path="});
+  expect_error(R"({"data": {"type": "text", "path": "corpus.txt", "val_path": "v.txt"}})", {"data.val_path", "synthetic"},
+               {"data.type=synthetic", "data.path="});
+  EXPECT_NO_THROW(parse_config(R"({"data": {"type": "text", "path": "corpus.txt"}})", "run.json",
+                               {"data.type=synthetic", "data.path="}));
 }
 
 TEST(Config, SetOverrides) {
   const RunConfig c = parse_config(R"({"optimizer": {"lr": 0.1}})", "run.json",
                                    {"optimizer.lr=3e-4", "parallel.pipeline_model_parallel_size=4",
                                     "train.out_dir=runs/exp 1", "optimizer.betas=[0.5,0.6]", "data.path=123",
-                                    "model.type=mlp", "device.memory_limit=512MiB", "train.deterministic=true"});
+                                    "data.type=digits", "model.type=mlp", "device.memory_limit=512MiB", "train.deterministic=true"});
   EXPECT_DOUBLE_EQ(c.optimizer.lr, 3e-4);
   EXPECT_EQ(c.parallel.pipeline_model_parallel_size, 4);
   EXPECT_EQ(c.train.out_dir, "runs/exp 1");

@@ -1,0 +1,127 @@
+// Resuming from the newest intact checkpoint (resume_fallback.hpp).
+#include "engine/train/resume_fallback.hpp"
+
+#include <filesystem>
+
+#include "engine/checkpoint/checkpoint_damage.hpp"
+#include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/checkpoint/resume_candidates.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/log.hpp"
+#include "engine/train/checkpoint_pieces.hpp"
+#include "engine/train/resume.hpp"
+
+namespace cleave::train {
+namespace {
+
+namespace fs = std::filesystem;
+using checkpoint::CandidateState;
+using checkpoint::ResumeCandidate;
+
+// The config check, then the load: both collective, CheckpointDamage on every rank when any rank found damage.
+ResumedFrom load(Trainer& trainer, RankSetup& s, const std::string& dir, const std::vector<std::string>& allowed) {
+  ResumedFrom out{dir, 0, {}};
+  out.changes = check_resumed_config(s, dir, allowed);
+  out.step = trainer.load_checkpoint(dir, /*continue_run=*/true);
+  return out;
+}
+
+// "step_0000020" of "runs/x/checkpoints/step_0000020" when it is one (a trailing '/' allowed).
+std::string step_name(const std::string& dir) {
+  fs::path p(dir);
+  if (p.filename().empty()) p = p.parent_path();
+  return p.filename().string();
+}
+
+// After a fallback: the damaged checkpoints skipped are renamed out of the way (rank 0), `latest` names the one
+// loaded, and each skip is logged once. Collective (rank 0's error is every rank's).
+void set_aside(RankSetup& s, const std::string& root, const std::vector<ResumeCandidate>& candidates,
+               const checkpoint::ResumePick& pick) {
+  RankFailure failure;
+  if (s.reports()) {
+    try {
+      for (const std::size_t i : pick.skipped) {
+        const ResumeCandidate& c = candidates[i];
+        if (c.state == CandidateState::kUnfinished) {
+          log::info("checkpoint: --resume skipped {} (step {}): {}", c.name, c.step, c.why);
+          continue;
+        }
+        const std::string kept = checkpoint::set_aside_damaged(root, c.name);
+        log::warn("checkpoint: --resume skipped {} (step {}), damaged: {}; kept unchanged as {}", c.name, c.step, c.why,
+                  kept);
+      }
+      checkpoint::point_latest(root, candidates[*pick.next].name);
+    } catch (const std::exception& e) {
+      failure = rank_failure(e);
+    }
+  }
+  throw_if_any_rank_failed(s.world, failure);
+}
+
+std::string list_damaged(const std::vector<ResumeCandidate>& candidates) {
+  std::string out;
+  for (const ResumeCandidate& c : candidates) {
+    if (c.state != CandidateState::kDamaged) continue;
+    out += fmt::format("{}{} (step {}): {}", out.empty() ? "" : "; ", c.name, c.step, c.why);
+  }
+  return out;
+}
+
+// The newest intact checkpoint under `root` loaded (resume_candidates.hpp's order), or none when it holds none.
+std::optional<ResumedFrom> newest_intact(Trainer& trainer, RankSetup& s, const std::string& root,
+                                         const std::string& asked, const std::vector<std::string>& allowed) {
+  std::vector<ResumeCandidate> candidates = checkpoint::scan_resume_candidates(root);
+  for (;;) {
+    const checkpoint::ResumePick pick = checkpoint::pick_resume(candidates);
+    if (!pick.next) {
+      const std::string damaged = list_damaged(candidates);
+      CLEAVE_CHECK(damaged.empty(),
+                   "--resume {}: no intact checkpoint under {}: {}; nothing was loaded, renamed or written. Restore "
+                   "a checkpoint's files, or start a fresh run in another train.out_dir",
+                   asked, root, damaged);
+      return std::nullopt;
+    }
+    ResumeCandidate& c = candidates[*pick.next];
+    const std::string dir = (fs::path(root) / c.name).string();
+    try {
+      ResumedFrom loaded = load(trainer, s, dir, allowed);
+      c.state = CandidateState::kIntact;
+      if (!pick.skipped.empty()) set_aside(s, root, candidates, pick);
+      return loaded;
+    } catch (const checkpoint::CheckpointDamage& e) {
+      c.state = CandidateState::kDamaged;
+      c.why = e.what();
+    }
+  }
+}
+
+}  // namespace
+
+std::optional<ResumedFrom> resume_from_checkpoint(Trainer& trainer, RankSetup& s, const std::string& resume,
+                                                  const std::string& checkpoint_root,
+                                                  const std::vector<std::string>& allowed) {
+  std::optional<ResumedFrom> out;
+  if (resume == "auto") {
+    out = newest_intact(trainer, s, checkpoint_root, resume, allowed);
+    if (!out && s.reports()) {
+      log::info("checkpoint: --resume auto found no checkpoint under {}; starting fresh", checkpoint_root);
+    }
+    return out;
+  }
+  CLEAVE_CHECK(fs::is_directory(resume), "--resume {}: no such checkpoint directory", resume);
+  const bool step_dir = fs::exists(fs::path(resume) / "index.json") || step_name(resume).starts_with("step_");
+  if (!step_dir) {
+    out = newest_intact(trainer, s, resume, resume, allowed);
+    CLEAVE_CHECK(out.has_value(), "--resume {}: holds no complete checkpoint (no index.json, no step_NNNNNNN/)", resume);
+    return out;
+  }
+  try {
+    return load(trainer, s, resume, allowed);
+  } catch (const checkpoint::CheckpointDamage& e) {
+    throw checkpoint::CheckpointDamage(fmt::format(
+        "--resume {}: the checkpoint is damaged: {}; nothing was loaded or written (resume an earlier checkpoint, "
+        "or --resume auto, which falls back to the newest intact one)", resume, e.what()));
+  }
+}
+
+}  // namespace cleave::train

@@ -1,6 +1,7 @@
 // Mixture-of-experts routing kernels (moe.hpp): grid-stride loops over output elements; the weight gradient is
-// one warp per 32 (token, j) outputs reading rows coalesced and adding each output's products in column order (the
-// CPU twin's order and roundings: its bits). Compiled, not run on a GPU.
+// one warp per 32 (token, j) outputs reading rows coalesced and adding each output's products in column order. All
+// three give the CPU twin's bits (its order and roundings, no FMA: the gather is one multiply). Compiled, not run on
+// a GPU.
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/moe.hpp"
 
@@ -17,6 +18,10 @@ __global__ void moe_gather_kernel(ConstFloats x, const std::int32_t* index, cons
   }
 }
 
+// out[t, c] = sum over j of weight[t, j] * src[rows[t, j], c], each product rounded and added in j order with no
+// FMA (__fmul_rn, __fadd_rn): the CPU twin's `dst[c] += w * s[c]` from 0 (kernels/cpu/moe.cpp, built without FMA
+// contraction), so the result is the CPU's bits. nvcc would otherwise contract `acc += w * x` into an FMA, one
+// rounding fewer than the CPU's from the second slot on.
 __global__ void moe_combine_kernel(ConstFloats src, const std::int32_t* rows, const float* weight, Floats out,
                                    int64_t tokens, int64_t k, int64_t d) {
   const int64_t n = tokens * d;
@@ -25,7 +30,7 @@ __global__ void moe_combine_kernel(ConstFloats src, const std::int32_t* rows, co
     float acc = 0.0f;
     for (int64_t j = 0; j < k; ++j) {
       const float w = weight != nullptr ? weight[t * k + j] : 1.0f;
-      acc += w * load(src, static_cast<int64_t>(rows[t * k + j]) * d + c);
+      acc = __fadd_rn(acc, __fmul_rn(w, load(src, static_cast<int64_t>(rows[t * k + j]) * d + c)));
     }
     store(out, i, acc);
   }

@@ -79,6 +79,17 @@ class AllToAllTimer {
 
 std::vector<float> download(const Context& ctx, const Tensor& t) { return ops::to_host(ctx, t).to_floats(); }
 
+// The routing counts [E] kept for backward_weight's groups: a host f32 tensor on every device (as the dispatch plan
+// is a host tensor), so reading them back costs no transfer and no host wait on a GPU. f32 holds every count below
+// 2^24 exactly (a micro-batch's routed rows), and is the E·4 bytes the cost model counts (partition/families/
+// moe_block.cpp).
+Tensor counts_to_tensor(const std::vector<std::int64_t>& counts) {
+  Tensor t = Tensor::empty(Shape{static_cast<std::int64_t>(counts.size())}, DType::kF32, MemoryCategory::kActivations,
+                           cpu_allocator());
+  for (std::size_t i = 0; i < counts.size(); ++i) t.data<float>()[i] = static_cast<float>(counts[i]);
+  return t;
+}
+
 Tensor rows_of(const Tensor& t) { return t.view(Shape{t.numel() / t.shape().last(), t.shape().last()}); }
 
 std::shared_ptr<Param> expert_param(const std::string& name, const Shape& logical, int dim, std::int64_t fan_in,
@@ -311,16 +322,14 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
     tp_all_reduce(dx_full, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
   }
   if (shared_) ops::add_inplace(ctx, dx, shared_->backward_input(dy, stash.children[0], ctx));
-  stash.tensors = {full, dlogits, stash.tensors[kXp], dg, du, d_o, stash.tensors[kH],
-                   upload(ctx, std::vector<float>(routing.counts.begin(), routing.counts.end()),
-                          Shape{e}, DType::kF32),
+  stash.tensors = {full, dlogits, stash.tensors[kXp], dg, du, d_o, stash.tensors[kH], counts_to_tensor(routing.counts),
                    plan_tensor};
   return dx;
 }
 
 void MoeMlp::backward_weight(Stash& stash, Context& ctx) {
   CLEAVE_ASSERT(stash.tensors.size() == 9, "{}: backward_weight without backward_input", who());
-  const std::vector<float> counts_f = download(ctx, stash.tensors[kBCounts]);
+  const std::vector<float> counts_f = stash.tensors[kBCounts].to_floats();  // a host tensor: no wait
   const std::vector<std::int64_t> counts(counts_f.begin(), counts_f.end());
   const Blocks blocks = blocks_of(counts, stash.tensors[kBPlan]);
   ops::GroupedGemmOptions accumulate;

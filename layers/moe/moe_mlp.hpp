@@ -45,7 +45,8 @@
 // token_row, weight, row_weight, plan}; backward_input replaces them by {x, dlogits (compute dtype, the rows this
 // rank's weight gradient counts), xp, dg, du, do, h, counts, plan}; children {shared}. Under ep, xp, g, u, h (and
 // dg, du, do) are the received rows of this rank's experts, o the outputs returned to this rank's routed rows, and
-// plan the dispatch plan (plan_to_tensor; an empty tensor at ep 1).
+// plan the dispatch plan (plan_to_tensor; an empty tensor at ep 1). counts (f32) and plan (i64) are host tensors on
+// every device (read on the host: no transfer, no host wait).
 #pragma once
 
 #include <memory>

@@ -1,8 +1,8 @@
 // NCCL backend on real GPUs (label `gpu`; every test skips with the reason when no CUDA device is visible).
 // Run directly (world of 1) by ctest for each test, and under mpiexec -n 2 when two devices are visible.
 // Checks: collectives of every NCCL dtype against closed forms (#wrong = 0), in-place forms, self and ring
-// batch_p2p, split, ordering after work on a user stream, the deterministic kernel bit-for-bit against the
-// host ordered reduction, and argument errors.
+// batch_p2p, the count exchange and all_to_all_v with blocks of 0 rows, split, ordering after work on a user
+// stream, the deterministic kernel bit-for-bit against the host ordered reduction, and argument errors.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -182,6 +182,68 @@ TEST_F(Nccl, SelfAndRingBatchP2PInOrder) {
     for (std::int64_t i = 0; i < 33; ++i) wrong += get_value(b3, i) != small_value(left, i, 6);
     EXPECT_EQ(wrong, 0) << dtype_name(dtype);
   }
+}
+
+// Expert parallelism's exchange (layers/moe/expert_dispatch.cpp): the counts first (exchange_counts, i64 on the
+// device, one row per peer, this rank's own included), then all_to_all_v with those counts. Rank r sends
+// rows_to(r, q) rows to rank q: 1 row to itself on one rank (the self send/receive pair), and from 2 ranks on a block
+// of 0 rows both ways. Rows are 5 elements (bf16: 10-byte rows, so blocks start off 4-byte boundaries); every value
+// names its sender, its destination, its row and column. Then an exchange where this rank sends and receives
+// nothing at all returns at once.
+TEST_F(Nccl, AllToAllVWithZeroCountsAfterExchangingThem) {
+  const std::int64_t width = 5;
+  const auto rows_to = [](int from, int to) { return static_cast<std::int64_t>((from + 2 * to + 1) % 3); };
+  const auto value = [&](int from, int to, std::int64_t row, std::int64_t col) {
+    return static_cast<double>(small_value(from, (to * 3 + row) * width + col, to));
+  };
+  const auto make = [&](std::int64_t rows, DType dtype, bool on_device) {
+    return Tensor::empty({rows, width}, dtype, MemoryCategory::kCommunication,
+                         on_device ? static_cast<Allocator&>(*allocator_) : cpu_allocator());
+  };
+  Tensor counts_h = Tensor::empty({n(), 1}, DType::kI64, MemoryCategory::kCommunication, cpu_allocator());
+  for (int q = 0; q < n(); ++q) counts_h.data<std::int64_t>()[q] = rows_to(r(), q);
+  Tensor counts = Tensor::empty({n(), 1}, DType::kI64, MemoryCategory::kCommunication, *allocator_);
+  Tensor got = Tensor::empty({n(), 1}, DType::kI64, MemoryCategory::kCommunication, *allocator_);
+  to_device(counts, counts_h);
+  comm::exchange_counts(*nccl_, counts, got)->wait();
+  const std::vector<std::int64_t> recv_rows = download<std::int64_t>(got);
+  std::vector<std::int64_t> send_rows;
+  std::int64_t sent = 0, received = 0;
+  for (int q = 0; q < n(); ++q) {
+    EXPECT_EQ(recv_rows[static_cast<std::size_t>(q)], rows_to(q, r())) << "count from rank " << q;
+    send_rows.push_back(rows_to(r(), q));
+    sent += send_rows.back();
+    received += recv_rows[static_cast<std::size_t>(q)];
+  }
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    Tensor send_h = make(sent, dtype, false), want = make(received, dtype, false);
+    for (std::int64_t q = 0, row = 0; q < n(); ++q) {
+      for (std::int64_t j = 0; j < rows_to(r(), static_cast<int>(q)); ++j, ++row) {
+        for (std::int64_t c = 0; c < width; ++c) {
+          set_value(send_h, row * width + c, value(r(), static_cast<int>(q), j, c));
+        }
+      }
+    }
+    for (std::int64_t p = 0, row = 0; p < n(); ++p) {
+      for (std::int64_t j = 0; j < rows_to(static_cast<int>(p), r()); ++j, ++row) {
+        for (std::int64_t c = 0; c < width; ++c) {
+          set_value(want, row * width + c, value(static_cast<int>(p), r(), j, c));
+        }
+      }
+    }
+    Tensor send = make(sent, dtype, true), recv = make(received, dtype, true);
+    if (sent > 0) to_device(send, send_h);
+    if (received > 0) CLEAVE_CUDA_CHECK(cudaMemset(recv.raw_data(), 0xFF, recv.nbytes()));
+    nccl_->all_to_all_v(send, send_rows, recv, recv_rows)->wait();
+    Tensor back = make(received, dtype, false);
+    if (received > 0) to_host(back, recv);
+    std::int64_t wrong = 0;
+    for (std::int64_t i = 0; i < received * width; ++i) wrong += get_value(back, i) != get_value(want, i);
+    EXPECT_EQ(wrong, 0) << dtype_name(dtype) << ": " << received << " rows received";
+  }
+  const std::vector<std::int64_t> none(static_cast<std::size_t>(n()), 0);
+  nccl_->all_to_all_v(make(0, DType::kF32, true), none, make(0, DType::kF32, true), none)->wait();
+  nccl_->barrier()->wait();
 }
 
 TEST_F(Nccl, SplitAndLeaveOut) {

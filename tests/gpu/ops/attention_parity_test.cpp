@@ -3,14 +3,20 @@
 // f32 and bf16, on awkward shapes: T = 1, 17, 130 (not multiples of the 32-key tiles or 8-row blocks), head dims 6
 // and 64, 6 query heads over 2 kv heads, keys starting in the future of the first queries (rows with lse -inf);
 // head dims 80 and 128 (a lane's third and fourth dims, d + 64 and d + 96, of which hd <= 64 uses none; 128 is the
-// kernels' limit) and non-causal attention (every key visible: the tiles and the dk/dv rows' whole ranges).
-// Skips without a device (parity_util.hpp).
+// kernels' limit) and non-causal attention (every key visible: the tiles and the dk/dv rows' whole ranges); one
+// query over 130 keys and 70 queries over one key; a ring block whose window leaves later rows no key; 8 query heads
+// on one kv head; the packed form in bf16 accumulating; the merge with rows empty on one side or both, in place.
+// Over a single key dq and dk are 0 but for rounding, so they are held near 0 instead (expect_near_zero). Skips
+// without a device (parity_util.hpp).
 //
 // Tolerances (relative to each element plus the tensor's scale, parity_util.hpp):
 //  - f32 1e-4: the same sums in another order (per-tile online softmax on the GPU, 64 x 128 BLAS blocks on the
 //    CPU) and expf vs the CPU's polynomial exp, a few f32 ulps each, grown by the backward chain.
 //  - bf16 2e-2: the inputs are the same bf16 values and both sides compute in f32, so they differ by the f32
 //    error above plus one final bf16 rounding (2^-9 relative) that can fall on either side of a tie.
+#include <cmath>
+#include <limits>
+
 #include "tests/gpu/ops/parity_util.hpp"
 
 namespace cleave::testing {
@@ -41,6 +47,15 @@ const AttentionCase kCases[] = {
     {1, 45, 45, 2, 1, 128, 0, 0, 0, DType::kF32},    {1, 45, 45, 2, 1, 128, 0, 0, 0, DType::kBF16},
     {2, 33, 33, 4, 2, 80, 0, 0, 0, DType::kF32},     {2, 17, 40, 6, 2, 6, 0, 0, 0, DType::kF32, false},
     {1, 45, 45, 2, 1, 128, 0, 0, 0, DType::kF32, false},
+    // One query after 130 keys (4 query heads on 1 kv head): every key in one row, 5 tiles, dk/dv from one row.
+    {1, 1, 130, 4, 1, 64, 129, 0, 0, DType::kF32},
+    // One key, non-causal: 70 query rows over a tile holding a single key.
+    {2, 70, 1, 2, 2, 6, 0, 0, 0, DType::kF32, false},
+    // A ring block with a window: queries 66..131 over keys 0..65, window 40 (the first rows see keys 27..65, rows
+    // from 105 on see none: lse -inf, dk/dv of keys 0..26 zero), bf16 at the head limit.
+    {1, 66, 66, 4, 2, 128, 66, 0, 40, DType::kBF16},
+    // 8 query heads on 1 kv head (the dk/dv blocks sum 8 heads' rows), head_dim 32 (one dim per lane).
+    {3, 33, 33, 8, 1, 32, 0, 0, 0, DType::kBF16},
 };
 
 ops::AttentionParams params_of(const AttentionCase& c) {
@@ -61,6 +76,15 @@ class AttentionParity : public OpsParity {
   }
   Tensor kv_for(const AttentionCase& c) {
     return random(Shape{c.batch, c.kv_len, c.kv_heads * c.head_dim}, c.dtype, -2.0f, 2.0f);
+  }
+  // With one key (kv_len 1) every row's softmax is exactly 1 on it, so dS = P (dP - D) is 0 but for rounding (dP
+  // and D are one dot product summed in two orders) and dq, dk are rounding noise on both sides (or all zero on the
+  // CPU, which expect_close refuses as a reference): no relative comparison holds them. They must be near 0: at
+  // most 1e-4 in absolute value (inputs in [-2, 2], dout in [-1, 1], head_dim <= 128: the noise is ~1e-6).
+  void expect_near_zero(const Tensor& gpu_out, const std::string& what) {
+    std::int64_t wrong = 0;
+    for (float v : to_cpu(gpu_out).to_floats()) wrong += !(std::fabs(v) <= 1e-4f);
+    EXPECT_EQ(wrong, 0) << what << ": " << wrong << " elements of a gradient that is 0 (one key) are not near 0";
   }
 };
 
@@ -84,8 +108,13 @@ TEST_F(AttentionParity, ForwardAndBackwardMatchCpu) {
            gdv = poisoned_gpu(v.shape(), c.dtype);
     ops::attention_backward(gpu(), to_gpu(q), to_gpu(k), to_gpu(v), to_gpu(out), to_gpu(lse), to_gpu(dout), gdq, gdk,
                             gdv, p);
-    expect_close(dq, gdq, tolerance(c.dtype), name(c) + " dq");
-    expect_close(dk, gdk, tolerance(c.dtype), name(c) + " dk");
+    if (c.kv_len == 1) {
+      expect_near_zero(gdq, name(c) + " dq");
+      expect_near_zero(gdk, name(c) + " dk");
+    } else {
+      expect_close(dq, gdq, tolerance(c.dtype), name(c) + " dq");
+      expect_close(dk, gdk, tolerance(c.dtype), name(c) + " dk");
+    }
     expect_close(dv, gdv, tolerance(c.dtype), name(c) + " dv");
   }
 }
@@ -124,6 +153,57 @@ TEST_F(AttentionParity, MergeMatchesCpu) {
   ops::attention_merge(gpu(), ga, gla, to_gpu(b), to_gpu(lb), ga, gla);  // in place
   expect_close(out, ga, 1e-5, "merged out");
   expect_close(lse, gla, 1e-5, "merged lse");
+}
+
+// The packed form in bf16 (the mixed-precision step's layout: q | k | v columns of one tensor, dqkv likewise),
+// accumulating onto a random dqkv, GQA and T = 37 (not a multiple of the 8-row blocks or 32-key tiles).
+TEST_F(AttentionParity, PackedBf16AccumulateMatchesCpu) {
+  const std::int64_t b = 2, t = 37, hq = 4, hkv = 2, hd = 64;
+  ops::AttentionParams p;
+  p.q_heads = hq;
+  p.kv_heads = hkv;
+  const Tensor qkv = random(Shape{b, t, (hq + 2 * hkv) * hd}, DType::kBF16, -2.0f, 2.0f);
+  const Tensor dout = random(Shape{b, t, hq * hd}, DType::kBF16);
+  Tensor out = empty_cpu(dout.shape(), DType::kBF16), lse = empty_cpu(Shape{b, hq, t}, DType::kF32);
+  ops::attention_forward_packed(cpu(), qkv, out, lse, p);
+  Tensor gout = poisoned_gpu(out.shape(), DType::kBF16), glse = poisoned_gpu(lse.shape(), DType::kF32);
+  ops::attention_forward_packed(gpu(), to_gpu(qkv), gout, glse, p);
+  expect_close(out, gout, tolerance(DType::kBF16), "packed bf16 out");
+  expect_close(lse, glse, tolerance(DType::kF32), "packed bf16 lse");
+  const Tensor start = random(qkv.shape(), DType::kBF16);
+  Tensor dqkv = empty_cpu(qkv.shape(), DType::kBF16);
+  ops::copy(cpu(), start, dqkv);
+  Tensor gdqkv = to_gpu(start);
+  p.accumulate_grads = true;
+  ops::attention_backward_packed(cpu(), qkv, out, lse, dout, dqkv, p);
+  ops::attention_backward_packed(gpu(), to_gpu(qkv), to_gpu(out), to_gpu(lse), to_gpu(dout), gdqkv, p);
+  expect_close(dqkv, gdqkv, tolerance(DType::kBF16), "packed bf16 dqkv (accumulated)");
+}
+
+// The merge's edges, f32 and bf16: rows empty on one side (lse -inf: the other side's out and lse pass through) and
+// on both (out 0, lse -inf, as the CPU writes them), written in place (out = out_a, lse = lse_a: the ring's use) at
+// head_dim 6 and 64. bf16: the same f32 weights, one final rounding that may
+// fall either side of a tie (8e-3); f32: expf against the CPU's exp in the weights (1e-5).
+TEST_F(AttentionParity, MergeWithEmptyRowsMatchesCpu) {
+  const float neg_inf = -std::numeric_limits<float>::infinity();
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    for (std::int64_t hd : {6, 64}) {
+      const std::string what = std::string(dtype_name(dtype)) + " hd " + std::to_string(hd);
+      const Shape out_shape{2, 19, 3 * hd}, lse_shape{2, 3, 19};
+      const Tensor a = random(out_shape, dtype), b = random(out_shape, dtype);
+      Tensor la = random(lse_shape, DType::kF32, -3.0f, 3.0f), lb = random(lse_shape, DType::kF32, -3.0f, 3.0f);
+      for (std::int64_t i = 0; i < la.numel(); ++i) {
+        if (i % 3 == 0) la.data<float>()[i] = neg_inf;
+        if (i % 5 == 0) lb.data<float>()[i] = neg_inf;
+      }
+      Tensor out = empty_cpu(out_shape, dtype), lse = empty_cpu(lse_shape, DType::kF32);
+      ops::attention_merge(cpu(), a, la, b, lb, out, lse);
+      Tensor ga = to_gpu(a), gla = to_gpu(la);
+      ops::attention_merge(gpu(), ga, gla, to_gpu(b), to_gpu(lb), ga, gla);  // in place
+      expect_close(out, ga, dtype == DType::kBF16 ? 8e-3 : 1e-5, "merged out " + what);
+      expect_close(lse, gla, 1e-5, "merged lse " + what);
+    }
+  }
 }
 
 TEST_F(AttentionParity, MixedDtypesAreRefusedByName) {

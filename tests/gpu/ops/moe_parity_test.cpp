@@ -5,8 +5,8 @@
 // GPU yet.
 //
 // Tolerances: the grouped GEMMs are the backend's gemm per group (gemm_parity_test.cpp's 1e-5 relative to the
-// tensor's scale for f32 sums of up to 64 terms); gather is exact (one multiply); combine and the weight
-// gradient sum k and d terms in the CPU's order with f32 FMAs possible: 1e-5; bf16 outputs 8e-3 (one rounding).
+// tensor's scale for f32 sums of up to 64 terms); gather, combine and the weight gradient are the CPU's bits
+// (tolerance 0): one multiply, or products rounded and added in the CPU's order with no FMA (kernels/cuda/moe.cu).
 #include <vector>
 
 #include "tests/gpu/ops/parity_util.hpp"
@@ -61,7 +61,7 @@ TEST_F(MoeParity, GatherCombineAndWeightGradMatchCpu) {
       Tensor gpu_out = poisoned_gpu(Shape{r, d}, dtype);
       ops::moe_gather(cpu(), x, index, scaled ? scale : Tensor(), out);
       ops::moe_gather(gpu(), to_gpu(x), to_gpu(index), scaled ? to_gpu(scale) : Tensor(), gpu_out);
-      expect_close(out, gpu_out, scaled ? tolerance(dtype, 1e-7) : 0.0, "moe_gather " + what);
+      expect_close(out, gpu_out, 0.0, std::string("moe_gather ") + (scaled ? "scaled " : "") + what);
     }
     const Tensor src = random(Shape{r, d}, dtype);
     const Tensor rows = random(Shape{n, k}, DType::kI32, 0, static_cast<float>(r - 1));
@@ -70,13 +70,45 @@ TEST_F(MoeParity, GatherCombineAndWeightGradMatchCpu) {
     Tensor gpu_y = poisoned_gpu(Shape{n, d}, dtype);
     ops::moe_combine(cpu(), src, rows, weight, y);
     ops::moe_combine(gpu(), to_gpu(src), to_gpu(rows), to_gpu(weight), gpu_y);
-    expect_close(y, gpu_y, tolerance(dtype, 1e-5), "moe_combine " + what);
+    expect_close(y, gpu_y, 0.0, "moe_combine " + what);
     const Tensor dy = random(Shape{n, d}, dtype);
     Tensor dw = empty_cpu(Shape{n, k}, DType::kF32);
     Tensor gpu_dw = poisoned_gpu(Shape{n, k}, DType::kF32);
     ops::moe_combine_weight_grad(cpu(), dy, src, rows, dw);
     ops::moe_combine_weight_grad(gpu(), to_gpu(dy), to_gpu(src), to_gpu(rows), gpu_dw);
     expect_close(dw, gpu_dw, 0.0, "moe_combine_weight_grad " + what);
+  }
+}
+
+// The combine at its edges, bit for bit: one slot (k 1), one column, a width past the 256-thread blocks, every slot
+// of a token on one row, and no weights (the backward's combine of the input gradients).
+TEST_F(MoeParity, CombineIsTheCpusBits) {
+  struct Case {
+    std::int64_t n, k, d;
+    bool weighted, same_row;
+  };
+  for (const Case& c : {Case{7, 1, 1, true, false}, Case{33, 4, 1, true, true}, Case{5, 8, 300, true, false},
+                        Case{19, 3, 257, false, false}, Case{64, 2, 6, false, true}}) {
+    for (DType dtype : {DType::kF32, DType::kBF16}) {
+      const std::string what = std::string(dtype_name(dtype)) + " n " + std::to_string(c.n) + " k " +
+                               std::to_string(c.k) + " d " + std::to_string(c.d) + (c.weighted ? "" : " unweighted") +
+                               (c.same_row ? " one row per token" : "");
+      const std::int64_t r = c.n * c.k;
+      const Tensor src = random(Shape{r, c.d}, dtype);
+      Tensor rows = random(Shape{c.n, c.k}, DType::kI32, 0, static_cast<float>(r - 1));
+      if (c.same_row) {
+        auto* p = rows.data<std::int32_t>();
+        for (std::int64_t t = 0; t < c.n; ++t) {
+          for (std::int64_t j = 1; j < c.k; ++j) p[t * c.k + j] = p[t * c.k];
+        }
+      }
+      const Tensor weight = c.weighted ? random(Shape{c.n, c.k}, DType::kF32) : Tensor();
+      Tensor y = empty_cpu(Shape{c.n, c.d}, dtype);
+      Tensor gpu_y = poisoned_gpu(Shape{c.n, c.d}, dtype);
+      ops::moe_combine(cpu(), src, rows, weight, y);
+      ops::moe_combine(gpu(), to_gpu(src), to_gpu(rows), c.weighted ? to_gpu(weight) : Tensor(), gpu_y);
+      expect_close(y, gpu_y, 0.0, "moe_combine " + what);
+    }
   }
 }
 

@@ -1,9 +1,10 @@
-// Seam parity of the element-wise slots (fill, add, add_inplace, scale_inplace, axpy), bias forward/backward,
-// GELU and ReLU on cuda:0 against the CPU backend, f32 and bf16 (and one mixed-dtype add), on odd sizes.
+// Seam parity of the element-wise slots (fill, add, add_inplace, scale_inplace, axpy, copy_2d), bias
+// forward/backward, GELU and ReLU on cuda:0 against the CPU backend, f32 and bf16 (and one mixed-dtype add), on odd
+// sizes.
 //
 // Tolerances (relative to each element plus the tensor's scale, parity_util.hpp):
 //  - 0 (equal values) where both backends do the same single f32 operation on the same widened inputs and round
-//    once: fill, add, add_inplace, scale_inplace, bias_add_forward, ReLU.
+//    once: fill, add, add_inplace, scale_inplace, bias_add_forward, ReLU; copy_2d moves bytes.
 //  - axpy: f32 1e-6 (nvcc may contract y + alpha * x into an FMA: one f32 ulp); bf16 4e-3 (that ulp may flip
 //    the bf16 rounding: one bf16 ulp, 2^-8 relative).
 //  - GELU: f32 1e-5 (CUDA's tanhf is within 2 ulp, not the CPU's); bf16 8e-3 (one bf16 ulp either way).
@@ -77,6 +78,34 @@ TEST_F(PointwiseParity, AddAndInPlaceForms) {
   Tensor gpu_sum = poisoned_gpu(shape, DType::kBF16);
   ops::add(gpu(), to_gpu(a), to_gpu(b), gpu_sum);
   expect_close(sum, gpu_sum, 0.0, "add bf16 + f32 -> bf16");
+}
+
+// copy_2d (cudaMemcpy2DAsync; context parallelism's head-block packing) against the CPU's row memcpy, bit for bit,
+// onto a destination that already holds values (so an element written out of place or a row missed shows): the
+// ring's take of a head block of some tokens, Ulysses' scatter of a share back into the whole row, one row, and
+// odd widths in bf16 (rows of 14 bytes at 2-byte offsets), from a [2, 7, 40] source.
+TEST_F(PointwiseParity, Copy2dMovesTheBlockAndNothingElse) {
+  struct Case {
+    const char* what;
+    ops::Copy2d shape;
+    std::int64_t dst_numel;
+  };
+  const Case cases[] = {
+      {"ring take: tokens 2..6, columns 8..19 of sample 1", {5, 12, (1 * 7 + 2) * 40 + 8, 40, 1 * 5 * 12, 12}, 120},
+      {"ulysses scatter: 14 rows of 6 at column 6 into a row of 40", {14, 6, 6, 12, 10, 40}, 560},
+      {"one row", {1, 17, 5, 17, 3, 17}, 20},
+      {"odd width and offsets", {9, 7, 3, 31, 1, 9}, 82},
+  };
+  for (DType dtype : kDtypes) {
+    for (const Case& c : cases) {
+      const Tensor src = random(Shape{2, 7, 40}, dtype);
+      Tensor dst = random(Shape{c.dst_numel}, dtype);
+      Tensor gpu_dst = to_gpu(dst);
+      ops::copy_2d(cpu(), src, dst, c.shape);
+      ops::copy_2d(gpu(), to_gpu(src), gpu_dst, c.shape);
+      expect_close(dst, gpu_dst, 0.0, std::string("copy_2d ") + c.what + " " + std::string(dtype_name(dtype)));
+    }
+  }
 }
 
 TEST_F(PointwiseParity, BiasForwardAndBackward) {

@@ -327,13 +327,12 @@ TEST_F(StepBreakdownTest, MeetingsWaitForThePeersLostTimeAndTheStretchScalesComp
       if (k.block == "transformer_block") blocks += passes;
     }
     ASSERT_GT(blocks, 0.0);
-    ASSERT_LT(blocks, all);  // the embedding, final norm and head compute too
     const double added = b.breakdown[term] - a.breakdown[term];
     if (term == T::kContextParallel) {  // only attention meets under cp
       EXPECT_NEAR(added, 0.5 * blocks, 1e-9 * a.step_s);
-    } else {  // tp: the vocab-parallel embedding's all-reduce is a meeting in its F too
-      EXPECT_GT(added, 0.5 * blocks);
-      EXPECT_LT(added, 0.5 * all);
+    } else {  // tp: the vocab-parallel embedding's all-reduce is a meeting in its F too; the final norm meets nobody
+      EXPECT_GE(added, 0.5 * blocks - 1e-9 * a.step_s);
+      EXPECT_LE(added, 0.5 * all + 1e-9 * a.step_s);
     }
     EXPECT_NEAR(b.breakdown[T::kForward], a.breakdown[T::kForward], 1e-12) << choice.layout();
     EXPECT_NEAR(b.step_s - a.step_s, added, 1e-9 * a.step_s) << choice.layout();
@@ -342,7 +341,6 @@ TEST_F(StepBreakdownTest, MeetingsWaitForThePeersLostTimeAndTheStretchScalesComp
   EXPECT_DOUBLE_EQ(estimate(dp, meet).step_s, estimate(dp, before).step_s);
   HardwareProfile stretched = before;
   stretched.measured.compute_stretch = 0.25;
-  stretched.measured.adamw_s_per_param = before.measured.adamw_s_per_param;
   const PlanEstimate plain = estimate(dp, before), slow = estimate(dp, stretched);
   expect_sums(slow);
   EXPECT_NEAR(slow.breakdown[T::kForward], 1.25 * plain.breakdown[T::kForward], 1e-9 * plain.step_s);

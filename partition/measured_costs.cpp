@@ -189,6 +189,10 @@ json measured_to_json(const MeasuredCosts& c) {
       out["optimizer_ns_per_param"]["grad_clip"] = file_number(c.grad_clip_s_per_param * 1e9);
     }
   }
+  if (c.sync_wait_per_compute > 0 || c.compute_stretch > 0) {
+    out["sync_wait_per_compute"] = file_number(c.sync_wait_per_compute);
+    out["compute_stretch"] = file_number(c.compute_stretch);
+  }
   for (const auto& [op, key] : enum_table<Collective>()) {
     if (c.fits(op).empty()) continue;
     json fits = json::array();
@@ -277,6 +281,10 @@ MeasuredCosts measured_from_json(const json& node, const std::string& file) {
       c.grad_norm_s_per_param = number(o, "grad_norm", at, false) * 1e-9;
       c.grad_clip_s_per_param = number(o, "grad_clip", at, false) * 1e-9;
     }
+  }
+  if (node.contains("sync_wait_per_compute")) {  // absent from profiles written before it was timed: 0, not priced
+    c.sync_wait_per_compute = number(node, "sync_wait_per_compute", where, true);
+    c.compute_stretch = number(node, "compute_stretch", where, true);
   }
   for (const auto& [op, name] : enum_table<Collective>()) {
     const std::string key(name);

@@ -5,7 +5,8 @@
 //    caches evicted before each pass and, optionally, again warm; with the rank's share of the last-level
 //    cache, a plan takes from the two tables by how much of its working set fits (warm_fraction);
 //  - per collective (p2p, all_reduce, reduce_scatter, all_gather) and group size, an alpha-beta fit of
-//    timed runs: seconds = latency + bytes / bandwidth, `bytes` being the buffer each rank passes in.
+//    timed runs: seconds = latency + bytes / bandwidth, `bytes` being the buffer each rank passes in;
+//  - the wait at a synchronization per second of compute before it (sync_wait_per_compute).
 // Invariant: a lookup never invents a measurement for a block shape or tp width that was not measured (it
 // says so, naming the profile and what it holds); between and beyond measured micro-batch sizes times are
 // interpolated linearly (a block's time is affine in the micro-batch: a fixed per-call part plus
@@ -72,6 +73,16 @@ struct MeasuredCosts {
   // exact gradient norm's sum of squares (every step) and the clipping scale (steps whose norm exceeds
   // optimizer.grad_clip); 0 = not measured (a profile from before they were timed). Keys "grad_norm", "grad_clip".
   double grad_norm_s_per_param = 0, grad_clip_s_per_param = 0;
+  // Seconds a rank waits at a synchronization with its peers per second of compute it ran since the previous one,
+  // beyond the collective itself, with the same work on every rank: the peers' lost time (a core taken by other
+  // work on a shared machine, a rank's own progress thread, noise) that the rank waiting sees. Measured over the
+  // profile's ranks (measure_sync_wait, engine/planner/profile_measure.hpp); 0 = not measured (a profile from before
+  // it was timed, or one rank). Key "sync_wait_per_compute".
+  double sync_wait_per_compute = 0;
+  // The mean over the median of the same short compute (0.1-2 ms chunks), less 1, measured with it: the lost time
+  // slices that the block tables' medians leave out and a training step pays (key "compute_stretch"; 0 = not
+  // measured).
+  double compute_stretch = 0;
   // The last-level cache each rank of the measurement had to itself (the cache over the ranks sharing it); 0 =
   // unknown. With it and the warm tables a plan's block times depend on whether its working set fits
   // (warm_fraction below).

@@ -33,6 +33,7 @@
 #include "engine/core/progress.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/profile_measure.hpp"
+#include "engine/planner/sync_wait.hpp"
 #include "kernels/ops/ops.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/tp_rules.hpp"
@@ -234,6 +235,11 @@ void print_profile(const planner::HardwareProfile& profile, bool cold_caches) {
   for (const auto& entry : enum_table<partition::Collective>()) {
     for (const auto& f : profile.measured.fits(entry.value)) print_fit(entry.name, f);
   }
+  if (profile.measured.sync_wait_per_compute > 0) {
+    std::printf("sync wait: %.3f s waited at a meeting of the ranks per s of compute before it; compute stretch "
+                "(mean / median of short compute - 1): %.3f\n",
+                profile.measured.sync_wait_per_compute, profile.measured.compute_stretch);
+  }
 }
 
 }  // namespace
@@ -305,6 +311,10 @@ int run_profile(int argc, char** argv) {
     if (comm.size() >= 2) {
       progress.line(fmt::format("p2p and collectives over {} ranks, {}", comm.size(), format_seconds(progress.elapsed_s())));
       planner::measure_collectives(profile.measured, comm);
+      progress.line(fmt::format("waits at a meeting per second of compute, {}", format_seconds(progress.elapsed_s())));
+      const planner::SyncWaitMeasure meet = planner::measure_sync_wait(comm);
+      profile.measured.sync_wait_per_compute = meet.wait_per_compute;
+      profile.measured.compute_stretch = meet.compute_stretch;
     }
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 

@@ -60,7 +60,9 @@ std::string oversubscription_warning(const PlanEstimate& e) {
   if (!e.oversubscribed()) return "";
   return fmt::format("{} puts {} ranks on a node of {} cores ({:.1f} ranks per core): each rank computes on {:.2f} of "
                      "a core, priced {:.2f}x the profile's compute; ranks that wait for a core also wait for each "
-                     "other, so measured steps can be slower still (cleave plan --trial K measures them)",
+                     "other at every collective inside a pass (a descheduled peer's time slice: not priced, the "
+                     "profile's waits at meetings are measured with its own ranks per core), so measured steps can be "
+                     "slower still (cleave plan --trial K measures them)",
                      e.choice.layout(), e.ranks_on_node, e.cores_per_node,
                      static_cast<double>(e.ranks_on_node) / e.cores_per_node,
                      static_cast<double>(e.cores_per_node) / e.ranks_on_node, e.core_sharing);

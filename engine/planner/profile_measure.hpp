@@ -15,6 +15,8 @@
 //    and all_reduce / reduce_scatter / all_gather on groups of 2, 4, ... consecutive ranks and on the whole
 //    world, all groups at once, at message sizes from 4 KiB to 4 MiB, and fits latency + bytes / bandwidth
 //    to the medians (the slowest rank's).
+//  - measure_sync_wait (engine/planner/sync_wait.hpp) times what a meeting of the ranks costs beyond the collective,
+//    per second of compute before it.
 // Invariant: only one block is built at a time (a model too large for one rank can be profiled), and every
 // rank takes part in the same sequence of collectives (no rank returns early).
 #pragma once

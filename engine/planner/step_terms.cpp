@@ -5,6 +5,7 @@
 //   step_terms_tensor_parallel.cpp   tensor_parallel (and its overlap with compute)
 //   step_terms_context_parallel.cpp  context_parallel
 //   step_terms_expert_parallel.cpp   expert_all_to_all, the busiest ep rank's compute, a block's local parameters
+//   step_terms_sync_wait.cpp         the waits for peers' lost time at a pass's meetings (into tp, cp or ep's term)
 //   step_terms_zero_gather.cpp       zero_gather (ZeRO-3's per-block gathers, ZeRO-1/2's after the step)
 //   step_terms_data_parallel.cpp     data_parallel (the gradients' reduction over the replicas)
 //   step_terms_optimizer.cpp         optimizer
@@ -61,7 +62,8 @@ TermContext make_term_context(const run_plan::Plan& plan, const config::RunConfi
   for (const auto& rank : plan.schedule.ranks) {
     for (const auto& a : rank) c.fused_backward = c.fused_backward || a.kind == pipeline::ActionKind::kBackward;
   }
-  c.core_sharing = core_sharing;
+  c.compute_stretch = 1.0 + profile.measured.compute_stretch;
+  c.core_sharing = core_sharing * c.compute_stretch;
   c.one_node = options.world <= profile.ranks_per_node;
   c.p2p_link = options.world > profile.ranks_per_node ? &profile.inter_node : &profile.intra_node;
   // Gradients are reduced over dp × cp ranks (ZeRO shards over them too): the replicas the tail sees.

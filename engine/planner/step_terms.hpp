@@ -43,7 +43,11 @@ struct TermContext {
   int zero = 0;                  // the ZeRO stage in effect (0 without replicas)
   bool per_microbatch = false;   // ZeRO-2/3 reduce-scatter every micro-batch
   bool fused_backward = false;   // the schedule has B actions (a block's W runs right after its I)
-  double core_sharing = 1.0;     // compute priced this many times the profile's (HardwareProfile::core_sharing)
+  // Compute priced this many times the profile's block tables: HardwareProfile::core_sharing × compute_stretch.
+  double core_sharing = 1.0;
+  // 1 + the profile's measured compute_stretch (the lost time slices its medians leave out; 1 when not measured). The
+  // optimizer's timing (milliseconds per run, so its medians keep them) is priced without it.
+  double compute_stretch = 1.0;
   bool one_node = true;          // every rank on one node
   const Link* p2p_link = nullptr;
   const Link* dp_link = nullptr;
@@ -136,6 +140,18 @@ BlockCollectives expert_all_to_all(const TermContext& c, int block);
 // attention-probabilities part) grows by (ep_imbalance - 1) × the expert GEMMs' FLOP share of that pass (capped at
 // 1); I's share applies to the rerun too. `compute` itself at ep 1 or for other blocks.
 BlockCompute expert_imbalance_compute(const TermContext& c, int block, const BlockCompute& compute);
+// The waits for peers' lost time at the meetings inside a block's passes (docs/planner.md, "Waits at meetings"): a
+// pass in which the block meets its peers (any of `tp`, `cp`, `ep` nonzero in it, exposed or hidden) waits the
+// profile's measured sync_wait_per_compute × the core sharing × that pass's compute (`compute`, the busiest ep rank's:
+// F; I with its rerun, and W too when the schedule fuses it into B, the next meeting coming after it). Returned as
+// the term of the block's last meeting in the pass: ep's all-to-alls, else cp's exchange, else tp's collectives
+// (`into`: which of the three, per pass). Zero without the measurement (older profiles, the shipped ones).
+struct SyncWait {
+  StepTerm forward_term = StepTerm::kExpertAllToAll, backward_term = StepTerm::kExpertAllToAll;
+  double forward_s = 0, backward_s = 0;
+};
+SyncWait peer_sync_wait(const TermContext& c, const BlockCompute& compute, const BlockCollectives& tp,
+                        const BlockCollectives& cp, const BlockCollectives& ep);
 // The parameter elements one tp rank of a block holds, reduces and updates: the block's, less the (ep - 1) / ep of
 // its routed experts that live on the other ranks of its ep group.
 double block_local_params(const TermContext& c, int block);

@@ -33,7 +33,7 @@ double optimizer_step_s(const TermContext& c, double local_params, double expert
     seconds += normed * measured.grad_norm_s_per_param;
     if (config.optimizer.grad_clip > 0) seconds += updated * measured.grad_clip_s_per_param;
   }
-  return seconds * c.core_sharing;
+  return seconds * c.core_sharing / c.compute_stretch;  // its timing's medians keep the lost time slices
 }
 
 }  // namespace cleave::planner

@@ -65,6 +65,9 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
       st.input_grad.hidden_at(T::kTensorParallel) += tp.hidden_backward_s;
       st.forward[T::kExpertAllToAll] += ep.forward_s;
       st.input_grad[T::kExpertAllToAll] += ep.backward_s + ep.rerun_s;
+      const SyncWait meet = peer_sync_wait(c, compute, tp, cp, ep);  // the peers' lost time, at the pass's meetings
+      st.forward[meet.forward_term] += meet.forward_s;
+      st.input_grad[meet.backward_term] += meet.backward_s;
       st.comm_bytes += tp.bytes + cp.bytes + ep.bytes;
       add_block_seconds(st.blocks, kind);
       grad_bytes += 4.0 * block_local_params(c, b);  // E / ep of a moe block's experts under ep

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# `cleave profile` under mpiexec -n 2: writes a profile with block tables at tp 1 and 2 and the P2P and
-# collective fits, saying where it is on stderr (progress lines, not one per measurement into a log); the cores it
+# `cleave profile` under mpiexec -n 2: writes a profile with block tables at tp 1 and 2, the P2P and
+# collective fits and the waits at meetings, saying where it is on stderr (progress lines, not one per measurement into a log); the cores it
 # ran on are recorded, and a plan for 4 ranks on a 2-core machine's profile warns and prices the sharing; `cleave plan --profile` ranks plans from it and its best plan trains under mpiexec;
 # `cleave simulate --config --profile` reads it. Bad input: an existing --out (left untouched), a tp width
 # that does not divide the heads, a profile of another model, a truncated profile: one clear error each.
@@ -29,6 +29,7 @@ grep -q "^p2p  *ranks  2" profile.log || { cat profile.log; fail "no p2p fit pri
 grep -q "^profile: block 1/[0-9]* (embedding .*, tp 1, micro-batch 1, round 1/2), [0-9]* s, about" profile.log \
   && grep -q "^profile: block \([0-9]*\)/\1 (.*round 2/2), [0-9]*" profile.log \
   && grep -q "^profile: optimizer step (adamw, sgd, sgd with momentum; gradient norm, clip)" profile.log && grep -q "^profile: p2p and collectives over 2 ranks" profile.log \
+  && grep -q "^profile: waits at a meeting per second of compute" profile.log \
   || { cat profile.log; fail "no progress lines"; }
 [ "$(grep -c '^profile: block' profile.log)" -le 40 ] || fail "progress lines spam the log"
 python3 - prof.json << 'PY' || fail "profile contents"
@@ -44,6 +45,7 @@ assert all(b["forward_ms"] > 0 for b in m["blocks"])
 for op in ("all_reduce", "reduce_scatter", "all_gather"):
     assert m[op][0]["ranks"] == 2 and m[op][0]["bandwidth_GBps"] > 0, op
 assert m["p2p"]["bandwidth_GBps"] > 0
+assert m["sync_wait_per_compute"] >= 0 and m["compute_stretch"] >= 0, m  # the waits at meetings, measured
 print(f"ok   profile: {len(m['blocks'])} block measurements, p2p {m['p2p']['latency_us']:.1f} us + "
       f"{m['p2p']['bandwidth_GBps']:.2f} GB/s")
 PY

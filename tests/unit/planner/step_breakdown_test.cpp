@@ -305,6 +305,49 @@ TEST_F(StepBreakdownTest, OptimizerPricesTheNormAndClipAsTheTrainerRunsThem) {
   EXPECT_NEAR(optimizer_s(p, 1, "1"), per_param / 4 * (2e-9 + 1e-9 + 0.5e-9), 1e-9 * update0);
 }
 
+// Waits at meetings (step_terms_sync_wait.cpp): with the profile's measured wait per second of compute, a block whose
+// passes meet peers (cp's exchange, tp's all-reduces) waits that rate × its pass compute, in the term of its last
+// meeting; blocks that meet nobody (embedding, head) and a plan without meetings inside passes (dp) are unchanged.
+// The compute stretch (mean over median of short compute) scales the compute terms and not the optimizer's.
+TEST_F(StepBreakdownTest, MeetingsWaitForThePeersLostTimeAndTheStretchScalesCompute) {
+  const HardwareProfile before = costly();
+  HardwareProfile meet = before;
+  meet.measured.sync_wait_per_compute = 0.5;
+  PlanChoice cp{1, 1, 2, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8, false};
+  cp.cp = 2;
+  cp.cp_comm = config::ContextParallelComm::kAllToAll;
+  const PlanChoice tp{2, 1, 2, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8, false};
+  for (const auto& [choice, term] : {std::pair{cp, T::kContextParallel}, std::pair{tp, T::kTensorParallel}}) {
+    const PlanEstimate a = estimate(choice, before), b = estimate(choice, meet);
+    expect_sums(b);
+    double blocks = 0, all = 0;  // the transformer blocks' passes (1f1b fuses W into B: it comes before a meeting too)
+    for (const auto& k : a.breakdown.blocks) {
+      const double passes = k.forward_s + k.input_grad_s + k.weight_grad_s + k.recompute_s;
+      all += passes;
+      if (k.block == "transformer_block") blocks += passes;
+    }
+    ASSERT_GT(blocks, 0.0);
+    const double added = b.breakdown[term] - a.breakdown[term];
+    if (term == T::kContextParallel) {  // only attention meets under cp
+      EXPECT_NEAR(added, 0.5 * blocks, 1e-9 * a.step_s);
+    } else {  // tp: the vocab-parallel embedding's all-reduce is a meeting in its F too; the final norm meets nobody
+      EXPECT_GE(added, 0.5 * blocks - 1e-9 * a.step_s);
+      EXPECT_LE(added, 0.5 * all + 1e-9 * a.step_s);
+    }
+    EXPECT_NEAR(b.breakdown[T::kForward], a.breakdown[T::kForward], 1e-12) << choice.layout();
+    EXPECT_NEAR(b.step_s - a.step_s, added, 1e-9 * a.step_s) << choice.layout();
+  }
+  const PlanChoice dp{1, 1, 4, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8, false};
+  EXPECT_DOUBLE_EQ(estimate(dp, meet).step_s, estimate(dp, before).step_s);
+  HardwareProfile stretched = before;
+  stretched.measured.compute_stretch = 0.25;
+  const PlanEstimate plain = estimate(dp, before), slow = estimate(dp, stretched);
+  expect_sums(slow);
+  EXPECT_NEAR(slow.breakdown[T::kForward], 1.25 * plain.breakdown[T::kForward], 1e-9 * plain.step_s);
+  EXPECT_NEAR(slow.breakdown[T::kWeightGrad], 1.25 * plain.breakdown[T::kWeightGrad], 1e-9 * plain.step_s);
+  EXPECT_NEAR(slow.breakdown[T::kOptimizer], plain.breakdown[T::kOptimizer], 1e-12);
+}
+
 // SearchOptions::blocking_p2p (simulate --blocking-p2p, Megatron-LM of 2021): the pipeline's transfers hold their ranks
 // at the code's own positions, so a pipelined plan is never faster and the compute terms do not move; the terms still
 // sum to the step. A plan without a pipeline has no transfers: unchanged. Interleaved runs as Megatron's (pairs).

@@ -307,27 +307,49 @@ double Link::all_reduce_s(double bytes, int ranks) const {
   return 2.0 * (n - 1) / n * bytes / bandwidth_Bps + 2.0 * (n - 1) * latency_s;
 }
 
-HardwareProfile load_profile(const std::string& path) {
-  const json root = read_profile_file(path);
-  HardwareProfile p;
-  p.name = root.value("name", path);
-  p.source = root.value("source", "");
-  CLEAVE_CHECK(!p.source.empty(), "profile {}: 'source' must say where the numbers come from", path);
-  const std::string device_type = root.value("device_type", "cuda");
-  const auto type = enum_from_name<DeviceType>(device_type);
-  CLEAVE_CHECK(type.has_value(), "profile {}: 'device_type' must be one of {}, got \"{}\"", path,
-               enum_choices<DeviceType>(), device_type);
-  p.device_type = *type;
+namespace {
+
+// sm_count and gemm_tiles (together, on a roofline profile): the GEMM tile shapes that quantize its GEMMs.
+void read_gemm_tiles(const json& root, const std::string& path, HardwareProfile& p) {
   const std::string where = "profile " + path;
-  CLEAVE_CHECK(root.contains("sustained_gemm_tflops") && root.at("sustained_gemm_tflops").is_object(),
-               "profile {}: missing object 'sustained_gemm_tflops' {{\"f32\": .., \"bf16\": ..}}", path);
-  p.flops_f32 = positive(root.at("sustained_gemm_tflops"), "f32", where + ": sustained_gemm_tflops") * 1e12;
-  p.flops_bf16 = positive(root.at("sustained_gemm_tflops"), "bf16", where + ": sustained_gemm_tflops") * 1e12;
-  p.memory_bandwidth_Bps = positive(root, "memory_bandwidth_GBps", where) * 1e9;
-  p.intra_node = read_link(root, "intra_node", path);
-  p.inter_node = read_link(root, "inter_node", path);
-  p.ranks_per_node = static_cast<int>(positive(root, "ranks_per_node", where));
-  p.device_memory = read_device_memory(root, path);
+  if (root.contains("sm_count") || root.contains("gemm_tiles")) {
+    CLEAVE_CHECK(p.has_roofline() && root.contains("sm_count") && root.contains("gemm_tiles"),
+                 "profile {}: 'sm_count' and 'gemm_tiles' come together and need 'peak_tflops' and 'gemm_efficiency' (the "
+                 "roofline whose GEMMs they quantize)", path);
+    p.sm_count = static_cast<int>(positive(root, "sm_count", where));
+    const json& tiles = root.at("gemm_tiles");
+    CLEAVE_CHECK(tiles.is_array() && !tiles.empty(), "profile {}: 'gemm_tiles' is a list of [tm, tn] tile shapes, e.g. "
+                 "[[256, 128], [128, 128]]", path);
+    for (const json& t : tiles) {
+      CLEAVE_CHECK(t.is_array() && t.size() == 2 && t[0].is_number_integer() && t[1].is_number_integer() &&
+                       t[0].get<int>() > 0 && t[1].get<int>() > 0,
+                   "profile {}: 'gemm_tiles' entry {} is not [tm, tn] with positive integers", path, t.dump());
+      p.gemm_tiles.emplace_back(t[0].get<int>(), t[1].get<int>());
+    }
+  }
+}
+
+// gemm_shape_efficiency (a roofline profile's): [m, n, k, fraction of the peak] points.
+void read_gemm_shape_efficiency(const json& root, const std::string& path, HardwareProfile& p) {
+  if (root.contains("gemm_shape_efficiency")) {
+    CLEAVE_CHECK(p.has_roofline(), "profile {}: 'gemm_shape_efficiency' needs 'peak_tflops' and 'gemm_efficiency' (the "
+                 "roofline whose GEMMs it prices)", path);
+    const json& list = root.at("gemm_shape_efficiency");
+    CLEAVE_CHECK(list.is_array(), "profile {}: 'gemm_shape_efficiency' is a list of [m, n, k, fraction of the peak]", path);
+    std::vector<GemmShapeTable::Point> points;
+    for (const json& e : list) {
+      CLEAVE_CHECK(e.is_array() && e.size() == 4 && std::all_of(e.begin(), e.end(), [](const json& x) { return x.is_number(); }),
+                   "profile {}: 'gemm_shape_efficiency' entry {} is not [m, n, k, fraction of the peak]", path, e.dump());
+      points.push_back({e[0].get<double>(), e[1].get<double>(), e[2].get<double>(), e[3].get<double>()});
+    }
+    p.gemm_shape_efficiency = GemmShapeTable(points, "profile " + path);
+  }
+}
+
+// The roofline (peak_tflops with gemm_efficiency) and what refines it: the f32 curve, the attention cap and rates,
+// tiles, per-shape efficiencies and the kernel launch time; each refinement needs the roofline.
+void read_roofline(const json& root, const std::string& path, HardwareProfile& p) {
+  const std::string where = "profile " + path;
   if (root.contains("peak_tflops") || root.contains("gemm_efficiency")) {
     CLEAVE_CHECK(root.contains("peak_tflops") && root.at("peak_tflops").is_object() && root.contains("gemm_efficiency"),
                  "profile {}: 'peak_tflops' {{\"f32\", \"bf16\"}} and 'gemm_efficiency' come together (the roofline "
@@ -353,41 +375,19 @@ HardwareProfile load_profile(const std::string& path) {
                  "roofline whose attention products it prices)", path);
     p.attention_rates = attention_rates_from_json(root.at("attention_rates"), "profile " + path);
   }
-  if (root.contains("sm_count") || root.contains("gemm_tiles")) {
-    CLEAVE_CHECK(p.has_roofline() && root.contains("sm_count") && root.contains("gemm_tiles"),
-                 "profile {}: 'sm_count' and 'gemm_tiles' come together and need 'peak_tflops' and 'gemm_efficiency' (the "
-                 "roofline whose GEMMs they quantize)", path);
-    p.sm_count = static_cast<int>(positive(root, "sm_count", where));
-    const json& tiles = root.at("gemm_tiles");
-    CLEAVE_CHECK(tiles.is_array() && !tiles.empty(), "profile {}: 'gemm_tiles' is a list of [tm, tn] tile shapes, e.g. "
-                 "[[256, 128], [128, 128]]", path);
-    for (const json& t : tiles) {
-      CLEAVE_CHECK(t.is_array() && t.size() == 2 && t[0].is_number_integer() && t[1].is_number_integer() &&
-                       t[0].get<int>() > 0 && t[1].get<int>() > 0,
-                   "profile {}: 'gemm_tiles' entry {} is not [tm, tn] with positive integers", path, t.dump());
-      p.gemm_tiles.emplace_back(t[0].get<int>(), t[1].get<int>());
-    }
-  }
-  if (root.contains("gemm_shape_efficiency")) {
-    CLEAVE_CHECK(p.has_roofline(), "profile {}: 'gemm_shape_efficiency' needs 'peak_tflops' and 'gemm_efficiency' (the "
-                 "roofline whose GEMMs it prices)", path);
-    const json& list = root.at("gemm_shape_efficiency");
-    CLEAVE_CHECK(list.is_array(), "profile {}: 'gemm_shape_efficiency' is a list of [m, n, k, fraction of the peak]", path);
-    std::vector<GemmShapeTable::Point> points;
-    for (const json& e : list) {
-      CLEAVE_CHECK(e.is_array() && e.size() == 4 && std::all_of(e.begin(), e.end(), [](const json& x) { return x.is_number(); }),
-                   "profile {}: 'gemm_shape_efficiency' entry {} is not [m, n, k, fraction of the peak]", path, e.dump());
-      points.push_back({e[0].get<double>(), e[1].get<double>(), e[2].get<double>(), e[3].get<double>()});
-    }
-    p.gemm_shape_efficiency = GemmShapeTable(points, "profile " + path);
-  }
+  read_gemm_tiles(root, path, p);
+  read_gemm_shape_efficiency(root, path, p);
   if (root.contains("kernel_launch_us")) {
     CLEAVE_CHECK(p.has_roofline(), "profile {}: 'kernel_launch_us' needs 'peak_tflops' and 'gemm_efficiency' (the "
                  "roofline whose kernels it prices)", path);
     p.kernel_launch_s = positive(root, "kernel_launch_us", where) * 1e-6;
   }
-  if (root.contains("gemm_measured")) p.measured_gemms = read_measured_gemms(root.at("gemm_measured"), path);
-  if (root.contains("measured")) p.measured = measured_from_json(root.at("measured"), path);
+}
+
+// The cores per node (the file's, else a cpu profile's this machine's), the cores and ranks per node the figures
+// were taken with.
+void read_cores(const json& root, const std::string& path, HardwareProfile& p) {
+  const std::string where = "profile " + path;
   // Cores: the file's, else (a cpu profile) this machine's; the ranks that shared them when it was measured.
   if (root.contains("cores_per_node")) {
     p.cores_per_node = static_cast<int>(positive(root, "cores_per_node", where));
@@ -406,6 +406,35 @@ HardwareProfile load_profile(const std::string& path) {
                                   ? static_cast<int>(positive(root, "measured_ranks_per_node", where))
                                   : p.measured.has_blocks() ? std::max(1, std::min(p.measured.ranks, p.ranks_per_node))
                                                             : 1;
+}
+
+}  // namespace
+
+HardwareProfile load_profile(const std::string& path) {
+  const json root = read_profile_file(path);
+  HardwareProfile p;
+  p.name = root.value("name", path);
+  p.source = root.value("source", "");
+  CLEAVE_CHECK(!p.source.empty(), "profile {}: 'source' must say where the numbers come from", path);
+  const std::string device_type = root.value("device_type", "cuda");
+  const auto type = enum_from_name<DeviceType>(device_type);
+  CLEAVE_CHECK(type.has_value(), "profile {}: 'device_type' must be one of {}, got \"{}\"", path,
+               enum_choices<DeviceType>(), device_type);
+  p.device_type = *type;
+  const std::string where = "profile " + path;
+  CLEAVE_CHECK(root.contains("sustained_gemm_tflops") && root.at("sustained_gemm_tflops").is_object(),
+               "profile {}: missing object 'sustained_gemm_tflops' {{\"f32\": .., \"bf16\": ..}}", path);
+  p.flops_f32 = positive(root.at("sustained_gemm_tflops"), "f32", where + ": sustained_gemm_tflops") * 1e12;
+  p.flops_bf16 = positive(root.at("sustained_gemm_tflops"), "bf16", where + ": sustained_gemm_tflops") * 1e12;
+  p.memory_bandwidth_Bps = positive(root, "memory_bandwidth_GBps", where) * 1e9;
+  p.intra_node = read_link(root, "intra_node", path);
+  p.inter_node = read_link(root, "inter_node", path);
+  p.ranks_per_node = static_cast<int>(positive(root, "ranks_per_node", where));
+  p.device_memory = read_device_memory(root, path);
+  read_roofline(root, path, p);
+  if (root.contains("gemm_measured")) p.measured_gemms = read_measured_gemms(root.at("gemm_measured"), path);
+  if (root.contains("measured")) p.measured = measured_from_json(root.at("measured"), path);
+  read_cores(root, path, p);
   if (root.contains("sources")) p.sources = read_sources(root, p, path);
   return p;
 }

@@ -74,8 +74,12 @@ std::vector<int> StagePartition::blocks_per_stage() const {
   return sizes;
 }
 
-StagePartition partition_stages(const std::vector<BlockProfile>& blocks, int num_stages,
-                                const PartitionOptions& options) {
+namespace {
+
+// The blocks and options, checked before any split; returns each stage's in-flight micro-batches (1 each when the
+// options give none).
+std::vector<double> checked_inflight(const std::vector<BlockProfile>& blocks, int num_stages,
+                                     const PartitionOptions& options) {
   const int n = static_cast<int>(blocks.size());
   CLEAVE_CHECK(num_stages >= 1, "partition: the number of stages must be at least 1, got {}", num_stages);
   CLEAVE_CHECK(n >= num_stages,
@@ -96,77 +100,101 @@ StagePartition partition_stages(const std::vector<BlockProfile>& blocks, int num
                num_stages);
   CLEAVE_CHECK(options.memory_cap_bytes >= 0, "partition: memory cap must be >= 0 bytes, got {}",
                options.memory_cap_bytes);
+  return inflight;
+}
 
-  // Prefix sums make every segment cost O(1).
-  std::vector<double> time_prefix(n + 1, 0.0), param_prefix(n + 1, 0.0), act_prefix(n + 1, 0.0);
-  for (int b = 0; b < n; ++b) {
-    time_prefix[b + 1] = time_prefix[b] + blocks[b].time;
-    param_prefix[b + 1] = param_prefix[b] + static_cast<double>(blocks[b].param_bytes);
-    act_prefix[b + 1] = act_prefix[b] + static_cast<double>(blocks[b].activation_bytes);
+// Prefix sums of the blocks' time, parameter and activation bytes: every segment's cost in O(1).
+class Segments {
+ public:
+  Segments(const std::vector<BlockProfile>& blocks, std::vector<double> inflight)
+      : inflight_(std::move(inflight)), time_(blocks.size() + 1, 0.0), params_(blocks.size() + 1, 0.0),
+        activations_(blocks.size() + 1, 0.0) {
+    for (std::size_t b = 0; b < blocks.size(); ++b) {
+      time_[b + 1] = time_[b] + blocks[b].time;
+      params_[b + 1] = params_[b] + static_cast<double>(blocks[b].param_bytes);
+      activations_[b + 1] = activations_[b] + static_cast<double>(blocks[b].activation_bytes);
+    }
   }
-  auto memory = [&](int k, int i, int j) {
-    return (param_prefix[j] - param_prefix[i]) + inflight[k] * (act_prefix[j] - act_prefix[i]);
-  };
+  double time(int i, int j) const { return time_[j] - time_[i]; }
+  double params(int i, int j) const { return params_[j] - params_[i]; }
+  // Blocks [i, j) as stage k: their parameters and k's in-flight micro-batches' activations.
+  double memory(int k, int i, int j) const {
+    return (params_[j] - params_[i]) + inflight_[k] * (activations_[j] - activations_[i]);
+  }
+
+ private:
+  std::vector<double> inflight_;
+  std::vector<double> time_, params_, activations_;
+};
+
+// The smallest largest-stage memory any split reaches (for the messages when a cap cannot be kept).
+double smallest_max_memory(const Segments& segments, int n, int num_stages) {
+  const auto memory = [&segments](int k, int i, int j) { return segments.memory(k, i, j); };
+  auto sizes = min_max_split(n, num_stages, memory);
+  CLEAVE_ASSERT(sizes.has_value(), "an uncapped split always exists when blocks >= stages");
+  double worst = 0.0;
+  int begin = 0;
+  for (int k = 0; k < num_stages; ++k) {
+    worst = std::max(worst, segments.memory(k, begin, begin + (*sizes)[k]));
+    begin += (*sizes)[k];
+  }
+  return worst;
+}
+
+// method manual: blocks_per_stage as given, one entry of at least one block per stage, summing to n.
+std::vector<int> manual_sizes(const std::vector<int>& given, int n, int num_stages) {
+  CLEAVE_CHECK(static_cast<int>(given.size()) == num_stages,
+               "partition: blocks_per_stage {} has {} entries but there are {} stages", format_sizes(given),
+               given.size(), num_stages);
+  for (std::size_t k = 0; k < given.size(); ++k) {
+    CLEAVE_CHECK(given[k] >= 1, "partition: blocks_per_stage {} gives stage {} {} blocks (every stage needs >= 1)",
+                 format_sizes(given), k, given[k]);
+  }
+  const long long sum = std::accumulate(given.begin(), given.end(), 0LL);
+  CLEAVE_CHECK(sum == n, "partition: cannot split {} blocks into {} stages with blocks_per_stage {} (sum {} != {})",
+               n, num_stages, format_sizes(given), sum, n);
+  return given;
+}
+
+// Each stage's block count by the options' method (cost keeps every stage under the memory cap, if any).
+std::vector<int> stage_sizes(const Segments& segments, int n, int num_stages, const PartitionOptions& options) {
   const double cap = static_cast<double>(options.memory_cap_bytes);
   const bool capped = options.memory_cap_bytes > 0;
-
-  auto smallest_max_memory = [&]() {
-    auto sizes = min_max_split(n, num_stages, memory);
-    CLEAVE_ASSERT(sizes.has_value(), "an uncapped split always exists when blocks >= stages");
-    double worst = 0.0;
-    int begin = 0;
-    for (int k = 0; k < num_stages; ++k) {
-      worst = std::max(worst, memory(k, begin, begin + (*sizes)[k]));
-      begin += (*sizes)[k];
-    }
-    return worst;
-  };
-
-  std::vector<int> sizes;
   switch (options.method) {
     case PartitionMethod::kUniform: {
+      std::vector<int> sizes;
       const int base = n / num_stages, extra = n % num_stages;
       for (int k = 0; k < num_stages; ++k) sizes.push_back(base + (k < extra ? 1 : 0));
-      break;
+      return sizes;
     }
     case PartitionMethod::kParameters: {
-      auto split = min_max_split(n, num_stages,
-                                 [&](int, int i, int j) { return param_prefix[j] - param_prefix[i]; });
+      auto split = min_max_split(n, num_stages, [&](int, int i, int j) { return segments.params(i, j); });
       CLEAVE_ASSERT(split.has_value(), "an uncapped split always exists when blocks >= stages");
-      sizes = *split;
-      break;
+      return *split;
     }
     case PartitionMethod::kCost: {
       auto split = min_max_split(n, num_stages, [&](int k, int i, int j) {
-        if (capped && memory(k, i, j) > cap) return kInfinity;
-        return time_prefix[j] - time_prefix[i];
+        if (capped && segments.memory(k, i, j) > cap) return kInfinity;
+        return segments.time(i, j);
       });
       CLEAVE_CHECK(split.has_value(),
                    "partition: no split of {} blocks into {} stages keeps every stage under the memory cap of {}; "
                    "the smallest achievable largest-stage memory is {} (raise the cap, use more stages, or use "
                    "smaller micro-batches)",
                    n, num_stages, format_bytes(options.memory_cap_bytes),
-                   format_bytes(static_cast<std::int64_t>(std::ceil(smallest_max_memory()))));
-      sizes = *split;
-      break;
+                   format_bytes(static_cast<std::int64_t>(std::ceil(smallest_max_memory(segments, n, num_stages)))));
+      return *split;
     }
-    case PartitionMethod::kManual: {
-      const auto& given = options.blocks_per_stage;
-      CLEAVE_CHECK(static_cast<int>(given.size()) == num_stages,
-                   "partition: blocks_per_stage {} has {} entries but there are {} stages", format_sizes(given),
-                   given.size(), num_stages);
-      for (std::size_t k = 0; k < given.size(); ++k) {
-        CLEAVE_CHECK(given[k] >= 1, "partition: blocks_per_stage {} gives stage {} {} blocks (every stage needs >= 1)",
-                     format_sizes(given), k, given[k]);
-      }
-      const long long sum = std::accumulate(given.begin(), given.end(), 0LL);
-      CLEAVE_CHECK(sum == n, "partition: cannot split {} blocks into {} stages with blocks_per_stage {} (sum {} != {})",
-                   n, num_stages, format_sizes(given), sum, n);
-      sizes = given;
-      break;
-    }
+    case PartitionMethod::kManual: return manual_sizes(options.blocks_per_stage, n, num_stages);
   }
+  return {};
+}
 
+// The stages' ranges from their sizes, with each stage's time, parameter bytes and memory.
+StagePartition partition_of_sizes(const std::vector<BlockProfile>& blocks, const Segments& segments,
+                                  const std::vector<int>& sizes) {
+  const int n = static_cast<int>(blocks.size());
+  const int num_stages = static_cast<int>(sizes.size());
   StagePartition result;
   int begin = 0;
   for (int k = 0; k < num_stages; ++k) {
@@ -182,12 +210,24 @@ StagePartition partition_stages(const std::vector<BlockProfile>& blocks, int num
     result.stages.push_back(range);
     result.stage_time.push_back(time);
     result.stage_param_bytes.push_back(params);
-    result.stage_memory_bytes.push_back(memory(k, range.begin, range.end));
+    result.stage_memory_bytes.push_back(segments.memory(k, range.begin, range.end));
     begin = range.end;
   }
   CLEAVE_ASSERT(begin == n, "partitioner covered {} of {} blocks", begin, n);
+  return result;
+}
 
+}  // namespace
+
+StagePartition partition_stages(const std::vector<BlockProfile>& blocks, int num_stages,
+                                const PartitionOptions& options) {
+  const int n = static_cast<int>(blocks.size());
+  const Segments segments(blocks, checked_inflight(blocks, num_stages, options));
+  StagePartition result = partition_of_sizes(blocks, segments, stage_sizes(segments, n, num_stages, options));
+  // Only method cost splits under the cap; the others are checked against it afterwards.
+  const bool capped = options.memory_cap_bytes > 0;
   if (capped && options.method != PartitionMethod::kCost) {
+    const double cap = static_cast<double>(options.memory_cap_bytes);
     for (int k = 0; k < num_stages; ++k) {
       CLEAVE_CHECK(result.stage_memory_bytes[k] <= cap,
                    "partition: method '{}' puts {} in stage {} (blocks {}..{}), over the memory cap of {}; the "
@@ -195,7 +235,7 @@ StagePartition partition_stages(const std::vector<BlockProfile>& blocks, int num
                    enum_name(options.method),
                    format_bytes(static_cast<std::int64_t>(std::ceil(result.stage_memory_bytes[k]))), k,
                    result.stages[k].begin, result.stages[k].end - 1, format_bytes(options.memory_cap_bytes),
-                   format_bytes(static_cast<std::int64_t>(std::ceil(smallest_max_memory()))));
+                   format_bytes(static_cast<std::int64_t>(std::ceil(smallest_max_memory(segments, n, num_stages)))));
     }
   }
   return result;

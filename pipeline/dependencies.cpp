@@ -96,27 +96,71 @@ Location ActionIndex::find(const Need& need) const {
   return {};
 }
 
-DryRun dry_run(const Schedule& schedule, const ActionIndex& index) {
-  const int p = static_cast<int>(schedule.ranks.size());
-  DryRun run;
-  run.step.resize(p);
-  std::vector<std::vector<int>> posted(p);  // step at which a communication op was posted, -1 if not yet
-  std::vector<std::vector<int>> batch_end(p);
-  for (int r = 0; r < p; ++r) {
+namespace {
+
+// Per rank, for each SEND/RECV the position one past the end of its batch (the run of communication actions it
+// stands in); -1 for compute.
+std::vector<std::vector<int>> batch_ends(const Schedule& schedule) {
+  std::vector<std::vector<int>> batch_end(schedule.ranks.size());
+  for (std::size_t r = 0; r < schedule.ranks.size(); ++r) {
     const auto& actions = schedule.ranks[r];
     const int n = static_cast<int>(actions.size());
-    run.step[r].assign(n, -1);
-    posted[r].assign(n, -1);
     batch_end[r].assign(n, -1);
     for (int i = n - 1; i >= 0; --i) {
       if (!is_communication(actions[i].kind)) continue;
       batch_end[r][i] = (i + 1 < n && is_communication(actions[i + 1].kind)) ? batch_end[r][i + 1] : i + 1;
     }
   }
+  return batch_end;
+}
+
+// Whether the action at `where` ran at a step before t.
+bool ran_before(const DryRun& run, Location where, int t) {
+  return where.found() && run.step[where.rank][where.position] >= 0 && run.step[where.rank][where.position] < t;
+}
+
+// Why the ranks of a stuck dry run wait (at step t, each at run.stuck_at): the first input a compute action lacks,
+// or the partner a SEND/RECV waits to be posted.
+std::string stuck_reason(const Schedule& schedule, const ActionIndex& index, const DryRun& run, int t) {
+  std::string reason;
+  for (int r = 0; r < static_cast<int>(schedule.ranks.size()); ++r) {
+    const auto& actions = schedule.ranks[r];
+    if (run.stuck_at[r] >= static_cast<int>(actions.size())) continue;
+    const Action& a = actions[run.stuck_at[r]];
+    std::string why;
+    if (is_compute(a.kind)) {
+      for (const auto& need : compute_needs(a, schedule.num_stages)) {
+        const Location where = index.find(need);
+        if (ran_before(run, where, t)) continue;
+        why = where.found() ? fmt::format("for {} (rank {}, not run yet)", describe_need(need), where.rank)
+                            : fmt::format("for {}, which is not in the schedule", describe_need(need));
+        break;
+      }
+    } else if (is_communication(a.kind)) {
+      const Action partner = comm_partner(a);
+      const Location where = index.find(partner);
+      why = where.found() ? fmt::format("for {} on rank {} to be posted", format_action(partner), where.rank)
+                          : fmt::format("for {}, which is not in the schedule", format_action(partner));
+    }
+    if (!reason.empty()) reason += "; ";
+    reason += fmt::format("rank {} waits at {} {}", r, format_action(a), why);
+  }
+  return reason;
+}
+
+}  // namespace
+
+DryRun dry_run(const Schedule& schedule, const ActionIndex& index) {
+  const int p = static_cast<int>(schedule.ranks.size());
+  DryRun run;
+  run.step.resize(p);
+  std::vector<std::vector<int>> posted(p);  // step at which a communication op was posted, -1 if not yet
+  const std::vector<std::vector<int>> batch_end = batch_ends(schedule);
+  for (int r = 0; r < p; ++r) {
+    run.step[r].assign(schedule.ranks[r].size(), -1);
+    posted[r].assign(schedule.ranks[r].size(), -1);
+  }
   std::vector<int> next(p, 0);
-  auto ran_before = [&](Location where, int t) {
-    return where.found() && run.step[where.rank][where.position] >= 0 && run.step[where.rank][where.position] < t;
-  };
   auto all_done = [&] {
     for (int r = 0; r < p; ++r) {
       if (next[r] < static_cast<int>(schedule.ranks[r].size())) return false;
@@ -143,7 +187,7 @@ DryRun dry_run(const Schedule& schedule, const ActionIndex& index) {
       bool ready = true;
       if (is_compute(a.kind)) {
         for (const auto& need : compute_needs(a, schedule.num_stages)) {
-          if (!ran_before(index.find(need), t)) ready = false;
+          if (!ran_before(run, index.find(need), t)) ready = false;
         }
       } else if (is_communication(a.kind)) {
         const Location partner = index.find(comm_partner(a));
@@ -158,32 +202,7 @@ DryRun dry_run(const Schedule& schedule, const ActionIndex& index) {
   run.num_steps = t;
   run.finished = all_done();
   run.stuck_at = next;
-  if (!run.finished) {
-    std::string reason;
-    for (int r = 0; r < p; ++r) {
-      const auto& actions = schedule.ranks[r];
-      if (next[r] >= static_cast<int>(actions.size())) continue;
-      const Action& a = actions[next[r]];
-      std::string why;
-      if (is_compute(a.kind)) {
-        for (const auto& need : compute_needs(a, schedule.num_stages)) {
-          const Location where = index.find(need);
-          if (ran_before(where, t)) continue;
-          why = where.found() ? fmt::format("for {} (rank {}, not run yet)", describe_need(need), where.rank)
-                              : fmt::format("for {}, which is not in the schedule", describe_need(need));
-          break;
-        }
-      } else if (is_communication(a.kind)) {
-        const Action partner = comm_partner(a);
-        const Location where = index.find(partner);
-        why = where.found() ? fmt::format("for {} on rank {} to be posted", format_action(partner), where.rank)
-                            : fmt::format("for {}, which is not in the schedule", format_action(partner));
-      }
-      if (!reason.empty()) reason += "; ";
-      reason += fmt::format("rank {} waits at {} {}", r, format_action(a), why);
-    }
-    run.stuck_reason = reason;
-  }
+  if (!run.finished) run.stuck_reason = stuck_reason(schedule, index, run, t);
   return run;
 }
 

@@ -154,48 +154,149 @@ Tensor Executor::backward_dy(int stage, int microbatch) {
   return dy;
 }
 
+StageModule& Executor::stage_module(const Action& a) {
+  auto it = options_.stages.find(a.stage);
+  CLEAVE_ASSERT(it != options_.stages.end(), "rank {} has no stage {} for {}", options_.pp_rank, a.stage,
+                format_action(a));
+  return *it->second;
+}
+
+void Executor::store_forward(const Action& a, const Tensor& y, StepState& step) {
+  if (a.stage != last_stage_) {
+    forward_out_[{a.stage, a.microbatch}] = y;
+    return;
+  }
+  CLEAVE_ASSERT(y.numel() == 1 && y.dtype() == DType::kF32, "stage {} returned a loss {} {}, not one f32", a.stage,
+                y.shape().str(), dtype_name(y.dtype()));
+  layers::Context& ctx = *options_.context;
+  if (!step.losses_device.defined()) {
+    step.losses_device = Tensor::empty({options_.schedule->num_microbatches}, DType::kF32, MemoryCategory::kWorkspace,
+                                       *ctx.allocator);
+  }
+  const auto k = static_cast<std::int64_t>(step.loss_microbatches.size());
+  ops::copy(ctx, y.view(Shape{1}), step.losses_device.slice(k, k + 1));
+  step.loss_microbatches.push_back(a.microbatch);
+}
+
+Tensor Executor::run_backward(const Action& a, std::size_t position, const Tensor& dy) {
+  StageModule& stage = stage_module(a);
+  layers::Context& ctx = *options_.context;
+  return a.kind == ActionKind::kBackward ? stage.backward(a.microbatch, dy, ctx, final_weight_action_[a.stage] == position)
+                                         : stage.backward_input(a.microbatch, dy, ctx);
+}
+
+void Executor::store_backward(const Action& a, const Tensor& dx) {
+  if (a.stage > 0) backward_out_[{a.stage, a.microbatch}] = dx;
+}
+
+EventTimeline::Waits Executor::waits_since(const StepState& step) const {
+  const layers::CommWaitTimes& wait_times = timed_waiter_.times();
+  EventTimeline::Waits d{};
+  for (std::size_t k = 0; k < d.size(); ++k) d[k] = wait_times.seconds[k] - step.waits_before[k];
+  return d;
+}
+
+void Executor::run_overlapped_pair(std::size_t i, const std::vector<Action>& actions, StepState& step) {
+  const Action& a = actions[i];
+  const Action& b = actions[i + 1];
+  layers::Context& ctx = *options_.context;
+  const bool timed = options_.record_timeline;
+  if (options_.before_compute) {
+    options_.before_compute(a);
+    options_.before_compute(b);
+  }
+  StageModule& forward_stage = stage_module(a);
+  Tensor x = forward_input(a.stage, a.microbatch);
+  Tensor dy = backward_dy(b.stage, b.microbatch);
+  const int start = timed ? timeline_.mark() : 0;  // waiting for a peer's tensor is idle, not compute
+  step.waits_before = timed_waiter_.times().seconds;
+  const Tensor targets = a.stage == last_stage_ ? take_data(a.microbatch, /*inputs=*/false) : Tensor{};
+  Tensor y, dx;
+  ctx.comm_waiter = pair_.get();
+  PairTimes times;
+  try {
+    times = pair_->run([&] { y = forward_stage.forward(a.microbatch, x, targets, ctx); },
+                       [&] { dx = run_backward(b, i + 1, dy); });
+  } catch (...) {
+    ctx.comm_waiter = step.waiter;
+    throw;
+  }
+  ctx.comm_waiter = step.waiter;
+  store_forward(a, y, step);
+  store_backward(b, dx);
+  ++step.outcome.overlapped_pairs;
+  step.outcome.pair_hand_overs += times.hand_overs;
+  if (timed) {
+    const double total = times.first_seconds + times.second_seconds;
+    timeline_.add_pair(a, b, start, timeline_.mark(), total > 0 ? times.first_seconds / total : 0.5, waits_since(step));
+  }
+}
+
+void Executor::run_compute(const Action& a, std::size_t i, int& start, StepState& step) {
+  layers::Context& ctx = *options_.context;
+  const bool timed = options_.record_timeline;
+  switch (a.kind) {
+    case ActionKind::kForward: {
+      StageModule& stage = stage_module(a);
+      Tensor x = forward_input(a.stage, a.microbatch);
+      if (timed) start = timeline_.mark();  // waiting for a peer's tensor is idle, not compute
+      const Tensor targets = a.stage == last_stage_ ? take_data(a.microbatch, /*inputs=*/false) : Tensor{};
+      if (options_.mode == ExecutorMode::kEvaluate) {
+        if (a.stage == last_stage_) {
+          step.outcome.evaluations.emplace_back(a.microbatch, stage.evaluate(x, targets, ctx));
+        } else {
+          forward_out_[{a.stage, a.microbatch}] = stage.infer(x, ctx);
+        }
+        break;
+      }
+      store_forward(a, stage.forward(a.microbatch, x, targets, ctx), step);
+      break;
+    }
+    case ActionKind::kBackwardInput:
+    case ActionKind::kBackward: {
+      (void)stage_module(a);  // the stage is this rank's (asserted) before waiting for its gradient
+      Tensor dy = backward_dy(a.stage, a.microbatch);
+      if (timed) start = timeline_.mark();  // waiting for a peer's tensor is idle, not compute
+      store_backward(a, run_backward(a, i, dy));
+      break;
+    }
+    case ActionKind::kBackwardWeight:
+      stage_module(a).backward_weight(a.microbatch, ctx, final_weight_action_[a.stage] == i);
+      break;
+    case ActionKind::kReduceGrad:
+      if (options_.reduce_grads) options_.reduce_grads(a.stage);
+      break;
+    case ActionKind::kOptimizerStep:
+      if (options_.optimizer_step) options_.optimizer_step();
+      break;
+    default:
+      CLEAVE_ASSERT(false, "unexpected action {}", format_action(a));
+  }
+}
+
+void Executor::finish_step(StepState& step) {
+  for (auto& work : works_) work->wait();
+  if (options_.record_timeline) step.outcome.timeline = timeline_.finish();
+  CLEAVE_ASSERT(forward_in_.empty() && backward_in_.empty() && forward_out_.empty() && backward_out_.empty(),
+                "rank {}: tensors left in flight at the end of the step (the schedule is not closed)",
+                options_.pp_rank);
+  works_.clear();
+  data_.clear();
+  if (!step.loss_microbatches.empty()) {  // the one read-back of the step's losses
+    const auto count = static_cast<std::int64_t>(step.loss_microbatches.size());
+    const std::vector<float> values = ops::to_host(*options_.context, step.losses_device.slice(0, count)).to_floats();
+    step.outcome.losses.reserve(step.loss_microbatches.size());
+    for (std::size_t k = 0; k < step.loss_microbatches.size(); ++k) {
+      step.outcome.losses.emplace_back(step.loss_microbatches[k], values[k]);
+    }
+  }
+}
+
 StepOutcome Executor::run_step(std::int64_t batch) {
   batch_ = batch;
-  StepOutcome outcome;
+  StepState step;
   const auto& actions = options_.schedule->ranks.at(static_cast<std::size_t>(options_.pp_rank));
   layers::Context& ctx = *options_.context;
-  // Each micro-batch's loss stays on the device (copied into one buffer on the stream) and is read back once,
-  // after the step: no host wait per micro-batch.
-  Tensor losses_device;
-  std::vector<int> loss_microbatches;
-  auto stage_module = [&](const Action& a) -> StageModule& {
-    auto it = options_.stages.find(a.stage);
-    CLEAVE_ASSERT(it != options_.stages.end(), "rank {} has no stage {} for {}", options_.pp_rank, a.stage,
-                  format_action(a));
-    return *it->second;
-  };
-  // A forward's output: the last stage's loss into the step's loss buffer, any other stage's for its consumer.
-  auto store_forward = [&](const Action& a, const Tensor& y) {
-    if (a.stage == last_stage_) {
-      CLEAVE_ASSERT(y.numel() == 1 && y.dtype() == DType::kF32, "stage {} returned a loss {} {}, not one f32",
-                    a.stage, y.shape().str(), dtype_name(y.dtype()));
-      if (!losses_device.defined()) {
-        losses_device = Tensor::empty({options_.schedule->num_microbatches}, DType::kF32, MemoryCategory::kWorkspace,
-                                      *ctx.allocator);
-      }
-      const auto k = static_cast<std::int64_t>(loss_microbatches.size());
-      ops::copy(ctx, y.view(Shape{1}), losses_device.slice(k, k + 1));
-      loss_microbatches.push_back(a.microbatch);
-    } else {
-      forward_out_[{a.stage, a.microbatch}] = y;
-    }
-  };
-  // I or B at list position `position`: the input gradient (B also accumulates the weight gradient).
-  auto run_backward = [&](const Action& a, std::size_t position, const Tensor& dy) {
-    StageModule& stage = stage_module(a);
-    return a.kind == ActionKind::kBackward
-               ? stage.backward(a.microbatch, dy, ctx, final_weight_action_[a.stage] == position)
-               : stage.backward_input(a.microbatch, dy, ctx);
-  };
-  auto store_backward = [&](const Action& a, const Tensor& dx) {
-    if (a.stage > 0) backward_out_[{a.stage, a.microbatch}] = dx;
-  };
-
   // The measured timeline: marks on the run's stream (event_timeline.hpp), so on a GPU each span is device time.
   const bool timed = options_.record_timeline;
   if (timed) timeline_.begin(ctx);
@@ -208,21 +309,14 @@ StepOutcome Executor::run_step(std::int64_t batch) {
     layers::CommWaiter* saved;
     ~RestoreWaiter() { ctx.comm_waiter = saved; }
   } restore_waiter{ctx, outer_waiter};
-  layers::CommWaiter* const step_waiter = ctx.comm_waiter;
-  if (pair_) pair_->set_wait_times(step_waiter != nullptr ? step_waiter->wait_times() : nullptr);
-  const layers::CommWaitTimes& wait_times = timed_waiter_.times();
-  EventTimeline::Waits waits_before{};
-  const auto waits_since = [&] {
-    EventTimeline::Waits d{};
-    for (std::size_t k = 0; k < d.size(); ++k) d[k] = wait_times.seconds[k] - waits_before[k];
-    return d;
-  };
+  step.waiter = ctx.comm_waiter;
+  if (pair_) pair_->set_wait_times(step.waiter != nullptr ? step.waiter->wait_times() : nullptr);
   for (std::size_t i = 0; i < actions.size();) {
     const Action& a = actions[i];
     int start = timed ? timeline_.mark() : 0;
     if (is_communication(a.kind)) {
       const std::size_t first = i;
-      post_communication(i, actions, outcome);
+      post_communication(i, actions, step.outcome);
       if (timed) {  // one post for the whole batch: its time is booked on the first action
         const int end = timeline_.mark();
         for (std::size_t j = first; j < i; ++j) timeline_.add(actions[j], j == first ? start : end, end);
@@ -231,99 +325,22 @@ StepOutcome Executor::run_step(std::int64_t batch) {
     }
     if (pair_ && starts_overlapped_pair(*options_.schedule, options_.pp_rank, i)) {
       // An overlapped F&B pair (overlap_schedule.hpp): both inputs first, then the two interleaved.
-      const Action& b = actions[i + 1];
-      if (options_.before_compute) {
-        options_.before_compute(a);
-        options_.before_compute(b);
-      }
-      StageModule& forward_stage = stage_module(a);
-      Tensor x = forward_input(a.stage, a.microbatch);
-      Tensor dy = backward_dy(b.stage, b.microbatch);
-      if (timed) start = timeline_.mark();  // waiting for a peer's tensor is idle, not compute
-      waits_before = wait_times.seconds;
-      const Tensor targets = a.stage == last_stage_ ? take_data(a.microbatch, /*inputs=*/false) : Tensor{};
-      Tensor y, dx;
-      ctx.comm_waiter = pair_.get();
-      PairTimes times;
-      try {
-        times = pair_->run([&] { y = forward_stage.forward(a.microbatch, x, targets, ctx); },
-                           [&] { dx = run_backward(b, i + 1, dy); });
-      } catch (...) {
-        ctx.comm_waiter = step_waiter;
-        throw;
-      }
-      ctx.comm_waiter = step_waiter;
-      store_forward(a, y);
-      store_backward(b, dx);
-      ++outcome.overlapped_pairs;
-      outcome.pair_hand_overs += times.hand_overs;
-      if (timed) {
-        const double total = times.first_seconds + times.second_seconds;
-        timeline_.add_pair(a, b, start, timeline_.mark(), total > 0 ? times.first_seconds / total : 0.5, waits_since());
-      }
+      run_overlapped_pair(i, actions, step);
       for (auto& work : works_) work->test();
       i += 2;
       continue;
     }
     if (options_.before_compute && is_compute(a.kind)) options_.before_compute(a);
-    waits_before = wait_times.seconds;  // (the waits for a peer's tensor below are not collectives: not timed)
-    switch (a.kind) {
-      case ActionKind::kForward: {
-        StageModule& stage = stage_module(a);
-        Tensor x = forward_input(a.stage, a.microbatch);
-        if (timed) start = timeline_.mark();  // waiting for a peer's tensor is idle, not compute
-        const Tensor targets = a.stage == last_stage_ ? take_data(a.microbatch, /*inputs=*/false) : Tensor{};
-        if (options_.mode == ExecutorMode::kEvaluate) {
-          if (a.stage == last_stage_) {
-            outcome.evaluations.emplace_back(a.microbatch, stage.evaluate(x, targets, ctx));
-          } else {
-            forward_out_[{a.stage, a.microbatch}] = stage.infer(x, ctx);
-          }
-          break;
-        }
-        store_forward(a, stage.forward(a.microbatch, x, targets, ctx));
-        break;
-      }
-      case ActionKind::kBackwardInput:
-      case ActionKind::kBackward: {
-        (void)stage_module(a);  // the stage is this rank's (asserted) before waiting for its gradient
-        Tensor dy = backward_dy(a.stage, a.microbatch);
-        if (timed) start = timeline_.mark();  // waiting for a peer's tensor is idle, not compute
-        store_backward(a, run_backward(a, i, dy));
-        break;
-      }
-      case ActionKind::kBackwardWeight:
-        stage_module(a).backward_weight(a.microbatch, ctx, final_weight_action_[a.stage] == i);
-        break;
-      case ActionKind::kReduceGrad:
-        if (options_.reduce_grads) options_.reduce_grads(a.stage);
-        break;
-      case ActionKind::kOptimizerStep:
-        if (options_.optimizer_step) options_.optimizer_step();
-        break;
-      default:
-        CLEAVE_ASSERT(false, "unexpected action {}", format_action(a));
-    }
-    if (timed) timeline_.add(a, start, timeline_.mark(), waits_since());
+    step.waits_before = timed_waiter_.times().seconds;  // (the waits for a peer's tensor are not collectives: not timed)
+    run_compute(a, i, start, step);
+    if (timed) timeline_.add(a, start, timeline_.mark(), waits_since(step));
     // Completes what has arrived or left (a test each, no wait), so a transfer still counted as outstanding is
     // one really in flight; the MPI progress thread polls only while there is one.
     for (auto& work : works_) work->test();
     ++i;
   }
-  for (auto& work : works_) work->wait();
-  if (timed) outcome.timeline = timeline_.finish();
-  CLEAVE_ASSERT(forward_in_.empty() && backward_in_.empty() && forward_out_.empty() && backward_out_.empty(),
-                "rank {}: tensors left in flight at the end of the step (the schedule is not closed)",
-                options_.pp_rank);
-  works_.clear();
-  data_.clear();
-  if (!loss_microbatches.empty()) {  // the one read-back of the step's losses
-    const auto count = static_cast<std::int64_t>(loss_microbatches.size());
-    const std::vector<float> values = ops::to_host(ctx, losses_device.slice(0, count)).to_floats();
-    outcome.losses.reserve(loss_microbatches.size());
-    for (std::size_t k = 0; k < loss_microbatches.size(); ++k) outcome.losses.emplace_back(loss_microbatches[k], values[k]);
-  }
-  return outcome;
+  finish_step(step);
+  return std::move(step.outcome);
 }
 
 }  // namespace cleave::pipeline

@@ -106,6 +106,33 @@ class Executor {
  private:
   using Key = std::pair<int, int>;  // (stage, micro-batch)
 
+  // What one step gathers as it runs (run_step): its outcome and the losses still on the device.
+  struct StepState {
+    StepOutcome outcome;
+    // Each micro-batch's loss stays on the device (copied into one buffer on the stream) and is read back once,
+    // after the step (finish_step): no host wait per micro-batch. `loss_microbatches[k]` is entry k's micro-batch.
+    Tensor losses_device;
+    std::vector<int> loss_microbatches;
+    layers::CommWaiter* waiter = nullptr;  // the context's comm waiter for the step (an overlapped pair's between)
+    EventTimeline::Waits waits_before{};   // the timed waiter's accumulators when the timed action began
+  };
+
+  StageModule& stage_module(const Action& a);  // asserts the rank holds a's stage
+  // A forward's output: the last stage's loss into the step's loss buffer, any other stage's for its consumer.
+  void store_forward(const Action& a, const Tensor& y, StepState& step);
+  // I or B at list position `position`: the input gradient (B also accumulates the weight gradient).
+  Tensor run_backward(const Action& a, std::size_t position, const Tensor& dy);
+  void store_backward(const Action& a, const Tensor& dx);
+  // The overlapped F&B pair at positions i, i + 1 (overlap_schedule.hpp): both inputs first, then the two
+  // interleaved through pair_, installed as the context's comm waiter for the pair only.
+  void run_overlapped_pair(std::size_t i, const std::vector<Action>& actions, StepState& step);
+  // Compute or tail action `a` at position i; `start` (its timeline span's first mark) moves past the wait for a
+  // peer's tensor, which is idle time, not compute.
+  void run_compute(const Action& a, std::size_t i, int& start, StepState& step);
+  // The collectives' wait times since step.waits_before, per kind (TimedAction::comm_wait).
+  EventTimeline::Waits waits_since(const StepState& step) const;
+  // Waits for every batch, closes the timeline, asserts nothing is left in flight, reads the losses back.
+  void finish_step(StepState& step);
   void post_communication(std::size_t& index, const std::vector<Action>& actions, StepOutcome& outcome);
   // A posted receive: its buffer, the batch it is in, and for one posted a block early the batch of the block
   // the schedule put it in (whose sends its consumer waits for too, as it would have without the early post).

@@ -120,194 +120,250 @@ void check_costs(const Schedule& schedule, const SimulationCosts& costs) {
                "simulate: p2p bandwidth is {}, expected a finite value >= 0 (0 = infinite)", costs.p2p_bandwidth);
 }
 
-// The timing itself, on a lowered, validated schedule (blocking_p2p: already in blocking_order) and its index.
-SimulationResult time_lowered(Schedule lowered, const ActionIndex& index, const SimulationCosts& costs) {
-  SimulationResult result;
-  result.lowered = std::move(lowered);
-  const Schedule& s = result.lowered;
+// The replay of measured durations: one entry per action of every rank, each finite, and the schedule's own
+// transfers (not blocking_p2p's reordering).
+void check_action_durations(const Schedule& s, const SimulationCosts& costs) {
+  if (costs.action_durations.empty()) return;
   const int p = s.pp_size;
-
-  if (!costs.action_durations.empty()) {
-    CLEAVE_CHECK(!costs.blocking_p2p, "simulate: a replay of measured durations keeps the schedule's own transfers; "
-                 "blocking_p2p reorders them (use one or the other)");
-    CLEAVE_CHECK(static_cast<int>(costs.action_durations.size()) == p,
-                 "simulate: action_durations has {} ranks, the schedule {}", costs.action_durations.size(), p);
-    for (int r = 0; r < p; ++r) {
-      CLEAVE_CHECK(costs.action_durations[r].size() == s.ranks[r].size(),
-                   "simulate: action_durations of rank {} has {} entries, its lowered list {} actions", r,
-                   costs.action_durations[r].size(), s.ranks[r].size());
-      for (double d : costs.action_durations[r]) {
-        CLEAVE_CHECK(std::isfinite(d), "simulate: action duration {} on rank {} is not finite", d, r);
-      }
+  CLEAVE_CHECK(!costs.blocking_p2p, "simulate: a replay of measured durations keeps the schedule's own transfers; "
+               "blocking_p2p reorders them (use one or the other)");
+  CLEAVE_CHECK(static_cast<int>(costs.action_durations.size()) == p,
+               "simulate: action_durations has {} ranks, the schedule {}", costs.action_durations.size(), p);
+  for (int r = 0; r < p; ++r) {
+    CLEAVE_CHECK(costs.action_durations[r].size() == s.ranks[r].size(),
+                 "simulate: action_durations of rank {} has {} entries, its lowered list {} actions", r,
+                 costs.action_durations[r].size(), s.ranks[r].size());
+    for (double d : costs.action_durations[r]) {
+      CLEAVE_CHECK(std::isfinite(d), "simulate: action duration {} on rank {} is not finite", d, r);
     }
   }
-  auto duration = [&](int r, int i, const Action& a) {
-    if (!costs.action_durations.empty() && !is_communication(a.kind) && costs.action_durations[r][i] >= 0) {
-      return costs.action_durations[r][i];
+}
+
+// The timing itself, on a lowered, validated schedule (blocking_p2p: already in blocking_order) and its index: an
+// event queue of ranks by the time each is free. A rank whose next action needs a SEND (or, blocking, a partner's
+// post) that has not happened yet is parked on it, and goes on when that action runs.
+class Timing {
+ public:
+  Timing(Schedule lowered, const ActionIndex& index, const SimulationCosts& costs)
+      : index_(index), costs_(costs), p_(lowered.pp_size) {
+    result_.lowered = std::move(lowered);
+    const Schedule& s = result_.lowered;
+    result_.timeline.ranks.resize(p_);
+    send_time_.resize(p_);
+    post_time_.resize(p_);
+    for (int r = 0; r < p_; ++r) {
+      result_.timeline.ranks[r].resize(s.ranks[r].size());
+      send_time_[r].assign(s.ranks[r].size(), -1.0);
+      post_time_[r].assign(s.ranks[r].size(), -1.0);
     }
+    next_.assign(p_, 0);
+    free_at_.assign(p_, 0.0);
+    for (int r = 0; r < p_; ++r) events_.push({0.0, r});
+    result_.exposed_all_to_all.assign(p_, 0.0);
+  }
+
+  SimulationResult run() && {
+    const Schedule& s = result_.lowered;
+    while (!events_.empty()) {
+      const auto [t, r] = events_.top();
+      events_.pop();
+      const int i = next_[r];
+      if (i >= static_cast<int>(s.ranks[r].size())) continue;
+      const Action& a = s.ranks[r][i];
+      double start = t;
+      const bool pair = starts_overlapped_pair(s, r, static_cast<std::size_t>(i));
+      if (is_compute(a.kind) && !inputs_arrived(r, i, pair, start)) continue;
+      if (costs_.blocking_p2p && is_communication(a.kind)) {
+        run_blocking_batch(r, i, t);
+      } else if (pair) {
+        run_pair(r, i, start);
+      } else {
+        run_action(r, i, start);
+      }
+    }
+    check_finished();
+    if (!costs_.blocking_p2p) close_receives();
+    result_.stats = timeline_stats(result_.timeline);
+    return std::move(result_);
+  }
+
+ private:
+  using Event = std::pair<double, int>;  // (time the rank is free, rank)
+
+  double duration(int r, int i, const Action& a) const {
+    if (!costs_.action_durations.empty() && !is_communication(a.kind) && costs_.action_durations[r][i] >= 0) {
+      return costs_.action_durations[r][i];
+    }
+    const auto& stages = costs_.stages;
     switch (a.kind) {
-      case ActionKind::kForward: return costs.stages[a.stage].forward;
-      case ActionKind::kBackwardInput: return costs.stages[a.stage].backward_input;
-      case ActionKind::kBackwardWeight: return costs.stages[a.stage].backward_weight;
-      case ActionKind::kBackward: return costs.stages[a.stage].backward_input + costs.stages[a.stage].backward_weight;
-      case ActionKind::kReduceGrad: return costs.stages[a.stage].reduce_grad;
-      case ActionKind::kOptimizerStep: return costs.optimizer_step;
+      case ActionKind::kForward: return stages[a.stage].forward;
+      case ActionKind::kBackwardInput: return stages[a.stage].backward_input;
+      case ActionKind::kBackwardWeight: return stages[a.stage].backward_weight;
+      case ActionKind::kBackward: return stages[a.stage].backward_input + stages[a.stage].backward_weight;
+      case ActionKind::kReduceGrad: return stages[a.stage].reduce_grad;
+      case ActionKind::kOptimizerStep: return costs_.optimizer_step;
       default: return 0.0;
     }
-  };
+  }
   // The all-to-all inside a compute action (an action alone waits for all of it).
-  auto all_to_all = [&](const Action& a) {
-    if (a.kind == ActionKind::kForward) return costs.stages[a.stage].forward_all_to_all;
-    if (is_backward_input(a.kind)) return costs.stages[a.stage].backward_all_to_all;
+  double all_to_all(const Action& a) const {
+    if (a.kind == ActionKind::kForward) return costs_.stages[a.stage].forward_all_to_all;
+    if (is_backward_input(a.kind)) return costs_.stages[a.stage].backward_all_to_all;
     return 0.0;
-  };
-  auto total = [&](int r, int i, const Action& a) {
-    const bool replayed = !costs.action_durations.empty() && costs.action_durations[r][i] >= 0;
+  }
+  double total(int r, int i, const Action& a) const {
+    const bool replayed = !costs_.action_durations.empty() && costs_.action_durations[r][i] >= 0;
     return duration(r, i, a) + (replayed ? 0.0 : all_to_all(a));  // a replayed duration was measured with it
-  };
-  auto transfer_time = [&](const Action& send) {
+  }
+  double transfer_time(const Action& send) const {
     const int bytes_stage = send.kind == ActionKind::kSendF ? send.stage : send.stage - 1;
-    const double bytes = costs.stages[bytes_stage].output_bytes;
-    return costs.p2p_latency + (costs.p2p_bandwidth > 0 ? bytes / costs.p2p_bandwidth : 0.0);
-  };
-
-  result.timeline.ranks.resize(p);
-  std::vector<std::vector<double>> send_time(p);
-  std::vector<std::vector<double>> post_time(p);  // blocking_p2p: when each SEND/RECV's batch was posted
-  for (int r = 0; r < p; ++r) {
-    result.timeline.ranks[r].resize(s.ranks[r].size());
-    send_time[r].assign(s.ranks[r].size(), -1.0);
-    post_time[r].assign(s.ranks[r].size(), -1.0);
+    const double bytes = costs_.stages[bytes_stage].output_bytes;
+    return costs_.p2p_latency + (costs_.p2p_bandwidth > 0 ? bytes / costs_.p2p_bandwidth : 0.0);
   }
-  std::vector<int> next(p, 0);
-  std::vector<double> free_at(p, 0.0);
-  using Event = std::pair<double, int>;  // (time the rank is free, rank)
-  std::priority_queue<Event, std::vector<Event>, std::greater<>> events;
-  std::map<std::pair<int, int>, std::vector<int>> parked;  // SEND location -> ranks waiting for it
-  for (int r = 0; r < p; ++r) events.push({0.0, r});
-  result.exposed_all_to_all.assign(p, 0.0);
+  // The ranks parked on rank r's action k go on (from when each is free).
+  void wake_parked(int r, int k) {
+    auto waiting = parked_.find({r, k});
+    if (waiting == parked_.end()) return;
+    for (int w : waiting->second) events_.push({free_at_[w], w});
+    parked_.erase(waiting);
+  }
+  void finish(int r, int next, double end) {
+    free_at_[r] = end;
+    next_[r] = next;
+    events_.push({end, r});
+  }
 
-  while (!events.empty()) {
-    const auto [t, r] = events.top();
-    events.pop();
-    const int i = next[r];
-    if (i >= static_cast<int>(s.ranks[r].size())) continue;
-    const Action& a = s.ranks[r][i];
-    double start = t;
-    const bool pair = starts_overlapped_pair(s, r, static_cast<std::size_t>(i));
-    if (is_compute(a.kind)) {
-      bool waiting = false;
-      std::vector<Need> needs = compute_needs(a, s.num_stages);
-      if (pair) {  // a pair starts once the backward's input is there too
-        for (const auto& need : compute_needs(s.ranks[r][i + 1], s.num_stages)) needs.push_back(need);
-      }
-      for (const auto& need : needs) {
-        const Location producer = index.find(need);
-        if (producer.rank == r) continue;  // same rank: ran earlier in this list
-        const Action send = send_for(need);
-        const Location where = index.find(send);
-        CLEAVE_ASSERT(where.found(), "validated schedule lacks {}", format_action(send));
-        if (send_time[where.rank][where.position] < 0) {
-          parked[{where.rank, where.position}].push_back(r);
-          waiting = true;
-          break;
-        }
-        start = std::max(start, send_time[where.rank][where.position] + transfer_time(send));
-      }
-      if (waiting) continue;
+  // Compute action i of rank r (and, for an overlapped pair, the backward after it): whether every input from
+  // another rank has been sent; if so `start` moves to the last one's arrival, else r is parked on the first
+  // missing SEND.
+  bool inputs_arrived(int r, int i, bool pair, double& start) {
+    const Schedule& s = result_.lowered;
+    std::vector<Need> needs = compute_needs(s.ranks[r][i], s.num_stages);
+    if (pair) {  // a pair starts once the backward's input is there too
+      for (const auto& need : compute_needs(s.ranks[r][i + 1], s.num_stages)) needs.push_back(need);
     }
-    if (costs.blocking_p2p && is_communication(a.kind)) {  // a blocking batch: rendezvous with every partner
-      const int n = static_cast<int>(s.ranks[r].size());
-      int j = i;
-      while (j < n && is_communication(s.ranks[r][j].kind)) ++j;
-      if (post_time[r][i] < 0) {  // posted now: partners parked on any of the batch's actions may go on
-        for (int k = i; k < j; ++k) {
-          post_time[r][k] = t;
-          if (is_send(s.ranks[r][k].kind)) send_time[r][k] = t;
-          auto waiting = parked.find({r, k});
-          if (waiting != parked.end()) {
-            for (int w : waiting->second) events.push({free_at[w], w});
-            parked.erase(waiting);
-          }
-        }
+    for (const auto& need : needs) {
+      const Location producer = index_.find(need);
+      if (producer.rank == r) continue;  // same rank: ran earlier in this list
+      const Action send = send_for(need);
+      const Location where = index_.find(send);
+      CLEAVE_ASSERT(where.found(), "validated schedule lacks {}", format_action(send));
+      if (send_time_[where.rank][where.position] < 0) {
+        parked_[{where.rank, where.position}].push_back(r);
+        return false;
       }
-      bool waiting = false;
-      double end = post_time[r][i];
-      std::vector<double> done(static_cast<std::size_t>(j - i), 0.0);
-      for (int k = i; k < j && !waiting; ++k) {
-        const Action& own = s.ranks[r][k];
-        const Location partner = index.find(comm_partner(own));
-        CLEAVE_ASSERT(partner.found(), "validated schedule lacks the partner of {}", format_action(own));
-        const double partner_posted = post_time[partner.rank][partner.position];
-        if (partner_posted < 0) {
-          parked[{partner.rank, partner.position}].push_back(r);
-          waiting = true;
-          break;
-        }
-        const Action send = is_send(own.kind) ? own : comm_partner(own);
-        done[static_cast<std::size_t>(k - i)] = std::max(post_time[r][k], partner_posted) + transfer_time(send);
-        end = std::max(end, done[static_cast<std::size_t>(k - i)]);
-      }
-      if (waiting) continue;
+      start = std::max(start, send_time_[where.rank][where.position] + transfer_time(send));
+    }
+    return true;
+  }
+
+  // blocking_p2p: the batch of SEND/RECV actions starting at i, posted at t (the first visit), ends once every
+  // partner has posted its end and every transfer is done; until then r is parked on the first partner missing.
+  void run_blocking_batch(int r, int i, double t) {
+    const Schedule& s = result_.lowered;
+    const int n = static_cast<int>(s.ranks[r].size());
+    int j = i;
+    while (j < n && is_communication(s.ranks[r][j].kind)) ++j;
+    if (post_time_[r][i] < 0) {  // posted now: partners parked on any of the batch's actions may go on
       for (int k = i; k < j; ++k) {
-        result.timeline.ranks[r][k] = TimedAction{s.ranks[r][k], post_time[r][k], done[static_cast<std::size_t>(k - i)], {}};
+        post_time_[r][k] = t;
+        if (is_send(s.ranks[r][k].kind)) send_time_[r][k] = t;
+        wake_parked(r, k);
       }
-      free_at[r] = end;
-      next[r] = j;
-      events.push({end, r});
-      continue;
     }
-    if (pair) {
-      const Action& b = s.ranks[r][i + 1];
-      const double a_f = all_to_all(a), a_b = all_to_all(b);
-      const double c_f = total(r, i, a) - a_f, c_b = total(r, i + 1, b) - a_b;  // compute of each side
-      const double exposed_f = std::max(0.0, a_f - c_b), exposed_b = std::max(0.0, a_b - c_f);
-      const double middle = start + c_f + exposed_f, end = middle + c_b + exposed_b;
-      result.timeline.ranks[r][i] = TimedAction{a, start, middle, {}};
-      result.timeline.ranks[r][i + 1] = TimedAction{b, middle, end, {}};
-      result.exposed_all_to_all[r] += exposed_f + exposed_b;
-      free_at[r] = end;
-      next[r] += 2;
-      events.push({end, r});
-      continue;
+    double end = post_time_[r][i];
+    std::vector<double> done(static_cast<std::size_t>(j - i), 0.0);
+    for (int k = i; k < j; ++k) {
+      const Action& own = s.ranks[r][k];
+      const Location partner = index_.find(comm_partner(own));
+      CLEAVE_ASSERT(partner.found(), "validated schedule lacks the partner of {}", format_action(own));
+      const double partner_posted = post_time_[partner.rank][partner.position];
+      if (partner_posted < 0) {
+        parked_[{partner.rank, partner.position}].push_back(r);
+        return;
+      }
+      const Action send = is_send(own.kind) ? own : comm_partner(own);
+      done[static_cast<std::size_t>(k - i)] = std::max(post_time_[r][k], partner_posted) + transfer_time(send);
+      end = std::max(end, done[static_cast<std::size_t>(k - i)]);
     }
+    for (int k = i; k < j; ++k) {
+      result_.timeline.ranks[r][k] = TimedAction{s.ranks[r][k], post_time_[r][k], done[static_cast<std::size_t>(k - i)], {}};
+    }
+    finish(r, j, end);
+  }
+
+  // An overlapped F&B pair at i, i + 1: each side's all-to-all hides under the other side's compute; what sticks
+  // out is exposed.
+  void run_pair(int r, int i, double start) {
+    const Schedule& s = result_.lowered;
+    const Action& a = s.ranks[r][i];
+    const Action& b = s.ranks[r][i + 1];
+    const double a_f = all_to_all(a), a_b = all_to_all(b);
+    const double c_f = total(r, i, a) - a_f, c_b = total(r, i + 1, b) - a_b;  // compute of each side
+    const double exposed_f = std::max(0.0, a_f - c_b), exposed_b = std::max(0.0, a_b - c_f);
+    const double middle = start + c_f + exposed_f, end = middle + c_b + exposed_b;
+    result_.timeline.ranks[r][i] = TimedAction{a, start, middle, {}};
+    result_.timeline.ranks[r][i + 1] = TimedAction{b, middle, end, {}};
+    result_.exposed_all_to_all[r] += exposed_f + exposed_b;
+    finish(r, i + 2, end);
+  }
+
+  // One action alone (compute, tail, or a non-blocking SEND/RECV, which takes no time on its rank).
+  void run_action(int r, int i, double start) {
+    const Action& a = result_.lowered.ranks[r][i];
     const double end = start + total(r, i, a);
-    result.exposed_all_to_all[r] += all_to_all(a);
-    result.timeline.ranks[r][i] = TimedAction{a, start, end, {}};
+    result_.exposed_all_to_all[r] += all_to_all(a);
+    result_.timeline.ranks[r][i] = TimedAction{a, start, end, {}};
     if (is_send(a.kind)) {
-      send_time[r][i] = start;
-      auto waiting = parked.find({r, i});
-      if (waiting != parked.end()) {
-        for (int w : waiting->second) events.push({free_at[w], w});
-        parked.erase(waiting);
+      send_time_[r][i] = start;
+      wake_parked(r, i);
+    }
+    finish(r, i + 1, end);
+  }
+
+  // Every rank ran its whole list: a validated schedule cannot stall, except on blocking_p2p's deadlocks.
+  void check_finished() const {
+    const Schedule& s = result_.lowered;
+    for (int r = 0; r < p_; ++r) {
+      CLEAVE_CHECK(!costs_.blocking_p2p || next_[r] == static_cast<int>(s.ranks[r].size()),
+                   "simulate: schedule '{}' ({} micro-batches on {} ranks) deadlocks with blocking point-to-point: rank {} "
+                   "waits at {} for a peer that never posts its end (Megatron-LM's blocking p2p runs its own schedules: "
+                   "1f1b, and interleaved_1f1b with at least as many micro-batches as ranks)", s.name, s.num_microbatches,
+                   p_, r, format_action(s.ranks[r][static_cast<std::size_t>(next_[r])]));
+      CLEAVE_ASSERT(next_[r] == static_cast<int>(s.ranks[r].size()),
+                    "simulation of a validated schedule stalled on rank {} at {}", r,
+                    format_action(s.ranks[r][next_[r]]));
+    }
+  }
+
+  // A RECV's entry spans from when it was posted to when its data arrived (blocking: set in run_blocking_batch).
+  void close_receives() {
+    for (int r = 0; r < p_; ++r) {
+      for (auto& timed : result_.timeline.ranks[r]) {
+        if (!is_recv(timed.action.kind)) continue;
+        const Action send = comm_partner(timed.action);
+        const Location where = index_.find(send);
+        const double arrival = send_time_[where.rank][where.position] + transfer_time(send);
+        timed.end = std::max(timed.start, arrival);
       }
     }
-    free_at[r] = end;
-    ++next[r];
-    events.push({end, r});
   }
-  for (int r = 0; r < p; ++r) {
-    CLEAVE_CHECK(!costs.blocking_p2p || next[r] == static_cast<int>(s.ranks[r].size()),
-                 "simulate: schedule '{}' ({} micro-batches on {} ranks) deadlocks with blocking point-to-point: rank {} "
-                 "waits at {} for a peer that never posts its end (Megatron-LM's blocking p2p runs its own schedules: "
-                 "1f1b, and interleaved_1f1b with at least as many micro-batches as ranks)", s.name, s.num_microbatches,
-                 p, r, format_action(s.ranks[r][static_cast<std::size_t>(next[r])]));
-    CLEAVE_ASSERT(next[r] == static_cast<int>(s.ranks[r].size()),
-                  "simulation of a validated schedule stalled on rank {} at {}", r,
-                  format_action(s.ranks[r][next[r]]));
-  }
-  // A RECV's entry spans from when it was posted to when its data arrived (blocking: set in the loop).
-  for (int r = 0; r < p && !costs.blocking_p2p; ++r) {
-    for (auto& timed : result.timeline.ranks[r]) {
-      if (!is_recv(timed.action.kind)) continue;
-      const Action send = comm_partner(timed.action);
-      const Location where = index.find(send);
-      const double arrival = send_time[where.rank][where.position] + transfer_time(send);
-      timed.end = std::max(timed.start, arrival);
-    }
-  }
-  result.stats = timeline_stats(result.timeline);
-  return result;
+
+  const ActionIndex& index_;
+  const SimulationCosts& costs_;
+  const int p_;
+  SimulationResult result_;
+  std::vector<std::vector<double>> send_time_;  // when each SEND ran (-1: not yet)
+  std::vector<std::vector<double>> post_time_;  // blocking_p2p: when each SEND/RECV's batch was posted
+  std::vector<int> next_;                       // each rank's next action
+  std::vector<double> free_at_;                 // when each rank is free
+  std::priority_queue<Event, std::vector<Event>, std::greater<>> events_;
+  std::map<std::pair<int, int>, std::vector<int>> parked_;  // SEND (or partner) location -> ranks waiting for it
+};
+
+SimulationResult time_lowered(Schedule lowered, const ActionIndex& index, const SimulationCosts& costs) {
+  check_action_durations(lowered, costs);
+  return Timing(std::move(lowered), index, costs).run();
 }
 
 }  // namespace

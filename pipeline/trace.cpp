@@ -116,10 +116,21 @@ std::string chrome_trace_json(const Timeline& timeline, const TraceOptions& opti
   return trace.dump(1);
 }
 
-std::string timeline_svg(const Schedule& schedule, const Timeline& timeline, const TraceOptions& options) {
+namespace {
+
+// Where the SVG's parts go: the step's time span [t0, t0 + span] at px pixels per unit, rows of `row` px `gap` apart
+// below `top`, `left` px kept for the rank labels, the time axis at axis_y.
+struct SvgLayout {
+  double t0 = 0, span = 0, px = 0;
+  double left = 72, top = 76, row = 26, gap = 8, right = 24;
+  double axis_y = 0;
+};
+
+// The layout for `timeline`; `kinds` collects the work kinds drawn (for the legend).
+SvgLayout svg_layout(const Timeline& timeline, std::set<ActionKind>& kinds) {
+  SvgLayout l;
   const int p = static_cast<int>(timeline.ranks.size());
   double t0 = std::numeric_limits<double>::infinity(), t1 = -t0, shortest = t0;
-  std::set<ActionKind> kinds;
   for (const auto& rank : timeline.ranks) {
     for (const auto& t : rank) {
       t0 = std::min(t0, t.start);
@@ -130,26 +141,17 @@ std::string timeline_svg(const Schedule& schedule, const Timeline& timeline, con
     }
   }
   if (t0 > t1) t0 = t1 = 0.0;
-  const double span = std::max(t1 - t0, 1e-12);
+  l.t0 = t0;
+  l.span = std::max(t1 - t0, 1e-12);
   // About 22 px for the shortest box, kept between 640 and 2400 px for the whole step.
-  double px = std::isfinite(shortest) ? 22.0 / shortest : 640.0 / span;
-  px = std::clamp(px, 640.0 / span, 2400.0 / span);
-  const double left = 72, top = 76, row = 26, gap = 8, right = 24;
-  const double width = left + span * px + right;
-  const double axis_y = top + p * (row + gap);
-  const double height = axis_y + 44;
-  const int v = std::max(1, schedule.virtual_stages);
+  double px = std::isfinite(shortest) ? 22.0 / shortest : 640.0 / l.span;
+  l.px = std::clamp(px, 640.0 / l.span, 2400.0 / l.span);
+  l.axis_y = l.top + p * (l.row + l.gap);
+  return l;
+}
 
-  std::string svg = fmt::format(
-      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\" "
-      "font-family=\"Helvetica, Arial, sans-serif\">\n<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n",
-      width, height, width, height);
-  svg += fmt::format("<text x=\"{}\" y=\"20\" font-size=\"15\" font-weight=\"bold\">{}</text>\n", left,
-                     escape_xml(options.title));
-  svg += fmt::format("<text x=\"{}\" y=\"38\" font-size=\"12\" fill=\"#444\">{}</text>\n", left,
-                     escape_xml(options.subtitle));
-
-  // Legend.
+// The legend: a swatch per kind drawn, then what shading and the numbers mean (`v` stages per rank).
+std::string svg_legend(const std::set<ActionKind>& kinds, int v, double left) {
   struct LegendEntry {
     ActionKind kind;
     const char* label;
@@ -160,6 +162,7 @@ std::string timeline_svg(const Schedule& schedule, const Timeline& timeline, con
                                 {ActionKind::kBackward, "B backward (I+W)"},
                                 {ActionKind::kReduceGrad, "R reduce grads"},
                                 {ActionKind::kOptimizerStep, "O optimizer step"}};
+  std::string svg;
   double lx = left;
   for (const auto& entry : legend) {
     if (!kinds.count(entry.kind)) continue;
@@ -176,53 +179,83 @@ std::string timeline_svg(const Schedule& schedule, const Timeline& timeline, con
     svg += fmt::format("<text x=\"{:.1f}\" y=\"58\" font-size=\"11\" fill=\"#444\">number in box = micro-batch</text>\n",
                        lx);
   }
+  return svg;
+}
 
-  // Rows.
-  for (int r = 0; r < p; ++r) {
-    const double y = top + r * (row + gap);
-    svg += fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-size=\"12\" text-anchor=\"end\">rank {}</text>\n", left - 8,
-                       y + row / 2 + 4, r);
-    svg += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" fill=\"#f3f3f3\"/>\n", left, y,
-                       span * px, row);
-    for (const auto& t : timeline.ranks[r]) {
-      if (!is_work(t.action.kind) || t.end <= t.start) continue;
-      const int chunk = has_stage(t.action.kind) && t.action.stage >= 0 && t.action.stage < schedule.num_stages
-                            ? schedule.chunk_of(t.action.stage)
-                            : 0;
-      const double shade = v > 1 ? 0.5 * chunk / (v - 1) : 0.0;
-      const double x = left + (t.start - t0) * px, w = (t.end - t.start) * px;
+// Rank r's row: its label, the background, and a box per work action (lighter for a later chunk of the rank), with
+// the micro-batch (or R / O) inside where it fits.
+std::string svg_rank_row(const Schedule& schedule, const std::vector<TimedAction>& actions, int r, const SvgLayout& l,
+                         const TraceOptions& options) {
+  const int v = std::max(1, schedule.virtual_stages);
+  const double y = l.top + r * (l.row + l.gap);
+  std::string svg = fmt::format("<text x=\"{}\" y=\"{:.1f}\" font-size=\"12\" text-anchor=\"end\">rank {}</text>\n",
+                                l.left - 8, y + l.row / 2 + 4, r);
+  svg += fmt::format("<rect x=\"{}\" y=\"{:.1f}\" width=\"{:.1f}\" height=\"{}\" fill=\"#f3f3f3\"/>\n", l.left, y,
+                     l.span * l.px, l.row);
+  for (const auto& t : actions) {
+    if (!is_work(t.action.kind) || t.end <= t.start) continue;
+    const int chunk = has_stage(t.action.kind) && t.action.stage >= 0 && t.action.stage < schedule.num_stages
+                          ? schedule.chunk_of(t.action.stage)
+                          : 0;
+    const double shade = v > 1 ? 0.5 * chunk / (v - 1) : 0.0;
+    const double x = l.left + (t.start - l.t0) * l.px, w = (t.end - t.start) * l.px;
+    svg += fmt::format(
+        "<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\" stroke=\"#ffffff\" "
+        "stroke-width=\"0.6\"><title>{} (rank {}): {}–{} {}</title></rect>",
+        x, y, w, l.row, hex(kind_colour(t.action.kind), shade), escape_xml(trace_event_name(t.action)), r,
+        format_time(t.start), format_time(t.end), escape_xml(options.unit));
+    const std::string label = has_microbatch(t.action.kind)
+                                  ? fmt::format("{}", t.action.microbatch)
+                                  : fmt::format("{}", t.action.kind == ActionKind::kReduceGrad ? 'R' : 'O');
+    const double font = std::min(11.0, w / (0.62 * label.size() + 0.4));
+    if (font >= 6.0) {
       svg += fmt::format(
-          "<rect x=\"{:.2f}\" y=\"{:.1f}\" width=\"{:.2f}\" height=\"{}\" fill=\"{}\" stroke=\"#ffffff\" "
-          "stroke-width=\"0.6\"><title>{} (rank {}): {}–{} {}</title></rect>",
-          x, y, w, row, hex(kind_colour(t.action.kind), shade), escape_xml(trace_event_name(t.action)), r,
-          format_time(t.start), format_time(t.end), escape_xml(options.unit));
-      const std::string label = has_microbatch(t.action.kind)
-                                    ? fmt::format("{}", t.action.microbatch)
-                                    : fmt::format("{}", t.action.kind == ActionKind::kReduceGrad ? 'R' : 'O');
-      const double font = std::min(11.0, w / (0.62 * label.size() + 0.4));
-      if (font >= 6.0) {
-        svg += fmt::format(
-            "<text x=\"{:.2f}\" y=\"{:.1f}\" font-size=\"{:.1f}\" text-anchor=\"middle\" fill=\"{}\">{}</text>", x + w / 2,
-            y + row / 2 + font * 0.36, font, shade > 0.3 ? "#111111" : "#ffffff", label);
-      }
-      svg += '\n';
+          "<text x=\"{:.2f}\" y=\"{:.1f}\" font-size=\"{:.1f}\" text-anchor=\"middle\" fill=\"{}\">{}</text>", x + w / 2,
+          y + l.row / 2 + font * 0.36, font, shade > 0.3 ? "#111111" : "#ffffff", label);
     }
+    svg += '\n';
   }
+  return svg;
+}
 
-  // Time axis.
-  svg += fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#333\"/>\n", left, axis_y,
-                     left + span * px, axis_y);
-  const double step = tick_step(span, 10);
-  for (double tick = 0.0; tick <= span + 1e-9 * span; tick += step) {
-    const double x = left + tick * px;
-    svg += fmt::format("<line x1=\"{:.2f}\" y1=\"{:.1f}\" x2=\"{:.2f}\" y2=\"{:.1f}\" stroke=\"#333\"/>", x, axis_y, x,
-                       axis_y + 5);
+// The time axis under the rows: ticks at 1, 2 or 5 times a power of ten, from the start of the step.
+std::string svg_time_axis(const SvgLayout& l, const TraceOptions& options) {
+  std::string svg = fmt::format("<line x1=\"{}\" y1=\"{:.1f}\" x2=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#333\"/>\n", l.left,
+                                l.axis_y, l.left + l.span * l.px, l.axis_y);
+  const double step = tick_step(l.span, 10);
+  for (double tick = 0.0; tick <= l.span + 1e-9 * l.span; tick += step) {
+    const double x = l.left + tick * l.px;
+    svg += fmt::format("<line x1=\"{:.2f}\" y1=\"{:.1f}\" x2=\"{:.2f}\" y2=\"{:.1f}\" stroke=\"#333\"/>", x, l.axis_y, x,
+                       l.axis_y + 5);
     svg += fmt::format("<text x=\"{:.2f}\" y=\"{:.1f}\" font-size=\"10\" text-anchor=\"middle\">{}</text>\n", x,
-                       axis_y + 17, format_time(tick));
+                       l.axis_y + 17, format_time(tick));
   }
   svg += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" font-size=\"11\" text-anchor=\"middle\" fill=\"#444\">time ({}) "
                      "from the start of the step</text>\n",
-                     left + span * px / 2, axis_y + 34, escape_xml(options.unit));
+                     l.left + l.span * l.px / 2, l.axis_y + 34, escape_xml(options.unit));
+  return svg;
+}
+
+}  // namespace
+
+std::string timeline_svg(const Schedule& schedule, const Timeline& timeline, const TraceOptions& options) {
+  std::set<ActionKind> kinds;
+  const SvgLayout l = svg_layout(timeline, kinds);
+  const double width = l.left + l.span * l.px + l.right;
+  const double height = l.axis_y + 44;
+  std::string svg = fmt::format(
+      "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{:.0f}\" height=\"{:.0f}\" viewBox=\"0 0 {:.0f} {:.0f}\" "
+      "font-family=\"Helvetica, Arial, sans-serif\">\n<rect width=\"100%\" height=\"100%\" fill=\"#ffffff\"/>\n",
+      width, height, width, height);
+  svg += fmt::format("<text x=\"{}\" y=\"20\" font-size=\"15\" font-weight=\"bold\">{}</text>\n", l.left,
+                     escape_xml(options.title));
+  svg += fmt::format("<text x=\"{}\" y=\"38\" font-size=\"12\" fill=\"#444\">{}</text>\n", l.left,
+                     escape_xml(options.subtitle));
+  svg += svg_legend(kinds, std::max(1, schedule.virtual_stages), l.left);
+  for (int r = 0; r < static_cast<int>(timeline.ranks.size()); ++r) {
+    svg += svg_rank_row(schedule, timeline.ranks[r], r, l, options);
+  }
+  svg += svg_time_axis(l, options);
   svg += "</svg>\n";
   return svg;
 }

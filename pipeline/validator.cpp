@@ -129,9 +129,9 @@ Transfer transfer_for(const Action& consumer, const Need& need) {
   return {{ActionKind::kRecvB, consumer.stage, need.microbatch}, {ActionKind::kSendB, need.stage, need.microbatch}};
 }
 
-Check check_lowered(const Schedule& s, const ActionIndex& index) {
+// Every SEND/RECV stands for a boundary between stages on different ranks.
+Check check_transfers_cross_ranks(const Schedule& s) {
   const int p = static_cast<int>(s.ranks.size());
-  // Every SEND/RECV must stand for a boundary between stages on different ranks.
   for (int r = 0; r < p; ++r) {
     for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
       const Action& a = s.ranks[r][i];
@@ -149,7 +149,12 @@ Check check_lowered(const Schedule& s, const ActionIndex& index) {
       }
     }
   }
-  // Every cross-rank dependency travels through a SEND after the producer and a RECV before the consumer.
+  return std::nullopt;
+}
+
+// Every cross-rank dependency travels through a SEND after the producer and a RECV before the consumer.
+Check check_dependencies_travel(const Schedule& s, const ActionIndex& index) {
+  const int p = static_cast<int>(s.ranks.size());
   for (int r = 0; r < p; ++r) {
     for (int i = 0; i < static_cast<int>(s.ranks[r].size()); ++i) {
       const Action& a = s.ranks[r][i];
@@ -185,7 +190,11 @@ Check check_lowered(const Schedule& s, const ActionIndex& index) {
       }
     }
   }
-  // One REDUCE_GRAD per stage after its last W/B; one OPTIMIZER_STEP closing every rank.
+  return std::nullopt;
+}
+
+// One REDUCE_GRAD per stage after its last W/B.
+Check check_reduce_grads(const Schedule& s, const ActionIndex& index) {
   for (int stage = 0; stage < s.num_stages; ++stage) {
     const int r = s.rank_of(stage);
     Location last_grad;
@@ -207,6 +216,12 @@ Check check_lowered(const Schedule& s, const ActionIndex& index) {
                   {mark(reduce), mark(last_grad)});
     }
   }
+  return std::nullopt;
+}
+
+// One OPTIMIZER_STEP closing every rank.
+Check check_optimizer_steps(const Schedule& s) {
+  const int p = static_cast<int>(s.ranks.size());
   for (int r = 0; r < p; ++r) {
     const auto& actions = s.ranks[r];
     for (int i = 0; i < static_cast<int>(actions.size()); ++i) {
@@ -222,6 +237,13 @@ Check check_lowered(const Schedule& s, const ActionIndex& index) {
     }
   }
   return std::nullopt;
+}
+
+Check check_lowered(const Schedule& s, const ActionIndex& index) {
+  if (Check c = check_transfers_cross_ranks(s)) return c;
+  if (Check c = check_dependencies_travel(s, index)) return c;
+  if (Check c = check_reduce_grads(s, index)) return c;
+  return check_optimizer_steps(s);
 }
 
 Check check_p2p_order(const Schedule& s) {

@@ -59,6 +59,69 @@ the simulator's prediction from the measured per-action costs. Writes DIR/bench.
   return p;
 }
 
+// The listed schedules this config can run, and those it cannot with the reason (a pure check of each one's
+// config and plan, the same on every rank). Throws when none can run.
+struct Runnable {
+  std::vector<bench::ScheduleChoice> runnable;
+  std::vector<bench::SkippedSchedule> skipped;
+};
+
+Runnable runnable_schedules(const std::vector<bench::ScheduleChoice>& choices, const BenchOptions& o, int world_size,
+                            bool root) {
+  Runnable out;
+  for (const auto& choice : choices) {
+    std::string problem = bench::schedule_problem(o.config_path, o.overrides, choice, world_size);
+    if (problem.empty()) {
+      out.runnable.push_back(choice);
+    } else {
+      if (root) log::warn("bench: schedule {} cannot run this config, skipped: {}", choice.label(), problem);
+      out.skipped.push_back({choice, std::move(problem)});
+    }
+  }
+  if (out.runnable.empty()) {
+    std::string reasons;
+    for (const auto& k : out.skipped) {
+      reasons += fmt::format("{}schedule {} cannot run this config: {}", reasons.empty() ? "" : "; ",
+                             k.choice.label(), k.reason);
+    }
+    CLEAVE_THROW("bench: no listed schedule can run: {}", reasons);
+  }
+  return out;
+}
+
+// Each runnable schedule trained in turn; every one's first-step loss must equal the first's (same model, data and
+// seed), or it is a wrong result, not a timing.
+std::vector<bench::ScheduleRun> run_schedules(const std::vector<bench::ScheduleChoice>& runnable, const BenchOptions& o,
+                                              comm::Communicator& comm, bool root) {
+  std::vector<bench::ScheduleRun> runs;
+  for (const auto& choice : runnable) {
+    runs.push_back(bench::run_schedule(o.config_path, o.overrides, choice, o.steps, o.warmup, comm));
+    const auto& run = runs.back();
+    CLEAVE_CHECK(std::abs(run.first_loss - runs.front().first_loss) <= 1e-5 * std::abs(runs.front().first_loss),
+                 "bench: schedule {} computes first-step loss {:.9g} but {} computed {:.9g}: a wrong result, not a "
+                 "timing",
+                 choice.label(), run.first_loss, runs.front().choice.label(), runs.front().first_loss);
+    if (root) {
+      log::info("bench: {} median step {:.2f} ms, measured bubble {:.3f} (predicted {:.3f})", choice.label(),
+                run.median_step_ms, run.measured_stats.bubble_fraction, run.predicted.stats.bubble_fraction);
+    }
+  }
+  return runs;
+}
+
+// Rank 0's outputs: the table on stdout, DIR/bench.json and DIR/bench.html (checked absent before any run).
+void write_bench_outputs(const BenchOptions& o, const bench::BenchSetup& setup, const std::vector<bench::ScheduleRun>& runs,
+                         const std::vector<bench::SkippedSchedule>& skipped) {
+  std::filesystem::create_directories(o.out);
+  const std::string table = bench::summary_table(setup, runs, skipped);
+  std::fputs(table.c_str(), stdout);
+  std::ofstream(std::filesystem::path(o.out) / "bench.json") << bench::bench_json(setup, runs, skipped).dump(2) << "\n";
+  std::ofstream html(std::filesystem::path(o.out) / "bench.html");
+  html << bench::bench_html(setup, runs, skipped);
+  CLEAVE_CHECK(html.good(), "bench: could not write {}/bench.html", o.out);
+  std::printf("wrote %s/bench.json and %s/bench.html\n", o.out.c_str(), o.out.c_str());
+}
+
 }  // namespace
 
 int run_bench(int argc, char** argv) {
@@ -101,50 +164,11 @@ int run_bench(int argc, char** argv) {
       log::warn("bench: {} ranks on {} cores: oversubscribed; measured idle time is hidden (see the report)",
                 setup.machine.ranks_on_node, setup.machine.cores);
     }
-    // Every listed schedule is checked before the first one runs (a pure check of its config and plan, the same
-    // on every rank): those the config cannot run are reported with the reason; the bench fails only if none can.
-    std::vector<bench::ScheduleChoice> runnable;
-    std::vector<bench::SkippedSchedule> skipped;
-    for (const auto& choice : choices) {
-      std::string problem = bench::schedule_problem(o.config_path, o.overrides, choice, world.comm->size());
-      if (problem.empty()) {
-        runnable.push_back(choice);
-      } else {
-        if (root) log::warn("bench: schedule {} cannot run this config, skipped: {}", choice.label(), problem);
-        skipped.push_back({choice, std::move(problem)});
-      }
-    }
-    if (runnable.empty()) {
-      std::string reasons;
-      for (const auto& k : skipped) {
-        reasons += fmt::format("{}schedule {} cannot run this config: {}", reasons.empty() ? "" : "; ",
-                               k.choice.label(), k.reason);
-      }
-      CLEAVE_THROW("bench: no listed schedule can run: {}", reasons);
-    }
-    std::vector<bench::ScheduleRun> runs;
-    for (const auto& choice : runnable) {
-      runs.push_back(bench::run_schedule(o.config_path, o.overrides, choice, o.steps, o.warmup, *world.comm));
-      const auto& run = runs.back();
-      CLEAVE_CHECK(std::abs(run.first_loss - runs.front().first_loss) <= 1e-5 * std::abs(runs.front().first_loss),
-                   "bench: schedule {} computes first-step loss {:.9g} but {} computed {:.9g}: a wrong result, not a "
-                   "timing",
-                   choice.label(), run.first_loss, runs.front().choice.label(), runs.front().first_loss);
-      if (root) {
-        log::info("bench: {} median step {:.2f} ms, measured bubble {:.3f} (predicted {:.3f})", choice.label(),
-                  run.median_step_ms, run.measured_stats.bubble_fraction, run.predicted.stats.bubble_fraction);
-      }
-    }
-    if (root) {
-      std::filesystem::create_directories(o.out);
-      const std::string table = bench::summary_table(setup, runs, skipped);
-      std::fputs(table.c_str(), stdout);
-      std::ofstream(std::filesystem::path(o.out) / "bench.json") << bench::bench_json(setup, runs, skipped).dump(2) << "\n";
-      std::ofstream html(std::filesystem::path(o.out) / "bench.html");
-      html << bench::bench_html(setup, runs, skipped);
-      CLEAVE_CHECK(html.good(), "bench: could not write {}/bench.html", o.out);
-      std::printf("wrote %s/bench.json and %s/bench.html\n", o.out.c_str(), o.out.c_str());
-    }
+    // Every listed schedule is checked before the first one runs: those the config cannot run are reported with
+    // the reason; the bench fails only if none can.
+    const Runnable schedules = runnable_schedules(choices, o, world.comm->size(), root);
+    const std::vector<bench::ScheduleRun> runs = run_schedules(schedules.runnable, o, *world.comm, root);
+    if (root) write_bench_outputs(o, setup, runs, schedules.skipped);
     return 0;
   });
 }

@@ -10,16 +10,15 @@
 // shards of at most --max-shard-size with model.safetensors.index.json) that transformers' from_pretrained
 // loads as GPT2LMHeadModel (gpt) or LlamaForCausalLM / MistralForCausalLM / Qwen2ForCausalLM (llama), carrying
 // what the checkpoint's index.json "source" recorded of a Hugging Face origin (hf_export.hpp).
-#include <filesystem>
 #include <string>
 #include <vector>
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/cli/args.hpp"
+#include "engine/cli/checkpoint_arg.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/dtype.hpp"
@@ -27,7 +26,6 @@
 #include "engine/core/log.hpp"
 #include "engine/core/output_path.hpp"
 #include "engine/hf/hf_export.hpp"
-#include "engine/hf/hf_import.hpp"
 #include "engine/train/checkpoint_reader.hpp"
 
 namespace cleave::cli {
@@ -70,6 +68,39 @@ int export_hf(train::CheckpointReader& reader, const std::string& out, bool bf16
   return 0;
 }
 
+// --format cleave: one safetensors file of every logical parameter (f32, or bf16 rounded to nearest even) with the
+// step, the dtype and the model section in its metadata.
+int export_cleave(train::CheckpointReader& reader, const std::string& dir, const std::string& out, bool bf16) {
+  const auto names = reader.parameter_names();
+  CLEAVE_CHECK(!names.empty(), "export: checkpoint {} holds no parameters", dir);
+  std::vector<std::vector<float>> f32(names.size());
+  std::vector<std::vector<std::uint16_t>> bf16_values(names.size());
+  std::vector<checkpoint::TensorToWrite> tensors;
+  std::int64_t elements = 0;
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    f32[i] = reader.logical(names[i]);
+    elements += static_cast<std::int64_t>(f32[i].size());
+    std::span<const std::byte> bytes = std::as_bytes(std::span<const float>(f32[i]));
+    if (bf16) {
+      bf16_values[i].reserve(f32[i].size());
+      for (float v : f32[i]) bf16_values[i].push_back(float_to_bf16(v));
+      bytes = std::as_bytes(std::span<const std::uint16_t>(bf16_values[i]));
+    }
+    tensors.push_back({names[i], bf16 ? "BF16" : "F32", reader.shape_of(names[i]), bytes});
+  }
+  const auto& index = reader.index();
+  create_parent_dirs("export: --out", out);  // the check before work allowed directories that do not exist yet
+  const auto written = checkpoint::write_safetensors(
+      out, tensors,
+      {{"format", "cleave-export"},
+       {"step", std::to_string(index.at("step").get<std::int64_t>())},
+       {"dtype", bf16 ? "bf16" : "f32"},
+       {"model", index.at("model").dump()}});
+  log::info("export: {} parameters ({} elements) of {} -> {} ({})", names.size(), elements, dir, out,
+            format_bytes(written.bytes));
+  return 0;
+}
+
 }  // namespace
 
 int run_export(int argc, char** argv) {
@@ -84,22 +115,19 @@ int run_export(int argc, char** argv) {
   CLEAVE_CHECK(!out.empty(), "export: --out {} is required", format == "hf" ? "DIR" : "FILE.safetensors");
   CLEAVE_CHECK(dtype == "f32" || dtype == "bf16", "export: --dtype must be f32 or bf16, got '{}'", dtype);
   CLEAVE_CHECK(format == "cleave" || format == "hf", "export: --format must be cleave or hf, got '{}'", format);
-  CLEAVE_CHECK(format == "hf" || !args.given("--max-shard-size"),
+  const bool hf_format = format == "hf";
+  const bool bf16 = dtype == "bf16";
+  CLEAVE_CHECK(hf_format || !args.given("--max-shard-size"),
                "export: --max-shard-size applies to --format hf (a cleave export is one file)");
   check_output_file("export: --out", out);  // a file (cleave) or a directory (hf): new, in a writable place
-  std::string dir = source;
-  if (!std::filesystem::exists(std::filesystem::path(source) / "index.json")) {
-    CLEAVE_CHECK(!hf::is_hf_dir(source),
-                 "export: {} is a Hugging Face model directory already, not a Cleave checkpoint (cleave import {} "
-                 "--out CKPT converts it into one)",
-                 source, source);
-    const auto latest = checkpoint::latest_step_dir(source);
-    CLEAVE_CHECK(latest.has_value(), "export: {} is not a checkpoint (no index.json, no complete step_NNNNNNN/)",
-                 source);
-    dir = *latest;
-  }
+  const std::string dir = checkpoint_step_dir(
+      "export", source,
+      fmt::format("export: {} is a Hugging Face model directory already, not a Cleave checkpoint (cleave import {} "
+                  "--out CKPT converts it into one)",
+                  source, source));
 
   train::CheckpointReader reader(dir);
+<<<<<<< HEAD
   reader.check_files();  // every file's size and header before a tensor is read
   if (format == "hf") return export_hf(reader, out, dtype == "bf16", args.size("--max-shard-size").value_or(0));
   const auto names = reader.parameter_names();
@@ -130,6 +158,10 @@ int run_export(int argc, char** argv) {
   log::info("export: {} parameters ({} elements) of {} -> {} ({})", names.size(), elements, dir, out,
             format_bytes(written.bytes));
   return 0;
+=======
+  if (hf_format) return export_hf(reader, out, bf16, args.size("--max-shard-size").value_or(0));
+  return export_cleave(reader, dir, out, bf16);
+>>>>>>> tidy
 }
 
 }  // namespace cleave::cli

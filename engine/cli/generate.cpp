@@ -9,7 +9,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <limits>
 #include <optional>
 #include <fstream>
@@ -19,15 +18,14 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/cli/args.hpp"
+#include "engine/cli/checkpoint_arg.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/cli/runtime_env.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/core/output_path.hpp"
-#include "engine/hf/hf_import.hpp"
 #include "engine/train/checkpoint_reader.hpp"
 #include "engine/tokenizer/tokenizer_json.hpp"
 #include "engine/train/trainer.hpp"
@@ -81,6 +79,63 @@ int sample(std::vector<float> logits, double temperature, int top_k, std::mt1993
   return order[keep - 1];
 }
 
+// The run config of checkpoint `dir`: its model (checked by the strict config reader before anything reads a key of
+// it), its optimizer type and step, synthetic data. It must be a language model with a vocabulary of at least 256.
+config::RunConfig checkpoint_config(const std::string& dir) {
+  // index.json is checked by CheckpointReader (step, optimizer.type, model an object).
+  const nlohmann::json index = train::CheckpointReader(dir).index();
+  const nlohmann::json run = {
+      {"model", index.at("model")},
+      {"optimizer", index.at("optimizer").at("type") == "none"  // weights only (cleave import)
+                        ? nlohmann::json::object()
+                        : nlohmann::json{{"type", index.at("optimizer").at("type")}}},
+      {"train", {{"steps", std::max<std::int64_t>(1, index.at("step").get<std::int64_t>())}, {"eval_batches", 0}}},
+      {"data", {{"type", "synthetic"}}}};
+  const config::RunConfig config = config::parse_config(run.dump(), "checkpoint " + dir);
+  const bool language = partition::is_language_model(config.model.type);
+  CLEAVE_CHECK(language && config::token_vocab_size(config.model) >= 256,
+               "generate: checkpoint {} holds a {} model{}; generation needs a language model (gpt, llama or moe) with "
+               "vocab_size >= 256",
+               dir, config.model.type,
+               language ? fmt::format(" with vocab_size {}", config::token_vocab_size(config.model)) : "");
+  return config;
+}
+
+// --logits: the model's logits after every prefix of the prompt `context` (at most seq_len tokens), as JSON.
+void write_prompt_logits(train::Trainer& trainer, const std::vector<std::int32_t>& context, std::int64_t seq_len,
+                         const std::string& dir, const std::string& logits_path) {
+  CLEAVE_CHECK(context.size() <= static_cast<std::size_t>(seq_len),
+               "generate: --logits needs a prompt of at most model.seq_len {} tokens, got {}", seq_len,
+               context.size());
+  nlohmann::json rows = nlohmann::json::array();
+  for (std::size_t n = 1; n <= context.size(); ++n) {
+    rows.push_back(trainer.next_token_logits(std::vector<std::int32_t>(context.begin(), context.begin() + n)));
+  }
+  create_parent_dirs("generate: --logits", logits_path);
+  std::ofstream file(logits_path);
+  file << nlohmann::json{{"checkpoint", dir}, {"tokens", context}, {"logits", rows}}.dump() << "\n";
+  CLEAVE_CHECK(file.good(), "generate: could not write --logits {}", logits_path);
+}
+
+// The prompt and continuation as printed: the tokenizer's bytes (an id it lacks shown as <|id N|>), the bytes
+// themselves (`bytes`: a vocabulary of 256, where the prompt is printed as given), or the ids space-separated.
+std::string rendered(const std::vector<std::int32_t>& context, const std::optional<tokenizer::Tokenizer>& tok,
+                     bool bytes, const std::string& prompt) {
+  std::string out;
+  if (tok) {
+    // Ids the model can sample but the tokenizer lacks (a padded vocabulary) are shown, not dropped.
+    for (std::int32_t id : context) {
+      out += tok->has_token(id) ? std::string(tok->token_bytes(id)) : fmt::format("<|id {}|>", id);
+    }
+  } else if (bytes) {
+    out = prompt;
+    for (std::size_t i = prompt.size(); i < context.size(); ++i) out += static_cast<char>(context[i]);
+  } else {
+    for (std::size_t i = 0; i < context.size(); ++i) out += fmt::format("{}{}", i ? " " : "", context[i]);
+  }
+  return out;
+}
+
 }  // namespace
 
 int run_generate(int argc, char** argv) {
@@ -99,34 +154,12 @@ int run_generate(int argc, char** argv) {
   CLEAVE_CHECK(!prompt.empty(), "generate: --prompt TEXT is required (a non-empty context)");
   // Every output path before any work.
   if (!logits_path.empty()) check_output_file("generate: --logits", logits_path);
-  std::string dir = source;
-  if (!std::filesystem::exists(std::filesystem::path(source) / "index.json")) {
-    CLEAVE_CHECK(!hf::is_hf_dir(source),
-                 "generate: {} is a Hugging Face model directory, not a Cleave checkpoint; convert it first with "
-                 "cleave import {} --out CKPT, then cleave generate CKPT",
-                 source, source);
-    const auto latest = checkpoint::latest_step_dir(source);
-    CLEAVE_CHECK(latest.has_value(), "generate: {} is not a checkpoint (no index.json, no complete step_NNNNNNN/)",
-                 source);
-    dir = *latest;
-  }
-  // index.json is checked by CheckpointReader (step, optimizer.type, model an object); the model section itself
-  // goes through the strict config reader before anything reads a key of it.
-  const nlohmann::json index = train::CheckpointReader(dir).index();
-  const nlohmann::json run = {
-      {"model", index.at("model")},
-      {"optimizer", index.at("optimizer").at("type") == "none"  // weights only (cleave import)
-                        ? nlohmann::json::object()
-                        : nlohmann::json{{"type", index.at("optimizer").at("type")}}},
-      {"train", {{"steps", std::max<std::int64_t>(1, index.at("step").get<std::int64_t>())}, {"eval_batches", 0}}},
-      {"data", {{"type", "synthetic"}}}};
-  const config::RunConfig config = config::parse_config(run.dump(), "checkpoint " + dir);
-  const bool language = partition::is_language_model(config.model.type);
-  CLEAVE_CHECK(language && config::token_vocab_size(config.model) >= 256,
-               "generate: checkpoint {} holds a {} model{}; generation needs a language model (gpt, llama or moe) with "
-               "vocab_size >= 256",
-               dir, config.model.type,
-               language ? fmt::format(" with vocab_size {}", config::token_vocab_size(config.model)) : "");
+  const std::string dir = checkpoint_step_dir(
+      "generate", source,
+      fmt::format("generate: {} is a Hugging Face model directory, not a Cleave checkpoint; convert it first with "
+                  "cleave import {} --out CKPT, then cleave generate CKPT",
+                  source, source));
+  const config::RunConfig config = checkpoint_config(dir);
   const std::int64_t seq_len = config::token_seq_len(config.model);
   std::optional<tokenizer::Tokenizer> tok;
   if (!tokenizer_path.empty()) {
@@ -148,19 +181,7 @@ int run_generate(int argc, char** argv) {
   if (tok) context = tok->encode(prompt);
   else for (unsigned char c : prompt) context.push_back(c);
   CLEAVE_CHECK(!context.empty(), "generate: the prompt encodes to no tokens");
-  if (!logits_path.empty()) {
-    CLEAVE_CHECK(context.size() <= static_cast<std::size_t>(seq_len),
-                 "generate: --logits needs a prompt of at most model.seq_len {} tokens, got {}", seq_len,
-                 context.size());
-    nlohmann::json rows = nlohmann::json::array();
-    for (std::size_t n = 1; n <= context.size(); ++n) {
-      rows.push_back(trainer.next_token_logits(std::vector<std::int32_t>(context.begin(), context.begin() + n)));
-    }
-    create_parent_dirs("generate: --logits", logits_path);
-    std::ofstream file(logits_path);
-    file << nlohmann::json{{"checkpoint", dir}, {"tokens", context}, {"logits", rows}}.dump() << "\n";
-    CLEAVE_CHECK(file.good(), "generate: could not write --logits {}", logits_path);
-  }
+  if (!logits_path.empty()) write_prompt_logits(trainer, context, seq_len, dir, logits_path);
   // A vocabulary of exactly 256 is bytes; a larger one is a tokenizer's whose tokens cleave cannot turn into
   // text yet, so the ids themselves are printed (never a '?' per token that looks like text).
   const bool bytes = !tok && config::token_vocab_size(config.model) == 256;
@@ -177,18 +198,7 @@ int run_generate(int argc, char** argv) {
     const int next = sample(trainer.next_token_logits(window), temperature, top_k, rng);
     context.push_back(next);
   }
-  std::string out;
-  if (tok) {
-    // Ids the model can sample but the tokenizer lacks (a padded vocabulary) are shown, not dropped.
-    for (std::int32_t id : context) {
-      out += tok->has_token(id) ? std::string(tok->token_bytes(id)) : fmt::format("<|id {}|>", id);
-    }
-  } else if (bytes) {
-    out = prompt;
-    for (std::size_t i = prompt.size(); i < context.size(); ++i) out += static_cast<char>(context[i]);
-  } else {
-    for (std::size_t i = 0; i < context.size(); ++i) out += fmt::format("{}{}", i ? " " : "", context[i]);
-  }
+  const std::string out = rendered(context, tok, bytes, prompt);
   std::fwrite(out.data(), 1, out.size(), stdout);
   std::fputc('\n', stdout);
   return 0;

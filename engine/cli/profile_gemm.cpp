@@ -78,6 +78,67 @@ std::string compare_line(const planner::HardwareProfile& measured, const planner
   return fmt::format("efficiency {} at 1e9/1e10/1e11 FLOPs: {} (assumed {})", bf16 ? "bf16" : "f32", got, assumed);
 }
 
+// What the reference checks found over every timed GEMM.
+struct CheckedElements {
+  double worst = 0;  // worst error, relative to the sum of |products|
+  int checked = 0;   // elements checked
+};
+
+// One row per timed GEMM (dtype, shape, time, rate, fraction of the base's peak); returns what their checks found.
+CheckedElements print_timings(const planner::GemmProfileResult& result, const planner::HardwareProfile& base) {
+  CheckedElements checks;
+  std::printf("%-5s %-44s %6s %6s %6s %10s %9s %8s\n", "dtype", "gemm", "m", "n", "k", "ms", "TFLOP/s", "of peak");
+  for (const planner::GemmTiming& t : result.timings) {
+    const double rate = t.gemm.flops() / t.seconds;
+    const double peak = t.dtype == DType::kBF16 ? base.peak_flops_bf16 : base.peak_flops_f32;
+    std::printf("%-5s %-44s %6lld %6lld %6lld %10.4f %9.2f %8.3f\n", std::string(dtype_name(t.dtype)).c_str(),
+                t.gemm.what.c_str(), static_cast<long long>(t.gemm.m), static_cast<long long>(t.gemm.n),
+                static_cast<long long>(t.gemm.k), t.seconds * 1e3, rate / 1e12, rate / peak);
+    checks.worst = std::max(checks.worst, t.worst_error);
+    checks.checked += t.checked;
+  }
+  return checks;
+}
+
+// The profile as JSON at `out_path` (checked new at the start), then read back by the planner's reader.
+void write_profile(const planner::HardwareProfile& profile, const std::string& out_path) {
+  {
+    create_parent_dirs("profile --gemm: --out", out_path);
+    std::ofstream out(out_path);
+    out << planner::profile_to_json(profile).dump(2) << "\n";
+    CLEAVE_CHECK(out.good(), "profile --gemm: could not write {}", out_path);
+  }
+  planner::load_profile(out_path);  // the planner's reader accepts what was written
+}
+
+// FILE (--base), a roofline profile, with --peak-tflops-* in place of its peaks where given.
+planner::HardwareProfile base_profile(const Args& args, const std::string& base_path) {
+  planner::HardwareProfile base = planner::load_profile(base_path);
+  CLEAVE_CHECK(base.has_roofline(), "profile --gemm: {} has no peak_tflops / gemm_efficiency (a measured CPU profile?): "
+               "give a shipped GPU profile (profiles/)", base_path);
+  if (args.given("--peak-tflops-bf16")) base.peak_flops_bf16 = args.number("--peak-tflops-bf16") * 1e12;
+  if (args.given("--peak-tflops-f32")) base.peak_flops_f32 = args.number("--peak-tflops-f32") * 1e12;
+  CLEAVE_CHECK(base.peak_flops_bf16 > 0 && base.peak_flops_f32 > 0, "profile --gemm: the peaks must be > 0 TFLOP/s");
+  return base;
+}
+
+// The closing lines: the measured curves against the base's, the copy bandwidth, the checks, the file written.
+void print_summary(const planner::HardwareProfile& profile, const planner::HardwareProfile& base, bool f32_measured,
+                   double copy_Bps, const CheckedElements& checks, const planner::GemmProfileResult& result,
+                   const std::string& out_path) {
+  std::printf("%s\n", compare_line(profile, base, true).c_str());
+  if (f32_measured) {
+    std::printf("%s\n", compare_line(profile, base, false).c_str());
+  } else {
+    std::printf("efficiency f32: not measured within the budget; the profile keeps the base's assumed f32 curve\n");
+  }
+  std::printf("device-to-device copy: %.0f GB/s (read + write); the profile keeps the base's memory_bandwidth_GBps "
+              "%.0f\n", copy_Bps / 1e9, profile.memory_bandwidth_Bps / 1e9);
+  std::printf("checked %d elements (worst error %.2g of the sum of |products|); %zu GEMMs timed, %d skipped by the "
+              "budget\nwrote %s (%.1f s); commit it into profiles/ (docs/planner.md)\n",
+              checks.checked, checks.worst, result.timings.size(), result.skipped, out_path.c_str(), result.seconds);
+}
+
 }  // namespace
 
 int run_profile_gemm(int argc, char** argv) {
@@ -92,12 +153,7 @@ int run_profile_gemm(int argc, char** argv) {
                out_path);
   check_output_file("profile --gemm: --out", out_path);
   const Device device = parse_device(args.text("--device"));
-  planner::HardwareProfile base = planner::load_profile(base_path);
-  CLEAVE_CHECK(base.has_roofline(), "profile --gemm: {} has no peak_tflops / gemm_efficiency (a measured CPU profile?): "
-               "give a shipped GPU profile (profiles/)", base_path);
-  if (args.given("--peak-tflops-bf16")) base.peak_flops_bf16 = args.number("--peak-tflops-bf16") * 1e12;
-  if (args.given("--peak-tflops-f32")) base.peak_flops_f32 = args.number("--peak-tflops-f32") * 1e12;
-  CLEAVE_CHECK(base.peak_flops_bf16 > 0 && base.peak_flops_f32 > 0, "profile --gemm: the peaks must be > 0 TFLOP/s");
+  const planner::HardwareProfile base = base_profile(args, base_path);
 
   std::string command = "cleave profile";
   for (int i = 1; i < argc; ++i) command += std::string(" ") + argv[i];
@@ -133,18 +189,9 @@ int run_profile_gemm(int argc, char** argv) {
   const double copy_Bps = planner::measure_copy_bandwidth(ctx, device.is_cuda() ? (1LL << 30) : (64LL << 20), 5);
   ops::synchronize(ctx);
 
-  double worst = 0;
-  int checked = 0;
-  std::printf("%-5s %-44s %6s %6s %6s %10s %9s %8s\n", "dtype", "gemm", "m", "n", "k", "ms", "TFLOP/s", "of peak");
-  for (const planner::GemmTiming& t : result.timings) {
-    const double rate = t.gemm.flops() / t.seconds;
-    const double peak = t.dtype == DType::kBF16 ? base.peak_flops_bf16 : base.peak_flops_f32;
-    std::printf("%-5s %-44s %6lld %6lld %6lld %10.4f %9.2f %8.3f\n", std::string(dtype_name(t.dtype)).c_str(),
-                t.gemm.what.c_str(), static_cast<long long>(t.gemm.m), static_cast<long long>(t.gemm.n),
-                static_cast<long long>(t.gemm.k), t.seconds * 1e3, rate / 1e12, rate / peak);
-    worst = std::max(worst, t.worst_error);
-    checked += t.checked;
-  }
+  const CheckedElements checks = print_timings(result, base);
+  const double worst = checks.worst;
+  const int checked = checks.checked;
   const std::string date = today();
   const std::string name = fmt::format("{} (GEMM efficiency measured {}; peaks, links and memory bandwidth from {})",
                                        what.name, date, base.name);
@@ -171,24 +218,8 @@ int run_profile_gemm(int argc, char** argv) {
       base, result, what.memory_bytes, name,
       source + (f32_measured ? "" : " NO f32 GEMM was measured within the budget: gemm_efficiency_f32 is the base's "
                                     "ASSUMED curve."));
-  {
-    create_parent_dirs("profile --gemm: --out", out_path);
-    std::ofstream out(out_path);
-    out << planner::profile_to_json(profile).dump(2) << "\n";
-    CLEAVE_CHECK(out.good(), "profile --gemm: could not write {}", out_path);
-  }
-  planner::load_profile(out_path);  // the planner's reader accepts what was written
-  std::printf("%s\n", compare_line(profile, base, true).c_str());
-  if (f32_measured) {
-    std::printf("%s\n", compare_line(profile, base, false).c_str());
-  } else {
-    std::printf("efficiency f32: not measured within the budget; the profile keeps the base's assumed f32 curve\n");
-  }
-  std::printf("device-to-device copy: %.0f GB/s (read + write); the profile keeps the base's memory_bandwidth_GBps "
-              "%.0f\n", copy_Bps / 1e9, profile.memory_bandwidth_Bps / 1e9);
-  std::printf("checked %d elements (worst error %.2g of the sum of |products|); %zu GEMMs timed, %d skipped by the "
-              "budget\nwrote %s (%.1f s); commit it into profiles/ (docs/planner.md)\n",
-              checked, worst, result.timings.size(), result.skipped, out_path.c_str(), result.seconds);
+  write_profile(profile, out_path);
+  print_summary(profile, base, f32_measured, copy_Bps, checks, result, out_path);
   return 0;
 }
 

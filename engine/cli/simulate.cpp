@@ -239,6 +239,78 @@ pipeline::Schedule build_schedule(const Options& options) {
 
 std::string fraction(double f) { return fmt::format("{:.4f}", f); }
 
+// --json: the schedule, the costs, the step's figures and each rank's.
+nlohmann::json simulation_json(const pipeline::Schedule& schedule, const Options& options,
+                               const pipeline::SimulationResult& sim) {
+  const pipeline::TimelineStats& stats = sim.stats;
+  nlohmann::json out = {{"schedule", schedule.name},
+                        {"pp_size", schedule.pp_size},
+                        {"num_stages", schedule.num_stages},
+                        {"virtual_stages", schedule.virtual_stages},
+                        {"num_microbatches", schedule.num_microbatches},
+                        {"costs_ms", {{"forward", options.forward},
+                                      {"backward_input", options.backward_input},
+                                      {"backward_weight", options.backward_weight},
+                                      {"p2p_latency", options.latency_ms}}},
+                        {"makespan", stats.makespan},
+                        {"bubble_fraction", stats.bubble_fraction},
+                        {"stage_bubble_fraction", stats.stage_bubble_fraction},
+                        {"overlapped_pairs", pipeline::count_overlapped_pairs(sim.lowered)},
+                        {"exposed_all_to_all", sim.exposed_all_to_all}};
+  out["costs_ms"]["forward_all_to_all"] = options.forward_all_to_all;
+  out["costs_ms"]["backward_all_to_all"] = options.backward_all_to_all;
+  nlohmann::json ranks = nlohmann::json::array();
+  for (const auto& r : stats.ranks) {
+    ranks.push_back({{"rank", r.rank},
+                     {"busy", r.busy},
+                     {"bubble_fraction", r.bubble_fraction},
+                     {"stage_bubble_fraction", r.stage_bubble_fraction},
+                     {"peak_activations", r.peak_activations}});
+  }
+  out["per_rank"] = ranks;
+  return out;
+}
+
+// The text report: the costs, the step's figures, a table per rank, the grid of a unit-cost dry run, the files
+// written.
+std::string simulation_text(const std::string& title, const Options& options, const pipeline::SimulationResult& sim) {
+  const pipeline::TimelineStats& stats = sim.stats;
+  std::string text = fmt::format("schedule {}\n", title);
+  text += fmt::format("costs per stage: F {:.6g} ms, I {:.6g} ms, W {:.6g} ms (B = I + W); p2p latency {:.6g} ms",
+                      options.forward, options.backward_input, options.backward_weight, options.latency_ms);
+  if (options.bandwidth_gbps > 0) {
+    text += fmt::format(", {:.6g} GB/s, {:.6g} bytes per message", options.bandwidth_gbps, options.message_bytes);
+  }
+  text += fmt::format("\n\nmakespan               {:.6g} ms\n", stats.makespan);
+  if (options.forward_all_to_all > 0 || options.backward_all_to_all > 0 || options.overlap) {
+    double exposed = 0;
+    for (double x : sim.exposed_all_to_all) exposed = std::max(exposed, x);
+    text += fmt::format("all-to-all per stage: F {:.6g} ms, B {:.6g} ms; {} F&B pairs overlapped; exposed all-to-all "
+                        "{:.6g} ms (the most on one rank)\n",
+                        options.forward_all_to_all, options.backward_all_to_all,
+                        pipeline::count_overlapped_pairs(sim.lowered), exposed);
+  }
+  text += fmt::format("bubble_fraction        {}   idle / (ranks × makespan)\n", fraction(stats.bubble_fraction));
+  text += fmt::format("stage_bubble_fraction  {}   idle between each rank's own first and last action\n\n",
+                      fraction(stats.stage_bubble_fraction));
+  text += fmt::format("{:>4}  {:>10}  {:>15}  {:>21}  {:>16}\n", "rank", "busy (ms)", "bubble_fraction",
+                      "stage_bubble_fraction", "peak_activations");
+  for (const auto& r : stats.ranks) {
+    text += fmt::format("{:>4}  {:>10.6g}  {:>15}  {:>21}  {:>16}\n", r.rank, r.busy, fraction(r.bubble_fraction),
+                        fraction(r.stage_bubble_fraction), r.peak_activations);
+  }
+  const pipeline::Schedule& shown = options.lowered ? sim.lowered : pipeline::strip_to_compute(sim.lowered);
+  text += fmt::format("\n{} grid, one row per step of a unit-cost dry run (F forward, I input grad, W weight grad, "
+                      "B backward = I + W; sFj = stage s, micro-batch j):\n",
+                      options.lowered ? "lowered" : "compute");
+  text += pipeline::format_grid(shown);
+  for (const auto& [path, what] : {std::pair{options.trace_path, "Chrome trace"}, std::pair{options.svg_path, "SVG"},
+                                   std::pair{options.save_path, "schedule"}}) {
+    if (!path.empty()) text += fmt::format("wrote {} to {}\n", what, path);
+  }
+  return text;
+}
+
 }  // namespace
 
 int run_simulate(int argc, char** argv) {
@@ -283,69 +355,10 @@ int run_simulate(int argc, char** argv) {
   if (!options.save_path.empty()) pipeline::save_schedule(schedule, options.save_path);
 
   if (options.json) {
-    nlohmann::json out = {{"schedule", schedule.name},
-                          {"pp_size", schedule.pp_size},
-                          {"num_stages", schedule.num_stages},
-                          {"virtual_stages", schedule.virtual_stages},
-                          {"num_microbatches", schedule.num_microbatches},
-                          {"costs_ms", {{"forward", options.forward},
-                                        {"backward_input", options.backward_input},
-                                        {"backward_weight", options.backward_weight},
-                                        {"p2p_latency", options.latency_ms}}},
-                          {"makespan", stats.makespan},
-                          {"bubble_fraction", stats.bubble_fraction},
-                          {"stage_bubble_fraction", stats.stage_bubble_fraction},
-                          {"overlapped_pairs", pipeline::count_overlapped_pairs(sim.lowered)},
-                          {"exposed_all_to_all", sim.exposed_all_to_all}};
-    out["costs_ms"]["forward_all_to_all"] = options.forward_all_to_all;
-    out["costs_ms"]["backward_all_to_all"] = options.backward_all_to_all;
-    nlohmann::json ranks = nlohmann::json::array();
-    for (const auto& r : stats.ranks) {
-      ranks.push_back({{"rank", r.rank},
-                       {"busy", r.busy},
-                       {"bubble_fraction", r.bubble_fraction},
-                       {"stage_bubble_fraction", r.stage_bubble_fraction},
-                       {"peak_activations", r.peak_activations}});
-    }
-    out["per_rank"] = ranks;
-    std::printf("%s\n", out.dump().c_str());
+    std::printf("%s\n", simulation_json(schedule, options, sim).dump().c_str());
     return 0;
   }
-
-  std::string text = fmt::format("schedule {}\n", title);
-  text += fmt::format("costs per stage: F {:.6g} ms, I {:.6g} ms, W {:.6g} ms (B = I + W); p2p latency {:.6g} ms",
-                      options.forward, options.backward_input, options.backward_weight, options.latency_ms);
-  if (options.bandwidth_gbps > 0) {
-    text += fmt::format(", {:.6g} GB/s, {:.6g} bytes per message", options.bandwidth_gbps, options.message_bytes);
-  }
-  text += fmt::format("\n\nmakespan               {:.6g} ms\n", stats.makespan);
-  if (options.forward_all_to_all > 0 || options.backward_all_to_all > 0 || options.overlap) {
-    double exposed = 0;
-    for (double x : sim.exposed_all_to_all) exposed = std::max(exposed, x);
-    text += fmt::format("all-to-all per stage: F {:.6g} ms, B {:.6g} ms; {} F&B pairs overlapped; exposed all-to-all "
-                        "{:.6g} ms (the most on one rank)\n",
-                        options.forward_all_to_all, options.backward_all_to_all,
-                        pipeline::count_overlapped_pairs(sim.lowered), exposed);
-  }
-  text += fmt::format("bubble_fraction        {}   idle / (ranks × makespan)\n", fraction(stats.bubble_fraction));
-  text += fmt::format("stage_bubble_fraction  {}   idle between each rank's own first and last action\n\n",
-                      fraction(stats.stage_bubble_fraction));
-  text += fmt::format("{:>4}  {:>10}  {:>15}  {:>21}  {:>16}\n", "rank", "busy (ms)", "bubble_fraction",
-                      "stage_bubble_fraction", "peak_activations");
-  for (const auto& r : stats.ranks) {
-    text += fmt::format("{:>4}  {:>10.6g}  {:>15}  {:>21}  {:>16}\n", r.rank, r.busy, fraction(r.bubble_fraction),
-                        fraction(r.stage_bubble_fraction), r.peak_activations);
-  }
-  const pipeline::Schedule& shown = options.lowered ? sim.lowered : pipeline::strip_to_compute(sim.lowered);
-  text += fmt::format("\n{} grid, one row per step of a unit-cost dry run (F forward, I input grad, W weight grad, "
-                      "B backward = I + W; sFj = stage s, micro-batch j):\n",
-                      options.lowered ? "lowered" : "compute");
-  text += pipeline::format_grid(shown);
-  for (const auto& [path, what] : {std::pair{options.trace_path, "Chrome trace"}, std::pair{options.svg_path, "SVG"},
-                                   std::pair{options.save_path, "schedule"}}) {
-    if (!path.empty()) text += fmt::format("wrote {} to {}\n", what, path);
-  }
-  std::fputs(text.c_str(), stdout);
+  std::fputs(simulation_text(title, options, sim).c_str(), stdout);
   return 0;
 }
 

@@ -141,42 +141,29 @@ nlohmann::json breakdown_json(const planner::StepBreakdown& b) {
   return out;
 }
 
-}  // namespace
+// A roofline profile prices kernels the engine does not run (--attention, --cross-entropy, --norm ...); a measured
+// one times the engine's own.
+bool prices_other_kernels(const planner::HardwareProfile& profile) {
+  return profile.has_roofline() && !profile.measured.has_blocks();
+}
 
-int run_simulate_config(int argc, char** argv) {
-  const ArgParser parser = simulate_config_args();
-  const Args args = parser.parse(argc, argv);
-  if (parser.print_help_if_asked(args)) return 0;
-  const std::string config_path = args.text("--config");
-  const std::string profile_path = args.text("--profile");
-  const auto limit = args.size("--memory-limit");
-  const std::string limit_text = limit ? std::to_string(*limit) : std::string();  // the planner's form
-  const std::string svg = args.text("--svg");
-  const std::string trace = args.text("--trace");
-  const std::vector<std::string> overrides = args.all("--set");
-  const int world = args.given("--world") ? static_cast<int>(args.count("--world")) : 0;
-  const bool json = args.on("--json");
-  const bool explain = args.on("--explain");
-  CLEAVE_CHECK(world >= 1, "simulate --config: --world N is required (the ranks the config runs on)");
-  if (!svg.empty()) check_output_file("simulate --config: --svg", svg);  // before the simulation, never over a file
-  if (!trace.empty()) check_output_file("simulate --config: --trace", trace);
-  const config::RunConfig base = config::load_config(config_path, overrides);
-  auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
-  options.scatter_gather_boundaries = args.on("--scatter-gather");
+// The kernels the simulated run launched (--attention ... --selective-recompute) into `options` and `profile`, each
+// checked against the config and the profile before anything is estimated.
+void apply_kernel_options(const Args& args, const config::RunConfig& base, const std::string& config_path,
+                          planner::HardwareProfile& profile, planner::SearchOptions& options) {
   if (args.given("--attention")) {
     const std::string kind = args.text("--attention");
     const auto parsed = partition::attention_kind_from(kind);
     CLEAVE_CHECK(parsed.has_value(), "simulate --config: --attention '{}' is not an attention kind (memory_efficient, "
                  "probabilities, probabilities_dropout)", kind);
-    CLEAVE_CHECK(*parsed == partition::AttentionKind::kMemoryEfficient ||
-                     (profile.has_roofline() && !profile.measured.has_blocks()),
+    CLEAVE_CHECK(*parsed == partition::AttentionKind::kMemoryEfficient || prices_other_kernels(profile),
                  "simulate --config: --attention {} needs a roofline profile (profiles/*.json with gemm_efficiency); "
                  "profile '{}' times the engine's own memory-efficient attention", kind, profile.name);
     options.attention = *parsed;
   }
   if (args.given("--attention-kernel")) {
     const std::string kernel = args.text("--attention-kernel");
-    CLEAVE_CHECK(profile.has_roofline() && !profile.measured.has_blocks() && profile.attention_rates.has_kernel(kernel),
+    CLEAVE_CHECK(prices_other_kernels(profile) && profile.attention_rates.has_kernel(kernel),
                  "simulate --config: --attention-kernel {}: profile '{}' has no attention_rates for it (a roofline "
                  "profile's published kernel benchmarks; profiles/README.md)", kernel, profile.name);
     profile.attention_kernel = kernel;
@@ -195,7 +182,7 @@ int run_simulate_config(int argc, char** argv) {
                  "simulate --config: --norm '{}' is not a norm kind (fused, torch_unfused)", kind);
     options.run_kernels.torch_rmsnorm = kind == "torch_unfused";
   }
-  CLEAVE_CHECK(!options.run_kernels.any() || (profile.has_roofline() && !profile.measured.has_blocks()),
+  CLEAVE_CHECK(!options.run_kernels.any() || prices_other_kernels(profile),
                "simulate --config: --cross-entropy float32, --hidden-dropout, --dense-embedding-grad and --norm torch_unfused need a roofline profile (profiles/*.json "
                "with gemm_efficiency); profile '{}' times the engine's own kernels", profile.name);
   if (args.given("--selective-recompute")) {
@@ -204,15 +191,20 @@ int run_simulate_config(int argc, char** argv) {
     CLEAVE_CHECK(parsed.has_value(), "simulate --config: --selective-recompute '{}' is not a policy (attention, torchtitan_op)",
                  kind);
     CLEAVE_CHECK(*parsed == partition::SelectiveRecompute::kAttention ||
-                     (base.train.recompute == config::Recompute::kSelective && profile.has_roofline() &&
-                      !profile.measured.has_blocks()),
+                     (base.train.recompute == config::Recompute::kSelective && prices_other_kernels(profile)),
                  "simulate --config: --selective-recompute {} prices train.recompute selective on a roofline profile "
                  "(profiles/*.json with gemm_efficiency), but {} has train.recompute {} and profile '{}'{} (set "
                  "train.recompute selective, or drop the option)",
                  kind, config_path, enum_name(base.train.recompute), profile.name,
-                 profile.has_roofline() && !profile.measured.has_blocks() ? "" : " times the engine's own kernels");
+                 prices_other_kernels(profile) ? "" : " times the engine's own kernels");
     options.selective_recompute = *parsed;
   }
+}
+
+// How the simulated run communicated and scheduled (--overlap-grad-reduce ... --ep-imbalance) into `options`, each
+// checked against the config and the profile before anything is estimated.
+void apply_communication_options(const Args& args, const config::RunConfig& base, const std::string& config_path,
+                                 const planner::HardwareProfile& profile, planner::SearchOptions& options) {
   options.overlap_grad_reduce = args.on("--overlap-grad-reduce");
   options.overlap_tp_comm = args.on("--tp-comm-overlap");
   options.blocking_p2p = args.on("--blocking-p2p");
@@ -246,92 +238,80 @@ int run_simulate_config(int argc, char** argv) {
   CLEAVE_CHECK(options.ep_imbalance == 0 || partition::routed_experts(run_plan::model_spec(base.model)) > 0,
                "simulate --config: --ep-imbalance {} prices expert parallelism, and model.type {} has no experts (only "
                "\"moe\" has); drop --ep-imbalance", options.ep_imbalance, base.model.type);
-  const planner::PlanChoice choice = planner::choice_of_config(config_path, overrides, world);
-  planner::PlanDetails details;
-  const planner::PlanEstimate e = planner::estimate_plan(config_path, overrides, choice, profile, options, &details);
-  CLEAVE_CHECK(e.valid, "simulate --config: {}", e.reason);
-  const std::string unit = partition::is_language_model(base.model.type) ? "tok" : "samples";
-  // Total parameters, and those one token runs through (fewer in a mixture of experts: top_k of n_experts).
-  const partition::ModelSpec spec = run_plan::model_spec(base.model);
-  const std::int64_t total_params = partition::unique_param_count(spec, 0, spec.blocks.size());
-  const std::int64_t active_params = partition::active_param_count(spec);
-  const pipeline::TraceOptions trace_options{
-      fmt::format("{} {} micro {} recompute {}: simulated with {}", choice.layout(), choice.schedule, choice.micro_batch,
-                  choice.recompute, profile.name),
-      fmt::format("step {:.3f} ms, bubble {:.3f}", e.step_s * 1e3, e.bubble), "s", 1e6};
-  if (!svg.empty()) create_parent_dirs("simulate --config: --svg", svg);
-  if (!trace.empty()) create_parent_dirs("simulate --config: --trace", trace);
-  if (!svg.empty()) pipeline::write_timeline_svg(details.simulated.lowered, details.simulated.timeline, svg, trace_options);
-  if (!trace.empty()) pipeline::write_chrome_trace(details.simulated.timeline, trace, trace_options);
-  if (json) {
-    nlohmann::json out = {{"layout", choice.layout()},
-                          {"schedule", choice.schedule},
-                          {"virtual_stages", choice.virtual_stages},
-                          {"micro_batch", choice.micro_batch},
-                          {"zero_stage", choice.zero_stage},
-                          {"sequence_parallel", choice.sequence_parallel},
-                          {"expert_parallel", choice.ep},
-                          {"ep_imbalance", e.ep_imbalance},
-                          {"ep_all_to_all_s", e.ep_all_to_all_s},
-                          {"comm_bytes", e.comm_bytes},
-                          {"param_count", total_params},
-                          {"active_param_count", active_params},
-                          {"recompute", std::string(enum_name(choice.recompute))},
-                          {"profile", profile.name},
-                          {"attention", std::string(partition::attention_kind_name(options.attention))},
-                          {"attention_kernel", profile.attention_kernel},
-                          {"cross_entropy", std::string(partition::cross_entropy_kind_name(options.run_kernels.cross_entropy))},
-                          {"hidden_dropout", options.run_kernels.hidden_dropout},
-                          {"dense_embedding_grad", options.run_kernels.dense_embedding_grad},
-                          {"norm", options.run_kernels.torch_rmsnorm ? "torch_unfused" : "fused"},
-                          {"selective_recompute", std::string(partition::selective_recompute_name(options.selective_recompute))},
-                          {"overlap_grad_reduce", options.overlap_grad_reduce},
-                          {"overlap_tp_comm", options.overlap_tp_comm},
-                          {"blocking_p2p", options.blocking_p2p},
-                          {"auto_schedule_priced", options.auto_schedule_priced},
-                          {"param_gather_dtype", options.param_gather_bf16 ? "bf16" : "f32"},
-                          {"step_s", e.step_s},
-                          {unit + "_per_s", e.items_per_s},
-                          {"bubble_fraction", e.bubble},
-                          {"fits", e.fits},
-                          {"core_sharing", e.core_sharing},
-                          {"memory_limit", options.memory_limit},
-                          {"breakdown_s", breakdown_json(e.breakdown)},
-                          {"ranks", nlohmann::json::array()}};
-    for (std::size_t r = 0; r < details.memory_plan.size(); ++r) {
-      nlohmann::json plan = nlohmann::json::object();
-      for (int c = 0; c < kNumMemoryCategories; ++c) {
-        plan[std::string(memory_category_name(static_cast<MemoryCategory>(c)))] = details.memory_plan[r][static_cast<std::size_t>(c)];
-      }
-      nlohmann::json line = nlohmann::json::array();
-      for (const auto& p : details.memory_timeline[r]) line.push_back({p.time_s, p.bytes});
-      out["ranks"].push_back({{"pp_rank", r}, {"memory_plan", plan}, {"cp_exchange_bytes", details.cp_exchange[r]},
-                              {"timeline_peak_bytes", details.timeline_peak[r]}, {"memory_timeline", line}});
+}
+
+// What the summary and the JSON report besides the estimate: the plan simulated, how it was priced, and the model's
+// parameters (all of them, and those one token runs through: fewer in a mixture of experts, top_k of n_experts).
+struct Simulated {
+  const planner::PlanChoice& choice;
+  const planner::PlanEstimate& estimate;
+  const planner::PlanDetails& details;
+  const planner::HardwareProfile& profile;
+  const planner::SearchOptions& options;
+  std::string unit;  // "tok" for a language model, else "samples"
+  std::int64_t total_params = 0;
+  std::int64_t active_params = 0;
+};
+
+// Per pp rank: the memory plan by category, the cp K/V exchange, the timeline and its peak.
+nlohmann::json ranks_json(const planner::PlanDetails& details) {
+  nlohmann::json ranks = nlohmann::json::array();
+  for (std::size_t r = 0; r < details.memory_plan.size(); ++r) {
+    nlohmann::json plan = nlohmann::json::object();
+    for (int c = 0; c < kNumMemoryCategories; ++c) {
+      plan[std::string(memory_category_name(static_cast<MemoryCategory>(c)))] = details.memory_plan[r][static_cast<std::size_t>(c)];
     }
-    std::printf("%s\n", out.dump(2).c_str());
-    return e.fits ? 0 : 1;
+    nlohmann::json line = nlohmann::json::array();
+    for (const auto& p : details.memory_timeline[r]) line.push_back({p.time_s, p.bytes});
+    ranks.push_back({{"pp_rank", r}, {"memory_plan", plan}, {"cp_exchange_bytes", details.cp_exchange[r]},
+                     {"timeline_peak_bytes", details.timeline_peak[r]}, {"memory_timeline", line}});
   }
-  std::printf("cleave simulate --config %s on %d ranks: %s, %s (v %d), micro %lld, ZeRO %d, recompute %s\n"
-              "profile: %s\n",
-              config_path.c_str(), world, choice.layout().c_str(), choice.schedule.c_str(), choice.virtual_stages,
-              static_cast<long long>(choice.micro_batch), choice.zero_stage, std::string(enum_name(choice.recompute)).c_str(), profile.name.c_str());
-  std::printf("parameters: %lld total, %lld active per %s (%.1f%%)\n", static_cast<long long>(total_params),
-              static_cast<long long>(active_params), unit == "tok" ? "token" : "sample",
-              100.0 * static_cast<double>(active_params) / static_cast<double>(total_params));
-  std::printf("predicted step %.3f ms | %.0f %s/s | bubble %.3f\n", e.step_s * 1e3, e.items_per_s, unit.c_str(), e.bubble);
-  std::printf("busiest rank: compute %.3f ms, tp all-reduce %.3f ms, idle %.3f ms, dp reduction %.3f ms, optimizer "
-              "%.3f ms\n",
-              e.breakdown.compute_s * 1e3, e.breakdown.tp_comm_s * 1e3, e.breakdown.idle_s * 1e3,
-              e.breakdown.dp_comm_s * 1e3, e.breakdown.optimizer_s * 1e3);
-  if (choice.ep > 1) {
-    std::printf("expert parallelism ep%d: busiest rank's routed rows %.3fx the mean (expected for uniform top-k routing; "
-                "cleave plan --ep-imbalance sets it); one moe block's four all-to-alls per micro-batch %.3f ms (the "
-                "expert_all_to_all term, in the tp figure above)\n", choice.ep, e.ep_imbalance, e.ep_all_to_all_s * 1e3);
-  }
-  if (explain) {
-    std::printf("the predicted step, term by term (busiest pp rank %d):\n", e.breakdown.rank);
-    for (const auto& line : planner::breakdown_table(e.breakdown, true)) std::printf("%s\n", line.c_str());
-  }
+  return ranks;
+}
+
+// --json: one object with the plan, the pricing options, the estimate, its breakdown and the ranks' memory.
+nlohmann::json simulated_json(const Simulated& s) {
+  const planner::PlanChoice& choice = s.choice;
+  const planner::PlanEstimate& e = s.estimate;
+  const planner::SearchOptions& options = s.options;
+  return {{"layout", choice.layout()},
+          {"schedule", choice.schedule},
+          {"virtual_stages", choice.virtual_stages},
+          {"micro_batch", choice.micro_batch},
+          {"zero_stage", choice.zero_stage},
+          {"sequence_parallel", choice.sequence_parallel},
+          {"expert_parallel", choice.ep},
+          {"ep_imbalance", e.ep_imbalance},
+          {"ep_all_to_all_s", e.ep_all_to_all_s},
+          {"comm_bytes", e.comm_bytes},
+          {"param_count", s.total_params},
+          {"active_param_count", s.active_params},
+          {"recompute", std::string(enum_name(choice.recompute))},
+          {"profile", s.profile.name},
+          {"attention", std::string(partition::attention_kind_name(options.attention))},
+          {"attention_kernel", s.profile.attention_kernel},
+          {"cross_entropy", std::string(partition::cross_entropy_kind_name(options.run_kernels.cross_entropy))},
+          {"hidden_dropout", options.run_kernels.hidden_dropout},
+          {"dense_embedding_grad", options.run_kernels.dense_embedding_grad},
+          {"norm", options.run_kernels.torch_rmsnorm ? "torch_unfused" : "fused"},
+          {"selective_recompute", std::string(partition::selective_recompute_name(options.selective_recompute))},
+          {"overlap_grad_reduce", options.overlap_grad_reduce},
+          {"overlap_tp_comm", options.overlap_tp_comm},
+          {"blocking_p2p", options.blocking_p2p},
+          {"auto_schedule_priced", options.auto_schedule_priced},
+          {"param_gather_dtype", options.param_gather_bf16 ? "bf16" : "f32"},
+          {"step_s", e.step_s},
+          {s.unit + "_per_s", e.items_per_s},
+          {"bubble_fraction", e.bubble},
+          {"fits", e.fits},
+          {"core_sharing", e.core_sharing},
+          {"memory_limit", options.memory_limit},
+          {"breakdown_s", breakdown_json(e.breakdown)},
+          {"ranks", ranks_json(s.details)}};
+}
+
+// Per pp rank, one line: the memory plan's total and its categories, the cp K/V exchange, the timeline's peak.
+void print_rank_memory(const planner::PlanDetails& details) {
   for (std::size_t r = 0; r < details.memory_plan.size(); ++r) {
     std::string parts;
     std::int64_t total = 0;
@@ -346,8 +326,89 @@ int run_simulate_config(int argc, char** argv) {
     std::printf("pp rank %zu: memory plan %s (%s); timeline peak %s\n", r, format_bytes(total).c_str(), parts.c_str(),
                 format_bytes(details.timeline_peak[r]).c_str());
   }
+}
+
+// The text summary: the plan, the parameters, the step, where the busiest rank's time goes (term by term with
+// --explain), expert parallelism, each rank's memory, and the warnings.
+void print_summary(const Simulated& s, const std::string& config_path, int world, bool explain) {
+  const planner::PlanChoice& choice = s.choice;
+  const planner::PlanEstimate& e = s.estimate;
+  std::printf("cleave simulate --config %s on %d ranks: %s, %s (v %d), micro %lld, ZeRO %d, recompute %s\n"
+              "profile: %s\n",
+              config_path.c_str(), world, choice.layout().c_str(), choice.schedule.c_str(), choice.virtual_stages,
+              static_cast<long long>(choice.micro_batch), choice.zero_stage, std::string(enum_name(choice.recompute)).c_str(), s.profile.name.c_str());
+  std::printf("parameters: %lld total, %lld active per %s (%.1f%%)\n", static_cast<long long>(s.total_params),
+              static_cast<long long>(s.active_params), s.unit == "tok" ? "token" : "sample",
+              100.0 * static_cast<double>(s.active_params) / static_cast<double>(s.total_params));
+  std::printf("predicted step %.3f ms | %.0f %s/s | bubble %.3f\n", e.step_s * 1e3, e.items_per_s, s.unit.c_str(), e.bubble);
+  std::printf("busiest rank: compute %.3f ms, tp all-reduce %.3f ms, idle %.3f ms, dp reduction %.3f ms, optimizer "
+              "%.3f ms\n",
+              e.breakdown.compute_s * 1e3, e.breakdown.tp_comm_s * 1e3, e.breakdown.idle_s * 1e3,
+              e.breakdown.dp_comm_s * 1e3, e.breakdown.optimizer_s * 1e3);
+  if (choice.ep > 1) {
+    std::printf("expert parallelism ep%d: busiest rank's routed rows %.3fx the mean (expected for uniform top-k routing; "
+                "cleave plan --ep-imbalance sets it); one moe block's four all-to-alls per micro-batch %.3f ms (the "
+                "expert_all_to_all term, in the tp figure above)\n", choice.ep, e.ep_imbalance, e.ep_all_to_all_s * 1e3);
+  }
+  if (explain) {
+    std::printf("the predicted step, term by term (busiest pp rank %d):\n", e.breakdown.rank);
+    for (const auto& line : planner::breakdown_table(e.breakdown, true)) std::printf("%s\n", line.c_str());
+  }
+  print_rank_memory(s.details);
   if (e.oversubscribed()) std::printf("warning: %s\n", planner::oversubscription_warning(e).c_str());
   if (!e.fits) std::printf("OVER THE CAP: %s\n", e.reason.c_str());
+}
+
+// --svg and --trace: the simulated timeline, titled with the plan and the predicted step.
+void write_timeline_files(const std::string& svg, const std::string& trace, const Simulated& s) {
+  const planner::PlanChoice& choice = s.choice;
+  const pipeline::TraceOptions trace_options{
+      fmt::format("{} {} micro {} recompute {}: simulated with {}", choice.layout(), choice.schedule, choice.micro_batch,
+                  choice.recompute, s.profile.name),
+      fmt::format("step {:.3f} ms, bubble {:.3f}", s.estimate.step_s * 1e3, s.estimate.bubble), "s", 1e6};
+  if (!svg.empty()) create_parent_dirs("simulate --config: --svg", svg);
+  if (!trace.empty()) create_parent_dirs("simulate --config: --trace", trace);
+  if (!svg.empty()) pipeline::write_timeline_svg(s.details.simulated.lowered, s.details.simulated.timeline, svg, trace_options);
+  if (!trace.empty()) pipeline::write_chrome_trace(s.details.simulated.timeline, trace, trace_options);
+}
+
+}  // namespace
+
+int run_simulate_config(int argc, char** argv) {
+  const ArgParser parser = simulate_config_args();
+  const Args args = parser.parse(argc, argv);
+  if (parser.print_help_if_asked(args)) return 0;
+  const std::string config_path = args.text("--config");
+  const std::string profile_path = args.text("--profile");
+  const auto limit = args.size("--memory-limit");
+  const std::string limit_text = limit ? std::to_string(*limit) : std::string();  // the planner's form
+  const std::string svg = args.text("--svg");
+  const std::string trace = args.text("--trace");
+  const std::vector<std::string> overrides = args.all("--set");
+  const int world = args.given("--world") ? static_cast<int>(args.count("--world")) : 0;
+  CLEAVE_CHECK(world >= 1, "simulate --config: --world N is required (the ranks the config runs on)");
+  if (!svg.empty()) check_output_file("simulate --config: --svg", svg);  // before the simulation, never over a file
+  if (!trace.empty()) check_output_file("simulate --config: --trace", trace);
+  const config::RunConfig base = config::load_config(config_path, overrides);
+  auto [profile, options] = planner::planning_setup(base, profile_path, limit_text, world);
+  options.scatter_gather_boundaries = args.on("--scatter-gather");
+  apply_kernel_options(args, base, config_path, profile, options);
+  apply_communication_options(args, base, config_path, profile, options);
+  const planner::PlanChoice choice = planner::choice_of_config(config_path, overrides, world);
+  planner::PlanDetails details;
+  const planner::PlanEstimate e = planner::estimate_plan(config_path, overrides, choice, profile, options, &details);
+  CLEAVE_CHECK(e.valid, "simulate --config: {}", e.reason);
+  const partition::ModelSpec spec = run_plan::model_spec(base.model);
+  const Simulated simulated{choice, e, details, profile, options,
+                            partition::is_language_model(base.model.type) ? "tok" : "samples",
+                            partition::unique_param_count(spec, 0, spec.blocks.size()),
+                            partition::active_param_count(spec)};
+  write_timeline_files(svg, trace, simulated);
+  if (args.on("--json")) {
+    std::printf("%s\n", simulated_json(simulated).dump(2).c_str());
+  } else {
+    print_summary(simulated, config_path, world, args.on("--explain"));
+  }
   return e.fits ? 0 : 1;
 }
 

@@ -19,6 +19,8 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <optional>
+#include <span>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -191,35 +193,51 @@ Documents split_documents(const std::string& text, const std::string& path, cons
   return docs;
 }
 
-}  // namespace
+// The command line, read and checked before anything is opened: --bos-eos and --bits as what they mean.
+struct TokenizeOptions {
+  std::vector<std::string> inputs;
+  std::string tokenizer_path;
+  std::string out_dir;
+  double val_fraction = 0;
+  std::string eot;                 // an added token before each document; empty: none
+  bool bos_eos = true;             // --bos-eos auto: the tokenizer config's template around each document
+  std::optional<int> bits;         // --bits 16 or 32; empty: auto, from the vocabulary
+  std::int64_t shard_tokens = 0;   // 0: one train and one val shard
+  std::string separator;           // --doc-separator, unescaped; empty: whole files (or JSONL)
+  std::string jsonl_key;           // --jsonl KEY; empty: not JSONL
+};
 
-int run_tokenize(int argc, char** argv) {
-  const ArgParser parser = tokenize_args();
-  const Args args = parser.parse(argc, argv);
-  if (parser.print_help_if_asked(args)) return 0;
-  const std::vector<std::string>& inputs = args.positionals();
-  const std::string tokenizer_path = args.text("--tokenizer");
-  const std::string out_dir = args.text("--out");
-  const double val_fraction = args.number("--val-fraction");
-  const std::string eot = args.text("--eot");
+TokenizeOptions tokenize_options(const Args& args) {
+  TokenizeOptions o;
+  o.inputs = args.positionals();
+  o.tokenizer_path = args.text("--tokenizer");
+  o.out_dir = args.text("--out");
+  o.val_fraction = args.number("--val-fraction");
+  o.eot = args.text("--eot");
   const std::string bos_eos = args.text("--bos-eos");
-  const std::string bits_arg = args.text("--bits");
-  const std::int64_t shard_tokens = args.given("--shard-tokens") ? args.count("--shard-tokens") : 0;
-  const std::string separator = unescape_separator(args.text("--doc-separator"));
-  const std::string jsonl_key = args.text("--jsonl");
+  const std::string bits = args.text("--bits");
+  o.shard_tokens = args.given("--shard-tokens") ? args.count("--shard-tokens") : 0;
+  o.separator = unescape_separator(args.text("--doc-separator"));
+  o.jsonl_key = args.text("--jsonl");
   CLEAVE_CHECK(!(args.given("--doc-separator") && args.given("--jsonl")),
                "tokenize: --doc-separator and --jsonl both given; a JSONL line is already one document (give one)");
-  CLEAVE_CHECK(!args.given("--doc-separator") || !separator.empty(),
+  CLEAVE_CHECK(!args.given("--doc-separator") || !o.separator.empty(),
                "tokenize: --doc-separator is empty; give the string between documents, e.g. '\\n\\n'");
-  CLEAVE_CHECK(!args.given("--jsonl") || !jsonl_key.empty(), "tokenize: --jsonl needs a KEY, e.g. --jsonl text");
-  CLEAVE_CHECK(!inputs.empty(), "tokenize: no TEXT_FILES given (see cleave tokenize --help)");
-  CLEAVE_CHECK(!tokenizer_path.empty(), "tokenize: --tokenizer tokenizer.json is required");
-  CLEAVE_CHECK(!out_dir.empty(), "tokenize: --out DIR is required");
-  CLEAVE_CHECK(val_fraction < 1.0, "tokenize: --val-fraction must be in [0, 1), got {}", val_fraction);
+  CLEAVE_CHECK(!args.given("--jsonl") || !o.jsonl_key.empty(), "tokenize: --jsonl needs a KEY, e.g. --jsonl text");
+  CLEAVE_CHECK(!o.inputs.empty(), "tokenize: no TEXT_FILES given (see cleave tokenize --help)");
+  CLEAVE_CHECK(!o.tokenizer_path.empty(), "tokenize: --tokenizer tokenizer.json is required");
+  CLEAVE_CHECK(!o.out_dir.empty(), "tokenize: --out DIR is required");
+  CLEAVE_CHECK(o.val_fraction < 1.0, "tokenize: --val-fraction must be in [0, 1), got {}", o.val_fraction);
   CLEAVE_CHECK(bos_eos == "auto" || bos_eos == "none", "tokenize: --bos-eos is '{}'; expected auto or none", bos_eos);
-  CLEAVE_CHECK(bits_arg == "auto" || bits_arg == "16" || bits_arg == "32", "tokenize: --bits is '{}'; expected auto, "
-               "16 or 32", bits_arg);
+  CLEAVE_CHECK(bits == "auto" || bits == "16" || bits == "32", "tokenize: --bits is '{}'; expected auto, "
+               "16 or 32", bits);
+  o.bos_eos = bos_eos == "auto";
+  if (bits != "auto") o.bits = bits == "16" ? 16 : 32;
+  return o;
+}
 
+// Every input is a regular file; returns their bytes.
+std::uint64_t check_inputs(const std::vector<std::string>& inputs) {
   std::uint64_t total_bytes = 0;
   for (const std::string& input : inputs) {
     std::error_code ec;
@@ -227,11 +245,15 @@ int run_tokenize(int argc, char** argv) {
                  std::filesystem::exists(input, ec) ? "not a regular file" : "no such file");
     total_bytes += std::filesystem::file_size(input);
   }
+  return total_bytes;
+}
+
+// --out is a directory (or can be made one) holding no shard of either naming and no manifest.
+void check_out_dir(const std::string& out_dir) {
   const std::filesystem::path dir(out_dir);
   CLEAVE_CHECK(!std::filesystem::exists(dir) || std::filesystem::is_directory(dir),
                "tokenize: --out {} exists and is not a directory", out_dir);
   check_output_dir("tokenize: --out", out_dir);
-  const std::string manifest_path = (dir / "manifest.json").string();
   // With --shard-tokens the names are numbered; any existing shard of either naming, or a manifest, is refused.
   for (const auto& entry : std::filesystem::exists(dir) ? std::filesystem::directory_iterator(dir)
                                                         : std::filesystem::directory_iterator()) {
@@ -241,81 +263,109 @@ int run_tokenize(int argc, char** argv) {
     CLEAVE_CHECK(!ours, "tokenize: {} already exists; nothing was written (remove it or choose another --out)",
                  entry.path().string());
   }
+}
 
-  tokenizer::Tokenizer tok = tokenizer::read_tokenizer_json(tokenizer_path);
-  const int bits = bits_arg == "16" ? 16 : bits_arg == "32" ? 32 : tok.vocab_size() > 65536 ? 32 : 16;
-  CLEAVE_CHECK(bits == 32 || tok.vocab_size() <= 65536,
-               "tokenize: {} has a vocabulary of {} tokens; 16-bit shards hold ids up to 65,535 (use --bits 32 or "
-               "--bits auto)", tok.source(), tok.vocab_size());
-  std::optional<std::int32_t> eot_id;
-  if (!eot.empty()) {
-    eot_id = tok.added_token_id(eot);
-    CLEAVE_CHECK(eot_id.has_value(), "tokenize: --eot '{}' is not an added token of {}", eot, tok.source());
-  }
-  tokenizer::DocumentTemplate doc;
-  if (bos_eos == "auto") doc = tokenizer::read_document_template(tok, tokenizer_path);
-  else doc.source = "--bos-eos none: nothing before or after each document";
-  const std::string documents_are = !jsonl_key.empty() ? fmt::format("the string at \"{}\" of each JSONL line", jsonl_key)
-                                   : !separator.empty() ? "the pieces between --doc-separator strings"
-                                                        : "whole files";
-  std::fprintf(stderr, "tokenize: %s (%s), %zu file%s, %.1f MB, %d-bit shards\ntokenize: BOS/EOS from %s\n"
-               "tokenize: documents are %s\n", tokenizer_path.c_str(), tok.describe().c_str(), inputs.size(),
-               inputs.size() == 1 ? "" : "s", total_bytes / 1e6, bits, doc.source.c_str(), documents_are.c_str());
-
+// Every document's ids in order (--eot, the template's BOS, the text's, its EOS), and how many documents.
+struct Encoded {
   std::vector<std::int32_t> ids;
+  std::int64_t documents = 0;
+  double seconds = 0;
+};
+
+Encoded encode_files(const TokenizeOptions& o, tokenizer::Tokenizer& tok, std::optional<std::int32_t> eot_id,
+                     const tokenizer::DocumentTemplate& doc, std::uint64_t total_bytes) {
+  Encoded out;
   ProgressBar bar(total_bytes);
   std::uint64_t done = 0;
-  std::int64_t documents = 0;
-  for (const std::string& input : inputs) {
+  for (const std::string& input : o.inputs) {
     const std::string text = read_file(input);
     const std::size_t bad = tokenizer::first_invalid_utf8(text);
     CLEAVE_CHECK(bad == text.size(), "tokenize: text file {} is not valid UTF-8 at byte {} ({}: 0x{:02x}); nothing "
                  "was written", input, bad, line_and_column(text, bad), static_cast<unsigned char>(text[bad]));
-    const Documents docs = split_documents(text, input, separator, jsonl_key);
+    const Documents docs = split_documents(text, input, o.separator, o.jsonl_key);
     for (std::size_t d = 0; d < docs.texts.size(); ++d) {
-      if (eot_id) ids.push_back(*eot_id);
-      ids.insert(ids.end(), doc.before.begin(), doc.before.end());
-      tok.encode(docs.texts[d], ids, [&](std::size_t bytes) {
+      if (eot_id) out.ids.push_back(*eot_id);
+      out.ids.insert(out.ids.end(), doc.before.begin(), doc.before.end());
+      tok.encode(docs.texts[d], out.ids, [&](std::size_t bytes) {
         bar.update(done + std::min(docs.ends[d], (d > 0 ? docs.ends[d - 1] : 0) + bytes));
       });
-      ids.insert(ids.end(), doc.after.begin(), doc.after.end());
+      out.ids.insert(out.ids.end(), doc.after.begin(), doc.after.end());
     }
-    documents += static_cast<std::int64_t>(docs.texts.size());
+    out.documents += static_cast<std::int64_t>(docs.texts.size());
     done += text.size();
   }
   bar.update(done, true);
-  const double seconds = bar.elapsed();
+  out.seconds = bar.elapsed();
+  return out;
+}
 
-  const auto n = static_cast<std::int64_t>(ids.size());
-  const auto held_out = static_cast<std::int64_t>(std::floor(static_cast<double>(n) * val_fraction));
-  CLEAVE_CHECK(val_fraction == 0.0 || held_out > 0,
-               "tokenize: --val-fraction {} of {} tokens is less than one token; nothing was written", val_fraction, n);
+// `tokens` as shards of split `split` ("train", "val") in `dir`, whole (`shard_tokens` 0) or numbered, each listed in
+// `shards`.
+void write_split(const std::filesystem::path& dir, std::span<const std::int32_t> tokens, const std::string& split,
+                 std::int64_t shard_tokens, int bits, std::vector<train::TokenManifest::Shard>& shards) {
+  const std::size_t per = shard_tokens > 0 ? static_cast<std::size_t>(shard_tokens) : tokens.size();
+  for (std::size_t begin = 0, index = 0; begin < tokens.size(); begin += per, ++index) {
+    const std::string name = shard_tokens > 0 ? fmt::format("{}_{:05d}.bin", split, index) : split + ".bin";
+    const auto part = tokens.subspan(begin, std::min(per, tokens.size() - begin));
+    train::write_llmc_shard((dir / name).string(), part, bits);
+    shards.push_back({name, static_cast<std::int64_t>(part.size())});
+  }
+}
+
+}  // namespace
+
+int run_tokenize(int argc, char** argv) {
+  const ArgParser parser = tokenize_args();
+  const Args args = parser.parse(argc, argv);
+  if (parser.print_help_if_asked(args)) return 0;
+  const TokenizeOptions o = tokenize_options(args);
+  const std::uint64_t total_bytes = check_inputs(o.inputs);
+  check_out_dir(o.out_dir);
+  const std::filesystem::path dir(o.out_dir);
+  const std::string manifest_path = (dir / "manifest.json").string();
+
+  tokenizer::Tokenizer tok = tokenizer::read_tokenizer_json(o.tokenizer_path);
+  const int bits = o.bits.value_or(tok.vocab_size() > 65536 ? 32 : 16);
+  CLEAVE_CHECK(bits == 32 || tok.vocab_size() <= 65536,
+               "tokenize: {} has a vocabulary of {} tokens; 16-bit shards hold ids up to 65,535 (use --bits 32 or "
+               "--bits auto)", tok.source(), tok.vocab_size());
+  std::optional<std::int32_t> eot_id;
+  if (!o.eot.empty()) {
+    eot_id = tok.added_token_id(o.eot);
+    CLEAVE_CHECK(eot_id.has_value(), "tokenize: --eot '{}' is not an added token of {}", o.eot, tok.source());
+  }
+  tokenizer::DocumentTemplate doc;
+  if (o.bos_eos) doc = tokenizer::read_document_template(tok, o.tokenizer_path);
+  else doc.source = "--bos-eos none: nothing before or after each document";
+  const std::string documents_are = !o.jsonl_key.empty() ? fmt::format("the string at \"{}\" of each JSONL line", o.jsonl_key)
+                                   : !o.separator.empty() ? "the pieces between --doc-separator strings"
+                                                          : "whole files";
+  std::fprintf(stderr, "tokenize: %s (%s), %zu file%s, %.1f MB, %d-bit shards\ntokenize: BOS/EOS from %s\n"
+               "tokenize: documents are %s\n", o.tokenizer_path.c_str(), tok.describe().c_str(), o.inputs.size(),
+               o.inputs.size() == 1 ? "" : "s", total_bytes / 1e6, bits, doc.source.c_str(), documents_are.c_str());
+
+  const Encoded encoded = encode_files(o, tok, eot_id, doc, total_bytes);
+  const auto n = static_cast<std::int64_t>(encoded.ids.size());
+  const auto held_out = static_cast<std::int64_t>(std::floor(static_cast<double>(n) * o.val_fraction));
+  CLEAVE_CHECK(o.val_fraction == 0.0 || held_out > 0,
+               "tokenize: --val-fraction {} of {} tokens is less than one token; nothing was written", o.val_fraction, n);
   CLEAVE_CHECK(n - held_out > 0, "tokenize: the text files hold no tokens; nothing was written");
   std::error_code made;
   std::filesystem::create_directories(dir, made);
   CLEAVE_CHECK(!made, "tokenize: --out {}: cannot create the directory ({}); nothing was written (choose another --out)",
-               out_dir, made.message());
-  const std::span<const std::int32_t> all(ids);
+               o.out_dir, made.message());
+  const std::span<const std::int32_t> all(encoded.ids);
   train::TokenManifest manifest;
   manifest.bits = bits;
-  manifest.tokenizer = std::filesystem::absolute(tokenizer_path).lexically_normal().string();
+  manifest.tokenizer = std::filesystem::absolute(o.tokenizer_path).lexically_normal().string();
   manifest.tokenizer_description = tok.describe();
   manifest.vocab_size = tok.vocab_size();
-  manifest.documents = documents;
+  manifest.documents = encoded.documents;
   manifest.document_template = doc.source;
-  const auto write_split = [&](std::span<const std::int32_t> tokens, const std::string& split,
-                               std::vector<train::TokenManifest::Shard>& shards) {
-    const std::size_t per = shard_tokens > 0 ? static_cast<std::size_t>(shard_tokens) : tokens.size();
-    for (std::size_t begin = 0, index = 0; begin < tokens.size(); begin += per, ++index) {
-      const std::string name = shard_tokens > 0 ? fmt::format("{}_{:05d}.bin", split, index) : split + ".bin";
-      const auto part = tokens.subspan(begin, std::min(per, tokens.size() - begin));
-      train::write_llmc_shard((dir / name).string(), part, bits);
-      shards.push_back({name, static_cast<std::int64_t>(part.size())});
-    }
-  };
-  write_split(all.first(static_cast<std::size_t>(n - held_out)), "train", manifest.train);
-  if (held_out > 0) write_split(all.last(static_cast<std::size_t>(held_out)), "val", manifest.val);
+  write_split(dir, all.first(static_cast<std::size_t>(n - held_out)), "train", o.shard_tokens, bits, manifest.train);
+  if (held_out > 0) write_split(dir, all.last(static_cast<std::size_t>(held_out)), "val", o.shard_tokens, bits, manifest.val);
   train::write_token_manifest(manifest_path, manifest);
+  const double seconds = encoded.seconds;
   std::printf("tokenize: %.1f MB -> %lld tokens in %.3f s (%.1f MB/s): %zu train shard%s %lld tokens", total_bytes / 1e6,
               static_cast<long long>(n), seconds, seconds > 0 ? total_bytes / 1e6 / seconds : 0.0, manifest.train.size(),
               manifest.train.size() == 1 ? "" : "s", static_cast<long long>(n - held_out));
@@ -324,7 +374,8 @@ int run_tokenize(int argc, char** argv) {
                 static_cast<long long>(held_out));
   }
   std::printf(" (%d-bit ids), %lld document%s, %s\ntokenize: train with data.type \"tokens\" and model.vocab_size >= %d\n", bits,
-              static_cast<long long>(documents), documents == 1 ? "" : "s", manifest_path.c_str(), tok.vocab_size());
+              static_cast<long long>(encoded.documents), encoded.documents == 1 ? "" : "s", manifest_path.c_str(),
+              tok.vocab_size());
   return 0;
 }
 

@@ -50,9 +50,8 @@ void check_model_rules(const RunConfig& c) {
                                    c.parallel.context_parallel_size);
 }
 
-}  // namespace
-
-void validate(const RunConfig& c) {
+// The layout: dp size, the model's rules, the MoE overlap's schedule, recomputation, the manual partition.
+void check_layout(const RunConfig& c) {
   const auto& p = c.parallel;
   if (p.data_parallel_size == 0) {
     refuse("parallel.data_parallel_size", "must be -1 (inferred from the world size) or positive, got 0");
@@ -67,7 +66,6 @@ void validate(const RunConfig& c) {
     refuse("train.recompute", "\"{}\" recomputes transformer blocks, and model.type {} has none; use \"none\"",
          c.train.recompute, c.model.type);
   }
-
   if (!p.partition.blocks_per_stage.empty()) {
     if (p.partition.method != PartitionMethod::kManual) {
       refuse("parallel.partition.blocks_per_stage", "only used with method \"manual\" (method is \"{}\")",
@@ -83,6 +81,11 @@ void validate(const RunConfig& c) {
   } else if (p.partition.method == PartitionMethod::kManual) {
     refuse("parallel.partition.blocks_per_stage", "missing; required with method \"manual\" (one block count per stage)");
   }
+}
+
+// parallel.schedule names a registered schedule or a schedule file; the auto_schedule_* keys, when set away from
+// their defaults, need schedule "auto".
+void check_schedule(const ParallelConfig& p) {
   if (!pipeline::is_schedule_name(p.schedule) && !std::filesystem::is_regular_file(p.schedule)) {
     const std::vector<std::string_view> names = pipeline::schedule_names();
     std::string_view closest;
@@ -93,42 +96,35 @@ void validate(const RunConfig& c) {
     refuse("parallel.schedule", "\"{}\" is neither a schedule ({}) nor an existing schedule file{}", p.schedule,
          fmt::join(names, ", "), best <= 3 ? fmt::format(" (did you mean \"{}\"?)", closest) : std::string());
   }
+  const auto only_with_auto = [&](std::string_view key, bool set) {
+    if (set && p.schedule != "auto") {
+      refuse(key, "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
+             p.schedule);
+    }
+  };
+  only_with_auto("parallel.auto_schedule_profile", !p.auto_schedule_profile.empty());
+  only_with_auto("parallel.auto_schedule_memory_limit", p.auto_schedule_memory_limit != 0);
+  only_with_auto("parallel.auto_schedule_weight_stash_fraction", p.auto_schedule_weight_stash_fraction != 1.0);
+  only_with_auto("parallel.auto_schedule_objective",
+                 p.auto_schedule_objective != AutoScheduleObjectiveChoice::kMakespan);
+}
 
-  if (!p.auto_schedule_profile.empty() && p.schedule != "auto") {
-    refuse("parallel.auto_schedule_profile",
-         "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
-         p.schedule);
-  }
-  if (p.auto_schedule_memory_limit != 0 && p.schedule != "auto") {
-    refuse("parallel.auto_schedule_memory_limit",
-         "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
-         p.schedule);
-  }
-  if (p.auto_schedule_weight_stash_fraction != 1.0 && p.schedule != "auto") {
-    refuse("parallel.auto_schedule_weight_stash_fraction",
-         "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
-         p.schedule);
-  }
-  if (p.auto_schedule_objective != AutoScheduleObjectiveChoice::kMakespan && p.schedule != "auto") {
-    refuse("parallel.auto_schedule_objective",
-         "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",
-         p.schedule);
-  }
-
-  // What is known before launch (build, device type); the factory adds the per-rank GPU probe.
-  {
-    CommBackendFacts facts;
-    facts.cuda_build = CLEAVE_WITH_CUDA != 0;
-    facts.device_type = c.device.type;
-    (void)choose_comm_backend(p.comm_backend, facts);
-  }
-
+// The comm backend and the CPU BLAS: what is known before launch (build, device type); the factory adds the
+// per-rank GPU probe.
+void check_backends(const RunConfig& c) {
+  CommBackendFacts facts;
+  facts.cuda_build = CLEAVE_WITH_CUDA != 0;
+  facts.device_type = c.device.type;
+  (void)choose_comm_backend(c.parallel.comm_backend, facts);
   if (!ops::cpu_blas_built(c.device.blas)) {
     refuse("device.blas", "\"{}\" is not built into this cleave (CMake did not find the library: install it with "
            "scripts/install-deps.sh and rebuild; `cmake` prints which GEMM libraries it found); available: {}",
            c.device.blas, ops::cpu_blas_available());
   }
+}
 
+// The optimizer: learning rates, the ZeRO stage and its reduction, Nesterov momentum.
+void check_optimizer(const RunConfig& c) {
   const auto& o = c.optimizer;
   if (o.min_lr > o.lr) refuse("optimizer.min_lr", "{} is larger than optimizer.lr {}", o.min_lr, o.lr);
   if (o.zero_stage > 3) {
@@ -141,10 +137,10 @@ void validate(const RunConfig& c) {
              "order sums each replica's micro-batches before the replicas, a reduce-scatter per micro-batch sums the "
              "replicas first; set optimizer.zero_reduce per_step (or auto, which picks it under deterministic mode)");
     }
-    if (c.parallel.sequence_parallel && p.tensor_model_parallel_size > 1) {
+    if (c.parallel.sequence_parallel && c.parallel.tensor_model_parallel_size > 1) {
       refuse("optimizer.zero_reduce", "per_microbatch is not supported with parallel.sequence_parallel at tp {} (the "
              "tp partial sums of replicated parameters run once per step); set optimizer.zero_reduce per_step or auto",
-             p.tensor_model_parallel_size);
+             c.parallel.tensor_model_parallel_size);
     }
   }
   if (o.type == OptimizerType::kSgd && o.nesterov && o.momentum == 0.0) {
@@ -155,9 +151,10 @@ void validate(const RunConfig& c) {
     refuse("optimizer.nesterov", "is SGD's Nesterov momentum, and optimizer.type is \"{}\"; set it false, or "
            "optimizer.type \"sgd\"", o.type);
   }
-  if (c.train.out_dir.empty()) refuse("train.out_dir", "must not be empty");
+}
 
-  const auto& d = c.data;
+// Where the data comes from: data.path or data.paths (with their weights), never both, each given.
+void check_data_paths(const DataConfig& d) {
   if (!d.paths.empty() && d.type != DataType::kTokens) {
     refuse("data.paths", "is for data.type \"tokens\" (data.type is \"{}\"); use data.path", d.type);
   }
@@ -196,6 +193,12 @@ void validate(const RunConfig& c) {
              "and [3, 7] sample alike)", sum);
     }
   }
+}
+
+// The data against the model (text and tokens need a language model, digits a classifier of 10 classes) and the
+// evaluation split.
+void check_data_for_model(const RunConfig& c) {
+  const auto& d = c.data;
   if (d.type == DataType::kText || d.type == DataType::kTokens) {
     if (!partition::is_language_model(c.model.type)) {
       refuse("data.type", "\"{}\" needs model.type {} (model.type is \"{}\")", d.type,
@@ -226,6 +229,19 @@ void validate(const RunConfig& c) {
     refuse("data.val_path", "not used with data.type \"digits\" (its test split is the last "
          "data.val_fraction of the file)");
   }
+}
+
+}  // namespace
+
+// The checks run in this order, and the first refusal is the one reported.
+void validate(const RunConfig& c) {
+  check_layout(c);
+  check_schedule(c.parallel);
+  check_backends(c);
+  check_optimizer(c);
+  if (c.train.out_dir.empty()) refuse("train.out_dir", "must not be empty");
+  check_data_paths(c.data);
+  check_data_for_model(c);
 }
 
 ZeroReduce resolved_zero_reduce(const RunConfig& config) {

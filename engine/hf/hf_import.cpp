@@ -103,29 +103,24 @@ std::vector<float> to_f32(const checkpoint::SafetensorsFile& file, const std::st
 // The name as the tensor map spells it (GPT-2: a GPT2Model's state dict has no "transformer." prefix).
 std::string canonical_name(Architecture a, const std::string& name) { return hf_architecture(a).canonical_name(name); }
 
-HfCheckpoint read(const std::string& dir_text) {
-  const fs::path dir(dir_text);
-  CLEAVE_CHECK(fs::is_directory(dir), "{}: no such directory", dir_text);
-  const fs::path config_path = dir / "config.json";
-  CLEAVE_CHECK(fs::exists(config_path), "{}: no config.json (not a Hugging Face model directory)", dir_text);
-  HfCheckpoint out;
-  out.source_config = read_json(config_path);
-  out.config = read_hf_config(out.source_config, config_path.string());
-  if (const fs::path generation = dir / "generation_config.json"; fs::exists(generation)) {
-    out.generation_config = read_json(generation);
-  }
-  const Architecture arch = out.config.dims.architecture;
-  const Files files = list_files(dir);
-
-  std::map<std::string, TensorMap> expected;
-  for (TensorMap& m : tensor_map(out.config.dims)) expected.emplace(m.hf_name, std::move(m));
+// What the safetensors files hold, by canonical HF name: the expected tensors' values (HF order), the names no
+// Cleave parameter takes, and a tied model's stray lm_head.weight (checked against the embedding afterwards).
+struct HfTensors {
+  std::map<std::string, std::vector<float>> values;
   std::vector<std::string> unknown;
-  std::map<std::string, std::vector<float>> hf_values;  // HF name -> values in HF order
-  std::vector<float> stray_head;  // lm_head.weight of a tied model, checked against the embedding below
+  std::vector<float> stray_head;
   std::string stray_head_file;
+};
+
+// Every tensor of every file in `dir` (each where the index's weight_map puts it, each expected one of the shape
+// config.json's sizes give, none twice); `read_files` collects the files read.
+HfTensors read_tensors(const fs::path& dir, const std::string& dir_text, const Files& files, const ModelDims& dims,
+                       const std::map<std::string, TensorMap>& expected, std::vector<std::string>& read_files) {
+  const Architecture arch = dims.architecture;
+  HfTensors t;
   for (const std::string& file_name : files.names) {
     const checkpoint::SafetensorsFile file = checkpoint::read_safetensors((dir / file_name).string());
-    out.files.push_back(file.path);
+    read_files.push_back(file.path);
     for (const auto& [stored, record] : file.tensors) {
       if (!files.weight_map.empty()) {
         auto listed = files.weight_map.find(stored);
@@ -136,43 +131,54 @@ HfCheckpoint read(const std::string& dir_text) {
       }
       const std::string name = canonical_name(arch, stored);
       if (is_hf_buffer(arch, name)) continue;
-      if (name == "lm_head.weight" && out.config.dims.tied) {
-        stray_head = to_f32(file, stored);
-        stray_head_file = file.path;
+      if (name == "lm_head.weight" && dims.tied) {
+        t.stray_head = to_f32(file, stored);
+        t.stray_head_file = file.path;
         continue;
       }
       auto it = expected.find(name);
       if (it == expected.end()) {
-        unknown.push_back(stored);
+        t.unknown.push_back(stored);
         continue;
       }
       CLEAVE_CHECK(record.shape == it->second.hf_shape,
                    "{}: tensor {} has shape {}, but config.json's sizes give {} (Cleave {} {})", file.path, stored,
                    shape_text(record.shape), shape_text(it->second.hf_shape), it->second.cleave_name,
                    shape_text(it->second.cleave_shape));
-      CLEAVE_CHECK(hf_values.count(name) == 0, "{}: tensor {} appears in two files", dir_text, name);
-      hf_values.emplace(name, to_f32(file, stored));
+      CLEAVE_CHECK(t.values.count(name) == 0, "{}: tensor {} appears in two files", dir_text, name);
+      t.values.emplace(name, to_f32(file, stored));
     }
   }
-  CLEAVE_CHECK(unknown.empty(), "{}: unknown tensor{} {} for {} (no Cleave parameter takes {})", dir_text,
-               unknown.size() == 1 ? "" : "s", some_names(unknown), architecture_class(arch),
-               unknown.size() == 1 ? "it" : "them");
+  return t;
+}
+
+// No unknown tensor, none missing, and a tied model's stray lm_head.weight equal to the embedding.
+void check_tensor_set(const std::string& dir_text, Architecture arch, const std::map<std::string, TensorMap>& expected,
+                      const HfTensors& t) {
+  CLEAVE_CHECK(t.unknown.empty(), "{}: unknown tensor{} {} for {} (no Cleave parameter takes {})", dir_text,
+               t.unknown.size() == 1 ? "" : "s", some_names(t.unknown), architecture_class(arch),
+               t.unknown.size() == 1 ? "it" : "them");
   std::vector<std::string> missing;
   for (const auto& [name, m] : expected) {
-    if (hf_values.count(name) == 0) missing.push_back(name);
+    if (t.values.count(name) == 0) missing.push_back(name);
   }
   CLEAVE_CHECK(missing.empty(), "{}: missing tensor{} {} (config.json's {} needs {})", dir_text,
                missing.size() == 1 ? "" : "s", some_names(missing), architecture_class(arch),
                missing.size() == 1 ? "it" : "them");
-  if (!stray_head.empty()) {
+  if (!t.stray_head.empty()) {
     const std::string embed(hf_architecture(arch).embedding);
-    const std::vector<float>& table = hf_values.at(embed);
-    CLEAVE_CHECK(stray_head.size() == table.size() &&
-                     std::memcmp(stray_head.data(), table.data(), table.size() * sizeof(float)) == 0,
+    const std::vector<float>& table = t.values.at(embed);
+    CLEAVE_CHECK(t.stray_head.size() == table.size() &&
+                     std::memcmp(t.stray_head.data(), table.data(), table.size() * sizeof(float)) == 0,
                  "{}: lm_head.weight differs from {} although tie_word_embeddings is true; set it false in "
                  "config.json to import an untied head",
-                 stray_head_file, embed);
+                 t.stray_head_file, embed);
   }
+}
+
+// Each expected tensor in Cleave's layout under its Cleave name; an expert's slice into its stacked [E, ...] tensor.
+void place_cleave_tensors(const std::map<std::string, TensorMap>& expected,
+                          const std::map<std::string, std::vector<float>>& hf_values, HfCheckpoint& out) {
   for (const auto& [name, m] : expected) {
     std::vector<float> values = to_cleave(m, hf_values.at(name));
     out.shapes[m.cleave_name] = m.cleave_shape;
@@ -190,6 +196,25 @@ HfCheckpoint read(const std::string& dir_text) {
                   m.slice, m.cleave_name, values.size(), stacked.size());
     std::copy(values.begin(), values.end(), stacked.begin() + static_cast<std::ptrdiff_t>(offset));
   }
+}
+
+HfCheckpoint read(const std::string& dir_text) {
+  const fs::path dir(dir_text);
+  CLEAVE_CHECK(fs::is_directory(dir), "{}: no such directory", dir_text);
+  const fs::path config_path = dir / "config.json";
+  CLEAVE_CHECK(fs::exists(config_path), "{}: no config.json (not a Hugging Face model directory)", dir_text);
+  HfCheckpoint out;
+  out.source_config = read_json(config_path);
+  out.config = read_hf_config(out.source_config, config_path.string());
+  if (const fs::path generation = dir / "generation_config.json"; fs::exists(generation)) {
+    out.generation_config = read_json(generation);
+  }
+  const Files files = list_files(dir);
+  std::map<std::string, TensorMap> expected;
+  for (TensorMap& m : tensor_map(out.config.dims)) expected.emplace(m.hf_name, std::move(m));
+  const HfTensors tensors = read_tensors(dir, dir_text, files, out.config.dims, expected, out.files);
+  check_tensor_set(dir_text, out.config.dims.architecture, expected, tensors);
+  place_cleave_tensors(expected, tensors.values, out);
   return out;
 }
 

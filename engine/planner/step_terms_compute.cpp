@@ -59,90 +59,136 @@ ProbabilitiesCompute attention_probabilities_compute(const TermContext& c, int b
   return x;
 }
 
-BlockCompute block_compute(const TermContext& c, int b, double warm) {
+namespace {
+
+// From a profile's measured block tables (at `warm`, the stage's cache warmth): the rerun is its share of the
+// measured forward.
+BlockCompute measured_block_compute(const TermContext& c, int b, double warm) {
   const PlanChoice& choice = *c.choice;
   const HardwareProfile& profile = *c.profile;
-  const partition::MeasuredCosts& measured = profile.measured;
   const auto& cost = c.costs[static_cast<std::size_t>(b)];
   const auto& plain = c.plain_costs[static_cast<std::size_t>(b)];
   const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
   BlockCompute x;
-  if (measured.has_blocks()) {
-    const partition::BlockTimes t = measured.block_times(block, choice.tp, choice.micro_batch, profile.name, warm);
-    // Recomputation reruns part of the forward inside I: its share of the measured forward time.
-    const double rerun = plain.forward_flops > 0 ? (cost.input_grad_flops - plain.input_grad_flops) / plain.forward_flops : 0.0;
-    x.forward_s = t.forward_s;
-    x.input_grad_s = t.input_grad_s;
-    x.recompute_s = std::max(0.0, rerun) * t.forward_s;
-    x.weight_grad_s = t.weight_grad_s;
-  } else if (profile.has_roofline()) {  // a shipped profile: kernel by kernel
-    const bool sp = choice.sequence_parallel;
-    partition::BlockWork work = partition::block_work(block, c.dtype, choice.recompute, choice.tp, choice.micro_batch, sp);
-    // The rerun's kernels are appended to input_grad's, and the roofline prices kernel by kernel: the difference
-    // from the plain input gradient is the rerun's own cost, part by part.
-    partition::PassWork plain_input =
-        choice.recompute == Recompute::kNone
-            ? work.input_grad
-            : partition::block_work(block, c.dtype, Recompute::kNone, choice.tp, choice.micro_batch, sp).input_grad;
-    // The run's own kernels beyond the engine's (SearchOptions::run_kernels): streamed bytes and launches only.
-    if (c.options->run_kernels.any()) {
-      const partition::RunKernels& run = c.options->run_kernels;
-      const partition::BlockWork extra = partition::run_kernels_work(block, c.dtype, run, choice.recompute, choice.tp, choice.micro_batch, sp);
-      work.forward += extra.forward;
-      work.input_grad += extra.input_grad;
-      work.weight_grad += extra.weight_grad;
-      if (choice.recompute == Recompute::kNone) {
-        plain_input = work.input_grad;
-      } else {
-        plain_input += partition::run_kernels_work(block, c.dtype, run, Recompute::kNone, choice.tp, choice.micro_batch, sp).input_grad;
-      }
+  const partition::BlockTimes t = profile.measured.block_times(block, choice.tp, choice.micro_batch, profile.name, warm);
+  // Recomputation reruns part of the forward inside I: its share of the measured forward time.
+  const double rerun = plain.forward_flops > 0 ? (cost.input_grad_flops - plain.input_grad_flops) / plain.forward_flops : 0.0;
+  x.forward_s = t.forward_s;
+  x.input_grad_s = t.input_grad_s;
+  x.recompute_s = std::max(0.0, rerun) * t.forward_s;
+  x.weight_grad_s = t.weight_grad_s;
+  return x;
+}
+
+// A block's kernels as the roofline prices them: `work` with the rerun appended to its input_grad, `plain_input`
+// the input gradient without it, and whether torchtitan's per-op policy made the rerun.
+struct RooflineWork {
+  partition::BlockWork work;
+  partition::PassWork plain_input;
+  bool op_policy = false;
+};
+
+RooflineWork roofline_work(const TermContext& c, int b) {
+  const PlanChoice& choice = *c.choice;
+  const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
+  const bool sp = choice.sequence_parallel;
+  RooflineWork r;
+  partition::BlockWork& work = r.work;
+  work = partition::block_work(block, c.dtype, choice.recompute, choice.tp, choice.micro_batch, sp);
+  // The rerun's kernels are appended to input_grad's, and the roofline prices kernel by kernel: the difference
+  // from the plain input gradient is the rerun's own cost, part by part.
+  partition::PassWork& plain_input = r.plain_input;
+  plain_input = choice.recompute == Recompute::kNone
+                    ? work.input_grad
+                    : partition::block_work(block, c.dtype, Recompute::kNone, choice.tp, choice.micro_batch, sp).input_grad;
+  // The run's own kernels beyond the engine's (SearchOptions::run_kernels): streamed bytes and launches only.
+  if (c.options->run_kernels.any()) {
+    const partition::RunKernels& run = c.options->run_kernels;
+    const partition::BlockWork extra = partition::run_kernels_work(block, c.dtype, run, choice.recompute, choice.tp, choice.micro_batch, sp);
+    work.forward += extra.forward;
+    work.input_grad += extra.input_grad;
+    work.weight_grad += extra.weight_grad;
+    if (choice.recompute == Recompute::kNone) {
+      plain_input = work.input_grad;
+    } else {
+      plain_input += partition::run_kernels_work(block, c.dtype, run, Recompute::kNone, choice.tp, choice.micro_batch, sp).input_grad;
     }
-    // torchtitan's per-op selective policy (SearchOptions::selective_recompute): its rerun, each GEMM at its shape,
-    // in place of the attention core's.
-    const bool op_policy = choice.recompute == Recompute::kSelective &&
-                           c.options->selective_recompute == partition::SelectiveRecompute::kTorchtitanOp;
-    if (op_policy) {
-      work.input_grad = plain_input;
-      work.input_grad += partition::selective_op_rerun(block, c.dtype, choice.tp, choice.micro_batch, sp);
-      if (c.options->run_kernels.any() && partition::is_repeated_layer(block.kind)) {  // e.g. an unfused norm's F
-        work.input_grad +=
-            partition::run_kernels_work(block, c.dtype, c.options->run_kernels, Recompute::kNone, choice.tp, choice.micro_batch, sp)
-                .forward;
-      }
-    }
-    x.forward_s = profile.roofline_seconds(work.forward, c.bf16);
-    x.input_grad_s = profile.roofline_seconds(plain_input, c.bf16);
-    x.recompute_s = profile.roofline_seconds(work.input_grad, c.bf16) - x.input_grad_s;
-    x.weight_grad_s = profile.roofline_seconds(work.weight_grad, c.bf16);
-    x.elementwise = {profile.elementwise_seconds(work.forward), profile.elementwise_seconds(plain_input),
-                     profile.elementwise_seconds(work.weight_grad),
-                     profile.elementwise_seconds(work.input_grad) - profile.elementwise_seconds(plain_input)};
-    x.launch = {profile.launch_seconds(work.forward), profile.launch_seconds(plain_input),
-                profile.launch_seconds(work.weight_grad),
-                profile.launch_seconds(work.input_grad) - profile.launch_seconds(plain_input)};
-    x.probabilities = attention_probabilities_compute(c, b);
-    if (op_policy) x.probabilities.recompute_s = 0.0;  // the policy saves the attention's outputs
-    const ProbabilitiesCompute& p = x.probabilities;
-    const bool rerun = choice.recompute != Recompute::kNone && !op_policy;
-    x.forward_s += p.forward_s;
-    x.input_grad_s += p.input_grad_s;
-    x.recompute_s += p.recompute_s;
-    x.elementwise.forward_s += p.stream_forward_s;
-    x.elementwise.input_grad_s += p.stream_input_grad_s;
-    x.elementwise.recompute_s += rerun ? p.stream_forward_s : 0.0;
-    x.launch.forward_s += p.launch_forward_s;
-    x.launch.input_grad_s += p.launch_input_grad_s;
-    x.launch.recompute_s += rerun ? p.launch_forward_s : 0.0;
-  } else {
-    const bool rates = !c.bf16 && profile.block_forward_flops > 0;
-    const double flops = profile.flops(c.bf16);
-    const double per_flop = c.micro / choice.tp;
-    x.forward_s = cost.forward_flops * per_flop / (rates ? profile.block_forward_flops : flops);
-    const double input_rate = rates ? profile.block_input_grad_flops : flops;
-    x.input_grad_s = plain.input_grad_flops * per_flop / input_rate;
-    x.recompute_s = (cost.input_grad_flops - plain.input_grad_flops) * per_flop / input_rate;
-    x.weight_grad_s = cost.weight_grad_flops * per_flop / (rates ? profile.block_weight_grad_flops : flops);
   }
+  // torchtitan's per-op selective policy (SearchOptions::selective_recompute): its rerun, each GEMM at its shape,
+  // in place of the attention core's.
+  r.op_policy = choice.recompute == Recompute::kSelective &&
+                c.options->selective_recompute == partition::SelectiveRecompute::kTorchtitanOp;
+  if (r.op_policy) {
+    work.input_grad = plain_input;
+    work.input_grad += partition::selective_op_rerun(block, c.dtype, choice.tp, choice.micro_batch, sp);
+    if (c.options->run_kernels.any() && partition::is_repeated_layer(block.kind)) {  // e.g. an unfused norm's F
+      work.input_grad +=
+          partition::run_kernels_work(block, c.dtype, c.options->run_kernels, Recompute::kNone, choice.tp, choice.micro_batch, sp)
+              .forward;
+    }
+  }
+  return r;
+}
+
+// From a shipped (roofline) profile, kernel by kernel, with the stored-probabilities attention's extra cost.
+BlockCompute roofline_block_compute(const TermContext& c, int b) {
+  const PlanChoice& choice = *c.choice;
+  const HardwareProfile& profile = *c.profile;
+  const RooflineWork r = roofline_work(c, b);
+  const partition::BlockWork& work = r.work;
+  const partition::PassWork& plain_input = r.plain_input;
+  BlockCompute x;
+  x.forward_s = profile.roofline_seconds(work.forward, c.bf16);
+  x.input_grad_s = profile.roofline_seconds(plain_input, c.bf16);
+  x.recompute_s = profile.roofline_seconds(work.input_grad, c.bf16) - x.input_grad_s;
+  x.weight_grad_s = profile.roofline_seconds(work.weight_grad, c.bf16);
+  x.elementwise = {profile.elementwise_seconds(work.forward), profile.elementwise_seconds(plain_input),
+                   profile.elementwise_seconds(work.weight_grad),
+                   profile.elementwise_seconds(work.input_grad) - profile.elementwise_seconds(plain_input)};
+  x.launch = {profile.launch_seconds(work.forward), profile.launch_seconds(plain_input),
+              profile.launch_seconds(work.weight_grad),
+              profile.launch_seconds(work.input_grad) - profile.launch_seconds(plain_input)};
+  x.probabilities = attention_probabilities_compute(c, b);
+  if (r.op_policy) x.probabilities.recompute_s = 0.0;  // the policy saves the attention's outputs
+  const ProbabilitiesCompute& p = x.probabilities;
+  const bool rerun = choice.recompute != Recompute::kNone && !r.op_policy;
+  x.forward_s += p.forward_s;
+  x.input_grad_s += p.input_grad_s;
+  x.recompute_s += p.recompute_s;
+  x.elementwise.forward_s += p.stream_forward_s;
+  x.elementwise.input_grad_s += p.stream_input_grad_s;
+  x.elementwise.recompute_s += rerun ? p.stream_forward_s : 0.0;
+  x.launch.forward_s += p.launch_forward_s;
+  x.launch.input_grad_s += p.launch_input_grad_s;
+  x.launch.recompute_s += rerun ? p.launch_forward_s : 0.0;
+  return x;
+}
+
+// From the block's FLOPs over the profile's rate (its per-pass block rates in f32 where it has them).
+BlockCompute flops_block_compute(const TermContext& c, int b) {
+  const PlanChoice& choice = *c.choice;
+  const HardwareProfile& profile = *c.profile;
+  const auto& cost = c.costs[static_cast<std::size_t>(b)];
+  const auto& plain = c.plain_costs[static_cast<std::size_t>(b)];
+  BlockCompute x;
+  const bool rates = !c.bf16 && profile.block_forward_flops > 0;
+  const double flops = profile.flops(c.bf16);
+  const double per_flop = c.micro / choice.tp;
+  x.forward_s = cost.forward_flops * per_flop / (rates ? profile.block_forward_flops : flops);
+  const double input_rate = rates ? profile.block_input_grad_flops : flops;
+  x.input_grad_s = plain.input_grad_flops * per_flop / input_rate;
+  x.recompute_s = (cost.input_grad_flops - plain.input_grad_flops) * per_flop / input_rate;
+  x.weight_grad_s = cost.weight_grad_flops * per_flop / (rates ? profile.block_weight_grad_flops : flops);
+  return x;
+}
+
+}  // namespace
+
+BlockCompute block_compute(const TermContext& c, int b, double warm) {
+  const PlanChoice& choice = *c.choice;
+  BlockCompute x = c.profile->measured.has_blocks() ? measured_block_compute(c, b, warm)
+                   : c.profile->has_roofline()      ? roofline_block_compute(c, b)
+                                                    : flops_block_compute(c, b);
   if (choice.cp > 1) {  // each cp rank computes its T / cp tokens (ring's chunk pairs balance the causal work)
     x.forward_s /= choice.cp;
     x.input_grad_s /= choice.cp;

@@ -105,83 +105,72 @@ std::vector<double> nice_ticks(double lo, double hi, int target) {
   return ticks;
 }
 
-std::string line_chart_svg(const LineChart& chart) {
-  const int w = chart.width;
-  const int h = chart.height;
-  std::string svg = fmt::format(
-      "<svg class=\"chart\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
-      "role=\"img\" aria-label=\"{}\">\n",
-      w, h, w, h, xml_escape(chart.title));
-  svg += fmt::format("<text x=\"{}\" y=\"18\" class=\"title\">{}</text>\n", kLeft, xml_escape(chart.title));
-  Range xr;
-  Range yr;
-  for (const Series& s : chart.series) {
-    for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
-      if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i])) continue;
-      xr.add(s.x[i]);
-      yr.add(s.y[i]);
-    }
-  }
-  if (xr.empty()) {
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"note\">no data</text>\n</svg>\n", kLeft, h / 2);
-    return svg;
-  }
-  xr = padded(xr);
-  yr = padded(yr);
-  const double plot_w = w - kLeft - kRight;
-  const double plot_h = h - kTop - kBottom;
-  auto sx = [&](double x) { return kLeft + (x - xr.lo) / (xr.hi - xr.lo) * plot_w; };
-  auto sy = [&](double y) { return kTop + plot_h - (y - yr.lo) / (yr.hi - yr.lo) * plot_h; };
+namespace {
 
-  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"plot\"/>\n", kLeft, kTop,
-                     px(plot_w), px(plot_h));
-  // Tick labels carry as many digits as it takes to tell them apart (a flat series near 20.5M gets 20.48M,
-  // 20.49M, ..., never "20.5M" five times).
+// A line chart's plot area: the data ranges (padded) mapped onto the pixels inside the margins.
+struct LinePlot {
+  Range xr, yr;
+  double plot_w = 0, plot_h = 0;
+  double sx(double x) const { return kLeft + (x - xr.lo) / (xr.hi - xr.lo) * plot_w; }
+  double sy(double y) const { return kTop + plot_h - (y - yr.lo) / (yr.hi - yr.lo) * plot_h; }
+};
+
+// The grid with tick labels on both axes, the x markers, and the axis labels. Tick labels carry as many digits as
+// it takes to tell them apart (a flat series near 20.5M gets 20.48M, 20.49M, ..., never "20.5M" five times).
+std::string line_axes_svg(const LineChart& chart, const LinePlot& plot) {
   const auto inside = [](std::vector<double> ticks, const Range& r) {
     std::erase_if(ticks, [&](double t) { return t < r.lo || t > r.hi; });
     return ticks;
   };
-  const std::vector<double> y_ticks = inside(nice_ticks(yr.lo, yr.hi), yr);
+  std::string svg;
+  const std::vector<double> y_ticks = inside(nice_ticks(plot.yr.lo, plot.yr.hi), plot.yr);
   const std::vector<std::string> y_labels = tick_labels(y_ticks);
   for (std::size_t i = 0; i < y_ticks.size(); ++i) {
     const double t = y_ticks[i];
-    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"grid\"/>", kLeft, px(sy(t)),
-                       px(kLeft + plot_w), px(sy(t)));
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"ytick\">{}</text>\n", kLeft - 6, px(sy(t) + 4), y_labels[i]);
+    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"grid\"/>", kLeft, px(plot.sy(t)),
+                       px(kLeft + plot.plot_w), px(plot.sy(t)));
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"ytick\">{}</text>\n", kLeft - 6, px(plot.sy(t) + 4),
+                       y_labels[i]);
   }
-  const std::vector<double> x_ticks = inside(nice_ticks(xr.lo, xr.hi, 6), xr);
+  const std::vector<double> x_ticks = inside(nice_ticks(plot.xr.lo, plot.xr.hi, 6), plot.xr);
   const std::vector<std::string> x_labels = tick_labels(x_ticks);
   for (std::size_t i = 0; i < x_ticks.size(); ++i) {
     const double t = x_ticks[i];
-    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"grid\"/>", px(sx(t)), kTop, px(sx(t)),
-                       px(kTop + plot_h));
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"xtick\">{}</text>\n", px(sx(t)), px(kTop + plot_h + 16),
-                       x_labels[i]);
+    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"grid\"/>", px(plot.sx(t)), kTop,
+                       px(plot.sx(t)), px(kTop + plot.plot_h));
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"xtick\">{}</text>\n", px(plot.sx(t)),
+                       px(kTop + plot.plot_h + 16), x_labels[i]);
   }
   for (double x : chart.x_markers) {  // vertical markers (e.g. where the run resumed)
-    if (!std::isfinite(x) || x < xr.lo || x > xr.hi) continue;
+    if (!std::isfinite(x) || x < plot.xr.lo || x > plot.xr.hi) continue;
     svg += fmt::format("<line x1=\"{0}\" y1=\"{1}\" x2=\"{0}\" y2=\"{2}\" class=\"xmarker\" stroke=\"#d62728\" "
                        "stroke-dasharray=\"4 3\"/><text x=\"{3}\" y=\"{4}\" class=\"xmarkertext\">{5}</text>\n",
-                       px(sx(x)), kTop, px(kTop + plot_h), px(sx(x) + 3), kTop + 10, xml_escape(chart.x_marker_label));
+                       px(plot.sx(x)), kTop, px(kTop + plot.plot_h), px(plot.sx(x) + 3), kTop + 10,
+                       xml_escape(chart.x_marker_label));
   }
-  svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"xlabel\">{}</text>\n", px(kLeft + plot_w / 2),
-                     px(kTop + plot_h + 32), xml_escape(chart.x_label));
+  svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"xlabel\">{}</text>\n", px(kLeft + plot.plot_w / 2),
+                     px(kTop + plot.plot_h + 32), xml_escape(chart.x_label));
   svg += fmt::format("<text x=\"14\" y=\"{}\" class=\"ylabel\" transform=\"rotate(-90 14 {})\">{}</text>\n",
-                     px(kTop + plot_h / 2), px(kTop + plot_h / 2), xml_escape(chart.y_label));
+                     px(kTop + plot.plot_h / 2), px(kTop + plot.plot_h / 2), xml_escape(chart.y_label));
+  return svg;
+}
 
+// One polyline per series over its finite points (dots too with markers), and its legend entry along the bottom.
+std::string line_series_svg(const LineChart& chart, const LinePlot& plot) {
+  std::string svg;
   double legend_x = kLeft;
-  const double legend_y = h - 8;
+  const double legend_y = chart.height - 8;
   for (const Series& s : chart.series) {
     std::string points;
     std::string dots;
     int n = 0;
     for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
       if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i])) continue;
-      const std::string p = px(sx(s.x[i])) + "," + px(sy(s.y[i]));
+      const std::string p = px(plot.sx(s.x[i])) + "," + px(plot.sy(s.y[i]));
       points += (n ? " " : "") + p;
       if (s.markers) {
-        dots += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{}\"/>", px(sx(s.x[i])), px(sy(s.y[i])),
-                            xml_escape(s.color));
+        dots += fmt::format("<circle cx=\"{}\" cy=\"{}\" r=\"3\" fill=\"{}\"/>", px(plot.sx(s.x[i])),
+                            px(plot.sy(s.y[i])), xml_escape(s.color));
       }
       ++n;
     }
@@ -196,81 +185,106 @@ std::string line_chart_svg(const LineChart& chart) {
                        xml_escape(s.name));
     legend_x += 28 + 7.0 * static_cast<double>(s.name.size());
   }
-  svg += "</svg>\n";
   return svg;
 }
 
-std::string stacked_bars_svg(const StackedBars& chart) {
-  constexpr int kLabelWidth = 190;
-  constexpr int kBarHeight = 18;
-  constexpr int kGap = 8;
-  const int bars = static_cast<int>(chart.values.size());
+}  // namespace
+
+std::string line_chart_svg(const LineChart& chart) {
   const int w = chart.width;
-  const int h = kTop + bars * (kBarHeight + kGap) + 82;  // axis, tick labels, up to two legend rows
+  const int h = chart.height;
   std::string svg = fmt::format(
       "<svg class=\"chart\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
       "role=\"img\" aria-label=\"{}\">\n",
       w, h, w, h, xml_escape(chart.title));
-  svg += fmt::format("<text x=\"8\" y=\"18\" class=\"title\">{}</text>\n", xml_escape(chart.title));
-  double top = chart.cap;
-  for (std::size_t b = 0; b < chart.values.size(); ++b) {
-    double sum = 0;
-    for (double v : chart.values[b]) sum += std::max(0.0, v);
-    top = std::max(top, sum);
-    if (b < chart.markers.size()) top = std::max(top, chart.markers[b]);
+  svg += fmt::format("<text x=\"{}\" y=\"18\" class=\"title\">{}</text>\n", kLeft, xml_escape(chart.title));
+  LinePlot plot;
+  for (const Series& s : chart.series) {
+    for (std::size_t i = 0; i < s.x.size() && i < s.y.size(); ++i) {
+      if (!std::isfinite(s.x[i]) || !std::isfinite(s.y[i])) continue;
+      plot.xr.add(s.x[i]);
+      plot.yr.add(s.y[i]);
+    }
   }
-  if (bars == 0 || top <= 0) {
-    svg += fmt::format("<text x=\"8\" y=\"{}\" class=\"note\">no data</text>\n</svg>\n", kTop + 16);
+  if (plot.xr.empty()) {
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"note\">no data</text>\n</svg>\n", kLeft, h / 2);
     return svg;
   }
-  const double plot_w = w - kLabelWidth - 24;
-  auto sx = [&](double v) { return kLabelWidth + v / (top * 1.05) * plot_w; };
-  const double axis_y = kTop + bars * (kBarHeight + kGap);
-  // Ticks at round numbers of the largest binary unit below the top (8 MiB, 16 MiB; not 9.54 MiB).
+  plot.xr = padded(plot.xr);
+  plot.yr = padded(plot.yr);
+  plot.plot_w = w - kLeft - kRight;
+  plot.plot_h = h - kTop - kBottom;
+  svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" class=\"plot\"/>\n", kLeft, kTop,
+                     px(plot.plot_w), px(plot.plot_h));
+  svg += line_axes_svg(chart, plot);
+  svg += line_series_svg(chart, plot);
+  svg += "</svg>\n";
+  return svg;
+}
+
+namespace {
+
+constexpr int kLabelWidth = 190;
+constexpr int kBarHeight = 18;
+constexpr int kGap = 8;
+
+// A stacked-bar chart's scale: bytes from 0 to 5% past `top` (the largest bar, marker or cap) across plot_w.
+struct BarPlot {
+  double top = 0, plot_w = 0, axis_y = 0;
+  double sx(double v) const { return kLabelWidth + v / (top * 1.05) * plot_w; }
+};
+
+// Ticks at round numbers of the largest binary unit below the top (8 MiB, 16 MiB; not 9.54 MiB).
+std::string bar_ticks_svg(const BarPlot& plot) {
+  std::string svg;
   double unit = 1;
-  while (unit * 1024 <= top) unit *= 1024;
-  for (double tick : nice_ticks(0, top * 1.05 / unit, 5)) {
+  while (unit * 1024 <= plot.top) unit *= 1024;
+  for (double tick : nice_ticks(0, plot.top * 1.05 / unit, 5)) {
     const double t = tick * unit;
-    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"grid\"/>", px(sx(t)), kTop, px(sx(t)),
-                       px(axis_y));
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"xtick\">{}</text>\n", px(sx(t)), px(axis_y + 14),
+    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"grid\"/>", px(plot.sx(t)), kTop,
+                       px(plot.sx(t)), px(plot.axis_y));
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"xtick\">{}</text>\n", px(plot.sx(t)), px(plot.axis_y + 14),
                        xml_escape(format_bytes(static_cast<std::int64_t>(t))));
   }
-  for (int b = 0; b < bars; ++b) {
-    const double y = kTop + b * (kBarHeight + kGap);
-    const auto& label = b < static_cast<int>(chart.bar_labels.size()) ? chart.bar_labels[static_cast<std::size_t>(b)]
-                                                                       : std::string();
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"ytick\">{}</text>\n", kLabelWidth - 6, px(y + 13),
-                       xml_escape(label));
-    double at = 0;
-    const auto& row = chart.values[static_cast<std::size_t>(b)];
-    svg += fmt::format("<g class=\"bar\" data-bar=\"{}\">", b);
-    for (std::size_t s = 0; s < row.size(); ++s) {
-      const double v = std::max(0.0, row[s]);
-      if (v <= 0) continue;
-      const std::string& name = s < chart.segment_names.size() ? chart.segment_names[s] : std::string();
-      svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>{}: {}</title></rect>",
-                         px(sx(at)), px(y), px(sx(at + v) - sx(at)), kBarHeight,
-                         s < chart.segment_colors.size() ? xml_escape(chart.segment_colors[s]) : "#888",
-                         xml_escape(name), xml_escape(format_bytes(static_cast<std::int64_t>(v))));
-      at += v;
-    }
-    svg += "</g>\n";
-    if (b < static_cast<int>(chart.markers.size())) {
-      const double m = sx(chart.markers[static_cast<std::size_t>(b)]);
-      svg += fmt::format("<path d=\"M{} {} l4 {} l-8 0 z\" class=\"marker\"><title>{}: {}</title></path>\n", px(m),
-                         px(y + kBarHeight), -6, xml_escape(chart.marker_name),
-                         xml_escape(format_bytes(static_cast<std::int64_t>(chart.markers[static_cast<std::size_t>(b)]))));
-    }
+  return svg;
+}
+
+// Bar b: its label, a segment per positive value in stacking order, and its marker if any.
+std::string bar_row_svg(const StackedBars& chart, const BarPlot& plot, int b) {
+  const double y = kTop + b * (kBarHeight + kGap);
+  const auto& label = b < static_cast<int>(chart.bar_labels.size()) ? chart.bar_labels[static_cast<std::size_t>(b)]
+                                                                     : std::string();
+  std::string svg = fmt::format("<text x=\"{}\" y=\"{}\" class=\"ytick\">{}</text>\n", kLabelWidth - 6, px(y + 13),
+                                xml_escape(label));
+  double at = 0;
+  const auto& row = chart.values[static_cast<std::size_t>(b)];
+  svg += fmt::format("<g class=\"bar\" data-bar=\"{}\">", b);
+  for (std::size_t s = 0; s < row.size(); ++s) {
+    const double v = std::max(0.0, row[s]);
+    if (v <= 0) continue;
+    const std::string& name = s < chart.segment_names.size() ? chart.segment_names[s] : std::string();
+    svg += fmt::format("<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"{}\"><title>{}: {}</title></rect>",
+                       px(plot.sx(at)), px(y), px(plot.sx(at + v) - plot.sx(at)), kBarHeight,
+                       s < chart.segment_colors.size() ? xml_escape(chart.segment_colors[s]) : "#888",
+                       xml_escape(name), xml_escape(format_bytes(static_cast<std::int64_t>(v))));
+    at += v;
   }
-  if (chart.cap > 0) {
-    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"cap\"/>", px(sx(chart.cap)), kTop - 4,
-                       px(sx(chart.cap)), px(axis_y));
-    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"captext\">cap {}</text>\n", px(sx(chart.cap)), kTop - 6,
-                       xml_escape(format_bytes(static_cast<std::int64_t>(chart.cap))));
+  svg += "</g>\n";
+  if (b < static_cast<int>(chart.markers.size())) {
+    const double m = plot.sx(chart.markers[static_cast<std::size_t>(b)]);
+    svg += fmt::format("<path d=\"M{} {} l4 {} l-8 0 z\" class=\"marker\"><title>{}: {}</title></path>\n", px(m),
+                       px(y + kBarHeight), -6, xml_escape(chart.marker_name),
+                       xml_escape(format_bytes(static_cast<std::int64_t>(chart.markers[static_cast<std::size_t>(b)]))));
   }
+  return svg;
+}
+
+// The legend below the axis: a swatch per segment (wrapping at the chart's width), then the marker's.
+std::string bar_legend_svg(const StackedBars& chart, const BarPlot& plot) {
+  const int w = chart.width;
+  std::string svg;
   double legend_x = 8;
-  double legend_y = axis_y + 40;
+  double legend_y = plot.axis_y + 40;
   for (std::size_t s = 0; s < chart.segment_names.size(); ++s) {
     if (legend_x + 24 + 7.0 * static_cast<double>(chart.segment_names[s].size()) > w) {  // wrap
       legend_x = 8;
@@ -291,6 +305,43 @@ std::string stacked_bars_svg(const StackedBars& chart) {
                        "</text>\n",
                        px(legend_x + 4), px(legend_y), px(legend_x + 12), px(legend_y), xml_escape(chart.marker_name));
   }
+  return svg;
+}
+
+}  // namespace
+
+std::string stacked_bars_svg(const StackedBars& chart) {
+  const int bars = static_cast<int>(chart.values.size());
+  const int w = chart.width;
+  const int h = kTop + bars * (kBarHeight + kGap) + 82;  // axis, tick labels, up to two legend rows
+  std::string svg = fmt::format(
+      "<svg class=\"chart\" width=\"{}\" height=\"{}\" viewBox=\"0 0 {} {}\" "
+      "role=\"img\" aria-label=\"{}\">\n",
+      w, h, w, h, xml_escape(chart.title));
+  svg += fmt::format("<text x=\"8\" y=\"18\" class=\"title\">{}</text>\n", xml_escape(chart.title));
+  BarPlot plot;
+  plot.top = chart.cap;
+  for (std::size_t b = 0; b < chart.values.size(); ++b) {
+    double sum = 0;
+    for (double v : chart.values[b]) sum += std::max(0.0, v);
+    plot.top = std::max(plot.top, sum);
+    if (b < chart.markers.size()) plot.top = std::max(plot.top, chart.markers[b]);
+  }
+  if (bars == 0 || plot.top <= 0) {
+    svg += fmt::format("<text x=\"8\" y=\"{}\" class=\"note\">no data</text>\n</svg>\n", kTop + 16);
+    return svg;
+  }
+  plot.plot_w = w - kLabelWidth - 24;
+  plot.axis_y = kTop + bars * (kBarHeight + kGap);
+  svg += bar_ticks_svg(plot);
+  for (int b = 0; b < bars; ++b) svg += bar_row_svg(chart, plot, b);
+  if (chart.cap > 0) {
+    svg += fmt::format("<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" class=\"cap\"/>", px(plot.sx(chart.cap)),
+                       kTop - 4, px(plot.sx(chart.cap)), px(plot.axis_y));
+    svg += fmt::format("<text x=\"{}\" y=\"{}\" class=\"captext\">cap {}</text>\n", px(plot.sx(chart.cap)), kTop - 6,
+                       xml_escape(format_bytes(static_cast<std::int64_t>(chart.cap))));
+  }
+  svg += bar_legend_svg(chart, plot);
   svg += "</svg>\n";
   return svg;
 }

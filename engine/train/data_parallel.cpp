@@ -151,141 +151,166 @@ DataParallel::DataParallel(const run_plan::Plan& plan, int pp_rank, const std::m
   CLEAVE_CHECK(options.zero_stage >= 0 && options.zero_stage <= 3, "optimizer.zero_stage must be 0 to 3, got {}",
                options.zero_stage);
   const std::string tied_name = tied_table_name(plan);
-  std::unordered_map<const layers::Param*, int> reports = expected_reports(plan, stages, tied_name);
+  const std::unordered_map<const layers::Param*, int> reports = expected_reports(plan, stages, tied_name);
   const ReadyOrder ready = ready_order_of(plan, pp_rank, stages);
   CLEAVE_ASSERT(ready.sequence.size() == optim::unique_params(params).size(),
                 "data parallel: the stages list {} parameters, the trainer {}", ready.sequence.size(),
                 optim::unique_params(params).size());
+  CLEAVE_ASSERT(tied_group_ == nullptr || plan.tied_table_split(), "data parallel: a tied group without a split tied table");
+  split_ready_order(ready.sequence, tied_name, reports);
+  const bool per_microbatch = options.per_microbatch && options.zero_stage >= 2;
+  make_bucketers(bucket_specs(order_, ready, reports, options.zero_stage, per_microbatch), ready.unit_of, reports,
+                 per_microbatch);
+  // What an unsharded optimizer holds: one f32 tensor per parameter per state kind.
+  std::int64_t elements = 0;
+  for (const auto& p : ready.sequence) elements += p->value.numel();
+  const std::int64_t state_bytes = make_shards_and_optimizer(stages);
+  log_layout(elements, state_bytes, per_microbatch);
+  connect_stages(stages, per_microbatch);
+}
+
+std::vector<std::shared_ptr<layers::Param>> DataParallel::table_order() const {
+  return split_table_ ? std::vector<ParamPtr>{split_table_} : std::vector<ParamPtr>{};
+}
+
+void DataParallel::split_ready_order(const std::vector<ParamPtr>& sequence, const std::string& tied_name,
+                                     const std::unordered_map<const layers::Param*, int>& reports) {
   if (tied_group_ != nullptr) {
-    CLEAVE_ASSERT(plan.tied_table_split(), "data parallel: a tied group without a split tied table");
-    for (const auto& p : ready.sequence) {
+    for (const auto& p : sequence) {
       if (p->name == tied_name) split_table_ = p;
     }
     CLEAVE_ASSERT(split_table_ != nullptr, "data parallel: a tied group but no parameter '{}' on this rank",
                   tied_name);
-    CLEAVE_ASSERT(reports[split_table_.get()] == 1, "data parallel: the split tied table is reported {} times",
-                  reports[split_table_.get()]);
+    const auto found = reports.find(split_table_.get());
+    const int table_reports = found == reports.end() ? 0 : found->second;
+    CLEAVE_ASSERT(table_reports == 1, "data parallel: the split tied table is reported {} times", table_reports);
   }
-  for (const auto& p : ready.sequence) {
+  for (const auto& p : sequence) {
     if (p == split_table_) continue;
     if (p->ep_size > 1) {
-      CLEAVE_ASSERT(options.expert_replicas != nullptr,
+      CLEAVE_ASSERT(options_.expert_replicas != nullptr,
                     "data parallel: expert-parallel parameter {} without an expert-dp group", p->name);
       expert_order_.push_back(p);
     } else {
       order_.push_back(p);
     }
   }
+}
 
-  // The bucketers: the main one over dp in ready order, the split tied table's, the experts' over expert-dp. Each
-  // parameter's grad becomes a view into its bucketer's buffers.
-  const auto adopt_grads = [&](comm::GradientBucketer& bucketer, const std::vector<ParamPtr>& order) {
-    for (int i = 0; i < bucketer.num_grads(); ++i) {
-      layers::Param* p = order[static_cast<std::size_t>(i)].get();
-      p->grad = bucketer.grad(i);
-      entries_[p] = Entry{p, &bucketer, i, reports[p], 0};
-    }
-  };
-  const bool per_microbatch = options.per_microbatch && options.zero_stage >= 2;
-  comm::BucketerOptions bucket_options = bucket_options_of(options, dp.size(), per_microbatch);
+void DataParallel::adopt_grads(comm::GradientBucketer& bucketer, const std::vector<ParamPtr>& order,
+                               const std::unordered_map<const layers::Param*, int>& reports) {
+  for (int i = 0; i < bucketer.num_grads(); ++i) {
+    layers::Param* p = order[static_cast<std::size_t>(i)].get();
+    p->grad = bucketer.grad(i);
+    const auto found = reports.find(p);
+    entries_[p] = Entry{p, &bucketer, i, found == reports.end() ? 0 : found->second, 0};
+  }
+}
+
+void DataParallel::make_bucketers(std::vector<comm::GradientSpec> specs,
+                                  const std::unordered_map<const layers::Param*, int>& unit_of,
+                                  const std::unordered_map<const layers::Param*, int>& reports, bool per_microbatch) {
+  Allocator& allocator = *options_.context.allocator;
+  const Stream& stream = *options_.context.stream;
+  const comm::BucketerOptions main_options = bucket_options_of(options_, dp_.size(), per_microbatch);
+  comm::BucketerOptions bucket_options = main_options;
   // ZeRO-2: a reduced bucket's full buffer goes back to the allocator; its parameters' grad views with it.
   bucket_options.on_release = [this](int b) {
     const auto& bucket = bucketer_->bucket(b);
     for (int i = bucket.first_grad; i < bucket.end_grad; ++i) order_[static_cast<std::size_t>(i)]->grad = Tensor();
   };
-  std::vector<comm::GradientSpec> specs = bucket_specs(order_, ready, reports, options.zero_stage, per_microbatch);
   release_grads(order_);
-  bucketer_ = std::make_unique<comm::GradientBucketer>(std::move(specs), dp, bucket_options,
-                                                      *options.context.allocator, *options.context.stream);
-  adopt_grads(*bucketer_, order_);
-  std::vector<ParamPtr> table_order;
+  bucketer_ = std::make_unique<comm::GradientBucketer>(std::move(specs), dp_, bucket_options, allocator, stream);
+  adopt_grads(*bucketer_, order_, reports);
   if (split_table_) {
-    table_order.push_back(split_table_);
-    bucket_options.on_release = [this](int) { split_table_->grad = Tensor(); };
-    bucket_options.per_microbatch = false;  // summed over the tied group once per step, then reduced
-    bucket_options.pack_units = false;
-    std::vector<comm::GradientSpec> table_specs = specs_of(table_order);
-    release_grads(table_order);
-    table_bucketer_ = std::make_unique<comm::GradientBucketer>(std::move(table_specs), dp, bucket_options,
-                                                             *options.context.allocator, *options.context.stream);
-    adopt_grads(*table_bucketer_, table_order);  // reported once (checked above)
+    const std::vector<ParamPtr> table = table_order();
+    comm::BucketerOptions table_options = main_options;
+    table_options.on_release = [this](int) { split_table_->grad = Tensor(); };
+    table_options.per_microbatch = false;  // summed over the tied group once per step, then reduced
+    table_options.pack_units = false;
+    std::vector<comm::GradientSpec> table_specs = specs_of(table);
+    release_grads(table);
+    table_bucketer_ = std::make_unique<comm::GradientBucketer>(std::move(table_specs), dp_, table_options, allocator,
+                                                               stream);
+    adopt_grads(*table_bucketer_, table, reports);  // reported once (checked in split_ready_order)
   }
   if (!expert_order_.empty()) {
     // ZeRO-2 and 3: the expert-dp group reduce-scatters into owned shards too (the grad views of a released bucket
     // dropped); once per step whatever optimizer.zero_reduce says (its buffers live through the backward). ZeRO-3
     // cuts its buckets at the same blocks as the main ones: a moe block's units are its non-expert parameters'
     // (over dp × cp) and its experts' (over expert-dp).
-    bucket_options.on_release = [this](int b) {
+    comm::BucketerOptions expert_options = main_options;
+    expert_options.on_release = [this](int b) {
       const auto& bucket = expert_bucketer_->bucket(b);
       for (int i = bucket.first_grad; i < bucket.end_grad; ++i) expert_order_[static_cast<std::size_t>(i)]->grad = Tensor();
     };
-    bucket_options.per_microbatch = false;
-    bucket_options.pack_units = false;
-    bucket_options.after_launch = {};
-    bucket_options.scale = options.average ? 1.0f / static_cast<float>(options.expert_replicas->size()) : 1.0f;
+    expert_options.per_microbatch = false;
+    expert_options.pack_units = false;
+    expert_options.after_launch = {};
+    expert_options.scale = options_.average ? 1.0f / static_cast<float>(options_.expert_replicas->size()) : 1.0f;
     std::vector<comm::GradientSpec> expert_specs = specs_of(expert_order_);
-    if (options.zero_stage == 3) {
-      for (std::size_t i = 0; i < expert_specs.size(); ++i) expert_specs[i].unit = ready.unit_of.at(expert_order_[i].get());
+    if (options_.zero_stage == 3) {
+      for (std::size_t i = 0; i < expert_specs.size(); ++i) expert_specs[i].unit = unit_of.at(expert_order_[i].get());
     }
     release_grads(expert_order_);
-    expert_bucketer_ = std::make_unique<comm::GradientBucketer>(std::move(expert_specs), *options.expert_replicas,
-                                                              bucket_options, *options.context.allocator,
-                                                              *options.context.stream);
-    adopt_grads(*expert_bucketer_, expert_order_);
+    expert_bucketer_ = std::make_unique<comm::GradientBucketer>(std::move(expert_specs), *options_.expert_replicas,
+                                                              expert_options, allocator, stream);
+    adopt_grads(*expert_bucketer_, expert_order_, reports);
   }
   for (int b = 0; b < bucketer_->num_buckets(); ++b) {
     const auto& bucket = bucketer_->bucket(b);
     unready_in_bucket_.push_back(bucket.end_grad - bucket.first_grad);
   }
+}
 
-  // What an unsharded optimizer holds: one f32 tensor per parameter per state kind.
-  std::int64_t elements = 0;
-  for (const auto& p : ready.sequence) elements += p->value.numel();
-
-  if (options.zero_stage == 1 || options.zero_stage == 2) {
+std::int64_t DataParallel::make_shards_and_optimizer(const std::map<int, pipeline::StageModule*>& stages) {
+  const std::vector<ParamPtr> table = table_order();
+  if (options_.zero_stage == 1 || options_.zero_stage == 2) {
     values_ = flatten_values(*bucketer_, order_);
-    if (table_bucketer_) table_values_ = flatten_values(*table_bucketer_, table_order);
+    if (table_bucketer_) table_values_ = flatten_values(*table_bucketer_, table);
     if (expert_bucketer_) expert_values_ = flatten_values(*expert_bucketer_, expert_order_);
   }
   shards_ = make_shards(*bucketer_, order_, values_, dp_);
   if (table_bucketer_) {
-    for (auto& shard : make_shards(*table_bucketer_, table_order, table_values_, dp_)) shards_.push_back(std::move(shard));
+    for (auto& shard : make_shards(*table_bucketer_, table, table_values_, dp_)) shards_.push_back(std::move(shard));
   }
   if (expert_bucketer_) {
-    for (auto& shard : make_shards(*expert_bucketer_, expert_order_, expert_values_, *options.expert_replicas)) {
+    for (auto& shard : make_shards(*expert_bucketer_, expert_order_, expert_values_, *options_.expert_replicas)) {
       shards_.push_back(std::move(shard));
     }
   }
-  if (options.zero_stage == 3) {  // the shards' values are the store's masters; the Params keep no value
-    std::vector<ParameterUnit> parameter_units;
-    for (int b = 0; b < bucketer_->num_buckets(); ++b) {
-      const auto& bucket = bucketer_->bucket(b);
-      parameter_units.push_back({bucketer_.get(), b,
-                                 std::vector<ParamPtr>(order_.begin() + bucket.first_grad, order_.begin() + bucket.end_grad)});
-    }
-    if (table_bucketer_) parameter_units.push_back({table_bucketer_.get(), 0, table_order});
-    for (int b = 0; expert_bucketer_ && b < expert_bucketer_->num_buckets(); ++b) {  // gathered over expert-dp
-      const auto& bucket = expert_bucketer_->bucket(b);
-      parameter_units.push_back({expert_bucketer_.get(), b,
-                                 std::vector<ParamPtr>(expert_order_.begin() + bucket.first_grad,
-                                                       expert_order_.begin() + bucket.end_grad),
-                                 options.expert_replicas});
-    }
-    std::vector<pipeline::StageModule*> modules;
-    for (const auto& [stage, module] : stages) modules.push_back(module);
-    parameter_shards_ = std::make_unique<ParameterShards>(std::move(parameter_units), modules, dp, options.context);
-    for (std::size_t s = 0; s < shards_.size(); ++s) shards_[s].value = parameter_shards_->master(static_cast<int>(s));
-  }
-  Allocator& allocator = *options.context.allocator;
+  if (options_.zero_stage == 3) make_parameter_shards(stages);
+  Allocator& allocator = *options_.context.allocator;
   const std::int64_t state_before = allocator.stats().current_of(MemoryCategory::kOptimizerState);
   if (sharded()) {
-    sharded_optimizer_ = optim::make_sharded_optimizer(options.optimizer, shards_, allocator);
-    sharded_optimizer_->run_on(options.context);  // the run's stream (B1)
+    sharded_optimizer_ = optim::make_sharded_optimizer(options_.optimizer, shards_, allocator);
+    sharded_optimizer_->run_on(options_.context);  // the run's stream (B1)
   }
-  const std::int64_t state_bytes = allocator.stats().current_of(MemoryCategory::kOptimizerState) - state_before;
+  return allocator.stats().current_of(MemoryCategory::kOptimizerState) - state_before;
+}
 
-  log_layout(elements, state_bytes, per_microbatch);
+void DataParallel::make_parameter_shards(const std::map<int, pipeline::StageModule*>& stages) {
+  std::vector<ParameterUnit> parameter_units;
+  for (int b = 0; b < bucketer_->num_buckets(); ++b) {
+    const auto& bucket = bucketer_->bucket(b);
+    parameter_units.push_back({bucketer_.get(), b,
+                               std::vector<ParamPtr>(order_.begin() + bucket.first_grad, order_.begin() + bucket.end_grad)});
+  }
+  if (table_bucketer_) parameter_units.push_back({table_bucketer_.get(), 0, table_order()});
+  for (int b = 0; expert_bucketer_ && b < expert_bucketer_->num_buckets(); ++b) {  // gathered over expert-dp
+    const auto& bucket = expert_bucketer_->bucket(b);
+    parameter_units.push_back({expert_bucketer_.get(), b,
+                               std::vector<ParamPtr>(expert_order_.begin() + bucket.first_grad,
+                                                     expert_order_.begin() + bucket.end_grad),
+                               options_.expert_replicas});
+  }
+  std::vector<pipeline::StageModule*> modules;
+  for (const auto& [stage, module] : stages) modules.push_back(module);
+  parameter_shards_ = std::make_unique<ParameterShards>(std::move(parameter_units), modules, dp_, options_.context);
+  for (std::size_t s = 0; s < shards_.size(); ++s) shards_[s].value = parameter_shards_->master(static_cast<int>(s));
+}
 
+void DataParallel::connect_stages(const std::map<int, pipeline::StageModule*>& stages, bool per_microbatch) {
   for (const auto& [stage, module] : stages) {
     if (per_microbatch) {
       module->set_grad_pass_callbacks([this](const layers::Param& p) { on_grad_begin(p); },

@@ -163,6 +163,26 @@ class DataParallel {
     int reports = 0;
   };
 
+  using ParamPtr = std::shared_ptr<layers::Param>;
+  using ReportCounts = std::unordered_map<const layers::Param*, int>;  // reports per step, by parameter
+
+  // Construction, in this order. The ready order's parameters into split_table_ (with a tied group), the experts'
+  // expert_order_ and the rest's order_.
+  void split_ready_order(const std::vector<ParamPtr>& sequence, const std::string& tied_name,
+                         const ReportCounts& reports);
+  // The three bucketers (main over `specs`, the split table's, the experts' cut at `unit_of` under ZeRO-3), each
+  // parameter's grad a view into its bucketer's buffers, and the main bucketer's launch mirror.
+  void make_bucketers(std::vector<comm::GradientSpec> specs, const std::unordered_map<const layers::Param*, int>& unit_of,
+                      const ReportCounts& reports, bool per_microbatch);
+  void adopt_grads(comm::GradientBucketer& bucketer, const std::vector<ParamPtr>& order, const ReportCounts& reports);
+  // ZeRO-1/2's flat values, every bucket's shard, ZeRO-3's parameter store and the sharded optimizer; returns the
+  // optimizer state's bytes.
+  std::int64_t make_shards_and_optimizer(const std::map<int, pipeline::StageModule*>& stages);
+  void make_parameter_shards(const std::map<int, pipeline::StageModule*>& stages);  // ZeRO-3
+  // The stages' grad callbacks: per pass under per-micro-batch reduction, else the grad-final one.
+  void connect_stages(const std::map<int, pipeline::StageModule*>& stages, bool per_microbatch);
+  std::vector<ParamPtr> table_order() const;  // {split_table_}, or empty
+
   void on_grad_final(const layers::Param& param);
   void on_grad_begin(const layers::Param& param);  // per micro-batch: the bucket's buffer before a write
   void on_grad_done(const layers::Param& param);   // per micro-batch: one block's pass is done with param

@@ -31,7 +31,11 @@ LlamaConfig llama_defaults(LlamaConfig config) {
   return config;
 }
 
-ModelSpec make_llama_spec(const LlamaConfig& given) {
+namespace {
+
+// The keys as given (before llama_defaults fills the absent ones): sizes positive, the optional ones >= 0, the
+// window's first layer one of the blocks and only with a window.
+void check_given_keys(const LlamaConfig& given) {
   check_positive(given.vocab_size, "vocab_size");
   check_positive(given.d_model, "d_model");
   check_positive(given.n_layers, "n_layers");
@@ -52,7 +56,11 @@ ModelSpec make_llama_spec(const LlamaConfig& given) {
   CLEAVE_CHECK_KEY(given.sliding_window_from_layer == 0 || given.sliding_window > 0, "model.sliding_window_from_layer",
                    "is {} but model.sliding_window is 0 (no window to apply); set model.sliding_window or remove it",
                    given.sliding_window_from_layer);
-  const LlamaConfig config = llama_defaults(given);
+}
+
+// The keys with defaults filled in: seq_len within max_seq_len, an even head size, whole key/value groups,
+// positive RoPE theta and norm epsilon.
+void check_resolved_keys(const LlamaConfig& config) {
   CLEAVE_CHECK_KEY(config.seq_len <= config.max_seq_len, "model.seq_len",
                    "{} is above model.max_seq_len {} (the longest sequence this model's positions were made for; a "
                    "Hugging Face model's max_position_embeddings); set model.seq_len to at most {}",
@@ -72,6 +80,14 @@ ModelSpec make_llama_spec(const LlamaConfig& given) {
                    config.n_kv_heads, config.n_heads);
   CLEAVE_CHECK_KEY(config.rope_theta > 0.0, "model.rope_theta", "must be > 0, got {}", config.rope_theta);
   CLEAVE_CHECK_KEY(config.norm_eps > 0.0, "model.norm_eps", "must be > 0, got {}", config.norm_eps);
+}
+
+}  // namespace
+
+ModelSpec make_llama_spec(const LlamaConfig& given) {
+  check_given_keys(given);
+  const LlamaConfig config = llama_defaults(given);
+  check_resolved_keys(config);
 
   ModelSpec spec;
   spec.type = ModelType::kLlama;

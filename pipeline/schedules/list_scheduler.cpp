@@ -14,10 +14,7 @@ namespace {
 
 constexpr double kUnknown = std::numeric_limits<double>::infinity();
 
-}  // namespace
-
-std::vector<std::vector<Action>> list_schedule(int p, int m, const ListScheduleCosts& costs,
-                                               const ListSchedulePolicy& policy) {
+void check_inputs(int p, int m, const ListScheduleCosts& costs, const ListSchedulePolicy& policy) {
   const auto np = static_cast<std::size_t>(p);
   CLEAVE_ASSERT(p >= 1 && m >= 1 && costs.forward.size() == np && costs.backward_input.size() == np &&
                     costs.backward_weight.size() == np && costs.transfer.size() == np - 1 &&
@@ -31,100 +28,132 @@ std::vector<std::vector<Action>> list_schedule(int p, int m, const ListScheduleC
     CLEAVE_ASSERT(costs.forward[r] > 0 && costs.backward_input[r] > 0 && costs.backward_weight[r] > 0,
                   "list_schedule: stage {} has a cost <= 0", r);
   }
+}
 
-  // end times per (stage, micro-batch); kUnknown until decided
-  std::vector<std::vector<double>> f_end(np, std::vector<double>(m, kUnknown));
-  std::vector<std::vector<double>> i_end(np, std::vector<double>(m, kUnknown));
-  std::vector<int> f(np, 0), i(np, 0), w(np, 0);
-  std::vector<double> next(np, 0.0);
-  std::vector<std::vector<Action>> out(np);
+// The scheduler's state: per rank the next F, I and W micro-batch, when it next decides, and whether (and until
+// when) it waits; per (stage, micro-batch) the end times decided so far.
+class ListScheduler {
+ public:
+  ListScheduler(int p, int m, const ListScheduleCosts& costs, const ListSchedulePolicy& policy)
+      : p_(p), m_(m), costs_(costs), policy_(policy), f_end_(p, std::vector<double>(m, kUnknown)),
+        i_end_(p, std::vector<double>(m, kUnknown)), f_(p, 0), i_(p, 0), w_(p, 0), next_(p, 0.0), out_(p),
+        wait_until_(p, kUnknown), waiting_(p, false) {}
 
-  auto f_arrival = [&](int r) {
+  std::vector<std::vector<Action>> run() && {
+    for (;;) {
+      double now = kUnknown;
+      for (int r = 0; r < p_; ++r) {
+        if (!finished(r)) now = std::min(now, next_[r]);
+      }
+      if (now == kUnknown) break;  // every rank finished
+      for (int r = 0; r < p_; ++r) {
+        waiting_[r] = false;
+        if (finished(r) || next_[r] != now) continue;
+        decide(r, now);
+      }
+      reschedule_waiting(now);
+    }
+    return std::move(out_);
+  }
+
+ private:
+  double f_arrival(int r) const {
     if (r == 0) return 0.0;
-    const double end = f_end[r - 1][f[r]];
-    return end == kUnknown ? kUnknown : end + costs.transfer[r - 1];
-  };
-  auto i_arrival = [&](int r) {
-    if (r == p - 1) return f_end[r][i[r]];
-    const double end = i_end[r + 1][i[r]];
-    return end == kUnknown ? kUnknown : end + costs.transfer[r];
-  };
-  auto finished = [&](int r) { return w[r] == m; };
+    const double end = f_end_[r - 1][f_[r]];
+    return end == kUnknown ? kUnknown : end + costs_.transfer[r - 1];
+  }
+  double i_arrival(int r) const {
+    if (r == p_ - 1) return f_end_[r][i_[r]];
+    const double end = i_end_[r + 1][i_[r]];
+    return end == kUnknown ? kUnknown : end + costs_.transfer[r];
+  }
+  bool finished(int r) const { return w_[r] == m_; }
 
-  std::vector<double> wait_until(np, kUnknown);
-  std::vector<bool> waiting(np, false);
-  for (;;) {
-    double now = kUnknown;
-    for (int r = 0; r < p; ++r) {
-      if (!finished(r)) now = std::min(now, next[r]);
-    }
-    if (now == kUnknown) break;  // every rank finished
-    for (int r = 0; r < p; ++r) {
-      waiting[r] = false;
-      if (finished(r) || next[r] != now) continue;
-      const bool i_pending = i[r] < f[r];
-      const double i_at = i_pending ? i_arrival(r) : kUnknown;
-      const double used = (f[r] - i[r]) + policy.weight_stash_fraction * (i[r] - w[r]);
-      const bool f_left = f[r] < m;
-      const bool f_memory = used + 1.0 <= policy.memory_limit[r] + 1e-9;
-      const bool f_allowed = f_left && f_memory && f[r] - i[r] < policy.forward_ahead[r];
-      const double f_at = f_allowed ? f_arrival(r) : kUnknown;
-      const bool w_pending = w[r] < i[r];
+  // Rank r, free at `now`, runs its I if ready (unless the policy prefers a ready F), else its F if ready and
+  // allowed, else a W when memory binds or the gap to its next input fits one; otherwise it waits.
+  void decide(int r, double now) {
+    const bool i_pending = i_[r] < f_[r];
+    const double i_at = i_pending ? i_arrival(r) : kUnknown;
+    const double used = (f_[r] - i_[r]) + policy_.weight_stash_fraction * (i_[r] - w_[r]);
+    const bool f_left = f_[r] < m_;
+    const bool f_memory = used + 1.0 <= policy_.memory_limit[r] + 1e-9;
+    const bool f_allowed = f_left && f_memory && f_[r] - i_[r] < policy_.forward_ahead[r];
+    const double f_at = f_allowed ? f_arrival(r) : kUnknown;
+    const bool w_pending = w_[r] < i_[r];
 
-      const bool f_fits = !policy.forward_fits_only || i_at == kUnknown || now + costs.forward[r] <= i_at;
-      const bool i_ready = i_pending && i_at <= now;
-      const bool f_ready = f_allowed && f_at <= now && f_fits;
-      if (i_ready && !(policy.prefer_forward && f_ready)) {
-        const double end = now + costs.backward_input[r];
-        i_end[r][i[r]] = end;
-        out[r].push_back({ActionKind::kBackwardInput, r, i[r]++});
-        next[r] = end;
-        continue;
-      }
-      if (f_ready) {
-        const double end = now + costs.forward[r];
-        f_end[r][f[r]] = end;
-        out[r].push_back({ActionKind::kForward, r, f[r]++});
-        next[r] = end;
-        continue;
-      }
-      // The next input this rank could use: the I's gradient, or the F's activation unless the F is held back.
-      const double input_at = std::min(i_at, f_fits ? f_at : kUnknown);
-      const bool memory_bound = f_left && !f_memory;
-      const bool fill_gap = policy.defer_weights ? !f_left
-                                                 : input_at - now >= policy.weight_fill * costs.backward_weight[r];
-      if (w_pending && (memory_bound || fill_gap)) {
-        out[r].push_back({ActionKind::kBackwardWeight, r, w[r]++});
-        next[r] = now + costs.backward_weight[r];
-        continue;
-      }
-      waiting[r] = true;
-      wait_until[r] = kUnknown;
-      for (double at : {i_at, f_at}) {
-        if (at > now) wait_until[r] = std::min(wait_until[r], at);
-      }
+    const bool f_fits = !policy_.forward_fits_only || i_at == kUnknown || now + costs_.forward[r] <= i_at;
+    const bool i_ready = i_pending && i_at <= now;
+    const bool f_ready = f_allowed && f_at <= now && f_fits;
+    if (i_ready && !(policy_.prefer_forward && f_ready)) {
+      const double end = now + costs_.backward_input[r];
+      i_end_[r][i_[r]] = end;
+      out_[r].push_back({ActionKind::kBackwardInput, r, i_[r]++});
+      next_[r] = end;
+      return;
     }
-    // A waiting rank looks again at its next known arrival or at the next event anywhere (a busy rank's next
-    // decision, another waiting rank's known arrival), whichever comes first: an unknown arrival can only
-    // become known at such an event.
+    if (f_ready) {
+      const double end = now + costs_.forward[r];
+      f_end_[r][f_[r]] = end;
+      out_[r].push_back({ActionKind::kForward, r, f_[r]++});
+      next_[r] = end;
+      return;
+    }
+    // The next input this rank could use: the I's gradient, or the F's activation unless the F is held back.
+    const double input_at = std::min(i_at, f_fits ? f_at : kUnknown);
+    const bool memory_bound = f_left && !f_memory;
+    const bool fill_gap = policy_.defer_weights ? !f_left
+                                                : input_at - now >= policy_.weight_fill * costs_.backward_weight[r];
+    if (w_pending && (memory_bound || fill_gap)) {
+      out_[r].push_back({ActionKind::kBackwardWeight, r, w_[r]++});
+      next_[r] = now + costs_.backward_weight[r];
+      return;
+    }
+    waiting_[r] = true;
+    wait_until_[r] = kUnknown;
+    for (double at : {i_at, f_at}) {
+      if (at > now) wait_until_[r] = std::min(wait_until_[r], at);
+    }
+  }
+
+  // A waiting rank looks again at its next known arrival or at the next event anywhere (a busy rank's next
+  // decision, another waiting rank's known arrival), whichever comes first: an unknown arrival can only
+  // become known at such an event.
+  void reschedule_waiting(double now) {
     double event = kUnknown;
-    for (int r = 0; r < p; ++r) {
-      if (!finished(r)) event = std::min(event, waiting[r] ? wait_until[r] : next[r]);
+    for (int r = 0; r < p_; ++r) {
+      if (!finished(r)) event = std::min(event, waiting_[r] ? wait_until_[r] : next_[r]);
     }
-    for (int r = 0; r < p; ++r) {
-      if (!waiting[r]) continue;
-      next[r] = std::min(wait_until[r], event);
-      if (!(next[r] != kUnknown && next[r] > now)) {
+    for (int r = 0; r < p_; ++r) {
+      if (!waiting_[r]) continue;
+      next_[r] = std::min(wait_until_[r], event);
+      if (!(next_[r] != kUnknown && next_[r] > now)) {
         std::string state;
-        for (int q = 0; q < p; ++q) {
-          state += fmt::format(" [r{} f{} i{} w{} next{} waiting{} until{}]", q, f[q], i[q], w[q], next[q],
-                               static_cast<bool>(waiting[q]), wait_until[q]);
+        for (int q = 0; q < p_; ++q) {
+          state += fmt::format(" [r{} f{} i{} w{} next{} waiting{} until{}]", q, f_[q], i_[q], w_[q], next_[q],
+                               static_cast<bool>(waiting_[q]), wait_until_[q]);
         }
-        CLEAVE_ASSERT(false, "list_schedule stalled at time {} on rank {} (p={} m={}):{}", now, r, p, m, state);
+        CLEAVE_ASSERT(false, "list_schedule stalled at time {} on rank {} (p={} m={}):{}", now, r, p_, m_, state);
       }
     }
   }
-  return out;
+
+  const int p_, m_;
+  const ListScheduleCosts& costs_;
+  const ListSchedulePolicy& policy_;
+  std::vector<std::vector<double>> f_end_, i_end_;  // end times per (stage, micro-batch); kUnknown until decided
+  std::vector<int> f_, i_, w_;                       // per rank: its next F, I and W micro-batch
+  std::vector<double> next_;                         // per rank: when it next decides
+  std::vector<std::vector<Action>> out_;
+  std::vector<double> wait_until_;
+  std::vector<bool> waiting_;
+};
+
+}  // namespace
+
+std::vector<std::vector<Action>> list_schedule(int p, int m, const ListScheduleCosts& costs,
+                                               const ListSchedulePolicy& policy) {
+  check_inputs(p, m, costs, policy);
+  return ListScheduler(p, m, costs, policy).run();
 }
 
 }  // namespace cleave::pipeline::detail

@@ -63,12 +63,10 @@ void note_dropout(const Keys& k, const std::string& key, HfModelConfig& out) {
   }
 }
 
-}  // namespace
-
-HfModelConfig read(const Keys& k, const Variant& v) {
-  const std::string_view cls = architecture_class(v.architecture);
-  HfModelConfig out;
-  ModelDims& d = out.dims;
+// The model's dimensions, and the keys that must hold Cleave's Llama (head size, SiLU, no biases but Qwen2's,
+// one matrix per projection).
+ModelDims read_dims(const Keys& k, const Variant& v) {
+  ModelDims d;
   d.architecture = v.architecture;
   d.vocab_size = k.size("vocab_size");
   d.d_model = k.size("hidden_size");
@@ -96,7 +94,12 @@ HfModelConfig read(const Keys& k, const Variant& v) {
   if (v.qk_norm) {  // Qwen3's attention_bias puts biases on q, k, v and o
     k.require("attention_bias", k.flag_or("attention_bias", false), false, "its Qwen3 attention has no biases");
   }
-  // transformers 4 keeps rope_theta and rope_scaling at the top level, 5 in rope_parameters.
+  return d;
+}
+
+// RoPE's theta: transformers 4 keeps rope_theta and rope_scaling at the top level, 5 in rope_parameters; only the
+// unscaled "default" RoPE is imported.
+double read_rope_theta(const Keys& k, const Variant& v) {
   double theta = k.number_or("rope_theta", v.qwen2 ? 10000.0 : 10000.0);
   for (const char* section : {"rope_scaling", "rope_parameters"}) {
     const json* rope = k.find(section);
@@ -113,10 +116,20 @@ HfModelConfig read(const Keys& k, const Variant& v) {
     }
     theta = r.number_or("rope_theta", theta);
   }
-  // The window. Mistral: sliding_window (null: none, then it is exactly Llama) in every layer. Qwen2: a window
-  // only under use_sliding_window, from layer max_window_layers on (transformers' layer_types; none at all when
-  // that is past the last layer). Llama: the key does not exist, so a value there is a relabelled Mistral whose
-  // logits would depend on the class that reads it. Mixtral (mixtral.cpp) checks its own sliding_window.
+  return theta;
+}
+
+// The sliding window and the first layer it applies from (0, 0: none).
+struct Window {
+  std::int64_t length = 0, from_layer = 0;
+};
+
+// The window. Mistral: sliding_window (null: none, then it is exactly Llama) in every layer. Qwen2: a window
+// only under use_sliding_window, from layer max_window_layers on (transformers' layer_types; none at all when
+// that is past the last layer). Llama: the key does not exist, so a value there is a relabelled Mistral whose
+// logits would depend on the class that reads it. Mixtral (mixtral.cpp) checks its own sliding_window.
+Window read_sliding_window(const Keys& k, const Variant& v, const ModelDims& d) {
+  const std::string_view cls = architecture_class(v.architecture);
   std::int64_t window = 0, window_from = 0;
   if (v.sliding_window) {
     window = k.size_or("sliding_window", 0);
@@ -136,6 +149,11 @@ HfModelConfig read(const Keys& k, const Variant& v) {
                  "with the window, or remove sliding_window if it was not",
                  k.origin(), w->dump(), cls);
   }
+  return {window, window_from};
+}
+
+// layer_types, where given, agrees with the window each layer gets.
+void check_layer_types(const Keys& k, std::int64_t window, std::int64_t window_from) {
   if (const json* types = k.find("layer_types"); types != nullptr) {
     CLEAVE_CHECK(types->is_array(), "{}: layer_types must be a list, got {}", k.origin(), types->dump());
     for (std::size_t i = 0; i < types->size(); ++i) {
@@ -147,6 +165,18 @@ HfModelConfig read(const Keys& k, const Variant& v) {
                    i, sliding ? "the sliding window" : "full attention");
     }
   }
+}
+
+}  // namespace
+
+HfModelConfig read(const Keys& k, const Variant& v) {
+  HfModelConfig out;
+  out.dims = read_dims(k, v);
+  const ModelDims& d = out.dims;
+  const double theta = read_rope_theta(k, v);
+  const Window w = read_sliding_window(k, v, d);
+  const std::int64_t window = w.length, window_from = w.from_layer;
+  check_layer_types(k, window, window_from);
   note_dropout(k, "attention_dropout", out);
   out.model = {{"type", "llama"},
                {"vocab_size", d.vocab_size},

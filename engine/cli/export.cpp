@@ -127,41 +127,9 @@ int run_export(int argc, char** argv) {
                   source, source));
 
   train::CheckpointReader reader(dir);
-<<<<<<< HEAD
   reader.check_files();  // every file's size and header before a tensor is read
-  if (format == "hf") return export_hf(reader, out, dtype == "bf16", args.size("--max-shard-size").value_or(0));
-  const auto names = reader.parameter_names();
-  CLEAVE_CHECK(!names.empty(), "export: checkpoint {} holds no parameters", dir);
-  std::vector<std::vector<float>> f32(names.size());
-  std::vector<std::vector<std::uint16_t>> bf16(names.size());
-  std::vector<checkpoint::TensorToWrite> tensors;
-  std::int64_t elements = 0;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    f32[i] = reader.logical(names[i]);
-    elements += static_cast<std::int64_t>(f32[i].size());
-    std::span<const std::byte> bytes = std::as_bytes(std::span<const float>(f32[i]));
-    if (dtype == "bf16") {
-      bf16[i].reserve(f32[i].size());
-      for (float v : f32[i]) bf16[i].push_back(float_to_bf16(v));
-      bytes = std::as_bytes(std::span<const std::uint16_t>(bf16[i]));
-    }
-    tensors.push_back({names[i], dtype == "bf16" ? "BF16" : "F32", reader.shape_of(names[i]), bytes});
-  }
-  const auto& index = reader.index();
-  create_parent_dirs("export: --out", out);  // the check above allowed directories that do not exist yet
-  const auto written = checkpoint::write_safetensors(
-      out, tensors,
-      {{"format", "cleave-export"},
-       {"step", std::to_string(index.at("step").get<std::int64_t>())},
-       {"dtype", dtype},
-       {"model", index.at("model").dump()}});
-  log::info("export: {} parameters ({} elements) of {} -> {} ({})", names.size(), elements, dir, out,
-            format_bytes(written.bytes));
-  return 0;
-=======
   if (hf_format) return export_hf(reader, out, bf16, args.size("--max-shard-size").value_or(0));
   return export_cleave(reader, dir, out, bf16);
->>>>>>> tidy
 }
 
 }  // namespace cleave::cli

@@ -266,6 +266,10 @@ planner::HardwareProfile measure_profile(const partition::ModelSpec& spec, const
   if (comm.size() >= 2) {
     progress.line(fmt::format("p2p and collectives over {} ranks, {}", comm.size(), format_seconds(progress.elapsed_s())));
     planner::measure_collectives(profile.measured, comm);
+    progress.line(fmt::format("waits at a meeting per second of compute, {}", format_seconds(progress.elapsed_s())));
+    const planner::SyncWaitMeasure meet = planner::measure_sync_wait(comm);
+    profile.measured.sync_wait_per_compute = meet.wait_per_compute;
+    profile.measured.compute_stretch = meet.compute_stretch;
   }
   return profile;
 }
@@ -322,32 +326,7 @@ int run_profile(int argc, char** argv) {
     request.progress = [&progress](int done, int total, const std::string& what) {
       progress.update(done, total, "block", what);
     };
-<<<<<<< HEAD
-    progress.line("GEMM and memory rates (rank 0)");
-    planner::HardwareProfile profile = measure_rates(spec, comm);
-    ops::configure_cpu_threads(threads);  // calibrate set its own thread count
-    profile.measured.ranks = comm.size();
-    profile.measured.threads_per_rank = threads;
-    profile.measured.dtype = config.device.precision == config::Precision::kBf16 ? DType::kBF16 : DType::kF32;
-    if (cmd.cold_caches) {  // both tables: the planner needs each rank's share of the cache to choose between them
-      profile.measured.cache_bytes_per_rank =
-          planner::cache_bytes_per_rank(planner::last_level_cache(), machine.ranks_on_node, threads);
-    }
-    planner::measure_blocks(profile.measured, spec, request, &comm);
-    progress.line(fmt::format("optimizer step (adamw, sgd, sgd with momentum; gradient norm, clip), {}",
-                              format_seconds(progress.elapsed_s())));
-    planner::measure_optimizer(profile.measured, 1 << 21, cmd.repeats, cmd.rounds, &comm, request.precision);
-    if (comm.size() >= 2) {
-      progress.line(fmt::format("p2p and collectives over {} ranks, {}", comm.size(), format_seconds(progress.elapsed_s())));
-      planner::measure_collectives(profile.measured, comm);
-      progress.line(fmt::format("waits at a meeting per second of compute, {}", format_seconds(progress.elapsed_s())));
-      const planner::SyncWaitMeasure meet = planner::measure_sync_wait(comm);
-      profile.measured.sync_wait_per_compute = meet.wait_per_compute;
-      profile.measured.compute_stretch = meet.compute_stretch;
-    }
-=======
     planner::HardwareProfile profile = measure_profile(spec, request, cmd, config, machine, comm, progress);
->>>>>>> tidy
     const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 
     if (root) {

@@ -17,7 +17,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/checkpoint/read_source.hpp"
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
@@ -87,49 +87,50 @@ int run_export(int argc, char** argv) {
   CLEAVE_CHECK(format == "hf" || !args.given("--max-shard-size"),
                "export: --max-shard-size applies to --format hf (a cleave export is one file)");
   check_output_file("export: --out", out);  // a file (cleave) or a directory (hf): new, in a writable place
-  std::string dir = source;
   if (!std::filesystem::exists(std::filesystem::path(source) / "index.json")) {
     CLEAVE_CHECK(!hf::is_hf_dir(source),
                  "export: {} is a Hugging Face model directory already, not a Cleave checkpoint (cleave import {} "
                  "--out CKPT converts it into one)",
                  source, source);
-    const auto latest = checkpoint::latest_step_dir(source);
-    CLEAVE_CHECK(latest.has_value(), "export: {} is not a checkpoint (no index.json, no complete step_NNNNNNN/)",
-                 source);
-    dir = *latest;
   }
-
-  train::CheckpointReader reader(dir);
-  reader.check_files();  // every file's size and header before a tensor is read
-  if (format == "hf") return export_hf(reader, out, dtype == "bf16", args.size("--max-shard-size").value_or(0));
-  const auto names = reader.parameter_names();
-  CLEAVE_CHECK(!names.empty(), "export: checkpoint {} holds no parameters", dir);
-  std::vector<std::vector<float>> f32(names.size());
-  std::vector<std::vector<std::uint16_t>> bf16(names.size());
-  std::vector<checkpoint::TensorToWrite> tensors;
-  std::int64_t elements = 0;
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    f32[i] = reader.logical(names[i]);
-    elements += static_cast<std::int64_t>(f32[i].size());
-    std::span<const std::byte> bytes = std::as_bytes(std::span<const float>(f32[i]));
-    if (dtype == "bf16") {
-      bf16[i].reserve(f32[i].size());
-      for (float v : f32[i]) bf16[i].push_back(float_to_bf16(v));
-      bytes = std::as_bytes(std::span<const std::uint16_t>(bf16[i]));
+  const auto target = checkpoint::resolve_read_source(source);
+  CLEAVE_CHECK(target.has_value(), "export: {} is not a checkpoint (no index.json, no step_NNNNNNN/)", source);
+  const std::string& dir = target->dir;
+  std::vector<std::string> words{"cleave"};
+  words.insert(words.end(), argv, argv + argc);
+  return checkpoint::read_newest(*target, words, [&] {
+    train::CheckpointReader reader(dir);
+    reader.check_files();  // every file's size and header before a tensor is read
+    if (format == "hf") return export_hf(reader, out, dtype == "bf16", args.size("--max-shard-size").value_or(0));
+    const auto names = reader.parameter_names();
+    CLEAVE_CHECK(!names.empty(), "export: checkpoint {} holds no parameters", dir);
+    std::vector<std::vector<float>> f32(names.size());
+    std::vector<std::vector<std::uint16_t>> bf16(names.size());
+    std::vector<checkpoint::TensorToWrite> tensors;
+    std::int64_t elements = 0;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      f32[i] = reader.logical(names[i]);
+      elements += static_cast<std::int64_t>(f32[i].size());
+      std::span<const std::byte> bytes = std::as_bytes(std::span<const float>(f32[i]));
+      if (dtype == "bf16") {
+        bf16[i].reserve(f32[i].size());
+        for (float v : f32[i]) bf16[i].push_back(float_to_bf16(v));
+        bytes = std::as_bytes(std::span<const std::uint16_t>(bf16[i]));
+      }
+      tensors.push_back({names[i], dtype == "bf16" ? "BF16" : "F32", reader.shape_of(names[i]), bytes});
     }
-    tensors.push_back({names[i], dtype == "bf16" ? "BF16" : "F32", reader.shape_of(names[i]), bytes});
-  }
-  const auto& index = reader.index();
-  create_parent_dirs("export: --out", out);  // the check above allowed directories that do not exist yet
-  const auto written = checkpoint::write_safetensors(
-      out, tensors,
-      {{"format", "cleave-export"},
-       {"step", std::to_string(index.at("step").get<std::int64_t>())},
-       {"dtype", dtype},
-       {"model", index.at("model").dump()}});
-  log::info("export: {} parameters ({} elements) of {} -> {} ({})", names.size(), elements, dir, out,
-            format_bytes(written.bytes));
-  return 0;
+    const auto& index = reader.index();
+    create_parent_dirs("export: --out", out);  // the check above allowed directories that do not exist yet
+    const auto written = checkpoint::write_safetensors(
+        out, tensors,
+        {{"format", "cleave-export"},
+         {"step", std::to_string(index.at("step").get<std::int64_t>())},
+         {"dtype", dtype},
+         {"model", index.at("model").dump()}});
+    log::info("export: {} parameters ({} elements) of {} -> {} ({})", names.size(), elements, dir, out,
+              format_bytes(written.bytes));
+    return 0;
+  });
 }
 
 }  // namespace cleave::cli

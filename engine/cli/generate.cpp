@@ -19,7 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/checkpoint/checkpoint_dir.hpp"
+#include "engine/checkpoint/read_source.hpp"
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/cli/runtime_env.hpp"
@@ -99,99 +99,101 @@ int run_generate(int argc, char** argv) {
   CLEAVE_CHECK(!prompt.empty(), "generate: --prompt TEXT is required (a non-empty context)");
   // Every output path before any work.
   if (!logits_path.empty()) check_output_file("generate: --logits", logits_path);
-  std::string dir = source;
   if (!std::filesystem::exists(std::filesystem::path(source) / "index.json")) {
     CLEAVE_CHECK(!hf::is_hf_dir(source),
                  "generate: {} is a Hugging Face model directory, not a Cleave checkpoint; convert it first with "
                  "cleave import {} --out CKPT, then cleave generate CKPT",
                  source, source);
-    const auto latest = checkpoint::latest_step_dir(source);
-    CLEAVE_CHECK(latest.has_value(), "generate: {} is not a checkpoint (no index.json, no complete step_NNNNNNN/)",
-                 source);
-    dir = *latest;
   }
-  // index.json is checked by CheckpointReader (step, optimizer.type, model an object); the model section itself
-  // goes through the strict config reader before anything reads a key of it.
-  const nlohmann::json index = train::CheckpointReader(dir).index();
-  const nlohmann::json run = {
-      {"model", index.at("model")},
-      {"optimizer", index.at("optimizer").at("type") == "none"  // weights only (cleave import)
-                        ? nlohmann::json::object()
-                        : nlohmann::json{{"type", index.at("optimizer").at("type")}}},
-      {"train", {{"steps", std::max<std::int64_t>(1, index.at("step").get<std::int64_t>())}, {"eval_batches", 0}}},
-      {"data", {{"type", "synthetic"}}}};
-  const config::RunConfig config = config::parse_config(run.dump(), "checkpoint " + dir);
-  const bool language = partition::is_language_model(config.model.type);
-  CLEAVE_CHECK(language && config::token_vocab_size(config.model) >= 256,
-               "generate: checkpoint {} holds a {} model{}; generation needs a language model (gpt, llama or moe) with "
-               "vocab_size >= 256",
-               dir, config.model.type,
-               language ? fmt::format(" with vocab_size {}", config::token_vocab_size(config.model)) : "");
-  const std::int64_t seq_len = config::token_seq_len(config.model);
-  std::optional<tokenizer::Tokenizer> tok;
-  if (!tokenizer_path.empty()) {
-    tok.emplace(tokenizer::read_tokenizer_json(tokenizer_path));
-    CLEAVE_CHECK(tok->vocab_size() <= config::token_vocab_size(config.model),
-                 "generate: {} has {} tokens but checkpoint {} has model.vocab_size {}: the tokenizer's ids would not "
-                 "fit the model (was it trained with another tokenizer?)",
-                 tok->source(), tok->vocab_size(), dir, config::token_vocab_size(config.model));
-  }
-
-  CommandRuntime runtime(&argc, &argv);
-  CLEAVE_CHECK(runtime.world_size() == 1, "generate: runs on one rank (launched with {})", runtime.world_size());
-  runtime.place_threads();
-  comm::World world = runtime.world(config);  // one CPU rank: the config above names no other backend
-  train::Trainer trainer(config, *world.comm);
-  trainer.load_checkpoint(dir);
-
-  std::vector<std::int32_t> context;
-  if (tok) context = tok->encode(prompt);
-  else for (unsigned char c : prompt) context.push_back(c);
-  CLEAVE_CHECK(!context.empty(), "generate: the prompt encodes to no tokens");
-  if (!logits_path.empty()) {
-    CLEAVE_CHECK(context.size() <= static_cast<std::size_t>(seq_len),
-                 "generate: --logits needs a prompt of at most model.seq_len {} tokens, got {}", seq_len,
-                 context.size());
-    nlohmann::json rows = nlohmann::json::array();
-    for (std::size_t n = 1; n <= context.size(); ++n) {
-      rows.push_back(trainer.next_token_logits(std::vector<std::int32_t>(context.begin(), context.begin() + n)));
+  const auto target = checkpoint::resolve_read_source(source);
+  CLEAVE_CHECK(target.has_value(), "generate: {} is not a checkpoint (no index.json, no step_NNNNNNN/)", source);
+  const std::string& dir = target->dir;
+  std::vector<std::string> words{"cleave"};
+  words.insert(words.end(), argv, argv + argc);
+  return checkpoint::read_newest(*target, words, [&] {
+    // index.json is checked by CheckpointReader (step, optimizer.type, model an object); the model section itself
+    // goes through the strict config reader before anything reads a key of it.
+    const nlohmann::json index = train::CheckpointReader(dir).index();
+    const nlohmann::json run = {
+        {"model", index.at("model")},
+        {"optimizer", index.at("optimizer").at("type") == "none"  // weights only (cleave import)
+                          ? nlohmann::json::object()
+                          : nlohmann::json{{"type", index.at("optimizer").at("type")}}},
+        {"train", {{"steps", std::max<std::int64_t>(1, index.at("step").get<std::int64_t>())}, {"eval_batches", 0}}},
+        {"data", {{"type", "synthetic"}}}};
+    const config::RunConfig config = config::parse_config(run.dump(), "checkpoint " + dir);
+    const bool language = partition::is_language_model(config.model.type);
+    CLEAVE_CHECK(language && config::token_vocab_size(config.model) >= 256,
+                 "generate: checkpoint {} holds a {} model{}; generation needs a language model (gpt, llama or moe) "
+                 "with vocab_size >= 256",
+                 dir, config.model.type,
+                 language ? fmt::format(" with vocab_size {}", config::token_vocab_size(config.model)) : "");
+    const std::int64_t seq_len = config::token_seq_len(config.model);
+    std::optional<tokenizer::Tokenizer> tok;
+    if (!tokenizer_path.empty()) {
+      tok.emplace(tokenizer::read_tokenizer_json(tokenizer_path));
+      CLEAVE_CHECK(tok->vocab_size() <= config::token_vocab_size(config.model),
+                   "generate: {} has {} tokens but checkpoint {} has model.vocab_size {}: the tokenizer's ids would "
+                   "not fit the model (was it trained with another tokenizer?)",
+                   tok->source(), tok->vocab_size(), dir, config::token_vocab_size(config.model));
     }
-    create_parent_dirs("generate: --logits", logits_path);
-    std::ofstream file(logits_path);
-    file << nlohmann::json{{"checkpoint", dir}, {"tokens", context}, {"logits", rows}}.dump() << "\n";
-    CLEAVE_CHECK(file.good(), "generate: could not write --logits {}", logits_path);
-  }
-  // A vocabulary of exactly 256 is bytes; a larger one is a tokenizer's whose tokens cleave cannot turn into
-  // text yet, so the ids themselves are printed (never a '?' per token that looks like text).
-  const bool bytes = !tok && config::token_vocab_size(config.model) == 256;
-  if (!bytes && !tok) {
-    log::warn("generate: model.vocab_size is {}, not 256: the checkpoint's tokens are not bytes and no --tokenizer "
-              "was given to decode them, so the prompt's bytes are fed as token ids 0-255 and the output is the "
-              "token ids (prompt and continuation), space-separated; pass --tokenizer tokenizer.json for text",
-              config::token_vocab_size(config.model));
-  }
-  std::mt19937_64 rng(seed);
-  for (std::int64_t t = 0; t < tokens; ++t) {
-    const std::size_t start = context.size() > static_cast<std::size_t>(seq_len) ? context.size() - seq_len : 0;
-    const std::vector<std::int32_t> window(context.begin() + static_cast<std::ptrdiff_t>(start), context.end());
-    const int next = sample(trainer.next_token_logits(window), temperature, top_k, rng);
-    context.push_back(next);
-  }
-  std::string out;
-  if (tok) {
-    // Ids the model can sample but the tokenizer lacks (a padded vocabulary) are shown, not dropped.
-    for (std::int32_t id : context) {
-      out += tok->has_token(id) ? std::string(tok->token_bytes(id)) : fmt::format("<|id {}|>", id);
+
+    CommandRuntime runtime(&argc, &argv);
+    CLEAVE_CHECK(runtime.world_size() == 1, "generate: runs on one rank (launched with {})", runtime.world_size());
+    runtime.place_threads();
+    comm::World world = runtime.world(config);  // one CPU rank: the config above names no other backend
+    train::Trainer trainer(config, *world.comm);
+    trainer.load_checkpoint(dir);
+
+    std::vector<std::int32_t> context;
+    if (tok) context = tok->encode(prompt);
+    else for (unsigned char c : prompt) context.push_back(c);
+    CLEAVE_CHECK(!context.empty(), "generate: the prompt encodes to no tokens");
+    if (!logits_path.empty()) {
+      CLEAVE_CHECK(context.size() <= static_cast<std::size_t>(seq_len),
+                   "generate: --logits needs a prompt of at most model.seq_len {} tokens, got {}", seq_len,
+                   context.size());
+      nlohmann::json rows = nlohmann::json::array();
+      for (std::size_t n = 1; n <= context.size(); ++n) {
+        rows.push_back(trainer.next_token_logits(std::vector<std::int32_t>(context.begin(), context.begin() + n)));
+      }
+      create_parent_dirs("generate: --logits", logits_path);
+      std::ofstream file(logits_path);
+      file << nlohmann::json{{"checkpoint", dir}, {"tokens", context}, {"logits", rows}}.dump() << "\n";
+      CLEAVE_CHECK(file.good(), "generate: could not write --logits {}", logits_path);
     }
-  } else if (bytes) {
-    out = prompt;
-    for (std::size_t i = prompt.size(); i < context.size(); ++i) out += static_cast<char>(context[i]);
-  } else {
-    for (std::size_t i = 0; i < context.size(); ++i) out += fmt::format("{}{}", i ? " " : "", context[i]);
-  }
-  std::fwrite(out.data(), 1, out.size(), stdout);
-  std::fputc('\n', stdout);
-  return 0;
+    // A vocabulary of exactly 256 is bytes; a larger one is a tokenizer's whose tokens cleave cannot turn into
+    // text yet, so the ids themselves are printed (never a '?' per token that looks like text).
+    const bool bytes = !tok && config::token_vocab_size(config.model) == 256;
+    if (!bytes && !tok) {
+      log::warn("generate: model.vocab_size is {}, not 256: the checkpoint's tokens are not bytes and no --tokenizer "
+                "was given to decode them, so the prompt's bytes are fed as token ids 0-255 and the output is the "
+                "token ids (prompt and continuation), space-separated; pass --tokenizer tokenizer.json for text",
+                config::token_vocab_size(config.model));
+    }
+    std::mt19937_64 rng(seed);
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      const std::size_t start = context.size() > static_cast<std::size_t>(seq_len) ? context.size() - seq_len : 0;
+      const std::vector<std::int32_t> window(context.begin() + static_cast<std::ptrdiff_t>(start), context.end());
+      const int next = sample(trainer.next_token_logits(window), temperature, top_k, rng);
+      context.push_back(next);
+    }
+    std::string out;
+    if (tok) {
+      // Ids the model can sample but the tokenizer lacks (a padded vocabulary) are shown, not dropped.
+      for (std::int32_t id : context) {
+        out += tok->has_token(id) ? std::string(tok->token_bytes(id)) : fmt::format("<|id {}|>", id);
+      }
+    } else if (bytes) {
+      out = prompt;
+      for (std::size_t i = prompt.size(); i < context.size(); ++i) out += static_cast<char>(context[i]);
+    } else {
+      for (std::size_t i = 0; i < context.size(); ++i) out += fmt::format("{}{}", i ? " " : "", context[i]);
+    }
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fputc('\n', stdout);
+    return 0;
+  });
 }
 
 }  // namespace cleave::cli

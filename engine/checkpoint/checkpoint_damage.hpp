@@ -6,8 +6,13 @@
 // Invariant: the type is the whole distinction. `--resume auto` falls back to an older checkpoint on
 // CheckpointDamage only (train/resume_fallback.hpp); every other Error stops the run as before. The message
 // names the file (its path holds the step directory), and what is wrong, with the numbers.
+//
+// NoIntactCheckpoint: `--resume auto` found checkpoints and every one damaged. No restart can cure it, so
+// `cleave train` exits kNoIntactCheckpointExitCode for it (engine/cli/main.cpp) and `cleave run` stops at once
+// on that exit code instead of spending its restart budget (engine/supervise/recovery_policy.hpp).
 #pragma once
 
+#include <exception>
 #include <string>
 
 #include <fmt/format.h>
@@ -21,6 +26,20 @@ class CheckpointDamage : public Error {
  public:
   explicit CheckpointDamage(const std::string& message) : Error(message) {}
 };
+
+class NoIntactCheckpoint : public Error {
+ public:
+  explicit NoIntactCheckpoint(const std::string& message) : Error(message) {}
+};
+
+// The exit code of `cleave train` (every rank) for NoIntactCheckpoint: EX_NOINPUT, the input is not there.
+inline constexpr int kNoIntactCheckpointExitCode = 66;
+
+// The exit code a command's error ends the process with: kNoIntactCheckpointExitCode for NoIntactCheckpoint,
+// else 1.
+inline int exit_code_of(const std::exception& error) {
+  return dynamic_cast<const NoIntactCheckpoint*>(&error) != nullptr ? kNoIntactCheckpointExitCode : 1;
+}
 
 // For a reader's outermost catch: rethrows `error` on one line (rethrow_one_line), keeping CheckpointDamage's type.
 [[noreturn]] inline void rethrow_one_line_keeping_damage(const Error& error) {

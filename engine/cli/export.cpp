@@ -120,16 +120,19 @@ int run_export(int argc, char** argv) {
   CLEAVE_CHECK(hf_format || !args.given("--max-shard-size"),
                "export: --max-shard-size applies to --format hf (a cleave export is one file)");
   check_output_file("export: --out", out);  // a file (cleave) or a directory (hf): new, in a writable place
-  const std::string dir = checkpoint_step_dir(
+  const checkpoint::ReadSource target = checkpoint_read_source(
       "export", source,
       fmt::format("export: {} is a Hugging Face model directory already, not a Cleave checkpoint (cleave import {} "
                   "--out CKPT converts it into one)",
                   source, source));
-
-  train::CheckpointReader reader(dir);
-  reader.check_files();  // every file's size and header before a tensor is read
-  if (hf_format) return export_hf(reader, out, bf16, args.size("--max-shard-size").value_or(0));
-  return export_cleave(reader, dir, out, bf16);
+  std::vector<std::string> words{"cleave"};
+  words.insert(words.end(), argv, argv + argc);
+  return checkpoint::read_newest(target, words, [&] {
+    train::CheckpointReader reader(target.dir);
+    reader.check_files();  // every file's size and header before a tensor is read
+    if (hf_format) return export_hf(reader, out, bf16, args.size("--max-shard-size").value_or(0));
+    return export_cleave(reader, target.dir, out, bf16);
+  });
 }
 
 }  // namespace cleave::cli

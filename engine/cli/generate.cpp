@@ -154,54 +154,59 @@ int run_generate(int argc, char** argv) {
   CLEAVE_CHECK(!prompt.empty(), "generate: --prompt TEXT is required (a non-empty context)");
   // Every output path before any work.
   if (!logits_path.empty()) check_output_file("generate: --logits", logits_path);
-  const std::string dir = checkpoint_step_dir(
+  const checkpoint::ReadSource target = checkpoint_read_source(
       "generate", source,
       fmt::format("generate: {} is a Hugging Face model directory, not a Cleave checkpoint; convert it first with "
                   "cleave import {} --out CKPT, then cleave generate CKPT",
                   source, source));
-  const config::RunConfig config = checkpoint_config(dir);
-  const std::int64_t seq_len = config::token_seq_len(config.model);
-  std::optional<tokenizer::Tokenizer> tok;
-  if (!tokenizer_path.empty()) {
-    tok.emplace(tokenizer::read_tokenizer_json(tokenizer_path));
-    CLEAVE_CHECK(tok->vocab_size() <= config::token_vocab_size(config.model),
-                 "generate: {} has {} tokens but checkpoint {} has model.vocab_size {}: the tokenizer's ids would not "
-                 "fit the model (was it trained with another tokenizer?)",
-                 tok->source(), tok->vocab_size(), dir, config::token_vocab_size(config.model));
-  }
+  std::vector<std::string> words{"cleave"};
+  words.insert(words.end(), argv, argv + argc);
+  return checkpoint::read_newest(target, words, [&] {
+    const std::string& dir = target.dir;
+    const config::RunConfig config = checkpoint_config(dir);
+    const std::int64_t seq_len = config::token_seq_len(config.model);
+    std::optional<tokenizer::Tokenizer> tok;
+    if (!tokenizer_path.empty()) {
+      tok.emplace(tokenizer::read_tokenizer_json(tokenizer_path));
+      CLEAVE_CHECK(tok->vocab_size() <= config::token_vocab_size(config.model),
+                   "generate: {} has {} tokens but checkpoint {} has model.vocab_size {}: the tokenizer's ids would "
+                   "not fit the model (was it trained with another tokenizer?)",
+                   tok->source(), tok->vocab_size(), dir, config::token_vocab_size(config.model));
+    }
 
-  CommandRuntime runtime(&argc, &argv);
-  CLEAVE_CHECK(runtime.world_size() == 1, "generate: runs on one rank (launched with {})", runtime.world_size());
-  runtime.place_threads();
-  comm::World world = runtime.world(config);  // one CPU rank: the config above names no other backend
-  train::Trainer trainer(config, *world.comm);
-  trainer.load_checkpoint(dir);
+    CommandRuntime runtime(&argc, &argv);
+    CLEAVE_CHECK(runtime.world_size() == 1, "generate: runs on one rank (launched with {})", runtime.world_size());
+    runtime.place_threads();
+    comm::World world = runtime.world(config);  // one CPU rank: the config above names no other backend
+    train::Trainer trainer(config, *world.comm);
+    trainer.load_checkpoint(dir);
 
-  std::vector<std::int32_t> context;
-  if (tok) context = tok->encode(prompt);
-  else for (unsigned char c : prompt) context.push_back(c);
-  CLEAVE_CHECK(!context.empty(), "generate: the prompt encodes to no tokens");
-  if (!logits_path.empty()) write_prompt_logits(trainer, context, seq_len, dir, logits_path);
-  // A vocabulary of exactly 256 is bytes; a larger one is a tokenizer's whose tokens cleave cannot turn into
-  // text yet, so the ids themselves are printed (never a '?' per token that looks like text).
-  const bool bytes = !tok && config::token_vocab_size(config.model) == 256;
-  if (!bytes && !tok) {
-    log::warn("generate: model.vocab_size is {}, not 256: the checkpoint's tokens are not bytes and no --tokenizer "
-              "was given to decode them, so the prompt's bytes are fed as token ids 0-255 and the output is the "
-              "token ids (prompt and continuation), space-separated; pass --tokenizer tokenizer.json for text",
-              config::token_vocab_size(config.model));
-  }
-  std::mt19937_64 rng(seed);
-  for (std::int64_t t = 0; t < tokens; ++t) {
-    const std::size_t start = context.size() > static_cast<std::size_t>(seq_len) ? context.size() - seq_len : 0;
-    const std::vector<std::int32_t> window(context.begin() + static_cast<std::ptrdiff_t>(start), context.end());
-    const int next = sample(trainer.next_token_logits(window), temperature, top_k, rng);
-    context.push_back(next);
-  }
-  const std::string out = rendered(context, tok, bytes, prompt);
-  std::fwrite(out.data(), 1, out.size(), stdout);
-  std::fputc('\n', stdout);
-  return 0;
+    std::vector<std::int32_t> context;
+    if (tok) context = tok->encode(prompt);
+    else for (unsigned char c : prompt) context.push_back(c);
+    CLEAVE_CHECK(!context.empty(), "generate: the prompt encodes to no tokens");
+    if (!logits_path.empty()) write_prompt_logits(trainer, context, seq_len, dir, logits_path);
+    // A vocabulary of exactly 256 is bytes; a larger one is a tokenizer's whose tokens cleave cannot turn into
+    // text yet, so the ids themselves are printed (never a '?' per token that looks like text).
+    const bool bytes = !tok && config::token_vocab_size(config.model) == 256;
+    if (!bytes && !tok) {
+      log::warn("generate: model.vocab_size is {}, not 256: the checkpoint's tokens are not bytes and no --tokenizer "
+                "was given to decode them, so the prompt's bytes are fed as token ids 0-255 and the output is the "
+                "token ids (prompt and continuation), space-separated; pass --tokenizer tokenizer.json for text",
+                config::token_vocab_size(config.model));
+    }
+    std::mt19937_64 rng(seed);
+    for (std::int64_t t = 0; t < tokens; ++t) {
+      const std::size_t start = context.size() > static_cast<std::size_t>(seq_len) ? context.size() - seq_len : 0;
+      const std::vector<std::int32_t> window(context.begin() + static_cast<std::ptrdiff_t>(start), context.end());
+      const int next = sample(trainer.next_token_logits(window), temperature, top_k, rng);
+      context.push_back(next);
+    }
+    const std::string out = rendered(context, tok, bytes, prompt);
+    std::fwrite(out.data(), 1, out.size(), stdout);
+    std::fputc('\n', stdout);
+    return 0;
+  });
 }
 
 }  // namespace cleave::cli

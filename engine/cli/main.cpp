@@ -1,6 +1,7 @@
 // `cleave` entry point: dispatches to a subcommand and is the only place that turns an exception into an
-// exit code. Under MPI an error is printed once (comm::end_job_after_error: rank 0 when every rank hit it, else
-// the failing rank, which then aborts the job so no peer waits forever on a collective it will never join).
+// exit code (1; 66 for NoIntactCheckpoint, which `cleave run` reads: engine/checkpoint/checkpoint_damage.hpp).
+// Under MPI an error is printed once (comm::end_job_after_error: rank 0 when every rank hit it, else the failing
+// rank, which then aborts the job so no peer waits forever on a collective it will never join).
 #include <mpi.h>
 #include <signal.h>
 
@@ -14,6 +15,7 @@
 #include "cleave/config.hpp"
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
+#include "engine/checkpoint/checkpoint_damage.hpp"
 #include "engine/cli/runtime_env.hpp"
 #include "engine/comm/launch_env.hpp"
 #include "engine/comm/mpi/mpi_runtime.hpp"
@@ -97,14 +99,14 @@ int main(int argc, char** argv) {
       return command.run(argc - 1, argv + 1);
     } catch (const std::exception& e) {
       if (launched_by_mpi() && cleave::log::world_size() > 1) {
-        cleave::comm::end_job_after_error(std::string("error: ") + e.what());
+        cleave::comm::end_job_after_error(std::string("error: ") + e.what(), cleave::checkpoint::exit_code_of(e));
       }
       // Before MPI started (the command line, a file check), every rank of an mpirun sees the same error: the
       // launcher's rank 0 prints it, the others exit with the same code quietly.
       const auto place = cleave::comm::world_place_from_env(cleave::comm::process_env());
-      if (!launched_by_mpi() && place && place->rank != 0) return 1;
+      if (!launched_by_mpi() && place && place->rank != 0) return cleave::checkpoint::exit_code_of(e);
       cleave::log::error("{}", e.what());
-      return 1;
+      return cleave::checkpoint::exit_code_of(e);
     }
   }
   std::vector<std::string> names;

@@ -37,6 +37,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/checkpoint/checkpoint_damage.hpp"
 #include "engine/comm/make_communicator.hpp"
 #include "engine/comm/mpi/mpi_runtime.hpp"
 #include "engine/config/config.hpp"
@@ -76,7 +77,7 @@ class CommandRuntime {
     try {
       return body();
     } catch (const std::exception& e) {
-      if (world_size() > 1) comm::end_job_after_error(fmt::format("error: {}", e.what()));
+      if (world_size() > 1) comm::end_job_after_error(fmt::format("error: {}", e.what()), checkpoint::exit_code_of(e));
       throw;
     }
   }

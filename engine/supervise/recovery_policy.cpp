@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/checkpoint/checkpoint_damage.hpp"
 #include "engine/core/error.hpp"
 
 namespace cleave::supervise {
@@ -84,13 +85,25 @@ std::string_view failure_kind_name(FailureKind kind) {
     case FailureKind::kHung: return "hung";
     case FailureKind::kError: return "error";
     case FailureKind::kUnknown: return "unknown";
+    case FailureKind::kNoIntactCheckpoint: return "no intact checkpoint";
   }
   return "unknown";
 }
 
+bool restart_can_cure(FailureKind kind) { return kind != FailureKind::kNoIntactCheckpoint; }
+
 Failure classify_failure(std::string_view output, int exit_code) {
   const std::string text(output);
   std::smatch m;
+  // Every rank found every checkpoint damaged (the trainer's own exit code for it): the error line, whole.
+  static const std::regex error(R"(\[rank ([0-9]+)/[0-9]+\] error: ([^\n]*))");
+  static const std::regex plain_error(R"((?:^|\n)error: ([^\n]*))");
+  if (exit_code == checkpoint::kNoIntactCheckpointExitCode) {
+    if (std::regex_search(text, m, error)) return {FailureKind::kNoIntactCheckpoint, {std::stoi(m[1].str())}, m[2].str()};
+    if (std::regex_search(text, m, plain_error)) return {FailureKind::kNoIntactCheckpoint, {}, m[1].str()};
+    return {FailureKind::kNoIntactCheckpoint, {},
+            fmt::format("the job exited with code {}: no intact checkpoint (its log says which are damaged)", exit_code)};
+  }
   // The watchdog: "[rank 0/4] not answering within 1.5s: rank 1, rank 3 (stopped, dead, ...); aborting the job".
   static const std::regex hung(R"(not answering within [0-9.]+s: ((?:rank [0-9]+(?:, )?)+))");
   if (std::regex_search(text, m, hung)) {
@@ -110,7 +123,6 @@ Failure classify_failure(std::string_view output, int exit_code) {
     return {FailureKind::kKilled, {std::stoi(m[1].str())}, fmt::format("rank {}: {} (srun)", m[1].str(), m[2].str())};
   }
   // A rank's own error line: "[rank 1/4] error: ...".
-  static const std::regex error(R"(\[rank ([0-9]+)/[0-9]+\] error: ([^\n]*))");
   if (std::regex_search(text, m, error)) {
     std::string what = m[2].str();
     if (what.size() > 200) what = what.substr(0, 197) + "...";

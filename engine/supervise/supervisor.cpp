@@ -254,6 +254,19 @@ void follow_fallback(RestartRecord& r, const RunPaths& paths) {
   r.redone_s = read_metrics_rows(rows).ms_after(*step) * 1e-3;
 }
 
+// A failure no restart cures (recovery_policy.hpp: restart_can_cure): the job ends now, the budget unspent, with
+// the trainer's own line (it names each checkpoint and what is wrong) and what to do.
+int give_up_at_once(const SuperviseOptions& o, const RunPaths& paths, const Failure& failure, SupervisorRecord& record) {
+  const std::string why = fmt::format("{}: {}", failure_kind_name(failure.kind), failure.why);
+  record.outcome = "failed: " + why;
+  save_record(paths, record);
+  log::error("run: giving up at once, a restart cannot cure this ({} of --max-restarts {} restarts made, the rest "
+             "not spent): {}; nothing was renamed or deleted under {} (restore a damaged checkpoint's files and run "
+             "the same command with --resume auto after the --, or start a fresh run in another train.out_dir)",
+             record.restarts.size(), o.max_restarts, why, paths.ckpt_root);
+  return 1;
+}
+
 // What one attempt leaves to the next.
 struct LoopState {
   SupervisorRecord record;
@@ -282,6 +295,7 @@ std::optional<int> after_failure(const SuperviseOptions& o, const RunPaths& path
   record.attempts.push_back(a);
   log::warn("run: attempt {} failed after step {}: {} ({})", a.number, rows.last_step, failure.why,
             failure_kind_name(failure.kind));
+  if (!restart_can_cure(failure.kind)) return give_up_at_once(o, paths, failure, record);
 
   const std::vector<bool> healthy = check_health(o.health_check, state.slots);
   // The checkpoint as the restart will find it: looked at after everything else that runs before it.

@@ -8,7 +8,8 @@
 // Invariants: nothing of the run is deleted or overwritten by the supervisor (checkpoints and metrics are the
 // trainer's; a failed attempt's metrics.jsonl is copied to supervisor/attempt_N.metrics.jsonl before the restart
 // trims it); a refusal (too few ranks, no layout fits, the budget spent) ends the job with the newest complete
-// checkpoint untouched and says how to continue; no rank outlives the supervisor.
+// checkpoint untouched and says how to continue; a failure no restart cures (every checkpoint damaged: the trainer's
+// exit code 66) ends it at once, the budget unspent; no rank outlives the supervisor.
 #pragma once
 
 #include <string>

@@ -75,10 +75,11 @@ std::optional<ResumedFrom> newest_intact(Trainer& trainer, RankSetup& s, const s
     const checkpoint::ResumePick pick = checkpoint::pick_resume(candidates);
     if (!pick.next) {
       const std::string damaged = list_damaged(candidates);
-      CLEAVE_CHECK(damaged.empty(),
-                   "--resume {}: no intact checkpoint under {}: {}; nothing was loaded, renamed or written. Restore "
-                   "a checkpoint's files, or start a fresh run in another train.out_dir",
-                   asked, root, damaged);
+      if (!damaged.empty()) {
+        throw checkpoint::NoIntactCheckpoint(fmt::format(
+            "--resume {}: no intact checkpoint under {}: {}; nothing was loaded, renamed or written. Restore a "
+            "checkpoint's files, or start a fresh run in another train.out_dir", asked, root, damaged));
+      }
       return std::nullopt;
     }
     ResumeCandidate& c = candidates[*pick.next];

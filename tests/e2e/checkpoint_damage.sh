@@ -9,6 +9,8 @@
 #     resuming step 8 by hand;
 #  2. `train --resume <step 12>`, `export`, `generate` and `--init-from` of it stop with one error naming the file
 #     and what is wrong, writing nothing (export and --init-from read no optimizer state: that copy loads);
+#     `export` and `generate` of the checkpoint root read step 12 too (never step 8 in its place) and their error
+#     names step 8 with the command that reads it, which then works;
 # then every checkpoint damaged: one error listing each, nothing renamed or written; a 2-rank pp2 run whose
 # damage only rank 1 reads falls back on both ranks; data.path with synthetic data is refused.
 # Usage: checkpoint_damage.sh CLEAVE MPIEXEC [FLAGS...]
@@ -111,6 +113,22 @@ for c in param optimizer header index truncated deleted noindex; do
       [ $rc != 0 ] && grep -q "error: .*${why[$c]}" "$c.$reader.log" || { cat "$c.$reader.log"; fail "$c: the $reader error"; }
     fi
   done
+  # export and generate of the root read its newest checkpoint (step 12), never step 8 in its place: the error
+  # names step 8 and the command that reads it, which works (export reads no optimizer state: that copy exports).
+  "$cleave" export "$c/checkpoints" --out "$c.root.st" > "$c.rootexp.log" 2>&1
+  rc=$?
+  if [ "$c" = optimizer ]; then
+    [ $rc = 0 ] && grep -q "step_0000012 -> $c.root.st" "$c.rootexp.log" || { cat "$c.rootexp.log"; fail "$c: export of the root"; }
+  else
+    [ $rc != 0 ] && [ ! -e "$c.root.st" ] \
+      && grep -q "error: export: the newest checkpoint under $c/checkpoints is damaged: .*${why[$c]}.*nothing older was read in its place. The newest older checkpoint that passes the quick check .* is $c/checkpoints/step_0000008: cleave export $c/checkpoints/step_0000008 --out $c.root.st\$" \
+      "$c.rootexp.log" || { cat "$c.rootexp.log"; fail "$c: the export error for the root"; }
+    suggested=$(grep -o "cleave export $c/checkpoints/step_0000008 .*" "$c.rootexp.log")
+    "$cleave" ${suggested#cleave } > "$c.suggested.log" 2>&1 && [ -f "$c.root.st" ] || { cat "$c.suggested.log"; fail "$c: the suggested export"; }
+  fi
+  "$cleave" generate "$c/checkpoints" --prompt 'a b' --tokens 2 > "$c.rootgen.log" 2>&1 && fail "$c: generate of the root loaded"
+  grep -q "error: generate: the newest checkpoint under $c/checkpoints is damaged: .*${why[$c]}.* is $c/checkpoints/step_0000008: cleave generate $c/checkpoints/step_0000008 --prompt 'a b' --tokens 2\$" \
+    "$c.rootgen.log" || { cat "$c.rootgen.log"; fail "$c: the generate error for the root"; }
   # --resume auto falls back to step 8, says so once, keeps the damaged checkpoint as it was.
   train "$c.auto.log" --set train.out_dir="$c" --resume auto || { cat "$c.auto.log"; fail "$c: --resume auto did not fall back"; }
   [ "$(grep -c "skipped step_0000012" "$c.auto.log")" = 1 ] \

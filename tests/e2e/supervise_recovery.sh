@@ -22,7 +22,9 @@
 #   damaged  dp2, rank 1 SIGKILLed at step 5; while the job is down one bit of step 4's tensor data flips (the
 #            --health-check command, run between the failure and the restart, stands in for a disk): the restart's
 #            --resume auto skips step 4 (kept as damaged-step_0000004) for step 2, the record follows it, and the
-#            losses are bit-identical to resuming step 2 by hand.
+#            losses are bit-identical to resuming step 2 by hand. Then every checkpoint damaged while the job is down:
+#            the restarted trainer exits 66 (no intact checkpoint) and the supervisor stops at once without spending
+#            --max-restarts; so does a first attempt given --resume auto over those checkpoints.
 # usage: supervise_recovery.sh SCENARIO CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
 scenario=$1
@@ -285,6 +287,35 @@ SH
   diff <(losses_from run/metrics.jsonl 3) <(losses_from ref_hand/metrics.jsonl 3) > /dev/null \
     || { paste <(losses_from run/metrics.jsonl 3) <(losses_from ref_hand/metrics.jsonl 3); fail "losses differ from the by-hand resume"; }
   echo "ok   damaged: step 4 damaged while down; restarted from step 2 (step 4 kept as damaged-step_0000004); bit-identical to the by-hand resume"
+  # Every checkpoint damaged while the job is down (tensor data: the quick check passes, the restarted trainer's load
+  # finds it): the trainer exits 66 and the supervisor stops at once, budget unspent, naming each checkpoint.
+  cat > damage_all.sh << 'SH'
+#!/bin/sh
+[ -e all.done ] && exit 0
+for f in all/checkpoints/step_*/rank_00000.safetensors; do python3 - "$f" << 'PY'
+import struct, sys
+p = sys.argv[1]; d = bytearray(open(p, "rb").read()); n = struct.unpack("<Q", d[:8])[0]
+d[(8 + n + len(d)) // 2] ^= 1; open(p, "wb").write(d)
+PY
+done
+touch all.done
+SH
+  chmod +x damage_all.sh
+  no_intact="no intact checkpoint: --resume auto: no intact checkpoint under all/checkpoints: step_0000004 (step 4): .*fail their checksum.*; step_0000002 (step 2): .*fail their checksum"
+  CLEAVE_FAULT_INJECT_1=1:5:forward:kill timed sup --slots 2 --keep-layout --max-restarts 3 --health-check "$work/damage_all.sh" \
+    -- tiny.json --set train.out_dir=all --set checkpoint.background=false > all.log 2>&1 && { cat all.log; fail "every checkpoint damaged: exit 0"; }
+  grep -q "run: giving up at once, a restart cannot cure this (1 of --max-restarts 3 restarts made, the rest not spent): $no_intact" all.log \
+    || { cat all.log; fail "every checkpoint damaged: the supervisor's message"; }
+  [ "$(field all/supervisor/supervisor.json 'len(d["attempts"])')" = 2 ] || { cat all.log; fail "every checkpoint damaged: restarted again"; }
+  field all/supervisor/supervisor.json 'd["outcome"]' | grep -q "^failed: $no_intact" || fail "every checkpoint damaged: the record's outcome"
+  [ "$(field all/supervisor/supervisor.json 'd["attempts"][1]["exit_code"]')" = 66 ] || fail "the attempt's exit code is not 66"
+  [ -d all/checkpoints/step_0000002 ] && [ -d all/checkpoints/step_0000004 ] || fail "every checkpoint damaged: a checkpoint was renamed"
+  # The same run continued by hand (--resume auto after the --): its first attempt stops it, no restart at all.
+  timed sup --slots 2 --max-restarts 3 -- tiny.json --set train.out_dir=all --resume auto > again.log 2>&1 \
+    && { cat again.log; fail "resuming every-damaged checkpoints: exit 0"; }
+  grep -q "run: giving up at once, a restart cannot cure this (0 of --max-restarts 3 restarts made, the rest not spent): $no_intact" again.log \
+    && [ "$(field all/supervisor.2/supervisor.json 'len(d["attempts"])')" = 1 ] || { cat again.log; fail "--resume auto of every-damaged checkpoints"; }
+  echo "ok   damaged: every checkpoint damaged: the supervisor stops at once (exit 66 from the trainer), on a restart and on a first attempt"
   ;;
 sigterm)
   sed 's/"steps": 12/"steps": 100000/' tiny.json > long.json

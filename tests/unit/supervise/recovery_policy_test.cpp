@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/checkpoint/checkpoint_damage.hpp"
 #include "engine/core/error.hpp"
 #include "engine/supervise/recovery_policy.hpp"
 #include "engine/supervise/restart_record.hpp"
@@ -50,6 +51,34 @@ TEST(ClassifyFailure, ErrorLineSrunAndUnknown) {
   EXPECT_EQ(u.kind, FailureKind::kUnknown);
   EXPECT_TRUE(u.ranks.empty());
   EXPECT_NE(u.why.find("code 2"), std::string::npos);
+}
+
+TEST(ClassifyFailure, NoIntactCheckpointExitCodeIsItsOwnKindWithTheWholeLineAndNoRestart) {
+  // Every rank agreed (rank 0 prints the line once, no rank prefix); the line lists each checkpoint, past 200 chars.
+  std::string line = "--resume auto: no intact checkpoint under run/checkpoints: step_0000004 (step 4): checkpoint file "
+                     "run/checkpoints/step_0000004/rank_00000.safetensors: bytes [0, 32768) of tensor embed.token "
+                     "(embed.token) fail their checksum; step_0000002 (step 2): checkpoint file run/checkpoints/"
+                     "step_0000002/rank_00001.safetensors is missing; nothing was loaded, renamed or written";
+  ASSERT_GT(line.size(), 200u);
+  const std::string out = "checkpoint: loading\nerror: " + line + "\n-----\nPrimary job  terminated normally, but 1 "
+                          "process returned\na non-zero exit code.\n";
+  const Failure f = classify_failure(out, checkpoint::kNoIntactCheckpointExitCode);
+  EXPECT_EQ(f.kind, FailureKind::kNoIntactCheckpoint);
+  EXPECT_EQ(f.why, line);
+  EXPECT_TRUE(f.ranks.empty());
+  EXPECT_EQ(failure_kind_name(f.kind), "no intact checkpoint");
+  EXPECT_FALSE(restart_can_cure(f.kind));
+  // One rank's line (the ranks disagreed), and no line at all: still the exit code's kind.
+  const Failure r = classify_failure("[rank 1/2] error: " + line + "\n", checkpoint::kNoIntactCheckpointExitCode);
+  EXPECT_EQ(r.kind, FailureKind::kNoIntactCheckpoint);
+  EXPECT_EQ(r.ranks, std::vector<int>{1});
+  EXPECT_EQ(r.why, line);
+  EXPECT_EQ(classify_failure("", checkpoint::kNoIntactCheckpointExitCode).kind, FailureKind::kNoIntactCheckpoint);
+  // The same line with another exit code is an ordinary error; every other kind is worth a restart.
+  EXPECT_EQ(classify_failure("[rank 1/2] error: " + line + "\n", 1).kind, FailureKind::kError);
+  for (const FailureKind k : {FailureKind::kKilled, FailureKind::kHung, FailureKind::kError, FailureKind::kUnknown}) {
+    EXPECT_TRUE(restart_can_cure(k)) << failure_kind_name(k);
+  }
 }
 
 TEST(RemainingSlots, DropsDeadAndHungRanksAndUnhealthySlotsOnly) {

@@ -81,6 +81,26 @@ class AllToAllTimer {
 
 std::vector<float> download(const Context& ctx, const Tensor& t) { return ops::to_host(ctx, t).to_floats(); }
 
+// model.forced_routing (test/benchmark only): the workload's experts [tokens · k] for this micro-batch's `tokens`
+// (`local_tokens` per sample) at this step. The workload is a function of a token's index in the whole micro-batch
+// (sample · seq_len + position), so a context-parallel rank takes the rows of its own tokens' global positions.
+std::vector<std::int32_t> forced_for_tokens(const RouterOptions& router, const Context& ctx, std::int64_t tokens,
+                                            std::int64_t local_tokens) {
+  const std::int64_t e = router.experts, k = router.top_k;
+  if (!ctx.cp.active()) return forced_experts(router.forced, ctx.step, tokens, e, k);
+  const std::int64_t samples = tokens / local_tokens, seq = local_tokens * ctx.cp.size;
+  const std::vector<std::int32_t> whole = forced_experts(router.forced, ctx.step, samples * seq, e, k);
+  if (whole.empty()) return whole;
+  std::vector<std::int32_t> out(static_cast<std::size_t>(tokens * k));
+  for (std::int64_t s = 0; s < samples; ++s) {
+    for (const CpSegment& run : ctx.cp.segments(local_tokens)) {
+      std::copy_n(whole.begin() + (s * seq + run.global_begin) * k, run.length * k,
+                  out.begin() + (s * local_tokens + run.local_begin) * k);
+    }
+  }
+  return out;
+}
+
 // Context parallelism: the aux loss's counts and tokens over the micro-batch's whole sequences (this rank's summed
 // over the cp group, router.hpp balance_over), as a host tensor [E + 1] (counts, then tokens) that the backward
 // reads back; an empty tensor when cp is 1 or the aux loss is off (nothing to exchange).
@@ -181,12 +201,11 @@ void MoeMlp::grouped(Context& ctx, const Tensor& a, const Tensor& b, const Tenso
   }
 }
 
-Routing MoeMlp::route_stashed(const Tensor& logits, Context& ctx) const {
+Routing MoeMlp::route_stashed(const Tensor& logits, const Tensor& full, Context& ctx) const {
   std::vector<float> bias;
   if (router_bias_) bias = download(ctx, router_bias_->compute());
-  // model.forced_routing (test/benchmark only): the workload's experts for this micro-batch's tokens at this step.
   const std::vector<std::int32_t> forced =
-      forced_experts(router_.forced, ctx.step, logits.dim(0), router_.experts, router_.top_k);
+      forced_for_tokens(router_, ctx, logits.dim(0), full.dim(full.rank() - 2));
   return route(download(ctx, logits), bias, router_, forced);
 }
 
@@ -204,7 +223,7 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   ops::GemmOptions nt;
   nt.trans_b = true;
   ops::gemm(ctx, xf, router_weight_->compute(), logits, nt);
-  Routing routing = route_stashed(logits, ctx);
+  Routing routing = route_stashed(logits, full, ctx);
   const Tensor balance = sequence_balance(routing, router_, ctx);
 
   const Tensor row_token = upload(ctx, routing.row_token, Shape{r}, DType::kI32);
@@ -261,7 +280,7 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const Tensor full = stash.tensors[kX];
   const Tensor xf = rows_of(full);
   const std::int64_t n = xf.dim(0), e = router_.experts, k = router_.top_k, r = n * k;
-  Routing routing = route_stashed(stash.tensors[kLogits], ctx);
+  Routing routing = route_stashed(stash.tensors[kLogits], full, ctx);
   apply_balance(routing, stash.tensors[kBalance], router_);
   const Tensor plan_tensor = stash.tensors[kPlan];
   const Blocks blocks = blocks_of(routing.counts, plan_tensor);

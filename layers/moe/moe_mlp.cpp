@@ -19,7 +19,9 @@
 namespace cleave::layers {
 namespace {
 
-enum Slot : std::size_t { kX, kLogits, kXp, kG, kU, kH, kO, kRowToken, kTokenRow, kWeight, kRowWeight, kPlan, kBalance };
+enum Slot : std::size_t {
+  kX, kLogits, kXp, kG, kU, kH, kO, kRowToken, kTokenRow, kWeight, kRowWeight, kPlan, kBalance
+};
 enum BackSlot : std::size_t { kBX, kBDlogits, kBXp, kBDg, kBDu, kBDo, kBH, kBCounts, kBPlan };
 
 using Blocks = std::vector<std::pair<std::int64_t, std::vector<std::int64_t>>>;  // (first row, groups) per source

@@ -104,7 +104,8 @@ Routing route(std::span<const float> logits, std::span<const float> bias, const 
 void balance_over(Routing& r, std::span<const std::int64_t> counts, std::int64_t tokens, const RouterOptions& o) {
   const std::int64_t e = r.experts, k = r.top_k;
   CLEAVE_ASSERT(static_cast<std::int64_t>(counts.size()) == e && tokens >= r.tokens,
-                "balance_over: {} counts over {} tokens for {} experts and {} tokens", counts.size(), tokens, e, r.tokens);
+                "balance_over: {} counts over {} tokens for {} experts and {} tokens", counts.size(), tokens, e,
+                r.tokens);
   r.balance_counts.assign(counts.begin(), counts.end());
   r.balance_tokens = tokens;
   double aux = 0.0;

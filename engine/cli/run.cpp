@@ -30,7 +30,7 @@ ArgParser run_args() {
 (mpiexec -n N, or srun --mpi=pmix inside a SLURM allocation), watches them, and when a rank is killed, hangs
 (the watchdog, train.comm_timeout_s, ends the job and names it) or fails, it ends the job, drops the failed
 rank's slot (and every slot --health-check refuses), picks a layout for the ranks left (--keep-layout: the
-same tp x pp with a smaller dp; default: the planner's best plan under the memory cap) and restarts from the
+same tp x cp x pp and ep with a smaller dp; default: the planner's best plan under the memory cap) and restarts from the
 newest complete checkpoint with the same global batch, at most --max-restarts times. Every attempt and
 restart is recorded in <train.out_dir>/supervisor/supervisor.json, run.json ("restarts") and metrics.jsonl
 (the first row after a restart). SIGTERM (a preemption notice) makes every rank save a checkpoint and stop
@@ -39,7 +39,8 @@ restart is recorded in <train.out_dir>/supervisor/supervisor.json, run.json ("re
       .text("--hostfile", "FILE", "Open MPI hostfile ('HOST slots=N' lines): the slots, in order")
       .count("--min-ranks", "M", "give up when fewer ranks are left", 1)
       .count("--max-restarts", "R", "restarts at most (then the job ends with a report; nothing is lost)", 3, 0)
-      .flag("--keep-layout", "keep tp x pp and shrink dp (default: the planner's best plan for the ranks left)")
+      .flag("--keep-layout",
+            "keep tp x cp x pp and ep, shrink dp (default: the planner's best plan for the ranks left)")
       .text("--health-check", "CMD",
             "a shell command run for each slot after a failure, with CLEAVE_SLOT_HOST and\n"
             "CLEAVE_SLOT_INDEX set; a non-zero exit drops the slot")

@@ -1,11 +1,13 @@
 // Batch arithmetic (config.hpp): the batch triple from any two of its numbers and the data-parallel size,
-// RunConfig::resolve() against the world size, and resolved_batch(). Products are refused past 2^62 samples
+// RunConfig::resolve() against the world size (with the model rules that need dp: expert parallelism, the sigmoid
+// router's bias under ZeRO-3), and resolved_batch(). Products are refused past 2^62 samples
 // rather than overflowing int64.
 #include <filesystem>
 
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "partition/ep_rules.hpp"
+#include "partition/families/moe.hpp"
 
 namespace cleave::config {
 namespace {
@@ -95,6 +97,9 @@ void RunConfig::resolve(int world_size) {
   if (parallel.expert_model_parallel_size > 1) {  // ep is taken from dp × cp, known only now
     partition::check_expert_parallel(partition::make_model_spec(this->model.type, this->model), parallel.expert_model_parallel_size,
                                      dp, static_cast<int>(cp));
+  }
+  if (this->model.type == ModelType::kMoe) {  // needs dp, known only now
+    partition::check_bias_update_sharding(this->model.moe, optimizer.zero_stage, dp, cp);
   }
   if (checkpoint.dir.empty()) checkpoint.dir = (std::filesystem::path(train.out_dir) / "checkpoints").string();
   const ResolvedBatch r = resolve_batch(batch, dp);

@@ -48,6 +48,8 @@ struct PlanChoice {
   // Expert parallelism (parallel.expert_model_parallel_size; moe models): ep ranks taken from the dp × cp ranks
   // split each moe block's experts (the world stays tp × cp × dp × pp).
   int ep = 1;
+  // The ranks the plan runs on: tp × cp × dp × pp.
+  int world() const { return tp * cp * dp * pp; }
   // "tp2 pp2 dp1"; "tp2 cp2 pp2 dp1" (ring) or "... cp2a2a ..." when cp > 1; " ep2" appended when ep > 1
   std::string layout() const;
   std::string dense_layout() const;  // layout() without the ep part

@@ -160,12 +160,12 @@ RestartDecision decide_restart(int restarts_done, int max_restarts, int ranks_le
 }
 
 std::optional<planner::PlanChoice> keep_layout(const planner::PlanChoice& old, int world) {
-  const int model_ranks = old.tp * old.pp;
+  const int model_ranks = old.tp * old.cp * old.pp;
   if (world < model_ranks) return std::nullopt;
   const std::int64_t global = old.global_batch;
   CLEAVE_ASSERT(global > 0, "keep_layout: the old plan has no global batch");
   for (int dp = world / model_ranks; dp >= 1; --dp) {
-    if (global % dp != 0) continue;
+    if (global % dp != 0 || (dp * old.cp) % old.ep != 0) continue;
     const std::int64_t per_replica = global / dp;
     std::int64_t micro = std::min(old.micro_batch, per_replica);
     while (per_replica % micro != 0) --micro;
@@ -174,7 +174,7 @@ std::optional<planner::PlanChoice> keep_layout(const planner::PlanChoice& old, i
     planner::PlanChoice next = old;
     next.dp = dp;
     next.micro_batch = micro;
-    if (dp == 1) {
+    if (dp * old.cp == 1) {
       next.zero_stage = 0;
       next.zero_reduce = config::ZeroReduce::kAuto;
     }

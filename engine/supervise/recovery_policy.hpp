@@ -5,7 +5,8 @@
 //     (remaining_slots; rank r of an attempt runs on slot r of that attempt's list: mpirun's by-slot mapping);
 //   - whether to restart at all: a failure no restart cures (restart_can_cure), --min-ranks and the --max-restarts
 //     budget (decide_restart);
-//   - the layout with --keep-layout: tp x pp kept, dp shrunk to what the slots and the global batch allow
+//   - the layout with --keep-layout: tp x cp x pp and ep kept, dp shrunk to what the slots, the global batch and
+//     ep allow
 //     (keep_layout); the planner's choice is engine/supervise/supervisor.cpp's, through the planner;
 //   - the smallest world a memory cap can hold, for the refusal's message (smallest_world);
 //   - the checkpoint interval a target of lost work asks for (checkpoint_interval_for).
@@ -76,10 +77,11 @@ struct RestartDecision {
 };
 RestartDecision decide_restart(int restarts_done, int max_restarts, int ranks_left, int min_ranks);
 
-// --keep-layout: `old`'s tp, pp, schedule, virtual stages, ZeRO stage and recomputation on at most `world` ranks;
-// dp is the largest d <= world / (tp pp) such that the global batch splits into d replicas of whole micro-batches:
-// the old micro-batch when it divides global / d, else the largest divisor of global / d below it. ZeRO > 0 at
-// dp 1 becomes 0. nullopt when world < tp pp (the error is the caller's: it names the smallest world, tp pp).
+// --keep-layout: `old`'s tp, cp, pp, ep, schedule, virtual stages, ZeRO stage and recomputation on at most `world`
+// ranks; dp is the largest d <= world / (tp cp pp) such that ep divides d cp (ep is taken from the dp × cp ranks)
+// and the global batch splits into d replicas of whole micro-batches: the old micro-batch when it divides
+// global / d, else the largest divisor of global / d below it. ZeRO > 0 at d cp = 1 (nothing to shard over)
+// becomes 0. nullopt when no d fits (the error is the caller's: it names the smallest world).
 std::optional<planner::PlanChoice> keep_layout(const planner::PlanChoice& old, int world);
 
 // The smallest world in [from, to] for which `fits` is true (nullopt: none). Pure given `fits`.

@@ -44,7 +44,7 @@ struct RestartRecord {
   std::vector<std::string> dropped_slots;  // "host:index"
   std::string old_layout, new_layout;
   int old_world = 0, new_world = 0;
-  std::string layout_choice;  // "kept tp x pp (--keep-layout)" or "planner's best ..."
+  std::string layout_choice;  // "kept tp x cp x pp (--keep-layout)" or "planner's best ..."
   std::string checkpoint;     // "" = none: restarted from step 0
   std::int64_t resumed_at_step = 0, last_step_done = 0, steps_redone = 0;
   double redone_s = 0, detection_s = 0, teardown_s = 0;

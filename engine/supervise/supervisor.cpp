@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <numeric>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -119,8 +120,8 @@ std::string fresh_dir(const std::string& out_dir) {
 void check_replan_inputs(const SuperviseOptions& o, const config::RunConfig& base, int world) {
   if (o.keep_layout) {
     CLEAVE_CHECK(o.profile.empty() && o.memory_limit.empty(),
-                 "run: {} prices the planner's re-plan, but --keep-layout keeps tp x pp and never re-plans; nothing "
-                 "was started (drop {} or --keep-layout)", o.profile.empty() ? "--memory-limit" : "--profile",
+                 "run: {} prices the planner's re-plan, but --keep-layout keeps tp x cp x pp and never re-plans; "
+                 "nothing was started (drop {} or --keep-layout)", o.profile.empty() ? "--memory-limit" : "--profile",
                  o.profile.empty() ? "--memory-limit" : "--profile");
     return;
   }
@@ -150,10 +151,11 @@ std::vector<bool> check_health(const std::string& command, const std::vector<Slo
 planner::PlanChoice first_choice(const SuperviseOptions& o, const config::RunConfig& base) {
   planner::PlanChoice choice;
   try {
-    // A config that fixes dp uses tp x pp x dp of the slots (the rest idle); dp -1 fills them.
+    // A config that fixes dp uses tp x cp x dp x pp of the slots (the rest idle); dp -1 fills them.
     const auto& p = base.parallel;
     const int world = p.data_parallel_size > 0
-                          ? p.tensor_model_parallel_size * p.pipeline_model_parallel_size * p.data_parallel_size
+                          ? p.tensor_model_parallel_size * p.context_parallel_size * p.pipeline_model_parallel_size *
+                                p.data_parallel_size
                           : static_cast<int>(o.slots.size());
     choice = planner::choice_of_config(o.config_path, o.overrides, world);
     static_cast<void>(choice.apply_to(base));  // the config's own checks at this world, before anything starts
@@ -162,7 +164,7 @@ planner::PlanChoice first_choice(const SuperviseOptions& o, const config::RunCon
                  "after the -- or give other --slots)",
                  o.slots.size(), e.what());
   }
-  const int first_world = choice.tp * choice.pp * choice.dp;
+  const int first_world = choice.world();
   CLEAVE_CHECK(first_world <= static_cast<int>(o.slots.size()),
                "run: the config's layout {} needs {} ranks but only {} slots are given", choice.layout(), first_world,
                o.slots.size());
@@ -171,7 +173,8 @@ planner::PlanChoice first_choice(const SuperviseOptions& o, const config::RunCon
   return choice;
 }
 
-// The layout for the `n` ranks left after a failure: --keep-layout's (tp x pp kept, dp shrunk), or the planner's
+// The layout for the `n` ranks left after a failure: --keep-layout's (tp x cp x pp and ep kept, dp shrunk), or the
+// planner's
 // best. `note` is the record's layout_choice, or without a layout the reason the supervisor gives up.
 struct NextLayout {
   std::optional<planner::PlanChoice> choice;
@@ -182,12 +185,13 @@ NextLayout next_layout(const SuperviseOptions& o, Planner& planner, const planne
   if (o.keep_layout) {
     std::optional<planner::PlanChoice> next = keep_layout(choice, n);
     if (!next) {
-      return {std::nullopt, fmt::format("--keep-layout keeps tp x pp = {} x {} = {} ranks, but {} rank{} left (the "
-                                        "smallest world for this layout is {})",
-                                        choice.tp, choice.pp, choice.tp * choice.pp, n, n == 1 ? " is" : "s are",
-                                        choice.tp * choice.pp)};
+      const int kept = choice.tp * choice.cp * choice.pp;
+      return {std::nullopt, fmt::format("--keep-layout keeps tp x cp x pp = {} x {} x {} = {} ranks (and ep {}), "
+                                        "but {} rank{} left (the smallest world for this layout is {})",
+                                        choice.tp, choice.cp, choice.pp, kept, choice.ep, n, n == 1 ? " is" : "s are",
+                                        kept * choice.ep / std::gcd(choice.cp, choice.ep))};
     }
-    return {next, "kept tp x pp (--keep-layout), dp shrunk"};
+    return {next, "kept tp x cp x pp (--keep-layout), dp shrunk"};
   }
   PlannerPick pick = planner.best(n);
   if (!pick.choice) {
@@ -328,7 +332,7 @@ std::optional<int> after_failure(const SuperviseOptions& o, const RunPaths& path
     if (std::find(left.begin(), left.end(), s) == left.end()) r.dropped_slots.push_back(slot_name(s));
   }
   r.old_layout = describe(state.choice);
-  r.old_world = state.choice.tp * state.choice.pp * state.choice.dp;
+  r.old_world = state.choice.world();
   r.checkpoint = latest.value_or("");
   r.resumed_at_step = ckpt_step;
   r.last_step_done = rows.last_step;
@@ -399,7 +403,7 @@ int supervise(const SuperviseOptions& o) {
   state.slots = o.slots;
 
   for (int attempt = 1;; ++attempt) {
-    const int world = state.choice.tp * state.choice.pp * state.choice.dp;
+    const int world = state.choice.world();
     const std::vector<Slot> used(state.slots.begin(), state.slots.begin() + world);
     const JobSpec spec = attempt_job(o, paths.dir, used, state.extra, attempt, state.restart_file);
     AttemptRecord a;

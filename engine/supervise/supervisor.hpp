@@ -1,6 +1,7 @@
 // `cleave run`'s loop: start the job (mpirun, or srun inside a SLURM allocation), watch it, and on a failure end it,
 // decide the ranks left (the slots minus the failed rank's, minus those a health check refuses; --min-ranks), the
-// layout for them (--keep-layout: tp x pp kept, dp shrunk; default: the planner's best plan under the memory cap),
+// layout for them (--keep-layout: tp x cp x pp and ep kept, dp shrunk; default: the planner's best plan under the
+// memory cap),
 // and start it again from the newest complete checkpoint with the same global batch, at most --max-restarts times.
 // The decisions are recovery_policy.hpp's pure functions; the records restart_record.hpp's; the processes
 // job_process.hpp's. docs/multi-rank.md, "Recovery", is the user's description.

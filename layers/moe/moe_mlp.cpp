@@ -1,8 +1,10 @@
 // The mixture-of-experts feed-forward (see moe_mlp.hpp).
 #include "layers/moe/moe_mlp.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <span>
 
 #include "kernels/ops/ops.hpp"
 #include "layers/comm_wait.hpp"
@@ -17,7 +19,9 @@
 namespace cleave::layers {
 namespace {
 
-enum Slot : std::size_t { kX, kLogits, kXp, kG, kU, kH, kO, kRowToken, kTokenRow, kWeight, kRowWeight, kPlan };
+enum Slot : std::size_t {
+  kX, kLogits, kXp, kG, kU, kH, kO, kRowToken, kTokenRow, kWeight, kRowWeight, kPlan, kBalance
+};
 enum BackSlot : std::size_t { kBX, kBDlogits, kBXp, kBDg, kBDu, kBDo, kBH, kBCounts, kBPlan };
 
 using Blocks = std::vector<std::pair<std::int64_t, std::vector<std::int64_t>>>;  // (first row, groups) per source
@@ -88,6 +92,53 @@ Tensor counts_to_tensor(const std::vector<std::int64_t>& counts) {
                            cpu_allocator());
   for (std::size_t i = 0; i < counts.size(); ++i) t.data<float>()[i] = static_cast<float>(counts[i]);
   return t;
+}
+
+// model.forced_routing (test/benchmark only): the workload's experts [tokens · k] for this micro-batch's `tokens`
+// (`local_tokens` per sample) at this step. The workload is a function of a token's index in the whole micro-batch
+// (sample · seq_len + position), so a context-parallel rank takes the rows of its own tokens' global positions.
+std::vector<std::int32_t> forced_for_tokens(const RouterOptions& router, const Context& ctx, std::int64_t tokens,
+                                            std::int64_t local_tokens) {
+  const std::int64_t e = router.experts, k = router.top_k;
+  if (!ctx.cp.active()) return forced_experts(router.forced, ctx.step, tokens, e, k);
+  const std::int64_t samples = tokens / local_tokens, seq = local_tokens * ctx.cp.size;
+  const std::vector<std::int32_t> whole = forced_experts(router.forced, ctx.step, samples * seq, e, k);
+  if (whole.empty()) return whole;
+  std::vector<std::int32_t> out(static_cast<std::size_t>(tokens * k));
+  for (std::int64_t s = 0; s < samples; ++s) {
+    for (const CpSegment& run : ctx.cp.segments(local_tokens)) {
+      std::copy_n(whole.begin() + (s * seq + run.global_begin) * k, run.length * k,
+                  out.begin() + (s * local_tokens + run.local_begin) * k);
+    }
+  }
+  return out;
+}
+
+// Context parallelism: the aux loss's counts and tokens over the micro-batch's whole sequences (this rank's summed
+// over the cp group, router.hpp balance_over), as a host tensor [E + 1] (counts, then tokens) that the backward
+// reads back; an empty tensor when cp is 1 or the aux loss is off (nothing to exchange).
+Tensor sequence_balance(const Routing& routing, const RouterOptions& router, Context& ctx) {
+  if (ctx.cp_comm == nullptr || ctx.cp_comm->size() == 1 || router.aux_coef == 0.0) return Tensor();
+  const std::int64_t e = routing.experts;
+  Tensor host = Tensor::empty({e + 1}, DType::kI64, MemoryCategory::kActivations, cpu_allocator());
+  auto* v = host.data<std::int64_t>();
+  std::copy(routing.counts.begin(), routing.counts.end(), v);
+  v[e] = routing.tokens;
+  const bool on_host = ctx.device.is_cpu();  // the counts travel on the communicator's device (NCCL: device memory)
+  Tensor wire = on_host ? host : ops::to_device(ctx, host, MemoryCategory::kCommunication);
+  {
+    const CommWaitTimer timer(ctx, CommKind::kContextParallel);
+    ctx.cp_comm->all_reduce(wire, comm::ReduceOp::kSum, *ctx.stream)->wait();
+  }
+  return on_host ? host : ops::to_host(ctx, wire);
+}
+
+// The routing's f_e from `balance` (sequence_balance; empty: this rank's own counts, as routed).
+void apply_balance(Routing& routing, const Tensor& balance, const RouterOptions& router) {
+  if (!balance.defined()) return;
+  const auto* v = balance.data<std::int64_t>();
+  balance_over(routing, std::span<const std::int64_t>(v, static_cast<std::size_t>(routing.experts)),
+               v[routing.experts], router);
 }
 
 Tensor rows_of(const Tensor& t) { return t.view(Shape{t.numel() / t.shape().last(), t.shape().last()}); }
@@ -163,12 +214,11 @@ void MoeMlp::grouped(Context& ctx, const Tensor& a, const Tensor& b, const Tenso
   }
 }
 
-Routing MoeMlp::route_stashed(const Tensor& logits, Context& ctx) const {
+Routing MoeMlp::route_stashed(const Tensor& logits, const Tensor& full, Context& ctx) const {
   std::vector<float> bias;
   if (router_bias_) bias = download(ctx, router_bias_->compute());
-  // model.forced_routing (test/benchmark only): the workload's experts for this micro-batch's tokens at this step.
   const std::vector<std::int32_t> forced =
-      forced_experts(router_.forced, ctx.step, logits.dim(0), router_.experts, router_.top_k);
+      forced_for_tokens(router_, ctx, logits.dim(0), full.dim(full.rank() - 2));
   return route(download(ctx, logits), bias, router_, forced);
 }
 
@@ -186,7 +236,8 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   ops::GemmOptions nt;
   nt.trans_b = true;
   ops::gemm(ctx, xf, router_weight_->compute(), logits, nt);
-  const Routing routing = route_stashed(logits, ctx);
+  Routing routing = route_stashed(logits, full, ctx);
+  const Tensor balance = sequence_balance(routing, router_, ctx);
 
   const Tensor row_token = upload(ctx, routing.row_token, Shape{r}, DType::kI32);
   const Tensor token_row = upload(ctx, routing.token_row, Shape{n, k}, DType::kI32);
@@ -231,18 +282,19 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
     tp_all_reduce(y_full, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
   }
   if (shared_) ops::add_inplace(ctx, y, shared_->forward(x, stash.children[0], ctx));
-  stash.tensors = {full, logits, xp, g, u, h, o, row_token, token_row, weight, row_weight, plan_tensor};
+  stash.tensors = {full, logits, xp, g, u, h, o, row_token, token_row, weight, row_weight, plan_tensor, balance};
   return y;
 }
 
 Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
-  CLEAVE_ASSERT(stash.tensors.size() == 12, "{}: backward_input without forward", who());
+  CLEAVE_ASSERT(stash.tensors.size() == 13, "{}: backward_input without forward", who());
   const bool sp = sequence_parallel(ctx, tp_size_);
   const bool ep = expert_parallel(ctx);
   const Tensor full = stash.tensors[kX];
   const Tensor xf = rows_of(full);
   const std::int64_t n = xf.dim(0), e = router_.experts, k = router_.top_k, r = n * k;
-  const Routing routing = route_stashed(stash.tensors[kLogits], ctx);
+  Routing routing = route_stashed(stash.tensors[kLogits], full, ctx);
+  apply_balance(routing, stash.tensors[kBalance], router_);
   const Tensor plan_tensor = stash.tensors[kPlan];
   const Blocks blocks = blocks_of(routing.counts, plan_tensor);
   const std::int64_t rows = rows_of_blocks(blocks);

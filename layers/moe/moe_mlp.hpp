@@ -41,8 +41,12 @@
 // Routing is recomputed from the stashed logits in backward (deterministic), so a fully recomputed block
 // routes exactly as its forward did.
 //
+// Context parallelism (ctx.cp_comm): the rank routes its part of each sequence; the aux loss's f_e is the whole
+// micro-batch's, its counts summed over the cp group once per forward (router.hpp balance_over).
+//
 // Stash layout: tensors {x (all-gathered under sequence parallelism), logits, xp, g, u, h, o, row_token,
-// token_row, weight, row_weight, plan}; backward_input replaces them by {x, dlogits (compute dtype, the rows this
+// token_row, weight, row_weight, plan, balance (the cp-summed counts and tokens, host i64 [E + 1]; an empty tensor
+// at cp 1 or without the aux loss)}; backward_input replaces them by {x, dlogits (compute dtype, the rows this
 // rank's weight gradient counts), xp, dg, du, do, h, counts, plan}; children {shared}. Under ep, xp, g, u, h (and
 // dg, du, do) are the received rows of this rank's experts, o the outputs returned to this rank's routed rows, and
 // plan the dispatch plan (plan_to_tensor; an empty tensor at ep 1). counts (f32) and plan (i64) are host tensors on
@@ -86,7 +90,9 @@ class MoeMlp final : public Layer {
 
  private:
   std::string who() const { return std::string(kind()) + " " + prefix_; }
-  Routing route_stashed(const Tensor& logits, Context& ctx) const;
+  // The routing of `logits` [N, E]; `full` is the routed input (x, all-gathered under sequence parallelism), whose
+  // shape gives the tokens per sample.
+  Routing route_stashed(const Tensor& logits, const Tensor& full, Context& ctx) const;
   bool expert_parallel(const Context& ctx) const;
   // The expert SwiGLU on rows grouped by local expert: one grouped GEMM per block of `blocks` (a source rank's
   // rows under ep; the whole at ep 1), each with that block's groups.

@@ -93,16 +93,27 @@ Routing route(std::span<const float> logits, std::span<const float> bias, const 
       r.token_row[slot] = static_cast<std::int32_t>(row);
     }
   }
+  r.mean_q = std::move(mean_q);
   if (n > 0) {
-    double aux = 0.0;
-    for (std::int64_t i = 0; i < e; ++i) {
-      aux += static_cast<double>(r.counts[static_cast<std::size_t>(i)]) / static_cast<double>(n * k) *
-             mean_q[static_cast<std::size_t>(i)];
-    }
-    r.aux_loss = o.aux_coef * static_cast<double>(e) * aux;
+    balance_over(r, r.counts, n, o);
     r.z_loss = o.z_coef * z_sum / static_cast<double>(n);
   }
   return r;
+}
+
+void balance_over(Routing& r, std::span<const std::int64_t> counts, std::int64_t tokens, const RouterOptions& o) {
+  const std::int64_t e = r.experts, k = r.top_k;
+  CLEAVE_ASSERT(static_cast<std::int64_t>(counts.size()) == e && tokens >= r.tokens,
+                "balance_over: {} counts over {} tokens for {} experts and {} tokens", counts.size(), tokens, e,
+                r.tokens);
+  r.balance_counts.assign(counts.begin(), counts.end());
+  r.balance_tokens = tokens;
+  double aux = 0.0;
+  for (std::int64_t i = 0; i < e && tokens > 0; ++i) {
+    aux += static_cast<double>(counts[static_cast<std::size_t>(i)]) / static_cast<double>(tokens * k) *
+           r.mean_q[static_cast<std::size_t>(i)];
+  }
+  r.aux_loss = o.aux_coef * static_cast<double>(e) * aux;
 }
 
 std::vector<float> router_backward(const Routing& r, std::span<const float> dweight, double loss_scale,
@@ -134,8 +145,8 @@ std::vector<float> router_backward(const Routing& r, std::span<const float> dwei
     double q_dot = 0.0;
     for (std::int64_t i = 0; i < e; ++i) {
       dq[static_cast<std::size_t>(i)] = loss_scale * o.aux_coef * static_cast<double>(e) *
-                                        static_cast<double>(r.counts[static_cast<std::size_t>(i)]) /
-                                        static_cast<double>(n * k) / static_cast<double>(n);
+                                        static_cast<double>(r.balance_counts[static_cast<std::size_t>(i)]) /
+                                        static_cast<double>(r.balance_tokens * k) / static_cast<double>(n);
       q_dot += dq[static_cast<std::size_t>(i)] * s[i] / s_sum;
     }
     for (std::int64_t i = 0; i < e; ++i) ds[static_cast<std::size_t>(i)] += (dq[static_cast<std::size_t>(i)] - q_dot) / s_sum;

@@ -15,6 +15,9 @@
 // (softmax) or s / Σ_e s (sigmoid):
 //   aux = aux_coef · E · Σ_e f_e · P_e (f_e is a constant: counts have no gradient);
 //   z   = z_coef · mean over tokens of logsumexp(logits)².
+// A micro-batch is the unit of both: under context parallelism a rank routes only its part of each sequence, so
+// f_e must come from the whole micro-batch's counts (balance_over); P_e and z stay this rank's means, whose average
+// over the cp ranks (equal token counts, each rank's gradient scaled by 1 / cp) is the whole micro-batch's.
 // Arithmetic is double; what is handed back is rounded to f32.
 #pragma once
 
@@ -48,6 +51,11 @@ struct Routing {
   std::vector<double> scores;             // [N·E] p (softmax) or s (sigmoid)
   std::vector<double> lse;                // [N] logsumexp of each token's logits
   std::vector<float> logits;              // [N·E] the logits routed
+  std::vector<double> mean_q;             // [E] P_e: the mean over the tokens of q_e
+  // The aux loss's f_e = balance_counts_e / (balance_tokens · k): this call's counts and tokens unless
+  // balance_over gave the whole micro-batch's.
+  std::vector<std::int64_t> balance_counts;  // [E]
+  std::int64_t balance_tokens = 0;
   double aux_loss = 0.0;                  // coefficient included
   double z_loss = 0.0;
 };
@@ -58,6 +66,12 @@ struct Routing {
 // is unchanged.
 Routing route(std::span<const float> logits, std::span<const float> bias, const RouterOptions& options,
               std::span<const std::int32_t> forced = {});
+
+// Context parallelism: `counts` [E] and `tokens` are the micro-batch's whole sequences' (this rank's counts and
+// tokens summed over its cp group). Makes them the aux loss's f_e and recomputes aux_loss (this rank's P_e with
+// the whole f_e); router_backward then uses them.
+void balance_over(Routing& routing, std::span<const std::int64_t> counts, std::int64_t tokens,
+                  const RouterOptions& options);
 
 // The gradient of the router logits [N·E]: from dweight [N·k] (the gradient of the routing weights, already
 // scaled as the loss), plus loss_scale times the gradients of the aux and z losses. Rows whose token_mask entry

@@ -60,6 +60,16 @@ MoeConfig moe_defaults(MoeConfig config) {
   return config;
 }
 
+void check_bias_update_sharding(const MoeConfig& config, int zero_stage, std::int64_t dp, std::int64_t cp) {
+  CLEAVE_CHECK_KEY(router_kind(config.router) != RouterKind::kSigmoid || config.bias_update_rate == 0.0 ||
+                       zero_stage != 3 || dp * cp == 1,
+                   "model.bias_update_rate",
+                   "{} moves the sigmoid router's bias after every step on every rank that holds it, and "
+                   "optimizer.zero_stage 3 over dp × cp = {} × {} ranks keeps only shards of it; set "
+                   "model.bias_update_rate=0 (a fixed bias) or optimizer.zero_stage to 2 or less",
+                   config.bias_update_rate, dp, cp);
+}
+
 ModelSpec make_moe_spec(const MoeConfig& given) {
   CLEAVE_CHECK_KEY(given.n_experts > 0, "model.n_experts", "must be > 0 (experts per moe block), got {}",
                    given.n_experts);

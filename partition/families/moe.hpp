@@ -84,6 +84,12 @@ MoeConfig moe_defaults(MoeConfig config);
 // Checks the sizes (ConfigKeyError naming model.<key> and the numbers) and builds the block list.
 ModelSpec make_moe_spec(const MoeConfig& config);
 
+// The sigmoid router's bias moves after every optimizer step on every rank that holds its block, which needs it
+// whole; optimizer.zero_stage 3 over dp × cp > 1 ranks keeps only shards of every parameter between steps. Throws
+// ConfigKeyError naming model.bias_update_rate for that pair (a rate of 0 or one replica passes). Run when dp is
+// known (RunConfig::resolve), so the planner drops such candidates too.
+void check_bias_update_sharding(const MoeConfig& config, int zero_stage, std::int64_t dp, std::int64_t cp);
+
 // The family's rows in the tables of family.hpp.
 Family moe_family();
 BlockRules moe_block_rules();  // moe_block.cpp

@@ -1,6 +1,7 @@
 // model.type moe under every layout (run under mpiexec, np 2 and 4): tensor parallel (Megatron's expert tensor
 // parallelism: every expert's SwiGLU split), sequence parallelism, every pipeline schedule (with full and
-// selective recomputation), data parallel with ZeRO 1-3, and bf16 mixed precision each give the per-step
+// selective recomputation), data parallel with ZeRO 1-3, context parallelism (ring and all-to-all, alone, with tp
+// and sequence parallelism, and with ep taken from cp × dp), and bf16 mixed precision each give the per-step
 // losses and final parameters of ONE rank from the same seed (the reference runs inside rank 0 on a
 // communicator of its own), as tests/e2e/llama_equivalence_test.cpp does for llama. The model is tiny: 4
 // experts, top-2, a softmax router with the load-balancing and z losses on (so their gradients' scaling is
@@ -15,6 +16,9 @@
 // within kRounding; tensor parallel within kTensorParallel. Routing is a discontinuous function of the
 // logits, but a difference of 1e-6 flips a token only if two of its experts score within 1e-6 of each other;
 // the seeds here have no such token (a flip would show as a loss difference far above the tolerance).
+// Context parallelism takes the tp bound (its partial sums over tokens reassociate as tp's do; see
+// context_parallel_test.cpp); its cases also check that the load-balancing loss's f_e is the whole micro-batch's,
+// not each cp rank's half of it (that gave 5e-3 to 1e-2 of a tensor's scale after 4 steps).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -50,6 +54,7 @@ std::vector<LayoutCase> layouts_for(int world) {
   const Bound tensor_parallel = Bound::relative(kTensorParallel);
   const Bound bf16_bound = Bound::scaled(kBf16TensorParallel, kBf16TensorParallelLoss);
   const std::string gated = "model.shared_expert_gate=true", qkv_bias = "model.qkv_bias=true";
+  const std::string cp2 = "parallel.context_parallel_size=2", a2a = "parallel.context_parallel_comm=all_to_all";
   if (world == 2) {
     return {{"tp2", {tp(2)}, tensor_parallel},
             {"tp2_sp", {tp(2), sp}, tensor_parallel},
@@ -73,13 +78,21 @@ std::vector<LayoutCase> layouts_for(int world) {
             // Qwen2-MoE: q/k/v biases and a sigmoid-gated shared expert (its gate replicated over tp).
             {"tp2_sp_gated_shared_qkv_bias", {tp(2), sp, "model.n_shared_experts=2", gated, qkv_bias,
                                                "model.normalize_top_k=false"}, tensor_parallel},
-            {"pp2_zb_h1_gated_shared", {pp(2), schedule("zb_h1"), shared, gated}, exact}};
+            {"pp2_zb_h1_gated_shared", {pp(2), schedule("zb_h1"), shared, gated}, exact},
+            {"cp2_ring", {cp2}, tensor_parallel},
+            // the forced workload is a function of a token's place in the whole micro-batch, not in a cp rank's part
+            {"cp2_ring_forced_zipf", {cp2, "model.forced_routing=zipf"}, tensor_parallel},
+            {"cp2_all_to_all_sigmoid_shared_full_recompute", {cp2, a2a, sigmoid, shared, "train.recompute=full"},
+             tensor_parallel}};
   }
   if (world == 4) {
     return {{"tp2_pp2_1f1b", {tp(2), pp(2)}, tensor_parallel},
             {"tp2_sp_dp2_zero1", {tp(2), sp, "optimizer.zero_stage=1"}, tensor_parallel},
             {"dp2_pp2_zero3_zb_h1_full_recompute",
-             {pp(2), schedule("zb_h1"), "optimizer.zero_stage=3", "train.recompute=full"}, rounding}};
+             {pp(2), schedule("zb_h1"), "optimizer.zero_stage=3", "train.recompute=full"}, rounding},
+            {"cp2_ring_tp2_sp", {cp2, tp(2), sp}, tensor_parallel},
+            {"ep2_cp2_all_to_all_dp2_zero1",
+             {cp2, a2a, "parallel.expert_model_parallel_size=2", "optimizer.zero_stage=1"}, tensor_parallel}};
   }
   return {};
 }
@@ -104,7 +117,8 @@ TEST(MoeEquivalence, EveryLayoutMatchesOneRank) {
 
 
 // ZeRO-3 keeps no whole parameter between steps, so the sigmoid router's bias cannot be moved: refused, naming
-// the keys, on every rank at the end of the first step (docs/config.md model.bias_update_rate).
+// the keys, on every rank when the layout is resolved, before anything is built (docs/config.md
+// model.bias_update_rate).
 TEST(MoeEquivalence, SigmoidBiasUpdateUnderZero3IsRefused) {
   auto world = make_world(/*deterministic=*/true);
   if (world->size() != 2) GTEST_SKIP() << "runs at 2 ranks";

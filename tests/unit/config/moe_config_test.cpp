@@ -73,5 +73,28 @@ TEST(MoeConfig, BadInputNamesTheKeyAndTheNumbers) {
   EXPECT_NO_THROW(parse_config(R"({"model": {"type": "moe", "router": "sigmoid", "bias_update_rate": 0.01}})"));
 }
 
+// The sigmoid router's bias moves after every step on every rank holding it whole, which ZeRO-3 over more than one
+// dp × cp rank never does: refused when the world size is known (resolve), before anything is built, so the planner
+// rejects such candidates too; one rank (ZeRO-3 then trains unsharded), a fixed bias and ZeRO-2 are accepted.
+TEST(MoeConfig, SigmoidBiasUpdateUnderShardedZeroThreeIsRefusedAtResolve) {
+  const std::string sigmoid = R"({"model": {"type": "moe", "router": "sigmoid"}, "optimizer": {"zero_stage": 3}})";
+  for (const auto& [world, cp] : std::vector<std::pair<int, int>>{{2, 1}, {2, 2}}) {
+    RunConfig c = parse_config(sigmoid, "run.json", {"parallel.context_parallel_size=" + std::to_string(cp)});
+    try {
+      c.resolve(world);
+      ADD_FAILURE() << "no error at world " << world << ", cp " << cp;
+    } catch (const ConfigKeyError& e) {
+      EXPECT_EQ(e.key(), "model.bias_update_rate");
+      const std::string message = e.what();
+      for (const char* needle : {"optimizer.zero_stage 3", "keeps only shards", "model.bias_update_rate=0"}) {
+        EXPECT_NE(message.find(needle), std::string::npos) << message;
+      }
+    }
+  }
+  EXPECT_NO_THROW(parse_config(sigmoid).resolve(1));
+  EXPECT_NO_THROW(parse_config(sigmoid, "run.json", {"model.bias_update_rate=0"}).resolve(2));
+  EXPECT_NO_THROW(parse_config(sigmoid, "run.json", {"optimizer.zero_stage=2"}).resolve(2));
+}
+
 }  // namespace
 }  // namespace cleave::config

@@ -226,6 +226,42 @@ TEST(MoeRouter, MatchesTheDoubleReference) {
   }
 }
 
+// Context parallelism: two ranks each route half of a micro-batch's tokens. With the whole micro-batch's counts
+// (balance_over), the halves' aux losses average to the whole's and their logit gradients, each at half the loss
+// scale (the cp ranks' scale is 1 / cp of one rank's), are the whole's rows. With only their own counts (f_e of
+// half the tokens, what each rank had before balance_over) they do not average to the whole's when the halves route
+// unlike each other (the first half leans to expert 0, the second to the last): checked too, so the case can fail.
+TEST(MoeRouter, HalvesBalancedOverTheWholeGiveTheWholeAuxLossAndGradient) {
+  const std::int64_t n = 8, e = 4, k = 2, half = n / 2;
+  auto logits = random_tensor({n, e}, 7, 1.5f).to_floats();
+  // Unlike halves: the first leans to expert 0, the second to the last.
+  for (std::int64_t t = 0; t < n; ++t) logits[static_cast<size_t>(t * e + (t < half ? 0 : e - 1))] += 3.0f;
+  const auto dweight = random_tensor({n, k}, 8, 0.5f).to_floats();
+  for (RouterKind kind : {RouterKind::kSoftmax, RouterKind::kSigmoid}) {
+    const RouterOptions o = options(kind, e, k, true, 0.05, 0.01);
+    const Routing whole = route(logits, {}, o);
+    const std::vector<float> want = router_backward(whole, dweight, 1.0, o);
+    double aux = 0, aux_own_counts = 0;
+    for (std::int64_t h = 0; h < 2; ++h) {
+      const auto rows = [&](const std::vector<float>& v, std::int64_t width) {
+        const auto first = static_cast<size_t>(h * half * width), count = static_cast<size_t>(half * width);
+        return std::span<const float>(v).subspan(first, count);
+      };
+      Routing part = route(rows(logits, e), {}, o);
+      aux_own_counts += part.aux_loss / 2;
+      balance_over(part, whole.counts, n, o);
+      aux += part.aux_loss / 2;
+      const std::vector<float> got = router_backward(part, rows(dweight, k), 0.5, o);
+      for (std::int64_t i = 0; i < half * e; ++i) {
+        EXPECT_NEAR(got[static_cast<size_t>(i)], want[static_cast<size_t>(h * half * e + i)], 1e-7)
+            << "half " << h << ", element " << i;
+      }
+    }
+    EXPECT_NEAR(aux, whole.aux_loss, 1e-12);
+    EXPECT_GT(std::abs(aux_own_counts - whole.aux_loss), 1e-4 * whole.aux_loss);
+  }
+}
+
 TEST(MoeRouter, TiesGoToTheLowerExpertIndex) {
   // Token 0: experts 1, 2, 3 tie for first; token 1: all four tie.
   const std::vector<float> logits = {0.5f, 1.0f, 1.0f, 1.0f, 0.0f, 0.0f, 0.0f, 0.0f};

@@ -142,6 +142,31 @@ TEST(KeepLayout, ShrinksDpKeepsTpPpAndTheGlobalBatch) {
   EXPECT_EQ(k2->global_batch % (k2->dp * k2->micro_batch), 0);
 }
 
+// cp and ep are part of the layout kept: the ranks are tp × cp × dp × pp (world()), and dp shrinks only to sizes
+// whose dp × cp ranks ep still divides; ZeRO stays while dp × cp > 1 (it shards over them).
+TEST(KeepLayout, KeepsCpAndEpAndCountsTheirRanks) {
+  planner::PlanChoice c = dp2_pp2();
+  c.pp = 1, c.cp = 2, c.dp = 2, c.global_batch = 12, c.zero_stage = 3;
+  EXPECT_EQ(c.world(), 4);
+  const auto three = keep_layout(c, 3);  // a cp2 replica fits, dp 1 (dp 3 would need 6 ranks)
+  ASSERT_TRUE(three);
+  EXPECT_EQ(three->cp, 2);
+  EXPECT_EQ(three->dp, 1);
+  EXPECT_EQ(three->world(), 2);
+  EXPECT_EQ(three->zero_stage, 3);  // still sharded over the 2 cp ranks
+  EXPECT_FALSE(keep_layout(c, 1));
+  // ep 4 from dp 4: 3 ranks would be dp 3 (12 splits), which ep 4 does not divide; dp 2 neither; nothing fits.
+  planner::PlanChoice e = dp2_pp2();
+  e.pp = 1, e.dp = 4, e.ep = 4, e.global_batch = 12;
+  EXPECT_FALSE(keep_layout(e, 3));
+  e.ep = 2;  // ep 2: dp 3 is skipped, dp 2 kept
+  const auto k = keep_layout(e, 3);
+  ASSERT_TRUE(k);
+  EXPECT_EQ(k->dp, 2);
+  EXPECT_EQ(k->ep, 2);
+  EXPECT_EQ(k->world(), 2);
+}
+
 TEST(SmallestWorld, FirstThatFits) {
   EXPECT_EQ(smallest_world(3, 8, [](int w) { return w >= 5; }), 5);
   EXPECT_FALSE(smallest_world(3, 8, [](int) { return false; }));

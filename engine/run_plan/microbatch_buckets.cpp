@@ -65,7 +65,9 @@ MicrobatchBuckets zero_two_buckets(const Plan& plan, int pp_rank, int tp, int dp
   }
   const bool same_rank = embedding >= 0 && head >= 0;
   const int table_bucket = same_rank ? add_bucket(m, table, dp) : -1;
-  if (tied && !same_rank && (embedding >= 0 || head >= 0)) m.per_step = round_up(round_up(table, kBucketAlignElements), dp);
+  if (tied && !same_rank && (embedding >= 0 || head >= 0)) {
+    m.per_step = round_up(round_up(table, kBucketAlignElements), dp);
+  }
   for (int stage = 0; stage < plan.num_stages(); ++stage) {
     if (plan.stage_to_rank(stage) != pp_rank) continue;
     const auto& range = plan.partition.stages[static_cast<std::size_t>(stage)];

@@ -218,7 +218,7 @@ std::vector<ParamTensor> llama_param_tensors(const BlockSpec& b, int tp) {
   const std::int64_t d = b.in_features, f = b.d_ff;
   std::vector<ParamTensor> out = {{d}};
   for (const ParamTensor& t : llama_attention_tensors(b, tp)) out.push_back(t);
-  for (const ParamTensor& t : std::vector<ParamTensor>{{d}, {f / tp * d}, {f / tp * d}, {d * (f / tp)}}) out.push_back(t);
+  for (const std::int64_t n : {d, f / tp * d, f / tp * d, d * (f / tp)}) out.push_back({n});
   return out;
 }
 

@@ -178,7 +178,9 @@ TEST(ZeroMemory, TensorParallelBucketsAndUnitsAreExact) {
 std::int64_t tensor_alignment(const partition::ModelSpec& spec, int tp) {
   std::int64_t sum = 0;
   for (const partition::BlockSpec& b : spec.blocks) {
-    for (const partition::ParamTensor& t : partition::block_param_tensors(b, tp)) sum += (t.numel + 15) / 16 * 16 - t.numel;
+    for (const partition::ParamTensor& t : partition::block_param_tensors(b, tp)) {
+      sum += (t.numel + 15) / 16 * 16 - t.numel;
+    }
   }
   return sum;
 }
@@ -201,8 +203,8 @@ TEST(ZeroMemory, AwkwardShapesAlignEachTensorInItsUnit) {
       const std::string name = "zero " + std::to_string(stage) + " " + std::string(enum_name(reduce));
       SCOPED_TRACE(name);
       auto config = tiny_run(model, "awkward_gpt", 2,
-                             {"optimizer.type=adamw", "batch.global_batch_size=4", "parallel.tensor_model_parallel_size=2",
-                              "parallel.dp_bucket_mb=0.01"});
+                             {"optimizer.type=adamw", "batch.global_batch_size=4",
+                              "parallel.tensor_model_parallel_size=2", "parallel.dp_bucket_mb=0.01"});
       config.train.deterministic = false;
       config.optimizer.zero_stage = stage;
       config.optimizer.zero_reduce = reduce;

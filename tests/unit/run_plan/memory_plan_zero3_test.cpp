@@ -20,7 +20,11 @@
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/run_plan/memory_plan.hpp"
+#include "engine/run_plan/param_counts.hpp"
 #include "engine/run_plan/plan.hpp"
+#include "partition/cost_model.hpp"
+#include "partition/families/family.hpp"
+#include "partition/param_tensors.hpp"
 
 namespace cleave::run_plan {
 namespace {
@@ -40,7 +44,8 @@ constexpr std::int64_t aligned(std::initializer_list<std::int64_t> tensors) {
 constexpr std::int64_t unit(std::int64_t aligned_elements) { return (r16(aligned_elements) + kDp - 1) / kDp * kDp; }
 constexpr std::int64_t unit(std::initializer_list<std::int64_t> tensors) { return unit(aligned(tensors)); }
 // A gpt block's tensors (ln1, qkv, proj, ln2, fc, proj; each weight then bias) and the final norm's: 7280 and 64.
-constexpr std::int64_t kBlockAligned = aligned({kD, kD, 3 * kD * kD, 3 * kD, kD * kD, kD, kD, kD, kD * kFf, kFf, kFf * kD, kD});
+constexpr std::int64_t kBlockAligned =
+    aligned({kD, kD, 3 * kD * kD, 3 * kD, kD * kD, kD, kD, kD, kD * kFf, kFf, kFf * kD, kD});
 constexpr std::int64_t kNormAligned = aligned({kD, kD});
 
 // optimizer.zero_reduce per_step unless `overrides` sets it (the per-micro-batch form has its own tests below).
@@ -206,7 +211,8 @@ TEST(MemoryPlanZeroThree, ZeroTwoPerMicrobatchPacksWholeBlocks) {
 // is in flight.
 TEST(MemoryPlanZeroThree, TensorParallelUnitsKeepTheReplicatedParametersWhole) {
   const std::int64_t block_tp2 =
-      aligned({kD, kD, 3 * kD / 2 * kD, 3 * kD / 2, kD * (kD / 2), kD, kD, kD, kFf / 2 * kD, kFf / 2, kD * (kFf / 2), kD});
+      aligned({kD, kD, 3 * kD / 2 * kD, 3 * kD / 2, kD * (kD / 2), kD,  // ln1, qkv, proj
+               kD, kD, kFf / 2 * kD, kFf / 2, kD * (kFf / 2), kD});      // ln2, fc, proj
   ASSERT_EQ(block_tp2, 3744);
   const std::int64_t units = 864 + 4 * block_tp2 + unit(kNormAligned) + 624;
   const std::string tp2 = "parallel.tensor_model_parallel_size=2";
@@ -224,6 +230,25 @@ TEST(MemoryPlanZeroThree, TensorParallelUnitsKeepTheReplicatedParametersWhole) {
   config::RunConfig one = zero3(51, false, 1, {tp2});
   one.optimizer.zero_stage = 1;
   EXPECT_EQ(at(estimate(one, 0), MemoryCategory::kParameters), 4 * (864 + 4 * 3684 + kFinalNorm + 624));
+}
+
+// The units' tensors (partition::block_param_tensors) and the other categories' count (tp_rank_param_count, from the
+// cost model) are the same parameters: their elements sum to it for every block of every family at tp 1 and 2, so
+// ZeRO-3 differs from ZeRO 0-2 only by the layout.
+TEST(MemoryPlanZeroThree, UnitTensorsSumToTheParameterCount) {
+  for (const partition::Family& f : partition::families()) {
+    const partition::ModelSpec spec = f.make_spec(partition::FamilyConfigs{});
+    const auto costs = partition::model_costs(spec);
+    for (const int tp : {1, 2}) {
+      if (tp > 1 && f.check_tensor_parallel == nullptr) continue;
+      for (std::size_t b = 0; b < spec.blocks.size(); ++b) {
+        std::int64_t sum = 0;
+        for (const partition::ParamTensor& t : partition::block_param_tensors(spec.blocks[b], tp)) sum += t.numel;
+        EXPECT_EQ(sum, tp_rank_param_count(spec.blocks[b], costs[b], tp))
+            << f.name << " " << spec.blocks[b].name << " tp " << tp;
+      }
+    }
+  }
 }
 
 TEST(MemoryPlanZeroThree, OverTheCapMessageEstimatesEachHigherStage) {

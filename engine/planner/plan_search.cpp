@@ -267,7 +267,8 @@ pipeline::Schedule priced_auto_schedule(const run_plan::Plan& plan, const config
                                         const SearchOptions& options) {
   std::vector<std::int64_t> working_set(static_cast<std::size_t>(choice.pp), 0);
   for (int r = 0; r < choice.pp; ++r) {
-    const run_plan::MemoryPlan memory = run_plan::estimate_rank_memory(plan, config, r, options.ep_imbalance);
+    const run_plan::MemoryPlan memory =
+        run_plan::estimate_rank_memory(plan, config, r, options.ep_imbalance, options.attention);
     working_set[static_cast<std::size_t>(r)] =
         memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
   }
@@ -345,25 +346,11 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   std::vector<std::int64_t> working_set(static_cast<std::size_t>(choice.pp), 0);
   const bool bf16 = config.device.precision == config::Precision::kBf16;
   const std::vector<double> saved = probabilities_saved(plan, choice, options, bf16 ? DType::kBF16 : DType::kF32);
-  const auto shard = partition::model_costs(plan.spec, DType::kF32, choice.recompute, choice.tp);
   for (int r = 0; r < choice.pp; ++r) {
-    run_plan::MemoryPlan memory = run_plan::estimate_rank_memory(plan, config, r, opts.ep_imbalance);
-    // A run storing attention probabilities keeps them with every micro-batch's stash: the activations grow by
-    // their share of a micro-batch's stash on each of the rank's stages (the trainer's plan counts its own,
-    // memory-efficient attention).
-    double stash = 0, extra = 0;
-    for (int s = 0; s < plan.num_stages(); ++s) {
-      if (plan.stage_to_rank(s) != r || saved[static_cast<std::size_t>(s)] <= 0) continue;
-      const auto range = plan.partition.stages[static_cast<std::size_t>(s)];
-      stash += static_cast<double>(run_plan::stage_backward_memory(std::vector<partition::BlockCost>(
-                   shard.begin() + range.begin, shard.begin() + range.end)).forward_stash) *
-               static_cast<double>(choice.micro_batch) / (bf16 ? 2.0 : 1.0) / choice.cp;
-      extra += saved[static_cast<std::size_t>(s)];
-    }
-    if (stash > 0) {
-      auto& act = memory.bytes[static_cast<std::size_t>(MemoryCategory::kActivations)];
-      act += static_cast<std::int64_t>(static_cast<double>(act) * extra / stash);
-    }
+    // A run storing attention probabilities keeps them with every micro-batch's stash: the memory plan counts them
+    // in each attention block's (its `attention` input), so the walk and cp's transients above it are the run's.
+    const run_plan::MemoryPlan memory =
+        run_plan::estimate_rank_memory(plan, config, r, opts.ep_imbalance, options.attention);
     working_set[static_cast<std::size_t>(r)] =
         memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
     if (details) {

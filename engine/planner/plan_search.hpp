@@ -115,7 +115,8 @@ struct SearchOptions {
   // rank sends 1/tp of a stage's output and the receiving tp group all-gathers it inside the node.
   bool scatter_gather_boundaries = false;
   // The attention kernel the simulated run used (a model option; the engine runs memory-efficient attention):
-  // `cleave simulate --attention`, priced by attention_probabilities_compute (step_terms.hpp) on a roofline profile.
+  // `cleave simulate --attention`, priced by attention_probabilities_compute (step_terms.hpp) on a roofline profile;
+  // its stored tensors are an input of the memory plan (run_plan::estimate_rank_memory's `attention`).
   partition::AttentionKind attention = partition::AttentionKind::kMemoryEfficient;
   // Kernels the simulated run launched beyond the engine's own (run options; roofline profiles): `cleave simulate
   // --cross-entropy float32` (Megatron-LM's unfused vocab-parallel cross-entropy over f32 logits) and

@@ -21,6 +21,19 @@
 #include "partition/ep_costs.hpp"
 
 namespace cleave::run_plan {
+namespace {
+
+// A probabilities attention kind's stored tensors (the header's `attention`) per sample of one tp rank, in the walk's
+// units (the f32 cost's: twice the bytes under bf16, which the walk halves; the dropout mask's byte too).
+std::int64_t stored_probabilities_bytes(const partition::BlockSpec& block, partition::AttentionKind attention,
+                                        partition::Recompute recompute, int tp, bool bf16) {
+  if (recompute != partition::Recompute::kNone) return 0;
+  const double saved =
+      partition::attention_probabilities_work(block, bf16 ? DType::kBF16 : DType::kF32, attention, tp, 1).saved_bytes;
+  return static_cast<std::int64_t>(saved) * (bf16 ? 2 : 1);
+}
+
+}  // namespace
 
 std::int64_t MemoryPlan::total() const {
   std::int64_t sum = 0;
@@ -38,12 +51,13 @@ std::string MemoryPlan::breakdown() const {
   return out + "total " + format_bytes(total());
 }
 
-MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, double ep_imbalance) {
-  return estimate_rank_memory(plan, config, pp_rank, unresolved_cpu_kernels(config), ep_imbalance);
+MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, double ep_imbalance,
+                                partition::AttentionKind attention) {
+  return estimate_rank_memory(plan, config, pp_rank, unresolved_cpu_kernels(config), ep_imbalance, attention);
 }
 
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, const CpuKernels& cpu,
-                                double ep_imbalance) {
+                                double ep_imbalance, partition::AttentionKind attention) {
   const int tp = config.parallel.tensor_model_parallel_size;
   // Parameters: whole-model (÷ tp below); activations: one tp rank's (the cost model's tp layout).
   const partition::Recompute recompute = config.train.recompute;
@@ -104,6 +118,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
       stage_transients[static_cast<std::size_t>(stage)].push_back(
           attention_transients(block, micro, tp, cp, ring, bf16, on_cpu ? cpu.threads : 0));
       if (ep > 1) partition::add_ep_expert_rows(a, block, DType::kF32, recompute, tp, imbalance, sp);
+      a.activation_bytes += stored_probabilities_bytes(block, attention, recompute, tp, bf16);  // held from F to I
       // bf16: the walk halves its bytes, but the f32 statistics and i32 ids and targets the cost model counts apart
       // (its fixed bytes: the bf16 cost less half the f32 one) stay whole: counted twice here. Before, halved with
       // the rest: the loss's targets 2 B per token under, each norm's and the attention's statistics likewise (ZB-V

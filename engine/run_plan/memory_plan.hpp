@@ -9,8 +9,9 @@
 //   parameters       Σ param bytes of the rank's stages (a tied table counted once per rank); bf16: + half that
 //                    (the working copies). ZeRO-3: units instead, one per block of a stage (the parameters whose
 //                    first block in the stage it is; a tied table split over pp ranks is a unit of its own, on its
-//                    head's rank it is in the embedding's unit), each padded as its gradient bucket (to 16 f32
-//                    elements, then to a multiple of dp): Σ units / dp x (4 B, bf16: 6 B) for the f32 master and
+//                    head's rank it is in the embedding's unit), each laid out as its gradient bucket (each tensor
+//                    from a 64-byte boundary, partition::block_param_tensors; the unit to 16 f32 elements, then to a
+//                    multiple of dp): Σ units / dp x (4 B, bf16: 6 B) for the f32 master and
 //                    bf16 working shards, plus the most units held in full at once in the compute dtype (4 B,
 //                    bf16: 2 B): a block's and the next block's of the same stage (prefetched), a tied head's
 //                    with the embedding's unit it reads; W gathers nothing
@@ -40,7 +41,8 @@
 //                    early), an I's or B's dy through it, an action's output at its end and, when sent, through the
 //                    next compute action, an output handed to a stage of the same rank until consumed, and on a
 //                    rank holding the first and the last stage (ZB-V, DualPipeV) a micro-batch's targets from the
-//                    first stage's F to the last stage's
+//                    first stage's F to the last stage's; a probabilities attention kind (the planner's `attention`
+//                    input) adds the stored [T, T] tensors to each attention block's forward stash
 //   communication    parallel.grad_reduce_dtype bf16 with dp > 1: a bf16 twin of every gradient bucket (per
 //                    micro-batch: of the largest, one in flight at a time); plus, under context parallelism, the
 //                    K/V exchange buffers of one attention block (cp_exchange_bytes, the largest of the rank's):
@@ -84,6 +86,7 @@
 #include "engine/core/allocator.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "kernels/ops/cpu_blas.hpp"
+#include "partition/block_work.hpp"
 #include "partition/cost_model.hpp"
 
 namespace cleave::run_plan {
@@ -122,13 +125,20 @@ struct CpuKernels {
 // figure, partition::workload_ep_imbalance; `cleave plan --ep-imbalance` passes its own).
 // cpu: the run's resolved CPU kernels; the trainer's plan and its report pass the run's own, so the CPU workspace is
 // exact on either kind of CPU.
+// attention: the attention kernel the run uses (the engine's is memory-efficient; the planner prices a run that
+// stores the probabilities, `--attention`): a probabilities kind adds to each attention block's forward stash what
+// it keeps for the backward (partition::attention_probabilities_work's saved_bytes, one tp rank's heads, ÷ cp),
+// freed by its I, so the walk, the cp exchange's share above the activation peak and the total are the run's own.
+// Under recomputation nothing (the rerun rebuilds them inside I; not counted).
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, const CpuKernels& cpu,
-                                double ep_imbalance = 0);
+                                double ep_imbalance = 0,
+                                partition::AttentionKind attention = partition::AttentionKind::kMemoryEfficient);
 // Without the machine's facts (the planner pricing layouts, tests of other categories): unresolved_cpu_kernels, the
 // widened GEMM path (an upper bound of the bf16 workspace where the GEMMs would run on bf16 kernels) and the
 // attention kernel's per-thread scratch not counted.
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank,
-                                double ep_imbalance = 0);
+                                double ep_imbalance = 0,
+                                partition::AttentionKind attention = partition::AttentionKind::kMemoryEfficient);
 // device.blas resolved as on a CPU without bf16 instructions (bf16 operands widened to f32), threads 0.
 CpuKernels unresolved_cpu_kernels(const config::RunConfig& config);
 

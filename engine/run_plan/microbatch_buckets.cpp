@@ -4,14 +4,12 @@
 #include <algorithm>
 
 #include "engine/run_plan/param_counts.hpp"
-#include "partition/cost_model.hpp"
 
 namespace cleave::run_plan {
 namespace {
 
 int add_bucket(MicrobatchBuckets& m, std::int64_t elements, int dp) {
-  constexpr std::int64_t kAlignElements = 16;
-  m.numel.push_back(round_up(round_up(elements, kAlignElements), dp));
+  m.numel.push_back(round_up(round_up(elements, kBucketAlignElements), dp));
   m.writers.push_back(0);
   return static_cast<int>(m.numel.size()) - 1;
 }
@@ -49,9 +47,7 @@ MicrobatchBuckets zero_three_buckets(const ZeroThreeUnits& units, std::size_t bl
 // ZeRO-2: each stage's blocks, last to first, packed whole up to parallel.dp_bucket_mb (a block larger than that
 // alone); a tied table both of whose blocks are on this rank a bucket of its own; split over pp ranks, per step.
 MicrobatchBuckets zero_two_buckets(const Plan& plan, int pp_rank, int tp, int dp, double bucket_mib, int ep) {
-  constexpr std::int64_t kAlignElements = 16;
   const auto& spec = plan.spec;
-  const auto costs = partition::model_costs(spec, DType::kF32);
   const bool tied = !spec.tied_parameters.empty();
   const std::int64_t table = tp_rank_table_count(spec, tp);  // one tp rank's, as every count below
   const auto cap = static_cast<std::int64_t>(bucket_mib * 1024.0 * 1024.0) / 4;
@@ -69,7 +65,9 @@ MicrobatchBuckets zero_two_buckets(const Plan& plan, int pp_rank, int tp, int dp
   }
   const bool same_rank = embedding >= 0 && head >= 0;
   const int table_bucket = same_rank ? add_bucket(m, table, dp) : -1;
-  if (tied && !same_rank && (embedding >= 0 || head >= 0)) m.per_step = round_up(round_up(table, kAlignElements), dp);
+  if (tied && !same_rank && (embedding >= 0 || head >= 0)) {
+    m.per_step = round_up(round_up(table, kBucketAlignElements), dp);
+  }
   for (int stage = 0; stage < plan.num_stages(); ++stage) {
     if (plan.stage_to_rank(stage) != pp_rank) continue;
     const auto& range = plan.partition.stages[static_cast<std::size_t>(stage)];
@@ -79,16 +77,15 @@ MicrobatchBuckets zero_two_buckets(const Plan& plan, int pp_rank, int tp, int dp
       const bool holds_table = b == embedding || b == head;
       if (holds_table && table_bucket >= 0) add_writer(m, b, table_bucket);
       // ep > 1: the routed experts are in the expert-dp bucketer, reduced per step (the caller adds them).
-      const std::int64_t own = tp_rank_own_count(spec.blocks[static_cast<std::size_t>(b)],
-                                                 costs[static_cast<std::size_t>(b)], tp, table, holds_table, ep);
-      if (own <= 0) continue;
-      const std::int64_t unit = round_up(own, kAlignElements);
-      if (open < 0 || round_up(filled, kAlignElements) + unit > cap) {
+      // Each tensor from a 64-byte boundary: the block's elements as the bucket lays them out.
+      const std::int64_t unit = tp_rank_own_elements(spec.blocks[static_cast<std::size_t>(b)], tp, holds_table, ep);
+      if (unit <= 0) continue;
+      if (open < 0 || round_up(filled, kBucketAlignElements) + unit > cap) {
         open = add_bucket(m, 0, dp);
         filled = 0;
       }
-      filled = round_up(filled, kAlignElements) + unit;
-      m.numel[static_cast<std::size_t>(open)] = round_up(round_up(filled, kAlignElements), dp);
+      filled = round_up(filled, kBucketAlignElements) + unit;
+      m.numel[static_cast<std::size_t>(open)] = round_up(round_up(filled, kBucketAlignElements), dp);
       add_writer(m, b, open);
     }
   }

@@ -1,6 +1,7 @@
 // Gradient buckets reduced per micro-batch (optimizer.zero_reduce per_microbatch) under ZeRO-2 and ZeRO-3: the
 // buckets as the runtime cuts them and the gradient peak over the rank's weight-gradient passes in schedule order.
-// Invariant: a bucket is padded as the bucketer pads it (16 f32 elements, then a multiple of dp) and is alive from
+// Invariant: a bucket is laid out as the bucketer lays it out (each parameter tensor from a 64-byte boundary, the
+// bucket padded to 16 f32 elements, then to a multiple of dp) and is alive from
 // the weight pass of its first writing block until the launch after its own (microbatch_peak).
 #pragma once
 
@@ -15,7 +16,7 @@ namespace cleave::run_plan {
 // Per-micro-batch reduction (optimizer.zero_reduce per_microbatch, engine/comm/gradient_bucketer.hpp): the
 // buckets as the runtime cuts them, each with the model blocks whose weight-gradient pass writes into it.
 struct MicrobatchBuckets {
-  std::vector<std::int64_t> numel;                 // f32 elements, padded like the bucketer (16, then dp)
+  std::vector<std::int64_t> numel;                 // f32 elements, laid out like the bucketer (16, then dp)
   std::vector<std::vector<int>> writes;             // per model block: the buckets its W writes
   std::vector<int> writers;                         // per bucket: reports of one micro-batch (blocks writing it)
   std::int64_t per_step = 0;                        // a tied table split over pp ranks: reduced once per step

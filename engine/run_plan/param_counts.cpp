@@ -1,7 +1,7 @@
 // See param_counts.hpp.
 #include "engine/run_plan/param_counts.hpp"
 
-#include "partition/ep_costs.hpp"
+#include "partition/param_tensors.hpp"
 
 namespace cleave::run_plan {
 
@@ -27,13 +27,20 @@ std::int64_t tp_rank_table_count(const partition::ModelSpec& spec, int tp) {
   return (spec.token_sizes().vocab_size + tp - 1) / tp * spec.token_sizes().d_model;
 }
 
-// One tp rank's elements of a block that go into its ZeRO-2 bucket or ZeRO-3 unit: tp_rank_param_count less the
-// tied table (its own unit or bucket, or the embedding's) and, at ep > 1, the routed experts (split over tp, in
-// the expert-dp bucketer).
-std::int64_t tp_rank_own_count(const partition::BlockSpec& block, const partition::BlockCost& cost, int tp,
-                               std::int64_t table, bool holds_table, int ep) {
-  const std::int64_t experts = ep > 1 ? partition::expert_param_count(block) / tp : 0;
-  return tp_rank_param_count(block, cost, tp) - (holds_table ? table : 0) - experts;
+std::int64_t tp_rank_own_elements(const partition::BlockSpec& block, int tp, bool holds_table, int ep) {
+  using partition::ParamRole;
+  return partition::aligned_elements(partition::block_param_tensors(block, tp), kBucketAlignElements,
+                                     [&](const partition::ParamTensor& t) {
+                                       if (t.role == ParamRole::kTokenTable) return !holds_table;
+                                       return t.role != ParamRole::kRoutedExperts || ep == 1;
+                                     });
+}
+
+std::int64_t tp_rank_expert_elements(const partition::BlockSpec& block, int tp, int ep) {
+  if (ep <= 1) return 0;
+  return partition::aligned_elements(
+      partition::block_param_tensors(block, tp), kBucketAlignElements,
+      [](const partition::ParamTensor& t) { return t.role == partition::ParamRole::kRoutedExperts; }, ep);
 }
 
 }  // namespace cleave::run_plan

@@ -5,15 +5,11 @@
 #include <set>
 
 #include "engine/run_plan/param_counts.hpp"
-#include "partition/cost_model.hpp"
-#include "partition/ep_costs.hpp"
 
 namespace cleave::run_plan {
 
 ZeroThreeUnits zero_three_units(const Plan& plan, int pp_rank, int tp, int dp, int ep) {
-  constexpr std::int64_t kAlignElements = 16;  // gradient_bucketer.cpp's kAlignBytes / 4
   const auto& spec = plan.spec;
-  const auto costs = partition::model_costs(spec, DType::kF32);
   const bool tied = !spec.tied_parameters.empty();
   const std::int64_t table = tp_rank_table_count(spec, tp);  // one tp rank's, as every count below
   std::vector<char> here(spec.blocks.size(), 0);
@@ -35,7 +31,7 @@ ZeroThreeUnits zero_three_units(const Plan& plan, int pp_rank, int tp, int dp, i
   u.expert_unit.assign(spec.blocks.size(), -1);
   const auto add = [&](std::int64_t elements, int group = -1, bool expert = false) {
     group = group > 0 ? group : dp;
-    u.numel.push_back(round_up(round_up(elements, kAlignElements), group));
+    u.numel.push_back(round_up(round_up(elements, kBucketAlignElements), group));
     u.group.push_back(group);
     u.expert.push_back(expert ? 1 : 0);
     return static_cast<int>(u.numel.size()) - 1;
@@ -46,16 +42,16 @@ ZeroThreeUnits zero_three_units(const Plan& plan, int pp_rank, int tp, int dp, i
     if (!on_rank(b)) continue;
     const bool holds_table = b == embedding || b == head;
     const auto& block = spec.blocks[static_cast<std::size_t>(b)];
-    const std::int64_t experts = ep > 1 ? partition::expert_param_count(block) / tp : 0;
-    std::int64_t own = tp_rank_own_count(block, costs[static_cast<std::size_t>(b)], tp, table, holds_table, ep);
-    if (same_rank && b == embedding) own += table;
+    const std::int64_t experts = tp_rank_expert_elements(block, tp, ep);  // this rank's E / ep, aligned
+    // The table's rank holding both its blocks keeps it in the embedding's unit.
+    const std::int64_t own = tp_rank_own_elements(block, tp, holds_table && !(same_rank && b == embedding), ep);
     auto& reads = u.reads[static_cast<std::size_t>(b)];
     if (own > 0) {
       reads.push_back(add(own));
       u.first_in_bucket[static_cast<std::size_t>(b)] = reads.back();
     }
-    if (experts > 0) {  // this rank's E / ep, over expert-dp
-      reads.push_back(add(experts / ep, dp / ep, true));
+    if (experts > 0) {  // over expert-dp
+      reads.push_back(add(experts, dp / ep, true));
       u.expert_unit[static_cast<std::size_t>(b)] = reads.back();
     }
     if (holds_table && table_unit >= 0) reads.push_back(table_unit);  // reduced after every block's unit

@@ -19,8 +19,8 @@ inline std::int64_t round_up(std::int64_t value, std::int64_t multiple) {
 // ZeRO-3's units on one pp rank (memory_plan.hpp): one per block of a stage, holding the parameters whose
 // first block in the stage it is (a tied table split over pp ranks is a unit of its own; held by the same rank as
 // its head, it is in the embedding's unit), each as its gradient bucket lays it out
-// (engine/comm/gradient_bucketer.cpp): padded to 64 bytes (16 f32 elements), then to a multiple of dp. The
-// 64-byte alignment of each gradient inside a unit is not modelled (at most 60 bytes per parameter tensor).
+// (engine/comm/gradient_bucket_layout.cpp): each parameter tensor's gradient from a 64-byte boundary (16 f32
+// elements; partition::block_param_tensors lists the tensors), the unit padded to 64 bytes, then to a multiple of dp.
 // Expert parallelism (ep > 1): a moe block's routed experts on this rank (E / ep of them) are a unit of their own,
 // sharded over the expert-dp group (dp × cp / ep ranks) and reduced after the other units
 // (engine/train/data_parallel.hpp); the block reads both of its units.

@@ -36,7 +36,8 @@ Tables make_tables() {
                   "family '{}' allows sequence parallelism without tensor parallelism or token sizes", f.name);
   }
   for (const BlockRules& r : t.blocks) {
-    CLEAVE_ASSERT(r.cost != nullptr && r.work != nullptr && r.tp_comm != nullptr && r.shape_key != nullptr,
+    CLEAVE_ASSERT(r.cost != nullptr && r.work != nullptr && r.tp_comm != nullptr && r.shape_key != nullptr &&
+                      r.param_tensors != nullptr,
                   "block rules of '{}' leave a function unset", block_kind_name(r.kind));
   }
   return t;

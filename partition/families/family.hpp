@@ -38,6 +38,7 @@ struct ModelSpec;
 struct BlockCost;
 struct BlockWork;
 struct TpBlockComm;
+struct ParamTensor;
 enum class Recompute;
 
 // Every family's config struct; only the one model.type names is read, written and built. ModelSpec and
@@ -124,6 +125,8 @@ struct BlockRules {
                          Recompute recompute) = nullptr;
   // measured_costs.hpp's block_shape_key: the kind's name and every size its timing depends on.
   std::string (*shape_key)(const BlockSpec& block) = nullptr;
+  // param_tensors.hpp's block_param_tensors for this kind: one tp rank's parameter tensors, in its layer's order.
+  std::vector<ParamTensor> (*param_tensors)(const BlockSpec& block, int tp) = nullptr;
 };
 
 // The rules of a family-owned block kind; null for the common kinds (embedding, norms, head, loss, linear,

@@ -16,6 +16,7 @@
 #include "partition/cost_parts.hpp"
 #include "partition/families/family.hpp"
 #include "partition/model_spec.hpp"
+#include "partition/param_tensors.hpp"
 #include "partition/work_parts.hpp"
 
 namespace cleave::partition {
@@ -161,6 +162,14 @@ std::string transformer_shape_key(const BlockSpec& b) {
   return fmt::format("{} d{} h{} ff{} T{}", block_kind_name(b.kind), b.in_features, b.n_heads, b.d_ff, b.seq_len);
 }
 
+// One tp rank's tensors (layers/transformer_block.cpp; tp > 1 layers/parallel/parallel_transformer_block.cpp): ln1,
+// the column-parallel qkv, the row-parallel proj (its bias whole), ln2, the column-parallel fc, the row-parallel proj.
+std::vector<ParamTensor> transformer_param_tensors(const BlockSpec& b, int tp) {
+  const std::int64_t d = b.in_features, f = b.d_ff;
+  return {{d}, {d}, {3 * d / tp * d}, {3 * d / tp}, {d * (d / tp)}, {d},
+          {d}, {d}, {f / tp * d},     {f / tp},     {d * (f / tp)}, {d}};
+}
+
 }  // namespace
 
 BlockRules transformer_block_rules() {
@@ -173,6 +182,7 @@ BlockRules transformer_block_rules() {
   r.work = work::transformer_block_work;
   r.tp_comm = transformer_tp_comm;
   r.shape_key = transformer_shape_key;
+  r.param_tensors = transformer_param_tensors;
   return r;
 }
 

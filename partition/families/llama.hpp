@@ -13,7 +13,9 @@
 
 namespace cleave::partition {
 
+struct BlockSpec;
 struct ModelSpec;
+struct ParamTensor;
 struct Family;
 struct BlockRules;
 struct TokenSizes;
@@ -62,5 +64,8 @@ std::vector<std::int64_t> llama_tp_sizes(const LlamaConfig& config);
 // The family's rows in the tables of family.hpp.
 Family llama_family();
 BlockRules llama_block_rules();  // llama_block.cpp
+// One tp rank's tensors of a llama attention (q, k, v with their Qwen2 biases, o, the Qwen3 q/k norms), in the
+// layer's order (layers/llama/llama_block.cpp make_llama_attention); moe's block has the same attention.
+std::vector<ParamTensor> llama_attention_tensors(const BlockSpec& block, int tp);  // llama_block.cpp
 
 }  // namespace cleave::partition

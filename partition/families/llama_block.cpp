@@ -17,6 +17,7 @@
 #include "partition/cost_parts.hpp"
 #include "partition/families/family.hpp"
 #include "partition/model_spec.hpp"
+#include "partition/param_tensors.hpp"
 #include "partition/work_parts.hpp"
 
 namespace cleave::partition {
@@ -211,7 +212,33 @@ std::string llama_shape_key(const BlockSpec& b) {
                      b.d_ff, b.seq_len, b.qk_norm ? " qk_norm" : "");
 }
 
+// One tp rank's tensors (layers/llama/llama_block.cpp): attn_norm, the attention (llama_attention_tensors), mlp_norm,
+// the column-parallel gate and up, the row-parallel down.
+std::vector<ParamTensor> llama_param_tensors(const BlockSpec& b, int tp) {
+  const std::int64_t d = b.in_features, f = b.d_ff;
+  std::vector<ParamTensor> out = {{d}};
+  for (const ParamTensor& t : llama_attention_tensors(b, tp)) out.push_back(t);
+  for (const std::int64_t n : {d, f / tp * d, f / tp * d, d * (f / tp)}) out.push_back({n});
+  return out;
+}
+
 }  // namespace
+
+std::vector<ParamTensor> llama_attention_tensors(const BlockSpec& b, int tp) {
+  const std::int64_t d = b.in_features, hd = d / b.n_heads;
+  const std::int64_t q = b.n_heads * hd / tp, kv = b.n_kv_heads * hd / tp;  // one tp rank's output features
+  std::vector<ParamTensor> out;
+  for (const std::int64_t width : {q, kv, kv}) {  // column-parallel q, k, v (Qwen2: biased)
+    out.push_back({width * d});
+    if (b.qkv_bias) out.push_back({width});
+  }
+  out.push_back({d * q});  // the row-parallel o, unbiased
+  if (b.qk_norm) {  // q_norm, k_norm: one head's width, replicated
+    out.push_back({hd});
+    out.push_back({hd});
+  }
+  return out;
+}
 
 BlockRules llama_block_rules() {
   BlockRules r;
@@ -224,6 +251,7 @@ BlockRules llama_block_rules() {
   r.work = work::llama_block_work;
   r.tp_comm = llama_tp_comm;
   r.shape_key = llama_shape_key;
+  r.param_tensors = llama_param_tensors;
   return r;
 }
 

@@ -23,6 +23,8 @@
 #include "partition/families/family.hpp"
 #include "partition/families/moe.hpp"
 #include "partition/model_spec.hpp"
+#include "partition/families/llama.hpp"
+#include "partition/param_tensors.hpp"
 #include "partition/work_parts.hpp"
 
 namespace cleave::partition {
@@ -153,6 +155,25 @@ std::string moe_shape_key(const BlockSpec& b) {
                      b.seq_len);
 }
 
+// One tp rank's tensors (layers/moe/moe_block.cpp, layers/moe/moe_mlp.cpp): attn_norm, llama's attention, mlp_norm,
+// the router [E, D] and its sigmoid bias [E] (replicated), the routed experts' gate and up [E, F / tp, D] and down
+// [E, D, F / tp], then the shared experts' column-parallel gate and up and row-parallel down of width
+// n_shared_experts · F and their gate [1, D] (replicated).
+std::vector<ParamTensor> moe_param_tensors(const BlockSpec& b, int tp) {
+  const std::int64_t d = b.in_features, f = b.d_ff, e = b.n_experts, s = b.n_shared_experts * b.d_ff;
+  std::vector<ParamTensor> out = {{d}};
+  for (const ParamTensor& t : llama_attention_tensors(b, tp)) out.push_back(t);
+  out.push_back({d});
+  out.push_back({e * d});
+  if (b.router_bias) out.push_back({e});
+  for (int i = 0; i < 3; ++i) out.push_back({e * (f / tp) * d, ParamRole::kRoutedExperts});
+  if (s > 0) {
+    for (const std::int64_t n : {s / tp * d, s / tp * d, d * (s / tp)}) out.push_back({n});
+    if (b.shared_expert_gate) out.push_back({d});
+  }
+  return out;
+}
+
 }  // namespace
 
 MoeBackwardPhases moe_backward_phases(const BlockSpec& block, DType dtype, Recompute recompute, int tp,
@@ -182,6 +203,7 @@ BlockRules moe_block_rules() {
   r.work = moe_work;
   r.tp_comm = moe_tp_comm;
   r.shape_key = moe_shape_key;
+  r.param_tensors = moe_param_tensors;
   return r;
 }
 

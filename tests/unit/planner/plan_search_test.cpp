@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -16,6 +17,8 @@
 #include "engine/core/error.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
+#include "engine/run_plan/memory_plan.hpp"
+#include "engine/run_plan/plan.hpp"
 #include "partition/families/gpt.hpp"
 
 namespace cleave::planner {
@@ -303,6 +306,53 @@ TEST_F(PlanSearch, AttentionProbabilitiesCostTheirPassesAndEveryScore) {
     EXPECT_EQ(partition::attention_kind_from(partition::attention_kind_name(k)), k);
   }
   EXPECT_FALSE(partition::attention_kind_from("flash").has_value());
+}
+
+// A stored-probabilities kind is an input of the memory plan (estimate_rank_memory's `attention`), not a patch on
+// its activations: the planner's peak is the plan's own total, which, under context parallelism, counts the cp
+// exchange's share above the activation peak from the grown walk. The rule, written out: every attention block keeps
+// n·b more from F to I per micro-batch (n = heads x T x T / cp score elements of b bytes; with dropout n(3b + 1)),
+// all four held at the tiny gpt's activation peak (the head's and loss's backward), so the activations grow by
+// 4 n b; the total by no more than that (the exchange buffers may now fit under the grown peak).
+TEST_F(PlanSearch, AttentionProbabilitiesAreAnInputOfTheMemoryPlan) {
+  const HardwareProfile a100 = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/a100_80gb_sxm.json");
+  const std::string path = tiny_gpt();
+  for (const auto comm : {config::ContextParallelComm::kRing, config::ContextParallelComm::kAllToAll}) {
+    PlanChoice c;
+    c.global_batch = 8;
+    c.cp = 2;
+    c.cp_comm = comm;
+    config::RunConfig config = c.apply_to(config::load_config(path));
+    config.resolve(2);
+    const run_plan::Plan plan =
+        run_plan::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0);
+    SearchOptions options{2, 0};
+    const run_plan::MemoryPlan plain = run_plan::estimate_rank_memory(plan, config, 0);
+    ASSERT_GT(plain.cp_exchange, 0);
+    for (const auto kind : {partition::AttentionKind::kProbabilities, partition::AttentionKind::kProbabilitiesDropout}) {
+      SCOPED_TRACE(std::string(partition::attention_kind_name(kind)) + (comm == config::ContextParallelComm::kRing ? " ring" : " all_to_all"));
+      options.attention = kind;
+      const PlanEstimate e = estimate_plan(path, {}, c, a100, options);
+      ASSERT_TRUE(e.valid) << e.reason;
+      const run_plan::MemoryPlan stored = run_plan::estimate_rank_memory(plan, config, 0, 0, kind);
+      EXPECT_EQ(e.peak_bytes, stored.total());
+      const std::int64_t n = 4 * 16 * 16 / 2, b = 4;
+      const std::int64_t per_block = kind == partition::AttentionKind::kProbabilities ? n * b : n * (3 * b + 1);
+      const std::int64_t grown = stored.bytes[static_cast<std::size_t>(MemoryCategory::kActivations)] -
+                                 plain.bytes[static_cast<std::size_t>(MemoryCategory::kActivations)];
+      EXPECT_EQ(grown, 4 * per_block);
+      EXPECT_LE(stored.total() - plain.total(), grown);
+      EXPECT_GT(stored.total(), plain.total());
+      std::printf("[ memory ] cp2 %s %s: activations +%lld B, total %lld -> %lld B (+%lld), transients above the "
+                  "activations %lld -> %lld B\n",
+                  comm == config::ContextParallelComm::kRing ? "ring" : "all_to_all",
+                  std::string(partition::attention_kind_name(kind)).c_str(), static_cast<long long>(grown),
+                  static_cast<long long>(plain.total()), static_cast<long long>(stored.total()),
+                  static_cast<long long>(stored.total() - plain.total()),
+                  static_cast<long long>(plain.transients_above_activations),
+                  static_cast<long long>(stored.transients_above_activations));
+    }
+  }
 }
 
 TEST_F(PlanSearch, NamedUnfusedAttentionKernelPricesTheScoresAtItsPublishedRate) {

@@ -1,6 +1,7 @@
 // The memory plan under ZeRO-3 (optimizer.zero_stage 3), by hand on a small GPT with awkward sizes (d 24,
-// d_ff 96, T 10, vocab 51 or 641, dp 3) so that both paddings of a unit matter: to 16 f32 elements (the
-// gradient bucketer's 64-byte alignment), then to a multiple of dp. Each rank keeps 1/dp of every unit (f32
+// d_ff 96, T 10, vocab 51 or 641, dp 3) so that every padding of a unit matters: each tensor's gradient from a
+// 64-byte boundary (16 f32 elements: a norm's 24 take 32, the qkv bias's 72 take 80, the 51 x 24 table 1232), the
+// unit to 16 elements, then to a multiple of dp. Each rank keeps 1/dp of every unit (f32
 // master, and a bf16 working shard in bf16 runs) plus two adjacent blocks' units in full in the compute dtype;
 // gradients are the unit buckets in full plus, while they are reduced in ready order, the shard of the bucket
 // completing less what the buckets before it freed by trading their buffers for shards (largest for the first
@@ -12,13 +13,18 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <string>
 #include <vector>
 
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/run_plan/memory_plan.hpp"
+#include "engine/run_plan/param_counts.hpp"
 #include "engine/run_plan/plan.hpp"
+#include "partition/cost_model.hpp"
+#include "partition/families/family.hpp"
+#include "partition/param_tensors.hpp"
 
 namespace cleave::run_plan {
 namespace {
@@ -27,11 +33,20 @@ constexpr std::int64_t kD = 24, kFf = 96, kT = 10, kDp = 3;
 constexpr std::int64_t kBlock = 4 * kD * kD + 2 * kD * kFf + 9 * kD + kFf;  // 7224 parameters
 constexpr std::int64_t kFinalNorm = 2 * kD;                                 // 48
 
-// A unit as its bucket lays it out: 16-element alignment, then a multiple of dp.
-std::int64_t unit(std::int64_t elements) {
-  const std::int64_t aligned = (elements + 15) / 16 * 16;
-  return (aligned + kDp - 1) / kDp * kDp;
+constexpr std::int64_t r16(std::int64_t n) { return (n + 15) / 16 * 16; }
+// Tensors as their bucket lays them out: each from a 16-element boundary.
+constexpr std::int64_t aligned(std::initializer_list<std::int64_t> tensors) {
+  std::int64_t sum = 0;
+  for (const std::int64_t n : tensors) sum += r16(n);
+  return sum;
 }
+// A unit: its tensors aligned, then a multiple of dp.
+constexpr std::int64_t unit(std::int64_t aligned_elements) { return (r16(aligned_elements) + kDp - 1) / kDp * kDp; }
+constexpr std::int64_t unit(std::initializer_list<std::int64_t> tensors) { return unit(aligned(tensors)); }
+// A gpt block's tensors (ln1, qkv, proj, ln2, fc, proj; each weight then bias) and the final norm's: 7280 and 64.
+constexpr std::int64_t kBlockAligned =
+    aligned({kD, kD, 3 * kD * kD, 3 * kD, kD * kD, kD, kD, kD, kD * kFf, kFf, kFf * kD, kD});
+constexpr std::int64_t kNormAligned = aligned({kD, kD});
 
 // optimizer.zero_reduce per_step unless `overrides` sets it (the per-micro-batch form has its own tests below).
 config::RunConfig zero3(std::int64_t vocab, bool tied, int pp, std::vector<std::string> overrides = {}) {
@@ -58,10 +73,11 @@ std::int64_t at(const MemoryPlan& m, MemoryCategory c) { return m.bytes[static_c
 TEST(MemoryPlanZeroThree, ShardsPlusTwoAdjacentUnitsAndGradientsInUnitBuckets) {
   // Untied, one stage: units embedding (51·24 tokens + 10·24 positions = 1464), 4 blocks (7224), final norm
   // (48), head (1224); the loss has none.
-  const std::int64_t embedding = unit(51 * kD + kT * kD), block = unit(kBlock), norm = unit(kFinalNorm),
-                     head = unit(51 * kD);
-  ASSERT_EQ(embedding, 1473);  // 1464 -> 1472 -> 1473
-  ASSERT_EQ(block, 7233);      // 7224 -> 7232 -> 7233
+  const std::int64_t embedding = unit({51 * kD, kT * kD}), block = unit(kBlockAligned), norm = unit(kNormAligned),
+                     head = unit({51 * kD});
+  ASSERT_EQ(embedding, 1473);  // 1224 -> 1232, + 240, -> 1473
+  ASSERT_EQ(block, 7281);      // 7224 -> 7280 (six tensors of 24 and the qkv bias's 72 aligned) -> 7281
+  ASSERT_EQ(norm, 66);         // 2 x 24 -> 2 x 32 -> 66
   const std::int64_t units = embedding + 4 * block + norm + head;
   const std::int64_t gathered = 2 * block;  // two adjacent blocks: the largest pair
   for (const bool bf16 : {false, true}) {
@@ -71,9 +87,9 @@ TEST(MemoryPlanZeroThree, ShardsPlusTwoAdjacentUnitsAndGradientsInUnitBuckets) {
     EXPECT_EQ(at(m, MemoryCategory::kParameters), units / kDp * (bf16 ? 6 : 4) + gathered * (bf16 ? 2 : 4))
         << (bf16 ? "bf16" : "fp32");
     // f32 gradients in full, plus the largest excess while they are reduced: the head's shard first (411), then
-    // the final norm's (16, after the head's trade freed 822), then block 3's (2411, after 822 + 32 were freed).
+    // the final norm's (22, after the head's trade freed 822), then block 3's (2427, after 822 + 44 were freed).
     const std::int64_t excess = std::max(head / kDp, block / kDp - (head - head / kDp) - (norm - norm / kDp));
-    ASSERT_EQ(excess, 2411 - 822 - 32);
+    ASSERT_EQ(excess, 2427 - 822 - 44);
     EXPECT_EQ(at(m, MemoryCategory::kGradients), 4 * units + 4 * excess);
     EXPECT_EQ(m.gradients_between_steps, 0);
     EXPECT_EQ(at(m, MemoryCategory::kOptimizerState), 2 * 4 * units / kDp);  // AdamW's two moments, ÷ dp
@@ -93,7 +109,7 @@ TEST(MemoryPlanZeroThree, ShardsPlusTwoAdjacentUnitsAndGradientsInUnitBuckets) {
 TEST(MemoryPlanZeroThree, DeterministicPartialSumsAndBf16Wire) {
   // 2 micro-batches per replica in deterministic mode: one partial sum of the full gradients (more than the
   // first unit's shard); a bf16 wire: a bf16 twin of every unit bucket.
-  const std::int64_t units = unit(51 * kD + kT * kD) + 4 * unit(kBlock) + unit(kFinalNorm) + unit(51 * kD);
+  const std::int64_t units = unit({51 * kD, kT * kD}) + 4 * unit(kBlockAligned) + unit(kNormAligned) + unit({51 * kD});
   const MemoryPlan m = estimate(zero3(51, false, 1, {"train.deterministic=true", "parallel.grad_reduce_dtype=bf16"}), 0);
   EXPECT_EQ(at(m, MemoryCategory::kGradients), 2 * 4 * units);
   EXPECT_EQ(at(m, MemoryCategory::kCommunication), 2 * units);
@@ -104,7 +120,8 @@ TEST(MemoryPlanZeroThree, TiedTableSplitOverPipelineRanksIsAUnitOfItsOwn) {
   // keeps a copy of the 641 x 24 table as a unit of its own. Rank 0's largest pair is the embedding (positions
   // and table) with block 0; rank 1's is the final norm with the head, which reads the table (and holds
   // nothing else).
-  const std::int64_t table = unit(641 * kD), positions = unit(kT * kD), block = unit(kBlock), norm = unit(kFinalNorm);
+  const std::int64_t table = unit({641 * kD}), positions = unit({kT * kD}), block = unit(kBlockAligned),
+                     norm = unit(kNormAligned);
   ASSERT_EQ(table, 15393);  // 15384 -> 15392 -> 15393
   ASSERT_GT(norm + table, 2 * block);
   const std::vector<std::string> manual = {"parallel.partition.method=manual", "parallel.partition.blocks_per_stage=[3,5]"};
@@ -122,15 +139,15 @@ TEST(MemoryPlanZeroThree, TiedTableSplitOverPipelineRanksIsAUnitOfItsOwn) {
 
 TEST(MemoryPlanZeroThree, TiedTableOnOneRankIsInTheEmbeddingsUnit) {
   // Tied, one stage: the table is counted once, in the embedding's unit; the head has no unit of its own.
-  const std::int64_t embedding = unit(641 * kD + kT * kD), block = unit(kBlock);
-  ASSERT_EQ(embedding, 15633);  // 15624 -> 15632 -> 15633
-  const std::int64_t units = embedding + 4 * block + unit(kFinalNorm);
+  const std::int64_t embedding = unit({641 * kD, kT * kD}), block = unit(kBlockAligned);
+  ASSERT_EQ(embedding, 15633);  // 15384 -> 15392, + 240, -> 15633
+  const std::int64_t units = embedding + 4 * block + unit(kNormAligned);
   const MemoryPlan m = estimate(zero3(641, true, 1), 0);
   EXPECT_EQ(at(m, MemoryCategory::kParameters), 4 * units / kDp + 4 * (embedding + block));
   EXPECT_EQ(at(m, MemoryCategory::kOptimizerState), 8 * units / kDp);
   // The final norm's bucket is reduced first (the tied head's gradient lands in the embedding's unit), then
   // block 3's: its shard less what the norm's trade freed.
-  const std::int64_t norm = unit(kFinalNorm);
+  const std::int64_t norm = unit(kNormAligned);
   EXPECT_EQ(at(m, MemoryCategory::kGradients), 4 * units + 4 * (block / kDp - (norm - norm / kDp)));
 }
 
@@ -140,10 +157,10 @@ TEST(MemoryPlanZeroThree, TiedTableOnOneRankIsInTheEmbeddingsUnit) {
 // launch completes it. So two adjacent blocks' buckets at once, or, with a tied table on one rank, the embedding's
 // unit twice: the last micro-batch's in flight while the next one's head writes into a new one.
 TEST(MemoryPlanZeroThree, PerMicrobatchHoldsShardsAndTwoBuckets) {
-  const std::int64_t block = unit(kBlock), norm = unit(kFinalNorm);
+  const std::int64_t block = unit(kBlockAligned), norm = unit(kNormAligned);
   const std::string per_microbatch = "optimizer.zero_reduce=per_microbatch";
   {  // untied: head 1224, final norm, block 3 (alone with the norm in flight), block 2 with block 3 in flight, ...
-    const std::int64_t units = unit(51 * kD + kT * kD) + 4 * block + norm + unit(51 * kD);
+    const std::int64_t units = unit({51 * kD, kT * kD}) + 4 * block + norm + unit({51 * kD});
     const MemoryPlan m = estimate(zero3(51, false, 1, {per_microbatch}), 0);
     EXPECT_EQ(at(m, MemoryCategory::kGradients), 4 * (units / kDp + 2 * block));
     EXPECT_EQ(m.gradients_between_steps, 0);
@@ -153,7 +170,7 @@ TEST(MemoryPlanZeroThree, PerMicrobatchHoldsShardsAndTwoBuckets) {
   }
   {  // tied, one stage: the embedding's unit (with the table) is written from the head's W to the embedding's:
      // the last micro-batch's in flight, the next one's opened by the head, then the final norm's
-    const std::int64_t embedding = unit(641 * kD + kT * kD);
+    const std::int64_t embedding = unit({641 * kD, kT * kD});
     const std::int64_t units = embedding + 4 * block + norm;
     ASSERT_GT(2 * embedding + norm, embedding + 2 * block);
     const MemoryPlan m = estimate(zero3(641, true, 1, {per_microbatch}), 0);
@@ -161,7 +178,7 @@ TEST(MemoryPlanZeroThree, PerMicrobatchHoldsShardsAndTwoBuckets) {
   }
   {  // a bf16 wire: the f32 buffer goes at launch (one bucket alive besides the one being filled's widened shard),
      // its bf16 copy is in flight (at most one bucket's: the largest)
-    const std::int64_t units = unit(51 * kD + kT * kD) + 4 * block + norm + unit(51 * kD);
+    const std::int64_t units = unit({51 * kD, kT * kD}) + 4 * block + norm + unit({51 * kD});
     const MemoryPlan m = estimate(zero3(51, false, 1, {per_microbatch, "parallel.grad_reduce_dtype=bf16"}), 0);
     EXPECT_EQ(at(m, MemoryCategory::kGradients), 4 * (units / kDp + block + block / kDp));
     EXPECT_EQ(at(m, MemoryCategory::kCommunication), 2 * block);
@@ -170,15 +187,13 @@ TEST(MemoryPlanZeroThree, PerMicrobatchHoldsShardsAndTwoBuckets) {
 
 // ZeRO-2 per micro-batch: whole blocks of a stage packed into buckets of parallel.dp_bucket_mb (here 0.04 MiB =
 // 10485 f32 elements: head, final norm and block 3 share one; blocks 2 and 1 one each; block 0 with the
-// embedding), each block's parameters rounded up to 16 elements, a bucket to 16 and then a multiple of dp.
+// embedding), each parameter tensor from a 16-element boundary, a bucket padded to 16 and then a multiple of dp.
 TEST(MemoryPlanZeroThree, ZeroTwoPerMicrobatchPacksWholeBlocks) {
-  const auto pad = [](std::int64_t n) { return ((n + 15) / 16 * 16 + kDp - 1) / kDp * kDp; };
-  const auto r16 = [](std::int64_t n) { return (n + 15) / 16 * 16; };
-  const std::int64_t first = pad(r16(r16(51 * kD) + kFinalNorm) + r16(kBlock));  // head, norm, block 3
-  const std::int64_t middle = pad(r16(kBlock));
-  const std::int64_t last = pad(r16(kBlock) + r16(51 * kD + kT * kD));           // block 0, embedding
-  ASSERT_EQ(first, 8514);
-  ASSERT_EQ(last, 8706);
+  const std::int64_t first = unit(aligned({51 * kD}) + kNormAligned + kBlockAligned);  // head, norm, block 3
+  const std::int64_t middle = unit(kBlockAligned);
+  const std::int64_t last = unit(kBlockAligned + aligned({51 * kD, kT * kD}));           // block 0, embedding
+  ASSERT_EQ(first, 8577);  // 1232 + 64 + 7280 = 8576 -> 8577
+  ASSERT_EQ(last, 8754);   // 7280 + 1472 = 8752 -> 8754
   const MemoryPlan m = estimate(
       zero3(51, false, 1, {"optimizer.zero_stage=2", "optimizer.zero_reduce=per_microbatch", "parallel.dp_bucket_mb=0.04"}),
       0);
@@ -188,27 +203,52 @@ TEST(MemoryPlanZeroThree, ZeroTwoPerMicrobatchPacksWholeBlocks) {
 
 // At tp 2 a unit or bucket holds one tp rank's parameters: the replicated ones whole (a block's two layer norms and
 // its two row-parallel biases, 6·24 = 144; the final norm, 48; the positions, 10·24 = 240), the rest halved, the
-// vocab-parallel table as ceil(51 / 2) = 26 rows. Units: embedding 26·24 + 240 = 864, a block (7224 - 144) / 2 + 144 =
-// 3684 -> 3696, final norm 48, head 26·24 = 624; 16320 in all (dividing everything by tp gave 738 + 4·3618 + 33 + 624
-// = 15867). ZeRO-2 per micro-batch (0.04 MiB buckets): head, norm, blocks 3 and 2 (8064), then blocks 1, 0 and the
-// embedding (8256), both alive when the next micro-batch's first opens while the last is in flight.
+// vocab-parallel table as ceil(51 / 2) = 26 rows. Units, each tensor from a 16-element boundary: embedding 26·24 + 240
+// = 864, a block (7224 - 144) / 2 + 144 = 3684, its six tensors of 24 taking 32 and its qkv bias's 36 taking 48: 3744,
+// final norm 48 -> 64 -> 66, head 26·24 = 624; 16530 in all (one sum per unit gave 16320: 3696 a block, 48 the norm;
+// dividing everything by tp 15867). ZeRO-2 per micro-batch (0.04 MiB buckets): head, norm, blocks 3 and 2 (8176 ->
+// 8178), then blocks 1, 0 and the embedding (8352), both alive when the next micro-batch's first opens while the last
+// is in flight.
 TEST(MemoryPlanZeroThree, TensorParallelUnitsKeepTheReplicatedParametersWhole) {
-  constexpr std::int64_t kBlockTp2 = 3696, kUnits = 864 + 4 * kBlockTp2 + kFinalNorm + 624;
+  const std::int64_t block_tp2 =
+      aligned({kD, kD, 3 * kD / 2 * kD, 3 * kD / 2, kD * (kD / 2), kD,  // ln1, qkv, proj
+               kD, kD, kFf / 2 * kD, kFf / 2, kD * (kFf / 2), kD});      // ln2, fc, proj
+  ASSERT_EQ(block_tp2, 3744);
+  const std::int64_t units = 864 + 4 * block_tp2 + unit(kNormAligned) + 624;
   const std::string tp2 = "parallel.tensor_model_parallel_size=2";
   const MemoryPlan m = estimate(zero3(51, false, 1, {tp2}), 0);
-  EXPECT_EQ(at(m, MemoryCategory::kParameters), 4 * (kUnits / kDp + 2 * kBlockTp2));
-  EXPECT_EQ(at(m, MemoryCategory::kOptimizerState), 2 * 4 * kUnits / kDp);
-  // The head's shard first (208), then the final norm's, then block 3's (1232 less the 416 + 32 freed before it).
-  EXPECT_EQ(at(m, MemoryCategory::kGradients), 4 * kUnits + 4 * (1232 - 416 - 32));
+  EXPECT_EQ(at(m, MemoryCategory::kParameters), 4 * (units / kDp + 2 * block_tp2));
+  EXPECT_EQ(at(m, MemoryCategory::kOptimizerState), 2 * 4 * units / kDp);
+  // The head's shard first (208), then the final norm's, then block 3's (1248 less the 416 + 44 freed before it).
+  EXPECT_EQ(at(m, MemoryCategory::kGradients), 4 * units + 4 * (1248 - 416 - 44));
   const MemoryPlan two = estimate(
       zero3(51, false, 1,
             {tp2, "optimizer.zero_stage=2", "optimizer.zero_reduce=per_microbatch", "parallel.dp_bucket_mb=0.04"}),
       0);
-  EXPECT_EQ(at(two, MemoryCategory::kGradients), 4 * (kUnits / kDp + 8064 + 8256));
+  EXPECT_EQ(at(two, MemoryCategory::kGradients), 4 * ((8178 + 8352) / kDp + 8178 + 8352));
   // ZeRO-1 of the same run: every parameter unpadded, the same tp rank's count.
   config::RunConfig one = zero3(51, false, 1, {tp2});
   one.optimizer.zero_stage = 1;
   EXPECT_EQ(at(estimate(one, 0), MemoryCategory::kParameters), 4 * (864 + 4 * 3684 + kFinalNorm + 624));
+}
+
+// The units' tensors (partition::block_param_tensors) and the other categories' count (tp_rank_param_count, from the
+// cost model) are the same parameters: their elements sum to it for every block of every family at tp 1 and 2, so
+// ZeRO-3 differs from ZeRO 0-2 only by the layout.
+TEST(MemoryPlanZeroThree, UnitTensorsSumToTheParameterCount) {
+  for (const partition::Family& f : partition::families()) {
+    const partition::ModelSpec spec = f.make_spec(partition::FamilyConfigs{});
+    const auto costs = partition::model_costs(spec);
+    for (const int tp : {1, 2}) {
+      if (tp > 1 && f.check_tensor_parallel == nullptr) continue;
+      for (std::size_t b = 0; b < spec.blocks.size(); ++b) {
+        std::int64_t sum = 0;
+        for (const partition::ParamTensor& t : partition::block_param_tensors(spec.blocks[b], tp)) sum += t.numel;
+        EXPECT_EQ(sum, tp_rank_param_count(spec.blocks[b], costs[b], tp))
+            << f.name << " " << spec.blocks[b].name << " tp " << tp;
+      }
+    }
+  }
 }
 
 TEST(MemoryPlanZeroThree, OverTheCapMessageEstimatesEachHigherStage) {

@@ -46,9 +46,10 @@ checkpoint.dir holding them) on one CPU rank and prints the prompt and the conti
 is bytes; with --tokenizer the prompt is encoded and the output decoded by that tokenizer.json; otherwise a
 larger vocabulary is printed as token ids (space-separated, prompt first).)");
   p.positional("CHECKPOINT", "checkpoint")
-      .text("--prompt", "TEXT", "the context (bytes are tokens, or --tokenizer's ids; the last model.seq_len are seen)")
+      .text("--prompt", "TEXT", "the context (bytes are tokens, or --tokenizer's ids; the model's context of them is\n"
+              "seen: model.max_seq_len tokens for rotary positions, model.seq_len for learned ones)")
       .count("--tokens", "N",
-             "tokens to sample (at most 65536: each is a forward pass over the last model.seq_len tokens, and the\n"
+             "tokens to sample (at most 65536: each is a forward pass over the model's context, and the\n"
              "text is printed when all are sampled; continue with the output as --prompt)",
              200, 0, kMaxTokens)
       .number("--temperature", "T", "softmax temperature (default 0.8; 0 = greedy)", 0.8)
@@ -79,6 +80,17 @@ int sample(std::vector<float> logits, double temperature, int top_k, std::mt1993
     if ((u -= weights[i]) <= 0) return order[i];
   }
   return order[keep - 1];
+}
+
+// The model section generate builds: a rotary-position model (llama, moe) serves up to model.max_seq_len (the
+// source's max_position_embeddings) whatever seq_len it was fine-tuned at, as its Hugging Face export does; a
+// learned position table (gpt) has seq_len rows, so its context stays seq_len.
+nlohmann::json serving_model(nlohmann::json model) {
+  const std::int64_t max = model.value("max_seq_len", std::int64_t{0});
+  if (model.value("type", std::string("gpt")) != "gpt" && max > model.value("seq_len", std::int64_t{0})) {
+    model["seq_len"] = max;
+  }
+  return model;
 }
 
 }  // namespace
@@ -114,7 +126,7 @@ int run_generate(int argc, char** argv) {
   // goes through the strict config reader before anything reads a key of it.
   const nlohmann::json index = train::CheckpointReader(dir).index();
   const nlohmann::json run = {
-      {"model", index.at("model")},
+      {"model", serving_model(index.at("model"))},
       {"optimizer", index.at("optimizer").at("type") == "none"  // weights only (cleave import)
                         ? nlohmann::json::object()
                         : nlohmann::json{{"type", index.at("optimizer").at("type")}}},
@@ -150,8 +162,9 @@ int run_generate(int argc, char** argv) {
   CLEAVE_CHECK(!context.empty(), "generate: the prompt encodes to no tokens");
   if (!logits_path.empty()) {
     CLEAVE_CHECK(context.size() <= static_cast<std::size_t>(seq_len),
-                 "generate: --logits needs a prompt of at most model.seq_len {} tokens, got {}", seq_len,
-                 context.size());
+                 "generate: --logits needs a prompt of at most {} tokens (the model's context: model.max_seq_len, or "
+                 "model.seq_len for learned positions), got {}",
+                 seq_len, context.size());
     nlohmann::json rows = nlohmann::json::array();
     for (std::size_t n = 1; n <= context.size(); ++n) {
       rows.push_back(trainer.next_token_logits(std::vector<std::int32_t>(context.begin(), context.begin() + n)));

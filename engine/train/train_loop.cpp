@@ -1,5 +1,6 @@
 // Trainer::train: the whole run around the steps. In order: the output paths checked, the start point (fresh,
-// --init-from, or a checkpoint --resume names, checked and loaded before anything is written), the run's outputs
+// --init-from, or a checkpoint --resume names, checked and loaded before anything is written; with both, the
+// checkpoint when there is one), the run's outputs
 // on world rank 0 (directory, config.json, metrics.jsonl, the progress line), the step loop (metrics rows,
 // evaluation and checkpoint cadence, the divergence check, the save-and-stop request), then the measured trace,
 // run.json and report.html, which a failed run gets too (of the steps it finished).
@@ -25,6 +26,7 @@
 #include "engine/train/run_record.hpp"
 #include "engine/train/trainer.hpp"
 #include "engine/train/trainer_impl.hpp"
+#include "engine/train/weight_source.hpp"
 
 namespace cleave::train {
 namespace {
@@ -102,15 +104,14 @@ struct StartPoint {
   double load_s = 0;                  // how long the checkpoint load took
 };
 
-// The checkpoint --resume names is checked against the config and loaded (a checkpoint that cannot be loaded
-// fails before anything is written); none: a fresh start.
-StartPoint start_point(Trainer& trainer, RankSetup& s, const TrainOptions& options, const std::string& checkpoints) {
+// The checkpoint --resume found (`dir`) is checked against the config and loaded (a checkpoint that cannot be
+// loaded fails before anything is written); none: a fresh start.
+StartPoint start_point(Trainer& trainer, RankSetup& s, const TrainOptions& options,
+                       const std::optional<std::string>& dir) {
   StartPoint start;
   start.restart = read_restart_record(options.restart_record, s.reports());
   start.began_unix_s = unix_seconds();
   const auto began = TrainerClock::now();
-  const std::optional<std::string> dir =
-      options.resume.empty() ? std::nullopt : resume_step_dir(options.resume, checkpoints, s.reports());
   if (dir) {
     start.changes = check_resumed_config(s, *dir, options.allow_config_change);
     start.step = trainer.load_checkpoint(*dir, /*continue_run=*/true);
@@ -302,11 +303,20 @@ TrainSummary Trainer::train(const TrainOptions& options) {
   const std::string checkpoints = checkpoint_root();
   impl.throughput.peak = options.peak;
   check_output_paths(s, checkpoints, /*fresh=*/options.resume.empty());
-  CLEAVE_CHECK(options.init == nullptr || options.resume.empty(),
-               "train: --init-from starts a fresh run from weights and --resume continues a run; give one of them");
-  if (options.init != nullptr) load_weights(*options.init);
+  const std::optional<std::string> resume_dir =
+      options.resume.empty() ? std::nullopt : resume_step_dir(options.resume, checkpoints, s.reports());
+  // --init-from with --resume (a fine-tune's own command line, as cleave run restarts it): the source's weights
+  // start the run only when there is no checkpoint to continue; a resumed run's weights are its checkpoint's.
+  if (options.init != nullptr && !resume_dir) load_weights(*options.init);
+  if (options.init != nullptr && resume_dir) {
+    impl.init_from = fmt::format("{}: {}", options.init->origin, describe_context(*options.init, cfg));
+    if (s.reports()) {
+      log::info("init: --init-from {} is not loaded: the run continues from its checkpoint {}", options.init->origin,
+                *resume_dir);
+    }
+  }
   // Resume first: a checkpoint that cannot be loaded fails before anything is written.
-  const StartPoint start = start_point(*this, s, options, checkpoints);
+  const StartPoint start = start_point(*this, s, options, resume_dir);
   RunOutputs out = open_run_outputs(s, options, start, impl.throughput, *impl.train_data);
   // Peak memory counts the model, not whatever earlier runs in this process left behind.
   s.allocator->reset_peak();

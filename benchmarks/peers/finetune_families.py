@@ -53,7 +53,7 @@ def check(ok, what):
 
 
 def run(cmd, expect_ok=True):
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, errors="replace")
     text = proc.stdout + proc.stderr
     if expect_ok and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}\n{text[-3000:]}")
@@ -265,14 +265,15 @@ def journey(a, family, corpus, docs, work):
     ids = AutoTokenizer.from_pretrained("exported")(prompt, add_special_tokens=False)["input_ids"]
     check(ids == tokens, "export: AutoTokenizer gives the prompt ids cleave generate used")
     src_cfg, out_cfg = json.load(open("model/config.json")), json.load(open("exported/config.json"))
-    differ = sorted(k for k in set(src_cfg) | set(out_cfg) if src_cfg.get(k) != out_cfg.get(k))
-    sliced = {"n_positions"} if family == "gpt2" else set()  # the table has seq_len rows now
-    check(set(differ) <= {"dtype", "torch_dtype", "transformers_version"} | sliced,
-          f"export: config.json differs from the source's in {differ}"
-          + (f" (n_positions {out_cfg.get('n_positions')})" if family == "gpt2" else ""))
+    differ = {k: (src_cfg.get(k), out_cfg.get(k)) for k in sorted(set(src_cfg) | set(out_cfg))
+              if src_cfg.get(k) != out_cfg.get(k)}
+    # docs/checkpoints.md: the export's dtype is its own; GPT-2's position table has seq_len rows now.
+    listed = {"dtype", "torch_dtype"} | ({"n_positions"} if family == "gpt2" else set())
+    check(set(differ) <= listed, f"export: config.json differs from the source's in {differ} (source, export)")
     _, text = run([a.cleave, "generate", "tp2/checkpoints", "--tokenizer", "exported/tokenizer.json", "--prompt",
                    PROMPT, "--tokens", "8"])
-    check(PROMPT in text, f"generate --tokens 8: {text.strip().splitlines()[-1][:90]!r}")
+    sample = next((line for line in text.splitlines() if PROMPT in line), "(no line with the prompt)")
+    check(PROMPT in text, f"generate --tokens 8: {sample[:120]!r}")
     return d
 
 

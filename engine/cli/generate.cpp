@@ -30,6 +30,7 @@
 #include "engine/hf/hf_import.hpp"
 #include "engine/train/checkpoint_reader.hpp"
 #include "engine/tokenizer/tokenizer_json.hpp"
+#include "engine/tokenizer/unicode_classes.hpp"
 #include "engine/train/trainer.hpp"
 
 namespace cleave::cli {
@@ -202,6 +203,9 @@ int run_generate(int argc, char** argv) {
   } else {
     for (std::size_t i = 0; i < context.size(); ++i) out += fmt::format("{}{}", i ? " " : "", context[i]);
   }
+  // Sampled byte tokens may end mid-character: printed as tokenizers' decode gives them (U+FFFD), never as bytes
+  // that are not UTF-8 (which a program reading the output as text fails on).
+  if (tok) out = tokenizer::lossy_utf8(out);
   std::fwrite(out.data(), 1, out.size(), stdout);
   std::fputc('\n', stdout);
   return 0;

@@ -8,6 +8,7 @@
 #    rank's first-step loss; the resolved config.json says seq_len 8 and max_seq_len 32, run.json's init_from
 #    says which; the same command with --resume auto, launched twice, starts fresh from the weights and then
 #    continues the run's checkpoint (cleave run's restart), with the uninterrupted run's losses;
+#  - cleave generate on the run serves the model's context (32), not the seq_len 8 it trained at;
 #  - export --format hf of the fine-tuned run: config.json differs from the source's only in torch_dtype ->
 #    dtype (docs/checkpoints.md), max_position_embeddings stays 32, generation_config.json and the tokenizer
 #    files are there; re-importing it gives bit for bit the logits `cleave generate --tokenizer --logits` gives
@@ -111,6 +112,17 @@ for f in generation_config.json tokenizer.json tokenizer_config.json; do [ -f ex
 "$cleave" generate ft/checkpoints --tokenizer llama/tokenizer.json --prompt "the and hat" --tokens 0 --logits run.json.logits > g1.log 2>&1 || { cat g1.log; fail "generate run"; }
 "$cleave" generate back --tokenizer exported/tokenizer.json --prompt "the and hat" --tokens 0 --logits back.logits > g2.log 2>&1 || { cat g2.log; fail "generate back"; }
 "$cleave" generate source --tokenizer llama/tokenizer.json --prompt "the and hat" --tokens 0 --logits source.logits > g3.log 2>&1 || { cat g3.log; fail "generate source"; }
+# The fine-tuned model serves its whole context (32), not the seq_len 8 it trained at: a 13-token prompt gives the
+# re-imported export's logits (its seq_len is 32), bit for bit.
+long_prompt="the and hat then hand at dad ant the hat"
+"$cleave" generate ft/checkpoints --tokenizer llama/tokenizer.json --prompt "$long_prompt" --tokens 0 --logits long_run.logits > g4.log 2>&1 || { cat g4.log; fail "generate a prompt longer than seq_len 8"; }
+"$cleave" generate back --tokenizer llama/tokenizer.json --prompt "$long_prompt" --tokens 0 --logits long_back.logits > g5.log 2>&1 || { cat g5.log; fail "generate back (long prompt)"; }
+python3 - <<'PY' || fail "generate at the model's context"
+import json
+run, back = (json.load(open(f)) for f in ("long_run.logits", "long_back.logits"))
+assert len(run["tokens"]) > 8 and run["logits"] == back["logits"], (len(run["tokens"]), "logits differ")
+print(f"ok   generate on the run (seq_len 8 of 32): a {len(run['tokens'])}-token prompt, logits bit for bit the export's")
+PY
 python3 - <<'PY' || fail "export"
 import json
 src, out = json.load(open("llama/config.json")), json.load(open("exported/config.json"))

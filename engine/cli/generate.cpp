@@ -28,6 +28,7 @@
 #include "engine/core/output_path.hpp"
 #include "engine/train/checkpoint_reader.hpp"
 #include "engine/tokenizer/tokenizer_json.hpp"
+#include "engine/tokenizer/unicode_classes.hpp"
 #include "engine/train/trainer.hpp"
 
 namespace cleave::cli {
@@ -44,9 +45,10 @@ checkpoint.dir holding them) on one CPU rank and prints the prompt and the conti
 is bytes; with --tokenizer the prompt is encoded and the output decoded by that tokenizer.json; otherwise a
 larger vocabulary is printed as token ids (space-separated, prompt first).)");
   p.positional("CHECKPOINT", "checkpoint")
-      .text("--prompt", "TEXT", "the context (bytes are tokens, or --tokenizer's ids; the last model.seq_len are seen)")
+      .text("--prompt", "TEXT", "the context (bytes are tokens, or --tokenizer's ids; the model's context of them is\n"
+              "seen: model.max_seq_len tokens for rotary positions, model.seq_len for learned ones)")
       .count("--tokens", "N",
-             "tokens to sample (at most 65536: each is a forward pass over the last model.seq_len tokens, and the\n"
+             "tokens to sample (at most 65536: each is a forward pass over the model's context, and the\n"
              "text is printed when all are sampled; continue with the output as --prompt)",
              200, 0, kMaxTokens)
       .number("--temperature", "T", "softmax temperature (default 0.8; 0 = greedy)", 0.8)
@@ -79,13 +81,24 @@ int sample(std::vector<float> logits, double temperature, int top_k, std::mt1993
   return order[keep - 1];
 }
 
+// The model section generate builds: a rotary-position model (llama, moe) serves up to model.max_seq_len (the
+// source's max_position_embeddings) whatever seq_len it was fine-tuned at, as its Hugging Face export does; a
+// learned position table (gpt) has seq_len rows, so its context stays seq_len.
+nlohmann::json serving_model(nlohmann::json model) {
+  const std::int64_t max = model.value("max_seq_len", std::int64_t{0});
+  if (model.value("type", std::string("gpt")) != "gpt" && max > model.value("seq_len", std::int64_t{0})) {
+    model["seq_len"] = max;
+  }
+  return model;
+}
+
 // The run config of checkpoint `dir`: its model (checked by the strict config reader before anything reads a key of
 // it), its optimizer type and step, synthetic data. It must be a language model with a vocabulary of at least 256.
 config::RunConfig checkpoint_config(const std::string& dir) {
   // index.json is checked by CheckpointReader (step, optimizer.type, model an object).
   const nlohmann::json index = train::CheckpointReader(dir).index();
   const nlohmann::json run = {
-      {"model", index.at("model")},
+      {"model", serving_model(index.at("model"))},
       {"optimizer", index.at("optimizer").at("type") == "none"  // weights only (cleave import)
                         ? nlohmann::json::object()
                         : nlohmann::json{{"type", index.at("optimizer").at("type")}}},
@@ -101,12 +114,13 @@ config::RunConfig checkpoint_config(const std::string& dir) {
   return config;
 }
 
-// --logits: the model's logits after every prefix of the prompt `context` (at most seq_len tokens), as JSON.
+// --logits: the model's logits after every prefix of the prompt `context` (at most the model's context), as JSON.
 void write_prompt_logits(train::Trainer& trainer, const std::vector<std::int32_t>& context, std::int64_t seq_len,
                          const std::string& dir, const std::string& logits_path) {
   CLEAVE_CHECK(context.size() <= static_cast<std::size_t>(seq_len),
-               "generate: --logits needs a prompt of at most model.seq_len {} tokens, got {}", seq_len,
-               context.size());
+               "generate: --logits needs a prompt of at most {} tokens (the model's context: model.max_seq_len, or "
+               "model.seq_len for learned positions), got {}",
+               seq_len, context.size());
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t n = 1; n <= context.size(); ++n) {
     rows.push_back(trainer.next_token_logits(std::vector<std::int32_t>(context.begin(), context.begin() + n)));
@@ -133,6 +147,9 @@ std::string rendered(const std::vector<std::int32_t>& context, const std::option
   } else {
     for (std::size_t i = 0; i < context.size(); ++i) out += fmt::format("{}{}", i ? " " : "", context[i]);
   }
+  // Sampled byte tokens may end mid-character: printed as tokenizers' decode gives them (U+FFFD), never as bytes
+  // that are not UTF-8 (which a program reading the output as text fails on).
+  if (tok) out = tokenizer::lossy_utf8(out);
   return out;
 }
 

@@ -29,7 +29,7 @@ namespace cleave::cli {
 namespace {
 
 ArgParser train_args() {
-  ArgParser p("train", "cleave train [CONFIG.json] [--set key.path=value ...] [--resume auto|PATH | --init-from DIR]",
+  ArgParser p("train", "cleave train [CONFIG.json] [--set key.path=value ...] [--init-from DIR] [--resume auto|PATH]",
               R"(Trains the model described by CONFIG (JSON, docs/config.md; no file = a tiny GPT on a synthetic task).
 Writes config.json (fully resolved), metrics.jsonl, run.json (layout, per-rank memory) and report.html (curves,
 memory against the cap, layout, config; train.report false skips it, `cleave report DIR` redoes it) into
@@ -55,7 +55,8 @@ with an ETA; redirected to a file it is plain lines.)");
             "safetensors; GPT-2, Llama, Mistral, Qwen2/3, Mixtral, Qwen2/3-MoE: docs/models.md)\n"
             "or a Cleave checkpoint (e.g. from cleave import). Any layout; the optimizer\n"
             "starts fresh at step 0. The model keys the weights fix are taken from them; a\n"
-            "CONFIG value that differs is refused.")
+            "CONFIG value that differs is refused. With --resume too (the same command line\n"
+            "restarted, as cleave run does): the run's checkpoint when there is one, else DIR.")
       .text("--profile", "FILE",
             "a hardware profile (profiles/*.json, or one cleave profile wrote): MFU per step\n"
             "against its peak FLOP/s for the run's dtype (the sustained GEMM rate when the\n"
@@ -105,8 +106,6 @@ int run_train(int argc, char** argv) {
                "train: --allow-config-change applies to a resumed run; give --resume auto|PATH too");
   const std::string init_from = args.text("--init-from");
   const std::string profile_path = args.text("--profile");
-  CLEAVE_CHECK(init_from.empty() || options.resume.empty(),
-               "train: --init-from starts a fresh run from weights and --resume continues a run; give one of them");
   CommandRuntime runtime(&argc, &argv);
   return runtime.run([&] {
     runtime.place_threads();

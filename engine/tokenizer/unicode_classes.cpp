@@ -14,6 +14,40 @@ CodeClass code_class_above_ascii(char32_t cp) {
   return cp <= it->last ? it->code_class : CodeClass::kOther;
 }
 
+namespace {
+
+// The bytes of the invalid subpart that starts at text[i] (first_invalid_utf8 found it): its lead byte and the
+// continuation bytes that still fit a sequence that lead starts (Unicode's table of well-formed UTF-8).
+std::size_t invalid_subpart(std::string_view text, std::size_t i) {
+  const auto b0 = static_cast<unsigned char>(text[i]);
+  std::size_t len = 0;
+  unsigned char lo = 0x80, hi = 0xBF;  // the second byte's range
+  if (b0 >= 0xC2 && b0 <= 0xDF) len = 2;
+  else if (b0 >= 0xE0 && b0 <= 0xEF) len = 3, lo = b0 == 0xE0 ? 0xA0 : 0x80, hi = b0 == 0xED ? 0x9F : 0xBF;
+  else if (b0 >= 0xF0 && b0 <= 0xF4) len = 4, lo = b0 == 0xF0 ? 0x90 : 0x80, hi = b0 == 0xF4 ? 0x8F : 0xBF;
+  std::size_t k = 1;
+  for (; k < len && i + k < text.size(); ++k) {
+    const auto b = static_cast<unsigned char>(text[i + k]);
+    if (b < (k == 1 ? lo : 0x80) || b > (k == 1 ? hi : 0xBF)) break;
+  }
+  return k;
+}
+
+}  // namespace
+
+std::string lossy_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  while (!text.empty()) {
+    const std::size_t bad = first_invalid_utf8(text);
+    out.append(text.substr(0, bad));
+    if (bad == text.size()) break;
+    out.append("\xEF\xBF\xBD");  // U+FFFD
+    text.remove_prefix(bad + invalid_subpart(text, bad));
+  }
+  return out;
+}
+
 std::size_t first_invalid_utf8(std::string_view text) {
   const std::size_t n = text.size();
   std::size_t i = 0;

@@ -11,6 +11,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <string_view>
 
 namespace cleave::tokenizer {
@@ -61,6 +62,11 @@ inline CodePoint decode_utf8(std::string_view text, std::size_t pos) {
 // The byte offset of the first byte that is not part of valid UTF-8 (overlong forms, surrogates, code
 // points above U+10FFFF and truncated sequences are invalid), or text.size() when all of it is valid.
 std::size_t first_invalid_utf8(std::string_view text);
+
+// `text` with every maximal invalid subpart (a byte that starts no sequence, or the valid start of a truncated
+// one) replaced by U+FFFD, as Unicode's "substitution of maximal subparts" and tokenizers' decode (Rust's
+// from_utf8_lossy) do; valid text is returned unchanged.
+std::string lossy_utf8(std::string_view text);
 
 // Appends the UTF-8 encoding of `cp` (a Unicode scalar value) to `out`.
 void append_utf8(char32_t cp, std::string& out);

@@ -30,12 +30,20 @@ namespace {
 using nlohmann::json;
 namespace fs = std::filesystem;
 
+// Outside a resumed run (cleave generate) model.seq_len may be any length up to the saved model.max_seq_len:
+// rotary positions hold no table of seq_len rows (a learned one, gpt's, has no max_seq_len).
+bool any_context(const json& saved, const std::string& key, const json& value, bool continue_run) {
+  const json max = saved.contains("max_seq_len") ? saved.at("max_seq_len") : json();
+  return !continue_run && key == "seq_len" && value.is_number_integer() && max.is_number_integer() &&
+         value.get<std::int64_t>() <= max.get<std::int64_t>();
+}
+
 // "model.d_model: 64 in the checkpoint, 32 in the config" for every differing key.
-std::string model_differences(const json& saved, const json& current) {
+std::string model_differences(const json& saved, const json& current, bool continue_run) {
   std::string out;
   for (const auto& [key, value] : current.items()) {
     const json other = saved.contains(key) ? saved.at(key) : json();
-    if (other != value) {
+    if (other != value && !any_context(saved, key, value, continue_run)) {
       out += fmt::format("{}model.{}: {} in the checkpoint, {} in the config", out.empty() ? "" : "; ", key,
                          other.is_null() ? "absent" : other.dump(), value.dump());
     }
@@ -78,7 +86,7 @@ std::int64_t load_checkpoint(RankSetup& s, RankModel& model, StepTail& tail, con
     CheckpointReader reader(step_dir);
     const json& index = reader.index();
     const json model = json::parse(config::to_json(s.config)).at("model");
-    const std::string differences = model_differences(index.at("model"), model);
+    const std::string differences = model_differences(index.at("model"), model, continue_run);
     CLEAVE_CHECK(differences.empty(), "checkpoint {} was saved from a different model: {}", step_dir, differences);
     const std::string saved_optimizer = index.at("optimizer").at("type").get<std::string>();
     CLEAVE_CHECK(saved_optimizer == enum_name(s.config.optimizer.type),

@@ -125,4 +125,13 @@ std::optional<ResumedFrom> resume_from_checkpoint(Trainer& trainer, RankSetup& s
   }
 }
 
+bool resume_continues_a_run(const std::string& resume, const std::string& checkpoint_root) {
+  if (resume.empty()) return false;
+  if (resume != "auto") return true;
+  for (const ResumeCandidate& c : checkpoint::scan_resume_candidates(checkpoint_root)) {
+    if (c.state != CandidateState::kUnfinished) return true;
+  }
+  return false;
+}
+
 }  // namespace cleave::train

@@ -37,4 +37,10 @@ std::optional<ResumedFrom> resume_from_checkpoint(Trainer& trainer, RankSetup& s
                                                   const std::string& checkpoint_root,
                                                   const std::vector<std::string>& allowed);
 
+// Whether `resume` continues a checkpoint rather than starting fresh: every --resume but `auto` names one (or is
+// refused), and `auto` continues when `checkpoint_root` holds a step directory (intact or damaged: damage is
+// resume_from_checkpoint's error or fallback, never a fresh start). Only lists the root. For --init-from with
+// --resume: the source's weights start the run only when this is false.
+bool resume_continues_a_run(const std::string& resume, const std::string& checkpoint_root);
+
 }  // namespace cleave::train

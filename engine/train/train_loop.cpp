@@ -1,5 +1,6 @@
 // Trainer::train: the whole run around the steps. In order: the output paths checked, the start point (fresh,
-// --init-from, or a checkpoint --resume names, checked and loaded before anything is written), the run's outputs
+// --init-from, or a checkpoint --resume names, checked and loaded before anything is written; with both, the
+// checkpoint when there is one), the run's outputs
 // on world rank 0 (directory, config.json, metrics.jsonl, the progress line), the step loop (metrics rows,
 // evaluation and checkpoint cadence, the divergence check, the save-and-stop request), then the measured trace,
 // run.json and report.html, which a failed run gets too (of the steps it finished).
@@ -26,6 +27,7 @@
 #include "engine/train/run_record.hpp"
 #include "engine/train/trainer.hpp"
 #include "engine/train/trainer_impl.hpp"
+#include "engine/train/weight_source.hpp"
 
 namespace cleave::train {
 namespace {
@@ -305,9 +307,17 @@ TrainSummary Trainer::train(const TrainOptions& options) {
   const std::string checkpoints = checkpoint_root();
   impl.throughput.peak = options.peak;
   check_output_paths(s, checkpoints, /*fresh=*/options.resume.empty());
-  CLEAVE_CHECK(options.init == nullptr || options.resume.empty(),
-               "train: --init-from starts a fresh run from weights and --resume continues a run; give one of them");
-  if (options.init != nullptr) load_weights(*options.init);
+  // --init-from with --resume (a fine-tune's own command line, as cleave run restarts it): the source's weights
+  // start the run only when there is no checkpoint to continue; a resumed run's weights are its checkpoint's.
+  const bool continuing = resume_continues_a_run(options.resume, checkpoints);
+  if (options.init != nullptr && !continuing) load_weights(*options.init);
+  if (options.init != nullptr && continuing) {
+    impl.init_from = fmt::format("{}: {}", options.init->origin, describe_context(*options.init, cfg));
+    if (s.reports()) {
+      log::info("init: --init-from {} is not loaded: the run continues from its checkpoint (--resume {})",
+                options.init->origin, options.resume);
+    }
+  }
   // Resume first: a checkpoint that cannot be loaded fails before anything is written.
   const StartPoint start = start_point(*this, s, options, checkpoints);
   RunOutputs out = open_run_outputs(s, options, start, impl.throughput, *impl.train_data);

@@ -6,7 +6,9 @@
 #    worked by hand (and equal to `tokenizers` 0.23.3's), <s> before each document as its post_processor says;
 #  - train --init-from HF_DIR on those shards at model.seq_len 8 (of 32) at tp2 x pp2 (mpiexec -n 4) has one
 #    rank's first-step loss; the resolved config.json says seq_len 8 and max_seq_len 32, run.json's init_from
-#    says which;
+#    says which; the same command with --resume auto, launched twice, starts fresh from the weights and then
+#    continues the run's checkpoint (cleave run's restart), with the uninterrupted run's losses;
+#  - cleave generate on the run serves the model's context (32), not the seq_len 8 it trained at;
 #  - export --format hf of the fine-tuned run: config.json differs from the source's only in torch_dtype ->
 #    dtype (docs/checkpoints.md), max_position_embeddings stays 32, generation_config.json and the tokenizer
 #    files are there; re-importing it gives bit for bit the logits `cleave generate --tokenizer --logits` gives
@@ -79,6 +81,30 @@ assert "LlamaForCausalLM in llama: seq_len 8 of at most 32" in record, record
 print(f"ok   --init-from at seq_len 8 of 32: tp2 x pp2 first-step loss {ft} = one rank's {one}; run.json: {record}")
 PY
 
+# Restarting the fine-tune's own command line with --resume auto (what cleave run does after a failure): the
+# first launch finds no checkpoint and starts from the model's weights, the second continues the run's checkpoint
+# (the weights are not loaded again), and the losses are the uninterrupted tp2 x pp2 run's.
+for steps in 2 3; do
+  "$cleave" train --init-from llama "${common[@]}" "${data[@]}" --set train.steps=$steps --set train.out_dir=rs \
+    --resume auto > rs$steps.log 2>&1 || { cat rs$steps.log; fail "--init-from with --resume auto ($steps steps)"; }
+done
+grep -q "found no checkpoint under rs/checkpoints; starting fresh" rs2.log || { cat rs2.log; fail "first launch"; }
+grep -q "init: parameters from" rs2.log || { cat rs2.log; fail "first launch did not load the model's weights"; }
+grep -q "init: --init-from Hugging Face LlamaForCausalLM in llama is not loaded: the run continues from its checkpoint (--resume auto)" \
+  rs3.log || { cat rs3.log; fail "second launch did not continue the checkpoint"; }
+python3 - <<'PY' || fail "resumed fine-tune"
+import json
+rows = lambda d: [json.loads(l) for l in open(f"{d}/metrics.jsonl") if '"loss"' in l]
+rs, ft = rows("rs"), rows("ft")
+assert [r["step"] for r in rs] == [r["step"] for r in ft], (rs, ft)
+for a, b in zip(rs, ft):
+    assert abs(a["loss"] - b["loss"]) <= 1e-5 * abs(b["loss"]), f"resumed {a['loss']} != uninterrupted {b['loss']}"
+record = json.load(open("rs/run.json"))["init_from"]
+assert "LlamaForCausalLM in llama: seq_len 8 of at most 32" in record, record
+print(f"ok   --init-from + --resume auto twice: fresh, then continued at step 2; losses {[r['loss'] for r in rs]} "
+      f"= the uninterrupted tp2 x pp2 run's")
+PY
+
 "$cleave" export ft/checkpoints --format hf --out exported > export.log 2>&1 || { cat export.log; fail "export"; }
 "$cleave" import exported --out back > back.log 2>&1 || { cat back.log; fail "re-import"; }
 "$cleave" import llama --out source > source.log 2>&1 || { cat source.log; fail "source import"; }
@@ -86,6 +112,17 @@ for f in generation_config.json tokenizer.json tokenizer_config.json; do [ -f ex
 "$cleave" generate ft/checkpoints --tokenizer llama/tokenizer.json --prompt "the and hat" --tokens 0 --logits run.json.logits > g1.log 2>&1 || { cat g1.log; fail "generate run"; }
 "$cleave" generate back --tokenizer exported/tokenizer.json --prompt "the and hat" --tokens 0 --logits back.logits > g2.log 2>&1 || { cat g2.log; fail "generate back"; }
 "$cleave" generate source --tokenizer llama/tokenizer.json --prompt "the and hat" --tokens 0 --logits source.logits > g3.log 2>&1 || { cat g3.log; fail "generate source"; }
+# The fine-tuned model serves its whole context (32), not the seq_len 8 it trained at: a 13-token prompt gives the
+# re-imported export's logits (its seq_len is 32), bit for bit.
+long_prompt="the and hat then hand at dad ant the hat"
+"$cleave" generate ft/checkpoints --tokenizer llama/tokenizer.json --prompt "$long_prompt" --tokens 0 --logits long_run.logits > g4.log 2>&1 || { cat g4.log; fail "generate a prompt longer than seq_len 8"; }
+"$cleave" generate back --tokenizer llama/tokenizer.json --prompt "$long_prompt" --tokens 0 --logits long_back.logits > g5.log 2>&1 || { cat g5.log; fail "generate back (long prompt)"; }
+python3 - <<'PY' || fail "generate at the model's context"
+import json
+run, back = (json.load(open(f)) for f in ("long_run.logits", "long_back.logits"))
+assert len(run["tokens"]) > 8 and run["logits"] == back["logits"], (len(run["tokens"]), "logits differ")
+print(f"ok   generate on the run (seq_len 8 of 32): a {len(run['tokens'])}-token prompt, logits bit for bit the export's")
+PY
 python3 - <<'PY' || fail "export"
 import json
 src, out = json.load(open("llama/config.json")), json.load(open("exported/config.json"))

@@ -66,5 +66,26 @@ TEST(UnicodeClasses, Utf8RoundTripAndInvalidSequences) {
   for (const auto& c : invalid) EXPECT_EQ(first_invalid_utf8(c.text), c.bad) << c.bad;
 }
 
+// What `cleave generate` prints: a sampled byte token can end mid-character; each maximal invalid subpart is one
+// U+FFFD, as tokenizers' decode gives (Rust's from_utf8_lossy on the same bytes).
+TEST(UnicodeClasses, LossyUtf8ReplacesEachMaximalInvalidSubpart) {
+  const std::string r = "\xEF\xBF\xBD";
+  const struct {
+    std::string text, want;
+  } cases[] = {
+      {"h\xC3\xA9llo \xF0\x9F\x98\x80", "h\xC3\xA9llo \xF0\x9F\x98\x80"},  // valid: unchanged
+      {"ab\x80", "ab" + r},
+      {"\xC0\xAF", r + r},                          // C0 starts nothing; AF is a lone continuation
+      {"x\xE0\x80\xAF", "x" + r + r + r},          // E0 needs A0..BF next
+      {"\xED\xA0\x80", r + r + r},                 // surrogate: ED needs 80..9F next
+      {"\xF4\x90\x80\x80", r + r + r + r},        // above U+10FFFF: F4 needs 80..8F next
+      {"ok\xE2\x82", "ok" + r},                     // a truncated sequence is one subpart
+      {"\xF0\x9F\x98x\xC3(", r + "x" + r + "("},
+      {"\xFF", r},
+      {"", ""},
+  };
+  for (const auto& c : cases) EXPECT_EQ(lossy_utf8(c.text), c.want) << c.text;
+}
+
 }  // namespace
 }  // namespace cleave::tokenizer

@@ -7,7 +7,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "partition/ep_rules.hpp"
-#include "partition/families/moe.hpp"
+#include "partition/families/family.hpp"
 
 namespace cleave::config {
 namespace {
@@ -95,11 +95,11 @@ void RunConfig::resolve(int world_size) {
   }
   parallel.data_parallel_size = dp;
   if (parallel.expert_model_parallel_size > 1) {  // ep is taken from dp × cp, known only now
-    partition::check_expert_parallel(partition::make_model_spec(this->model.type, this->model), parallel.expert_model_parallel_size,
-                                     dp, static_cast<int>(cp));
+    partition::check_expert_parallel(partition::make_model_spec(this->model.type, this->model),
+                                     parallel.expert_model_parallel_size, dp, static_cast<int>(cp));
   }
-  if (this->model.type == ModelType::kMoe) {  // needs dp, known only now
-    partition::check_bias_update_sharding(this->model.moe, optimizer.zero_stage, dp, cp);
+  if (const auto check = partition::family(this->model.type).check_data_parallel) {  // needs dp, known only now
+    check(this->model, optimizer.zero_stage, dp, cp);
   }
   if (checkpoint.dir.empty()) checkpoint.dir = (std::filesystem::path(train.out_dir) / "checkpoints").string();
   const ResolvedBatch r = resolve_batch(batch, dp);

@@ -88,6 +88,10 @@ struct Family {
   // data.type "digits" (8×8 grey images): throws ConfigKeyError naming the model key unless the input fits one
   // image ([64] flat or [1, 8, 8]); null: the family cannot read digits.
   void (*check_digits_input)(const FamilyConfigs& configs) = nullptr;
+  // Checks that need the data-parallel layout, known once the world is split (the config's resolve): throws
+  // ConfigKeyError naming the model key when the family cannot train at `zero_stage` over dp × cp ranks (moe: the
+  // sigmoid router's bias update needs the bias whole). Null: every ZeRO stage and dp × cp.
+  void (*check_data_parallel)(const FamilyConfigs& configs, int zero_stage, std::int64_t dp, std::int64_t cp) = nullptr;
 };
 
 // The row of `type`; asserts that the table has it.

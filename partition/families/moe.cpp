@@ -129,6 +129,10 @@ void moe_check_tensor_parallel(const FamilyConfigs& c, int tp_size) {
 
 std::vector<std::int64_t> moe_tp_sizes(const FamilyConfigs& c) { return llama_tp_sizes(c.moe); }
 
+void moe_check_data_parallel(const FamilyConfigs& c, int zero_stage, std::int64_t dp, std::int64_t cp) {
+  check_bias_update_sharding(c.moe, zero_stage, dp, cp);
+}
+
 }  // namespace
 
 Family moe_family() {
@@ -142,6 +146,7 @@ Family moe_family() {
   f.check_tensor_parallel = moe_check_tensor_parallel;
   f.tp_sizes = moe_tp_sizes;
   f.sequence_parallel = true;
+  f.check_data_parallel = moe_check_data_parallel;
   return f;
 }
 

@@ -7,9 +7,11 @@
 // CheckpointDamage only (train/resume_fallback.hpp); every other Error stops the run as before. The message
 // names the file (its path holds the step directory), and what is wrong, with the numbers.
 //
-// NoIntactCheckpoint: `--resume auto` found checkpoints and every one damaged. No restart can cure it, so
-// `cleave train` exits kNoIntactCheckpointExitCode for it (engine/cli/main.cpp) and `cleave run` stops at once
-// on that exit code instead of spending its restart budget (engine/supervise/recovery_policy.hpp).
+// NoIntactCheckpoint: `--resume auto` found checkpoints and every one damaged. CheckpointMismatch: the checkpoint
+// is intact and the run does not fit it (a config change `--resume` refuses, another model, seed, global batch or
+// optimizer, a step beyond train.steps). No restart can cure either, so `cleave train` exits with its own code for
+// each (ExitCode, engine/core/exit_code.hpp; engine/cli/main.cpp) and `cleave run` stops at once on those codes
+// instead of spending its restart budget (engine/supervise/recovery_policy.hpp).
 #pragma once
 
 #include <exception>
@@ -18,6 +20,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.hpp"
+#include "engine/core/exit_code.hpp"
 #include "engine/core/one_line.hpp"
 
 namespace cleave::checkpoint {
@@ -32,13 +35,17 @@ class NoIntactCheckpoint : public Error {
   explicit NoIntactCheckpoint(const std::string& message) : Error(message) {}
 };
 
-// The exit code of `cleave train` (every rank) for NoIntactCheckpoint: EX_NOINPUT, the input is not there.
-inline constexpr int kNoIntactCheckpointExitCode = 66;
+class CheckpointMismatch : public Error {
+ public:
+  explicit CheckpointMismatch(const std::string& message) : Error(message) {}
+};
 
-// The exit code a command's error ends the process with: kNoIntactCheckpointExitCode for NoIntactCheckpoint,
-// else 1.
+// The exit code a command's error ends the process with: ExitCode::kNoIntactCheckpoint for NoIntactCheckpoint,
+// kCheckpointMismatch for CheckpointMismatch, else kError.
 inline int exit_code_of(const std::exception& error) {
-  return dynamic_cast<const NoIntactCheckpoint*>(&error) != nullptr ? kNoIntactCheckpointExitCode : 1;
+  if (dynamic_cast<const NoIntactCheckpoint*>(&error) != nullptr) return exit_status(ExitCode::kNoIntactCheckpoint);
+  if (dynamic_cast<const CheckpointMismatch*>(&error) != nullptr) return exit_status(ExitCode::kCheckpointMismatch);
+  return exit_status(ExitCode::kError);
 }
 
 // For a reader's outermost catch: rethrows `error` on one line (rethrow_one_line), keeping CheckpointDamage's type.
@@ -58,5 +65,13 @@ inline int exit_code_of(const std::exception& error) {
   do {                                                                               \
     if (!(cond)) [[unlikely]] {                                                      \
       throw ::cleave::checkpoint::CheckpointDamage(::fmt::format(__VA_ARGS__));      \
+    }                                                                                \
+  } while (0)
+
+// CLEAVE_CHECK for whether the run fits an intact checkpoint: throws CheckpointMismatch.
+#define CLEAVE_CHECK_FITS(cond, ...)                                                 \
+  do {                                                                               \
+    if (!(cond)) [[unlikely]] {                                                      \
+      throw ::cleave::checkpoint::CheckpointMismatch(::fmt::format(__VA_ARGS__));    \
     }                                                                                \
   } while (0)

@@ -60,11 +60,24 @@ std::optional<std::string> quick_check(const std::string& step_dir) {
   return std::nullopt;
 }
 
-std::optional<std::string> newest_passing_quick_check(const std::string& root) {
-  for (const ResumeCandidate& c : scan_resume_candidates(root)) {
+std::vector<ResumeCandidate> quick_check_candidates(const std::string& root) {
+  std::vector<ResumeCandidate> candidates = scan_resume_candidates(root);
+  for (ResumeCandidate& c : candidates) {
     if (c.state != CandidateState::kUnchecked) continue;
-    const std::string dir = (fs::path(root) / c.name).string();
-    if (!quick_check(dir)) return dir;
+    const std::optional<std::string> why = quick_check((fs::path(root) / c.name).string());
+    if (!why) {
+      c.state = CandidateState::kIntact;
+      break;
+    }
+    c.state = CandidateState::kDamaged;
+    c.why = *why;
+  }
+  return candidates;
+}
+
+std::optional<std::string> newest_passing_quick_check(const std::string& root) {
+  for (const ResumeCandidate& c : quick_check_candidates(root)) {
+    if (c.state == CandidateState::kIntact) return (fs::path(root) / c.name).string();
   }
   return std::nullopt;
 }

@@ -8,7 +8,10 @@
 #include <optional>
 #include <string>
 
+#include <vector>
+
 #include "engine/checkpoint/checkpoint_index.hpp"
+#include "engine/checkpoint/resume_candidates.hpp"
 
 namespace cleave::checkpoint {
 
@@ -20,8 +23,11 @@ void check_checkpoint_files(const std::string& step_dir, const CheckpointIndex& 
 // What is wrong with `step_dir` (one line naming the file), or nothing.
 std::optional<std::string> quick_check(const std::string& step_dir);
 
-// The checkpoint `--resume auto` would try first under `root` (resume_candidates.hpp's order) among those
-// quick_check passes; nothing when none does. Reads only.
+// The candidates under `root` (resume_candidates.hpp's order) checked in turn until one passes quick_check: that one
+// kIntact, those before it kDamaged with quick_check's line as `why`, the rest as listed. Reads only.
+std::vector<ResumeCandidate> quick_check_candidates(const std::string& root);
+// The checkpoint `--resume auto` would try first under `root` among those quick_check passes (the kIntact one of
+// quick_check_candidates); nothing when none does. Reads only.
 std::optional<std::string> newest_passing_quick_check(const std::string& root);
 
 }  // namespace cleave::checkpoint

@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <fmt/format.h>
+
 namespace cleave::checkpoint {
 namespace {
 
@@ -78,6 +80,20 @@ std::vector<ResumeCandidate> scan_resume_candidates(const std::string& root) {
   std::ifstream pointer(fs::path(root) / "latest");
   if (pointer) std::getline(pointer, latest);
   return order_resume_candidates(entries, latest);
+}
+
+std::optional<std::string> no_intact_checkpoint_message(const std::string& asked, const std::string& root,
+                                                        const std::vector<ResumeCandidate>& candidates) {
+  if (pick_resume(candidates).next) return std::nullopt;
+  std::string damaged;
+  for (const ResumeCandidate& c : candidates) {
+    if (c.state != CandidateState::kDamaged) continue;
+    damaged += fmt::format("{}{} (step {}): {}", damaged.empty() ? "" : "; ", c.name, c.step, c.why);
+  }
+  if (damaged.empty()) return std::nullopt;
+  return fmt::format("--resume {}: no intact checkpoint under {}: {}; nothing was loaded, renamed or written. Restore "
+                     "a checkpoint's files, or start a fresh run in another train.out_dir",
+                     asked, root, damaged);
 }
 
 std::string damaged_name(const std::string& name, const std::vector<std::string>& taken) {

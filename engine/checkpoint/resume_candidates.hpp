@@ -56,6 +56,13 @@ ResumePick pick_resume(const std::vector<ResumeCandidate>& candidates);
 // The listing of `root` (empty when it does not exist) and its `latest` pointer, ordered as above.
 std::vector<ResumeCandidate> scan_resume_candidates(const std::string& root);
 
+// The error when `candidates` (under `root`, for `--resume asked`) hold no pick and some are damaged: each damaged
+// one with its step and why, and what to do; nothing when they hold a pick, or none is damaged (a fresh start). One text for the
+// trainer's NoIntactCheckpoint and for `cleave run`, which stops with it before a restart its quick check already
+// shows would fail (engine/supervise/supervisor.cpp).
+std::optional<std::string> no_intact_checkpoint_message(const std::string& asked, const std::string& root,
+                                                        const std::vector<ResumeCandidate>& candidates);
+
 // "damaged-step_0000020": the name a damaged checkpoint is kept under once a resume fell back past it (never a
 // candidate, never pruned, never replaced by a later save of that step); `taken` names already used get ".2", ...
 std::string damaged_name(const std::string& name, const std::vector<std::string>& taken);

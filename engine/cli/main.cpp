@@ -1,5 +1,6 @@
 // `cleave` entry point: dispatches to a subcommand and is the only place that turns an exception into an
-// exit code (1; 66 for NoIntactCheckpoint, which `cleave run` reads: engine/checkpoint/checkpoint_damage.hpp).
+// exit code (ExitCode, engine/core/exit_code.hpp: 1; 66 for NoIntactCheckpoint and 78 for CheckpointMismatch, which
+// `cleave run` reads: engine/checkpoint/checkpoint_damage.hpp).
 // Under MPI an error is printed once (comm::end_job_after_error: rank 0 when every rank hit it, else the failing
 // rank, which then aborts the job so no peer waits forever on a collective it will never join).
 #include <mpi.h>
@@ -20,6 +21,7 @@
 #include "engine/comm/launch_env.hpp"
 #include "engine/comm/mpi/mpi_runtime.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/exit_code.hpp"
 #include "engine/core/log.hpp"
 
 namespace {
@@ -90,7 +92,7 @@ int main(int argc, char** argv) {
   ::signal(SIGXFSZ, SIG_IGN);
   if (argc < 2 || std::strcmp(argv[1], "--help") == 0 || std::strcmp(argv[1], "-h") == 0) {
     print_usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+    return cleave::exit_status(argc < 2 ? cleave::ExitCode::kUsage : cleave::ExitCode::kOk);
   }
   if (std::strcmp(argv[1], "--version") == 0) return run_version(0, nullptr);
   for (const auto& command : kCommands) {
@@ -115,5 +117,5 @@ int main(int argc, char** argv) {
   std::fprintf(stderr, "cleave: unknown command '%s'%s\n\n", argv[1],
                near.empty() ? "" : (" (did you mean " + near + "?)").c_str());
   print_usage(stderr);
-  return 2;
+  return cleave::exit_status(cleave::ExitCode::kUsage);
 }

@@ -10,8 +10,8 @@
 
 #include <fmt/format.h>
 
-#include "engine/checkpoint/checkpoint_damage.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/exit_code.hpp"
 
 namespace cleave::supervise {
 namespace {
@@ -29,6 +29,13 @@ std::vector<int> ints_after(const std::string& list, const std::regex& each) {
     out.push_back(std::stoi((*it)[1].str()));
   }
   return out;
+}
+
+// The failure an exit code of `cleave train` names on its own (engine/core/exit_code.hpp), if any.
+std::optional<FailureKind> failure_of_exit_code(int exit_code) {
+  if (exit_code == exit_status(ExitCode::kNoIntactCheckpoint)) return FailureKind::kNoIntactCheckpoint;
+  if (exit_code == exit_status(ExitCode::kCheckpointMismatch)) return FailureKind::kCheckpointMismatch;
+  return std::nullopt;
 }
 
 }  // namespace
@@ -86,23 +93,27 @@ std::string_view failure_kind_name(FailureKind kind) {
     case FailureKind::kError: return "error";
     case FailureKind::kUnknown: return "unknown";
     case FailureKind::kNoIntactCheckpoint: return "no intact checkpoint";
+    case FailureKind::kCheckpointMismatch: return "checkpoint mismatch";
   }
   return "unknown";
 }
 
-bool restart_can_cure(FailureKind kind) { return kind != FailureKind::kNoIntactCheckpoint; }
+bool restart_can_cure(FailureKind kind) {
+  return kind != FailureKind::kNoIntactCheckpoint && kind != FailureKind::kCheckpointMismatch;
+}
 
 Failure classify_failure(std::string_view output, int exit_code) {
   const std::string text(output);
   std::smatch m;
-  // Every rank found every checkpoint damaged (the trainer's own exit code for it): the error line, whole.
+  // A failure the trainer's own exit code names (every checkpoint damaged, a run that does not fit its checkpoint):
+  // the error line, whole.
   static const std::regex error(R"(\[rank ([0-9]+)/[0-9]+\] error: ([^\n]*))");
   static const std::regex plain_error(R"((?:^|\n)error: ([^\n]*))");
-  if (exit_code == checkpoint::kNoIntactCheckpointExitCode) {
-    if (std::regex_search(text, m, error)) return {FailureKind::kNoIntactCheckpoint, {std::stoi(m[1].str())}, m[2].str()};
-    if (std::regex_search(text, m, plain_error)) return {FailureKind::kNoIntactCheckpoint, {}, m[1].str()};
-    return {FailureKind::kNoIntactCheckpoint, {},
-            fmt::format("the job exited with code {}: no intact checkpoint (its log says which are damaged)", exit_code)};
+  if (const std::optional<FailureKind> kind = failure_of_exit_code(exit_code)) {
+    if (std::regex_search(text, m, error)) return {*kind, {std::stoi(m[1].str())}, m[2].str()};
+    if (std::regex_search(text, m, plain_error)) return {*kind, {}, m[1].str()};
+    return {*kind, {},
+            fmt::format("the job exited with code {}: {} (its log says more)", exit_code, failure_kind_name(*kind))};
   }
   // The watchdog: "[rank 0/4] not answering within 1.5s: rank 1, rank 3 (stopped, dead, ...); aborting the job".
   static const std::regex hung(R"(not answering within [0-9.]+s: ((?:rank [0-9]+(?:, )?)+))");

@@ -228,15 +228,30 @@ struct RunPaths {
 };
 
 // The checkpoint a restart's --resume auto continues from: the newest that passes the quick check (index.json and
-// the files' headers; engine/checkpoint/quick_check.hpp). One the trainer would skip is named once, with why.
-std::optional<std::string> restart_checkpoint(const std::string& root) {
-  const auto newest = checkpoint::latest_step_dir(root);
-  const auto intact = checkpoint::newest_passing_quick_check(root);
-  if (newest && newest != intact) {
-    log::warn("run: the newest checkpoint {} is damaged ({}); the restart falls back to {}", *newest,
-              checkpoint::quick_check(*newest).value_or("?"), intact.value_or("none: no intact checkpoint"));
+// the files' headers; engine/checkpoint/quick_check.hpp). One the trainer would skip is named once, with why. When
+// there are checkpoints and the quick check finds every one damaged, `no_intact` is the trainer's own
+// NoIntactCheckpoint message: the restart would stop with it at its load.
+struct RestartFrom {
+  std::optional<std::string> checkpoint;
+  std::optional<std::string> no_intact;
+};
+
+RestartFrom restart_checkpoint(const std::string& root) {
+  const std::vector<checkpoint::ResumeCandidate> candidates = checkpoint::quick_check_candidates(root);
+  RestartFrom out;
+  for (const checkpoint::ResumeCandidate& c : candidates) {
+    if (c.state == checkpoint::CandidateState::kIntact) out.checkpoint = (fs::path(root) / c.name).string();
   }
-  return intact;
+  if (!out.checkpoint) {
+    out.no_intact = checkpoint::no_intact_checkpoint_message("auto", root, candidates);
+    return out;
+  }
+  const auto newest = checkpoint::latest_step_dir(root);
+  if (newest && newest != out.checkpoint) {
+    log::warn("run: the newest checkpoint {} is damaged ({}); the restart falls back to {}", *newest,
+              checkpoint::quick_check(*newest).value_or("?"), *out.checkpoint);
+  }
+  return out;
 }
 
 void save_record(const RunPaths& paths, const SupervisorRecord& record) {
@@ -259,15 +274,19 @@ void follow_fallback(RestartRecord& r, const RunPaths& paths) {
 }
 
 // A failure no restart cures (recovery_policy.hpp: restart_can_cure): the job ends now, the budget unspent, with
-// the trainer's own line (it names each checkpoint and what is wrong) and what to do.
+// the trainer's own line (it names each checkpoint and what is wrong, or each key refused and how to set it back)
+// and what to do.
 int give_up_at_once(const SuperviseOptions& o, const RunPaths& paths, const Failure& failure, SupervisorRecord& record) {
   const std::string why = fmt::format("{}: {}", failure_kind_name(failure.kind), failure.why);
   record.outcome = "failed: " + why;
   save_record(paths, record);
+  const std::string cure = failure.kind == FailureKind::kCheckpointMismatch
+                               ? "make the config fit the checkpoint as the message says"
+                               : "restore a damaged checkpoint's files";
   log::error("run: giving up at once, a restart cannot cure this ({} of --max-restarts {} restarts made, the rest "
-             "not spent): {}; nothing was renamed or deleted under {} (restore a damaged checkpoint's files and run "
-             "the same command with --resume auto after the --, or start a fresh run in another train.out_dir)",
-             record.restarts.size(), o.max_restarts, why, paths.ckpt_root);
+             "not spent): {}; nothing was renamed or deleted under {} ({} and run the same command with --resume "
+             "auto after the --, or start a fresh run in another train.out_dir)",
+             record.restarts.size(), o.max_restarts, why, paths.ckpt_root, cure);
   return 1;
 }
 
@@ -303,7 +322,11 @@ std::optional<int> after_failure(const SuperviseOptions& o, const RunPaths& path
 
   const std::vector<bool> healthy = check_health(o.health_check, state.slots);
   // The checkpoint as the restart will find it: looked at after everything else that runs before it.
-  const auto latest = restart_checkpoint(paths.ckpt_root);
+  const RestartFrom from = restart_checkpoint(paths.ckpt_root);
+  if (from.no_intact) {  // the restart would stop at its load: stop now, with its message
+    return give_up_at_once(o, paths, {FailureKind::kNoIntactCheckpoint, {}, *from.no_intact}, record);
+  }
+  const std::optional<std::string>& latest = from.checkpoint;
   std::int64_t ckpt_step = 0;
   if (latest) ckpt_step = std::stoll(fs::path(*latest).filename().string().substr(5));
   std::vector<Slot> left = remaining_slots(state.slots, failure, healthy);
@@ -441,7 +464,7 @@ int supervise(const SuperviseOptions& o) {
       return 0;
     }
     if (run.forwarded) {
-      const auto latest = restart_checkpoint(ckpt_root);
+      const auto latest = restart_checkpoint(ckpt_root).checkpoint;
       a.outcome = fmt::format("stopped on SIGTERM (exit {})", exit_code);
       record.attempts.push_back(a);
       record.outcome = a.outcome;

@@ -14,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "engine/checkpoint/checkpoint_damage.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
@@ -58,13 +59,13 @@ void check_continues_run(const json& index, const config::RunConfig& config, std
   const json& rng = index.contains("rng") ? index.at("rng") : json::object();
   const std::uint64_t seed = rng.contains("seed") ? rng.at("seed").get<std::uint64_t>()
                                                   : index.at("seed").get<std::uint64_t>();
-  CLEAVE_CHECK(seed == config.train.seed,
+  CLEAVE_CHECK_FITS(seed == config.train.seed,
                "--resume {}: the checkpoint's data streams were drawn with train.seed {}, the config has {}; set "
                "train.seed={} to continue that run (or start a fresh run in another train.out_dir)",
                step_dir, seed, config.train.seed, seed);
   const std::int64_t step = index.at("step").get<std::int64_t>();
   const std::int64_t consumed = index.at("consumed_samples").get<std::int64_t>();
-  CLEAVE_CHECK(consumed == step * global_batch,
+  CLEAVE_CHECK_FITS(consumed == step * global_batch,
                "--resume {}: the checkpoint consumed {} samples in {} steps ({} per step), but "
                "batch.global_batch_size is {}; set batch.global_batch_size={} to continue that run's data stream",
                step_dir, consumed, step, step > 0 ? consumed / step : 0, global_batch,
@@ -87,15 +88,15 @@ std::int64_t load_checkpoint(RankSetup& s, RankModel& model, StepTail& tail, con
     const json& index = reader.index();
     const json model = json::parse(config::to_json(s.config)).at("model");
     const std::string differences = model_differences(index.at("model"), model, continue_run);
-    CLEAVE_CHECK(differences.empty(), "checkpoint {} was saved from a different model: {}", step_dir, differences);
+    CLEAVE_CHECK_FITS(differences.empty(), "checkpoint {} was saved from a different model: {}", step_dir, differences);
     const std::string saved_optimizer = index.at("optimizer").at("type").get<std::string>();
-    CLEAVE_CHECK(saved_optimizer == enum_name(s.config.optimizer.type),
+    CLEAVE_CHECK_FITS(saved_optimizer == enum_name(s.config.optimizer.type),
                  "checkpoint {} holds {} optimizer state, but optimizer.type is {}", step_dir, saved_optimizer,
                  s.config.optimizer.type);
     if (continue_run) check_continues_run(index, s.config, s.batch.global_batch_size, step_dir);
     step = index.at("step").get<std::int64_t>();
     steps_done = index.at("optimizer").at("steps_done").get<std::int64_t>();
-    CLEAVE_CHECK(step <= s.config.train.steps,
+    CLEAVE_CHECK_FITS(step <= s.config.train.steps,
                  "checkpoint {} holds step {}, beyond train.steps {}; raise train.steps to continue it", step_dir, step,
                  s.config.train.steps);
     // Every file's size and header (rank 0, for all: a cut or missing file fails here, before its tensors' bytes

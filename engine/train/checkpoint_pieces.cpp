@@ -87,12 +87,18 @@ void throw_if_any_rank_failed(comm::Communicator& world, const std::string& erro
 }
 
 RankFailure rank_failure(const std::exception& e) {
-  return {e.what(), dynamic_cast<const checkpoint::CheckpointDamage*>(&e) != nullptr};
+  if (dynamic_cast<const checkpoint::CheckpointDamage*>(&e) != nullptr) return {e.what(), RankFailureType::kDamage};
+  if (dynamic_cast<const checkpoint::CheckpointMismatch*>(&e) != nullptr) return {e.what(), RankFailureType::kMismatch};
+  return {e.what(), RankFailureType::kError};
 }
 
 void throw_if_any_rank_failed(comm::Communicator& world, const RankFailure& failure) {
-  // One tag byte ('D' damage, 'E' any other error) before the message; nothing when this rank did not fail.
-  const std::string mine = failure.message.empty() ? std::string() : (failure.damage ? "D" : "E") + failure.message;
+  // One tag byte ('E' any other error, 'M' mismatch, 'D' damage) before the message; nothing when this rank did not
+  // fail.
+  const char tag = failure.type == RankFailureType::kDamage     ? 'D'
+                   : failure.type == RankFailureType::kMismatch ? 'M'
+                                                                : 'E';
+  const std::string mine = failure.message.empty() ? std::string() : tag + failure.message;
   const auto all = all_gather_values<char>(world, std::span<const char>(mine.data(), mine.size()));
   const auto first = [&all](char tag) -> std::optional<std::size_t> {
     for (std::size_t r = 0; r < all.size(); ++r) {
@@ -101,12 +107,14 @@ void throw_if_any_rank_failed(comm::Communicator& world, const RankFailure& fail
     return std::nullopt;
   };
   const std::optional<std::size_t> error = first('E');
+  const std::optional<std::size_t> mismatch = first('M');
   const std::optional<std::size_t> damage = first('D');
-  if (!error && !damage) return;
-  const std::size_t r = error ? *error : *damage;
+  if (!error && !mismatch && !damage) return;
+  const std::size_t r = error ? *error : mismatch ? *mismatch : *damage;
   const std::string message(all[r].begin() + 1, all[r].end());
   const std::string text = world.size() == 1 ? message : fmt::format("rank {}: {}", r, message);
   if (error) throw Error(text);
+  if (mismatch) throw checkpoint::CheckpointMismatch(text);
   throw checkpoint::CheckpointDamage(text);
 }
 

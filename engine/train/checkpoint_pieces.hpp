@@ -46,15 +46,21 @@ namespace cleave::train {
 // failing rank's message (so no rank walks on into a collective its peers never join).
 void throw_if_any_rank_failed(comm::Communicator& world, const std::string& error);
 
-// One rank's failure while reading a checkpoint: its message (empty: none) and whether it was CheckpointDamage.
+// One rank's failure while reading a checkpoint: its message (empty: none) and its type.
+enum class RankFailureType {
+  kError,     // any other Error
+  kMismatch,  // checkpoint::CheckpointMismatch: the checkpoint is intact, the run does not fit it
+  kDamage,    // checkpoint::CheckpointDamage
+};
 struct RankFailure {
   std::string message;
-  bool damage = false;
+  RankFailureType type = RankFailureType::kError;
 };
 RankFailure rank_failure(const std::exception& e);
-// The same over a RankFailure: every rank throws the lowest failing rank's Error when any rank's failure is not
-// damage (another model, a refused config: an older checkpoint would not help), else CheckpointDamage with the
-// lowest damaged rank's message, so every rank falls back (or stops) together.
+// The same over a RankFailure: every rank throws the lowest failing rank's Error when any rank's failure is another
+// Error, else CheckpointMismatch when any rank's is one (another model, a refused config: an older checkpoint would
+// not help), else CheckpointDamage, each with the lowest such rank's message, so every rank falls back (or stops)
+// together, with the type that sets its exit code (engine/core/exit_code.hpp).
 void throw_if_any_rank_failed(comm::Communicator& world, const RankFailure& failure);
 
 }  // namespace cleave::train

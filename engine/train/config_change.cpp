@@ -7,6 +7,7 @@
 #include <array>
 #include <map>
 
+#include "engine/checkpoint/checkpoint_damage.hpp"
 #include "engine/core/error.hpp"
 
 namespace cleave::train {
@@ -86,7 +87,7 @@ void check_config_changes(const std::vector<ConfigChange>& changes, const std::v
     flag += fmt::format("{}{}", flag.empty() ? "" : ",", c.key);
     if (!c.before.is_null()) restore += fmt::format(" --set {}={}", c.key, c.before.dump());
   }
-  CLEAVE_CHECK(refused.empty(),
+  CLEAVE_CHECK_FITS(refused.empty(),
                "--resume {}: the config differs from the one the checkpoint was trained with: {}; a resumed run keeps "
                "these unless you allow the change with --allow-config-change {} (it is then recorded in run.json "
                "and metrics.jsonl), or set them back:{}",

@@ -58,15 +58,6 @@ void set_aside(RankSetup& s, const std::string& root, const std::vector<ResumeCa
   throw_if_any_rank_failed(s.world, failure);
 }
 
-std::string list_damaged(const std::vector<ResumeCandidate>& candidates) {
-  std::string out;
-  for (const ResumeCandidate& c : candidates) {
-    if (c.state != CandidateState::kDamaged) continue;
-    out += fmt::format("{}{} (step {}): {}", out.empty() ? "" : "; ", c.name, c.step, c.why);
-  }
-  return out;
-}
-
 // The newest intact checkpoint under `root` loaded (resume_candidates.hpp's order), or none when it holds none.
 std::optional<ResumedFrom> newest_intact(Trainer& trainer, RankSetup& s, const std::string& root,
                                          const std::string& asked, const std::vector<std::string>& allowed) {
@@ -74,12 +65,8 @@ std::optional<ResumedFrom> newest_intact(Trainer& trainer, RankSetup& s, const s
   for (;;) {
     const checkpoint::ResumePick pick = checkpoint::pick_resume(candidates);
     if (!pick.next) {
-      const std::string damaged = list_damaged(candidates);
-      if (!damaged.empty()) {
-        throw checkpoint::NoIntactCheckpoint(fmt::format(
-            "--resume {}: no intact checkpoint under {}: {}; nothing was loaded, renamed or written. Restore a "
-            "checkpoint's files, or start a fresh run in another train.out_dir", asked, root, damaged));
-      }
+      const auto message = checkpoint::no_intact_checkpoint_message(asked, root, candidates);
+      if (message) throw checkpoint::NoIntactCheckpoint(*message);
       return std::nullopt;
     }
     ResumeCandidate& c = candidates[*pick.next];

@@ -8,6 +8,8 @@
 // the handler and read by the loop; nothing else is kept.
 #pragma once
 
+#include "engine/core/exit_code.hpp"
+
 namespace cleave::train {
 
 // Installs the SIGUSR1 handler (idempotent).
@@ -17,6 +19,6 @@ bool stop_requested();
 
 // The exit code of `cleave run` when its job stopped on SIGTERM after saving a checkpoint (EX_TEMPFAIL: try again
 // later).
-inline constexpr int kStoppedExitCode = 75;
+inline constexpr int kStoppedExitCode = exit_status(ExitCode::kStopped);
 
 }  // namespace cleave::train

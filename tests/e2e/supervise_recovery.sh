@@ -25,6 +25,11 @@
 #            losses are bit-identical to resuming step 2 by hand. Then every checkpoint damaged while the job is down:
 #            the restarted trainer exits 66 (no intact checkpoint) and the supervisor stops at once without spending
 #            --max-restarts; so does a first attempt given --resume auto over those checkpoints.
+#   cure     failures no restart cures, each ending the job at once with the trainer's own message: the config
+#            file edited while the job is down (optimizer.lr, a change --resume refuses) makes the restarted trainer
+#            exit 78 (checkpoint mismatch), on a restart and on a first attempt given --resume auto; every checkpoint
+#            cut short while the job is down (the supervisor's quick check sees it) stops the job before the restart
+#            with the message the trainer gives for it (no "restarting from step 0").
 # usage: supervise_recovery.sh SCENARIO CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
 scenario=$1
@@ -316,6 +321,47 @@ SH
   grep -q "run: giving up at once, a restart cannot cure this (0 of --max-restarts 3 restarts made, the rest not spent): $no_intact" again.log \
     && [ "$(field all/supervisor.2/supervisor.json 'len(d["attempts"])')" = 1 ] || { cat again.log; fail "--resume auto of every-damaged checkpoints"; }
   echo "ok   damaged: every checkpoint damaged: the supervisor stops at once (exit 66 from the trainer), on a restart and on a first attempt"
+  ;;
+cure)
+  cp tiny.json cfg.json
+  cat > edit_lr.sh << 'SH'
+#!/bin/sh
+sed -i 's/"lr": 0.003/"lr": 0.001/' cfg.json
+SH
+  chmod +x edit_lr.sh
+  CLEAVE_FAULT_INJECT_1=1:5:forward:kill timed sup --slots 2 --keep-layout --max-restarts 3 --health-check "$work/edit_lr.sh" \
+    -- cfg.json --set train.out_dir=lr --set checkpoint.background=false > lr.log 2>&1 && { cat lr.log; fail "a refused config change: exit 0"; }
+  mismatch="checkpoint mismatch: --resume lr/checkpoints/step_0000004: the config differs from the one the checkpoint was trained with: optimizer.lr 0.003 -> 0.001; .*--allow-config-change optimizer.lr .*--set optimizer.lr=0.003"
+  grep -q "run: giving up at once, a restart cannot cure this (1 of --max-restarts 3 restarts made, the rest not spent): $mismatch; .*make the config fit the checkpoint" lr.log \
+    || { cat lr.log; fail "a refused config change: the supervisor's message"; }
+  [ "$(field lr/supervisor/supervisor.json 'len(d["attempts"])')" = 2 ] || { cat lr.log; fail "a refused config change: restarted again"; }
+  [ "$(field lr/supervisor/supervisor.json 'd["attempts"][1]["exit_code"]')" = 78 ] || fail "the attempt's exit code is not 78"
+  field lr/supervisor/supervisor.json 'd["outcome"]' | grep -q "^failed: $mismatch" || fail "a refused config change: the record's outcome"
+  # The same run continued by hand on 2 ranks (--resume auto after the --): its first attempt stops it.
+  timed sup --slots 2 --max-restarts 3 -- cfg.json --set train.out_dir=lr --resume auto > lr2.log 2>&1 \
+    && { cat lr2.log; fail "resuming with a refused config change: exit 0"; }
+  grep -q "run: giving up at once, a restart cannot cure this (0 of --max-restarts 3 restarts made, the rest not spent): checkpoint mismatch: rank 0: --resume lr/checkpoints/step_0000004: the config differs" lr2.log \
+    && [ "$(field lr/supervisor.2/supervisor.json 'len(d["attempts"])')" = 1 ] || { cat lr2.log; fail "--resume auto with a refused config change"; }
+  # Every checkpoint cut short while the job is down: the quick check finds it before the restart.
+  cat > cut_all.sh << 'SH'
+#!/bin/sh
+for f in cut/checkpoints/step_*/rank_00000.safetensors; do truncate -s 100 "$f"; done
+SH
+  chmod +x cut_all.sh
+  CLEAVE_FAULT_INJECT_1=1:5:forward:kill timed sup --slots 2 --keep-layout --max-restarts 3 --health-check "$work/cut_all.sh" \
+    -- tiny.json --set train.out_dir=cut --set checkpoint.background=false > cut.log 2>&1 && { cat cut.log; fail "every checkpoint cut: exit 0"; }
+  no_intact="no intact checkpoint: --resume auto: no intact checkpoint under cut/checkpoints: step_0000004 (step 4): .*rank_00000.safetensors.*; step_0000002 (step 2): .*rank_00000.safetensors.*; nothing was loaded, renamed or written"
+  grep -q "run: giving up at once, a restart cannot cure this (0 of --max-restarts 3 restarts made, the rest not spent): $no_intact" cut.log \
+    || { cat cut.log; fail "every checkpoint cut: the supervisor's message"; }
+  ! grep -q "restarting from step 0\|run: restart 1" cut.log || { cat cut.log; fail "every checkpoint cut: a restart was announced"; }
+  [ "$(field cut/supervisor/supervisor.json 'len(d["attempts"])')" = 1 ] || { cat cut.log; fail "every checkpoint cut: restarted"; }
+  [ "$(field cut/supervisor/supervisor.json 'len(d["restarts"])')" = 0 ] || fail "every checkpoint cut: a restart recorded"
+  # The trainer's own message for the same checkpoints, word for word.
+  "$cleave" train tiny.json --set train.out_dir=cut --resume auto > cut_train.log 2>&1; rc=$?
+  [ $rc = 66 ] || { cat cut_train.log; fail "the trainer over cut checkpoints exited $rc, not 66"; }
+  trainer=$(sed -n 's/^error: //p' cut_train.log)
+  grep -qF "): no intact checkpoint: $trainer" cut.log || { echo "trainer: $trainer"; cat cut.log; fail "the supervisor's message is not the trainer's"; }
+  echo "ok   cure: a refused config change (exit 78) and every checkpoint cut short (quick check) stop the job at once"
   ;;
 sigterm)
   sed 's/"steps": 12/"steps": 100000/' tiny.json > long.json

@@ -87,6 +87,27 @@ TEST_F(QuickCheck, EachDamageNamesTheFileAndTheOneBeforeIsPicked) {
   EXPECT_NE(damage().find("no index.json"), std::string::npos) << damage();
 }
 
+TEST_F(QuickCheck, EveryCheckpointDamagedGivesTheTrainersNoIntactMessage) {
+  fs::resize_file(newest() / "rank_00000.safetensors", 10);
+  fs::remove(root_ / "step_0000001" / "rank_00000.safetensors");
+  const std::vector<ResumeCandidate> candidates = quick_check_candidates(root_.string());
+  ASSERT_EQ(candidates.size(), 2u);
+  EXPECT_EQ(candidates[0].state, CandidateState::kDamaged);
+  EXPECT_EQ(candidates[1].state, CandidateState::kDamaged);
+  EXPECT_FALSE(newest_passing_quick_check(root_.string()).has_value());
+  const std::optional<std::string> message = no_intact_checkpoint_message("auto", root_.string(), candidates);
+  ASSERT_TRUE(message.has_value());
+  EXPECT_EQ(message->find("--resume auto: no intact checkpoint under " + root_.string() + ": step_0000002 (step 2): "),
+            0u) << *message;
+  EXPECT_NE(message->find("; step_0000001 (step 1): "), std::string::npos) << *message;
+  EXPECT_NE(message->find("rank_00000.safetensors is missing"), std::string::npos) << *message;
+  // One intact: it is the pick, the checks stop there, and there is no message.
+  write_checkpoint(root_, "step_0000001");
+  const std::vector<ResumeCandidate> one = quick_check_candidates(root_.string());
+  EXPECT_EQ(one[1].state, CandidateState::kIntact);
+  EXPECT_FALSE(no_intact_checkpoint_message("auto", root_.string(), one).has_value());
+}
+
 TEST_F(QuickCheck, TensorDataIsNotRead) {
   const fs::path file = newest() / "rank_00000.safetensors";
   flip_byte(file, static_cast<std::streamoff>(fs::file_size(file)) - 8);  // the tensor's bytes

@@ -6,11 +6,13 @@
 
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
 
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/checkpoint_damage.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/exit_code.hpp"
 #include "engine/supervise/recovery_policy.hpp"
 #include "engine/supervise/restart_record.hpp"
 
@@ -62,23 +64,49 @@ TEST(ClassifyFailure, NoIntactCheckpointExitCodeIsItsOwnKindWithTheWholeLineAndN
   ASSERT_GT(line.size(), 200u);
   const std::string out = "checkpoint: loading\nerror: " + line + "\n-----\nPrimary job  terminated normally, but 1 "
                           "process returned\na non-zero exit code.\n";
-  const Failure f = classify_failure(out, checkpoint::kNoIntactCheckpointExitCode);
+  const Failure f = classify_failure(out, exit_status(ExitCode::kNoIntactCheckpoint));
   EXPECT_EQ(f.kind, FailureKind::kNoIntactCheckpoint);
   EXPECT_EQ(f.why, line);
   EXPECT_TRUE(f.ranks.empty());
   EXPECT_EQ(failure_kind_name(f.kind), "no intact checkpoint");
   EXPECT_FALSE(restart_can_cure(f.kind));
   // One rank's line (the ranks disagreed), and no line at all: still the exit code's kind.
-  const Failure r = classify_failure("[rank 1/2] error: " + line + "\n", checkpoint::kNoIntactCheckpointExitCode);
+  const Failure r = classify_failure("[rank 1/2] error: " + line + "\n", exit_status(ExitCode::kNoIntactCheckpoint));
   EXPECT_EQ(r.kind, FailureKind::kNoIntactCheckpoint);
   EXPECT_EQ(r.ranks, std::vector<int>{1});
   EXPECT_EQ(r.why, line);
-  EXPECT_EQ(classify_failure("", checkpoint::kNoIntactCheckpointExitCode).kind, FailureKind::kNoIntactCheckpoint);
+  EXPECT_EQ(classify_failure("", exit_status(ExitCode::kNoIntactCheckpoint)).kind, FailureKind::kNoIntactCheckpoint);
   // The same line with another exit code is an ordinary error; every other kind is worth a restart.
   EXPECT_EQ(classify_failure("[rank 1/2] error: " + line + "\n", 1).kind, FailureKind::kError);
   for (const FailureKind k : {FailureKind::kKilled, FailureKind::kHung, FailureKind::kError, FailureKind::kUnknown}) {
     EXPECT_TRUE(restart_can_cure(k)) << failure_kind_name(k);
   }
+}
+
+TEST(ClassifyFailure, CheckpointMismatchExitCodeIsItsOwnKindWithTheWholeLineAndNoRestart) {
+  // A config change --resume refuses: every rank refused it (rank 0's line, prefixed by the collective check).
+  const std::string line = "rank 0: --resume run/checkpoints/step_0000004: the config differs from the one the "
+                           "checkpoint was trained with: optimizer.lr 0.003 -> 0.001; a resumed run keeps these unless "
+                           "you allow the change with --allow-config-change optimizer.lr (it is then recorded in "
+                           "run.json and metrics.jsonl), or set them back: --set optimizer.lr=0.003";
+  const Failure f =
+      classify_failure("resume: loading\nerror: " + line + "\n", exit_status(ExitCode::kCheckpointMismatch));
+  EXPECT_EQ(f.kind, FailureKind::kCheckpointMismatch);
+  EXPECT_EQ(f.why, line);
+  EXPECT_EQ(failure_kind_name(f.kind), "checkpoint mismatch");
+  EXPECT_FALSE(restart_can_cure(f.kind));
+  EXPECT_EQ(classify_failure("", exit_status(ExitCode::kCheckpointMismatch)).kind, FailureKind::kCheckpointMismatch);
+  // The kind comes from the exit code only, never the text: the same line with exit 1 is an ordinary error.
+  EXPECT_EQ(classify_failure("[rank 0/2] error: " + line + "\n", 1).kind, FailureKind::kError);
+  EXPECT_TRUE(restart_can_cure(classify_failure("[rank 0/2] error: " + line + "\n", 1).kind));
+}
+
+TEST(ExitCodeOf, EachErrorTypeHasItsOwnCode) {
+  EXPECT_EQ(checkpoint::exit_code_of(checkpoint::NoIntactCheckpoint("x")), 66);
+  EXPECT_EQ(checkpoint::exit_code_of(checkpoint::CheckpointMismatch("x")), 78);
+  EXPECT_EQ(checkpoint::exit_code_of(checkpoint::CheckpointDamage("x")), 1);  // --resume auto falls back on it
+  EXPECT_EQ(checkpoint::exit_code_of(Error("x")), 1);
+  EXPECT_EQ(checkpoint::exit_code_of(std::runtime_error("x")), 1);
 }
 
 TEST(RemainingSlots, DropsDeadAndHungRanksAndUnhealthySlotsOnly) {

@@ -110,6 +110,25 @@ TEST(MemoryPlanZeroThree, ShardsPlusTwoAdjacentUnitsAndGradientsInUnitBuckets) {
   }
 }
 
+// Buckets smaller than any tensor (parallel.dp_bucket_mb 1e-6): every tensor alone in its bucket, so ZeRO-1's flat
+// values are Σ over the tensors of round_up(round_up(numel, 16), dp), the layout's per-bucket dp padding counted 53
+// times (one bucket of them all takes 31890; unaligned 31632), and the optimizer's two moments their thirds.
+TEST(MemoryPlanZeroThree, ZeroOneFlatValuesPadEachBucketToDp) {
+  std::int64_t values = unit({51 * kD}) + unit({kT * kD}) + unit({kD}) + unit({kD}) + unit({51 * kD});
+  for (int b = 0; b < 4; ++b) {
+    for (const std::int64_t n : {kD, kD, 3 * kD * kD, 3 * kD, kD * kD, kD, kD, kD, kD * kFf, kFf, kFf * kD, kD}) {
+      values += unit({n});
+    }
+  }
+  ASSERT_EQ(values, 31920);  // a block 7287: its six tensors of 24 take 33, the qkv bias 81
+  config::RunConfig c = zero3(51, false, 1, {"parallel.dp_bucket_mb=0.000001"});
+  c.optimizer.zero_stage = 1;
+  const MemoryPlan m = estimate(c, 0);
+  EXPECT_EQ(at(m, MemoryCategory::kParameters), 4 * values);
+  EXPECT_EQ(m.gradients_between_steps, 4 * values);
+  EXPECT_EQ(at(m, MemoryCategory::kOptimizerState), 2 * 4 * values / kDp);
+}
+
 TEST(MemoryPlanZeroThree, DeterministicPartialSumsAndBf16Wire) {
   // 2 micro-batches per replica in deterministic mode: one partial sum of the full gradients (more than the
   // first unit's shard); a bf16 wire: a bf16 twin of every unit bucket.

@@ -5,13 +5,16 @@
 #include <algorithm>
 #include <cstddef>
 
-#include "engine/comm/host_reduce.hpp"
 #include "engine/core/error.hpp"
 
 namespace cleave::comm {
 namespace {
 
 constexpr std::size_t kAlignBytes = 64;
+
+// Its own test rather than host_reduce's is_floating: this file links nothing but engine/core (the memory plan
+// calls it).
+bool is_floating(DType dtype) { return dtype == DType::kF32 || dtype == DType::kBF16 || dtype == DType::kF16; }
 
 std::int64_t round_up(std::int64_t value, std::int64_t multiple) { return (value + multiple - 1) / multiple * multiple; }
 

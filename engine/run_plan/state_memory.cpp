@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "engine/run_plan/flat_buckets.hpp"
 #include "engine/run_plan/microbatch_buckets.hpp"
 #include "engine/run_plan/zero_units.hpp"
 
@@ -59,21 +60,27 @@ void set_state_memory(MemoryPlan& m, const Plan& plan, const config::RunConfig& 
     at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(state * static_cast<double>(4 * units.shards()));
   } else {
     // Expert parallelism: the rank holds E / ep of the experts (parameters, gradients, and without ZeRO their
-    // optimizer state). ZeRO shards the experts over the dp x cp / ep ranks holding the same ones, so a rank's
-    // share of the state, (E / ep) / (dp / ep), is what it was at ep 1: the sharded state below keeps param_bytes.
+    // optimizer state). ZeRO shards the experts over the dp x cp / ep ranks holding the same ones (their own
+    // bucketer, flat_buckets), so a rank's share of the state, (E / ep) / (dp / ep), is what it was at ep 1.
     // param_bytes, expert_bytes: one tp rank's (tp_rank_param_count: the replicated parameters whole).
-    const std::int64_t sharded_bytes = param_bytes;
     param_bytes -= expert_bytes / ep * (ep - 1);
+    // With dp, the gradients live in the bucketers' buckets, and ZeRO-1 and 2 keep the f32 values in flat buffers
+    // laid out like them (its shards the optimizer's): each tensor from a 64-byte boundary, each bucket padded to a
+    // multiple of its group (flat_buckets.hpp). Without dp each parameter and gradient is a tensor of its own.
+    // The partial sums of deterministic mode are tensors of their own (pipeline/ordered_grad_accumulator.cpp).
+    const FlatBuckets flat = dp > 1 ? flat_buckets(plan, pp_rank, tp, dp, ep, config.parallel.dp_bucket_mb,
+                                                   zero_stage >= 1)
+                                    : FlatBuckets{param_bytes / 4, param_bytes / 4};
     // Mixed precision: bf16 working copies of the parameters besides the f32 masters.
-    at(MemoryCategory::kParameters) = param_bytes + (bf16 ? param_bytes / 2 : 0);
+    at(MemoryCategory::kParameters) = (zero_stage >= 1 ? 4 * flat.total : param_bytes) + (bf16 ? param_bytes / 2 : 0);
     // ZeRO-2 (engine/train/data_parallel.hpp): a reduced bucket's block is copied into a shard buffer of its own
     // and the full bucket released; within the step the full local sum (and its partial sums, freed before the
     // buckets launch) still exists, so the peak is the full buckets plus the first reduced bucket's shard (at
     // most a bucket, parallel.dp_bucket_mb, ÷ dp); the shards are dropped after the update.
-    const std::int64_t grad_bytes = param_bytes;
+    const std::int64_t grad_bytes = 4 * flat.total;
     const auto bucket_bytes = static_cast<std::int64_t>(config.parallel.dp_bucket_mb * 1024.0 * 1024.0);
     const std::int64_t first_shard = zero_stage >= 2 ? std::min(grad_bytes, bucket_bytes) / dp : 0;
-    at(MemoryCategory::kGradients) = std::max((1 + partial_sums) * grad_bytes, grad_bytes + first_shard);
+    at(MemoryCategory::kGradients) = grad_bytes + std::max(partial_sums * param_bytes, first_shard);
     // ep > 1 under ZeRO 0 and 1: the expert gradients live in the expert-dp group's bucket, the rest in the dp × cp
     // one (engine/train/data_parallel.hpp), grad_bytes in all (each parameter's own gradient is dropped before its
     // bucket is allocated; measured: ep_eight_ranks_test and ep_memory_plan_test, to the byte).
@@ -88,13 +95,18 @@ void set_state_memory(MemoryPlan& m, const Plan& plan, const config::RunConfig& 
     }
     m.gradients_between_steps = zero_stage >= 2 ? 0 : grad_bytes;
     at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
-        zero_stage >= 1 ? state * static_cast<double>(sharded_bytes) / dp : state * static_cast<double>(param_bytes));
+        zero_stage >= 1 ? state * static_cast<double>(4 * flat.shard) : state * static_cast<double>(param_bytes));
     // parallel.grad_reduce_dtype bf16: every gradient bucket has a bf16 twin the collective carries.
     const bool staged = dp > 1 && config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16;
-    if (staged) at(MemoryCategory::kCommunication) = param_bytes / 2;
+    if (staged) at(MemoryCategory::kCommunication) = 2 * flat.total;
     if (per_microbatch) {  // ZeRO-2 per micro-batch: the shards and at most two buckets (microbatch_peak)
-      const MicrobatchPeak mb = microbatch_peak(
-          zero_two_buckets(plan, pp_rank, tp, dp, config.parallel.dp_bucket_mb, ep), plan, pp_rank, dp, staged);
+      const MicrobatchBuckets buckets = zero_two_buckets(plan, pp_rank, tp, dp, config.parallel.dp_bucket_mb, ep);
+      const MicrobatchPeak mb = microbatch_peak(buckets, plan, pp_rank, dp, staged);
+      // The flat values follow these buckets (whole blocks packed; a split table's and the experts' per step).
+      const std::int64_t values = buckets.shards() + buckets.per_step + flat.expert_total;
+      at(MemoryCategory::kParameters) = 4 * values + (bf16 ? param_bytes / 2 : 0);
+      at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
+          state * static_cast<double>(4 * ((buckets.shards() + buckets.per_step) / dp + flat.expert_shard)));
       at(MemoryCategory::kGradients) = 4 * mb.gradients;
       // ep > 1: the experts' buckets are reduced once per step over expert-dp: held in full through it, and the first
       // may be traded for its shard (a bucket's over dp / ep) while two micro-batch buckets are alive (when depends on

@@ -1,7 +1,7 @@
 // The memory plan's parameters, gradients and optimizer state of one pp rank under every ZeRO stage, reduced per
 // step or per micro-batch, with the bf16 gradient twins (communication). Invariant: every figure is one tp rank's
-// (param_counts.hpp), sharded over dp × cp ranks (ZeRO) or, for the routed experts, over expert-dp; ZeRO-2 and 3
-// count the buckets and units as the gradient bucketer lays them out.
+// (param_counts.hpp), sharded over dp × cp ranks (ZeRO) or, for the routed experts, over expert-dp; the gradient
+// buckets, ZeRO-1/2's flat parameter buffers and ZeRO-3's units are counted as the gradient bucketer lays them out.
 #pragma once
 
 #include <cstdint>

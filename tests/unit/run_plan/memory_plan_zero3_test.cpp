@@ -95,8 +95,12 @@ TEST(MemoryPlanZeroThree, ShardsPlusTwoAdjacentUnitsAndGradientsInUnitBuckets) {
     EXPECT_EQ(at(m, MemoryCategory::kOptimizerState), 2 * 4 * units / kDp);  // AdamW's two moments, ÷ dp
     EXPECT_EQ(at(m, MemoryCategory::kCommunication), 0);
   }
-  // ZeRO-1 and 2 of the same run hold every parameter (unpadded); ZeRO-2 keeps no gradients between steps either.
-  const std::int64_t params = 51 * kD + kT * kD + 4 * kBlock + kFinalNorm + 51 * kD;
+  // ZeRO-1 and 2 of the same run hold every parameter in flat buffers laid out like the per-step gradient buckets
+  // (one bucket here: each tensor aligned, 31888, then a multiple of dp, 31890; unaligned they sum to 31632, what the
+  // plan counted before); ZeRO-1 keeps those buckets between steps, ZeRO-2 no gradients.
+  ASSERT_EQ(51 * kD + kT * kD + 4 * kBlock + kFinalNorm + 51 * kD, 31632);
+  const std::int64_t params = unit(aligned({51 * kD, kT * kD}) + 4 * kBlockAligned + kNormAligned + aligned({51 * kD}));
+  ASSERT_EQ(params, 31890);
   for (const int stage : {1, 2}) {
     config::RunConfig c = zero3(51, false, 1);
     c.optimizer.zero_stage = stage;
@@ -104,6 +108,25 @@ TEST(MemoryPlanZeroThree, ShardsPlusTwoAdjacentUnitsAndGradientsInUnitBuckets) {
     EXPECT_EQ(at(m, MemoryCategory::kParameters), 4 * params) << "zero " << stage;
     EXPECT_EQ(m.gradients_between_steps, stage == 1 ? 4 * params : 0) << "zero " << stage;
   }
+}
+
+// Buckets smaller than any tensor (parallel.dp_bucket_mb 1e-6): every tensor alone in its bucket, so ZeRO-1's flat
+// values are Σ over the tensors of round_up(round_up(numel, 16), dp), the layout's per-bucket dp padding counted 53
+// times (one bucket of them all takes 31890; unaligned 31632), and the optimizer's two moments their thirds.
+TEST(MemoryPlanZeroThree, ZeroOneFlatValuesPadEachBucketToDp) {
+  std::int64_t values = unit({51 * kD}) + unit({kT * kD}) + unit({kD}) + unit({kD}) + unit({51 * kD});
+  for (int b = 0; b < 4; ++b) {
+    for (const std::int64_t n : {kD, kD, 3 * kD * kD, 3 * kD, kD * kD, kD, kD, kD, kD * kFf, kFf, kFf * kD, kD}) {
+      values += unit({n});
+    }
+  }
+  ASSERT_EQ(values, 31920);  // a block 7287: its six tensors of 24 take 33, the qkv bias 81
+  config::RunConfig c = zero3(51, false, 1, {"parallel.dp_bucket_mb=0.000001"});
+  c.optimizer.zero_stage = 1;
+  const MemoryPlan m = estimate(c, 0);
+  EXPECT_EQ(at(m, MemoryCategory::kParameters), 4 * values);
+  EXPECT_EQ(m.gradients_between_steps, 4 * values);
+  EXPECT_EQ(at(m, MemoryCategory::kOptimizerState), 2 * 4 * values / kDp);
 }
 
 TEST(MemoryPlanZeroThree, DeterministicPartialSumsAndBf16Wire) {
@@ -199,6 +222,10 @@ TEST(MemoryPlanZeroThree, ZeroTwoPerMicrobatchPacksWholeBlocks) {
       0);
   // The most alive at once: the next micro-batch's first bucket opening while the last one is in flight.
   EXPECT_EQ(at(m, MemoryCategory::kGradients), 4 * ((first + 2 * middle + last) / kDp + last + first));
+  // The flat f32 values are laid out like these buckets (31893 elements; one per-step bucket would take 31890), the
+  // optimizer's two moments their shards.
+  EXPECT_EQ(at(m, MemoryCategory::kParameters), 4 * (first + 2 * middle + last));
+  EXPECT_EQ(at(m, MemoryCategory::kOptimizerState), 2 * 4 * (first + 2 * middle + last) / kDp);
 }
 
 // At tp 2 a unit or bucket holds one tp rank's parameters: the replicated ones whole (a block's two layer norms and
@@ -226,10 +253,11 @@ TEST(MemoryPlanZeroThree, TensorParallelUnitsKeepTheReplicatedParametersWhole) {
             {tp2, "optimizer.zero_stage=2", "optimizer.zero_reduce=per_microbatch", "parallel.dp_bucket_mb=0.04"}),
       0);
   EXPECT_EQ(at(two, MemoryCategory::kGradients), 4 * ((8178 + 8352) / kDp + 8178 + 8352));
-  // ZeRO-1 of the same run: every parameter unpadded, the same tp rank's count.
+  // ZeRO-1 of the same run: the same tp rank's tensors in one flat bucket, each aligned (16528), then a multiple of
+  // dp (unaligned: 864 + 4 * 3684 + kFinalNorm + 624 = 16272).
   config::RunConfig one = zero3(51, false, 1, {tp2});
   one.optimizer.zero_stage = 1;
-  EXPECT_EQ(at(estimate(one, 0), MemoryCategory::kParameters), 4 * (864 + 4 * 3684 + kFinalNorm + 624));
+  EXPECT_EQ(at(estimate(one, 0), MemoryCategory::kParameters), 4 * unit(864 + 4 * block_tp2 + kNormAligned + 624));
 }
 
 // The units' tensors (partition::block_param_tensors) and the other categories' count (tp_rank_param_count, from the

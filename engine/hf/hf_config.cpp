@@ -35,6 +35,11 @@ constexpr std::array<std::string_view, 55> kCommonKeys = {
 constexpr std::array<std::string_view, 6> kSourceWins = {"bos_token_id", "eos_token_id", "resid_pdrop",
                                                           "embd_pdrop",   "attn_pdrop",   "attention_dropout"};
 
+// Keys whose value is Cleave's even where the source's reads as the same model: dtype, architectures and
+// model_type describe the file written; GPT-2's n_ctx (read only without n_positions) must not contradict it.
+constexpr std::array<std::string_view, 5> kCleaveWins = {"dtype", "torch_dtype", "architectures", "model_type",
+                                                         "n_ctx"};
+
 const HfArchitecture* by_class(std::string_view name) {
   for (const HfArchitecture& a : hf_architectures()) {
     if (name == a.class_name) return &a;
@@ -76,6 +81,35 @@ void check_known_keys(const json& config, const HfArchitecture& a, const std::st
                  "model's numbers; nothing was written. Remove the key from config.json if it does not (e.g. a "
                  "setting of another library), else this model cannot be imported",
                  path, key, value.dump().substr(0, 60), a.class_name);
+  }
+}
+
+
+// The model a config.json document reads as, or nothing when read_hf_config refuses it.
+std::optional<HfModelConfig> model_of(const json& config) {
+  try {
+    return read_hf_config(config, "config.json");
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+}
+
+// Puts back the source's value of every key of `merged` where it differs, one key at a time, when the document
+// still reads as the same model (the same class and model section): a key the model does not use (Mixtral's
+// head_dim null, a MoE's dense intermediate_size, sliding_window with use_sliding_window false) or one meaning
+// the same (GPT-2's n_inner null: 4·n_embd) keeps the source's spelling; kCleaveWins keep Cleave's.
+void keep_source_values(json& merged, const json& source, const json& cleave) {
+  const std::optional<HfModelConfig> target = model_of(merged);
+  if (!target) return;  // the caller's check names the difference
+  for (const auto& [key, value] : source.items()) {
+    if (std::find(kCleaveWins.begin(), kCleaveWins.end(), key) != kCleaveWins.end()) continue;
+    if (!merged.contains(key) || merged.at(key) == value || !cleave.contains(key)) continue;
+    json trial = merged;
+    trial[key] = value;
+    const std::optional<HfModelConfig> read = model_of(trial);
+    if (read && read->model == target->model && read->dims.architecture == target->dims.architecture) {
+      merged = std::move(trial);
+    }
   }
 }
 
@@ -155,6 +189,7 @@ json hf_config_json(const json& model, std::string_view dtype, const json& sourc
       merged[key] = value;
     }
   }
+  keep_source_values(merged, source, out);
   return merged;
 }
 

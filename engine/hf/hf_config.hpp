@@ -43,7 +43,9 @@
 // Export (hf_config_json) writes the same keys back, with architectures, model_type and dtype, so that
 // read_hf_config(hf_config_json(m)) gives m again; given the source's config.json (the model was imported),
 // it starts from that document, so the keys Cleave does not compute (token ids, dropout, transformers_version)
-// are carried, and differs from it only as docs/checkpoints.md lists.
+// are carried, keeps the source's value of each key Cleave computes when the document still reads as the same
+// model with it (head_dim null, a MoE's unused intermediate_size, n_inner null; never dtype, the class or
+// n_ctx), and differs from it only as docs/checkpoints.md lists.
 #pragma once
 
 #include <string>

@@ -24,6 +24,7 @@
 #include "engine/cuda/stream.hpp"
 #include "kernels/cuda/adamw.hpp"
 #include "kernels/cuda/bias.hpp"
+#include "kernels/cuda/copy_2d_plan.hpp"
 #include "kernels/cuda/elementwise.hpp"
 #include "kernels/cuda/floats.hpp"
 #include "kernels/cuda/gelu.hpp"
@@ -56,6 +57,9 @@ class CudaResources final : public DeviceResources {
     gemm_ = std::make_unique<kd::GemmContext>();
     workspace_bytes_ = kd::gemm_workspace_size_max();
     CLEAVE_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
+    int pitch = 0;
+    CLEAVE_CUDA_CHECK(cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, device));
+    max_pitch_ = pitch;
   }
   // Every handle goes with the device current: the members below are destroyed after this body's guard has
   // ended, so ConvContext and DeviceStatus take their own guards.
@@ -73,12 +77,14 @@ class CudaResources final : public DeviceResources {
   std::size_t gemm_workspace_bytes() const { return workspace_bytes_; }
   kd::ConvContext& conv() { return conv_; }                    // cuDNN handle (made on first use), algorithms
   cuda_detail::DeviceStatus& status() { return status_; }     // deferred user-data errors
+  std::int64_t max_pitch() const { return max_pitch_; }        // cudaDevAttrMaxPitch: cudaMemcpy2D's limit
 
  private:
   int device_;
   std::unique_ptr<kd::GemmContext> gemm_;
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
+  std::int64_t max_pitch_ = 0;
   kd::ConvContext conv_;
   cuda_detail::DeviceStatus status_;
 };
@@ -170,12 +176,30 @@ void copy(const Context& ctx, const Tensor& src, const Tensor& dst) {
   }
 }
 
+// One block, one pitched copy, or one copy per row when a pitch is above the device's maximum (copy_2d_plan.hpp).
 void copy_2d(const Context& ctx, const Tensor& src, const Tensor& dst, const Copy2d& s) {
-  const std::size_t elem = dtype_size(src.dtype());
-  CLEAVE_CUDA_CHECK(cudaMemcpy2DAsync(static_cast<char*>(dst.raw_data()) + s.dst_offset * elem, s.dst_stride * elem,
-                                      static_cast<const char*>(src.raw_data()) + s.src_offset * elem,
-                                      s.src_stride * elem, s.cols * elem, s.rows, cudaMemcpyDeviceToDevice,
-                                      stream_of(ctx)));
+  const auto elem = static_cast<std::int64_t>(dtype_size(src.dtype()));
+  const std::int64_t width = s.cols * elem, src_pitch = s.src_stride * elem, dst_pitch = s.dst_stride * elem;
+  char* to = static_cast<char*>(dst.raw_data()) + s.dst_offset * elem;
+  const char* from = static_cast<const char*>(src.raw_data()) + s.src_offset * elem;
+  const cudaStream_t stream = stream_of(ctx);
+  switch (kd::copy_2d_method(s.rows, width, src_pitch, dst_pitch, resources(ctx).max_pitch())) {
+    case kd::Copy2dMethod::kOneBlock:
+      CLEAVE_CUDA_CHECK(cudaMemcpyAsync(to, from, static_cast<std::size_t>(s.rows * width), cudaMemcpyDeviceToDevice,
+                                        stream));
+      return;
+    case kd::Copy2dMethod::kPitched:
+      CLEAVE_CUDA_CHECK(cudaMemcpy2DAsync(to, static_cast<std::size_t>(dst_pitch), from,
+                                          static_cast<std::size_t>(src_pitch), static_cast<std::size_t>(width),
+                                          static_cast<std::size_t>(s.rows), cudaMemcpyDeviceToDevice, stream));
+      return;
+    case kd::Copy2dMethod::kRowByRow:
+      for (std::int64_t r = 0; r < s.rows; ++r) {
+        CLEAVE_CUDA_CHECK(cudaMemcpyAsync(to + r * dst_pitch, from + r * src_pitch, static_cast<std::size_t>(width),
+                                          cudaMemcpyDeviceToDevice, stream));
+      }
+      return;
+  }
 }
 
 void add(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& result) {

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime_api.h>
 
+#include "engine/core/log.hpp"
 #include "engine/cuda/cuda_check.hpp"
 #include "engine/cuda/device.hpp"
 #include "engine/cuda/stream.hpp"
@@ -48,12 +49,20 @@ F32Out::F32Out(const Context& ctx, const Tensor& t, bool read) : ctx_(ctx), targ
   }
 }
 
+void F32Out::finish() {
+  if (!scratch_.defined()) return;
+  const Tensor scratch = std::move(scratch_);  // freed on the stream after the cast (stream-ordered allocator)
+  scratch_ = Tensor();
+  kd::cast_f32_to_bf16(ptr_, static_cast<__nv_bfloat16*>(target_.raw_data()), target_.numel(), stream_of(ctx_));
+}
+
 F32Out::~F32Out() {
-  // A launch error here cannot be thrown from a destructor; it stays pending and the next checked launch or
-  // synchronisation on this device reports it.
-  if (scratch_.defined()) {
-    (void)kd::detail::launch_cast_f32_to_bf16(ptr_, static_cast<__nv_bfloat16*>(target_.raw_data()),
-                                              target_.numel(), stream_of(ctx_));
+  if (!scratch_.defined()) return;
+  const cudaError_t status = kd::detail::launch_cast_f32_to_bf16(ptr_, static_cast<__nv_bfloat16*>(target_.raw_data()),
+                                                                 target_.numel(), stream_of(ctx_));
+  if (status != cudaSuccess) {  // a destructor cannot throw, and the launcher's cudaGetLastError cleared the error
+    log::error("cast_f32_to_bf16_kernel (narrowing a bf16 output of {} elements on {}) failed to launch: {}",
+               target_.numel(), ctx_.device.str(), cudaGetErrorString(status));
   }
 }
 

@@ -42,6 +42,7 @@ void conv2d_forward(const Context& ctx, const Tensor& x, const Tensor& weight, c
   F32Out out(ctx, y, false);
   Tensor ws = scratch(ctx, bytes);
   kd::conv2d_forward(conv, s, in.get(), w.get(), b.get(), out.get(), ws.raw_data(), bytes, stream_of(ctx));
+  out.finish();
 }
 
 void conv2d_backward_input(const Context& ctx, const Tensor& dy, const Tensor& weight, const Tensor& dx,
@@ -56,6 +57,7 @@ void conv2d_backward_input(const Context& ctx, const Tensor& dy, const Tensor& w
   F32Out out(ctx, dx, false);
   Tensor ws = scratch(ctx, bytes);
   kd::conv2d_backward_input(conv, s, d.get(), w.get(), out.get(), ws.raw_data(), bytes, stream_of(ctx));
+  out.finish();
 }
 
 void conv2d_backward_weight(const Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dweight,

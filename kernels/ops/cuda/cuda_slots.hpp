@@ -71,10 +71,14 @@ class F32In {
   Tensor scratch_;
   const float* ptr_ = nullptr;
 };
+// A slot ends with finish() (the narrowing launch checked, so a failure throws); the destructor narrows only
+// when finish() was not reached (an exception on the way) and can then only log a launch error: the launcher's
+// cudaGetLastError has cleared it, so nothing later would report it.
 class F32Out {
  public:
   F32Out(const Context& ctx, const Tensor& t, bool read);  // read: the slot reads the old values (+=)
   ~F32Out();
+  void finish();
   F32Out(const F32Out&) = delete;
   F32Out& operator=(const F32Out&) = delete;
   float* get() const { return ptr_; }

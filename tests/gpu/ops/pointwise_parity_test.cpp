@@ -83,7 +83,8 @@ TEST_F(PointwiseParity, AddAndInPlaceForms) {
 // copy_2d (cudaMemcpy2DAsync; context parallelism's head-block packing) against the CPU's row memcpy, bit for bit,
 // onto a destination that already holds values (so an element written out of place or a row missed shows): the
 // ring's take of a head block of some tokens, Ulysses' scatter of a share back into the whole row, one row, and
-// odd widths in bf16 (rows of 14 bytes at 2-byte offsets), from a [2, 7, 40] source.
+// odd widths in bf16 (rows of 14 bytes at 2-byte offsets), contiguous rows (one plain copy), from a [2, 7, 40]
+// source.
 TEST_F(PointwiseParity, Copy2dMovesTheBlockAndNothingElse) {
   struct Case {
     const char* what;
@@ -95,6 +96,7 @@ TEST_F(PointwiseParity, Copy2dMovesTheBlockAndNothingElse) {
       {"ulysses scatter: 14 rows of 6 at column 6 into a row of 40", {14, 6, 6, 12, 10, 40}, 560},
       {"one row", {1, 17, 5, 17, 3, 17}, 20},
       {"odd width and offsets", {9, 7, 3, 31, 1, 9}, 82},
+      {"contiguous rows (one block)", {6, 10, 7, 10, 2, 10}, 70},
   };
   for (DType dtype : kDtypes) {
     for (const Case& c : cases) {
@@ -106,6 +108,22 @@ TEST_F(PointwiseParity, Copy2dMovesTheBlockAndNothingElse) {
       expect_close(dst, gpu_dst, 0.0, std::string("copy_2d ") + c.what + " " + std::string(dtype_name(dtype)));
     }
   }
+}
+
+// copy_2d with a source pitch above the device's maximum (cudaDevAttrMaxPitch, 2^31 - 1 bytes: cudaMemcpy2DAsync
+// refuses it; the Ulysses exchange reaches it at long context): the slot copies row by row (copy_2d_plan.hpp). Two
+// rows of 33 f32 values 2^31 + 64 bytes apart (a 2 GiB source, zeroed, the rows written) into a contiguous [2, 33].
+TEST_F(PointwiseParity, Copy2dAbove2GiBPitchGoesRowByRow) {
+  const std::int64_t cols = 33, pitch = ((std::int64_t{1} << 31) + 64) / 4;
+  const Tensor rows = random(Shape{2, cols}, DType::kF32);
+  Tensor src = Tensor::empty(Shape{pitch + cols}, DType::kF32, MemoryCategory::kActivations, *gpu().allocator);
+  ops::fill(gpu(), src, 0.0f);
+  for (std::int64_t r = 0; r < 2; ++r) {
+    ops::copy(gpu(), to_gpu(rows.slice(r, r + 1).view(Shape{cols})), src.slice(r * pitch, r * pitch + cols));
+  }
+  Tensor dst = poisoned_gpu(Shape{2, cols}, DType::kF32);
+  ops::copy_2d(gpu(), src, dst, {2, cols, 0, pitch, 0, cols});
+  expect_close(rows, dst, 0.0, "copy_2d with a 2 GiB source pitch");
 }
 
 TEST_F(PointwiseParity, BiasForwardAndBackward) {

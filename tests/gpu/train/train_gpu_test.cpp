@@ -26,13 +26,14 @@
 //    run's stream: on the last visible GPU (a host with two or more GPUs tells a partner left on cuda:0 apart).
 //  - MeasuredTimelineIsDeviceTime: train.trace on cuda:0 gives every action in order, non-overlapping spans
 //    taken by events on the run's stream, busy > 0, the whole span within the step's host wall time.
-//  - LayoutsOnOneGpu (mpiexec -n 2, gpu_train_test_np2): pp2 under every schedule, dp2 with ZeRO 0, 1, 2 and tp2,
-//    both ranks on cuda:0 through the staged MPI world, against one CPU rank within the CPU equivalence
-//    tests' bounds plus the fp32 GPU-CPU bound.
+//  - LayoutsOnOneGpu (mpiexec -n 2, gpu_train_test_np2): pp2 under every schedule, dp2 with ZeRO 0, 1, 2, 3, tp2
+//    and cp2 (ring and all_to_all), both ranks on cuda:0 through the staged MPI world, against one CPU rank
+//    within the CPU equivalence tests' bounds plus the fp32 GPU-CPU bound.
 //  - LayoutsOnOneGpuTp2HostWaits (gpu_train_test_np2): tp2 through the staged world makes the CPU run's seam
 //    waits plus communicator waits (kCommunication > 0: staging copies through the host); printed per step.
 //  - NcclLayoutsOnTwoGpus (mpiexec -n 2, gpu_train_test_nccl_np2; skips below 2 visible GPUs): pp2 (1f1b,
-//    interleaved, zb_v), dp2 with ZeRO 0/1/2 and tp2 on two GPUs through the NCCL world against one GPU rank.
+//    interleaved, zb_v), dp2 with ZeRO 0/1/2/3, tp2 and cp2 (ring, all_to_all) on two GPUs through the NCCL world
+//    against one GPU rank.
 //  - NcclLayoutsOnTwoGpusTp2HostWaits (gpu_train_test_nccl_np2): tp2 over NCCL completes every all-reduce on the
 //    device, so a steady-state step waits only at its end: no kCommunication wait, and exactly the CPU run's
 //    seam waits (the loss read-back, the gradient norm, check_device_status).
@@ -382,6 +383,11 @@ TEST(GpuTraining, LayoutsOnOneGpu) {
     layouts.push_back({zero});
   }
   layouts.push_back({"parallel.tensor_model_parallel_size=2"});
+  // cp 2 (chunks of 4 of the 16 tokens): ring attention's K/V blocks and their gradients rotated on the run's
+  // stream, partials merged by log-sum-exp (attention_merge), and Ulysses' all-to-all of head blocks.
+  for (const char* exchange : {"ring", "all_to_all"}) {
+    layouts.push_back({"parallel.context_parallel_size=2", std::string("parallel.context_parallel_comm=") + exchange});
+  }
   std::vector<std::string> reference_overrides = base;
   const auto reference = mpi->rank() == 0 ? train_losses(on(tiny_gpt(reference_overrides), "cpu"), *self, 6)
                                           : std::vector<double>{};
@@ -483,6 +489,9 @@ TEST(GpuTraining, NcclLayoutsOnTwoGpus) {
     layouts.push_back({zero});
   }
   layouts.push_back({"parallel.tensor_model_parallel_size=2"});
+  for (const char* exchange : {"ring", "all_to_all"}) {  // cp 2 over NCCL: batched send/recv on its own stream
+    layouts.push_back({"parallel.context_parallel_size=2", std::string("parallel.context_parallel_comm=") + exchange});
+  }
   // The reference: the same model on one GPU (rank 0's cuda:0), over a world of one MPI rank.
   std::vector<std::string> reference_overrides = {"train.steps=6", "model.tie_embeddings=false",
                                                   "parallel.comm_backend=mpi"};

@@ -51,7 +51,16 @@ known_stage() {
   [[ "$1" =~ ^test:gpu_[A-Za-z0-9_]+_test$ ]]
 }
 stage_names() { local p; for p in "${plan[@]}"; do printf '%s ' "${p%%:*}"; done; printf 'test:<gpu_*_test binary>'; }
-bad_arg() { echo "gpu-check: $*" >&2; exit 2; }
+# bad_arg MESSAGE: exit 2 with MESSAGE; once OUTDIR exists (a stage checked against the bundle's binaries), also in
+# summary.txt and log.txt, so a targeted call with a mistyped stage says why it ran nothing.
+bad_arg() {
+  echo "gpu-check: $*" >&2
+  if [[ -n "${CHECK_OUT:-}" ]]; then
+    printf 'Cleave GPU check · bad arguments (exit 2): %s · no stage ran\n' "$*" | tee -a "$CHECK_OUT/log.txt" \
+      >"$CHECK_OUT/summary.txt"
+  fi
+  exit 2
+}
 
 # ==== arguments ===================================================================================================
 usage() { sed -n '2,9p' "$self" | sed 's/^# \{0,1\}//' >&2; exit 2; }

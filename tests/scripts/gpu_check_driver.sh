@@ -136,8 +136,9 @@ if [[ $rc -eq 2 ]] && grep -q "unknown stage 'nonsense' in --only; the stages ar
   ok "--only with an unknown stage: exit 2 naming it and the stages"
 else bad "--only nonsense: exit $rc (want 2)"; sed 's/^/     | /' "$tmp/o1.stdout"; fi
 run_check "$tmp/o1b" --only test:gpu_missing_test
-if [[ $rc -eq 2 ]] && grep -q "stage 'test:gpu_missing_test' in --only: no such test binary" "$tmp/o1b.stdout"; then
-  ok "--only with a test binary that is not there: exit 2"
+if [[ $rc -eq 2 ]] && grep -q "stage 'test:gpu_missing_test' in --only: no such test binary" "$tmp/o1b.stdout" &&
+   grep -q "bad arguments (exit 2): stage 'test:gpu_missing_test' in --only" "$tmp/o1b/summary.txt"; then
+  ok "--only with a test binary that is not there: exit 2, the reason in summary.txt"
 else bad "--only test:gpu_missing_test: exit $rc (want 2)"; sed 's/^/     | /' "$tmp/o1b.stdout"; fi
 run_check "$tmp/o1c" --limit kernels=soon
 if [[ $rc -eq 2 ]]; then ok "--limit kernels=soon: exit 2"; else bad "--limit kernels=soon: exit $rc (want 2)"; fi

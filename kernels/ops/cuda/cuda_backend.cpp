@@ -57,9 +57,6 @@ class CudaResources final : public DeviceResources {
     gemm_ = std::make_unique<kd::GemmContext>();
     workspace_bytes_ = kd::gemm_workspace_size_max();
     CLEAVE_CUDA_CHECK(cudaMalloc(&workspace_, workspace_bytes_));
-    int pitch = 0;
-    CLEAVE_CUDA_CHECK(cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, device));
-    max_pitch_ = pitch;
   }
   // Every handle goes with the device current: the members below are destroyed after this body's guard has
   // ended, so ConvContext and DeviceStatus take their own guards.
@@ -77,14 +74,12 @@ class CudaResources final : public DeviceResources {
   std::size_t gemm_workspace_bytes() const { return workspace_bytes_; }
   kd::ConvContext& conv() { return conv_; }                    // cuDNN handle (made on first use), algorithms
   cuda_detail::DeviceStatus& status() { return status_; }     // deferred user-data errors
-  std::int64_t max_pitch() const { return max_pitch_; }        // cudaDevAttrMaxPitch: cudaMemcpy2D's limit
 
  private:
   int device_;
   std::unique_ptr<kd::GemmContext> gemm_;
   void* workspace_ = nullptr;
   std::size_t workspace_bytes_ = 0;
-  std::int64_t max_pitch_ = 0;
   kd::ConvContext conv_;
   cuda_detail::DeviceStatus status_;
 };
@@ -176,6 +171,13 @@ void copy(const Context& ctx, const Tensor& src, const Tensor& dst) {
   }
 }
 
+// cudaMemcpy2DAsync's limit on a pitch (bytes). Needs no CudaResources: the gradient bucketer's contexts have none.
+std::int64_t max_pitch(Device device) {
+  int pitch = 0;
+  CLEAVE_CUDA_CHECK(cudaDeviceGetAttribute(&pitch, cudaDevAttrMaxPitch, device.index));
+  return pitch;
+}
+
 // One block, one pitched copy, or one copy per row when a pitch is above the device's maximum (copy_2d_plan.hpp).
 void copy_2d(const Context& ctx, const Tensor& src, const Tensor& dst, const Copy2d& s) {
   const auto elem = static_cast<std::int64_t>(dtype_size(src.dtype()));
@@ -183,7 +185,7 @@ void copy_2d(const Context& ctx, const Tensor& src, const Tensor& dst, const Cop
   char* to = static_cast<char*>(dst.raw_data()) + s.dst_offset * elem;
   const char* from = static_cast<const char*>(src.raw_data()) + s.src_offset * elem;
   const cudaStream_t stream = stream_of(ctx);
-  switch (kd::copy_2d_method(s.rows, width, src_pitch, dst_pitch, resources(ctx).max_pitch())) {
+  switch (kd::copy_2d_method(s.rows, width, src_pitch, dst_pitch, max_pitch(ctx.device))) {
     case kd::Copy2dMethod::kOneBlock:
       CLEAVE_CUDA_CHECK(cudaMemcpyAsync(to, from, static_cast<std::size_t>(s.rows * width), cudaMemcpyDeviceToDevice,
                                         stream));

@@ -251,4 +251,15 @@ mib="$(awk -v b="$bytes" 'BEGIN { printf "%.1f", b / 1048576 }')"
 say "wrote $out/$name.tar.gz: $mib MiB ($bytes bytes; limit $max_mib MiB), manifest $out/MANIFEST.txt"
 say "host needs $glibc_need and $glibcxx_need; CUDA libraries from the host: ${cuda_sonames[*]}"
 if (( bytes > max_mib * 1048576 )); then die "the bundle is over $max_mib MiB"; fi
+# What a device call uploads: the files git would list (tracked, and untracked ones it does not ignore) plus
+# build-gpu/ (carried); the device takes at most 64 MiB. Missing tracked files (deleted, not yet committed) count 0.
+tree_bytes="$(git ls-files -z --cached --others --exclude-standard 2>/dev/null | du -cb --files0-from=- 2>/dev/null \
+              | sed -n '$s/[[:space:]].*//p' || true)"
+upload=$(( ${tree_bytes:-0} + $(du -sb "$out" | cut -f1) ))
+upload_mib="$(awk -v b="$upload" 'BEGIN { printf "%.1f", b / 1048576 }')"
+say "a device call uploads $upload_mib MiB of its 64 MiB: the tree git lists ($(awk -v b="${tree_bytes:-0}" \
+    'BEGIN { printf "%.1f", b / 1048576 }') MiB) and $out/ (carry [\"$out\"] only, never $build/)"
+if (( upload > 64 * 1048576 )); then
+  die "the upload would be $upload_mib MiB, over the device's 64 MiB: remove or ignore large untracked files"
+fi
 say "next: upload the tree with build-gpu/ and run: bash scripts/gpu-check.sh OUTDIR"

@@ -16,77 +16,80 @@
 #        pipefail_readers.sh --check FILE...  (the same check on the given files, whatever they say: the self-test)
 set -u
 
-# logical_lines FILE: "LINE<TAB>TEXT" for each command line as bash reads it (see above).
-logical_lines() {
-  awk '
-    function scan(s,   i, n, c) {  # quote state across s; sets cut to the start of a trailing comment
-      n = length(s); cut = 0
-      for (i = 1; i <= n; i++) {
-        c = substr(s, i, 1)
-        if (sq) { if (c == "\047") sq = 0; continue }
-        if (c == "\\") { i++; continue }
-        if (dq) { if (c == "\"") dq = 0; continue }
-        if (c == "\047") sq = 1
-        else if (c == "\"") dq = 1
-        else if (c == "#" && (i == 1 || substr(s, i - 1, 1) ~ /[ \t;(]/)) { cut = i; return }
-      }
-    }
-    hd != "" {  # a heredoc body: each line on its own, until the delimiter
-      t = $0
-      if (hd_tabs) sub(/^\t+/, "", t)
-      if (t == hd) { hd = ""; next }
-      print NR "\t" $0
-      next
-    }
-    {
-      line = $0
-      if (buf == "" && line ~ /^[ \t]*#/) next
-      was_quoted = sq || dq
-      scan(line)
-      if (cut) line = substr(line, 1, cut - 1)
-      if (buf == "") start = NR
-      buf = buf (buf == "" ? "" : " ") line
-      if (!was_quoted && !sq && !dq && match(line, /<<-?[ \t]*["\047]?[A-Za-z_][A-Za-z_0-9]*/) &&
-          substr(line, RSTART + 2, 1) != "<" && (RSTART == 1 || substr(line, RSTART - 1, 1) != "<")) {
-        d = substr(line, RSTART, RLENGTH)
-        hd_tabs = d ~ /^<<-/
-        sub(/^<<-?[ \t]*["\047]?/, "", d)
-        hd = d
-      }
-      if (sq || dq || line ~ /(\\|\||&&)[ \t]*$/) next
-      print start "\t" buf
-      buf = ""
-    }
-    END { if (buf != "") print start "\t" buf }' "$1"
+# The checker, one awk pass per file (portable awk: mawk has no \b, so word edges are spelled out). It joins the
+# file's lines into logical lines and prints "FILE:LINE: TEXT" for each pipeline that ends in an early reader.
+read -r -d '' checker <<'AWK'
+function scan(s,   i, n, c) {  # quote state across s; sets cut to the start of a trailing comment
+  n = length(s); cut = 0
+  for (i = 1; i <= n; i++) {
+    c = substr(s, i, 1)
+    if (sq) { if (c == Q) sq = 0; continue }
+    if (c == "\\") { i++; continue }
+    if (dq) { if (c == "\"") dq = 0; continue }
+    if (c == Q) sq = 1
+    else if (c == "\"") dq = 1
+    else if (c == "#" && (i == 1 || substr(s, i - 1, 1) ~ /[ \t;(]/)) { cut = i; return }
+  }
 }
-
-# early_readers FILE: "FILE:LINE: TEXT" for every pipeline of FILE that ends in an early-exit reader.
-early_readers() {
-  local pipe='(^|[^|])\|[[:space:]]*'
-  local grep_opts='grep([[:space:]]+-[-a-zA-Z0-9=]+)*[[:space:]]+(-[a-zA-Z]*[qmlL]|--(quiet|silent|max-count|files-with-matches|files-without-match)\b)'
-  local line text prog
-  while IFS=$'\t' read -r line text; do
-    if grep -qE "${pipe}(head\\b|${grep_opts}|\\{?[[:space:]]*read\\b)" <<<"$text"; then
-      echo "$1:$line: $text"
-      continue
-    fi
-    if grep -qE "${pipe}sed\\b" <<<"$text" && grep -oE "${pipe}sed\\b[^|]*" <<<"$text" |
-         grep -cE "[;{}'\"[:space:]0-9\$/][qQ][0-9]*[[:space:]]*(['\";}]|\$)" >/dev/null; then
-      echo "$1:$line: $text"
-      continue
-    fi
-    # awk: the first quoted program after `awk` and its options; exit anywhere in it but a BEGIN-only program.
-    while IFS= read -r prog; do
-      prog="${prog#*\'}"
-      prog="${prog%\'}"
-      [[ "$prog" =~ (^|[^a-zA-Z_])exit([^a-zA-Z_]|$) ]] || continue
-      [[ "$prog" =~ ^[[:space:]]*BEGIN[[:space:]]*\{[^}]*\}[[:space:]]*$ ]] && continue
-      echo "$1:$line: $text"
-      break
-    done < <(grep -oE "${pipe}awk([[:space:]]+-[^[:space:]']+([[:space:]]+[^-[:space:]'][^[:space:]']*)?)*[[:space:]]+'[^']*'" \
-             <<<"$text")
-  done < <(logical_lines "$1")
+# Whether a `| awk` of text has a program that can exit (its quoted words up to the next unquoted | ; ) &).
+function awk_exits(text,   rest, i, n, c, word, inq) {
+  while (match(text, PIPE "awk([ \t]|$)")) {
+    rest = substr(text, RSTART + RLENGTH); text = rest
+    n = length(rest); inq = 0; word = ""
+    for (i = 1; i <= n; i++) {
+      c = substr(rest, i, 1)
+      if (inq) {
+        if (c == Q) {
+          inq = 0
+          if (word ~ /(^|[^A-Za-z0-9_])exit([^A-Za-z0-9_]|$)/ && word !~ /^[ \t]*BEGIN[ \t]*\{[^}]*\}[ \t]*$/) return 1
+          word = ""
+        } else word = word c
+        continue
+      }
+      if (c == Q) inq = 1
+      else if (c ~ /[|;)&]/) break
+    }
+  }
+  return 0
 }
+function check(line, text) {
+  if (text ~ (PIPE "head([^A-Za-z0-9_-]|$)") || text ~ GREP || text ~ (PIPE "(\\{[ \t]*)?read([^A-Za-z0-9_]|$)") ||
+      text ~ SED || awk_exits(text)) print FILENAME ":" line ": " text
+}
+BEGIN {
+  Q = "\047"
+  PIPE = "(^|[^|])\\|[ \t]*"
+  GREP = PIPE "grep([ \t]+-[-A-Za-z0-9=]+)*[ \t]+(-[A-Za-z]*[qmlL]|--(quiet|silent|max-count|files-with-matches|files-without-match)([^A-Za-z-]|$))"
+  SED = PIPE "sed[ \t][^|]*[;{}" Q "\" \t0-9$/][qQ][0-9]*[ \t]*([" Q "\";})&|]|$)"
+}
+hd != "" {  # a heredoc body: each line on its own, until the delimiter
+  t = $0
+  if (hd_tabs) sub(/^\t+/, "", t)
+  if (t == hd) { hd = ""; next }
+  check(NR, $0)
+  next
+}
+{
+  line = $0
+  if (buf == "" && line ~ /^[ \t]*#/) next
+  was_quoted = sq || dq
+  scan(line)
+  if (cut) line = substr(line, 1, cut - 1)
+  if (buf == "") start = NR
+  buf = buf (buf == "" ? "" : " ") line
+  if (!was_quoted && !sq && !dq && match(line, /<<-?[ \t]*["']?[A-Za-z_][A-Za-z_0-9]*/) &&
+      substr(line, RSTART + 2, 1) != "<" && (RSTART == 1 || substr(line, RSTART - 1, 1) != "<")) {
+    d = substr(line, RSTART, RLENGTH)
+    hd_tabs = d ~ /^<<-/
+    sub(/^<<-?[ \t]*["']?/, "", d)
+    hd = d
+  }
+  if (sq || dq || line ~ /(\\|\||&&)[ \t]*$/) next
+  check(start, buf)
+  buf = ""
+}
+END { if (buf != "") check(start, buf) }
+AWK
 
 files=() explicit=0
 if [[ "${1:-}" == "--check" ]]; then
@@ -107,7 +110,7 @@ for f in "${files[@]}"; do
     grep -c '^# lint: pipefail-readers fixtures' "$f" >/dev/null && continue  # snippets that must fail (self-test)
   fi
   checked=$((checked + 1))
-  hits="$(early_readers "$f")"
+  hits="$(awk "$checker" "$f")" || { echo "pipefail_readers: the checker failed on $f" >&2; exit 2; }
   if [[ -n "$hits" ]]; then
     bad=1
     echo "$hits"

@@ -51,6 +51,7 @@ TimelineStats timeline_stats(const Timeline& timeline) {
     rs.first_start = first;
     rs.last_end = last;
     const double span = last - first;
+    stats.longest_span = std::max(stats.longest_span, span);
     rs.bubble_fraction = stats.makespan > 0 ? (stats.makespan - rs.busy) / stats.makespan : 0.0;
     rs.stage_bubble_fraction = span > 0 ? (span - rs.busy) / span : 0.0;
     idle_total += stats.makespan - rs.busy;

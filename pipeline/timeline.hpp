@@ -11,6 +11,10 @@
 //                                   span: (span(r) − busy(r)) / span(r); whole pipeline:
 //                                   Σ_r (span(r) − busy(r)) / Σ_r span(r). It ignores the start offset of
 //                                   later ranks, which the zero-bubble papers hide by overlapping steps.
+//   longest_span    max_r span(r), span(r) = last end − first start of rank r's work actions: the step when
+//                   consecutive steps overlap because no synchronisation holds every rank before the optimizer
+//                   step (the zero-bubble paper's post-validation; its "cost", the largest execution time of all
+//                   stages). Never above the makespan.
 //   peak_activations(r)  max over rank r's action order of live stashes: +1 at each F, −1 at each W or B
 //                   (an I keeps the stash for its W). With virtual stages a stash is one chunk's.
 #pragma once
@@ -55,6 +59,7 @@ struct RankStats {
 struct TimelineStats {
   double start = 0.0;  // earliest start
   double makespan = 0.0;
+  double longest_span = 0.0;
   double bubble_fraction = 0.0;
   double stage_bubble_fraction = 0.0;
   std::vector<RankStats> ranks;

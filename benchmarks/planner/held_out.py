@@ -3,7 +3,8 @@
 
 Each table in benchmarks/planner/held_out/*.tsv is one publication: '#' lines cite it, then one row per run with
 the run's own model, layout, schedule (auto:Kp = the zero-bubble paper's searched ZB-Kp, Cleave's automatic
-scheduler under the paper's memory limit: auto_schedule_keys), batch, micro-batch, recomputation (none, selective, full;
+scheduler under the paper's memory limit: auto_schedule_keys; its steps overlapped, `simulate
+--optimizer-post-validation`, as the paper's ZB runs used post-validation), batch, micro-batch, recomputation (none, selective, full;
 selective:torchtitan_op = torchtitan's per-op policy, `simulate --selective-recompute torchtitan_op`), ZeRO stage, the attention kernel it
 used (`simulate --attention`: memory_efficient, probabilities, probabilities_dropout; memory_efficient:NAME also
 names the fused kernel's family, `simulate --attention-kernel NAME`: cudnn, flash3, flash2, priced at that kernel's
@@ -190,6 +191,10 @@ def simulate(row, cleave, profiles, work):
         cmd.append("--scatter-gather")
     if auto_schedule_keys(row):  # the paper's heuristic reads profiled F, B, W and P2P: the search reads the prices
         cmd.append("--auto-schedule-priced")
+        # The fork passes --enable-optimizer-post-validation with --enable-zero-bubble in fp16/bf16
+        # (examples/pretrain_zero_bubble.sh at 3a91d0c8), so its ZB-Kp steps overlap: a step is the longest per-rank
+        # span (the paper's "cost"), not the makespan. Its 1F1B and 1F1B-I rows run without it.
+        cmd.append("--optimizer-post-validation")
     # The attention kernel the run used (memory_efficient, probabilities...), and for a fused one its family.
     kind, _, family = row["attention"].partition(":")
     cmd += ["--attention", kind]

@@ -38,7 +38,7 @@ ArgParser simulate_config_args() {
               "                [--overlap-grad-reduce] [--tp-comm-overlap]\n"
               "                [--param-gather-dtype f32|bf16] [--cross-entropy fused|float32|torch_float32] [--hidden-dropout]\n"
               "                [--dense-embedding-grad] [--blocking-p2p] [--selective-recompute attention|torchtitan_op]\n"
-              "                [--norm fused|torch_unfused] [--auto-schedule-priced]",
+              "                [--norm fused|torch_unfused] [--auto-schedule-priced] [--optimizer-post-validation]",
               R"(Simulates one training step of the plan CONFIG describes on N ranks with the planner's costs (cost model
 FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer) and prints the step time,
 bubble, where the time goes, and per pp rank the memory plan by category and its timeline's peak.)");
@@ -105,6 +105,10 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
             "the rank until all its transfers are done, a transfer starting once both ends posted\n"
             "(Megatron-LM of 2021: batch_isend_irecv, wait, torch.cuda.synchronize; the engine's are\n"
             "asynchronous)")
+      .flag("--optimizer-post-validation",
+            "price the step as the longest per-rank span (first action to the end of its optimizer step),\n"
+            "not the makespan: the run does not synchronise its pp ranks before the optimizer step, so\n"
+            "consecutive steps overlap (the zero-bubble paper's post-validation; the engine synchronises)")
       .flag("--auto-schedule-priced",
             "schedule auto: search the schedule on this estimate's priced F, I, W (the median over the\n"
             "stages, as the zero-bubble paper's scheduler) and P2P transfers, under the config's\n"
@@ -208,6 +212,7 @@ void apply_communication_options(const Args& args, const config::RunConfig& base
   options.overlap_grad_reduce = args.on("--overlap-grad-reduce");
   options.overlap_tp_comm = args.on("--tp-comm-overlap");
   options.blocking_p2p = args.on("--blocking-p2p");
+  options.optimizer_post_validation = args.on("--optimizer-post-validation");
   options.auto_schedule_priced = args.on("--auto-schedule-priced");
   CLEAVE_CHECK(!options.auto_schedule_priced || base.parallel.schedule == "auto",
                "simulate --config: --auto-schedule-priced searches schedule auto on the estimate's prices, but {} has "
@@ -298,6 +303,7 @@ nlohmann::json simulated_json(const Simulated& s) {
           {"overlap_grad_reduce", options.overlap_grad_reduce},
           {"overlap_tp_comm", options.overlap_tp_comm},
           {"blocking_p2p", options.blocking_p2p},
+          {"optimizer_post_validation", options.optimizer_post_validation},
           {"auto_schedule_priced", options.auto_schedule_priced},
           {"param_gather_dtype", options.param_gather_bf16 ? "bf16" : "f32"},
           {"step_s", e.step_s},

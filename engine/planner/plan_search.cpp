@@ -402,8 +402,8 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
       cache != nullptr ? cache->prepared.prepare(plan.schedule) : nullptr;
   const pipeline::SimulationResult result =
       prepared != nullptr ? pipeline::simulate(*prepared, sim) : pipeline::simulate(plan.schedule, sim);
-  est.step_s = result.stats.makespan;
-  est.bubble = result.stats.bubble_fraction;
+  est.step_s = priced_step_s(result.stats, options);
+  est.bubble = options.optimizer_post_validation ? result.stats.stage_bubble_fraction : result.stats.bubble_fraction;
   const double items = static_cast<double>(config.resolved_batch().global_batch_size * plan.spec.items_per_sample());
   est.items_per_s = est.step_s > 0 ? items / est.step_s : 0.0;
   est.breakdown = step_breakdown(terms, stages, optimizer, sim, result, prepared.get());

@@ -140,6 +140,13 @@ struct SearchOptions {
   // request, torch.cuda.synchronize): each batch of SEND/RECV holds the rank until its transfers are done
   // (pipeline::SimulationCosts::blocking_p2p).
   bool blocking_p2p = false;
+  // Whether the simulated run synchronises its pp ranks before the optimizer step (a run option; the engine's trainer
+  // does): `cleave simulate --optimizer-post-validation`, the zero-bubble paper's post-validation (Qi et al., ICLR
+  // 2024, section 4: each stage steps once its own backward is done; the global gradient-norm and NaN checks follow
+  // through the pipeline and roll the step back if they fail), so one step's warm-up overlaps the previous step's
+  // drain and a step costs the longest per-rank span (first work action to the end of its optimizer step: the
+  // paper's "cost", the largest execution time of all stages), not the makespan (pipeline::TimelineStats).
+  bool optimizer_post_validation = false;
   // Schedule `auto` searched on this estimate's own prices (a run option, `cleave simulate --auto-schedule-priced`):
   // F, I and W the median over the stages of the priced stage costs (the zero-bubble paper's scheduler takes the
   // median of its profiled per-stage times) and the priced P2P transfers (latency + boundary bytes / bandwidth),

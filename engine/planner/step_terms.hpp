@@ -226,6 +226,10 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
 pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vector<StageCosts>& stages,
                                            ActionTerms& optimizer);
 
+// The step a simulated timeline prices: its makespan (every rank synchronised before the optimizer step), or with
+// SearchOptions::optimizer_post_validation its longest per-rank span (consecutive steps overlap).
+double priced_step_s(const pipeline::TimelineStats& stats, const SearchOptions& options);
+
 // The breakdown of a simulated step: the busiest rank's actions term by term; its idle time split into what a
 // second simulation with free P2P removes (point_to_point) and the rest (bubble). `prepared` (optional): the plan's
 // schedule prepared for the simulator (the same timing, without validating it again).

@@ -1,6 +1,7 @@
 // The step as a whole: simulation_costs turns the stage costs into the simulator's inputs (with the busiest rank's
 // optimizer step and ZeRO-1/2 gather), and step_breakdown walks the simulated busiest rank back into terms, its
-// idle time split into point_to_point (what a second simulation with free transfers removes) and bubble.
+// idle time split into point_to_point (what a second simulation with free transfers removes) and bubble. The step is
+// the makespan, or the longest per-rank span under the run's optimizer post-validation (priced_step_s).
 // Invariant: the breakdown's terms sum to the simulated step (StepBreakdown.SumsToTheStep).
 #include "engine/planner/step_terms.hpp"
 
@@ -63,6 +64,10 @@ pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vect
   return sim;
 }
 
+double priced_step_s(const pipeline::TimelineStats& stats, const SearchOptions& options) {
+  return options.optimizer_post_validation ? stats.longest_span : stats.makespan;
+}
+
 StepBreakdown step_breakdown(const TermContext& c, const std::vector<StageCosts>& stages, const ActionTerms& optimizer,
                              const pipeline::SimulationCosts& sim, const pipeline::SimulationResult& result,
                              const pipeline::PreparedSchedule* prepared) {
@@ -123,15 +128,16 @@ StepBreakdown step_breakdown(const TermContext& c, const std::vector<StageCosts>
   bd.seconds = busy.exposed;
   bd.hidden = busy.hidden;
   // Idle: what free point-to-point transfers would remove is theirs, the rest is bubble.
-  const double step = result.stats.makespan;
+  const double step = priced_step_s(result.stats, *c.options);
   const double busy_s = busy.total();
   double p2p = 0;
   if (c.choice->pp > 1 && (sim.p2p_latency > 0 || sim.p2p_bandwidth > 0)) {
     pipeline::SimulationCosts free_p2p = sim;
     free_p2p.p2p_latency = 0;
     free_p2p.p2p_bandwidth = 0;  // infinite
-    const double without = (prepared != nullptr ? pipeline::simulate(*prepared, free_p2p)
-                                                : pipeline::simulate(plan.schedule, free_p2p)).stats.makespan;
+    const double without = priced_step_s((prepared != nullptr ? pipeline::simulate(*prepared, free_p2p)
+                                                              : pipeline::simulate(plan.schedule, free_p2p)).stats,
+                                         *c.options);
     p2p = std::clamp(step - without, 0.0, std::max(0.0, step - busy_s));
   }
   bd.seconds[static_cast<std::size_t>(StepTerm::kPointToPoint)] = p2p;

@@ -372,6 +372,33 @@ TEST_F(StepBreakdownTest, BlockingPointToPointSlowsOnlyPipelinedPlans) {
   EXPECT_DOUBLE_EQ(b.step_s, a.step_s);
 }
 
+// SearchOptions::optimizer_post_validation (simulate --optimizer-post-validation, the zero-bubble paper's run): the step
+// is the longest per-rank span, not the makespan. 1F1B's first rank starts first and ends last: unchanged. ZB-H2's
+// later ranks start later: shorter, by less than the last rank's start offset; the compute terms do not move and the
+// terms still sum to the (shorter) step.
+TEST_F(StepBreakdownTest, PostValidationPricesTheLongestSpan) {
+  SearchOptions sync{4, 0}, post{4, 0};
+  post.optimizer_post_validation = true;
+  PlanChoice one{1, 4, 1, 1, "1f1b", 1, 0, partition::Recompute::kNone, 8, false};
+  const PlanEstimate a = estimate_plan(config_, {}, one, costly(), sync);
+  const PlanEstimate b = estimate_plan(config_, {}, one, costly(), post);
+  ASSERT_TRUE(a.valid && b.valid) << a.reason << b.reason;
+  expect_sums(b);
+  EXPECT_NEAR(b.step_s, a.step_s, 1e-12 * a.step_s);
+  PlanChoice h2{1, 4, 1, 1, "zb_h2", 1, 0, partition::Recompute::kNone, 8, false};
+  const PlanEstimate c = estimate_plan(config_, {}, h2, costly(), sync);
+  const PlanEstimate d = estimate_plan(config_, {}, h2, costly(), post);
+  ASSERT_TRUE(c.valid && d.valid) << c.reason << d.reason;
+  expect_sums(d);
+  EXPECT_LT(d.step_s, c.step_s);
+  EXPECT_GE(d.step_s, c.step_s - (c.breakdown[T::kPointToPoint] + c.breakdown[T::kBubble]));  // its busy time
+  for (T t : {T::kForward, T::kInputGrad, T::kWeightGrad, T::kOptimizer}) {
+    EXPECT_DOUBLE_EQ(d.breakdown[t], c.breakdown[t]) << step_term_info(t).name;
+  }
+  EXPECT_LT(d.breakdown[T::kPointToPoint] + d.breakdown[T::kBubble],
+            c.breakdown[T::kPointToPoint] + c.breakdown[T::kBubble]);
+}
+
 TEST_F(StepBreakdownTest, TableHasARowPerTermAndTheTotal) {
   const PlanEstimate e = estimate(PlanChoice{2, 2, 1, 1, "1f1b", 1, 0, partition::Recompute::kNone, 8, false});
   const auto lines = breakdown_table(e.breakdown, true);

@@ -8,7 +8,9 @@ rounds'. Each binary prices each plan with `cleave simulate --config ... --json`
 the predictions, the measured median, its rounds and the ratios; with --terms the new terms of the second binary.
 
 Usage: meetings.py --before BIN --after BIN --profile FILE --config CONFIG --world N [--rounds R] [--steps S]
-                   --plan "k=v k=v ..." [--plan ...] [--plans-from PLAN.json --top K]
+                   --plan "k=v k=v ..." [--plan ...] [--plans-from PLAN.json --top K] [--save FILE | --load FILE]
+--save writes the plans and their measured rounds (trained with --after); --load prices a saved measurement again
+(no training), e.g. with a binary built later.
 """
 import argparse
 import json
@@ -31,7 +33,7 @@ def priced(cleave, config, world, profile, sets):
     if out.returncode != 0:
         return None, {}, out.stderr.strip().splitlines()[-1:]
     j = json.loads(out.stdout)
-    return j["step_s"], j.get("breakdown_s", {}), []
+    return j["step_s"], j, []
 
 
 def trained(cleave, config, world, steps, sets, run_dir):
@@ -50,7 +52,7 @@ def trained(cleave, config, world, steps, sets, run_dir):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--before", required=True)
+    ap.add_argument("--before", required=True, help="'-' to leave the before column out")
     ap.add_argument("--after", required=True)
     ap.add_argument("--profile", required=True)
     ap.add_argument("--config", required=True)
@@ -60,32 +62,43 @@ def main():
     ap.add_argument("--plan", action="append", default=[])
     ap.add_argument("--plans-from", help="a `cleave plan --json` file: its top plans' overrides")
     ap.add_argument("--top", type=int, default=3)
+    ap.add_argument("--save")
+    ap.add_argument("--load")
     args = ap.parse_args()
     plans = [p.split() for p in args.plan]
     if args.plans_from:
         plans += [p["overrides"] for p in json.load(open(args.plans_from))["plans"][:args.top]]
     config = os.path.realpath(args.config)
     measured = [[] for _ in plans]
-    with tempfile.TemporaryDirectory() as tmp:
-        for r in range(args.rounds):
-            for i, sets in enumerate(plans):
-                m = trained(args.after, config, args.world, args.steps, sets, os.path.join(tmp, f"p{i}_r{r}"))
-                if m is not None:
-                    measured[i].append(m)
-                print(f"round {r + 1}, plan {i + 1}: {m}", file=sys.stderr, flush=True)
+    if args.load:
+        saved = json.load(open(args.load))
+        plans, measured = saved["plans"], saved["measured"]
+    else:
+        with tempfile.TemporaryDirectory() as tmp:
+            for r in range(args.rounds):
+                for i, sets in enumerate(plans):
+                    m = trained(args.after, config, args.world, args.steps, sets, os.path.join(tmp, f"p{i}_r{r}"))
+                    if m is not None:
+                        measured[i].append(m)
+                    print(f"round {r + 1}, plan {i + 1}: {m} (load {open('/proc/loadavg').read().split()[0]})",
+                          file=sys.stderr, flush=True)
+    if args.save:
+        json.dump({"plans": plans, "measured": measured}, open(args.save, "w"))
     print(f"load {open('/proc/loadavg').read().split()[:3]}")
     print("| plan | before ms | after ms | measured ms (rounds) | before/meas | after/meas | new terms after (ms) |")
     print("|---|---:|---:|---:|---:|---:|---|")
     for sets, m in zip(plans, measured):
-        b, _, eb = priced(args.before, config, args.world, args.profile, sets)
-        a, bd, ea = priced(args.after, config, args.world, args.profile, sets)
+        b, _, eb = priced(args.before, config, args.world, args.profile, sets) if args.before != "-" else (None, {}, [])
+        a, j, ea = priced(args.after, config, args.world, args.profile, sets)
+        bd = j.get("breakdown_s", {})
         med = statistics.median(m) if m else None
-        name = " ".join(s.split("=", 1)[0].split(".")[-1] + "=" + s.split("=", 1)[1] for s in sets)
+        name = (f"{j['layout']} {j['schedule']} v{j['virtual_stages']} micro {j['micro_batch']} zero {j['zero_stage']}"
+                f"{' sp' if j['sequence_parallel'] else ''} {j['recompute']}") if j else " ".join(sets)
         terms = ", ".join(f"{k} {bd[k] * 1e3:.2f}" for k in ("point_to_point_wait", "count_exchange") if bd.get(k))
         ratio = lambda p: f"{p / med:.2f}" if p and med else "-"
-        ms = lambda p: f"{p * 1e3:.2f}" if p else ("failed: " + " ".join(eb + ea))
+        ms = lambda p, err: f"{p * 1e3:.2f}" if p else ("failed: " + " ".join(err) if err else "-")
         rounds = "/".join(f"{x * 1e3:.1f}" for x in m)
-        print(f"| {name} | {ms(b)} | {ms(a)} | {med * 1e3 if med else 0:.2f} ({rounds}) | {ratio(b)} | {ratio(a)} | {terms} |")
+        print(f"| {name} | {ms(b, eb)} | {ms(a, ea)} | {med * 1e3 if med else 0:.2f} ({rounds}) | {ratio(b)} | {ratio(a)} | {terms} |")
 
 
 if __name__ == "__main__":

@@ -158,8 +158,9 @@ TEST_F(EpPlanSearch, PricesTheFourAllToAllsFromTheLink) {
   }
 }
 
-// The count exchange before each dispatch (step_terms.hpp, expert_count_exchange): E = 8 int64 per rank priced as the
-// all-to-alls are, (ep-1)/ep x 64 bytes / bandwidth + (ep-1) x latency, per moe block and micro-batch (2 blocks, 2
+// The count exchange before each dispatch (step_terms.hpp, expert_count_exchange): E = 8 int64 per rank, ep - 1
+// messages, (ep-1)/ep x 64 bytes / bandwidth + (ep-1) x latency on the link or on a measured point-to-point fit, per
+// moe block and micro-batch (2 blocks, 2
 // micro-batches on the busiest rank), again in I's rerun under full recomputation; none at ep 1. As a meeting it
 // takes, of each F's wait (sync_wait_per_compute x the pass's compute, by hand from the FLOPs at 1 GFLOP/s), the part
 // for the compute before the dispatch (all but the expert GEMMs); the waits of the block in all stay what they were.
@@ -184,6 +185,10 @@ TEST_F(EpPlanSearch, PricesTheCountExchangeAsALatencyAndAMeeting) {
   PlanChoice full = c;
   full.recompute = partition::Recompute::kFull;
   EXPECT_NEAR(estimate_plan(config, {}, full, old, options).breakdown[StepTerm::kCountExchange], 2 * 2 * 2 * exchange, 1e-15);
+  HardwareProfile fitted = old;  // a measured point-to-point fit prices each message: (ep - 1)(alpha + 32 bytes / beta)
+  fitted.measured.p2p = partition::AlphaBeta{2, 2.6e-5, 2e9};
+  EXPECT_NEAR(estimate_plan(config, {}, c, fitted, options).breakdown[StepTerm::kCountExchange], 2 * 2 * (2.6e-5 + 32 / 2e9),
+              1e-15);
 
   const PlanEstimate b = estimate_plan(config, {}, c, meet, options);
   ASSERT_TRUE(b.valid) << b.reason;

@@ -88,8 +88,9 @@ struct StepBreakdown {
   // The same busy terms by the kind of action they are spent in (tp all-reduces inside F and I, ...); summed over
   // the kinds they are `seconds` without point_to_point and bubble.
   std::array<TermSeconds, kNumStepActions> by_action{};
-  // The five coarse groups earlier tools printed: compute (F, I, W, recomputation, elementwise, launches), tp (and cp, ep,
-  // the count exchange) collectives, idle (P2P, its waits and bubble), dp reduction (and ZeRO's gathers), optimizer. Sums of `seconds`, set by set_groups().
+  // The five coarse groups earlier tools printed: compute (F, I, W, recomputation, elementwise, launches), tp (and
+  // cp, ep, the count exchange) collectives, idle (P2P, its waits and bubble), dp reduction (and ZeRO's gathers),
+  // optimizer. Sums of `seconds`, set by set_groups().
   double compute_s = 0, tp_comm_s = 0, idle_s = 0, dp_comm_s = 0, optimizer_s = 0;
 
   double operator[](StepTerm t) const { return seconds[static_cast<std::size_t>(t)]; }

@@ -159,11 +159,11 @@ SyncWait peer_sync_wait(const TermContext& c, const BlockCompute& compute, const
 // plan_dispatch: an all-to-all of E int64 per rank), once per micro-batch in F and again in I's forward rerun under
 // full recomputation. Its latency is ep - 1 messages of 8·E / ep bytes, (ep - 1)(α + 8·E / ep / β), on the profile's
 // measured point-to-point fit inside a node, else the ring price of a reduce-scatter of 8·E bytes over the ep link
-// (the same figure); as a meeting it is where the pass's compute before it is waited
-// for: the profile's sync_wait_per_compute × the core sharing × the block's F without its expert GEMMs and their
-// share of the attention-probabilities-free compute by FLOPs (expert_gemm_fraction; the same on every ep rank:
-// `compute`, the mean rows'), the rerun's likewise; the expert GEMMs' wait stays at the combine (peer_sync_wait). Zero at ep 1 and for blocks without routed experts; the
-// wait zero without the measurement.
+// (the same figure); as a meeting it is where the pass's compute before it is waited for: the profile's
+// sync_wait_per_compute × the core sharing × the block's F less the expert GEMMs' FLOP share of its
+// attention-probabilities-free part (expert_gemm_fraction; the same on every ep rank: `compute`, the mean rows'),
+// the rerun's likewise; the expert GEMMs' wait stays at the combine (peer_sync_wait). Zero at ep 1 and for blocks
+// without routed experts; the wait zero without the measurement.
 struct CountExchange {
   double forward_s = 0, rerun_s = 0;            // the exchanges' own time per micro-batch
   double wait_forward_s = 0, wait_rerun_s = 0;  // the meeting's wait per micro-batch

@@ -150,14 +150,15 @@ StepBreakdown step_breakdown(const TermContext& c, const std::vector<StageCosts>
   const double step = result.stats.makespan;
   const double idle = std::max(0.0, step - busy.total());
   const auto makespan = [&](const pipeline::SimulationCosts& costs) {
-    return (prepared != nullptr ? pipeline::simulate(*prepared, costs) : pipeline::simulate(plan.schedule, costs)).stats.makespan;
+    return (prepared != nullptr ? pipeline::simulate(*prepared, costs) : pipeline::simulate(plan.schedule, costs))
+        .stats.makespan;
   };
-  const pipeline::SimulationCosts no_waits = without_send_waits(sim);
-  const double waitless = has_send_waits(sim) ? makespan(no_waits) : step;
+  const bool waits = has_send_waits(sim);
+  const double waitless = waits ? makespan(without_send_waits(sim)) : step;
   const double wait = std::clamp(step - waitless, 0.0, idle);
   double p2p = 0;
   if (c.choice->pp > 1 && (sim.p2p_latency > 0 || sim.p2p_bandwidth > 0)) {
-    pipeline::SimulationCosts free_p2p = no_waits;
+    pipeline::SimulationCosts free_p2p = waits ? without_send_waits(sim) : sim;
     free_p2p.p2p_latency = 0;
     free_p2p.p2p_bandwidth = 0;  // infinite
     p2p = std::clamp(waitless - makespan(free_p2p), 0.0, idle - wait);

@@ -50,7 +50,8 @@ std::vector<SendWait> point_to_point_sync_wait(const TermContext& c, const std::
                                                          a[T::kRecompute] + a[T::kElementwise] + a[T::kKernelLaunch]; };
   for (std::size_t s = 0; s < stages.size(); ++s) {
     waits[s].forward_s = rate * compute(stages[s].forward);
-    waits[s].backward_s = rate * (compute(stages[s].input_grad) + (c.fused_backward ? compute(stages[s].weight_grad) : 0.0));
+    const double w = c.fused_backward ? compute(stages[s].weight_grad) : 0.0;  // a fused B sends after its W
+    waits[s].backward_s = rate * (compute(stages[s].input_grad) + w);
   }
   return waits;
 }

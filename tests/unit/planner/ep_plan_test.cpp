@@ -1,7 +1,8 @@
 // The planner and the memory plan with expert parallelism (docs/planner.md, "Expert parallelism"): a rank's
 // experts, gradients and optimizer state at ep 1, 2 and 4 counted by hand; the routed-row stash of an imbalanced
-// rank; the four all-to-alls and the count exchange priced from a link's alpha-beta figures, by hand; ep searched only for moe models and
-// only where it divides the experts and dp × cp; and an ep layout chosen when the experts fit no other way.
+// rank; the four all-to-alls and the count exchange priced from a link's alpha-beta figures, by hand; ep searched only
+// for moe models and only where it divides the experts and dp × cp; and an ep layout chosen when the experts fit no
+// other way.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -184,11 +185,12 @@ TEST_F(EpPlanSearch, PricesTheCountExchangeAsALatencyAndAMeeting) {
   EXPECT_NEAR(a.breakdown[StepTerm::kCountExchange], 2 * 2 * exchange, 1e-15);
   PlanChoice full = c;
   full.recompute = partition::Recompute::kFull;
-  EXPECT_NEAR(estimate_plan(config, {}, full, old, options).breakdown[StepTerm::kCountExchange], 2 * 2 * 2 * exchange, 1e-15);
+  EXPECT_NEAR(estimate_plan(config, {}, full, old, options).breakdown[StepTerm::kCountExchange], 2 * 2 * 2 * exchange,
+              1e-15);
   HardwareProfile fitted = old;  // a measured point-to-point fit prices each message: (ep - 1)(alpha + 32 bytes / beta)
   fitted.measured.p2p = partition::AlphaBeta{2, 2.6e-5, 2e9};
-  EXPECT_NEAR(estimate_plan(config, {}, c, fitted, options).breakdown[StepTerm::kCountExchange], 2 * 2 * (2.6e-5 + 32 / 2e9),
-              1e-15);
+  EXPECT_NEAR(estimate_plan(config, {}, c, fitted, options).breakdown[StepTerm::kCountExchange],
+              2 * 2 * (2.6e-5 + 32 / 2e9), 1e-15);
 
   const PlanEstimate b = estimate_plan(config, {}, c, meet, options);
   ASSERT_TRUE(b.valid) << b.reason;

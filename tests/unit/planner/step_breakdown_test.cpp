@@ -367,7 +367,9 @@ TEST_F(StepBreakdownTest, PipelineTransfersWaitForTheSendersLostTime) {
   const run_plan::Plan plan = run_plan::make_plan(rc, 1, 0);
   const auto costs = partition::model_costs(plan.spec, DType::kF32);
   double f0 = 0, b1 = 0;
-  for (int k = plan.partition.stages[0].begin; k < plan.partition.stages[0].end; ++k) f0 += costs[static_cast<std::size_t>(k)].forward_flops;
+  for (int k = plan.partition.stages[0].begin; k < plan.partition.stages[0].end; ++k) {
+    f0 += costs[static_cast<std::size_t>(k)].forward_flops;
+  }
   for (int k = plan.partition.stages[1].begin; k < plan.partition.stages[1].end; ++k) {
     b1 += costs[static_cast<std::size_t>(k)].input_grad_flops + costs[static_cast<std::size_t>(k)].weight_grad_flops;
   }

@@ -111,6 +111,8 @@ void check_costs(const Schedule& schedule, const SimulationCosts& costs) {
     check_cost(c.output_bytes, "output bytes", s);
     check_cost(c.forward_all_to_all, "forward all-to-all", s);
     check_cost(c.backward_all_to_all, "backward all-to-all", s);
+    check_cost(c.forward_send_wait, "forward send wait", s);
+    check_cost(c.backward_send_wait, "backward send wait", s);
   }
   CLEAVE_CHECK(std::isfinite(costs.optimizer_step) && costs.optimizer_step >= 0,
                "simulate: optimizer step cost is {}, expected a finite value >= 0", costs.optimizer_step);
@@ -218,7 +220,9 @@ class Timing {
   double transfer_time(const Action& send) const {
     const int bytes_stage = send.kind == ActionKind::kSendF ? send.stage : send.stage - 1;
     const double bytes = costs_.stages[bytes_stage].output_bytes;
-    return costs_.p2p_latency + (costs_.p2p_bandwidth > 0 ? bytes / costs_.p2p_bandwidth : 0.0);
+    const StageCost& sender = costs_.stages[send.stage];
+    const double wait = send.kind == ActionKind::kSendF ? sender.forward_send_wait : sender.backward_send_wait;
+    return costs_.p2p_latency + (costs_.p2p_bandwidth > 0 ? bytes / costs_.p2p_bandwidth : 0.0) + wait;
   }
   // The ranks parked on rank r's action k go on (from when each is free).
   void wake_parked(int r, int k) {

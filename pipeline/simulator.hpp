@@ -4,6 +4,7 @@
 // in order; an action starts when the rank is free and its inputs are there:
 //   F / I / W / B     duration from the stage's cost (B = I + W); a cross-rank input is there when the
 //                     matching SEND's data arrives: send time + p2p_latency + bytes / p2p_bandwidth
+//                     + the sending stage's send wait (StageCost::forward_send_wait / backward_send_wait)
 //   SEND_*            asynchronous: takes no rank time, leaves when reached (right after its producer)
 //   RECV_*            posted ahead: takes no rank time; its timeline entry spans [posted, data arrival]
 //   blocking_p2p      (SimulationCosts) a run whose p2p blocks, as Megatron-LM's of 2021 did
@@ -49,6 +50,11 @@ struct StageCost {
   // hide behind the other side's compute (see the model above).
   double forward_all_to_all = 0.0;
   double backward_all_to_all = 0.0;
+  // Added to the transfer time of what this stage's F sends on (its activation) and of what its I or B sends
+  // back (its input gradient), on top of p2p_latency + bytes / p2p_bandwidth: the time the receiver waits at that
+  // transfer for what the sender lost (the planner's point_to_point_wait). 0 = none.
+  double forward_send_wait = 0.0;
+  double backward_send_wait = 0.0;
 };
 
 struct SimulationCosts {

@@ -55,8 +55,8 @@ KERNELS = {"ce_f32": ["--cross-entropy", "float32"], "dropout": ["--hidden-dropo
 SMOKE_ID = "sc21-1.7B"
 # --breakdown's columns: groups of `simulate --json`'s breakdown_s terms (docs/planner.md, "The step, term by term").
 BREAKDOWN = (("forward", "input_grad", "weight_grad"), ("elementwise",), ("kernel_launch",), ("recompute",),
-             ("tensor_parallel", "context_parallel", "expert_all_to_all"), ("data_parallel", "zero_gather"), ("optimizer",),
-             ("point_to_point",), ("bubble",))
+             ("tensor_parallel", "context_parallel", "expert_all_to_all", "count_exchange"), ("data_parallel", "zero_gather"),
+             ("optimizer",), ("point_to_point", "point_to_point_wait"), ("bubble",))
 BREAKDOWN_HEAD = "GEMM F+I+W/elementwise/launch/recompute/tp+cp/dp+zero/optimizer/p2p/bubble %"
 # The compute terms (the first four groups): --breakdown also prints how many times slower they would have to be for
 # the step to match the published one with every other term as predicted (published step = predicted step x ratio,

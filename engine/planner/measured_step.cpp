@@ -67,8 +67,18 @@ constexpr std::array<StepTerm, pipeline::kNumCommWaitKinds> kWaitTerms = {
 constexpr std::array<std::string_view, pipeline::kNumCommWaitKinds> kWaitRows = {
     "tp (waits in F/I/W)", "cp (waits in F/I/W)", "zero_gather (waits in F/I/W)", "expert_all_to_all (waits in F/I/W)"};
 
+// The planner's terms whose time a kind of measured wait holds: its own, and for the expert all-to-all's (whose timer
+// spans plan_dispatch) the count exchange too.
+bool in_wait_row(std::size_t k, std::size_t t) {
+  return static_cast<std::size_t>(kWaitTerms[k]) == t ||
+         (kWaitTerms[k] == StepTerm::kExpertAllToAll && t == static_cast<std::size_t>(StepTerm::kCountExchange));
+}
+
 bool is_wait_term(std::size_t t) {
-  return std::find(kWaitTerms.begin(), kWaitTerms.end(), static_cast<StepTerm>(t)) != kWaitTerms.end();
+  for (std::size_t k = 0; k < kWaitTerms.size(); ++k) {
+    if (in_wait_row(k, t)) return true;
+  }
+  return false;
 }
 
 }  // namespace
@@ -223,9 +233,17 @@ std::vector<TermRow> compare_step(const StepBreakdown& predicted, const Measured
     term_list(terms, row);
     rows.push_back(std::move(row));
   };
-  const auto idle_row = [&](StepTerm term, double measured_s) {
-    const std::string name(step_term_info(term).name);
-    rows.push_back({name, fmt::format("{} {:.3f}", name, predicted[term] * 1e3), predicted[term], measured_s});
+  // An idle row, named after its first term: the planner's terms in it (a term other than the first only when not 0).
+  const auto idle_row = [&](std::initializer_list<StepTerm> terms, double measured_s) {
+    const std::string name(step_term_info(*terms.begin()).name);
+    TermRow row{name, "", 0, measured_s};
+    for (StepTerm term : terms) {
+      if (term != *terms.begin() && predicted[term] == 0) continue;
+      row.predicted_s += predicted[term];
+      row.predicted_terms += fmt::format("{}{} {:.3f}", row.predicted_terms.empty() ? "" : " + ",
+                                         step_term_info(term).name, predicted[term] * 1e3);
+    }
+    rows.push_back(std::move(row));
   };
   using A = StepAction;
   spans_row("forward (F)", {A::kForward});
@@ -239,14 +257,13 @@ std::vector<TermRow> compare_step(const StepBreakdown& predicted, const Measured
   spans_row("optimizer (OPTIMIZER_STEP)", {A::kOptimizer});
   for (std::size_t k = 0; split && k < kWaitTerms.size(); ++k) {
     TermSeconds terms{};
-    const auto t = static_cast<std::size_t>(kWaitTerms[k]);
-    terms[t] = split_off[t];
+    for (std::size_t t = 0; t < terms.size(); ++t) terms[t] = in_wait_row(k, t) ? split_off[t] : 0.0;
     TermRow row{std::string(kWaitRows[k]), "", 0, measured.comm_wait_s[k]};
     term_list(terms, row);
     rows.push_back(std::move(row));
   }
-  idle_row(StepTerm::kPointToPoint, measured.point_to_point_s);
-  idle_row(StepTerm::kBubble, measured.bubble_s);
+  idle_row({StepTerm::kPointToPoint, StepTerm::kPointToPointWait}, measured.point_to_point_s);
+  idle_row({StepTerm::kBubble}, measured.bubble_s);
   // Rows under 0.0005 ms both predicted and measured (a REDUCE_GRAD with one replica) say nothing.
   std::erase_if(rows, [](const TermRow& r) { return r.predicted_s < 5e-7 && r.measured_s < 5e-7; });
   rows.push_back({"total", "the predicted step", predicted.total(), measured.step_s});

@@ -18,10 +18,12 @@ constexpr std::array<StepTermInfo, kNumStepTerms> kStepTermInfo = {{
     {"tensor_parallel", "tp all-reduces / SP reduce-scatter + all-gather, boundary all-gathers"},
     {"context_parallel", "cp key/value exchange not hidden by compute"},
     {"expert_all_to_all", "ep all-to-alls: dispatch, combine and their gradients"},
+    {"count_exchange", "ep count exchange before each dispatch, and its meeting's wait"},
     {"zero_gather", "ZeRO parameter all-gathers not hidden by prefetch"},
     {"data_parallel", "gradient reduction over the dp x cp replicas"},
     {"optimizer", "optimizer step"},
     {"point_to_point", "idle: pipeline boundary transfers (P2P)"},
+    {"point_to_point_wait", "idle: P2P receivers waiting for the time their senders lost"},
     {"bubble", "idle: pipeline bubble"},
 }};
 
@@ -75,8 +77,8 @@ void StepBreakdown::set_groups() {
   const auto& b = *this;
   compute_s = b[T::kForward] + b[T::kInputGrad] + b[T::kWeightGrad] + b[T::kRecompute] + b[T::kElementwise] +
               b[T::kKernelLaunch];
-  tp_comm_s = b[T::kTensorParallel] + b[T::kContextParallel] + b[T::kExpertAllToAll];
-  idle_s = b[T::kPointToPoint] + b[T::kBubble];
+  tp_comm_s = b[T::kTensorParallel] + b[T::kContextParallel] + b[T::kExpertAllToAll] + b[T::kCountExchange];
+  idle_s = b[T::kPointToPoint] + b[T::kPointToPointWait] + b[T::kBubble];
   dp_comm_s = b[T::kZeroGather] + b[T::kDataParallel];
   optimizer_s = b[T::kOptimizer];
 }

@@ -29,10 +29,12 @@ enum class StepTerm {
   kTensorParallel,   // tp all-reduces, or sequence parallelism's reduce-scatter + all-gather; boundary all-gathers
   kContextParallel,  // cp's key/value exchange, what compute does not hide
   kExpertAllToAll,   // ep's four all-to-alls per moe block and micro-batch (dispatch, combine, their gradients)
+  kCountExchange,    // ep's exchange of routed-row counts before each dispatch, and the wait at that meeting
   kZeroGather,       // ZeRO-3 parameter gathers the prefetch does not hide; ZeRO-1/2 gather after the step
   kDataParallel,     // the gradients' reduction over dp x cp replicas (REDUCE_GRAD; per-micro-batch ZeRO behind W)
   kOptimizer,        // the optimizer step
   kPointToPoint,     // idle: what the pipeline's boundary transfers add to the step
+  kPointToPointWait, // idle: what a receiver waits at a transfer for the time its sender lost (a two-rank meeting)
   kBubble,           // idle: the rest (waiting for the stages before and after)
   kCount
 };
@@ -86,8 +88,9 @@ struct StepBreakdown {
   // The same busy terms by the kind of action they are spent in (tp all-reduces inside F and I, ...); summed over
   // the kinds they are `seconds` without point_to_point and bubble.
   std::array<TermSeconds, kNumStepActions> by_action{};
-  // The five coarse groups earlier tools printed: compute (F, I, W, recomputation, elementwise, launches), tp (and cp, ep) collectives, idle
-  // (P2P and bubble), dp reduction (and ZeRO's gathers), optimizer. Sums of `seconds`, set by set_groups().
+  // The five coarse groups earlier tools printed: compute (F, I, W, recomputation, elementwise, launches), tp (and
+  // cp, ep, the count exchange) collectives, idle (P2P, its waits and bubble), dp reduction (and ZeRO's gathers),
+  // optimizer. Sums of `seconds`, set by set_groups().
   double compute_s = 0, tp_comm_s = 0, idle_s = 0, dp_comm_s = 0, optimizer_s = 0;
 
   double operator[](StepTerm t) const { return seconds[static_cast<std::size_t>(t)]; }

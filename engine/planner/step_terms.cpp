@@ -5,7 +5,9 @@
 //   step_terms_tensor_parallel.cpp   tensor_parallel (and its overlap with compute)
 //   step_terms_context_parallel.cpp  context_parallel
 //   step_terms_expert_parallel.cpp   expert_all_to_all, the busiest ep rank's compute, a block's local parameters
-//   step_terms_sync_wait.cpp         the waits for peers' lost time at a pass's meetings (into tp, cp or ep's term)
+//   step_terms_count_exchange.cpp    count_exchange (ep's counts before each dispatch, and that meeting's wait)
+//   step_terms_sync_wait.cpp         the waits for peers' lost time at a pass's meetings (into tp, cp or ep's term) and
+//                                    at the pipeline's transfers (point_to_point_wait)
 //   step_terms_zero_gather.cpp       zero_gather (ZeRO-3's per-block gathers, ZeRO-1/2's after the step)
 //   step_terms_data_parallel.cpp     data_parallel (the gradients' reduction over the replicas)
 //   step_terms_optimizer.cpp         optimizer

@@ -146,12 +146,33 @@ BlockCompute expert_imbalance_compute(const TermContext& c, int block, const Blo
 // F; I with its rerun, and W too when the schedule fuses it into B, the next meeting coming after it). Returned as
 // the term of the block's last meeting in the pass: ep's all-to-alls, else cp's exchange, else tp's collectives
 // (`into`: which of the three, per pass). Zero without the measurement (older profiles, the shipped ones).
+// What the block's count exchanges already waited (`counts`, below: the compute before them) is left out here.
 struct SyncWait {
   StepTerm forward_term = StepTerm::kExpertAllToAll, backward_term = StepTerm::kExpertAllToAll;
   double forward_s = 0, backward_s = 0;
 };
+struct CountExchange;
 SyncWait peer_sync_wait(const TermContext& c, const BlockCompute& compute, const BlockCollectives& tp,
-                        const BlockCollectives& cp, const BlockCollectives& ep);
+                        const BlockCollectives& cp, const BlockCollectives& ep, const CountExchange& counts);
+// Expert parallelism's count exchange (ep > 1, a block with routed experts; docs/planner.md, "Waits at meetings"):
+// before each dispatch the ep ranks exchange their routed-row counts per expert (layers/moe/expert_dispatch.cpp,
+// plan_dispatch: an all-to-all of E int64 per rank), once per micro-batch in F and again in I's forward rerun under
+// full recomputation. Its latency is ep - 1 messages of 8·E / ep bytes, (ep - 1)(α + 8·E / ep / β), on the profile's
+// measured point-to-point fit inside a node, else the ring price of a reduce-scatter of 8·E bytes over the ep link
+// (the same figure); as a meeting it is where the pass's compute before it is waited for: the profile's
+// sync_wait_per_compute × the core sharing × the block's F less the expert GEMMs' FLOP share of its
+// attention-probabilities-free part (expert_gemm_fraction; the same on every ep rank: `compute`, the mean rows'),
+// the rerun's likewise; the expert GEMMs' wait stays at the combine (peer_sync_wait). Zero at ep 1 and for blocks
+// without routed experts; the wait zero without the measurement.
+struct CountExchange {
+  double forward_s = 0, rerun_s = 0;            // the exchanges' own time per micro-batch
+  double wait_forward_s = 0, wait_rerun_s = 0;  // the meeting's wait per micro-batch
+  double bytes = 0;                             // sent off-rank per step
+};
+CountExchange expert_count_exchange(const TermContext& c, int block, const BlockCompute& compute);
+// Of a pass of `pass_flops` FLOPs of a block with routed experts, the share in its expert GEMMs (gate, up, down:
+// 3 per pass, 2·T·k·D·F / tp FLOPs each per sample), capped at 1; 0 for other blocks.
+double expert_gemm_fraction(const TermContext& c, int block, double pass_flops);
 // The parameter elements one tp rank of a block holds, reduces and updates: the block's, less the (ep - 1) / ep of
 // its routed experts that live on the other ranks of its ep group.
 double block_local_params(const TermContext& c, int block);
@@ -220,6 +241,16 @@ struct StageCosts {
 };
 // Every stage's costs; `working_set` per pp rank (bytes touched over a step) picks the warm or cold tables.
 std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std::int64_t>& working_set);
+
+// The pipeline's transfers as two-rank meetings (docs/planner.md, "Waits at meetings"): the receiver of a stage's
+// activation (its F's) or input gradient (its I's, or B's) waits for what the sender lost computing it, the profile's
+// sync_wait_per_compute × that pass's compute on the stage at the core sharing (F; I with its rerun, plus W when
+// the schedule fuses it into B). Per stage, added to the transfer's time in the simulator (only transfers to
+// another rank take it); step_breakdown reports it as point_to_point_wait. Zeros without the measurement.
+struct SendWait {
+  double forward_s = 0, backward_s = 0;
+};
+std::vector<SendWait> point_to_point_sync_wait(const TermContext& c, const std::vector<StageCosts>& stages);
 
 // The simulator's inputs from the stage costs: F, I, W, REDUCE_GRAD per stage, the optimizer step (and the
 // busiest rank's ZeRO-1/2 gather), the boundary link. `optimizer` receives that step's terms.

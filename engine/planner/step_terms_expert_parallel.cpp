@@ -36,17 +36,20 @@ BlockCollectives expert_all_to_all(const TermContext& c, int b) {
   return x;
 }
 
-BlockCompute expert_imbalance_compute(const TermContext& c, int b, const BlockCompute& compute) {
-  if (!has_expert_parallelism(c, b)) return compute;
+double expert_gemm_fraction(const TermContext& c, int b, double pass_flops) {
+  if (!has_expert_parallelism(c, b) || pass_flops <= 0) return 0.0;
   const auto& block = c.plan->spec.blocks[static_cast<std::size_t>(b)];
-  const auto& cost = c.costs[static_cast<std::size_t>(b)];
   // Expert GEMMs per sample: gate, up (D -> F/tp) and down (F/tp -> D) over T·k rows, 2 FLOPs a multiply-add, the
   // same count in each pass (input gradient: dx of each; weight gradient: dW of each).
   const double expert_flops = 3.0 * 2.0 * static_cast<double>(block.seq_len * block.top_k * block.in_features) *
                               static_cast<double>(block.d_ff);
-  const auto share = [&](double pass_flops) {
-    return pass_flops > 0 ? (c.ep_imbalance - 1.0) * std::min(1.0, expert_flops / pass_flops) : 0.0;
-  };
+  return std::min(1.0, expert_flops / pass_flops);
+}
+
+BlockCompute expert_imbalance_compute(const TermContext& c, int b, const BlockCompute& compute) {
+  if (!has_expert_parallelism(c, b)) return compute;
+  const auto& cost = c.costs[static_cast<std::size_t>(b)];
+  const auto share = [&](double pass_flops) { return (c.ep_imbalance - 1.0) * expert_gemm_fraction(c, b, pass_flops); };
   const double f = share(cost.forward_flops), i = share(cost.input_grad_flops), w = share(cost.weight_grad_flops);
   const ProbabilitiesCompute& p = compute.probabilities;
   BlockCompute x = compute;

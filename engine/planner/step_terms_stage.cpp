@@ -64,10 +64,13 @@ void add_block(const TermContext& c, int b, double warm, StageCosts& st, StageBl
   st.input_grad.hidden_at(T::kTensorParallel) += tp.hidden_backward_s;
   st.forward[T::kExpertAllToAll] += ep.forward_s;
   st.input_grad[T::kExpertAllToAll] += ep.backward_s + ep.rerun_s;
-  const SyncWait meet = peer_sync_wait(c, compute, tp, cp, ep);  // the peers' lost time, at the pass's meetings
+  const CountExchange counts = expert_count_exchange(c, b, even);  // before each dispatch: latency and a meeting
+  st.forward[T::kCountExchange] += counts.forward_s + counts.wait_forward_s;
+  st.input_grad[T::kCountExchange] += counts.rerun_s + counts.wait_rerun_s;
+  const SyncWait meet = peer_sync_wait(c, compute, tp, cp, ep, counts);  // the peers' lost time, at the pass's meetings
   st.forward[meet.forward_term] += meet.forward_s;
   st.input_grad[meet.backward_term] += meet.backward_s;
-  st.comm_bytes += tp.bytes + cp.bytes + ep.bytes;
+  st.comm_bytes += tp.bytes + cp.bytes + ep.bytes + counts.bytes;
   add_block_seconds(st.blocks, kind);
   blocks.grad_bytes += 4.0 * block_local_params(c, b);  // E / ep of a moe block's experts under ep
   blocks.expert_grad_bytes += 4.0 * block_expert_params(c, b);  // of which reduced over expert-dp

@@ -1,6 +1,7 @@
 // The step as a whole: simulation_costs turns the stage costs into the simulator's inputs (with the busiest rank's
-// optimizer step and ZeRO-1/2 gather), and step_breakdown walks the simulated busiest rank back into terms, its
-// idle time split into point_to_point (what a second simulation with free transfers removes) and bubble. The step is
+// optimizer step and ZeRO-1/2 gather, and the transfers' waits for their senders' lost time), and step_breakdown walks
+// the simulated busiest rank back into terms, its idle time split into point_to_point_wait (what a simulation
+// without those waits removes), point_to_point (what one with free transfers then removes) and bubble. The step is
 // the makespan, or the longest per-rank span under the run's optimizer post-validation (priced_step_s).
 // Invariant: the breakdown's terms sum to the simulated step (StepBreakdown.SumsToTheStep).
 #include "engine/planner/step_terms.hpp"
@@ -12,6 +13,23 @@
 #include "partition/measured_costs.hpp"
 
 namespace cleave::planner {
+
+namespace {
+
+bool has_send_waits(const pipeline::SimulationCosts& sim) {
+  for (const auto& s : sim.stages) {
+    if (s.forward_send_wait > 0 || s.backward_send_wait > 0) return true;
+  }
+  return false;
+}
+
+// The same costs with the transfers' waits (point_to_point_wait) taken out.
+pipeline::SimulationCosts without_send_waits(pipeline::SimulationCosts sim) {
+  for (auto& s : sim.stages) s.forward_send_wait = s.backward_send_wait = 0.0;
+  return sim;
+}
+
+}  // namespace
 
 pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vector<StageCosts>& stages,
                                            ActionTerms& optimizer) {
@@ -52,6 +70,11 @@ pipeline::SimulationCosts simulation_costs(const TermContext& c, const std::vect
   optimizer[StepTerm::kZeroGather] = *slowest;
   optimizer.hidden_at(StepTerm::kZeroGather) = rank_gather_hidden[static_cast<std::size_t>(slowest - rank_gather.begin())];
   sim.optimizer_step = optimizer.total();
+  const std::vector<SendWait> waits = point_to_point_sync_wait(c, stages);  // transfers as two-rank meetings
+  for (std::size_t s = 0; s < waits.size(); ++s) {
+    sim.stages[s].forward_send_wait = waits[s].forward_s;
+    sim.stages[s].backward_send_wait = waits[s].backward_s;
+  }
   sim.p2p_latency = c.choice->pp > 1 ? c.p2p_link->latency_s : 0.0;
   sim.p2p_bandwidth = c.p2p_link->bandwidth_Bps;
   sim.blocking_p2p = c.options->blocking_p2p;
@@ -127,21 +150,28 @@ StepBreakdown step_breakdown(const TermContext& c, const std::vector<StageCosts>
   }
   bd.seconds = busy.exposed;
   bd.hidden = busy.hidden;
-  // Idle: what free point-to-point transfers would remove is theirs, the rest is bubble.
+  // Idle: what the receivers' waits for their senders' lost time add is theirs, then what free point-to-point
+  // transfers would remove, the rest is bubble.
   const double step = priced_step_s(result.stats, *c.options);
-  const double busy_s = busy.total();
+  const double idle = std::max(0.0, step - busy.total());
+  const auto priced = [&](const pipeline::SimulationCosts& costs) {
+    return priced_step_s(
+        (prepared != nullptr ? pipeline::simulate(*prepared, costs) : pipeline::simulate(plan.schedule, costs)).stats,
+        *c.options);
+  };
+  const bool waits = has_send_waits(sim);
+  const double waitless = waits ? priced(without_send_waits(sim)) : step;
+  const double wait = std::clamp(step - waitless, 0.0, idle);
   double p2p = 0;
   if (c.choice->pp > 1 && (sim.p2p_latency > 0 || sim.p2p_bandwidth > 0)) {
-    pipeline::SimulationCosts free_p2p = sim;
+    pipeline::SimulationCosts free_p2p = waits ? without_send_waits(sim) : sim;
     free_p2p.p2p_latency = 0;
     free_p2p.p2p_bandwidth = 0;  // infinite
-    const double without = priced_step_s((prepared != nullptr ? pipeline::simulate(*prepared, free_p2p)
-                                                              : pipeline::simulate(plan.schedule, free_p2p)).stats,
-                                         *c.options);
-    p2p = std::clamp(step - without, 0.0, std::max(0.0, step - busy_s));
+    p2p = std::clamp(waitless - priced(free_p2p), 0.0, idle - wait);
   }
+  bd.seconds[static_cast<std::size_t>(StepTerm::kPointToPointWait)] = wait;
   bd.seconds[static_cast<std::size_t>(StepTerm::kPointToPoint)] = p2p;
-  bd.seconds[static_cast<std::size_t>(StepTerm::kBubble)] = std::max(0.0, step - busy_s - p2p);
+  bd.seconds[static_cast<std::size_t>(StepTerm::kBubble)] = std::max(0.0, idle - wait - p2p);
   bd.set_groups();
   return bd;
 }

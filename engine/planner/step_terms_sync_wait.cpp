@@ -1,7 +1,10 @@
-// peer_sync_wait: what a rank waits at the meetings inside a block's passes for the time its peers lost (docs/planner.md,
-// "Waits at meetings"), from the profile's measured wait per second of compute. Invariant: zero when the profile
-// did not measure it or the block meets no peer inside a pass, so every other figure is then unchanged.
+// peer_sync_wait and point_to_point_sync_wait: what a rank waits at the meetings inside a block's passes, and a
+// pipeline receiver at its transfers, for the time its peers lost (docs/planner.md, "Waits at meetings"), from the
+// profile's measured wait per second of compute. Invariant: zero when the profile did not measure it, or the block
+// meets no peer inside a pass (no transfer to another rank), so every other figure is then unchanged.
 #include "engine/planner/step_terms.hpp"
+
+#include <algorithm>
 
 namespace cleave::planner {
 
@@ -18,7 +21,7 @@ StepTerm meeting_term(bool ep, bool cp) {
 }  // namespace
 
 SyncWait peer_sync_wait(const TermContext& c, const BlockCompute& compute, const BlockCollectives& tp,
-                        const BlockCollectives& cp, const BlockCollectives& ep) {
+                        const BlockCollectives& cp, const BlockCollectives& ep, const CountExchange& counts) {
   SyncWait w;
   const double per_compute = c.profile->measured.sync_wait_per_compute;
   if (per_compute <= 0) return w;
@@ -26,14 +29,31 @@ SyncWait peer_sync_wait(const TermContext& c, const BlockCompute& compute, const
   const bool ep_f = meets(ep.forward_s, 0), cp_f = meets(cp.forward_s, cp.hidden_forward_s);
   if (ep_f || cp_f || meets(tp.forward_s, tp.hidden_forward_s)) {
     w.forward_term = meeting_term(ep_f, cp_f);
-    w.forward_s = rate * compute.forward_s;
+    w.forward_s = std::max(0.0, rate * compute.forward_s - counts.wait_forward_s);
   }
   const bool ep_b = meets(ep.backward_s + ep.rerun_s, 0), cp_b = meets(cp.backward_s + cp.rerun_s, cp.hidden_backward_s);
   if (ep_b || cp_b || meets(tp.backward_s + tp.rerun_s, tp.hidden_backward_s)) {
     w.backward_term = meeting_term(ep_b, cp_b);
-    w.backward_s = rate * (compute.backward_input_s() + (c.fused_backward ? compute.weight_grad_s : 0.0));
+    w.backward_s = std::max(0.0, rate * (compute.backward_input_s() + (c.fused_backward ? compute.weight_grad_s : 0.0)) -
+                                     counts.wait_rerun_s);
   }
   return w;
+}
+
+std::vector<SendWait> point_to_point_sync_wait(const TermContext& c, const std::vector<StageCosts>& stages) {
+  std::vector<SendWait> waits(stages.size());
+  const double rate = c.profile->measured.sync_wait_per_compute;
+  if (rate <= 0 || c.choice->pp <= 1) return waits;
+  using T = StepTerm;
+  // A pass's compute on the stage, at the core sharing (stage_costs put it there so): GEMMs, traffic, launches.
+  const auto compute = [](const ActionTerms& a) { return a[T::kForward] + a[T::kInputGrad] + a[T::kWeightGrad] +
+                                                         a[T::kRecompute] + a[T::kElementwise] + a[T::kKernelLaunch]; };
+  for (std::size_t s = 0; s < stages.size(); ++s) {
+    waits[s].forward_s = rate * compute(stages[s].forward);
+    const double w = c.fused_backward ? compute(stages[s].weight_grad) : 0.0;  // a fused B sends after its W
+    waits[s].backward_s = rate * (compute(stages[s].input_grad) + w);
+  }
+  return waits;
 }
 
 }  // namespace cleave::planner

@@ -61,6 +61,30 @@ TEST(Simulator, OneFOneBWithLatencyAndBandwidthByHand) {
   EXPECT_EQ(sim.stats.ranks[1].peak_activations, 1);
 }
 
+// A stage's send waits (the planner's point_to_point_wait: the receiver waits for what the sender lost) lengthen each
+// transfer that stage sends to another rank, its F's activations by forward_send_wait and its B's gradients by
+// backward_send_wait; the schedule above, timed again by hand.
+TEST(Simulator, SendWaitsDelayEachTransferFromTheirStage) {
+  SimulationCosts costs = SimulationCosts::uniform(2);
+  for (auto& stage : costs.stages) stage.output_bytes = 100;
+  costs.p2p_latency = 0.5;
+  costs.p2p_bandwidth = 200;
+  costs.stages[0].forward_send_wait = 0.25;   // stage 0's activations: 1 + 0.25 per transfer
+  costs.stages[1].backward_send_wait = 0.5;   // stage 1's gradients: 1 + 0.5
+  costs.stages[0].backward_send_wait = 7;     // stage 0 sends no gradient, stage 1 no activation: never used
+  costs.stages[1].forward_send_wait = 7;
+  const SimulationResult sim = simulate(one_f_one_b_schedule(2, 2), costs);
+  expect_span(sim, 1, "1F0", 2.25, 3.25);     // 0F0 ends at 1, its activation arrives at 1 + 1.25
+  expect_span(sim, 1, "1B0", 3.25, 5.25);
+  expect_span(sim, 1, "1F1", 5.25, 6.25);     // 0F1's arrived at 2 + 1.25
+  expect_span(sim, 1, "1B1", 6.25, 8.25);
+  expect_span(sim, 0, "0B0", 6.75, 8.75);     // 1B0's gradient leaves at 5.25, arrives at 5.25 + 1.5
+  expect_span(sim, 0, "0B1", 9.75, 11.75);    // 1B1's leaves at 8.25
+  EXPECT_DOUBLE_EQ(sim.stats.makespan, 11.75);
+  costs.stages[0].forward_send_wait = -1;
+  EXPECT_THROW(simulate(one_f_one_b_schedule(2, 2), costs), Error);
+}
+
 TEST(Simulator, BlockingPointToPointHoldsTheRankUntilBothEndsPostedAndTheDataArrived) {
   // The case above with blocking_p2p (Megatron-LM of 2021's batch_isend_irecv + wait + torch.cuda.synchronize, where
   // its schedules.py posts them): each batch of SEND/RECV holds its rank until its transfers are done; a transfer

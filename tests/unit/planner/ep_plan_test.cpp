@@ -1,7 +1,8 @@
 // The planner and the memory plan with expert parallelism (docs/planner.md, "Expert parallelism"): a rank's
 // experts, gradients and optimizer state at ep 1, 2 and 4 counted by hand; the routed-row stash of an imbalanced
-// rank; the four all-to-alls priced from a link's alpha-beta figures, by hand; ep searched only for moe models and
-// only where it divides the experts and dp × cp; and an ep layout chosen when the experts fit no other way.
+// rank; the four all-to-alls and the count exchange priced from a link's alpha-beta figures, by hand; ep searched only
+// for moe models and only where it divides the experts and dp × cp; and an ep layout chosen when the experts fit no
+// other way.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -156,6 +157,62 @@ TEST_F(EpPlanSearch, PricesTheFourAllToAllsFromTheLink) {
     const auto keys = e.choice.overrides();
     EXPECT_NE(std::find(keys.begin(), keys.end(), "parallel.expert_model_parallel_size=" + std::to_string(ep)), keys.end());
   }
+}
+
+// The count exchange before each dispatch (step_terms.hpp, expert_count_exchange): E = 8 int64 per rank, ep - 1
+// messages, (ep-1)/ep x 64 bytes / bandwidth + (ep-1) x latency on the link or on a measured point-to-point fit, per
+// moe block and micro-batch (2 blocks, 2
+// micro-batches on the busiest rank), again in I's rerun under full recomputation; none at ep 1. As a meeting it
+// takes, of each F's wait (sync_wait_per_compute x the pass's compute, by hand from the FLOPs at 1 GFLOP/s), the part
+// for the compute before the dispatch (all but the expert GEMMs); the waits of the block in all stay what they were.
+TEST_F(EpPlanSearch, PricesTheCountExchangeAsALatencyAndAMeeting) {
+  const std::string config = write("moe.json", kMoe);
+  const double latency = 1e-5, bandwidth = 1e8, rate = 1e9, gamma = 0.5;
+  HardwareProfile old = profile(latency, bandwidth);  // a profile without the wait measured
+  old.flops_f32 = old.flops_bf16 = rate;
+  HardwareProfile meet = old;
+  meet.measured.sync_wait_per_compute = gamma;
+  SearchOptions options{4, 0};
+  options.ep_imbalance = 1.0;
+  PlanChoice c = choice_of_config(config, {}, 4);
+  const PlanEstimate dense = estimate_plan(config, {}, c, meet, options);
+  ASSERT_TRUE(dense.valid) << dense.reason;
+  EXPECT_EQ(dense.breakdown[StepTerm::kCountExchange], 0.0);
+  c.ep = 2;
+  const double exchange = 0.5 * 64 / bandwidth + latency;
+  const PlanEstimate a = estimate_plan(config, {}, c, old, options);
+  ASSERT_TRUE(a.valid) << a.reason;
+  EXPECT_NEAR(a.breakdown[StepTerm::kCountExchange], 2 * 2 * exchange, 1e-15);
+  PlanChoice full = c;
+  full.recompute = partition::Recompute::kFull;
+  EXPECT_NEAR(estimate_plan(config, {}, full, old, options).breakdown[StepTerm::kCountExchange], 2 * 2 * 2 * exchange,
+              1e-15);
+  HardwareProfile fitted = old;  // a measured point-to-point fit prices each message: (ep - 1)(alpha + 32 bytes / beta)
+  fitted.measured.p2p = partition::AlphaBeta{2, 2.6e-5, 2e9};
+  EXPECT_NEAR(estimate_plan(config, {}, c, fitted, options).breakdown[StepTerm::kCountExchange],
+              2 * 2 * (2.6e-5 + 32 / 2e9), 1e-15);
+
+  const PlanEstimate b = estimate_plan(config, {}, c, meet, options);
+  ASSERT_TRUE(b.valid) << b.reason;
+  config::RunConfig resolved = config::parse_config(kMoe, "<string>", {});
+  resolved.resolve(4);
+  const run_plan::Plan plan = run_plan::make_plan(resolved, 2, 0);
+  double before_dispatch = 0, passes = 0;  // FLOPs per sample, over the moe blocks
+  const auto costs = partition::model_costs(plan.spec, DType::kF32);
+  for (std::size_t k = 0; k < costs.size(); ++k) {
+    if (plan.spec.blocks[k].n_experts == 0) continue;
+    const auto& cost = costs[k];
+    before_dispatch += cost.forward_flops - 3.0 * 2 * 16 * 2 * 32 * 64;  // less gate, up, down over T·k rows
+    passes += cost.forward_flops + cost.input_grad_flops + cost.weight_grad_flops;
+  }
+  ASSERT_GT(before_dispatch, 0.0);
+  const double wait = gamma * before_dispatch * 2 / rate;  // micro-batch 1, 2 micro-batches
+  EXPECT_NEAR(b.breakdown[StepTerm::kCountExchange] - a.breakdown[StepTerm::kCountExchange], wait, 1e-9 * wait);
+  const double all = gamma * passes * 2 / rate;  // 1f1b: every pass of a moe block ends at a meeting
+  const double added = b.breakdown[StepTerm::kCountExchange] + b.breakdown[StepTerm::kExpertAllToAll] -
+                       a.breakdown[StepTerm::kCountExchange] - a.breakdown[StepTerm::kExpertAllToAll];
+  EXPECT_NEAR(added, all, 1e-9 * all);
+  EXPECT_NEAR(b.step_s - a.step_s, all, 1e-9 * all);
 }
 
 // Gradient reduction with ep (step_terms.hpp, expert_gradient_reduction): the non-expert gradients over the dp 4

@@ -3,12 +3,14 @@
 // SEND into bubble and point_to_point, every other idle is bubble, the rows sum to the makespan; a fused B makes one
 // backward row; the Chrome trace the trainer writes reads back to the same step; the comparison names the
 // planner's terms inside each row and the row furthest from its prediction; a span's measured waits on collectives
-// (tp, cp, zero_gather, expert_all_to_all) leave its row for rows of their own beside the planner's same terms; the predicted terms by kind of action
-// (StepBreakdown::by_action) sum to the busy terms for every plan a search ranks.
+// (tp, cp, zero_gather, expert_all_to_all) leave its row for rows of their own beside the planner's same terms (the
+// count exchange with the expert all-to-all's, the transfers' waits with point_to_point); the predicted terms by kind
+// of action (StepBreakdown::by_action) sum to the busy terms for every plan a search ranks.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -244,6 +246,46 @@ TEST(MeasuredStep, CollectiveWaitsLeaveTheComputeRowsForRowsOfTheirOwn) {
 
 // The predicted terms by kind of action are the busy terms: over the kinds they sum to every term but
 // point_to_point and bubble, for every plan a search ranks (pipelines, tp, dp, ZeRO among them).
+// The meetings' terms go where the trainer times what they price: the count exchange inside the expert_all_to_all
+// waits (its timer spans plan_dispatch and the dispatch), point_to_point_wait in the point_to_point row; a row
+// names point_to_point_wait only when it is not 0.
+TEST(MeasuredStep, CountExchangeAndTransferWaitsJoinTheRowsThatTimeThem) {
+  StepBreakdown b;
+  ActionTerms f, i;
+  f[T::kForward] = 1.0e-3, f[T::kExpertAllToAll] = 0.4e-3, f[T::kCountExchange] = 0.1e-3;
+  i[T::kInputGrad] = 1.0e-3, i[T::kExpertAllToAll] = 0.3e-3;
+  b.add_action(A::kForward, f), b.add_action(A::kInputGrad, i);
+  for (const auto& terms : b.by_action) {
+    for (std::size_t t = 0; t < terms.size(); ++t) b.seconds[t] += terms[t];
+  }
+  b.seconds[static_cast<std::size_t>(T::kPointToPoint)] = 0.2e-3;
+  b.seconds[static_cast<std::size_t>(T::kPointToPointWait)] = 0.3e-3;
+  MeasuredStep m;
+  m.actions[static_cast<std::size_t>(A::kForward)] = 1.1e-3;
+  m.actions[static_cast<std::size_t>(A::kInputGrad)] = 0.9e-3;
+  m.comm_wait_s[3] = 0.9e-3;  // expert_all_to_all
+  m.point_to_point_s = 0.6e-3;
+  m.step_s = m.total();
+  const std::vector<TermRow> rows = compare_step(b, m);
+  const auto row = [&](const std::string& name) {
+    const auto it = std::find_if(rows.begin(), rows.end(), [&](const TermRow& r) { return r.name == name; });
+    EXPECT_NE(it, rows.end()) << name;
+    return it == rows.end() ? TermRow{} : *it;
+  };
+  const TermRow ep = row("expert_all_to_all (waits in F/I/W)");
+  EXPECT_EQ(ep.predicted_terms, "expert_all_to_all 0.700 + count_exchange 0.100");
+  EXPECT_NEAR(ep.predicted_s, 0.8e-3, 1e-12);
+  EXPECT_EQ(row("forward (F)").predicted_terms, "forward 1.000");
+  const TermRow p2p = row("point_to_point");
+  EXPECT_EQ(p2p.predicted_terms, "point_to_point 0.200 + point_to_point_wait 0.300");
+  EXPECT_NEAR(p2p.predicted_s, 0.5e-3, 1e-12);
+  EXPECT_NEAR(rows.back().predicted_s, b.total(), 1e-12);
+  b.seconds[static_cast<std::size_t>(T::kPointToPointWait)] = 0;
+  const std::vector<TermRow> without = compare_step(b, m);
+  ASSERT_EQ(without[3].name, "point_to_point");
+  EXPECT_EQ(without[3].predicted_terms, "point_to_point 0.200");
+}
+
 TEST(MeasuredStep, PredictedTermsByActionSumToTheBusyTerms) {
   const auto dir = std::filesystem::temp_directory_path() / ("cleave_measured_step_test_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
@@ -265,7 +307,7 @@ TEST(MeasuredStep, PredictedTermsByActionSumToTheBusyTerms) {
     const StepBreakdown& b = e.breakdown;
     for (int t = 0; t < kNumStepTerms; ++t) {
       const auto term = static_cast<StepTerm>(t);
-      if (term == T::kPointToPoint || term == T::kBubble) continue;
+      if (term == T::kPointToPoint || term == T::kPointToPointWait || term == T::kBubble) continue;
       double sum = 0;
       for (const auto& terms : b.by_action) sum += terms[static_cast<std::size_t>(t)];
       EXPECT_NEAR(sum, b[term], 1e-12 + 1e-9 * e.step_s) << e.choice.layout() << " " << step_term_info(term).name;

@@ -2,7 +2,7 @@
 // ranks, on a profile where every term costs something, the terms sum to the predicted step and the block rows to
 // the compute terms; each term appears where its lever is and only there (tp, cp, ep, ZeRO, dp, recomputation, P2P,
 // bubble); the hidden time (ring hops, ZeRO-3 prefetch) is reported beside the sum, not in it; the --explain table
-// has a row per term and a total equal to the step.
+// has a row per term and a total equal to the step; the pipeline's transfers wait for their senders' lost time.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -14,9 +14,12 @@
 #include <string>
 #include <utility>
 
+#include "engine/config/config.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "engine/planner/step_breakdown.hpp"
 #include "engine/planner/step_terms.hpp"
+#include "engine/run_plan/plan.hpp"
+#include "partition/cost_model.hpp"
 
 namespace cleave::planner {
 namespace {
@@ -346,6 +349,39 @@ TEST_F(StepBreakdownTest, MeetingsWaitForThePeersLostTimeAndTheStretchScalesComp
   EXPECT_NEAR(slow.breakdown[T::kForward], 1.25 * plain.breakdown[T::kForward], 1e-9 * plain.step_s);
   EXPECT_NEAR(slow.breakdown[T::kWeightGrad], 1.25 * plain.breakdown[T::kWeightGrad], 1e-9 * plain.step_s);
   EXPECT_NEAR(slow.breakdown[T::kOptimizer], plain.breakdown[T::kOptimizer], 1e-12);
+}
+
+// The pipeline's transfers as two-rank meetings (step_terms.hpp, point_to_point_sync_wait): with one micro-batch on
+// pp2 1f1b the step is one chain, F0 -> F1 -> B1 -> B0, and each transfer on it waits sync_wait_per_compute x the
+// sending pass's compute: 0.5 x (stage 0's F + stage 1's B = I + W), by hand from the blocks' FLOPs at 1 GFLOP/s;
+// it is point_to_point_wait, idle time, and nothing else moves. A profile without the measurement prices none.
+TEST_F(StepBreakdownTest, PipelineTransfersWaitForTheSendersLostTime) {
+  const PlanChoice c{1, 2, 1, 1, "1f1b", 8, 0, partition::Recompute::kNone, 8, false};
+  HardwareProfile meet = costly();
+  meet.measured.sync_wait_per_compute = 0.5;
+  const PlanEstimate a = estimate(c, costly(), 2), b = estimate(c, meet, 2);
+  expect_sums(b);
+  EXPECT_EQ(a.breakdown[T::kPointToPointWait], 0.0);
+  config::RunConfig rc = config::load_config(config_, c.overrides());
+  rc.resolve(2);
+  const run_plan::Plan plan = run_plan::make_plan(rc, 1, 0);
+  const auto costs = partition::model_costs(plan.spec, DType::kF32);
+  double f0 = 0, b1 = 0;
+  for (int k = plan.partition.stages[0].begin; k < plan.partition.stages[0].end; ++k) {
+    f0 += costs[static_cast<std::size_t>(k)].forward_flops;
+  }
+  for (int k = plan.partition.stages[1].begin; k < plan.partition.stages[1].end; ++k) {
+    b1 += costs[static_cast<std::size_t>(k)].input_grad_flops + costs[static_cast<std::size_t>(k)].weight_grad_flops;
+  }
+  const double want = 0.5 * (f0 + b1) * 8 / 1e9;  // micro-batch 8
+  ASSERT_GT(want, 0.0);
+  EXPECT_NEAR(b.breakdown[T::kPointToPointWait], want, 1e-9 * want);
+  EXPECT_NEAR(b.step_s - a.step_s, want, 1e-9 * a.step_s);
+  for (const T t : {T::kForward, T::kInputGrad, T::kWeightGrad, T::kPointToPoint, T::kOptimizer}) {
+    EXPECT_NEAR(b.breakdown[t], a.breakdown[t], 1e-12) << step_term_info(t).name;
+  }
+  const PlanChoice flat{1, 1, 2, 1, "1f1b", 4, 0, partition::Recompute::kNone, 8, false};  // no transfers
+  EXPECT_DOUBLE_EQ(estimate(flat, meet, 2).step_s, estimate(flat, costly(), 2).step_s);
 }
 
 // SearchOptions::blocking_p2p (simulate --blocking-p2p, Megatron-LM of 2021): the pipeline's transfers hold their ranks

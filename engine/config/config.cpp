@@ -33,6 +33,7 @@
 #include "engine/config/strict_json.hpp"
 #include "engine/config/unknown_keys.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/one_line.hpp"
 
 namespace cleave::config {
@@ -205,7 +206,8 @@ RunConfig parse_config(std::string_view json_text, std::string_view origin, cons
     }
     return c;
   } catch (const Error& e) {
-    rethrow_one_line(e);  // names and keys quoted from the input may hold control characters
+    // Bad input (cleave exits ExitCode::kBadInput); names and keys quoted from it may hold control characters.
+    throw InputError(escape_control(e.what()));
   }
 }
 
@@ -217,15 +219,18 @@ void resolve_input_paths(RunConfig& c, const std::string& config_path, const nlo
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
   if (path.empty()) return parse_config("", "<defaults>", overrides);
   std::error_code ec;
-  CLEAVE_CHECK(std::filesystem::exists(path, ec), "config {}: no such file", path);
-  CLEAVE_CHECK(!std::filesystem::is_directory(path, ec), "config {}: is a directory, expected a JSON file", path);
+  const auto check = [&](bool ok, const std::string& what) {
+    if (!ok) throw InputError(fmt::format("config {}: {}", path, what));
+  };
+  check(std::filesystem::exists(path, ec), "no such file");
+  check(!std::filesystem::is_directory(path, ec), "is a directory, expected a JSON file");
   std::ifstream in(path, std::ios::binary);
-  CLEAVE_CHECK(in.good(), "config {}: cannot open for reading", path);
+  check(in.good(), "cannot open for reading");
   std::stringstream buffer;
   buffer << in.rdbuf();
   const std::string text = buffer.str();
   const bool blank = std::all_of(text.begin(), text.end(), [](unsigned char ch) { return std::isspace(ch); });
-  CLEAVE_CHECK(!blank, "config {}: file is empty; write {{}} for all defaults", path);
+  check(!blank, "file is empty; write {} for all defaults");
   RunConfig c = parse_config(text, path, overrides);
   resolve_input_paths(c, path, parse_json_strict(text, "config " + path), overrides);
   return c;

@@ -21,6 +21,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/core/exit_code.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/one_line.hpp"
 
 namespace cleave::checkpoint {
@@ -41,8 +42,9 @@ class CheckpointMismatch : public Error {
 };
 
 // The exit code a command's error ends the process with: ExitCode::kNoIntactCheckpoint for NoIntactCheckpoint,
-// kCheckpointMismatch for CheckpointMismatch, else kError.
+// kCheckpointMismatch for CheckpointMismatch, kBadInput for InputError (engine/core/error.hpp), else kError.
 inline int exit_code_of(const std::exception& error) {
+  if (dynamic_cast<const InputError*>(&error) != nullptr) return exit_status(ExitCode::kBadInput);
   if (dynamic_cast<const NoIntactCheckpoint*>(&error) != nullptr) return exit_status(ExitCode::kNoIntactCheckpoint);
   if (dynamic_cast<const CheckpointMismatch*>(&error) != nullptr) return exit_status(ExitCode::kCheckpointMismatch);
   return exit_status(ExitCode::kError);

@@ -12,6 +12,7 @@
 #include "engine/core/allocator.hpp"
 #include "engine/core/edit_distance.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 
 namespace cleave::cli {
 namespace {
@@ -37,19 +38,6 @@ std::optional<std::int64_t> whole_number(std::string_view text) {
 }
 
 }  // namespace
-
-std::string closest_spelling(std::string_view word, const std::vector<std::string>& candidates) {
-  std::string best;
-  std::size_t best_distance = std::max<std::size_t>(2, word.size() / 3) + 1;
-  for (const auto& c : candidates) {
-    const std::size_t d = edit_distance(word, c);
-    if (d < best_distance) {
-      best_distance = d;
-      best = c;
-    }
-  }
-  return best;
-}
 
 // ---- Args ----
 
@@ -238,7 +226,19 @@ Args ArgParser::parse(int argc, char** argv) const {
   return parse(args);
 }
 
+// Every error reading the words is bad input (InputError: `cleave` exits ExitCode::kBadInput, cleave run does not
+// restart it); a value's own reader (parse_bytes) throws a plain Error, made one here.
 Args ArgParser::parse(const std::vector<std::string>& args) const {
+  try {
+    return read_words(args);
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error& e) {
+    throw InputError(e.what());
+  }
+}
+
+Args ArgParser::read_words(const std::vector<std::string>& args) const {
   Args out;
   for (const auto& spec : specs_) {
     Args::Value& v = out.values_[spec.name];

@@ -17,6 +17,8 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/core/edit_distance.hpp"
+
 namespace cleave::cli {
 
 enum class ArgKind {
@@ -95,8 +97,9 @@ class ArgParser {
   // Text after the options in --help (examples, notes).
   ArgParser& epilog(std::string text);
 
-  // argv[0] is the command's name and is skipped. Throws Error on an unknown option, a missing or malformed
-  // value, or more positional arguments than declared. --help / -h sets Args::help() and stops reading.
+  // argv[0] is the command's name and is skipped. Throws InputError (engine/core/input_error.hpp: `cleave` exits
+  // ExitCode::kBadInput) on an unknown option, a missing or malformed value, or more positional arguments than
+  // declared. --help / -h sets Args::help() and stops reading.
   Args parse(int argc, char** argv) const;
   Args parse(const std::vector<std::string>& args) const;
 
@@ -108,6 +111,7 @@ class ArgParser {
 
  private:
   ArgParser& add(ArgSpec spec);
+  Args read_words(const std::vector<std::string>& args) const;  // parse(), throwing plain Errors
   const ArgSpec* find(std::string_view name) const;
   std::string known_options() const;
   void read_value(const ArgSpec& spec, const std::string& text, Args::Value& value) const;
@@ -118,7 +122,8 @@ class ArgParser {
   bool last_repeats_ = false;  // positionals(): the last one takes any number of arguments
 };
 
-// The closest of `candidates` to `word` by edit distance, if close enough to be a likely typo; "" otherwise.
-std::string closest_spelling(std::string_view word, const std::vector<std::string>& candidates);
+// The closest of `candidates` to `word` by edit distance, if close enough to be a likely typo; "" otherwise
+// (engine/core/edit_distance.hpp).
+using cleave::closest_spelling;
 
 }  // namespace cleave::cli

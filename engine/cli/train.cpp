@@ -4,6 +4,8 @@
 // for this rank and runs it. The trainer's world rank 0 writes report.html into the run directory at the end,
 // or after a failure with the steps that finished (train.report, default on; engine/report/html_report.hpp).
 // --profile FILE gives the peak FLOP/s per rank that MFU is measured against (engine/train/throughput.hpp).
+// Bad input (an unknown option, config key or value, a typo in --allow-config-change) is an InputError raised
+// before the world and the trainer are built: `cleave` exits ExitCode::kBadInput and `cleave run` does not restart.
 // SIGUSR1 (what `cleave run` forwards on SIGTERM) saves a checkpoint at the next step and exits 0 with a log line
 // saying so (engine/train/stop_request.hpp).
 #include <cstdio>
@@ -12,12 +14,15 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/cli/init_tokenizer_check.hpp"
 #include "engine/cli/runtime_env.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/train/config_change.hpp"
@@ -102,8 +107,9 @@ int run_train(int argc, char** argv) {
   for (const auto& list : args.all("--allow-config-change")) {
     for (auto& key : train::split_key_list(list)) options.allow_config_change.push_back(std::move(key));
   }
-  CLEAVE_CHECK(options.allow_config_change.empty() || !options.resume.empty(),
-               "train: --allow-config-change applies to a resumed run; give --resume auto|PATH too");
+  if (!options.allow_config_change.empty() && options.resume.empty()) {
+    throw InputError("train: --allow-config-change applies to a resumed run; give --resume auto|PATH too");
+  }
   const std::string init_from = args.text("--init-from");
   const std::string profile_path = args.text("--profile");
   CommandRuntime runtime(&argc, &argv);
@@ -114,6 +120,8 @@ int run_train(int argc, char** argv) {
     config::RunConfig config = init ? train::config_for_init(config_path, overrides, *init)
                                     : config::load_config(config_path, overrides);
     if (init) check_shards_match_source_tokenizer(config, *init);
+    // A typo in --allow-config-change stops here, before the world and the trainer are built (not at the resume).
+    train::check_allowed_keys(options.allow_config_change, nlohmann::json::parse(config::to_json(config)));
     comm::World world = runtime.world(config);
     if (runtime.world_rank() == 0) log::info("comm backend {} ({})", world.comm->backend(), world.choice.reason);
     const char* single_copy = std::getenv("OMPI_MCA_btl_vader_single_copy_mechanism");

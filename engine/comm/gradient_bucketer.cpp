@@ -178,11 +178,18 @@ void GradientBucketer::poll() {
     for (InFlight& f : in_flight_) f.work->test();
     return;
   }
+  bool earlier_in_flight = false;
   for (int b = 0; b < next_launch_; ++b) {
     WorkPtr& work = works_[static_cast<std::size_t>(b)];
-    if (!work || !work->test() || !owns_shards()) continue;
-    // ZeRO-2: the bucket is reduced; its shard moves to a buffer of its own and the full buffer is released
-    // (a staged bucket's f32 buffer was released at launch; finish() widens the wire copy's block).
+    if (!work) continue;  // ZeRO-2: traded already
+    const bool done = work->test();
+    earlier_in_flight = earlier_in_flight || !done;
+    // ZeRO-2: a reduced bucket's shard moves to a buffer of its own and the full buffer is released (a staged
+    // bucket's f32 buffer was released at launch; finish() widens the wire copy's block), in bucket order only: a
+    // bucket whose collective finished before an earlier one's waits for it, so the step's gradient peak is a
+    // function of the layout, not of which collective finished first (the memory plan counts it:
+    // engine/run_plan/flat_buckets.hpp, FlatBuckets::trade_excess).
+    if (!done || !owns_shards() || earlier_in_flight) continue;
     work.reset();
     if (!staged_) complete(b);
   }

@@ -28,11 +28,13 @@
 
 #include "cleave/config.hpp"
 #include "engine/config/fields.hpp"
+#include "engine/config/input_paths.hpp"
 #include "engine/config/section_reader.hpp"
 #include "engine/config/set_override.hpp"
 #include "engine/config/strict_json.hpp"
 #include "engine/config/unknown_keys.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/one_line.hpp"
 
 namespace cleave::config {
@@ -205,56 +207,65 @@ RunConfig parse_config(std::string_view json_text, std::string_view origin, cons
     }
     return c;
   } catch (const Error& e) {
-    rethrow_one_line(e);  // names and keys quoted from the input may hold control characters
+    // Bad input (cleave exits ExitCode::kBadInput); names and keys quoted from it may hold control characters.
+    throw InputError(escape_control(e.what()));
   }
 }
 
-namespace {
-void resolve_input_paths(RunConfig& c, const std::string& config_path, const nlohmann::json& file,
-                         const std::vector<std::string>& overrides);
-}  // namespace
-
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  if (path.empty()) return parse_config("", "<defaults>", overrides);
+  if (path.empty()) {
+    RunConfig c = parse_config("", "<defaults>", overrides);
+    resolve_input_paths(c, path, "", overrides);
+    return c;
+  }
   std::error_code ec;
-  CLEAVE_CHECK(std::filesystem::exists(path, ec), "config {}: no such file", path);
-  CLEAVE_CHECK(!std::filesystem::is_directory(path, ec), "config {}: is a directory, expected a JSON file", path);
+  const auto check = [&](bool ok, const std::string& what) {
+    if (!ok) throw InputError(fmt::format("config {}: {}", path, what));
+  };
+  check(std::filesystem::exists(path, ec), "no such file");
+  check(!std::filesystem::is_directory(path, ec), "is a directory, expected a JSON file");
   std::ifstream in(path, std::ios::binary);
-  CLEAVE_CHECK(in.good(), "config {}: cannot open for reading", path);
+  check(in.good(), "cannot open for reading");
   std::stringstream buffer;
   buffer << in.rdbuf();
   const std::string text = buffer.str();
   const bool blank = std::all_of(text.begin(), text.end(), [](unsigned char ch) { return std::isspace(ch); });
-  CLEAVE_CHECK(!blank, "config {}: file is empty; write {{}} for all defaults", path);
+  check(!blank, "file is empty; write {} for all defaults");
   RunConfig c = parse_config(text, path, overrides);
-  resolve_input_paths(c, path, parse_json_strict(text, "config " + path), overrides);
+  resolve_input_paths(c, path, text, overrides);
   return c;
 }
 
-namespace {
 // Input files named in a config file are relative to the file, so a config moves with its data; a --set value
-// is a command-line value, relative to the working directory like --init-from. Outputs (train.out_dir,
-// checkpoint.dir) stay relative to the working directory: runs are made where the command runs.
-void resolve_input_paths(RunConfig& c, const std::string& config_path, const nlohmann::json& file,
+// is a command-line value, relative to the working directory like --init-from, and so is a default. Either way the
+// result is absolute, so the run's config.json reads the same files wherever it is trained from. Outputs
+// (train.out_dir, checkpoint.dir) stay relative to the working directory: runs are made where the command runs.
+void resolve_input_paths(RunConfig& c, const std::string& config_path, std::string_view file_text,
                          const std::vector<std::string>& overrides) {
   const auto overridden = [&](std::string_view key) {
     return std::any_of(overrides.begin(), overrides.end(), [&](const std::string& o) {
       return o.size() > key.size() && o.compare(0, key.size(), key) == 0 && o[key.size()] == '=';
     });
   };
+  const nlohmann::json file = file_text.empty() ? nlohmann::json::object()
+                                                : parse_json_strict(file_text, "config " + config_path);
   const auto data = file.find("data");
-  if (data == file.end() || !data->is_object()) return;
-  const std::filesystem::path dir = std::filesystem::absolute(config_path).parent_path();
-  const auto resolve = [&](std::string& p) {
-    if (!p.empty() && std::filesystem::path(p).is_relative()) p = (dir / p).lexically_normal().string();
+  const auto from_file = [&](const char* key) {
+    return data != file.end() && data->is_object() && data->contains(key) &&
+           !overridden(std::string("data.") + key);
   };
-  if (data->contains("path") && !overridden("data.path")) resolve(c.data.path);
-  if (data->contains("val_path") && !overridden("data.val_path")) resolve(c.data.val_path);
-  if (data->contains("paths") && !overridden("data.paths")) {
-    for (std::string& p : c.data.paths) resolve(p);
-  }
+  const std::filesystem::path file_dir =
+      config_path.empty() ? std::filesystem::path() : std::filesystem::absolute(config_path).parent_path();
+  const std::filesystem::path work_dir = std::filesystem::current_path();
+  const auto resolve = [&](std::string& p, bool in_file) {
+    if (!p.empty() && std::filesystem::path(p).is_relative()) {
+      p = ((in_file ? file_dir : work_dir) / p).lexically_normal().string();
+    }
+  };
+  resolve(c.data.path, from_file("path"));
+  resolve(c.data.val_path, from_file("val_path"));
+  for (std::string& p : c.data.paths) resolve(p, from_file("paths"));
 }
-}  // namespace
 
 std::string keyed_message(const ConfigKeyError& error, std::string_view origin,
                           const std::vector<std::string>& overrides) {

@@ -6,7 +6,8 @@
 //    unknown, duplicate and mistyped keys, non-positive sizes, enum values, the model's own rules (the
 //    checks of partition/model_spec.hpp and partition/tp_rules.hpp, run rather than rewritten: d_model %
 //    n_heads, tp dividing n_heads and d_ff, ...), and model/data compatibility. Every error is a
-//    cleave::Error whose one-line message names the key path and the numbers. resolve() adds what needs
+//    cleave::InputError (bad input: `cleave` exits ExitCode::kBadInput, `cleave run` does not restart it) whose
+//    one-line message names the key path and the numbers. resolve() adds what needs
 //    the world size (data_parallel_size, the batch triple).
 //  - to_json() writes every field, so parse_config(to_json(c)) == c (operator== below).
 //
@@ -233,8 +234,9 @@ ZeroReduce resolved_zero_reduce(const RunConfig& config);
 
 // Parses a config file (empty path: the defaults) and applies `overrides` ("key.path=value", value parsed
 // as JSON when it parses, else taken as a string). Validates everything that needs no world size.
-// Input paths the file names (data.path, data.val_path, data.paths) are resolved against the file's
-// directory (made absolute); values from `overrides` and output paths stay relative to the working directory.
+// Input paths (data.path, data.val_path, data.paths) are made absolute: the file's against its directory, a
+// --set value's and a default's against the working directory (input_paths.hpp); output paths stay relative to
+// the working directory. Bad input is an InputError (engine/core/input_error.hpp: `cleave` exits 64).
 RunConfig load_config(const std::string& path, const std::vector<std::string>& overrides = {});
 // Same from JSON text; `origin` names it in messages (a file name, "--set", "<string>").
 RunConfig parse_config(std::string_view json_text, std::string_view origin = "<string>",

@@ -33,13 +33,18 @@ comm::GradientSpec spec_of(int block, std::size_t tensor, std::int64_t numel) {
   return spec;
 }
 
-// Adds a layout's elements and its rank-0 shards (shard b of n elements: ceil(n / group) elements, at most n).
+// Adds a layout's elements and its rank-0 shards (shard b of n elements: ceil(n / group) elements, at most n), and
+// its in-order trades' excess (FlatBuckets::trade_excess; sharded, each bucket is a multiple of the group).
 void add_layout(FlatBuckets& flat, const std::vector<comm::GradientSpec>& specs, double bucket_mib, bool sharded,
                 int group) {
   if (specs.empty()) return;
+  std::int64_t freed = 0;  // what the trades before this bucket's freed: their buckets less their shards
   for (const comm::GradientBucket& b : comm::lay_out_buckets(specs, bucket_mib, false, sharded ? group : 1).buckets) {
+    const std::int64_t shard = std::min(b.numel, (b.numel + group - 1) / group);
     flat.total += b.numel;
-    flat.shard += std::min(b.numel, (b.numel + group - 1) / group);
+    flat.shard += shard;
+    flat.trade_excess = std::max(flat.trade_excess, shard - freed);
+    freed += b.numel - shard;
   }
 }
 
@@ -87,11 +92,16 @@ FlatBuckets flat_buckets(const Plan& plan, int pp_rank, int tp, int dp, int ep, 
       }
     }
   }
-  FlatBuckets flat;
+  FlatBuckets flat;  // each bucketer's trades from its own full buffers: their excesses are compared, not summed
   add_layout(flat, main, bucket_mib, sharded, dp);
-  add_layout(flat, table, bucket_mib, sharded, dp);
+  FlatBuckets split;
+  add_layout(split, table, bucket_mib, sharded, dp);
+  flat.total += split.total;
+  flat.shard += split.shard;
+  flat.trade_excess = std::max(flat.trade_excess, split.trade_excess);
   FlatBuckets expert;
   add_layout(expert, experts, bucket_mib, sharded, dp / ep);
+  flat.trade_excess = std::max(flat.trade_excess, expert.trade_excess);
   flat.total += expert.total;
   flat.shard += expert.shard;
   flat.expert_total = expert.total;

@@ -15,6 +15,14 @@ struct FlatBuckets {
   std::int64_t total = 0;  // f32 elements of every bucket (the main one's, a split tied table's, the experts'), padded
   std::int64_t shard = 0;  // the elements of the largest dp rank's shards of them (dp rank 0's)
   std::int64_t expert_total = 0, expert_shard = 0;  // the experts' bucketer's part of each (ep > 1)
+  // ZeRO-2 reduced per step over an f32 wire (comm::BucketReduction::kReduceScatterOwned): the most elements the
+  // trades of a bucket for its shard add above the full buckets. A bucketer trades in bucket order (a shard is
+  // allocated, then its bucket freed), so its trades add at most max over k of shard_k − Σ_{j<k}(bucket_j − shard_j):
+  // shard 0 unless a later shard outweighs what the buckets before it freed (a lone large tensor after small
+  // buckets). One trade runs at a time and a bucketer between trades has freed at least what it allocated, so with
+  // several bucketers (a tied table split over pp ranks, the experts at ep > 1), whose trades interleave as their
+  // collectives finish, the peak is the largest of theirs: exact for the main bucketer alone, else the worst order.
+  std::int64_t trade_excess = 0;
 };
 
 // One tp rank's buckets on pp rank `pp_rank`: the main bucketer's over dp (dp × cp ranks), a tied table split over

@@ -74,30 +74,23 @@ void set_state_memory(MemoryPlan& m, const Plan& plan, const config::RunConfig& 
     // Mixed precision: bf16 working copies of the parameters besides the f32 masters.
     at(MemoryCategory::kParameters) = (zero_stage >= 1 ? 4 * flat.total : param_bytes) + (bf16 ? param_bytes / 2 : 0);
     // ZeRO-2 (engine/train/data_parallel.hpp): a reduced bucket's block is copied into a shard buffer of its own
-    // and the full bucket released; within the step the full local sum (and its partial sums, freed before the
-    // buckets launch) still exists, so the peak is the full buckets plus the first reduced bucket's shard (at
-    // most a bucket, parallel.dp_bucket_mb, ÷ dp); the shards are dropped after the update.
-    const std::int64_t grad_bytes = 4 * flat.total;
-    const auto bucket_bytes = static_cast<std::int64_t>(config.parallel.dp_bucket_mb * 1024.0 * 1024.0);
-    const std::int64_t first_shard = zero_stage >= 2 ? std::min(grad_bytes, bucket_bytes) / dp : 0;
-    at(MemoryCategory::kGradients) = grad_bytes + std::max(partial_sums * param_bytes, first_shard);
+    // and the full bucket released, bucket after bucket in order; within the step the full local sum (and its
+    // partial sums, freed before the buckets launch) still exists, so the peak is the full buckets plus what the
+    // trades add (FlatBuckets::trade_excess: the first bucket's shard, or a later one's less what the buckets
+    // before it freed; with a split tied table or at ep > 1, whose bucketers trade in an order timing decides, the
+    // worst order). Under a bf16 wire (staged) a bucket's f32 buffer is freed at its launch and its shard allocated
+    // in finish(): nothing is added. The shards are dropped after the update.
     // ep > 1 under ZeRO 0 and 1: the expert gradients live in the expert-dp group's bucket, the rest in the dp × cp
     // one (engine/train/data_parallel.hpp), grad_bytes in all (each parameter's own gradient is dropped before its
     // bucket is allocated; measured: ep_eight_ranks_test and ep_memory_plan_test, to the byte).
-    // ZeRO-2 with ep, reduced per step: a bucket is traded for its shard when a later mark_ready or finish() finds
-    // its collective done, so the expert-dp bucketer's first trade may come before any other bucket's has freed
-    // memory: the plan takes that worst case, the full buckets plus the first expert shard (at most a bucket's, over
-    // dp / ep). Measured (ep_memory_plan_test): that, or one expert shard less when the others traded first.
-    if (ep > 1 && zero_stage >= 2) {
-      const std::int64_t experts = expert_bytes / ep;
-      at(MemoryCategory::kGradients) = std::max(at(MemoryCategory::kGradients),
-                                                grad_bytes + std::min(experts, bucket_bytes) / (dp / ep));
-    }
+    const bool staged = dp > 1 && config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16;
+    const std::int64_t grad_bytes = 4 * flat.total;
+    const std::int64_t trades = zero_stage >= 2 && !staged ? 4 * flat.trade_excess : 0;
+    at(MemoryCategory::kGradients) = grad_bytes + std::max(partial_sums * param_bytes, trades);
     m.gradients_between_steps = zero_stage >= 2 ? 0 : grad_bytes;
     at(MemoryCategory::kOptimizerState) = static_cast<std::int64_t>(
         zero_stage >= 1 ? state * static_cast<double>(4 * flat.shard) : state * static_cast<double>(param_bytes));
     // parallel.grad_reduce_dtype bf16: every gradient bucket has a bf16 twin the collective carries.
-    const bool staged = dp > 1 && config.parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16;
     if (staged) at(MemoryCategory::kCommunication) = 2 * flat.total;
     if (per_microbatch) {  // ZeRO-2 per micro-batch: the shards and at most two buckets (microbatch_peak)
       const MicrobatchBuckets buckets = zero_two_buckets(plan, pp_rank, tp, dp, config.parallel.dp_bucket_mb, ep);
@@ -114,6 +107,7 @@ void set_state_memory(MemoryPlan& m, const Plan& plan, const config::RunConfig& 
       // shard less).
       if (ep > 1) {
         const std::int64_t experts = expert_bytes / ep;
+        const auto bucket_bytes = static_cast<std::int64_t>(config.parallel.dp_bucket_mb * 1024.0 * 1024.0);
         at(MemoryCategory::kGradients) += experts + std::min(experts, bucket_bytes) / (dp / ep);
       }
       if (staged) at(MemoryCategory::kCommunication) = 2 * mb.wire;

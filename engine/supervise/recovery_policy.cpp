@@ -35,6 +35,7 @@ std::vector<int> ints_after(const std::string& list, const std::regex& each) {
 std::optional<FailureKind> failure_of_exit_code(int exit_code) {
   if (exit_code == exit_status(ExitCode::kNoIntactCheckpoint)) return FailureKind::kNoIntactCheckpoint;
   if (exit_code == exit_status(ExitCode::kCheckpointMismatch)) return FailureKind::kCheckpointMismatch;
+  if (exit_code == exit_status(ExitCode::kBadInput)) return FailureKind::kBadInput;
   return std::nullopt;
 }
 
@@ -94,19 +95,21 @@ std::string_view failure_kind_name(FailureKind kind) {
     case FailureKind::kUnknown: return "unknown";
     case FailureKind::kNoIntactCheckpoint: return "no intact checkpoint";
     case FailureKind::kCheckpointMismatch: return "checkpoint mismatch";
+    case FailureKind::kBadInput: return "bad input";
   }
   return "unknown";
 }
 
 bool restart_can_cure(FailureKind kind) {
-  return kind != FailureKind::kNoIntactCheckpoint && kind != FailureKind::kCheckpointMismatch;
+  return kind != FailureKind::kNoIntactCheckpoint && kind != FailureKind::kCheckpointMismatch &&
+         kind != FailureKind::kBadInput;
 }
 
 Failure classify_failure(std::string_view output, int exit_code) {
   const std::string text(output);
   std::smatch m;
-  // A failure the trainer's own exit code names (every checkpoint damaged, a run that does not fit its checkpoint):
-  // the error line, whole.
+  // A failure the trainer's own exit code names (every checkpoint damaged, a run that does not fit its checkpoint, bad
+  // input): the error line, whole.
   static const std::regex error(R"(\[rank ([0-9]+)/[0-9]+\] error: ([^\n]*))");
   static const std::regex plain_error(R"((?:^|\n)error: ([^\n]*))");
   if (const std::optional<FailureKind> kind = failure_of_exit_code(exit_code)) {

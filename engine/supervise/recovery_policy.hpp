@@ -4,7 +4,7 @@
 //   - which slots are left: the slot list minus the failed ranks' slots and the slots a health check refused
 //     (remaining_slots; rank r of an attempt runs on slot r of that attempt's list: mpirun's by-slot mapping);
 //   - whether to restart at all: a failure no restart cures (restart_can_cure: the trainer's exit codes of
-//     engine/core/exit_code.hpp, never its log text), --min-ranks and the --max-restarts budget (decide_restart);
+//     engine/core/exit_code.hpp for bad input and an unusable checkpoint, never its log text), --min-ranks and the --max-restarts budget (decide_restart);
 //   - the layout with --keep-layout: tp x cp x pp and ep kept, dp shrunk to what the slots, the global batch and
 //     ep allow
 //     (keep_layout); the planner's choice is engine/supervise/supervisor.cpp's, through the planner;
@@ -49,6 +49,8 @@ enum class FailureKind {
   kNoIntactCheckpoint,  // the job exited ExitCode::kNoIntactCheckpoint: every checkpoint is damaged; no restart
   kCheckpointMismatch,  // the job exited ExitCode::kCheckpointMismatch: the run does not fit its checkpoint (a
                         // config change --resume refuses, another model, ...); no restart
+  kBadInput,  // the job exited ExitCode::kBadInput: its command line or config is wrong (an unknown option or config
+              // key, a typo in --allow-config-change, a bad value), found before any work; no restart
 };
 struct Failure {
   FailureKind kind = FailureKind::kUnknown;
@@ -59,14 +61,16 @@ struct Failure {
 // the watchdog's "not answering within Xs: rank R[, rank Q]", srun's "task R: Killed", "[rank R/N] error: ...").
 // A hang outranks the signal that ended it (the watchdog's abort kills the hung rank too), a death outranks an
 // error (a peer's error follows the death).
-// Exit codes ExitCode::kNoIntactCheckpoint and kCheckpointMismatch (engine/core/exit_code.hpp) are
-// kNoIntactCheckpoint and kCheckpointMismatch whatever the lines say; `why` is then the rank's whole error line (it
-// lists every checkpoint and what is wrong with it; every key refused, with both values and the fix).
+// Exit codes ExitCode::kNoIntactCheckpoint, kCheckpointMismatch and kBadInput (engine/core/exit_code.hpp) are
+// kNoIntactCheckpoint, kCheckpointMismatch and kBadInput whatever the lines say; `why` is then the rank's whole error
+// line (it lists every checkpoint and what is wrong with it; every key refused, with both values and the fix; the
+// unknown key and the nearest known one).
 Failure classify_failure(std::string_view output, int exit_code);
 std::string_view failure_kind_name(FailureKind kind);
 
-// Whether restarting can cure a failure of `kind`: not kNoIntactCheckpoint nor kCheckpointMismatch (every attempt
-// would fail the same way at its load, so the supervisor stops at once instead of spending --max-restarts).
+// Whether restarting can cure a failure of `kind`: not kNoIntactCheckpoint, kCheckpointMismatch nor kBadInput (every
+// attempt would fail the same way at its load or its reading of the command line, so the supervisor stops at once
+// instead of spending --max-restarts).
 bool restart_can_cure(FailureKind kind);
 
 // `slots` minus those of `failure` (kKilled, kHung) and those with healthy[i] false (healthy may be empty = all).

@@ -15,8 +15,10 @@
 #include <fstream>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 #include <fmt/ranges.h>
 
 #include "engine/checkpoint/checkpoint_dir.hpp"
@@ -30,6 +32,7 @@
 #include "engine/run_plan/plan.hpp"
 #include "engine/supervise/attempt.hpp"
 #include "engine/supervise/restart_record.hpp"
+#include "engine/train/config_change.hpp"
 #include "engine/train/stop_request.hpp"
 
 namespace cleave::supervise {
@@ -273,16 +276,23 @@ void follow_fallback(RestartRecord& r, const RunPaths& paths) {
   r.redone_s = read_metrics_rows(rows).ms_after(*step) * 1e-3;
 }
 
+// What the user does about a failure no restart cures, before running the same command again.
+std::string_view cure_of(FailureKind kind) {
+  switch (kind) {
+    case FailureKind::kCheckpointMismatch: return "make the config fit the checkpoint as the message says";
+    case FailureKind::kBadInput: return "fix the command line or the config as the message says";
+    default: return "restore a damaged checkpoint's files";
+  }
+}
+
 // A failure no restart cures (recovery_policy.hpp: restart_can_cure): the job ends now, the budget unspent, with
-// the trainer's own line (it names each checkpoint and what is wrong, or each key refused and how to set it back)
-// and what to do.
+// the trainer's own line (it names each checkpoint and what is wrong, each key refused and how to set it back, or
+// the bad option or key and the nearest valid one) and what to do.
 int give_up_at_once(const SuperviseOptions& o, const RunPaths& paths, const Failure& failure, SupervisorRecord& record) {
   const std::string why = fmt::format("{}: {}", failure_kind_name(failure.kind), failure.why);
   record.outcome = "failed: " + why;
   save_record(paths, record);
-  const std::string cure = failure.kind == FailureKind::kCheckpointMismatch
-                               ? "make the config fit the checkpoint as the message says"
-                               : "restore a damaged checkpoint's files";
+  const std::string_view cure = cure_of(failure.kind);
   log::error("run: giving up at once, a restart cannot cure this ({} of --max-restarts {} restarts made, the rest "
              "not spent): {}; nothing was renamed or deleted under {} ({} and run the same command with --resume "
              "auto after the --, or start a fresh run in another train.out_dir)",
@@ -395,10 +405,25 @@ std::optional<int> after_failure(const SuperviseOptions& o, const RunPaths& path
   return std::nullopt;
 }
 
+// The keys of every --allow-config-change among the train options ("--allow-config-change K[,K]" or "...=K[,K]").
+std::vector<std::string> allowed_changes(const std::vector<std::string>& train_args) {
+  const std::string flag = "--allow-config-change";
+  std::vector<std::string> keys;
+  for (std::size_t i = 0; i < train_args.size(); ++i) {
+    std::string list;
+    if (train_args[i] == flag && i + 1 < train_args.size()) list = train_args[i + 1];
+    else if (train_args[i].starts_with(flag + "=")) list = train_args[i].substr(flag.size() + 1);
+    for (std::string& key : train::split_key_list(list)) keys.push_back(std::move(key));
+  }
+  return keys;
+}
+
 }  // namespace
 
 int supervise(const SuperviseOptions& o) {
   const config::RunConfig base = config::load_config(o.config_path, o.overrides);
+  // Bad input stops before any job starts, as the trainer would stop each attempt (ExitCode::kBadInput).
+  train::check_allowed_keys(allowed_changes(o.train_args), nlohmann::json::parse(config::to_json(base)));
   const std::string out_dir = base.train.out_dir;
   const std::string ckpt_root =
       base.checkpoint.dir.empty() ? (fs::path(out_dir) / "checkpoints").string() : base.checkpoint.dir;

@@ -2,13 +2,16 @@
 #include "engine/train/config_change.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
 #include <map>
 
 #include "engine/checkpoint/checkpoint_damage.hpp"
+#include "engine/core/edit_distance.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 
 namespace cleave::train {
 namespace {
@@ -42,7 +45,32 @@ void flatten(const json& value, const std::string& prefix, std::vector<std::pair
 
 std::string shown(const json& value) { return value.is_null() ? std::string("absent") : value.dump(); }
 
+// Why `key` is no config key: the nearest leaf key by spelling, else the leaves of the section it names.
+std::string hint_for(const std::string& key, const std::vector<std::string>& keys) {
+  if (const std::string near = closest_spelling(key, keys); !near.empty()) return fmt::format("did you mean {}?", near);
+  const std::string section = key.substr(0, key.find('.'));
+  std::vector<std::string> siblings;
+  for (const std::string& k : keys) {
+    if (k.starts_with(section + ".")) siblings.push_back(k);
+  }
+  if (siblings.empty()) return "give full key paths as config.json writes them, e.g. optimizer.lr";
+  return fmt::format("the keys of {} are {}", section, fmt::join(siblings, ", "));
+}
+
 }  // namespace
+
+void check_allowed_keys(const std::vector<std::string>& allowed, const json& config) {
+  std::vector<std::pair<std::string, json>> leaves;
+  flatten(config, "", leaves);
+  std::vector<std::string> keys;
+  for (const auto& [key, value] : leaves) keys.push_back(key);
+  std::string unknown;
+  for (const std::string& key : allowed) {
+    if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
+    unknown += fmt::format("{}'{}' is not a config key ({})", unknown.empty() ? "" : "; ", key, hint_for(key, keys));
+  }
+  if (!unknown.empty()) throw InputError(fmt::format("--allow-config-change: {}", unknown));
+}
 
 std::string ConfigChange::describe() const { return fmt::format("{} {} -> {}", key, shown(before), shown(after)); }
 
@@ -70,13 +98,7 @@ std::vector<ConfigChange> config_changes(const json& before, const json& after) 
 
 void check_config_changes(const std::vector<ConfigChange>& changes, const std::vector<std::string>& allowed,
                           const json& after, const std::string& source) {
-  std::vector<std::pair<std::string, json>> leaves;
-  flatten(after, "", leaves);
-  for (const std::string& key : allowed) {
-    const bool known = std::any_of(leaves.begin(), leaves.end(), [&](const auto& l) { return l.first == key; });
-    CLEAVE_CHECK(known, "--allow-config-change: '{}' is not a config key (give full key paths, e.g. optimizer.lr)",
-                 key);
-  }
+  check_allowed_keys(allowed, after);
   std::string refused, flag, restore;
   for (const ConfigChange& c : changes) {
     if (c.free || std::find(allowed.begin(), allowed.end(), c.key) != allowed.end()) continue;

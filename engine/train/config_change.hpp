@@ -34,9 +34,14 @@ bool changes_freely_on_resume(std::string_view key);
 // key order of `after` (then keys only `before` has).
 std::vector<ConfigChange> config_changes(const nlohmann::json& before, const nlohmann::json& after);
 
-// Throws Error when a change that is not free is not in `allowed` (the keys the checkpoint loader checks are
-// left to it), naming every such key with both values and
-// the flag that allows it; also when an `allowed` entry is not a key of `after` (a typo allows nothing).
+// Throws InputError (bad input: `cleave` exits ExitCode::kBadInput, `cleave run` does not restart it) when an entry
+// of `allowed` is not a leaf key of `config` (a config as config::to_json writes it): a typo would allow nothing. The
+// message names every such entry with the nearest key by spelling where one is close, else the keys of its
+// section. `cleave train` runs it as soon as the config is read, before any work; check_config_changes again.
+void check_allowed_keys(const std::vector<std::string>& allowed, const nlohmann::json& config);
+
+// Throws CheckpointMismatch when a change that is not free is not in `allowed` (the keys the checkpoint loader checks
+// are left to it), naming every such key with both values and the flag that allows it; first check_allowed_keys.
 // `source` names the checkpoint in the message.
 void check_config_changes(const std::vector<ConfigChange>& changes, const std::vector<std::string>& allowed,
                           const nlohmann::json& after, const std::string& source);

@@ -10,6 +10,7 @@
 
 #include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/error.hpp"
+#include "engine/config/input_paths.hpp"
 #include "engine/hf/hf_import.hpp"
 #include "engine/train/checkpoint_pieces.hpp"
 #include "engine/train/checkpoint_reader.hpp"
@@ -188,8 +189,9 @@ config::RunConfig config_for_init(const std::string& config_path, const std::vec
                  "to at most {} (nothing was written)",
                  seq, max_len, max_key, source.model_origin, max_len);
   }
-  const config::RunConfig config =
+  config::RunConfig config =
       config::parse_config(root.dump(), config_path.empty() ? "<defaults>" : config_path, overrides);
+  config::resolve_input_paths(config, config_path, root.dump(), overrides);  // as load_config: the file's data section
   const json run = json::parse(config::to_json(config)).at("model");
   for (const auto& [key, value] : source.model.items()) {
     if (key == "seq_len") continue;  // checked above

@@ -10,6 +10,8 @@
 #  3. The out_dir refusal still holds without --resume; a corrupt (only) checkpoint is refused before any step,
 #     naming the file, and writes nothing (metrics.jsonl unchanged, no new checkpoint); so is a resume that
 #     changes a training key (optimizer.lr) unless --allow-config-change names it, and then it is recorded.
+#  4. The run's config.json names its data by absolute path (a --set value's and a config file's relative paths):
+#     trained from another directory it reads the same files.
 # Usage: checkpoint_resume_cli.sh CLEAVE MPIEXEC [FLAGS...]
 set -u
 cleave=$1; shift
@@ -211,4 +213,30 @@ assert all(v["dtype"] == "BF16" for v in half.values()) and meta16["dtype"] == "
 for k, v in one_bytes.items():
     assert rank_bytes[k] == v, f"{k}: exported bytes differ from the checkpoint's"
 print(f"ok   export: {len(one)} parameters; one-rank export equals the checkpoint bytes; tp2 x pp2 export has the same names and shapes; bf16 export parses")
+PY
+
+# 4. The run's config.json names its input files by absolute path, so training that file from another directory reads
+#    the same data as the original command: data.path given by --set (relative to the working directory) and
+#    data.val_path by a config file in conf/ (relative to conf/). Before, the --set path was written as given and so
+#    resolved against the run directory (paths/text/corpus.txt: no such file) when paths/config.json was trained.
+mkdir -p conf text elsewhere
+python3 -c "print('the quick brown fox jumps over the lazy dog. ' * 400)" > text/corpus.txt
+cat > conf/text.json <<'JSON'
+{"model": {"type": "gpt", "vocab_size": 256, "d_model": 16, "n_layers": 1, "n_heads": 2, "seq_len": 16},
+ "batch": {"global_batch_size": 4, "micro_batch_size": 2},
+ "train": {"steps": 2, "eval_batches": 0, "log_interval": 100, "report": false},
+ "data": {"type": "text", "val_path": "../text/corpus.txt"}}
+JSON
+"$cleave" train conf/text.json --set data.path=text/corpus.txt --set train.out_dir=paths > paths.log 2>&1 \
+  || { cat paths.log; fail "training with relative data paths"; }
+(cd elsewhere && "$cleave" train ../paths/config.json --set train.out_dir=again > again.log 2>&1) \
+  || { cat elsewhere/again.log; fail "training the run's config.json from another directory"; }
+python3 - "$work" << 'PY' || fail "the run's config.json does not name the data by absolute path"
+import json, os, sys
+want = os.path.join(os.path.realpath(sys.argv[1]), "text", "corpus.txt")
+for run in ("paths", "elsewhere/again"):
+    data = json.load(open(os.path.join(run, "config.json")))["data"]
+    assert os.path.realpath(data["path"]) == want and os.path.isabs(data["path"]), (run, data["path"])
+    assert os.path.realpath(data["val_path"]) == want and os.path.isabs(data["val_path"]), (run, data["val_path"])
+print(f"ok   paths: config.json names {want} (from --set and from conf/text.json); trained from another directory")
 PY

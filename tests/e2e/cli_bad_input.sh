@@ -98,19 +98,20 @@ if [ $# -ge 3 ]; then
     echo "ok   $name: $(grep -E -- "$pattern" <<<"$out" | head -n 1)"
   }
   # One error under mpirun is printed once, not once per rank, and without MPI_Abort's banner: an error every
-  # rank sees (a bad value, the command line) ends the job cleanly with the same exit code.
-  once() {  # NAME ARGS...
-    local name=$1; shift
+  # rank sees (a bad value, the command line) ends the job cleanly with the same exit code: 64 for bad input read
+  # before any work (engine/core/exit_code.hpp, ExitCode::kBadInput), 1 for a plan the world size makes impossible.
+  once() {  # NAME STATUS ARGS...
+    local name=$1 want=$2; shift 2
     local out status
     out=$("${mpiexec[@]}" -n 2 "$cleave" train --set train.out_dir=out "$@" 2>&1); status=$?
-    if [ $status -ne 1 ] || [ "$(grep -c 'error: ' <<<"$out")" != 1 ] || grep -q 'MPI_ABORT' <<<"$out" || [ -e out ]; then
+    if [ $status -ne "$want" ] || [ "$(grep -c 'error: ' <<<"$out")" != 1 ] || grep -q 'MPI_ABORT' <<<"$out" || [ -e out ]; then
       echo "FAIL $name: status $status"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1)); rm -rf out; return
     fi
     echo "ok   $name: printed once: $(grep 'error: ' <<<"$out" | cut -c1-80)"
   }
-  once error-once-config --set optimizer.lr=fast
-  once error-once-command-line --frobnicate
-  once error-once-plan --set parallel.pipeline_model_parallel_size=2 --set parallel.schedule=dualpipev \
+  once error-once-config 64 --set optimizer.lr=fast
+  once error-once-command-line 64 --frobnicate
+  once error-once-plan 1 --set parallel.pipeline_model_parallel_size=2 --set parallel.schedule=dualpipev \
       --set batch.global_batch_size=8 --set batch.micro_batch_size=4
   pp_error fewer-blocks-than-stages 'only 5 blocks' --set model.n_layers=1 --set parallel.virtual_pipeline_stages=4 \
       --set parallel.schedule=interleaved_1f1b

@@ -29,7 +29,9 @@
 #            file edited while the job is down (optimizer.lr, a change --resume refuses) makes the restarted trainer
 #            exit 78 (checkpoint mismatch), on a restart and on a first attempt given --resume auto; every checkpoint
 #            cut short while the job is down (the supervisor's quick check sees it) stops the job before the restart
-#            with the message the trainer gives for it (no "restarting from step 0").
+#            with the message the trainer gives for it (no "restarting from step 0"); bad input (exit 64): the config
+#            edited while the job is down to hold an unknown key stops the job at the restart; a typo in
+#            --allow-config-change is refused by the trainer before any work and by cleave run before any job.
 # usage: supervise_recovery.sh SCENARIO CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
 scenario=$1
@@ -361,7 +363,36 @@ SH
   [ $rc = 66 ] || { cat cut_train.log; fail "the trainer over cut checkpoints exited $rc, not 66"; }
   trainer=$(sed -n 's/^error: //p' cut_train.log)
   grep -qF "): no intact checkpoint: $trainer" cut.log || { echo "trainer: $trainer"; cat cut.log; fail "the supervisor's message is not the trainer's"; }
-  echo "ok   cure: a refused config change (exit 78) and every checkpoint cut short (quick check) stop the job at once"
+  # Bad input (exit 64): the config edited while the job is down to hold an unknown key stops the job at the restart.
+  cat > edit_key.sh << 'SH'
+#!/bin/sh
+sed -i 's/"lr": 0.003/"lrr": 0.003/' key.json
+SH
+  chmod +x edit_key.sh
+  cp tiny.json key.json
+  CLEAVE_FAULT_INJECT_1=1:5:forward:kill timed sup --slots 2 --keep-layout --max-restarts 3 --health-check "$work/edit_key.sh" \
+    -- key.json --set train.out_dir=key --set checkpoint.background=false > key.log 2>&1 && { cat key.log; fail "an unknown key: exit 0"; }
+  grep -q "run: giving up at once, a restart cannot cure this (1 of --max-restarts 3 restarts made, the rest not spent): bad input: config key.json: unknown key optimizer.lrr (did you mean optimizer.lr?); .*fix the command line or the config" key.log \
+    || { cat key.log; fail "an unknown key: the supervisor's message"; }
+  [ "$(field key/supervisor/supervisor.json 'len(d["attempts"])')" = 2 ] || { cat key.log; fail "an unknown key: restarted again"; }
+  [ "$(field key/supervisor/supervisor.json 'd["attempts"][1]["exit_code"]')" = 64 ] || fail "the attempt's exit code is not 64"
+  # A typo in --allow-config-change: the trainer refuses it before any work (no run directory, no world), exit 64,
+  # naming the key and the nearest one; cleave run refuses it before starting any job.
+  "$cleave" train tiny.json --set train.out_dir=typo --resume auto --allow-config-change optimizer.lrr > typo.log 2>&1; rc=$?
+  [ $rc = 64 ] || { cat typo.log; fail "a typo in --allow-config-change: the trainer exited $rc, not 64"; }
+  grep -q "^error: --allow-config-change: 'optimizer.lrr' is not a config key (did you mean optimizer.lr?)" typo.log \
+    || { cat typo.log; fail "a typo in --allow-config-change: the trainer's message"; }
+  [ ! -e typo ] && ! grep -q "comm backend" typo.log || { cat typo.log; fail "a typo in --allow-config-change: work was done first"; }
+  timed sup --slots 2 --max-restarts 3 -- tiny.json --set train.out_dir=typo --resume auto --allow-config-change optimizer.lrr \
+    > typo_run.log 2>&1; rc=$?
+  [ $rc = 64 ] && grep -q "error: --allow-config-change: 'optimizer.lrr' is not a config key (did you mean optimizer.lr?)" typo_run.log \
+    && ! grep -q "run: attempt 1" typo_run.log || { cat typo_run.log; fail "cleave run with a typo in --allow-config-change (exit $rc)"; }
+  # An unknown --set key and an unknown option: exit 64 from the trainer too.
+  "$cleave" train tiny.json --set train.out_dir=typo --set optimizer.lrr=1 > set.log 2>&1; rc=$?
+  [ $rc = 64 ] && grep -q "unknown key optimizer.lrr (did you mean optimizer.lr?)" set.log || { cat set.log; fail "an unknown --set key: exit $rc"; }
+  "$cleave" train tiny.json --set train.out_dir=typo --resum auto > opt.log 2>&1; rc=$?
+  [ $rc = 64 ] && grep -q "unknown option '--resum' (did you mean --resume?)" opt.log || { cat opt.log; fail "an unknown option: exit $rc"; }
+  echo "ok   cure: a refused config change (exit 78), every checkpoint cut short (quick check), an unknown key in the edited config and a typo in --allow-config-change (exit 64) stop the job at once"
   ;;
 sigterm)
   sed 's/"steps": 12/"steps": 100000/' tiny.json > long.json

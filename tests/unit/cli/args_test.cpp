@@ -7,6 +7,7 @@
 
 #include "engine/cli/args.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 
 namespace cleave::cli {
 namespace {
@@ -25,10 +26,12 @@ ArgParser demo() {
   return p;
 }
 
+// The message of the InputError (bad input: ExitCode::kBadInput) parsing `args` throws; "" when none is thrown (a
+// plain Error escapes and fails the test).
 std::string refusal(const ArgParser& p, const std::vector<std::string>& args) {
   try {
     p.parse(args);
-  } catch (const Error& e) {
+  } catch (const InputError& e) {
     return e.what();
   }
   return "";

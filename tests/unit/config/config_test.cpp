@@ -11,19 +11,21 @@
 #include "cleave/config.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "partition/tp_rules.hpp"
 #include "pipeline/schedules/schedules.hpp"
 
 namespace cleave::config {
 namespace {
 
-// Parses `text` with `overrides`, expects cleave::Error, and checks that the message contains each needle.
+// Parses `text` with `overrides`, expects cleave::InputError (bad input: `cleave` exits ExitCode::kBadInput and
+// `cleave run` does not restart it; a plain Error fails the test), and checks that the message contains each needle.
 void expect_error(const std::string& text, const std::vector<std::string>& needles,
                   const std::vector<std::string>& overrides = {}) {
   try {
     (void)parse_config(text, "run.json", overrides);
     ADD_FAILURE() << "no error for: " << text;
-  } catch (const Error& e) {
+  } catch (const InputError& e) {
     const std::string message = e.what();
     EXPECT_EQ(message.find('\n'), std::string::npos) << "message is not one line: " << message;
     for (const auto& needle : needles) {

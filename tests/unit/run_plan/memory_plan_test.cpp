@@ -105,5 +105,34 @@ TEST(MemoryPlan, SplitBackwardHoldsWhatWeightGradientsNeedUntilW) {
   EXPECT_GT(saved_split, 0.0);
 }
 
+// ZeRO-2 reduced once per step: the gradients peak at the full buckets plus what their trades for shards add, in
+// bucket order (a shard allocated, then its bucket freed): max over k of shard_k − Σ_{j<k}(bucket_j − shard_j), by
+// hand on an mlp (64 → 8 → 1000) at dp 2 with 0.005 MiB buckets (1310 f32 elements). Ready order, the last block
+// first and each block's tensors last to first: b2 (1000), W2 (8000), b1 (8), W1 (512). Buckets: b2 alone (W2 would
+// pass the cap), 1000 → 1008 at 16-element alignment; W2 alone, 8000; b1 from 0 and W1 from 16: 528. Shards (÷ 2):
+// 504, 4000, 264. The second trade adds 4000 − (1008 − 504) = 3496 elements, more than the first's 504: a lone
+// large tensor after a small bucket. (The former bound, a whole dp_bucket_mb bucket's shard, was 2621 B here.)
+TEST(MemoryPlan, ZeroTwoPerStepTradesBucketsInOrderByHand) {
+  for (const char* wire : {"fp32", "bf16"}) {
+    SCOPED_TRACE(wire);
+    config::RunConfig c = config::parse_config(R"({
+      "model": {"type": "mlp", "in_features": 64, "hidden": [8], "num_classes": 1000},
+      "batch": {"global_batch_size": 4, "micro_batch_size": 1}, "parallel": {"dp_bucket_mb": 0.005},
+      "optimizer": {"type": "adamw", "zero_stage": 2, "zero_reduce": "per_step"}, "data": {"type": "synthetic"}})",
+                                               "<string>", {std::string("parallel.grad_reduce_dtype=") + wire});
+    c.resolve(2);
+    const Plan plan = make_plan(c, static_cast<int>(c.resolved_batch().gradient_accumulation_steps), 0);
+    const MemoryPlan m = estimate_rank_memory(plan, c, 0);
+    const auto at = [&m](MemoryCategory k) { return m.bytes[static_cast<std::size_t>(k)]; };
+    const std::int64_t buckets = 1008 + 8000 + 528;
+    EXPECT_EQ(at(MemoryCategory::kParameters), 4 * buckets);  // the flat f32 values, laid out like the buckets
+    EXPECT_EQ(at(MemoryCategory::kOptimizerState), 2 * 4 * (504 + 4000 + 264));  // AdamW's two moments of the shards
+    // A bf16 wire frees each f32 bucket at its launch and allocates the shards in finish(): the buckets alone.
+    const bool staged = std::string(wire) == "bf16";
+    EXPECT_EQ(at(MemoryCategory::kGradients), 4 * (buckets + (staged ? 0 : 4000 - (1008 - 504))));
+    EXPECT_EQ(m.gradients_between_steps, 0);
+  }
+}
+
 }  // namespace
 }  // namespace cleave::run_plan

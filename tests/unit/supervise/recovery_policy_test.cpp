@@ -13,6 +13,7 @@
 #include "engine/checkpoint/checkpoint_damage.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/exit_code.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/supervise/recovery_policy.hpp"
 #include "engine/supervise/restart_record.hpp"
 
@@ -101,9 +102,31 @@ TEST(ClassifyFailure, CheckpointMismatchExitCodeIsItsOwnKindWithTheWholeLineAndN
   EXPECT_TRUE(restart_can_cure(classify_failure("[rank 0/2] error: " + line + "\n", 1).kind));
 }
 
+TEST(ClassifyFailure, BadInputExitCodeIsItsOwnKindWithTheWholeLineAndNoRestart) {
+  // A typo in --allow-config-change (the trainer's check before any work), as cleave train prints it.
+  const std::string line = "--allow-config-change: 'optimizer.lrr' is not a config key (did you mean optimizer.lr?)";
+  const Failure f = classify_failure("error: " + line + "\n", exit_status(ExitCode::kBadInput));
+  EXPECT_EQ(f.kind, FailureKind::kBadInput);
+  EXPECT_EQ(f.why, line);
+  EXPECT_EQ(failure_kind_name(f.kind), "bad input");
+  EXPECT_FALSE(restart_can_cure(f.kind));
+  EXPECT_EQ(classify_failure("", exit_status(ExitCode::kBadInput)).kind, FailureKind::kBadInput);
+  // An unknown --set key on one rank's line under mpirun: the same kind, its rank named.
+  const Failure r = classify_failure("[rank 0/2] error: --set optimizer.lrr=1: unknown key optimizer.lrr (did you "
+                                     "mean optimizer.lr?)\n", exit_status(ExitCode::kBadInput));
+  EXPECT_EQ(r.kind, FailureKind::kBadInput);
+  EXPECT_EQ(r.ranks, std::vector<int>{0});
+  // The kind comes from the exit code only: the same line with exit 1 is an ordinary error, worth a restart.
+  EXPECT_EQ(classify_failure("error: " + line + "\n", 1).kind, FailureKind::kUnknown);
+  EXPECT_TRUE(restart_can_cure(classify_failure("error: " + line + "\n", 1).kind));
+  EXPECT_EQ(exit_status(ExitCode::kBadInput), 64);  // BSD sysexits.h EX_USAGE
+}
+
 TEST(ExitCodeOf, EachErrorTypeHasItsOwnCode) {
   EXPECT_EQ(checkpoint::exit_code_of(checkpoint::NoIntactCheckpoint("x")), 66);
   EXPECT_EQ(checkpoint::exit_code_of(checkpoint::CheckpointMismatch("x")), 78);
+  EXPECT_EQ(checkpoint::exit_code_of(InputError("x")), 64);
+  EXPECT_EQ(checkpoint::exit_code_of(ConfigKeyError("model.d_model", "x")), 1);  // a later check on a config value
   EXPECT_EQ(checkpoint::exit_code_of(checkpoint::CheckpointDamage("x")), 1);  // --resume auto falls back on it
   EXPECT_EQ(checkpoint::exit_code_of(Error("x")), 1);
   EXPECT_EQ(checkpoint::exit_code_of(std::runtime_error("x")), 1);

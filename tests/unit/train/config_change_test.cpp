@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/train/config_change.hpp"
 
 namespace cleave::train {
@@ -80,6 +81,29 @@ TEST(ConfigChange, AnAllowListTypoAllowsNothing) {
   after["optimizer"]["lr"] = 0.001;
   const std::string e = error_of(config_changes(base(), after), {"optimizer.lrr"}, after);
   EXPECT_NE(e.find("--allow-config-change: 'optimizer.lrr' is not a config key"), std::string::npos) << e;
+}
+
+// The allow list alone, checked before any work (cleave train, cleave run): a typo is bad input (InputError, exit
+// ExitCode::kBadInput, never restarted), naming each unknown entry and the nearest key, else its section's keys.
+TEST(ConfigChange, AllowListTyposAreBadInputWithTheNearestKey) {
+  EXPECT_NO_THROW(check_allowed_keys({}, base()));
+  EXPECT_NO_THROW(check_allowed_keys({"optimizer.lr", "data.path", "train.steps"}, base()));
+  std::string message;
+  try {
+    check_allowed_keys({"optimizer.lr", "optimizer.lrr", "data.pth", "optimizer.zzzzzzzz", "lr", "optimizer"}, base());
+  } catch (const InputError& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("--allow-config-change: 'optimizer.lrr' is not a config key (did you mean optimizer.lr?)"),
+            std::string::npos) << message;
+  EXPECT_NE(message.find("'data.pth' is not a config key (did you mean data.path?)"), std::string::npos) << message;
+  EXPECT_NE(message.find("'optimizer.zzzzzzzz' is not a config key (the keys of optimizer are optimizer.betas, "
+                         "optimizer.lr, optimizer.type, optimizer.zero_stage)"),
+            std::string::npos) << message;
+  EXPECT_NE(message.find("'lr' is not a config key (give full key paths"), std::string::npos) << message;
+  // A section is no key: the flag allows leaves, as config.json writes them.
+  EXPECT_NE(message.find("'optimizer' is not a config key"), std::string::npos) << message;
+  EXPECT_EQ(message.find("'optimizer.lr' is not"), std::string::npos) << message;
 }
 
 TEST(ConfigChange, KeysTheLoaderChecksAreLeftToIt) {

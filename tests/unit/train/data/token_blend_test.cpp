@@ -132,9 +132,34 @@ TEST(TokenBlend, RelativePathsInAConfigFileResolveAgainstItsDirectory) {
   EXPECT_EQ(c.data.paths, std::vector<std::string>{(dir.path() / "shards/t_*.bin").string()});
   EXPECT_EQ(c.data.val_path, (dir.path() / "shards/t_0.bin").string());
   EXPECT_NO_THROW((void)make_data_source(c, Split::kTrain));
-  // A --set value is a command-line value: relative to the working directory, untouched.
+  // A --set value is a command-line value: relative to the working directory, made absolute so the run's config.json
+  // names the same file from anywhere.
   const auto set = config::load_config(config, {"data.val_path=rel/v.bin"});
-  EXPECT_EQ(set.data.val_path, "rel/v.bin");
+  EXPECT_EQ(set.data.val_path, (std::filesystem::current_path() / "rel/v.bin").string());
+}
+
+// The run's config.json (config::to_json of the loaded config) trained from another directory reads the same files:
+// relative paths from the file, from --set and digits' default are all absolute in it. Before, a --set path and the
+// default stayed relative and so resolved against the run directory when that file was trained.
+TEST(TokenBlend, TheRunsConfigJsonNamesTheSameFilesFromAnywhere) {
+  TempDir dir;
+  std::filesystem::create_directories(dir.path() / "conf");
+  std::filesystem::create_directories(dir.path() / "run");
+  const std::string config = dir.file("conf/run.json");
+  std::ofstream(config) << R"({"model": {"seq_len": 8, "vocab_size": 60000, "d_model": 16, "n_heads": 2},
+    "data": {"type": "tokens", "paths": ["../shards/t_*.bin"]}})";
+  const auto c = config::load_config(config, {"data.val_path=rel/v.bin"});
+  const std::string saved = dir.file("run/config.json");
+  std::ofstream(saved) << config::to_json(c);
+  const auto again = config::load_config(saved);
+  EXPECT_EQ(again.data.paths, std::vector<std::string>{(dir.path() / "shards/t_*.bin").string()});
+  EXPECT_EQ(again.data.val_path, (std::filesystem::current_path() / "rel/v.bin").string());
+  EXPECT_EQ(again.data, c.data);
+  // digits' default data/digits.csv.gz: the working directory's, absolute, also after the round trip.
+  const auto digits = config::load_config("", {"model.type=mlp", "data.type=digits"});
+  EXPECT_EQ(digits.data.path, (std::filesystem::current_path() / "data/digits.csv.gz").string());
+  std::ofstream(saved) << config::to_json(digits);
+  EXPECT_EQ(config::load_config(saved).data.path, digits.data.path);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@
 
 namespace cleave::comm {
 class Communicator;
+class Work;
 }
 
 namespace cleave::layers {
@@ -81,11 +82,17 @@ struct Param {
 struct Stash {
   std::vector<Tensor> tensors;
   std::vector<Stash> children;  // stashes of sub-layers, in a fixed order chosen by the composite layer
+  // Exchanges the forward posted and the backward completes: non-blocking collectives whose result only the
+  // backward reads (the moe block's count exchange under context parallelism, layers/moe/balance_exchange.hpp);
+  // their buffers are among `tensors`. Dropping one still in flight waits for it (comm::Work's destructor), so a
+  // stash dropped without its backward (recomputation's first forward, evaluation) stays correct.
+  std::vector<std::shared_ptr<comm::Work>> in_flight;
   void clear() {
     tensors.clear();
     children.clear();
+    in_flight.clear();
   }
-  bool empty() const { return tensors.empty() && children.empty(); }
+  bool empty() const { return tensors.empty() && children.empty() && in_flight.empty(); }
 };
 
 // What a layer runs in: the op context (device, allocator, stream, GEMM mode, precision; kernels/ops) plus

@@ -42,6 +42,7 @@ struct BlockSpec {
   std::int64_t top_k = 0;             // MoeBlock: experts per token
   std::int64_t n_shared_experts = 0;  // MoeBlock: always-on experts (one SwiGLU of n_shared_experts · d_ff)
   bool router_bias = false;           // MoeBlock: the router holds a per-expert selection bias [n_experts]
+  bool aux_loss = false;              // MoeBlock: the load-balancing loss is on (model.aux_loss_coef > 0)
   bool shared_expert_gate = false;    // MoeBlock: the shared experts' output times sigmoid(x · w), w [1, D]
   std::int64_t attention_window = 0;  // LlamaBlock: a query sees the last `window` keys (itself included); 0 = all
   bool qkv_bias = false;          // LlamaBlock: q, k and v projections carry biases (Qwen2)

@@ -5,6 +5,7 @@
 
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/workspace_memory.hpp"
+#include "partition/families/family.hpp"
 
 namespace cleave::run_plan {
 
@@ -35,6 +36,14 @@ void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSp
   if (ring && recompute == partition::Recompute::kSelective) extra += tqkv + td;
   if (recompute == partition::Recompute::kFull) extra += td;
   cost.backward_extra_bytes += extra;
+}
+
+void add_cp_whole_stash(partition::BlockCost& cost, const partition::BlockSpec& block, partition::Recompute recompute,
+                        int cp, bool bf16) {
+  const partition::BlockRules* rules = partition::family_block_rules(block.kind);
+  if (cp <= 1 || rules == nullptr || rules->cp_whole_stash_bytes == nullptr) return;
+  const std::int64_t units = rules->cp_whole_stash_bytes(block) * cp * (bf16 ? 2 : 1);
+  (recompute == partition::Recompute::kFull ? cost.backward_extra_bytes : cost.activation_bytes) += units;
 }
 
 // Context parallelism's exchange buffers (MemoryCategory::kCommunication), per attention block and micro-batch of

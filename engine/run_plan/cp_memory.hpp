@@ -2,7 +2,9 @@
 // backward's extra bytes, add_cp_attention_state) and its K/V exchange buffers (cp_exchange_bytes, declared in
 // memory_plan.hpp). Invariant: both follow the buffers layers/ring_attention.cpp and layers/ulysses.cpp allocate,
 // per attention block and sample (the stash, whole-sequence f32 bytes like the cost model's, ÷ cp by the caller) or
-// per micro-batch (the exchange, in the compute dtype); a block without attention adds nothing.
+// per micro-batch (the exchange, in the compute dtype); a block without attention adds nothing. Besides, what a
+// family's block keeps whole on every cp rank (BlockRules::cp_whole_stash_bytes: moe's expert counts), added by
+// add_cp_whole_stash.
 #pragma once
 
 #include "engine/run_plan/memory_plan.hpp"
@@ -13,6 +15,13 @@ namespace cleave::run_plan {
 // Adds to `cost` (one tp rank's, per sample) what the cp attention core of `block` keeps beyond the one-rank core.
 void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSpec& block,
                             partition::Recompute recompute, int tp, bool ring);
+
+// Adds to `cost` (per sample, in the walk's units: the walk divides by cp and, under bf16, by 2) the bytes `block`
+// keeps whole on every cp rank (BlockRules::cp_whole_stash_bytes), so multiplied by cp (and by 2 under bf16: they
+// are integers): to its forward stash, or, under full recomputation, inside its backward (the first forward's copy
+// is released when that forward ends; the rerun's is held through backward_input).
+void add_cp_whole_stash(partition::BlockCost& cost, const partition::BlockSpec& block, partition::Recompute recompute,
+                        int cp, bool bf16);
 
 // The buffers one attention block holds only while it runs, for the activation walk (BlockTransients): the cp K/V
 // exchange (cp_exchange_bytes' buffers, in the compute dtype) and, with the run's CPU kernels (`threads` > 0), the

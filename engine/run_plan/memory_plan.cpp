@@ -131,6 +131,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
         a.backward_extra_bytes += 2 * half.backward_extra_bytes - whole.backward_extra_bytes;
         a.weight_extra_bytes += 2 * half.weight_extra_bytes - whole.weight_extra_bytes;
       }
+      add_cp_whole_stash(a, block, recompute, cp, bf16);  // after the bf16 fix-up: counted in its own units
       stage_blocks[static_cast<std::size_t>(stage)].push_back(a);
       largest_output = std::max(largest_output, a.output_bytes);
       // On the CPU only a convolution's im2col scales with its output (the stand-in below); the other blocks' ops

@@ -9,6 +9,7 @@
 #include "kernels/ops/ops.hpp"
 #include "layers/comm_wait.hpp"
 #include "layers/layer_util.hpp"
+#include "layers/moe/balance_exchange.hpp"
 #include "layers/moe/expert_dispatch.hpp"
 #include "layers/moe/forced_routing.hpp"
 #include "layers/moe/router_log.hpp"
@@ -20,7 +21,8 @@ namespace cleave::layers {
 namespace {
 
 enum Slot : std::size_t {
-  kX, kLogits, kXp, kG, kU, kH, kO, kRowToken, kTokenRow, kWeight, kRowWeight, kPlan, kBalance
+  kX, kLogits, kXp, kG, kU, kH, kO, kRowToken, kTokenRow, kWeight, kRowWeight, kPlan, kBalanceSums, kBalanceStaging,
+  kNumSlots
 };
 enum BackSlot : std::size_t { kBX, kBDlogits, kBXp, kBDg, kBDu, kBDo, kBH, kBCounts, kBPlan };
 
@@ -114,31 +116,25 @@ std::vector<std::int32_t> forced_for_tokens(const RouterOptions& router, const C
   return out;
 }
 
-// Context parallelism: the aux loss's counts and tokens over the micro-batch's whole sequences (this rank's summed
-// over the cp group, router.hpp balance_over), as a host tensor [E + 1] (counts, then tokens) that the backward
-// reads back; an empty tensor when cp is 1 or the aux loss is off (nothing to exchange).
-Tensor sequence_balance(const Routing& routing, const RouterOptions& router, Context& ctx) {
-  if (ctx.cp_comm == nullptr || ctx.cp_comm->size() == 1 || router.aux_coef == 0.0) return Tensor();
-  const std::int64_t e = routing.experts;
-  Tensor host = Tensor::empty({e + 1}, DType::kI64, MemoryCategory::kActivations, cpu_allocator());
-  auto* v = host.data<std::int64_t>();
-  std::copy(routing.counts.begin(), routing.counts.end(), v);
-  v[e] = routing.tokens;
-  const bool on_host = ctx.device.is_cpu();  // the counts travel on the communicator's device (NCCL: device memory)
-  Tensor wire = on_host ? host : ops::to_device(ctx, host, MemoryCategory::kCommunication);
-  {
-    const CommWaitTimer timer(ctx, CommKind::kContextParallel);
-    ctx.cp_comm->all_reduce(wire, comm::ReduceOp::kSum, *ctx.stream)->wait();
-  }
-  return on_host ? host : ops::to_host(ctx, wire);
+// The stash's view of the count exchange (balance_exchange.hpp) and back: its buffers in two slots, its Work the
+// stash's only exchange in flight.
+void stash_balance(Stash& stash, const BalanceExchange& x) {
+  if (x.work != nullptr) stash.in_flight = {x.work};
 }
 
-// The routing's f_e from `balance` (sequence_balance; empty: this rank's own counts, as routed).
-void apply_balance(Routing& routing, const Tensor& balance, const RouterOptions& router) {
-  if (!balance.defined()) return;
-  const auto* v = balance.data<std::int64_t>();
-  balance_over(routing, std::span<const std::int64_t>(v, static_cast<std::size_t>(routing.experts)),
-               v[routing.experts], router);
+BalanceExchange stashed_balance(const Stash& stash) {
+  if (!stash.tensors[kBalanceSums].defined()) return {};
+  CLEAVE_ASSERT(stash.in_flight.size() == 1, "moe stash: a count buffer without its exchange");
+  return {stash.tensors[kBalanceSums], stash.tensors[kBalanceStaging], stash.in_flight.front()};
+}
+
+// Context parallelism: the aux loss's f_e from the whole micro-batch's counts (router.hpp balance_over), once the
+// exchange the forward posted has completed; nothing when none was posted (cp 1, or the aux loss off).
+void apply_balance(Routing& routing, const Stash& stash, const RouterOptions& router, Context& ctx) {
+  const BalanceExchange x = stashed_balance(stash);
+  if (x.work == nullptr) return;
+  const SequenceBalance whole = finish_balance_exchange(x, routing.experts, ctx);
+  balance_over(routing, whole.counts, whole.tokens, router);
 }
 
 Tensor rows_of(const Tensor& t) { return t.view(Shape{t.numel() / t.shape().last(), t.shape().last()}); }
@@ -237,7 +233,8 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   nt.trans_b = true;
   ops::gemm(ctx, xf, router_weight_->compute(), logits, nt);
   Routing routing = route_stashed(logits, full, ctx);
-  const Tensor balance = sequence_balance(routing, router_, ctx);
+  // Posted now, waited for in backward_input: the forward's outputs do not depend on it (balance_exchange.hpp).
+  const BalanceExchange balance = post_balance_exchange(routing, n / full.dim(full.rank() - 2), router_, ctx);
 
   const Tensor row_token = upload(ctx, routing.row_token, Shape{r}, DType::kI32);
   const Tensor token_row = upload(ctx, routing.token_row, Shape{n, k}, DType::kI32);
@@ -282,19 +279,20 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
     tp_all_reduce(y_full, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
   }
   if (shared_) ops::add_inplace(ctx, y, shared_->forward(x, stash.children[0], ctx));
-  stash.tensors = {full, logits, xp, g, u, h, o, row_token, token_row, weight, row_weight, plan_tensor, balance};
+  stash.tensors = {full, logits, xp, g, u, h, o, row_token, token_row, weight, row_weight, plan_tensor, balance.sums,
+                   balance.staging};
+  stash_balance(stash, balance);
   return y;
 }
 
 Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
-  CLEAVE_ASSERT(stash.tensors.size() == 13, "{}: backward_input without forward", who());
+  CLEAVE_ASSERT(stash.tensors.size() == kNumSlots, "{}: backward_input without forward", who());
   const bool sp = sequence_parallel(ctx, tp_size_);
   const bool ep = expert_parallel(ctx);
   const Tensor full = stash.tensors[kX];
   const Tensor xf = rows_of(full);
   const std::int64_t n = xf.dim(0), e = router_.experts, k = router_.top_k, r = n * k;
   Routing routing = route_stashed(stash.tensors[kLogits], full, ctx);
-  apply_balance(routing, stash.tensors[kBalance], router_);
   const Tensor plan_tensor = stash.tensors[kPlan];
   const Blocks blocks = blocks_of(routing.counts, plan_tensor);
   const std::int64_t rows = rows_of_blocks(blocks);
@@ -336,6 +334,7 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
     mine.resize(static_cast<std::size_t>(n));
     for (std::int64_t i = 0; i < n; ++i) mine[static_cast<std::size_t>(i)] = (i % t) / local == tp_rank_;
   }
+  apply_balance(routing, stash, router_, ctx);  // the first use of the whole micro-batch's counts
   const std::vector<float> dlogits_host =
       router_backward(routing, download(ctx, dweight), ctx.loss_scale, router_, mine);
   Tensor dlogits_f32 = upload(ctx, dlogits_host, Shape{n, e}, DType::kF32);
@@ -376,6 +375,7 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   if (shared_) ops::add_inplace(ctx, dx, shared_->backward_input(dy, stash.children[0], ctx));
   stash.tensors = {full, dlogits, stash.tensors[kXp], dg, du, d_o, stash.tensors[kH], counts_to_tensor(routing.counts),
                    plan_tensor};
+  stash.in_flight.clear();  // the count exchange completed in apply_balance
   return dx;
 }
 

@@ -42,11 +42,14 @@
 // routes exactly as its forward did.
 //
 // Context parallelism (ctx.cp_comm): the rank routes its part of each sequence; the aux loss's f_e is the whole
-// micro-batch's, its counts summed over the cp group once per forward (router.hpp balance_over).
+// micro-batch's, its counts summed over the cp group (router.hpp balance_over) by an all-reduce the forward posts
+// and backward_input waits for just before the router's backward, the first use of the sum (balance_exchange.hpp:
+// the ordering rules, recomputation, the memory it holds).
 //
 // Stash layout: tensors {x (all-gathered under sequence parallelism), logits, xp, g, u, h, o, row_token,
-// token_row, weight, row_weight, plan, balance (the cp-summed counts and tokens, host i64 [E + 1]; an empty tensor
-// at cp 1 or without the aux loss)}; backward_input replaces them by {x, dlogits (compute dtype, the rows this
+// token_row, weight, row_weight, plan, balance sums (the count exchange's buffer, i64 [B, E + 1] on ctx.allocator,
+// summed in place over cp) and its host staging (a GPU only); both empty at cp 1 or without the aux loss)} and the
+// exchange's Work in flight (Stash::in_flight); backward_input replaces them by {x, dlogits (compute dtype, the rows this
 // rank's weight gradient counts), xp, dg, du, do, h, counts, plan}; children {shared}. Under ep, xp, g, u, h (and
 // dg, du, do) are the received rows of this rank's experts, o the outputs returned to this rank's routed rows, and
 // plan the dispatch plan (plan_to_tensor; an empty tensor at ep 1). counts (f32) and plan (i64) are host tensors on

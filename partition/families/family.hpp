@@ -131,6 +131,10 @@ struct BlockRules {
   std::string (*shape_key)(const BlockSpec& block) = nullptr;
   // param_tensors.hpp's block_param_tensors for this kind: one tp rank's parameter tensors, in its layer's order.
   std::vector<ParamTensor> (*param_tensors)(const BlockSpec& block, int tp) = nullptr;
+  // Context parallelism (cp > 1): the bytes per sample the block keeps from its forward to the end of its
+  // backward_input that every cp rank holds whole (not a T / cp share, so the memory plan does not divide them by
+  // cp): moe's cp-summed expert counts (layers/moe/balance_exchange.hpp). Null: none.
+  std::int64_t (*cp_whole_stash_bytes)(const BlockSpec& block) = nullptr;
 };
 
 // The rules of a family-owned block kind; null for the common kinds (embedding, norms, head, loss, linear,

@@ -109,6 +109,7 @@ ModelSpec make_moe_spec(const MoeConfig& given) {
     b.n_shared_experts = config.n_shared_experts;
     b.shared_expert_gate = config.shared_expert_gate;
     b.router_bias = router_kind(config.router) == RouterKind::kSigmoid;
+    b.aux_loss = config.aux_loss_coef > 0.0;
   }
   return spec;
 }

@@ -11,7 +11,9 @@
 // routing adds per sample (the gathered input and the experts' output, [T·k, D] each, and the f32 router
 // logits [T, E]); the roofline adds the router's GEMM and its f32 logits' traffic to the active block's work.
 // Uneven loads (a micro-batch whose tokens crowd into few experts) change none of the byte
-// counts here, since every token always reaches exactly k experts (dropless).
+// counts here, since every token always reaches exactly k experts (dropless). Under context parallelism the block
+// also keeps the count exchange's row per sample, whole on every cp rank (moe_cp_whole_stash_bytes, added by the
+// memory plan: engine/run_plan/cp_memory.hpp).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -149,6 +151,10 @@ TpBlockComm moe_tp_comm(const BlockSpec& block, DType dtype, int tp, bool sequen
   return llama_rules().tp_comm(active_llama_block(block), dtype, tp, sequence_parallel, recompute);
 }
 
+// Context parallelism's count exchange (layers/moe/balance_exchange.hpp): a row of E counts and the token count, i64,
+// per sample, when the load-balancing loss is on.
+std::int64_t moe_cp_whole_stash_bytes(const BlockSpec& b) { return b.aux_loss ? 8 * (b.n_experts + 1) : 0; }
+
 std::string moe_shape_key(const BlockSpec& b) {
   return fmt::format("{} d{} h{} kv{} ff{} e{} k{} s{}{} T{}", block_kind_name(b.kind), b.in_features, b.n_heads,
                      b.n_kv_heads, b.d_ff, b.n_experts, b.top_k, b.n_shared_experts, b.shared_expert_gate ? "g" : "",
@@ -204,6 +210,7 @@ BlockRules moe_block_rules() {
   r.tp_comm = moe_tp_comm;
   r.shape_key = moe_shape_key;
   r.param_tensors = moe_param_tensors;
+  r.cp_whole_stash_bytes = moe_cp_whole_stash_bytes;
   return r;
 }
 

@@ -1,7 +1,8 @@
 // model.type moe under every layout (run under mpiexec, np 2 and 4): tensor parallel (Megatron's expert tensor
 // parallelism: every expert's SwiGLU split), sequence parallelism, every pipeline schedule (with full and
 // selective recomputation), data parallel with ZeRO 1-3, context parallelism (ring and all-to-all, alone, with tp
-// and sequence parallelism, and with ep taken from cp × dp), and bf16 mixed precision each give the per-step
+// and sequence parallelism, with ep taken from cp × dp, and under pp with the V schedules and recomputation), and
+// bf16 mixed precision each give the per-step
 // losses and final parameters of ONE rank from the same seed (the reference runs inside rank 0 on a
 // communicator of its own), as tests/e2e/llama_equivalence_test.cpp does for llama. The model is tiny: 4
 // experts, top-2, a softmax router with the load-balancing and z losses on (so their gradients' scaling is
@@ -92,7 +93,17 @@ std::vector<LayoutCase> layouts_for(int world) {
              {pp(2), schedule("zb_h1"), "optimizer.zero_stage=3", "train.recompute=full"}, rounding},
             {"cp2_ring_tp2_sp", {cp2, tp(2), sp}, tensor_parallel},
             {"ep2_cp2_all_to_all_dp2_zero1",
-             {cp2, a2a, "parallel.expert_model_parallel_size=2", "optimizer.zero_stage=1"}, tensor_parallel}};
+             {cp2, a2a, "parallel.expert_model_parallel_size=2", "optimizer.zero_stage=1"}, tensor_parallel},
+            // The count exchange posted in the forward and waited for in the backward (layers/moe/
+            // balance_exchange.hpp) under the V schedules, recomputed (posted again in the rerun), and with
+            // DualPipeV's overlapped F&B pairs handing the rank over at the ep all-to-alls in between.
+            {"cp2_pp2_dualpipev_full_recompute", {cp2, pp(2), schedule("dualpipev"), "train.recompute=full"},
+             tensor_parallel},
+            {"cp2_pp2_zb_v_sigmoid_shared_full_recompute",
+             {cp2, pp(2), schedule("zb_v"), sigmoid, shared, "train.recompute=full"}, tensor_parallel},
+            {"ep2_cp2_pp2_dualpipev_overlap_full_recompute",
+             {cp2, pp(2), schedule("dualpipev"), "parallel.expert_model_parallel_size=2",
+              "parallel.moe_a2a_overlap=true", "train.recompute=full"}, tensor_parallel}};
   }
   return {};
 }
@@ -257,6 +268,39 @@ TEST(MoeMemory, ActivationMemoryFollowsThePlan) {
                 100.0 * (static_cast<double>(r.planned) / r.measured - 1), static_cast<long long>(r.measured_params),
                 static_cast<long long>(r.planned_params), static_cast<long long>(r.measured_grads),
                 static_cast<long long>(r.planned_grads));
+  }
+}
+
+// Context parallelism's count exchange (layers/moe/balance_exchange.hpp): each moe block keeps a [B, E + 1] i64 row
+// per micro-batch on the run's allocator from its forward to its backward_input, which the plan counts per sample
+// (8 · (E + 1) bytes on every cp rank: partition/families/moe_block.cpp). With the load-balancing loss off nothing
+// is exchanged or kept, and nothing else changes (dropless routing: every shape is the same), so the measured
+// activation peaks with and without it differ by exactly the rows held at the peak, and the plan must differ by
+// the same bytes (GPipe and 1F1B, plain and full recomputation, where the rebuilt row is held inside the backward).
+TEST(MoeMemory, CpCountExchangeIsInThePlan) {
+  auto world = make_world();
+  if (world->size() != 2) GTEST_SKIP() << "runs at 2 ranks";
+  const std::string cp2 = "parallel.context_parallel_size=2", off = "model.aux_loss_coef=0";
+  struct Case {
+    const char* name;
+    std::vector<std::string> overrides;
+  } cases[] = {{"gpipe", {cp2}},
+               {"1f1b", {cp2, "parallel.schedule=1f1b"}},
+               {"gpipe full recompute", {cp2, "train.recompute=full"}}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<std::string> without = c.overrides;
+    without.push_back(off);
+    const MoeMemoryRun on = moe_memory_run(*world, c.overrides);
+    const MoeMemoryRun none = moe_memory_run(*world, without);
+    const std::int64_t measured = on.measured - none.measured, planned = on.planned - none.planned;
+    EXPECT_GT(measured, 0);  // the rows are on the run's allocator, so the measured peak shows them
+    EXPECT_EQ(planned, measured);
+    if (world->rank() == 0) {
+      std::printf("[ memory ] moe cp2 %-20s count rows at the activation peak: measured %lld B planned %lld B "
+                  "(peaks %lld / %lld B)\n", c.name, static_cast<long long>(measured), static_cast<long long>(planned),
+                  static_cast<long long>(on.measured), static_cast<long long>(on.planned));
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `cleave plan`: the search on 2 ranks under a memory cap prints a ranked table whose plans are all under the
 # cap; --write saves plan #1 as a config that `mpiexec -n 2 cleave train` runs unchanged (into a fresh out_dir
-# named after the plan file, while the source config's directory holds a run) (and the measured
+# named after the plan file, while the source config's directory holds a run; also a plan at cp 1 written from a
+# source config at cp 2: its --set lines set cp and ep whatever their value) (and the measured
 # peak is reported next to the plan's estimate); --explain prints plan #1's step term by term (the term rows sum
 # to the total row, which is #1's predicted step) and where runner-ups lose time, per term. Bad input:
 # a world no layout fits, a world larger than any layout can use (refused before the search; and --world 1024
@@ -100,6 +101,16 @@ grep -q "wrote plan #1 to best.json (train.out_dir runs/best, a fresh directory;
 [ "$(cat runs/tiny/metrics.jsonl)" = '{"step": 1}' ] || fail "the source's run directory was touched"
 echo "ok   plan #1: $(sed -n 's/^  1  //p' plan.log | tr -s ' ' | cut -c1-90)"
 echo "     trained: $(grep -o 'peak memory per rank.*' train.log)"
+
+# A source config at cp 2 planned for 3 ranks (no cp2 layout divides 3): plan #1 is at cp 1 and --write must say so;
+# the plan's --set lines wrote cp and ep only above 1, so the source's cp 2 stayed and the plan needed 6 ranks.
+"$cleave" plan tiny.json --world 3 --top 1 --set parallel.context_parallel_size=2 --write best_cp.json > plan_cp.log 2>&1 \
+  || { cat plan_cp.log; fail "cleave plan of a cp2 source"; }
+python3 -c "import json,sys; p=json.load(open('best_cp.json'))['parallel']; sys.exit(p['context_parallel_size'] != 1)" \
+  || { cat plan_cp.log best_cp.json; fail "--write kept the source's context_parallel_size under a cp1 plan"; }
+"${mpiexec[@]}" -n 3 "$cleave" train best_cp.json --set train.steps=1 --set train.eval_batches=0 > train_cp.log 2>&1 \
+  || { cat train_cp.log; fail "the plan written from a cp2 source does not train on 3 ranks"; }
+echo "ok   plan #1 of a cp2 source on 3 ranks (cp1) written with cp 1; trains on 3 ranks"
 
 # cleave simulate --config: the written plan's own step, memory plan per pp rank and its timeline.
 "$cleave" simulate --config best.json --world 2 --json > sim.json 2> sim.log || { cat sim.log sim.json; fail "simulate --config"; }

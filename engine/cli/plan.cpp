@@ -29,6 +29,7 @@
 #include "engine/cli/commands.hpp"
 #include "engine/cli/plan_trial.hpp"
 #include "engine/config/config.hpp"
+#include "engine/config/input_paths.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/progress.hpp"
@@ -430,6 +431,7 @@ void write_best_plan(const std::string& write_path, const std::string& config_pa
   // The cap asked for on the command line travels with the plan: training then refuses a plan over it and
   // the allocator enforces it (a cap from the config is there already).
   if (!limit_text.empty()) chosen.device.memory_limit = result.memory_limit;
+  config::make_input_paths_absolute(chosen);  // a --set data.path stays the file it named wherever best.json lies
   // The plan is a new run: its own train.out_dir beside the source's, named after the plan file (the source's
   // directory may already hold the run the plan was made from, and train refuses to write over a run).
   const std::string source_out_dir = chosen.train.out_dir;

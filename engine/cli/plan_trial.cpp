@@ -22,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/config/config.hpp"
+#include "engine/config/input_paths.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/progress.hpp"
 
@@ -128,6 +129,7 @@ std::string write_trial_config(const std::string& config_path, const std::vector
   if (options.measure_terms) all.push_back("train.trace=true");
   config::RunConfig trial = config::load_config(config_path, all);
   if (options.memory_limit > 0) trial.device.memory_limit = options.memory_limit;
+  config::make_input_paths_absolute(trial);  // the file lies in a temporary directory
   const std::string file = (dir / fmt::format("plan_{}.json", i + 1)).string();
   std::ofstream(file) << config::to_json(trial) << "\n";
   return file;

@@ -12,6 +12,7 @@
 //   4. unknown keys, all of them in one line, each with the closest known key;
 //   5. cross-key checks: validate() (validate.cpp), reported under the key's origin.
 #include "engine/config/config.hpp"
+#include "engine/config/input_paths.hpp"
 
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
@@ -255,6 +256,15 @@ void resolve_input_paths(RunConfig& c, const std::string& config_path, const nlo
   }
 }
 }  // namespace
+
+void make_input_paths_absolute(RunConfig& config) {
+  const auto absolute = [](std::string& p) {
+    if (!p.empty() && std::filesystem::path(p).is_relative()) p = std::filesystem::absolute(p).lexically_normal().string();
+  };
+  absolute(config.data.path);
+  absolute(config.data.val_path);
+  for (std::string& p : config.data.paths) absolute(p);
+}
 
 std::string keyed_message(const ConfigKeyError& error, std::string_view origin,
                           const std::vector<std::string>& overrides) {

@@ -52,10 +52,13 @@ int run_logged(const std::vector<std::string>& argv, const std::string& log) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
-std::string last_line(const std::string& path) {
+// Why a trial run failed: its first error line (a rank's "[rank R/N] error: ..." or the config's "error: ..."),
+// else its last line. The launcher's closing banner ("-----", "Exit code: 1") is last and says nothing.
+std::string failure_line(const std::string& path) {
   std::ifstream in(path);
   std::string line, last;
   while (std::getline(in, line)) {
+    if (line.find("error: ") != std::string::npos) return line;
     if (!line.empty()) last = line;
   }
   return last.empty() ? "(no output)" : last;
@@ -184,7 +187,7 @@ bool run_round(const TrialRun& t, int round, std::vector<TrialResult>& results) 
       t.progress.line(fmt::format("{}: median step {:.2f} ms, {}", what, median * 1e3,
                                   format_seconds(seconds_since(t.started))));
     } else {
-      r.error = fmt::format("exit {}: {}", status, last_line(log));
+      r.error = fmt::format("exit {}: {}", status, failure_line(log));
       r.round_medians.clear();  // a plan that failed once is not ranked on its other rounds
       r.round_steps.clear();
       t.progress.line(fmt::format("{}: failed ({})", what, r.error));

@@ -104,11 +104,11 @@ std::vector<std::string> PlanChoice::overrides() const {
   if (zero_stage >= 2 && zero_reduce != config::ZeroReduce::kAuto) {
     keys.push_back(fmt::format("optimizer.zero_reduce={}", zero_reduce));
   }
-  if (cp > 1) {
-    keys.push_back(fmt::format("parallel.context_parallel_size={}", cp));
-    keys.push_back(fmt::format("parallel.context_parallel_comm={}", cp_comm));
-  }
-  if (ep > 1) keys.push_back(fmt::format("parallel.expert_model_parallel_size={}", ep));
+  // cp and ep are written at 1 too, as apply_to() sets them: a source config at cp 2 or ep 2 keeps that value
+  // under a plan without them otherwise (--write, --trial and cleave run's re-plan would launch another layout).
+  keys.push_back(fmt::format("parallel.context_parallel_size={}", cp));
+  keys.push_back(fmt::format("parallel.context_parallel_comm={}", cp_comm));
+  keys.push_back(fmt::format("parallel.expert_model_parallel_size={}", ep));
   return keys;
 }
 

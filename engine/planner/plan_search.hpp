@@ -55,7 +55,8 @@ struct PlanChoice {
   std::string dense_layout() const;  // layout() without the ep part
   // The zero column of `cleave plan`: the stage, with "m" (per micro-batch) or "s" (per step) for ZeRO-2/3.
   std::string zero_label() const;
-  // The --set overrides that select this plan (parallel.*, batch.*, optimizer.zero_stage, train.recompute).
+  // The --set overrides that select this plan (parallel.*, batch.*, optimizer.zero_stage, train.recompute): every
+  // key apply_to() sets, so load_config(base, overrides()) is apply_to(base) whatever base holds.
   std::vector<std::string> overrides() const;
   // `base` with the same keys set as overrides() would, then config::validate(): the typed way the search
   // edits a candidate. Throws ConfigKeyError for a candidate the config's cross-key checks refuse.

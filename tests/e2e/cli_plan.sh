@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # `cleave plan`: the search on 2 ranks under a memory cap prints a ranked table whose plans are all under the
 # cap; --write saves plan #1 as a config that `mpiexec -n 2 cleave train` runs unchanged (into a fresh out_dir
-# named after the plan file, while the source config's directory holds a run) (and the measured
+# named after the plan file, while the source config's directory holds a run; also a plan at cp 1 written from a
+# source config at cp 2: its --set lines set cp and ep whatever their value) (and the measured
 # peak is reported next to the plan's estimate); --explain prints plan #1's step term by term (the term rows sum
 # to the total row, which is #1's predicted step) and where runner-ups lose time, per term. Bad input:
 # a world no layout fits, a world larger than any layout can use (refused before the search; and --world 1024
@@ -11,7 +12,8 @@
 # --ep-imbalance on a model without experts: one clear error each, nothing written.
 # Plans predicted within 5% of each other are shown as tied, the lowest share of the cap first. Ranks sharing
 # cores are priced by their share and warned about; --trial 2 trains the top two plans under the launcher in
-# interleaved rounds and prints predicted against measured (median, spread, rounds), re-ranking only where one
+# interleaved rounds and prints predicted against measured (median, spread, rounds; a run that fails is named by its
+# error line; a --set data.path stays relative to the working directory), re-ranking only where one
 # plan's range clears the other's, with a progress line per run; a spent budget stops after one round; with
 # --explain the trial prints each plan's traced step against its prediction row by row, naming the largest
 # disagreement (and writes the rows in --json); a tp2 and a cp2 run's traced compute spans carry their waits on
@@ -100,6 +102,16 @@ grep -q "wrote plan #1 to best.json (train.out_dir runs/best, a fresh directory;
 [ "$(cat runs/tiny/metrics.jsonl)" = '{"step": 1}' ] || fail "the source's run directory was touched"
 echo "ok   plan #1: $(sed -n 's/^  1  //p' plan.log | tr -s ' ' | cut -c1-90)"
 echo "     trained: $(grep -o 'peak memory per rank.*' train.log)"
+
+# A source config at cp 2 planned for 3 ranks (no cp2 layout divides 3): plan #1 is at cp 1 and --write must say so;
+# the plan's --set lines wrote cp and ep only above 1, so the source's cp 2 stayed and the plan needed 6 ranks.
+"$cleave" plan tiny.json --world 3 --top 1 --set parallel.context_parallel_size=2 --write best_cp.json > plan_cp.log 2>&1 \
+  || { cat plan_cp.log; fail "cleave plan of a cp2 source"; }
+python3 -c "import json,sys; p=json.load(open('best_cp.json'))['parallel']; sys.exit(p['context_parallel_size'] != 1)" \
+  || { cat plan_cp.log best_cp.json; fail "--write kept the source's context_parallel_size under a cp1 plan"; }
+"${mpiexec[@]}" -n 3 "$cleave" train best_cp.json --set train.steps=1 --set train.eval_batches=0 > train_cp.log 2>&1 \
+  || { cat train_cp.log; fail "the plan written from a cp2 source does not train on 3 ranks"; }
+echo "ok   plan #1 of a cp2 source on 3 ranks (cp1) written with cp 1; trains on 3 ranks"
 
 # cleave simulate --config: the written plan's own step, memory plan per pp rank and its timeline.
 "$cleave" simulate --config best.json --world 2 --json > sim.json 2> sim.log || { cat sim.log sim.json; fail "simulate --config"; }
@@ -355,6 +367,25 @@ print(f"ok   trial: #1 {a['measured_step_s']*1e3:.2f} ms +-{a['measured_spread']
       f"+-{b['measured_spread']:.1%}: {'re-ranked' if clear_b else 'tied' if tied else 'kept'}")
 PY
 echo "ok   --trial 2: $(grep -A2 'pred/meas' trial.log | tail -2 | tr -s ' ' | tr '\n' ';') $(grep -o 're-ranked.*\|the planner.s #1 .*' trial.log)"
+
+# A --set data.path is relative to the working directory: the trial's configs (written to a temporary directory)
+# and --write into another directory keep naming that file (they named it relative to the written file: every
+# trial run failed, and sub/best.json read sub/corpus.txt).
+python3 -c "print('the quick brown fox jumps over the lazy dog. ' * 40)" > corpus.txt
+text=(--set model.vocab_size=256 --set data.type=text --set data.path=corpus.txt)
+"$cleave" plan tiny.json --world 2 --top 1 --trial 1 --trial-steps 3 --trial-rounds 1 --launcher "${mpiexec[*]}" \
+  "${text[@]}" --write sub/best_text.json > trial_text.log 2>&1 || { cat trial_text.log; fail "--trial with --set data.path"; }
+grep -q "median step" trial_text.log || { cat trial_text.log; fail "the trial with --set data.path trained nothing"; }
+python3 -c "import json,os,sys; p=json.load(open('sub/best_text.json'))['data']['path']; sys.exit(p != os.path.abspath('corpus.txt'))" \
+  || { cat sub/best_text.json; fail "--write sub/best_text.json does not name ./corpus.txt"; }
+echo "ok   --trial and --write with --set data.path=corpus.txt (relative to the working directory)"
+# A plan that fails to train is listed with the run's own error line (it was mpiexec's closing banner, "-----").
+"$cleave" plan tiny.json --world 2 --top 1 --trial 1 --trial-steps 3 --trial-rounds 1 --launcher "${mpiexec[*]}" \
+  "${text[@]}" --set data.path=missing.txt > trial_fail.log 2>&1 \
+  && { cat trial_fail.log; fail "a trial where no plan trains succeeded"; }
+grep -q "failed (exit 1: .*error: data file .*/missing.txt: no such file" trial_fail.log \
+  || { cat trial_fail.log; fail "the failed trial run is not named by its error line"; }
+echo "ok   a failed trial run: $(grep -o 'failed (exit 1: .*' trial_fail.log | head -1)"
 
 # --trial 2 --explain: each trained plan's traced step against its prediction row by row (no timing asserted):
 # a table per plan whose measured rows sum to its measured total, a row named as the largest disagreement, and the

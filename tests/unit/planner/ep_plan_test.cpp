@@ -1,8 +1,8 @@
 // The planner and the memory plan with expert parallelism (docs/planner.md, "Expert parallelism"): a rank's
 // experts, gradients and optimizer state at ep 1, 2 and 4 counted by hand; the routed-row stash of an imbalanced
 // rank; the four all-to-alls and the count exchange priced from a link's alpha-beta figures, by hand; ep searched only
-// for moe models and only where it divides the experts and dp × cp; and an ep layout chosen when the experts fit no
-// other way.
+// for moe models and only where it divides the experts and dp × cp; an ep layout chosen when the experts fit no other
+// way; and a plan's --set lines selecting its cp and ep from a source config at other values.
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -287,6 +287,28 @@ TEST_F(EpPlanSearch, SearchesEpTimesTensorParallel) {
   ASSERT_GT(ep_tp, 0) << "no tp2 ep2 plan ranked";
   ASSERT_GT(tp_only, 0);
   EXPECT_LT(ep_tp, tp_only);
+}
+
+// A plan's --set lines (what --write, --trial, --json and cleave run's re-plan hand on) select exactly the layout
+// the search estimated (apply_to), also from a source config at cp 2 and ep 2: a plan at cp 1 or ep 1 must set them
+// back to 1 (they were written only above 1, so the source's cp 2 / ep 2 stayed and the plan was refused or ran on
+// another world).
+TEST_F(EpPlanSearch, OverridesSelectThePlanFromASourceAtCpAndEp) {
+  const std::string path = write("moe.json", kMoe);
+  const std::vector<std::string> source = {"parallel.expert_model_parallel_size=2", "parallel.context_parallel_size=2"};
+  const SearchResult r = search_plans(path, source, profile(), SearchOptions{4, 0});
+  const config::RunConfig base = config::load_config(path, source);
+  int without_cp = 0, without_ep = 0;
+  for (const auto& e : r.ranked) {
+    std::vector<std::string> all = source;
+    for (const auto& o : e.choice.overrides()) all.push_back(o);
+    EXPECT_EQ(config::to_json(config::load_config(path, all)), config::to_json(e.choice.apply_to(base)))
+        << e.choice.layout();
+    without_cp += e.choice.cp == 1;
+    without_ep += e.choice.ep == 1;
+  }
+  EXPECT_GT(without_cp, 0);
+  EXPECT_GT(without_ep, 0);
 }
 
 TEST_F(EpPlanSearch, ChoosesExpertParallelWhenExpertsDoNotFitOtherwise) {

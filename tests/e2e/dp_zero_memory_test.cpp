@@ -249,7 +249,9 @@ TEST(ZeroMemory, ZeroTwoPerStepTradesBucketsInOrder) {
                 static_cast<long long>(buckets));
     EXPECT_EQ(planned, stats.peak_of(MemoryCategory::kGradients)) << "rank " << world->rank();
     EXPECT_EQ(buckets, stats.peak_of(MemoryCategory::kParameters)) << "rank " << world->rank();
-    if (std::string(wire) == "fp32") EXPECT_GT(planned, buckets);  // a trade adds a shard
+    if (std::string(wire) == "fp32") {
+      EXPECT_GT(planned, buckets);  // a trade adds a shard
+    }
   }
 }
 

@@ -39,9 +39,10 @@ constexpr int64_t kInvariantSlice = 64;
 // oneDNN's fastest matmul kernels (brgemm, in 2.6) take a plain (untransposed) A and a dense C; a column slice of
 // C (ldc > n) runs its older gemm:jit kernels instead. Measured per call on the example GPT's bf16 shapes (2-vCPU
 // Zen 4, DNNL_VERBOSE): a 512x512x128 forward with the bias as two row slices 0.76x the thread time of two
-// column slices, the 512x512x128 input gradient 0.81x; f32 level (0.96-1.02x); a transposed A (weight gradients)
-// gains nothing from dense C slices and keeps the longer side (rows of a 128-row C were 1.11x).
-constexpr SliceSide kOneDnnSide = SliceSide::kRows;
+// column slices, the 512x512x128 input gradient 0.81x. Only bf16 operands take row slices: f32 was level
+// (0.96-1.02x per call, whole steps within noise), so its slicing is OpenBLAS's; a transposed A (weight
+// gradients) gains nothing from dense C slices and keeps the longer side (rows of a 128-row C were 1.11x).
+constexpr SliceSide kOneDnnBf16Side = SliceSide::kRows;
 
 void check_gemm(const char* op, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
                 int64_t ldc) {
@@ -101,7 +102,7 @@ F32Library f32_library(GemmBackend backend) {
     case GemmBackend::kBlis:
       return {gemm_detail::sgemm_blis, false, SliceSide::kLonger};
     case GemmBackend::kOneDnn:
-      return {gemm_detail::sgemm_onednn, false, kOneDnnSide};
+      return {gemm_detail::sgemm_onednn, false, SliceSide::kLonger};
   }
   CLEAVE_ASSERT(false, "unknown GemmBackend {}", static_cast<int>(backend));
 }
@@ -164,7 +165,7 @@ void gemm_threaded(Kernel<In, Out> kernel, bool threads_itself, SliceSide side, 
   // kPerThread slicing only pays when the library is single-threaded and a team is free.
   const bool sliceable = slicing == GemmSlicing::kShapeFixed || (!omp_in_parallel() && !threads_itself);
   const int threads = sliceable ? omp_get_max_threads() : 1;
-  const SliceSide plan_side = trans_a ? SliceSide::kLonger : side;  // see kOneDnnSide
+  const SliceSide plan_side = trans_a ? SliceSide::kLonger : side;  // see kOneDnnBf16Side
   const std::vector<GemmSlice> plan = gemm_slice_plan(slicing, m, n, k, threads, plan_side);
   if (plan.size() == 1) {
     gemm_unchecked(kernel, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias);
@@ -285,13 +286,13 @@ void gemm_bf16_strided_batched(GemmBackend backend, bool trans_a, bool trans_b, 
   if (m == 0 || n == 0 || batch == 0) return;
   CLEAVE_ASSERT(k == 0 || (a != nullptr && b != nullptr), "gemm_bf16: null A or B");
   if (c.f32 != nullptr) {
-    gemm_batched<std::uint16_t, float>(gemm_detail::bf16gemm_onednn_f32, false, kOneDnnSide, trans_a, trans_b, m, n, k,
-                                       alpha, a, lda, stride_a, b, ldb, stride_b, beta, c.f32, ldc, stride_c, batch,
+    gemm_batched<std::uint16_t, float>(gemm_detail::bf16gemm_onednn_f32, false, kOneDnnBf16Side, trans_a, trans_b, m, n,
+                                       k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c.f32, ldc, stride_c, batch,
                                        slicing, bias);
   } else {
-    gemm_batched<std::uint16_t, std::uint16_t>(gemm_detail::bf16gemm_onednn_bf16, false, kOneDnnSide, trans_a, trans_b,
-                                               m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c.bf16, ldc,
-                                               stride_c, batch, slicing, bias);
+    gemm_batched<std::uint16_t, std::uint16_t>(gemm_detail::bf16gemm_onednn_bf16, false, kOneDnnBf16Side, trans_a,
+                                               trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta,
+                                               c.bf16, ldc, stride_c, batch, slicing, bias);
   }
 }
 

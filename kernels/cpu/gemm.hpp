@@ -37,7 +37,7 @@ struct GemmSlice {
 // which kernels the machine's OpenBLAS picked.
 // Which side of C the slices cut: kLonger, C's longer side (columns when n >= m); kRows, rows (each slice a dense
 // block of C, what oneDNN's fastest kernels take) unless C has under 128 rows, then the longer side. gemm.cpp picks
-// the side per library (OpenBLAS and BLIS kLonger, oneDNN kRows when A is not transposed).
+// the side per call (kRows for oneDNN's bf16 kernels when A is not transposed, else kLonger).
 enum class SliceSide { kLonger, kRows };
 std::vector<GemmSlice> gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n, int64_t k, int threads,
                                        SliceSide side = SliceSide::kLonger);

@@ -36,6 +36,13 @@ constexpr double kSliceMinMnk = 1048576.0;
 constexpr int64_t kSliceAlign = 16;
 // Deterministic mode: slice width (columns or rows), a multiple of kSliceAlign.
 constexpr int64_t kInvariantSlice = 64;
+// oneDNN's fastest matmul kernels (brgemm, in 2.6) take a plain (untransposed) A and a dense C; a column slice of
+// C (ldc > n) runs its older gemm:jit kernels instead. Measured per call on the example GPT's bf16 shapes (2-vCPU
+// Zen 4, DNNL_VERBOSE): a 512x512x128 forward with the bias as two row slices 0.76x the thread time of two
+// column slices, the 512x512x128 input gradient 0.81x. Only bf16 operands take row slices: f32 was level
+// (0.96-1.02x per call, whole steps within noise), so its slicing is OpenBLAS's; a transposed A (weight
+// gradients) gains nothing from dense C slices and keeps the longer side (rows of a 128-row C were 1.11x).
+constexpr SliceSide kOneDnnBf16Side = SliceSide::kRows;
 
 void check_gemm(const char* op, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, int64_t lda, int64_t ldb,
                 int64_t ldc) {
@@ -85,16 +92,17 @@ using Kernel = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const In*,
 struct F32Library {
   Kernel<float, float> kernel;
   bool threads_itself;
+  SliceSide side;  // the side of C its slices cut (for an untransposed A)
 };
 
 F32Library f32_library(GemmBackend backend) {
   switch (backend) {
     case GemmBackend::kOpenBlas:
-      return {gemm_detail::sgemm_openblas, openblas_get_num_threads() > 1};
+      return {gemm_detail::sgemm_openblas, openblas_get_num_threads() > 1, SliceSide::kLonger};
     case GemmBackend::kBlis:
-      return {gemm_detail::sgemm_blis, false};
+      return {gemm_detail::sgemm_blis, false, SliceSide::kLonger};
     case GemmBackend::kOneDnn:
-      return {gemm_detail::sgemm_onednn, false};
+      return {gemm_detail::sgemm_onednn, false, SliceSide::kLonger};
   }
   CLEAVE_ASSERT(false, "unknown GemmBackend {}", static_cast<int>(backend));
 }
@@ -151,13 +159,14 @@ void gemm_slice(Kernel<In, Out> kernel, const GemmSlice& slice, bool trans_a, bo
 // One GEMM, its slices shared out over the OpenMP team unless the library threads the call itself (see the
 // file comment). Inside a parallel region (the batched path) it runs on the calling thread.
 template <typename In, typename Out>
-void gemm_threaded(Kernel<In, Out> kernel, bool threads_itself, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                   int64_t k, float alpha, const In* a, int64_t lda, const In* b, int64_t ldb, float beta, Out* c,
-                   int64_t ldc, GemmSlicing slicing, const float* bias = nullptr) {
+void gemm_threaded(Kernel<In, Out> kernel, bool threads_itself, SliceSide side, bool trans_a, bool trans_b, int64_t m,
+                   int64_t n, int64_t k, float alpha, const In* a, int64_t lda, const In* b, int64_t ldb, float beta,
+                   Out* c, int64_t ldc, GemmSlicing slicing, const float* bias = nullptr) {
   // kPerThread slicing only pays when the library is single-threaded and a team is free.
   const bool sliceable = slicing == GemmSlicing::kShapeFixed || (!omp_in_parallel() && !threads_itself);
   const int threads = sliceable ? omp_get_max_threads() : 1;
-  const std::vector<GemmSlice> plan = gemm_slice_plan(slicing, m, n, k, threads);
+  const SliceSide plan_side = trans_a ? SliceSide::kLonger : side;  // see kOneDnnBf16Side
+  const std::vector<GemmSlice> plan = gemm_slice_plan(slicing, m, n, k, threads, plan_side);
   if (plan.size() == 1) {
     gemm_unchecked(kernel, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, bias);
     return;
@@ -176,9 +185,9 @@ void gemm_threaded(Kernel<In, Out> kernel, bool threads_itself, bool trans_a, bo
 }
 
 template <typename In, typename Out>
-void gemm_batched(Kernel<In, Out> kernel, bool threads_itself, bool trans_a, bool trans_b, int64_t m, int64_t n,
-                  int64_t k, float alpha, const In* a, int64_t lda, int64_t stride_a, const In* b, int64_t ldb,
-                  int64_t stride_b, float beta, Out* c, int64_t ldc, int64_t stride_c, int64_t batch,
+void gemm_batched(Kernel<In, Out> kernel, bool threads_itself, SliceSide side, bool trans_a, bool trans_b, int64_t m,
+                  int64_t n, int64_t k, float alpha, const In* a, int64_t lda, int64_t stride_a, const In* b,
+                  int64_t ldb, int64_t stride_b, float beta, Out* c, int64_t ldc, int64_t stride_c, int64_t batch,
                   GemmSlicing slicing, const float* bias = nullptr) {
   if (m == 0 || n == 0 || batch == 0) return;
   const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
@@ -191,8 +200,8 @@ void gemm_batched(Kernel<In, Out> kernel, bool threads_itself, bool trans_a, boo
     return;
   }
   for (int64_t i = 0; i < batch; ++i) {
-    gemm_threaded(kernel, threads_itself, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b,
-                  ldb, beta, c + i * stride_c, ldc, slicing, bias);
+    gemm_threaded(kernel, threads_itself, side, trans_a, trans_b, m, n, k, alpha, a + i * stride_a, lda,
+                  b + i * stride_b, ldb, beta, c + i * stride_c, ldc, slicing, bias);
   }
 }
 
@@ -210,15 +219,16 @@ void check_bf16_backend(const char* op, GemmBackend backend, Bf16GemmOut c) {
 
 }  // namespace
 
-std::vector<GemmSlice> gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n, int64_t k, int threads) {
+std::vector<GemmSlice> gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n, int64_t k, int threads,
+                                       SliceSide side) {
   const double mnk = static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  const bool split_n = n >= m;
+  const bool rows = side == SliceSide::kRows && m >= 2 * kInvariantSlice;
+  const bool split_n = !rows && n >= m;
   const int64_t extent = split_n ? n : m;
   const std::vector<GemmSlice> whole{GemmSlice{split_n, 0, extent}};
   std::vector<GemmSlice> plan;
   if (slicing == GemmSlicing::kShapeFixed) {
-    // kInvariantSlice-wide pieces along C's longer side, by shape only: the same sgemm calls for any
-    // thread count.
+    // kInvariantSlice-wide pieces along the chosen side, by shape only: the same calls for any thread count.
     if (k == 0 || mnk < kSliceMinMnk || extent < 2 * kInvariantSlice) return whole;
     for (int64_t lo = 0; lo < extent; lo += kInvariantSlice) {
       plan.push_back(GemmSlice{split_n, lo, std::min(extent, lo + kInvariantSlice)});
@@ -239,8 +249,8 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   CLEAVE_ASSERT(m == 0 || n == 0 || c != nullptr, "gemm: null C for a {}x{} result", m, n);
   CLEAVE_ASSERT(m == 0 || n == 0 || k == 0 || (a != nullptr && b != nullptr), "gemm: null A or B");
   const F32Library lib = f32_library(backend);
-  gemm_threaded(lib.kernel, lib.threads_itself, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc,
-                slicing);
+  gemm_threaded(lib.kernel, lib.threads_itself, lib.side, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
+                ldc, slicing);
 }
 
 void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -252,8 +262,8 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   if (m == 0 || n == 0 || batch == 0) return;
   CLEAVE_ASSERT(c != nullptr && (k == 0 || (a != nullptr && b != nullptr)), "gemm_strided_batched: null pointer");
   const F32Library lib = f32_library(backend);
-  gemm_batched(lib.kernel, lib.threads_itself, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
-               beta, c, ldc, stride_c, batch, slicing);
+  gemm_batched(lib.kernel, lib.threads_itself, lib.side, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
+               stride_b, beta, c, ldc, stride_c, batch, slicing);
 }
 
 void gemm_bf16(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -276,13 +286,13 @@ void gemm_bf16_strided_batched(GemmBackend backend, bool trans_a, bool trans_b, 
   if (m == 0 || n == 0 || batch == 0) return;
   CLEAVE_ASSERT(k == 0 || (a != nullptr && b != nullptr), "gemm_bf16: null A or B");
   if (c.f32 != nullptr) {
-    gemm_batched<std::uint16_t, float>(gemm_detail::bf16gemm_onednn_f32, false, trans_a, trans_b, m, n, k, alpha, a,
-                                       lda, stride_a, b, ldb, stride_b, beta, c.f32, ldc, stride_c, batch, slicing,
-                                       bias);
+    gemm_batched<std::uint16_t, float>(gemm_detail::bf16gemm_onednn_f32, false, kOneDnnBf16Side, trans_a, trans_b, m, n,
+                                       k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c.f32, ldc, stride_c, batch,
+                                       slicing, bias);
   } else {
-    gemm_batched<std::uint16_t, std::uint16_t>(gemm_detail::bf16gemm_onednn_bf16, false, trans_a, trans_b, m, n, k,
-                                               alpha, a, lda, stride_a, b, ldb, stride_b, beta, c.bf16, ldc, stride_c,
-                                               batch, slicing, bias);
+    gemm_batched<std::uint16_t, std::uint16_t>(gemm_detail::bf16gemm_onednn_bf16, false, kOneDnnBf16Side, trans_a,
+                                               trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta,
+                                               c.bf16, ldc, stride_c, batch, slicing, bias);
   }
 }
 

@@ -35,7 +35,12 @@ struct GemmSlice {
 // thread: one slice covering C when slicing does not pay. A pure function of its arguments, so the
 // determinism contract (kShapeFixed: the same slices for every thread count) is testable without relying on
 // which kernels the machine's OpenBLAS picked.
-std::vector<GemmSlice> gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n, int64_t k, int threads);
+// Which side of C the slices cut: kLonger, C's longer side (columns when n >= m); kRows, rows (each slice a dense
+// block of C, what oneDNN's fastest kernels take) unless C has under 128 rows, then the longer side. gemm.cpp picks
+// the side per call (kRows for oneDNN's bf16 kernels when A is not transposed, else kLonger).
+enum class SliceSide { kLonger, kRows };
+std::vector<GemmSlice> gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n, int64_t k, int threads,
+                                       SliceSide side = SliceSide::kLonger);
 
 // `backend` must be built (gemm_backend_built); an absent one throws Error naming it.
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,

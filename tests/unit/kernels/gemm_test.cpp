@@ -105,6 +105,38 @@ TEST(KernelGemm, SlicedOverOpenMpThreads) {
   omp_set_num_threads(saved_omp);
 }
 
+// SliceSide::kRows (oneDNN's side for an untransposed A): the slices tile C's rows in order, the same for every
+// thread count in deterministic mode, so each slice is a dense block of C; a C of under 128 rows keeps the longer
+// side; kLonger is the default.
+TEST(KernelGemm, RowSidePlanTilesRowsUnlessCIsShort) {
+  const int64_t shapes[][3] = {{200, 515, 77}, {512, 512, 128}, {130, 900, 64}, {515, 96, 77}};
+  for (const auto& shape : shapes) {
+    const int64_t m = shape[0], n = shape[1], k = shape[2];
+    const auto fixed = gemm_slice_plan(GemmSlicing::kShapeFixed, m, n, k, 1, SliceSide::kRows);
+    EXPECT_GT(fixed.size(), 1u) << m << "x" << n << "x" << k;
+    for (int threads : {2, 3}) {
+      EXPECT_EQ(gemm_slice_plan(GemmSlicing::kShapeFixed, m, n, k, threads, SliceSide::kRows), fixed);
+    }
+    for (GemmSlicing slicing : {GemmSlicing::kShapeFixed, GemmSlicing::kPerThread}) {
+      int64_t next = 0;
+      for (const GemmSlice& slice : gemm_slice_plan(slicing, m, n, k, 2, SliceSide::kRows)) {
+        EXPECT_FALSE(slice.split_n) << m << "x" << n << "x" << k;
+        EXPECT_EQ(slice.lo, next);
+        EXPECT_GT(slice.hi, slice.lo);
+        next = slice.hi;
+      }
+      EXPECT_EQ(next, m);
+    }
+  }
+  // 96 rows are too few to cut into two 64-row pieces: the longer side (columns), as kLonger cuts it.
+  EXPECT_EQ(gemm_slice_plan(GemmSlicing::kShapeFixed, 96, 515, 77, 2, SliceSide::kRows),
+            gemm_slice_plan(GemmSlicing::kShapeFixed, 96, 515, 77, 2, SliceSide::kLonger));
+  EXPECT_TRUE(gemm_slice_plan(GemmSlicing::kPerThread, 96, 515, 77, 2, SliceSide::kRows).front().split_n);
+  EXPECT_EQ(gemm_slice_plan(GemmSlicing::kPerThread, 512, 512, 128, 2),
+            gemm_slice_plan(GemmSlicing::kPerThread, 512, 512, 128, 2, SliceSide::kLonger));
+  EXPECT_TRUE(gemm_slice_plan(GemmSlicing::kPerThread, 512, 512, 128, 2).front().split_n);
+}
+
 // Deterministic mode: the same bits with 1, 2 and 3 OpenMP threads (slices fixed by the shape), still
 // matching the double reference. That the equality is not an accident of one slicing is shown on the slice
 // plan, not on OpenBLAS's bits: whether two slicings round differently depends on the kernels the machine's

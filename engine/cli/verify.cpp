@@ -26,7 +26,8 @@ final weights (gathered into logical tensors). Exits 1 when a difference exceeds
   p.positional("CONFIG.json", "config file")
       .config_overrides()
       .count("--steps", "N", "steps to train", 10)
-      .number("--loss-tolerance", "X", "max relative loss difference per step", 1e-5)
+      .number("--loss-tolerance", "X", "max relative loss difference per step (bf16 runs: 2^-8 / sqrt(tokens per step))",
+              1e-5)
       .number("--param-tolerance", "X", "max |layout - reference| / max |reference| per tensor", 1e-3)
       .epilog(R"(Runs in deterministic mode (train.deterministic=true) unless the config or --set says otherwise. With
 AdamW, parameters whose true gradient is zero (e.g. attention key biases) receive rounding noise that
@@ -57,6 +58,11 @@ int run_verify(int argc, char** argv) {
     config::RunConfig config = config::load_config(config_path, overrides);
     comm::World world = runtime.world(config);
     config.parallel.comm_backend = world.choice.backend;
+    if (!args.given("--loss-tolerance")) {
+      config::RunConfig resolved = config;
+      resolved.resolve(world.comm->size());
+      options.loss_tolerance = train::default_loss_tolerance(resolved);
+    }
     const train::VerifyReport report = train::verify_layout(config, *world.comm, options);
     if (world.comm->rank() != 0) return 0;
     const int size = world.comm->size();

@@ -58,10 +58,11 @@ std::int64_t cp_exchange_bytes(const partition::BlockSpec& block, std::int64_t m
   const std::int64_t local_tokens = micro * (block.seq_len / cp);
   if (ring) {
     // One rank's K/V blocks (k and v, both chunks): U. Forward: the held block and the next in flight, 2U from
-    // step 1 on. Backward: the travelling dK/dV and its rotation target (2U) besides the K/V in flight: the next
-    // block (steps before the last) and the held one (steps after the first), 4U at cp >= 3, 3U at cp 2.
-    const std::int64_t unit = local_tokens * 2 * kv_cols * dtype_bytes;
-    return (2 + std::min(cp - 1, 2)) * unit;
+    // step 1 on. Backward: the travelling dK/dV and its rotation target (2G, G = U at 4 B an element: the gradient
+    // sums in f32 in either precision) besides the K/V in flight: the next block (steps before the last) and the
+    // held one (steps after the first): 2G + 2U at cp >= 3, 2G + U at cp 2 (fp32: 4U, 3U).
+    const std::int64_t elements = local_tokens * 2 * kv_cols;
+    return 2 * elements * 4 + std::min(cp - 1, 2) * elements * dtype_bytes;
   }
   // all_to_all: an exchange of a [b, Tl, W] tensor holds cp send blocks and cp - 1 receive blocks of W / cp
   // columns (the own block is not copied twice); the widest is q | k | v (forward) and dqkv (backward).
@@ -95,7 +96,7 @@ BlockTransients attention_transients(const partition::BlockSpec& block, std::int
   const std::int64_t scratch = cpu_attention_scratch_bytes(chunk, threads, bf16);
   const std::int64_t partials = cpu_cp_attention_scratch_bytes(block, micro, tp, cp, ring, threads, bf16) - scratch;
   x.forward.push_back({0, std::min(cp - 1, 2) * unit + scratch + partials});
-  x.backward.push_back({0, 2 * unit});
+  x.backward.push_back({0, 2 * micro * (block.seq_len / cp) * 2 * kv_cols * 4});  // the f32 dK/dV and its target
   x.backward.push_back({dqkv, exchange + scratch});
   return x;
 }

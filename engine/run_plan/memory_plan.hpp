@@ -47,9 +47,9 @@
 //                    micro-batch: of the largest, one in flight at a time); plus, under context parallelism, the
 //                    K/V exchange buffers of one attention block (cp_exchange_bytes, the largest of the rank's):
 //                    with b the micro-batch, Tl = T / cp, Q = D / tp, K = Hkv·hd / tp, s the compute dtype's bytes,
-//                      ring        (2 + min(cp - 1, 2)) · U,  U = b·Tl·2K·s one rank's K and V blocks: the held
-//                                  and the next block in flight, and in the backward the travelling dK/dV with
-//                                  its rotation target (3U at cp 2, 4U from cp 3)
+//                      ring        2G + min(cp - 1, 2) · U,  U = b·Tl·2K·s one rank's K and V blocks, G the same
+//                                  at 4 B: the held and the next block in flight, and in the backward the
+//                                  travelling dK/dV (f32 in either precision) with its rotation target
 //                      all_to_all  (2cp - 1) · b·Tl·(Q + 2K)/cp · s: cp send and cp - 1 receive blocks of the
 //                                  widest tensor exchanged (q | k | v there, dqkv back)
 //   experts          parallel.expert_model_parallel_size ep > 1: the routed experts' parameters, gradients and

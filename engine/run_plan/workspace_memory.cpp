@@ -60,9 +60,17 @@ std::int64_t cpu_cp_attention_scratch_bytes(const partition::BlockSpec& block, s
   if (cp <= 1 || !ring) return cpu_attention_scratch_bytes(block, threads, bf16);
   partition::BlockSpec chunk = block;
   chunk.seq_len = block.seq_len / (2 * cp);
-  const std::int64_t part_out = micro * chunk.seq_len * (block.in_features / tp) * (bf16 ? 2 : 4);
+  // The ring runs the kernel on f32 operands in either precision (bf16 ones widened first).
+  const std::int64_t part_out = micro * chunk.seq_len * (block.in_features / tp) * 4;
   const std::int64_t part_lse = micro * (block.n_heads / tp) * chunk.seq_len * 4;
-  return cpu_attention_scratch_bytes(chunk, threads, bf16) + part_out + part_lse;
+  std::int64_t widened = 0;
+  if (bf16) {  // the backward's q, out and dout widened (3 x [b, T / cp, D / tp]) and the held K/V block's
+    const std::int64_t kv_heads = block.n_kv_heads > 0 ? block.n_kv_heads : block.n_heads;
+    const std::int64_t local = micro * (block.seq_len / cp);
+    const std::int64_t kv_cols = kv_heads * (block.in_features / block.n_heads) / tp;
+    widened = 3 * local * (block.in_features / tp) * 4 + local * 2 * kv_cols * 4;
+  }
+  return cpu_attention_scratch_bytes(chunk, threads, false) + part_out + part_lse + widened;
 }
 
 }  // namespace cleave::run_plan

@@ -17,8 +17,9 @@ std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const pa
 // The CPU attention kernel's scratch on one rank for an attention block under context parallelism (cp 1: whole
 // sequences, cpu_attention_scratch_bytes): all_to_all runs the kernel over the whole sequence on heads / cp (the same
 // scratch: a thread's blocks do not depend on the heads); ring over chunk pairs of T / (2cp) tokens, with the forward's
-// partial output [b, T / 2cp, D / tp] (compute dtype, `dtype_bytes`) and log-sum-exp [b, H / tp, T / 2cp] (f32) held
-// meanwhile (layers/context_parallel/ring_attention.cpp). Bytes; 0 without attention or threads.
+// partial output [b, T / 2cp, D / tp] and log-sum-exp [b, H / tp, T / 2cp] (both f32) held meanwhile; the ring's
+// kernel runs on f32 operands, and under bf16 its widened copies add the backward's q, out, dout [b, T / cp, D / tp]
+// and the held K/V block, f32 (layers/context_parallel/ring_attention.cpp). Bytes; 0 without attention or threads.
 std::int64_t cpu_cp_attention_scratch_bytes(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp,
                                             bool ring, int threads, bool bf16);
 

@@ -48,6 +48,13 @@ config::RunConfig single_rank_reference(const config::RunConfig& config) {
   return single;
 }
 
+double default_loss_tolerance(const config::RunConfig& config) {
+  if (config.device.precision != ops::Precision::kBf16) return 1e-5;
+  const double tokens = static_cast<double>(config.resolved_batch().global_batch_size) *
+                        static_cast<double>(config::token_seq_len(config.model));
+  return std::ldexp(1.0, -8) / std::sqrt(std::max(tokens, 1.0));
+}
+
 VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& world,
                            const VerifyOptions& options) {
   VerifyReport report;

@@ -40,6 +40,13 @@ struct VerifyReport {
 // micro batch).
 config::RunConfig single_rank_reference(const config::RunConfig& config);
 
+// The default --loss-tolerance of a resolved config: 1e-5 in fp32; in bf16 u / sqrt(N), u = 2^-8 bf16's unit
+// roundoff, N the tokens of a step (global batch x sequence length). A correct layout that sums an f32 value in
+// another order (ring attention's merge, tp's partial sums) can move its bf16 rounding by one ulp, about u relative,
+// in scattered activations; the loss averages N per-token losses, so independent moves shift it by about u / sqrt(N)
+// (measured: cp2 ring on examples/gpt_fortunes.json, N = 1024, 1.9e-5 after 10 SGD steps, the bound 1.2e-4).
+double default_loss_tolerance(const config::RunConfig& config);
+
 // Collective over `world`; the report is complete on world rank 0 (other ranks get the layout's losses).
 VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& world, const VerifyOptions& options);
 

@@ -96,6 +96,29 @@ comm::WorkPtr rotate(Context& ctx, const std::vector<Tensor>& send, const std::v
 
 std::vector<Tensor> flat(const KvBlocks& kv) { return {kv.k[0], kv.k[1], kv.v[0], kv.v[1]}; }
 
+// x in f32 for the ring's f32 accumulation (docs/ops.md: bf16 operands, f32 accumulation): x itself when it is
+// f32 (an fp32 run makes no copy), else a widened copy in `category`.
+Tensor widened(const Context& ctx, const Tensor& x, MemoryCategory category = MemoryCategory::kWorkspace) {
+  if (x.dtype() == DType::kF32) return x;
+  Tensor out = Tensor::empty(x.shape(), DType::kF32, category, *ctx.allocator);
+  ops::copy(ctx, x, out);
+  return out;
+}
+
+KvBlocks widened(const Context& ctx, const KvBlocks& kv) {
+  KvBlocks out;
+  for (int m = 0; m < kChunks; ++m) out.k[m] = widened(ctx, kv.k[m]), out.v[m] = widened(ctx, kv.v[m]);
+  return out;
+}
+
+// x rounded once to `dtype` (x itself when it already is).
+Tensor narrowed(const Context& ctx, const Tensor& x, DType dtype, MemoryCategory category) {
+  if (x.dtype() == dtype) return x;
+  Tensor out = Tensor::empty(x.shape(), dtype, category, *ctx.allocator);
+  ops::copy(ctx, x, out);
+  return out;
+}
+
 // Whether query chunk gi attends key chunk gj at all: not wholly in its future (causal) and, with a sliding
 // window, its nearest key (the last of gj) within the window of gi's first query: (gi - gj - 1)·c + 1 < w.
 bool visible(const Geometry& g, int gi, int gj) {
@@ -127,16 +150,20 @@ ForwardResult run_forward(Context& ctx, const Tensor& qkv, const RingHeads& h, c
   CLEAVE_ASSERT(qkv.dim(2) == g.q_cols() + 2 * g.kv_cols(), "{}: qkv {} is not q | k | v of {} + 2 × {} heads", who,
                 qkv.shape().str(), g.hq, g.hkv);
   ForwardResult r;
+  // The blocks run and merge in f32: the queries widened, the outputs accumulated in f32 and rounded once at the
+  // end (under fp32 these are r.q and r.out themselves).
+  std::array<Tensor, kChunks> q32, out32;
   for (int k = 0; k < kChunks; ++k) {
     r.q[k] = take(ctx, qkv, 0, g.q_cols(), k * g.c, g.c);
     r.own.k[k] = take(ctx, qkv, g.q_cols(), g.kv_cols(), k * g.c, g.c);
     r.own.v[k] = take(ctx, qkv, g.q_cols() + g.kv_cols(), g.kv_cols(), k * g.c, g.c);
-    r.out[k] = new_activation(ctx, Shape{g.b, g.c, g.q_cols()});
+    q32[k] = widened(ctx, r.q[k]);
+    out32[k] = new_activation(ctx, Shape{g.b, g.c, g.q_cols()}, DType::kF32);
     r.lse[k] = new_activation(ctx, Shape{g.b, g.hq, g.c}, DType::kF32);
-    ops::fill(ctx, r.out[k], 0.0f);
+    ops::fill(ctx, out32[k], 0.0f);
     ops::fill(ctx, r.lse[k], -std::numeric_limits<float>::infinity());
   }
-  const Tensor part_out = new_workspace(ctx, Shape{g.b, g.c, g.q_cols()}, r.out[0].dtype());
+  const Tensor part_out = new_workspace(ctx, Shape{g.b, g.c, g.q_cols()}, DType::kF32);
   const Tensor part_lse = new_workspace(ctx, Shape{g.b, g.hq, g.c}, DType::kF32);
   KvBlocks held = r.own;
   for (int step = 0; step < g.cp; ++step) {
@@ -147,15 +174,19 @@ ForwardResult run_forward(Context& ctx, const Tensor& qkv, const RingHeads& h, c
       next = empty_like(ctx, held);
       in_flight = rotate(ctx, flat(held), flat(next));
     }
+    const KvBlocks held32 = widened(ctx, held);
     for_each_visible_pair(g, src, [&](int k, int m, const BlockParams& p) {
-      ops::attention_forward(ctx, r.q[k], held.k[m], held.v[m], part_out, part_lse, p);
-      ops::attention_merge(ctx, r.out[k], r.lse[k], part_out, part_lse, r.out[k], r.lse[k]);
+      ops::attention_forward(ctx, q32[k], held32.k[m], held32.v[m], part_out, part_lse, p);
+      ops::attention_merge(ctx, out32[k], r.lse[k], part_out, part_lse, out32[k], r.lse[k]);
     });
     if (in_flight) {
       const CommWaitTimer timer(ctx, CommKind::kContextParallel);
       in_flight->wait();
       held = next;
     }
+  }
+  for (int k = 0; k < kChunks; ++k) {
+    r.out[k] = narrowed(ctx, out32[k], ctx.compute_dtype(), MemoryCategory::kActivations);
   }
   return r;
 }
@@ -198,14 +229,18 @@ Tensor ring_attention_backward(Context& ctx, const Tensor& dout, const RingHeads
   }
   stash.tensors.clear();
   const Geometry g = geometry(ctx, dout.dim(0), dout.dim(1), heads, who);
-  std::array<Tensor, kChunks> d_out, dq;
+  // In f32 like the forward: q, out, dout widened (the stashed out is the rounded one the layer returned, as a
+  // one-rank run's backward reads it); dq and the travelling dK/dV accumulate in f32 and are rounded once at home.
+  std::array<Tensor, kChunks> d_out, dq, q32, out32;
   KvBlocks dkv;  // the gradient of the held block, travelling with it
   for (int k = 0; k < kChunks; ++k) {
-    d_out[k] = take(ctx, dout, 0, g.q_cols(), k * g.c, g.c);
-    dq[k] = new_activation(ctx, r.q[k].shape());
+    d_out[k] = widened(ctx, take(ctx, dout, 0, g.q_cols(), k * g.c, g.c));
+    q32[k] = widened(ctx, r.q[k]);
+    out32[k] = widened(ctx, r.out[k]);
+    dq[k] = new_activation(ctx, r.q[k].shape(), DType::kF32);
     ops::fill(ctx, dq[k], 0.0f);
-    dkv.k[k] = Tensor::empty(r.own.k[k].shape(), r.own.k[k].dtype(), MemoryCategory::kCommunication, *ctx.allocator);
-    dkv.v[k] = Tensor::empty(r.own.v[k].shape(), r.own.v[k].dtype(), MemoryCategory::kCommunication, *ctx.allocator);
+    dkv.k[k] = Tensor::empty(r.own.k[k].shape(), DType::kF32, MemoryCategory::kCommunication, *ctx.allocator);
+    dkv.v[k] = Tensor::empty(r.own.v[k].shape(), DType::kF32, MemoryCategory::kCommunication, *ctx.allocator);
     ops::fill(ctx, dkv.k[k], 0.0f);
     ops::fill(ctx, dkv.v[k], 0.0f);
   }
@@ -218,9 +253,10 @@ Tensor ring_attention_backward(Context& ctx, const Tensor& dout, const RingHeads
       next = empty_like(ctx, held);
       in_flight = rotate(ctx, flat(held), flat(next));
     }
+    const KvBlocks held32 = widened(ctx, held);
     for_each_visible_pair(g, src, [&](int k, int m, BlockParams p) {
       p.accumulate_grads = true;
-      ops::attention_backward(ctx, r.q[k], held.k[m], held.v[m], r.out[k], r.lse[k], d_out[k], dq[k], dkv.k[m],
+      ops::attention_backward(ctx, q32[k], held32.k[m], held32.v[m], out32[k], r.lse[k], d_out[k], dq[k], dkv.k[m],
                               dkv.v[m], p);
     });
     // The gradient travels on once this rank has added to it; after cp hops it is home.
@@ -240,9 +276,10 @@ Tensor ring_attention_backward(Context& ctx, const Tensor& dout, const RingHeads
   const std::int64_t tl = kChunks * g.c;
   Tensor dqkv = new_activation(ctx, Shape{g.b, tl, g.q_cols() + 2 * g.kv_cols()}, dout.dtype());
   for (int k = 0; k < kChunks; ++k) {
-    put(ctx, dq[k], dqkv, 0, k * g.c);
-    put(ctx, dkv.k[k], dqkv, g.q_cols(), k * g.c);
-    put(ctx, dkv.v[k], dqkv, g.q_cols() + g.kv_cols(), k * g.c);
+    put(ctx, narrowed(ctx, dq[k], dqkv.dtype(), MemoryCategory::kWorkspace), dqkv, 0, k * g.c);
+    put(ctx, narrowed(ctx, dkv.k[k], dqkv.dtype(), MemoryCategory::kWorkspace), dqkv, g.q_cols(), k * g.c);
+    put(ctx, narrowed(ctx, dkv.v[k], dqkv.dtype(), MemoryCategory::kWorkspace), dqkv, g.q_cols() + g.kv_cols(),
+        k * g.c);
   }
   return dqkv;
 }

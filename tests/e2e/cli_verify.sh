@@ -10,6 +10,7 @@
 #  - expert parallelism: a tiny moe at ep 2 (dp 2), at ep 2 × tp 2 on 4 ranks, and at ep 2 × tp 2 × pp 2 under zb_v
 #    on 8 ranks (oversubscribed), against one rank passes, the layout line naming ep=2; ep 3 on
 #    4 experts is refused with one error naming the key, before any step (nothing trained);
+#  - the default --loss-tolerance follows device.precision (bf16: 2^-8 / sqrt(tokens per step));
 #  - a bad option value is refused before MPI starts.
 # Usage: cli_verify.sh CLEAVE MPIEXEC [FLAGS...]
 set -u
@@ -78,6 +79,22 @@ for comm in ring all_to_all; do
     echo "ok   cp2-$comm-passes: $(grep -E ': PASS$' cp2_$comm.log)"
   fi
 done
+
+# The default loss tolerance follows the precision: fp32 1e-5 (the cp2 ring run above), bf16 2^-8 / sqrt(tokens per
+# step) (train::default_loss_tolerance): 8 x 16 tokens here, 3.45e-4; an explicit --loss-tolerance still wins.
+"${mpiexec[@]}" -n 2 "$cleave" verify tiny.json --steps 3 --set parallel.context_parallel_size=2 \
+    --set device.precision=bf16 > cp2_bf16.log 2>&1
+status=$?
+"${mpiexec[@]}" -n 2 "$cleave" verify tiny.json --steps 3 --set parallel.context_parallel_size=2 \
+    --set device.precision=bf16 --loss-tolerance 0 > cp2_bf16_zero.log 2>&1
+status_zero=$?
+if [ $status -ne 0 ] || ! grep -q '(tolerance 0.000345), .*: PASS$' cp2_bf16.log ||
+   ! grep -q 'max loss difference .*(tolerance 1e-05)' cp2_ring.log || [ $status_zero -ne 1 ] ||
+   ! grep -q '(tolerance 0), .*: FAIL$' cp2_bf16_zero.log; then
+  fail "bf16-loss-tolerance: status $status, explicit 0: $status_zero" cp2_bf16.log
+else
+  echo "ok   bf16-loss-tolerance: $(grep -E ': PASS$' cp2_bf16.log)"
+fi
 "${mpiexec[@]}" -n 4 "$cleave" verify llama.json --steps 3 --set parallel.tensor_model_parallel_size=2 \
     --set parallel.context_parallel_size=2 > llama_cp2.log 2>&1
 status=$?

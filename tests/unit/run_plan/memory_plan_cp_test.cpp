@@ -35,10 +35,11 @@ TEST(MemoryPlanCp, RingHoldsThreeKvBlocksAtCpTwoAndFourFromCpThree) {
   EXPECT_EQ(cp_exchange_bytes(gpt, 2, 1, 2, kRing, 4), 3 * 2 * 32 * 64 * 4);
   EXPECT_EQ(cp_exchange_bytes(gpt, 2, 1, 4, kRing, 4), 4 * 2 * 16 * 64 * 4);
   EXPECT_EQ(cp_exchange_bytes(gpt, 2, 1, 3, kRing, 4), 4 * 2 * (64 / 3) * 64 * 4);  // cp 3 holds as many as cp 4
-  // Llama: K = 4 kv heads x hd 4 = 16 columns; tp 2 halves them; bf16 halves the bytes.
+  // Llama: K = 4 kv heads x hd 4 = 16 columns; tp 2 halves them.
   EXPECT_EQ(cp_exchange_bytes(llama, 2, 1, 2, kRing, 4), 3 * 2 * 32 * 32 * 4);
   EXPECT_EQ(cp_exchange_bytes(llama, 2, 2, 2, kRing, 4), 3 * 2 * 32 * 16 * 4);
-  EXPECT_EQ(cp_exchange_bytes(llama, 2, 1, 4, kRing, 2), 4 * 2 * 16 * 32 * 2);
+  // bf16 halves the K/V blocks' bytes, not the travelling dK/dV's (f32 accumulation).
+  EXPECT_EQ(cp_exchange_bytes(llama, 2, 1, 4, kRing, 2), 2 * 2 * 16 * 32 * 4 + 2 * 2 * 16 * 32 * 2);
 }
 
 TEST(MemoryPlanCp, AllToAllHoldsCpSendAndCpMinusOneReceiveBlocksOfQkv) {

@@ -27,15 +27,16 @@
 // ZeRO-2 (BucketReduction::kReduceScatterOwned): as ZeRO-1, but when a bucket's collective completes (poll()
 // or finish()) its reduced block is copied into a shard-sized buffer of its own (shard(b)) and the full
 // bucket buffer is released, in bucket order (a bucket whose collective completes before an earlier one's waits
-// for it, so which trades happen is timing's but their order is not); with a wire dtype the f32 buffer is released right after it was rounded into
-// the staging buffer at launch, and finish() widens the reduced block into the shard. The owner must drop
-// its views of a released buffer: options.on_release(b) is called, and grad(i) of a released bucket is
-// undefined until the next zero_grads() allocates the buffers again (zeroed). So from finish() on this rank
-// holds only its shards of the gradients, and after release_shards() (once the optimizer has used them)
-// none: shard(b) is undefined until the bucket's next reduction (and before its first). The copy keeps the
-// peak at the full buffers plus what the trades in bucket order add, max over k of shard k less what buckets
-// 0..k-1 freed (a shard allocated at launch as the collective's output would add every launched shard while the
-// buffers wait for their collectives); unstaged only: a staged bucket's shard comes after its buffer is freed.
+// for it, so which trades happen is timing's but their order is not); with a wire dtype the f32 buffer is
+// released right after it was rounded into the staging buffer at launch, and finish() widens the reduced block
+// into the shard. The owner must drop its views of a released buffer: options.on_release(b) is called, and
+// grad(i) of a released bucket is undefined until the next zero_grads() allocates the buffers again (zeroed). So
+// from finish() on this rank holds only its shards of the gradients, and after release_shards() (once the
+// optimizer has used them) none: shard(b) is undefined until the bucket's next reduction (and before its
+// first). The copy keeps the peak at the full buffers plus what the trades in bucket order add, max over k of
+// shard k less what buckets 0..k-1 freed (a shard allocated at launch as the collective's output would add every
+// launched shard while the buffers wait for their collectives); unstaged only: a staged bucket's shard comes after
+// its buffer is freed.
 //
 // Per micro-batch (BucketerOptions::per_microbatch, with kReduceScatterOwned: ZeRO-2/3 with optimizer.zero_reduce
 // per_microbatch): the buffers exist only while a micro-batch's contributions are written into them. The owner

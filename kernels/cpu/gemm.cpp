@@ -92,17 +92,16 @@ using Kernel = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const In*,
 struct F32Library {
   Kernel<float, float> kernel;
   bool threads_itself;
-  SliceSide side;  // the side of C its slices cut (for an untransposed A)
 };
 
 F32Library f32_library(GemmBackend backend) {
   switch (backend) {
     case GemmBackend::kOpenBlas:
-      return {gemm_detail::sgemm_openblas, openblas_get_num_threads() > 1, SliceSide::kLonger};
+      return {gemm_detail::sgemm_openblas, openblas_get_num_threads() > 1};
     case GemmBackend::kBlis:
-      return {gemm_detail::sgemm_blis, false, SliceSide::kLonger};
+      return {gemm_detail::sgemm_blis, false};
     case GemmBackend::kOneDnn:
-      return {gemm_detail::sgemm_onednn, false, SliceSide::kLonger};
+      return {gemm_detail::sgemm_onednn, false};
   }
   CLEAVE_ASSERT(false, "unknown GemmBackend {}", static_cast<int>(backend));
 }
@@ -249,8 +248,8 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
   CLEAVE_ASSERT(m == 0 || n == 0 || c != nullptr, "gemm: null C for a {}x{} result", m, n);
   CLEAVE_ASSERT(m == 0 || n == 0 || k == 0 || (a != nullptr && b != nullptr), "gemm: null A or B");
   const F32Library lib = f32_library(backend);
-  gemm_threaded(lib.kernel, lib.threads_itself, lib.side, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c,
-                ldc, slicing);
+  gemm_threaded(lib.kernel, lib.threads_itself, SliceSide::kLonger, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
+                beta, c, ldc, slicing);
 }
 
 void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
@@ -262,8 +261,8 @@ void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int6
   if (m == 0 || n == 0 || batch == 0) return;
   CLEAVE_ASSERT(c != nullptr && (k == 0 || (a != nullptr && b != nullptr)), "gemm_strided_batched: null pointer");
   const F32Library lib = f32_library(backend);
-  gemm_batched(lib.kernel, lib.threads_itself, lib.side, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb,
-               stride_b, beta, c, ldc, stride_c, batch, slicing);
+  gemm_batched(lib.kernel, lib.threads_itself, SliceSide::kLonger, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a,
+               b, ldb, stride_b, beta, c, ldc, stride_c, batch, slicing);
 }
 
 void gemm_bf16(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,

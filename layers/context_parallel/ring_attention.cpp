@@ -96,26 +96,22 @@ comm::WorkPtr rotate(Context& ctx, const std::vector<Tensor>& send, const std::v
 
 std::vector<Tensor> flat(const KvBlocks& kv) { return {kv.k[0], kv.k[1], kv.v[0], kv.v[1]}; }
 
-// x in f32 for the ring's f32 accumulation (docs/ops.md: bf16 operands, f32 accumulation): x itself when it is
-// f32 (an fp32 run makes no copy), else a widened copy in `category`.
-Tensor widened(const Context& ctx, const Tensor& x, MemoryCategory category = MemoryCategory::kWorkspace) {
-  if (x.dtype() == DType::kF32) return x;
-  Tensor out = Tensor::empty(x.shape(), DType::kF32, category, *ctx.allocator);
+// x in `dtype`: x itself when it already is (an fp32 run makes no copy), else a converted copy in `category`.
+Tensor converted(const Context& ctx, const Tensor& x, DType dtype, MemoryCategory category) {
+  if (x.dtype() == dtype) return x;
+  Tensor out = Tensor::empty(x.shape(), dtype, category, *ctx.allocator);
   ops::copy(ctx, x, out);
   return out;
+}
+
+// x in f32 for the ring's f32 accumulation (docs/ops.md: bf16 operands, f32 accumulation).
+Tensor widened(const Context& ctx, const Tensor& x) {
+  return converted(ctx, x, DType::kF32, MemoryCategory::kWorkspace);
 }
 
 KvBlocks widened(const Context& ctx, const KvBlocks& kv) {
   KvBlocks out;
   for (int m = 0; m < kChunks; ++m) out.k[m] = widened(ctx, kv.k[m]), out.v[m] = widened(ctx, kv.v[m]);
-  return out;
-}
-
-// x rounded once to `dtype` (x itself when it already is).
-Tensor narrowed(const Context& ctx, const Tensor& x, DType dtype, MemoryCategory category) {
-  if (x.dtype() == dtype) return x;
-  Tensor out = Tensor::empty(x.shape(), dtype, category, *ctx.allocator);
-  ops::copy(ctx, x, out);
   return out;
 }
 
@@ -186,7 +182,7 @@ ForwardResult run_forward(Context& ctx, const Tensor& qkv, const RingHeads& h, c
     }
   }
   for (int k = 0; k < kChunks; ++k) {
-    r.out[k] = narrowed(ctx, out32[k], ctx.compute_dtype(), MemoryCategory::kActivations);
+    r.out[k] = converted(ctx, out32[k], ctx.compute_dtype(), MemoryCategory::kActivations);
   }
   return r;
 }
@@ -276,9 +272,9 @@ Tensor ring_attention_backward(Context& ctx, const Tensor& dout, const RingHeads
   const std::int64_t tl = kChunks * g.c;
   Tensor dqkv = new_activation(ctx, Shape{g.b, tl, g.q_cols() + 2 * g.kv_cols()}, dout.dtype());
   for (int k = 0; k < kChunks; ++k) {
-    put(ctx, narrowed(ctx, dq[k], dqkv.dtype(), MemoryCategory::kWorkspace), dqkv, 0, k * g.c);
-    put(ctx, narrowed(ctx, dkv.k[k], dqkv.dtype(), MemoryCategory::kWorkspace), dqkv, g.q_cols(), k * g.c);
-    put(ctx, narrowed(ctx, dkv.v[k], dqkv.dtype(), MemoryCategory::kWorkspace), dqkv, g.q_cols() + g.kv_cols(),
+    put(ctx, converted(ctx, dq[k], dqkv.dtype(), MemoryCategory::kWorkspace), dqkv, 0, k * g.c);
+    put(ctx, converted(ctx, dkv.k[k], dqkv.dtype(), MemoryCategory::kWorkspace), dqkv, g.q_cols(), k * g.c);
+    put(ctx, converted(ctx, dkv.v[k], dqkv.dtype(), MemoryCategory::kWorkspace), dqkv, g.q_cols() + g.kv_cols(),
         k * g.c);
   }
   return dqkv;

@@ -15,6 +15,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/edit_distance.hpp"
 #include "engine/core/error.hpp"
+#include "kernels/ops/attention_limits.hpp"
 #include "partition/cp_rules.hpp"
 #include "partition/ep_rules.hpp"
 #include "partition/tp_rules.hpp"
@@ -107,6 +108,19 @@ void check_schedule(const ParallelConfig& p) {
   only_with_auto("parallel.auto_schedule_weight_stash_fraction", p.auto_schedule_weight_stash_fraction != 1.0);
   only_with_auto("parallel.auto_schedule_objective",
                  p.auto_schedule_objective != AutoScheduleObjectiveChoice::kMakespan);
+}
+
+// What the device's kernels serve: a head dimension above attention's limit on device.type would fail at the first
+// forward, after the model was built and moved to the device (kernels/ops/attention_limits.hpp).
+void check_device_kernels(const RunConfig& c) {
+  const std::int64_t limit = ops::attention_max_head_dim(c.device.type);
+  const partition::Family& family = partition::family(c.model.type);
+  if (limit <= 0 || family.token_sizes == nullptr) return;
+  const partition::TokenSizes sizes = family.token_sizes(c.model);
+  if (sizes.n_heads <= 0 || sizes.d_model / sizes.n_heads <= limit) return;
+  refuse("model.n_heads", "{} heads of d_model {} have {} dimensions each; attention on device.type \"cuda\" serves at "
+         "most {} (its kernels' limit): use more heads (at least {}) or device.type \"cpu\"",
+         sizes.n_heads, sizes.d_model, sizes.d_model / sizes.n_heads, limit, (sizes.d_model + limit - 1) / limit);
 }
 
 // The comm backend and the CPU BLAS: what is known before launch (build, device type); the factory adds the
@@ -237,6 +251,7 @@ void check_data_for_model(const RunConfig& c) {
 void validate(const RunConfig& c) {
   check_layout(c);
   check_schedule(c.parallel);
+  check_device_kernels(c);
   check_backends(c);
   check_optimizer(c);
   if (c.train.out_dir.empty()) refuse("train.out_dir", "must not be empty");

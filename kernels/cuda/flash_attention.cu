@@ -10,6 +10,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/float_io.cuh"
 #include "kernels/cuda/flash_attention.hpp"
+#include "kernels/cuda/flash_ranges.hpp"
 
 namespace cleave::kernels::cuda::detail {
 namespace {
@@ -25,18 +26,6 @@ __device__ __forceinline__ float to_f32(float x) { return x; }
 __device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
 __device__ __forceinline__ void put(float* p, float v) { *p = v; }
 __device__ __forceinline__ void put(__nv_bfloat16* p, float v) { *p = __float2bfloat16_rn(v); }
-
-// Keys visible to the query at global position pi: local indices [key_lo, key_hi).
-__device__ __forceinline__ int64_t key_hi(const FlashAttentionShape& s, int64_t pi) {
-  if (!s.causal) return s.kv_len;
-  const int64_t hi = pi - s.k_offset + 1;
-  return hi < 0 ? 0 : (hi > s.kv_len ? s.kv_len : hi);
-}
-__device__ __forceinline__ int64_t key_lo(const FlashAttentionShape& s, int64_t pi) {
-  if (s.window <= 0) return 0;
-  const int64_t lo = pi - s.window + 1 - s.k_offset;
-  return lo < 0 ? 0 : (lo > s.kv_len ? s.kv_len : lo);
-}
 
 // Stages keys [k0, k0 + 32) of a [kv_len, ld] head into a [32][kTileStride] f32 tile (rows past kv_len: zeros).
 template <typename T>
@@ -71,8 +60,9 @@ __device__ void query_rows(const T* q, const T* k, const T* v, const T* dout, co
     }
   }
   const int64_t pi = s.q_offset + i;
-  const int64_t lo = row_ok ? key_lo(s, pi) : 0, hi = row_ok ? key_hi(s, pi) : 0;
-  const int64_t tiles_lo = key_lo(s, s.q_offset + first), tiles_hi = key_hi(s, s.q_offset + last);  // block-uniform
+  const int64_t lo = row_ok ? flash_key_lo(s, pi) : 0, hi = row_ok ? flash_key_hi(s, pi) : 0;
+  const FlashIndexRange tiles = flash_key_tiles(s, first, last);  // block-uniform (flash_ranges.hpp)
+  const int64_t tiles_lo = tiles.begin, tiles_hi = tiles.end;
   const float row_lse = kDq && row_ok ? lse_in[lse_at] : 0.0f;
   const float row_d = kDq && row_ok ? d_rows[lse_at] : 0.0f;
   float acc[kDimsPerLane] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -188,11 +178,9 @@ __global__ void flash_backward_dkdv_kernel(const T* q, const T* k, const T* v, c
       dvr[c][u] = 0.0f;
     }
   }
-  // Queries that see any key of [kb, ke): block-uniform.
-  int64_t i_begin = s.causal ? s.k_offset + kb - s.q_offset : 0;
-  int64_t i_end = s.window > 0 ? s.k_offset + ke - 1 + s.window - s.q_offset : s.q_len;
-  i_begin = i_begin < 0 ? 0 : (i_begin > s.q_len ? s.q_len : i_begin);
-  i_end = i_end < 0 ? 0 : (i_end > s.q_len ? s.q_len : i_end);
+  // Queries that see any key of [kb, ke): block-uniform (flash_ranges.hpp).
+  const FlashIndexRange rows = flash_query_rows_of_keys(s, kb, ke);
+  const int64_t i_begin = rows.begin, i_end = rows.end;
   for (int64_t h = g * group; h < (g + 1) * group; ++h) {
     for (int64_t i0 = i_begin; i0 < i_end; i0 += kWarps) {
       __syncthreads();  // the previous rows are no longer read
@@ -211,7 +199,7 @@ __global__ void flash_backward_dkdv_kernel(const T* q, const T* k, const T* v, c
       __syncthreads();
       for (int r = 0; r < kWarps && i0 + r < i_end; ++r) {
         const int64_t pi = s.q_offset + i0 + r;
-        const int64_t lo = key_lo(s, pi), hi = key_hi(s, pi);
+        const int64_t lo = flash_key_lo(s, pi), hi = flash_key_hi(s, pi);
         for (int c = 0; c < kKeysPerWarp; ++c) {
           float qk = 0.0f, dov = 0.0f;
           for (int u = 0; u < kDimsPerLane; ++u) {

@@ -6,11 +6,15 @@
 #include "engine/core/error.hpp"
 #include "kernels/cuda/flash_attention.hpp"
 #include "kernels/cuda/launch_config.hpp"
+#include "kernels/ops/attention_limits.hpp"
 #include "kernels/ops/attention_shape.hpp"
 #include "kernels/ops/cuda/cuda_slots.hpp"
 
 namespace cleave::ops::cuda_detail {
 namespace {
+
+static_assert(kCudaAttentionMaxHeadDim == kd::kFlashMaxHeadDim,
+              "the config's limit is the kernels' (kernels/ops/attention_limits.hpp)");
 
 kd::FlashAttentionShape flash_shape(const AttentionProblem& p) {
   const auto s = flash_shape_of<kd::FlashAttentionShape>(p);

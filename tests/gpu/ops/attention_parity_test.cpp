@@ -2,10 +2,11 @@
 // position offsets and a sliding window), the packed forms and attention_merge on cuda:0 against the CPU backend,
 // f32 and bf16, on awkward shapes: T = 1, 17, 130 (not multiples of the 32-key tiles or 8-row blocks), head dims 6
 // and 64, 6 query heads over 2 kv heads, keys starting in the future of the first queries (rows with lse -inf);
-// head dims 80 and 128 (a lane's third and fourth dims, d + 64 and d + 96, of which hd <= 64 uses none; 128 is the
-// kernels' limit) and non-causal attention (every key visible: the tiles and the dk/dv rows' whole ranges); one
-// query over 130 keys and 70 queries over one key; a ring block whose window leaves later rows no key; 8 query heads
-// on one kv head; the packed form in bf16 accumulating; the merge with rows empty on one side or both, in place.
+// head dims 80, 96 and 128 (a lane's third and fourth dims, d + 64 and d + 96, of which hd <= 64 uses none; 128 is
+// the kernels' limit), ring attention's blocks at chunk offsets (the diagonal, an earlier chunk whole) and
+// non-causal attention (every key visible: the tiles and the dk/dv rows' whole ranges); one query over 130 keys
+// and 70 queries over one key; a ring block whose window leaves later rows no key; 8 query heads on one kv head;
+// the packed form in bf16 accumulating; the merge with rows empty on one side or both, in place.
 // Over a single key dq and dk are 0 but for rounding, so they are held near 0 instead (expect_near_zero). Skips
 // without a device (parity_util.hpp).
 //
@@ -56,6 +57,10 @@ const AttentionCase kCases[] = {
     {1, 66, 66, 4, 2, 128, 66, 0, 40, DType::kBF16},
     // 8 query heads on 1 kv head (the dk/dv blocks sum 8 heads' rows), head_dim 32 (one dim per lane).
     {3, 33, 33, 8, 1, 32, 0, 0, 0, DType::kBF16},
+    // Ring attention's blocks at chunk offsets with head_dim 96 (a lane's third dim, d + 64, and no fourth): the
+    // diagonal block of chunk 2 (causal from position 80), and chunk 3's queries over the whole of chunk 1.
+    {2, 40, 40, 4, 2, 96, 80, 80, 0, DType::kF32},   {1, 40, 40, 4, 2, 96, 80, 80, 0, DType::kBF16},
+    {2, 40, 40, 4, 2, 96, 120, 40, 0, DType::kF32},
 };
 
 ops::AttentionParams params_of(const AttentionCase& c) {

@@ -612,3 +612,27 @@ TEST(ConfigP2PProgress, ChoicesDefaultAutoAndKeptInTheResolvedConfig) {
 
 }  // namespace
 }  // namespace cleave::config
+
+namespace cleave::config {
+namespace {
+
+// A head dimension above what attention serves on the device (kernels/ops/attention_limits.hpp: 128 on CUDA, no
+// limit on the CPU) is refused when the config is read, naming the numbers, not at the first forward on the GPU
+// after the model was built there; checked before the build's backends, so it reads alike in every build.
+TEST(ConfigDeviceKernels, CudaRefusesHeadsWiderThanItsAttentionKernels) {
+  expect_error(R"({"model": {"d_model": 512, "n_heads": 2}, "device": {"type": "cuda"}})",
+               {"model.n_heads", "2 heads of d_model 512 have 256 dimensions each", "at most 128", "at least 4",
+                "device.type \"cpu\""});
+  expect_error(R"({"model": {"type": "llama", "d_model": 768, "n_heads": 3, "n_kv_heads": 1}, "device": {"type": "cuda"}})",
+               {"model.n_heads", "3 heads of d_model 768 have 256 dimensions each", "at least 6"});
+  EXPECT_EQ(parse_config(R"({"model": {"d_model": 512, "n_heads": 2}})", "run.json").model.gpt.n_heads, 2);
+  if (CLEAVE_WITH_CUDA) {  // 128 is the limit itself; a model without attention has no head dimension
+    EXPECT_EQ(parse_config(R"({"model": {"d_model": 512, "n_heads": 4}, "device": {"type": "cuda"}})", "run.json")
+                  .model.gpt.n_heads, 4);
+    EXPECT_EQ(parse_config(R"({"model": {"type": "mlp"}, "data": {"type": "synthetic"}, "device": {"type": "cuda"}})",
+                           "run.json").model.type, ModelType::kMlp);
+  }
+}
+
+}  // namespace
+}  // namespace cleave::config

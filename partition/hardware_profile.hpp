@@ -178,7 +178,8 @@ struct HardwareProfile {
   double gemm_wave_seconds(const Gemm& gemm, bool bf16) const;
   // The fraction of peak one GEMM reaches (has_roofline() only): the shape table's for a bf16 library GEMM when the
   // profile has one; for a fused attention kernel's product, with attention_kernel set, attention_rates' FLOP/s for
-  // its pass, mask, head dim and sequence over the peak (bf16 only: the tables are bf16 benchmarks; an f32 run is
+  // its pass, mask, head dim and sequence over the peak (a head dim between two published ones interpolated:
+  // AttentionRates::flops_per_s_between_head_dims; bf16 only: the tables are bf16 benchmarks; an f32 run is
   // refused); else the size curve's at its FLOPs, capped at attention_efficiency for the fused attention kernel's
   // products.
   double gemm_efficiency_of(const Gemm& gemm, bool bf16) const;

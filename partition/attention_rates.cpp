@@ -62,16 +62,22 @@ bool AttentionRates::has_kernel(const std::string& kernel) const {
   return std::any_of(curves_.begin(), curves_.end(), [&](const Curve& c) { return c.kernel == kernel; });
 }
 
-double AttentionRates::flops_per_s(const std::string& kernel, AttentionPass pass, bool causal, double head_dim,
-                                   double seq_len) const {
+const AttentionRates::Curve* AttentionRates::find(const std::string& kernel, AttentionPass pass, bool causal,
+                                                  double head_dim) const {
   const std::string mask = causal ? "causal" : "none";
-  const Curve* found = nullptr;
   for (const char* m : {mask.c_str(), "any"}) {
     for (const Curve& c : curves_) {
-      if (!found && c.kernel == kernel && c.pass == pass && c.mask == m && c.head_dim == head_dim) found = &c;
+      if (c.kernel == kernel && c.pass == pass && c.mask == m && c.head_dim == head_dim) return &c;
     }
   }
+  return nullptr;
+}
+
+double AttentionRates::flops_per_s(const std::string& kernel, AttentionPass pass, bool causal, double head_dim,
+                                   double seq_len) const {
+  const Curve* found = find(kernel, pass, causal, head_dim);
   if (found == nullptr) {
+    const std::string mask = causal ? "causal" : "none";
     std::string has;
     for (const Curve& c : curves_) {
       if (c.kernel == kernel) has += (has.empty() ? "" : "; ") + fmt::format("{} {} {}", attention_pass_name(c.pass), c.mask, c.head_dim);
@@ -91,6 +97,24 @@ double AttentionRates::flops_per_s(const std::string& kernel, AttentionPass pass
     tflops = p[i - 1].second + x * (p[i].second - p[i - 1].second);
   }
   return tflops * 1e12;
+}
+
+double AttentionRates::flops_per_s_between_head_dims(const std::string& kernel, AttentionPass pass, bool causal,
+                                                     double head_dim, double seq_len) const {
+  if (find(kernel, pass, causal, head_dim) != nullptr) return flops_per_s(kernel, pass, causal, head_dim, seq_len);
+  double below = 0, above = 0;  // the nearest tabulated head dims on either side (0: none)
+  for (const Curve& c : curves_) {
+    if (find(kernel, pass, causal, c.head_dim) == nullptr) continue;
+    if (c.head_dim < head_dim && c.head_dim > below) below = c.head_dim;
+    if (c.head_dim > head_dim && (above == 0 || c.head_dim < above)) above = c.head_dim;
+  }
+  // Outside the published head dims nothing is extrapolated: flops_per_s refuses by name.
+  if (below == 0 || above == 0) return flops_per_s(kernel, pass, causal, head_dim, seq_len);
+  // Time per head over its 4·T² work units, d / rate, is interpolated linearly in d between the two published head dims.
+  const double t_below = below / flops_per_s(kernel, pass, causal, below, seq_len);
+  const double t_above = above / flops_per_s(kernel, pass, causal, above, seq_len);
+  const double x = (head_dim - below) / (above - below);
+  return head_dim / (t_below + x * (t_above - t_below));
 }
 
 AttentionRates attention_rates_from_json(const json& list, const std::string& where) {

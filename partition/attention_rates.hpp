@@ -8,7 +8,8 @@
 // both, for a benchmark that publishes one setting only (its source must say so).
 // Invariant: every curve has a kernel name, a pass, a mask, a head dimension > 0 and at least one point, its sequence
 // lengths strictly increasing and its rates > 0; no two curves share (kernel, pass, mask, head dim); a lookup with
-// no curve for its (kernel, pass, mask, head dim) throws naming what is missing and what the table has.
+// no curve for its (kernel, pass, mask, head dim) throws naming what is missing and what the table has; the pricing
+// lookup (flops_per_s_between_head_dims) interpolates a head dim between two published ones and refuses the rest.
 #pragma once
 
 #include <string>
@@ -42,8 +43,18 @@ class AttentionRates {
   // pass and head dim whose mask is the asked one, else "any"; throws Error naming the kernel, pass, mask and head dim
   // when the table has none (an incomplete table is refused, never filled from another kernel or head dim).
   double flops_per_s(const std::string& kernel, AttentionPass pass, bool causal, double head_dim, double seq_len) const;
+  // What the cost model reads (HardwareProfile): at a head dim the benchmark did not run but that lies between two it
+  // did, each head's time (d / rate, per 4·T² of work) linear in d between the nearest published head dims below and
+  // above, at the same sequence length. Its two parts are a cost per score (an unfused path's [T, T] matrices written
+  // and read, a fused kernel's exp, max and rescaling: the same at any d) and a cost per product FLOP (proportional to
+  // d); the published curves at the two head dims fix both. A tabulated head dim is its curve (flops_per_s); one
+  // outside the published range is refused by name as flops_per_s refuses it (nothing is extrapolated).
+  double flops_per_s_between_head_dims(const std::string& kernel, AttentionPass pass, bool causal, double head_dim,
+                                       double seq_len) const;
 
  private:
+  // The curve for (kernel, pass, head dim) with the asked mask, else mask "any"; nullptr when the table has none.
+  const Curve* find(const std::string& kernel, AttentionPass pass, bool causal, double head_dim) const;
   std::vector<Curve> curves_;
   std::string where_;
 };

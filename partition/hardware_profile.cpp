@@ -206,8 +206,9 @@ double HardwareProfile::gemm_efficiency_of(const Gemm& g, bool bf16) const {
   if (g.fused_attention && !attention_kernel.empty() && g.attention_pass != AttentionPass::kNone) {
     CLEAVE_CHECK(bf16, "profile '{}': attention kernel '{}' is priced from bf16 benchmarks (attention_rates); an f32 run "
                  "has no published rate for it: leave --attention-kernel out", name, attention_kernel);
-    const double rate = attention_rates.flops_per_s(attention_kernel, g.attention_pass, g.attention_causal,
-                                                    g.attention_head_dim, g.attention_seq);
+    const double rate = attention_rates.flops_per_s_between_head_dims(attention_kernel, g.attention_pass,
+                                                                      g.attention_causal, g.attention_head_dim,
+                                                                      g.attention_seq);
     return std::min(1.0, rate / peak_flops_bf16);
   }
   // A batched GEMM is one launch: its efficiency is that of its whole work.
@@ -233,7 +234,7 @@ std::pair<double, double> HardwareProfile::unfused_attention_seconds(const Proba
   const Gemm& scores = work.stored_forward.gemms.front();  // S = Q·Kᵀ: [T, T] over d, one per head
   const double forward_flops = 4.0 * scores.m * scores.n * scores.k * scores.batch;
   const auto rate = [&](AttentionPass pass) {
-    return attention_rates.flops_per_s(attention_kernel, pass, /*causal=*/false, scores.k, scores.m);
+    return attention_rates.flops_per_s_between_head_dims(attention_kernel, pass, /*causal=*/false, scores.k, scores.m);
   };
   // The rate was measured at the benchmark's occupancy (16k tokens x 2048 width); a smaller problem is never priced
   // below what the roofline charges for the same products, softmax and launches.

@@ -178,7 +178,8 @@ struct HardwareProfile {
   double gemm_wave_seconds(const Gemm& gemm, bool bf16) const;
   // The fraction of peak one GEMM reaches (has_roofline() only): the shape table's for a bf16 library GEMM when the
   // profile has one; for a fused attention kernel's product, with attention_kernel set, attention_rates' FLOP/s for
-  // its pass, mask, head dim and sequence over the peak (bf16 only: the tables are bf16 benchmarks; an f32 run is
+  // its pass, mask, head dim and sequence over the peak (a head dim between two published ones interpolated:
+  // AttentionRates::flops_per_s_between_head_dims; bf16 only: the tables are bf16 benchmarks; an f32 run is
   // refused); else the size curve's at its FLOPs, capped at attention_efficiency for the fused attention kernel's
   // products.
   double gemm_efficiency_of(const Gemm& gemm, bool bf16) const;
@@ -200,8 +201,8 @@ struct HardwareProfile {
   // T² scores whatever the mask, so the kernel's curve without the mask prices it, its FLOPs counted as the benchmark
   // counts them: forward 4·T²·d per head, backward 2.5 times that; never below the roofline's price of the same
   // products, softmax bytes and launches (the rate is the benchmark's, at 16k tokens x 2048 width: a smaller problem
-  // runs no faster). bf16 only (the benchmarks ran 16-bit); a table without that curve at the run's head dim is
-  // refused by name (AttentionRates::flops_per_s).
+  // runs no faster). bf16 only (the benchmarks ran 16-bit); a head dim between two published ones takes the rate
+  // interpolated between them (AttentionRates::flops_per_s_between_head_dims); one outside them is refused by name.
   std::pair<double, double> unfused_attention_seconds(const ProbabilitiesWork& work, bool bf16) const;
 };
 

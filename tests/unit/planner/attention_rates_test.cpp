@@ -87,6 +87,36 @@ TEST(AttentionRates, IncompleteTableIsRefusedByName) {
   EXPECT_NE(no_kernel.find("the table has for 'xformers': nothing"), std::string::npos) << no_kernel;
 }
 
+// An unfused kernel between two published head dims (PyTorch's standard attention in the FlashAttention-2 benchmark:
+// 64 and 128): each head's time per 4·T² of work, d / rate, is linear in d, so at 96 the rate is 96 over the mean of
+// 64 / r64 and 128 / r128 at the same T (forward, T 2048: 35 and 60 -> 48.5 TFLOP/s; backward: 48 and 86 -> 68.0),
+// between the two; a published head dim is its own curve; below 64 or above
+// 128 nothing is extrapolated (refused by name); the fused kernels' exact lookup still refuses 96.
+TEST(AttentionRates, UnfusedRateBetweenPublishedHeadDimsIsLinearInTimePerHead) {
+  const AttentionRates& r = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/a100_80gb_sxm.json").attention_rates;
+  const double forward = r.flops_per_s_between_head_dims("pytorch", AttentionPass::kForward, false, 96, 2048);
+  EXPECT_NEAR(forward, 96.0 / (0.5 * (64.0 / 35e12 + 128.0 / 60e12)), 1.0);
+  EXPECT_NEAR(forward / 1e12, 48.46, 0.01);
+  const double backward = r.flops_per_s_between_head_dims("pytorch", AttentionPass::kBackward, false, 96, 2048);
+  EXPECT_NEAR(backward / 1e12, 96.0 / (0.5 * (64.0 / 48 + 128.0 / 86)), 1e-9);
+  EXPECT_NEAR(backward / 1e12, 68.04, 0.01);
+  EXPECT_GT(backward, 48e12);
+  EXPECT_LT(backward, 86e12);
+  // A quarter of the way from 64 (80): time per head a quarter of the way from 64 / r64 to 128 / r128, at T 1024.
+  EXPECT_NEAR(r.flops_per_s_between_head_dims("pytorch", AttentionPass::kForward, false, 80, 1024) / 1e12,
+              80.0 / (64.0 / 34 + 0.25 * (128.0 / 56 - 64.0 / 34)), 1e-9);
+  EXPECT_DOUBLE_EQ(r.flops_per_s_between_head_dims("pytorch", AttentionPass::kForward, false, 128, 2048), 60e12);
+  EXPECT_DOUBLE_EQ(r.flops_per_s_between_head_dims("pytorch", AttentionPass::kBackward, false, 64, 16384), 51e12);
+  const std::string above = refusal_of(
+      [&] { r.flops_per_s_between_head_dims("pytorch", AttentionPass::kForward, false, 160, 2048); });
+  EXPECT_NE(above.find("no curve for kernel 'pytorch' forward mask 'none' head dim 160"), std::string::npos) << above;
+  const std::string below = refusal_of(
+      [&] { r.flops_per_s_between_head_dims("pytorch", AttentionPass::kBackward, false, 32, 2048); });
+  EXPECT_NE(below.find("head dim 32"), std::string::npos) << below;
+  EXPECT_NE(refusal_of([&] { r.flops_per_s("pytorch", AttentionPass::kForward, false, 96, 2048); }).find("head dim 96"),
+            std::string::npos);
+}
+
 // The reader refuses a bad curve: a mask it does not know, sequence lengths out of order, a repeated curve.
 TEST(AttentionRates, ReaderRefusesBadCurves) {
   using nlohmann::json;

@@ -44,4 +44,14 @@ class Embedding final : public Layer {
 std::shared_ptr<Param> make_token_table(const std::string& prefix, std::int64_t vocab_size, std::int64_t dim,
                                         const ParamInit& init);
 
+// What Embedding and VocabParallelEmbedding (layers/parallel/) share, so the two read and check the same way:
+// the sizes checked at construction (vocab_size, dim > 0; seq_len >= 0, 0: no position table), the position
+// table "<prefix>.position" [seq_len, dim] (replicated, not decayed, normal(0, 0.02); null when seq_len is 0:
+// positions come from elsewhere, llama's rotary embeddings), and the ids checked at forward (i32 [batch, seq],
+// seq <= seq_len when there is a position table). `who` names the layer in the messages.
+void check_embedding_sizes(std::int64_t vocab_size, std::int64_t seq_len, std::int64_t dim, const std::string& who);
+std::shared_ptr<Param> make_position_table(const std::string& prefix, std::int64_t seq_len, std::int64_t dim,
+                                           const ParamInit& init);
+void check_token_ids(const Context& ctx, const Tensor& ids, std::int64_t seq_len, const std::string& who);
+
 }  // namespace cleave::layers

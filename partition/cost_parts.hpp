@@ -4,6 +4,7 @@
 // sum of its parts, so a change to one layer's stash is one change here.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 
 #include "partition/cost_model.hpp"
@@ -180,6 +181,17 @@ inline void recompute_repeated_layer(BlockCost& cost, const BlockSpec& block, Re
     cost.recompute_transient_bytes = cost.activation_bytes;
     cost.activation_bytes = t * d * b;
   }
+}
+
+// A transformer-like block's backward_extra_bytes from the rises inside its I of its two phases, `mlp` and
+// `attention` (the larger wins): selective recomputation rebuilds the attention statistics inside the attention
+// phase; full recomputation rebuilds the whole stash but the input, `kept_input` bytes it already counts.
+inline std::int64_t repeated_layer_backward_extra(const BlockCost& cost, Recompute recompute, std::int64_t mlp,
+                                                  std::int64_t attention, std::int64_t kept_input) {
+  if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;
+  std::int64_t extra = std::max(mlp, attention);
+  if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - kept_input;
+  return extra;
 }
 
 }  // namespace cleave::partition::cost_parts

@@ -29,7 +29,6 @@ Results: benchmarks/peers/RESULTS-<date>-cpu-train.md.
 """
 import argparse
 import contextlib
-import fcntl
 import json
 import math
 import os
@@ -43,6 +42,9 @@ import time
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_util import held  # noqa: E402
 
 MODELS = {
     "small": dict(family="gpt", d=256, layers=4, heads=8, T=64, batch=16, micro=16),
@@ -188,19 +190,6 @@ def cleave_ffn(binary, cfg):
         subprocess.run([binary, "train", *cleave_args(cfg, "fp32", 1), "--set", f"train.out_dir={out}"],
                        check=True, capture_output=True)
         return json.load(open(os.path.join(out, "config.json")))["model"]["ffn_hidden_size"]
-
-
-@contextlib.contextmanager
-def held(lock_path):
-    if not lock_path:
-        yield
-        return
-    with open(lock_path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def cpu_name():

@@ -27,7 +27,6 @@ Exit status 0 when every case passes, 1 otherwise.
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -37,37 +36,11 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers
 from transformers import (AutoModelForCausalLM, AutoTokenizer, MistralConfig, MistralForCausalLM,
                           PreTrainedTokenizerFast, Qwen2Config, Qwen2ForCausalLM)
 
-MPI = ["mpiexec", "-n", "4", "--oversubscribe", "--allow-run-as-root", "--mca", "btl_vader_single_copy_mechanism",
-       "none", "--mca", "btl", "self,vader"]
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from hf_roundtrip import MPI, cleave_logits, compare, run  # noqa: E402
+
 # docs/checkpoints.md: the keys an imported-then-exported config.json may differ in.
 LISTED = {"torch_dtype", "dtype"}
-
-
-def run(cmd, log):
-    with open(log, "w") as f:
-        r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
-    if r.returncode != 0:
-        sys.stdout.write(open(log).read()[-3000:])
-        raise SystemExit(f"failed: {' '.join(cmd)}")
-    return open(log).read()
-
-
-def cleave_logits(cleave, ckpt, prompt, tmp):
-    out = os.path.join(tmp, f"logits_{len(os.listdir(tmp))}.json")
-    run([cleave, "generate", ckpt, "--prompt", prompt, "--tokens", "0", "--logits", out], out + ".log")
-    d = json.load(open(out))
-    return d["tokens"], torch.tensor(d["logits"], dtype=torch.float64)
-
-
-def compare(name, model, cleave, ckpt, prompt, tmp, tolerance):
-    tokens, ours = cleave_logits(cleave, ckpt, prompt, tmp)
-    with torch.no_grad():
-        theirs = model(torch.tensor([tokens])).logits[0].double()
-    diff = (ours - theirs).abs().max().item()
-    ok = diff <= tolerance
-    print(f"{'PASS' if ok else 'FAIL'} {name}: {len(tokens)} prefixes x {ours.shape[1]} logits, "
-          f"max |transformers - cleave| = {diff:.3e} (logits up to {theirs.abs().max().item():.2f})")
-    return ok
 
 
 def tokenizer(path):

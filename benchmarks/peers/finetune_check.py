@@ -24,7 +24,6 @@ import glob
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -32,17 +31,10 @@ import tempfile
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sentencepiece_styles as sp  # noqa: E402
+from peer_util import read_shard  # noqa: E402
 import torch  # noqa: E402
 from transformers import (AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM,  # noqa: E402
                           PreTrainedTokenizerFast)
-
-
-def read_shard(path):
-    with open(path, "rb") as f:
-        header = struct.unpack("<256i", f.read(1024))
-        data = f.read()
-    fmt = "H" if header[:2] == (20240520, 1) else "I"
-    return list(struct.unpack("<%d%s" % (header[2], fmt), data))
 
 
 def run(cmd, **kw):

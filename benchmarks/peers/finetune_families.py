@@ -28,7 +28,6 @@ import glob
 import json
 import os
 import shutil
-import struct
 import subprocess
 import sys
 import tempfile
@@ -36,6 +35,7 @@ import tempfile
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sentencepiece_styles as sp  # noqa: E402
+from peer_util import read_shard  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
 from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers  # noqa: E402
@@ -58,14 +58,6 @@ def run(cmd, expect_ok=True):
     if expect_ok and proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}\n{text[-3000:]}")
     return proc.returncode, text
-
-
-def read_shard(path):
-    with open(path, "rb") as f:
-        header = struct.unpack("<256i", f.read(1024))
-        data = f.read()
-    fmt = "H" if header[:2] == (20240520, 1) else "I"
-    return list(struct.unpack("<%d%s" % (header[2], fmt), data))
 
 
 # ---- tokenizers -------------------------------------------------------------------------------------------------

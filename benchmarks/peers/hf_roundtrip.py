@@ -32,11 +32,13 @@ MPI = ["mpiexec", "-n", "4", "--oversubscribe", "--allow-run-as-root", "--mca", 
 
 
 def run(cmd, log):
+    """Runs cmd with its output in the file log; returns that output, or ends the script with its tail."""
     with open(log, "w") as f:
         r = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT)
     if r.returncode != 0:
         sys.stdout.write(open(log).read()[-3000:])
         raise SystemExit(f"failed: {' '.join(cmd)}")
+    return open(log).read()
 
 
 def cleave_logits(cleave, ckpt, prompt, tmp):

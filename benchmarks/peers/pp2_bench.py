@@ -15,8 +15,6 @@ the rounds. With --lock FILE each round holds an exclusive flock on FILE.
     $VENV/bin/python benchmarks/peers/pp2_bench.py --cleave build/bin/cleave --rounds 3 --lock /work/build.lock
 """
 import argparse
-import contextlib
-import fcntl
 import json
 import os
 import statistics
@@ -24,6 +22,9 @@ import subprocess
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_util import held  # noqa: E402
 
 D, LAYERS, HEADS, T, VOCAB, BATCH, MICRO = 256, 4, 8, 64, 256, 16, 4
 
@@ -123,19 +124,6 @@ def run_cleave(binary, warmup, steps):
             sys.exit(f"cleave pp2 failed ({r.returncode}):\n{r.stderr[-3000:]}")
         rows = [json.loads(line) for line in open(os.path.join(out, "metrics.jsonl"))][warmup:]
         return statistics.median(row["step_ms"] for row in rows) / 1e3
-
-
-@contextlib.contextmanager
-def held(lock_path):
-    if not lock_path:
-        yield
-        return
-    with open(lock_path, "a") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
 
 
 def main():

@@ -25,7 +25,6 @@ import os
 import random
 import shutil
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -35,17 +34,8 @@ os.environ["TOKENIZERS_PARALLELISM"] = "false"
 os.environ["RAYON_NUM_THREADS"] = "1"
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sentencepiece_styles as sp  # noqa: E402
+from peer_util import read_shard  # noqa: E402
 from tokenizers import Tokenizer  # noqa: E402
-
-
-def read_shard(path):
-    with open(path, "rb") as f:
-        header = struct.unpack("<256i", f.read(1024))
-        data = f.read()
-    if header[:2] == (20240520, 1):
-        return list(struct.unpack("<%dH" % header[2], data))
-    assert header[:2] == (20240801, 7), header[:3]
-    return list(struct.unpack("<%dI" % header[2], data))
 
 
 def wide(tok):

@@ -18,15 +18,14 @@ Write the make-test fixture (tests/unit/tokenizer/data/, once; the ids are the `
     venv/bin/python benchmarks/peers/sentencepiece_styles.py --write-fixture
 """
 import argparse
-import glob
 import json
 import os
 import random
 import sys
 
-from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers
-
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_util import ROOT, repo_text  # noqa: E402,F401 (ROOT and repo_text are also this module's, as sp.ROOT)
+from tokenizers import AddedToken, Regex, Tokenizer, models, normalizers, pre_tokenizers, trainers  # noqa: E402
 SP = "\u2581"
 STYLES = ["llama2", "metaspace_first", "metaspace_always", "metaspace_never", "ignore_merges", "unk",
           "legacy_metaspace"]
@@ -44,12 +43,6 @@ NORMALIZERS = {
                                                       normalizers.Replace(Regex("\\.\\.\\."), "\u2026"),
                                                       normalizers.Strip(left=False, right=True)]),
 }
-
-
-def repo_text():
-    paths = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
-    paths += sorted(glob.glob(os.path.join(ROOT, "engine", "**", "*.[ch]pp"), recursive=True))
-    return "".join(open(p, encoding="utf-8").read() for p in paths)
 
 
 def awkward_text(rng, chars):

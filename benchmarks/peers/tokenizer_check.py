@@ -18,12 +18,10 @@ add_special_tokens=False).ids; then encode speed (MB/s, one core) of both, media
 Exit status 0 when every tokenizer's ids match exactly, 1 otherwise.
 """
 import argparse
-import glob
 import os
 import random
 import shutil
 import statistics
-import struct
 import subprocess
 import sys
 import tempfile
@@ -31,17 +29,12 @@ import time
 
 os.environ["TOKENIZERS_PARALLELISM"] = "false"
 os.environ["RAYON_NUM_THREADS"] = "1"
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peer_util import ROOT, read_shard, repo_text  # noqa: E402
 from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, trainers  # noqa: E402
 
 LLAMA3 = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|"
           r"\s*[\r\n]+|\s+(?!\S)|\s+")
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-
-
-def repo_text():
-    paths = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
-    paths += sorted(glob.glob(os.path.join(ROOT, "engine", "**", "*.[ch]pp"), recursive=True))
-    return "".join(open(p, encoding="utf-8").read() for p in paths)
 
 
 def awkward_text(rng, chars):
@@ -79,15 +72,6 @@ def train(kind, corpus_path, vocab):
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train([corpus_path], trainer)
     return tok
-
-
-def read_shard(path):
-    with open(path, "rb") as f:
-        header = struct.unpack("<256i", f.read(1024))
-        assert header[0] == 20240520 and header[1] == 1, header[:3]
-        data = f.read()
-    assert len(data) == 2 * header[2], (len(data), header[2])
-    return list(struct.unpack("<%dH" % header[2], data))
 
 
 def cleave_tokenize(cleave, text_path, tok_path, out):

@@ -121,32 +121,39 @@ MetricsRows read_metrics_rows(const std::string& path) {
   return rows;
 }
 
-bool fill_phase_times(RestartRecord& r, const std::string& metrics_path) {
+namespace {
+
+// The first metrics.jsonl row whose "restart" is `number` (the trainer writes the restart on the first row after
+// it); nothing when the file or the row is missing. Lines that are not JSON objects are skipped.
+std::optional<nlohmann::json> restart_metrics_row(const std::string& metrics_path, int number) {
   std::ifstream in(metrics_path);
   std::string line;
   while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object() || j.value("restart", 0) != r.number) continue;
-    r.startup_s = j.value("restart_startup_s", 0.0);
-    r.load_s = j.value("restart_load_s", 0.0);
-    r.first_step_s = j.value("restart_first_step_s", 0.0);
-    return true;
+    auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object() || j.value("restart", 0) != number) continue;
+    return j;
   }
-  return false;
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool fill_phase_times(RestartRecord& r, const std::string& metrics_path) {
+  const std::optional<nlohmann::json> j = restart_metrics_row(metrics_path, r.number);
+  if (!j) return false;
+  r.startup_s = j->value("restart_startup_s", 0.0);
+  r.load_s = j->value("restart_load_s", 0.0);
+  r.first_step_s = j->value("restart_first_step_s", 0.0);
+  return true;
 }
 
 std::optional<std::int64_t> resumed_elsewhere(const RestartRecord& r, const std::string& metrics_path) {
-  std::ifstream in(metrics_path);
-  std::string line;
-  while (std::getline(in, line)) {
-    const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object() || j.value("restart", 0) != r.number) continue;
-    const auto it = j.find("resumed_at_step");
-    if (it == j.end() || !it->is_number_integer()) return std::nullopt;
-    const auto step = it->get<std::int64_t>();
-    return step == r.resumed_at_step ? std::nullopt : std::optional<std::int64_t>(step);
-  }
-  return std::nullopt;
+  const std::optional<nlohmann::json> j = restart_metrics_row(metrics_path, r.number);
+  if (!j) return std::nullopt;
+  const auto it = j->find("resumed_at_step");
+  if (it == j->end() || !it->is_number_integer()) return std::nullopt;
+  const auto step = it->get<std::int64_t>();
+  return step == r.resumed_at_step ? std::nullopt : std::optional<std::int64_t>(step);
 }
 
 }  // namespace cleave::supervise

@@ -7,6 +7,7 @@
 #include "engine/core/error.hpp"
 #include "kernels/ops/ops.hpp"
 #include "layers/context_parallel/positions.hpp"
+#include "layers/embedding.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/parallel/shard.hpp"
 #include "layers/parallel/sharded_param.hpp"
@@ -35,25 +36,17 @@ VocabParallelEmbedding::VocabParallelEmbedding(std::string prefix, std::int64_t 
                                                std::int64_t dim, const ParamInit& init, int tp_size, int tp_rank)
     : prefix_(std::move(prefix)), vocab_(vocab_size), seq_len_(seq_len), dim_(dim), tp_size_(tp_size),
       tp_rank_(tp_rank) {
-  CLEAVE_CHECK(vocab_size > 0 && seq_len >= 0 && dim > 0,
-               "{}: vocab_size ({}) and dim ({}) must be > 0, seq_len ({}) >= 0 (0: no position table)", who(),
-               vocab_size, dim, seq_len);
+  check_embedding_sizes(vocab_size, seq_len, dim, who());
   token_ = make_vocab_parallel_token_table(prefix_, vocab_size, dim, init, tp_size, tp_rank);
-  if (seq_len > 0) {  // else positions come from elsewhere (llama: rotary embeddings in the attention)
-    position_ = make_param(prefix_ + ".position", Shape{seq_len, dim}, false, init.allocator);
-    init_normal(*position_, init.seed, 0.02f);
-  }
+  position_ = make_position_table(prefix_, seq_len, dim, init);
   const std::int64_t rows = shard_rows(token_->shard);
   first_ = rows * tp_rank;
   valid_ = std::clamp<std::int64_t>(vocab_size - first_, 0, rows);
 }
 
 Tensor VocabParallelEmbedding::forward(const Tensor& ids, Stash& stash, Context& ctx) {
-  check_input(ctx, ids, DType::kI32, -1, 2, who());
-  CLEAVE_CHECK(ids.rank() == 2, "{}: expected token ids [batch, seq], got {}", who(), ids.shape().str());
+  check_token_ids(ctx, ids, seq_len_, who());
   const std::int64_t b = ids.dim(0), t = ids.dim(1);
-  CLEAVE_CHECK(!position_ || t <= seq_len_,
-               "{}: sequence of {} tokens exceeds the {} learned positions (model.seq_len)", who(), t, seq_len_);
   tp_group(ctx, tp_size_, tp_rank_, who());
   Tensor y = new_activation(ctx, Shape{b, t, dim_});
   ops::embedding_forward(ctx, ids, token_->compute(), y, {first_, valid_, vocab_});  // zeros outside this shard

@@ -15,9 +15,11 @@
 
 namespace cleave::partition {
 
+using spec_util::append_lm_head_and_loss;
+using spec_util::check_heads_divide_d_model;
 using spec_util::check_positive;
 using spec_util::make_block;
-using spec_util::make_loss_block;
+using spec_util::token_embedding_block;
 
 ModelSpec make_gpt_spec(const GptConfig& config) {
   check_positive(config.vocab_size, "vocab_size");
@@ -26,11 +28,7 @@ ModelSpec make_gpt_spec(const GptConfig& config) {
   check_positive(config.n_heads, "n_heads");
   check_positive(config.seq_len, "seq_len");
   CLEAVE_CHECK_KEY(config.d_ff >= 0, "model.d_ff", "must be >= 0 (0 means 4 * d_model), got {}", config.d_ff);
-  CLEAVE_CHECK_KEY(config.d_model % config.n_heads == 0, "model.d_model",
-                   "{} is not divisible by model.n_heads {} (head size would be {:.3g}): each head gets d_model / "
-                   "n_heads columns",
-                   config.d_model, config.n_heads,
-                   static_cast<double>(config.d_model) / static_cast<double>(config.n_heads));
+  check_heads_divide_d_model(config.d_model, config.n_heads);
 
   ModelSpec spec;
   spec.type = ModelType::kGpt;
@@ -38,11 +36,7 @@ ModelSpec make_gpt_spec(const GptConfig& config) {
   if (spec.gpt.d_ff == 0) spec.gpt.d_ff = 4 * config.d_model;
   const std::int64_t t = config.seq_len, d = config.d_model, v = config.vocab_size;
 
-  BlockSpec embed = make_block(BlockKind::kEmbedding, "embed", Shape{t}, Shape{t, d}, 0, d);
-  embed.input_dtype = DType::kI32;
-  embed.vocab_size = v;
-  embed.seq_len = t;
-  spec.blocks.push_back(embed);
+  spec.blocks.push_back(token_embedding_block(t, d, v, t));  // learned positions
 
   for (std::int64_t i = 0; i < config.n_layers; ++i) {
     BlockSpec block =
@@ -55,15 +49,7 @@ ModelSpec make_gpt_spec(const GptConfig& config) {
 
   spec.blocks.push_back(make_block(BlockKind::kLayerNorm, "final_norm", Shape{t, d}, Shape{t, d}, d, d));
 
-  BlockSpec head = make_block(BlockKind::kLmHead, "head", Shape{t, d}, Shape{t, v}, d, v);
-  head.vocab_size = v;
-  head.tied = config.tie_embeddings;
-  spec.blocks.push_back(head);
-
-  BlockSpec loss = make_loss_block(Shape{t, v}, v);
-  loss.vocab_size = v;
-  spec.blocks.push_back(loss);
-  if (config.tie_embeddings) spec.tied_parameters = {spec.blocks.front().name + ".token"};
+  append_lm_head_and_loss(spec, t, d, v, config.tie_embeddings);
   return spec;
 }
 

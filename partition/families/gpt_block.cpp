@@ -79,19 +79,13 @@ BlockCost transformer_cost(const BlockSpec& block, DType dtype, Recompute recomp
     // fc2's gathered dy, exact only at F = 4·D where the two errors met: 1.6% under the measured peak at F 2·D, 2.7%
     // over at 8·D.
     const std::int64_t mlp = std::max(ts * d + t * d + 2 * t * f / tp, 2 * ts * d + 2 * t * d + t * f / tp) * b;
-    std::int64_t attention = (4 * ts * d + 3 * t * d + 4 * t * d / tp) * b;
-    if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;
-    std::int64_t extra = std::max(mlp, attention);
-    if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - (t / tp) * d * b;
-    cost.backward_extra_bytes = extra;
+    const std::int64_t attention = (4 * ts * d + 3 * t * d + 4 * t * d / tp) * b;
+    cost.backward_extra_bytes = repeated_layer_backward_extra(cost, recompute, mlp, attention, ts * d * b);
     return cost;
   }
   const std::int64_t mlp = (2 * t * f / tp + t * d) * b;
-  std::int64_t attention = (4 * t * d + 4 * t * d / tp) * b;
-  if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;  // the attention statistics
-  std::int64_t extra = std::max(mlp, attention);
-  if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - t * d * b;  // input kept, shared
-  cost.backward_extra_bytes = extra;
+  const std::int64_t attention = (4 * t * d + 4 * t * d / tp) * b;
+  cost.backward_extra_bytes = repeated_layer_backward_extra(cost, recompute, mlp, attention, t * d * b);
   return cost;
 }
 

@@ -15,9 +15,11 @@
 
 namespace cleave::partition {
 
+using spec_util::append_lm_head_and_loss;
+using spec_util::check_heads_divide_d_model;
 using spec_util::check_positive;
 using spec_util::make_block;
-using spec_util::make_loss_block;
+using spec_util::token_embedding_block;
 
 std::int64_t llama_ffn_hidden_size(std::int64_t d_model) {
   const std::int64_t two_thirds = 2 * (4 * d_model) / 3;
@@ -65,11 +67,7 @@ void check_resolved_keys(const LlamaConfig& config) {
                    "{} is above model.max_seq_len {} (the longest sequence this model's positions were made for; a "
                    "Hugging Face model's max_position_embeddings); set model.seq_len to at most {}",
                    config.seq_len, config.max_seq_len, config.max_seq_len);
-  CLEAVE_CHECK_KEY(config.d_model % config.n_heads == 0, "model.d_model",
-                   "{} is not divisible by model.n_heads {} (head size would be {:.3g}): each head gets d_model / "
-                   "n_heads columns",
-                   config.d_model, config.n_heads,
-                   static_cast<double>(config.d_model) / static_cast<double>(config.n_heads));
+  check_heads_divide_d_model(config.d_model, config.n_heads);
   CLEAVE_CHECK_KEY((config.d_model / config.n_heads) % 2 == 0, "model.d_model",
                    "{} / model.n_heads {} gives head size {}, which must be even: rotary embeddings rotate pairs of "
                    "columns; change d_model or n_heads",
@@ -94,11 +92,7 @@ ModelSpec make_llama_spec(const LlamaConfig& given) {
   spec.llama = config;
   const std::int64_t t = config.seq_len, d = config.d_model, v = config.vocab_size;
 
-  BlockSpec embed = make_block(BlockKind::kEmbedding, "embed", Shape{t}, Shape{t, d}, 0, d);
-  embed.input_dtype = DType::kI32;
-  embed.vocab_size = v;
-  embed.seq_len = 0;  // no learned positions: rotary embeddings inside the attention
-  spec.blocks.push_back(embed);
+  spec.blocks.push_back(token_embedding_block(t, d, v, 0));  // no learned positions: rotary inside the attention
 
   for (std::int64_t i = 0; i < config.n_layers; ++i) {
     BlockSpec block =
@@ -119,15 +113,7 @@ ModelSpec make_llama_spec(const LlamaConfig& given) {
   norm.norm_eps = config.norm_eps;
   spec.blocks.push_back(norm);
 
-  BlockSpec head = make_block(BlockKind::kLmHead, "head", Shape{t, d}, Shape{t, v}, d, v);
-  head.vocab_size = v;
-  head.tied = config.tie_embeddings;
-  spec.blocks.push_back(head);
-
-  BlockSpec loss = make_loss_block(Shape{t, v}, v);
-  loss.vocab_size = v;
-  spec.blocks.push_back(loss);
-  if (config.tie_embeddings) spec.tied_parameters = {spec.blocks.front().name + ".token"};
+  append_lm_head_and_loss(spec, t, d, v, config.tie_embeddings);
   return spec;
 }
 

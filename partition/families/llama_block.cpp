@@ -102,13 +102,10 @@ BlockCost llama_cost_without_qk_norms(const BlockSpec& block, DType dtype, Recom
     // shards dy and dx1, dout and dqkv [T, (2D + 2K)/tp]; then dq, dk, dv, one projection's partial dx [T, D]
     // and the shards it and the one before reduce-scattered.
     const std::int64_t mlp = std::max(ts * d + t * d + 3 * t * f / tp, 2 * t * d + 3 * ts * d) * b;
-    std::int64_t attention =
+    const std::int64_t attention =
         std::max(2 * t * d + 2 * ts * d + (2 * t * d + 2 * t * kv) / tp,
                  3 * t * d + 4 * ts * d + (t * d + 2 * t * kv) / tp) * b;
-    if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;
-    std::int64_t extra = std::max(mlp, attention);
-    if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - ts * d * b;
-    cost.backward_extra_bytes = extra;
+    cost.backward_extra_bytes = repeated_layer_backward_extra(cost, recompute, mlp, attention, ts * d * b);
     return cost;
   }
   // backward_extra: mlp: dy, dh, dgate, dup during swiglu_backward, then dy and the two input gradients of
@@ -117,12 +114,9 @@ BlockCost llama_cost_without_qk_norms(const BlockSpec& block, DType dtype, Recom
   // attention: dy, dx1, dout, dqkv during the core's backward, then dy, dx1, dq, dk, dv and the three input
   // gradients of q, k, v (summed into the first).
   const std::int64_t mlp = std::max(t * d + 3 * t * f / tp, 3 * t * d) * b;
-  std::int64_t attention =
+  const std::int64_t attention =
       std::max(2 * t * d + (2 * t * d + 2 * t * kv) / tp, 4 * t * d + (t * d + 2 * t * kv) / tp) * b;
-  if (recompute == Recompute::kSelective) attention += cost.recompute_transient_bytes;  // the attention statistics
-  std::int64_t extra = std::max(mlp, attention);
-  if (recompute == Recompute::kFull) extra += cost.recompute_transient_bytes - t * d * b;  // input kept, shared
-  cost.backward_extra_bytes = extra;
+  cost.backward_extra_bytes = repeated_layer_backward_extra(cost, recompute, mlp, attention, t * d * b);
   return cost;
 }
 

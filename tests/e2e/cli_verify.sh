@@ -30,15 +30,21 @@ cat > tiny.json <<'JSON'
 JSON
 
 fail() { echo "FAIL $1"; sed 's/^/    /' "$2"; failures=$((failures + 1)); }
+# verify_passes NAME NP LAYOUT CONFIG [OPTIONS...]: `cleave verify CONFIG --steps 3 OPTIONS` on NP ranks exits 0
+# with a report ending in PASS and a layout line holding LAYOUT (its output in NAME.log).
+verify_passes() {
+  local name=$1 np=$2 layout=$3 config=$4 status; shift 4
+  "${mpiexec[@]}" -n "$np" "$cleave" verify "$config" --steps 3 "$@" > "$name.log" 2>&1
+  status=$?
+  if [ $status -ne 0 ] || ! grep -q ': PASS$' "$name.log" || ! grep -qF -- "$layout" "$name.log"; then
+    fail "$name-passes: status $status" "$name.log"
+  else
+    echo "ok   $name-passes: $(grep -E ': PASS$' "$name.log")"
+  fi
+}
 
-"${mpiexec[@]}" -n 2 "$cleave" verify tiny.json --steps 3 > dp2.log 2>&1
-status=$?
-if [ $status -ne 0 ] || ! grep -q ': PASS$' dp2.log || ! grep -q 'tp=1 pp=1 dp=2 (world 2)' dp2.log ||
-   ! grep -q 'comm backend mpi (auto: device.type is "cpu")' dp2.log; then
-  fail "dp2-passes: status $status" dp2.log
-else
-  echo "ok   dp2-passes: $(grep -E ': PASS$' dp2.log)"
-fi
+verify_passes dp2 2 'tp=1 pp=1 dp=2 (world 2)' tiny.json
+grep -q 'comm backend mpi (auto: device.type is "cpu")' dp2.log || fail "dp2-names-its-comm-backend" dp2.log
 
 "${mpiexec[@]}" -n 2 "$cleave" verify tiny.json --steps 3 --set parallel.tensor_model_parallel_size=2 \
     --param-tolerance 0 > tp2.log 2>&1
@@ -60,24 +66,12 @@ cat > llama.json <<'JSON'
   "data": {"type": "synthetic"}
 }
 JSON
-"${mpiexec[@]}" -n 4 "$cleave" verify llama.json --steps 3 --set parallel.tensor_model_parallel_size=2 \
-    --set parallel.pipeline_model_parallel_size=2 > llama.log 2>&1
-status=$?
-if [ $status -ne 0 ] || ! grep -q ': PASS$' llama.log || ! grep -q 'tp=2 pp=2 dp=1 (world 4)' llama.log; then
-  fail "llama-tp2-pp2-passes: status $status" llama.log
-else
-  echo "ok   llama-tp2-pp2-passes: $(grep -E ': PASS$' llama.log)"
-fi
+verify_passes llama-tp2-pp2 4 'tp=2 pp=2 dp=1 (world 4)' llama.json --set parallel.tensor_model_parallel_size=2 \
+    --set parallel.pipeline_model_parallel_size=2
 
 for comm in ring all_to_all; do
-  "${mpiexec[@]}" -n 2 "$cleave" verify tiny.json --steps 3 --set parallel.context_parallel_size=2 \
-      --set parallel.context_parallel_comm=$comm > cp2_$comm.log 2>&1
-  status=$?
-  if [ $status -ne 0 ] || ! grep -q ': PASS$' cp2_$comm.log || ! grep -q 'tp=1 cp=2 dp=1 pp=1 (world 2)' cp2_$comm.log; then
-    fail "cp2-$comm-passes: status $status" cp2_$comm.log
-  else
-    echo "ok   cp2-$comm-passes: $(grep -E ': PASS$' cp2_$comm.log)"
-  fi
+  verify_passes cp2-$comm 2 'tp=1 cp=2 dp=1 pp=1 (world 2)' tiny.json --set parallel.context_parallel_size=2 \
+      --set parallel.context_parallel_comm=$comm
 done
 
 # The default loss tolerance follows the precision: fp32 1e-5 (the cp2 ring run above), bf16 2^-8 / sqrt(tokens per
@@ -89,20 +83,14 @@ status=$?
     --set device.precision=bf16 --loss-tolerance 0 > cp2_bf16_zero.log 2>&1
 status_zero=$?
 if [ $status -ne 0 ] || ! grep -q '(tolerance 0.000345), .*: PASS$' cp2_bf16.log ||
-   ! grep -q 'max loss difference .*(tolerance 1e-05)' cp2_ring.log || [ $status_zero -ne 1 ] ||
+   ! grep -q 'max loss difference .*(tolerance 1e-05)' cp2-ring.log || [ $status_zero -ne 1 ] ||
    ! grep -q '(tolerance 0), .*: FAIL$' cp2_bf16_zero.log; then
   fail "bf16-loss-tolerance: status $status, explicit 0: $status_zero" cp2_bf16.log
 else
   echo "ok   bf16-loss-tolerance: $(grep -E ': PASS$' cp2_bf16.log)"
 fi
-"${mpiexec[@]}" -n 4 "$cleave" verify llama.json --steps 3 --set parallel.tensor_model_parallel_size=2 \
-    --set parallel.context_parallel_size=2 > llama_cp2.log 2>&1
-status=$?
-if [ $status -ne 0 ] || ! grep -q ': PASS$' llama_cp2.log || ! grep -q 'tp=2 cp=2 dp=1 pp=1 (world 4)' llama_cp2.log; then
-  fail "llama-cp2-tp2-passes: status $status" llama_cp2.log
-else
-  echo "ok   llama-cp2-tp2-passes: $(grep -E ': PASS$' llama_cp2.log)"
-fi
+verify_passes llama-cp2-tp2 4 'tp=2 cp=2 dp=1 pp=1 (world 4)' llama.json --set parallel.tensor_model_parallel_size=2 \
+    --set parallel.context_parallel_size=2
 
 cat > moe.json <<'JSON'
 {
@@ -113,30 +101,12 @@ cat > moe.json <<'JSON'
   "data": {"type": "synthetic"}
 }
 JSON
-"${mpiexec[@]}" -n 2 "$cleave" verify moe.json --steps 3 --set parallel.expert_model_parallel_size=2 > ep2.log 2>&1
-status=$?
-if [ $status -ne 0 ] || ! grep -q ': PASS$' ep2.log || ! grep -q 'tp=1 pp=1 dp=2 ep=2 (world 2)' ep2.log; then
-  fail "moe-ep2-passes: status $status" ep2.log
-else
-  echo "ok   moe-ep2-passes: $(grep -E ': PASS$' ep2.log)"
-fi
-"${mpiexec[@]}" -n 4 "$cleave" verify moe.json --steps 3 --set parallel.expert_model_parallel_size=2 \
-    --set parallel.tensor_model_parallel_size=2 > ep2tp2.log 2>&1
-status=$?
-if [ $status -ne 0 ] || ! grep -q ': PASS$' ep2tp2.log || ! grep -q 'tp=2 pp=1 dp=2 ep=2 (world 4)' ep2tp2.log; then
-  fail "moe-ep2-tp2-passes: status $status" ep2tp2.log
-else
-  echo "ok   moe-ep2-tp2-passes: $(grep -E ': PASS$' ep2tp2.log)"
-fi
-"${mpiexec[@]}" -n 8 "$cleave" verify moe.json --steps 3 --set parallel.expert_model_parallel_size=2 \
-    --set parallel.tensor_model_parallel_size=2 --set parallel.pipeline_model_parallel_size=2 \
-    --set parallel.schedule=zb_v > ep2tp2pp2.log 2>&1
-status=$?
-if [ $status -ne 0 ] || ! grep -q ': PASS$' ep2tp2pp2.log || ! grep -q 'tp=2 pp=2 dp=2 ep=2 (world 8), schedule zb_v' ep2tp2pp2.log; then
-  fail "moe-ep2-tp2-pp2-zb_v-passes: status $status" ep2tp2pp2.log
-else
-  echo "ok   moe-ep2-tp2-pp2-zb_v-passes: $(grep -E ': PASS$' ep2tp2pp2.log)"
-fi
+verify_passes moe-ep2 2 'tp=1 pp=1 dp=2 ep=2 (world 2)' moe.json --set parallel.expert_model_parallel_size=2
+verify_passes moe-ep2-tp2 4 'tp=2 pp=1 dp=2 ep=2 (world 4)' moe.json --set parallel.expert_model_parallel_size=2 \
+    --set parallel.tensor_model_parallel_size=2
+verify_passes moe-ep2-tp2-pp2-zb_v 8 'tp=2 pp=2 dp=2 ep=2 (world 8), schedule zb_v' moe.json \
+    --set parallel.expert_model_parallel_size=2 --set parallel.tensor_model_parallel_size=2 \
+    --set parallel.pipeline_model_parallel_size=2 --set parallel.schedule=zb_v
 "${mpiexec[@]}" -n 2 "$cleave" verify moe.json --steps 3 --set parallel.expert_model_parallel_size=3 > ep3.log 2>&1
 status=$?
 if [ $status -eq 0 ] || ! grep -q 'parallel.expert_model_parallel_size: 3 does not divide model.n_experts 4' ep3.log ||

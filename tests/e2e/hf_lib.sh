@@ -5,6 +5,9 @@
 #   loss RUN_DIR                   the first step's loss from RUN_DIR/metrics.jsonl
 #   refuse NAME TEXT OUT -- CMD... CMD fails with exactly one error line holding TEXT and writes nothing at OUT
 #   same_hf_tensors A B            two safetensors files hold the same names, dtypes, shapes and bytes
+#   edit SRC DST KEY JSON_VALUE    copy model directory SRC to DST with config.json's KEY set to JSON_VALUE
+#   init_losses_agree NAME ONE FRESH LAYOUT=RUN...  each LAYOUT run's first-step loss equals run ONE's within
+#                                  1e-5 relative, and run FRESH's (a fresh model) differs from it by more than 0.05
 #   import_export_round_trip HF CK OUT  import HF -> CK, export CK -> OUT (--format hf), OUT's tensors are HF's
 #                                  byte for byte, and OUT re-imports to CK's weights bit-exactly
 fail() { echo "FAIL $*"; exit 1; }
@@ -33,6 +36,25 @@ assert a.keys() == b.keys(), f"names differ: {sorted(a.keys() ^ b.keys())[:5]}"
 for k in a:
     assert a[k] == b[k], f"{k} differs"
 print(f"ok   {len(a)} tensors of {sys.argv[2]} byte-identical to {sys.argv[1]}'s")
+PY
+}
+edit() {
+  cp -r "$1" "$2" && python3 -c "
+import json, sys; p = sys.argv[1] + '/config.json'; c = json.load(open(p)); c[sys.argv[2]] = json.loads(sys.argv[3])
+json.dump(c, open(p, 'w'))" "$2" "$3" "$4"
+}
+init_losses_agree() {
+  local name=$1 one=$2 fresh=$3 runs=() run; shift 3
+  for run in "$@"; do runs+=("${run%%=*}" "$(loss "${run#*=}")"); done
+  python3 - "$name" "$(loss "$one")" "$(loss "$fresh")" "${runs[@]}" <<'PY' || fail "$name losses"
+import sys
+name, one, fresh, runs = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4:]
+layouts = list(zip(runs[0::2], map(float, runs[1::2])))
+for layout, x in layouts:
+    assert abs(x - one) <= 1e-5 * abs(one), f"{name} {layout} first-step loss {x} != one rank's {one}"
+assert abs(fresh - one) > 0.05, f"{name}: the imported model's loss {one} is a fresh model's {fresh}: weights not loaded?"
+print(f"ok   {name} --init-from first-step loss: one rank {one}, "
+      + ", ".join(f"{layout} {x}" for layout, x in layouts) + f"; fresh model {fresh}")
 PY
 }
 import_export_round_trip() {

@@ -45,15 +45,7 @@ for m in q3 q3m; do
     --set model.d_model=16 --set model.n_heads=4 --set model.n_kv_heads=2 --set model.seq_len=12 \
     --set model.ffn_hidden_size=24 --set model.qk_norm=true --set train.out_dir=fresh_$m > fresh.log 2>&1 \
     || { cat fresh.log; fail "$m fresh"; }
-  python3 - $m "$(loss one_$m)" "$(loss tp2_$m)" "$(loss pp2_$m)" "$(loss fresh_$m)" <<'PY' || fail "$m losses"
-import sys
-name = sys.argv[1]
-one, tp2, pp2, fresh = map(float, sys.argv[2:])
-for layout, x in (("tp2", tp2), ("pp2", pp2)):
-    assert abs(x - one) <= 1e-5 * abs(one), f"{name} {layout} first-step loss {x} != one rank's {one}"
-assert abs(fresh - one) > 0.05, f"{name}: the imported model's loss {one} is a fresh model's {fresh}"
-print(f"ok   {name} --init-from first-step loss: one rank {one}, tp2 {tp2}, pp2 {pp2}; fresh {fresh}")
-PY
+  init_losses_agree $m one_$m fresh_$m tp2=tp2_$m pp2=pp2_$m
 done
 
 fixture long --qwen3moe --max-positions 4096
@@ -66,11 +58,6 @@ grep -q '"seq_len": *1024' lens.txt && grep -q '"max_seq_len": *4096' lens.txt \
 grep -q "seq_len 8 of at most 4096" short.log || { cat short.log; fail "no 'seq_len 8 of at most 4096' line"; }
 echo "ok   qwen3-moe with max_position_embeddings 4096: imported at seq_len 1024 (max_seq_len 4096); --init-from at 8"
 
-edit() {  # edit SRC DST KEY JSON_VALUE
-  cp -r "$1" "$2" && python3 -c "
-import json, sys; p = sys.argv[1] + '/config.json'; c = json.load(open(p)); c[sys.argv[2]] = json.loads(sys.argv[3])
-json.dump(c, open(p, 'w'))" "$2" "$3" "$4"
-}
 edit q3m dense mlp_only_layers "[1]"
 refuse "mlp_only_layers" "mlp_only_layers is [1]" out1 -- "$cleave" import dense --out out1
 edit q3m step decoder_sparse_step 2

@@ -92,6 +92,14 @@ PY
   "${args[@]}" > "$3.log" 2>&1 || { cat "$3.log"; fail "the by-hand resume failed: ${args[*]}"; }
 }
 
+# same_as_by_hand CKPT STEP: attempt 2's command re-run by hand from CKPT (by_hand, into ref_hand) gives run's losses
+# from STEP on, bit for bit (both listed side by side when they differ).
+same_as_by_hand() {
+  by_hand run 2 ref_hand "$1"
+  diff <(losses_from run/metrics.jsonl "$2") <(losses_from ref_hand/metrics.jsonl "$2") > /dev/null \
+    || { paste <(losses_from run/metrics.jsonl "$2") <(losses_from ref_hand/metrics.jsonl "$2"); fail "losses differ from the by-hand resume"; }
+}
+
 check_restart_rows() {  # the first row after each restart carries its number and timings
   python3 - "$1" "$2" << 'PY' || fail "metrics.jsonl does not record the restarts"
 import json, sys
@@ -118,9 +126,7 @@ keep)
   [ "$(field run/run.json 'd["restarts"][1]["steps_redone"]')" = 1 ] || fail "restart 2 should redo step 7"
   field run/run.json '[round(r["seconds_lost"],2) for r in d["restarts"]]' | grep -q '^\[[0-9.]*, [0-9.]*\]$' || fail "seconds lost"
   check_restart_rows run 2
-  by_hand run 2 ref_hand run/checkpoints/step_0000004
-  diff <(losses_from run/metrics.jsonl 5) <(losses_from ref_hand/metrics.jsonl 5) > /dev/null \
-    || { paste <(losses_from run/metrics.jsonl 5) <(losses_from ref_hand/metrics.jsonl 5); fail "losses differ from the by-hand resume"; }
+  same_as_by_hand run/checkpoints/step_0000004 5
   "${mpiexec[@]}" -n 4 "$cleave" train tiny.json "${pp2[@]}" --set train.out_dir=ref_full > ref_full.log 2>&1 \
     || { cat ref_full.log; fail "uninterrupted run"; }
   # The reported step loss adds the dp ranks' partial means, in another order at dp1 than at dp2: its last bits
@@ -138,9 +144,7 @@ plan)
   [ "$(field run/run.json 'd["restarts"][0]["new_world"]')" = 3 ] || fail "the planner's plan does not use the 3 ranks left"
   field run/run.json 'd["restarts"][0]["layout_choice"]' | grep -q "planner's best" || fail "layout not the planner's"
   check_restart_rows run 1
-  by_hand run 2 ref_hand run/checkpoints/step_0000004
-  diff <(losses_from run/metrics.jsonl 5) <(losses_from ref_hand/metrics.jsonl 5) > /dev/null \
-    || { paste <(losses_from run/metrics.jsonl 5) <(losses_from ref_hand/metrics.jsonl 5); fail "losses differ from the by-hand resume"; }
+  same_as_by_hand run/checkpoints/step_0000004 5
   "${mpiexec[@]}" -n 4 "$cleave" train tiny.json "${pp2[@]}" --set train.out_dir=ref_full > ref_full.log 2>&1 \
     || { cat ref_full.log; fail "uninterrupted run"; }
   within_bound run ref_full 1e-4 || fail "the planner's layout is outside the layout-change bound of the uninterrupted run"
@@ -170,9 +174,7 @@ hang)
   check_restart_rows run 1
   ckpt=$(field run/run.json 'd["restarts"][0]["checkpoint"]')
   step=$(field run/run.json 'd["restarts"][0]["resumed_at_step"]')
-  by_hand run 2 ref_hand "$ckpt"
-  diff <(losses_from run/metrics.jsonl $((step + 1))) <(losses_from ref_hand/metrics.jsonl $((step + 1))) > /dev/null \
-    || fail "losses differ from the by-hand resume"
+  same_as_by_hand "$ckpt" $((step + 1))
   echo "ok   hang: watchdog named rank 1; restarted from step $step on 1 rank; bit-identical to the by-hand resume"
   ;;
 save)
@@ -185,8 +187,7 @@ save)
   field run/supervisor/supervisor.json 'd["attempts"][1]["command"]' | grep -q "checkpoint.interval=" \
     || fail "the restart does not carry the checkpoint interval"
   [ "$(field run/run.json 'd["restarts"][0]["resumed_at_step"]')" = 2 ] || fail "the previous checkpoint (step 2) was not used"
-  by_hand run 2 ref_hand run/checkpoints/step_0000002
-  diff <(losses_from run/metrics.jsonl 3) <(losses_from ref_hand/metrics.jsonl 3) > /dev/null || fail "losses differ from the by-hand resume"
+  same_as_by_hand run/checkpoints/step_0000002 3
   echo "ok   save: killed inside the step-4 checkpoint write; resumed from step 2; bit-identical to the by-hand resume"
   ;;
 budget)
@@ -290,9 +291,7 @@ SH
   field run/run.json 'd["restarts"][0]["checkpoint"]' | grep -q "step_0000002$" || fail "the record names another checkpoint"
   [ "$(field run/run.json 'd["restarts"][0]["steps_redone"]')" = 2 ] || fail "steps 3 and 4 are redone"
   check_restart_rows run 1
-  by_hand run 2 ref_hand run/checkpoints/step_0000002
-  diff <(losses_from run/metrics.jsonl 3) <(losses_from ref_hand/metrics.jsonl 3) > /dev/null \
-    || { paste <(losses_from run/metrics.jsonl 3) <(losses_from ref_hand/metrics.jsonl 3); fail "losses differ from the by-hand resume"; }
+  same_as_by_hand run/checkpoints/step_0000002 3
   echo "ok   damaged: step 4 damaged while down; restarted from step 2 (step 4 kept as damaged-step_0000004); bit-identical to the by-hand resume"
   # Every checkpoint damaged while the job is down (tensor data: the quick check passes, the restarted trainer's load
   # finds it): the trainer exits 66 and the supervisor stops at once, budget unspent, naming each checkpoint.

@@ -21,23 +21,24 @@
 #include "engine/core/error.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
+#include "support/scratch_dir_test.hpp"
 
 namespace cleave::planner {
 namespace {
 
 namespace fs = std::filesystem;
 
-class CoreSharing : public ::testing::Test {
+class CoreSharing : public testing::ScratchDirTest {
  protected:
+  CoreSharing() : ScratchDirTest("cleave_core_sharing_test_") {}
+
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("cleave_core_sharing_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
+    ScratchDirTest::SetUp();
     config_ = (dir_ / "tiny.json").string();
     std::ofstream(config_) << R"({"model": {"type": "gpt", "vocab_size": 72, "d_model": 40, "n_layers": 4,
       "n_heads": 4, "seq_len": 12}, "batch": {"global_batch_size": 8}, "optimizer": {"type": "adamw"},
       "data": {"type": "synthetic"}})";
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // Only compute costs time; `cores` cores per node, the rates measured with `measured_ranks` ranks on them.
   static HardwareProfile machine(int cores, int measured_ranks) {
@@ -54,7 +55,6 @@ class CoreSharing : public ::testing::Test {
     return p;
   }
 
-  fs::path dir_;
   std::string config_;
 };
 

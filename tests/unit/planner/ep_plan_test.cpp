@@ -21,6 +21,7 @@
 #include "engine/run_plan/plan.hpp"
 #include "partition/cost_model.hpp"
 #include "partition/ep_costs.hpp"
+#include "support/scratch_dir_test.hpp"
 
 namespace cleave::planner {
 namespace {
@@ -105,18 +106,10 @@ TEST(EpPlan, ExpertShardsPerRankUnderZeroTwoAndThree) {
   }
 }
 
-class EpPlanSearch : public ::testing::Test {
+class EpPlanSearch : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("cleave_ep_plan_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    const auto path = (dir_ / name).string();
-    std::ofstream(path) << text;
-    return path;
-  }
+  EpPlanSearch() : ScratchDirTest("cleave_ep_plan_test_") {}
+
   // Compute and the optimizer cost (almost) nothing; the link has the given latency and bandwidth.
   static HardwareProfile profile(double latency_s = 1e-30, double bandwidth_Bps = 1e30) {
     HardwareProfile p;
@@ -127,7 +120,6 @@ class EpPlanSearch : public ::testing::Test {
     p.ranks_per_node = 8;
     return p;
   }
-  fs::path dir_;
 };
 
 TEST_F(EpPlanSearch, PricesTheFourAllToAllsFromTheLink) {

@@ -31,25 +31,18 @@
 #include "kernels/ops/backend.hpp"
 #include "kernels/ops/ops.hpp"
 #include "partition/block_work.hpp"
+#include "support/scratch_dir_test.hpp"
 
 namespace cleave::planner {
 namespace {
 
 namespace fs = std::filesystem;
 
-class GemmProfile : public ::testing::Test {
+class GemmProfile : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("cleave_gemm_profile_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  GemmProfile() : ScratchDirTest("cleave_gemm_profile_test_") {}
 
-  std::string write(const std::string& name, const std::string& text) {
-    const auto path = (dir_ / name).string();
-    std::ofstream(path) << text;
-    return path;
-  }
+
   static HardwareProfile h100() { return load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/h100_sxm.json"); }
 
   // A timing that ran at `fraction` of `peak`: an m x n x k GEMM with 2mnk = flops.
@@ -61,7 +54,6 @@ class GemmProfile : public ::testing::Test {
     return t;
   }
 
-  fs::path dir_;
 };
 
 TEST_F(GemmProfile, TrainingGemmsAreTheLinearGemmsBlockWorkPrices) {

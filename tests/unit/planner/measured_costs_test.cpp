@@ -18,24 +18,25 @@
 #include "engine/planner/profile_measure.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/cost_model.hpp"
+#include "support/scratch_dir_test.hpp"
 
 namespace cleave::planner {
 namespace {
 
 namespace fs = std::filesystem;
 
-class MeasuredProfile : public ::testing::Test {
+class MeasuredProfile : public testing::ScratchDirTest {
  protected:
+  MeasuredProfile() : ScratchDirTest("cleave_measured_test_") {}
+
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("cleave_measured_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
+    ScratchDirTest::SetUp();
     config_ = (dir_ / "tiny.json").string();
     std::ofstream(config_) << R"({"model": {"type": "gpt", "vocab_size": 64, "d_model": 48, "n_layers": 4,
       "n_heads": 4, "seq_len": 16}, "batch": {"global_batch_size": 8}, "optimizer": {"type": "adamw"},
       "data": {"type": "synthetic"}})";
     spec_ = run_plan::model_spec(config::load_config(config_, {}).model);
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // Every block of the tiny GPT at tp 1, micro-batches 1 and 4: F = 1 ms + 1 ms / sample, I = 2 ms / sample,
   // W = 0.5 ms / sample; links and the optimizer free.
@@ -61,7 +62,6 @@ class MeasuredProfile : public ::testing::Test {
     return p;
   }
 
-  fs::path dir_;
   std::string config_;
   partition::ModelSpec spec_;
 };

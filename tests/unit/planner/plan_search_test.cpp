@@ -20,25 +20,18 @@
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/families/gpt.hpp"
+#include "support/scratch_dir_test.hpp"
 
 namespace cleave::planner {
 namespace {
 
 namespace fs = std::filesystem;
 
-class PlanSearch : public ::testing::Test {
+class PlanSearch : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("cleave_plan_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  PlanSearch() : ScratchDirTest("cleave_plan_test_") {}
 
-  std::string write(const std::string& name, const std::string& text) {
-    const auto path = (dir_ / name).string();
-    std::ofstream(path) << text;
-    return path;
-  }
+
   std::string tiny_gpt(int n_heads = 4, int global_batch = 8) {
     return write("tiny.json", R"({"model": {"type": "gpt", "vocab_size": 64, "d_model": 48, "n_layers": 4, "n_heads": )" +
                                   std::to_string(n_heads) + R"(, "seq_len": 16},
@@ -58,7 +51,6 @@ class PlanSearch : public ::testing::Test {
     return p;
   }
 
-  fs::path dir_;
 };
 
 TEST_F(PlanSearch, NeverRanksAPlanOverTheCap) {

@@ -14,24 +14,17 @@
 
 #include "engine/core/error.hpp"
 #include "partition/hardware_profile.hpp"
+#include "support/scratch_dir_test.hpp"
 
 namespace cleave::partition {
 namespace {
 
 namespace fs = std::filesystem;
 
-class ProfileSources : public ::testing::Test {
+class ProfileSources : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("cleave_profile_sources_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    const fs::path p = dir_ / name;
-    std::ofstream(p) << text;
-    return p.string();
-  }
+  ProfileSources() : ScratchDirTest("cleave_profile_sources_test_") {}
+
   // The error load_profile throws for `j`, or "" when it loads.
   std::string refusal(const nlohmann::json& j) {
     try {
@@ -41,7 +34,6 @@ class ProfileSources : public ::testing::Test {
     }
     return "";
   }
-  fs::path dir_;
 };
 
 nlohmann::json shipped(const std::string& name) {

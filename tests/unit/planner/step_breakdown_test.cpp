@@ -20,6 +20,7 @@
 #include "engine/planner/step_terms.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/cost_model.hpp"
+#include "support/scratch_dir_test.hpp"
 
 namespace cleave::planner {
 namespace {
@@ -27,17 +28,17 @@ namespace {
 namespace fs = std::filesystem;
 using T = StepTerm;
 
-class StepBreakdownTest : public ::testing::Test {
+class StepBreakdownTest : public testing::ScratchDirTest {
  protected:
+  StepBreakdownTest() : ScratchDirTest("cleave_step_breakdown_test_") {}
+
   void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("cleave_step_breakdown_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
+    ScratchDirTest::SetUp();
     config_ = (dir_ / "tiny.json").string();
     std::ofstream(config_) << R"({"model": {"type": "gpt", "vocab_size": 64, "d_model": 48, "n_layers": 4,
       "n_heads": 4, "seq_len": 16}, "batch": {"global_batch_size": 8}, "optimizer": {"type": "adamw"},
       "data": {"type": "synthetic"}})";
   }
-  void TearDown() override { fs::remove_all(dir_); }
 
   // Every term costs time: compute at 1 GFLOP/s, links with latency and finite bandwidth, a slow memory.
   static HardwareProfile costly() {
@@ -73,7 +74,6 @@ class StepBreakdownTest : public ::testing::Test {
     }
   }
 
-  fs::path dir_;
   std::string config_;
 };
 

@@ -18,6 +18,7 @@
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "engine/run_plan/plan.hpp"
+#include "support/scratch_dir_test.hpp"
 
 namespace cleave::planner {
 namespace {
@@ -29,18 +30,10 @@ constexpr const char* kTiny = R"({
   "batch": {"global_batch_size": 4, "micro_batch_size": 1},
   "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})";
 
-class ThisMachineProfile : public ::testing::Test {
+class ThisMachineProfile : public testing::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("cleave_this_machine_profile_test_" + std::to_string(::getpid()));
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string write(const std::string& name, const std::string& text) {
-    const fs::path p = dir_ / name;
-    std::ofstream(p) << text;
-    return p.string();
-  }
+  ThisMachineProfile() : ScratchDirTest("cleave_this_machine_profile_test_") {}
+
   // load_profile's error for `profile` with device_memory_GiB set to `memory` ("" when it loads).
   std::string refusal(const nlohmann::json& memory) {
     HardwareProfile p;
@@ -57,7 +50,6 @@ class ThisMachineProfile : public ::testing::Test {
     }
     return "";
   }
-  fs::path dir_;
 };
 
 TEST_F(ThisMachineProfile, StatesNoCapAndReadsBackAsWritten) {

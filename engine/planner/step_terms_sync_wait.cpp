@@ -1,8 +1,8 @@
 // peer_sync_wait and point_to_point_sync_wait: what a rank waits at the meetings inside a block's passes, and a
 // pipeline receiver at its transfers, for the time its peers lost (docs/planner.md, "Waits at meetings"), from the
 // profile's measured wait per second of compute; meeting_wait_s, the part every meeting waits whatever came before it.
-// Invariant: zero when the profile did not measure it, or the block
-// meets no peer inside a pass (no transfer to another rank), so every other figure is then unchanged.
+// Invariant: zero when the profile did not measure it, or the block meets no peer inside a pass (no transfer to
+// another rank), so every other figure is then unchanged.
 #include "engine/planner/step_terms.hpp"
 
 #include <algorithm>

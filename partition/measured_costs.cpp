@@ -189,9 +189,13 @@ json measured_to_json(const MeasuredCosts& c) {
       out["optimizer_ns_per_param"]["grad_clip"] = file_number(c.grad_clip_s_per_param * 1e9);
     }
   }
-  if (c.sync_wait_per_compute > 0 || c.compute_stretch > 0) {
+  if (c.sync_wait_per_compute > 0 || c.compute_stretch > 0 || c.sync_wait_per_meeting_s > 0) {
     out["sync_wait_per_compute"] = file_number(c.sync_wait_per_compute);
     out["compute_stretch"] = file_number(c.compute_stretch);
+  }
+  if (c.sync_wait_per_meeting_s > 0) out["sync_wait_per_meeting_us"] = file_number(c.sync_wait_per_meeting_s * 1e6);
+  if (c.count_exchange_s > 0) {
+    out["count_exchange"] = {{"ranks", c.count_exchange_ranks}, {"latency_us", file_number(c.count_exchange_s * 1e6)}};
   }
   for (const auto& [op, key] : enum_table<Collective>()) {
     if (c.fits(op).empty()) continue;
@@ -285,6 +289,18 @@ MeasuredCosts measured_from_json(const json& node, const std::string& file) {
   if (node.contains("sync_wait_per_compute")) {  // absent from profiles written before it was timed: 0, not priced
     c.sync_wait_per_compute = number(node, "sync_wait_per_compute", where, true);
     c.compute_stretch = number(node, "compute_stretch", where, true);
+  }
+  // Both absent from profiles written before they were timed: 0, not priced.
+  if (node.contains("sync_wait_per_meeting_us")) {
+    c.sync_wait_per_meeting_s = number(node, "sync_wait_per_meeting_us", where, true) * 1e-6;
+  }
+  if (node.contains("count_exchange")) {
+    const json& x = node.at("count_exchange");
+    const std::string at = where + ".count_exchange";
+    CLEAVE_CHECK(x.is_object(), "{}: expected an object {{\"ranks\", \"latency_us\"}}", at);
+    c.count_exchange_ranks = static_cast<int>(number(x, "ranks", at, false));
+    CLEAVE_CHECK(c.count_exchange_ranks >= 2, "{}: 'ranks' must be >= 2, got {}", at, c.count_exchange_ranks);
+    c.count_exchange_s = number(x, "latency_us", at, false) * 1e-6;
   }
   for (const auto& [op, name] : enum_table<Collective>()) {
     const std::string key(name);

@@ -83,6 +83,16 @@ struct MeasuredCosts {
   // slices that the block tables' medians leave out and a training step pays (key "compute_stretch"; 0 = not
   // measured).
   double compute_stretch = 0;
+  // Seconds every meeting waits beyond the collective itself whatever the compute before it (the intercept of the
+  // same measurement's fit, wait = per meeting + sync_wait_per_compute × compute: waking the peer's progress, the
+  // first touch of the exchange's buffers after compute); 0 = not measured. Key "sync_wait_per_meeting_us".
+  double sync_wait_per_meeting_s = 0;
+  // The count exchange (comm::exchange_counts, a small all-to-all of int64 counts, the expert dispatch's first
+  // exchange) over `count_exchange_ranks` ranks, timed back to back: its own latency (the 10th percentile: its fast
+  // mode, both ranks there), mean over the ranks;
+  // 0 = not measured. Key "count_exchange": {"ranks", "latency_us"}.
+  double count_exchange_s = 0;
+  int count_exchange_ranks = 0;
   // The last-level cache each rank of the measurement had to itself (the cache over the ranks sharing it); 0 =
   // unknown. With it and the warm tables a plan's block times depend on whether its working set fits
   // (warm_fraction below).

@@ -236,9 +236,14 @@ void print_profile(const planner::HardwareProfile& profile, bool cold_caches) {
     for (const auto& f : profile.measured.fits(entry.value)) print_fit(entry.name, f);
   }
   if (profile.measured.sync_wait_per_compute > 0) {
-    std::printf("sync wait: %.3f s waited at a meeting of the ranks per s of compute before it; compute stretch "
-                "(mean / median of short compute - 1): %.3f\n",
-                profile.measured.sync_wait_per_compute, profile.measured.compute_stretch);
+    std::printf("sync wait: %.3f s waited at a meeting of the ranks per s of compute before it, and %.1f us at every "
+                "meeting; compute stretch (mean / median of short compute - 1): %.3f\n",
+                profile.measured.sync_wait_per_compute, profile.measured.sync_wait_per_meeting_s * 1e6,
+                profile.measured.compute_stretch);
+  }
+  if (profile.measured.count_exchange_s > 0) {
+    std::printf("count exchange (all-to-all of int64 counts) over %d ranks: %.1f us back to back\n",
+                profile.measured.count_exchange_ranks, profile.measured.count_exchange_s * 1e6);
   }
 }
 
@@ -270,6 +275,9 @@ planner::HardwareProfile measure_profile(const partition::ModelSpec& spec, const
     const planner::SyncWaitMeasure meet = planner::measure_sync_wait(comm);
     profile.measured.sync_wait_per_compute = meet.wait_per_compute;
     profile.measured.compute_stretch = meet.compute_stretch;
+    profile.measured.sync_wait_per_meeting_s = meet.wait_per_meeting;
+    profile.measured.count_exchange_s = meet.exchange_s;
+    profile.measured.count_exchange_ranks = comm.size();
   }
   return profile;
 }

@@ -114,6 +114,9 @@ struct BlockCollectives {
   double forward_s = 0, backward_s = 0, rerun_s = 0;
   double hidden_forward_s = 0, hidden_backward_s = 0;
   double bytes = 0;
+  // The meetings with the group's peers per micro-batch (one per collective or ring hop), in F and in I (its rerun
+  // included): each waits the profile's sync_wait_per_meeting (meeting_wait_s), exposed or hidden alike.
+  double meetings_forward = 0, meetings_backward = 0;
 };
 // Tensor parallelism: 2 all-reduces of [micro, T/cp, D] in F and 2 in I per transformer block, 1 in F for the
 // vocab-parallel embedding; sequence parallelism's reduce-scatter + all-gather of the same tensor in their place.
@@ -152,14 +155,19 @@ struct SyncWait {
   double forward_s = 0, backward_s = 0;
 };
 struct CountExchange;
+// The per-meeting part of those waits: the profile's sync_wait_per_meeting × `meetings` (not scaled by the core
+// sharing: it is no compute). Zero without the measurement (older profiles, the shipped ones).
+double meeting_wait_s(const TermContext& c, double meetings);
 SyncWait peer_sync_wait(const TermContext& c, const BlockCompute& compute, const BlockCollectives& tp,
                         const BlockCollectives& cp, const BlockCollectives& ep, const CountExchange& counts);
 // Expert parallelism's count exchange (ep > 1, a block with routed experts; docs/planner.md, "Waits at meetings"):
 // before each dispatch the ep ranks exchange their routed-row counts per expert (layers/moe/expert_dispatch.cpp,
 // plan_dispatch: an all-to-all of E int64 per rank), once per micro-batch in F and again in I's forward rerun under
-// full recomputation. Its latency is ep - 1 messages of 8·E / ep bytes, (ep - 1)(α + 8·E / ep / β), on the profile's
-// measured point-to-point fit inside a node, else the ring price of a reduce-scatter of 8·E bytes over the ep link
-// (the same figure); as a meeting it is where the pass's compute before it is waited for: the profile's
+// full recomputation. Its latency inside a node is the profile's measured count exchange (count_exchange over its
+// ranks, × (ep - 1) / (ranks - 1) at another ep) and one meeting's wait (meeting_wait_s); from a profile without it,
+// ep - 1 messages of 8·E / ep bytes, (ep - 1)(α + 8·E / ep / β), on the profile's measured point-to-point fit inside
+// a node, else the ring price of a reduce-scatter of 8·E bytes over the ep link (the same figure); as a meeting it is
+// where the pass's compute before it is waited for: the profile's
 // sync_wait_per_compute × the core sharing × the block's F less the expert GEMMs' FLOP share of its
 // attention-probabilities-free part (expert_gemm_fraction; the same on every ep rank: `compute`, the mean rows'),
 // the rerun's likewise; the expert GEMMs' wait stays at the combine (peer_sync_wait). Zero at ep 1 and for blocks

@@ -31,6 +31,8 @@ BlockCollectives context_parallel_exchange(const TermContext& c, int b, const Bl
     x.backward_s = x.forward_s;
     x.rerun_s = full ? x.forward_s : 0.0;
     x.bytes = c.micro_batches * 8 * unit * (choice.cp - 1) / choice.cp;
+    x.meetings_forward = 4;
+    x.meetings_backward = full ? 8 : 4;
     return x;
   }
   const Link& link = *c.cp_link;
@@ -46,6 +48,8 @@ BlockCollectives context_parallel_exchange(const TermContext& c, int b, const Bl
   x.hidden_forward_s = std::min(hops * hop, by_forward);
   x.hidden_backward_s = std::min(hops * hop, by_backward) + (full ? std::min(hops * hop, by_rerun) : 0.0);
   x.bytes = c.micro_batches * (2 * hops + choice.cp) * 2 * unit;
+  x.meetings_forward = hops;  // a hop meets the ring's neighbours
+  x.meetings_backward = hops + choice.cp + (full ? hops : 0.0);
   return x;
 }
 

@@ -20,14 +20,18 @@ double before_dispatch(double pass_s, double probabilities_s, double expert_frac
   return pass_s - expert_fraction * (pass_s - probabilities_s);
 }
 
-// One exchange of `bytes` of counts per rank over the ep ranks: ep - 1 messages of bytes / ep each, (ep - 1)(α + bytes
-// / ep / β). Inside a node, α and β are the profile's measured point-to-point fit where it has one: the collective
-// fits' intercepts, taken from 4 KiB to 4 MiB, are no measure of a 64-byte message's latency (a reduce-scatter fit of
-// 0.1 µs on this machine, against 26 µs for the point-to-point fit). Else the ring price of a reduce-scatter of
-// those bytes over the ep link (TermContext::collective_s), which is the same figure on a single link.
+// One exchange of `bytes` of counts per rank over the ep ranks, without its meeting's wait. Inside a node, where the
+// profile timed the exchange itself (count_exchange, back to back over its ranks: ranks - 1 messages per rank), that
+// time scaled to ep - 1 messages. Else ep - 1 messages of bytes / ep each, (ep - 1)(α + bytes / ep / β): inside a
+// node, α and β are the profile's measured point-to-point fit where it has one: the collective fits' intercepts,
+// taken from 4 KiB to 4 MiB, are no measure of a 64-byte message's latency (a reduce-scatter fit of 0.1 µs on this
+// machine, against 26 µs for the point-to-point fit). Else the ring price of a reduce-scatter of those bytes over the
+// ep link (TermContext::collective_s), which is the same figure on a single link.
 double count_exchange_s(const TermContext& c, double bytes, int ep) {
-  const auto& p2p = c.profile->measured.p2p;
-  if (p2p && c.ep_link == &c.profile->intra_node) return (ep - 1) * p2p->seconds(bytes / ep);
+  const auto& m = c.profile->measured;
+  const bool intra = c.ep_link == &c.profile->intra_node;
+  if (m.count_exchange_s > 0 && intra) return m.count_exchange_s * (ep - 1) / (m.count_exchange_ranks - 1);
+  if (m.p2p && intra) return (ep - 1) * m.p2p->seconds(bytes / ep);
   return c.collective_s(Collective::kReduceScatter, bytes, ep, *c.ep_link);
 }
 
@@ -39,7 +43,7 @@ CountExchange expert_count_exchange(const TermContext& c, int b, const BlockComp
   if (c.choice->ep <= 1 || block.n_experts <= 0) return x;
   const int ep = c.choice->ep;
   const double bytes = 8.0 * static_cast<double>(block.n_experts);  // one int64 per expert, [ep, E / ep]
-  const double exchange = count_exchange_s(c, bytes, ep);
+  const double exchange = count_exchange_s(c, bytes, ep) + meeting_wait_s(c, 1);  // a meeting of the ep ranks
   const bool full = c.choice->recompute == Recompute::kFull;
   x.forward_s = exchange;
   x.rerun_s = full ? exchange : 0.0;

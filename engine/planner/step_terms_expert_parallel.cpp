@@ -32,6 +32,8 @@ BlockCollectives expert_all_to_all(const TermContext& c, int b) {
   x.forward_s = pair;   // dispatch and combine
   x.backward_s = pair;  // their gradients
   x.rerun_s = choice.recompute == Recompute::kFull ? pair : 0.0;
+  x.meetings_forward = 2;
+  x.meetings_backward = choice.recompute == Recompute::kFull ? 4 : 2;
   x.bytes = c.micro_batches * 4 * bytes.sent_mean;
   return x;
 }

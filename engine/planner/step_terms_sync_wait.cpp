@@ -1,7 +1,8 @@
 // peer_sync_wait and point_to_point_sync_wait: what a rank waits at the meetings inside a block's passes, and a
 // pipeline receiver at its transfers, for the time its peers lost (docs/planner.md, "Waits at meetings"), from the
-// profile's measured wait per second of compute. Invariant: zero when the profile did not measure it, or the block
-// meets no peer inside a pass (no transfer to another rank), so every other figure is then unchanged.
+// profile's measured wait per second of compute; meeting_wait_s, the part every meeting waits whatever came before it.
+// Invariant: zero when the profile did not measure it, or the block meets no peer inside a pass (no transfer to
+// another rank), so every other figure is then unchanged.
 #include "engine/planner/step_terms.hpp"
 
 #include <algorithm>
@@ -19,6 +20,10 @@ StepTerm meeting_term(bool ep, bool cp) {
 }
 
 }  // namespace
+
+double meeting_wait_s(const TermContext& c, double meetings) {
+  return c.profile->measured.sync_wait_per_meeting_s * meetings;
+}
 
 SyncWait peer_sync_wait(const TermContext& c, const BlockCompute& compute, const BlockCollectives& tp,
                         const BlockCollectives& cp, const BlockCollectives& ep, const CountExchange& counts) {

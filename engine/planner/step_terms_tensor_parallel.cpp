@@ -27,6 +27,7 @@ BlockCollectives tensor_parallel_collectives(const TermContext& c, int b) {
                                     c.collective_s(Collective::kAllGather, activation, choice.tp, link)
                               : c.collective_s(Collective::kAllReduce, activation, choice.tp, link);
   double exchanges = 0;
+  const double meetings = choice.sequence_parallel ? 2 : 1;  // collectives per exchange
   if (partition::is_repeated_layer(block.kind)) {
     x.forward_s = 2 * exchange;
     x.backward_s = 2 * exchange;
@@ -34,9 +35,12 @@ BlockCollectives tensor_parallel_collectives(const TermContext& c, int b) {
     const bool full = choice.recompute == Recompute::kFull;
     x.rerun_s = full ? 2 * exchange : 0.0;
     exchanges = full ? 6 : 4;
+    x.meetings_forward = 2 * meetings;
+    x.meetings_backward = (full ? 4 : 2) * meetings;
   } else if (block.kind == partition::BlockKind::kEmbedding) {
     x.forward_s = exchange;
     exchanges = 1;
+    x.meetings_forward = meetings;
   }
   x.bytes = c.micro_batches * exchanges * ring_bytes(activation, choice.tp, true);
   return x;

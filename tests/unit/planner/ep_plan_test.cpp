@@ -152,8 +152,8 @@ TEST_F(EpPlanSearch, PricesTheFourAllToAllsFromTheLink) {
 }
 
 // The count exchange before each dispatch (step_terms.hpp, expert_count_exchange): E = 8 int64 per rank, ep - 1
-// messages, (ep-1)/ep x 64 bytes / bandwidth + (ep-1) x latency on the link or on a measured point-to-point fit, per
-// moe block and micro-batch (2 blocks, 2
+// messages, (ep-1)/ep x 64 bytes / bandwidth + (ep-1) x latency on the link or on a measured point-to-point fit, or the
+// profile's own timing of the exchange with the per-meeting wait, per moe block and micro-batch (2 blocks, 2
 // micro-batches on the busiest rank), again in I's rerun under full recomputation; none at ep 1. As a meeting it
 // takes, of each F's wait (sync_wait_per_compute x the pass's compute, by hand from the FLOPs at 1 GFLOP/s), the part
 // for the compute before the dispatch (all but the expert GEMMs); the waits of the block in all stay what they were.
@@ -183,6 +183,16 @@ TEST_F(EpPlanSearch, PricesTheCountExchangeAsALatencyAndAMeeting) {
   fitted.measured.p2p = partition::AlphaBeta{2, 2.6e-5, 2e9};
   EXPECT_NEAR(estimate_plan(config, {}, c, fitted, options).breakdown[StepTerm::kCountExchange],
               2 * 2 * (2.6e-5 + 32 / 2e9), 1e-15);
+  // The profile's own timing of the exchange replaces the fit (over 4 ranks: 3 messages a rank, 1 of them at ep 2),
+  // and with a per-meeting wait each exchange waits it once, each of the 4 all-to-alls of a block and micro-batch too.
+  HardwareProfile timed = fitted;
+  timed.measured.count_exchange_s = 6e-6, timed.measured.count_exchange_ranks = 4;
+  const PlanEstimate t = estimate_plan(config, {}, c, timed, options);
+  EXPECT_NEAR(t.breakdown[StepTerm::kCountExchange], 2 * 2 * 2e-6, 1e-15);
+  timed.measured.sync_wait_per_meeting_s = 3e-5;
+  const PlanEstimate w = estimate_plan(config, {}, c, timed, options);
+  EXPECT_NEAR(w.breakdown[StepTerm::kCountExchange], 2 * 2 * (2e-6 + 3e-5), 1e-15);
+  EXPECT_NEAR(w.breakdown[StepTerm::kExpertAllToAll] - t.breakdown[StepTerm::kExpertAllToAll], 2 * 2 * 4 * 3e-5, 1e-12);
 
   const PlanEstimate b = estimate_plan(config, {}, c, meet, options);
   ASSERT_TRUE(b.valid) << b.reason;

@@ -123,6 +123,8 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
   p.measured.grad_norm_s_per_param = 0.75e-9, p.measured.grad_clip_s_per_param = 0.25e-9;
   p.measured.cache_bytes_per_rank = 16 << 20;
   p.measured.sync_wait_per_compute = 0.375, p.measured.compute_stretch = 0.125;
+  p.measured.sync_wait_per_meeting_s = 31.25e-6;
+  p.measured.count_exchange_s = 3.5e-6, p.measured.count_exchange_ranks = 2;
   p.measured.blocks[1].warm_forward_s = 1.5e-3, p.measured.blocks[1].warm_input_grad_s = 2.5e-3;
   p.measured.blocks[1].warm_weight_grad_s = 0.25e-3;
   const std::string first = (dir_ / "p1.json").string(), second = (dir_ / "p2.json").string();
@@ -148,6 +150,9 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
     EXPECT_EQ(q->measured.cache_bytes_per_rank, 16 << 20);
     EXPECT_DOUBLE_EQ(q->measured.sync_wait_per_compute, 0.375);
     EXPECT_DOUBLE_EQ(q->measured.compute_stretch, 0.125);
+    EXPECT_NEAR(q->measured.sync_wait_per_meeting_s, 31.25e-6, 1e-18);
+    EXPECT_NEAR(q->measured.count_exchange_s, 3.5e-6, 1e-18);
+    EXPECT_EQ(q->measured.count_exchange_ranks, 2);
     EXPECT_NEAR(q->measured.blocks[1].warm_input_grad_s, 2.5e-3, 1e-15);
     EXPECT_FALSE(q->measured.blocks[0].has_warm());
   }
@@ -158,6 +163,8 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
   before["measured"]["optimizer_ns_per_param"].erase("grad_clip");
   before["measured"].erase("sync_wait_per_compute");  // and one from before the waits at meetings were timed
   before["measured"].erase("compute_stretch");
+  before["measured"].erase("sync_wait_per_meeting_us");
+  before["measured"].erase("count_exchange");
   std::ofstream((dir_ / "before.json").string()) << before.dump();
   const HardwareProfile old = load_profile((dir_ / "before.json").string());
   EXPECT_NEAR(old.measured.adamw_s_per_param, 2.5e-9, 1e-20);
@@ -165,6 +172,18 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
   EXPECT_EQ(old.measured.grad_clip_s_per_param, 0.0);
   EXPECT_EQ(old.measured.sync_wait_per_compute, 0.0);
   EXPECT_EQ(old.measured.compute_stretch, 0.0);
+  EXPECT_EQ(old.measured.sync_wait_per_meeting_s, 0.0);
+  EXPECT_EQ(old.measured.count_exchange_s, 0.0);
+  // A count exchange over fewer than 2 ranks is refused by name.
+  auto lone = profile_to_json(p);
+  lone["measured"]["count_exchange"]["ranks"] = 1;
+  std::ofstream((dir_ / "lone.json").string()) << lone.dump();
+  try {
+    load_profile((dir_ / "lone.json").string());
+    ADD_FAILURE() << "a count exchange over 1 rank loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("count_exchange"), std::string::npos) << e.what();
+  }
   // A table entry measured twice is refused.
   auto text = profile_to_json(p);
   text["measured"]["blocks"].push_back(text["measured"]["blocks"][0]);

@@ -351,6 +351,31 @@ TEST_F(StepBreakdownTest, MeetingsWaitForThePeersLostTimeAndTheStretchScalesComp
   EXPECT_NEAR(slow.breakdown[T::kOptimizer], plain.breakdown[T::kOptimizer], 1e-12);
 }
 
+// The per-meeting wait (step_terms.hpp, meeting_wait_s): with the profile's sync_wait_per_meeting and no wait per
+// compute, every tp collective waits it once, in tensor_parallel, and nothing else moves. Counted by hand for tp2 dp2
+// micro 2 at global batch 8 (2 micro-batches per step), 4 transformer blocks: 2 all-reduces in F and 2 in I each, and
+// the vocab-parallel embedding's 1, 17 per micro-batch; sequence parallelism's reduce-scatter + all-gather pairs twice
+// that; full recomputation reruns the blocks' F inside I (4 × 6 + 1). Without the measurement nothing changes.
+TEST_F(StepBreakdownTest, EveryCollectiveWaitsThePerMeetingWait) {
+  const HardwareProfile before = costly();
+  HardwareProfile meet = before;
+  meet.measured.sync_wait_per_meeting_s = 1e-4;
+  PlanChoice tp{2, 1, 2, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8, false};
+  PlanChoice sp = tp, full = tp;
+  sp.sequence_parallel = true;
+  full.recompute = partition::Recompute::kFull;
+  for (const auto& [choice, meetings] : {std::pair{tp, 2 * 17.0}, std::pair{sp, 2 * 34.0}, std::pair{full, 2 * 25.0}}) {
+    const PlanEstimate a = estimate(choice, before), b = estimate(choice, meet);
+    expect_sums(b);
+    const double want = 1e-4 * meetings;
+    EXPECT_NEAR(b.breakdown[T::kTensorParallel] - a.breakdown[T::kTensorParallel], want, 1e-9) << choice.layout();
+    EXPECT_NEAR(b.step_s - a.step_s, want, 1e-9) << choice.layout();
+    EXPECT_NEAR(b.breakdown[T::kForward], a.breakdown[T::kForward], 1e-12);
+  }
+  const PlanChoice dp{1, 1, 4, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8, false};  // no meeting inside a pass
+  EXPECT_DOUBLE_EQ(estimate(dp, meet).step_s, estimate(dp, before).step_s);
+}
+
 // The pipeline's transfers as two-rank meetings (step_terms.hpp, point_to_point_sync_wait): with one micro-batch on
 // pp2 1f1b the step is one chain, F0 -> F1 -> B1 -> B0, and each transfer on it waits sync_wait_per_compute x the
 // sending pass's compute: 0.5 x (stage 0's F + stage 1's B = I + W), by hand from the blocks' FLOPs at 1 GFLOP/s;

@@ -23,6 +23,7 @@
 #include "engine/core/allocator.hpp"
 #include "engine/core/dtype.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/core/output_path.hpp"
 #include "engine/hf/hf_export.hpp"
@@ -111,10 +112,10 @@ int run_export(int argc, char** argv) {
   const std::string out = args.text("--out");
   const std::string dtype = args.text("--dtype");
   const std::string format = args.text("--format");
-  CLEAVE_CHECK(!source.empty(), "export: no CHECKPOINT given (see cleave export --help)");
-  CLEAVE_CHECK(!out.empty(), "export: --out {} is required", format == "hf" ? "DIR" : "FILE.safetensors");
-  CLEAVE_CHECK(dtype == "f32" || dtype == "bf16", "export: --dtype must be f32 or bf16, got '{}'", dtype);
-  CLEAVE_CHECK(format == "cleave" || format == "hf", "export: --format must be cleave or hf, got '{}'", format);
+  CLEAVE_CHECK_INPUT(!source.empty(), "export: no CHECKPOINT given (see cleave export --help)");
+  CLEAVE_CHECK_INPUT(!out.empty(), "export: --out {} is required", format == "hf" ? "DIR" : "FILE.safetensors");
+  CLEAVE_CHECK_INPUT(dtype == "f32" || dtype == "bf16", "export: --dtype must be f32 or bf16, got '{}'", dtype);
+  CLEAVE_CHECK_INPUT(format == "cleave" || format == "hf", "export: --format must be cleave or hf, got '{}'", format);
   const bool hf_format = format == "hf";
   const bool bf16 = dtype == "bf16";
   CLEAVE_CHECK(hf_format || !args.given("--max-shard-size"),

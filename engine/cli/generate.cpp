@@ -24,6 +24,7 @@
 #include "engine/cli/runtime_env.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/core/output_path.hpp"
 #include "engine/train/checkpoint_reader.hpp"
@@ -167,8 +168,8 @@ int run_generate(int argc, char** argv) {
   const auto seed = static_cast<std::uint64_t>(args.count("--seed"));
   const std::string logits_path = args.text("--logits");
   const std::string tokenizer_path = args.text("--tokenizer");
-  CLEAVE_CHECK(!source.empty(), "generate: no CHECKPOINT given (see cleave generate --help)");
-  CLEAVE_CHECK(!prompt.empty(), "generate: --prompt TEXT is required (a non-empty context)");
+  CLEAVE_CHECK_INPUT(!source.empty(), "generate: no CHECKPOINT given (see cleave generate --help)");
+  CLEAVE_CHECK_INPUT(!prompt.empty(), "generate: --prompt TEXT is required (a non-empty context)");
   // Every output path before any work.
   if (!logits_path.empty()) check_output_file("generate: --logits", logits_path);
   const checkpoint::ReadSource target = checkpoint_read_source(

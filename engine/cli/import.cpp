@@ -15,6 +15,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/core/output_path.hpp"
 #include "engine/hf/hf_import.hpp"
@@ -45,8 +46,8 @@ int run_import(int argc, char** argv) {
   if (parser.print_help_if_asked(args)) return 0;
   const std::string source = args.positional(0);
   const std::string out = args.text("--out");
-  CLEAVE_CHECK(!source.empty(), "import: no HF_DIR given (see cleave import --help)");
-  CLEAVE_CHECK(!out.empty(), "import: --out CKPT is required");
+  CLEAVE_CHECK_INPUT(!source.empty(), "import: no HF_DIR given (see cleave import --help)");
+  CLEAVE_CHECK_INPUT(!out.empty(), "import: --out CKPT is required");
   check_output_file("import: --out", out);  // new, in a writable place, before anything is read
   const hf::HfCheckpoint weights = hf::read_hf_checkpoint(source);
   for (const std::string& note : weights.config.notes) log::warn("import: {}", note);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/tokenizer/tokenizer_json.hpp"
 #include "engine/train/data/token_manifest.hpp"
 
@@ -52,12 +53,12 @@ void check_shards_match_source_tokenizer(const config::RunConfig& config, const 
       }
     }
     if (own_tokenizer->vocab_size() == m.vocab_size && own_tokenizer->describe() == m.tokenizer_description) continue;
-    CLEAVE_THROW("train --init-from: data file {} was tokenized with {} ({}; {}), but the weights in {} read the ids "
-                 "of their own tokenizer {} ({}): those ids are other tokens to this model; nothing was written. "
-                 "Tokenize the text with the model's tokenizer: cleave tokenize FILES --tokenizer {} --out DIR, then "
-                 "--set data.path=DIR/train.bin",
-                 file, m.tokenizer, m.tokenizer_description, found->first, from, own.string(),
-                 own_tokenizer->describe(), own.string());
+    throw InputError(fmt::format(
+        "train --init-from: data file {} was tokenized with {} ({}; {}), but the weights in {} read the ids of their "
+        "own tokenizer {} ({}): those ids are other tokens to this model; nothing was written. Tokenize the text with "
+        "the model's tokenizer: cleave tokenize FILES --tokenizer {} --out DIR, then --set data.path=DIR/train.bin",
+        file, m.tokenizer, m.tokenizer_description, found->first, from, own.string(), own_tokenizer->describe(),
+        own.string()));
   }
 }
 

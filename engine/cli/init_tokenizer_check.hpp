@@ -12,7 +12,7 @@
 
 namespace cleave::cli {
 
-// Throws Error when a data file of `config` (data.path, data.val_path, data.paths entries that are files, not
+// Throws InputError (bad input: exit 64) when a data file of `config` (data.path, data.val_path, data.paths entries that are files, not
 // globs) has a manifest.json naming another tokenizer than `source`'s own tokenizer.json.
 void check_shards_match_source_tokenizer(const config::RunConfig& config, const train::WeightSource& source);
 

@@ -31,6 +31,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/progress.hpp"
 #include "engine/core/one_line.hpp"
 #include "engine/core/output_path.hpp"
@@ -462,7 +463,7 @@ int run_plan(int argc, char** argv) {
   const bool explain = args.on("--explain");
   const int trials = static_cast<int>(args.count("--trial"));
   const double tie_within = args.number("--tie-within");
-  CLEAVE_CHECK(world >= 1, "plan: --world N is required (the number of ranks to plan for)");
+  CLEAVE_CHECK_INPUT(world >= 1, "plan: --world N is required (the number of ranks to plan for)");
   CLEAVE_CHECK(write_path.empty() || !std::filesystem::exists(write_path),
                "plan: --write {} exists; not overwriting it", write_path);
   CLEAVE_CHECK(json_path.empty() || !std::filesystem::exists(json_path), "plan: --json {} exists; not overwriting it",

@@ -28,6 +28,7 @@
 #include "engine/cli/runtime_env.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/output_path.hpp"
 #include "engine/core/log.hpp"
 #include "engine/core/progress.hpp"
@@ -105,7 +106,8 @@ ProfileCommand read_command(const Args& args) {
   c.repeats = static_cast<int>(args.count("--repeats"));
   c.rounds = static_cast<int>(args.count("--rounds"));
   c.cold_caches = !args.on("--warm-caches");
-  CLEAVE_CHECK(!c.config_path.empty(), "profile: give the config whose model to measure (see cleave profile --help)");
+  CLEAVE_CHECK_INPUT(!c.config_path.empty(),
+                     "profile: give the config whose model to measure (see cleave profile --help)");
   CLEAVE_CHECK(!std::filesystem::exists(c.out_path), "profile: {} exists; not overwriting it (choose another --out)",
                c.out_path);
   check_output_file("profile: --out", c.out_path);  // its directory writable, before minutes of measuring

@@ -6,6 +6,7 @@
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/report/html_report.hpp"
 
 namespace cleave::cli {
@@ -30,7 +31,7 @@ int run_report(int argc, char** argv) {
   const Args args = parser.parse(argc, argv);
   if (parser.print_help_if_asked(args)) return 0;
   const std::string dir = args.positional(0);
-  CLEAVE_CHECK(!dir.empty(), "report: give a run directory: cleave report RUN_DIR (see cleave report --help)");
+  CLEAVE_CHECK_INPUT(!dir.empty(), "report: give a run directory: cleave report RUN_DIR (see cleave report --help)");
   std::printf("%s\n", report::write_report(dir).c_str());
   return 0;
 }

@@ -21,6 +21,7 @@
 #include "engine/cli/commands.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/output_path.hpp"
 #include "pipeline/schedule_chart.hpp"
 #include "pipeline/schedule_text.hpp"
@@ -201,13 +202,14 @@ int auto_stash_limit(const Options& options) {
 }
 
 pipeline::Schedule build_schedule(const Options& options) {
-  CLEAVE_CHECK(!options.schedule.empty(),
-               "simulate: --schedule is required (one of {}, or a schedule file; see cleave simulate --help)",
-               fmt::join(pipeline::schedule_names(), ", "));
+  CLEAVE_CHECK_INPUT(!options.schedule.empty(),
+                     "simulate: --schedule is required (one of {}, or a schedule file; see cleave simulate --help)",
+                     fmt::join(pipeline::schedule_names(), ", "));
   if (pipeline::is_schedule_name(options.schedule)) {
-    CLEAVE_CHECK(options.stages.has_value(), "simulate: --stages P is required with schedule {}", options.schedule);
-    CLEAVE_CHECK(options.microbatches.has_value(), "simulate: --microbatches M is required with schedule {}",
-                 options.schedule);
+    CLEAVE_CHECK_INPUT(options.stages.has_value(), "simulate: --stages P is required with schedule {}",
+                       options.schedule);
+    CLEAVE_CHECK_INPUT(options.microbatches.has_value(), "simulate: --microbatches M is required with schedule {}",
+                       options.schedule);
     const bool limited = options.max_stashes || options.memory_limit || options.stash_bytes;
     CLEAVE_CHECK(!limited || options.schedule == "auto",
                  "simulate: --max-stashes / --memory-limit apply only to --schedule auto, got --schedule {}",
@@ -223,9 +225,10 @@ pipeline::Schedule build_schedule(const Options& options) {
     return pipeline::make_schedule(options.schedule, *options.stages, *options.microbatches,
                                    options.virtual_stages.value_or(pipeline::default_virtual_stages(options.schedule)));
   }
-  CLEAVE_CHECK(std::filesystem::exists(options.schedule),
-               "simulate: unknown schedule '{}' (known: {}; or the path of a schedule file, but no such file exists)",
-               options.schedule, fmt::join(pipeline::schedule_names(), ", "));
+  CLEAVE_CHECK_INPUT(
+      std::filesystem::exists(options.schedule),
+      "simulate: unknown schedule '{}' (known: {}; or the path of a schedule file, but no such file exists)",
+      options.schedule, fmt::join(pipeline::schedule_names(), ", "));
   pipeline::Schedule schedule = pipeline::load_schedule(options.schedule);
   auto agree = [&](const char* flag, const std::optional<int>& given, int in_file) {
     CLEAVE_CHECK(!given || *given == in_file, "simulate: {} {} disagrees with schedule file '{}', which has {}", flag,

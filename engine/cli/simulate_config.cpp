@@ -17,6 +17,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/output_path.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
@@ -392,7 +393,7 @@ int run_simulate_config(int argc, char** argv) {
   const std::string trace = args.text("--trace");
   const std::vector<std::string> overrides = args.all("--set");
   const int world = args.given("--world") ? static_cast<int>(args.count("--world")) : 0;
-  CLEAVE_CHECK(world >= 1, "simulate --config: --world N is required (the ranks the config runs on)");
+  CLEAVE_CHECK_INPUT(world >= 1, "simulate --config: --world N is required (the ranks the config runs on)");
   if (!svg.empty()) check_output_file("simulate --config: --svg", svg);  // before the simulation, never over a file
   if (!trace.empty()) check_output_file("simulate --config: --trace", trace);
   const config::RunConfig base = config::load_config(config_path, overrides);

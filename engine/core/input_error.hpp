@@ -4,8 +4,11 @@
 // so main() ends the process with ExitCode::kBadInput (engine/core/exit_code.hpp) and `cleave run` stops at once on
 // that code (engine/supervise/recovery_policy.hpp).
 //
-// Invariant: the readers throw it (engine/cli/args.cpp, engine/config/config.cpp, engine/train/config_change.cpp); a
-// check on a config value made later, once the world size or a checkpoint is known, stays a plain Error (exit 1).
+// Invariant: the readers throw it (engine/cli/args.cpp, engine/config/config.cpp, engine/train/config_change.cpp), and
+// so do the checks of `train --init-from` that set the config against the weights it names (engine/train/
+// weight_source.cpp: a model key that differs, model.seq_len above the model's maximum; engine/cli/
+// init_tokenizer_check.cpp: data of another tokenizer), made before the world is built; a check on a config value made
+// later, once the world size or a checkpoint to resume is known, stays a plain Error (exit 1).
 #pragma once
 
 #include <string>
@@ -20,3 +23,11 @@ class InputError : public Error {
 };
 
 }  // namespace cleave
+
+// CLEAVE_CHECK for bad input (throws InputError): a rule the command line, its config or the files they name break.
+#define CLEAVE_CHECK_INPUT(cond, ...)                                     \
+  do {                                                                  \
+    if (!(cond)) [[unlikely]] {                                         \
+      throw ::cleave::InputError(::fmt::format(__VA_ARGS__));           \
+    }                                                                   \
+  } while (0)

@@ -203,6 +203,21 @@ std::string summary_table(const RunFiles& run) {
   return html + "</table>\n";
 }
 
+// Whether any rank of the run has a cp (ep) coordinate: the labels and the layout table name only the axes it used.
+bool has_cp(const RunSummary& s) {
+  return std::any_of(s.ranks.begin(), s.ranks.end(), [](const RankSummary& r) { return r.cp_rank > 0; });
+}
+bool has_ep(const RunSummary& s) {
+  return std::any_of(s.ranks.begin(), s.ranks.end(), [](const RankSummary& r) { return r.ep_rank > 0; });
+}
+
+// "pp 1, dp 0, cp 1, ep 1, tp 0": a rank's coordinates, cp and ep only where the run used them.
+std::string rank_coordinates(const RunSummary& s, const RankSummary& r) {
+  return fmt::format("pp {}, dp {}{}{}, tp {}", r.pp_rank, r.dp_rank,
+                     has_cp(s) ? fmt::format(", cp {}", r.cp_rank) : std::string(),
+                     has_ep(s) ? fmt::format(", ep {}", r.ep_rank) : std::string(), r.tp_rank);
+}
+
 std::string memory_section(const RunSummary& s) {
   std::string html;
   StackedBars bars;
@@ -212,7 +227,7 @@ std::string memory_section(const RunSummary& s) {
   bars.cap = static_cast<double>(s.memory_limit);
   bars.marker_name = "peak of the total";
   for (const RankSummary& r : s.ranks) {
-    bars.bar_labels.push_back(fmt::format("rank {} (pp {}, dp {}, tp {})", r.rank, r.pp_rank, r.dp_rank, r.tp_rank));
+    bars.bar_labels.push_back(fmt::format("rank {} ({})", r.rank, rank_coordinates(s, r)));
     std::vector<double> v;
     for (auto b : r.peak_bytes) v.push_back(static_cast<double>(b));
     bars.values.push_back(std::move(v));
@@ -255,13 +270,16 @@ std::string layout_section(const RunSummary& s) {
   html += row("batch", s.batch);
   if (!s.cpu.empty()) html += row("cpu (rank 0)", s.cpu);
   if (!s.cpu_kernels.empty()) html += row("cpu kernels", s.cpu_kernels);
-  html += "</table>\n<p></p><table>\n<tr><th>world rank</th><th>tp rank</th><th>dp rank</th><th>pp rank</th>"
-          "<th class=\"l\">stages held</th></tr>\n";
+  const bool cp = has_cp(s), ep = has_ep(s);
+  html += fmt::format("</table>\n<p></p><table>\n<tr><th>world rank</th><th>tp rank</th>{}<th>dp rank</th>{}"
+                      "<th>pp rank</th><th class=\"l\">stages held</th></tr>\n",
+                      cp ? "<th>cp rank</th>" : "", ep ? "<th>ep rank</th>" : "");
   for (const RankSummary& r : s.ranks) {
     std::string stages;
     for (int st : r.stages) stages += fmt::format("{}{}", stages.empty() ? "" : ", ", st);
-    html += fmt::format("<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td class=\"l\">{}</td></tr>\n", r.rank,
-                        r.tp_rank, r.dp_rank, r.pp_rank, stages);
+    html += fmt::format("<tr><td>{}</td><td>{}</td>{}<td>{}</td>{}<td>{}</td><td class=\"l\">{}</td></tr>\n", r.rank,
+                        r.tp_rank, cp ? fmt::format("<td>{}</td>", r.cp_rank) : std::string(), r.dp_rank,
+                        ep ? fmt::format("<td>{}</td>", r.ep_rank) : std::string(), r.pp_rank, stages);
   }
   return html + "</table>\n";
 }

@@ -29,7 +29,9 @@ std::string to_json_text(const RunSummary& s) {
     nlohmann::ordered_json row;
     row["rank"] = r.rank;
     row["tp_rank"] = r.tp_rank;
+    row["cp_rank"] = r.cp_rank;
     row["dp_rank"] = r.dp_rank;
+    row["ep_rank"] = r.ep_rank;
     row["pp_rank"] = r.pp_rank;
     row["stages"] = r.stages;
     row["peak_bytes"] = r.peak_bytes;
@@ -81,7 +83,9 @@ RunSummary parse_run_summary(const std::string& text, const std::string& path) {
       RankSummary r;
       r.rank = row.at("rank").get<int>();
       r.tp_rank = row.value("tp_rank", 0);
+      r.cp_rank = row.value("cp_rank", 0);  // absent in run.json files from before context parallelism
       r.dp_rank = row.value("dp_rank", 0);
+      r.ep_rank = row.value("ep_rank", 0);
       r.pp_rank = row.value("pp_rank", 0);
       r.stages = row.value("stages", std::vector<int>{});
       r.peak_bytes = row.at("peak_bytes").get<std::vector<std::int64_t>>();

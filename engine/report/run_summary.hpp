@@ -16,7 +16,9 @@ namespace cleave::report {
 struct RankSummary {
   int rank = 0;
   int tp_rank = 0;
+  int cp_rank = 0;  // context parallelism (0 without it)
   int dp_rank = 0;
+  int ep_rank = 0;  // expert parallelism: which E / ep experts the rank holds (0 without it)
   int pp_rank = 0;
   std::vector<int> stages;                   // model stages (chunks) this rank held
   std::vector<std::int64_t> peak_bytes;      // per category, each at its own peak moment

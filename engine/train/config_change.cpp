@@ -35,6 +35,11 @@ bool matches(std::string_view key, std::string_view entry) {
   return key == entry || (key.starts_with(entry) && key.size() > entry.size() && key[entry.size()] == '.');
 }
 
+bool loader_checked(std::string_view key) {
+  return std::any_of(kLoaderChecked.begin(), kLoaderChecked.end(),
+                     [&](std::string_view entry) { return matches(key, entry); });
+}
+
 void flatten(const json& value, const std::string& prefix, std::vector<std::pair<std::string, json>>& out) {
   if (!value.is_object()) {
     out.emplace_back(prefix, value);
@@ -64,12 +69,18 @@ void check_allowed_keys(const std::vector<std::string>& allowed, const json& con
   flatten(config, "", leaves);
   std::vector<std::string> keys;
   for (const auto& [key, value] : leaves) keys.push_back(key);
-  std::string unknown;
+  std::string refused;
   for (const std::string& key : allowed) {
-    if (std::find(keys.begin(), keys.end(), key) != keys.end()) continue;
-    unknown += fmt::format("{}'{}' is not a config key ({})", unknown.empty() ? "" : "; ", key, hint_for(key, keys));
+    const auto sep = refused.empty() ? "" : "; ";
+    if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
+      refused += fmt::format("{}'{}' is not a config key ({})", sep, key, hint_for(key, keys));
+    } else if (loader_checked(key)) {
+      refused += fmt::format("{}'{}' cannot change on a resume, allowed or not: the checkpoint fixes the model, "
+                             "train.seed, batch.global_batch_size and optimizer.type; remove it from the flag",
+                             sep, key);
+    }
   }
-  if (!unknown.empty()) throw InputError(fmt::format("--allow-config-change: {}", unknown));
+  if (!refused.empty()) throw InputError(fmt::format("--allow-config-change: {}", refused));
 }
 
 std::string ConfigChange::describe() const { return fmt::format("{} {} -> {}", key, shown(before), shown(after)); }
@@ -102,9 +113,7 @@ void check_config_changes(const std::vector<ConfigChange>& changes, const std::v
   std::string refused, flag, restore;
   for (const ConfigChange& c : changes) {
     if (c.free || std::find(allowed.begin(), allowed.end(), c.key) != allowed.end()) continue;
-    const bool loader = std::any_of(kLoaderChecked.begin(), kLoaderChecked.end(),
-                                    [&](std::string_view entry) { return matches(c.key, entry); });
-    if (loader) continue;
+    if (loader_checked(c.key)) continue;
     refused += fmt::format("{}{}", refused.empty() ? "" : ", ", c.describe());
     flag += fmt::format("{}{}", flag.empty() ? "" : ",", c.key);
     if (!c.before.is_null()) restore += fmt::format(" --set {}={}", c.key, c.before.dump());

@@ -37,7 +37,9 @@ std::vector<ConfigChange> config_changes(const nlohmann::json& before, const nlo
 // Throws InputError (bad input: `cleave` exits ExitCode::kBadInput, `cleave run` does not restart it) when an entry
 // of `allowed` is not a leaf key of `config` (a config as config::to_json writes it): a typo would allow nothing. The
 // message names every such entry with the nearest key by spelling where one is close, else the keys of its
-// section. `cleave train` runs it as soon as the config is read, before any work; check_config_changes again.
+// section. So is an entry the checkpoint loader checks (model.*, train.seed, batch.global_batch_size,
+// optimizer.type): those cannot change, so naming one would allow nothing either. `cleave train` runs it as soon as
+// the config is read, before any work; check_config_changes again.
 void check_allowed_keys(const std::vector<std::string>& allowed, const nlohmann::json& config);
 
 // Throws CheckpointMismatch when a change that is not free is not in `allowed` (the keys the checkpoint loader checks

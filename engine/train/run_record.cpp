@@ -15,9 +15,10 @@
 namespace cleave::train {
 
 report::RunSummary gather_run_summary(RankSetup& s) {
-  // One row of int64 per rank: tp, dp, pp, peak_total, peak per category, stage count, stages.
+  // One row of int64 per rank: tp, cp, dp, ep, pp, peak_total, peak per category, stage count, stages.
   const MemoryStats stats = s.allocator->stats();
-  std::vector<std::int64_t> mine{s.coords.tp_rank, s.coords.dp_rank, s.coords.pp_rank, stats.peak_total};
+  std::vector<std::int64_t> mine{s.coords.tp_rank, s.coords.cp_rank, s.coords.dp_rank,
+                                 s.coords.ep_rank, s.coords.pp_rank, stats.peak_total};
   for (int c = 0; c < kNumMemoryCategories; ++c) mine.push_back(stats.peak[static_cast<std::size_t>(c)]);
   mine.push_back(static_cast<std::int64_t>(s.plan.local_stages.size()));
   for (int stage : s.plan.local_stages) mine.push_back(stage);
@@ -42,17 +43,22 @@ report::RunSummary gather_run_summary(RankSetup& s) {
   std::map<int, std::vector<std::int64_t>> estimates;  // by pp rank
   for (int rank = 0; rank < static_cast<int>(rows.size()); ++rank) {
     const auto& row = rows[static_cast<std::size_t>(rank)];
-    CLEAVE_ASSERT(row.size() >= static_cast<std::size_t>(5 + kNumMemoryCategories), "run summary row of rank {} has {} values",
-                  rank, row.size());
+    constexpr std::size_t kCoords = 5;  // tp, cp, dp, ep, pp
+    constexpr auto kCategories = static_cast<std::size_t>(kNumMemoryCategories);
+    CLEAVE_ASSERT(row.size() >= kCoords + 2 + kCategories, "run summary row of rank {} has {} values", rank,
+                  row.size());
     report::RankSummary r;
     r.rank = rank;
     r.tp_rank = static_cast<int>(row[0]);
-    r.dp_rank = static_cast<int>(row[1]);
-    r.pp_rank = static_cast<int>(row[2]);
-    r.peak_total = row[3];
-    r.peak_bytes.assign(row.begin() + 4, row.begin() + 4 + kNumMemoryCategories);
-    const std::size_t count = static_cast<std::size_t>(row[4 + kNumMemoryCategories]);
-    for (std::size_t i = 0; i < count; ++i) r.stages.push_back(static_cast<int>(row[5 + kNumMemoryCategories + i]));
+    r.cp_rank = static_cast<int>(row[1]);
+    r.dp_rank = static_cast<int>(row[2]);
+    r.ep_rank = static_cast<int>(row[3]);
+    r.pp_rank = static_cast<int>(row[4]);
+    r.peak_total = row[kCoords];
+    const auto peaks = row.begin() + static_cast<std::ptrdiff_t>(kCoords + 1);
+    r.peak_bytes.assign(peaks, peaks + kNumMemoryCategories);
+    const auto count = static_cast<std::size_t>(row[kCoords + 1 + kCategories]);
+    for (std::size_t i = 0; i < count; ++i) r.stages.push_back(static_cast<int>(row[kCoords + 2 + kCategories + i]));
     if (!estimates.count(r.pp_rank)) {
       const run_plan::MemoryPlan plan =
           run_plan::estimate_rank_memory(s.plan, s.config, r.pp_rank, cpu_kernels_of(s.config));

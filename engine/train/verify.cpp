@@ -58,6 +58,7 @@ double default_loss_tolerance(const config::RunConfig& config) {
 VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& world,
                            const VerifyOptions& options) {
   VerifyReport report;
+  report.adamw = config.optimizer.type == config::OptimizerType::kAdamw;
   config::RunConfig resolved = config;
   resolved.resolve(world.size());
   const Run layout = run(resolved, world);
@@ -116,6 +117,13 @@ std::string format_report(const VerifyReport& report, const VerifyOptions& optio
                      "{:.3g}): {}\n",
                      report.max_loss_difference, options.loss_tolerance, report.max_param_difference,
                      options.param_tolerance, report.passed ? "PASS" : "FAIL");
+  const bool only_params = report.max_loss_difference <= options.loss_tolerance &&
+                           report.max_param_difference > options.param_tolerance;
+  if (!report.passed && only_params && report.adamw) {
+    out += "the losses agree and some parameters do not: with AdamW a parameter whose gradient is near zero (attention "
+           "biases, a rarely routed expert) turns rounding noise into lr-sized steps, so a correct layout can differ "
+           "here; check the layout with --set optimizer.type=sgd (docs/multi-rank.md)\n";
+  }
   return out;
 }
 

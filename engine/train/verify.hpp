@@ -34,6 +34,7 @@ struct VerifyReport {
   double max_loss_difference = 0;       // relative
   double max_param_difference = 0;      // normalised
   bool passed = false;                  // both within tolerance (meaningful on world rank 0)
+  bool adamw = false;                   // the run's optimizer is AdamW (format_report's hint)
 };
 
 // The single-rank configuration equivalent to a resolved `config` (same model, data, seed, global and
@@ -50,7 +51,9 @@ double default_loss_tolerance(const config::RunConfig& config);
 // Collective over `world`; the report is complete on world rank 0 (other ranks get the layout's losses).
 VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& world, const VerifyOptions& options);
 
-// Human-readable table of a report.
+// Human-readable table of a report. A failure on the parameters alone, with the losses within tolerance, of an AdamW
+// run ends with a line saying why that happens to correct layouts (AdamW turns the rounding noise of near-zero
+// gradients into lr-sized steps) and how to check the layout instead (SGD).
 std::string format_report(const VerifyReport& report, const VerifyOptions& options, std::size_t max_rows = 20);
 
 }  // namespace cleave::train

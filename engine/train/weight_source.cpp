@@ -10,6 +10,7 @@
 
 #include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/config/input_paths.hpp"
 #include "engine/hf/hf_import.hpp"
 #include "engine/train/checkpoint_pieces.hpp"
@@ -137,7 +138,7 @@ std::string describe_context(const WeightSource& source, const config::RunConfig
 }
 
 WeightSource open_weight_source(const std::string& path) {
-  CLEAVE_CHECK(fs::is_directory(path), "--init-from {}: no such directory", path);
+  CLEAVE_CHECK_INPUT(fs::is_directory(path), "--init-from {}: no such directory", path);
   return hf::is_hf_dir(path) ? hf_source(path) : checkpoint_source(path);
 }
 
@@ -162,10 +163,11 @@ config::RunConfig config_for_init(const std::string& config_path, const std::vec
     if (assignment.rfind("model.type=", 0) == 0) type = assignment.substr(11);
   }
   const std::string source_type = source.model.value("type", "gpt");
-  CLEAVE_CHECK(type.empty() || type == source_type,
-               "train --init-from: model.type is \"{}\" in {}, but the weights in {} are a {} model; remove model.type "
-               "(and the other model keys) from the config or start from {} weights",
-               type, config_path.empty() ? "the config" : config_path, source.model_origin, source_type, type);
+  CLEAVE_CHECK_INPUT(
+      type.empty() || type == source_type,
+      "train --init-from: model.type is \"{}\" in {}, but the weights in {} are a {} model; remove model.type "
+      "(and the other model keys) from the config or start from {} weights",
+      type, config_path.empty() ? "the config" : config_path, source.model_origin, source_type, type);
   for (const auto& [key, value] : source.model.items()) {
     if (given.count(key) == 0) model[key] = value;
   }
@@ -184,10 +186,11 @@ config::RunConfig config_for_init(const std::string& config_path, const std::vec
         seq = -1;
       }
     }
-    CLEAVE_CHECK(seq <= max_len,
-                 "train --init-from: model.seq_len {} is above the model's maximum {} ({} in {}); set model.seq_len "
-                 "to at most {} (nothing was written)",
-                 seq, max_len, max_key, source.model_origin, max_len);
+    CLEAVE_CHECK_INPUT(
+        seq <= max_len,
+        "train --init-from: model.seq_len {} is above the model's maximum {} ({} in {}); set model.seq_len "
+        "to at most {} (nothing was written)",
+        seq, max_len, max_key, source.model_origin, max_len);
   }
   config::RunConfig config =
       config::parse_config(root.dump(), config_path.empty() ? "<defaults>" : config_path, overrides);
@@ -196,22 +199,23 @@ config::RunConfig config_for_init(const std::string& config_path, const std::vec
   for (const auto& [key, value] : source.model.items()) {
     if (key == "seq_len") continue;  // checked above
     const json have = run.contains(key) ? run.at(key) : json();
-    CLEAVE_CHECK(have == value,
-                 "train --init-from: model.{} is {} in {}, but {} in {}; remove model.{} from the config (it is taken "
-                 "from the weights) or make the two agree",
-                 key, have.dump(), config_path.empty() ? "the config" : config_path, value.dump(), source.model_origin,
-                 key);
+    CLEAVE_CHECK_INPUT(
+        have == value,
+        "train --init-from: model.{} is {} in {}, but {} in {}; remove model.{} from the config (it is taken "
+        "from the weights) or make the two agree",
+        key, have.dump(), config_path.empty() ? "the config" : config_path, value.dump(), source.model_origin, key);
   }
   // A model with a tokenizer of its own reads token ids of that tokenizer; data.type "text" feeds it raw bytes
   // 0..255 as ids, which are other tokens to it (a training that runs and learns nothing it was meant to).
   const std::string from = source.source.is_object() ? source.source.value("path", std::string()) : std::string();
   const fs::path tokenizer = from.empty() ? fs::path() : fs::path(from) / "tokenizer.json";
-  CLEAVE_CHECK(config.data.type != config::DataType::kText || from.empty() || !fs::is_regular_file(tokenizer),
-               "train --init-from: the model has a tokenizer of its own ({}), but data.type is \"text\", which feeds "
-               "raw bytes 0..255 as token ids (other tokens to this model); tokenize the text with it: cleave "
-               "tokenize FILES --tokenizer {} --out DIR, then --set data.type=tokens --set data.path=DIR/train.bin "
-               "--set data.val_path=DIR/val.bin (docs/models.md, \"Fine-tuning a downloaded model\")",
-               tokenizer.string(), tokenizer.string());
+  CLEAVE_CHECK_INPUT(
+      config.data.type != config::DataType::kText || from.empty() || !fs::is_regular_file(tokenizer),
+      "train --init-from: the model has a tokenizer of its own ({}), but data.type is \"text\", which feeds "
+      "raw bytes 0..255 as token ids (other tokens to this model); tokenize the text with it: cleave "
+      "tokenize FILES --tokenizer {} --out DIR, then --set data.type=tokens --set data.path=DIR/train.bin "
+      "--set data.val_path=DIR/val.bin (docs/models.md, \"Fine-tuning a downloaded model\")",
+      tokenizer.string(), tokenizer.string());
   return config;
 }
 

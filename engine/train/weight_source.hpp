@@ -5,11 +5,11 @@
 // Invariants:
 //  - config_for_init: the model keys SOURCE fixes (all of them for a checkpoint; those config.json gives for
 //    HF) are taken from SOURCE when CONFIG does not set them; a key CONFIG (or --set) sets to another value
-//    is ONE Error naming model.<key> and both values. Everything else of CONFIG is read as usual. The one
-//    exception is model.seq_len: any length up to the model's maximum (max_seq_len: a Llama-like model's
-//    max_position_embeddings; a GPT's position table rows) is taken; a GPT's learned position table is then
-//    sliced to its first seq_len rows; rotary positions need nothing. Above the maximum: one Error naming
-//    the numbers and the source, before any work.
+//    is ONE InputError (bad input: exit 64, which `cleave run` does not restart) naming model.<key> and both
+//    values. Everything else of CONFIG is read as usual. The one exception is model.seq_len: any length up to the
+//    model's maximum (max_seq_len: a Llama-like model's max_position_embeddings; a GPT's position table rows) is
+//    taken; a GPT's learned position table is then sliced to its first seq_len rows; rotary positions need
+//    nothing. Above the maximum: one InputError naming the numbers and the source, before any work.
 //  - load_weights is collective: every rank takes its tp shard of each parameter its stages hold (any tp, pp,
 //    dp layout; the tied table on both pp ends); all are read and checked before any is assigned, and an
 //    error on any rank is thrown on every rank. A tensor holding a NaN or an infinity is such an error, naming

@@ -175,6 +175,31 @@ else
   echo "ok   checkpoint-dir-of-another-run: $(grep -m 1 'already holds checkpoints' <<<"$out" | cut -c1-120)"
 fi
 
+# The other commands' own command-line errors (a required argument or option missing, a value not among the
+# choices) are bad input as train's are: exit 64 (engine/core/exit_code.hpp, ExitCode::kBadInput), nothing written.
+cmd_error() {  # NAME REGEX COMMAND ARGS...
+  local name=$1 pattern=$2; shift 2
+  local out status
+  out=$("$cleave" "$@" 2>&1); status=$?
+  if [ $status -ne 64 ] || ! grep -Eq -- "$pattern" <<<"$out" || [ -e out ]; then
+    echo "FAIL $name: status $status (expected 64)"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1)); rm -rf out
+    return
+  fi
+  echo "ok   $name: $(grep -E -- "$pattern" <<<"$out" | head -n 1)"
+}
+cmd_error export-no-out 'export: --out FILE\.safetensors is required' export ck1/checkpoints
+cmd_error export-format "export: --format must be cleave or hf, got 'onnx'" export ck1/checkpoints --format onnx --out out
+cmd_error export-dtype "export: --dtype must be f32 or bf16, got 'f16'" export ck1/checkpoints --dtype f16 --out out
+cmd_error import-no-out 'import: --out CKPT is required' import ck1
+cmd_error generate-no-prompt 'generate: --prompt TEXT is required' generate ck1/checkpoints
+cmd_error report-no-dir 'report: give a run directory' report
+cmd_error profile-no-config 'profile: give the config' profile --out out
+cmd_error plan-no-world 'plan: --world N is required' plan
+cmd_error simulate-no-schedule 'simulate: --schedule is required' simulate
+cmd_error simulate-no-stages 'simulate: --stages P is required with schedule 1f1b' simulate --schedule 1f1b --microbatches 4
+cmd_error simulate-unknown-schedule "simulate: unknown schedule 'zb-h9'" simulate --schedule zb-h9 --stages 2 --microbatches 4
+cmd_error simulate-config-no-world 'simulate --config: --world N is required' simulate --config ck1/config.json
+
 # And a good run writes what docs/report.md promises, and says which communicator carried it: parallel.comm_backend
 # "auto" resolves to "mpi" on the CPU, in the log and in the resolved config.json.
 if "$cleave" train --set train.out_dir=good --set train.steps=3 --set train.log_interval=1 >good.log 2>&1 &&

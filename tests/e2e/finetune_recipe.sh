@@ -169,18 +169,25 @@ PY
 
 refuse() {  # refuse NAME EXPECTED_TEXT OUT_PATH -- command...
   local name=$1 want=$2 out=$3; shift 4
-  "$@" > bad.log 2>&1 && fail "$name: accepted"
+  "$@" > bad.log 2>&1; refused_status=$?
+  [ "$refused_status" -ne 0 ] || fail "$name: accepted"
   grep -qF -- "$want" bad.log || { cat bad.log; fail "$name: no '$want' in the message"; }
   [ "$(grep -c 'error' bad.log)" -eq 1 ] || { cat bad.log; fail "$name: not one error line"; }
   [ ! -e "$out" ] || fail "$name: $out was written"
   echo "ok   refused $name: $(grep error bad.log | cut -c1-160)"
 }
-refuse "seq_len above the maximum" "model.seq_len 33 is above the model's maximum 32 (max_position_embeddings in llama/config.json)" \
+# refuse, and the exit code is 64 (bad input: the config or the data contradicts the weights): `cleave run` stops at
+# once on it instead of restarting into the same error.
+refuse_input() {
+  refuse "$@"
+  [ "$refused_status" -eq 64 ] || { cat bad.log; fail "$1: exit $refused_status, expected 64 (bad input)"; }
+}
+refuse_input "seq_len above the maximum" "model.seq_len 33 is above the model's maximum 32 (max_position_embeddings in llama/config.json)" \
   run1 -- "$cleave" train --init-from llama --set model.seq_len=33 --set train.out_dir=run1
-refuse "seq_len above the maximum (checkpoint)" "model.seq_len 40 is above the model's maximum 32" \
+refuse_input "seq_len above the maximum (checkpoint)" "model.seq_len 40 is above the model's maximum 32" \
   run2 -- "$cleave" train --init-from source --set model.seq_len=40 --set train.out_dir=run2
 # Byte-level text data on a model with a tokenizer of its own: the bytes would be other tokens to it.
-refuse "text data on a model with its own tokenizer" 'llama/tokenizer.json), but data.type is "text"' run7 -- \
+refuse_input "text data on a model with its own tokenizer" 'llama/tokenizer.json), but data.type is "text"' run7 -- \
   "$cleave" train --init-from llama --set model.seq_len=8 --set data.type=text --set data.path=a.txt --set train.out_dir=run7
 # Shards written by another tokenizer (the fixture's GPT-2-style one, 261 ids: they fit the vocabulary of 272)
 # hold ids that are other tokens to this model.
@@ -195,7 +202,7 @@ json.dump({"model": {"type": "BPE", "vocab": vocab, "merges": []}, "added_tokens
 PY
 "$cleave" tokenize a.txt --tokenizer bytes_tokenizer.json --out other_shards > other_tok.log 2>&1 \
   || { cat other_tok.log; fail "tokenize with another tokenizer"; }
-refuse "shards of another tokenizer" "was tokenized with $work/bytes_tokenizer.json (byte-level BPE, 256 tokens" run9 -- \
+refuse_input "shards of another tokenizer" "was tokenized with $work/bytes_tokenizer.json (byte-level BPE, 256 tokens" run9 -- \
   "$cleave" train --init-from llama --set model.seq_len=8 --set data.type=tokens --set data.path=other_shards/train.bin \
   --set train.out_dir=run9
 grep -qF "cleave tokenize FILES --tokenizer $work/llama/tokenizer.json --out DIR" bad.log || { cat bad.log; fail "the fix is not named"; }

@@ -15,11 +15,18 @@ fixture() { python3 "$src/tests/e2e/hf_fixture.py" "$@" || fail "fixture $*"; }
 loss() { python3 -c "import json,sys; print(json.loads(open(sys.argv[1]).readline())['loss'])" "$1/metrics.jsonl"; }
 refuse() {
   local name=$1 want=$2 out=$3; shift 4
-  "$@" > bad.log 2>&1 && fail "$name: accepted"
+  "$@" > bad.log 2>&1; refused_status=$?
+  [ "$refused_status" -ne 0 ] || fail "$name: accepted"
   grep -qF -- "$want" bad.log || { cat bad.log; fail "$name: no '$want' in the message"; }
   [ "$(grep -c 'error' bad.log)" -eq 1 ] || { cat bad.log; fail "$name: not one error line"; }
   [ ! -e "$out" ] || fail "$name: $out was written"
   echo "ok   refused $name: $(grep error bad.log | cut -c1-160)"
+}
+# refuse, and the exit code is 64 (bad input, engine/core/exit_code.hpp): `cleave run` stops at once on it instead of
+# restarting into the same error.
+refuse_input() {
+  refuse "$@"
+  [ "$refused_status" -eq 64 ] || { cat bad.log; fail "$1: exit $refused_status, expected 64 (bad input)"; }
 }
 same_hf_tensors() {
   python3 - "$1" "$2" <<'PY' || fail "tensors of $1 and $2 differ"

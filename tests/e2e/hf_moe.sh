@@ -75,9 +75,9 @@ edit qwen windowed use_sliding_window true
 refuse "Qwen2-MoE window" "use_sliding_window is true" out6 -- "$cleave" import windowed --out out6
 edit qwen dense_q mlp_only_layers "[0]"
 refuse "Qwen2-MoE dense layer" "mlp_only_layers is [0]" out7 -- "$cleave" import dense_q --out out7
-refuse "expert count" "model.n_experts is 8 in the config, but 4 in mix/config.json" run2 -- \
+refuse_input "expert count" "model.n_experts is 8 in the config, but 4 in mix/config.json" run2 -- \
   "$cleave" train --init-from mix --set model.n_experts=8 --set train.out_dir=run2
-refuse "top-k" "model.top_k is 1 in the config, but 2 in mix/config.json" run3 -- \
+refuse_input "top-k" "model.top_k is 1 in the config, but 2 in mix/config.json" run3 -- \
   "$cleave" train --init-from mix --set model.top_k=1 --set train.out_dir=run3
 cp -r mix jitter && python3 -c "
 import json; c = json.load(open('jitter/config.json')); c['router_jitter_noise'] = 0.1; json.dump(c, open('jitter/config.json', 'w'))"

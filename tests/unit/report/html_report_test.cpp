@@ -160,6 +160,43 @@ TEST(RunSummary, RoundTrip) {
   EXPECT_THROW(parse_run_summary(to_json_text(bad), "run.json"), Error);
 }
 
+// A cp × ep run: ranks that differ only in their cp or ep coordinate are told apart in run.json, the memory bars and
+// the layout table (they once all read "dp 0, tp 0, pp 0"); a run without cp or ep shows neither column.
+TEST(RunSummary, ContextAndExpertRanksAreRecordedAndShown) {
+  RunSummary s = two_rank_summary();
+  s.grid = "tp=1 cp=2 dp=1 ep=2 pp=1 (world 2)";
+  for (int r = 0; r < 2; ++r) {
+    s.ranks[static_cast<std::size_t>(r)].pp_rank = 0;
+    s.ranks[static_cast<std::size_t>(r)].stages = {0};
+    s.ranks[static_cast<std::size_t>(r)].cp_rank = r;
+    s.ranks[static_cast<std::size_t>(r)].ep_rank = r;
+  }
+  const RunSummary back = parse_run_summary(to_json_text(s), "run.json");
+  EXPECT_EQ(back.ranks[1].cp_rank, 1);
+  EXPECT_EQ(back.ranks[1].ep_rank, 1);
+  EXPECT_EQ(back.ranks[0].cp_rank, 0);
+  RunFiles run;
+  run.dir = "runs/cp_ep";
+  run.metrics = parse_metrics(metrics_rows(3, 10), "m");
+  run.summary = back;
+  const std::string html = build_report_html(run);
+  EXPECT_NE(html.find("rank 1 (pp 0, dp 0, cp 1, ep 1, tp 0)"), std::string::npos);
+  EXPECT_NE(html.find("<th>cp rank</th><th>dp rank</th><th>ep rank</th>"), std::string::npos);
+  EXPECT_NE(html.find("<tr><td>1</td><td>0</td><td>1</td><td>0</td><td>1</td><td>0</td>"), std::string::npos);
+  // Without cp and ep (and in a run.json written before they were recorded): the columns and labels stay as they were.
+  const RunSummary old = parse_run_summary(
+      R"({"world_size":1,"categories":["parameters"],"ranks":[{"rank":0,"tp_rank":0,"dp_rank":0,"pp_rank":0,)"
+      R"("peak_bytes":[1]}]})",
+      "old/run.json");
+  EXPECT_EQ(old.ranks[0].cp_rank, 0);
+  EXPECT_EQ(old.ranks[0].ep_rank, 0);
+  run.summary = two_rank_summary();
+  const std::string plain = build_report_html(run);
+  EXPECT_EQ(plain.find("cp rank"), std::string::npos);
+  EXPECT_EQ(plain.find("ep rank"), std::string::npos);
+  EXPECT_NE(plain.find("rank 1 (pp 1, dp 0, tp 0)"), std::string::npos);
+}
+
 TEST(HtmlReport, SelfContainedPageWithEveryCurve) {
   RunFiles run;
   run.dir = "runs/<demo>";

@@ -106,6 +106,28 @@ TEST(ConfigChange, AllowListTyposAreBadInputWithTheNearestKey) {
   EXPECT_EQ(message.find("'optimizer.lr' is not"), std::string::npos) << message;
 }
 
+// The keys the loader checks cannot change, flag or not: naming one in the allow list would allow nothing, so it is
+// bad input before any work, as a typo is (it once passed, and the resume then failed at the load with exit 78).
+TEST(ConfigChange, AllowingAKeyThatCannotChangeIsBadInput) {
+  json config = base();
+  config["model"]["aux_loss_coef"] = 0.01;
+  for (const std::string key : {"model.aux_loss_coef", "model.d_model", "train.seed", "batch.global_batch_size",
+                                "optimizer.type"}) {
+    std::string message;
+    try {
+      check_allowed_keys({"optimizer.lr", key}, config);
+    } catch (const InputError& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find("--allow-config-change: '" + key + "' cannot change on a resume, allowed or not"),
+              std::string::npos) << key << ": " << message;
+    EXPECT_EQ(message.find("optimizer.lr"), std::string::npos) << message;
+  }
+  // Keys of the same sections that may change with the flag still pass.
+  EXPECT_NO_THROW(
+      check_allowed_keys({"optimizer.lr", "optimizer.betas", "train.log_interval", "batch.micro_batch_size"}, config));
+}
+
 TEST(ConfigChange, KeysTheLoaderChecksAreLeftToIt) {
   json after = base();
   after["model"]["d_model"] = 64;

@@ -44,8 +44,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x, Stash& stash, Context& ctx)
   const std::string who = this->who();
   check_input(ctx, x, DType::kF32, d_model_, 3, who);
   CLEAVE_CHECK(x.rank() == 3, "{}: expected [batch, seq, {}], got {}", who, d_model_, x.shape().str());
-  stash.clear();
-  stash.children.resize(2);
+  stash.reset(2);
   // The sequence from qkv, not x: under sequence parallelism x is this tp rank's shard of the tokens and the
   // column-parallel qkv part returns every token (layers/parallel/column_parallel_linear.hpp).
   const Tensor qkv = qkv_->forward(x, stash.children[0], ctx);

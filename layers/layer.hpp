@@ -85,12 +85,23 @@ struct Stash {
   // Exchanges the forward posted and the backward completes: non-blocking collectives whose result only the
   // backward reads (the moe block's count exchange under context parallelism, layers/moe/balance_exchange.hpp);
   // their buffers are among `tensors`. Dropping one still in flight waits for it (comm::Work's destructor), so a
-  // stash dropped without its backward (recomputation's first forward, evaluation) stays correct.
+  // stash dropped without its backward stays correct even where its layer posted regardless of backward_follows.
   std::vector<std::shared_ptr<comm::Work>> in_flight;
+  // False when no backward will read this stash: the first forward of a recomputed layer (layers/recomputed.hpp,
+  // whose rerun rebuilds the stash its backward reads) and evaluation's forwards. A layer may then skip what only
+  // its backward reads (the moe block's count exchange is not posted), never what its output needs. Set by
+  // whoever makes the stash, before the forward; kept by clear() and handed to the children by reset().
+  bool backward_follows = true;
   void clear() {
     tensors.clear();
     children.clear();
     in_flight.clear();
+  }
+  // A composite layer's forward starts with this: clear(), then `n` empty children that inherit backward_follows.
+  void reset(std::size_t n) {
+    clear();
+    children.resize(n);
+    for (Stash& child : children) child.backward_follows = backward_follows;
   }
   bool empty() const { return tensors.empty() && children.empty() && in_flight.empty(); }
 };

@@ -25,8 +25,7 @@ Mlp::Mlp(std::string prefix, LayerPtr fc, LayerPtr proj, bool tensor_parallel)
 std::string Mlp::who() const { return (tensor_parallel_ ? "parallel mlp " : "mlp ") + prefix_; }
 
 Tensor Mlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
-  stash.clear();
-  stash.children.resize(3);
+  stash.reset(3);
   Tensor h = fc_->forward(x, stash.children[0], ctx);
   Tensor g = gelu_.forward(h, stash.children[1], ctx);
   return proj_->forward(g, stash.children[2], ctx);

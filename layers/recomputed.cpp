@@ -12,6 +12,7 @@ RecomputedLayer::RecomputedLayer(LayerPtr inner) : inner_(std::move(inner)) {
 Tensor RecomputedLayer::forward(const Tensor& x, Stash& stash, Context& ctx) {
   stash.clear();
   Stash dropped;
+  dropped.backward_follows = false;  // the rerun in backward_input rebuilds the stash the backward reads
   Tensor y = inner_->forward(x, dropped, ctx);
   stash.tensors = {x};
   return y;  // `dropped` (the inner stash) is released here
@@ -21,8 +22,7 @@ Tensor RecomputedLayer::backward_input(const Tensor& dy, Stash& stash, Context& 
   CLEAVE_ASSERT(stash.tensors.size() == 1 && stash.children.empty(), "{}: backward_input without forward",
                 inner_->kind());
   const Tensor x = stash.tensors[0];
-  stash.clear();
-  stash.children.resize(1);
+  stash.reset(1);
   inner_->forward(x, stash.children[0], ctx);  // rebuilds the inner stash; the output is not needed
   return inner_->backward_input(dy, stash.children[0], ctx);
 }

@@ -5,7 +5,9 @@
 //
 // Invariants: results are bit-identical to the inner layer's own (the rerun is the same ops on the same
 // input in the same context, including a tensor-parallel block's all-reduces, which every tp rank reruns in
-// the same order); between forward and backward_input a micro-batch holds only the input tensor.
+// the same order); between forward and backward_input a micro-batch holds only the input tensor. The first
+// forward's stash says no backward follows (Stash::backward_follows), so what only a backward reads is made once,
+// by the rerun: the moe block's count exchange under context parallelism is posted once per micro-batch.
 // Stash layout: after forward tensors {x}; after backward_input children {inner stash}.
 #pragma once
 

@@ -50,8 +50,7 @@ std::string TransformerBlock::who() const {
 }
 
 Tensor TransformerBlock::forward(const Tensor& x, Stash& stash, Context& ctx) {
-  stash.clear();
-  stash.children.resize(4);
+  stash.reset(4);
   Tensor a = ln1_->forward(x, stash.children[0], ctx);
   Tensor x1 = attn_->forward(a, stash.children[1], ctx);
   Tensor m;  // x1 = x + attn(ln1(x)); m = ln2(x1): one pass where ln2 can take the add (residual_norm.hpp)

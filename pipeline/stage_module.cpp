@@ -94,6 +94,7 @@ Tensor StageModule::infer(const Tensor& x, layers::Context& ctx) {
   for (std::size_t i = 0; i < end; ++i) {
     Resident resident(residency_, i, i + 1 < end ? static_cast<std::ptrdiff_t>(i + 1) : -1, ctx);
     layers::Stash scratch;
+    scratch.backward_follows = false;  // nothing only a backward reads is made (the moe count exchange)
     h = blocks_[i]->forward(h, scratch, ctx);
   }
   return h;

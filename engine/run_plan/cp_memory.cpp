@@ -14,7 +14,9 @@ namespace cleave::run_plan {
 // the output projection's stashed input (one storage). Whole-sequence bytes of [T, D/tp], like the costs.
 //  - ring (ring_attention.hpp): the stash holds chunk-major copies of q, k, v (in place of qkv: the same bytes)
 //    and of the two chunks' outputs besides the assembled output: one [T, D/tp] more. Its backward holds dout's
-//    chunk copies and the dq chunks until dqkv is assembled: two more. Selective recomputation reruns the
+//    chunk copies and the dq chunks until dqkv is assembled: two more. Under bf16 the same bytes in other shapes: dq
+//    accumulates in f32 (two bf16 tensors' worth) and dout's chunks are widened into the workspace at once, their bf16
+//    copies dropped (ring_attention.cpp; the widened copies are attention_transients'). Selective recomputation reruns the
 //    forward ring inside the backward (q, k, v and the output chunks: four more, on top of the statistics the
 //    cost model counts). dK and dV travel in communication buffers, the block partials in the workspace.
 //  - all_to_all (ulysses.hpp): the stash holds the core's output in the heads layout besides the exchanged-back
@@ -93,11 +95,16 @@ BlockTransients attention_transients(const partition::BlockSpec& block, std::int
   const std::int64_t unit = micro * (block.seq_len / cp) * 2 * kv_cols * s;  // U
   partition::BlockSpec chunk = block;
   chunk.seq_len = block.seq_len / (2 * cp);
-  const std::int64_t scratch = cpu_attention_scratch_bytes(chunk, threads, bf16);
-  const std::int64_t partials = cpu_cp_attention_scratch_bytes(block, micro, tp, cp, ring, threads, bf16) - scratch;
-  x.forward.push_back({0, std::min(cp - 1, 2) * unit + scratch + partials});
+  const std::int64_t scratch = cpu_attention_scratch_bytes(chunk, threads, false);  // the ring's kernel runs on f32
+  const std::int64_t partials = threads > 0 ? micro * chunk.seq_len * (block.in_features / tp + block.n_heads / tp) * 4
+                                            : 0;  // the partial output and log-sum-exp (counted with the CPU kernels)
+  // bf16: the widened operands (workspace), and in the forward the f32 output accumulators (activations, [b, T / cp,
+  // D / tp]: the stash counts the bf16 outputs they are rounded into at the end, while both are alive).
+  const RingWidened widened = ring_widened_bytes(block, micro, tp, cp, bf16);
+  const std::int64_t out32 = bf16 ? micro * (block.seq_len / cp) * (block.in_features / tp) * 4 : 0;
+  x.forward.push_back({0, std::min(cp - 1, 2) * unit + scratch + partials + widened.forward + out32});
   x.backward.push_back({0, 2 * micro * (block.seq_len / cp) * 2 * kv_cols * 4});  // the f32 dK/dV and its target
-  x.backward.push_back({dqkv, exchange + scratch});
+  x.backward.push_back({dqkv, exchange + scratch + widened.backward});
   return x;
 }
 

@@ -18,8 +18,8 @@ void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSp
 
 // Adds to `cost` (per sample, in the walk's units: the walk divides by cp and, under bf16, by 2) the bytes `block`
 // keeps whole on every cp rank (BlockRules::cp_whole_stash_bytes), so multiplied by cp (and by 2 under bf16: they
-// are integers): to its forward stash, or, under full recomputation, inside its backward (the first forward's copy
-// is released when that forward ends; the rerun's is held through backward_input).
+// are integers): to its forward stash, or, under full recomputation, inside its backward (the first forward keeps
+// none: the rerun's is held through backward_input).
 void add_cp_whole_stash(partition::BlockCost& cost, const partition::BlockSpec& block, partition::Recompute recompute,
                         int cp, bool bf16);
 

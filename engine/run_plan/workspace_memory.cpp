@@ -63,14 +63,19 @@ std::int64_t cpu_cp_attention_scratch_bytes(const partition::BlockSpec& block, s
   // The ring runs the kernel on f32 operands in either precision (bf16 ones widened first).
   const std::int64_t part_out = micro * chunk.seq_len * (block.in_features / tp) * 4;
   const std::int64_t part_lse = micro * (block.n_heads / tp) * chunk.seq_len * 4;
-  std::int64_t widened = 0;
-  if (bf16) {  // the backward's q, out and dout widened (3 x [b, T / cp, D / tp]) and the held K/V block's
-    const std::int64_t kv_heads = block.n_kv_heads > 0 ? block.n_kv_heads : block.n_heads;
-    const std::int64_t local = micro * (block.seq_len / cp);
-    const std::int64_t kv_cols = kv_heads * (block.in_features / block.n_heads) / tp;
-    widened = 3 * local * (block.in_features / tp) * 4 + local * 2 * kv_cols * 4;
-  }
-  return cpu_attention_scratch_bytes(chunk, threads, false) + part_out + part_lse + widened;
+  const RingWidened w = ring_widened_bytes(block, micro, tp, cp, bf16);
+  // The forward holds the partials and its widened operands, the backward its own: never both.
+  return cpu_attention_scratch_bytes(chunk, threads, false) + std::max(part_out + part_lse + w.forward, w.backward);
+}
+
+RingWidened ring_widened_bytes(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp, bool bf16) {
+  if (!bf16 || block.n_heads <= 0 || cp <= 1) return {};
+  const std::int64_t kv_heads = block.n_kv_heads > 0 ? block.n_kv_heads : block.n_heads;
+  const std::int64_t local = micro * (block.seq_len / cp);
+  const std::int64_t q = local * (block.in_features / tp) * 4;                               // [b, T / cp, D / tp] f32
+  const std::int64_t kv = local * 2 * (kv_heads * (block.in_features / block.n_heads) / tp) * 4;  // a held K/V block
+  // Forward: the queries and the held K/V block widened; backward: q, out and dout and the held K/V block.
+  return {q + kv, 3 * q + kv};
 }
 
 }  // namespace cleave::run_plan

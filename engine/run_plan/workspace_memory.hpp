@@ -18,9 +18,18 @@ std::int64_t cpu_bf16_widening_bytes(const partition::BlockSpec& block, const pa
 // sequences, cpu_attention_scratch_bytes): all_to_all runs the kernel over the whole sequence on heads / cp (the same
 // scratch: a thread's blocks do not depend on the heads); ring over chunk pairs of T / (2cp) tokens, with the forward's
 // partial output [b, T / 2cp, D / tp] and log-sum-exp [b, H / tp, T / 2cp] (both f32) held meanwhile; the ring's
-// kernel runs on f32 operands, and under bf16 its widened copies add the backward's q, out, dout [b, T / cp, D / tp]
-// and the held K/V block, f32 (layers/context_parallel/ring_attention.cpp). Bytes; 0 without attention or threads.
+// kernel runs on f32 operands, and under bf16 its widened copies (ring_widened_bytes) add to the forward's partials or
+// stand alone in the backward, whichever is larger (layers/context_parallel/ring_attention.cpp). Bytes; 0 without
+// attention or threads.
 std::int64_t cpu_cp_attention_scratch_bytes(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp,
                                             bool ring, int threads, bool bf16);
+
+// Ring attention's f32 copies of bf16 operands (MemoryCategory::kWorkspace), per micro-batch of `micro` samples on one
+// rank: the forward's queries [b, T / cp, D / tp] and the held K/V block; the backward's q, out and dout and the held
+// K/V block. Both 0 in fp32 (the ring reads its operands in place) and without cp.
+struct RingWidened {
+  std::int64_t forward = 0, backward = 0;
+};
+RingWidened ring_widened_bytes(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp, bool bf16);
 
 }  // namespace cleave::run_plan

@@ -82,8 +82,7 @@ void rope_unpack_runs(const Context& ctx, const Tensor& dqkv, const Tensor& dq, 
 Tensor LlamaAttention::forward(const Tensor& x, Stash& stash, Context& ctx) {
   check_input(ctx, x, DType::kF32, heads_.d_model, 3, who());
   CLEAVE_CHECK(x.rank() == 3, "{}: expected [batch, seq, {}], got {}", who(), heads_.d_model, x.shape().str());
-  stash.clear();
-  stash.children.resize(norms_.q ? 6 : 4);
+  stash.reset(norms_.q ? 6 : 4);
   std::vector<Tensor> projected = qkv_.forward(x, {&stash.children[0], &stash.children[1], &stash.children[2]}, ctx);
   if (norms_.q) {
     projected[0] = norms_.q->forward(projected[0], stash.children[4], ctx);

@@ -16,8 +16,7 @@ SwigluMlp::SwigluMlp(std::string prefix, LayerPtr gate, LayerPtr up, LayerPtr do
 }
 
 Tensor SwigluMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
-  stash.clear();
-  stash.children.resize(3);
+  stash.reset(3);
   const std::vector<Tensor> projected = gate_up_.forward(x, {&stash.children[0], &stash.children[1]}, ctx);
   const Tensor &g = projected[0], &u = projected[1];
   Tensor h = new_activation(ctx, g.shape());

@@ -10,13 +10,16 @@
 // (the same schedule, the same overlapped pairs' hand-overs: pipeline/overlap_pair.hpp), so the posts match
 // whatever the schedule. The wait is a plain Work::wait, not a hand-over point of an overlapped pair (by the
 // backward the exchange is done, and a hand-over there would only cost a thread switch); a wait never changes
-// the order of posts. A recomputed forward (train.recompute full: layers/recomputed.hpp) posts again, on every
-// cp rank alike: the first forward's stash is dropped, and dropping an exchange in flight waits for it
-// (Work's destructor), so its buffer is released when the block's forward ends.
+// the order of posts. A forward that no backward follows (Stash::backward_follows false: the first forward of a
+// recomputed block, train.recompute full, layers/recomputed.hpp, and evaluation's) posts nothing, on every cp rank
+// alike: under full recomputation the rerun inside the backward posts the one exchange of the block and
+// micro-batch, and the backward waits for it after the rerun's experts and its own (bit-identical: the sum is of
+// integers). So one exchange per moe block and micro-batch under every schedule and recomputation.
 //
 // Memory: one row per sample, [B, E + 1] i64 (a sample's counts over its whole sequence, then its tokens), on
-// ctx.allocator (MemoryCategory::kActivations) from the forward to the end of backward_input, on every device
-// (the CPU's is host memory, which the MPI backend moves; a GPU's is device memory, which NCCL moves). Per sample
+// ctx.allocator (MemoryCategory::kActivations) from the forward (under full recomputation: the rerun) to the end
+// of backward_input, on every device (the CPU's is host memory, which the MPI backend moves; a GPU's is device
+// memory, which NCCL moves). Per sample
 // like every stash the memory plan counts: 8 · (E + 1) bytes on each cp rank (partition/families/moe_block.cpp
 // moe_cp_whole_stash_bytes). On a GPU the counts are uploaded with an asynchronous copy from a host staging row
 // kept until the backward reads the sum back (one host wait there, where the routing is read back anyway).

@@ -220,8 +220,7 @@ Routing MoeMlp::route_stashed(const Tensor& logits, const Tensor& full, Context&
 
 Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   check_input(ctx, x, DType::kF32, d_, 2, who());
-  stash.clear();
-  stash.children.resize(1);
+  stash.reset(1);
   const bool sp = sequence_parallel(ctx, tp_size_);
   const bool ep = expert_parallel(ctx);
   tp_group(ctx, tp_size_, tp_rank_, who());
@@ -233,8 +232,11 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   nt.trans_b = true;
   ops::gemm(ctx, xf, router_weight_->compute(), logits, nt);
   Routing routing = route_stashed(logits, full, ctx);
-  // Posted now, waited for in backward_input: the forward's outputs do not depend on it (balance_exchange.hpp).
-  const BalanceExchange balance = post_balance_exchange(routing, n / full.dim(full.rank() - 2), router_, ctx);
+  // Posted now, waited for in backward_input: the forward's outputs do not depend on it, and a forward no backward
+  // follows (recomputation's first, evaluation's) posts none (balance_exchange.hpp).
+  const BalanceExchange balance =
+      stash.backward_follows ? post_balance_exchange(routing, n / full.dim(full.rank() - 2), router_, ctx)
+                             : BalanceExchange{};
 
   const Tensor row_token = upload(ctx, routing.row_token, Shape{r}, DType::kI32);
   const Tensor token_row = upload(ctx, routing.token_row, Shape{n, k}, DType::kI32);

@@ -43,8 +43,8 @@
 //
 // Context parallelism (ctx.cp_comm): the rank routes its part of each sequence; the aux loss's f_e is the whole
 // micro-batch's, its counts summed over the cp group (router.hpp balance_over) by an all-reduce the forward posts
-// and backward_input waits for just before the router's backward, the first use of the sum (balance_exchange.hpp:
-// the ordering rules, recomputation, the memory it holds).
+// (unless no backward follows it: Stash::backward_follows) and backward_input waits for just before the router's
+// backward, the first use of the sum (balance_exchange.hpp: the ordering rules, recomputation, the memory it holds).
 //
 // Stash layout: tensors {x (all-gathered under sequence parallelism), logits, xp, g, u, h, o, row_token,
 // token_row, weight, row_weight, plan, balance sums (the count exchange's buffer, i64 [B, E + 1] on ctx.allocator,

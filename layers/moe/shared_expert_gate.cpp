@@ -37,8 +37,7 @@ SharedExpertGate::SharedExpertGate(std::string prefix, std::int64_t d, LayerPtr 
 
 Tensor SharedExpertGate::forward(const Tensor& x, Stash& stash, Context& ctx) {
   check_input(ctx, x, DType::kF32, d_, 2, who());
-  stash.clear();
-  stash.children.resize(1);
+  stash.reset(1);
   const Tensor s = shared_->forward(x, stash.children[0], ctx);
   const Tensor xr = rows_of(x);
   const std::int64_t n = xr.dim(0);

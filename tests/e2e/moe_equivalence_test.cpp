@@ -32,6 +32,7 @@
 #include "engine/core/error.hpp"
 #include "engine/run_plan/memory_plan.hpp"
 #include "mpi/mpi_test_env.hpp"
+#include "support/counting_communicator.hpp"
 #include "support/layout_compare.hpp"
 #include "support/memory_compare.hpp"
 #include "support/tiny_models.hpp"
@@ -95,7 +96,7 @@ std::vector<LayoutCase> layouts_for(int world) {
             {"ep2_cp2_all_to_all_dp2_zero1",
              {cp2, a2a, "parallel.expert_model_parallel_size=2", "optimizer.zero_stage=1"}, tensor_parallel},
             // The count exchange posted in the forward and waited for in the backward (layers/moe/
-            // balance_exchange.hpp) under the V schedules, recomputed (posted again in the rerun), and with
+            // balance_exchange.hpp) under the V schedules, recomputed (posted by the rerun only), and with
             // DualPipeV's overlapped F&B pairs handing the rank over at the ep all-to-alls in between.
             {"cp2_pp2_dualpipev_full_recompute", {cp2, pp(2), schedule("dualpipev"), "train.recompute=full"},
              tensor_parallel},
@@ -126,6 +127,53 @@ TEST(MoeEquivalence, EveryLayoutMatchesOneRank) {
   expect_every_layout_matches_one_rank(*world, layouts, tiny_moe, "moe", 34, plain_reference, check);
 }
 
+
+// Context parallelism's count exchange (layers/moe/balance_exchange.hpp) is posted once per moe block and
+// micro-batch, whatever the schedule (B, or I and W apart; DualPipeV's overlapped pairs) and recomputation: a fully
+// recomputed block's first forward, whose stash is dropped, posts none and the rerun posts the one the backward
+// reads (before, both posted: two per block and micro-batch under train.recompute full). Counted as the i64
+// all-reduces on the cp groups (nothing else all-reduces i64 there), summed over the world: cp x 4 blocks x 4
+// micro-batches of the global batch x 2 steps, at any dp and pp.
+TEST(MoeEquivalence, CpCountExchangeIsPostedOncePerBlockAndMicroBatch) {
+  auto world = make_world(/*deterministic=*/true);
+  const std::string cp2 = "parallel.context_parallel_size=2", pp2 = "parallel.pipeline_model_parallel_size=2";
+  const std::string full = "train.recompute=full", a2a = "parallel.context_parallel_comm=all_to_all";
+  struct Case {
+    const char* name;
+    std::vector<std::string> overrides;
+  };
+  std::vector<Case> cases;
+  if (world->size() == 2) {
+    cases = {{"1f1b", {cp2}},
+             {"1f1b full recompute", {cp2, full}},
+             {"1f1b selective recompute", {cp2, "train.recompute=selective"}},
+             {"zb_h1 full recompute all_to_all", {cp2, a2a, "parallel.schedule=zb_h1", full}}};
+  } else if (world->size() == 4) {
+    cases = {{"dp2 full recompute", {cp2, full}},
+             {"pp2 zb_v full recompute", {cp2, pp2, "parallel.schedule=zb_v", full}},
+             {"pp2 dualpipev full recompute", {cp2, pp2, "parallel.schedule=dualpipev", full}},
+             {"ep2 pp2 dualpipev overlap full recompute",
+              {cp2, pp2, "parallel.schedule=dualpipev", "parallel.expert_model_parallel_size=2",
+               "parallel.moe_a2a_overlap=true", full}}};
+  } else {
+    GTEST_SKIP() << "runs at 2 and 4 ranks";
+  }
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.name);
+    std::vector<std::string> overrides = c.overrides;
+    overrides.push_back("train.steps=2");
+    CountingCommunicator counting(*world);
+    train_steps(tiny_moe(overrides), counting);
+    std::int64_t mine = 0;
+    for (const auto& [key, n] : counting.counts()) {
+      if (key.ends_with("/cp i64")) mine += n;
+    }
+    const std::vector<float> one{static_cast<float>(mine)};
+    Tensor total = Tensor::from_floats(one, Shape{1}, MemoryCategory::kWorkspace);
+    world->all_reduce(total, comm::ReduceOp::kSum)->wait();
+    EXPECT_EQ(static_cast<std::int64_t>(total.data<float>()[0]), 2 * 4 * 4 * 2);
+  }
+}
 
 // ZeRO-3 keeps no whole parameter between steps, so the sigmoid router's bias cannot be moved: refused, naming
 // the keys, on every rank when the layout is resolved, before anything is built (docs/config.md

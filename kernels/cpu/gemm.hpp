@@ -52,7 +52,8 @@ enum class SliceSide { kLonger, kRows };
 std::vector<GemmSlice> gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n, int64_t k, int threads,
                                        SliceSide side = SliceSide::kLonger);
 
-// `library` must be built (gemm_backend_built); an absent one throws Error naming it.
+// `library.backend` must be built (gemm_backend_built); an absent one throws Error naming it. oneDNN without
+// `library.onednn` is a caller's bug (InternalError naming OneDnnMatmuls).
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing = GemmSlicing::kPerThread,
           GemmLibrary library = {});

@@ -19,6 +19,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -178,6 +179,8 @@ int main(int argc, char** argv) {
   for (const ops::CpuBlas b : {ops::CpuBlas::kOpenBlas, ops::CpuBlas::kBlis, ops::CpuBlas::kOneDnn}) {
     if (ops::cpu_blas_built(b)) libraries.push_back(b);
   }
+  // The run state a training run's contexts carry (oneDNN's primitives and scratchpads), one for all contexts.
+  const std::unique_ptr<ops::DeviceResources> resources = ops::make_device_resources(Device::cpu());
   std::printf("CPU: %s\n", cpu_model().c_str());
   for (const kc::GemmBackend g : {kc::GemmBackend::kOpenBlas, kc::GemmBackend::kBlis, kc::GemmBackend::kOneDnn}) {
     std::printf("%s: %s\n", kc::gemm_backend_name(g), kc::gemm_backend_description(g).c_str());
@@ -202,6 +205,7 @@ int main(int argc, char** argv) {
           std::vector<int> calls(libraries.size());
           for (size_t l = 0; l < libraries.size(); ++l) {
             contexts[l].cpu_blas = libraries[l];
+            contexts[l].resources = resources.get();
             const std::string what = s.model + " " + s.layer + " " + pass_name(pass) + " " +
                                      std::string(dtype_name(dtype)) + " " + enum_name(libraries[l]).data();
             Problem fresh = make_problem(s, pass, dtype);

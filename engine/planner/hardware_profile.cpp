@@ -31,7 +31,8 @@ HardwareProfile calibrate_this_machine(int ranks, std::int64_t m, std::int64_t n
   m = std::clamp<std::int64_t>(m, 16, 2048);
   n = std::clamp<std::int64_t>(n, 16, 4096);
   k = std::clamp<std::int64_t>(k, 16, 4096);
-  const ops::Context ctx;
+  const auto resources = ops::make_device_resources(Device::cpu());  // a run's CPU state: GEMM primitives kept
+  const ops::Context ctx{.resources = resources.get()};
   Tensor a = Tensor::empty({m, k}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
   Tensor b = Tensor::empty({k, n}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
   Tensor c = Tensor::empty({m, n}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
@@ -96,7 +97,9 @@ void measure_block_rates(HardwareProfile& profile, const partition::ModelSpec& s
   const std::int64_t t = spec.token_sizes().seq_len, d = spec.token_sizes().d_model;
   Tensor x = Tensor::empty({1, t, d}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
   Tensor dy = Tensor::empty({1, t, d}, DType::kF32, MemoryCategory::kActivations, cpu_allocator());
+  const auto resources = ops::make_device_resources(Device::cpu());  // a run's CPU state: GEMM primitives kept
   layers::Context ctx;
+  ctx.resources = resources.get();
   ops::fill(ctx, x, 0.1f);
   ops::fill(ctx, dy, 0.01f);
   const partition::BlockTimes times = time_block(block, x, dy, ctx, 5);

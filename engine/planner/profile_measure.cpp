@@ -229,12 +229,14 @@ std::vector<partition::MeasuredBlock> measure_round(const partition::ModelSpec& 
   const int total = request.rounds * static_cast<int>(request.tp_widths.size() * request.micro_batches.size()) *
                     distinct_shapes(spec);
   std::vector<partition::MeasuredBlock> measured;
+  const auto resources = ops::make_device_resources(Device::cpu());  // a run's CPU state: GEMM primitives kept
   for (int tp : request.tp_widths) {
     ShardTimingComm shard_comm(tp);
     layers::BuildOptions build{cpu_allocator()};  // a CPU profile: host memory, no run cap to respect
     build.tp_size = tp;
     for (std::int64_t micro : request.micro_batches) {
       layers::Context ctx;
+      ctx.resources = resources.get();
       ctx.tp_comm = tp > 1 ? &shard_comm : nullptr;
       ctx.precision = request.precision;
       std::map<std::string, Tensor> output_of;

@@ -57,7 +57,8 @@ MeetingWaitFit fit_meeting_wait(const std::vector<MeetingPoint>& points) {
 SyncWaitMeasure measure_sync_wait(comm::Communicator& comm, int syncs) {
   CLEAVE_CHECK(comm.size() >= 2 && syncs >= 1, "profile: the sync wait needs 2 or more ranks and syncs >= 1, got {} and {}",
                comm.size(), syncs);
-  const ops::Context ctx;
+  const auto resources = ops::make_device_resources(Device::cpu());  // a run's CPU state: GEMM primitives kept
+  const ops::Context ctx{.resources = resources.get()};
   constexpr std::int64_t kN = 128;
   const std::vector<float> values(static_cast<std::size_t>(kN * kN), 0.5f);
   const Tensor a = Tensor::from_floats(values, Shape{kN, kN}, MemoryCategory::kWorkspace);

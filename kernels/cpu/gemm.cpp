@@ -83,10 +83,36 @@ void scale_c(int64_t m, int64_t n, float beta, std::uint16_t* c, int64_t ldc) {
   }
 }
 
-// A library's single-threaded kernel (gemm_kernels.hpp) for In operands and an Out C.
+// A library's single-threaded kernel (gemm_kernels.hpp) for In operands and an Out C: a stateless one (OpenBLAS,
+// BLIS) or oneDNN's with the run's OneDnnMatmuls bound.
 template <typename In, typename Out>
-using Kernel = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const In*, int64_t, const In*, int64_t, float,
-                        Out*, int64_t);
+struct Kernel {
+  using Plain = void (*)(bool, bool, int64_t, int64_t, int64_t, float, const In*, int64_t, const In*, int64_t, float,
+                         Out*, int64_t);
+  using WithMatmuls = void (*)(OneDnnMatmuls&, bool, bool, int64_t, int64_t, int64_t, float, const In*, int64_t,
+                               const In*, int64_t, float, Out*, int64_t);
+  Plain plain = nullptr;
+  WithMatmuls onednn = nullptr;
+  OneDnnMatmuls* matmuls = nullptr;  // set with `onednn`
+
+  void operator()(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const In* a, int64_t lda,
+                  const In* b, int64_t ldb, float beta, Out* c, int64_t ldc) const {
+    if (onednn != nullptr) {
+      onednn(*matmuls, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    } else {
+      plain(trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+    }
+  }
+};
+
+// oneDNN's state, which a call on oneDNN cannot do without.
+OneDnnMatmuls& onednn_matmuls(const char* op, GemmLibrary library) {
+  CLEAVE_ASSERT(library.onednn != nullptr,
+                "{}: the onednn library needs the run's OneDnnMatmuls (GemmLibrary::onednn; through the op seam, the "
+                "CPU backend's resources carry it)",
+                op);
+  return *library.onednn;
+}
 
 // The f32 kernels and whether the library may thread a call itself (then it is not sliced in kPerThread mode).
 struct F32Library {
@@ -94,16 +120,16 @@ struct F32Library {
   bool threads_itself;
 };
 
-F32Library f32_library(GemmBackend backend) {
-  switch (backend) {
+F32Library f32_library(const char* op, GemmLibrary library) {
+  switch (library.backend) {
     case GemmBackend::kOpenBlas:
-      return {gemm_detail::sgemm_openblas, openblas_get_num_threads() > 1};
+      return {{gemm_detail::sgemm_openblas}, openblas_get_num_threads() > 1};
     case GemmBackend::kBlis:
-      return {gemm_detail::sgemm_blis, false};
+      return {{gemm_detail::sgemm_blis}, false};
     case GemmBackend::kOneDnn:
-      return {gemm_detail::sgemm_onednn, false};
+      return {{nullptr, gemm_detail::sgemm_onednn, &onednn_matmuls(op, library)}, false};
   }
-  CLEAVE_ASSERT(false, "unknown GemmBackend {}", static_cast<int>(backend));
+  CLEAVE_ASSERT(false, "unknown GemmBackend {}", static_cast<int>(library.backend));
 }
 
 // C = bias in every row (the k == 0 product plus the bias, with beta 0).
@@ -123,9 +149,10 @@ void gemm_unchecked(Kernel<In, Out> kernel, bool trans_a, bool trans_b, int64_t 
   if (bias != nullptr) {
     if (k == 0) return fill_bias(m, n, bias, c, ldc);
     if constexpr (std::is_same_v<In, std::uint16_t> && std::is_same_v<Out, float>) {
-      gemm_detail::bf16gemm_onednn_f32_bias(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
+      gemm_detail::bf16gemm_onednn_f32_bias(*kernel.matmuls, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
     } else if constexpr (std::is_same_v<In, std::uint16_t> && std::is_same_v<Out, std::uint16_t>) {
-      gemm_detail::bf16gemm_onednn_bf16_bias(trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c, ldc);
+      gemm_detail::bf16gemm_onednn_bf16_bias(*kernel.matmuls, trans_a, trans_b, m, n, k, a, lda, b, ldb, bias, c,
+                                             ldc);
     } else {
       CLEAVE_ASSERT(false, "gemm: a bias epilogue needs bf16 operands");
     }
@@ -243,11 +270,11 @@ std::vector<GemmSlice> gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n
 }
 
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
-          const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing, GemmBackend backend) {
+          const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing, GemmLibrary library) {
   check_gemm("gemm", trans_a, trans_b, m, n, k, lda, ldb, ldc);
   CLEAVE_ASSERT(m == 0 || n == 0 || c != nullptr, "gemm: null C for a {}x{} result", m, n);
   CLEAVE_ASSERT(m == 0 || n == 0 || k == 0 || (a != nullptr && b != nullptr), "gemm: null A or B");
-  const F32Library lib = f32_library(backend);
+  const F32Library lib = f32_library("gemm", library);
   gemm_threaded(lib.kernel, lib.threads_itself, SliceSide::kLonger, trans_a, trans_b, m, n, k, alpha, a, lda, b, ldb,
                 beta, c, ldc, slicing);
 }
@@ -255,43 +282,44 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                           int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
                           float* c, int64_t ldc, int64_t stride_c, int64_t batch, GemmSlicing slicing,
-                          GemmBackend backend) {
+                          GemmLibrary library) {
   check_gemm("gemm_strided_batched", trans_a, trans_b, m, n, k, lda, ldb, ldc);
   CLEAVE_ASSERT(batch >= 0, "gemm_strided_batched: negative batch {}", batch);
   if (m == 0 || n == 0 || batch == 0) return;
   CLEAVE_ASSERT(c != nullptr && (k == 0 || (a != nullptr && b != nullptr)), "gemm_strided_batched: null pointer");
-  const F32Library lib = f32_library(backend);
+  const F32Library lib = f32_library("gemm_strided_batched", library);
   gemm_batched(lib.kernel, lib.threads_itself, SliceSide::kLonger, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a,
                b, ldb, stride_b, beta, c, ldc, stride_c, batch, slicing);
 }
 
-void gemm_bf16(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+void gemm_bf16(GemmLibrary library, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const std::uint16_t* a, int64_t lda, const std::uint16_t* b, int64_t ldb, float beta, Bf16GemmOut c,
                int64_t ldc, GemmSlicing slicing, const float* bias) {
-  gemm_bf16_strided_batched(backend, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1,
+  gemm_bf16_strided_batched(library, trans_a, trans_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1,
                             slicing, bias);
 }
 
-void gemm_bf16_strided_batched(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+void gemm_bf16_strided_batched(GemmLibrary library, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                                float alpha, const std::uint16_t* a, int64_t lda, int64_t stride_a,
                                const std::uint16_t* b, int64_t ldb, int64_t stride_b, float beta, Bf16GemmOut c,
                                int64_t ldc, int64_t stride_c, int64_t batch, GemmSlicing slicing,
                                const float* bias) {
   check_gemm("gemm_bf16", trans_a, trans_b, m, n, k, lda, ldb, ldc);
-  check_bf16_backend("gemm_bf16", backend, c);
+  check_bf16_backend("gemm_bf16", library.backend, c);
   CLEAVE_ASSERT(batch >= 0, "gemm_bf16: negative batch {}", batch);
   CLEAVE_ASSERT(bias == nullptr || (alpha == 1.0f && beta == 0.0f),
                 "gemm_bf16: a bias epilogue needs alpha 1 and beta 0 (got alpha {}, beta {})", alpha, beta);
   if (m == 0 || n == 0 || batch == 0) return;
   CLEAVE_ASSERT(k == 0 || (a != nullptr && b != nullptr), "gemm_bf16: null A or B");
+  OneDnnMatmuls& matmuls = onednn_matmuls("gemm_bf16", library);
   if (c.f32 != nullptr) {
-    gemm_batched<std::uint16_t, float>(gemm_detail::bf16gemm_onednn_f32, false, kOneDnnBf16Side, trans_a, trans_b, m, n,
-                                       k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c.f32, ldc, stride_c, batch,
-                                       slicing, bias);
+    const Kernel<std::uint16_t, float> kernel{nullptr, gemm_detail::bf16gemm_onednn_f32, &matmuls};
+    gemm_batched(kernel, false, kOneDnnBf16Side, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
+                 beta, c.f32, ldc, stride_c, batch, slicing, bias);
   } else {
-    gemm_batched<std::uint16_t, std::uint16_t>(gemm_detail::bf16gemm_onednn_bf16, false, kOneDnnBf16Side, trans_a,
-                                               trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta,
-                                               c.bf16, ldc, stride_c, batch, slicing, bias);
+    const Kernel<std::uint16_t, std::uint16_t> kernel{nullptr, gemm_detail::bf16gemm_onednn_bf16, &matmuls};
+    gemm_batched(kernel, false, kOneDnnBf16Side, trans_a, trans_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b,
+                 beta, c.bf16, ldc, stride_c, batch, slicing, bias);
   }
 }
 

@@ -5,7 +5,8 @@
 // explicit leading dimensions (lda is the row stride of A as stored, i.e. >= k when !trans_a, >= m when
 // trans_a). Degenerate sizes are legal: m == 0 or n == 0 touches nothing; k == 0 still scales C by beta
 // (beta == 0 writes zeros, never reads C, so a NaN-poisoned C becomes 0 as BLAS specifies).
-// Synchronous; the caller owns every buffer.
+// Synchronous; the caller owns every buffer, and the state a library keeps between calls (oneDNN's primitives and
+// scratchpads, OneDnnMatmuls) comes in GemmLibrary: nothing here is process state.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +15,15 @@
 #include "kernels/cpu/gemm_backend.hpp"
 
 namespace cleave::kernels::cpu {
+
+class OneDnnMatmuls;  // onednn_matmuls.hpp
+
+// The library a GEMM runs on and the run's state it keeps between calls: oneDNN needs `onednn` (its primitives
+// and scratchpads; the CPU backend's resources own one per run); OpenBLAS and BLIS keep none and ignore it.
+struct GemmLibrary {
+  GemmBackend backend = GemmBackend::kOpenBlas;
+  OneDnnMatmuls* onednn = nullptr;
+};
 
 // How a large GEMM is cut over the OpenMP team. OpenBLAS's bits depend on the slice shapes (measured:
 // thousands of differing elements between 1 and 2 slices of a 512x384x128 product), so deterministic mode
@@ -42,10 +52,11 @@ enum class SliceSide { kLonger, kRows };
 std::vector<GemmSlice> gemm_slice_plan(GemmSlicing slicing, int64_t m, int64_t n, int64_t k, int threads,
                                        SliceSide side = SliceSide::kLonger);
 
-// `backend` must be built (gemm_backend_built); an absent one throws Error naming it.
+// `library.backend` must be built (gemm_backend_built); an absent one throws Error naming it. oneDNN without
+// `library.onednn` is a caller's bug (InternalError naming OneDnnMatmuls).
 void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a, int64_t lda,
           const float* b, int64_t ldb, float beta, float* c, int64_t ldc, GemmSlicing slicing = GemmSlicing::kPerThread,
-          GemmBackend backend = GemmBackend::kOpenBlas);
+          GemmLibrary library = {});
 
 // `batch` independent GEMMs; matrix i of A starts at a + i*stride_a (likewise B, C). Strides are in
 // floats; a stride of 0 broadcasts one A or B to every batch entry. The C matrices must not share an
@@ -53,8 +64,7 @@ void gemm(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alp
 void gemm_strided_batched(bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha, const float* a,
                           int64_t lda, int64_t stride_a, const float* b, int64_t ldb, int64_t stride_b, float beta,
                           float* c, int64_t ldc, int64_t stride_c, int64_t batch,
-                          GemmSlicing slicing = GemmSlicing::kPerThread,
-                          GemmBackend backend = GemmBackend::kOpenBlas);
+                          GemmSlicing slicing = GemmSlicing::kPerThread, GemmLibrary library = {});
 
 // bf16 operands (bit patterns of round-to-nearest-even bf16), f32 accumulation, on a library with bf16 kernels
 // (gemm_backend_has_bf16; others throw). C is f32 (c_f32) or bf16 (c_bf16, rounded once at the end); exactly
@@ -66,10 +76,10 @@ struct Bf16GemmOut {
   float* f32 = nullptr;
   std::uint16_t* bf16 = nullptr;
 };
-void gemm_bf16(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
+void gemm_bf16(GemmLibrary library, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k, float alpha,
                const std::uint16_t* a, int64_t lda, const std::uint16_t* b, int64_t ldb, float beta, Bf16GemmOut c,
                int64_t ldc, GemmSlicing slicing = GemmSlicing::kPerThread, const float* bias = nullptr);
-void gemm_bf16_strided_batched(GemmBackend backend, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
+void gemm_bf16_strided_batched(GemmLibrary library, bool trans_a, bool trans_b, int64_t m, int64_t n, int64_t k,
                                float alpha, const std::uint16_t* a, int64_t lda, int64_t stride_a,
                                const std::uint16_t* b, int64_t ldb, int64_t stride_b, float beta, Bf16GemmOut c,
                                int64_t ldc, int64_t stride_c, int64_t batch,

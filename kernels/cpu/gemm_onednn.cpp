@@ -7,20 +7,23 @@
 // region when called outside any), so a primitive is always the single-thread one and gemm.cpp's slicing
 // decides the threading, for every library alike.
 //
-// Primitives are cached by problem (sizes, strides, transposes, alpha, beta, dtypes): creating one costs tens of
-// microseconds, as much as a small GEMM. The cache is the one piece of process state, guarded by a mutex and
-// bounded by the number of distinct GEMM shapes a run has (a few dozen); oneDNN primitives may run concurrently.
+// Primitives are cached by problem (sizes, strides, transposes, alpha, beta, dtypes) in the run's OneDnnMatmuls
+// (onednn_matmuls.hpp), which the caller passes: creating one costs tens of microseconds, as much as a small GEMM.
+// Nothing here is process state.
 #include "cleave/config.hpp"
 #include "engine/core/error.hpp"
 #include "kernels/cpu/gemm_backend.hpp"
 #include "kernels/cpu/gemm_kernels.hpp"
+#include "kernels/cpu/onednn_matmuls.hpp"
 
 #if CLEAVE_WITH_ONEDNN
 #include <omp.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <exception>
 #include <map>
+#include <memory>
 #include <mutex>
 #include <oneapi/dnnl/dnnl.hpp>
 #include <tuple>
@@ -34,11 +37,6 @@ namespace cleave::kernels::cpu {
 namespace {
 
 using dt = dnnl::memory::data_type;
-
-dnnl::engine& cpu_engine() {
-  static dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
 
 struct ProblemKey {
   bool trans_a, trans_b;
@@ -55,7 +53,7 @@ struct Matmul {
   dnnl::memory::desc a, b, c, bias, scratchpad;
 };
 
-Matmul make_matmul(const ProblemKey& p) {
+Matmul make_matmul(const dnnl::engine& engine, const ProblemKey& p) {
   using dims = dnnl::memory::dims;
   // Row-major storage; a transposed operand is the same memory read with swapped strides.
   const dnnl::memory::desc a(dims{p.m, p.k}, p.in, p.trans_a ? dims{1, p.lda} : dims{p.lda, 1});
@@ -73,46 +71,110 @@ Matmul make_matmul(const ProblemKey& p) {
     // oneDNN adds the bias to the f32 accumulator in the kernel's epilogue, before C is converted to its dtype:
     // C = round(A B + bias) in one pass, the same arithmetic as the product in f32 followed by a bias pass.
     const dnnl::memory::desc bias(dims{1, p.n}, dt::f32, dims{p.n, 1});
-    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, c), attr, cpu_engine());
+    const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, bias, c), attr, engine);
     return {dnnl::matmul(pd), a, b, c, bias, pd.scratchpad_desc()};
   }
-  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, cpu_engine());
+  const dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a, b, c), attr, engine);
   return {dnnl::matmul(pd), a, b, c, {}, pd.scratchpad_desc()};
 }
 
-const Matmul& cached_matmul(const ProblemKey& key) {
-  static std::mutex mutex;
-  static std::map<ProblemKey, Matmul> cache;
-  std::lock_guard lock(mutex);
-  auto it = cache.find(key);
-  if (it == cache.end()) it = cache.emplace(key, make_matmul(key)).first;
-  return it->second;  // std::map nodes never move; entries are never erased
+using Scratchpad = std::unique_ptr<std::vector<std::byte>>;
+
+}  // namespace
+
+// The run's primitives and scratchpads (onednn_matmuls.hpp).
+struct OneDnnMatmuls::State {
+  dnnl::engine engine{dnnl::engine::kind::cpu, 0};
+  mutable std::mutex mutex;                  // guards the members below
+  std::map<ProblemKey, Matmul> cache;        // std::map nodes never move; entries are never erased
+  std::vector<Scratchpad> free_scratchpads;  // those no call is using
+  std::size_t scratchpads = 0;               // made so far (free or in use)
+  std::size_t scratchpad_bytes = 0;          // the largest scratchpad of any cached primitive
+
+  // The problem's primitive (made on first use) and a scratchpad of at least scratchpad_bytes for this call alone.
+  const Matmul& acquire(const ProblemKey& key, Scratchpad& scratch) {
+    std::lock_guard lock(mutex);
+    auto it = cache.find(key);
+    if (it == cache.end()) {
+      it = cache.emplace(key, make_matmul(engine, key)).first;
+      scratchpad_bytes = std::max(scratchpad_bytes, it->second.scratchpad.get_size());
+    }
+    if (free_scratchpads.empty()) {
+      scratch = std::make_unique<std::vector<std::byte>>();
+      ++scratchpads;
+    } else {
+      scratch = std::move(free_scratchpads.back());
+      free_scratchpads.pop_back();
+    }
+    if (scratch->size() < scratchpad_bytes) scratch->resize(scratchpad_bytes);  // once per scratchpad and size
+    return it->second;
+  }
+  void release(Scratchpad scratch) {
+    std::lock_guard lock(mutex);
+    free_scratchpads.push_back(std::move(scratch));
+  }
+};
+
+OneDnnMatmuls::OneDnnMatmuls() : state_(std::make_unique<State>()) {}
+OneDnnMatmuls::~OneDnnMatmuls() = default;
+
+std::size_t OneDnnMatmuls::primitives() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->cache.size();
+}
+std::size_t OneDnnMatmuls::scratchpads() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->scratchpads;
+}
+std::size_t OneDnnMatmuls::scratchpad_bytes() const {
+  std::lock_guard lock(state_->mutex);
+  return state_->scratchpad_bytes;
 }
 
-void run_matmul(const ProblemKey& key, const void* a, const void* b, void* c, const float* bias) {
-  const Matmul& mm = cached_matmul(key);
-  dnnl::stream stream(cpu_engine());
-  dnnl::memory ma(mm.a, cpu_engine(), const_cast<void*>(a));
-  dnnl::memory mb(mm.b, cpu_engine(), const_cast<void*>(b));
-  dnnl::memory mc(mm.c, cpu_engine(), c);
-  // The scratchpad is the calling thread's own: two slices of one GEMM run the same primitive at once.
-  thread_local std::vector<std::byte> scratch;
-  if (scratch.size() < mm.scratchpad.get_size()) scratch.resize(mm.scratchpad.get_size());
-  dnnl::memory ms(mm.scratchpad, cpu_engine(), scratch.data());
+namespace {
+
+// The scratchpad goes back to the free list however the call ends.
+class ScratchpadLease {
+ public:
+  explicit ScratchpadLease(OneDnnMatmuls::State& state) : state_(state) {}
+  ~ScratchpadLease() {
+    if (scratch_) state_.release(std::move(scratch_));
+  }
+  ScratchpadLease(const ScratchpadLease&) = delete;
+  ScratchpadLease& operator=(const ScratchpadLease&) = delete;
+  Scratchpad& get() { return scratch_; }
+
+ private:
+  OneDnnMatmuls::State& state_;
+  Scratchpad scratch_;
+};
+
+void run_matmul(OneDnnMatmuls::State& state, const ProblemKey& key, const void* a, const void* b, void* c,
+                const float* bias) {
+  // Each call has its own scratchpad: two slices of one GEMM run the same primitive at once.
+  ScratchpadLease scratch(state);
+  const Matmul& mm = state.acquire(key, scratch.get());
+  const dnnl::engine& engine = state.engine;
+  dnnl::stream stream(engine);
+  dnnl::memory ma(mm.a, engine, const_cast<void*>(a));
+  dnnl::memory mb(mm.b, engine, const_cast<void*>(b));
+  dnnl::memory mc(mm.c, engine, c);
+  dnnl::memory ms(mm.scratchpad, engine, scratch.get()->data());
   std::unordered_map<int, dnnl::memory> args{
       {DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}};
-  if (key.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(mm.bias, cpu_engine(), const_cast<float*>(bias)));
+  if (key.bias) args.emplace(DNNL_ARG_BIAS, dnnl::memory(mm.bias, engine, const_cast<float*>(bias)));
   mm.primitive.execute(stream, args);
   stream.wait();
 }
 
 // Runs the matmul as the single-thread primitive (see the file comment).
-void run_single_threaded(const ProblemKey& key, const void* a, const void* b, void* c,
+void run_single_threaded(OneDnnMatmuls& matmuls, const ProblemKey& key, const void* a, const void* b, void* c,
                          const float* bias = nullptr) {
+  OneDnnMatmuls::State& state = matmuls.state();
   try {
     if (omp_in_parallel()) {
       omp_set_num_threads(1);  // this task's setting only; ends with the enclosing region
-      run_matmul(key, a, b, c, bias);
+      run_matmul(state, key, a, b, c, bias);
       return;
     }
     std::exception_ptr failure;
@@ -120,7 +182,7 @@ void run_single_threaded(const ProblemKey& key, const void* a, const void* b, vo
     {
       omp_set_num_threads(1);
       try {
-        run_matmul(key, a, b, c, bias);
+        run_matmul(state, key, a, b, c, bias);
       } catch (...) {
         failure = std::current_exception();
       }
@@ -167,43 +229,51 @@ std::string onednn_description() {
 
 namespace gemm_detail {
 
-void sgemm_onednn(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-                  const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta, float* c,
-                  std::int64_t ldc) {
-  run_single_threaded({trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, dt::f32, dt::f32}, a, b, c);
+void sgemm_onednn(OneDnnMatmuls& matmuls, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                  float alpha, const float* a, std::int64_t lda, const float* b, std::int64_t ldb, float beta,
+                  float* c, std::int64_t ldc) {
+  run_single_threaded(matmuls, {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, dt::f32, dt::f32}, a, b, c);
 }
 
-void bf16gemm_onednn_f32(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-                         const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb,
-                         float beta, float* c, std::int64_t ldc) {
-  run_single_threaded({trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, dt::bf16, dt::f32}, a, b, c);
+void bf16gemm_onednn_f32(OneDnnMatmuls& matmuls, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                         std::int64_t k, float alpha, const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b,
+                         std::int64_t ldb, float beta, float* c, std::int64_t ldc) {
+  run_single_threaded(matmuls, {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, dt::bf16, dt::f32}, a, b, c);
 }
 
-void bf16gemm_onednn_bf16(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha,
-                          const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb,
-                          float beta, std::uint16_t* c, std::int64_t ldc) {
-  run_single_threaded({trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, dt::bf16, dt::bf16}, a, b, c);
+void bf16gemm_onednn_bf16(OneDnnMatmuls& matmuls, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                          std::int64_t k, float alpha, const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b,
+                          std::int64_t ldb, float beta, std::uint16_t* c, std::int64_t ldc) {
+  run_single_threaded(matmuls, {trans_a, trans_b, m, n, k, lda, ldb, ldc, alpha, beta, dt::bf16, dt::bf16}, a, b, c);
 }
 
-void bf16gemm_onednn_f32_bias(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-                              const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb,
-                              const float* bias, float* c, std::int64_t ldc) {
+void bf16gemm_onednn_f32_bias(OneDnnMatmuls& matmuls, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                              std::int64_t k, const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b,
+                              std::int64_t ldb, const float* bias, float* c, std::int64_t ldc) {
   ProblemKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, 1.0f, 0.0f, dt::bf16, dt::f32};
   key.bias = true;
-  run_single_threaded(key, a, b, c, bias);
+  run_single_threaded(matmuls, key, a, b, c, bias);
 }
 
-void bf16gemm_onednn_bf16_bias(bool trans_a, bool trans_b, std::int64_t m, std::int64_t n, std::int64_t k,
-                               const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b, std::int64_t ldb,
-                               const float* bias, std::uint16_t* c, std::int64_t ldc) {
+void bf16gemm_onednn_bf16_bias(OneDnnMatmuls& matmuls, bool trans_a, bool trans_b, std::int64_t m, std::int64_t n,
+                               std::int64_t k, const std::uint16_t* a, std::int64_t lda, const std::uint16_t* b,
+                               std::int64_t ldb, const float* bias, std::uint16_t* c, std::int64_t ldc) {
   ProblemKey key{trans_a, trans_b, m, n, k, lda, ldb, ldc, 1.0f, 0.0f, dt::bf16, dt::bf16};
   key.bias = true;
-  run_single_threaded(key, a, b, c, bias);
+  run_single_threaded(matmuls, key, a, b, c, bias);
 }
 
 }  // namespace gemm_detail
 
 #else  // !CLEAVE_WITH_ONEDNN
+
+struct OneDnnMatmuls::State {};
+
+OneDnnMatmuls::OneDnnMatmuls() : state_(std::make_unique<State>()) {}
+OneDnnMatmuls::~OneDnnMatmuls() = default;
+std::size_t OneDnnMatmuls::primitives() const { return 0; }
+std::size_t OneDnnMatmuls::scratchpads() const { return 0; }
+std::size_t OneDnnMatmuls::scratchpad_bytes() const { return 0; }
 
 bool onednn_bf16_instructions() { return false; }
 bool onednn_bf16_supported() { return false; }
@@ -217,25 +287,28 @@ namespace {
 }
 }  // namespace
 
-void sgemm_onednn(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*, std::int64_t,
-                  const float*, std::int64_t, float, float*, std::int64_t) {
+void sgemm_onednn(OneDnnMatmuls&, bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const float*,
+                  std::int64_t, const float*, std::int64_t, float, float*, std::int64_t) {
   not_built();
 }
-void bf16gemm_onednn_f32(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const std::uint16_t*,
-                         std::int64_t, const std::uint16_t*, std::int64_t, float, float*, std::int64_t) {
+void bf16gemm_onednn_f32(OneDnnMatmuls&, bool, bool, std::int64_t, std::int64_t, std::int64_t, float,
+                         const std::uint16_t*, std::int64_t, const std::uint16_t*, std::int64_t, float, float*,
+                         std::int64_t) {
   not_built();
 }
-void bf16gemm_onednn_bf16(bool, bool, std::int64_t, std::int64_t, std::int64_t, float, const std::uint16_t*,
-                          std::int64_t, const std::uint16_t*, std::int64_t, float, std::uint16_t*, std::int64_t) {
+void bf16gemm_onednn_bf16(OneDnnMatmuls&, bool, bool, std::int64_t, std::int64_t, std::int64_t, float,
+                          const std::uint16_t*, std::int64_t, const std::uint16_t*, std::int64_t, float,
+                          std::uint16_t*, std::int64_t) {
   not_built();
 }
-void bf16gemm_onednn_f32_bias(bool, bool, std::int64_t, std::int64_t, std::int64_t, const std::uint16_t*,
-                              std::int64_t, const std::uint16_t*, std::int64_t, const float*, float*, std::int64_t) {
+void bf16gemm_onednn_f32_bias(OneDnnMatmuls&, bool, bool, std::int64_t, std::int64_t, std::int64_t,
+                              const std::uint16_t*, std::int64_t, const std::uint16_t*, std::int64_t, const float*,
+                              float*, std::int64_t) {
   not_built();
 }
-void bf16gemm_onednn_bf16_bias(bool, bool, std::int64_t, std::int64_t, std::int64_t, const std::uint16_t*,
-                               std::int64_t, const std::uint16_t*, std::int64_t, const float*, std::uint16_t*,
-                               std::int64_t) {
+void bf16gemm_onednn_bf16_bias(OneDnnMatmuls&, bool, bool, std::int64_t, std::int64_t, std::int64_t,
+                               const std::uint16_t*, std::int64_t, const std::uint16_t*, std::int64_t, const float*,
+                               std::uint16_t*, std::int64_t) {
   not_built();
 }
 

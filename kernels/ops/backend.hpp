@@ -160,6 +160,7 @@ const Backend& backend_of(const Context& ctx);
 
 // The backends, for tests that list their slots.
 const Backend& cpu_backend();
+std::unique_ptr<DeviceResources> make_cpu_resources();  // kernels/ops/cpu/cpu_resources.cpp
 #if CLEAVE_WITH_CUDA
 const Backend& cuda_backend();
 std::unique_ptr<DeviceResources> make_cuda_resources(Device device);  // kernels/ops/cuda/cuda_backend.cpp

@@ -27,8 +27,9 @@ enum class GemmMode { kFast, kDeterministic };
 
 struct Backend;  // backend.hpp
 
-// Per-device handles a backend keeps between ops (the CUDA backend's cuBLASLt context and status words).
-// Opaque here; created by the backend (make_device_resources in backend.hpp), owned by the run.
+// Per-device handles a backend keeps between ops (the CUDA backend's cuBLASLt context and status words; the CPU
+// backend's oneDNN primitives and scratchpads). Opaque here; created by the backend (make_device_resources in
+// ops.hpp), owned by the run.
 class DeviceResources {
  public:
   virtual ~DeviceResources() = default;
@@ -41,7 +42,9 @@ struct Context {
   GemmMode gemm_mode = GemmMode::kFast;
   Precision precision = Precision::kFp32;
   CpuBlas cpu_blas = CpuBlas::kAuto;  // the cpu backend's GEMM library (device.blas; cpu_blas.hpp resolves auto)
-  DeviceResources* resources = nullptr;  // null on the CPU
+  // The run's backend state (make_device_resources). Required on a GPU; on the CPU a context without it (tests,
+  // tools) computes the same bits, its oneDNN GEMMs remaking their primitives per call (cpu/cpu_resources.hpp).
+  DeviceResources* resources = nullptr;
   // The slot table the ops call; null (always, outside tests) = the device's registered backend. Tests put a
   // wrapped table here (tests/unit/ops/cuda_coverage_test.cpp records which slots a training step calls).
   const Backend* backend = nullptr;

@@ -36,7 +36,7 @@ std::unique_ptr<DeviceResources> make_device_resources(Device device) {
 #if CLEAVE_WITH_CUDA
   if (device.is_cuda()) return make_cuda_resources(device);
 #endif
-  return nullptr;
+  return make_cpu_resources();
 }
 
 namespace detail {

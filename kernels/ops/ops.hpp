@@ -33,8 +33,9 @@
 
 namespace cleave::ops {
 
-// Per-device handles for `device` (null for the CPU); the run owns them and puts them in Context::resources.
-// Throws when this build cannot serve the device.
+// Per-device handles for `device` (the CUDA backend's cuBLASLt context and workspace; the CPU backend's oneDNN
+// primitives and scratchpads); the run owns them and puts them in Context::resources. Throws when this build
+// cannot serve the device.
 std::unique_ptr<DeviceResources> make_device_resources(Device device);
 
 // ---- GEMM ------------------------------------------------------------------------------------------------

@@ -3,12 +3,14 @@
 // operands, or bf16 ones on a library without bf16 kernels, go through f32 views (cpu_f32_view.hpp); bf16 operands
 // on a library with bf16 kernels (oneDNN on bf16 instructions) are not widened: bf16 products, f32 accumulation,
 // C rounded once. Invariant: deterministic mode (GemmMode::kDeterministic) slices every GEMM by shape
-// (gemm_slicing), so its bits do not depend on the thread count.
+// (gemm_slicing), so its bits do not depend on the thread count. oneDNN runs with the run's primitives and
+// scratchpads (ctx.resources, cpu_resources.hpp); a context without resources gets a set for the one call.
 #include <optional>
 
 #include "kernels/cpu/bias.hpp"
 #include "kernels/cpu/gemm.hpp"
 #include "kernels/cpu/gemm_backend.hpp"
+#include "kernels/ops/cpu/cpu_resources.hpp"
 #include "kernels/ops/cpu/cpu_slots.hpp"
 #include "kernels/ops/cpu_blas.hpp"
 #include "kernels/ops/cpu_f32_view.hpp"
@@ -22,7 +24,7 @@ CpuGemmChoice gemm_choice(const Context& ctx, bool bf16_operands) {
   return resolved_cpu_gemm(ctx.cpu_blas, bf16_operands);
 }
 
-kc::GemmBackend gemm_library(CpuBlas library) {
+kc::GemmBackend gemm_backend(CpuBlas library) {
   switch (library) {
     case CpuBlas::kBlis: return kc::GemmBackend::kBlis;
     case CpuBlas::kOneDnn: return kc::GemmBackend::kOneDnn;
@@ -30,10 +32,19 @@ kc::GemmBackend gemm_library(CpuBlas library) {
   }
 }
 
+// The library with its state: oneDNN's from the run's resources, or made in `local` for this call when the context
+// carries none (the same primitives, so the same bits).
+kc::GemmLibrary gemm_library(const Context& ctx, CpuBlas library, std::optional<kc::OneDnnMatmuls>& local) {
+  const kc::GemmBackend backend = gemm_backend(library);
+  if (backend != kc::GemmBackend::kOneDnn) return {backend};
+  CpuResources* resources = cpu_resources(ctx);
+  return {backend, resources != nullptr ? &resources->onednn() : &local.emplace()};
+}
+
 // bf16 operands on a library with bf16 kernels: no widening; C written in its own dtype. A bias with alpha 1 and
 // beta 0 (the forward of a Linear) goes to the library's epilogue: C = round(A B + bias) in one pass over C.
 // Otherwise C goes through an f32 view when a bias follows (the bias is added in f32 and C rounded once).
-void gemm_bf16_native(const Context& ctx, const GemmProblem& p, kc::GemmBackend library) {
+void gemm_bf16_native(const Context& ctx, const GemmProblem& p, kc::GemmLibrary library) {
   const auto* a = cpu_detail::bf16_data(p.a);
   const auto* b = cpu_detail::bf16_data(p.b);
   const bool bias = p.epilogue == GemmEpilogue::kBias;
@@ -70,7 +81,8 @@ void gemm_bf16_native(const Context& ctx, const GemmProblem& p, kc::GemmBackend 
 
 void gemm(const Context& ctx, const GemmProblem& p) {
   const CpuGemmChoice choice = gemm_choice(ctx, p.a.dtype() == DType::kBF16);
-  const kc::GemmBackend library = gemm_library(choice.library);
+  std::optional<kc::OneDnnMatmuls> local;
+  const kc::GemmLibrary library = gemm_library(ctx, choice.library, local);
   if (choice.bf16_kernels) {
     gemm_bf16_native(ctx, p, library);
     return;

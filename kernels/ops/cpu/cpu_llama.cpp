@@ -3,9 +3,10 @@
 // kernels run through run_chunked (cpu_chunked_view.hpp); RoPE converts a row at a time for all-bf16 calls.
 // Invariant: the fused add + RMSNorm gives the bits of the unfused pair (add, then RMSNorm of the stored r), for
 // f32 and bf16 r alike; every other slot the bits of its f32 kernel on the widened tensors.
+#include <algorithm>
+#include <array>
 #include <cstdint>
 #include <initializer_list>
-#include <vector>
 
 #include "kernels/cpu/cast.hpp"
 #include "kernels/cpu/elementwise.hpp"
@@ -56,12 +57,17 @@ void rmsnorm_backward_weight(const Context& ctx, const Tensor& dy, const Tensor&
 
 namespace {
 
-// A chunk's f32 values rounded to bf16 and back (nearest even, cast.hpp): what a bf16 tensor would hold.
+// A chunk's f32 values rounded to bf16 and back (nearest even, cast.hpp): what a bf16 tensor would hold. Each
+// element is rounded alone, so blocks of a stack buffer (a whole chunk unless a row is longer) give the bits of
+// one pass, with no scratch kept between calls.
 void round_through_bf16(float* p, int64_t n) {
-  thread_local std::vector<std::uint16_t> bits;
-  if (bits.size() < static_cast<std::size_t>(n)) bits.resize(static_cast<std::size_t>(n));
-  kc::cast_f32_to_bf16(p, bits.data(), n);
-  kc::cast_bf16_to_f32(bits.data(), p, n);
+  constexpr int64_t kBlock = kChunkElements;
+  std::array<std::uint16_t, kBlock> bits;
+  for (int64_t i = 0; i < n; i += kBlock) {
+    const int64_t count = std::min(kBlock, n - i);
+    kc::cast_f32_to_bf16(p + i, bits.data(), count);
+    kc::cast_bf16_to_f32(bits.data(), p + i, count);
+  }
 }
 
 }  // namespace

@@ -19,6 +19,7 @@
 #include "kernel_test_util.hpp"
 #include "kernels/cpu/cast.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/onednn_matmuls.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -102,6 +103,8 @@ class GemmBackendTest : public ::testing::TestWithParam<std::tuple<GemmBackend, 
 TEST_P(GemmBackendTest, F32MatchesDoubleReference) {
   const auto [backend, ta, tb] = GetParam();
   SKIP_UNLESS_BUILT(backend);
+  OneDnnMatmuls matmuls;  // the run state oneDNN keeps (ignored by the others)
+  const GemmLibrary library{backend, &matmuls};
   int seed = 0;
   for (const Shape& s : kShapes) {
     for (const GemmSlicing slicing : {GemmSlicing::kPerThread, GemmSlicing::kShapeFixed}) {
@@ -116,7 +119,7 @@ TEST_P(GemmBackendTest, F32MatchesDoubleReference) {
           for (int64_t j = s.n; j < ldc; ++j) c[static_cast<size_t>(i * ldc + j)] = 7.25f;
         std::vector<double> want, scale;
         reference(ta, tb, s.m, s.n, s.k, 0.75, a, lda, b, ldb, beta, c, ldc, want, scale);
-        gemm(ta, tb, s.m, s.n, s.k, 0.75f, a.data(), lda, b.data(), ldb, beta, c.data(), ldc, slicing, backend);
+        gemm(ta, tb, s.m, s.n, s.k, 0.75f, a.data(), lda, b.data(), ldb, beta, c.data(), ldc, slicing, library);
         expect_matches(c, want, scale, s.m, s.n, ldc, 1e-5, 0.0,
                        std::string(gemm_backend_name(backend)) + " f32 " + std::to_string(s.m) + "x" +
                            std::to_string(s.n) + "x" + std::to_string(s.k) + " beta " + std::to_string(beta));
@@ -128,11 +131,13 @@ TEST_P(GemmBackendTest, F32MatchesDoubleReference) {
 TEST_P(GemmBackendTest, Bf16OperandsMatchDoubleReferenceOrAreRefused) {
   const auto [backend, ta, tb] = GetParam();
   SKIP_UNLESS_BUILT(backend);
+  OneDnnMatmuls matmuls;  // the run state oneDNN keeps (ignored by the others)
+  const GemmLibrary library{backend, &matmuls};
   // No bf16 kernels in the library (its bf16 runs widen to f32), or none in oneDNN on this CPU: a refusal.
   if (!gemm_backend_has_bf16(backend) || !onednn_bf16_supported()) {
     std::vector<std::uint16_t> x(4, 0x3f80);
     std::vector<float> c(4);
-    EXPECT_ANY_THROW(gemm_bf16(backend, ta, tb, 2, 2, 2, 1.0f, x.data(), 2, x.data(), 2, 0.0f,
+    EXPECT_ANY_THROW(gemm_bf16(library, ta, tb, 2, 2, 2, 1.0f, x.data(), 2, x.data(), 2, 0.0f,
                                Bf16GemmOut{c.data(), nullptr}, 2));
     return;
   }
@@ -158,7 +163,7 @@ TEST_P(GemmBackendTest, Bf16OperandsMatchDoubleReferenceOrAreRefused) {
         } else {
           out.f32 = c.data();
         }
-        gemm_bf16(backend, ta, tb, s.m, s.n, s.k, 1.25f, a_bits.data(), lda, b_bits.data(), ldb, beta, out, ldc,
+        gemm_bf16(library, ta, tb, s.m, s.n, s.k, 1.25f, a_bits.data(), lda, b_bits.data(), ldb, beta, out, ldc,
                   GemmSlicing::kPerThread);
         if (bf16_c) cast_bf16_to_f32(c_bits.data(), c.data(), static_cast<int64_t>(c.size()));
         // f32 accumulation of exact bf16 products: the f32 bound; a bf16 C adds one rounding (2^-8 relative).
@@ -183,6 +188,8 @@ class GemmBackendBatchedTest : public ::testing::TestWithParam<GemmBackend> {};
 TEST_P(GemmBackendBatchedTest, BatchedMatchesDoubleReference) {
   const GemmBackend backend = GetParam();
   SKIP_UNLESS_BUILT(backend);
+  OneDnnMatmuls matmuls;  // the run state oneDNN keeps (ignored by the others)
+  const GemmLibrary library{backend, &matmuls};
   const Shape shapes[] = {{16, 24, 8}, {130, 140, 70}};
   int seed = 0;
   for (const Shape& s : shapes) {
@@ -194,7 +201,7 @@ TEST_P(GemmBackendBatchedTest, BatchedMatchesDoubleReference) {
       auto c = test::poisoned(static_cast<size_t>(batch * s.m * s.n));
       gemm_strided_batched(false, false, s.m, s.n, s.k, 1.0f, a.data(), s.k, s.m * s.k, b.data(), s.n,
                            broadcast_b ? 0 : s.k * s.n, 0.0f, c.data(), s.n, s.m * s.n, batch,
-                           GemmSlicing::kPerThread, backend);
+                           GemmSlicing::kPerThread, library);
       for (int64_t e = 0; e < batch; ++e) {
         const std::vector<float> ae(a.begin() + e * s.m * s.k, a.begin() + (e + 1) * s.m * s.k);
         const int64_t off_b = broadcast_b ? 0 : e * s.k * s.n;
@@ -215,6 +222,8 @@ TEST_P(GemmBackendBatchedTest, BatchedMatchesDoubleReference) {
 TEST_P(GemmBackendBatchedTest, ShapeFixedSlicingIsBitIdenticalAcrossThreadCounts) {
   const GemmBackend backend = GetParam();
   SKIP_UNLESS_BUILT(backend);
+  OneDnnMatmuls matmuls;  // the run state oneDNN keeps (ignored by the others)
+  const GemmLibrary library{backend, &matmuls};
   const int saved = omp_get_max_threads();
   const Shape shapes[] = {{96, 515, 77}, {515, 96, 77}, {200, 333, 129}};
   int seed = 0;
@@ -232,11 +241,11 @@ TEST_P(GemmBackendBatchedTest, ShapeFixedSlicingIsBitIdenticalAcrossThreadCounts
         omp_set_num_threads(threads);
         auto c = test::poisoned(static_cast<size_t>(s.m * s.n));
         gemm(ta, false, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, c.data(), s.n,
-             GemmSlicing::kShapeFixed, backend);
+             GemmSlicing::kShapeFixed, library);
         f32_runs.push_back(c);
         if (gemm_backend_has_bf16(backend) && onednn_bf16_supported()) {
           std::vector<float> cb(static_cast<size_t>(s.m * s.n), 0.0f);
-          gemm_bf16(backend, ta, false, s.m, s.n, s.k, 1.0f, a_bits.data(), lda, b_bits.data(), ldb, 0.0f,
+          gemm_bf16(library, ta, false, s.m, s.n, s.k, 1.0f, a_bits.data(), lda, b_bits.data(), ldb, 0.0f,
                     Bf16GemmOut{cb.data(), nullptr}, s.n, GemmSlicing::kShapeFixed);
           bf16_runs.push_back(cb);
         }
@@ -274,7 +283,7 @@ TEST(GemmBackend, NamesAndBuildFacts) {
 TEST(GemmBackend, Bf16OnALibraryWithoutBf16KernelsIsRefused) {
   std::vector<std::uint16_t> a(4, 0x3f80), b(4, 0x3f80);
   std::vector<float> c(4);
-  EXPECT_ANY_THROW(gemm_bf16(GemmBackend::kOpenBlas, false, false, 2, 2, 2, 1.0f, a.data(), 2, b.data(), 2, 0.0f,
+  EXPECT_ANY_THROW(gemm_bf16({GemmBackend::kOpenBlas}, false, false, 2, 2, 2, 1.0f, a.data(), 2, b.data(), 2, 0.0f,
                              Bf16GemmOut{c.data(), nullptr}, 2));
 }
 

@@ -17,6 +17,7 @@
 #include "kernel_test_util.hpp"
 #include "kernels/cpu/cast.hpp"
 #include "kernels/cpu/gemm.hpp"
+#include "kernels/cpu/onednn_matmuls.hpp"
 
 namespace cleave::kernels::cpu {
 namespace {
@@ -49,6 +50,7 @@ struct Problem {
   std::vector<std::uint16_t> a, b;
   std::vector<float> bias;
   std::vector<double> want, scale;
+  mutable OneDnnMatmuls matmuls;  // the run state oneDNN's calls keep
 
   Problem(const Case& c, int seed) : s(c) {
     lda = (c.ta ? c.m : c.k) + 3;
@@ -93,12 +95,12 @@ struct Problem {
       } else {
         out.f32 = c32.data();
       }
-      gemm_bf16(GemmBackend::kOneDnn, s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f, out, ldc,
-                slicing, bias.data());
+      gemm_bf16({GemmBackend::kOneDnn, &matmuls}, s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
+                out, ldc, slicing, bias.data());
       return bf16_c ? widen(c16) : c32;
     }
     std::vector<float> acc = c32;
-    gemm_bf16(GemmBackend::kOneDnn, s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
+    gemm_bf16({GemmBackend::kOneDnn, &matmuls}, s.ta, s.tb, s.m, s.n, s.k, 1.0f, a.data(), lda, b.data(), ldb, 0.0f,
               Bf16GemmOut{acc.data(), nullptr}, ldc, slicing);
     for (int64_t i = 0; i < s.m; ++i)
       for (int64_t j = 0; j < s.n; ++j) acc[static_cast<size_t>(i * ldc + j)] += bias[static_cast<size_t>(j)];
@@ -176,7 +178,9 @@ TEST(KernelGemmBf16Bias, BatchedAddsTheBiasToEveryEntryAndKZeroGivesTheBias) {
   const auto b = bf16_bits(test::random_floats(static_cast<size_t>(k * n), 42));
   const auto bias = test::random_floats(static_cast<size_t>(n), 43, 3.0f);
   std::vector<float> c = test::poisoned(static_cast<size_t>(batch * m * n));
-  gemm_bf16_strided_batched(GemmBackend::kOneDnn, false, false, m, n, k, 1.0f, a.data(), k, m * k, b.data(), n, 0,
+  OneDnnMatmuls matmuls;
+  const GemmLibrary onednn{GemmBackend::kOneDnn, &matmuls};
+  gemm_bf16_strided_batched(onednn, false, false, m, n, k, 1.0f, a.data(), k, m * k, b.data(), n, 0,
                             0.0f, Bf16GemmOut{c.data(), nullptr}, n, m * n, batch, GemmSlicing::kPerThread,
                             bias.data());
   const auto af = widen(a), bf = widen(b);
@@ -196,7 +200,7 @@ TEST(KernelGemmBf16Bias, BatchedAddsTheBiasToEveryEntryAndKZeroGivesTheBias) {
   }
   EXPECT_EQ(wrong, 0u) << "batched bias epilogue off the double reference";
   std::vector<std::uint16_t> c16(static_cast<size_t>(2 * n), 0xffff);
-  gemm_bf16(GemmBackend::kOneDnn, false, false, 2, n, 0, 1.0f, a.data(), 1, b.data(), n, 0.0f,
+  gemm_bf16(onednn, false, false, 2, n, 0, 1.0f, a.data(), 1, b.data(), n, 0.0f,
             Bf16GemmOut{nullptr, c16.data()}, n, GemmSlicing::kPerThread, bias.data());
   const std::vector<float> got = widen(c16), want = widen(bf16_bits(bias));
   for (int64_t i = 0; i < 2; ++i) {

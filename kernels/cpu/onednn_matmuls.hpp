@@ -1,0 +1,38 @@
+// The state oneDNN's GEMM kernels (gemm_onednn.cpp) run with: matmul primitives cached by problem (sizes,
+// strides, transposes, alpha, beta, dtypes, bias) and the scratchpads their calls use. One per run, owned by the
+// CPU backend's resources (kernels/ops/cpu/cpu_resources.hpp) and handed to gemm.hpp's functions in GemmLibrary:
+// nothing of it is process state, so two runs in one process never share or race on it.
+//
+// Invariants: a primitive is made once per distinct problem and never erased (a run has a few dozen GEMM shapes);
+// a scratchpad serves one call at a time (two slices of one GEMM run the same primitive at once, each with its
+// own) and is sized to the largest scratchpad of any primitive made so far, so once a run has seen its shapes
+// (its first step) no call allocates one. Thread-safe: the cache and the free scratchpads are guarded by a mutex;
+// oneDNN primitives may run concurrently. In a build without oneDNN it is empty (its kernels throw "not built").
+#pragma once
+
+#include <cstddef>
+#include <memory>
+
+namespace cleave::kernels::cpu {
+
+class OneDnnMatmuls {
+ public:
+  OneDnnMatmuls();
+  ~OneDnnMatmuls();
+  OneDnnMatmuls(const OneDnnMatmuls&) = delete;
+  OneDnnMatmuls& operator=(const OneDnnMatmuls&) = delete;
+
+  // How many primitives are cached, how many scratchpads exist and the bytes each holds (tests: a steady state
+  // grows none of them).
+  std::size_t primitives() const;
+  std::size_t scratchpads() const;
+  std::size_t scratchpad_bytes() const;
+
+  struct State;  // gemm_onednn.cpp
+  State& state() { return *state_; }
+
+ private:
+  std::unique_ptr<State> state_;
+};
+
+}  // namespace cleave::kernels::cpu

@@ -141,6 +141,13 @@ struct Context : ops::Context {
   // all-to-all is in flight the paired micro-batch's work runs. Never changes a value, only the order of
   // independent work.
   CommWaiter* comm_waiter = nullptr;
+  // Host memory for what a layer writes on the host and uploads with ops::transfer (the MoE count exchange's
+  // staging row): the run's page-locked allocator on a GPU, so the copy is truly asynchronous (CUDA synchronises
+  // the stream before a copy from pageable memory, an uncounted host wait). Its blocks are reused by size, so a
+  // steady step allocates no new page-locked memory. Null (the CPU, a context outside a run): cpu_allocator().
+  // Keep such a tensor alive until the stream has passed its copy (a later host wait of the same stream).
+  Allocator* upload_staging = nullptr;
+  Allocator& staging_allocator() const { return upload_staging != nullptr ? *upload_staging : cpu_allocator(); }
 };
 
 class Layer {

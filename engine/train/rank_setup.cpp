@@ -56,6 +56,7 @@ RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Back
   context.allocator = allocator.get();
   context.resources = resources.get();
   context.host_waits = &host_waits;
+  context.upload_staging = pinned.get();  // null on the CPU
   context.backend = backend;
   context.precision = config.device.precision;  // bf16: mixed precision (ops/context.hpp)
   context.cpu_blas = config.device.blas;

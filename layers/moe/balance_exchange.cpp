@@ -34,8 +34,9 @@ BalanceExchange post_balance_exchange(const Routing& routing, std::int64_t sampl
   x.sums = Tensor::empty(shape, DType::kI64, MemoryCategory::kActivations, *ctx.allocator);
   if (ctx.device.is_cpu()) {
     fill_sample_counts(routing, samples, x.sums.data<std::int64_t>());
-  } else {  // an asynchronous upload: the staging row stays in the stash until the backward has synchronised
-    x.staging = Tensor::empty(shape, DType::kI64, MemoryCategory::kActivations, cpu_allocator());
+  } else {  // an asynchronous upload from page-locked memory (a pageable source would make CUDA wait for the
+            // stream first): the staging row stays in the stash until the backward has synchronised
+    x.staging = Tensor::empty(shape, DType::kI64, MemoryCategory::kActivations, ctx.staging_allocator());
     fill_sample_counts(routing, samples, x.staging.data<std::int64_t>());
     ops::transfer(ctx, x.staging, x.sums);
   }

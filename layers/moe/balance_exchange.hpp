@@ -21,8 +21,9 @@
 // of backward_input, on every device (the CPU's is host memory, which the MPI backend moves; a GPU's is device
 // memory, which NCCL moves). Per sample
 // like every stash the memory plan counts: 8 · (E + 1) bytes on each cp rank (partition/families/moe_block.cpp
-// moe_cp_whole_stash_bytes). On a GPU the counts are uploaded with an asynchronous copy from a host staging row
-// kept until the backward reads the sum back (one host wait there, where the routing is read back anyway).
+// moe_cp_whole_stash_bytes). On a GPU the counts are uploaded with an asynchronous copy from a page-locked host
+// staging row (Context::upload_staging: a pageable source would make CUDA wait for the stream first) kept until
+// the backward reads the sum back (one host wait there).
 //
 // The sum is exact (integers), so results are bit-identical whether the wait is early or late.
 #pragma once

@@ -39,12 +39,17 @@ DispatchPlan plan_dispatch(std::span<const std::int64_t> counts, Context& ctx) {
   plan.local_experts = e / plan.ep_size;
   plan.send_rows.assign(static_cast<std::size_t>(plan.ep_size), 0);
   for (std::int64_t x = 0; x < e; ++x) plan.send_rows[static_cast<std::size_t>(x / plan.local_experts)] += counts[static_cast<std::size_t>(x)];
-  // The counts travel on the communicator's device (NCCL moves device memory only).
-  Tensor send_host = Tensor::empty({plan.ep_size, plan.local_experts}, DType::kI64, MemoryCategory::kCommunication,
-                                   cpu_allocator());
-  std::memcpy(send_host.raw_data(), counts.data(), counts.size() * sizeof(std::int64_t));
+  // The counts travel on the communicator's device (NCCL moves device memory only). On a GPU they go up from
+  // page-locked staging without a host wait: `send_host` lives until the read-back below has waited for the stream.
   const bool host = ctx.device.is_cpu();
-  Tensor send = host ? send_host : ops::to_device(ctx, send_host, MemoryCategory::kCommunication);
+  Tensor send_host = Tensor::empty({plan.ep_size, plan.local_experts}, DType::kI64, MemoryCategory::kCommunication,
+                                   host ? cpu_allocator() : ctx.staging_allocator());
+  std::memcpy(send_host.raw_data(), counts.data(), counts.size() * sizeof(std::int64_t));
+  Tensor send = send_host;
+  if (!host) {
+    send = Tensor::empty(send_host.shape(), DType::kI64, MemoryCategory::kCommunication, *ctx.allocator);
+    ops::transfer(ctx, send_host, send);
+  }
   // Every row of recv is written by the exchange (one row from each peer, this rank's own included): on a GPU it
   // needs no upload (which would cost a copy and a host wait per MoE layer forward).
   Tensor recv = Tensor::empty(send.shape(), DType::kI64, MemoryCategory::kCommunication,

@@ -22,7 +22,7 @@ namespace {
 
 enum Slot : std::size_t {
   kX, kLogits, kXp, kG, kU, kH, kO, kRowToken, kTokenRow, kWeight, kRowWeight, kPlan, kBalanceSums, kBalanceStaging,
-  kNumSlots
+  kLogitsHost, kBiasHost, kRowTokenStaging, kTokenRowStaging, kWeightStaging, kRowWeightStaging, kNumSlots
 };
 enum BackSlot : std::size_t { kBX, kBDlogits, kBXp, kBDg, kBDu, kBDo, kBH, kBCounts, kBPlan };
 
@@ -57,6 +57,22 @@ Tensor upload(const Context& ctx, const std::vector<T>& values, const Shape& sha
   return ops::to_device(ctx, host, MemoryCategory::kActivations);
 }
 
+// The forward's routing tensors on ctx.device, each copied from a host staging tensor of ctx.staging_allocator()
+// (page-locked on a GPU) without a host wait: the staging goes to `staging`, which the forward keeps in its stash
+// until the backward has waited for the stream (its read-back of the weights' gradient), so no copy reads a
+// staging block after it has been handed to a new owner. On the CPU the copy has finished on return and
+// `staging` stays empty.
+template <typename T>
+Tensor upload_async(const Context& ctx, const std::vector<T>& values, const Shape& shape, DType dtype,
+                    std::vector<Tensor>& staging) {
+  Tensor host = Tensor::empty(shape, dtype, MemoryCategory::kActivations, ctx.staging_allocator());
+  if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(T));
+  Tensor device = Tensor::empty(shape, dtype, MemoryCategory::kActivations, *ctx.allocator);
+  ops::transfer(ctx, host, device);
+  if (!ctx.device.is_cpu()) staging.push_back(std::move(host));
+  return device;
+}
+
 // Adds the wall time of the all-to-all in its scope to the run's router log (moe_ep_all_to_all_ms, the imbalance
 // benchmark's measured figure); nothing when the run keeps no log. Time the rank spent on a paired micro-batch
 // while this one's exchange was in flight (an overlapped F&B pair, comm_wait.hpp) is not counted: the figure is
@@ -84,6 +100,13 @@ class AllToAllTimer {
 };
 
 std::vector<float> download(const Context& ctx, const Tensor& t) { return ops::to_host(ctx, t).to_floats(); }
+
+// What the backward routes from: the forward's host copies of the logits and the bias, kept in the stash on a GPU
+// (host memory, so the backward reads nothing back for its routing); on the CPU the stash's logits and the bias
+// are host memory already, read in place (the same bytes, so the same routing).
+struct HostRouting {
+  Tensor logits, bias;
+};
 
 // The routing counts [E] kept for backward_weight's groups: a host f32 tensor on every device (as the dispatch plan
 // is a host tensor), so reading them back costs no transfer and no host wait on a GPU. f32 holds every count below
@@ -210,12 +233,10 @@ void MoeMlp::grouped(Context& ctx, const Tensor& a, const Tensor& b, const Tenso
   }
 }
 
-Routing MoeMlp::route_stashed(const Tensor& logits, const Tensor& full, Context& ctx) const {
-  std::vector<float> bias;
-  if (router_bias_) bias = download(ctx, router_bias_->compute());
+Routing MoeMlp::route_stashed(const Tensor& logits, const Tensor& bias, const Tensor& full, Context& ctx) const {
   const std::vector<std::int32_t> forced =
       forced_for_tokens(router_, ctx, logits.dim(0), full.dim(full.rank() - 2));
-  return route(download(ctx, logits), bias, router_, forced);
+  return route(logits.to_floats(), bias.defined() ? bias.to_floats() : std::vector<float>{}, router_, forced);
 }
 
 Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
@@ -231,17 +252,27 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
   ops::GemmOptions nt;
   nt.trans_b = true;
   ops::gemm(ctx, xf, router_weight_->compute(), logits, nt);
-  Routing routing = route_stashed(logits, full, ctx);
+  const Tensor logits_host = ops::to_host(ctx, logits);
+  const Tensor bias_host = router_bias_ ? ops::to_host(ctx, router_bias_->compute()) : Tensor();
+  Routing routing = route_stashed(logits_host, bias_host, full, ctx);
   // Posted now, waited for in backward_input: the forward's outputs do not depend on it, and a forward no backward
   // follows (recomputation's first, evaluation's) posts none (balance_exchange.hpp).
   const BalanceExchange balance =
       stash.backward_follows ? post_balance_exchange(routing, n / full.dim(full.rank() - 2), router_, ctx)
                              : BalanceExchange{};
 
-  const Tensor row_token = upload(ctx, routing.row_token, Shape{r}, DType::kI32);
-  const Tensor token_row = upload(ctx, routing.token_row, Shape{n, k}, DType::kI32);
-  const Tensor weight = upload(ctx, routing.weight, Shape{n, k}, DType::kF32);
-  const Tensor row_weight = upload(ctx, routing.row_weight, Shape{r}, DType::kF32);
+  std::vector<Tensor> staging;  // GPU only: the uploads' host sides, kept until the backward (upload_async)
+  const Tensor row_token = upload_async(ctx, routing.row_token, Shape{r}, DType::kI32, staging);
+  const Tensor token_row = upload_async(ctx, routing.token_row, Shape{n, k}, DType::kI32, staging);
+  const Tensor weight = upload_async(ctx, routing.weight, Shape{n, k}, DType::kF32, staging);
+  const Tensor row_weight = upload_async(ctx, routing.row_weight, Shape{r}, DType::kF32, staging);
+  // A forward no backward follows (recomputation's first, evaluation's) keeps no stash to hold the staging in:
+  // one wait here for the four copies instead (counted on the CPU too, which counts what a GPU waits).
+  if (!stash.backward_follows) {
+    ops::synchronize(ctx);
+    staging.clear();
+  }
+  staging.resize(4);  // empty slots on the CPU and after the wait above
   Tensor xp = new_activation(ctx, Shape{r, d_});
   ops::moe_gather(ctx, xf, row_token, Tensor(), xp);
   // Under ep the rows go to their experts' ranks (counts exchanged first); this rank's experts run on what arrives.
@@ -281,8 +312,10 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
     tp_all_reduce(y_full, comm::ReduceOp::kSum, ctx, tp_size_, tp_rank_, who());
   }
   if (shared_) ops::add_inplace(ctx, y, shared_->forward(x, stash.children[0], ctx));
+  const bool on_host = ctx.device.is_cpu();  // the CPU's stash holds host tensors already (HostRouting)
   stash.tensors = {full, logits, xp, g, u, h, o, row_token, token_row, weight, row_weight, plan_tensor, balance.sums,
-                   balance.staging};
+                   balance.staging, on_host ? Tensor() : logits_host, on_host ? Tensor() : bias_host,
+                   staging[0], staging[1], staging[2], staging[3]};
   stash_balance(stash, balance);
   return y;
 }
@@ -294,7 +327,10 @@ Tensor MoeMlp::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
   const Tensor full = stash.tensors[kX];
   const Tensor xf = rows_of(full);
   const std::int64_t n = xf.dim(0), e = router_.experts, k = router_.top_k, r = n * k;
-  Routing routing = route_stashed(stash.tensors[kLogits], full, ctx);
+  const HostRouting host = ctx.device.is_cpu()
+                               ? HostRouting{stash.tensors[kLogits], router_bias_ ? router_bias_->compute() : Tensor()}
+                               : HostRouting{stash.tensors[kLogitsHost], stash.tensors[kBiasHost]};
+  Routing routing = route_stashed(host.logits, host.bias, full, ctx);
   const Tensor plan_tensor = stash.tensors[kPlan];
   const Blocks blocks = blocks_of(routing.counts, plan_tensor);
   const std::int64_t rows = rows_of_blocks(blocks);

@@ -93,9 +93,9 @@ class MoeMlp final : public Layer {
 
  private:
   std::string who() const { return std::string(kind()) + " " + prefix_; }
-  // The routing of `logits` [N, E]; `full` is the routed input (x, all-gathered under sequence parallelism), whose
-  // shape gives the tokens per sample.
-  Routing route_stashed(const Tensor& logits, const Tensor& full, Context& ctx) const;
+  // The routing of the host tensors `logits` [N, E] and `bias` [E] (undefined without a sigmoid router's bias);
+  // `full` is the routed input (x, all-gathered under sequence parallelism), whose shape gives the tokens per sample.
+  Routing route_stashed(const Tensor& logits, const Tensor& bias, const Tensor& full, Context& ctx) const;
   bool expert_parallel(const Context& ctx) const;
   // The expert SwiGLU on rows grouped by local expert: one grouped GEMM per block of `blocks` (a source rank's
   // rows under ep; the whole at ep 1), each with that block's groups.

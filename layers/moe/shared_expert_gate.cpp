@@ -14,7 +14,7 @@
 namespace cleave::layers {
 namespace {
 
-enum Slot : std::size_t { kX, kShared, kSigmoid, kIdentity };
+enum Slot : std::size_t { kX, kShared, kSigmoid, kIdentity, kSigmoidHost, kNumSlots };
 enum BackSlot : std::size_t { kBX, kBDlogit };
 
 Tensor rows_of(const Tensor& t) { return t.view(Shape{t.numel() / t.shape().last(), t.shape().last()}); }
@@ -53,12 +53,14 @@ Tensor SharedExpertGate::forward(const Tensor& x, Stash& stash, Context& ctx) {
   const Tensor index = upload(ctx, identity, Shape{n}, DType::kI32);
   Tensor y = new_activation(ctx, s.shape());
   ops::moe_gather(ctx, rows_of(s), index, sig_t, rows_of(y));  // y[n] = sigmoid[n] · s[n]
-  stash.tensors = {x, s, sig_t, index};
+  // The backward's σ: a host copy on a GPU (nothing read back there); the CPU's sig_t is host memory already.
+  const Tensor sig_host = ctx.device.is_cpu() ? Tensor() : Tensor::from_floats(sig, Shape{n});
+  stash.tensors = {x, s, sig_t, index, sig_host};
   return y;
 }
 
 Tensor SharedExpertGate::backward_input(const Tensor& dy, Stash& stash, Context& ctx) {
-  CLEAVE_ASSERT(stash.tensors.size() == 4, "{}: backward_input without forward", who());
+  CLEAVE_ASSERT(stash.tensors.size() == kNumSlots, "{}: backward_input without forward", who());
   const Tensor& s = stash.tensors[kShared];
   const Tensor& sig_t = stash.tensors[kSigmoid];
   const Tensor& index = stash.tensors[kIdentity];
@@ -68,7 +70,7 @@ Tensor SharedExpertGate::backward_input(const Tensor& dy, Stash& stash, Context&
   Tensor dsig = new_workspace(ctx, Shape{n, 1});
   ops::moe_combine_weight_grad(ctx, dyr, rows_of(s), index.view(Shape{n, 1}), dsig);
   std::vector<float> dlogit = ops::to_host(ctx, dsig).to_floats();
-  const std::vector<float> sig = ops::to_host(ctx, sig_t).to_floats();
+  const std::vector<float> sig = (ctx.device.is_cpu() ? sig_t : stash.tensors[kSigmoidHost]).to_floats();
   for (std::size_t i = 0; i < dlogit.size(); ++i) dlogit[i] *= sig[i] * (1.0f - sig[i]);
   const Tensor dlogit_f32 = upload(ctx, dlogit, Shape{n, 1}, DType::kF32);
   Tensor dlogit_t = new_activation(ctx, Shape{n, 1});

@@ -2,7 +2,8 @@
 // (y = sigmoid(x · w) · SwiGLU(x)), every gradient (gate, shared SwiGLU, input) by central finite differences,
 // the MoeMlp with a gated shared expert equal to the same MoeMlp without shared experts plus the gated
 // reference, its gradients by finite differences through the whole mixture, and the moe block's parameter names
-// and count against the cost model with model.shared_expert_gate.
+// and count against the cost model with model.shared_expert_gate; the host waits of an MoE layer per pass (with a
+// softmax or sigmoid router, with the gated shared expert).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -232,6 +233,60 @@ TEST(SharedExpertGate, ConfigRefusesAGateWithoutSharedExperts) {
     EXPECT_NE(std::string(e.what()).find("model.shared_expert_gate"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("n_shared_experts is 0"), std::string::npos) << e.what();
   }
+}
+
+// The host waits of one MoE layer and micro-batch (docs/cuda.md; the CPU counts the seam calls a GPU would wait
+// on): the forward reads the router's logits back (and a sigmoid router's bias); the routing tables go up without a
+// wait, and the backward routes from the forward's host copies, so it waits only for the weights' gradient and the
+// logits' gradient upload. The gated shared expert adds its logit's read-back and two uploads in the forward, its
+// gradient's read-back and one upload in the backward. A forward no backward follows waits once more, for the
+// routing uploads whose staging it cannot keep.
+struct Waits {
+  std::int64_t forward = 0, backward = 0, forward_alone = 0;
+};
+
+Waits moe_host_waits(MoeMlp& layer, std::int64_t d) {
+  ops::HostWaits counter;
+  Context ctx;
+  ctx.host_waits = &counter;
+  const Tensor x = random_tensor({2, 5, d}, 31);
+  Waits w;
+  {
+    Stash alone;
+    alone.backward_follows = false;
+    layer.forward(x, alone, ctx);
+    w.forward_alone = counter.total();
+  }
+  const ops::HostWaits before = counter;
+  Stash stash;
+  const Tensor y = layer.forward(x, stash, ctx);
+  const ops::HostWaits after_forward = counter;
+  w.forward = after_forward.since(before).total();
+  layer.backward(random_tensor(y.shape(), 32), stash, ctx);
+  w.backward = counter.since(after_forward).total();
+  EXPECT_EQ(counter.since(before).count(ops::HostWait::kSynchronize), w.forward + w.backward) << counter.str();
+  return w;
+}
+
+TEST(MoeHostWaits, PerLayerAndMicroBatch) {
+  const std::int64_t d = 5, f = 4;
+  MoeMlp plain("m", d, f, softmax_router(4, 2), nullptr, gate_init(), 1, 0);
+  const Waits p = moe_host_waits(plain, d);
+  EXPECT_EQ(p.forward, 1);
+  EXPECT_EQ(p.backward, 2);
+  EXPECT_EQ(p.forward_alone, 2);
+
+  RouterOptions sigmoid = softmax_router(4, 2);
+  sigmoid.kind = partition::RouterKind::kSigmoid;
+  MoeMlp biased("m", d, f, sigmoid, nullptr, gate_init(), 1, 0);
+  const Waits b = moe_host_waits(biased, d);
+  EXPECT_EQ(b.forward, 2);
+  EXPECT_EQ(b.backward, 2);
+
+  MoeMlp gated("m", d, f, softmax_router(4, 2), make_gate(d, 6), gate_init(), 1, 0);
+  const Waits g = moe_host_waits(gated, d);
+  EXPECT_EQ(g.forward, 1 + 3);
+  EXPECT_EQ(g.backward, 2 + 2);
 }
 
 }  // namespace

@@ -12,7 +12,8 @@
 #     changes a training key (optimizer.lr) unless --allow-config-change names it, and then it is recorded.
 #  4. The run's config.json names its data by absolute path (a --set value's and a config file's relative paths):
 #     trained from another directory it reads the same files.
-#  5. A MoE resume may change model.aux_loss_coef only with --allow-config-change, and then uses the new value.
+#  5. A MoE resume may change model.aux_loss_coef only with --allow-config-change, and then uses the new value;
+#     --init-from takes a new one from the config.
 # Usage: checkpoint_resume_cli.sh CLEAVE MPIEXEC [FLAGS...]
 set -u
 cleave=$1; shift
@@ -274,3 +275,13 @@ assert 5 < ratio < 20, (ratio, [r["moe_aux_loss"] for r in rows])
 assert json.load(open("moe/config.json"))["model"]["aux_loss_coef"] == 0.1
 print(f"ok   moe: aux_loss_coef 0.01 -> 0.1 refused without the flag, used with it (moe_aux_loss x{ratio:.2f} at step 3)")
 PY
+# --init-from takes a new coefficient as it takes a new optimizer.lr (the weights' value is only the default); an
+# architecture key that differs from the weights' is still refused as bad input.
+"$cleave" train moe.json --init-from moe/checkpoints --set model.aux_loss_coef=0.05 --set train.out_dir=moe_ft \
+  > moe_ft.log 2>&1 || { cat moe_ft.log; fail "--init-from with another aux_loss_coef"; }
+python3 -c "import json; assert json.load(open('moe_ft/config.json'))['model']['aux_loss_coef'] == 0.05" \
+  || fail "--init-from did not take the config's aux_loss_coef"
+"$cleave" train moe.json --init-from moe/checkpoints --set model.top_k=1 --set train.out_dir=moe_ft2 > moe_ft2.log 2>&1
+rc=$?
+[ $rc -eq 64 ] && grep -q "model.top_k is 1 in " moe_ft2.log || { cat moe_ft2.log; fail "--init-from with another top_k (exit $rc)"; }
+echo "ok   moe: --init-from takes aux_loss_coef 0.05 from the config and refuses another model.top_k"

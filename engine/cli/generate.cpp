@@ -1,8 +1,9 @@
 // `cleave generate CHECKPOINT --prompt TEXT [--tokens N --temperature T --top-k K --seed S]`: samples from a
 // GPT checkpoint (any layout it was saved under) on one CPU rank, byte-level: the prompt's bytes are the
 // tokens and sampled tokens are printed as bytes. `--tokenizer tokenizer.json` (engine/tokenizer) encodes the
-// prompt and decodes the output instead; without one, a vocabulary larger than 256 is not bytes: the output is
-// the token ids, with a warning saying why. Invariant: the same checkpoint, prompt and options give
+// prompt and decodes the output instead (then any model.vocab_size that holds the tokenizer's ids will do, below
+// 256 too); without one, a vocabulary larger than 256 is not bytes: the output is the token ids, with a warning
+// saying why, and one smaller than 256 is refused. Invariant: the same checkpoint, prompt and options give
 // the same text (a seeded 64-bit Mersenne Twister; temperature 0 is greedy). `--logits FILE` also writes the
 // model's logits after every prefix of the prompt (JSON), which benchmarks/peers/interop_check.py compares
 // with PyTorch's.
@@ -41,10 +42,11 @@ constexpr std::int64_t kMaxTokens = 65536;
 
 ArgParser generate_args() {
   ArgParser p("generate", "cleave generate CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] [--tokenizer FILE]",
-              R"(Samples N tokens (default 200) from a GPT checkpoint (model.vocab_size >= 256; a step_NNNNNNN directory or a
-checkpoint.dir holding them) on one CPU rank and prints the prompt and the continuation. A vocabulary of 256
-is bytes; with --tokenizer the prompt is encoded and the output decoded by that tokenizer.json; otherwise a
-larger vocabulary is printed as token ids (space-separated, prompt first).)");
+              R"(Samples N tokens (default 200) from a GPT checkpoint (a step_NNNNNNN directory or a checkpoint.dir
+holding them) on one CPU rank and prints the prompt and the continuation. With --tokenizer the prompt is encoded
+and the output decoded by that tokenizer.json, and model.vocab_size must be at least its vocabulary (below 256
+too). Without it the prompt's bytes are the tokens (model.vocab_size >= 256): a vocabulary of 256 is printed as
+bytes, a larger one as token ids (space-separated, prompt first).)");
   p.positional("CHECKPOINT", "checkpoint")
       .text("--prompt", "TEXT", "the context (bytes are tokens, or --tokenizer's ids; the model's context of them is\n"
               "seen: model.max_seq_len tokens for rotary positions, model.seq_len for learned ones)")
@@ -94,8 +96,9 @@ nlohmann::json serving_model(nlohmann::json model) {
 }
 
 // The run config of checkpoint `dir`: its model (checked by the strict config reader before anything reads a key of
-// it), its optimizer type and step, synthetic data. It must be a language model with a vocabulary of at least 256.
-config::RunConfig checkpoint_config(const std::string& dir) {
+// it), its optimizer type and step, synthetic data. It must be a language model whose vocabulary holds every id of
+// `tok` (bad input otherwise: the tokenizer given does not fit), or without one every byte (at least 256 ids).
+config::RunConfig checkpoint_config(const std::string& dir, const std::optional<tokenizer::Tokenizer>& tok) {
   // index.json is checked by CheckpointReader (step, optimizer.type, model an object).
   const nlohmann::json index = train::CheckpointReader(dir).index();
   const nlohmann::json run = {
@@ -107,11 +110,22 @@ config::RunConfig checkpoint_config(const std::string& dir) {
       {"data", {{"type", "synthetic"}}}};
   const config::RunConfig config = config::parse_config(run.dump(), "checkpoint " + dir);
   const bool language = partition::is_language_model(config.model.type);
-  CLEAVE_CHECK(language && config::token_vocab_size(config.model) >= 256,
-               "generate: checkpoint {} holds a {} model{}; generation needs a language model (gpt, llama or moe) with "
-               "vocab_size >= 256",
-               dir, config.model.type,
-               language ? fmt::format(" with vocab_size {}", config::token_vocab_size(config.model)) : "");
+  CLEAVE_CHECK(language, "generate: checkpoint {} holds a {} model; generation needs a language model (gpt, llama or "
+               "moe)", dir, config.model.type);
+  const std::int64_t vocab = config::token_vocab_size(config.model);
+  if (tok) {
+    CLEAVE_CHECK_INPUT(tok->vocab_size() <= vocab,
+                       "generate: --tokenizer {} has {} tokens but checkpoint {} has model.vocab_size {}: the "
+                       "tokenizer's ids {}..{} would not fit the model; give the tokenizer the model was trained "
+                       "with (at most {} tokens)",
+                       tok->source(), tok->vocab_size(), dir, vocab, vocab, tok->vocab_size() - 1, vocab);
+  } else {
+    CLEAVE_CHECK(vocab >= 256,
+                 "generate: checkpoint {} holds a {} model with vocab_size {}; generation needs a language model "
+                 "(gpt, llama or moe) with vocab_size >= 256 to feed the prompt's bytes, or --tokenizer FILE whose "
+                 "vocabulary fits the model's",
+                 dir, config.model.type, vocab);
+  }
   return config;
 }
 
@@ -177,20 +191,14 @@ int run_generate(int argc, char** argv) {
       fmt::format("generate: {} is a Hugging Face model directory, not a Cleave checkpoint; convert it first with "
                   "cleave import {} --out CKPT, then cleave generate CKPT",
                   source, source));
+  std::optional<tokenizer::Tokenizer> tok;
+  if (!tokenizer_path.empty()) tok.emplace(tokenizer::read_tokenizer_json(tokenizer_path));
   std::vector<std::string> words{"cleave"};
   words.insert(words.end(), argv, argv + argc);
   return checkpoint::read_newest(target, words, [&] {
     const std::string& dir = target.dir;
-    const config::RunConfig config = checkpoint_config(dir);
+    const config::RunConfig config = checkpoint_config(dir, tok);
     const std::int64_t seq_len = config::token_seq_len(config.model);
-    std::optional<tokenizer::Tokenizer> tok;
-    if (!tokenizer_path.empty()) {
-      tok.emplace(tokenizer::read_tokenizer_json(tokenizer_path));
-      CLEAVE_CHECK(tok->vocab_size() <= config::token_vocab_size(config.model),
-                   "generate: {} has {} tokens but checkpoint {} has model.vocab_size {}: the tokenizer's ids would "
-                   "not fit the model (was it trained with another tokenizer?)",
-                   tok->source(), tok->vocab_size(), dir, config::token_vocab_size(config.model));
-    }
 
     CommandRuntime runtime(&argc, &argv);
     CLEAVE_CHECK(runtime.world_size() == 1, "generate: runs on one rank (launched with {})", runtime.world_size());

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "engine/checkpoint/checkpoint_damage.hpp"
+#include "engine/config/model_training_keys.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
@@ -39,10 +40,12 @@ bool any_context(const json& saved, const std::string& key, const json& value, b
          value.get<std::int64_t>() <= max.get<std::int64_t>();
 }
 
-// "model.d_model: 64 in the checkpoint, 32 in the config" for every differing key.
+// "model.d_model: 64 in the checkpoint, 32 in the config" for every differing key. The model's training keys
+// (aux_loss_coef, ...: no parameter depends on them) are left to the resume's config-change check.
 std::string model_differences(const json& saved, const json& current, bool continue_run) {
   std::string out;
   for (const auto& [key, value] : current.items()) {
+    if (config::is_model_training_key(key)) continue;
     const json other = saved.contains(key) ? saved.at(key) : json();
     if (other != value && !any_context(saved, key, value, continue_run)) {
       out += fmt::format("{}model.{}: {} in the checkpoint, {} in the config", out.empty() ? "" : "; ", key,

@@ -9,6 +9,7 @@
 #include <map>
 
 #include "engine/checkpoint/checkpoint_damage.hpp"
+#include "engine/config/model_training_keys.hpp"
 #include "engine/core/edit_distance.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
@@ -27,7 +28,8 @@ constexpr std::array<std::string_view, 18> kFree = {
     "batch.micro_batch_size", "batch.gradient_accumulation_steps", "device.memory_limit",
     "optimizer.zero_stage", "optimizer.zero_reduce"};
 
-// Checked by the checkpoint loader with messages of their own; they cannot change, flag or not.
+// Checked by the checkpoint loader with messages of their own; they cannot change, flag or not. The model's training
+// keys (config/model_training_keys.hpp: model.aux_loss_coef, ...) are not: they change with the flag.
 constexpr std::array<std::string_view, 4> kLoaderChecked = {"model", "train.seed", "batch.global_batch_size",
                                                              "optimizer.type"};
 
@@ -36,6 +38,8 @@ bool matches(std::string_view key, std::string_view entry) {
 }
 
 bool loader_checked(std::string_view key) {
+  constexpr std::string_view kModel = "model.";
+  if (key.starts_with(kModel) && config::is_model_training_key(key.substr(kModel.size()))) return false;
   return std::any_of(kLoaderChecked.begin(), kLoaderChecked.end(),
                      [&](std::string_view entry) { return matches(key, entry); });
 }
@@ -75,9 +79,10 @@ void check_allowed_keys(const std::vector<std::string>& allowed, const json& con
     if (std::find(keys.begin(), keys.end(), key) == keys.end()) {
       refused += fmt::format("{}'{}' is not a config key ({})", sep, key, hint_for(key, keys));
     } else if (loader_checked(key)) {
-      refused += fmt::format("{}'{}' cannot change on a resume, allowed or not: the checkpoint fixes the model, "
-                             "train.seed, batch.global_batch_size and optimizer.type; remove it from the flag",
-                             sep, key);
+      refused += fmt::format("{}'{}' cannot change on a resume, allowed or not: the checkpoint fixes the model "
+                             "(all but its training keys {}), train.seed, batch.global_batch_size and optimizer.type; "
+                             "remove it from the flag",
+                             sep, key, fmt::join(config::kModelTrainingKeys, ", "));
     }
   }
   if (!refused.empty()) throw InputError(fmt::format("--allow-config-change: {}", refused));

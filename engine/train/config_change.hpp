@@ -7,7 +7,9 @@
 // expects. Every other key (the optimizer's hyper-parameters, the data, the precision, ...) changes the
 // training itself: refused, naming each key with its old and new value, unless allowed by name with
 // `--allow-config-change KEY[,KEY]`. The model, train.seed, batch.global_batch_size and optimizer.type are
-// checked by the checkpoint loader itself (they cannot change). Either way every change is recorded (run.json,
+// checked by the checkpoint loader itself (they cannot change), except the model's training keys
+// (config/model_training_keys.hpp: model.aux_loss_coef, model.z_loss_coef, model.bias_update_rate), which are
+// training changes like optimizer.lr. Either way every change is recorded (run.json,
 // metrics.jsonl, the previous config.json kept beside the new one).
 #pragma once
 
@@ -37,7 +39,7 @@ std::vector<ConfigChange> config_changes(const nlohmann::json& before, const nlo
 // Throws InputError (bad input: `cleave` exits ExitCode::kBadInput, `cleave run` does not restart it) when an entry
 // of `allowed` is not a leaf key of `config` (a config as config::to_json writes it): a typo would allow nothing. The
 // message names every such entry with the nearest key by spelling where one is close, else the keys of its
-// section. So is an entry the checkpoint loader checks (model.*, train.seed, batch.global_batch_size,
+// section. So is an entry the checkpoint loader checks (model.* but its training keys, train.seed, batch.global_batch_size,
 // optimizer.type): those cannot change, so naming one would allow nothing either. `cleave train` runs it as soon as
 // the config is read, before any work; check_config_changes again.
 void check_allowed_keys(const std::vector<std::string>& allowed, const nlohmann::json& config);

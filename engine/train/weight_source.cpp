@@ -12,6 +12,7 @@
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/config/input_paths.hpp"
+#include "engine/config/model_training_keys.hpp"
 #include "engine/hf/hf_import.hpp"
 #include "engine/train/checkpoint_pieces.hpp"
 #include "engine/train/checkpoint_reader.hpp"
@@ -198,6 +199,7 @@ config::RunConfig config_for_init(const std::string& config_path, const std::vec
   const json run = json::parse(config::to_json(config)).at("model");
   for (const auto& [key, value] : source.model.items()) {
     if (key == "seq_len") continue;  // checked above
+    if (config::is_model_training_key(key)) continue;  // a training argument: the config's value wins
     const json have = run.contains(key) ? run.at(key) : json();
     CLEAVE_CHECK_INPUT(
         have == value,
@@ -228,6 +230,7 @@ std::size_t load_weights(RankSetup& s, RankModel& model, const WeightSource& sou
     for (const auto& [key, value] : source.model.items()) {
       const json have = run.contains(key) ? run.at(key) : json();
       if (key == "seq_len" && have.is_number_integer() && have.get<std::int64_t>() <= max_seq_len_of(source)) continue;
+      if (config::is_model_training_key(key)) continue;
       CLEAVE_CHECK(have == value, "{} was saved from a different model: model.{} is {} there, {} in this run",
                    source.origin, key, value.dump(), have.dump());
     }

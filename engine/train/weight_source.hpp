@@ -10,6 +10,8 @@
 //    model's maximum (max_seq_len: a Llama-like model's max_position_embeddings; a GPT's position table rows) is
 //    taken; a GPT's learned position table is then sliced to its first seq_len rows; rotary positions need
 //    nothing. Above the maximum: one InputError naming the numbers and the source, before any work.
+//    The model's training keys (config/model_training_keys.hpp: aux_loss_coef, z_loss_coef, bias_update_rate)
+//    are defaults from SOURCE that CONFIG may set to any value, as it sets optimizer.lr.
 //  - load_weights is collective: every rank takes its tp shard of each parameter its stages hold (any tp, pp,
 //    dp layout; the tied table on both pp ends); all are read and checked before any is assigned, and an
 //    error on any rank is thrown on every rank. A tensor holding a NaN or an infinity is such an error, naming

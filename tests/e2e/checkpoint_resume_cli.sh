@@ -12,6 +12,8 @@
 #     changes a training key (optimizer.lr) unless --allow-config-change names it, and then it is recorded.
 #  4. The run's config.json names its data by absolute path (a --set value's and a config file's relative paths):
 #     trained from another directory it reads the same files.
+#  5. A MoE resume may change model.aux_loss_coef only with --allow-config-change, and then uses the new value;
+#     --init-from takes a new one from the config.
 # Usage: checkpoint_resume_cli.sh CLEAVE MPIEXEC [FLAGS...]
 set -u
 cleave=$1; shift
@@ -240,3 +242,46 @@ for run in ("paths", "elsewhere/again"):
     assert os.path.realpath(data["val_path"]) == want and os.path.isabs(data["val_path"]), (run, data["val_path"])
 print(f"ok   paths: config.json names {want} (from --set and from conf/text.json); trained from another directory")
 PY
+
+# 5. The MoE loss coefficients are training arguments (engine/config/model_training_keys.hpp): a resume that changes
+#    model.aux_loss_coef is refused without --allow-config-change, naming the key and both values (an architecture
+#    key, model.top_k, stays refused by the loader even with its flag entry refused); with the flag the new
+#    coefficient is used: the logged moe_aux_loss (coefficient included) is ~10x the last step's before the resume.
+cat > moe.json <<'JSON'
+{"model": {"type": "moe", "vocab_size": 64, "d_model": 16, "n_layers": 1, "n_heads": 2, "seq_len": 8,
+           "ffn_hidden_size": 16, "n_experts": 4, "top_k": 2, "aux_loss_coef": 0.01},
+ "batch": {"global_batch_size": 4, "micro_batch_size": 2},
+ "train": {"steps": 2, "seed": 3, "eval_batches": 0, "log_interval": 100, "report": false},
+ "checkpoint": {"interval": 2}, "data": {"type": "synthetic"}}
+JSON
+"$cleave" train moe.json --set train.out_dir=moe > moe.log 2>&1 || { cat moe.log; fail "moe run"; }
+"$cleave" train moe.json --set train.out_dir=moe --set train.steps=4 --set model.aux_loss_coef=0.1 --resume auto \
+  > moe_refused.log 2>&1 && fail "a resume with another aux_loss_coef was accepted without the flag"
+grep -q "the config differs from the one the checkpoint was trained with: model.aux_loss_coef 0.01 -> 0.1; .*--allow-config-change model.aux_loss_coef" moe_refused.log \
+  || { cat moe_refused.log; fail "changed aux_loss_coef message"; }
+"$cleave" train moe.json --set train.out_dir=moe --set train.steps=4 --set model.top_k=1 --resume auto \
+  --allow-config-change model.top_k > moe_topk.log 2>&1; rc=$?
+[ $rc -eq 64 ] && grep -q "'model.top_k' cannot change on a resume" moe_topk.log || { cat moe_topk.log; fail "model.top_k in the flag (exit $rc)"; }
+"$cleave" train moe.json --set train.out_dir=moe --set train.steps=4 --set model.aux_loss_coef=0.1 --resume auto \
+  --allow-config-change model.aux_loss_coef > moe_allowed.log 2>&1 || { cat moe_allowed.log; fail "an allowed aux_loss_coef change"; }
+grep -q "resume: config changed since the checkpoint: model.aux_loss_coef 0.01 -> 0.1 (allowed by --allow-config-change)" moe_allowed.log \
+  || { cat moe_allowed.log; fail "the allowed aux_loss_coef change is not logged"; }
+python3 - << 'PY' || fail "the new aux_loss_coef is not the one used"
+import json
+rows = [json.loads(l) for l in open("moe/metrics.jsonl")]
+assert [r["step"] for r in rows] == [1, 2, 3, 4], [r["step"] for r in rows]
+ratio = rows[2]["moe_aux_loss"] / rows[1]["moe_aux_loss"]
+assert 5 < ratio < 20, (ratio, [r["moe_aux_loss"] for r in rows])
+assert json.load(open("moe/config.json"))["model"]["aux_loss_coef"] == 0.1
+print(f"ok   moe: aux_loss_coef 0.01 -> 0.1 refused without the flag, used with it (moe_aux_loss x{ratio:.2f} at step 3)")
+PY
+# --init-from takes a new coefficient as it takes a new optimizer.lr (the weights' value is only the default); an
+# architecture key that differs from the weights' is still refused as bad input.
+"$cleave" train moe.json --init-from moe/checkpoints --set model.aux_loss_coef=0.05 --set train.out_dir=moe_ft \
+  > moe_ft.log 2>&1 || { cat moe_ft.log; fail "--init-from with another aux_loss_coef"; }
+python3 -c "import json; assert json.load(open('moe_ft/config.json'))['model']['aux_loss_coef'] == 0.05" \
+  || fail "--init-from did not take the config's aux_loss_coef"
+"$cleave" train moe.json --init-from moe/checkpoints --set model.top_k=1 --set train.out_dir=moe_ft2 > moe_ft2.log 2>&1
+rc=$?
+[ $rc -eq 64 ] && grep -q "model.top_k is 1 in " moe_ft2.log || { cat moe_ft2.log; fail "--init-from with another top_k (exit $rc)"; }
+echo "ok   moe: --init-from takes aux_loss_coef 0.05 from the config and refuses another model.top_k"

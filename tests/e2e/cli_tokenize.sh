@@ -10,7 +10,8 @@
 # an unsupported pre-tokenizer pattern, an unknown normalizer, a malformed merge, invalid UTF-8, bad JSONL
 # lines, --doc-separator with --jsonl, an existing output, a vocabulary too large for --bits 16) each fail with one line naming the file and the key, and
 # write nothing. `cleave generate --tokenizer` on the trained model encodes the prompt with the tokenizer and
-# decodes the output.
+# decodes the output; with a tokenizer a vocabulary below 256 is sampled, and a tokenizer larger than the model is
+# refused as bad input (exit 64).
 # Usage: cli_tokenize.sh CLEAVE
 set -u
 cleave=$1
@@ -49,9 +50,10 @@ elif variant == "big":
     model["vocab"]["zz"] = 70000
     eot_id = 269
 elif variant.startswith("sp"):
-    # Llama 2 style: <unk> <s> </s>, 256 byte-fallback tokens, then ▁ h e l l o and four merges.
+    # Llama 2 style: <unk> <s> </s>, 256 byte-fallback tokens, then ▁ h e l l o and four merges; sp_small: no
+    # byte tokens and no byte fallback (12 tokens: a character outside them is <unk>).
     vocab = {"<unk>": 0, "<s>": 1, "</s>": 2}
-    for b in range(256):
+    for b in range(0 if variant == "sp_small" else 256):
         vocab["<0x%02X>" % b] = 3 + b
     for t in ["▁", "h", "e", "l", "o", "▁h", "ll", "▁he", "▁hell"]:
         vocab[t] = len(vocab)
@@ -66,7 +68,7 @@ elif variant.startswith("sp"):
             {"Sequence": {"id": "A", "type_id": 0}}], "pair": [], "special_tokens": {"<s>": {"id": "<s>", "ids": [1], "tokens": ["<s>"]}}},
         "decoder": {"type": "Sequence", "decoders": [{"type": "Replace", "pattern": {"String": "▁"}, "content": " "},
             {"type": "ByteFallback"}, {"type": "Fuse"}, {"type": "Strip", "content": " ", "start": 1, "stop": 0}]},
-        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "fuse_unk": True, "byte_fallback": True,
+        "model": {"type": "BPE", "dropout": None, "unk_token": "<unk>", "fuse_unk": True, "byte_fallback": variant != "sp_small",
                   "vocab": vocab, "merges": [["▁", "h"], ["l", "l"], ["▁h", "e"], ["▁he", "ll"]]}}))
     sys.exit(0)
 print(json.dumps({"version": "1.0", "added_tokens": [
@@ -196,9 +198,34 @@ out = open("gen.txt", "rb").read()
 assert out.startswith(b"hello the") and len(out) > len(b"hello the\n"), out
 PY
 "$cleave" train --set train.steps=1 --set model.vocab_size=260 --set train.out_dir=small > small.log 2>&1 || fail "small run"
-"$cleave" generate small/checkpoints --prompt x --tokenizer tok.json > gen.log 2>&1 && fail "a vocab-260 model took a 269-token tokenizer"
-grep -q "has 269 tokens but checkpoint .* has model.vocab_size 260" gen.log || { cat gen.log; fail "vocabulary mismatch message"; }
-echo "ok   generate --tokenizer encodes the prompt as [262, 111, 258] and refuses a smaller model vocabulary"
+"$cleave" generate small/checkpoints --prompt x --tokenizer tok.json > gen.log 2>&1
+rc=$?
+[ $rc -ne 0 ] || fail "a vocab-260 model took a 269-token tokenizer"
+grep -q "has 269 tokens but checkpoint .* has model.vocab_size 260: the tokenizer's ids 260..268 would not fit" gen.log \
+  || { cat gen.log; fail "vocabulary mismatch message"; }
+[ $rc -eq 64 ] || fail "a tokenizer larger than the model's vocabulary exits $rc, not 64 (bad input)"
+echo "ok   generate --tokenizer encodes the prompt as [262, 111, 258] and refuses a smaller model vocabulary (exit 64)"
+# With a tokenizer, a vocabulary below 256 is no byte model's: a 12-token tokenizer samples a vocab-16 model
+# (ids below 16 only), and a vocab-8 model is refused naming both sizes.
+python3 mk.py sp_small > small_tok.json || fail "writing small_tok.json"
+"$cleave" train --set train.steps=1 --set model.vocab_size=16 --set train.out_dir=v16 > v16.log 2>&1 || { cat v16.log; fail "vocab-16 run"; }
+"$cleave" generate v16/checkpoints --prompt "hello" --tokenizer small_tok.json --tokens 6 --seed 2 --logits v16.json \
+  > v16_gen.txt 2> v16_gen.log || { cat v16_gen.log; fail "generate --tokenizer with a vocab-16 model"; }
+python3 - <<'PY' || fail "vocab-16 generate output"
+import json
+d = json.load(open("v16.json"))
+assert d["tokens"] == [11, 7] and all(len(row) == 16 for row in d["logits"]), d["tokens"]
+out = open("v16_gen.txt", "rb").read()
+# The decoder's "▁" is a space; ids 12..15 (the model's, not the tokenizer's) print as <|id N|>.
+import re
+assert out.startswith(b" hello") and len(out) > len(b" hello\n"), out
+assert all(12 <= int(n) < 16 for n in re.findall(rb"<\|id (\d+)\|>", out)), out
+PY
+"$cleave" train --set train.steps=1 --set model.vocab_size=8 --set train.out_dir=v8 > v8.log 2>&1 || { cat v8.log; fail "vocab-8 run"; }
+"$cleave" generate v8/checkpoints --prompt "hello" --tokenizer small_tok.json > v8_gen.log 2>&1
+[ $? -eq 64 ] || { cat v8_gen.log; fail "a 12-token tokenizer on a vocab-8 model was not refused as bad input"; }
+grep -q "small_tok.json has 12 tokens but checkpoint .* has model.vocab_size 8" v8_gen.log || { cat v8_gen.log; fail "vocab-8 message"; }
+echo "ok   generate --tokenizer samples a vocab-16 model with a 12-token tokenizer; refuses it on vocab 8: $(grep -o 'generate: .*' v8_gen.log | cut -c1-100)"
 
 # refuse CASE GREP ARGS...: non-zero exit, one error line holding GREP, and no out/ directory written.
 refuse() {

@@ -111,7 +111,8 @@ TEST(ConfigChange, AllowListTyposAreBadInputWithTheNearestKey) {
 TEST(ConfigChange, AllowingAKeyThatCannotChangeIsBadInput) {
   json config = base();
   config["model"]["aux_loss_coef"] = 0.01;
-  for (const std::string key : {"model.aux_loss_coef", "model.d_model", "train.seed", "batch.global_batch_size",
+  config["model"]["n_experts"] = 4;
+  for (const std::string key : {"model.n_experts", "model.d_model", "train.seed", "batch.global_batch_size",
                                 "optimizer.type"}) {
     std::string message;
     try {
@@ -123,9 +124,42 @@ TEST(ConfigChange, AllowingAKeyThatCannotChangeIsBadInput) {
               std::string::npos) << key << ": " << message;
     EXPECT_EQ(message.find("optimizer.lr"), std::string::npos) << message;
   }
-  // Keys of the same sections that may change with the flag still pass.
-  EXPECT_NO_THROW(
-      check_allowed_keys({"optimizer.lr", "optimizer.betas", "train.log_interval", "batch.micro_batch_size"}, config));
+  // Keys of the same sections that may change with the flag still pass: the model's training coefficients too.
+  EXPECT_NO_THROW(check_allowed_keys({"optimizer.lr", "optimizer.betas", "train.log_interval", "batch.micro_batch_size",
+                                      "model.aux_loss_coef"},
+                                     config));
+}
+
+// The MoE loss coefficients and the bias step are training arguments (config/model_training_keys.hpp), as in
+// Megatron: a resume that changes one is refused without the flag, naming it, and accepted with it; an
+// architecture key of the same section is still left to the loader, flag or not.
+TEST(ConfigChange, ModelTrainingCoefficientsChangeWithTheFlag) {
+  json before = base();
+  before["model"] = {{"type", "moe"}, {"n_experts", 4}, {"top_k", 2}, {"aux_loss_coef", 0.01}, {"z_loss_coef", 0.0},
+                     {"bias_update_rate", 0.001}};
+  json after = before;
+  after["model"]["aux_loss_coef"] = 0.1;
+  after["model"]["z_loss_coef"] = 0.001;
+  after["model"]["bias_update_rate"] = 0.002;
+  const auto changes = config_changes(before, after);
+  ASSERT_EQ(changes.size(), 3u);
+  for (const auto& c : changes) EXPECT_FALSE(c.free) << c.key;
+  const std::string e = error_of(changes, {}, after);
+  EXPECT_NE(e.find("model.aux_loss_coef 0.01 -> 0.1"), std::string::npos) << e;
+  EXPECT_NE(e.find("model.z_loss_coef 0.0 -> 0.001"), std::string::npos) << e;
+  EXPECT_NE(e.find("--allow-config-change model.aux_loss_coef,model.bias_update_rate,model.z_loss_coef"),
+            std::string::npos) << e;
+  EXPECT_NE(e.find("--set model.aux_loss_coef=0.01"), std::string::npos) << e;
+  const std::string partly = error_of(changes, {"model.aux_loss_coef"}, after);
+  EXPECT_EQ(partly.find("model.aux_loss_coef"), std::string::npos) << partly;
+  EXPECT_NE(partly.find("model.z_loss_coef"), std::string::npos) << partly;
+  EXPECT_EQ(error_of(changes, {"model.aux_loss_coef", "model.z_loss_coef", "model.bias_update_rate"}, after), "");
+  // The architecture is not a training argument: left to the loader, and refused in the flag.
+  after["model"]["top_k"] = 1;
+  EXPECT_EQ(error_of(config_changes(before, after),
+                     {"model.aux_loss_coef", "model.z_loss_coef", "model.bias_update_rate"}, after),
+            "");
+  EXPECT_THROW(check_allowed_keys({"model.top_k"}, after), InputError);
 }
 
 TEST(ConfigChange, KeysTheLoaderChecksAreLeftToIt) {

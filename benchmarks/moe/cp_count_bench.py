@@ -12,12 +12,12 @@ Printed: each binary's median over rounds of its run medians, and the median of 
 are reported, not asserted (the equality of the two builds' results is e2e_moe_equivalence's).
 """
 import argparse
-import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
+
+from train_run import train_metrics
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = os.path.join(HERE, "overlap_moe.json")
@@ -26,18 +26,9 @@ LAYOUT = ["parallel.expert_model_parallel_size=1", "parallel.context_parallel_si
 
 
 def run_step_ms(launcher, cleave, keys, steps, skip):
-    env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
     with tempfile.TemporaryDirectory() as out_dir:
-        cmd = launcher.split() + ["-np", "4", "--mca", "btl", "self,vader", cleave, "train", CONFIG,
-                                  "--set", f"train.steps={steps}", "--set", f"train.out_dir={out_dir}"]
-        for k in LAYOUT + keys:
-            cmd += ["--set", k]
-        r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-        if r.returncode != 0:
-            sys.exit(f"cp_count_bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
-        with open(os.path.join(out_dir, "metrics.jsonl")) as f:
-            metrics = [json.loads(line) for line in f if line.strip()]
+        metrics = train_metrics("cp_count_bench", launcher, cleave, CONFIG, 4, [f"train.steps={steps}"] + LAYOUT + keys,
+                                out_dir)
     times = [m["step_ms"] for m in metrics if "step_ms" in m][skip:]
     if not times:
         sys.exit(f"cp_count_bench: no step_ms after step {skip} in {cleave}'s metrics")

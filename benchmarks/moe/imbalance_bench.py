@@ -27,6 +27,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import oracle  # noqa: E402  (the same folder; no PyPI dependencies)
 
+from train_run import train_metrics
+
 ROWS = re.compile(r"moe_ep_rows_b(\d+)_s(\d+)_d(\d+)$")
 BYTES = re.compile(r"moe_ep_bytes_b(\d+)_s(\d+)_d(\d+)$")
 
@@ -37,17 +39,9 @@ def load(path):
 
 
 def run_train(launcher, cleave, config, ep, workload, steps, out_dir):
-    env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    cmd = launcher.split() + ["-np", str(ep), "--mca", "btl", "self,vader", cleave, "train", config,
-           "--set", f"parallel.expert_model_parallel_size={ep}", "--set", f"model.forced_routing={workload}",
-           "--set", f"batch.global_batch_size={4 * ep}", "--set", f"train.steps={steps}",
-           "--set", f"train.out_dir={out_dir}"]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"imbalance_bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
-    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    return train_metrics("imbalance_bench", launcher, cleave, config, ep,
+                         [f"parallel.expert_model_parallel_size={ep}", f"model.forced_routing={workload}",
+                          f"batch.global_batch_size={4 * ep}", f"train.steps={steps}"], out_dir)
 
 
 def predicted(cleave, config, ep, imbalance):

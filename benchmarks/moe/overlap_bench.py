@@ -23,6 +23,8 @@ import subprocess
 import sys
 import tempfile
 
+from train_run import train_metrics
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 CONFIG = os.path.join(HERE, "overlap_moe.json")
 VARIANTS = [
@@ -33,17 +35,7 @@ VARIANTS = [
 
 
 def run_train(launcher, cleave, keys, steps, out_dir):
-    env = dict(os.environ, OMP_NUM_THREADS="1", OMP_WAIT_POLICY="passive", OMPI_ALLOW_RUN_AS_ROOT="1",
-               OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    cmd = launcher.split() + ["-np", "4", "--mca", "btl", "self,vader", cleave, "train", CONFIG,
-                              "--set", f"train.steps={steps}", "--set", f"train.out_dir={out_dir}"]
-    for k in keys:
-        cmd += ["--set", k]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True)
-    if r.returncode != 0:
-        sys.exit(f"overlap_bench: {' '.join(cmd)} failed ({r.returncode}):\n{r.stdout[-2000:]}\n{r.stderr[-2000:]}")
-    with open(os.path.join(out_dir, "metrics.jsonl")) as f:
-        metrics = [json.loads(line) for line in f if line.strip()]
+    metrics = train_metrics("overlap_bench", launcher, cleave, CONFIG, 4, [f"train.steps={steps}"] + keys, out_dir)
     with open(os.path.join(out_dir, "trace.json")) as f:
         trace = json.load(f)
     return metrics, trace

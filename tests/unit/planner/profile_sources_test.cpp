@@ -6,9 +6,11 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -67,8 +69,8 @@ TEST_F(ProfileSources, AttentionEfficiencyCapsOnlyTheFusedAttentionProducts) {
   HardwareProfile p = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/a100_80gb_sxm.json");
   p.sm_count = 0;  // the curve alone: wave quantization has its test below
   ASSERT_GT(p.attention_efficiency, 0.0);
-  ASSERT_LT(p.attention_efficiency, p.gemm_efficiency_at(1e12));
-  const Gemm big{8192, 8192, 8192, 1};  // past the curve's last point: its top efficiency
+  const Gemm big{16384, 16384, 8192, 1};  // 2^42 FLOPs: the curve's top point, above the cap
+  ASSERT_LT(p.attention_efficiency, p.gemm_efficiency_at(big.flops()));
   Gemm fused = big;
   fused.fused_attention = true;
   PassWork plain_pass, fused_pass;
@@ -86,8 +88,8 @@ TEST_F(ProfileSources, AttentionEfficiencyCapsOnlyTheFusedAttentionProducts) {
   EXPECT_DOUBLE_EQ(p.roofline_seconds(small_pass, true),
                    std::max(small.flops() / (peak * curve), small.traffic_bytes(2.0) / p.memory_bandwidth_Bps));
   // The fused products read and write their operands but not the [T, T] one (here the largest, m x n).
-  EXPECT_DOUBLE_EQ(fused.traffic_bytes(2.0), (8192.0 * 8192 * 2) * 2);
-  EXPECT_DOUBLE_EQ(big.traffic_bytes(2.0), (8192.0 * 8192 * 3) * 2);
+  EXPECT_DOUBLE_EQ(fused.traffic_bytes(2.0), (16384.0 * 8192 * 2) * 2);
+  EXPECT_DOUBLE_EQ(big.traffic_bytes(2.0), (16384.0 * 8192 * 2 + 16384.0 * 16384) * 2);
   EXPECT_DOUBLE_EQ(fused.operand_bytes(2.0), big.operand_bytes(2.0));  // the memory plan's workspace is unchanged
   // Without the key, the curve alone.
   p.attention_efficiency = 0;
@@ -104,7 +106,8 @@ TEST_F(ProfileSources, WaveQuantizationChargesAFullWaveForOneTileOver) {
   HardwareProfile p = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/a100_80gb_sxm.json");
   ASSERT_EQ(p.sm_count, 108);
   p.gemm_tiles = {{256, 128}};
-  const double top = p.gemm_efficiency.back().second;
+  double top = 0;  // the curve's highest point (not its last: the A100's top is at 2^42 FLOPs)
+  for (const auto& point : p.gemm_efficiency) top = std::max(top, point.second);
   const double k = 8192;
   const double wave = 2.0 * 256 * 128 * k * 108 / (p.peak_flops_bf16 * top);  // one wave: 108 tiles of 256 x 128
   const Gemm full{256.0 * 108, 128, k, 1};       // 108 tiles: one full wave
@@ -132,6 +135,42 @@ TEST_F(ProfileSources, WaveQuantizationChargesAFullWaveForOneTileOver) {
   EXPECT_NE(refusal(lone).find("'sm_count' and 'gemm_tiles' come together"), std::string::npos) << refusal(lone);
   j["gemm_tiles"] = nlohmann::json::array({nlohmann::json::array({256, 0})});
   EXPECT_NE(refusal(j).find("'gemm_tiles' entry [256,0]"), std::string::npos) << refusal(j);
+}
+
+// The A100's GEMM size curve is Vidur's published per-operator timings of transformer linear layers (profile sources;
+// benchmarks/planner/vidur_gemm_curve.py): the median fraction of peak of the compute-bound GEMMs in bins a factor 8
+// wide, a point at each bin's centre, with NVIDIA's 512-cube square below them. Checked by hand: the points, and one
+// of the GEMMs behind them priced between two points, against its time in Vidur's table.
+TEST_F(ProfileSources, A100GemmCurveIsTheMedianOfVidursTransformerGemmsByFlops) {
+  const HardwareProfile p = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/a100_80gb_sxm.json");
+  const std::vector<std::pair<double, double>> points = {
+      {268435456.0, 0.09},         // 512^3, NVIDIA's CUDA 11 figure
+      {1073741824.0, 0.374},       // 2^30: 203 GEMMs
+      {8589934592.0, 0.580},       // 2^33: 5,441
+      {68719476736.0, 0.678},      // 2^36: 15,288
+      {549755813888.0, 0.713},     // 2^39: 10,076
+      {4398046511104.0, 0.747},    // 2^42: 2,132 (the top: a full wave's rate in the wave term)
+      {35184372088832.0, 0.733}};  // 2^45: 143 (Llama 3 70B only)
+  ASSERT_EQ(p.gemm_efficiency.size(), points.size());
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    EXPECT_DOUBLE_EQ(p.gemm_efficiency[i].first, points[i].first) << i;
+    EXPECT_DOUBLE_EQ(p.gemm_efficiency[i].second, points[i].second) << i;
+    EXPECT_DOUBLE_EQ(p.gemm_efficiency_at(points[i].first), points[i].second) << i;
+  }
+  // Llama 3 8B's gated up-projection at tp 1 and 4096 tokens: 4096 x 28672 x 4096, 9.62e11 FLOPs, between 2^39 and
+  // 2^42: x = ln(9.62e11 / 2^39) / ln 8 = ln 1.75 / ln 8 = 0.26912, efficiency 0.713 + 0.26912 x 0.034 = 0.72215,
+  // 9.62e11 / (312e12 x 0.72215) = 4.2699 ms. Its wave term is lower: 128 x 128 tiles, 32 x 224 = 7168 tiles,
+  // 67 waves of 2 x 128 x 128 x 4096 x 108 / (312e12 x 0.747) = 62.20 us = 4.167 ms. Vidur measured 4.13-4.14 ms
+  // (time_stats.mlp_up_proj.median): the price is 3% above it.
+  const Gemm up{4096, 28672, 4096, 1};
+  const double x = std::log(1.75) / std::log(8.0);
+  EXPECT_NEAR(x, 0.26912, 1e-5);
+  EXPECT_NEAR(p.gemm_efficiency_at(up.flops()), 0.713 + x * (0.747 - 0.713), 1e-12);
+  EXPECT_NEAR(p.gemm_wave_seconds(up, true), 67 * 2.0 * 128 * 128 * 4096 * 108 / (312e12 * 0.747), 1e-12);
+  PassWork pass;
+  pass.gemms = {up};
+  EXPECT_NEAR(p.roofline_seconds(pass, true), 4.2699e-3, 1e-7);
+  EXPECT_NEAR(p.roofline_seconds(pass, true) / 4.13e-3, 1.034, 0.001);
 }
 
 TEST_F(ProfileSources, AMissingOrUnknownCitationIsRefusedByName) {

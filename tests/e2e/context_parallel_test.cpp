@@ -294,7 +294,7 @@ TEST(ContextParallel, ActivationMemoryFollowsThePlan) {
   // travelling dK/dV in f32 (ring_attention.hpp). Before the plan knew the copies, its workspace was the forward's
   // partials over the measured peak (4608 B at cp2) and its total 1.6-3.1% under the measured one (the copies missing
   // from the attention blocks' transients); now the workspace to the byte, the exchanges as in fp32 and the total
-  // within 1% (measured: +0.70% gpt, -0.48% llama at cp2; the activations' residual as fp32's, +0.86% / -1.11%),
+  // within 1% (measured: +0.51% gpt, -0.70% llama at cp2; the activations' residual as fp32's, +0.86% / -1.11%),
   // and apart from that residual to the byte less the loss slots (before, the ring's backward kernel scratch held
   // together with the dK/dV rotation target: +0.19% / +0.22%).
   for (const char* model : {kMemoryGpt, kMemoryLlama}) {

@@ -270,7 +270,8 @@ nlohmann::json ranks_json(const planner::PlanDetails& details) {
     nlohmann::json line = nlohmann::json::array();
     for (const auto& p : details.memory_timeline[r]) line.push_back({p.time_s, p.bytes});
     ranks.push_back({{"pp_rank", r}, {"memory_plan", plan}, {"cp_exchange_bytes", details.cp_exchange[r]},
-                     {"timeline_peak_bytes", details.timeline_peak[r]}, {"memory_timeline", line}});
+                     {"host_pinned_bytes", details.host_pinned[r]}, {"timeline_peak_bytes", details.timeline_peak[r]},
+                     {"memory_timeline", line}});
   }
   return ranks;
 }
@@ -330,8 +331,11 @@ void print_rank_memory(const planner::PlanDetails& details) {
         parts += fmt::format(" (cp K/V exchange {})", format_bytes(details.cp_exchange[r]));
       }
     }
-    std::printf("pp rank %zu: memory plan %s (%s); timeline peak %s\n", r, format_bytes(total).c_str(), parts.c_str(),
-                format_bytes(details.timeline_peak[r]).c_str());
+    const std::string pinned =
+        details.host_pinned[r] > 0 ? fmt::format("; host pinned {} (not device memory)", format_bytes(details.host_pinned[r]))
+                                   : std::string();
+    std::printf("pp rank %zu: memory plan %s (%s); timeline peak %s%s\n", r, format_bytes(total).c_str(), parts.c_str(),
+                format_bytes(details.timeline_peak[r]).c_str(), pinned.c_str());
   }
 }
 

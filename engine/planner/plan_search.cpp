@@ -356,6 +356,7 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     if (details) {
       details->memory_plan.push_back(memory.bytes);
       details->cp_exchange.push_back(memory.cp_exchange);
+      details->host_pinned.push_back(memory.host_pinned);
     }
     if (memory.total() > est.peak_bytes) {
       est.peak_bytes = memory.total();

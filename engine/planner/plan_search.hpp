@@ -105,6 +105,7 @@ struct PlanDetails {
   pipeline::SimulationResult simulated;
   std::vector<std::array<std::int64_t, kNumMemoryCategories>> memory_plan;  // per pp rank
   std::vector<std::int64_t> cp_exchange;  // per pp rank: of memory_plan's communication, cp's K/V exchange buffers
+  std::vector<std::int64_t> host_pinned;  // per pp rank: memory_plan's page-locked host staging (not device memory)
   std::vector<std::vector<MemoryPoint>> memory_timeline;                   // per pp rank
   std::vector<std::int64_t> timeline_peak;                                 // per pp rank
 };

@@ -37,6 +37,7 @@ std::string to_json_text(const RunSummary& s) {
     row["peak_bytes"] = r.peak_bytes;
     row["peak_total"] = r.peak_total;
     row["estimate_bytes"] = r.estimate_bytes;
+    if (r.estimate_host_pinned_bytes > 0) row["estimate_host_pinned_bytes"] = r.estimate_host_pinned_bytes;
     j["ranks"].push_back(row);
   }
   j["resumes"] = nlohmann::ordered_json::array();
@@ -91,6 +92,7 @@ RunSummary parse_run_summary(const std::string& text, const std::string& path) {
       r.peak_bytes = row.at("peak_bytes").get<std::vector<std::int64_t>>();
       r.peak_total = row.value("peak_total", std::int64_t{0});
       r.estimate_bytes = row.value("estimate_bytes", std::vector<std::int64_t>{});
+      r.estimate_host_pinned_bytes = row.value("estimate_host_pinned_bytes", std::int64_t{0});
       s.ranks.push_back(std::move(r));
     }
     for (const auto& row : j.value("resumes", nlohmann::json::array())) {

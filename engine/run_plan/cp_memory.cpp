@@ -103,8 +103,13 @@ BlockTransients attention_transients(const partition::BlockSpec& block, std::int
   const RingWidened widened = ring_widened_bytes(block, micro, tp, cp, bf16);
   const std::int64_t out32 = bf16 ? micro * (block.seq_len / cp) * (block.in_features / tp) * 4 : 0;
   x.forward.push_back({0, std::min(cp - 1, 2) * unit + scratch + partials + widened.forward + out32});
-  x.backward.push_back({0, 2 * micro * (block.seq_len / cp) * 2 * kv_cols * 4});  // the f32 dK/dV and its target
-  x.backward.push_back({dqkv, exchange + scratch + widened.backward});
+  const std::int64_t dkv = micro * (block.seq_len / cp) * 2 * kv_cols * 4;  // one f32 dK/dV set (G)
+  x.backward.push_back({0, 2 * dkv});  // the f32 dK/dV and its target
+  // A backward step's kernel scratch lives inside its block calls, the travelling dK/dV's rotation target (G) only
+  // after them (ring_attention.cpp): never both. Before, the plan held the two at once, the kernel's scratch over
+  // the measured total (ContextParallel.ActivationMemoryFollowsThePlan: bf16 cp2 gpt 3,136 B, llama 2,624 B; cp4
+  // 1,056 B / 800 B, fp32 cp4 too; the whole residual apart from the activations' and the loss slots).
+  x.backward.push_back({dqkv, widened.backward + std::max(exchange, exchange - dkv + scratch)});
   return x;
 }
 

@@ -31,7 +31,8 @@ void add_cp_whole_stash(partition::BlockCost& cost, const partition::BlockSpec& 
 //  - ring (ring_attention.cpp), U one rank's K and V blocks: the forward holds the next block in flight and, from
 //    step 1, the received one (U at cp 2, 2U from cp 3), the partial output and log-sum-exp and the kernel's scratch
 //    on chunk pairs of T / 2cp tokens; the backward's loop holds the travelling dK/dV, its rotation target and the
-//    K/V in flight (3U at cp 2, 4U from cp 3) and the kernel's scratch before dqkv [T, Q + 2K] is allocated, then
+//    K/V in flight (3U at cp 2, 4U from cp 3) before dqkv [T, Q + 2K] is allocated, the kernel's scratch only
+//    inside a step's block calls, before the rotation target (one f32 dK/dV set) is allocated: never both; then
 //    the held block and dK/dV (2U) while dqkv is assembled, the block's backward peak (measured at GPipe cp2, gpt
 //    and llama: the allocator's total peak holds the activation peak and 2U).
 //  - all_to_all (ulysses.cpp): cp send and cp - 1 receive blocks of the tensor exchanged, alive until its

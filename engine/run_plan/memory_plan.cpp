@@ -13,6 +13,7 @@
 #include "engine/core/error.hpp"
 #include "engine/run_plan/activation_walk.hpp"
 #include "engine/run_plan/cp_memory.hpp"
+#include "engine/run_plan/host_memory.hpp"
 #include "engine/run_plan/param_counts.hpp"
 #include "engine/run_plan/state_memory.hpp"
 #include "engine/run_plan/workspace_memory.hpp"
@@ -48,7 +49,9 @@ std::string MemoryPlan::breakdown() const {
     out += fmt::format("{} {}, ", memory_category_name(static_cast<MemoryCategory>(c)),
                        format_bytes(bytes[static_cast<std::size_t>(c)]));
   }
-  return out + "total " + format_bytes(total());
+  out += "total " + format_bytes(total());
+  if (host_pinned > 0) out += "; host pinned " + format_bytes(host_pinned) + " (page-locked host memory, not in the total)";
+  return out;
 }
 
 MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& config, int pp_rank, double ep_imbalance,
@@ -202,6 +205,8 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // ring's were 2.04% / 1.95% over the measured total at cp2 / cp4 when added to the activation peak).
   m.transients_in_categories += cp_exchange;
   m.transients_above_activations = walk.with_transients - at(MemoryCategory::kActivations);
+  // The moe blocks' page-locked routing staging: host memory a GPU run pins, reported apart (host_memory.hpp).
+  if (config.device.type == DeviceType::kCuda) m.host_pinned = host_pinned_peak(plan, config, pp_rank);
   return m;
 }
 

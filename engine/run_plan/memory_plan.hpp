@@ -69,6 +69,11 @@
 //                    widened operands, a convolution's output (im2col's stand-in) and the vocabulary-parallel
 //                    cross-entropy's 3 f32 per row; plus the executor's loss scale (4 B) and, on the rank of the
 //                    last stage, the step's losses (4 B per micro-batch)
+//   host_pinned      not device memory and not in total(): on a cuda device, the page-locked host staging the
+//                    rank's moe blocks upload their routing from (partition/moe_staging.hpp, run_plan/host_memory.hpp),
+//                    per moe block and micro-batch 16·n·k B (n = micro·T / cp tokens, k = top_k) plus, under cp with
+//                    the load-balancing loss, 8·micro·(E + 1), held from its F to the end of its I or B, and under
+//                    ep 8·E inside the forward; the peak over the rank's actions. 0 on the CPU (nothing staged)
 //   total()          the categories summed, except the buffers an attention block holds only while it runs (the cp
 //                    exchange, the attention kernel's scratch): the activation walk holds them inside their blocks
 //                    (BlockTransients) and the total counts what they add above the activation peak
@@ -104,10 +109,12 @@ struct MemoryPlan {
   // the walk without). total() counts the second instead of the first.
   std::int64_t transients_in_categories = 0;
   std::int64_t transients_above_activations = 0;
+  // Page-locked host memory (the header comment's host_pinned line): reported apart, never under the device cap.
+  std::int64_t host_pinned = 0;
   // The rank's peak: the categories' peaks summed, the attention blocks' transients only where they add to the
   // activation peak.
   std::int64_t total() const;
-  std::string breakdown() const;  // "parameters 1.2 MiB, gradients ..., total ..."
+  std::string breakdown() const;  // "parameters 1.2 MiB, gradients ..., total ...[; host pinned ...]"
 };
 
 // What the plan reads of the CPU kernels a run uses, resolved before the plan by the caller from device.blas and the

@@ -41,6 +41,7 @@ report::RunSummary gather_run_summary(RankSetup& s) {
     summary.categories.emplace_back(memory_category_name(static_cast<MemoryCategory>(c)));
   }
   std::map<int, std::vector<std::int64_t>> estimates;  // by pp rank
+  std::map<int, std::int64_t> host_pinned;            // by pp rank: the plan's page-locked host staging
   for (int rank = 0; rank < static_cast<int>(rows.size()); ++rank) {
     const auto& row = rows[static_cast<std::size_t>(rank)];
     constexpr std::size_t kCoords = 5;  // tp, cp, dp, ep, pp
@@ -63,8 +64,10 @@ report::RunSummary gather_run_summary(RankSetup& s) {
       const run_plan::MemoryPlan plan =
           run_plan::estimate_rank_memory(s.plan, s.config, r.pp_rank, cpu_kernels_of(s.config));
       estimates[r.pp_rank].assign(plan.bytes.begin(), plan.bytes.end());
+      host_pinned[r.pp_rank] = plan.host_pinned;
     }
     r.estimate_bytes = estimates[r.pp_rank];
+    r.estimate_host_pinned_bytes = host_pinned[r.pp_rank];
     summary.ranks.push_back(std::move(r));
   }
   return summary;

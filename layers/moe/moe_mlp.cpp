@@ -61,7 +61,8 @@ Tensor upload(const Context& ctx, const std::vector<T>& values, const Shape& sha
 // (page-locked on a GPU) without a host wait: the staging goes to `staging`, which the forward keeps in its stash
 // until the backward has waited for the stream (its read-back of the weights' gradient), so no copy reads a
 // staging block after it has been handed to a new owner. On the CPU the copy has finished on return and
-// `staging` stays empty.
+// `staging` stays empty, unless the context has a staging allocator of its own (a test's counting allocator:
+// then the CPU keeps it as a GPU does, so the memory plan's host_pinned figure can be checked on the CPU).
 template <typename T>
 Tensor upload_async(const Context& ctx, const std::vector<T>& values, const Shape& shape, DType dtype,
                     std::vector<Tensor>& staging) {
@@ -69,7 +70,7 @@ Tensor upload_async(const Context& ctx, const std::vector<T>& values, const Shap
   if (!values.empty()) std::memcpy(host.raw_data(), values.data(), values.size() * sizeof(T));
   Tensor device = Tensor::empty(shape, dtype, MemoryCategory::kActivations, *ctx.allocator);
   ops::transfer(ctx, host, device);
-  if (!ctx.device.is_cpu()) staging.push_back(std::move(host));
+  if (!ctx.device.is_cpu() || ctx.upload_staging != nullptr) staging.push_back(std::move(host));
   return device;
 }
 
@@ -272,7 +273,7 @@ Tensor MoeMlp::forward(const Tensor& x, Stash& stash, Context& ctx) {
     ops::synchronize(ctx);
     staging.clear();
   }
-  staging.resize(4);  // empty slots on the CPU and after the wait above
+  staging.resize(4);  // empty slots on the CPU (without a staging allocator) and after the wait above
   Tensor xp = new_activation(ctx, Shape{r, d_});
   ops::moe_gather(ctx, xf, row_token, Tensor(), xp);
   // Under ep the rows go to their experts' ranks (counts exchanged first); this rank's experts run on what arrives.

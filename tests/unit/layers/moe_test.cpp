@@ -2,8 +2,8 @@
 // with and without renormalisation, sigmoid with a selection bias; ties go to the LOWER expert index), the MoE
 // feed-forward's output against a double reference of the whole computation (with shared experts), every
 // gradient (router, experts, shared experts, input) by central finite differences of the output plus the aux and
-// z losses, a micro-batch in which one expert receives every token and the others none, and the moe block's
-// parameter names.
+// z losses, a micro-batch in which one expert receives every token and the others none, the routing uploads' staging
+// against the memory plan's formula, and the moe block's parameter names.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +18,7 @@
 #include "layers/moe/moe_mlp.hpp"
 #include "layers/moe/router.hpp"
 #include "partition/cost_model.hpp"
+#include "partition/moe_staging.hpp"
 #include "layer_test_util.hpp"
 
 namespace cleave::layers {
@@ -452,6 +453,47 @@ TEST(MoeMlp, OneExpertTakesEveryTokenAndAnotherNone) {
     }
   }
   check_moe_gradients(*layer, x, d, 3e-2);
+}
+
+// The routing uploads' staging (partition/moe_staging.hpp, the memory plan's host_pinned line): a context with a
+// staging allocator of its own (a GPU's is page-locked; here a counting CPU allocator, which the layer then treats
+// as a GPU's) holds the formula's bytes per micro-batch from the forward to the end of backward_input, and a
+// forward no backward follows (full recomputation's first, evaluation's) only until its copies are done.
+TEST(MoeMlp, UploadStagingIsThePlansFormula) {
+  const std::int64_t d = 6, f = 5, e = 4, k = 2, micro = 2, t = 7;
+  auto layer = make_moe(d, f, options(RouterKind::kSoftmax, e, k, true, 0.01), 0);
+  partition::BlockSpec block;
+  block.kind = partition::BlockKind::kMoeBlock;
+  block.n_experts = e;
+  block.top_k = k;
+  block.seq_len = t;
+  block.aux_loss = true;
+  const partition::MoeUploadStaging per = partition::moe_upload_staging(block, micro, 1, 1);
+  EXPECT_EQ(per.uploads, 16 * micro * t * k);
+  EXPECT_EQ(per.balance + per.dispatch, 0);  // cp 1, ep 1
+  const std::unique_ptr<Allocator> staging = make_cpu_allocator();
+  Context ctx;
+  ctx.upload_staging = staging.get();
+  const auto live = [&] { return staging->stats().current_total; };
+  Stash first, second;
+  layer->forward(random_tensor({micro, t, d}, 1), first, ctx);
+  EXPECT_EQ(live(), per.held());
+  layer->forward(random_tensor({micro, t, d}, 2), second, ctx);
+  EXPECT_EQ(live(), 2 * per.held());
+  EXPECT_EQ(staging->stats().requests, 8);  // four uploads a forward
+  layer->backward_input(random_tensor({micro, t, d}, 3), first, ctx);
+  EXPECT_EQ(live(), per.held());
+  layer->backward_weight(first, ctx);
+  layer->backward_input(random_tensor({micro, t, d}, 4), second, ctx);
+  layer->backward_weight(second, ctx);
+  EXPECT_EQ(live(), 0);
+  EXPECT_EQ(staging->stats().peak_total, 2 * per.held());
+  staging->reset_peak();
+  Stash dropped;
+  dropped.backward_follows = false;
+  layer->forward(random_tensor({micro, t, d}, 5), dropped, ctx);
+  EXPECT_EQ(live(), 0);
+  EXPECT_EQ(staging->stats().peak_total, per.uploads);
 }
 
 TEST(MoeBlock, ParameterNamesAndShapes) {

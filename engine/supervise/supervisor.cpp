@@ -1,6 +1,7 @@
 // The supervisor's loop (supervisor.hpp): the first layout checked before anything starts (layout_choice.hpp), then
 // attempt after attempt (attempt.hpp) until one completes, stops on SIGTERM, or a failure leaves no restart
-// (recovery_policy.hpp decides; layout_choice.hpp picks the next layout; restart_record.hpp records).
+// (recovery_policy.hpp decides; layout_choice.hpp picks the next layout; restart_checkpoint.hpp the checkpoint it
+// continues from; restart_record.hpp records).
 // Invariant: every end of the loop has saved supervisor.json first.
 #include "engine/supervise/supervisor.hpp"
 
@@ -21,14 +22,13 @@
 #include <nlohmann/json.hpp>
 #include <fmt/ranges.h>
 
-#include "engine/checkpoint/checkpoint_dir.hpp"
-#include "engine/checkpoint/quick_check.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "engine/supervise/attempt.hpp"
 #include "engine/supervise/layout_choice.hpp"
+#include "engine/supervise/restart_checkpoint.hpp"
 #include "engine/supervise/restart_record.hpp"
 #include "engine/train/config_change.hpp"
 #include "engine/train/stop_request.hpp"
@@ -100,50 +100,8 @@ struct RunPaths {
   std::string metrics_path;  // out_dir/metrics.jsonl
 };
 
-// The checkpoint a restart's --resume auto continues from: the newest that passes the quick check (index.json and
-// the files' headers; engine/checkpoint/quick_check.hpp). One the trainer would skip is named once, with why. When
-// there are checkpoints and the quick check finds every one damaged, `no_intact` is the trainer's own
-// NoIntactCheckpoint message: the restart would stop with it at its load.
-struct RestartFrom {
-  std::optional<std::string> checkpoint;
-  std::optional<std::string> no_intact;
-};
-
-RestartFrom restart_checkpoint(const std::string& root) {
-  const std::vector<checkpoint::ResumeCandidate> candidates = checkpoint::quick_check_candidates(root);
-  RestartFrom out;
-  for (const checkpoint::ResumeCandidate& c : candidates) {
-    if (c.state == checkpoint::CandidateState::kIntact) out.checkpoint = (fs::path(root) / c.name).string();
-  }
-  if (!out.checkpoint) {
-    out.no_intact = checkpoint::no_intact_checkpoint_message("auto", root, candidates);
-    return out;
-  }
-  const auto newest = checkpoint::latest_step_dir(root);
-  if (newest && newest != out.checkpoint) {
-    log::warn("run: the newest checkpoint {} is damaged ({}); the restart falls back to {}", *newest,
-              checkpoint::quick_check(*newest).value_or("?"), *out.checkpoint);
-  }
-  return out;
-}
-
 void save_record(const RunPaths& paths, const SupervisorRecord& record) {
   replace_file((fs::path(paths.dir) / "supervisor.json").string(), supervisor_json_text(record));
-}
-
-// A restart whose job resumed from an older checkpoint than the record states (the trainer found damage the quick
-// check cannot see, and fell back): the record follows the job (checkpoint, step, steps redone and their time, from
-// the failed attempt's rows kept in supervisor/attempt_N.metrics.jsonl), and the log says so once.
-void follow_fallback(RestartRecord& r, const RunPaths& paths) {
-  const std::optional<std::int64_t> step = resumed_elsewhere(r, paths.metrics_path);
-  if (!step) return;
-  log::warn("run: restart {} resumed from step {}, not {}: the trainer skipped a damaged checkpoint (its log says "
-            "which and why)", r.number, *step, r.resumed_at_step);
-  r.checkpoint = (fs::path(paths.ckpt_root) / checkpoint::step_dir_name(*step)).string();
-  r.resumed_at_step = *step;
-  r.steps_redone = std::max<std::int64_t>(0, r.last_step_done - *step);
-  const std::string rows = (fs::path(paths.dir) / fmt::format("attempt_{}.metrics.jsonl", r.number)).string();
-  r.redone_s = read_metrics_rows(rows).ms_after(*step) * 1e-3;
 }
 
 // What the user does about a failure no restart cures, before running the same command again.
@@ -218,11 +176,6 @@ FailedAttempt note_failed_attempt(const RunPaths& paths, const AttemptRun& run, 
   return f;
 }
 
-// The step of a step_N checkpoint directory; 0 without one.
-std::int64_t step_of(const std::optional<std::string>& checkpoint) {
-  return checkpoint ? std::stoll(fs::path(*checkpoint).filename().string().substr(5)) : 0;
-}
-
 // What a refused restart leaves and how to continue: the checkpoint, the metrics rows, the command.
 std::string keep_note(const std::optional<std::string>& latest, const MetricsRows& rows, const RunPaths& paths) {
   return fmt::format(
@@ -255,7 +208,7 @@ RestartRecord restart_record(const FailedAttempt& f, const LoopState& state, con
   }
   r.old_layout = describe(state.choice);
   r.old_world = state.choice.world();
-  const std::int64_t ckpt_step = step_of(latest);
+  const std::int64_t ckpt_step = checkpoint_step(latest);
   r.checkpoint = latest.value_or("");
   r.resumed_at_step = ckpt_step;
   r.last_step_done = f.rows.last_step;
@@ -399,7 +352,7 @@ Attempt run_attempt(const SuperviseOptions& o, const RunPaths& paths, int attemp
   a.exit_code = run.exit_code;
   if (!record.restarts.empty()) {
     fill_phase_times(record.restarts.back(), paths.metrics_path);
-    follow_fallback(record.restarts.back(), paths);
+    follow_fallback(record.restarts.back(), paths.ckpt_root, paths.dir, paths.metrics_path);
   }
   return {std::move(a), std::move(run)};
 }

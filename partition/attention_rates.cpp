@@ -22,10 +22,31 @@ std::string_view attention_pass_name(AttentionPass pass) {
   return "none";
 }
 
+std::string_view attention_mask_name(AttentionMask mask) {
+  switch (mask) {
+    case AttentionMask::kCausal: return "causal";
+    case AttentionMask::kAny: return "any";
+    case AttentionMask::kNone: break;
+  }
+  return "none";
+}
+
 namespace {
 
-std::string describe(const std::string& kernel, AttentionPass pass, const std::string& mask, int head_dim) {
-  return fmt::format("kernel '{}' {} mask '{}' head dim {}", kernel, attention_pass_name(pass), mask, head_dim);
+std::string describe(const std::string& kernel, AttentionPass pass, AttentionMask mask, int head_dim) {
+  return fmt::format("kernel '{}' {} mask '{}' head dim {}", kernel, attention_pass_name(pass),
+                     attention_mask_name(mask), head_dim);
+}
+
+AttentionMask mask_of(bool causal) { return causal ? AttentionMask::kCausal : AttentionMask::kNone; }
+
+// The file form's mask; throws Error naming `what` for any other word.
+AttentionMask attention_mask_from_name(const std::string& name, const std::string& what) {
+  for (AttentionMask m : {AttentionMask::kNone, AttentionMask::kCausal, AttentionMask::kAny}) {
+    if (name == attention_mask_name(m)) return m;
+  }
+  CLEAVE_THROW("{}: 'mask' must be \"none\", \"causal\" or \"any\" (one published setting standing for both), got '{}'",
+               what, name);
 }
 
 }  // namespace
@@ -37,9 +58,6 @@ AttentionRates::AttentionRates(std::vector<Curve> curves, const std::string& whe
     const std::string what = fmt::format("{}: attention_rates entry {}", where, i);
     CLEAVE_CHECK(!c.kernel.empty(), "{}: 'kernel' must name the kernel (cudnn, flash3, ...)", what);
     CLEAVE_CHECK(c.pass != AttentionPass::kNone, "{}: 'pass' must be forward or backward", what);
-    CLEAVE_CHECK(c.mask == "none" || c.mask == "causal" || c.mask == "any",
-                 "{}: 'mask' must be \"none\", \"causal\" or \"any\" (one published setting standing for both), got '{}'",
-                 what, c.mask);
     CLEAVE_CHECK(c.head_dim > 0, "{}: 'head_dim' must be > 0, got {}", what, c.head_dim);
     CLEAVE_CHECK(!c.points.empty(), "{} ({}): 'tflops_by_seq' must list at least one [sequence length, TFLOP/s]", what,
                  describe(c.kernel, c.pass, c.mask, c.head_dim));
@@ -64,8 +82,7 @@ bool AttentionRates::has_kernel(const std::string& kernel) const {
 
 const AttentionRates::Curve* AttentionRates::find(const std::string& kernel, AttentionPass pass, bool causal,
                                                   double head_dim) const {
-  const std::string mask = causal ? "causal" : "none";
-  for (const char* m : {mask.c_str(), "any"}) {
+  for (const AttentionMask m : {mask_of(causal), AttentionMask::kAny}) {
     for (const Curve& c : curves_) {
       if (c.kernel == kernel && c.pass == pass && c.mask == m && c.head_dim == head_dim) return &c;
     }
@@ -77,14 +94,15 @@ double AttentionRates::flops_per_s(const std::string& kernel, AttentionPass pass
                                    double seq_len) const {
   const Curve* found = find(kernel, pass, causal, head_dim);
   if (found == nullptr) {
-    const std::string mask = causal ? "causal" : "none";
     std::string has;
     for (const Curve& c : curves_) {
-      if (c.kernel == kernel) has += (has.empty() ? "" : "; ") + fmt::format("{} {} {}", attention_pass_name(c.pass), c.mask, c.head_dim);
+      if (c.kernel != kernel) continue;
+      has += (has.empty() ? "" : "; ") +
+             fmt::format("{} {} {}", attention_pass_name(c.pass), attention_mask_name(c.mask), c.head_dim);
     }
     CLEAVE_THROW("{}: attention_rates has no curve for {} (nor mask 'any'); the table has for '{}': {}. Add the published "
                  "benchmark's figures for it (profiles/README.md) or price this run with another --attention-kernel",
-                 where_, describe(kernel, pass, mask, static_cast<int>(head_dim)), kernel, has.empty() ? "nothing" : has);
+                 where_, describe(kernel, pass, mask_of(causal), static_cast<int>(head_dim)), kernel, has.empty() ? "nothing" : has);
   }
   const auto& p = found->points;
   double tflops = p.front().second;
@@ -135,7 +153,7 @@ AttentionRates attention_rates_from_json(const json& list, const std::string& wh
     const std::string pass = e.at("pass").get<std::string>();
     CLEAVE_CHECK(pass == "forward" || pass == "backward", "{}: 'pass' must be \"forward\" or \"backward\", got '{}'", what, pass);
     c.pass = pass == "forward" ? AttentionPass::kForward : AttentionPass::kBackward;
-    c.mask = e.at("mask").get<std::string>();
+    c.mask = attention_mask_from_name(e.at("mask").get<std::string>(), what);
     c.head_dim = e.at("head_dim").get<int>();
     const json& pts = e.at("tflops_by_seq");
     CLEAVE_CHECK(pts.is_array(), "{}: 'tflops_by_seq' must be a list of [sequence length, TFLOP/s]", what);
@@ -154,7 +172,8 @@ json attention_rates_to_json(const AttentionRates& rates) {
   for (const AttentionRates::Curve& c : rates.curves()) {
     json pts = json::array();
     for (const auto& [t, r] : c.points) pts.push_back({file_number(t), file_number(r)});
-    list.push_back({{"kernel", c.kernel}, {"pass", std::string(attention_pass_name(c.pass))}, {"mask", c.mask},
+    list.push_back({{"kernel", c.kernel}, {"pass", std::string(attention_pass_name(c.pass))},
+                    {"mask", std::string(attention_mask_name(c.mask))},
                     {"head_dim", c.head_dim}, {"tflops_by_seq", pts}});
   }
   return list;

@@ -23,12 +23,15 @@ namespace cleave::partition {
 // Which pass of the fused attention kernel a product belongs to (Gemm::attention_pass).
 enum class AttentionPass { kNone, kForward, kBackward };
 
+// The mask a curve was measured under; kAny stands for both, for a benchmark that publishes one setting only.
+enum class AttentionMask { kNone, kCausal, kAny };
+
 class AttentionRates {
  public:
   struct Curve {
     std::string kernel;    // "cudnn", "flash3", "flash2", "triton": the run option --attention-kernel names it
     AttentionPass pass = AttentionPass::kForward;
-    std::string mask;      // "none" | "causal" | "any"
+    AttentionMask mask = AttentionMask::kNone;
     int head_dim = 0;
     std::vector<std::pair<double, double>> points;  // (sequence length, TFLOP/s), sequence ascending
   };
@@ -60,6 +63,7 @@ class AttentionRates {
 };
 
 std::string_view attention_pass_name(AttentionPass pass);
+std::string_view attention_mask_name(AttentionMask mask);  // the file form: "none", "causal", "any"
 // The file form: [{"kernel", "pass", "mask", "head_dim", "tflops_by_seq": [[T, TFLOP/s], ...]}, ...].
 AttentionRates attention_rates_from_json(const nlohmann::json& list, const std::string& where);
 nlohmann::json attention_rates_to_json(const AttentionRates& rates);

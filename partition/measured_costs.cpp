@@ -233,6 +233,73 @@ void check_measured_covers(const MeasuredCosts& costs, const ModelSpec& spec, DT
   }
 }
 
+namespace {
+
+// One entry of 'blocks' (`at` names it): a block shape's forward and gradient times at one width and micro-batch,
+// cold and, with all three warm_* keys, warm.
+MeasuredBlock measured_block_from_json(const json& b, const std::string& at) {
+  CLEAVE_CHECK(b.is_object() && b.contains("shape") && b.at("shape").is_string(), "{}: missing string 'shape'", at);
+  MeasuredBlock m;
+  m.shape = b.at("shape").get<std::string>();
+  m.tp = static_cast<int>(number(b, "tp", at, false));
+  m.micro_batch = static_cast<std::int64_t>(number(b, "micro_batch", at, false));
+  m.forward_s = number(b, "forward_ms", at, true) * 1e-3;
+  m.input_grad_s = number(b, "input_grad_ms", at, true) * 1e-3;
+  m.weight_grad_s = number(b, "weight_grad_ms", at, true) * 1e-3;
+  const int warm_keys = static_cast<int>(b.contains("warm_forward_ms")) + static_cast<int>(b.contains("warm_input_grad_ms")) +
+                        static_cast<int>(b.contains("warm_weight_grad_ms"));
+  CLEAVE_CHECK(warm_keys == 0 || warm_keys == 3,
+               "{}: 'warm_forward_ms', 'warm_input_grad_ms' and 'warm_weight_grad_ms' come together (it has {} of them)",
+               at, warm_keys);
+  if (warm_keys == 3) {
+    m.warm_forward_s = number(b, "warm_forward_ms", at, false) * 1e-3;
+    m.warm_input_grad_s = number(b, "warm_input_grad_ms", at, true) * 1e-3;
+    m.warm_weight_grad_s = number(b, "warm_weight_grad_ms", at, true) * 1e-3;
+  }
+  return m;
+}
+
+// 'blocks': every entry, no (shape, tp, micro-batch) measured twice.
+std::vector<MeasuredBlock> measured_blocks_from_json(const json& node, const std::string& where) {
+  CLEAVE_CHECK(node.contains("blocks") && node.at("blocks").is_array(), "{}: missing array 'blocks'", where);
+  std::vector<MeasuredBlock> blocks;
+  for (std::size_t i = 0; i < node.at("blocks").size(); ++i) {
+    const std::string at = fmt::format("{}.blocks[{}]", where, i);
+    MeasuredBlock m = measured_block_from_json(node.at("blocks")[i], at);
+    for (const auto& other : blocks) {
+      CLEAVE_CHECK(!(other.shape == m.shape && other.tp == m.tp && other.micro_batch == m.micro_batch),
+                   "{}: '{}' at tp {} micro-batch {} is measured twice", at, m.shape, m.tp, m.micro_batch);
+    }
+    blocks.push_back(std::move(m));
+  }
+  return blocks;
+}
+
+// 'optimizer_ns_per_param' (`o`, named `at`) into `c`: each optimizer's update time per parameter, and the gradient
+// norm and clip when the profile timed them.
+void read_optimizer_costs(const json& o, const std::string& at, MeasuredCosts& c) {
+  CLEAVE_CHECK(o.is_object(),
+               "{}: expected an object {{\"adamw\", \"sgd\", \"sgd_momentum\"}} (and \"grad_norm\", "
+               "\"grad_clip\")", at);
+  c.adamw_s_per_param = number(o, "adamw", at, false) * 1e-9;
+  c.sgd_s_per_param = number(o, "sgd", at, false) * 1e-9;
+  c.sgd_momentum_s_per_param = number(o, "sgd_momentum", at, false) * 1e-9;
+  if (o.contains("grad_norm") || o.contains("grad_clip")) {  // absent from profiles written before they were timed
+    c.grad_norm_s_per_param = number(o, "grad_norm", at, false) * 1e-9;
+    c.grad_clip_s_per_param = number(o, "grad_clip", at, false) * 1e-9;
+  }
+}
+
+// 'count_exchange' (`x`, named `at`) into `c`: the MoE count exchange's ranks and latency.
+void read_count_exchange(const json& x, const std::string& at, MeasuredCosts& c) {
+  CLEAVE_CHECK(x.is_object(), "{}: expected an object {{\"ranks\", \"latency_us\"}}", at);
+  c.count_exchange_ranks = static_cast<int>(number(x, "ranks", at, false));
+  CLEAVE_CHECK(c.count_exchange_ranks >= 2, "{}: 'ranks' must be >= 2, got {}", at, c.count_exchange_ranks);
+  c.count_exchange_s = number(x, "latency_us", at, false) * 1e-6;
+}
+
+}  // namespace
+
 MeasuredCosts measured_from_json(const json& node, const std::string& file) {
   const std::string where = fmt::format("profile {}: measured", file);
   CLEAVE_CHECK(node.is_object(), "{}: expected an object", where);
@@ -240,51 +307,13 @@ MeasuredCosts measured_from_json(const json& node, const std::string& file) {
   c.ranks = static_cast<int>(number(node, "ranks", where, false));
   c.threads_per_rank = static_cast<int>(number(node, "threads_per_rank", where, false));
   c.dtype = node.contains("dtype") ? parse_profile_dtype(node.at("dtype"), where + ": 'dtype'") : DType::kF32;
-  CLEAVE_CHECK(node.contains("blocks") && node.at("blocks").is_array(), "{}: missing array 'blocks'", where);
-  for (std::size_t i = 0; i < node.at("blocks").size(); ++i) {
-    const json& b = node.at("blocks")[i];
-    const std::string at = fmt::format("{}.blocks[{}]", where, i);
-    CLEAVE_CHECK(b.is_object() && b.contains("shape") && b.at("shape").is_string(), "{}: missing string 'shape'", at);
-    MeasuredBlock m;
-    m.shape = b.at("shape").get<std::string>();
-    m.tp = static_cast<int>(number(b, "tp", at, false));
-    m.micro_batch = static_cast<std::int64_t>(number(b, "micro_batch", at, false));
-    m.forward_s = number(b, "forward_ms", at, true) * 1e-3;
-    m.input_grad_s = number(b, "input_grad_ms", at, true) * 1e-3;
-    m.weight_grad_s = number(b, "weight_grad_ms", at, true) * 1e-3;
-    const int warm_keys = static_cast<int>(b.contains("warm_forward_ms")) + static_cast<int>(b.contains("warm_input_grad_ms")) +
-                          static_cast<int>(b.contains("warm_weight_grad_ms"));
-    CLEAVE_CHECK(warm_keys == 0 || warm_keys == 3,
-                 "{}: 'warm_forward_ms', 'warm_input_grad_ms' and 'warm_weight_grad_ms' come together (it has {} of them)",
-                 at, warm_keys);
-    if (warm_keys == 3) {
-      m.warm_forward_s = number(b, "warm_forward_ms", at, false) * 1e-3;
-      m.warm_input_grad_s = number(b, "warm_input_grad_ms", at, true) * 1e-3;
-      m.warm_weight_grad_s = number(b, "warm_weight_grad_ms", at, true) * 1e-3;
-    }
-    for (const auto& other : c.blocks) {
-      CLEAVE_CHECK(!(other.shape == m.shape && other.tp == m.tp && other.micro_batch == m.micro_batch),
-                   "{}: '{}' at tp {} micro-batch {} is measured twice", at, m.shape, m.tp, m.micro_batch);
-    }
-    c.blocks.push_back(std::move(m));
-  }
+  c.blocks = measured_blocks_from_json(node, where);
   if (node.contains("cache_bytes_per_rank")) {
     c.cache_bytes_per_rank = static_cast<std::int64_t>(number(node, "cache_bytes_per_rank", where, false));
   }
   if (node.contains("p2p")) c.p2p = fit_from_json(node.at("p2p"), where + ".p2p");
   if (node.contains("optimizer_ns_per_param")) {
-    const json& o = node.at("optimizer_ns_per_param");
-    const std::string at = where + ".optimizer_ns_per_param";
-    CLEAVE_CHECK(o.is_object(),
-                 "{}: expected an object {{\"adamw\", \"sgd\", \"sgd_momentum\"}} (and \"grad_norm\", "
-                 "\"grad_clip\")", at);
-    c.adamw_s_per_param = number(o, "adamw", at, false) * 1e-9;
-    c.sgd_s_per_param = number(o, "sgd", at, false) * 1e-9;
-    c.sgd_momentum_s_per_param = number(o, "sgd_momentum", at, false) * 1e-9;
-    if (o.contains("grad_norm") || o.contains("grad_clip")) {  // absent from profiles written before they were timed
-      c.grad_norm_s_per_param = number(o, "grad_norm", at, false) * 1e-9;
-      c.grad_clip_s_per_param = number(o, "grad_clip", at, false) * 1e-9;
-    }
+    read_optimizer_costs(node.at("optimizer_ns_per_param"), where + ".optimizer_ns_per_param", c);
   }
   if (node.contains("sync_wait_per_compute")) {  // absent from profiles written before it was timed: 0, not priced
     c.sync_wait_per_compute = number(node, "sync_wait_per_compute", where, true);
@@ -294,14 +323,7 @@ MeasuredCosts measured_from_json(const json& node, const std::string& file) {
   if (node.contains("sync_wait_per_meeting_us")) {
     c.sync_wait_per_meeting_s = number(node, "sync_wait_per_meeting_us", where, true) * 1e-6;
   }
-  if (node.contains("count_exchange")) {
-    const json& x = node.at("count_exchange");
-    const std::string at = where + ".count_exchange";
-    CLEAVE_CHECK(x.is_object(), "{}: expected an object {{\"ranks\", \"latency_us\"}}", at);
-    c.count_exchange_ranks = static_cast<int>(number(x, "ranks", at, false));
-    CLEAVE_CHECK(c.count_exchange_ranks >= 2, "{}: 'ranks' must be >= 2, got {}", at, c.count_exchange_ranks);
-    c.count_exchange_s = number(x, "latency_us", at, false) * 1e-6;
-  }
+  if (node.contains("count_exchange")) read_count_exchange(node.at("count_exchange"), where + ".count_exchange", c);
   for (const auto& [op, name] : enum_table<Collective>()) {
     const std::string key(name);
     if (!node.contains(key)) continue;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <map>
+#include <vector>
 
 #include "engine/core/error.hpp"
 #include "pipeline/validator.hpp"
@@ -29,20 +30,11 @@ void emit(const Round& round, std::vector<Action>& out) {
   out.insert(out.end(), recvs.begin(), recvs.end());
 }
 
-}  // namespace
-
-Schedule lower_schedule(const Schedule& in) {
-  CLEAVE_CHECK(!in.is_lowered(),
-               "schedule '{}' is already lowered (it has SEND/RECV, REDUCE_GRAD or OPTIMIZER_STEP actions); "
-               "lowering takes a compute-only schedule",
-               in.name);
-  const ValidationResult validation = validate_schedule(in);
-  if (!validation.ok) throw Error(validation.message(in.name));
-  const DryRun& run = validation.run;
-  const int p = in.pp_size;
-
-  std::vector<std::map<int, Round>> rounds(p);
-  for (int r = 0; r < p; ++r) {
+// Each rank's rounds by dry-run step: a forward whose next stage lives elsewhere sends its activation in the step
+// it ran, and the next stage's rank receives it in the same round; a backward-input sends its gradient back alike.
+std::vector<std::map<int, Round>> rounds_of(const Schedule& in, const DryRun& run) {
+  std::vector<std::map<int, Round>> rounds(in.pp_size);
+  for (int r = 0; r < in.pp_size; ++r) {
     for (int i = 0; i < static_cast<int>(in.ranks[r].size()); ++i) {
       const Action& a = in.ranks[r][i];
       const int k = run.step[r][i];
@@ -57,38 +49,59 @@ Schedule lower_schedule(const Schedule& in) {
       }
     }
   }
+  return rounds;
+}
 
+// One rank's compute actions (`steps`: their dry-run steps) interleaved with its rounds' batches: a round goes
+// before the first compute action of a later step.
+std::vector<Action> with_rounds(const std::vector<Action>& computes, const std::vector<int>& steps,
+                                const std::map<int, Round>& rounds) {
+  std::vector<Action> out;
+  auto round = rounds.begin();
+  for (int i = 0; i < static_cast<int>(computes.size()); ++i) {
+    for (; round != rounds.end() && round->first < steps[i]; ++round) emit(round->second, out);
+    out.push_back(computes[i]);
+  }
+  for (; round != rounds.end(); ++round) emit(round->second, out);
+  return out;
+}
+
+// REDUCE_GRAD after each stage's last W/B and the batch that follows it, then OPTIMIZER_STEP.
+std::vector<Action> with_grad_reductions(const std::vector<Action>& with_comm) {
+  std::map<int, int> last_grad;  // stage -> index in with_comm
+  for (int i = 0; i < static_cast<int>(with_comm.size()); ++i) {
+    if (frees_stash(with_comm[i].kind)) last_grad[with_comm[i].stage] = i;
+  }
+  std::vector<Action> final_list;
+  std::vector<int> pending;
+  auto flush = [&] {
+    for (int stage : pending) final_list.push_back({ActionKind::kReduceGrad, stage, -1});
+    pending.clear();
+  };
+  for (int i = 0; i < static_cast<int>(with_comm.size()); ++i) {
+    if (!is_communication(with_comm[i].kind)) flush();
+    final_list.push_back(with_comm[i]);
+    if (frees_stash(with_comm[i].kind) && last_grad[with_comm[i].stage] == i) pending.push_back(with_comm[i].stage);
+  }
+  flush();
+  final_list.push_back({ActionKind::kOptimizerStep, -1, -1});
+  return final_list;
+}
+
+}  // namespace
+
+Schedule lower_schedule(const Schedule& in) {
+  CLEAVE_CHECK(!in.is_lowered(),
+               "schedule '{}' is already lowered (it has SEND/RECV, REDUCE_GRAD or OPTIMIZER_STEP actions); "
+               "lowering takes a compute-only schedule",
+               in.name);
+  const ValidationResult validation = validate_schedule(in);
+  if (!validation.ok) throw Error(validation.message(in.name));
+  const DryRun& run = validation.run;
+  const std::vector<std::map<int, Round>> rounds = rounds_of(in, run);
   Schedule out = in;
-  for (int r = 0; r < p; ++r) {
-    const auto& computes = in.ranks[r];
-    // Compute actions interleaved with the rounds' batches.
-    std::vector<Action> with_comm;
-    auto round = rounds[r].begin();
-    for (int i = 0; i < static_cast<int>(computes.size()); ++i) {
-      for (; round != rounds[r].end() && round->first < run.step[r][i]; ++round) emit(round->second, with_comm);
-      with_comm.push_back(computes[i]);
-    }
-    for (; round != rounds[r].end(); ++round) emit(round->second, with_comm);
-
-    // REDUCE_GRAD after each stage's last W/B and the batch that follows it.
-    std::map<int, int> last_grad;  // stage -> index in with_comm
-    for (int i = 0; i < static_cast<int>(with_comm.size()); ++i) {
-      if (frees_stash(with_comm[i].kind)) last_grad[with_comm[i].stage] = i;
-    }
-    std::vector<Action> final_list;
-    std::vector<int> pending;
-    auto flush = [&] {
-      for (int stage : pending) final_list.push_back({ActionKind::kReduceGrad, stage, -1});
-      pending.clear();
-    };
-    for (int i = 0; i < static_cast<int>(with_comm.size()); ++i) {
-      if (!is_communication(with_comm[i].kind)) flush();
-      final_list.push_back(with_comm[i]);
-      if (frees_stash(with_comm[i].kind) && last_grad[with_comm[i].stage] == i) pending.push_back(with_comm[i].stage);
-    }
-    flush();
-    final_list.push_back({ActionKind::kOptimizerStep, -1, -1});
-    out.ranks[r] = std::move(final_list);
+  for (int r = 0; r < in.pp_size; ++r) {
+    out.ranks[r] = with_grad_reductions(with_rounds(in.ranks[r], run.step[r], rounds[r]));
   }
   return out;
 }

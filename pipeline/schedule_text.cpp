@@ -164,64 +164,83 @@ std::string format_schedule(const Schedule& s) {
   return out;
 }
 
+namespace {
+
+// Header `key` as an integer >= 1 (nullopt when absent).
+std::optional<int> header_int(const ScheduleLines& lines, const std::string& key, std::string_view source) {
+  auto it = lines.header.find(key);
+  if (it == lines.header.end()) return std::nullopt;
+  const auto value = to_int(it->second.first);
+  CLEAVE_CHECK(value.has_value() && *value >= 1, "schedule file '{}' line {}: {} must be an integer >= 1, got '{}'",
+               source, it->second.second, key, it->second.first);
+  return value;
+}
+
+// pp_size (default: the rank lines' count, which must equal it) and each rank's actions, moved out of `lines`.
+void take_rank_lines(ScheduleLines& lines, std::string_view source, Schedule& s) {
+  auto& rank_lines = lines.rank_lines;
+  const int rank_count = static_cast<int>(rank_lines.size());
+  s.pp_size = header_int(lines, "pp_size", source).value_or(rank_count);
+  CLEAVE_CHECK(rank_count == s.pp_size, "schedule file '{}': pp_size is {} but there are {} rank lines", source,
+               s.pp_size, rank_count);
+  s.ranks.resize(s.pp_size);
+  for (auto& [rank, entry] : rank_lines) {
+    CLEAVE_CHECK(rank < s.pp_size, "schedule file '{}' line {}: rank {} is out of range for pp_size {} (ranks 0..{})",
+                 source, entry.second, rank, s.pp_size, s.pp_size - 1);
+    s.ranks[rank] = std::move(entry.first);
+  }
+}
+
+// num_stages and num_microbatches: the header's, else one past the largest the actions name.
+void read_counts(const ScheduleLines& lines, std::string_view source, Schedule& s) {
+  int max_stage = -1, max_mb = -1;
+  for (const auto& actions : s.ranks) {
+    for (const auto& a : actions) {
+      max_stage = std::max(max_stage, a.stage);
+      max_mb = std::max(max_mb, a.microbatch);
+    }
+  }
+  s.num_stages = header_int(lines, "num_stages", source).value_or(max_stage + 1);
+  s.num_microbatches = header_int(lines, "num_microbatches", source).value_or(max_mb + 1);
+  CLEAVE_CHECK(s.num_stages >= 1, "schedule file '{}' names no stage; add compute actions or num_stages", source);
+  CLEAVE_CHECK(s.num_microbatches >= 1, "schedule file '{}' names no micro-batch; add compute actions or "
+               "num_microbatches", source);
+}
+
+// virtual_stages: the header's, else the stages spread evenly over the ranks.
+int virtual_stages_of(const ScheduleLines& lines, std::string_view source, const Schedule& s) {
+  if (const auto v = header_int(lines, "virtual_stages", source)) return *v;
+  CLEAVE_CHECK(s.num_stages % s.pp_size == 0,
+               "schedule file '{}': {} stages cannot be spread evenly over {} ranks (every rank holds the same "
+               "number of stages)",
+               source, s.num_stages, s.pp_size);
+  return s.num_stages / s.pp_size;
+}
+
+// overlap_fb_pairs: 'true' or 'false', false when absent.
+bool overlap_fb_pairs_of(const ScheduleLines& lines, std::string_view source) {
+  const auto it = lines.header.find("overlap_fb_pairs");
+  if (it == lines.header.end()) return false;
+  const auto& [value, line] = it->second;
+  CLEAVE_CHECK(value == "true" || value == "false",
+               "schedule file '{}' line {}: overlap_fb_pairs must be 'true' or 'false', got '{}'", source, line,
+               value);
+  return value == "true";
+}
+
+}  // namespace
+
 Schedule parse_schedule(std::string_view text, std::string_view source) {
   try {
     ScheduleLines lines = read_lines(text, source);
-    auto& header = lines.header;
-    auto& rank_lines = lines.rank_lines;
-    CLEAVE_CHECK(!rank_lines.empty(), "schedule file '{}' has no 'rank N: ...' lines", source);
-    auto header_int = [&](const std::string& key) -> std::optional<int> {
-      auto it = header.find(key);
-      if (it == header.end()) return std::nullopt;
-      const auto value = to_int(it->second.first);
-      CLEAVE_CHECK(value.has_value() && *value >= 1, "schedule file '{}' line {}: {} must be an integer >= 1, got '{}'",
-                   source, it->second.second, key, it->second.first);
-      return value;
-    };
-
+    CLEAVE_CHECK(!lines.rank_lines.empty(), "schedule file '{}' has no 'rank N: ...' lines", source);
     Schedule s;
-    s.name = header.count("name") ? header["name"].first : std::string(source);
-    const int rank_count = static_cast<int>(rank_lines.size());
-    s.pp_size = header_int("pp_size").value_or(rank_count);
-    CLEAVE_CHECK(rank_count == s.pp_size, "schedule file '{}': pp_size is {} but there are {} rank lines", source,
-                 s.pp_size, rank_count);
-    s.ranks.resize(s.pp_size);
-    for (auto& [rank, entry] : rank_lines) {
-      CLEAVE_CHECK(rank < s.pp_size, "schedule file '{}' line {}: rank {} is out of range for pp_size {} (ranks 0..{})",
-                   source, entry.second, rank, s.pp_size, s.pp_size - 1);
-      s.ranks[rank] = std::move(entry.first);
-    }
-
-    int max_stage = -1, max_mb = -1;
-    for (const auto& actions : s.ranks) {
-      for (const auto& a : actions) {
-        max_stage = std::max(max_stage, a.stage);
-        max_mb = std::max(max_mb, a.microbatch);
-      }
-    }
-    s.num_stages = header_int("num_stages").value_or(max_stage + 1);
-    s.num_microbatches = header_int("num_microbatches").value_or(max_mb + 1);
-    CLEAVE_CHECK(s.num_stages >= 1, "schedule file '{}' names no stage; add compute actions or num_stages", source);
-    CLEAVE_CHECK(s.num_microbatches >= 1, "schedule file '{}' names no micro-batch; add compute actions or "
-                 "num_microbatches", source);
-
+    s.name = lines.header.count("name") ? lines.header.at("name").first : std::string(source);
+    take_rank_lines(lines, source, s);
+    read_counts(lines, source, s);
     s.stage_to_rank = stage_placement(lines, s, source);
-    if (const auto v = header_int("virtual_stages")) {
-      s.virtual_stages = *v;
-    } else {
-      CLEAVE_CHECK(s.num_stages % s.pp_size == 0,
-                   "schedule file '{}': {} stages cannot be spread evenly over {} ranks (every rank holds the same "
-                   "number of stages)",
-                   source, s.num_stages, s.pp_size);
-      s.virtual_stages = s.num_stages / s.pp_size;
-    }
-    if (header.count("overlap_fb_pairs")) {
-      const auto& [value, line] = header["overlap_fb_pairs"];
-      CLEAVE_CHECK(value == "true" || value == "false",
-                   "schedule file '{}' line {}: overlap_fb_pairs must be 'true' or 'false', got '{}'", source, line,
-                   value);
-      s.overlap_fb_pairs = value == "true";
-    }
+    s.virtual_stages = virtual_stages_of(lines, source, s);
+    s.overlap_fb_pairs = overlap_fb_pairs_of(lines, source);
     // Shape errors name the source, not the schedule's own name.
     const std::string name = std::exchange(s.name, std::string(source));
     check_schedule_shape(s);

@@ -179,87 +179,117 @@ std::uint64_t header_length(std::span<const std::byte> first8, std::uint64_t siz
   return header_len;
 }
 
-// Every check of the header (header_text) of a `size`-byte file; `data` is left empty.
-SafetensorsFile parse_header(std::span<const std::byte> header_text, std::uint64_t size, const std::string& path) {
-  const std::uint64_t header_len = header_text.size();
+// The header's JSON object.
+json header_json(std::span<const std::byte> header_text, const std::string& path) {
   json header;
   try {
     header = json::parse(reinterpret_cast<const char*>(header_text.data()),
-                         reinterpret_cast<const char*>(header_text.data()) + header_len);
+                         reinterpret_cast<const char*>(header_text.data()) + header_text.size());
   } catch (const json::exception& e) {
-    CLEAVE_THROW("checkpoint file {}: the {}-byte JSON header does not parse ({})", path, header_len,
+    CLEAVE_THROW("checkpoint file {}: the {}-byte JSON header does not parse ({})", path, header_text.size(),
                  library_detail(e));
   }
   CLEAVE_CHECK(header.is_object(), "checkpoint file {}: the JSON header is not an object", path);
+  return header;
+}
 
-  SafetensorsFile out;
-  out.path = path;
-  const std::int64_t data_size = static_cast<std::int64_t>(size - 8 - header_len);
-  std::vector<std::pair<std::int64_t, std::string>> by_begin;
-  for (const auto& [name, entry] : header.items()) {
-    if (name == "__metadata__") {
-      CLEAVE_CHECK(entry.is_object(), "checkpoint file {}: __metadata__ is not an object", path);
-      for (const auto& [k, v] : entry.items()) {
-        CLEAVE_CHECK(v.is_string(), "checkpoint file {}: __metadata__.{} is not a string", path, k);
-        out.metadata[k] = v.get<std::string>();
-      }
-      continue;
-    }
-    CLEAVE_CHECK(entry.is_object(), "checkpoint file {}: tensor {}: the header entry is {}, expected an object with "
-                 "dtype, shape and data_offsets", path, name, entry.type_name());
-    TensorRecord r;
-    try {
-      r.dtype = entry.at("dtype").get<std::string>();
-      r.shape = integers(entry.at("shape"), "shape");
-      const auto offsets = integers(entry.at("data_offsets"), "data_offsets");
-      CLEAVE_CHECK(offsets.size() == 2, "data_offsets has {} values, expected 2", offsets.size());
-      r.begin = offsets[0];
-      r.end = offsets[1];
-    } catch (const json::exception& e) {
-      CLEAVE_THROW("checkpoint file {}: tensor {}: malformed header entry ({})", path, name, library_detail(e));
-    } catch (const Error& e) {
-      CLEAVE_THROW("checkpoint file {}: tensor {}: malformed header entry ({})", path, name, e.what());
-    }
-    std::int64_t dsize = 0;
-    try {
-      dsize = static_cast<std::int64_t>(safetensors_dtype_size(r.dtype));
-    } catch (const Error& e) {
-      CLEAVE_THROW("checkpoint file {}: tensor {}: {}", path, name, e.what());
-    }
-    // numel × dtype size, stopped as soon as it passes the data section (so the product cannot overflow).
-    std::int64_t expected = dsize;
-    for (std::int64_t d : r.shape) {
-      CLEAVE_CHECK(d >= 0, "checkpoint file {}: tensor {} has a negative extent in shape {}", path, name,
-                   shape_text(r.shape));
-      if (d == 0) expected = 0;
-      else if (expected <= data_size) expected = expected > data_size / d ? data_size + 1 : expected * d;
-    }
-    CLEAVE_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= data_size,
-                 "checkpoint file {}: tensor {} has data_offsets [{}, {}] outside the {}-byte data section", path,
-                 name, r.begin, r.end, data_size);
-    CLEAVE_CHECK(expected <= data_size,
-                 "checkpoint file {}: tensor {} has shape {} of {}, more than the {}-byte data section holds", path,
-                 name, shape_text(r.shape), r.dtype, data_size);
-    CLEAVE_CHECK(r.end - r.begin == expected,
-                 "checkpoint file {}: tensor {} spans {} bytes but shape {} of {} needs {}", path, name,
-                 r.end - r.begin, shape_text(r.shape), r.dtype, expected);
-    by_begin.emplace_back(r.begin, name);
-    out.tensors.emplace(name, std::move(r));
+// The header's __metadata__ entry: an object of strings.
+std::map<std::string, std::string> metadata_of(const json& entry, const std::string& path) {
+  CLEAVE_CHECK(entry.is_object(), "checkpoint file {}: __metadata__ is not an object", path);
+  std::map<std::string, std::string> metadata;
+  for (const auto& [k, v] : entry.items()) {
+    CLEAVE_CHECK(v.is_string(), "checkpoint file {}: __metadata__.{} is not a string", path, k);
+    metadata[k] = v.get<std::string>();
   }
+  return metadata;
+}
+
+// The dtype, shape and data offsets of tensor `name`'s header entry, as written (nothing checked against the data).
+TensorRecord tensor_fields(const std::string& name, const json& entry, const std::string& path) {
+  CLEAVE_CHECK(entry.is_object(), "checkpoint file {}: tensor {}: the header entry is {}, expected an object with "
+               "dtype, shape and data_offsets", path, name, entry.type_name());
+  TensorRecord r;
+  try {
+    r.dtype = entry.at("dtype").get<std::string>();
+    r.shape = integers(entry.at("shape"), "shape");
+    const auto offsets = integers(entry.at("data_offsets"), "data_offsets");
+    CLEAVE_CHECK(offsets.size() == 2, "data_offsets has {} values, expected 2", offsets.size());
+    r.begin = offsets[0];
+    r.end = offsets[1];
+  } catch (const json::exception& e) {
+    CLEAVE_THROW("checkpoint file {}: tensor {}: malformed header entry ({})", path, name, library_detail(e));
+  } catch (const Error& e) {
+    CLEAVE_THROW("checkpoint file {}: tensor {}: malformed header entry ({})", path, name, e.what());
+  }
+  return r;
+}
+
+// Tensor `name`'s record checked against a data section of `data_size` bytes: a known dtype, no negative extent,
+// offsets inside the section, and exactly numel × dtype size bytes between them.
+void check_tensor_bytes(const std::string& name, const TensorRecord& r, std::int64_t data_size,
+                        const std::string& path) {
+  std::int64_t dsize = 0;
+  try {
+    dsize = static_cast<std::int64_t>(safetensors_dtype_size(r.dtype));
+  } catch (const Error& e) {
+    CLEAVE_THROW("checkpoint file {}: tensor {}: {}", path, name, e.what());
+  }
+  // numel × dtype size, stopped as soon as it passes the data section (so the product cannot overflow).
+  std::int64_t expected = dsize;
+  for (std::int64_t d : r.shape) {
+    CLEAVE_CHECK(d >= 0, "checkpoint file {}: tensor {} has a negative extent in shape {}", path, name,
+                 shape_text(r.shape));
+    if (d == 0) expected = 0;
+    else if (expected <= data_size) expected = expected > data_size / d ? data_size + 1 : expected * d;
+  }
+  CLEAVE_CHECK(0 <= r.begin && r.begin <= r.end && r.end <= data_size,
+               "checkpoint file {}: tensor {} has data_offsets [{}, {}] outside the {}-byte data section", path,
+               name, r.begin, r.end, data_size);
+  CLEAVE_CHECK(expected <= data_size,
+               "checkpoint file {}: tensor {} has shape {} of {}, more than the {}-byte data section holds", path,
+               name, shape_text(r.shape), r.dtype, data_size);
+  CLEAVE_CHECK(r.end - r.begin == expected,
+               "checkpoint file {}: tensor {} spans {} bytes but shape {} of {} needs {}", path, name,
+               r.end - r.begin, shape_text(r.shape), r.dtype, expected);
+}
+
+// The tensors' byte ranges, in order of their start, tile the `data_size`-byte data section: no gap, no overlap.
+void check_tensors_tile(const std::map<std::string, TensorRecord>& tensors, std::int64_t data_size,
+                        const std::string& path) {
+  std::vector<std::pair<std::int64_t, std::string>> by_begin;
+  for (const auto& [name, r] : tensors) by_begin.emplace_back(r.begin, name);
   std::sort(by_begin.begin(), by_begin.end());
   std::int64_t covered = 0;
   for (const auto& [begin, name] : by_begin) {
-    const TensorRecord& r = out.tensors.at(name);
     CLEAVE_CHECK(begin == covered,
                  "checkpoint file {}: tensor {} starts at byte {} but the previous data ends at {} ({}; offsets must "
                  "cover the data exactly)",
                  path, name, begin, covered, begin > covered ? "a gap" : "an overlap");
-    covered = r.end;
+    covered = tensors.at(name).end;
   }
   CLEAVE_CHECK(covered == data_size,
                "checkpoint file {}: the tensors cover {} bytes but the data section holds {} (truncated, or bytes "
                "after the last tensor)",
                path, covered, data_size);
+}
+
+// Every check of the header (header_text) of a `size`-byte file; `data` is left empty.
+SafetensorsFile parse_header(std::span<const std::byte> header_text, std::uint64_t size, const std::string& path) {
+  const std::uint64_t header_len = header_text.size();
+  const json header = header_json(header_text, path);
+  SafetensorsFile out;
+  out.path = path;
+  const std::int64_t data_size = static_cast<std::int64_t>(size - 8 - header_len);
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      out.metadata = metadata_of(entry, path);
+      continue;
+    }
+    TensorRecord r = tensor_fields(name, entry, path);
+    check_tensor_bytes(name, r, data_size, path);
+    out.tensors.emplace(name, std::move(r));
+  }
+  check_tensors_tile(out.tensors, data_size, path);
   out.data_offset = static_cast<std::int64_t>(8 + header_len);
   return out;
 }

@@ -1,6 +1,8 @@
-// The supervisor's loop (supervisor.hpp): the first layout checked before anything starts, then attempt after
-// attempt (attempt.hpp) until one completes, stops on SIGTERM, or a failure leaves no restart (recovery_policy.hpp
-// decides; restart_record.hpp records). Invariant: every end of the loop has saved supervisor.json first.
+// The supervisor's loop (supervisor.hpp): the first layout checked before anything starts (layout_choice.hpp), then
+// attempt after attempt (attempt.hpp) until one completes, stops on SIGTERM, or a failure leaves no restart
+// (recovery_policy.hpp decides; layout_choice.hpp picks the next layout; restart_checkpoint.hpp the checkpoint it
+// continues from; restart_record.hpp records).
+// Invariant: every end of the loop has saved supervisor.json first.
 #include "engine/supervise/supervisor.hpp"
 
 #include <signal.h>
@@ -9,7 +11,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <numeric>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -21,16 +22,13 @@
 #include <nlohmann/json.hpp>
 #include <fmt/ranges.h>
 
-#include "engine/checkpoint/checkpoint_dir.hpp"
-#include "engine/checkpoint/quick_check.hpp"
 #include "engine/config/config.hpp"
-#include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
-#include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
-#include "engine/run_plan/plan.hpp"
 #include "engine/supervise/attempt.hpp"
+#include "engine/supervise/layout_choice.hpp"
+#include "engine/supervise/restart_checkpoint.hpp"
 #include "engine/supervise/restart_record.hpp"
 #include "engine/train/config_change.hpp"
 #include "engine/train/stop_request.hpp"
@@ -51,63 +49,7 @@ double mtime_unix(const std::string& path) {
   return static_cast<double>(st.st_mtim.tv_sec) + static_cast<double>(st.st_mtim.tv_nsec) * 1e-9;
 }
 
-std::string describe(const planner::PlanChoice& c) {
-  return fmt::format("{}, micro {} x accum {}, {}{}", c.layout(), c.micro_batch,
-                     c.global_batch / (c.micro_batch * c.dp), c.pp > 1 ? c.schedule : std::string("single stage"),
-                     c.zero_stage > 0 ? fmt::format(", ZeRO-{}", c.zero_stage) : std::string());
-}
-
 std::string slot_name(const Slot& s) { return fmt::format("{}:{}", s.host, s.index); }
-
-// The planner's best plan on `world` ranks (nullopt: none fits), with the reason line for the log.
-struct PlannerPick {
-  std::optional<planner::PlanChoice> choice;
-  std::string note;
-};
-
-class Planner {
- public:
-  Planner(const SuperviseOptions& o, const config::RunConfig& base, std::string dir) : o_(o), base_(base), dir_(std::move(dir)) {}
-
-  PlannerPick best(int world) {
-    const std::string profile = profile_path(world);
-    const auto setup = planner::planning_setup(base_, profile, o_.memory_limit, world);
-    planner::SearchResult result;
-    try {
-      result = planner::search_plans(o_.config_path, o_.overrides, setup.profile, setup.options);
-    } catch (const Error& e) {  // a world no layout divides
-      return {std::nullopt, e.what()};
-    }
-    if (result.ranked.empty()) {
-      return {std::nullopt, fmt::format("no plan on {} ranks fits the memory cap {}", world,
-                                        result.memory_limit > 0 ? format_bytes(result.memory_limit) : "(none)")};
-    }
-    const auto& best = result.ranked.front();
-    return {best.choice, fmt::format("the planner's best of {} plans under the cap {} (predicted {:.1f} ms/step, peak {})",
-                                     result.ranked.size(),
-                                     result.memory_limit > 0 ? format_bytes(result.memory_limit) : "(none)",
-                                     best.step_s * 1e3, format_bytes(best.peak_bytes))};
-  }
-
- private:
-  // --profile, else this machine measured once for the model and kept as supervisor/profile.json.
-  std::string profile_path(int world) {
-    if (!o_.profile.empty()) return o_.profile;
-    const std::string path = (fs::path(dir_) / "profile.json").string();
-    if (!fs::exists(path)) {
-      log::info("run: measuring this machine for the planner (once; kept as {}; --profile FILE skips this)", path);
-      // As `cleave plan` without --profile measures it: no memory cap of its own ("device_memory_GiB": "none"),
-      // which the profile reader takes back as it was written.
-      const auto profile = planner::measure_this_machine(run_plan::model_spec(base_.model), world);
-      replace_file(path, planner::profile_to_json(profile).dump(2) + "\n");
-    }
-    return path;
-  }
-
-  const SuperviseOptions& o_;
-  const config::RunConfig& base_;
-  std::string dir_;
-};
 
 // supervisor/, or supervisor.2, .3 ... when an earlier supervised run of this directory left one.
 std::string fresh_dir(const std::string& out_dir) {
@@ -115,26 +57,6 @@ std::string fresh_dir(const std::string& out_dir) {
   for (int n = 2; fs::exists(dir); ++n) dir = fs::path(out_dir) / fmt::format("supervisor.{}", n);
   fs::create_directories(dir);
   return dir.string();
-}
-
-// The re-plan's inputs, checked before the first attempt starts: read only at the first failure, a bad --profile or
-// --memory-limit would end the job hours in, exactly when the re-plan is needed. Under --keep-layout nothing
-// re-plans, so either would be accepted and do nothing: refused.
-void check_replan_inputs(const SuperviseOptions& o, const config::RunConfig& base, int world) {
-  if (o.keep_layout) {
-    CLEAVE_CHECK(o.profile.empty() && o.memory_limit.empty(),
-                 "run: {} prices the planner's re-plan, but --keep-layout keeps tp x cp x pp and never re-plans; "
-                 "nothing was started (drop {} or --keep-layout)", o.profile.empty() ? "--memory-limit" : "--profile",
-                 o.profile.empty() ? "--memory-limit" : "--profile");
-    return;
-  }
-  try {
-    if (!o.profile.empty()) static_cast<void>(planner::planning_setup(base, o.profile, o.memory_limit, world));
-    else if (!o.memory_limit.empty()) static_cast<void>(parse_bytes(o.memory_limit, "--memory-limit"));
-  } catch (const Error& e) {
-    CLEAVE_THROW("run: {}; nothing was started (the re-plan after a failure reads --profile and --memory-limit)",
-                 e.what());
-  }
 }
 
 std::vector<bool> check_health(const std::string& command, const std::vector<Slot>& slots) {
@@ -149,64 +71,12 @@ std::vector<bool> check_health(const std::string& command, const std::vector<Slo
   return healthy;
 }
 
-
-// The config's own layout on the slots given, checked before anything starts.
+// The first attempt's layout, and every input a later attempt reads, checked before anything starts.
 planner::PlanChoice first_choice(const SuperviseOptions& o, const config::RunConfig& base) {
-  planner::PlanChoice choice;
-  try {
-    // A config that fixes dp uses tp x cp x dp x pp of the slots (the rest idle); dp -1 fills them.
-    const auto& p = base.parallel;
-    const int world = p.data_parallel_size > 0
-                          ? p.tensor_model_parallel_size * p.context_parallel_size * p.pipeline_model_parallel_size *
-                                p.data_parallel_size
-                          : static_cast<int>(o.slots.size());
-    choice = planner::choice_of_config(o.config_path, o.overrides, world);
-    static_cast<void>(choice.apply_to(base));  // the config's own checks at this world, before anything starts
-  } catch (const std::exception& e) {
-    CLEAVE_THROW("run: the config does not run on the {} slots given: {}; nothing was started (set parallel.* "
-                 "after the -- or give other --slots)",
-                 o.slots.size(), e.what());
-  }
-  const int first_world = choice.world();
-  CLEAVE_CHECK(first_world <= static_cast<int>(o.slots.size()),
-               "run: the config's layout {} needs {} ranks but only {} slots are given", choice.layout(), first_world,
-               o.slots.size());
+  planner::PlanChoice choice = config_layout(o, base);
   check_launcher(o);
-  check_replan_inputs(o, base, first_world);
+  check_replan_inputs(o, base, choice.world());
   return choice;
-}
-
-// The layout for the `n` ranks left after a failure: --keep-layout's (tp x cp x pp and ep kept, dp shrunk), or the
-// planner's
-// best. `note` is the record's layout_choice, or without a layout the reason the supervisor gives up.
-struct NextLayout {
-  std::optional<planner::PlanChoice> choice;
-  std::string note;
-};
-
-NextLayout next_layout(const SuperviseOptions& o, Planner& planner, const planner::PlanChoice& choice, int n) {
-  if (o.keep_layout) {
-    std::optional<planner::PlanChoice> next = keep_layout(choice, n);
-    if (!next) {
-      const int kept = choice.tp * choice.cp * choice.pp;
-      return {std::nullopt, fmt::format("--keep-layout keeps tp x cp x pp = {} x {} x {} = {} ranks (and ep {}), "
-                                        "but {} rank{} left (the smallest world for this layout is {})",
-                                        choice.tp, choice.cp, choice.pp, kept, choice.ep, n, n == 1 ? " is" : "s are",
-                                        kept * choice.ep / std::gcd(choice.cp, choice.ep))};
-    }
-    return {next, "kept tp x cp x pp (--keep-layout), dp shrunk"};
-  }
-  PlannerPick pick = planner.best(n);
-  if (!pick.choice) {
-    const int original = static_cast<int>(o.slots.size());
-    const auto smallest = smallest_world(n + 1, std::max(2 * original, n + 1), [&](int w) {
-      return planner.best(w).choice.has_value();
-    });
-    return {std::nullopt, fmt::format("no layout fits at the {} rank{} left ({}); {}", n, n == 1 ? "" : "s", pick.note,
-                                      smallest ? fmt::format("the smallest world that fits is {} ranks", *smallest)
-                                               : fmt::format("no world up to {} ranks fits either", 2 * original))};
-  }
-  return {pick.choice, pick.note};
 }
 
 // The log lines of a run that completed: where the records are, and what each restart cost.
@@ -230,50 +100,8 @@ struct RunPaths {
   std::string metrics_path;  // out_dir/metrics.jsonl
 };
 
-// The checkpoint a restart's --resume auto continues from: the newest that passes the quick check (index.json and
-// the files' headers; engine/checkpoint/quick_check.hpp). One the trainer would skip is named once, with why. When
-// there are checkpoints and the quick check finds every one damaged, `no_intact` is the trainer's own
-// NoIntactCheckpoint message: the restart would stop with it at its load.
-struct RestartFrom {
-  std::optional<std::string> checkpoint;
-  std::optional<std::string> no_intact;
-};
-
-RestartFrom restart_checkpoint(const std::string& root) {
-  const std::vector<checkpoint::ResumeCandidate> candidates = checkpoint::quick_check_candidates(root);
-  RestartFrom out;
-  for (const checkpoint::ResumeCandidate& c : candidates) {
-    if (c.state == checkpoint::CandidateState::kIntact) out.checkpoint = (fs::path(root) / c.name).string();
-  }
-  if (!out.checkpoint) {
-    out.no_intact = checkpoint::no_intact_checkpoint_message("auto", root, candidates);
-    return out;
-  }
-  const auto newest = checkpoint::latest_step_dir(root);
-  if (newest && newest != out.checkpoint) {
-    log::warn("run: the newest checkpoint {} is damaged ({}); the restart falls back to {}", *newest,
-              checkpoint::quick_check(*newest).value_or("?"), *out.checkpoint);
-  }
-  return out;
-}
-
 void save_record(const RunPaths& paths, const SupervisorRecord& record) {
   replace_file((fs::path(paths.dir) / "supervisor.json").string(), supervisor_json_text(record));
-}
-
-// A restart whose job resumed from an older checkpoint than the record states (the trainer found damage the quick
-// check cannot see, and fell back): the record follows the job (checkpoint, step, steps redone and their time, from
-// the failed attempt's rows kept in supervisor/attempt_N.metrics.jsonl), and the log says so once.
-void follow_fallback(RestartRecord& r, const RunPaths& paths) {
-  const std::optional<std::int64_t> step = resumed_elsewhere(r, paths.metrics_path);
-  if (!step) return;
-  log::warn("run: restart {} resumed from step {}, not {}: the trainer skipped a damaged checkpoint (its log says "
-            "which and why)", r.number, *step, r.resumed_at_step);
-  r.checkpoint = (fs::path(paths.ckpt_root) / checkpoint::step_dir_name(*step)).string();
-  r.resumed_at_step = *step;
-  r.steps_redone = std::max<std::int64_t>(0, r.last_step_done - *step);
-  const std::string rows = (fs::path(paths.dir) / fmt::format("attempt_{}.metrics.jsonl", r.number)).string();
-  r.redone_s = read_metrics_rows(rows).ms_after(*step) * 1e-3;
 }
 
 // What the user does about a failure no restart cures, before running the same command again.
@@ -309,91 +137,107 @@ struct LoopState {
   std::optional<std::string> restart_file;  // the next attempt's --restart-record
 };
 
-// After attempt `a` failed (`detected_at`: when, as the record states it): records the failure, then either sets
-// `state` up for the restart (nullopt) or gives up, leaving the newest checkpoint as it is (the exit code).
-std::optional<int> after_failure(const SuperviseOptions& o, const RunPaths& paths, Planner& planner,
-                                 const AttemptRun& run, AttemptRecord a, double detected_at, LoopState& state) {
-  // A failure: what, where, what is left.
-  const Failure failure = classify_failure(run.output, run.exit_code);
+// A failed attempt as the restart sees it: what failed, the steps its metrics.jsonl holds, and when.
+struct FailedAttempt {
+  Failure failure;
+  MetricsRows rows;
+  double fault_at = 0;     // when the fault happened, as well as the records tell (unix seconds)
+  double detected_at = 0;  // when the supervisor saw it
+  double ended_at = 0;     // when the last process of the job was gone
+};
+
+// When the supervisor saw the failure of `run`: the failure line's moment, else (no line, a non-zero exit) its end.
+double detection_time(const AttemptRun& run) {
+  return run.detected_at == 0 && run.exit_code != 0 ? run.ended_at : run.detected_at;
+}
+
+// Records the failed attempt `a`: its metrics.jsonl kept as supervisor/attempt_N.metrics.jsonl, its outcome in
+// `record`, a log line.
+FailedAttempt note_failed_attempt(const RunPaths& paths, const AttemptRun& run, AttemptRecord a,
+                                  SupervisorRecord& record) {
+  FailedAttempt f;
+  f.failure = classify_failure(run.output, run.exit_code);
+  f.detected_at = detection_time(run);
+  f.ended_at = a.ended_unix_s;
   const std::string& metrics_path = paths.metrics_path;
-  const MetricsRows rows = read_metrics_rows(metrics_path);
+  f.rows = read_metrics_rows(metrics_path);
   if (fs::exists(metrics_path)) {
     fs::copy_file(metrics_path, fs::path(paths.dir) / fmt::format("attempt_{}.metrics.jsonl", a.number),
                   fs::copy_options::overwrite_existing);
   }
-  double fault_at = run.fault_at;
-  if (fault_at == 0) fault_at = std::min(detected_at, mtime_unix(metrics_path) > 0 ? mtime_unix(metrics_path) : detected_at);
-  a.outcome = fmt::format("failed: {}", failure.why);
-  SupervisorRecord& record = state.record;
-  record.attempts.push_back(a);
-  log::warn("run: attempt {} failed after step {}: {} ({})", a.number, rows.last_step, failure.why,
-            failure_kind_name(failure.kind));
-  if (!restart_can_cure(failure.kind)) return give_up_at_once(o, paths, failure, record);
-
-  const std::vector<bool> healthy = check_health(o.health_check, state.slots);
-  // The checkpoint as the restart will find it: looked at after everything else that runs before it.
-  const RestartFrom from = restart_checkpoint(paths.ckpt_root);
-  if (from.no_intact) {  // the restart would stop at its load: stop now, with its message
-    return give_up_at_once(o, paths, {FailureKind::kNoIntactCheckpoint, {}, *from.no_intact}, record);
+  f.fault_at = run.fault_at;
+  if (f.fault_at == 0) {
+    f.fault_at = std::min(f.detected_at, mtime_unix(metrics_path) > 0 ? mtime_unix(metrics_path) : f.detected_at);
   }
-  const std::optional<std::string>& latest = from.checkpoint;
-  std::int64_t ckpt_step = 0;
-  if (latest) ckpt_step = std::stoll(fs::path(*latest).filename().string().substr(5));
-  std::vector<Slot> left = remaining_slots(state.slots, failure, healthy);
-  const RestartDecision decision =
-      decide_restart(static_cast<int>(record.restarts.size()), o.max_restarts, static_cast<int>(left.size()), o.min_ranks);
-  const std::string keep_note = fmt::format(
+  a.outcome = fmt::format("failed: {}", f.failure.why);
+  record.attempts.push_back(a);
+  log::warn("run: attempt {} failed after step {}: {} ({})", a.number, f.rows.last_step, f.failure.why,
+            failure_kind_name(f.failure.kind));
+  return f;
+}
+
+// What a refused restart leaves and how to continue: the checkpoint, the metrics rows, the command.
+std::string keep_note(const std::optional<std::string>& latest, const MetricsRows& rows, const RunPaths& paths) {
+  return fmt::format(
       "nothing is lost: the newest intact checkpoint is {} and metrics.jsonl holds {} (each attempt's rows and log "
       "are kept in {}); continue with the same cleave run command and --resume auto after the --",
       latest.value_or("(none: no checkpoint was written yet)"),
       rows.last_step > 0 ? fmt::format("steps 1..{}", rows.last_step) : std::string("no step yet"), paths.dir);
-  const auto give_up = [&](const std::string& why) {
-    record.outcome = "failed: " + why;
-    save_record(paths, record);
-    log::error("run: giving up: {}; {}", why, keep_note);
-    return 1;
-  };
-  if (!decision.restart) return give_up(decision.reason);
+}
 
+// A restart refused (`why`: the budget, too few ranks, no layout): the record and the log say so; the exit code.
+int give_up(const RunPaths& paths, const std::string& why, const std::string& note, SupervisorRecord& record) {
+  record.outcome = "failed: " + why;
+  save_record(paths, record);
+  log::error("run: giving up: {}; {}", why, note);
+  return 1;
+}
+
+// The restart's record before its layout is chosen: what failed, the slots dropped (those of `state.slots` not in
+// `left`), the layout that ran, and the work lost since the checkpoint `latest`.
+RestartRecord restart_record(const FailedAttempt& f, const LoopState& state, const std::vector<Slot>& left,
+                             const std::optional<std::string>& latest) {
   RestartRecord r;
-  r.number = static_cast<int>(record.restarts.size()) + 1;
-  r.at_unix_s = detected_at;
-  r.failed_ranks = failure.ranks;
-  r.kind = std::string(failure_kind_name(failure.kind));
-  r.why = failure.why;
+  r.number = static_cast<int>(state.record.restarts.size()) + 1;
+  r.at_unix_s = f.detected_at;
+  r.failed_ranks = f.failure.ranks;
+  r.kind = std::string(failure_kind_name(f.failure.kind));
+  r.why = f.failure.why;
   for (const Slot& s : state.slots) {
     if (std::find(left.begin(), left.end(), s) == left.end()) r.dropped_slots.push_back(slot_name(s));
   }
   r.old_layout = describe(state.choice);
   r.old_world = state.choice.world();
+  const std::int64_t ckpt_step = checkpoint_step(latest);
   r.checkpoint = latest.value_or("");
   r.resumed_at_step = ckpt_step;
-  r.last_step_done = rows.last_step;
-  r.steps_redone = std::max<std::int64_t>(0, rows.last_step - ckpt_step);
-  r.redone_s = rows.ms_after(ckpt_step) * 1e-3;
-  r.detection_s = std::max(0.0, detected_at - fault_at);
-  r.teardown_s = std::max(0.0, a.ended_unix_s - detected_at);
+  r.last_step_done = f.rows.last_step;
+  r.steps_redone = std::max<std::int64_t>(0, f.rows.last_step - ckpt_step);
+  r.redone_s = f.rows.ms_after(ckpt_step) * 1e-3;
+  r.detection_s = std::max(0.0, f.detected_at - f.fault_at);
+  r.teardown_s = std::max(0.0, f.ended_at - f.detected_at);
+  return r;
+}
 
-  // The layout for the ranks left.
-  const NextLayout next = next_layout(o, planner, state.choice, static_cast<int>(left.size()));
-  if (!next.choice) return give_up(next.note);
-  r.layout_choice = next.note;
-  r.new_layout = describe(*next.choice);
-  r.new_world = next.choice->tp * next.choice->pp * next.choice->dp;
-  if (!latest) {
+// The log lines of restart `r` (`last_step`: the steps the failed attempt had done).
+void log_restart(const SuperviseOptions& o, const RunPaths& paths, const RestartRecord& r, std::int64_t last_step) {
+  if (r.checkpoint.empty()) {
     log::warn("run: no checkpoint yet under {}: restarting from step 0 ({} step{} done so far are redone)",
-              paths.ckpt_root, rows.last_step, rows.last_step == 1 ? "" : "s");
+              paths.ckpt_root, last_step, last_step == 1 ? "" : "s");
   }
   log::info("run: restart {} of at most {}: {} -> {} ({}); from {} ({} step{} redone, {:.2f} s of work); detection "
             "{:.2f} s, teardown {:.2f} s",
             r.number, o.max_restarts, r.old_layout, r.new_layout, r.layout_choice,
-            latest ? *latest : std::string("step 0 (no checkpoint yet)"), r.steps_redone,
+            r.checkpoint.empty() ? std::string("step 0 (no checkpoint yet)") : r.checkpoint, r.steps_redone,
             r.steps_redone == 1 ? "" : "s", r.redone_s, r.detection_s, r.teardown_s);
-  record.restarts.push_back(r);
-  save_record(paths, record);
+}
 
-  state.choice = *next.choice;
-  state.slots = left;
+// Sets `state` up for the restart on the slots `left` with layout `next`: the layout's overrides, and under
+// --max-lost-seconds the checkpoint interval the step time of `rows` asks for.
+void set_up_restart(const SuperviseOptions& o, const planner::PlanChoice& next, std::vector<Slot> left,
+                    const MetricsRows& rows, LoopState& state) {
+  state.choice = next;
+  state.slots = std::move(left);
   state.extra = state.choice.overrides();
   if (o.max_lost_seconds > 0 && rows.mean_step_s() > 0) {
     const std::int64_t interval = checkpoint_interval_for(o.max_lost_seconds, rows.mean_step_s());
@@ -401,6 +245,38 @@ std::optional<int> after_failure(const SuperviseOptions& o, const RunPaths& path
     log::info("run: checkpoint.interval {} (--max-lost-seconds {} at {:.3f} s per step)", interval,
               o.max_lost_seconds, rows.mean_step_s());
   }
+}
+
+// After attempt `a` failed (its run `run`): records the failure, then either sets `state` up for the restart
+// (nullopt) or gives up, leaving the newest checkpoint as it is (the exit code).
+std::optional<int> after_failure(const SuperviseOptions& o, const RunPaths& paths, LayoutPlanner& planner,
+                                 const AttemptRun& run, AttemptRecord a, LoopState& state) {
+  SupervisorRecord& record = state.record;
+  const FailedAttempt failed = note_failed_attempt(paths, run, std::move(a), record);
+  if (!restart_can_cure(failed.failure.kind)) return give_up_at_once(o, paths, failed.failure, record);
+
+  const std::vector<bool> healthy = check_health(o.health_check, state.slots);
+  // The checkpoint as the restart will find it: looked at after everything else that runs before it.
+  const RestartFrom from = restart_checkpoint(paths.ckpt_root);
+  if (from.no_intact) {  // the restart would stop at its load: stop now, with its message
+    return give_up_at_once(o, paths, {FailureKind::kNoIntactCheckpoint, {}, *from.no_intact}, record);
+  }
+  std::vector<Slot> left = remaining_slots(state.slots, failed.failure, healthy);
+  const std::string note = keep_note(from.checkpoint, failed.rows, paths);
+  const RestartDecision decision =
+      decide_restart(static_cast<int>(record.restarts.size()), o.max_restarts, static_cast<int>(left.size()), o.min_ranks);
+  if (!decision.restart) return give_up(paths, decision.reason, note, record);
+
+  RestartRecord r = restart_record(failed, state, left, from.checkpoint);
+  const NextLayout next = next_layout(o, planner, state.choice, static_cast<int>(left.size()));
+  if (!next.choice) return give_up(paths, next.note, note, record);
+  r.layout_choice = next.note;
+  r.new_layout = describe(*next.choice);
+  r.new_world = next.choice->tp * next.choice->pp * next.choice->dp;
+  log_restart(o, paths, r, failed.rows.last_step);
+  record.restarts.push_back(r);
+  save_record(paths, record);
+  set_up_restart(o, *next.choice, std::move(left), failed.rows, state);
   state.restart_file = (fs::path(paths.dir) / fmt::format("restart_{}.json", r.number)).string();
   return std::nullopt;
 }
@@ -418,15 +294,11 @@ std::vector<std::string> allowed_changes(const std::vector<std::string>& train_a
   return keys;
 }
 
-}  // namespace
-
-int supervise(const SuperviseOptions& o) {
-  const config::RunConfig base = config::load_config(o.config_path, o.overrides);
-  // Bad input stops before any job starts, as the trainer would stop each attempt (ExitCode::kBadInput).
+// Bad input, found before any job starts, as the trainer would stop each attempt (ExitCode::kBadInput): an unknown
+// --allow-config-change key, a train.out_dir that already holds a run without --resume, fewer slots than --min-ranks.
+void check_fresh_start(const SuperviseOptions& o, const config::RunConfig& base) {
   train::check_allowed_keys(allowed_changes(o.train_args), nlohmann::json::parse(config::to_json(base)));
-  const std::string out_dir = base.train.out_dir;
-  const std::string ckpt_root =
-      base.checkpoint.dir.empty() ? (fs::path(out_dir) / "checkpoints").string() : base.checkpoint.dir;
+  const std::string& out_dir = base.train.out_dir;
   CLEAVE_CHECK(!o.resume.empty() ||
                    !(fs::exists(fs::path(out_dir) / "metrics.jsonl") || fs::exists(fs::path(out_dir) / "config.json")),
                "run: train.out_dir {} already holds a run; nothing was started. Continue it with --resume auto after "
@@ -434,71 +306,104 @@ int supervise(const SuperviseOptions& o) {
                out_dir);
   CLEAVE_CHECK(static_cast<int>(o.slots.size()) >= o.min_ranks, "run: {} slots is fewer than --min-ranks {}",
                o.slots.size(), o.min_ranks);
-  LoopState state;
-  state.choice = first_choice(o, base);
-  fs::create_directories(out_dir);
-  const RunPaths paths{out_dir, ckpt_root, fresh_dir(out_dir), (fs::path(out_dir) / "metrics.jsonl").string()};
-  Planner planner(o, base, paths.dir);
+}
 
+// The run's paths; creates train.out_dir and this supervisor's own records directory.
+RunPaths make_run_paths(const config::RunConfig& base) {
+  const std::string out_dir = base.train.out_dir;
+  const std::string ckpt_root =
+      base.checkpoint.dir.empty() ? (fs::path(out_dir) / "checkpoints").string() : base.checkpoint.dir;
+  fs::create_directories(out_dir);
+  return RunPaths{out_dir, ckpt_root, fresh_dir(out_dir), (fs::path(out_dir) / "metrics.jsonl").string()};
+}
+
+void catch_sigterm() {
   struct sigaction action {};
   action.sa_handler = on_sigterm;
   sigemptyset(&action.sa_mask);
   ::sigaction(SIGTERM, &action, nullptr);
+}
 
+// One attempt, number `attempt`, as `state` sets it up: started, watched to its end, and its record so far.
+struct Attempt {
+  AttemptRecord record;
+  AttemptRun run;
+};
+Attempt run_attempt(const SuperviseOptions& o, const RunPaths& paths, int attempt, LoopState& state) {
+  const int world = state.choice.world();
+  const std::vector<Slot> used(state.slots.begin(), state.slots.begin() + world);
+  const JobSpec spec = attempt_job(o, paths.dir, used, state.extra, attempt, state.restart_file);
+  AttemptRecord a;
+  a.number = attempt;
+  a.world = world;
+  a.layout = describe(state.choice);
+  a.command = spec.argv;
+  a.log = spec.log_path;
+  a.started_unix_s = unix_now();
   SupervisorRecord& record = state.record;
-  record.slots = o.slots;
-  record.outcome = "running";
+  if (!record.restarts.empty()) {
+    replace_file(*state.restart_file, fmt::format("{{\"restart\": {}, \"launched_unix_s\": {:.6f}}}\n",
+                                                  record.restarts.back().number, a.started_unix_s));
+  }
+  log::info("run: attempt {} on {} rank{} ({}): {}", attempt, world, world == 1 ? "" : "s", a.layout,
+            fmt::join(spec.argv, " "));
+  AttemptRun run = watch_job(spec, o.teardown_grace_s, g_sigterm);
+  a.ended_unix_s = run.ended_at;
+  a.exit_code = run.exit_code;
+  if (!record.restarts.empty()) {
+    fill_phase_times(record.restarts.back(), paths.metrics_path);
+    follow_fallback(record.restarts.back(), paths.ckpt_root, paths.dir, paths.metrics_path);
+  }
+  return {std::move(a), std::move(run)};
+}
+
+// The job completed: the records and the log say so; the exit code (0).
+int finish_completed(const RunPaths& paths, AttemptRecord a, SupervisorRecord& record) {
+  a.outcome = "completed";
+  record.attempts.push_back(a);
+  record.outcome = "completed";
+  save_record(paths, record);
+  merge_restarts_into_run_json((fs::path(paths.out_dir) / "run.json").string(), record);
+  log_completion(record, paths.dir);
+  return 0;
+}
+
+// The job ended after a forwarded SIGTERM: the records and the log say where to continue; the exit code
+// (train::kStoppedExitCode when the ranks saved and stopped, else 1).
+int finish_stopped(const RunPaths& paths, AttemptRecord a, int exit_code, SupervisorRecord& record) {
+  const auto latest = restart_checkpoint(paths.ckpt_root).checkpoint;
+  a.outcome = fmt::format("stopped on SIGTERM (exit {})", exit_code);
+  record.attempts.push_back(a);
+  record.outcome = a.outcome;
+  save_record(paths, record);
+  log::info("run: stopped on SIGTERM; newest intact checkpoint: {}; continue with the same command and "
+            "--resume auto after the --", latest.value_or("(none)"));
+  return exit_code == 0 ? train::kStoppedExitCode : 1;
+}
+
+}  // namespace
+
+int supervise(const SuperviseOptions& o) {
+  const config::RunConfig base = config::load_config(o.config_path, o.overrides);
+  check_fresh_start(o, base);
+  LoopState state;
+  state.choice = first_choice(o, base);
+  const RunPaths paths = make_run_paths(base);
+  LayoutPlanner planner(o, base, paths.dir);
+  catch_sigterm();
+
+  state.record.slots = o.slots;
+  state.record.outcome = "running";
   state.slots = o.slots;
-
   for (int attempt = 1;; ++attempt) {
-    const int world = state.choice.world();
-    const std::vector<Slot> used(state.slots.begin(), state.slots.begin() + world);
-    const JobSpec spec = attempt_job(o, paths.dir, used, state.extra, attempt, state.restart_file);
-    AttemptRecord a;
-    a.number = attempt;
-    a.world = world;
-    a.layout = describe(state.choice);
-    a.command = spec.argv;
-    a.log = spec.log_path;
-    a.started_unix_s = unix_now();
-    if (!record.restarts.empty()) {
-      replace_file(*state.restart_file, fmt::format("{{\"restart\": {}, \"launched_unix_s\": {:.6f}}}\n",
-                                                    record.restarts.back().number, a.started_unix_s));
-    }
-    log::info("run: attempt {} on {} rank{} ({}): {}", attempt, world, world == 1 ? "" : "s", a.layout,
-              fmt::join(spec.argv, " "));
-    const AttemptRun run = watch_job(spec, o.teardown_grace_s, g_sigterm);
-    const int exit_code = run.exit_code;
-    double detected_at = run.detected_at;
-    a.ended_unix_s = run.ended_at;
-    a.exit_code = exit_code;
-    if (detected_at == 0 && exit_code != 0) detected_at = a.ended_unix_s;
-    if (!record.restarts.empty()) {
-      fill_phase_times(record.restarts.back(), paths.metrics_path);
-      follow_fallback(record.restarts.back(), paths);
-    }
-
+    Attempt now = run_attempt(o, paths, attempt, state);
+    const AttemptRun& run = now.run;
     const bool stopped = run.forwarded && run.output.find("stopped on request (SIGUSR1") != std::string::npos;
-    if (exit_code == 0 && !stopped) {
-      a.outcome = "completed";
-      record.attempts.push_back(a);
-      record.outcome = "completed";
-      save_record(paths, record);
-      merge_restarts_into_run_json((fs::path(out_dir) / "run.json").string(), record);
-      log_completion(record, paths.dir);
-      return 0;
+    if (run.exit_code == 0 && !stopped) return finish_completed(paths, std::move(now.record), state.record);
+    if (run.forwarded) return finish_stopped(paths, std::move(now.record), run.exit_code, state.record);
+    if (const std::optional<int> code = after_failure(o, paths, planner, run, std::move(now.record), state)) {
+      return *code;
     }
-    if (run.forwarded) {
-      const auto latest = restart_checkpoint(ckpt_root).checkpoint;
-      a.outcome = fmt::format("stopped on SIGTERM (exit {})", exit_code);
-      record.attempts.push_back(a);
-      record.outcome = a.outcome;
-      save_record(paths, record);
-      log::info("run: stopped on SIGTERM; newest intact checkpoint: {}; continue with the same command and "
-                "--resume auto after the --", latest.value_or("(none)"));
-      return exit_code == 0 ? train::kStoppedExitCode : 1;
-    }
-    if (const std::optional<int> code = after_failure(o, paths, planner, run, a, detected_at, state)) return *code;
   }
 }
 

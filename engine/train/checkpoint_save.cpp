@@ -151,6 +151,36 @@ json layout_json(const RankSetup& s) {
           {"schedule", s.plan.schedule.name}};
 }
 
+// The index's "files" and "tensors" from every rank's write result (`results`: rank r's JSON text); `stats` counts
+// the files and their bytes.
+void add_rank_results(const std::vector<std::vector<char>>& results, json& index, CheckpointSaveStats& stats) {
+  json files = json::object();
+  json tensors = json::object();
+  for (const auto& bytes : results) {
+    const json rank = json::parse(std::string(bytes.begin(), bytes.end()));
+    if (rank.contains("file")) {
+      const json& f = rank["file"];
+      files[f["name"].get<std::string>()] = {
+          {"bytes", f["bytes"]}, {"checksum", f["checksum"]}, {"header_checksum", f["header_checksum"]}};
+      stats.bytes += f["bytes"].get<std::int64_t>();
+      ++stats.files;
+    }
+    for (const json& piece : rank["pieces"]) {
+      json& entry = tensors[piece["tensor"].get<std::string>()];
+      if (entry.is_null()) {
+        entry = {{"kind", piece["kind"]}, {"shape", piece["shape"]}, {"dtype", "F32"}, {"pieces", json::array()}};
+      }
+      json placed = piece;
+      placed.erase("tensor");
+      placed.erase("shape");
+      placed.erase("kind");
+      entry["pieces"].push_back(placed);
+    }
+  }
+  index["files"] = files;
+  index["tensors"] = tensors;
+}
+
 }  // namespace
 
 CheckpointSave::CheckpointSave(RankSetup& s, RankModel& model, StepTail& tail, std::string root,
@@ -223,31 +253,7 @@ CheckpointSaveStats CheckpointSave::commit(RankSetup& s) {
   if (s.reports()) {
     try {
       json index = std::move(job_->index);
-      json files = json::object();
-      json tensors = json::object();
-      for (const auto& bytes : gathered) {
-        const json rank = json::parse(std::string(bytes.begin(), bytes.end()));
-        if (rank.contains("file")) {
-          const json& f = rank["file"];
-          files[f["name"].get<std::string>()] = {
-              {"bytes", f["bytes"]}, {"checksum", f["checksum"]}, {"header_checksum", f["header_checksum"]}};
-          stats.bytes += f["bytes"].get<std::int64_t>();
-          ++stats.files;
-        }
-        for (const json& piece : rank["pieces"]) {
-          json& entry = tensors[piece["tensor"].get<std::string>()];
-          if (entry.is_null()) {
-            entry = {{"kind", piece["kind"]}, {"shape", piece["shape"]}, {"dtype", "F32"}, {"pieces", json::array()}};
-          }
-          json placed = piece;
-          placed.erase("tensor");
-          placed.erase("shape");
-          placed.erase("kind");
-          entry["pieces"].push_back(placed);
-        }
-      }
-      index["files"] = files;
-      index["tensors"] = tensors;
+      add_rank_results(gathered, index, stats);
       checkpoint::seal_index(index);  // last: it covers every other key
       const std::string tmp_dir = job_->tmp_dir;
       const std::string index_text = index.dump(1) + "\n";

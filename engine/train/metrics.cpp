@@ -17,6 +17,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/train/router_metrics.hpp"
 
 namespace cleave::train {
 namespace fs = std::filesystem;
@@ -186,10 +187,7 @@ std::string ProgressPrinter::format_line(const StepMetrics& m) const {
   if (std::isfinite(m.mfu)) line += fmt::format(" | MFU {:.3g}%", 100.0 * m.mfu);
   line += fmt::format(" | {:.1f} ms/step | peak {}", m.step_ms, format_memory(m.peak_bytes));
   if (m.nonfinite_steps > 0) line += fmt::format(" | non-finite {} (skipped {})", m.nonfinite_steps, m.skipped_steps);
-  for (const auto& [key, value] : m.extra) {  // mixture-of-experts models (engine/train/router_metrics.hpp)
-    if (key == "moe_aux_loss") line += fmt::format(" | aux {:.4f}", value);
-    if (key == "moe_load_imbalance") line += fmt::format(" | imbalance {:.2f}", value);
-  }
+  line += router_progress(m.extra);  // mixture-of-experts models
   return line;
 }
 

@@ -143,12 +143,11 @@ WeightSource open_weight_source(const std::string& path) {
   return hf::is_hf_dir(path) ? hf_source(path) : checkpoint_source(path);
 }
 
-config::RunConfig config_for_init(const std::string& config_path, const std::vector<std::string>& overrides,
-                                  const WeightSource& source) {
-  json root = read_config_json(config_path);
-  // Unreadable or not an object: the ordinary reader gives the message.
-  if (!root.is_object()) return config::load_config(config_path, overrides);
-  std::set<std::string> given;  // model keys CONFIG or --set gives
+namespace {
+
+// The model keys CONFIG (its parsed `root`) or a --set gives.
+std::set<std::string> given_model_keys(const json& root, const std::vector<std::string>& overrides) {
+  std::set<std::string> given;
   if (auto m = root.find("model"); m != root.end() && m->is_object()) {
     for (const auto& [key, value] : m->items()) given.insert(key);
   }
@@ -156,9 +155,15 @@ config::RunConfig config_for_init(const std::string& config_path, const std::vec
     const std::string key = assignment.substr(0, assignment.find('='));
     if (key.rfind("model.", 0) == 0) given.insert(key.substr(6));
   }
-  json& model = root["model"];
-  if (!model.is_object()) model = json::object();
-  // Another model type first: its keys would otherwise be reported as foreign to the weights' type.
+  return given;
+}
+
+std::string config_name(const std::string& config_path) { return config_path.empty() ? "the config" : config_path; }
+
+// Another model type than the weights' is refused first: its keys would otherwise be reported as foreign to the
+// weights' type. `model`: CONFIG's model section; a --set model.type wins over it.
+void check_model_type(const json& model, const std::vector<std::string>& overrides, const WeightSource& source,
+                      const std::string& config_path) {
   std::string type = model.contains("type") && model.at("type").is_string() ? model.at("type").get<std::string>() : "";
   for (const std::string& assignment : overrides) {
     if (assignment.rfind("model.type=", 0) == 0) type = assignment.substr(11);
@@ -168,47 +173,51 @@ config::RunConfig config_for_init(const std::string& config_path, const std::vec
       type.empty() || type == source_type,
       "train --init-from: model.type is \"{}\" in {}, but the weights in {} are a {} model; remove model.type "
       "(and the other model keys) from the config or start from {} weights",
-      type, config_path.empty() ? "the config" : config_path, source.model_origin, source_type, type);
-  for (const auto& [key, value] : source.model.items()) {
-    if (given.count(key) == 0) model[key] = value;
-  }
-  // model.seq_len: any length up to the model's maximum, refused above it before anything else is read.
+      type, config_name(config_path), source.model_origin, source_type, type);
+}
+
+// A model.seq_len given (in `model` or by --set, which wins) may be any length up to the model's maximum; above it,
+// it is refused before anything else is read. A value that is no integer is left to the ordinary reader.
+void check_seq_len_fits(const json& model, const std::vector<std::string>& overrides, const WeightSource& source) {
   const std::int64_t max_len = max_seq_len_of(source);
   const std::string max_key = source.model.contains("max_seq_len") ? "max_position_embeddings" : "its position table's rows";
-  if (given.count("seq_len") != 0) {
-    // A --set wins over the file; a value that is no integer (-1 here): the ordinary reader says so below.
-    std::int64_t seq = -1;
-    if (auto v = model.find("seq_len"); v != model.end() && v->is_number_integer()) seq = v->get<std::int64_t>();
-    for (const std::string& assignment : overrides) {
-      if (assignment.rfind("model.seq_len=", 0) != 0) continue;
-      try {
-        seq = std::stoll(assignment.substr(14));
-      } catch (const std::exception&) {
-        seq = -1;
-      }
+  std::int64_t seq = -1;
+  if (auto v = model.find("seq_len"); v != model.end() && v->is_number_integer()) seq = v->get<std::int64_t>();
+  for (const std::string& assignment : overrides) {
+    if (assignment.rfind("model.seq_len=", 0) != 0) continue;
+    try {
+      seq = std::stoll(assignment.substr(14));
+    } catch (const std::exception&) {
+      seq = -1;
     }
-    CLEAVE_CHECK_INPUT(
-        seq <= max_len,
-        "train --init-from: model.seq_len {} is above the model's maximum {} ({} in {}); set model.seq_len "
-        "to at most {} (nothing was written)",
-        seq, max_len, max_key, source.model_origin, max_len);
   }
-  config::RunConfig config =
-      config::parse_config(root.dump(), config_path.empty() ? "<defaults>" : config_path, overrides);
-  config::resolve_input_paths(config, config_path, root.dump(), overrides);  // as load_config: the file's data section
+  CLEAVE_CHECK_INPUT(
+      seq <= max_len,
+      "train --init-from: model.seq_len {} is above the model's maximum {} ({} in {}); set model.seq_len "
+      "to at most {} (nothing was written)",
+      seq, max_len, max_key, source.model_origin, max_len);
+}
+
+// Every model key of the weights (but seq_len, checked before, and the training arguments, where the config's value
+// wins) is the run's.
+void check_model_keys_agree(const config::RunConfig& config, const WeightSource& source,
+                            const std::string& config_path) {
   const json run = json::parse(config::to_json(config)).at("model");
   for (const auto& [key, value] : source.model.items()) {
-    if (key == "seq_len") continue;  // checked above
-    if (config::is_model_training_key(key)) continue;  // a training argument: the config's value wins
+    if (key == "seq_len") continue;
+    if (config::is_model_training_key(key)) continue;
     const json have = run.contains(key) ? run.at(key) : json();
     CLEAVE_CHECK_INPUT(
         have == value,
         "train --init-from: model.{} is {} in {}, but {} in {}; remove model.{} from the config (it is taken "
         "from the weights) or make the two agree",
-        key, have.dump(), config_path.empty() ? "the config" : config_path, value.dump(), source.model_origin, key);
+        key, have.dump(), config_name(config_path), value.dump(), source.model_origin, key);
   }
-  // A model with a tokenizer of its own reads token ids of that tokenizer; data.type "text" feeds it raw bytes
-  // 0..255 as ids, which are other tokens to it (a training that runs and learns nothing it was meant to).
+}
+
+// A model with a tokenizer of its own reads token ids of that tokenizer; data.type "text" feeds it raw bytes
+// 0..255 as ids, which are other tokens to it (a training that runs and learns nothing it was meant to).
+void check_data_fits_tokenizer(const config::RunConfig& config, const WeightSource& source) {
   const std::string from = source.source.is_object() ? source.source.value("path", std::string()) : std::string();
   const fs::path tokenizer = from.empty() ? fs::path() : fs::path(from) / "tokenizer.json";
   CLEAVE_CHECK_INPUT(
@@ -218,6 +227,28 @@ config::RunConfig config_for_init(const std::string& config_path, const std::vec
       "tokenize FILES --tokenizer {} --out DIR, then --set data.type=tokens --set data.path=DIR/train.bin "
       "--set data.val_path=DIR/val.bin (docs/models.md, \"Fine-tuning a downloaded model\")",
       tokenizer.string(), tokenizer.string());
+}
+
+}  // namespace
+
+config::RunConfig config_for_init(const std::string& config_path, const std::vector<std::string>& overrides,
+                                  const WeightSource& source) {
+  json root = read_config_json(config_path);
+  // Unreadable or not an object: the ordinary reader gives the message.
+  if (!root.is_object()) return config::load_config(config_path, overrides);
+  const std::set<std::string> given = given_model_keys(root, overrides);
+  json& model = root["model"];
+  if (!model.is_object()) model = json::object();
+  check_model_type(model, overrides, source, config_path);
+  for (const auto& [key, value] : source.model.items()) {
+    if (given.count(key) == 0) model[key] = value;
+  }
+  if (given.count("seq_len") != 0) check_seq_len_fits(model, overrides, source);
+  config::RunConfig config =
+      config::parse_config(root.dump(), config_path.empty() ? "<defaults>" : config_path, overrides);
+  config::resolve_input_paths(config, config_path, root.dump(), overrides);  // as load_config: the file's data section
+  check_model_keys_agree(config, source, config_path);
+  check_data_fits_tokenizer(config, source);
   return config;
 }
 

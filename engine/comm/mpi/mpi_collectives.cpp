@@ -20,62 +20,62 @@ namespace cleave::comm {
 using detail::MpiCommState;
 using detail::MpiWork;
 
-WorkPtr MpiCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, const Stream& stream) {
-  (void)stream;
-  check_cpu(tensor, "all_reduce");
-  MpiCommState& s = *state_;
+namespace {
+
+// Floating types, rank-ordered: phase 0 sends block q of every rank to rank q; phase 1 (the continuation) reduces
+// rank q's block in rank order and sends the result to everyone.
+void post_rank_ordered_all_reduce(const std::shared_ptr<MpiCommState>& state, MpiWork& work, const Tensor& tensor,
+                                  ReduceOp op) {
+  MpiCommState& s = *state;
   const DType dtype = tensor.dtype();
   const std::int64_t count = tensor.numel();
-  auto work = std::make_unique<MpiWork>(state_, "all_reduce",
-                                        fmt::format("{}, {}", detail::describe(tensor), reduce_op_name(op)));
-  work->keep(tensor);
-
-  if (detail::rank_ordered(dtype)) {
-    // Phase 0: block q of every rank goes to rank q. Phase 1: rank q's ordered result goes to everyone.
-    const int n = s.size;
-    const int r = s.rank;
-    const std::int64_t mine_begin = detail::block_begin(count, n, r);
-    const std::int64_t mine = detail::block_begin(count, n, r + 1) - mine_begin;
-    const std::size_t elem = dtype_size(dtype);
-    Tensor staging =
-        Tensor::empty({static_cast<std::int64_t>(n) * mine}, dtype, MemoryCategory::kCommunication, cpu_allocator());
-    work->keep(staging);
-    const std::uint64_t seq = s.next_seq++;
-    char* data = detail::bytes(tensor);
-    for (int q = 0; q < n; ++q) {
-      if (q == r) continue;
-      work->post_p2p(false, detail::bytes(staging) + static_cast<std::size_t>(q * mine) * elem, mine, dtype, q,
-                     s.tag(seq, 0), s.internal, detail::phase_label(s, false, q, 0));
-    }
-    for (int q = 0; q < n; ++q) {
-      if (q == r) continue;
-      const std::int64_t b = detail::block_begin(count, n, q);
-      work->post_p2p(true, data + static_cast<std::size_t>(b) * elem, detail::block_begin(count, n, q + 1) - b, dtype,
-                     q, s.tag(seq, 0), s.internal, detail::phase_label(s, true, q, 0));
-    }
-    work->then([state = state_, staging, data, dtype, op, count, mine, mine_begin, seq, elem](MpiWork& w) {
-      const MpiCommState& st = *state;
-      std::vector<const void*> slots(static_cast<std::size_t>(st.size));
-      char* own = data + static_cast<std::size_t>(mine_begin) * elem;
-      for (int q = 0; q < st.size; ++q) {
-        slots[static_cast<std::size_t>(q)] =
-            q == st.rank ? own : detail::bytes(staging) + static_cast<std::size_t>(q * mine) * elem;
-      }
-      ordered_reduce(dtype, op, slots, own, mine);
-      for (int q = 0; q < st.size; ++q) {
-        if (q == st.rank) continue;
-        const std::int64_t b = detail::block_begin(count, st.size, q);
-        w.post_p2p(false, data + static_cast<std::size_t>(b) * elem, detail::block_begin(count, st.size, q + 1) - b,
-                   dtype, q, st.tag(seq, 1), st.internal, detail::phase_label(st, false, q, 1));
-      }
-      for (int q = 0; q < st.size; ++q) {
-        if (q == st.rank) continue;
-        w.post_p2p(true, own, mine, dtype, q, st.tag(seq, 1), st.internal, detail::phase_label(st, true, q, 1));
-      }
-    });
-    return work;
+  const int n = s.size;
+  const int r = s.rank;
+  const std::int64_t mine_begin = detail::block_begin(count, n, r);
+  const std::int64_t mine = detail::block_begin(count, n, r + 1) - mine_begin;
+  const std::size_t elem = dtype_size(dtype);
+  Tensor staging =
+      Tensor::empty({static_cast<std::int64_t>(n) * mine}, dtype, MemoryCategory::kCommunication, cpu_allocator());
+  work.keep(staging);
+  const std::uint64_t seq = s.next_seq++;
+  char* data = detail::bytes(tensor);
+  for (int q = 0; q < n; ++q) {
+    if (q == r) continue;
+    work.post_p2p(false, detail::bytes(staging) + static_cast<std::size_t>(q * mine) * elem, mine, dtype, q,
+                  s.tag(seq, 0), s.internal, detail::phase_label(s, false, q, 0));
   }
+  for (int q = 0; q < n; ++q) {
+    if (q == r) continue;
+    const std::int64_t b = detail::block_begin(count, n, q);
+    work.post_p2p(true, data + static_cast<std::size_t>(b) * elem, detail::block_begin(count, n, q + 1) - b, dtype,
+                  q, s.tag(seq, 0), s.internal, detail::phase_label(s, true, q, 0));
+  }
+  work.then([state, staging, data, dtype, op, count, mine, mine_begin, seq, elem](MpiWork& w) {
+    const MpiCommState& st = *state;
+    std::vector<const void*> slots(static_cast<std::size_t>(st.size));
+    char* own = data + static_cast<std::size_t>(mine_begin) * elem;
+    for (int q = 0; q < st.size; ++q) {
+      slots[static_cast<std::size_t>(q)] =
+          q == st.rank ? own : detail::bytes(staging) + static_cast<std::size_t>(q * mine) * elem;
+    }
+    ordered_reduce(dtype, op, slots, own, mine);
+    for (int q = 0; q < st.size; ++q) {
+      if (q == st.rank) continue;
+      const std::int64_t b = detail::block_begin(count, st.size, q);
+      w.post_p2p(false, data + static_cast<std::size_t>(b) * elem, detail::block_begin(count, st.size, q + 1) - b,
+                 dtype, q, st.tag(seq, 1), st.internal, detail::phase_label(st, false, q, 1));
+    }
+    for (int q = 0; q < st.size; ++q) {
+      if (q == st.rank) continue;
+      w.post_p2p(true, own, mine, dtype, q, st.tag(seq, 1), st.internal, detail::phase_label(st, true, q, 1));
+    }
+  });
+}
 
+// Integer types: MPI's own reduction, in place, in pieces of at most max_message_elements.
+void post_native_all_reduce(const MpiCommState& s, MpiWork& work, const Tensor& tensor, ReduceOp op) {
+  const DType dtype = tensor.dtype();
+  const std::int64_t count = tensor.numel();
   const std::int64_t piece = s.options.max_message_elements;
   const std::size_t elem = dtype_size(dtype);
   for (std::int64_t begin = 0; begin < count; begin += piece) {
@@ -83,8 +83,20 @@ WorkPtr MpiCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, cons
     CLEAVE_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, detail::bytes(tensor) + static_cast<std::size_t>(begin) * elem,
                                     static_cast<int>(std::min(piece, count - begin)), detail::mpi_type(dtype),
                                     detail::mpi_op(op), s.comm, &request));
-    work->add(request);
+    work.add(request);
   }
+}
+
+}  // namespace
+
+WorkPtr MpiCommunicator::all_reduce_impl(const Tensor& tensor, ReduceOp op, const Stream& stream) {
+  (void)stream;
+  check_cpu(tensor, "all_reduce");
+  auto work = std::make_unique<MpiWork>(state_, "all_reduce",
+                                        fmt::format("{}, {}", detail::describe(tensor), reduce_op_name(op)));
+  work->keep(tensor);
+  if (detail::rank_ordered(tensor.dtype())) post_rank_ordered_all_reduce(state_, *work, tensor, op);
+  else post_native_all_reduce(*state_, *work, tensor, op);
   return work;
 }
 

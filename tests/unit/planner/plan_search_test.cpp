@@ -355,12 +355,17 @@ TEST_F(PlanSearch, NamedUnfusedAttentionKernelPricesTheScoresAtItsPublishedRate)
   // stay on the roofline; the fused kernel's products (at std's causal rates, as block_work priced them) and its 1 + 2
   // launches are what they replace. A rate faster than the roofline's price of the same kernels does not lower it.
   HardwareProfile a100 = load_profile(std::string(CLEAVE_SOURCE_DIR) + "/profiles/a100_80gb_sxm.json");
+  using partition::AttentionMask;
   using partition::AttentionPass;
   a100.attention_rates = partition::AttentionRates(
-      {{"std", AttentionPass::kForward, "none", 12, {{16, 0.002}}}, {"std", AttentionPass::kForward, "causal", 12, {{16, 1}}},
-       {"std", AttentionPass::kBackward, "none", 12, {{16, 0.003}}}, {"std", AttentionPass::kBackward, "causal", 12, {{16, 1.5}}},
-       {"fast", AttentionPass::kForward, "none", 12, {{16, 1000}}}, {"fast", AttentionPass::kForward, "causal", 12, {{16, 1}}},
-       {"fast", AttentionPass::kBackward, "none", 12, {{16, 1000}}}, {"fast", AttentionPass::kBackward, "causal", 12, {{16, 1.5}}}},
+      {{"std", AttentionPass::kForward, AttentionMask::kNone, 12, {{16, 0.002}}},
+       {"std", AttentionPass::kForward, AttentionMask::kCausal, 12, {{16, 1}}},
+       {"std", AttentionPass::kBackward, AttentionMask::kNone, 12, {{16, 0.003}}},
+       {"std", AttentionPass::kBackward, AttentionMask::kCausal, 12, {{16, 1.5}}},
+       {"fast", AttentionPass::kForward, AttentionMask::kNone, 12, {{16, 1000}}},
+       {"fast", AttentionPass::kForward, AttentionMask::kCausal, 12, {{16, 1}}},
+       {"fast", AttentionPass::kBackward, AttentionMask::kNone, 12, {{16, 1000}}},
+       {"fast", AttentionPass::kBackward, AttentionMask::kCausal, 12, {{16, 1.5}}}},
       "test");
   a100.attention_kernel = "std";
   const std::string config = write("bf16.json", R"({"model": {"type": "gpt", "vocab_size": 64, "d_model": 48, "n_layers": 4,

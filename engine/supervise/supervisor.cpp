@@ -272,7 +272,7 @@ std::optional<int> after_failure(const SuperviseOptions& o, const RunPaths& path
   if (!next.choice) return give_up(paths, next.note, note, record);
   r.layout_choice = next.note;
   r.new_layout = describe(*next.choice);
-  r.new_world = next.choice->tp * next.choice->pp * next.choice->dp;
+  r.new_world = next.choice->world();
   log_restart(o, paths, r, failed.rows.last_step);
   record.restarts.push_back(r);
   save_record(paths, record);

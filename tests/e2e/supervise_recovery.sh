@@ -12,8 +12,8 @@
 #   hang     dp2: rank 1 SIGSTOPs itself inside a gradient reduction; the watchdog ends the job naming it; restart.
 #   save     dp2: rank 0 SIGKILLed inside its checkpoint writer (step 4): the previous checkpoint (step 2) is used;
 #            --max-lost-seconds sets the restart's checkpoint.interval from the measured step time.
-#   budget   a fault that repeats on every attempt: --max-restarts 2 ends the job with the report; the newest
-#            checkpoint and the metrics rows are intact.
+#   budget   a fault that repeats on every attempt (cp2 on 2 ranks): --max-restarts 2 ends the job with the report;
+#            the newest checkpoint and the metrics rows are intact; the records' worlds count the cp ranks.
 #   refuse   bad input: fewer ranks left than --min-ranks; no checkpoint yet (restart from step 0, said so; a
 #            --health-check drops a slot too); a
 #            memory cap no plan meets on the ranks left (the error names the smallest world that fits); an
@@ -192,14 +192,17 @@ save)
   ;;
 budget)
   export CLEAVE_FAULT_INJECT=0:4:forward:throw
-  sup --slots 2 --max-restarts 2 --keep-layout -- tiny.json --set train.out_dir=run --set checkpoint.background=false > run.log 2>&1 \
-    && fail "a job failing on every attempt exited 0"
+  sup --slots 2 --max-restarts 2 --keep-layout -- tiny.json --set parallel.context_parallel_size=2 --set train.out_dir=run \
+    --set checkpoint.background=false > run.log 2>&1 && fail "a job failing on every attempt exited 0"
   unset CLEAVE_FAULT_INJECT
   grep -q "giving up: the restart budget is spent: 2 restarts made, --max-restarts 2; nothing is lost: the newest intact checkpoint is .*step_0000002" run.log \
     || { cat run.log; fail "no clear report of the spent budget"; }
   [ -f run/checkpoints/step_0000002/index.json ] || fail "the newest checkpoint is gone"
   [ "$(wc -l < run/metrics.jsonl)" = 3 ] || fail "metrics rows 1..3 not intact"
   [ "$(field run/supervisor/supervisor.json 'len(d["attempts"])')" = 3 ] || fail "not 3 attempts"
+  # cp2 on 2 ranks: the restart record's worlds count the context-parallel ranks too.
+  [ "$(field run/run.json '[(r["old_world"], r["new_world"]) for r in d["restarts"]]')" = "[(2, 2), (2, 2)]" ] \
+    || fail "restart worlds: $(field run/run.json '[(r["old_world"], r["new_world"]) for r in d["restarts"]]')"
   echo "ok   budget: $(grep -o 'giving up: [^;]*' run.log)"
   ;;
 refuse)

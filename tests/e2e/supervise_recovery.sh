@@ -201,8 +201,8 @@ budget)
   [ "$(wc -l < run/metrics.jsonl)" = 3 ] || fail "metrics rows 1..3 not intact"
   [ "$(field run/supervisor/supervisor.json 'len(d["attempts"])')" = 3 ] || fail "not 3 attempts"
   # cp2 on 2 ranks: the restart record's worlds count the context-parallel ranks too.
-  [ "$(field run/run.json '[(r["old_world"], r["new_world"]) for r in d["restarts"]]')" = "[(2, 2), (2, 2)]" ] \
-    || fail "restart worlds: $(field run/run.json '[(r["old_world"], r["new_world"]) for r in d["restarts"]]')"
+  [ "$(field run/supervisor/supervisor.json '[(r["old_world"], r["new_world"]) for r in d["restarts"]]')" = "[(2, 2), (2, 2)]" ] \
+    || fail "restart worlds: $(field run/supervisor/supervisor.json '[(r["old_world"], r["new_world"]) for r in d["restarts"]]')"
   echo "ok   budget: $(grep -o 'giving up: [^;]*' run.log)"
   ;;
 refuse)

@@ -13,7 +13,9 @@ softmax and products at PyTorch standard attention's published rates), the kerne
 Cleave's own (kernels: ce_f32 = `simulate --cross-entropy float32`, dropout = `--hidden-dropout`, emb_grad =
 `--dense-embedding-grad`, ce_torch_f32 = `--cross-entropy torch_float32`, rmsnorm_torch = `--norm torch_unfused`),
 what it overlapped with
-compute (overlap: dp = `simulate --overlap-grad-reduce`, tp = `--tp-comm-overlap`, dp+tp, - none), whether its
+compute (overlap: dp = `simulate --overlap-grad-reduce`, tp = `--tp-comm-overlap`, dp+tp, - none), the dtype its
+data-parallel gradient reduction carried (grad_wire: f32, or 16 = the 16-bit parameter dtype, fp16 or bf16: config
+parallel.grad_reduce_dtype bf16, 2 bytes an element), whether its
 pipeline point-to-point blocked the rank (p2p: blocking = `simulate --blocking-p2p`, async), how it split its
 layers over the pipeline (split: megatron, zb or cost; blocks_per_stage below) and the hardware profile to price it
 with. For every row this writes the run's config, simulates one step on the profile and converts the
@@ -42,7 +44,7 @@ import sys
 import tempfile
 
 COLUMNS = ("id profile family vocab d_model n_layers n_heads n_kv_heads ffn seq tied tp pp gpus schedule v batch micro "
-           "recompute zero sp scatter attention kernels overlap p2p split metric published note").split()
+           "recompute zero sp scatter attention kernels overlap grad_wire p2p split metric published note").split()
 # The kernels column: what the run launched beyond Cleave's own kernels ('+'-joined; '-' none):
 #   ce_f32   Megatron-LM's unfused vocab-parallel cross-entropy over f32 logits (`simulate --cross-entropy float32`)
 #   dropout  Megatron-LM's hidden dropout on the residual branches and the embedding (`simulate --hidden-dropout`)
@@ -151,6 +153,11 @@ def config_of(row):
     parallel = {"tensor_model_parallel_size": int(row["tp"]), "pipeline_model_parallel_size": int(row["pp"]),
                 "schedule": row["schedule"], "virtual_pipeline_stages": int(row["v"]), "sequence_parallel": row["sp"] == "1"}
     parallel.update(auto_schedule_keys(row))
+    if row["grad_wire"] not in ("f32", "16"):
+        raise ValueError(f"{row['table']}: row {row['id']}: grad_wire '{row['grad_wire']}' is not f32 or 16 (the dtype "
+                         "the data-parallel gradient reduction carried)")
+    if row["grad_wire"] == "16":  # 2 bytes an element on the wire: the same for fp16 and bf16
+        parallel["grad_reduce_dtype"] = "bf16"
     split = blocks_per_stage(row)
     if split is not None:
         parallel["partition"] = {"method": "manual", "blocks_per_stage": split}

@@ -7,6 +7,9 @@
 // the fused cross-entropy forward + backward (a row at a time) at vocabulary 256 (the peer models) and 50,304
 // (GPT-2's, padded).
 //
+// RoPE and the cross-entropy borrow a KernelScratch kept across calls (each path its own), as a run's CpuResources
+// lends it (kernels/cpu/kernel_scratch.hpp).
+//
 // What it asserts before timing: both paths give the same bits (else it exits 1 without timing). What it reports:
 // per kernel and thread count, the median of 15 timed calls (after 3 warm-up calls) of each path, interleaved call
 // by call, in microseconds, and old / new. Run on a shared machine, read the ratio, not the absolute figure.
@@ -31,6 +34,7 @@
 #include "kernels/cpu/cast.hpp"
 #include "kernels/cpu/cross_entropy.hpp"
 #include "kernels/cpu/flash_attention.hpp"
+#include "kernels/cpu/kernel_scratch.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/rmsnorm.hpp"
 #include "kernels/cpu/rope.hpp"
@@ -90,35 +94,35 @@ std::vector<Kernel> kernels() {
   const Bits q = random_bf16(static_cast<size_t>(rows * cq), 1), k = random_bf16(static_cast<size_t>(rows * ckv), 2),
              v = random_bf16(static_cast<size_t>(rows * ckv), 3), d = random_bf16(static_cast<size_t>(rows * width), 4);
   ks.push_back({"rope_pack_qkv [512 x 128 | 64 | 64]",
-                [=, sc = std::make_shared<Scratch>()] {
+                [=, sc = std::make_shared<Scratch>(), run = std::make_shared<kc::KernelScratch>()] {
                   Bits out(static_cast<size_t>(rows * width));
                   std::vector<float>& o = sc->out(3, out.size());
-                  kc::rope_pack_qkv(sc->widen(0, q), sc->widen(1, k), sc->widen(2, v), o.data(), s);
+                  kc::rope_pack_qkv(sc->widen(0, q), sc->widen(1, k), sc->widen(2, v), o.data(), s, run.get());
                   narrow(o, out);
                   std::vector<std::uint8_t> b;
                   append(b, out);
                   return b;
                 },
-                [=] {
+                [=, run = std::make_shared<kc::KernelScratch>()] {
                   Bits out(static_cast<size_t>(rows * width));
-                  kc::rope_pack_qkv(q.data(), k.data(), v.data(), out.data(), s);
+                  kc::rope_pack_qkv(q.data(), k.data(), v.data(), out.data(), s, run.get());
                   std::vector<std::uint8_t> b;
                   append(b, out);
                   return b;
                 }});
   ks.push_back({"rope_pack_qkv_backward [512 x 256]",
-                [=, sc = std::make_shared<Scratch>()] {
+                [=, sc = std::make_shared<Scratch>(), run = std::make_shared<kc::KernelScratch>()] {
                   std::vector<float>&dq = sc->out(1, q.size()), &dk = sc->out(2, k.size()), &dv = sc->out(3, v.size());
-                  kc::rope_pack_qkv_backward(sc->widen(0, d), dq.data(), dk.data(), dv.data(), s);
+                  kc::rope_pack_qkv_backward(sc->widen(0, d), dq.data(), dk.data(), dv.data(), s, run.get());
                   Bits bq(q.size()), bk(k.size()), bv(v.size());
                   narrow(dq, bq), narrow(dk, bk), narrow(dv, bv);
                   std::vector<std::uint8_t> b;
                   append(b, bq), append(b, bk), append(b, bv);
                   return b;
                 },
-                [=] {
+                [=, run = std::make_shared<kc::KernelScratch>()] {
                   Bits bq(q.size()), bk(k.size()), bv(v.size());
-                  kc::rope_pack_qkv_backward(d.data(), bq.data(), bk.data(), bv.data(), s);
+                  kc::rope_pack_qkv_backward(d.data(), bq.data(), bk.data(), bv.data(), s, run.get());
                   std::vector<std::uint8_t> b;
                   append(b, bq), append(b, bk), append(b, bv);
                   return b;
@@ -239,24 +243,25 @@ std::vector<Kernel> kernels() {
     for (int64_t r = 0; r < n; ++r) targets[static_cast<size_t>(r)] = static_cast<std::int32_t>((r * 7919) % classes);
     const std::string name = "cross-entropy fwd + bwd [" + std::to_string(n) + " x " + std::to_string(classes) + "]";
     ks.push_back({name,
-                  [=, sc = std::make_shared<Scratch>()] {
+                  [=, sc = std::make_shared<Scratch>(), run = std::make_shared<kc::KernelScratch>()] {
                     float* x = sc->widen(0, logits);
                     std::vector<float>& lse = sc->out(1, static_cast<size_t>(n));
-                    const double loss = kc::softmax_cross_entropy_forward(x, targets.data(), lse.data(), n, classes);
-                    kc::softmax_cross_entropy_backward(x, targets.data(), lse.data(), 0.5f, x, n, classes);
+                    const double loss =
+                        kc::softmax_cross_entropy_forward(x, targets.data(), lse.data(), n, classes, run.get());
+                    kc::softmax_cross_entropy_backward(x, targets.data(), lse.data(), 0.5f, x, n, classes, run.get());
                     Bits g(logits.size());
                     kc::cast_f32_to_bf16(x, g.data(), static_cast<int64_t>(g.size()));
                     std::vector<std::uint8_t> b;
                     append(b, std::vector<double>{loss}), append(b, g);
                     return b;
                   },
-                  [=] {
+                  [=, run = std::make_shared<kc::KernelScratch>()] {
                     Bits g = logits;
                     std::vector<float> lse(static_cast<size_t>(n));
                     const double loss =
-                        kc::softmax_cross_entropy_forward(g.data(), targets.data(), lse.data(), n, classes);
+                        kc::softmax_cross_entropy_forward(g.data(), targets.data(), lse.data(), n, classes, run.get());
                     kc::softmax_cross_entropy_backward_shard(g.data(), targets.data(), 0, lse.data(), 0.5f, g.data(),
-                                                             n, classes, classes);
+                                                             n, classes, classes, -1, run.get());
                     std::vector<std::uint8_t> b;
                     append(b, std::vector<double>{loss}), append(b, g);
                     return b;

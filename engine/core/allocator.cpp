@@ -142,6 +142,9 @@ void Allocator::release_cache() {
 
 std::unique_ptr<Allocator> make_cpu_allocator() { return std::make_unique<CpuAllocator>(); }
 
+// Process-wide on purpose, as the heap is: thread-safe, and a run never caps, resets or reports it (its own tensors
+// come from the allocator make_device_allocator makes for its rank), so no result, cap or reported figure depends on
+// what it holds and two runs in one process cannot disturb each other through it (docs/ops.md "Backend resources").
 Allocator& cpu_allocator() {
   static CpuAllocator allocator;
   return allocator;

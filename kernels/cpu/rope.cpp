@@ -1,5 +1,7 @@
 // RoPE + packing (grouped or repeated key/value heads), forward and backward. See rope.hpp. Parallel over
-// (batch, position) rows; cos and sin come from a [T, hd/2] table built once per call (f32 angles, f32 cos/sin).
+// (batch, position) rows; cos and sin come from a [T, hd/2] table built once per call (f32 angles, f32 cos/sin)
+// in the shared block of the caller's KernelScratch (kernel_scratch.hpp), the bf16 row buffers in its per-thread
+// blocks: with the run's scratch a steady-state call allocates nothing.
 //
 // The rotation is written once over generic vectors (issue 39 part 4), like swiglu.cpp: the baseline path (the
 // build's own vectors), AVX2 (8 lanes) and AVX-512 (16 lanes), chosen at run time. Every element's rotation and
@@ -8,7 +10,7 @@
 // same bits (KernelRope.EveryIsaPathGivesTheSameBits), and the thread count never changes a result.
 //
 // bf16 tensors (uint16_t bits) are converted a row at a time inside the row loop (the row's inputs widened into
-// the thread's f32 row buffer, the outputs narrowed from it, in L1), not widened whole into f32 scratch and
+// the thread's f32 row block, the outputs narrowed from it, in L1), not widened whole into f32 scratch and
 // narrowed back: the same f32 arithmetic on the same values, one rounding, so the same bits
 // (KernelRope.Bf16RowsGiveTheWidenedF32Bits). Each path's dispatch is vector_isa.hpp's isa_path.
 #include "kernels/cpu/rope.hpp"
@@ -19,10 +21,11 @@
 
 #include <cmath>
 #include <cstring>
-#include <vector>
+#include <type_traits>
 
 #include "engine/core/error.hpp"
 #include "kernels/cpu/bf16_vectors.hpp"
+#include "kernels/cpu/kernel_scratch.hpp"
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cpu/vec_math.hpp"
 #include "kernels/cpu/wide_vectors.hpp"
@@ -45,23 +48,27 @@ void check_shape(const RopeShape& s, const char* op) {
                 "{}: packed kv heads {} must be Hkv {} or Hq {}", op, s.packed_kv_heads, s.kv_heads, s.q_heads);
 }
 
+// The call's cos and sin tables [T, hd/2] (in the lease's shared block) and its scratch (the bf16 row blocks).
 struct Table {
-  std::vector<float> cos, sin;  // [T, hd/2]
+  const float* cos;
+  const float* sin;
+  const KernelScratch::Lease* scratch;
 };
 
-Table make_table(const RopeShape& s) {
+size_t table_bytes(const RopeShape& s) { return 2 * static_cast<size_t>(s.seq * (s.head_dim / 2)) * sizeof(float); }
+
+Table make_table(const RopeShape& s, const KernelScratch::Lease& scratch) {
   const int64_t half = s.head_dim / 2;
-  Table tab;
-  tab.cos.resize(static_cast<size_t>(s.seq * half));
-  tab.sin.resize(tab.cos.size());
+  float* cos = reinterpret_cast<float*>(scratch.shared());
+  float* sin = cos + s.seq * half;
   for (int64_t t = 0; t < s.seq; ++t) {
     for (int64_t i = 0; i < half; ++i) {
       const float a = rope_angle(t, i, s);
-      tab.cos[t * half + i] = std::cos(a);
-      tab.sin[t * half + i] = std::sin(a);
+      cos[t * half + i] = std::cos(a);
+      sin[t * half + i] = std::sin(a);
     }
   }
-  return tab;
+  return Table{cos, sin, &scratch};
 }
 
 // out = rotate(x) for one head at one position (kUndo: rotate^T, the rotation by -angle). x may equal out: each
@@ -127,23 +134,24 @@ template <class F, int64_t L>
 // P (packed key/value heads): the shape's, or Hq (the repeated layout) when unset.
 int64_t packed_heads(const RopeShape& s) { return s.packed_kv_heads > 0 ? s.packed_kv_heads : s.q_heads; }
 
-// The calling thread's f32 row buffer, at least n floats (kept between calls: OpenMP's pool threads live as long
-// as the process).
-float* row_buffer(int64_t n) {
-  thread_local std::vector<float> buffer;
-  if (buffer.size() < static_cast<size_t>(n)) buffer.resize(static_cast<size_t>(n));
-  return buffer.data();
+// f32 floats a thread's row block holds: a row's q, k, v and qkv (the backward's dqkv, dq, dk, dv: as many).
+template <class T>
+size_t row_floats(const RopeShape& s) {
+  if (!std::is_same_v<T, uint16_t>) return 0;  // f32 rows are used in place
+  const int64_t cq = s.q_heads * s.head_dim, ckv = s.kv_heads * s.head_dim;
+  return static_cast<size_t>(cq + 2 * ckv + cq + 2 * packed_heads(s) * s.head_dim);
 }
 
-// The bf16 rows (issue 39): the row's inputs widened into the thread's row buffer, the f32 row body run there, its
+// The bf16 rows (issue 39): the row's inputs widened into the thread's row block, the f32 row body run there, its
 // outputs narrowed (round to nearest even, as cast.hpp), all in L1. Every element is computed from the same
 // widened values by the same f32 body as the whole-tensor path (widen q, k, v; rope_pack_qkv; narrow qkv), and
 // narrowed once by the same rule, so the bits are that path's (KernelRope.Bf16RowsGiveTheWidenedF32Bits).
 template <class F, int64_t L, class U32, class U16>
 [[gnu::always_inline]] inline void pack_row_of(const uint16_t* qr, const uint16_t* kr, const uint16_t* vr, uint16_t* out,
-                                            const float* c, const float* sn, const RopeShape& s, int64_t P) {
+                                            const float* c, const float* sn, const RopeShape& s, int64_t P,
+                                            const KernelScratch::Lease& scratch) {
   const int64_t cq = s.q_heads * s.head_dim, ckv = s.kv_heads * s.head_dim, width = cq + 2 * P * s.head_dim;
-  float* q = row_buffer(cq + 2 * ckv + width);
+  float* q = scratch.thread_block();  // row_floats<uint16_t>(s)
   float *k = q + cq, *v = k + ckv, *o = v + ckv;
   detail::widen_range<U32, U16>(qr, q, 0, cq);
   detail::widen_range<U32, U16>(kr, k, 0, ckv);
@@ -154,9 +162,10 @@ template <class F, int64_t L, class U32, class U16>
 
 template <class F, int64_t L, class U32, class U16>
 [[gnu::always_inline]] inline void unpack_row_of(const uint16_t* in, uint16_t* dqr, uint16_t* dkr, uint16_t* dvr,
-                                              const float* c, const float* sn, const RopeShape& s, int64_t P) {
+                                              const float* c, const float* sn, const RopeShape& s, int64_t P,
+                                              const KernelScratch::Lease& scratch) {
   const int64_t cq = s.q_heads * s.head_dim, ckv = s.kv_heads * s.head_dim, width = cq + 2 * P * s.head_dim;
-  float* row = row_buffer(width + cq + 2 * ckv);
+  float* row = scratch.thread_block();  // row_floats<uint16_t>(s)
   float *dq = row + width, *dk = dq + cq, *dv = dk + ckv;
   detail::widen_range<U32, U16>(in, row, 0, width);
   unpack_row<F, L>(row, dq, dk, dv, c, sn, s, P);
@@ -168,13 +177,15 @@ template <class F, int64_t L, class U32, class U16>
 // The f32 rows under the same name, so a path's loop is written once for both element types.
 template <class F, int64_t L, class U32, class U16>
 [[gnu::always_inline]] inline void pack_row_of(const float* qr, const float* kr, const float* vr, float* out,
-                                            const float* c, const float* sn, const RopeShape& s, int64_t P) {
+                                            const float* c, const float* sn, const RopeShape& s, int64_t P,
+                                            const KernelScratch::Lease&) {
   pack_row<F, L>(qr, kr, vr, out, c, sn, s, P);
 }
 
 template <class F, int64_t L, class U32, class U16>
 [[gnu::always_inline]] inline void unpack_row_of(const float* in, float* dqr, float* dkr, float* dvr, const float* c,
-                                              const float* sn, const RopeShape& s, int64_t P) {
+                                              const float* sn, const RopeShape& s, int64_t P,
+                                              const KernelScratch::Lease&) {
   unpack_row<F, L>(in, dqr, dkr, dvr, c, sn, s, P);
 }
 
@@ -189,7 +200,7 @@ template <class F, int64_t L, class U32, class U16>
     CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * width),                                            \
       const int64_t t = r % s.seq;                                                                                \
       pack_row_of<F, lanes, U32, U16>(q + r * cq, k + r * ckv, v + r * ckv, qkv + r * width,                         \
-                                      tab.cos.data() + t * half, tab.sin.data() + t * half, s, P);)               \
+                                      tab.cos + t * half, tab.sin + t * half, s, P, *tab.scratch);)               \
   }                                                                                                               \
   template <class T>                                                                                              \
   __VA_ARGS__ void unpack_##suffix(const T* dqkv, T* dq, T* dk, T* dv, const RopeShape& s, const Table& tab) {    \
@@ -198,7 +209,7 @@ template <class F, int64_t L, class U32, class U16>
     CLEAVE_PARALLEL_FOR(r, rows, detail::worth_parallel(rows * width),                                            \
       const int64_t t = r % s.seq;                                                                                \
       unpack_row_of<F, lanes, U32, U16>(dqkv + r * width, dq + r * cq, dk + r * ckv, dv + r * ckv,                   \
-                                        tab.cos.data() + t * half, tab.sin.data() + t * half, s, P);)             \
+                                        tab.cos + t * half, tab.sin + t * half, s, P, *tab.scratch);)             \
   }
 
 CLEAVE_ROPE_PATHS(baseline, detail::f32xN, detail::kLanes, detail::u32x4, detail::u16x4,
@@ -217,15 +228,20 @@ template <class T>
 using UnpackFn = void(const T*, T*, T*, T*, const RopeShape&, const Table&);
 
 template <class T>
-void pack(VectorIsa isa, const T* q, const T* k, const T* v, T* qkv, const RopeShape& s) {
+void pack(VectorIsa isa, const T* q, const T* k, const T* v, T* qkv, const RopeShape& s, KernelScratch* scratch) {
   check_shape(s, "rope_pack_qkv");
-  isa_path<PackFn<T>>(isa, "rope_pack_qkv", CLEAVE_ISA_PATHS(pack))(q, k, v, qkv, s, make_table(s));
+  ScratchFor scratch_for(scratch);
+  const KernelScratch::Lease lease = scratch_for.get().lease(table_bytes(s), row_floats<T>(s));
+  isa_path<PackFn<T>>(isa, "rope_pack_qkv", CLEAVE_ISA_PATHS(pack))(q, k, v, qkv, s, make_table(s, lease));
 }
 
 template <class T>
-void unpack(VectorIsa isa, const T* dqkv, T* dq, T* dk, T* dv, const RopeShape& s) {
+void unpack(VectorIsa isa, const T* dqkv, T* dq, T* dk, T* dv, const RopeShape& s, KernelScratch* scratch) {
   check_shape(s, "rope_pack_qkv_backward");
-  isa_path<UnpackFn<T>>(isa, "rope_pack_qkv_backward", CLEAVE_ISA_PATHS(unpack))(dqkv, dq, dk, dv, s, make_table(s));
+  ScratchFor scratch_for(scratch);
+  const KernelScratch::Lease lease = scratch_for.get().lease(table_bytes(s), row_floats<T>(s));
+  isa_path<UnpackFn<T>>(isa, "rope_pack_qkv_backward", CLEAVE_ISA_PATHS(unpack))(dqkv, dq, dk, dv, s,
+                                                                                 make_table(s, lease));
 }
 
 }  // namespace
@@ -240,39 +256,43 @@ float rope_angle(int64_t t, int64_t i, const RopeShape& s) {
 }
 
 void rope_pack_qkv_isa(VectorIsa isa, const float* q, const float* k, const float* v, float* qkv,
-                       const RopeShape& s) {
-  pack(isa, q, k, v, qkv, s);
+                       const RopeShape& s, KernelScratch* scratch) {
+  pack(isa, q, k, v, qkv, s, scratch);
 }
 
 void rope_pack_qkv_backward_isa(VectorIsa isa, const float* dqkv, float* dq, float* dk, float* dv,
-                                const RopeShape& s) {
-  unpack(isa, dqkv, dq, dk, dv, s);
+                                const RopeShape& s, KernelScratch* scratch) {
+  unpack(isa, dqkv, dq, dk, dv, s, scratch);
 }
 
 void rope_pack_qkv_isa(VectorIsa isa, const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* qkv,
-                       const RopeShape& s) {
-  pack(isa, q, k, v, qkv, s);
+                       const RopeShape& s, KernelScratch* scratch) {
+  pack(isa, q, k, v, qkv, s, scratch);
 }
 
 void rope_pack_qkv_backward_isa(VectorIsa isa, const uint16_t* dqkv, uint16_t* dq, uint16_t* dk, uint16_t* dv,
-                                const RopeShape& s) {
-  unpack(isa, dqkv, dq, dk, dv, s);
+                                const RopeShape& s, KernelScratch* scratch) {
+  unpack(isa, dqkv, dq, dk, dv, s, scratch);
 }
 
-void rope_pack_qkv(const float* q, const float* k, const float* v, float* qkv, const RopeShape& s) {
-  rope_pack_qkv_isa(best_vector_isa(), q, k, v, qkv, s);
+void rope_pack_qkv(const float* q, const float* k, const float* v, float* qkv, const RopeShape& s,
+                   KernelScratch* scratch) {
+  rope_pack_qkv_isa(best_vector_isa(), q, k, v, qkv, s, scratch);
 }
 
-void rope_pack_qkv_backward(const float* dqkv, float* dq, float* dk, float* dv, const RopeShape& s) {
-  rope_pack_qkv_backward_isa(best_vector_isa(), dqkv, dq, dk, dv, s);
+void rope_pack_qkv_backward(const float* dqkv, float* dq, float* dk, float* dv, const RopeShape& s,
+                            KernelScratch* scratch) {
+  rope_pack_qkv_backward_isa(best_vector_isa(), dqkv, dq, dk, dv, s, scratch);
 }
 
-void rope_pack_qkv(const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* qkv, const RopeShape& s) {
-  rope_pack_qkv_isa(best_vector_isa(), q, k, v, qkv, s);
+void rope_pack_qkv(const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* qkv, const RopeShape& s,
+                   KernelScratch* scratch) {
+  rope_pack_qkv_isa(best_vector_isa(), q, k, v, qkv, s, scratch);
 }
 
-void rope_pack_qkv_backward(const uint16_t* dqkv, uint16_t* dq, uint16_t* dk, uint16_t* dv, const RopeShape& s) {
-  rope_pack_qkv_backward_isa(best_vector_isa(), dqkv, dq, dk, dv, s);
+void rope_pack_qkv_backward(const uint16_t* dqkv, uint16_t* dq, uint16_t* dk, uint16_t* dv, const RopeShape& s,
+                            KernelScratch* scratch) {
+  rope_pack_qkv_backward_isa(best_vector_isa(), dqkv, dq, dk, dv, s, scratch);
 }
 
 }  // namespace cleave::kernels::cpu

@@ -10,10 +10,14 @@
 // Invariant: forward writes qkv completely; backward overwrites dq, dk, dv completely: the rotation undone
 // (its transpose) and each key/value head the sum of its r packed copies, summed in head order before the
 // rotation is undone (deterministic; r = 1 copies it bit for bit).
+//
+// scratch: where a call builds its cos/sin table and (bf16) converts its rows (kernel_scratch.hpp): the run's, so
+// a steady-state call allocates nothing; null (tests, benchmarks) = one made for the call. Never changes a bit.
 #pragma once
 
 #include <cstdint>
 
+#include "kernels/cpu/kernel_scratch.hpp"
 #include "kernels/cpu/vector_isa.hpp"
 
 namespace cleave::kernels::cpu {
@@ -31,23 +35,27 @@ float rope_inv_freq(int64_t i, int64_t head_dim, float theta);
 // The angle of pair i at sequence position t (f32 product, as transformers).
 float rope_angle(int64_t t, int64_t i, const RopeShape& s);
 
-void rope_pack_qkv(const float* q, const float* k, const float* v, float* qkv, const RopeShape& s);
-void rope_pack_qkv_backward(const float* dqkv, float* dq, float* dk, float* dv, const RopeShape& s);
+void rope_pack_qkv(const float* q, const float* k, const float* v, float* qkv, const RopeShape& s,
+                   KernelScratch* scratch = nullptr);
+void rope_pack_qkv_backward(const float* dqkv, float* dq, float* dk, float* dv, const RopeShape& s,
+                            KernelScratch* scratch = nullptr);
 
 // bf16 tensors (bit patterns, cast.hpp), converted a row at a time: the bits of widening every input to f32
 // (exact), running the f32 functions above and narrowing every output once (round to nearest even).
-void rope_pack_qkv(const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* qkv, const RopeShape& s);
-void rope_pack_qkv_backward(const uint16_t* dqkv, uint16_t* dq, uint16_t* dk, uint16_t* dv, const RopeShape& s);
+void rope_pack_qkv(const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* qkv, const RopeShape& s,
+                   KernelScratch* scratch = nullptr);
+void rope_pack_qkv_backward(const uint16_t* dqkv, uint16_t* dq, uint16_t* dk, uint16_t* dv, const RopeShape& s,
+                            KernelScratch* scratch = nullptr);
 
 // One vector path (vector_isa.hpp); the functions above run the widest, all giving the same bits. For tests and
 // benchmarks.
 void rope_pack_qkv_isa(VectorIsa isa, const float* q, const float* k, const float* v, float* qkv,
-                       const RopeShape& s);
+                       const RopeShape& s, KernelScratch* scratch = nullptr);
 void rope_pack_qkv_backward_isa(VectorIsa isa, const float* dqkv, float* dq, float* dk, float* dv,
-                                const RopeShape& s);
+                                const RopeShape& s, KernelScratch* scratch = nullptr);
 void rope_pack_qkv_isa(VectorIsa isa, const uint16_t* q, const uint16_t* k, const uint16_t* v, uint16_t* qkv,
-                       const RopeShape& s);
+                       const RopeShape& s, KernelScratch* scratch = nullptr);
 void rope_pack_qkv_backward_isa(VectorIsa isa, const uint16_t* dqkv, uint16_t* dq, uint16_t* dk, uint16_t* dv,
-                                const RopeShape& s);
+                                const RopeShape& s, KernelScratch* scratch = nullptr);
 
 }  // namespace cleave::kernels::cpu

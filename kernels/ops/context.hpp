@@ -4,8 +4,8 @@
 // builds) cannot disturb each other.
 //
 // Invariants: `allocator` serves `device`; every tensor an op touches lives on `device`; scratch an op needs
-// comes from `allocator` under MemoryCategory::kWorkspace and is returned before the op does (the caching
-// allocator reuses it, so a steady-state step makes no system allocation).
+// comes from `allocator` (kWorkspace, returned before the op does: reused, so a steady-state step makes no system
+// allocation) or, for buffers a backend keeps between calls (CPU row/chunk buffers, scratchpads), `resources`.
 #pragma once
 
 #include <string_view>

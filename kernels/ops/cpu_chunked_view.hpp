@@ -5,7 +5,10 @@
 // whole output back: for a 1M-element activation that is 4 MiB written, read back, written again and read
 // again, beyond L2, on every element-wise op of a bf16 step (the measured cause of bf16 steps slower than fp32).
 // Here each OpenMP thread widens a chunk of at most kChunkElements into its own buffers, runs the kernel on
-// the chunk and narrows the chunk's outputs, so the f32 copies never leave the cache.
+// the chunk and narrows the chunk's outputs, so the f32 copies never leave the cache. The buffers are the
+// thread's blocks of the caller's KernelScratch (kernels/cpu/kernel_scratch.hpp: the run's, from its
+// CpuResources; null = one made for the call), so a steady-state step allocates none and no buffer outlives
+// its owner.
 //
 // Invariant: the results are bit for bit those of the whole-tensor views, for any thread count: the kernel
 // must compute every element (or row) from the same element (or row) of its inputs alone, and the casts are
@@ -17,10 +20,10 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
-#include <vector>
 
 #include "engine/core/tensor.hpp"
 #include "kernels/cpu/cast.hpp"
+#include "kernels/cpu/kernel_scratch.hpp"
 
 namespace cleave::ops::cpu_detail {
 
@@ -37,19 +40,12 @@ struct ChunkOut {
   bool read;  // the kernel reads the output's old values (in place, +=)
 };
 
-// The calling thread's chunk buffers, at least `need` floats, kept between calls (OpenMP's pool threads live as
-// long as the process).
-inline std::vector<float>& chunk_buffers(std::size_t need) {
-  thread_local std::vector<float> buffers;
-  if (buffers.size() < need) buffers.resize(need);
-  return buffers;
-}
-
 // Runs kernel(const float* in[NI], float* out[NO], first_row, rows) over `rows` rows of `cols` elements (an
-// element-wise kernel: rows = numel, cols = 1). Every tensor holds rows * cols elements, f32 or bf16.
+// element-wise kernel: rows = numel, cols = 1). Every tensor holds rows * cols elements, f32 or bf16. `scratch`
+// (cpu_scratch(ctx): the run's, or null) holds the chunk buffers of a call with a bf16 tensor.
 template <std::size_t NI, std::size_t NO, class Kernel>
-void run_chunked(const std::array<ChunkIn, NI>& ins, const std::array<ChunkOut, NO>& outs, std::int64_t rows,
-                 std::int64_t cols, Kernel&& kernel) {
+void run_chunked(kernels::cpu::KernelScratch* scratch, const std::array<ChunkIn, NI>& ins,
+                 const std::array<ChunkOut, NO>& outs, std::int64_t rows, std::int64_t cols, Kernel&& kernel) {
   namespace kc = kernels::cpu;
   bool any_bf16 = false;
   for (const ChunkIn& in : ins) any_bf16 |= in.tensor->dtype() == DType::kBF16;
@@ -62,13 +58,15 @@ void run_chunked(const std::array<ChunkIn, NI>& ins, const std::array<ChunkOut, 
     kernel(in_ptr, out_ptr, std::int64_t{0}, rows);
     return;
   }
-  // A chunk is whole rows; a row longer than kChunkElements is a chunk alone (heap buffers then).
+  // A chunk is whole rows; a row longer than kChunkElements is a chunk alone (a larger lease then).
   const std::int64_t rows_per_chunk = std::max<std::int64_t>(1, kChunkElements / std::max<std::int64_t>(cols, 1));
   const std::int64_t chunk_elements = rows_per_chunk * cols;
   const std::int64_t chunks = (rows + rows_per_chunk - 1) / rows_per_chunk;
   const bool parallel = rows * cols >= kChunkParallelMin && chunks > 1;
   const auto need = static_cast<std::size_t>(static_cast<std::int64_t>(NI + NO) * chunk_elements);
-  auto run_chunk = [&](std::vector<float>& buffers, std::int64_t ch) {
+  kernels::cpu::ScratchFor scratch_for(scratch);
+  const kernels::cpu::KernelScratch::Lease lease = scratch_for.get().lease(0, need);
+  auto run_chunk = [&](float* buffers, std::int64_t ch) {
     const std::int64_t first = ch * rows_per_chunk;
     const std::int64_t count = std::min(rows_per_chunk, rows - first);
     const std::int64_t offset = first * cols, n = count * cols;
@@ -79,7 +77,7 @@ void run_chunked(const std::array<ChunkIn, NI>& ins, const std::array<ChunkOut, 
       if (t.dtype() == DType::kF32) {
         in[i] = t.template data<float>() + offset;
       } else {
-        float* buf = buffers.data() + static_cast<std::int64_t>(i) * chunk_elements;
+        float* buf = buffers + static_cast<std::int64_t>(i) * chunk_elements;
         kc::cast_bf16_to_f32(static_cast<const std::uint16_t*>(t.raw_data()) + offset, buf, n);
         in[i] = buf;
       }
@@ -89,7 +87,7 @@ void run_chunked(const std::array<ChunkIn, NI>& ins, const std::array<ChunkOut, 
       if (t.dtype() == DType::kF32) {
         out[o] = t.template data<float>() + offset;
       } else {
-        float* buf = buffers.data() + static_cast<std::int64_t>(NI + o) * chunk_elements;
+        float* buf = buffers + static_cast<std::int64_t>(NI + o) * chunk_elements;
         if (outs[o].read) kc::cast_bf16_to_f32(static_cast<const std::uint16_t*>(t.raw_data()) + offset, buf, n);
         out[o] = buf;
       }
@@ -105,13 +103,13 @@ void run_chunked(const std::array<ChunkIn, NI>& ins, const std::array<ChunkOut, 
   // A team only where one pays and none is active (kernels/cpu/parallel.hpp: `omp parallel if` would still
   // enter OpenMP); otherwise the chunks in order on the calling thread.
   if (!parallel || omp_in_parallel()) {
-    std::vector<float>& buffers = chunk_buffers(need);
+    float* buffers = lease.thread_block();
     for (std::int64_t ch = 0; ch < chunks; ++ch) run_chunk(buffers, ch);
     return;
   }
 #pragma omp parallel
   {
-    std::vector<float>& buffers = chunk_buffers(need);
+    float* buffers = lease.thread_block();
 #pragma omp for schedule(static)
     for (std::int64_t ch = 0; ch < chunks; ++ch) run_chunk(buffers, ch);
   }

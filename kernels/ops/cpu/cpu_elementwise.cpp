@@ -16,6 +16,7 @@
 #include "kernels/cpu/parallel.hpp"
 #include "kernels/cpu/relu.hpp"
 #include "kernels/cpu/softmax.hpp"
+#include "kernels/ops/cpu/cpu_resources.hpp"
 #include "kernels/ops/cpu/cpu_slots.hpp"
 #include "kernels/ops/cpu_chunked_view.hpp"
 #include "kernels/ops/cpu_f32_view.hpp"
@@ -52,20 +53,20 @@ void copy_2d(const Context& ctx, const Tensor& src, const Tensor& dst, const Cop
   (void)ctx;
 }
 
-void add(const Context&, const Tensor& a, const Tensor& b, const Tensor& out) {
-  run_chunked<2, 1>({ChunkIn{&a}, ChunkIn{&b}}, {ChunkOut{&out, false}}, a.numel(), 1,
+void add(const Context& ctx, const Tensor& a, const Tensor& b, const Tensor& out) {
+  run_chunked<2, 1>(cpu_scratch(ctx), {ChunkIn{&a}, ChunkIn{&b}}, {ChunkOut{&out, false}}, a.numel(), 1,
                     [](const In2& in, const Out1& o, int64_t, int64_t n) { kc::add(in[0], in[1], o[0], n); });
 }
 
-void add_inplace(const Context&, const Tensor& y, const Tensor& x) {
-  run_chunked<1, 1>({ChunkIn{&x}}, {ChunkOut{&y, true}}, y.numel(), 1,
+void add_inplace(const Context& ctx, const Tensor& y, const Tensor& x) {
+  run_chunked<1, 1>(cpu_scratch(ctx), {ChunkIn{&x}}, {ChunkOut{&y, true}}, y.numel(), 1,
                     [](const In1& in, const Out1& o, int64_t, int64_t n) { kc::add_inplace(o[0], in[0], n); });
 }
 
 namespace {
 
-void scale_chunked(const Tensor& y, float alpha) {
-  run_chunked<0, 1>({}, {ChunkOut{&y, true}}, y.numel(), 1,
+void scale_chunked(const Context& ctx, const Tensor& y, float alpha) {
+  run_chunked<0, 1>(cpu_scratch(ctx), {}, {ChunkOut{&y, true}}, y.numel(), 1,
                     [alpha](const std::array<const float*, 0>&, const Out1& o, int64_t, int64_t n) {
                       kc::scale_inplace(o[0], alpha, n);
                     });
@@ -73,22 +74,22 @@ void scale_chunked(const Tensor& y, float alpha) {
 
 }  // namespace
 
-void scale_inplace(const Context&, const Tensor& y, float alpha) { scale_chunked(y, alpha); }
+void scale_inplace(const Context& ctx, const Tensor& y, float alpha) { scale_chunked(ctx, y, alpha); }
 
 // The f32 tensors in one kernel call (one OpenMP team, elementwise.hpp); a bf16 one through scale_inplace's
 // chunked widen-scale-narrow, as alone (the tensors do not overlap, so the order between the two groups is free).
-void scale_inplace_many(const Context&, std::span<const Tensor> ys, float alpha) {
+void scale_inplace_many(const Context& ctx, std::span<const Tensor> ys, float alpha) {
   std::vector<kc::FloatSpan> f32;
   f32.reserve(ys.size());
   for (const Tensor& y : ys) {
     if (y.dtype() == DType::kF32) f32.push_back({y.data<float>(), y.numel()});
-    else scale_chunked(y, alpha);
+    else scale_chunked(ctx, y, alpha);
   }
   kc::scale_inplace_many(f32.data(), static_cast<std::int64_t>(f32.size()), alpha);
 }
 
-void axpy(const Context&, float alpha, const Tensor& x, const Tensor& y) {
-  run_chunked<1, 1>({ChunkIn{&x}}, {ChunkOut{&y, true}}, y.numel(), 1,
+void axpy(const Context& ctx, float alpha, const Tensor& x, const Tensor& y) {
+  run_chunked<1, 1>(cpu_scratch(ctx), {ChunkIn{&x}}, {ChunkOut{&y, true}}, y.numel(), 1,
                     [alpha](const In1& in, const Out1& o, int64_t, int64_t n) { kc::axpy(alpha, in[0], o[0], n); });
 }
 
@@ -123,7 +124,7 @@ void bias_add_forward(const Context& ctx, const Tensor& y, const Tensor& bias) {
   F32In b(ctx, bias);
   const float* bias_f32 = b.get();
   const int64_t cols = y.shape().last();
-  run_chunked<0, 1>({}, {ChunkOut{&y, true}}, y.shape().rows(), cols,
+  run_chunked<0, 1>(cpu_scratch(ctx), {}, {ChunkOut{&y, true}}, y.shape().rows(), cols,
                     [bias_f32, cols](const std::array<const float*, 0>&, const Out1& o, int64_t, int64_t rows) {
                       kc::bias_add_forward(o[0], bias_f32, rows, cols);
                     });
@@ -142,14 +143,14 @@ void bias_backward(const Context& ctx, const Tensor& dy, const Tensor& dbias) {
 namespace {
 
 template <void (*Kernel)(const float*, float*, int64_t)>
-void unary(const Context&, const Tensor& x, const Tensor& y) {
-  run_chunked<1, 1>({ChunkIn{&x}}, {ChunkOut{&y, false}}, x.numel(), 1,
+void unary(const Context& ctx, const Tensor& x, const Tensor& y) {
+  run_chunked<1, 1>(cpu_scratch(ctx), {ChunkIn{&x}}, {ChunkOut{&y, false}}, x.numel(), 1,
                     [](const In1& in, const Out1& o, int64_t, int64_t n) { Kernel(in[0], o[0], n); });
 }
 
 template <void (*Kernel)(const float*, const float*, float*, int64_t)>
-void unary_backward(const Context&, const Tensor& x, const Tensor& dy, const Tensor& dx) {
-  run_chunked<2, 1>({ChunkIn{&x}, ChunkIn{&dy}}, {ChunkOut{&dx, false}}, x.numel(), 1,
+void unary_backward(const Context& ctx, const Tensor& x, const Tensor& dy, const Tensor& dx) {
+  run_chunked<2, 1>(cpu_scratch(ctx), {ChunkIn{&x}, ChunkIn{&dy}}, {ChunkOut{&dx, false}}, x.numel(), 1,
                     [](const In2& in, const Out1& o, int64_t, int64_t n) { Kernel(in[0], in[1], o[0], n); });
 }
 

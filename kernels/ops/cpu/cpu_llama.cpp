@@ -1,6 +1,7 @@
 // The CPU backend's Llama slots (contracts in ops.hpp "Llama pieces"; checks in ops_llama.cpp): RMSNorm, the
 // fused residual add + RMSNorm, SwiGLU and rotary embeddings with grouped-query packing. Row- and element-wise
-// kernels run through run_chunked (cpu_chunked_view.hpp); RoPE converts a row at a time for all-bf16 calls.
+// kernels run through run_chunked (cpu_chunked_view.hpp); RoPE converts a row at a time for all-bf16 calls. The
+// chunk and row buffers and RoPE's table are the run's kernel scratch (cpu_scratch(ctx), cpu_resources.hpp).
 // Invariant: the fused add + RMSNorm gives the bits of the unfused pair (add, then RMSNorm of the stored r), for
 // f32 and bf16 r alike; every other slot the bits of its f32 kernel on the widened tensors.
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include "kernels/cpu/rmsnorm.hpp"
 #include "kernels/cpu/rope.hpp"
 #include "kernels/cpu/swiglu.hpp"
+#include "kernels/ops/cpu/cpu_resources.hpp"
 #include "kernels/ops/cpu/cpu_slots.hpp"
 #include "kernels/ops/cpu_chunked_view.hpp"
 #include "kernels/ops/cpu_f32_view.hpp"
@@ -25,7 +27,7 @@ void rmsnorm_forward(const Context& ctx, const Tensor& x, const Tensor& weight, 
   const float* wf = w.get();
   float* rf = rstd.data<float>();
   const int64_t cols = x.shape().last();
-  run_chunked<1, 1>({ChunkIn{&x}}, {ChunkOut{&y, false}}, x.shape().rows(), cols,
+  run_chunked<1, 1>(cpu_scratch(ctx), {ChunkIn{&x}}, {ChunkOut{&y, false}}, x.shape().rows(), cols,
                     [=](const In1& in, const Out1& o, int64_t first, int64_t rows) {
                       kc::rmsnorm_forward(in[0], wf, o[0], rf + first, rows, cols, eps);
                     });
@@ -37,7 +39,7 @@ void rmsnorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor& 
   const float* wf = w.get();
   const float* rf = rstd.data<float>();
   const int64_t cols = x.shape().last();
-  run_chunked<2, 1>({ChunkIn{&dy}, ChunkIn{&x}}, {ChunkOut{&dx, false}}, x.shape().rows(), cols,
+  run_chunked<2, 1>(cpu_scratch(ctx), {ChunkIn{&dy}, ChunkIn{&x}}, {ChunkOut{&dx, false}}, x.shape().rows(), cols,
                     [=](const In2& in, const Out1& o, int64_t first, int64_t rows) {
                       kc::rmsnorm_backward_input(in[0], in[1], wf, rf + first, o[0], rows, cols);
                     });
@@ -82,7 +84,8 @@ void add_rmsnorm_forward(const Context& ctx, const Tensor& x, const Tensor& y, c
   float* rf = rstd.data<float>();
   const int64_t cols = x.shape().last();
   const bool bf16_r = r.dtype() == DType::kBF16;
-  run_chunked<2, 2>({ChunkIn{&x}, ChunkIn{&y}}, {ChunkOut{&r, false}, ChunkOut{&out, false}}, x.shape().rows(), cols,
+  run_chunked<2, 2>(cpu_scratch(ctx), {ChunkIn{&x}, ChunkIn{&y}}, {ChunkOut{&r, false}, ChunkOut{&out, false}},
+                    x.shape().rows(), cols,
                     [=](const In2& in, const Out2& o, int64_t first, int64_t rows) {
                       if (!bf16_r) {
                         kc::add_rmsnorm_forward(in[0], in[1], wf, o[0], o[1], rf + first, rows, cols, eps);
@@ -101,7 +104,8 @@ void add_rmsnorm_backward_input(const Context& ctx, const Tensor& dout, const Te
   const float* rf = rstd.data<float>();
   const int64_t cols = r.shape().last();
   const bool bf16_dr = dr.dtype() == DType::kBF16;
-  run_chunked<3, 1>({ChunkIn{&dout}, ChunkIn{&dresidual}, ChunkIn{&r}}, {ChunkOut{&dr, false}}, r.shape().rows(), cols,
+  run_chunked<3, 1>(cpu_scratch(ctx), {ChunkIn{&dout}, ChunkIn{&dresidual}, ChunkIn{&r}}, {ChunkOut{&dr, false}},
+                    r.shape().rows(), cols,
                     [=](const In3& in, const Out1& o, int64_t first, int64_t rows) {
                       if (!bf16_dr) {
                         kc::add_rmsnorm_backward_input(in[0], in[1], in[2], wf, rf + first, o[0], rows, cols);
@@ -113,14 +117,17 @@ void add_rmsnorm_backward_input(const Context& ctx, const Tensor& dout, const Te
                     });
 }
 
-void swiglu_forward(const Context&, const Tensor& gate, const Tensor& up, const Tensor& h) {
-  run_chunked<2, 1>({ChunkIn{&gate}, ChunkIn{&up}}, {ChunkOut{&h, false}}, gate.numel(), 1,
-                    [](const In2& in, const Out1& o, int64_t, int64_t n) { kc::swiglu_forward(in[0], in[1], o[0], n); });
+void swiglu_forward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& h) {
+  run_chunked<2, 1>(cpu_scratch(ctx), {ChunkIn{&gate}, ChunkIn{&up}}, {ChunkOut{&h, false}}, gate.numel(), 1,
+                    [](const In2& in, const Out1& o, int64_t, int64_t n) {
+                      kc::swiglu_forward(in[0], in[1], o[0], n);
+                    });
 }
 
-void swiglu_backward(const Context&, const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
+void swiglu_backward(const Context& ctx, const Tensor& gate, const Tensor& up, const Tensor& dh, const Tensor& dgate,
                      const Tensor& dup) {
-  run_chunked<3, 2>({ChunkIn{&gate}, ChunkIn{&up}, ChunkIn{&dh}}, {ChunkOut{&dgate, false}, ChunkOut{&dup, false}},
+  run_chunked<3, 2>(cpu_scratch(ctx), {ChunkIn{&gate}, ChunkIn{&up}, ChunkIn{&dh}},
+                    {ChunkOut{&dgate, false}, ChunkOut{&dup, false}},
                     gate.numel(), 1, [](const In3& in, const Out2& o, int64_t, int64_t n) {
                       kc::swiglu_backward(in[0], in[1], in[2], o[0], o[1], n);
                     });
@@ -157,24 +164,24 @@ void rope_pack_qkv(const Context& ctx, const Tensor& q, const Tensor& k, const T
                    const RopeParams& params) {
   if (all_bf16({&q, &k, &v, &qkv})) {
     kc::rope_pack_qkv(cpu_detail::bf16_data(q), cpu_detail::bf16_data(k), cpu_detail::bf16_data(v),
-                      cpu_detail::bf16_data(qkv), rope_shape(q, params));
+                      cpu_detail::bf16_data(qkv), rope_shape(q, params), cpu_scratch(ctx));
     return;
   }
   F32In qi(ctx, q), ki(ctx, k), vi(ctx, v);
   F32Out out(ctx, qkv, false);
-  kc::rope_pack_qkv(qi.get(), ki.get(), vi.get(), out.get(), rope_shape(q, params));
+  kc::rope_pack_qkv(qi.get(), ki.get(), vi.get(), out.get(), rope_shape(q, params), cpu_scratch(ctx));
 }
 
 void rope_pack_qkv_backward(const Context& ctx, const Tensor& dqkv, const Tensor& dq, const Tensor& dk,
                             const Tensor& dv, const RopeParams& params) {
   if (all_bf16({&dqkv, &dq, &dk, &dv})) {
     kc::rope_pack_qkv_backward(cpu_detail::bf16_data(dqkv), cpu_detail::bf16_data(dq), cpu_detail::bf16_data(dk),
-                               cpu_detail::bf16_data(dv), rope_shape(dq, params));
+                               cpu_detail::bf16_data(dv), rope_shape(dq, params), cpu_scratch(ctx));
     return;
   }
   F32In in(ctx, dqkv);
   F32Out q(ctx, dq, false), k(ctx, dk, false), v(ctx, dv, false);
-  kc::rope_pack_qkv_backward(in.get(), q.get(), k.get(), v.get(), rope_shape(dq, params));
+  kc::rope_pack_qkv_backward(in.get(), q.get(), k.get(), v.get(), rope_shape(dq, params), cpu_scratch(ctx));
 }
 
 }  // namespace cleave::ops::cpu_detail

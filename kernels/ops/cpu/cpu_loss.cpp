@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "kernels/cpu/cross_entropy.hpp"
+#include "kernels/ops/cpu/cpu_resources.hpp"
 #include "kernels/ops/cpu/cpu_slots.hpp"
 #include "kernels/ops/cpu_f32_view.hpp"
 
@@ -26,13 +27,14 @@ void write_mean_loss(const Tensor& loss, double sum, const Tensor& targets) {
 // tensor's; f32 logits are used in place.
 void cross_entropy_forward(const Context& ctx, const Tensor& logits, const Tensor& targets, const Tensor& lse,
                            const Tensor& loss) {
-  (void)ctx;
   const std::int64_t rows = logits.shape().rows(), classes = logits.shape().last();
   const std::int32_t* t = targets.data<std::int32_t>();
+  kc::KernelScratch* scratch = cpu_scratch(ctx);
   const double sum = logits.dtype() == DType::kBF16
                          ? kc::softmax_cross_entropy_forward(cpu_detail::bf16_data(logits), t, lse.data<float>(), rows,
-                                                             classes)
-                         : kc::softmax_cross_entropy_forward(logits.data<float>(), t, lse.data<float>(), rows, classes);
+                                                             classes, scratch)
+                         : kc::softmax_cross_entropy_forward(logits.data<float>(), t, lse.data<float>(), rows, classes,
+                                                             scratch);
   write_mean_loss(loss, sum, targets);
 }
 
@@ -47,43 +49,43 @@ void cross_entropy_backward(const Context& ctx, const Tensor& logits, const Tens
     if (dlogits.dtype() == DType::kBF16) {
       kc::softmax_cross_entropy_backward_shard(x, t, range.first, lse.data<float>(), scale,
                                                cpu_detail::bf16_data(dlogits), rows, classes, range.vocab,
-                                               range.valid);
+                                               range.valid, cpu_scratch(ctx));
     } else {
       kc::softmax_cross_entropy_backward_shard(x, t, range.first, lse.data<float>(), scale, dlogits.data<float>(),
-                                               rows, classes, range.vocab, range.valid);
+                                               rows, classes, range.vocab, range.valid, cpu_scratch(ctx));
     }
     return;
   }
   F32Out out(ctx, dlogits, false);  // an f32 logits with a bf16 dlogits: narrowed whole
   kc::softmax_cross_entropy_backward_shard(logits.data<float>(), t, range.first, lse.data<float>(), scale, out.get(),
-                                           rows, classes, range.vocab, range.valid);
+                                           rows, classes, range.vocab, range.valid, cpu_scratch(ctx));
 }
 
 void cross_entropy_shard_max(const Context& ctx, const Tensor& logits, const VocabRange& range,
                              const Tensor& row_max) {
-  (void)ctx;
   const std::int64_t rows = logits.shape().rows(), classes = logits.shape().last();
   if (logits.dtype() == DType::kBF16) {
-    kc::cross_entropy_shard_max(cpu_detail::bf16_data(logits), row_max.data<float>(), rows, classes, range.valid);
+    kc::cross_entropy_shard_max(cpu_detail::bf16_data(logits), row_max.data<float>(), rows, classes, range.valid,
+                                cpu_scratch(ctx));
   } else {
-    kc::cross_entropy_shard_max(logits.data<float>(), row_max.data<float>(), rows, classes, range.valid);
+    kc::cross_entropy_shard_max(logits.data<float>(), row_max.data<float>(), rows, classes, range.valid,
+                                cpu_scratch(ctx));
   }
 }
 
 void cross_entropy_shard_sum_exp_and_target(const Context& ctx, const Tensor& logits, const Tensor& targets,
                                             const VocabRange& range, const Tensor& row_max, const Tensor& sums) {
-  (void)ctx;
   const std::int64_t rows = logits.shape().rows(), width = logits.shape().last();
   float* sum_exp = sums.data<float>();
   const std::int32_t* t = targets.data<std::int32_t>();
   if (logits.dtype() == DType::kBF16) {
     const auto* x = cpu_detail::bf16_data(logits);
-    kc::cross_entropy_shard_sum_exp(x, row_max.data<float>(), sum_exp, rows, width, range.valid);
+    kc::cross_entropy_shard_sum_exp(x, row_max.data<float>(), sum_exp, rows, width, range.valid, cpu_scratch(ctx));
     kc::cross_entropy_shard_target_logit(x, t, range.first, sum_exp + rows, rows, width, range.vocab, range.valid);
     return;
   }
   const float* x = logits.data<float>();
-  kc::cross_entropy_shard_sum_exp(x, row_max.data<float>(), sum_exp, rows, width, range.valid);
+  kc::cross_entropy_shard_sum_exp(x, row_max.data<float>(), sum_exp, rows, width, range.valid, cpu_scratch(ctx));
   kc::cross_entropy_shard_target_logit(x, t, range.first, sum_exp + rows, rows, width, range.vocab, range.valid);
 }
 

@@ -9,6 +9,7 @@
 #include "kernels/cpu/embedding.hpp"
 #include "kernels/cpu/layernorm.hpp"
 #include "kernels/cpu/maxpool.hpp"
+#include "kernels/ops/cpu/cpu_resources.hpp"
 #include "kernels/ops/cpu/cpu_slots.hpp"
 #include "kernels/ops/cpu_chunked_view.hpp"
 #include "kernels/ops/cpu_f32_view.hpp"
@@ -21,7 +22,7 @@ void layernorm_forward(const Context& ctx, const Tensor& x, const Tensor& gamma,
   const float *gf = g.get(), *bf = b.get();
   float *mf = mean.data<float>(), *rf = rstd.data<float>();
   const int64_t cols = x.shape().last();
-  run_chunked<1, 1>({ChunkIn{&x}}, {ChunkOut{&y, false}}, x.shape().rows(), cols,
+  run_chunked<1, 1>(cpu_scratch(ctx), {ChunkIn{&x}}, {ChunkOut{&y, false}}, x.shape().rows(), cols,
                     [=](const In1& in, const Out1& o, int64_t first, int64_t rows) {
                       kc::layernorm_forward(in[0], gf, bf, o[0], mf + first, rf + first, rows, cols, eps);
                     });
@@ -33,7 +34,7 @@ void layernorm_backward_input(const Context& ctx, const Tensor& dy, const Tensor
   const float* gf = g.get();
   const float *mf = mean.data<float>(), *rf = rstd.data<float>();
   const int64_t cols = x.shape().last();
-  run_chunked<2, 1>({ChunkIn{&dy}, ChunkIn{&x}}, {ChunkOut{&dx, false}}, x.shape().rows(), cols,
+  run_chunked<2, 1>(cpu_scratch(ctx), {ChunkIn{&dy}, ChunkIn{&x}}, {ChunkOut{&dx, false}}, x.shape().rows(), cols,
                     [=](const In2& in, const Out1& o, int64_t first, int64_t rows) {
                       kc::layernorm_backward_input(in[0], in[1], gf, mf + first, rf + first, o[0], rows, cols);
                     });

@@ -5,8 +5,10 @@
 // Invariants: a slot is called only after the public op checked its arguments (backend.hpp), and has finished
 // its work when it returns. Arithmetic is the f32 kernels' of kernels/cpu: bf16 tensors are widened and narrowed
 // at the kernel edges (cpu_f32_view.hpp) or a cache-sized chunk at a time (cpu_chunked_view.hpp), with the same
-// bits either way, so results match the f32 kernels on the same (rounded) inputs. Scratch comes from
-// ctx.allocator (kWorkspace) and is returned before the slot returns.
+// bits either way, so results match the f32 kernels on the same (rounded) inputs. Whole-tensor scratch comes from
+// ctx.allocator (kWorkspace) and is returned before the slot returns; chunk and row buffers, tables and per-row
+// partials a kernel keeps between calls are the run's KernelScratch (cpu_scratch(ctx), cpu_resources.hpp), never a
+// static or a thread_local.
 //
 // Adding a slot: define it in its family's file, declare it here under that file, and name it in the table.
 #pragma once

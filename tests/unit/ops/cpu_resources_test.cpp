@@ -5,9 +5,14 @@
 //    epilogue, deterministic and fast mode);
 //  - the steady state: repeating a step's GEMMs through the run's resources makes no oneDNN primitive and no
 //    scratchpad; two runs' resources share nothing;
+//  - the kernels' scratch (kernels/cpu/kernel_scratch.hpp: the bf16 chunk buffers of the element- and row-wise
+//    slots, RoPE's table and rows, cross-entropy's rows and per-row losses): a row step through the run's
+//    resources gives the bits of a context without, and repeating it leases the run's scratch (so the buffers are
+//    not the call's own) without growing it (so a steady-state step allocates none);
 //  - a context whose resources are another device's is refused, naming the fix.
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -106,6 +111,79 @@ TEST(CpuResources, SteadyStateStepsMakeNoPrimitiveOrScratchpad) {
   EXPECT_EQ(matmuls.scratchpads(), scratchpads) << "a steady-state step made a scratchpad";
   EXPECT_EQ(matmuls.scratchpad_bytes(), bytes) << "a steady-state step grew the scratchpads";
   EXPECT_EQ(cpu_state(*other_run).onednn().primitives(), 0u) << "another run's resources were touched";
+}
+
+// The element-wise, RoPE and cross-entropy ops of a step in `dtype` (the slots that borrow the kernel scratch),
+// sized so each runs on the OpenMP team over several chunks; their outputs as floats.
+std::vector<std::vector<float>> row_step(const Context& ctx, DType dtype) {
+  const std::int64_t batch = 2, seq = 64, q_heads = 4, kv_heads = 2, head_dim = 32, classes = 300;
+  const std::int64_t rows = batch * seq;
+  auto input = [&](const Shape& shape, std::uint64_t seed) {
+    return cast_to(ctx, Tensor::from_floats(random_floats(static_cast<size_t>(shape.numel()), seed), shape), dtype);
+  };
+  auto output = [&](const Shape& shape, DType type) {
+    return Tensor::empty(shape, type, MemoryCategory::kActivations, cpu_allocator());
+  };
+  const Tensor gate = input({rows, 512}, 11), up = input({rows, 512}, 12);
+  Tensor sum = output({rows, 512}, dtype), h = output({rows, 512}, dtype);
+  add(ctx, gate, up, sum);
+  swiglu_forward(ctx, gate, up, h);
+  const Tensor q = input({batch, seq, q_heads * head_dim}, 13), k = input({batch, seq, kv_heads * head_dim}, 14),
+               v = input({batch, seq, kv_heads * head_dim}, 15);
+  Tensor qkv = output({batch, seq, 3 * q_heads * head_dim}, dtype);
+  RopeParams rope;
+  rope.q_heads = q_heads;
+  rope.kv_heads = kv_heads;
+  rope_pack_qkv(ctx, q, k, v, qkv, rope);
+  const Tensor logits = input({rows, classes}, 16);
+  Tensor targets = output({rows}, DType::kI32);
+  for (std::int64_t r = 0; r < rows; ++r) targets.data<std::int32_t>()[r] = r % 7 == 0 ? -1 : (r * 37) % classes;
+  Tensor lse = output({rows}, DType::kF32), loss = output({1}, DType::kF32);
+  Tensor dloss = Tensor::from_floats(std::vector<float>{1.0f}, {1}), dlogits = output({rows, classes}, dtype);
+  cross_entropy_forward(ctx, logits, targets, lse, loss);
+  cross_entropy_backward(ctx, logits, targets, lse, dloss, dlogits, VocabRange{0, classes, classes});
+  return {sum.to_floats(), h.to_floats(), qkv.to_floats(), lse.to_floats(), loss.to_floats(), dlogits.to_floats()};
+}
+
+TEST(CpuResources, KernelScratchChangesNoBit) {
+  const std::unique_ptr<DeviceResources> resources = make_device_resources(Device::cpu());
+  for (const DType dtype : {DType::kF32, DType::kBF16}) {
+    Context bare;
+    Context run = bare;
+    run.resources = resources.get();
+    const auto want = row_step(bare, dtype);
+    const auto got = row_step(run, dtype);
+    for (size_t i = 0; i < want.size(); ++i) {
+      const std::string what = std::string(dtype_name(dtype)) + " output " + std::to_string(i);
+      EXPECT_GT(kernels::test::l2_norm(got[i]), 0.0) << what;
+      EXPECT_TRUE(kernels::test::same_bits(got[i], want[i])) << what << ": the run's kernel scratch changed bits";
+    }
+  }
+}
+
+TEST(CpuResources, SteadyStateStepsLeaseButNeverGrowTheKernelScratch) {
+  const std::unique_ptr<DeviceResources> resources = make_device_resources(Device::cpu());
+  const std::unique_ptr<DeviceResources> other_run = make_device_resources(Device::cpu());
+  const kernels::cpu::KernelScratch& scratch = cpu_state(*resources).scratch();
+  Context ctx;
+  ctx.resources = resources.get();
+  for (const DType dtype : {DType::kF32, DType::kBF16}) row_step(ctx, dtype);  // the first step: shapes seen
+  const size_t growths = scratch.growths(), bytes = scratch.bytes(), leases = scratch.leases();
+  EXPECT_GE(growths, 1u);
+  row_step(ctx, DType::kF32);
+  const size_t f32_step = scratch.leases() - leases;
+  row_step(ctx, DType::kBF16);
+  const size_t bf16_step = scratch.leases() - leases - f32_step;
+  // f32: RoPE's table, the forward cross-entropy's losses and its backward; bf16: add and swiglu's chunks too
+  EXPECT_GE(f32_step, 3u) << "the f32 step's kernels did not borrow the run's scratch (scratch of their own?)";
+  EXPECT_GE(bf16_step, 5u) << "the bf16 step's kernels did not borrow the run's scratch (buffers of their own?)";
+  for (int step = 0; step < 2; ++step) {
+    for (const DType dtype : {DType::kF32, DType::kBF16}) row_step(ctx, dtype);
+  }
+  EXPECT_EQ(scratch.leases(), leases + 3 * (f32_step + bf16_step));
+  EXPECT_EQ(scratch.growths(), growths) << "a steady-state step allocated kernel scratch";
+  EXPECT_EQ(scratch.bytes(), bytes);
+  EXPECT_EQ(cpu_state(*other_run).scratch().leases(), 0u) << "another run's scratch was touched";
 }
 
 TEST(CpuResources, AnotherDevicesResourcesAreRefused) {

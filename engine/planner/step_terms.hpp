@@ -45,8 +45,9 @@ struct TermContext {
   bool fused_backward = false;   // the schedule has B actions (a block's W runs right after its I)
   // Compute priced this many times the profile's block tables: HardwareProfile::core_sharing × compute_stretch.
   double core_sharing = 1.0;
-  // 1 + the profile's measured compute_stretch (the lost time slices its medians leave out; 1 when not measured). The
-  // optimizer's timing (milliseconds per run, so its medians keep them) is priced without it.
+  // 1 + the profile's measured compute_stretch (the lost time slices its medians leave out; 1 when not measured), or
+  // of its stream_stretch where the plan streams_step and that is the larger. The optimizer's timing (milliseconds per
+  // run, so its medians keep them) is priced without it.
   double compute_stretch = 1.0;
   // The plan's ranks meet no peer from the step's first pass to its gradient reduction (streams_the_step): its
   // compute is one stream, stretched by the profile's stream_stretch where that is the larger.

@@ -193,6 +193,7 @@ json measured_to_json(const MeasuredCosts& c) {
     out["sync_wait_per_compute"] = file_number(c.sync_wait_per_compute);
     out["compute_stretch"] = file_number(c.compute_stretch);
   }
+  if (c.stream_stretch > 0) out["stream_stretch"] = file_number(c.stream_stretch);
   if (c.sync_wait_per_meeting_s > 0) out["sync_wait_per_meeting_us"] = file_number(c.sync_wait_per_meeting_s * 1e6);
   if (c.count_exchange_s > 0) {
     out["count_exchange"] = {{"ranks", c.count_exchange_ranks}, {"latency_us", file_number(c.count_exchange_s * 1e6)}};
@@ -319,7 +320,8 @@ MeasuredCosts measured_from_json(const json& node, const std::string& file) {
     c.sync_wait_per_compute = number(node, "sync_wait_per_compute", where, true);
     c.compute_stretch = number(node, "compute_stretch", where, true);
   }
-  // Both absent from profiles written before they were timed: 0, not priced.
+  // Absent from profiles written before they were timed: 0, not priced.
+  if (node.contains("stream_stretch")) c.stream_stretch = number(node, "stream_stretch", where, true);
   if (node.contains("sync_wait_per_meeting_us")) {
     c.sync_wait_per_meeting_s = number(node, "sync_wait_per_meeting_us", where, true) * 1e-6;
   }

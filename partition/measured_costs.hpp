@@ -83,6 +83,11 @@ struct MeasuredCosts {
   // slices that the block tables' medians leave out and a training step pays (key "compute_stretch"; 0 = not
   // measured).
   double compute_stretch = 0;
+  // The same compute run as one long stream without a meeting (about 50 ms of GEMMs back to back on every rank at
+  // once), its mean time over the short chunks' median, less 1: a rank that never blocks gets only its fair share of
+  // a core that other work shares, where one that blocks every millisecond is woken ahead of that work. Priced on
+  // plans whose ranks meet nobody inside a step (planner::streams_the_step). Key "stream_stretch"; 0 = not measured.
+  double stream_stretch = 0;
   // Seconds every meeting waits beyond the collective itself whatever the compute before it (the intercept of the
   // same measurement's fit, wait = per meeting + sync_wait_per_compute × compute: waking the peer's progress, the
   // first touch of the exchange's buffers after compute); 0 = not measured. Key "sync_wait_per_meeting_us".

@@ -44,6 +44,11 @@ double TermContext::collective_s(Collective op, double bytes, int ranks, const L
   return op == Collective::kAllReduce ? link.all_reduce_s(bytes, ranks) : link.all_reduce_s(bytes, ranks) / 2;
 }
 
+bool streams_the_step(const PlanChoice& choice, int zero, bool per_microbatch, double micro_batches) {
+  const bool meets_in_passes = choice.tp > 1 || choice.cp > 1 || choice.ep > 1 || choice.pp > 1 || zero == 3;
+  return !meets_in_passes && !(per_microbatch && micro_batches > 1);
+}
+
 TermContext make_term_context(const run_plan::Plan& plan, const config::RunConfig& config, const PlanChoice& choice,
                               const HardwareProfile& profile, const SearchOptions& options, double core_sharing) {
   TermContext c;
@@ -64,7 +69,9 @@ TermContext make_term_context(const run_plan::Plan& plan, const config::RunConfi
   for (const auto& rank : plan.schedule.ranks) {
     for (const auto& a : rank) c.fused_backward = c.fused_backward || a.kind == pipeline::ActionKind::kBackward;
   }
-  c.compute_stretch = 1.0 + profile.measured.compute_stretch;
+  c.streams_step = streams_the_step(choice, c.zero, c.per_microbatch, c.micro_batches);
+  c.compute_stretch = 1.0 + (c.streams_step ? std::max(profile.measured.compute_stretch, profile.measured.stream_stretch)
+                                            : profile.measured.compute_stretch);
   c.core_sharing = core_sharing * c.compute_stretch;
   c.one_node = options.world <= profile.ranks_per_node;
   c.p2p_link = options.world > profile.ranks_per_node ? &profile.inter_node : &profile.intra_node;

@@ -45,9 +45,13 @@ struct TermContext {
   bool fused_backward = false;   // the schedule has B actions (a block's W runs right after its I)
   // Compute priced this many times the profile's block tables: HardwareProfile::core_sharing × compute_stretch.
   double core_sharing = 1.0;
-  // 1 + the profile's measured compute_stretch (the lost time slices its medians leave out; 1 when not measured). The
-  // optimizer's timing (milliseconds per run, so its medians keep them) is priced without it.
+  // 1 + the profile's measured compute_stretch (the lost time slices its medians leave out; 1 when not measured), or
+  // of its stream_stretch where the plan streams_step and that is the larger. The optimizer's timing (milliseconds per
+  // run, so its medians keep them) is priced without it.
   double compute_stretch = 1.0;
+  // The plan's ranks meet no peer from the step's first pass to its gradient reduction (streams_the_step): its
+  // compute is one stream, stretched by the profile's stream_stretch where that is the larger.
+  bool streams_step = false;
   bool one_node = true;          // every rank on one node
   const Link* p2p_link = nullptr;
   const Link* dp_link = nullptr;
@@ -66,6 +70,13 @@ struct TermContext {
 };
 TermContext make_term_context(const run_plan::Plan& plan, const config::RunConfig& config, const PlanChoice& choice,
                               const HardwareProfile& profile, const SearchOptions& options, double core_sharing);
+
+// Whether a plan's ranks compute a whole step without meeting a peer: no tp, cp or ep collective and no pipeline
+// transfer inside a pass, no ZeRO-3 gather, and no per-micro-batch gradient reduction (ZeRO 0 and 1, ZeRO-2 per step
+// or over one micro-batch): their only meetings are the step's gradient reduction and optimizer step. On a core
+// shared with other work such a rank gets its fair share of the core for the whole step, while one that blocks
+// every few milliseconds is woken ahead of the other work (HardwareProfile's stream_stretch, measure_sync_wait).
+bool streams_the_step(const PlanChoice& choice, int zero, bool per_microbatch, double micro_batches);
 
 // Bytes each rank sends in a ring collective of `bytes` per rank over n ranks: (n - 1) / n of it for a
 // reduce-scatter or all-gather, twice that for an all-reduce.

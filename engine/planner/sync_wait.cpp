@@ -15,6 +15,11 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A long stream of compute without a meeting: kStreamChunks chunks of the longest size back to back (about 50 ms on
+// one core), once every kStreamEvery rounds of the meeting loop.
+constexpr int kStreamChunks = 48;
+constexpr int kStreamEvery = 30;
+
 double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // One count exchange with every peer, timed from the call to its completion.
@@ -82,6 +87,8 @@ SyncWaitMeasure measure_sync_wait(comm::Communicator& comm, int syncs) {
   constexpr std::array<int, 3> kChunks = {1, 4, 16};
   std::array<std::vector<double>, kChunks.size()> chunk_s;
   std::array<double, kChunks.size()> waited{};
+  double streamed = 0;  // the long streams' time, no meeting inside
+  int streams = 0;
   comm.barrier()->wait();
   for (int i = 0; i < syncs; ++i) {
     for (std::size_t k = 0; k < kChunks.size(); ++k) {
@@ -89,6 +96,13 @@ SyncWaitMeasure measure_sync_wait(comm::Communicator& comm, int syncs) {
       for (int g = 0; g < kChunks[k]; ++g) ops::gemm(ctx, a, b, c);
       chunk_s[k].push_back(seconds_since(start));
       waited[k] += std::max(0.0, exchange.run() - exchange_s);
+    }
+    if (i % kStreamEvery == kStreamEvery - 1) {  // a stream among the meetings, so the same load lands on both
+      const auto start = Clock::now();
+      for (int g = 0; g < kStreamChunks * kChunks.back(); ++g) ops::gemm(ctx, a, b, c);
+      streamed += seconds_since(start);
+      ++streams;
+      exchange.run();
     }
   }
   // Per chunk size its mean compute and mean wait, then the compute at the medians and the exchange, summed over
@@ -109,6 +123,10 @@ SyncWaitMeasure measure_sync_wait(comm::Communicator& comm, int syncs) {
   sums.push_back(static_cast<float>(computed));
   sums.push_back(static_cast<float>(at_median));
   sums.push_back(static_cast<float>(exchange_s));
+  // The streams against the same GEMMs at the median of the longest chunk (the table's kind of figure).
+  const auto& longest = chunk_s.back();  // already partitioned at its median above
+  sums.push_back(static_cast<float>(streamed));
+  sums.push_back(static_cast<float>(streams * kStreamChunks * longest[longest.size() / 2]));
   Tensor t = Tensor::from_floats(sums, Shape{static_cast<std::int64_t>(sums.size())}, MemoryCategory::kWorkspace);
   comm.all_reduce(t, comm::ReduceOp::kSum)->wait();
   const float* s = t.data<float>();
@@ -126,6 +144,9 @@ SyncWaitMeasure measure_sync_wait(comm::Communicator& comm, int syncs) {
     m.compute_stretch = std::max(0.0, static_cast<double>(s[rest]) / static_cast<double>(s[rest + 1]) - 1.0);
   }
   m.exchange_s = static_cast<double>(s[rest + 2]) / ranks;
+  if (s[rest + 4] > 0) {
+    m.stream_stretch = std::max(0.0, static_cast<double>(s[rest + 3]) / static_cast<double>(s[rest + 4]) - 1.0);
+  }
   return m;
 }
 

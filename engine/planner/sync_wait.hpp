@@ -18,11 +18,16 @@ namespace cleave::planner {
 // The same lost time seen from the compute: `cleave profile` takes a block's time as the median of its runs, which
 // leaves out the runs a lost time slice hit, while a training step pays every one. compute_stretch is the mean over
 // the median of the same short compute, less 1 (key "compute_stretch"): what the median tables leave out.
+// stream_stretch is the same for a long stream of compute without a meeting (key "stream_stretch"): on a core shared
+// with other work a rank that never blocks gets its fair share of the core, one that blocks every millisecond is
+// woken ahead of the other work, so the stream loses far more (measured on a 2-core machine under other helpers'
+// builds: 1.25-2.41 where the short compute's stretch was 0.04-0.09).
 struct SyncWaitMeasure {
   double wait_per_compute = 0;  // seconds waited at a meeting per second of compute before it (the fit's slope)
   double wait_per_meeting = 0;  // seconds every meeting waits beyond its back-to-back cost (the fit's intercept)
   double compute_stretch = 0;   // mean / median - 1 of the compute chunks (>= 0)
   double exchange_s = 0;        // the count exchange itself, back to back (10th percentile, mean over the ranks)
+  double stream_stretch = 0;    // mean time of a long compute stream without a meeting / the median's, less 1 (>= 0)
 };
 
 // One chunk size of the measurement: the mean compute before a meeting and the mean wait at it.
@@ -43,7 +48,10 @@ MeetingWaitFit fit_meeting_wait(const std::vector<MeetingPoint>& points);
 // 10th percentile of the same exchange run back to back, no compute between: its fast mode, the one stable from one
 // profile to the next) is averaged per chunk size, as is the chunk's
 // compute, each a mean over the ranks, and fit_meeting_wait splits it into its two parts; the chunks' time summed
-// over (their count x their median), per size, summed, gives the stretch. Needs comm.size() >= 2.
+// over (their count x their median), per size, summed, gives the stretch. Every 30th round every rank also runs 48
+// chunks of 16 GEMMs back to back (about 50 ms, no meeting inside) and meets once after them: their time over 48 x the
+// 16-GEMM chunk's median, less 1, is the stream stretch (the streams interleaved with the meetings, so the same load
+// lands on both). Needs comm.size() >= 2.
 SyncWaitMeasure measure_sync_wait(comm::Communicator& comm, int syncs = 150);
 
 }  // namespace cleave::planner

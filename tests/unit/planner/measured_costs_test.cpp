@@ -122,7 +122,7 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
   p.measured.sgd_momentum_s_per_param = 1e-9;
   p.measured.grad_norm_s_per_param = 0.75e-9, p.measured.grad_clip_s_per_param = 0.25e-9;
   p.measured.cache_bytes_per_rank = 16 << 20;
-  p.measured.sync_wait_per_compute = 0.375, p.measured.compute_stretch = 0.125;
+  p.measured.sync_wait_per_compute = 0.375, p.measured.compute_stretch = 0.125, p.measured.stream_stretch = 1.25;
   p.measured.sync_wait_per_meeting_s = 31.25e-6;
   p.measured.count_exchange_s = 3.5e-6, p.measured.count_exchange_ranks = 2;
   p.measured.blocks[1].warm_forward_s = 1.5e-3, p.measured.blocks[1].warm_input_grad_s = 2.5e-3;
@@ -150,6 +150,7 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
     EXPECT_EQ(q->measured.cache_bytes_per_rank, 16 << 20);
     EXPECT_DOUBLE_EQ(q->measured.sync_wait_per_compute, 0.375);
     EXPECT_DOUBLE_EQ(q->measured.compute_stretch, 0.125);
+    EXPECT_DOUBLE_EQ(q->measured.stream_stretch, 1.25);
     EXPECT_NEAR(q->measured.sync_wait_per_meeting_s, 31.25e-6, 1e-18);
     EXPECT_NEAR(q->measured.count_exchange_s, 3.5e-6, 1e-18);
     EXPECT_EQ(q->measured.count_exchange_ranks, 2);
@@ -163,6 +164,7 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
   before["measured"]["optimizer_ns_per_param"].erase("grad_clip");
   before["measured"].erase("sync_wait_per_compute");  // and one from before the waits at meetings were timed
   before["measured"].erase("compute_stretch");
+  before["measured"].erase("stream_stretch");
   before["measured"].erase("sync_wait_per_meeting_us");
   before["measured"].erase("count_exchange");
   std::ofstream((dir_ / "before.json").string()) << before.dump();
@@ -172,6 +174,7 @@ TEST_F(MeasuredProfile, FileRoundTrips) {
   EXPECT_EQ(old.measured.grad_clip_s_per_param, 0.0);
   EXPECT_EQ(old.measured.sync_wait_per_compute, 0.0);
   EXPECT_EQ(old.measured.compute_stretch, 0.0);
+  EXPECT_EQ(old.measured.stream_stretch, 0.0);
   EXPECT_EQ(old.measured.sync_wait_per_meeting_s, 0.0);
   EXPECT_EQ(old.measured.count_exchange_s, 0.0);
   // A count exchange over fewer than 2 ranks is refused by name.

@@ -351,6 +351,45 @@ TEST_F(StepBreakdownTest, MeetingsWaitForThePeersLostTimeAndTheStretchScalesComp
   EXPECT_NEAR(slow.breakdown[T::kOptimizer], plain.breakdown[T::kOptimizer], 1e-12);
 }
 
+// A step computed as one stream (step_terms.hpp, streams_the_step): with the profile's stream_stretch, the compute of
+// a plan whose ranks meet nobody inside the step (dp only, ZeRO 0/1, or ZeRO-2 over one micro-batch) is priced that
+// much longer, the optimizer not; a plan that meets inside its passes (tp, pp, ZeRO-3's gathers) or every
+// micro-batch (ZeRO-2 per micro-batch over 2) keeps the short compute's stretch. Without the key nothing changes.
+TEST_F(StepBreakdownTest, StreamStretchPricesTheStepsWhoseRanksMeetNobody) {
+  const HardwareProfile before = costly();
+  HardwareProfile streamed = before;
+  streamed.measured.stream_stretch = 1.5;
+  const auto choice = [](int tp, int pp, int dp, std::int64_t micro, int zero, config::ZeroReduce reduce) {
+    PlanChoice c{tp, pp, dp, 1, "1f1b", micro, zero, partition::Recompute::kNone, 8, false};
+    c.zero_reduce = reduce;
+    return c;
+  };
+  using Z = config::ZeroReduce;
+  for (const PlanChoice& c : {choice(1, 1, 4, 1, 0, Z::kAuto), choice(1, 1, 4, 1, 1, Z::kAuto),
+                              choice(1, 1, 4, 1, 2, Z::kPerStep), choice(1, 1, 4, 2, 2, Z::kPerMicrobatch)}) {
+    const PlanEstimate plain = estimate(c, before), slow = estimate(c, streamed);
+    expect_sums(slow);
+    EXPECT_NEAR(slow.breakdown[T::kForward], 2.5 * plain.breakdown[T::kForward], 1e-9 * plain.step_s) << c.zero_label();
+    EXPECT_NEAR(slow.breakdown[T::kWeightGrad], 2.5 * plain.breakdown[T::kWeightGrad], 1e-9 * plain.step_s);
+    EXPECT_NEAR(slow.breakdown[T::kOptimizer], plain.breakdown[T::kOptimizer], 1e-12) << c.zero_label();
+  }
+  for (const PlanChoice& c : {choice(1, 1, 4, 1, 2, Z::kPerMicrobatch), choice(1, 1, 4, 1, 3, Z::kPerMicrobatch),
+                              choice(2, 1, 2, 1, 1, Z::kAuto), choice(1, 2, 2, 1, 1, Z::kAuto)}) {
+    EXPECT_DOUBLE_EQ(estimate(c, streamed).step_s, estimate(c, before).step_s) << c.layout() << " " << c.zero_label();
+  }
+  // The larger of the two stretches: a stream never priced below the short compute's stretch.
+  HardwareProfile both = streamed;
+  both.measured.compute_stretch = 2.0;
+  HardwareProfile short_only = before;
+  short_only.measured.compute_stretch = 2.0;
+  const PlanChoice dp = choice(1, 1, 4, 1, 1, Z::kAuto);
+  EXPECT_DOUBLE_EQ(estimate(dp, both).step_s, estimate(dp, short_only).step_s);
+  EXPECT_TRUE(streams_the_step(dp, 1, false, 2));
+  EXPECT_FALSE(streams_the_step(dp, 3, true, 2));
+  EXPECT_TRUE(streams_the_step(dp, 2, true, 1));
+  EXPECT_FALSE(streams_the_step(dp, 2, true, 2));
+}
+
 // The per-meeting wait (step_terms.hpp, meeting_wait_s): with the profile's sync_wait_per_meeting and no wait per
 // compute, every tp collective waits it once, in tensor_parallel, and nothing else moves. Counted by hand for tp2 dp2
 // micro 2 at global batch 8 (2 micro-batches per step), 4 transformer blocks: 2 all-reduces in F and 2 in I each, and

@@ -17,6 +17,12 @@ std::size_t round_block(std::size_t bytes) {
   return bytes == 0 ? kBlockRound : (bytes + kBlockRound - 1) / kBlockRound * kBlockRound;
 }
 
+std::int64_t cached_bytes(const std::multimap<std::size_t, void*>& cache) {
+  std::int64_t bytes = 0;
+  for (const auto& entry : cache) bytes += static_cast<std::int64_t>(entry.first);
+  return bytes;
+}
+
 class CpuAllocator final : public Allocator {
  public:
   CpuAllocator() : Allocator(Device::cpu()) {}
@@ -64,11 +70,15 @@ Allocator::~Allocator() = default;
 std::shared_ptr<Storage> Allocator::allocate(std::size_t bytes, MemoryCategory category) {
   const std::size_t block = round_block(bytes);
   const int c = static_cast<int>(category);
+  const auto request = static_cast<std::int64_t>(bytes);
+  const auto note_peak = [&] {  // under the lock, once the request is live
+    stats_.peak[c] = std::max(stats_.peak[c], stats_.current[c]);
+    stats_.peak_total = std::max(stats_.peak_total, stats_.current_total);
+  };
   void* data = nullptr;
   {
     std::lock_guard lock(mutex_);
     ++stats_.requests;
-    const auto request = static_cast<std::int64_t>(bytes);
     if (stats_.limit > 0 && stats_.current_total + request > stats_.limit) {
       throw OutOfMemoryError(fmt::format(
           "out of memory on {}: cannot allocate {} for {} with device.memory_limit {} "
@@ -81,23 +91,36 @@ std::shared_ptr<Storage> Allocator::allocate(std::size_t bytes, MemoryCategory c
       data = it->second;
       cache_.erase(it);
     }
-    stats_.current[c] += request;
-    stats_.peak[c] = std::max(stats_.peak[c], stats_.current[c]);
+    stats_.current[c] += request;  // counted now, so a concurrent request sees it against the cap
     stats_.current_total += request;
-    stats_.peak_total = std::max(stats_.peak_total, stats_.current_total);
+    if (data != nullptr) note_peak();
   }
   if (data == nullptr) {
-    data = system_allocate(block);
+    const auto undo = [&] {  // under the lock: the accounting as before the request
+      stats_.current[c] -= request;
+      stats_.current_total -= request;
+    };
+    try {
+      data = system_allocate(block);
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      undo();
+      throw;
+    }
     std::lock_guard lock(mutex_);
     if (data == nullptr) {
-      stats_.current[c] -= static_cast<std::int64_t>(bytes);
-      stats_.current_total -= static_cast<std::int64_t>(bytes);
-      throw OutOfMemoryError(fmt::format("out of memory on {}: the system refused {} for {}", device_.str(),
-                                         format_bytes(static_cast<std::int64_t>(block)),
-                                         memory_category_name(category)));
+      undo();
+      throw OutOfMemoryError(fmt::format(
+          "out of memory on {}: the system refused {} for {} ({} in use: {}; {} reserved from the system, {} of it "
+          "cached in {} free blocks of other sizes). Lower the batch or model size, split the model over more ranks, "
+          "or set device.memory_limit below the device's memory so the cap refuses first",
+          device_.str(), format_bytes(static_cast<std::int64_t>(block)), memory_category_name(category),
+          format_bytes(stats_.current_total), stats_.breakdown(), format_bytes(stats_.reserved),
+          format_bytes(cached_bytes(cache_)), cache_.size()));
     }
     ++stats_.system_allocations;
     stats_.reserved += static_cast<std::int64_t>(block);
+    note_peak();
   }
   return std::make_shared<Storage>(data, bytes, block, category, this);
 }

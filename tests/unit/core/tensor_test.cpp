@@ -1,4 +1,5 @@
-// Tensor views, allocator accounting, cap and caching, system refusals and faults, byte parsing.
+// Tensor views, allocator accounting, cap and caching (best fit of large blocks), system refusals and faults, byte
+// parsing.
 #include <gtest/gtest.h>
 
 #include "engine/core/tensor.hpp"
@@ -135,6 +136,39 @@ TEST(Allocator, SystemFaultPropagatesAsItselfAndChangesNothing) {
   Tensor again = Tensor::empty({200}, DType::kF32, MemoryCategory::kParameters, a);  // a hit: no system call
   EXPECT_EQ(a.stats().current_total, 800);
   EXPECT_EQ(a.stats().system_allocations, before.system_allocations);
+}
+
+// Requests of at least 1 MiB whose sizes vary a little (the experts' rows under expert parallelism) reuse a cached
+// block up to 1/8 larger instead of caching one block per size; smaller requests, and an exact size when one is
+// free, are served as before. The accounting counts requested bytes whichever block serves them.
+TEST(Allocator, LargeRequestTakesTheSmallestCachedBlockAtMostAnEighthLarger) {
+  TestAllocator a;
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  const auto storage = [&](std::size_t bytes) { return a.allocate(bytes, MemoryCategory::kActivations); };
+  void* two = nullptr;
+  void* two_and_a_tenth = nullptr;
+  {
+    auto x = storage(2 * kMiB), y = storage(2 * kMiB + kMiB / 10);
+    two = x->data(), two_and_a_tenth = y->data();
+  }
+  const std::int64_t system = a.stats().system_allocations;
+  {
+    auto s = storage(2 * kMiB - kMiB / 10);  // 1.9 MiB: the 2 MiB block, the smaller of the two that fit
+    EXPECT_EQ(s->data(), two);
+    EXPECT_EQ(a.stats().current_total, static_cast<std::int64_t>(2 * kMiB - kMiB / 10));
+    auto t = storage(2 * kMiB);  // its own size is taken: the 2.1 MiB block (1/20 larger)
+    EXPECT_EQ(t->data(), two_and_a_tenth);
+  }
+  EXPECT_EQ(a.stats().system_allocations, system);
+  {
+    auto e = storage(2 * kMiB);  // both free again, under their own sizes: the exact one
+    EXPECT_EQ(e->data(), two);
+  }
+  { auto far = storage(kMiB + kMiB / 2); }  // 1.5 MiB: 2 MiB is 1/3 larger, a block of its own
+  EXPECT_EQ(a.stats().system_allocations, system + 1);
+  { auto small = storage(kMiB / 2); }  // below 1 MiB: its exact size only, although larger blocks are free
+  EXPECT_EQ(a.stats().system_allocations, system + 2);
+  EXPECT_EQ(a.stats().current_total, 0);
 }
 
 TEST(Bytes, ParsesUnitsAndRejectsGarbage) {

@@ -1,4 +1,8 @@
-// Caching allocator: exact-size free lists (sizes rounded up to 256 bytes), accounting under one mutex.
+// Caching allocator: size-keyed free lists (sizes rounded up to 256 bytes), accounting under one mutex. A request
+// takes a cached block of its own size; one of at least 1 MiB with none free takes the smallest cached block at most
+// 1/8 larger (best fit), so requests whose sizes vary a little from step to step (the experts' rows under expert
+// parallelism) reuse blocks instead of caching one per size seen (docs/cuda.md, "Out of memory on a GPU"). The
+// statistics count requested bytes, whichever block serves them; `reserved` counts blocks.
 #include "engine/core/allocator.hpp"
 
 #include <charconv>
@@ -15,6 +19,25 @@ constexpr std::size_t kBlockRound = 256;
 
 std::size_t round_block(std::size_t bytes) {
   return bytes == 0 ? kBlockRound : (bytes + kBlockRound - 1) / kBlockRound * kBlockRound;
+}
+
+constexpr std::size_t kBestFitMin = std::size_t{1} << 20;  // smaller requests take their exact size only
+constexpr std::size_t kBestFitSlack = 8;                    // a block at most 1/8 larger than the request
+
+using BlockCache = std::multimap<std::size_t, void*>;
+
+// The cached block for a request of `block` bytes (already rounded): its own size, else (from kBestFitMin) the
+// smallest at most block / kBestFitSlack larger; cache.end() when none.
+BlockCache::iterator find_cached(BlockCache& cache, std::size_t block) {
+  const auto it = cache.lower_bound(block);  // an exact block first, as equal keys come before larger ones
+  if (it == cache.end() || it->first == block) return it;
+  return block >= kBestFitMin && it->first <= block + block / kBestFitSlack ? it : cache.end();
+}
+
+std::int64_t cached_bytes(const BlockCache& cache) {
+  std::int64_t bytes = 0;
+  for (const auto& entry : cache) bytes += static_cast<std::int64_t>(entry.first);
+  return bytes;
 }
 
 class CpuAllocator final : public Allocator {
@@ -62,13 +85,17 @@ void Allocator::zero_bytes(void* data, std::size_t bytes) {
 Allocator::~Allocator() = default;
 
 std::shared_ptr<Storage> Allocator::allocate(std::size_t bytes, MemoryCategory category) {
-  const std::size_t block = round_block(bytes);
+  std::size_t block = round_block(bytes);  // the size of the block that serves the request
   const int c = static_cast<int>(category);
+  const auto request = static_cast<std::int64_t>(bytes);
+  const auto note_peak = [&] {  // under the lock, once the request is live
+    stats_.peak[c] = std::max(stats_.peak[c], stats_.current[c]);
+    stats_.peak_total = std::max(stats_.peak_total, stats_.current_total);
+  };
   void* data = nullptr;
   {
     std::lock_guard lock(mutex_);
     ++stats_.requests;
-    const auto request = static_cast<std::int64_t>(bytes);
     if (stats_.limit > 0 && stats_.current_total + request > stats_.limit) {
       throw OutOfMemoryError(fmt::format(
           "out of memory on {}: cannot allocate {} for {} with device.memory_limit {} "
@@ -77,27 +104,41 @@ std::shared_ptr<Storage> Allocator::allocate(std::size_t bytes, MemoryCategory c
           device_.str(), format_bytes(request), memory_category_name(category), format_bytes(stats_.limit),
           format_bytes(stats_.current_total), stats_.breakdown()));
     }
-    if (auto it = cache_.find(block); it != cache_.end()) {
+    if (auto it = find_cached(cache_, block); it != cache_.end()) {
       data = it->second;
+      block = it->first;
       cache_.erase(it);
     }
-    stats_.current[c] += request;
-    stats_.peak[c] = std::max(stats_.peak[c], stats_.current[c]);
+    stats_.current[c] += request;  // counted now, so a concurrent request sees it against the cap
     stats_.current_total += request;
-    stats_.peak_total = std::max(stats_.peak_total, stats_.current_total);
+    if (data != nullptr) note_peak();
   }
   if (data == nullptr) {
-    data = system_allocate(block);
+    const auto undo = [&] {  // under the lock: the accounting as before the request
+      stats_.current[c] -= request;
+      stats_.current_total -= request;
+    };
+    try {
+      data = system_allocate(block);
+    } catch (...) {
+      std::lock_guard lock(mutex_);
+      undo();
+      throw;
+    }
     std::lock_guard lock(mutex_);
     if (data == nullptr) {
-      stats_.current[c] -= static_cast<std::int64_t>(bytes);
-      stats_.current_total -= static_cast<std::int64_t>(bytes);
-      throw OutOfMemoryError(fmt::format("out of memory on {}: the system refused {} for {}", device_.str(),
-                                         format_bytes(static_cast<std::int64_t>(block)),
-                                         memory_category_name(category)));
+      undo();
+      throw OutOfMemoryError(fmt::format(
+          "out of memory on {}: the system refused {} for {} ({} in use: {}; {} reserved from the system, {} of it "
+          "cached in {} free blocks of other sizes). Lower the batch or model size, split the model over more ranks, "
+          "or set device.memory_limit below the device's memory so the cap refuses first",
+          device_.str(), format_bytes(static_cast<std::int64_t>(block)), memory_category_name(category),
+          format_bytes(stats_.current_total), stats_.breakdown(), format_bytes(stats_.reserved),
+          format_bytes(cached_bytes(cache_)), cache_.size()));
     }
     ++stats_.system_allocations;
     stats_.reserved += static_cast<std::int64_t>(block);
+    note_peak();
   }
   return std::make_shared<Storage>(data, bytes, block, category, this);
 }

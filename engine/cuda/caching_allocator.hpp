@@ -10,15 +10,32 @@
 //    the allocator's stream (CudaEvent::record there, wait here) before the tensor is released.
 //  - cudaMalloc runs only on a cache miss (counted in stats().system_allocations). A training step repeats
 //    the same sizes, so after the first step every request is a hit and the steady state calls no cudaMalloc.
-//  - When cudaMalloc fails, the cached blocks are returned to CUDA and the request is tried once more before
-//    OutOfMemoryError; returning blocks first synchronises the stream, so no queued kernel loses its memory.
+//  - When cudaMalloc runs out of memory, the cached blocks are returned to CUDA (after a warning naming the sizes)
+//    and the request is tried once more before OutOfMemoryError; returning blocks first synchronises the stream,
+//    so no queued kernel loses its memory. cudaFree also waits for every other stream of the device, NCCL's
+//    included: docs/cuda.md ("Out of memory on a GPU") says what that can cost and why it is kept.
+//  - Any other cudaMalloc / cudaHostAlloc error (CUDA reports an earlier kernel's sticky fault at the next call)
+//    is a BackendError naming CUDA's error, never an out-of-memory.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
+#include <string>
+
 #include "engine/core/allocator.hpp"
 
 namespace cleave::cuda {
+
+// What a failed allocation call means, as host functions (tested on the CPU: unit_cuda AllocationFailure.*).
+enum class AllocationFailure { kOutOfMemory, kFault };
+// cudaErrorMemoryAllocation is the only refusal for lack of memory; every other status is a fault.
+AllocationFailure classify_allocation_failure(cudaError_t status);
+// The BackendError text of a fault: the call, the request, the device and CUDA's name and text of `status`.
+std::string allocation_fault_message(const char* call, std::size_t bytes, const std::string& device,
+                                     cudaError_t status);
+// The warning logged before an out-of-memory retry returns the cache to CUDA: the request, the bytes in use and
+// reserved (`stats` of the allocator), and what cudaFree's device-wide wait can cost.
+std::string cache_release_warning(const std::string& device, std::size_t bytes, const MemoryStats& stats);
 
 class CudaCachingAllocator final : public Allocator {
  public:

@@ -1,4 +1,5 @@
-// Tensor views, allocator accounting, cap and caching, byte parsing.
+// Tensor views, allocator accounting, cap and caching (best fit of large blocks), system refusals and faults, byte
+// parsing.
 #include <gtest/gtest.h>
 
 #include "engine/core/tensor.hpp"
@@ -14,6 +15,27 @@ class TestAllocator final : public Allocator {
  protected:
   void* system_allocate(std::size_t bytes) override { return std::aligned_alloc(64, bytes); }
   void system_free(void* ptr, std::size_t) override { std::free(ptr); }
+};
+
+// A system allocator that refuses (returns null) or fails otherwise (throws, as a device allocator does when CUDA
+// reports a fault at the allocation call) from the `fail_from`-th system allocation on.
+class FailingAllocator final : public Allocator {
+ public:
+  enum class Mode { kRefuse, kThrow };
+  FailingAllocator(Mode mode, int fail_from) : Allocator(Device::cpu()), mode_(mode), left_(fail_from) {}
+  ~FailingAllocator() override { release_cache(); }
+
+ protected:
+  void* system_allocate(std::size_t bytes) override {
+    if (left_-- > 0) return std::aligned_alloc(64, bytes);
+    if (mode_ == Mode::kThrow) throw BackendError("cudaMalloc of 1 KiB on cuda:0 failed: an illegal memory access");
+    return nullptr;
+  }
+  void system_free(void* ptr, std::size_t) override { std::free(ptr); }
+
+ private:
+  Mode mode_;
+  int left_;
 };
 
 TEST(Tensor, ViewsShareStorageAndSliceRows) {
@@ -76,6 +98,77 @@ TEST(Allocator, CapRefusesWithCategoriesAndLeavesStateUnchanged) {
     EXPECT_NE(msg.find("parameters 800 B"), std::string::npos) << msg;
   }
   EXPECT_EQ(a.stats().current_total, 800);
+}
+
+TEST(Allocator, SystemRefusalNamesTheUsageAndTheCacheAndChangesNothing) {
+  FailingAllocator a(FailingAllocator::Mode::kRefuse, 2);
+  Tensor p = Tensor::empty({200}, DType::kF32, MemoryCategory::kParameters, a);
+  { Tensor t = Tensor::empty({64}, DType::kF32, MemoryCategory::kWorkspace, a); }  // cached: 256 B
+  const MemoryStats before = a.stats();
+  try {
+    Tensor big = Tensor::empty({1000}, DType::kF32, MemoryCategory::kActivations, a);
+    FAIL() << "expected OutOfMemoryError";
+  } catch (const OutOfMemoryError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("the system refused 4.00 KiB for activations (800 B in use: parameters 800 B"),
+              std::string::npos) << msg;
+    EXPECT_NE(msg.find("1.25 KiB reserved from the system, 256 B of it cached in 1 free blocks"), std::string::npos)
+        << msg;
+  }
+  const MemoryStats after = a.stats();
+  EXPECT_EQ(after.current_total, before.current_total);
+  EXPECT_EQ(after.peak_total, before.peak_total);  // a refused request never was live
+  EXPECT_EQ(after.peak_of(MemoryCategory::kActivations), 0);
+  EXPECT_EQ(after.reserved, before.reserved);
+}
+
+TEST(Allocator, SystemFaultPropagatesAsItselfAndChangesNothing) {
+  FailingAllocator a(FailingAllocator::Mode::kThrow, 1);
+  Tensor p = Tensor::empty({200}, DType::kF32, MemoryCategory::kParameters, a);
+  const MemoryStats before = a.stats();
+  EXPECT_THROW(Tensor::empty({1000}, DType::kF32, MemoryCategory::kActivations, a), BackendError);
+  const MemoryStats after = a.stats();
+  EXPECT_EQ(after.current_total, before.current_total);
+  EXPECT_EQ(after.current_of(MemoryCategory::kActivations), 0);
+  EXPECT_EQ(after.peak_total, before.peak_total);
+  EXPECT_EQ(after.system_allocations, before.system_allocations);
+  p = Tensor();  // back to the cache: 800 B in a 1,024 B block
+  Tensor again = Tensor::empty({200}, DType::kF32, MemoryCategory::kParameters, a);  // a hit: no system call
+  EXPECT_EQ(a.stats().current_total, 800);
+  EXPECT_EQ(a.stats().system_allocations, before.system_allocations);
+}
+
+// Requests of at least 1 MiB whose sizes vary a little (the experts' rows under expert parallelism) reuse a cached
+// block up to 1/8 larger instead of caching one block per size; smaller requests, and an exact size when one is
+// free, are served as before. The accounting counts requested bytes whichever block serves them.
+TEST(Allocator, LargeRequestTakesTheSmallestCachedBlockAtMostAnEighthLarger) {
+  TestAllocator a;
+  constexpr std::size_t kMiB = std::size_t{1} << 20;
+  const auto storage = [&](std::size_t bytes) { return a.allocate(bytes, MemoryCategory::kActivations); };
+  void* two = nullptr;
+  void* two_and_a_tenth = nullptr;
+  {
+    auto x = storage(2 * kMiB), y = storage(2 * kMiB + kMiB / 10);
+    two = x->data(), two_and_a_tenth = y->data();
+  }
+  const std::int64_t system = a.stats().system_allocations;
+  {
+    auto s = storage(2 * kMiB - kMiB / 10);  // 1.9 MiB: the 2 MiB block, the smaller of the two that fit
+    EXPECT_EQ(s->data(), two);
+    EXPECT_EQ(a.stats().current_total, static_cast<std::int64_t>(2 * kMiB - kMiB / 10));
+    auto t = storage(2 * kMiB);  // its own size is taken: the 2.1 MiB block (1/20 larger)
+    EXPECT_EQ(t->data(), two_and_a_tenth);
+  }
+  EXPECT_EQ(a.stats().system_allocations, system);
+  {
+    auto e = storage(2 * kMiB);  // both free again, under their own sizes: the exact one
+    EXPECT_EQ(e->data(), two);
+  }
+  { auto far = storage(kMiB + kMiB / 2); }  // 1.5 MiB: 2 MiB is 1/3 larger, a block of its own
+  EXPECT_EQ(a.stats().system_allocations, system + 1);
+  { auto small = storage(kMiB / 2); }  // below 1 MiB: its exact size only, although larger blocks are free
+  EXPECT_EQ(a.stats().system_allocations, system + 2);
+  EXPECT_EQ(a.stats().current_total, 0);
 }
 
 TEST(Bytes, ParsesUnitsAndRejectsGarbage) {

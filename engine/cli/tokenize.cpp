@@ -30,6 +30,7 @@
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/output_path.hpp"
 #include "engine/tokenizer/document_template.hpp"
 #include "engine/tokenizer/tokenizer_json.hpp"
@@ -241,7 +242,7 @@ std::uint64_t check_inputs(const std::vector<std::string>& inputs) {
   std::uint64_t total_bytes = 0;
   for (const std::string& input : inputs) {
     std::error_code ec;
-    CLEAVE_CHECK(std::filesystem::is_regular_file(input, ec), "tokenize: text file {}: {}", input,
+    CLEAVE_CHECK_INPUT(std::filesystem::is_regular_file(input, ec), "tokenize: text file {}: {}", input,
                  std::filesystem::exists(input, ec) ? "not a regular file" : "no such file");
     total_bytes += std::filesystem::file_size(input);
   }
@@ -324,9 +325,17 @@ int run_tokenize(int argc, char** argv) {
   const std::filesystem::path dir(o.out_dir);
   const std::string manifest_path = (dir / "manifest.json").string();
 
-  tokenizer::Tokenizer tok = tokenizer::read_tokenizer_json(o.tokenizer_path);
+  tokenizer::Tokenizer tok = [&] {
+    try {
+      return tokenizer::read_tokenizer_json(o.tokenizer_path);
+    } catch (const InputError&) {
+      throw;
+    } catch (const Error& e) {
+      throw InputError(e.what());  // the --tokenizer file: bad input (exit 64), before anything is written
+    }
+  }();
   const int bits = o.bits.value_or(tok.vocab_size() > 65536 ? 32 : 16);
-  CLEAVE_CHECK(bits == 32 || tok.vocab_size() <= 65536,
+  CLEAVE_CHECK_INPUT(bits == 32 || tok.vocab_size() <= 65536,
                "tokenize: {} has a vocabulary of {} tokens; 16-bit shards hold ids up to 65,535 (use --bits 32 or "
                "--bits auto)", tok.source(), tok.vocab_size());
   std::optional<std::int32_t> eot_id;

@@ -33,7 +33,9 @@
 #include "engine/supervise/attempt.hpp"
 #include "engine/supervise/restart_record.hpp"
 #include "engine/train/config_change.hpp"
+#include "engine/train/data/make_data_source.hpp"
 #include "engine/train/stop_request.hpp"
+#include "engine/train/weight_source.hpp"
 
 namespace cleave::supervise {
 namespace {
@@ -418,10 +420,46 @@ std::vector<std::string> allowed_changes(const std::vector<std::string>& train_a
   return keys;
 }
 
+// The value of --init-from among the train options ("--init-from DIR" or "--init-from=DIR"); empty when absent.
+std::string init_from_arg(const std::vector<std::string>& train_args) {
+  const std::string flag = "--init-from";
+  std::string dir;
+  for (std::size_t i = 0; i < train_args.size(); ++i) {
+    if (train_args[i] == flag && i + 1 < train_args.size()) dir = train_args[i + 1];
+    else if (train_args[i].starts_with(flag + "=")) dir = train_args[i].substr(flag.size() + 1);
+  }
+  return dir;
+}
+
+// The config the trainer will run: with --init-from, the model keys come from the weights as `cleave train` takes
+// them (config_for_init; only the source's config is read here, not its tensors), so the first check and every
+// re-plan see the model the job trains, not the default one.
+config::RunConfig run_config(const SuperviseOptions& o) {
+  const std::string init_from = init_from_arg(o.train_args);
+  if (init_from.empty()) return config::load_config(o.config_path, o.overrides);
+  return train::config_for_init(o.config_path, o.overrides, train::open_weight_source_model(init_from));
+}
+
+// The options the planner reads the config from (planner::choice_of_config and search_plans read a config file and
+// --set values): with --init-from, base's model section (the weights' keys config_for_init filled in) follows the
+// user's --set values, type first, so the first check and every re-plan see the model the job trains. The jobs
+// themselves are launched with the user's own command line.
+SuperviseOptions planning_options(const SuperviseOptions& o, const config::RunConfig& base) {
+  SuperviseOptions planning = o;
+  if (init_from_arg(o.train_args).empty()) return planning;
+  const nlohmann::json model = nlohmann::json::parse(config::to_json(base)).at("model");
+  planning.overrides.push_back("model.type=" + model.at("type").dump());
+  for (const auto& [key, value] : model.items()) {
+    if (key != "type") planning.overrides.push_back(fmt::format("model.{}={}", key, value.dump()));
+  }
+  return planning;
+}
+
 }  // namespace
 
 int supervise(const SuperviseOptions& o) {
-  const config::RunConfig base = config::load_config(o.config_path, o.overrides);
+  const config::RunConfig base = run_config(o);
+  train::check_data_files(base);  // a missing data file would fail every attempt: bad input, before any job
   // Bad input stops before any job starts, as the trainer would stop each attempt (ExitCode::kBadInput).
   train::check_allowed_keys(allowed_changes(o.train_args), nlohmann::json::parse(config::to_json(base)));
   const std::string out_dir = base.train.out_dir;
@@ -435,10 +473,11 @@ int supervise(const SuperviseOptions& o) {
   CLEAVE_CHECK(static_cast<int>(o.slots.size()) >= o.min_ranks, "run: {} slots is fewer than --min-ranks {}",
                o.slots.size(), o.min_ranks);
   LoopState state;
-  state.choice = first_choice(o, base);
+  const SuperviseOptions planning = planning_options(o, base);
+  state.choice = first_choice(planning, base);
   fs::create_directories(out_dir);
   const RunPaths paths{out_dir, ckpt_root, fresh_dir(out_dir), (fs::path(out_dir) / "metrics.jsonl").string()};
-  Planner planner(o, base, paths.dir);
+  Planner planner(planning, base, paths.dir);
 
   struct sigaction action {};
   action.sa_handler = on_sigterm;

@@ -220,17 +220,17 @@ TokenizeOptions tokenize_options(const Args& args) {
   o.shard_tokens = args.given("--shard-tokens") ? args.count("--shard-tokens") : 0;
   o.separator = unescape_separator(args.text("--doc-separator"));
   o.jsonl_key = args.text("--jsonl");
-  CLEAVE_CHECK(!(args.given("--doc-separator") && args.given("--jsonl")),
+  CLEAVE_CHECK_INPUT(!(args.given("--doc-separator") && args.given("--jsonl")),
                "tokenize: --doc-separator and --jsonl both given; a JSONL line is already one document (give one)");
-  CLEAVE_CHECK(!args.given("--doc-separator") || !o.separator.empty(),
+  CLEAVE_CHECK_INPUT(!args.given("--doc-separator") || !o.separator.empty(),
                "tokenize: --doc-separator is empty; give the string between documents, e.g. '\\n\\n'");
-  CLEAVE_CHECK(!args.given("--jsonl") || !o.jsonl_key.empty(), "tokenize: --jsonl needs a KEY, e.g. --jsonl text");
-  CLEAVE_CHECK(!o.inputs.empty(), "tokenize: no TEXT_FILES given (see cleave tokenize --help)");
-  CLEAVE_CHECK(!o.tokenizer_path.empty(), "tokenize: --tokenizer tokenizer.json is required");
-  CLEAVE_CHECK(!o.out_dir.empty(), "tokenize: --out DIR is required");
-  CLEAVE_CHECK(o.val_fraction < 1.0, "tokenize: --val-fraction must be in [0, 1), got {}", o.val_fraction);
-  CLEAVE_CHECK(bos_eos == "auto" || bos_eos == "none", "tokenize: --bos-eos is '{}'; expected auto or none", bos_eos);
-  CLEAVE_CHECK(bits == "auto" || bits == "16" || bits == "32", "tokenize: --bits is '{}'; expected auto, "
+  CLEAVE_CHECK_INPUT(!args.given("--jsonl") || !o.jsonl_key.empty(), "tokenize: --jsonl needs a KEY, e.g. --jsonl text");
+  CLEAVE_CHECK_INPUT(!o.inputs.empty(), "tokenize: no TEXT_FILES given (see cleave tokenize --help)");
+  CLEAVE_CHECK_INPUT(!o.tokenizer_path.empty(), "tokenize: --tokenizer tokenizer.json is required");
+  CLEAVE_CHECK_INPUT(!o.out_dir.empty(), "tokenize: --out DIR is required");
+  CLEAVE_CHECK_INPUT(o.val_fraction < 1.0, "tokenize: --val-fraction must be in [0, 1), got {}", o.val_fraction);
+  CLEAVE_CHECK_INPUT(bos_eos == "auto" || bos_eos == "none", "tokenize: --bos-eos is '{}'; expected auto or none", bos_eos);
+  CLEAVE_CHECK_INPUT(bits == "auto" || bits == "16" || bits == "32", "tokenize: --bits is '{}'; expected auto, "
                "16 or 32", bits);
   o.bos_eos = bos_eos == "auto";
   if (bits != "auto") o.bits = bits == "16" ? 16 : 32;

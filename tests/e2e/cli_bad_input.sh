@@ -260,7 +260,13 @@ cmd_error bench-virtual-stages "bench: --schedules entry 'zb_v:x': virtual stage
 printf 'some text\n' > text.txt
 cmd_error tokenize-no-tokenizer 'tokenizer .*nope-tokenizer\.json: no such file' tokenize text.txt --tokenizer nope-tokenizer.json --out out
 cmd_error tokenize-no-text 'tokenize: text file nope\.txt: no such file' tokenize nope.txt --tokenizer nope-tokenizer.json --out out
+cmd_error tokenize-bits "tokenize: --bits is '8'; expected auto, 16 or 32" tokenize text.txt --tokenizer nope-tokenizer.json --out out --bits 8
+cmd_error tokenize-val-fraction 'tokenize: --val-fraction must be in \[0, 1\), got 1' tokenize text.txt --tokenizer nope-tokenizer.json --out out --val-fraction 1
 cmd_error generate-no-tokenizer 'tokenizer .*nope-tokenizer\.json: no such file' generate ck1/checkpoints --prompt x --tokenizer nope-tokenizer.json
+cmd_error generate-run-dir 'generate: ck1 is not a checkpoint .*; a run directory keeps its checkpoints in ck1/checkpoints' generate ck1 --prompt x
+cmd_error export-run-dir 'export: ck1 is not a checkpoint .*; a run directory keeps its checkpoints in ck1/checkpoints' export ck1 --out out
+cmd_error simulate-virtual 'simulate: schedule interleaved_1f1b runs at least 2 virtual stages per rank.*got virtual_stages 1' simulate --schedule interleaved_1f1b --stages 2 --microbatches 4 --virtual 1
+cmd_error simulate-dualpipev-m 'simulate: schedule dualpipev needs at least 2 × pp_size = 8 micro-batches per step, got 4' simulate --schedule dualpipev --stages 4 --microbatches 4
 cmd_error simulate-config-no-world 'simulate --config: --world N is required' simulate --config ck1/config.json
 
 # And a good run writes what docs/report.md promises, and says which communicator carried it: parallel.comm_backend

@@ -26,6 +26,7 @@
 #include "engine/config/config.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
@@ -465,12 +466,12 @@ int supervise(const SuperviseOptions& o) {
   const std::string out_dir = base.train.out_dir;
   const std::string ckpt_root =
       base.checkpoint.dir.empty() ? (fs::path(out_dir) / "checkpoints").string() : base.checkpoint.dir;
-  CLEAVE_CHECK(!o.resume.empty() ||
+  CLEAVE_CHECK_INPUT(!o.resume.empty() ||
                    !(fs::exists(fs::path(out_dir) / "metrics.jsonl") || fs::exists(fs::path(out_dir) / "config.json")),
                "run: train.out_dir {} already holds a run; nothing was started. Continue it with --resume auto after "
                "the --, or give another --set train.out_dir=...",
                out_dir);
-  CLEAVE_CHECK(static_cast<int>(o.slots.size()) >= o.min_ranks, "run: {} slots is fewer than --min-ranks {}",
+  CLEAVE_CHECK_INPUT(static_cast<int>(o.slots.size()) >= o.min_ranks, "run: {} slots is fewer than --min-ranks {}",
                o.slots.size(), o.min_ranks);
   LoopState state;
   const SuperviseOptions planning = planning_options(o, base);

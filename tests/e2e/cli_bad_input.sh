@@ -137,6 +137,10 @@ run_input run-virtual-stages 'parallel\.virtual_pipeline_stages: schedule 1f1b' 
     --set parallel.virtual_pipeline_stages=3
 run_input run-no-slots 'run: give --slots N or --hostfile FILE' -- "${set_out[@]}"
 run_input run-no-dashes 'run: put the training job after --' --slots 1
+run_input run-min-ranks 'run: 1 slots is fewer than --min-ranks 2' --slots 1 --min-ranks 2 -- "${set_out[@]}"
+mkdir -p held && echo '{"step": 1}' > held/metrics.jsonl
+run_input run-out-dir-holds-run 'run: train.out_dir held already holds a run; nothing was started' --slots 1 -- \
+    --set train.out_dir=held --set train.steps=2
 
 # Pipeline plans that cannot work are refused before any rank computes (2 ranks, pp = 2).
 if [ $# -ge 3 ]; then

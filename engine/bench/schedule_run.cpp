@@ -10,6 +10,7 @@
 #include "engine/comm/link_probe.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/train/collectives.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "engine/train/trainer.hpp"
@@ -124,12 +125,12 @@ std::vector<ScheduleChoice> parse_schedule_list(const std::string& text) {
     const std::string entry = text.substr(start, end == std::string::npos ? std::string::npos : end - start);
     const auto colon = entry.find(':');
     ScheduleChoice choice{entry.substr(0, colon), 1};
-    CLEAVE_CHECK(pipeline::is_schedule_name(choice.name),
+    CLEAVE_CHECK_INPUT(pipeline::is_schedule_name(choice.name),
                  "bench: --schedules entry '{}' is not a schedule; known: {} (or 'all'; name:V sets virtual stages)",
                  entry, known);
     if (colon != std::string::npos) {
       const std::string v = entry.substr(colon + 1);
-      CLEAVE_CHECK(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() < 4 &&
+      CLEAVE_CHECK_INPUT(!v.empty() && v.find_first_not_of("0123456789") == std::string::npos && v.size() < 4 &&
                        std::stoi(v) >= 1,
                    "bench: --schedules entry '{}': virtual stages after ':' must be a whole number >= 1", entry);
       choice.virtual_stages = std::stoi(v);

@@ -1,7 +1,8 @@
 // The checkpoint a command's CHECKPOINT argument names (cleave generate, cleave export): the directory itself when
 // it holds index.json, else the newest step_NNNNNNN/ under it (a checkpoint root; engine/checkpoint/read_source.hpp
 // says which one and what a damaged newest one turns into). Invariant: a Hugging Face model directory, or a
-// directory with no step, is refused before any work, naming the path.
+// directory with no step, is refused before any work, naming the path (bad input: InputError, exit 64; a run
+// directory's refusal names its checkpoints/).
 #pragma once
 
 #include <string>

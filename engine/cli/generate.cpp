@@ -192,7 +192,15 @@ int run_generate(int argc, char** argv) {
                   "cleave import {} --out CKPT, then cleave generate CKPT",
                   source, source));
   std::optional<tokenizer::Tokenizer> tok;
-  if (!tokenizer_path.empty()) tok.emplace(tokenizer::read_tokenizer_json(tokenizer_path));
+  if (!tokenizer_path.empty()) {
+    try {
+      tok.emplace(tokenizer::read_tokenizer_json(tokenizer_path));
+    } catch (const InputError&) {
+      throw;
+    } catch (const Error& e) {
+      throw InputError(e.what());  // the file the command line names: bad input (exit 64), before the model loads
+    }
+  }
   std::vector<std::string> words{"cleave"};
   words.insert(words.end(), argv, argv + argc);
   return checkpoint::read_newest(target, words, [&] {

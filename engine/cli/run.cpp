@@ -16,6 +16,7 @@
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/supervise/supervisor.hpp"
 
 namespace cleave::cli {
@@ -82,7 +83,7 @@ int run_run(int argc, char** argv) {
   const ArgParser parser = run_args();
   const Args args = parser.parse(mine);
   if (parser.print_help_if_asked(args)) return 0;
-  CLEAVE_CHECK(after, "run: put the training job after --, e.g. cleave run --slots 4 -- CONFIG.json --set ...");
+  CLEAVE_CHECK_INPUT(after, "run: put the training job after --, e.g. cleave run --slots 4 -- CONFIG.json --set ...");
   supervise::SuperviseOptions o;
   for (std::size_t i = 0; i < theirs.size(); ++i) {
     const std::string& a = theirs[i];
@@ -92,12 +93,12 @@ int run_run(int argc, char** argv) {
     } else if (a == "--resume" && has_value) {
       o.resume = theirs[++i];
     } else if (a == "--restart-record") {
-      CLEAVE_THROW("run: --restart-record is cleave run's own (it writes one per restart); remove it after --");
+      throw InputError("run: --restart-record is cleave run's own (it writes one per restart); remove it after --");
     } else if (a.rfind("--", 0) == 0) {
       o.train_args.push_back(a);
       if (has_value && theirs[i + 1].rfind("--", 0) != 0) o.train_args.push_back(theirs[++i]);
     } else {
-      CLEAVE_CHECK(o.config_path.empty(), "run: two configs after --: {} and {}", o.config_path, a);
+      CLEAVE_CHECK_INPUT(o.config_path.empty(), "run: two configs after --: {} and {}", o.config_path, a);
       o.config_path = a;
     }
   }
@@ -107,11 +108,11 @@ int run_run(int argc, char** argv) {
   const std::string hostfile = args.text("--hostfile");
   if (!hostfile.empty()) {
     std::ifstream in(hostfile);
-    CLEAVE_CHECK(in.good(), "run: --hostfile {}: cannot read it", hostfile);
+    CLEAVE_CHECK_INPUT(in.good(), "run: --hostfile {}: cannot read it", hostfile);
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     o.slots = supervise::parse_hostfile(text, hostfile);
     o.use_hostfile = true;
-    CLEAVE_CHECK(!args.given("--slots") || args.count("--slots") == static_cast<std::int64_t>(o.slots.size()),
+    CLEAVE_CHECK_INPUT(!args.given("--slots") || args.count("--slots") == static_cast<std::int64_t>(o.slots.size()),
                  "run: --slots {} but --hostfile {} lists {} slots; give one of them", args.count("--slots"), hostfile,
                  o.slots.size());
   } else if (args.given("--slots")) {
@@ -119,7 +120,7 @@ int run_run(int argc, char** argv) {
   } else if (const char* tasks = std::getenv("SLURM_NTASKS"); tasks != nullptr && in_slurm != nullptr) {
     o.slots = supervise::local_slots(std::atoi(tasks));
   } else {
-    CLEAVE_THROW("run: give --slots N or --hostfile FILE (the ranks the job may use)");
+    throw InputError("run: give --slots N or --hostfile FILE (the ranks the job may use)");
   }
   o.min_ranks = static_cast<int>(args.count("--min-ranks"));
   o.max_restarts = static_cast<int>(args.count("--max-restarts"));

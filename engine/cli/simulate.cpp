@@ -211,19 +211,24 @@ pipeline::Schedule build_schedule(const Options& options) {
     CLEAVE_CHECK_INPUT(options.microbatches.has_value(), "simulate: --microbatches M is required with schedule {}",
                        options.schedule);
     const bool limited = options.max_stashes || options.memory_limit || options.stash_bytes;
-    CLEAVE_CHECK(!limited || options.schedule == "auto",
+    CLEAVE_CHECK_INPUT(!limited || options.schedule == "auto",
                  "simulate: --max-stashes / --memory-limit apply only to --schedule auto, got --schedule {}",
                  options.schedule);
     if (options.schedule == "auto") {
-      CLEAVE_CHECK(options.virtual_stages.value_or(1) == 1,
+      CLEAVE_CHECK_INPUT(options.virtual_stages.value_or(1) == 1,
                    "simulate: schedule auto runs one stage per rank, got --virtual {}", *options.virtual_stages);
       pipeline::AutoScheduleOptions auto_options;
       auto_options.costs = make_costs(options, *options.stages);
       auto_options.memory_limit = auto_stash_limit(options);
       return pipeline::auto_schedule(*options.stages, *options.microbatches, auto_options).schedule;
     }
-    return pipeline::make_schedule(options.schedule, *options.stages, *options.microbatches,
-                                   options.virtual_stages.value_or(pipeline::default_virtual_stages(options.schedule)));
+    const int virtual_stages = options.virtual_stages.value_or(pipeline::default_virtual_stages(options.schedule));
+    try {  // --stages, --microbatches and --virtual the schedule cannot run: the command line's (exit 64)
+      pipeline::check_schedule_args(options.schedule, *options.stages, *options.microbatches, virtual_stages);
+    } catch (const Error& e) {
+      throw InputError(fmt::format("simulate: {}", e.what()));
+    }
+    return pipeline::make_schedule(options.schedule, *options.stages, *options.microbatches, virtual_stages);
   }
   CLEAVE_CHECK_INPUT(
       std::filesystem::exists(options.schedule),
@@ -231,7 +236,7 @@ pipeline::Schedule build_schedule(const Options& options) {
       options.schedule, fmt::join(pipeline::schedule_names(), ", "));
   pipeline::Schedule schedule = pipeline::load_schedule(options.schedule);
   auto agree = [&](const char* flag, const std::optional<int>& given, int in_file) {
-    CLEAVE_CHECK(!given || *given == in_file, "simulate: {} {} disagrees with schedule file '{}', which has {}", flag,
+    CLEAVE_CHECK_INPUT(!given || *given == in_file, "simulate: {} {} disagrees with schedule file '{}', which has {}", flag,
                  given.value_or(0), options.schedule, in_file);
   };
   agree("--stages", options.stages, schedule.pp_size);

@@ -30,6 +30,7 @@
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/output_path.hpp"
 #include "engine/tokenizer/document_template.hpp"
 #include "engine/tokenizer/tokenizer_json.hpp"
@@ -219,17 +220,17 @@ TokenizeOptions tokenize_options(const Args& args) {
   o.shard_tokens = args.given("--shard-tokens") ? args.count("--shard-tokens") : 0;
   o.separator = unescape_separator(args.text("--doc-separator"));
   o.jsonl_key = args.text("--jsonl");
-  CLEAVE_CHECK(!(args.given("--doc-separator") && args.given("--jsonl")),
+  CLEAVE_CHECK_INPUT(!(args.given("--doc-separator") && args.given("--jsonl")),
                "tokenize: --doc-separator and --jsonl both given; a JSONL line is already one document (give one)");
-  CLEAVE_CHECK(!args.given("--doc-separator") || !o.separator.empty(),
+  CLEAVE_CHECK_INPUT(!args.given("--doc-separator") || !o.separator.empty(),
                "tokenize: --doc-separator is empty; give the string between documents, e.g. '\\n\\n'");
-  CLEAVE_CHECK(!args.given("--jsonl") || !o.jsonl_key.empty(), "tokenize: --jsonl needs a KEY, e.g. --jsonl text");
-  CLEAVE_CHECK(!o.inputs.empty(), "tokenize: no TEXT_FILES given (see cleave tokenize --help)");
-  CLEAVE_CHECK(!o.tokenizer_path.empty(), "tokenize: --tokenizer tokenizer.json is required");
-  CLEAVE_CHECK(!o.out_dir.empty(), "tokenize: --out DIR is required");
-  CLEAVE_CHECK(o.val_fraction < 1.0, "tokenize: --val-fraction must be in [0, 1), got {}", o.val_fraction);
-  CLEAVE_CHECK(bos_eos == "auto" || bos_eos == "none", "tokenize: --bos-eos is '{}'; expected auto or none", bos_eos);
-  CLEAVE_CHECK(bits == "auto" || bits == "16" || bits == "32", "tokenize: --bits is '{}'; expected auto, "
+  CLEAVE_CHECK_INPUT(!args.given("--jsonl") || !o.jsonl_key.empty(), "tokenize: --jsonl needs a KEY, e.g. --jsonl text");
+  CLEAVE_CHECK_INPUT(!o.inputs.empty(), "tokenize: no TEXT_FILES given (see cleave tokenize --help)");
+  CLEAVE_CHECK_INPUT(!o.tokenizer_path.empty(), "tokenize: --tokenizer tokenizer.json is required");
+  CLEAVE_CHECK_INPUT(!o.out_dir.empty(), "tokenize: --out DIR is required");
+  CLEAVE_CHECK_INPUT(o.val_fraction < 1.0, "tokenize: --val-fraction must be in [0, 1), got {}", o.val_fraction);
+  CLEAVE_CHECK_INPUT(bos_eos == "auto" || bos_eos == "none", "tokenize: --bos-eos is '{}'; expected auto or none", bos_eos);
+  CLEAVE_CHECK_INPUT(bits == "auto" || bits == "16" || bits == "32", "tokenize: --bits is '{}'; expected auto, "
                "16 or 32", bits);
   o.bos_eos = bos_eos == "auto";
   if (bits != "auto") o.bits = bits == "16" ? 16 : 32;
@@ -241,7 +242,7 @@ std::uint64_t check_inputs(const std::vector<std::string>& inputs) {
   std::uint64_t total_bytes = 0;
   for (const std::string& input : inputs) {
     std::error_code ec;
-    CLEAVE_CHECK(std::filesystem::is_regular_file(input, ec), "tokenize: text file {}: {}", input,
+    CLEAVE_CHECK_INPUT(std::filesystem::is_regular_file(input, ec), "tokenize: text file {}: {}", input,
                  std::filesystem::exists(input, ec) ? "not a regular file" : "no such file");
     total_bytes += std::filesystem::file_size(input);
   }
@@ -324,9 +325,17 @@ int run_tokenize(int argc, char** argv) {
   const std::filesystem::path dir(o.out_dir);
   const std::string manifest_path = (dir / "manifest.json").string();
 
-  tokenizer::Tokenizer tok = tokenizer::read_tokenizer_json(o.tokenizer_path);
+  tokenizer::Tokenizer tok = [&] {
+    try {
+      return tokenizer::read_tokenizer_json(o.tokenizer_path);
+    } catch (const InputError&) {
+      throw;
+    } catch (const Error& e) {
+      throw InputError(e.what());  // the --tokenizer file: bad input (exit 64), before anything is written
+    }
+  }();
   const int bits = o.bits.value_or(tok.vocab_size() > 65536 ? 32 : 16);
-  CLEAVE_CHECK(bits == 32 || tok.vocab_size() <= 65536,
+  CLEAVE_CHECK_INPUT(bits == 32 || tok.vocab_size() <= 65536,
                "tokenize: {} has a vocabulary of {} tokens; 16-bit shards hold ids up to 65,535 (use --bits 32 or "
                "--bits auto)", tok.source(), tok.vocab_size());
   std::optional<std::int32_t> eot_id;

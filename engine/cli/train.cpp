@@ -26,6 +26,7 @@
 #include "engine/core/log.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/train/config_change.hpp"
+#include "engine/train/data/make_data_source.hpp"
 #include "engine/train/stop_request.hpp"
 #include "engine/train/trainer.hpp"
 #include "engine/train/weight_source.hpp"
@@ -120,6 +121,7 @@ int run_train(int argc, char** argv) {
     config::RunConfig config = init ? train::config_for_init(config_path, overrides, *init)
                                     : config::load_config(config_path, overrides);
     if (init) check_shards_match_source_tokenizer(config, *init);
+    train::check_data_files(config);  // a missing or malformed data file: bad input, before the world and the model
     // A typo in --allow-config-change stops here, before the world and the trainer are built (not at the resume).
     train::check_allowed_keys(options.allow_config_change, nlohmann::json::parse(config::to_json(config)));
     comm::World world = runtime.world(config);

@@ -97,6 +97,17 @@ void check_schedule(const ParallelConfig& p) {
     refuse("parallel.schedule", "\"{}\" is neither a schedule ({}) nor an existing schedule file{}", p.schedule,
          fmt::join(names, ", "), best <= 3 ? fmt::format(" (did you mean \"{}\"?)", closest) : std::string());
   }
+  // 1 is every schedule's default (run_plan picks 2 for the two-chunk schedules); another count the schedule cannot
+  // run is a rule of these two keys alone, refused here rather than once the world is up.
+  if (p.virtual_pipeline_stages > 1 && pipeline::is_schedule_name(p.schedule)) {
+    try {
+      pipeline::check_virtual_stages(p.schedule, p.virtual_pipeline_stages);
+    } catch (const Error& e) {
+      refuse("parallel.virtual_pipeline_stages", "{} (parallel.schedule \"{}\"); set it to 1 (the schedule's default) "
+             "or choose a schedule that runs {} stages per rank (interleaved_1f1b)", e.what(), p.schedule,
+             p.virtual_pipeline_stages);
+    }
+  }
   const auto only_with_auto = [&](std::string_view key, bool set) {
     if (set && p.schedule != "auto") {
       refuse(key, "applies only to parallel.schedule \"auto\" (the automatic scheduler), but the schedule is \"{}\"",

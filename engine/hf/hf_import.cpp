@@ -198,7 +198,8 @@ void place_cleave_tensors(const std::map<std::string, TensorMap>& expected,
   }
 }
 
-HfCheckpoint read(const std::string& dir_text) {
+// config.json and generation_config.json: an HfCheckpoint without tensors.
+HfCheckpoint read_config_files(const std::string& dir_text) {
   const fs::path dir(dir_text);
   CLEAVE_CHECK(fs::is_directory(dir), "{}: no such directory", dir_text);
   const fs::path config_path = dir / "config.json";
@@ -209,6 +210,12 @@ HfCheckpoint read(const std::string& dir_text) {
   if (const fs::path generation = dir / "generation_config.json"; fs::exists(generation)) {
     out.generation_config = read_json(generation);
   }
+  return out;
+}
+
+HfCheckpoint read(const std::string& dir_text) {
+  const fs::path dir(dir_text);
+  HfCheckpoint out = read_config_files(dir_text);
   const Files files = list_files(dir);
   std::map<std::string, TensorMap> expected;
   for (TensorMap& m : tensor_map(out.config.dims)) expected.emplace(m.hf_name, std::move(m));
@@ -243,6 +250,14 @@ HfCheckpoint read_hf_checkpoint(const std::string& dir) {
     return read(dir);
   } catch (const Error& e) {
     rethrow_one_line(e);  // names quoted from the files may hold control characters
+  }
+}
+
+HfCheckpoint read_hf_config_files(const std::string& dir) {
+  try {
+    return read_config_files(dir);
+  } catch (const Error& e) {
+    rethrow_one_line(e);
   }
 }
 

@@ -38,6 +38,9 @@ struct HfCheckpoint {
 bool is_hf_dir(const std::string& dir);
 
 HfCheckpoint read_hf_checkpoint(const std::string& dir);
+// config.json (checked as read_hf_checkpoint checks it) and generation_config.json only: no tensor is read
+// (`tensors`, `shapes` and `files` stay empty), for a caller that needs the model's sizes, not its weights.
+HfCheckpoint read_hf_config_files(const std::string& dir);
 
 // The tokenizer files transformers' AutoTokenizer reads, in the order they are looked for; export copies those
 // the source directory has.

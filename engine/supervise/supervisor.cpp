@@ -24,6 +24,7 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "engine/supervise/attempt.hpp"
@@ -31,7 +32,9 @@
 #include "engine/supervise/restart_checkpoint.hpp"
 #include "engine/supervise/restart_record.hpp"
 #include "engine/train/config_change.hpp"
+#include "engine/train/data/make_data_source.hpp"
 #include "engine/train/stop_request.hpp"
+#include "engine/train/weight_source.hpp"
 
 namespace cleave::supervise {
 namespace {
@@ -294,18 +297,55 @@ std::vector<std::string> allowed_changes(const std::vector<std::string>& train_a
   return keys;
 }
 
+// The value of --init-from among the train options ("--init-from DIR" or "--init-from=DIR"); empty when absent.
+std::string init_from_arg(const std::vector<std::string>& train_args) {
+  const std::string flag = "--init-from";
+  std::string dir;
+  for (std::size_t i = 0; i < train_args.size(); ++i) {
+    if (train_args[i] == flag && i + 1 < train_args.size()) dir = train_args[i + 1];
+    else if (train_args[i].starts_with(flag + "=")) dir = train_args[i].substr(flag.size() + 1);
+  }
+  return dir;
+}
+
+// The config the trainer will run: with --init-from, the model keys come from the weights as `cleave train` takes
+// them (config_for_init; only the source's config is read here, not its tensors), so the first check and every
+// re-plan see the model the job trains, not the default one.
+config::RunConfig run_config(const SuperviseOptions& o) {
+  const std::string init_from = init_from_arg(o.train_args);
+  if (init_from.empty()) return config::load_config(o.config_path, o.overrides);
+  return train::config_for_init(o.config_path, o.overrides, train::open_weight_source_model(init_from));
+}
+
+// The options the planner reads the config from (planner::choice_of_config and search_plans read a config file and
+// --set values): with --init-from, base's model section (the weights' keys config_for_init filled in) follows the
+// user's --set values, type first, so the first check and every re-plan see the model the job trains. The jobs
+// themselves are launched with the user's own command line.
+SuperviseOptions planning_options(const SuperviseOptions& o, const config::RunConfig& base) {
+  SuperviseOptions planning = o;
+  if (init_from_arg(o.train_args).empty()) return planning;
+  const nlohmann::json model = nlohmann::json::parse(config::to_json(base)).at("model");
+  planning.overrides.push_back("model.type=" + model.at("type").dump());
+  for (const auto& [key, value] : model.items()) {
+    if (key != "type") planning.overrides.push_back(fmt::format("model.{}={}", key, value.dump()));
+  }
+  return planning;
+}
+
 // Bad input, found before any job starts, as the trainer would stop each attempt (ExitCode::kBadInput): an unknown
-// --allow-config-change key, a train.out_dir that already holds a run without --resume, fewer slots than --min-ranks.
+// --allow-config-change key, a missing or unreadable data file, a train.out_dir that already holds a run without
+// --resume, fewer slots than --min-ranks.
 void check_fresh_start(const SuperviseOptions& o, const config::RunConfig& base) {
+  train::check_data_files(base);  // a missing data file would fail every attempt
   train::check_allowed_keys(allowed_changes(o.train_args), nlohmann::json::parse(config::to_json(base)));
   const std::string& out_dir = base.train.out_dir;
-  CLEAVE_CHECK(!o.resume.empty() ||
-                   !(fs::exists(fs::path(out_dir) / "metrics.jsonl") || fs::exists(fs::path(out_dir) / "config.json")),
-               "run: train.out_dir {} already holds a run; nothing was started. Continue it with --resume auto after "
-               "the --, or give another --set train.out_dir=...",
-               out_dir);
-  CLEAVE_CHECK(static_cast<int>(o.slots.size()) >= o.min_ranks, "run: {} slots is fewer than --min-ranks {}",
-               o.slots.size(), o.min_ranks);
+  CLEAVE_CHECK_INPUT(!o.resume.empty() ||
+                         !(fs::exists(fs::path(out_dir) / "metrics.jsonl") || fs::exists(fs::path(out_dir) / "config.json")),
+                     "run: train.out_dir {} already holds a run; nothing was started. Continue it with --resume auto "
+                     "after the --, or give another --set train.out_dir=...",
+                     out_dir);
+  CLEAVE_CHECK_INPUT(static_cast<int>(o.slots.size()) >= o.min_ranks, "run: {} slots is fewer than --min-ranks {}",
+                     o.slots.size(), o.min_ranks);
 }
 
 // The run's paths; creates train.out_dir and this supervisor's own records directory.
@@ -384,12 +424,13 @@ int finish_stopped(const RunPaths& paths, AttemptRecord a, int exit_code, Superv
 }  // namespace
 
 int supervise(const SuperviseOptions& o) {
-  const config::RunConfig base = config::load_config(o.config_path, o.overrides);
+  const config::RunConfig base = run_config(o);
   check_fresh_start(o, base);
   LoopState state;
-  state.choice = first_choice(o, base);
+  const SuperviseOptions planning = planning_options(o, base);
+  state.choice = first_choice(planning, base);
   const RunPaths paths = make_run_paths(base);
-  LayoutPlanner planner(o, base, paths.dir);
+  LayoutPlanner planner(planning, base, paths.dir);
   catch_sigterm();
 
   state.record.slots = o.slots;

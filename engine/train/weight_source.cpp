@@ -62,6 +62,18 @@ WeightSource hf_source(const std::string& dir) {
   return out;
 }
 
+// The model keys and record of a Hugging Face directory, without its tensors (open_weight_source_model).
+WeightSource hf_model_source(const std::string& dir) {
+  const hf::HfCheckpoint config = hf::read_hf_config_files(dir);
+  WeightSource out;
+  out.origin = fmt::format("Hugging Face {} in {}", hf::architecture_class(config.config.dims.architecture), dir);
+  out.model_origin = (fs::path(dir) / "config.json").string();
+  out.model = config.config.model;
+  out.source = hf::hf_source_record(dir, config);
+  out.notes = config.config.notes;
+  return out;
+}
+
 WeightSource checkpoint_source(const std::string& path) {
   std::string dir = path;
   if (!fs::exists(fs::path(path) / "index.json")) {
@@ -141,6 +153,11 @@ std::string describe_context(const WeightSource& source, const config::RunConfig
 WeightSource open_weight_source(const std::string& path) {
   CLEAVE_CHECK_INPUT(fs::is_directory(path), "--init-from {}: no such directory", path);
   return hf::is_hf_dir(path) ? hf_source(path) : checkpoint_source(path);
+}
+
+WeightSource open_weight_source_model(const std::string& path) {
+  CLEAVE_CHECK_INPUT(fs::is_directory(path), "--init-from {}: no such directory", path);
+  return hf::is_hf_dir(path) ? hf_model_source(path) : checkpoint_source(path);  // a checkpoint's tensors: on demand
 }
 
 namespace {

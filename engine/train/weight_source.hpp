@@ -49,6 +49,11 @@ struct WeightSource {
 // Reads SOURCE: a Hugging Face directory (config.json, safetensors) whole, or a Cleave checkpoint's index
 // (a step_NNNNNNN directory or a directory holding them: its latest complete one; tensors read on demand).
 WeightSource open_weight_source(const std::string& path);
+// SOURCE's model keys, origin and record without its tensors (a Hugging Face directory: config.json and
+// generation_config.json only; `tensor` is empty), for config_for_init where the weights are not loaded
+// (`cleave run`'s supervisor plans for the model the run trains). The same errors as open_weight_source for
+// those files.
+WeightSource open_weight_source_model(const std::string& path);
 
 // The run config of `train CONFIG_PATH --set ... --init-from SOURCE` (see the invariants above).
 config::RunConfig config_for_init(const std::string& config_path, const std::vector<std::string>& overrides,

@@ -93,6 +93,13 @@ void check_schedule_args(std::string_view name, int pp_size, int num_microbatche
                "micro-batches per step (batch.gradient_accumulation_steps) or choose another schedule",
                name,
                entry->min_microbatches_per_rank, min_m, num_microbatches, pp_size);
+  check_virtual_stages(name, virtual_stages);
+}
+
+void check_virtual_stages(std::string_view name, int virtual_stages) {
+  const Entry* entry = find(name);
+  CLEAVE_CHECK(entry != nullptr, "unknown schedule '{}' (known: {}; or the path of a schedule file)", name,
+               fmt::join(schedule_names(), ", "));
   const bool too_few = virtual_stages < entry->min_virtual;
   const bool too_many = entry->max_virtual > 0 && virtual_stages > entry->max_virtual;
   CLEAVE_CHECK(!too_few && !too_many, "schedule {} runs {}, got virtual_stages {}", name, entry->virtual_hint,

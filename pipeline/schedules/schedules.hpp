@@ -55,6 +55,9 @@ Schedule make_schedule(std::string_view name, int pp_size, int num_microbatches,
 // make_schedule's checks alone (the same errors in the same order; no generator checks more): for a caller that
 // refuses the schedule for another reason before building it (run_plan::make_plan: more stages than blocks).
 void check_schedule_args(std::string_view name, int pp_size, int num_microbatches, int virtual_stages);
+// The virtual-stage rule alone (`schedule 1f1b runs one stage per rank ..., got virtual_stages 3`), which needs no
+// world size: the config reader refuses parallel.virtual_pipeline_stages with it. Throws Error.
+void check_virtual_stages(std::string_view name, int virtual_stages);
 
 namespace detail {
 // Shared argument checks of the generators.

@@ -82,6 +82,66 @@ else
 fi
 rm -rf fits
 
+# Data files that cannot serve the run and a virtual-stage count the schedule cannot run are bad input: exit 64
+# (ExitCode::kBadInput, so `cleave run` stops instead of spending its restarts on them; they exited 1), and the
+# files are checked before the world and the model are built (no layout line: "early") where no token needs
+# reading; the token ids and the split lengths when the data source is made ("late"). Nothing written.
+printf '' > empty.txt
+printf 'short text' > short.txt
+python3 -c "import struct,sys; sys.stdout.buffer.write(struct.pack('<4H', 1, 2, 300, 4))" > big_ids.bin
+mkdir -p a_dir
+bad_input() {  # NAME early|late REGEX ARGS...
+  local name=$1 when=$2 pattern=$3
+  shift 3
+  local out status
+  out=$("$cleave" train "${set_out[@]}" "$@" 2>&1); status=$?
+  if [ $status -ne 64 ] || ! grep -Eq -- "$pattern" <<<"$out" || [ -e out ] ||
+     { [ "$when" = early ] && grep -q "cleave: tp=" <<<"$out"; }; then
+    echo "FAIL $name: status $status (expected 64, $when)"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1))
+    rm -rf out; return
+  fi
+  echo "ok   $name: exit 64 ($when): $(grep -E -- "$pattern" <<<"$out" | head -n 1 | cut -c1-150)"
+}
+text_data=(--set data.type=text --set model.vocab_size=256)
+bad_input data-missing early 'data file .*no/such/file\.txt: no such file' "${text_data[@]}" --set data.path=no/such/file.txt
+bad_input data-empty early 'data file .*empty\.txt: the file is empty' "${text_data[@]}" --set data.path=empty.txt
+bad_input data-val-dir early 'data file .*a_dir: not a regular file' "${text_data[@]}" --set data.path=bad.bin --set data.val_path=a_dir
+bad_input data-magic early 'bad\.bin.*(magic|shorter)' --set data.type=tokens --set data.path=bad.bin
+bad_input data-glob early 'data\.paths\[0\]: the glob ".*none_\*\.bin" matches no file' --set data.type=tokens --set 'data.paths=["none_*.bin"]'
+bad_input data-digits early 'data file .*none\.csv: no such file' --set model.type=mlp --set data.type=digits --set data.path=none.csv
+bad_input data-short-split late 'short\.txt: the train split .* has 10 tokens, but model\.seq_len 32 needs at least 33' \
+    "${text_data[@]}" --set data.path=short.txt --set train.eval_batches=0 --set data.val_fraction=0
+bad_input data-token-id late 'big_ids\.bin: token 300 at position 2 is ≥ model\.vocab_size 256' --set data.type=tokens \
+    --set data.format=uint16 --set data.path=big_ids.bin --set model.seq_len=2 --set train.eval_batches=0
+bad_input virtual-stages early 'parallel\.virtual_pipeline_stages: schedule 1f1b runs one stage per rank.*got virtual_stages 3.*set it to 1' \
+    --set parallel.virtual_pipeline_stages=3
+bad_input virtual-stages-zbv early 'parallel\.virtual_pipeline_stages: schedule zb_v runs exactly 2 chunks per rank' \
+    --set parallel.schedule=zb_v --set parallel.virtual_pipeline_stages=3
+# The same under cleave run: refused before any job starts (it launched the job, which failed on every attempt
+# for the data file, and re-planned the virtual stages away for a layout of its own choosing), and cleave run's own
+# command-line errors likewise.
+run_input() {  # NAME REGEX ARGS...
+  local name=$1 pattern=$2
+  shift 2
+  local out status
+  out=$("$cleave" run "$@" 2>&1); status=$?
+  if [ $status -ne 64 ] || ! grep -Eq -- "$pattern" <<<"$out" || [ -e out ] || grep -q "run: attempt" <<<"$out"; then
+    echo "FAIL $name: status $status (expected 64, no attempt)"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1))
+    rm -rf out; return
+  fi
+  echo "ok   $name: exit 64, no job: $(grep -E -- "$pattern" <<<"$out" | head -n 1 | cut -c1-150)"
+}
+run_input run-data-missing 'data file .*no/such/file\.txt: no such file' --slots 1 -- "${set_out[@]}" "${text_data[@]}" \
+    --set data.path=no/such/file.txt
+run_input run-virtual-stages 'parallel\.virtual_pipeline_stages: schedule 1f1b' --slots 1 -- "${set_out[@]}" \
+    --set parallel.virtual_pipeline_stages=3
+run_input run-no-slots 'run: give --slots N or --hostfile FILE' -- "${set_out[@]}"
+run_input run-no-dashes 'run: put the training job after --' --slots 1
+run_input run-min-ranks 'run: 1 slots is fewer than --min-ranks 2' --slots 1 --min-ranks 2 -- "${set_out[@]}"
+mkdir -p held && echo '{"step": 1}' > held/metrics.jsonl
+run_input run-out-dir-holds-run 'run: train.out_dir held already holds a run; nothing was started' --slots 1 -- \
+    --set train.out_dir=held --set train.steps=2
+
 # Pipeline plans that cannot work are refused before any rank computes (2 ranks, pp = 2).
 if [ $# -ge 3 ]; then
   shift 2
@@ -198,6 +258,19 @@ cmd_error plan-no-world 'plan: --world N is required' plan
 cmd_error simulate-no-schedule 'simulate: --schedule is required' simulate
 cmd_error simulate-no-stages 'simulate: --stages P is required with schedule 1f1b' simulate --schedule 1f1b --microbatches 4
 cmd_error simulate-unknown-schedule "simulate: unknown schedule 'zb-h9'" simulate --schedule zb-h9 --stages 2 --microbatches 4
+cmd_error bench-unknown-schedule "bench: --schedules entry 'zb-h9' is not a schedule" bench --schedules 1f1b,zb-h9 --out out
+cmd_error bench-virtual-stages "bench: --schedules entry 'zb_v:x': virtual stages after ':' must be a whole number" bench --schedules zb_v:x --out out
+# Files the command line names that are missing or unreadable: bad input too (they exited 1).
+printf 'some text\n' > text.txt
+cmd_error tokenize-no-tokenizer 'tokenizer .*nope-tokenizer\.json: no such file' tokenize text.txt --tokenizer nope-tokenizer.json --out out
+cmd_error tokenize-no-text 'tokenize: text file nope\.txt: no such file' tokenize nope.txt --tokenizer nope-tokenizer.json --out out
+cmd_error tokenize-bits "tokenize: --bits is '8'; expected auto, 16 or 32" tokenize text.txt --tokenizer nope-tokenizer.json --out out --bits 8
+cmd_error tokenize-val-fraction 'tokenize: --val-fraction must be in \[0, 1\), got 1' tokenize text.txt --tokenizer nope-tokenizer.json --out out --val-fraction 1
+cmd_error generate-no-tokenizer 'tokenizer .*nope-tokenizer\.json: no such file' generate ck1/checkpoints --prompt x --tokenizer nope-tokenizer.json
+cmd_error generate-run-dir 'generate: ck1 is not a checkpoint .*; a run directory keeps its checkpoints in ck1/checkpoints' generate ck1 --prompt x
+cmd_error export-run-dir 'export: ck1 is not a checkpoint .*; a run directory keeps its checkpoints in ck1/checkpoints' export ck1 --out out
+cmd_error simulate-virtual 'simulate: schedule interleaved_1f1b runs at least 2 virtual stages per rank.*got virtual_stages 1' simulate --schedule interleaved_1f1b --stages 2 --microbatches 4 --virtual 1
+cmd_error simulate-dualpipev-m 'simulate: schedule dualpipev needs at least 2 × pp_size = 8 micro-batches per step, got 4' simulate --schedule dualpipev --stages 4 --microbatches 4
 cmd_error simulate-config-no-world 'simulate --config: --world N is required' simulate --config ck1/config.json
 
 # And a good run writes what docs/report.md promises, and says which communicator carried it: parallel.comm_backend

@@ -383,9 +383,10 @@ echo "ok   --trial and --write with --set data.path=corpus.txt (relative to the 
 "$cleave" plan tiny.json --world 2 --top 1 --trial 1 --trial-steps 3 --trial-rounds 1 --launcher "${mpiexec[*]}" \
   "${text[@]}" --set data.path=missing.txt > trial_fail.log 2>&1 \
   && { cat trial_fail.log; fail "a trial where no plan trains succeeded"; }
-grep -q "failed (exit 1: .*error: data file .*/missing.txt: no such file" trial_fail.log \
+# (A missing data file is bad input: exit 64, engine/core/exit_code.hpp.)
+grep -q "failed (exit 64: .*error: data file .*/missing.txt: no such file" trial_fail.log \
   || { cat trial_fail.log; fail "the failed trial run is not named by its error line"; }
-echo "ok   a failed trial run: $(grep -o 'failed (exit 1: .*' trial_fail.log | head -1)"
+echo "ok   a failed trial run: $(grep -o 'failed (exit 64: .*' trial_fail.log | head -1)"
 
 # --trial 2 --explain: each trained plan's traced step against its prediction row by row (no timing asserted):
 # a table per plan whose measured rows sum to its measured total, a row named as the largest disagreement, and the

@@ -11,7 +11,9 @@
 #  - refused with one error line, nothing written: a class Cleave does not build (DeepseekV3ForCausalLM, named),
 #    an expert count or top-k in the config that differs from the checkpoint's (both numbers),
 #    router_jitter_noise, a Qwen2-MoE shared_expert_intermediate_size that is no multiple of
-#    moe_intermediate_size, its use_sliding_window and mlp_only_layers.
+#    moe_intermediate_size, its use_sliding_window and mlp_only_layers;
+#  - cleave run -- --init-from at ep2 with a rank killed: restarted and completed (the supervisor plans for the weights'
+#    model).
 # Usage: hf_moe.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
 cleave=$1; src=$2; shift 2
@@ -82,4 +84,16 @@ refuse_input "top-k" "model.top_k is 1 in the config, but 2 in mix/config.json" 
 cp -r mix jitter && python3 -c "
 import json; c = json.load(open('jitter/config.json')); c['router_jitter_noise'] = 0.1; json.dump(c, open('jitter/config.json', 'w'))"
 refuse "router jitter" "router_jitter_noise is 0.1" out4 -- "$cleave" import jitter --out out4
+# cleave run with --init-from: the supervisor takes the model keys from the weights as train does (it read the
+# config alone, a default GPT, so it refused parallel.expert_model_parallel_size for a model "that has none" and
+# re-planned restarts for the wrong model). Rank 1 SIGKILLed in step 3 (attempt 1 only): the job restarts on the
+# rank left from step 2's checkpoint, re-planned for the mixture, and completes.
+CLEAVE_FAULT_INJECT_1=1:3:forward:kill "$cleave" run --slots 2 --max-restarts 1 --profile "$src/profiles/h100_sxm.json" \
+  --launcher "${mpiexec[*]}" -- --init-from mix --set parallel.expert_model_parallel_size=2 --set train.steps=4 \
+  --set train.eval_batches=0 --set checkpoint.interval=2 --set batch.global_batch_size=4 --set batch.micro_batch_size=1 \
+  --set train.report=false --set train.out_dir=supervised > supervised.log 2>&1 \
+  || { cat supervised.log; fail "cleave run --init-from with ep2"; }
+grep -q "run: completed after 1 restart" supervised.log || { cat supervised.log; fail "cleave run --init-from: no restart"; }
+grep -q '"type": "moe"' supervised/config.json || { cat supervised/config.json; fail "cleave run --init-from: not the moe model"; }
+echo "ok   cleave run -- --init-from mix at ep2: rank 1 killed, restarted on 1 rank, completed"
 echo "all ok"

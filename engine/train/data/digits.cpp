@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 
 namespace cleave::train {
 namespace {
@@ -29,7 +30,7 @@ std::string read_gzip(const std::string& path) {
   char buffer[1 << 16];
   for (std::size_t n; (n = std::fread(buffer, 1, sizeof buffer, pipe)) > 0;) text.append(buffer, n);
   const int status = ::pclose(pipe);
-  CLEAVE_CHECK(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
+  CLEAVE_CHECK_INPUT(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) == 0,
                "data file {}: `gzip -dc` failed (exit status {}): not a complete gzip file (truncated or corrupt?)",
                path, status == -1 || !WIFEXITED(status) ? -1 : WEXITSTATUS(status));
   return text;
@@ -39,7 +40,7 @@ std::string read_gzip(const std::string& path) {
 
 DigitsData read_digits(const std::string& path) {
   std::error_code ec;
-  CLEAVE_CHECK(std::filesystem::is_regular_file(path, ec),
+  CLEAVE_CHECK_INPUT(std::filesystem::is_regular_file(path, ec),
                "data file {}: no such file (the digits set ships in Debian's python3-sklearn as "
                ".../sklearn/datasets/data/digits.csv.gz; set data.path)",
                path);
@@ -69,28 +70,28 @@ DigitsData read_digits(const std::string& path) {
       char* end = nullptr;
       const double value = std::strtod(field.c_str(), &end);
       const bool integral = end != field.c_str() && std::fabs(value) < 1e15 && value == std::trunc(value);
-      CLEAVE_CHECK(integral && std::string_view(end).find_first_not_of(" \t") == std::string_view::npos,
+      CLEAVE_CHECK_INPUT(integral && std::string_view(end).find_first_not_of(" \t") == std::string_view::npos,
                    "data file {} line {}: value {} is '{}', expected an integer", path, line_number,
                    values.size() + 1, field);
       values.push_back(static_cast<std::int64_t>(value));
       if (comma == std::string::npos) break;
       start = comma + 1;
     }
-    CLEAVE_CHECK(static_cast<std::int64_t>(values.size()) == DigitsData::kPixels + 1,
+    CLEAVE_CHECK_INPUT(static_cast<std::int64_t>(values.size()) == DigitsData::kPixels + 1,
                  "data file {} line {}: {} values, expected {} (64 pixels and a label)", path, line_number,
                  values.size(), DigitsData::kPixels + 1);
     for (std::int64_t i = 0; i < DigitsData::kPixels; ++i) {
-      CLEAVE_CHECK(values[static_cast<std::size_t>(i)] >= 0 && values[static_cast<std::size_t>(i)] <= 16,
+      CLEAVE_CHECK_INPUT(values[static_cast<std::size_t>(i)] >= 0 && values[static_cast<std::size_t>(i)] <= 16,
                    "data file {} line {}: pixel {} is {}, expected 0..16", path, line_number, i,
                    values[static_cast<std::size_t>(i)]);
       data.pixels.push_back(static_cast<float>(values[static_cast<std::size_t>(i)]) / 16.0f);
     }
     const std::int64_t label = values.back();
-    CLEAVE_CHECK(label >= 0 && label < DigitsData::kClasses, "data file {} line {}: label {} is outside 0..9", path,
+    CLEAVE_CHECK_INPUT(label >= 0 && label < DigitsData::kClasses, "data file {} line {}: label {} is outside 0..9", path,
                  line_number, label);
     data.labels.push_back(static_cast<std::int32_t>(label));
   }
-  CLEAVE_CHECK(data.rows() > 0, "data file {}: no rows (empty file)", path);
+  CLEAVE_CHECK_INPUT(data.rows() > 0, "data file {}: no rows (empty file)", path);
   return data;
 }
 
@@ -100,7 +101,7 @@ DigitsSource::DigitsSource(std::shared_ptr<const DigitsData> data, std::int64_t 
       split_(split) {
   CLEAVE_ASSERT(0 <= begin && begin <= end && end <= data_->rows(), "digits rows [{}, {}) of {}", begin, end,
                 data_->rows());
-  CLEAVE_CHECK(end > begin, "data file {}: the {} split is empty (rows [{}, {}) of {}); adjust data.val_fraction",
+  CLEAVE_CHECK_INPUT(end > begin, "data file {}: the {} split is empty (rows [{}, {}) of {}); adjust data.val_fraction",
                data_->path, split_name(split), begin, end, data_->rows());
 }
 

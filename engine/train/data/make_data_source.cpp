@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/train/data/digits.hpp"
 #include "engine/train/data/synthetic.hpp"
 #include "engine/train/data/token_blend_source.hpp"
@@ -29,7 +30,7 @@ std::vector<std::string> expand(const std::string& entry, const std::string& key
   std::vector<std::string> files;
   for (std::size_t i = 0; rc == 0 && i < found.gl_pathc; ++i) files.emplace_back(found.gl_pathv[i]);
   ::globfree(&found);
-  CLEAVE_CHECK(!files.empty(), "{}: the glob \"{}\" matches no file{}; check the directory and pattern (a relative "
+  CLEAVE_CHECK_INPUT(!files.empty(), "{}: the glob \"{}\" matches no file{}; check the directory and pattern (a relative "
                "path in a config file is relative to the config file's directory)", key, entry,
                rc == GLOB_ABORTED ? " (a directory could not be read)" : "");
   std::sort(files.begin(), files.end());
@@ -42,7 +43,7 @@ void check_manifest_vocab(const std::string& shard, std::int64_t vocab) {
   const auto found = manifest_for_shard(shard);
   if (!found) return;
   const auto& [path, manifest] = *found;
-  CLEAVE_CHECK(manifest.vocab_size <= vocab,
+  CLEAVE_CHECK_INPUT(manifest.vocab_size <= vocab,
                "data file {}: written by the tokenizer {} with a vocabulary of {} ids ({}), but model.vocab_size is {}; "
                "set model.vocab_size to at least {} (or tokenize with the model's own tokenizer)", shard,
                manifest.tokenizer, manifest.vocab_size, path, vocab, manifest.vocab_size);
@@ -51,7 +52,7 @@ void check_manifest_vocab(const std::string& shard, std::int64_t vocab) {
 void check_region_vocab(const TokenFile& file, std::int64_t begin, std::int64_t end, std::int64_t vocab) {
   if (end - begin <= 0) return;
   const auto [max_token, position] = file.max_token(begin, end);
-  CLEAVE_CHECK(max_token < vocab,
+  CLEAVE_CHECK_INPUT(max_token < vocab,
                "data file {}: token {} at position {} is ≥ model.vocab_size {} (the file needs a vocabulary of at "
                "least {})",
                file.path(), max_token, position, vocab, max_token + 1);
@@ -82,7 +83,7 @@ std::unique_ptr<DataSource> make_blend_source(const config::RunConfig& c, Split 
   for (const auto& entry : entries) {
     for (const std::string& file : entry.second) check_manifest_vocab(file, vocab);
   }
-  CLEAVE_CHECK(split == Split::kTrain || separate_eval || d.val_fraction > 0.0,
+  CLEAVE_CHECK_INPUT(split == Split::kTrain || separate_eval || d.val_fraction > 0.0,
                "data: no evaluation split (data.val_fraction is 0 and data.val_path is empty)");
   std::vector<TokenBlendInput> inputs;
   for (std::size_t i = 0; i < entries.size(); ++i) {
@@ -124,7 +125,7 @@ std::unique_ptr<DataSource> make_token_source(const config::RunConfig& c, Split 
       end = n - held_out;
       if (held_out > 0) region = fmt::format("first {} of {} tokens", percent(1.0 - d.val_fraction), n);
     } else {
-      CLEAVE_CHECK(d.val_fraction > 0.0, "data: no evaluation split (data.val_fraction is 0 and data.val_path is empty)");
+      CLEAVE_CHECK_INPUT(d.val_fraction > 0.0, "data: no evaluation split (data.val_fraction is 0 and data.val_path is empty)");
       begin = n - held_out;
       region = fmt::format("last {} = data.val_fraction of {} tokens", percent(d.val_fraction), n);
     }
@@ -138,7 +139,7 @@ std::unique_ptr<DataSource> make_digits_source(const config::RunConfig& c, Split
   auto data = std::make_shared<const DigitsData>(read_digits(c.data.path));
   const std::int64_t rows = data->rows();
   const auto test_rows = static_cast<std::int64_t>(std::floor(static_cast<double>(rows) * c.data.val_fraction));
-  CLEAVE_CHECK(split == Split::kTrain || test_rows > 0,
+  CLEAVE_CHECK_INPUT(split == Split::kTrain || test_rows > 0,
                "data file {}: the test split (last {} of {} rows) is empty; raise data.val_fraction", c.data.path,
                percent(c.data.val_fraction), rows);
   const std::int64_t begin = split == Split::kTrain ? 0 : rows - test_rows;
@@ -149,6 +150,33 @@ std::unique_ptr<DataSource> make_digits_source(const config::RunConfig& c, Split
 }
 
 }  // namespace
+
+void check_data_files(const config::RunConfig& c) {
+  const auto& d = c.data;
+  if (d.type == config::DataType::kDigits) {
+    (void)read_digits(d.path);
+    return;
+  }
+  if (d.type != config::DataType::kText && d.type != config::DataType::kTokens) return;
+  const TokenFormat format = token_format(d);
+  std::vector<std::string> files;
+  if (d.paths.empty()) {
+    files.push_back(d.path);
+  } else {
+    for (std::size_t i = 0; i < d.paths.size(); ++i) {
+      for (std::string& file : expand(d.paths[i], fmt::format("data.paths[{}]", i))) files.push_back(std::move(file));
+    }
+  }
+  if (!d.val_path.empty() && c.train.eval_batches > 0) {
+    if (d.paths.empty()) files.push_back(d.val_path);
+    else for (std::string& file : expand(d.val_path, "data.val_path")) files.push_back(std::move(file));
+  }
+  const std::int64_t vocab = config::token_vocab_size(c.model);
+  for (const std::string& file : files) {
+    if (format == TokenFormat::kLlmc) check_manifest_vocab(file, vocab);
+    const TokenFile opened(file, format);  // maps the file and checks its header; no token is read
+  }
+}
 
 std::unique_ptr<DataSource> make_data_source(const config::RunConfig& c, Split split) {
   using config::DataType;

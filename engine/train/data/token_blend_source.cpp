@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/rng.hpp"
 
 namespace cleave::train {
@@ -25,7 +26,7 @@ TokenBlendSource::TokenBlendSource(std::vector<TokenBlendInput> sources, std::in
       s.window_ends.push_back(windows);
       s.tokens += r.end - r.begin;
     }
-    CLEAVE_CHECK(windows > 0,
+    CLEAVE_CHECK_INPUT(windows > 0,
                  "data.paths entry {}: the {} split of its {} shard{} ({} tokens) holds no window of model.seq_len + 1 "
                  "= {} tokens in any one shard (windows do not cross shards); use fewer, larger shards or a shorter "
                  "seq_len", in.name, split_name(split), in.regions.size(), in.regions.size() == 1 ? "" : "s", s.tokens,

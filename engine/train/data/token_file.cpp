@@ -12,6 +12,7 @@
 #include <limits>
 
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 
 namespace cleave::train {
 
@@ -26,34 +27,34 @@ std::string_view token_format_name(TokenFormat format) {
 
 TokenRange locate_tokens(std::span<const std::uint8_t> bytes, TokenFormat format, std::string_view what) {
   const auto file_bytes = static_cast<std::int64_t>(bytes.size());
-  CLEAVE_CHECK(file_bytes > 0, "{}: the file is empty (0 bytes)", what);
+  CLEAVE_CHECK_INPUT(file_bytes > 0, "{}: the file is empty (0 bytes)", what);
   switch (format) {
     case TokenFormat::kText: return {0, file_bytes, 1};
     case TokenFormat::kUint16:
-      CLEAVE_CHECK(file_bytes % 2 == 0,
+      CLEAVE_CHECK_INPUT(file_bytes % 2 == 0,
                    "{}: {} bytes is not a whole number of uint16 tokens (odd size: truncated or not uint16 tokens)",
                    what, file_bytes);
       return {0, file_bytes / 2, 2};
     case TokenFormat::kLlmc: {
-      CLEAVE_CHECK(file_bytes >= kLlmcHeaderBytes,
+      CLEAVE_CHECK_INPUT(file_bytes >= kLlmcHeaderBytes,
                    "{}: {} bytes is shorter than the {}-byte llm.c header (truncated; for headerless tokens set "
                    "data.format=uint16)",
                    what, file_bytes, kLlmcHeaderBytes);
       std::int32_t header[3];
       std::memcpy(header, bytes.data(), sizeof header);
-      CLEAVE_CHECK(header[0] == kLlmcMagic || header[0] == kLlmcMagic32,
+      CLEAVE_CHECK_INPUT(header[0] == kLlmcMagic || header[0] == kLlmcMagic32,
                    "{}: wrong magic number {} (expected {} for uint16 ids or {} for uint32 ids): not an llm.c token "
                    "shard (for headerless uint16 tokens set data.format=uint16)",
                    what, header[0], kLlmcMagic, kLlmcMagic32);
       const bool wide = header[0] == kLlmcMagic32;
       const std::int32_t version = wide ? kLlmcVersion32 : kLlmcVersion;
-      CLEAVE_CHECK(header[1] == version, "{}: llm.c shard version {}, expected {} (magic {}: {} tokens)", what,
+      CLEAVE_CHECK_INPUT(header[1] == version, "{}: llm.c shard version {}, expected {} (magic {}: {} tokens)", what,
                    header[1], version, header[0], wide ? "uint32" : "uint16");
-      CLEAVE_CHECK(header[2] > 0, "{}: the header says {} tokens (empty shard)", what, header[2]);
+      CLEAVE_CHECK_INPUT(header[2] > 0, "{}: the header says {} tokens (empty shard)", what, header[2]);
       // header[2] is at most 2^31 - 1, so the expected size cannot overflow.
       const int width = wide ? 4 : 2;
       const std::int64_t expected = kLlmcHeaderBytes + width * static_cast<std::int64_t>(header[2]);
-      CLEAVE_CHECK(file_bytes == expected,
+      CLEAVE_CHECK_INPUT(file_bytes == expected,
                    "{}: the header says {} tokens ({} + {} × {} = {} bytes) but the file has {} bytes ({})", what,
                    header[2], kLlmcHeaderBytes, width, header[2], expected, file_bytes,
                    file_bytes < expected ? "truncated" : fmt::format("{} extra bytes", file_bytes - expected));
@@ -67,8 +68,8 @@ TokenRange locate_tokens(std::span<const std::uint8_t> bytes, TokenFormat format
 TokenFile::TokenFile(std::string path, TokenFormat format) : path_(std::move(path)), format_(format) {
   const std::string what = fmt::format("data file {}", path_);
   std::error_code ec;
-  CLEAVE_CHECK(std::filesystem::exists(path_, ec), "{}: no such file", what);
-  CLEAVE_CHECK(std::filesystem::is_regular_file(path_, ec), "{}: not a regular file", what);
+  CLEAVE_CHECK_INPUT(std::filesystem::exists(path_, ec), "{}: no such file", what);
+  CLEAVE_CHECK_INPUT(std::filesystem::is_regular_file(path_, ec), "{}: not a regular file", what);
   const int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
   CLEAVE_CHECK(fd >= 0, "{}: cannot open ({})", what, std::strerror(errno));
   struct stat info {};
@@ -80,7 +81,7 @@ TokenFile::TokenFile(std::string path, TokenFormat format) : path_(std::move(pat
   const auto file_bytes = static_cast<std::int64_t>(info.st_size);
   if (file_bytes == 0) {
     ::close(fd);
-    CLEAVE_THROW("{}: the file is empty (0 bytes)", what);
+    throw InputError(fmt::format("{}: the file is empty (0 bytes)", what));
   }
   map_bytes_ = static_cast<std::size_t>(file_bytes);
   map_ = ::mmap(nullptr, map_bytes_, PROT_READ, MAP_PRIVATE, fd, 0);

@@ -2,6 +2,7 @@
 #include "engine/train/data/token_source.hpp"
 
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 
 namespace cleave::train {
 
@@ -16,7 +17,7 @@ TokenWindowSource::TokenWindowSource(std::shared_ptr<const TokenFile> file, std:
       region_(std::move(region)) {
   CLEAVE_ASSERT(0 <= begin && begin <= end && end <= file_->size() && seq_len >= 1, "token region [{}, {}) of {}",
                 begin, end, file_->size());
-  CLEAVE_CHECK(end - begin >= seq_len + 1,
+  CLEAVE_CHECK_INPUT(end - begin >= seq_len + 1,
                "data file {}: the {} split ({}) has {} tokens, but model.seq_len {} needs at least {} (seq_len + 1)",
                file_->path(), split_name(split), region_, end - begin, seq_len, seq_len + 1);
 }

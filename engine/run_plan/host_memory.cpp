@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "partition/moe_staging.hpp"
+#include "partition/families/moe_staging.hpp"
 #include "pipeline/action.hpp"
 
 namespace cleave::run_plan {

@@ -1,5 +1,5 @@
 // The memory plan's host line: the page-locked (pinned) host memory a rank's moe blocks stage their routing uploads
-// in on a GPU (partition/moe_staging.hpp). Host memory, not the device's: it is not in MemoryPlan::total() nor under
+// in on a GPU (partition/families/moe_staging.hpp). Host memory, not the device's: it is not in MemoryPlan::total() nor under
 // device.memory_limit, but it counts against the host's page-locked limit (ulimit -l, the driver's), so the plan
 // reports it apart (MemoryPlan::host_pinned). Invariant: the walk holds each micro-batch's staging over the same
 // actions the layer does (from its F to the end of its I or B; under full recomputation only inside the rerun).

@@ -70,7 +70,7 @@
 //                    cross-entropy's 3 f32 per row; plus the executor's loss scale (4 B) and, on the rank of the
 //                    last stage, the step's losses (4 B per micro-batch)
 //   host_pinned      not device memory and not in total(): on a cuda device, the page-locked host staging the
-//                    rank's moe blocks upload their routing from (partition/moe_staging.hpp, run_plan/host_memory.hpp),
+//                    rank's moe blocks upload their routing from (partition/families/moe_staging.hpp, run_plan/host_memory.hpp),
 //                    per moe block and micro-batch 16·n·k B (n = micro·T / cp tokens, k = top_k) plus, under cp with
 //                    the load-balancing loss, 8·micro·(E + 1), held from its F to the end of its I or B, and under
 //                    ep 8·E inside the forward; the peak over the rank's actions. 0 on the CPU (nothing staged)

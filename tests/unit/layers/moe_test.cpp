@@ -18,7 +18,7 @@
 #include "layers/moe/moe_mlp.hpp"
 #include "layers/moe/router.hpp"
 #include "partition/cost_model.hpp"
-#include "partition/moe_staging.hpp"
+#include "partition/families/moe_staging.hpp"
 #include "layer_test_util.hpp"
 
 namespace cleave::layers {
@@ -455,7 +455,7 @@ TEST(MoeMlp, OneExpertTakesEveryTokenAndAnotherNone) {
   check_moe_gradients(*layer, x, d, 3e-2);
 }
 
-// The routing uploads' staging (partition/moe_staging.hpp, the memory plan's host_pinned line): a context with a
+// The routing uploads' staging (partition/families/moe_staging.hpp, the memory plan's host_pinned line): a context with a
 // staging allocator of its own (a GPU's is page-locked; here a counting CPU allocator, which the layer then treats
 // as a GPU's) holds the formula's bytes per micro-batch from the forward to the end of backward_input, and a
 // forward no backward follows (full recomputation's first, evaluation's) only until its copies are done.

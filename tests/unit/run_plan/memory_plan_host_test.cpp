@@ -1,5 +1,5 @@
 // The memory plan's host line (run_plan::host_pinned_peak, MemoryPlan::host_pinned): the moe blocks' page-locked
-// routing staging on a GPU, per micro-batch in flight on the rank, by hand from partition/moe_staging.hpp's formula
+// routing staging on a GPU, per micro-batch in flight on the rank, by hand from partition/families/moe_staging.hpp's formula
 // (whose bytes MoeMlp.UploadStagingIsThePlansFormula checks against the layer's own requests): GPipe holds every
 // micro-batch, 1F1B at pp2 two on the first rank and one on the last, full recomputation one block's inside its
 // rerun; cp adds the balance row, ep the count exchange's transient; nothing on the CPU or for a dense model.

@@ -1,4 +1,4 @@
-// The mixture-of-experts layer's page-locked host staging on a GPU (host memory, not the device's): what
+// The mixture-of-experts family's page-locked host staging on a GPU (host memory, not the device's): what
 // layers/moe/ requests from Context::upload_staging per moe block and micro-batch, so the memory plan can report it
 // beside the device figures (engine/run_plan/host_memory.hpp). Invariant: the figures are the byte sizes of the
 // layer's own requests (moe_mlp.cpp upload_async, balance_exchange.cpp, expert_dispatch.cpp plan_dispatch), checked

@@ -1,5 +1,5 @@
 // See moe_staging.hpp.
-#include "partition/moe_staging.hpp"
+#include "partition/families/moe_staging.hpp"
 
 #include "partition/model_spec.hpp"
 

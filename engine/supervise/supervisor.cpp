@@ -284,28 +284,29 @@ std::optional<int> after_failure(const SuperviseOptions& o, const RunPaths& path
   return std::nullopt;
 }
 
+// Every value of `flag` among the train options ("FLAG VALUE" or "FLAG=VALUE"), in order.
+std::vector<std::string> flag_values(const std::vector<std::string>& train_args, const std::string& flag) {
+  std::vector<std::string> values;
+  for (std::size_t i = 0; i < train_args.size(); ++i) {
+    if (train_args[i] == flag && i + 1 < train_args.size()) values.push_back(train_args[i + 1]);
+    else if (train_args[i].starts_with(flag + "=")) values.push_back(train_args[i].substr(flag.size() + 1));
+  }
+  return values;
+}
+
 // The keys of every --allow-config-change among the train options ("--allow-config-change K[,K]" or "...=K[,K]").
 std::vector<std::string> allowed_changes(const std::vector<std::string>& train_args) {
-  const std::string flag = "--allow-config-change";
   std::vector<std::string> keys;
-  for (std::size_t i = 0; i < train_args.size(); ++i) {
-    std::string list;
-    if (train_args[i] == flag && i + 1 < train_args.size()) list = train_args[i + 1];
-    else if (train_args[i].starts_with(flag + "=")) list = train_args[i].substr(flag.size() + 1);
+  for (const std::string& list : flag_values(train_args, "--allow-config-change")) {
     for (std::string& key : train::split_key_list(list)) keys.push_back(std::move(key));
   }
   return keys;
 }
 
-// The value of --init-from among the train options ("--init-from DIR" or "--init-from=DIR"); empty when absent.
+// The value of --init-from among the train options (the last one given); empty when absent.
 std::string init_from_arg(const std::vector<std::string>& train_args) {
-  const std::string flag = "--init-from";
-  std::string dir;
-  for (std::size_t i = 0; i < train_args.size(); ++i) {
-    if (train_args[i] == flag && i + 1 < train_args.size()) dir = train_args[i + 1];
-    else if (train_args[i].starts_with(flag + "=")) dir = train_args[i].substr(flag.size() + 1);
-  }
-  return dir;
+  const std::vector<std::string> dirs = flag_values(train_args, "--init-from");
+  return dirs.empty() ? std::string() : dirs.back();
 }
 
 // The config the trainer will run: with --init-from, the model keys come from the weights as `cleave train` takes

@@ -41,14 +41,20 @@ std::vector<float> first_rows(const std::vector<float>& values, const std::vecto
   return {values.begin(), values.begin() + static_cast<std::ptrdiff_t>(want[0] * want[1])};
 }
 
+// A Hugging Face directory's model keys, origin and record (its tensors, if read, are the caller's to hand out).
+WeightSource hf_described(const std::string& dir, const hf::HfCheckpoint& checkpoint) {
+  WeightSource out;
+  out.origin = fmt::format("Hugging Face {} in {}", hf::architecture_class(checkpoint.config.dims.architecture), dir);
+  out.model_origin = (fs::path(dir) / "config.json").string();
+  out.model = checkpoint.config.model;
+  out.source = hf::hf_source_record(dir, checkpoint);
+  out.notes = checkpoint.config.notes;
+  return out;
+}
+
 WeightSource hf_source(const std::string& dir) {
   auto weights = std::make_shared<hf::HfCheckpoint>(hf::read_hf_checkpoint(dir));
-  WeightSource out;
-  out.origin = fmt::format("Hugging Face {} in {}", hf::architecture_class(weights->config.dims.architecture), dir);
-  out.model_origin = (fs::path(dir) / "config.json").string();
-  out.model = weights->config.model;
-  out.source = hf::hf_source_record(dir, *weights);
-  out.notes = weights->config.notes;
+  WeightSource out = hf_described(dir, *weights);
   out.tensor = [weights, dir](const std::string& name, const std::vector<std::int64_t>& shape) {
     auto it = weights->tensors.find(name);
     CLEAVE_CHECK(it != weights->tensors.end(), "--init-from {}: holds no tensor for Cleave's {} (this model needs it)",
@@ -63,16 +69,7 @@ WeightSource hf_source(const std::string& dir) {
 }
 
 // The model keys and record of a Hugging Face directory, without its tensors (open_weight_source_model).
-WeightSource hf_model_source(const std::string& dir) {
-  const hf::HfCheckpoint config = hf::read_hf_config_files(dir);
-  WeightSource out;
-  out.origin = fmt::format("Hugging Face {} in {}", hf::architecture_class(config.config.dims.architecture), dir);
-  out.model_origin = (fs::path(dir) / "config.json").string();
-  out.model = config.config.model;
-  out.source = hf::hf_source_record(dir, config);
-  out.notes = config.config.notes;
-  return out;
-}
+WeightSource hf_model_source(const std::string& dir) { return hf_described(dir, hf::read_hf_config_files(dir)); }
 
 WeightSource checkpoint_source(const std::string& path) {
   std::string dir = path;

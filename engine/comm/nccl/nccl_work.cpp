@@ -153,6 +153,9 @@ bool NcclWork::test() {
     failed_ = true;
     CLEAVE_CUDA_CHECK(status);
   }
+  // Not ready is an answer, but cudaEventQuery also leaves it as this thread's last error: cleared here, or the
+  // next kernel launch's check (cudaGetLastError) would report "device not ready" as its own failure.
+  cudaGetLastError();
   ncclResult_t async = ncclSuccess;
   const ncclResult_t query = ncclCommGetAsyncError(state_->comm, &async);
   if (query != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {

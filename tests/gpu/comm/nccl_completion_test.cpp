@@ -10,8 +10,8 @@
 //    there first (all_gather into a separate output differs from its input even on one rank); the watchdog sees
 //    the event fire and drops it.
 //  - HostCompletionBlocksAndCounts: with NcclOptions::host_completion, wait() returns only after the gate opened
-//    (a thread opens it after 200 ms) and notes one kCommunication wait; so does a device op posted with the CPU
-//    stream in the default mode.
+//    (a thread opens it after 200 ms), notes one kCommunication wait and leaves no CUDA error pending (a not-ready
+//    event query sets the thread's last error); so does a device op posted with the CPU stream in the default mode.
 //  - DISABLED_TimeoutOnTheDeviceIsReported (disabled, as it ends the process by design; run with
 //    --gtest_also_run_disabled_tests by ctest gpu_comm_nccl_watchdog and gpu-check.sh stage nccl-watchdog):
 //    timeout 1 s, the gate shut for 20 s: wait() returns, the watchdog thread aborts the communicator after
@@ -170,10 +170,15 @@ TEST_F(NcclCompletion, HostCompletionBlocksAndCounts) {
     std::this_thread::sleep_for(std::chrono::milliseconds(200));
     gate.open();
   });
+  cudaGetLastError();  // the check below is about the waits' polls only
   auto work = nccl_->all_gather(input, output, user_stream());
   work->wait();
   EXPECT_TRUE(gate.passed()) << "host completion returned before the op could run";
   opener.join();
+  // The polls saw the done event not ready (the gate was shut): none of those answers may stay behind as the
+  // thread's last CUDA error, which the next kernel launch's check would report as its own failure.
+  const cudaError_t pending = cudaGetLastError();
+  EXPECT_EQ(pending, cudaSuccess) << cudaGetErrorName(pending) << " left pending by NcclWork::test()";
   EXPECT_EQ(waits_.count(ops::HostWait::kCommunication), 1) << waits_.str();
   EXPECT_EQ(nccl_->outstanding_device_works(), 0u);
   std::vector<float> back = download<float>(output);

@@ -1,10 +1,12 @@
 // Launch geometry of every CUDA kernel (kernels/cuda/launch_config.hpp) on the CPU, no GPU needed: for the test
 // shapes (tiny and awkward ones), the benchmark's (GPT-2 124M: batch 4, seq 1024, d_model 768, 12 heads, vocabulary
-// 50257, 124M parameters) and extremes (2^33 elements, 2^31 rows), every kernel's config is legal on sm_80 and
-// sm_90: blocks of 1 to 1024 threads (x, y <= 1024, z <= 64), grids of at least one block with x <= 2^31 - 1 and
-// y, z <= 65535, dynamic shared memory within the 48 KiB a launch gets without opting in. Also: the grids that
-// do not stride cover their work (column tiles cover every column, one partial per row chunk), and the
-// workspaces the launchers' callers allocate hold what those grids write (bias, layernorm, rmsnorm, sum of squares).
+// 50257, 124M parameters), attention (T 1 at the largest batch, T 8192, T 131072), mixture-of-experts routing
+// (top-1 to top-8, widths 1 to 16384) and extremes (2^33 elements, 2^31 rows), every kernel's config is legal on
+// sm_80 and sm_90: blocks of 1 to 1024 threads (x, y <= 1024, z <= 64), grids of at least one block with x <= 2^31 - 1
+// and y, z <= 65535, dynamic shared memory within the 48 KiB a launch gets without opting in. Also: the grids that
+// do not stride cover their work (column tiles cover every column, one partial per row chunk; attention's blocks
+// every row, key, head and sample), the MoE weight gradient's tiles, and the workspaces the launchers' callers
+// allocate hold what those grids write (bias, layernorm, rmsnorm, sum of squares).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -55,6 +57,15 @@ std::vector<NamedProblem> problems() {
   add("gpt2 124M: parameters", 124'439'808, 4 * 1024, 768, 4 * 1024, 1024, 768);
   // Memory-efficient attention: grid (rows or keys, heads, batch); a long sequence with many heads.
   out.push_back({"attention T 8192", launch::Problem{1, 4 * 16 * 8192, 8192, 4 * 8192, 8192, 1024, 16, 4}});
+  // Grouped-query attention at T = 1 (decoding-like, every block one row) with the most samples a grid's z allows
+  // (the seam refuses more: kernels/ops/cuda/cuda_attention.cpp), and at T 131072 with 64 query heads.
+  out.push_back({"attention T 1, batch 65535", launch::Problem{1, 65535 * 32, 1, 65535, 1, 128, 32, 65535}});
+  out.push_back({"attention T 131072, 64 heads", launch::Problem{1, 64 * 131072, 131072, 131072, 131072, 128, 64, 1}});
+  // Mixture of experts: routed rows = tokens x top_k gathered at the model width (8192 tokens, top-8, width 4096:
+  // 2^28 gathered elements), an awkward one (a token routed once, width 1), and 2^24 tokens x top-8 x 16384.
+  out.push_back({"moe top-8 width 4096", launch::Problem{1, 8192, 4096, 8192, 1, 4096, 1, 1, 8}});
+  out.push_back({"moe top-1 width 1", launch::Problem{1, 1, 1, 1, 1, 1, 1, 1, 1}});
+  out.push_back({"moe extreme", launch::Problem{1, int64_t{1} << 24, 16384, int64_t{1} << 24, 1, 16384, 1, 1, 8}});
   // Past every cap: grid-stride loops keep their grids, column tiles their chunk count.
   add("extreme", int64_t{1} << 33, int64_t{1} << 31, int64_t{1} << 20, int64_t{1} << 31, int64_t{1} << 20, 16384);
   return out;
@@ -103,6 +114,47 @@ TEST(CudaLaunchConfig, TheCatalogueNamesEachKernelOnce) {
     EXPECT_EQ(k.kernel.size() > 7 && k.kernel.substr(k.kernel.size() - 7) == "_kernel", true) << k.kernel;
   }
   EXPECT_EQ(names.size(), 61u);  // + sum_squares_exact_kernel, add_rmsnorm_{forward,backward_input}_kernel
+}
+
+// The attention kernels do not stride: each block owns 8 query rows (forward, dQ) or 16 keys (dK/dV) of one head
+// (grid.y) of one sample (grid.z). So grid.x must cover every row or key with no block wholly past the end, and
+// grid.y / grid.z must be the heads and the batch exactly: a clamped y or z would leave heads or samples
+// uncomputed with no error (the seam refuses a batch or head count above 65535 instead).
+TEST(CudaLaunchConfig, AttentionGridsCoverEveryRowHeadAndSample) {
+  for (const NamedProblem& np : problems()) {
+    const launch::Problem& p = np.problem;
+    SCOPED_TRACE(np.name);
+    const kc::LaunchConfig rows = launch::flash_query_rows(p.seq, p.heads, p.batch);
+    EXPECT_GE(rows.grid.x * launch::kFlashRowsPerBlock, p.seq);
+    EXPECT_LT((rows.grid.x - 1) * launch::kFlashRowsPerBlock, p.seq);
+    EXPECT_EQ(rows.grid.y, p.heads);
+    EXPECT_EQ(rows.grid.z, p.batch);
+    EXPECT_EQ(rows.block.x, launch::kFlashRowsPerBlock * launch::kWarp);  // one warp per row
+    const kc::LaunchConfig keys = launch::flash_key_rows(p.seq, p.heads, p.batch);
+    EXPECT_GE(keys.grid.x * launch::kFlashKeysPerBlock, p.seq);
+    EXPECT_LT((keys.grid.x - 1) * launch::kFlashKeysPerBlock, p.seq);
+    EXPECT_EQ(keys.grid.y, p.heads);
+    EXPECT_EQ(keys.grid.z, p.batch);
+  }
+}
+
+// The MoE weight gradient: warp tiles of kMoeOutputsPerWarp outputs, grid-stride over the tiles; each warp's
+// [32 x 33] f32 tile is static shared memory, within the 48 KiB a block gets without opting in.
+TEST(CudaLaunchConfig, MoeWeightGradTilesStrideOverEveryOutput) {
+  constexpr int64_t kWarps = launch::kThreads / launch::kWarp;
+  constexpr int64_t kTileBytes = kWarps * launch::kMoeOutputsPerWarp * (launch::kMoeColumnsPerTile + 1) * 4;
+  static_assert(kTileBytes == 33792 && kTileBytes <= kDefaultDynamicSmem, "moe.cu's static tiles");
+  for (int64_t outputs : {int64_t{1}, int64_t{31}, int64_t{32}, int64_t{33}, int64_t{257}, int64_t{8192} * 8,
+                          int64_t{1} << 27, int64_t{1} << 40}) {
+    const kc::LaunchConfig c = launch::moe_weight_grad_tiles(outputs);
+    SCOPED_TRACE("outputs " + std::to_string(outputs) + ": " + std::to_string(c.grid.x) + " blocks");
+    const int64_t per_pass = c.grid.x * kWarps * launch::kMoeOutputsPerWarp;  // outputs one pass of the grid covers
+    EXPECT_GE(c.grid.x, 1);
+    EXPECT_LE(c.grid.x, launch::kMaxGridBlocks);
+    EXPECT_TRUE(per_pass >= outputs || c.grid.x == launch::kMaxGridBlocks);  // the loop takes the rest
+    EXPECT_LT((c.grid.x - 1) * kWarps * launch::kMoeOutputsPerWarp, outputs);  // no block without an output
+    EXPECT_EQ(c.block.x % launch::kWarp, 0);  // whole warps: the tile loops' shuffles see 32 lanes
+  }
 }
 
 // Grid-stride loops: grids grow with the work up to kMaxGridBlocks, then stay there (the loop takes the rest).

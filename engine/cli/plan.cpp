@@ -73,7 +73,8 @@ Run it without mpiexec: --trial K starts `mpiexec -n N cleave train` itself for 
                          "by row against the prediction, naming the row that disagrees most")
       .text("--json", "FILE",
             "also write every plan that fits (ranked) with its overrides, predicted step time,\n"
-            "throughput, bubble and peak memory per rank (refuses to overwrite FILE)")
+            "throughput, bubble and peak memory per rank, and a moe model's page-locked host\n"
+            "memory per rank on a GPU (host_pinned_bytes; refuses to overwrite FILE)")
       .number("--tie-within", "F",
               "the model's stated error: plans predicted within this fraction of their group's\n"
               "fastest are tied, and the one with the lowest peak / cap comes first", planner::kPredictionError, 0)
@@ -199,6 +200,10 @@ void write_plans_json(const std::string& json_path, const std::vector<const plan
                      {"bubble", e.bubble},
                      {"peak_bytes", e.peak_bytes},
                      {"peak_rank", e.peak_rank}});
+    if (e.host_pinned_bytes > 0) {  // the host line (a moe model on a GPU): page-locked host memory, not in peak_bytes
+      plans.back()["host_pinned_bytes"] = e.host_pinned_bytes;
+      plans.back()["host_pinned_rank"] = e.host_pinned_rank;
+    }
   }
   for (const auto& t : trial.ranked) {  // measured by --trial: beside the prediction, in the predicted order
     auto& entry = plans[static_cast<std::size_t>(t.predicted_place - 1)];
@@ -288,18 +293,29 @@ void print_plans(const planner::SearchResult& result, const Ordering& o, int sho
   std::printf("\nplans predicted within %.1f%% of their group's fastest are tied (the model's stated error, "
               "--tie-within); a tie goes to the lowest peak %s\n", 100 * tie_within,
               result.memory_limit > 0 ? "/ cap" : "memory");
-  std::printf("%3s  %-13s %2s %-17s %5s %4s %2s %-9s %10s %12s %7s  %s\n", "#", "layout", "v", "schedule", "micro",
-              "zero", "sp", "recompute", "step ms", (result.unit + "/s").c_str(), "bubble", "peak memory / rank");
+  // The host line's column only where a shown plan pins host memory (a moe model on a GPU): other tables unchanged.
+  const bool pinned = std::any_of(ordered.begin(), ordered.begin() + shown,
+                                  [](const planner::PlanEstimate* e) { return e->host_pinned_bytes > 0; });
+  std::printf("%3s  %-13s %2s %-17s %5s %4s %2s %-9s %10s %12s %7s%s  %s\n", "#", "layout", "v", "schedule", "micro",
+              "zero", "sp", "recompute", "step ms", (result.unit + "/s").c_str(), "bubble",
+              pinned ? fmt::format(" {:>12}", "host pinned").c_str() : "", "peak memory / rank");
   for (int i = 0; i < shown; ++i) {
     const auto& e = *ordered[static_cast<std::size_t>(i)];
-    std::printf("%3d  %-13s %2d %-17s %5lld %4s %2s %-9s %10s %12.0f %7.3f  %s (pp rank %d)%s%s\n", i + 1,
+    std::printf("%3d  %-13s %2d %-17s %5lld %4s %2s %-9s %10s %12.0f %7.3f%s  %s (pp rank %d)%s%s\n", i + 1,
                 e.choice.layout().c_str(), e.choice.virtual_stages, e.choice.schedule.c_str(),
                 static_cast<long long>(e.choice.micro_batch), e.choice.zero_label().c_str(), e.choice.sequence_parallel ? "y" : "-", std::string(enum_name(e.choice.recompute)).c_str(),
-                ms(e.step_s).c_str(), e.items_per_s, e.bubble, format_bytes(e.peak_bytes).c_str(), e.peak_rank,
+                ms(e.step_s).c_str(), e.items_per_s, e.bubble,
+                pinned ? fmt::format(" {:>12}", e.host_pinned_bytes > 0 ? format_bytes(e.host_pinned_bytes) : "-").c_str() : "",
+                format_bytes(e.peak_bytes).c_str(), e.peak_rank,
                 result.memory_limit > 0
                     ? fmt::format(" = {:.0f}% of cap", 100.0 * static_cast<double>(e.peak_bytes) / static_cast<double>(result.memory_limit)).c_str()
                     : "",
                 tie_note[static_cast<std::size_t>(i)].c_str());
+  }
+  if (pinned) {
+    std::printf("host pinned: the page-locked host memory a rank's moe blocks stage their routing in on a GPU (the "
+                "largest over pp ranks): host memory, not in the peak memory and not under the cap, but under the "
+                "host's page-locked limit (ulimit -l)\n");
   }
   // Layouts that put more ranks on a node than it has cores: priced by their share of the cores, and said so.
   std::vector<std::string> warned;

@@ -12,6 +12,7 @@
 #include "engine/planner/median.hpp"
 #include "engine/planner/step_terms.hpp"
 #include "engine/planner/world_limit.hpp"
+#include "engine/run_plan/host_memory.hpp"
 #include "engine/run_plan/memory_plan.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/block_work.hpp"
@@ -346,6 +347,9 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   std::vector<std::int64_t> working_set(static_cast<std::size_t>(choice.pp), 0);
   const bool bf16 = config.device.precision == config::Precision::kBf16;
   const std::vector<double> saved = probabilities_saved(plan, choice, options, bf16 ? DType::kBF16 : DType::kF32);
+  // The host line (PlanEstimate::host_pinned_bytes) as on the device the plan runs on: a cuda profile plans a GPU run
+  // (--write writes it with device.type cuda) whatever the config's device.type says.
+  const bool on_gpu = config.device.type == DeviceType::kCuda || profile.device_type == DeviceType::kCuda;
   for (int r = 0; r < choice.pp; ++r) {
     // A run storing attention probabilities keeps them with every micro-batch's stash: the memory plan counts them
     // in each attention block's (its `attention` input), so the walk and cp's transients above it are the run's.
@@ -353,10 +357,15 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
         run_plan::estimate_rank_memory(plan, config, r, opts.ep_imbalance, options.attention);
     working_set[static_cast<std::size_t>(r)] =
         memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
+    const std::int64_t host_pinned = on_gpu ? run_plan::host_pinned_peak(plan, config, r) : 0;
     if (details) {
       details->memory_plan.push_back(memory.bytes);
       details->cp_exchange.push_back(memory.cp_exchange);
-      details->host_pinned.push_back(memory.host_pinned);
+      details->host_pinned.push_back(host_pinned);
+    }
+    if (host_pinned > est.host_pinned_bytes) {
+      est.host_pinned_bytes = host_pinned;
+      est.host_pinned_rank = r;
     }
     if (memory.total() > est.peak_bytes) {
       est.peak_bytes = memory.total();

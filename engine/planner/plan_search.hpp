@@ -75,6 +75,12 @@ struct PlanEstimate {
   std::int64_t peak_bytes = 0; // max over pp ranks of the memory plan's total
   int peak_rank = 0;
   std::array<std::int64_t, kNumMemoryCategories> peak_by_category{};  // of that rank
+  // The memory plan's host line (MemoryPlan::host_pinned): the page-locked host memory a rank's moe blocks stage
+  // their routing in when the plan runs on a GPU (the config's device.type cuda, or a cuda profile: the device
+  // `cleave plan --write` writes), the largest over pp ranks and that rank. Host memory: not in peak_bytes and never
+  // under the cap. 0 on the CPU and for a model without experts.
+  std::int64_t host_pinned_bytes = 0;
+  int host_pinned_rank = 0;
   StepBreakdown breakdown;     // where step_s goes, term by term (sums to it)
   double ep_imbalance = 1.0;  // the factor the plan was priced with (1 without ep)
   // The four all-to-alls of one moe block and micro-batch on the busiest ep rank, forward and backward (0 at ep 1);
@@ -105,7 +111,7 @@ struct PlanDetails {
   pipeline::SimulationResult simulated;
   std::vector<std::array<std::int64_t, kNumMemoryCategories>> memory_plan;  // per pp rank
   std::vector<std::int64_t> cp_exchange;  // per pp rank: of memory_plan's communication, cp's K/V exchange buffers
-  std::vector<std::int64_t> host_pinned;  // per pp rank: memory_plan's page-locked host staging (not device memory)
+  std::vector<std::int64_t> host_pinned;  // per pp rank: the page-locked host staging (PlanEstimate::host_pinned_bytes)
   std::vector<std::vector<MemoryPoint>> memory_timeline;                   // per pp rank
   std::vector<std::int64_t> timeline_peak;                                 // per pp rank
 };

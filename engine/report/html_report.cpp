@@ -238,16 +238,25 @@ std::string memory_section(const RunSummary& s) {
       "<p>Each category's bar is that category's own peak during the run (they need not coincide); the marker is "
       "the peak of the total. Cap: {}. Estimates are the memory plan's (engine/run_plan/memory_plan.hpp).</p>\n",
       s.memory_limit > 0 ? format_bytes(s.memory_limit) : std::string("none (device.memory_limit unset)"));
+  // The memory plan's host line (a GPU run's moe blocks): a column of its own where a rank has one, else none.
+  const bool pinned = std::any_of(s.ranks.begin(), s.ranks.end(),
+                                  [](const RankSummary& r) { return r.estimate_host_pinned_bytes > 0; });
+  if (pinned) {
+    html += "<p>Host pinned: the memory plan's page-locked host memory the rank's moe blocks stage their routing in "
+            "(host memory, not in the total and not under the cap, but under the host's page-locked limit; an "
+            "estimate only, not measured).</p>\n";
+  }
   html += "<table>\n<tr><th class=\"l\">rank</th>";
   for (const auto& c : s.categories) html += fmt::format("<th>{}</th>", xml_escape(c));
-  html += "<th>peak total</th><th>of cap</th></tr>\n";
+  html += std::string("<th>peak total</th><th>of cap</th>") + (pinned ? "<th>host pinned</th>" : "") + "</tr>\n";
   for (const RankSummary& r : s.ranks) {
     html += fmt::format("<tr><td class=\"l\">{} measured</td>", r.rank);
     for (auto b : r.peak_bytes) html += fmt::format("<td>{}</td>", format_bytes(b));
-    html += fmt::format("<td>{}</td><td>{}</td></tr>\n", format_bytes(r.peak_total),
+    html += fmt::format("<td>{}</td><td>{}</td>{}</tr>\n", format_bytes(r.peak_total),
                         s.memory_limit > 0 ? fmt::format("{:.0f}%", 100.0 * static_cast<double>(r.peak_total) /
                                                                          static_cast<double>(s.memory_limit))
-                                           : std::string("-"));
+                                           : std::string("-"),
+                        pinned ? "<td>-</td>" : "");
     if (r.estimate_bytes.size() == s.categories.size()) {
       std::int64_t total = 0;
       html += fmt::format("<tr><td class=\"l\">{} estimate</td>", r.rank);
@@ -255,7 +264,8 @@ std::string memory_section(const RunSummary& s) {
         html += fmt::format("<td>{}</td>", format_bytes(b));
         total += b;
       }
-      html += fmt::format("<td>{}</td><td></td></tr>\n", format_bytes(total));
+      html += fmt::format("<td>{}</td><td></td>{}</tr>\n", format_bytes(total),
+                          pinned ? fmt::format("<td>{}</td>", format_bytes(r.estimate_host_pinned_bytes)) : "");
     }
   }
   return html + "</table>\n";

@@ -1,5 +1,6 @@
 // report.html: one self-contained page per run — loss (train and eval), learning rate, gradient norm,
-// throughput and step time over steps, per-rank peak memory by category against the cap, the layout and the
+// throughput and step time over steps, per-rank peak memory by category against the cap (with the memory plan's
+// page-locked host line beside the estimate where a GPU run's moe blocks have one), the layout and the
 // resolved config. Inline SVG and CSS only: no scripts, no external URL, no src= attribute, so it opens
 // offline and can be mailed as one file.
 //

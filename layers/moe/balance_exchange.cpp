@@ -32,10 +32,12 @@ BalanceExchange post_balance_exchange(const Routing& routing, std::int64_t sampl
   const Shape shape{samples, routing.experts + 1};
   BalanceExchange x;
   x.sums = Tensor::empty(shape, DType::kI64, MemoryCategory::kActivations, *ctx.allocator);
-  if (ctx.device.is_cpu()) {
+  if (ctx.device.is_cpu() && ctx.upload_staging == nullptr) {
     fill_sample_counts(routing, samples, x.sums.data<std::int64_t>());
   } else {  // an asynchronous upload from page-locked memory (a pageable source would make CUDA wait for the
-            // stream first): the staging row stays in the stash until the backward has synchronised
+            // stream first): the staging row stays in the stash until the backward has synchronised. A CPU
+            // context with a staging allocator of its own (a test's counting one) stages the row as a GPU does,
+            // so the memory plan's host line can be checked on the CPU (moe_mlp.cpp's upload_async likewise)
     x.staging = Tensor::empty(shape, DType::kI64, MemoryCategory::kActivations, ctx.staging_allocator());
     fill_sample_counts(routing, samples, x.staging.data<std::int64_t>());
     ops::transfer(ctx, x.staging, x.sums);

@@ -23,7 +23,9 @@
 // like every stash the memory plan counts: 8 · (E + 1) bytes on each cp rank (partition/families/moe_block.cpp
 // moe_cp_whole_stash_bytes). On a GPU the counts are uploaded with an asynchronous copy from a page-locked host
 // staging row (Context::upload_staging: a pageable source would make CUDA wait for the stream first) kept until
-// the backward reads the sum back (one host wait there).
+// the backward reads the sum back (one host wait there): 8 · B · (E + 1) bytes of the memory plan's host line
+// (partition/families/moe_staging.hpp). A CPU context given a staging allocator of its own stages the row the same
+// way (a test's counting allocator: MoeStaging.* in tests/mpi/moe_staging_test.cpp).
 //
 // The sum is exact (integers), so results are bit-identical whether the wait is early or late.
 #pragma once

@@ -40,10 +40,13 @@ DispatchPlan plan_dispatch(std::span<const std::int64_t> counts, Context& ctx) {
   plan.send_rows.assign(static_cast<std::size_t>(plan.ep_size), 0);
   for (std::int64_t x = 0; x < e; ++x) plan.send_rows[static_cast<std::size_t>(x / plan.local_experts)] += counts[static_cast<std::size_t>(x)];
   // The counts travel on the communicator's device (NCCL moves device memory only). On a GPU they go up from
-  // page-locked staging without a host wait: `send_host` lives until the read-back below has waited for the stream.
+  // page-locked staging without a host wait: `send_host` lives until the read-back below has waited for the stream
+  // (8 · E bytes of the memory plan's host line, partition/families/moe_staging.hpp). On the CPU they are sent
+  // from where they are written: ctx.staging_allocator() is the CPU's own allocator there, unless the context has
+  // a staging allocator of its own (a test's counting one, so the host line can be checked on the CPU).
   const bool host = ctx.device.is_cpu();
   Tensor send_host = Tensor::empty({plan.ep_size, plan.local_experts}, DType::kI64, MemoryCategory::kCommunication,
-                                   host ? cpu_allocator() : ctx.staging_allocator());
+                                   ctx.staging_allocator());
   std::memcpy(send_host.raw_data(), counts.data(), counts.size() * sizeof(std::int64_t));
   Tensor send = send_host;
   if (!host) {

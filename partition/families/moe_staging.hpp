@@ -2,7 +2,9 @@
 // layers/moe/ requests from Context::upload_staging per moe block and micro-batch, so the memory plan can report it
 // beside the device figures (engine/run_plan/host_memory.hpp). Invariant: the figures are the byte sizes of the
 // layer's own requests (moe_mlp.cpp upload_async, balance_exchange.cpp, expert_dispatch.cpp plan_dispatch), checked
-// against a counting staging allocator by MoeMlp.UploadStagingIsThePlansFormula (tests/unit/layers/moe_test.cpp).
+// against a counting staging allocator by MoeMlp.UploadStagingIsThePlansFormula (tests/unit/layers/moe_test.cpp: the
+// tables) and MoeStaging.* (tests/mpi/moe_staging_test.cpp, 2 ranks: the cp count row, the ep counts, and the memory
+// plan's walk against the layers' peak over a plan's actions).
 #pragma once
 
 #include <cstdint>

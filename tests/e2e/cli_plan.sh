@@ -17,7 +17,8 @@
 # plan's range clears the other's, with a progress line per run; a spent budget stops after one round; with
 # --explain the trial prints each plan's traced step against its prediction row by row, naming the largest
 # disagreement (and writes the rows in --json); a tp2 and a cp2 run's traced compute spans carry their waits on
-# collectives, which --explain shows as rows of their own.
+# collectives, which --explain shows as rows of their own. A moe model planned on a GPU shows its page-locked host
+# memory per rank (the memory plan's host line) in the table and --json; a dense one does not.
 # Usage: cli_plan.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
 cleave=$(realpath "$1"); source_dir=$(realpath "$2"); shift 2
@@ -254,6 +255,29 @@ d, f, e, k = m["d_model"], m["ffn_hidden_size"], m["n_experts"], m["top_k"]
 # Every block's unchosen experts (e - k SwiGLUs of 3·d·f) are the difference.
 assert total - active == m["n_layers"] * 3 * d * f * (e - k), (total, active)
 print(f"ok   simulate --config moe: {total} parameters, {active} active per token")
+PY
+# The memory plan's host line: the moe example planned on a GPU (the A100 profile; its config says cpu, the plan
+# runs where the profile is) shows each plan's page-locked host memory per rank (a column, a note, --json's
+# host_pinned_bytes), as simulate --config does; on this machine's profile and for the dense tiny plan, nothing.
+"$cleave" plan "$source_dir/examples/moe/config.json" --set data.type=synthetic --set data.path= --world 2 \
+  --profile "$a100" --top 3 --json moe_plans.json > moe_plan.log 2>&1 || { cat moe_plan.log; fail "plan moe on a GPU profile"; }
+"$cleave" simulate --config "$source_dir/examples/moe/config.json" --set data.type=synthetic --set data.path= --world 2 \
+  --profile "$a100" --json > moe_gpu.json 2> moe_gpu.log || { cat moe_gpu.log; fail "simulate --config moe on a GPU profile"; }
+python3 - moe_plan.log moe_plans.json moe_gpu.json moe.json plan.log << 'PY' || { cat moe_plan.log; fail "the host line"; }
+import json, re, sys
+text, plans, gpu, cpu, dense = open(sys.argv[1]).read(), json.load(open(sys.argv[2])), json.load(open(sys.argv[3])), \
+    json.load(open(sys.argv[4])), open(sys.argv[5]).read()
+header = next(l for l in text.split("\n") if l.startswith("  #  layout"))
+assert "host pinned" in header and header.index("host pinned") < header.index("peak memory / rank"), header
+rows = [l for l in text.split("\n") if re.match(r"^\s+\d+\s+tp\d", l)]
+assert rows and all(re.search(r"\d+\.\d\d (KiB|MiB|GiB)\s+\S+ \S+ \(pp rank", l) for l in rows), rows
+assert "host pinned: the page-locked host memory" in text
+assert all(p["host_pinned_bytes"] > 0 for p in plans["plans"]), plans["plans"]
+assert all(r["host_pinned_bytes"] > 0 for r in gpu["ranks"]), gpu["ranks"]
+assert all(r["host_pinned_bytes"] == 0 for r in cpu["ranks"]), cpu["ranks"]
+assert "host pinned" not in dense
+print(f"ok   the host line: plan #1 {plans['plans'][0]['host_pinned_bytes']} B page-locked on pp rank "
+      f"{plans['plans'][0]['host_pinned_rank']} (A100 profile); none on this machine or for a dense model")
 PY
 
 # Bad input.

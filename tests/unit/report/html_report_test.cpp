@@ -197,6 +197,31 @@ TEST(RunSummary, ContextAndExpertRanksAreRecordedAndShown) {
   EXPECT_NE(plain.find("rank 1 (pp 1, dp 0, tp 0)"), std::string::npos);
 }
 
+// The memory plan's host line (run.json's estimate_host_pinned_bytes, a GPU run's moe blocks): a column beside the
+// estimate where a rank has one; a run without one (the CPU, a dense model) renders the same page as before.
+TEST(HtmlReport, HostPinnedColumnOnlyWhereTheRunHasOne) {
+  RunFiles run;
+  run.dir = "runs/moe_gpu";
+  run.metrics = parse_metrics(metrics_rows(3, 10), "m");
+  run.summary = two_rank_summary();
+  const std::string plain = build_report_html(run);
+  EXPECT_EQ(plain.find("host pinned"), std::string::npos);
+  EXPECT_EQ(plain.find("Host pinned"), std::string::npos);
+  RunSummary moe = two_rank_summary();
+  moe.ranks[0].estimate_host_pinned_bytes = 3 << 10;
+  moe.ranks[1].estimate_host_pinned_bytes = 1536;
+  run.summary = parse_run_summary(to_json_text(moe), "run.json");
+  const std::string html = build_report_html(run);
+  EXPECT_NE(html.find("<th>peak total</th><th>of cap</th><th>host pinned</th></tr>"), std::string::npos);
+  EXPECT_NE(html.find("<td>8.50 MiB</td><td></td><td>3.00 KiB</td></tr>"), std::string::npos) << "rank 0's estimate";
+  EXPECT_NE(html.find("<td>8.50 MiB</td><td></td><td>1.50 KiB</td></tr>"), std::string::npos) << "rank 1's estimate";
+  EXPECT_NE(html.find("<td>7.00 MiB</td><td>11%</td><td>-</td></tr>"), std::string::npos) << "measured: not recorded";
+  EXPECT_NE(html.find("Host pinned: the memory plan's page-locked host memory"), std::string::npos);
+  // Without it the page is the same bytes as before the column existed: the run.json round trip changes nothing.
+  run.summary = parse_run_summary(to_json_text(two_rank_summary()), "run.json");
+  EXPECT_EQ(build_report_html(run), plain);
+}
+
 TEST(HtmlReport, SelfContainedPageWithEveryCurve) {
   RunFiles run;
   run.dir = "runs/<demo>";

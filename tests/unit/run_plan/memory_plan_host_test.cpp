@@ -2,7 +2,9 @@
 // routing staging on a GPU, per micro-batch in flight on the rank, by hand from partition/families/moe_staging.hpp's formula
 // (whose bytes MoeMlp.UploadStagingIsThePlansFormula checks against the layer's own requests): GPipe holds every
 // micro-batch, 1F1B at pp2 two on the first rank and one on the last, full recomputation one block's inside its
-// rerun; cp adds the balance row, ep the count exchange's transient; nothing on the CPU or for a dense model.
+// rerun; cp adds the balance row, ep the count exchange's transient (alone, together, under GPipe and full
+// recomputation); nothing on the CPU or for a dense model. The same walk against the layers' own staging under cp
+// and ep: MoeStaging.TheWalkIsTheLayersPeak (tests/mpi/moe_staging_test.cpp).
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -74,6 +76,27 @@ TEST(MemoryPlanHost, CpAddsTheBalanceRowAndEpTheCountExchange) {
   EXPECT_EQ(pinned(moe_at(2, {"parallel.schedule=1f1b", "parallel.expert_model_parallel_size=2",
                               "train.recompute=full"})),
             kUploads + 8 * 4);
+}
+
+TEST(MemoryPlanHost, CpAndEpTogetherUnderGpipeAndFullRecomputation) {
+  // cp2 × ep2 on 2 ranks (dp 1, 4 micro-batches): GPipe holds every micro-batch's tables and count rows, the last
+  // block's ep counts on top while it dispatches.
+  const std::int64_t held = kUploads / 2 + 8 * 2 * 5;
+  const std::vector<std::string> cp_ep = {"parallel.context_parallel_size=2", "parallel.expert_model_parallel_size=2"};
+  auto with = [&](std::vector<std::string> o, const std::string& more) {
+    o.push_back(more);
+    return o;
+  };
+  EXPECT_EQ(pinned(moe_at(2, with(cp_ep, "parallel.schedule=gpipe"))), 4 * 3 * held + 8 * 4);
+  EXPECT_EQ(pinned(moe_at(2, with(cp_ep, "parallel.schedule=1f1b"))), 3 * held + 8 * 4);
+  // Full recomputation: the rerun inside one block's backward holds its tables, its count row and its ep counts
+  // (the first forward's transient, the larger of its tables and the counts, is below).
+  EXPECT_EQ(pinned(moe_at(2, with(with(cp_ep, "parallel.schedule=gpipe"), "train.recompute=full"))), held + 8 * 4);
+  EXPECT_EQ(pinned(moe_at(2, {"parallel.schedule=1f1b", "parallel.context_parallel_size=2", "train.recompute=full"})),
+            held);
+  // ep2 alone on 2 ranks is dp 2: 2 micro-batches per replica, GPipe holds both.
+  EXPECT_EQ(pinned(moe_at(2, {"parallel.schedule=gpipe", "parallel.expert_model_parallel_size=2"})),
+            2 * 3 * kUploads + 8 * 4);
 }
 
 TEST(MemoryPlanHost, ReportedOnACudaDeviceOnlyAndNotInTheTotal) {

@@ -9,8 +9,10 @@
 // the weights it names (engine/train/checkpoint/weight_source.cpp: a model key that differs, model.seq_len above the
 // model's maximum; engine/cli/init_tokenizer_check.cpp: data of another tokenizer), made before the world is built, and
 // the data readers for a data file that cannot serve the run (engine/train/data: missing, malformed, too short, ids
-// past the vocabulary; checked before the world where no token needs reading, check_data_files); a check on a config
-// value made later, once the world size or a checkpoint to resume is known, stays a plain Error (exit 1).
+// past the vocabulary; checked before the world where no token needs reading, check_data_files), and RunConfig::
+// resolve's rules of the config against the world size (a pure function of both: every rank finds them alike, and
+// `cleave train` runs them first); a check made later, once a checkpoint to resume or the memory plan is known,
+// stays a plain Error (exit 1).
 #pragma once
 
 #include <string>

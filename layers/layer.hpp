@@ -92,11 +92,9 @@ struct Stash {
   // its backward reads (the moe block's count exchange is not posted), never what its output needs. Set by
   // whoever makes the stash, before the forward; kept by clear() and handed to the children by reset().
   bool backward_follows = true;
-  void clear() {
-    tensors.clear();
-    children.clear();
-    in_flight.clear();
-  }
+  // Empties the stash (keeps backward_follows). Every exchange in flight here and in the children completes
+  // before any buffer is released (layers/stash.cpp), as it may still write into one of them.
+  void clear();
   // A composite layer's forward starts with this: clear(), then `n` empty children that inherit backward_follows.
   void reset(std::size_t n) {
     clear();

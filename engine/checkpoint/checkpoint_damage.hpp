@@ -4,8 +4,8 @@
 // a checkpoint beyond train.steps) is not damage: the checkpoint is intact and the run is what does not fit it.
 //
 // Invariant: the type is the whole distinction. `--resume auto` falls back to an older checkpoint on
-// CheckpointDamage only (train/resume_fallback.hpp); every other Error stops the run as before. The message
-// names the file (its path holds the step directory), and what is wrong, with the numbers.
+// CheckpointDamage only (engine/train/checkpoint/resume_fallback.hpp); every other Error stops the run as before.
+// The message names the file (its path holds the step directory), and what is wrong, with the numbers.
 //
 // NoIntactCheckpoint: `--resume auto` found checkpoints and every one damaged. CheckpointMismatch: the checkpoint
 // is intact and the run does not fit it (a config change `--resume` refuses, another model, seed, global batch or

@@ -3,7 +3,7 @@
 // JSON path and the value (never a JSON-library exception, never an allocation sized by a number nobody
 // checked). Pure: text in, a value out; fuzzed by tests/fuzz/checkpoint_index_fuzz.cpp.
 //
-// Format (written by engine/train/checkpoint_save.cpp):
+// Format (written by engine/train/checkpoint/checkpoint_save.cpp):
 //   {"format": "cleave-checkpoint", "version": 2, "index_checksum", "step", "consumed_samples", "next_lr", "seed",
 //    "model": <the config's model section>, "config": <the resolved config; optional, compared on resume>,
 //    "layout": {...}, "optimizer": {"type", "steps_done"},
@@ -27,7 +27,7 @@
 // the split extent; 0 <= begin <= end with 4 × (end - begin) <= the piece file's recorded bytes; with chunks,
 // 1 <= chunk_bytes and exactly ceil(4 × (end - begin) / chunk_bytes) checksums of 16 hex digits; every piece
 // file listed under "files", whose names are plain names inside the checkpoint directory (no '/', no ".."). Not checked here (it needs the files): sizes and checksums on disk and that the
-// pieces cover each shard exactly (train/checkpoint_reader.hpp does both before allocating).
+// pieces cover each shard exactly (engine/train/checkpoint/checkpoint_reader.hpp does both before allocating).
 // Extending: add the field to the struct and read it in parse_checkpoint_index with the same helpers.
 #pragma once
 

@@ -2,7 +2,7 @@
 // from: index.json read and checked (its own checksum included: checkpoint_index.hpp), every file it lists present
 // with the recorded size and, where the index records one, a header that matches its checksum. Reads index.json
 // and the files' headers only (kilobytes), never tensor data: a flipped bit inside a tensor's bytes is found by the
-// load, which verifies every chunk it reads (engine/train/checkpoint_reader.hpp), not here.
+// load, which verifies every chunk it reads (engine/train/checkpoint/checkpoint_reader.hpp), not here.
 #pragma once
 
 #include <optional>

@@ -27,7 +27,7 @@
 #include "engine/core/log.hpp"
 #include "engine/core/output_path.hpp"
 #include "engine/hf/hf_export.hpp"
-#include "engine/train/checkpoint_reader.hpp"
+#include "engine/train/checkpoint/checkpoint_reader.hpp"
 
 namespace cleave::cli {
 namespace {

@@ -1,6 +1,6 @@
 // `cleave import HF_DIR --out CKPT`: a Hugging Face model directory (GPT2LMHeadModel or a Llama-like class:
 // config.json plus model.safetensors or shards with model.safetensors.index.json) converted into a weights-only
-// Cleave checkpoint (engine/train/weights_only.hpp): CKPT/step_0000000 with index.json and one safetensors
+// Cleave checkpoint (engine/train/checkpoint/weights_only.hpp): CKPT/step_0000000 with index.json and one safetensors
 // file under Cleave's names and shapes (engine/hf/hf_layout.hpp). No MPI: it reads and writes files only.
 // Invariant: everything is read and checked (names, shapes, every value finite, config.json's settings, the model
 // section through the config reader) before anything is written, and an existing or unwritable CKPT is refused
@@ -19,8 +19,8 @@
 #include "engine/core/log.hpp"
 #include "engine/core/output_path.hpp"
 #include "engine/hf/hf_import.hpp"
-#include "engine/train/finite_weights.hpp"
-#include "engine/train/weights_only.hpp"
+#include "engine/train/checkpoint/finite_weights.hpp"
+#include "engine/train/checkpoint/weights_only.hpp"
 
 namespace cleave::cli {
 namespace {

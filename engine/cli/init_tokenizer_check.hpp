@@ -8,7 +8,7 @@
 #pragma once
 
 #include "engine/config/config.hpp"
-#include "engine/train/weight_source.hpp"
+#include "engine/train/checkpoint/weight_source.hpp"
 
 namespace cleave::cli {
 

@@ -4,8 +4,9 @@
 // for this rank and runs it. The trainer's world rank 0 writes report.html into the run directory at the end,
 // or after a failure with the steps that finished (train.report, default on; engine/report/html_report.hpp).
 // --profile FILE gives the peak FLOP/s per rank that MFU is measured against (engine/train/throughput.hpp).
-// Bad input (an unknown option, config key or value, a typo in --allow-config-change) is an InputError raised
-// before the world and the trainer are built: `cleave` exits ExitCode::kBadInput and `cleave run` does not restart.
+// Bad input (an unknown option, config key or value, a typo in --allow-config-change, a layout the world size does
+// not divide) is an InputError raised before the world and the trainer are built: `cleave` exits
+// ExitCode::kBadInput and `cleave run` does not restart.
 // SIGUSR1 (what `cleave run` forwards on SIGTERM) saves a checkpoint at the next step and exits 0 with a log line
 // saying so (engine/train/stop_request.hpp).
 #include <cstdio>
@@ -25,11 +26,11 @@
 #include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/planner/hardware_profile.hpp"
-#include "engine/train/config_change.hpp"
+#include "engine/train/checkpoint/config_change.hpp"
 #include "engine/train/data/make_data_source.hpp"
 #include "engine/train/stop_request.hpp"
 #include "engine/train/trainer.hpp"
-#include "engine/train/weight_source.hpp"
+#include "engine/train/checkpoint/weight_source.hpp"
 
 namespace cleave::cli {
 namespace {
@@ -120,6 +121,9 @@ int run_train(int argc, char** argv) {
     if (!init_from.empty()) init = train::open_weight_source(init_from);
     config::RunConfig config = init ? train::config_for_init(config_path, overrides, *init)
                                     : config::load_config(config_path, overrides);
+    // A layout or batch the world size does not divide (RunConfig::resolve, on a copy): bad input every rank finds
+    // alike from the same config and world size, so all exit 64 together, before any file is read or the world built.
+    config::RunConfig(config).resolve(runtime.world_size());
     if (init) check_shards_match_source_tokenizer(config, *init);
     train::check_data_files(config);  // a missing or malformed data file: bad input, before the world and the model
     // A typo in --allow-config-change stops here, before the world and the trainer are built (not at the resume).

@@ -6,6 +6,7 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "partition/ep_rules.hpp"
 #include "partition/families/family.hpp"
 
@@ -64,16 +65,29 @@ ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size) {
   return r;
 }
 
-void RunConfig::resolve(int world_size) {
-  CLEAVE_CHECK(world_size >= 1, "world size must be positive, got {}", world_size);
+namespace {
+
+// "1, 2, 3, 6": the rank counts that divide `world` (a product of parallel sizes that fits it).
+std::string divisors_of(std::int64_t world) {
+  std::string out;
+  for (std::int64_t d = 1; d <= world; ++d) {
+    if (world % d == 0) out += fmt::format("{}{}", out.empty() ? "" : ", ", d);
+  }
+  return out;
+}
+
+// The layout keys against the world size: tp × cp × pp divides it and an explicit dp is what it leaves.
+int data_parallel_size_of(const ParallelConfig& parallel, int world_size) {
   const std::int64_t tp = parallel.tensor_model_parallel_size;  // 64-bit: tp × cp × pp may pass INT_MAX
   const std::int64_t pp = parallel.pipeline_model_parallel_size;
   const std::int64_t cp = parallel.context_parallel_size;
   const std::int64_t model = tp * cp * pp;
   if (cp == 1) {
     CLEAVE_CHECK(world_size % model == 0,
-                 "world size {} is not divisible by tp({}) × pp({}) = {}; launch a multiple of {} ranks", world_size,
-                 tp, pp, model, model);
+                 "world size {} is not divisible by tp({}) × pp({}) = {} (parallel.tensor_model_parallel_size × "
+                 "parallel.pipeline_model_parallel_size); launch a multiple of {} ranks, or set tp × pp to a "
+                 "divisor of {} ({})",
+                 world_size, tp, pp, model, model, world_size, divisors_of(world_size));
   } else {
     CLEAVE_CHECK(world_size % model == 0,
                  "world size {} is not divisible by tp({}) × cp({}) × pp({}) = {} (parallel.context_parallel_size = "
@@ -84,7 +98,8 @@ void RunConfig::resolve(int world_size) {
                             ? std::string(", or set parallel.context_parallel_size to 1")
                             : fmt::format(", or set parallel.context_parallel_size to a divisor of {}",
                                           world_size / (tp * pp)))
-                     : std::string());
+                     : fmt::format(", or set tp × cp × pp to a divisor of {} ({})", world_size,
+                                   divisors_of(world_size)));
   }
   const int dp = static_cast<int>(world_size / model);
   if (parallel.data_parallel_size != -1) {
@@ -93,17 +108,34 @@ void RunConfig::resolve(int world_size) {
                  "or set it to -1",
                  parallel.data_parallel_size, world_size, tp, cp, pp, dp, model * parallel.data_parallel_size);
   }
-  parallel.data_parallel_size = dp;
-  if (parallel.expert_model_parallel_size > 1) {  // ep is taken from dp × cp, known only now
-    partition::check_expert_parallel(partition::make_model_spec(this->model.type, this->model),
-                                     parallel.expert_model_parallel_size, dp, static_cast<int>(cp));
+  return dp;
+}
+
+}  // namespace
+
+void RunConfig::resolve(int world_size) {
+  CLEAVE_CHECK(world_size >= 1, "world size must be positive, got {}", world_size);
+  // Every rule below is this config against the world size, a pure function of both: bad input (InputError, exit
+  // 64) that every rank finds alike, so a command may run it before any work with no word between the ranks.
+  try {
+    const int dp = data_parallel_size_of(parallel, world_size);
+    parallel.data_parallel_size = dp;
+    const int cp = parallel.context_parallel_size;
+    if (parallel.expert_model_parallel_size > 1) {  // ep is taken from dp × cp, known only now
+      partition::check_expert_parallel(partition::make_model_spec(this->model.type, this->model),
+                                       parallel.expert_model_parallel_size, dp, cp);
+    }
+    if (const auto check = partition::family(this->model.type).check_data_parallel) {  // needs dp, known only now
+      check(this->model, optimizer.zero_stage, dp, cp);
+    }
+    if (checkpoint.dir.empty()) checkpoint.dir = (std::filesystem::path(train.out_dir) / "checkpoints").string();
+    const ResolvedBatch r = resolve_batch(batch, dp);
+    batch = {r.global_batch_size, r.micro_batch_size, r.gradient_accumulation_steps};
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error& e) {
+    throw InputError(e.what());
   }
-  if (const auto check = partition::family(this->model.type).check_data_parallel) {  // needs dp, known only now
-    check(this->model, optimizer.zero_stage, dp, cp);
-  }
-  if (checkpoint.dir.empty()) checkpoint.dir = (std::filesystem::path(train.out_dir) / "checkpoints").string();
-  const ResolvedBatch r = resolve_batch(batch, dp);
-  batch = {r.global_batch_size, r.micro_batch_size, r.gradient_accumulation_steps};
 }
 
 ResolvedBatch RunConfig::resolved_batch() const {

@@ -215,8 +215,8 @@ struct RunConfig {
   DeviceConfig device;
 
   // Fills parallel.data_parallel_size (when -1) from the world size, all three batch numbers and an empty
-  // checkpoint.dir (<train.out_dir>/checkpoints). Throws
-  // Error when world_size is not tp × pp × dp or the batch numbers contradict. Idempotent.
+  // checkpoint.dir (<train.out_dir>/checkpoints). Throws InputError (bad input, exit 64) when world_size is not
+  // tp × cp × pp × dp, ep does not divide dp × cp or the batch numbers contradict dp. Idempotent.
   void resolve(int world_size);
   // The batch numbers after resolve() (asserts that it ran).
   ResolvedBatch resolved_batch() const;

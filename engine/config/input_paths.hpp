@@ -17,7 +17,8 @@ namespace cleave::config {
 // text, "" for none) against the file's directory, any other (a --set value, a default such as digits'
 // data/digits.csv.gz, a config without a file) against the working directory. Empty paths stay empty; output paths
 // (train.out_dir, checkpoint.dir) are left relative to the working directory. load_config runs it; a reader that
-// builds the config from the file's JSON itself (train --init-from's, engine/train/weight_source.cpp) runs it too.
+// builds the config from the file's JSON itself (train --init-from's, engine/train/checkpoint/weight_source.cpp)
+// runs it too.
 void resolve_input_paths(RunConfig& c, const std::string& config_path, std::string_view file_text,
                          const std::vector<std::string>& overrides);
 

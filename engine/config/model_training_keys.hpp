@@ -5,7 +5,7 @@
 //
 // Invariant: every key listed is a model key no parameter's shape or meaning depends on. The checkpoint loader and
 // `--init-from` skip them when they compare a saved model with the run's; a resume that changes one is a training
-// change (engine/train/config_change.hpp: refused unless `--allow-config-change model.KEY` names it), and
+// change (engine/train/checkpoint/config_change.hpp: refused unless `--allow-config-change model.KEY` names it), and
 // `--init-from` takes the config's value over the weights'. A key that changes what a parameter holds (n_experts,
 // top_k, router, n_shared_experts, ...) stays out.
 #pragma once

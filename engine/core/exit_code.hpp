@@ -11,9 +11,10 @@ enum class ExitCode : int {
   kError = 1,   // any other error (the message says which)
   kUsage = 2,   // no or an unknown command (before any command runs; the shells' usage code)
   // A command's own input is wrong: an unknown or ill-formed option, an unknown config key (in the file, a --set, a
-  // --allow-config-change), a value of the wrong type or range, a cross-key rule of the config (cleave::InputError,
-  // engine/core/input_error.hpp), found while reading the command line and the config, before any work. EX_USAGE (64),
-  // not EX_CONFIG (78): 78 is already the checkpoint's mismatch, and a config is command-line input here (--set).
+  // --allow-config-change), a value of the wrong type or range, a cross-key rule of the config, a layout the world
+  // size does not divide (cleave::InputError, engine/core/input_error.hpp), found while reading the command line and
+  // the config, before any work. EX_USAGE (64), not EX_CONFIG (78): 78 is already the checkpoint's mismatch, and a
+  // config is command-line input here (--set).
   kBadInput = 64,
   // `--resume` found checkpoints and every one damaged (checkpoint::NoIntactCheckpoint). EX_NOINPUT.
   kNoIntactCheckpoint = 66,

@@ -4,13 +4,15 @@
 // so main() ends the process with ExitCode::kBadInput (engine/core/exit_code.hpp) and `cleave run` stops at once on
 // that code (engine/supervise/recovery_policy.hpp).
 //
-// Invariant: the readers throw it (engine/cli/args.cpp, engine/config/config.cpp, engine/train/config_change.cpp), and
-// so do the checks of `train --init-from` that set the config against the weights it names (engine/train/
-// weight_source.cpp: a model key that differs, model.seq_len above the model's maximum; engine/cli/
-// init_tokenizer_check.cpp: data of another tokenizer), made before the world is built, and the data readers for a
-// data file that cannot serve the run (engine/train/data: missing, malformed, too short, ids past the vocabulary;
-// checked before the world where no token needs reading, check_data_files); a check on a config value made
-// later, once the world size or a checkpoint to resume is known, stays a plain Error (exit 1).
+// Invariant: the readers throw it (engine/cli/args.cpp, engine/config/config.cpp,
+// engine/train/checkpoint/config_change.cpp), and so do the checks of `train --init-from` that set the config against
+// the weights it names (engine/train/checkpoint/weight_source.cpp: a model key that differs, model.seq_len above the
+// model's maximum; engine/cli/init_tokenizer_check.cpp: data of another tokenizer), made before the world is built, and
+// the data readers for a data file that cannot serve the run (engine/train/data: missing, malformed, too short, ids
+// past the vocabulary; checked before the world where no token needs reading, check_data_files), and RunConfig::
+// resolve's rules of the config against the world size (a pure function of both: every rank finds them alike, and
+// `cleave train` runs them first); a check made later, once a checkpoint to resume or the memory plan is known,
+// stays a plain Error (exit 1).
 #pragma once
 
 #include <string>

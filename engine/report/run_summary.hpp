@@ -29,7 +29,7 @@ struct RankSummary {
   std::int64_t estimate_host_pinned_bytes = 0;
 };
 
-// A config key that differed when the run resumed (engine/train/config_change.hpp); values as JSON text.
+// A config key that differed when the run resumed (engine/train/checkpoint/config_change.hpp); values as JSON text.
 struct ConfigChangeRecord {
   std::string key;
   std::string before;      // "absent" when the key was not in the old config

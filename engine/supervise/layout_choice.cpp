@@ -11,6 +11,7 @@
 
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/run_plan/plan.hpp"
@@ -38,13 +39,16 @@ planner::PlanChoice config_layout(const SuperviseOptions& o, const config::RunCo
     choice = planner::choice_of_config(o.config_path, o.overrides, world);
     static_cast<void>(choice.apply_to(base));  // the config's own checks at this world, before anything starts
   } catch (const std::exception& e) {
-    CLEAVE_THROW("run: the config does not run on the {} slots given: {}; nothing was started (set parallel.* "
-                 "after the -- or give other --slots)",
-                 o.slots.size(), e.what());
+    const std::string message = fmt::format("run: the config does not run on the {} slots given: {}; nothing was "
+                                            "started (set parallel.* after the -- or give other --slots)",
+                                            o.slots.size(), e.what());
+    // The config's own checks at this world: bad input (exit 64), as each attempt's trainer would stop with it.
+    if (dynamic_cast<const Error*>(&e) != nullptr) throw InputError(message);
+    throw Error(message);
   }
-  CLEAVE_CHECK(choice.world() <= static_cast<int>(o.slots.size()),
-               "run: the config's layout {} needs {} ranks but only {} slots are given", choice.layout(),
-               choice.world(), o.slots.size());
+  CLEAVE_CHECK_INPUT(choice.world() <= static_cast<int>(o.slots.size()),
+                     "run: the config's layout {} needs {} ranks but only {} slots are given", choice.layout(),
+                     choice.world(), o.slots.size());
   return choice;
 }
 

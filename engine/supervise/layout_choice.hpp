@@ -19,8 +19,8 @@ namespace cleave::supervise {
 std::string describe(const planner::PlanChoice& choice);
 
 // The config's own layout on options.slots (a config that fixes dp uses tp x cp x dp x pp of them, the rest idle;
-// dp -1 fills them), with the config's own checks at that world. Throws Error naming the slots and the fix when it
-// does not run there.
+// dp -1 fills them), with the config's own checks at that world. Throws InputError (bad input: `cleave run` exits
+// 64 before any job) naming the slots and the fix when it does not run there.
 planner::PlanChoice config_layout(const SuperviseOptions& options, const config::RunConfig& base);
 
 // The re-plan's inputs (--profile, --memory-limit) at `world` ranks; under --keep-layout, which never re-plans,

@@ -31,10 +31,10 @@
 #include "engine/supervise/layout_choice.hpp"
 #include "engine/supervise/restart_checkpoint.hpp"
 #include "engine/supervise/restart_record.hpp"
-#include "engine/train/config_change.hpp"
+#include "engine/train/checkpoint/config_change.hpp"
 #include "engine/train/data/make_data_source.hpp"
 #include "engine/train/stop_request.hpp"
-#include "engine/train/weight_source.hpp"
+#include "engine/train/checkpoint/weight_source.hpp"
 
 namespace cleave::supervise {
 namespace {

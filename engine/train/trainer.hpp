@@ -24,7 +24,7 @@
 #include "engine/run_plan/plan.hpp"
 #include "kernels/ops/host_waits.hpp"
 #include "engine/train/throughput.hpp"
-#include "engine/train/weight_source.hpp"
+#include "engine/train/checkpoint/weight_source.hpp"
 #include "pipeline/timeline.hpp"
 
 namespace cleave::ops {
@@ -70,7 +70,7 @@ struct TrainSummary {
 // How train() starts. resume: "" = a fresh run; "auto" = the latest complete checkpoint under
 // checkpoint.dir, or a fresh start when there is none; otherwise a checkpoint directory (step_NNNNNNN) or a
 // checkpoint.dir-style root (its latest complete checkpoint). allow_config_change: keys a resumed run may
-// change beyond those that change freely (engine/train/config_change.hpp).
+// change beyond those that change freely (engine/train/checkpoint/config_change.hpp).
 // init (train --init-from; may be null): weights loaded by train() after its output paths are checked, so a bad
 // path fails before any load. peak: one rank's peak FLOP/s that MFU is measured against (cleave train --profile;
 // throughput.hpp); none = no MFU, the achieved FLOP/s is reported all the same.

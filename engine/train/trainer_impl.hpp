@@ -15,7 +15,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/train/checkpoint_io.hpp"
+#include "engine/train/checkpoint/checkpoint_io.hpp"
 #include "engine/train/data/data_source.hpp"
 #include "engine/train/fault_injection.hpp"
 #include "engine/train/rank_model.hpp"

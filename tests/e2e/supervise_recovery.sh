@@ -216,7 +216,8 @@ refuse)
   # No checkpoint yet: restart from step 0 and say so (checkpoint.interval 0: only the final one).
   # (3 slots, dp2 on the first two, and a health check that refuses slot 2: the dead rank's slot and slot 2 are
   # both dropped.) A config that does not run on the slots given is refused before anything starts.
-  sup --slots 3 -- tiny.json --set train.out_dir=odd > odd.log 2>&1 && fail "dp3 of a global batch of 8 accepted"
+  sup --slots 3 -- tiny.json --set train.out_dir=odd > odd.log 2>&1; status=$?
+  [ $status -eq 64 ] || { cat odd.log; fail "dp3 of a global batch of 8: exit $status, expected 64 (bad input)"; }
   grep -q "run: the config does not run on the 3 slots given: .*global_batch_size 8 is not divisible.*nothing was started" \
     odd.log || { cat odd.log; fail "the refusal of a config that does not fit the slots"; }
   [ ! -e odd ] || fail "the refused run created its out_dir"

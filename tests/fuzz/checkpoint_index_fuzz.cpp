@@ -1,5 +1,5 @@
 // Fuzz target: the checkpoint index reader (engine/checkpoint/checkpoint_index.hpp) and what the loaders do
-// with an index it accepts (engine/train/checkpoint_reader.hpp: parameter_names, shape_of, logical).
+// with an index it accepts (engine/train/checkpoint/checkpoint_reader.hpp: parameter_names, shape_of, logical).
 //
 // The input is index.json text. It is parsed in memory; when it parses it is written, next to a fixed set of
 // real checkpoint files (tests/fuzz/data/checkpoint/, copied into a private temporary directory once), as
@@ -18,7 +18,7 @@
 #include <string_view>
 
 #include "engine/checkpoint/checkpoint_index.hpp"
-#include "engine/train/checkpoint_reader.hpp"
+#include "engine/train/checkpoint/checkpoint_reader.hpp"
 #include "fuzz_contract.hpp"
 
 #ifndef CLEAVE_FUZZ_DATA_DIR

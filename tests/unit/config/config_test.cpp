@@ -500,21 +500,35 @@ TEST(Config, ResolveWorldSize) {
   RunConfig again = c;
   again.resolve(12);  // idempotent
   EXPECT_EQ(again, c);
+  // The config against the world size is bad input (InputError: exit 64), naming the keys, the numbers and a fix.
   try {
     RunConfig d = parse_config(R"({"parallel": {"tensor_model_parallel_size": 2, "pipeline_model_parallel_size": 4}})");
     d.resolve(12);
     ADD_FAILURE();
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("world size 12 is not divisible by tp(2) × pp(4) = 8"), std::string::npos)
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("world size 12 is not divisible by tp(2) × pp(4) = 8 "
+                                         "(parallel.tensor_model_parallel_size × parallel.pipeline_model_parallel_size); "
+                                         "launch a multiple of 8 ranks, or set tp × pp to a divisor of 12 "
+                                         "(1, 2, 3, 4, 6, 12)"),
+              std::string::npos)
         << e.what();
   }
   try {
     RunConfig d = parse_config(R"({"parallel": {"data_parallel_size": 3}})");
     d.resolve(4);
     ADD_FAILURE();
-  } catch (const Error& e) {
+  } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("data_parallel_size is 3"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("world size 4"), std::string::npos) << e.what();
+  }
+  try {
+    RunConfig d = parse_config(R"({"batch": {"global_batch_size": 8}})");
+    d.resolve(3);
+    ADD_FAILURE();
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("global_batch_size 8 is not divisible by data-parallel size 3"),
+              std::string::npos)
+        << e.what();
   }
 }
 

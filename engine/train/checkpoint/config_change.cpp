@@ -1,5 +1,5 @@
 // See config_change.hpp.
-#include "engine/train/config_change.hpp"
+#include "engine/train/checkpoint/config_change.hpp"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

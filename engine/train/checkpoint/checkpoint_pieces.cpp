@@ -1,5 +1,5 @@
 // local_pieces (checkpoint_pieces.hpp).
-#include "engine/train/checkpoint_pieces.hpp"
+#include "engine/train/checkpoint/checkpoint_pieces.hpp"
 
 #include <map>
 #include <optional>

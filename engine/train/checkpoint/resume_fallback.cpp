@@ -1,5 +1,5 @@
 // Resuming from the newest intact checkpoint (resume_fallback.hpp).
-#include "engine/train/resume_fallback.hpp"
+#include "engine/train/checkpoint/resume_fallback.hpp"
 
 #include <filesystem>
 
@@ -8,8 +8,8 @@
 #include "engine/checkpoint/resume_candidates.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
-#include "engine/train/checkpoint_pieces.hpp"
-#include "engine/train/resume.hpp"
+#include "engine/train/checkpoint/checkpoint_pieces.hpp"
+#include "engine/train/checkpoint/resume.hpp"
 
 namespace cleave::train {
 namespace {

@@ -1,5 +1,5 @@
 // Non-finite weights refused (finite_weights.hpp).
-#include "engine/train/finite_weights.hpp"
+#include "engine/train/checkpoint/finite_weights.hpp"
 
 #include <cmath>
 #include <cstddef>

@@ -1,5 +1,5 @@
 // write_weights_checkpoint (weights_only.hpp).
-#include "engine/train/weights_only.hpp"
+#include "engine/train/checkpoint/weights_only.hpp"
 
 #include <filesystem>
 

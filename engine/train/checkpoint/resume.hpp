@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "engine/report/run_summary.hpp"
-#include "engine/train/config_change.hpp"
+#include "engine/train/checkpoint/config_change.hpp"
 #include "engine/train/rank_setup.hpp"
 
 namespace cleave::train {

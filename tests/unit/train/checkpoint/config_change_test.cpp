@@ -1,5 +1,5 @@
-// Resuming with a changed config (engine/train/config_change.hpp): which keys change freely, which are refused
-// without --allow-config-change, the message (every refused key with both values, the flag, the values to set
+// Resuming with a changed config (engine/train/checkpoint/config_change.hpp): which keys change freely, which are
+// refused without --allow-config-change, the message (every refused key with both values, the flag, the values to set
 // back) and that a typo in the allow list allows nothing.
 #include <gtest/gtest.h>
 
@@ -7,7 +7,7 @@
 
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
-#include "engine/train/config_change.hpp"
+#include "engine/train/checkpoint/config_change.hpp"
 
 namespace cleave::train {
 namespace {

@@ -1,6 +1,6 @@
-// Non-finite weights refused (engine/train/finite_weights.hpp): finite tensors pass (large values, subnormals,
-// zeros, an empty tensor); a NaN or an infinity anywhere is an error naming the source, the tensor, the count and
-// the first bad element.
+// Non-finite weights refused (engine/train/checkpoint/finite_weights.hpp): finite tensors pass (large values,
+// subnormals, zeros, an empty tensor); a NaN or an infinity anywhere is an error naming the source, the tensor, the
+// count and the first bad element.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/core/error.hpp"
-#include "engine/train/finite_weights.hpp"
+#include "engine/train/checkpoint/finite_weights.hpp"
 
 namespace cleave::train {
 namespace {

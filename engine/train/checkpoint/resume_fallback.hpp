@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/train/config_change.hpp"
+#include "engine/train/checkpoint/config_change.hpp"
 #include "engine/train/rank_setup.hpp"
 #include "engine/train/trainer.hpp"
 

@@ -23,7 +23,7 @@
 #include "engine/checkpoint/checksum.hpp"
 #include "engine/checkpoint/safetensors.hpp"
 #include "engine/core/error.hpp"
-#include "engine/train/checkpoint_reader.hpp"
+#include "engine/train/checkpoint/checkpoint_reader.hpp"
 #include "layers/parallel/shard.hpp"
 
 namespace cleave::train {

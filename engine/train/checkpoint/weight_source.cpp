@@ -1,5 +1,5 @@
 // open_weight_source, config_for_init, load_weights (weight_source.hpp).
-#include "engine/train/weight_source.hpp"
+#include "engine/train/checkpoint/weight_source.hpp"
 
 #include <cstring>
 #include <filesystem>
@@ -14,9 +14,9 @@
 #include "engine/config/input_paths.hpp"
 #include "engine/config/model_training_keys.hpp"
 #include "engine/hf/hf_import.hpp"
-#include "engine/train/checkpoint_pieces.hpp"
-#include "engine/train/checkpoint_reader.hpp"
-#include "engine/train/finite_weights.hpp"
+#include "engine/train/checkpoint/checkpoint_pieces.hpp"
+#include "engine/train/checkpoint/checkpoint_reader.hpp"
+#include "engine/train/checkpoint/finite_weights.hpp"
 #include "engine/train/rank_model.hpp"
 #include "engine/train/rank_setup.hpp"
 #include "kernels/ops/ops.hpp"

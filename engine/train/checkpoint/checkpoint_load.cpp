@@ -19,10 +19,10 @@
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
-#include "engine/train/checkpoint_io.hpp"
+#include "engine/train/checkpoint/checkpoint_io.hpp"
 #include "kernels/ops/ops.hpp"
-#include "engine/train/checkpoint_pieces.hpp"
-#include "engine/train/checkpoint_reader.hpp"
+#include "engine/train/checkpoint/checkpoint_pieces.hpp"
+#include "engine/train/checkpoint/checkpoint_reader.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/parallel/shard.hpp"
 

@@ -1,5 +1,5 @@
 // CheckpointReader (checkpoint_reader.hpp).
-#include "engine/train/checkpoint_reader.hpp"
+#include "engine/train/checkpoint/checkpoint_reader.hpp"
 
 #include <algorithm>
 #include <cstring>

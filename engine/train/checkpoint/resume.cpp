@@ -1,5 +1,5 @@
 // Resuming and restarting a run: see resume.hpp.
-#include "engine/train/resume.hpp"
+#include "engine/train/checkpoint/resume.hpp"
 
 #include <algorithm>
 #include <filesystem>
@@ -11,8 +11,8 @@
 
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
-#include "engine/train/checkpoint_pieces.hpp"
-#include "engine/train/checkpoint_reader.hpp"
+#include "engine/train/checkpoint/checkpoint_pieces.hpp"
+#include "engine/train/checkpoint/checkpoint_reader.hpp"
 
 namespace cleave::train {
 namespace {

@@ -6,8 +6,8 @@ the run's own model, layout, schedule (auto:Kp = the zero-bubble paper's searche
 scheduler under the paper's memory limit: auto_schedule_keys; its steps overlapped, `simulate
 --optimizer-post-validation`, as the paper's ZB runs used post-validation), batch, micro-batch, recomputation (none, selective, full;
 selective:torchtitan_op = torchtitan's per-op policy, `simulate --selective-recompute torchtitan_op`;
-selective:torchtitan_layer_N = torchtitan's selective layer AC, every N-th block fully recomputed: no Cleave setting, the
-row printed as not modelled), ZeRO stage, the attention kernel it
+selective:torchtitan_layer_N = torchtitan's selective layer AC, every N-th block fully recomputed: no Cleave setting,
+the row printed as not modelled), ZeRO stage, the attention kernel it
 used (`simulate --attention`: memory_efficient, probabilities, probabilities_dropout; memory_efficient:NAME also
 names the fused kernel's family, `simulate --attention-kernel NAME`: cudnn, flash3, flash2, priced at that kernel's
 published per-pass rates, the profile's attention_rates; probabilities_dropout:pytorch prices the unfused scores,
@@ -200,9 +200,9 @@ def not_modelled_recompute(row):
         return ""
     every = policy[len("torchtitan_layer_"):]
     if not (every.isdigit() and int(every) >= 1):
-        raise ValueError(f"{row['table']}: row {row['id']}: recompute '{row['recompute']}' needs a block interval N >= 1 "
-                         "(selective:torchtitan_layer_N)")
-    return (f"not modelled: selective layer AC (every {every} blocks one fully recomputed, the others none) has no "
+        raise ValueError(f"{row['table']}: row {row['id']}: recompute '{row['recompute']}' needs a block interval "
+                         "N >= 1 (selective:torchtitan_layer_N)")
+    return (f"not modelled: selective layer AC (one block in every {every} fully recomputed, the others none) has no "
             "Cleave setting (train.recompute is one mode for all blocks)")
 
 

@@ -6,7 +6,8 @@
 # error.
 # The driver and its formulas are benchmarks/planner/held_out.py; the tables cite their sources in '#' lines.
 # Usage: benchmarks/planner/held_out.sh [BUILD_DIR] [held_out.py options: --smoke, --markdown, --breakdown, --only ID]
-# --smoke (one row, ctest: e2e_planner_held_out_smoke) fails when the row does not simulate.
+# --smoke (one row, ctest: e2e_planner_held_out_smoke) fails when the row does not simulate, or when any row of any
+# table makes no config (and names no reason it cannot).
 set -euo pipefail
 build=${1:-build}
 shift || true

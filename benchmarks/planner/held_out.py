@@ -5,7 +5,9 @@ Each table in benchmarks/planner/held_out/*.tsv is one publication: '#' lines ci
 the run's own model, layout, schedule (auto:Kp = the zero-bubble paper's searched ZB-Kp, Cleave's automatic
 scheduler under the paper's memory limit: auto_schedule_keys; its steps overlapped, `simulate
 --optimizer-post-validation`, as the paper's ZB runs used post-validation), batch, micro-batch, recomputation (none, selective, full;
-selective:torchtitan_op = torchtitan's per-op policy, `simulate --selective-recompute torchtitan_op`), ZeRO stage, the attention kernel it
+selective:torchtitan_op = torchtitan's per-op policy, `simulate --selective-recompute torchtitan_op`;
+selective:torchtitan_layer_N = torchtitan's selective layer AC, every N-th block fully recomputed: no Cleave setting,
+the row printed as not modelled), ZeRO stage, the attention kernel it
 used (`simulate --attention`: memory_efficient, probabilities, probabilities_dropout; memory_efficient:NAME also
 names the fused kernel's family, `simulate --attention-kernel NAME`: cudnn, flash3, flash2, priced at that kernel's
 published per-pass rates, the profile's attention_rates; probabilities_dropout:pytorch prices the unfused scores,
@@ -188,6 +190,22 @@ def metric(row, step_s):
                      "samples_per_gpu, tokens_per_gpu)")
 
 
+def not_modelled_recompute(row):
+    """The reason a row's recomputation has no Cleave setting ('' when it has one). selective:torchtitan_layer_N is
+    torchtitan's selective layer AC (parallelize_llama.py checkpoint_wrapper: every N-th block fully recomputed, the
+    others keeping all their activations); train.recompute is one mode for every block, so such a row is kept and
+    printed as not modelled, never priced as another mode."""
+    recompute, _, policy = row["recompute"].partition(":")
+    if recompute != "selective" or not policy.startswith("torchtitan_layer_"):
+        return ""
+    every = policy[len("torchtitan_layer_"):]
+    if not (every.isdigit() and int(every) >= 1):
+        raise ValueError(f"{row['table']}: row {row['id']}: recompute '{row['recompute']}' needs a block interval "
+                         "N >= 1 (selective:torchtitan_layer_N)")
+    return (f"not modelled: selective layer AC (one block in every {every} fully recomputed, the others none) has no "
+            "Cleave setting (train.recompute is one mode for all blocks)")
+
+
 def simulate(row, cleave, profiles, work):
     cfg = os.path.join(work, row["id"] + ".json")
     with open(cfg, "w") as f:
@@ -210,6 +228,9 @@ def simulate(row, cleave, profiles, work):
     # The recomputation (none, selective, full), and for selective what it reruns: selective:torchtitan_op is
     # torchtitan's per-op policy (`simulate --selective-recompute torchtitan_op`); plain selective the attention core.
     recompute, _, policy = row["recompute"].partition(":")
+    layer_ac = not_modelled_recompute(row)
+    if layer_ac:
+        return None, layer_ac
     if policy:
         if recompute != "selective" or policy not in ("attention", "torchtitan_op"):
             raise ValueError(f"{row['table']}: row {row['id']}: recompute '{row['recompute']}' is not none, full, "
@@ -255,7 +276,7 @@ def main():
     ap.add_argument("--tables", default=os.path.join(root, "benchmarks/planner/held_out"))
     ap.add_argument("--profiles", default=os.path.join(root, "profiles"))
     ap.add_argument("--smoke", action="store_true", help=f"one row ({SMOKE_ID}); fails unless it simulates and its "
-                    "ratio is finite and within 0.5-2")
+                    "ratio is finite and within 0.5-2, or unless every row of every table makes a config")
     ap.add_argument("--only", default="", help="rows whose id starts with this")
     ap.add_argument("--markdown", action="store_true", help="print a markdown table")
     ap.add_argument("--breakdown", action="store_true", help="add each row's step breakdown (% of the step: "
@@ -270,7 +291,10 @@ def main():
         cite, r = read_table(t)
         cites[os.path.basename(t)] = cite
         rows += r
-    if args.smoke:
+    if args.smoke:  # every row of every table must still describe a config, or name why it cannot
+        for r in rows:
+            if not not_modelled_recompute(r):
+                config_of(r)
         rows = [r for r in rows if r["id"] == SMOKE_ID]
     elif args.only:
         rows = [r for r in rows if r["id"].startswith(args.only)]
@@ -283,7 +307,8 @@ def main():
             out, why = simulate(row, args.cleave, args.profiles, work)
             published = float(row["published"])
             if out is None or out.get("step_s", 0) <= 0:
-                results.append((row, None, published, None, why or "no step time", out))
+                why = (why or "no step time") + ("; " + row["note"] if row["note"] != "-" else "")
+                results.append((row, None, published, None, why, out))
                 continue
             predicted = metric(row, out["step_s"])
             note = row["note"] if row["note"] != "-" else ""

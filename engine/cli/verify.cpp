@@ -30,8 +30,9 @@ final weights (gathered into logical tensors). Exits 1 when a difference exceeds
               1e-5)
       .number("--param-tolerance", "X", "max |layout - reference| / max |reference| per tensor", 1e-3)
       .epilog(R"(Runs in deterministic mode (train.deterministic=true) unless the config or --set says otherwise. With
-AdamW, parameters whose true gradient is zero (e.g. attention key biases) receive rounding noise that
-Adam normalises into lr-sized steps: compare such runs by loss, or verify with optimizer.type=sgd.
+AdamW, a slice whose gradient is zero in exact arithmetic (gpt's attention key biases) receives rounding
+noise only, which Adam normalises into steps up to lr: it leaves --param-tolerance's comparison and is held
+to the bound any two AdamW runs meet, 2 x sum over steps of lr x Adam's step bound (docs/multi-rank.md).
 
 example: mpirun -np 8 cleave verify examples/gpt_fortunes.json --set parallel.tensor_model_parallel_size=2 \
              --set parallel.pipeline_model_parallel_size=2 --set optimizer.type=sgd)");

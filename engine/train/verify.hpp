@@ -3,7 +3,8 @@
 //
 // The reference runs inside world rank 0 on a communicator of its own, after the layout's run, so both
 // use the same build, data and seed. Parameters are compared per tensor: max |layout - reference| over
-// max |reference| of that tensor, which stays meaningful for tensors that start at zero (biases).
+// max |reference| of that tensor, which stays meaningful for tensors that start at zero (biases); under AdamW a
+// slice whose gradient is zero in exact arithmetic is held to the update rule's bound instead (verify_compare.hpp).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 
 #include "engine/comm/communicator.hpp"
 #include "engine/config/config.hpp"
+#include "engine/train/verify_compare.hpp"
 
 namespace cleave::train {
 
@@ -20,20 +22,14 @@ struct VerifyOptions {
   double param_tolerance = 1e-3;  // max per-tensor normalised difference of the final parameters (AdamW: see --help)
 };
 
-struct ParamDifference {
-  std::string name;
-  std::int64_t numel = 0;
-  double max_abs = 0;         // max |layout - reference|
-  double normalised = 0;      // max_abs / max |reference| (0 when both are exactly equal)
-};
-
 struct VerifyReport {
   std::vector<double> layout_losses;
   std::vector<double> reference_losses;
   std::vector<ParamDifference> params;  // sorted by name
+  std::vector<NullSliceDifference> null_slices;  // AdamW: the slices held to the update rule's bound
   double max_loss_difference = 0;       // relative
   double max_param_difference = 0;      // normalised
-  bool passed = false;                  // both within tolerance (meaningful on world rank 0)
+  bool passed = false;                  // both within tolerance, null slices within their bound (world rank 0)
   bool adamw = false;                   // the run's optimizer is AdamW (format_report's hint)
 };
 

@@ -71,6 +71,16 @@ std::string family_names(bool (*has)(const Family&), std::string_view conjunctio
   return out;
 }
 
+std::vector<NullGradient> null_gradients(const ModelSpec& spec) {
+  std::vector<NullGradient> out;
+  for (const BlockSpec& b : spec.blocks) {
+    const BlockRules* rules = family_block_rules(b.kind);
+    if (rules == nullptr || rules->null_gradients == nullptr) continue;
+    for (NullGradient& n : rules->null_gradients(b)) out.push_back(std::move(n));
+  }
+  return out;
+}
+
 const BlockRules* family_block_rules(BlockKind kind) {
   for (const BlockRules& r : tables().blocks) {
     if (r.kind == kind) return &r;

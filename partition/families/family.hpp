@@ -41,6 +41,16 @@ struct TpBlockComm;
 struct ParamTensor;
 enum class Recompute;
 
+// A slice of a logical (tp 1) parameter whose gradient is zero in exact arithmetic, whatever the data: only
+// rounding noise reaches it, so a correct layout and one rank differ there by noise alone, which AdamW normalises
+// into steps up to lr (`cleave verify` holds such slices to the update rule's bound, engine/train/verify_compare.hpp).
+struct NullGradient {
+  std::string param;       // the parameter's name, as the layers and the checkpoints spell it
+  std::int64_t begin = 0;  // elements [begin, end) of the flat logical tensor
+  std::int64_t end = 0;
+  std::string reason;      // why the gradient vanishes, for the report
+};
+
 // Every family's config struct; only the one model.type names is read, written and built. ModelSpec and
 // config::ModelConfig both hold one (a family adds its struct here).
 struct FamilyConfigs {
@@ -135,7 +145,13 @@ struct BlockRules {
   // backward_input that every cp rank holds whole (not a T / cp share, so the memory plan does not divide them by
   // cp): moe's cp-summed expert counts (layers/moe/balance_exchange.hpp). Null: none.
   std::int64_t (*cp_whole_stash_bytes)(const BlockSpec& block) = nullptr;
+  // The block's parameter slices whose gradient vanishes in exact arithmetic (NullGradient above): gpt's attention
+  // key bias. Null: none.
+  std::vector<NullGradient> (*null_gradients)(const BlockSpec& block) = nullptr;
 };
+
+// Every NullGradient of the spec's family-owned blocks (BlockRules::null_gradients), in block order.
+std::vector<NullGradient> null_gradients(const ModelSpec& spec);
 
 // The rules of a family-owned block kind; null for the common kinds (embedding, norms, head, loss, linear,
 // activations, conv, pool, flatten), which cost_model.cpp, block_work.cpp and tp_rules.cpp handle themselves.

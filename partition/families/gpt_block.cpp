@@ -164,6 +164,15 @@ std::vector<ParamTensor> transformer_param_tensors(const BlockSpec& b, int tp) {
           {d}, {d}, {f / tp * d},     {f / tp},     {d * (f / tp)}, {d}};
 }
 
+// The key bias b_k (elements [D, 2D) of qkv.bias, layers/attention.cpp's q | k | v): it adds q_i · b_k to every
+// score of query i, the same for every key, and the softmax over keys is invariant to that shift, so no loss
+// depends on it (positions are learned embeddings added before attention; a rotary family has no such slice).
+std::vector<NullGradient> transformer_null_gradients(const BlockSpec& b) {
+  const std::int64_t d = b.in_features;
+  return {{b.name + ".attn.qkv.bias", d, 2 * d,
+           "the attention key bias: softmax over keys is invariant to the q.b_k every score of a query gets"}};
+}
+
 }  // namespace
 
 BlockRules transformer_block_rules() {
@@ -177,6 +186,7 @@ BlockRules transformer_block_rules() {
   r.tp_comm = transformer_tp_comm;
   r.shape_key = transformer_shape_key;
   r.param_tensors = transformer_param_tensors;
+  r.null_gradients = transformer_null_gradients;
   return r;
 }
 

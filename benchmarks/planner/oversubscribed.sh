@@ -35,7 +35,7 @@ for p in json.load(open(path))["plans"]:
                           "--json", *sets], capture_output=True, text=True, check=True).stdout
     without = json.loads(out[out.index("{"):])
     rounds = ", ".join(f"{r * 1e3:.1f}" for r in p["measured_rounds"])
-    print(f"{p['layout']} micro {p['micro_batch']} {' '.join(o.split('=')[0].split('.')[-1] + '=' + o.split('=')[1] for o in p['overrides'] if 'sequence' in o or 'recompute' in o)}: "
+    print(f"{p['layout']} micro {p['micro_batch']} {' '.join(o.split('.')[-1] for o in p['overrides'] if any(k in o for k in ('schedule', 'zero_', 'sequence', 'recompute')))}: "
           f"pred {p['step_s'] * 1e3:.2f} ms (without time_sharing {without['step_s'] * 1e3:.2f}), measured {p['measured_step_s'] * 1e3:.2f} "
           f"(rounds {rounds}; spread {p['measured_spread'] * 100:.1f}%): pred/meas {p['step_s'] / p['measured_step_s']:.2f} "
           f"(without {without['step_s'] / p['measured_step_s']:.2f})")

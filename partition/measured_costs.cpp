@@ -198,6 +198,12 @@ json measured_to_json(const MeasuredCosts& c) {
   if (c.count_exchange_s > 0) {
     out["count_exchange"] = {{"ranks", c.count_exchange_ranks}, {"latency_us", file_number(c.count_exchange_s * 1e6)}};
   }
+  if (c.time_sharing) {
+    const MeasuredCosts::TimeSharing& t = *c.time_sharing;
+    out["time_sharing"] = {{"ranks_per_core", t.ranks_per_core}, {"compute_ratio", file_number(t.compute_ratio)},
+                           {"handoff_us", file_number(t.handoff_s * 1e6)},
+                           {"handoff_spin_us", file_number(t.handoff_spin_s * 1e6)}, {"method", t.method}};
+  }
   for (const auto& [op, key] : enum_table<Collective>()) {
     if (c.fits(op).empty()) continue;
     json fits = json::array();
@@ -291,6 +297,24 @@ void read_optimizer_costs(const json& o, const std::string& at, MeasuredCosts& c
   }
 }
 
+// 'time_sharing' (`x`, named `at`) into `c`: what sharing a core cost the profile's ranks.
+void read_time_sharing(const json& x, const std::string& at, MeasuredCosts& c) {
+  CLEAVE_CHECK(x.is_object(),
+               "{}: expected an object {{\"ranks_per_core\", \"compute_ratio\", \"handoff_us\", \"handoff_spin_us\"}}", at);
+  MeasuredCosts::TimeSharing t;
+  t.ranks_per_core = static_cast<int>(number(x, "ranks_per_core", at, false));
+  CLEAVE_CHECK(t.ranks_per_core >= 2, "{}: 'ranks_per_core' must be >= 2 (ranks sharing one core), got {}", at,
+               t.ranks_per_core);
+  t.compute_ratio = number(x, "compute_ratio", at, false);
+  t.handoff_s = number(x, "handoff_us", at, true) * 1e-6;
+  t.handoff_spin_s = number(x, "handoff_spin_us", at, true) * 1e-6;
+  if (x.contains("method")) {
+    CLEAVE_CHECK(x.at("method").is_string(), "{}: 'method' must be a string, got {}", at, x.at("method").dump());
+    t.method = x.at("method").get<std::string>();
+  }
+  c.time_sharing = t;
+}
+
 // 'count_exchange' (`x`, named `at`) into `c`: the MoE count exchange's ranks and latency.
 void read_count_exchange(const json& x, const std::string& at, MeasuredCosts& c) {
   CLEAVE_CHECK(x.is_object(), "{}: expected an object {{\"ranks\", \"latency_us\"}}", at);
@@ -325,6 +349,7 @@ MeasuredCosts measured_from_json(const json& node, const std::string& file) {
   if (node.contains("sync_wait_per_meeting_us")) {
     c.sync_wait_per_meeting_s = number(node, "sync_wait_per_meeting_us", where, true) * 1e-6;
   }
+  if (node.contains("time_sharing")) read_time_sharing(node.at("time_sharing"), where + ".time_sharing", c);
   if (node.contains("count_exchange")) read_count_exchange(node.at("count_exchange"), where + ".count_exchange", c);
   for (const auto& [op, name] : enum_table<Collective>()) {
     const std::string key(name);

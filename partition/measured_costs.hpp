@@ -98,6 +98,18 @@ struct MeasuredCosts {
   // 0 = not measured. Key "count_exchange": {"ranks", "latency_us"}.
   double count_exchange_s = 0;
   int count_exchange_ranks = 0;
+  // What sharing a core costs (planner::measure_time_sharing): two of the profile's ranks pinned to one core, each
+  // rank's GEMM stream there over the same on its own core (`compute_ratio`, `ranks_per_core` ideally), and a
+  // ping-pong between them, one message's handoff with the waiter yielding between polls as ranks that outnumber the
+  // cores poll (`handoff_s`) and spinning (`handoff_spin_s`). Priced only for layouts with more ranks than cores;
+  // absent (nullopt) = not measured, such layouts priced by their share of the cores alone. Key "time_sharing":
+  // {"ranks_per_core", "compute_ratio", "handoff_us", "handoff_spin_us", "method"}.
+  struct TimeSharing {
+    int ranks_per_core = 2;
+    double compute_ratio = 0, handoff_s = 0, handoff_spin_s = 0;
+    std::string method;  // how it was measured, as written by the profile (for the reader)
+  };
+  std::optional<TimeSharing> time_sharing;
   // The last-level cache each rank of the measurement had to itself (the cache over the ranks sharing it); 0 =
   // unknown. With it and the warm tables a plan's block times depend on whether its working set fits
   // (warm_fraction below).

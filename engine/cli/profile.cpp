@@ -35,6 +35,7 @@
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/profile_measure.hpp"
 #include "engine/planner/sync_wait.hpp"
+#include "engine/planner/time_sharing.hpp"
 #include "kernels/ops/ops.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/tp_rules.hpp"
@@ -244,6 +245,11 @@ void print_profile(const planner::HardwareProfile& profile, bool cold_caches) {
                 profile.measured.sync_wait_per_compute, profile.measured.sync_wait_per_meeting_s * 1e6,
                 profile.measured.compute_stretch, profile.measured.stream_stretch);
   }
+  if (const auto& t = profile.measured.time_sharing) {
+    std::printf("time sharing: %d ranks on one core compute %.2fx their own core's time; a handoff between them "
+                "%.1f us polling with a yield, %.1f us spinning\n",
+                t->ranks_per_core, t->compute_ratio, t->handoff_s * 1e6, t->handoff_spin_s * 1e6);
+  }
   if (profile.measured.count_exchange_s > 0) {
     std::printf("count exchange (all-to-all of int64 counts) over %d ranks: %.1f us back to back\n",
                 profile.measured.count_exchange_ranks, profile.measured.count_exchange_s * 1e6);
@@ -282,6 +288,19 @@ planner::HardwareProfile measure_profile(const partition::ModelSpec& spec, const
     profile.measured.sync_wait_per_meeting_s = meet.wait_per_meeting;
     profile.measured.count_exchange_s = meet.exchange_s;
     profile.measured.count_exchange_ranks = comm.size();
+    if (!machine.oversubscribed) {  // already sharing cores, the pinned pair would measure three ranks on one
+      progress.line(fmt::format("two ranks on one core: compute and handoffs, {}", format_seconds(progress.elapsed_s())));
+      ops::configure_cpu_threads(1);  // pinning moves the calling thread only
+      if (const auto shared = planner::measure_time_sharing(comm)) {
+        profile.measured.time_sharing = partition::MeasuredCosts::TimeSharing{
+            shared->ranks_per_core, shared->compute_ratio, shared->handoff_s, shared->handoff_spin_s,
+            "ranks 0 and 1 pinned to one core (sched_setaffinity): a 384-GEMM 128^3 f32 stream there over the same "
+            "on its own core (median of 5 rounds, mean of the two ranks); a 1-count ping-pong between them, half the "
+            "round trip (median), the waiter polling with a yield (the trainer's wait when ranks outnumber cores) "
+            "and spinning"};
+      }
+      ops::configure_cpu_threads(threads);
+    }
   }
   return profile;
 }

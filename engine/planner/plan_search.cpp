@@ -59,14 +59,20 @@ void check_profile_matches(const HardwareProfile& profile, const partition::Mode
 
 std::string oversubscription_warning(const PlanEstimate& e) {
   if (!e.oversubscribed()) return "";
-  return fmt::format("{} puts {} ranks on a node of {} cores ({:.1f} ranks per core): each rank computes on {:.2f} of "
-                     "a core, priced {:.2f}x the profile's compute; ranks that wait for a core also wait for each "
-                     "other at every collective inside a pass (a descheduled peer's time slice: not priced, the "
-                     "profile's waits at meetings are measured with its own ranks per core), so measured steps can be "
-                     "slower still (cleave plan --trial K measures them)",
-                     e.choice.layout(), e.ranks_on_node, e.cores_per_node,
-                     static_cast<double>(e.ranks_on_node) / e.cores_per_node,
-                     static_cast<double>(e.cores_per_node) / e.ranks_on_node, e.core_sharing);
+  const std::string head = fmt::format("{} puts {} ranks on a node of {} cores ({:.1f} ranks per core): each rank "
+                                       "computes on {:.2f} of a core, priced {:.2f}x the profile's compute",
+                                       e.choice.layout(), e.ranks_on_node, e.cores_per_node,
+                                       static_cast<double>(e.ranks_on_node) / e.cores_per_node,
+                                       static_cast<double>(e.cores_per_node) / e.ranks_on_node, e.core_sharing);
+  if (e.handoff_s > 0 || e.time_shared_compute > 1) {
+    return head + fmt::format(" ({:.3f}x of it the measured cost of sharing a core) and {:.1f} us at every meeting "
+                              "with a peer (a handoff to a descheduled peer), priced from the profile's time sharing; "
+                              "cleave plan --trial K measures them",
+                              e.time_shared_compute, e.handoff_s * 1e6);
+  }
+  return head + "; ranks that wait for a core also wait for each other at every collective inside a pass (a "
+                "descheduled peer's time slice: not priced, the profile has no time_sharing measurement), so measured "
+                "steps can be slower still (cleave plan --trial K measures them)";
 }
 
 std::string PlanChoice::dense_layout() const {
@@ -398,6 +404,10 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   est.cores_per_node = profile.cores_per_node;
   est.core_sharing = profile.core_sharing(est.ranks_on_node);
   const TermContext terms = make_term_context(plan, config, choice, profile, opts, est.core_sharing);
+  const TimeShared shared = time_shared(profile, est.ranks_on_node);
+  est.time_shared_compute = shared.compute;
+  est.handoff_s = shared.handoff_s;
+  est.core_sharing *= shared.compute;
   const std::vector<StageCosts> stages = stage_costs(terms, working_set);
   ActionTerms optimizer;
   const pipeline::SimulationCosts sim = simulation_costs(terms, stages, optimizer);

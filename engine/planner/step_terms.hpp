@@ -52,6 +52,10 @@ struct TermContext {
   // The plan's ranks meet no peer from the step's first pass to its gradient reduction (streams_the_step): its
   // compute is one stream, stretched by the profile's stream_stretch where that is the larger.
   bool streams_step = false;
+  // More ranks on the node than cores, with the profile's time_sharing (time_shared): what each meeting with a peer
+  // (a tp collective, a cp hop, an ep all-to-all or count exchange, a pipeline transfer, a ZeRO gather, the gradient
+  // reduction) waits for the peer to get a core; 0 otherwise. Included in core_sharing: time_shared's compute.
+  double handoff_s = 0;
   bool one_node = true;          // every rank on one node
   const Link* p2p_link = nullptr;
   const Link* dp_link = nullptr;
@@ -77,6 +81,17 @@ TermContext make_term_context(const run_plan::Plan& plan, const config::RunConfi
 // shared with other work such a rank gets its fair share of the core for the whole step, while one that blocks
 // every few milliseconds is woken ahead of the other work (HardwareProfile's stream_stretch, measure_sync_wait).
 bool streams_the_step(const PlanChoice& choice, int zero, bool per_microbatch, double micro_batches);
+
+// What sharing cores costs a plan with `ranks_on_node` ranks on the profile's cores_per_node, where they outnumber
+// the cores and the profile measured time_sharing (partition::MeasuredCosts::TimeSharing; docs/planner.md, "More
+// ranks than cores"): compute × `compute` beyond the ranks' share of the cores (the measured ratio over its ranks per
+// core, at least 1, its excess scaled by how far the plan's ranks per core go toward the measured ones, whole
+// beyond), and `handoff_s` per meeting: the measured handoff to a peer on the same core whose holder spins (a
+// descheduled peer waits out the holder's time slice). {1, 0} otherwise: priced as before.
+struct TimeShared {
+  double compute = 1.0, handoff_s = 0;
+};
+TimeShared time_shared(const HardwareProfile& profile, int ranks_on_node);
 
 // Bytes each rank sends in a ring collective of `bytes` per rank over n ranks: (n - 1) / n of it for a
 // reduce-scatter or all-gather, twice that for an all-reduce.
@@ -167,7 +182,8 @@ struct SyncWait {
 };
 struct CountExchange;
 // The per-meeting part of those waits: the profile's sync_wait_per_meeting × `meetings` (not scaled by the core
-// sharing: it is no compute). Zero without the measurement (older profiles, the shipped ones).
+// sharing: it is no compute), plus the handoff to a time-shared peer (TermContext::handoff_s) at each. Zero without
+// the measurements (older profiles, the shipped ones).
 double meeting_wait_s(const TermContext& c, double meetings);
 SyncWait peer_sync_wait(const TermContext& c, const BlockCompute& compute, const BlockCollectives& tp,
                         const BlockCollectives& cp, const BlockCollectives& ep, const CountExchange& counts);

@@ -22,7 +22,7 @@ StepTerm meeting_term(bool ep, bool cp) {
 }  // namespace
 
 double meeting_wait_s(const TermContext& c, double meetings) {
-  return c.profile->measured.sync_wait_per_meeting_s * meetings;
+  return (c.profile->measured.sync_wait_per_meeting_s + c.handoff_s) * meetings;
 }
 
 SyncWait peer_sync_wait(const TermContext& c, const BlockCompute& compute, const BlockCollectives& tp,
@@ -48,15 +48,15 @@ SyncWait peer_sync_wait(const TermContext& c, const BlockCompute& compute, const
 std::vector<SendWait> point_to_point_sync_wait(const TermContext& c, const std::vector<StageCosts>& stages) {
   std::vector<SendWait> waits(stages.size());
   const double rate = c.profile->measured.sync_wait_per_compute;
-  if (rate <= 0 || c.choice->pp <= 1) return waits;
+  if ((rate <= 0 && c.handoff_s <= 0) || c.choice->pp <= 1) return waits;
   using T = StepTerm;
   // A pass's compute on the stage, at the core sharing (stage_costs put it there so): GEMMs, traffic, launches.
   const auto compute = [](const ActionTerms& a) { return a[T::kForward] + a[T::kInputGrad] + a[T::kWeightGrad] +
                                                          a[T::kRecompute] + a[T::kElementwise] + a[T::kKernelLaunch]; };
   for (std::size_t s = 0; s < stages.size(); ++s) {
-    waits[s].forward_s = rate * compute(stages[s].forward);
+    waits[s].forward_s = rate * compute(stages[s].forward) + c.handoff_s;  // each transfer a handoff too
     const double w = c.fused_backward ? compute(stages[s].weight_grad) : 0.0;  // a fused B sends after its W
-    waits[s].backward_s = rate * (compute(stages[s].input_grad) + w);
+    waits[s].backward_s = rate * (compute(stages[s].input_grad) + w) + c.handoff_s;
   }
   return waits;
 }

@@ -65,7 +65,12 @@ python3 - prof.json << 'PY' || fail "profile cores"
 import json, sys
 p = json.load(open(sys.argv[1]))
 assert p["measured_cores"] == p["cores_per_node"] >= 1 and p["measured_ranks_per_node"] == 2, p
+# Two ranks pinned to one core for a moment: what sharing a core costs (planner::measure_time_sharing).
+t = p["measured"]["time_sharing"]
+assert t["ranks_per_core"] == 2 and t["compute_ratio"] > 0 and t["handoff_spin_us"] > 0 and t["method"], t
 p["cores_per_node"] = p["measured_cores"] = 2
+json.dump(p, open("two_cores_time_shared.json", "w"))
+del p["measured"]["time_sharing"]  # the share of the cores alone, below
 json.dump(p, open("two_cores.json", "w"))
 p["cores_per_node"] = 4
 json.dump(p, open("four_cores.json", "w"))
@@ -88,6 +93,18 @@ ratios = sorted(two[k] / four[k] for k in common)
 # Compute x2, communication unchanged: between 1 and 2, near 2 where compute dominates.
 assert ratios[0] >= 1 - 1e-9 and 1.5 < ratios[-1] <= 2.0 + 1e-9, ratios
 print(f"ok   4 ranks on 2 cores: warned, priced {ratios[0]:.2f}-{ratios[-1]:.2f}x the same plans on 4 cores")
+PY
+# With the measured time sharing: every plan priced at least as before, and the warning says so.
+"$cleave" plan tiny.json --world 4 --profile two_cores_time_shared.json --top 3 --json shared.json > shared.log 2>&1 \
+  || { cat shared.log; fail "plan --world 4 on 2 cores, time sharing measured"; }
+grep -qE "^warning: .* puts 4 ranks on a node of 2 cores .* priced from the profile's time sharing" shared.log \
+  || { cat shared.log; fail "no time-sharing warning"; }
+python3 - two.json shared.json << 'PY' || fail "time sharing not priced"
+import json, sys
+two, shared = ({tuple(p["overrides"]): p["step_s"] for p in json.load(open(f))["plans"]} for f in sys.argv[1:3])
+common = set(two) & set(shared)
+assert common and all(shared[k] > two[k] for k in common), [(shared[k], two[k]) for k in common]
+print(f"ok   time sharing measured: {len(common)} plans priced above the share of the cores alone")
 PY
 
 # Mixed precision: the blocks are timed in bf16 (slower than fp32 here: every GEMM converts), the profile says

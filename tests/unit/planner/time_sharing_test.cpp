@@ -1,0 +1,159 @@
+// More ranks than cores, priced from a recorded time_sharing measurement (docs/planner.md, "More ranks than cores";
+// engine/planner/step_terms_time_sharing.cpp): compute beyond the ranks' share of the cores by the measured pair's
+// excess over its ideal share, and a handoff to a descheduled peer (the spinning one) per meeting in the meeting's own term (tp collectives, pipeline
+// transfers, ZeRO gathers, the gradient reduction). A profile without the key, or a layout with no more ranks than
+// cores, prices exactly as before. The key round-trips and bad values are refused by name. The figures are fixed
+// here (a profile as `cleave profile` writes it), never this machine's.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "engine/config/config.hpp"
+#include "engine/core/error.hpp"
+#include "engine/planner/hardware_profile.hpp"
+#include "engine/planner/plan_search.hpp"
+#include "engine/planner/step_terms.hpp"
+#include "support/scratch_dir_test.hpp"
+
+namespace cleave::planner {
+namespace {
+
+using partition::MeasuredCosts;
+
+// A 2-core profile measured with 2 ranks, rates only (no block tables), measured collective fits and meeting waits.
+HardwareProfile two_cores(bool with_time_sharing) {
+  HardwareProfile p;
+  p.name = p.source = "recorded";
+  p.device_type = DeviceType::kCpu;
+  p.flops_f32 = p.flops_bf16 = 3e9;
+  p.memory_bandwidth_Bps = 1e30;
+  p.intra_node = p.inter_node = Link{2e-5, 2e9};
+  p.ranks_per_node = 8;
+  p.cores_per_node = 2;
+  p.measured_ranks_per_node = 2;
+  p.device_memory = 1LL << 30;
+  p.measured.ranks = 2;
+  p.measured.p2p = partition::AlphaBeta{2, 7e-6, 3e9};
+  p.measured.sync_wait_per_meeting_s = 30e-6;
+  // Of the kind measured on a 2 vCPU Zen 4 (RESULTS-trial-2026-11-29-f): 2.125x on the shared core, a handoff of
+  // 25 us yielding and 500 us spinning (a descheduled peer: the one priced).
+  if (with_time_sharing) p.measured.time_sharing = MeasuredCosts::TimeSharing{2, 2.125, 25e-6, 500e-6, "recorded"};
+  return p;
+}
+
+TEST(TimeShared, TheMeasuredExcessGrowsWithTheRanksPerCoreAndEveryMeetingPaysTheHandoff) {
+  const HardwareProfile p = two_cores(true);
+  const TimeShared four = time_shared(p, 4);  // 2 ranks per core: the measured pair's whole excess
+  EXPECT_DOUBLE_EQ(four.compute, 2.125 / 2);
+  EXPECT_DOUBLE_EQ(four.handoff_s, 500e-6);
+  const TimeShared three = time_shared(p, 3);  // 1.5 per core: half of it
+  EXPECT_DOUBLE_EQ(three.compute, 1 + 0.0625 / 2);
+  EXPECT_DOUBLE_EQ(three.handoff_s, 500e-6);
+  EXPECT_DOUBLE_EQ(time_shared(p, 8).compute, 2.125 / 2);  // beyond the measured ranks per core: the same excess
+  for (int ranks : {1, 2}) {  // no more ranks than cores: nothing
+    EXPECT_DOUBLE_EQ(time_shared(p, ranks).compute, 1.0);
+    EXPECT_DOUBLE_EQ(time_shared(p, ranks).handoff_s, 0.0);
+  }
+  EXPECT_DOUBLE_EQ(time_shared(two_cores(false), 4).compute, 1.0);  // not measured: nothing
+  EXPECT_DOUBLE_EQ(time_shared(two_cores(false), 4).handoff_s, 0.0);
+  HardwareProfile faster = two_cores(true);  // a pair measured under its ideal share is priced at the share
+  faster.measured.time_sharing->compute_ratio = 1.75;
+  EXPECT_DOUBLE_EQ(time_shared(faster, 4).compute, 1.0);
+  HardwareProfile gpu = two_cores(true);  // a device per rank: never oversubscribed
+  gpu.cores_per_node = 0;
+  EXPECT_DOUBLE_EQ(time_shared(gpu, 4).handoff_s, 0.0);
+}
+
+class TimeSharing : public testing::ScratchDirTest {
+ protected:
+  TimeSharing() : ScratchDirTest("cleave_time_sharing_test_") {}
+  void SetUp() override {
+    ScratchDirTest::SetUp();
+    config_ = (dir_ / "tiny.json").string();
+    std::ofstream(config_) << R"({"model": {"type": "gpt", "vocab_size": 72, "d_model": 40, "n_layers": 4,
+      "n_heads": 4, "seq_len": 12}, "batch": {"global_batch_size": 8}, "optimizer": {"type": "adamw"},
+      "data": {"type": "synthetic"}})";
+  }
+  PlanEstimate estimate(const PlanChoice& c, const HardwareProfile& p, int world) const {
+    const PlanEstimate e = estimate_plan(config_, {}, c, p, SearchOptions{world, 0});
+    EXPECT_TRUE(e.fits) << e.reason;
+    return e;
+  }
+  std::string config_;
+};
+
+TEST_F(TimeSharing, OversubscribedTpPlansPayTheExcessOnComputeAndAHandoffPerCollective) {
+  // tp2 dp2 on 4 ranks over 2 cores; micro 2 of a global batch 8: 2 micro-batches a step per replica.
+  const PlanChoice c{2, 1, 2, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8, false};
+  const PlanEstimate without = estimate(c, two_cores(false), 4);
+  const PlanEstimate with = estimate(c, two_cores(true), 4);
+  ASSERT_TRUE(with.oversubscribed());
+  EXPECT_NEAR(with.breakdown.compute_s / without.breakdown.compute_s, 2.125 / 2, 1e-9);
+  // Per micro-batch: 2 all-reduces in F and 2 in I per transformer block (4), the vocab-parallel embedding's 1 in F:
+  // 17 meetings, 34 a step; each pays the handoff in the tp term.
+  EXPECT_NEAR(with.breakdown[StepTerm::kTensorParallel] - without.breakdown[StepTerm::kTensorParallel], 34 * 500e-6, 1e-9);
+  // The gradient all-reduce over the 2 replicas: one meeting (no expert reduction without experts).
+  EXPECT_NEAR(with.breakdown[StepTerm::kDataParallel] - without.breakdown[StepTerm::kDataParallel], 500e-6, 1e-9);
+  EXPECT_GT(with.step_s, without.step_s);
+  EXPECT_NE(oversubscription_warning(with).find("priced from the profile's time sharing"), std::string::npos)
+      << oversubscription_warning(with);
+  EXPECT_NE(oversubscription_warning(without).find("not priced"), std::string::npos) << oversubscription_warning(without);
+}
+
+TEST_F(TimeSharing, PipelineTransfersAndZero3GathersAreMeetingsToo) {
+  HardwareProfile no_wait = two_cores(true);  // the handoff alone, no meeting wait, to isolate it
+  no_wait.measured.sync_wait_per_meeting_s = 0;
+  HardwareProfile none = no_wait;
+  none.measured.time_sharing.reset();
+  // pp2 dp2 ZeRO-3 on 4 ranks: each transfer to the other stage and each block's gather waits the handoff.
+  const PlanChoice c{1, 2, 2, 1, "1f1b", 2, 3, partition::Recompute::kNone, 8, false};
+  const PlanEstimate with = estimate(c, no_wait, 4), without = estimate(c, none, 4);
+  const auto idle = [](const PlanEstimate& e) {
+    return e.breakdown[StepTerm::kPointToPoint] + e.breakdown[StepTerm::kPointToPointWait] + e.breakdown[StepTerm::kBubble];
+  };
+  EXPECT_GT(idle(with), idle(without));
+  EXPECT_GT(with.breakdown[StepTerm::kZeroGather] + with.breakdown.hidden[static_cast<std::size_t>(StepTerm::kZeroGather)],
+            without.breakdown[StepTerm::kZeroGather] + without.breakdown.hidden[static_cast<std::size_t>(StepTerm::kZeroGather)]);
+}
+
+TEST_F(TimeSharing, WithoutMoreRanksThanCoresOrWithoutTheKeyNothingMoves) {
+  const PlanChoice c{2, 1, 1, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8, false};
+  const PlanEstimate with = estimate(c, two_cores(true), 2), without = estimate(c, two_cores(false), 2);
+  EXPECT_FALSE(with.oversubscribed());
+  EXPECT_EQ(with.step_s, without.step_s);  // bit for bit
+  for (std::size_t t = 0; t < with.breakdown.seconds.size(); ++t) EXPECT_EQ(with.breakdown.seconds[t], without.breakdown.seconds[t]);
+}
+
+TEST_F(TimeSharing, TheKeyRoundTripsAndBadValuesAreRefusedByName) {
+  const HardwareProfile p = two_cores(true);
+  const std::string path = (dir_ / "p.json").string();
+  std::ofstream(path) << profile_to_json(p).dump(2);
+  const HardwareProfile loaded = load_profile(path);
+  ASSERT_TRUE(loaded.measured.time_sharing.has_value());
+  EXPECT_EQ(loaded.measured.time_sharing->ranks_per_core, 2);
+  EXPECT_DOUBLE_EQ(loaded.measured.time_sharing->compute_ratio, 2.125);
+  EXPECT_NEAR(loaded.measured.time_sharing->handoff_s, 25e-6, 1e-18);
+  EXPECT_NEAR(loaded.measured.time_sharing->handoff_spin_s, 500e-6, 1e-15);
+  EXPECT_EQ(loaded.measured.time_sharing->method, "recorded");
+  EXPECT_EQ(profile_to_json(loaded).dump(), profile_to_json(p).dump());
+  const std::string without = (dir_ / "without.json").string();
+  std::ofstream(without) << profile_to_json(two_cores(false)).dump();
+  EXPECT_FALSE(load_profile(without).measured.time_sharing.has_value());
+  EXPECT_FALSE(profile_to_json(two_cores(false))["measured"].contains("time_sharing"));
+  auto bad = profile_to_json(p);
+  bad["measured"]["time_sharing"]["ranks_per_core"] = 1;
+  std::ofstream((dir_ / "bad.json").string()) << bad.dump();
+  try {
+    load_profile((dir_ / "bad.json").string());
+    FAIL() << "ranks_per_core 1 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("time_sharing: 'ranks_per_core' must be >= 2"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace cleave::planner

@@ -110,7 +110,7 @@ config::RunConfig checkpoint_config(const std::string& dir, const std::optional<
       {"data", {{"type", "synthetic"}}}};
   const config::RunConfig config = config::parse_config(run.dump(), "checkpoint " + dir);
   const bool language = partition::is_language_model(config.model.type);
-  CLEAVE_CHECK(language, "generate: checkpoint {} holds a {} model; generation needs a language model (gpt, llama or "
+  CLEAVE_CHECK_INPUT(language, "generate: checkpoint {} holds a {} model; generation needs a language model (gpt, llama or "
                "moe)", dir, config.model.type);
   const std::int64_t vocab = config::token_vocab_size(config.model);
   if (tok) {
@@ -120,7 +120,7 @@ config::RunConfig checkpoint_config(const std::string& dir, const std::optional<
                        "with (at most {} tokens)",
                        tok->source(), tok->vocab_size(), dir, vocab, vocab, tok->vocab_size() - 1, vocab);
   } else {
-    CLEAVE_CHECK(vocab >= 256,
+    CLEAVE_CHECK_INPUT(vocab >= 256,
                  "generate: checkpoint {} holds a {} model with vocab_size {}; generation needs a language model "
                  "(gpt, llama or moe) with vocab_size >= 256 to feed the prompt's bytes, or --tokenizer FILE whose "
                  "vocabulary fits the model's",

@@ -99,7 +99,7 @@ refuse_input "cleave run -- --init-from, config.json's heads" "num_attention_hea
 "$cleave" run --slots 2 --launcher "${mpiexec[*]}" -- --init-from dropped --set train.out_dir=run7 > run7.log 2>&1 \
   && { cat run7.log; fail "cleave run -- --init-from dropped: accepted"; }
 grep -q "run: giving up at once, a restart cannot cure this (0 of --max-restarts 3 restarts made.*bad input: $dropped_msg" run7.log &&
-  [ "$(grep -c 'run: attempt' run7.log)" -eq 1 ] || { cat run7.log; fail "cleave run spent restarts on a tensor missing"; }
+  [ "$(grep -c '^run: attempt' run7.log)" -eq 1 ] || { cat run7.log; fail "cleave run spent restarts on a tensor missing"; }
 echo "ok   cleave run -- --init-from, a tensor missing: stopped after the first attempt, no restart spent"
 cp -r mix jitter && python3 -c "
 import json; c = json.load(open('jitter/config.json')); c['router_jitter_noise'] = 0.1; json.dump(c, open('jitter/config.json', 'w'))"

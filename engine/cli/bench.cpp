@@ -22,6 +22,7 @@
 #include "engine/cli/runtime_env.hpp"
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/output_path.hpp"
 #include "engine/core/log.hpp"
 
@@ -138,7 +139,7 @@ int run_bench(int argc, char** argv) {
   const std::vector<bench::ScheduleChoice> choices = bench::parse_schedule_list(o.schedules);
   for (const char* name : {"bench.json", "bench.html"}) {
     const auto path = std::filesystem::path(o.out) / name;
-    CLEAVE_CHECK(!std::filesystem::exists(path), "bench: {} exists; not overwriting it (choose another --out)",
+    CLEAVE_CHECK_INPUT(!std::filesystem::exists(path), "bench: {} exists; not overwriting it (choose another --out)",
                  path.string());
   }
   check_output_dir("bench: --out", o.out);

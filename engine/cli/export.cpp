@@ -118,7 +118,7 @@ int run_export(int argc, char** argv) {
   CLEAVE_CHECK_INPUT(format == "cleave" || format == "hf", "export: --format must be cleave or hf, got '{}'", format);
   const bool hf_format = format == "hf";
   const bool bf16 = dtype == "bf16";
-  CLEAVE_CHECK(hf_format || !args.given("--max-shard-size"),
+  CLEAVE_CHECK_INPUT(hf_format || !args.given("--max-shard-size"),
                "export: --max-shard-size applies to --format hf (a cleave export is one file)");
   check_output_file("export: --out", out);  // a file (cleave) or a directory (hf): new, in a writable place
   const checkpoint::ReadSource target = checkpoint_read_source(

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <limits>
 #include <optional>
 #include <fstream>
@@ -110,7 +111,7 @@ config::RunConfig checkpoint_config(const std::string& dir, const std::optional<
       {"data", {{"type", "synthetic"}}}};
   const config::RunConfig config = config::parse_config(run.dump(), "checkpoint " + dir);
   const bool language = partition::is_language_model(config.model.type);
-  CLEAVE_CHECK(language, "generate: checkpoint {} holds a {} model; generation needs a language model (gpt, llama or "
+  CLEAVE_CHECK_INPUT(language, "generate: checkpoint {} holds a {} model; generation needs a language model (gpt, llama or "
                "moe)", dir, config.model.type);
   const std::int64_t vocab = config::token_vocab_size(config.model);
   if (tok) {
@@ -120,13 +121,22 @@ config::RunConfig checkpoint_config(const std::string& dir, const std::optional<
                        "with (at most {} tokens)",
                        tok->source(), tok->vocab_size(), dir, vocab, vocab, tok->vocab_size() - 1, vocab);
   } else {
-    CLEAVE_CHECK(vocab >= 256,
+    CLEAVE_CHECK_INPUT(vocab >= 256,
                  "generate: checkpoint {} holds a {} model with vocab_size {}; generation needs a language model "
                  "(gpt, llama or moe) with vocab_size >= 256 to feed the prompt's bytes, or --tokenizer FILE whose "
                  "vocabulary fits the model's",
                  dir, config.model.type, vocab);
   }
   return config;
+}
+
+// The tokenizer.json of the Hugging Face directory the checkpoint's weights came from (index.json "source": an
+// import, or a run started by --init-from), when that directory still has one; "" otherwise.
+std::string source_tokenizer(const std::string& dir) {
+  const nlohmann::json source = train::CheckpointReader(dir).index().value("source", nlohmann::json());
+  if (!source.is_object() || !source.contains("path") || !source.at("path").is_string()) return "";
+  const std::filesystem::path file = std::filesystem::path(source.at("path").get<std::string>()) / "tokenizer.json";
+  return std::filesystem::is_regular_file(file) ? file.string() : "";
 }
 
 // --logits: the model's logits after every prefix of the prompt `context` (at most the model's context), as JSON.
@@ -224,10 +234,12 @@ int run_generate(int argc, char** argv) {
     // text yet, so the ids themselves are printed (never a '?' per token that looks like text).
     const bool bytes = !tok && config::token_vocab_size(config.model) == 256;
     if (!bytes && !tok) {
+      const std::string own = source_tokenizer(dir);
       log::warn("generate: model.vocab_size is {}, not 256: the checkpoint's tokens are not bytes and no --tokenizer "
                 "was given to decode them, so the prompt's bytes are fed as token ids 0-255 and the output is the "
-                "token ids (prompt and continuation), space-separated; pass --tokenizer tokenizer.json for text",
-                config::token_vocab_size(config.model));
+                "token ids (prompt and continuation), space-separated; pass --tokenizer {} for text",
+                config::token_vocab_size(config.model),
+                own.empty() ? std::string("tokenizer.json") : own + " (the weights' source's)");
     }
     std::mt19937_64 rng(seed);
     for (std::int64_t t = 0; t < tokens; ++t) {

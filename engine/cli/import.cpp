@@ -28,7 +28,8 @@ namespace {
 ArgParser import_args() {
   ArgParser p("import", "cleave import HF_DIR --out CKPT",
               R"(Converts a Hugging Face model directory (config.json and safetensors weights, one file or shards with
-model.safetensors.index.json; GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM or Qwen2ForCausalLM) into
+model.safetensors.index.json; GPT2LMHeadModel, LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM,
+Qwen3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM or Qwen3MoeForCausalLM: docs/models.md) into
 a Cleave checkpoint of weights only (CKPT/step_0000000). A Llama-like model's model.seq_len is
 min(max_position_embeddings, 1024) (max_seq_len records the maximum; choose another with --set model.seq_len
 at train time); a GPT-2's is n_positions. Start training from it, at any layout, with cleave train CONFIG --init-from CKPT (or
@@ -49,9 +50,12 @@ int run_import(int argc, char** argv) {
   CLEAVE_CHECK_INPUT(!source.empty(), "import: no HF_DIR given (see cleave import --help)");
   CLEAVE_CHECK_INPUT(!out.empty(), "import: --out CKPT is required");
   check_output_file("import: --out", out);  // new, in a writable place, before anything is read
-  const hf::HfCheckpoint weights = hf::read_hf_checkpoint(source);
+  // HF_DIR's files that do not agree, or a NaN in its weights: bad input (exit 64), before anything is written.
+  const hf::HfCheckpoint weights = reading_input([&] { return hf::read_hf_checkpoint(source); });
   for (const std::string& note : weights.config.notes) log::warn("import: {}", note);
-  for (const auto& [name, values] : weights.tensors) train::check_finite_weights("import: " + source, name, values);
+  reading_input([&] {
+    for (const auto& [name, values] : weights.tensors) train::check_finite_weights("import: " + source, name, values);
+  });
   const std::string config_json = (std::filesystem::path(source) / "config.json").string();
   // The model section through the config reader: Cleave's own rules (sizes, limits) and its canonical form.
   const config::RunConfig config =

@@ -480,25 +480,25 @@ int run_plan(int argc, char** argv) {
   const int trials = static_cast<int>(args.count("--trial"));
   const double tie_within = args.number("--tie-within");
   CLEAVE_CHECK_INPUT(world >= 1, "plan: --world N is required (the number of ranks to plan for)");
-  CLEAVE_CHECK(write_path.empty() || !std::filesystem::exists(write_path),
+  CLEAVE_CHECK_INPUT(write_path.empty() || !std::filesystem::exists(write_path),
                "plan: --write {} exists; not overwriting it", write_path);
-  CLEAVE_CHECK(json_path.empty() || !std::filesystem::exists(json_path), "plan: --json {} exists; not overwriting it",
+  CLEAVE_CHECK_INPUT(json_path.empty() || !std::filesystem::exists(json_path), "plan: --json {} exists; not overwriting it",
                json_path);
   // Before the search (minutes at a large --world): a path that cannot be written fails now, not after it.
   if (!write_path.empty()) check_output_file("plan: --write", write_path);
   if (!json_path.empty()) check_output_file("plan: --json", json_path);
   // An option that would be accepted and do nothing is refused, before the machine is measured.
   for (const char* only_trial : {"--trial-steps", "--trial-rounds", "--trial-spread", "--trial-budget", "--launcher"}) {
-    CLEAVE_CHECK(trials > 0 || !args.given(only_trial),
+    CLEAVE_CHECK_INPUT(trials > 0 || !args.given(only_trial),
                  "plan: {} sets how --trial K trains the top plans, and no --trial was given; add --trial K or drop {}",
                  only_trial, only_trial);
   }
   const config::RunConfig base = config::load_config(config_path, overrides);
   const double ep_imbalance = args.number("--ep-imbalance");
-  CLEAVE_CHECK(ep_imbalance == 0 || ep_imbalance >= 1,
+  CLEAVE_CHECK_INPUT(ep_imbalance == 0 || ep_imbalance >= 1,
                "plan: --ep-imbalance {} is below 1 (the busiest rank's rows over the mean); use 0 for the workload's "
                "figure or a value >= 1", ep_imbalance);
-  CLEAVE_CHECK(ep_imbalance == 0 || partition::routed_experts(run_plan::model_spec(base.model)) > 0,
+  CLEAVE_CHECK_INPUT(ep_imbalance == 0 || partition::routed_experts(run_plan::model_spec(base.model)) > 0,
                "plan: --ep-imbalance {} prices expert parallelism, and model.type {} has no experts (only \"moe\" "
                "has); drop --ep-imbalance", ep_imbalance, base.model.type);
 

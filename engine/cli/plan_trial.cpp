@@ -23,6 +23,7 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/progress.hpp"
 
 extern char** environ;
@@ -95,12 +96,12 @@ void add_traced_step(TrialResult& r, const std::string& trace) {
 
 // The trial's own checks, before any run: not under a launcher, enough steps, at least one round.
 void check_trial_options(const TrialOptions& options) {
-  CLEAVE_CHECK(std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMI_SIZE") == nullptr,
+  CLEAVE_CHECK_INPUT(std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMI_SIZE") == nullptr,
                "plan --trial: run `cleave plan` itself without mpiexec; --trial starts `mpiexec -n {} cleave train` "
                "for each plan (Open MPI does not start a job from inside another)", options.world);
-  CLEAVE_CHECK(options.steps > kTrialWarmupSteps, "plan: --trial-steps must be > {} (the first {} are not counted), got {}",
+  CLEAVE_CHECK_INPUT(options.steps > kTrialWarmupSteps, "plan: --trial-steps must be > {} (the first {} are not counted), got {}",
                kTrialWarmupSteps, kTrialWarmupSteps, options.steps);
-  CLEAVE_CHECK(options.max_rounds >= 1, "plan: --trial-rounds must be >= 1, got {}", options.max_rounds);
+  CLEAVE_CHECK_INPUT(options.max_rounds >= 1, "plan: --trial-rounds must be >= 1, got {}", options.max_rounds);
 }
 
 // A fresh temporary directory for the trial's configs and runs.
@@ -232,7 +233,7 @@ std::vector<std::string> trial_launcher(const std::string& launcher, int world) 
   std::vector<std::string> argv;
   std::istringstream words(launcher.empty() ? std::string("mpiexec") : launcher);
   for (std::string w; words >> w;) argv.push_back(w);
-  CLEAVE_CHECK(!argv.empty(), "plan: --launcher is empty; give the MPI launcher, e.g. --launcher \"mpiexec --oversubscribe\"");
+  CLEAVE_CHECK_INPUT(!argv.empty(), "plan: --launcher is empty; give the MPI launcher, e.g. --launcher \"mpiexec --oversubscribe\"");
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (launcher.empty() && world > cores) argv.push_back("--oversubscribe");
   argv.push_back("-n");

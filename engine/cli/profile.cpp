@@ -109,7 +109,7 @@ ProfileCommand read_command(const Args& args) {
   c.cold_caches = !args.on("--warm-caches");
   CLEAVE_CHECK_INPUT(!c.config_path.empty(),
                      "profile: give the config whose model to measure (see cleave profile --help)");
-  CLEAVE_CHECK(!std::filesystem::exists(c.out_path), "profile: {} exists; not overwriting it (choose another --out)",
+  CLEAVE_CHECK_INPUT(!std::filesystem::exists(c.out_path), "profile: {} exists; not overwriting it (choose another --out)",
                c.out_path);
   check_output_file("profile: --out", c.out_path);  // its directory writable, before minutes of measuring
   return c;
@@ -118,7 +118,7 @@ ProfileCommand read_command(const Args& args) {
 // --tp t: a width the model's family splits over and that divides its heads and d_ff; throws naming both.
 void check_tp_width(const partition::ModelSpec& spec, int t) {
   const auto can_split = [](const partition::Family& f) { return f.check_tensor_parallel != nullptr; };
-  CLEAVE_CHECK(t == 1 || can_split(partition::family(spec.type)),
+  CLEAVE_CHECK_INPUT(t == 1 || can_split(partition::family(spec.type)),
                "profile: --tp {}: only a {} splits over tensor-parallel ranks", t,
                partition::family_names(can_split, "or"));
   if (t == 1) return;
@@ -316,7 +316,7 @@ int run_profile(int argc, char** argv) {
   if (parser.print_help_if_asked(args)) return 0;
   const ProfileCommand cmd = read_command(args);
   const config::RunConfig config = config::load_config(cmd.config_path, cmd.overrides);
-  CLEAVE_CHECK(config.device.type == DeviceType::kCpu,
+  CLEAVE_CHECK_INPUT(config.device.type == DeviceType::kCpu,
                "profile: device.type {} is not profiled yet: cleave profile times CPU ranks; use a shipped profile "
                "(profiles/) for GPUs, or measure its GEMM efficiency with `cleave profile --gemm --base FILE`",
                config.device.type);

@@ -19,6 +19,7 @@
 #include "engine/cli/args.hpp"
 #include "engine/cli/commands.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/progress.hpp"
 #include "engine/core/output_path.hpp"
 #include "engine/planner/gemm_profile.hpp"
@@ -147,9 +148,9 @@ int run_profile_gemm(int argc, char** argv) {
   if (parser.print_help_if_asked(args)) return 0;
   const std::string base_path = args.text("--base");
   const std::string out_path = args.text("--out");
-  CLEAVE_CHECK(!base_path.empty(), "profile --gemm: give --base FILE, the shipped profile of this GPU whose peaks the "
+  CLEAVE_CHECK_INPUT(!base_path.empty(), "profile --gemm: give --base FILE, the shipped profile of this GPU whose peaks the "
                "efficiencies are fractions of (e.g. profiles/h100_sxm.json; H200 SXM has the same peaks)");
-  CLEAVE_CHECK(!std::filesystem::exists(out_path), "profile --gemm: {} exists; not overwriting it (choose another --out)",
+  CLEAVE_CHECK_INPUT(!std::filesystem::exists(out_path), "profile --gemm: {} exists; not overwriting it (choose another --out)",
                out_path);
   check_output_file("profile --gemm: --out", out_path);
   const Device device = parse_device(args.text("--device"));

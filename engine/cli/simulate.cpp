@@ -117,14 +117,14 @@ std::vector<double> parse_ms_list(std::string_view text, std::size_t count, cons
     const std::string_view part = text.substr(pos, comma == std::string_view::npos ? std::string_view::npos : comma - pos);
     double value = 0;
     auto [ptr, ec] = std::from_chars(part.data(), part.data() + part.size(), value);
-    CLEAVE_CHECK(!part.empty() && ec == std::errc() && ptr == part.data() + part.size() && std::isfinite(value) &&
+    CLEAVE_CHECK_INPUT(!part.empty() && ec == std::errc() && ptr == part.data() + part.size() && std::isfinite(value) &&
                      value >= 0,
                  "simulate: {} expects {} ({} numbers >= 0, in ms), got '{}'", flag, form, count, text);
     values.push_back(value);
     if (comma == std::string_view::npos) break;
     pos = comma + 1;
   }
-  CLEAVE_CHECK(values.size() == count, "simulate: {} expects {} ({} numbers >= 0, in ms), got '{}'", flag, form, count,
+  CLEAVE_CHECK_INPUT(values.size() == count, "simulate: {} expects {} ({} numbers >= 0, in ms), got '{}'", flag, form, count,
                text);
   return values;
 }
@@ -182,21 +182,21 @@ pipeline::SimulationCosts make_costs(const Options& options, int num_stages) {
 // or --memory-limit SIZE (bytes per rank, as in plan and simulate --config) over --stash-bytes B (what one
 // micro-batch's stash holds on a rank). A byte cap without the stash size has nothing to count with.
 int auto_stash_limit(const Options& options) {
-  CLEAVE_CHECK(!(options.max_stashes && options.memory_limit),
+  CLEAVE_CHECK_INPUT(!(options.max_stashes && options.memory_limit),
                "simulate: give the auto scheduler's limit once: --max-stashes N or --memory-limit SIZE with "
                "--stash-bytes B, not both");
   if (options.max_stashes) return *options.max_stashes;
   if (!options.memory_limit) {
-    CLEAVE_CHECK(!options.stash_bytes, "simulate: --stash-bytes sizes --memory-limit; give --memory-limit SIZE too");
+    CLEAVE_CHECK_INPUT(!options.stash_bytes, "simulate: --stash-bytes sizes --memory-limit; give --memory-limit SIZE too");
     return 0;
   }
-  CLEAVE_CHECK(options.stash_bytes && *options.stash_bytes > 0,
+  CLEAVE_CHECK_INPUT(options.stash_bytes && *options.stash_bytes > 0,
                "simulate: --memory-limit {} is bytes per rank (as in cleave plan); a schedule simulation needs "
                "--stash-bytes B (one micro-batch's stash on a rank) to turn it into stashes, or give the count "
                "itself with --max-stashes N",
                format_bytes(*options.memory_limit));
   const std::int64_t stashes = *options.memory_limit / *options.stash_bytes;
-  CLEAVE_CHECK(stashes >= 1, "simulate: --memory-limit {} holds no stash of --stash-bytes {}",
+  CLEAVE_CHECK_INPUT(stashes >= 1, "simulate: --memory-limit {} holds no stash of --stash-bytes {}",
                format_bytes(*options.memory_limit), format_bytes(*options.stash_bytes));
   return static_cast<int>(std::min<std::int64_t>(stashes, 1 << 20));
 }

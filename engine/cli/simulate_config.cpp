@@ -159,16 +159,16 @@ void apply_kernel_options(const Args& args, const config::RunConfig& base, const
   if (args.given("--attention")) {
     const std::string kind = args.text("--attention");
     const auto parsed = partition::attention_kind_from(kind);
-    CLEAVE_CHECK(parsed.has_value(), "simulate --config: --attention '{}' is not an attention kind (memory_efficient, "
+    CLEAVE_CHECK_INPUT(parsed.has_value(), "simulate --config: --attention '{}' is not an attention kind (memory_efficient, "
                  "probabilities, probabilities_dropout)", kind);
-    CLEAVE_CHECK(*parsed == partition::AttentionKind::kMemoryEfficient || prices_other_kernels(profile),
+    CLEAVE_CHECK_INPUT(*parsed == partition::AttentionKind::kMemoryEfficient || prices_other_kernels(profile),
                  "simulate --config: --attention {} needs a roofline profile (profiles/*.json with gemm_efficiency); "
                  "profile '{}' times the engine's own memory-efficient attention", kind, profile.name);
     options.attention = *parsed;
   }
   if (args.given("--attention-kernel")) {
     const std::string kernel = args.text("--attention-kernel");
-    CLEAVE_CHECK(prices_other_kernels(profile) && profile.attention_rates.has_kernel(kernel),
+    CLEAVE_CHECK_INPUT(prices_other_kernels(profile) && profile.attention_rates.has_kernel(kernel),
                  "simulate --config: --attention-kernel {}: profile '{}' has no attention_rates for it (a roofline "
                  "profile's published kernel benchmarks; profiles/README.md)", kernel, profile.name);
     profile.attention_kernel = kernel;
@@ -176,26 +176,26 @@ void apply_kernel_options(const Args& args, const config::RunConfig& base, const
   if (args.given("--cross-entropy")) {
     const std::string kind = args.text("--cross-entropy");
     const auto parsed = partition::cross_entropy_kind_from(kind);
-    CLEAVE_CHECK(parsed.has_value(), "simulate --config: --cross-entropy '{}' is not a loss kind (fused, float32, torch_float32)", kind);
+    CLEAVE_CHECK_INPUT(parsed.has_value(), "simulate --config: --cross-entropy '{}' is not a loss kind (fused, float32, torch_float32)", kind);
     options.run_kernels.cross_entropy = *parsed;
   }
   options.run_kernels.hidden_dropout = args.on("--hidden-dropout");
   options.run_kernels.dense_embedding_grad = args.on("--dense-embedding-grad");
   if (args.given("--norm")) {
     const std::string kind = args.text("--norm");
-    CLEAVE_CHECK(kind == "fused" || kind == "torch_unfused",
+    CLEAVE_CHECK_INPUT(kind == "fused" || kind == "torch_unfused",
                  "simulate --config: --norm '{}' is not a norm kind (fused, torch_unfused)", kind);
     options.run_kernels.torch_rmsnorm = kind == "torch_unfused";
   }
-  CLEAVE_CHECK(!options.run_kernels.any() || prices_other_kernels(profile),
+  CLEAVE_CHECK_INPUT(!options.run_kernels.any() || prices_other_kernels(profile),
                "simulate --config: --cross-entropy float32, --hidden-dropout, --dense-embedding-grad and --norm torch_unfused need a roofline profile (profiles/*.json "
                "with gemm_efficiency); profile '{}' times the engine's own kernels", profile.name);
   if (args.given("--selective-recompute")) {
     const std::string kind = args.text("--selective-recompute");
     const auto parsed = partition::selective_recompute_from(kind);
-    CLEAVE_CHECK(parsed.has_value(), "simulate --config: --selective-recompute '{}' is not a policy (attention, torchtitan_op)",
+    CLEAVE_CHECK_INPUT(parsed.has_value(), "simulate --config: --selective-recompute '{}' is not a policy (attention, torchtitan_op)",
                  kind);
-    CLEAVE_CHECK(*parsed == partition::SelectiveRecompute::kAttention ||
+    CLEAVE_CHECK_INPUT(*parsed == partition::SelectiveRecompute::kAttention ||
                      (base.train.recompute == config::Recompute::kSelective && prices_other_kernels(profile)),
                  "simulate --config: --selective-recompute {} prices train.recompute selective on a roofline profile "
                  "(profiles/*.json with gemm_efficiency), but {} has train.recompute {} and profile '{}'{} (set "
@@ -215,33 +215,33 @@ void apply_communication_options(const Args& args, const config::RunConfig& base
   options.blocking_p2p = args.on("--blocking-p2p");
   options.optimizer_post_validation = args.on("--optimizer-post-validation");
   options.auto_schedule_priced = args.on("--auto-schedule-priced");
-  CLEAVE_CHECK(!options.auto_schedule_priced || base.parallel.schedule == "auto",
+  CLEAVE_CHECK_INPUT(!options.auto_schedule_priced || base.parallel.schedule == "auto",
                "simulate --config: --auto-schedule-priced searches schedule auto on the estimate's prices, but {} has "
                "parallel.schedule \"{}\" (set parallel.schedule auto, or drop the option)",
                config_path, base.parallel.schedule);
-  CLEAVE_CHECK(!options.auto_schedule_priced || !profile.measured.has_blocks(),
+  CLEAVE_CHECK_INPUT(!options.auto_schedule_priced || !profile.measured.has_blocks(),
                "simulate --config: --auto-schedule-priced prices from a hardware profile, but profile '{}' is measured "
                "(use parallel.auto_schedule_profile, which the search reads directly, or drop the option)",
                profile.name);
   if (args.given("--param-gather-dtype")) {
     const std::string dtype = args.text("--param-gather-dtype");
-    CLEAVE_CHECK(dtype == "f32" || dtype == "bf16",
+    CLEAVE_CHECK_INPUT(dtype == "f32" || dtype == "bf16",
                  "simulate --config: --param-gather-dtype '{}' is f32 (the engine's f32 master values) or bf16 (Megatron-LM's "
                  "distributed optimizer)", dtype);
-    CLEAVE_CHECK(dtype == "f32" || base.device.precision == config::Precision::kBf16,
+    CLEAVE_CHECK_INPUT(dtype == "f32" || base.device.precision == config::Precision::kBf16,
                  "simulate --config: --param-gather-dtype bf16 gathers a bf16 run's parameters, but {} has device.precision "
                  "f32 (set device.precision bf16, or drop the option)", config_path);
     options.param_gather_bf16 = dtype == "bf16";
   }
-  CLEAVE_CHECK(!options.overlap_tp_comm || base.parallel.sequence_parallel,
+  CLEAVE_CHECK_INPUT(!options.overlap_tp_comm || base.parallel.sequence_parallel,
                "simulate --config: --tp-comm-overlap needs parallel.sequence_parallel true in {} (Megatron-Core overlaps "
                "sequence parallelism's all-gathers and reduce-scatters with the GEMMs; set it or drop the flag)",
                config_path);
   options.ep_imbalance = args.number("--ep-imbalance");
-  CLEAVE_CHECK(options.ep_imbalance == 0 || options.ep_imbalance >= 1,
+  CLEAVE_CHECK_INPUT(options.ep_imbalance == 0 || options.ep_imbalance >= 1,
                "simulate --config: --ep-imbalance {} is below 1 (the busiest rank's rows over the mean); use 0 for the "
                "workload's figure or a value >= 1", options.ep_imbalance);
-  CLEAVE_CHECK(options.ep_imbalance == 0 || partition::routed_experts(run_plan::model_spec(base.model)) > 0,
+  CLEAVE_CHECK_INPUT(options.ep_imbalance == 0 || partition::routed_experts(run_plan::model_spec(base.model)) > 0,
                "simulate --config: --ep-imbalance {} prices expert parallelism, and model.type {} has no experts (only "
                "\"moe\" has); drop --ep-imbalance", options.ep_imbalance, base.model.type);
 }

@@ -159,11 +159,11 @@ Documents split_documents(const std::string& text, const std::string& path, cons
       try {
         object = nlohmann::json::parse(line);
       } catch (const nlohmann::json::exception& e) {
-        CLEAVE_THROW("tokenize: text file {} line {} is not JSON ({}); --jsonl {} reads one JSON object per line; "
-                     "nothing was written", path, line_number, e.what(), jsonl_key);
+        throw InputError(fmt::format("tokenize: text file {} line {} is not JSON ({}); --jsonl {} reads one JSON "
+                                     "object per line; nothing was written", path, line_number, e.what(), jsonl_key));
       }
       const auto value = object.is_object() ? object.find(jsonl_key) : object.end();
-      CLEAVE_CHECK(object.is_object() && value != object.end() && value->is_string(),
+      CLEAVE_CHECK_INPUT(object.is_object() && value != object.end() && value->is_string(),
                    "tokenize: text file {} line {}: {}; --jsonl {} needs a JSON object with a string at \"{}\" on every "
                    "non-blank line (or choose the key with --jsonl KEY); nothing was written", path, line_number,
                    !object.is_object() ? "not a JSON object"
@@ -252,7 +252,7 @@ std::uint64_t check_inputs(const std::vector<std::string>& inputs) {
 // --out is a directory (or can be made one) holding no shard of either naming and no manifest.
 void check_out_dir(const std::string& out_dir) {
   const std::filesystem::path dir(out_dir);
-  CLEAVE_CHECK(!std::filesystem::exists(dir) || std::filesystem::is_directory(dir),
+  CLEAVE_CHECK_INPUT(!std::filesystem::exists(dir) || std::filesystem::is_directory(dir),
                "tokenize: --out {} exists and is not a directory", out_dir);
   check_output_dir("tokenize: --out", out_dir);
   // With --shard-tokens the names are numbered; any existing shard of either naming, or a manifest, is refused.
@@ -261,7 +261,7 @@ void check_out_dir(const std::string& out_dir) {
     const std::string name = entry.path().filename().string();
     const bool ours = name == "manifest.json" || ((name.rfind("train", 0) == 0 || name.rfind("val", 0) == 0) &&
                                                   entry.path().extension() == ".bin");
-    CLEAVE_CHECK(!ours, "tokenize: {} already exists; nothing was written (remove it or choose another --out)",
+    CLEAVE_CHECK_INPUT(!ours, "tokenize: {} already exists; nothing was written (remove it or choose another --out)",
                  entry.path().string());
   }
 }
@@ -281,7 +281,7 @@ Encoded encode_files(const TokenizeOptions& o, tokenizer::Tokenizer& tok, std::o
   for (const std::string& input : o.inputs) {
     const std::string text = read_file(input);
     const std::size_t bad = tokenizer::first_invalid_utf8(text);
-    CLEAVE_CHECK(bad == text.size(), "tokenize: text file {} is not valid UTF-8 at byte {} ({}: 0x{:02x}); nothing "
+    CLEAVE_CHECK_INPUT(bad == text.size(), "tokenize: text file {} is not valid UTF-8 at byte {} ({}: 0x{:02x}); nothing "
                  "was written", input, bad, line_and_column(text, bad), static_cast<unsigned char>(text[bad]));
     const Documents docs = split_documents(text, input, o.separator, o.jsonl_key);
     for (std::size_t d = 0; d < docs.texts.size(); ++d) {
@@ -341,7 +341,7 @@ int run_tokenize(int argc, char** argv) {
   std::optional<std::int32_t> eot_id;
   if (!o.eot.empty()) {
     eot_id = tok.added_token_id(o.eot);
-    CLEAVE_CHECK(eot_id.has_value(), "tokenize: --eot '{}' is not an added token of {}", o.eot, tok.source());
+    CLEAVE_CHECK_INPUT(eot_id.has_value(), "tokenize: --eot '{}' is not an added token of {}", o.eot, tok.source());
   }
   tokenizer::DocumentTemplate doc;
   if (o.bos_eos) doc = tokenizer::read_document_template(tok, o.tokenizer_path);
@@ -356,12 +356,12 @@ int run_tokenize(int argc, char** argv) {
   const Encoded encoded = encode_files(o, tok, eot_id, doc, total_bytes);
   const auto n = static_cast<std::int64_t>(encoded.ids.size());
   const auto held_out = static_cast<std::int64_t>(std::floor(static_cast<double>(n) * o.val_fraction));
-  CLEAVE_CHECK(o.val_fraction == 0.0 || held_out > 0,
+  CLEAVE_CHECK_INPUT(o.val_fraction == 0.0 || held_out > 0,
                "tokenize: --val-fraction {} of {} tokens is less than one token; nothing was written", o.val_fraction, n);
-  CLEAVE_CHECK(n - held_out > 0, "tokenize: the text files hold no tokens; nothing was written");
+  CLEAVE_CHECK_INPUT(n - held_out > 0, "tokenize: the text files hold no tokens; nothing was written");
   std::error_code made;
   std::filesystem::create_directories(dir, made);
-  CLEAVE_CHECK(!made, "tokenize: --out {}: cannot create the directory ({}); nothing was written (choose another --out)",
+  CLEAVE_CHECK_INPUT(!made, "tokenize: --out {}: cannot create the directory ({}); nothing was written (choose another --out)",
                o.out_dir, made.message());
   const std::span<const std::int32_t> all(encoded.ids);
   train::TokenManifest manifest;

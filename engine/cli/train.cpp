@@ -5,8 +5,8 @@
 // or after a failure with the steps that finished (train.report, default on; engine/report/html_report.hpp).
 // --profile FILE gives the peak FLOP/s per rank that MFU is measured against (engine/train/throughput.hpp).
 // Bad input (an unknown option, config key or value, a typo in --allow-config-change, a layout the world size does
-// not divide) is an InputError raised before the world and the trainer are built: `cleave` exits
-// ExitCode::kBadInput and `cleave run` does not restart.
+// not divide, a train.out_dir that is a file or, without --resume, holds a run) is an InputError raised before the
+// world and the trainer are built: `cleave` exits ExitCode::kBadInput and `cleave run` does not restart.
 // SIGUSR1 (what `cleave run` forwards on SIGTERM) saves a checkpoint at the next step and exits 0 with a log line
 // saying so (engine/train/stop_request.hpp).
 #include <cstdio>
@@ -25,9 +25,11 @@
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/core/output_path.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/train/checkpoint/config_change.hpp"
 #include "engine/train/data/make_data_source.hpp"
+#include "engine/train/metrics.hpp"
 #include "engine/train/stop_request.hpp"
 #include "engine/train/trainer.hpp"
 #include "engine/train/checkpoint/weight_source.hpp"
@@ -126,6 +128,10 @@ int run_train(int argc, char** argv) {
     config::RunConfig(config).resolve(runtime.world_size());
     if (init) check_shards_match_source_tokenizer(config, *init);
     train::check_data_files(config);  // a missing or malformed data file: bad input, before the world and the model
+    // An out_dir that is a file, or (a fresh run) holds another run: bad input, before the world and the model (the
+    // trainer's own check, made once they are built, is kept for the checkpoint.dir it resolves).
+    check_output_dir("train.out_dir", config.train.out_dir);
+    if (options.resume.empty()) train::check_out_dir_holds_no_run(config.train.out_dir);
     // A typo in --allow-config-change stops here, before the world and the trainer are built (not at the resume).
     train::check_allowed_keys(options.allow_config_change, nlohmann::json::parse(config::to_json(config)));
     comm::World world = runtime.world(config);

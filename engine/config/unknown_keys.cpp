@@ -8,6 +8,7 @@
 #include <string_view>
 #include <vector>
 
+#include "engine/config/peer_key_names.hpp"
 #include "engine/core/edit_distance.hpp"
 
 namespace cleave::config {
@@ -23,10 +24,14 @@ std::string_view parent_of(std::string_view path) {
   return dot == std::string_view::npos ? std::string_view() : path.substr(0, dot);
 }
 
-// " (did you mean K?)" for the nearest known key within an edit distance of a third of the key's leaf (at least
-// 2); else " (known keys in SECTION: ...)"; else nothing.
+// " (did you mean K? LEAF is another trainer's name for it)" for a Megatron-LM / torchtitan / Hugging Face name
+// (peer_key_names.hpp); else " (did you mean K?)" for the nearest known key within an edit distance of a third of
+// the key's leaf (at least 2); else " (known keys in SECTION: ...)"; else nothing.
 std::string suggest(const std::string& unknown, const std::set<std::string>& known) {
   const std::string_view leaf = leaf_of(unknown);
+  if (const auto peer = peer_key_name(unknown, known)) {
+    return fmt::format(" (did you mean {}? {} is the Megatron-LM / torchtitan / Hugging Face name)", *peer, leaf);
+  }
   const std::string_view parent = parent_of(unknown);
   std::string best;
   std::size_t best_distance = std::numeric_limits<std::size_t>::max();

@@ -9,13 +9,15 @@
 // the weights it names (engine/train/checkpoint/weight_source.cpp: a model key that differs, model.seq_len above the
 // model's maximum; engine/cli/init_tokenizer_check.cpp: data of another tokenizer), made before the world is built, and
 // the data readers for a data file that cannot serve the run (engine/train/data: missing, malformed, too short, ids
-// past the vocabulary; checked before the world where no token needs reading, check_data_files), and RunConfig::
+// past the vocabulary; checked before the world where no token needs reading, check_data_files), RunConfig::
 // resolve's rules of the config against the world size (a pure function of both: every rank finds them alike, and
-// `cleave train` runs them first); a check made later, once a checkpoint to resume or the memory plan is known,
-// stays a plain Error (exit 1).
+// `cleave train` runs them first), the output path checks made before work (engine/core/output_path.hpp: an output
+// that exists or cannot be written) and reading_input below (an --init-from or import directory whose files do not
+// agree); a check made later, once a checkpoint to resume or the memory plan is known, stays a plain Error (exit 1).
 #pragma once
 
 #include <string>
+#include <typeinfo>
 
 #include "engine/core/error.hpp"
 
@@ -25,6 +27,21 @@ class InputError : public Error {
  public:
   explicit InputError(const std::string& message) : Error(message) {}
 };
+
+// Runs `read`, which reads a file or directory the command line names before any work (an --init-from directory,
+// import's HF_DIR), and rethrows a plain Error it throws as InputError: the file is what is wrong, and reading it
+// again cannot cure it. An Error subclass with an exit code of its own (a checkpoint's damage) is rethrown as it is.
+template <typename Read>
+decltype(auto) reading_input(Read&& read) {
+  try {
+    return read();
+  } catch (const InputError&) {
+    throw;
+  } catch (const Error& e) {
+    if (typeid(e) != typeid(Error)) throw;
+    throw InputError(e.what());
+  }
+}
 
 }  // namespace cleave
 

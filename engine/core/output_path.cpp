@@ -8,6 +8,7 @@
 #include <filesystem>
 
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 
 namespace cleave {
 namespace fs = std::filesystem;
@@ -21,10 +22,10 @@ void check_creatable(std::string_view what, const std::string& path, const fs::p
   fs::path existing = start;
   while (!existing.empty() && !fs::exists(existing, ec)) existing = existing.parent_path();
   if (existing.empty()) existing = fs::current_path(ec);
-  CLEAVE_CHECK(fs::is_directory(existing, ec),
+  CLEAVE_CHECK_INPUT(fs::is_directory(existing, ec),
                "{} {}: {} is a file, not a directory, so nothing can be created under it; choose another path", what,
                path, existing.string());
-  CLEAVE_CHECK(::access(existing.c_str(), W_OK | X_OK) == 0,
+  CLEAVE_CHECK_INPUT(::access(existing.c_str(), W_OK | X_OK) == 0,
                "{} {}: cannot create files in {} ({}); choose a writable path", what, path, existing.string(),
                std::strerror(errno));
 }
@@ -32,10 +33,10 @@ void check_creatable(std::string_view what, const std::string& path, const fs::p
 }  // namespace
 
 void check_output_dir(std::string_view what, const std::string& path) {
-  CLEAVE_CHECK(!path.empty(), "{} is empty; give a directory to write into", what);
+  CLEAVE_CHECK_INPUT(!path.empty(), "{} is empty; give a directory to write into", what);
   std::error_code ec;
   if (fs::exists(path, ec)) {
-    CLEAVE_CHECK(fs::is_directory(path, ec),
+    CLEAVE_CHECK_INPUT(fs::is_directory(path, ec),
                  "{} {} exists and is not a directory; nothing was written (choose another path or remove it)", what,
                  path);
   }
@@ -43,14 +44,14 @@ void check_output_dir(std::string_view what, const std::string& path) {
 }
 
 void check_output_file(std::string_view what, const std::string& path, bool may_exist) {
-  CLEAVE_CHECK(!path.empty(), "{} is empty; give a file to write", what);
+  CLEAVE_CHECK_INPUT(!path.empty(), "{} is empty; give a file to write", what);
   std::error_code ec;
   if (fs::exists(path, ec)) {
-    CLEAVE_CHECK(may_exist, "{} {} already exists; nothing was written (remove it or choose another path)", what,
+    CLEAVE_CHECK_INPUT(may_exist, "{} {} already exists; nothing was written (remove it or choose another path)", what,
                  path);
-    CLEAVE_CHECK(fs::is_regular_file(path, ec), "{} {} exists and is not a regular file; choose another path", what,
+    CLEAVE_CHECK_INPUT(fs::is_regular_file(path, ec), "{} {} exists and is not a regular file; choose another path", what,
                  path);
-    CLEAVE_CHECK(::access(path.c_str(), W_OK) == 0, "{} {}: cannot write it ({})", what, path, std::strerror(errno));
+    CLEAVE_CHECK_INPUT(::access(path.c_str(), W_OK) == 0, "{} {}: cannot write it ({})", what, path, std::strerror(errno));
     return;
   }
   const fs::path parent = fs::path(path).parent_path();

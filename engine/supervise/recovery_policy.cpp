@@ -118,6 +118,16 @@ Failure classify_failure(std::string_view output, int exit_code) {
     return {*kind, {},
             fmt::format("the job exited with code {}: {} (its log says more)", exit_code, failure_kind_name(*kind))};
   }
+  // Open MPI refusing to start as root (a container's usual user) without --allow-run-as-root: no rank ran, and every
+  // restart would be refused alike (it was "unknown": restarted, the machine profiled, the budget spent).
+  static const std::regex as_root(R"((\S+) has detected an attempt to run as root)");
+  if (std::regex_search(text, m, as_root)) {
+    return {FailureKind::kBadInput, {},
+            fmt::format("{} refuses to run as root, so no rank started: add --allow-run-as-root to --launcher (e.g. "
+                        "--launcher \"mpiexec --allow-run-as-root\"), or export OMPI_ALLOW_RUN_AS_ROOT=1 "
+                        "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+                        m[1].str())};
+  }
   // The watchdog: "[rank 0/4] not answering within 1.5s: rank 1, rank 3 (stopped, dead, ...); aborting the job".
   static const std::regex hung(R"(not answering within [0-9.]+s: ((?:rank [0-9]+(?:, )?)+))");
   if (std::regex_search(text, m, hung)) {
@@ -142,7 +152,18 @@ Failure classify_failure(std::string_view output, int exit_code) {
     if (what.size() > 200) what = what.substr(0, 197) + "...";
     return {FailureKind::kError, {std::stoi(m[1].str())}, fmt::format("rank {} error: {}", m[1].str(), what)};
   }
-  return {FailureKind::kUnknown, {}, fmt::format("the job exited with code {} and no line names a rank", exit_code)};
+  // Nothing known: the output's last line, which is often the launcher's own reason.
+  std::string last;
+  const std::size_t end = text.find_last_not_of(" \t\r\n-");  // past Open MPI's rules of dashes
+  if (end != std::string::npos) {
+    const std::size_t newline = text.rfind('\n', end);
+    const std::size_t begin = newline == std::string::npos ? 0 : newline + 1;
+    last = trim(text.substr(begin, end + 1 - begin));
+    if (last.size() > 200) last = last.substr(0, 197) + "...";
+  }
+  return {FailureKind::kUnknown, {},
+          fmt::format("the job exited with code {} and no line names a rank{}", exit_code,
+                      last.empty() ? std::string() : fmt::format("; its last line: \"{}\"", last))};
 }
 
 std::vector<Slot> remaining_slots(const std::vector<Slot>& slots, const Failure& failure,

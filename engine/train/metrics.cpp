@@ -16,29 +16,34 @@
 #include <iterator>
 
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/train/router_metrics.hpp"
 
 namespace cleave::train {
 namespace fs = std::filesystem;
 
+void check_out_dir_holds_no_run(const std::string& path) {
+  std::error_code ec;
+  for (const char* marker : {"metrics.jsonl", "config.json"}) {
+    if (!fs::exists(fs::path(path) / marker, ec)) continue;
+    std::string free_name;
+    for (int i = 2; free_name.empty(); ++i) {
+      const std::string candidate = fmt::format("{}-{}", path, i);
+      if (!fs::exists(candidate, ec)) free_name = candidate;
+    }
+    throw InputError(fmt::format("train.out_dir {} already holds a run ({} exists); nothing was written. Choose a new "
+                                 "directory with --set train.out_dir={} (or remove the old run)",
+                                 path, marker, free_name));
+  }
+}
+
 void prepare_out_dir(const std::string& path) {
   CLEAVE_CHECK(!path.empty(), "train.out_dir is empty; set it with --set train.out_dir=runs/<name>");
   std::error_code ec;
   if (fs::exists(path, ec)) {
     CLEAVE_CHECK(fs::is_directory(path, ec), "train.out_dir {} exists and is not a directory", path);
-    for (const char* marker : {"metrics.jsonl", "config.json"}) {
-      if (fs::exists(fs::path(path) / marker, ec)) {
-        std::string free_name;
-        for (int i = 2; free_name.empty(); ++i) {
-          const std::string candidate = fmt::format("{}-{}", path, i);
-          if (!fs::exists(candidate, ec)) free_name = candidate;
-        }
-        CLEAVE_THROW("train.out_dir {} already holds a run ({} exists); nothing was written. Choose a new directory "
-                     "with --set train.out_dir={} (or remove the old run)",
-                     path, marker, free_name);
-      }
-    }
+    check_out_dir_holds_no_run(path);
     return;
   }
   fs::create_directories(path, ec);

@@ -57,6 +57,9 @@ struct StepCounts {
 // a run (metrics.jsonl or config.json; the message suggests --set train.out_dir=<a free name>), when it
 // exists as a file, or when it cannot be created.
 void prepare_out_dir(const std::string& path);
+// prepare_out_dir's refusal of a directory that holds a run, as bad input (InputError: exit 64), for `cleave train`
+// to make before the world and the model are built. Reads only.
+void check_out_dir_holds_no_run(const std::string& path);
 
 // Writes `text` to `path` (truncating). Throws Error naming the file and the system's reason when it cannot
 // be opened or written completely (a full disk included).

@@ -197,6 +197,8 @@ if [ $# -ge 3 ]; then
   world_input world-ep 3 'parallel\.expert_model_parallel_size: 2 does not divide the dp × cp = 3 × 1 = 3 ranks.*use expert_model_parallel_size in' \
       --set 'model.type="moe"' --set parallel.expert_model_parallel_size=2
   once error-once-command-line 64 --frobnicate
+  mkdir -p held2 && echo '{"step": 1}' > held2/metrics.jsonl
+  once error-once-out-dir-holds-run 64 --set train.out_dir=held2 --set train.steps=2
   once error-once-plan 1 --set parallel.pipeline_model_parallel_size=2 --set parallel.schedule=dualpipev \
       --set batch.global_batch_size=8 --set batch.micro_batch_size=4
   pp_error fewer-blocks-than-stages 'only 5 blocks' --set model.n_layers=1 --set parallel.virtual_pipeline_stages=4 \
@@ -237,13 +239,22 @@ else
   echo "FAIL batch-script-variables"; sed 's/^/    /' batch.log; failures=$((failures + 1))
 fi
 
-# An output directory that already holds a run is refused and left untouched.
+# An output directory that already holds a run is refused and left untouched: bad input, exit 64, before the world and
+# the model are built (no "comm backend" line; it exited 1 after building them), and so is an out_dir that is a file.
 mkdir -p prev && echo '{"step": 1}' > prev/metrics.jsonl && cp prev/metrics.jsonl before.jsonl
 out=$("$cleave" train --set train.out_dir=prev --set train.steps=2 2>&1); status=$?
-if [ $status -eq 0 ] || ! grep -q "prev" <<<"$out" || ! cmp -s prev/metrics.jsonl before.jsonl; then
+if [ $status -ne 64 ] || ! grep -q "train.out_dir prev already holds a run (metrics.jsonl exists).*train.out_dir=prev-2" <<<"$out" ||
+   grep -q "comm backend" <<<"$out" || ! cmp -s prev/metrics.jsonl before.jsonl; then
   echo "FAIL existing-run: status $status, output: $out"; failures=$((failures + 1))
 else
-  echo "ok   existing-run: $(grep -m 1 prev <<<"$out")"
+  echo "ok   existing-run: exit 64: $(grep -m 1 prev <<<"$out")"
+fi
+out=$("$cleave" train --set train.out_dir=before.jsonl --set train.steps=2 2>&1); status=$?
+if [ $status -ne 64 ] || ! grep -q "train.out_dir before.jsonl exists and is not a directory" <<<"$out" ||
+   ! cmp -s prev/metrics.jsonl before.jsonl; then
+  echo "FAIL out-dir-is-a-file: status $status, output: $out"; failures=$((failures + 1))
+else
+  echo "ok   out-dir-is-a-file: exit 64: $(grep -m 1 before.jsonl <<<"$out")"
 fi
 
 # A fresh run whose checkpoint.dir holds another run's checkpoints is refused before any step (its saves would
@@ -298,6 +309,30 @@ cmd_error export-run-dir 'export: ck1 is not a checkpoint .*; a run directory ke
 cmd_error simulate-virtual 'simulate: schedule interleaved_1f1b runs at least 2 virtual stages per rank.*got virtual_stages 1' simulate --schedule interleaved_1f1b --stages 2 --microbatches 4 --virtual 1
 cmd_error simulate-dualpipev-m 'simulate: schedule dualpipev needs at least 2 × pp_size = 8 micro-batches per step, got 4' simulate --schedule dualpipev --stages 4 --microbatches 4
 cmd_error simulate-config-no-world 'simulate --config: --world N is required' simulate --config ck1/config.json
+# An output that already exists is bad input too, refused before any work and left as it was (each exited 1, so a
+# script could not tell it from a failure mid-run): engine/core/output_path.hpp and the commands' own checks.
+printf 'keep' > exists.json
+mkdir -p bench_out tok_out && printf 'keep' > bench_out/bench.json && printf 'keep' > tok_out/train.bin
+cmd_error import-out-exists 'import: --out exists\.json already exists; nothing was written' import ck1 --out exists.json
+cmd_error export-out-exists 'export: --out exists\.json already exists; nothing was written' export ck1/checkpoints --out exists.json
+cmd_error export-hf-out-exists 'export: --out exists\.json already exists' export ck1/checkpoints --format hf --out exists.json
+cmd_error plan-write-exists 'plan: --write exists\.json exists; not overwriting it' plan ck1/config.json --world 1 --write exists.json
+cmd_error simulate-svg-exists 'simulate: --svg exists\.json already exists' simulate --schedule 1f1b --stages 2 --microbatches 4 --svg exists.json
+cmd_error generate-logits-exists 'generate: --logits exists\.json already exists' generate ck1/checkpoints --prompt x --logits exists.json
+cmd_error profile-out-exists 'profile: exists\.json exists; not overwriting it' profile ck1/config.json --out exists.json
+cmd_error bench-out-exists 'bench: bench_out/bench\.json exists; not overwriting it' bench --schedules 1f1b --out bench_out
+cmd_error tokenize-out-exists 'tokenize: tok_out/train\.bin already exists; nothing was written' tokenize text.txt --tokenizer nope-tokenizer.json --out tok_out
+cmd_error output-under-a-file 'import: --out exists\.json/ck: exists\.json is a file, not a directory' import ck1 --out exists.json/ck
+# Option values and combinations the commands refuse before any work: bad input as well (they exited 1).
+cmd_error export-max-shard-size 'export: --max-shard-size applies to --format hf' export ck1/checkpoints --out out --max-shard-size 2GB
+cmd_error plan-trial-only 'plan: --trial-steps sets how --trial K trains the top plans' plan ck1/config.json --world 1 --trial-steps 5
+cmd_error plan-ep-imbalance 'plan: --ep-imbalance 0\.5 is below 1' plan ck1/config.json --world 1 --ep-imbalance 0.5
+cmd_error plan-ep-no-experts 'plan: --ep-imbalance 2 prices expert parallelism, and model.type gpt has no experts' plan ck1/config.json --world 1 --ep-imbalance 2
+cmd_error simulate-stash-limits "simulate: give the auto scheduler's limit once" simulate --schedule auto --stages 2 --microbatches 4 --max-stashes 2 --memory-limit 1MiB --stash-bytes 1024
+cmd_error simulate-config-gather-dtype "simulate --config: --param-gather-dtype 'f16' is f32" simulate --config ck1/config.json --world 1 --param-gather-dtype f16
+for kept in exists.json bench_out/bench.json tok_out/train.bin; do
+  [ "$(cat "$kept")" = keep ] || { echo "FAIL $kept was changed"; failures=$((failures + 1)); }
+done
 
 # And a good run writes what docs/report.md promises, and says which communicator carried it: parallel.comm_backend
 # "auto" resolves to "mpi" on the CPU, in the log and in the resolved config.json.

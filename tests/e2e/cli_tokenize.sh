@@ -225,13 +225,18 @@ PY
 "$cleave" generate v8/checkpoints --prompt "hello" --tokenizer small_tok.json > v8_gen.log 2>&1
 [ $? -eq 64 ] || { cat v8_gen.log; fail "a 12-token tokenizer on a vocab-8 model was not refused as bad input"; }
 grep -q "small_tok.json has 12 tokens but checkpoint .* has model.vocab_size 8" v8_gen.log || { cat v8_gen.log; fail "vocab-8 message"; }
+"$cleave" generate v8/checkpoints --prompt "hello" > v8_bytes.log 2>&1
+[ $? -eq 64 ] || { cat v8_bytes.log; fail "a vocab-8 model without --tokenizer was not refused as bad input"; }
+grep -q "with vocab_size 8; generation needs .* vocab_size >= 256" v8_bytes.log || { cat v8_bytes.log; fail "vocab-8 bytes message"; }
 echo "ok   generate --tokenizer samples a vocab-16 model with a 12-token tokenizer; refuses it on vocab 8: $(grep -o 'generate: .*' v8_gen.log | cut -c1-100)"
 
-# refuse CASE GREP ARGS...: non-zero exit, one error line holding GREP, and no out/ directory written.
+# refuse CASE GREP ARGS...: exit 64 (bad input: the text, the tokenizer or an option; a JSONL line that is not JSON,
+# text that is not UTF-8 and an unknown --eot exited 1), one error line holding GREP, and no out/ directory written.
 refuse() {
-  local name=$1 pattern=$2; shift 2
+  local name=$1 pattern=$2 status; shift 2
   rm -rf out
-  "$cleave" tokenize "$@" > refuse.log 2>&1 && { cat refuse.log; fail "$name: accepted"; }
+  "$cleave" tokenize "$@" > refuse.log 2>&1; status=$?
+  [ $status -eq 64 ] || { cat refuse.log; fail "$name: exit $status, expected 64 (bad input)"; }
   grep -q -- "$pattern" refuse.log || { cat refuse.log; fail "$name: message lacks '$pattern'"; }
   [ "$(grep -c 'error' refuse.log)" -eq 1 ] || { cat refuse.log; fail "$name: not one error line"; }
   [ ! -e out ] || fail "$name: out/ was written"
@@ -261,7 +266,8 @@ refuse "an unknown --eot" "not an added token" a.txt --tokenizer tok.json --out 
 refuse "an --out that cannot be created" "error: tokenize: --out /proc/cleave_tokenize_out" a.txt --tokenizer tok.json \
   --out /proc/cleave_tokenize_out
 before=$(cksum shards/train.bin shards/val.bin)
-"$cleave" tokenize a.txt --tokenizer tok.json --out shards > refuse.log 2>&1 && fail "an existing output was overwritten"
+"$cleave" tokenize a.txt --tokenizer tok.json --out shards > refuse.log 2>&1; status=$?
+[ $status -eq 64 ] || { cat refuse.log; fail "an existing output: exit $status, expected 64 (bad input)"; }
 grep -q "shards/train.bin already exists; nothing was written" refuse.log || { cat refuse.log; fail "existing output message"; }
 [ "$(cksum shards/train.bin shards/val.bin)" = "$before" ] || fail "the existing shards changed"
 echo "ok   refused an existing output: $(grep -o 'tokenize: .*' refuse.log)"

@@ -8,7 +8,8 @@
 #    rank's first-step loss; the resolved config.json says seq_len 8 and max_seq_len 32, run.json's init_from
 #    says which; the same command with --resume auto, launched twice, starts fresh from the weights and then
 #    continues the run's checkpoint (cleave run's restart), with the uninterrupted run's losses;
-#  - cleave generate on the run serves the model's context (32), not the seq_len 8 it trained at;
+#  - cleave generate on the run serves the model's context (32), not the seq_len 8 it trained at; without
+#    --tokenizer its warning names the source's tokenizer.json;
 #  - export --format hf of the fine-tuned run: config.json differs from the source's only in torch_dtype ->
 #    dtype (docs/checkpoints.md), max_position_embeddings stays 32, generation_config.json and the tokenizer
 #    files are there; re-importing it gives bit for bit the logits `cleave generate --tokenizer --logits` gives
@@ -112,6 +113,12 @@ for f in generation_config.json tokenizer.json tokenizer_config.json; do [ -f ex
 "$cleave" generate ft/checkpoints --tokenizer llama/tokenizer.json --prompt "the and hat" --tokens 0 --logits run.json.logits > g1.log 2>&1 || { cat g1.log; fail "generate run"; }
 "$cleave" generate back --tokenizer exported/tokenizer.json --prompt "the and hat" --tokens 0 --logits back.logits > g2.log 2>&1 || { cat g2.log; fail "generate back"; }
 "$cleave" generate source --tokenizer llama/tokenizer.json --prompt "the and hat" --tokens 0 --logits source.logits > g3.log 2>&1 || { cat g3.log; fail "generate source"; }
+# Without --tokenizer the ids are printed, and the warning names the tokenizer of the weights' source (index.json
+# "source"), which the fine-tuned checkpoint knows (it said "tokenizer.json" only).
+"$cleave" generate ft/checkpoints --prompt "the" --tokens 1 > g0.log 2>&1 || { cat g0.log; fail "generate without --tokenizer"; }
+grep -q "pass --tokenizer $PWD/llama/tokenizer.json (the weights' source's) for text" g0.log \
+  || { cat g0.log; fail "generate without --tokenizer: no hint of the source's tokenizer"; }
+echo "ok   generate without --tokenizer names the source's: $(grep -o 'pass --tokenizer [^ ]*' g0.log)"
 # The fine-tuned model serves its whole context (32), not the seq_len 8 it trained at: a 13-token prompt gives the
 # re-imported export's logits (its seq_len is 32), bit for bit.
 long_prompt="the and hat then hand at dad ant the hat"

@@ -11,7 +11,8 @@
 #  - refused with one error line, nothing written: a class Cleave does not build (DeepseekV3ForCausalLM, named),
 #    an expert count or top-k in the config that differs from the checkpoint's (both numbers),
 #    router_jitter_noise, a Qwen2-MoE shared_expert_intermediate_size that is no multiple of
-#    moe_intermediate_size, its use_sliding_window and mlp_only_layers;
+#    moe_intermediate_size, its use_sliding_window and mlp_only_layers; a tensor missing or a config.json that
+#    contradicts itself at import, --init-from and cleave run -- --init-from with exit 64 (bad input), no job;
 #  - cleave run -- --init-from at ep2 with a rank killed: restarted and completed (the supervisor plans for the weights'
 #    model).
 # Usage: hf_moe.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
@@ -81,6 +82,25 @@ refuse_input "expert count" "model.n_experts is 8 in the config, but 4 in mix/co
   "$cleave" train --init-from mix --set model.n_experts=8 --set train.out_dir=run2
 refuse_input "top-k" "model.top_k is 1 in the config, but 2 in mix/config.json" run3 -- \
   "$cleave" train --init-from mix --set model.top_k=1 --set train.out_dir=run3
+# A directory whose files do not agree is bad input (exit 64) at import, --init-from and under cleave run, which
+# stops before any job (they exited 1: cleave run measured the machine and spent every restart on the same error).
+fixture dropped --mixtral --drop model.layers.1.block_sparse_moe.experts.3.w2.weight
+dropped_msg="dropped: missing tensor model.layers.1.block_sparse_moe.experts.3.w2.weight"
+refuse_input "import, a tensor missing" "$dropped_msg" out8 -- "$cleave" import dropped --out out8
+refuse_input "--init-from, a tensor missing" "$dropped_msg" run4 -- "$cleave" train --init-from dropped --set train.out_dir=run4
+edit mix kv3 num_key_value_heads 3
+refuse_input "--init-from, config.json's heads" "num_attention_heads 4 is not a multiple of num_key_value_heads 3" run5 -- \
+  "$cleave" train --init-from kv3 --set train.out_dir=run5
+# cleave run reads config.json before any job (a contradiction there: exit 64, no job), the tensors in the job
+# (a tensor missing: the first attempt's exit 64 stops it at once, no restart spent).
+refuse_input "cleave run -- --init-from, config.json's heads" "num_attention_heads 4 is not a multiple of num_key_value_heads 3" \
+  run6 -- "$cleave" run --slots 2 --launcher "${mpiexec[*]}" -- --init-from kv3 --set train.out_dir=run6
+! grep -q "run: attempt" bad.log || { cat bad.log; fail "cleave run started a job for a bad --init-from config.json"; }
+"$cleave" run --slots 2 --launcher "${mpiexec[*]}" -- --init-from dropped --set train.out_dir=run7 > run7.log 2>&1 \
+  && { cat run7.log; fail "cleave run -- --init-from dropped: accepted"; }
+grep -q "run: giving up at once, a restart cannot cure this (0 of --max-restarts 3 restarts made.*bad input: $dropped_msg" run7.log &&
+  [ "$(grep -c '^run: attempt' run7.log)" -eq 1 ] || { cat run7.log; fail "cleave run spent restarts on a tensor missing"; }
+echo "ok   cleave run -- --init-from, a tensor missing: stopped after the first attempt, no restart spent"
 cp -r mix jitter && python3 -c "
 import json; c = json.load(open('jitter/config.json')); c['router_jitter_noise'] = 0.1; json.dump(c, open('jitter/config.json', 'w'))"
 refuse "router jitter" "router_jitter_noise is 0.1" out4 -- "$cleave" import jitter --out out4

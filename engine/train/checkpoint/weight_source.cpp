@@ -147,14 +147,18 @@ std::string describe_context(const WeightSource& source, const config::RunConfig
   return fmt::format("seq_len {} of at most {} ({})", seq, max, how);
 }
 
+// A directory that is neither, or a Hugging Face directory whose files do not agree (a missing or unknown tensor, a
+// shape config.json does not give, a missing shard): bad input (reading_input), so `cleave run` does not restart
+// into it. A Cleave checkpoint's damage keeps its own type.
 WeightSource open_weight_source(const std::string& path) {
   CLEAVE_CHECK_INPUT(fs::is_directory(path), "--init-from {}: no such directory", path);
-  return hf::is_hf_dir(path) ? hf_source(path) : checkpoint_source(path);
+  return reading_input([&] { return hf::is_hf_dir(path) ? hf_source(path) : checkpoint_source(path); });
 }
 
 WeightSource open_weight_source_model(const std::string& path) {
   CLEAVE_CHECK_INPUT(fs::is_directory(path), "--init-from {}: no such directory", path);
-  return hf::is_hf_dir(path) ? hf_model_source(path) : checkpoint_source(path);  // a checkpoint's tensors: on demand
+  // A checkpoint's tensors: on demand.
+  return reading_input([&] { return hf::is_hf_dir(path) ? hf_model_source(path) : checkpoint_source(path); });
 }
 
 namespace {

@@ -186,6 +186,23 @@ TEST(Config, UnknownKeysSuggestTheClosest) {
   expect_error(R"({"train": {"stepz": 1}, "device": {"typo": 1}})", {"train.stepz", "device.typo"});
 }
 
+// Megatron-LM / torchtitan / Hugging Face names lead to Cleave's key (peer_key_names.hpp), for the model type at hand;
+// by spelling alone expert_parallel_size led to context_parallel_size and ep to optimizer.eps.
+TEST(Config, OtherTrainersKeyNamesSuggestCleavesKey) {
+  const std::string peer = " is the Megatron-LM / torchtitan / Hugging Face name)";
+  expect_error(R"({"model": {"type": "moe"}, "parallel": {"expert_parallel_size": 2}})",
+               {"unknown key parallel.expert_parallel_size (did you mean parallel.expert_model_parallel_size? "
+                "expert_parallel_size" + peer});
+  expect_error(R"({"parallel": {"ep": 2}})", {"did you mean parallel.expert_model_parallel_size?"});
+  expect_error(R"({"parallel": {"tensor_parallel_degree": 2}})", {"did you mean parallel.tensor_model_parallel_size?"});
+  expect_error(R"({"model": {"hidden_size": 64}})", {"did you mean model.d_model? hidden_size" + peer});
+  expect_error(R"({"model": {"intermediate_size": 64}})", {"did you mean model.d_ff?"});  // gpt's name
+  expect_error(R"({"model": {"type": "llama", "intermediate_size": 64}})", {"did you mean model.ffn_hidden_size?"});
+  expect_error(R"({"model": {"type": "moe", "num_experts_per_tok": 2}})", {"did you mean model.top_k?"});
+  expect_error(R"({"data": {"seq_length": 64}})", {"did you mean model.seq_len?"});
+  expect_error(R"({"optimizer": {"learning_rate": 0.1}})", {"did you mean optimizer.lr?"});
+}
+
 TEST(Config, WrongTypesNameKeyAndValue) {
   expect_error(R"({"optimizer": {"lr": "abc"}})", {"optimizer.lr: expected a number, got \"abc\""});
   expect_error(R"({"train": {"steps": 2.5}})", {"train.steps: expected an integer, got 2.5"});

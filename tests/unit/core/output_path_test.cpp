@@ -1,6 +1,7 @@
 // Output paths checked before work (engine/core/output_path.hpp): a new or existing writable directory passes and
 // nothing is created; a file where a directory should be, a directory under a file, an existing output file and
-// a read-only directory are errors naming the setting and the path.
+// a read-only directory are errors naming the setting and the path, and bad input (InputError: exit 64, which
+// `cleave run` does not restart into); reading_input makes a reader's plain Error bad input and keeps subclasses.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -10,6 +11,7 @@
 #include <string>
 
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/output_path.hpp"
 
 namespace cleave {
@@ -77,6 +79,40 @@ TEST(OutputFile, ExistingFilesAndFilesUnderFilesAreRefused) {
   EXPECT_NE(error_of([&] { check_output_file("--out", root.string(), true); }).find("is not a regular file"),
             std::string::npos);
   fs::remove_all(root);
+}
+
+// An output that exists, or a file where a directory must be, is the command line's fault: InputError (exit 64;
+// they were plain Errors, exit 1, so `cleave run` and scripts took them for a failure of the work).
+TEST(OutputPath, RefusalsAreBadInput) {
+  const fs::path root = temp_dir("input");
+  const std::string file = (root / "best.json").string();
+  std::ofstream(file) << "{}";
+  EXPECT_THROW(check_output_file("plan: --write", file), InputError);
+  EXPECT_THROW(check_output_dir("bench: --out", file), InputError);
+  EXPECT_THROW(check_output_file("--out", (fs::path(file) / "x").string()), InputError);
+  fs::remove_all(root);
+}
+
+class Damage : public Error {
+ public:
+  using Error::Error;
+};
+
+TEST(ReadingInput, APlainErrorBecomesBadInputAndSubclassesKeepTheirType) {
+  EXPECT_EQ(reading_input([] { return 7; }), 7);
+  EXPECT_THROW(reading_input([]() -> int { throw Error("hf: tensor missing"); }), InputError);
+  try {
+    reading_input([] { throw Error("hf: tensor missing"); });
+  } catch (const InputError& e) {
+    EXPECT_STREQ(e.what(), "hf: tensor missing");
+  }
+  EXPECT_THROW(reading_input([] { throw Damage("bytes differ"); }), Damage);
+  try {
+    reading_input([] { throw Damage("bytes differ"); });
+  } catch (const InputError&) {
+    ADD_FAILURE() << "a subclass became InputError";
+  } catch (const Damage&) {
+  }
 }
 
 // Permissions bind only a non-root user (root writes anywhere except a read-only file system).

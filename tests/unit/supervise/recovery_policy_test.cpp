@@ -56,6 +56,25 @@ TEST(ClassifyFailure, ErrorLineSrunAndUnknown) {
   EXPECT_NE(u.why.find("code 2"), std::string::npos);
 }
 
+// Open MPI's refusal to start as root (no rank ran): bad input of the launcher, no restart; it was "unknown", so
+// cleave run restarted into it until the budget was spent. Any other unknown failure quotes the output's last line.
+TEST(ClassifyFailure, LauncherRefusingRootIsNotRestartedAndUnknownQuotesTheLastLine) {
+  const std::string out =
+      "--------------------------------------------------------------------------\n"
+      "mpiexec has detected an attempt to run as root.\n\n"
+      "Running as root is *strongly* discouraged as any mistake (e.g., in\n"
+      "We reiterate our advice against doing so - please proceed at your own risk.\n"
+      "--------------------------------------------------------------------------\n";
+  const Failure f = classify_failure(out, 1);
+  EXPECT_EQ(f.kind, FailureKind::kBadInput);
+  EXPECT_FALSE(restart_can_cure(f.kind));
+  EXPECT_NE(f.why.find("mpiexec refuses to run as root, so no rank started: add --allow-run-as-root to --launcher"),
+            std::string::npos) << f.why;
+  const Failure u = classify_failure("prterun: cannot reach host node7\n-----\n", 1);
+  EXPECT_EQ(u.kind, FailureKind::kUnknown);
+  EXPECT_EQ(u.why, "the job exited with code 1 and no line names a rank; its last line: \"prterun: cannot reach host node7\"");
+}
+
 TEST(ClassifyFailure, NoIntactCheckpointExitCodeIsItsOwnKindWithTheWholeLineAndNoRestart) {
   // Every rank agreed (rank 0 prints the line once, no rank prefix); the line lists each checkpoint, past 200 chars.
   std::string line = "--resume auto: no intact checkpoint under run/checkpoints: step_0000004 (step 4): checkpoint file "

@@ -73,8 +73,8 @@ Run it without mpiexec: --trial K starts `mpiexec -n N cleave train` itself for 
                          "by row against the prediction, naming the row that disagrees most")
       .text("--json", "FILE",
             "also write every plan that fits (ranked) with its overrides, predicted step time,\n"
-            "throughput, bubble and peak memory per rank, and a moe model's page-locked host\n"
-            "memory per rank on a GPU (host_pinned_bytes; refuses to overwrite FILE)")
+            "throughput, bubble and peak memory per rank, and on a GPU the page-locked host\n"
+            "memory per rank (host_pinned_bytes; refuses to overwrite FILE)")
       .number("--tie-within", "F",
               "the model's stated error: plans predicted within this fraction of their group's\n"
               "fastest are tied, and the one with the lowest peak / cap comes first", planner::kPredictionError, 0)
@@ -200,7 +200,7 @@ void write_plans_json(const std::string& json_path, const std::vector<const plan
                      {"bubble", e.bubble},
                      {"peak_bytes", e.peak_bytes},
                      {"peak_rank", e.peak_rank}});
-    if (e.host_pinned_bytes > 0) {  // the host line (a moe model on a GPU): page-locked host memory, not in peak_bytes
+    if (e.host_pinned_bytes > 0) {  // the host line (a plan on a GPU): page-locked host memory, not in peak_bytes
       plans.back()["host_pinned_bytes"] = e.host_pinned_bytes;
       plans.back()["host_pinned_rank"] = e.host_pinned_rank;
     }
@@ -293,7 +293,7 @@ void print_plans(const planner::SearchResult& result, const Ordering& o, int sho
   std::printf("\nplans predicted within %.1f%% of their group's fastest are tied (the model's stated error, "
               "--tie-within); a tie goes to the lowest peak %s\n", 100 * tie_within,
               result.memory_limit > 0 ? "/ cap" : "memory");
-  // The host line's column only where a shown plan pins host memory (a moe model on a GPU): other tables unchanged.
+  // The host line's column only where a shown plan pins host memory (a plan on a GPU): CPU tables unchanged.
   const bool pinned = std::any_of(ordered.begin(), ordered.begin() + shown,
                                   [](const planner::PlanEstimate* e) { return e->host_pinned_bytes > 0; });
   std::printf("%3s  %-13s %2s %-17s %5s %4s %2s %-9s %10s %12s %7s%s  %s\n", "#", "layout", "v", "schedule", "micro",
@@ -313,9 +313,9 @@ void print_plans(const planner::SearchResult& result, const Ordering& o, int sho
                 tie_note[static_cast<std::size_t>(i)].c_str());
   }
   if (pinned) {
-    std::printf("host pinned: the page-locked host memory a rank's moe blocks stage their routing in on a GPU (the "
-                "largest over pp ranks): host memory, not in the peak memory and not under the cap, but under the "
-                "host's page-locked limit (ulimit -l)\n");
+    std::printf("host pinned: the page-locked host memory a rank holds on a GPU (the largest over pp ranks): the "
+                "step's staged micro-batches, the losses row and moe routing uploads; host memory, not in the peak "
+                "memory and not under the cap, but under the host's page-locked limit (ulimit -l)\n");
   }
   // Layouts that put more ranks on a node than it has cores: priced by their share of the cores, and said so.
   std::vector<std::string> warned;
@@ -443,7 +443,7 @@ void write_best_plan(const std::string& write_path, const std::string& config_pa
   std::vector<std::string> all = overrides;
   for (const auto& o : best.choice.overrides()) all.push_back(o);
   config::RunConfig chosen = config::load_config(config_path, all);
-  if (chosen.device.type == DeviceType::kCpu && profile.device_type == DeviceType::kCuda) chosen.device.type = DeviceType::kCuda;
+  chosen.device.type = planner::planned_device(chosen, profile);  // the device the plan was estimated for
   // The cap asked for on the command line travels with the plan: training then refuses a plan over it and
   // the allocator enforces it (a cap from the config is there already).
   if (!limit_text.empty()) chosen.device.memory_limit = result.memory_limit;

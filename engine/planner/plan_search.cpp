@@ -308,6 +308,10 @@ pipeline::Schedule priced_auto_schedule(const run_plan::Plan& plan, const config
 
 }  // namespace
 
+DeviceType planned_device(const config::RunConfig& config, const HardwareProfile& profile) {
+  return profile.device_type == DeviceType::kCuda ? DeviceType::kCuda : config.device.type;
+}
+
 PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origin,
                            const std::vector<std::string>& overrides, const PlanChoice& choice,
                            const HardwareProfile& profile, const SearchOptions& options, PlanDetails* details,
@@ -332,6 +336,9 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
     config.device.memory_limit = 0;
     plan = run_plan::make_plan(config, static_cast<int>(config.resolved_batch().gradient_accumulation_steps), 0,
                               cache != nullptr ? &cache->schedules : nullptr);
+    // From here on the config is the run the plan is for: the memory plan's device-only decisions (the CPU's
+    // bf16 widening scratch, the host line) follow the device it runs on, not only what the config said.
+    config.device.type = planned_device(config, profile);
     if (options.auto_schedule_priced && config.parallel.schedule == "auto") {
       plan.schedule = priced_auto_schedule(plan, config, choice, profile, options);
     }
@@ -353,9 +360,6 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
   std::vector<std::int64_t> working_set(static_cast<std::size_t>(choice.pp), 0);
   const bool bf16 = config.device.precision == config::Precision::kBf16;
   const std::vector<double> saved = probabilities_saved(plan, choice, options, bf16 ? DType::kBF16 : DType::kF32);
-  // The host line (PlanEstimate::host_pinned_bytes) as on the device the plan runs on: a cuda profile plans a GPU run
-  // (--write writes it with device.type cuda) whatever the config's device.type says.
-  const bool on_gpu = config.device.type == DeviceType::kCuda || profile.device_type == DeviceType::kCuda;
   for (int r = 0; r < choice.pp; ++r) {
     // A run storing attention probabilities keeps them with every micro-batch's stash: the memory plan counts them
     // in each attention block's (its `attention` input), so the walk and cp's transients above it are the run's.
@@ -363,7 +367,8 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
         run_plan::estimate_rank_memory(plan, config, r, opts.ep_imbalance, options.attention);
     working_set[static_cast<std::size_t>(r)] =
         memory.total() - memory.bytes[static_cast<std::size_t>(MemoryCategory::kOptimizerState)];
-    const std::int64_t host_pinned = on_gpu ? run_plan::host_pinned_peak(plan, config, r) : 0;
+    // The host line (PlanEstimate::host_pinned_bytes), on the planned device (0 on the CPU).
+    const std::int64_t host_pinned = memory.host_pinned;
     if (details) {
       details->memory_plan.push_back(memory.bytes);
       details->cp_exchange.push_back(memory.cp_exchange);

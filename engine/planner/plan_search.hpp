@@ -75,10 +75,10 @@ struct PlanEstimate {
   std::int64_t peak_bytes = 0; // max over pp ranks of the memory plan's total
   int peak_rank = 0;
   std::array<std::int64_t, kNumMemoryCategories> peak_by_category{};  // of that rank
-  // The memory plan's host line (MemoryPlan::host_pinned): the page-locked host memory a rank's moe blocks stage
-  // their routing in when the plan runs on a GPU (the config's device.type cuda, or a cuda profile: the device
-  // `cleave plan --write` writes), the largest over pp ranks and that rank. Host memory: not in peak_bytes and never
-  // under the cap. 0 on the CPU and for a model without experts.
+  // The memory plan's host line (MemoryPlan::host_pinned): the page-locked host memory a rank holds when the plan
+  // runs on a GPU (planned_device: the config's device.type cuda, or a cuda profile): its staged micro-batches, the
+  // losses row and its moe blocks' routing staging; the largest over pp ranks and that rank. Host memory: not in
+  // peak_bytes and never under the cap. 0 on the CPU.
   std::int64_t host_pinned_bytes = 0;
   int host_pinned_rank = 0;
   StepBreakdown breakdown;     // where step_s goes, term by term (sums to it)
@@ -209,6 +209,12 @@ SearchResult search_plans(const std::string& config_path, const std::vector<std:
                           const HardwareProfile& profile, const SearchOptions& options);
 
 // Estimates one plan (what search_plans does for each). Never throws for a bad layout: valid = false.
+// The device a plan is for: cuda on a GPU's profile (`cleave plan --write` writes device.type cuda then) whatever
+// the config says, else the config's device.type (a cuda config planned on a CPU profile stays a GPU run).
+// estimate_plan sets the candidate's device.type to it before the memory plan, so its device-only parts (the CPU's
+// bf16 widening scratch, the host line) are the planned device's.
+DeviceType planned_device(const config::RunConfig& config, const HardwareProfile& profile);
+
 PlanEstimate estimate_plan(const std::string& config_path, const std::vector<std::string>& overrides,
                            const PlanChoice& choice, const HardwareProfile& profile, const SearchOptions& options,
                            PlanDetails* details = nullptr);

@@ -205,7 +205,7 @@ MemoryPlan estimate_rank_memory(const Plan& plan, const config::RunConfig& confi
   // ring's were 2.04% / 1.95% over the measured total at cp2 / cp4 when added to the activation peak).
   m.transients_in_categories += cp_exchange;
   m.transients_above_activations = walk.with_transients - at(MemoryCategory::kActivations);
-  // The moe blocks' page-locked routing staging: host memory a GPU run pins, reported apart (host_memory.hpp).
+  // The page-locked host memory a GPU run pins (batches, losses row, moe staging), reported apart (host_memory.hpp).
   if (config.device.type == DeviceType::kCuda) m.host_pinned = host_pinned_peak(plan, config, pp_rank);
   return m;
 }

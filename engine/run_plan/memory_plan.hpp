@@ -69,11 +69,15 @@
 //                    widened operands, a convolution's output (im2col's stand-in) and the vocabulary-parallel
 //                    cross-entropy's 3 f32 per row; plus the executor's loss scale (4 B) and, on the rank of the
 //                    last stage, the step's losses (4 B per micro-batch)
-//   host_pinned      not device memory and not in total(): on a cuda device, the page-locked host staging the
-//                    rank's moe blocks upload their routing from (partition/families/moe_staging.hpp, run_plan/host_memory.hpp),
-//                    per moe block and micro-batch 16·n·k B (n = micro·T / cp tokens, k = top_k) plus, under cp with
-//                    the load-balancing loss, 8·micro·(E + 1), held from its F to the end of its I or B, and under
-//                    ep 8·E inside the forward; the peak over the rank's actions. 0 on the CPU (nothing staged)
+//   host_pinned      not device memory and not in total(): on a cuda device, the page-locked host memory of the
+//                    rank (run_plan/host_memory.hpp), the peak over its actions of: on the ranks of the first and
+//                    the last stage each micro-batch's inputs and targets (micro · (input + 4 · target rows) / cp B,
+//                    from the F that loads it to the step's end; under cp the unsharded batch on top while it is
+//                    sharded); the moe blocks' routing staging (partition/families/moe_staging.hpp), per moe block
+//                    and micro-batch 16·n·k B (n = micro·T / cp tokens, k = top_k) plus, under cp with the
+//                    load-balancing loss, 8·micro·(E + 1), held from its F to the end of its I or B, and under ep
+//                    8·E inside the forward; plus the losses row, 4 B per global micro-batch and cp rank. 0 on the
+//                    CPU (nothing pinned). Pageable host copies (moe logits, dlogits) are not counted
 //   total()          the categories summed, except the buffers an attention block holds only while it runs (the cp
 //                    exchange, the attention kernel's scratch): the activation walk holds them inside their blocks
 //                    (BlockTransients) and the total counts what they add above the activation peak

@@ -17,8 +17,9 @@
 # plan's range clears the other's, with a progress line per run; a spent budget stops after one round; with
 # --explain the trial prints each plan's traced step against its prediction row by row, naming the largest
 # disagreement (and writes the rows in --json); a tp2 and a cp2 run's traced compute spans carry their waits on
-# collectives, which --explain shows as rows of their own. A moe model planned on a GPU shows its page-locked host
-# memory per rank (the memory plan's host line) in the table and --json; a dense one does not.
+# collectives, which --explain shows as rows of their own. A plan on a GPU shows its page-locked host memory per rank
+# (the memory plan's host line: staged micro-batches, the losses row, a moe model's routing staging) in the table
+# and --json; a plan on this machine's (CPU) profile does not.
 # Usage: cli_plan.sh CLEAVE SOURCE_DIR MPIEXEC [FLAGS...]
 set -u
 cleave=$(realpath "$1"); source_dir=$(realpath "$2"); shift 2
@@ -258,15 +259,20 @@ print(f"ok   simulate --config moe: {total} parameters, {active} active per toke
 PY
 # The memory plan's host line: the moe example planned on a GPU (the A100 profile; its config says cpu, the plan
 # runs where the profile is) shows each plan's page-locked host memory per rank (a column, a note, --json's
-# host_pinned_bytes), as simulate --config does; on this machine's profile and for the dense tiny plan, nothing.
+# host_pinned_bytes), as simulate --config does, and so does the dense tiny model on the A100 profile (its staged
+# micro-batches and losses row, more for the moe model's routing staging); on this machine's profile, nothing.
 "$cleave" plan "$source_dir/examples/moe/config.json" --set data.type=synthetic --set data.path= --world 2 \
   --profile "$a100" --top 3 --json moe_plans.json > moe_plan.log 2>&1 || { cat moe_plan.log; fail "plan moe on a GPU profile"; }
+"$cleave" plan tiny.json --world 2 --profile "$a100" --top 3 --json dense_plans.json > dense_plan.log 2>&1 \
+  || { cat dense_plan.log; fail "plan the dense tiny model on a GPU profile"; }
 "$cleave" simulate --config "$source_dir/examples/moe/config.json" --set data.type=synthetic --set data.path= --world 2 \
   --profile "$a100" --json > moe_gpu.json 2> moe_gpu.log || { cat moe_gpu.log; fail "simulate --config moe on a GPU profile"; }
-python3 - moe_plan.log moe_plans.json moe_gpu.json moe.json plan.log << 'PY' || { cat moe_plan.log; fail "the host line"; }
+python3 - moe_plan.log moe_plans.json moe_gpu.json moe.json plan.log dense_plan.log dense_plans.json << 'PY' \
+  || { cat moe_plan.log dense_plan.log; fail "the host line"; }
 import json, re, sys
 text, plans, gpu, cpu, dense = open(sys.argv[1]).read(), json.load(open(sys.argv[2])), json.load(open(sys.argv[3])), \
     json.load(open(sys.argv[4])), open(sys.argv[5]).read()
+dense_gpu, dense_plans = open(sys.argv[6]).read(), json.load(open(sys.argv[7]))
 header = next(l for l in text.split("\n") if l.startswith("  #  layout"))
 assert "host pinned" in header and header.index("host pinned") < header.index("peak memory / rank"), header
 rows = [l for l in text.split("\n") if re.match(r"^\s+\d+\s+tp\d", l)]
@@ -276,8 +282,12 @@ assert all(p["host_pinned_bytes"] > 0 for p in plans["plans"]), plans["plans"]
 assert all(r["host_pinned_bytes"] > 0 for r in gpu["ranks"]), gpu["ranks"]
 assert all(r["host_pinned_bytes"] == 0 for r in cpu["ranks"]), cpu["ranks"]
 assert "host pinned" not in dense
+dense_header = next(l for l in dense_gpu.split("\n") if l.startswith("  #  layout"))
+assert "host pinned" in dense_header and "host pinned: the page-locked host memory" in dense_gpu, dense_gpu
+assert all(p["host_pinned_bytes"] > 0 for p in dense_plans["plans"]), dense_plans["plans"]
 print(f"ok   the host line: plan #1 {plans['plans'][0]['host_pinned_bytes']} B page-locked on pp rank "
-      f"{plans['plans'][0]['host_pinned_rank']} (A100 profile); none on this machine or for a dense model")
+      f"{plans['plans'][0]['host_pinned_rank']} (A100 profile), the dense plan #1 "
+      f"{dense_plans['plans'][0]['host_pinned_bytes']} B; none on this machine")
 PY
 
 # Bad input.

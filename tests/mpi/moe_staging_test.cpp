@@ -2,7 +2,7 @@
 // the cp and the ep group each the whole world): a CPU context given a counting staging allocator stages what a GPU
 // stages (layers/moe/moe_mlp.cpp, balance_exchange.cpp, expert_dispatch.cpp), so the bytes it holds can be set
 // against partition/families/moe_staging.hpp's formula, the cp count row 8·b·(E + 1) and the ep counts 8·E that
-// MoeMlp.UploadStagingIsThePlansFormula (one rank) cannot reach. Then the walk (run_plan::host_pinned_peak) against
+// MoeMlp.UploadStagingIsThePlansFormula (one rank) cannot reach. Then the walk (run_plan::moe_staging_peak) against
 // the staging allocator's peak when three moe layers run a plan's actions (GPipe and 1F1B, with and without full
 // recomputation; cp2, ep2 and both): the plan's figure is the layers' peak to the byte.
 #include <gtest/gtest.h>
@@ -219,7 +219,7 @@ TEST(MoeStaging, TheWalkIsTheLayersPeak) {
         const run_plan::Plan plan =
             run_plan::make_plan(c, static_cast<int>(c.resolved_batch().gradient_accumulation_steps), 0);
         EXPECT_EQ(plan.schedule.num_microbatches, 4);
-        const std::int64_t planned = run_plan::host_pinned_peak(plan, c, 0);
+        const std::int64_t planned = run_plan::moe_staging_peak(plan, c, 0);
         Groups g(cp > 1, ep > 1);
         const std::int64_t measured = layers_peak(plan, full, g, rank);
         EXPECT_EQ(planned, measured);

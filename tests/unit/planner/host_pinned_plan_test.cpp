@@ -1,8 +1,9 @@
 // The plan search's host line (PlanEstimate::host_pinned_bytes: `cleave plan`'s host pinned column and --json's
 // host_pinned_bytes; PlanDetails::host_pinned: `cleave simulate --config`): per pp rank the memory plan's walk
 // (run_plan::host_pinned_peak) of the plan's own config, the largest and its rank kept, on the device the plan runs
-// on (a cuda config, or a cuda profile whatever the config says, as --write writes it); 0 on the CPU and for a
-// dense model; never in the peak or under the cap.
+// on (planned_device: a cuda config, or a cuda profile whatever the config says, as --write writes it); 0 on the
+// CPU; never in the peak or under the cap. A dense model on a GPU pins its staged micro-batches and losses row.
+// PlannedDevice: the device-only parts of the device memory (the CPU's bf16 widening scratch) follow the same rule.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -88,7 +89,7 @@ class PlanHostPinnedSearch : public testing::ScratchDirTest {
   PlanHostPinnedSearch() : ScratchDirTest("cleave_host_pinned_test_") {}
 };
 
-TEST_F(PlanHostPinnedSearch, EveryRankedMoePlanOnAGpuHasItAndADenseOneNone) {
+TEST_F(PlanHostPinnedSearch, EveryRankedPlanOnAGpuHasItAndNoneOnACpu) {
   const SearchResult moe = search_plans(write("moe.json", kMoe), {}, a100(), SearchOptions{2, 0});
   ASSERT_FALSE(moe.ranked.empty());
   for (const PlanEstimate& e : moe.ranked) EXPECT_GT(e.host_pinned_bytes, 0) << e.choice.layout();
@@ -97,7 +98,42 @@ TEST_F(PlanHostPinnedSearch, EveryRankedMoePlanOnAGpuHasItAndADenseOneNone) {
                                        "seq_len": 16}, "batch": {"global_batch_size": 8}, "data": {"type": "synthetic"}})"),
       {}, a100(), SearchOptions{2, 0});
   ASSERT_FALSE(gpt.ranked.empty());
-  for (const PlanEstimate& e : gpt.ranked) EXPECT_EQ(e.host_pinned_bytes, 0) << e.choice.layout();
+  // A dense model pins its staged micro-batches and the losses row (run_plan/host_memory.hpp).
+  for (const PlanEstimate& e : gpt.ranked) EXPECT_GT(e.host_pinned_bytes, 0) << e.choice.layout();
+  HardwareProfile cpu = a100();
+  cpu.device_type = DeviceType::kCpu;
+  const SearchResult on_cpu = search_plans(write("moe_cpu.json", kMoe), {}, cpu, SearchOptions{2, 0});
+  ASSERT_FALSE(on_cpu.ranked.empty());
+  for (const PlanEstimate& e : on_cpu.ranked) EXPECT_EQ(e.host_pinned_bytes, 0) << e.choice.layout();
+}
+
+// The device a plan is for (planned_device) decides the whole memory plan, not only the host line: a bf16 config
+// that says cpu, planned on a GPU's profile, is a GPU run (as --write writes it), so its device peak has no CPU
+// widening scratch and is the cuda config's to the byte; on a CPU profile the same config counts the scratch.
+TEST(PlannedDevice, TheMemoryPlanIsTheDeviceThePlanRunsOn) {
+  const HardwareProfile gpu = a100();
+  HardwareProfile cpu = gpu;
+  cpu.device_type = DeviceType::kCpu;
+  const std::string gpt = R"({"model": {"type": "gpt", "vocab_size": 256, "d_model": 64, "n_layers": 2,
+      "n_heads": 4, "seq_len": 32}, "batch": {"global_batch_size": 8, "micro_batch_size": 2},
+      "device": {"precision": "bf16"}, "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})";
+  const config::RunConfig says_cpu = config::parse_config(gpt, "<string>", {});
+  const config::RunConfig says_cuda = config::parse_config(gpt, "<string>", {"device.type=cuda"});
+  EXPECT_EQ(planned_device(says_cpu, gpu), DeviceType::kCuda);
+  EXPECT_EQ(planned_device(says_cuda, cpu), DeviceType::kCuda);
+  EXPECT_EQ(planned_device(says_cpu, cpu), DeviceType::kCpu);
+  for (const PlanChoice& c : {choice(1, 1, 1), choice(2, 1, 1)}) {
+    SCOPED_TRACE(c.layout());
+    const PlanEstimate planned = estimate_plan(says_cpu, "<string>", {}, c, gpu, SearchOptions{c.world(), 0});
+    const PlanEstimate cuda = estimate_plan(says_cuda, "<string>", {}, c, gpu, SearchOptions{c.world(), 0});
+    ASSERT_TRUE(planned.valid && cuda.valid) << planned.reason << cuda.reason;
+    EXPECT_EQ(planned.peak_by_category, cuda.peak_by_category);
+    EXPECT_EQ(planned.peak_bytes, cuda.peak_bytes);
+    EXPECT_EQ(planned.host_pinned_bytes, cuda.host_pinned_bytes);
+    const PlanEstimate on_cpu = estimate_plan(says_cpu, "<string>", {}, c, cpu, SearchOptions{c.world(), 0});
+    const auto workspace = static_cast<std::size_t>(MemoryCategory::kWorkspace);
+    EXPECT_GT(on_cpu.peak_by_category[workspace], planned.peak_by_category[workspace]);  // the widening scratch
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// The memory plan's host line (run_plan::host_pinned_peak, MemoryPlan::host_pinned): the moe blocks' page-locked
-// routing staging on a GPU, per micro-batch in flight on the rank, by hand from partition/families/moe_staging.hpp's formula
+// The memory plan's host line's moe part (run_plan::moe_staging_peak; MemoryPlan::host_pinned adds the staged
+// micro-batches and the losses row, MemoryPlanHostBatches.*): the moe blocks' page-locked routing staging on a GPU,
+// per micro-batch in flight on the rank, by hand from partition/families/moe_staging.hpp's formula
 // (whose bytes MoeMlp.UploadStagingIsThePlansFormula checks against the layer's own requests): GPipe holds every
 // micro-batch, 1F1B at pp2 two on the first rank and one on the last, full recomputation one block's inside its
 // rerun; cp adds the balance row, ep the count exchange's transient (alone, together, under GPipe and full
@@ -33,7 +34,7 @@ config::RunConfig moe_at(int world, const std::vector<std::string>& overrides) {
 
 std::int64_t pinned(const config::RunConfig& c, int pp_rank = 0) {
   const Plan plan = make_plan(c, static_cast<int>(c.resolved_batch().gradient_accumulation_steps), 0);
-  return host_pinned_peak(plan, c, pp_rank);
+  return moe_staging_peak(plan, c, pp_rank);
 }
 
 // Per block and micro-batch: 16 · n · k, n = 2 · 16 / cp tokens.
@@ -106,7 +107,8 @@ TEST(MemoryPlanHost, ReportedOnACudaDeviceOnlyAndNotInTheTotal) {
   EXPECT_EQ(cpu.host_pinned, 0);  // the CPU stages nothing
   c.device.type = DeviceType::kCuda;
   const MemoryPlan gpu = estimate_rank_memory(plan, c, 0);
-  EXPECT_EQ(gpu.host_pinned, 4 * 3 * kUploads);
+  // With every micro-batch's staged batch (2 · 16 · 8 B) and the losses row (4 f32): MemoryPlanHostBatches.*.
+  EXPECT_EQ(gpu.host_pinned, 4 * 3 * kUploads + 4 * 2 * 16 * 8 + 4 * 4);
   EXPECT_EQ(gpu.total(), cpu.total());
   EXPECT_NE(gpu.breakdown().find("host pinned"), std::string::npos) << gpu.breakdown();
   // A dense model stages nothing.
@@ -115,7 +117,7 @@ TEST(MemoryPlanHost, ReportedOnACudaDeviceOnlyAndNotInTheTotal) {
     "batch": {"global_batch_size": 8, "micro_batch_size": 2}, "data": {"type": "synthetic"}})",
                                                "<string>", {});
   gpt.resolve(1);
-  EXPECT_EQ(host_pinned_peak(make_plan(gpt, 4, 0), gpt, 0), 0);
+  EXPECT_EQ(moe_staging_peak(make_plan(gpt, 4, 0), gpt, 0), 0);
 }
 
 }  // namespace

@@ -23,7 +23,7 @@ for world in "${worlds[@]}"; do
   "$cleave" plan "$cfg" --world "$world" --profile prof.json --top 3 --explain --trial 3 --trial-rounds "$rounds" \
     --trial-steps 8 --trial-spread 0 --json "plan_w$world.json" < /dev/null > "plan_w$world.log" 2>&1 \
     || { tail -20 "plan_w$world.log"; exit 1; }
-  grep -E "^warning: .* puts" "plan_w$world.log" | head -1
+  grep -m1 -E "^warning: .* puts" "plan_w$world.log" || true
   echo "   (after: load $(cut -d' ' -f1-3 /proc/loadavg))"
   python3 - "$cleave" "$cfg" "$world" "plan_w$world.json" << 'PY'
 import json, subprocess, sys

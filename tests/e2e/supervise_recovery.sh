@@ -313,7 +313,8 @@ SH
   chmod +x damage_all.sh
   no_intact="no intact checkpoint: --resume auto: no intact checkpoint under all/checkpoints: step_0000004 (step 4): .*fail their checksum.*; step_0000002 (step 2): .*fail their checksum"
   CLEAVE_FAULT_INJECT_1=1:5:forward:kill timed sup --slots 2 --keep-layout --max-restarts 3 --health-check "$work/damage_all.sh" \
-    -- tiny.json --set train.out_dir=all --set checkpoint.background=false > all.log 2>&1 && { cat all.log; fail "every checkpoint damaged: exit 0"; }
+    -- tiny.json --set train.out_dir=all --set checkpoint.background=false > all.log 2>&1; rc=$?
+  [ $rc = 66 ] || { cat all.log; fail "every checkpoint damaged: cleave run exited $rc, not the job's 66"; }
   grep -q "run: giving up at once, a restart cannot cure this (1 of --max-restarts 3 restarts made, the rest not spent): $no_intact" all.log \
     || { cat all.log; fail "every checkpoint damaged: the supervisor's message"; }
   [ "$(field all/supervisor/supervisor.json 'len(d["attempts"])')" = 2 ] || { cat all.log; fail "every checkpoint damaged: restarted again"; }

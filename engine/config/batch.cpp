@@ -3,12 +3,16 @@
 // router's bias under ZeRO-3), and resolved_batch(). Products are refused past 2^62 samples
 // rather than overflowing int64.
 #include <filesystem>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "partition/ep_rules.hpp"
 #include "partition/families/family.hpp"
+#include "pipeline/schedules/schedules.hpp"
 
 namespace cleave::config {
 namespace {
@@ -113,6 +117,32 @@ int data_parallel_size_of(const ParallelConfig& parallel, int world_size) {
 
 }  // namespace
 
+void check_schedule_microbatches(const RunConfig& config, std::int64_t num_microbatches) {
+  const std::string& name = config.parallel.schedule;
+  if (name == "auto" || !pipeline::is_schedule_name(name)) return;  // auto and a schedule file: checked by their builders
+  const int pp = config.parallel.pipeline_model_parallel_size;
+  const std::int64_t need = pipeline::schedule_min_microbatches(name, pp);
+  if (num_microbatches >= need) return;
+  const ResolvedBatch b = config.resolved_batch();
+  const std::int64_t dp = config.parallel.data_parallel_size;
+  const std::int64_t per_replica = b.global_batch_size / dp;
+  std::string keep_global;
+  for (std::int64_t a = need; a <= per_replica; ++a) {
+    if (per_replica % a != 0) continue;
+    keep_global = fmt::format("keep the global batch with --set batch.micro_batch_size={} --set "
+                              "batch.gradient_accumulation_steps={}, or ",
+                              per_replica / a, a);
+    break;
+  }
+  throw InputError(fmt::format(
+      "parallel.schedule {} needs at least {} micro-batches per step on pp_size {}, got {} "
+      "(batch.global_batch_size {} / (batch.micro_batch_size {} × data-parallel size {})); {}keep the "
+      "micro-batch with --set batch.global_batch_size={} --set batch.gradient_accumulation_steps={}, or "
+      "choose another parallel.schedule",
+      name, need, pp, num_microbatches, b.global_batch_size, b.micro_batch_size, dp, keep_global,
+      b.micro_batch_size * need * dp, need));
+}
+
 void RunConfig::resolve(int world_size) {
   CLEAVE_CHECK(world_size >= 1, "world size must be positive, got {}", world_size);
   // Every rule below is this config against the world size, a pure function of both: bad input (InputError, exit
@@ -131,6 +161,7 @@ void RunConfig::resolve(int world_size) {
     if (checkpoint.dir.empty()) checkpoint.dir = (std::filesystem::path(train.out_dir) / "checkpoints").string();
     const ResolvedBatch r = resolve_batch(batch, dp);
     batch = {r.global_batch_size, r.micro_batch_size, r.gradient_accumulation_steps};
+    check_schedule_microbatches(*this, r.gradient_accumulation_steps);
   } catch (const InputError&) {
     throw;
   } catch (const Error& e) {

@@ -135,6 +135,12 @@ struct ResolvedBatch {
 // numbers and dp when they contradict, or when global is not divisible by micro × dp. With none given:
 // micro 8, accumulation 1; with one given the other of (micro, accumulation) defaults to 8 / 1.
 ResolvedBatch resolve_batch(const BatchConfig& batch, int dp_size);
+struct RunConfig;
+// A named parallel.schedule (not auto, not a file) that needs more micro-batches per step than the resolved batch
+// gives (`num_microbatches`: batch.gradient_accumulation_steps; dualpipev needs 2 × pp): throws InputError naming
+// the keys a user sets and values that work, keeping either the global batch or the micro-batch size. A pure
+// function of the config and the world size, so RunConfig::resolve refuses it before any work.
+void check_schedule_microbatches(const RunConfig& config, std::int64_t num_microbatches);
 
 struct OptimizerConfig {
   OptimizerType type = OptimizerType::kAdamw;
@@ -216,7 +222,8 @@ struct RunConfig {
 
   // Fills parallel.data_parallel_size (when -1) from the world size, all three batch numbers and an empty
   // checkpoint.dir (<train.out_dir>/checkpoints). Throws InputError (bad input, exit 64) when world_size is not
-  // tp × cp × pp × dp, ep does not divide dp × cp or the batch numbers contradict dp. Idempotent.
+  // tp × cp × pp × dp, ep does not divide dp × cp, the batch numbers contradict dp, or a named parallel.schedule
+  // needs more micro-batches per step than they give (check_schedule_microbatches). Idempotent.
   void resolve(int world_size);
   // The batch numbers after resolve() (asserts that it ran).
   ResolvedBatch resolved_batch() const;

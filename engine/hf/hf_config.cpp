@@ -10,6 +10,7 @@
 #include <fmt/format.h>
 
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/hf/hf_architecture.hpp"
 
 namespace cleave::hf {
@@ -131,8 +132,10 @@ ModelDims dims_of_model(const json& model, const std::string& origin, std::strin
   for (const HfArchitecture& a : hf_architectures()) {
     if (family == nullptr && type == a.cleave_type) family = &a;
   }
-  CLEAVE_CHECK(family != nullptr, "{}: model.type \"{}\" has no Hugging Face counterpart ({})", origin, type,
-               hf_export_names());
+  CLEAVE_CHECK_INPUT(family != nullptr,
+                     "{}: model.type \"{}\" has no Hugging Face counterpart ({}); nothing was written (--format "
+                     "cleave exports any model)",
+                     origin, type, hf_export_names());
   ModelDims d;
   d.vocab_size = k.size("vocab_size");
   d.d_model = k.size("d_model");
@@ -148,7 +151,7 @@ ModelDims dims_of_model(const json& model, const std::string& origin, std::strin
   for (const HfArchitecture& a : hf_architectures()) {
     if (arch == nullptr && type == a.cleave_type && a.holds(d, model)) arch = &a;
   }
-  CLEAVE_CHECK(arch != nullptr,
+  CLEAVE_CHECK_INPUT(arch != nullptr,
                "{}: no Hugging Face class holds this {} model (model.sliding_window {} from block {} with model.qkv_bias "
                "{} and model.qk_norm {}; a window from a later block needs q/k/v biases: Qwen2ForCausalLM; q/k norms "
                "take no window and no biases: Qwen3ForCausalLM); {}",

@@ -79,8 +79,9 @@ struct HfModelConfig {
 // `config` is config.json's parsed document; `path` names it in messages. Throws Error.
 HfModelConfig read_hf_config(const nlohmann::json& config, const std::string& path);
 
-// The sizes of a Cleave model section (index.json "model"); `origin` names it in messages. Throws Error for a
-// model type HF export does not cover (mlp, cnn) or a llama with both a window and biases. The architecture
+// The sizes of a Cleave model section (index.json "model"); `origin` names it in messages. Throws InputError
+// (exit 64: the checkpoint named is what is wrong) for a model type HF export does not cover (mlp, cnn) or a model
+// no class holds, before anything is written. The architecture
 // is `preferred_class` when that class holds the model, else the first row that does.
 ModelDims dims_of_model(const nlohmann::json& model, const std::string& origin, std::string_view preferred_class = {});
 

@@ -97,39 +97,12 @@ pipeline::AutoScheduleOptions auto_schedule_options(const config::RunConfig& con
   return options;
 }
 
-// A named schedule that needs more micro-batches per step than the batch config gives: the message names
-// the keys a user sets and values that work whichever of the three batch keys the config gives (a pair that
-// is consistent with the third), keeping either the global batch or the micro-batch size.
-void check_schedule_microbatches(const config::RunConfig& config, int num_microbatches) {
-  const std::string& name = config.parallel.schedule;
-  const int pp = config.parallel.pipeline_model_parallel_size;
-  const std::int64_t need = pipeline::schedule_min_microbatches(name, pp);
-  if (num_microbatches >= need) return;
-  const config::ResolvedBatch b = config.resolved_batch();
-  const std::int64_t dp = config.parallel.data_parallel_size;
-  const std::int64_t per_replica = b.global_batch_size / dp;
-  std::string keep_global;
-  for (std::int64_t a = need; a <= per_replica; ++a) {
-    if (per_replica % a != 0) continue;
-    keep_global = fmt::format("keep the global batch with --set batch.micro_batch_size={} --set "
-                              "batch.gradient_accumulation_steps={}, or ",
-                              per_replica / a, a);
-    break;
-  }
-  CLEAVE_THROW("parallel.schedule {} needs at least {} micro-batches per step on pp_size {}, got {} "
-               "(batch.global_batch_size {} / (batch.micro_batch_size {} × data-parallel size {})); {}keep the "
-               "micro-batch with --set batch.global_batch_size={} --set batch.gradient_accumulation_steps={}, or "
-               "choose another parallel.schedule",
-               name, need, pp, num_microbatches, b.global_batch_size, b.micro_batch_size, dp, keep_global,
-               b.micro_batch_size * need * dp, need);
-}
-
 pipeline::Schedule make_compute_schedule(const config::RunConfig& config, int num_microbatches) {
   const int pp = config.parallel.pipeline_model_parallel_size;
   const std::string& name = config.parallel.schedule;
   if (name == "auto") return pipeline::auto_schedule(pp, num_microbatches, auto_schedule_options(config)).schedule;
   if (pipeline::is_schedule_name(name)) {
-    check_schedule_microbatches(config, num_microbatches);
+    config::check_schedule_microbatches(config, num_microbatches);
     return pipeline::make_schedule(name, pp, num_microbatches, effective_virtual_stages(config));
   }
   pipeline::Schedule schedule = pipeline::load_schedule(name);
@@ -179,7 +152,7 @@ std::shared_ptr<const ScheduleCache::Entry> compute_and_lowered(const config::Ru
       auto_options = auto_schedule_options(config);
       pipeline::check_auto_schedule(pp, num_microbatches, *auto_options);
     } else {
-      check_schedule_microbatches(config, num_microbatches);
+      config::check_schedule_microbatches(config, num_microbatches);
       pipeline::check_schedule_args(name, pp, num_microbatches, v);
     }
     check_stage_count(static_cast<std::int64_t>(pp) * v, pp, v, num_blocks);

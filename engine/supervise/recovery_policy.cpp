@@ -105,6 +105,15 @@ bool restart_can_cure(FailureKind kind) {
          kind != FailureKind::kBadInput;
 }
 
+int give_up_exit_status(FailureKind kind) {
+  switch (kind) {
+    case FailureKind::kBadInput: return exit_status(ExitCode::kBadInput);
+    case FailureKind::kNoIntactCheckpoint: return exit_status(ExitCode::kNoIntactCheckpoint);
+    case FailureKind::kCheckpointMismatch: return exit_status(ExitCode::kCheckpointMismatch);
+    default: return exit_status(ExitCode::kError);
+  }
+}
+
 Failure classify_failure(std::string_view output, int exit_code) {
   const std::string text(output);
   std::smatch m;

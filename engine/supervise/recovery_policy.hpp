@@ -73,6 +73,11 @@ std::string_view failure_kind_name(FailureKind kind);
 // instead of spending --max-restarts).
 bool restart_can_cure(FailureKind kind);
 
+// The exit code of `cleave run` when it gives up at once on a failure of `kind`: the trainer's own code for a kind
+// that has one (kBadInput 64, kNoIntactCheckpoint 66, kCheckpointMismatch 78: engine/core/exit_code.hpp), passed
+// on so a script over `cleave run` reads the cause as it would from `cleave train`; otherwise 1.
+int give_up_exit_status(FailureKind kind);
+
 // `slots` minus those of `failure` (kKilled, kHung) and those with healthy[i] false (healthy may be empty = all).
 std::vector<Slot> remaining_slots(const std::vector<Slot>& slots, const Failure& failure,
                                   const std::vector<bool>& healthy);

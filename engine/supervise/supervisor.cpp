@@ -118,7 +118,8 @@ std::string_view cure_of(FailureKind kind) {
 
 // A failure no restart cures (recovery_policy.hpp: restart_can_cure): the job ends now, the budget unspent, with
 // the trainer's own line (it names each checkpoint and what is wrong, each key refused and how to set it back, or
-// the bad option or key and the nearest valid one) and what to do.
+// the bad option or key and the nearest valid one) and what to do; the exit code is the trainer's own for that kind
+// (give_up_exit_status: 64, 66, 78).
 int give_up_at_once(const SuperviseOptions& o, const RunPaths& paths, const Failure& failure, SupervisorRecord& record) {
   const std::string why = fmt::format("{}: {}", failure_kind_name(failure.kind), failure.why);
   record.outcome = "failed: " + why;
@@ -128,7 +129,7 @@ int give_up_at_once(const SuperviseOptions& o, const RunPaths& paths, const Fail
              "not spent): {}; nothing was renamed or deleted under {} ({} and run the same command with --resume "
              "auto after the --, or start a fresh run in another train.out_dir)",
              record.restarts.size(), o.max_restarts, why, paths.ckpt_root, cure);
-  return 1;
+  return give_up_exit_status(failure.kind);
 }
 
 // What one attempt leaves to the next.

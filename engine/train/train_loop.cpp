@@ -14,6 +14,7 @@
 
 #include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/core/output_path.hpp"
 #include "engine/report/html_report.hpp"
@@ -69,7 +70,7 @@ std::string held_checkpoints(const std::string& dir) {
 // checkpoints (another run's: the fresh run's saves would replace its steps and prune the rest), is refused
 // here, before the weights are read or a step is run.
 void check_output_paths(RankSetup& s, const std::string& checkpoints, bool fresh) {
-  std::string error;
+  RankFailure failure;
   try {
     const bool saves = s.config.checkpoint.interval > 0 || s.config.checkpoint.save_final;
     if (s.reports()) check_output_dir("train.out_dir", s.config.train.out_dir);
@@ -82,16 +83,16 @@ void check_output_paths(RankSetup& s, const std::string& checkpoints, bool fresh
         prepare_out_dir(out.string());
       }
       const std::string held = saves ? held_checkpoints(checkpoints) : std::string();
-      CLEAVE_CHECK(held.empty(),
-                   "checkpoint.dir {} already holds checkpoints ({}) of another run, which this fresh run's saves "
-                   "would replace and prune; nothing was written. Continue that run with --resume auto, or choose "
-                   "another directory with --set checkpoint.dir=...",
-                   checkpoints, held);
+      CLEAVE_CHECK_INPUT(held.empty(),
+                         "checkpoint.dir {} already holds checkpoints ({}) of another run, which this fresh run's "
+                         "saves would replace and prune; nothing was written. Continue that run with --resume auto, or "
+                         "choose another directory with --set checkpoint.dir=...",
+                         checkpoints, held);
     }
   } catch (const std::exception& e) {
-    error = e.what();
+    failure = rank_failure(e);  // bad input on every failing rank stays bad input (exit 64)
   }
-  throw_if_any_rank_failed(s.world, error);
+  throw_if_any_rank_failed(s.world, failure);
 }
 
 // Where train() starts: step 0, or the step a checkpoint holds (train --resume), and how long getting there took.

@@ -161,8 +161,8 @@ if [ $# -ge 3 ]; then
     echo "ok   $name: $(grep -E -- "$pattern" <<<"$out" | head -n 1)"
   }
   # One error under mpirun is printed once, not once per rank, and without MPI_Abort's banner: an error every
-  # rank sees (a bad value, the command line) ends the job cleanly with the same exit code: 64 for bad input read
-  # before any work (engine/core/exit_code.hpp, ExitCode::kBadInput), 1 for a schedule the plan cannot run.
+  # rank sees (a bad value, the command line, a schedule the batch gives too few micro-batches) ends the job cleanly
+  # with the same exit code: 64 for bad input read before any work (engine/core/exit_code.hpp, ExitCode::kBadInput).
   once() {  # NAME STATUS ARGS...
     local name=$1 want=$2; shift 2
     local out status
@@ -199,7 +199,7 @@ if [ $# -ge 3 ]; then
   once error-once-command-line 64 --frobnicate
   mkdir -p held2 && echo '{"step": 1}' > held2/metrics.jsonl
   once error-once-out-dir-holds-run 64 --set train.out_dir=held2 --set train.steps=2
-  once error-once-plan 1 --set parallel.pipeline_model_parallel_size=2 --set parallel.schedule=dualpipev \
+  once error-once-plan 64 --set parallel.pipeline_model_parallel_size=2 --set parallel.schedule=dualpipev \
       --set batch.global_batch_size=8 --set batch.micro_batch_size=4
   pp_error fewer-blocks-than-stages 'only 5 blocks' --set model.n_layers=1 --set parallel.virtual_pipeline_stages=4 \
       --set parallel.schedule=interleaved_1f1b
@@ -258,16 +258,17 @@ else
 fi
 
 # A fresh run whose checkpoint.dir holds another run's checkpoints is refused before any step (its saves would
-# replace that run's steps and prune the rest); the other run's checkpoints stay as they were, nothing is written.
+# replace that run's steps and prune the rest), as bad input (exit 64); the other run's checkpoints stay as they
+# were, nothing is written.
 "$cleave" train --set train.out_dir=ck1 --set train.steps=2 --set checkpoint.interval=1 > ck1.log 2>&1 \
   || { echo "FAIL ck1"; sed 's/^/    /' ck1.log; failures=$((failures + 1)); }
 ck_state() { ls ck1/checkpoints; cat ck1/checkpoints/latest; md5sum ck1/checkpoints/step_*/*; }
 before=$(ck_state)
 out=$("$cleave" train --set train.out_dir=ck2 --set train.steps=3 --set checkpoint.interval=1 --set checkpoint.keep_last=1 \
       --set checkpoint.dir=ck1/checkpoints 2>&1); status=$?
-if [ $status -eq 0 ] || [ -e ck2 ] || [ "$before" != "$(ck_state)" ] ||
+if [ $status -ne 64 ] || [ -e ck2 ] || [ "$before" != "$(ck_state)" ] ||
    ! grep -q "checkpoint.dir ck1/checkpoints already holds checkpoints (latest, step_0000001, step_0000002) of another run.*--resume auto" <<<"$out"; then
-  echo "FAIL checkpoint-dir-of-another-run: status $status"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1))
+  echo "FAIL checkpoint-dir-of-another-run: status $status (expected 64)"; echo "$out" | sed 's/^/    /'; failures=$((failures + 1))
 else
   echo "ok   checkpoint-dir-of-another-run: $(grep -m 1 'already holds checkpoints' <<<"$out" | cut -c1-120)"
 fi

@@ -91,7 +91,7 @@ refuse "llama attention_bias" "attention_bias is true" out10 -- "$cleave" import
 refuse "a run directory" "neither a Hugging Face model directory" run11 -- \
   "$cleave" train --init-from one --set train.out_dir=run11
 "$cleave" train --set model.type=mlp --set train.steps=1 --set train.out_dir=mlp > mlp.log 2>&1 || { cat mlp.log; fail "mlp run"; }
-refuse "export of an mlp" 'model.type "mlp" has no Hugging Face counterpart' mlp_hf -- \
+refuse_input "export of an mlp" 'model.type "mlp" has no Hugging Face counterpart (' mlp_hf -- \
   "$cleave" export mlp/checkpoints --format hf --out mlp_hf
 refuse "resume of weights only" "holds weights only" run8 -- \
   "$cleave" train --resume ck --set train.out_dir=run8 --set model.vocab_size=261 --set model.d_model=16 \

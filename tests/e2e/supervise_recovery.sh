@@ -313,7 +313,8 @@ SH
   chmod +x damage_all.sh
   no_intact="no intact checkpoint: --resume auto: no intact checkpoint under all/checkpoints: step_0000004 (step 4): .*fail their checksum.*; step_0000002 (step 2): .*fail their checksum"
   CLEAVE_FAULT_INJECT_1=1:5:forward:kill timed sup --slots 2 --keep-layout --max-restarts 3 --health-check "$work/damage_all.sh" \
-    -- tiny.json --set train.out_dir=all --set checkpoint.background=false > all.log 2>&1 && { cat all.log; fail "every checkpoint damaged: exit 0"; }
+    -- tiny.json --set train.out_dir=all --set checkpoint.background=false > all.log 2>&1; rc=$?
+  [ $rc = 66 ] || { cat all.log; fail "every checkpoint damaged: cleave run exited $rc, not the job's 66"; }
   grep -q "run: giving up at once, a restart cannot cure this (1 of --max-restarts 3 restarts made, the rest not spent): $no_intact" all.log \
     || { cat all.log; fail "every checkpoint damaged: the supervisor's message"; }
   [ "$(field all/supervisor/supervisor.json 'len(d["attempts"])')" = 2 ] || { cat all.log; fail "every checkpoint damaged: restarted again"; }
@@ -335,7 +336,8 @@ sed -i 's/"lr": 0.003/"lr": 0.001/' cfg.json
 SH
   chmod +x edit_lr.sh
   CLEAVE_FAULT_INJECT_1=1:5:forward:kill timed sup --slots 2 --keep-layout --max-restarts 3 --health-check "$work/edit_lr.sh" \
-    -- cfg.json --set train.out_dir=lr --set checkpoint.background=false > lr.log 2>&1 && { cat lr.log; fail "a refused config change: exit 0"; }
+    -- cfg.json --set train.out_dir=lr --set checkpoint.background=false > lr.log 2>&1; rc=$?
+  [ $rc = 78 ] || { cat lr.log; fail "a refused config change: cleave run exited $rc, not the job's 78"; }
   mismatch="checkpoint mismatch: --resume lr/checkpoints/step_0000004: the config differs from the one the checkpoint was trained with: optimizer.lr 0.003 -> 0.001; .*--allow-config-change optimizer.lr .*--set optimizer.lr=0.003"
   grep -q "run: giving up at once, a restart cannot cure this (1 of --max-restarts 3 restarts made, the rest not spent): $mismatch; .*make the config fit the checkpoint" lr.log \
     || { cat lr.log; fail "a refused config change: the supervisor's message"; }
@@ -374,7 +376,8 @@ SH
   chmod +x edit_key.sh
   cp tiny.json key.json
   CLEAVE_FAULT_INJECT_1=1:5:forward:kill timed sup --slots 2 --keep-layout --max-restarts 3 --health-check "$work/edit_key.sh" \
-    -- key.json --set train.out_dir=key --set checkpoint.background=false > key.log 2>&1 && { cat key.log; fail "an unknown key: exit 0"; }
+    -- key.json --set train.out_dir=key --set checkpoint.background=false > key.log 2>&1; rc=$?
+  [ $rc = 64 ] || { cat key.log; fail "an unknown key: cleave run exited $rc, not the job's 64"; }
   grep -q "run: giving up at once, a restart cannot cure this (1 of --max-restarts 3 restarts made, the rest not spent): bad input: config key.json: unknown key optimizer.lrr (did you mean optimizer.lr?); .*fix the command line or the config" key.log \
     || { cat key.log; fail "an unknown key: the supervisor's message"; }
   [ "$(field key/supervisor/supervisor.json 'len(d["attempts"])')" = 2 ] || { cat key.log; fail "an unknown key: restarted again"; }

@@ -3,15 +3,19 @@
 // two copies with only the embedding's counted; StepTail's numbers (global gradient norm, learning rate) and
 // its update are checked by hand from gradients the test writes: the norm over the model-parallel ranks with
 // each parameter counted once, the tied copies summed before it, clipping by max_norm / (norm + 1e-6), and a
-// plain SGD step p - lr * g.
+// plain SGD step p - lr * g. throw_if_any_rank_failed keeps bad input bad input (InputError, exit 64) only when every
+// failing rank's failure was bad input.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
 #include <set>
 #include <string>
+#include <typeinfo>
 
 #include "engine/config/config.hpp"
+#include "engine/core/input_error.hpp"
+#include "engine/train/checkpoint/checkpoint_pieces.hpp"
 #include "engine/train/rank_model.hpp"
 #include "engine/train/rank_setup.hpp"
 #include "engine/train/step_tail.hpp"
@@ -123,6 +127,36 @@ void check_tail(double grad_clip) {
 TEST(StepTail, NormAndUpdateFromKnownGradients) { check_tail(/*grad_clip=*/0.0); }
 
 TEST(StepTail, ClipsByTheGlobalNorm) { check_tail(/*grad_clip=*/0.05); }
+
+// The type every rank throws when the ranks' failures are `mine` on this rank.
+const std::type_info& thrown_type(comm::Communicator& world, const train::RankFailure& mine) {
+  try {
+    train::throw_if_any_rank_failed(world, mine);
+  } catch (const std::exception& e) {
+    return typeid(e);
+  }
+  return typeid(void);
+}
+
+TEST(ThrowIfAnyRankFailed, BadInputStaysBadInputOnlyWhenEveryFailingRankAgrees) {
+  auto world = make_world();
+  const int rank = world->rank();
+  const train::RankFailure input{"checkpoint.dir c already holds checkpoints", train::RankFailureType::kBadInput};
+  const train::RankFailure plain{"disk full", train::RankFailureType::kError};
+  EXPECT_EQ(thrown_type(*world, {}), typeid(void));
+  // Every rank bad input, and rank 0 alone (the others did not fail): InputError everywhere.
+  EXPECT_EQ(thrown_type(*world, input), typeid(InputError));
+  EXPECT_EQ(thrown_type(*world, rank == 0 ? input : train::RankFailure{}), typeid(InputError));
+  // Bad input on rank 0 and a plain error on another rank: a plain Error (a world of 1 has no other rank).
+  const std::type_info& mixed = thrown_type(*world, rank == 0 ? input : plain);
+  if (world->size() > 1) EXPECT_EQ(mixed, typeid(Error));
+  EXPECT_EQ(thrown_type(*world, plain), typeid(Error));
+  try {
+    train::throw_if_any_rank_failed(*world, input);
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("already holds checkpoints"), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace
 }  // namespace cleave::testing

@@ -1,11 +1,13 @@
 // local_pieces (checkpoint_pieces.hpp).
 #include "engine/train/checkpoint/checkpoint_pieces.hpp"
 
+#include <algorithm>
 #include <map>
 #include <optional>
 
 #include "engine/checkpoint/checkpoint_damage.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/train/collectives.hpp"
 #include "layers/parallel/shard.hpp"
 
@@ -89,14 +91,16 @@ void throw_if_any_rank_failed(comm::Communicator& world, const std::string& erro
 RankFailure rank_failure(const std::exception& e) {
   if (dynamic_cast<const checkpoint::CheckpointDamage*>(&e) != nullptr) return {e.what(), RankFailureType::kDamage};
   if (dynamic_cast<const checkpoint::CheckpointMismatch*>(&e) != nullptr) return {e.what(), RankFailureType::kMismatch};
+  if (dynamic_cast<const InputError*>(&e) != nullptr) return {e.what(), RankFailureType::kBadInput};
   return {e.what(), RankFailureType::kError};
 }
 
 void throw_if_any_rank_failed(comm::Communicator& world, const RankFailure& failure) {
-  // One tag byte ('E' any other error, 'M' mismatch, 'D' damage) before the message; nothing when this rank did not
-  // fail.
+  // One tag byte ('E' any other error, 'I' bad input, 'M' mismatch, 'D' damage) before the message; nothing when
+  // this rank did not fail.
   const char tag = failure.type == RankFailureType::kDamage     ? 'D'
                    : failure.type == RankFailureType::kMismatch ? 'M'
+                   : failure.type == RankFailureType::kBadInput ? 'I'
                                                                 : 'E';
   const std::string mine = failure.message.empty() ? std::string() : tag + failure.message;
   const auto all = all_gather_values<char>(world, std::span<const char>(mine.data(), mine.size()));
@@ -106,13 +110,18 @@ void throw_if_any_rank_failed(comm::Communicator& world, const RankFailure& fail
     }
     return std::nullopt;
   };
-  const std::optional<std::size_t> error = first('E');
+  const std::optional<std::size_t> plain = first('E');
+  const std::optional<std::size_t> input = first('I');
   const std::optional<std::size_t> mismatch = first('M');
   const std::optional<std::size_t> damage = first('D');
-  if (!error && !mismatch && !damage) return;
+  if (!plain && !input && !mismatch && !damage) return;
+  // Bad input stays bad input only when no failing rank saw anything else; mixed with another failure it is an error.
+  const bool only_input = input && !plain && !mismatch && !damage;
+  const std::optional<std::size_t> error = plain && input ? std::min(*plain, *input) : plain ? plain : input;
   const std::size_t r = error ? *error : mismatch ? *mismatch : *damage;
   const std::string message(all[r].begin() + 1, all[r].end());
   const std::string text = world.size() == 1 ? message : fmt::format("rank {}: {}", r, message);
+  if (only_input) throw InputError(text);
   if (error) throw Error(text);
   if (mismatch) throw checkpoint::CheckpointMismatch(text);
   throw checkpoint::CheckpointDamage(text);

@@ -49,6 +49,7 @@ void throw_if_any_rank_failed(comm::Communicator& world, const std::string& erro
 // One rank's failure while reading a checkpoint: its message (empty: none) and its type.
 enum class RankFailureType {
   kError,     // any other Error
+  kBadInput,  // InputError: the command line, the config or a file they name is wrong (exit 64)
   kMismatch,  // checkpoint::CheckpointMismatch: the checkpoint is intact, the run does not fit it
   kDamage,    // checkpoint::CheckpointDamage
 };
@@ -57,10 +58,11 @@ struct RankFailure {
   RankFailureType type = RankFailureType::kError;
 };
 RankFailure rank_failure(const std::exception& e);
-// The same over a RankFailure: every rank throws the lowest failing rank's Error when any rank's failure is another
-// Error, else CheckpointMismatch when any rank's is one (another model, a refused config: an older checkpoint would
-// not help), else CheckpointDamage, each with the lowest such rank's message, so every rank falls back (or stops)
-// together, with the type that sets its exit code (engine/core/exit_code.hpp).
+// The same over a RankFailure: every rank throws InputError when every failing rank's failure is bad input (the
+// ranks that failed agree: exit 64), else the lowest failing rank's Error when any rank's failure is another Error
+// or bad input, else CheckpointMismatch when any rank's is one (another model, a refused config: an older checkpoint
+// would not help), else CheckpointDamage, each with the lowest such rank's message, so every rank falls back (or
+// stops) together, with the type that sets its exit code (engine/core/exit_code.hpp).
 void throw_if_any_rank_failed(comm::Communicator& world, const RankFailure& failure);
 
 }  // namespace cleave::train

@@ -547,6 +547,26 @@ TEST(Config, ResolveWorldSize) {
               std::string::npos)
         << e.what();
   }
+  // dualpipev needs 2 × pp micro-batches per step: too few is a rule of the config and the world size, refused here
+  // (before any work), naming the batch keys and values that work; enough resolves.
+  const std::string dual = R"({"parallel": {"pipeline_model_parallel_size": 2, "schedule": "dualpipev"},
+                                "batch": {"global_batch_size": 8, "micro_batch_size": 4}})";
+  try {
+    RunConfig d = parse_config(dual);
+    d.resolve(2);
+    ADD_FAILURE() << "dualpipev with 2 micro-batches on pp 2 resolved";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("parallel.schedule dualpipev needs at least 4 micro-batches per step on "
+                                         "pp_size 2, got 2"),
+              std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("--set batch.micro_batch_size=2 --set batch.gradient_accumulation_steps=4"),
+              std::string::npos)
+        << e.what();
+  }
+  RunConfig enough = parse_config(dual, "<string>", {"batch.micro_batch_size=2"});
+  enough.resolve(2);
+  EXPECT_EQ(enough.resolved_batch().gradient_accumulation_steps, 4);
 }
 
 TEST(Config, RoundTripIsIdentity) {

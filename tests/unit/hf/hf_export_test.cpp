@@ -8,6 +8,7 @@
 
 #include "engine/core/dtype.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/hf/hf_export.hpp"
 #include "engine/hf/hf_import.hpp"
 #include "unit/hf/hf_fixture.hpp"
@@ -106,7 +107,7 @@ TEST(HfExport, ExistingOutputAndFailuresLeaveNothing) {
   try {
     dims_of_model(json{{"type", "mlp"}, {"in_features", 8}}, "checkpoint c");
     ADD_FAILURE() << "an mlp was given Hugging Face sizes";
-  } catch (const Error& e) {
+  } catch (const InputError& e) {  // bad input (exit 64), not a plain Error
     EXPECT_NE(std::string(e.what()).find("model.type \"mlp\" has no Hugging Face counterpart"), std::string::npos)
         << e.what();
   }

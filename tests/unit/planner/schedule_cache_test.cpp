@@ -20,6 +20,7 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "engine/run_plan/plan.hpp"
@@ -188,13 +189,14 @@ TEST(ScheduleCache, MoreStagesThanBlocksIsRefusedBeforeTheScheduleIsBuilt) {
         << e.what();
   }
   EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
-  // A schedule's own refusal still comes first (as when it was built before the stage count was checked).
-  const config::RunConfig dual = tiny(64, {"parallel.schedule=dualpipev", "parallel.pipeline_model_parallel_size=64",
-                                           "batch.global_batch_size=64"});
+  // A schedule's own refusal still comes first: at resolve now, as bad input (a pure function of the config and the
+  // world size), before any plan is built.
   try {
+    const config::RunConfig dual = tiny(64, {"parallel.schedule=dualpipev", "parallel.pipeline_model_parallel_size=64",
+                                             "batch.global_batch_size=64"});
     run_plan::make_plan(dual, microbatches(dual), 0);
     FAIL() << "dualpipev at pp 64 with 64 micro-batches accepted";
-  } catch (const Error& e) {
+  } catch (const InputError& e) {
     EXPECT_NE(std::string(e.what()).find("needs at least 128 micro-batches"), std::string::npos) << e.what();
   }
 }

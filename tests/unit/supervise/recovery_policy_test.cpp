@@ -141,6 +141,18 @@ TEST(ClassifyFailure, BadInputExitCodeIsItsOwnKindWithTheWholeLineAndNoRestart) 
   EXPECT_EQ(exit_status(ExitCode::kBadInput), 64);  // BSD sysexits.h EX_USAGE
 }
 
+TEST(GiveUpExitStatus, PassesTheTrainersCodeOnForEachKindNoRestartCures) {
+  // cleave run giving up at once exits as the job did: a script reads bad input as 64 from either command.
+  EXPECT_EQ(give_up_exit_status(classify_failure("error: x\n", exit_status(ExitCode::kBadInput)).kind), 64);
+  EXPECT_EQ(give_up_exit_status(FailureKind::kNoIntactCheckpoint), 66);
+  EXPECT_EQ(give_up_exit_status(FailureKind::kCheckpointMismatch), 78);
+  // The launcher refusing root is bad input too (the --launcher is wrong): 64.
+  EXPECT_EQ(give_up_exit_status(classify_failure("mpirun has detected an attempt to run as root\n", 1).kind), 64);
+  for (FailureKind k : {FailureKind::kKilled, FailureKind::kHung, FailureKind::kError, FailureKind::kUnknown}) {
+    EXPECT_EQ(give_up_exit_status(k), 1);
+  }
+}
+
 TEST(ExitCodeOf, EachErrorTypeHasItsOwnCode) {
   EXPECT_EQ(checkpoint::exit_code_of(checkpoint::NoIntactCheckpoint("x")), 66);
   EXPECT_EQ(checkpoint::exit_code_of(checkpoint::CheckpointMismatch("x")), 78);

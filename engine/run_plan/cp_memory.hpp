@@ -12,7 +12,9 @@
 
 namespace cleave::run_plan {
 
-// Adds to `cost` (one tp rank's, per sample) what the cp attention core of `block` keeps beyond the one-rank core.
+// Adds to `cost` (one tp rank's, per sample) what the cp attention core of `block` keeps beyond the one-rank core:
+// to its stash, and to its backward's peak as the larger of that peak and the level the block holds in the core's
+// phase (`sequence_parallel`: the residual stream's gradients are shards) plus the core's extras.
 void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSpec& block,
                             partition::Recompute recompute, int tp, bool ring, bool sequence_parallel);
 

@@ -310,6 +310,23 @@ TEST(ContextParallel, ActivationMemoryFollowsThePlan) {
   }
 }
 
+// The same models on one rank (cp1, tp1): the layers' own backward level, which the cp extras above add to.
+TEST(ContextParallel, OneRankActivationMemoryFollowsThePlan) {
+  auto world = make_world();
+  auto self = world->split(world->rank(), 0, "self");
+  if (world->rank() == 0) {
+    for (const char* model : {kMemoryGpt, kMemoryLlama}) {
+      const std::string what = model == kMemoryGpt ? "gpt" : "llama";
+      const MemoryRun r = memory_run(*self, "all_to_all", model);
+      std::printf("[ memory ] one rank %s activations: measured %lld B planned %lld B (%+lld B, %+.2f [micro, T, D])\n",
+                  what.c_str(), static_cast<long long>(r.measured), static_cast<long long>(r.planned),
+                  static_cast<long long>(r.planned - r.measured), static_cast<double>(r.planned - r.measured) / 16384);
+      EXPECT_EQ(r.planned, r.measured) << what;
+    }
+  }
+  world->barrier()->wait();
+}
+
 // One clear error for each bad input, naming the key, the numbers and a valid choice, before anything is built.
 TEST(ContextParallel, BadInputIsOneClearError) {
   auto expect_refused = [](MakeConfig make, const std::vector<std::string>& overrides, const std::string& key,

@@ -25,8 +25,35 @@ namespace cleave::run_plan {
 // With grouped-query attention (Llama, Hkv < H) k and v are [T, K/tp], K = Hkv·hd, so "q, k, v" above is
 // [T, (D + 2K)/tp] and all_to_all's second dqkv likewise.
 // Full recomputation rebuilds the larger stash inside the backward.
+//
+// The backward's extras are alive only in one phase of the block's backward, so they add to the level the block
+// holds then, not to its peak over all phases (the cost model's max of the mlp's and the attention's phases):
+// they end with the core's backward call (ring_attention_backward's locals; ulysses' under llama, whose core
+// returns before the projections' backward) or, gpt under all_to_all, with the qkv projection's backward run
+// inside it (attention_core_backward's `then`). Before, added to the block's peak: at GPipe cp2 (gpt d32, F 4D,
+// where the mlp's phase is the peak) ring 2 [T, D] and all_to_all 1 over the measured activation peak, and llama
+// (whose cost model leaves out of the core's phase the dq, dk, dv it allocates first and the mlp's dm) 2 under
+// with either exchange (ContextParallel.ActivationMemoryFollowsThePlan).
+namespace {
+
+// What a block holds above its start while its attention core's backward assembles dqkv (per sample, like the
+// costs), for the families whose layers the level is read from; -1 for the others (their extras then add to the
+// block's peak, as before). TransformerBlock::backward_input holds dy, the mlp's dm and dx1 ([T, D], shards under
+// sequence parallelism, with the mlp's and the output projection's gathered dy [T, D]); the attention layer holds
+// dout [T, D/tp] and dqkv [T, (D + 2K)/tp], and llama's (LlamaAttention::backward_input) its dq, dk, dv besides.
+std::int64_t core_backward_level(const partition::BlockSpec& block, int tp, bool sequence_parallel,
+                                 std::int64_t tqkv) {
+  const bool llama = block.kind == partition::BlockKind::kLlamaBlock || block.kind == partition::BlockKind::kMoeBlock;
+  if (block.kind != partition::BlockKind::kTransformerBlock && !llama) return -1;
+  const std::int64_t t = block.seq_len, d = block.in_features;
+  const std::int64_t residual = sequence_parallel && tp > 1 ? (3 * (t / tp) * d + 2 * t * d) * 4 : 3 * t * d * 4;
+  return residual + t * d / tp * 4 + (llama ? 2 : 1) * tqkv;
+}
+
+}  // namespace
+
 void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSpec& block,
-                            partition::Recompute recompute, int tp, bool ring) {
+                            partition::Recompute recompute, int tp, bool ring, bool sequence_parallel) {
   if (block.n_heads <= 0) return;  // a block without attention (embedding, head, MLP and CNN layers)
   const std::int64_t td = block.seq_len * block.in_features / tp * 4;  // f32; bf16 halves all activations below
   const std::int64_t kv_heads = block.n_kv_heads > 0 ? block.n_kv_heads : block.n_heads;
@@ -37,7 +64,17 @@ void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSp
   std::int64_t extra = ring ? 2 * td : td + tqkv;
   if (ring && recompute == partition::Recompute::kSelective) extra += tqkv + td;
   if (recompute == partition::Recompute::kFull) extra += td;
-  cost.backward_extra_bytes += extra;
+  std::int64_t level = core_backward_level(block, tp, sequence_parallel, tqkv);
+  if (level < 0 || recompute == partition::Recompute::kFull) {  // not read from the layers, or not measured
+    cost.backward_extra_bytes += extra;
+    return;
+  }
+  if (recompute == partition::Recompute::kSelective) level += cost.recompute_transient_bytes;  // the rebuilt lse
+  // gpt under all_to_all: the extras are held through the qkv projection's backward too, whose partial dx [T, D]
+  // comes on top of the core's level.
+  const bool through_qkv = !ring && block.kind == partition::BlockKind::kTransformerBlock;
+  if (through_qkv) level += block.seq_len * block.in_features * 4;
+  cost.backward_extra_bytes = std::max(cost.backward_extra_bytes, level + extra);
 }
 
 void add_cp_whole_stash(partition::BlockCost& cost, const partition::BlockSpec& block, partition::Recompute recompute,

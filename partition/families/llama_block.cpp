@@ -63,6 +63,22 @@ Parts llama_parts(const BlockSpec& b) {
   return p;
 }
 
+// The attention phase of the block's backward (elements, per sample): the larger of its two levels above the
+// block's start, each `held` (what TransformerBlock::backward_input holds through the attention's backward) plus
+// LlamaAttention::backward_input's own. While the core's backward runs: dq, dk, dv [T, (D + 2K)/tp] (allocated
+// before the core), o's input gradient dout [T, D/tp] and the core's dqkv [T, (D + 2K)/tp]. Then, through the
+// q, k, v projections' backward: dq, dk, dv and `partials` (their input gradients as they are summed), less the
+// core's stash attention_core_backward released (q | k | v, as large as dq, dk, dv, and the output [T, D/tp]; its
+// statistics, f32 at any precision, left in as a margin).
+std::int64_t attention_phases(const BlockSpec& block, int tp, std::int64_t held, std::int64_t partials) {
+  const std::int64_t t = block.seq_len, d = block.in_features;
+  const std::int64_t kv = block.n_kv_heads * (d / block.n_heads);
+  const std::int64_t qkv = t * (d + 2 * kv) / tp, out = t * d / tp;
+  const std::int64_t core = held + qkv + out + qkv;
+  const std::int64_t projections = held + qkv + partials - qkv - out;
+  return std::max(core, projections);
+}
+
 BlockCost llama_cost_without_qk_norms(const BlockSpec& block, DType dtype, Recompute recompute, int tp,
                                       bool sequence_parallel) {
   const auto b = static_cast<std::int64_t>(dtype_size(dtype));
@@ -99,23 +115,20 @@ BlockCost llama_cost_without_qk_norms(const BlockSpec& block, DType dtype, Recom
     // backward_extra: mlp: the dy shard, down's gathered dy [T, D], dh, dgate, dup [T, F/tp]; then gate's and
     // up's partial dx [T, D] (one at a time) and their reduce-scattered shards, with dgate and dup in place of
     // the gate and up outputs SwigluMlp releases first (with dh). attention: down's and o's gathered dy, the
-    // shards dy and dx1, dout and dqkv [T, (2D + 2K)/tp]; then dq, dk, dv, one projection's partial dx [T, D]
-    // and the shards it and the one before reduce-scattered.
+    // shards dy, dm (the mlp's input gradient, RmsNorm keeps it) and dx1 through it, with attention_phases' terms
+    // (the projections' one partial dx [T, D] and its reduce-scattered shard).
     const std::int64_t mlp = std::max(ts * d + t * d + 3 * t * f / tp, 2 * t * d + 3 * ts * d) * b;
-    const std::int64_t attention =
-        std::max(2 * t * d + 2 * ts * d + (2 * t * d + 2 * t * kv) / tp,
-                 3 * t * d + 4 * ts * d + (t * d + 2 * t * kv) / tp) * b;
+    const std::int64_t attention = attention_phases(block, tp, 2 * t * d + 3 * ts * d, t * d + ts * d) * b;
     cost.backward_extra_bytes = repeated_layer_backward_extra(cost, recompute, mlp, attention, ts * d * b);
     return cost;
   }
   // backward_extra: mlp: dy, dh, dgate, dup during swiglu_backward, then dy and the two input gradients of
   // gate and up, dgate and dup taking the place of the gate and up outputs SwigluMlp releases first (with dh;
   // measured at tp 2, T 32, D 32, F 96: the first figure is the block's whole rise inside its I);
-  // attention: dy, dx1, dout, dqkv during the core's backward, then dy, dx1, dq, dk, dv and the three input
-  // gradients of q, k, v (summed into the first).
+  // attention: TransformerBlock::backward_input holds dy, the mlp's dm (RmsNorm keeps it) and dx1 through it,
+  // with attention_phases' terms (the three input gradients of q, k, v summed into the first: two at once).
   const std::int64_t mlp = std::max(t * d + 3 * t * f / tp, 3 * t * d) * b;
-  const std::int64_t attention =
-      std::max(2 * t * d + (2 * t * d + 2 * t * kv) / tp, 4 * t * d + (t * d + 2 * t * kv) / tp) * b;
+  const std::int64_t attention = attention_phases(block, tp, 3 * t * d, 2 * t * d) * b;
   cost.backward_extra_bytes = repeated_layer_backward_extra(cost, recompute, mlp, attention, t * d * b);
   return cost;
 }

@@ -43,11 +43,11 @@ namespace {
 // dout [T, D/tp] and dqkv [T, (D + 2K)/tp], and llama's (LlamaAttention::backward_input) its dq, dk, dv besides.
 std::int64_t core_backward_level(const partition::BlockSpec& block, int tp, bool sequence_parallel,
                                  std::int64_t tqkv) {
-  const bool llama = block.kind == partition::BlockKind::kLlamaBlock || block.kind == partition::BlockKind::kMoeBlock;
-  if (block.kind != partition::BlockKind::kTransformerBlock && !llama) return -1;
+  const partition::BlockRules* rules = partition::family_block_rules(block.kind);
+  if (rules == nullptr || rules->cp_core_backward_qkv_grads <= 0) return -1;
   const std::int64_t t = block.seq_len, d = block.in_features;
   const std::int64_t residual = sequence_parallel && tp > 1 ? (3 * (t / tp) * d + 2 * t * d) * 4 : 3 * t * d * 4;
-  return residual + t * d / tp * 4 + (llama ? 2 : 1) * tqkv;
+  return residual + t * d / tp * 4 + rules->cp_core_backward_qkv_grads * tqkv;
 }
 
 }  // namespace
@@ -72,7 +72,8 @@ void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSp
   if (recompute == partition::Recompute::kSelective) level += cost.recompute_transient_bytes;  // the rebuilt lse
   // gpt under all_to_all: the extras are held through the qkv projection's backward too, whose partial dx [T, D]
   // comes on top of the core's level.
-  const bool through_qkv = !ring && block.kind == partition::BlockKind::kTransformerBlock;
+  const partition::BlockRules* rules = partition::family_block_rules(block.kind);
+  const bool through_qkv = !ring && rules->cp_qkv_backward_inside_core;
   if (through_qkv) level += block.seq_len * block.in_features * 4;
   cost.backward_extra_bytes = std::max(cost.backward_extra_bytes, level + extra);
 }

@@ -145,6 +145,14 @@ struct BlockRules {
   // backward_input that every cp rank holds whole (not a T / cp share, so the memory plan does not divide them by
   // cp): moe's cp-summed expert counts (layers/moe/balance_exchange.hpp). Null: none.
   std::int64_t (*cp_whole_stash_bytes)(const BlockSpec& block) = nullptr;
+  // Context parallelism's memory plan (engine/run_plan/cp_memory.cpp): how many [T, (D + 2K) / tp] gradient
+  // tensors its attention layer holds while the core's backward assembles dqkv (gpt: dqkv; llama and moe, whose
+  // LlamaAttention::backward_input allocates dq, dk, dv first: 2); 0 = not read from the layers (the cp extras
+  // then add to the block's peak).
+  int cp_core_backward_qkv_grads = 0;
+  // Under all_to_all its attention core runs the qkv projection's backward inside it (gpt's
+  // attention_core_backward `then`), so the exchange's extras are held through that backward too.
+  bool cp_qkv_backward_inside_core = false;
   // The block's parameter slices whose gradient vanishes in exact arithmetic (NullGradient above): gpt's attention
   // key bias. Null: none.
   std::vector<NullGradient> (*null_gradients)(const BlockSpec& block) = nullptr;

@@ -187,6 +187,8 @@ BlockRules transformer_block_rules() {
   r.shape_key = transformer_shape_key;
   r.param_tensors = transformer_param_tensors;
   r.null_gradients = transformer_null_gradients;
+  r.cp_core_backward_qkv_grads = 1;
+  r.cp_qkv_backward_inside_core = true;
   return r;
 }
 

@@ -254,6 +254,7 @@ BlockRules llama_block_rules() {
   r.sequence_sharded = true;
   r.rms_norms = 2;
   r.dense_projections = true;
+  r.cp_core_backward_qkv_grads = 2;
   r.cost = cost::llama_cost;
   r.work = work::llama_block_work;
   r.tp_comm = llama_tp_comm;

@@ -211,6 +211,7 @@ BlockRules moe_block_rules() {
   r.shape_key = moe_shape_key;
   r.param_tensors = moe_param_tensors;
   r.cp_whole_stash_bytes = moe_cp_whole_stash_bytes;
+  r.cp_core_backward_qkv_grads = 2;
   return r;
 }
 

@@ -149,7 +149,9 @@ TEST(ThrowIfAnyRankFailed, BadInputStaysBadInputOnlyWhenEveryFailingRankAgrees) 
   EXPECT_EQ(thrown_type(*world, rank == 0 ? input : train::RankFailure{}), typeid(InputError));
   // Bad input on rank 0 and a plain error on another rank: a plain Error (a world of 1 has no other rank).
   const std::type_info& mixed = thrown_type(*world, rank == 0 ? input : plain);
-  if (world->size() > 1) EXPECT_EQ(mixed, typeid(Error));
+  if (world->size() > 1) {
+    EXPECT_EQ(mixed, typeid(Error));
+  }
   EXPECT_EQ(thrown_type(*world, plain), typeid(Error));
   try {
     train::throw_if_any_rank_failed(*world, input);

@@ -40,7 +40,7 @@ void round_trip(const json& model, std::int64_t max_shard_bytes, std::size_t exp
   const auto tensors = random_model(model, 3);
   const fs::path dir = testing::fresh_dir("export");
   const HfExportStats stats = write_hf_checkpoint(
-      dir.string(), model, [&](const std::string& name) { return tensors.at(name); }, {false, max_shard_bytes});
+      dir.string(), model, [&](const std::string& name) { return tensors.at(name); }, {false, max_shard_bytes, {}});
   EXPECT_EQ(stats.files, static_cast<int>(expect_files));
   EXPECT_EQ(fs::exists(dir / "model.safetensors.index.json"), expect_files > 1);
   const HfCheckpoint back = read_hf_checkpoint(dir.string());
@@ -63,7 +63,7 @@ TEST(HfExport, LlamaRoundTripsBitExactOneFileAndSharded) {
 TEST(HfExport, ConfigJsonIsWhatTransformersReads) {
   const auto tensors = random_model(kGpt, 4);
   const fs::path dir = testing::fresh_dir("export_config");
-  write_hf_checkpoint(dir.string(), kGpt, [&](const std::string& n) { return tensors.at(n); }, {true, 0});
+  write_hf_checkpoint(dir.string(), kGpt, [&](const std::string& n) { return tensors.at(n); }, {true, 0, {}});
   std::ifstream in(dir / "config.json");
   const json config = json::parse(in);
   EXPECT_EQ(config.at("architectures"), json({"GPT2LMHeadModel"}));

@@ -29,9 +29,9 @@
 #include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/core/output_path.hpp"
-#include "engine/train/checkpoint/checkpoint_reader.hpp"
 #include "engine/tokenizer/tokenizer_json.hpp"
 #include "engine/tokenizer/unicode_classes.hpp"
+#include "engine/train/checkpoint/checkpoint_reader.hpp"
 #include "engine/train/trainer.hpp"
 
 namespace cleave::cli {

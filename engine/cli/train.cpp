@@ -28,11 +28,11 @@
 #include "engine/core/output_path.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/train/checkpoint/config_change.hpp"
+#include "engine/train/checkpoint/weight_source.hpp"
 #include "engine/train/data/make_data_source.hpp"
 #include "engine/train/metrics.hpp"
 #include "engine/train/stop_request.hpp"
 #include "engine/train/trainer.hpp"
-#include "engine/train/checkpoint/weight_source.hpp"
 
 namespace cleave::cli {
 namespace {

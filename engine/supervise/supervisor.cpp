@@ -32,9 +32,9 @@
 #include "engine/supervise/restart_checkpoint.hpp"
 #include "engine/supervise/restart_record.hpp"
 #include "engine/train/checkpoint/config_change.hpp"
+#include "engine/train/checkpoint/weight_source.hpp"
 #include "engine/train/data/make_data_source.hpp"
 #include "engine/train/stop_request.hpp"
-#include "engine/train/checkpoint/weight_source.hpp"
 
 namespace cleave::supervise {
 namespace {

@@ -20,15 +20,15 @@
 #include "engine/report/html_report.hpp"
 #include "engine/train/checkpoint/checkpoint_pieces.hpp"
 #include "engine/train/checkpoint/checkpoint_reader.hpp"
+#include "engine/train/checkpoint/resume.hpp"
+#include "engine/train/checkpoint/resume_fallback.hpp"
+#include "engine/train/checkpoint/weight_source.hpp"
 #include "engine/train/collectives.hpp"
 #include "engine/train/measured_trace.hpp"
 #include "engine/train/metrics.hpp"
-#include "engine/train/checkpoint/resume.hpp"
-#include "engine/train/checkpoint/resume_fallback.hpp"
 #include "engine/train/run_record.hpp"
 #include "engine/train/trainer.hpp"
 #include "engine/train/trainer_impl.hpp"
-#include "engine/train/checkpoint/weight_source.hpp"
 
 namespace cleave::train {
 namespace {

@@ -9,12 +9,12 @@
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/train/checkpoint/checkpoint_reader.hpp"
+#include "engine/train/checkpoint/weights_only.hpp"
 #include "engine/train/evaluation.hpp"
 #include "engine/train/generation.hpp"
 #include "engine/train/measured_trace.hpp"
 #include "engine/train/parameter_gather.hpp"
 #include "engine/train/trainer_impl.hpp"
-#include "engine/train/checkpoint/weights_only.hpp"
 #include "kernels/ops/ops.hpp"
 
 namespace cleave::train {

@@ -22,9 +22,9 @@
 #include "engine/comm/communicator.hpp"
 #include "engine/config/config.hpp"
 #include "engine/run_plan/plan.hpp"
-#include "kernels/ops/host_waits.hpp"
-#include "engine/train/throughput.hpp"
 #include "engine/train/checkpoint/weight_source.hpp"
+#include "engine/train/throughput.hpp"
+#include "kernels/ops/host_waits.hpp"
 #include "pipeline/timeline.hpp"
 
 namespace cleave::ops {

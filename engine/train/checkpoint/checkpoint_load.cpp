@@ -20,9 +20,9 @@
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/train/checkpoint/checkpoint_io.hpp"
-#include "kernels/ops/ops.hpp"
 #include "engine/train/checkpoint/checkpoint_pieces.hpp"
 #include "engine/train/checkpoint/checkpoint_reader.hpp"
+#include "kernels/ops/ops.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/parallel/shard.hpp"
 

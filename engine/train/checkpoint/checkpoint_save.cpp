@@ -24,15 +24,15 @@
 #include "engine/checkpoint/checkpoint_index.hpp"
 #include "engine/checkpoint/checksum.hpp"
 #include "engine/checkpoint/safetensors.hpp"
+#include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/train/checkpoint/checkpoint_io.hpp"
-#include "kernels/ops/ops.hpp"
 #include "engine/train/checkpoint/checkpoint_pieces.hpp"
 #include "engine/train/checkpoint/checkpoint_reader.hpp"
 #include "engine/train/collectives.hpp"
+#include "kernels/ops/ops.hpp"
 #include "layers/parallel/shard.hpp"
-#include "engine/core/allocator.hpp"
 
 namespace cleave::train {
 namespace {

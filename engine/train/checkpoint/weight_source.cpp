@@ -9,10 +9,10 @@
 #include <sstream>
 
 #include "engine/checkpoint/checkpoint_dir.hpp"
-#include "engine/core/error.hpp"
-#include "engine/core/input_error.hpp"
 #include "engine/config/input_paths.hpp"
 #include "engine/config/model_training_keys.hpp"
+#include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/hf/hf_import.hpp"
 #include "engine/train/checkpoint/checkpoint_pieces.hpp"
 #include "engine/train/checkpoint/checkpoint_reader.hpp"

@@ -7,20 +7,18 @@
 #include <vector>
 
 #include "engine/core/error.hpp"
-#include "engine/core/tensor.hpp"
-#include "kernels/ops/ops.hpp"
+#include "engine/planner/probe_gemm.hpp"
 
 namespace cleave::planner {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = ProbeClock;
 
 // A long stream of compute without a meeting: kStreamChunks chunks of the longest size back to back (about 50 ms on
 // one core), once every kStreamEvery rounds of the meeting loop.
 constexpr int kStreamChunks = 48;
 constexpr int kStreamEvery = 30;
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 // One count exchange with every peer, timed from the call to its completion.
 class CountExchange {
@@ -62,13 +60,7 @@ MeetingWaitFit fit_meeting_wait(const std::vector<MeetingPoint>& points) {
 SyncWaitMeasure measure_sync_wait(comm::Communicator& comm, int syncs) {
   CLEAVE_CHECK(comm.size() >= 2 && syncs >= 1, "profile: the sync wait needs 2 or more ranks and syncs >= 1, got {} and {}",
                comm.size(), syncs);
-  const auto resources = ops::make_device_resources(Device::cpu());  // a run's CPU state: GEMM primitives kept
-  const ops::Context ctx{.resources = resources.get()};
-  constexpr std::int64_t kN = 128;
-  const std::vector<float> values(static_cast<std::size_t>(kN * kN), 0.5f);
-  const Tensor a = Tensor::from_floats(values, Shape{kN, kN}, MemoryCategory::kWorkspace);
-  const Tensor b = Tensor::from_floats(values, Shape{kN, kN}, MemoryCategory::kWorkspace);
-  Tensor c = Tensor::zeros(Shape{kN, kN}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
+  ProbeGemm probe;
   CountExchange exchange(comm);
   // The exchange's own cost: back to back, the ranks meeting at every call.
   std::vector<double> alone;
@@ -92,15 +84,11 @@ SyncWaitMeasure measure_sync_wait(comm::Communicator& comm, int syncs) {
   comm.barrier()->wait();
   for (int i = 0; i < syncs; ++i) {
     for (std::size_t k = 0; k < kChunks.size(); ++k) {
-      const auto start = Clock::now();
-      for (int g = 0; g < kChunks[k]; ++g) ops::gemm(ctx, a, b, c);
-      chunk_s[k].push_back(seconds_since(start));
+      chunk_s[k].push_back(probe.run(kChunks[k]));
       waited[k] += std::max(0.0, exchange.run() - exchange_s);
     }
     if (i % kStreamEvery == kStreamEvery - 1) {  // a stream among the meetings, so the same load lands on both
-      const auto start = Clock::now();
-      for (int g = 0; g < kStreamChunks * kChunks.back(); ++g) ops::gemm(ctx, a, b, c);
-      streamed += seconds_since(start);
+      streamed += probe.run(kStreamChunks * kChunks.back());
       ++streams;
       exchange.run();
     }

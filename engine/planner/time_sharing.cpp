@@ -13,18 +13,18 @@
 #include "engine/core/error.hpp"
 #include "engine/core/tensor.hpp"
 #include "engine/planner/median.hpp"
+#include "engine/planner/probe_gemm.hpp"
 #include "kernels/ops/ops.hpp"
 
 namespace cleave::planner {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+using Clock = ProbeClock;
 
 constexpr int kStreamGemms = 384;  // 128³ each: about 30 ms on one Zen 4 core
 constexpr int kRounds = 5;
 constexpr double kSpinBudgetS = 0.5;
 
-double seconds_since(Clock::time_point start) { return std::chrono::duration<double>(Clock::now() - start).count(); }
 
 enum class Poll { kYield, kSpin };
 
@@ -105,18 +105,8 @@ std::optional<TimeSharingMeasure> measure_time_sharing(comm::Communicator& comm,
   pin.restore();
   if (sum_over_ranks(comm, {pinned ? 1.f : 0.f})[0] < static_cast<float>(comm.size())) return std::nullopt;
 
-  const auto resources = ops::make_device_resources(Device::cpu());
-  const ops::Context ctx{.resources = resources.get()};
-  constexpr std::int64_t kN = 128;
-  const std::vector<float> values(static_cast<std::size_t>(kN * kN), 0.5f);
-  const Tensor a = Tensor::from_floats(values, Shape{kN, kN}, MemoryCategory::kWorkspace);
-  const Tensor b = Tensor::from_floats(values, Shape{kN, kN}, MemoryCategory::kWorkspace);
-  Tensor c = Tensor::zeros(Shape{kN, kN}, DType::kF32, MemoryCategory::kWorkspace, cpu_allocator());
-  const auto stream = [&] {
-    const auto start = Clock::now();
-    for (int g = 0; g < kStreamGemms; ++g) ops::gemm(ctx, a, b, c);
-    return seconds_since(start);
-  };
+  ProbeGemm probe;
+  const auto stream = [&] { return probe.run(kStreamGemms); };
   PingPong ping(comm);
   std::vector<double> ratios, yielded, spun;
   double spin_spent = 0;

@@ -1,0 +1,31 @@
+// The profile's probe compute, shared by the sync-wait and time-sharing measurements so both time the same work: a
+// 128 x 128 x 128 f32 GEMM on the CPU with a run's backend state (its GEMM primitives kept, as in a training step),
+// run `count` times back to back. Invariant: the operands are built once; a run allocates nothing.
+#pragma once
+
+#include <chrono>
+#include <memory>
+
+#include "engine/core/tensor.hpp"
+#include "kernels/ops/ops.hpp"
+
+namespace cleave::planner {
+
+using ProbeClock = std::chrono::steady_clock;
+
+inline double seconds_since(ProbeClock::time_point start) {
+  return std::chrono::duration<double>(ProbeClock::now() - start).count();
+}
+
+class ProbeGemm {
+ public:
+  ProbeGemm();
+  // Runs the GEMM `count` times back to back; returns the seconds they took.
+  double run(int count);
+
+ private:
+  std::unique_ptr<ops::DeviceResources> resources_;
+  Tensor a_, b_, c_;
+};
+
+}  // namespace cleave::planner

@@ -105,13 +105,16 @@ void CudaEvent::synchronize() const {
   CLEAVE_CUDA_CHECK(cudaEventSynchronize(event_));
 }
 
+cudaError_t query_event(cudaEvent_t event) {
+  const cudaError_t status = cudaEventQuery(event);
+  if (status == cudaErrorNotReady) cudaGetLastError();  // not-ready is an answer, not an error to leave pending
+  return status;
+}
+
 bool CudaEvent::query() const {
   CLEAVE_ASSERT(event_ != nullptr, "query on a moved-from CudaEvent");
-  const cudaError_t status = cudaEventQuery(event_);
-  if (status == cudaErrorNotReady) {
-    cudaGetLastError();  // not-ready is an answer, not an error to leave pending
-    return false;
-  }
+  const cudaError_t status = query_event(event_);
+  if (status == cudaErrorNotReady) return false;
   CLEAVE_CUDA_CHECK(status);
   return true;
 }

@@ -47,6 +47,12 @@ cudaStream_t native_stream(const Stream& stream);
 // Host blocks until `stream` is idle. A CPU stream is always idle (its work ran when it was submitted).
 void synchronize(const Stream& stream);
 
+// cudaEventQuery without its side effect on the calling thread: returns cudaSuccess (fired), cudaErrorNotReady
+// (pending) or the error, and never leaves not-ready as the thread's last error (CUDA does, and every launcher
+// returns cudaGetLastError(), so the next launch on the thread would report "device not ready" as its own
+// failure). Another error is left as CUDA left it. The tree's one cudaEventQuery (tests/scripts/cuda_call_lint.sh).
+cudaError_t query_event(cudaEvent_t event);
+
 class CudaEvent {
  public:
   // timing = false creates the event with cudaEventDisableTiming (cheaper record/wait).

@@ -12,6 +12,7 @@
 
 #include "engine/comm/mpi/watchdog.hpp"
 #include "engine/core/log.hpp"
+#include "engine/cuda/stream.hpp"
 
 namespace cleave::comm {
 
@@ -66,12 +67,13 @@ std::size_t DeviceCompletions::outstanding() const {
 std::optional<DeviceCompletions::Expired> DeviceCompletions::poll_locked(Clock::time_point now) {
   std::optional<Expired> first;
   auto fired = [&](Pending& p) {
-    const cudaError_t status = cudaEventQuery(p.done);
+    const cudaError_t status = cleave::cuda::query_event(p.done);  // leaves no not-ready behind
     if (status == cudaSuccess) {
       cudaEventDestroy(p.done);
       return true;
     }
-    if (status != cudaErrorNotReady) cudaGetLastError();  // a device error: the op stays outstanding until timeout
+    // A device error: the op stays outstanding until it times out; a non-sticky one is not left pending here.
+    if (status != cudaErrorNotReady) cudaGetLastError();
     const double age = std::chrono::duration<double>(now - p.posted).count();
     if (age > timeout_s_ && !first.has_value()) first = Expired{p.op, p.details, age};
     return false;

@@ -28,7 +28,9 @@ void init_resources(NcclCommState& s) {
   CLEAVE_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
   CLEAVE_CUDA_CHECK(cudaEventCreateWithFlags(&s.ready, cudaEventDisableTiming));
   CLEAVE_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&s.barrier_word), sizeof(int)));
-  CLEAVE_CUDA_CHECK(cudaMemset(s.barrier_word, 0, sizeof(int)));
+  // On the communicator's stream, which every barrier's all-reduce of the word follows (a cudaMemset would run on
+  // the legacy default stream, which a non-blocking stream does not wait for).
+  CLEAVE_CUDA_CHECK(cudaMemsetAsync(s.barrier_word, 0, sizeof(int), s.stream));
   s.rank = s.mpi->rank();
   s.size = s.mpi->size();
 }

@@ -10,6 +10,7 @@
 #include "engine/comm/nccl/cuda_check.hpp"
 #include "engine/core/log.hpp"
 #include "engine/cuda/device.hpp"
+#include "engine/cuda/stream.hpp"
 #include "kernels/ops/host_waits.hpp"
 
 namespace cleave::comm::detail {
@@ -143,7 +144,9 @@ bool NcclWork::test() {
     throw BackendError(fmt::format("{} on nccl comm '{}': the communicator was aborted ({})", op_, state_->name,
                                    state_->abort_reason));
   }
-  const cudaError_t status = cudaEventQuery(done_);
+  // Not ready is an answer, but cudaEventQuery also leaves it as this thread's last error: query_event clears it,
+  // or the next kernel launch's check (cudaGetLastError) would report "device not ready" as its own failure.
+  const cudaError_t status = cleave::cuda::query_event(done_);
   if (status == cudaSuccess) {
     complete_ = true;
     keep_.clear();
@@ -153,9 +156,6 @@ bool NcclWork::test() {
     failed_ = true;
     CLEAVE_CUDA_CHECK(status);
   }
-  // Not ready is an answer, but cudaEventQuery also leaves it as this thread's last error: cleared here, or the
-  // next kernel launch's check (cudaGetLastError) would report "device not ready" as its own failure.
-  cudaGetLastError();
   ncclResult_t async = ncclSuccess;
   const ncclResult_t query = ncclCommGetAsyncError(state_->comm, &async);
   if (query != ncclSuccess || (async != ncclSuccess && async != ncclInProgress)) {

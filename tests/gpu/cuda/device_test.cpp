@@ -1,11 +1,16 @@
 // engine/cuda devices, streams, events and copies on a real device: properties and library versions, device
 // errors that name the count, the device guard, event ordering between two streams (the second stream's copy
-// sees the first stream's writes only through the event), event queries and timing, host <-> device copies
-// of whole tensors, slices and pinned buffers, and the assertions that catch CPU streams given to CUDA work,
-// CUDA streams given to the engine/core CPU stream and event, and mismatched copies.
+// sees the first stream's writes only through the event), event queries (a pending one leaves no error behind)
+// and timing, host <-> device copies of whole tensors, slices and pinned buffers, and the assertions that catch
+// CPU streams given to CUDA work, CUDA streams given to the engine/core CPU stream and event, and mismatched
+// copies.
 #include "engine/cuda/device.hpp"
 
 #include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "engine/cuda/copy.hpp"
 #include "engine/cuda/stream.hpp"
@@ -108,6 +113,30 @@ TEST_F(CudaDevice, EventTimingAndQuery) {
   EXPECT_THROW(cuda::CudaEvent::elapsed_ms(start, untimed), InternalError);
   cuda::CudaEvent moved = std::move(start);
   EXPECT_NE(moved.native(), nullptr);
+}
+
+// A pending event's not-ready answer is an answer: query_event (the tree's one cudaEventQuery, used by CudaEvent,
+// NcclWork::test and the NCCL watchdog thread) must not leave it as the thread's last error, or the next launch
+// check reports "device not ready" as its own failure.
+TEST_F(CudaDevice, PendingQueryLeavesNoErrorBehind) {
+  cuda::CudaStream held(0);
+  std::atomic<bool> open{false};
+  auto hold = [](void* flag) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!static_cast<std::atomic<bool>*>(flag)->load() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+  };
+  CLEAVE_CUDA_CHECK(cudaLaunchHostFunc(held.native(), hold, &open));
+  cuda::CudaEvent behind(0);
+  behind.record(held.stream());
+  EXPECT_EQ(cuda::query_event(behind.native()), cudaErrorNotReady);
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess) << "query_event left not-ready as the thread's last error";
+  EXPECT_FALSE(behind.query());
+  EXPECT_EQ(cudaPeekAtLastError(), cudaSuccess) << "CudaEvent::query left not-ready as the thread's last error";
+  open = true;
+  held.synchronize();
+  EXPECT_EQ(cuda::query_event(behind.native()), cudaSuccess);
 }
 
 TEST_F(CudaDevice, CopiesRoundTripWholeTensorsSlicesAndPinnedBuffers) {

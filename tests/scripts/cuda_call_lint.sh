@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Lint for two CUDA runtime calls whose side effects the code cannot see, in the engine's sources (engine/,
+# kernels/, layers/, pipeline/; tests and benchmarks may use them):
+# - the synchronous memory calls (cudaMemset, cudaMemcpy, their 2D / 3D / symbol / peer forms) run on the legacy
+#   default stream, which the run's non-blocking streams neither wait for nor are waited for by: the work they
+#   order against (a communicator's all-reduce of the word just zeroed, say) may run first. Use the Async form on
+#   the stream that consumes the bytes.
+# - cudaEventQuery and cudaStreamQuery leave a not-ready answer as the calling thread's last error, which the next
+#   launcher's cudaGetLastError() then reports as its own failure ("device not ready"). The one query is
+#   cleave::cuda::query_event (engine/cuda/stream.cpp), which clears it; every other caller goes through it.
+# Comments (from `//`) are not scanned.
+# Usage: cuda_call_lint.sh REPO_ROOT  (exit 1 naming each offending line)
+set -u
+root="${1:?usage: cuda_call_lint.sh REPO_ROOT}"
+cd "$root" || exit 2
+files=()
+while IFS= read -r f; do files+=("$f"); done < <(find engine kernels layers pipeline -type f \
+  \( -name '*.cpp' -o -name '*.hpp' -o -name '*.cu' -o -name '*.cuh' \) | sort)
+scan() {  # scan PATTERN FILE...: "FILE:LINE: TEXT" for each code line (comments cut) matching PATTERN
+  local pattern="$1"; shift
+  awk -v re="$pattern" '{ code = $0; sub(/\/\/.*/, "", code); if (code ~ re) print FILENAME ":" FNR ": " $0 }' "$@"
+}
+status=0
+legacy="$(scan '(^|[^A-Za-z0-9_])cuda(Memset|Memcpy|Memset2D|Memset3D|Memcpy2D|Memcpy3D|MemcpyToSymbol|MemcpyFromSymbol|MemcpyPeer)[ ]*[(]' "${files[@]}")"
+if [[ -n "$legacy" ]]; then
+  echo "$legacy"
+  echo "FAIL: a synchronous CUDA memory call runs on the legacy default stream, unordered with the run's" \
+       "non-blocking streams; use its Async form on the stream that consumes the bytes" >&2
+  status=1
+fi
+queries="$(scan '(^|[^A-Za-z0-9_])cuda(EventQuery|StreamQuery)[ ]*[(]' "${files[@]}")"
+queries="$(printf '%s\n' "$queries" | grep -v '^engine/cuda/stream\.cpp:' || true)"
+if [[ -n "$queries" ]]; then
+  echo "$queries"
+  echo "FAIL: a CUDA query leaves not-ready as the thread's last error, which the next launch check reports as" \
+       "its own failure; call cleave::cuda::query_event (engine/cuda/stream.hpp) instead" >&2
+  status=1
+fi
+if [[ "$status" -eq 0 ]]; then
+  echo "ok   ${#files[@]} engine sources: no legacy-stream memory call, every event query through query_event"
+fi
+exit "$status"

@@ -21,7 +21,8 @@ scan() {  # scan PATTERN FILE...: "FILE:LINE: TEXT" for each code line (comments
   awk -v re="$pattern" '{ code = $0; sub(/\/\/.*/, "", code); if (code ~ re) print FILENAME ":" FNR ": " $0 }' "$@"
 }
 status=0
-legacy="$(scan '(^|[^A-Za-z0-9_])cuda(Memset|Memcpy|Memset2D|Memset3D|Memcpy2D|Memcpy3D|MemcpyToSymbol|MemcpyFromSymbol|MemcpyPeer)[ ]*[(]' "${files[@]}")"
+sync_calls='Memset|Memcpy|Memset2D|Memset3D|Memcpy2D|Memcpy3D|MemcpyToSymbol|MemcpyFromSymbol|MemcpyPeer'
+legacy="$(scan "(^|[^A-Za-z0-9_])cuda(${sync_calls})[ ]*[(]" "${files[@]}")"
 if [[ -n "$legacy" ]]; then
   echo "$legacy"
   echo "FAIL: a synchronous CUDA memory call runs on the legacy default stream, unordered with the run's" \

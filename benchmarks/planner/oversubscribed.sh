@@ -4,7 +4,7 @@
 # time_sharing pins two ranks to one core for a moment), then for each WORLD runs `cleave plan --trial 3` (3
 # interleaved rounds of 8 steps, the term-by-term comparison of train.trace's timeline) and prices the same plans on
 # the same profile without its time_sharing key (exactly as the planner priced them before it was measured).
-# KEEP=DIR keeps the profiles and the plans' JSON in DIR.
+# KEEP=DIR keeps the profiles and the plans' JSON in DIR; TRIAL=K trials the top K plans (default 3).
 # Usage: benchmarks/planner/oversubscribed.sh [BUILD_DIR] [CONFIG] [ROUNDS] [WORLD ...]   (default worlds: 4 3)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd); cleave="$root/${1:-build}/bin/cleave"
@@ -20,7 +20,8 @@ grep -E "^(sync wait|count exchange|time sharing)" profile.log
 python3 -c "import json; p=json.load(open('prof.json')); p['measured'].pop('time_sharing', None); json.dump(p, open('prof_without.json','w'))"
 for world in "${worlds[@]}"; do
   echo "== world $world ($(nproc) cores), $(date -u +%H:%M:%S) load $(cut -d' ' -f1-3 /proc/loadavg)"
-  "$cleave" plan "$cfg" --world "$world" --profile prof.json --top 3 --explain --trial 3 --trial-rounds "$rounds" \
+  "$cleave" plan "$cfg" --world "$world" --profile prof.json --top "${TRIAL:-3}" --explain --trial "${TRIAL:-3}" \
+    --trial-rounds "$rounds" \
     --trial-steps 8 --trial-spread 0 --json "plan_w$world.json" < /dev/null > "plan_w$world.log" 2>&1 \
     || { tail -20 "plan_w$world.log"; exit 1; }
   grep -m1 -E "^warning: .* puts" "plan_w$world.log" || true

@@ -65,9 +65,9 @@ std::string oversubscription_warning(const PlanEstimate& e) {
                                        static_cast<double>(e.ranks_on_node) / e.cores_per_node,
                                        static_cast<double>(e.cores_per_node) / e.ranks_on_node, e.core_sharing);
   if (e.handoff_s > 0 || e.time_shared_compute > 1) {
-    return head + fmt::format(" ({:.3f}x of it the measured cost of sharing a core) and {:.1f} us at every meeting "
-                              "with a peer (a handoff to a descheduled peer), priced from the profile's time sharing; "
-                              "cleave plan --trial K measures them",
+    return head + fmt::format(" ({:.3f}x of it the measured cost of sharing a core) and {:.1f} us per handoff to a "
+                              "descheduled peer, at least one per phase of every collective with peers, priced from "
+                              "the profile's time sharing; cleave plan --trial K measures them",
                               e.time_shared_compute, e.handoff_s * 1e6);
   }
   return head + "; ranks that wait for a core also wait for each other at every collective inside a pass (a "

@@ -92,7 +92,8 @@ struct PlanEstimate {
   int ranks_on_node = 1, cores_per_node = 0;
   double core_sharing = 1.0;
   // Priced from the profile's time_sharing (step_terms.hpp, time_shared): the compute's factor beyond the share of the
-  // cores (in core_sharing) and the handoff each meeting waits; 1 and 0 where it is not.
+  // cores (in core_sharing) and one handoff (a collective waits one or more: collective_handoffs); 1 and 0 where it is
+  // not.
   double time_shared_compute = 1.0, handoff_s = 0;
   bool oversubscribed() const { return cores_per_node > 0 && ranks_on_node > cores_per_node; }
 };

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "engine/config/config.hpp"
+#include "engine/planner/collective_handoffs.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "engine/planner/step_breakdown.hpp"
@@ -52,10 +53,12 @@ struct TermContext {
   // The plan's ranks meet no peer from the step's first pass to its gradient reduction (streams_the_step): its
   // compute is one stream, stretched by the profile's stream_stretch where that is the larger.
   bool streams_step = false;
-  // More ranks on the node than cores, with the profile's time_sharing (time_shared): what each meeting with a peer
-  // (a tp collective, a cp hop, an ep all-to-all or count exchange, a pipeline transfer, a ZeRO gather, the gradient
-  // reduction) waits for the peer to get a core; 0 otherwise. Included in core_sharing: time_shared's compute.
+  // More ranks on the node than cores, with the profile's time_sharing (time_shared): one handoff, what a meeting
+  // with a peer (a tp collective, a cp hop, an ep all-to-all or count exchange, a pipeline transfer, a ZeRO gather,
+  // the gradient reduction) waits for a descheduled peer to get a core; 0 otherwise. A collective waits
+  // collective_handoffs of them at `ranks_per_core` (handoff_wait_s). Included in core_sharing: time_shared's compute.
   double handoff_s = 0;
+  double ranks_per_core = 1.0;
   bool one_node = true;          // every rank on one node
   const Link* p2p_link = nullptr;
   const Link* dp_link = nullptr;
@@ -86,10 +89,12 @@ bool streams_the_step(const PlanChoice& choice, int zero, bool per_microbatch, d
 // the cores and the profile measured time_sharing (partition::MeasuredCosts::TimeSharing; docs/planner.md, "More
 // ranks than cores"): compute × `compute` beyond the ranks' share of the cores (the measured ratio over its ranks per
 // core, at least 1, its excess scaled by how far the plan's ranks per core go toward the measured ones, whole
-// beyond), and `handoff_s` per meeting: the measured handoff to a peer on the same core whose holder spins (a
-// descheduled peer waits out the holder's time slice). {1, 0} otherwise: priced as before.
+// beyond), and `handoff_s`, one handoff: the measured one to a peer on the same core whose holder spins (a
+// descheduled peer waits out the holder's time slice), of which a collective waits collective_handoffs at
+// `ranks_per_core`. {1, 0, 1} otherwise: priced as before.
 struct TimeShared {
   double compute = 1.0, handoff_s = 0;
+  double ranks_per_core = 1.0;  // the plan's ranks on the node over its cores, where they outnumber them; 1 otherwise
 };
 TimeShared time_shared(const HardwareProfile& profile, int ranks_on_node);
 
@@ -143,6 +148,8 @@ struct BlockCollectives {
   // The meetings with the group's peers per micro-batch (one per collective or ring hop), in F and in I (its rerun
   // included): each waits the profile's sync_wait_per_meeting (meeting_wait_s), exposed or hidden alike.
   double meetings_forward = 0, meetings_backward = 0;
+  // The handoffs those meetings wait where ranks outnumber cores (collective_handoffs of each collective, summed).
+  double handoffs_forward = 0, handoffs_backward = 0;
 };
 // Tensor parallelism: 2 all-reduces of [micro, T/cp, D] in F and 2 in I per transformer block, 1 in F for the
 // vocab-parallel embedding; sequence parallelism's reduce-scatter + all-gather of the same tensor in their place.
@@ -182,9 +189,12 @@ struct SyncWait {
 };
 struct CountExchange;
 // The per-meeting part of those waits: the profile's sync_wait_per_meeting × `meetings` (not scaled by the core
-// sharing: it is no compute), plus the handoff to a time-shared peer (TermContext::handoff_s) at each. Zero without
-// the measurements (older profiles, the shipped ones).
-double meeting_wait_s(const TermContext& c, double meetings);
+// sharing: it is no compute), plus `handoffs` handoffs to a time-shared peer (TermContext::handoff_s; the meetings'
+// collective_handoffs). Zero without the measurements (older profiles, the shipped ones).
+double meeting_wait_s(const TermContext& c, double meetings, double handoffs);
+// What one collective `e` over `ranks` ranks waits for time-shared peers: handoff_s × collective_handoffs at the
+// plan's ranks per core (collective_handoffs.hpp). Zero where ranks do not outnumber cores or it was not measured.
+double handoff_wait_s(const TermContext& c, Exchange e, int ranks);
 SyncWait peer_sync_wait(const TermContext& c, const BlockCompute& compute, const BlockCollectives& tp,
                         const BlockCollectives& cp, const BlockCollectives& ep, const CountExchange& counts);
 // Expert parallelism's count exchange (ep > 1, a block with routed experts; docs/planner.md, "Waits at meetings"):

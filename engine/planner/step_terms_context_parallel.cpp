@@ -33,6 +33,9 @@ BlockCollectives context_parallel_exchange(const TermContext& c, int b, const Bl
     x.bytes = c.micro_batches * 8 * unit * (choice.cp - 1) / choice.cp;
     x.meetings_forward = 4;
     x.meetings_backward = full ? 8 : 4;
+    const double each = collective_handoffs(Exchange::kAllToAll, choice.cp, c.ranks_per_core);
+    x.handoffs_forward = 4 * each;
+    x.handoffs_backward = x.meetings_backward * each;
     return x;
   }
   const Link& link = *c.cp_link;
@@ -50,6 +53,9 @@ BlockCollectives context_parallel_exchange(const TermContext& c, int b, const Bl
   x.bytes = c.micro_batches * (2 * hops + choice.cp) * 2 * unit;
   x.meetings_forward = hops;  // a hop meets the ring's neighbours
   x.meetings_backward = hops + choice.cp + (full ? hops : 0.0);
+  const double hop_handoffs = collective_handoffs(Exchange::kPointToPoint, 2, c.ranks_per_core);  // one neighbour's
+  x.handoffs_forward = x.meetings_forward * hop_handoffs;
+  x.handoffs_backward = x.meetings_backward * hop_handoffs;
   return x;
 }
 

@@ -29,9 +29,10 @@ GradientReduction reduction_over(const TermContext& c, double grad_bytes, double
   // (SearchOptions::param_gather_bf16: Megatron-LM's distributed optimizer).
   const double gathered = c.options->param_gather_bf16 && c.bf16 ? grad_bytes / 2 : grad_bytes;
   x.step_gather_s = gathers_after_step ? c.collective_s(Collective::kAllGather, gathered, n, link) : 0.0;
-  if (n > 1 && grad_bytes > 0) {  // each collective a meeting of the replicas: the handoff to a time-shared peer (0 otherwise)
-    x.reduce_s += c.handoff_s;
-    if (gathers_after_step) x.step_gather_s += c.handoff_s;
+  // Each collective a meeting of the replicas: its handoffs to time-shared peers (0 otherwise).
+  if (n > 1 && grad_bytes > 0) {
+    x.reduce_s += handoff_wait_s(c, c.zero == 0 ? Exchange::kAllReduce : Exchange::kReduceScatter, n);
+    if (gathers_after_step) x.step_gather_s += handoff_wait_s(c, Exchange::kAllGather, n);
   }
   x.bytes = ring_bytes(wire, n, c.zero == 0) + (gathers_after_step ? ring_bytes(gathered, n, false) : 0.0);
   if (per_microbatch) {

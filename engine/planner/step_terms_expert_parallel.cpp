@@ -34,6 +34,9 @@ BlockCollectives expert_all_to_all(const TermContext& c, int b) {
   x.rerun_s = choice.recompute == Recompute::kFull ? pair : 0.0;
   x.meetings_forward = 2;
   x.meetings_backward = choice.recompute == Recompute::kFull ? 4 : 2;
+  const double each = collective_handoffs(Exchange::kAllToAll, choice.ep, c.ranks_per_core);
+  x.handoffs_forward = x.meetings_forward * each;
+  x.handoffs_backward = x.meetings_backward * each;
   x.bytes = c.micro_batches * 4 * bytes.sent_mean;
   return x;
 }

@@ -54,16 +54,19 @@ void add_block(const TermContext& c, int b, double warm, StageCosts& st, StageBl
   st.forward[T::kKernelLaunch] += kind.launch_s[kPassF];
   st.input_grad[T::kKernelLaunch] += kind.launch_s[kPassI] + kind.launch_s[kPassRerun];
   st.weight_grad[T::kKernelLaunch] += kind.launch_s[kPassW];
-  st.forward[T::kTensorParallel] += tp.forward_s + meeting_wait_s(c, tp.meetings_forward);
-  st.input_grad[T::kTensorParallel] += tp.backward_s + tp.rerun_s + meeting_wait_s(c, tp.meetings_backward);
-  st.forward[T::kContextParallel] += cp.forward_s + meeting_wait_s(c, cp.meetings_forward);
-  st.input_grad[T::kContextParallel] += cp.backward_s + cp.rerun_s + meeting_wait_s(c, cp.meetings_backward);
+  st.forward[T::kTensorParallel] += tp.forward_s + meeting_wait_s(c, tp.meetings_forward, tp.handoffs_forward);
+  st.input_grad[T::kTensorParallel] +=
+      tp.backward_s + tp.rerun_s + meeting_wait_s(c, tp.meetings_backward, tp.handoffs_backward);
+  st.forward[T::kContextParallel] += cp.forward_s + meeting_wait_s(c, cp.meetings_forward, cp.handoffs_forward);
+  st.input_grad[T::kContextParallel] +=
+      cp.backward_s + cp.rerun_s + meeting_wait_s(c, cp.meetings_backward, cp.handoffs_backward);
   st.forward.hidden_at(T::kContextParallel) += cp.hidden_forward_s;
   st.input_grad.hidden_at(T::kContextParallel) += cp.hidden_backward_s;
   st.forward.hidden_at(T::kTensorParallel) += tp.hidden_forward_s;
   st.input_grad.hidden_at(T::kTensorParallel) += tp.hidden_backward_s;
-  st.forward[T::kExpertAllToAll] += ep.forward_s + meeting_wait_s(c, ep.meetings_forward);
-  st.input_grad[T::kExpertAllToAll] += ep.backward_s + ep.rerun_s + meeting_wait_s(c, ep.meetings_backward);
+  st.forward[T::kExpertAllToAll] += ep.forward_s + meeting_wait_s(c, ep.meetings_forward, ep.handoffs_forward);
+  st.input_grad[T::kExpertAllToAll] +=
+      ep.backward_s + ep.rerun_s + meeting_wait_s(c, ep.meetings_backward, ep.handoffs_backward);
   const CountExchange counts = expert_count_exchange(c, b, even);  // before each dispatch: latency and a meeting
   st.forward[T::kCountExchange] += counts.forward_s + counts.wait_forward_s;
   st.input_grad[T::kCountExchange] += counts.rerun_s + counts.wait_rerun_s;

@@ -21,8 +21,8 @@ StepTerm meeting_term(bool ep, bool cp) {
 
 }  // namespace
 
-double meeting_wait_s(const TermContext& c, double meetings) {
-  return (c.profile->measured.sync_wait_per_meeting_s + c.handoff_s) * meetings;
+double meeting_wait_s(const TermContext& c, double meetings, double handoffs) {
+  return c.profile->measured.sync_wait_per_meeting_s * meetings + c.handoff_s * handoffs;
 }
 
 SyncWait peer_sync_wait(const TermContext& c, const BlockCompute& compute, const BlockCollectives& tp,
@@ -54,9 +54,10 @@ std::vector<SendWait> point_to_point_sync_wait(const TermContext& c, const std::
   const auto compute = [](const ActionTerms& a) { return a[T::kForward] + a[T::kInputGrad] + a[T::kWeightGrad] +
                                                          a[T::kRecompute] + a[T::kElementwise] + a[T::kKernelLaunch]; };
   for (std::size_t s = 0; s < stages.size(); ++s) {
-    waits[s].forward_s = rate * compute(stages[s].forward) + c.handoff_s;  // each transfer a handoff too
+    const double handoff = handoff_wait_s(c, Exchange::kPointToPoint, 2);  // each transfer a handoff too
+    waits[s].forward_s = rate * compute(stages[s].forward) + handoff;
     const double w = c.fused_backward ? compute(stages[s].weight_grad) : 0.0;  // a fused B sends after its W
-    waits[s].backward_s = rate * (compute(stages[s].input_grad) + w) + c.handoff_s;
+    waits[s].backward_s = rate * (compute(stages[s].input_grad) + w) + handoff;
   }
   return waits;
 }

@@ -28,6 +28,10 @@ BlockCollectives tensor_parallel_collectives(const TermContext& c, int b) {
                               : c.collective_s(Collective::kAllReduce, activation, choice.tp, link);
   double exchanges = 0;
   const double meetings = choice.sequence_parallel ? 2 : 1;  // collectives per exchange
+  const double rpc = c.ranks_per_core;  // their handoffs per exchange: 2 phases either way
+  const double handoffs = choice.sequence_parallel ? collective_handoffs(Exchange::kReduceScatter, choice.tp, rpc) +
+                                                         collective_handoffs(Exchange::kAllGather, choice.tp, rpc)
+                                                   : collective_handoffs(Exchange::kAllReduce, choice.tp, rpc);
   if (partition::is_repeated_layer(block.kind)) {
     x.forward_s = 2 * exchange;
     x.backward_s = 2 * exchange;
@@ -37,10 +41,13 @@ BlockCollectives tensor_parallel_collectives(const TermContext& c, int b) {
     exchanges = full ? 6 : 4;
     x.meetings_forward = 2 * meetings;
     x.meetings_backward = (full ? 4 : 2) * meetings;
+    x.handoffs_forward = 2 * handoffs;
+    x.handoffs_backward = (full ? 4 : 2) * handoffs;
   } else if (block.kind == partition::BlockKind::kEmbedding) {
     x.forward_s = exchange;
     exchanges = 1;
     x.meetings_forward = meetings;
+    x.handoffs_forward = handoffs;
   }
   x.bytes = c.micro_batches * exchanges * ring_bytes(activation, choice.tp, true);
   return x;

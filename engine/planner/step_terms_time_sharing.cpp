@@ -1,6 +1,7 @@
 // time_shared: what a layout with more ranks than cores pays beyond its share of the cores, from the profile's
-// time_sharing measurement (docs/planner.md, "More ranks than cores"). Invariant: {1, 0} (nothing priced
-// differently) unless the ranks outnumber the cores and the profile measured it.
+// time_sharing measurement (docs/planner.md, "More ranks than cores"), and handoff_wait_s, a collective's handoffs
+// at that price. Invariant: {1, 0, 1} and no handoff (nothing priced differently) unless the ranks outnumber the
+// cores and the profile measured it.
 #include <algorithm>
 
 #include "engine/planner/step_terms.hpp"
@@ -20,7 +21,11 @@ TimeShared time_shared(const HardwareProfile& profile, int ranks_on_node) {
   // rank's time slice ends: the spinning handoff, where the spinner holds the core as a computing rank does. The
   // yielding handoff is the case where the core's holder is itself waiting; which of the two a meeting meets is not
   // known, and the trials measured waits of the spinning kind (docs/planner.md, "More ranks than cores").
-  return {1.0 + excess * toward, measured->handoff_spin_s};
+  return {1.0 + excess * toward, measured->handoff_spin_s, per_core};
+}
+
+double handoff_wait_s(const TermContext& c, Exchange e, int ranks) {
+  return c.handoff_s > 0 ? c.handoff_s * collective_handoffs(e, ranks, c.ranks_per_core) : 0.0;
 }
 
 }  // namespace cleave::planner

@@ -16,7 +16,7 @@ double zero3_block_gather_s(const TermContext& c, int b) {
   const double rest = block_local_params(c, b) - experts;
   return c.collective_s(Collective::kAllGather, c.act_bytes * rest, c.replicas, *c.dp_link) +
          c.collective_s(Collective::kAllGather, c.act_bytes * experts, c.expert_replicas, *c.dp_link) +
-         (c.replicas > 1 ? c.handoff_s : 0.0);  // a meeting of the replicas (time-shared peers)
+         handoff_wait_s(c, Exchange::kAllGather, c.replicas);  // a meeting of the replicas (time-shared peers)
 }
 
 StageGathers zero3_stage_gathers(const TermContext& c, const std::vector<double>& g,

@@ -1,11 +1,13 @@
 // More ranks than cores, priced from a recorded time_sharing measurement (docs/planner.md, "More ranks than cores";
 // engine/planner/step_terms_time_sharing.cpp): compute beyond the ranks' share of the cores by the measured pair's
-// excess over its ideal share, and a handoff to a descheduled peer (the spinning one) per meeting in the meeting's own term (tp collectives, pipeline
-// transfers, ZeRO gathers, the gradient reduction). A profile without the key, or a layout with no more ranks than
-// cores, prices exactly as before. The key round-trips and bad values are refused by name. The figures are fixed
+// excess over its ideal share, and handoffs to descheduled peers (the spinning one) in each meeting's own term (tp
+// collectives, pipeline transfers, ZeRO gathers, the gradient reduction): as many per collective as its algorithm's
+// phases times the peers each phase waits for that are not running (collective_handoffs). A profile without the key,
+// or a layout with no more ranks than cores, prices exactly as before. The key round-trips and bad values are refused by name. The figures are fixed
 // here (a profile as `cleave profile` writes it), never this machine's.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -14,6 +16,7 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/planner/collective_handoffs.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "engine/planner/step_terms.hpp"
@@ -68,6 +71,28 @@ TEST(TimeShared, TheMeasuredExcessGrowsWithTheRanksPerCoreAndEveryMeetingPaysThe
   EXPECT_DOUBLE_EQ(time_shared(gpu, 4).handoff_s, 0.0);
 }
 
+TEST(TimeShared, ACollectiveWaitsAHandoffPerPhaseAndPerPeerThatIsNotRunning) {
+  // The engine's all-reduce is two direct phases (reduce-scatter, then all-gather), every other exchange one.
+  EXPECT_EQ(exchange_phases(Exchange::kAllReduce), 2);
+  for (Exchange e : {Exchange::kReduceScatter, Exchange::kAllGather, Exchange::kAllToAll, Exchange::kPointToPoint}) {
+    EXPECT_EQ(exchange_phases(e), 1);
+  }
+  // 1 + (n - 2)(1 - 1/rho): one handoff for the first peer, each further one not running with probability 1 - 1/rho.
+  EXPECT_DOUBLE_EQ(handoffs_per_phase(2, 2.0), 1.0);
+  EXPECT_DOUBLE_EQ(handoffs_per_phase(4, 2.0), 2.0);
+  EXPECT_DOUBLE_EQ(handoffs_per_phase(3, 1.5), 1.0 + 1.0 / 3);
+  EXPECT_DOUBLE_EQ(handoffs_per_phase(8, 4.0), 1.0 + 6 * 0.75);
+  EXPECT_DOUBLE_EQ(handoffs_per_phase(1, 2.0), 0.0);  // nobody to wait for
+  EXPECT_DOUBLE_EQ(handoffs_per_phase(4, 1.0), 0.0);  // a core per rank: nobody descheduled
+  EXPECT_DOUBLE_EQ(collective_handoffs(Exchange::kAllReduce, 2, 2.0), 2.0);
+  EXPECT_DOUBLE_EQ(collective_handoffs(Exchange::kAllReduce, 4, 2.0), 4.0);
+  EXPECT_DOUBLE_EQ(collective_handoffs(Exchange::kAllGather, 4, 2.0), 2.0);
+  EXPECT_DOUBLE_EQ(collective_handoffs(Exchange::kPointToPoint, 8, 2.0), 1.0);  // one peer, whatever the group
+  EXPECT_DOUBLE_EQ(time_shared(two_cores(true), 4).ranks_per_core, 2.0);
+  EXPECT_DOUBLE_EQ(time_shared(two_cores(true), 3).ranks_per_core, 1.5);
+  EXPECT_DOUBLE_EQ(time_shared(two_cores(false), 4).ranks_per_core, 1.0);  // not measured: no handoff priced
+}
+
 class TimeSharing : public testing::ScratchDirTest {
  protected:
   TimeSharing() : ScratchDirTest("cleave_time_sharing_test_") {}
@@ -86,7 +111,7 @@ class TimeSharing : public testing::ScratchDirTest {
   std::string config_;
 };
 
-TEST_F(TimeSharing, OversubscribedTpPlansPayTheExcessOnComputeAndAHandoffPerCollective) {
+TEST_F(TimeSharing, OversubscribedTpPlansPayTheExcessOnComputeAndTheHandoffsOfEachCollective) {
   // tp2 dp2 on 4 ranks over 2 cores; micro 2 of a global batch 8: 2 micro-batches a step per replica.
   const PlanChoice c{2, 1, 2, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8, false};
   const PlanEstimate without = estimate(c, two_cores(false), 4);
@@ -94,14 +119,48 @@ TEST_F(TimeSharing, OversubscribedTpPlansPayTheExcessOnComputeAndAHandoffPerColl
   ASSERT_TRUE(with.oversubscribed());
   EXPECT_NEAR(with.breakdown.compute_s / without.breakdown.compute_s, 2.125 / 2, 1e-9);
   // Per micro-batch: 2 all-reduces in F and 2 in I per transformer block (4), the vocab-parallel embedding's 1 in F:
-  // 17 meetings, 34 a step; each pays the handoff in the tp term.
-  EXPECT_NEAR(with.breakdown[StepTerm::kTensorParallel] - without.breakdown[StepTerm::kTensorParallel], 34 * 500e-6, 1e-9);
-  // The gradient all-reduce over the 2 replicas: one meeting (no expert reduction without experts).
-  EXPECT_NEAR(with.breakdown[StepTerm::kDataParallel] - without.breakdown[StepTerm::kDataParallel], 500e-6, 1e-9);
+  // 17, 34 a step; each a 2-rank all-reduce of two phases, 2 handoffs in the tp term.
+  EXPECT_NEAR(with.breakdown[StepTerm::kTensorParallel] - without.breakdown[StepTerm::kTensorParallel],
+              34 * 2 * 500e-6, 1e-9);
+  // The gradient all-reduce over the 2 replicas: two phases (no expert reduction without experts).
+  EXPECT_NEAR(with.breakdown[StepTerm::kDataParallel] - without.breakdown[StepTerm::kDataParallel], 2 * 500e-6, 1e-9);
   EXPECT_GT(with.step_s, without.step_s);
   EXPECT_NE(oversubscription_warning(with).find("priced from the profile's time sharing"), std::string::npos)
       << oversubscription_warning(with);
   EXPECT_NE(oversubscription_warning(without).find("not priced"), std::string::npos) << oversubscription_warning(without);
+}
+
+TEST_F(TimeSharing, Tp4ExchangesWaitTwoHandoffsPerPhaseWithOrWithoutSequenceParallelism) {
+  // tp4 on 4 ranks over 2 cores: each phase waits 1 + 2 × (1 - 1/2) = 2 handoffs; an all-reduce is 2 phases, sequence
+  // parallelism's reduce-scatter + all-gather 2 too. Micro 2 of a global batch 8 on one replica: 4 micro-batches of 17
+  // exchanges, 68 a step × 4 handoffs either way.
+  for (bool sp : {false, true}) {
+    const PlanChoice c{4, 1, 1, 1, "1f1b", 2, 0, partition::Recompute::kNone, 8, sp};
+    const PlanEstimate with = estimate(c, two_cores(true), 4), without = estimate(c, two_cores(false), 4);
+    EXPECT_NEAR(with.breakdown[StepTerm::kTensorParallel] - without.breakdown[StepTerm::kTensorParallel],
+                68 * 4 * 500e-6, 1e-9) << "sequence parallel " << sp;
+  }
+}
+
+TEST_F(TimeSharing, Zero3GathersWaitMoreHandoffsAtMoreRanksPerCore) {
+  // dp4 ZeRO-3 on 4 ranks: over 2 cores a gather's phase waits 2 handoffs, over 3 cores (4/3 ranks per core)
+  // 1 + 2 × (1 - 3/4) = 1.5; the gathers are the same, so their handoffs' sums are in that ratio.
+  HardwareProfile two = two_cores(true), three = two_cores(true);
+  three.cores_per_node = 3;
+  HardwareProfile two_none = two, three_none = three;
+  two_none.measured.time_sharing.reset();
+  three_none.measured.time_sharing.reset();
+  const PlanChoice c{1, 1, 4, 1, "1f1b", 2, 3, partition::Recompute::kNone, 8, false};
+  const auto gathers = [&](const HardwareProfile& p) {
+    const PlanEstimate e = estimate(c, p, 4);
+    return e.breakdown[StepTerm::kZeroGather] + e.breakdown.hidden[static_cast<std::size_t>(StepTerm::kZeroGather)];
+  };
+  const double at_two = gathers(two) - gathers(two_none), at_three = gathers(three) - gathers(three_none);
+  ASSERT_GT(at_three, 0);
+  EXPECT_NEAR(at_two / at_three, 2.0 / 1.5, 1e-9);
+  // Each a whole number of gathers at 2 handoffs each.
+  const double count = at_two / (2 * 500e-6);
+  EXPECT_NEAR(count, std::round(count), 1e-6);
 }
 
 TEST_F(TimeSharing, PipelineTransfersAndZero3GathersAreMeetingsToo) {

@@ -29,10 +29,17 @@ final weights (gathered into logical tensors). Exits 1 when a difference exceeds
       .number("--loss-tolerance", "X", "max relative loss difference per step (bf16 runs: 2^-8 / sqrt(tokens per step))",
               1e-5)
       .number("--param-tolerance", "X", "max |layout - reference| / max |reference| per tensor", 1e-3)
+      .number("--noise-multiple", "X",
+              "bf16 on the cpu: a tensor also passes within X times the twin reference's noise floor (0: no twin)", 3)
       .epilog(R"(Runs in deterministic mode (train.deterministic=true) unless the config or --set says otherwise. With
 AdamW, a slice whose gradient is zero in exact arithmetic (gpt's attention key biases) receives rounding
 noise only, which Adam normalises into steps up to lr: it leaves --param-tolerance's comparison and is held
 to the bound any two AdamW runs meet, 2 x sum over steps of lr x Adam's step bound (docs/multi-rank.md).
+In bf16 on the cpu a second single-rank reference, the twin, runs with another GEMM library (device.blas):
+the same sums in another order. Its largest difference from the reference, as a fraction of how far
+training moved each tensor, is the run's noise floor; a tensor of the layout passes within --param-tolerance
+of its scale or within --noise-multiple times the floor of its movement (docs/multi-rank.md: what this
+proves and what it cannot).
 
 example: mpirun -np 8 cleave verify examples/gpt_fortunes.json --set parallel.tensor_model_parallel_size=2 \
              --set parallel.pipeline_model_parallel_size=2 --set optimizer.type=sgd)");
@@ -51,6 +58,7 @@ int run_verify(int argc, char** argv) {
   train::VerifyOptions options;
   options.loss_tolerance = args.number("--loss-tolerance");
   options.param_tolerance = args.number("--param-tolerance");
+  options.noise_multiple = args.number("--noise-multiple");
   const std::int64_t steps = args.count("--steps");
   overrides.push_back("train.steps=" + std::to_string(steps));
   CommandRuntime runtime(&argc, &argv);

@@ -5,21 +5,26 @@
 // use the same build, data and seed. Parameters are compared per tensor: max |layout - reference| over
 // max |reference| of that tensor, which stays meaningful for tensors that start at zero (biases); under AdamW a
 // slice whose gradient is zero in exact arithmetic is held to the update rule's bound instead (verify_compare.hpp).
+// In bf16 on the CPU a second reference, the twin, measures the noise floor of the run (verify_floor.hpp): a tensor
+// also passes within a stated multiple of it.
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/comm/communicator.hpp"
 #include "engine/config/config.hpp"
 #include "engine/train/verify_compare.hpp"
+#include "engine/train/verify_floor.hpp"
 
 namespace cleave::train {
 
 struct VerifyOptions {
   double loss_tolerance = 1e-5;   // max relative difference of any step's loss
   double param_tolerance = 1e-3;  // max per-tensor normalised difference of the final parameters (AdamW: see --help)
+  double noise_multiple = 3;      // bf16: a tensor also passes within this multiple of the twin's floor (verify_floor)
 };
 
 struct VerifyReport {
@@ -27,9 +32,11 @@ struct VerifyReport {
   std::vector<double> reference_losses;
   std::vector<ParamDifference> params;  // sorted by name
   std::vector<NullSliceDifference> null_slices;  // AdamW: the slices held to the update rule's bound
+  std::optional<NoiseFloor> floor;      // bf16 on the CPU: the twin's floor (params then carry `moved`)
   double max_loss_difference = 0;       // relative
   double max_param_difference = 0;      // normalised
-  bool passed = false;                  // both within tolerance, null slices within their bound (world rank 0)
+  bool params_within = false;           // every tensor within --param-tolerance or the floor's tolerance
+  bool passed = false;                  // losses and tensors within, null slices within their bound (world rank 0)
   bool adamw = false;                   // the run's optimizer is AdamW (format_report's hint)
 };
 
@@ -47,9 +54,10 @@ double default_loss_tolerance(const config::RunConfig& config);
 // Collective over `world`; the report is complete on world rank 0 (other ranks get the layout's losses).
 VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& world, const VerifyOptions& options);
 
-// Human-readable table of a report. A failure on the parameters alone, with the losses within tolerance, of an AdamW
-// run ends with a line saying why that happens to correct layouts (AdamW turns the rounding noise of near-zero
-// gradients into lr-sized steps) and how to check the layout instead (SGD).
+// Human-readable table of a report. With a floor: each tensor's difference as a fraction of its movement too, and
+// the twin and its floor. A failure on the parameters alone, with the losses within tolerance, of an AdamW run
+// without a floor ends with a line saying why that happens to correct layouts (AdamW turns the rounding noise of
+// near-zero gradients into lr-sized steps) and how to check the layout instead (SGD).
 std::string format_report(const VerifyReport& report, const VerifyOptions& options, std::size_t max_rows = 20);
 
 }  // namespace cleave::train

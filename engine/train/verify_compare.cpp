@@ -44,29 +44,40 @@ std::vector<bool> null_mask(const std::string& name, std::size_t numel,
   return mask;
 }
 
+// `initial` (empty: none) gives `moved`'s denominator, max |ref - initial|.
 ParamDifference difference(const std::string& name, const std::vector<float>& layout, const std::vector<float>& ref,
-                           const std::vector<bool>& skip) {
+                           const std::vector<bool>& skip, std::span<const float> initial) {
   ParamDifference d{name, static_cast<std::int64_t>(ref.size())};
-  double max_ref = 0;
+  double max_ref = 0, max_moved = 0;
   for (std::size_t i = 0; i < ref.size(); ++i) {
     if (skip[i]) continue;
     const double diff = std::abs(static_cast<double>(layout[i]) - ref[i]);
     d.max_abs = std::isnan(diff) ? std::numeric_limits<double>::infinity() : std::max(d.max_abs, diff);
     max_ref = std::max(max_ref, std::abs(static_cast<double>(ref[i])));
+    if (!initial.empty()) max_moved = std::max(max_moved, std::abs(static_cast<double>(ref[i]) - initial[i]));
   }
   d.normalised = d.max_abs == 0 ? 0.0 : d.max_abs / std::max(max_ref, 1e-30);
+  if (!initial.empty()) d.moved = d.max_abs == 0 ? 0.0 : d.max_abs / std::max(max_moved, 1e-30);
   return d;
 }
 
 }  // namespace
 
 ParamComparison compare_parameters(const ParameterMap& layout, const ParameterMap& reference,
-                                   std::span<const partition::NullGradient> null_slices, double null_bound) {
+                                   std::span<const partition::NullGradient> null_slices, double null_bound,
+                                   const ParameterMap* initial) {
   for (const partition::NullGradient& n : null_slices) {
     auto it = reference.find(n.param);
     CLEAVE_ASSERT(it != reference.end() && 0 <= n.begin && n.begin < n.end &&
                       n.end <= static_cast<std::int64_t>(it->second.size()),
                   "null-gradient slice {}[{}:{}) is not inside a parameter of the reference", n.param, n.begin, n.end);
+  }
+  if (initial != nullptr) {
+    for (const auto& [name, ref] : reference) {
+      auto it = initial->find(name);
+      CLEAVE_ASSERT(it != initial->end() && it->second.size() == ref.size(),
+                    "compare_parameters: the initial values lack {} or hold another size", name);
+    }
   }
   ParamComparison out;
   out.same_names = layout.size() == reference.size();
@@ -74,9 +85,11 @@ ParamComparison compare_parameters(const ParameterMap& layout, const ParameterMa
     auto it = layout.find(name);
     if (it == layout.end() || it->second.size() != ref.size()) {
       out.same_names = false;
-      out.params.push_back({name, static_cast<std::int64_t>(ref.size()), 0, std::numeric_limits<double>::infinity()});
+      const double inf = std::numeric_limits<double>::infinity();
+      out.params.push_back({name, static_cast<std::int64_t>(ref.size()), 0, inf, initial ? inf : 0.0});
     } else {
-      out.params.push_back(difference(name, it->second, ref, null_mask(name, ref.size(), null_slices)));
+      const std::span<const float> init = initial ? std::span<const float>(initial->at(name)) : std::span<const float>();
+      out.params.push_back(difference(name, it->second, ref, null_mask(name, ref.size(), null_slices), init));
     }
     out.max_param_difference = std::max(out.max_param_difference, out.params.back().normalised);
   }

@@ -29,6 +29,9 @@ struct ParamDifference {
   std::int64_t numel = 0;
   double max_abs = 0;     // max |layout - reference| over the compared elements (every element but null slices)
   double normalised = 0;  // max_abs / max |reference| over the same elements (0 when both are exactly equal)
+  // max_abs / max |reference - initial| over the same elements: the difference as a fraction of how far training
+  // moved the tensor (compare_parameters with initial values; 0 without them, or when both are exactly equal)
+  double moved = 0;
 };
 
 // A null-gradient slice held to the update rule's bound instead of the normalised comparison.
@@ -58,9 +61,11 @@ double adamw_drift_bound(const config::OptimizerConfig& optimizer, std::int64_t 
 
 // The comparison of `layout` against `reference`, with `null_slices` (their parameters present in `reference`, the
 // ranges inside them) taken out of the normalised comparison and held to `null_bound`. Pass none to compare
-// every element.
+// every element. With `initial` (the reference's values before its first step, same names and sizes) each
+// difference's `moved` is filled too.
 ParamComparison compare_parameters(const ParameterMap& layout, const ParameterMap& reference,
-                                   std::span<const partition::NullGradient> null_slices, double null_bound);
+                                   std::span<const partition::NullGradient> null_slices, double null_bound,
+                                   const ParameterMap* initial = nullptr);
 
 // The slices `cleave verify` holds to the bound for `config`: the model's null gradients under AdamW, none
 // under SGD.

@@ -1,0 +1,62 @@
+// See verify_floor.hpp.
+#include "engine/train/verify_floor.hpp"
+
+#include <fmt/format.h>
+
+#include "engine/core/enum_names.hpp"
+#include "kernels/ops/cpu_blas.hpp"
+
+namespace cleave::train {
+namespace {
+
+// The library a run's GEMMs use (the bf16 kernels question does not change which library).
+ops::CpuBlas library_of(const config::RunConfig& config) {
+  return ops::choose_cpu_gemm(config.device.blas, false, ops::build_cpu_blas_facts(false)).library;
+}
+
+}  // namespace
+
+std::optional<config::RunConfig> twin_reference(const config::RunConfig& reference) {
+  if (reference.device.precision != ops::Precision::kBf16 || reference.device.type != DeviceType::kCpu) {
+    return std::nullopt;
+  }
+  const ops::CpuBlas own = library_of(reference);
+  ops::CpuBlas other = ops::CpuBlas::kOpenBlas;
+  if (own == ops::CpuBlas::kOpenBlas) {
+    if (ops::cpu_blas_built(ops::CpuBlas::kOneDnn)) {
+      other = ops::CpuBlas::kOneDnn;
+    } else if (ops::cpu_blas_built(ops::CpuBlas::kBlis)) {
+      other = ops::CpuBlas::kBlis;
+    } else {
+      return std::nullopt;
+    }
+  }
+  config::RunConfig twin = reference;
+  twin.device.blas = other;
+  return twin;
+}
+
+std::string describe_twin(const config::RunConfig& reference, const config::RunConfig& twin) {
+  return fmt::format("device.blas {} instead of {}", enum_name(library_of(twin)), enum_name(library_of(reference)));
+}
+
+NoiseFloor noise_floor(const ParamComparison& twin_against_reference, double loss, std::string twin, double multiple) {
+  NoiseFloor f;
+  f.loss = loss;
+  f.twin = std::move(twin);
+  f.multiple = multiple;
+  for (const ParamDifference& d : twin_against_reference.params) {
+    if (d.moved > f.floor) {
+      f.floor = d.moved;
+      f.worst = d.name;
+    }
+  }
+  return f;
+}
+
+bool tensor_within(const ParamDifference& d, double param_tolerance, const NoiseFloor* floor) {
+  if (d.normalised <= param_tolerance) return true;
+  return floor != nullptr && d.moved <= floor->tolerance();
+}
+
+}  // namespace cleave::train

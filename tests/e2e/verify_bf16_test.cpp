@@ -1,0 +1,174 @@
+// cleave verify's bf16 noise floor (engine/train/verify_floor.hpp) on real one-rank runs of a tiny GPT: the twin
+// reference (another CPU GEMM library) measures how far the same run ends from itself with its sums in another order;
+// a correct reordering passes within 3 x that floor, and an injected error fails: half a step (lr / 2) added to one
+// element at every step under AdamW and SGD, and under SGD a quarter too much gradient on one bias.
+// The errors are injected through the trainer's test backend (Trainer's `backend`): the CPU table with the optimizer
+// slots wrapped. Also what the floor cannot see: AdamW normalises a whole tensor's gradient scale away.
+// Runs in-process (MPI singleton world of one).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <optional>
+#include <span>
+#include <string>
+
+#include "engine/train/verify.hpp"
+#include "engine/train/verify_floor.hpp"
+#include "kernels/ops/backend.hpp"
+#include "kernels/ops/cpu_blas.hpp"
+#include "mpi/mpi_test_env.hpp"
+#include "train_harness.hpp"
+
+namespace cleave::testing {
+namespace {
+
+// Update items by their element count in the model below: embed.position (seq_len x d_model) and the first
+// block's attn.qkv.bias (3 x d_model; the first of its size an update call holds).
+constexpr std::int64_t kPosition = 64 * 128, kQkvBias = 3 * 128;
+
+// The CPU table whose optimizer slots hit the update item of `target` elements: its gradient scaled by grad_scale
+// before the update, step_error x lr added to its element 0 after it.
+struct InjectingBackend : ops::Backend {
+  std::int64_t target = 0;
+  float grad_scale = 1;
+  float step_error = 0;
+};
+
+template <class Item>
+const Item* target_item(std::span<const Item> items, std::int64_t target) {
+  auto it = std::find_if(items.begin(), items.end(), [&](const Item& i) { return i.param.numel() == target; });
+  return it == items.end() ? nullptr : &*it;
+}
+
+template <class Item, class Hyper, auto Slot>
+void injected_update(const ops::Context& ctx, std::span<const Item> items, const Hyper& hyper) {
+  const auto& self = static_cast<const InjectingBackend&>(*ctx.backend);
+  const Item* item = target_item(items, self.target);
+  if (item != nullptr && self.grad_scale != 1) ops::cpu_backend().scale_inplace(ctx, item->grad, self.grad_scale);
+  (ops::cpu_backend().*Slot)(ctx, items, hyper);
+  if (item != nullptr && self.step_error != 0) item->param.template data<float>()[0] += self.step_error * hyper.lr;
+}
+
+InjectingBackend injecting(std::int64_t target, float grad_scale, float step_error) {
+  InjectingBackend b;
+  static_cast<ops::Backend&>(b) = ops::cpu_backend();
+  b.name = "cpu (injecting)";
+  b.target = target;
+  b.grad_scale = grad_scale;
+  b.step_error = step_error;
+  b.adamw_update_many = &injected_update<ops::AdamWItem, ops::AdamWHyper, &ops::Backend::adamw_update_many>;
+  b.sgd_update_many = &injected_update<ops::SgdItem, ops::SgdHyper, &ops::Backend::sgd_update_many>;
+  return b;
+}
+
+// The default gpt's recipe (examples/gpt_fortunes.json: AdamW, warmup over 30 steps) on a tiny model, bf16, 10 steps.
+config::RunConfig tiny_bf16(const std::string& optimizer) {
+  config::RunConfig c = config::parse_config(R"({
+    "model": {"type": "gpt", "vocab_size": 256, "d_model": 128, "n_layers": 2, "n_heads": 4, "seq_len": 64},
+    "batch": {"global_batch_size": 16, "micro_batch_size": 8},
+    "optimizer": {"lr": 0.002, "weight_decay": 0.1, "betas": [0.9, 0.95], "warmup_steps": 30},
+    "train": {"steps": 10, "seed": 5, "deterministic": true, "eval_batches": 0, "out_dir": "runs/verify_bf16_test"},
+    "data": {"type": "synthetic"},
+    "device": {"precision": "bf16"}
+  })", "tiny_bf16", {"optimizer.type=" + optimizer});
+  c.resolve(1);
+  return c;
+}
+
+struct Trained {
+  train::ParameterMap initial, params;
+};
+
+Trained train_one_rank(const config::RunConfig& config, const ops::Backend* backend = nullptr) {
+  auto world = make_world(true);
+  train::Trainer trainer(config, *world, backend);
+  Trained t;
+  t.initial = trainer.gather_parameters();
+  for (std::int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
+  t.params = trainer.gather_parameters();
+  return t;
+}
+
+// The reference, its twin's floor, and the verdict on a "layout" run, as verify_layout decides it.
+struct Bench {
+  config::RunConfig config;
+  Trained reference;
+  train::NoiseFloor floor;
+  std::vector<partition::NullGradient> null_slices;
+  double null_bound = 0;
+
+  // A correct reordering of the reference: its micro-batches halved (the weight gradients summed in another order).
+  train::ParameterMap reordered() const {
+    config::RunConfig split = config;
+    split.batch.micro_batch_size = *config.batch.micro_batch_size / 2;
+    split.batch.gradient_accumulation_steps.reset();
+    split.resolve(1);
+    return train_one_rank(split).params;
+  }
+
+  // The tensors of `layout` that fail (neither within 1e-3 normalised nor within the floor's tolerance).
+  std::vector<std::string> failing(const train::ParameterMap& layout) const {
+    std::vector<std::string> out;
+    const auto c = train::compare_parameters(layout, reference.params, null_slices, null_bound, &reference.initial);
+    for (const auto& d : c.params) {
+      if (!train::tensor_within(d, 1e-3, &floor)) out.push_back(d.name);
+    }
+    return out;
+  }
+};
+
+std::optional<Bench> bench(const std::string& optimizer) {
+  Bench b;
+  b.config = tiny_bf16(optimizer);
+  const std::optional<config::RunConfig> twin = train::twin_reference(b.config);
+  if (!twin) return std::nullopt;
+  b.reference = train_one_rank(b.config);
+  b.null_slices = train::verify_null_slices(b.config);
+  b.null_bound = train::adamw_drift_bound(b.config.optimizer, b.config.train.steps);
+  const auto against = train::compare_parameters(train_one_rank(*twin).params, b.reference.params, b.null_slices,
+                                                 b.null_bound, &b.reference.initial);
+  b.floor = train::noise_floor(against, 0, train::describe_twin(b.config, *twin), 3);
+  return b;
+}
+
+TEST(VerifyBf16, AdamwFloorPassesAReorderingAndFailsHalfAStepOnOneElement) {
+  const std::optional<Bench> b = bench("adamw");
+  if (!b) GTEST_SKIP() << "this build has one CPU GEMM library: no twin reference";
+  // The floor is bf16 rounding amplified by AdamW (5.1e-2 of a movement measured), not nothing and not everything.
+  EXPECT_GT(b->floor.floor, 1e-2) << b->floor.worst;
+  EXPECT_LT(b->floor.floor, 0.15) << b->floor.worst;
+  EXPECT_TRUE(b->failing(b->reordered()).empty());
+  // A third GEMM library, where built: an equivalent computation the fixed 1e-3 of a tensor's scale fails (AdamW
+  // amplifies its bf16 roundings like the twin's) and the floor passes.
+  if (ops::cpu_blas_built(ops::CpuBlas::kBlis) && ops::cpu_blas_built(ops::CpuBlas::kOneDnn)) {
+    config::RunConfig blis = b->config;
+    blis.device.blas = ops::CpuBlas::kBlis;
+    const train::ParameterMap third = train_one_rank(blis).params;
+    EXPECT_GT(train::compare_parameters(third, b->reference.params, b->null_slices, b->null_bound).max_param_difference,
+              1e-3);
+    EXPECT_TRUE(b->failing(third).empty());
+  }
+  // Half a step added to one element at every step: embed.position alone fails.
+  const InjectingBackend half = injecting(kPosition, 1, 0.5f);
+  EXPECT_EQ(b->failing(train_one_rank(b->config, &half).params), std::vector<std::string>{"embed.position"});
+  // AdamW divides each element's gradient by its own rms: a whole tensor's gradient scaled by 1.25 leaves its update
+  // unchanged up to eps, so no parameter comparison can see it (SGD can: below).
+  const InjectingBackend scaled = injecting(kPosition, 1.25f, 0);
+  EXPECT_TRUE(b->failing(train_one_rank(b->config, &scaled).params).empty());
+}
+
+TEST(VerifyBf16, SgdFailsHalfAStepOnOneElementAndAQuarterTooMuchGradientOnOneBias) {
+  const std::optional<Bench> b = bench("sgd");
+  if (!b) GTEST_SKIP() << "this build has one CPU GEMM library: no twin reference";
+  EXPECT_GT(b->floor.floor, 0);
+  EXPECT_TRUE(b->failing(b->reordered()).empty());
+  const InjectingBackend half = injecting(kPosition, 1, 0.5f);
+  EXPECT_EQ(b->failing(train_one_rank(b->config, &half).params), std::vector<std::string>{"embed.position"});
+  // A quarter too much gradient on the first qkv bias: that bias fails, and through the forward the tensors after it.
+  const InjectingBackend scaled = injecting(kQkvBias, 1.25f, 0);
+  const std::vector<std::string> failed = b->failing(train_one_rank(b->config, &scaled).params);
+  EXPECT_NE(std::find(failed.begin(), failed.end(), "blocks.0.attn.qkv.bias"), failed.end());
+}
+
+}  // namespace
+}  // namespace cleave::testing

@@ -84,8 +84,9 @@ void check_layout(const RunConfig& c) {
           schedule_default && virtual_stages > 1
               ? fmt::format("{} stages per rank (parallel.schedule \"{}\")", virtual_stages, p.schedule)
               : fmt::format("virtual_pipeline_stages {}", virtual_stages);
-      refuse("parallel.partition.blocks_per_stage", "has {} entries, expected pipeline_model_parallel_size {} × {} = {}",
-           p.partition.blocks_per_stage.size(), p.pipeline_model_parallel_size, per_rank, stages);
+      refuse("parallel.partition.blocks_per_stage",
+           "has {} entries, expected pipeline_model_parallel_size {} × {} = {}", p.partition.blocks_per_stage.size(),
+           p.pipeline_model_parallel_size, per_rank, stages);
     }
   } else if (p.partition.method == PartitionMethod::kManual) {
     refuse("parallel.partition.blocks_per_stage", "missing; required with method \"manual\" (one block count per stage)");

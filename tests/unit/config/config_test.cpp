@@ -310,8 +310,8 @@ TEST(Config, CrossKeyChecksNameBothKeys) {
 TEST(Config, ManualPartitionCountsTheSchedulesDefaultStages) {
   for (const char* schedule : {"zb_v", "dualpipev", "interleaved_1f1b"}) {
     SCOPED_TRACE(schedule);
-    const std::string head = std::string(R"({"parallel": {"pipeline_model_parallel_size": 2, "schedule": ")") + schedule +
-                             R"(", "partition": {"method": "manual", "blocks_per_stage": )";
+    const std::string head = std::string(R"({"parallel": {"pipeline_model_parallel_size": 2, "schedule": ")") +
+                             schedule + R"(", "partition": {"method": "manual", "blocks_per_stage": )";
     EXPECT_NO_THROW(parse_config(head + "[1, 2, 2, 1]}}}"));
     expect_error(head + "[3, 3]}}}", {"blocks_per_stage", "has 2 entries", "pipeline_model_parallel_size 2 × 2 stages "
                                       "per rank (parallel.schedule \"" + std::string(schedule) + "\") = 4"});

@@ -316,6 +316,10 @@ TEST(Config, ManualPartitionCountsTheSchedulesDefaultStages) {
     expect_error(head + "[3, 3]}}}", {"blocks_per_stage", "has 2 entries", "pipeline_model_parallel_size 2 × 2 stages "
                                       "per rank (parallel.schedule \"" + std::string(schedule) + "\") = 4"});
   }
+  // The entries cover the model's blocks (the default gpt's 2 layers: 6), checked before any work.
+  expect_error(R"({"parallel": {"pipeline_model_parallel_size": 2, "schedule": "zb_v", "partition": {"method": "manual",
+                  "blocks_per_stage": [1, 2, 2, 2]}}})",
+               {"blocks_per_stage", "[1,2,2,2] covers 7 blocks", "model.type gpt has 6", "(sum 7 != 6)"});
   // An explicit count is the count; one-chunk schedules keep pp entries.
   EXPECT_NO_THROW(parse_config(R"({"parallel": {"pipeline_model_parallel_size": 2, "schedule": "interleaved_1f1b",
       "virtual_pipeline_stages": 3, "partition": {"method": "manual", "blocks_per_stage": [1, 1, 1, 1, 1, 1]}}})"));

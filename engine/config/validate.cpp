@@ -6,6 +6,7 @@
 
 #include <filesystem>
 #include <limits>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
@@ -72,12 +73,32 @@ void check_layout(const RunConfig& c) {
       refuse("parallel.partition.blocks_per_stage", "only used with method \"manual\" (method is \"{}\")",
            p.partition.method);
     }
+    // The stages the run will cut: 1 virtual stage means the schedule's default, 2 for the two-chunk schedules
+    // (run_plan::effective_virtual_stages), so zb_v at pp 2 cuts 4 stages and needs 4 entries.
+    const bool schedule_default = p.virtual_pipeline_stages == 1 && pipeline::is_schedule_name(p.schedule);
+    const int virtual_stages =
+        schedule_default ? pipeline::default_virtual_stages(p.schedule) : p.virtual_pipeline_stages;
     const std::size_t stages = static_cast<std::size_t>(p.pipeline_model_parallel_size) *
-                               static_cast<std::size_t>(p.virtual_pipeline_stages);
+                               static_cast<std::size_t>(virtual_stages);
     if (p.partition.blocks_per_stage.size() != stages) {
+      const std::string per_rank =
+          schedule_default && virtual_stages > 1
+              ? fmt::format("{} stages per rank (parallel.schedule \"{}\")", virtual_stages, p.schedule)
+              : fmt::format("virtual_pipeline_stages {}", virtual_stages);
       refuse("parallel.partition.blocks_per_stage",
-           "has {} entries, expected pipeline_model_parallel_size {} × virtual_pipeline_stages {} = {}",
-           p.partition.blocks_per_stage.size(), p.pipeline_model_parallel_size, p.virtual_pipeline_stages, stages);
+           "has {} entries, expected pipeline_model_parallel_size {} × {} = {}", p.partition.blocks_per_stage.size(),
+           p.pipeline_model_parallel_size, per_rank, stages);
+    }
+    // The stages cover the model's blocks (a language model: embedding, each transformer block, final norm, head,
+    // loss), refused here rather than by the partitioner once the world is up.
+    const std::size_t blocks = partition::make_model_spec(c.model.type, c.model).blocks.size();
+    const std::int64_t sum = std::accumulate(p.partition.blocks_per_stage.begin(), p.partition.blocks_per_stage.end(),
+                                             std::int64_t{0});
+    if (sum != static_cast<std::int64_t>(blocks)) {
+      refuse("parallel.partition.blocks_per_stage", "[{}] covers {} blocks, and model.type {} has {}{} (sum {} != {}); "
+             "give entries that sum to {}", fmt::join(p.partition.blocks_per_stage, ","), sum, c.model.type, blocks,
+             partition::is_language_model(c.model.type) ? ": embedding, n_layers, final norm, head and loss" : "",
+             sum, blocks, blocks);
     }
   } else if (p.partition.method == PartitionMethod::kManual) {
     refuse("parallel.partition.blocks_per_stage", "missing; required with method \"manual\" (one block count per stage)");

@@ -304,6 +304,29 @@ TEST(Config, CrossKeyChecksNameBothKeys) {
                                {"data.type=synthetic", "data.path="}));
 }
 
+// A two-chunk schedule at the default virtual_pipeline_stages 1 runs 2 stages per rank, so a manual partition gives
+// pp × 2 entries: the config reader counts the stages the partitioner will cut (before, it asked for pp entries and the
+// partitioner then refused them: no blocks_per_stage passed both).
+TEST(Config, ManualPartitionCountsTheSchedulesDefaultStages) {
+  for (const char* schedule : {"zb_v", "dualpipev", "interleaved_1f1b"}) {
+    SCOPED_TRACE(schedule);
+    const std::string head = std::string(R"({"parallel": {"pipeline_model_parallel_size": 2, "schedule": ")") +
+                             schedule + R"(", "partition": {"method": "manual", "blocks_per_stage": )";
+    EXPECT_NO_THROW(parse_config(head + "[1, 2, 2, 1]}}}"));
+    expect_error(head + "[3, 3]}}}", {"blocks_per_stage", "has 2 entries", "pipeline_model_parallel_size 2 × 2 stages "
+                                      "per rank (parallel.schedule \"" + std::string(schedule) + "\") = 4"});
+  }
+  // The entries cover the model's blocks (the default gpt's 2 layers: 6), checked before any work.
+  expect_error(R"({"parallel": {"pipeline_model_parallel_size": 2, "schedule": "zb_v", "partition": {"method": "manual",
+                  "blocks_per_stage": [1, 2, 2, 2]}}})",
+               {"blocks_per_stage", "[1,2,2,2] covers 7 blocks", "model.type gpt has 6", "(sum 7 != 6)"});
+  // An explicit count is the count; one-chunk schedules keep pp entries.
+  EXPECT_NO_THROW(parse_config(R"({"parallel": {"pipeline_model_parallel_size": 2, "schedule": "interleaved_1f1b",
+      "virtual_pipeline_stages": 3, "partition": {"method": "manual", "blocks_per_stage": [1, 1, 1, 1, 1, 1]}}})"));
+  EXPECT_NO_THROW(parse_config(R"({"parallel": {"pipeline_model_parallel_size": 2, "schedule": "zb_h1",
+      "partition": {"method": "manual", "blocks_per_stage": [3, 3]}}})"));
+}
+
 TEST(Config, SetOverrides) {
   const RunConfig c = parse_config(R"({"optimizer": {"lr": 0.1}})", "run.json",
                                    {"optimizer.lr=3e-4", "parallel.pipeline_model_parallel_size=4",

@@ -1,7 +1,8 @@
 // The data_parallel term (docs/planner.md, "The step, term by term"): a stage's gradient reduction over the
 // replicas in REDUCE_GRAD (ZeRO 0 an all-reduce, ZeRO 1-3 a reduce-scatter; under ep the routed experts' over the
 // expert-dp group), ZeRO-1/2's all-gather after the optimizer step, per-micro-batch reductions behind W, and the
-// reduction overlapped block by block with the backward (--overlap-grad-reduce). Invariant: exposed + hidden = the
+// reduction overlapped block by block with the backward (--overlap-grad-reduce); ZeRO-2 per micro-batch on more ranks
+// than cores bucket by bucket (zero2_bucket_reduction, microbatch_buckets.hpp). Invariant: exposed + hidden = the
 // reductions' whole time.
 #include "engine/planner/step_terms.hpp"
 

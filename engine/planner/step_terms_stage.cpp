@@ -23,7 +23,7 @@ struct StageBlocks {
   // Per block, for --overlap-grad-reduce: gradient bytes, and the W compute block_b leaves out (unfused schedules).
   std::vector<double> block_grad_bytes, block_w;
   // A tied head whose table the same rank's embedding writes (the engine's bucket of its own under ZeRO-2 per
-  // micro-batch): its bytes, and its index in block_grad_bytes (-1 without).
+  // micro-batch): its bytes, and its index in the per-block vectors (-1 without).
   double table_bytes = 0;
   int table_block = -1;
   std::vector<double> block_main_bytes;  // per block, the gradient bytes reduced over the replicas (not the experts')

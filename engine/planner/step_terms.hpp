@@ -248,6 +248,13 @@ struct GradientReduction {
   double bytes = 0;
 };
 GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, double w_free);
+// ZeRO-2 per micro-batch where the ranks outnumber the cores and the profile measured time_sharing (handoff_s > 0):
+// `whole` (gradient_reduction's) repriced bucket by bucket as the engine reduces it (microbatch_buckets.hpp): each
+// bucket a meeting with its own handoffs, in REDUCE_GRAD and per earlier micro-batch, where bucket j hides behind the
+// W of bucket j + 1's blocks (`block_bytes`, forward order, the tied head left out; `table_bytes` a tied table's own
+// bucket, 0 without), nothing before the table's, the last behind the next W (`w_free`). `whole` unchanged otherwise.
+GradientReduction zero2_bucket_reduction(const TermContext& c, const GradientReduction& whole,
+                                         const std::vector<double>& block_bytes, double table_bytes, double w_free);
 // Expert parallelism: the stage's routed-expert gradients (`grad_bytes`, the rank's E / ep experts) reduced over the
 // expert-dp group (dp x cp / ep ranks: reduce-scatter under ZeRO, all-reduce without), once per step whatever
 // optimizer.zero_reduce says, after the other buckets; ZeRO-1/2 all-gather the updated experts over it.

@@ -1,11 +1,14 @@
 // The data_parallel term (docs/planner.md, "The step, term by term"): a stage's gradient reduction over the
 // replicas in REDUCE_GRAD (ZeRO 0 an all-reduce, ZeRO 1-3 a reduce-scatter; under ep the routed experts' over the
 // expert-dp group), ZeRO-1/2's all-gather after the optimizer step, per-micro-batch reductions behind W, and the
-// reduction overlapped block by block with the backward (--overlap-grad-reduce). Invariant: exposed + hidden = the
+// reduction overlapped block by block with the backward (--overlap-grad-reduce); ZeRO-2 per micro-batch on more ranks
+// than cores bucket by bucket (zero2_bucket_reduction, microbatch_buckets.hpp). Invariant: exposed + hidden = the
 // reductions' whole time.
 #include "engine/planner/step_terms.hpp"
 
 #include <algorithm>
+
+#include "engine/planner/microbatch_buckets.hpp"
 
 namespace cleave::planner {
 
@@ -52,6 +55,39 @@ GradientReduction reduction_over(const TermContext& c, double grad_bytes, double
 
 GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, double w_free) {
   return reduction_over(c, grad_bytes, w_free, c.replicas, c.per_microbatch);
+}
+
+GradientReduction zero2_bucket_reduction(const TermContext& c, const GradientReduction& whole,
+                                         const std::vector<double>& block_bytes, double table_bytes, double w_free) {
+  if (!(c.zero == 2 && c.per_microbatch && c.handoff_s > 0 && c.replicas > 1)) return whole;
+  const double cap = c.config->parallel.dp_bucket_mb * 1024.0 * 1024.0;
+  const std::vector<double> buckets = microbatch_buckets(block_bytes, table_bytes, cap);
+  if (buckets.empty()) return whole;
+  const bool bf16_wire = c.config->parallel.grad_reduce_dtype == config::GradReduceDtype::kBf16;
+  double block_total = 0;
+  for (const double b : block_bytes) block_total += std::max(0.0, b);
+  const std::size_t n = buckets.size();
+  std::vector<double> reduce(n), hide(n);
+  for (std::size_t j = 0; j < n; ++j) {
+    // Each bucket a meeting of the replicas: its reduce-scatter and its own handoffs.
+    reduce[j] = c.collective_s(Collective::kReduceScatter, bf16_wire ? buckets[j] / 2 : buckets[j], c.replicas, *c.dp_link) +
+                handoff_wait_s(c, Exchange::kReduceScatter, c.replicas);
+    // Settled at the next launch: hidden by the backward of the next bucket's blocks (by their share of the bytes);
+    // by nothing before the table's (ready with the lowest block); the last by the next micro-batch's W.
+    const bool next_is_table = table_bytes > 0 && j + 2 == n;
+    hide[j] = j + 1 == n          ? w_free
+              : next_is_table     ? 0.0
+              : block_total > 0   ? w_free * buckets[j + 1] / block_total
+                                  : 0.0;
+  }
+  GradientReduction x = whole;
+  x.reduce_s = 0;
+  for (const double r : reduce) x.reduce_s += r;
+  const MicrobatchExposure e = microbatch_exposure(reduce, hide);
+  const double m = c.micro_batches;
+  x.per_w_exposed_s = m > 1 ? e.exposed_s * (m - 1) / m : 0.0;
+  x.per_w_hidden_s = m > 1 ? e.hidden_s * (m - 1) / m : 0.0;
+  return x;
 }
 
 GradientReduction expert_gradient_reduction(const TermContext& c, double grad_bytes) {

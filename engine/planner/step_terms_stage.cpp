@@ -22,6 +22,11 @@ struct StageBlocks {
   std::vector<double> block_f, block_b, gathers;  // per block, for ZeRO-3's prefetch (seconds free to hide it)
   // Per block, for --overlap-grad-reduce: gradient bytes, and the W compute block_b leaves out (unfused schedules).
   std::vector<double> block_grad_bytes, block_w;
+  // A tied head whose table the same rank's embedding writes (the engine's bucket of its own under ZeRO-2 per
+  // micro-batch): its bytes, and its index in the per-block vectors (-1 without).
+  double table_bytes = 0;
+  int table_block = -1;
+  std::vector<double> block_main_bytes;  // per block, the gradient bytes reduced over the replicas (not the experts')
 };
 
 // Block b's terms into its stage's passes (at `warm`, the stage's cache warmth), and what it leaves for the
@@ -78,6 +83,7 @@ void add_block(const TermContext& c, int b, double warm, StageCosts& st, StageBl
   blocks.grad_bytes += 4.0 * block_local_params(c, b);  // E / ep of a moe block's experts under ep
   blocks.expert_grad_bytes += 4.0 * block_expert_params(c, b);  // of which reduced over expert-dp
   blocks.block_grad_bytes.push_back(4.0 * block_local_params(c, b));
+  blocks.block_main_bytes.push_back(4.0 * (block_local_params(c, b) - block_expert_params(c, b)));
   blocks.block_w.push_back(c.fused_backward ? 0.0 : c.core_sharing * compute.weight_grad_s);
   blocks.stage_w += compute.weight_grad_s;
   blocks.stage_i += compute.backward_input_s();
@@ -138,7 +144,11 @@ void add_stage_terms(const TermContext& c, const StageBlocks& blocks, StageCosts
     w_free -= std::max(0.0, g.hidden_backward_s - (c.core_sharing * blocks.stage_i - blocks.cp_hidden_backward));
   }
   // Expert parallelism: the experts' gradients over the expert-dp group, after the rest over the replicas.
-  const GradientReduction r = gradient_reduction(c, blocks.grad_bytes - blocks.expert_grad_bytes, std::max(0.0, w_free));
+  std::vector<double> bucketed = blocks.block_main_bytes;
+  if (blocks.table_block >= 0) bucketed.erase(bucketed.begin() + blocks.table_block);
+  const GradientReduction r = zero2_bucket_reduction(
+      c, gradient_reduction(c, blocks.grad_bytes - blocks.expert_grad_bytes, std::max(0.0, w_free)), bucketed,
+      blocks.table_bytes, std::max(0.0, w_free));
   const GradientReduction e = expert_gradient_reduction(c, blocks.expert_grad_bytes);
   st.reduce_grad[T::kDataParallel] = r.reduce_s + e.reduce_s;
   st.weight_grad[T::kDataParallel] = r.per_w_exposed_s;
@@ -181,7 +191,13 @@ std::vector<StageCosts> stage_costs(const TermContext& c, const std::vector<std:
     StageCosts& st = stages[static_cast<std::size_t>(s)];
     const double warm = c.profile->measured.warm_fraction(working_set[static_cast<std::size_t>(plan.stage_to_rank(s))]);
     StageBlocks blocks;
-    for (int b = range.begin; b < range.end; ++b) add_block(c, b, warm, st, blocks);
+    for (int b = range.begin; b < range.end; ++b) {
+      if (plan.spec.blocks[static_cast<std::size_t>(b)].tied && plan.stage_to_rank(0) == plan.stage_to_rank(s)) {
+        blocks.table_block = b - range.begin;
+        blocks.table_bytes = 4.0 * block_local_params(c, b);
+      }
+      add_block(c, b, warm, st, blocks);
+    }
     add_stage_terms(c, blocks, st);
     // The boundary: the activation out and its gradient back each micro-batch.
     st.output_bytes = static_cast<double>(c.costs[static_cast<std::size_t>(range.end - 1)].output_bytes) * c.micro;

@@ -18,6 +18,7 @@
 #include "engine/core/error.hpp"
 #include "engine/planner/collective_handoffs.hpp"
 #include "engine/planner/hardware_profile.hpp"
+#include "engine/planner/microbatch_buckets.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "engine/planner/step_terms.hpp"
 #include "support/scratch_dir_test.hpp"
@@ -91,6 +92,20 @@ TEST(TimeShared, ACollectiveWaitsAHandoffPerPhaseAndPerPeerThatIsNotRunning) {
   EXPECT_DOUBLE_EQ(time_shared(two_cores(true), 4).ranks_per_core, 2.0);
   EXPECT_DOUBLE_EQ(time_shared(two_cores(true), 3).ranks_per_core, 1.5);
   EXPECT_DOUBLE_EQ(time_shared(two_cores(false), 4).ranks_per_core, 1.0);  // not measured: no handoff priced
+}
+
+TEST(TimeShared, MicrobatchBucketsFollowTheEnginesPacking) {
+  // Blocks in forward order, packed from the last up to the cap (whole blocks; one larger than the cap alone), a block
+  // without parameters skipped, the tied table alone and last.
+  EXPECT_EQ(microbatch_buckets({10, 0, 30, 30, 30}, 5, 60), (std::vector<double>{60, 40, 5}));
+  EXPECT_EQ(microbatch_buckets({10, 100, 20}, 0, 60), (std::vector<double>{20, 100, 10}));
+  EXPECT_EQ(microbatch_buckets({10, 20}, 0, 1e9), (std::vector<double>{30}));
+  EXPECT_THROW(microbatch_buckets({10}, 0, 0), Error);
+  // Bucket j hidden by the compute before the next launch, at most its own reduction.
+  const MicrobatchExposure x = microbatch_exposure({1.0, 1.0, 1.0}, {0.5, 0.0, 3.0});
+  EXPECT_DOUBLE_EQ(x.exposed_s, 0.5 + 1.0);
+  EXPECT_DOUBLE_EQ(x.hidden_s, 0.5 + 1.0);
+  EXPECT_THROW(microbatch_exposure({1.0}, {}), Error);
 }
 
 class TimeSharing : public testing::ScratchDirTest {
@@ -177,6 +192,35 @@ TEST_F(TimeSharing, PipelineTransfersAndZero3GathersAreMeetingsToo) {
   EXPECT_GT(idle(with), idle(without));
   EXPECT_GT(with.breakdown[StepTerm::kZeroGather] + with.breakdown.hidden[static_cast<std::size_t>(StepTerm::kZeroGather)],
             without.breakdown[StepTerm::kZeroGather] + without.breakdown.hidden[static_cast<std::size_t>(StepTerm::kZeroGather)]);
+}
+
+TEST_F(TimeSharing, ZeroTwoPerMicrobatchExposesTheBucketTheTableSettles) {
+  // dp4 ZeRO-2 per micro-batch on 4 ranks over 2 cores, micro 1 of 8: 2 micro-batches a step per replica. A
+  // 4-rank reduce-scatter waits 2 handoffs (1 ms). The tiny gpt ties its table: 2 buckets (the blocks, the table).
+  PlanChoice c{1, 1, 4, 1, "1f1b", 1, 2, partition::Recompute::kNone, 8, false};
+  c.zero_reduce = config::ZeroReduce::kPerMicrobatch;
+  PlanChoice per_step = c;
+  per_step.zero_reduce = config::ZeroReduce::kPerStep;
+  const auto all = [](const PlanEstimate& e) {
+    return e.breakdown[StepTerm::kDataParallel] + e.breakdown.hidden[static_cast<std::size_t>(StepTerm::kDataParallel)];
+  };
+  const PlanEstimate with = estimate(c, two_cores(true), 4), without = estimate(c, two_cores(false), 4);
+  // Each of the 2 reductions a step is 2 meetings of 2 handoffs (the second bucket adds a latency too).
+  const double added = all(with) - all(without);
+  EXPECT_GE(added, 2 * 2 * 2 * 500e-6 - 1e-9);
+  EXPECT_LT(added, 2 * 2 * 2 * 500e-6 + 2e-4);
+  // Exposed beyond the per-step plan's one meeting in REDUCE_GRAD: the table's meeting there, and the blocks' bucket
+  // of the first micro-batch, which the table's launch settles inside B (at least its 2 handoffs).
+  const PlanEstimate step = estimate(per_step, two_cores(true), 4);
+  EXPECT_GE(with.breakdown[StepTerm::kDataParallel] - step.breakdown[StepTerm::kDataParallel], 4 * 500e-6 - 1e-9);
+  // Untied: one bucket, one meeting per reduction as before, and the last bucket hidden by the next W as before.
+  std::ofstream(config_) << R"({"model": {"type": "gpt", "vocab_size": 72, "d_model": 40, "n_layers": 4,
+    "n_heads": 4, "seq_len": 12, "tie_embeddings": false}, "batch": {"global_batch_size": 8},
+    "optimizer": {"type": "adamw"}, "data": {"type": "synthetic"}})";
+  const PlanEstimate untied = estimate(c, two_cores(true), 4), untied_without = estimate(c, two_cores(false), 4);
+  EXPECT_NEAR(all(untied) - all(untied_without), 2 * 2 * 500e-6, 1e-9);
+  // The per-step plan and a profile without the key: priced as before this rule (one meeting a reduction).
+  EXPECT_NEAR(all(step) - all(estimate(per_step, two_cores(false), 4)), 2 * 500e-6, 1e-9);
 }
 
 TEST_F(TimeSharing, WithoutMoreRanksThanCoresOrWithoutTheKeyNothingMoves) {

@@ -125,9 +125,15 @@ BlockTransients attention_transients(const partition::BlockSpec& block, std::int
   const std::int64_t exchange = cp_exchange_bytes(block, micro, tp, cp, ring, s);
   if (!ring) {
     x.forward.push_back({0, exchange});
-    x.backward.push_back({0, exchange});
+    // The backward's buffers end when dqkv is exchanged back: at the core's level, under the block's backward peak
+    // by what comes after them in the core's phase (gpt: the qkv projection's partial dx [T, D], run inside the
+    // core, add_cp_attention_state's through_qkv; none for llama and moe, whose core returns first).
+    const partition::BlockRules* rules = partition::family_block_rules(block.kind);
+    const bool through_qkv = rules != nullptr && rules->cp_qkv_backward_inside_core;
+    const std::int64_t after = through_qkv ? block.seq_len * block.in_features * 4 : 0;
+    x.backward.push_back({after, exchange});
     const std::int64_t scratch = cpu_attention_scratch_bytes(block, threads, bf16);
-    if (scratch > 0) x.forward.push_back({0, scratch}), x.backward.push_back({dqkv, scratch});
+    if (scratch > 0) x.forward.push_back({0, scratch}), x.backward.push_back({dqkv + after, scratch});
     return x;
   }
   const std::int64_t unit = micro * (block.seq_len / cp) * 2 * kv_cols * s;  // U

@@ -38,10 +38,11 @@ void add_cp_whole_stash(partition::BlockCost& cost, const partition::BlockSpec& 
 //    the held block and dK/dV (2U) while dqkv is assembled, the block's backward peak (measured at GPipe cp2, gpt
 //    and llama: the allocator's total peak holds the activation peak and 2U).
 //  - all_to_all (ulysses.cpp): cp send and cp - 1 receive blocks of the tensor exchanged, alive until its
-//    reassembled copy is allocated, q | k | v there in the forward and dqkv back at the end of the backward (taken
-//    at the block's backward peak: so measured for llama; a gpt block peaks one [T, D] later, after the buffers are
-//    freed, so the walk is that much over there); the kernel's scratch over the whole sequence (heads / cp) before
-//    dqkv is exchanged back.
+//    reassembled copy is allocated, q | k | v there in the forward and dqkv back at the end of the backward: at the
+//    block's backward peak for llama and moe, one [T, D] under it where the core runs the qkv projection's backward
+//    after them (BlockRules::cp_qkv_backward_inside_core: gpt, whose partial dx [T, D] is its peak); the kernel's
+//    scratch over the whole sequence (heads / cp) before dqkv is exchanged back (measured: gpt and llama, cp2 and cp4,
+//    the total to the byte less the loss slots).
 // Empty for a block without attention, and at cp 1 without threads.
 BlockTransients attention_transients(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp, bool ring,
                                      bool bf16, int threads);

@@ -205,6 +205,10 @@ constexpr const char* kMemoryGpt =
 constexpr const char* kMemoryLlama =
     R"("model": {"type": "llama", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 8, "n_kv_heads": 4,
                  "seq_len": 64, "ffn_hidden_size": 48})";
+// The same with Qwen3's per-head q/k norms: their backward replaces dq and dk after the core's.
+constexpr const char* kMemoryLlamaQkNorm =
+    R"("model": {"type": "llama", "vocab_size": 64, "d_model": 32, "n_layers": 3, "n_heads": 8, "n_kv_heads": 4,
+                 "seq_len": 64, "ffn_hidden_size": 48, "qk_norm": true})";
 
 MemoryRun memory_run(comm::Communicator& world, const char* exchange, const char* model = kMemoryGpt,
                      const char* precision = "fp32") {
@@ -279,6 +283,10 @@ TEST(ContextParallel, ActivationMemoryFollowsThePlan) {
   expect_exchange_follows_the_plan(ring, world->size(), world->rank(), "ring");
   // Llama with grouped-query attention: the plan counts the packed q | k | v at D + 2K columns.
   for (const char* exchange : {"all_to_all", "ring"}) {
+    // With Qwen3's q/k norms (their backward replaces dq and dk after the core's): to the byte as well.
+    const MemoryRun qk = memory_run(*world, exchange, kMemoryLlamaQkNorm);
+    EXPECT_EQ(qk.planned, qk.measured) << "llama qk_norm " << exchange;
+    expect_exchange_follows_the_plan(qk, world->size(), world->rank(), std::string("llama qk_norm ") + exchange);
     const MemoryRun llama = memory_run(*world, exchange, kMemoryLlama);
     EXPECT_EQ(llama.planned, llama.measured) << "llama " << exchange;
     std::printf("[ memory ] cp%d rank %d llama (8/4 heads) activations, %s: measured %lld B planned %lld B (%+.2f%%)\n",
@@ -308,8 +316,8 @@ TEST(ContextParallel, OneRankActivationMemoryFollowsThePlan) {
   auto world = make_world();
   auto self = world->split(world->rank(), 0, "self");
   if (world->rank() == 0) {
-    for (const char* model : {kMemoryGpt, kMemoryLlama}) {
-      const std::string what = model == kMemoryGpt ? "gpt" : "llama";
+    for (const char* model : {kMemoryGpt, kMemoryLlama, kMemoryLlamaQkNorm}) {
+      const std::string what = model == kMemoryGpt ? "gpt" : model == kMemoryLlama ? "llama" : "llama qk_norm";
       const MemoryRun r = memory_run(*self, "all_to_all", model);
       std::printf("[ memory ] one rank %s activations: measured %lld B planned %lld B (%+lld B, %+.2f [micro, T, D])\n",
                   what.c_str(), static_cast<long long>(r.measured), static_cast<long long>(r.planned),

@@ -14,9 +14,12 @@ namespace cleave::run_plan {
 
 // Adds to `cost` (one tp rank's, per sample) what the cp attention core of `block` keeps beyond the one-rank core:
 // to its stash, and to its backward's peak as the larger of that peak and the level the block holds in the core's
-// phase (`sequence_parallel`: the residual stream's gradients are shards) plus the core's extras.
+// phase (`sequence_parallel`: the residual stream's gradients are shards; less what the block's backward freed of
+// its stash before, BlockRules::cp_core_backward_released_bytes, at `cp` ranks, `bf16` doubling those f32 and
+// integer bytes in the walk's units) plus the core's extras.
 void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSpec& block,
-                            partition::Recompute recompute, int tp, bool ring, bool sequence_parallel);
+                            partition::Recompute recompute, int tp, int cp, bool ring, bool sequence_parallel,
+                            bool bf16);
 
 // Adds to `cost` (per sample, in the walk's units: the walk divides by cp and, under bf16, by 2) the bytes `block`
 // keeps whole on every cp rank (BlockRules::cp_whole_stash_bytes), so multiplied by cp (and by 2 under bf16: they

@@ -18,7 +18,7 @@ namespace cleave::run_plan {
 //    accumulates in f32 (two bf16 tensors' worth) and dout's chunks are widened into the workspace at once, their bf16
 //    copies dropped (ring_attention.cpp; the widened copies are attention_transients'). Selective recomputation reruns the
 //    forward ring inside the backward (q, k, v and the output chunks: four more, on top of the statistics the
-//    cost model counts). dK and dV travel in communication buffers, the block partials in the workspace.
+//    cost model counts; at the core's level only the output chunks are left, add_cp_attention_state). dK and dV travel in communication buffers, the block partials in the workspace.
 //  - all_to_all (ulysses.hpp): the stash holds the core's output in the heads layout besides the exchanged-back
 //    output the projection keeps: one more, with or without selective recomputation. Its backward holds dout in
 //    the heads layout and dqkv in both layouts: four more.
@@ -41,19 +41,24 @@ namespace {
 // block's peak, as before). TransformerBlock::backward_input holds dy, the mlp's dm and dx1 ([T, D], shards under
 // sequence parallelism, with the mlp's and the output projection's gathered dy [T, D]); the attention layer holds
 // dout [T, D/tp] and dqkv [T, (D + 2K)/tp], and llama's (LlamaAttention::backward_input) its dq, dk, dv besides.
-std::int64_t core_backward_level(const partition::BlockSpec& block, int tp, bool sequence_parallel,
+// Less what the block's backward freed of its forward stash before (BlockRules::cp_core_backward_released_bytes: moe's
+// routing tables and count rows, f32 and integers, so doubled in the walk's units under bf16).
+std::int64_t core_backward_level(const partition::BlockSpec& block, int tp, int cp, bool sequence_parallel, bool bf16,
                                  std::int64_t tqkv) {
   const partition::BlockRules* rules = partition::family_block_rules(block.kind);
   if (rules == nullptr || rules->cp_core_backward_qkv_grads <= 0) return -1;
   const std::int64_t t = block.seq_len, d = block.in_features;
   const std::int64_t residual = sequence_parallel && tp > 1 ? (3 * (t / tp) * d + 2 * t * d) * 4 : 3 * t * d * 4;
-  return residual + t * d / tp * 4 + rules->cp_core_backward_qkv_grads * tqkv;
+  const std::int64_t released =
+      rules->cp_core_backward_released_bytes ? rules->cp_core_backward_released_bytes(block, cp) * (bf16 ? 2 : 1) : 0;
+  return residual + t * d / tp * 4 + rules->cp_core_backward_qkv_grads * tqkv - released;
 }
 
 }  // namespace
 
 void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSpec& block,
-                            partition::Recompute recompute, int tp, bool ring, bool sequence_parallel) {
+                            partition::Recompute recompute, int tp, int cp, bool ring, bool sequence_parallel,
+                            bool bf16) {
   if (block.n_heads <= 0) return;  // a block without attention (embedding, head, MLP and CNN layers)
   const std::int64_t td = block.seq_len * block.in_features / tp * 4;  // f32; bf16 halves all activations below
   const std::int64_t kv_heads = block.n_kv_heads > 0 ? block.n_kv_heads : block.n_heads;
@@ -64,12 +69,15 @@ void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSp
   std::int64_t extra = ring ? 2 * td : td + tqkv;
   if (ring && recompute == partition::Recompute::kSelective) extra += tqkv + td;
   if (recompute == partition::Recompute::kFull) extra += td;
-  std::int64_t level = core_backward_level(block, tp, sequence_parallel, tqkv);
+  std::int64_t level = core_backward_level(block, tp, cp, sequence_parallel, bf16, tqkv);
   if (level < 0 || recompute == partition::Recompute::kFull) {  // not read from the layers, or not measured
     cost.backward_extra_bytes += extra;
     return;
   }
   if (recompute == partition::Recompute::kSelective) level += cost.recompute_transient_bytes;  // the rebuilt lse
+  // Selective ring: the rerun's q, k, v chunks are gone by the time dqkv is assembled (measured at cp2: one
+  // [T, (D + 2K)/tp] over before, gpt 12,288 B, llama and moe 8,192 B); its output chunks remain.
+  if (ring && recompute == partition::Recompute::kSelective) extra -= tqkv;
   // gpt under all_to_all: the extras are held through the qkv projection's backward too, whose partial dx [T, D]
   // comes on top of the core's level.
   const partition::BlockRules* rules = partition::family_block_rules(block.kind);
@@ -125,9 +133,15 @@ BlockTransients attention_transients(const partition::BlockSpec& block, std::int
   const std::int64_t exchange = cp_exchange_bytes(block, micro, tp, cp, ring, s);
   if (!ring) {
     x.forward.push_back({0, exchange});
-    x.backward.push_back({0, exchange});
+    // The backward's buffers end when dqkv is exchanged back: at the core's level, under the block's backward peak
+    // by what comes after them in the core's phase (gpt: the qkv projection's partial dx [T, D], run inside the
+    // core, add_cp_attention_state's through_qkv; none for llama and moe, whose core returns first).
+    const partition::BlockRules* rules = partition::family_block_rules(block.kind);
+    const bool through_qkv = rules != nullptr && rules->cp_qkv_backward_inside_core;
+    const std::int64_t after = through_qkv ? block.seq_len * block.in_features * 4 : 0;
+    x.backward.push_back({after, exchange});
     const std::int64_t scratch = cpu_attention_scratch_bytes(block, threads, bf16);
-    if (scratch > 0) x.forward.push_back({0, scratch}), x.backward.push_back({dqkv, scratch});
+    if (scratch > 0) x.forward.push_back({0, scratch}), x.backward.push_back({dqkv + after, scratch});
     return x;
   }
   const std::int64_t unit = micro * (block.seq_len / cp) * 2 * kv_cols * s;  // U

@@ -14,9 +14,12 @@ namespace cleave::run_plan {
 
 // Adds to `cost` (one tp rank's, per sample) what the cp attention core of `block` keeps beyond the one-rank core:
 // to its stash, and to its backward's peak as the larger of that peak and the level the block holds in the core's
-// phase (`sequence_parallel`: the residual stream's gradients are shards) plus the core's extras.
+// phase (`sequence_parallel`: the residual stream's gradients are shards; less what the block's backward freed of
+// its stash before, BlockRules::cp_core_backward_released_bytes, at `cp` ranks, `bf16` doubling those f32 and
+// integer bytes in the walk's units) plus the core's extras.
 void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSpec& block,
-                            partition::Recompute recompute, int tp, bool ring, bool sequence_parallel);
+                            partition::Recompute recompute, int tp, int cp, bool ring, bool sequence_parallel,
+                            bool bf16);
 
 // Adds to `cost` (per sample, in the walk's units: the walk divides by cp and, under bf16, by 2) the bytes `block`
 // keeps whole on every cp rank (BlockRules::cp_whole_stash_bytes), so multiplied by cp (and by 2 under bf16: they
@@ -38,10 +41,11 @@ void add_cp_whole_stash(partition::BlockCost& cost, const partition::BlockSpec& 
 //    the held block and dK/dV (2U) while dqkv is assembled, the block's backward peak (measured at GPipe cp2, gpt
 //    and llama: the allocator's total peak holds the activation peak and 2U).
 //  - all_to_all (ulysses.cpp): cp send and cp - 1 receive blocks of the tensor exchanged, alive until its
-//    reassembled copy is allocated, q | k | v there in the forward and dqkv back at the end of the backward (taken
-//    at the block's backward peak: so measured for llama; a gpt block peaks one [T, D] later, after the buffers are
-//    freed, so the walk is that much over there); the kernel's scratch over the whole sequence (heads / cp) before
-//    dqkv is exchanged back.
+//    reassembled copy is allocated, q | k | v there in the forward and dqkv back at the end of the backward: at the
+//    block's backward peak for llama and moe, one [T, D] under it where the core runs the qkv projection's backward
+//    after them (BlockRules::cp_qkv_backward_inside_core: gpt, whose partial dx [T, D] is its peak); the kernel's
+//    scratch over the whole sequence (heads / cp) before dqkv is exchanged back (measured: gpt and llama, cp2 and cp4,
+//    the total to the byte less the loss slots).
 // Empty for a block without attention, and at cp 1 without threads.
 BlockTransients attention_transients(const partition::BlockSpec& block, std::int64_t micro, int tp, int cp, bool ring,
                                      bool bf16, int threads);

@@ -63,19 +63,27 @@ Parts llama_parts(const BlockSpec& b) {
   return p;
 }
 
-// The attention phase of the block's backward (elements, per sample): the larger of its two levels above the
-// block's start, each `held` (what TransformerBlock::backward_input holds through the attention's backward) plus
-// LlamaAttention::backward_input's own. While the core's backward runs: dq, dk, dv [T, (D + 2K)/tp] (allocated
-// before the core), o's input gradient dout [T, D/tp] and the core's dqkv [T, (D + 2K)/tp]. Then, through the
-// q, k, v projections' backward: dq, dk, dv and `partials` (their input gradients as they are summed), less the
-// core's stash attention_core_backward released (q | k | v, as large as dq, dk, dv, and the output [T, D/tp]; its
-// statistics, f32 at any precision, left in as a margin).
-std::int64_t attention_phases(const BlockSpec& block, int tp, std::int64_t held, std::int64_t partials) {
+// The attention phase of the block's backward (bytes per sample, `b` bytes an element): the larger of its two levels
+// above the block's start, each `held` (elements: what TransformerBlock::backward_input holds through the attention's
+// backward) plus LlamaAttention::backward_input's own. While the core's backward runs: dq, dk, dv [T, (D + 2K)/tp]
+// (allocated before the core), o's input gradient dout [T, D/tp] and the core's dqkv [T, (D + 2K)/tp]. Then,
+// through the q, k, v projections' backward: dq, dk, dv and `partials` (their input gradients as they are summed),
+// less what attention_core_backward released: its stash's q | k | v (as large as dq, dk, dv) and the statistics
+// (f32; stashed, or rebuilt in the core under recomputation, where repeated_layer_backward_extra adds them to the
+// phase); the output [T, D/tp] stays, o's stashed input until its weight gradient. With Qwen3's q/k norms (qk_norm) their backward replaces dq and dk and
+// keeps the ones it was given [T, (D + K)/tp] for the norms' weight gradients. Measured (tp2, T 32, D 32, 4/2 heads,
+// F D, micro-batch 2, GPipe: SequenceParallel.ActivationMemoryFollowsThePlan "llama qk"): the projections' level the
+// block's peak with the norms, 1,536 B over the core's; before (the output taken as released, the statistics as
+// held, the norms' dq, dk not counted) the plan was those 1,536 B under (512 B under selective recomputation).
+std::int64_t attention_phases(const BlockSpec& block, int tp, std::int64_t held, std::int64_t partials,
+                              std::int64_t b) {
   const std::int64_t t = block.seq_len, d = block.in_features;
   const std::int64_t kv = block.n_kv_heads * (d / block.n_heads);
   const std::int64_t qkv = t * (d + 2 * kv) / tp, out = t * d / tp;
-  const std::int64_t core = held + qkv + out + qkv;
-  const std::int64_t projections = held + qkv + partials - qkv - out;
+  const std::int64_t norms = block.qk_norm ? t * (d + kv) / tp : 0;
+  const std::int64_t stats = attention_stats_bytes(t, block.n_heads / tp);
+  const std::int64_t core = (held + qkv + out + qkv) * b;
+  const std::int64_t projections = (held + qkv + partials + norms - qkv) * b - stats;
   return std::max(core, projections);
 }
 
@@ -118,7 +126,7 @@ BlockCost llama_cost_without_qk_norms(const BlockSpec& block, DType dtype, Recom
     // shards dy, dm (the mlp's input gradient, RmsNorm keeps it) and dx1 through it, with attention_phases' terms
     // (the projections' one partial dx [T, D] and its reduce-scattered shard).
     const std::int64_t mlp = std::max(ts * d + t * d + 3 * t * f / tp, 2 * t * d + 3 * ts * d) * b;
-    const std::int64_t attention = attention_phases(block, tp, 2 * t * d + 3 * ts * d, t * d + ts * d) * b;
+    const std::int64_t attention = attention_phases(block, tp, 2 * t * d + 3 * ts * d, t * d + ts * d, b);
     cost.backward_extra_bytes = repeated_layer_backward_extra(cost, recompute, mlp, attention, ts * d * b);
     return cost;
   }
@@ -128,7 +136,7 @@ BlockCost llama_cost_without_qk_norms(const BlockSpec& block, DType dtype, Recom
   // attention: TransformerBlock::backward_input holds dy, the mlp's dm (RmsNorm keeps it) and dx1 through it,
   // with attention_phases' terms (the three input gradients of q, k, v summed into the first: two at once).
   const std::int64_t mlp = std::max(t * d + 3 * t * f / tp, 3 * t * d) * b;
-  const std::int64_t attention = attention_phases(block, tp, 3 * t * d, 2 * t * d) * b;
+  const std::int64_t attention = attention_phases(block, tp, 3 * t * d, 2 * t * d, b);
   cost.backward_extra_bytes = repeated_layer_backward_extra(cost, recompute, mlp, attention, t * d * b);
   return cost;
 }
@@ -136,7 +144,8 @@ BlockCost llama_cost_without_qk_norms(const BlockSpec& block, DType dtype, Recom
 
 // Qwen3's per-head q/k norms (BlockSpec::qk_norm), on the full sequence of this rank's heads in every layout:
 // two scales [hd]; FLOPs as an RMSNorm over q and k; forward stash q and k before the norm and one f32 rstd per
-// head row; from I to W also their dy. Added to any layout's figures (they scale with 1 / tp, as the heads).
+// head row (rebuilt inside the backward under full recomputation); from I to W also their dy. Added to any layout's
+// figures (they scale with 1 / tp, as the heads); their backward phase is attention_phases'.
 void add_qk_norms(BlockCost& cost, const BlockSpec& block, std::int64_t b, Recompute recompute, int tp) {
   if (!block.qk_norm) return;
   const std::int64_t t = block.seq_len, d = block.in_features, h = block.n_heads, hd = d / h;
@@ -150,6 +159,12 @@ void add_qk_norms(BlockCost& cost, const BlockSpec& block, std::int64_t b, Recom
   cost.input_grad_flops += 6 * n;
   cost.weight_grad_flops += 3 * n;
   if (recompute != Recompute::kFull) cost.activation_bytes += cols * b + rstd;
+  // Full recomputation rebuilds their stash with the block's inside its backward (before, left out: 6,912 B under,
+  // SequenceParallel.ActivationMemoryFollowsThePlan "llama qk full").
+  if (recompute == Recompute::kFull) {
+    cost.recompute_transient_bytes += cols * b + rstd;
+    cost.backward_extra_bytes += cols * b + rstd;
+  }
   cost.weight_stash_bytes += 2 * cols * b + rstd;
 }
 

@@ -155,6 +155,14 @@ TpBlockComm moe_tp_comm(const BlockSpec& block, DType dtype, int tp, bool sequen
 // per sample, when the load-balancing loss is on.
 std::int64_t moe_cp_whole_stash_bytes(const BlockSpec& b) { return b.aux_loss ? 8 * (b.n_experts + 1) : 0; }
 
+// What MoeMlp::backward_input frees of the forward stash for good, before the attention's backward: the four routing
+// tables (T·k 4-byte entries each, moe_cost's) and the count exchange's rows (whole on every cp rank). Measured at cp2
+// (T 32, D 32, E 4, k 2, GPipe): the core's level that much under the plan's before (1,104 B: 1,024 B of tables and
+// 80 B of rows; 592 B at k 1, 1,024 B without the load-balancing loss), MoeMemory.ContextParallelFollowsThePlan.
+std::int64_t moe_cp_core_backward_released_bytes(const BlockSpec& b, int cp) {
+  return 4 * b.seq_len * b.top_k * 4 + moe_cp_whole_stash_bytes(b) * cp;
+}
+
 std::string moe_shape_key(const BlockSpec& b) {
   return fmt::format("{} d{} h{} kv{} ff{} e{} k{} s{}{} T{}", block_kind_name(b.kind), b.in_features, b.n_heads,
                      b.n_kv_heads, b.d_ff, b.n_experts, b.top_k, b.n_shared_experts, b.shared_expert_gate ? "g" : "",
@@ -212,6 +220,7 @@ BlockRules moe_block_rules() {
   r.param_tensors = moe_param_tensors;
   r.cp_whole_stash_bytes = moe_cp_whole_stash_bytes;
   r.cp_core_backward_qkv_grads = 2;
+  r.cp_core_backward_released_bytes = moe_cp_core_backward_released_bytes;
   return r;
 }
 

@@ -352,5 +352,41 @@ TEST(MoeMemory, CpCountExchangeIsInThePlan) {
   }
 }
 
+// Context parallelism (layers/context_parallel): the plan's cp attention extras held at the level the block keeps
+// while the core's backward assembles dqkv (engine/run_plan/cp_memory.cpp, BlockRules::cp_core_backward_qkv_grads),
+// with its K/V exchange buffers inside the block, against the allocator, to the byte: cp2 at 2 ranks (top_k 2, where
+// the mixture's phase is the peak, and top_k 1 and selective recomputation, where the core's is), cp2 x tp2 with and
+// without sequence parallelism at 4 (four kv heads, so all_to_all splits them over tp x cp). Before the core's level
+// left out what MoeMlp::backward_input frees first (the routing tables and count rows,
+// BlockRules::cp_core_backward_released_bytes), the plan was over where the core's phase is the peak: 1,104 B at
+// selective all_to_all (+0.12%), 592 B at top_k 1; and selective ring one [T, (D + 2K)] more (+9,296 B, +1.06%: the
+// rerun's q, k, v chunks, which are freed before dqkv is assembled).
+TEST(MoeMemory, ContextParallelFollowsThePlan) {
+  auto world = make_world();
+  const std::string cp2 = "parallel.context_parallel_size=2", tp2 = "parallel.tensor_model_parallel_size=2";
+  const std::string sp = "parallel.sequence_parallel=true", kv4 = "model.n_kv_heads=4";
+  std::vector<std::pair<std::string, std::vector<std::string>>> cases;
+  for (const char* exchange : {"ring", "all_to_all"}) {
+    const std::string comm = std::string("parallel.context_parallel_comm=") + exchange;
+    if (world->size() == 2) {
+      cases.push_back({std::string("cp2 ") + exchange, {cp2, comm}});
+      cases.push_back({std::string("cp2 k1 ") + exchange, {cp2, comm, "model.top_k=1"}});
+      cases.push_back({std::string("cp2 sel ") + exchange, {cp2, comm, "train.recompute=selective"}});
+    } else if (world->size() == 4) {
+      cases.push_back({std::string("cp2 tp2 ") + exchange, {cp2, comm, tp2, kv4}});
+      cases.push_back({std::string("cp2 tp2 sp ") + exchange, {cp2, comm, tp2, sp, kv4}});
+    }
+  }
+  if (cases.empty()) GTEST_SKIP() << "runs at 2 or 4 ranks";
+  for (const auto& [name, overrides] : cases) {
+    SCOPED_TRACE(name);
+    const MoeMemoryRun r = moe_memory_run(*world, overrides);
+    std::printf("[ memory ] moe rank %d %-22s activations: measured %lld B planned %lld B (%+lld B, %+.2f%%)\n",
+                world->rank(), name.c_str(), static_cast<long long>(r.measured), static_cast<long long>(r.planned),
+                static_cast<long long>(r.planned - r.measured), 100.0 * (static_cast<double>(r.planned) / r.measured - 1));
+    EXPECT_EQ(r.planned, r.measured);
+  }
+}
+
 }  // namespace
 }  // namespace cleave::testing

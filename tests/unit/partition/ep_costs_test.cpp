@@ -102,9 +102,9 @@ TEST(EpCosts, ImbalanceFactorMatchesRandomRouting) {
   EXPECT_LE(expected_ep_imbalance(1, 8, 1, 4), 4.0);
 }
 
-BlockSpec moe_block() {
+BlockSpec moe_block(std::int64_t ffn = 8) {
   MoeConfig c;
-  c.vocab_size = 32, c.d_model = 16, c.n_layers = 1, c.n_heads = 2, c.ffn_hidden_size = 8, c.seq_len = 8;
+  c.vocab_size = 32, c.d_model = 16, c.n_layers = 1, c.n_heads = 2, c.ffn_hidden_size = ffn, c.seq_len = 8;
   c.n_experts = 8, c.top_k = 2;
   return make_moe_spec(c).blocks[1];
 }
@@ -152,10 +152,26 @@ TEST(EpCosts, ExpertParametersAndRows) {
   EXPECT_EQ(hot.weight_stash_bytes - c.weight_stash_bytes, rows * (2 * 16 + 3 * 8) * 4);  // xp, do; dg, du, h
   // 1.5x: the experts' phase, 24 rows.
   EXPECT_EQ(hot.backward_extra_bytes, (8 * 16 + 24 * (2 * 16 + 3 * 8) + 16 * 16) * 4);
-  // 0.5x: the combine's, 8 rows in place of 16 for d_o, dh, dg, du.
+  // 0.5x: the combine's, 8 rows in place of 16 for d_o, dh, dg, du; here under the attention's phase (5120 B).
   BlockCost cold = c;
   add_ep_expert_rows(cold, b, DType::kF32, Recompute::kNone, 1, 0.5);
   EXPECT_EQ(cold.backward_extra_bytes, std::max(dense, mixture - 8 * (16 + 3 * 8) * 4));
+  EXPECT_EQ(cold.backward_extra_bytes, dense);
+  // So at F 4D = 32, where the combine's phase is the block's peak at 0.5x (6144 B; the attention's 5120, the
+  // experts' 512 + 8 x (2·16 + 3·32) x 4 + 16 x 16 x 4 = 5632), asserted alone: a wrong combine phase fails here.
+  const BlockSpec wide = moe_block(32);
+  const BlockCost wc = block_cost(wide, DType::kF32, Recompute::kNone);
+  const std::int64_t wide_mixture = (8 * 16 + 2 * 16 * 16 + 3 * 16 * 32 + 8 * 16) * 4 + 8 * 8 * 8;
+  const MoeBackwardPhases wide_phases = moe_backward_phases(wide, DType::kF32, Recompute::kNone, 1, false);
+  EXPECT_EQ(wide_phases.mixture, wide_mixture);
+  EXPECT_EQ(wide_phases.dense, dense);  // the attention's phase does not depend on F
+  BlockCost wide_cold = wc;
+  add_ep_expert_rows(wide_cold, wide, DType::kF32, Recompute::kNone, 1, 0.5);
+  const std::int64_t combine = wide_mixture - 8 * (16 + 3 * 32) * 4;
+  const std::int64_t experts = (8 * 16 + 8 * (2 * 16 + 3 * 32) + 16 * 16) * 4;
+  EXPECT_EQ(combine, 6144);
+  EXPECT_GT(combine, std::max(dense, experts));
+  EXPECT_EQ(wide_cold.backward_extra_bytes, combine);
   BlockCost full = c;
   add_ep_expert_rows(full, b, DType::kF32, Recompute::kFull, 1, 1.5);
   EXPECT_EQ(full.activation_bytes, c.activation_bytes);  // full recomputation keeps only the input

@@ -84,6 +84,7 @@ class Tokenizer {
   std::string decode(std::span<const std::int32_t> ids) const;
   bool has_token(std::int32_t id) const;
   std::string_view token_bytes(std::int32_t id) const;  // empty for an id with no token
+  bool decode_strips_space() const { return spec_.decode_strip_space; }  // decode drops one leading ' '
 
   std::int32_t vocab_size() const { return static_cast<std::int32_t>(id_bytes_.size()); }  // largest id + 1
   std::optional<std::int32_t> added_token_id(std::string_view content) const;

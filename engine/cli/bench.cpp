@@ -152,7 +152,7 @@ int run_bench(int argc, char** argv) {
     setup.overrides = o.overrides;
     setup.steps = o.steps;
     setup.warmup = o.warmup;
-    const config::RunConfig config = config::load_config(o.config_path, o.overrides);
+    const config::RunConfig config = bench::bench_config(o.config_path, o.overrides);
     comm::World world = runtime.world(config);
     setup.machine.mpi_progress_thread = world.progress_thread;
     const bool root = world.comm->rank() == 0;

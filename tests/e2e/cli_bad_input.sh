@@ -305,10 +305,15 @@ cmd_error tokenize-no-text 'tokenize: text file nope\.txt: no such file' tokeniz
 cmd_error tokenize-bits "tokenize: --bits is '8'; expected auto, 16 or 32" tokenize text.txt --tokenizer nope-tokenizer.json --out out --bits 8
 cmd_error tokenize-val-fraction 'tokenize: --val-fraction must be in \[0, 1\), got 1' tokenize text.txt --tokenizer nope-tokenizer.json --out out --val-fraction 1
 cmd_error generate-no-tokenizer 'tokenizer .*nope-tokenizer\.json: no such file' generate ck1/checkpoints --prompt x --tokenizer nope-tokenizer.json
+# A --profile that is missing, not JSON or not a profile (each exited 1, so `cleave run` restarted into it).
+printf '{"format": "something else"}' > other.json
+cmd_error plan-no-profile 'profile nope-profile\.json: cannot open it' plan ck1/config.json --world 1 --profile nope-profile.json
+cmd_error simulate-profile-not-json 'profile text\.txt: not valid JSON' simulate --config ck1/config.json --world 1 --profile text.txt
+cmd_error train-profile-not-a-profile 'profile other\.json: expected an object with "format": "cleave-hardware-profile"' train ck1/config.json --profile other.json --set train.out_dir=out
 cmd_error generate-run-dir 'generate: ck1 is not a checkpoint .*; a run directory keeps its checkpoints in ck1/checkpoints' generate ck1 --prompt x
 cmd_error export-run-dir 'export: ck1 is not a checkpoint .*; a run directory keeps its checkpoints in ck1/checkpoints' export ck1 --out out
 cmd_error simulate-virtual 'simulate: schedule interleaved_1f1b runs at least 2 virtual stages per rank.*got virtual_stages 1' simulate --schedule interleaved_1f1b --stages 2 --microbatches 4 --virtual 1
-cmd_error simulate-dualpipev-m 'simulate: schedule dualpipev needs at least 2 × pp_size = 8 micro-batches per step, got 4' simulate --schedule dualpipev --stages 4 --microbatches 4
+cmd_error simulate-dualpipev-m 'simulate: schedule dualpipev needs at least 8 micro-batches per step on --stages 4, got --microbatches 4' simulate --schedule dualpipev --stages 4 --microbatches 4
 cmd_error simulate-config-no-world 'simulate --config: --world N is required' simulate --config ck1/config.json
 # An output that already exists is bad input too, refused before any work and left as it was (each exited 1, so a
 # script could not tell it from a failure mid-run): engine/core/output_path.hpp and the commands' own checks.

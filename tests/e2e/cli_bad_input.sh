@@ -107,8 +107,10 @@ bad_input data-val-dir early 'data file .*a_dir: not a regular file' "${text_dat
 bad_input data-magic early 'bad\.bin.*(magic|shorter)' --set data.type=tokens --set data.path=bad.bin
 bad_input data-glob early 'data\.paths\[0\]: the glob ".*none_\*\.bin" matches no file' --set data.type=tokens --set 'data.paths=["none_*.bin"]'
 bad_input data-digits early 'data file .*none\.csv: no such file' --set model.type=mlp --set data.type=digits --set data.path=none.csv
-bad_input data-short-split late 'short\.txt: the train split .* has 10 tokens, but model\.seq_len 32 needs at least 33' \
+bad_input data-short-split late 'short\.txt: the train split .* has 10 tokens, but model\.seq_len 32 needs at least 33 \(seq_len \+ 1\); lower model\.seq_len to at most 9, or give more text' \
     "${text_data[@]}" --set data.path=short.txt --set train.eval_batches=0 --set data.val_fraction=0
+bad_input data-short-eval-split late 'short\.txt: the eval split \(last 20% = data\.val_fraction of 10 tokens\) has 2 tokens, but model\.seq_len 7 needs at least 8 \(seq_len \+ 1\); lower model\.seq_len to at most 1, or raise data\.val_fraction or give a longer data\.val_path, or set train\.eval_batches=0' \
+    "${text_data[@]}" --set data.path=short.txt --set data.val_fraction=0.2 --set model.seq_len=7
 bad_input data-token-id late 'big_ids\.bin: token 300 at position 2 is ≥ model\.vocab_size 256' --set data.type=tokens \
     --set data.format=uint16 --set data.path=big_ids.bin --set model.seq_len=2 --set train.eval_batches=0
 # A layout the world size does not divide: bad input too (it exited 1), refused before the data files and the world.

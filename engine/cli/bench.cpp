@@ -85,7 +85,9 @@ Runnable runnable_schedules(const std::vector<bench::ScheduleChoice>& choices, c
       reasons += fmt::format("{}schedule {} cannot run this config: {}", reasons.empty() ? "" : "; ",
                              k.choice.label(), k.reason);
     }
-    CLEAVE_THROW("bench: no listed schedule can run: {}", reasons);
+    // Each reason is the config's or the command line's (a batch the world does not divide, more stages than
+    // blocks): bad input, found before any schedule ran.
+    throw InputError(fmt::format("bench: no listed schedule can run: {}", reasons));
   }
   return out;
 }

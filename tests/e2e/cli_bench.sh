@@ -122,8 +122,9 @@ PY
 # Bad input: each refused with the reason; nothing written.
 "${mpiexec[@]}" -n 2 "$cleave" bench tiny.json --schedules 1f1b,zb_x --out bad1 > bad1.log 2>&1 && fail "unknown schedule accepted"
 grep -q "entry 'zb_x' is not a schedule; known: gpipe" bad1.log || { cat bad1.log; fail "unknown schedule message"; }
-"${mpiexec[@]}" -n 2 "$cleave" bench tiny.json --schedules interleaved_1f1b:8 --steps 1 --out bad2 > bad2.log 2>&1 \
-  && fail "16 stages of an 8-block model accepted"
+"${mpiexec[@]}" -n 2 "$cleave" bench tiny.json --schedules interleaved_1f1b:8 --steps 1 --out bad2 > bad2.log 2>&1; status=$?
+# No listed schedule can run the config: bad input (exit 64; it exited 1).
+[ $status -eq 64 ] || { cat bad2.log; fail "16 stages of an 8-block model: exit $status, expected 64"; }
 grep -q "schedule interleaved_1f1b:8 cannot run this config" bad2.log || { cat bad2.log; fail "too many stages message"; }
 [ ! -e bad1/bench.json ] && [ ! -e bad2/bench.json ] || fail "a refused bench wrote bench.json"
 before=$(md5sum out/bench.json)

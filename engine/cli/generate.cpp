@@ -16,6 +16,7 @@
 #include <optional>
 #include <fstream>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -32,7 +33,6 @@
 #include "engine/core/output_path.hpp"
 #include "engine/tokenizer/document_template.hpp"
 #include "engine/tokenizer/tokenizer_json.hpp"
-#include "engine/tokenizer/unicode_classes.hpp"
 #include "engine/train/checkpoint/checkpoint_reader.hpp"
 #include "engine/train/trainer.hpp"
 
@@ -163,28 +163,24 @@ void write_prompt_logits(train::Trainer& trainer, const std::vector<std::int32_t
 }
 
 // The prompt and continuation as printed: the tokenizer's decode of the ids after the first `skip` (the BOS put
-// before the prompt; an id the tokenizer lacks shown as <|id N|>, the leading space stripped when its decoder says
-// so), the bytes themselves (`bytes`: a vocabulary of 256, where the prompt is printed as given), or the ids
+// before the prompt; Tokenizer::decode_printable: an id the tokenizer lacks shown as <|id N|>), the bytes themselves (`bytes`: a vocabulary of 256, where the prompt is printed as given), or the ids
 // space-separated.
 std::string rendered(const std::vector<std::int32_t>& context, std::size_t skip,
                      const std::optional<tokenizer::Tokenizer>& tok, bool bytes, const std::string& prompt) {
   std::string out;
   if (tok) {
-    // Ids the model can sample but the tokenizer lacks (a padded vocabulary) are shown, not dropped.
-    for (std::size_t i = skip; i < context.size(); ++i) {
-      const std::int32_t id = context[i];
-      out += tok->has_token(id) ? std::string(tok->token_bytes(id)) : fmt::format("<|id {}|>", id);
-    }
-    if (tok->decode_strips_space() && !out.empty() && out[0] == ' ') out.erase(0, 1);
-  } else if (bytes) {
+    // Ids the model can sample but the tokenizer lacks (a padded vocabulary) are shown, not dropped; sampled byte
+    // tokens may end mid-character: printed as tokenizers' decode gives them (U+FFFD), never as bytes that are not
+    // UTF-8 (which a program reading the output as text fails on).
+    const std::span<const std::int32_t> ids(context.data() + skip, context.size() - skip);
+    return tok->decode_printable(ids, [](std::int32_t id) { return fmt::format("<|id {}|>", id); });
+  }
+  if (bytes) {
     out = prompt;
     for (std::size_t i = prompt.size(); i < context.size(); ++i) out += static_cast<char>(context[i]);
   } else {
     for (std::size_t i = 0; i < context.size(); ++i) out += fmt::format("{}{}", i ? " " : "", context[i]);
   }
-  // Sampled byte tokens may end mid-character: printed as tokenizers' decode gives them (U+FFFD), never as bytes
-  // that are not UTF-8 (which a program reading the output as text fails on).
-  if (tok) out = tokenizer::lossy_utf8(out);
   return out;
 }
 

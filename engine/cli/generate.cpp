@@ -48,8 +48,9 @@ ArgParser generate_args() {
               R"(Samples N tokens (default 200) from a GPT checkpoint (a step_NNNNNNN directory or a checkpoint.dir
 holding them) on one CPU rank and prints the prompt and the continuation. With --tokenizer the prompt is encoded
 (after the BOS the tokenizer puts before each document, as transformers encodes it) and the output decoded by that
-tokenizer.json, and model.vocab_size must be at least its vocabulary (below 256 too). Without it the prompt's bytes are the tokens (model.vocab_size >= 256): a vocabulary of 256 is printed as
-bytes, a larger one as token ids (space-separated, prompt first).)");
+tokenizer.json, and model.vocab_size must be at least its vocabulary (below 256 too). Without it the prompt's bytes
+are the tokens (model.vocab_size >= 256): a vocabulary of 256 is printed as bytes, a larger one as token ids
+(space-separated, prompt first).)");
   p.positional("CHECKPOINT", "checkpoint")
       .text("--prompt", "TEXT", "the context (bytes are tokens, or --tokenizer's ids; the model's context of them is\n"
               "seen: model.max_seq_len tokens for rotary positions, model.seq_len for learned ones)")
@@ -64,11 +65,12 @@ bytes, a larger one as token ids (space-separated, prompt first).)");
             "also write {\"tokens\": [...], \"logits\": [[V values] after each prefix]} of the prompt\n"
             "(JSON; refuses to overwrite FILE)")
       .text("--tokenizer", "FILE",
-            "a Hugging Face tokenizer.json (byte-level or SentencePiece-style BPE) that encodes the prompt and\n"
-            "decodes the output; model.vocab_size must be at least its vocabulary")
+            "a Hugging Face tokenizer.json (byte-level or SentencePiece-style BPE) that encodes the\n"
+            "prompt and decodes the output; model.vocab_size must be at least its vocabulary")
       .text("--bos", "auto|none",
-            "with --tokenizer: auto puts the BOS that tokenizer_config.json or the post_processor puts before\n"
-            "each document (as cleave tokenize and transformers do) before the prompt; none: the prompt alone",
+            "with --tokenizer: auto puts the BOS that tokenizer_config.json or the post_processor puts\n"
+            "before each document (as cleave tokenize and transformers do) before the prompt; none: the\n"
+            "prompt alone",
             "auto");
   return p;
 }

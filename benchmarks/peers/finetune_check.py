@@ -109,7 +109,7 @@ def main():
          "--tokens", "0", "--logits", "run.logits"])
     d = json.load(open("run.logits"))
     hf_out = AutoTokenizer.from_pretrained("exported")
-    ids = hf_out(a.prompt, add_special_tokens=False)["input_ids"]
+    ids = hf_out(a.prompt)["input_ids"]  # with the BOS, as cleave generate puts it
     same_ids = ids == d["tokens"]
     ok &= same_ids
     model = AutoModelForCausalLM.from_pretrained("exported", dtype=torch.float32).eval()

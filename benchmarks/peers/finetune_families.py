@@ -197,7 +197,7 @@ def journey(a, family, corpus, docs, work):
     # 1. import
     run([a.cleave, "import", "model", "--out", "imported"])
     tokens, ours = cleave_logits(a, "imported", "model/tokenizer.json", "import.logits")
-    hf_ids = fast(PROMPT, add_special_tokens=False)["input_ids"]
+    hf_ids = fast(PROMPT)["input_ids"]  # with the BOS, as cleave generate puts it
     check(tokens == hf_ids, f"prompt ids equal transformers' ({len(tokens)} ids)")
     diff = (hf_logits(model, tokens) - ours).abs().max().item()
     check(diff <= a.tolerance, f"import: logits {tuple(ours.shape)}, max |cleave - transformers| = {diff:.3g}")
@@ -254,7 +254,7 @@ def journey(a, family, corpus, docs, work):
     check(diff <= a.tolerance and moved > 100 * a.tolerance,
           f"export: {type(exported).__name__} loads; max |cleave - transformers| = {diff:.3g}, moved {moved:.3g} "
           f"from the source")
-    ids = AutoTokenizer.from_pretrained("exported")(prompt, add_special_tokens=False)["input_ids"]
+    ids = AutoTokenizer.from_pretrained("exported")(prompt)["input_ids"]
     check(ids == tokens, "export: AutoTokenizer gives the prompt ids cleave generate used")
     src_cfg, out_cfg = json.load(open("model/config.json")), json.load(open("exported/config.json"))
     differ = {k: (src_cfg.get(k), out_cfg.get(k)) for k in sorted(set(src_cfg) | set(out_cfg))

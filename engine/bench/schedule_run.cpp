@@ -87,10 +87,17 @@ std::vector<std::int64_t> gather_per_rank(comm::Communicator& world, std::int64_
   return out;
 }
 
-// The overrides run_schedule trains with: the caller's, then the schedule, trace on, evaluation off.
+// The caller's overrides, then evaluation off: what bench_config and every schedule's run read.
+std::vector<std::string> evaluation_off(const std::vector<std::string>& overrides) {
+  std::vector<std::string> all = overrides;
+  all.push_back("train.eval_batches=0");
+  return all;
+}
+
+// The overrides run_schedule trains with: the caller's, evaluation off, then the schedule, trace on.
 std::vector<std::string> schedule_overrides(const std::vector<std::string>& overrides, const ScheduleChoice& choice,
                                             int total_steps) {
-  std::vector<std::string> all = overrides;
+  std::vector<std::string> all = evaluation_off(overrides);
   all.push_back("parallel.schedule=" + choice.name);
   all.push_back("parallel.virtual_pipeline_stages=" + std::to_string(choice.virtual_stages));
   if (choice.name != "auto") {  // the config's settings for the automatic scheduler apply to `auto` only
@@ -101,11 +108,14 @@ std::vector<std::string> schedule_overrides(const std::vector<std::string>& over
   }
   all.push_back("train.trace=true");
   all.push_back("train.steps=" + std::to_string(total_steps));
-  all.push_back("train.eval_batches=0");
   return all;
 }
 
 }  // namespace
+
+config::RunConfig bench_config(const std::string& config_path, const std::vector<std::string>& overrides) {
+  return config::load_config(config_path, evaluation_off(overrides));
+}
 
 std::string ScheduleChoice::label() const {
   return virtual_stages > 1 ? fmt::format("{}:{}", name, virtual_stages) : name;

@@ -60,6 +60,10 @@ struct SkippedSchedule {
   std::string reason;
 };
 
+// The config at `config_path` with `overrides` as every schedule's run reads it apart from the schedule: evaluation
+// off (train.eval_batches 0), so a config without an evaluation split (data.val_fraction 0) benchmarks too.
+config::RunConfig bench_config(const std::string& config_path, const std::vector<std::string>& overrides);
+
 // Why the config at `config_path` with `overrides` cannot run under `choice` on `world_size` ranks, or ""
 // when it can: the config and the plan that run_schedule would build, checked without training. Pure (no
 // communication), so every rank gets the same answer and the bench can check every schedule before the first.

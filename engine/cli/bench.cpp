@@ -85,7 +85,9 @@ Runnable runnable_schedules(const std::vector<bench::ScheduleChoice>& choices, c
       reasons += fmt::format("{}schedule {} cannot run this config: {}", reasons.empty() ? "" : "; ",
                              k.choice.label(), k.reason);
     }
-    CLEAVE_THROW("bench: no listed schedule can run: {}", reasons);
+    // Each reason is the config's or the command line's (a batch the world does not divide, more stages than
+    // blocks): bad input, found before any schedule ran.
+    throw InputError(fmt::format("bench: no listed schedule can run: {}", reasons));
   }
   return out;
 }
@@ -152,7 +154,7 @@ int run_bench(int argc, char** argv) {
     setup.overrides = o.overrides;
     setup.steps = o.steps;
     setup.warmup = o.warmup;
-    const config::RunConfig config = config::load_config(o.config_path, o.overrides);
+    const config::RunConfig config = bench::bench_config(o.config_path, o.overrides);
     comm::World world = runtime.world(config);
     setup.machine.mpi_progress_thread = world.progress_thread;
     const bool root = world.comm->rank() == 0;

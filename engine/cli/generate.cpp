@@ -1,8 +1,9 @@
 // `cleave generate CHECKPOINT --prompt TEXT [--tokens N --temperature T --top-k K --seed S]`: samples from a
 // GPT checkpoint (any layout it was saved under) on one CPU rank, byte-level: the prompt's bytes are the
 // tokens and sampled tokens are printed as bytes. `--tokenizer tokenizer.json` (engine/tokenizer) encodes the
-// prompt and decodes the output instead (then any model.vocab_size that holds the tokenizer's ids will do, below
-// 256 too); without one, a vocabulary larger than 256 is not bytes: the output is the token ids, with a warning
+// prompt and decodes the output instead, as `transformers` does (the prompt after the BOS the tokenizer puts before a
+// document, document_template.hpp, unless --bos none; the text decoded without it, the decoder's leading space
+// stripped), and then any model.vocab_size that holds the tokenizer's ids will do, below 256 too; without one, a vocabulary larger than 256 is not bytes: the output is the token ids, with a warning
 // saying why, and one smaller than 256 is refused. Invariant: the same checkpoint, prompt and options give
 // the same text (a seeded 64-bit Mersenne Twister; temperature 0 is greedy). `--logits FILE` also writes the
 // model's logits after every prefix of the prompt (JSON), which benchmarks/peers/interop_check.py compares
@@ -15,6 +16,7 @@
 #include <optional>
 #include <fstream>
 #include <random>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -29,8 +31,8 @@
 #include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/core/output_path.hpp"
+#include "engine/tokenizer/document_template.hpp"
 #include "engine/tokenizer/tokenizer_json.hpp"
-#include "engine/tokenizer/unicode_classes.hpp"
 #include "engine/train/checkpoint/checkpoint_reader.hpp"
 #include "engine/train/trainer.hpp"
 
@@ -42,12 +44,13 @@ namespace {
 constexpr std::int64_t kMaxTokens = 65536;
 
 ArgParser generate_args() {
-  ArgParser p("generate", "cleave generate CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] [--tokenizer FILE]",
+  ArgParser p("generate", "cleave generate CHECKPOINT --prompt TEXT [--tokens N] [--temperature T] [--top-k K] [--seed S] [--tokenizer FILE [--bos auto|none]]",
               R"(Samples N tokens (default 200) from a GPT checkpoint (a step_NNNNNNN directory or a checkpoint.dir
 holding them) on one CPU rank and prints the prompt and the continuation. With --tokenizer the prompt is encoded
-and the output decoded by that tokenizer.json, and model.vocab_size must be at least its vocabulary (below 256
-too). Without it the prompt's bytes are the tokens (model.vocab_size >= 256): a vocabulary of 256 is printed as
-bytes, a larger one as token ids (space-separated, prompt first).)");
+(after the BOS the tokenizer puts before each document, as transformers encodes it) and the output decoded by that
+tokenizer.json, and model.vocab_size must be at least its vocabulary (below 256 too). Without it the prompt's bytes
+are the tokens (model.vocab_size >= 256): a vocabulary of 256 is printed as bytes, a larger one as token ids
+(space-separated, prompt first).)");
   p.positional("CHECKPOINT", "checkpoint")
       .text("--prompt", "TEXT", "the context (bytes are tokens, or --tokenizer's ids; the model's context of them is\n"
               "seen: model.max_seq_len tokens for rotary positions, model.seq_len for learned ones)")
@@ -62,8 +65,13 @@ bytes, a larger one as token ids (space-separated, prompt first).)");
             "also write {\"tokens\": [...], \"logits\": [[V values] after each prefix]} of the prompt\n"
             "(JSON; refuses to overwrite FILE)")
       .text("--tokenizer", "FILE",
-            "a Hugging Face tokenizer.json (byte-level BPE) that encodes the prompt and decodes the output;\n"
-            "model.vocab_size must be at least its vocabulary");
+            "a Hugging Face tokenizer.json (byte-level or SentencePiece-style BPE) that encodes the\n"
+            "prompt and decodes the output; model.vocab_size must be at least its vocabulary")
+      .text("--bos", "auto|none",
+            "with --tokenizer: auto puts the BOS that tokenizer_config.json or the post_processor puts\n"
+            "before each document (as cleave tokenize and transformers do) before the prompt; none: the\n"
+            "prompt alone",
+            "auto");
   return p;
 }
 
@@ -156,25 +164,25 @@ void write_prompt_logits(train::Trainer& trainer, const std::vector<std::int32_t
   CLEAVE_CHECK(file.good(), "generate: could not write --logits {}", logits_path);
 }
 
-// The prompt and continuation as printed: the tokenizer's bytes (an id it lacks shown as <|id N|>), the bytes
-// themselves (`bytes`: a vocabulary of 256, where the prompt is printed as given), or the ids space-separated.
-std::string rendered(const std::vector<std::int32_t>& context, const std::optional<tokenizer::Tokenizer>& tok,
-                     bool bytes, const std::string& prompt) {
+// The prompt and continuation as printed: the tokenizer's decode of the ids after the first `skip` (the BOS put
+// before the prompt; Tokenizer::decode_printable: an id the tokenizer lacks shown as <|id N|>), the bytes themselves (`bytes`: a vocabulary of 256, where the prompt is printed as given), or the ids
+// space-separated.
+std::string rendered(const std::vector<std::int32_t>& context, std::size_t skip,
+                     const std::optional<tokenizer::Tokenizer>& tok, bool bytes, const std::string& prompt) {
   std::string out;
   if (tok) {
-    // Ids the model can sample but the tokenizer lacks (a padded vocabulary) are shown, not dropped.
-    for (std::int32_t id : context) {
-      out += tok->has_token(id) ? std::string(tok->token_bytes(id)) : fmt::format("<|id {}|>", id);
-    }
-  } else if (bytes) {
+    // Ids the model can sample but the tokenizer lacks (a padded vocabulary) are shown, not dropped; sampled byte
+    // tokens may end mid-character: printed as tokenizers' decode gives them (U+FFFD), never as bytes that are not
+    // UTF-8 (which a program reading the output as text fails on).
+    const std::span<const std::int32_t> ids(context.data() + skip, context.size() - skip);
+    return tok->decode_printable(ids, [](std::int32_t id) { return fmt::format("<|id {}|>", id); });
+  }
+  if (bytes) {
     out = prompt;
     for (std::size_t i = prompt.size(); i < context.size(); ++i) out += static_cast<char>(context[i]);
   } else {
     for (std::size_t i = 0; i < context.size(); ++i) out += fmt::format("{}{}", i ? " " : "", context[i]);
   }
-  // Sampled byte tokens may end mid-character: printed as tokenizers' decode gives them (U+FFFD), never as bytes
-  // that are not UTF-8 (which a program reading the output as text fails on).
-  if (tok) out = tokenizer::lossy_utf8(out);
   return out;
 }
 
@@ -192,8 +200,10 @@ int run_generate(int argc, char** argv) {
   const auto seed = static_cast<std::uint64_t>(args.count("--seed"));
   const std::string logits_path = args.text("--logits");
   const std::string tokenizer_path = args.text("--tokenizer");
+  const std::string bos = args.text("--bos");
   CLEAVE_CHECK_INPUT(!source.empty(), "generate: no CHECKPOINT given (see cleave generate --help)");
   CLEAVE_CHECK_INPUT(!prompt.empty(), "generate: --prompt TEXT is required (a non-empty context)");
+  CLEAVE_CHECK_INPUT(bos == "auto" || bos == "none", "generate: --bos is '{}'; expected auto or none", bos);
   // Every output path before any work.
   if (!logits_path.empty()) check_output_file("generate: --logits", logits_path);
   const checkpoint::ReadSource target = checkpoint_read_source(
@@ -202,9 +212,15 @@ int run_generate(int argc, char** argv) {
                   "cleave import {} --out CKPT, then cleave generate CKPT",
                   source, source));
   std::optional<tokenizer::Tokenizer> tok;
+  std::vector<std::int32_t> prefix;  // the BOS before the prompt (--bos auto with a tokenizer)
   if (!tokenizer_path.empty()) {
     try {
       tok.emplace(tokenizer::read_tokenizer_json(tokenizer_path));
+      if (bos == "auto") {
+        const tokenizer::DocumentTemplate doc = tokenizer::read_document_template(*tok, tokenizer_path);
+        prefix = doc.before;
+        if (!prefix.empty()) log::info("generate: the BOS before the prompt, from {} (--bos none: the prompt alone)", doc.source);
+      }
     } catch (const InputError&) {
       throw;
     } catch (const Error& e) {
@@ -225,10 +241,10 @@ int run_generate(int argc, char** argv) {
     train::Trainer trainer(config, *world.comm);
     trainer.load_checkpoint(dir);
 
-    std::vector<std::int32_t> context;
-    if (tok) context = tok->encode(prompt);
+    std::vector<std::int32_t> context = prefix;
+    if (tok) tok->encode(prompt, context);
     else for (unsigned char c : prompt) context.push_back(c);
-    CLEAVE_CHECK(!context.empty(), "generate: the prompt encodes to no tokens");
+    CLEAVE_CHECK(context.size() > prefix.size(), "generate: the prompt encodes to no tokens");
     if (!logits_path.empty()) write_prompt_logits(trainer, context, seq_len, dir, logits_path);
     // A vocabulary of exactly 256 is bytes; a larger one is a tokenizer's whose tokens cleave cannot turn into
     // text yet, so the ids themselves are printed (never a '?' per token that looks like text).
@@ -248,7 +264,7 @@ int run_generate(int argc, char** argv) {
       const int next = sample(trainer.next_token_logits(window), temperature, top_k, rng);
       context.push_back(next);
     }
-    const std::string out = rendered(context, tok, bytes, prompt);
+    const std::string out = rendered(context, prefix.size(), tok, bytes, prompt);
     std::fwrite(out.data(), 1, out.size(), stdout);
     std::fputc('\n', stdout);
     return 0;

@@ -140,6 +140,23 @@ void print_explain(const std::vector<const planner::PlanEstimate*>& ordered, int
   }
 }
 
+// The `top` most frequent reasons the engine refused plans for, with their counts ("12 plans: ...; 8 plans: ...").
+std::string frequent_refusals(const planner::SearchResult& result, std::size_t top) {
+  std::map<std::string, int> counts;
+  for (const auto& r : result.rejected) {
+    if (!r.valid) counts[r.reason] += 1;
+  }
+  std::vector<std::pair<std::string, int>> sorted(counts.begin(), counts.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  std::string out;
+  for (std::size_t i = 0; i < std::min(top, sorted.size()); ++i) {
+    out += fmt::format("{}{} plan{}: {}", i ? "; " : "", sorted[i].second, sorted[i].second == 1 ? "" : "s",
+                       shorten_at_word(sorted[i].first, 200));
+  }
+  if (sorted.size() > top) out += fmt::format("; and {} other reasons", sorted.size() - top);
+  return out.empty() ? "no plan was tried" : out;
+}
+
 // No plan fits the cap: the smallest need per category over the valid plans, and the plan that came closest.
 [[noreturn]] void throw_nothing_fits(const planner::SearchResult& result, int world, const std::string& limit_text) {
   int invalid = 0, over = 0;
@@ -154,8 +171,10 @@ void print_explain(const std::vector<const planner::PlanEstimate*>& ordered, int
       if (least[c] < 0 || r.peak_by_category[c] < least[c]) least[c] = r.peak_by_category[c];
     }
   }
-  CLEAVE_CHECK(closest != nullptr, "plan: none of the {} plans of {} ranks is valid for this config; first "
-               "reason: {}", result.rejected.size(), world, result.rejected.empty() ? "-" : result.rejected.front().reason);
+  // No valid plan: the config against this world (a batch dp cannot divide, more stages than blocks, heads tp cannot
+  // split, ...) is the command line's input, found before any run; the most frequent reasons say what to change.
+  CLEAVE_CHECK_INPUT(closest != nullptr, "plan: none of the {} plans of {} ranks is valid for this config: {}; change "
+                     "--world or the config", result.rejected.size(), world, frequent_refusals(result, 3));
   std::string needs;
   for (int c = 0; c < kNumMemoryCategories; ++c) {
     if (least[c] > 0) {

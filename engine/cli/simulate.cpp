@@ -223,6 +223,12 @@ pipeline::Schedule build_schedule(const Options& options) {
       return pipeline::auto_schedule(*options.stages, *options.microbatches, auto_options).schedule;
     }
     const int virtual_stages = options.virtual_stages.value_or(pipeline::default_virtual_stages(options.schedule));
+    // Named by the options that set them here (the schedules' own message names the config's keys).
+    const int min_microbatches = pipeline::schedule_min_microbatches(options.schedule, *options.stages);
+    CLEAVE_CHECK_INPUT(*options.microbatches >= min_microbatches,
+                       "simulate: schedule {} needs at least {} micro-batches per step on --stages {}, got "
+                       "--microbatches {}; use --microbatches {} or more, or another schedule",
+                       options.schedule, min_microbatches, *options.stages, *options.microbatches, min_microbatches);
     try {  // --stages, --microbatches and --virtual the schedule cannot run: the command line's (exit 64)
       pipeline::check_schedule_args(options.schedule, *options.stages, *options.microbatches, virtual_stages);
     } catch (const Error& e) {

@@ -89,7 +89,7 @@ examples:    cleave train examples/gpt_fortunes.json
 // One rank's peak FLOP/s for the run's compute dtype: the profile's peak (a roofline profile), else its sustained
 // GEMM rate (a measured CPU profile has only that; the source says which).
 train::PeakFlops peak_of(const std::string& path, const config::RunConfig& run) {
-  const planner::HardwareProfile profile = planner::load_profile(path);
+  const planner::HardwareProfile profile = reading_input([&] { return planner::load_profile(path); });
   const bool bf16 = run.device.precision == config::Precision::kBf16;
   const double peak = bf16 ? profile.peak_flops_bf16 : profile.peak_flops_f32;
   const double rate = peak > 0 ? peak : profile.flops(bf16);
@@ -134,6 +134,8 @@ int run_train(int argc, char** argv) {
     if (options.resume.empty()) train::check_out_dir_holds_no_run(config.train.out_dir);
     // A typo in --allow-config-change stops here, before the world and the trainer are built (not at the resume).
     train::check_allowed_keys(options.allow_config_change, nlohmann::json::parse(config::to_json(config)));
+    // A --profile file that is missing, not JSON or not a profile: bad input, before the world and the model.
+    if (!profile_path.empty()) options.peak = peak_of(profile_path, config);
     comm::World world = runtime.world(config);
     if (runtime.world_rank() == 0) log::info("comm backend {} ({})", world.comm->backend(), world.choice.reason);
     const char* single_copy = std::getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
@@ -146,7 +148,6 @@ int run_train(int argc, char** argv) {
                 config.parallel.p2p_progress);
     }
     config.parallel.comm_backend = world.choice.backend;  // the resolved config.json records what ran
-    if (!profile_path.empty()) options.peak = peak_of(profile_path, config);
     train::Trainer trainer(config, *world.comm);
     if (init) options.init = &*init;  // loaded by train() once the output paths are checked
     train::install_stop_request_handler();  // SIGUSR1: save a checkpoint at the next step and stop

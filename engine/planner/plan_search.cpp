@@ -9,6 +9,7 @@
 
 #include "engine/config/config.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/planner/median.hpp"
 #include "engine/planner/step_terms.hpp"
 #include "engine/planner/world_limit.hpp"
@@ -442,7 +443,9 @@ PlanEstimate estimate_plan(const config::RunConfig& base, std::string_view origi
 PlanningSetup planning_setup(const config::RunConfig& base, const std::string& profile_path,
                              const std::string& limit_text, int world) {
   PlanningSetup s;
-  s.profile = profile_path.empty() ? measure_this_machine(run_plan::model_spec(base.model), world) : load_profile(profile_path);
+  // A --profile file that is missing, not JSON or not a profile is the command line's input (exit 64).
+  s.profile = profile_path.empty() ? measure_this_machine(run_plan::model_spec(base.model), world)
+                                   : reading_input([&] { return load_profile(profile_path); });
   // A CPU profile describes the machine it measured, and a plan runs there: every rank on that one node, sharing
   // its cores (its ranks_per_node, the ranks the profile was made for, would otherwise spread a larger world over
   // imaginary nodes of the same cores, and the sharing would go unpriced and unsaid).

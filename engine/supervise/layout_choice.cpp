@@ -54,7 +54,9 @@ planner::PlanChoice config_layout(const SuperviseOptions& o, const config::RunCo
 
 void check_replan_inputs(const SuperviseOptions& o, const config::RunConfig& base, int world) {
   if (o.keep_layout) {
-    CLEAVE_CHECK(o.profile.empty() && o.memory_limit.empty(),
+    // The command line's own contradiction, and a --profile or --memory-limit it cannot read below: bad input (exit
+    // 64), before any job starts.
+    CLEAVE_CHECK_INPUT(o.profile.empty() && o.memory_limit.empty(),
                  "run: {} prices the planner's re-plan, but --keep-layout keeps tp x cp x pp and never re-plans; "
                  "nothing was started (drop {} or --keep-layout)", o.profile.empty() ? "--memory-limit" : "--profile",
                  o.profile.empty() ? "--memory-limit" : "--profile");
@@ -64,8 +66,8 @@ void check_replan_inputs(const SuperviseOptions& o, const config::RunConfig& bas
     if (!o.profile.empty()) static_cast<void>(planner::planning_setup(base, o.profile, o.memory_limit, world));
     else if (!o.memory_limit.empty()) static_cast<void>(parse_bytes(o.memory_limit, "--memory-limit"));
   } catch (const Error& e) {
-    CLEAVE_THROW("run: {}; nothing was started (the re-plan after a failure reads --profile and --memory-limit)",
-                 e.what());
+    throw InputError(fmt::format(
+        "run: {}; nothing was started (the re-plan after a failure reads --profile and --memory-limit)", e.what()));
   }
 }
 

@@ -178,6 +178,42 @@ std::string Tokenizer::decode(std::span<const std::int32_t> ids) const {
   return out;
 }
 
+std::string Tokenizer::decode_printable(std::span<const std::int32_t> ids,
+                                        const std::function<std::string(std::int32_t)>& missing) const {
+  std::string out, run;  // run: the bytes of consecutive byte-fallback tokens, decoded together
+  std::size_t run_tokens = 0;
+  const auto flush = [&] {
+    if (run_tokens == 0) return;
+    if (lossy_utf8(run) == run) {
+      out += run;
+    } else {
+      for (std::size_t i = 0; i < run_tokens; ++i) out += "\xEF\xBF\xBD";  // U+FFFD per token, as ByteFallback
+    }
+    run.clear();
+    run_tokens = 0;
+  };
+  for (const std::int32_t id : ids) {
+    if (!has_token(id)) {
+      flush();
+      out += missing(id);
+      continue;
+    }
+    const std::string& bytes = id_bytes_[static_cast<std::size_t>(id)];
+    const bool fallback = spec_.decode_byte_fallback && bytes.size() == 1 &&
+                          fallback_ids_[static_cast<unsigned char>(bytes[0])] == id;
+    if (fallback) {
+      run += bytes;
+      ++run_tokens;
+      continue;
+    }
+    flush();
+    out += bytes;
+  }
+  flush();
+  if (spec_.decode_strip_space && !out.empty() && out[0] == ' ') out.erase(0, 1);
+  return lossy_utf8(out);
+}
+
 std::optional<std::int32_t> Tokenizer::added_token_id(std::string_view content) const {
   for (const AddedToken& added : spec_.added_tokens) {
     if (added.content == content) return added.id;

@@ -84,6 +84,12 @@ class Tokenizer {
   std::string decode(std::span<const std::int32_t> ids) const;
   bool has_token(std::int32_t id) const;
   std::string_view token_bytes(std::int32_t id) const;  // empty for an id with no token
+  // The text `tokenizers`' decode prints for `ids` (its ByteFallback, Fuse and Strip decoders, then
+  // from_utf8_lossy): decode()'s bytes, except that a run of <0xNN> byte-fallback tokens whose bytes are not UTF-8
+  // prints one U+FFFD per token, other bytes that are not UTF-8 one U+FFFD per maximal invalid subpart, and an id with
+  // no token prints as `missing(id)` (tokenizers drops it) and ends a run.
+  std::string decode_printable(std::span<const std::int32_t> ids,
+                               const std::function<std::string(std::int32_t)>& missing) const;
 
   std::int32_t vocab_size() const { return static_cast<std::int32_t>(id_bytes_.size()); }  // largest id + 1
   std::optional<std::int32_t> added_token_id(std::string_view content) const;

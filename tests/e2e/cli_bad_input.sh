@@ -107,8 +107,10 @@ bad_input data-val-dir early 'data file .*a_dir: not a regular file' "${text_dat
 bad_input data-magic early 'bad\.bin.*(magic|shorter)' --set data.type=tokens --set data.path=bad.bin
 bad_input data-glob early 'data\.paths\[0\]: the glob ".*none_\*\.bin" matches no file' --set data.type=tokens --set 'data.paths=["none_*.bin"]'
 bad_input data-digits early 'data file .*none\.csv: no such file' --set model.type=mlp --set data.type=digits --set data.path=none.csv
-bad_input data-short-split late 'short\.txt: the train split .* has 10 tokens, but model\.seq_len 32 needs at least 33' \
+bad_input data-short-split late 'short\.txt: the train split .* has 10 tokens, but model\.seq_len 32 needs at least 33 \(seq_len \+ 1\); lower model\.seq_len to at most 9, or give more text' \
     "${text_data[@]}" --set data.path=short.txt --set train.eval_batches=0 --set data.val_fraction=0
+bad_input data-short-eval-split late 'short\.txt: the eval split \(last 20% = data\.val_fraction of 10 tokens\) has 2 tokens, but model\.seq_len 7 needs at least 8 \(seq_len \+ 1\); lower model\.seq_len to at most 1, or raise data\.val_fraction or give a longer data\.val_path, or set train\.eval_batches=0' \
+    "${text_data[@]}" --set data.path=short.txt --set data.val_fraction=0.2 --set model.seq_len=7
 bad_input data-token-id late 'big_ids\.bin: token 300 at position 2 is ≥ model\.vocab_size 256' --set data.type=tokens \
     --set data.format=uint16 --set data.path=big_ids.bin --set model.seq_len=2 --set train.eval_batches=0
 # A layout the world size does not divide: bad input too (it exited 1), refused before the data files and the world.
@@ -305,10 +307,15 @@ cmd_error tokenize-no-text 'tokenize: text file nope\.txt: no such file' tokeniz
 cmd_error tokenize-bits "tokenize: --bits is '8'; expected auto, 16 or 32" tokenize text.txt --tokenizer nope-tokenizer.json --out out --bits 8
 cmd_error tokenize-val-fraction 'tokenize: --val-fraction must be in \[0, 1\), got 1' tokenize text.txt --tokenizer nope-tokenizer.json --out out --val-fraction 1
 cmd_error generate-no-tokenizer 'tokenizer .*nope-tokenizer\.json: no such file' generate ck1/checkpoints --prompt x --tokenizer nope-tokenizer.json
+# A --profile that is missing, not JSON or not a profile (each exited 1, so `cleave run` restarted into it).
+printf '{"format": "something else"}' > other.json
+cmd_error plan-no-profile 'profile nope-profile\.json: cannot open it' plan ck1/config.json --world 1 --profile nope-profile.json
+cmd_error simulate-profile-not-json 'profile text\.txt: not valid JSON' simulate --config ck1/config.json --world 1 --profile text.txt
+cmd_error train-profile-not-a-profile 'profile other\.json: expected an object with "format": "cleave-hardware-profile"' train ck1/config.json --profile other.json --set train.out_dir=out
 cmd_error generate-run-dir 'generate: ck1 is not a checkpoint .*; a run directory keeps its checkpoints in ck1/checkpoints' generate ck1 --prompt x
 cmd_error export-run-dir 'export: ck1 is not a checkpoint .*; a run directory keeps its checkpoints in ck1/checkpoints' export ck1 --out out
 cmd_error simulate-virtual 'simulate: schedule interleaved_1f1b runs at least 2 virtual stages per rank.*got virtual_stages 1' simulate --schedule interleaved_1f1b --stages 2 --microbatches 4 --virtual 1
-cmd_error simulate-dualpipev-m 'simulate: schedule dualpipev needs at least 2 × pp_size = 8 micro-batches per step, got 4' simulate --schedule dualpipev --stages 4 --microbatches 4
+cmd_error simulate-dualpipev-m 'simulate: schedule dualpipev needs at least 8 micro-batches per step on --stages 4, got --microbatches 4' simulate --schedule dualpipev --stages 4 --microbatches 4
 cmd_error simulate-config-no-world 'simulate --config: --world N is required' simulate --config ck1/config.json
 # An output that already exists is bad input too, refused before any work and left as it was (each exited 1, so a
 # script could not tell it from a failure mid-run): engine/core/output_path.hpp and the commands' own checks.

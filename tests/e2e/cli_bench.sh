@@ -6,7 +6,8 @@
 # schedule; stdout has the table and names the machine. Bad input: an unknown schedule in the list, a
 # schedule the model cannot be split for, an existing bench.json (never overwritten). A listed schedule the
 # config cannot run (dualpipev with 2 micro-batches on pp2) is checked before the first run and reported with
-# the reason in the table, bench.json and bench.html while the others run.
+# the reason in the table, bench.json and bench.html while the others run. Evaluation is off: a config without an
+# evaluation split (data.val_fraction 0) benchmarks.
 # Usage: cli_bench.sh CLEAVE MPIEXEC [FLAGS...]
 set -u
 cleave=$(realpath "$1"); shift
@@ -42,6 +43,14 @@ assert [s["label"] for s in bench["schedules"]] == ["1f1b"], bench["schedules"]
 assert [s["label"] for s in bench["skipped"]] == ["dualpipev"] and "micro-batches" in bench["skipped"][0]["reason"]
 assert '<tr class="skipped"><td class="l">dualpipev</td>' in html and "not run: parallel.schedule dualpipev needs" in html
 PY
+# Evaluation is off in a bench, so a config without an evaluation split (a text file, data.val_fraction 0, the
+# default train.eval_batches 8) benchmarks rather than being refused for train.eval_batches.
+head -c 3000 /dev/urandom | base64 > text.txt
+"${mpiexec[@]}" -n 2 "$cleave" bench tiny.json --steps 1 --warmup 0 --schedules 1f1b --set data.type=text \
+  --set data.path=text.txt --set data.val_fraction=0 --set model.vocab_size=256 --out noval > noval.log 2>&1 \
+  || { cat noval.log; fail "bench of a config without an evaluation split"; }
+[ -s noval/bench.json ] || fail "no bench.json for the config without an evaluation split"
+echo "ok   bench of a config without an evaluation split (data.val_fraction 0)"
 grep -q "^schedule .*step_ms .*bubble" bench.log || { cat bench.log; fail "no summary table on stdout"; }
 grep -q "core(s), 2 rank(s) on the node x 1 thread(s) per rank" bench.log || { cat bench.log; fail "machine line"; }
 # The suite runs Open MPI without single copy (any container): the default run has a progress thread (parallel.
@@ -113,8 +122,9 @@ PY
 # Bad input: each refused with the reason; nothing written.
 "${mpiexec[@]}" -n 2 "$cleave" bench tiny.json --schedules 1f1b,zb_x --out bad1 > bad1.log 2>&1 && fail "unknown schedule accepted"
 grep -q "entry 'zb_x' is not a schedule; known: gpipe" bad1.log || { cat bad1.log; fail "unknown schedule message"; }
-"${mpiexec[@]}" -n 2 "$cleave" bench tiny.json --schedules interleaved_1f1b:8 --steps 1 --out bad2 > bad2.log 2>&1 \
-  && fail "16 stages of an 8-block model accepted"
+"${mpiexec[@]}" -n 2 "$cleave" bench tiny.json --schedules interleaved_1f1b:8 --steps 1 --out bad2 > bad2.log 2>&1; status=$?
+# No listed schedule can run the config: bad input (exit 64; it exited 1).
+[ $status -eq 64 ] || { cat bad2.log; fail "16 stages of an 8-block model: exit $status, expected 64"; }
 grep -q "schedule interleaved_1f1b:8 cannot run this config" bad2.log || { cat bad2.log; fail "too many stages message"; }
 [ ! -e bad1/bench.json ] && [ ! -e bad2/bench.json ] || fail "a refused bench wrote bench.json"
 before=$(md5sum out/bench.json)

@@ -49,8 +49,9 @@ out=$("$cleave" simulate --schedule zb_h2 --stages 4 --microbatches 8 --max-stas
 out=$("$cleave" simulate --schedule auto --stages 4 --microbatches 8 --memory-limit 7 2>&1); status=$?
 [ $status -ne 0 ] && grep -q -- '--memory-limit 7 B is bytes per rank .*--max-stashes N' <<<"$out" || fail "memory limit as a count: $out"
 out=$("$cleave" simulate --schedule dualpipev --stages 4 --microbatches 6 2>&1); status=$?
-[ $status -ne 0 ] && grep -q 'needs at least 2 × pp_size = 8 micro-batches per step, got 6' <<<"$out" ||
-  fail "dualpipev too few: $out"
+# Named by simulate's own options (not the config's batch.gradient_accumulation_steps), exit 64 (bad input).
+[ $status -eq 64 ] && grep -q 'dualpipev needs at least 8 micro-batches per step on --stages 4, got --microbatches 6; use --microbatches 8' <<<"$out" &&
+  ! grep -q 'batch\.' <<<"$out" || fail "dualpipev too few: $status $out"
 # Output files are new: an existing one (a config, say, given by a typo) is refused before any work and left as
 # it was; one in a directory that does not exist yet is written there.
 echo '{"keep": 1}' > keep.json

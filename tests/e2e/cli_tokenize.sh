@@ -9,8 +9,9 @@
 # --jsonl make documents within a file; a model vocab_size below the manifest's is refused before training. Bad inputs (a missing text file or tokenizer, WordPiece,
 # an unsupported pre-tokenizer pattern, an unknown normalizer, a malformed merge, invalid UTF-8, bad JSONL
 # lines, --doc-separator with --jsonl, an existing output, a vocabulary too large for --bits 16) each fail with one line naming the file and the key, and
-# write nothing. `cleave generate --tokenizer` on the trained model encodes the prompt with the tokenizer and
-# decodes the output; with a tokenizer a vocabulary below 256 is sampled, and a tokenizer larger than the model is
+# write nothing. `cleave generate --tokenizer` on the trained model encodes the prompt with the tokenizer (after the
+# template's BOS, as transformers does; --bos none: without) and decodes the output (the decoder's leading space
+# stripped); with a tokenizer a vocabulary below 256 is sampled, and a tokenizer larger than the model is
 # refused as bad input (exit 64).
 # Usage: cli_tokenize.sh CLEAVE
 set -u
@@ -211,14 +212,20 @@ python3 mk.py sp_small > small_tok.json || fail "writing small_tok.json"
 "$cleave" train --set train.steps=1 --set model.vocab_size=16 --set train.out_dir=v16 > v16.log 2>&1 || { cat v16.log; fail "vocab-16 run"; }
 "$cleave" generate v16/checkpoints --prompt "hello" --tokenizer small_tok.json --tokens 6 --seed 2 --logits v16.json \
   > v16_gen.txt 2> v16_gen.log || { cat v16_gen.log; fail "generate --tokenizer with a vocab-16 model"; }
+"$cleave" generate v16/checkpoints --prompt "hello" --tokenizer small_tok.json --tokens 0 --bos none --logits v16_none.json \
+  > v16_none.txt 2> v16_none.log || { cat v16_none.log; fail "generate --bos none"; }
 python3 - <<'PY' || fail "vocab-16 generate output"
 import json
+# The prompt follows the template's <s> (1), as tokenizers' encode gives [1, 11, 7]; --bos none: the prompt alone.
 d = json.load(open("v16.json"))
-assert d["tokens"] == [11, 7] and all(len(row) == 16 for row in d["logits"]), d["tokens"]
+assert d["tokens"] == [1, 11, 7] and all(len(row) == 16 for row in d["logits"]), d["tokens"]
+assert json.load(open("v16_none.json"))["tokens"] == [11, 7]
 out = open("v16_gen.txt", "rb").read()
-# The decoder's "▁" is a space; ids 12..15 (the model's, not the tokenizer's) print as <|id N|>.
+# The decoder's "▁" is a space, and its Strip drops the text's leading one (tokenizers' decode gives "hello", with
+# <s> skipped); ids 12..15 (the model's, not the tokenizer's) print as <|id N|>.
 import re
-assert out.startswith(b" hello") and len(out) > len(b" hello\n"), out
+assert out.startswith(b"hello") and len(out) > len(b"hello\n"), out
+assert open("v16_none.txt", "rb").read() == b"hello\n"
 assert all(12 <= int(n) < 16 for n in re.findall(rb"<\|id (\d+)\|>", out)), out
 PY
 "$cleave" train --set train.steps=1 --set model.vocab_size=8 --set train.out_dir=v8 > v8.log 2>&1 || { cat v8.log; fail "vocab-8 run"; }
@@ -228,6 +235,7 @@ grep -q "small_tok.json has 12 tokens but checkpoint .* has model.vocab_size 8" 
 "$cleave" generate v8/checkpoints --prompt "hello" > v8_bytes.log 2>&1
 [ $? -eq 64 ] || { cat v8_bytes.log; fail "a vocab-8 model without --tokenizer was not refused as bad input"; }
 grep -q "with vocab_size 8; generation needs .* vocab_size >= 256" v8_bytes.log || { cat v8_bytes.log; fail "vocab-8 bytes message"; }
+echo "ok   generate --tokenizer puts the BOS before the prompt (--bos none: not) and prints the text without the decoder's leading space"
 echo "ok   generate --tokenizer samples a vocab-16 model with a 12-token tokenizer; refuses it on vocab 8: $(grep -o 'generate: .*' v8_gen.log | cut -c1-100)"
 
 # refuse CASE GREP ARGS...: exit 64 (bad input: the text, the tokenizer or an option; a JSONL line that is not JSON,

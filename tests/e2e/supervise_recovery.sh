@@ -243,14 +243,17 @@ refuse)
   grep -q "train.out_dir few already holds a run; nothing was started" again.log || { cat again.log; fail "out_dir refusal"; }
   [ ! -d few/supervisor.2 ] || fail "the refused run created files"
   # The re-plan's inputs are checked before the first attempt (they were read only at the first failure), and
-  # --keep-layout, which never re-plans, refuses them.
+  # --keep-layout, which never re-plans, refuses them: bad input, exit 64 (they exited 1).
   printf '{"format": "cleave-hardware-profile"' > broken.json
   sup --slots 2 --profile broken.json -- tiny.json --set train.out_dir=badprof > badprof.log 2>&1 && fail "a broken --profile accepted"
+  [ $? -eq 64 ] || { cat badprof.log; fail "a broken --profile: not exit 64 (bad input)"; }
   grep -q "run: profile broken.json: not valid JSON .*; nothing was started" badprof.log || { cat badprof.log; fail "--profile refusal"; }
   sup --slots 2 --memory-limit 4XB -- tiny.json --set train.out_dir=badprof > badcap.log 2>&1 && fail "--memory-limit 4XB accepted"
+  [ $? -eq 64 ] || { cat badcap.log; fail "--memory-limit 4XB: not exit 64 (bad input)"; }
   grep -q "run: --memory-limit: unknown unit 'XB' in '4XB'.*; nothing was started" badcap.log || { cat badcap.log; fail "--memory-limit refusal"; }
   sup --slots 2 --keep-layout --profile "$src/profiles/h100_sxm.json" -- tiny.json --set train.out_dir=badprof > keepprof.log 2>&1 \
     && fail "--keep-layout with --profile accepted"
+  [ $? -eq 64 ] || { cat keepprof.log; fail "--keep-layout with --profile: not exit 64 (bad input)"; }
   grep -q "run: --profile prices the planner's re-plan, but --keep-layout .*never re-plans; nothing was started" keepprof.log \
     || { cat keepprof.log; fail "--keep-layout --profile refusal"; }
   [ ! -e badprof ] || fail "a refused run created its out_dir"

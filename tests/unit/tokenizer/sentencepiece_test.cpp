@@ -75,6 +75,29 @@ TEST(SentencePiece, EveryStyleMatchesTokenizersIdForId) {
   }
 }
 
+// decode_printable as tokenizers' decode prints ids (0.23.3 on the llama2 style, skip_special_tokens irrelevant: no
+// special token here): ByteFallback decodes a run of <0xNN> tokens together, one U+FFFD per token when the run is not
+// UTF-8 (not one per invalid subpart: "é" then 0x89 0x62 is four of them), then Strip drops the leading space. An id
+// the tokenizer lacks prints as the caller says (tokenizers drops it) and ends a run.
+TEST(SentencePiece, DecodePrintableFollowsByteFallbackRuns) {
+  const json fixture = load("sp_expected.json");
+  Tokenizer tok(parse_tokenizer_json(styled(load("sp_base.json"), fixture["styles"][0]).dump(), "tokenizer llama2"));
+  ASSERT_EQ(fixture["styles"][0]["name"], "llama2");
+  const std::string r = "\xEF\xBF\xBD";  // U+FFFD
+  const auto printed = [&](const Ids& ids) {
+    return tok.decode_printable(ids, [](std::int32_t id) { return "<|id " + std::to_string(id) + "|>"; });
+  };
+  // 198 <0xC3>, 172 <0xA9>, 140 <0x89>, 101 <0x62>, 396 "▁", 742 "▁wor", 522 "ld".
+  EXPECT_EQ(printed({198, 172}), "\xC3\xA9");
+  EXPECT_EQ(printed({198, 172, 140, 101}), r + r + r + r);
+  EXPECT_EQ(printed({140}), r);
+  EXPECT_EQ(printed({396, 140, 101, 522}), r + r + "ld");
+  EXPECT_EQ(printed({198, 172, 522, 140}), "\xC3\xA9ld" + r);
+  EXPECT_EQ(printed({101, 101}), "bb");
+  EXPECT_EQ(printed({742, 522}), "world");
+  EXPECT_EQ(printed({198, 99999, 172}), r + "<|id 99999|>" + r);
+}
+
 TEST(SentencePiece, StylesDiffer) {
   // A fixture whose styles all gave the same ids would not test the differences.
   const json fixture = load("sp_expected.json");

@@ -26,7 +26,9 @@ final weights (gathered into logical tensors). Exits 1 when a difference exceeds
   p.positional("CONFIG.json", "config file")
       .config_overrides()
       .count("--steps", "N", "steps to train", 10)
-      .number("--loss-tolerance", "X", "max relative loss difference per step (bf16 runs: 2^-8 / sqrt(tokens per step))",
+      .number("--loss-tolerance", "X",
+              "max relative loss difference per step (bf16 runs: 2^-8 / sqrt(tokens per step), x sqrt((tp + 2) / 2) "
+              "at tp > 1)",
               1e-5)
       .number("--param-tolerance", "X", "max |layout - reference| / max |reference| per tensor", 1e-3)
       .number("--noise-multiple", "X",

@@ -28,16 +28,6 @@ Run run(const config::RunConfig& config, comm::Communicator& comm, bool keep_ini
   return r;
 }
 
-// The largest |a_i - b_i| / |b_i| over the steps both hold.
-double max_relative_difference(const std::vector<double>& a, const std::vector<double>& b) {
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size() && i < b.size(); ++i) {
-    const double rel = std::abs(a[i] - b[i]) / std::max(std::abs(b[i]), 1e-12);
-    worst = std::isnan(rel) ? std::numeric_limits<double>::infinity() : std::max(worst, rel);
-  }
-  return worst;
-}
-
 // The null-gradient slices' lines (none under SGD): why they are not in the table, and their bound.
 std::string format_null_slices(const std::vector<NullSliceDifference>& slices, std::size_t max_rows) {
   if (slices.empty()) return "";
@@ -80,11 +70,26 @@ config::RunConfig single_rank_reference(const config::RunConfig& config) {
   return single;
 }
 
+double tp_rounding_factor(int tp_size) {
+  const double roundings = tp_size > 1 ? tp_size + 2.0 : 2.0;  // in a tp-reduced value's difference from one rank's
+  return std::sqrt(roundings / 2.0);
+}
+
 double default_loss_tolerance(const config::RunConfig& config) {
   if (config.device.precision != ops::Precision::kBf16) return 1e-5;
   const double tokens = static_cast<double>(config.resolved_batch().global_batch_size) *
                         static_cast<double>(config::token_seq_len(config.model));
-  return std::ldexp(1.0, -8) / std::sqrt(std::max(tokens, 1.0));
+  return std::ldexp(1.0, -8) / std::sqrt(std::max(tokens, 1.0)) *
+         tp_rounding_factor(config.parallel.tensor_model_parallel_size);
+}
+
+double max_loss_difference(const std::vector<double>& layout, const std::vector<double>& reference) {
+  double worst = 0;
+  for (std::size_t i = 0; i < layout.size() && i < reference.size(); ++i) {
+    const double rel = std::abs(layout[i] - reference[i]) / std::max(std::abs(reference[i]), 1e-12);
+    worst = std::isnan(rel) ? std::numeric_limits<double>::infinity() : std::max(worst, rel);
+  }
+  return worst;
 }
 
 VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& world,
@@ -102,14 +107,14 @@ VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& 
       options.noise_multiple > 0 ? twin_reference(reference_config) : std::nullopt;
   const Run reference = run(reference_config, *self, twin.has_value());
   report.reference_losses = reference.losses;
-  report.max_loss_difference = max_relative_difference(layout.losses, reference.losses);
+  report.max_loss_difference = max_loss_difference(layout.losses, reference.losses);
   const std::vector<partition::NullGradient> null_slices = verify_null_slices(resolved);
   const double null_bound = adamw_drift_bound(resolved.optimizer, resolved.train.steps);
   const ParameterMap* initial = twin ? &reference.initial : nullptr;
   if (twin) {
     const Run twin_run = run(*twin, *self);
     report.floor = noise_floor(compare_parameters(twin_run.params, reference.params, null_slices, null_bound, initial),
-                               max_relative_difference(twin_run.losses, reference.losses),
+                               max_loss_difference(twin_run.losses, reference.losses),
                                describe_twin(reference_config, *twin), options.noise_multiple);
   }
   ParamComparison compared = compare_parameters(layout.params, reference.params, null_slices, null_bound, initial);

@@ -44,12 +44,27 @@ struct VerifyReport {
 // micro batch).
 config::RunConfig single_rank_reference(const config::RunConfig& config);
 
-// The default --loss-tolerance of a resolved config: 1e-5 in fp32; in bf16 u / sqrt(N), u = 2^-8 bf16's unit
-// roundoff, N the tokens of a step (global batch x sequence length). A correct layout that sums an f32 value in
-// another order (ring attention's merge, tp's partial sums) can move its bf16 rounding by one ulp, about u relative,
-// in scattered activations; the loss averages N per-token losses, so independent moves shift it by about u / sqrt(N)
-// (measured: cp2 ring on examples/gpt_fortunes.json, N = 1024, 1.9e-5 after 10 SGD steps, the bound 1.2e-4).
+// The default --loss-tolerance of a resolved config: 1e-5 in fp32; in bf16 u / sqrt(N) x tp_rounding_factor(tp),
+// u = 2^-8 bf16's unit roundoff, N the tokens of a step (global batch x sequence length). A correct layout that sums
+// an f32 value in another order (ring attention's merge, an f32 reduction) rounds it once to bf16 as one rank does:
+// the two differ by the two roundings of nearly the same value, at most one ulp, about u relative, in scattered
+// activations; the loss averages N per-token losses, so independent moves shift it by about u / sqrt(N) (measured:
+// cp2 ring on examples/gpt_fortunes.json, N = 1024, 1.9e-5 after 10 SGD steps, the bound 1.2e-4). Tensor
+// parallelism rounds more: each row-parallel output (and each column-parallel input gradient) is the bf16 sum of
+// tp partials that were each rounded to bf16 first (the activation dtype, as Megatron all-reduces them), so it
+// carries tp + 1 roundings where one rank's carries one (docs/multi-rank.md).
 double default_loss_tolerance(const config::RunConfig& config);
+
+// How many times u / sqrt(N) a layout of `tp_size` may move the loss: the rms of the independent roundings in the
+// difference between its value and one rank's, in units of the two roundings of a reordered sum. tp 1: the layout's
+// and the reference's rounding, 2, factor 1; tp t > 1: t partials, their sum and the reference's, t + 2 roundings
+// each at most u of its term (the partials' sum of squares about the value's own when their signs are independent),
+// factor sqrt((t + 2) / 2): sqrt(2) at tp 2, sqrt(3) at tp 4.
+double tp_rounding_factor(int tp_size);
+
+// The largest |layout_i - reference_i| / |reference_i| over the steps both hold (a NaN: infinity): the loss
+// difference verify holds to --loss-tolerance.
+double max_loss_difference(const std::vector<double>& layout, const std::vector<double>& reference);
 
 // Collective over `world`; the report is complete on world rank 0 (other ranks get the layout's losses).
 VerifyReport verify_layout(const config::RunConfig& config, comm::Communicator& world, const VerifyOptions& options);

@@ -11,7 +11,8 @@
 // roundings, which is what a layout does to its sums. The floor is the twin's largest difference from the reference
 // as a fraction of how far training moved the tensor (ParamDifference::moved, pooled over tensors: per tensor it
 // scatters 10x between two libraries); a layout's tensor passes within `multiple` x floor of its movement. The
-// twin's loss difference is reported beside the layout's, not used: --loss-tolerance (2^-8 / sqrt(tokens)) holds.
+// twin's loss difference is reported beside the layout's, not used: --loss-tolerance (2^-8 / sqrt(tokens),
+// x sqrt((tp + 2) / 2) at tp > 1: default_loss_tolerance) holds.
 // Invariant: a twin differs from its reference in device.blas only, and only in bf16 on the CPU.
 #pragma once
 

@@ -12,7 +12,8 @@
 #  - expert parallelism: a tiny moe at ep 2 (dp 2), at ep 2 × tp 2 on 4 ranks, and at ep 2 × tp 2 × pp 2 under zb_v
 #    on 8 ranks (oversubscribed), against one rank passes, the layout line naming ep=2; ep 3 on
 #    4 experts is refused with one error naming the key, before any step (nothing trained);
-#  - the default --loss-tolerance follows device.precision (bf16: 2^-8 / sqrt(tokens per step));
+#  - the default --loss-tolerance follows device.precision (bf16: 2^-8 / sqrt(tokens per step), x sqrt((tp + 2) / 2)
+#    at tp > 1: the default gpt at tp 2 in bf16 under SGD passes within it);
 #  - a bad option value is refused before MPI starts.
 # Usage: cli_verify.sh CLEAVE MPIEXEC [FLAGS...]
 set -u
@@ -122,6 +123,17 @@ if [ $status -ne 0 ] || ! grep -q '(tolerance 0.000345), .*: PASS$' cp2_bf16.log
   fail "bf16-loss-tolerance: status $status, explicit 0: $status_zero" cp2_bf16.log
 else
   echo "ok   bf16-loss-tolerance: $(grep -E ': PASS$' cp2_bf16.log)"
+fi
+# Tensor parallelism rounds each row-parallel output's bf16 partials before their sum: the default loss tolerance is
+# sqrt((tp + 2) / 2) times the above at tp > 1 (train::tp_rounding_factor). The default gpt (256 tokens a step:
+# 2^-8 / 16 x sqrt(2) = 3.45e-4) at tp 2 in bf16 under SGD, 10 steps, passes within it.
+"${mpiexec[@]}" -n 2 "$cleave" verify default.json --steps 10 --set parallel.tensor_model_parallel_size=2 \
+    --set device.precision=bf16 --set optimizer.type=sgd > gpt-sgd-tp2-bf16.log 2>&1
+status=$?
+if [ $status -ne 0 ] || ! grep -q '^max loss difference .*(tolerance 0.000345), .*: PASS$' gpt-sgd-tp2-bf16.log; then
+  fail "gpt-sgd-tp2-bf16-loss-tolerance: status $status" gpt-sgd-tp2-bf16.log
+else
+  echo "ok   gpt-sgd-tp2-bf16-loss-tolerance: $(grep -E ': PASS$' gpt-sgd-tp2-bf16.log)"
 fi
 verify_passes llama-cp2-tp2 4 'tp=2 cp=2 dp=1 pp=1 (world 4)' llama.json --set parallel.tensor_model_parallel_size=2 \
     --set parallel.context_parallel_size=2

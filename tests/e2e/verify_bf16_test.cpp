@@ -4,6 +4,8 @@
 // element at every step under AdamW and SGD, and under SGD a quarter too much gradient on one bias.
 // The errors are injected through the trainer's test backend (Trainer's `backend`): the CPU table with the optimizer
 // slots wrapped. Also what the floor cannot see: AdamW normalises a whole tensor's gradient scale away.
+// The loss bound of a bf16 tp 2 layout (default_loss_tolerance, sqrt(2) u / sqrt(N)) still fails a loss whose mean
+// divides by one token too few, and passes the twin's losses.
 // Runs in-process (MPI singleton world of one).
 #include <gtest/gtest.h>
 
@@ -32,7 +34,14 @@ struct InjectingBackend : ops::Backend {
   std::int64_t target = 0;
   float grad_scale = 1;
   float step_error = 0;
+  float loss_scale = 1;  // the forward's loss (the mean over the step's tokens) times this
 };
+
+void injected_loss(const ops::Context& ctx, const Tensor& logits, const Tensor& targets, const Tensor& lse,
+                   const Tensor& loss) {
+  ops::cpu_backend().cross_entropy_forward(ctx, logits, targets, lse, loss);
+  loss.data<float>()[0] *= static_cast<const InjectingBackend&>(*ctx.backend).loss_scale;
+}
 
 template <class Item>
 const Item* target_item(std::span<const Item> items, std::int64_t target) {
@@ -77,6 +86,7 @@ config::RunConfig tiny_bf16(const std::string& optimizer) {
 
 struct Trained {
   train::ParameterMap initial, params;
+  std::vector<double> losses;
 };
 
 Trained train_one_rank(const config::RunConfig& config, const ops::Backend* backend = nullptr) {
@@ -84,7 +94,7 @@ Trained train_one_rank(const config::RunConfig& config, const ops::Backend* back
   train::Trainer trainer(config, *world, backend);
   Trained t;
   t.initial = trainer.gather_parameters();
-  for (std::int64_t s = 0; s < config.train.steps; ++s) trainer.step(s);
+  for (std::int64_t s = 0; s < config.train.steps; ++s) t.losses.push_back(trainer.step(s).loss);
   t.params = trainer.gather_parameters();
   return t;
 }
@@ -168,6 +178,32 @@ TEST(VerifyBf16, SgdFailsHalfAStepOnOneElementAndAQuarterTooMuchGradientOnOneBia
   const InjectingBackend scaled = injecting(kQkvBias, 1.25f, 0);
   const std::vector<std::string> failed = b->failing(train_one_rank(b->config, &scaled).params);
   EXPECT_NE(std::find(failed.begin(), failed.end(), "blocks.0.attn.qkv.bias"), failed.end());
+}
+
+}  // namespace
+}  // namespace cleave::testing
+
+namespace cleave::testing {
+namespace {
+
+TEST(VerifyBf16, Tp2LossBoundFailsALossMeanOverOneTokenTooFew) {
+  config::RunConfig c = tiny_bf16("sgd");
+  c.train.steps = 3;
+  config::RunConfig tp2 = c;
+  tp2.parallel.tensor_model_parallel_size = 2;
+  tp2.parallel.data_parallel_size = -1;
+  tp2.resolve(2);
+  const double tolerance = train::default_loss_tolerance(tp2);  // sqrt(2) x 2^-8 / sqrt(16 x 64) = 1.73e-4
+  EXPECT_NEAR(tolerance, 1.73e-4, 1e-6);
+  const Trained reference = train_one_rank(c);
+  // An off-by-one token count in the mean: every loss N / (N - 1) of its value, 9.8e-4 too large.
+  InjectingBackend off_by_one = injecting(0, 1, 0);
+  off_by_one.cross_entropy_forward = &injected_loss;
+  off_by_one.loss_scale = 1024.0f / 1023.0f;
+  EXPECT_GT(train::max_loss_difference(train_one_rank(c, &off_by_one).losses, reference.losses), tolerance);
+  if (const std::optional<config::RunConfig> twin = train::twin_reference(c)) {
+    EXPECT_LE(train::max_loss_difference(train_one_rank(*twin).losses, reference.losses), tolerance);
+  }
 }
 
 }  // namespace

@@ -1,10 +1,14 @@
 // cleave verify's report (engine/train/verify.hpp format_report): a failure on the parameters alone of an AdamW run
 // says why a correct layout can fail there and how to check it instead; no such line otherwise. With a bf16 floor the
 // table shows each tensor's difference against its movement, the floor line names the twin and the tolerance, and a
-// failure beyond it says it is not rounding.
+// failure beyond it says it is not rounding. The default loss tolerance: fp32 1e-5; bf16 u / sqrt(tokens), times the
+// rounding factor of tensor parallelism's bf16 partial sums.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
+
+#include "engine/config/config.hpp"
 
 #include "engine/train/verify.hpp"
 
@@ -23,6 +27,31 @@ VerifyReport report_of(double loss_difference, double param_difference, bool ada
   r.adamw = adamw;
   r.passed = loss_difference <= 1e-5 && param_difference <= 1e-3;
   return r;
+}
+
+// A config of `world` ranks at tensor parallelism `tp`: 16 x 64 = 1024 tokens a step.
+config::RunConfig tokens_1024(const std::string& precision, int tp, int world) {
+  config::RunConfig c = config::parse_config(R"({
+    "model": {"type": "gpt", "vocab_size": 256, "d_model": 128, "n_layers": 2, "n_heads": 4, "seq_len": 64},
+    "batch": {"global_batch_size": 16, "micro_batch_size": 8},
+    "data": {"type": "synthetic"}
+  })", "tokens_1024", {"device.precision=" + precision, "parallel.tensor_model_parallel_size=" + std::to_string(tp)});
+  c.resolve(world);
+  return c;
+}
+
+TEST(VerifyLossTolerance, Bf16CountsTheRoundingsOfTensorParallelPartialSums) {
+  const double one_rounding = std::ldexp(1.0, -8) / 32;  // u / sqrt(1024)
+  EXPECT_EQ(default_loss_tolerance(tokens_1024("fp32", 2, 2)), 1e-5);
+  EXPECT_DOUBLE_EQ(default_loss_tolerance(tokens_1024("bf16", 1, 1)), one_rounding);
+  EXPECT_DOUBLE_EQ(default_loss_tolerance(tokens_1024("bf16", 1, 2)), one_rounding);  // dp 2: no partial sums
+  // tp 2: two partials, their sum and one rank's rounding, 4 roundings against a reordering's 2.
+  EXPECT_DOUBLE_EQ(default_loss_tolerance(tokens_1024("bf16", 2, 2)), one_rounding * std::sqrt(2.0));
+  EXPECT_DOUBLE_EQ(default_loss_tolerance(tokens_1024("bf16", 4, 4)), one_rounding * std::sqrt(3.0));
+  EXPECT_DOUBLE_EQ(tp_rounding_factor(1), 1.0);
+  // The loss difference verify holds to it: relative to the reference, the worst step, NaN never within.
+  EXPECT_DOUBLE_EQ(max_loss_difference({4.0, 2.5}, {4.0, 2.0}), 0.25);
+  EXPECT_TRUE(std::isinf(max_loss_difference({4.0, std::nan("")}, {4.0, 2.0})));
 }
 
 TEST(VerifyReport, AdamwParameterOnlyFailureNamesTheCauseAndSgd) {

@@ -5,7 +5,8 @@
 // or after a failure with the steps that finished (train.report, default on; engine/report/html_report.hpp).
 // --profile FILE gives the peak FLOP/s per rank that MFU is measured against (engine/train/throughput.hpp).
 // Bad input (an unknown option, config key or value, a typo in --allow-config-change, a layout the world size does
-// not divide, a train.out_dir that is a file or, without --resume, holds a run, a --resume PATH holding no checkpoint)
+// not divide, a train.out_dir that is a file or, without --resume, holds a run, a --resume PATH holding no checkpoint,
+// a --profile that cannot be read)
 // is an InputError raised before the
 // world and the trainer are built: `cleave` exits ExitCode::kBadInput and `cleave run` does not restart.
 // SIGUSR1 (what `cleave run` forwards on SIGTERM) saves a checkpoint at the next step and exits 0 with a log line
@@ -137,6 +138,8 @@ int run_train(int argc, char** argv) {
     train::check_resume_argument(options.resume);  // no such directory, or none holding a checkpoint
     // A typo in --allow-config-change stops here, before the world and the trainer are built (not at the resume).
     train::check_allowed_keys(options.allow_config_change, nlohmann::json::parse(config::to_json(config)));
+    // --profile (MFU's peak): a file the command line names, read before the world (missing or malformed: exit 64).
+    if (!profile_path.empty()) options.peak = reading_input([&] { return peak_of(profile_path, config); });
     comm::World world = runtime.world(config);
     if (runtime.world_rank() == 0) log::info("comm backend {} ({})", world.comm->backend(), world.choice.reason);
     const char* single_copy = std::getenv("OMPI_MCA_btl_vader_single_copy_mechanism");
@@ -149,7 +152,6 @@ int run_train(int argc, char** argv) {
                 config.parallel.p2p_progress);
     }
     config.parallel.comm_backend = world.choice.backend;  // the resolved config.json records what ran
-    if (!profile_path.empty()) options.peak = peak_of(profile_path, config);
     train::Trainer trainer(config, *world.comm);
     if (init) options.init = &*init;  // loaded by train() once the output paths are checked
     train::install_stop_request_handler();  // SIGUSR1: save a checkpoint at the next step and stop

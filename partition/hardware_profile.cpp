@@ -15,6 +15,7 @@
 
 #include "engine/core/enum_names.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 
 namespace cleave::partition {
 namespace {
@@ -409,9 +410,7 @@ void read_cores(const json& root, const std::string& path, HardwareProfile& p) {
                                                             : 1;
 }
 
-}  // namespace
-
-HardwareProfile load_profile(const std::string& path) {
+HardwareProfile read_profile(const std::string& path) {
   const json root = read_profile_file(path);
   HardwareProfile p;
   p.name = root.value("name", path);
@@ -438,6 +437,12 @@ HardwareProfile load_profile(const std::string& path) {
   read_cores(root, path, p);
   if (root.contains("sources")) p.sources = read_sources(root, p, path);
   return p;
+}
+
+}  // namespace
+
+HardwareProfile load_profile(const std::string& path) {
+  return reading_input([&] { return read_profile(path); });  // a file the command line names
 }
 
 json profile_to_json(const HardwareProfile& p) {

@@ -206,8 +206,9 @@ struct HardwareProfile {
   std::pair<double, double> unfused_attention_seconds(const ProbabilitiesWork& work, bool bf16) const;
 };
 
-// Reads a profile file (format: profiles/README.md): the one reader of profile files. Throws Error naming the file
-// and the key (a missing file, not JSON, not a profile, a bad value).
+// Reads a profile file (format: profiles/README.md): the one reader of profile files. Throws InputError (bad input,
+// exit 64: every profile read is a file the command line names) naming the file and the key (a missing file, not
+// JSON, not a profile, a bad value).
 HardwareProfile load_profile(const std::string& path);
 // The profile in that file format (what `cleave profile` writes).
 nlohmann::json profile_to_json(const HardwareProfile& profile);

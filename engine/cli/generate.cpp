@@ -147,13 +147,20 @@ std::string source_tokenizer(const std::string& dir) {
   return std::filesystem::is_regular_file(file) ? file.string() : "";
 }
 
-// --logits: the model's logits after every prefix of the prompt `context` (at most the model's context), as JSON.
-void write_prompt_logits(train::Trainer& trainer, const std::vector<std::int32_t>& context, std::int64_t seq_len,
-                         const std::string& dir, const std::string& logits_path) {
-  CLEAVE_CHECK(context.size() <= static_cast<std::size_t>(seq_len),
-               "generate: --logits needs a prompt of at most {} tokens (the model's context: model.max_seq_len, or "
-               "model.seq_len for learned positions), got {}",
-               seq_len, context.size());
+// The prompt's tokens (after the `prefix` BOS tokens) against the model, before the model is built: bad input (exit
+// 64) when it encodes to none, or when --logits (one row per prefix, each within the model's context) is asked of a
+// prompt longer than `seq_len`.
+void check_prompt(const std::vector<std::int32_t>& context, std::size_t prefix, std::int64_t seq_len, bool logits) {
+  CLEAVE_CHECK_INPUT(context.size() > prefix, "generate: the prompt encodes to no tokens; give a --prompt with text");
+  CLEAVE_CHECK_INPUT(!logits || context.size() <= static_cast<std::size_t>(seq_len),
+                     "generate: --logits needs a prompt of at most {} tokens (the model's context: model.max_seq_len, "
+                     "or model.seq_len for learned positions), got {}; shorten the prompt",
+                     seq_len, context.size());
+}
+
+// --logits: the model's logits after every prefix of the prompt `context` (check_prompt passed), as JSON.
+void write_prompt_logits(train::Trainer& trainer, const std::vector<std::int32_t>& context, const std::string& dir,
+                         const std::string& logits_path) {
   nlohmann::json rows = nlohmann::json::array();
   for (std::size_t n = 1; n <= context.size(); ++n) {
     rows.push_back(trainer.next_token_logits(std::vector<std::int32_t>(context.begin(), context.begin() + n)));
@@ -233,19 +240,19 @@ int run_generate(int argc, char** argv) {
     const std::string& dir = target.dir;
     const config::RunConfig config = checkpoint_config(dir, tok);
     const std::int64_t seq_len = config::token_seq_len(config.model);
+    std::vector<std::int32_t> context = prefix;
+    if (tok) tok->encode(prompt, context);
+    else for (unsigned char c : prompt) context.push_back(c);
+    check_prompt(context, prefix.size(), seq_len, !logits_path.empty());
 
     CommandRuntime runtime(&argc, &argv);
-    CLEAVE_CHECK(runtime.world_size() == 1, "generate: runs on one rank (launched with {})", runtime.world_size());
+    CLEAVE_CHECK_INPUT(runtime.world_size() == 1, "generate: runs on one rank (launched with {}); run it without mpirun",
+                       runtime.world_size());
     runtime.place_threads();
     comm::World world = runtime.world(config);  // one CPU rank: the config above names no other backend
     train::Trainer trainer(config, *world.comm);
     trainer.load_checkpoint(dir);
-
-    std::vector<std::int32_t> context = prefix;
-    if (tok) tok->encode(prompt, context);
-    else for (unsigned char c : prompt) context.push_back(c);
-    CLEAVE_CHECK(context.size() > prefix.size(), "generate: the prompt encodes to no tokens");
-    if (!logits_path.empty()) write_prompt_logits(trainer, context, seq_len, dir, logits_path);
+    if (!logits_path.empty()) write_prompt_logits(trainer, context, dir, logits_path);
     // A vocabulary of exactly 256 is bytes; a larger one is a tokenizer's whose tokens cleave cannot turn into
     // text yet, so the ids themselves are printed (never a '?' per token that looks like text).
     const bool bytes = !tok && config::token_vocab_size(config.model) == 256;

@@ -310,8 +310,10 @@ void print_plans(const planner::SearchResult& result, const Ordering& o, int sho
   int invalid = 0, over = 0;
   for (const auto& r : result.rejected) (r.valid ? over : invalid) += 1;
   std::printf("\nplans predicted within %.1f%% of their group's fastest are tied (the model's stated error, "
-              "--tie-within); a tie goes to the lowest peak %s\n", 100 * tie_within,
-              result.memory_limit > 0 ? "/ cap" : "memory");
+              "--tie-within); a tie goes to the lowest peak %s where peaks differ by more than %.0f%% of %s, "
+              "else to the faster\n",
+              100 * tie_within, result.memory_limit > 0 ? "/ cap" : "memory", 100 * planner::kHeadroomMargin,
+              result.memory_limit > 0 ? "the cap" : "the largest");
   // The host line's column only where a shown plan pins host memory (a plan on a GPU): CPU tables unchanged.
   const bool pinned = std::any_of(ordered.begin(), ordered.begin() + shown,
                                   [](const planner::PlanEstimate* e) { return e->host_pinned_bytes > 0; });

@@ -131,7 +131,8 @@ void check_tp_width(const partition::ModelSpec& spec, int t) {
   } catch (const ConfigKeyError& e) {
     why = e.what();
   }
-  CLEAVE_THROW("profile: --tp {} does not divide n_heads {} and d_ff {} ({})", t, g.n_heads, g.d_ff, why);
+  throw InputError(fmt::format("profile: --tp {} does not divide n_heads {} and d_ff {} ({}); give one of those sizes",
+                               t, g.n_heads, g.d_ff, why));
 }
 
 // The tensor-parallel widths to time: --tp, else every width the family allows that divides the planned world.

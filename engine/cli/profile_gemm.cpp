@@ -58,7 +58,7 @@ Device parse_device(const std::string& text) {
   if (text.rfind("cuda:", 0) == 0 && text.size() > 5 && text.find_first_not_of("0123456789", 5) == std::string::npos) {
     return Device::cuda(std::stoi(text.substr(5)));
   }
-  CLEAVE_THROW("profile --gemm: --device {} is not cpu or cuda:N", text);
+  throw InputError(fmt::format("profile --gemm: --device {} is not cpu or cuda:N", text));
 }
 
 std::string today() {
@@ -115,11 +115,13 @@ void write_profile(const planner::HardwareProfile& profile, const std::string& o
 // FILE (--base), a roofline profile, with --peak-tflops-* in place of its peaks where given.
 planner::HardwareProfile base_profile(const Args& args, const std::string& base_path) {
   planner::HardwareProfile base = planner::load_profile(base_path);
-  CLEAVE_CHECK(base.has_roofline(), "profile --gemm: {} has no peak_tflops / gemm_efficiency (a measured CPU profile?): "
+  CLEAVE_CHECK_INPUT(base.has_roofline(), "profile --gemm: {} has no peak_tflops / gemm_efficiency (a measured CPU profile?): "
                "give a shipped GPU profile (profiles/)", base_path);
   if (args.given("--peak-tflops-bf16")) base.peak_flops_bf16 = args.number("--peak-tflops-bf16") * 1e12;
   if (args.given("--peak-tflops-f32")) base.peak_flops_f32 = args.number("--peak-tflops-f32") * 1e12;
-  CLEAVE_CHECK(base.peak_flops_bf16 > 0 && base.peak_flops_f32 > 0, "profile --gemm: the peaks must be > 0 TFLOP/s");
+  CLEAVE_CHECK_INPUT(base.peak_flops_bf16 > 0 && base.peak_flops_f32 > 0,
+                     "profile --gemm: the peaks must be > 0 TFLOP/s (--peak-tflops-bf16 {}, --peak-tflops-f32 {})",
+                     base.peak_flops_bf16 * 1e-12, base.peak_flops_f32 * 1e-12);
   return base;
 }
 

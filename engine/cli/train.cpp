@@ -5,7 +5,9 @@
 // or after a failure with the steps that finished (train.report, default on; engine/report/html_report.hpp).
 // --profile FILE gives the peak FLOP/s per rank that MFU is measured against (engine/train/throughput.hpp).
 // Bad input (an unknown option, config key or value, a typo in --allow-config-change, a layout the world size does
-// not divide, a train.out_dir that is a file or, without --resume, holds a run) is an InputError raised before the
+// not divide, a train.out_dir that is a file or, without --resume, holds a run, a --resume PATH holding no checkpoint,
+// a --profile that cannot be read)
+// is an InputError raised before the
 // world and the trainer are built: `cleave` exits ExitCode::kBadInput and `cleave run` does not restart.
 // SIGUSR1 (what `cleave run` forwards on SIGTERM) saves a checkpoint at the next step and exits 0 with a log line
 // saying so (engine/train/stop_request.hpp).
@@ -28,6 +30,7 @@
 #include "engine/core/output_path.hpp"
 #include "engine/planner/hardware_profile.hpp"
 #include "engine/train/checkpoint/config_change.hpp"
+#include "engine/train/checkpoint/resume_fallback.hpp"
 #include "engine/train/checkpoint/weight_source.hpp"
 #include "engine/train/data/make_data_source.hpp"
 #include "engine/train/metrics.hpp"
@@ -132,9 +135,10 @@ int run_train(int argc, char** argv) {
     // trainer's own check, made once they are built, is kept for the checkpoint.dir it resolves).
     check_output_dir("train.out_dir", config.train.out_dir);
     if (options.resume.empty()) train::check_out_dir_holds_no_run(config.train.out_dir);
+    train::check_resume_argument(options.resume);  // no such directory, or none holding a checkpoint
     // A typo in --allow-config-change stops here, before the world and the trainer are built (not at the resume).
     train::check_allowed_keys(options.allow_config_change, nlohmann::json::parse(config::to_json(config)));
-    // A --profile file that is missing, not JSON or not a profile: bad input, before the world and the model.
+    // --profile (MFU's peak): a file the command line names, read before the world (missing or malformed: exit 64).
     if (!profile_path.empty()) options.peak = peak_of(profile_path, config);
     comm::World world = runtime.world(config);
     if (runtime.world_rank() == 0) log::info("comm backend {} ({})", world.comm->backend(), world.choice.reason);

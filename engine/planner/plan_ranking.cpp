@@ -8,7 +8,28 @@
 
 namespace cleave::planner {
 
-std::vector<Placed> rank_predicted(const std::vector<PredictedPlan>& plans, double error) {
+namespace {
+
+// A tie group (indices in time order) ordered by bands of headroom: the plans within `margin` of the lowest remaining
+// memory fraction, in time order, then the next band.
+std::vector<std::size_t> by_headroom_bands(const std::vector<PredictedPlan>& plans, std::vector<std::size_t> group,
+                                           double margin) {
+  std::vector<std::size_t> out;
+  out.reserve(group.size());
+  while (!group.empty()) {
+    double lowest = plans[group.front()].memory_fraction;
+    for (std::size_t i : group) lowest = std::min(lowest, plans[i].memory_fraction);
+    const double bound = lowest + std::max(0.0, margin);
+    std::vector<std::size_t> rest;
+    for (std::size_t i : group) (plans[i].memory_fraction <= bound ? out : rest).push_back(i);
+    group = std::move(rest);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::vector<Placed> rank_predicted(const std::vector<PredictedPlan>& plans, double error, double margin) {
   std::vector<std::size_t> by_time(plans.size());
   std::iota(by_time.begin(), by_time.end(), std::size_t{0});
   std::stable_sort(by_time.begin(), by_time.end(),
@@ -20,11 +41,11 @@ std::vector<Placed> rank_predicted(const std::vector<PredictedPlan>& plans, doub
     const double bound = plans[by_time[first]].step_s * (1.0 + std::max(0.0, error));
     std::size_t end = first + 1;
     while (end < by_time.size() && plans[by_time[end]].step_s <= bound) ++end;
-    std::vector<std::size_t> group(by_time.begin() + static_cast<std::ptrdiff_t>(first),
-                                   by_time.begin() + static_cast<std::ptrdiff_t>(end));
-    std::stable_sort(group.begin(), group.end(), [&](std::size_t a, std::size_t b) {
-      return plans[a].memory_fraction < plans[b].memory_fraction;  // ties in headroom keep the time order
-    });
+    const std::vector<std::size_t> group = by_headroom_bands(
+        plans,
+        std::vector<std::size_t>(by_time.begin() + static_cast<std::ptrdiff_t>(first),
+                                 by_time.begin() + static_cast<std::ptrdiff_t>(end)),
+        margin);
     const int place = static_cast<int>(first) + 1;
     for (std::size_t i : group) out.push_back({i, place, group.size() > 1});
     first = end;

@@ -3,8 +3,11 @@
 //
 // Predicted side (rank_predicted): the model's step time is only good to kPredictionError (relative; see
 // docs/planner.md, "Ties"). Plans are grouped from the fastest: the fastest remaining plan and every remaining plan
-// predicted within (1 + error) of it form one tie group; inside a group the plan with more memory headroom (lower
-// fraction of the cap) comes first, then the faster prediction, then the search's order. Groups keep their order.
+// predicted within (1 + error) of it form one tie group. Inside a group memory headroom decides where it is material:
+// the plans whose fraction of the cap is within `margin` of the group's lowest remaining fraction form a band, in
+// time order (faster first, then the search's order), and bands follow from the roomiest up. So a plan at 97% of the
+// cap loses to one at 71% 0.3% slower, but a plan 1 KiB lighter of 80 GiB (recompute=selective over none, say) does
+// not beat a faster one. Groups keep their order.
 //
 // Measured side (rank_measured, for `plan --trial`): each plan is run in R interleaved rounds; its figure is the
 // median over rounds of each round's median step, and its spread the relative half-range of those round medians,
@@ -31,6 +34,11 @@ namespace cleave::planner {
 // while steps move 5-15% from pass to pass.
 inline constexpr double kPredictionError = 0.05;
 
+// Headroom that decides a tie (a fraction of the cap, or of the largest peak without one): plans whose peaks are
+// within 5% of the cap of each other leave the same room to what the plan does not see (the allocator's slack, a
+// CUDA context, another process), so a faster prediction is worth more than that difference.
+inline constexpr double kHeadroomMargin = 0.05;
+
 struct PredictedPlan {
   double step_s = 0;           // predicted step time
   double memory_fraction = 0;  // peak memory over the cap (or over the largest peak when there is no cap)
@@ -42,8 +50,10 @@ struct Placed {
   bool tied = false;      // shares its place with another plan
 };
 
-// The predicted order with ties (header). `error` >= 0 (0: no ties but exact equality).
-std::vector<Placed> rank_predicted(const std::vector<PredictedPlan>& plans, double error = kPredictionError);
+// The predicted order with ties (header). `error` >= 0 (0: no ties but exact equality); `margin` >= 0 (0: any
+// difference in headroom decides a tie).
+std::vector<Placed> rank_predicted(const std::vector<PredictedPlan>& plans, double error = kPredictionError,
+                                   double margin = kHeadroomMargin);
 
 struct MeasuredPlan {
   bool measured = false;  // at least one round produced a step time

@@ -52,23 +52,36 @@ planner::PlanChoice config_layout(const SuperviseOptions& o, const config::RunCo
   return choice;
 }
 
+void check_profile_device(const std::string& path, DeviceType profile, const config::RunConfig& base) {
+  const std::string_view job = enum_name(base.device.type);
+  CLEAVE_CHECK_INPUT(profile == base.device.type,
+                     "run: --profile {} describes a {} machine, but the job runs on the config's device.type \"{}\": "
+                     "the re-plan after a failure would choose the layout for a machine the job does not run on; "
+                     "nothing was started (give a profile of the {} machine the job runs on, e.g. cleave profile "
+                     "CONFIG --out FILE, or drop --profile to measure this machine once; to run on {}, set "
+                     "device.type={} after the --)",
+                     path, enum_name(profile), job, job, enum_name(profile), enum_name(profile));
+}
+
 void check_replan_inputs(const SuperviseOptions& o, const config::RunConfig& base, int world) {
   if (o.keep_layout) {
-    // The command line's own contradiction, and a --profile or --memory-limit it cannot read below: bad input (exit
-    // 64), before any job starts.
     CLEAVE_CHECK_INPUT(o.profile.empty() && o.memory_limit.empty(),
-                 "run: {} prices the planner's re-plan, but --keep-layout keeps tp x cp x pp and never re-plans; "
-                 "nothing was started (drop {} or --keep-layout)", o.profile.empty() ? "--memory-limit" : "--profile",
-                 o.profile.empty() ? "--memory-limit" : "--profile");
+                       "run: {} prices the planner's re-plan, but --keep-layout keeps tp x cp x pp and never re-plans; "
+                       "nothing was started (drop {} or --keep-layout)",
+                       o.profile.empty() ? "--memory-limit" : "--profile",
+                       o.profile.empty() ? "--memory-limit" : "--profile");
     return;
   }
+  std::optional<planner::PlanningSetup> setup;
   try {
-    if (!o.profile.empty()) static_cast<void>(planner::planning_setup(base, o.profile, o.memory_limit, world));
+    if (!o.profile.empty()) setup = planner::planning_setup(base, o.profile, o.memory_limit, world);
     else if (!o.memory_limit.empty()) static_cast<void>(parse_bytes(o.memory_limit, "--memory-limit"));
   } catch (const Error& e) {
+    // The files and values the command line names: bad input (exit 64), found before any job.
     throw InputError(fmt::format(
         "run: {}; nothing was started (the re-plan after a failure reads --profile and --memory-limit)", e.what()));
   }
+  if (setup) check_profile_device(o.profile, setup->profile.device_type, base);
 }
 
 LayoutPlanner::LayoutPlanner(const SuperviseOptions& options, const config::RunConfig& base, std::string dir)

@@ -2,14 +2,16 @@
 // anything starts, and after a failure the layout for the ranks left: --keep-layout's (recovery_policy.hpp's
 // keep_layout) or the planner's best plan under the memory cap.
 //
-// Invariant: every input the re-plan reads (--profile, --memory-limit) is checked before the first attempt starts,
-// so a bad one is refused then and never hours in, at the first failure.
+// Invariants: every input the re-plan reads (--profile, --memory-limit) is checked before the first attempt starts,
+// so a bad one is refused then and never hours in, at the first failure; the re-plan prices the device the job runs
+// on (the config's device.type): a --profile of another device is refused then.
 #pragma once
 
 #include <optional>
 #include <string>
 
 #include "engine/config/config.hpp"
+#include "engine/core/device.hpp"
 #include "engine/planner/plan_search.hpp"
 #include "engine/supervise/supervisor.hpp"
 
@@ -24,8 +26,14 @@ std::string describe(const planner::PlanChoice& choice);
 planner::PlanChoice config_layout(const SuperviseOptions& options, const config::RunConfig& base);
 
 // The re-plan's inputs (--profile, --memory-limit) at `world` ranks; under --keep-layout, which never re-plans,
-// either is refused. Throws Error saying nothing was started.
+// either is refused, and so is a --profile of another device than the config's (check_profile_device). Throws
+// InputError (bad input: exit 64) saying nothing was started.
 void check_replan_inputs(const SuperviseOptions& options, const config::RunConfig& base, int world);
+
+// The re-plan prices the machine the job runs on, the config's device.type: a profile of another device (an H100's
+// for a CPU config) would rank layouts by that machine's speed and memory, and the job would run them on this one.
+// (`cleave plan` may price another machine: it starts nothing.) Throws InputError naming both devices and the fix.
+void check_profile_device(const std::string& profile_path, DeviceType profile, const config::RunConfig& base);
 
 // The planner's best plan at a given world: the profile is --profile, else this machine measured once for the model
 // and kept as `dir`/profile.json.

@@ -18,6 +18,7 @@
 #include "engine/core/error.hpp"
 #include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/core/output_path.hpp"
 #include "engine/train/router_metrics.hpp"
 
 namespace cleave::train {
@@ -39,10 +40,9 @@ void check_out_dir_holds_no_run(const std::string& path) {
 }
 
 void prepare_out_dir(const std::string& path) {
-  CLEAVE_CHECK(!path.empty(), "train.out_dir is empty; set it with --set train.out_dir=runs/<name>");
+  check_output_dir("train.out_dir", path);  // empty, a file, not creatable: bad input (output_path.hpp)
   std::error_code ec;
   if (fs::exists(path, ec)) {
-    CLEAVE_CHECK(fs::is_directory(path, ec), "train.out_dir {} exists and is not a directory", path);
     check_out_dir_holds_no_run(path);
     return;
   }

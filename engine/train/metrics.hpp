@@ -53,9 +53,10 @@ struct StepCounts {
   std::int64_t skipped_steps = 0;
 };
 
-// Creates `path` (with parents) for a new run. Throws cleave::Error naming the path when it already holds
-// a run (metrics.jsonl or config.json; the message suggests --set train.out_dir=<a free name>), when it
-// exists as a file, or when it cannot be created.
+// Creates `path` (with parents) for a new run. Throws InputError (bad input, exit 64) naming the path when it is
+// empty, exists as a file, cannot be created where it is (check_output_dir, engine/core/output_path.hpp) or already
+// holds a run (metrics.jsonl or config.json; the message suggests --set train.out_dir=<a free name>); a plain Error
+// when the creation the check allowed then fails.
 void prepare_out_dir(const std::string& path);
 // prepare_out_dir's refusal of a directory that holds a run, as bad input (InputError: exit 64), for `cleave train`
 // to make before the world and the model are built. Reads only.

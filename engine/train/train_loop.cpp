@@ -108,7 +108,8 @@ struct StartPoint {
 
 // The checkpoint --resume names (auto: the newest intact one, resume_fallback.hpp) is checked against the config
 // and loaded (a checkpoint that cannot be loaded fails before anything is written); none: a fresh start.
-StartPoint start_point(Trainer& trainer, RankSetup& s, const TrainOptions& options, const std::string& checkpoints) {
+StartPoint start_point(Trainer::Impl& impl, const TrainOptions& options, const std::string& checkpoints) {
+  RankSetup& s = impl.setup;
   StartPoint start;
   start.restart = read_restart_record(options.restart_record, s.reports());
   start.began_unix_s = unix_seconds();
@@ -116,7 +117,8 @@ StartPoint start_point(Trainer& trainer, RankSetup& s, const TrainOptions& optio
   const std::optional<ResumedFrom> resumed =
       options.resume.empty()
           ? std::nullopt
-          : resume_from_checkpoint(trainer, s, options.resume, checkpoints, options.allow_config_change);
+          : resume_from_checkpoint(RunParts{s, impl.model, impl.tail}, options.resume, checkpoints,
+                                   options.allow_config_change);
   if (resumed) {
     start.changes = resumed->changes;
     start.step = resumed->step;
@@ -320,7 +322,7 @@ TrainSummary Trainer::train(const TrainOptions& options) {
     }
   }
   // Resume first: a checkpoint that cannot be loaded fails before anything is written.
-  const StartPoint start = start_point(*this, s, options, checkpoints);
+  const StartPoint start = start_point(impl, options, checkpoints);
   RunOutputs out = open_run_outputs(s, options, start, impl.throughput, *impl.train_data);
   // Peak memory counts the model, not whatever earlier runs in this process left behind.
   s.allocator->reset_peak();

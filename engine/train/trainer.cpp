@@ -45,17 +45,6 @@ CheckpointSaveStats Trainer::save_checkpoint(const std::string& root, std::int64
 }
 
 std::int64_t Trainer::load_checkpoint(const std::string& step_dir, bool continue_run) {
-  if (is_weights_only(CheckpointReader(step_dir).index())) {
-    CLEAVE_CHECK(!continue_run,
-                 "--resume {}: this checkpoint holds weights only (written by cleave import): there is no run to "
-                 "continue; start one from it with cleave train CONFIG --init-from {}",
-                 step_dir, step_dir);
-    const WeightSource source = open_weight_source(step_dir);
-    FullParameters whole(impl_->tail.parameter_shards());
-    const std::size_t tensors = train::load_weights(impl_->setup, impl_->model, source);
-    if (impl_->setup.reports()) log::info("checkpoint: loaded {} (weights only, {} tensors on rank 0)", step_dir, tensors);
-    return 0;
-  }
   return train::load_checkpoint(impl_->setup, impl_->model, impl_->tail, step_dir, continue_run);
 }
 

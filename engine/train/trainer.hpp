@@ -22,6 +22,7 @@
 #include "engine/comm/communicator.hpp"
 #include "engine/config/config.hpp"
 #include "engine/run_plan/plan.hpp"
+#include "engine/train/checkpoint/checkpoint_save_stats.hpp"
 #include "engine/train/checkpoint/weight_source.hpp"
 #include "engine/train/throughput.hpp"
 #include "kernels/ops/host_waits.hpp"
@@ -84,14 +85,6 @@ struct TrainOptions {
   std::vector<std::string> allow_config_change;
   const WeightSource* init = nullptr;
   PeakFlops peak;
-};
-
-struct CheckpointSaveStats {
-  std::string path;        // the committed step_NNNNNNN directory
-  std::int64_t bytes = 0;  // all files of the checkpoint (every rank's shards and index.json)
-  int files = 0;
-  double ms = 0;           // from the snapshot to the commit, as rank 0 sees it
-  double pause_ms = 0;     // how long the step loop waited for this save (train(); the slowest rank)
 };
 
 class Trainer {

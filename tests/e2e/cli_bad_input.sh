@@ -342,6 +342,35 @@ for kept in exists.json bench_out/bench.json tok_out/train.bin; do
   [ "$(cat "$kept")" = keep ] || { echo "FAIL $kept was changed"; failures=$((failures + 1)); }
 done
 
+# Inputs found once the command has read what they name (they exited 1): a --resume that names no checkpoint (checked
+# before the world: "early"), one that holds weights only (cleave import's: --init-from starts a run from it), an
+# --init-from model holding a NaN (found as the weights load, on every rank alike: "late"); generate's prompt too
+# long for --logits (before the model is built); profile's --tp, --device and peaks; a --profile file that cannot be
+# read (train's, before the world; plan's). Exit 64, nothing written.
+python3 "$src/tests/e2e/hf_fixture.py" hf_nan --nan transformer.h.1.mlp.c_fc.weight || { echo "FAIL hf fixture"; exit 1; }
+python3 "$src/tests/e2e/hf_fixture.py" hf_ok || { echo "FAIL hf fixture"; exit 1; }
+"$cleave" import hf_ok --out weights_only > import.log 2>&1 || { echo "FAIL import"; cat import.log; exit 1; }
+mkdir -p no_checkpoints
+hf_model=(--set model.vocab_size=261 --set model.d_model=16 --set model.n_heads=4 --set model.seq_len=12 --set model.d_ff=24)
+bad_input resume-no-dir early '--resume no/such/dir: no such checkpoint directory; give a checkpoint.s step_NNNNNNN directory.*or --resume auto' \
+    --resume no/such/dir
+bad_input resume-no-checkpoint early '--resume no_checkpoints: holds no checkpoint \(no index\.json, no step_NNNNNNN/\)' \
+    --resume no_checkpoints
+bad_input resume-weights-only late '--resume weights_only/step_0000000: this checkpoint holds weights only.*--init-from weights_only/step_0000000' \
+    --resume weights_only "${hf_model[@]}"
+bad_input init-from-nan late 'hf_nan: tensor blocks\.1\.mlp\.fc\.weight holds 1 non-finite value of 384 \(first: element 48 is nan\)' \
+    --init-from hf_nan
+bad_input train-profile-missing early 'profile no_such_profile\.json: cannot open it' --profile no_such_profile.json
+cmd_error plan-profile-missing 'profile no_such_profile\.json: cannot open it' plan ck1/config.json --world 1 --profile no_such_profile.json
+long_prompt=$(printf 'a%.0s' $(seq 1 40))
+cmd_error generate-logits-long 'generate: --logits needs a prompt of at most 32 tokens .*got 40; shorten the prompt' \
+    generate ck1/checkpoints --prompt "$long_prompt" --logits out/logits.json
+cmd_error profile-tp 'profile: --tp 3 does not divide n_heads 4 .*use tp in \{1, 2, 4\}' profile ck1/config.json --tp 3 --out out
+cmd_error profile-gemm-device 'profile --gemm: --device tpu is not cpu or cuda:N' \
+    profile --gemm --base "$src/profiles/h100_sxm.json" --device tpu --out out
+cmd_error profile-gemm-peaks 'profile --gemm: the peaks must be > 0 TFLOP/s \(--peak-tflops-bf16 0,' \
+    profile --gemm --base "$src/profiles/h100_sxm.json" --device cpu --peak-tflops-bf16 0 --out out
+
 # And a good run writes what docs/report.md promises, and says which communicator carried it: parallel.comm_backend
 # "auto" resolves to "mpi" on the CPU, in the log and in the resolved config.json.
 if "$cleave" train --set train.out_dir=good --set train.steps=3 --set train.log_interval=1 >good.log 2>&1 &&

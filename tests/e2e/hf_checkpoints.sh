@@ -93,7 +93,7 @@ refuse "a run directory" "neither a Hugging Face model directory" run11 -- \
 "$cleave" train --set model.type=mlp --set train.steps=1 --set train.out_dir=mlp > mlp.log 2>&1 || { cat mlp.log; fail "mlp run"; }
 refuse_input "export of an mlp" 'model.type "mlp" has no Hugging Face counterpart (' mlp_hf -- \
   "$cleave" export mlp/checkpoints --format hf --out mlp_hf
-refuse "resume of weights only" "holds weights only" run8 -- \
+refuse_input "resume of weights only" "holds weights only" run8 -- \
   "$cleave" train --resume ck --set train.out_dir=run8 --set model.vocab_size=261 --set model.d_model=16 \
   --set model.n_heads=4 --set model.seq_len=12 --set model.d_ff=24
 refuse "existing --out" "ck already exists" ck/nothing -- "$cleave" import hf --out ck

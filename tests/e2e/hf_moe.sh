@@ -108,7 +108,13 @@ refuse "router jitter" "router_jitter_noise is 0.1" out4 -- "$cleave" import jit
 # config alone, a default GPT, so it refused parallel.expert_model_parallel_size for a model "that has none" and
 # re-planned restarts for the wrong model). Rank 1 SIGKILLed in step 3 (attempt 1 only): the job restarts on the
 # rank left from step 2's checkpoint, re-planned for the mixture, and completes.
-CLEAVE_FAULT_INJECT_1=1:3:forward:kill "$cleave" run --slots 2 --max-restarts 1 --profile "$src/profiles/h100_sxm.json" \
+# The re-plan's profile is a CPU one, as the job runs on the CPU (cleave run refuses another device's): the shipped
+# H100 profile's numbers as a fixed cpu machine of 8 cores, so the choice does not depend on this machine's timing.
+python3 -c "
+import json, sys
+p = json.load(open(sys.argv[1])); p.update(device_type='cpu', cores_per_node=8)
+json.dump(p, open(sys.argv[2], 'w'))" "$src/profiles/h100_sxm.json" cpu_profile.json || fail "cpu_profile.json"
+CLEAVE_FAULT_INJECT_1=1:3:forward:kill "$cleave" run --slots 2 --max-restarts 1 --profile cpu_profile.json \
   --launcher "${mpiexec[*]}" -- --init-from mix --set parallel.expert_model_parallel_size=2 --set train.steps=4 \
   --set train.eval_batches=0 --set checkpoint.interval=2 --set batch.global_batch_size=4 --set batch.micro_batch_size=1 \
   --set train.report=false --set train.out_dir=supervised > supervised.log 2>&1 \

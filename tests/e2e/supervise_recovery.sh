@@ -6,8 +6,8 @@
 #            restarts twice on 2 ranks; from the first checkpoint on the losses equal, bit for bit, a run resuming
 #            that checkpoint at dp1 x pp2 by hand, and within 1e-6 the uninterrupted 4-rank run (the reported loss
 #            sums the dp ranks' means in another order); run.json, metrics.jsonl and supervisor.json record both restarts.
-#   plan     the same kill, default layout choice: the planner's best plan for 3 ranks (a fixed profile, so the
-#            choice does not depend on this machine's timing); bit-identical to resuming by hand at that layout,
+#   plan     the same kill, default layout choice: the planner's best plan for 3 ranks (a fixed CPU profile, so
+#            the choice does not depend on this machine's timing); bit-identical to resuming by hand at that layout,
 #            within the layout-change bound (1e-4 relative) of the uninterrupted run.
 #   hang     dp2: rank 1 SIGSTOPs itself inside a gradient reduction; the watchdog ends the job naming it; restart.
 #   save     dp2: rank 0 SIGKILLed inside its checkpoint writer (step 4): the previous checkpoint (step 2) is used;
@@ -17,7 +17,8 @@
 #   refuse   bad input: fewer ranks left than --min-ranks; no checkpoint yet (restart from step 0, said so; a
 #            --health-check drops a slot too); a
 #            memory cap no plan meets on the ranks left (the error names the smallest world that fits); an
-#            out_dir that holds a run (nothing started).
+#            out_dir that holds a run (nothing started); a --profile of another device than the config's, a broken
+#            --profile, a bad --memory-limit, either under --keep-layout (exit 64, nothing started).
 #   sigterm  SIGTERM to cleave run: every rank saves the current step and the job exits 75; the checkpoint resumes.
 #   damaged  dp2, rank 1 SIGKILLed at step 5; while the job is down one bit of step 4's tensor data flips (the
 #            --health-check command, run between the failure and the restart, stands in for a disk): the restart's
@@ -63,6 +64,14 @@ cat > tiny.json <<'JSON'
 }
 JSON
 pp2=(--set parallel.pipeline_model_parallel_size=2)
+# The re-plan's fixed profile: the shipped H100 profile's numbers as a `cpu` machine of 8 cores, so the planner's
+# choice depends neither on this machine's timing nor on its cores. It is a CPU profile because the job runs on the
+# CPU: `cleave run` refuses a profile of another device than the config's (the H100 one itself: scenario refuse).
+python3 -c "
+import json, sys
+p = json.load(open(sys.argv[1]))
+p.update(device_type='cpu', cores_per_node=8, name='the H100 profile as a fixed cpu machine of 8 cores (a test fixture)')
+json.dump(p, open(sys.argv[2], 'w'), indent=1)" "$src/profiles/h100_sxm.json" cpu_profile.json || fail "cpu_profile.json"
 sup() { "$cleave" run --launcher "$launcher" --teardown-grace 10 "$@"; }
 timed() { local t0=$(date +%s%N); "$@"; local rc=$?; echo "     ($(( ($(date +%s%N) - t0) / 1000000 )) ms)"; return $rc; }
 
@@ -137,7 +146,7 @@ keep)
   ;;
 plan)
   export CLEAVE_FAULT_INJECT_1=3:5:forward:kill
-  timed sup --slots 4 --profile "$src/profiles/h100_sxm.json" -- tiny.json "${pp2[@]}" --set train.out_dir=run \
+  timed sup --slots 4 --profile cpu_profile.json -- tiny.json "${pp2[@]}" --set train.out_dir=run \
     --set checkpoint.background=false > run.log 2>&1 || { cat run.log; fail "cleave run did not complete"; }
   unset CLEAVE_FAULT_INJECT_1
   grep -E "run: restart|run: completed" run.log
@@ -230,10 +239,10 @@ refuse)
     || { cat fresh.log; fail "the restart from step 0 is not said"; }
   [ "$(field fresh/run.json 'd["restarts"][0]["steps_redone"]')" = 2 ] || fail "steps redone"
   # A memory cap no plan meets on the one rank left: the error names the smallest world that fits.
-  "$cleave" plan tiny.json --world 1 --profile "$src/profiles/h100_sxm.json" --json one.json > /dev/null 2>&1 \
+  "$cleave" plan tiny.json --world 1 --profile cpu_profile.json --json one.json > /dev/null 2>&1 \
     || fail "cleave plan --world 1"
   cap=$(python3 -c "import json; d=json.load(open('one.json')); p=d['plans'] if isinstance(d,dict) else d; print(int(min(x['peak_bytes'] for x in p) * 0.9))")
-  CLEAVE_FAULT_INJECT_1=1:3:forward:kill sup --slots 2 --profile "$src/profiles/h100_sxm.json" --memory-limit "$cap" -- \
+  CLEAVE_FAULT_INJECT_1=1:3:forward:kill sup --slots 2 --profile cpu_profile.json --memory-limit "$cap" -- \
     tiny.json "${pp2[@]}" --set train.out_dir=cap --set checkpoint.background=false > cap.log 2>&1 && fail "a cap no plan meets exited 0"
   grep -q "giving up: no layout fits at the 1 rank left (no plan on 1 ranks fits the memory cap .*); the smallest world that fits is 2 ranks" cap.log \
     || { cat cap.log; fail "the memory-cap refusal does not name the smallest world"; }
@@ -245,17 +254,23 @@ refuse)
   # The re-plan's inputs are checked before the first attempt (they were read only at the first failure), and
   # --keep-layout, which never re-plans, refuses them: bad input, exit 64 (they exited 1).
   printf '{"format": "cleave-hardware-profile"' > broken.json
-  sup --slots 2 --profile broken.json -- tiny.json --set train.out_dir=badprof > badprof.log 2>&1 && fail "a broken --profile accepted"
-  [ $? -eq 64 ] || { cat badprof.log; fail "a broken --profile: not exit 64 (bad input)"; }
+  # Each is bad input: exit 64 (cleave run's own, before any job).
+  sup --slots 2 --profile broken.json -- tiny.json --set train.out_dir=badprof > badprof.log 2>&1; status=$?
+  [ $status -eq 64 ] || { cat badprof.log; fail "a broken --profile: exit $status, expected 64"; }
   grep -q "run: profile broken.json: not valid JSON .*; nothing was started" badprof.log || { cat badprof.log; fail "--profile refusal"; }
-  sup --slots 2 --memory-limit 4XB -- tiny.json --set train.out_dir=badprof > badcap.log 2>&1 && fail "--memory-limit 4XB accepted"
-  [ $? -eq 64 ] || { cat badcap.log; fail "--memory-limit 4XB: not exit 64 (bad input)"; }
+  sup --slots 2 --memory-limit 4XB -- tiny.json --set train.out_dir=badprof > badcap.log 2>&1; status=$?
+  [ $status -eq 64 ] || { cat badcap.log; fail "--memory-limit 4XB: exit $status, expected 64"; }
   grep -q "run: --memory-limit: unknown unit 'XB' in '4XB'.*; nothing was started" badcap.log || { cat badcap.log; fail "--memory-limit refusal"; }
-  sup --slots 2 --keep-layout --profile "$src/profiles/h100_sxm.json" -- tiny.json --set train.out_dir=badprof > keepprof.log 2>&1 \
-    && fail "--keep-layout with --profile accepted"
-  [ $? -eq 64 ] || { cat keepprof.log; fail "--keep-layout with --profile: not exit 64 (bad input)"; }
+  sup --slots 2 --keep-layout --profile cpu_profile.json -- tiny.json --set train.out_dir=badprof > keepprof.log 2>&1; status=$?
+  [ $status -eq 64 ] || { cat keepprof.log; fail "--keep-layout with --profile: exit $status, expected 64"; }
   grep -q "run: --profile prices the planner's re-plan, but --keep-layout .*never re-plans; nothing was started" keepprof.log \
     || { cat keepprof.log; fail "--keep-layout --profile refusal"; }
+  # A profile of another device than the job's: the re-plan would price a machine the job does not run on.
+  sup --slots 2 --profile "$src/profiles/h100_sxm.json" -- tiny.json --set train.out_dir=badprof > gpuprof.log 2>&1; status=$?
+  [ $status -eq 64 ] || { cat gpuprof.log; fail "a cuda --profile for a cpu job: exit $status, expected 64"; }
+  grep -q "run: --profile .*h100_sxm.json describes a cuda machine, but the job runs on the config's device.type \"cpu\".*nothing was started.*set device.type=cuda after the --" gpuprof.log \
+    || { cat gpuprof.log; fail "the device refusal does not name both devices and the fix"; }
+  grep -q "run: attempt" gpuprof.log && fail "a job was started with a cuda --profile"
   [ ! -e badprof ] || fail "a refused run created its out_dir"
   # A launcher that cannot start: refused before the first attempt (it used to fail every attempt with exit 127,
   # re-planning each time, until the restart budget was spent).

@@ -21,11 +21,11 @@
 #include <string>
 #include <thread>
 
+#include "engine/train/checkpoint/checkpoint_save_stats.hpp"
 #include "engine/train/fault_injection.hpp"
 #include "engine/train/rank_model.hpp"
 #include "engine/train/rank_setup.hpp"
 #include "engine/train/step_tail.hpp"
-#include "engine/train/trainer.hpp"
 
 namespace cleave::train {
 
@@ -66,6 +66,8 @@ CheckpointSaveStats save_checkpoint(RankSetup& setup, RankModel& model, StepTail
 
 // Loads parameters, optimizer state and step count saved under any layout of the same model; returns the
 // steps the checkpoint holds. `continue_run`: the checkpoint must continue this run's random streams.
+// A weights-only checkpoint (weights_only.hpp) loads its parameters only and returns 0; with continue_run it is
+// refused as bad input (InputError: --init-from, not --resume, starts a run from it).
 std::int64_t load_checkpoint(RankSetup& setup, RankModel& model, StepTail& tail, const std::string& step_dir,
                              bool continue_run);
 

@@ -1,4 +1,5 @@
-// load_checkpoint (checkpoint_io.hpp): reads index.json, checks it against this run (model, optimizer type, every
+// load_checkpoint (checkpoint_io.hpp): a weights-only checkpoint (weights_only.hpp) loads through load_weights
+// (weight_source.hpp); a trained one reads index.json, checks it against this run (model, optimizer type, every
 // tensor's logical shape) and reads each piece this rank holds (its tp shard, ZeRO-1 segment, its stage's
 // tensors) from only the byte ranges of the saved pieces that overlap it (checkpoint_reader.hpp: coverage and
 // sizes first, every chunk read verified against its checksum). So a checkpoint saved under one (tp, pp, dp,
@@ -18,10 +19,14 @@
 #include "engine/config/model_training_keys.hpp"
 #include "engine/core/allocator.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
 #include "engine/train/checkpoint/checkpoint_io.hpp"
 #include "engine/train/checkpoint/checkpoint_pieces.hpp"
 #include "engine/train/checkpoint/checkpoint_reader.hpp"
+#include "engine/train/checkpoint/weight_source.hpp"
+#include "engine/train/checkpoint/weights_only.hpp"
+#include "engine/train/parameter_shards.hpp"
 #include "kernels/ops/ops.hpp"
 #include "layers/layer_util.hpp"
 #include "layers/parallel/shard.hpp"
@@ -75,10 +80,9 @@ void check_continues_run(const json& index, const config::RunConfig& config, std
                step > 0 ? consumed / step : global_batch);
 }
 
-}  // namespace
-
-std::int64_t load_checkpoint(RankSetup& s, RankModel& model, StepTail& tail, const std::string& step_dir,
-                             bool continue_run) {
+// A trained checkpoint: parameters, optimizer state and step count.
+std::int64_t load_trained(RankSetup& s, RankModel& model, StepTail& tail, const std::string& step_dir,
+                          bool continue_run) {
   const auto start = std::chrono::steady_clock::now();
   RankFailure failure;
   std::int64_t step = 0;
@@ -138,6 +142,30 @@ std::int64_t load_checkpoint(RankSetup& s, RankModel& model, StepTail& tail, con
               format_bytes(bytes_read), ms, static_cast<double>(bytes_read) / 1e6 / std::max(ms * 1e-3, 1e-9));
   }
   return step;
+}
+
+// A weights-only checkpoint (cleave import): its parameters only, at step 0; nothing to continue.
+std::int64_t load_weights_only(RankSetup& s, RankModel& model, StepTail& tail, const std::string& step_dir,
+                               bool continue_run) {
+  CLEAVE_CHECK_INPUT(!continue_run,
+                     "--resume {}: this checkpoint holds weights only (written by cleave import): there is no run to "
+                     "continue; nothing was loaded or written. Start one from it with cleave train CONFIG --init-from {}",
+                     step_dir, step_dir);
+  const WeightSource source = open_weight_source(step_dir);
+  FullParameters whole(tail.parameter_shards());
+  const std::size_t tensors = load_weights(s, model, source);
+  if (s.reports()) log::info("checkpoint: loaded {} (weights only, {} tensors on rank 0)", step_dir, tensors);
+  return 0;
+}
+
+}  // namespace
+
+std::int64_t load_checkpoint(RankSetup& s, RankModel& model, StepTail& tail, const std::string& step_dir,
+                             bool continue_run) {
+  if (is_weights_only(CheckpointReader(step_dir).index())) {
+    return load_weights_only(s, model, tail, step_dir, continue_run);
+  }
+  return load_trained(s, model, tail, step_dir, continue_run);
 }
 
 }  // namespace cleave::train

@@ -78,16 +78,6 @@ std::vector<LocalPiece> local_pieces(const RankSetup& setup, const RankModel& mo
 
 namespace cleave::train {
 
-void throw_if_any_rank_failed(comm::Communicator& world, const std::string& error) {
-  const auto all = all_gather_values<char>(world, std::span<const char>(error.data(), error.size()));
-  for (std::size_t r = 0; r < all.size(); ++r) {
-    if (all[r].empty()) continue;
-    const std::string message(all[r].begin(), all[r].end());
-    if (world.size() == 1) throw Error(message);
-    throw Error(fmt::format("rank {}: {}", r, message));
-  }
-}
-
 RankFailure rank_failure(const std::exception& e) {
   if (dynamic_cast<const checkpoint::CheckpointDamage*>(&e) != nullptr) return {e.what(), RankFailureType::kDamage};
   if (dynamic_cast<const checkpoint::CheckpointMismatch*>(&e) != nullptr) return {e.what(), RankFailureType::kMismatch};

@@ -42,11 +42,9 @@ std::int64_t local_numel(const layers::Param& p);
 
 namespace cleave::train {
 
-// Collective over the world: when any rank's `error` is non-empty, every rank throws Error with the lowest
-// failing rank's message (so no rank walks on into a collective its peers never join).
-void throw_if_any_rank_failed(comm::Communicator& world, const std::string& error);
-
-// One rank's failure while reading a checkpoint: its message (empty: none) and its type.
+// One rank's failure in a collective step (reading or writing a checkpoint, loading weights, checking output paths):
+// its message (empty: none) and its type, which sets the process's exit code. There is no untyped form: a failure
+// caught as a plain string would turn bad input into exit 1.
 enum class RankFailureType {
   kError,     // any other Error
   kBadInput,  // InputError: the command line, the config or a file they name is wrong (exit 64)
@@ -58,11 +56,12 @@ struct RankFailure {
   RankFailureType type = RankFailureType::kError;
 };
 RankFailure rank_failure(const std::exception& e);
-// The same over a RankFailure: every rank throws InputError when every failing rank's failure is bad input (the
-// ranks that failed agree: exit 64), else the lowest failing rank's Error when any rank's failure is another Error
-// or bad input, else CheckpointMismatch when any rank's is one (another model, a refused config: an older checkpoint
-// would not help), else CheckpointDamage, each with the lowest such rank's message, so every rank falls back (or
-// stops) together, with the type that sets its exit code (engine/core/exit_code.hpp).
+// Collective over the world (so no rank walks on into a collective its peers never join): every rank throws
+// InputError when every failing rank's failure is bad input (the ranks that failed agree: exit 64), else the lowest
+// failing rank's Error when any rank's failure is another Error or bad input, else CheckpointMismatch when any rank's
+// is one (another model, a refused config: an older checkpoint would not help), else CheckpointDamage, each with the
+// lowest such rank's message, so every rank falls back (or stops) together, with the type that sets its exit code
+// (engine/core/exit_code.hpp).
 void throw_if_any_rank_failed(comm::Communicator& world, const RankFailure& failure);
 
 }  // namespace cleave::train

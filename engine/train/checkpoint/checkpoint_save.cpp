@@ -62,7 +62,7 @@ struct RankSaveJob {
   std::optional<FaultPlan> fault;
   // Written by the writer before it sets CheckpointSave::written_.
   json result;
-  std::string error;
+  RankFailure error;
   double write_ms = 0;
 };
 
@@ -186,15 +186,15 @@ void add_rank_results(const std::vector<std::vector<char>>& results, json& index
 CheckpointSave::CheckpointSave(RankSetup& s, RankModel& model, StepTail& tail, std::string root,
                                std::int64_t steps_done, bool background, std::optional<FaultPlan> fault)
     : root_(std::move(root)), steps_done_(steps_done), start_(std::chrono::steady_clock::now()) {
-  std::string error;
+  RankFailure failure;
   if (s.reports()) {
     try {
       checkpoint::begin_step_dir(root_, steps_done);
     } catch (const std::exception& e) {
-      error = e.what();
+      failure = rank_failure(e);
     }
   }
-  throw_if_any_rank_failed(s.world, error);  // also orders every write after the directory exists
+  throw_if_any_rank_failed(s.world, failure);  // also orders every write after the directory exists
   const std::string tmp_dir = (fs::path(root_) / (".tmp-" + checkpoint::step_dir_name(steps_done))).string();
   try {
     job_ = std::make_unique<RankSaveJob>(snapshot_rank(s, model, tail, tmp_dir, background));
@@ -216,15 +216,16 @@ CheckpointSave::CheckpointSave(RankSetup& s, RankModel& model, StepTail& tail, s
       if (!s.source.is_null()) job_->index["source"] = s.source;
     }
   } catch (const std::exception& e) {
-    error = e.what();
+    failure = rank_failure(e);
   }
-  throw_if_any_rank_failed(s.world, error);
+  throw_if_any_rank_failed(s.world, failure);
   const auto write = [job = job_.get(), this] {
     const auto begin = std::chrono::steady_clock::now();
     try {
       job->result = write_rank_file(*job);
     } catch (const std::exception& e) {
-      job->error = fmt::format("checkpoint of step {} into {}: {}", steps_done_, job->tmp_dir, e.what());
+      job->error = {fmt::format("checkpoint of step {} into {}: {}", steps_done_, job->tmp_dir, e.what()),
+                    rank_failure(e).type};
     }
     job->write_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
     written_.store(true, std::memory_order_release);
@@ -235,8 +236,8 @@ CheckpointSave::CheckpointSave(RankSetup& s, RankModel& model, StepTail& tail, s
 
 CheckpointSave::~CheckpointSave() {
   if (writer_.joinable()) writer_.join();
-  if (!committed_ && job_ && !job_->error.empty()) {
-    log::warn("checkpoint: step {} was not committed; its writer failed: {}", steps_done_, job_->error);
+  if (!committed_ && job_ && !job_->error.message.empty()) {
+    log::warn("checkpoint: step {} was not committed; its writer failed: {}", steps_done_, job_->error.message);
   }
 }
 
@@ -249,7 +250,7 @@ CheckpointSaveStats CheckpointSave::commit(RankSetup& s) {
   const auto gathered = all_gather_values<char>(s.world, std::span<const char>(text.data(), text.size()));
 
   CheckpointSaveStats stats;
-  std::string error;
+  RankFailure failure;
   if (s.reports()) {
     try {
       json index = std::move(job_->index);
@@ -269,11 +270,11 @@ CheckpointSaveStats CheckpointSave::commit(RankSetup& s) {
                 static_cast<double>(stats.bytes) / 1e6 / std::max(stats.ms * 1e-3, 1e-9), job_->write_ms,
                 job_->copies.empty() && job_->host_copies.empty() ? "" : ", in the background");
     } catch (const std::exception& e) {
-      error = e.what();
+      failure = rank_failure(e);
     }
   }
   job_.reset();  // the snapshot's memory goes back before the next step
-  throw_if_any_rank_failed(s.world, error);  // nobody continues before the commit (or its failure) is known
+  throw_if_any_rank_failed(s.world, failure);  // nobody continues before the commit (or its failure) is known
   const std::vector<double> shared =
       reduce_doubles(s.world, {static_cast<double>(stats.bytes), static_cast<double>(stats.files), stats.ms},
                      comm::ReduceOp::kSum);

@@ -7,7 +7,9 @@
 #include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/checkpoint/resume_candidates.hpp"
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/core/log.hpp"
+#include "engine/train/checkpoint/checkpoint_io.hpp"
 #include "engine/train/checkpoint/checkpoint_pieces.hpp"
 #include "engine/train/checkpoint/resume.hpp"
 
@@ -19,10 +21,10 @@ using checkpoint::CandidateState;
 using checkpoint::ResumeCandidate;
 
 // The config check, then the load: both collective, CheckpointDamage on every rank when any rank found damage.
-ResumedFrom load(Trainer& trainer, RankSetup& s, const std::string& dir, const std::vector<std::string>& allowed) {
+ResumedFrom load(const RunParts& run, const std::string& dir, const std::vector<std::string>& allowed) {
   ResumedFrom out{dir, 0, {}};
-  out.changes = check_resumed_config(s, dir, allowed);
-  out.step = trainer.load_checkpoint(dir, /*continue_run=*/true);
+  out.changes = check_resumed_config(run.setup, dir, allowed);
+  out.step = load_checkpoint(run.setup, run.model, run.tail, dir, /*continue_run=*/true);
   return out;
 }
 
@@ -32,6 +34,14 @@ std::string step_name(const std::string& dir) {
   if (p.filename().empty()) p = p.parent_path();
   return p.filename().string();
 }
+
+// A step directory (one checkpoint) rather than a root holding them.
+bool is_step_dir(const std::string& dir) {
+  return fs::exists(fs::path(dir) / "index.json") || step_name(dir).starts_with("step_");
+}
+
+constexpr const char* kResumeFix =
+    "give a checkpoint's step_NNNNNNN directory, a directory holding them (checkpoint.dir), or --resume auto";
 
 // After a fallback: the damaged checkpoints skipped are renamed out of the way (rank 0), `latest` names the one
 // loaded, and each skip is logged once. Collective (rank 0's error is every rank's).
@@ -59,8 +69,8 @@ void set_aside(RankSetup& s, const std::string& root, const std::vector<ResumeCa
 }
 
 // The newest intact checkpoint under `root` loaded (resume_candidates.hpp's order), or none when it holds none.
-std::optional<ResumedFrom> newest_intact(Trainer& trainer, RankSetup& s, const std::string& root,
-                                         const std::string& asked, const std::vector<std::string>& allowed) {
+std::optional<ResumedFrom> newest_intact(const RunParts& run, const std::string& root, const std::string& asked,
+                                         const std::vector<std::string>& allowed) {
   std::vector<ResumeCandidate> candidates = checkpoint::scan_resume_candidates(root);
   for (;;) {
     const checkpoint::ResumePick pick = checkpoint::pick_resume(candidates);
@@ -72,9 +82,9 @@ std::optional<ResumedFrom> newest_intact(Trainer& trainer, RankSetup& s, const s
     ResumeCandidate& c = candidates[*pick.next];
     const std::string dir = (fs::path(root) / c.name).string();
     try {
-      ResumedFrom loaded = load(trainer, s, dir, allowed);
+      ResumedFrom loaded = load(run, dir, allowed);
       c.state = CandidateState::kIntact;
-      if (!pick.skipped.empty()) set_aside(s, root, candidates, pick);
+      if (!pick.skipped.empty()) set_aside(run.setup, root, candidates, pick);
       return loaded;
     } catch (const checkpoint::CheckpointDamage& e) {
       c.state = CandidateState::kDamaged;
@@ -85,31 +95,38 @@ std::optional<ResumedFrom> newest_intact(Trainer& trainer, RankSetup& s, const s
 
 }  // namespace
 
-std::optional<ResumedFrom> resume_from_checkpoint(Trainer& trainer, RankSetup& s, const std::string& resume,
+std::optional<ResumedFrom> resume_from_checkpoint(const RunParts& run, const std::string& resume,
                                                   const std::string& checkpoint_root,
                                                   const std::vector<std::string>& allowed) {
   std::optional<ResumedFrom> out;
   if (resume == "auto") {
-    out = newest_intact(trainer, s, checkpoint_root, resume, allowed);
-    if (!out && s.reports()) {
+    out = newest_intact(run, checkpoint_root, resume, allowed);
+    if (!out && run.setup.reports()) {
       log::info("checkpoint: --resume auto found no checkpoint under {}; starting fresh", checkpoint_root);
     }
     return out;
   }
-  CLEAVE_CHECK(fs::is_directory(resume), "--resume {}: no such checkpoint directory", resume);
-  const bool step_dir = fs::exists(fs::path(resume) / "index.json") || step_name(resume).starts_with("step_");
-  if (!step_dir) {
-    out = newest_intact(trainer, s, resume, resume, allowed);
-    CLEAVE_CHECK(out.has_value(), "--resume {}: holds no complete checkpoint (no index.json, no step_NNNNNNN/)", resume);
+  check_resume_argument(resume);
+  if (!is_step_dir(resume)) {
+    out = newest_intact(run, resume, resume, allowed);
+    CLEAVE_CHECK_INPUT(out.has_value(), "--resume {}: holds no complete checkpoint (no index.json, no step_NNNNNNN/); {}",
+                       resume, kResumeFix);
     return out;
   }
   try {
-    return load(trainer, s, resume, allowed);
+    return load(run, resume, allowed);
   } catch (const checkpoint::CheckpointDamage& e) {
     throw checkpoint::CheckpointDamage(fmt::format(
         "--resume {}: the checkpoint is damaged: {}; nothing was loaded or written (resume an earlier checkpoint, "
         "or --resume auto, which falls back to the newest intact one)", resume, e.what()));
   }
+}
+
+void check_resume_argument(const std::string& resume) {
+  if (resume.empty() || resume == "auto") return;
+  CLEAVE_CHECK_INPUT(fs::is_directory(resume), "--resume {}: no such checkpoint directory; {}", resume, kResumeFix);
+  CLEAVE_CHECK_INPUT(is_step_dir(resume) || !checkpoint::scan_resume_candidates(resume).empty(),
+                     "--resume {}: holds no checkpoint (no index.json, no step_NNNNNNN/); {}", resume, kResumeFix);
 }
 
 bool resume_continues_a_run(const std::string& resume, const std::string& checkpoint_root) {

@@ -19,10 +19,19 @@
 #include <vector>
 
 #include "engine/train/checkpoint/config_change.hpp"
+#include "engine/train/rank_model.hpp"
 #include "engine/train/rank_setup.hpp"
-#include "engine/train/trainer.hpp"
+#include "engine/train/step_tail.hpp"
 
 namespace cleave::train {
+
+// The parts of a run a resume loads into (the Trainer's: trainer_impl.hpp), by reference; the checkpoint code
+// takes them as arguments and never the Trainer.
+struct RunParts {
+  RankSetup& setup;
+  RankModel& model;
+  StepTail& tail;
+};
 
 struct ResumedFrom {
   std::string dir;  // the step directory loaded
@@ -33,9 +42,14 @@ struct ResumedFrom {
 // `resume`: "auto" (the newest intact checkpoint under `checkpoint_root`; none at all: a fresh start, nullopt), a
 // checkpoint root (the same under it), or a step directory (that one; damaged: an Error naming the file and
 // pointing at --resume auto). `allowed`: --allow-config-change. Collective.
-std::optional<ResumedFrom> resume_from_checkpoint(Trainer& trainer, RankSetup& setup, const std::string& resume,
+std::optional<ResumedFrom> resume_from_checkpoint(const RunParts& run, const std::string& resume,
                                                   const std::string& checkpoint_root,
                                                   const std::vector<std::string>& allowed);
+
+// The --resume argument read before any work (cleave train, before the world and the model): a path that is no
+// directory, or a directory holding no checkpoint at all (no index.json, no step_NNNNNNN/), is an InputError naming it
+// and the forms --resume takes. "" and "auto" pass. Reads the directory listing only.
+void check_resume_argument(const std::string& resume);
 
 // Whether `resume` continues a checkpoint rather than starting fresh: every --resume but `auto` names one (or is
 // refused), and `auto` continues when `checkpoint_root` holds a step directory (intact or damaged: damage is

@@ -8,6 +8,7 @@
 #include <set>
 #include <sstream>
 
+#include "engine/checkpoint/checkpoint_damage.hpp"
 #include "engine/checkpoint/checkpoint_dir.hpp"
 #include "engine/config/input_paths.hpp"
 #include "engine/config/model_training_keys.hpp"
@@ -271,7 +272,7 @@ config::RunConfig config_for_init(const std::string& config_path, const std::vec
 }
 
 std::size_t load_weights(RankSetup& s, RankModel& model, const WeightSource& source) {
-  std::string error;
+  RankFailure failure;
   const auto& params = model.params();
   std::vector<std::vector<float>> values(params.size());
   try {
@@ -280,23 +281,28 @@ std::size_t load_weights(RankSetup& s, RankModel& model, const WeightSource& sou
       const json have = run.contains(key) ? run.at(key) : json();
       if (key == "seq_len" && have.is_number_integer() && have.get<std::int64_t>() <= max_seq_len_of(source)) continue;
       if (config::is_model_training_key(key)) continue;
-      CLEAVE_CHECK(have == value, "{} was saved from a different model: model.{} is {} there, {} in this run",
-                   source.origin, key, value.dump(), have.dump());
+      CLEAVE_CHECK_FITS(have == value, "{} was saved from a different model: model.{} is {} there, {} in this run",
+                        source.origin, key, value.dump(), have.dump());
     }
     for (std::size_t i = 0; i < params.size(); ++i) {
       const layers::Param& p = *params[i];
       const Shape shape = logical_shape(p);
       const std::vector<std::int64_t> dims(shape.dims().begin(), shape.dims().end());
-      std::vector<float> logical = source.tensor(p.name, dims);
-      check_finite_weights(source.origin, p.name, logical);
+      // A tensor the source lacks, of another shape or not finite: the source named on the command line is wrong
+      // (bad input, exit 64); its damage stays CheckpointDamage.
+      std::vector<float> logical = reading_input([&] {
+        std::vector<float> values = source.tensor(p.name, dims);
+        check_finite_weights(source.origin, p.name, values);
+        return values;
+      });
       values[i] = p.shard.dim < 0 ? std::move(logical) : layers::shard_of(logical, p.shard);
       CLEAVE_ASSERT(static_cast<std::int64_t>(values[i].size()) == p.value.numel(), "{}: shard of {} elements for {}",
                     p.name, values[i].size(), p.value.numel());
     }
   } catch (const std::exception& e) {
-    error = e.what();
+    failure = rank_failure(e);
   }
-  throw_if_any_rank_failed(s.world, error);
+  throw_if_any_rank_failed(s.world, failure);
   for (std::size_t i = 0; i < params.size(); ++i) {
     const Tensor& value = params[i]->value;
     if (value.device().is_cpu()) {

@@ -14,8 +14,9 @@
 //    are defaults from SOURCE that CONFIG may set to any value, as it sets optimizer.lr.
 //  - load_weights is collective: every rank takes its tp shard of each parameter its stages hold (any tp, pp,
 //    dp layout; the tied table on both pp ends); all are read and checked before any is assigned, and an
-//    error on any rank is thrown on every rank. A tensor holding a NaN or an infinity is such an error, naming
-//    the tensor (finite_weights.hpp).
+//    error on any rank is thrown on every rank, keeping its type (checkpoint_pieces.hpp). A tensor SOURCE lacks,
+//    holds in another shape or with a NaN or an infinity (finite_weights.hpp) is bad input (InputError: exit 64),
+//    naming the tensor; SOURCE's damage stays CheckpointDamage; a model key that differs is CheckpointMismatch.
 #pragma once
 
 #include <cstddef>

@@ -1,7 +1,8 @@
 // The ranking rules of `cleave plan` (engine/planner/plan_ranking.hpp), on numbers chosen by hand:
 //  - predicted side: plans within the stated error of their group's fastest are tied, and the tie goes to the
-//    plan with more memory headroom (the case: 97% of the cap losing to 71% by 0.3%); outside the error
-//    the faster prediction wins whatever its memory;
+//    plan with more memory headroom (97% of the cap losing to 71% by 0.3%) where the headroom differs by more than
+//    the margin (5% of the cap), else to the faster prediction (1 KiB of 80 GiB does not put recompute=selective
+//    above a faster none); outside the error the faster prediction wins whatever its memory;
 //  - measured side: the spread is the relative half-range of the round medians; the predicted order changes only
 //    where two plans' ranges do not overlap; one round (no spread) changes nothing; failed plans go last;
 //  - the interleaved rounds stop when every plan's spread is under the bound after the minimum rounds.
@@ -53,6 +54,31 @@ TEST(RankPredicted, GroupsStartAtTheFastestRemainingPlan) {
   const auto r = rank_predicted(plans, 0.05);
   EXPECT_EQ(order(r), (std::vector<std::size_t>{1, 0, 3, 2}));
   EXPECT_EQ(places(r), (std::vector<int>{1, 1, 3, 3}));
+}
+
+TEST(RankPredicted, HeadroomInsideTheMarginLeavesTheFasterPlanFirst) {
+  // cleave plan's case on the tiny GPT with an 80 GiB cap: recompute=selective predicted 0.89 ms at 664.5 KiB,
+  // none 0.88 ms at 665.5 KiB. Tied on time; 1 KiB of 80 GiB is no headroom a user trades speed for: none first.
+  const double cap = 80.0 * (1 << 30);
+  const std::vector<PredictedPlan> plans = {{0.89e-3, 664.5 * 1024 / cap}, {0.88e-3, 665.5 * 1024 / cap}};
+  const auto r = rank_predicted(plans, 0.05);
+  EXPECT_EQ(order(r), (std::vector<std::size_t>{1, 0}));
+  EXPECT_EQ(places(r), (std::vector<int>{1, 1}));
+  EXPECT_TRUE(r[0].tied && r[1].tied);
+  // A margin of 0 lets any byte decide (the rule before the margin): selective first.
+  EXPECT_EQ(order(rank_predicted(plans, 0.05, 0.0)), (std::vector<std::size_t>{0, 1}));
+  // Beyond the margin headroom decides again: 4.9 points of the cap do not, 5.1 do.
+  EXPECT_EQ(order(rank_predicted({{0.100, 0.549}, {0.101, 0.50}}, 0.05)), (std::vector<std::size_t>{0, 1}));
+  EXPECT_EQ(order(rank_predicted({{0.100, 0.551}, {0.101, 0.50}}, 0.05)), (std::vector<std::size_t>{1, 0}));
+}
+
+TEST(RankPredicted, HeadroomBandsStartAtTheRoomiestRemainingPlan) {
+  // One tie group. Bands of 5 points from the lowest remaining fraction: {0.30}, then {0.47, 0.44} (within 0.44 +
+  // 0.05) in time order, then {0.50}.
+  const std::vector<PredictedPlan> plans = {{0.100, 0.50}, {0.101, 0.47}, {0.102, 0.44}, {0.103, 0.30}};
+  const auto r = rank_predicted(plans, 0.05);
+  EXPECT_EQ(order(r), (std::vector<std::size_t>{3, 1, 2, 0}));
+  EXPECT_EQ(places(r), (std::vector<int>{1, 1, 1, 1}));
 }
 
 TEST(RankPredicted, NoErrorRanksByTimeAndEqualTimesByHeadroom) {

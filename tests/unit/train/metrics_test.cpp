@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "engine/core/error.hpp"
+#include "engine/core/input_error.hpp"
 #include "engine/train/metrics.hpp"
 
 namespace cleave::train {
@@ -66,7 +67,7 @@ TEST(OutDir, CreatesAndRefusesAnExistingRun) {
     try {
       prepare_out_dir(run);
       ADD_FAILURE() << "no error for " << marker;
-    } catch (const Error& e) {
+    } catch (const InputError& e) {  // bad input: exit 64
       const std::string message = e.what();
       EXPECT_NE(message.find(run), std::string::npos) << message;
       EXPECT_NE(message.find(marker), std::string::npos) << message;
@@ -77,7 +78,12 @@ TEST(OutDir, CreatesAndRefusesAnExistingRun) {
   }
   const std::string file = (root / "file").string();
   std::ofstream(file) << "x";
-  EXPECT_THROW(prepare_out_dir(file), Error);
+  // The user's path is what is wrong (bad input, exit 64), before anything is created: a file, a path under a
+  // file, an empty key.
+  EXPECT_THROW(prepare_out_dir(file), InputError);
+  EXPECT_THROW(prepare_out_dir((fs::path(file) / "run").string()), InputError);
+  EXPECT_THROW(prepare_out_dir(""), InputError);
+  EXPECT_EQ(read_file(file), "x");
   fs::remove_all(root);
 }
 

@@ -346,7 +346,7 @@ done
 # before the world: "early"), one that holds weights only (cleave import's: --init-from starts a run from it), an
 # --init-from model holding a NaN (found as the weights load, on every rank alike: "late"); generate's prompt too
 # long for --logits (before the model is built); profile's --tp, --device and peaks; a --profile file that cannot be
-# read (train's, before the world; plan's). Exit 64, nothing written.
+# read (train's, before the world; plan's is plan-no-profile above). Exit 64, nothing written.
 python3 "$src/tests/e2e/hf_fixture.py" hf_nan --nan transformer.h.1.mlp.c_fc.weight || { echo "FAIL hf fixture"; exit 1; }
 python3 "$src/tests/e2e/hf_fixture.py" hf_ok || { echo "FAIL hf fixture"; exit 1; }
 "$cleave" import hf_ok --out weights_only > import.log 2>&1 || { echo "FAIL import"; cat import.log; exit 1; }
@@ -361,7 +361,6 @@ bad_input resume-weights-only late '--resume weights_only/step_0000000: this che
 bad_input init-from-nan late 'hf_nan: tensor blocks\.1\.mlp\.fc\.weight holds 1 non-finite value of 384 \(first: element 48 is nan\)' \
     --init-from hf_nan
 bad_input train-profile-missing early 'profile no_such_profile\.json: cannot open it' --profile no_such_profile.json
-cmd_error plan-profile-missing 'profile no_such_profile\.json: cannot open it' plan ck1/config.json --world 1 --profile no_such_profile.json
 long_prompt=$(printf 'a%.0s' $(seq 1 40))
 cmd_error generate-logits-long 'generate: --logits needs a prompt of at most 32 tokens .*got 40; shorten the prompt' \
     generate ck1/checkpoints --prompt "$long_prompt" --logits out/logits.json

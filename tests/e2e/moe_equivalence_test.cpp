@@ -272,8 +272,10 @@ TEST(MoeMemory, ActivationMemoryFollowsThePlan) {
     double bound = 0.02;
   } cases[] = {{"one rank", {"batch.global_batch_size=4"}, true},
                // Full recomputation rebuilds the mixture's stash (xp, o, the logits, the routing tables) inside the
-               // backward, where its phase holds it: to the byte (12.2% under before it was counted).
+               // backward: the mixture's phase holds it (top_k 2's peak) and the attention's, less the tables (top_k
+               // 1's). To the byte (12.2% and 7.4% under before).
                {"one rank full", {"batch.global_batch_size=4", "train.recompute=full"}, true, 0.0},
+               {"one rank full k1", {"batch.global_batch_size=4", "train.recompute=full", "model.top_k=1"}, true, 0.0},
                {"one rank shared qk_norm", {"batch.global_batch_size=4", shared, qk}, true},
                {"tp2", {tp2}, false},
                {"tp2 shared", {tp2, shared}, false},

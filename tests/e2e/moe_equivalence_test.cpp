@@ -278,6 +278,8 @@ TEST(MoeMemory, ActivationMemoryFollowsThePlan) {
                {"one rank full k1", {"batch.global_batch_size=4", "train.recompute=full", "model.top_k=1"}, true, 0.0},
                {"one rank shared qk_norm", {"batch.global_batch_size=4", shared, qk}, true},
                {"tp2", {tp2}, false},
+               {"tp2 full", {tp2, "train.recompute=full"}, false, 0.0},
+               {"tp2 sp shared full", {tp2, sp, shared, "train.recompute=full"}, false, 0.0},
                {"tp2 shared", {tp2, shared}, false},
                {"tp2 qk_norm", {tp2, qk}, false},
                {"tp2 sp", {tp2, sp}, false},

@@ -70,7 +70,10 @@ void add_cp_attention_state(partition::BlockCost& cost, const partition::BlockSp
   if (ring && recompute == partition::Recompute::kSelective) extra += tqkv + td;
   if (recompute == partition::Recompute::kFull) extra += td;
   std::int64_t level = core_backward_level(block, tp, cp, sequence_parallel, bf16, tqkv);
-  if (level < 0 || recompute == partition::Recompute::kFull) {  // not read from the layers, or not measured
+  // Not read from the layers, or full recomputation: the sum, measured at cp2 exact for llama and over where the
+  // mlp's phase is the peak (by the extras less the rebuilt one [T, D/tp]: ContextParallel.
+  // FullRecomputeMemoryFollowsThePlan, MoeMemory.ContextParallelFullRecomputeIsOverByTheCoreExtras).
+  if (level < 0 || recompute == partition::Recompute::kFull) {
     cost.backward_extra_bytes += extra;
     return;
   }

@@ -84,13 +84,16 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
   cost.weight_grad_flops += router;
   // Forward stash beyond the active llama block's: xp and o [T·k, D], the f32 logits [T, E], and the four
   // routing tables of T·k 4-byte entries (row_token, token_row int32; weight, row_weight f32).
-  if (recompute != Recompute::kFull) cost.activation_bytes += 2 * t * k * d * b + t * e * 4 + 4 * t * k * 4;
+  // Full recomputation rebuilds them inside the backward (the recompute transient the mixture's phase holds).
+  std::int64_t& stash = recompute == Recompute::kFull ? cost.recompute_transient_bytes : cost.activation_bytes;
+  const std::int64_t rebuilt_before = stash;
+  stash += 2 * t * k * d * b + t * e * 4 + 4 * t * k * 4;
   // The shared experts' sigmoid gate (SharedExpertGate) stashes their output [T, D] and, per token, its f32
   // sigmoid and i32 row index; its weight stash is the logits' gradient [T, 1].
   const bool sp = sequence_parallel && tp > 1;
   const std::int64_t ts = sp ? t / tp : t;
   if (block.shared_expert_gate) {
-    if (recompute != Recompute::kFull) cost.activation_bytes += ts * d * b + ts * 8;
+    stash += ts * d * b + ts * 8;
     cost.weight_stash_bytes += ts * b;
   }
   // Weight stash beyond it: xp [T·k, D], the down projection's dy is [T·k, D] where llama's is [T, D], and
@@ -101,11 +104,11 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
   if (block.n_shared_experts > 0) cost.weight_stash_bytes += t * d * b;
   // Sequence parallelism: the mixture stashes its gathered input [T, D] (every rank routes every token), where
   // llama's column-parallel projections keep the shard.
-  if (sp && recompute != Recompute::kFull) cost.activation_bytes += (t - ts) * d * b;
+  if (sp) stash += (t - ts) * d * b;
   // ... and shared experts keep the shard [T / tp, D] their SwiGLU (and gate) read besides: at tp 1 and under plain
   // tp it is the mixture's input itself, under sequence parallelism a tensor of its own (the plan was 3.4% under
   // the measured peak without it; e2e MoeMemory.ActivationMemoryFollowsThePlan).
-  if (sp && recompute != Recompute::kFull && block.n_shared_experts > 0) cost.activation_bytes += ts * d * b;
+  if (sp && block.n_shared_experts > 0) stash += ts * d * b;
   // The weight stash under sequence parallelism (mpi_moe_stash_test, per tp rank): the mixture keeps its gathered
   // input [T, D] where the active llama block counts the gate's shard [T / tp, D] (with shared experts the shard
   // is kept too: T·D more). No row-parallel projection here keeps its dy shard (o and a shared expert's down are
@@ -121,6 +124,10 @@ BlockCost moe_cost(const BlockSpec& block, DType dtype, Recompute recompute, int
   // peak by e2e MoeMemory.ActivationMemoryFollowsThePlan: exact at tp2 with sequence parallelism, with and without
   // a shared expert, at zb_h1 and GPipe (the dx shard was missing: -0.35%; the shared SwiGLU's two phases were
   // summed: +0.08% .. +1.46%).
+  // Under full recomputation the attention's phase (the active llama block's, over its own rebuilt stash) holds the
+  // mixture's rebuilt stash too, less the routing tables MoeMlp::backward_input frees: the peak at top_k 1, where
+  // the plan was 4.8% under without it (the peak measured in the attention core's backward; now to the byte).
+  if (recompute == Recompute::kFull) cost.backward_extra_bytes += stash - rebuilt_before - 4 * t * k * 4;
   cost.backward_extra_bytes = std::max(cost.backward_extra_bytes, mixture_phase(block, b, recompute, tp, sp, cost));
   return cost;
 }

@@ -323,6 +323,23 @@ TEST(ContextParallel, SelectiveRingMemoryFollowsThePlan) {
   }
 }
 
+// Full recomputation keeps the sum: the core's backward extras on top of the block's peak. Llama's core phase is its
+// peak there (to the byte); gpt's mlp phase, over the rebuilt stash and its cp one [T, D], is the peak under ring
+// (over by 2 [T, D], 16,384 B) and its core's level one [T, D] under the sum under all_to_all (8,192 B): stated to the
+// byte, so that a change in either shows.
+TEST(ContextParallel, FullRecomputeMemoryFollowsThePlan) {
+  auto world = make_world();
+  if (world->size() != 2) GTEST_SKIP() << "runs at 2 ranks (cp2)";
+  const std::int64_t td = 64 * 32 * 4;  // [T, D] per micro-batch of 2 at cp2
+  for (const char* exchange : {"ring", "all_to_all"}) {
+    const bool ring = std::string(exchange) == "ring";
+    const MemoryRun llama = memory_run(*world, exchange, kMemoryLlama, "fp32", "full");
+    EXPECT_EQ(llama.planned, llama.measured) << exchange;
+    const MemoryRun gpt = memory_run(*world, exchange, kMemoryGpt, "fp32", "full");
+    EXPECT_EQ(gpt.planned - gpt.measured, ring ? 2 * td : td) << exchange;
+  }
+}
+
 // The same models on one rank (cp1, tp1): the layers' own backward level, which the cp extras above add to.
 TEST(ContextParallel, OneRankActivationMemoryFollowsThePlan) {
   auto world = make_world();

@@ -157,6 +157,8 @@ void log_run_start(const RankSetup& s, const Throughput& throughput, const DataS
             throughput.model_flops_per_step, s.world.size(), s.world.size() == 1 ? "" : "s",
             peak.per_rank > 0 ? "MFU against the " + peak.source
                               : std::string("no MFU without a peak (cleave train --profile FILE)"));
+  // Keys accepted that do nothing in this mode by their field's convention (docs/config.md): said once each.
+  for (const std::string& note : config::keys_without_effect(cfg)) log::warn("{}", note);
 }
 
 // On world rank 0: the output directory (a resumed run continues in its own: metrics rows after the checkpoint's

@@ -350,7 +350,9 @@ done
 
 # Keys whose field documents that they do nothing in some layout run, and the run says so once.
 if "$cleave" train --set train.out_dir=noop --set train.steps=1 --set train.eval_interval=2 --set train.eval_batches=0 \
-     --set optimizer.zero_reduce=per_step --set optimizer.momentum=0.5 --set train.report=false >noop.log 2>&1 &&
+     --set optimizer.zero_reduce=per_step --set optimizer.momentum=0.5 --set train.report=false \
+     --set parallel.partition.method=uniform >noop.log 2>&1 &&
+   [ "$(grep -c 'parallel.partition.method uniform has no effect: the model runs as one stage' noop.log)" -eq 1 ] &&
    [ "$(grep -c 'train.eval_interval 2 has no effect: train.eval_batches 0 turns evaluation off' noop.log)" -eq 1 ] &&
    [ "$(grep -c "optimizer.momentum 0.5 has no effect: it is SGD's" noop.log)" -eq 1 ] &&
    [ "$(grep -c 'optimizer.zero_reduce per_step has no effect with optimizer.zero_stage 0' noop.log)" -eq 1 ]; then

@@ -87,10 +87,12 @@ std::vector<std::int64_t> gather_per_rank(comm::Communicator& world, std::int64_
   return out;
 }
 
-// The caller's overrides, then evaluation off: what bench_config and every schedule's run read.
+// The caller's overrides, then evaluation off (its interval too, which would say it has no effect): what
+// bench_config and every schedule's run read.
 std::vector<std::string> evaluation_off(const std::vector<std::string>& overrides) {
   std::vector<std::string> all = overrides;
   all.push_back("train.eval_batches=0");
+  all.push_back("train.eval_interval=0");
   return all;
 }
 

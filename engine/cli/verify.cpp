@@ -55,7 +55,8 @@ int run_verify(int argc, char** argv) {
   const Args args = parser.parse(argc, argv);
   if (parser.print_help_if_asked(args)) return 0;
   const std::string config_path = args.positional(0);
-  std::vector<std::string> overrides = {"train.deterministic=true", "train.eval_batches=0"};
+  std::vector<std::string> overrides = {"train.deterministic=true", "train.eval_batches=0",
+                                        "train.eval_interval=0"};
   for (const auto& o : args.all("--set")) overrides.push_back(o);
   train::VerifyOptions options;
   options.loss_tolerance = args.number("--loss-tolerance");

@@ -202,6 +202,8 @@ RunConfig parse_config(std::string_view json_text, std::string_view origin, cons
     report_unknown_keys(state);
     try {
       validate(c);
+      check_named_files(c);
+      check_keys_take_effect(c);
     } catch (const ConfigKeyError& e) {
       fail(state, e.key(), "{}", e.detail());
     }

@@ -257,6 +257,18 @@ std::string to_json(const RunConfig& config);
 // candidates) without going back to text. Throws ConfigKeyError (key, detail); parse_config() reports the
 // same error prefixed with where the key came from ("config run.json: ..." or "--set key=value: ...").
 void validate(const RunConfig& config);
+// The files a config names that are read whole when the run starts, read now (parse_config runs it after
+// validate(); the planner's candidates, which share their base's files, do not): parallel.auto_schedule_profile
+// must be a `cleave profile` file with measured costs. Throws ConfigKeyError naming the key, the path and the fix.
+void check_named_files(const RunConfig& config);
+// Keys that would have no effect in the layout the config sets (parallel.context_parallel_comm other than ring at
+// context_parallel_size 1): parse_config runs it after validate(); the planner's candidates do not. Throws
+// ConfigKeyError.
+void check_keys_take_effect(const RunConfig& config);
+// The keys whose documented convention is to do nothing in this config's mode (another optimizer's hyperparameters,
+// min_lr under a constant schedule, zero_reduce below ZeRO-2, eval_interval with evaluation off, val_fraction beside
+// a val_path, device.blas on cuda), each as one line naming the key, its value and why: the run logs each once.
+std::vector<std::string> keys_without_effect(const RunConfig& config);
 // The message parse_config() gives for `error` when the config came from `origin` (a file name, "<defaults>")
 // with `overrides` applied: "--set key=value: key: detail" when an override set the key (or a parent or child of
 // it), else "config ORIGIN: key: detail". For errors of a config edited in code whose edits read as overrides.

@@ -19,6 +19,7 @@
 #include "kernels/ops/attention_limits.hpp"
 #include "partition/cp_rules.hpp"
 #include "partition/ep_rules.hpp"
+#include "partition/hardware_profile.hpp"
 #include "partition/tp_rules.hpp"
 #include "pipeline/schedules/schedules.hpp"
 
@@ -201,6 +202,11 @@ void check_optimizer(const RunConfig& c) {
 
 // Where the data comes from: data.path or data.paths (with their weights), never both, each given.
 void check_data_paths(const DataConfig& d) {
+  // data.format says how token files are laid out; no other source reads one.
+  if (d.format != DataConfig{}.format && d.type != DataType::kTokens) {
+    refuse("data.format", "\"{}\" is the layout of a token file, and data.type is \"{}\", which reads none; set "
+           "data.type \"tokens\", or remove data.format", d.format, d.type);
+  }
   if (!d.paths.empty() && d.type != DataType::kTokens) {
     refuse("data.paths", "is for data.type \"tokens\" (data.type is \"{}\"); use data.path", d.type);
   }
@@ -289,6 +295,76 @@ void validate(const RunConfig& c) {
   if (c.train.out_dir.empty()) refuse("train.out_dir", "must not be empty");
   check_data_paths(c.data);
   check_data_for_model(c);
+}
+
+// parallel.auto_schedule_profile is read when the schedule is built, after the world is up: a missing or malformed
+// file would exit 1 there (and `cleave run` would restart into it). Read here it is bad input, before any work.
+void check_named_files(const RunConfig& c) {
+  const std::string& path = c.parallel.auto_schedule_profile;
+  if (path.empty()) return;
+  partition::HardwareProfile profile;
+  try {
+    profile = partition::load_profile(path);
+  } catch (const Error& e) {
+    refuse("parallel.auto_schedule_profile", "{}; give a file `cleave profile CONFIG` wrote (relative paths are read "
+           "from the working directory), or clear the key (--set parallel.auto_schedule_profile=) to use the cost "
+           "model's F : I : W ratio", e.what());
+  }
+  if (!profile.measured.has_blocks()) {
+    refuse("parallel.auto_schedule_profile", "profile {} has no measured costs (a shipped hardware profile, or no "
+           "block table); write one with `cleave profile CONFIG`, or clear the key to use the cost model's ratio",
+           path);
+  }
+}
+
+// Keys that, as given, would do nothing in the layout the same config sets. Read-time only: the planner's candidates
+// pass through validate() alone, and its plans write these keys in their effective form (cp 1: ring).
+void check_keys_take_effect(const RunConfig& c) {
+  const auto& p = c.parallel;
+  if (p.context_parallel_size == 1 && p.context_parallel_comm != ContextParallelComm::kRing) {
+    refuse("parallel.context_parallel_comm", "\"{}\" is how context-parallel ranks exchange keys and values, and "
+           "parallel.context_parallel_size is 1 (no context parallelism); set context_parallel_size > 1, or remove "
+           "the key", p.context_parallel_comm);
+  }
+}
+
+std::vector<std::string> keys_without_effect(const RunConfig& c) {
+  std::vector<std::string> notes;
+  const auto& o = c.optimizer;
+  const OptimizerConfig defaults;
+  if (o.type == OptimizerType::kSgd && o.betas != defaults.betas) {
+    notes.push_back(fmt::format("optimizer.betas [{}, {}] has no effect: it is AdamW's, and optimizer.type is \"sgd\"",
+                                o.betas[0], o.betas[1]));
+  }
+  if (o.type == OptimizerType::kSgd && o.eps != defaults.eps) {
+    notes.push_back(fmt::format("optimizer.eps {} has no effect: it is AdamW's, and optimizer.type is \"sgd\"", o.eps));
+  }
+  if (o.type == OptimizerType::kAdamw && o.momentum != defaults.momentum) {
+    notes.push_back(fmt::format("optimizer.momentum {} has no effect: it is SGD's, and optimizer.type is \"adamw\" (its "
+                                "moments are optimizer.betas)", o.momentum));
+  }
+  if (o.schedule == LrScheduleType::kConstant && o.min_lr != defaults.min_lr) {
+    notes.push_back(fmt::format("optimizer.min_lr {} has no effect: optimizer.schedule \"constant\" keeps optimizer.lr "
+                                "after the warm-up (min_lr is where cosine and linear end)", o.min_lr));
+  }
+  if (o.zero_stage < 2 && o.zero_reduce != ZeroReduce::kAuto) {
+    notes.push_back(fmt::format("optimizer.zero_reduce {} has no effect with optimizer.zero_stage {} (it chooses how "
+                                "ZeRO-2 and 3 reduce gradients)", o.zero_reduce, o.zero_stage));
+  }
+  if (c.train.eval_batches == 0 && c.train.eval_interval > 0) {
+    notes.push_back(fmt::format("train.eval_interval {} has no effect: train.eval_batches 0 turns evaluation off",
+                                c.train.eval_interval));
+  }
+  const auto& d = c.data;
+  if (!d.val_path.empty() && d.val_fraction > 0.0 && d.val_fraction != DataConfig{}.val_fraction) {
+    notes.push_back(fmt::format("data.val_fraction {} has no effect: data.val_path is the evaluation file, and the "
+                                "training data is used whole", d.val_fraction));
+  }
+  if (c.device.type == DeviceType::kCuda && c.device.blas != ops::CpuBlas::kAuto) {
+    notes.push_back(fmt::format("device.blas {} has no effect on device.type \"cuda\" (it picks the cpu backend's GEMM "
+                                "library)", c.device.blas));
+  }
+  return notes;
 }
 
 ZeroReduce resolved_zero_reduce(const RunConfig& config) {

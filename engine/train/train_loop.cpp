@@ -159,6 +159,14 @@ void log_run_start(const RankSetup& s, const Throughput& throughput, const DataS
             throughput.model_flops_per_step, s.world.size(), s.world.size() == 1 ? "" : "s",
             peak.per_rank > 0 ? "MFU against the " + peak.source
                               : std::string("no MFU without a peak (cleave train --profile FILE)"));
+  // Keys accepted that do nothing in this mode by their field's convention (docs/config.md): said once each.
+  for (const std::string& note : config::keys_without_effect(cfg)) log::warn("{}", note);
+  // A split of the blocks into stages needs stages: with one, the method chooses nothing.
+  if (s.plan.num_stages() == 1 && cfg.parallel.partition.method != config::PartitionConfig{}.method &&
+      cfg.parallel.partition.method != config::PartitionMethod::kManual) {
+    log::warn("parallel.partition.method {} has no effect: the model runs as one stage (it splits the blocks "
+              "into pipeline stages)", cfg.parallel.partition.method);
+  }
 }
 
 // On world rank 0: the output directory (a resumed run continues in its own: metrics rows after the checkpoint's

@@ -56,6 +56,8 @@ expect_error unknown-option 'unknown option'                            "${set_o
 expect_error cp-ring-chunks 'parallel\.context_parallel_size: 3 with context_parallel_comm "ring" cuts each sequence into 2 × 3 = 6 chunks.*use context_parallel_size in \{1, 2' "${set_out[@]}" --set parallel.context_parallel_size=3
 expect_error cp-a2a-heads 'parallel\.context_parallel_size: 2 with context_parallel_comm "all_to_all".*3 query and 3 kv heads' "${set_out[@]}" --set model.n_heads=3 --set model.d_model=96 --set parallel.context_parallel_size=2 --set parallel.context_parallel_comm=all_to_all
 expect_error cp-no-attention 'parallel\.context_parallel_size: 2 .*model\.type mlp has no attention; use 1' "${set_out[@]}" --set model.type=mlp --set parallel.context_parallel_size=2
+expect_error cp-comm-without-cp 'parallel\.context_parallel_comm: "all_to_all" .*context_parallel_size is 1 \(no context parallelism\)' "${set_out[@]}" --set parallel.context_parallel_comm=all_to_all
+expect_error format-without-tokens 'data\.format: "uint16" is the layout of a token file, and data\.type is "synthetic"' "${set_out[@]}" --set data.format=uint16
 expect_error zero-stage-4   'optimizer\.zero_stage.*or 3 \(and parameters\), got 4' "${set_out[@]}" --set optimizer.zero_stage=4
 # Mixture of experts (issue 33 part 7): each refused naming the key and the numbers, nothing written.
 moe=(--set 'model.type="moe"')
@@ -312,6 +314,10 @@ printf '{"format": "something else"}' > other.json
 cmd_error plan-no-profile 'profile nope-profile\.json: cannot open it' plan ck1/config.json --world 1 --profile nope-profile.json
 cmd_error simulate-profile-not-json 'profile text\.txt: not valid JSON' simulate --config ck1/config.json --world 1 --profile text.txt
 cmd_error train-profile-not-a-profile 'profile other\.json: expected an object with "format": "cleave-hardware-profile"' train ck1/config.json --profile other.json --set train.out_dir=out
+# parallel.auto_schedule_profile is read with the config (it was read when the schedule was built: exit 1).
+auto_pp=(--set parallel.schedule=auto --set parallel.pipeline_model_parallel_size=1 --set train.out_dir=out)
+cmd_error auto-profile-missing 'parallel\.auto_schedule_profile: .*nope-profile\.json.*cleave profile CONFIG' train "${auto_pp[@]}" --set parallel.auto_schedule_profile=nope-profile.json
+cmd_error auto-profile-not-a-profile 'parallel\.auto_schedule_profile: .*other\.json: expected an object' plan ck1/config.json --world 1 "${auto_pp[@]}" --set parallel.auto_schedule_profile=other.json
 cmd_error generate-run-dir 'generate: ck1 is not a checkpoint .*; a run directory keeps its checkpoints in ck1/checkpoints' generate ck1 --prompt x
 cmd_error export-run-dir 'export: ck1 is not a checkpoint .*; a run directory keeps its checkpoints in ck1/checkpoints' export ck1 --out out
 cmd_error simulate-virtual 'simulate: schedule interleaved_1f1b runs at least 2 virtual stages per rank.*got virtual_stages 1' simulate --schedule interleaved_1f1b --stages 2 --microbatches 4 --virtual 1
@@ -369,6 +375,19 @@ cmd_error profile-gemm-device 'profile --gemm: --device tpu is not cpu or cuda:N
     profile --gemm --base "$src/profiles/h100_sxm.json" --device tpu --out out
 cmd_error profile-gemm-peaks 'profile --gemm: the peaks must be > 0 TFLOP/s \(--peak-tflops-bf16 0,' \
     profile --gemm --base "$src/profiles/h100_sxm.json" --device cpu --peak-tflops-bf16 0 --out out
+
+# Keys whose field documents that they do nothing in some layout run, and the run says so once.
+if "$cleave" train --set train.out_dir=noop --set train.steps=1 --set train.eval_interval=2 --set train.eval_batches=0 \
+     --set optimizer.zero_reduce=per_step --set optimizer.momentum=0.5 --set train.report=false \
+     --set parallel.partition.method=uniform >noop.log 2>&1 &&
+   [ "$(grep -c 'parallel.partition.method uniform has no effect: the model runs as one stage' noop.log)" -eq 1 ] &&
+   [ "$(grep -c 'train.eval_interval 2 has no effect: train.eval_batches 0 turns evaluation off' noop.log)" -eq 1 ] &&
+   [ "$(grep -c "optimizer.momentum 0.5 has no effect: it is SGD's" noop.log)" -eq 1 ] &&
+   [ "$(grep -c 'optimizer.zero_reduce per_step has no effect with optimizer.zero_stage 0' noop.log)" -eq 1 ]; then
+  echo "ok   no-effect-said-once: $(grep -c 'has no effect' noop.log) lines"
+else
+  echo "FAIL no-effect-said-once"; sed 's/^/    /' noop.log; failures=$((failures + 1))
+fi
 
 # And a good run writes what docs/report.md promises, and says which communicator carried it: parallel.comm_backend
 # "auto" resolves to "mpi" on the CPU, in the log and in the resolved config.json.

@@ -276,6 +276,12 @@ TEST(Config, CrossKeyChecksNameBothKeys) {
   // Accepted it would do nothing: AdamW has no Nesterov momentum.
   expect_error(R"({"optimizer": {"type": "adamw", "nesterov": true}})",
                {"config run.json: optimizer.nesterov: is SGD's Nesterov momentum, and optimizer.type is \"adamw\""});
+  // Accepted, they would do nothing: a token layout without token files, a cp exchange without cp.
+  expect_error(R"({"data": {"format": "uint16"}})",
+               {"data.format: \"uint16\" is the layout of a token file, and data.type is \"synthetic\""});
+  expect_error(R"({"parallel": {"context_parallel_comm": "all_to_all"}})",
+               {"parallel.context_parallel_comm: \"all_to_all\"", "context_parallel_size is 1"});
+  EXPECT_NO_THROW(parse_config(R"({"data": {"format": "llmc"}, "parallel": {"context_parallel_comm": "ring"}})"));
   EXPECT_NO_THROW(parse_config(R"({"optimizer": {"type": "adamw", "nesterov": false}})"));
   expect_error(R"({"parallel": {"pipeline_model_parallel_size": 2, "partition": {"method": "manual",
                   "blocks_per_stage": [1, 2, 3]}}})",
@@ -617,6 +623,29 @@ TEST(Config, RoundTripIsIdentity) {
   EXPECT_NE(a, b);
 }
 
+// Keys whose field's convention is to do nothing in some mode are named, each once, with the value and why (the run
+// logs these lines); their defaults, what every written config.json holds, are not.
+TEST(Config, KeysWithoutEffectAreNamed) {
+  const auto notes = [](const std::string& text) { return keys_without_effect(parse_config(text)); };
+  EXPECT_TRUE(notes("{}").empty());
+  EXPECT_TRUE(notes(R"({"optimizer": {"type": "sgd", "betas": [0.9, 0.999], "eps": 1e-8}})").empty());
+  const std::vector<std::string> all = notes(R"({
+    "optimizer": {"type": "sgd", "betas": [0.8, 0.95], "eps": 1e-6, "schedule": "constant", "min_lr": 0.001,
+                  "zero_reduce": "per_step"},
+    "train": {"eval_interval": 5, "eval_batches": 0},
+    "data": {"type": "tokens", "path": "a.bin", "val_path": "b.bin", "val_fraction": 0.2}})");
+  ASSERT_EQ(all.size(), 6u) << fmt::format("{}", fmt::join(all, "\n"));
+  EXPECT_EQ(all[0], "optimizer.betas [0.8, 0.95] has no effect: it is AdamW's, and optimizer.type is \"sgd\"");
+  EXPECT_EQ(all[1], "optimizer.eps 1e-06 has no effect: it is AdamW's, and optimizer.type is \"sgd\"");
+  EXPECT_NE(all[2].find("optimizer.min_lr 0.001 has no effect: optimizer.schedule \"constant\""), std::string::npos);
+  EXPECT_NE(all[3].find("optimizer.zero_reduce per_step has no effect with optimizer.zero_stage 0"), std::string::npos);
+  EXPECT_EQ(all[4], "train.eval_interval 5 has no effect: train.eval_batches 0 turns evaluation off");
+  EXPECT_NE(all[5].find("data.val_fraction 0.2 has no effect: data.val_path is the evaluation file"), std::string::npos);
+  const std::vector<std::string> adamw = notes(R"({"optimizer": {"momentum": 0.5}})");
+  ASSERT_EQ(adamw.size(), 1u);
+  EXPECT_NE(adamw[0].find("optimizer.momentum 0.5 has no effect: it is SGD's"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace cleave::config
 
@@ -710,3 +739,4 @@ TEST(ConfigDeviceKernels, CudaRefusesHeadsWiderThanItsAttentionKernels) {
 
 }  // namespace
 }  // namespace cleave::config
+

@@ -111,7 +111,8 @@ TEST(ConfigEnums, EveryValueSurvivesTheReaderAndTheWriter) {
     check({"device.precision=" + std::string(e.name)}, "\"precision\": \"" + std::string(e.name) + "\"");
   }
   for (const auto& e : enum_table<TokenFileFormat>()) {
-    check({"data.format=" + std::string(e.name)}, "\"format\": \"" + std::string(e.name) + "\"");
+    check({"data.type=tokens", "data.path=t.bin", "data.format=" + std::string(e.name)},
+          "\"format\": \"" + std::string(e.name) + "\"");
   }
   check({"parallel.partition.method=uniform"}, "\"method\": \"uniform\"");
   check({"parallel.comm_backend=mpi"}, "\"comm_backend\": \"mpi\"");

@@ -13,6 +13,7 @@
 #include "engine/comm/host_reduce.hpp"
 #include "engine/comm/nccl/cuda_check.hpp"
 #include "engine/comm/nccl/nccl_communicator.hpp"
+#include "engine/comm/nccl/nccl_group.hpp"
 #include "engine/comm/nccl/nccl_work.hpp"
 #include "engine/comm/nccl/ordered_reduce.hpp"
 #include "engine/cuda/device.hpp"
@@ -39,7 +40,7 @@ void deterministic_reduce(NcclCommState& s, const std::string& op_name, DType dt
   CLEAVE_CUDA_CHECK(cudaMemcpyAsync(slots + static_cast<std::size_t>(r * mine) * elem,
                                     input + static_cast<std::size_t>(begin_of(r)) * elem,
                                     static_cast<std::size_t>(mine) * elem, cudaMemcpyDeviceToDevice, s.stream));
-  CLEAVE_NCCL_CHECK(ncclGroupStart());
+  NcclGroup exchange;
   for (int q = 0; q < n; ++q) {
     if (q == r) continue;
     if (len_of(q) > 0) {
@@ -51,12 +52,12 @@ void deterministic_reduce(NcclCommState& s, const std::string& op_name, DType dt
                                  nccl_type(dtype), q, s.comm, s.stream));
     }
   }
-  CLEAVE_NCCL_CHECK(ncclGroupEnd());
+  exchange.end();
   s.wait_ready(s.comm, op_name);
   char* target = gather ? input + static_cast<std::size_t>(begin_of(r)) * elem : out;
   CLEAVE_CUDA_CHECK(ordered_reduce_on_device(dtype, op == ReduceOp::kMax, slots, n, mine, target, mine, s.stream));
   if (gather) {
-    CLEAVE_NCCL_CHECK(ncclGroupStart());
+    NcclGroup spread;
     for (int q = 0; q < n; ++q) {
       if (q == r) continue;
       if (mine > 0) {
@@ -67,7 +68,7 @@ void deterministic_reduce(NcclCommState& s, const std::string& op_name, DType dt
                                    static_cast<std::size_t>(len_of(q)), nccl_type(dtype), q, s.comm, s.stream));
       }
     }
-    CLEAVE_NCCL_CHECK(ncclGroupEnd());
+    spread.end();
     s.wait_ready(s.comm, op_name);
   }
   CLEAVE_CUDA_CHECK(cudaFreeAsync(staging, s.stream));

@@ -15,6 +15,7 @@
 #include "engine/comm/mpi/local_rank.hpp"
 #include "engine/comm/mpi/mpi_check.hpp"
 #include "engine/comm/nccl/cuda_check.hpp"
+#include "engine/comm/nccl/nccl_group.hpp"
 #include "engine/comm/nccl/nccl_work.hpp"
 #include "engine/cuda/device.hpp"
 
@@ -160,7 +161,7 @@ WorkPtr NcclCommunicator::batch_p2p_impl(std::vector<P2POp> ops, const Stream& s
   }
   details.pop_back();
   auto work = std::make_unique<NcclWork>(state_, "batch_p2p", details, stream);
-  CLEAVE_NCCL_CHECK(ncclGroupStart());
+  detail::NcclGroup group;
   for (const P2POp& op : ops) {
     work->keep(op.tensor);
     if (op.kind == P2PKind::kSend) {
@@ -169,7 +170,7 @@ WorkPtr NcclCommunicator::batch_p2p_impl(std::vector<P2POp> ops, const Stream& s
       CLEAVE_NCCL_CHECK(ncclRecv(op.tensor.raw_data(), op.tensor.nbytes(), ncclInt8, op.peer, s.comm, s.stream));
     }
   }
-  CLEAVE_NCCL_CHECK(ncclGroupEnd());
+  group.end();
   s.wait_ready(s.comm, "batch_p2p");
   work->enqueued();
   return work;

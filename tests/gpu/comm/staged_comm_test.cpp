@@ -11,7 +11,8 @@
 //  - reduce_scatter and all_gather, out of place and in place (poisoned outputs), broadcast from the last rank
 //    into outputs whose stream still has pending writes, batch_p2p rings of GPU sends and receives (mixed with
 //    CPU tensors, and receives posted ahead in a batch of their own), splits (names, shared pinned allocator,
-//    subgroup results);
+//    subgroup results), the expert-parallel all_to_all_v after its device count exchange (blocks of 0 rows, the
+//    self pair, sends still pending on the stream);
 //  - after a warm-up step, repeated steps make no new pinned system allocation and leave no pinned bytes in use.
 // The `StagedHost` tests need no GPU and run everywhere: CPU tensors pass through to the MPI backend untouched
 // (no pinned allocation), and the argument errors (mixed devices, wrong stream device, the MPI backend's
@@ -399,6 +400,62 @@ TEST_F(Staged, BatchP2PRingWithGpuSendsAndReceives) {
     recv->wait();
     EXPECT_EQ(byte_mismatches(download(got), host_values(seed_, 1001, dtype, left, 502)), 0) << "posted ahead";
   }
+}
+
+// Expert parallelism's exchange on the staged world, the one a single GPU runs at 2 ranks (NCCL refuses two ranks
+// on one device): the counts exchanged on the device first (comm::exchange_counts, i64, its send still being
+// written on the stream), read back, then all_to_all_v of rows whose send is also still pending, with a block of
+// 0 rows between some pairs (rank q sends (q + 2p + 1) % 3 rows to rank p: at 2 ranks rank 0 sends none to rank 1)
+// and the self pair; every received row against the sender's values, bit for bit; then all-zero counts.
+TEST_F(Staged, AllToAllVWithZeroBlocksAfterTheCountExchange) {
+  const std::int64_t width = 3;
+  const auto rows_to = [](int from, int to) { return static_cast<std::int64_t>((from + 2 * to + 1) % 3); };
+  const auto first_row_to = [&](int from, int to) {
+    std::int64_t first = 0;
+    for (int p = 0; p < to; ++p) first += rows_to(from, p);
+    return first;
+  };
+  const auto rows_sent_by = [&](int from) { return first_row_to(from, n()); };
+  Tensor counts_h = Tensor::empty({n(), 1}, DType::kI64, MemoryCategory::kCommunication, cpu_allocator());
+  for (int q = 0; q < n(); ++q) counts_h.data<std::int64_t>()[q] = rows_to(r(), q);
+  Tensor got = device({n(), 1}, DType::kI64);
+  poison(got);
+  comm::exchange_counts(*plain_, upload_pending(counts_h), got, stream())->wait();
+  const Tensor got_h = download(got);
+  std::vector<std::int64_t> send_rows, recv_rows, want_rows;
+  std::int64_t received = 0;
+  for (int q = 0; q < n(); ++q) {
+    send_rows.push_back(rows_to(r(), q));
+    recv_rows.push_back(got_h.data<std::int64_t>()[q]);
+    want_rows.push_back(rows_to(q, r()));
+    received += want_rows.back();
+  }
+  ASSERT_EQ(recv_rows, want_rows) << "the exchanged counts (one per source rank)";
+  int salt = 700;
+  for (DType dtype : {DType::kF32, DType::kBF16}) {
+    ++salt;
+    const auto sent_values = [&](int from) {
+      return host_values(seed_, rows_sent_by(from) * width, dtype, from, salt);
+    };
+    const std::int64_t sent = rows_sent_by(r());
+    Tensor send = sent > 0 ? upload_pending(sent_values(r())) : device({0}, dtype);
+    Tensor recv = device({received, width}, dtype);
+    if (received > 0) poison(recv);
+    plain_->all_to_all_v(send.view({sent, width}), send_rows, recv, recv_rows, stream())->wait();
+    const Tensor back = download(recv);
+    std::int64_t wrong = 0, row = 0;
+    for (int p = 0; p < n(); ++p) {
+      const Tensor theirs = sent_values(p);
+      for (std::int64_t j = 0; j < rows_to(p, r()); ++j, ++row) {
+        for (std::int64_t c = 0; c < width; ++c) {
+          wrong += get_value(back, row * width + c) != get_value(theirs, (first_row_to(p, r()) + j) * width + c);
+        }
+      }
+    }
+    EXPECT_EQ(wrong, 0) << dtype_name(dtype) << ": " << received << " rows received";
+  }
+  const std::vector<std::int64_t> none(static_cast<std::size_t>(n()), 0);
+  plain_->all_to_all_v(device({0, width}, DType::kF32), none, device({0, width}, DType::kF32), none, stream())->wait();
 }
 
 TEST_F(Staged, SplitSubgroupsStageThroughTheSharedAllocator) {

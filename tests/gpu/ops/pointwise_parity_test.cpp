@@ -1,14 +1,16 @@
-// Seam parity of the element-wise slots (fill, add, add_inplace, scale_inplace, axpy, copy_2d), bias
+// Seam parity of the element-wise slots (fill, add, add_inplace, scale_inplace(_many), axpy, copy_2d), bias
 // forward/backward, GELU and ReLU on cuda:0 against the CPU backend, f32 and bf16 (and one mixed-dtype add), on odd
 // sizes.
 //
 // Tolerances (relative to each element plus the tensor's scale, parity_util.hpp):
 //  - 0 (equal values) where both backends do the same single f32 operation on the same widened inputs and round
-//    once: fill, add, add_inplace, scale_inplace, bias_add_forward, ReLU; copy_2d moves bytes.
+//    once: fill, add, add_inplace, scale_inplace(_many), bias_add_forward, ReLU; copy_2d moves bytes.
 //  - axpy: f32 1e-6 (nvcc may contract y + alpha * x into an FMA: one f32 ulp); bf16 4e-3 (that ulp may flip
 //    the bf16 rounding: one bf16 ulp, 2^-8 relative).
 //  - GELU: f32 1e-5 (CUDA's tanhf is within 2 ulp, not the CPU's); bf16 8e-3 (one bf16 ulp either way).
 //  - bias_backward: dbias is f32 in both cases; 1e-5, the column sums run in another order (up to 300 rows).
+#include <vector>
+
 #include "tests/gpu/ops/parity_util.hpp"
 
 namespace cleave::testing {
@@ -78,6 +80,23 @@ TEST_F(PointwiseParity, AddAndInPlaceForms) {
   Tensor gpu_sum = poisoned_gpu(shape, DType::kBF16);
   ops::add(gpu(), to_gpu(a), to_gpu(b), gpu_sum);
   expect_close(sum, gpu_sum, 0.0, "add bf16 + f32 -> bf16");
+}
+
+// scale_inplace_many (gradient clipping's multi-tensor slot: the CPU's one OpenMP team against CUDA's launch per
+// tensor) over every shape of both dtypes in one call, bit for bit.
+TEST_F(PointwiseParity, ScaleInplaceManyIsScaleInplaceOnEach) {
+  std::vector<Tensor> ys, gpu_ys;
+  for (DType dtype : kDtypes) {
+    for (const Shape& shape : kShapes) {
+      ys.push_back(random(shape, dtype));
+      gpu_ys.push_back(to_gpu(ys.back()));
+    }
+  }
+  ops::scale_inplace_many(cpu(), ys, 0.37f);
+  ops::scale_inplace_many(gpu(), gpu_ys, 0.37f);
+  for (std::size_t i = 0; i < ys.size(); ++i) {
+    expect_close(ys[i], gpu_ys[i], 0.0, label("scale_inplace_many", ys[i].shape(), ys[i].dtype()));
+  }
 }
 
 // copy_2d (cudaMemcpy2DAsync; context parallelism's head-block packing) against the CPU's row memcpy, bit for bit,

@@ -13,7 +13,8 @@ names the fused kernel's family, `simulate --attention-kernel NAME`: cudnn, flas
 published per-pass rates, the profile's attention_rates; probabilities_dropout:pytorch prices the unfused scores,
 softmax and products at PyTorch standard attention's published rates), the kernels it launched beyond
 Cleave's own (kernels: ce_f32 = `simulate --cross-entropy float32`, dropout = `--hidden-dropout`, emb_grad =
-`--dense-embedding-grad`, ce_torch_f32 = `--cross-entropy torch_float32`, rmsnorm_torch = `--norm torch_unfused`),
+`--dense-embedding-grad`, ce_torch_f32 = `--cross-entropy torch_float32`, rmsnorm_torch = `--norm torch_unfused`,
+fsdp2_copy = `--fsdp2-copy-out`),
 what it overlapped with
 compute (overlap: dp = `simulate --overlap-grad-reduce`, tp = `--tp-comm-overlap`, dp+tp, - none), the dtype its
 data-parallel gradient reduction carried (grad_wire: f32, or 16 = the 16-bit parameter dtype, fp16 or bf16: config
@@ -53,9 +54,10 @@ COLUMNS = ("id profile family vocab d_model n_layers n_heads n_kv_heads ffn seq 
 #   emb_grad PyTorch's dense embedding gradient added into Megatron-LM's f32 main gradient (`--dense-embedding-grad`)
 #   ce_torch_f32  PyTorch's F.cross_entropy over logits cast to f32 (torchtitan; `--cross-entropy torch_float32`)
 #   rmsnorm_torch PyTorch's eager RMSNorm, one kernel per op (torchtitan's norm_type rmsnorm; `--norm torch_unfused`)
+#   fsdp2_copy    PyTorch FSDP2's all-gather copy-out before each block's F and I (torchtitan; `--fsdp2-copy-out`)
 KERNELS = {"ce_f32": ["--cross-entropy", "float32"], "dropout": ["--hidden-dropout"],
            "emb_grad": ["--dense-embedding-grad"], "ce_torch_f32": ["--cross-entropy", "torch_float32"],
-           "rmsnorm_torch": ["--norm", "torch_unfused"]}
+           "rmsnorm_torch": ["--norm", "torch_unfused"], "fsdp2_copy": ["--fsdp2-copy-out"]}
 SMOKE_ID = "sc21-1.7B"
 # --breakdown's columns: groups of `simulate --json`'s breakdown_s terms (docs/planner.md, "The step, term by term").
 BREAKDOWN = (("forward", "input_grad", "weight_grad"), ("elementwise",), ("kernel_launch",), ("recompute",),

@@ -39,7 +39,8 @@ ArgParser simulate_config_args() {
               "                [--overlap-grad-reduce] [--tp-comm-overlap]\n"
               "                [--param-gather-dtype f32|bf16] [--cross-entropy fused|float32|torch_float32] [--hidden-dropout]\n"
               "                [--dense-embedding-grad] [--blocking-p2p] [--selective-recompute attention|torchtitan_op]\n"
-              "                [--norm fused|torch_unfused] [--auto-schedule-priced] [--optimizer-post-validation]",
+              "                [--norm fused|torch_unfused] [--fsdp2-copy-out] [--auto-schedule-priced]\n"
+              "                [--optimizer-post-validation]",
               R"(Simulates one training step of the plan CONFIG describes on N ranks with the planner's costs (cost model
 FLOPs at a hardware profile's rates, tp all-reduces, P2P, dp reduction, optimizer) and prints the step time,
 bubble, where the time goes, and per pp rank the memory plan by category and its timeline's peak.)");
@@ -93,6 +94,11 @@ bubble, where the time goes, and per pp rank the memory plan by category and its
             "price the embedding's gradient as PyTorch and Megatron-LM make it: a dense [V/tp + positions, D]\n"
             "gradient zero-filled and added into the f32 main gradient per micro-batch; roofline profiles\n"
             "only (the engine scatter-adds the tokens' rows)")
+      .flag("--fsdp2-copy-out",
+            "price PyTorch FSDP2's all-gather copy-out: before each block's forward and again before its\n"
+            "backward, one kernel copying the gathered parameters out of the flat all-gather buffer on the\n"
+            "compute stream (reads and writes the gathered bytes); optimizer.zero_stage 3 and a roofline\n"
+            "profile only (the engine gathers into the parameters' own storage)")
       .flag("--overlap-grad-reduce",
             "price the run's gradient reduction as overlapped block by block with the last micro-batch's\n"
             "backward, and ZeRO-1/2's parameter gather with the next forward (Megatron-LM's\n"
@@ -181,6 +187,13 @@ void apply_kernel_options(const Args& args, const config::RunConfig& base, const
   }
   options.run_kernels.hidden_dropout = args.on("--hidden-dropout");
   options.run_kernels.dense_embedding_grad = args.on("--dense-embedding-grad");
+  options.fsdp2_copy_out = args.on("--fsdp2-copy-out");
+  CLEAVE_CHECK_INPUT(!options.fsdp2_copy_out || (base.optimizer.zero_stage == 3 && prices_other_kernels(profile)),
+               "simulate --config: --fsdp2-copy-out prices FSDP2's parameter copy-out under ZeRO-3 on a roofline profile "
+               "(profiles/*.json with gemm_efficiency), but {} has optimizer.zero_stage {} and profile '{}'{} (set "
+               "optimizer.zero_stage 3, or drop the option)",
+               config_path, base.optimizer.zero_stage, profile.name,
+               prices_other_kernels(profile) ? "" : " times the engine's own kernels");
   if (args.given("--norm")) {
     const std::string kind = args.text("--norm");
     CLEAVE_CHECK_INPUT(kind == "fused" || kind == "torch_unfused",
@@ -300,6 +313,7 @@ nlohmann::json simulated_json(const Simulated& s) {
           {"cross_entropy", std::string(partition::cross_entropy_kind_name(options.run_kernels.cross_entropy))},
           {"hidden_dropout", options.run_kernels.hidden_dropout},
           {"dense_embedding_grad", options.run_kernels.dense_embedding_grad},
+          {"fsdp2_copy_out", options.fsdp2_copy_out},
           {"norm", options.run_kernels.torch_rmsnorm ? "torch_unfused" : "fused"},
           {"selective_recompute", std::string(partition::selective_recompute_name(options.selective_recompute))},
           {"overlap_grad_reduce", options.overlap_grad_reduce},

@@ -135,6 +135,14 @@ struct SearchOptions {
   // `--hidden-dropout` (Megatron-LM's hidden dropout), `--dense-embedding-grad` (PyTorch's dense embedding gradient
   // added into Megatron-LM's f32 main gradient), priced by block_compute as partition::run_kernels_work.
   partition::RunKernels run_kernels{};
+  // PyTorch FSDP2's all-gather copy-out (a run option; roofline profiles; ZeRO-3 with replicas): `cleave simulate
+  // --fsdp2-copy-out`. Before a block's F and again before its I (resharded after the forward), FSDP2 copies the
+  // flat all-gather output into the block's unsharded parameters on the compute stream
+  // (torch/distributed/_composable/fsdp: FSDPParamGroup::wait_for_unshard -> foreach_all_gather_copy_out,
+  // torch.split_with_sizes_copy): one kernel reading and writing the gathered bytes, 2 x act_bytes x the tp rank's
+  // parameters of the block, added to F and to I in the elementwise and kernel_launch terms (step_terms_compute.cpp).
+  // The engine gathers into the parameters' own storage and copies nothing.
+  bool fsdp2_copy_out = false;
   // What train.recompute selective reruns in the simulated run (a run option; roofline profiles): `cleave simulate
   // --selective-recompute torchtitan_op` prices torchtitan's per-op policy (partition::selective_op_rerun) in
   // block_compute's recompute term in place of the engine's attention-core rerun; the memory plan keeps selective's.

@@ -114,6 +114,16 @@ RooflineWork roofline_work(const TermContext& c, int b) {
       plain_input += partition::run_kernels_work(block, c.dtype, run, Recompute::kNone, choice.tp, choice.micro_batch, sp).input_grad;
     }
   }
+  // FSDP2's all-gather copy-out (SearchOptions::fsdp2_copy_out) before F and before I: the gathered bytes read and
+  // written once each, one kernel; not a rerun, so in plain_input too.
+  if (c.options->fsdp2_copy_out && c.zero == 3 && c.replicas > 1) {
+    partition::PassWork copy;
+    copy.stream_bytes = 2 * c.act_bytes * block_local_params(c, b);
+    copy.kernels = 1;
+    work.forward += copy;
+    work.input_grad += copy;
+    plain_input += copy;
+  }
   // torchtitan's per-op selective policy (SearchOptions::selective_recompute): its rerun, each GEMM at its shape,
   // in place of the attention core's.
   r.op_policy = choice.recompute == Recompute::kSelective &&

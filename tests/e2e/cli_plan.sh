@@ -226,6 +226,25 @@ grep -q '"norm": "torch_unfused"' norm.json || fail "--norm not echoed"
 "$cleave" simulate --config tiny.json --world 2 --profile "$a100" --norm apex > norm2.log 2>&1 && fail "--norm apex accepted"
 grep -q "'apex' is not a norm kind (fused, torch_unfused)" norm2.log || { cat norm2.log; fail "--norm message"; }
 echo "ok   simulate --norm torch_unfused echoed, --norm apex refused"
+# --fsdp2-copy-out (PyTorch FSDP2's all-gather copy-out under ZeRO-3): echoed, the elementwise term grows and the GEMM
+# passes do not; without optimizer.zero_stage 3 it is refused by name.
+"$cleave" simulate --config tiny.json --world 2 --profile "$a100" --set optimizer.zero_stage=3 --json > z3.json 2> z3a.log \
+  || { cat z3a.log; fail "simulate zero 3"; }
+"$cleave" simulate --config tiny.json --world 2 --profile "$a100" --set optimizer.zero_stage=3 --fsdp2-copy-out --json \
+  > z3copy.json 2> z3b.log || { cat z3b.log; fail "simulate --fsdp2-copy-out"; }
+python3 - z3.json z3copy.json << 'PY' || fail "--fsdp2-copy-out output"
+import json, sys
+plain, copy = (json.load(open(f)) for f in sys.argv[1:3])
+assert not plain["fsdp2_copy_out"] and copy["fsdp2_copy_out"], copy["fsdp2_copy_out"]
+a, c = plain["breakdown_s"], copy["breakdown_s"]
+assert c["elementwise"] > a["elementwise"], (a["elementwise"], c["elementwise"])
+for t in ("forward", "input_grad", "weight_grad"):
+    assert abs(c[t] - a[t]) <= 1e-12 * max(1.0, a[t]), (t, a[t], c[t])
+print(f"ok   simulate --fsdp2-copy-out: elementwise {a['elementwise'] * 1e6:.2f} us -> {c['elementwise'] * 1e6:.2f} us")
+PY
+"$cleave" simulate --config tiny.json --world 2 --profile "$a100" --fsdp2-copy-out > z3c.log 2>&1 \
+  && fail "--fsdp2-copy-out without ZeRO-3 accepted"
+grep -q "set optimizer.zero_stage 3, or drop the option" z3c.log || { cat z3c.log; fail "--fsdp2-copy-out message"; }
 # --blocking-p2p: Megatron-LM of 2021's point-to-point (batch_isend_irecv, wait, torch.cuda.synchronize) holds each
 # rank in its transfers: echoed, never faster; its interleaved schedule with fewer micro-batches than ranks deadlocks,
 # refused by name.

@@ -20,6 +20,7 @@
 #include "engine/planner/plan_search.hpp"
 #include "engine/run_plan/plan.hpp"
 #include "partition/block_work.hpp"
+#include "partition/cost_model.hpp"
 #include "partition/hardware_profile.hpp"
 
 namespace cleave::planner {
@@ -220,6 +221,54 @@ TEST(ComputeTerms, TheRunsOwnKernelsAddTheirBytesAndLaunchesOnly) {
     EXPECT_NEAR(e.breakdown[t], a.breakdown[t], 1e-12);
   }
   EXPECT_GT(e.step_s, a.step_s);
+  fs::remove_all(dir);
+}
+
+// FSDP2's all-gather copy-out (SearchOptions::fsdp2_copy_out: simulate --fsdp2-copy-out) on a ZeRO-3 plan at dp 2
+// (one H100, gpt untied, bf16, 4 micro-batches a rank): per micro-batch, before each block's F and again before its
+// I, one kernel reading and writing the block's gathered bf16 parameters, so the elementwise term grows by
+// 4 x 2 passes x 2 x 2 bytes x every parameter / bandwidth and kernel_launch by 4 x 2 x blocks x 1.3 us; the GEMM and
+// recompute terms do not move. Below ZeRO-3 (nothing gathered) it changes nothing.
+TEST(ComputeTerms, Fsdp2CopyOutReadsAndWritesTheGatheredParametersBeforeFAndI) {
+  const fs::path dir = fs::temp_directory_path() / ("cleave_compute_terms_fsdp2_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const std::string text = R"({"model": {"type": "gpt", "vocab_size": 512, "d_model": 128, "n_layers": 2,
+      "n_heads": 4, "seq_len": 64, "tie_embeddings": false}, "batch": {"global_batch_size": 8, "micro_batch_size": 1},
+      "train": {"recompute": "full"}, "device": {"precision": "bf16"}, "optimizer": {"type": "adamw"},
+      "data": {"type": "synthetic"}})";
+  const std::string path = (dir / "gpt.json").string();
+  std::ofstream(path) << text;
+  const HardwareProfile h100 = shipped("h100_sxm.json");
+  PlanChoice choice;
+  choice.global_batch = 8;
+  choice.dp = 2;
+  choice.zero_stage = 3;
+  choice.recompute = partition::Recompute::kFull;
+  SearchOptions plain{2, 0}, fsdp2{2, 0};
+  fsdp2.fsdp2_copy_out = true;
+  const PlanEstimate a = estimate_plan(path, {}, choice, h100, plain);
+  const PlanEstimate e = estimate_plan(path, {}, choice, h100, fsdp2);
+  ASSERT_TRUE(a.valid && e.valid) << a.reason << e.reason;
+  config::RunConfig c = config::parse_config(text, "<string>", {});
+  c.resolve(1);
+  const run_plan::Plan plan = run_plan::make_plan(c, 8, 0);
+  const double params = static_cast<double>(partition::unique_param_count(plan.spec, 0, plan.spec.blocks.size()));
+  const double blocks = static_cast<double>(plan.spec.blocks.size());
+  ASSERT_GT(params, 0.0);
+  const double micro_batches = 4, passes = 2, bf16 = 2;
+  EXPECT_NEAR(e.breakdown[StepTerm::kElementwise] - a.breakdown[StepTerm::kElementwise],
+              micro_batches * passes * 2 * bf16 * params / h100.memory_bandwidth_Bps, 1e-12);
+  EXPECT_NEAR(e.breakdown[StepTerm::kKernelLaunch] - a.breakdown[StepTerm::kKernelLaunch],
+              micro_batches * passes * blocks * 1.3e-6, 1e-12);
+  for (const StepTerm t : {StepTerm::kForward, StepTerm::kInputGrad, StepTerm::kWeightGrad, StepTerm::kRecompute}) {
+    EXPECT_NEAR(e.breakdown[t], a.breakdown[t], 1e-12);
+  }
+  EXPECT_GT(e.step_s, a.step_s);
+  choice.zero_stage = 2;
+  const PlanEstimate a2 = estimate_plan(path, {}, choice, h100, plain);
+  const PlanEstimate e2 = estimate_plan(path, {}, choice, h100, fsdp2);
+  ASSERT_TRUE(a2.valid && e2.valid) << a2.reason << e2.reason;
+  EXPECT_EQ(e2.step_s, a2.step_s);
   fs::remove_all(dir);
 }
 

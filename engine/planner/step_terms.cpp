@@ -11,6 +11,7 @@
 //   step_terms_time_sharing.cpp      more ranks than cores: compute beyond the cores' share, a collective's handoffs
 //   step_terms_zero_gather.cpp       zero_gather (ZeRO-3's per-block gathers, ZeRO-1/2's after the step)
 //   step_terms_data_parallel.cpp     data_parallel (the gradients' reduction over the replicas)
+//   step_terms_settle_wait.cpp       ZeRO-2 per micro-batch, more ranks than cores: the settle's wait for peers
 //   step_terms_optimizer.cpp         optimizer
 //   step_terms_stage.cpp             stage_costs: the terms of every stage's F, I, W and REDUCE_GRAD
 //   step_terms_step.cpp              simulation_costs and step_breakdown (point_to_point and bubble)

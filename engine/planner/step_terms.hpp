@@ -255,6 +255,13 @@ GradientReduction gradient_reduction(const TermContext& c, double grad_bytes, do
 // bucket, 0 without), nothing before the table's, the last behind the next W (`w_free`). `whole` unchanged otherwise.
 GradientReduction zero2_bucket_reduction(const TermContext& c, const GradientReduction& whole,
                                          const std::vector<double>& block_bytes, double table_bytes, double w_free);
+// ZeRO-2 per micro-batch where zero2_bucket_reduction prices it bucket by bucket (ranks outnumber cores, time_sharing
+// measured) over more than one micro-batch, on a plan whose passes meet no other peer (pp 1, no tp, cp or ep): each
+// micro-batch's settle inside B is a blocking meeting of the replicas, which waits for what the peers lost computing
+// since the previous settle, the profile's sync_wait_per_compute × `microbatch_compute_s` (the stage's F, I with its
+// rerun, and W of one micro-batch, at the core sharing). Seconds per micro-batch, priced in W's data_parallel term;
+// 0 elsewhere and without the measurement (docs/planner.md, "More ranks than cores").
+double zero2_settle_wait_s(const TermContext& c, double microbatch_compute_s);
 // Expert parallelism: the stage's routed-expert gradients (`grad_bytes`, the rank's E / ep experts) reduced over the
 // expert-dp group (dp x cp / ep ranks: reduce-scatter under ZeRO, all-reduce without), once per step whatever
 // optimizer.zero_reduce says, after the other buckets; ZeRO-1/2 all-gather the updated experts over it.

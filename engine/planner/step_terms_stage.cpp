@@ -153,6 +153,11 @@ void add_stage_terms(const TermContext& c, const StageBlocks& blocks, StageCosts
   st.reduce_grad[T::kDataParallel] = r.reduce_s + e.reduce_s;
   st.weight_grad[T::kDataParallel] = r.per_w_exposed_s;
   st.weight_grad.hidden_at(T::kDataParallel) = r.per_w_hidden_s;
+  // Each micro-batch's settle inside B waits for the peers' F and B of that micro-batch (0 but where it applies).
+  const auto compute = [](const ActionTerms& a) { return a[T::kForward] + a[T::kInputGrad] + a[T::kWeightGrad] +
+                                                         a[T::kRecompute] + a[T::kElementwise] + a[T::kKernelLaunch]; };
+  st.weight_grad[T::kDataParallel] +=
+      zero2_settle_wait_s(c, compute(st.forward) + compute(st.input_grad) + compute(st.weight_grad));
   st.step_gather_s = r.step_gather_s + e.step_gather_s;
   if (c.options->overlap_grad_reduce && blocks.grad_bytes > 0) {
     overlap_gradient_reduction(c, blocks, r.reduce_s + e.reduce_s, st);

@@ -108,6 +108,46 @@ TEST(TimeShared, MicrobatchBucketsFollowTheEnginesPacking) {
   EXPECT_THROW(microbatch_exposure({1.0}, {}), Error);
 }
 
+TEST(SettleWait, EachMicrobatchSettleWaitsTheMeasuredRateOfItsComputeOnlyWhereTheBucketPricingApplies) {
+  // A constructed context: dp4 ZeRO-2 per micro-batch, 2 micro-batches, ranks outnumbering cores (a handoff priced),
+  // a profile that measured 0.25 s of wait per second of compute before a meeting.
+  HardwareProfile p = two_cores(true);
+  p.measured.sync_wait_per_compute = 0.25;
+  PlanChoice choice{1, 1, 4, 1, "1f1b", 1, 2, partition::Recompute::kNone, 8, false};
+  TermContext c;
+  c.profile = &p;
+  c.choice = &choice;
+  c.zero = 2;
+  c.per_microbatch = true;
+  c.handoff_s = 500e-6;
+  c.ranks_per_core = 2;
+  c.replicas = 4;
+  c.micro_batches = 2;
+  EXPECT_DOUBLE_EQ(zero2_settle_wait_s(c, 0.020), 0.25 * 0.020);  // 20 ms of F and B at the core sharing: 5 ms
+  EXPECT_DOUBLE_EQ(zero2_settle_wait_s(c, 0.0), 0.0);
+  // Each condition off prices nothing: the passes meet other peers (pp, tp, cp, ep: their waits count the compute),
+  // no per-micro-batch settle (per step, ZeRO-3, one micro-batch, one replica), no time sharing, no measured rate.
+  const auto off = [&](auto&& change) {
+    TermContext x = c;
+    PlanChoice y = choice;
+    HardwareProfile q = p;
+    x.choice = &y;
+    x.profile = &q;
+    change(x, y, q);
+    return zero2_settle_wait_s(x, 0.020);
+  };
+  EXPECT_EQ(off([](TermContext&, PlanChoice& y, HardwareProfile&) { y.pp = 2; }), 0.0);
+  EXPECT_EQ(off([](TermContext&, PlanChoice& y, HardwareProfile&) { y.tp = 2; }), 0.0);
+  EXPECT_EQ(off([](TermContext&, PlanChoice& y, HardwareProfile&) { y.cp = 2; }), 0.0);
+  EXPECT_EQ(off([](TermContext&, PlanChoice& y, HardwareProfile&) { y.ep = 2; }), 0.0);
+  EXPECT_EQ(off([](TermContext& x, PlanChoice&, HardwareProfile&) { x.per_microbatch = false; }), 0.0);
+  EXPECT_EQ(off([](TermContext& x, PlanChoice&, HardwareProfile&) { x.zero = 3; }), 0.0);
+  EXPECT_EQ(off([](TermContext& x, PlanChoice&, HardwareProfile&) { x.micro_batches = 1; }), 0.0);
+  EXPECT_EQ(off([](TermContext& x, PlanChoice&, HardwareProfile&) { x.replicas = 1; }), 0.0);
+  EXPECT_EQ(off([](TermContext& x, PlanChoice&, HardwareProfile&) { x.handoff_s = 0; }), 0.0);
+  EXPECT_EQ(off([](TermContext&, PlanChoice&, HardwareProfile& q) { q.measured.sync_wait_per_compute = 0; }), 0.0);
+}
+
 class TimeSharing : public testing::ScratchDirTest {
  protected:
   TimeSharing() : ScratchDirTest("cleave_time_sharing_test_") {}
@@ -221,6 +261,40 @@ TEST_F(TimeSharing, ZeroTwoPerMicrobatchExposesTheBucketTheTableSettles) {
   EXPECT_NEAR(all(untied) - all(untied_without), 2 * 2 * 500e-6, 1e-9);
   // The per-step plan and a profile without the key: priced as before this rule (one meeting a reduction).
   EXPECT_NEAR(all(step) - all(estimate(per_step, two_cores(false), 4)), 2 * 500e-6, 1e-9);
+}
+
+TEST_F(TimeSharing, ZeroTwoSettleWaitsForThePeersPasses) {
+  // dp4 ZeRO-2 per micro-batch on 4 ranks over 2 cores, micro 1 of 8: 2 micro-batches a step per replica, each
+  // settled inside its B. With a measured wait of 0.25 s per second of compute, each settle waits 0.25 × that
+  // micro-batch's F and B: the step's whole compute × 0.25, in data_parallel, and the step (one stage) by as much.
+  PlanChoice c{1, 1, 4, 1, "1f1b", 1, 2, partition::Recompute::kNone, 8, false};
+  c.zero_reduce = config::ZeroReduce::kPerMicrobatch;
+  HardwareProfile rated = two_cores(true), unrated = two_cores(true);
+  rated.measured.sync_wait_per_compute = 0.25;
+  const PlanEstimate with = estimate(c, rated, 4), without = estimate(c, unrated, 4);
+  ASSERT_GT(with.breakdown.compute_s, 0);
+  EXPECT_NEAR(with.breakdown.compute_s, without.breakdown.compute_s, 1e-12);
+  EXPECT_NEAR(with.breakdown[StepTerm::kDataParallel] - without.breakdown[StepTerm::kDataParallel],
+              0.25 * with.breakdown.compute_s, 1e-9);
+  EXPECT_NEAR(with.step_s - without.step_s, 0.25 * with.breakdown.compute_s, 1e-9);
+  // Where it does not apply, the rate moves no data_parallel figure: per step (one meeting, after the step), a
+  // pipeline (its transfers wait for the passes), one rank per core, and no time_sharing.
+  const auto dp_term = [&](const PlanChoice& x, const HardwareProfile& p, int world) {
+    return estimate(x, p, world).breakdown[StepTerm::kDataParallel];
+  };
+  PlanChoice per_step = c;
+  per_step.zero_reduce = config::ZeroReduce::kPerStep;
+  EXPECT_EQ(dp_term(per_step, rated, 4), dp_term(per_step, unrated, 4));
+  PlanChoice pipeline{1, 2, 2, 1, "1f1b", 1, 2, partition::Recompute::kNone, 8, false};
+  pipeline.zero_reduce = config::ZeroReduce::kPerMicrobatch;
+  EXPECT_EQ(dp_term(pipeline, rated, 4), dp_term(pipeline, unrated, 4));
+  PlanChoice dp2 = c;
+  dp2.dp = 2;
+  EXPECT_EQ(dp_term(dp2, rated, 2), dp_term(dp2, unrated, 2));
+  HardwareProfile rated_none = rated, unrated_none = unrated;
+  rated_none.measured.time_sharing.reset();
+  unrated_none.measured.time_sharing.reset();
+  EXPECT_EQ(dp_term(c, rated_none, 4), dp_term(c, unrated_none, 4));
 }
 
 TEST_F(TimeSharing, WithoutMoreRanksThanCoresOrWithoutTheKeyNothingMoves) {

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The stage bodies of scripts/gpu-check.sh: `bash scripts/gpu-check-stages.sh STAGE` runs one stage, streaming its
-# log to stdout and writing its row (STATUS|FIGURE, STATUS pass, fail, skipped or unfinished) to $CHECK_WORK/results/STAGE.
+# log to stdout and writing its row (STATUS|FIGURE, STATUS pass, fail, skipped or unfinished) to
+# $CHECK_WORK/results/STAGE.
 # The driver (gpu-check.sh) runs each stage in its own process under `timeout`, with this environment:
 #   CHECK_OUT CHECK_WORK        the output folder and the check's private work folder (results/, xml/, runs/)
 #   CHECK_BUNDLE CHECK_BIN      the unpacked bundle (or build tree) and the folder of its binaries
@@ -125,7 +126,8 @@ record_unfinished() {
   p="$(grep -c '^\[       OK \] ' "$log")" f="$(grep -c '^\[  FAILED  \] ' "$log")"
   n="$(grep -c . <<<"$done")" r="$(tr ':' '\n' <<<"$left" | grep -c .)"
   echo "$f" >"$file.failed"
-  echo "gpu-check: the first part reached its ${secs}s share after $n tests; the $r not reached run after the other test stages: $left"
+  echo "gpu-check: the first part reached its ${secs}s share after $n tests; the $r not reached run after the other" \
+       "test stages: $left"
   if [[ -z "$listed" ]]; then result fail "no result within ${secs}s and --gtest_list_tests listed nothing"; return; fi
   result unfinished "$p passed, $f failed$( ((f > 0)) && echo " ($(grep -o '^\[  FAILED  \] [A-Za-z0-9_/.]*' "$log" \
     | sed -n 1,2p | sed 's/^\[  FAILED  \] //' | tr '\n' ' ')...)") in its ${secs}s first share; $r not reached (from $(

@@ -97,7 +97,8 @@ done
 declare -A limit_of=() first_of=()
 for l in "${declare_limits[@]}"; do
   n="${l%%=*}" s="${l#*=}"
-  [[ "$l" == *=* ]] && known_stage "$n" || bad_arg "--limit $l: want STAGE=SECONDS[:FIRST]; the stages are: $(stage_names)"
+  [[ "$l" == *=* ]] && known_stage "$n" \
+    || bad_arg "--limit $l: want STAGE=SECONDS[:FIRST]; the stages are: $(stage_names)"
   [[ "$s" =~ ^[0-9]+(:[0-9]+)?$ && "${s%%:*}" -gt 0 ]] || bad_arg "--limit $l: want a number of seconds > 0 after '='"
   limit_of["$n"]="${s%%:*}"
   if [[ "$s" == *:* ]]; then
@@ -369,7 +370,7 @@ reserve_after() {
 # run_stage NAME PART: one stage in its own process group under `timeout`, its output appended to log.txt as it comes.
 # PART 1: its first run, given min(its first share, what is left less the reserve), at least half its share, skipped
 # when less than that is left. PART 2: the tests a first part cut at its share did not reach, given what is left of
-# its limit (at most what is left of the budget); its row replaces the first part's.
+# its limit (at most what is left of the budget after the reserve); its row replaces the first part's.
 run_stage() {
   local name="$1" part="$2" left need limit t0 rc=0 st fig secs offset log capped=0 first_row="" i row_at=${#rows[@]}
   log="$CHECK_WORK/logs/${name//:/_}.part$part.log"
@@ -382,14 +383,17 @@ run_stage() {
     limit=$(( left - $(reserve_after "$name") ))
     (( limit > first_of[$name] )) && limit=${first_of[$name]}
     (( limit < need )) && limit=$need
-    fig="budget: needs at least ${need}s (half its ${first_of[$name]}s first-call share), ${left}s of the ${budget}s left"
+    fig="budget: needs at least ${need}s (half its ${first_of[$name]}s first-call share),"
+    fig+=" ${left}s of the ${budget}s left"
     [[ -n "${resumable_of[$name]:-}" ]] && (( limit < limit_of[$name] )) && capped=1
   else
     for i in "${!rows[@]}"; do if [[ "${rows[$i]%%|*}" == "$name" ]]; then first_row="${rows[$i]}" row_at=$i; fi; done
     IFS='|' read -r _ _ secs _ <<<"$first_row"
     limit=$(( limit_of[$name] - secs ))
     need=$(( limit < 10 ? limit : 10 ))
-    fig="budget: its second part needs at least ${need}s, ${left}s of the ${budget}s left"
+    # The measurements not yet started keep their reserve: a second part is extra.
+    left=$(( left - $(reserve_after "") ))
+    fig="budget: its second part needs at least ${need}s, ${left}s of the ${budget}s left after the reserve"
   fi
   if (( left < need || limit <= 0 )); then
     echo "gpu-check: $(printf '%-16s' "$name") skipped ($fig)"
@@ -401,8 +405,8 @@ run_stage() {
   fi
   (( limit > left )) && limit=$left
   printf 'gpu-check: %-16s (limit %3ds%s) ... ' "$name" "$limit" "$( ((part == 2)) && echo ', part 2')"
-  printf '======== stage %s (limit %ss%s) started %s\n' "$name" "$limit" "$( ((part == 2)) && echo ', part 2: the tests part 1 did not reach')" \
-    "$(date -u +%H:%M:%S)" >>"$CHECK_OUT/log.txt"
+  printf '======== stage %s (limit %ss%s) started %s\n' "$name" "$limit" \
+    "$( ((part == 2)) && echo ', part 2: the tests part 1 did not reach')" "$(date -u +%H:%M:%S)" >>"$CHECK_OUT/log.txt"
   offset="$(stat -c %s "$CHECK_OUT/log.txt")"
   running="$name|$SECONDS|$limit"
   write_report

@@ -178,6 +178,18 @@ gtest_with_recovery() {
     --gtest_output="xml:$xml2" 2>&1 | tee "$CHECK_WORK/gtest-rerun.log"
   rc="${PIPESTATUS[0]}"
   judge_gtest "$rc" "$CHECK_WORK/gtest-rerun.log" "$gpu_visible"
+  # A first part's rerun cut at the share: the tests it did not reach go to the second part, the culprit counts as
+  # a failure there (the stage fails however the rest goes).
+  local final=fail rest
+  if [[ "${CHECK_STAGE_CAPPED:-0}" == 1 ]]; then
+    rest="$(sticky_culprit "$CHECK_WORK/gtest-rerun.log" "$rc")"
+    if [[ "$rest" == *$'\t'hung ]]; then
+      record_unfinished "$bin" "$filter2" "$CHECK_WORK/gtest-rerun.log" "$secs"
+      rest="$CHECK_WORK/remaining/${CHECK_STAGE//:/_}.failed"
+      echo $(( $(cat "$rest") + 1 )) >"$rest"
+      final=unfinished
+    fi
+  fi
   IFS='|' read -r st2 fig2 <"$CHECK_WORK/results/$CHECK_STAGE"
   left="$(stage_left)"
   if [[ $hung -eq 0 ]]; then
@@ -185,7 +197,7 @@ gtest_with_recovery() {
     else mc_figure="memcheck not run: no time left"; fi
     echo "gpu-check: $mc_figure"
   fi
-  result fail "$why in $test; rerun without it: $st2 ($fig2)${mc_figure:+; $mc_figure}"
+  result "$final" "$why in $test; rerun without it: $st2 ($fig2)${mc_figure:+; $mc_figure}"
 }
 
 # ==== the stages =================================================================================================

@@ -285,7 +285,7 @@ write_report() {
     printf '%-16s %-8s %5s  %s\n' stage status secs result
     for r in "${rows[@]}"; do
       IFS='|' read -r n st secs fig <<<"$r"
-      printf '%-16s %-8s %5s  %s\n' "$n" "$st" "$secs" "$fig" | cut -c1-240
+      printf '%-16s %-8s %5s  %s\n' "$n" "$st" "$secs" "$fig" | cut -c1-400
     done
     if [[ -n "$running" ]]; then
       IFS='|' read -r n secs fig <<<"$running"

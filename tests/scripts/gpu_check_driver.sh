@@ -46,9 +46,12 @@ me="$(basename "$0")" filter="" xml=""
 for a in "$@"; do
   case "$a" in
     --gtest_filter=*) filter="${a#*=}" ;; --gtest_output=xml:*) xml="${a#*xml:}" ;;
-    --gtest_list_tests) printf 'Fake.\n  First\n  Bad\n  Last\n'; exit 0 ;;
+    --gtest_list_tests) list=1 ;;
   esac
 done
+if [[ -n "${list:-}" ]]; then
+  printf 'Fake.\n  First\n'; [[ "$filter" == *-*Fake.Bad* ]] || printf '  Bad\n'; printf '  Last\n'; exit 0
+fi
 echo "$me ${filter:-<all>}" >>"$FAKE_CALLS"
 mode="${FAKE_MODE:-pass}"
 [[ "$me" == "${FAKE_HANG_BIN:-}" ]] && mode=hang
@@ -66,6 +69,9 @@ for t in Fake.First Fake.Bad Fake.Last; do
       hang) echo $$ >"$FAKE_PIDFILE"; echo "fake: hanging in $t"; exec sleep 30 ;;
       slow) for _ in $(seq 1 "$(( ${FAKE_SLOW_S:-4} * 10 ))"); do sleep 0.1; done ;;  # stoppable at once
     esac
+  fi
+  if [[ "$t" == Fake.Last && "$mode" == excluded && -n "${FAKE_SLOW_LAST_S:-}" ]]; then
+    for _ in $(seq 1 "$(( FAKE_SLOW_LAST_S * 10 ))"); do sleep 0.1; done
   fi
   if [[ $lost -eq 1 ]]; then
     echo "error: CUDA error: an illegal memory access was encountered (cudaStreamSynchronize)"
@@ -205,6 +211,12 @@ expect_grep "split: no time for the second part: unfinished, not failed" \
 expect_grep "split: the tests not reached are named" '^not run: kernels \(2 tests not reached: Fake\.Bad Fake\.Last;' "$s"
 expect_grep "split: the verdict is incomplete" '· INCOMPLETE ·' "$s"
 [[ $rc -eq 0 ]] && ok "split: an unfinished stage is not a failure (exit 0)" || bad "split: exit $rc (want 0)"
+
+FAKE_MODE=sticky FAKE_SLOW_LAST_S=3 run_check "$tmp/o5d" --only kernels --limit kernels=20:4
+s="$tmp/o5d/summary.txt"
+expect_grep "split: a sticky error in the first part, its rerun cut at the share: the rest runs in the second part" \
+  '^kernels +fail .*part 1 \([0-9]+s\): sticky CUDA error .* in Fake\.Bad; rerun without it: unfinished .*1 not reached \(from Fake\.Last\).*; part 2 \([0-9]+s\): 1 passed' "$s"
+expect_grep "split: the second part ran only the test the rerun did not reach" '^gpu_cuda_test Fake\.Last$' "$FAKE_CALLS"
 
 # ---- 6. gpu-reference: losses against the CPU reference ------------------------------------------------------------------
 run_check "$tmp/o6" --only cpu-reference,gpu-reference

@@ -8,7 +8,8 @@
 #   - a stage that would get less than half its first-call share is skipped with the reason, the next one still runs,
 #     and the summary ends with what did not run and the --only line that reruns it
 #   - a test binary cut at its first-call share is unfinished, not hung: the tests it did not reach run as its second
-#     part after the other test stages' first parts; with no time left for it, they are named as not run
+#     part after the other test stages' first parts; with no time left for it, they are named as not run; after a
+#     sticky error in a first part, the tests its rerun did not reach go to the second part
 #   - gpu-reference replays the reference with device.type=cuda and comm_backend=mpi and names the first step past
 #     1e-4 and the worst difference
 #   - kernel-timing runs gpu_ops_test's disabled KernelTiming tests alone, its row is their printed figure, and

@@ -104,12 +104,14 @@ memcheck_one() {
   else mc_figure="memcheck: $errors error(s)${first:+: $first}${at:+ at $at}"; fi
 }
 
-# list_tests BIN FILTER: BIN's tests under FILTER (empty = all), one Suite.Name a line (gtest's own listing)
+# list_tests BIN FILTER: BIN's tests under FILTER (empty = all), one Suite.Name a line (gtest's own listing, less the
+# DISABLED_ tests it lists but does not run unless GTEST_ALSO_RUN_DISABLED_TESTS=1)
 list_tests() {
-  local fargs=()
+  local fargs=() disabled="${GTEST_ALSO_RUN_DISABLED_TESTS:-0}"
   [[ -n "$2" ]] && fargs=(--gtest_filter="$2")
   timeout --foreground -k 5 30 "$1" --gtest_list_tests "${fargs[@]}" 2>/dev/null \
-    | awk '/^[^ ]/ { suite = $1 } /^  [^ ]/ && suite != "" { print suite $1 }'
+    | awk '/^[^ ]/ { suite = $1 } /^  [^ ]/ && suite != "" { print suite $1 }' \
+    | if [[ "$disabled" == 1 ]]; then cat; else grep -v '^DISABLED_\|[./]DISABLED_' || true; fi
 }
 
 # record_unfinished BIN FILTER LOG SECONDS: a first part cut at its share (CHECK_STAGE_CAPPED=1) is not a hang: the

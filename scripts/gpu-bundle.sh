@@ -141,10 +141,10 @@ done
 say "Open MPI $(ompi_info --parsable 2>/dev/null | sed -n 's/^ompi:version:full:\(.*\)/\1/p' | sed -n 1p):" \
     "$kept MCA components kept, ${#left_out[@]} left out (they need UCX/libfabric/verbs/PSM/netlink/OpenSHMEM)"
 
-# PMIx (external to Debian's Open MPI): its prefix is two levels above libpmix.so.2.
-pmix_lib="$(needed_libs "$pkglibdir"/mca_pmix_ext*.so 2>/dev/null | awk '!found && $1 ~ /^libpmix/ { print $2; found = 1 }')"
-if [[ -n "$pmix_lib" ]]; then
-  pmix_prefix="$(dirname "$(dirname "$(readlink -f "$pmix_lib")")")"
+# PMIx (external to Debian's Open MPI): its prefix is two levels above libpmix.so.2; none when this Open MPI has no
+# mca_pmix_ext*.so (scripts/gpu-bundle-pmix.sh says which, and names what is wrong otherwise).
+pmix_prefix="$(bash "$repo/scripts/gpu-bundle-pmix.sh" "$pkglibdir")" || die "cannot bundle Open MPI's PMIx (above)"
+if [[ -n "$pmix_prefix" ]]; then
   mkdir -p "$b/pmix/lib/pmix" "$b/pmix/share"
   for c in "$pmix_prefix"/lib/pmix/*.so; do
     [[ -e "$c" && -z "$(unresolved "$c")" ]] && cp "$c" "$b/pmix/lib/pmix/"

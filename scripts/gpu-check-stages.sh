@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The stage bodies of scripts/gpu-check.sh: `bash scripts/gpu-check-stages.sh STAGE` runs one stage, streaming its
-# log to stdout and writing its row (STATUS|FIGURE, STATUS pass, fail or skipped) to $CHECK_WORK/results/STAGE.
+# log to stdout and writing its row (STATUS|FIGURE, STATUS pass, fail, skipped or unfinished) to
+# $CHECK_WORK/results/STAGE.
 # The driver (gpu-check.sh) runs each stage in its own process under `timeout`, with this environment:
 #   CHECK_OUT CHECK_WORK        the output folder and the check's private work folder (results/, xml/, runs/)
 #   CHECK_BUNDLE CHECK_BIN      the unpacked bundle (or build tree) and the folder of its binaries
@@ -8,6 +9,8 @@
 #   CHECK_GPU CHECK_GPU_REASON CHECK_NO_GPU_NOTE   "yes" when a GPU is visible, why (not), and a note for rows
 #   CHECK_SANITIZER             compute-sanitizer, or empty
 #   CHECK_STAGE_LIMIT           the seconds this stage was given (its own limit or what was left of the budget)
+#   CHECK_STAGE_PART CHECK_STAGE_CAPPED  1 or 2 (a second part runs the tests a first part did not reach); 1 when a
+#                               first part is cut at its first-call share (a time-out there is unfinished, not a hang)
 #   CHECK_LIBSTDCXX CHECK_GLIBCXX CHECK_HOST_LD_LIBRARY_PATH CHECK_TF32_OVERRIDE_WAS CLEAVE_CUDA_SONAMES (probe, bench)
 # Invariant: every stage ends with exactly one result written, whatever failed inside it (no `set -e` here); the
 # log goes to stdout as it is produced (binaries run under `tee`), so a stage cut off by a time limit has left
@@ -16,7 +19,7 @@ set -uo pipefail
 
 repo="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 
-# result STATUS FIGURE: the stage's row in the summary (STATUS: pass, fail or skipped)
+# result STATUS FIGURE: the stage's row in the summary (STATUS: pass, fail, skipped or unfinished)
 result() { printf '%s|%s\n' "$1" "$2" >"$CHECK_WORK/results/$CHECK_STAGE"; }
 
 # stage_left: seconds left of this stage's limit
@@ -101,6 +104,38 @@ memcheck_one() {
   else mc_figure="memcheck: $errors error(s)${first:+: $first}${at:+ at $at}"; fi
 }
 
+# list_tests BIN FILTER: BIN's tests under FILTER (empty = all), one Suite.Name a line (gtest's own listing, less the
+# DISABLED_ tests it lists but does not run unless GTEST_ALSO_RUN_DISABLED_TESTS=1)
+list_tests() {
+  local fargs=() disabled="${GTEST_ALSO_RUN_DISABLED_TESTS:-0}"
+  [[ -n "$2" ]] && fargs=(--gtest_filter="$2")
+  timeout --foreground -k 5 30 "$1" --gtest_list_tests "${fargs[@]}" 2>/dev/null \
+    | awk '/^[^ ]/ { suite = $1 } /^  [^ ]/ && suite != "" { print suite $1 }' \
+    | if [[ "$disabled" == 1 ]]; then cat; else grep -v '^DISABLED_\|[./]DISABLED_' || true; fi
+}
+
+# record_unfinished BIN FILTER LOG SECONDS: a first part cut at its share (CHECK_STAGE_CAPPED=1) is not a hang: the
+# tests it did not reach (BIN's tests under FILTER less those LOG finished) go to $CHECK_WORK/remaining/STAGE as a
+# gtest filter, the failures it had to remaining/STAGE.failed, and the row says "unfinished"; the driver runs the
+# rest as the stage's second part after the other test stages.
+record_unfinished() {
+  local bin="$1" filter="$2" log="$3" secs="$4" file="$CHECK_WORK/remaining/${CHECK_STAGE//:/_}" listed left done
+  done="$(sed -n 's/^\[ *\(OK\|FAILED\|SKIPPED\) *\] \([^ ]*\).*/\2/p' "$log" | sort -u)"
+  listed="$(list_tests "$bin" "$filter")"
+  left="$(grep -vxF -f <(printf '%s\n' "$done") <<<"$listed" | grep . | paste -sd ':' -)"
+  printf '%s' "$left" >"$file"
+  local p f n r
+  p="$(grep -c '^\[       OK \] ' "$log")" f="$(grep -c '^\[  FAILED  \] ' "$log")"
+  n="$(grep -c . <<<"$done")" r="$(tr ':' '\n' <<<"$left" | grep -c .)"
+  echo "$f" >"$file.failed"
+  echo "gpu-check: the first part reached its ${secs}s share after $n tests; the $r not reached run after the other" \
+       "test stages: $left"
+  if [[ -z "$listed" ]]; then result fail "no result within ${secs}s and --gtest_list_tests listed nothing"; return; fi
+  result unfinished "$p passed, $f failed$( ((f > 0)) && echo " ($(grep -o '^\[  FAILED  \] [A-Za-z0-9_/.]*' "$log" \
+    | sed -n 1,2p | sed 's/^\[  FAILED  \] //' | tr '\n' ' ')...)") in its ${secs}s first share; $r not reached (from $(
+    tr ':' '\n' <<<"$left" | sed -n 1p))"
+}
+
 # gtest_with_recovery BIN FILTER [GPU_VISIBLE]: BIN's tests (FILTER may be empty) with gtest XML, judged as
 # judge_gtest does. When one test broke the run (sticky_culprit), BIN is run once more without it, so the other
 # tests still report, and, for a sticky error or a crash, that test alone under memcheck_one; the row then names
@@ -108,17 +143,26 @@ memcheck_one() {
 # third (at most 90 s) for the recovery.
 gtest_with_recovery() {
   local bin="$1" filter="$2" gpu_visible="${3:-1}" rc=0 first reserve culprit test why
-  local log="$CHECK_WORK/gtest.log" fargs=()
+  local log="$CHECK_WORK/gtest.log" fargs=() label="$CHECK_STAGE"
+  # A second part runs the tests the first did not reach (record_unfinished), under its own XML name.
+  if [[ "${CHECK_STAGE_PART:-1}" == 2 ]]; then
+    filter="$(cat "$CHECK_WORK/remaining/${CHECK_STAGE//:/_}")" label="$CHECK_STAGE.part2"
+  fi
   [[ -n "$filter" ]] && fargs=(--gtest_filter="$filter")
   reserve=$(( ${CHECK_STAGE_LIMIT:-150} / 3 )); (( reserve > 90 )) && reserve=90
-  first=$(( $(stage_left) - reserve )); (( first < 5 )) && first=5
+  first=$(( $(stage_left) - reserve ))
+  if (( first < 5 )); then first=$(( $(stage_left) - 1 )); (( first > 5 )) && first=5; (( first < 1 )) && first=1; fi
   echo "+ $(basename "$bin") ${fargs[*]} (at most ${first}s)"
   OMP_WAIT_POLICY=passive timeout --foreground -k 5 "$first" "$bin" "${fargs[@]}" \
-    --gtest_output="xml:$CHECK_WORK/xml/$CHECK_STAGE.xml" 2>&1 | tee "$log"
+    --gtest_output="xml:$CHECK_WORK/xml/$label.xml" 2>&1 | tee "$log"
   rc="${PIPESTATUS[0]}"
   judge_gtest "$rc" "$log" "$gpu_visible"
   culprit="$(sticky_culprit "$log" "$rc")"
   [[ -n "$culprit" ]] || return 0
+  if [[ "${CHECK_STAGE_CAPPED:-0}" == 1 && "$culprit" == *$'\t'hung ]]; then
+    record_unfinished "$bin" "$filter" "$log" "$first"
+    return 0
+  fi
   test="${culprit%%$'\t'*}" why="${culprit#*$'\t'}"
   local st fig st2 fig2 mc_figure="" left
   read_result
@@ -127,7 +171,7 @@ gtest_with_recovery() {
   echo "gpu-check: $test broke the run: $why; rerunning once without it"
   left="$(stage_left)"
   if (( left < 3 )); then result fail "$why in $test; no time left to rerun ($fig)"; return 0; fi
-  local filter2 xml2="$CHECK_WORK/xml/$CHECK_STAGE.rerun.xml" secs=$(( left - 1 ))
+  local filter2 xml2="$CHECK_WORK/xml/$label.rerun.xml" secs=$(( left - 1 ))
   filter2="$(exclude_test "$filter" "$test")"
   # After a fault the rerun leaves time for memcheck: two thirds of what is left.
   [[ $hung -eq 1 ]] || secs=$(( left * 2 / 3 ))
@@ -136,6 +180,18 @@ gtest_with_recovery() {
     --gtest_output="xml:$xml2" 2>&1 | tee "$CHECK_WORK/gtest-rerun.log"
   rc="${PIPESTATUS[0]}"
   judge_gtest "$rc" "$CHECK_WORK/gtest-rerun.log" "$gpu_visible"
+  # A first part's rerun cut at the share: the tests it did not reach go to the second part, the culprit counts as
+  # a failure there (the stage fails however the rest goes).
+  local final=fail rest
+  if [[ "${CHECK_STAGE_CAPPED:-0}" == 1 ]]; then
+    rest="$(sticky_culprit "$CHECK_WORK/gtest-rerun.log" "$rc")"
+    if [[ "$rest" == *$'\t'hung ]]; then
+      record_unfinished "$bin" "$filter2" "$CHECK_WORK/gtest-rerun.log" "$secs"
+      rest="$CHECK_WORK/remaining/${CHECK_STAGE//:/_}.failed"
+      echo $(( $(cat "$rest") + 1 )) >"$rest"
+      final=unfinished
+    fi
+  fi
   IFS='|' read -r st2 fig2 <"$CHECK_WORK/results/$CHECK_STAGE"
   left="$(stage_left)"
   if [[ $hung -eq 0 ]]; then
@@ -143,7 +199,7 @@ gtest_with_recovery() {
     else mc_figure="memcheck not run: no time left"; fi
     echo "gpu-check: $mc_figure"
   fi
-  result fail "$why in $test; rerun without it: $st2 ($fig2)${mc_figure:+; $mc_figure}"
+  result "$final" "$why in $test; rerun without it: $st2 ($fig2)${mc_figure:+; $mc_figure}"
 }
 
 # ==== the stages =================================================================================================

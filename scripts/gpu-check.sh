@@ -5,20 +5,25 @@
 #   bash scripts/gpu-check.sh --only STAGE[,STAGE] OUTDIR   # a targeted second call: those stages only
 #   bash scripts/gpu-check.sh --bundle DIR|TARBALL OUTDIR    # another bundle (an unpacked one, say)
 #   bash scripts/gpu-check.sh --build-dir build --no-gpu OUTDIR  # self-test against a normal CUDA build
-#   options: --budget SECONDS (default 400), --limit STAGE=SECONDS (repeatable: that stage's own limit)
+#   options: --budget SECONDS (default 400), --limit STAGE=SECONDS[:FIRST] (repeatable: that stage's own limit, and
+#            for a test binary's stage the share of it its first part gets)
 #
 # Assumes: the repository tree and build-gpu/cleave-gpu-bundle.tar.gz (or --bundle); on the host only bash,
 # coreutils (timeout), tar, ldd, the NVIDIA driver and the CUDA runtime libraries (found by
 # scripts/gpu-env.sh --runtime: LD_LIBRARY_PATH, ldconfig, /usr/local/cuda, PyTorch's site-packages/nvidia
 # wheels); nvidia-smi and compute-sanitizer are used when present. No build dependency of the project is needed.
 #
-# Stages, most information per second first (the bodies are in scripts/gpu-check-stages.sh; docs/cuda.md
-# describes each): probe, ldd, cpu-reference, gpu-reference, kernels, ops-parity, train-1rank, comm, test:<bin> (any
-# other gpu_*_test binary), staged-np1, staged-np2, nccl-watchdog, train-layouts, then the measurements: kernel-timing,
-# profile, bench.
+# Stages, short ones first, so that every stage runs in a first call (the bodies are in scripts/gpu-check-stages.sh;
+# docs/cuda.md describes each): probe, ldd, cpu-reference, gpu-reference, comm, staged-np1, staged-np2, nccl-watchdog,
+# kernels, ops-parity, train-1rank, test:<bin> (any other gpu_*_test binary), train-layouts; then the second parts of
+# the test binaries cut at their first-call share; then the measurements: kernel-timing, profile, bench.
 # Each runs in its own process under `timeout` (children included); a failing stage does not stop the next. The run
-# is held to the budget: a stage gets min(its limit, what is left), and one that would get less than half its limit
-# is skipped (with the reason), not started. Without a visible GPU (or with --no-gpu) the GPU stages report skipped.
+# is held to the budget, and every stage not yet started keeps half its first-call share of it in reserve: a stage
+# gets min(its share, what is left after the reserve) but at least half its share, and is skipped (with the reason)
+# only when less than that is left. A test binary cut at its share has run part of its tests ("unfinished"); after the
+# other test stages, a second part runs the tests it did not reach (its limit less what it used). summary.txt ends
+# with the stages and tests that did not run and the --only line that reruns them.
+# Without a visible GPU (or with --no-gpu) the GPU stages report skipped.
 # The check unsets NVIDIA_TF32_OVERRIDE (it would turn strict f32 GEMMs into TF32) and sets NCCL_DEBUG=WARN.
 #
 # OUTDIR, written as the check goes so that a check cut off by a time limit still leaves them:
@@ -36,11 +41,17 @@ self="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/$(basename "${BASH_SOURCE[0]
 repo="$(cd "$(dirname "$self")/.." && pwd)"
 stages_sh="$repo/scripts/gpu-check-stages.sh"
 
-# The stages in the order they run, with their own time limits in seconds. Other gpu_*_test binaries found in the
-# bundle run as test:<binary> (limit 120) after `comm`. The measurements (kernel-timing, profile, bench) come after
-# every test stage: what they validate, ops-parity has checked already, so under the budget they yield to diagnosis.
-plan=(probe:30 ldd:60 cpu-reference:60 gpu-reference:90 kernels:150 ops-parity:150 train-1rank:180 comm:90
-      staged-np1:60 staged-np2:90 nccl-watchdog:60 train-layouts:180 kernel-timing:60 profile:60 bench:150)
+# The stages in the order they run: NAME:LIMIT (seconds, one run) or NAME:LIMIT:FIRST for a test binary's stage, whose
+# first part is cut at FIRST seconds and continued after the other test stages (at most LIMIT in all). Short stages
+# first (comm, the one NCCL all-to-all test, no longer waits behind the kernels), the long test binaries capped, the
+# measurements (kernel-timing, profile, bench) last: what they validate, ops-parity has checked already. Half of every
+# FIRST (or LIMIT) is kept in reserve for the stages not yet started; the halves add up to 390 s of the default 400 s
+# budget, so in a first call every stage runs. Other gpu_*_test binaries found in the bundle run as test:<binary>
+# (120:30) after train-1rank.
+plan=(probe:30 ldd:30 cpu-reference:50 gpu-reference:80 comm:90:40 staged-np1:60:30 staged-np2:50 nccl-watchdog:30
+      kernels:150:40 ops-parity:150:40 train-1rank:180:40 train-layouts:90 kernel-timing:60 profile:60 bench:110)
+# The measurements: they run after the second parts of the test binaries.
+late_stages=" kernel-timing profile bench "
 # Binaries with stages of their own (not run again as test:<binary>).
 own_stage_bins=" gpu_cuda_test gpu_ops_test gpu_train_test gpu_comm_test gpu_staged_comm_test "
 
@@ -83,12 +94,17 @@ done
 for n in "${only[@]}"; do
   known_stage "$n" || bad_arg "unknown stage '$n' in --only; the stages are: $(stage_names)"
 done
-declare -A limit_of=()
+declare -A limit_of=() first_of=()
 for l in "${declare_limits[@]}"; do
   n="${l%%=*}" s="${l#*=}"
-  [[ "$l" == *=* ]] && known_stage "$n" || bad_arg "--limit $l: want STAGE=SECONDS; the stages are: $(stage_names)"
-  [[ "$s" =~ ^[0-9]+$ && "$s" -gt 0 ]] || bad_arg "--limit $l: want a number of seconds > 0 after '='"
-  limit_of["$n"]="$s"
+  [[ "$l" == *=* ]] && known_stage "$n" \
+    || bad_arg "--limit $l: want STAGE=SECONDS[:FIRST]; the stages are: $(stage_names)"
+  [[ "$s" =~ ^[0-9]+(:[0-9]+)?$ && "${s%%:*}" -gt 0 ]] || bad_arg "--limit $l: want a number of seconds > 0 after '='"
+  limit_of["$n"]="${s%%:*}"
+  if [[ "$s" == *:* ]]; then
+    [[ "${s#*:}" -gt 0 && "${s#*:}" -le "${s%%:*}" ]] || bad_arg "--limit $l: FIRST must be > 0 and at most SECONDS"
+    first_of["$n"]="${s#*:}"
+  fi
 done
 
 mkdir -p "$outdir"
@@ -150,27 +166,38 @@ fi
 CHECK_HOST_LD_LIBRARY_PATH="${CHECK_HOST_LD_LIBRARY_PATH-${LD_LIBRARY_PATH:-}}"
 export CHECK_BUNDLE CHECK_BIN CHECK_MPIRUN CHECK_HOST_LD_LIBRARY_PATH
 
-# The stages of this run: the plan with test:<binary> for the other test binaries, less those --only leaves out.
-stages=()
+# The stages of this run (names): the plan with test:<binary> for the other test binaries, less those --only leaves
+# out; each one's limit and first-call share (limit_of, first_of: --limit's values, else the plan's; FIRST = LIMIT for
+# a stage that runs once) and whether its first part can be continued (resumable_of).
+stages=() all_stages=()
+declare -A resumable_of=()
+add_stage() {  # add_stage NAME LIMIT [FIRST]
+  all_stages+=("$1")
+  local lim="${limit_of[$1]:-$2}" first="${first_of[$1]:-${3:-}}"
+  if [[ -n "${3:-}" ]]; then
+    resumable_of["$1"]=1
+    [[ -n "${first_of[$1]:-}" ]] || (( first <= lim )) || first=$lim
+  else
+    first=$lim
+  fi
+  limit_of["$1"]=$lim first_of["$1"]=$first
+}
 for p in "${plan[@]}"; do
-  stages+=("$p")
-  if [[ "${p%%:*}" == comm ]]; then
+  IFS=: read -r n lim first <<<"$p"
+  add_stage "$n" "$lim" "$first"
+  if [[ "$n" == train-1rank ]]; then
     for f in "$CHECK_BIN"/gpu_*_test; do
       [[ -e "$f" ]] || continue
-      [[ "$own_stage_bins" == *" $(basename "$f") "* ]] || stages+=("test:$(basename "$f"):120")
+      [[ "$own_stage_bins" == *" $(basename "$f") "* ]] || add_stage "test:$(basename "$f")" 120 30
     done
   fi
 done
 for n in "${only[@]}"; do
-  found=0
-  for p in "${stages[@]}"; do [[ "${p%:*}" == "$n" ]] && found=1; done
-  [[ $found -eq 1 ]] || bad_arg "stage '$n' in --only: no such test binary in $CHECK_BIN"
+  [[ " ${all_stages[*]} " == *" $n "* ]] || bad_arg "stage '$n' in --only: no such test binary in $CHECK_BIN"
 done
-if [[ ${#only[@]} -gt 0 ]]; then
-  kept=()
-  for p in "${stages[@]}"; do [[ " ${only[*]} " == *" ${p%:*} "* ]] && kept+=("$p"); done
-  stages=("${kept[@]}")
-fi
+for n in "${all_stages[@]}"; do
+  [[ ${#only[@]} -eq 0 || " ${only[*]} " == *" $n "* ]] && stages+=("$n")
+done
 
 # ---- CUDA libraries, the GPU, the tools ---------------------------------------------------------------------------
 CLEAVE_CUDA_SONAMES="$(tr '\n' ' ' 2>/dev/null <"$CHECK_BUNDLE/cuda-sonames.txt" || true)"
@@ -212,10 +239,11 @@ CHECK_GLIBCXX="$(grep -ao 'GLIBCXX_3\.4\.[0-9]*' "${CHECK_LIBSTDCXX:-/dev/null}"
 export CHECK_GPU CHECK_GPU_REASON CHECK_NO_GPU_NOTE CHECK_SANITIZER CHECK_LIBSTDCXX CHECK_GLIBCXX
 
 # ==== the report: summary.txt and gtest.xml, rewritten before and after every stage ===============================
-rows=()     # finished or skipped stages: "name|status|secs|figure"
+rows=()     # finished, skipped or unfinished stages: "name|status|secs|figure" (a second part replaces its row)
 tails=()    # the last lines of each failed stage's log
 running=""  # the stage now running: "name|start SECONDS|limit"
-pending=("${stages[@]}")  # "name:limit" of the stages not yet started
+pending=("${stages[@]}")  # the stages not yet started
+mkdir -p "$CHECK_WORK/remaining"  # remaining/STAGE: the gtest filter of the tests an unfinished stage did not reach
 gpu_line="$(timeout -k 5 20 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader 2>/dev/null | sed -n 1p \
             | sed 's/, / · driver /' || true)"
 commit="$(sed -n 's/^commit *: //p' "$CHECK_BUNDLE/MANIFEST.txt" 2>/dev/null || true)"
@@ -243,7 +271,7 @@ write_xml() {
 write_report() {
   local r n st secs fig verdict=pass files=""
   [[ $any_fail -eq 1 ]] && verdict=FAIL
-  if [[ -n "$running" || ${#pending[@]} -gt 0 ]]; then
+  if [[ -n "$running" || ${#pending[@]} -gt 0 || " ${rows[*]}" == *"|unfinished|"* ]]; then
     verdict=INCOMPLETE
     [[ $any_fail -eq 1 ]] && verdict+=" (a stage failed)"
   fi
@@ -257,18 +285,49 @@ write_report() {
     printf '%-16s %-8s %5s  %s\n' stage status secs result
     for r in "${rows[@]}"; do
       IFS='|' read -r n st secs fig <<<"$r"
-      printf '%-16s %-8s %5s  %s\n' "$n" "$st" "$secs" "$fig" | cut -c1-240
+      printf '%-16s %-8s %5s  %s\n' "$n" "$st" "$secs" "$fig" | cut -c1-400
     done
     if [[ -n "$running" ]]; then
       IFS='|' read -r n secs fig <<<"$running"
       printf '%-16s %-8s %5s  %s\n' "$n" running "$((SECONDS - secs))" \
              "started with a ${fig}s limit; its log so far ends log.txt"
     fi
-    for r in "${pending[@]}"; do printf '%-16s %-8s %5s  %s\n' "${r%:*}" pending - "limit ${r##*:}s"; done
+    for r in "${pending[@]}"; do printf '%-16s %-8s %5s  %s\n' "$r" pending - "limit ${first_of[$r]}s"; done
     echo "total $((SECONDS - t_start))s (budget ${budget}s) · $verdict · files in $CHECK_OUT:$files"
     [[ $# -gt 0 ]] && echo "$1"
+    not_run_report
   } >"$CHECK_OUT/.summary.txt.tmp"
   mv -f "$CHECK_OUT/.summary.txt.tmp" "$CHECK_OUT/summary.txt"
+}
+
+# not_run_report: what did not run and how to run it: the stages skipped for the budget, unfinished (with the tests
+# not reached), stopped, running or pending, then the failed ones, and one gpu-check.sh line that reruns them all.
+not_run_report() {
+  local r n st secs fig missing=() failed=() again=() names count first3 total=0
+  for r in "${rows[@]}"; do
+    IFS='|' read -r n st secs fig <<<"$r"
+    case "$st" in
+      fail) failed+=("$n"); again+=("$n") ;;
+      unfinished)
+        names="$(cat "$CHECK_WORK/remaining/${n//:/_}" 2>/dev/null || true)"
+        count="$(tr ':' '\n' <<<"$names" | grep -c . || true)"
+        first3="$(tr ':' '\n' <<<"$names" | sed -n 1,3p | paste -sd ' ' - || true)"
+        if (( count > 3 )); then first3+=" ..."; fi
+        missing+=("$n ($count tests not reached: $first3; the list is in log.txt)")
+        again+=("$n") ;;
+      skipped) if [[ "$fig" == budget:* ]]; then missing+=("$n (skipped for the budget)"); again+=("$n"); fi ;;
+      stopped|"not run") missing+=("$n ($st)"); again+=("$n") ;;
+    esac
+  done
+  if [[ -n "$running" ]]; then missing+=("${running%%|*} (running when this was written)"); again+=("${running%%|*}"); fi
+  for n in "${pending[@]}"; do missing+=("$n (pending)"); again+=("$n"); done
+  if [[ ${#again[@]} -eq 0 ]]; then echo "not run: none · nothing to rerun"; return; fi
+  if [[ ${#missing[@]} -gt 0 ]]; then echo "not run: $(printf '%s; ' "${missing[@]}" | sed 's/; $//')"; fi
+  if [[ ${#failed[@]} -gt 0 ]]; then echo "failed:  ${failed[*]}"; fi
+  for n in "${again[@]}"; do total=$((total + ${limit_of[$n]})); done
+  (( total > 200 )) && total=200
+  echo "rerun:   bash scripts/gpu-check.sh --budget $total --only $(IFS=,; echo "${again[*]}") \"\$OUT\"" \
+       "(timeout_s $((total + 60)); a --limit STAGE=SECONDS gives one more time)"
 }
 
 # ==== running the stages ==========================================================================================
@@ -289,7 +348,7 @@ on_signal() {
     printf '\n======== stage %s: stopped by SIG%s after %ss\n' "$n" "$sig" "$((SECONDS - t0))" >>"$CHECK_OUT/log.txt"
     running=""
   fi
-  for i in "${pending[@]}"; do rows+=("${i%:*}|not run|0|the check was stopped by SIG$sig"); done
+  for i in "${pending[@]}"; do rows+=("$i|not run|0|the check was stopped by SIG$sig"); done
   pending=()
   any_fail=1
   write_report "stopped by SIG$sig"
@@ -301,30 +360,60 @@ trap 'on_signal TERM 15' TERM
 trap 'on_signal INT 2' INT
 trap 'on_signal HUP 1' HUP
 
-# run_stage NAME LIMIT: one stage in its own process group under `timeout`, its output appended to log.txt as it
-# comes; skipped when the budget left is under half its limit.
+# reserve_after NAME: seconds kept for the stages not yet started other than NAME (half of each one's first share)
+reserve_after() {
+  local n sum=0
+  for n in "${pending[@]}"; do [[ "$n" == "$1" ]] || sum=$((sum + (first_of[$n] + 1) / 2)); done
+  echo "$sum"
+}
+
+# run_stage NAME PART: one stage in its own process group under `timeout`, its output appended to log.txt as it comes.
+# PART 1: its first run, given min(its first share, what is left less the reserve), at least half its share, skipped
+# when less than that is left. PART 2: the tests a first part cut at its share did not reach, given what is left of
+# its limit (at most what is left of the budget after the reserve); its row replaces the first part's.
 run_stage() {
-  local name="$1" limit="$2" left need t0 rc=0 st fig secs offset log
-  pending=("${pending[@]:1}")
-  log="$CHECK_WORK/logs/${name//:/_}.log"
+  local name="$1" part="$2" left need limit t0 rc=0 st fig secs offset log capped=0 first_row="" i row_at=${#rows[@]}
+  log="$CHECK_WORK/logs/${name//:/_}.part$part.log"
   left=$((deadline - SECONDS))
-  need=$(( (limit + 1) / 2 ))
-  if (( left < need )); then
-    fig="budget: needs at least ${need}s (half its ${limit}s limit), ${left}s of the ${budget}s left"
+  if [[ $part -eq 1 ]]; then
+    local kept=()  # started (or skipped): no longer pending, no longer in the reserve
+    for i in "${pending[@]}"; do [[ "$i" == "$name" ]] || kept+=("$i"); done
+    pending=("${kept[@]}")
+    need=$(( (first_of[$name] + 1) / 2 ))
+    limit=$(( left - $(reserve_after "$name") ))
+    (( limit > first_of[$name] )) && limit=${first_of[$name]}
+    (( limit < need )) && limit=$need
+    fig="budget: needs at least ${need}s (half its ${first_of[$name]}s first-call share),"
+    fig+=" ${left}s of the ${budget}s left"
+    [[ -n "${resumable_of[$name]:-}" ]] && (( limit < limit_of[$name] )) && capped=1
+  else
+    for i in "${!rows[@]}"; do if [[ "${rows[$i]%%|*}" == "$name" ]]; then first_row="${rows[$i]}" row_at=$i; fi; done
+    IFS='|' read -r _ _ secs _ <<<"$first_row"
+    limit=$(( limit_of[$name] - secs ))
+    need=$(( limit < 10 ? limit : 10 ))
+    # The measurements not yet started keep their reserve: a second part is extra.
+    left=$(( left - $(reserve_after "") ))
+    fig="budget: its second part needs at least ${need}s, ${left}s of the ${budget}s left after the reserve"
+  fi
+  if (( left < need || limit <= 0 )); then
     echo "gpu-check: $(printf '%-16s' "$name") skipped ($fig)"
     printf '======== stage %s: skipped, %s\n\n' "$name" "$fig" >>"$CHECK_OUT/log.txt"
-    rows+=("$name|skipped|0|$fig")
+    if [[ $part -eq 1 ]]; then rows+=("$name|skipped|0|$fig")
+    else rows[row_at]="${first_row%|*}|${first_row##*|}; part 2 not run (${fig#budget: })"; fi
     write_report
     return
   fi
   (( limit > left )) && limit=$left
-  printf 'gpu-check: %-16s (limit %3ds) ... ' "$name" "$limit"
-  printf '======== stage %s (limit %ss) started %s\n' "$name" "$limit" "$(date -u +%H:%M:%S)" >>"$CHECK_OUT/log.txt"
+  printf 'gpu-check: %-16s (limit %3ds%s) ... ' "$name" "$limit" "$( ((part == 2)) && echo ', part 2')"
+  printf '======== stage %s (limit %ss%s) started %s\n' "$name" "$limit" \
+    "$( ((part == 2)) && echo ', part 2: the tests part 1 did not reach')" "$(date -u +%H:%M:%S)" >>"$CHECK_OUT/log.txt"
   offset="$(stat -c %s "$CHECK_OUT/log.txt")"
   running="$name|$SECONDS|$limit"
   write_report
   t0=$SECONDS
-  CHECK_STAGE_LIMIT="$limit" timeout -k 10 "$limit" bash "$stages_sh" "$name" >>"$CHECK_OUT/log.txt" 2>&1 </dev/null &
+  rm -f "$CHECK_WORK/results/$name"
+  CHECK_STAGE_LIMIT="$limit" CHECK_STAGE_PART="$part" CHECK_STAGE_CAPPED="$capped" \
+    timeout -k 10 "$limit" bash "$stages_sh" "$name" >>"$CHECK_OUT/log.txt" 2>&1 </dev/null &
   stage_pid=$!
   wait "$stage_pid" || rc=$?
   stage_pid=""
@@ -338,10 +427,18 @@ run_stage() {
   else
     st=fail fig="the stage exited $rc without a result"
   fi
+  if [[ $part -eq 2 ]]; then
+    local st1 secs1 fig1
+    IFS='|' read -r _ st1 secs1 fig1 <<<"$first_row"
+    # A failure in the first part fails the stage; the row keeps both parts' figures.
+    if [[ "$(cat "$CHECK_WORK/remaining/${name//:/_}.failed" 2>/dev/null || true)" =~ ^[1-9] ]]; then st=fail; fi
+    fig="part 1 (${secs1}s): $fig1; part 2 (${secs}s): $fig"
+    secs=$((secs1 + secs))
+  fi
   echo "$st (${secs}s)"
   printf '======== stage %s: %s, %ss, %s\n\n' "$name" "$st" "$secs" "$fig" >>"$CHECK_OUT/log.txt"
   running=""
-  rows+=("$name|$st|$secs|$fig")
+  rows[row_at]="$name|$st|$secs|$fig"  # a second part's row replaces its first part's
   if [[ "$st" == fail ]]; then
     any_fail=1
     if [[ -s "$log" ]]; then tails+=("---- $name (last lines; full log in log.txt)" "$(tail -n 6 "$log" | cut -c1-150)"); fi
@@ -351,11 +448,13 @@ run_stage() {
 
 trap - ERR  # set-up done: from here every stage leaves its row, and summary.txt is rewritten around each
 echo "gpu-check: bundle $CHECK_BUNDLE, GPU visible: $CHECK_GPU ($CHECK_GPU_REASON), budget ${budget}s," \
-     "stages: $(for p in "${stages[@]}"; do printf '%s ' "${p%:*}"; done)"
-for p in "${stages[@]}"; do
-  name="${p%:*}"
-  run_stage "$name" "${limit_of[$name]:-${p##*:}}"
+     "stages: ${stages[*]}"
+# The test stages, then the second parts of those cut at their share, then the measurements.
+for name in "${stages[@]}"; do [[ "$late_stages" == *" $name "* ]] || run_stage "$name" 1; done
+for r in "${rows[@]}"; do
+  [[ "$r" == *"|unfinished|"* ]] && run_stage "${r%%|*}" 2
 done
+for name in "${stages[@]}"; do [[ "$late_stages" == *" $name "* ]] && run_stage "$name" 1; done
 
 set +e  # only reporting from here on
 write_report

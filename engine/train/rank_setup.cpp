@@ -71,11 +71,7 @@ RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Back
   model_parallel = world.split(coords.cp_rank + grid.cp_size() * coords.dp_rank, world.rank(), "model_parallel");
   // Host waits on device work inside the run's own communicators count in the run's counter (kCommunication);
   // `world` is the caller's and outlives this setup, so it is not handed the counter.
-  for (comm::Communicator* c : {groups.tp.get(), groups.dp.get(), groups.pp.get(), groups.embedding.get(),
-                                groups.cp.get(), groups.dp_cp.get(), groups.ep.get(), groups.expert_dp.get(),
-                                model_parallel.get()}) {
-    if (c != nullptr) c->count_host_waits(&host_waits);
-  }
+  for (comm::Communicator* c : counted_communicators()) c->count_host_waits(&host_waits);
   if (grid.tp_size() > 1) context.tp_comm = groups.tp.get();
   context.sequence_parallel = config.parallel.sequence_parallel && grid.tp_size() > 1;
   if (grid.cp_size() > 1) {
@@ -88,6 +84,20 @@ RankSetup::RankSetup(config::RunConfig c, comm::Communicator& w, const ops::Back
   if (grid.ep_size() > 1) context.ep_comm = groups.ep.get();
   plan = run_plan::make_plan(config, static_cast<int>(batch.gradient_accumulation_steps), coords.pp_rank,
                              cpu_kernels_of(config));
+}
+
+RankSetup::~RankSetup() {
+  for (comm::Communicator* c : counted_communicators()) c->count_host_waits(nullptr);
+}
+
+std::vector<comm::Communicator*> RankSetup::counted_communicators() const {
+  std::vector<comm::Communicator*> out;
+  for (comm::Communicator* c : {groups.tp.get(), groups.dp.get(), groups.pp.get(), groups.embedding.get(),
+                                groups.cp.get(), groups.dp_cp.get(), groups.ep.get(), groups.expert_dp.get(),
+                                model_parallel.get()}) {
+    if (c != nullptr) out.push_back(c);
+  }
+  return out;
 }
 
 run_plan::CpuKernels cpu_kernels_of(const config::RunConfig& config) {

@@ -20,6 +20,7 @@
 #include <nlohmann/json.hpp>
 
 #include <memory>
+#include <vector>
 
 #include "engine/comm/communicator.hpp"
 #include "engine/comm/process_grid.hpp"
@@ -42,6 +43,10 @@ struct RankSetup {
   // cannot work. `backend` (tests only): the slot table the context's ops call instead of the device's
   // (ops::Context::backend), e.g. a recording wrapper; null = the device's backend.
   RankSetup(config::RunConfig config, comm::Communicator& world, const ops::Backend* backend = nullptr);
+  // Clears the run's host-wait counter from the communicators it was handed to, before `host_waits` goes: the
+  // groups are members declared before it (destroyed after it), and a communicator that noted a wait while being
+  // torn down (a Work completed by its destructor, say) would write into a destroyed counter.
+  ~RankSetup();
   RankSetup(const RankSetup&) = delete;
   RankSetup& operator=(const RankSetup&) = delete;
 
@@ -73,6 +78,10 @@ struct RankSetup {
   bool reports() const { return world.rank() == 0; }
   // The stage holding the loss, on tp rank 0: the rank that counts each row's loss once per replica.
   bool counts_loss() const;
+
+ private:
+  // The run's own communicators (the groups and model_parallel, not `world`): they count in `host_waits`.
+  std::vector<comm::Communicator*> counted_communicators() const;
 };
 
 }  // namespace cleave::train

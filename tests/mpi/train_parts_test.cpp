@@ -4,11 +4,13 @@
 // its update are checked by hand from gradients the test writes: the norm over the model-parallel ranks with
 // each parameter counted once, the tied copies summed before it, clipping by max_norm / (norm + 1e-6), and a
 // plain SGD step p - lr * g. throw_if_any_rank_failed keeps bad input bad input (InputError, exit 64) only when every
-// failing rank's failure was bad input.
+// failing rank's failure was bad input. RankSetup clears the run's host-wait counter from its communicators before
+// the counter goes.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <typeinfo>
@@ -20,6 +22,7 @@
 #include "engine/train/rank_setup.hpp"
 #include "engine/train/step_tail.hpp"
 #include "mpi_test_env.hpp"
+#include "support/counting_communicator.hpp"
 
 namespace cleave::testing {
 namespace {
@@ -71,6 +74,27 @@ TEST(RankModel, ListsEachParameterOnceAndHoldsItsStages) {
       EXPECT_FALSE(model.counts_in_norm(*p, 1)) << p->name;
     }
   }
+}
+
+// The run's host-wait counter lives in RankSetup and is handed to its communicators (on a GPU, NCCL and the staged
+// world note their waits there); the groups are destroyed after the counter, so RankSetup must clear it from them
+// first. The world is wrapped so that every group split from it counts a destruction with a counter still set.
+TEST(RankSetup, ClearsItsHostWaitCounterFromItsCommunicatorsBeforeItGoes) {
+  auto world = make_world();
+  CountingCommunicator counting(*world);
+  {
+    // The control: a communicator destroyed while holding a counter is counted.
+    std::unique_ptr<comm::Communicator> part = counting.split(0, counting.rank(), "control");
+    ops::HostWaits waits;
+    part->count_host_waits(&waits);
+  }
+  ASSERT_EQ(counting.count(kDestroyedHoldingHostWaits), 1);
+  {
+    train::RankSetup setup(tiny_gpt(world->size(), /*tie=*/true, 0.0), counting);
+    ASSERT_NE(setup.model_parallel, nullptr);
+  }
+  EXPECT_EQ(counting.count(kDestroyedHoldingHostWaits), 1)
+      << "a group outlived the run's host-wait counter still pointing at it";
 }
 
 // Writes known gradients, runs the tail's hooks as the executor would, and checks its numbers and the update.

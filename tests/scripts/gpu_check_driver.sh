@@ -5,7 +5,11 @@
 #   - an unknown stage in --only (or --limit) is exit 2 naming the stages; --only runs just the named stages
 #   - a sticky CUDA error (and a crash) in one test: the binary is rerun once without that test, which passes, and
 #     that test alone goes under memcheck with CUDA_LAUNCH_BLOCKING=1; a hung test: rerun without it, no memcheck
-#   - a stage that would get less than half its limit is skipped with the reason, the next one still runs
+#   - a stage that would get less than half its first-call share is skipped with the reason, the next one still runs,
+#     and the summary ends with what did not run and the --only line that reruns it
+#   - a test binary cut at its first-call share is unfinished, not hung: the tests it did not reach run as its second
+#     part after the other test stages' first parts; with no time left for it, they are named as not run; after a
+#     sticky error in a first part, the tests its rerun did not reach go to the second part
 #   - gpu-reference replays the reference with device.type=cuda and comm_backend=mpi and names the first step past
 #     1e-4 and the worst difference
 #   - kernel-timing runs gpu_ops_test's disabled KernelTiming tests alone, its row is their printed figure, and
@@ -37,11 +41,20 @@ mkdir -p "$build/tests" "$build/bin" "$fakes" "$build/reference/tiny"
 cat >"$build/tests/gpu_cuda_test" <<'EOF'
 #!/usr/bin/env bash
 # A gtest-like binary: Fake.First, Fake.Bad, Fake.Last. FAKE_MODE (or FAKE_HANG_BIN naming this binary) decides what
-# Fake.Bad does: pass, sticky (an illegal address, so the later tests fail too), crash (abort), hang (sleep).
+# Fake.Bad does: pass, sticky (an illegal address, so the later tests fail too), crash (abort), hang (sleep), slow
+# (passes after FAKE_SLOW_S seconds). A filter without '*' or '-' is a list of the tests to run.
 me="$(basename "$0")" filter="" xml=""
 for a in "$@"; do
-  case "$a" in --gtest_filter=*) filter="${a#*=}" ;; --gtest_output=xml:*) xml="${a#*xml:}" ;; esac
+  case "$a" in
+    --gtest_filter=*) filter="${a#*=}" ;; --gtest_output=xml:*) xml="${a#*xml:}" ;;
+    --gtest_list_tests) list=1 ;;
+  esac
 done
+if [[ -n "${list:-}" ]]; then
+  # gtest lists its disabled tests too (it runs them only when asked to)
+  printf 'Fake.\n  First\n'; [[ "$filter" == *-*Fake.Bad* ]] || printf '  Bad\n'; printf '  Last\n  DISABLED_Timing\n'
+  exit 0
+fi
 echo "$me ${filter:-<all>}" >>"$FAKE_CALLS"
 mode="${FAKE_MODE:-pass}"
 [[ "$me" == "${FAKE_HANG_BIN:-}" ]] && mode=hang
@@ -50,13 +63,18 @@ passed=0 failed=() lost=0
 echo "[==========] Running tests from 1 test suite."
 for t in Fake.First Fake.Bad Fake.Last; do
   [[ "$t" == Fake.Bad && "$mode" == excluded ]] && continue
+  [[ -n "$filter" && "$filter" != *[*-]* && ":$filter:" != *":$t:"* ]] && continue
   echo "[ RUN      ] $t"
   if [[ "$t" == Fake.Bad ]]; then
     case "$mode" in
       sticky) lost=1 ;;
       crash) echo "fake: aborting"; kill -ABRT $$ ;;
       hang) echo $$ >"$FAKE_PIDFILE"; echo "fake: hanging in $t"; exec sleep 30 ;;
+      slow) for _ in $(seq 1 "$(( ${FAKE_SLOW_S:-4} * 10 ))"); do sleep 0.1; done ;;  # stoppable at once
     esac
+  fi
+  if [[ "$t" == Fake.Last && "$mode" == excluded && -n "${FAKE_SLOW_LAST_S:-}" ]]; then
+    for _ in $(seq 1 "$(( FAKE_SLOW_LAST_S * 10 ))"); do sleep 0.1; done
   fi
   if [[ $lost -eq 1 ]]; then
     echo "error: CUDA error: an illegal memory access was encountered (cudaStreamSynchronize)"
@@ -169,14 +187,39 @@ expect_grep "hang: the first run is cut at its share, the rerun without the test
 [[ ! -s "$FAKE_SANITIZER_LOG" ]] && ok "hang: no memcheck of a hung test" || bad "hang: memcheck ran"
 (( SECONDS - t0 < 15 )) && ok "hang: done in $((SECONDS - t0))s" || bad "hang: took $((SECONDS - t0))s"
 
-# ---- 5. the budget: less than half the limit left is a skip, not a failure --------------------------------------------
-run_check "$tmp/o5" --budget 40 --only kernels,ops-parity --limit kernels=100 --limit ops-parity=30
+# ---- 5. the budget: a stage is skipped only when less than half its first-call share is left ----------------------
+run_check "$tmp/o5" --budget 15 --only kernels,ops-parity --limit ops-parity=20
 s="$tmp/o5/summary.txt"
 [[ $rc -eq 0 ]] && ok "budget: exit 0 with a skipped stage" || bad "budget: exit $rc (want 0)"
-expect_grep "budget: the stage short of half its limit is skipped with the reason" \
-  '^kernels +skipped +0 +budget: needs at least 50s \(half its 100s limit\), [0-9]+s of the 40s left' "$s"
-expect_grep "budget: the next stage, within half its limit, runs" '^ops-parity +pass .*2 passed|^ops-parity +pass .*3 passed' "$s"
-expect_grep "budget: it ran with its own limit" '^======== stage ops-parity \(limit 30s\)' "$tmp/o5/log.txt"
+expect_grep "budget: the stage short of half its first share is skipped with the reason" \
+  '^kernels +skipped +0 +budget: needs at least 20s \(half its 40s first-call share\), 1[45]s of the 15s left' "$s"
+expect_grep "budget: the next stage, within half its share, runs" '^ops-parity +pass .*3 passed' "$s"
+expect_grep "budget: it ran with what was left" '^======== stage ops-parity \(limit 1[45]s\)' "$tmp/o5/log.txt"
+expect_grep "budget: the summary names what did not run" '^not run: kernels \(skipped for the budget\)$' "$s"
+expect_grep "budget: and the line that reruns it" '^rerun: +bash scripts/gpu-check.sh --budget 150 --only kernels "\$OUT"' "$s"
+
+# ---- 5b. a first part cut at its share is unfinished, its other tests run after the other test stages --------------
+FAKE_MODE=slow FAKE_SLOW_S=2 run_check "$tmp/o5b" --only kernels,ops-parity --limit kernels=12:2 --limit ops-parity=6:2
+s="$tmp/o5b/summary.txt"
+expect_grep "split: both parts in the row, the second ran the tests the first did not reach" \
+  '^kernels +pass .*part 1 \([0-9]+s\): 1 passed, 0 failed in its [0-9]+s first share; 2 not reached \(from Fake\.Bad\); part 2 \([0-9]+s\): 2 passed' "$s"
+expect_grep "split: the second part got the tests not reached as its filter" '^gpu_cuda_test Fake\.Bad:Fake\.Last$' "$FAKE_CALLS"
+expect_grep "split: the other stage's first part ran before the second parts" \
+  '^gpu_ops_test <all>$' <(sed -n '/^gpu_cuda_test <all>$/,/^gpu_cuda_test Fake/p' "$FAKE_CALLS")
+expect_grep "split: nothing left to rerun when the second parts finished" '^not run: none' "$s"
+FAKE_MODE=slow FAKE_SLOW_S=2 run_check "$tmp/o5c" --budget 3 --only kernels --limit kernels=12:2
+s="$tmp/o5c/summary.txt"
+expect_grep "split: no time for the second part: unfinished, not failed" \
+  '^kernels +unfinished .*2 not reached .*part 2 not run' "$s"
+expect_grep "split: the tests not reached are named" '^not run: kernels \(2 tests not reached: Fake\.Bad Fake\.Last;' "$s"
+expect_grep "split: the verdict is incomplete" '· INCOMPLETE ·' "$s"
+[[ $rc -eq 0 ]] && ok "split: an unfinished stage is not a failure (exit 0)" || bad "split: exit $rc (want 0)"
+
+FAKE_MODE=sticky FAKE_SLOW_LAST_S=3 run_check "$tmp/o5d" --only kernels --limit kernels=20:4
+s="$tmp/o5d/summary.txt"
+expect_grep "split: a sticky error in the first part, its rerun cut at the share: the rest runs in the second part" \
+  '^kernels +fail .*part 1 \([0-9]+s\): sticky CUDA error .* in Fake\.Bad; rerun without it: unfinished .*1 not reached \(from Fake\.Last\).*; part 2 \([0-9]+s\): 1 passed' "$s"
+expect_grep "split: the second part ran only the test the rerun did not reach" '^gpu_cuda_test Fake\.Last$' "$FAKE_CALLS"
 
 # ---- 6. gpu-reference: losses against the CPU reference ------------------------------------------------------------------
 run_check "$tmp/o6" --only cpu-reference,gpu-reference
@@ -203,7 +246,7 @@ pid=$!
 for _ in $(seq 1 100); do grep -q 'fake: hanging' "$tmp/o7/log.txt" 2>/dev/null && break; sleep 0.1; done
 s="$tmp/o7/summary.txt"
 expect_grep "running: the finished stage is in the summary already" '^kernels +pass ' "$s"
-expect_grep "running: the running stage is listed as running" '^ops-parity +running .*60s limit' "$s"
+expect_grep "running: the running stage is listed as running, with its first share" '^ops-parity +running .*40s limit' "$s"
 kill -TERM "$pid"
 rc=0; wait "$pid" || rc=$?
 [[ $rc -eq 143 ]] && ok "SIGTERM: exit 143" || bad "SIGTERM: exit $rc (want 143)"

@@ -2,7 +2,9 @@
 // forwards, per group name and dtype ("world/cp i64"), in a table it shares with the communicators split from it.
 // Tests wrap the world in one and hand it to the trainer, so every group the grid splits off is counted too (the
 // moe count exchange under context parallelism: one i64 all-reduce per moe block and micro-batch on "world/cp").
-// It changes no value and no order: each op is the wrapped communicator's own.
+// It changes no value and no order: each op is the wrapped communicator's own. It also counts the communicators
+// destroyed while still holding a host-wait counter (count_host_waits not cleared): the counter's owner must clear
+// it, or destroy the communicator, before the counter goes (communicator.hpp).
 #pragma once
 
 #include <cstdlib>
@@ -18,6 +20,8 @@
 namespace cleave::testing {
 
 using AllReduceCounts = std::map<std::string, std::int64_t>;  // "<group name> <dtype>" -> all-reduces posted
+// The key under which AllReduceCounts counts communicators destroyed while still holding a host-wait counter.
+inline const std::string kDestroyedHoldingHostWaits = "destroyed holding a host-wait counter";
 
 class CountingCommunicator final : public comm::Communicator {
  public:
@@ -42,7 +46,13 @@ class CountingCommunicator final : public comm::Communicator {
     inner_->abort(reason);
     std::abort();  // not reached: the wrapped abort does not return
   }
-  void count_host_waits(ops::HostWaits* waits) override { inner_->count_host_waits(waits); }
+  ~CountingCommunicator() override {
+    if (host_waits_ != nullptr) ++(*counts_)[kDestroyedHoldingHostWaits];
+  }
+  void count_host_waits(ops::HostWaits* waits) override {
+    host_waits_ = waits;
+    inner_->count_host_waits(waits);
+  }
 
  protected:
   std::unique_ptr<comm::Communicator> split_impl(int color, int key, std::string name) override {
@@ -77,6 +87,7 @@ class CountingCommunicator final : public comm::Communicator {
   std::unique_ptr<comm::Communicator> owned_;  // a split's communicator; null for the wrapped world
   comm::Communicator* inner_;
   std::shared_ptr<AllReduceCounts> counts_;
+  ops::HostWaits* host_waits_ = nullptr;  // the counter last handed to count_host_waits
 };
 
 }  // namespace cleave::testing

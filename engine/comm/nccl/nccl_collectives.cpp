@@ -16,6 +16,7 @@
 #include "engine/comm/nccl/nccl_group.hpp"
 #include "engine/comm/nccl/nccl_work.hpp"
 #include "engine/comm/nccl/ordered_reduce.hpp"
+#include "engine/comm/nccl/stream_buffer.hpp"
 #include "engine/cuda/device.hpp"
 
 namespace cleave::comm {
@@ -33,10 +34,9 @@ void deterministic_reduce(NcclCommState& s, const std::string& op_name, DType dt
   auto begin_of = [&](int q) { return gather ? block_begin(total, n, q) : total / n * q; };
   auto len_of = [&](int q) { return gather ? block_begin(total, n, q + 1) - block_begin(total, n, q) : total / n; };
   const std::int64_t mine = len_of(r);
-  void* staging = nullptr;
-  CLEAVE_CUDA_CHECK(cudaMallocAsync(&staging, static_cast<std::size_t>(n) * static_cast<std::size_t>(mine) * elem + 1,
-                                    s.stream));
-  char* slots = static_cast<char*>(staging);
+  // Freed on the comm stream on every path (a throw below included), after the group that uses it has ended.
+  StreamBuffer staging(static_cast<std::size_t>(n) * static_cast<std::size_t>(mine) * elem + 1, s.stream);
+  char* slots = staging.data();
   CLEAVE_CUDA_CHECK(cudaMemcpyAsync(slots + static_cast<std::size_t>(r * mine) * elem,
                                     input + static_cast<std::size_t>(begin_of(r)) * elem,
                                     static_cast<std::size_t>(mine) * elem, cudaMemcpyDeviceToDevice, s.stream));
@@ -71,7 +71,7 @@ void deterministic_reduce(NcclCommState& s, const std::string& op_name, DType dt
     spread.end();
     s.wait_ready(s.comm, op_name);
   }
-  CLEAVE_CUDA_CHECK(cudaFreeAsync(staging, s.stream));
+  staging.free();
 }
 
 }  // namespace

@@ -364,8 +364,8 @@ TEST(MoeMemory, CpCountExchangeIsInThePlan) {
 // with its K/V exchange buffers inside the block, against the allocator, to the byte: cp2 at 2 ranks (top_k 2, where
 // the mixture's phase is the peak, and top_k 1 and selective recomputation, where the core's is), cp2 x tp2 with and
 // without sequence parallelism at 4 (four kv heads, so all_to_all splits them over tp x cp). Before the core's level
-// left out what MoeMlp::backward_input frees first (the routing tables and count rows,
-// BlockRules::cp_core_backward_released_bytes), the plan was over where the core's phase is the peak: 1,104 B at
+// left out what MoeMlp::backward_input frees first (the routing tables and count rows, and under bf16 the f32 logits
+// less their bf16 gradient, BlockRules::cp_core_backward_released_bytes), the plan was over where the core's phase is the peak: 1,104 B at
 // selective all_to_all (+0.12%), 592 B at top_k 1; and selective ring one [T, (D + 2K)] more (+9,296 B, +1.06%: the
 // rerun's q, k, v chunks, which are freed before dqkv is assembled).
 TEST(MoeMemory, ContextParallelFollowsThePlan) {

@@ -24,7 +24,8 @@ namespace cleave::run_plan {
 //    the heads layout and dqkv in both layouts: four more.
 // With grouped-query attention (Llama, Hkv < H) k and v are [T, K/tp], K = Hkv·hd, so "q, k, v" above is
 // [T, (D + 2K)/tp] and all_to_all's second dqkv likewise.
-// Full recomputation rebuilds the larger stash inside the backward.
+// Full recomputation rebuilds the larger stash inside the backward and holds it through all of it
+// (add_cp_attention_state: every phase holds the rebuilt one [T, D/tp] more, the core's over the rebuilt stash).
 //
 // The backward's extras are alive only in one phase of the block's backward, so they add to the level the block
 // holds then, not to its peak over all phases (the cost model's max of the mlp's and the attention's phases):
